@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Creates .venv (the product's own virtual environment: PyPI's `watchdog` shares the import
+# name) and installs rogue-watchdog into it. With --test, also the test tools and the
+# system packages the system tests drive (cron, at, Slurm, munge, gcc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+[ "${1:-}" = "--test" ] && want_test=1
+
+apt_install() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: not root; skipping apt-get install $*" >&2
+    return 0
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  if [ ! -f /var/lib/apt/periodic/rw-updated ] || ! apt-get install -y -qq "$@" >/dev/null 2>&1; then
+    apt-get update -qq
+    apt-get install -y -qq "$@" >/dev/null
+    mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/rw-updated
+  fi
+}
+
+PY=${PYTHON:-python3}
+if ! command -v "$PY" >/dev/null 2>&1 || ! "$PY" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null \
+   || ! "$PY" -m venv --help >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip' 2>/dev/null; then
+  apt_install python3 python3-venv
+  PY=/usr/bin/python3
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+if [ "$want_test" = 1 ]; then
+  apt_install cron at munge slurm-wlm gcc libc6-dev procps util-linux
+  .venv/bin/python -m pip install -q -e '.[test]'
+else
+  .venv/bin/python -m pip install -q .
+fi

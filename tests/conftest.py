@@ -1,0 +1,92 @@
+"""Shared test plumbing.
+
+System tests need root and real components (cron, systemd, Slurm, a C compiler). Where
+those are missing they skip with a reason; with ``ROGUE_WATCHDOG_REQUIRE_SYSTEM=1`` (set by
+``.ci/run``) a skip of a system test is turned into a failure instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+REQUIRE_SYSTEM = os.environ.get("ROGUE_WATCHDOG_REQUIRE_SYSTEM") == "1"
+
+
+def need(condition: bool, reason: str) -> None:
+    """Skip (or, under ROGUE_WATCHDOG_REQUIRE_SYSTEM=1, fail) unless ``condition`` holds."""
+    if condition:
+        return
+    if REQUIRE_SYSTEM:
+        pytest.fail(f"system test prerequisite missing: {reason}")
+    pytest.skip(reason)
+
+
+def need_root() -> None:
+    need(os.geteuid() == 0, "needs root")
+
+
+def need_program(*names: str) -> None:
+    for name in names:
+        need(shutil.which(name) is not None, f"needs {name} on PATH (apt-get install it)")
+
+
+class Spawned:
+    """Processes a test started; every one is killed (with its group) at teardown."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, argv: Sequence[str], **kw: object) -> subprocess.Popen[bytes]:
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        kw.setdefault("start_new_session", True)
+        p = subprocess.Popen(list(argv), **kw)  # type: ignore[call-overload]
+        self.procs.append(p)
+        return p
+
+    def cleanup(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                except PermissionError:
+                    p.kill()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+@pytest.fixture
+def spawned() -> Iterator[Spawned]:
+    """Start real processes that are always cleaned up."""
+    s = Spawned()
+    try:
+        yield s
+    finally:
+        s.cleanup()
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m watchdog ARGS`` in a subprocess, as a user would."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-m", "watchdog", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        check=False,
+    )

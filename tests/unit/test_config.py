@@ -1,0 +1,114 @@
+"""Configuration validation: every error names file, line and key; nothing is lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+from watchdog.config import DEFAULT_LAUNCHERS, ConfigError, load_config, parse_config
+
+
+def error(text: str) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "/etc/rw/config.yaml")
+    return info.value
+
+
+def test_example_config_is_valid_and_documents_every_top_level_key() -> None:
+    cfg = load_config(REPO / "config" / "example.yaml")
+    assert [r.name for r in cfg.sanctioned] == ["nightly-pipeline", "research-slurm"]
+    assert cfg.sanctioned[0].origin.systemd_unit == "train-pipeline.service"
+    assert cfg.sanctioned[0].max_instances == 1
+    assert cfg.sanctioned[0].user == "mlops"
+    assert cfg.sanctioned[1].origin.slurm_account == "research"
+    assert tuple(p.pattern for p in cfg.launchers) == DEFAULT_LAUNCHERS
+    text = (REPO / "config" / "example.yaml").read_text()
+    for key in ("sanctioned:", "training:", "ignore:", "nvml:", "paths:", "cron_line", "any: true"):
+        assert key in text
+
+
+def test_empty_and_absent_config_sanction_nothing() -> None:
+    assert parse_config("", "x").sanctioned == ()
+    assert parse_config("# only a comment\n", "x").sanctioned == ()
+    assert load_config(None).sanctioned == ()
+
+
+def test_unknown_top_level_key_names_file_line_and_key() -> None:
+    e = error("sanctioned: []\nsanctionned: []\n")
+    assert (e.path, e.line, e.key) == ("/etc/rw/config.yaml", 2, "sanctionned")
+    assert str(e).startswith("/etc/rw/config.yaml:2: sanctionned: unknown key 'sanctionned'")
+
+
+def test_unknown_origin_key_has_full_key_path() -> None:
+    e = error(
+        "sanctioned:\n"
+        "  - name: a\n"
+        "    cmdline: 'x'\n"
+        "    origin:\n"
+        "      systemd: a.service\n"
+    )
+    assert (e.line, e.key) == (5, "sanctioned[0].origin.systemd")
+
+
+def test_wrong_type_is_refused() -> None:
+    e = error("sanctioned:\n  - name: a\n    cmdline: x\n    origin: {any: true}\n    max_instances: two\n")
+    assert (e.line, e.key) == (5, "sanctioned[0].max_instances")
+    assert "expected an integer, got a string ('two')" in e.message
+
+
+def test_rule_without_origin_is_refused_with_the_reason() -> None:
+    e = error("sanctioned:\n  - name: a\n    cmdline: x\n")
+    assert (e.line, e.key) == (2, "sanctioned[0].origin")
+    assert "ghost" in e.message
+
+
+def test_cron_line_needs_cron_file_and_is_positive() -> None:
+    e = error("sanctioned:\n  - name: a\n    cmdline: x\n    origin:\n      cron_line: 3\n")
+    assert e.key == "sanctioned[0].origin.cron_line"
+    e = error(
+        "sanctioned:\n  - name: a\n    cmdline: x\n    origin:\n      cron_file: /etc/crontab\n"
+        "      cron_line: 0\n"
+    )
+    assert (e.line, e.key) == (6, "sanctioned[0].origin.cron_line")
+
+
+def test_bad_regex_and_duplicate_names_and_yaml_syntax() -> None:
+    e = error("training:\n  launchers:\n    - 'torchrun('\n")
+    assert (e.line, e.key) == (3, "training.launchers[0]")
+    assert "invalid regular expression" in e.message
+    e = error(
+        "sanctioned:\n  - {name: a, cmdline: x, origin: {any: true}}\n"
+        "  - {name: a, cmdline: y, origin: {any: true}}\n"
+    )
+    assert (e.line, e.key) == (3, "sanctioned[1].name")
+    e = error("sanctioned:\n  - name: [unclosed\n")
+    assert e.line == 3 and "YAML syntax error" in e.message
+
+
+def test_cmdline_or_regex_exactly_one() -> None:
+    e = error("sanctioned:\n  - name: a\n    origin: {any: true}\n")
+    assert e.key == "sanctioned[0].cmdline"
+    e = error("sanctioned:\n  - {name: a, cmdline: x, cmdline_regex: y, origin: {any: true}}\n")
+    assert e.key == "sanctioned[0]"
+
+
+def test_unreadable_and_non_utf8_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(b"sanctioned: []\n# caf\xe9\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(bad)
+
+
+def test_check_config_cli_reports_and_exits_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("ignore:\n  - name: x\n    exe: 3\n")
+    done = run_cli("check-config", str(cfg))
+    assert done.returncode == 2
+    assert f"{cfg}:3: ignore[0].exe: expected a string, got an integer ('3')" in done.stderr
+    ok = run_cli("check-config", str(REPO / "config" / "example.yaml"))
+    assert ok.returncode == 0, ok.stderr
+    assert "2 sanctioned rule(s)" in ok.stdout

@@ -1,0 +1,154 @@
+"""Grouping real process trees into jobs, with device fds on plain files as device nodes."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import Spawned
+from watchdog.config import Config, parse_config
+from watchdog.scan import Scanner
+
+WORKER_TREE = """
+import os, sys, time
+dev = open(sys.argv[1], "rb")          # the device node every worker inherits
+kids = []
+for _ in range(int(sys.argv[2])):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(120)
+        os._exit(0)
+    kids.append(pid)
+with open(sys.argv[3], "w") as fh:
+    fh.write(" ".join(map(str, kids)))
+time.sleep(120)
+"""
+
+
+def wait_for(path: Path, timeout_s: float = 10) -> str:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if path.exists() and path.read_text():
+            return path.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} was not written")
+
+
+def config_for(devdir: Path, extra: str = "") -> Config:
+    return parse_config(
+        f"nvml: {{enabled: false}}\ntraining:\n  device_glob: '{devdir}/nvidia[0-9]*'\n{extra}",
+        "test.yaml",
+    )
+
+
+def make_dev(tmp_path: Path) -> Path:
+    devdir = tmp_path / "dev"
+    devdir.mkdir()
+    (devdir / "nvidia0").write_bytes(b"")
+    (devdir / "nvidiactl").write_bytes(b"")
+    return devdir
+
+
+def test_launcher_tree_is_one_job_with_every_worker(spawned: Spawned, tmp_path: Path) -> None:
+    devdir = make_dev(tmp_path)
+    launcher = tmp_path / "torchrun"
+    launcher.write_text(f"#!{sys.executable}\n{WORKER_TREE}")
+    launcher.chmod(0o755)
+    kids_file = tmp_path / "kids"
+    p = spawned.start([str(launcher), str(devdir / "nvidia0"), "3", str(kids_file)])
+    kids = sorted(int(k) for k in wait_for(kids_file).split())
+    result = Scanner(config_for(devdir), resolvers=[]).scan()
+    mine = [j for j in result.jobs if p.pid in j.pids]
+    assert len(mine) == 1
+    job = mine[0]
+    assert job.root_pid == p.pid
+    assert job.pids == [p.pid, *kids]
+    assert job.evidence == ["device-fd", "launcher"]
+    assert job.devices == [str(devdir / "nvidia0")]
+    assert job.gpu_memory_bytes is None
+    assert job.verdict == "rogue"
+    rogue = [f for f in result.findings if f.root_pid == p.pid]
+    assert [f.kind for f in rogue] == ["rogue-job"]  # one finding, not one per PID
+
+
+def test_killed_leader_leaves_one_orphaned_job_found_through_fds(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    # Public report: torchrun's leader is killed; two DataLoader workers keep the device fd
+    # open under PID 1. NVML would not list them (no context); the fd walk does, and the
+    # two re-parented siblings of one process group are one job.
+    devdir = make_dev(tmp_path)
+    script = tmp_path / "dataloader_pool.py"  # not a launcher name: found by fd alone
+    script.write_text(WORKER_TREE)
+    kids_file = tmp_path / "kids"
+    leader = spawned.start([sys.executable, str(script), str(devdir / "nvidia0"), "2", str(kids_file)])
+    kids = sorted(int(k) for k in wait_for(kids_file).split())
+    leader.send_signal(signal.SIGKILL)
+    leader.wait()
+    deadline = time.time() + 5
+    scanner = Scanner(config_for(devdir), resolvers=[])
+    while time.time() < deadline:
+        result = scanner.scan()
+        jobs = [j for j in result.jobs if set(kids) & set(j.pids)]
+        if jobs and all(scanner.table.procs[k].ppid != leader.pid for k in kids):
+            break
+        time.sleep(0.1)
+    assert len(jobs) == 1
+    job = jobs[0]
+    assert job.pids == kids
+    assert job.root_pid == kids[0]
+    assert job.evidence == ["device-fd"]
+    assert job.devices == [str(devdir / "nvidia0")]
+    assert scanner.table.procs[kids[0]].pgid == leader.pid
+
+
+def test_shell_wrapper_is_lineage_not_the_job(spawned: Spawned, tmp_path: Path) -> None:
+    script = tmp_path / "train_wrapped.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    # dash keeps the `sh -c` parent when a command follows the trainer.
+    sh = spawned.start(["/bin/sh", "-c", f"{sys.executable} {script}; true"])
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        result = Scanner(config_for(tmp_path), resolvers=[]).scan()
+        jobs = [j for j in result.jobs if str(script) in j.cmdline]
+        if jobs:
+            break
+        time.sleep(0.05)
+    assert len(jobs) == 1
+    job = jobs[0]
+    assert job.cmdline == (sys.executable, str(script))
+    assert job.root_pid != sh.pid
+    assert job.lineage[1].pid == sh.pid
+    assert job.evidence == ["launcher"]
+
+
+def test_ignore_list_by_exe_name(spawned: Spawned, tmp_path: Path) -> None:
+    devdir = make_dev(tmp_path)
+    xorg = tmp_path / "Xorg"
+    shutil.copy("/bin/sh", xorg)
+    p = spawned.start([str(xorg), "-c", f"exec 3<{devdir}/nvidia0; sleep 60; :"])
+    time.sleep(0.5)
+    result = Scanner(config_for(devdir), resolvers=[]).scan()
+    jobs = [j for j in result.jobs if j.root_pid == p.pid]
+    assert len(jobs) == 1
+    assert jobs[0].verdict == "ignored" and jobs[0].rule == "xorg"
+    assert not [f for f in result.findings if f.root_pid == p.pid]
+
+
+def test_comm_is_never_matched(spawned: Spawned, tmp_path: Path) -> None:
+    # comm says "train.py" after prctl(PR_SET_NAME), but the command line is not a launcher.
+    script = tmp_path / "renamer.py"
+    script.write_text(
+        "import ctypes, time\n"
+        "ctypes.CDLL(None).prctl(15, b'train.py', 0, 0, 0)\n"
+        "time.sleep(60)\n"
+    )
+    p = spawned.start([sys.executable, str(script)])
+    time.sleep(0.5)
+    scanner = Scanner(config_for(tmp_path), resolvers=[])
+    result = scanner.scan()
+    assert scanner.table.procs[p.pid].comm == "train.py"
+    assert not [j for j in result.jobs if p.pid in j.pids]

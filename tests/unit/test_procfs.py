@@ -1,0 +1,113 @@
+"""The procfs process table: parsing, fixture trees, identity and re-inspection."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Spawned
+from watchdog.sources.procfs import ProcessTable, StatParseError, parse_stat
+
+# A stat line whose comm holds spaces and a ')' (proc(5): split at the last ')').
+STAT = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 0 0 0 0 7 3 0 0 20 0 1 0 987654 0 0"
+
+
+def test_parse_stat_splits_at_the_last_paren() -> None:
+    assert parse_stat(STAT) == ("a) b (c)", "S", 1, 4242, 4242, 4194560, 987654)
+
+
+@pytest.mark.parametrize("bad", ["", "12 noparen S 1", "12 (x) S 1 2"])
+def test_parse_stat_rejects_malformed(bad: str) -> None:
+    with pytest.raises(StatParseError):
+        parse_stat(bad)
+
+
+def write_proc(root: Path, pid: int, *, ppid: int, start: int, comm: str, argv: list[str],
+               uid: int = 0, cgroup: str = "0::/\n", flags: int = 0) -> None:
+    d = root / str(pid)
+    d.mkdir(parents=True)
+    (d / "stat").write_text(
+        f"{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 {flags} 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n"
+    )
+    (d / "cmdline").write_bytes(b"".join(a.encode() + b"\0" for a in argv))
+    (d / "status").write_text(f"Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nNSpid:\t{pid}\n")
+    (d / "cgroup").write_text(cgroup)
+
+
+def test_fixture_tree_is_read_with_injected_root(tmp_path: Path) -> None:
+    write_proc(tmp_path, 1, ppid=0, start=1, comm="init", argv=["/sbin/init"])
+    write_proc(tmp_path, 20, ppid=1, start=50, comm="cron", argv=["/usr/sbin/cron", "-f"])
+    write_proc(tmp_path, 30, ppid=20, start=60, comm="pt_main_thread",
+               argv=["/usr/bin/python3", "/srv/train.py"], uid=0,
+               cgroup="1:name=systemd:/system.slice/cron.service\n0::/system.slice/cron.service\n")
+    write_proc(tmp_path, 2, ppid=0, start=1, comm="kthreadd", argv=[], flags=0x00200000)
+    (tmp_path / "self").mkdir()  # non-numeric entries are ignored
+    table = ProcessTable(str(tmp_path))
+    procs = table.refresh()
+    assert sorted(procs) == [1, 2, 20, 30]
+    p = procs[30]
+    assert p.cmdline == ("/usr/bin/python3", "/srv/train.py")
+    assert p.user == "root" and p.uid == 0
+    assert p.cgroup == ("1:name=systemd:/system.slice/cron.service", "0::/system.slice/cron.service")
+    assert [a.pid for a in table.ancestors(30)] == [30, 20, 1]
+    assert procs[2].kernel_thread and procs[2].cmdline == ()
+    assert table.children(1) == [20]
+    assert table.new_pids == {1, 2, 20, 30}
+    assert table.refresh() and table.new_pids == set()
+
+
+def test_vanished_and_half_written_entries_are_skipped(tmp_path: Path) -> None:
+    write_proc(tmp_path, 1, ppid=0, start=1, comm="init", argv=["/sbin/init"])
+    (tmp_path / "77").mkdir()  # exited: directory without readable files
+    (tmp_path / "78").mkdir()
+    (tmp_path / "78" / "stat").write_text("78 (x) S")  # truncated
+    assert sorted(ProcessTable(str(tmp_path)).refresh()) == [1]
+
+
+def test_pid_reuse_is_a_new_identity(tmp_path: Path) -> None:
+    write_proc(tmp_path, 1, ppid=0, start=1, comm="init", argv=["/sbin/init"])
+    write_proc(tmp_path, 40, ppid=1, start=100, comm="sleep", argv=["sleep", "9"])
+    table = ProcessTable(str(tmp_path))
+    table.refresh()
+    for f in (tmp_path / "40").iterdir():
+        f.unlink()
+    (tmp_path / "40").rmdir()
+    write_proc(tmp_path, 40, ppid=1, start=555, comm="python3", argv=["python3", "train.py"])
+    procs = table.refresh()
+    assert table.new_pids == {40}
+    assert procs[40].cmdline == ("python3", "train.py") and procs[40].start_ticks == 555
+
+
+def test_real_process_exec_is_reinspected(spawned: Spawned, tmp_path: Path) -> None:
+    # The process execs from a plain sleep loop into a differently named program: same PID
+    # and start time, new comm and cmdline.
+    script = tmp_path / "flip.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "time.sleep(0.6)\n"
+        "os.execv('/bin/sleep', ['/bin/sleep', '30'])\n"
+    )
+    p = spawned.start([sys.executable, str(script)])
+    table = ProcessTable()
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        table.refresh()
+        proc = table.get(p.pid)
+        if proc is not None and proc.cmdline[-1:] == (str(script),):
+            break
+        time.sleep(0.05)
+    assert table.get(p.pid) is not None
+    before = table.get(p.pid)
+    assert before is not None and before.cmdline[-1] == str(script)
+    time.sleep(1.0)
+    table.refresh()
+    after = table.get(p.pid)
+    assert after is not None
+    assert after.start_ticks == before.start_ticks
+    assert after.cmdline == ("/bin/sleep", "30")
+    assert after.exe == os.path.realpath("/bin/sleep")
+    assert p.pid in table.new_pids

@@ -1,0 +1,130 @@
+"""The ``rogue-watchdog`` command line: a thin layer over the library.
+
+Exit codes (docs/cli.md): 0 nothing to report, 1 findings (or non-finite weights),
+2 usage or configuration errors (or weights that could not be verified).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from watchdog import __version__
+from watchdog.config import Config, ConfigError, load_config
+from watchdog.lineage.describe import describe_origin
+from watchdog.render import result_json, result_table
+from watchdog.scan import Scanner, resolve_origin
+from watchdog.weights.cli import register as register_weights
+
+DEFAULT_CONFIG = "/etc/rogue-watchdog/config.yaml"
+REPORTED_SEVERITIES = ("warning", "high", "critical")
+
+
+def _config(path: str | None) -> Config:
+    if path is None and os.path.exists(DEFAULT_CONFIG):
+        path = DEFAULT_CONFIG
+    return load_config(path)
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    """``scan``: one pass over the host; exit 1 when a finding of warning or above is open."""
+    config = _config(args.config)
+    result = Scanner(config).scan()
+    if args.json:
+        print(json.dumps(result_json(result), indent=2))
+    else:
+        print(result_table(result))
+    return 1 if any(f.severity in REPORTED_SEVERITIES for f in result.findings) else 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """``explain PID``: the lineage of one process and its resolved origin, in words."""
+    config = _config(args.config)
+    scanner = Scanner(config)
+    scanner.table.refresh()
+    lineage = scanner.table.ancestors(args.pid)
+    if not lineage:
+        print(f"rogue-watchdog: PID {args.pid} is not visible in {config.paths.proc_root}", file=sys.stderr)
+        return 2
+    origin = resolve_origin(lineage, scanner.context(datetime.now(UTC).astimezone()), scanner.resolvers)
+    print(f"PID {args.pid}: {lineage[0].args_text}")
+    print("Lineage (nearest first):")
+    for depth, p in enumerate(lineage):
+        print(f"  {'  ' * depth}{p.pid:>7} {p.user or '?':<10} {p.exe or '?'}  {p.args_text[:100]}")
+    print(f"Origin: {describe_origin(origin)} (kind {origin.kind})")
+    for key, value in origin.fields.items():
+        print(f"  {key}: {value}")
+    for e in origin.evidence:
+        print(f"  evidence: {e}")
+    if origin.remediation:
+        print(f"Remediation: {origin.remediation}")
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """``check-config FILE``: validate and summarise a configuration file."""
+    config = load_config(args.file)
+    print(
+        f"{args.file}: OK ({len(config.sanctioned)} sanctioned rule(s), "
+        f"{len(config.launchers)} launcher pattern(s), {len(config.ignore)} ignore entr(y/ies))"
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="rogue-watchdog",
+        description=(
+            "Find training jobs running outside the sanctioned pipeline, name their origin, "
+            "and refuse non-finite weights at ship points."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"rogue-watchdog {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("scan", help="scan this host once and report training jobs")
+    p.add_argument("--config", help=f"configuration file (default {DEFAULT_CONFIG} if present)")
+    p.add_argument("--json", action="store_true", help="print the documented JSON document")
+    p.set_defaults(func=cmd_scan)
+
+    p = sub.add_parser("explain", help="show the lineage and origin of one process")
+    p.add_argument("pid", type=int)
+    p.add_argument("--config", help=f"configuration file (default {DEFAULT_CONFIG} if present)")
+    p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("check-config", help="validate a configuration file")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_check_config)
+
+    register_weights(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rogue-watchdog`` console script.
+
+    Returns:
+        The process exit code.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"rogue-watchdog: config error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,388 @@
+"""The YAML configuration: allowlist, training detection, ignore list, host paths.
+
+Validation walks the YAML node tree (not the loaded dict) so every error names the file,
+the line and the key path, e.g. ``/etc/rogue-watchdog/config.yaml:12: sanctioned[0].origin:
+unknown key 'systemd'``. An empty or absent file is valid: nothing is sanctioned.
+Reference: docs/config.md; the shipped example is config/example.yaml.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_LAUNCHERS: tuple[str, ...] = (
+    r"(^|[\s/])torchrun(\s|$)",
+    r"(^|\s)-m\s+torch\.distributed\.(run|launch)(\s|$)",
+    r"(^|[\s/])deepspeed(\s|$)",
+    r"(^|[\s/])accelerate\s+launch(\s|$)",
+    r"(^|[\s/])lightning\s+run(\s|$)",
+    r"(^|[\s/])train[^\s/]*\.py(\s|$)",
+)
+DEFAULT_DEVICE_GLOB = "/dev/nvidia[0-9]*"
+DEFAULT_IGNORE: tuple[dict[str, str], ...] = (
+    {"name": "xorg", "exe": "Xorg"},
+    {"name": "nvidia-persistenced", "exe": "nvidia-persistenced"},
+    {"name": "dcgm", "exe": "nv-hostengine"},
+    {"name": "dcgm-exporter", "exe": "dcgm-exporter"},
+)
+ORIGIN_KEYS = (
+    "any",
+    "systemd_unit",
+    "cron_file",
+    "cron_line",
+    "slurm_account",
+    "slurm_job_name",
+    "container_image",
+)
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid.
+
+    Attributes:
+        path: File the error is in.
+        line: 1-based line, or None when the error is about the whole file.
+        key: Dotted key path such as ``sanctioned[0].origin.systemd_unit``.
+    """
+
+    def __init__(self, path: str, line: int | None, key: str, message: str) -> None:
+        self.path = path
+        self.line = line
+        self.key = key
+        self.message = message
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class OriginPin:
+    """Where a sanctioned job must come from; every set field must match."""
+
+    any: bool = False
+    systemd_unit: str | None = None
+    cron_file: str | None = None
+    cron_line: int | None = None
+    slurm_account: str | None = None
+    slurm_job_name: str | None = None
+    container_image: str | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One ``sanctioned:`` entry.
+
+    Attributes:
+        name: Rule name shown in verdicts.
+        cmdline: fnmatch glob over the space-joined command line, or None.
+        cmdline_regex: Compiled regex searched in the joined command line, or None.
+        user: Required user name of the job's root process, or None for any.
+        origin: The origin the job must have.
+        max_instances: How many jobs may match at once; None for no cap.
+        line: Line of the rule in the config file (for messages).
+    """
+
+    name: str
+    cmdline: str | None
+    cmdline_regex: re.Pattern[str] | None
+    user: str | None
+    origin: OriginPin
+    max_instances: int | None
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class IgnoreEntry:
+    """A GPU user that is not training (display server, persistence daemon, DCGM)."""
+
+    name: str
+    exe: str | None = None
+    cmdline: str | None = None
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Host paths the sources and resolvers read; fixture trees in tests replace them."""
+
+    proc_root: str = "/proc"
+    crontab: str = "/etc/crontab"
+    cron_d: str = "/etc/cron.d"
+    cron_spool: tuple[str, ...] = ("/var/spool/cron/crontabs", "/var/spool/cron")
+    unit_dirs: tuple[str, ...] = (
+        "/etc/systemd/system",
+        "/run/systemd/system",
+        "/usr/local/lib/systemd/system",
+        "/lib/systemd/system",
+        "/usr/lib/systemd/system",
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    """The validated configuration."""
+
+    source: str = "<defaults>"
+    sanctioned: tuple[Rule, ...] = ()
+    launchers: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in DEFAULT_LAUNCHERS)
+    device_glob: str = DEFAULT_DEVICE_GLOB
+    ignore: tuple[IgnoreEntry, ...] = tuple(IgnoreEntry(**e) for e in DEFAULT_IGNORE)
+    nvml_enabled: bool = True
+    nvml_library: str | None = None
+    paths: Paths = field(default_factory=Paths)
+
+
+# -- node helpers -------------------------------------------------------------------
+
+
+class _Reader:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def err(self, node: yaml.Node | None, key: str, msg: str) -> ConfigError:
+        line = node.start_mark.line + 1 if node is not None else None
+        return ConfigError(self.path, line, key, msg)
+
+    def mapping(
+        self, node: yaml.Node, key: str, allowed: tuple[str, ...]
+    ) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.err(node, key, f"expected a mapping, got {_kind(node)}")
+        out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+        for knode, vnode in node.value:
+            name = knode.value if isinstance(knode, yaml.ScalarNode) else None
+            sub = f"{key}.{name}" if key else str(name)
+            if name not in allowed:
+                hint = f"; allowed: {', '.join(allowed)}"
+                raise self.err(knode, sub, f"unknown key {name!r}{hint}")
+            if name in out:
+                raise self.err(knode, sub, "duplicate key")
+            out[name] = (knode, vnode)
+        return out
+
+    def sequence(self, node: yaml.Node, key: str) -> list[yaml.Node]:
+        if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
+            return []
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.err(node, key, f"expected a list, got {_kind(node)}")
+        return list(node.value)
+
+    def string(self, node: yaml.Node, key: str) -> str:
+        if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:str":
+            raise self.err(node, key, f"expected a string, got {_kind(node)}")
+        if not node.value:
+            raise self.err(node, key, "must not be empty")
+        return str(node.value)
+
+    def integer(self, node: yaml.Node, key: str, minimum: int) -> int:
+        if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:int":
+            raise self.err(node, key, f"expected an integer, got {_kind(node)}")
+        value = int(node.value, 0)
+        if value < minimum:
+            raise self.err(node, key, f"must be at least {minimum}, got {value}")
+        return value
+
+    def boolean(self, node: yaml.Node, key: str) -> bool:
+        if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:bool":
+            raise self.err(node, key, f"expected true or false, got {_kind(node)}")
+        return bool(yaml.safe_load(node.value))
+
+    def regex(self, node: yaml.Node, key: str) -> re.Pattern[str]:
+        text = self.string(node, key)
+        try:
+            return re.compile(text)
+        except re.error as exc:
+            raise self.err(node, key, f"invalid regular expression: {exc}") from None
+
+    def strings(self, node: yaml.Node, key: str) -> tuple[str, ...]:
+        return tuple(
+            self.string(item, f"{key}[{i}]") for i, item in enumerate(self.sequence(node, key))
+        )
+
+
+def _kind(node: yaml.Node) -> str:
+    if isinstance(node, yaml.MappingNode):
+        return "a mapping"
+    if isinstance(node, yaml.SequenceNode):
+        return "a list"
+    tag = node.tag.rsplit(":", 1)[-1]
+    return {"str": "a string", "int": "an integer", "bool": "a boolean", "null": "nothing"}.get(
+        tag, tag
+    ) + (f" ({node.value!r})" if tag != "null" else "")
+
+
+# -- sections --------------------------------------------------------------------
+
+
+def _origin(r: _Reader, node: yaml.Node, key: str) -> OriginPin:
+    m = r.mapping(node, key, ORIGIN_KEYS)
+    if not m:
+        raise r.err(node, key, f"needs one of {', '.join(k for k in ORIGIN_KEYS if k != 'cron_line')}")
+    vals: dict[str, Any] = {}
+    for name, (_, v) in m.items():
+        sub = f"{key}.{name}"
+        if name == "any":
+            vals[name] = r.boolean(v, sub)
+        elif name == "cron_line":
+            vals[name] = r.integer(v, sub, 1)
+        else:
+            vals[name] = r.string(v, sub)
+    if "cron_line" in vals and "cron_file" not in vals:
+        raise r.err(m["cron_line"][0], f"{key}.cron_line", "needs cron_file beside it")
+    if vals.get("any") and len(vals) > 1:
+        raise r.err(node, key, "'any: true' cannot be combined with other origin keys")
+    if "any" in vals and not vals["any"]:
+        raise r.err(m["any"][1], f"{key}.any", "only 'any: true' makes sense; remove the key")
+    return OriginPin(**vals)
+
+
+def _rule(r: _Reader, node: yaml.Node, key: str) -> Rule:
+    allowed = ("name", "cmdline", "cmdline_regex", "user", "origin", "max_instances")
+    m = r.mapping(node, key, allowed)
+    for required in ("name", "origin"):
+        if required not in m:
+            why = (
+                " (a rule without an origin would sanction a ghost running the same script;"
+                " write 'origin: {any: true}' to allow any origin)"
+                if required == "origin"
+                else ""
+            )
+            raise r.err(node, f"{key}.{required}", f"required key missing{why}")
+    if "cmdline" in m and "cmdline_regex" in m:
+        raise r.err(m["cmdline_regex"][0], key, "use cmdline or cmdline_regex, not both")
+    if "cmdline" not in m and "cmdline_regex" not in m:
+        raise r.err(node, f"{key}.cmdline", "required key missing (or give cmdline_regex)")
+    return Rule(
+        name=r.string(m["name"][1], f"{key}.name"),
+        cmdline=r.string(m["cmdline"][1], f"{key}.cmdline") if "cmdline" in m else None,
+        cmdline_regex=(
+            r.regex(m["cmdline_regex"][1], f"{key}.cmdline_regex") if "cmdline_regex" in m else None
+        ),
+        user=r.string(m["user"][1], f"{key}.user") if "user" in m else None,
+        origin=_origin(r, m["origin"][1], f"{key}.origin"),
+        max_instances=(
+            r.integer(m["max_instances"][1], f"{key}.max_instances", 1)
+            if "max_instances" in m
+            else None
+        ),
+        line=node.start_mark.line + 1,
+    )
+
+
+def _ignore(r: _Reader, node: yaml.Node, key: str) -> IgnoreEntry:
+    if isinstance(node, yaml.ScalarNode):
+        name = r.string(node, key)
+        return IgnoreEntry(name=name, exe=name)
+    m = r.mapping(node, key, ("name", "exe", "cmdline"))
+    if "name" not in m:
+        raise r.err(node, f"{key}.name", "required key missing")
+    if "exe" not in m and "cmdline" not in m:
+        raise r.err(node, key, "needs exe or cmdline")
+    return IgnoreEntry(
+        name=r.string(m["name"][1], f"{key}.name"),
+        exe=r.string(m["exe"][1], f"{key}.exe") if "exe" in m else None,
+        cmdline=r.string(m["cmdline"][1], f"{key}.cmdline") if "cmdline" in m else None,
+    )
+
+
+def _paths(r: _Reader, node: yaml.Node) -> Paths:
+    allowed = ("proc_root", "crontab", "cron_d", "cron_spool", "unit_dirs")
+    m = r.mapping(node, "paths", allowed)
+    vals: dict[str, Any] = {}
+    for name, (_, v) in m.items():
+        key = f"paths.{name}"
+        vals[name] = r.strings(v, key) if name in ("cron_spool", "unit_dirs") else r.string(v, key)
+    return Paths(**vals)
+
+
+def parse_config(text: str, source: str = "<string>") -> Config:
+    """Validate configuration text.
+
+    Args:
+        text: YAML document.
+        source: File name used in error messages.
+
+    Returns:
+        The validated :class:`Config`; defaults fill every absent key.
+
+    Raises:
+        ConfigError: YAML syntax errors, unknown keys, wrong types, invalid regular
+            expressions, rules without an origin; the message names file, line and key.
+    """
+    r = _Reader(source)
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark is not None else None
+        raise ConfigError(source, line, "", f"YAML syntax error: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, None, "", f"YAML error: {exc}") from None
+    if root is None or (isinstance(root, yaml.ScalarNode) and root.value == ""):
+        return Config(source=source)
+    top = r.mapping(root, "", ("sanctioned", "training", "ignore", "nvml", "paths"))
+    vals: dict[str, Any] = {"source": source}
+    if "sanctioned" in top:
+        rules = [
+            _rule(r, n, f"sanctioned[{i}]")
+            for i, n in enumerate(r.sequence(top["sanctioned"][1], "sanctioned"))
+        ]
+        seen: dict[str, int] = {}
+        for i, rule in enumerate(rules):
+            if rule.name in seen:
+                raise ConfigError(
+                    source, rule.line, f"sanctioned[{i}].name", f"duplicate rule name {rule.name!r}"
+                )
+            seen[rule.name] = i
+        vals["sanctioned"] = tuple(rules)
+    if "training" in top:
+        m = r.mapping(top["training"][1], "training", ("launchers", "device_glob"))
+        if "launchers" in m:
+            vals["launchers"] = tuple(
+                r.regex(n, f"training.launchers[{i}]")
+                for i, n in enumerate(r.sequence(m["launchers"][1], "training.launchers"))
+            )
+        if "device_glob" in m:
+            vals["device_glob"] = r.string(m["device_glob"][1], "training.device_glob")
+    if "ignore" in top:
+        vals["ignore"] = tuple(
+            _ignore(r, n, f"ignore[{i}]")
+            for i, n in enumerate(r.sequence(top["ignore"][1], "ignore"))
+        )
+    if "nvml" in top:
+        m = r.mapping(top["nvml"][1], "nvml", ("enabled", "library"))
+        if "enabled" in m:
+            vals["nvml_enabled"] = r.boolean(m["enabled"][1], "nvml.enabled")
+        if "library" in m:
+            vals["nvml_library"] = r.string(m["library"][1], "nvml.library")
+    if "paths" in top:
+        vals["paths"] = _paths(r, top["paths"][1])
+    return Config(**vals)
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Read and validate a configuration file.
+
+    Args:
+        path: File to read; None gives the defaults (nothing sanctioned).
+
+    Returns:
+        The validated configuration.
+
+    Raises:
+        ConfigError: The file is unreadable, not UTF-8, or invalid (see
+            :func:`parse_config`).
+    """
+    if path is None:
+        return Config()
+    p = str(path)
+    try:
+        text = Path(p).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(p, None, "", f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(p, None, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return parse_config(text, p)

@@ -1,0 +1,125 @@
+"""The origin-resolver protocol and the context every resolver reads from.
+
+A resolver looks at a process and its ancestors (the lineage) and answers "I know who
+started this" with an :class:`~watchdog.model.Origin`, or None to pass. Resolvers run in
+registry order; the first answer wins, so more specific spawners (Slurm, containers, cron)
+come before generic ones (systemd unit, orphan).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from watchdog.model import Origin, Proc
+from watchdog.sources.procfs import ProcessTable
+
+CommandRunner = Callable[[Sequence[str], float], "CommandResult | None"]
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """Outcome of an external command such as ``systemctl show`` or ``squeue``."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult | None:
+    """Run a read-only helper command.
+
+    Args:
+        argv: Program and arguments; never passed through a shell.
+        timeout_s: Wall-clock limit in seconds.
+
+    Returns:
+        The result, or None when the program is missing, not executable, or timed out.
+    """
+    try:
+        done = subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return CommandResult(done.returncode, done.stdout, done.stderr)
+
+
+@dataclass
+class ResolveContext:
+    """Everything a resolver may read, injected so fixture trees can stand in.
+
+    Attributes:
+        table: The refreshed process table.
+        now: Wall-clock time used for ``next_run`` computations (timezone-aware).
+        cron_files: ``/etc/crontab`` and its kin; see :mod:`watchdog.lineage.cron`.
+        cron_d_dir: Directory of system crontab fragments (``/etc/cron.d``).
+        cron_spool_dirs: User crontab directories, Debian's first.
+        unit_dirs: systemd unit search path for reading unit and timer files.
+        run_cmd: Runs helper commands (systemctl, squeue, scontrol); tests may record.
+        use_systemctl: Ask a running systemd via ``systemctl show`` when True.
+        use_slurm_cli: Ask Slurm via ``squeue``/``scontrol`` when True.
+    """
+
+    table: ProcessTable
+    now: datetime
+    cron_files: Sequence[str] = ("/etc/crontab",)
+    cron_d_dir: str = "/etc/cron.d"
+    cron_spool_dirs: Sequence[str] = ("/var/spool/cron/crontabs", "/var/spool/cron")
+    unit_dirs: Sequence[str] = (
+        "/etc/systemd/system",
+        "/run/systemd/system",
+        "/usr/local/lib/systemd/system",
+        "/lib/systemd/system",
+        "/usr/lib/systemd/system",
+    )
+    run_cmd: CommandRunner = run_command
+    use_systemctl: bool = True
+    use_slurm_cli: bool = True
+    cache: dict[str, object] = field(default_factory=dict)
+
+
+class OriginResolver(Protocol):
+    """A pluggable origin resolver.
+
+    Attributes:
+        name: Short identifier used in logs and ``explain``.
+    """
+
+    name: str
+
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
+        """Name the origin of ``lineage[0]``.
+
+        Args:
+            lineage: The process and its ancestors, nearest first, ending at the
+                namespace's PID 1 (or earlier where a parent is not visible).
+            ctx: Shared read-only context.
+
+        Returns:
+            The origin, or None when this resolver does not recognise the lineage.
+
+        Resolvers must not raise for unreadable files or vanished processes; they pass.
+        """
+        ...
+
+
+def exe_name(proc: Proc) -> str:
+    """Basename of the executable, falling back to argv[0], then ``comm``.
+
+    ``comm`` is the last resort only: it is truncated to 15 characters and can be
+    renamed by the process itself.
+    """
+    if proc.exe:
+        return proc.exe.rsplit("/", 1)[-1].removesuffix(" (deleted)")
+    if proc.cmdline:
+        return proc.cmdline[0].rsplit("/", 1)[-1]
+    return proc.comm

@@ -1,0 +1,141 @@
+"""Turn jobs and GPU-visibility facts into findings."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from watchdog.lineage.describe import describe_origin, next_run_text
+from watchdog.model import Finding, GpuProcess, Job
+from watchdog.sources.procfs import ProcessTable
+
+
+def fmt_bytes(n: int | None) -> str:
+    """``1.5 GiB`` style size, or ``unknown`` for None."""
+    if n is None:
+        return "unknown"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def job_findings(jobs: Sequence[Job]) -> list[Finding]:
+    """One finding per rogue or excess job (never one per PID)."""
+    out = []
+    for job in jobs:
+        if job.verdict not in ("rogue", "excess"):
+            continue
+        parts = [
+            f"{'rogue' if job.verdict == 'rogue' else 'excess'} training job PID {job.root_pid}",
+            f"user {job.user}",
+            f"`{' '.join(job.cmdline)[:160]}`",
+            f"from {describe_origin(job.origin)}",
+        ]
+        nxt = next_run_text(job.origin)
+        if nxt:
+            parts.append(nxt)
+        if len(job.pids) > 1:
+            parts.append(f"{len(job.pids)} processes")
+        if job.gpu_memory_bytes is not None:
+            parts.append(f"{fmt_bytes(job.gpu_memory_bytes)} GPU memory")
+        message = ", ".join(parts)
+        if job.origin.remediation:
+            message += f"; to stop the source: {job.origin.remediation}"
+        out.append(
+            Finding(
+                kind="rogue-job" if job.verdict == "rogue" else "excess-instances",
+                severity="high",
+                message=message,
+                root_pid=job.root_pid,
+                details={"reason": job.reason, "pids": list(job.pids), "rule": job.rule},
+            )
+        )
+    return out
+
+
+def gpu_visibility_findings(
+    table: ProcessTable,
+    gpu_procs: Sequence[GpuProcess],
+    gpu_source: Any,
+    proc_root: str,
+) -> tuple[list[GpuProcess], list[Finding]]:
+    """Split NVML entries into visible ones and findings about the rest.
+
+    A PID NVML lists but ``/proc`` does not show is either transient (it exited between
+    the NVML call and the /proc read: NVML no longer lists it on a second look) or
+    invisible (another PID namespace, or a driver/binding disagreement). Only the
+    invisible ones are reported, and never signalled.
+
+    Args:
+        table: Refreshed process table.
+        gpu_procs: NVML entries that passed the binding sanity checks.
+        gpu_source: The NVML source, asked again only when some PIDs are missing.
+        proc_root: procfs mount, to re-check presence.
+
+    Returns:
+        ``(visible entries, findings)``.
+    """
+    visible = [gp for gp in gpu_procs if table.get(gp.pid) is not None]
+    missing = [gp for gp in gpu_procs if table.get(gp.pid) is None]
+    findings: list[Finding] = []
+    if missing and gpu_source is not None:
+        again = gpu_source.snapshot(table.pid_max())
+        still = {(p.pid, p.gpu_uuid) for p in again.processes}
+        missing = [
+            gp
+            for gp in missing
+            if (gp.pid, gp.gpu_uuid) in still and not os.path.exists(f"{proc_root}/{gp.pid}")
+        ]
+    all_pids = {gp.pid for gp in gpu_procs}
+    hidden = sorted({gp.pid for gp in missing})
+    if len(hidden) >= 2 and len(hidden) * 2 > len(all_pids):
+        findings.append(
+            Finding(
+                kind="pid-namespace",
+                severity="high",
+                message=(
+                    f"{len(hidden)} of {len(all_pids)} GPU PIDs are not visible in /proc: "
+                    "rogue-watchdog is probably running in a container PID namespace and must "
+                    "run in the host PID namespace (docker --pid=host, Kubernetes hostPID: true)"
+                ),
+                details={"pids": hidden},
+            )
+        )
+    else:
+        for gp in missing:
+            findings.append(
+                Finding(
+                    kind="gpu-pid-invisible",
+                    severity="warning",
+                    message=(
+                        f"GPU memory held by a PID not visible here: PID {gp.pid} holds "
+                        f"{fmt_bytes(gp.used_memory_bytes)} on GPU {gp.gpu_index} ({gp.gpu_uuid}); "
+                        "it is never signalled"
+                    ),
+                    details={"pid": gp.pid, "gpu_uuid": gp.gpu_uuid, "used_memory_bytes": gp.used_memory_bytes},
+                )
+            )
+    for gp in visible:
+        proc = table.get(gp.pid)
+        if proc is None or not proc.is_zombie:
+            continue
+        parent = table.get(proc.ppid)
+        who = f"PID {proc.ppid} `{parent.args_text[:80]}`" if parent else f"PID {proc.ppid}"
+        findings.append(
+            Finding(
+                kind="zombie-gpu-memory",
+                severity="warning",
+                message=(
+                    f"zombie PID {gp.pid} holds {fmt_bytes(gp.used_memory_bytes)} on GPU "
+                    f"{gp.gpu_index}; its parent {who} has not reaped it: the memory is "
+                    "attributed to the parent's job"
+                ),
+                root_pid=proc.ppid,
+                details={"pid": gp.pid, "parent_pid": proc.ppid},
+            )
+        )
+    return visible, findings

@@ -1,0 +1,212 @@
+"""Group training processes into jobs.
+
+A job is a process tree judged as one: its root is the topmost training process, its
+members are the root and every descendant (workers, data loaders). An 8-GPU torchrun is
+one job, not 17. Roots that were re-parented (their parent exited) and share a process
+group are merged: the leader of a torchrun that was killed leaves its workers behind as
+siblings under PID 1, and they are still one job.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+from watchdog.config import IgnoreEntry
+from watchdog.lineage.base import exe_name
+from watchdog.model import GpuProcess, Job, Proc
+from watchdog.sources.procfs import ProcessTable
+
+# A shell wrapper (cron's `/bin/sh -c CMD`) carries the trainer's command line in its own;
+# it is lineage, never the training process itself.
+SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "mksh", "busybox", "fish", "csh", "tcsh"})
+
+
+def is_launcher(proc: Proc, launchers: Sequence[re.Pattern[str]]) -> bool:
+    """True when the full command line or exe of ``proc`` matches a launcher pattern.
+
+    Matching never uses ``comm`` (15 characters, renamed by setproctitle).
+    """
+    if proc.kernel_thread or not proc.cmdline or exe_name(proc) in SHELLS:
+        return False
+    text = " ".join(proc.cmdline)
+    return any(p.search(text) or (proc.exe and p.search(proc.exe)) for p in launchers)
+
+
+def ignore_match(proc: Proc, ignore: Sequence[IgnoreEntry]) -> IgnoreEntry | None:
+    """The first ignore entry matching ``proc`` by exe (basename or full path) or cmdline glob."""
+    name = exe_name(proc)
+    text = " ".join(proc.cmdline)
+    for entry in ignore:
+        if entry.exe is not None and (
+            fnmatchcase(name, entry.exe) or (proc.exe is not None and fnmatchcase(proc.exe, entry.exe))
+        ):
+            return entry
+        if entry.cmdline is not None and fnmatchcase(text, entry.cmdline):
+            return entry
+    return None
+
+
+@dataclass
+class TrainingEvidence:
+    """Why each PID counts as training: ``nvml``, ``device-fd``, ``launcher``."""
+
+    by_pid: dict[int, set[str]] = field(default_factory=dict)
+
+    def add(self, pid: int, why: str) -> None:
+        self.by_pid.setdefault(pid, set()).add(why)
+
+
+def collect_training(
+    table: ProcessTable,
+    gpu_procs: Sequence[GpuProcess],
+    fd_holders: Mapping[int, Sequence[str]],
+    launchers: Sequence[re.Pattern[str]],
+    launcher_cache: LauncherCache | None = None,
+) -> TrainingEvidence:
+    """Find every training process visible in ``table``.
+
+    Args:
+        table: Refreshed process table.
+        gpu_procs: NVML entries whose PIDs are visible in ``table``. A zombie's entry
+            is attributed to its parent (the zombie holds nothing it can free itself).
+        fd_holders: PID → device paths held open.
+        launchers: Launcher patterns.
+        launcher_cache: Reused across scans so unchanged processes are not re-matched.
+
+    Returns:
+        Evidence per training PID.
+    """
+    launcher_cache = launcher_cache or LauncherCache()
+    ev = TrainingEvidence()
+    for gp in gpu_procs:
+        proc = table.get(gp.pid)
+        if proc is None:
+            continue
+        if proc.is_zombie and table.get(proc.ppid) is not None and proc.ppid > 1:
+            ev.add(proc.ppid, "nvml")
+        else:
+            ev.add(gp.pid, "nvml")
+    for pid in fd_holders:
+        if table.get(pid) is not None:
+            ev.add(pid, "device-fd")
+    for pid in launcher_cache.matching(table, launchers):
+        ev.add(pid, "launcher")
+    return ev
+
+
+class LauncherCache:
+    """Launcher verdicts per process, recomputed only for new or changed processes.
+
+    A :class:`Proc` record is replaced by the process table whenever the identity or
+    ``comm`` changes (exec, setproctitle), so the record itself is the cache key.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[Proc, bool]] = {}
+
+    def matching(self, table: ProcessTable, launchers: Sequence[re.Pattern[str]]) -> list[int]:
+        """PIDs in ``table`` whose command line matches a launcher pattern."""
+        seen: dict[int, tuple[Proc, bool]] = {}
+        out = []
+        for pid, proc in table.procs.items():
+            hit = self._seen.get(pid)
+            if hit is None or (hit[0] is not proc and hit[0].cmdline != proc.cmdline):
+                hit = (proc, is_launcher(proc, launchers))
+            seen[pid] = hit
+            if hit[1]:
+                out.append(pid)
+        self._seen = seen
+        return out
+
+
+def _reparented(proc: Proc, table: ProcessTable) -> bool:
+    return proc.ppid <= 1 or table.get(proc.ppid) is None
+
+
+def group_jobs(
+    table: ProcessTable,
+    evidence: TrainingEvidence,
+    gpu_procs: Sequence[GpuProcess],
+    fd_holders: Mapping[int, Sequence[str]],
+) -> list[Job]:
+    """Build one :class:`Job` per training process tree.
+
+    Args:
+        table: Refreshed process table.
+        evidence: Output of :func:`collect_training`.
+        gpu_procs: NVML entries (memory is summed over each job's members).
+        fd_holders: PID → device paths.
+
+    Returns:
+        Jobs ordered by root start time, then root PID. Origins and verdicts are not
+        filled in yet.
+    """
+    training = set(evidence.by_pid)
+    roots: dict[int, int] = {}
+    for pid in training:
+        root = pid
+        for anc in table.ancestors(pid)[1:]:
+            if anc.pid in training:
+                root = anc.pid
+        roots[pid] = root
+
+    # Merge re-parented sibling roots of one process group (same owner).
+    groups: dict[tuple[int, int | None], list[int]] = {}
+    for root in set(roots.values()):
+        proc = table.get(root)
+        if proc is not None and proc.pgid > 1 and _reparented(proc, table):
+            groups.setdefault((proc.pgid, proc.uid), []).append(root)
+    alias: dict[int, int] = {}
+    for members in groups.values():
+        if len(members) > 1:
+            members.sort(key=lambda p: (table.procs[p].start_ticks, p))
+            for m in members[1:]:
+                alias[m] = members[0]
+
+    trees: dict[int, set[int]] = {}
+    for root in set(roots.values()):
+        top = alias.get(root, root)
+        tree = trees.setdefault(top, set())
+        tree.add(root)
+        tree.update(table.descendants(root))
+
+    mem: dict[int, int] = {}
+    gpus: dict[int, set[str]] = {}
+    for gp in gpu_procs:
+        owner = gp.pid
+        proc = table.get(gp.pid)
+        if proc is not None and proc.is_zombie and proc.ppid > 1:
+            owner = proc.ppid
+        if gp.used_memory_bytes is not None:
+            mem[owner] = mem.get(owner, 0) + gp.used_memory_bytes
+        gpus.setdefault(owner, set()).add(gp.gpu_uuid)
+        if owner != gp.pid:
+            gpus.setdefault(gp.pid, set()).add(gp.gpu_uuid)
+
+    jobs = []
+    for root, tree in trees.items():
+        rproc = table.procs[root]
+        pids = [root, *sorted(tree - {root})]
+        known = [mem[p] for p in pids if p in mem]
+        why: set[str] = set()
+        for p in pids:
+            why |= evidence.by_pid.get(p, set())
+        devices = sorted({d for p in pids for d in fd_holders.get(p, ())})
+        job = Job(
+            root_pid=root,
+            pids=pids,
+            user=rproc.user,
+            cmdline=rproc.cmdline,
+            start_ticks=rproc.start_ticks,
+            gpu_memory_bytes=sum(known) if known else None,
+            gpu_uuids=sorted({u for p in pids for u in gpus.get(p, ())}),
+            lineage=table.ancestors(root),
+            evidence=sorted(why),
+            devices=devices,
+        )
+        jobs.append(job)
+    jobs.sort(key=lambda j: (j.start_ticks, j.root_pid))
+    return jobs

@@ -1,0 +1,187 @@
+"""One scan: sources → training jobs → origins → verdicts → findings.
+
+:class:`Scanner` keeps its process table and NVML handle between calls, so a daemon that
+calls :meth:`Scanner.scan` every few seconds inspects only new processes. The one-shot
+``rogue-watchdog scan`` builds a Scanner and calls it once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from watchdog.config import Config
+from watchdog.lineage import default_resolvers
+from watchdog.lineage.base import OriginResolver, ResolveContext
+from watchdog.model import UNKNOWN_ORIGIN, Finding, GpuInfo, GpuProcess, Job, Origin, Proc
+from watchdog.policy.allowlist import judge
+from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs
+from watchdog.policy.findings import gpu_visibility_findings, job_findings
+from watchdog.sources.devfd import DeviceFdSource
+from watchdog.sources.procfs import ProcessTable
+
+
+class GpuSource(Protocol):
+    """What the scan needs from NVML (see :class:`watchdog.sources.nvml.NvmlSource`)."""
+
+    def snapshot(self, pid_max: int) -> Any:
+        """Return an object with ``available``, ``driver_version``, ``error``, ``gpus``,
+        ``processes`` and ``findings`` attributes."""
+        ...
+
+
+@dataclass
+class NvmlStatus:
+    """NVML health as shown in ``scan --json`` under ``nvml``."""
+
+    available: bool
+    driver_version: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class ScanResult:
+    """Everything one scan saw.
+
+    Attributes:
+        host: Host name.
+        time: When the scan started (timezone-aware).
+        duration_s: Wall-clock seconds the scan took.
+        nvml: NVML health.
+        gpus: Devices NVML listed.
+        jobs: Training jobs, oldest first, with verdicts.
+        findings: Job findings first, then health findings.
+    """
+
+    host: str
+    time: datetime
+    duration_s: float
+    nvml: NvmlStatus
+    gpus: list[GpuInfo] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+
+def resolve_origin(
+    lineage: Sequence[Proc], ctx: ResolveContext, resolvers: Sequence[OriginResolver]
+) -> Origin:
+    """Ask each resolver in order; the first answer wins.
+
+    A resolver that raises is a bug, not a reason to lose the scan: its error becomes
+    evidence and the next resolver is asked.
+    """
+    notes: list[str] = []
+    for resolver in resolvers:
+        try:
+            origin = resolver.resolve(lineage, ctx)
+        except Exception as exc:  # noqa: BLE001 - a broken resolver must not stop the scan
+            notes.append(f"resolver {resolver.name} failed: {type(exc).__name__}: {exc}")
+            continue
+        if origin is not None:
+            if notes:
+                return Origin(origin.kind, (*origin.evidence, *notes), origin.remediation, origin.fields)
+            return origin
+    return Origin("unknown", (*UNKNOWN_ORIGIN.evidence, *notes))
+
+
+class Scanner:
+    """Scans the host; reusable across ticks.
+
+    Args:
+        config: Validated configuration.
+        gpu_source: NVML source; None builds one from the config (or none when
+            ``nvml.enabled`` is false).
+        resolvers: Origin resolvers in priority order; None uses the default registry.
+        fd_sweep_interval_s: Seconds between full device-fd sweeps (new processes are
+            always inspected).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        gpu_source: GpuSource | None = None,
+        resolvers: Sequence[OriginResolver] | None = None,
+        fd_sweep_interval_s: float = 60.0,
+    ) -> None:
+        self.config = config
+        self.table = ProcessTable(config.paths.proc_root)
+        self.devfd = DeviceFdSource(config.device_glob, fd_sweep_interval_s)
+        self.resolvers = list(resolvers) if resolvers is not None else default_resolvers()
+        if gpu_source is None and config.nvml_enabled:
+            from watchdog.sources.nvml import NvmlSource
+
+            gpu_source = NvmlSource(config.nvml_library)
+        self.gpu_source = gpu_source
+        self.host = socket.gethostname()
+        self.launcher_cache = LauncherCache()
+
+    def context(self, now: datetime) -> ResolveContext:
+        """The resolver context for this config at ``now``."""
+        p = self.config.paths
+        return ResolveContext(
+            table=self.table,
+            now=now,
+            cron_files=(p.crontab,),
+            cron_d_dir=p.cron_d,
+            cron_spool_dirs=p.cron_spool,
+            unit_dirs=p.unit_dirs,
+        )
+
+    def _gpu(self) -> tuple[NvmlStatus, list[GpuInfo], list[GpuProcess], list[Finding]]:
+        if self.gpu_source is None:
+            return NvmlStatus(False, None, "disabled in config"), [], [], []
+        snap = self.gpu_source.snapshot(self.table.pid_max())
+        status = NvmlStatus(snap.available, snap.driver_version, snap.error)
+        findings = list(snap.findings)
+        if not snap.available:
+            findings.append(
+                Finding("nvml-unavailable", "warning", f"NVML unavailable: {snap.error}")
+            )
+        return status, list(snap.gpus), list(snap.processes), findings
+
+    def scan(self, now: datetime | None = None) -> ScanResult:
+        """Run one scan.
+
+        Args:
+            now: Wall-clock time for ``next_run`` computations; defaults to the current time.
+
+        Returns:
+            The scan result. Never raises for vanished processes, unreadable files or
+            NVML failures: those become findings or missing values.
+        """
+        started = time.monotonic()
+        now = now or datetime.now(UTC).astimezone()
+        self.table.refresh()
+        nvml, gpus, gpu_procs, health = self._gpu()
+        visible, vis_findings = gpu_visibility_findings(
+            self.table, gpu_procs, self.gpu_source, self.config.paths.proc_root
+        )
+        holders = self.devfd.holders(self.table, time.monotonic())
+        evidence = collect_training(
+            self.table, visible, holders, self.config.launchers, self.launcher_cache
+        )
+        jobs = group_jobs(self.table, evidence, visible, holders)
+        ctx = self.context(now)
+        for job in jobs:
+            job.origin = resolve_origin(job.lineage, ctx, self.resolvers)
+        judge(jobs, self.config)
+        findings = [*job_findings(jobs), *vis_findings, *health]
+        return ScanResult(
+            host=self.host,
+            time=now,
+            duration_s=time.monotonic() - started,
+            nvml=nvml,
+            gpus=gpus,
+            jobs=jobs,
+            findings=findings,
+        )
+
+
+def is_visible(proc_root: str, pid: int) -> bool:
+    """True when ``/proc/PID`` exists under ``proc_root``."""
+    return os.path.exists(f"{proc_root}/{pid}")

@@ -1,0 +1,303 @@
+"""The OS process table, read straight from procfs with a per-identity cache.
+
+Identity is PID + start time (proc(5), ``/proc/PID/stat`` field 22). A steady-state
+refresh reads only ``/proc/PID/stat`` for each PID; the expensive reads (cmdline, exe,
+status, cgroup) happen once per identity, and again when ``comm`` changes, which is what
+``execve(2)`` and ``prctl(PR_SET_NAME)`` do to a live process.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Iterator
+from dataclasses import replace
+
+from watchdog.model import Proc
+
+PF_KTHREAD = 0x00200000  # include/linux/sched.h
+
+
+class StatParseError(ValueError):
+    """A ``/proc/PID/stat`` line did not have the shape proc(5) documents."""
+
+
+def parse_stat(text: str) -> tuple[str, str, int, int, int, int, int]:
+    """Parse one ``/proc/PID/stat`` line.
+
+    ``comm`` is enclosed in parentheses and may itself contain spaces and ``)``, so the
+    split happens at the last ``)`` (proc(5)).
+
+    Args:
+        text: The whole file content.
+
+    Returns:
+        ``(comm, state, ppid, pgid, sid, flags, start_ticks)``.
+
+    Raises:
+        StatParseError: The line is truncated or has non-numeric fields.
+    """
+    open_paren = text.find("(")
+    close_paren = text.rfind(")")
+    if open_paren < 0 or close_paren < open_paren:
+        raise StatParseError(f"no (comm) in stat line: {text[:80]!r}")
+    comm = text[open_paren + 1 : close_paren]
+    rest = text[close_paren + 2 :].split()
+    # rest[0] is field 3 (state); field N is rest[N - 3].
+    try:
+        return (
+            comm,
+            rest[0],
+            int(rest[1]),
+            int(rest[2]),
+            int(rest[3]),
+            int(rest[6]),
+            int(rest[19]),
+        )
+    except (IndexError, ValueError) as exc:
+        raise StatParseError(f"malformed stat line: {text[:80]!r}") from exc
+
+
+def _read_text(path: str) -> str | None:
+    # os.open/os.read: a buffered file object costs more than the read itself here,
+    # and this runs once per process per scan.
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 4096)
+        if len(data) == 4096:  # procfs fills small files in one read; loop for big ones
+            chunks = [data]
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "surrogateescape")
+
+
+class ProcessTable:
+    """A cached view of every process under ``proc_root``.
+
+    Args:
+        proc_root: Where procfs is mounted; fixture trees in tests pass their own.
+
+    The table never raises for a process that vanishes or is unreadable mid-read: that
+    process is dropped (vanished) or kept with ``None`` fields (permission).
+    """
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.proc_root = proc_root
+        self._procs: dict[int, Proc] = {}
+        self._stat_text: dict[int, str] = {}
+        self._children: dict[int, list[int]] | None = None
+        self._users: dict[int, str] = {}
+        self.new_pids: set[int] = set()
+        self._pid_max: int | None = None
+
+    # -- refresh -----------------------------------------------------------------
+
+    def refresh(self) -> dict[int, Proc]:
+        """Re-read the process list.
+
+        Returns:
+            Mapping PID → :class:`Proc` for every process visible now. ``new_pids`` is
+            set to the PIDs whose identity was not in the previous refresh (or whose
+            ``comm`` changed), i.e. the ones deeply inspected this time.
+        """
+        old = self._procs
+        fresh: dict[int, Proc] = {}
+        stat_texts: dict[int, str] = {}
+        new: set[int] = set()
+        root = self.proc_root
+        try:
+            entries = os.listdir(root)
+        except OSError:
+            entries = []
+        for name in entries:
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            stat_text = _read_text(f"{root}/{name}/stat")
+            if stat_text is None:
+                continue  # exited between listdir and read
+            prev = old.get(pid)
+            if prev is not None and self._stat_text.get(pid) == stat_text:
+                fresh[pid] = prev  # a sleeping process: byte-identical stat line
+                stat_texts[pid] = stat_text
+                continue
+            stat_texts[pid] = stat_text
+            try:
+                comm, state, ppid, pgid, sid, flags, start = parse_stat(stat_text)
+            except StatParseError:
+                continue
+            if prev is not None and prev.start_ticks == start and prev.comm == comm:
+                if prev.ppid != ppid or prev.state != state:
+                    prev = replace(prev, ppid=ppid, state=state, pgid=pgid, sid=sid)
+                fresh[pid] = prev
+                continue
+            proc = self._inspect(pid, comm, state, ppid, pgid, sid, flags, start)
+            if proc is not None:
+                fresh[pid] = proc
+                new.add(pid)
+        self._procs = fresh
+        self._stat_text = stat_texts
+        self._children = None
+        self.new_pids = new
+        return fresh
+
+    def _inspect(
+        self,
+        pid: int,
+        comm: str,
+        state: str,
+        ppid: int,
+        pgid: int,
+        sid: int,
+        flags: int,
+        start: int,
+    ) -> Proc | None:
+        base = f"{self.proc_root}/{pid}"
+        kthread = bool(flags & PF_KTHREAD)
+        if kthread:
+            return Proc(pid, ppid, start, state, comm, pgid, sid, kernel_thread=True)
+        raw = _read_text(f"{base}/cmdline")
+        parts = raw.split("\0") if raw else []
+        if parts and parts[-1] == "":
+            parts.pop()  # setproctitle may leave no trailing NUL; keep what is there
+        cmdline = tuple(parts)
+        try:
+            exe: str | None = os.readlink(f"{base}/exe")
+        except OSError:
+            exe = None
+        uid: int | None = None
+        nspid: tuple[int, ...] = ()
+        status = _read_text(f"{base}/status")
+        if status is not None:
+            for line in status.splitlines():
+                if line.startswith("Uid:"):
+                    uid = int(line.split()[1])
+                elif line.startswith("NSpid:"):
+                    nspid = tuple(int(x) for x in line.split()[1:])
+        cgroup_text = _read_text(f"{base}/cgroup")
+        cgroup = tuple(cgroup_text.splitlines()) if cgroup_text else ()
+        return Proc(
+            pid=pid,
+            ppid=ppid,
+            start_ticks=start,
+            state=state,
+            comm=comm,
+            pgid=pgid,
+            sid=sid,
+            uid=uid,
+            user=self.user_name(uid) if uid is not None else None,
+            exe=exe,
+            cmdline=cmdline,
+            cgroup=cgroup,
+            nspid=nspid,
+        )
+
+    # -- queries -------------------------------------------------------------------
+
+    @property
+    def procs(self) -> dict[int, Proc]:
+        """The mapping from the last :meth:`refresh`."""
+        return self._procs
+
+    def get(self, pid: int) -> Proc | None:
+        """The process with this PID, or None when it was not visible at the last refresh."""
+        return self._procs.get(pid)
+
+    def children(self, pid: int) -> list[int]:
+        """Direct children of ``pid`` at the last refresh, ascending."""
+        if self._children is None:
+            kids: dict[int, list[int]] = {}
+            for p in sorted(self._procs):
+                kids.setdefault(self._procs[p].ppid, []).append(p)
+            self._children = kids
+        return self._children.get(pid, [])
+
+    def descendants(self, pid: int) -> Iterator[int]:
+        """Every descendant of ``pid`` (not ``pid`` itself), depth first."""
+        stack = list(reversed(self.children(pid)))
+        while stack:
+            cur = stack.pop()
+            yield cur
+            stack.extend(reversed(self.children(cur)))
+
+    def ancestors(self, pid: int) -> list[Proc]:
+        """``pid`` and its parents up to the namespace's PID 1, nearest first.
+
+        Stops early where a parent is not visible (PID namespace edge, or it exited).
+        """
+        chain: list[Proc] = []
+        seen: set[int] = set()
+        cur = self._procs.get(pid)
+        while cur is not None and cur.pid not in seen:
+            chain.append(cur)
+            seen.add(cur.pid)
+            if cur.ppid <= 0:
+                break
+            cur = self._procs.get(cur.ppid)
+        return chain
+
+    def user_name(self, uid: int) -> str:
+        """Name of ``uid`` from the passwd database, or the number as text."""
+        name = self._users.get(uid)
+        if name is None:
+            try:
+                name = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                name = str(uid)
+            self._users[uid] = name
+        return name
+
+    def fd_targets(self, pid: int) -> list[str]:
+        """Targets of every open file descriptor of ``pid``.
+
+        Returns:
+            ``readlink`` of each ``/proc/PID/fd/N``; empty when the directory is
+            unreadable (permission) or the process exited.
+        """
+        base = f"{self.proc_root}/{pid}/fd"
+        try:
+            names = os.listdir(base)
+        except OSError:
+            return []
+        out = []
+        for n in names:
+            try:
+                out.append(os.readlink(f"{base}/{n}"))
+            except OSError:
+                continue
+        return out
+
+    def environ(self, pid: int) -> dict[str, str] | None:
+        """Environment of ``pid`` at exec time (``/proc/PID/environ``).
+
+        Returns:
+            The variables, or None when unreadable (another user's process without
+            CAP_SYS_PTRACE, or it exited).
+        """
+        raw = _read_text(f"{self.proc_root}/{pid}/environ")
+        if raw is None:
+            return None
+        env: dict[str, str] = {}
+        for item in raw.split("\0"):
+            key, sep, value = item.partition("=")
+            if sep:
+                env[key] = value
+        return env
+
+    def pid_max(self) -> int:
+        """``/proc/sys/kernel/pid_max``; 4194304 (the 64-bit ceiling) when unreadable."""
+        if self._pid_max is None:
+            text = _read_text(f"{self.proc_root}/sys/kernel/pid_max")
+            try:
+                self._pid_max = int(text.strip()) if text else 4194304
+            except ValueError:
+                self._pid_max = 4194304
+        return self._pid_max
