@@ -28,10 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import psutil  # noqa: E402
+import psutil
 
-from watchdog.config import Config  # noqa: E402
-from watchdog.scan import Scanner  # noqa: E402
+from watchdog.config import Config
+from watchdog.scan import Scanner
 
 
 def cpu_self() -> float:

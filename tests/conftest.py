@@ -7,6 +7,7 @@ those are missing they skip with a reason; with ``ROGUE_WATCHDOG_REQUIRE_SYSTEM=
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -61,10 +62,8 @@ class Spawned:
                     pass
                 except PermissionError:
                     p.kill()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
 
 
 @pytest.fixture
@@ -77,7 +76,9 @@ def spawned() -> Iterator[Spawned]:
         s.cleanup()
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m watchdog ARGS`` in a subprocess, as a user would."""
     full_env = dict(os.environ)
     full_env.update(env or {})

@@ -12,7 +12,6 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 
 from watchdog import __version__
 from watchdog.config import Config, ConfigError, load_config
@@ -49,9 +48,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     scanner.table.refresh()
     lineage = scanner.table.ancestors(args.pid)
     if not lineage:
-        print(f"rogue-watchdog: PID {args.pid} is not visible in {config.paths.proc_root}", file=sys.stderr)
+        print(
+            f"rogue-watchdog: PID {args.pid} is not visible in {config.paths.proc_root}",
+            file=sys.stderr,
+        )
         return 2
-    origin = resolve_origin(lineage, scanner.context(datetime.now(UTC).astimezone()), scanner.resolvers)
+    origin = resolve_origin(
+        lineage, scanner.context(datetime.now(UTC).astimezone()), scanner.resolvers
+    )
     print(f"PID {args.pid}: {lineage[0].args_text}")
     print("Lineage (nearest first):")
     for depth, p in enumerate(lineage):

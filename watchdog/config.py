@@ -29,6 +29,11 @@ DEFAULT_IGNORE: tuple[dict[str, str], ...] = (
     {"name": "nvidia-persistenced", "exe": "nvidia-persistenced"},
     {"name": "dcgm", "exe": "nv-hostengine"},
     {"name": "dcgm-exporter", "exe": "dcgm-exporter"},
+    # Monitoring tools hold /dev/nvidia* open through NVML without training anything.
+    {"name": "nvidia-smi", "exe": "nvidia-smi"},
+    {"name": "nvtop", "exe": "nvtop"},
+    {"name": "nvitop", "cmdline": "*[/ ]nvitop*"},
+    {"name": "gpustat", "cmdline": "*[/ ]gpustat*"},
 )
 ORIGIN_KEYS = (
     "any",
@@ -220,7 +225,9 @@ def _kind(node: yaml.Node) -> str:
 def _origin(r: _Reader, node: yaml.Node, key: str) -> OriginPin:
     m = r.mapping(node, key, ORIGIN_KEYS)
     if not m:
-        raise r.err(node, key, f"needs one of {', '.join(k for k in ORIGIN_KEYS if k != 'cron_line')}")
+        raise r.err(
+            node, key, f"needs one of {', '.join(k for k in ORIGIN_KEYS if k != 'cron_line')}"
+        )
     vals: dict[str, Any] = {}
     for name, (_, v) in m.items():
         sub = f"{key}.{name}"
@@ -384,5 +391,7 @@ def load_config(path: str | Path | None) -> Config:
     except OSError as exc:
         raise ConfigError(p, None, "", f"cannot read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(p, None, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise ConfigError(
+            p, None, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
     return parse_config(text, p)

@@ -6,6 +6,7 @@ The JSON shape is specified in docs/scan-json-schema.md; its key names are a con
 from __future__ import annotations
 
 import shutil
+import sys
 from typing import Any
 
 from watchdog.lineage.describe import describe_origin
@@ -82,8 +83,11 @@ def _clip(text: str, width: int) -> str:
 
 def result_table(result: ScanResult) -> str:
     """The human view of a scan: header, GPUs, one row per job, findings."""
-    width = shutil.get_terminal_size((120, 24)).columns
-    lines = [f"rogue-watchdog scan  host {result.host}  {result.time.isoformat(timespec='seconds')}"]
+    # Clip to the terminal; piped output (logs, mail) keeps whole command lines.
+    width = shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else 100_000
+    lines = [
+        f"rogue-watchdog scan  host {result.host}  {result.time.isoformat(timespec='seconds')}"
+    ]
     if result.nvml.available:
         lines.append(f"NVML: driver {result.nvml.driver_version}, {len(result.gpus)} GPU(s)")
         for g in result.gpus:
@@ -98,7 +102,10 @@ def result_table(result: ScanResult) -> str:
     if not result.jobs:
         lines.append("No training jobs found.")
     else:
-        head = f"{'VERDICT':<10} {'PID':>7} {'USER':<10} {'PROCS':>5} {'GPU MEM':>9}  {'ORIGIN':<38} COMMAND"
+        head = (
+            f"{'VERDICT':<10} {'PID':>7} {'USER':<10} {'PROCS':>5} {'GPU MEM':>9}  "
+            f"{'ORIGIN':<38} COMMAND"
+        )
         lines.append(head)
         for j in result.jobs:
             origin = _clip(describe_origin(j.origin), 38)

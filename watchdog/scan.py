@@ -20,8 +20,8 @@ from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import OriginResolver, ResolveContext
 from watchdog.model import UNKNOWN_ORIGIN, Finding, GpuInfo, GpuProcess, Job, Origin, Proc
 from watchdog.policy.allowlist import judge
-from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs
 from watchdog.policy.findings import gpu_visibility_findings, job_findings
+from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs
 from watchdog.sources.devfd import DeviceFdSource
 from watchdog.sources.procfs import ProcessTable
 
@@ -79,12 +79,14 @@ def resolve_origin(
     for resolver in resolvers:
         try:
             origin = resolver.resolve(lineage, ctx)
-        except Exception as exc:  # noqa: BLE001 - a broken resolver must not stop the scan
+        except Exception as exc:  # a broken resolver must not stop the scan
             notes.append(f"resolver {resolver.name} failed: {type(exc).__name__}: {exc}")
             continue
         if origin is not None:
             if notes:
-                return Origin(origin.kind, (*origin.evidence, *notes), origin.remediation, origin.fields)
+                return Origin(
+                    origin.kind, (*origin.evidence, *notes), origin.remediation, origin.fields
+                )
             return origin
     return Origin("unknown", (*UNKNOWN_ORIGIN.evidence, *notes))
 
@@ -119,6 +121,10 @@ class Scanner:
         self.gpu_source = gpu_source
         self.host = socket.gethostname()
         self.launcher_cache = LauncherCache()
+        # Our own PID as seen in proc_root (differs only for a fixture tree).
+        self.self_pids = (
+            frozenset({os.getpid()}) if config.paths.proc_root == "/proc" else frozenset()
+        )
 
     def context(self, now: datetime) -> ResolveContext:
         """The resolver context for this config at ``now``."""
@@ -139,9 +145,7 @@ class Scanner:
         status = NvmlStatus(snap.available, snap.driver_version, snap.error)
         findings = list(snap.findings)
         if not snap.available:
-            findings.append(
-                Finding("nvml-unavailable", "warning", f"NVML unavailable: {snap.error}")
-            )
+            findings.append(Finding("nvml-unavailable", "info", f"NVML unavailable: {snap.error}"))
         return status, list(snap.gpus), list(snap.processes), findings
 
     def scan(self, now: datetime | None = None) -> ScanResult:
@@ -163,7 +167,7 @@ class Scanner:
         )
         holders = self.devfd.holders(self.table, time.monotonic())
         evidence = collect_training(
-            self.table, visible, holders, self.config.launchers, self.launcher_cache
+            self.table, visible, holders, self.config.launchers, self.launcher_cache, self.self_pids
         )
         jobs = group_jobs(self.table, evidence, visible, holders)
         ctx = self.context(now)

@@ -42,18 +42,15 @@ def test_unknown_top_level_key_names_file_line_and_key() -> None:
 
 
 def test_unknown_origin_key_has_full_key_path() -> None:
-    e = error(
-        "sanctioned:\n"
-        "  - name: a\n"
-        "    cmdline: 'x'\n"
-        "    origin:\n"
-        "      systemd: a.service\n"
-    )
+    e = error("sanctioned:\n  - name: a\n    cmdline: 'x'\n    origin:\n      systemd: a.service\n")
     assert (e.line, e.key) == (5, "sanctioned[0].origin.systemd")
 
 
 def test_wrong_type_is_refused() -> None:
-    e = error("sanctioned:\n  - name: a\n    cmdline: x\n    origin: {any: true}\n    max_instances: two\n")
+    e = error(
+        "sanctioned:\n  - name: a\n    cmdline: x\n    origin: {any: true}\n"
+        "    max_instances: two\n"
+    )
     assert (e.line, e.key) == (5, "sanctioned[0].max_instances")
     assert "expected an integer, got a string ('two')" in e.message
 

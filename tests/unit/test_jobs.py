@@ -84,7 +84,9 @@ def test_killed_leader_leaves_one_orphaned_job_found_through_fds(
     script = tmp_path / "dataloader_pool.py"  # not a launcher name: found by fd alone
     script.write_text(WORKER_TREE)
     kids_file = tmp_path / "kids"
-    leader = spawned.start([sys.executable, str(script), str(devdir / "nvidia0"), "2", str(kids_file)])
+    leader = spawned.start(
+        [sys.executable, str(script), str(devdir / "nvidia0"), "2", str(kids_file)]
+    )
     kids = sorted(int(k) for k in wait_for(kids_file).split())
     leader.send_signal(signal.SIGKILL)
     leader.wait()
@@ -142,9 +144,7 @@ def test_comm_is_never_matched(spawned: Spawned, tmp_path: Path) -> None:
     # comm says "train.py" after prctl(PR_SET_NAME), but the command line is not a launcher.
     script = tmp_path / "renamer.py"
     script.write_text(
-        "import ctypes, time\n"
-        "ctypes.CDLL(None).prctl(15, b'train.py', 0, 0, 0)\n"
-        "time.sleep(60)\n"
+        "import ctypes, time\nctypes.CDLL(None).prctl(15, b'train.py', 0, 0, 0)\ntime.sleep(60)\n"
     )
     p = spawned.start([sys.executable, str(script)])
     time.sleep(0.5)

@@ -26,8 +26,18 @@ def test_parse_stat_rejects_malformed(bad: str) -> None:
         parse_stat(bad)
 
 
-def write_proc(root: Path, pid: int, *, ppid: int, start: int, comm: str, argv: list[str],
-               uid: int = 0, cgroup: str = "0::/\n", flags: int = 0) -> None:
+def write_proc(
+    root: Path,
+    pid: int,
+    *,
+    ppid: int,
+    start: int,
+    comm: str,
+    argv: list[str],
+    uid: int = 0,
+    cgroup: str = "0::/\n",
+    flags: int = 0,
+) -> None:
     d = root / str(pid)
     d.mkdir(parents=True)
     (d / "stat").write_text(
@@ -41,9 +51,16 @@ def write_proc(root: Path, pid: int, *, ppid: int, start: int, comm: str, argv: 
 def test_fixture_tree_is_read_with_injected_root(tmp_path: Path) -> None:
     write_proc(tmp_path, 1, ppid=0, start=1, comm="init", argv=["/sbin/init"])
     write_proc(tmp_path, 20, ppid=1, start=50, comm="cron", argv=["/usr/sbin/cron", "-f"])
-    write_proc(tmp_path, 30, ppid=20, start=60, comm="pt_main_thread",
-               argv=["/usr/bin/python3", "/srv/train.py"], uid=0,
-               cgroup="1:name=systemd:/system.slice/cron.service\n0::/system.slice/cron.service\n")
+    write_proc(
+        tmp_path,
+        30,
+        ppid=20,
+        start=60,
+        comm="pt_main_thread",
+        argv=["/usr/bin/python3", "/srv/train.py"],
+        uid=0,
+        cgroup="1:name=systemd:/system.slice/cron.service\n0::/system.slice/cron.service\n",
+    )
     write_proc(tmp_path, 2, ppid=0, start=1, comm="kthreadd", argv=[], flags=0x00200000)
     (tmp_path / "self").mkdir()  # non-numeric entries are ignored
     table = ProcessTable(str(tmp_path))
@@ -52,7 +69,10 @@ def test_fixture_tree_is_read_with_injected_root(tmp_path: Path) -> None:
     p = procs[30]
     assert p.cmdline == ("/usr/bin/python3", "/srv/train.py")
     assert p.user == "root" and p.uid == 0
-    assert p.cgroup == ("1:name=systemd:/system.slice/cron.service", "0::/system.slice/cron.service")
+    assert p.cgroup == (
+        "1:name=systemd:/system.slice/cron.service",
+        "0::/system.slice/cron.service",
+    )
     assert [a.pid for a in table.ancestors(30)] == [30, 20, 1]
     assert procs[2].kernel_thread and procs[2].cmdline == ()
     assert table.children(1) == [20]
@@ -87,9 +107,7 @@ def test_real_process_exec_is_reinspected(spawned: Spawned, tmp_path: Path) -> N
     # and start time, new comm and cmdline.
     script = tmp_path / "flip.py"
     script.write_text(
-        "import os, sys, time\n"
-        "time.sleep(0.6)\n"
-        "os.execv('/bin/sleep', ['/bin/sleep', '30'])\n"
+        "import os, sys, time\ntime.sleep(0.6)\nos.execv('/bin/sleep', ['/bin/sleep', '30'])\n"
     )
     p = spawned.start([sys.executable, str(script)])
     table = ProcessTable()

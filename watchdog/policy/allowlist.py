@@ -103,7 +103,10 @@ def judge(jobs: Sequence[Job], config: Config) -> None:
             job.verdict, job.rule = "rogue", None
             if nearest is not None:
                 rule, why = nearest
-                job.reason = f"not sanctioned: rule {rule.name!r} matches the command line but " + "; ".join(why)
+                job.reason = (
+                    f"not sanctioned: rule {rule.name!r} matches the command line but "
+                    + "; ".join(why)
+                )
             elif config.sanctioned:
                 job.reason = "not sanctioned: no rule matches the command line"
             else:

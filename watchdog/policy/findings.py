@@ -116,7 +116,11 @@ def gpu_visibility_findings(
                         f"{fmt_bytes(gp.used_memory_bytes)} on GPU {gp.gpu_index} ({gp.gpu_uuid}); "
                         "it is never signalled"
                     ),
-                    details={"pid": gp.pid, "gpu_uuid": gp.gpu_uuid, "used_memory_bytes": gp.used_memory_bytes},
+                    details={
+                        "pid": gp.pid,
+                        "gpu_uuid": gp.gpu_uuid,
+                        "used_memory_bytes": gp.used_memory_bytes,
+                    },
                 )
             )
     for gp in visible:

@@ -41,7 +41,8 @@ def ignore_match(proc: Proc, ignore: Sequence[IgnoreEntry]) -> IgnoreEntry | Non
     text = " ".join(proc.cmdline)
     for entry in ignore:
         if entry.exe is not None and (
-            fnmatchcase(name, entry.exe) or (proc.exe is not None and fnmatchcase(proc.exe, entry.exe))
+            fnmatchcase(name, entry.exe)
+            or (proc.exe is not None and fnmatchcase(proc.exe, entry.exe))
         ):
             return entry
         if entry.cmdline is not None and fnmatchcase(text, entry.cmdline):
@@ -65,6 +66,7 @@ def collect_training(
     fd_holders: Mapping[int, Sequence[str]],
     launchers: Sequence[re.Pattern[str]],
     launcher_cache: LauncherCache | None = None,
+    exclude: frozenset[int] = frozenset(),
 ) -> TrainingEvidence:
     """Find every training process visible in ``table``.
 
@@ -75,6 +77,8 @@ def collect_training(
         fd_holders: PID → device paths held open.
         launchers: Launcher patterns.
         launcher_cache: Reused across scans so unchanged processes are not re-matched.
+        exclude: PIDs that are never training: the watchdog itself, which holds
+            ``/dev/nvidia*`` open through NVML while it scans.
 
     Returns:
         Evidence per training PID.
@@ -94,6 +98,8 @@ def collect_training(
             ev.add(pid, "device-fd")
     for pid in launcher_cache.matching(table, launchers):
         ev.add(pid, "launcher")
+    for pid in exclude:
+        ev.by_pid.pop(pid, None)
     return ev
 
 

@@ -1,0 +1,206 @@
+"""Real Debian cron for system tests: sandboxed entries, fake trainers, strict cleanup.
+
+Facts this relies on (notes/system-tests.md): ``cron`` picks up ``/etc/cron.d`` files
+within a minute (touching the directory helps); file names with dots are ignored; a job
+runs as ``cron`` → ``CRON`` → ``/bin/sh -c CMD`` → command, dash staying as the parent.
+
+Ownership rules kept here:
+* cron is started (``cron -f``, as this process's child) only when none runs; only that
+  one is stopped. A cron that was already running is used and left alone.
+* Files: ``/etc/cron.d/rwtest-<hex>`` (no dots), user crontabs of throwaway users
+  ``rwt<hex>`` made with ``useradd -M``; all removed in :meth:`CronHarness.close`.
+* Trainers are ``/usr/bin/python3 SANDBOX/<name>/train_fake.py`` where SANDBOX is a fresh
+  random directory: a process is ours only when its argv is exactly that, and either its
+  parent chain reaches the cron daemon in use, or it was re-parented to PID 1 (the
+  daemonised scenario, which by design has no cron ancestor left).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+PYTHON = "/usr/bin/python3"
+CRON_D = Path("/etc/cron.d")
+TRAINER_SOURCE = "import time\ntime.sleep(120)\n"
+
+
+def _cmdline(pid: int) -> tuple[str, ...]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ()
+    return tuple(raw.decode("utf-8", "replace").split("\0")[:-1])
+
+
+def _ppid(pid: int) -> int:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(text[text.rfind(")") + 2 :].split()[1])
+
+
+def _pids() -> list[int]:
+    return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+
+
+class CronHarness:
+    """A cron daemon plus the sandboxed entries and trainers of one test module."""
+
+    def __init__(self) -> None:
+        self.sandbox = Path(tempfile.mkdtemp(prefix="rwtest-cron-"))
+        self.sandbox.chmod(0o755)  # the throwaway users must read their trainers
+        self.tag = secrets.token_hex(4)
+        self.started: subprocess.Popen[bytes] | None = None
+        self.cron_pid = 0
+        self.cron_d_files: list[Path] = []
+        self.users: list[str] = []
+
+    # -- setup ----------------------------------------------------------------------
+
+    def ensure_cron(self) -> int:
+        """Use the running cron, or start one in the foreground as our child."""
+        found = subprocess.run(["pgrep", "-x", "cron"], capture_output=True, text=True)
+        pids = [int(p) for p in found.stdout.split()]
+        # Only the daemon itself: its CRON children share the name.
+        daemons = [p for p in pids if _ppid(p) not in pids]
+        if daemons:
+            self.cron_pid = daemons[0]
+            return self.cron_pid
+        self.started = subprocess.Popen(
+            ["cron", "-f"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.cron_pid = self.started.pid
+        time.sleep(0.5)
+        if self.started.poll() is not None:
+            raise RuntimeError(f"cron -f exited with {self.started.returncode}")
+        return self.cron_pid
+
+    def trainer(self, name: str) -> Path:
+        """Create ``SANDBOX/name/train_fake.py`` (sleeps 120 s) and return its path."""
+        folder = self.sandbox / name
+        folder.mkdir(mode=0o755, exist_ok=True)
+        path = folder / "train_fake.py"
+        path.write_text(TRAINER_SOURCE)
+        path.chmod(0o644)
+        return path
+
+    def run_parts_dir(self, trainer: Path) -> tuple[Path, Path]:
+        """``SANDBOX/cron.rwtest/rwjob``: a run-parts script that runs ``trainer``."""
+        folder = self.sandbox / "cron.rwtest"
+        folder.mkdir(mode=0o755, exist_ok=True)
+        script = folder / "rwjob"  # run-parts only runs names without dots
+        script.write_text(f"#!/bin/sh\n{PYTHON} {trainer}\n")
+        script.chmod(0o755)
+        return folder, script
+
+    def add_cron_d(self, lines: list[str]) -> Path:
+        """Write ``/etc/cron.d/rwtest-<hex>`` (mode 0644, root) and nudge cron."""
+        path = CRON_D / f"rwtest-{self.tag}-{len(self.cron_d_files)}"
+        self.cron_d_files.append(path)
+        path.write_text("\n".join(lines) + "\n")
+        path.chmod(0o644)
+        os.utime(CRON_D)
+        return path
+
+    def add_user(self) -> str:
+        """Create a throwaway system user without a home directory."""
+        name = f"rwt{self.tag}{len(self.users)}"
+        subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], check=True)
+        self.users.append(name)
+        return name
+
+    def install_user_crontab(self, user: str, lines: list[str]) -> Path:
+        """``crontab -u USER FILE``; returns the spool file."""
+        src = self.sandbox / f"crontab-{user}"
+        src.write_text("\n".join(lines) + "\n")
+        subprocess.run(["crontab", "-u", user, str(src)], check=True)
+        return Path("/var/spool/cron/crontabs") / user
+
+    # -- observation ----------------------------------------------------------------
+
+    def descends_from_cron(self, pid: int) -> bool:
+        """True when ``pid``'s parent chain reaches the cron daemon in use."""
+        seen = 0
+        while pid > 1 and seen < 64:
+            if pid == self.cron_pid:
+                return True
+            pid = _ppid(pid)
+            seen += 1
+        return False
+
+    def ours(self, path: Path) -> list[int]:
+        """PIDs running ``/usr/bin/python3 path`` that this harness may claim."""
+        want = (PYTHON, str(path))
+        out = []
+        for pid in _pids():
+            if _cmdline(pid) != want:
+                continue
+            if self.descends_from_cron(pid) or _ppid(pid) == 1:
+                out.append(pid)
+        return sorted(out)
+
+    def wait_for(self, paths: list[Path], timeout_s: float) -> dict[Path, int]:
+        """Wait until each trainer runs; return the first PID of each."""
+        deadline = time.monotonic() + timeout_s
+        found: dict[Path, int] = {}
+        while time.monotonic() < deadline:
+            for path in paths:
+                if path not in found and (pids := self.ours(path)):
+                    found[path] = pids[0]
+            if len(found) == len(paths):
+                return found
+            time.sleep(0.5)
+        missing = [str(p) for p in paths if p not in found]
+        raise TimeoutError(f"cron did not start {missing} within {timeout_s:.0f} s")
+
+    @staticmethod
+    def seconds_to_fire() -> float:
+        """Seconds until the minute at which cron will run a just-installed entry."""
+        now = time.time()
+        left = 60 - now % 60
+        # Too close to the boundary, cron may only notice the file a minute later.
+        return left + 60 if left < 8 else left
+
+    # -- teardown -------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Remove entries first (no new runs), then kill our trainers, then stop cron."""
+        for path in self.cron_d_files:
+            path.unlink(missing_ok=True)
+        if self.cron_d_files:
+            os.utime(CRON_D)
+        for user in self.users:
+            subprocess.run(["crontab", "-u", user, "-r"], capture_output=True)
+        trainers = list(self.sandbox.glob("*/train_fake.py"))
+        for _ in range(2):  # a second sweep catches a run cron forked meanwhile
+            for path in trainers:
+                for pid in self.ours(path):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            time.sleep(0.5)
+        for user in self.users:
+            for _ in range(10):  # its job shells may take a moment to exit
+                if subprocess.run(["userdel", user], capture_output=True).returncode == 0:
+                    break
+                time.sleep(0.5)
+        if self.started is not None:
+            self.started.terminate()
+            try:
+                self.started.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.started.kill()
+                self.started.wait(timeout=5)
+        shutil.rmtree(self.sandbox, ignore_errors=True)

@@ -1,0 +1,120 @@
+"""Real atd runs a fake trainer; the at resolver must name the job and its queued copy.
+
+atd is used when running, else started in the foreground as this test's child and
+stopped afterwards. The jobs queued here are removed with atrm; the trainer is killed only
+when its argv is exactly ``/usr/bin/python3 SANDBOX/at/train_fake.py`` (random SANDBOX)
+and its parent chain reaches the atd in use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import need, need_program, need_root
+from tests.system.cronharness import PYTHON, TRAINER_SOURCE, _cmdline, _pids, _ppid
+from watchdog.lineage.at import AtResolver
+from watchdog.lineage.base import ResolveContext
+from watchdog.lineage.cron import CronResolver
+from watchdog.sources.procfs import ProcessTable
+
+pytestmark = pytest.mark.system
+
+
+def _submit(when: str, command: str, cwd: Path) -> int:
+    done = subprocess.run(
+        ["at", when], input=command + "\n", capture_output=True, text=True, cwd=cwd, check=True
+    )
+    m = re.search(r"^job (\d+) at", done.stderr, re.M)
+    assert m, done.stderr
+    return int(m.group(1))
+
+
+def _chain_has(pid: int, ancestor: int) -> bool:
+    for _ in range(64):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        pid = _ppid(pid)
+    return False
+
+
+@pytest.fixture
+def at_job() -> Iterator[tuple[int, int, int, str]]:
+    """(trainer PID, running job, queued copy, command)."""
+    need_root()
+    need_program("atd", "at", "atrm", "pgrep")
+    need(Path(PYTHON).exists(), f"needs {PYTHON}")
+    sandbox = Path(tempfile.mkdtemp(prefix="rwtest-at-"))
+    started: subprocess.Popen[bytes] | None = None
+    jobs: list[int] = []
+    trainer = sandbox / "at" / "train_fake.py"
+    atd_pid = 0
+    try:
+        running = subprocess.run(["pgrep", "-x", "atd"], capture_output=True, text=True)
+        pids = [int(p) for p in running.stdout.split()]
+        daemons = [p for p in pids if _ppid(p) not in pids]
+        if daemons:
+            atd_pid = daemons[0]
+        else:
+            started = subprocess.Popen(
+                ["atd", "-f"], stdin=subprocess.DEVNULL, start_new_session=True
+            )
+            atd_pid = started.pid
+            time.sleep(0.5)
+            assert started.poll() is None, "atd -f exited"
+        trainer.parent.mkdir()
+        trainer.write_text(TRAINER_SOURCE)
+        command = f"{PYTHON} {trainer}"
+        # The copy first, an hour out: the pattern of a job that re-queues itself.
+        jobs.append(_submit("now + 1 hour", command, sandbox))
+        jobs.append(_submit("now", command, sandbox))
+        deadline = time.monotonic() + 30
+        found = 0
+        while not found and time.monotonic() < deadline:
+            for pid in _pids():
+                if _cmdline(pid) == (PYTHON, str(trainer)) and _chain_has(pid, atd_pid):
+                    found = pid
+            time.sleep(0.3)
+        assert found, "atd did not start the job within 30 s"
+        yield found, jobs[1], jobs[0], command
+    finally:
+        for job in jobs:
+            subprocess.run(["atrm", str(job)], capture_output=True)
+        for pid in _pids():
+            if _cmdline(pid) == (PYTHON, str(trainer)) and _chain_has(pid, atd_pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        if started is not None:
+            started.terminate()
+            started.wait(timeout=10)
+        shutil.rmtree(sandbox, ignore_errors=True)
+
+
+def test_at_job_resolves_to_job_number(at_job: tuple[int, int, int, str]) -> None:
+    pid, job, copy, command = at_job
+    table = ProcessTable()
+    table.refresh()
+    ctx = ResolveContext(table=table, now=datetime.now().astimezone())
+    lineage = table.ancestors(pid)
+    assert CronResolver().resolve(lineage, ctx) is None
+    origin = AtResolver().resolve(lineage, ctx)
+    assert origin is not None and origin.kind == "at"
+    assert origin.fields["job"] == job
+    assert origin.fields["queue"] == "a"
+    assert origin.fields["user"] == "root"
+    assert origin.fields["command"] == command
+    assert origin.fields["pending_same_command"] == [copy]
+    assert origin.remediation == f"atrm {job} {copy}"

@@ -1,0 +1,290 @@
+"""CronResolver and AtResolver over synthetic lineages and the fixture tree."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from watchdog.lineage.at import AtResolver, job_commands, parse_job_name
+from watchdog.lineage.base import ResolveContext
+from watchdog.lineage.cron import CronResolver
+from watchdog.model import Proc
+from watchdog.sources.procfs import ProcessTable
+
+HOST = Path(__file__).resolve().parent.parent / "fixtures" / "cron" / "host"
+NOW = datetime(2026, 11, 29, 22, 0, 0, tzinfo=ZoneInfo("UTC"))
+LEGACY_CMD = "/usr/bin/python3 /opt/legacy/train_weekly.py --epochs 5 >> /var/log/legacy.log 2>&1"
+LEGACY_ARGV = ("/usr/bin/python3", "/opt/legacy/train_weekly.py", "--epochs", "5")
+SED = "s/^/# disabled by rogue-watchdog: /"
+
+
+def proc(
+    pid: int,
+    ppid: int,
+    cmdline: tuple[str, ...],
+    exe: str | None = None,
+    user: str = "root",
+    cgroup: tuple[str, ...] = ("0::/",),
+) -> Proc:
+    exe = exe or cmdline[0]
+    return Proc(pid, ppid, 1000, "S", exe.rsplit("/", 1)[-1][:15], pid, pid, 0, user, exe,
+                cmdline, cgroup)  # fmt: skip
+
+
+INIT = proc(1, 0, ("/sbin/init",))
+CRON = proc(100, 1, ("/usr/sbin/cron", "-f"))
+
+
+def cron_chain(job: tuple[str, ...], command: str, user: str = "root") -> list[Proc]:
+    """trainer → /bin/sh -c CMD → CRON → cron → init, as Debian cron builds it."""
+    child = proc(298, 100, ("CRON",), exe="/usr/sbin/cron")
+    shell = proc(299, 298, ("/bin/sh", "-c", command), exe="/usr/bin/dash", user=user)
+    return [proc(300, 299, job, user=user), shell, child, CRON, INIT]
+
+
+def ctx_for(root: Path, tmp_path: Path) -> ResolveContext:
+    return ResolveContext(
+        table=ProcessTable(str(tmp_path / "noproc")),
+        now=NOW,
+        cron_files=(str(root / "etc/crontab"),),
+        cron_d_dir=str(root / "etc/cron.d"),
+        cron_spool_dirs=(str(root / "var/spool/cron/crontabs"),),
+    )
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> ResolveContext:
+    return ctx_for(HOST, tmp_path)
+
+
+def test_weekly_legacy_retrain(ctx: ResolveContext) -> None:
+    origin = CronResolver().resolve(cron_chain(LEGACY_ARGV, LEGACY_CMD, "mlops"), ctx)
+    assert origin is not None
+    path = f"{HOST}/etc/cron.d/legacy-retrain"
+    assert origin.kind == "cron"
+    assert origin.fields == {
+        "file": path,
+        "line": 5,
+        "entry": f"0 2 * * 0 mlops {LEGACY_CMD}",
+        "user": "mlops",
+        "schedule": "0 2 * * 0",
+        "next_run": "2026-12-06T02:00:00+00:00",
+    }
+    assert origin.remediation == f"sed -i '5{SED}' {path}"
+    notes = [e for e in origin.evidence if e.startswith("also matches")]
+    assert notes == [
+        f"also matches {path}.dpkg-old:1, which cron does not read "
+        "(its name has characters other than letters, digits, _ and -)",
+        f"also matches {HOST}/etc/cron.d/retrain~:1, which cron does not read "
+        "(its name has characters other than letters, digits, _ and -)",
+    ]
+    assert not any(e.startswith("ambiguous") for e in origin.evidence)
+
+
+def test_user_crontab_remediation_uses_crontab_l_line(ctx: ResolveContext) -> None:
+    argv = ("/usr/bin/python3", "/home/alice/train_sweep.py", "--lr", "3e-4")
+    lineage = cron_chain(argv, " ".join(argv), "alice")
+    origin = CronResolver().resolve(lineage, ctx)
+    assert origin is not None
+    assert origin.fields["file"] == f"{HOST}/var/spool/cron/crontabs/alice"
+    assert (origin.fields["line"], origin.fields["user"]) == (6, "alice")
+    assert origin.fields["schedule"] == "@hourly"
+    assert origin.fields["next_run"] == "2026-11-29T23:00:00+00:00"
+    # Line 6 of the spool file is line 3 of `crontab -l` (3 header lines hidden).
+    assert origin.remediation == f"crontab -u alice -l | sed '3{SED}' | crontab -u alice -"
+
+
+def test_reboot_entry(ctx: ResolveContext) -> None:
+    argv = ("/usr/bin/python3", "/opt/warmup/train_warmup.py")
+    origin = CronResolver().resolve(cron_chain(argv, " ".join(argv)), ctx)
+    assert origin is not None
+    assert (origin.fields["line"], origin.fields["schedule"]) == (4, "@reboot")
+    assert origin.fields["next_run"] == "when cron starts"
+
+
+def test_percent_command_and_cron_tz(ctx: ResolveContext) -> None:
+    # What cron hands to sh -c: up to the first unescaped %, with \% made a %.
+    cmd = '/usr/local/bin/eval-nightly --tag "$(date +%F)" '
+    argv = ("/usr/local/bin/eval-nightly", "--tag", "2026-11-29")
+    origin = CronResolver().resolve(cron_chain(argv, cmd), ctx)
+    assert origin is not None
+    assert origin.fields["file"] == f"{HOST}/etc/cron.d/nightly_eval"
+    assert origin.fields["line"] == 3
+    assert origin.fields["next_run"] == "2026-11-30T02:30:00+01:00"
+    assert any("CRON_TZ=Europe/Berlin" in e for e in origin.evidence)
+
+
+def test_run_parts_chain_reports_line_and_script(ctx: ResolveContext) -> None:
+    command = "cd / && run-parts --report /etc/cron.daily"
+    trainer = proc(310, 309, ("/usr/bin/python3", "/opt/retrain/train.py"))
+    script = proc(309, 308, ("/bin/sh", "/etc/cron.daily/retrain"), exe="/usr/bin/dash")
+    runner = proc(308, 299, ("run-parts", "--report", "/etc/cron.daily"), "/usr/bin/run-parts")
+    chain = cron_chain(("x",), command)
+    origin = CronResolver().resolve([trainer, script, runner, *chain[1:]], ctx)
+    assert origin is not None
+    assert origin.fields["file"] == f"{HOST}/etc/cron.d/daily-jobs"
+    assert origin.fields["line"] == 2
+    assert origin.fields["script"] == "/etc/cron.daily/retrain"
+    assert origin.remediation == "chmod -x /etc/cron.daily/retrain"
+
+
+def test_daemonised_job_reparented_to_init(ctx: ResolveContext) -> None:
+    trainer = proc(400, 1, LEGACY_ARGV, user="mlops")
+    origin = CronResolver().resolve([trainer, INIT], ctx)
+    assert origin is not None
+    assert origin.kind == "cron"
+    assert (origin.fields["file"], origin.fields["line"]) == (
+        f"{HOST}/etc/cron.d/legacy-retrain",
+        5,
+    )
+    assert any("re-parented to PID 1" in e for e in origin.evidence)
+
+
+def test_daemonised_job_in_cron_service_cgroup(ctx: ResolveContext) -> None:
+    cg = ("1:name=systemd:/system.slice/cron.service", "0::/system.slice/cron.service")
+    trainer = proc(400, 1, LEGACY_ARGV, user="mlops", cgroup=cg)
+    origin = CronResolver().resolve([trainer, INIT], ctx)
+    assert origin is not None
+    assert origin.fields["line"] == 5
+    assert any("cron's cgroup" in e for e in origin.evidence)
+
+
+def test_reparented_process_of_another_service_is_not_cron(ctx: ResolveContext) -> None:
+    trainer = proc(400, 1, LEGACY_ARGV, cgroup=("0::/system.slice/retrain.service",))
+    assert CronResolver().resolve([trainer, INIT], ctx) is None
+
+
+def test_same_command_from_a_login_shell_is_not_cron(ctx: ResolveContext) -> None:
+    trainer = proc(500, 499, LEGACY_ARGV)
+    bash = proc(499, 498, ("-bash",), exe="/usr/bin/bash")
+    sshd = proc(498, 1, ("sshd: mlops@pts/0",), exe="/usr/sbin/sshd")
+    assert CronResolver().resolve([trainer, bash, sshd, INIT], ctx) is None
+
+
+def test_comm_named_cron_is_not_a_cron_daemon(ctx: ResolveContext) -> None:
+    trainer = proc(600, 599, ("/usr/bin/python3", "/srv/train_x.py"))
+    fake = Proc(599, 1, 1, "S", "cron", exe="/usr/bin/python3", cmdline=("python3", "f.py"))
+    assert CronResolver().resolve([trainer, fake, INIT], ctx) is None
+
+
+def test_cron_ancestor_without_a_live_entry(ctx: ResolveContext) -> None:
+    argv = ("/usr/bin/python3", "/opt/gone/train_gone.py")
+    origin = CronResolver().resolve(cron_chain(argv, " ".join(argv)), ctx)
+    assert origin is not None
+    assert origin.kind == "cron"
+    assert origin.fields["file"] is None and origin.fields["line"] is None
+    assert origin.remediation is None
+    assert any("no live entry matches" in e for e in origin.evidence)
+
+
+def test_ambiguous_exact_matches_prefer_the_process_user(tmp_path: Path) -> None:
+    root = tmp_path / "host"
+    shutil.copytree(HOST, root)
+    (root / "etc/cron.d/another").write_text(f"0 5 * * * other {LEGACY_CMD}\n")
+    origin = CronResolver().resolve(
+        cron_chain(LEGACY_ARGV, LEGACY_CMD, "mlops"), ctx_for(root, tmp_path)
+    )
+    assert origin is not None
+    assert origin.fields["file"] == f"{root}/etc/cron.d/legacy-retrain"
+    assert [e for e in origin.evidence if e.startswith("ambiguous")] == [
+        f"ambiguous: also matches {root}/etc/cron.d/another:1 exactly: 0 5 * * * other {LEGACY_CMD}"
+    ]
+
+
+def test_edit_invalidates_the_parse_cache(tmp_path: Path) -> None:
+    root = tmp_path / "host"
+    shutil.copytree(HOST, root)
+    ctx = ctx_for(root, tmp_path)
+    lineage = cron_chain(LEGACY_ARGV, LEGACY_CMD, "mlops")
+    first = CronResolver().resolve(lineage, ctx)
+    assert first is not None and first.fields["line"] == 5
+    path = root / "etc/cron.d/legacy-retrain"
+    path.write_text("# moved down\n" + path.read_text())
+    os.utime(path, ns=(1, 1))  # a different mtime even on coarse clocks
+    second = CronResolver().resolve(lineage, ctx)
+    assert second is not None and second.fields["line"] == 6
+
+
+def test_anacron_job(tmp_path: Path) -> None:
+    root = tmp_path / "host"
+    (root / "etc/cron.d").mkdir(parents=True)
+    (root / "etc/crontab").write_text("")
+    (root / "etc/anacrontab").write_text("1\t5\tcron.daily\trun-parts --report /etc/cron.daily\n")
+    anacron = proc(700, 1, ("/usr/sbin/anacron", "-d", "-q", "-s"))
+    shell = proc(701, 700, ("/bin/sh", "-c", "run-parts --report /etc/cron.daily"), "/bin/dash")
+    runner = proc(702, 701, ("run-parts", "--report", "/etc/cron.daily"), "/usr/bin/run-parts")
+    script = proc(703, 702, ("/etc/cron.daily/retrain",), exe="/usr/bin/python3")
+    origin = CronResolver().resolve([script, runner, shell, anacron, INIT], ctx_for(root, tmp_path))
+    assert origin is not None
+    assert origin.fields["file"] == f"{root}/etc/anacrontab"
+    assert origin.fields["line"] == 1
+    assert origin.fields["script"] == "/etc/cron.daily/retrain"
+    assert origin.fields["next_run"] is None
+
+
+def test_unreadable_paths_never_raise(tmp_path: Path) -> None:
+    ctx = ResolveContext(
+        table=ProcessTable(str(tmp_path / "noproc")),
+        now=NOW,
+        cron_files=(str(tmp_path / "none"),),
+        cron_d_dir=str(tmp_path / "none.d"),
+        cron_spool_dirs=(str(tmp_path / "spool"),),
+    )
+    origin = CronResolver().resolve(cron_chain(LEGACY_ARGV, LEGACY_CMD), ctx)
+    assert origin is not None and origin.fields["file"] is None
+    assert CronResolver().resolve([proc(5, 1, LEGACY_ARGV), INIT], ctx) is None
+    assert CronResolver().resolve([], ctx) is None
+
+
+# -- at ---------------------------------------------------------------------------------
+
+AT_JOB = """#!/bin/sh
+# atrun uid=0 gid=0
+# mail root 0
+umask 22
+OLDPWD=/; export OLDPWD
+cd /srv/ml || {
+\t echo 'Execution directory inaccessible' >&2
+\t exit 1
+}
+/usr/bin/python3 /srv/ml/train_at.py
+"""
+
+
+def test_parse_job_name_and_commands() -> None:
+    queue, job, when = parse_job_name("a0000101c8be6a (deleted)") or ("", 0, None)
+    assert (queue, job) == ("a", 1)
+    assert when is not None and when.isoformat() == "2026-11-29T22:02:00+00:00"
+    assert parse_job_name(".SEQ") is None
+    assert job_commands(AT_JOB) == "/usr/bin/python3 /srv/ml/train_at.py"
+
+
+def test_at_job_via_fd0_and_self_rescheduling(tmp_path: Path) -> None:
+    spool = tmp_path / "atjobs"
+    spool.mkdir()
+    (spool / "=0000101c8be6a").write_text(AT_JOB)
+    (spool / "a0000201c8c000").write_text(AT_JOB)  # the copy it queued for next time
+    (spool / "a0000301c8c000").write_text(AT_JOB.replace("train_at", "other"))
+    fd = tmp_path / "proc/52/fd"
+    fd.mkdir(parents=True)
+    os.symlink(f"{spool}/a0000101c8be6a (deleted)", fd / "0")
+    ctx = ResolveContext(table=ProcessTable(str(tmp_path / "proc")), now=NOW)
+    atd = proc(50, 1, ("/usr/sbin/atd",), user="daemon")
+    child = proc(51, 50, ("/usr/sbin/atd",), user="daemon")
+    shell = proc(52, 51, ("sh",), exe="/usr/bin/dash")
+    trainer = proc(53, 52, ("/usr/bin/python3", "/srv/ml/train_at.py"))
+    origin = AtResolver().resolve([trainer, shell, child, atd, INIT], ctx)
+    assert origin is not None
+    assert origin.kind == "at"
+    assert origin.fields["job"] == 1
+    assert origin.fields["queue"] == "a"
+    assert origin.fields["user"] == "root"
+    assert origin.fields["command"] == "/usr/bin/python3 /srv/ml/train_at.py"
+    assert origin.fields["pending_same_command"] == [2]
+    assert origin.remediation == "atrm 1 2"
+    assert AtResolver().resolve(cron_chain(LEGACY_ARGV, LEGACY_CMD), ctx) is None

@@ -1,0 +1,166 @@
+"""at(1) origin: a process started by ``atd`` from a queued at/batch job.
+
+atd (at 3.x, ``atd.c`` run_file) forks a child per job; the child runs ``/bin/sh`` with
+the job file as stdin, so the tree is ``atd`` → ``atd`` → ``sh`` → the job, and the
+shell's fd 0 points at the job file: ``<spool>/atjobs/QNNNNNMMMMMMMM`` (queue letter,
+job number in 5 hex digits, scheduled minute since the epoch in 8 hex digits), shown as
+deleted because atd renames a running job to ``=NNNNNMMMMMMMM``. The job output file in
+``atspool`` carries the same name, a fallback when fd 0 is unreadable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from watchdog.lineage.base import ResolveContext, exe_name
+from watchdog.model import Origin, Proc
+
+_JOB_NAME = re.compile(r"^([A-Za-z=])([0-9a-f]{5})([0-9a-f]{8})$")
+_MAX_JOB_BYTES = 1 << 20
+
+
+def parse_job_name(name: str) -> tuple[str, int, datetime] | None:
+    """Split an at spool file name.
+
+    Args:
+        name: Base name such as ``a0000101c8be6a`` (a trailing `` (deleted)`` is ignored).
+
+    Returns:
+        ``(queue letter, job number, scheduled time in UTC)``, or None when the name is
+        not an at job file. Source: at 3.x ``at.c`` (``"%c%5lx%8lx"``).
+    """
+    m = _JOB_NAME.match(name.removesuffix(" (deleted)"))
+    if m is None:
+        return None
+    when = datetime.fromtimestamp(int(m.group(3), 16) * 60, UTC)
+    return m.group(1), int(m.group(2), 16), when
+
+
+def job_commands(text: str) -> str:
+    """The user's commands in an at job file: what follows atd's ``cd DIR || {...}`` block.
+
+    Args:
+        text: The job file (a shell script written by at(1)).
+
+    Returns:
+        The commands, stripped; the whole text when the block is not found.
+    """
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("cd ") and line.rstrip().endswith("|| {"):
+            for j in range(i + 1, len(lines)):
+                if lines[j].strip() == "}":
+                    return "\n".join(lines[j + 1 :]).strip()
+    return text.strip()
+
+
+class AtResolver:
+    """Resolve processes started by atd to their at job.
+
+    Attributes:
+        name: ``at``.
+    """
+
+    name = "at"
+
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
+        """Name the at job that started ``lineage[0]``.
+
+        Args:
+            lineage: The process and its ancestors, nearest first.
+            ctx: Process table (for ``/proc`` reads).
+
+        Returns:
+            An origin of kind ``at`` with ``job``, ``queue``, ``user``, ``scheduled``
+            (ISO 8601), ``command``, ``file`` and ``pending_same_command`` (numbers of
+            queued jobs with the same commands, the usual self-rescheduling pattern), or
+            None when no ancestor is atd. ``job`` is None when the spool is unreadable.
+        """
+        idx = next((i for i in range(1, len(lineage)) if exe_name(lineage[i]) == "atd"), None)
+        if idx is None:
+            return None
+        child = lineage[idx]
+        shell = lineage[idx - 1]
+        evidence = [f"ancestor PID {child.pid} is atd ({child.exe or child.args_text})"]
+        found = _job_file(ctx, shell.pid) or _job_file(ctx, child.pid)
+        fields: dict[str, object] = {
+            "job": None,
+            "queue": None,
+            "user": shell.user,
+            "scheduled": None,
+            "command": None,
+            "file": None,
+            "pending_same_command": [],
+        }
+        if found is None:
+            evidence.append("job file not visible in /proc fds (permission or it exited)")
+            return Origin(kind="at", evidence=tuple(evidence), fields=fields)
+        spool, name = found
+        queue, job, when = parse_job_name(name) or ("?", 0, datetime.fromtimestamp(0, UTC))
+        running = f"{spool}/={name[1:]}"
+        text = _read(running) or _read(f"{spool}/{name}")
+        command = job_commands(text) if text is not None else None
+        fields.update(
+            job=job,
+            queue=queue,
+            scheduled=when.astimezone(ctx.now.tzinfo).isoformat(),
+            command=command,
+            file=running,
+        )
+        evidence.append(f"job shell PID {shell.pid} reads at job {job} (queue {queue})")
+        pending = _pending_same(spool, command) if command else []
+        fields["pending_same_command"] = pending
+        if pending:
+            evidence.append(
+                f"queued jobs {', '.join(map(str, pending))} run the same commands: "
+                "the job re-schedules itself"
+            )
+        remediation = "atrm " + " ".join(str(n) for n in [job, *pending])
+        return Origin(kind="at", evidence=tuple(evidence), remediation=remediation, fields=fields)
+
+
+def _job_file(ctx: ResolveContext, pid: int) -> tuple[str, str] | None:
+    base = f"{ctx.table.proc_root}/{pid}/fd"
+    try:
+        fds = sorted(os.listdir(base), key=lambda n: int(n) if n.isdigit() else 1 << 30)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink(f"{base}/{fd}").removesuffix(" (deleted)")
+        except OSError:
+            continue
+        folder, name = os.path.split(target)
+        if parse_job_name(name) is None:
+            continue
+        if folder.endswith("/atspool"):  # output file: the jobs live next door
+            folder = folder[: -len("atspool")] + "atjobs"
+        return folder, name
+    return None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(_MAX_JOB_BYTES).decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+
+
+def _pending_same(spool: str, command: str) -> list[int]:
+    try:
+        names = sorted(os.listdir(spool))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        parsed = parse_job_name(name)
+        if parsed is None or parsed[0] == "=":
+            continue
+        text = _read(f"{spool}/{name}")
+        if text is not None and job_commands(text) == command:
+            out.append(parsed[1])
+    return out

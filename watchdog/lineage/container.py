@@ -1,0 +1,220 @@
+"""Container origin: the process runs inside a Docker, Podman, containerd or CRI-O container.
+
+Clues:
+
+* a runtime shim ancestor: ``containerd-shim`` / ``containerd-shim-runc-v1|v2`` (its
+  arguments ``-namespace NS -id ID``; namespace ``moby`` is Docker, ``k8s.io`` is the
+  Kubernetes CRI), ``docker-containerd-shim``, or ``conmon`` (Podman and CRI-O; ``-c ID``
+  / ``--cid ID``, CRI-O passes ``--exit-dir /var/run/crio/exits``);
+* the container id in the cgroup path, as the runtimes name their cgroups:
+  ``/docker/ID`` and ``docker-ID.scope`` (Docker's cgroupfs and systemd drivers),
+  ``libpod-ID.scope`` / ``/libpod_parent/libpod-ID`` (Podman), ``cri-containerd-ID.scope``
+  and ``/kubepods/.../podUID/ID`` (containerd CRI), ``crio-ID.scope`` (CRI-O);
+  ``podUID`` (``pod`` + the UID, ``_`` for ``-`` under the systemd driver) gives the pod.
+
+The runtime decides the remediation: ``docker stop ID``, ``podman stop ID``, or
+``crictl stop ID`` for Kubernetes (whose controller will recreate the pod: the evidence
+says so). ``ctr -n NS task kill ID`` for plain containerd namespaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from watchdog.lineage.base import ResolveContext, exe_name
+from watchdog.lineage.cgroup import parse_cgroup
+from watchdog.model import Origin, Proc
+
+# Runtime by the name the container's cgroup carries (the id itself is parsed by cgroup.py).
+_RUNTIME_MARKERS: tuple[tuple[str, str], ...] = (
+    ("cri-containerd-", "containerd"),
+    ("crio-", "cri-o"),
+    ("libpod", "podman"),
+    ("docker", "docker"),
+)
+_SHIM_NAMES = frozenset(
+    {
+        "containerd-shim",
+        "containerd-shim-runc-v1",
+        "containerd-shim-runc-v2",
+        "containerd-shim-runsc-v1",
+        "containerd-shim-kata-v2",
+        "docker-containerd-shim",
+    }
+)
+# Runtimes seen as a plain ancestor (docker-in-docker, ``podman run`` without conmon).
+_RUNTIME_COMMANDS = {"docker": "docker", "dockerd": "docker", "podman": "podman"}
+
+
+@dataclass(frozen=True)
+class ContainerClue:
+    """A container found in a cgroup path.
+
+    Attributes:
+        container_id: The 64-hex container id.
+        runtime: ``docker``, ``podman``, ``containerd`` or ``cri-o``.
+        pod_uid: Kubernetes pod UID (dashed form) when the path is under ``kubepods``.
+        line: The ``/proc/PID/cgroup`` line it came from.
+    """
+
+    container_id: str
+    runtime: str
+    pod_uid: str | None
+    line: str
+
+
+def cgroup_container(cgroup: Sequence[str]) -> ContainerClue | None:
+    """Find a container id (and pod UID) in ``/proc/PID/cgroup`` lines.
+
+    The id and pod UID come from :func:`watchdog.lineage.cgroup.parse_cgroup`; the
+    runtime from the prefix the runtime gave the cgroup (``docker-``, ``libpod-``,
+    ``cri-containerd-``, ``crio-``, ``/docker/``); a bare id under ``kubepods`` is
+    taken as containerd's.
+
+    Args:
+        cgroup: The lines as read, ``HIERARCHY:CONTROLLERS:PATH``.
+
+    Returns:
+        The container found, or None.
+    """
+    info = parse_cgroup(cgroup)
+    if info is None or info.container_id is None:
+        return None
+    cid = info.container_id
+    line = next((ln for ln in cgroup if cid in ln), info.path)
+    before = line[: line.index(cid)] if cid in line else ""
+    last = before.rsplit("/", 2)
+    near = "/".join(last[-2:])  # the id's own component and its parent
+    runtime = next((rt for marker, rt in _RUNTIME_MARKERS if marker in near), "containerd")
+    return ContainerClue(cid, runtime, info.pod_uid, line)
+
+
+def _arg_after(cmdline: Sequence[str], *flags: str) -> str | None:
+    """Value of ``-flag VALUE`` or ``--flag=VALUE`` in a command line."""
+    for i, arg in enumerate(cmdline):
+        for flag in flags:
+            if arg == flag and i + 1 < len(cmdline):
+                return cmdline[i + 1]
+            if arg.startswith(flag + "="):
+                return arg[len(flag) + 1 :]
+    return None
+
+
+def _names(proc: Proc) -> set[str]:
+    names = {exe_name(proc)}
+    if proc.cmdline:
+        names.add(proc.cmdline[0].rsplit("/", 1)[-1])
+    return names
+
+
+def _shim_runtime(shim: Proc) -> tuple[str, str | None, str | None]:
+    """(runtime, container id, containerd namespace) from a shim or conmon command line."""
+    names = _names(shim)
+    if "conmon" in names:
+        cid = _arg_after(shim.cmdline, "-c", "--cid")
+        crio = any("crio" in arg for arg in shim.cmdline)
+        return ("cri-o" if crio else "podman"), cid, None
+    cid = _arg_after(shim.cmdline, "-id", "--id")
+    ns = _arg_after(shim.cmdline, "-namespace", "--namespace")
+    if ns == "moby" or "docker-containerd-shim" in names:
+        return "docker", cid, ns
+    if ns == "k8s.io":
+        return "containerd", cid, ns
+    return "containerd", cid, ns
+
+
+def is_shim(proc: Proc) -> bool:
+    """True for a containerd shim or conmon (the parent of a container's init)."""
+    return bool(_names(proc) & (_SHIM_NAMES | {"conmon"}))
+
+
+def runtime_command(proc: Proc) -> str | None:
+    """``docker`` or ``podman`` when ``proc`` is that runtime's daemon or command."""
+    for name in _names(proc):
+        runtime = _RUNTIME_COMMANDS.get(name)
+        if runtime is not None:
+            return runtime
+    return None
+
+
+def remediation_for(runtime: str, container_id: str, namespace: str | None, pod: bool) -> str:
+    """The stop command for a container.
+
+    Args:
+        runtime: ``docker``, ``podman``, ``containerd`` or ``cri-o``.
+        container_id: Full container id.
+        namespace: containerd namespace, for plain containerd containers.
+        pod: True when the container belongs to a Kubernetes pod.
+
+    Returns:
+        ``docker stop ID``, ``podman stop ID``, ``crictl stop ID`` (any Kubernetes pod,
+        CRI-O), or ``ctr -n NS task kill ID``.
+    """
+    if runtime == "docker" and not pod:
+        return f"docker stop {container_id}"
+    if runtime == "podman":
+        return f"podman stop {container_id}"
+    if pod or runtime == "cri-o" or namespace == "k8s.io":
+        return f"crictl stop {container_id}"
+    return f"ctr -n {namespace or 'default'} task kill {container_id}"
+
+
+class ContainerResolver:
+    """Names the container a process runs in.
+
+    Origin fields: ``container_id`` (64 hex, or what the shim said), ``pod_uid`` (None
+    outside Kubernetes), ``runtime``, ``namespace`` (containerd namespace when known).
+    """
+
+    name = "container"
+
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
+        """See :class:`~watchdog.lineage.base.OriginResolver`."""
+        if not lineage:
+            return None
+        # lineage[0] itself is never its own shim; look at its ancestors.
+        shim = next((p for p in lineage[1:] if is_shim(p)), None)
+        runner = next((p for p in lineage[1:] if runtime_command(p)), None)
+        cg = cgroup_container(lineage[0].cgroup)
+        if shim is None and runner is None and cg is None:
+            return None
+        evidence: list[str] = []
+        runtime = cg.runtime if cg else "containerd"
+        cid = cg.container_id if cg else None
+        namespace: str | None = None
+        if shim is None and runner is not None:
+            runtime = runtime_command(runner) or runtime
+            evidence.append(f"ancestor PID {runner.pid} is {runner.args_text}")
+        if shim is not None:
+            s_runtime, s_cid, namespace = _shim_runtime(shim)
+            evidence.append(f"ancestor PID {shim.pid} is {exe_name(shim)}: {shim.args_text}")
+            if cg is None or cg.runtime in ("containerd", "docker"):
+                runtime = s_runtime
+            cid = cid or s_cid
+        if cg is not None:
+            evidence.append(f"cgroup of PID {lineage[0].pid} names container {cg.container_id}")
+            evidence.append(cg.line)
+        pod_uid = cg.pod_uid if cg else None
+        if pod_uid is not None:
+            evidence.append(
+                f"Kubernetes pod {pod_uid}: its controller will recreate a stopped "
+                "container; delete or scale down the owning workload with kubectl"
+            )
+        if runtime == "containerd" and namespace == "k8s.io":
+            evidence.append("containerd namespace k8s.io: a Kubernetes (CRI) container")
+        fields = {
+            "container_id": cid,
+            "pod_uid": pod_uid,
+            "runtime": runtime,
+            "namespace": namespace,
+        }
+        if cid:
+            remediation = remediation_for(runtime, cid, namespace, pod_uid is not None)
+        else:
+            tool = runtime if runtime in ("docker", "podman") else "crictl"
+            remediation = f"{tool} ps  # find the container, then: {tool} stop ID"
+            evidence.append("container id unknown: no shim argument and no container cgroup")
+        return Origin(
+            kind="container", evidence=tuple(evidence), remediation=remediation, fields=fields
+        )

@@ -1,0 +1,438 @@
+"""Cron origin: which crontab line started a process, and when it fires next.
+
+Debian cron runs a job as ``cron`` → ``CRON`` (a forked child, same executable) →
+``$SHELL -c CMD`` → the job, where CMD is the entry's command after ``%`` processing;
+dash stays as the parent of the last command. Anacron runs ``/bin/sh -c CMD`` from
+``/etc/anacrontab`` the same way. A job that daemonised (double fork, ``setsid ... &``)
+loses that chain: it is re-parented to PID 1 (and on systemd hosts stays in
+``cron.service``'s cgroup because of ``KillMode=process``); it is then found by matching
+its own command line against the live entries.
+
+Files read (all through :class:`~watchdog.lineage.base.ResolveContext` paths):
+``ctx.cron_files`` (system format), ``ctx.cron_d_dir`` (system format, only names cron(8)
+accepts), every regular file in ``ctx.cron_spool_dirs`` (user format, owner = file name),
+and ``anacrontab`` next to the first of ``ctx.cron_files``. Parsed files are cached in
+``ctx.cache`` by (path, mtime, size).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import stat
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from zoneinfo import ZoneInfo
+
+from cronsim import CronSim, CronSimError
+
+from watchdog.lineage.base import ResolveContext, exe_name
+from watchdog.lineage.crontab import (
+    CronEntry,
+    Crontab,
+    cron_d_name_ok,
+    local_zone,
+    next_run,
+    parse_anacrontab,
+    parse_crontab,
+)
+from watchdog.model import Origin, Proc
+
+CRON_DAEMONS = frozenset({"cron", "crond", "anacron"})
+_CRON_UNIT = re.compile(r"/(cron|crond|cronie|anacron)\.service(/|$)")
+_ANY_UNIT = re.compile(r"/([^/]+\.service)(/|$)")
+_MAX_FILE_BYTES = 1 << 20
+DISABLE_PREFIX = "# disabled by rogue-watchdog: "
+
+
+@dataclass(frozen=True)
+class _Match:
+    entry: CronEntry
+    exact: bool
+    how: str
+
+
+class CronResolver:
+    """Resolve processes started by cron or anacron to their crontab line.
+
+    Attributes:
+        name: ``cron``.
+    """
+
+    name = "cron"
+
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
+        """Name the crontab entry that started ``lineage[0]``.
+
+        Args:
+            lineage: The process and its ancestors, nearest first.
+            ctx: Paths to the crontabs, the clock and the parse cache.
+
+        Returns:
+            An origin of kind ``cron`` with ``file``, ``line``, ``entry``, ``user``,
+            ``schedule``, ``next_run`` (and ``script`` for a run-parts chain), or None
+            when no ancestor is a cron daemon and the re-parented top process matches no
+            live entry.
+        """
+        if not lineage:
+            return None
+        for idx in range(1, len(lineage)):
+            if exe_name(lineage[idx]).lower() in CRON_DAEMONS:
+                return self._from_daemon(lineage, idx, ctx)
+        return self._from_orphan(lineage, ctx)
+
+    # -- a cron daemon is an ancestor -----------------------------------------------
+
+    def _from_daemon(self, lineage: Sequence[Proc], idx: int, ctx: ResolveContext) -> Origin:
+        daemon = lineage[idx]
+        shell = lineage[idx - 1]
+        daemon_name = exe_name(daemon).lower()
+        evidence = [f"ancestor PID {daemon.pid} runs {daemon.exe or daemon.args_text}"]
+        tabs = _anacrontabs(ctx) if daemon_name == "anacron" else _live_crontabs(ctx)
+        entries = [e for t in tabs for e in t.entries]
+        cmd = _shell_command(shell)
+        matches: list[_Match] = []
+        if cmd is not None:
+            evidence.append(f"job shell PID {shell.pid}: {shell.cmdline[0]} -c {cmd!r}")
+            wanted = _norm(cmd)
+            matches = [
+                _Match(e, True, "its shell command equals the entry's command")
+                for e in entries
+                if _norm(e.run_command) == wanted
+            ]
+        if not matches:
+            matches = _contained(lineage[: idx - 1] or lineage[:1], entries)
+        matches = _prefer_user(matches, shell.user)
+        if not matches:
+            evidence.append(
+                "no live entry matches: the entry was edited or removed after this job "
+                "started; kill the job, nothing will start it again from this line"
+            )
+            evidence.extend(_dead_notes(ctx, cmd, lineage[:1]))
+            return Origin(
+                kind="cron",
+                evidence=tuple(evidence),
+                remediation=None,
+                fields=_fields(None, shell.user, ctx),
+            )
+        return _origin(matches, lineage, idx, evidence, ctx, cmd)
+
+    # -- no cron ancestor: a daemonised job -----------------------------------------
+
+    def _from_orphan(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
+        reparented = len(lineage) >= 2 and lineage[-1].pid == 1
+        top = lineage[-2] if reparented else lineage[-1]
+        in_cron_unit = any(_CRON_UNIT.search(line) for line in top.cgroup)
+        if not in_cron_unit:
+            if not reparented:
+                return None
+            if any(_ANY_UNIT.search(line) for line in top.cgroup):
+                return None  # a systemd service of its own: the systemd resolver's case
+        entries = [e for t in _live_crontabs(ctx) for e in t.entries]
+        matches = _prefer_user(_contained([top], entries), top.user)
+        if not matches:
+            return None
+        evidence = []
+        if in_cron_unit:
+            evidence.append(
+                f"PID {top.pid} lives in cron's cgroup (KillMode=process keeps daemonised "
+                "cron jobs there) although no cron process is its ancestor"
+            )
+        else:
+            evidence.append(
+                f"PID {top.pid} was re-parented to PID 1 (its starter exited): "
+                "a daemonised job, matched by command line"
+            )
+        timing = _start_vs_schedule(top, matches[0].entry, ctx)
+        if timing:
+            evidence.append(timing)
+        return _origin(matches, lineage, None, evidence, ctx, None)
+
+
+# -- building the answer ----------------------------------------------------------------
+
+
+def _origin(
+    matches: list[_Match],
+    lineage: Sequence[Proc],
+    daemon_idx: int | None,
+    evidence: list[str],
+    ctx: ResolveContext,
+    cmd: str | None,
+) -> Origin:
+    best = matches[0]
+    entry = best.entry
+    evidence.append(f"{entry.file}:{entry.line}: {best.how}")
+    for other in matches[1:]:
+        kind = "exactly" if other.exact else "by containment"
+        evidence.append(
+            f"ambiguous: also matches {other.entry.file}:{other.entry.line} {kind}: "
+            f"{other.entry.raw.strip()}"
+        )
+    fields = _fields(entry, entry.user, ctx)
+    if "CRON_TZ" in entry.env:
+        evidence.append(
+            f"next_run uses CRON_TZ={entry.env['CRON_TZ']} (cronie honours it; "
+            "Debian's cron 3.0 ignores it and uses the host's zone)"
+        )
+    remediation = _disable_command(entry, ctx)
+    script = _run_parts_script(lineage, daemon_idx)
+    if script is not None:
+        runner, path = script
+        fields["script"] = path
+        evidence.append(
+            f"run-parts PID {runner.pid} ({runner.args_text}) runs script {path}; "
+            "the crontab line runs every script in that directory"
+        )
+        remediation = f"chmod -x {shlex.quote(path)}"
+    evidence.extend(_dead_notes(ctx, cmd, lineage[:1]))
+    return Origin(kind="cron", evidence=tuple(evidence), remediation=remediation, fields=fields)
+
+
+def _fields(entry: CronEntry | None, user: str | None, ctx: ResolveContext) -> dict[str, object]:
+    if entry is None:
+        keys = ("file", "line", "entry", "schedule", "next_run")
+        out: dict[str, object] = dict.fromkeys(keys)
+        out["user"] = user
+        return out
+    return {
+        "file": entry.file,
+        "line": entry.line,
+        "entry": entry.raw,
+        "user": entry.user,
+        "schedule": entry.schedule,
+        "next_run": next_run(entry, ctx.now, _zone(ctx)),
+    }
+
+
+def _zone(ctx: ResolveContext) -> tzinfo:
+    # A ZoneInfo on ctx.now is taken as the cron daemon's zone (tests pin it); any other
+    # tzinfo (UTC, a fixed offset) only fixes the instant, so the host's zone applies.
+    if isinstance(ctx.now.tzinfo, ZoneInfo):
+        return ctx.now.tzinfo
+    cached = ctx.cache.get("cron:zone")
+    if isinstance(cached, tzinfo):
+        return cached
+    zone = local_zone()
+    ctx.cache["cron:zone"] = zone
+    return zone
+
+
+def _disable_command(entry: CronEntry, ctx: ResolveContext) -> str:
+    """The exact command that comments the entry out.
+
+    System files are edited in place with sed (cron(8) notices the new mtime). User
+    crontabs must go through crontab(1) so cron reloads them; line numbers there are
+    those of ``crontab -l``, which hides the header crontab(1) wrote.
+    """
+    sed = f"{entry.line}s/^/{DISABLE_PREFIX}/"
+    tab = _cached_tab(ctx, entry.file)
+    if tab is not None and not tab.system and tab.owner:
+        shown = entry.line - tab.header_lines
+        user = shlex.quote(tab.owner)
+        return f"crontab -u {user} -l | sed '{shown}s/^/{DISABLE_PREFIX}/' | crontab -u {user} -"
+    return f"sed -i '{sed}' {shlex.quote(entry.file)}"
+
+
+def _run_parts_script(lineage: Sequence[Proc], daemon_idx: int | None) -> tuple[Proc, str] | None:
+    end = daemon_idx if daemon_idx is not None else len(lineage)
+    for r in range(1, end):
+        runner = lineage[r]
+        if exe_name(runner) != "run-parts":
+            continue
+        args = [a for a in runner.cmdline[1:] if not a.startswith("-")]
+        directory = args[-1].rstrip("/") if args else ""
+        child = lineage[r - 1]
+        candidates = [*child.cmdline, child.exe or ""]
+        for arg in candidates:
+            if directory and arg.startswith(directory + "/"):
+                return runner, arg
+        for arg in child.cmdline[1:] or child.cmdline:
+            if arg.startswith("/"):
+                return runner, arg
+    return None
+
+
+# -- matching ---------------------------------------------------------------------------
+
+
+def _shell_command(proc: Proc) -> str | None:
+    if len(proc.cmdline) >= 3 and proc.cmdline[1] == "-c":
+        return proc.cmdline[2]
+    return None
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _tokens(command: str) -> list[str]:
+    try:
+        lex = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lex.whitespace_split = True
+        lex.commenters = ""
+        return list(lex)
+    except ValueError:
+        return command.split()
+
+
+def _has_run(hay: Sequence[str], needle: Sequence[str]) -> bool:
+    n = len(needle)
+    return n > 0 and any(list(hay[i : i + n]) == list(needle) for i in range(len(hay) - n + 1))
+
+
+def _contained(procs: Sequence[Proc], entries: Sequence[CronEntry]) -> list[_Match]:
+    """Entries whose command contains a process's argv as consecutive shell words.
+
+    A bare word such as ``python3`` is too weak to count: the argv must have two words
+    or contain a path. A script run through its interpreter (``/bin/sh /opt/x.sh``) is
+    also tried without argv[0].
+    """
+    out: list[_Match] = []
+    for proc in procs:
+        argvs = [list(proc.cmdline)]
+        if len(proc.cmdline) >= 2 and proc.cmdline[1].startswith("/"):
+            argvs.append(list(proc.cmdline[1:]))
+        argvs = [a for a in argvs if len(a) >= 2 or (a and "/" in a[0])]
+        for entry in entries:
+            words = _tokens(entry.run_command)
+            if any(_has_run(words, argv) for argv in argvs):
+                how = f"the command line of PID {proc.pid} ({proc.args_text}) is part of it"
+                out.append(_Match(entry, False, how))
+        if out:
+            break
+    return out
+
+
+def _prefer_user(matches: list[_Match], user: str | None) -> list[_Match]:
+    """Exact before contained; among those, entries for the process's user first."""
+    return sorted(matches, key=lambda m: (not m.exact, user is not None and m.entry.user != user))
+
+
+def _start_vs_schedule(proc: Proc, entry: CronEntry, ctx: ResolveContext) -> str | None:
+    """Say how the process start time relates to the entry's last fire time."""
+    if entry.expression is None:
+        return None
+    boot = _boot_time_s(ctx)
+    if boot is None:
+        return None
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+        started = datetime.fromtimestamp(boot + proc.start_ticks / hz, _zone(ctx))
+        fired = next(CronSim(entry.expression, started, reverse=True))
+    except (ValueError, OSError, StopIteration, CronSimError):
+        return None
+    lag_s = (started - fired).total_seconds()
+    if lag_s <= 300:
+        return f"it started {lag_s:.0f} s after the entry fired at {fired.isoformat()}"
+    return (
+        f"it started {lag_s:.0f} s after the entry's last fire time {fired.isoformat()}: "
+        "a weaker match"
+    )
+
+
+def _boot_time_s(ctx: ResolveContext) -> float | None:
+    try:
+        with open(f"{ctx.table.proc_root}/stat", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+# -- files cron reads (and some it does not) --------------------------------------------
+
+
+def _read_tab(
+    ctx: ResolveContext, path: str, *, system: bool, owner: str | None, anacron: bool = False
+) -> Crontab | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_FILE_BYTES:
+        return None
+    key = f"cron:file:{path}"
+    stamp = (st.st_mtime_ns, st.st_size, system, owner, anacron)
+    hit = ctx.cache.get(key)
+    if isinstance(hit, tuple) and hit[0] == stamp:
+        tab = hit[1]
+        return tab if isinstance(tab, Crontab) else None
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+    if anacron:
+        tab = parse_anacrontab(text, path)
+    else:
+        tab = parse_crontab(text, path, system=system, owner=owner)
+    ctx.cache[key] = (stamp, tab)
+    return tab
+
+
+def _cached_tab(ctx: ResolveContext, path: str) -> Crontab | None:
+    hit = ctx.cache.get(f"cron:file:{path}")
+    if isinstance(hit, tuple) and isinstance(hit[1], Crontab):
+        return hit[1]
+    return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _live_crontabs(ctx: ResolveContext) -> list[Crontab]:
+    """Every crontab cron reads, in the order cron(8) loads them."""
+    tabs: list[Crontab | None] = [
+        _read_tab(ctx, p, system=True, owner=None) for p in ctx.cron_files
+    ]
+    for name in _listdir(ctx.cron_d_dir):
+        if cron_d_name_ok(name):
+            tabs.append(_read_tab(ctx, f"{ctx.cron_d_dir}/{name}", system=True, owner=None))
+    for spool in ctx.cron_spool_dirs:
+        for name in _listdir(spool):
+            if not name.startswith("."):
+                tabs.append(_read_tab(ctx, f"{spool}/{name}", system=False, owner=name))
+    return [t for t in tabs if t is not None]
+
+
+def _anacrontabs(ctx: ResolveContext) -> list[Crontab]:
+    base = os.path.dirname(ctx.cron_files[0]) if ctx.cron_files else "/etc"
+    tab = _read_tab(ctx, f"{base}/anacrontab", system=True, owner=None, anacron=True)
+    return [tab] if tab is not None else []
+
+
+def _dead_crontabs(ctx: ResolveContext) -> Iterator[tuple[Crontab, str]]:
+    """Crontab-looking files cron ignores, with the reason."""
+    for name in _listdir(ctx.cron_d_dir):
+        if not cron_d_name_ok(name) and name != ".placeholder":
+            tab = _read_tab(ctx, f"{ctx.cron_d_dir}/{name}", system=True, owner=None)
+            if tab is not None:
+                yield tab, "its name has characters other than letters, digits, _ and -"
+    for path in ctx.cron_files:
+        folder, base = os.path.split(path)
+        for name in _listdir(folder or "."):
+            if name != base and name.startswith(base):
+                tab = _read_tab(ctx, f"{folder}/{name}", system=True, owner=None)
+                if tab is not None:
+                    yield tab, "it is not a file cron reads"
+
+
+def _dead_notes(ctx: ResolveContext, cmd: str | None, procs: Sequence[Proc]) -> list[str]:
+    notes = []
+    for tab, why in _dead_crontabs(ctx):
+        exact = (
+            [] if cmd is None else [e for e in tab.entries if _norm(e.run_command) == _norm(cmd)]
+        )
+        found = exact or [m.entry for m in _contained(procs, tab.entries)]
+        for e in found:
+            notes.append(f"also matches {e.file}:{e.line}, which cron does not read ({why})")
+    return notes

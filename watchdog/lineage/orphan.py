@@ -1,0 +1,130 @@
+"""Orphan origin: the process was re-parented; whatever started it has exited.
+
+When a parent exits, the kernel hands its children to the nearest ancestor marked
+``PR_SET_CHILD_SUBREAPER`` or, failing that, to PID 1 of the PID namespace
+(prctl(2), "PR_SET_CHILD_SUBREAPER"). So the parent of an orphan is not what started
+it: PID 1 (of the host or of a nested PID namespace), or a known subreaper such as
+``systemd --user``. This resolver runs last, after systemd, and keeps whatever clue is
+left (a Slurm job id from the cgroup or environment, a supervisord program name, the
+cgroup path) in fields and evidence: a worker of an ended Slurm job that still holds
+GPU memory is an orphan with ``slurm_job_id`` set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from watchdog.lineage.base import ResolveContext, exe_name
+from watchdog.lineage.cgroup import parse_cgroup, systemd_path
+from watchdog.lineage.slurm import cgroup_clue, environ_clue, query_job
+from watchdog.lineage.supervisor import command_names
+from watchdog.model import Origin, Proc
+
+MESSAGE = "orphan (parent exited)"
+# Processes that set PR_SET_CHILD_SUBREAPER and so adopt orphans below them.
+_SUBREAPERS = frozenset({"tini", "catatonit", "dumb-init", "s6-svscan"})
+
+
+def adopter(proc: Proc, ctx: ResolveContext) -> str | None:
+    """Describe the process that adopted ``proc``, if its parent is an adopter.
+
+    Args:
+        proc: The process in question.
+        ctx: Gives the process table (for the parent's names and NSpid).
+
+    Returns:
+        A phrase such as ``PID 1 (process_api)`` or ``subreaper PID 812 (systemd --user)``,
+        or None when the parent is an ordinary process (not an orphan).
+    """
+    if proc.pid <= 1 or proc.ppid <= 0:
+        return None
+    parent = ctx.table.get(proc.ppid)
+    label = exe_name(parent) if parent is not None else "not visible"
+    if proc.ppid == 1:
+        return f"PID 1 ({label})"
+    if parent is None:
+        return None
+    if len(parent.nspid) > 1 and parent.nspid[-1] == 1:
+        return f"PID 1 of a nested PID namespace (host PID {parent.pid}, {label})"
+    names = command_names(parent)
+    if "systemd" in names and "--user" in parent.cmdline:
+        return f"subreaper PID {parent.pid} (systemd --user)"
+    if names & _SUBREAPERS:
+        return f"subreaper PID {parent.pid} ({label})"
+    return None
+
+
+class OrphanResolver:
+    """Reports a re-parented process, keeping any clue to what started it.
+
+    Origin fields: ``message`` (``orphan (parent exited)``), ``parent_pid``, ``cgroup``
+    (systemd-hierarchy path), ``slurm_job_id`` and ``slurm_job_state`` (when a Slurm job
+    clue remains), ``supervisor_program`` (``SUPERVISOR_PROCESS_NAME``), ``unit`` and
+    ``session`` (from the cgroup, when named). Remediation ``kill -TERM PID``: nothing
+    will restart it from here, the starter is gone.
+    """
+
+    name = "orphan"
+
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
+        """See :class:`~watchdog.lineage.base.OriginResolver`."""
+        if not lineage:
+            return None
+        proc = lineage[0]
+        by = adopter(proc, ctx)
+        if by is None:
+            return None
+        evidence = [MESSAGE, f"PID {proc.pid} was adopted by {by}"]
+        fields: dict[str, Any] = {
+            "message": MESSAGE,
+            "parent_pid": proc.ppid,
+            "cgroup": systemd_path(proc.cgroup),
+            "slurm_job_id": None,
+            "slurm_job_state": None,
+            "supervisor_program": None,
+            "unit": None,
+            "session": None,
+        }
+        info = parse_cgroup(proc.cgroup)
+        if info is not None:
+            fields["unit"] = info.unit
+            fields["session"] = info.session
+            evidence.append(f"cgroup {info.path}")
+        self._slurm(proc, ctx, fields, evidence)
+        env = ctx.table.environ(proc.pid) or {}
+        program = env.get("SUPERVISOR_PROCESS_NAME")
+        if program:
+            fields["supervisor_program"] = program
+            evidence.append(
+                f"SUPERVISOR_PROCESS_NAME={program} in its environment: a supervisord that "
+                "is gone started it; a restarted supervisord runs another copy"
+            )
+        return Origin(
+            kind="orphan",
+            evidence=tuple(evidence),
+            remediation=f"kill -TERM {proc.pid}",
+            fields=fields,
+        )
+
+    @staticmethod
+    def _slurm(
+        proc: Proc, ctx: ResolveContext, fields: dict[str, Any], evidence: list[str]
+    ) -> None:
+        clue = cgroup_clue(proc)
+        if clue is None:
+            found = environ_clue([proc], ctx)
+            clue = found[0] if found else None
+        if clue is None:
+            return
+        fields["slurm_job_id"] = clue.job_id
+        where = "cgroup" if clue.source == "cgroup" else "environment"
+        job = query_job(clue.job_id, ctx)
+        fields["slurm_job_state"] = job.state
+        if job.status == "gone":
+            said = f"{job.via} no longer knows job {clue.job_id}: the job has ended"
+        elif job.status == "found":
+            said = f"{job.via}: job {clue.job_id} is {job.state}"
+        else:
+            said = f"Slurm not asked ({job.via})"
+        evidence.append(f"{where} names Slurm job {clue.job_id} ({clue.text}); {said}")

@@ -1,0 +1,213 @@
+"""Shell origin: a person started the job by hand from a login session.
+
+Only a login or interactive clue counts, never a shell by itself (a ``bash -c`` under a
+systemd service or cron is not a person at a keyboard):
+
+* an ``sshd`` (or dropbear, mosh-server) ancestor, with the client address from
+  ``SSH_CONNECTION`` ("client-ip client-port server-ip server-port") or ``SSH_CLIENT``
+  ("client-ip client-port server-port") in the environment where readable (ssh(1)
+  "ENVIRONMENT");
+* a tmux or screen session: ``TMUX`` ("socket,server-pid,session-index", tmux(1)) or
+  ``STY`` ("pid.tty.host", screen(1)) in the environment, or their server as ancestor;
+* a ``login`` ancestor (console or serial login);
+* a controlling terminal: ``tty_nr`` of ``/proc/PID/stat`` (proc(5)) or fd 0 on a
+  ``/dev/pts/N`` or ``/dev/ttyN``;
+* a logind session cgroup ``session-N.scope``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from watchdog.lineage.base import ResolveContext, exe_name
+from watchdog.lineage.cgroup import parse_cgroup
+from watchdog.model import Origin, Proc
+
+_REMOTE = frozenset({"sshd", "dropbear", "mosh-server"})
+_TMUX = frozenset({"tmux", "tmux: server"})
+_SCREEN = frozenset({"screen", "SCREEN"})
+
+
+def tty_name(tty_nr: int) -> str | None:
+    """Device name of a ``tty_nr`` as encoded in ``/proc/PID/stat`` field 7.
+
+    The kernel packs ``major`` in bits 8-19 and ``minor`` in bits 0-7 and 20-31
+    (``new_encode_dev``); majors 136-143 are Unix98 ptys (``/dev/pts/N``), major 4 is
+    virtual consoles (minor < 64) and serial ports (``ttyS``), per the kernel's
+    Documentation/admin-guide/devices.txt.
+
+    Args:
+        tty_nr: The raw field; 0 means no controlling terminal.
+
+    Returns:
+        ``/dev/pts/3``, ``/dev/tty1``, ``/dev/ttyS0``; None for no terminal or a device
+        that is not a login terminal (``/dev/console`` and others).
+    """
+    if tty_nr <= 0:
+        return None
+    major = (tty_nr >> 8) & 0xFFF
+    minor = (tty_nr & 0xFF) | ((tty_nr >> 12) & 0xFFF00)
+    if 136 <= major <= 143:
+        return f"/dev/pts/{(major - 136) * 256 + minor}"
+    if major == 4 and 1 <= minor < 64:
+        return f"/dev/tty{minor}"
+    if major == 4 and minor >= 64:
+        return f"/dev/ttyS{minor - 64}"
+    return None
+
+
+def _read_tty_nr(proc_root: str, pid: int) -> int:
+    try:
+        with open(f"{proc_root}/{pid}/stat", "rb") as fh:
+            text = fh.read().decode("utf-8", "surrogateescape")
+        return int(text[text.rfind(")") + 2 :].split()[4])  # field 7 (tty_nr)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def controlling_tty(proc_root: str, pid: int) -> str | None:
+    """The login terminal of ``pid``: its controlling tty, else what fd 0 points at.
+
+    Args:
+        proc_root: procfs mount (fixture trees pass their own).
+        pid: Process to inspect.
+
+    Returns:
+        ``/dev/pts/N``, ``/dev/ttyN`` or ``/dev/ttySN``, or None.
+    """
+    name = tty_name(_read_tty_nr(proc_root, pid))
+    if name is not None:
+        return name
+    try:
+        target = os.readlink(f"{proc_root}/{pid}/fd/0")
+    except OSError:
+        return None
+    if target.startswith("/dev/pts/") or (
+        target.startswith("/dev/tty") and target[len("/dev/tty") :][:1].isalnum()
+    ):
+        return target
+    return None
+
+
+@dataclass
+class _Clues:
+    remote: list[str] = field(default_factory=list)
+    mux: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    client: str | None = None
+    login: Proc | None = None
+
+
+def _names(proc: Proc) -> set[str]:
+    names = {exe_name(proc)}
+    if proc.cmdline:
+        names.add(proc.cmdline[0].rsplit("/", 1)[-1])
+        names.add(proc.cmdline[0].split(":", 1)[0])  # "sshd: alice@pts/0", "tmux: server"
+    return names
+
+
+def _env_clues(lineage: Sequence[Proc], ctx: ResolveContext, clues: _Clues) -> None:
+    found: set[str] = set()
+    for proc in lineage:
+        env = ctx.table.environ(proc.pid)
+        if not env:
+            continue
+        if "ssh" not in found and (env.get("SSH_CONNECTION") or env.get("SSH_CLIENT")):
+            found.add("ssh")
+            key = "SSH_CONNECTION" if env.get("SSH_CONNECTION") else "SSH_CLIENT"
+            parts = env[key].split()
+            if len(parts) >= 2:
+                clues.client = parts[0]
+                clues.remote.append(f"ssh from {parts[0]} port {parts[1]}")
+                clues.evidence.append(f"{key}={env[key]} in the environment of PID {proc.pid}")
+        if "tmux" not in found and env.get("TMUX"):
+            found.add("tmux")
+            parts = env["TMUX"].split(",")
+            index = parts[2] if len(parts) >= 3 else "?"
+            clues.mux.append(f"tmux session {index}")
+            clues.evidence.append(f"TMUX={env['TMUX']} in the environment of PID {proc.pid}")
+        if "screen" not in found and env.get("STY"):
+            found.add("screen")
+            clues.mux.append(f"screen session {env['STY']}")
+            clues.evidence.append(f"STY={env['STY']} in the environment of PID {proc.pid}")
+
+
+def _ancestor_clues(lineage: Sequence[Proc], clues: _Clues) -> None:
+    for proc in lineage[1:]:
+        names = _names(proc)
+        if names & _REMOTE:
+            clues.evidence.append(f"ancestor PID {proc.pid} is {proc.args_text}")
+            if not clues.remote:
+                clues.remote.append(f"ssh session ({proc.args_text})")
+        elif names & _TMUX:
+            clues.evidence.append(f"ancestor PID {proc.pid} is the tmux server")
+            if not any(m.startswith("tmux") for m in clues.mux):
+                clues.mux.append(f"tmux server PID {proc.pid}")
+        elif names & _SCREEN:
+            clues.evidence.append(f"ancestor PID {proc.pid} is screen")
+            if not any(m.startswith("screen") for m in clues.mux):
+                clues.mux.append(f"screen PID {proc.pid}")
+        elif "login" in names and clues.login is None:
+            clues.login = proc
+            clues.evidence.append(f"ancestor PID {proc.pid} is login")
+
+
+class ShellResolver:
+    """Names the login session a job was started from by hand.
+
+    Origin fields: ``session`` (summary such as ``ssh from 10.0.0.5 port 51234, tmux
+    session 0``, or ``session-4.scope``), ``user``, ``client`` (ssh client address),
+    ``tty``, ``login_session`` (logind scope). Remediation ``kill -TERM -- -PGID`` for
+    the job's own process group, else ``kill -TERM PID``.
+    """
+
+    name = "shell"
+
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
+        """See :class:`~watchdog.lineage.base.OriginResolver`."""
+        if not lineage:
+            return None
+        proc = lineage[0]
+        clues = _Clues()
+        _env_clues(lineage, ctx, clues)
+        _ancestor_clues(lineage, clues)
+        tty = controlling_tty(ctx.table.proc_root, proc.pid)
+        info = parse_cgroup(proc.cgroup)
+        scope = info.session if info is not None else None
+        if tty is not None:
+            clues.evidence.append(f"PID {proc.pid} has terminal {tty}")
+        if scope is not None:
+            clues.evidence.append(f"cgroup of PID {proc.pid} is login session {scope}")
+        parts = clues.remote + clues.mux
+        if not parts and clues.login is not None:
+            parts.append(f"login on {tty}" if tty else "console login")
+        if not parts and tty is not None:
+            parts.append(f"terminal {tty}")
+        if not parts and scope is not None:
+            parts.append(scope)
+        if not parts:
+            return None
+        session = ", ".join(parts)
+        user = proc.user or "the owner"
+        ask = f"ask {user}; the job was started by hand from {session}"
+        clues.evidence.append(ask)
+        if proc.pgid > 1 and (proc.pgid != proc.sid or proc.pgid == proc.pid):
+            remediation = f"kill -TERM -- -{proc.pgid}"
+        else:
+            # The job shares the session leader's group: killing the group would end
+            # the person's login shell too.
+            remediation = f"kill -TERM {proc.pid}"
+        return Origin(
+            kind="shell",
+            evidence=tuple(clues.evidence),
+            remediation=remediation,
+            fields={
+                "session": session,
+                "user": proc.user,
+                "client": clues.client,
+                "tty": tty,
+                "login_session": scope,
+            },
+        )

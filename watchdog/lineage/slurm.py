@@ -1,0 +1,435 @@
+"""Slurm origin: the process belongs to a Slurm job step.
+
+Clues, strongest first:
+
+1. a ``slurmstepd`` ancestor. slurmstepd renames itself with setproctitle to
+   ``slurmstepd: [JOBID.STEP]`` (STEP is ``batch``, ``extern``, ``interactive`` or a
+   number), so the job id is read from its command line, never from ``comm``; Debian's
+   binary is ``/usr/sbin/slurmstepd-wlm``, hence the prefix match on the exe name;
+2. a job cgroup: cgroup v1 ``/slurm/uid_UID/job_JOBID/step_STEP`` (proctrack/cgroup,
+   task/cgroup) or cgroup v2 ``/system.slice/slurmstepd.scope/job_JOBID/step_STEP/...``
+   (Slurm's cgroup/v2 plugin; ``NODE_slurmstepd.scope`` with several slurmd per host);
+3. ``SLURM_JOB_ID`` in ``/proc/PID/environ`` of the process or an ancestor (slurmstepd
+   exports it to every task, sbatch(1) "OUTPUT ENVIRONMENT VARIABLES").
+
+Job name, account, user and partition come from ``squeue --json -j ID`` or, where that
+fails, ``scontrol show job ID -o``. Without a live slurmstepd ancestor the resolver
+only claims a job Slurm still runs: a process whose job has ended (or that Slurm cannot
+be asked about while it hangs off PID 1) is left to the orphan resolver, which keeps the
+job id as a clue.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from watchdog.lineage.base import ResolveContext, exe_name
+from watchdog.lineage.cgroup import parse_cgroup
+from watchdog.model import Origin, Proc
+
+_STEPD_TITLE = re.compile(r"^slurmstepd:\s*\[(?P<job>\d+)(?:\.(?P<step>[^\]\s]+))?\]")
+_STEP_AFTER_JOB = r"/job_{job}/step_(?P<step>[^/]+)"
+# Job states after which no process of the job should exist (squeue(1) "JOB STATE CODES").
+TERMINAL_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "TIMEOUT",
+    }
+)
+_CLI_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class SlurmClue:
+    """Where a Slurm job id was found.
+
+    Attributes:
+        job_id: The numeric job id.
+        step: Step name (``batch``, ``0``...) when known.
+        source: ``slurmstepd``, ``cgroup`` or ``environ``.
+        pid: PID whose command line, cgroup or environment held the clue.
+        text: The line or variable that held it, for evidence.
+    """
+
+    job_id: int
+    step: str | None
+    source: Literal["slurmstepd", "cgroup", "environ"]
+    pid: int
+    text: str
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """What Slurm said about one job.
+
+    Attributes:
+        job_id: The job asked about.
+        status: ``found`` (Slurm knows the job), ``gone`` (Slurm says the id is invalid,
+            i.e. the job ended more than MinJobAge ago), or ``unavailable`` (no CLI, no
+            controller, unparsable answer).
+        job_name: ``JobName`` / ``name``.
+        account: ``Account``; None when unset (``(null)``) or unknown.
+        user: Owner's user name.
+        partition: Partition name.
+        state: Base job state such as ``RUNNING``, ``PENDING``, ``COMPLETED``.
+        via: The command that answered (``squeue --json`` or ``scontrol``), or a reason.
+    """
+
+    job_id: int
+    status: Literal["found", "gone", "unavailable"]
+    job_name: str | None = None
+    account: str | None = None
+    user: str | None = None
+    partition: str | None = None
+    state: str | None = None
+    via: str = ""
+
+    @property
+    def ended(self) -> bool:
+        """True when Slurm no longer runs the job (gone, or in a terminal state)."""
+        return self.status == "gone" or (
+            self.status == "found" and self.state is not None and self.state in TERMINAL_STATES
+        )
+
+
+def stepd_clue(proc: Proc) -> SlurmClue | None:
+    """Read ``slurmstepd: [JOBID.STEP]`` from a process title.
+
+    Args:
+        proc: Any process; only slurmstepd processes yield a clue.
+
+    Returns:
+        The clue, or None when ``proc`` is not a slurmstepd with a parsable title.
+    """
+    title = " ".join(proc.cmdline)
+    m = _STEPD_TITLE.match(title)
+    if m is None:
+        return None
+    return SlurmClue(int(m["job"]), m["step"], "slurmstepd", proc.pid, title)
+
+
+def is_slurmstepd(proc: Proc) -> bool:
+    """True for a slurmstepd process, by exe name or by its set title."""
+    return exe_name(proc).startswith("slurmstepd") or bool(
+        proc.cmdline and proc.cmdline[0].startswith("slurmstepd:")
+    )
+
+
+def cgroup_clue(proc: Proc) -> SlurmClue | None:
+    """Find a Slurm job cgroup among the lines of ``/proc/PID/cgroup``.
+
+    The layouts (v1 ``/slurm/uid_N/job_N/step_S``, v2 ``slurmstepd.scope/job_N/step_S``)
+    are parsed by :func:`watchdog.lineage.cgroup.parse_cgroup`; the step is read here.
+
+    Args:
+        proc: The process whose ``cgroup`` lines are searched.
+
+    Returns:
+        The clue, or None when no line names a Slurm job.
+    """
+    info = parse_cgroup(proc.cgroup)
+    if info is None or info.slurm_job_id is None:
+        return None
+    job = info.slurm_job_id
+    line = next((ln for ln in proc.cgroup if f"/job_{job}" in ln), info.path)
+    m = re.search(_STEP_AFTER_JOB.format(job=job), line)
+    return SlurmClue(job, m["step"] if m else None, "cgroup", proc.pid, line)
+
+
+def environ_clue(
+    procs: Iterable[Proc], ctx: ResolveContext
+) -> tuple[SlurmClue, dict[str, str]] | None:
+    """Find ``SLURM_JOB_ID`` (or the older ``SLURM_JOBID``) in the environment.
+
+    Args:
+        procs: Processes to read, nearest first.
+        ctx: Gives the process table's ``environ`` reader.
+
+    Returns:
+        The clue and the whole environment it came from, or None.
+    """
+    for proc in procs:
+        env = ctx.table.environ(proc.pid)
+        if not env:
+            continue
+        for key in ("SLURM_JOB_ID", "SLURM_JOBID"):
+            value = env.get(key, "")
+            if value.isdigit():
+                step = env.get("SLURM_STEP_ID")
+                clue = SlurmClue(int(value), step, "environ", proc.pid, f"{key}={value}")
+                return clue, env
+    return None
+
+
+# -- asking Slurm ------------------------------------------------------------------------
+
+
+def _state_text(value: Any) -> str | None:
+    # 22.05 gives "RUNNING"; 23.02+ gives ["RUNNING", "COMPLETING"...], base state first.
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return value if isinstance(value, str) and value else None
+
+
+def _job_id_of(value: Any) -> int | None:
+    # 23.02+ wraps numbers as {"set": true, "infinite": false, "number": N}.
+    if isinstance(value, dict):
+        value = value.get("number")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value and value != "(null)" else None
+
+
+def parse_squeue_json(text: str, job_id: int) -> SlurmJob | None:
+    """Pick one job out of ``squeue --json`` output.
+
+    Slurm 22.05's squeue ignores ``-j`` when ``--json`` is given and lists every job,
+    so the job is looked up by ``job_id`` here rather than taken as the first entry.
+
+    Args:
+        text: The command's stdout (the OpenAPI ``{"meta", "errors", "jobs"}`` document).
+        job_id: The job wanted.
+
+    Returns:
+        ``found`` with the job's fields, ``gone`` when the listing lacks the job, or None
+        when the text is not such a document.
+    """
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        return None
+    for job in jobs:
+        if isinstance(job, dict) and _job_id_of(job.get("job_id")) == job_id:
+            return SlurmJob(
+                job_id=job_id,
+                status="found",
+                job_name=_text(job.get("name")),
+                account=_text(job.get("account")),
+                user=_text(job.get("user_name")),
+                partition=_text(job.get("partition")),
+                state=_state_text(job.get("job_state")),
+                via="squeue --json",
+            )
+    return SlurmJob(job_id, "gone", via="squeue --json")
+
+
+_SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
+
+
+def parse_scontrol_record(text: str) -> dict[str, str]:
+    """Split one ``scontrol show job -o`` line into its ``Key=Value`` pairs.
+
+    Values may contain spaces (``Comment``, ``Command``), so each value runs to the next
+    whitespace-preceded ``Key=``; values holding ``=`` without a space before
+    (``TRES=cpu=1,node=1``) stay whole.
+
+    Args:
+        text: One record (the first line is used).
+
+    Returns:
+        Mapping key → value with surrounding whitespace stripped.
+    """
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    keys = list(_SCONTROL_KEY.finditer(line))
+    out: dict[str, str] = {}
+    for i, m in enumerate(keys):
+        end = keys[i + 1].start() if i + 1 < len(keys) else len(line)
+        out[m.group(1)] = line[m.end() : end].strip()
+    return out
+
+
+def parse_scontrol_job(text: str, job_id: int) -> SlurmJob | None:
+    """Read a job from ``scontrol show job ID -o`` output.
+
+    Args:
+        text: The command's stdout.
+        job_id: The job asked about.
+
+    Returns:
+        ``found`` with the job's fields, or None when the record has no matching ``JobId``.
+    """
+    rec = parse_scontrol_record(text)
+    if rec.get("JobId") != str(job_id):
+        return None
+    user = rec.get("UserId", "")
+    return SlurmJob(
+        job_id=job_id,
+        status="found",
+        job_name=_text(rec.get("JobName")),
+        account=_text(rec.get("Account")),
+        user=_text(user.split("(", 1)[0]),  # "root(0)"
+        partition=_text(rec.get("Partition")),
+        state=_text(rec.get("JobState")),
+        via="scontrol",
+    )
+
+
+def _invalid_id(stderr: str) -> bool:
+    # slurm_load_jobs error: Invalid job id specified (ESLURM_INVALID_JOB_ID)
+    return "invalid job id" in stderr.lower()
+
+
+def query_job(job_id: int, ctx: ResolveContext) -> SlurmJob:
+    """Ask Slurm about a job, once per scan (cached in ``ctx.cache``).
+
+    Tries ``squeue --json -j ID`` first, then ``scontrol show job ID -o`` (Slurm
+    builds without the JSON plugin, or a failing controller query).
+
+    Args:
+        job_id: Numeric Slurm job id.
+        ctx: Provides ``run_cmd``, ``use_slurm_cli`` and the cache.
+
+    Returns:
+        The answer; ``status="unavailable"`` when the CLI is disabled or absent, or the
+        controller did not answer.
+    """
+    key = f"slurm:job:{job_id}"
+    cached = ctx.cache.get(key)
+    if isinstance(cached, SlurmJob):
+        return cached
+    if not ctx.use_slurm_cli:
+        answer = SlurmJob(job_id, "unavailable", via="Slurm CLI disabled (use_slurm_cli)")
+    else:
+        answer = _ask(job_id, ctx)
+    ctx.cache[key] = answer
+    return answer
+
+
+def _ask(job_id: int, ctx: ResolveContext) -> SlurmJob:
+    res = ctx.run_cmd(["squeue", "--json", "-j", str(job_id)], _CLI_TIMEOUT_S)
+    if res is not None:
+        if res.returncode == 0:
+            parsed = parse_squeue_json(res.stdout, job_id)
+            if parsed is not None:
+                return parsed
+        elif _invalid_id(res.stderr):
+            return SlurmJob(job_id, "gone", via="squeue")
+    res = ctx.run_cmd(["scontrol", "show", "job", str(job_id), "-o"], _CLI_TIMEOUT_S)
+    if res is None:
+        return SlurmJob(job_id, "unavailable", via="squeue/scontrol not runnable")
+    if res.returncode == 0:
+        parsed = parse_scontrol_job(res.stdout, job_id)
+        if parsed is not None:
+            return parsed
+    elif _invalid_id(res.stderr + res.stdout):
+        return SlurmJob(job_id, "gone", via="scontrol")
+    why = (res.stderr or res.stdout).strip().splitlines()
+    return SlurmJob(job_id, "unavailable", via=f"scontrol: {why[0] if why else res.returncode}")
+
+
+# -- the resolver ------------------------------------------------------------------------
+
+
+def parent_is_init(proc: Proc, ctx: ResolveContext) -> bool:
+    """True when ``proc`` hangs off PID 1 of the host or of a nested PID namespace."""
+    if proc.ppid == 1:
+        return True
+    parent = ctx.table.get(proc.ppid)
+    return parent is not None and len(parent.nspid) > 1 and parent.nspid[-1] == 1
+
+
+class SlurmResolver:
+    """Names the Slurm job a process runs in.
+
+    Origin fields: ``job_id`` (int), ``job_name``, ``account``, ``user``, ``partition``,
+    ``step``, ``state`` (each None when unknown). Remediation: ``scancel JOBID``.
+    """
+
+    name = "slurm"
+
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
+        """See :class:`~watchdog.lineage.base.OriginResolver`."""
+        if not lineage:
+            return None
+        stepd = next((p for p in lineage if is_slurmstepd(p)), None)
+        below = lineage if stepd is None else lineage[: lineage.index(stepd)]
+        clue = stepd_clue(stepd) if stepd is not None else None
+        clue = clue or cgroup_clue(lineage[0])
+        env_found = environ_clue(below, ctx)
+        env = env_found[1] if env_found else {}
+        if clue is None and env_found is not None:
+            clue = env_found[0]
+        if clue is None:
+            return None
+        job = query_job(clue.job_id, ctx)
+        evidence = [_clue_text(clue)]
+        if stepd is None:
+            # Without a live slurmstepd only a job Slurm still runs is a Slurm origin;
+            # the rest is an orphan of an ended job (see watchdog.lineage.orphan).
+            if job.ended:
+                return None
+            if job.status == "unavailable" and parent_is_init(lineage[0], ctx):
+                return None
+        elif clue.source != "slurmstepd":
+            evidence.append(f"ancestor PID {stepd.pid} is {exe_name(stepd)}")
+        fields = _fields(clue, job, env, lineage[0])
+        evidence.append(_job_text(job, fields))
+        return Origin(
+            kind="slurm",
+            evidence=tuple(evidence),
+            remediation=f"scancel {clue.job_id}",
+            fields=fields,
+        )
+
+
+def _clue_text(clue: SlurmClue) -> str:
+    if clue.source == "slurmstepd":
+        return f"ancestor PID {clue.pid} is {clue.text}"
+    if clue.source == "cgroup":
+        return f"cgroup of PID {clue.pid} is a Slurm job cgroup: {clue.text}"
+    return f"{clue.text} in the environment of PID {clue.pid}"
+
+
+def _fields(clue: SlurmClue, job: SlurmJob, env: dict[str, str], proc: Proc) -> dict[str, Any]:
+    if job.status == "found":
+        name, account, user, partition = job.job_name, job.account, job.user, job.partition
+    else:
+        # Slurm could not be asked: what sbatch exported to the job is the best account.
+        name = env.get("SLURM_JOB_NAME") or None
+        account = env.get("SLURM_JOB_ACCOUNT") or None
+        user = env.get("SLURM_JOB_USER") or proc.user
+        partition = env.get("SLURM_JOB_PARTITION") or None
+    return {
+        "job_id": clue.job_id,
+        "job_name": name,
+        "account": account,
+        "user": user,
+        "partition": partition,
+        "step": clue.step,
+        "state": job.state,
+    }
+
+
+def _job_text(job: SlurmJob, fields: dict[str, Any]) -> str:
+    if job.status == "found":
+        return (
+            f"{job.via}: job {job.job_id} name {job.job_name!r} account {job.account!r} "
+            f"user {job.user!r} is {job.state}"
+        )
+    if fields["job_name"] is not None or fields["account"] is not None:
+        return (
+            f"Slurm not asked ({job.via}); job name {fields['job_name']!r} and account "
+            f"{fields['account']!r} from SLURM_JOB_* in the job's environment"
+        )
+    return f"Slurm not asked ({job.via}); job name and account unknown"

@@ -1,0 +1,580 @@
+"""Origin resolver for processes that run inside a systemd unit (system or user manager).
+
+The unit comes from ``/proc/PID/cgroup`` (:mod:`watchdog.lineage.cgroup`). When the host's
+systemd is reachable (``/run/systemd/system`` exists, sd_booted(3)) and the context allows
+it, ``systemctl show`` supplies the unit file, ``Restart=``, ``TriggeredBy=`` and the
+timer's next elapse; otherwise the unit and timer files are read from the unit search path
+(:mod:`watchdog.lineage.unitfile`) and a calendar timer's next elapse is computed with
+``systemd-analyze calendar`` when that program exists.
+
+Passes (returns None) for: no cgroup, the root or ``init.scope``, login sessions
+(``session-N.scope``: the shell resolver's), container and Slurm cgroups (their resolvers
+run first), the user manager itself, and the cron/at daemons' units. Cron's unit is left
+alone on purpose: the cron resolver runs before this one, and when it could not match a
+line, naming ``cron.service`` would hide that fact; the orphan/unknown resolvers say more.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shlex
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from watchdog.lineage.base import ResolveContext
+from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
+from watchdog.lineage.unitfile import UnitFile, find_timers, load_unit
+from watchdog.model import Origin, Proc
+
+# Units whose processes other resolvers own or that say nothing about a job's source.
+PASS_UNITS = frozenset(
+    ("init.scope", "cron.service", "crond.service", "cronie.service", "atd.service")
+)
+RESTARTING = frozenset(
+    ("always", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort")
+)
+DEFAULT_USER_UNIT_DIRS = (
+    "{home}/.config/systemd/user",
+    "/etc/systemd/user",
+    "/run/user/{uid}/systemd/user",
+    "/run/systemd/user",
+    "{home}/.local/share/systemd/user",
+    "/usr/local/lib/systemd/user",
+    "/usr/lib/systemd/user",
+    "/lib/systemd/user",
+)  # systemd.unit(5) "User Unit Search Path", without the transient/generator dirs
+SHOW_SERVICE = ("Id", "FragmentPath", "DropInPaths", "Restart", "MainPID", "TriggeredBy")
+SHOW_TIMER = (
+    "Id",
+    "FragmentPath",
+    "Unit",
+    "TimersCalendar",
+    "TimersMonotonic",
+    "NextElapseUSecRealtime",
+)
+_CMD_TIMEOUT_S = 5.0
+_TS = re.compile(r"^(?:[A-Za-z]{3} )?(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?: (\S+))?$")
+_SPAN_UNITS = {
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+    "month": 2629800.0,
+    "y": 31557600.0,
+}  # time-util.c: a month is 30.44 days, a year 365.25 days
+_SPAN = re.compile(r"([\d.]+)\s*(us|ms|min|month|s|h|d|w|y)")
+
+
+# -- systemctl output -------------------------------------------------------------------
+
+
+def parse_show(text: str) -> dict[str, list[str]]:
+    """Parse ``systemctl show -p ...`` output into ``key -> values`` (repeats kept).
+
+    Args:
+        text: ``KEY=VALUE`` lines as printed by ``systemctl show``.
+    """
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def parse_timestamp(text: str, now: datetime) -> datetime | None:
+    """Parse a systemd timestamp such as ``Sun 2026-12-06 02:00:00 UTC``.
+
+    systemd prints local time with the zone abbreviation (systemd.time(7)). ``UTC`` is
+    taken literally; any other abbreviation is read as the local zone.
+
+    Args:
+        text: The timestamp; empty or ``n/a`` means none.
+        now: Only its tzinfo is used when the text names no zone.
+
+    Returns:
+        A timezone-aware datetime, or None.
+    """
+    m = _TS.match(text.strip())
+    if not m:
+        return None
+    naive = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
+    if m.group(2) in ("UTC", "GMT", "Z"):
+        return naive.replace(tzinfo=UTC)
+    return naive.astimezone()  # local time → aware
+
+
+def parse_timespan_s(text: str) -> float | None:
+    """Seconds in a systemd timespan such as ``6min 54.866838s`` (systemd.time(7))."""
+    parts = _SPAN.findall(text)
+    if not parts:
+        return None
+    return sum(float(num) * _SPAN_UNITS[unit] for num, unit in parts)
+
+
+def _timer_entries(values: Sequence[str]) -> list[dict[str, str]]:
+    # "{ OnCalendar=Sun *-*-* 02:00:00 ; next_elapse=Sun 2026-12-06 02:00:00 UTC }"
+    out = []
+    for v in values:
+        body = v.strip().removeprefix("{").removesuffix("}")
+        entry: dict[str, str] = {}
+        for item in body.split(" ; "):
+            k, sep, val = item.strip().partition("=")
+            if sep:
+                entry[k] = val
+        if entry:
+            out.append(entry)
+    return out
+
+
+# -- results --------------------------------------------------------------------------
+
+
+@dataclass
+class TimerFacts:
+    """What is known about the timer that starts a unit."""
+
+    name: str
+    unit_file: str | None = None
+    schedule: list[str] = field(default_factory=list)
+    next_run: datetime | None = None
+    next_source: str = ""
+
+
+@dataclass
+class UnitFacts:
+    """What is known about a unit, from systemctl and/or its files."""
+
+    name: str
+    unit_file: str | None = None
+    dropins: list[str] = field(default_factory=list)
+    exec_start: list[str] = field(default_factory=list)
+    restart: str | None = None
+    main_pid: int | None = None
+    timers: list[TimerFacts] = field(default_factory=list)
+    other_triggers: list[str] = field(default_factory=list)
+    live: bool = False
+
+
+def _owner_uid(info: CgroupInfo) -> int | None:
+    if info.user_uid is not None:
+        return info.user_uid
+    m = re.search(r"/user@(\d+)\.service(?:/|$)", info.path)
+    return int(m.group(1)) if m else None
+
+
+def _script_token(proc: Proc) -> str | None:
+    # The distinctive word a crontab line would contain: the script for interpreters.
+    argv = proc.cmdline
+    if not argv:
+        return None
+    base = argv[0].rsplit("/", 1)[-1]
+    if re.match(r"^(python[\d.]*|bash|sh|dash|perl|ruby|node)$", base):
+        for arg in argv[1:]:
+            if not arg.startswith("-"):
+                return arg
+    return argv[0]
+
+
+class SystemdResolver:
+    """Names the systemd unit (and its timer) a process runs in.
+
+    Args:
+        systemd_run_dir: Exists only when systemd is the running init (sd_booted(3));
+            tests point it elsewhere.
+        user_unit_dirs: User unit search path; ``{home}`` and ``{uid}`` are replaced with
+            the unit owner's home and UID.
+        systemctl: The ``systemctl`` program.
+        systemd_analyze: The ``systemd-analyze`` program, for calendar next-elapse times.
+    """
+
+    name = "systemd"
+
+    def __init__(
+        self,
+        *,
+        systemd_run_dir: str = "/run/systemd/system",
+        user_unit_dirs: Sequence[str] = DEFAULT_USER_UNIT_DIRS,
+        systemctl: str = "systemctl",
+        systemd_analyze: str = "systemd-analyze",
+    ) -> None:
+        self.systemd_run_dir = systemd_run_dir
+        self.user_unit_dirs = tuple(user_unit_dirs)
+        self.systemctl = systemctl
+        self.systemd_analyze = systemd_analyze
+
+    # -- protocol ------------------------------------------------------------------
+
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
+        """Name the unit of ``lineage[0]``; see the module docstring for when it passes.
+
+        Args:
+            lineage: The process and its ancestors, nearest first.
+            ctx: Context; ``unit_dirs``, ``use_systemctl``, ``run_cmd``, ``now`` and the
+                cron paths (for the "no crontab entry" check) are read.
+
+        Returns:
+            A ``systemd`` origin, or None.
+        """
+        if not lineage:
+            return None
+        proc = lineage[0]
+        info = parse_cgroup(proc.cgroup)
+        if info is None or info.path in ("", "/"):
+            return None
+        if info.container_id or info.pod_uid or info.slurm_job_id is not None:
+            return None
+        unit = info.unit
+        if unit is None or unit in PASS_UNITS or info.session is not None:
+            return None
+        try:
+            if unit.startswith("user@"):
+                if info.user_unit is None or info.user_unit in PASS_UNITS:
+                    return None  # the user manager itself
+                return self._resolve_user(lineage, info, info.user_unit, ctx)
+            return self._resolve_system(lineage, info, unit, ctx)
+        except (OSError, ValueError, UnicodeError):
+            return None  # resolvers pass rather than raise
+
+    # -- system units --------------------------------------------------------------
+
+    def _reachable(self, ctx: ResolveContext) -> bool:
+        return ctx.use_systemctl and os.path.isdir(self.systemd_run_dir)
+
+    def _show(self, ctx: ResolveContext, unit: str, props: Sequence[str]) -> dict[str, list[str]]:
+        key = f"systemd:show:{unit}"
+        cached = ctx.cache.get(key)
+        if isinstance(cached, dict):
+            return cached
+        argv = [self.systemctl, "show", "--no-pager"]
+        for p in props:
+            argv += ["-p", p]
+        argv.append(unit)
+        res = ctx.run_cmd(argv, _CMD_TIMEOUT_S)
+        parsed = parse_show(res.stdout) if res is not None and res.returncode == 0 else {}
+        ctx.cache[key] = parsed
+        return parsed
+
+    def system_facts(self, unit: str, ctx: ResolveContext) -> UnitFacts:
+        """Collect facts about a system unit: systemctl first, unit files to fill gaps.
+
+        Args:
+            unit: Unit name, e.g. ``nightly.service``.
+            ctx: Context (``use_systemctl``, ``run_cmd``, ``unit_dirs``, ``now``).
+
+        Returns:
+            The facts; fields stay None/empty where nothing could be learned.
+        """
+        facts = UnitFacts(name=unit)
+        timer_names: list[str] = []
+        live_timers: dict[str, dict[str, list[str]]] = {}
+        if self._reachable(ctx):
+            show = self._show(ctx, unit, SHOW_SERVICE)
+            if show.get("Id"):
+                facts.live = True
+                facts.unit_file = (show.get("FragmentPath") or [""])[-1] or None
+                facts.dropins = " ".join(show.get("DropInPaths", [])).split()
+                facts.restart = (show.get("Restart") or [""])[-1] or None
+                pid = (show.get("MainPID") or ["0"])[-1]
+                facts.main_pid = int(pid) if pid.isdigit() and int(pid) > 0 else None
+                trig = " ".join(show.get("TriggeredBy", [])).split()
+                timer_names = [t for t in trig if t.endswith(".timer")]
+                facts.other_triggers = [t for t in trig if not t.endswith(".timer")]
+                for t in timer_names:
+                    live_timers[t] = self._show(ctx, t, SHOW_TIMER)
+        uf = load_unit(unit, ctx.unit_dirs)
+        if uf is not None:
+            facts.unit_file = facts.unit_file or uf.path
+            facts.dropins = facts.dropins or uf.dropins
+            facts.exec_start = uf.exec_start()
+            facts.restart = facts.restart or uf.restart()
+        elif facts.live and facts.unit_file:
+            # systemctl named a file outside unit_dirs (e.g. SYSTEMD_UNIT_PATH): read it.
+            uf = load_unit(unit, [os.path.dirname(facts.unit_file)])
+            if uf is not None:
+                facts.exec_start = uf.exec_start()
+        file_timers = [] if facts.live else find_timers(unit, ctx.unit_dirs)
+        if not facts.live:
+            timer_names = [t.name for t in file_timers]
+        for t in timer_names:
+            tuf = next((x for x in file_timers if x.name == t), None)
+            facts.timers.append(self._timer_facts(t, tuf, live_timers.get(t), ctx))
+        return facts
+
+    def _timer_facts(
+        self,
+        name: str,
+        tuf: UnitFile | None,
+        show: dict[str, list[str]] | None,
+        ctx: ResolveContext,
+    ) -> TimerFacts:
+        tf = TimerFacts(name=name)
+        if show:
+            tf.unit_file = (show.get("FragmentPath") or [""])[-1] or None
+        if tuf is None:
+            dirs = list(ctx.unit_dirs)
+            if tf.unit_file:
+                dirs.append(os.path.dirname(tf.unit_file))
+            tuf = load_unit(name, dirs)
+        if tuf is not None:
+            tf.unit_file = tf.unit_file or tuf.path
+            tf.schedule = tuf.timer_schedule()
+        if show:
+            cal = _timer_entries(show.get("TimersCalendar", []))
+            mono = _timer_entries(show.get("TimersMonotonic", []))
+            if not tf.schedule:
+                tf.schedule = [
+                    f"{k}={v}" for e in cal + mono for k, v in e.items() if k != "next_elapse"
+                ]
+            tf.next_run = self._live_next(cal, mono, show, ctx.now)
+            if tf.next_run is not None:
+                tf.next_source = "systemctl show"
+        if tf.next_run is None and tuf is not None:
+            tf.next_run = self._analyze_next(tuf.values("Timer", "OnCalendar"), ctx)
+            if tf.next_run is not None:
+                tf.next_source = "systemd-analyze calendar"
+        return tf
+
+    @staticmethod
+    def _live_next(
+        cal: list[dict[str, str]],
+        mono: list[dict[str, str]],
+        show: dict[str, list[str]],
+        now: datetime,
+    ) -> datetime | None:
+        cands: list[datetime] = []
+        for e in cal:
+            ts = parse_timestamp(e.get("next_elapse", ""), now)
+            if ts is not None:
+                cands.append(ts)
+        for v in show.get("NextElapseUSecRealtime", []):
+            ts = parse_timestamp(v, now)
+            if ts is not None:
+                cands.append(ts)
+        mono_now = time.clock_gettime(time.CLOCK_MONOTONIC)
+        for e in mono:
+            at_s = parse_timespan_s(e.get("next_elapse", ""))
+            # An elapsed one-shot (OnActiveSec after it fired) keeps its past time.
+            if at_s is not None and at_s > mono_now:
+                cands.append(now + timedelta(seconds=at_s - mono_now))
+        future = [c for c in cands if c > now]
+        return min(future) if future else None
+
+    def _analyze_next(self, calendars: Sequence[str], ctx: ResolveContext) -> datetime | None:
+        if not calendars or shutil.which(self.systemd_analyze) is None:
+            return None
+        best: datetime | None = None
+        for expr in calendars:
+            argv = [
+                self.systemd_analyze,
+                "calendar",
+                "--iterations=1",
+                f"--base-time=@{int(ctx.now.timestamp())}",
+                expr,
+            ]
+            res = ctx.run_cmd(argv, _CMD_TIMEOUT_S)
+            if res is None or res.returncode != 0:
+                continue
+            ts = _analyze_output(res.stdout, ctx.now)
+            if ts is not None and (best is None or ts < best):
+                best = ts
+        return best
+
+    def _resolve_system(
+        self, lineage: Sequence[Proc], info: CgroupInfo, unit: str, ctx: ResolveContext
+    ) -> Origin:
+        facts = self.system_facts(unit, ctx)
+        evidence = [f"cgroup {info.path}: system unit {unit}"]
+        return self._origin(lineage, info, unit, facts, evidence, ctx, user=None)
+
+    # -- user units ----------------------------------------------------------------
+
+    def _user_dirs(self, uid: int | None) -> list[str]:
+        home: str | None = None
+        if uid is not None:
+            try:
+                home = pwd.getpwuid(uid).pw_dir
+            except KeyError:
+                home = None
+        out = []
+        for d in self.user_unit_dirs:
+            if "{home}" in d and home is None:
+                continue
+            if "{uid}" in d and uid is None:
+                continue
+            out.append(d.replace("{home}", home or "").replace("{uid}", str(uid)))
+        return out
+
+    def _resolve_user(
+        self, lineage: Sequence[Proc], info: CgroupInfo, unit: str, ctx: ResolveContext
+    ) -> Origin:
+        uid = _owner_uid(info)
+        user = ctx.table.user_name(uid) if uid is not None else None
+        dirs = self._user_dirs(uid)
+        # The user manager's bus is not reachable as root without machined: files only.
+        facts = UnitFacts(name=unit)
+        uf = load_unit(unit, dirs)
+        if uf is not None:
+            facts.unit_file = uf.path
+            facts.dropins = uf.dropins
+            facts.exec_start = uf.exec_start()
+            facts.restart = uf.restart()
+        for tuf in find_timers(unit, dirs):
+            facts.timers.append(self._timer_facts(tuf.name, tuf, None, ctx))
+        evidence = [f"cgroup {info.path}: user unit {unit} of user@{uid}.service (uid {uid})"]
+        return self._origin(lineage, info, unit, facts, evidence, ctx, user=(user, uid))
+
+    # -- common --------------------------------------------------------------------
+
+    def _origin(
+        self,
+        lineage: Sequence[Proc],
+        info: CgroupInfo,
+        unit: str,
+        facts: UnitFacts,
+        evidence: list[str],
+        ctx: ResolveContext,
+        user: tuple[str | None, int | None] | None,
+    ) -> Origin:
+        if facts.unit_file:
+            line = f"unit file {facts.unit_file}"
+            if facts.exec_start:
+                line += f": ExecStart={facts.exec_start[0]}"
+            evidence.append(line)
+        elif not unit.endswith(".scope"):
+            evidence.append(f"no unit file for {unit} found (transient unit, or not on the path)")
+        if facts.dropins:
+            evidence.append("drop-ins: " + ", ".join(facts.dropins))
+        spawner = _unit_top(lineage, info)
+        if spawner is not None and spawner.pid != lineage[0].pid:
+            evidence.append(
+                f"spawned inside {unit} by PID {spawner.pid} ({spawner.args_text}), the "
+                "unit's own process: an in-process scheduler or launcher, not a timer or cron"
+            )
+        timer = facts.timers[0] if facts.timers else None
+        if timer is not None:
+            how = "TriggeredBy (systemctl show)" if facts.live else "timer file"
+            sched = "; ".join(timer.schedule) or "no schedule found"
+            evidence.append(f"started by {timer.name} [{how}]: {sched}")
+            for extra in facts.timers[1:]:
+                evidence.append(f"also triggered by {extra.name}")
+            if timer.next_run is None:
+                evidence.append("next elapse unknown")
+            else:
+                evidence.append(f"next elapse {timer.next_run.isoformat()} ({timer.next_source})")
+        else:
+            evidence.append(f"no timer starts {unit}")
+        for trig in facts.other_triggers:
+            evidence.append(f"also triggered by {trig} (TriggeredBy)")
+        restart = facts.restart
+        if restart in RESTARTING:
+            evidence.append(
+                f"Restart={restart}: systemd starts it again when the process dies; "
+                "stop the unit, and `systemctl mask` keeps anything from starting it"
+            )
+        evidence.append(_cron_check(lineage[0], ctx))
+        fields: dict[str, Any] = {
+            "unit": unit,
+            "unit_file": facts.unit_file,
+            "timer": timer.name if timer else None,
+            "timer_schedule": "; ".join(timer.schedule) if timer and timer.schedule else None,
+            "next_run": timer.next_run.isoformat() if timer and timer.next_run else None,
+            "restart": restart,
+        }
+        if user is not None:
+            fields["user"], fields["uid"] = user
+        return Origin(
+            kind="systemd",
+            evidence=tuple(evidence),
+            remediation=_remediation(unit, timer.name if timer else None, restart, user),
+            fields=fields,
+        )
+
+
+def _unit_top(lineage: Sequence[Proc], info: CgroupInfo) -> Proc | None:
+    # Highest ancestor still in the same unit: the unit's main (or first) process.
+    key = (info.unit, info.user_unit)
+    top: Proc | None = None
+    for p in lineage:
+        other = parse_cgroup(p.cgroup)
+        if other is None or (other.unit, other.user_unit) != key:
+            break
+        top = p
+    return top
+
+
+def _remediation(
+    unit: str, timer: str | None, restart: str | None, user: tuple[str | None, int | None] | None
+) -> str:
+    ctl = "systemctl"
+    if user is not None:
+        who = user[0] if user[0] is not None else str(user[1])
+        ctl = f"systemctl --user -M {shlex.quote(who)}@"
+    u = shlex.quote(unit)
+    if unit.endswith(".scope"):
+        return f"{ctl} stop {u}"
+    if timer is not None:
+        cmd = f"{ctl} disable --now {shlex.quote(timer)} && {ctl} stop {u}"
+    else:
+        cmd = f"{ctl} disable --now {u}"
+    if restart in RESTARTING:
+        cmd += f" && {ctl} mask {u}"
+    return cmd
+
+
+def _analyze_output(text: str, now: datetime) -> datetime | None:
+    # "    Next elapse: Sun 2026-12-06 02:00:00 UTC" and, off UTC, "(in UTC): ...".
+    utc = nxt = None
+    for line in text.splitlines():
+        key, sep, value = line.partition(": ")
+        if not sep:
+            continue
+        if key.strip() == "(in UTC)":
+            utc = parse_timestamp(value, now)
+        elif key.strip() == "Next elapse":
+            nxt = parse_timestamp(value, now)
+    return utc or nxt
+
+
+def _cron_files(ctx: ResolveContext) -> list[str]:
+    files = list(ctx.cron_files)
+    for d in (ctx.cron_d_dir, *ctx.cron_spool_dirs):
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        files += [os.path.join(d, n) for n in names if os.path.isfile(os.path.join(d, n))]
+    return files
+
+
+def _cron_check(proc: Proc, ctx: ResolveContext) -> str:
+    token = _script_token(proc)
+    if token is None:
+        return "no crontab entry checked: the process has no command line"
+    # Read once per scan: every systemd-resolved job checks the same files.
+    cached = ctx.cache.get("systemd:cron-lines")
+    files: list[tuple[str, list[str]]] = []
+    if isinstance(cached, list):
+        files = cached
+    else:
+        for path in _cron_files(ctx):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    files.append((path, fh.read().splitlines()))
+            except OSError:
+                continue
+        ctx.cache["systemd:cron-lines"] = files
+    for path, lines in files:
+        for n, line in enumerate(lines, 1):
+            if token in line and not line.lstrip().startswith("#"):
+                return f"crontab {path}:{n} also mentions {token}"
+    return f"no crontab entry mentions {token} ({len(files)} crontab files read)"

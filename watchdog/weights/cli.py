@@ -1,0 +1,101 @@
+"""Command line: ``verify-weights PATH...`` and ``gate --weights PATH -- COMMAND...``.
+
+Exit codes: 0 all finite, 1 non-finite found, 2 not verified (unsupported,
+unreadable, truncated or inconsistent input). ``gate`` returns the command's
+status when it ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from watchdog.weights.api import verify
+from watchdog.weights.discover import discover
+from watchdog.weights.gate import run_gate
+from watchdog.weights.progress import ProgressBar
+
+
+def _progress(paths: list[Path], enabled: bool) -> ProgressBar | None:
+    files = discover(paths).files
+    total = 0
+    for p in files:
+        with contextlib.suppress(OSError):
+            total += os.stat(p).st_size
+    if not ProgressBar.wanted(total, sys.stderr, enabled):
+        return None
+    return ProgressBar(total, sys.stderr)
+
+
+def _run_with_bar(
+    paths: list[Path], enabled: bool, body: Callable[[ProgressBar | None], int]
+) -> int:
+    bar = _progress(paths, enabled)
+    try:
+        return body(bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """``verify-weights``: print the report (text or ``--json``) and return the exit code."""
+    paths = [Path(p) for p in args.paths]
+
+    def body(bar: ProgressBar | None) -> int:
+        report = verify(paths, progress=bar.update if bar else None)
+        if bar is not None:
+            bar.close()  # end the bar's line before the report
+        print(report.to_json() if args.json else report.render_text())
+        return report.exit_code
+
+    return _run_with_bar(paths, not args.no_progress, body)
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """``gate``: verify ``--weights`` then run the command after ``--`` only if all finite."""
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("gate: no command given after --", file=sys.stderr)
+        return 2
+    paths = [Path(p) for p in args.weights]
+    return _run_with_bar(
+        paths,
+        not args.no_progress,
+        lambda bar: run_gate(
+            paths, command, json_output=args.json, progress=bar.update if bar else None
+        ),
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``verify-weights`` and ``gate`` subcommands, each with ``func=``."""
+    p = subparsers.add_parser(
+        "verify-weights",
+        help="refuse weights holding NaN or infinity (exit 0 finite, 1 non-finite, 2 unverified)",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="weights file or model directory")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
+    p.set_defaults(func=cmd_verify)
+
+    g = subparsers.add_parser(
+        "gate", help="run a deploy command only if its weights are all finite"
+    )
+    g.add_argument(
+        "--weights",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="weights file or model directory (repeatable)",
+    )
+    g.add_argument("--json", action="store_true", help="report as JSON (on stderr)")
+    g.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
+    g.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
+    g.set_defaults(func=cmd_gate)

@@ -1,0 +1,35 @@
+"""Exceptions of the weights gate."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from watchdog.weights.report import Report
+
+
+class NotVerifiedError(Exception):
+    """A file could not be fully read and checked (unsupported, truncated, inconsistent).
+
+    The gate fails closed: a file that raised this never passes.
+    """
+
+
+class WeightsRefusedError(Exception):
+    """Raised by :func:`watchdog.weights.require_finite` when weights must not ship.
+
+    Attributes:
+        report: The full verification report.
+    """
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        super().__init__("; ".join(f.summary() for f in report.files if not f.ok))
+
+
+class NonFiniteWeightsError(WeightsRefusedError):
+    """At least one tensor holds a NaN or an infinity (CLI exit code 1)."""
+
+
+class UnverifiedWeightsError(WeightsRefusedError):
+    """No non-finite value was found but some file could not be verified (exit code 2)."""

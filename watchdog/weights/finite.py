@@ -1,0 +1,136 @@
+"""Bit-mask non-finite checks over unsigned-integer views of raw tensor bytes.
+
+A check never converts values to floating point: each value is read as the
+unsigned integer that stores it and compared against the patterns of its
+:class:`~watchdog.weights.dtypes.FloatCode`. Arrays may be strided views (for
+example the scale field of every quantization block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from watchdog.weights.dtypes import FloatCode
+
+UIntArray = npt.NDArray[np.unsignedinteger]
+
+_UINT = {8: "u1", 16: "u2", 32: "u4", 64: "u8"}
+_SINT = {8: "i1", 16: "i2", 32: "i4", 64: "i8"}
+
+
+def uint_dtype(bits: int, byteorder: str = "<") -> np.dtype[np.unsignedinteger]:
+    """Numpy unsigned dtype of ``bits`` width and ``byteorder`` (``"<"`` or ``">"``).
+
+    Raises:
+        KeyError: ``bits`` is not 8, 16, 32 or 64.
+    """
+    return np.dtype(byteorder + _UINT[bits])
+
+
+@dataclass
+class Counts:
+    """Non-finite counts of a run of values.
+
+    Attributes:
+        nan: Number of NaN values.
+        posinf: Number of +Inf values.
+        neginf: Number of -Inf values.
+        first_bad: Index (in the caller's units) of the first non-finite value,
+            or ``None`` when all values are finite.
+    """
+
+    nan: int = 0
+    posinf: int = 0
+    neginf: int = 0
+    first_bad: int | None = None
+
+    @property
+    def bad(self) -> int:
+        """Total number of non-finite values."""
+        return self.nan + self.posinf + self.neginf
+
+    def add(self, other: Counts, index_offset: int = 0) -> None:
+        """Accumulate ``other``, whose ``first_bad`` is relative to ``index_offset``."""
+        self.nan += other.nan
+        self.posinf += other.posinf
+        self.neginf += other.neginf
+        if other.first_bad is not None:
+            idx = other.first_bad + index_offset
+            if self.first_bad is None or idx < self.first_bad:
+                self.first_bad = idx
+
+
+def any_nonfinite(code: FloatCode, values: UIntArray) -> bool:
+    """Fast test whether any value is non-finite.
+
+    For sign-magnitude formats (IEEE, bf16, e5m2, e4m3fn) this is two
+    max-reductions and allocates nothing: a negative non-finite value is an
+    unsigned maximum at or above ``sign | bad_lo`` and a positive one is a signed
+    maximum at or above ``bad_lo``.
+
+    Args:
+        code: Encoding rule of the values.
+        values: Unsigned integers of width ``code.bits`` (any shape, may be strided).
+
+    Returns:
+        True if at least one value is NaN or infinite.
+    """
+    if values.size == 0:
+        return False
+    if code.sign_magnitude:
+        signed = values.view(values.dtype.byteorder + _SINT[code.bits])
+        return bool(
+            int(values.max()) >= code.sign_bit | code.bad_lo or int(signed.max()) >= code.bad_lo
+        )
+    if (
+        code.inf_code is None
+        and code.nan_lo == code.nan_hi
+        and code.abs_mask == 2 * code.sign_bit - 1
+    ):
+        target = code.nan_lo
+        if target == 2 * code.sign_bit - 1:
+            return bool(int(values.max()) == target)
+        if target == code.sign_bit:
+            signed = values.view(values.dtype.byteorder + _SINT[code.bits])
+            return bool(int(signed.min()) == -code.sign_bit)
+    return count_nonfinite(code, values).bad > 0
+
+
+def count_nonfinite(code: FloatCode, values: UIntArray) -> Counts:
+    """Exact NaN/+Inf/-Inf counts and the first bad index of ``values``.
+
+    Args:
+        code: Encoding rule of the values.
+        values: Unsigned integers of width ``code.bits``; flattened in C order.
+
+    Returns:
+        The counts; ``first_bad`` is the C-order flat index into ``values``.
+    """
+    flat = values.reshape(-1)
+    if flat.size == 0:
+        return Counts()
+    full = 2 * code.sign_bit - 1
+    mag = flat if code.abs_mask == full else flat & flat.dtype.type(code.abs_mask)
+    is_nan = (mag >= code.nan_lo) & (mag <= code.nan_hi)
+    out = Counts(nan=int(np.count_nonzero(is_nan)))
+    bad = is_nan
+    if code.inf_code is not None:
+        is_inf = mag == code.inf_code
+        if is_inf.any():
+            neg = flat >= flat.dtype.type(code.sign_bit)
+            out.neginf = int(np.count_nonzero(is_inf & neg))
+            out.posinf = int(np.count_nonzero(is_inf)) - out.neginf
+            bad = is_nan | is_inf
+    if out.bad:
+        out.first_bad = int(np.argmax(bad))
+    return out
+
+
+def scan_values(code: FloatCode, values: UIntArray) -> Counts:
+    """Counts for ``values``: the fast test first, exact counting only if it fires."""
+    if not any_nonfinite(code, values):
+        return Counts()
+    return count_nonfinite(code, values)

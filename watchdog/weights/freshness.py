@@ -1,0 +1,158 @@
+"""Pure helpers the daemon will call: deploy staleness and file stability.
+
+Nothing here sleeps, polls or logs; callers pass ``now`` (seconds since the
+epoch, as ``time.time()``) so the logic is testable on real files with
+``os.utime``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from watchdog.weights.discover import UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
+
+
+@dataclass(frozen=True)
+class StaleResult:
+    """A deploy directory lagging behind newer training output.
+
+    Attributes:
+        train_path: Newest weights file under the training directory.
+        train_mtime_s: Its modification time (epoch seconds).
+        deploy_path: Newest weights file under the deploy directory, or ``None``
+            when nothing is deployed.
+        deploy_mtime_s: Its modification time, or ``None``.
+        lag_s: How long the newer training output has waited undeployed
+            (``now - train_mtime_s``).
+        threshold_s: The threshold that was exceeded.
+    """
+
+    train_path: Path
+    train_mtime_s: float
+    deploy_path: Path | None
+    deploy_mtime_s: float | None
+    lag_s: float
+    threshold_s: float
+
+
+def _is_weights(name: str) -> bool:
+    suffix = os.path.splitext(name)[1].lower()
+    return suffix in WEIGHT_SUFFIXES or suffix in UNVERIFIABLE_SUFFIXES
+
+
+def newest_weights(directory: Path) -> tuple[Path, float] | None:
+    """Newest weights file (by mtime) under ``directory``, recursively.
+
+    Returns:
+        ``(path, mtime_s)``, or ``None`` when there is no weights file or the
+        directory does not exist.
+    """
+    best: tuple[Path, float] | None = None
+    for dirpath, _dirs, files in os.walk(directory):
+        for name in files:
+            if not _is_weights(name):
+                continue
+            p = Path(dirpath) / name
+            try:
+                mtime_s = p.stat().st_mtime
+            except OSError:
+                continue  # vanished between listing and stat
+            if best is None or mtime_s > best[1]:
+                best = (p, mtime_s)
+    return best
+
+
+def check_deploy_stale(
+    train_dir: Path, deploy_dir: Path, threshold_s: float, now: float
+) -> StaleResult | None:
+    """Is newer training output waiting undeployed for longer than ``threshold_s``?
+
+    Stale when the newest weights file under ``train_dir`` is newer than the
+    newest under ``deploy_dir`` (or nothing is deployed) and was written more
+    than ``threshold_s`` seconds before ``now``.
+
+    Args:
+        train_dir: Training output directory.
+        deploy_dir: Directory the serving side loads from (may not exist yet).
+        threshold_s: Allowed deploy lag in seconds, ``>= 0``.
+        now: Current time in epoch seconds.
+
+    Returns:
+        A :class:`StaleResult`, or ``None`` when not stale (including when the
+        training directory holds no weights).
+
+    Raises:
+        ValueError: ``threshold_s`` is negative.
+        FileNotFoundError: ``train_dir`` does not exist.
+    """
+    if threshold_s < 0:
+        raise ValueError("threshold_s must be >= 0")
+    if not train_dir.is_dir():
+        raise FileNotFoundError(f"training directory {train_dir} does not exist")
+    train = newest_weights(train_dir)
+    if train is None:
+        return None
+    deploy = newest_weights(deploy_dir) if deploy_dir.is_dir() else None
+    if deploy is not None and deploy[1] >= train[1]:
+        return None
+    lag_s = now - train[1]
+    if lag_s <= threshold_s:
+        return None
+    return StaleResult(
+        train_path=train[0],
+        train_mtime_s=train[1],
+        deploy_path=None if deploy is None else deploy[0],
+        deploy_mtime_s=None if deploy is None else deploy[1],
+        lag_s=lag_s,
+        threshold_s=threshold_s,
+    )
+
+
+class StableFileTracker:
+    """Reports files whose size and mtime stayed the same across two polls.
+
+    A writer still producing a checkpoint changes its size or mtime between
+    polls; once two consecutive :meth:`observe` calls (at least
+    ``min_interval_s`` apart) see the same ``(size, mtime_ns)``, the file is
+    reported once. If it changes again it must settle again to be re-reported.
+
+    Args:
+        min_interval_s: Minimum seconds between the two matching observations.
+    """
+
+    def __init__(self, min_interval_s: float = 0.0) -> None:
+        self.min_interval_s = min_interval_s
+        # path -> (size, mtime_ns, first time this signature was seen, reported?)
+        self._seen: dict[Path, tuple[int, int, float, bool]] = {}
+
+    def observe(self, paths: list[Path], now: float) -> list[Path]:
+        """Record one poll.
+
+        Args:
+            paths: Files to watch this poll; paths not listed are forgotten.
+            now: Poll time in epoch seconds.
+
+        Returns:
+            Files that just became stable, in the order given.
+        """
+        stable: list[Path] = []
+        current: dict[Path, tuple[int, int, float, bool]] = {}
+        for p in paths:
+            try:
+                st = p.stat()
+            except OSError:
+                continue  # missing or vanished: forget it
+            sig = (st.st_size, st.st_mtime_ns)
+            prev = self._seen.get(p)
+            if prev is None or (prev[0], prev[1]) != sig:
+                current[p] = (sig[0], sig[1], now, False)
+                continue
+            reported = prev[3]
+            if not reported and now - prev[2] >= self.min_interval_s:
+                stable.append(p)
+                reported = True
+            current[p] = (sig[0], sig[1], prev[2], reported)
+        self._seen = current
+        return stable

@@ -1,0 +1,106 @@
+"""``gate``: run a deploy command only when its weights verify as finite.
+
+Every refusal is logged as one structlog JSON event on stderr with stable keys:
+``event="weights-refused"``, ``path``, ``reason`` (``"non-finite"`` or
+``"not-verified"``), ``detail``, ``counts`` (``tensors``, ``bad_tensors``, ``nan``,
+``posinf``, ``neginf``), ``exit_code`` and ``command``. Alert sinks subscribe to
+these events (daemon work, not here).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import structlog
+
+from watchdog.weights.api import verify
+from watchdog.weights.report import Report, Status
+from watchdog.weights.scan import ProgressFn
+
+
+def event_logger(stream: TextIO) -> Any:
+    """A structlog logger rendering one JSON object per line to ``stream``.
+
+    Built locally, so the process-wide structlog configuration is left alone.
+    """
+    return structlog.wrap_logger(
+        structlog.PrintLogger(file=stream),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.JSONRenderer(sort_keys=True),
+        ],
+    )
+
+
+def log_refusals(report: Report, command: Sequence[str], stream: TextIO) -> None:
+    """Emit one ``weights-refused`` event per file that did not pass."""
+    log = event_logger(stream)
+    for f in report.files:
+        if f.ok:
+            continue
+        if f.status is Status.NON_FINITE:
+            names = [t.name for t in f.bad_tensors]
+            detail = f"non-finite tensors: {', '.join(names[:5])}" + (
+                f" and {len(names) - 5} more" if len(names) > 5 else ""
+            )
+        else:
+            detail = f.error or "not verified"
+        log.error(
+            "weights-refused",
+            path=str(f.path),
+            reason=f.status.value,
+            detail=detail,
+            counts=f.totals(),
+            exit_code=report.exit_code,
+            command=list(command),
+        )
+
+
+def run_gate(
+    weights: Sequence[Path],
+    command: Sequence[str],
+    *,
+    json_output: bool = False,
+    stream: TextIO | None = None,
+    progress: ProgressFn | None = None,
+) -> int:
+    """Verify ``weights``; run ``command`` only if every value is finite.
+
+    Args:
+        weights: Files or model directories the command will ship.
+        command: The deploy command and its arguments (run without a shell).
+        json_output: Write the report as JSON instead of text.
+        stream: Where the report and events go (default stderr; stdout is left
+            to the command).
+        progress: Byte progress callback.
+
+    Returns:
+        The command's exit status when it ran; 1 (non-finite) or 2 (not
+        verified) when it was refused; 127 when it could not be started.
+
+    Raises:
+        ValueError: ``command`` or ``weights`` is empty.
+    """
+    if not command:
+        raise ValueError("gate needs a command to run")
+    if not weights:
+        raise ValueError("gate needs at least one --weights path")
+    out = sys.stderr if stream is None else stream
+    report = verify(list(weights), progress=progress)
+    out.write((report.to_json() if json_output else report.render_text()) + "\n")
+    out.flush()
+    if report.exit_code != 0:
+        log_refusals(report, command, out)
+        return report.exit_code
+    try:
+        return subprocess.run(list(command), check=False).returncode
+    except OSError as exc:
+        event_logger(out).error(
+            "gate-command-failed", command=list(command), error=f"{type(exc).__name__}: {exc}"
+        )
+        return 127

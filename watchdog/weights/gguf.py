@@ -1,0 +1,264 @@
+"""GGUF files (llama.cpp / ggml), value checks and quantization block scales.
+
+Format (ggml docs/gguf.md): magic ``GGUF``, u32 version (2 or 3), u64 tensor
+count, u64 metadata count, metadata key/values, tensor infos (name, u32 n_dims,
+u64 dims, u32 ggml type, u64 offset relative to the aligned data section), then
+the data section at ``general.alignment`` (default 32). Block layouts follow
+ggml's ``ggml-common.h``: every quantized block stores one or two f16 (Q8_K:
+f32; MXFP4: e8m0) scales, at the start of the block except Q2_K, Q3_K, Q6_K,
+TQ1_0 and TQ2_0, which keep them at the end. A non-finite scale makes its whole
+block non-finite, so quantized tensors are counted by block scale.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from watchdog.weights.dtypes import BF16, E8M0, F16, F32, F64, FloatCode
+from watchdog.weights.errors import NotVerifiedError
+from watchdog.weights.finite import UIntArray
+from watchdog.weights.report import FileReport, TensorReport
+from watchdog.weights.scan import Field, MappedFile, ScanContext, scan_mapped
+
+MAGIC = b"GGUF"
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4
+MAX_DEPTH = 8
+
+
+def _iq1m_scale(rows: UIntArray) -> UIntArray:
+    """f16 super-block scale of IQ1_M, spread over the top nibbles of 4 u16 scales."""
+    sc = np.ascontiguousarray(rows[:, 48:56]).view("<u2").astype(np.uint16)
+    out: UIntArray = (
+        (sc[:, 0] >> 12)
+        | ((sc[:, 1] >> 8) & 0x00F0)
+        | ((sc[:, 2] >> 4) & 0x0F00)
+        | (sc[:, 3] & 0xF000)
+    ).astype(np.uint16)
+    return out
+
+
+@dataclass(frozen=True)
+class GgmlType:
+    """One ggml tensor type.
+
+    Attributes:
+        name: ggml name, e.g. ``"Q8_0"``.
+        block_elems: Elements per block (1 for plain types).
+        block_bytes: Bytes per block.
+        fields: Float values checked in each block; empty for integer types.
+    """
+
+    name: str
+    block_elems: int
+    block_bytes: int
+    fields: tuple[Field, ...]
+
+    @property
+    def quantized(self) -> bool:
+        """True for block-quantized types (counted by block scale)."""
+        return self.block_elems > 1
+
+
+def _q(name: str, elems: int, nbytes: int, *offsets: int, code: FloatCode = F16) -> GgmlType:
+    return GgmlType(name, elems, nbytes, tuple(Field(o, code) for o in offsets))
+
+
+#: ggml_type ids (ggml.h ``enum ggml_type``) to layouts.
+GGML_TYPES: dict[int, GgmlType] = {
+    0: _q("F32", 1, 4, 0, code=F32),
+    1: _q("F16", 1, 2, 0),
+    2: _q("Q4_0", 32, 18, 0),
+    3: _q("Q4_1", 32, 20, 0, 2),
+    6: _q("Q5_0", 32, 22, 0),
+    7: _q("Q5_1", 32, 24, 0, 2),
+    8: _q("Q8_0", 32, 34, 0),
+    9: _q("Q8_1", 32, 36, 0, 2),
+    10: _q("Q2_K", 256, 84, 80, 82),
+    11: _q("Q3_K", 256, 110, 108),
+    12: _q("Q4_K", 256, 144, 0, 2),
+    13: _q("Q5_K", 256, 176, 0, 2),
+    14: _q("Q6_K", 256, 210, 208),
+    15: _q("Q8_K", 256, 292, 0, code=F32),
+    16: _q("IQ2_XXS", 256, 66, 0),
+    17: _q("IQ2_XS", 256, 74, 0),
+    18: _q("IQ3_XXS", 256, 98, 0),
+    19: _q("IQ1_S", 256, 50, 0),
+    20: _q("IQ4_NL", 32, 18, 0),
+    21: _q("IQ3_S", 256, 110, 0),
+    22: _q("IQ2_S", 256, 82, 0),
+    23: _q("IQ4_XS", 256, 136, 0),
+    24: _q("I8", 1, 1),
+    25: _q("I16", 1, 2),
+    26: _q("I32", 1, 4),
+    27: _q("I64", 1, 8),
+    28: _q("F64", 1, 8, 0, code=F64),
+    29: GgmlType("IQ1_M", 256, 56, (Field(48, F16, _iq1m_scale),)),
+    30: _q("BF16", 1, 2, 0, code=BF16),
+    34: _q("TQ1_0", 256, 54, 52),
+    35: _q("TQ2_0", 256, 66, 64),
+    39: _q("MXFP4", 32, 17, 0, code=E8M0),
+}
+
+_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One GGUF tensor: name, ggml type, shape (ggml order, innermost first), data range."""
+
+    name: str
+    gtype: GgmlType
+    dims: tuple[int, ...]
+    begin_bytes: int
+    nbytes: int
+
+
+class _Cursor:
+    def __init__(self, mf: MappedFile) -> None:
+        self.mf, self.pos = mf, 0
+
+    def take(self, n: int) -> bytes:
+        data = self.mf.read(self.pos, n)
+        self.pos += n
+        return data
+
+    def u32(self) -> int:
+        return int(struct.unpack("<I", self.take(4))[0])
+
+    def u64(self) -> int:
+        return int(struct.unpack("<Q", self.take(8))[0])
+
+    def skip(self, n: int) -> None:
+        if n < 0 or self.pos + n > self.mf.size:
+            raise NotVerifiedError("truncated GGUF metadata")
+        self.pos += n
+
+    def string(self) -> bytes:
+        n = self.u64()
+        if self.pos + n > self.mf.size:
+            raise NotVerifiedError("GGUF string runs past the end of the file")
+        return self.take(n)
+
+    def value(self, vtype: int, depth: int = 0) -> int | None:
+        """Read (mostly skip) a metadata value; returns it when it is an integer."""
+        if depth > MAX_DEPTH:
+            raise NotVerifiedError("GGUF metadata arrays nested too deeply")
+        if vtype in _SCALAR_SIZES:
+            raw = self.take(_SCALAR_SIZES[vtype])
+            if vtype in (4, 10):
+                return int.from_bytes(raw, "little")
+            return None
+        if vtype == _STRING:
+            self.string()
+            return None
+        if vtype == _ARRAY:
+            etype, count = self.u32(), self.u64()
+            if etype in _SCALAR_SIZES:
+                self.skip(count * _SCALAR_SIZES[etype])
+                return None
+            if count * 8 > self.mf.size - self.pos:
+                raise NotVerifiedError("GGUF array count larger than the file")
+            for _ in range(count):
+                self.value(etype, depth + 1)
+            return None
+        raise NotVerifiedError(f"unknown GGUF metadata type {vtype}")
+
+
+def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
+    """Parse and validate the GGUF header and tensor table.
+
+    Returns:
+        Tensors in file order.
+
+    Raises:
+        NotVerifiedError: Bad magic, unsupported version (1, big-endian),
+            truncated metadata, unknown tensor type, bad dims, misaligned,
+            overlapping or out-of-file tensor data.
+    """
+    cur = _Cursor(mf)
+    if cur.take(4) != MAGIC:
+        raise NotVerifiedError("not a GGUF file")
+    version = cur.u32()
+    if version not in (2, 3):
+        raise NotVerifiedError(f"unsupported GGUF version {version} (big-endian or v1?)")
+    n_tensors, n_kv = cur.u64(), cur.u64()
+    if n_tensors > mf.size // 24 or n_kv > mf.size // 12:
+        raise NotVerifiedError("GGUF counts larger than the file can hold")
+    alignment = DEFAULT_ALIGNMENT
+    for _ in range(n_kv):
+        key = cur.string()
+        vtype = cur.u32()
+        val = cur.value(vtype)
+        if key == b"general.alignment":
+            if vtype != 4 or val is None or val == 0 or val % 8:
+                raise NotVerifiedError(f"bad general.alignment {val!r}")
+            alignment = val
+    raw: list[tuple[str, GgmlType, tuple[int, ...], int]] = []
+    for _ in range(n_tensors):
+        name = cur.string().decode("utf-8", "replace")
+        n_dims = cur.u32()
+        if n_dims > MAX_DIMS:
+            raise NotVerifiedError(f"tensor {name!r}: {n_dims} dims")
+        dims = tuple(cur.u64() for _ in range(n_dims))
+        type_id, offset = cur.u32(), cur.u64()
+        gtype = GGML_TYPES.get(type_id)
+        if gtype is None:
+            raise NotVerifiedError(f"tensor {name!r}: ggml type {type_id} not verified")
+        raw.append((name, gtype, dims, offset))
+    data_start = -(-cur.pos // alignment) * alignment
+    infos: list[TensorInfo] = []
+    for name, gtype, dims, offset in raw:
+        n = math.prod(dims)
+        if dims and dims[0] % gtype.block_elems:
+            raise NotVerifiedError(
+                f"tensor {name!r}: row of {dims[0]} not a multiple of {gtype.block_elems}"
+            )
+        if offset % alignment:
+            raise NotVerifiedError(f"tensor {name!r}: offset {offset} not aligned")
+        nbytes = n // gtype.block_elems * gtype.block_bytes
+        if data_start + offset + nbytes > mf.size:
+            raise NotVerifiedError(f"tensor {name!r}: data outside the file")
+        infos.append(TensorInfo(name, gtype, dims, data_start + offset, nbytes))
+    prev_end, prev_name = 0, ""
+    for t in sorted(infos, key=lambda t: t.begin_bytes):
+        if t.begin_bytes < prev_end:
+            raise NotVerifiedError(f"tensor {t.name!r} overlaps {prev_name!r}")
+        prev_end, prev_name = t.begin_bytes + t.nbytes, t.name
+    return infos
+
+
+def verify_gguf(path: Path, ctx: ScanContext, report: FileReport) -> None:
+    """Check every tensor of a GGUF file, appending to ``report.tensors``.
+
+    Shapes are reported in numpy order (outermost first).
+
+    Raises:
+        NotVerifiedError: See :func:`read_tensor_infos`.
+        OSError: The file cannot be read.
+    """
+    with MappedFile(path) as mf:
+        for t in read_tensor_infos(mf):
+            g = t.gtype
+            tr = TensorReport(
+                t.name,
+                g.name,
+                tuple(reversed(t.dims)),
+                checked=bool(g.fields),
+                unit="block-scale" if g.quantized else "element",
+            )
+            report.tensors.append(tr)
+            if not g.fields:
+                ctx.tick(t.nbytes)
+                continue
+            n_blocks = t.nbytes // g.block_bytes
+            c = scan_mapped(mf, t.begin_bytes, n_blocks, g.block_bytes, g.fields, ctx)
+            tr.nan, tr.posinf, tr.neginf = c.nan, c.posinf, c.neginf
+            if c.first_bad is not None:
+                tr.first_bad_index = c.first_bad * g.block_elems

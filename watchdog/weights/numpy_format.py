@@ -1,0 +1,182 @@
+"""NumPy ``.npy`` and ``.npz`` files, never unpickling.
+
+Format (numpy.lib.format, NEP 1): magic ``\\x93NUMPY``, major/minor version,
+header length (u16 for 1.0, u32 for 2.0/3.0), then a Python-literal dict
+``{'descr': ..., 'fortran_order': ..., 'shape': ...}`` parsed here with
+:func:`ast.literal_eval` (as numpy does), then the raw array bytes. ``.npz`` is
+a zip of ``.npy`` members; stored members are checked in place and deflated
+ones streamed. Object arrays (pickles) and structured or void types are not
+verified.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import struct
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from watchdog.weights.dtypes import NUMPY_FLOATS, DType
+from watchdog.weights.errors import NotVerifiedError
+from watchdog.weights.report import FileReport, TensorReport
+from watchdog.weights.scan import MappedFile, ScanContext, element_layout, scan_mapped
+from watchdog.weights.zipmember import MemberReader
+
+MAGIC = b"\x93NUMPY"
+MAX_HEADER_BYTES = 1 << 20
+_SKIPPABLE_KINDS = "biuUSmM"  # bool, ints, strings, datetimes: never non-finite
+
+
+@dataclass(frozen=True)
+class NpyHeader:
+    """A parsed ``.npy`` header.
+
+    Attributes:
+        dtype: Element type (``code`` is ``None`` for integer/bool/string types).
+        byteorder: ``"<"`` or ``">"``.
+        fortran_order: True when data is stored column-major.
+        shape: Shape in elements.
+        data_offset_bytes: Offset of the array data from the start of the ``.npy``.
+        nbytes: Size of the array data in bytes.
+    """
+
+    dtype: DType
+    byteorder: str
+    fortran_order: bool
+    shape: tuple[int, ...]
+    data_offset_bytes: int
+    nbytes: int
+
+
+def parse_header(head: bytes) -> NpyHeader:
+    """Parse the header at the start of a ``.npy`` stream.
+
+    Args:
+        head: At least the whole header (longer input is fine).
+
+    Raises:
+        NotVerifiedError: Bad magic or version, truncated or oversized header,
+            not a literal dict, object/void/structured dtype, or bad shape.
+    """
+    if len(head) < 10 or not head.startswith(MAGIC):
+        raise NotVerifiedError("not a .npy file (bad magic or truncated)")
+    major = head[6]
+    if major == 1:
+        (hlen,), start = struct.unpack("<H", head[8:10]), 10
+    elif major in (2, 3):
+        if len(head) < 12:
+            raise NotVerifiedError("truncated .npy header")
+        (hlen,), start = struct.unpack("<I", head[8:12]), 12
+    else:
+        raise NotVerifiedError(f"unsupported .npy version {major}")
+    if hlen > MAX_HEADER_BYTES or start + hlen > len(head):
+        raise NotVerifiedError("truncated or oversized .npy header")
+    text = head[start : start + hlen].decode("utf-8" if major == 3 else "latin1")
+    try:
+        d = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+        raise NotVerifiedError(f"bad .npy header: {exc}") from exc
+    if not isinstance(d, dict) or set(d) != {"descr", "fortran_order", "shape"}:
+        raise NotVerifiedError(f"bad .npy header keys: {text[:80]!r}")
+    descr, fortran, shape = d["descr"], d["fortran_order"], d["shape"]
+    if not isinstance(descr, str):
+        raise NotVerifiedError(f"structured dtype {descr!r:.60} not verified")
+    if not isinstance(fortran, bool):
+        raise NotVerifiedError("bad fortran_order")
+    if not isinstance(shape, tuple) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape
+    ):
+        raise NotVerifiedError(f"bad shape {shape!r}")
+    try:
+        npd = np.dtype(descr)
+    except (TypeError, ValueError) as exc:
+        raise NotVerifiedError(f"unknown dtype {descr!r}") from exc
+    byteorder = ">" if npd.byteorder == ">" else "<"
+    key = f"{npd.kind}{npd.itemsize}"
+    if key in NUMPY_FLOATS:
+        dtype = NUMPY_FLOATS[key]
+    elif npd.kind in _SKIPPABLE_KINDS and npd.fields is None and npd.subdtype is None:
+        dtype = DType(descr, npd.itemsize * 8, None)
+    else:
+        raise NotVerifiedError(f"dtype {descr!r} not verified (object, void or extended type)")
+    nbytes = math.prod(shape) * npd.itemsize
+    return NpyHeader(dtype, byteorder, fortran, shape, start + hlen, nbytes)
+
+
+def _fortran_to_c_index(index: int, shape: tuple[int, ...]) -> int:
+    multi = np.unravel_index(index, shape, order="F")
+    return int(np.ravel_multi_index(multi, shape, order="C"))
+
+
+def _check(
+    name: str, h: NpyHeader, reader: MappedFile | MemberReader, base: int, ctx: ScanContext
+) -> TensorReport:
+    tr = TensorReport(name, h.dtype.name, h.shape, checked=h.dtype.checked)
+    if h.dtype.code is None or h.nbytes == 0:
+        ctx.tick(h.nbytes)
+        return tr
+    unit_bytes, fields = element_layout(h.dtype.code, h.dtype.components)
+    n_units = h.nbytes // unit_bytes
+    if isinstance(reader, MappedFile):
+        c = scan_mapped(
+            reader, base + h.data_offset_bytes, n_units, unit_bytes, fields, ctx, h.byteorder
+        )
+    else:
+        c = reader.scan(h.data_offset_bytes, n_units, unit_bytes, fields, ctx, h.byteorder)
+    tr.nan, tr.posinf, tr.neginf = c.nan, c.posinf, c.neginf
+    if c.first_bad is not None and h.fortran_order and len(h.shape) > 1:
+        tr.first_bad_index = _fortran_to_c_index(c.first_bad, h.shape)
+    else:
+        tr.first_bad_index = c.first_bad
+    return tr
+
+
+def verify_npy(path: Path, ctx: ScanContext, report: FileReport) -> None:
+    """Check a ``.npy`` file; the data must end exactly at the end of the file.
+
+    Raises:
+        NotVerifiedError: See :func:`parse_header`; size mismatch.
+        OSError: The file cannot be read.
+    """
+    with MappedFile(path) as mf:
+        h = parse_header(mf.read(0, min(mf.size, MAX_HEADER_BYTES + 12)))
+        if h.data_offset_bytes + h.nbytes != mf.size:
+            raise NotVerifiedError(
+                f"data is {mf.size - h.data_offset_bytes} bytes, shape x dtype needs {h.nbytes}"
+            )
+        report.tensors.append(_check(path.stem, h, mf, 0, ctx))
+
+
+def verify_npz(path: Path, ctx: ScanContext, report: FileReport) -> None:
+    """Check every ``.npy`` member of a ``.npz`` archive.
+
+    Raises:
+        NotVerifiedError: Unreadable zip, a member that is not ``.npy``, a bad
+            member header, size mismatch, or a failed CRC of a streamed member.
+        OSError: The file cannot be read.
+    """
+    with MappedFile(path) as mf:
+        try:
+            zf = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+            raise NotVerifiedError(f"unreadable zip: {exc}") from exc
+        with zf:
+            infos = [i for i in zf.infolist() if not i.is_dir()]
+            if not infos:
+                raise NotVerifiedError("empty .npz archive")
+            for info in infos:
+                if not info.filename.endswith(".npy"):
+                    raise NotVerifiedError(f"member {info.filename!r} is not a .npy array")
+                reader = MemberReader(zf, mf, info)
+                h = parse_header(reader.read_head(MAX_HEADER_BYTES + 12))
+                if h.data_offset_bytes + h.nbytes != reader.size:
+                    raise NotVerifiedError(f"member {info.filename!r}: size mismatch")
+                try:
+                    tr = _check(info.filename[: -len(".npy")], h, reader, 0, ctx)
+                except zipfile.BadZipFile as exc:
+                    raise NotVerifiedError(f"member {info.filename!r}: {exc}") from exc
+                report.tensors.append(tr)

@@ -1,0 +1,169 @@
+"""safetensors files: header validation and in-place value checks.
+
+Format (https://github.com/huggingface/safetensors, "Format"): an 8-byte
+little-endian header length N, N bytes of UTF-8 JSON mapping each tensor name to
+``{"dtype", "shape", "data_offsets": [begin, end]}`` (offsets relative to the
+byte buffer after the header) plus optional ``"__metadata__"``, then the byte
+buffer. Validation mirrors the reference implementation: header no larger than
+100 MB and inside the file, tensors contiguous from offset 0 with no overlap or
+hole, each ``end - begin == numel * bits / 8``, and the buffer ending exactly at
+the last tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from watchdog.weights.dtypes import SAFETENSORS_DTYPES, DType
+from watchdog.weights.errors import NotVerifiedError
+from watchdog.weights.report import FileReport, TensorReport
+from watchdog.weights.scan import MappedFile, ScanContext, element_layout, scan_mapped
+
+MAX_HEADER_BYTES = 100_000_000
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor of a safetensors header.
+
+    Attributes:
+        name: Tensor name.
+        dtype: Element type.
+        shape: Shape in elements.
+        begin_bytes: Start offset in the file (absolute, header included).
+        nbytes: Size of the tensor data in bytes.
+    """
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    begin_bytes: int
+    nbytes: int
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise NotVerifiedError(f"duplicate key {k!r} in header")
+        out[k] = v
+    return out
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def read_header(mf: MappedFile) -> list[TensorEntry]:
+    """Parse and validate the header of a mapped safetensors file.
+
+    Args:
+        mf: The mapped file.
+
+    Returns:
+        Tensors sorted by offset.
+
+    Raises:
+        NotVerifiedError: Truncated file, header length past the end of the file,
+            invalid JSON, unknown dtype, bad shape, or offsets that overlap, leave
+            holes, lie outside the buffer or disagree with shape × dtype.
+    """
+    if mf.size < 8:
+        raise NotVerifiedError(f"truncated: {mf.size} bytes, no header length")
+    (n,) = struct.unpack("<Q", mf.read(0, 8))
+    if n > MAX_HEADER_BYTES:
+        raise NotVerifiedError(f"header length {n} exceeds {MAX_HEADER_BYTES}")
+    if 8 + n > mf.size:
+        raise NotVerifiedError(f"header length {n} larger than the file ({mf.size} bytes)")
+    try:
+        header = json.loads(mf.read(8, n).decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NotVerifiedError(f"header is not valid JSON: {exc}") from exc
+    if not isinstance(header, dict):
+        raise NotVerifiedError("header is not a JSON object")
+    data_start = 8 + n
+    data_len = mf.size - data_start
+    entries: list[tuple[int, int, str, DType, tuple[int, ...]]] = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
+                raise NotVerifiedError("__metadata__ must map strings to strings")
+            continue
+        if not isinstance(info, dict):
+            raise NotVerifiedError(f"tensor {name!r}: entry is not an object")
+        dtype = SAFETENSORS_DTYPES.get(info.get("dtype"))  # type: ignore[arg-type]
+        if dtype is None:
+            raise NotVerifiedError(f"tensor {name!r}: unknown dtype {info.get('dtype')!r}")
+        shape = info.get("shape")
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            raise NotVerifiedError(f"tensor {name!r}: bad shape {shape!r}")
+        offs = info.get("data_offsets")
+        if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) for o in offs)):
+            raise NotVerifiedError(f"tensor {name!r}: bad data_offsets {offs!r}")
+        begin, end = offs
+        if begin < 0 or end < begin:
+            raise NotVerifiedError(f"tensor {name!r}: invalid offsets {begin}..{end}")
+        if end > data_len:
+            raise NotVerifiedError(
+                f"tensor {name!r}: offsets {begin}..{end} outside the {data_len}-byte buffer"
+            )
+        need = dtype.nbytes_for(math.prod(shape))
+        if need is None or need != end - begin:
+            raise NotVerifiedError(
+                f"tensor {name!r}: {end - begin} bytes, but shape {shape} x {dtype.name} "
+                f"needs {need}"
+            )
+        entries.append((begin, end, name, dtype, tuple(shape)))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    expected = 0
+    for begin, end, name, _, _ in entries:
+        if begin != expected:
+            kind = "overlaps the previous tensor" if begin < expected else "leaves a hole"
+            raise NotVerifiedError(f"tensor {name!r} at offset {begin} {kind}")
+        expected = end
+    if expected != data_len:
+        raise NotVerifiedError(
+            f"buffer is {data_len} bytes but tensors cover {expected} (incomplete metadata)"
+        )
+    return [TensorEntry(nm, dt, sh, data_start + b, e - b) for b, e, nm, dt, sh in entries]
+
+
+def verify_safetensors(path: Path, ctx: ScanContext, report: FileReport) -> None:
+    """Check every tensor of a safetensors file, appending to ``report.tensors``.
+
+    Raises:
+        NotVerifiedError: See :func:`read_header`.
+        OSError: The file cannot be read.
+    """
+    with MappedFile(path) as mf:
+        entries = read_header(mf)
+        for e in entries:
+            tr = TensorReport(e.name, e.dtype.name, e.shape, checked=e.dtype.checked)
+            if e.dtype.code is not None:
+                unit_bytes, fields = element_layout(e.dtype.code, e.dtype.components)
+                c = scan_mapped(mf, e.begin_bytes, e.nbytes // unit_bytes, unit_bytes, fields, ctx)
+                tr.nan, tr.posinf, tr.neginf, tr.first_bad_index = (
+                    c.nan,
+                    c.posinf,
+                    c.neginf,
+                    c.first_bad,
+                )
+            else:
+                ctx.tick(e.nbytes)
+            report.tensors.append(tr)
+
+
+def tensor_names(path: Path) -> set[str]:
+    """Names of the tensors in a safetensors file (header only).
+
+    Raises:
+        NotVerifiedError: The header is invalid.
+        OSError: The file cannot be read.
+    """
+    with MappedFile(path) as mf:
+        return {e.name for e in read_header(mf)}

@@ -1,0 +1,314 @@
+"""PyTorch zip checkpoints (``torch.save`` since 1.6), checked without torch.
+
+Layout (torch/serialization.py, ``_save``/``_load``): a zip archive whose single
+top-level folder holds ``data.pkl`` (the pickled object), ``data/<key>`` (raw
+storage bytes, one member per storage), ``byteorder`` and ``version``. Tensors
+appear in the pickle as ``torch._utils._rebuild_tensor_v2(storage, offset, size,
+stride, ...)`` calls whose storage is a persistent id ``('storage',
+torch.<Type>Storage, key, location, numel)``.
+
+The pickle is read by :class:`RestrictedUnpickler`, which resolves only a fixed
+list of names to local stand-ins and never imports anything: any other global
+(``os.system``, ``builtins.eval``, a model class…) makes the file "not verified".
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import math
+import pickle
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from watchdog.weights.dtypes import TORCH_STORAGES, DType
+from watchdog.weights.errors import NotVerifiedError
+from watchdog.weights.report import FileReport, TensorReport
+from watchdog.weights.scan import MappedFile, ScanContext, element_layout
+from watchdog.weights.zipmember import MemberReader
+
+MAX_PICKLE_BYTES = 256 << 20
+MAX_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class StorageType:
+    """Stand-in for a ``torch.<Name>Storage`` class."""
+
+    name: str
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class StorageRef:
+    """A storage named by a persistent id: ``data/<key>`` holding ``numel`` elements."""
+
+    key: str
+    dtype: DType
+    numel: int
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """Stand-in for a rebuilt tensor: a strided view into a storage (sizes in elements)."""
+
+    storage: StorageRef
+    offset: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Opaque:
+    """Stand-in for a harmless torch global such as ``torch.float16`` or ``Parameter``."""
+
+    name: str
+
+
+def _ints(x: object, what: str) -> tuple[int, ...]:
+    if not isinstance(x, tuple | list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in x
+    ):
+        raise NotVerifiedError(f"tensor {what} is not a tuple of non-negative ints: {x!r}")
+    return tuple(x)
+
+
+def _rebuild_tensor(storage: object, offset: object, size: object, stride: object) -> TensorRef:
+    if not isinstance(storage, StorageRef):
+        raise NotVerifiedError("tensor rebuilt from something that is not a storage")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise NotVerifiedError(f"bad storage offset {offset!r}")
+    sz, st = _ints(size, "size"), _ints(stride, "stride")
+    if len(sz) != len(st):
+        raise NotVerifiedError("tensor size and stride differ in length")
+    return TensorRef(storage, offset, sz, st)
+
+
+def _rebuild_tensor_v2(
+    storage: object, offset: object, size: object, stride: object, *_rest: object
+) -> TensorRef:
+    return _rebuild_tensor(storage, offset, size, stride)
+
+
+def _rebuild_parameter(data: object, *_rest: object) -> object:
+    return data
+
+
+def _rebuild_from_type_v2(func: object, _new_type: object, args: object, _state: object) -> object:
+    if func not in (_rebuild_tensor_v2, _rebuild_tensor) or not isinstance(args, tuple):
+        raise NotVerifiedError("unsupported tensor subclass rebuild")
+    return func(*args)
+
+
+def _size(arg: object = ()) -> tuple[int, ...]:
+    return _ints(arg, "torch.Size")
+
+
+_TORCH_DTYPES = {
+    "float16",
+    "float32",
+    "float64",
+    "bfloat16",
+    "half",
+    "float",
+    "double",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+    "complex64",
+    "complex128",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+}
+
+_ALLOWED: dict[tuple[str, str], object] = {
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+    ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
+    ("torch.nn.parameter", "Parameter"): _Opaque("torch.nn.parameter.Parameter"),
+    ("torch", "Size"): _size,
+}
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Unpickler that rebuilds tensors and storages as inert stand-ins, and nothing else.
+
+    Raises (from :meth:`load`):
+        NotVerifiedError: The pickle names a global outside the allow-list or a
+            malformed persistent id.
+    """
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(io.BytesIO(data))
+        self.storages: dict[str, StorageRef] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        """Resolve an allowed global to its stand-in; refuse everything else."""
+        found = _ALLOWED.get((module, name))
+        if found is not None:
+            return found
+        if module == "torch" and name in TORCH_STORAGES:
+            return StorageType(name, TORCH_STORAGES[name])
+        if module == "torch" and name in _TORCH_DTYPES:
+            return _Opaque(f"torch.{name}")
+        raise NotVerifiedError(
+            f"pickle references {module}.{name}, which is not a tensor rebuild function"
+        )
+
+    def persistent_load(self, pid: Any) -> StorageRef:
+        """Turn ``('storage', StorageType, key, location, numel)`` into a :class:`StorageRef`."""
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise NotVerifiedError(f"unsupported persistent id {pid!r:.80}")
+        _, stype, key, _location, numel = pid
+        if not isinstance(stype, StorageType):
+            raise NotVerifiedError("persistent id without a known storage type")
+        if not isinstance(key, str) or not isinstance(numel, int) or numel < 0:
+            raise NotVerifiedError(f"bad storage key/numel {key!r} {numel!r}")
+        ref = StorageRef(key, stype.dtype, numel)
+        prev = self.storages.setdefault(key, ref)
+        if prev != ref:
+            raise NotVerifiedError(f"storage {key!r} declared twice with different types")
+        return ref
+
+
+def load_restricted(data: bytes) -> object:
+    """Unpickle ``data`` with :class:`RestrictedUnpickler`.
+
+    Raises:
+        NotVerifiedError: Disallowed global, malformed or truncated pickle.
+    """
+    try:
+        return RestrictedUnpickler(data).load()
+    except NotVerifiedError:
+        raise
+    except Exception as exc:  # any malformed pickle: fail closed
+        raise NotVerifiedError(f"unreadable pickle: {type(exc).__name__}: {exc}") from exc
+
+
+def iter_tensors(obj: object, prefix: str = "", depth: int = 0) -> Iterator[tuple[str, TensorRef]]:
+    """Yield ``(dotted key path, tensor)`` for every tensor in nested dicts/lists/tuples.
+
+    Raises:
+        NotVerifiedError: Nesting deeper than :data:`MAX_DEPTH`.
+    """
+    if depth > MAX_DEPTH:
+        raise NotVerifiedError("checkpoint nested too deeply")
+    if isinstance(obj, TensorRef):
+        yield prefix or "<root>", obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            key = k if isinstance(k, str) else repr(k)
+            yield from iter_tensors(v, f"{prefix}.{key}" if prefix else key, depth + 1)
+    elif isinstance(obj, list | tuple):
+        for i, v in enumerate(obj):
+            yield from iter_tensors(v, f"{prefix}.{i}" if prefix else str(i), depth + 1)
+
+
+def _find_root(zf: zipfile.ZipFile) -> str:
+    roots = [n[: -len("data.pkl")] for n in zf.namelist() if n.endswith("/data.pkl")]
+    roots = [r for r in roots if r.count("/") == 1]
+    if len(roots) != 1:
+        raise NotVerifiedError("zip is not a torch.save checkpoint (no single */data.pkl)")
+    return roots[0]
+
+
+def verify_torchzip(path: Path, ctx: ScanContext, report: FileReport) -> None:
+    """Check every tensor of a PyTorch zip checkpoint, appending to ``report.tensors``.
+
+    Each tensor is checked over the storage elements it views: exactly its
+    elements when contiguous, else the storage span its strides cover (noted).
+
+    Raises:
+        NotVerifiedError: Not a torch zip, disallowed pickle content, missing or
+            short storage member, or a view outside its storage.
+        OSError: The file cannot be read.
+    """
+    with MappedFile(path) as mf, _open_zip(path) as zf:
+        root = _find_root(zf)
+        byteorder = "<"
+        if root + "byteorder" in zf.namelist():
+            order = zf.read(root + "byteorder").strip()
+            if order not in (b"little", b"big"):
+                raise NotVerifiedError(f"unknown byteorder {order!r}")
+            byteorder = "<" if order == b"little" else ">"
+        pkl = zf.getinfo(root + "data.pkl")
+        if pkl.file_size > MAX_PICKLE_BYTES:
+            raise NotVerifiedError(f"data.pkl is {pkl.file_size} bytes (limit {MAX_PICKLE_BYTES})")
+        unpickler_input = zf.read(pkl)
+        obj = load_restricted(unpickler_input)
+        tensors = list(iter_tensors(obj))
+        if not tensors:
+            raise NotVerifiedError("checkpoint holds no tensors")
+        readers: dict[str, MemberReader] = {}
+        for _, t in tensors:  # every storage present and sized right before any scan
+            key = t.storage.key
+            if key in readers:
+                continue
+            member = f"{root}data/{key}"
+            try:
+                info = zf.getinfo(member)
+            except KeyError:
+                raise NotVerifiedError(f"storage member {member!r} missing") from None
+            need = t.storage.dtype.nbytes_for(t.storage.numel)
+            if need != info.file_size:
+                raise NotVerifiedError(
+                    f"storage {member!r} is {info.file_size} bytes, expected {need}"
+                )
+            readers[key] = MemberReader(zf, mf, info)
+        for name, t in tensors:
+            _check_tensor(name, t, readers[t.storage.key], ctx, byteorder, report)
+
+
+def _check_tensor(
+    name: str,
+    t: TensorRef,
+    reader: MemberReader,
+    ctx: ScanContext,
+    byteorder: str,
+    report: FileReport,
+) -> None:
+    dtype = t.storage.dtype
+    numel = math.prod(t.size)
+    tr = TensorReport(name, dtype.name, t.size, checked=dtype.checked)
+    report.tensors.append(tr)
+    if numel == 0:
+        return
+    span = 1 + sum((s - 1) * st for s, st in zip(t.size, t.stride, strict=True))
+    if t.offset + span > t.storage.numel:
+        raise NotVerifiedError(f"tensor {name!r} views past the end of its storage")
+    if dtype.code is None:
+        return
+    contiguous = span == numel and _is_c_contiguous(t.size, t.stride)
+    if not contiguous:
+        tr.note = "non-contiguous view: counted over the storage span it covers"
+    unit_bytes, fields = element_layout(dtype.code, dtype.components)
+    c = reader.scan(t.offset * unit_bytes, span, unit_bytes, fields, ctx, byteorder)
+    tr.nan, tr.posinf, tr.neginf, tr.first_bad_index = c.nan, c.posinf, c.neginf, c.first_bad
+
+
+def _is_c_contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    expected = 1
+    for s, st in zip(reversed(size), reversed(stride), strict=True):
+        if s != 1 and st != expected:
+            return False
+        expected *= s
+    return True
+
+
+def _open_zip(path: Path) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise NotVerifiedError(f"unreadable zip: {exc}") from exc
