@@ -116,10 +116,17 @@ def torch_isfinite(path: Path) -> bool:
 
 
 def peak_rss_mib(path: Path) -> tuple[float, int]:
+    """Peak RSS (MiB) of a fresh process verifying ``path``, and its exit code.
+
+    Read from ``VmHWM`` in ``/proc/self/status``: unlike ``ru_maxrss`` it belongs
+    to the new address space, so it does not inherit this (large) process's peak
+    across fork/exec.
+    """
     code = (
-        "import resource, sys; sys.path.insert(0, sys.argv[2]);"
+        "import sys; sys.path.insert(0, sys.argv[2]);"
         "from watchdog.weights import verify; r = verify(sys.argv[1]);"
-        "print(r.exit_code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        "hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM')][0];"
+        "print(r.exit_code, hwm.split()[1])"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(path), str(REPO)], capture_output=True, text=True

@@ -49,21 +49,35 @@ class Spawned:
     def start(self, argv: Sequence[str], **kw: object) -> subprocess.Popen[bytes]:
         kw.setdefault("stdin", subprocess.DEVNULL)
         kw.setdefault("start_new_session", True)
-        p = subprocess.Popen(list(argv), **kw)  # type: ignore[call-overload]
+        p: subprocess.Popen[bytes] = subprocess.Popen(list(argv), **kw)  # type: ignore[call-overload]
         self.procs.append(p)
         return p
 
     def cleanup(self) -> None:
+        # Kill each started process's whole group, also when the leader is already dead:
+        # a test may kill a leader on purpose and leave its workers behind. A PID number
+        # is not reused while any process still has it as its process group, so a group
+        # that still has members is ours.
         for p in self.procs:
-            if p.poll() is None:
-                try:
+            if p.poll() is None or _group_alive(p.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                except PermissionError:
-                    p.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=5)
+
+
+def _group_alive(pgid: int) -> bool:
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
 
 
 @pytest.fixture

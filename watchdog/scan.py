@@ -175,6 +175,12 @@ class Scanner:
             job.origin = resolve_origin(job.lineage, ctx, self.resolvers)
         judge(jobs, self.config)
         findings = [*job_findings(jobs), *vis_findings, *health]
+        # Keep parent and state of every job member, its lineage and GPU PIDs current.
+        watched = {gp.pid for gp in gpu_procs}
+        for job in jobs:
+            watched.update(job.pids)
+            watched.update(p.pid for p in job.lineage)
+        self.table.watched = watched
         return ScanResult(
             host=self.host,
             time=now,

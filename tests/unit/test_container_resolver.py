@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import Spawned
 from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
-from watchdog.lineage.base import ResolveContext
+from watchdog.lineage.base import CommandResult, ResolveContext
 from watchdog.lineage.container import ContainerResolver, cgroup_container
 from watchdog.model import Origin
 from watchdog.sources.procfs import ProcessTable
@@ -41,9 +41,21 @@ def test_docker_shim_arguments(tmp_path: Path) -> None:
         "pod_uid": None,
         "runtime": "docker",
         "namespace": "moby",
+        "image": None,  # no docker CLI answered
     }
     assert origin.remediation == f"docker stop {CID}"
     assert origin.evidence[0].startswith("ancestor PID 200 is containerd-shim-runc-v2: ")
+
+
+def test_image_from_the_runtime_cli(tmp_path: Path) -> None:
+    inspect = ("docker", "inspect", "--format", "{{.Config.Image}}", CID)
+    rec = Recorder({inspect: CommandResult(0, "registry.example/retrain:2024-06\n", "")})
+    cg = (f"0::/system.slice/docker-{CID}.scope",)
+    ctx = make_context(tmp_path, [INIT, FakeProc(210, 1, TRAIN, cgroup=cg)], rec)
+    origin = _resolve(ctx, 210)
+    assert origin is not None and origin.fields["image"] == "registry.example/retrain:2024-06"
+    assert _resolve(ctx, 210) is not None
+    assert rec.calls == [inspect]  # cached for the scan
 
 
 def test_kubernetes_systemd_driver_pod(tmp_path: Path) -> None:
@@ -63,6 +75,9 @@ def test_kubernetes_systemd_driver_pod(tmp_path: Path) -> None:
     assert origin.fields["runtime"] == "containerd"
     assert origin.remediation == f"crictl stop {CID}"
     assert any("its controller will recreate" in e for e in origin.evidence)
+    assert ctx.run_cmd.calls == [  # type: ignore[attr-defined]
+        ("crictl", "inspect", "-o", "go-template", "--template", "{{.status.image.image}}", CID)
+    ]
 
 
 def test_kubernetes_cgroupfs_pod_without_visible_shim(tmp_path: Path) -> None:

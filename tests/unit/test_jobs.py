@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -52,6 +54,27 @@ def make_dev(tmp_path: Path) -> Path:
     return devdir
 
 
+def start_then_kill_leader(
+    spawned: Spawned, tmp_path: Path
+) -> tuple[Path, subprocess.Popen[bytes], list[int]]:
+    """A leader holding the fake device forks two workers, then is SIGKILLed.
+
+    Returns:
+        ``(device dir, the dead leader, the two workers' PIDs ascending)``.
+    """
+    devdir = make_dev(tmp_path)
+    script = tmp_path / "dataloader_pool.py"  # not a launcher name: found by fd alone
+    script.write_text(WORKER_TREE)
+    kids_file = tmp_path / "kids"
+    leader = spawned.start(
+        [sys.executable, str(script), str(devdir / "nvidia0"), "2", str(kids_file)]
+    )
+    kids = sorted(int(k) for k in wait_for(kids_file).split())
+    leader.send_signal(signal.SIGKILL)
+    leader.wait()
+    return devdir, leader, kids
+
+
 def test_launcher_tree_is_one_job_with_every_worker(spawned: Spawned, tmp_path: Path) -> None:
     devdir = make_dev(tmp_path)
     launcher = tmp_path / "torchrun"
@@ -80,16 +103,7 @@ def test_killed_leader_leaves_one_orphaned_job_found_through_fds(
     # Public report: torchrun's leader is killed; two DataLoader workers keep the device fd
     # open under PID 1. NVML would not list them (no context); the fd walk does, and the
     # two re-parented siblings of one process group are one job.
-    devdir = make_dev(tmp_path)
-    script = tmp_path / "dataloader_pool.py"  # not a launcher name: found by fd alone
-    script.write_text(WORKER_TREE)
-    kids_file = tmp_path / "kids"
-    leader = spawned.start(
-        [sys.executable, str(script), str(devdir / "nvidia0"), "2", str(kids_file)]
-    )
-    kids = sorted(int(k) for k in wait_for(kids_file).split())
-    leader.send_signal(signal.SIGKILL)
-    leader.wait()
+    devdir, leader, kids = start_then_kill_leader(spawned, tmp_path)
     deadline = time.time() + 5
     scanner = Scanner(config_for(devdir), resolvers=[])
     while time.time() < deadline:
@@ -152,3 +166,13 @@ def test_comm_is_never_matched(spawned: Spawned, tmp_path: Path) -> None:
     result = scanner.scan()
     assert scanner.table.procs[p.pid].comm == "train.py"
     assert not [j for j in result.jobs if p.pid in j.pids]
+
+
+def test_the_watchdog_never_counts_itself(tmp_path: Path) -> None:
+    # Seen on a real H200: NVML keeps /dev/nvidia0 open in the scanning process, so the
+    # device-fd source found the scan itself. Here the test process holds the "device".
+    devdir = make_dev(tmp_path)
+    with open(devdir / "nvidia0", "rb"):
+        result = Scanner(config_for(devdir), resolvers=[]).scan()
+    assert not [j for j in result.jobs if os.getpid() in j.pids]
+    assert [j for j in result.jobs if j.devices] == []

@@ -122,10 +122,46 @@ def test_real_process_exec_is_reinspected(spawned: Spawned, tmp_path: Path) -> N
     before = table.get(p.pid)
     assert before is not None and before.cmdline[-1] == str(script)
     time.sleep(1.0)
-    table.refresh()
+    # Same inode after exec: the rotation re-reads it within restat_every refreshes.
+    noticed_at = None
+    for i in range(1, table.restat_every + 1):
+        table.refresh()
+        if p.pid in table.new_pids:
+            noticed_at = i
+            break
+    assert noticed_at is not None
     after = table.get(p.pid)
     assert after is not None
     assert after.start_ticks == before.start_ticks
     assert after.cmdline == ("/bin/sleep", "30")
     assert after.exe == os.path.realpath("/bin/sleep")
+
+
+def test_watched_pid_is_current_every_refresh(spawned: Spawned, tmp_path: Path) -> None:
+    script = tmp_path / "flip2.py"
+    script.write_text(
+        "import os, time\ntime.sleep(0.6)\nos.execv('/bin/sleep', ['/bin/sleep', '30'])\n"
+    )
+    p = spawned.start([sys.executable, str(script)])
+    table = ProcessTable()
+    table.refresh()
+    table.watched = {p.pid}
+    time.sleep(1.0)
+    table.refresh()
     assert p.pid in table.new_pids
+    proc = table.get(p.pid)
+    assert proc is not None and proc.cmdline == ("/bin/sleep", "30")
+
+
+def test_steady_refresh_reads_a_slice_of_stat_files() -> None:
+    table = ProcessTable()
+    assert table.trust_inodes  # /proc is procfs here
+    table.refresh()
+    table.refresh()
+    before = table.stat_reads
+    table.refresh()
+    reads = table.stat_reads - before
+    n = len(table.procs)
+    # new processes come and go on a busy machine; the rest is one slice of six
+    assert reads < n // table.restat_every + 20, (reads, n)
+    assert not ProcessTable("/tmp").trust_inodes

@@ -20,11 +20,8 @@ import pytest
 
 from tests.conftest import Spawned
 from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
+from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.container import ContainerResolver
-from watchdog.lineage.orphan import OrphanResolver
-from watchdog.lineage.shell import ShellResolver
-from watchdog.lineage.slurm import SlurmResolver
 from watchdog.lineage.supervisor import SupervisorResolver, supervisor_kind
 from watchdog.model import Origin
 from watchdog.sources.procfs import ProcessTable
@@ -201,13 +198,7 @@ def _start_supervisord(spawned: Spawned, sandbox: Path, tag: str) -> tuple[int, 
     raise AssertionError("fake supervisord did not start its program")
 
 
-MINE = (
-    SlurmResolver(),
-    ContainerResolver(),
-    SupervisorResolver(),
-    ShellResolver(),
-    OrphanResolver(),
-)
+MINE = default_resolvers()  # the registry, in its order: the first answer wins
 
 
 def _first(lineage_: list, ctx: ResolveContext) -> Origin | None:  # type: ignore[type-arg]

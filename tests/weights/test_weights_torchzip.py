@@ -155,10 +155,14 @@ def test_inconsistent_checkpoints(tmp_path: Path, obj: object, storage: bytes, n
 
 
 def test_legacy_pickle_format_is_not_verified(tmp_path: Path) -> None:
+    # Pre-1.6 torch.save: a bare pickle stream with only torch globals, which a pickle
+    # scanner reports as clean. Its values cannot be checked here, so it must exit 2.
     p = tmp_path / "legacy.bin"
-    p.write_bytes(pickle.dumps({"magic": 0x1950A86A20F9469CFC6C}, protocol=2))
+    p.write_bytes(pickle.dumps({"magic": 0x1950A86A20F9469CFC6C}, protocol=2) + b"\x00" * 64)
     f = one(p)
     assert f.format == "torch-legacy" and f.status is Status.NOT_VERIFIED
+    assert "legacy" in (f.error or "")
+    assert verify(p).exit_code == 2
 
 
 def test_truncated_zip(tmp_path: Path) -> None:

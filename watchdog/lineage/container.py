@@ -160,11 +160,45 @@ def remediation_for(runtime: str, container_id: str, namespace: str | None, pod:
     return f"ctr -n {namespace or 'default'} task kill {container_id}"
 
 
+_INSPECT: dict[str, tuple[str, ...]] = {
+    # docker-inspect(1), podman-inspect(1), crictl inspect (CRI ContainerStatus).
+    "docker": ("docker", "inspect", "--format", "{{.Config.Image}}"),
+    "podman": ("podman", "inspect", "--format", "{{.ImageName}}"),
+    "crictl": ("crictl", "inspect", "-o", "go-template", "--template", "{{.status.image.image}}"),
+}
+
+
+def container_image(runtime: str, container_id: str, pod: bool, ctx: ResolveContext) -> str | None:
+    """Ask the runtime's CLI which image a container runs, once per scan.
+
+    Args:
+        runtime: ``docker``, ``podman``, ``containerd`` or ``cri-o``.
+        container_id: Full container id.
+        pod: True for a Kubernetes pod container (asked through crictl).
+        ctx: Provides ``run_cmd`` and the cache.
+
+    Returns:
+        The image reference, or None when the CLI is missing, fails, or prints nothing.
+    """
+    tool = runtime if runtime in ("docker", "podman") and not pod else "crictl"
+    if runtime == "containerd" and not pod:
+        return None  # plain containerd: no CRI view of its namespace
+    key = f"container:image:{container_id}"
+    if key in ctx.cache:
+        cached = ctx.cache[key]
+        return cached if isinstance(cached, str) else None
+    res = ctx.run_cmd([*_INSPECT[tool], container_id], 5.0)
+    image = res.stdout.strip() if res is not None and res.returncode == 0 else ""
+    ctx.cache[key] = image or None
+    return image or None
+
+
 class ContainerResolver:
     """Names the container a process runs in.
 
     Origin fields: ``container_id`` (64 hex, or what the shim said), ``pod_uid`` (None
-    outside Kubernetes), ``runtime``, ``namespace`` (containerd namespace when known).
+    outside Kubernetes), ``runtime``, ``namespace`` (containerd namespace when known),
+    ``image`` (from ``docker``/``podman``/``crictl inspect`` where that CLI answers).
     """
 
     name = "container"
@@ -208,6 +242,7 @@ class ContainerResolver:
             "pod_uid": pod_uid,
             "runtime": runtime,
             "namespace": namespace,
+            "image": container_image(runtime, cid, pod_uid is not None, ctx) if cid else None,
         }
         if cid:
             remediation = remediation_for(runtime, cid, namespace, pod_uid is not None)

@@ -1,9 +1,17 @@
 """The OS process table, read straight from procfs with a per-identity cache.
 
-Identity is PID + start time (proc(5), ``/proc/PID/stat`` field 22). A steady-state
-refresh reads only ``/proc/PID/stat`` for each PID; the expensive reads (cmdline, exe,
-status, cgroup) happen once per identity, and again when ``comm`` changes, which is what
-``execve(2)`` and ``prctl(PR_SET_NAME)`` do to a live process.
+Identity is PID + start time (proc(5), ``/proc/PID/stat`` field 22). The expensive reads
+(cmdline, exe, status, cgroup) happen once per identity, and again when ``comm`` changes,
+which is what ``execve(2)`` and ``prctl(PR_SET_NAME)`` do to a live process.
+
+A steady-state refresh does not even read every ``/proc/PID/stat``. On a real procfs
+the directory entry of ``/proc/PID`` carries an inode number that stays the same for the
+life of the task and changes when the PID is reused (the inode pins the task's
+``struct pid``; ``proc_flush_pid`` drops the dentry when the task is reaped, fs/proc/base.c).
+So an unchanged inode means "same process": only new inodes, watched PIDs (job members
+and their lineage, whose parent and state matter) and a rotating slice of the rest
+(every process once per ``restat_every`` refreshes, to catch exec and re-parenting)
+are re-read. A fixture tree is not procfs, so there every stat file is read each time.
 """
 
 from __future__ import annotations
@@ -58,7 +66,23 @@ def parse_stat(text: str) -> tuple[str, str, int, int, int, int, int]:
         raise StatParseError(f"malformed stat line: {text[:80]!r}") from exc
 
 
+def _is_procfs(path: str) -> bool:
+    """True when ``path`` is a procfs mount point (per ``/proc/self/mounts``)."""
+    real = os.path.realpath(path)
+    text = _read_text("/proc/self/mounts") or ""
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[2] == "proc" and fields[1] == real:
+            return True
+    return False
+
+
 def _read_text(path: str) -> str | None:
+    data = _read_bytes(path)
+    return None if data is None else data.decode("utf-8", "surrogateescape")
+
+
+def _read_bytes(path: str) -> bytes | None:
     # os.open/os.read: a buffered file object costs more than the read itself here,
     # and this runs once per process per scan.
     try:
@@ -76,7 +100,7 @@ def _read_text(path: str) -> str | None:
         return None
     finally:
         os.close(fd)
-    return data.decode("utf-8", "surrogateescape")
+    return data
 
 
 class ProcessTable:
@@ -89,10 +113,16 @@ class ProcessTable:
     process is dropped (vanished) or kept with ``None`` fields (permission).
     """
 
-    def __init__(self, proc_root: str = "/proc") -> None:
+    def __init__(self, proc_root: str = "/proc", restat_every: int = 6) -> None:
         self.proc_root = proc_root
+        self.restat_every = max(1, restat_every)
+        self.trust_inodes = _is_procfs(proc_root)
+        self.watched: set[int] = set()
+        self.stat_reads = 0
+        self._round = 0
+        self._inodes: dict[int, int] = {}
         self._procs: dict[int, Proc] = {}
-        self._stat_text: dict[int, str] = {}
+        self._stat_raw: dict[int, bytes] = {}
         self._children: dict[int, list[int]] | None = None
         self._users: dict[int, str] = {}
         self.new_pids: set[int] = set()
@@ -106,32 +136,48 @@ class ProcessTable:
         Returns:
             Mapping PID → :class:`Proc` for every process visible now. ``new_pids`` is
             set to the PIDs whose identity was not in the previous refresh (or whose
-            ``comm`` changed), i.e. the ones deeply inspected this time.
+            ``comm`` changed), i.e. the ones deeply inspected this time. Set ``watched``
+            beforehand to PIDs whose parent and state must be current (job members).
         """
         old = self._procs
         fresh: dict[int, Proc] = {}
-        stat_texts: dict[int, str] = {}
+        stat_raw: dict[int, bytes] = {}
+        last_raw = self._stat_raw
         new: set[int] = set()
         root = self.proc_root
+        inodes: dict[int, int] = {}
+        last_inodes = self._inodes if self.trust_inodes else {}
+        self._round = (self._round + 1) % self.restat_every
+        watched = self.watched
         try:
-            entries = os.listdir(root)
+            entries = [(e.name, e.inode()) for e in os.scandir(root) if e.name.isdigit()]
         except OSError:
             entries = []
-        for name in entries:
-            if not name.isdigit():
-                continue
+        for name, ino in entries:
             pid = int(name)
-            stat_text = _read_text(f"{root}/{name}/stat")
-            if stat_text is None:
-                continue  # exited between listdir and read
+            inodes[pid] = ino
             prev = old.get(pid)
-            if prev is not None and self._stat_text.get(pid) == stat_text:
-                fresh[pid] = prev  # a sleeping process: byte-identical stat line
-                stat_texts[pid] = stat_text
+            if (
+                prev is not None
+                and last_inodes.get(pid) == ino
+                and pid % self.restat_every != self._round
+                and pid not in watched
+            ):
+                fresh[pid] = prev  # same inode: same task, nothing to re-read now
+                stat_raw[pid] = last_raw.get(pid, b"")
                 continue
-            stat_texts[pid] = stat_text
+            self.stat_reads += 1
+            raw = _read_bytes(f"{root}/{name}/stat")
+            if raw is None:
+                continue  # exited between listdir and read
+            stat_raw[pid] = raw
+            if prev is not None and last_raw.get(pid) == raw:
+                fresh[pid] = prev  # a sleeping process: byte-identical stat line
+                continue
             try:
-                comm, state, ppid, pgid, sid, flags, start = parse_stat(stat_text)
+                comm, state, ppid, pgid, sid, flags, start = parse_stat(
+                    raw.decode("utf-8", "surrogateescape")
+                )
             except StatParseError:
                 continue
             if prev is not None and prev.start_ticks == start and prev.comm == comm:
@@ -144,7 +190,8 @@ class ProcessTable:
                 fresh[pid] = proc
                 new.add(pid)
         self._procs = fresh
-        self._stat_text = stat_texts
+        self._stat_raw = stat_raw
+        self._inodes = inodes
         self._children = None
         self.new_pids = new
         return fresh

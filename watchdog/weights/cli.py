@@ -69,7 +69,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
         paths,
         not args.no_progress,
         lambda bar: run_gate(
-            paths, command, json_output=args.json, progress=bar.update if bar else None
+            paths,
+            command,
+            json_output=args.json,
+            progress=bar.update if bar else None,
+            after_verify=bar.close if bar else None,
         ),
     )
 

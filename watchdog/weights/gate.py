@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -68,6 +68,7 @@ def run_gate(
     json_output: bool = False,
     stream: TextIO | None = None,
     progress: ProgressFn | None = None,
+    after_verify: Callable[[], None] | None = None,
 ) -> int:
     """Verify ``weights``; run ``command`` only if every value is finite.
 
@@ -78,6 +79,8 @@ def run_gate(
         stream: Where the report and events go (default stderr; stdout is left
             to the command).
         progress: Byte progress callback.
+        after_verify: Called once verification is done, before anything is
+            written (the CLI ends its progress bar here).
 
     Returns:
         The command's exit status when it ran; 1 (non-finite) or 2 (not
@@ -92,6 +95,8 @@ def run_gate(
         raise ValueError("gate needs at least one --weights path")
     out = sys.stderr if stream is None else stream
     report = verify(list(weights), progress=progress)
+    if after_verify is not None:
+        after_verify()
     out.write((report.to_json() if json_output else report.render_text()) + "\n")
     out.flush()
     if report.exit_code != 0:

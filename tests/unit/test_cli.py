@@ -1,0 +1,78 @@
+"""The command line as a user runs it: help, exit codes, explain, the human table."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import Spawned, run_cli
+from tests.unit.test_jobs import start_then_kill_leader
+
+
+def test_help_lists_every_command() -> None:
+    done = run_cli("--help")
+    assert done.returncode == 0
+    for cmd in ("scan", "explain", "check-config", "verify-weights", "gate"):
+        assert cmd in done.stdout
+
+
+def test_no_command_is_a_usage_error() -> None:
+    done = run_cli()
+    assert done.returncode == 2
+
+
+def test_scan_with_a_broken_config_exits_2_and_names_the_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("nvml: {enabled: false}\nsanctioned:\n  - name: x\n    cmdline: y\n")
+    done = run_cli("scan", "--config", str(cfg))
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"rogue-watchdog: config error: {cfg}:3: sanctioned[0].origin:")
+    assert done.stdout == ""
+
+
+def test_killed_leader_orphans_end_to_end(spawned: Spawned, tmp_path: Path) -> None:
+    # Public report: torchrun's leader killed, two DataLoader workers keep the device fd open.
+    devdir, _, kids = start_then_kill_leader(spawned, tmp_path)
+    script, kids_file = tmp_path / "dataloader_pool.py", tmp_path / "kids"
+    time.sleep(0.3)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        f"nvml: {{enabled: false}}\ntraining: {{device_glob: '{devdir}/nvidia[0-9]*'}}\n"
+    )
+    done = run_cli("scan", "--json", "--config", str(cfg))
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    jobs = [j for j in doc["jobs"] if set(kids) & set(j["pids"])]
+    assert len(jobs) == 1
+    job = jobs[0]
+    assert job["pids"] == kids
+    assert job["evidence"] == ["device-fd"]
+    assert job["verdict"] == "rogue"
+    assert job["origin"]["kind"] == "orphan"
+    rogue = [f for f in doc["findings"] if f["root_pid"] == kids[0]]
+    assert [f["kind"] for f in rogue] == ["rogue-job"]
+
+    table = run_cli("scan", "--config", str(cfg))
+    row = [line for line in table.stdout.splitlines() if f" {kids[0]} " in line]
+    assert len(row) == 1
+    assert row[0].split()[:4] == ["rogue", str(kids[0]), "root", "2"]
+    assert "orphan (parent exited)" in row[0]
+
+    explained = run_cli("explain", str(kids[0]), "--config", str(cfg))
+    assert explained.returncode == 0
+    assert explained.stdout.splitlines()[0] == f"PID {kids[0]}: {sys.executable} {script} " + (
+        f"{devdir / 'nvidia0'} 2 {kids_file}"
+    )
+    assert "Origin: orphan (parent exited) (kind orphan)" in explained.stdout
+
+
+def test_explain_unknown_pid_exits_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("nvml: {enabled: false}\n")
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    free = next(p for p in range(pid_max - 1, 300, -1) if not Path(f"/proc/{p}").exists())
+    done = run_cli("explain", str(free), "--config", str(cfg))
+    assert done.returncode == 2
+    assert f"PID {free} is not visible in /proc" in done.stderr
