@@ -121,6 +121,7 @@ class Scanner:
         self.gpu_source = gpu_source
         self.host = socket.gethostname()
         self.launcher_cache = LauncherCache()
+        self._persistent: dict[str, object] = {}
         # Our own PID as seen in proc_root (differs only for a fixture tree).
         self.self_pids = (
             frozenset({os.getpid()}) if config.paths.proc_root == "/proc" else frozenset()
@@ -136,6 +137,7 @@ class Scanner:
             cron_d_dir=p.cron_d,
             cron_spool_dirs=p.cron_spool,
             unit_dirs=p.unit_dirs,
+            persistent=self._persistent,
         )
 
     def _gpu(self) -> tuple[NvmlStatus, list[GpuInfo], list[GpuProcess], list[Finding]]:

@@ -67,6 +67,9 @@ class ResolveContext:
         run_cmd: Runs helper commands (systemctl, squeue, scontrol); tests may record.
         use_systemctl: Ask a running systemd via ``systemctl show`` when True.
         use_slurm_cli: Ask Slurm via ``squeue``/``scontrol`` when True.
+        cache: Scratch space for one scan (answers of ``squeue``, ``systemctl``).
+        persistent: Kept across scans by a :class:`~watchdog.scan.Scanner`; only for
+            entries validated on use (parsed files keyed by mtime and size).
     """
 
     table: ProcessTable
@@ -85,6 +88,7 @@ class ResolveContext:
     use_systemctl: bool = True
     use_slurm_cli: bool = True
     cache: dict[str, object] = field(default_factory=dict)
+    persistent: dict[str, object] = field(default_factory=dict)
 
 
 class OriginResolver(Protocol):

@@ -358,7 +358,7 @@ def _read_tab(
         return None
     key = f"cron:file:{path}"
     stamp = (st.st_mtime_ns, st.st_size, system, owner, anacron)
-    hit = ctx.cache.get(key)
+    hit = ctx.persistent.get(key)
     if isinstance(hit, tuple) and hit[0] == stamp:
         tab = hit[1]
         return tab if isinstance(tab, Crontab) else None
@@ -371,12 +371,12 @@ def _read_tab(
         tab = parse_anacrontab(text, path)
     else:
         tab = parse_crontab(text, path, system=system, owner=owner)
-    ctx.cache[key] = (stamp, tab)
+    ctx.persistent[key] = (stamp, tab)
     return tab
 
 
 def _cached_tab(ctx: ResolveContext, path: str) -> Crontab | None:
-    hit = ctx.cache.get(f"cron:file:{path}")
+    hit = ctx.persistent.get(f"cron:file:{path}")
     if isinstance(hit, tuple) and isinstance(hit[1], Crontab):
         return hit[1]
     return None
