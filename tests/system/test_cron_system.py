@@ -161,3 +161,33 @@ def test_scan_reports_all_four_rogue_with_cron_origin(cronrun: Setup, tmp_path: 
             assert job["verdict"] == "rogue"
             assert job["origin"]["kind"] == "cron"
             assert (job["origin"]["file"], job["origin"]["line"]) == (file, line)
+
+
+def test_same_script_from_cron_is_rogue_when_the_rule_pins_a_unit(
+    cronrun: Setup, tmp_path: Path
+) -> None:
+    # The motivating incident: the ghost runs the pipeline's own script, from cron.
+    cfg = tmp_path / "watchdog.yaml"
+    cfg.write_text(
+        "nvml: {enabled: false}\n"
+        "sanctioned:\n"
+        "  - name: pipeline\n"
+        f"    cmdline: '{PYTHON} {cronrun.direct}'\n"
+        "    origin: {systemd_unit: train-pipeline.service}\n"
+        "  - name: user-cron\n"
+        f"    cmdline: '{PYTHON} {cronrun.user_trainer}'\n"
+        f"    origin: {{cron_file: '{cronrun.spool}', cron_line: 6}}\n"
+    )
+    done = run_cli("scan", "--json", "--config", str(cfg))
+    doc = json.loads(done.stdout)
+    ghost = [j for j in doc["jobs"] if j["cmdline"] == [PYTHON, str(cronrun.direct)]]
+    assert ghost and all(j["verdict"] == "rogue" for j in ghost)
+    assert ghost[0]["reason"] == (
+        "not sanctioned: rule 'pipeline' matches the command line but origin must be "
+        "systemd unit 'train-pipeline.service'"
+    )
+    pinned = [j for j in doc["jobs"] if j["cmdline"] == [PYTHON, str(cronrun.user_trainer)]]
+    assert pinned and all((j["verdict"], j["rule"]) == ("sanctioned", "user-cron") for j in pinned)
+    finding = next(f for f in doc["findings"] if f["root_pid"] == ghost[0]["root_pid"])
+    assert finding["kind"] == "rogue-job"
+    assert f"from cron {cronrun.cron_d}:4 (* * * * *)" in finding["message"]
