@@ -101,6 +101,7 @@ def run_cli(
         [sys.executable, "-m", "watchdog", *args],
         capture_output=True,
         text=True,
+        errors="surrogateescape",  # the host's command lines may hold any bytes
         timeout=timeout,
         env=full_env,
         check=False,

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from watchdog import __version__
 from watchdog.config import Config, ConfigError, load_config
 from watchdog.lineage.describe import describe_origin
-from watchdog.render import result_json, result_table
+from watchdog.render import printable, result_json, result_table
 from watchdog.scan import Scanner, resolve_origin
 from watchdog.weights.cli import register as register_weights
 
@@ -56,17 +56,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
     origin = resolve_origin(
         lineage, scanner.context(datetime.now(UTC).astimezone()), scanner.resolvers
     )
-    print(f"PID {args.pid}: {lineage[0].args_text}")
-    print("Lineage (nearest first):")
+
+    def out(line: str) -> None:
+        print(printable(line))
+
+    out(f"PID {args.pid}: {lineage[0].args_text}")
+    out("Lineage (nearest first):")
     for depth, p in enumerate(lineage):
-        print(f"  {'  ' * depth}{p.pid:>7} {p.user or '?':<10} {p.exe or '?'}  {p.args_text[:100]}")
-    print(f"Origin: {describe_origin(origin)} (kind {origin.kind})")
+        out(f"  {'  ' * depth}{p.pid:>7} {p.user or '?':<10} {p.exe or '?'}  {p.args_text[:100]}")
+    out(f"Origin: {describe_origin(origin)} (kind {origin.kind})")
     for key, value in origin.fields.items():
-        print(f"  {key}: {value}")
+        out(f"  {key}: {value}")
     for e in origin.evidence:
-        print(f"  evidence: {e}")
+        out(f"  evidence: {e}")
     if origin.remediation:
-        print(f"Remediation: {origin.remediation}")
+        out(f"Remediation: {origin.remediation}")
     return 0
 
 

@@ -77,6 +77,30 @@ def result_json(result: ScanResult) -> dict[str, Any]:
     }
 
 
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """Make text safe for a terminal or a log line.
+
+    Command lines are attacker-controlled bytes: non-UTF-8 bytes (kept as surrogates by
+    ``surrogateescape``) become ``\\xNN`` and control characters (newlines that would
+    forge table rows, terminal escapes) become backslash escapes.
+    """
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif ch.isprintable() or ch == " ":
+            out.append(ch)
+        else:
+            out.append(_ESCAPES.get(ch) or f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    return "".join(out)
+
+
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
@@ -122,4 +146,4 @@ def result_table(result: ScanResult) -> str:
             lines.append(f"  [{f.severity}] {f.kind}: {f.message}")
     else:
         lines.append("No findings.")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)

@@ -76,3 +76,26 @@ def test_explain_unknown_pid_exits_2(tmp_path: Path) -> None:
     done = run_cli("explain", str(free), "--config", str(cfg))
     assert done.returncode == 2
     assert f"PID {free} is not visible in /proc" in done.stderr
+
+
+def test_hostile_command_lines_are_escaped_in_the_table(spawned: Spawned, tmp_path: Path) -> None:
+    # Any user controls their argv: non-UTF-8 bytes and a newline must neither crash the
+    # scan under a strict UTF-8 locale nor forge a table row.
+    script = tmp_path / "train_evil.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    argv = [sys.executable.encode(), str(script).encode(), b"\xff\xfe", b"x\nrogue 1 root"]
+    p = spawned.start(argv)
+    time.sleep(0.5)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("nvml: {enabled: false}\n")
+    done = run_cli("scan", "--config", str(cfg), env={"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": ""})
+    assert done.returncode == 1, done.stderr
+    rows = [line for line in done.stdout.splitlines() if f" {p.pid} " in line]
+    assert len(rows) == 1
+    assert rows[0].endswith(f"{sys.executable} {script} \\xff\\xfe x\\nrogue 1 root")
+    doc = json.loads(run_cli("scan", "--json", "--config", str(cfg)).stdout)
+    job = next(j for j in doc["jobs"] if j["root_pid"] == p.pid)
+    assert job["cmdline"][2:] == ["\udcff\udcfe", "x\nrogue 1 root"]
+    explained = run_cli("explain", str(p.pid), "--config", str(cfg), env={"LC_ALL": "C.UTF-8"})
+    assert explained.returncode == 0, explained.stderr
+    assert "\\xff\\xfe x\\nrogue 1 root" in explained.stdout.splitlines()[0]
