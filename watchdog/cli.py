@@ -11,7 +11,6 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 from watchdog import __version__
 from watchdog.config import Config, ConfigError, load_config
@@ -42,10 +41,14 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    """``explain PID``: the lineage of one process and its resolved origin, in words."""
+    """``explain PID``: the lineage of one process, its job and its origin, in words.
+
+    When the PID belongs to a training job, the job's verdict is shown and the origin is
+    the job root's (a worker's own parent is the launcher, not the spawner).
+    """
     config = _config(args.config)
     scanner = Scanner(config)
-    scanner.table.refresh()
+    result = scanner.scan()
     lineage = scanner.table.ancestors(args.pid)
     if not lineage:
         print(
@@ -53,24 +56,35 @@ def cmd_explain(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    origin = resolve_origin(
-        lineage, scanner.context(datetime.now(UTC).astimezone()), scanner.resolvers
-    )
+    job = next((j for j in result.jobs if args.pid in j.pids), None)
+    if job is not None:
+        origin = job.origin
+    else:
+        origin = resolve_origin(lineage, scanner.context(result.time), scanner.resolvers)
 
     def out(line: str) -> None:
         print(printable(line))
 
     out(f"PID {args.pid}: {lineage[0].args_text}")
+    if job is None:
+        out("Not a training job (no GPU, no device fd, no launcher command line).")
+    else:
+        root = (
+            "" if job.root_pid == args.pid else f" (member of the job rooted at PID {job.root_pid})"
+        )
+        out(f"Training job{root}: {len(job.pids)} process(es), verdict {job.verdict}")
+        out(f"  why: {job.reason}")
+        out(f"  counted as training because: {', '.join(job.evidence)}")
     out("Lineage (nearest first):")
     for depth, p in enumerate(lineage):
         out(f"  {'  ' * depth}{p.pid:>7} {p.user or '?':<10} {p.exe or '?'}  {p.args_text[:100]}")
     out(f"Origin: {describe_origin(origin)} (kind {origin.kind})")
     for key, value in origin.fields.items():
-        out(f"  {key}: {value}")
+        if value is not None and value != "":
+            out(f"  {key}: {value}")
     for e in origin.evidence:
         out(f"  evidence: {e}")
-    if origin.remediation:
-        out(f"Remediation: {origin.remediation}")
+    out(f"Remediation: {origin.remediation or 'none known: the origin could not be named'}")
     return 0
 
 
@@ -78,10 +92,15 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     """``check-config FILE``: validate and summarise a configuration file."""
     config = load_config(args.file)
     print(
-        f"{args.file}: OK ({len(config.sanctioned)} sanctioned rule(s), "
-        f"{len(config.launchers)} launcher pattern(s), {len(config.ignore)} ignore entr(y/ies))"
+        f"{args.file}: OK: {_count(len(config.sanctioned), 'sanctioned rule')}, "
+        f"{_count(len(config.launchers), 'launcher pattern')}, "
+        f"{_count(len(config.ignore), 'ignore entry', 'ignore entries')}"
     )
     return 0
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -46,6 +46,16 @@ ORIGIN_KEYS = (
 )
 
 
+_ORIGIN_KIND = {
+    "systemd_unit": "systemd",
+    "cron_file": "cron",
+    "cron_line": "cron",
+    "slurm_account": "slurm",
+    "slurm_job_name": "slurm",
+    "container_image": "container",
+}
+
+
 class ConfigError(ValueError):
     """The configuration is invalid.
 
@@ -239,6 +249,13 @@ def _origin(r: _Reader, node: yaml.Node, key: str) -> OriginPin:
             vals[name] = r.string(v, sub)
     if "cron_line" in vals and "cron_file" not in vals:
         raise r.err(m["cron_line"][0], f"{key}.cron_line", "needs cron_file beside it")
+    kinds = {_ORIGIN_KIND[k] for k in vals if k != "any"}
+    if len(kinds) > 1:
+        raise r.err(
+            node,
+            key,
+            f"keys of different origin kinds can never all match: {', '.join(sorted(vals))}",
+        )
     if vals.get("any") and len(vals) > 1:
         raise r.err(node, key, "'any: true' cannot be combined with other origin keys")
     if "any" in vals and not vals["any"]:

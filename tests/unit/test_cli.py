@@ -66,6 +66,13 @@ def test_killed_leader_orphans_end_to_end(spawned: Spawned, tmp_path: Path) -> N
         f"{devdir / 'nvidia0'} 2 {kids_file}"
     )
     assert "Origin: orphan (parent exited) (kind orphan)" in explained.stdout
+    assert explained.stdout.splitlines()[1] == "Training job: 2 process(es), verdict rogue"
+    member = run_cli("explain", str(kids[1]), "--config", str(cfg))
+    assert member.stdout.splitlines()[1] == (
+        f"Training job (member of the job rooted at PID {kids[0]}): 2 process(es), verdict rogue"
+    )
+    assert f"Remediation: kill -TERM {kids[0]}" in member.stdout
+    assert "None" not in member.stdout
 
 
 def test_explain_unknown_pid_exits_2(tmp_path: Path) -> None:

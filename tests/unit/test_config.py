@@ -108,4 +108,15 @@ def test_check_config_cli_reports_and_exits_2(tmp_path: Path) -> None:
     assert f"{cfg}:3: ignore[0].exe: expected a string, got an integer ('3')" in done.stderr
     ok = run_cli("check-config", str(REPO / "config" / "example.yaml"))
     assert ok.returncode == 0, ok.stderr
-    assert "2 sanctioned rule(s)" in ok.stdout
+    assert ok.stdout.strip().endswith(
+        "OK: 2 sanctioned rules, 6 launcher patterns, 8 ignore entries"
+    )
+
+
+def test_origin_keys_of_two_kinds_are_refused() -> None:
+    e = error(
+        "sanctioned:\n  - name: a\n    cmdline: x\n    origin:\n"
+        "      systemd_unit: x.service\n      slurm_account: r\n"
+    )
+    assert (e.line, e.key) == (5, "sanctioned[0].origin")
+    assert "can never all match: slurm_account, systemd_unit" in e.message

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tests.conftest import Spawned
 from watchdog.config import Config, parse_config
+from watchdog.model import Job
 from watchdog.scan import Scanner
 
 WORKER_TREE = """
@@ -176,3 +177,64 @@ def test_the_watchdog_never_counts_itself(tmp_path: Path) -> None:
         result = Scanner(config_for(devdir), resolvers=[]).scan()
     assert not [j for j in result.jobs if os.getpid() in j.pids]
     assert [j for j in result.jobs if j.devices] == []
+
+
+def _jobs_for(tmp_path: Path, needle: str, timeout_s: float = 5) -> list[Job]:
+    deadline = time.time() + timeout_s
+    while True:
+        result = Scanner(config_for(tmp_path)).scan()
+        jobs = [j for j in result.jobs if any(needle in a for a in j.cmdline)]
+        if jobs or time.time() > deadline:
+            return jobs
+        time.sleep(0.1)
+
+
+def test_separate_background_jobs_of_one_script_stay_separate(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    # A script starts two trainers with `&` and exits: both are re-parented and share its
+    # process group, but they are two jobs (seen by a new user: one row hid the other).
+    a, b = tmp_path / "train_a.py", tmp_path / "train_b.py"
+    for s in (a, b):
+        s.write_text("import time\ntime.sleep(60)\n")
+    starter = spawned.start(
+        ["/bin/bash", "-c", f"{sys.executable} {a} & {sys.executable} {b} & exit 0"]
+    )
+    starter.wait()
+    ja, jb = _jobs_for(tmp_path, str(a)), _jobs_for(tmp_path, str(b))
+    assert len(ja) == 1 and len(jb) == 1
+    assert ja[0].root_pid != jb[0].root_pid
+    assert ja[0].pids == [ja[0].root_pid] and jb[0].pids == [jb[0].root_pid]
+    assert ja[0].origin.kind == "orphan"
+
+
+def test_wrappers_are_lineage_not_the_job(spawned: Spawned, tmp_path: Path) -> None:
+    # `script -qc CMD` and `timeout N CMD` keep the trainer's command line in their own.
+    s1, s2 = tmp_path / "train_tty.py", tmp_path / "train_timeout.py"
+    for s in (s1, s2):
+        s.write_text("import time\ntime.sleep(60)\n")
+    w1 = spawned.start(["script", "-qc", f"{sys.executable} {s1}", "/dev/null"])
+    w2 = spawned.start(["timeout", "60", sys.executable, str(s2)])
+    for script, wrapper in ((s1, w1), (s2, w2)):
+        jobs = _jobs_for(tmp_path, str(script))
+        assert len(jobs) == 1
+        assert jobs[0].cmdline == (sys.executable, str(script))
+        assert jobs[0].root_pid != wrapper.pid
+        assert wrapper.pid in [p.pid for p in jobs[0].lineage]
+
+
+def test_trainer_under_an_orphaned_shell_is_an_orphan(spawned: Spawned, tmp_path: Path) -> None:
+    script = tmp_path / "train_bashc.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    starter = spawned.start(
+        ["/bin/bash", "-c", f"/bin/bash -c '{sys.executable} {script}; echo done' & exit 0"]
+    )
+    starter.wait()
+    jobs = _jobs_for(tmp_path, str(script))
+    assert len(jobs) == 1
+    job = jobs[0]
+    shell = job.lineage[1]
+    assert shell.exe is not None and shell.exe.endswith("bash")
+    assert job.origin.kind == "orphan"
+    assert job.origin.remediation == f"kill -TERM {job.root_pid} {shell.pid}"
+    assert f"its wrapper bash (PID {shell.pid}) was adopted by PID 1" in job.origin.evidence[1]

@@ -61,7 +61,7 @@ def test_verify_weights_exit_codes_and_text(
     clean: Path, poisoned: Path, unsupported: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run_cli(["verify-weights", str(clean)]) == 0
-    assert f"OK {clean}: 1 tensors finite" in capsys.readouterr().out
+    assert f"OK {clean}: 1 tensor finite" in capsys.readouterr().out
     assert run_cli(["verify-weights", str(poisoned)]) == 1
     out = capsys.readouterr().out
     assert f"REFUSED {poisoned}: 2 of 2 tensors non-finite" in out

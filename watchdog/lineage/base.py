@@ -116,6 +116,32 @@ class OriginResolver(Protocol):
         ...
 
 
+# Programs that run another command and keep its command line in their own: shells
+# (`sh -c CMD`), terminal multiplexers (the tmux server keeps `new-session CMD`), privilege
+# and scheduling wrappers, remote and container clients. They are lineage, never the
+# training process itself, and a command line match on them says nothing.
+WRAPPERS = frozenset(
+    {
+        # shells
+        "sh", "dash", "bash", "zsh", "ksh", "mksh", "busybox", "fish", "csh", "tcsh",
+        # multiplexers and terminals
+        "tmux", "screen", "SCREEN", "script", "dtach", "abduco",
+        # privilege, scheduling and process wrappers
+        "sudo", "su", "runuser", "setpriv", "doas", "timeout", "nohup", "env", "setsid",
+        "nice", "ionice", "taskset", "numactl", "chrt", "stdbuf", "flock", "xargs",
+        "watch", "time", "strace", "ltrace", "unbuffer", "systemd-run", "run-parts",
+        # schedulers' clients and remote or container clients
+        "at", "batch", "sbatch", "srun", "salloc", "ssh", "docker", "podman", "nerdctl",
+        "kubectl", "crictl",
+    }
+)  # fmt: skip
+
+
+def is_wrapper(proc: Proc) -> bool:
+    """True when ``proc`` only wraps another command (see :data:`WRAPPERS`)."""
+    return exe_name(proc) in WRAPPERS
+
+
 def exe_name(proc: Proc) -> str:
     """Basename of the executable, falling back to argv[0], then ``comm``.
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from watchdog.lineage.base import ResolveContext, exe_name
+from watchdog.lineage.base import ResolveContext, exe_name, is_wrapper
 from watchdog.lineage.cgroup import parse_cgroup, systemd_path
 from watchdog.lineage.slurm import cgroup_clue, environ_clue, query_job
 from watchdog.lineage.supervisor import command_names
@@ -73,9 +73,26 @@ class OrphanResolver:
             return None
         proc = lineage[0]
         by = adopter(proc, ctx)
+        evidence = [MESSAGE]
         if by is None:
+            # A wrapper between the job and its adopter (`bash -c 'train.py; echo done' &`
+            # whose starter exited) makes the wrapper the orphan; the job is still one.
+            for wrapper in lineage[1:]:
+                if not is_wrapper(wrapper):
+                    return None
+                by = adopter(wrapper, ctx)
+                if by is not None:
+                    evidence.append(
+                        f"its wrapper {exe_name(wrapper)} (PID {wrapper.pid}) was adopted by {by}"
+                    )
+                    return self._origin(proc, ctx, evidence, f"kill -TERM {proc.pid} {wrapper.pid}")
             return None
-        evidence = [MESSAGE, f"PID {proc.pid} was adopted by {by}"]
+        evidence.append(f"PID {proc.pid} was adopted by {by}")
+        return self._origin(proc, ctx, evidence, f"kill -TERM {proc.pid}")
+
+    def _origin(
+        self, proc: Proc, ctx: ResolveContext, evidence: list[str], remediation: str
+    ) -> Origin:
         fields: dict[str, Any] = {
             "message": MESSAGE,
             "parent_pid": proc.ppid,
@@ -103,7 +120,7 @@ class OrphanResolver:
         return Origin(
             kind="orphan",
             evidence=tuple(evidence),
-            remediation=f"kill -TERM {proc.pid}",
+            remediation=remediation,
             fields=fields,
         )
 

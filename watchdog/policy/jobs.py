@@ -15,13 +15,9 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from watchdog.config import IgnoreEntry
-from watchdog.lineage.base import exe_name
+from watchdog.lineage.base import exe_name, is_wrapper
 from watchdog.model import GpuProcess, Job, Proc
 from watchdog.sources.procfs import ProcessTable
-
-# A shell wrapper (cron's `/bin/sh -c CMD`) carries the trainer's command line in its own;
-# it is lineage, never the training process itself.
-SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "mksh", "busybox", "fish", "csh", "tcsh"})
 
 
 def is_launcher(proc: Proc, launchers: Sequence[re.Pattern[str]]) -> bool:
@@ -29,7 +25,7 @@ def is_launcher(proc: Proc, launchers: Sequence[re.Pattern[str]]) -> bool:
 
     Matching never uses ``comm`` (15 characters, renamed by setproctitle).
     """
-    if proc.kernel_thread or not proc.cmdline or exe_name(proc) in SHELLS:
+    if proc.kernel_thread or not proc.cmdline or is_wrapper(proc):
         return False
     text = " ".join(proc.cmdline)
     return any(p.search(text) or (proc.exe and p.search(proc.exe)) for p in launchers)
@@ -159,12 +155,19 @@ def group_jobs(
                 root = anc.pid
         roots[pid] = root
 
-    # Merge re-parented sibling roots of one process group (same owner).
-    groups: dict[tuple[int, int | None], list[int]] = {}
+    # Merge re-parented roots that are forked copies of one dead leader: same process
+    # group (whose leader is gone), same owner, same command line. Separate jobs that a
+    # script started with `&` share a group too, but not a command line.
+    groups: dict[tuple[int, int | None, tuple[str, ...]], list[int]] = {}
     for root in set(roots.values()):
         proc = table.get(root)
-        if proc is not None and proc.pgid > 1 and _reparented(proc, table):
-            groups.setdefault((proc.pgid, proc.uid), []).append(root)
+        if (
+            proc is not None
+            and proc.pgid > 1
+            and table.get(proc.pgid) is None
+            and _reparented(proc, table)
+        ):
+            groups.setdefault((proc.pgid, proc.uid, proc.cmdline), []).append(root)
     alias: dict[int, int] = {}
     for members in groups.values():
         if len(members) > 1:

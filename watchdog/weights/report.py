@@ -129,7 +129,7 @@ class FileReport:
             return f"NOT VERIFIED {self.path}: {self.error}"
         skipped = sum(1 for t in self.tensors if not t.checked)
         extra = f" ({skipped} cannot hold non-finite values)" if skipped else ""
-        return f"OK {self.path}: {n} tensors finite{extra}"
+        return f"OK {self.path}: {n} tensor{'' if n == 1 else 's'} finite{extra}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping with stable keys."""
