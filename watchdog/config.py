@@ -9,11 +9,29 @@ Reference: docs/config.md; the shipped example is config/example.yaml.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from watchdog.actions.settings import EnforcementSettings, parse_enforcement
+from watchdog.configbase import ConfigError, NodeReader
+from watchdog.daemon.settings import AlertSettings, DaemonSettings, parse_alerts, parse_daemon
+from watchdog.queue.settings import QueueSettings, parse_queue
+from watchdog.weights.settings import ShipGate, parse_ship_gates
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "IgnoreEntry",
+    "OriginPin",
+    "Paths",
+    "Rule",
+    "load_config",
+    "parse_config",
+]
 
 DEFAULT_LAUNCHERS: tuple[str, ...] = (
     r"(^|[\s/])torchrun(\s|$)",
@@ -54,24 +72,6 @@ _ORIGIN_KIND = {
     "slurm_job_name": "slurm",
     "container_image": "container",
 }
-
-
-class ConfigError(ValueError):
-    """The configuration is invalid.
-
-    Attributes:
-        path: File the error is in.
-        line: 1-based line, or None when the error is about the whole file.
-        key: Dotted key path such as ``sanctioned[0].origin.systemd_unit``.
-    """
-
-    def __init__(self, path: str, line: int | None, key: str, message: str) -> None:
-        self.path = path
-        self.line = line
-        self.key = key
-        self.message = message
-        where = f"{path}:{line}" if line is not None else path
-        super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
 
 
 @dataclass(frozen=True)
@@ -148,91 +148,17 @@ class Config:
     nvml_enabled: bool = True
     nvml_library: str | None = None
     paths: Paths = field(default_factory=Paths)
-
-
-# -- node helpers -------------------------------------------------------------------
-
-
-class _Reader:
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def err(self, node: yaml.Node | None, key: str, msg: str) -> ConfigError:
-        line = node.start_mark.line + 1 if node is not None else None
-        return ConfigError(self.path, line, key, msg)
-
-    def mapping(
-        self, node: yaml.Node, key: str, allowed: tuple[str, ...]
-    ) -> dict[str, tuple[yaml.Node, yaml.Node]]:
-        if not isinstance(node, yaml.MappingNode):
-            raise self.err(node, key, f"expected a mapping, got {_kind(node)}")
-        out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
-        for knode, vnode in node.value:
-            name = knode.value if isinstance(knode, yaml.ScalarNode) else None
-            sub = f"{key}.{name}" if key else str(name)
-            if name not in allowed:
-                hint = f"; allowed: {', '.join(allowed)}"
-                raise self.err(knode, sub, f"unknown key {name!r}{hint}")
-            if name in out:
-                raise self.err(knode, sub, "duplicate key")
-            out[name] = (knode, vnode)
-        return out
-
-    def sequence(self, node: yaml.Node, key: str) -> list[yaml.Node]:
-        if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
-            return []
-        if not isinstance(node, yaml.SequenceNode):
-            raise self.err(node, key, f"expected a list, got {_kind(node)}")
-        return list(node.value)
-
-    def string(self, node: yaml.Node, key: str) -> str:
-        if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:str":
-            raise self.err(node, key, f"expected a string, got {_kind(node)}")
-        if not node.value:
-            raise self.err(node, key, "must not be empty")
-        return str(node.value)
-
-    def integer(self, node: yaml.Node, key: str, minimum: int) -> int:
-        if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:int":
-            raise self.err(node, key, f"expected an integer, got {_kind(node)}")
-        value = int(node.value, 0)
-        if value < minimum:
-            raise self.err(node, key, f"must be at least {minimum}, got {value}")
-        return value
-
-    def boolean(self, node: yaml.Node, key: str) -> bool:
-        if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:bool":
-            raise self.err(node, key, f"expected true or false, got {_kind(node)}")
-        return bool(yaml.safe_load(node.value))
-
-    def regex(self, node: yaml.Node, key: str) -> re.Pattern[str]:
-        text = self.string(node, key)
-        try:
-            return re.compile(text)
-        except re.error as exc:
-            raise self.err(node, key, f"invalid regular expression: {exc}") from None
-
-    def strings(self, node: yaml.Node, key: str) -> tuple[str, ...]:
-        return tuple(
-            self.string(item, f"{key}[{i}]") for i, item in enumerate(self.sequence(node, key))
-        )
-
-
-def _kind(node: yaml.Node) -> str:
-    if isinstance(node, yaml.MappingNode):
-        return "a mapping"
-    if isinstance(node, yaml.SequenceNode):
-        return "a list"
-    tag = node.tag.rsplit(":", 1)[-1]
-    return {"str": "a string", "int": "an integer", "bool": "a boolean", "null": "nothing"}.get(
-        tag, tag
-    ) + (f" ({node.value!r})" if tag != "null" else "")
+    daemon: DaemonSettings = field(default_factory=DaemonSettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
+    enforcement: EnforcementSettings = field(default_factory=EnforcementSettings)
+    queue: QueueSettings = field(default_factory=QueueSettings)
+    ship_gates: tuple[ShipGate, ...] = ()
 
 
 # -- sections --------------------------------------------------------------------
 
 
-def _origin(r: _Reader, node: yaml.Node, key: str) -> OriginPin:
+def _origin(r: NodeReader, node: yaml.Node, key: str) -> OriginPin:
     m = r.mapping(node, key, ORIGIN_KEYS)
     if not m:
         raise r.err(
@@ -263,7 +189,7 @@ def _origin(r: _Reader, node: yaml.Node, key: str) -> OriginPin:
     return OriginPin(**vals)
 
 
-def _rule(r: _Reader, node: yaml.Node, key: str) -> Rule:
+def _rule(r: NodeReader, node: yaml.Node, key: str) -> Rule:
     allowed = ("name", "cmdline", "cmdline_regex", "user", "origin", "max_instances")
     m = r.mapping(node, key, allowed)
     for required in ("name", "origin"):
@@ -296,7 +222,7 @@ def _rule(r: _Reader, node: yaml.Node, key: str) -> Rule:
     )
 
 
-def _ignore(r: _Reader, node: yaml.Node, key: str) -> IgnoreEntry:
+def _ignore(r: NodeReader, node: yaml.Node, key: str) -> IgnoreEntry:
     if isinstance(node, yaml.ScalarNode):
         name = r.string(node, key)
         return IgnoreEntry(name=name, exe=name)
@@ -312,7 +238,7 @@ def _ignore(r: _Reader, node: yaml.Node, key: str) -> IgnoreEntry:
     )
 
 
-def _paths(r: _Reader, node: yaml.Node) -> Paths:
+def _paths(r: NodeReader, node: yaml.Node) -> Paths:
     allowed = ("proc_root", "crontab", "cron_d", "cron_spool", "unit_dirs")
     m = r.mapping(node, "paths", allowed)
     vals: dict[str, Any] = {}
@@ -320,6 +246,17 @@ def _paths(r: _Reader, node: yaml.Node) -> Paths:
         key = f"paths.{name}"
         vals[name] = r.strings(v, key) if name in ("cron_spool", "unit_dirs") else r.string(v, key)
     return Paths(**vals)
+
+
+# Sections parsed by their own modules (daemon, alerts, enforcement, queue, ship gates).
+SECTIONS: dict[str, Callable[[NodeReader, yaml.Node], Any]] = {
+    "daemon": parse_daemon,
+    "alerts": parse_alerts,
+    "enforcement": parse_enforcement,
+    "queue": parse_queue,
+    "ship_gates": parse_ship_gates,
+}
+TOP_LEVEL_KEYS = ("sanctioned", "training", "ignore", "nvml", "paths", *SECTIONS)
 
 
 def parse_config(text: str, source: str = "<string>") -> Config:
@@ -336,7 +273,7 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         ConfigError: YAML syntax errors, unknown keys, wrong types, invalid regular
             expressions, rules without an origin; the message names file, line and key.
     """
-    r = _Reader(source)
+    r = NodeReader(source)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
@@ -347,7 +284,7 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         raise ConfigError(source, None, "", f"YAML error: {exc}") from None
     if root is None or (isinstance(root, yaml.ScalarNode) and root.value == ""):
         return Config(source=source)
-    top = r.mapping(root, "", ("sanctioned", "training", "ignore", "nvml", "paths"))
+    top = r.mapping(root, "", TOP_LEVEL_KEYS)
     vals: dict[str, Any] = {"source": source}
     if "sanctioned" in top:
         rules = [
@@ -384,6 +321,9 @@ def parse_config(text: str, source: str = "<string>") -> Config:
             vals["nvml_library"] = r.string(m["library"][1], "nvml.library")
     if "paths" in top:
         vals["paths"] = _paths(r, top["paths"][1])
+    for name, section in SECTIONS.items():
+        if name in top:
+            vals[name] = section(r, top[name][1])
     return Config(**vals)
 
 

@@ -42,10 +42,10 @@ def _cmdline(pid: int) -> tuple[str, ...]:
 
 def _ppid(pid: int) -> int:
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
+        text = Path(f"/proc/{pid}/stat").read_bytes()  # comm may hold any bytes
     except OSError:
         return 0
-    return int(text[text.rfind(")") + 2 :].split()[1])
+    return int(text[text.rfind(b")") + 2 :].split()[1])
 
 
 def _pids() -> list[int]:

@@ -45,11 +45,11 @@ class NamespacedSystemdError(RuntimeError):
 
 def _ppid(pid: int) -> int | None:
     try:
-        with open(f"/proc/{pid}/stat") as fh:
+        with open(f"/proc/{pid}/stat", "rb") as fh:  # comm may hold any bytes
             text = fh.read()
     except OSError:
         return None
-    return int(text[text.rfind(")") + 2 :].split()[1])
+    return int(text[text.rfind(b")") + 2 :].split()[1])
 
 
 class NamespacedSystemd:
@@ -223,6 +223,7 @@ class NamespacedSystemd:
             [*prefix, *argv],
             capture_output=True,
             text=True,
+            errors="surrogateescape",
             timeout=timeout_s,
             check=check,
             stdin=subprocess.DEVNULL,

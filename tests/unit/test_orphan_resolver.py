@@ -109,10 +109,25 @@ def test_environment_job_id_and_supervisor_clue(tmp_path: Path) -> None:
 
 
 def test_not_orphaned(tmp_path: Path) -> None:
-    procs = [INIT, FakeProc(50, 1, ["/bin/bash"]), FakeProc(60, 50, ["python3", "train.py"])]
+    # The parent is a live, ordinary process (an app server that spawns trainers).
+    procs = [
+        INIT,
+        FakeProc(50, 1, ["/usr/bin/python3", "/srv/app.py"]),
+        FakeProc(60, 50, ["python3", "train.py"]),
+    ]
     ctx = make_context(tmp_path, procs)
     assert _resolve(ctx, 60) is None
     assert _resolve(ctx, 1) is None
+
+
+def test_orphaned_wrapper_makes_its_job_an_orphan(tmp_path: Path) -> None:
+    # `bash -c 'python3 train.py; echo done' &` whose starter exited: bash is adopted.
+    procs = [INIT, FakeProc(50, 1, ["/bin/bash"]), FakeProc(60, 50, ["python3", "train.py"])]
+    ctx = make_context(tmp_path, procs)
+    origin = _resolve(ctx, 60)
+    assert origin is not None and origin.kind == "orphan"
+    assert origin.remediation == "kill -TERM 60 50"
+    assert origin.evidence[1].startswith("its wrapper bash (PID 50) was adopted by PID 1")
 
 
 DOUBLE_FORK = """

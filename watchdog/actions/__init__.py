@@ -1,0 +1,1 @@
+"""Hands: terminate rogue jobs, disable their source with a backup, undo; rogue services."""

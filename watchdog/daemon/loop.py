@@ -1,0 +1,295 @@
+"""The daemon loop: ``tick(now)`` scans, tracks, spools alerts and acts.
+
+Tests drive :meth:`Daemon.tick` directly with any ``now``; :meth:`Daemon.run_forever`
+calls it every ``daemon.interval_s`` and handles signals. Every part that can fail (the
+scan, a finding source, an enforcer, a worker) degrades with one log event when it
+starts failing and one when it recovers; the loop never dies from it.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from watchdog.config import Config, ConfigError, load_config
+from watchdog.daemon.state import StateDB
+from watchdog.daemon.tracker import Tracker, TrackResult
+from watchdog.model import Finding
+from watchdog.scan import Scanner, ScanResult
+
+log = structlog.get_logger("rogue-watchdog")
+
+
+class FindingSource(Protocol):
+    """Something besides the process scan that produces findings each tick
+    (rogue services, the GPU queue, ship gates)."""
+
+    name: str
+
+    def findings(self, now: float, result: ScanResult) -> list[Finding]:
+        """Findings open right now. May raise: the loop degrades and retries next tick."""
+        ...
+
+
+class Enforcer(Protocol):
+    """Acts on what a tick found (terminate, disable a source). Runs after tracking."""
+
+    name: str
+
+    def act(self, now: float, result: ScanResult, track: TrackResult) -> list[Finding]:
+        """Take actions; return findings about them (e.g. ``remediation-failed``)."""
+        ...
+
+
+class Worker(Protocol):
+    """A background thread owned by the daemon (alert delivery, status socket, metrics)."""
+
+    name: str
+
+    def start(self) -> None:
+        """Start the thread; must return promptly."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it briefly."""
+        ...
+
+
+@dataclass
+class TickSummary:
+    """What the last tick saw, for ``status`` and metrics."""
+
+    time: float
+    duration_s: float
+    result: ScanResult | None
+    track: TrackResult | None
+    findings: list[Finding] = field(default_factory=list)
+
+
+class Daemon:
+    """The long-running watchdog.
+
+    Args:
+        config: Validated configuration.
+        config_path: Where it was read from (for reload and status); None for defaults.
+        db: State database; None opens ``daemon.state_dir``.
+        scanner: Process scanner; None builds one from ``config``.
+        sources: Extra finding sources.
+        enforcers: Actions after tracking.
+        workers: Background threads started and stopped with the loop.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        config_path: str | None = None,
+        *,
+        db: StateDB | None = None,
+        scanner: Scanner | None = None,
+        sources: Sequence[FindingSource] = (),
+        enforcers: Sequence[Enforcer] = (),
+        workers: Sequence[Worker] = (),
+    ) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.db = db or StateDB(config.daemon.state_dir)
+        self.scanner = scanner or Scanner(
+            config, fd_sweep_interval_s=config.daemon.fd_sweep_interval_s
+        )
+        self.tracker = Tracker(self.db, config.alerts, self.scanner.host)
+        self.sources = list(sources)
+        self.enforcers = list(enforcers)
+        self.workers = list(workers)
+        self.started_at = time.time()
+        self.last: TickSummary | None = None
+        self.degraded: dict[str, str] = {}
+        self.on_tick: list[Callable[[TickSummary], None]] = []
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        if self.db.recovered_from:
+            log.warning(
+                "state-recovered",
+                kept=self.db.recovered_from,
+                reason=self.db.recovered_reason,
+                message="the state database was unreadable; a fresh one was created",
+            )
+
+    # -- degradation -------------------------------------------------------------------
+
+    def _failed(self, part: str, exc: BaseException) -> None:
+        text = f"{type(exc).__name__}: {exc}"
+        if self.degraded.get(part) != text:
+            log.error(
+                "component-degraded",
+                component=part,
+                error=text,
+                traceback=traceback.format_exc(limit=5),
+            )
+        self.degraded[part] = text
+
+    def _ok(self, part: str) -> None:
+        if self.degraded.pop(part, None) is not None:
+            log.info("component-recovered", component=part)
+
+    def _health_findings(self) -> list[Finding]:
+        out = [
+            Finding(
+                kind="component-degraded",
+                severity="warning",
+                message=f"{part} is failing and being retried: {error}",
+                details={"fingerprint": part, "component": part, "error": error},
+            )
+            for part, error in sorted(self.degraded.items())
+        ]
+        if self.db.recovered_from:
+            out.append(
+                Finding(
+                    kind="state-recovered",
+                    severity="warning",
+                    message=(
+                        f"the state database was unreadable ({self.db.recovered_reason}); "
+                        f"it was kept as {self.db.recovered_from} and a fresh one created"
+                    ),
+                    details={"fingerprint": self.db.recovered_from},
+                )
+            )
+        return out
+
+    # -- one tick ----------------------------------------------------------------------
+
+    def tick(self, now: float) -> TickSummary:
+        """Scan, gather findings, track them and spool alerts, then act.
+
+        Args:
+            now: POSIX time of this tick (tests pass any value; ``run_forever`` passes
+                the clock).
+
+        Returns:
+            The summary kept as :attr:`last`.
+        """
+        started = time.monotonic()
+        result: ScanResult | None = None
+        try:
+            result = self.scanner.scan(datetime.fromtimestamp(now).astimezone())
+            self._ok("scan")
+        except Exception as exc:
+            self._failed("scan", exc)
+        findings: list[Finding] = list(result.findings) if result else []
+        if result is not None:
+            for source in self.sources:
+                try:
+                    findings.extend(source.findings(now, result))
+                    self._ok(source.name)
+                except Exception as exc:
+                    self._failed(source.name, exc)
+        track: TrackResult | None = None
+        try:
+            track = self.tracker.update(
+                result.jobs if result else [], [*findings, *self._health_findings()], now
+            )
+            self._ok("state")
+        except Exception as exc:
+            self._failed("state", exc)
+        if result is not None and track is not None:
+            for enforcer in self.enforcers:
+                try:
+                    findings.extend(enforcer.act(now, result, track))
+                    self._ok(enforcer.name)
+                except Exception as exc:
+                    self._failed(enforcer.name, exc)
+        summary = TickSummary(now, time.monotonic() - started, result, track, findings)
+        self.last = summary
+        for hook in self.on_tick:
+            try:
+                hook(summary)
+            except Exception as exc:
+                self._failed(f"hook {getattr(hook, '__name__', hook)}", exc)
+        return summary
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def reload(self) -> bool:
+        """Re-read the configuration file; keep the old one when the new one is invalid.
+
+        Returns:
+            True when the new configuration is in force.
+        """
+        try:
+            new = load_config(self.config_path)
+        except ConfigError as exc:
+            log.error("config-reload-refused", error=str(exc), kept=self.config_path)
+            return False
+        self.config = new
+        self.scanner = Scanner(new, fd_sweep_interval_s=new.daemon.fd_sweep_interval_s)
+        self.tracker = Tracker(self.db, new.alerts, self.scanner.host)
+        log.info("config-reloaded", path=self.config_path)
+        return True
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run_forever` to return after the current tick."""
+        self._stop.set()
+
+    def request_reload(self) -> None:
+        """Ask :meth:`run_forever` to reload the configuration before the next tick."""
+        self._reload.set()
+        self._stop.set()  # wake the sleep; cleared again below
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT stop cleanly; SIGHUP reloads the configuration."""
+        signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
+        signal.signal(signal.SIGINT, lambda *_: self.request_stop())
+        signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
+
+    def run_forever(self, clock: Callable[[], float] = time.time) -> None:
+        """Tick every ``daemon.interval_s`` until stopped; start and stop the workers."""
+        for w in self.workers:
+            w.start()
+        try:
+            while True:
+                self.tick(clock())
+                deadline = time.monotonic() + self.config.daemon.interval_s
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._stop.wait(left):
+                        break
+                if self._reload.is_set():
+                    self._reload.clear()
+                    self._stop.clear()
+                    self.reload()
+                    continue
+                if self._stop.is_set():
+                    break
+        finally:
+            for w in reversed(self.workers):
+                try:
+                    w.stop()
+                except Exception as exc:
+                    self._failed(w.name, exc)
+            self.db.close()
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-ready snapshot for ``rogue-watchdog status`` (docs/status.md)."""
+        from watchdog.daemon.status import build_status
+
+        return build_status(self)
+
+
+def config_checksum(path: str | None) -> str | None:
+    """SHA-256 of the configuration file's bytes (first 16 hex digits), or None."""
+    if path is None:
+        return None
+    import hashlib
+
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None

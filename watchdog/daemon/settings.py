@@ -1,0 +1,167 @@
+"""``daemon:`` and ``alerts:`` configuration sections (docs/config.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import yaml
+
+from watchdog.configbase import NodeReader
+
+SEVERITIES = ("info", "warning", "high", "critical")
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """How ``rogue-watchdog run`` behaves.
+
+    Attributes:
+        interval_s: Seconds between scans.
+        state_dir: Directory of the SQLite state database.
+        socket: Path of the status unix socket.
+        socket_group: Group that may read the socket (mode 0660); None keeps root's.
+        fd_sweep_interval_s: Seconds between full device-fd sweeps.
+        metrics_listen: ``HOST:PORT`` for Prometheus metrics; None disables them.
+    """
+
+    interval_s: float = 5.0
+    state_dir: str = "/var/lib/rogue-watchdog"
+    socket: str = "/run/rogue-watchdog/status.sock"
+    socket_group: str | None = None
+    fd_sweep_interval_s: float = 60.0
+    metrics_listen: str | None = None
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """One alert destination.
+
+    Attributes:
+        type: ``log``, ``slack``, ``discord`` or ``webhook``.
+        name: Name used in status and logs (defaults to the type).
+        path: For ``log``: a file to append JSON lines to; None means stdout.
+        url_env: Environment variable holding the webhook URL (a secret).
+        url_file: File holding the webhook URL (a secret).
+        min_severity: Lowest severity delivered.
+        kinds: Finding kinds delivered; empty means all.
+        timeout_s: Per-request timeout in seconds.
+    """
+
+    type: Literal["log", "slack", "discord", "webhook"]
+    name: str
+    path: str | None = None
+    url_env: str | None = None
+    url_file: str | None = None
+    min_severity: str = "info"
+    kinds: tuple[str, ...] = ()
+    timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    """Alert policy and sinks.
+
+    Attributes:
+        reminder_after_s: Seconds after which a still-open finding is alerted again.
+        sinks: Destinations; by default one JSON log sink on stdout.
+    """
+
+    reminder_after_s: float = 3600.0
+    sinks: tuple[SinkSettings, ...] = field(
+        default_factory=lambda: (SinkSettings(type="log", name="log"),)
+    )
+
+
+def _positive(r: NodeReader, node: yaml.Node, key: str) -> float:
+    value = r.number(node, key)
+    if value <= 0:
+        raise r.err(node, key, f"must be greater than 0, got {value}")
+    return value
+
+
+def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
+    """Validate the ``daemon:`` section.
+
+    Raises:
+        ConfigError: Unknown keys, wrong types, non-positive intervals.
+    """
+    allowed = (
+        "interval_s",
+        "state_dir",
+        "socket",
+        "socket_group",
+        "fd_sweep_interval_s",
+        "metrics_listen",
+    )
+    m = r.mapping(node, "daemon", allowed)
+    vals: dict[str, object] = {}
+    for name, (_, v) in m.items():
+        key = f"daemon.{name}"
+        if name in ("interval_s", "fd_sweep_interval_s"):
+            vals[name] = _positive(r, v, key)
+        else:
+            vals[name] = r.string(v, key)
+    return DaemonSettings(**vals)  # type: ignore[arg-type]
+
+
+def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
+    allowed = ("type", "name", "path", "url_env", "url_file", "min_severity", "kinds", "timeout_s")
+    m = r.mapping(node, key, allowed)
+    if "type" not in m:
+        raise r.err(node, f"{key}.type", "required key missing (log, slack, discord, webhook)")
+    kind = r.string(m["type"][1], f"{key}.type")
+    if kind not in ("log", "slack", "discord", "webhook"):
+        raise r.err(m["type"][1], f"{key}.type", f"unknown sink type {kind!r}")
+    vals: dict[str, object] = {"type": kind, "name": kind}
+    for name, (_, v) in m.items():
+        sub = f"{key}.{name}"
+        if name == "type":
+            continue
+        if name == "kinds":
+            vals[name] = r.strings(v, sub)
+        elif name == "timeout_s":
+            vals[name] = _positive(r, v, sub)
+        elif name == "min_severity":
+            sev = r.string(v, sub)
+            if sev not in SEVERITIES:
+                raise r.err(v, sub, f"must be one of {', '.join(SEVERITIES)}")
+            vals[name] = sev
+        else:
+            vals[name] = r.string(v, sub)
+    if kind != "log" and not (vals.get("url_env") or vals.get("url_file")):
+        raise r.err(
+            node,
+            key,
+            "a webhook sink needs url_env or url_file (the URL is a secret: never inline)",
+        )
+    if kind == "log" and (vals.get("url_env") or vals.get("url_file")):
+        raise r.err(node, key, "a log sink takes path, not url_env/url_file")
+    return SinkSettings(**vals)  # type: ignore[arg-type]
+
+
+def parse_alerts(r: NodeReader, node: yaml.Node) -> AlertSettings:
+    """Validate the ``alerts:`` section.
+
+    Raises:
+        ConfigError: Unknown keys, wrong types, unknown sink types, inline URLs.
+    """
+    m = r.mapping(node, "alerts", ("reminder_after_s", "sinks"))
+    vals: dict[str, object] = {}
+    if "reminder_after_s" in m:
+        vals["reminder_after_s"] = _positive(r, m["reminder_after_s"][1], "alerts.reminder_after_s")
+    if "sinks" in m:
+        sinks = tuple(
+            _sink(r, n, f"alerts.sinks[{i}]")
+            for i, n in enumerate(r.sequence(m["sinks"][1], "alerts.sinks"))
+        )
+        names = [s.name for s in sinks]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise r.err(
+                    r.sequence(m["sinks"][1], "alerts.sinks")[i],
+                    f"alerts.sinks[{i}].name",
+                    f"duplicate sink name {name!r}; give each sink a name",
+                )
+        vals["sinks"] = sinks
+    return AlertSettings(**vals)  # type: ignore[arg-type]

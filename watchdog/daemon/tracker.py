@@ -1,0 +1,262 @@
+"""Remember jobs and findings across ticks and restarts; decide which alerts to send.
+
+Jobs are remembered by a signature: the parts of their origin that will start them
+again (cron file and line, unit, Slurm account and job name...) plus the normalised
+command line and user. A rogue signature that disappears (killed, or exited) and appears
+again opens a ``respawned`` finding, also across a daemon restart: the seed case is a
+ghost killed by hand that came back 12 minutes later from a forgotten cron entry.
+
+Findings are folded by fingerprint: one alert when a finding opens, a reminder after
+``reminder_after_s`` while it stays open ("still open, seen N times"), one when it
+resolves. Never one message per PID of a job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from watchdog.daemon.settings import SEVERITIES, AlertSettings, SinkSettings
+from watchdog.daemon.state import FindingRecord, JobRecord, StateDB, clean
+from watchdog.lineage.describe import describe_origin
+from watchdog.model import Finding, Job, Origin
+
+# Origin fields that identify the spawner across restarts of the job (a new Slurm job id
+# or container id each time is the same source).
+_ORIGIN_KEYS: dict[str, tuple[str, ...]] = {
+    "cron": ("file", "line", "script"),
+    "systemd": ("unit", "user"),
+    "slurm": ("account", "job_name"),
+    "container": ("image", "pod_uid"),
+    "at": ("command",),
+    "supervisor": ("program",),
+}
+_LONG_NUMBER = re.compile(r"\d{5,}")
+
+
+def job_signature(user: str | None, cmdline: Sequence[str], origin: Origin) -> str:
+    """A stable identifier of "this job from this source".
+
+    Long digit runs (ports, PIDs, timestamps in arguments) are folded so a respawn with a
+    new run id still matches. Orphan and unknown origins carry no spawner, so they
+    reduce to user + command line: a ghost that comes back from the same place matches.
+
+    Returns:
+        16 hex digits.
+    """
+    keys = _ORIGIN_KEYS.get(origin.kind, ())
+    parts = [origin.kind if keys else "-", user or "?", _LONG_NUMBER.sub("#", " ".join(cmdline))]
+    parts += [f"{k}={origin.fields.get(k)}" for k in keys]
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def fingerprint(finding: Finding, signatures: dict[int, str]) -> str:
+    """Fold key of a finding: kind plus the job signature, an explicit key, or the message."""
+    explicit = finding.details.get("fingerprint")
+    if isinstance(explicit, str):
+        return f"{finding.kind}:{explicit}"
+    if finding.root_pid is not None and finding.root_pid in signatures:
+        return f"{finding.kind}:{signatures[finding.root_pid]}"
+    return f"{finding.kind}:{finding.message}"
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+
+
+def _gap(seconds: float) -> str:
+    minutes, sec = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m" if not sec or minutes >= 10 else f"{minutes}m{sec:02d}s"
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    """One alert to send: ``event`` is ``open``, ``remind`` or ``resolve``."""
+
+    event: str
+    finding: FindingRecord
+
+
+@dataclass
+class TrackResult:
+    """What one :meth:`Tracker.update` changed."""
+
+    opened: list[FindingRecord] = field(default_factory=list)
+    reminded: list[FindingRecord] = field(default_factory=list)
+    resolved: list[FindingRecord] = field(default_factory=list)
+    signatures: dict[int, str] = field(default_factory=dict)
+    respawned: list[Finding] = field(default_factory=list)
+
+
+def sink_accepts(sink: SinkSettings, finding: FindingRecord) -> bool:
+    """True when ``sink``'s severity floor and kind filter let ``finding`` through."""
+    if SEVERITIES.index(finding.severity) < SEVERITIES.index(sink.min_severity):
+        return False
+    return not sink.kinds or finding.kind in sink.kinds
+
+
+def alert_payload(event: str, finding: FindingRecord, host: str, now: float) -> dict[str, Any]:
+    """The JSON body spooled for every sink (docs/alerts.md documents it)."""
+    return {
+        "schema_version": 1,
+        "event": event,
+        "host": host,
+        "time": _when(now),
+        "finding": {
+            "id": finding.id,
+            "kind": finding.kind,
+            "severity": finding.severity,
+            "message": finding.message,
+            "root_pid": finding.root_pid,
+            "details": finding.details,
+            "opened_at": _when(finding.opened_at),
+            "last_seen": _when(finding.last_seen),
+            "seen_count": finding.seen_count,
+            "resolved_at": _when(finding.resolved_at) if finding.resolved_at else None,
+        },
+    }
+
+
+class Tracker:
+    """Keeps the ``jobs`` and ``findings`` tables in step with each scan.
+
+    Args:
+        db: The state database.
+        alerts: Reminder interval and sinks (to spool one delivery per accepting sink).
+        host: Host name put into alert payloads.
+    """
+
+    def __init__(self, db: StateDB, alerts: AlertSettings, host: str) -> None:
+        self.db = db
+        self.alerts = alerts
+        self.host = host
+
+    def update(self, jobs: Iterable[Job], findings: Iterable[Finding], now: float) -> TrackResult:
+        """Record one tick's jobs and findings; spool the alerts they cause.
+
+        Args:
+            jobs: Jobs of this scan (ignored ones are not tracked).
+            findings: Every finding of this tick (scan and extra sources).
+            now: POSIX time of the tick.
+
+        Returns:
+            What opened, was reminded of, and resolved; the job signatures by root PID.
+        """
+        out = TrackResult()
+        with self.db.transaction():
+            respawns = self._jobs([j for j in jobs if j.verdict != "ignored"], now, out)
+            out.respawned = respawns
+            self._findings([*findings, *respawns], now, out)
+        return out
+
+    # -- jobs ------------------------------------------------------------------------
+
+    def _jobs(self, jobs: list[Job], now: float, out: TrackResult) -> list[Finding]:
+        respawns = []
+        seen: set[str] = set()
+        for job in jobs:
+            sig = job_signature(job.user, job.cmdline, job.origin)
+            out.signatures[job.root_pid] = sig
+            if sig in seen:
+                continue  # a second instance of the same signature: one record
+            seen.add(sig)
+            rec = self.db.job(sig)
+            back_after: float | None = None
+            sightings = 1
+            first_seen = now
+            if rec is not None:
+                first_seen, sightings = rec.first_seen, rec.sightings
+                if rec.gone_at is not None:
+                    back_after = rec.gone_at
+                elif (rec.root_pid, rec.start_ticks) != (job.root_pid, job.start_ticks):
+                    # Killed and back while we were not looking (e.g. across a restart).
+                    back_after = rec.last_seen
+                if back_after is not None:
+                    sightings += 1
+            record = JobRecord(
+                sig, " ".join(job.cmdline), job.user, job.verdict, job.origin.to_json(),
+                first_seen, now, job.root_pid, job.start_ticks, job.pids, None, sightings,
+            )  # fmt: skip
+            self.db.upsert_job(record)
+            if back_after is not None and job.verdict in ("rogue", "excess"):
+                respawns.append(self._respawned(job, sig, back_after, now))
+        for rec in self.db.present_jobs():
+            if rec.signature not in seen:
+                self.db.upsert_job(dataclasses.replace(rec, gone_at=now))
+        return respawns
+
+    @staticmethod
+    def _respawned(job: Job, sig: str, gone_at: float, now: float) -> Finding:
+        nxt = job.origin.fields.get("next_run")
+        message = (
+            f"respawned: gone at {_when(gone_at)}, back at {_when(now)} "
+            f"(+{_gap(now - gone_at)}) as PID {job.root_pid}, started by "
+            f"{describe_origin(job.origin)}"
+        )
+        if nxt:
+            message += f", next run {nxt}"
+        if job.origin.remediation:
+            message += f"; to stop the source: {job.origin.remediation}"
+        return Finding(
+            kind="respawned",
+            severity="high",
+            message=message,
+            root_pid=job.root_pid,
+            details={
+                "signature": sig,
+                "gone_at": _when(gone_at),
+                "back_at": _when(now),
+                "gap_s": round(now - gone_at, 1),
+                "origin": job.origin.to_json(),
+            },
+        )
+
+    # -- findings --------------------------------------------------------------------
+
+    def _findings(self, findings: list[Finding], now: float, out: TrackResult) -> None:
+        db = self.db
+        open_by_fp = {f.fingerprint: f for f in db.open_findings()}
+        current: dict[str, Finding] = {}
+        for f in findings:
+            current.setdefault(clean(fingerprint(f, out.signatures)) or "", f)
+        for fp, f in current.items():
+            rec = open_by_fp.get(fp)
+            if rec is None:
+                fid = db.insert_finding(
+                    fp, f.kind, f.severity, f.message, f.root_pid, f.details, now
+                )
+                new = db.finding(fid)
+                assert new is not None
+                out.opened.append(new)
+                self._spool("open", new, now)
+                db.mark_alerted(fid, now)
+                continue
+            db.touch_finding(rec.id, f.message, f.root_pid, f.details, now)
+            due = (rec.last_alert_at or rec.opened_at) + self.alerts.reminder_after_s
+            if f.severity != "info" and now >= due:
+                fresh = db.finding(rec.id)
+                assert fresh is not None
+                out.reminded.append(fresh)
+                self._spool("remind", fresh, now)
+                db.mark_alerted(rec.id, now)
+        for fp, rec in open_by_fp.items():
+            if fp not in current:
+                db.resolve_finding(rec.id, now)
+                done = db.finding(rec.id)
+                assert done is not None
+                out.resolved.append(done)
+                self._spool("resolve", done, now)
+
+    def _spool(self, event: str, finding: FindingRecord, now: float) -> None:
+        payload = alert_payload(event, finding, self.host, now)
+        for sink in self.alerts.sinks:
+            if sink_accepts(sink, finding):
+                self.db.enqueue(finding.id, sink.name, event, payload, now)
