@@ -13,7 +13,9 @@ import sys
 from collections.abc import Sequence
 
 from watchdog import __version__
+from watchdog.actions.cli import register as register_actions
 from watchdog.config import Config, ConfigError, load_config
+from watchdog.daemon.cli import register as register_daemon
 from watchdog.lineage.describe import describe_origin
 from watchdog.render import printable, result_json, result_table
 from watchdog.scan import Scanner, resolve_origin
@@ -23,10 +25,15 @@ DEFAULT_CONFIG = "/etc/rogue-watchdog/config.yaml"
 REPORTED_SEVERITIES = ("warning", "high", "critical")
 
 
-def _config(path: str | None) -> Config:
+def resolve_config_path(path: str | None) -> str | None:
+    """The ``--config`` value, else the default file when it exists, else None."""
     if path is None and os.path.exists(DEFAULT_CONFIG):
-        path = DEFAULT_CONFIG
-    return load_config(path)
+        return DEFAULT_CONFIG
+    return path
+
+
+def _config(path: str | None) -> Config:
+    return load_config(resolve_config_path(path))
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
@@ -130,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_check_config)
 
     register_weights(sub)
+    register_daemon(sub)
+    register_actions(sub)
     return parser
 
 

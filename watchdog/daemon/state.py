@@ -368,7 +368,7 @@ class StateDB:
                 json.dumps(details),
                 now,
                 now,
-            ),  # fmt: skip
+            ),
         )
         return int(cur.lastrowid or 0)
 
