@@ -199,6 +199,14 @@ class Daemon:
             self._ok("state")
         except Exception as exc:
             self._failed("state", exc)
+        if track is not None:
+            for rec in track.opened:
+                log.warning(
+                    "finding-opened", id=rec.id, kind=rec.kind, severity=rec.severity,
+                    message=rec.message, root_pid=rec.root_pid,
+                )  # fmt: skip
+            for rec in track.resolved:
+                log.info("finding-resolved", id=rec.id, kind=rec.kind, message=rec.message)
         if result is not None and track is not None:
             for enforcer in self.enforcers:
                 try:
