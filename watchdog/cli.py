@@ -40,11 +40,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
     """``scan``: one pass over the host; exit 1 when a finding of warning or above is open."""
     config = _config(args.config)
     result = Scanner(config).scan()
-    if args.json:
-        print(json.dumps(result_json(result), indent=2))
-    else:
-        print(result_table(result))
-    return 1 if any(f.severity in REPORTED_SEVERITIES for f in result.findings) else 0
+    code = 1 if any(f.severity in REPORTED_SEVERITIES for f in result.findings) else 0
+    emit(json.dumps(result_json(result), indent=2) if args.json else result_table(result))
+    return code
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -69,8 +67,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         origin = resolve_origin(lineage, scanner.context(result.time), scanner.resolvers)
 
-    def out(line: str) -> None:
-        print(printable(line))
+    lines: list[str] = []
+    out = lines.append
 
     out(f"PID {args.pid}: {lineage[0].args_text}")
     if job is None:
@@ -92,18 +90,42 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for e in origin.evidence:
         out(f"  evidence: {e}")
     out(f"Remediation: {origin.remediation or 'none known: the origin could not be named'}")
+    emit("\n".join(printable(line) for line in lines))
     return 0
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """``check-config FILE``: validate and summarise a configuration file."""
     config = load_config(args.file)
-    print(
-        f"{args.file}: OK: {_count(len(config.sanctioned), 'sanctioned rule')}, "
+    emit(
+        f"{printable(args.file)}: OK: {_count(len(config.sanctioned), 'sanctioned rule')}, "
         f"{_count(len(config.launchers), 'launcher pattern')}, "
         f"{_count(len(config.ignore), 'ignore entry', 'ignore entries')}"
     )
     return 0
+
+
+def emit(text: str) -> None:
+    """Print to stdout; a reader that went away (``| head``) is not an error.
+
+    Raises:
+        OutputError: stdout is closed or cannot be written (``>&-``, ``> /dev/full``).
+    """
+    if sys.stdout is None:
+        raise OutputError("standard output is closed")
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Keep Python from failing again at exit while flushing the dead pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError as exc:
+        raise OutputError(f"cannot write the output: {exc.strerror}") from None
+
+
+class OutputError(RuntimeError):
+    """The report could not be written to standard output."""
 
 
 def _count(n: int, one: str, many: str | None = None) -> str:
@@ -156,10 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except ConfigError as exc:
-        print(f"rogue-watchdog: config error: {exc}", file=sys.stderr)
+        print(printable(f"rogue-watchdog: config error: {exc}"), file=sys.stderr)
         return 2
-    except BrokenPipeError:
-        return 0
+    except OutputError as exc:
+        if sys.stderr is not None:
+            print(f"rogue-watchdog: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,9 @@ Reference: docs/config.md; the shipped example is config/example.yaml.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,17 +43,18 @@ DEFAULT_LAUNCHERS: tuple[str, ...] = (
     r"(^|[\s/])lightning\s+run(\s|$)",
     r"(^|[\s/])train[^\s/]*\.py(\s|$)",
 )
+MAX_CONFIG_BYTES = 1 << 20
 DEFAULT_DEVICE_GLOB = "/dev/nvidia[0-9]*"
+# Full paths under /usr: a basename or a command-line word is something any user can
+# choose, and an ignored job raises no finding.
 DEFAULT_IGNORE: tuple[dict[str, str], ...] = (
-    {"name": "xorg", "exe": "Xorg"},
-    {"name": "nvidia-persistenced", "exe": "nvidia-persistenced"},
-    {"name": "dcgm", "exe": "nv-hostengine"},
-    {"name": "dcgm-exporter", "exe": "dcgm-exporter"},
+    {"name": "xorg", "exe": "/usr/*/Xorg"},
+    {"name": "nvidia-persistenced", "exe": "/usr/*/nvidia-persistenced"},
+    {"name": "dcgm", "exe": "/usr/*/nv-hostengine"},
+    {"name": "dcgm-exporter", "exe": "/usr/*/dcgm-exporter"},
     # Monitoring tools hold /dev/nvidia* open through NVML without training anything.
-    {"name": "nvidia-smi", "exe": "nvidia-smi"},
-    {"name": "nvtop", "exe": "nvtop"},
-    {"name": "nvitop", "cmdline": "*[/ ]nvitop*"},
-    {"name": "gpustat", "cmdline": "*[/ ]gpustat*"},
+    {"name": "nvidia-smi", "exe": "/usr/*/nvidia-smi"},
+    {"name": "nvtop", "exe": "/usr/*/nvtop"},
 )
 ORIGIN_KEYS = (
     "any",
@@ -280,8 +283,15 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         mark = exc.problem_mark
         line = mark.line + 1 if mark is not None else None
         raise ConfigError(source, line, "", f"YAML syntax error: {exc.problem}") from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, max(exc.position, 0)) + 1
+        raise ConfigError(
+            source, line, "", f"character {exc.character!r} is not allowed in YAML"
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(source, None, "", f"YAML error: {exc}") from None
+    except RecursionError:
+        raise ConfigError(source, None, "", "YAML nesting is too deep") from None
     if root is None or (isinstance(root, yaml.ScalarNode) and root.value == ""):
         return Config(source=source)
     top = r.mapping(root, "", TOP_LEVEL_KEYS)
@@ -344,6 +354,11 @@ def load_config(path: str | Path | None) -> Config:
         return Config()
     p = str(path)
     try:
+        st = os.stat(p)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(p, None, "", "not a regular file")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(p, None, "", f"larger than {MAX_CONFIG_BYTES} bytes")
         text = Path(p).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(p, None, "", f"cannot read: {exc.strerror}") from None

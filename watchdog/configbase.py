@@ -30,6 +30,9 @@ class ConfigError(ValueError):
         super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
 
 
+_CONSTRUCTOR = yaml.SafeLoader("")  # its construct_object turns a checked scalar into a value
+
+
 class NodeReader:
     """Typed access to YAML nodes; every failure is a :class:`ConfigError`."""
 
@@ -69,12 +72,29 @@ class NodeReader:
             raise self.err(node, key, f"expected a string, got {_kind(node)}")
         if not node.value:
             raise self.err(node, key, "must not be empty")
-        return str(node.value)
+        text = str(node.value)
+        if "\0" in text:
+            raise self.err(node, key, "must not contain a NUL character")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise self.err(node, key, "must not contain lone surrogate escapes") from None
+        return text
+
+    def _construct(self, node: yaml.Node, key: str, what: str) -> object:
+        # YAML 1.1 as PyYAML reads it: 0o17, 0x1F, 1_000, sexagesimal 1:30, yes/no...
+        try:
+            return _CONSTRUCTOR.construct_object(node, deep=True)
+        except (ValueError, KeyError, OverflowError, yaml.YAMLError):
+            raise self.err(node, key, f"expected {what}, got {node.value!r}") from None
 
     def integer(self, node: yaml.Node, key: str, minimum: int) -> int:
         if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:int":
             raise self.err(node, key, f"expected an integer, got {_kind(node)}")
-        value = int(node.value, 0)
+        if len(node.value) > 30:
+            raise self.err(node, key, "integer too large")
+        value = self._construct(node, key, "an integer")
+        assert isinstance(value, int)
         if value < minimum:
             raise self.err(node, key, f"must be at least {minimum}, got {value}")
         return value
@@ -85,7 +105,11 @@ class NodeReader:
             "tag:yaml.org,2002:float",
         ):
             raise self.err(node, key, f"expected a number, got {_kind(node)}")
-        value = float(yaml.safe_load(node.value))
+        if len(node.value) > 30:
+            raise self.err(node, key, "number too large")
+        raw = self._construct(node, key, "a number")
+        assert isinstance(raw, int | float)
+        value = float(raw)
         if value != value or value in (float("inf"), float("-inf")):
             raise self.err(node, key, f"must be a finite number, got {node.value}")
         return value
@@ -93,13 +117,15 @@ class NodeReader:
     def boolean(self, node: yaml.Node, key: str) -> bool:
         if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:bool":
             raise self.err(node, key, f"expected true or false, got {_kind(node)}")
-        return bool(yaml.safe_load(node.value))
+        value = self._construct(node, key, "true or false")
+        assert isinstance(value, bool)
+        return value
 
     def regex(self, node: yaml.Node, key: str) -> re.Pattern[str]:
         text = self.string(node, key)
         try:
             return re.compile(text)
-        except re.error as exc:
+        except (re.error, OverflowError, RecursionError, ValueError) as exc:
             raise self.err(node, key, f"invalid regular expression: {exc}") from None
 
     def strings(self, node: yaml.Node, key: str) -> tuple[str, ...]:

@@ -108,7 +108,8 @@ def _clip(text: str, width: int) -> str:
 def result_table(result: ScanResult) -> str:
     """The human view of a scan: header, GPUs, one row per job, findings."""
     # Clip to the terminal; piped output (logs, mail) keeps whole command lines.
-    width = shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else 100_000
+    tty = sys.stdout is not None and sys.stdout.isatty()
+    width = shutil.get_terminal_size((120, 24)).columns if tty else 100_000
     lines = [
         f"rogue-watchdog scan  host {result.host}  {result.time.isoformat(timespec='seconds')}"
     ]

@@ -21,7 +21,7 @@ from watchdog.lineage.base import OriginResolver, ResolveContext
 from watchdog.model import UNKNOWN_ORIGIN, Finding, GpuInfo, GpuProcess, Job, Origin, Proc
 from watchdog.policy.allowlist import judge
 from watchdog.policy.findings import gpu_visibility_findings, job_findings
-from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs
+from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs, ignore_match
 from watchdog.sources.devfd import DeviceFdSource
 from watchdog.sources.procfs import ProcessTable
 
@@ -150,6 +150,30 @@ class Scanner:
             findings.append(Finding("nvml-unavailable", "info", f"NVML unavailable: {snap.error}"))
         return status, list(snap.gpus), list(snap.processes), findings
 
+    def _visibility(self) -> list[Finding]:
+        """Say when the scan cannot see what it should, instead of reporting nothing."""
+        out = []
+        if self.table.error is not None or not self.table.procs:
+            out.append(
+                Finding(
+                    "proc-unavailable",
+                    "critical",
+                    f"no processes visible: {self.table.error or 'the process table is empty'}"
+                    f" (paths.proc_root is {self.config.paths.proc_root})",
+                )
+            )
+        elif os.geteuid() != 0:
+            out.append(
+                Finding(
+                    "limited-visibility",
+                    "warning",
+                    f"running as uid {os.geteuid()}, not root: other users' open device fds, "
+                    "environments and crontabs cannot be read, so GPU holders and origins "
+                    "may be missed; run rogue-watchdog as root",
+                )
+            )
+        return out
+
     def scan(self, now: datetime | None = None) -> ScanResult:
         """Run one scan.
 
@@ -171,12 +195,17 @@ class Scanner:
         evidence = collect_training(
             self.table, visible, holders, self.config.launchers, self.launcher_cache, self.self_pids
         )
-        jobs = group_jobs(self.table, evidence, visible, holders)
+        ignored = {
+            pid
+            for pid in evidence.by_pid
+            if ignore_match(self.table.procs[pid], self.config.ignore) is not None
+        }
+        jobs = group_jobs(self.table, evidence, visible, holders, ignored)
         ctx = self.context(now)
         for job in jobs:
             job.origin = resolve_origin(job.lineage, ctx, self.resolvers)
         judge(jobs, self.config)
-        findings = [*job_findings(jobs), *vis_findings, *health]
+        findings = [*job_findings(jobs), *vis_findings, *health, *self._visibility()]
         # Keep parent and state of every job member, its lineage and GPU PIDs current.
         watched = {gp.pid for gp in gpu_procs}
         for job in jobs:

@@ -109,7 +109,7 @@ def test_check_config_cli_reports_and_exits_2(tmp_path: Path) -> None:
     ok = run_cli("check-config", str(REPO / "config" / "example.yaml"))
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.strip().endswith(
-        "OK: 2 sanctioned rules, 6 launcher patterns, 8 ignore entries"
+        "OK: 2 sanctioned rules, 6 launcher patterns, 6 ignore entries"
     )
 
 

@@ -142,17 +142,30 @@ def test_shell_wrapper_is_lineage_not_the_job(spawned: Spawned, tmp_path: Path) 
     assert job.evidence == ["launcher"]
 
 
-def test_ignore_list_by_exe_name(spawned: Spawned, tmp_path: Path) -> None:
+def test_ignore_list_by_exe_path_and_no_evasion_by_name(spawned: Spawned, tmp_path: Path) -> None:
+    # A copy of a binary named Xorg in a user's directory is not the display server: the
+    # default ignore entries are full paths under /usr (a tester hid a trainer this way).
     devdir = make_dev(tmp_path)
     xorg = tmp_path / "Xorg"
     shutil.copy("/bin/sh", xorg)
-    p = spawned.start([str(xorg), "-c", f"exec 3<{devdir}/nvidia0; sleep 60; :"])
+    trainer = tmp_path / "train_under_xorg.py"
+    trainer.write_text("import time\ntime.sleep(60)\n")
+    p = spawned.start([str(xorg), "-c", f"exec 3<{devdir}/nvidia0; {sys.executable} {trainer}; :"])
     time.sleep(0.5)
     result = Scanner(config_for(devdir), resolvers=[]).scan()
     jobs = [j for j in result.jobs if j.root_pid == p.pid]
+    assert len(jobs) == 1 and jobs[0].verdict == "rogue"
+
+    own = config_for(devdir, f"ignore:\n  - {{name: lab-display, exe: '{xorg}'}}\n")
+    result = Scanner(own, resolvers=[]).scan()
+    jobs = [j for j in result.jobs if j.root_pid == p.pid]
     assert len(jobs) == 1
-    assert jobs[0].verdict == "ignored" and jobs[0].rule == "xorg"
+    assert (jobs[0].verdict, jobs[0].rule, jobs[0].pids) == ("ignored", "lab-display", [p.pid])
     assert not [f for f in result.findings if f.root_pid == p.pid]
+    # The trainer it started is not hidden behind the ignored parent.
+    below = [j for j in result.jobs if str(trainer) in j.cmdline]
+    assert len(below) == 1 and below[0].verdict == "rogue"
+    assert below[0].lineage[1].pid == p.pid
 
 
 def test_comm_is_never_matched(spawned: Spawned, tmp_path: Path) -> None:

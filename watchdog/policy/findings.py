@@ -57,6 +57,11 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
     return out
 
 
+def _is_system(table: ProcessTable, pid: int) -> bool:
+    proc = table.get(pid)
+    return pid == 1 or (proc is not None and proc.kernel_thread)
+
+
 def gpu_visibility_findings(
     table: ProcessTable,
     gpu_procs: Sequence[GpuProcess],
@@ -79,9 +84,23 @@ def gpu_visibility_findings(
     Returns:
         ``(visible entries, findings)``.
     """
+    findings: list[Finding] = []
+    system = [gp for gp in gpu_procs if _is_system(table, gp.pid)]
+    for gp in system:
+        findings.append(
+            Finding(
+                kind="binding-mismatch",
+                severity="warning",
+                message=(
+                    f"NVML lists PID {gp.pid} ({'init' if gp.pid == 1 else 'a kernel thread'}) "
+                    f"on GPU {gp.gpu_index}: the binding and driver disagree; not a job"
+                ),
+                details={"pid": gp.pid, "gpu_uuid": gp.gpu_uuid},
+            )
+        )
+    gpu_procs = [gp for gp in gpu_procs if gp not in system]
     visible = [gp for gp in gpu_procs if table.get(gp.pid) is not None]
     missing = [gp for gp in gpu_procs if table.get(gp.pid) is None]
-    findings: list[Finding] = []
     if missing and gpu_source is not None:
         again = gpu_source.snapshot(table.pid_max())
         still = {(p.pid, p.gpu_uuid) for p in again.processes}

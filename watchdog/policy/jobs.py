@@ -10,7 +10,7 @@ siblings under PID 1, and they are still one job.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
@@ -32,15 +32,19 @@ def is_launcher(proc: Proc, launchers: Sequence[re.Pattern[str]]) -> bool:
 
 
 def ignore_match(proc: Proc, ignore: Sequence[IgnoreEntry]) -> IgnoreEntry | None:
-    """The first ignore entry matching ``proc`` by exe (basename or full path) or cmdline glob."""
+    """The first ignore entry matching ``proc``.
+
+    An ``exe`` pattern with a ``/`` matches the full executable path (what a user cannot
+    fake outside their own directories); one without matches the basename, which any
+    user can choose by copying a binary: the defaults are all full paths.
+    """
     name = exe_name(proc)
     text = " ".join(proc.cmdline)
     for entry in ignore:
-        if entry.exe is not None and (
-            fnmatchcase(name, entry.exe)
-            or (proc.exe is not None and fnmatchcase(proc.exe, entry.exe))
-        ):
-            return entry
+        if entry.exe is not None:
+            target = proc.exe if "/" in entry.exe else name
+            if target is not None and fnmatchcase(target, entry.exe):
+                return entry
         if entry.cmdline is not None and fnmatchcase(text, entry.cmdline):
             return entry
     return None
@@ -96,6 +100,10 @@ def collect_training(
         ev.add(pid, "launcher")
     for pid in exclude:
         ev.by_pid.pop(pid, None)
+    for pid in list(ev.by_pid):
+        proc = table.get(pid)
+        if pid <= 1 or (proc is not None and proc.kernel_thread):
+            del ev.by_pid[pid]  # init and kernel threads are never jobs (see findings)
     return ev
 
 
@@ -133,6 +141,7 @@ def group_jobs(
     evidence: TrainingEvidence,
     gpu_procs: Sequence[GpuProcess],
     fd_holders: Mapping[int, Sequence[str]],
+    ignored: Set[int] = frozenset(),
 ) -> list[Job]:
     """Build one :class:`Job` per training process tree.
 
@@ -141,19 +150,26 @@ def group_jobs(
         evidence: Output of :func:`collect_training`.
         gpu_procs: NVML entries (memory is summed over each job's members).
         fd_holders: PID → device paths.
+        ignored: Training PIDs that match the ignore list. Each is a job of its own
+            and never the root of anything else: a trainer started below Xorg is its own
+            job, not an ignored member.
 
     Returns:
         Jobs ordered by root start time, then root PID. Origins and verdicts are not
         filled in yet.
     """
-    training = set(evidence.by_pid)
-    roots: dict[int, int] = {}
+    training = set(evidence.by_pid) - set(ignored)
+    roots: dict[int, int] = {pid: pid for pid in ignored if pid in evidence.by_pid}
     for pid in training:
         root = pid
         for anc in table.ancestors(pid)[1:]:
-            if anc.pid in training:
+            if anc.pid in training and anc.pid > 1:
                 root = anc.pid
         roots[pid] = root
+    # An ignored process inside a training tree is just a member of that tree.
+    for pid in list(roots):
+        if pid in ignored and any(a.pid in training for a in table.ancestors(pid)[1:]):
+            del roots[pid]
 
     # Merge re-parented roots that are forked copies of one dead leader: same process
     # group (whose leader is gone), same owner, same command line. Separate jobs that a
@@ -180,7 +196,8 @@ def group_jobs(
         top = alias.get(root, root)
         tree = trees.setdefault(top, set())
         tree.add(root)
-        tree.update(table.descendants(root))
+        if root not in ignored:
+            tree.update(d for d in table.descendants(root) if roots.get(d, root) == root)
 
     mem: dict[int, int] = {}
     gpus: dict[int, set[str]] = {}

@@ -126,6 +126,7 @@ class ProcessTable:
         self._children: dict[int, list[int]] | None = None
         self._users: dict[int, str] = {}
         self.new_pids: set[int] = set()
+        self.error: str | None = None
         self._pid_max: int | None = None
 
     # -- refresh -----------------------------------------------------------------
@@ -150,9 +151,15 @@ class ProcessTable:
         self._round = (self._round + 1) % self.restat_every
         watched = self.watched
         try:
-            entries = [(e.name, e.inode()) for e in os.scandir(root) if e.name.isdigit()]
-        except OSError:
+            entries = [
+                (e.name, e.inode())
+                for e in os.scandir(root)
+                if e.name.isascii() and e.name.isdigit()
+            ]
+            self.error = None
+        except OSError as exc:
             entries = []
+            self.error = f"cannot list {root}: {exc.strerror}"
         for name, ino in entries:
             pid = int(name)
             inodes[pid] = ino
@@ -225,10 +232,13 @@ class ProcessTable:
         status = _read_text(f"{base}/status")
         if status is not None:
             for line in status.splitlines():
-                if line.startswith("Uid:"):
-                    uid = int(line.split()[1])
-                elif line.startswith("NSpid:"):
-                    nspid = tuple(int(x) for x in line.split()[1:])
+                try:
+                    if line.startswith("Uid:"):
+                        uid = int(line.split()[1])
+                    elif line.startswith("NSpid:"):
+                        nspid = tuple(int(x) for x in line.split()[1:])
+                except (IndexError, ValueError):
+                    continue  # not procfs as proc(5) documents it: leave the field unknown
         cgroup_text = _read_text(f"{base}/cgroup")
         cgroup = tuple(cgroup_text.splitlines()) if cgroup_text else ()
         return Proc(
@@ -270,8 +280,12 @@ class ProcessTable:
     def descendants(self, pid: int) -> Iterator[int]:
         """Every descendant of ``pid`` (not ``pid`` itself), depth first."""
         stack = list(reversed(self.children(pid)))
+        seen = {pid}
         while stack:
             cur = stack.pop()
+            if cur in seen:
+                continue  # a parent loop: impossible in procfs, possible in a fixture tree
+            seen.add(cur)
             yield cur
             stack.extend(reversed(self.children(cur)))
 
