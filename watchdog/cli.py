@@ -17,6 +17,7 @@ from watchdog.actions.cli import register as register_actions
 from watchdog.config import Config, ConfigError, load_config
 from watchdog.daemon.cli import register as register_daemon
 from watchdog.lineage.describe import describe_origin
+from watchdog.queue.source import one_shot_queue_findings
 from watchdog.render import printable, result_json, result_table
 from watchdog.scan import Scanner, resolve_origin
 from watchdog.weights.cli import register as register_weights
@@ -40,6 +41,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     """``scan``: one pass over the host; exit 1 when a finding of warning or above is open."""
     config = _config(args.config)
     result = Scanner(config).scan()
+    result.findings.extend(one_shot_queue_findings(config))
     code = 1 if any(f.severity in REPORTED_SEVERITIES for f in result.findings) else 0
     emit(json.dumps(result_json(result), indent=2) if args.json else result_table(result))
     return code

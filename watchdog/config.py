@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from watchdog.actions.services_settings import ServiceSettings, parse_services
 from watchdog.actions.settings import EnforcementSettings, parse_enforcement
 from watchdog.configbase import ConfigError, NodeReader
 from watchdog.daemon.settings import AlertSettings, DaemonSettings, parse_alerts, parse_daemon
@@ -155,6 +156,7 @@ class Config:
     alerts: AlertSettings = field(default_factory=AlertSettings)
     enforcement: EnforcementSettings = field(default_factory=EnforcementSettings)
     queue: QueueSettings = field(default_factory=QueueSettings)
+    services: ServiceSettings = field(default_factory=ServiceSettings)
     ship_gates: tuple[ShipGate, ...] = ()
 
 
@@ -257,6 +259,7 @@ SECTIONS: dict[str, Callable[[NodeReader, yaml.Node], Any]] = {
     "alerts": parse_alerts,
     "enforcement": parse_enforcement,
     "queue": parse_queue,
+    "services": parse_services,
     "ship_gates": parse_ship_gates,
 }
 TOP_LEVEL_KEYS = ("sanctioned", "training", "ignore", "nvml", "paths", *SECTIONS)

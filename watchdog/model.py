@@ -176,6 +176,8 @@ class Job:
         reason: Why the verdict was reached, in words.
         evidence: Why the job counts as training (``nvml``, ``device-fd``, ``launcher``).
         devices: Device nodes the members hold open (``/dev/nvidia0``...).
+        listening: Sockets the job (and processes sharing its origin) listen on, as
+            ``{proto, address, port, pid}``; filled for rogue and excess jobs.
     """
 
     root_pid: int
@@ -192,3 +194,4 @@ class Job:
     reason: str = ""
     evidence: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
+    listening: list[dict[str, Any]] = field(default_factory=list)

@@ -39,6 +39,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "gpu_memory_bytes": job.gpu_memory_bytes,
         "gpu_uuids": list(job.gpu_uuids),
         "devices": list(job.devices),
+        "listening": list(job.listening),
         "verdict": job.verdict,
         "rule": job.rule,
         "reason": job.reason,

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from watchdog.actions.services import listening_for
+from watchdog.actions.services_source import service_findings, service_pids
 from watchdog.config import Config
 from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import OriginResolver, ResolveContext
@@ -111,7 +113,9 @@ class Scanner:
         fd_sweep_interval_s: float = 60.0,
     ) -> None:
         self.config = config
-        self.table = ProcessTable(config.paths.proc_root)
+        # Re-read every stat file about every 30 s (catches exec under the same PID).
+        restat_every = max(1, round(30.0 / config.daemon.interval_s))
+        self.table = ProcessTable(config.paths.proc_root, restat_every=restat_every)
         self.devfd = DeviceFdSource(config.device_glob, fd_sweep_interval_s)
         self.resolvers = list(resolvers) if resolvers is not None else default_resolvers()
         if gpu_source is None and config.nvml_enabled:
@@ -205,7 +209,18 @@ class Scanner:
         for job in jobs:
             job.origin = resolve_origin(job.lineage, ctx, self.resolvers)
         judge(jobs, self.config)
-        findings = [*job_findings(jobs), *vis_findings, *health, *self._visibility()]
+        proc_root = self.config.paths.proc_root
+        for job in jobs:
+            if job.verdict in ("rogue", "excess"):
+                pids = service_pids(job, self.table)
+                job.listening = [x.to_json() for x in listening_for(pids, proc_root)]
+        findings = [
+            *job_findings(jobs),
+            *service_findings(jobs, self.table, self.config.services, proc_root),
+            *vis_findings,
+            *health,
+            *self._visibility(),
+        ]
         # Keep parent and state of every job member, its lineage and GPU PIDs current.
         watched = {gp.pid for gp in gpu_procs}
         for job in jobs:

@@ -125,6 +125,11 @@ def config_text(spec: dict[str, Any]) -> str:
 
 
 def write_config(path: Path, spec: dict[str, Any]) -> Path:
-    """Write ``spec`` to ``path`` for ``FAKE_NVML_CONFIG`` (or as ``fake_nvml.conf``)."""
-    path.write_text(config_text(spec))
+    """Write ``spec`` to ``path`` for ``FAKE_NVML_CONFIG`` (or as ``fake_nvml.conf``).
+
+    Strings are written as UTF-8 with surrogate escapes, so a name such as
+    ``"H200 \\udcff"`` puts the raw byte 0xff into the fake driver's strings (a GPU name
+    or UUID that is not valid UTF-8).
+    """
+    path.write_bytes(config_text(spec).encode("utf-8", "surrogateescape"))
     return path

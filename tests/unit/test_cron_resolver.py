@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import cronsim
 import pytest
 
 from watchdog.lineage.at import AtResolver, job_commands, parse_job_name
@@ -239,6 +244,175 @@ def test_unreadable_paths_never_raise(tmp_path: Path) -> None:
     assert origin is not None and origin.fields["file"] is None
     assert CronResolver().resolve([proc(5, 1, LEGACY_ARGV), INIT], ctx) is None
     assert CronResolver().resolve([], ctx) is None
+
+
+NOT_AGAIN = "nothing will start it again"
+
+
+def _spool_ctx(root: Path, tmp_path: Path, spool: Path) -> ResolveContext:
+    return ResolveContext(
+        table=ProcessTable(str(tmp_path / "noproc")),
+        now=NOW,
+        cron_files=(str(root / "etc/crontab"),),
+        cron_d_dir=str(root / "etc/cron.d"),
+        cron_spool_dirs=(str(spool),),
+    )
+
+
+def test_crontab_path_that_is_not_a_file_is_no_proof_the_entry_is_gone(tmp_path: Path) -> None:
+    """Tester's case: an unread candidate made the resolver say "nothing will start it"."""
+    root = tmp_path / "host"
+    (root / "etc/cron.d").mkdir(parents=True)
+    (root / "etc/crontab").mkdir()  # a directory where cron expects a file
+    spool = root / "spool"
+    spool.mkdir()
+    argv = ("/usr/bin/python3", "/opt/gone/train_gone.py")
+    origin = CronResolver().resolve(
+        cron_chain(argv, " ".join(argv)), _spool_ctx(root, tmp_path, spool)
+    )
+    assert origin is not None and origin.kind == "cron"
+    assert origin.fields["file"] is None and origin.fields["line"] is None
+    assert f"skipped {root}/etc/crontab (not a regular file): the entry may be there" in (
+        origin.evidence
+    )
+    assert not any(NOT_AGAIN in e for e in origin.evidence)
+    assert origin.remediation == (f"sudo grep -rnF -- /opt/gone/train_gone.py {root}/etc/crontab")
+
+
+def test_unlistable_spool_dir_and_oversized_crontab(tmp_path: Path) -> None:
+    root = tmp_path / "host"
+    shutil.copytree(HOST, root)
+    spool_file = root / "not-a-dir"
+    spool_file.write_text("")  # listdir fails (not a directory), like EACCES would
+    big = root / "etc/cron.d/huge"
+    with big.open("wb") as fh:
+        fh.truncate((1 << 20) + 1)  # over the 1 MiB cap; sparse
+    ctx = ResolveContext(
+        table=ProcessTable(str(tmp_path / "noproc")),
+        now=NOW,
+        cron_files=(str(root / "etc/crontab"),),
+        cron_d_dir=str(root / "etc/cron.d"),
+        cron_spool_dirs=(str(spool_file),),
+    )
+    argv = ("/usr/bin/python3", "/opt/gone/train_gone.py")
+    origin = CronResolver().resolve(cron_chain(argv, " ".join(argv)), ctx)
+    assert origin is not None
+    assert origin.fields["file"] is None
+    assert not any(NOT_AGAIN in e for e in origin.evidence)
+    unread = [e for e in origin.evidence if "the entry may be there" in e]
+    assert unread == [
+        f"skipped {big} (too large: {(1 << 20) + 1} bytes, limit {1 << 20}): "
+        "the entry may be there",
+        f"could not read {spool_file} (not a directory): the entry may be there",
+    ]
+    assert origin.remediation == (f"sudo grep -rnF -- /opt/gone/train_gone.py {big} {spool_file}")
+    # A job whose entry was read still resolves; the unread files are mentioned.
+    found = CronResolver().resolve(cron_chain(LEGACY_ARGV, LEGACY_CMD, "mlops"), ctx)
+    assert found is not None
+    assert (found.fields["file"], found.fields["line"]) == (
+        f"{root}/etc/cron.d/legacy-retrain",
+        5,
+    )
+    assert found.remediation == f"sed -i '5{SED}' {root}/etc/cron.d/legacy-retrain"
+    assert any(e.startswith(f"skipped {big} (too large") for e in found.evidence)
+
+
+def test_no_unread_file_keeps_the_entry_gone_verdict(tmp_path: Path) -> None:
+    # Missing files and a subdirectory in a spool dir (/var/spool/cron/crontabs listed
+    # from /var/spool/cron) are no reason for doubt.
+    root = tmp_path / "host"
+    (root / "spool/crontabs").mkdir(parents=True)
+    argv = ("/usr/bin/python3", "/opt/gone/train_gone.py")
+    origin = CronResolver().resolve(
+        cron_chain(argv, " ".join(argv)), _spool_ctx(root, tmp_path, root / "spool")
+    )
+    assert origin is not None
+    assert origin.remediation is None
+    assert any(NOT_AGAIN in e for e in origin.evidence)
+    assert not any("may be there" in e for e in origin.evidence)
+
+
+_RESOLVE_AS_NOBODY = """
+import json, sys
+from datetime import datetime
+from zoneinfo import ZoneInfo
+from watchdog.lineage.base import ResolveContext
+from watchdog.lineage.cron import CronResolver
+from watchdog.model import Proc
+from watchdog.sources.procfs import ProcessTable
+root = sys.argv[1]
+def p(pid, ppid, argv, exe, user="alice"):
+    return Proc(pid, ppid, 1000, "S", exe.rsplit("/", 1)[-1][:15], pid, pid, 0, user, exe,
+                tuple(argv), ("0::/",))
+argv = ["/usr/bin/python3", "/home/alice/train_sweep.py", "--lr", "3e-4"]
+lineage = [p(300, 299, argv, argv[0]), p(299, 298, ["/bin/sh", "-c", " ".join(argv)],
+           "/usr/bin/dash"), p(298, 100, ["CRON"], "/usr/sbin/cron", "root"),
+           p(100, 1, ["/usr/sbin/cron", "-f"], "/usr/sbin/cron", "root"),
+           p(1, 0, ["/sbin/init"], "/sbin/init", "root")]
+ctx = ResolveContext(table=ProcessTable(root + "/noproc"),
+                     now=datetime(2026, 11, 29, 22, tzinfo=ZoneInfo("UTC")),
+                     cron_files=(root + "/etc/crontab",), cron_d_dir=root + "/etc/cron.d",
+                     cron_spool_dirs=(root + "/var/spool/cron/crontabs",))
+o = CronResolver().resolve(lineage, ctx)
+print(json.dumps([o.fields, list(o.evidence), o.remediation]))
+"""
+
+
+def _python_for_nobody(pythonpath: str) -> str | None:
+    """An interpreter user nobody can run with this package importable, or None.
+
+    The venv's interpreter may live under root's mode-700 home; Debian's python3 of the
+    same minor version loads the venv's site-packages fine.
+    """
+    for py in dict.fromkeys([sys.executable, "/usr/bin/python3"]):
+        probe = subprocess.run(
+            ["runuser", "-u", "nobody", "--", "env", f"PYTHONPATH={pythonpath}", py, "-c",
+             "import cronsim, watchdog.lineage.cron"],
+            capture_output=True,
+            timeout=60,
+        )  # fmt: skip
+        if probe.returncode == 0:
+            return py
+    return None
+
+
+def test_spool_dir_unreadable_for_a_non_root_scan() -> None:
+    """Real EACCES: Debian's spool dir is mode 1730, so a scan as nobody cannot list it."""
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("needs root and runuser(1) to run the scan as nobody")
+    repo = Path(__file__).resolve().parent.parent.parent
+    pythonpath = f"{repo}:{Path(cronsim.__file__).resolve().parent.parent}"
+    py = _python_for_nobody(pythonpath)
+    if py is None:
+        pytest.skip("no Python interpreter that user nobody can run with the package")
+    root = Path(tempfile.mkdtemp(prefix="rw-cron-nobody-", dir="/tmp"))
+    try:
+        os.chmod(root, 0o755)
+        shutil.copytree(HOST / "etc", root / "etc")
+        spool = root / "var/spool/cron/crontabs"
+        shutil.copytree(HOST / "var/spool/cron/crontabs", spool)
+        for d in (root / "var", root / "var/spool", root / "var/spool/cron"):
+            os.chmod(d, 0o755)
+        os.chmod(spool, 0o1730)
+        res = subprocess.run(
+            ["runuser", "-u", "nobody", "--", "env", f"PYTHONPATH={pythonpath}", py, "-c",
+             _RESOLVE_AS_NOBODY, str(root)],
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        fields, evidence, remediation = json.loads(res.stdout)
+    finally:
+        shutil.rmtree(root)
+    assert fields["file"] is None
+    assert (
+        f"could not read {spool} (permission denied): the entry may be there; run as root"
+        in evidence
+    )
+    assert not any(NOT_AGAIN in e for e in evidence)
+    assert remediation == f"sudo grep -rnF -- /home/alice/train_sweep.py {spool}"
 
 
 # -- at ---------------------------------------------------------------------------------

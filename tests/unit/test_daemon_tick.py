@@ -118,3 +118,43 @@ def test_corrupt_state_is_kept_aside_and_reported(tmp_path: Path) -> None:
     d.tick(3_000_000.0)
     kinds = [f.kind for f in db.open_findings()]
     assert "state-recovered" in kinds
+
+
+def test_overlapping_instance_is_not_a_respawn(spawned: Spawned, tmp_path: Path) -> None:
+    # Found by a benchmark: A runs, B (same command) starts, A exits; B ran all along.
+    d = make(tmp_path)
+    script, a = trainer(spawned, tmp_path)
+    t0 = time.time()
+    d.tick(t0)
+    _, b = trainer(spawned, tmp_path)
+    d.tick(t0 + 1)
+    spawned.procs[0].kill()
+    spawned.procs[0].wait()
+    d.tick(t0 + 2)
+    assert [j.root_pid for j in mine(d, script)] == [b]
+    assert not [f for f in d.db.open_findings() if f.kind == "respawned"]
+
+
+def test_respawned_stays_open_while_the_ghost_runs(spawned: Spawned, tmp_path: Path) -> None:
+    d = make(tmp_path)
+    script, _ = trainer(spawned, tmp_path)
+    t0 = time.time()
+    d.tick(t0)
+    spawned.procs[-1].kill()
+    spawned.procs[-1].wait()
+    d.tick(t0 + 5)
+    _, back = trainer(spawned, tmp_path)
+    d.tick(t0 + 10)
+    d.tick(t0 + 15)
+    d.tick(t0 + 20)
+    resp = [f for f in d.db.open_findings() if f.kind == "respawned"]
+    assert [f.root_pid for f in resp] == [back]
+    assert [e for e in events(d, back) if e[1] == "respawned"] == [("open", "respawned")]
+    spawned.procs[-1].kill()
+    spawned.procs[-1].wait()
+    d.tick(t0 + 25)
+    assert not [f for f in d.db.open_findings() if f.kind == "respawned"]
+    assert [e for e in events(d, back) if e[1] == "respawned"] == [
+        ("open", "respawned"),
+        ("resolve", "respawned"),
+    ]

@@ -462,3 +462,59 @@ def test_mig_device_with_hidden_processes(tmp_path: Path, spawned: Spawned) -> N
         "cannot see processes on GPU 0 MIG 2: Insufficient Permissions (NVML error 4)",
         "cannot see processes on GPU 0: Insufficient Permissions (NVML error 4)",
     ]
+
+
+def test_non_utf8_name_or_uuid_keeps_nvml_and_the_other_gpus(
+    tmp_path: Path, spawned: Spawned
+) -> None:
+    """Tester's case: one GPU name with byte 0xff made all of NVML "unavailable"."""
+    a, b = _sleepers(spawned, 2)
+    spec = _two_gpus(a, b)
+    spec["devices"][0]["name"] = "NVIDIA H200 \udcff"  # raw byte 0xff in the driver
+    spec["devices"][0]["uuid"] = "GPU-\udcfe\udcff-aaaa"
+    snap = _snap(fake_nvml(tmp_path, spec))
+    assert snap["available"] is True
+    assert snap["error"] is None
+    assert snap["gpus"] == [
+        _gpu(0, "GPU-\\xfe\\xff-aaaa", H200_TOTAL, 3 * GIB, name="NVIDIA H200 \\xff"),
+        _gpu(1, "GPU-11111111-bbbb", H200_TOTAL, GIB),
+    ]
+    assert snap["processes"] == [
+        _proc(a, "GPU-\\xfe\\xff-aaaa", 0, 2 * GIB + 12345),
+        _proc(b, "GPU-11111111-bbbb", 1, 987_654_321),
+    ]
+    assert snap["findings"] == []
+
+
+def test_huge_max_mig_device_count_is_capped(tmp_path: Path, spawned: Spawned) -> None:
+    """Tester's case: nvmlDeviceGetMaxMigDeviceCount = 2**31 - 1 made the MIG loop hang."""
+    a, b = _sleepers(spawned, 2)
+    spec = _mig_spec(a, b, parent_error=4)
+    spec["devices"][0]["max_mig"] = 2_147_483_647
+    log = tmp_path / "calls.log"
+    snap = _snap(fake_nvml(tmp_path, spec), env={"FAKE_NVML_LOG": str(log)})
+    assert snap["available"] is True
+    assert [g["uuid"] for g in snap["gpus"]] == ["GPU-mig-parent", "MIG-aaaa", "MIG-cccc"]
+    assert snap["processes"] == [
+        _proc(a, "MIG-aaaa", 0, GIB),
+        _proc(b, "MIG-cccc", 0, GIB // 2),
+    ]
+    assert snap["findings"] == [
+        {
+            "kind": "binding-mismatch",
+            "severity": "warning",
+            "message": (
+                "NVML reported 2147483647 MIG device slots on GPU 0 (GPU-mig-parent), more "
+                "than any GPU has; only the first 16 were probed: the NVML binding and "
+                "driver disagree"
+            ),
+            "root_pid": None,
+            "details": {
+                "gpu_index": 0,
+                "gpu_uuid": "GPU-mig-parent",
+                "max_mig_device_count": 2147483647,
+                "probed": 16,
+            },
+        }
+    ]
+    assert log.read_text().split().count("nvmlDeviceGetMigDeviceHandleByIndex") == 16

@@ -7,8 +7,12 @@ project's machine (tests/system/test_systemd.py exercises the real thing).
 
 from __future__ import annotations
 
+import json
+import os
 import pwd
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -28,6 +32,7 @@ from watchdog.model import Origin
 from watchdog.sources.procfs import ProcessTable
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "systemd"
+REPO = Path(__file__).resolve().parent.parent.parent
 SYSTEM = str(FIX / "system")
 USER_DIRS = (str(FIX / "users" / "{uid}" / ".config" / "systemd" / "user"),)
 NOW = datetime(2026, 1, 7, 12, 0, 0, tzinfo=UTC)  # a Wednesday
@@ -399,3 +404,71 @@ def test_helpers() -> None:
     )
     assert parse_timestamp("n/a", NOW) is None
     assert parse_timestamp("", NOW) is None
+
+
+# -- hostile files in a user's own unit dir ---------------------------------------------
+
+_RESOLVE_IN_CHILD = """
+import json, sys
+from datetime import UTC, datetime
+from watchdog.lineage.base import ResolveContext
+from watchdog.lineage.systemd import SystemdResolver
+from watchdog.sources.procfs import ProcessTable
+proc_root, user_dirs, spool = sys.argv[1:4]
+table = ProcessTable(proc_root)
+table.refresh()
+ctx = ResolveContext(table=table, now=datetime(2026, 1, 7, 12, tzinfo=UTC), unit_dirs=[],
+                     cron_files=[], cron_d_dir=spool + "/none", cron_spool_dirs=[spool],
+                     use_systemctl=False)
+r = SystemdResolver(systemd_run_dir=proc_root + "/none", user_unit_dirs=[user_dirs],
+                    systemd_analyze="/nonexistent")
+o = r.resolve(table.ancestors(int(sys.argv[4])), ctx)
+print(json.dumps(None if o is None else [o.kind, o.fields, list(o.evidence)]))
+"""
+
+
+def test_fifo_timer_and_dev_zero_dropin_in_user_unit_dir(proc: FakeProc, tmp_path: Path) -> None:
+    """Tester's case: any user can plant these in ~/.config/systemd/user; a root scan hung
+    on the FIFO, and the /dev/zero drop-in ran out of memory and fell through to orphan."""
+    user_dir = tmp_path / "users" / "1000"
+    (user_dir / "train.service.d").mkdir(parents=True)
+    (user_dir / "train.service").write_text(
+        "[Service]\nExecStart=/usr/bin/python3 /home/u/train_x.py\nRestart=always\n"
+    )
+    (user_dir / "train.timer").write_text("[Timer]\nOnCalendar=daily\n")
+    os.mkfifo(user_dir / "evil.timer")
+    os.mkfifo(user_dir / "train.service.d" / "aa.conf")
+    os.symlink("/dev/zero", user_dir / "train.service.d" / "zz.conf")
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    os.mkfifo(spool / "mallory")
+    base = "0::/user.slice/user-1000.slice/user@1000.service"
+    proc.add(900, 1, ["/lib/systemd/systemd", "--user"], base + "/init.scope", uid=1000)
+    proc.add(
+        920, 900, ["/usr/bin/python3", "/home/u/train_x.py"],
+        base + "/app.slice/train.service", uid=1000,
+    )  # fmt: skip
+    argv = [str(proc.root), str(tmp_path / "users" / "{uid}"), str(spool), "920"]
+    res = subprocess.run(
+        [sys.executable, "-c", _RESOLVE_IN_CHILD, *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,  # the old reader blocked forever on the FIFO
+        check=True,
+    )
+    kind, fields, evidence = json.loads(res.stdout)
+    assert kind == "systemd"
+    assert (fields["unit"], fields["unit_file"], fields["timer"], fields["restart"]) == (
+        "train.service",
+        str(user_dir / "train.service"),
+        "train.timer",
+        "always",
+    )
+    assert f"skipped {user_dir}/train.service.d/aa.conf: not a regular file" in evidence
+    assert f"skipped {user_dir}/train.service.d/zz.conf: not a regular file" in evidence
+    assert f"skipped {user_dir}/evil.timer: not a regular file" in evidence
+    assert (
+        "no crontab entry mentions /home/u/train_x.py (0 crontab files read); "
+        f"not read: {spool}/mallory (not a regular file)"
+    ) in evidence

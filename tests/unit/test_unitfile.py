@@ -6,16 +6,23 @@ search-path order, specifiers) and systemd.timer(5) (``Unit=`` and the default t
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from watchdog.lineage.unitfile import (
+    MAX_UNIT_FILE_BYTES,
     find_dropins,
     find_fragment,
     find_timers,
     load_unit,
     parse_into,
+    read_regular,
 )
+
+REPO = Path(__file__).resolve().parent.parent.parent
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "systemd"
 SYSTEM = str(FIX / "system")
@@ -140,3 +147,118 @@ def test_instance_timer_from_template(tmp_path: Path) -> None:
     (tmp_path / "job@.timer").write_text("[Timer]\nOnCalendar=hourly\n")
     timers = find_timers("job@a.service", [str(tmp_path)])
     assert [(t.name, t.path) for t in timers] == [("job@a.timer", str(tmp_path / "job@.timer"))]
+
+
+def _in_subprocess(code: str, timeout_s: float = 30.0) -> object:
+    """Run ``code`` (which prints one JSON value) in a fresh interpreter with a timeout.
+
+    A reader that opens a FIFO blocks forever and one that reads /dev/zero never ends;
+    a child process turns either into a TimeoutExpired failure instead of a hung suite.
+    """
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=True,
+    )
+    return json.loads(res.stdout)
+
+
+def test_fifo_timer_in_unit_dir_is_skipped_not_opened(tmp_path: Path) -> None:
+    """Tester's case: a FIFO ``evil.timer`` in a user's unit dir blocked find_timers."""
+    (tmp_path / "train.service").write_text("[Service]\nExecStart=/bin/true\n")
+    (tmp_path / "train.timer").write_text("[Timer]\nOnCalendar=daily\n")
+    os.mkfifo(tmp_path / "evil.timer")
+    code = (
+        "import json; from watchdog.lineage.unitfile import find_timers\n"
+        "skipped = []\n"
+        f"timers = find_timers('train.service', [{str(tmp_path)!r}], skipped)\n"
+        "print(json.dumps([[t.name for t in timers], skipped]))\n"
+    )
+    assert _in_subprocess(code) == [
+        ["train.timer"],
+        [f"skipped {tmp_path}/evil.timer: not a regular file"],
+    ]
+
+
+def test_fifo_fragment_falls_through_to_the_next_dir(tmp_path: Path) -> None:
+    """A FIFO ``train.service`` in a configured dir: systemd loads only regular files."""
+    first, second = tmp_path / "etc", tmp_path / "lib"
+    first.mkdir()
+    second.mkdir()
+    os.mkfifo(first / "train.service")
+    (second / "train.service").write_text("[Service]\nExecStart=/lib/train\n")
+    code = (
+        "import json; from watchdog.lineage.unitfile import load_unit\n"
+        f"u = load_unit('train.service', [{str(first)!r}, {str(second)!r}])\n"
+        "print(json.dumps([u.path, u.exec_start(), u.skipped]))\n"
+    )
+    assert _in_subprocess(code) == [
+        str(second / "train.service"),
+        ["/lib/train"],
+        [f"skipped {first}/train.service: not a regular file"],
+    ]
+
+
+def test_dropin_symlink_to_dev_zero_is_skipped(tmp_path: Path) -> None:
+    """Tester's case: ``train.service.d/zz.conf -> /dev/zero`` read forever."""
+    (tmp_path / "train.service").write_text("[Service]\nExecStart=/bin/train\nRestart=no\n")
+    (tmp_path / "train.service.d").mkdir()
+    (tmp_path / "train.service.d" / "aa.conf").write_text("[Service]\nRestart=always\n")
+    os.symlink("/dev/zero", tmp_path / "train.service.d" / "zz.conf")
+    code = (
+        "import json; from watchdog.lineage.unitfile import load_unit\n"
+        f"u = load_unit('train.service', [{str(tmp_path)!r}])\n"
+        "print(json.dumps([u.dropins, u.restart(), u.skipped]))\n"
+    )
+    assert _in_subprocess(code) == [
+        [str(tmp_path / "train.service.d" / "aa.conf")],
+        "always",
+        [f"skipped {tmp_path}/train.service.d/zz.conf: not a regular file"],
+    ]
+
+
+def test_read_regular_refuses_special_and_oversized_files(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    # Refused on the stat, before any open: safe to call in-process.
+    assert read_regular(str(tmp_path / "fifo")) == (None, "not a regular file")
+    assert read_regular("/dev/zero") == (None, "not a regular file")
+    big = tmp_path / "big.service"
+    with big.open("wb") as fh:
+        fh.truncate(MAX_UNIT_FILE_BYTES + 1)  # sparse: no disk used
+    assert read_regular(str(big)) == (
+        None,
+        f"too large ({MAX_UNIT_FILE_BYTES + 1} bytes, limit {MAX_UNIT_FILE_BYTES})",
+    )
+    assert read_regular(str(tmp_path / "absent")) == (None, None)
+    os.symlink(os.devnull, tmp_path / "masked.service")
+    assert read_regular(str(tmp_path / "masked.service")) == ("", None)
+    (tmp_path / "bad.service").write_bytes(b"[Service]\nExecStart=/bin/\xff\n")
+    assert read_regular(str(tmp_path / "bad.service")) == (
+        "[Service]\nExecStart=/bin/\ufffd\n",
+        None,
+    )
+    # An oversized unit is reported, and the rest of the unit still loads.
+    (tmp_path / "big.service.d").mkdir()
+    (tmp_path / "big.service.d" / "a.conf").write_text("[Service]\nRestart=always\n")
+    unit = load_unit("big.service", [str(tmp_path)])
+    assert unit is not None
+    assert unit.restart() == "always"
+    assert unit.skipped == [
+        f"skipped {big}: too large ({MAX_UNIT_FILE_BYTES + 1} bytes, limit {MAX_UNIT_FILE_BYTES})"
+    ]
+
+
+def test_long_continuation_joins_every_piece() -> None:
+    """Tester's case: 50000 continued lines (700 KB) took 3.8 s with quadratic joining."""
+    n = 50_000
+    sections: dict[str, dict[str, list[str]]] = {}
+    parse_into("[Service]\n" + "ExecStart=a \\\n" * n + "--last\nRestart=always\n", sections)
+    assert sections["Service"]["ExecStart"] == ["a " + "ExecStart=a " * (n - 1) + "--last"]
+    assert sections["Service"]["Restart"] == ["always"]
+    # A continuation still open at end of file is kept, as before.
+    tail: dict[str, dict[str, list[str]]] = {}
+    parse_into("[Service]\nExecStart=/bin/x \\\n  --y \\\n", tail)
+    assert tail["Service"]["ExecStart"] == ["/bin/x --y"]

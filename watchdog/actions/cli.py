@@ -1,9 +1,293 @@
-"""CLI for actions: ``disable-source``, ``undo``, ``actions`` (filled by the enforcement work)."""
+"""CLI for actions: ``terminate``, ``disable-source``, ``undo``, ``actions``.
+
+A job is named by a PID of any of its processes (a fresh scan finds the job) or by a
+finding id written ``F12`` (or ``finding:12``): the open finding's job signature is
+looked up in the state database and matched against a fresh scan. ``--dry-run`` prints
+exactly what would be signalled or changed and why, changes nothing, and is recorded as
+a dry run. Exit codes: 0 done (or dry run), 1 refused or failed, 2 usage errors.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from watchdog.actions.effects import Effects
+from watchdog.actions.remedy import JobTarget, Remedy, default_actor, target_from_job
+from watchdog.actions.undo import UndoError, ops_of, run_undo
+from watchdog.config import Config, load_config
+from watchdog.daemon.state import StateDB, StateError
+from watchdog.daemon.tracker import job_signature
+from watchdog.model import Job
+from watchdog.render import printable
+
+
+class CliError(Exception):
+    """A usage problem: exit 2 with this message."""
+
+
+def _setup(args: argparse.Namespace) -> tuple[Config, StateDB]:
+    from watchdog.cli import resolve_config_path
+
+    config = load_config(resolve_config_path(args.config))
+    try:
+        db = StateDB(args.state_dir or config.daemon.state_dir)
+    except StateError as exc:
+        raise CliError(str(exc)) from None
+    return config, db
+
+
+def parse_target(text: str) -> tuple[str, int]:
+    """``("finding", 12)`` for ``F12``/``finding:12``, ``("pid", 42)`` for ``42``.
+
+    Raises:
+        CliError: Neither form.
+    """
+    t = text.strip()
+    low = t.lower()
+    for prefix in ("finding:", "f"):
+        if low.startswith(prefix) and low[len(prefix) :].isdigit():
+            return "finding", int(low[len(prefix) :])
+    if t.isdigit():
+        return "pid", int(t)
+    raise CliError(f"{text!r}: expected a PID (42) or a finding id (F12 or finding:12)")
+
+
+def _scan_jobs(config: Config) -> list[Job]:
+    from watchdog.scan import Scanner
+
+    return Scanner(config).scan().jobs
+
+
+def _sanctioned(jobs: list[Job]) -> set[int]:
+    return {pid for j in jobs if j.verdict in ("sanctioned", "ignored") for pid in j.pids}
+
+
+def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, list[Job]]:
+    """Find the job named on the command line.
+
+    Raises:
+        CliError: Unknown finding, a finding not about a job, a PID in no training job.
+    """
+    kind, number = parse_target(text)
+    jobs = _scan_jobs(config)
+    if kind == "pid":
+        job = next((j for j in jobs if number in j.pids), None)
+        if job is None:
+            raise CliError(f"PID {number} is not part of a training job (see `explain {number}`)")
+        sig = job_signature(job.user, job.cmdline, job.origin)
+        fid = _open_finding_for(db, sig)
+        return target_from_job(job, sig, fid), jobs
+    finding = db.finding(number)
+    if finding is None:
+        raise CliError(f"no finding {number} in {db.path}")
+    if finding.resolved_at is not None:
+        raise CliError(f"finding {number} is resolved; nothing to act on")
+    sig = finding.fingerprint.partition(":")[2]
+    rec = db.job(sig)
+    if rec is None:
+        raise CliError(f"finding {number} ({finding.kind}) is not about a tracked job")
+    for job in jobs:
+        if job_signature(job.user, job.cmdline, job.origin) == sig:
+            return target_from_job(job, sig, number), jobs
+    # Not running now: the source can still be disabled from the recorded origin.
+    target = JobTarget(
+        signature=sig, finding_id=number, root_pid=rec.root_pid, start_ticks=rec.start_ticks,
+        members=[], user=rec.user, cmdline=(), exe=None, origin=rec.origin,
+        verdict=rec.verdict, running=False, summary=rec.summary,
+    )  # fmt: skip
+    return target, jobs
+
+
+def _open_finding_for(db: StateDB, sig: str) -> int | None:
+    for f in db.open_findings():
+        if f.fingerprint.partition(":")[2] == sig and f.kind in ("rogue-job", "excess-instances"):
+            return f.id
+    return None
+
+
+def _remedy(config: Config, db: StateDB, jobs: list[Job]) -> Remedy:
+    s = config.enforcement
+    return Remedy(
+        s, db, Effects(s.command_prefix), actor=default_actor(),
+        backup_dir=s.backup_dir or os.path.join(config.daemon.state_dir, "backups"),
+        proc_root=config.paths.proc_root, spool_dirs=config.paths.cron_spool,
+        sanctioned_pids=_sanctioned(jobs),
+    )  # fmt: skip
+
+
+def _out(line: str) -> None:
+    print(printable(line))
+
+
+def cmd_terminate(args: argparse.Namespace) -> int:
+    """``terminate TARGET [--dry-run]``."""
+    config, db = _setup(args)
+    target, jobs = resolve_target(config, db, args.target)
+    if not target.running:
+        _out(f"{target.describe()} is not running: nothing to terminate")
+        return 1
+    if target.verdict not in ("rogue", "excess") and not args.force:
+        _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
+        return 1
+    remedy = _remedy(config, db, jobs)
+    dry = args.dry_run or config.enforcement.dry_run
+    action_id, res = remedy.terminate(target, time.time(), dry_run=dry)
+    head = "would terminate" if dry else "terminate"
+    _out(f"{head} {target.describe()} (action {action_id}); origin {target.origin.get('kind')}")
+    for p in res.procs:
+        sig = "SIGTERM, then SIGKILL after " + f"{config.enforcement.grace_s:g} s if still alive"
+        if p.result == "would-signal":
+            _out(f"  PID {p.pid} `{' '.join(p.cmdline)[:100]}`: would send {sig}")
+        else:
+            sent = ", ".join(p.signals) or "no signal"
+            why = f" ({p.reason})" if p.reason else ""
+            _out(f"  PID {p.pid} `{' '.join(p.cmdline)[:100]}`: {sent}: {p.result}{why}")
+    _out(f"outcome: {res.outcome}")
+    return 0 if res.outcome in ("ok", "dry-run") else 1
+
+
+def cmd_disable_source(args: argparse.Namespace) -> int:
+    """``disable-source TARGET [--dry-run]``."""
+    config, db = _setup(args)
+    target, jobs = resolve_target(config, db, args.target)
+    if target.verdict not in ("rogue", "excess") and not args.force:
+        _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
+        return 1
+    remedy = _remedy(config, db, jobs)
+    dry = args.dry_run or config.enforcement.dry_run
+    action_id, plan, result = remedy.disable_source(target, time.time(), dry_run=dry)
+    head = "would disable" if dry else "disable"
+    _out(
+        f"{head} the source of {target.describe()} (action {action_id}): {plan.kind} {plan.target}"
+    )
+    if plan.refused:
+        _out(f"  refused: {plan.refused}")
+        return 1
+    for step in plan.steps if dry or result is None else result.done:
+        _out(f"  {step}")
+    if result is not None:
+        if result.error:
+            _out(f"  error: {result.error}")
+        _out(f"outcome: {result.outcome}; undo with: rogue-watchdog undo {action_id}")
+        _out("the running job is not stopped by this; use `terminate` for that")
+        return 0 if result.outcome == "ok" else 1
+    return 0
+
+
+def cmd_undo(args: argparse.Namespace) -> int:
+    """``undo ACTION-ID [--dry-run]``."""
+    config, db = _setup(args)
+    rec = db.action(args.action_id)
+    if rec is None:
+        raise CliError(f"no action {args.action_id} in {db.path}")
+    if rec.undone_at is not None:
+        _out(f"action {rec.id} was already undone at {time.ctime(rec.undone_at)}")
+        return 1
+    if rec.undo is None:
+        _out(f"action {rec.id} ({rec.kind} {rec.target}) has nothing to undo")
+        return 1
+    try:
+        ops = ops_of(rec.undo)
+    except UndoError as exc:
+        raise CliError(f"action {rec.id}: {exc}") from None
+    effects = Effects(config.enforcement.command_prefix)
+    res = run_undo(ops, effects, dry_run=args.dry_run)
+    head = "would undo" if args.dry_run else "undo"
+    _out(f"{head} action {rec.id} ({rec.kind} {rec.target}):")
+    for step in res.done:
+        _out(f"  {step}")
+    if res.error:
+        _out(f"  FAILED: {res.error}")
+    now = time.time()
+    if not args.dry_run:
+        if res.outcome == "ok":
+            db.mark_undone(rec.id, now)
+        db.record_action(
+            default_actor(), "undo", f"action {rec.id}", res.outcome,
+            {"undid": rec.id, "done": res.done, "error": res.error}, now,
+            finding_id=rec.finding_id, signature=rec.signature,
+        )  # fmt: skip
+    _out(f"outcome: {res.outcome}")
+    return 0 if res.outcome in ("ok", "dry-run") else 1
+
+
+def action_json(rec: Any) -> dict[str, Any]:
+    """One ``actions`` row as JSON."""
+    return {
+        "id": rec.id,
+        "time": rec.created_at,
+        "actor": rec.actor,
+        "kind": rec.kind,
+        "target": rec.target,
+        "finding_id": rec.finding_id,
+        "signature": rec.signature,
+        "dry_run": rec.dry_run,
+        "outcome": rec.outcome,
+        "details": rec.details,
+        "undo": rec.undo,
+        "undone_at": rec.undone_at,
+    }
+
+
+def cmd_actions(args: argparse.Namespace) -> int:
+    """``actions [--json]``: the audit trail, newest first."""
+    _config, db = _setup(args)
+    recs = db.actions(limit=args.limit)
+    if args.json:
+        print(json.dumps([action_json(r) for r in recs], indent=2))
+        return 0
+    for r in recs:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at))
+        flags = (" [dry-run]" if r.dry_run else "") + (" [undone]" if r.undone_at else "")
+        undo = " (undo available)" if r.undo and not r.undone_at else ""
+        _out(f"{r.id:>5} {when} {r.actor:<14} {r.kind:<15} {r.outcome:<9} {r.target}{flags}{undo}")
+    return 0
+
+
+def _wrap(func: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(func(args))
+        except CliError as exc:
+            print(f"rogue-watchdog: {exc}", file=sys.stderr)
+            return 2
+
+    return run
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the action subcommands to the CLI."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="configuration file")
+    common.add_argument("--state-dir", help="state directory (default: daemon.state_dir)")
+
+    p = sub.add_parser(
+        "terminate", parents=[common], help="stop a training job (SIGTERM, then SIGKILL)"
+    )
+    p.add_argument("target", help="a PID of the job, or a finding id F12")
+    p.add_argument("--dry-run", action="store_true", help="say what would be signalled")
+    p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
+    p.set_defaults(func=_wrap(cmd_terminate))
+
+    p = sub.add_parser(
+        "disable-source", parents=[common], help="disable what starts a job (cron line, unit)"
+    )
+    p.add_argument("target", help="a PID of the job, or a finding id F12")
+    p.add_argument("--dry-run", action="store_true", help="say what would be changed")
+    p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
+    p.set_defaults(func=_wrap(cmd_disable_source))
+
+    p = sub.add_parser("undo", parents=[common], help="undo a recorded action")
+    p.add_argument("action_id", type=int)
+    p.add_argument("--dry-run", action="store_true", help="say what would be restored")
+    p.set_defaults(func=_wrap(cmd_undo))
+
+    p = sub.add_parser("actions", parents=[common], help="list recorded actions")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(func=_wrap(cmd_actions))

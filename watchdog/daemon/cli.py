@@ -1,16 +1,37 @@
-"""``rogue-watchdog run`` (and, with the status socket, ``status``)."""
+"""``rogue-watchdog run`` (the daemon) and ``rogue-watchdog status`` (ask it over its socket).
+
+Exit codes of ``status`` (docs/status.md): 0 running and nothing open, 1 running with open
+findings of severity warning or above, 3 not running, 4 unknown (permission denied,
+timeout, garbage reply). ``run`` exits 0 after a clean stop, 2 on configuration, state or
+socket errors at start.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
+import os
 import sys
+from typing import IO, Any
 
 import structlog
+import yaml
 
-from watchdog.config import load_config
-from watchdog.daemon.loop import Daemon
+from watchdog.config import Config, ConfigError, load_config
+from watchdog.daemon.ipc import SocketInUseError, StatusError, StatusServer, query_status
+from watchdog.daemon.loop import Daemon, TickSummary, Worker
+from watchdog.daemon.notify import Notifier
+from watchdog.daemon.settings import DaemonSettings
 from watchdog.daemon.state import StateError
+from watchdog.daemon.status import exit_code, note_config, render_status
+
+log = structlog.get_logger("rogue-watchdog")
+
+DEFAULT_LOG_FILE = "/var/log/rogue-watchdog.log"
+# Keys read once at start; a reload that changes them logs config-change-needs-restart.
+RESTART_KEYS = ("state_dir", "socket", "socket_group", "metrics_listen")
 
 
 def configure_logging() -> None:
@@ -28,25 +49,231 @@ def configure_logging() -> None:
     )
 
 
+# -- run ---------------------------------------------------------------------------------
+
+
+def extra_workers(daemon: Daemon) -> list[Worker]:
+    """Background workers besides the status socket and sd_notify: alert delivery
+    (docs/alerts.md) and, when ``daemon.metrics_listen`` is set, Prometheus metrics
+    (docs/metrics.md). Both add their own tick hooks."""
+    from watchdog.daemon.alerts import build_alert_workers
+    from watchdog.daemon.metrics import build_metrics_workers
+
+    return [*build_alert_workers(daemon), *build_metrics_workers(daemon)]
+
+
+def _restart_watch(daemon: Daemon) -> Any:
+    """Tick hook: stamp the config in force; warn when a reload changed start-only keys."""
+    first: DaemonSettings = daemon.config.daemon
+    seen: list[Config] = [daemon.config]
+
+    def config_watch(_: TickSummary) -> None:
+        note_config(daemon)
+        if daemon.config is seen[0]:
+            return
+        seen[0] = daemon.config
+        changed = [k for k in RESTART_KEYS if getattr(daemon.config.daemon, k) != getattr(first, k)]
+        if changed:
+            log.warning(
+                "config-change-needs-restart",
+                keys=[f"daemon.{k}" for k in changed],
+                message="these keys take effect at the next restart; the old values stay in use",
+            )
+
+    return config_watch
+
+
+def _pidfile_owner(path: str) -> int | None:
+    """PID of a live process named in ``path``; removes a stale file."""
+    try:
+        with open(path) as fh:
+            pid = int(fh.read().strip() or 0)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        pid = 0
+    if pid > 0:
+        try:
+            os.kill(pid, 0)
+            return pid
+        except PermissionError:
+            return pid
+        except ProcessLookupError:
+            pass
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    return None
+
+
+def _detach(pidfile: str, log_file: str) -> contextlib.AbstractContextManager[Any]:
+    """A python-daemon context: double fork, setsid, chdir /, umask 022, pidfile, logs.
+
+    Raises:
+        SystemExit: (exit 2, message on stderr) another daemon holds the pidfile, or the
+            log file cannot be opened, before detaching, so the user sees why.
+    """
+    import daemon as pydaemon  # type: ignore[import-untyped]  # python-daemon, no stubs
+    from daemon.pidfile import TimeoutPIDLockFile  # type: ignore[import-untyped]
+
+    owner = _pidfile_owner(pidfile)
+    if owner is not None:
+        print(
+            f"rogue-watchdog: already running as PID {owner} (pidfile {pidfile})", file=sys.stderr
+        )
+        raise SystemExit(2)
+    try:
+        out: IO[str] = open(log_file, "a", buffering=1)  # noqa: SIM115 - handed to the daemon
+    except OSError as exc:
+        print(f"rogue-watchdog: cannot open log file {log_file}: {exc.strerror}", file=sys.stderr)
+        raise SystemExit(2) from None
+    ctx: contextlib.AbstractContextManager[Any] = pydaemon.DaemonContext(
+        pidfile=TimeoutPIDLockFile(pidfile),
+        umask=0o022,
+        stdout=out,
+        stderr=out,
+        detach_process=True,
+    )
+    return ctx
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    """``run``: the daemon in the foreground (what systemd wants)."""
+    """``run``: the daemon, in the foreground unless ``--daemonize``."""
     from watchdog.cli import resolve_config_path
 
     path = resolve_config_path(args.config)
-    config = load_config(path)
+    if path is not None:
+        path = os.path.abspath(path)  # reload after chdir (daemonize) and status show it
+    config = load_config(path)  # invalid → ConfigError → exit 2 before anything starts
+    if args.daemonize:
+        if not args.pidfile:
+            print("rogue-watchdog: --daemonize needs --pidfile PATH", file=sys.stderr)
+            return 2
+        with _detach(os.path.abspath(args.pidfile), os.path.abspath(args.log_file)):
+            return _serve(config, path)
+    return _serve(config, path)
+
+
+def _serve(config: Config, path: str | None) -> int:
     configure_logging()
     try:
         daemon = Daemon(config, path)
     except StateError as exc:
         print(f"rogue-watchdog: {exc}", file=sys.stderr)
         return 2
+    note_config(daemon)
+    notifier = Notifier.from_env()
+    settings = config.daemon
+    server = StatusServer(settings.socket, daemon.status, group=settings.socket_group)
+    try:
+        server.start()
+        daemon.workers.append(server)
+    except SocketInUseError as exc:
+        print(f"rogue-watchdog: {exc}: is another daemon running?", file=sys.stderr)
+        daemon.db.close()
+        return 2
+    except OSError as exc:  # e.g. no permission on /run: run without a socket, say so
+        daemon.degraded["status-socket"] = f"{type(exc).__name__}: {exc}"
+        log.error("component-degraded", component="status-socket", error=str(exc))
+    daemon.workers.extend(extra_workers(daemon))
+    daemon.workers.append(notifier)  # last: stopped first, so STOPPING=1 goes out early
+    daemon.on_tick.append(_restart_watch(daemon))
+    daemon.on_tick.append(notifier.hook(daemon))
     daemon.install_signal_handlers()
-    daemon.run_forever()
+    log.info(
+        "daemon-started",
+        pid=os.getpid(),
+        config=path,
+        socket=settings.socket,
+        interval_s=settings.interval_s,
+        sd_notify=notifier.enabled,
+        watchdog_ping_s=notifier.watchdog_s,
+    )
+    try:
+        daemon.run_forever()
+    finally:
+        server.stop()  # idempotent; also when a worker failed to start
+    log.info("daemon-stopped", pid=os.getpid())
     return 0
 
 
+# -- status ------------------------------------------------------------------------------
+
+
+def socket_path(args: argparse.Namespace) -> str:
+    """``--socket``, else ``daemon.socket`` from the configuration, else the default.
+
+    A configuration file that no longer validates (the daemon may be running with the
+    previous one) is read leniently for ``daemon.socket`` alone.
+    """
+    from watchdog.cli import resolve_config_path
+
+    if args.socket:
+        return str(args.socket)
+    path = resolve_config_path(args.config)
+    if path is None:
+        return DaemonSettings().socket
+    try:
+        return load_config(path).daemon.socket
+    except ConfigError:
+        pass
+    try:
+        with open(path) as fh:
+            raw = yaml.safe_load(fh)
+        value = raw["daemon"]["socket"]
+        if isinstance(value, str):
+            return value
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        pass
+    return DaemonSettings().socket
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """``status``: what the running daemon sees; exit 0/1/3/4 (docs/status.md)."""
+    path = socket_path(args)
+    try:
+        doc = query_status(path, timeout_s=args.timeout)
+    except StatusError as exc:
+        message = str(exc)
+        if exc.exit_code == 3:
+            message += (
+                "\nThe rogue-watchdog daemon is not running. Start it with "
+                "`systemctl start rogue-watchdog` (or `rogue-watchdog run`), or look once "
+                "with `rogue-watchdog scan`."
+            )
+        if args.json:
+            state = "not-running" if exc.exit_code == 3 else "unknown"
+            print(json.dumps({"state": state, "socket": path, "error": str(exc)}))
+        print(f"rogue-watchdog: {message}", file=sys.stderr)
+        return exc.exit_code
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        print(render_status(doc))
+    return exit_code(doc)
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add ``run`` to the CLI."""
-    p = sub.add_parser("run", help="run the watchdog daemon in the foreground")
+    """Add ``run`` and ``status`` to the CLI."""
+    p = sub.add_parser("run", help="run the watchdog daemon (foreground unless --daemonize)")
     p.add_argument("--config", help="configuration file (default /etc/rogue-watchdog/config.yaml)")
+    p.add_argument(
+        "--daemonize",
+        action="store_true",
+        help="detach into the background (hosts without systemd); needs --pidfile",
+    )
+    p.add_argument("--pidfile", help="with --daemonize: PID file, locked while running")
+    p.add_argument(
+        "--log-file",
+        default=DEFAULT_LOG_FILE,
+        help=f"with --daemonize: append the JSON log here (default {DEFAULT_LOG_FILE})",
+    )
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", help="ask the running daemon what it sees")
+    p.add_argument("--json", action="store_true", help="print the status document as JSON")
+    p.add_argument("--socket", help="status socket (default: daemon.socket of the config)")
+    p.add_argument("--config", help="configuration file naming daemon.socket")
+    p.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds to wait for an answer (default 5)"
+    )
+    p.set_defaults(func=cmd_status)

@@ -194,7 +194,10 @@ class Daemon:
         track: TrackResult | None = None
         try:
             track = self.tracker.update(
-                result.jobs if result else [], [*findings, *self._health_findings()], now
+                result.jobs if result else [],
+                [*findings, *self._health_findings()],
+                now,
+                self.scanner.table.start_time_s,
             )
             self._ok("state")
         except Exception as exc:

@@ -22,7 +22,8 @@ class DaemonSettings:
         socket: Path of the status unix socket.
         socket_group: Group that may read the socket (mode 0660); None keeps root's.
         fd_sweep_interval_s: Seconds between full device-fd sweeps.
-        metrics_listen: ``HOST:PORT`` for Prometheus metrics; None disables them.
+        metrics_listen: ``HOST:PORT`` for Prometheus metrics (``[::1]:9101`` for IPv6);
+            None disables them. Validated by :func:`parse_listen`.
     """
 
     interval_s: float = 5.0
@@ -64,13 +65,41 @@ class AlertSettings:
 
     Attributes:
         reminder_after_s: Seconds after which a still-open finding is alerted again.
+        retry_base_s: Delay before the first retry of a failed delivery; doubled after
+            each further failure.
+        retry_max_s: Cap on the retry delay.
         sinks: Destinations; by default one JSON log sink on stdout.
     """
 
     reminder_after_s: float = 3600.0
+    retry_base_s: float = 5.0
+    retry_max_s: float = 600.0
     sinks: tuple[SinkSettings, ...] = field(
         default_factory=lambda: (SinkSettings(type="log", name="log"),)
     )
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """Split a ``HOST:PORT`` listen address.
+
+    Args:
+        text: ``127.0.0.1:9101``, ``[::1]:9101`` or ``localhost:9101``; port 0 asks the
+            kernel for a free port (tests).
+
+    Returns:
+        ``(host, port)``, the host without IPv6 brackets.
+
+    Raises:
+        ValueError: No port, a port outside 0..65535, or an empty host.
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:9101), got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"put an IPv6 address in brackets ([::1]:9101), got {text!r}")
+    return host, int(port)
 
 
 def _positive(r: NodeReader, node: yaml.Node, key: str) -> float:
@@ -100,6 +129,13 @@ def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
         key = f"daemon.{name}"
         if name in ("interval_s", "fd_sweep_interval_s"):
             vals[name] = _positive(r, v, key)
+        elif name == "metrics_listen":
+            text = r.string(v, key)
+            try:
+                parse_listen(text)
+            except ValueError as exc:
+                raise r.err(v, key, str(exc)) from None
+            vals[name] = text
         else:
             vals[name] = r.string(v, key)
     return DaemonSettings(**vals)  # type: ignore[arg-type]
@@ -144,12 +180,19 @@ def parse_alerts(r: NodeReader, node: yaml.Node) -> AlertSettings:
     """Validate the ``alerts:`` section.
 
     Raises:
-        ConfigError: Unknown keys, wrong types, unknown sink types, inline URLs.
+        ConfigError: Unknown keys, wrong types, unknown sink types, inline URLs, a retry
+            cap below the retry base.
     """
-    m = r.mapping(node, "alerts", ("reminder_after_s", "sinks"))
+    numbers = ("reminder_after_s", "retry_base_s", "retry_max_s")
+    m = r.mapping(node, "alerts", (*numbers, "sinks"))
     vals: dict[str, object] = {}
-    if "reminder_after_s" in m:
-        vals["reminder_after_s"] = _positive(r, m["reminder_after_s"][1], "alerts.reminder_after_s")
+    nums = {name: _positive(r, m[name][1], f"alerts.{name}") for name in numbers if name in m}
+    vals.update(nums)
+    base = nums.get("retry_base_s", AlertSettings.retry_base_s)
+    cap = nums.get("retry_max_s", AlertSettings.retry_max_s)
+    if cap < base:
+        where = m["retry_max_s"][1] if "retry_max_s" in m else node
+        raise r.err(where, "alerts.retry_max_s", f"must be at least retry_base_s ({base})")
     if "sinks" in m:
         sinks = tuple(
             _sink(r, n, f"alerts.sinks[{i}]")

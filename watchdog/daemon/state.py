@@ -165,7 +165,7 @@ class ActionRecord:
     dry_run: bool
     outcome: str
     details: dict[str, Any]
-    undo: dict[str, Any] | None
+    undo: list[dict[str, Any]] | dict[str, Any] | None
     undone_at: float | None
 
 
@@ -465,7 +465,7 @@ class StateDB:
         finding_id: int | None = None,
         signature: str | None = None,
         dry_run: bool = False,
-        undo: dict[str, Any] | None = None,
+        undo: list[dict[str, Any]] | dict[str, Any] | None = None,
     ) -> int:
         """Append to the audit trail; returns the action id."""
         cur = self.conn.execute(

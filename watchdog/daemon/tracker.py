@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -139,27 +139,44 @@ class Tracker:
         self.alerts = alerts
         self.host = host
 
-    def update(self, jobs: Iterable[Job], findings: Iterable[Finding], now: float) -> TrackResult:
+    def update(
+        self,
+        jobs: Iterable[Job],
+        findings: Iterable[Finding],
+        now: float,
+        start_time_s: Callable[[int], float | None] | None = None,
+    ) -> TrackResult:
         """Record one tick's jobs and findings; spool the alerts they cause.
 
         Args:
             jobs: Jobs of this scan (ignored ones are not tracked).
             findings: Every finding of this tick (scan and extra sources).
             now: POSIX time of the tick.
+            start_time_s: Converts a job's start ticks to POSIX seconds; with it, a new
+                root PID under a known signature counts as a return only when it started
+                after the signature was last seen (not a second instance that ran all along).
 
         Returns:
             What opened, was reminded of, and resolved; the job signatures by root PID.
         """
         out = TrackResult()
         with self.db.transaction():
-            respawns = self._jobs([j for j in jobs if j.verdict != "ignored"], now, out)
+            respawns = self._jobs(
+                [j for j in jobs if j.verdict != "ignored"], now, out, start_time_s
+            )
             out.respawned = respawns
             self._findings([*findings, *respawns], now, out)
         return out
 
     # -- jobs ------------------------------------------------------------------------
 
-    def _jobs(self, jobs: list[Job], now: float, out: TrackResult) -> list[Finding]:
+    def _jobs(
+        self,
+        jobs: list[Job],
+        now: float,
+        out: TrackResult,
+        start_time_s: Callable[[int], float | None] | None,
+    ) -> list[Finding]:
         respawns = []
         seen: set[str] = set()
         for job in jobs:
@@ -177,8 +194,11 @@ class Tracker:
                 if rec.gone_at is not None:
                     back_after = rec.gone_at
                 elif (rec.root_pid, rec.start_ticks) != (job.root_pid, job.start_ticks):
-                    # Killed and back while we were not looking (e.g. across a restart).
-                    back_after = rec.last_seen
+                    # Killed and back while we were not looking (e.g. across a restart),
+                    # unless this instance was already running then (overlapping runs).
+                    started = start_time_s(job.start_ticks) if start_time_s else None
+                    if started is None or started > rec.last_seen:
+                        back_after = rec.last_seen
                 if back_after is not None:
                     sightings += 1
             record = JobRecord(
@@ -247,7 +267,10 @@ class Tracker:
                 out.reminded.append(fresh)
                 self._spool("remind", fresh, now)
                 db.mark_alerted(rec.id, now)
+        present = set(out.signatures.values())
         for fp, rec in open_by_fp.items():
+            if rec.kind == "respawned" and rec.details.get("signature") in present:
+                continue  # stays open while the ghost that came back is still running
             if fp not in current:
                 db.resolve_finding(rec.id, now)
                 done = db.finding(rec.id)

@@ -12,7 +12,10 @@ Files read (all through :class:`~watchdog.lineage.base.ResolveContext` paths):
 ``ctx.cron_files`` (system format), ``ctx.cron_d_dir`` (system format, only names cron(8)
 accepts), every regular file in ``ctx.cron_spool_dirs`` (user format, owner = file name),
 and ``anacrontab`` next to the first of ``ctx.cron_files``. Parsed files are cached in
-``ctx.cache`` by (path, mtime, size).
+``ctx.persistent`` by (path, mtime, size). A file or directory that exists but could not
+be read (no permission: Debian's spool dir is mode 1730, so every non-root scan hits
+this), is not a regular file, or is over 1 MiB is recorded with the reason: an answer
+then never claims that no entry starts the job.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import re
 import shlex
 import stat
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from zoneinfo import ZoneInfo
 
@@ -44,7 +47,22 @@ CRON_DAEMONS = frozenset({"cron", "crond", "anacron"})
 _CRON_UNIT = re.compile(r"/(cron|crond|cronie|anacron)\.service(/|$)")
 _ANY_UNIT = re.compile(r"/([^/]+\.service)(/|$)")
 _MAX_FILE_BYTES = 1 << 20
+_INTERPRETER = re.compile(r"^(python[\d.]*|bash|sh|dash|perl|ruby|node)$")
 DISABLE_PREFIX = "# disabled by rogue-watchdog: "
+
+
+@dataclass
+class _Tabs:
+    """Crontabs read, and every candidate file or directory that could not be.
+
+    Attributes:
+        tabs: Parsed crontabs, in cron's load order.
+        problems: ``(path, note)`` per candidate not read; the note says why, e.g.
+            ``could not read /var/spool/cron/crontabs (permission denied)``.
+    """
+
+    tabs: list[Crontab] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -90,8 +108,8 @@ class CronResolver:
         shell = lineage[idx - 1]
         daemon_name = exe_name(daemon).lower()
         evidence = [f"ancestor PID {daemon.pid} runs {daemon.exe or daemon.args_text}"]
-        tabs = _anacrontabs(ctx) if daemon_name == "anacron" else _live_crontabs(ctx)
-        entries = [e for t in tabs for e in t.entries]
+        read = _anacrontabs(ctx) if daemon_name == "anacron" else _live_crontabs(ctx)
+        entries = [e for t in read.tabs for e in t.entries]
         cmd = _shell_command(shell)
         matches: list[_Match] = []
         if cmd is not None:
@@ -106,17 +124,28 @@ class CronResolver:
             matches = _contained(lineage[: idx - 1] or lineage[:1], entries)
         matches = _prefer_user(matches, shell.user)
         if not matches:
-            evidence.append(
-                "no live entry matches: the entry was edited or removed after this job "
-                "started; kill the job, nothing will start it again from this line"
-            )
+            remediation = None
+            if read.problems:
+                # Not seeing the entry proves nothing when a candidate file went unread.
+                evidence.extend(_unread_notes(read))
+                evidence.append(
+                    "no entry in the crontabs that were read matches; the job may still "
+                    "come from an unread file: inspect those before killing it"
+                )
+                remediation = _inspect_command([p for p, _ in read.problems], lineage[0])
+            else:
+                evidence.append(
+                    "no live entry matches: the entry was edited or removed after this job "
+                    "started; kill the job, nothing will start it again from this line"
+                )
             evidence.extend(_dead_notes(ctx, cmd, lineage[:1]))
             return Origin(
                 kind="cron",
                 evidence=tuple(evidence),
-                remediation=None,
+                remediation=remediation,
                 fields=_fields(None, shell.user, ctx),
             )
+        evidence.extend(_unread_notes(read))
         return _origin(matches, lineage, idx, evidence, ctx, cmd)
 
     # -- no cron ancestor: a daemonised job -----------------------------------------
@@ -130,7 +159,8 @@ class CronResolver:
                 return None
             if any(_ANY_UNIT.search(line) for line in top.cgroup):
                 return None  # a systemd service of its own: the systemd resolver's case
-        entries = [e for t in _live_crontabs(ctx) for e in t.entries]
+        read = _live_crontabs(ctx)
+        entries = [e for t in read.tabs for e in t.entries]
         matches = _prefer_user(_contained([top], entries), top.user)
         if not matches:
             return None
@@ -148,6 +178,7 @@ class CronResolver:
         timing = _start_vs_schedule(top, matches[0].entry, ctx)
         if timing:
             evidence.append(timing)
+        evidence.extend(_unread_notes(read))
         return _origin(matches, lineage, None, evidence, ctx, None)
 
 
@@ -315,12 +346,11 @@ def _start_vs_schedule(proc: Proc, entry: CronEntry, ctx: ResolveContext) -> str
     """Say how the process start time relates to the entry's last fire time."""
     if entry.expression is None:
         return None
-    boot = _boot_time_s(ctx)
-    if boot is None:
+    start_s = ctx.table.start_time_s(proc.start_ticks)
+    if start_s is None:
         return None
     try:
-        hz = os.sysconf("SC_CLK_TCK")
-        started = datetime.fromtimestamp(boot + proc.start_ticks / hz, _zone(ctx))
+        started = datetime.fromtimestamp(start_s, _zone(ctx))
         fired = next(CronSim(entry.expression, started, reverse=True))
     except (ValueError, OSError, StopIteration, CronSimError):
         return None
@@ -333,28 +363,44 @@ def _start_vs_schedule(proc: Proc, entry: CronEntry, ctx: ResolveContext) -> str
     )
 
 
-def _boot_time_s(ctx: ResolveContext) -> float | None:
-    try:
-        with open(f"{ctx.table.proc_root}/stat", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("btime "):
-                    return float(line.split()[1])
-    except (OSError, ValueError):
-        return None
-    return None
-
-
 # -- files cron reads (and some it does not) --------------------------------------------
 
 
 def _read_tab(
-    ctx: ResolveContext, path: str, *, system: bool, owner: str | None, anacron: bool = False
+    ctx: ResolveContext,
+    path: str,
+    *,
+    system: bool,
+    owner: str | None,
+    anacron: bool = False,
+    problems: list[tuple[str, str]] | None = None,
+    in_dir: bool = False,
 ) -> Crontab | None:
+    """Parse one crontab (cached by mtime and size), or None.
+
+    A missing file is silently None (cron reads nothing there either); a directory
+    inside a spool or cron.d directory (``in_dir``) is skipped silently too. Anything
+    else not read is appended to ``problems`` with the reason.
+    """
+
+    def refuse(note: str) -> None:
+        if problems is not None:
+            problems.append((path, note))
+
     try:
         st = os.stat(path)
-    except OSError:
+    except FileNotFoundError:
         return None
-    if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_FILE_BYTES:
+    except OSError as exc:
+        refuse(f"could not read {path} ({_strerror(exc)})")
+        return None
+    if stat.S_ISDIR(st.st_mode) and in_dir:
+        return None  # e.g. /var/spool/cron/crontabs listed from /var/spool/cron
+    if not stat.S_ISREG(st.st_mode):
+        refuse(f"skipped {path} (not a regular file)")
+        return None
+    if st.st_size > _MAX_FILE_BYTES:
+        refuse(f"skipped {path} (too large: {st.st_size} bytes, limit {_MAX_FILE_BYTES})")
         return None
     key = f"cron:file:{path}"
     stamp = (st.st_mtime_ns, st.st_size, system, owner, anacron)
@@ -363,10 +409,22 @@ def _read_tab(
         tab = hit[1]
         return tab if isinstance(tab, Crontab) else None
     try:
-        with open(path, "rb") as fh:
-            text = fh.read().decode("utf-8", "surrogateescape")
-    except OSError:
+        # O_NONBLOCK: a FIFO swapped in after the stat cannot block the open.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                refuse(f"skipped {path} (not a regular file)")
+                return None
+            data = fh.read(_MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        refuse(f"could not read {path} ({_strerror(exc)})")
+        return None
+    if len(data) > _MAX_FILE_BYTES:
+        refuse(f"skipped {path} (too large: over {_MAX_FILE_BYTES} bytes)")
+        return None
+    text = data.decode("utf-8", "surrogateescape")
     if anacron:
         tab = parse_anacrontab(text, path)
     else:
@@ -382,32 +440,80 @@ def _cached_tab(ctx: ResolveContext, path: str) -> Crontab | None:
     return None
 
 
-def _listdir(path: str) -> list[str]:
+def _strerror(exc: OSError) -> str:
+    if exc.errno is None:
+        return str(exc)
+    return os.strerror(exc.errno).lower()
+
+
+def _listdir(path: str, problems: list[tuple[str, str]] | None = None) -> list[str]:
     try:
         return sorted(os.listdir(path))
-    except OSError:
+    except FileNotFoundError:
+        return []  # no such directory: cron reads nothing there either
+    except OSError as exc:
+        if problems is not None:
+            problems.append((path, f"could not read {path} ({_strerror(exc)})"))
         return []
 
 
-def _live_crontabs(ctx: ResolveContext) -> list[Crontab]:
-    """Every crontab cron reads, in the order cron(8) loads them."""
-    tabs: list[Crontab | None] = [
-        _read_tab(ctx, p, system=True, owner=None) for p in ctx.cron_files
-    ]
-    for name in _listdir(ctx.cron_d_dir):
+def _live_crontabs(ctx: ResolveContext) -> _Tabs:
+    """Every crontab cron reads, in the order cron(8) loads them, and those not read."""
+    out = _Tabs()
+
+    def add(path: str, system: bool, owner: str | None, in_dir: bool) -> None:
+        tab = _read_tab(ctx, path, system=system, owner=owner, problems=out.problems, in_dir=in_dir)
+        if tab is not None:
+            out.tabs.append(tab)
+
+    for path in ctx.cron_files:
+        add(path, True, None, False)
+    for name in _listdir(ctx.cron_d_dir, out.problems):
         if cron_d_name_ok(name):
-            tabs.append(_read_tab(ctx, f"{ctx.cron_d_dir}/{name}", system=True, owner=None))
+            add(f"{ctx.cron_d_dir}/{name}", True, None, True)
     for spool in ctx.cron_spool_dirs:
-        for name in _listdir(spool):
+        for name in _listdir(spool, out.problems):
             if not name.startswith("."):
-                tabs.append(_read_tab(ctx, f"{spool}/{name}", system=False, owner=name))
-    return [t for t in tabs if t is not None]
+                add(f"{spool}/{name}", False, name, True)
+    return out
 
 
-def _anacrontabs(ctx: ResolveContext) -> list[Crontab]:
+def _anacrontabs(ctx: ResolveContext) -> _Tabs:
     base = os.path.dirname(ctx.cron_files[0]) if ctx.cron_files else "/etc"
-    tab = _read_tab(ctx, f"{base}/anacrontab", system=True, owner=None, anacron=True)
-    return [tab] if tab is not None else []
+    out = _Tabs()
+    path = f"{base}/anacrontab"
+    tab = _read_tab(ctx, path, system=True, owner=None, anacron=True, problems=out.problems)
+    if tab is not None:
+        out.tabs.append(tab)
+    return out
+
+
+def _unread_notes(read: _Tabs) -> list[str]:
+    """Evidence lines for candidates not read: the entry (or another) may be there."""
+    notes = []
+    for _, note in read.problems:
+        hint = "; run as root" if "permission denied" in note else ""
+        notes.append(f"{note}: the entry may be there{hint}")
+    return notes
+
+
+def _inspect_command(paths: Sequence[str], proc: Proc) -> str:
+    """``grep`` (as root) for the job's distinctive word in the files that went unread."""
+    needle = _needle(proc)
+    quoted = " ".join(shlex.quote(p) for p in dict.fromkeys(paths))
+    return f"sudo grep -rnF -- {shlex.quote(needle)} {quoted}"
+
+
+def _needle(proc: Proc) -> str:
+    # The script for interpreters (python3 /opt/x/train.py -> /opt/x/train.py), else argv[0].
+    argv = proc.cmdline
+    if not argv:
+        return proc.comm
+    if _INTERPRETER.match(argv[0].rsplit("/", 1)[-1]):
+        for arg in argv[1:]:
+            if not arg.startswith("-"):
+                return arg
+    return argv[0]
 
 
 def _dead_crontabs(ctx: ResolveContext) -> Iterator[tuple[Crontab, str]]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
-from watchdog.lineage.unitfile import UnitFile, find_timers, load_unit
+from watchdog.lineage.unitfile import UnitFile, find_timers, load_unit, read_regular
 from watchdog.model import Origin, Proc
 
 # Units whose processes other resolvers own or that say nothing about a job's source.
@@ -163,6 +163,7 @@ class UnitFacts:
     timers: list[TimerFacts] = field(default_factory=list)
     other_triggers: list[str] = field(default_factory=list)
     live: bool = False
+    skipped: list[str] = field(default_factory=list)
 
 
 def _owner_uid(info: CgroupInfo) -> int | None:
@@ -291,7 +292,7 @@ class SystemdResolver:
                 facts.other_triggers = [t for t in trig if not t.endswith(".timer")]
                 for t in timer_names:
                     live_timers[t] = self._show(ctx, t, SHOW_TIMER)
-        uf = load_unit(unit, ctx.unit_dirs)
+        uf = load_unit(unit, ctx.unit_dirs, facts.skipped)
         if uf is not None:
             facts.unit_file = facts.unit_file or uf.path
             facts.dropins = facts.dropins or uf.dropins
@@ -299,15 +300,15 @@ class SystemdResolver:
             facts.restart = facts.restart or uf.restart()
         elif facts.live and facts.unit_file:
             # systemctl named a file outside unit_dirs (e.g. SYSTEMD_UNIT_PATH): read it.
-            uf = load_unit(unit, [os.path.dirname(facts.unit_file)])
+            uf = load_unit(unit, [os.path.dirname(facts.unit_file)], facts.skipped)
             if uf is not None:
                 facts.exec_start = uf.exec_start()
-        file_timers = [] if facts.live else find_timers(unit, ctx.unit_dirs)
+        file_timers = [] if facts.live else find_timers(unit, ctx.unit_dirs, facts.skipped)
         if not facts.live:
             timer_names = [t.name for t in file_timers]
         for t in timer_names:
             tuf = next((x for x in file_timers if x.name == t), None)
-            facts.timers.append(self._timer_facts(t, tuf, live_timers.get(t), ctx))
+            facts.timers.append(self._timer_facts(t, tuf, live_timers.get(t), ctx, facts.skipped))
         return facts
 
     def _timer_facts(
@@ -316,6 +317,7 @@ class SystemdResolver:
         tuf: UnitFile | None,
         show: dict[str, list[str]] | None,
         ctx: ResolveContext,
+        skipped: list[str],
     ) -> TimerFacts:
         tf = TimerFacts(name=name)
         if show:
@@ -324,7 +326,7 @@ class SystemdResolver:
             dirs = list(ctx.unit_dirs)
             if tf.unit_file:
                 dirs.append(os.path.dirname(tf.unit_file))
-            tuf = load_unit(name, dirs)
+            tuf = load_unit(name, dirs, skipped)
         if tuf is not None:
             tf.unit_file = tf.unit_file or tuf.path
             tf.schedule = tuf.timer_schedule()
@@ -422,14 +424,14 @@ class SystemdResolver:
         dirs = self._user_dirs(uid)
         # The user manager's bus is not reachable as root without machined: files only.
         facts = UnitFacts(name=unit)
-        uf = load_unit(unit, dirs)
+        uf = load_unit(unit, dirs, facts.skipped)
         if uf is not None:
             facts.unit_file = uf.path
             facts.dropins = uf.dropins
             facts.exec_start = uf.exec_start()
             facts.restart = uf.restart()
-        for tuf in find_timers(unit, dirs):
-            facts.timers.append(self._timer_facts(tuf.name, tuf, None, ctx))
+        for tuf in find_timers(unit, dirs, facts.skipped):
+            facts.timers.append(self._timer_facts(tuf.name, tuf, None, ctx, facts.skipped))
         evidence = [f"cgroup {info.path}: user unit {unit} of user@{uid}.service (uid {uid})"]
         return self._origin(lineage, info, unit, facts, evidence, ctx, user=(user, uid))
 
@@ -454,6 +456,8 @@ class SystemdResolver:
             evidence.append(f"no unit file for {unit} found (transient unit, or not on the path)")
         if facts.dropins:
             evidence.append("drop-ins: " + ", ".join(facts.dropins))
+        # Files refused (FIFO, device, oversized, unreadable): what they say is unknown.
+        evidence.extend(dict.fromkeys(facts.skipped))
         spawner = _unit_top(lineage, info)
         if spawner is not None and spawner.pid != lineage[0].pid:
             evidence.append(
@@ -552,7 +556,7 @@ def _cron_files(ctx: ResolveContext) -> list[str]:
             names = sorted(os.listdir(d))
         except OSError:
             continue
-        files += [os.path.join(d, n) for n in names if os.path.isfile(os.path.join(d, n))]
+        files += [os.path.join(d, n) for n in names if not os.path.isdir(os.path.join(d, n))]
     return files
 
 
@@ -563,18 +567,23 @@ def _cron_check(proc: Proc, ctx: ResolveContext) -> str:
     # Read once per scan: every systemd-resolved job checks the same files.
     cached = ctx.cache.get("systemd:cron-lines")
     files: list[tuple[str, list[str]]] = []
-    if isinstance(cached, list):
-        files = cached
+    refused: list[str] = []
+    if isinstance(cached, tuple):
+        files, refused = cached
     else:
         for path in _cron_files(ctx):
-            try:
-                with open(path, encoding="utf-8", errors="replace") as fh:
-                    files.append((path, fh.read().splitlines()))
-            except OSError:
-                continue
-        ctx.cache["systemd:cron-lines"] = files
+            # Regular files only, size-capped, never blocking (a FIFO in a spool dir).
+            text, why = read_regular(path)
+            if text is not None:
+                files.append((path, text.splitlines()))
+            elif why is not None:
+                refused.append(f"{path} ({why})")
+        ctx.cache["systemd:cron-lines"] = (files, refused)
     for path, lines in files:
         for n, line in enumerate(lines, 1):
             if token in line and not line.lstrip().startswith("#"):
                 return f"crontab {path}:{n} also mentions {token}"
-    return f"no crontab entry mentions {token} ({len(files)} crontab files read)"
+    out = f"no crontab entry mentions {token} ({len(files)} crontab files read)"
+    if refused:
+        out += "; not read: " + ", ".join(refused)
+    return out

@@ -12,6 +12,7 @@ from a later directory.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +25,11 @@ TIMER_KEYS = (
     "OnUnitActiveSec",
     "OnUnitInactiveSec",
 )
+# Largest unit file or drop-in read. systemd.syntax(7) caps a line, continuations joined,
+# at 1 MB (LONG_LINE_MAX in fileio.h); a longer file is no real unit, and reading one
+# whole (a symlink to /dev/zero, a huge file in a user's own unit dir) is a denial of
+# service on a root scan.
+MAX_UNIT_FILE_BYTES = 1 << 20
 
 
 @dataclass
@@ -36,12 +42,15 @@ class UnitFile:
             only drop-ins were found.
         dropins: Drop-in files applied, in order.
         sections: ``section -> key -> values`` in file order, after resets.
+        skipped: One ``skipped PATH: reason`` note per file on the way that was not read
+            (not a regular file, too large, unreadable).
     """
 
     name: str
     path: str | None
     dropins: list[str] = field(default_factory=list)
     sections: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
 
     def values(self, section: str, key: str) -> list[str]:
         """Every value of ``key`` in ``section`` (after resets), in order."""
@@ -120,19 +129,25 @@ def parse_into(text: str, sections: dict[str, dict[str, list[str]]]) -> None:
         sections: Settings so far; updated in place. An empty value clears the key.
     """
     section = ""
-    pending = ""
+    # Continued pieces collected in a list and joined once: repeated string concatenation
+    # is quadratic on a long run of backslash-continued lines.
+    pending: list[str] = []
     for raw in text.splitlines():
         line = raw.strip()
         if pending:
             # Comment lines inside a continuation are skipped (systemd.syntax(7)).
             if line.startswith(("#", ";")):
                 continue
-            line = pending + " " + line
-            pending = ""
+            if line.endswith("\\"):
+                pending.append(line[:-1].rstrip())
+                continue
+            pending.append(line)
+            line = " ".join(pending)
+            pending = []
         elif not line or line.startswith(("#", ";")):
             continue
-        if line.endswith("\\"):
-            pending = line[:-1].rstrip()
+        elif line.endswith("\\"):
+            pending.append(line[:-1].rstrip())
             continue
         if line.startswith("[") and line.endswith("]"):
             section = line[1:-1].strip()
@@ -148,17 +163,77 @@ def parse_into(text: str, sections: dict[str, dict[str, list[str]]]) -> None:
         else:
             bucket.setdefault(key, []).append(value)
     if pending and section:
-        key, sep, value = pending.partition("=")
+        key, sep, value = " ".join(pending).partition("=")
         if sep:
             sections.setdefault(section, {}).setdefault(key.strip(), []).append(value.strip())
 
 
-def _read(path: str) -> str | None:
+def read_regular(path: str, max_bytes: int = MAX_UNIT_FILE_BYTES) -> tuple[str | None, str | None]:
+    """Read a small regular text file without ever blocking on a special file.
+
+    Only a regular file (after following symlinks) is opened, with ``O_NONBLOCK`` so that
+    a FIFO swapped in between the check and the open cannot block either; ``fstat`` on
+    the open descriptor re-checks the type. A symlink to ``/dev/null`` (a masked unit,
+    systemctl(1) ``mask``) reads as empty.
+
+    Args:
+        path: File to read.
+        max_bytes: Largest size read; a bigger file is refused, not truncated.
+
+    Returns:
+        ``(text, None)`` on success (undecodable bytes replaced), ``(None, reason)`` when
+        the file was refused or unreadable, and ``(None, None)`` when it does not exist.
+    """
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
+        if os.path.realpath(path) == os.devnull:
+            return "", None
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, _why(exc)
+    if not stat.S_ISREG(st.st_mode):
+        return None, "not a regular file"
+    if st.st_size > max_bytes:
+        return None, f"too large ({st.st_size} bytes, limit {max_bytes})"
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, _why(exc)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, "not a regular file"
+        chunks: list[bytes] = []
+        size = 0
+        while size <= max_bytes:
+            chunk = os.read(fd, max_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        return None, _why(exc)
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        return None, f"too large (over {max_bytes} bytes)"
+    return b"".join(chunks).decode("utf-8", "replace"), None
+
+
+def _why(exc: OSError | ValueError) -> str:
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return f"could not read ({os.strerror(exc.errno).lower()})"
+    return f"could not read ({exc})"
+
+
+def _read(path: str, skipped: list[str] | None) -> str | None:
+    text, why = read_regular(path)
+    if why is not None and skipped is not None:
+        skipped.append(f"skipped {path}: {why}")
+    return text
 
 
 def _template_of(name: str) -> str | None:
@@ -167,12 +242,41 @@ def _template_of(name: str) -> str | None:
     return f"{prefix}@.{suffix}" if at and inst and dot else None
 
 
-def find_fragment(name: str, unit_dirs: Sequence[str]) -> str | None:
+def _usable(path: str, skipped: list[str] | None) -> bool | None:
+    """True for a regular file or a mask (symlink to /dev/null), None when absent.
+
+    Anything else (a FIFO, a socket, a device such as /dev/zero) is refused with a note:
+    systemd only loads regular files or symlinks to them (unit-file.c), and opening a
+    FIFO would block the scan.
+    """
+    try:
+        if os.path.realpath(path) == os.devnull:
+            return True
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        if skipped is not None:
+            skipped.append(f"skipped {path}: {_why(exc)}")
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        if skipped is not None:
+            skipped.append(f"skipped {path}: not a regular file")
+        return False
+    return True
+
+
+def find_fragment(
+    name: str, unit_dirs: Sequence[str], skipped: list[str] | None = None
+) -> str | None:
     """Path of the unit file for ``name`` on the search path, or None.
 
     An instance ``foo@bar.service`` uses ``foo@bar.service`` if any directory has it,
     else the template ``foo@.service``. A symlink to ``/dev/null`` (a masked unit) counts
-    as found; callers see an empty file.
+    as found; callers see an empty file. Entries that are not regular files are passed
+    over (and noted in ``skipped``).
     """
     candidates = [name]
     tmpl = _template_of(name)
@@ -181,17 +285,19 @@ def find_fragment(name: str, unit_dirs: Sequence[str]) -> str | None:
     for cand in candidates:
         for d in unit_dirs:
             p = os.path.join(d, cand)
-            # exists-but-not-dir: a masked unit is a symlink to /dev/null.
-            if os.path.exists(p) and not os.path.isdir(p):
+            if _usable(p, skipped):
                 return p
     return None
 
 
-def find_dropins(name: str, unit_dirs: Sequence[str]) -> list[str]:
+def find_dropins(
+    name: str, unit_dirs: Sequence[str], skipped: list[str] | None = None
+) -> list[str]:
     """Drop-in ``.conf`` files for ``name``, ordered by file name (systemd.unit(5)).
 
     Template drop-ins (``foo@.service.d``) apply to instances before the instance's own;
-    among same-named files the earliest directory on the path wins.
+    among same-named files the earliest directory on the path wins. Entries that are not
+    regular files are passed over (and noted in ``skipped``).
     """
     dirs = []
     tmpl = _template_of(name)
@@ -209,40 +315,60 @@ def find_dropins(name: str, unit_dirs: Sequence[str]) -> list[str]:
                 continue
             for f in files:
                 if f.endswith(".conf") and f not in chosen:
-                    chosen[f] = os.path.join(base, f)
-                    order.append(f)
+                    p = os.path.join(base, f)
+                    if _usable(p, skipped):
+                        chosen[f] = p
+                        order.append(f)
     return [chosen[f] for f in sorted(order)]
 
 
-def load_unit(name: str, unit_dirs: Sequence[str]) -> UnitFile | None:
+def load_unit(
+    name: str, unit_dirs: Sequence[str], skipped: list[str] | None = None
+) -> UnitFile | None:
     """Find and merge the unit file and drop-ins of ``name``.
 
     Args:
         name: Unit name, e.g. ``nightly.service`` or ``train@2.service``.
         unit_dirs: Search path, highest priority first.
+        skipped: When given, receives a ``skipped PATH: reason`` note for every file on
+            the way that was not read (also kept in :attr:`UnitFile.skipped`).
 
     Returns:
         The merged unit, or None when neither a fragment nor a drop-in exists.
-        Unreadable files are skipped.
+        Files that are not regular, over :data:`MAX_UNIT_FILE_BYTES` or unreadable are
+        skipped, never opened in a way that blocks.
     """
-    path = find_fragment(name, unit_dirs)
-    dropins = find_dropins(name, unit_dirs)
+    notes: list[str] = []
+    path = find_fragment(name, unit_dirs, notes)
+    dropins = find_dropins(name, unit_dirs, notes)
     if path is None and not dropins:
+        if skipped is not None:
+            skipped.extend(notes)
         return None
     sections: dict[str, dict[str, list[str]]] = {}
     if path is not None:
-        parse_into(_read(path) or "", sections)
+        parse_into(_read(path, notes) or "", sections)
     for d in dropins:
-        parse_into(_read(d) or "", sections)
-    return UnitFile(name=name, path=path, dropins=dropins, sections=sections)
+        parse_into(_read(d, notes) or "", sections)
+    if skipped is not None:
+        skipped.extend(notes)
+    return UnitFile(name=name, path=path, dropins=dropins, sections=sections, skipped=notes)
 
 
-def find_timers(service: str, unit_dirs: Sequence[str]) -> list[UnitFile]:
+def find_timers(
+    service: str, unit_dirs: Sequence[str], skipped: list[str] | None = None
+) -> list[UnitFile]:
     """Timers on the search path whose target is ``service``.
 
     A timer targets ``Unit=`` when set, otherwise the service with its own name
     (systemd.timer(5)). Instances: ``foo@bar.timer`` (from ``foo@.timer``) is considered
     for ``foo@bar.service``.
+
+    Args:
+        service: The service name.
+        unit_dirs: Search path, highest priority first.
+        skipped: When given, receives a note for every timer file (or drop-in) that was
+            not read: such a timer may start ``service`` without this function knowing.
 
     Returns:
         The matching timers, by name.
@@ -257,7 +383,7 @@ def find_timers(service: str, unit_dirs: Sequence[str]) -> list[UnitFile]:
         names.update(e for e in entries if e.endswith(".timer") and not e.endswith("@.timer"))
     out = []
     for n in sorted(names):
-        unit = load_unit(n, unit_dirs)
+        unit = load_unit(n, unit_dirs, skipped)
         if unit is not None and unit.timer_unit() == service:
             out.append(unit)
     return out

@@ -123,7 +123,9 @@ class LauncherCache:
         out = []
         for pid, proc in table.procs.items():
             hit = self._seen.get(pid)
-            if hit is None or (hit[0] is not proc and hit[0].cmdline != proc.cmdline):
+            if proc.is_zombie:
+                hit = (proc, False)  # it has exited: its old command line launches nothing
+            elif hit is None or (hit[0] is not proc and hit[0].cmdline != proc.cmdline):
                 hit = (proc, is_launcher(proc, launchers))
             seen[pid] = hit
             if hit[1]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,6 +37,11 @@ _STEMS: dict[ListKind, str] = {
 }
 _API_VERSIONS = ("v3", "v2", "v1")
 _BAD_PIDS = (0, 0xFFFF_FFFF)
+# Most MIG slots probed per GPU. A100/H100/H200 have at most 7 GPU instances (NVIDIA MIG
+# user guide); libnvidia-container sizes its table at MAX_MIG_DEVICES 8. A larger answer
+# from nvmlDeviceGetMaxMigDeviceCount is a binding/driver disagreement, and looping over
+# 2**31 slots would hang the scan.
+MAX_MIG_SLOTS = 16
 
 
 @dataclass
@@ -83,6 +89,23 @@ def _is_missing_symbol(exc: BaseException) -> bool:
     return isinstance(exc, pynvml.NVMLError_FunctionNotFound | pynvml.NVMLLibraryMismatchError)
 
 
+def _text(fn: Callable[..., Any], *args: Any) -> str:
+    """Call a pynvml string getter and decode its bytes per field, never raising.
+
+    pynvml's ``convertStrBytes`` wrapper decodes strictly as UTF-8, so one GPU name or
+    UUID with other bytes would raise UnicodeDecodeError out of the whole snapshot; the
+    undecorated function (``__wrapped__``, functools.wraps) returns the raw bytes, which
+    are decoded here with undecodable bytes escaped (``\\xff``), keeping UUIDs distinct.
+
+    Raises:
+        pynvml.NVMLError: The NVML call itself failed.
+    """
+    raw = getattr(fn, "__wrapped__", fn)(*args)
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", "backslashreplace")
+    return str(raw)
+
+
 def _from_pynvml(fn: Callable[[Any], list[Any]]) -> Callable[[Any], list[RawProcess]]:
     def call(handle: Any) -> list[RawProcess]:
         return [RawProcess(int(p.pid), memory_or_none(p.usedGpuMemory)) for p in fn(handle)]
@@ -125,6 +148,10 @@ class NvmlSource:
         self._library_path = library_path
         self._initialized = False
         self._api: dict[ListKind, str] = {}
+        # A missing library or driver stays missing for a while: retrying dlopen and
+        # nvmlInit on every tick costs more than the rest of an idle tick.
+        self.retry_after_s = 60.0
+        self._unavailable: tuple[float, str] | None = None
 
     def close(self) -> None:
         """Call ``nvmlShutdown`` if this source initialised NVML; never raises."""
@@ -151,8 +178,16 @@ class NvmlSource:
             A snapshot; ``available`` False with ``error`` set when NVML cannot be used
             (library missing, driver not loaded, device count unreadable). Never raises.
         """
+        now = time.monotonic()
+        if self._unavailable is not None and now - self._unavailable[0] < self.retry_after_s:
+            return NvmlSnapshot(available=False, error=self._unavailable[1])
         try:
-            self._init()
+            try:
+                self._init()
+            except _Unavailable as exc:
+                self._unavailable = (now, str(exc))  # library or driver missing: back off
+                raise
+            self._unavailable = None
             return self._collect(pid_max)
         except _Unavailable as exc:
             return NvmlSnapshot(available=False, error=str(exc))
@@ -188,7 +223,7 @@ class NvmlSource:
     def _collect(self, pid_max: int) -> NvmlSnapshot:
         snap = NvmlSnapshot(available=True)
         try:
-            snap.driver_version = str(pynvml.nvmlSystemGetDriverVersion())
+            snap.driver_version = _text(pynvml.nvmlSystemGetDriverVersion)
         except pynvml.NVMLError:
             snap.driver_version = None
         try:
@@ -224,9 +259,9 @@ class NvmlSource:
         self._list_device(gpu, pid_max, snap, seen, quiet_errors=quiet)
 
     def _device_info(self, handle: Any, index: int, mig_index: int | None) -> GpuInfo:
-        uuid = str(pynvml.nvmlDeviceGetUUID(handle))
+        uuid = _text(pynvml.nvmlDeviceGetUUID, handle)
         try:
-            name = str(pynvml.nvmlDeviceGetName(handle))
+            name = _text(pynvml.nvmlDeviceGetName, handle)
         except pynvml.NVMLError:
             name = "unknown"
         try:
@@ -253,6 +288,9 @@ class NvmlSource:
         except pynvml.NVMLError as exc:
             snap.findings.append(_query_failed(gpu.label, gpu.info.index, exc, "MIG devices"))
             return None
+        if slots > MAX_MIG_SLOTS:
+            snap.findings.append(_too_many_migs(gpu, slots))
+            slots = MAX_MIG_SLOTS
         out: list[_Device] = []
         for slot in range(slots):
             label = f"{gpu.label} MIG {slot}"
@@ -353,6 +391,24 @@ def _mismatch(dev: _Device, kind: ListKind, entry: RawProcess, bad: str) -> Find
             "list_kind": kind,
             "pid": entry.pid,
             "used_memory_bytes": entry.used_memory_bytes,
+        },
+    )
+
+
+def _too_many_migs(gpu: _Device, slots: int) -> Finding:
+    return Finding(
+        kind="binding-mismatch",
+        severity="warning",
+        message=(
+            f"NVML reported {slots} MIG device slots on {gpu.label} ({gpu.info.uuid}), "
+            f"more than any GPU has; only the first {MAX_MIG_SLOTS} were probed: the NVML "
+            "binding and driver disagree"
+        ),
+        details={
+            "gpu_index": gpu.info.index,
+            "gpu_uuid": gpu.info.uuid,
+            "max_mig_device_count": slots,
+            "probed": MAX_MIG_SLOTS,
         },
     )
 

@@ -16,6 +16,7 @@ are re-read. A fixture tree is not procfs, so there every stat file is read each
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 from collections.abc import Iterator
@@ -128,6 +129,7 @@ class ProcessTable:
         self.new_pids: set[int] = set()
         self.error: str | None = None
         self._pid_max: int | None = None
+        self._btime: float | None = None
 
     # -- refresh -----------------------------------------------------------------
 
@@ -352,6 +354,24 @@ class ProcessTable:
             if sep:
                 env[key] = value
         return env
+
+    def start_time_s(self, start_ticks: int) -> float | None:
+        """POSIX time a process started: ``btime`` of ``/proc/stat`` plus its start ticks.
+
+        Returns:
+            Seconds since the epoch, or None when ``/proc/stat`` has no readable btime
+            (a fixture tree).
+        """
+        if self._btime is None:
+            text = _read_text(f"{self.proc_root}/stat") or ""
+            for line in text.splitlines():
+                if line.startswith("btime "):
+                    with contextlib.suppress(IndexError, ValueError):
+                        self._btime = float(line.split()[1])
+                    break
+            if self._btime is None:
+                return None
+        return self._btime + start_ticks / os.sysconf("SC_CLK_TCK")
 
     def pid_max(self) -> int:
         """``/proc/sys/kernel/pid_max``; 4194304 (the 64-bit ceiling) when unreadable."""

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Installs rogue-watchdog as a system service (docs/install.md):
+#   - its own virtual environment at PREFIX (default /opt/rogue-watchdog);
+#   - the configuration CONFIG_DIR/config.yaml (default /etc/rogue-watchdog), copied from
+#     config/example.yaml only when absent: an existing configuration is never touched;
+#   - the systemd unit UNIT_DIR/rogue-watchdog.service, enabled and (re)started;
+#   - with the default prefix, /usr/local/bin/rogue-watchdog linking to the venv's command.
+# Idempotent: run it again to upgrade. --uninstall removes the venv and the unit and keeps
+# the configuration and state (--purge removes those too).
+#
+# Usage: scripts/install.sh [--prefix DIR] [--config-dir DIR] [--unit-dir DIR]
+#                           [--python PY] [--no-enable] [--uninstall [--purge]]
+# Environment: PIP_OPTS (extra pip options, e.g. "--no-index --find-links /srv/wheels"),
+#              SYSTEMCTL (the systemctl command, default "systemctl").
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+PREFIX=/opt/rogue-watchdog
+CONFIG_DIR=/etc/rogue-watchdog
+UNIT_DIR=/etc/systemd/system
+STATE_DIR=/var/lib/rogue-watchdog
+UNIT=rogue-watchdog.service
+PY=${PYTHON:-python3}
+ENABLE=1
+UNINSTALL=0
+PURGE=0
+SYSTEMCTL=${SYSTEMCTL:-systemctl}
+LINK=/usr/local/bin/rogue-watchdog
+
+die() { echo "install: $*" >&2; exit 2; }
+say() { echo "install: $*"; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prefix) PREFIX=${2:?--prefix needs a directory}; shift 2 ;;
+    --config-dir) CONFIG_DIR=${2:?--config-dir needs a directory}; shift 2 ;;
+    --unit-dir) UNIT_DIR=${2:?--unit-dir needs a directory}; shift 2 ;;
+    --python) PY=${2:?--python needs an interpreter}; shift 2 ;;
+    --no-enable) ENABLE=0; shift ;;
+    --uninstall) UNINSTALL=1; shift ;;
+    --purge) PURGE=1; shift ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option $1 (see --help)" ;;
+  esac
+done
+case "$PREFIX" in /*) ;; *) die "--prefix must be an absolute path" ;; esac
+case "$CONFIG_DIR" in /*) ;; *) die "--config-dir must be an absolute path" ;; esac
+PREFIX=${PREFIX%/}
+CONFIG=$CONFIG_DIR/config.yaml
+
+# systemd is running (sd_booted(3)): only then can the unit be started.
+booted() { [ -d /run/systemd/system ] || [ "$SYSTEMCTL" != systemctl ]; }
+sc() { $SYSTEMCTL "$@"; }
+
+if [ "$UNINSTALL" = 1 ]; then
+  if [ "$ENABLE" = 1 ] && booted; then
+    sc disable --now "$UNIT" >/dev/null 2>&1 || true
+  fi
+  rm -f "$UNIT_DIR/$UNIT"
+  if [ "$(readlink "$LINK" 2>/dev/null)" = "$PREFIX/bin/rogue-watchdog" ]; then rm -f "$LINK"; fi
+  if [ "$ENABLE" = 1 ] && booted; then sc daemon-reload || true; fi
+  # Only a directory that holds our venv marker is removed: never an arbitrary --prefix.
+  if [ -f "$PREFIX/.rogue-watchdog-venv" ]; then
+    rm -rf "$PREFIX"
+    say "removed $PREFIX"
+  fi
+  if [ "$PURGE" = 1 ]; then
+    rm -f "$CONFIG" "$CONFIG.example"
+    rmdir "$CONFIG_DIR" 2>/dev/null || true
+    [ "$STATE_DIR" = /var/lib/rogue-watchdog ] && rm -rf "$STATE_DIR"
+    say "purged configuration and state"
+  else
+    say "kept $CONFIG and $STATE_DIR (use --purge to remove them)"
+  fi
+  say "uninstalled"
+  exit 0
+fi
+
+"$PY" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null \
+  || die "$PY is not Python >= 3.11 (use --python)"
+if [ -e "$PREFIX" ] && [ ! -f "$PREFIX/.rogue-watchdog-venv" ] && [ -n "$(ls -A "$PREFIX")" ]; then
+  die "$PREFIX exists and is not a rogue-watchdog venv; refusing to install into it"
+fi
+
+# 1. The venv (recreated when its interpreter is gone, e.g. after an OS upgrade).
+if [ ! -x "$PREFIX/bin/python" ] || ! "$PREFIX/bin/python" -c '' 2>/dev/null; then
+  rm -rf "$PREFIX"
+  "$PY" -m venv "$PREFIX"
+  touch "$PREFIX/.rogue-watchdog-venv"
+  say "created venv $PREFIX"
+fi
+# shellcheck disable=SC2086  # PIP_OPTS is a list of options
+"$PREFIX/bin/python" -m pip install -q ${PIP_OPTS:-} --upgrade "$REPO"
+"$PREFIX/bin/rogue-watchdog" --version >/dev/null
+mkdir -p "$PREFIX/share/doc"
+cp "$REPO/docs/install.md" "$REPO/docs/status.md" "$PREFIX/share/doc/"
+say "installed $("$PREFIX/bin/rogue-watchdog" --version) into $PREFIX"
+# The command on PATH, for the default prefix only (never replacing someone else's file).
+if [ "$PREFIX" = /opt/rogue-watchdog ] && [ -d /usr/local/bin ]; then
+  if [ ! -e "$LINK" ] || [ "$(readlink "$LINK")" = "$PREFIX/bin/rogue-watchdog" ]; then
+    ln -sfn "$PREFIX/bin/rogue-watchdog" "$LINK"
+  else
+    say "$LINK exists and is not ours; left alone"
+  fi
+fi
+
+# 2. The configuration: never overwrite the operator's file.
+mkdir -p "$CONFIG_DIR"
+install -m 0644 "$REPO/config/example.yaml" "$CONFIG.example"
+if [ ! -e "$CONFIG" ]; then
+  install -m 0640 "$REPO/config/example.yaml" "$CONFIG"
+  say "wrote $CONFIG from config/example.yaml: edit the sanctioned rules"
+else
+  say "kept existing $CONFIG"
+fi
+"$PREFIX/bin/rogue-watchdog" check-config "$CONFIG"
+
+# 3. The unit, pointing at this prefix and configuration.
+mkdir -p "$UNIT_DIR"
+tmp=$(mktemp "$UNIT_DIR/.$UNIT.XXXXXX")
+sed -e "s|/opt/rogue-watchdog|$PREFIX|g" -e "s|/etc/rogue-watchdog/config.yaml|$CONFIG|g" \
+  "$REPO/systemd/$UNIT" >"$tmp"
+chmod 0644 "$tmp"
+if cmp -s "$tmp" "$UNIT_DIR/$UNIT"; then
+  rm -f "$tmp"
+  say "unit $UNIT_DIR/$UNIT unchanged"
+else
+  mv -f "$tmp" "$UNIT_DIR/$UNIT"
+  say "installed unit $UNIT_DIR/$UNIT"
+fi
+
+if [ "$ENABLE" = 0 ]; then
+  say "not enabling (--no-enable); start it with: systemctl enable --now $UNIT"
+elif booted; then
+  sc daemon-reload
+  sc enable "$UNIT"
+  sc restart "$UNIT"  # start, or pick up the upgraded code
+  say "enabled and started $UNIT; check it with: $PREFIX/bin/rogue-watchdog status"
+else
+  say "systemd is not running here: start the daemon with"
+  say "  $PREFIX/bin/rogue-watchdog run --config $CONFIG --daemonize --pidfile /run/rogue-watchdog.pid"
+fi

@@ -1,0 +1,103 @@
+"""scripts/install.sh into a sandbox: venv, config from the example (never overwritten),
+the unit with substituted paths, the systemctl calls (recorded), idempotence, uninstall."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, need_program, need_root
+
+pytestmark = pytest.mark.system
+
+UNIT = "rogue-watchdog.service"
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Path]:
+    need_root()
+    need_program("bash", "sed", "install", "systemd-analyze")
+    s = Path(tempfile.mkdtemp(prefix="rwtest-install-", dir="/var/tmp"))
+    # systemctl stand-in: records each call (the host's systemd is never touched).
+    fake = s / "systemctl"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {s}/systemctl.log\n')
+    fake.chmod(0o755)
+    try:
+        yield s
+    finally:
+        shutil.rmtree(s, ignore_errors=True)
+
+
+def install(s: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = ["bash", str(REPO / "scripts" / "install.sh"), "--prefix", f"{s}/opt"]
+    argv += ["--config-dir", f"{s}/etc", "--unit-dir", f"{s}/units", *args]
+    env = dict(os.environ, SYSTEMCTL=str(s / "systemctl"))
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, check=False)
+
+
+def calls(s: Path) -> list[str]:
+    log = s / "systemctl.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    log.unlink(missing_ok=True)
+    return lines
+
+
+def test_install_upgrade_uninstall(sandbox: Path) -> None:
+    s = sandbox
+    res = install(s)
+    assert res.returncode == 0, res.stdout + res.stderr
+    exe = s / "opt" / "bin" / "rogue-watchdog"
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.strip() == "rogue-watchdog 0.1.0"
+    example = (REPO / "config" / "example.yaml").read_bytes()
+    config = s / "etc" / "config.yaml"
+    assert config.read_bytes() == example
+    assert oct(config.stat().st_mode & 0o777) == "0o640"
+    unit = (s / "units" / UNIT).read_text()
+    assert f"ExecStart={exe} run --config {config}\n" in unit
+    assert (
+        unit.replace(str(s / "opt"), "/opt/rogue-watchdog").replace(
+            str(config), "/etc/rogue-watchdog/config.yaml"
+        )
+        == (REPO / "systemd" / UNIT).read_text()
+    )  # only the paths differ
+    assert calls(s) == ["daemon-reload", f"enable {UNIT}", f"restart {UNIT}"]
+    verify = subprocess.run(
+        ["systemd-analyze", "verify", str(s / "units" / UNIT)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert verify.returncode == 0, verify.stderr
+
+    # Again, after the operator edited the config: kept; unit unchanged; venv reused.
+    config.write_text(config.read_text() + "# edited by the operator\n")
+    marker = (s / "opt" / ".rogue-watchdog-venv").stat().st_ino
+    res = install(s, "--no-enable")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert config.read_text().endswith("# edited by the operator\n")
+    assert f"install: kept existing {config}" in res.stdout
+    assert f"install: unit {s}/units/{UNIT} unchanged" in res.stdout
+    assert (s / "opt" / ".rogue-watchdog-venv").stat().st_ino == marker
+    assert calls(s) == []  # --no-enable: no systemctl call at all
+
+    res = install(s, "--uninstall")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert calls(s) == [f"disable --now {UNIT}", "daemon-reload"]
+    assert not (s / "opt").exists() and not (s / "units" / UNIT).exists()
+    assert config.exists()  # kept without --purge
+
+
+def test_refuses_a_foreign_prefix(sandbox: Path) -> None:
+    (sandbox / "opt").mkdir()
+    (sandbox / "opt" / "precious").write_text("x")
+    res = install(sandbox)
+    assert res.returncode == 2
+    assert "exists and is not a rogue-watchdog venv" in res.stderr
+    assert (sandbox / "opt" / "precious").read_text() == "x"
+    res = install(sandbox, "--uninstall", "--no-enable")
+    assert res.returncode == 0 and (sandbox / "opt" / "precious").exists()

@@ -1,0 +1,155 @@
+"""Alert bodies per sink type: exact shapes, Slack escaping, Discord's 2000 characters,
+the stable delivery id, and the log sink's JSON line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from watchdog.daemon.alerts.render import (
+    alert_text,
+    delivery_id,
+    discord_body,
+    slack_body,
+    webhook_body,
+)
+from watchdog.daemon.alerts.sinks import LogSink, SendError
+from watchdog.daemon.settings import SinkSettings
+from watchdog.daemon.state import Delivery
+
+
+def payload(event: str = "open", message: str = "rogue training job PID 42", **f: Any) -> Any:
+    finding = {
+        "id": 7,
+        "kind": "rogue-job",
+        "severity": "high",
+        "message": message,
+        "root_pid": 42,
+        "details": {},
+        "opened_at": "2024-05-01T10:00:00+00:00",
+        "last_seen": "2024-05-01T11:00:00+00:00",
+        "seen_count": 13,
+        "resolved_at": None,
+        **f,
+    }
+    return {
+        "schema_version": 1,
+        "event": event,
+        "host": "gpu01",
+        "time": "2024-05-01T11:00:00+00:00",
+        "finding": finding,
+    }
+
+
+def delivery(p: Any, sink: str = "s", row: int = 3, created_at: float = 1714557600.0) -> Delivery:
+    return Delivery(row, 7, sink, p["event"], p, created_at, 0, created_at, None, None)
+
+
+def test_texts_per_event() -> None:
+    tail = "(finding 7, root PID 42)"
+    assert alert_text(payload("open"), 2000) == (
+        f"[HIGH] rogue-job on gpu01: rogue training job PID 42 {tail}"
+    )
+    assert alert_text(payload("remind"), 2000) == (
+        "[HIGH] still open, seen 13 times since 2024-05-01T10:00:00+00:00: rogue-job on "
+        f"gpu01: rogue training job PID 42 {tail}"
+    )
+    assert alert_text(payload("resolve"), 2000) == (
+        "[RESOLVED] rogue-job on gpu01, seen 13 times since 2024-05-01T10:00:00+00:00: "
+        f"rogue training job PID 42 {tail}"
+    )
+    no_pid = payload("open", "queue entry 17 waiting", root_pid=None, kind="queue-rogue")
+    assert (
+        alert_text(no_pid, 2000)
+        == "[HIGH] queue-rogue on gpu01: queue entry 17 waiting (finding 7)"
+    )
+
+
+def test_slack_escapes_control_characters() -> None:
+    d = delivery(payload(message="cmd `a && b <!channel> > out`"))
+    assert slack_body(d) == {
+        "text": "[HIGH] rogue-job on gpu01: cmd `a &amp;&amp; b &lt;!channel&gt; &gt; out` "
+        "(finding 7, root PID 42)"
+    }
+
+
+def test_discord_is_at_most_2000_characters_and_mentions_nobody() -> None:
+    d = delivery(payload(message="@everyone " + "x" * 5000))
+    body = discord_body(d)
+    assert list(body) == ["content", "allowed_mentions"]
+    assert body["allowed_mentions"] == {"parse": []}
+    text = body["content"]
+    assert len(text) == 2000
+    assert text.startswith("[HIGH] rogue-job on gpu01: @everyone xxx")
+    assert text.endswith("x… (finding 7, root PID 42)")  # the tail is never cut
+    short = discord_body(delivery(payload()))["content"]
+    assert short == "[HIGH] rogue-job on gpu01: rogue training job PID 42 (finding 7, root PID 42)"
+
+
+def test_slack_long_message_is_cut_before_escaping() -> None:
+    text = slack_body(delivery(payload(message="<" * 10_000)))["text"]
+    assert text.endswith("&lt;… (finding 7, root PID 42)")
+    assert text.count("&lt;") == 3000 - len("[HIGH] rogue-job on gpu01: ") - len(
+        "… (finding 7, root PID 42)"
+    )
+
+
+def test_generic_webhook_is_the_payload_with_a_stable_delivery_id() -> None:
+    p = payload()
+    d = delivery(p)
+    body = webhook_body(d)
+    assert body == {"delivery_id": delivery_id(d), **p}
+    assert next(iter(body)) == "delivery_id"
+    assert len(delivery_id(d)) == 32 and int(delivery_id(d), 16) >= 0
+    # Same row → same id (retries, restarts); another row, sink or db → another id.
+    assert delivery_id(delivery(p)) == delivery_id(d)
+    others = {
+        delivery_id(delivery(p, row=4)),
+        delivery_id(delivery(p, sink="t")),
+        delivery_id(delivery(p, created_at=1714557601.0)),
+    }
+    assert delivery_id(d) not in others and len(others) == 3
+
+
+def test_log_sink_writes_one_json_line_with_stable_keys(tmp_path: Path) -> None:
+    path = tmp_path / "alerts.log"
+    sink = LogSink(SinkSettings(type="log", name="log", path=str(path)))
+    d = delivery(payload("remind"))
+    sink.send(d)
+    sink.send(delivery(payload("resolve", resolved_at="2024-05-01T12:00:00+00:00"), row=4))
+    first, second = (json.loads(x) for x in path.read_text().splitlines())
+    stamp = first.pop("timestamp")
+    assert stamp.endswith("Z") and stamp.startswith("20")
+    assert first == {
+        "action": "remind",
+        "kind": "rogue-job",
+        "severity": "high",
+        "message": "rogue training job PID 42",
+        "root_pid": 42,
+        "finding_id": 7,
+        "host": "gpu01",
+        "seen_count": 13,
+        "opened_at": "2024-05-01T10:00:00+00:00",
+        "resolved_at": None,
+        "delivery_id": delivery_id(d),
+        "event": "finding",
+        "level": "warning",
+    }
+    assert (second["action"], second["level"]) == ("resolve", "info")
+    assert second["resolved_at"] == "2024-05-01T12:00:00+00:00"
+
+
+def test_log_sink_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    LogSink(SinkSettings(type="log", name="log")).send(delivery(payload()))
+    line = json.loads(capsys.readouterr().out)
+    assert (line["event"], line["action"], line["finding_id"]) == ("finding", "open", 7)
+
+
+def test_log_sink_unwritable_file_is_a_send_error(tmp_path: Path) -> None:
+    sink = LogSink(SinkSettings(type="log", name="log", path=str(tmp_path / "no" / "x.log")))
+    with pytest.raises(SendError) as info:
+        sink.send(delivery(payload()))
+    assert info.value.reason == f"cannot write to {tmp_path}/no/x.log: No such file or directory"

@@ -1,0 +1,152 @@
+"""Never-signal guards, one by one, on real processes this test started (PID 1 and
+kernel threads are only asked about, never signalled: RecordingEffects proves it)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from tests.conftest import Spawned
+from watchdog.actions.effects import Effects, RecordingEffects
+from watchdog.actions.guards import Expected, Guard, LiveProc, Refusal, read_live
+from watchdog.actions.settings import Protect
+from watchdog.actions.terminate import terminate_tree
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+def start(spawned: Spawned, *extra: str) -> tuple[int, int]:
+    """A sleeping python; returns (pid, start_ticks)."""
+    p = spawned.start([*SLEEPER, *extra])
+    for _ in range(50):
+        live = read_live(p.pid)
+        if live is not None and live.cmdline[:1] == (sys.executable,):
+            return p.pid, live.start_ticks
+        time.sleep(0.02)
+    raise AssertionError("sleeper did not start")
+
+
+def refused(result: Refusal | LiveProc) -> str:
+    assert isinstance(result, Refusal), result
+    return result.guard
+
+
+def alive(pid: int, start: int) -> bool:
+    live = read_live(pid)
+    return live is not None and live.start_ticks == start and live.state != "Z"
+
+
+def test_pid_1_is_refused_and_never_signalled() -> None:
+    fx = RecordingEffects()
+    init = read_live(1)
+    assert init is not None
+    assert refused(Guard().check(1, Expected(1, init.start_ticks))) == "pid-1"
+    out = terminate_tree([Expected(1, init.start_ticks)], Guard(), fx, 0.0, kill_wait_s=0)
+    assert fx.calls == []
+    assert [(p.pid, p.result) for p in out.procs] == [(1, "refused")]
+    assert out.outcome == "refused"
+
+
+def test_kernel_threads_are_refused_and_never_signalled() -> None:
+    kthreadd = read_live(2)
+    assert kthreadd is not None and kthreadd.kernel_thread
+    assert refused(Guard().check(2, Expected(2, kthreadd.start_ticks))) == "kernel-thread"
+    kids = [
+        int(n)
+        for n in os.listdir("/proc")
+        if n.isdigit() and (p := read_live(int(n))) and p.ppid == 2
+    ]
+    assert kids, "no kernel thread below kthreadd"
+    kid = read_live(kids[0])
+    assert kid is not None
+    fx = RecordingEffects()
+    out = terminate_tree([Expected(kid.pid, kid.start_ticks)], Guard(), fx, 0.0, kill_wait_s=0)
+    assert fx.calls == []
+    assert out.procs[0].result == "refused" and "kernel thread" in out.procs[0].reason
+
+
+def test_self_and_ancestors_are_refused() -> None:
+    me = read_live(os.getpid())
+    parent = read_live(os.getppid())
+    assert me is not None and parent is not None
+    assert refused(Guard().check(os.getpid(), Expected(me.pid, me.start_ticks))) == "self"
+    assert (
+        refused(Guard().check(parent.pid, Expected(parent.pid, parent.start_ticks))) == "ancestor"
+    )
+    fx = RecordingEffects()
+    terminate_tree([Expected(parent.pid, parent.start_ticks)], Guard(), fx, 0.0, kill_wait_s=0)
+    assert fx.calls == []
+
+
+def test_invisible_pid_is_refused() -> None:
+    with open("/proc/sys/kernel/pid_max") as fh:
+        pid = int(fh.read()) + 1  # can never exist
+    assert refused(Guard().check(pid, Expected(pid, 1))) == "invisible"
+
+
+def test_zombie_is_refused_and_its_parent_reported(spawned: Spawned) -> None:
+    p = spawned.start([sys.executable, "-c", "pass"])
+    for _ in range(100):
+        live = read_live(p.pid)
+        if live is not None and live.state == "Z":
+            break
+        time.sleep(0.05)
+    res = Guard().check(p.pid, Expected(p.pid, live.start_ticks) if live else None)
+    assert isinstance(res, Refusal) and res.guard == "zombie"
+    assert res.report_pid == os.getpid()
+
+
+def test_sanctioned_member_is_not_signalled_with_real_effects(spawned: Spawned) -> None:
+    pid, start_ticks = start(spawned)
+    guard = Guard(sanctioned_pids={pid})
+    assert refused(guard.check(pid, Expected(pid, start_ticks))) == "sanctioned"
+    out = terminate_tree([Expected(pid, start_ticks)], guard, Effects(), 0.2)
+    assert out.procs[0].result == "refused" and out.procs[0].signals == []
+    assert alive(pid, start_ticks)
+
+
+def test_protect_list_wins_with_real_effects(spawned: Spawned) -> None:
+    pid, start_ticks = start(spawned, "keep-me-rwtest")
+    guard = Guard(protect=(Protect(cmdline="*keep-me-rwtest*", text="*keep-me-rwtest*"),))
+    res = guard.check(pid, Expected(pid, start_ticks))
+    assert isinstance(res, Refusal) and res.guard == "protected"
+    assert "'*keep-me-rwtest*'" in res.reason
+    out = terminate_tree([Expected(pid, start_ticks)], guard, Effects(), 0.2)
+    assert out.outcome == "refused"
+    assert alive(pid, start_ticks)
+    # exe and user entries
+    me = read_live(pid)
+    assert me is not None
+    assert refused(Guard(protect=(Protect(exe=me.exe),)).check(pid)) == "protected"
+    assert refused(Guard(protect=(Protect(user=me.user),)).check(pid)) == "protected"
+    assert isinstance(Guard(protect=(Protect(user="no-such-user-rw"),)).check(pid), LiveProc)
+
+
+def test_reused_pid_is_not_hit(spawned: Spawned) -> None:
+    """The decision recorded a start time the live PID no longer has: a different process."""
+    pid, start_ticks = start(spawned)
+    stale = Expected(pid, start_ticks - 1, None)
+    res = Guard().check(pid, stale)
+    assert isinstance(res, Refusal) and res.guard == "identity"
+    assert f"start time {start_ticks}, not {start_ticks - 1}" in res.reason
+    out = terminate_tree([stale], Guard(), Effects(), 0.2)
+    assert out.procs[0].signals == [] and out.procs[0].result == "reused"
+    assert alive(pid, start_ticks)
+
+
+def test_exec_into_another_command_is_not_hit(spawned: Spawned) -> None:
+    pid, start_ticks = start(spawned)
+    decided_on = Expected(pid, start_ticks, ("/usr/bin/python3", "train_other.py"))
+    assert refused(Guard().check(pid, decided_on)) == "identity"
+    assert alive(pid, start_ticks)
+
+
+def test_a_plain_rogue_passes_and_dies(spawned: Spawned) -> None:
+    pid, start_ticks = start(spawned)
+    res = Guard().check(pid, Expected(pid, start_ticks))
+    assert isinstance(res, LiveProc) and res.pid == pid
+    out = terminate_tree([Expected(pid, start_ticks)], Guard(), Effects(), 5.0)
+    assert [(p.pid, p.signals, p.result) for p in out.procs] == [(pid, ["SIGTERM"], "exited")]
+    assert out.outcome == "ok"
+    assert not alive(pid, start_ticks)

@@ -1,0 +1,152 @@
+"""``rogue-watchdog run`` as a real process: ``status`` over its socket, SIGHUP reloads (a
+broken file is refused with file:line), SIGINT stops cleanly, ``--daemonize``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import REPO, Spawned, run_cli
+from tests.unit.test_status import config_file, sha16
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout_s: float = 20) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def events(log: Path, event: str) -> list[dict[str, Any]]:
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("event") == event:
+            out.append(rec)
+    return out
+
+
+def start(spawned: Spawned, tmp_path: Path, config: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    log = tmp_path / "out.log"
+    with open(log, "wb") as fh:
+        p = spawned.start(
+            [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
+            env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=fh, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    wait_for("the first scan", lambda: events(log, "daemon-started") and status(config)[0] == 0)
+    return p, log
+
+
+def status(config: Path, *args: str) -> tuple[int, str, str]:
+    res = run_cli("status", "--config", str(config), *args)
+    return res.returncode, res.stdout, res.stderr
+
+
+def test_run_status_reload_and_clean_stop(spawned: Spawned, tmp_path: Path) -> None:
+    config = config_file(tmp_path, "  interval_s: 0.5\n")
+    good = sha16(config)
+    p, log = start(spawned, tmp_path, config)
+    sock = tmp_path / "s.sock"
+    assert sock.is_socket()
+    code, out, err = status(config, "--json")
+    doc = json.loads(out)
+    assert (code, err) == (0, "")
+    assert (doc["pid"], doc["config"]["path"], doc["config"]["checksum"]) == (
+        p.pid,
+        str(config),
+        good,
+    )
+    assert (doc["jobs"], doc["findings"], doc["degraded"]) == ([], [], {})
+    code, text, _ = status(config)
+    assert code == 0 and f"config: {config} sha256:{good}" in text.splitlines()
+
+    # Broken file + SIGHUP: refused with file:line, the old configuration stays in force,
+    # and status (reading daemon.socket leniently from the broken file) still works.
+    config.write_text(config.read_text() + "  interval_s: -1\n")
+    p.send_signal(signal.SIGHUP)
+    refused = wait_for("refusal", lambda: events(log, "config-reload-refused"))
+    line = len(config.read_text().splitlines())
+    assert f"{config}:{line}" in refused[0]["error"]
+    doc = json.loads(status(config, "--json")[1])
+    assert (doc["config"]["checksum"], doc["config"]["changed_on_disk"]) == (good, True)
+
+    # A valid file moving the socket: reloaded, but the socket moves only on restart.
+    text = config.read_text().replace("  interval_s: -1\n", "")
+    config.write_text(text.replace("s.sock", "t.sock"))
+    p.send_signal(signal.SIGHUP)
+    wait_for("reload", lambda: events(log, "config-change-needs-restart"))
+    assert events(log, "config-change-needs-restart")[0]["keys"] == ["daemon.socket"]
+    assert events(log, "config-reloaded")[0]["path"] == str(config)
+    assert sock.is_socket() and not (tmp_path / "t.sock").exists()
+    code, out, err = status(config, "--socket", str(sock), "--json")
+    assert json.loads(out)["config"]["checksum"] == sha16(config)
+
+    p.send_signal(signal.SIGINT)  # Ctrl-C
+    assert p.wait(timeout=20) == 0
+    assert not sock.exists()
+    assert len(events(log, "daemon-stopped")) == 1
+    assert "Traceback" not in log.read_text()
+
+
+def test_status_without_daemon_exits_3(tmp_path: Path) -> None:
+    config = config_file(tmp_path)
+    code, out, err = status(config)
+    assert (code, out) == (3, "")
+    assert err.startswith(f"rogue-watchdog: not running: no status socket at {tmp_path}/s.sock\n")
+    assert "rogue-watchdog scan" in err
+    code, out, _ = status(config, "--json")
+    assert code == 3
+    assert json.loads(out) == {
+        "state": "not-running",
+        "socket": f"{tmp_path}/s.sock",
+        "error": f"not running: no status socket at {tmp_path}/s.sock",
+    }
+
+
+def test_second_daemon_on_the_same_socket_refuses(spawned: Spawned, tmp_path: Path) -> None:
+    config = config_file(tmp_path)
+    start(spawned, tmp_path, config)
+    other = tmp_path / "other.yaml"
+    other.write_text(config.read_text().replace("/state", "/state2"))
+    res = run_cli("run", "--config", str(other), timeout=30)
+    assert res.returncode == 2
+    assert f"another process is listening on {tmp_path}/s.sock" in res.stderr
+    assert status(config)[0] == 0  # the first one is unharmed
+
+
+def test_daemonize_with_pidfile(tmp_path: Path) -> None:
+    config = config_file(tmp_path)
+    pidfile, log = tmp_path / "rw.pid", tmp_path / "daemon.log"
+    argv = ["run", "--config", str(config), "--daemonize", "--pidfile", str(pidfile)]
+    res = run_cli(*argv, "--log-file", str(log), timeout=30)
+    assert (res.returncode, res.stdout, res.stderr) == (0, "", "")
+    pid = int(wait_for("pidfile", lambda: pidfile.exists() and pidfile.read_text().strip()))
+    try:
+        wait_for("status", lambda: status(config)[0] == 0)
+        assert json.loads(status(config, "--json")[1])["pid"] == pid
+        assert os.getsid(pid) != os.getsid(0)  # detached: a session of its own (double fork)
+        again = run_cli(*argv, "--log-file", str(log), timeout=30)
+        assert again.returncode == 2
+        assert f"already running as PID {pid}" in again.stderr
+        os.kill(pid, signal.SIGTERM)
+        wait_for("exit", lambda: not pidfile.exists() and not (tmp_path / "s.sock").exists())
+    finally:
+        if pidfile.exists():
+            os.kill(pid, signal.SIGKILL)
+    assert [e["pid"] for e in events(log, "daemon-started")] == [pid]
+    assert len(events(log, "daemon-stopped")) == 1
+    assert re.search(r'"event": "status-socket-listening"', log.read_text())

@@ -1,0 +1,490 @@
+"""Ship gates in the daemon: Daemon.tick(now) with real files, a real StateDB and the real
+verifier thread; the clock is fake, file times are set with os.utime."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli
+from watchdog.config import parse_config
+from watchdog.daemon.loop import Daemon
+from watchdog.daemon.state import FindingRecord, StateDB
+from watchdog.weights.report import FileReport
+from watchdog.weights.scan import ScanContext
+from watchdog.weights.shipwatch import ShipGateSource, build_ship_gate_sources
+from watchdog.weights.verifyworker import VerifyWorker, verify_one
+
+from .builders import st_array, write_safetensors, write_torch_zip
+
+T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Times in messages are local; pin the zone so expected strings are literal."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+class Counting:
+    """The real verifier, counting calls per path."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __call__(self, path: Path, ctx: ScanContext) -> FileReport:
+        self.calls.append(path.name)
+        return verify_one(path, ctx)
+
+
+class Rig:
+    """A daemon with ship gates from ``gate_yaml`` and its state under ``tmp``."""
+
+    def __init__(self, tmp: Path, gate_yaml: str, verify: object = None) -> None:
+        self.tmp = tmp
+        cfg = parse_config(
+            "nvml: {enabled: false}\n"
+            f"daemon: {{state_dir: '{tmp}/state'}}\n"
+            f"alerts: {{sinks: [{{type: log, path: '{tmp}/alerts.log'}}]}}\n"
+            "ship_gates:\n" + gate_yaml,
+            "t.yaml",
+        )
+        self.db = StateDB(cfg.daemon.state_dir)
+        self.counting = Counting()
+        self.worker = VerifyWorker(verify or self.counting)  # type: ignore[arg-type]
+        self.sources = build_ship_gate_sources(cfg, self.db, self.worker)
+        self.daemon = Daemon(cfg, None, db=self.db, sources=self.sources, workers=[self.worker])
+        if verify is None:
+            # Deterministic ticks: a file submitted in a tick is reported in that tick
+            # (the default 0.25 s wait is what test_a_slow_verification... exercises).
+            for s in self.sources:
+                s.wait_s = 60.0
+
+    @property
+    def source(self) -> ShipGateSource:
+        return self.sources[0]
+
+    def tick(self, now: float, settle: bool = True) -> None:
+        """One tick; with ``settle`` first wait for queued verifications to finish."""
+        if settle:
+            assert self.worker.wait(60)
+        self.daemon.tick(now)
+        assert not self.daemon.degraded, self.daemon.degraded
+
+    def open(self, kind: str) -> list[FindingRecord]:
+        return [f for f in self.db.open_findings() if f.kind == kind]
+
+    def ever(self, kind: str) -> list[FindingRecord]:
+        """Open and resolved findings of ``kind``, oldest first."""
+        rows = self.db.conn.execute("SELECT id FROM findings WHERE kind=? ORDER BY id", (kind,))
+        out = [self.db.finding(row[0]) for row in rows]
+        return [f for f in out if f is not None]
+
+    def events(self, kind: str) -> list[str]:
+        rows = self.db.conn.execute("SELECT event, payload_json FROM deliveries ORDER BY id")
+        return [e for e, p in rows if json.loads(p)["finding"]["kind"] == kind]
+
+    def close(self) -> None:
+        self.worker.stop()
+        self.db.close()
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    deploy, train = tmp_path / "deploy", tmp_path / "train"
+    deploy.mkdir()
+    train.mkdir()
+    return deploy, train
+
+
+def rig(tmp_path: Path, extra: str = "", verify: object = None) -> Rig:
+    r = Rig(
+        tmp_path,
+        f"  - name: prod\n    deploy_dir: {tmp_path}/deploy\n" + extra,
+        verify,
+    )
+    return r
+
+
+NAMES = [f"model.layers.{i // 7}.proj{i % 7}.weight" for i in range(224)]
+
+
+def nan_model(path: Path) -> Path:
+    """The incident: 224 fp16 tensors, every value NaN (4x8 each: 7168 NaNs)."""
+    nan = np.full((4, 8), np.nan, dtype=np.float16)
+    return write_safetensors(path, {n: st_array(nan, "F16") for n in NAMES})
+
+
+def good_model(path: Path, seed: int = 0) -> Path:
+    arr = np.random.default_rng(seed).standard_normal((4, 8)).astype(np.float16)
+    return write_safetensors(path, {n: st_array(arr, "F16") for n in NAMES})
+
+
+def replace(path: Path, writer: object) -> None:
+    """Deploy the way a careful deploy step does: write aside, rename over."""
+    tmp = path.with_name(path.name + ".partial")
+    writer(tmp)  # type: ignore[operator]
+    os.replace(tmp, path)
+
+
+def test_poisoned_weights_open_after_two_polls_and_resolve_on_finite_replacement(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    deploy, _ = dirs
+    r = rig(tmp_path)
+    try:
+        model = nan_model(deploy / "model.safetensors")
+        r.tick(T0)
+        assert r.counting.calls == []  # one poll: not settled, not read
+        assert r.open("poisoned-weights") == []
+        r.tick(T0 + 5)  # same size and mtime at two polls: verified now
+        assert r.counting.calls == ["model.safetensors"]
+        [f] = r.open("poisoned-weights")
+        assert f.opened_at == T0 + 5
+        assert f.severity == "critical"
+        assert f.message == (
+            f"ship gate prod: {model} holds non-finite weights: 224 of 224 tensors"
+            " non-finite (7168 NaN, 0 +Inf, 0 -Inf)"
+        )
+        assert f.details["fingerprint"] == f"prod:{model}"
+        assert f.details["totals"] == {
+            "tensors": 224, "bad_tensors": 224, "nan": 7168, "posinf": 0, "neginf": 0,
+        }  # fmt: skip
+        assert f.details["bad_tensors"] == NAMES[:10]
+        r.tick(T0 + 10)
+        r.tick(T0 + 20)
+        assert r.counting.calls == ["model.safetensors"]  # cached: read once
+        assert r.db.finding(f.id).seen_count == 3  # type: ignore[union-attr]
+        assert r.events("poisoned-weights") == ["open"]
+
+        replace(model, good_model)
+        r.tick(T0 + 25)  # the new version is not verified yet: still refused
+        assert [x.id for x in r.open("poisoned-weights")] == [f.id]
+        r.tick(T0 + 30)
+        assert r.counting.calls == ["model.safetensors", "model.safetensors"]
+        assert r.open("poisoned-weights") == []
+        done = r.db.finding(f.id)
+        assert done is not None and done.resolved_at is not None
+        assert r.events("poisoned-weights") == ["open", "resolve"]
+    finally:
+        r.close()
+
+
+def test_removed_file_resolves(tmp_path: Path, dirs: tuple[Path, Path]) -> None:
+    deploy, _ = dirs
+    r = rig(tmp_path)
+    try:
+        model = nan_model(deploy / "model.safetensors")
+        for i in range(3):
+            r.tick(T0 + 5 * i)
+        assert len(r.open("poisoned-weights")) == 1
+        model.unlink()
+        r.tick(T0 + 15)
+        assert r.open("poisoned-weights") == []
+        assert r.events("poisoned-weights") == ["open", "resolve"]
+    finally:
+        r.close()
+
+
+def test_file_still_being_written_is_not_verified(tmp_path: Path, dirs: tuple[Path, Path]) -> None:
+    deploy, _ = dirs
+    r = rig(tmp_path)
+    try:
+        whole = nan_model(tmp_path / "whole.safetensors").read_bytes()
+        target = deploy / "model.safetensors"
+        with open(target, "wb") as fh:
+            for i, n in enumerate((1000, 5000, 9000)):
+                fh.write(whole[fh.tell() : n])
+                fh.flush()
+                r.tick(T0 + 5 * i)
+            assert r.counting.calls == []  # size changed between every two polls
+            assert [f for f in r.db.open_findings() if f.details.get("gate")] == []
+            fh.write(whole[fh.tell() :])
+        r.tick(T0 + 15)  # first sight of the finished file
+        assert r.counting.calls == []
+        r.tick(T0 + 20)
+        assert r.counting.calls == ["model.safetensors"]
+        assert len(r.open("poisoned-weights")) == 1
+    finally:
+        r.close()
+
+
+def test_settle_s_needs_that_long_between_the_two_polls(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    deploy, _ = dirs
+    r = rig(tmp_path, "    settle_s: 60\n")
+    try:
+        nan_model(deploy / "model.safetensors")
+        r.tick(T0)
+        r.tick(T0 + 30)
+        r.tick(T0 + 59)
+        assert r.counting.calls == []
+        r.tick(T0 + 60)
+        assert r.counting.calls == ["model.safetensors"]
+    finally:
+        r.close()
+
+
+def test_truncated_file_is_weights_unverified(tmp_path: Path, dirs: tuple[Path, Path]) -> None:
+    deploy, _ = dirs
+    r = rig(tmp_path)
+    try:
+        whole = good_model(tmp_path / "whole.safetensors").read_bytes()
+        cut = deploy / "model.safetensors"
+        cut.write_bytes(whole[:-100])
+        for i in range(3):
+            r.tick(T0 + 5 * i)
+        [f] = r.open("weights-unverified")
+        assert f.severity == "high"
+        assert f.message == (
+            f"ship gate prod: {cut} could not be verified, so it is refused:"
+            " tensor 'model.layers.31.proj5.weight': offsets 14208..14272 outside the"
+            " 14236-byte buffer"
+        )
+        assert r.open("poisoned-weights") == []
+    finally:
+        r.close()
+
+
+def test_pickle_calling_os_system_is_refused_and_never_runs(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    deploy, _ = dirs
+    r = rig(tmp_path, "    quarantine: true\n")
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):  # type: ignore[no-untyped-def]
+            return (os.system, (f"touch {marker}",))
+
+    try:
+        evil = write_torch_zip(
+            deploy / "pytorch_model.bin", None, {}, pickle_data=pickle.dumps({"w": Evil()})
+        )
+        for i in range(3):
+            r.tick(T0 + 5 * i)
+        [f] = r.open("weights-unverified")
+        assert f.message.startswith(f"ship gate prod: {evil} could not be verified, so it is")
+        assert "not a tensor rebuild function" in f.message
+        assert not marker.exists()
+        assert evil.exists()  # only non-finite files are quarantined
+        assert r.db.actions() == []
+    finally:
+        r.close()
+
+
+def test_quarantine_moves_the_file_and_undo_restores_it(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    deploy, _ = dirs
+    r = rig(tmp_path, "    quarantine: true\n")
+    try:
+        (deploy / "v3").mkdir()
+        model = nan_model(deploy / "v3" / "model.safetensors")
+        digest = hashlib.sha256(model.read_bytes()).hexdigest()
+        r.tick(T0)
+        r.tick(T0 + 5)  # verified, reported and moved aside in this tick
+        assert not model.exists()
+        qdir = deploy / ".rogue-watchdog-quarantine"
+        moved = qdir / "v3" / "model.safetensors.20231114T221325Z.quarantined"
+        assert moved.exists()
+        [action] = r.db.actions()
+        assert (action.kind, action.target, action.outcome) == (
+            "quarantine-weights", str(model), "done",
+        )  # fmt: skip
+        assert action.undo == [{"op": "rename", "from": str(model), "to": str(moved)}]  # type: ignore[comparison-overlap]
+        assert action.details["moved_to"] == str(moved)
+        [f] = r.open("poisoned-weights")
+        assert f.message == (
+            f"ship gate prod: {model} holds non-finite weights: 224 of 224 tensors non-finite"
+            f" (7168 NaN, 0 +Inf, 0 -Inf); moved to {moved}"
+            f" (undo: rogue-watchdog undo {action.id})"
+        )
+        assert (f.details["quarantined_to"], f.details["action_id"]) == (str(moved), action.id)
+        r.tick(T0 + 10)  # gone from the deploy directory: resolved
+        assert r.open("poisoned-weights") == []
+        assert r.events("poisoned-weights") == ["open", "resolve"]
+        assert os.stat(qdir).st_mode & 0o777 == 0o700
+        r.tick(T0 + 15)
+        assert r.ever("poisoned-weights") == [r.db.finding(f.id)]  # not picked up again
+
+        # The generic undo (the enforcement CLI) renames it back, byte for byte.
+        out = run_cli("undo", str(action.id), "--state-dir", str(tmp_path / "state"))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert hashlib.sha256(model.read_bytes()).hexdigest() == digest
+        assert not moved.exists()
+        undone = r.db.action(action.id)
+        assert undone is not None and undone.undone_at is not None
+    finally:
+        r.close()
+
+
+def test_quarantine_to_another_file_system_fails_without_copying(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    deploy, _ = dirs
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on another file system than the temp dir")
+    qdir = shm / f"rw-quarantine-{os.getpid()}"
+    r = rig(tmp_path, f"    quarantine: true\n    quarantine_dir: {qdir}\n")
+    try:
+        model = nan_model(deploy / "model.safetensors")
+        for i in range(4):
+            r.tick(T0 + 5 * i)
+        assert model.exists()
+        assert len(r.db.actions()) == 1  # tried once per file version, not every tick
+        [f] = r.open("poisoned-weights")
+        assert f.message.endswith(
+            f"; quarantine failed: quarantine folder {qdir} is on another file system than {model}"
+        )
+        [action] = r.db.actions()
+        assert (action.outcome, action.undo) == ("failed", None)
+        assert list(qdir.iterdir()) == []  # nothing was copied
+    finally:
+        r.close()
+        shutil.rmtree(qdir, ignore_errors=True)
+
+
+def test_deploy_stale_names_the_newest_good_output(tmp_path: Path, dirs: tuple[Path, Path]) -> None:
+    deploy, train = dirs
+    r = rig(tmp_path, f"    train_dir: {train}\n    stale_after_s: 86400\n")
+    try:
+        deployed = good_model(deploy / "model.safetensors", 1)
+        os.utime(deployed, (T0 - 80 * 3600, T0 - 80 * 3600))
+        old = good_model(train / "ckpt-100.safetensors", 2)
+        os.utime(old, (T0 - 90 * 3600, T0 - 90 * 3600))  # older than deployed: irrelevant
+        out = good_model(train / "ckpt-200.safetensors", 3)
+        os.utime(out, (T0 - 30 * 3600, T0 - 30 * 3600))
+        nan = nan_model(train / "ckpt-300.safetensors")  # newest, but NaN: not good
+        os.utime(nan, (T0 - 25 * 3600, T0 - 25 * 3600))
+        for i in range(4):
+            r.tick(T0 + i)
+        [f] = r.open("deploy-stale")
+        assert f.severity == "high"
+        assert f.message == (
+            f"ship gate prod: the deploy step did not run: newest good output {out}"
+            f" (2023-11-13T16:13:20+00:00) is 50.0 h newer than deployed {deployed}"
+            " (2023-11-11T14:13:20+00:00); it has waited 30.0 h (limit 24.0 h)"
+        )
+        assert "ckpt-100.safetensors" not in r.counting.calls  # older than deployed
+        assert r.open("poisoned-weights") == []  # training outputs are not gated
+
+        # The deploy step runs (cp -p keeps the mtime): no longer stale.
+        shutil.copy2(out, deploy / "model.safetensors")
+        for i in range(5, 8):
+            r.tick(T0 + i)
+        assert r.open("deploy-stale") == []
+        assert r.events("deploy-stale") == ["open", "resolve"]
+    finally:
+        r.close()
+
+
+def test_not_stale_before_the_limit_and_nothing_deployed(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    deploy, train = dirs
+    r = rig(tmp_path, f"    train_dir: {train}\n    stale_after_s: 7200\n")
+    try:
+        out = good_model(train / "final.safetensors")
+        os.utime(out, (T0 - 3600, T0 - 3600))
+        for i in range(3):
+            r.tick(T0 + i)
+        assert r.open("deploy-stale") == []  # waited 1 h of 2 h
+        r.tick(T0 + 3601)
+        [f] = r.open("deploy-stale")
+        assert f.message == (
+            f"ship gate prod: the deploy step did not run: newest good output {out}"
+            f" (2023-11-14T21:13:20+00:00) has waited 2.0 h and nothing is deployed in {deploy}"
+        )
+    finally:
+        r.close()
+
+
+def test_missing_deploy_dir_is_reported_not_silent(tmp_path: Path) -> None:
+    r = rig(tmp_path)
+    try:
+        r.tick(T0)
+        [f] = r.open("ship-gate-degraded")
+        assert f.message == (
+            f"ship gate prod: deploy_dir not fully checked: {tmp_path}/deploy is not a directory"
+        )
+    finally:
+        r.close()
+
+
+def test_a_slow_verification_does_not_block_the_tick(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    deploy, _ = dirs
+    release = threading.Event()
+
+    def slow(path: Path, ctx: ScanContext) -> FileReport:
+        release.wait(30)  # a huge file on a slow disk
+        return verify_one(path, ctx)
+
+    r = rig(tmp_path, verify=slow)
+    try:
+        nan_model(deploy / "model.safetensors")
+        r.tick(T0, settle=False)
+        started = time.monotonic()
+        r.tick(T0 + 5, settle=False)  # submits; must not wait for the result
+        r.tick(T0 + 10, settle=False)
+        assert time.monotonic() - started < 3.0
+        assert r.open("poisoned-weights") == []
+        release.set()
+        r.tick(T0 + 15)
+        assert len(r.open("poisoned-weights")) == 1
+    finally:
+        release.set()
+        r.close()
+
+
+def test_patterns_choose_the_files(tmp_path: Path, dirs: tuple[Path, Path]) -> None:
+    deploy, _ = dirs
+    (deploy / "model.onnx").write_bytes(b"\x08\x07onnx")
+    (deploy / "tokenizer.json").write_text("{}")
+    (deploy / "shards").mkdir()
+    nan_model(deploy / "shards" / "a.safetensors")
+    nan_model(deploy / "top.safetensors")
+    default = rig(tmp_path)
+    try:
+        for i in range(2):
+            default.tick(T0 + 5 * i)
+        [onnx] = default.open("weights-unverified")  # a format it cannot read fails closed
+        assert onnx.message == (
+            f"ship gate prod: {deploy}/model.onnx could not be verified, so it is refused:"
+            " unsupported format, not verified"
+        )
+        assert sorted(f.details["path"] for f in default.open("poisoned-weights")) == [
+            f"{deploy}/shards/a.safetensors",
+            f"{deploy}/top.safetensors",
+        ]
+    finally:
+        default.close()
+    shutil.rmtree(tmp_path / "state")
+    only = rig(tmp_path, "    patterns: ['SHARDS/*.SafeTensors']\n")
+    try:
+        for i in range(2):
+            only.tick(T0 + 5 * i)
+        assert [f.details["path"] for f in only.db.open_findings() if f.details.get("gate")] == [
+            f"{deploy}/shards/a.safetensors"
+        ]
+        assert only.counting.calls == ["a.safetensors"]
+    finally:
+        only.close()

@@ -1,0 +1,186 @@
+"""The one object through which every enforcement side effect passes.
+
+Signals, file rewrites, backups, renames and commands (``systemctl``, ``crontab``,
+``scontrol``) all go through an :class:`Effects`. Tests replace it with
+:class:`RecordingEffects`, which records each call and changes nothing, to prove what
+would have been done (or that nothing was sent at all).
+
+Read-only commands (``systemctl is-enabled``) go through :meth:`Effects.query`: they run
+even in a dry run, since the plan depends on their answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command returned: exit status and its output as text."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Effects:
+    """Real side effects.
+
+    Args:
+        command_prefix: Prepended to every command, e.g. ``("nsenter", "-t", "123",
+            "-p", "-m")`` to talk to a systemd manager in another namespace.
+        timeout_s: Seconds a command may take before it counts as failed.
+    """
+
+    def __init__(self, command_prefix: Sequence[str] = (), timeout_s: float = 60.0) -> None:
+        self.command_prefix = tuple(command_prefix)
+        self.timeout_s = timeout_s
+
+    def send_signal(self, pid: int, sig: int) -> None:
+        """``kill(2)`` one process.
+
+        Raises:
+            ProcessLookupError: It no longer exists.
+            PermissionError: Not allowed to signal it.
+        """
+        os.kill(pid, sig)
+
+    def write_file_atomic(self, path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
+        """Replace ``path`` with ``data`` in one ``rename(2)``: a temporary file in the same
+        directory gets the owner and mode first, is fsynced, then renamed over ``path``.
+
+        Raises:
+            OSError: The directory is not writable, the disk is full, chown refused.
+        """
+        directory = os.path.dirname(path) or "."
+        # A name with a dot: cron(8) ignores it in /etc/cron.d while it exists.
+        fd, tmp = tempfile.mkstemp(prefix=".rogue-watchdog.", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fchown(fh.fileno(), uid, gid)
+                os.fchmod(fh.fileno(), mode)
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def copy_backup(self, src: str, dst: str) -> None:
+        """Copy ``src`` to ``dst`` byte for byte, keeping owner, mode and times.
+
+        Raises:
+            OSError: Unreadable source, unwritable destination, or the copy does not
+                read back identical to the source.
+        """
+        Path(dst).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        shutil.copy2(src, dst)
+        st = os.stat(src)
+        os.chown(dst, st.st_uid, st.st_gid)
+        os.chmod(dst, st.st_mode & 0o7777)
+        if Path(dst).read_bytes() != Path(src).read_bytes():
+            raise OSError(f"backup {dst} does not match {src}")
+
+    def rename(self, src: str, dst: str) -> None:
+        """``rename(2)`` ``src`` to ``dst`` (mode and owner travel with the inode).
+
+        Raises:
+            FileExistsError: ``dst`` exists (never overwritten).
+            OSError: Any other failure.
+        """
+        if os.path.lexists(dst):
+            raise FileExistsError(f"{dst} exists; not overwriting it")
+        os.rename(src, dst)
+
+    def touch(self, path: str) -> None:
+        """Set ``path``'s times to now (cron(8) rescans a directory whose mtime changed)."""
+        os.utime(path)
+
+    def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
+        """Run a command that changes something; never raises for a non-zero exit."""
+        return self._exec(argv, input_bytes)
+
+    def query(self, argv: Sequence[str]) -> CommandResult:
+        """Run a read-only command (also in dry runs)."""
+        return self._exec(argv, None)
+
+    def _exec(self, argv: Sequence[str], input_bytes: bytes | None) -> CommandResult:
+        full = [*self.command_prefix, *argv]
+        try:
+            res = subprocess.run(
+                full,
+                input=input_bytes,
+                stdin=None if input_bytes is not None else subprocess.DEVNULL,
+                capture_output=True,
+                timeout=self.timeout_s,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            return CommandResult(127, "", f"{full[0]}: {exc.strerror}")
+        except subprocess.TimeoutExpired:
+            return CommandResult(124, "", f"timed out after {self.timeout_s:.0f} s")
+        return CommandResult(
+            res.returncode,
+            res.stdout.decode("utf-8", "replace"),
+            res.stderr.decode("utf-8", "replace"),
+        )
+
+
+@dataclass
+class RecordingEffects(Effects):
+    """Records every call in :attr:`calls` and changes nothing.
+
+    Attributes:
+        calls: ``(name, args...)`` tuples in call order, e.g. ``("send_signal", 42, 15)``.
+        answers: Replies for :meth:`query`/:meth:`run` by argv tuple; missing ones
+            answer ``CommandResult(0, "", "")``.
+        answer: Optional function computing a reply from an argv (wins over ``answers``).
+    """
+
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+    answers: Mapping[tuple[str, ...], CommandResult] = field(default_factory=dict)
+    answer: Callable[[tuple[str, ...]], CommandResult | None] | None = None
+    command_prefix: tuple[str, ...] = ()
+    timeout_s: float = 60.0
+
+    def send_signal(self, pid: int, sig: int) -> None:
+        self.calls.append(("send_signal", pid, sig))
+
+    def write_file_atomic(self, path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
+        self.calls.append(("write_file_atomic", path, data, uid, gid, mode))
+
+    def copy_backup(self, src: str, dst: str) -> None:
+        self.calls.append(("copy_backup", src, dst))
+
+    def rename(self, src: str, dst: str) -> None:
+        self.calls.append(("rename", src, dst))
+
+    def touch(self, path: str) -> None:
+        self.calls.append(("touch", path))
+
+    def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
+        self.calls.append(("run", tuple(argv), input_bytes))
+        return self._reply(tuple(argv))
+
+    def query(self, argv: Sequence[str]) -> CommandResult:
+        self.calls.append(("query", tuple(argv)))
+        return self._reply(tuple(argv))
+
+    def _reply(self, argv: tuple[str, ...]) -> CommandResult:
+        if self.answer is not None and (res := self.answer(argv)) is not None:
+            return res
+        return self.answers.get(argv, CommandResult(0, "", ""))
+
+    def signals(self) -> list[tuple[int, int]]:
+        """``(pid, signal)`` of every recorded :meth:`send_signal`."""
+        return [(c[1], c[2]) for c in self.calls if c[0] == "send_signal"]

@@ -1,0 +1,202 @@
+"""The daemon's enforcer: act on rogue and excess jobs, then watch that it held.
+
+Per tick, after tracking:
+
+1. **Watch.** A job whose signature was remediated before (a ``terminate`` or
+   ``disable-source`` action that succeeded and was not undone) but which now runs as a
+   different process (other root PID or start time) came back anyway: a
+   ``remediation-failed`` finding (critical) names what was done, when, and what spawned
+   it this time. This works in every mode, also for actions taken with the CLI.
+2. **Act.** In ``terminate`` mode (globally or by a matching rule) each rogue/excess job
+   is handled once per identity: its source is disabled first when
+   ``auto_disable_source`` says so (so cron or systemd cannot start it again while it is
+   being stopped), then its process tree is terminated. ``observe`` does nothing.
+
+Wiring: ``Daemon(config, path, sources=[enf], enforcers=[enf])`` with ``enf`` from
+:func:`build_enforcers`. As a finding source it reports ``remediation-failed`` before
+tracking, so those findings are tracked and alerted in the same tick; ``act`` returns
+them too, per the Enforcer protocol.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from watchdog.actions.effects import Effects
+from watchdog.actions.remedy import Remedy, target_from_job
+from watchdog.config import Config
+from watchdog.daemon.state import ActionRecord, StateDB
+from watchdog.daemon.tracker import TrackResult, job_signature
+from watchdog.lineage.describe import describe_origin
+from watchdog.model import Finding, Job
+from watchdog.scan import ScanResult
+
+ACTED_KINDS = ("terminate", "disable-source")
+_FINDING_KIND = {"rogue": "rogue-job", "excess": "excess-instances"}
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+
+
+def _summary(rec: ActionRecord) -> str:
+    if rec.kind == "terminate":
+        sig = [p for p in rec.details.get("procs", []) if p.get("signals")]
+        return f"terminated {len(sig)} process(es) of PID {rec.details.get('root', ['?'])[0]}"
+    done = "; ".join(rec.details.get("done") or []) or rec.target
+    return f"disabled the source ({rec.details.get('source')}: {done})"
+
+
+class Enforcer:
+    """Terminate-mode actions and the remediation watch.
+
+    Args:
+        config: Validated configuration (``enforcement:``, ``paths``, ``daemon.state_dir``).
+        db: The daemon's state database.
+        effects: Side effects; None uses real ones with ``enforcement.command_prefix``.
+        actor: Recorded as who acted.
+        clock: Wall clock for action times (the tick's ``now`` is used for findings).
+    """
+
+    name = "enforcement"
+
+    def __init__(
+        self,
+        config: Config,
+        db: StateDB,
+        effects: Effects | None = None,
+        *,
+        actor: str = "daemon",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.settings = config.enforcement
+        self.db = db
+        self.effects = effects or Effects(self.settings.command_prefix)
+        self.actor = actor
+        self.clock = clock
+        self.backup_dir = self.settings.backup_dir or os.path.join(
+            config.daemon.state_dir, "backups"
+        )
+        self._acted: set[tuple[int, int]] = set()
+        self._last: tuple[int, list[Finding]] | None = None
+
+    # -- the watch ---------------------------------------------------------------------
+
+    def _remediated(self) -> dict[str, list[ActionRecord]]:
+        out: dict[str, list[ActionRecord]] = {}
+        for rec in self.db.actions(limit=1000):
+            if (
+                rec.kind in ACTED_KINDS
+                and rec.signature
+                and not rec.dry_run
+                and rec.undone_at is None
+                and rec.outcome in ("ok", "partial")
+            ):
+                out.setdefault(rec.signature, []).append(rec)
+        return out
+
+    def findings(self, now: float, result: ScanResult) -> list[Finding]:
+        """``remediation-failed`` findings for jobs that came back (FindingSource)."""
+        remediated = self._remediated()
+        out: list[Finding] = []
+        seen: set[str] = set()
+        for job in result.jobs:
+            if job.verdict not in ("rogue", "excess"):
+                continue
+            sig = job_signature(job.user, job.cmdline, job.origin)
+            recs = remediated.get(sig)
+            if not recs or sig in seen:
+                continue
+            identities = {tuple(r.details.get("root") or ()) for r in recs}
+            if (job.root_pid, job.start_ticks) in identities:
+                continue  # the very process acted on (refused, or not dead yet)
+            seen.add(sig)
+            out.append(self._failed(job, sig, recs))
+        self._last = (id(result), out)
+        return out
+
+    @staticmethod
+    def _failed(job: Job, sig: str, recs: list[ActionRecord]) -> Finding:
+        latest = recs[0]  # newest first
+        done = "; ".join(f"{_summary(r)} at {_when(r.created_at)} by {r.actor}" for r in recs[:3])
+        message = (
+            f"remediation failed: `{' '.join(job.cmdline)[:120]}` is back as PID "
+            f"{job.root_pid} after rogue-watchdog {done}; spawned this time by "
+            f"{describe_origin(job.origin)}"
+        )
+        if job.origin.remediation:
+            message += f"; to stop that source: {job.origin.remediation}"
+        return Finding(
+            kind="remediation-failed",
+            severity="critical",
+            message=message,
+            root_pid=job.root_pid,
+            details={
+                "fingerprint": sig,
+                "signature": sig,
+                "actions": [r.id for r in recs],
+                "last_action_at": _when(latest.created_at),
+                "done": [_summary(r) for r in recs],
+                "origin": job.origin.to_json(),
+                "pids": list(job.pids),
+            },
+        )
+
+    # -- acting --------------------------------------------------------------------------
+
+    def act(self, now: float, result: ScanResult, track: TrackResult) -> list[Finding]:
+        """Terminate (and disable the source of) jobs in terminate mode.
+
+        Returns:
+            The ``remediation-failed`` findings of this tick, unless :meth:`findings`
+            already reported them for this scan (the enforcer is also a source).
+        """
+        if self._last is not None and self._last[0] == id(result):
+            failed: list[Finding] = []
+        else:
+            failed = self.findings(now, result)
+        sanctioned = {
+            pid for j in result.jobs if j.verdict in ("sanctioned", "ignored") for pid in j.pids
+        }
+        open_ids = {f.fingerprint: f.id for f in self.db.open_findings()}
+        remedy = Remedy(
+            self.settings, self.db, self.effects, actor=self.actor, backup_dir=self.backup_dir,
+            proc_root=self.config.paths.proc_root, spool_dirs=self.config.paths.cron_spool,
+            sanctioned_pids=sanctioned,
+        )  # fmt: skip
+        for job in result.jobs:
+            if job.verdict not in ("rogue", "excess"):
+                continue
+            ident = (job.root_pid, job.start_ticks)
+            if ident in self._acted:
+                continue
+            decision = self.settings.decide(job.cmdline, job.origin.kind, job.user)
+            if decision.mode != "terminate":
+                continue
+            self._acted.add(ident)
+            sig = track.signatures.get(job.root_pid) or job_signature(
+                job.user, job.cmdline, job.origin
+            )
+            fid = open_ids.get(f"{_FINDING_KIND[job.verdict]}:{sig}")
+            target = target_from_job(job, sig, fid)
+            if decision.auto_disable_source:
+                remedy.disable_source(target, self.clock())
+            remedy.terminate(target, self.clock())
+        return failed
+
+
+def build_enforcers(config: Config, db: StateDB) -> list[Enforcer]:
+    """The enforcers ``rogue-watchdog run`` should use: always one (the remediation
+    watch runs in observe mode too). Pass it as both a source and an enforcer."""
+    return [Enforcer(config, db)]
+
+
+def describe_decision(config: Config, job: Job) -> dict[str, Any]:
+    """The mode and source-disabling choice for ``job`` (for status and dry runs)."""
+    d = config.enforcement.decide(job.cmdline, job.origin.kind, job.user)
+    return {"mode": d.mode, "auto_disable_source": d.auto_disable_source, "rule": d.rule}

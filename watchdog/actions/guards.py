@@ -1,0 +1,220 @@
+"""Who may never be signalled, checked again immediately before every signal.
+
+The guards hold in every mode (observe, terminate, dry run, the CLI): PID 1, kernel
+threads, rogue-watchdog itself and its ancestors, members of sanctioned (or ignored)
+jobs, zombies (signalling one does nothing; its parent is what holds the resources),
+PIDs not visible in our ``/proc`` (another PID namespace: the number means something
+else here), and anything on ``enforcement.protect``.
+
+Identity is PID + start time (``/proc/PID/stat`` field 22, proc(5)). A decision is made
+on one scan; the signal goes out later. In between the process may exit and its PID be
+reused, or it may ``execve(2)`` into something else: :meth:`Guard.check` re-reads
+``/proc`` right before the signal and refuses unless start time and command line are
+still the ones the decision was made on.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from watchdog.actions.settings import Protect
+from watchdog.sources.procfs import PF_KTHREAD, StatParseError, parse_stat
+
+KTHREADD_PID = 2  # parent of every kernel thread (kernel/kthread.c)
+
+
+@dataclass(frozen=True)
+class LiveProc:
+    """A process as ``/proc`` shows it at this instant.
+
+    Attributes:
+        pid: PID in the namespace of ``proc_root``.
+        start_ticks: Start time in clock ticks after boot.
+        ppid: Parent PID.
+        pgid: Process group.
+        state: One-letter state (``Z`` for a zombie).
+        kernel_thread: PF_KTHREAD set, or a child of kthreadd.
+        cmdline: argv (empty for kernel threads and zombies).
+        exe: ``/proc/PID/exe`` target, or None when unreadable.
+        uid: Real UID, or None when unreadable.
+    """
+
+    pid: int
+    start_ticks: int
+    ppid: int
+    pgid: int
+    state: str
+    kernel_thread: bool
+    cmdline: tuple[str, ...]
+    exe: str | None
+    uid: int | None
+
+    @property
+    def user(self) -> str | None:
+        """User name of :attr:`uid` (the number as text without a passwd entry)."""
+        if self.uid is None:
+            return None
+        try:
+            return pwd.getpwuid(self.uid).pw_name
+        except KeyError:
+            return str(self.uid)
+
+
+def read_live(pid: int, proc_root: str = "/proc") -> LiveProc | None:
+    """Read one process from ``/proc`` now (no cache).
+
+    Returns:
+        The process, or None when ``/proc/PID`` does not exist or its stat line cannot
+        be read or parsed (it exited meanwhile).
+    """
+    base = f"{proc_root}/{pid}"
+    try:
+        with open(f"{base}/stat", "rb") as fh:
+            raw = fh.read()
+        comm, state, ppid, pgid, _sid, flags, start = parse_stat(
+            raw.decode("utf-8", "surrogateescape")
+        )
+    except (OSError, StatParseError):
+        return None
+    del comm  # never used for decisions: anyone can set it
+    try:
+        with open(f"{base}/cmdline", "rb") as fh:
+            argv = fh.read().decode("utf-8", "surrogateescape")
+        cmdline = tuple(argv.split("\0")[:-1]) if argv else ()
+    except OSError:
+        cmdline = ()
+    try:
+        exe: str | None = os.readlink(f"{base}/exe")
+    except OSError:
+        exe = None
+    uid: int | None = None
+    try:
+        with open(f"{base}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Uid:"):
+                    uid = int(line.split()[1])
+                    break
+    except (OSError, ValueError, IndexError):
+        uid = None
+    kthread = bool(flags & PF_KTHREAD) or pid == KTHREADD_PID or ppid == KTHREADD_PID
+    return LiveProc(pid, start, ppid, pgid, state, kthread, cmdline, exe, uid)
+
+
+def ancestors_of(pid: int, proc_root: str = "/proc") -> set[int]:
+    """``pid`` and every ancestor up to PID 1, read live."""
+    out: set[int] = set()
+    while pid > 0 and pid not in out and len(out) < 4096:
+        out.add(pid)
+        proc = read_live(pid, proc_root)
+        if proc is None:
+            break
+        pid = proc.ppid
+    return out
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The identity a decision was made on.
+
+    Attributes:
+        pid: The PID.
+        start_ticks: Its start time when the decision was made.
+        cmdline: Its argv then; None skips the comparison.
+    """
+
+    pid: int
+    start_ticks: int
+    cmdline: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a process must not be signalled.
+
+    Attributes:
+        pid: The PID asked about.
+        guard: Stable name: ``pid-1``, ``kernel-thread``, ``self``, ``ancestor``,
+            ``sanctioned``, ``zombie``, ``invisible``, ``protected``, ``identity``.
+        reason: One sentence for people.
+        report_pid: For a zombie, the parent that should be reported instead.
+    """
+
+    pid: int
+    guard: str
+    reason: str
+    report_pid: int | None = None
+
+
+@dataclass
+class Guard:
+    """The never-signal rules.
+
+    Args:
+        proc_root: procfs mount the PIDs belong to.
+        protect: ``enforcement.protect`` entries.
+        sanctioned_pids: Members of sanctioned or ignored jobs in the latest scan.
+        self_pid: rogue-watchdog's own PID (its ancestors are computed live).
+    """
+
+    proc_root: str = "/proc"
+    protect: Sequence[Protect] = ()
+    sanctioned_pids: Collection[int] = frozenset()
+    self_pid: int = field(default_factory=os.getpid)
+
+    def check(self, pid: int, expected: Expected | None = None) -> Refusal | LiveProc:
+        """Decide whether ``pid`` may be signalled right now.
+
+        Args:
+            pid: The process to signal.
+            expected: The identity the decision was made on; None skips the identity
+                re-check (only for asking about a PID, never before a signal).
+
+        Returns:
+            The live process when every guard passes, else the first refusal.
+        """
+        if pid <= 1:
+            return Refusal(pid, "pid-1", f"PID {pid} is init (or not a process): never signalled")
+        live = read_live(pid, self.proc_root)
+        if live is None:
+            return Refusal(
+                pid, "invisible", f"PID {pid} is not visible in {self.proc_root}: never signalled"
+            )
+        if live.kernel_thread:
+            return Refusal(pid, "kernel-thread", f"PID {pid} is a kernel thread: never signalled")
+        if pid == self.self_pid:
+            return Refusal(pid, "self", f"PID {pid} is rogue-watchdog itself")
+        if pid in ancestors_of(self.self_pid, self.proc_root):
+            return Refusal(pid, "ancestor", f"PID {pid} is an ancestor of rogue-watchdog")
+        if expected is not None:
+            if live.start_ticks != expected.start_ticks:
+                return Refusal(
+                    pid,
+                    "identity",
+                    f"PID {pid} now has start time {live.start_ticks}, not "
+                    f"{expected.start_ticks}: it is a different process (PID reused)",
+                )
+            if expected.cmdline is not None and live.cmdline and live.cmdline != expected.cmdline:
+                return Refusal(
+                    pid,
+                    "identity",
+                    f"PID {pid} now runs `{' '.join(live.cmdline)[:120]}`, not the command the "
+                    "decision was made on (it exec'd)",
+                )
+        if live.state == "Z":
+            return Refusal(
+                pid,
+                "zombie",
+                f"PID {pid} is a zombie (already exited); its parent PID {live.ppid} holds it",
+                report_pid=live.ppid,
+            )
+        if pid in self.sanctioned_pids:
+            return Refusal(pid, "sanctioned", f"PID {pid} belongs to a sanctioned job")
+        for entry in self.protect:
+            if entry.matches(live.cmdline, live.exe, live.user):
+                return Refusal(
+                    pid, "protected", f"PID {pid} matches enforcement.protect entry {entry.text!r}"
+                )
+        return live

@@ -1,0 +1,231 @@
+"""Terminate a job or disable its source, and record it: shared by the daemon and the CLI.
+
+Every call appends one row to ``actions`` (who, what, when, outcome, details, undo ops;
+dry runs too, flagged) and logs one ``action`` event with the same facts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from watchdog.actions.disable import DisablePlan, DisableResult, plan_disable
+from watchdog.actions.effects import Effects
+from watchdog.actions.guards import Expected, Guard
+from watchdog.actions.settings import EnforcementSettings
+from watchdog.actions.terminate import TerminateOutcome, terminate_tree
+from watchdog.daemon.state import StateDB
+from watchdog.model import Job
+
+log = structlog.get_logger("rogue-watchdog")
+
+
+@dataclass
+class JobTarget:
+    """A job to act on, with the identities the decision is made on.
+
+    Attributes:
+        signature: Tracker job signature, when known.
+        finding_id: The open finding about it, when known.
+        root_pid: Root PID.
+        start_ticks: Root start time (identity).
+        members: Every member with its identity (root first).
+        user: Owner.
+        cmdline: Root argv.
+        exe: Root executable.
+        origin: Origin in scan-JSON shape.
+        verdict: ``rogue``, ``excess``...
+    """
+
+    signature: str | None
+    finding_id: int | None
+    root_pid: int
+    start_ticks: int
+    members: list[Expected]
+    user: str | None
+    cmdline: tuple[str, ...]
+    exe: str | None
+    origin: dict[str, Any]
+    verdict: str
+    running: bool = True
+    summary: str = field(default="")
+
+    def describe(self) -> str:
+        """``rogue job PID 42 `python3 train.py``` for messages."""
+        text = " ".join(self.cmdline) or self.summary
+        return f"{self.verdict} job PID {self.root_pid} `{text[:120]}`"
+
+
+def target_from_job(job: Job, signature: str | None, finding_id: int | None) -> JobTarget:
+    """A :class:`JobTarget` for a job of the current scan."""
+    by_pid = {p.pid: p for p in job.lineage}
+    members: list[Expected] = []
+    root = job.lineage[0] if job.lineage else None
+    for pid in job.pids:
+        proc = by_pid.get(pid)
+        if proc is None:
+            from watchdog.actions.guards import read_live
+
+            live = read_live(pid)
+            if live is None:
+                continue
+            members.append(Expected(pid, live.start_ticks, live.cmdline or None))
+        else:
+            members.append(Expected(pid, proc.start_ticks, proc.cmdline or None))
+    return JobTarget(
+        signature=signature,
+        finding_id=finding_id,
+        root_pid=job.root_pid,
+        start_ticks=job.start_ticks,
+        members=members,
+        user=job.user,
+        cmdline=tuple(job.cmdline),
+        exe=root.exe if root is not None else None,
+        origin=job.origin.to_json(),
+        verdict=job.verdict,
+    )
+
+
+class Remedy:
+    """Performs and records actions.
+
+    Args:
+        settings: The ``enforcement:`` section.
+        db: State database (the audit trail).
+        effects: Where side effects go.
+        actor: Who acts, e.g. ``daemon`` or ``cli:alice``.
+        backup_dir: Where backups go.
+        proc_root: procfs mount.
+        spool_dirs: User crontab directories.
+        sanctioned_pids: Members of sanctioned/ignored jobs (never signalled).
+    """
+
+    def __init__(
+        self,
+        settings: EnforcementSettings,
+        db: StateDB,
+        effects: Effects,
+        *,
+        actor: str,
+        backup_dir: str,
+        proc_root: str = "/proc",
+        spool_dirs: Sequence[str] = ("/var/spool/cron/crontabs", "/var/spool/cron"),
+        sanctioned_pids: Collection[int] = frozenset(),
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.effects = effects
+        self.actor = actor
+        self.backup_dir = backup_dir
+        self.proc_root = proc_root
+        self.spool_dirs = tuple(spool_dirs)
+        self.sanctioned_pids = sanctioned_pids
+
+    def guard(self) -> Guard:
+        """The never-signal rules for this moment."""
+        return Guard(self.proc_root, self.settings.protect, frozenset(self.sanctioned_pids))
+
+    def _record(
+        self,
+        kind: str,
+        target: JobTarget,
+        what: str,
+        outcome: str,
+        details: dict[str, Any],
+        now: float,
+        dry_run: bool,
+        undo: list[dict[str, Any]] | None,
+    ) -> int:
+        details = {
+            "root": [target.root_pid, target.start_ticks],
+            "job": target.describe(),
+            "origin": target.origin,
+            **details,
+        }
+        action_id = self.db.record_action(
+            self.actor, kind, what, outcome, details, now,
+            finding_id=target.finding_id, signature=target.signature, dry_run=dry_run,
+            undo=undo or None,
+        )  # fmt: skip
+        log.warning(
+            "action", id=action_id, actor=self.actor, kind=kind, target=what, outcome=outcome,
+            dry_run=dry_run, finding_id=target.finding_id, job=target.describe(),
+        )  # fmt: skip
+        return action_id
+
+    def terminate(
+        self, target: JobTarget, now: float, *, dry_run: bool = False
+    ) -> tuple[int, TerminateOutcome]:
+        """SIGTERM the job's tree, SIGKILL after ``grace_s``; record the action.
+
+        Returns:
+            ``(action id, outcome)``.
+        """
+        dry = dry_run or self.settings.dry_run
+        res = terminate_tree(
+            target.members, self.guard(), self.effects, self.settings.grace_s, dry_run=dry
+        )
+        what = f"PID {target.root_pid} ({len(res.procs)} process(es))"
+        details = {"grace_s": self.settings.grace_s, **res.to_json()}
+        action_id = self._record("terminate", target, what, res.outcome, details, now, dry, None)
+        return action_id, res
+
+    def plan_disable(self, target: JobTarget, now: float) -> DisablePlan:
+        """How the job's source would be disabled (reads only)."""
+        reason = f"{target.verdict} job"
+        if target.finding_id is not None:
+            reason += f", finding {target.finding_id}"
+        if target.signature:
+            reason += f", signature {target.signature}"
+        return plan_disable(
+            target.origin,
+            reason=reason,
+            now=now,
+            backup_dir=self.backup_dir,
+            effects=self.effects,
+            spool_dirs=self.spool_dirs,
+            quarantine_unknown_exe=self.settings.quarantine_unknown_exe,
+            cmdline=target.cmdline,
+            exe=target.exe,
+        )
+
+    def disable_source(
+        self, target: JobTarget, now: float, *, dry_run: bool = False
+    ) -> tuple[int, DisablePlan, DisableResult | None]:
+        """Disable the job's source (see disable.py); record the action with its undo ops.
+
+        Returns:
+            ``(action id, plan, result)``; ``result`` is None for a dry run.
+        """
+        dry = dry_run or self.settings.dry_run
+        plan = self.plan_disable(target, now)
+        details: dict[str, Any] = {"source": plan.kind, "steps": plan.steps}
+        if plan.refused is not None:
+            details["refused"] = plan.refused
+            aid = self._record(
+                "disable-source", target, plan.target, "refused", details, now, dry, None
+            )
+            return aid, plan, None
+        if dry:
+            aid = self._record(
+                "disable-source", target, plan.target, "dry-run", details, now, True, None
+            )
+            return aid, plan, None
+        result = plan.execute(self.effects)
+        details.update({"done": result.done, "error": result.error})
+        aid = self._record(
+            "disable-source", target, plan.target, result.outcome, details, now, False, result.undo
+        )
+        return aid, plan, result
+
+
+def default_actor() -> str:
+    """``cli:USER`` (the sudo caller when run through sudo)."""
+    import getpass
+
+    user = os.environ.get("SUDO_USER") or getpass.getuser()
+    return f"cli:{user}"

@@ -1,0 +1,220 @@
+"""``rogue-service`` findings: unsanctioned jobs (or their siblings) listening on ports.
+
+For every rogue or excess job the processes "of the same origin" are gathered: the
+job's members and every descendant of its root, the other processes of the same
+systemd unit or container (cgroup), of the same cron invocation (below the per-job
+``CRON`` process) and of the same Slurm job step (below ``slurmstepd``). Their listening
+sockets, minus the sanctioned ports of the ``services:`` section, make one finding per job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from watchdog.actions.services import Listen, scan_listening
+from watchdog.actions.services_settings import ServiceSettings
+from watchdog.lineage.base import exe_name
+from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
+from watchdog.lineage.describe import describe_origin
+from watchdog.lineage.slurm import is_slurmstepd
+from watchdog.model import Finding, Job, Proc
+from watchdog.sources.procfs import ProcessTable
+
+_CRON_DAEMONS = frozenset({"cron", "crond"})
+_MAX_ENDPOINTS_IN_MESSAGE = 4
+
+
+def _unit_key(info: CgroupInfo | None) -> tuple[str, str | None] | None:
+    """(unit, user unit) naming one service; None for login sessions and managers."""
+    if info is None or info.unit is None:
+        return None
+    if info.user_unit is None and (
+        info.unit == "init.scope"
+        or info.unit.startswith("user@")
+        or (info.session is not None and info.unit == info.session)
+    ):
+        return None  # a whole login or a user manager is not one service
+    return info.unit, info.user_unit
+
+
+def _anchor(lineage: Sequence[Proc]) -> Proc | None:
+    """The per-invocation spawner below cron, or the job's slurmstepd."""
+    for i, proc in enumerate(lineage):
+        if is_slurmstepd(proc):
+            return proc
+        parent = lineage[i + 1] if i + 1 < len(lineage) else None
+        if parent is not None and exe_name(parent) in _CRON_DAEMONS:
+            return proc  # Debian's per-job "CRON" child
+    return None
+
+
+def service_pids(job: Job, table: ProcessTable) -> list[int]:
+    """Processes sharing the job's origin, whose sockets count as the job's.
+
+    Args:
+        job: A training job (its lineage and members).
+        table: A refreshed process table (the scanner's, or one of the source's own).
+
+    Returns:
+        Sorted PIDs: members, descendants of the root, same unit/container cgroup, and
+        the processes below the job's CRON child or slurmstepd.
+    """
+    pids = set(job.pids)
+    pids.add(job.root_pid)
+    pids.update(table.descendants(job.root_pid))
+    anchor = _anchor(job.lineage)
+    if anchor is not None:
+        pids.add(anchor.pid)
+        pids.update(table.descendants(anchor.pid))
+    root = table.get(job.root_pid) or (job.lineage[0] if job.lineage else None)
+    info = parse_cgroup(root.cgroup) if root is not None else None
+    unit = _unit_key(info)
+    container = info.container_id if info is not None else None
+    if unit is not None or container is not None:
+        for pid, proc in table.procs.items():
+            if proc.kernel_thread or not proc.cgroup:
+                continue
+            peer = parse_cgroup(proc.cgroup)
+            if peer is None:
+                continue
+            if (unit is not None and _unit_key(peer) == unit) or (
+                container is not None and peer.container_id == container
+            ):
+                pids.add(pid)
+    return sorted(pids)
+
+
+def _who(job: Job) -> str:
+    f = job.origin.fields
+    if job.origin.kind == "systemd" and f.get("unit"):
+        return str(f["unit"])
+    return describe_origin(job.origin)
+
+
+def service_finding(
+    job: Job, listening: Sequence[Listen], denied: Sequence[int] = ()
+) -> Finding | None:
+    """The ``rogue-service`` finding for one unsanctioned job, or None without sockets.
+
+    Args:
+        job: A rogue or excess job.
+        listening: Its unsanctioned listening sockets.
+        denied: PIDs of its origin whose sockets could not be read.
+
+    Returns:
+        A high-severity finding keyed on the job (``root_pid``), e.g. ``old-trainer.service
+        (PID 812) listening on 0.0.0.0:8080/tcp, started its own training run: rogue job
+        PID 812 `python train.py```.
+    """
+    if not listening:
+        return None
+    by_pid: dict[int, list[Listen]] = {}
+    for item in listening:
+        by_pid.setdefault(item.pid, []).append(item)
+    parts = []
+    for pid, items in sorted(by_pid.items()):
+        ends = [f"{x.endpoint}/{x.proto}" for x in items]
+        extra = len(ends) - _MAX_ENDPOINTS_IN_MESSAGE
+        text = ", ".join(ends[:_MAX_ENDPOINTS_IN_MESSAGE]) + (
+            f" (+{extra} more)" if extra > 0 else ""
+        )
+        parts.append(f"PID {pid} listening on {text}")
+    verdict = "rogue" if job.verdict == "rogue" else "excess"
+    own = job.root_pid in by_pid or any(pid in job.pids for pid in by_pid)
+    how = "started its own training run" if own else "beside its training run"
+    message = (
+        f"{_who(job)} ({'; '.join(parts)}), {how}: {verdict} job PID {job.root_pid} "
+        f"`{' '.join(job.cmdline)[:120]}`"
+    )
+    if job.origin.remediation:
+        message += f"; to stop the source: {job.origin.remediation}"
+    details: dict[str, Any] = {
+        "listening": [x.to_json() for x in listening],
+        "job_root_pid": job.root_pid,
+        "verdict": job.verdict,
+        "origin_kind": job.origin.kind,
+    }
+    if denied:
+        details["unreadable_pids"] = sorted(denied)
+    return Finding("rogue-service", "high", message, root_pid=job.root_pid, details=details)
+
+
+def service_findings(
+    jobs: Iterable[Job],
+    table: ProcessTable,
+    settings: ServiceSettings,
+    proc_root: str = "/proc",
+) -> list[Finding]:
+    """One ``rogue-service`` finding per rogue/excess job with unsanctioned listeners.
+
+    Args:
+        jobs: Judged jobs of a scan.
+        table: A process table refreshed at (or after) that scan.
+        settings: The ``services:`` section.
+        proc_root: procfs mount.
+
+    Returns:
+        Findings in job order; empty when the section is disabled.
+    """
+    if not settings.enabled:
+        return []
+    out = []
+    for job in jobs:
+        if job.verdict not in ("rogue", "excess"):
+            continue
+        found = scan_listening(service_pids(job, table), proc_root)
+        keep = [x for x in found.listening if settings.sanctioned(x) is None]
+        finding = service_finding(job, keep, found.denied)
+        if finding is not None:
+            out.append(finding)
+    return out
+
+
+class ServiceSource:
+    """FindingSource for the daemon: ``rogue-service`` findings each tick.
+
+    Args:
+        settings: The ``services:`` section.
+        proc_root: procfs mount.
+        table: A process table to reuse (e.g. the scanner's, refreshed by the scan);
+            None keeps a private one, refreshed only on ticks with unsanctioned jobs.
+    """
+
+    name = "services"
+
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        proc_root: str = "/proc",
+        table: ProcessTable | None = None,
+    ) -> None:
+        self.settings = settings
+        self.proc_root = proc_root
+        self._own = table is None
+        self.table = table if table is not None else ProcessTable(proc_root)
+
+    def findings(self, now: float, result: Any) -> list[Finding]:
+        """See :class:`watchdog.daemon.loop.FindingSource`; ``result`` is a ScanResult."""
+        jobs = [j for j in result.jobs if j.verdict in ("rogue", "excess")]
+        if not jobs or not self.settings.enabled:
+            return []
+        if self._own:
+            self.table.refresh()
+        return service_findings(jobs, self.table, self.settings, self.proc_root)
+
+
+def build_service_sources(config: Any, table: ProcessTable | None = None) -> list[ServiceSource]:
+    """The daemon's service sources for ``config`` (none when ``services.enabled`` is false).
+
+    Args:
+        config: A :class:`watchdog.config.Config`; its ``services`` attribute is used when
+            the section is registered, else the defaults.
+        table: Optional shared process table (see :class:`ServiceSource`).
+    """
+    settings = getattr(config, "services", None)
+    if not isinstance(settings, ServiceSettings):
+        settings = ServiceSettings()
+    if not settings.enabled:
+        return []
+    return [ServiceSource(settings, config.paths.proc_root, table)]

@@ -1,0 +1,32 @@
+"""Alert delivery: sinks (log, Slack, Discord, generic webhook), secrets, the worker.
+
+The daemon's tracker spools one ``deliveries`` row per alert event and accepting sink;
+:class:`~watchdog.daemon.alerts.delivery.DeliveryWorker` sends them (docs/alerts.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from watchdog.daemon.alerts.delivery import DeliveryWorker
+
+if TYPE_CHECKING:
+    from watchdog.daemon.loop import Daemon, Worker
+
+__all__ = ["DeliveryWorker", "build_alert_workers"]
+
+
+def build_alert_workers(daemon: Daemon) -> list[Worker]:
+    """The alert worker for ``daemon``, wired to its state db, its configuration (read
+    again after each reload) and its ``on_tick`` hooks (a tick wakes the worker).
+
+    Call before :meth:`Daemon.run_forever`, which starts and stops it::
+
+        daemon.workers.extend(build_alert_workers(daemon))
+
+    Returns:
+        One :class:`DeliveryWorker` (always: the default configuration has a log sink).
+    """
+    worker = DeliveryWorker(daemon.db, lambda: daemon.config.alerts)
+    daemon.on_tick.append(worker.on_tick)
+    return [worker]

@@ -1,0 +1,114 @@
+"""Webhook URLs are secrets: read them from the environment or a file, and scrub them
+from every error text before it reaches a log, ``status`` or the state database.
+
+Slack and Discord webhook URLs carry their token in the path
+(``https://hooks.slack.com/services/T…/B…/XXXX``, ``https://discord.com/api/webhooks/ID/TOKEN``):
+whoever has the URL can post. httpx puts the request URL into some exception texts, so
+every error goes through :func:`redact` with the URL it was about.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from watchdog.daemon.settings import SinkSettings
+
+REDACTED = "<redacted>"
+_ANY_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+# Path segments and query values at least this long are treated as token material.
+_TOKEN_MIN = 6
+
+
+class SecretError(RuntimeError):
+    """The sink's URL could not be read. The message names where it was looked for
+    (an environment variable's name, a file's path), never the value."""
+
+
+def read_url(sink: SinkSettings, environ: Mapping[str, str] | None = None) -> str:
+    """The webhook URL of ``sink``, read fresh on every call (rotation needs no restart).
+
+    Args:
+        sink: A webhook sink with ``url_env`` or ``url_file`` (``url_env`` wins).
+        environ: Environment to read; None means ``os.environ``.
+
+    Returns:
+        The URL with surrounding whitespace (a trailing newline in a file) removed.
+
+    Raises:
+        SecretError: The variable is unset or empty, the file is unreadable or empty,
+            or the value is not an ``http://``/``https://`` URL.
+    """
+    env = os.environ if environ is None else environ
+    if sink.url_env:
+        where = f"environment variable {sink.url_env}"
+        value = env.get(sink.url_env, "").strip()
+    elif sink.url_file:
+        where = f"file {sink.url_file}"
+        try:
+            with open(sink.url_file, encoding="utf-8") as fh:
+                value = fh.read().strip()
+        except OSError as exc:
+            raise SecretError(f"cannot read the URL from {where}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise SecretError(f"the URL in {where} is not UTF-8 text") from None
+    else:
+        raise SecretError(f"sink {sink.name} names neither url_env nor url_file")
+    if not value:
+        raise SecretError(f"no URL in {where} (unset or empty)")
+    try:
+        parts = urlsplit(value)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # e.g. an unbalanced IPv6 bracket
+        usable = False
+    if not usable:
+        raise SecretError(f"the value of {where} is not an http(s) URL")
+    return value
+
+
+def secret_fragments(url: str) -> list[str]:
+    """Pieces of ``url`` that must never be shown: the URL itself, its path and query,
+    userinfo, and every path segment or query value long enough to be a token.
+
+    Returns:
+        Longest first, so a replacement never leaves a shorter piece's remainder behind.
+    """
+    frags = {url, url.rstrip("/"), url.split("://", 1)[-1]}
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # unparseable: hide every long piece between separators
+        frags.update(p for p in re.split(r"[/?&=@:]", url) if len(p) >= _TOKEN_MIN)
+        return sorted(frags, key=len, reverse=True)
+    if parts.path not in ("", "/"):
+        frags.add(parts.path)
+    if parts.query:
+        frags.add(parts.query)
+        for pair in parts.query.split("&"):
+            value = pair.partition("=")[2]
+            if len(value) >= _TOKEN_MIN:
+                frags.add(value)
+    if parts.username:
+        frags.add(parts.username)
+    if parts.password:
+        frags.add(parts.password)
+    frags.update(seg for seg in parts.path.split("/") if len(seg) >= _TOKEN_MIN)
+    return sorted((f for f in frags if f), key=len, reverse=True)
+
+
+def redact(text: str, url: str | None = None) -> str:
+    """``text`` without ``url`` or any piece of it, and without any other URL.
+
+    Args:
+        text: An error message (e.g. ``str()`` of an httpx exception).
+        url: The secret URL the message may mention; None when it could not be read.
+
+    Returns:
+        The text with secret pieces replaced by ``<redacted>`` and any remaining
+        ``scheme://…`` replaced by ``<url>``.
+    """
+    if url:
+        for frag in secret_fragments(url):
+            text = text.replace(frag, REDACTED)
+    return _ANY_URL.sub("<url>", text)

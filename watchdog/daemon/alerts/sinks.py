@@ -1,0 +1,202 @@
+"""Alert sinks: where one spooled delivery goes.
+
+A sink's :meth:`~Sink.send` returns on success and raises :class:`SendError` otherwise;
+the delivery worker decides about retries. The log sink writes one structlog JSON line;
+the three webhook sinks POST JSON with httpx (``slack``: ``{"text"}``, ``discord``:
+``{"content"}``, ``webhook``: the payload as is), counting only a 2xx answer as delivered.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import httpx
+import structlog
+
+from watchdog.daemon.alerts.render import (
+    delivery_id,
+    discord_body,
+    log_fields,
+    slack_body,
+    webhook_body,
+)
+from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
+from watchdog.daemon.settings import SinkSettings
+from watchdog.daemon.state import Delivery
+
+# httpx logs every request URL at INFO ("HTTP Request: POST https://hooks…"): a webhook
+# URL is a secret, so keep httpx/httpcore quiet even if someone turns on INFO logging.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+logging.getLogger("httpcore").setLevel(logging.WARNING)
+
+USER_AGENT = "rogue-watchdog"
+_BODIES: dict[str, Callable[[Delivery], dict[str, Any]]] = {
+    "slack": slack_body,
+    "discord": discord_body,
+    "webhook": webhook_body,
+}
+# Answers that mean "the receiver is down or busy", not "this message is refused":
+# they hold back the sink's other deliveries until the retry (order is kept).
+_RECEIVER_DOWN = frozenset({408, 425, 429})
+
+
+class SendError(Exception):
+    """A delivery attempt failed.
+
+    Args:
+        reason: Why, already free of secrets (stored as ``last_error``, logged, shown
+            in ``status``).
+        sink_down: True when the whole sink is unusable for now (connection refused,
+            timeout, 5xx, 429, missing secret): its other deliveries wait too. False when
+            only this message was refused (another 4xx).
+        retry_after_s: The receiver's ``Retry-After`` in seconds, when it sent one.
+    """
+
+    def __init__(
+        self, reason: str, *, sink_down: bool = True, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.sink_down = sink_down
+        self.retry_after_s = retry_after_s
+
+
+class Sink(Protocol):
+    """One configured alert destination."""
+
+    settings: SinkSettings
+
+    def send(self, delivery: Delivery) -> None:
+        """Deliver once.
+
+        Raises:
+            SendError: The attempt failed; the reason carries no secret.
+        """
+        ...
+
+
+class LogSink:
+    """A structlog JSON line per alert, ``event="finding"``, on stdout or appended to a
+    file (opened per line, so logrotate may move it at any time).
+
+    Args:
+        settings: A ``log`` sink; ``path`` None means stdout.
+    """
+
+    def __init__(self, settings: SinkSettings) -> None:
+        self.settings = settings
+
+    def send(self, delivery: Delivery) -> None:
+        """Write the line.
+
+        Raises:
+            SendError: The file cannot be opened or written (permissions, disk full).
+        """
+        fields = log_fields(delivery)
+        level = "info" if fields["action"] == "resolve" else "warning"
+        try:
+            if self.settings.path is None:
+                self._write(sys.stdout, level, fields)
+            else:
+                with open(self.settings.path, "a", encoding="utf-8") as fh:
+                    self._write(fh, level, fields)
+        except (OSError, ValueError) as exc:  # ValueError: stdout closed (detached)
+            where = self.settings.path or "stdout"
+            text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise SendError(f"cannot write to {where}: {text}") from None
+
+    @staticmethod
+    def _write(fh: Any, level: str, fields: dict[str, Any]) -> None:
+        logger = structlog.wrap_logger(
+            structlog.PrintLogger(fh),
+            processors=[
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
+                structlog.processors.JSONRenderer(),
+            ],
+            wrapper_class=structlog.BoundLogger,
+            cache_logger_on_first_use=False,
+        )
+        getattr(logger, level)("finding", **fields)
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    value = resp.headers.get("retry-after", "")
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: rare for webhooks, the backoff applies instead
+
+
+class WebhookSink:
+    """POST the rendered body to a URL read from the environment or a file.
+
+    Args:
+        settings: A ``slack``, ``discord`` or ``webhook`` sink.
+        client: Shared httpx client (the worker's; one thread uses it).
+        environ: Environment to read ``url_env`` from; None means ``os.environ``.
+    """
+
+    def __init__(
+        self,
+        settings: SinkSettings,
+        client: httpx.Client,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.environ = environ
+        self._body = _BODIES[settings.type]
+
+    def send(self, delivery: Delivery) -> None:
+        """POST once; a 2xx answer is success, anything else raises.
+
+        Raises:
+            SendError: Secret unreadable, connection failure, timeout (``timeout_s``
+                for connecting and for each read), or a non-2xx status.
+        """
+        try:
+            url = read_url(self.settings, self.environ)
+        except SecretError as exc:
+            raise SendError(str(exc)) from None
+        body = json.dumps(self._body(delivery), ensure_ascii=False).encode("utf-8")
+        headers = {
+            "content-type": "application/json",
+            "user-agent": USER_AGENT,
+            "idempotency-key": delivery_id(delivery),
+        }
+        try:
+            resp = self.client.post(
+                url, content=body, headers=headers, timeout=self.settings.timeout_s
+            )
+        except httpx.TimeoutException as exc:
+            raise SendError(
+                redact(f"timed out after {self.settings.timeout_s:g} s ({type(exc).__name__})", url)
+            ) from None
+        except httpx.HTTPError as exc:
+            raise SendError(redact(f"{type(exc).__name__}: {exc}", url)) from None
+        if 200 <= resp.status_code < 300:
+            return
+        code = resp.status_code
+        reason = f"HTTP {code} {resp.reason_phrase}".rstrip()
+        snippet = resp.text[:200].strip().replace("\n", " ") if resp.content else ""
+        if snippet:
+            reason += f": {snippet}"
+        raise SendError(
+            redact(reason, url),
+            sink_down=code >= 500 or code in _RECEIVER_DOWN,
+            retry_after_s=_retry_after(resp) if code in (429, 503) else None,
+        )
+
+
+def make_sink(
+    settings: SinkSettings, client: httpx.Client, environ: Mapping[str, str] | None = None
+) -> Sink:
+    """The sink object for one ``alerts.sinks[]`` entry."""
+    if settings.type == "log":
+        return LogSink(settings)
+    return WebhookSink(settings, client, environ)

@@ -1,0 +1,304 @@
+"""The status socket: a unix stream socket answering one JSON request per connection.
+
+Protocol (docs/status.md): the client sends one line of JSON, ``{"request": "status"}``,
+and reads one line of JSON back, the status document (or ``{"error": "..."}``), then the
+server closes the connection. The socket file is mode 0660, owned by root and
+``daemon.socket_group``: the kernel refuses ``connect()`` to anyone else with EACCES
+(unix(7): connecting to a stream socket needs write permission on the socket file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import json
+import os
+import pwd
+import select
+import socket
+import stat
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger("rogue-watchdog")
+
+SOCKET_MODE = 0o660
+MAX_REQUEST_BYTES = 64 * 1024
+CLIENT_TIMEOUT_S = 2.0
+
+
+class SocketInUseError(RuntimeError):
+    """Another process answers on the socket path (a second daemon)."""
+
+
+class StatusServer:
+    """Daemon Worker serving ``provider()`` (normally ``Daemon.status``) on a unix socket.
+
+    Connections are served one at a time in the server thread with a short timeout each:
+    a status document is cheap to build, and a client that stalls cannot hold the socket
+    for longer than ``client_timeout_s``.
+
+    Args:
+        path: Socket path (``daemon.socket``); its directory is created (0755) if missing.
+        provider: Returns the JSON-ready status document.
+        group: Group name (or numeric gid) given access (``daemon.socket_group``); None
+            keeps the creating process's group.
+        client_timeout_s: Per-connection read/write timeout in seconds.
+    """
+
+    name = "status-socket"
+
+    def __init__(
+        self,
+        path: str,
+        provider: Callable[[], dict[str, Any]],
+        *,
+        group: str | None = None,
+        client_timeout_s: float = CLIENT_TIMEOUT_S,
+    ) -> None:
+        self.path = path
+        self.provider = provider
+        self.group = group
+        self.client_timeout_s = client_timeout_s
+        self._sock: socket.socket | None = None
+        self._inode: tuple[int, int] | None = None
+        self._wake_r, self._wake_w = -1, -1
+        self._thread: threading.Thread | None = None
+
+    # -- Worker ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind the socket and start serving.
+
+        Raises:
+            SocketInUseError: Another process is listening on ``path``.
+            OSError: The directory or socket cannot be created, or ``group`` is unknown
+                (KeyError is turned into OSError).
+        """
+        if self._thread is not None:
+            return  # already serving (started early by ``run`` to fail fast)
+        directory = Path(self.path).parent
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        self._remove_stale()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        old_umask = os.umask(0o177)  # never world-accessible, not even for an instant
+        try:
+            sock.bind(self.path)
+        except OSError:
+            sock.close()
+            raise
+        finally:
+            os.umask(old_umask)
+        try:
+            gid = _gid(self.group) if self.group is not None else -1
+            os.chown(self.path, -1, gid)
+            os.chmod(self.path, SOCKET_MODE)
+            sock.listen(16)
+        except (OSError, KeyError) as exc:
+            sock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            if isinstance(exc, KeyError):
+                raise OSError(f"daemon.socket_group: unknown group {self.group!r}") from None
+            raise
+        st = os.stat(self.path)
+        self._inode = (st.st_dev, st.st_ino)
+        self._sock = sock
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
+        self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+        self._thread.start()
+        log.info("status-socket-listening", path=self.path, mode=oct(SOCKET_MODE), group=self.group)
+
+    def stop(self) -> None:
+        """Stop serving, close the socket and remove its file (only if it is still ours)."""
+        if self._thread is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"x")
+            self._thread.join(timeout=5)
+            self._thread = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._wake_r = self._wake_w = -1
+        try:
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) == self._inode:
+                os.unlink(self.path)
+        except OSError:
+            pass
+        self._inode = None
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _remove_stale(self) -> None:
+        """Unlink a leftover socket file from a crashed daemon; refuse a live one."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            raise OSError(f"{self.path} exists and is not a socket; refusing to replace it")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        probe.settimeout(1.0)
+        try:
+            probe.connect(self.path)
+        except OSError:
+            os.unlink(self.path)  # nobody listening: stale
+            log.info("status-socket-stale-removed", path=self.path)
+            return
+        finally:
+            probe.close()
+        raise SocketInUseError(f"another process is listening on {self.path}")
+
+    def _serve(self) -> None:
+        assert self._sock is not None
+        listen_fd = self._sock.fileno()
+        while True:
+            try:
+                ready, _, _ = select.select([listen_fd, self._wake_r], [], [])
+            except OSError:
+                return
+            if self._wake_r in ready:
+                return
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                continue
+            with conn, contextlib.suppress(OSError):  # the client went away
+                self._answer(conn)
+
+    def _answer(self, conn: socket.socket) -> None:
+        conn.settimeout(self.client_timeout_s)
+        data = b""
+        while b"\n" not in data and len(data) <= MAX_REQUEST_BYTES:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        reply = self._reply(data.split(b"\n", 1)[0])
+        conn.sendall(json.dumps(reply, default=str).encode() + b"\n")
+
+    def _reply(self, line: bytes) -> dict[str, Any]:
+        try:
+            request = json.loads(line or b"{}")
+        except ValueError:
+            return {"error": "request is not JSON"}
+        if not isinstance(request, dict):
+            return {"error": "request must be a JSON object"}
+        kind = request.get("request", "status")
+        if kind != "status":
+            return {"error": f"unknown request {kind!r}; known: status"}
+        try:
+            return self.provider()
+        except Exception as exc:  # a status bug must not take the socket down
+            log.error("status-failed", error=f"{type(exc).__name__}: {exc}")
+            return {"error": f"status failed: {type(exc).__name__}: {exc}"}
+
+
+def _gid(group: str) -> int:
+    if group.isdigit():
+        return int(group)
+    return grp.getgrnam(group).gr_gid
+
+
+class StatusError(Exception):
+    """Querying the status socket failed.
+
+    Attributes:
+        exit_code: 3 not running (no socket, refused), 4 unknown (permission, timeout,
+            garbage).
+    """
+
+    def __init__(self, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def query_status(path: str, timeout_s: float = 5.0) -> dict[str, Any]:
+    """Ask the daemon at ``path`` for its status document.
+
+    Args:
+        path: The status socket.
+        timeout_s: Connect + answer deadline in seconds.
+
+    Returns:
+        The status document.
+
+    Raises:
+        StatusError: exit_code 3 when no daemon is running (socket file absent, or
+            connection refused: a stale file), 4 when its state is unknown (permission
+            denied, timeout, a reply that is not a status document).
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock.settimeout(timeout_s)
+    try:
+        try:
+            sock.connect(path)
+        except FileNotFoundError:
+            raise StatusError(3, f"not running: no status socket at {path}") from None
+        except ConnectionRefusedError:
+            raise StatusError(
+                3, f"not running: nothing listens on {path} (a stale socket file)"
+            ) from None
+        except PermissionError:
+            raise StatusError(
+                4, f"permission denied connecting to {path}{_perm_hint(path)}"
+            ) from None
+        except TimeoutError:
+            raise StatusError(4, f"timed out connecting to {path}") from None
+        except OSError as exc:
+            raise StatusError(4, f"cannot connect to {path}: {exc.strerror or exc}") from None
+        try:
+            sock.sendall(b'{"request": "status"}\n')
+            data = b""
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except TimeoutError:
+            raise StatusError(
+                4, f"the daemon did not answer within {timeout_s:g}s on {path}"
+            ) from None
+        except OSError as exc:
+            raise StatusError(4, f"reading from {path} failed: {exc.strerror or exc}") from None
+    finally:
+        sock.close()
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        raise StatusError(4, f"garbage reply from {path}: {data[:80]!r}") from None
+    if not isinstance(doc, dict):
+        raise StatusError(4, f"garbage reply from {path}: not a JSON object")
+    if "error" in doc:
+        raise StatusError(4, f"the daemon answered with an error: {doc['error']}")
+    if doc.get("schema_version") is None or "findings" not in doc:
+        raise StatusError(4, f"unexpected reply from {path}: not a status document")
+    return doc
+
+
+def _perm_hint(path: str) -> str:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = str(st.st_uid)
+    return (
+        f" (mode {stat.S_IMODE(st.st_mode):04o} {owner}:{group}): run as root or as a member "
+        f"of group {group!r} (daemon.socket_group)"
+    )

@@ -1,0 +1,252 @@
+"""Prometheus metrics on ``daemon.metrics_listen`` (off by default; docs/metrics.md).
+
+Fed from a ``Daemon.on_tick`` hook: each tick builds a snapshot (jobs by verdict, open
+findings by kind, scan timing, NVML health, alert spool counts) and a scrape renders the
+latest snapshot, so a scrape never touches /proc, NVML or the database.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import structlog
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from watchdog.daemon.settings import parse_listen
+from watchdog.daemon.state import StateDB
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from watchdog.daemon.loop import Daemon, TickSummary, Worker
+
+log = structlog.get_logger("rogue-watchdog")
+
+PREFIX = "rogue_watchdog"
+VERDICTS = ("sanctioned", "rogue", "excess", "ignored")
+
+
+@dataclass
+class SinkCounts:
+    """Spool counts of one sink: undelivered rows, failed attempts, delivered rows."""
+
+    queued: int = 0
+    failed_attempts: int = 0
+    delivered: int = 0
+
+
+@dataclass
+class Snapshot:
+    """What the last tick saw, in metric form.
+
+    Attributes:
+        tick_time: POSIX time of the tick.
+        tick_duration_s: Whole tick (scan, tracking, actions), seconds.
+        scan_duration_s: The process scan alone; None when the scan failed.
+        nvml_up: NVML answered in the last scan; None when the scan failed.
+        gpus: GPUs NVML listed.
+        jobs: Verdict → job count (every verdict present, 0 when none).
+        job_gpu_memory_bytes: Verdict → GPU memory held by those jobs.
+        findings_open: Kind → open findings (a kind seen once stays, at 0).
+        sinks: Sink name → spool counts.
+        degraded: Components failing right now.
+    """
+
+    tick_time: float
+    tick_duration_s: float
+    scan_duration_s: float | None
+    nvml_up: bool | None
+    gpus: int
+    jobs: dict[str, int]
+    job_gpu_memory_bytes: dict[str, int]
+    findings_open: dict[str, int]
+    sinks: dict[str, SinkCounts] = field(default_factory=dict)
+    degraded: int = 0
+
+
+def spool_counts(db: StateDB) -> dict[str, SinkCounts]:
+    """Per-sink counts from the ``deliveries`` table.
+
+    Failed attempts are all attempts minus the successful ones (a delivered row's
+    ``attempts`` includes its successful attempt), so the counter survives restarts and
+    only grows.
+    """
+    rows = db.conn.execute(
+        "SELECT sink, SUM(delivered_at IS NULL), SUM(attempts),"
+        " SUM(delivered_at IS NOT NULL) FROM deliveries GROUP BY sink ORDER BY sink"
+    ).fetchall()
+    return {
+        str(sink): SinkCounts(int(queued), int(attempts) - int(done), int(done))
+        for sink, queued, attempts, done in rows
+    }
+
+
+class MetricsCollector(Collector):
+    """A prometheus-client collector that renders the latest :class:`Snapshot`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._snap: Snapshot | None = None
+        self._kinds: set[str] = set()
+
+    def update(self, daemon: Daemon, summary: TickSummary) -> None:
+        """Build a snapshot from one tick (runs in the loop thread, after the tick)."""
+        result = summary.result
+        jobs = dict.fromkeys(VERDICTS, 0)
+        mem = dict.fromkeys(VERDICTS, 0)
+        for job in result.jobs if result else []:
+            jobs[job.verdict] = jobs.get(job.verdict, 0) + 1
+            mem[job.verdict] = mem.get(job.verdict, 0) + (job.gpu_memory_bytes or 0)
+        open_by_kind: dict[str, int] = {}
+        for f in daemon.db.open_findings():
+            open_by_kind[f.kind] = open_by_kind.get(f.kind, 0) + 1
+        with self._lock:
+            self._kinds.update(open_by_kind)
+            findings = {k: open_by_kind.get(k, 0) for k in sorted(self._kinds)}
+            self._snap = Snapshot(
+                tick_time=summary.time,
+                tick_duration_s=summary.duration_s,
+                scan_duration_s=result.duration_s if result else None,
+                nvml_up=result.nvml.available if result else None,
+                gpus=len(result.gpus) if result else 0,
+                jobs=jobs,
+                job_gpu_memory_bytes=mem,
+                findings_open=findings,
+                sinks=spool_counts(daemon.db),
+                degraded=len(daemon.degraded),
+            )
+
+    def collect(self) -> Iterator[Metric]:
+        """Metric families of the latest snapshot (nothing before the first tick)."""
+        with self._lock:
+            s = self._snap
+        if s is None:
+            return
+
+        def gauge(name: str, doc: str, value: float | None = None) -> GaugeMetricFamily:
+            return GaugeMetricFamily(f"{PREFIX}_{name}", doc, value=value)
+
+        yield gauge("last_tick_timestamp_seconds", "POSIX time of the last tick.", s.tick_time)
+        yield gauge(
+            "tick_duration_seconds", "Duration of the last tick (scan, tracking, actions).",
+            s.tick_duration_s,
+        )  # fmt: skip
+        yield gauge(
+            "scan_ok", "1 when the last process scan succeeded.", int(s.scan_duration_s is not None)
+        )
+        if s.scan_duration_s is not None:
+            yield gauge(
+                "scan_duration_seconds", "Duration of the last process scan.", s.scan_duration_s
+            )
+        if s.nvml_up is not None:
+            yield gauge("nvml_up", "1 when NVML answered in the last scan.", int(s.nvml_up))
+        yield gauge("gpus", "GPUs NVML listed in the last scan.", s.gpus)
+        g = GaugeMetricFamily(f"{PREFIX}_jobs", "Training jobs by verdict.", labels=["verdict"])
+        for verdict, n in s.jobs.items():
+            g.add_metric([verdict], n)
+        yield g
+        g = GaugeMetricFamily(
+            f"{PREFIX}_job_gpu_memory_bytes", "GPU memory held by jobs, by verdict.",
+            labels=["verdict"],
+        )  # fmt: skip
+        for verdict, n in s.job_gpu_memory_bytes.items():
+            g.add_metric([verdict], n)
+        yield g
+        g = GaugeMetricFamily(f"{PREFIX}_findings_open", "Open findings by kind.", labels=["kind"])
+        for kind, n in s.findings_open.items():
+            g.add_metric([kind], n)
+        yield g
+        q = GaugeMetricFamily(
+            f"{PREFIX}_alerts_queued", "Alerts spooled and not yet delivered.", labels=["sink"]
+        )
+        failed = CounterMetricFamily(
+            f"{PREFIX}_alerts_failed", "Failed alert delivery attempts.", labels=["sink"]
+        )
+        done = CounterMetricFamily(
+            f"{PREFIX}_alerts_delivered", "Alerts delivered.", labels=["sink"]
+        )
+        for sink, c in s.sinks.items():
+            q.add_metric([sink], c.queued)
+            failed.add_metric([sink], c.failed_attempts)
+            done.add_metric([sink], c.delivered)
+        yield q
+        yield failed
+        yield done
+        yield gauge("degraded_components", "Parts of the daemon failing right now.", s.degraded)
+
+
+class MetricsWorker:
+    """Serves ``/metrics`` over HTTP; implements the daemon's Worker protocol.
+
+    Args:
+        daemon: The daemon whose ticks feed the metrics (the hook is added here).
+        listen: ``HOST:PORT``; port 0 picks a free port (see :attr:`address`).
+
+    Raises:
+        ValueError: ``listen`` is not ``HOST:PORT``.
+    """
+
+    name = "metrics"
+
+    def __init__(self, daemon: Daemon, listen: str) -> None:
+        self.daemon = daemon
+        self.host, self.port = parse_listen(listen)
+        self.collector = MetricsCollector()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+        ProcessCollector(registry=self.registry)
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        daemon.on_tick.append(self.on_tick)
+
+    def on_tick(self, summary: TickSummary) -> None:
+        """``Daemon.on_tick`` hook: refresh the snapshot."""
+        self.collector.update(self.daemon, summary)
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """``(host, port)`` actually bound, or None when not serving."""
+        if self._server is None:
+            return None
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        """Bind and serve in a daemon thread. A bind failure (port taken, address not
+        on this host) is reported once as a degraded component; the daemon runs on."""
+        try:
+            self._server, self._thread = start_http_server(
+                self.port, addr=self.host, registry=self.registry
+            )
+        except OSError as exc:
+            text = f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
+            log.error("component-degraded", component=self.name, error=text)
+            self.daemon.degraded[self.name] = text
+            return
+        log.info("metrics-listening", address=f"{self.host}:{self.address and self.address[1]}")
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+
+def build_metrics_workers(daemon: Daemon) -> list[Worker]:
+    """The metrics worker when ``daemon.metrics_listen`` is set, else nothing.
+
+    Call before :meth:`Daemon.run_forever`::
+
+        daemon.workers.extend(build_metrics_workers(daemon))
+    """
+    listen = daemon.config.daemon.metrics_listen
+    return [MetricsWorker(daemon, listen)] if listen else []

@@ -1,0 +1,201 @@
+"""Opt-in queue enforcement: ``scontrol hold`` or ``scancel`` an unsanctioned Slurm entry.
+
+Runs only when ``enforcement.mode`` is ``terminate`` and ``queue.action`` is ``hold`` or
+``cancel``. Guards, in order: a Slurm entry with a plain numeric id (``42`` or ``42_3``);
+not acted on before by this daemon; for ``hold`` a pending entry not already held; then
+a fresh ``scontrol show job -o ID`` must still show the job in that phase and matching
+no ``queue.sanctioned`` rule (sanctioned entries are never touched). Every action (also a
+dry run, also a failure) is written to the audit trail with ``StateDB.record_action``;
+a hold records the undo op ``{"op": "scontrol", "argv": ["release", ID]}``; a cancel
+cannot be undone. Commands run through one replaceable runner so tests can record them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from watchdog.lineage.base import run_command
+from watchdog.model import Finding
+from watchdog.queue.model import QueueEntry
+from watchdog.queue.settings import QueueSettings
+from watchdog.queue.slurm import QueueError, SlurmQueue
+from watchdog.queue.source import QueueSource
+
+
+class ActionResult(Protocol):
+    """What a runner returns (``lineage.base.CommandResult``, ``actions.effects.CommandResult``)."""
+
+    @property
+    def returncode(self) -> int: ...
+    @property
+    def stdout(self) -> str: ...
+    @property
+    def stderr(self) -> str: ...
+
+
+# Runs one state-changing command; ``Effects.run`` of watchdog.actions.effects fits.
+ActionRunner = Callable[[Sequence[str]], ActionResult | None]
+_JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
+ACTOR = "queue"
+
+
+def default_runner(argv: Sequence[str]) -> ActionResult | None:
+    """Run a Slurm command (``scontrol hold``/``scancel``) with a 15 s limit."""
+    return run_command(argv, 15.0)
+
+
+class QueueEnforcer:
+    """Enforcer (see :class:`watchdog.daemon.loop.Enforcer`) for the Slurm queue.
+
+    Args:
+        source: The Slurm :class:`~watchdog.queue.source.QueueSource` whose latest
+            unsanctioned entries are acted on.
+        settings: The ``queue:`` section (``action`` and rules).
+        db: The daemon's ``StateDB`` (``record_action``, ``open_findings``).
+        mode: ``enforcement.mode``; anything but ``terminate`` disables actions.
+        dry_run: Record what would be done without running it.
+        runner: Runs the hold/cancel command.
+        retry_s: Seconds before a failed action on the same entry is tried again.
+    """
+
+    name = "queue-actions"
+
+    def __init__(
+        self,
+        source: QueueSource,
+        settings: QueueSettings,
+        db: Any,
+        *,
+        mode: str,
+        dry_run: bool = False,
+        runner: ActionRunner = default_runner,
+        retry_s: float = 300.0,
+    ) -> None:
+        self.source = source
+        self.settings = settings
+        self.db = db
+        self.mode = mode
+        self.dry_run = dry_run
+        self.runner = runner
+        self.retry_s = retry_s
+        self.done: set[tuple[str, str]] = set()
+        self._failed_at: dict[tuple[str, str], float] = {}
+        backend = source.backend
+        self.slurm = backend if isinstance(backend, SlurmQueue) else SlurmQueue()
+
+    @property
+    def enabled(self) -> bool:
+        """True when this enforcer may act at all."""
+        return self.mode == "terminate" and self.settings.action in ("hold", "cancel")
+
+    def act(self, now: float, result: Any, track: Any) -> list[Finding]:
+        """Hold or cancel each unsanctioned entry once; findings for failures."""
+        if not self.enabled:
+            return []
+        out: list[Finding] = []
+        finding_ids: dict[str, int] | None = None
+        for entry in self.source.last:
+            action = self.settings.action
+            key = (entry.job_id, action)
+            if not self._candidate(entry, key, now):
+                continue
+            current = self._recheck(entry)
+            if current is None:
+                continue
+            if finding_ids is None:
+                finding_ids = {f.fingerprint: f.id for f in self.db.open_findings()}
+            fid = finding_ids.get(f"queue-unsanctioned:slurm:{entry.job_id}")
+            failure = self._do(current, now, fid)
+            if failure is None:
+                self.done.add(key)
+                self._failed_at.pop(key, None)
+            else:
+                self._failed_at[key] = now
+                out.append(failure)
+        return out
+
+    def _candidate(self, entry: QueueEntry, key: tuple[str, str], now: float) -> bool:
+        if entry.queue != "slurm" or not _JOB_ID.match(entry.job_id) or key in self.done:
+            return False
+        failed = self._failed_at.get(key)
+        if failed is not None and now - failed < self.retry_s:
+            return False
+        if self.settings.action == "hold":
+            return entry.phase == "pending" and not entry.held
+        return entry.phase in ("pending", "running")
+
+    def _recheck(self, entry: QueueEntry) -> QueueEntry | None:
+        """The job as Slurm shows it now, when it still qualifies; else None."""
+        try:
+            current = self.slurm.show(entry.job_id)
+        except QueueError:
+            return None
+        if current is None or current.job_id != entry.job_id:
+            return None
+        if self.settings.rule_for(current) is not None:
+            return None  # never touch a sanctioned entry, whatever the listing said
+        if self.settings.action == "hold":
+            return current if current.phase == "pending" and not current.held else None
+        return current if current.phase in ("pending", "running") else None
+
+    def _do(self, entry: QueueEntry, now: float, finding_id: int | None) -> Finding | None:
+        job = entry.job_id
+        if self.settings.action == "hold":
+            argv, kind = ["scontrol", "hold", job], "scontrol-hold"
+            undo: Any = [{"op": "scontrol", "argv": ["release", job]}]
+        else:
+            argv, kind, undo = ["scancel", job], "scancel", None
+        details: dict[str, Any] = {"argv": argv, "entry": entry.to_json()}
+        if self.dry_run:
+            self.db.record_action(
+                ACTOR, kind, f"slurm job {job}", "dry-run", details, now,
+                finding_id=finding_id, dry_run=True, undo=undo,
+            )  # fmt: skip
+            return None
+        res = self.runner(argv)
+        ok = res is not None and res.returncode == 0
+        if res is not None:
+            details.update(returncode=res.returncode, stderr=res.stderr.strip()[:500])
+        why = "not runnable or timed out" if res is None else (res.stderr or res.stdout).strip()
+        outcome = "ok" if ok else f"failed: {why[:200]}"
+        self.db.record_action(
+            ACTOR, kind, f"slurm job {job}", outcome, details, now,
+            finding_id=finding_id, undo=undo if ok else None,
+        )  # fmt: skip
+        if ok:
+            return None
+        return Finding(
+            "remediation-failed",
+            "high",
+            f"could not {' '.join(argv)} (Slurm job {job} {entry.name!r} by {entry.user}): {why}",
+            details={"fingerprint": f"queue:{kind}:{job}", "argv": argv, "error": why},
+        )
+
+
+def build_queue_enforcers(
+    config: Any,
+    db: Any,
+    sources: Sequence[QueueSource],
+    runner: ActionRunner = default_runner,
+) -> list[QueueEnforcer]:
+    """Enforcers for the Slurm sources among ``sources`` (none unless
+    ``enforcement.mode: terminate`` and ``queue.action`` is hold or cancel).
+
+    Args:
+        config: Validated configuration; ``enforcement.dry_run`` is honoured when the
+            enforcement section has it.
+        db: The daemon's StateDB.
+        sources: From :func:`watchdog.queue.source.build_queue_sources`.
+        runner: Runs ``scontrol hold``/``scancel``.
+    """
+    mode = str(config.enforcement.mode)
+    dry_run = bool(getattr(config.enforcement, "dry_run", False))
+    out = []
+    for source in sources:
+        if isinstance(source.backend, SlurmQueue):
+            enf = QueueEnforcer(source, config.queue, db, mode=mode, dry_run=dry_run, runner=runner)
+            if enf.enabled:
+                out.append(enf)
+    return out

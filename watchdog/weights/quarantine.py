@@ -1,0 +1,144 @@
+"""Moving a refused weights file aside: one atomic ``rename(2)`` into the quarantine folder.
+
+A rename within one file system is atomic: a loader sees either the poisoned file at its
+path or nothing, never half a file, and the bytes are untouched so ``rogue-watchdog
+undo`` can put them back. The quarantined name ends in ``.quarantined`` (not a weights
+suffix), so neither a loader globbing ``*.safetensors`` nor the gates pick it up again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from watchdog.weights.verifyworker import FileKey
+
+#: Suffix of every quarantined file.
+QUARANTINE_SUFFIX = ".quarantined"
+
+
+class QuarantineError(OSError):
+    """The file could not be moved aside; the message says why."""
+
+
+class FileOps:
+    """Every file-system side effect of the ship gates, replaceable in tests."""
+
+    def makedirs(self, path: Path) -> None:
+        """Create ``path`` (mode 0700: only its owner may read quarantined files) and its
+        missing parents."""
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def rename(self, src: Path, dst: Path) -> None:
+        """``rename(2)`` ``src`` to ``dst`` (same file system)."""
+        os.rename(src, dst)
+
+    def link(self, src: Path, dst: Path) -> None:
+        """``link(2)``: fails when ``dst`` exists (used to put a file back without clobbering)."""
+        os.link(src, dst)
+
+    def unlink(self, path: Path) -> None:
+        """``unlink(2)``."""
+        os.unlink(path)
+
+    def fsync_dir(self, path: Path) -> None:
+        """Make a rename in ``path`` durable (``fsync(2)`` on the directory)."""
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """Where a file went.
+
+    Attributes:
+        original: The path it had in the deploy directory.
+        moved_to: Its path in the quarantine folder.
+    """
+
+    original: Path
+    moved_to: Path
+
+
+def quarantine_target(path: Path, deploy_dir: Path, qdir: Path, now: float) -> Path:
+    """A free name in ``qdir`` for ``path``: its path relative to ``deploy_dir``, a UTC
+    time stamp and :data:`QUARANTINE_SUFFIX`, e.g.
+    ``qdir/v3/model.safetensors.20231114T221320Z.quarantined``."""
+    try:
+        rel = path.relative_to(deploy_dir)
+    except ValueError:
+        rel = Path(path.name)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    base = qdir / rel.parent / f"{rel.name}.{stamp}"
+    target = base.with_name(base.name + QUARANTINE_SUFFIX)
+    n = 1
+    while os.path.lexists(target):
+        target = base.with_name(f"{base.name}-{n}{QUARANTINE_SUFFIX}")
+        n += 1
+    return target
+
+
+def _same_version(a: FileKey, b: FileKey) -> bool:
+    # ctime changes on rename; size, mtime and inode do not.
+    return (a.size_bytes, a.mtime_ns, a.ino) == (b.size_bytes, b.mtime_ns, b.ino)
+
+
+def quarantine_file(
+    key: FileKey, deploy_dir: Path, qdir: Path, now: float, ops: FileOps
+) -> Quarantined:
+    """Move the verified version ``key`` of a file into ``qdir``.
+
+    Args:
+        key: The file version that was found non-finite.
+        deploy_dir: The gate's deploy directory (for the relative name).
+        qdir: Quarantine folder; created if missing. Must be on the same file system.
+        now: POSIX time (for the name).
+        ops: The side-effect object.
+
+    Returns:
+        Where the file went.
+
+    Raises:
+        QuarantineError: The file changed or vanished before the move, the quarantine
+            folder is on another file system (``EXDEV``: a copy would not be atomic, so
+            none is attempted), or another ``OSError`` (permissions, read-only mount).
+    """
+    src = Path(key.path)
+    try:
+        if not _same_version(FileKey.of(src), key):
+            raise QuarantineError(errno.ESTALE, "file changed since it was verified")
+        dst = quarantine_target(src, deploy_dir, qdir, now)
+        ops.makedirs(qdir)  # first, so that the folder itself gets mode 0700
+        ops.makedirs(dst.parent)
+        ops.rename(src, dst)
+    except QuarantineError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.EXDEV:
+            raise QuarantineError(
+                errno.EXDEV, f"quarantine folder {qdir} is on another file system than {src}"
+            ) from None
+        raise QuarantineError(exc.errno, f"cannot move {src} aside: {exc.strerror}") from None
+    # The deploy step may have replaced the file between the check and the rename; if a
+    # different version was moved, put it back (link fails rather than clobber).
+    moved = FileKey.of(dst)
+    if not _same_version(moved, key):
+        try:
+            ops.link(dst, src)
+            ops.unlink(dst)
+        except OSError as exc:
+            raise QuarantineError(
+                exc.errno, f"a newer {src} was moved to {dst} by mistake and could not be put back"
+            ) from None
+        raise QuarantineError(errno.ESTALE, "file was replaced while it was being moved aside")
+    for d in {dst.parent, src.parent}:
+        with contextlib.suppress(OSError):  # durability is best effort; the move happened
+            ops.fsync_dir(d)
+    return Quarantined(src, dst)

@@ -1,0 +1,440 @@
+"""Ship gates watched by the daemon: refuse non-finite weights where models are deployed.
+
+Each tick, for every gate of ``ship_gates:``, :class:`ShipGateSource`:
+
+1. lists the weights files in the deploy directory (the gate's ``patterns``, recursively,
+   skipping the quarantine folder) and, for the freshness rule, in the training directory;
+2. submits every file whose identity (:class:`FileKey`: size, mtime, ctime, inode) was
+   the same at two polls at least ``settle_s`` apart to the background
+   :class:`VerifyWorker` (a file still being written is never verified half-way);
+3. waits at most ``wait_s`` (0.25 s) for results, so a big file is reported on a later
+   tick instead of stalling the loop; results are cached per file version, so each
+   version is read once per daemon run;
+4. reports ``poisoned-weights`` (critical) for a non-finite file and
+   ``weights-unverified`` (high) for one that could not be fully verified (the gate
+   fails closed), one finding per gate and path, open while the file is there; it
+   resolves when the file is replaced by a finite one, removed or quarantined;
+5. with ``quarantine: true`` moves a non-finite file aside (:mod:`.quarantine`) and
+   records a ``quarantine-weights`` action whose undo op renames it back;
+6. with ``train_dir``, reports ``deploy-stale`` (high) when the newest finite training
+   output is newer than everything deployed and has waited more than ``stale_after_s``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from watchdog.config import Config
+from watchdog.daemon.state import StateDB
+from watchdog.model import Finding
+from watchdog.scan import ScanResult
+from watchdog.weights.discover import UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
+from watchdog.weights.quarantine import (
+    QUARANTINE_SUFFIX,
+    FileOps,
+    QuarantineError,
+    quarantine_file,
+)
+from watchdog.weights.report import FileReport, Status
+from watchdog.weights.settings import QUARANTINE_DIRNAME, ShipGate
+from watchdog.weights.verifyworker import DEPLOY, TRAIN, FileKey, VerifyWorker
+
+log = structlog.get_logger("rogue-watchdog")
+
+#: Longest a tick waits for verification results (seconds); slower files report later.
+TICK_WAIT_S = 0.25
+#: Bad tensor names listed in a finding's details.
+MAX_NAMED_TENSORS = 10
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h"
+
+
+@dataclass
+class Listing:
+    """Files of one directory that match a gate's patterns.
+
+    Attributes:
+        keys: Path → identity of every matching file (vanished files are left out).
+        errors: Why parts of the directory could not be read.
+    """
+
+    keys: dict[str, FileKey] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) -> Listing:
+    """Walk ``root`` for files matching ``patterns`` (case-insensitive globs; one with a
+    ``/`` matches the path relative to ``root``). Symlinked folders are not followed,
+    symlinked files are (their target is verified). Quarantine folders and quarantined
+    files are skipped.
+
+    Args:
+        root: Directory to walk.
+        patterns: Globs from the gate.
+        skip: A folder not to enter (the gate's quarantine folder).
+
+    Returns:
+        The matching files; unreadable folders are named in ``errors``.
+    """
+    out = Listing()
+    pats = [p.lower() for p in patterns]
+    skip_real = os.path.realpath(skip) if skip is not None else None
+
+    def onerror(exc: OSError) -> None:
+        out.errors.append(f"cannot read {exc.filename}: {exc.strerror}")
+
+    if not root.is_dir():
+        out.errors.append(f"{root} is not a directory")
+        return out
+    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror):
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if d != QUARANTINE_DIRNAME and os.path.realpath(os.path.join(dirpath, d)) != skip_real
+        )
+        for name in sorted(filenames):
+            if name.endswith(QUARANTINE_SUFFIX):
+                continue
+            p = Path(dirpath) / name
+            rel = p.relative_to(root).as_posix().lower()
+            low = name.lower()
+            if not any(fnmatch.fnmatchcase(rel if "/" in pat else low, pat) for pat in pats):
+                continue
+            try:
+                out.keys[str(p)] = FileKey.of(p)
+            except FileNotFoundError:
+                continue  # vanished, or a dangling symlink: nothing to load
+            except OSError as exc:
+                out.errors.append(f"cannot stat {p}: {exc.strerror}")
+    return out
+
+
+def _suffix(path: str) -> str:
+    return os.path.splitext(path)[1].lower()
+
+
+class ShipGateSource:
+    """The daemon's finding source for one ``ship_gates:`` entry.
+
+    Args:
+        gate: The gate's settings.
+        db: State database (the quarantine action is recorded there).
+        worker: Verification thread, shared by all gates.
+        ops: File-system side effects (quarantine).
+        wait_s: Longest a tick waits for verification results.
+    """
+
+    def __init__(
+        self,
+        gate: ShipGate,
+        db: StateDB,
+        worker: VerifyWorker,
+        *,
+        ops: FileOps | None = None,
+        wait_s: float = TICK_WAIT_S,
+    ) -> None:
+        self.gate = gate
+        self.name = f"ship-gate {gate.name}"
+        self.db = db
+        self.worker = worker
+        self.ops = ops or FileOps()
+        self.wait_s = wait_s
+        self.deploy_dir = Path(gate.deploy_dir)
+        self.train_dir = Path(gate.train_dir) if gate.train_dir else None
+        self.quarantine_dir = Path(gate.quarantine_path)
+        self._results: dict[FileKey, FileReport] = {}
+        self._seen: dict[str, tuple[FileKey, float]] = {}  # path -> (version, first seen)
+        self._refused: dict[str, Finding] = {}  # path -> finding of its last bad version
+        self._quarantine_failed: dict[FileKey, str] = {}
+
+    # -- settling ----------------------------------------------------------------------
+
+    def _settled(self, keys: dict[str, FileKey], now: float) -> set[FileKey]:
+        """Versions seen unchanged at two polls at least ``settle_s`` apart."""
+        seen: dict[str, tuple[FileKey, float]] = {}
+        settled: set[FileKey] = set()
+        for path, key in keys.items():
+            prev = self._seen.get(path)
+            if prev is None or prev[0] != key:
+                seen[path] = (key, now)
+                continue
+            seen[path] = prev
+            if now - prev[1] >= self.gate.settle_s:
+                settled.add(key)
+        self._seen = seen
+        return settled
+
+    # -- one tick ----------------------------------------------------------------------
+
+    def findings(self, now: float, result: ScanResult | None = None) -> list[Finding]:
+        """Findings of this gate that are open now (see the module docstring).
+
+        Args:
+            now: POSIX time of the tick.
+            result: The tick's scan (unused: gates look at files, not processes).
+
+        Returns:
+            ``poisoned-weights``, ``weights-unverified``, ``deploy-stale`` and
+            ``ship-gate-degraded`` findings.
+        """
+        deploy = list_files(self.deploy_dir, self.gate.patterns, self.quarantine_dir)
+        train = Listing()
+        if self.train_dir is not None:
+            train = list_files(self.train_dir, self.gate.patterns, self.quarantine_dir)
+            train.keys = {p: k for p, k in train.keys.items() if _suffix(p) in WEIGHT_SUFFIXES}
+        settled = self._settled({**deploy.keys, **train.keys}, now)
+        for key in deploy.keys.values():
+            if key in settled and key not in self._results:
+                self.worker.submit(self.name, key, DEPLOY)
+        if self.train_dir is not None:
+            self._submit_train(train, self._deployed(deploy), settled)
+        if self.worker.pending():
+            self.worker.wait(self.wait_s)
+        for key, report in self.worker.collect(self.name).items():
+            if report is not None:
+                self._results[key] = report
+        present = {*deploy.keys.values(), *train.keys.values()}
+        self._results = {k: r for k, r in self._results.items() if k in present}
+        self._quarantine_failed = {k: e for k, e in self._quarantine_failed.items() if k in present}
+
+        out = self._deploy_findings(deploy, now)
+        if self.train_dir is not None:
+            out.extend(self._freshness(train, deploy, now))
+        out.extend(self._degraded(deploy, train))
+        return out
+
+    # -- deploy directory --------------------------------------------------------------
+
+    def _deploy_findings(self, deploy: Listing, now: float) -> list[Finding]:
+        out: list[Finding] = []
+        refused: dict[str, Finding] = {}
+        for path, key in deploy.keys.items():
+            report = self._results.get(key)
+            if report is None:
+                # A new version not verified yet: a refused file stays refused until its
+                # replacement is proven finite.
+                if path in self._refused:
+                    refused[path] = self._refused[path]
+                    out.append(refused[path])
+                continue
+            if report.ok:
+                continue
+            finding = self._refusal(key, report, now)
+            out.append(finding)
+            if os.path.lexists(path):
+                refused[path] = finding
+        self._refused = refused
+        return out
+
+    def _refusal(self, key: FileKey, report: FileReport, now: float) -> Finding:
+        gate = self.gate.name
+        details: dict[str, Any] = {
+            "fingerprint": f"{gate}:{key.path}",
+            "gate": gate,
+            "path": key.path,
+            "format": report.format,
+            "status": report.status.value,
+            "size_bytes": key.size_bytes,
+            "mtime": _when(key.mtime_ns / 1e9),
+            "totals": report.totals(),
+            "bad_tensors": [t.name for t in report.bad_tensors[:MAX_NAMED_TENSORS]],
+            "error": report.error,
+        }
+        if report.status is Status.NOT_VERIFIED:
+            return Finding(
+                kind="weights-unverified",
+                severity="high",
+                message=(
+                    f"ship gate {gate}: {key.path} could not be verified, so it is refused:"
+                    f" {report.error}"
+                ),
+                details=details,
+            )
+        t = report.totals()
+        message = (
+            f"ship gate {gate}: {key.path} holds non-finite weights:"
+            f" {t['bad_tensors']} of {t['tensors']} tensors non-finite"
+            f" ({t['nan']} NaN, {t['posinf']} +Inf, {t['neginf']} -Inf)"
+        )
+        if report.error:
+            message += f" and was not fully verified: {report.error}"
+        if self.gate.quarantine:
+            message += self._quarantine(key, details, now)
+        return Finding(
+            kind="poisoned-weights", severity="critical", message=message, details=details
+        )
+
+    def _quarantine(self, key: FileKey, details: dict[str, Any], now: float) -> str:
+        """Move ``key`` aside once; returns the text appended to the finding's message."""
+        failed = self._quarantine_failed.get(key)
+        if failed is not None:
+            details["quarantine_error"] = failed
+            return f"; quarantine failed: {failed}"
+        try:
+            moved = quarantine_file(key, self.deploy_dir, self.quarantine_dir, now, self.ops)
+        except QuarantineError as exc:
+            text = exc.strerror or str(exc)
+            self._quarantine_failed[key] = text
+            details["quarantine_error"] = text
+            log.error("weights-quarantine-failed", gate=self.gate.name, path=key.path, error=text)
+            self.db.record_action(
+                "daemon", "quarantine-weights", key.path, "failed",
+                {"gate": self.gate.name, "error": text, "fingerprint": details["fingerprint"]},
+                now,
+            )  # fmt: skip
+            return f"; quarantine failed: {text}"
+        # Logged before the audit record, so the journal says where the file went even
+        # if recording fails.
+        log.warning(
+            "weights-quarantined", gate=self.gate.name, path=key.path,
+            moved_to=str(moved.moved_to),
+        )  # fmt: skip
+        undo = [{"op": "rename", "from": str(moved.original), "to": str(moved.moved_to)}]
+        action_id = self.db.record_action(
+            "daemon", "quarantine-weights", key.path, "done",
+            {
+                "gate": self.gate.name, "path": key.path, "moved_to": str(moved.moved_to),
+                "size_bytes": key.size_bytes, "totals": details["totals"],
+                "fingerprint": details["fingerprint"],
+            },
+            now,
+            undo=undo,
+        )  # fmt: skip
+        details["quarantined_to"] = str(moved.moved_to)
+        details["action_id"] = action_id
+        return f"; moved to {moved.moved_to} (undo: rogue-watchdog undo {action_id})"
+
+    # -- freshness ---------------------------------------------------------------------
+
+    @staticmethod
+    def _deployed(deploy: Listing) -> tuple[str, FileKey] | None:
+        """The newest weights file in the deploy directory (shard indexes do not count)."""
+        files = [
+            (p, k)
+            for p, k in deploy.keys.items()
+            if _suffix(p) in WEIGHT_SUFFIXES or _suffix(p) in UNVERIFIABLE_SUFFIXES
+        ]
+        return max(files, key=lambda pk: pk[1].mtime_ns, default=None)
+
+    @staticmethod
+    def _candidates(train: Listing, deployed: tuple[str, FileKey] | None) -> list[FileKey]:
+        """Training outputs newer than everything deployed, newest first."""
+        floor = deployed[1].mtime_ns if deployed else -1
+        newer = [k for k in train.keys.values() if k.mtime_ns > floor]
+        return sorted(newer, key=lambda k: (k.mtime_ns, k.path), reverse=True)
+
+    def _submit_train(
+        self, train: Listing, deployed: tuple[str, FileKey] | None, settled: set[FileKey]
+    ) -> None:
+        # Only the newest undecided output is verified at a time: an older one matters
+        # only if every newer one turns out bad.
+        for key in self._candidates(train, deployed):
+            report = self._results.get(key)
+            if report is not None:
+                if report.ok:
+                    return
+                continue
+            if key in settled:
+                self.worker.submit(self.name, key, TRAIN)
+                return
+
+    def _freshness(self, train: Listing, deploy: Listing, now: float) -> list[Finding]:
+        deployed = self._deployed(deploy)
+        good = next(
+            (k for k in self._candidates(train, deployed) if (r := self._results.get(k)) and r.ok),
+            None,
+        )
+        if good is None:
+            return []
+        t1 = good.mtime_ns / 1e9
+        waited_s = now - t1
+        if waited_s <= self.gate.stale_after_s:
+            return []
+        gate = self.gate.name
+        if deployed is None:
+            what = f"has waited {_hours(waited_s)} and nothing is deployed in {self.deploy_dir}"
+        else:
+            t2 = deployed[1].mtime_ns / 1e9
+            what = (
+                f"is {_hours(t1 - t2)} newer than deployed {deployed[0]} ({_when(t2)});"
+                f" it has waited {_hours(waited_s)} (limit {_hours(self.gate.stale_after_s)})"
+            )
+        return [
+            Finding(
+                kind="deploy-stale",
+                severity="high",
+                message=(
+                    f"ship gate {gate}: the deploy step did not run: newest good output"
+                    f" {good.path} ({_when(t1)}) {what}"
+                ),
+                details={
+                    "fingerprint": f"{gate}:{self.train_dir}",
+                    "gate": gate,
+                    "train_path": good.path,
+                    "train_mtime": _when(t1),
+                    "deploy_path": deployed[0] if deployed else None,
+                    "deploy_mtime": _when(deployed[1].mtime_ns / 1e9) if deployed else None,
+                    "waited_s": round(waited_s, 1),
+                    "stale_after_s": self.gate.stale_after_s,
+                },
+            )
+        ]
+
+    # -- health ------------------------------------------------------------------------
+
+    def _degraded(self, deploy: Listing, train: Listing) -> list[Finding]:
+        """A gate that cannot see its directories would otherwise pass silently."""
+        gate = self.gate.name
+        out = []
+        for what, listing, root in (
+            ("deploy_dir", deploy, self.deploy_dir),
+            ("train_dir", train, self.train_dir),
+        ):
+            if not listing.errors:
+                continue
+            out.append(
+                Finding(
+                    kind="ship-gate-degraded",
+                    severity="warning",
+                    message=f"ship gate {gate}: {what} not fully checked: "
+                    + "; ".join(listing.errors[:3]),
+                    details={
+                        "fingerprint": f"{gate}:{root}",
+                        "gate": gate,
+                        "errors": listing.errors[:20],
+                    },
+                )
+            )
+        return out
+
+
+def build_ship_gate_sources(
+    config: Config, db: StateDB, worker: VerifyWorker | None = None
+) -> list[ShipGateSource]:
+    """One finding source per ``ship_gates:`` entry, sharing one verification thread.
+
+    Args:
+        config: Validated configuration.
+        db: The daemon's state database.
+        worker: Verification thread to share; None creates one (started on first use;
+            pass ``sources[0].worker`` to ``Daemon(workers=...)`` to stop it cleanly).
+
+    Returns:
+        The sources, in configuration order (empty without gates).
+    """
+    shared = worker or VerifyWorker()
+    return [ShipGateSource(gate, db, shared) for gate in config.ship_gates]
