@@ -126,6 +126,7 @@ def test_overlapping_instance_is_not_a_respawn(spawned: Spawned, tmp_path: Path)
     script, a = trainer(spawned, tmp_path)
     t0 = time.time()
     d.tick(t0)
+    assert [j.root_pid for j in mine(d, script)] == [a]
     _, b = trainer(spawned, tmp_path)
     d.tick(t0 + 1)
     spawned.procs[0].kill()
@@ -137,7 +138,7 @@ def test_overlapping_instance_is_not_a_respawn(spawned: Spawned, tmp_path: Path)
 
 def test_respawned_stays_open_while_the_ghost_runs(spawned: Spawned, tmp_path: Path) -> None:
     d = make(tmp_path)
-    script, _ = trainer(spawned, tmp_path)
+    _, _ = trainer(spawned, tmp_path)
     t0 = time.time()
     d.tick(t0)
     spawned.procs[-1].kill()
