@@ -20,6 +20,7 @@ import structlog
 import yaml
 
 from watchdog.config import Config, ConfigError, load_config
+from watchdog.daemon.assemble import attach_parts
 from watchdog.daemon.ipc import SocketInUseError, StatusError, StatusServer, query_status
 from watchdog.daemon.loop import Daemon, TickSummary, Worker
 from watchdog.daemon.notify import Notifier
@@ -163,6 +164,7 @@ def _serve(config: Config, path: str | None) -> int:
     note_config(daemon)
     notifier = Notifier.from_env()
     settings = config.daemon
+    notifier.interval_s = settings.interval_s
     server = StatusServer(settings.socket, daemon.status, group=settings.socket_group)
     try:
         server.start()
@@ -174,6 +176,7 @@ def _serve(config: Config, path: str | None) -> int:
     except OSError as exc:  # e.g. no permission on /run: run without a socket, say so
         daemon.degraded["status-socket"] = f"{type(exc).__name__}: {exc}"
         log.error("component-degraded", component="status-socket", error=str(exc))
+    attach_parts(daemon)
     daemon.workers.extend(extra_workers(daemon))
     daemon.workers.append(notifier)  # last: stopped first, so STOPPING=1 goes out early
     daemon.on_tick.append(_restart_watch(daemon))

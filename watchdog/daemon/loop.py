@@ -113,6 +113,7 @@ class Daemon:
         self.last: TickSummary | None = None
         self.degraded: dict[str, str] = {}
         self.on_tick: list[Callable[[TickSummary], None]] = []
+        self.on_reload: list[Callable[[Daemon], None]] = []
         self._stop = threading.Event()
         self._reload = threading.Event()
         if self.db.recovered_from:
@@ -242,6 +243,11 @@ class Daemon:
         self.config = new
         self.scanner = Scanner(new, fd_sweep_interval_s=new.daemon.fd_sweep_interval_s)
         self.tracker = Tracker(self.db, new.alerts, self.scanner.host)
+        for hook in self.on_reload:
+            try:
+                hook(self)
+            except Exception as exc:
+                self._failed(f"reload {getattr(hook, '__name__', hook)}", exc)
         log.info("config-reloaded", path=self.config_path)
         return True
 

@@ -1,0 +1,49 @@
+"""Build the daemon's pluggable parts from the configuration.
+
+Finding sources: the GPU queue (docs/queue.md) and ship gates (docs/weights.md).
+Enforcers: the process enforcer (docs/operations.md) and the queue enforcer. Rogue
+services are part of every scan, so they need no source here. On SIGHUP the queue
+sources and the enforcers are rebuilt from the new configuration; ship gates keep their
+verification thread and take new gate settings at the next restart.
+"""
+
+from __future__ import annotations
+
+from watchdog.actions.effects import Effects
+from watchdog.actions.enforcer import build_enforcers
+from watchdog.daemon.loop import Daemon, Enforcer, FindingSource
+from watchdog.queue.actions import build_queue_enforcers
+from watchdog.queue.source import build_queue_sources
+from watchdog.weights.shipwatch import build_ship_gate_sources
+
+
+def _rebuildable(daemon: Daemon) -> tuple[list[FindingSource], list[Enforcer]]:
+    queue = build_queue_sources(daemon.config)
+    # The process enforcer is also a source: it reports `remediation-failed` before
+    # tracking, so the finding is stored and alerted in the tick it is seen.
+    process = build_enforcers(daemon.config, daemon.db)
+    enforcers: list[Enforcer] = [
+        *process,
+        *build_queue_enforcers(daemon.config, daemon.db, queue, runner=Effects().run),
+    ]
+    return [*process, *queue], enforcers
+
+
+def attach_parts(daemon: Daemon) -> None:
+    """Give ``daemon`` its finding sources, enforcers and the ship-gate worker.
+
+    Also registers a reload hook that rebuilds the queue sources and enforcers.
+    """
+    gates = build_ship_gate_sources(daemon.config, daemon.db)
+    sources, enforcers = _rebuildable(daemon)
+    daemon.sources = [*sources, *gates]
+    daemon.enforcers = enforcers
+    if gates:
+        daemon.workers.append(gates[0].worker)
+
+    def rebuild(d: Daemon) -> None:
+        new_sources, new_enforcers = _rebuildable(d)
+        d.sources = [*new_sources, *gates]
+        d.enforcers = new_enforcers
+
+    daemon.on_reload.append(rebuild)
