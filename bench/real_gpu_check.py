@@ -31,6 +31,60 @@ time.sleep(120)
 """
 
 
+def job_mem(jobs: list[dict[str, object]]) -> object:
+    return jobs[0]["gpu_memory_bytes"] if jobs else None
+
+
+def daemon_checks(
+    work: Path, env: dict[str, str], pid: int, user: str, scan_mem: object
+) -> dict[str, bool]:
+    """Run the daemon for a few ticks and ask it for ``status --json``."""
+    sock = work / "status.sock"
+    cfg = work / "daemon.yaml"
+    cfg.write_text(
+        f"daemon: {{interval_s: 1, state_dir: '{work}/state', socket: '{sock}'}}\n"
+        f"alerts: {{sinks: [{{type: log, path: '{work}/alerts.log'}}]}}\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "watchdog", "run", "--config", str(cfg)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(4)
+        done = subprocess.run(
+            [sys.executable, "-m", "watchdog", "status", "--json", "--socket", str(sock)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        print(f"daemon status exit {done.returncode}")
+        doc = json.loads(done.stdout)
+        jobs = [j for j in doc["jobs"] if pid in j["pids"]]
+        if jobs:
+            print(
+                "daemon job:",
+                {k: jobs[0].get(k) for k in ("root_pid", "user", "gpu_memory_bytes", "verdict")},
+            )
+        alerts = (work / "alerts.log").read_text() if (work / "alerts.log").exists() else ""
+        return {
+            "daemon: status exit 1 (open findings)": done.returncode == 1,
+            "daemon: NVML available": bool(doc.get("nvml") and doc["nvml"]["available"]),
+            "daemon: job root PID, user, memory": bool(jobs)
+            and jobs[0]["root_pid"] == pid
+            and jobs[0]["user"] == user
+            and jobs[0]["gpu_memory_bytes"] == scan_mem,
+            "daemon: rogue-job alert in the log sink": f'"root_pid": {pid}' in alerts
+            and '"kind": "rogue-job"' in alerts,
+        }
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        print(f"daemon exit {proc.returncode}; stderr tail: {proc.stderr.read()[-300:]!r}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--user", default="nobody")
@@ -116,6 +170,7 @@ def main() -> int:
                 checks["memory equals nvidia-smi (MiB)"] = (
                     mem is not None and mem // (1024**2) == smi_mib[pid]
                 )
+        checks.update(daemon_checks(work, env, pid, args.user, job_mem(jobs)))
         for name, passed in checks.items():
             print(f"{'PASS' if passed else 'FAIL'}  {name}")
             ok &= passed

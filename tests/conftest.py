@@ -13,12 +13,15 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 REQUIRE_SYSTEM = os.environ.get("ROGUE_WATCHDOG_REQUIRE_SYSTEM") == "1"
 
 
@@ -88,6 +91,17 @@ def spawned() -> Iterator[Spawned]:
         yield s
     finally:
         s.cleanup()
+
+
+def poll(what: str, probe: Callable[[], T | None], timeout_s: float, interval_s: float = 0.2) -> T:
+    """Call ``probe`` until it returns something truthy; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 def run_cli(

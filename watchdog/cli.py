@@ -17,13 +17,13 @@ from watchdog.actions.cli import register as register_actions
 from watchdog.config import Config, ConfigError, load_config
 from watchdog.daemon.cli import register as register_daemon
 from watchdog.lineage.describe import describe_origin
+from watchdog.model import REPORTED_SEVERITIES
 from watchdog.queue.source import one_shot_queue_findings
 from watchdog.render import printable, result_json, result_table
 from watchdog.scan import Scanner, resolve_origin
 from watchdog.weights.cli import register as register_weights
 
 DEFAULT_CONFIG = "/etc/rogue-watchdog/config.yaml"
-REPORTED_SEVERITIES = ("warning", "high", "critical")
 
 
 def resolve_config_path(path: str | None) -> str | None:

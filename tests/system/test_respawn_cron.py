@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.conftest import need, need_program, need_root
+from tests.conftest import need, need_program, need_root, poll
 from tests.system.cronharness import PYTHON, CronHarness
 
 pytestmark = pytest.mark.system
@@ -132,13 +132,7 @@ def _start_daemon(sandbox: Path, name: str, config: Path) -> DaemonProc:
 
 
 def _poll(what: str, timeout_s: float, probe: Callable[[], T | None]) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+    return poll(what, probe, timeout_s, 0.25)
 
 
 def _query(state_dir: Path, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, poll
 from tests.fakenvml.fixtures import fake_nvml, library_path
 from tests.system.nsystemd import NamespacedSystemd, nsystemd
 
@@ -72,13 +72,7 @@ test_unit.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout_s: float = 30) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+    return poll(what, probe, timeout_s, 0.3)
 
 
 def status_inside(sd: NamespacedSystemd, *args: str) -> tuple[int, str, str]:

@@ -9,23 +9,16 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO, Spawned, run_cli
+from tests.conftest import REPO, Spawned, poll, run_cli
 from tests.unit.test_status import config_file, sha16
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout_s: float = 20) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    return poll(what, probe, timeout_s, 0.1)
 
 
 def events(log: Path, event: str) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
 from watchdog.lineage.describe import describe_origin
+from watchdog.model import REPORTED_SEVERITIES
 from watchdog.render import gpu_json, printable
 
 if TYPE_CHECKING:
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
     from watchdog.daemon.loop import Daemon
 
 SCHEMA_VERSION = 1
-REPORTED_SEVERITIES = ("warning", "high", "critical")
 
 # The checksum of the configuration IN FORCE, taken when a Config object is first seen
 # (at start and on the tick after a reload). The file on disk may differ: a reload with a
