@@ -64,12 +64,13 @@ def status_kib(field: str) -> int:
     raise KeyError(field)
 
 
-def make_daemon(variant: str, tmp: Path) -> Any:
+def make_daemon(variant: str, tmp: Path, interval_s: float = 5.0) -> Any:
     from watchdog.config import parse_config
     from watchdog.daemon.loop import Daemon
 
     cfg = parse_config(
         VARIANTS[variant] + "daemon:\n"
+        f"  interval_s: {interval_s}\n"
         f"  state_dir: {tmp / 'state'}\n"
         f"  socket: {tmp / 'status.sock'}\n"
         f"alerts:\n  sinks: [{{type: log, path: {tmp / 'alerts.log'}}}]\n",
@@ -145,7 +146,7 @@ def child(
     configure_logging()
     sys.stdout = stdout
     with tempfile.TemporaryDirectory(prefix="rw-daemon-bench-") as name:
-        d = make_daemon(variant, Path(name))
+        d = make_daemon(variant, Path(name), interval_s)
         if restat_every is not None:
             d.scanner.table.restat_every = restat_every
         rss_built = status_kib("VmRSS")

@@ -12,6 +12,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+import structlog
+
 from watchdog import __version__
 from watchdog.actions.cli import register as register_actions
 from watchdog.config import Config, ConfigError, load_config
@@ -174,6 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command != "run":
+        # One-shot commands keep stdout for their report; their log events go to stderr.
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
@@ -182,6 +187,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(printable(f"rogue-watchdog: config error: {exc}"), file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`| head`): quiet the dead pipe so exit does not fail too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except OutputError as exc:
         if sys.stderr is not None:
             print(f"rogue-watchdog: {exc}", file=sys.stderr)

@@ -32,6 +32,8 @@ from watchdog.scan import Scanner
         ('paths: {proc_root: "/pr\\ud800oc"}\n', 1, "paths.proc_root", "surrogate"),
         ("nvml: {enabled: !!bool maybe}\n", 1, "nvml.enabled", "expected true or false"),
         ("sanctioned: []\nnvml: {enabled: true}\n# \x07 bell\n", 3, "", "is not allowed"),
+        ("alerts:\n  sinks:\n    - {type: slack, url: 'https://hooks.example/T/B/x'}\n", 3,
+         "alerts.sinks[0].url", "inline webhook URLs are refused"),
     ],
 )  # fmt: skip
 def test_bad_config_values_are_errors_with_a_line(

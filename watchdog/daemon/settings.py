@@ -143,6 +143,15 @@ def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
 
 def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
     allowed = ("type", "name", "path", "url_env", "url_file", "min_severity", "kinds", "timeout_s")
+    if isinstance(node, yaml.MappingNode):
+        for knode, _ in node.value:
+            if getattr(knode, "value", None) in ("url", "token", "webhook"):
+                raise r.err(
+                    knode,
+                    f"{key}.{knode.value}",
+                    "inline webhook URLs are refused: the URL is a secret; name an "
+                    "environment variable with url_env or a file with url_file",
+                )
     m = r.mapping(node, key, allowed)
     if "type" not in m:
         raise r.err(node, f"{key}.type", "required key missing (log, slack, discord, webhook)")

@@ -10,7 +10,7 @@ siblings under PID 1, and they are still one job.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
@@ -108,30 +108,35 @@ def collect_training(
 
 
 class LauncherCache:
-    """Launcher verdicts per process, recomputed only for new or changed processes.
-
-    A :class:`Proc` record is replaced by the process table whenever the identity or
-    ``comm`` changes (exec, setproctitle), so the record itself is the cache key.
-    """
+    """Launcher verdicts kept beside a process table, recomputed only for processes the
+    last refresh added or changed (``ProcessTable.changed``/``removed``)."""
 
     def __init__(self) -> None:
-        self._seen: dict[int, tuple[Proc, bool]] = {}
+        self._hits: set[int] = set()
+        self._generation: int | None = None
+        self._table: int | None = None
 
     def matching(self, table: ProcessTable, launchers: Sequence[re.Pattern[str]]) -> list[int]:
-        """PIDs in ``table`` whose command line matches a launcher pattern."""
-        seen: dict[int, tuple[Proc, bool]] = {}
-        out = []
-        for pid, proc in table.procs.items():
-            hit = self._seen.get(pid)
-            if proc.is_zombie:
-                hit = (proc, False)  # it has exited: its old command line launches nothing
-            elif hit is None or (hit[0] is not proc and hit[0].cmdline != proc.cmdline):
-                hit = (proc, is_launcher(proc, launchers))
-            seen[pid] = hit
-            if hit[1]:
-                out.append(pid)
-        self._seen = seen
-        return out
+        """PIDs in ``table`` whose command line matches a launcher pattern.
+
+        A zombie never matches: it has exited, and its old command line launches nothing.
+        """
+        procs = table.procs
+        incremental = self._table == id(table) and self._generation == table.generation - 1
+        if incremental:
+            self._hits -= table.removed
+            todo: Iterable[int] = table.changed
+        else:
+            self._hits = set()
+            todo = procs
+        for pid in todo:
+            proc = procs.get(pid)
+            if proc is not None and not proc.is_zombie and is_launcher(proc, launchers):
+                self._hits.add(pid)
+            else:
+                self._hits.discard(pid)
+        self._table, self._generation = id(table), table.generation
+        return sorted(self._hits)
 
 
 def _reparented(proc: Proc, table: ProcessTable) -> bool:
