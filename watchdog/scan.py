@@ -27,6 +27,10 @@ from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs, ig
 from watchdog.sources.devfd import DeviceFdSource
 from watchdog.sources.procfs import ProcessTable
 
+# How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
+# are re-read after this; `next_run` may lag by as much).
+ORIGIN_TTL_S = 30.0
+
 
 class GpuSource(Protocol):
     """What the scan needs from NVML (see :class:`watchdog.sources.nvml.NvmlSource`)."""
@@ -125,6 +129,7 @@ class Scanner:
         self.gpu_source = gpu_source
         self.host = socket.gethostname()
         self.launcher_cache = LauncherCache()
+        self._origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin]] = {}
         self._persistent: dict[str, object] = {}
         # Our own PID as seen in proc_root (differs only for a fixture tree).
         self.self_pids = (
@@ -206,8 +211,18 @@ class Scanner:
         }
         jobs = group_jobs(self.table, evidence, visible, holders, ignored)
         ctx = self.context(now)
+        mono = time.monotonic()
+        origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin]] = {}
         for job in jobs:
-            job.origin = resolve_origin(job.lineage, ctx, self.resolvers)
+            # The same lineage resolves the same way until its files change: reuse the
+            # answer for ORIGIN_TTL_S (a re-parented job has a new lineage, so a new key).
+            key = tuple((p.pid, p.start_ticks) for p in job.lineage)
+            hit = self._origins.get(key)
+            if hit is None or mono - hit[0] > ORIGIN_TTL_S:
+                hit = (mono, resolve_origin(job.lineage, ctx, self.resolvers))
+            origins[key] = hit
+            job.origin = hit[1]
+        self._origins = origins
         judge(jobs, self.config)
         proc_root = self.config.paths.proc_root
         for job in jobs:
