@@ -159,3 +159,19 @@ def test_respawned_stays_open_while_the_ghost_runs(spawned: Spawned, tmp_path: P
         ("open", "respawned"),
         ("resolve", "respawned"),
     ]
+
+
+def test_config_checksum_never_blocks_on_a_fifo(tmp_path: Path) -> None:
+    # A tester swapped the config for a FIFO and `status` hung for good.
+    import hashlib
+    import os
+
+    from watchdog.daemon.loop import config_checksum
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("sanctioned: []\n")
+    assert config_checksum(str(cfg)) == hashlib.sha256(b"sanctioned: []\n").hexdigest()[:16]
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    assert config_checksum(str(fifo)) is None
+    assert config_checksum(str(tmp_path / "missing.yaml")) is None

@@ -8,19 +8,21 @@ starts failing and one when it recovers; the loop never dies from it.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import signal
+import stat
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
 
-from watchdog.config import Config, ConfigError, load_config
+from watchdog.config import MAX_CONFIG_BYTES, Config, ConfigError, load_config
 from watchdog.daemon.state import StateDB
 from watchdog.daemon.tracker import Tracker, TrackResult
 from watchdog.model import Finding
@@ -301,12 +303,26 @@ class Daemon:
 
 
 def config_checksum(path: str | None) -> str | None:
-    """SHA-256 of the configuration file's bytes (first 16 hex digits), or None."""
+    """SHA-256 of the configuration file's bytes (first 16 hex digits), or None.
+
+    None also when the path is not a regular file or is larger than a configuration can
+    be (a FIFO swapped in would otherwise block the status answer forever).
+    """
     if path is None:
         return None
-    import hashlib
-
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES:
+            return None
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, 65536):
+            digest.update(chunk)
+        return digest.hexdigest()[:16]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
