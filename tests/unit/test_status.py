@@ -158,7 +158,7 @@ def test_render_before_first_scan_and_exit_codes() -> None:
         assert line in text.splitlines()
     assert exit_code(doc) == 0
     assert exit_code(DOC) == 1
-    info = dict(DOC, findings=[dict(DOC["findings"][0], severity="info")])
+    info = dict(DOC, findings=[dict(DOC["findings"][0], severity="info")], degraded={})
     assert exit_code(info) == 0  # like scan: only warning and above count
 
 

@@ -14,18 +14,24 @@ import json
 import logging
 import os
 import sys
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import structlog
 import yaml
 
 from watchdog.config import Config, ConfigError, load_config
 from watchdog.daemon.assemble import attach_parts
-from watchdog.daemon.ipc import SocketInUseError, StatusError, StatusServer, query_status
+from watchdog.daemon.ipc import (
+    SocketInUseError,
+    StatusError,
+    StatusServer,
+    query_status,
+    socket_in_use,
+)
 from watchdog.daemon.loop import Daemon, TickSummary, Worker
 from watchdog.daemon.notify import Notifier
 from watchdog.daemon.settings import DaemonSettings
-from watchdog.daemon.state import StateError
+from watchdog.daemon.state import StateError, lock_state_dir, write_lock_pid
 from watchdog.daemon.status import exit_code, note_config, render_status
 
 log = structlog.get_logger("rogue-watchdog")
@@ -106,8 +112,13 @@ def _pidfile_owner(path: str) -> int | None:
     return None
 
 
-def _detach(pidfile: str, log_file: str) -> contextlib.AbstractContextManager[Any]:
+def _detach(pidfile: str, log_file: str, keep: list[int]) -> contextlib.AbstractContextManager[Any]:
     """A python-daemon context: double fork, setsid, chdir /, umask 022, pidfile, logs.
+
+    Args:
+        pidfile: Absolute PID file path.
+        log_file: Absolute log file path (stdout and stderr of the daemon).
+        keep: File descriptors to keep open across detaching (the state-dir lock).
 
     Raises:
         SystemExit: (exit 2, message on stderr) another daemon holds the pidfile, or the
@@ -133,8 +144,48 @@ def _detach(pidfile: str, log_file: str) -> contextlib.AbstractContextManager[An
         stdout=out,
         stderr=out,
         detach_process=True,
+        files_preserve=keep,
     )
     return ctx
+
+
+def preflight(config: Config, pidfile: str | None) -> int:
+    """The start checks that can fail, done while the terminal still sees the answer
+    (before ``--daemonize`` detaches): the state-dir lock, the socket not in use, the
+    pidfile's directory writable.
+
+    Args:
+        config: The validated configuration.
+        pidfile: Absolute ``--pidfile`` path, or None in the foreground.
+
+    Returns:
+        The state-dir lock descriptor (see :func:`~watchdog.daemon.state.lock_state_dir`).
+
+    Raises:
+        SystemExit: Exit 2 with the reason on stderr.
+    """
+    if pidfile is not None:
+        owner = _pidfile_owner(pidfile)
+        if owner is not None:
+            _fail(f"already running as PID {owner} (pidfile {pidfile})")
+        directory = os.path.dirname(pidfile) or "."
+        if not os.path.isdir(directory):
+            _fail(f"pidfile directory {directory} does not exist")
+        if not os.access(directory, os.W_OK | os.X_OK):
+            _fail(f"pidfile directory {directory} is not writable")
+    try:
+        lock_fd = lock_state_dir(config.daemon.state_dir)
+    except StateError as exc:
+        _fail(str(exc))
+    if socket_in_use(config.daemon.socket):
+        os.close(lock_fd)
+        _fail(f"another process is listening on {config.daemon.socket}: is another daemon running?")
+    return lock_fd
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"rogue-watchdog: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -149,8 +200,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.pidfile:
             print("rogue-watchdog: --daemonize needs --pidfile PATH", file=sys.stderr)
             return 2
-        with _detach(os.path.abspath(args.pidfile), os.path.abspath(args.log_file)):
+        pidfile = os.path.abspath(args.pidfile)
+        lock_fd = preflight(config, pidfile)
+        with _detach(pidfile, os.path.abspath(args.log_file), [lock_fd]):
+            write_lock_pid(lock_fd)  # the detached daemon has a new PID
             return _serve(config, path)
+    preflight(config, None)
     return _serve(config, path)
 
 
@@ -165,7 +220,9 @@ def _serve(config: Config, path: str | None) -> int:
     notifier = Notifier.from_env()
     settings = config.daemon
     notifier.interval_s = settings.interval_s
-    server = StatusServer(settings.socket, daemon.status, group=settings.socket_group)
+    server = StatusServer(
+        settings.socket, daemon.status, group=settings.socket_group, degraded=daemon.degraded
+    )
     try:
         server.start()
         daemon.workers.append(server)
@@ -202,37 +259,66 @@ def _serve(config: Config, path: str | None) -> int:
 # -- status ------------------------------------------------------------------------------
 
 
+class UsageError(Exception):
+    """A ``status`` argument or its configuration file is unusable (exit 2)."""
+
+
 def socket_path(args: argparse.Namespace) -> str:
     """``--socket``, else ``daemon.socket`` from the configuration, else the default.
 
     A configuration file that no longer validates (the daemon may be running with the
     previous one) is read leniently for ``daemon.socket`` alone.
+
+    Raises:
+        UsageError: ``--socket ""``, or a configuration file that is unreadable or not
+            YAML at all (falling back to the default socket would hide the mistake).
     """
     from watchdog.cli import resolve_config_path
 
-    if args.socket:
+    if args.socket is not None:
+        if not args.socket:
+            raise UsageError("--socket needs a path")
         return str(args.socket)
     path = resolve_config_path(args.config)
     if path is None:
         return DaemonSettings().socket
     try:
         return load_config(path).daemon.socket
-    except ConfigError:
-        pass
+    except ConfigError as exc:
+        error = exc
     try:
         with open(path) as fh:
             raw = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError):
+        raise UsageError(f"cannot read daemon.socket from the configuration: {error}") from None
+    try:
         value = raw["daemon"]["socket"]
-        if isinstance(value, str):
-            return value
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        pass
-    return DaemonSettings().socket
+    except (KeyError, TypeError):
+        return DaemonSettings().socket
+    if isinstance(value, str) and value:
+        return value
+    raise UsageError(f"cannot read daemon.socket from the configuration: {error}")
+
+
+def _timeout(text: str) -> float:
+    """argparse type for ``--timeout``: finite seconds, 0 < t <= 3600."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (0 < value <= 3600):  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be seconds in (0, 3600], got {text!r}")
+    return value
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """``status``: what the running daemon sees; exit 0/1/3/4 (docs/status.md)."""
-    path = socket_path(args)
+    """``status``: what the running daemon sees; exit 0/1/3/4 (docs/status.md), 2 on
+    usage errors."""
+    try:
+        path = socket_path(args)
+    except UsageError as exc:
+        print(f"rogue-watchdog: {exc}", file=sys.stderr)
+        return 2
     try:
         doc = query_status(path, timeout_s=args.timeout)
     except StatusError as exc:
@@ -277,6 +363,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--socket", help="status socket (default: daemon.socket of the config)")
     p.add_argument("--config", help="configuration file naming daemon.socket")
     p.add_argument(
-        "--timeout", type=float, default=5.0, help="seconds to wait for an answer (default 5)"
+        "--timeout", type=_timeout, default=5.0, help="seconds to wait for an answer (default 5)"
     )
     p.set_defaults(func=cmd_status)

@@ -18,6 +18,7 @@ import select
 import socket
 import stat
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,9 @@ log = structlog.get_logger("rogue-watchdog")
 SOCKET_MODE = 0o660
 MAX_REQUEST_BYTES = 64 * 1024
 CLIENT_TIMEOUT_S = 2.0
+# Connections served at once; further ones are answered "busy" and closed at once, so
+# a flood of idle clients cannot block the accept loop or grow threads without bound.
+MAX_CLIENTS = 8
 
 
 class SocketInUseError(RuntimeError):
@@ -38,16 +42,20 @@ class SocketInUseError(RuntimeError):
 class StatusServer:
     """Daemon Worker serving ``provider()`` (normally ``Daemon.status``) on a unix socket.
 
-    Connections are served one at a time in the server thread with a short timeout each:
-    a status document is cheap to build, and a client that stalls cannot hold the socket
-    for longer than ``client_timeout_s``.
+    The server thread only accepts; each connection is answered in its own short-lived
+    thread (at most ``MAX_CLIENTS`` at once) under one deadline for the whole request, so
+    a client that stalls (or trickles a byte at a time) cannot hold its connection longer
+    than ``client_timeout_s`` nor delay anyone else. Any exception while answering one
+    request becomes an ``{"error": ...}`` reply; if the accept thread itself ever dies,
+    the reason is recorded in ``degraded["status-socket"]``.
 
     Args:
         path: Socket path (``daemon.socket``); its directory is created (0755) if missing.
         provider: Returns the JSON-ready status document.
         group: Group name (or numeric gid) given access (``daemon.socket_group``); None
             keeps the creating process's group.
-        client_timeout_s: Per-connection read/write timeout in seconds.
+        client_timeout_s: Deadline in seconds for a whole connection (read + answer).
+        degraded: The daemon's ``degraded`` dict, told if the server thread dies.
     """
 
     name = "status-socket"
@@ -59,8 +67,11 @@ class StatusServer:
         *,
         group: str | None = None,
         client_timeout_s: float = CLIENT_TIMEOUT_S,
+        degraded: dict[str, str] | None = None,
     ) -> None:
         self.path = path
+        self.degraded = degraded
+        self._clients = threading.BoundedSemaphore(MAX_CLIENTS)
         self.provider = provider
         self.group = group
         self.client_timeout_s = client_timeout_s
@@ -81,8 +92,22 @@ class StatusServer:
         """
         if self._thread is not None:
             return  # already serving (started early by ``run`` to fail fast)
-        directory = Path(self.path).parent
-        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if len(os.fsencode(self.path)) >= 108:  # sun_path is 108 bytes (unix(7))
+            raise OSError(f"socket path too long for a unix socket (max 107 bytes): {self.path}")
+        created = _mkdirs(Path(self.path).parent)
+        try:
+            self._bind_and_listen()
+        except BaseException:
+            for d in created:  # leave no directory behind that only this attempt made
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            raise
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
+        self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+        self._thread.start()
+        log.info("status-socket-listening", path=self.path, mode=oct(SOCKET_MODE), group=self.group)
+
+    def _bind_and_listen(self) -> None:
         self._remove_stale()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         old_umask = os.umask(0o177)  # never world-accessible, not even for an instant
@@ -98,20 +123,18 @@ class StatusServer:
             os.chown(self.path, -1, gid)
             os.chmod(self.path, SOCKET_MODE)
             sock.listen(16)
-        except (OSError, KeyError) as exc:
+            st = os.stat(self.path)
+        except Exception as exc:  # KeyError/OverflowError from the group too
             sock.close()
             with contextlib.suppress(OSError):
-                os.unlink(self.path)
+                os.unlink(self.path)  # never leave the half-made socket file behind
             if isinstance(exc, KeyError):
                 raise OSError(f"daemon.socket_group: unknown group {self.group!r}") from None
-            raise
-        st = os.stat(self.path)
+            if isinstance(exc, OSError):
+                raise
+            raise OSError(f"socket setup failed: {type(exc).__name__}: {exc}") from None
         self._inode = (st.st_dev, st.st_ino)
         self._sock = sock
-        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
-        self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
-        self._thread.start()
-        log.info("status-socket-listening", path=self.path, mode=oct(SOCKET_MODE), group=self.group)
 
     def stop(self) -> None:
         """Stop serving, close the socket and remove its file (only if it is still ours)."""
@@ -159,6 +182,15 @@ class StatusServer:
         raise SocketInUseError(f"another process is listening on {self.path}")
 
     def _serve(self) -> None:
+        try:
+            self._accept_loop()
+        except BaseException as exc:  # record why the socket went deaf
+            error = f"server thread died: {type(exc).__name__}: {exc}"
+            log.error("component-degraded", component="status-socket", error=error)
+            if self.degraded is not None:
+                self.degraded["status-socket"] = error
+
+    def _accept_loop(self) -> None:
         assert self._sock is not None
         listen_fd = self._sock.fileno()
         while True:
@@ -172,25 +204,55 @@ class StatusServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 continue
-            with conn, contextlib.suppress(OSError):  # the client went away
+            if not self._clients.acquire(blocking=False):
+                with conn, contextlib.suppress(OSError):
+                    conn.setblocking(False)
+                    conn.send(b'{"error": "busy: too many status clients at once"}\n')
+                continue
+            try:
+                threading.Thread(
+                    target=self._client, args=(conn,), name="status-client", daemon=True
+                ).start()
+            except RuntimeError:  # cannot start a thread: answer nobody, keep accepting
+                self._clients.release()
+                conn.close()
+
+    def _client(self, conn: socket.socket) -> None:
+        try:
+            with conn, contextlib.suppress(OSError):  # the client went away or timed out
                 self._answer(conn)
+        finally:
+            self._clients.release()
 
     def _answer(self, conn: socket.socket) -> None:
-        conn.settimeout(self.client_timeout_s)
+        # One deadline for the whole request: a per-recv timeout would let a client
+        # sending one byte per second hold the connection indefinitely.
+        deadline = time.monotonic() + self.client_timeout_s
         data = b""
         while b"\n" not in data and len(data) <= MAX_REQUEST_BYTES:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            conn.settimeout(left)
             chunk = conn.recv(4096)
             if not chunk:
                 break
             data += chunk
-        reply = self._reply(data.split(b"\n", 1)[0])
-        conn.sendall(json.dumps(reply, default=str).encode() + b"\n")
+        try:
+            reply = self._reply(data.split(b"\n", 1)[0])
+            text = json.dumps(reply, default=str)
+        except Exception as exc:  # one bad request must not stop the server
+            text = json.dumps({"error": f"bad request: {type(exc).__name__}"})
+        conn.settimeout(max(0.1, deadline - time.monotonic()))
+        conn.sendall(text.encode() + b"\n")
 
     def _reply(self, line: bytes) -> dict[str, Any]:
         try:
             request = json.loads(line or b"{}")
         except ValueError:
             return {"error": "request is not JSON"}
+        except RecursionError:  # b"[[[[…": nested too deep for the parser
+            return {"error": "request is nested too deeply"}
         if not isinstance(request, dict):
             return {"error": "request must be a JSON object"}
         kind = request.get("request", "status")
@@ -201,6 +263,38 @@ class StatusServer:
         except Exception as exc:  # a status bug must not take the socket down
             log.error("status-failed", error=f"{type(exc).__name__}: {exc}")
             return {"error": f"status failed: {type(exc).__name__}: {exc}"}
+
+
+def socket_in_use(path: str) -> bool:
+    """True when a process answers ``connect()`` on the unix socket ``path``.
+
+    Used before detaching, so ``run --daemonize`` can refuse at the terminal.
+    """
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def _mkdirs(directory: Path) -> list[Path]:
+    """Create ``directory`` (0755) and missing parents; return those created, deepest first."""
+    missing: list[Path] = []
+    d = directory
+    while not d.exists() and d != d.parent:
+        missing.append(d)
+        d = d.parent
+    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    return missing
 
 
 def _gid(group: str) -> int:
@@ -245,6 +339,10 @@ def query_status(path: str, timeout_s: float = 5.0) -> dict[str, Any]:
         except FileNotFoundError:
             raise StatusError(3, f"not running: no status socket at {path}") from None
         except ConnectionRefusedError:
+            if not _is_socket(path):
+                raise StatusError(
+                    3, f"not running: {path} is not a socket (check --socket / daemon.socket)"
+                ) from None
             raise StatusError(
                 3, f"not running: nothing listens on {path} (a stale socket file)"
             ) from None
@@ -283,6 +381,13 @@ def query_status(path: str, timeout_s: float = 5.0) -> dict[str, Any]:
     if doc.get("schema_version") is None or "findings" not in doc:
         raise StatusError(4, f"unexpected reply from {path}: not a status document")
     return doc
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return True  # vanished meanwhile: keep the "stale" reading
 
 
 def _perm_hint(path: str) -> str:

@@ -7,7 +7,9 @@ latest snapshot, so a scrape never touches /proc, NVML or the database.
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("rogue-watchdog")
 
 PREFIX = "rogue_watchdog"
+# A failed metrics bind (port taken) is tried again from the tick hook this often.
+BIND_RETRY_S = 30.0
 VERDICTS = ("sanctioned", "rogue", "excess", "ignored")
 
 
@@ -202,11 +206,18 @@ class MetricsWorker:
         ProcessCollector(registry=self.registry)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self._wanted = False
+        self._last_try = -math.inf
         daemon.on_tick.append(self.on_tick)
 
     def on_tick(self, summary: TickSummary) -> None:
-        """``Daemon.on_tick`` hook: refresh the snapshot."""
+        """``Daemon.on_tick`` hook: refresh the snapshot; retry a failed bind (at most
+        every ``BIND_RETRY_S``), so the "being retried" finding is true."""
         self.collector.update(self.daemon, summary)
+        if self._wanted and self._server is None:
+            now = time.monotonic()
+            if now - self._last_try >= BIND_RETRY_S:
+                self._bind()
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -218,20 +229,30 @@ class MetricsWorker:
 
     def start(self) -> None:
         """Bind and serve in a daemon thread. A bind failure (port taken, address not
-        on this host) is reported once as a degraded component; the daemon runs on."""
+        on this host) is reported once as a degraded component and retried from the tick
+        hook; the daemon runs on."""
+        self._wanted = True
+        self._bind()
+
+    def _bind(self) -> None:
+        self._last_try = time.monotonic()
         try:
             self._server, self._thread = start_http_server(
                 self.port, addr=self.host, registry=self.registry
             )
         except OSError as exc:
             text = f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
-            log.error("component-degraded", component=self.name, error=text)
+            if self.daemon.degraded.get(self.name) != text:
+                log.error("component-degraded", component=self.name, error=text)
             self.daemon.degraded[self.name] = text
             return
+        if self.daemon.degraded.pop(self.name, None) is not None:
+            log.info("component-recovered", component=self.name)
         log.info("metrics-listening", address=f"{self.host}:{self.address and self.address[1]}")
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
+        self._wanted = False
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -10,6 +11,19 @@ import yaml
 from watchdog.configbase import NodeReader
 
 SEVERITIES = ("info", "warning", "high", "critical")
+# Every Finding kind the code can emit (tests/unit/test_daemon_hostile.py keeps this in
+# sync with the source); ``kinds:`` naming anything else would silently never match.
+FINDING_KINDS = (
+    "binding-mismatch", "component-degraded", "deploy-stale", "excess-instances",
+    "gpu-pid-invisible", "gpu-processes-hidden", "gpu-query-failed", "limited-visibility",
+    "nvml-unavailable", "pid-namespace", "poisoned-weights", "proc-unavailable",
+    "queue-output-malformed", "queue-unavailable", "queue-unsanctioned",
+    "remediation-failed", "respawned", "rogue-job", "rogue-service", "ship-gate-degraded",
+    "state-recovered", "weights-unverified", "zombie-gpu-memory",
+)  # fmt: skip
+MIN_INTERVAL_S = 0.1
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with the NUL (unix(7))
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,8 @@ def parse_listen(text: str) -> tuple[str, int]:
         raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:9101), got {text!r}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+        if not host:
+            raise ValueError(f"empty IPv6 address in brackets, got {text!r}")
     elif ":" in host:
         raise ValueError(f"put an IPv6 address in brackets ([::1]:9101), got {text!r}")
     return host, int(port)
@@ -129,6 +145,24 @@ def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
         key = f"daemon.{name}"
         if name in ("interval_s", "fd_sweep_interval_s"):
             vals[name] = _positive(r, v, key)
+            if vals[name] < MIN_INTERVAL_S:  # type: ignore[operator]
+                raise r.err(v, key, f"must be at least {MIN_INTERVAL_S} s, got {vals[name]}")
+        elif name in ("state_dir", "socket"):
+            text = r.string(v, key)
+            if not text.startswith("/"):
+                raise r.err(v, key, f"must be an absolute path, got {text!r}")
+            if name == "socket" and len(text.encode()) > _SUN_PATH_MAX:
+                raise r.err(v, key, f"a unix socket path is at most {_SUN_PATH_MAX} bytes")
+            vals[name] = text
+        elif name == "socket_group":
+            text = r.string(v, key)
+            if text.isdigit() and int(text) >= 2**32:
+                raise r.err(v, key, "a numeric gid must be below 2**32")
+            if not text or not (
+                text.isdigit() or re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?", text)
+            ):
+                raise r.err(v, key, f"expected a group name or a numeric gid, got {text!r}")
+            vals[name] = text
         elif name == "metrics_listen":
             text = r.string(v, key)
             try:
@@ -164,7 +198,36 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
         if name == "type":
             continue
         if name == "kinds":
-            vals[name] = r.strings(v, sub)
+            kinds = r.strings(v, sub)
+            unknown = [k for k in kinds if k not in FINDING_KINDS]
+            if unknown:
+                raise r.err(
+                    v,
+                    sub,
+                    f"unknown finding kind(s) {', '.join(unknown)}; known: "
+                    f"{', '.join(FINDING_KINDS)}",
+                )
+            vals[name] = kinds
+        elif name == "url_env":
+            text = r.string(v, sub)
+            if not _ENV_NAME.fullmatch(text):  # never echo it: it may be the URL itself
+                raise r.err(
+                    v,
+                    sub,
+                    "must be the NAME of an environment variable ([A-Za-z_][A-Za-z0-9_]*) "
+                    "holding the URL, not the URL (value not shown: it may be a secret)",
+                )
+            vals[name] = text
+        elif name == "url_file":
+            text = r.string(v, sub)
+            if "://" in text or not text.startswith("/"):
+                raise r.err(
+                    v,
+                    sub,
+                    "must be the absolute path of a file holding the URL, not the URL "
+                    "(value not shown: it may be a secret)",
+                )
+            vals[name] = text
         elif name == "timeout_s":
             vals[name] = _positive(r, v, sub)
         elif name == "min_severity":
@@ -180,6 +243,8 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
             key,
             "a webhook sink needs url_env or url_file (the URL is a secret: never inline)",
         )
+    if "url_env" in vals and "url_file" in vals:
+        raise r.err(node, key, "give url_env or url_file, not both")
     if kind == "log" and (vals.get("url_env") or vals.get("url_file")):
         raise r.err(node, key, "a log sink takes path, not url_env/url_file")
     return SinkSettings(**vals)  # type: ignore[arg-type]
@@ -203,6 +268,13 @@ def parse_alerts(r: NodeReader, node: yaml.Node) -> AlertSettings:
         where = m["retry_max_s"][1] if "retry_max_s" in m else node
         raise r.err(where, "alerts.retry_max_s", f"must be at least retry_base_s ({base})")
     if "sinks" in m:
+        if not r.sequence(m["sinks"][1], "alerts.sinks"):
+            raise r.err(
+                m["sinks"][1],
+                "alerts.sinks",
+                "empty: no alerts would be sent; remove the key for the default log sink "
+                "or add a sink",
+            )
         sinks = tuple(
             _sink(r, n, f"alerts.sinks[{i}]")
             for i, n in enumerate(r.sequence(m["sinks"][1], "alerts.sinks"))

@@ -99,6 +99,79 @@ class StateError(RuntimeError):
     """The state directory cannot be used at all (not creatable, not writable)."""
 
 
+# SQLite texts that mean "cannot open/write here" (permissions, read-only mount, lock),
+# not "the file is corrupt": such a database must never be moved aside.
+_UNUSABLE = ("unable to open", "readonly", "read-only", "permission", "locked")
+
+
+def _unusable(exc: sqlite3.DatabaseError) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and any(
+        word in str(exc).lower() for word in _UNUSABLE
+    )
+
+
+def _why(directory: Path) -> str:
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f" ({directory} is not writable: read-only file system or permissions)"
+    return ""
+
+
+LOCK_NAME = "daemon.lock"
+
+
+def lock_state_dir(state_dir: str | Path) -> int:
+    """Take the daemon's exclusive lock on ``state_dir`` (``flock(2)`` on ``daemon.lock``).
+
+    Only ``run`` takes it, for the daemon's whole life: two daemons on one state.db would
+    each open the same findings and double every alert. Read-only users (``actions``,
+    ``undo``) do not lock. The lock goes away with the process (no stale-lock cleanup).
+
+    Args:
+        state_dir: The state directory; created (0750) if missing.
+
+    Returns:
+        The open lock file descriptor (keep it open; pass it to ``files_preserve`` when
+        detaching). It holds this process's PID as text.
+
+    Raises:
+        StateError: Another process holds the lock (its PID named when readable), or
+            the directory or lock file cannot be created.
+    """
+    import fcntl
+
+    directory = Path(state_dir)
+    path = directory / LOCK_NAME
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o640)
+    except OSError as exc:
+        raise StateError(f"cannot lock state dir {directory}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        try:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        except OSError:
+            holder = ""
+        os.close(fd)
+        who = f"PID {holder}" if holder.isdigit() else "another process"
+        raise StateError(
+            f"state dir {directory} is in use by {who} (lock {path}): is another daemon "
+            "running with the same daemon.state_dir?"
+        ) from None
+    write_lock_pid(fd)
+    return fd
+
+
+def write_lock_pid(fd: int) -> None:
+    """Record this process's PID in the lock file (again after detaching: new PID)."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # the PID is only informative
+
+
 @dataclass(frozen=True)
 class JobRecord:
     """A row of ``jobs``: one job signature and when it was seen."""
@@ -234,6 +307,8 @@ class StateDB:
         try:
             self._open_checked()
         except sqlite3.DatabaseError as exc:
+            if _unusable(exc):  # not corruption: moving the file aside cannot help
+                raise StateError(f"cannot use {self.path}: {exc}{_why(self.dir)}") from None
             self._move_aside(str(exc))
             try:
                 self._open_checked()
@@ -274,8 +349,14 @@ class StateDB:
         target = self.path.with_name(f"state.db.corrupt-{stamp}")
         for suffix in ("", "-wal", "-shm"):
             src = Path(str(self.path) + suffix)
-            if src.exists():
-                os.replace(src, str(target) + suffix)
+            try:
+                if src.exists():
+                    os.replace(src, str(target) + suffix)
+            except OSError as exc:
+                raise StateError(
+                    f"{self.path} is unreadable ({reason}) and cannot be moved aside: "
+                    f"{exc.strerror or exc}"
+                ) from None
         self.recovered_from = str(target)
         self.recovered_reason = reason
 

@@ -102,7 +102,13 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
             }
             for j in (result.jobs if result else [])
         ],
-        "findings": [
+        "degraded": _copy(daemon.degraded),
+    }
+    # The state database may be unreadable (overwritten, disk gone): each section that
+    # reads it degrades on its own, and the answer carries what the daemon knows in
+    # memory (the last scan's findings), so `status` never turns into an error.
+    try:
+        doc["findings"] = [
             {
                 "id": f.id,
                 "kind": f.kind,
@@ -114,10 +120,27 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
                 "seen_count": f.seen_count,
             }
             for f in daemon.db.open_findings()
-        ],
-        "alerts": daemon.db.delivery_health(),
-        "degraded": _copy(daemon.degraded),
-    }
+        ]
+    except Exception as exc:  # sqlite3.DatabaseError and whatever a broken file raises
+        doc["degraded"]["state"] = f"open findings unreadable: {type(exc).__name__}: {exc}"
+        doc["findings"] = [
+            {
+                "id": None,
+                "kind": f.kind,
+                "severity": f.severity,
+                "message": f.message,
+                "root_pid": f.root_pid,
+                "opened_at": None,
+                "age_s": None,
+                "seen_count": None,
+            }
+            for f in (result.findings if result else [])
+        ]
+    try:
+        doc["alerts"] = daemon.db.delivery_health()
+    except Exception as exc:
+        doc["degraded"].setdefault("state", f"alert spool unreadable: {type(exc).__name__}: {exc}")
+        doc["alerts"] = {}
     return doc
 
 
@@ -133,7 +156,10 @@ def _copy(d: dict[str, str]) -> dict[str, str]:
 
 def exit_code(doc: dict[str, Any]) -> int:
     """``status`` exit code for a daemon that answered: 1 with open findings of
-    severity warning or above, else 0 (docs/status.md)."""
+    severity warning or above, or with any degraded part (a warning too: e.g. findings
+    cannot be stored), else 0 (docs/status.md)."""
+    if doc.get("degraded"):
+        return 1
     open_ = doc.get("findings") or []
     return 1 if any(f.get("severity") in REPORTED_SEVERITIES for f in open_) else 0
 

@@ -27,6 +27,6 @@ def build_alert_workers(daemon: Daemon) -> list[Worker]:
     Returns:
         One :class:`DeliveryWorker` (always: the default configuration has a log sink).
     """
-    worker = DeliveryWorker(daemon.db, lambda: daemon.config.alerts)
+    worker = DeliveryWorker(daemon.db, lambda: daemon.config.alerts, degraded=daemon.degraded)
     daemon.on_tick.append(worker.on_tick)
     return [worker]

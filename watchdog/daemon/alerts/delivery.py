@@ -92,6 +92,8 @@ class DeliveryWorker:
         rand: Random source for the jitter, in [0, 1).
         environ: Environment for ``url_env``; None means ``os.environ``.
         batch: Rows read per sink and round.
+        degraded: The daemon's ``degraded`` dict: a round that fails as a whole (state
+            database unreadable) is recorded there as ``alerts`` until a round succeeds.
 
     Attributes:
         name: ``alerts`` (for degrade messages).
@@ -110,8 +112,10 @@ class DeliveryWorker:
         rand: Callable[[], float] = random.random,
         environ: Mapping[str, str] | None = None,
         batch: int = 200,
+        degraded: dict[str, str] | None = None,
     ) -> None:
         self.db = db
+        self.degraded = degraded
         self.alerts = alerts
         self.clock = clock
         self.poll_interval_s = poll_interval_s
@@ -245,12 +249,16 @@ class DeliveryWorker:
                     self.deliver_due()
                     if failing is not None:
                         log.info("component-recovered", component=self.name)
+                        if self.degraded is not None:
+                            self.degraded.pop(self.name, None)
                     failing = None
                 except Exception as exc:  # the database may be locked or gone
                     text = f"{type(exc).__name__}: {exc}"
                     if text != failing:
                         log.error("component-degraded", component=self.name, error=text)
                     failing = text
+                    if self.degraded is not None:
+                        self.degraded[self.name] = text
                 self._wake.wait(self.poll_interval_s)
                 self._wake.clear()
         finally:

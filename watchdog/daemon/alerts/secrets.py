@@ -9,10 +9,12 @@ every error goes through :func:`redact` with the URL it was about.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from collections.abc import Mapping
-from urllib.parse import urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 from watchdog.daemon.settings import SinkSettings
 
@@ -20,6 +22,44 @@ REDACTED = "<redacted>"
 _ANY_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 # Path segments and query values at least this long are treated as token material.
 _TOKEN_MIN = 6
+
+
+# A webhook URL is a few hundred bytes; anything far larger is a mistake, and it would be
+# read again on every retry.
+MAX_URL_FILE_BYTES = 64 * 1024
+
+
+def read_small_file(path: str, limit_bytes: int) -> bytes:
+    """Read a regular file of at most ``limit_bytes`` without ever blocking on it.
+
+    Opened with ``O_NONBLOCK | O_NOCTTY``: opening a FIFO for reading would otherwise
+    wait for a writer forever (fifo(7)) and stall every alert. Only regular files are
+    read.
+
+    Raises:
+        OSError: Cannot open, not a regular file, or larger than ``limit_bytes``
+            (``strerror`` says which).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (FIFO, device or socket refused)")
+        if st.st_size > limit_bytes:
+            raise OSError(errno.EFBIG, f"larger than {limit_bytes} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit_bytes:
+            chunk = os.read(fd, limit_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit_bytes:
+            raise OSError(errno.EFBIG, f"larger than {limit_bytes} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 class SecretError(RuntimeError):
@@ -48,10 +88,9 @@ def read_url(sink: SinkSettings, environ: Mapping[str, str] | None = None) -> st
     elif sink.url_file:
         where = f"file {sink.url_file}"
         try:
-            with open(sink.url_file, encoding="utf-8") as fh:
-                value = fh.read().strip()
+            value = read_small_file(sink.url_file, MAX_URL_FILE_BYTES).decode("utf-8").strip()
         except OSError as exc:
-            raise SecretError(f"cannot read the URL from {where}: {exc.strerror}") from None
+            raise SecretError(f"cannot read the URL from {where}: {exc.strerror or exc}") from None
         except UnicodeDecodeError:
             raise SecretError(f"the URL in {where} is not UTF-8 text") from None
     else:
@@ -94,6 +133,8 @@ def secret_fragments(url: str) -> list[str]:
     if parts.password:
         frags.add(parts.password)
     frags.update(seg for seg in parts.path.split("/") if len(seg) >= _TOKEN_MIN)
+    # A receiver may echo the path percent-decoded ("/e/SECRET%45CHO" → "/e/SECRETECHO").
+    frags.update({unquote(f) for f in frags} | {unquote_plus(f) for f in frags})
     return sorted((f for f in frags if f), key=len, reverse=True)
 
 

@@ -8,11 +8,14 @@ the three webhook sinks POST JSON with httpx (``slack``: ``{"text"}``, ``discord
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
+import stat
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 import httpx
 import structlog
@@ -42,6 +45,8 @@ _BODIES: dict[str, Callable[[Delivery], dict[str, Any]]] = {
 # Answers that mean "the receiver is down or busy", not "this message is refused":
 # they hold back the sink's other deliveries until the retry (order is kept).
 _RECEIVER_DOWN = frozenset({408, 425, 429})
+# Of an error answer's body only this much is read (200 characters are kept).
+MAX_ERROR_BODY_BYTES = 4096
 
 
 class SendError(Exception):
@@ -102,7 +107,7 @@ class LogSink:
             if self.settings.path is None:
                 self._write(sys.stdout, level, fields)
             else:
-                with open(self.settings.path, "a", encoding="utf-8") as fh:
+                with open_log_file(self.settings.path) as fh:
                     self._write(fh, level, fields)
         except (OSError, ValueError) as exc:  # ValueError: stdout closed (detached)
             where = self.settings.path or "stdout"
@@ -122,6 +127,27 @@ class LogSink:
             cache_logger_on_first_use=False,
         )
         getattr(logger, level)("finding", **fields)
+
+
+def open_log_file(path: str) -> IO[str]:
+    """Open ``path`` for appending without ever blocking: a regular file, or created.
+
+    ``O_NONBLOCK`` because opening a FIFO for writing waits for a reader forever
+    (fifo(7)), which would stall every alert; FIFOs, devices and sockets are refused.
+
+    Raises:
+        OSError: Cannot open or create it, or it is not a regular file.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o640)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (FIFO, device or socket refused)")
+        os.set_blocking(fd, True)
+        return open(fd, "a", encoding="utf-8", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -161,8 +187,8 @@ class WebhookSink:
         """
         try:
             url = read_url(self.settings, self.environ)
-        except SecretError as exc:
-            raise SendError(str(exc)) from None
+        except SecretError as exc:  # redact anyway: a misconfigured name may be a URL
+            raise SendError(redact(str(exc))) from None
         body = json.dumps(self._body(delivery), ensure_ascii=False).encode("utf-8")
         headers = {
             "content-type": "application/json",
@@ -170,27 +196,40 @@ class WebhookSink:
             "idempotency-key": delivery_id(delivery),
         }
         try:
-            resp = self.client.post(
-                url, content=body, headers=headers, timeout=self.settings.timeout_s
-            )
+            with self.client.stream(
+                "POST", url, content=body, headers=headers, timeout=self.settings.timeout_s
+            ) as resp:
+                code = resp.status_code
+                if 200 <= code < 300:
+                    return
+                reason = f"HTTP {code} {resp.reason_phrase}".rstrip()
+                retry_after = _retry_after(resp) if code in (429, 503) else None
+                head = _read_head(resp, MAX_ERROR_BODY_BYTES)
         except httpx.TimeoutException as exc:
             raise SendError(
                 redact(f"timed out after {self.settings.timeout_s:g} s ({type(exc).__name__})", url)
             ) from None
         except httpx.HTTPError as exc:
             raise SendError(redact(f"{type(exc).__name__}: {exc}", url)) from None
-        if 200 <= resp.status_code < 300:
-            return
-        code = resp.status_code
-        reason = f"HTTP {code} {resp.reason_phrase}".rstrip()
-        snippet = resp.text[:200].strip().replace("\n", " ") if resp.content else ""
+        snippet = head.decode("utf-8", "replace")[:200].strip().replace("\n", " ")
         if snippet:
             reason += f": {snippet}"
         raise SendError(
             redact(reason, url),
             sink_down=code >= 500 or code in _RECEIVER_DOWN,
-            retry_after_s=_retry_after(resp) if code in (429, 503) else None,
+            retry_after_s=retry_after,
         )
+
+
+def _read_head(resp: httpx.Response, limit_bytes: int) -> bytes:
+    """At most ``limit_bytes`` of a streamed body; the rest is never read (a receiver's
+    300 MB error page must not be buffered to keep 200 characters of it)."""
+    data = b""
+    for chunk in resp.iter_bytes(chunk_size=1024):
+        data += chunk
+        if len(data) >= limit_bytes:
+            break
+    return data[:limit_bytes]
 
 
 def make_sink(
