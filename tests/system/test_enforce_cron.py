@@ -94,7 +94,7 @@ def test_disable_undo_and_comeback_with_real_cron(tmp_path: Path) -> None:
         dcfg = parse_config(
             "nvml: {enabled: false}\n"
             f"daemon: {{state_dir: '{h.sandbox}/dstate'}}\n"
-            "alerts: {sinks: []}\n"
+            f"alerts: {{sinks: [{{type: log, path: '{h.sandbox}/alerts.log'}}]}}\n"
             "enforcement:\n  mode: observe\n  grace_s: 3\n  rules:\n"
             f"    - {{name: ret, cmdline: '*{t_ret}*', mode: terminate,\n"
             "       auto_disable_source: true}\n",

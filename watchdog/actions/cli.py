@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -28,6 +29,47 @@ from watchdog.render import printable
 
 class CliError(Exception):
     """A usage problem: exit 2 with this message."""
+
+
+#: Largest id SQLite can store (a signed 64-bit INTEGER); a larger one names nothing.
+MAX_ID = 2**63 - 1
+#: Bounds of ``actions --limit``.
+MAX_LIMIT = 10_000
+#: ASCII digits only: ``str.isdigit`` also accepts "²" and other Unicode digits.
+_DIGITS = re.compile(r"[0-9]+")
+
+#: Finding kinds about one job whose source can still be disabled after the job is gone.
+JOB_KINDS = ("rogue-job", "excess-instances", "respawned", "remediation-failed")
+
+
+def parse_id(text: str) -> int:
+    """A non-negative id written in ASCII digits (``"12"`` → 12), of any size.
+
+    Raises:
+        ValueError: Empty, or anything but ASCII digits.
+    """
+    if not _DIGITS.fullmatch(text):
+        raise ValueError(f"{text!r} is not a number")
+    return int(text)
+
+
+def _action_id(text: str) -> int:
+    try:
+        return parse_id(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected an action id (ASCII digits)"
+        ) from None
+
+
+def _limit(text: str) -> int:
+    try:
+        n = parse_id(text.strip())
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number from 1 to {MAX_LIMIT}")
+    return n
 
 
 def _setup(args: argparse.Namespace) -> tuple[Config, StateDB]:
@@ -50,9 +92,9 @@ def parse_target(text: str) -> tuple[str, int]:
     t = text.strip()
     low = t.lower()
     for prefix in ("finding:", "f"):
-        if low.startswith(prefix) and low[len(prefix) :].isdigit():
+        if low.startswith(prefix) and _DIGITS.fullmatch(low[len(prefix) :]):
             return "finding", int(low[len(prefix) :])
-    if t.isdigit():
+    if _DIGITS.fullmatch(t):
         return "pid", int(t)
     raise CliError(f"{text!r}: expected a PID (42) or a finding id (F12 or finding:12)")
 
@@ -70,10 +112,17 @@ def _sanctioned(jobs: list[Job]) -> set[int]:
 def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, list[Job]]:
     """Find the job named on the command line.
 
+    A resolved finding about a job (the job has exited) still names its source: the
+    origin recorded in the finding's details or in the job's row, so ``disable-source``
+    works for a cron job between runs.
+
     Raises:
-        CliError: Unknown finding, a finding not about a job, a PID in no training job.
+        CliError: Unknown finding, a finding not about a job, a resolved finding that
+            recorded no origin, a PID in no training job.
     """
     kind, number = parse_target(text)
+    if kind == "finding" and number > MAX_ID:
+        raise CliError(f"no finding {number} in {db.path}")
     jobs = _scan_jobs(config)
     if kind == "pid":
         job = next((j for j in jobs if number in j.pids), None)
@@ -85,22 +134,47 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
     finding = db.finding(number)
     if finding is None:
         raise CliError(f"no finding {number} in {db.path}")
-    if finding.resolved_at is not None:
+    if finding.resolved_at is not None and finding.kind not in JOB_KINDS:
         raise CliError(f"finding {number} is resolved; nothing to act on")
-    sig = finding.fingerprint.partition(":")[2]
+    details = finding.details
+    recorded_sig = details.get("signature")
+    sig = (
+        recorded_sig
+        if isinstance(recorded_sig, str) and recorded_sig
+        else finding.fingerprint.partition(":")[2]
+    )
     rec = db.job(sig)
-    if rec is None:
-        raise CliError(f"finding {number} ({finding.kind}) is not about a tracked job")
     for job in jobs:
         if job_signature(job.user, job.cmdline, job.origin) == sig:
             return target_from_job(job, sig, number), jobs
     # Not running now: the source can still be disabled from the recorded origin.
+    origin = details.get("origin")
+    if not (isinstance(origin, dict) and origin.get("kind")):
+        origin = rec.origin if rec is not None else None
+    if rec is None and origin is None:
+        if finding.resolved_at is not None:
+            raise CliError(
+                f"finding {number} is resolved and recorded no origin for its job; nothing to"
+                " act on"
+            )
+        raise CliError(f"finding {number} ({finding.kind}) is not about a tracked job")
+    if not origin:
+        raise CliError(f"finding {number}: no origin was recorded for its job; nothing to act on")
+    verdict = rec.verdict if rec is not None else _verdict_of(finding.kind)
     target = JobTarget(
-        signature=sig, finding_id=number, root_pid=rec.root_pid, start_ticks=rec.start_ticks,
-        members=[], user=rec.user, cmdline=(), exe=None, origin=rec.origin,
-        verdict=rec.verdict, running=False, summary=rec.summary,
+        signature=sig, finding_id=number,
+        root_pid=rec.root_pid if rec else int(finding.root_pid or 0),
+        start_ticks=rec.start_ticks if rec else 0, members=[], user=rec.user if rec else None,
+        cmdline=(), exe=None, origin=origin, verdict=verdict, running=False,
+        summary=rec.summary if rec else finding.message,
     )  # fmt: skip
     return target, jobs
+
+
+def _verdict_of(finding_kind: str) -> str:
+    """The job verdict a finding kind implies (``respawned`` etc. are only raised for
+    rogue or excess jobs)."""
+    return "excess" if finding_kind == "excess-instances" else "rogue"
 
 
 def _open_finding_for(db: StateDB, sig: str) -> int | None:
@@ -182,7 +256,10 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
 def cmd_undo(args: argparse.Namespace) -> int:
     """``undo ACTION-ID [--dry-run]``."""
     config, db = _setup(args)
-    rec = db.action(args.action_id)
+    try:
+        rec = db.action(args.action_id) if args.action_id <= MAX_ID else None
+    except ValueError as exc:  # details_json/undo_json that is not JSON at all
+        raise CliError(f"action {args.action_id} has an unreadable record: {exc}") from None
     if rec is None:
         raise CliError(f"no action {args.action_id} in {db.path}")
     if rec.undone_at is not None:
@@ -194,7 +271,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
     try:
         ops = ops_of(rec.undo)
     except UndoError as exc:
-        raise CliError(f"action {rec.id}: {exc}") from None
+        raise CliError(f"action {rec.id} has an unreadable undo record: {exc}") from None
     effects = Effects(config.enforcement.command_prefix)
     res = run_undo(ops, effects, dry_run=args.dry_run)
     head = "would undo" if args.dry_run else "undo"
@@ -283,11 +360,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=_wrap(cmd_disable_source))
 
     p = sub.add_parser("undo", parents=[common], help="undo a recorded action")
-    p.add_argument("action_id", type=int)
+    p.add_argument("action_id", type=_action_id)
     p.add_argument("--dry-run", action="store_true", help="say what would be restored")
     p.set_defaults(func=_wrap(cmd_undo))
 
     p = sub.add_parser("actions", parents=[common], help="list recorded actions")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument(
+        "--limit", type=_limit, default=50, help=f"newest N actions (1..{MAX_LIMIT}, default 50)"
+    )
     p.set_defaults(func=_wrap(cmd_actions))

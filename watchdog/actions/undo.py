@@ -34,18 +34,54 @@ class UndoError(ValueError):
     """An undo record is malformed (unknown op, missing keys)."""
 
 
+#: Required keys of each op and what each must hold (``int`` excludes ``bool``).
+_SHAPES: dict[str, dict[str, str]] = {
+    "rename": {"from": "str", "to": "str"},
+    "restore_file": {
+        "path": "str", "backup": "str", "uid": "int", "gid": "int", "mode": "int", "sha256": "str",
+    },
+    "crontab_restore": {"user": "str", "backup": "str"},
+    "systemctl": {"argv": "argv"},
+    "scontrol": {"argv": "argv"},
+}  # fmt: skip
+
+
+def _holds(value: Any, want: str) -> bool:
+    if want == "str":
+        return isinstance(value, str) and value != ""
+    if want == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return (
+        isinstance(value, list) and bool(value) and all(isinstance(a, str) for a in value)
+    )  # argv
+
+
+def _check_op(n: int, op: Any) -> None:
+    if not isinstance(op, dict) or op.get("op") not in OP_KINDS:
+        raise UndoError(f"op {n}: unknown undo op {op!r}")
+    for key, want in _SHAPES[op["op"]].items():
+        if key not in op:
+            raise UndoError(f"op {n} ({op['op']}): missing {key!r}")
+        if not _holds(op[key], want):
+            kind = {"str": "a non-empty string", "int": "an integer"}.get(
+                want, "a non-empty list of strings"
+            )
+            raise UndoError(f"op {n} ({op['op']}): {key!r} must be {kind}, not {op[key]!r}")
+
+
 def ops_of(undo: Any) -> list[dict[str, Any]]:
-    """The op list of an ``undo_json`` value (a list, or a dict with ``ops``).
+    """The op list of an ``undo_json`` value (a list, or a dict with ``ops``), checked
+    against the documented shape of every op before any of them runs.
 
     Raises:
-        UndoError: Not a list of ops with known ``op`` names.
+        UndoError: Not a list of ops; an unknown ``op``; a missing key or a key of the
+            wrong type (e.g. ``restore_file`` without ``sha256``).
     """
     ops = undo.get("ops") if isinstance(undo, dict) else undo
     if not isinstance(ops, list):
         raise UndoError("undo record is not a list of ops")
-    for op in ops:
-        if not isinstance(op, dict) or op.get("op") not in OP_KINDS:
-            raise UndoError(f"unknown undo op {op!r}")
+    for n, op in enumerate(ops, 1):
+        _check_op(n, op)
     return ops
 
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from watchdog.weights import safetensors
 from watchdog.weights.errors import NotVerifiedError
+from watchdog.weights.regular import not_regular_message, open_regular, open_zip
 from watchdog.weights.report import FileReport
 
 WEIGHT_SUFFIXES = frozenset(
@@ -62,9 +65,10 @@ def sniff(path: Path) -> str:
         ``"unknown"``.
 
     Raises:
+        NotRegularError: The path is a FIFO, device, socket or directory.
         OSError: The file cannot be read.
     """
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         head = fh.read(16)
     if head.startswith(b"GGUF"):
         return "gguf"
@@ -81,7 +85,7 @@ def sniff(path: Path) -> str:
 
 def _sniff_zip(path: Path) -> str:
     try:
-        with zipfile.ZipFile(path) as zf:
+        with open_zip(path) as zf:
             names = [n for n in zf.namelist() if not n.endswith("/")]
     except (zipfile.BadZipFile, OSError, ValueError, EOFError):
         return "zip"
@@ -106,47 +110,77 @@ class Discovery:
     problems: list[FileReport] = field(default_factory=list)
 
 
-def discover(paths: list[Path]) -> Discovery:
-    """Expand files and model directories into weights files and early failures."""
-    out = Discovery()
-    seen: set[Path] = set()
+def _stat_problem(p: Path) -> tuple[os.stat_result | None, FileReport | None]:
+    """Stat ``p`` following symlinks: ``(stat, None)``, or ``(None, report)`` saying why not.
 
-    def add(p: Path) -> None:
-        key = p.resolve()
+    A symlink loop (``ELOOP``) or a vanished path is "not verified" naming the path,
+    never an exception.
+    """
+    try:
+        return os.stat(p), None
+    except FileNotFoundError:
+        return None, FileReport(p, "unknown", error="no such file or directory")
+    except OSError as exc:
+        return None, FileReport(p, "unknown", error=f"cannot stat: {exc.strerror or exc}")
+
+
+def discover(paths: list[Path]) -> Discovery:
+    """Expand files and model directories into weights files and early failures.
+
+    Only regular files (after following symlinks) are kept; a FIFO, device or
+    socket is reported "not a regular file" and never opened, so it cannot block.
+    """
+    out = Discovery()
+    seen: set[tuple[int, int]] = set()
+
+    def add(p: Path, st: os.stat_result) -> None:
+        key = (st.st_dev, st.st_ino)  # no resolve(): it raises on a symlink loop
         if key not in seen:
             seen.add(key)
             out.files.append(p)
 
     for p in paths:
-        if p.is_dir():
+        st, problem = _stat_problem(p)
+        if st is None:
+            assert problem is not None
+            out.problems.append(problem)
+        elif stat.S_ISDIR(st.st_mode):
             _walk(p, out, add)
-        elif p.is_file():
-            if p.name.endswith(INDEX_SUFFIX):
-                out.problems.extend(check_index(p))
-                continue
-            add(p)
+        elif not stat.S_ISREG(st.st_mode):
+            out.problems.append(FileReport(p, "unknown", error=not_regular_message(st.st_mode)))
+        elif p.name.endswith(INDEX_SUFFIX):
+            out.problems.extend(check_index(p))
         else:
-            out.problems.append(FileReport(p, "unknown", error="no such file or directory"))
+            add(p, st)
     return out
 
 
-def _walk(root: Path, out: Discovery, add: object) -> None:
+def _walk(root: Path, out: Discovery, add: Callable[[Path, os.stat_result], None]) -> None:
     found = 0
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames):
             p = Path(dirpath) / name
             suffix = p.suffix.lower()
-            if name.endswith(INDEX_SUFFIX):
+            is_index = name.endswith(INDEX_SUFFIX)
+            if not is_index and suffix not in WEIGHT_SUFFIXES:
+                if suffix in UNVERIFIABLE_SUFFIXES:
+                    out.problems.append(
+                        FileReport(p, "unknown", error=f"{suffix} weights format not verified")
+                    )
+                    found += 1
+                continue
+            found += 0 if is_index else 1
+            st, problem = _stat_problem(p)
+            if st is None:
+                assert problem is not None
+                out.problems.append(problem)
+            elif not stat.S_ISREG(st.st_mode):
+                out.problems.append(FileReport(p, "unknown", error=not_regular_message(st.st_mode)))
+            elif is_index:
                 out.problems.extend(check_index(p))
-            elif suffix in WEIGHT_SUFFIXES:
-                add(p)  # type: ignore[operator]
-                found += 1
-            elif suffix in UNVERIFIABLE_SUFFIXES:
-                out.problems.append(
-                    FileReport(p, "unknown", error=f"{suffix} weights format not verified")
-                )
-                found += 1
+            else:
+                add(p, st)
     if not found:
         out.problems.append(FileReport(root, "directory", error="no weights files found"))
 
@@ -158,13 +192,14 @@ def check_index(index: Path) -> list[FileReport]:
         An empty list when the index is consistent, else one not-verified report.
     """
     try:
-        doc = json.loads(index.read_text(encoding="utf-8"))
+        with open_regular(index) as fh:
+            doc = json.loads(fh.read().decode("utf-8"))
         weight_map = doc["weight_map"]
         if not isinstance(weight_map, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
         ):
             raise ValueError("weight_map must map tensor names to shard file names")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (NotVerifiedError, OSError, ValueError, KeyError, TypeError) as exc:
         return [FileReport(index, "weights-index", error=f"unreadable index: {exc}")]
     by_shard: dict[str, set[str]] = {}
     for tensor, shard in weight_map.items():
@@ -174,8 +209,10 @@ def check_index(index: Path) -> list[FileReport]:
         sp = index.parent / shard
         if Path(shard).is_absolute() or ".." in Path(shard).parts:
             errors.append(f"shard {shard!r} outside the model directory")
-        elif not sp.is_file():
+        elif not sp.exists():
             errors.append(f"shard {shard!r} named by the index is missing")
+        elif not sp.is_file():
+            errors.append(f"shard {shard!r} is not a regular file")
         elif sp.suffix == ".safetensors":
             try:
                 missing = tensors - safetensors.tensor_names(sp)

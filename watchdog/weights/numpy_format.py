@@ -12,6 +12,7 @@ verified.
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 import struct
 import zipfile
@@ -22,6 +23,7 @@ import numpy as np
 
 from watchdog.weights.dtypes import NUMPY_FLOATS, DType
 from watchdog.weights.errors import NotVerifiedError
+from watchdog.weights.regular import open_zip
 from watchdog.weights.report import FileReport, TensorReport
 from watchdog.weights.scan import MappedFile, ScanContext, element_layout, scan_mapped
 from watchdog.weights.zipmember import MemberReader
@@ -159,24 +161,23 @@ def verify_npz(path: Path, ctx: ScanContext, report: FileReport) -> None:
             member header, size mismatch, or a failed CRC of a streamed member.
         OSError: The file cannot be read.
     """
-    with MappedFile(path) as mf:
+    with MappedFile(path) as mf, contextlib.ExitStack() as stack:
         try:
-            zf = zipfile.ZipFile(path)
+            zf = stack.enter_context(open_zip(path))
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
             raise NotVerifiedError(f"unreadable zip: {exc}") from exc
-        with zf:
-            infos = [i for i in zf.infolist() if not i.is_dir()]
-            if not infos:
-                raise NotVerifiedError("empty .npz archive")
-            for info in infos:
-                if not info.filename.endswith(".npy"):
-                    raise NotVerifiedError(f"member {info.filename!r} is not a .npy array")
-                reader = MemberReader(zf, mf, info)
-                h = parse_header(reader.read_head(MAX_HEADER_BYTES + 12))
-                if h.data_offset_bytes + h.nbytes != reader.size:
-                    raise NotVerifiedError(f"member {info.filename!r}: size mismatch")
-                try:
-                    tr = _check(info.filename[: -len(".npy")], h, reader, 0, ctx)
-                except zipfile.BadZipFile as exc:
-                    raise NotVerifiedError(f"member {info.filename!r}: {exc}") from exc
-                report.tensors.append(tr)
+        infos = [i for i in zf.infolist() if not i.is_dir()]
+        if not infos:
+            raise NotVerifiedError("empty .npz archive")
+        for info in infos:
+            if not info.filename.endswith(".npy"):
+                raise NotVerifiedError(f"member {info.filename!r} is not a .npy array")
+            reader = MemberReader(zf, mf, info)
+            h = parse_header(reader.read_head(MAX_HEADER_BYTES + 12))
+            if h.data_offset_bytes + h.nbytes != reader.size:
+                raise NotVerifiedError(f"member {info.filename!r}: size mismatch")
+            try:
+                tr = _check(info.filename[: -len(".npy")], h, reader, 0, ctx)
+            except zipfile.BadZipFile as exc:
+                raise NotVerifiedError(f"member {info.filename!r}: {exc}") from exc
+            report.tensors.append(tr)

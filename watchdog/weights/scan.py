@@ -23,6 +23,7 @@ import numpy as np
 from watchdog.weights.dtypes import FloatCode
 from watchdog.weights.errors import NotVerifiedError
 from watchdog.weights.finite import Counts, UIntArray, scan_values, uint_dtype
+from watchdog.weights.regular import open_regular
 
 #: Bytes checked per chunk; a few MiB keeps a chunk cache-resident between the
 #: two reductions of the fast path.
@@ -126,11 +127,12 @@ class MappedFile:
         path: File to map.
 
     Raises:
+        NotRegularError: The path is a FIFO, device, socket or directory.
         OSError: The file cannot be opened or mapped.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self._fh = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._fh = open_regular(path)  # closed in close(); never a FIFO or device
         self.size = os.fstat(self._fh.fileno()).st_size
         self.mm: mmap.mmap | None = None
         if self.size:

@@ -15,6 +15,7 @@ list of names to local stand-ins and never imports anything: any other global
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
 import math
 import pickle
@@ -26,6 +27,7 @@ from typing import Any
 
 from watchdog.weights.dtypes import TORCH_STORAGES, DType
 from watchdog.weights.errors import NotVerifiedError
+from watchdog.weights.regular import open_zip
 from watchdog.weights.report import FileReport, TensorReport
 from watchdog.weights.scan import MappedFile, ScanContext, element_layout
 from watchdog.weights.zipmember import MemberReader
@@ -307,8 +309,11 @@ def _is_c_contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return True
 
 
-def _open_zip(path: Path) -> zipfile.ZipFile:
-    try:
-        return zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-        raise NotVerifiedError(f"unreadable zip: {exc}") from exc
+@contextlib.contextmanager
+def _open_zip(path: Path) -> Iterator[zipfile.ZipFile]:
+    with contextlib.ExitStack() as stack:
+        try:
+            zf = stack.enter_context(open_zip(path))
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+            raise NotVerifiedError(f"unreadable zip: {exc}") from exc
+        yield zf
