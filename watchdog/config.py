@@ -8,9 +8,7 @@ Reference: docs/config.md; the shipped example is config/example.yaml.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +21,7 @@ from watchdog.actions.settings import EnforcementSettings, parse_enforcement
 from watchdog.configbase import ConfigError, NodeReader
 from watchdog.daemon.settings import AlertSettings, DaemonSettings, parse_alerts, parse_daemon
 from watchdog.queue.settings import QueueSettings, parse_queue
+from watchdog.safeio import read_regular
 from watchdog.weights.settings import ShipGate, parse_ship_gates
 
 __all__ = [
@@ -357,12 +356,7 @@ def load_config(path: str | Path | None) -> Config:
         return Config()
     p = str(path)
     try:
-        st = os.stat(p)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(p, None, "", "not a regular file")
-        if st.st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(p, None, "", f"larger than {MAX_CONFIG_BYTES} bytes")
-        text = Path(p).read_text(encoding="utf-8")
+        text = read_regular(p, MAX_CONFIG_BYTES).decode("utf-8")
     except OSError as exc:
         raise ConfigError(p, None, "", f"cannot read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

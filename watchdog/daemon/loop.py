@@ -9,9 +9,7 @@ starts failing and one when it recovers; the loop never dies from it.
 from __future__ import annotations
 
 import hashlib
-import os
 import signal
-import stat
 import threading
 import time
 import traceback
@@ -26,6 +24,7 @@ from watchdog.config import MAX_CONFIG_BYTES, Config, ConfigError, load_config
 from watchdog.daemon.state import StateDB
 from watchdog.daemon.tracker import Tracker, TrackResult
 from watchdog.model import Finding
+from watchdog.safeio import read_regular
 from watchdog.scan import Scanner, ScanResult
 
 log = structlog.get_logger("rogue-watchdog")
@@ -311,18 +310,6 @@ def config_checksum(path: str | None) -> str | None:
     if path is None:
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        return hashlib.sha256(read_regular(path, MAX_CONFIG_BYTES)).hexdigest()[:16]
+    except (OSError, ValueError):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES:
-            return None
-        digest = hashlib.sha256()
-        while chunk := os.read(fd, 65536):
-            digest.update(chunk)
-        return digest.hexdigest()[:16]
-    except OSError:
-        return None
-    finally:
-        os.close(fd)

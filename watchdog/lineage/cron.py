@@ -31,6 +31,7 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
 
+from watchdog import safeio
 from watchdog.lineage.base import ResolveContext, exe_name
 from watchdog.lineage.crontab import (
     CronEntry,
@@ -409,20 +410,17 @@ def _read_tab(
         tab = hit[1]
         return tab if isinstance(tab, Crontab) else None
     try:
-        # O_NONBLOCK: a FIFO swapped in after the stat cannot block the open.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                refuse(f"skipped {path} (not a regular file)")
-                return None
-            data = fh.read(_MAX_FILE_BYTES + 1)
+        data = safeio.read_regular(path, _MAX_FILE_BYTES)  # a FIFO swapped in cannot block
     except FileNotFoundError:
+        return None
+    except safeio.NotRegularFileError:
+        refuse(f"skipped {path} (not a regular file)")
+        return None
+    except safeio.FileTooLargeError:
+        refuse(f"skipped {path} (too large: over {_MAX_FILE_BYTES} bytes)")
         return None
     except OSError as exc:
         refuse(f"could not read {path} ({_strerror(exc)})")
-        return None
-    if len(data) > _MAX_FILE_BYTES:
-        refuse(f"skipped {path} (too large: over {_MAX_FILE_BYTES} bytes)")
         return None
     text = data.decode("utf-8", "surrogateescape")
     if anacron:

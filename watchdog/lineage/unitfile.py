@@ -16,6 +16,8 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from watchdog import safeio
+
 # Timer settings that schedule a start (systemd.timer(5)); order is display order.
 TIMER_KEYS = (
     "OnCalendar",
@@ -187,40 +189,16 @@ def read_regular(path: str, max_bytes: int = MAX_UNIT_FILE_BYTES) -> tuple[str |
     try:
         if os.path.realpath(path) == os.devnull:
             return "", None
-        st = os.stat(path)
+        data = safeio.read_regular(path, max_bytes)
     except FileNotFoundError:
         return None, None
+    except safeio.NotRegularFileError:
+        return None, "not a regular file"
+    except safeio.FileTooLargeError as exc:
+        return None, f"too large ({exc.size_bytes} bytes, limit {exc.limit_bytes})"
     except (OSError, ValueError) as exc:
         return None, _why(exc)
-    if not stat.S_ISREG(st.st_mode):
-        return None, "not a regular file"
-    if st.st_size > max_bytes:
-        return None, f"too large ({st.st_size} bytes, limit {max_bytes})"
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, _why(exc)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None, "not a regular file"
-        chunks: list[bytes] = []
-        size = 0
-        while size <= max_bytes:
-            chunk = os.read(fd, max_bytes + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        return None, _why(exc)
-    finally:
-        os.close(fd)
-    if size > max_bytes:
-        return None, f"too large (over {max_bytes} bytes)"
-    return b"".join(chunks).decode("utf-8", "replace"), None
+    return data.decode("utf-8", "replace"), None
 
 
 def _why(exc: OSError | ValueError) -> str:

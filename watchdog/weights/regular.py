@@ -18,33 +18,19 @@ import zipfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from watchdog import safeio
 from watchdog.weights.errors import NotVerifiedError
 
 PathLike = str | os.PathLike[str]
-
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
 
 
 class NotRegularError(NotVerifiedError):
     """The path is a FIFO, device, socket or directory, so it is not read at all."""
 
 
-def _kind(mode: int) -> str:
-    for test, name in _KINDS:
-        if test(mode):
-            return name
-    return "a special file"
-
-
 def not_regular_message(mode: int) -> str:
     """The report text for a file of ``mode`` (``st_mode``) that is not regular."""
-    return f"not a regular file ({_kind(mode)})"
+    return f"not a regular file ({safeio.kind_of(mode)})"
 
 
 def check_regular(path: PathLike) -> os.stat_result:
@@ -73,13 +59,11 @@ def open_regular(path: PathLike) -> BinaryIO:
         NotRegularError: The path is not a regular file, before or after opening.
         OSError: The path cannot be stat'ed or opened.
     """
-    check_regular(path)  # refuse devices before opening: open(2) of some has effects
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
-    fd = os.open(path, flags)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularError(not_regular_message(mode))
+        fd = safeio.open_regular_fd(path)
+    except safeio.NotRegularFileError as exc:
+        raise NotRegularError(exc.strerror or "not a regular file") from None
+    try:
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

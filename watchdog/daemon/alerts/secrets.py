@@ -9,14 +9,13 @@ every error goes through :func:`redact` with the URL it was about.
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-import stat
 from collections.abc import Mapping
 from urllib.parse import unquote, unquote_plus, urlsplit
 
 from watchdog.daemon.settings import SinkSettings
+from watchdog.safeio import read_regular
 
 REDACTED = "<redacted>"
 _ANY_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
@@ -30,36 +29,14 @@ MAX_URL_FILE_BYTES = 64 * 1024
 
 
 def read_small_file(path: str, limit_bytes: int) -> bytes:
-    """Read a regular file of at most ``limit_bytes`` without ever blocking on it.
-
-    Opened with ``O_NONBLOCK | O_NOCTTY``: opening a FIFO for reading would otherwise
-    wait for a writer forever (fifo(7)) and stall every alert. Only regular files are
-    read.
+    """Read a regular file of at most ``limit_bytes`` without ever blocking on it
+    (see :mod:`watchdog.safeio`: a FIFO would otherwise stall every alert).
 
     Raises:
         OSError: Cannot open, not a regular file, or larger than ``limit_bytes``
             (``strerror`` says which).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file (FIFO, device or socket refused)")
-        if st.st_size > limit_bytes:
-            raise OSError(errno.EFBIG, f"larger than {limit_bytes} bytes")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit_bytes:
-            chunk = os.read(fd, limit_bytes + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit_bytes:
-            raise OSError(errno.EFBIG, f"larger than {limit_bytes} bytes")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    return read_regular(path, limit_bytes)
 
 
 class SecretError(RuntimeError):

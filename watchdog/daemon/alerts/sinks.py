@@ -30,6 +30,7 @@ from watchdog.daemon.alerts.render import (
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.settings import SinkSettings
 from watchdog.daemon.state import Delivery
+from watchdog.safeio import NotRegularFileError, kind_of
 
 # httpx logs every request URL at INFO ("HTTP Request: POST https://hooks…"): a webhook
 # URL is a secret, so keep httpx/httpcore quiet even if someone turns on INFO logging.
@@ -141,8 +142,9 @@ def open_log_file(path: str) -> IO[str]:
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     fd = os.open(path, flags, 0o640)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file (FIFO, device or socket refused)")
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(errno.EINVAL, f"not a regular file ({kind_of(mode)})")
         os.set_blocking(fd, True)
         return open(fd, "a", encoding="utf-8", closefd=True)
     except BaseException:
