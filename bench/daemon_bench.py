@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import resource
-import signal
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from sleepers import sleepers  # noqa: E402  (bench/ is sys.path[0] for this script)
 
 VARIANTS = {"nvml-off": "nvml: {enabled: false}\n", "nvml-missing": ""}
 SERIES = ((5.0, 720), (2.0, 1800))  # (interval_s, ticks): one hour each
@@ -287,15 +288,7 @@ def main() -> int:
         print(json.dumps(result))
         return 0
 
-    sleepers: list[subprocess.Popen[bytes]] = []
-    try:
-        for _ in range(args.procs):
-            sleepers.append(
-                subprocess.Popen(
-                    ["sleep", "3600"], stdin=subprocess.DEVNULL, start_new_session=True
-                )
-            )
-        time.sleep(1.0)
+    with sleepers(args.procs, 3600):
         print(f"command: {' '.join([sys.executable, *sys.argv])}")
         print(f"{args.procs} sleeping processes spawned; cores: {os.cpu_count()}")
         series = [(v, i, n) for v in VARIANTS for (i, n) in SERIES]
@@ -308,11 +301,6 @@ def main() -> int:
                 run_child(variant, interval, ticks, args.profile, args.breakdown, args.restat_every)
             )
             sys.stdout.flush()
-    finally:
-        for proc in sleepers:
-            proc.send_signal(signal.SIGKILL)
-        for proc in sleepers:
-            proc.wait()
     return 0
 
 

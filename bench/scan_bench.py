@@ -19,16 +19,15 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import signal
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil
+from sleepers import sleepers  # bench/ is sys.path[0] for this script
 
 from watchdog.config import Config
 from watchdog.scan import Scanner
@@ -70,13 +69,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
 
-    sleepers: list[subprocess.Popen[bytes]] = []
-    try:
-        for _ in range(args.procs):
-            sleepers.append(
-                subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL, start_new_session=True)
-            )
-        time.sleep(1.0)
+    with sleepers(args.procs, 600):
         nproc = len(os.listdir("/proc"))
         scanner = Scanner(Config())
         first_before = cpu_self()
@@ -96,11 +89,6 @@ def main() -> int:
         print(f"naive psutil full query CPU:     {u * 1000:8.2f} ms")
         print(f"ratio scan/ps:                   {s / p:8.3f}x  (aim <= 0.25x)")
         print(f"ratio scan/psutil:               {s / u:8.3f}x")
-    finally:
-        for proc in sleepers:
-            proc.send_signal(signal.SIGKILL)
-        for proc in sleepers:
-            proc.wait()
     return 0
 
 
