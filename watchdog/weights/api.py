@@ -45,6 +45,10 @@ _BY_SUFFIX = {
 _UNSUPPORTED = {
     "torch-legacy": "legacy (pre-zip) PyTorch pickle format not verified",
     "zip": "zip archive is neither a torch.save checkpoint nor an .npz",
+    "zip-damaged": (
+        "truncated or damaged zip archive: its central directory (at the end of the file)"
+        " cannot be read"
+    ),
     "unknown": "unsupported format, not verified",
 }
 
@@ -115,7 +119,7 @@ def verify(
     finally:
         if own:
             context.close()
-    return Report(files=found.problems + files)
+    return Report(files=found.problems + files, notes=found.notes)
 
 
 def require_finite(paths: PathLike | Sequence[PathLike]) -> Report:

@@ -26,7 +26,7 @@ from watchdog.weights.errors import NotVerifiedError
 from watchdog.weights.regular import open_zip
 from watchdog.weights.report import FileReport, TensorReport
 from watchdog.weights.scan import MappedFile, ScanContext, element_layout, scan_mapped
-from watchdog.weights.zipmember import MemberReader
+from watchdog.weights.zipmember import MemberReader, require_unique_members
 
 MAGIC = b"\x93NUMPY"
 MAX_HEADER_BYTES = 1 << 20
@@ -166,6 +166,7 @@ def verify_npz(path: Path, ctx: ScanContext, report: FileReport) -> None:
             zf = stack.enter_context(open_zip(path))
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
             raise NotVerifiedError(f"unreadable zip: {exc}") from exc
+        require_unique_members(zf)
         infos = [i for i in zf.infolist() if not i.is_dir()]
         if not infos:
             raise NotVerifiedError("empty .npz archive")

@@ -149,10 +149,13 @@ class Report:
     """Result of verifying one or more paths.
 
     Attributes:
-        files: One entry per weights file (and per failed index or empty directory).
+        files: One entry per weights file (and per failed index, unreadable or empty
+            directory).
+        notes: What the walk skipped or found outside a model directory, and why.
     """
 
     files: list[FileReport] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -174,6 +177,7 @@ class Report:
             "ok": self.ok,
             "exit_code": self.exit_code,
             "files": [f.to_dict() for f in self.files],
+            "notes": list(self.notes),
         }
 
     def to_json(self) -> str:
@@ -194,5 +198,6 @@ class Report:
                         f"  {t.name}\t{t.dtype}\t{shape}\t{t.nan}\t{t.posinf}\t{t.neginf}"
                         f"\t{t.first_bad_index}\t{t.unit}"
                     )
+        lines.extend(f"NOTE {n}" for n in self.notes)
         lines.extend(f.summary() for f in self.files)
         return "\n".join(lines)

@@ -30,7 +30,7 @@ from watchdog.weights.errors import NotVerifiedError
 from watchdog.weights.regular import open_zip
 from watchdog.weights.report import FileReport, TensorReport
 from watchdog.weights.scan import MappedFile, ScanContext, element_layout
-from watchdog.weights.zipmember import MemberReader
+from watchdog.weights.zipmember import MemberReader, require_unique_members
 
 MAX_PICKLE_BYTES = 256 << 20
 MAX_DEPTH = 64
@@ -238,6 +238,7 @@ def verify_torchzip(path: Path, ctx: ScanContext, report: FileReport) -> None:
         OSError: The file cannot be read.
     """
     with MappedFile(path) as mf, _open_zip(path) as zf:
+        require_unique_members(zf)
         root = _find_root(zf)
         byteorder = "<"
         if root + "byteorder" in zf.namelist():

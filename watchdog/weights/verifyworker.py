@@ -66,7 +66,7 @@ def verify_one(path: Path, ctx: ScanContext) -> FileReport:
         finite when the index is consistent, else not verified.
     """
     if path.name.endswith(INDEX_SUFFIX):
-        problems = check_index(path)
+        problems, _shards = check_index(path)  # the listing submits the shards themselves
         return problems[0] if problems else FileReport(path, "weights-index")
     return verify_file(path, ctx)
 

@@ -39,6 +39,26 @@ def stored_data_offset(mf: MappedFile, info: zipfile.ZipInfo) -> int:
     return start
 
 
+def require_unique_members(zf: zipfile.ZipFile) -> None:
+    """Refuse an archive that names one member twice.
+
+    Readers disagree on which copy a duplicated name means: :mod:`zipfile` returns
+    the last central-directory entry, miniz (``torch.load``) the first. Verifying one
+    copy says nothing about the other, so such an archive is not verifiable.
+
+    Raises:
+        NotVerifiedError: Some member name occurs more than once (the message names it).
+    """
+    seen: set[str] = set()
+    for info in zf.infolist():
+        if info.filename in seen:
+            raise NotVerifiedError(
+                f"zip member {info.filename!r} appears more than once: readers disagree"
+                " on which copy they load"
+            )
+        seen.add(info.filename)
+
+
 class MemberReader:
     """Reads ranges of one zip member, in place when stored, else by streaming.
 
