@@ -379,8 +379,8 @@ def test_deploy_stale_names_the_newest_good_output(tmp_path: Path, dirs: tuple[P
         assert f.severity == "high"
         assert f.message == (
             f"ship gate prod: the deploy step did not run: newest good output {out}"
-            f" (2023-11-13T16:13:20+00:00) is 50.0 h newer than deployed {deployed}"
-            " (2023-11-11T14:13:20+00:00); it has waited 30.0 h (limit 24.0 h)"
+            f" (2023-11-13T16:13:20+00:00) is 2 d 2 h newer than deployed {deployed}"
+            " (2023-11-11T14:13:20+00:00); it has waited 1 d 6 h 3 s (limit 1 d)"
         )
         assert "ckpt-100.safetensors" not in r.counting.calls  # older than deployed
         assert r.open("poisoned-weights") == []  # training outputs are not gated
@@ -410,8 +410,36 @@ def test_not_stale_before_the_limit_and_nothing_deployed(
         [f] = r.open("deploy-stale")
         assert f.message == (
             f"ship gate prod: the deploy step did not run: newest good output {out}"
-            f" (2023-11-14T21:13:20+00:00) has waited 2.0 h and nothing is deployed in {deploy}"
+            f" (2023-11-14T21:13:20+00:00) has waited 2 h 1 s (limit 2 h) and nothing verified"
+            f" finite is deployed in {deploy}"
         )
+    finally:
+        r.close()
+
+
+def test_a_deployed_nan_file_does_not_count_as_deployed(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    """Only the NaN file is deployed; the older good output still waits: stale, in minutes."""
+    deploy, train = dirs
+    r = rig(tmp_path, f"    train_dir: {train}\n    stale_after_s: 300\n")
+    try:
+        out = good_model(train / "ckpt-100.safetensors")
+        os.utime(out, (T0 - 400, T0 - 400))
+        bad = nan_model(train / "ckpt-200.safetensors")
+        os.utime(bad, (T0 - 200, T0 - 200))
+        shipped = nan_model(deploy / "model.safetensors")  # the deploy shipped the NaN run
+        os.utime(shipped, (T0 - 100, T0 - 100))
+        for i in range(3):
+            r.tick(T0 + i)
+        assert len(r.open("poisoned-weights")) == 1
+        [f] = r.open("deploy-stale")
+        assert f.message == (
+            f"ship gate prod: the deploy step did not run: newest good output {out}"
+            " (2023-11-14T22:06:40+00:00) has waited 6 min 42 s (limit 5 min) and nothing"
+            f" verified finite is deployed in {deploy}"
+        )
+        assert f.details["deploy_path"] is None
     finally:
         r.close()
 

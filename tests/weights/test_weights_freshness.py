@@ -5,18 +5,39 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from watchdog.weights.freshness import StableFileTracker, check_deploy_stale
+from watchdog.weights.freshness import StableFileTracker, check_deploy_stale, human_duration
+
+from .builders import safetensors_bytes, st_array
 
 T0 = 1_700_000_000.0
+GOOD = safetensors_bytes({"w": st_array(np.arange(4, dtype=np.float32), "F32")})
+NAN = safetensors_bytes({"w": st_array(np.array([1, np.nan, 2, 3], np.float32), "F32")})
 
 
-def touch(p: Path, mtime_s: float, data: bytes = b"x") -> Path:
+def touch(p: Path, mtime_s: float, data: bytes = GOOD) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_bytes(data)
     os.utime(p, (mtime_s, mtime_s))
     return p
+
+
+def test_a_nan_file_deployed_does_not_count_as_deployed(tmp_path: Path) -> None:
+    """Only the NaN file is deployed and an older good output waits: that is stale."""
+    train, deploy = tmp_path / "train", tmp_path / "deploy"
+    good = touch(train / "ckpt-1.safetensors", T0)
+    touch(train / "ckpt-2.safetensors", T0 + 50, NAN)  # refused by the deploy step
+    touch(deploy / "model.safetensors", T0 + 60, NAN)  # ... or shipped anyway
+    r = check_deploy_stale(train, deploy, threshold_s=600, now=T0 + 601)
+    assert r is not None
+    assert (r.train_path, r.deploy_path, r.lag_s) == (good, None, 601)
+
+
+def test_human_duration_keeps_a_passed_limit_apart_from_the_limit() -> None:
+    got = [human_duration(s) for s in (-3, 0, 45, 300, 301.9, 7201, 30 * 3600, 50 * 3600 + 59)]
+    assert got == ["0 s", "0 s", "45 s", "5 min", "5 min 1 s", "2 h 1 s", "1 d 6 h", "2 d 2 h 59 s"]
 
 
 def test_stale_when_newer_training_output_waits_past_threshold(tmp_path: Path) -> None:
@@ -44,8 +65,8 @@ def test_not_stale_when_deploy_is_current_or_nothing_trained(tmp_path: Path) -> 
 
 def test_nothing_deployed_yet_counts_as_stale(tmp_path: Path) -> None:
     train = tmp_path / "train"
-    touch(train / "w.gguf", T0)
-    r = check_deploy_stale(train, tmp_path / "missing", 60, now=T0 + 61)
+    touch(train / "w.gguf", T0, b"x")
+    r = check_deploy_stale(train, tmp_path / "missing", 60, now=T0 + 61, is_good=lambda p: True)
     assert r is not None and r.deploy_path is None and r.deploy_mtime_s is None
 
 

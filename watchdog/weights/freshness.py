@@ -1,17 +1,49 @@
-"""Pure helpers the daemon will call: deploy staleness and file stability.
+"""Helpers for scripts: deploy staleness, file stability and human durations.
 
 Nothing here sleeps, polls or logs; callers pass ``now`` (seconds since the
 epoch, as ``time.time()``) so the logic is testable on real files with
-``os.utime``.
+``os.utime``. A file counts for freshness only when it is verified finite
+(:func:`watchdog.weights.verify`, or the caller's ``is_good``).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from watchdog.weights.api import verify
 from watchdog.weights.discover import UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
+
+_UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+
+
+def human_duration(seconds: float) -> str:
+    """A duration in days, hours, minutes and seconds, leaving out zero units.
+
+    Whole seconds are kept, so a value that just passed a limit reads apart from
+    the limit ("2 h 1 s" against "2 h"), which one decimal of hours cannot ("0.1 h").
+
+    Args:
+        seconds: Duration in seconds, truncated to whole seconds; negative values
+            are shown as ``"0 s"``.
+
+    Returns:
+        E.g. ``"45 s"``, ``"5 min"``, ``"5 min 1 s"``, ``"1 d 6 h"``.
+    """
+    left = max(0, int(seconds))
+    parts: list[str] = []
+    for unit, size in _UNITS:
+        n, left = divmod(left, size)
+        if n:
+            parts.append(f"{n} {unit}")
+    return " ".join(parts) or "0 s"
+
+
+def verified_finite(path: Path) -> bool:
+    """True when ``path`` was read completely and every value is finite."""
+    return verify(path).ok
 
 
 @dataclass(frozen=True)
@@ -42,8 +74,52 @@ def _is_weights(name: str) -> bool:
     return suffix in WEIGHT_SUFFIXES or suffix in UNVERIFIABLE_SUFFIXES
 
 
+def weights_by_age(directory: Path) -> list[tuple[Path, float]]:
+    """Weights files under ``directory`` (recursively), newest first.
+
+    Returns:
+        ``(path, mtime_s)`` pairs; empty when there is none or the directory does
+        not exist.
+    """
+    found: list[tuple[Path, float]] = []
+    for dirpath, _dirs, files in os.walk(directory):
+        for name in files:
+            if not _is_weights(name):
+                continue
+            p = Path(dirpath) / name
+            try:
+                found.append((p, p.stat().st_mtime))
+            except OSError:
+                continue  # vanished between listing and stat
+    return sorted(found, key=lambda pm: (pm[1], str(pm[0])), reverse=True)
+
+
+def newest_good(
+    directory: Path, is_good: Callable[[Path], bool], newer_than_s: float | None = None
+) -> tuple[Path, float] | None:
+    """Newest weights file under ``directory`` for which ``is_good`` holds.
+
+    Files are tried newest first and ``is_good`` stops at the first that passes,
+    so older files are never read when a newer one is good.
+
+    Args:
+        directory: Folder to walk.
+        is_good: Verdict on one file (by default :func:`verified_finite`).
+        newer_than_s: Only files with an mtime above this count.
+
+    Returns:
+        ``(path, mtime_s)`` or ``None``.
+    """
+    for p, mtime_s in weights_by_age(directory):
+        if newer_than_s is not None and mtime_s <= newer_than_s:
+            return None
+        if is_good(p):
+            return p, mtime_s
+    return None
+
+
 def newest_weights(directory: Path) -> tuple[Path, float] | None:
-    """Newest weights file (by mtime) under ``directory``, recursively.
+    """Newest weights file (by mtime) under ``directory``, recursively, whatever its content.
 
     Returns:
         ``(path, mtime_s)``, or ``None`` when there is no weights file or the
@@ -65,19 +141,26 @@ def newest_weights(directory: Path) -> tuple[Path, float] | None:
 
 
 def check_deploy_stale(
-    train_dir: Path, deploy_dir: Path, threshold_s: float, now: float
+    train_dir: Path,
+    deploy_dir: Path,
+    threshold_s: float,
+    now: float,
+    is_good: Callable[[Path], bool] = verified_finite,
 ) -> StaleResult | None:
-    """Is newer training output waiting undeployed for longer than ``threshold_s``?
+    """Is newer good training output waiting undeployed for longer than ``threshold_s``?
 
-    Stale when the newest weights file under ``train_dir`` is newer than the
-    newest under ``deploy_dir`` (or nothing is deployed) and was written more
-    than ``threshold_s`` seconds before ``now``.
+    Stale when the newest good weights file under ``train_dir`` is newer than the
+    newest good one under ``deploy_dir`` (or nothing good is deployed) and was
+    written more than ``threshold_s`` seconds before ``now``. "Good" means
+    verified finite: a NaN file deployed does not count as deployed, and a NaN
+    output that the deploy rightly refused does not make the deploy stale.
 
     Args:
         train_dir: Training output directory.
         deploy_dir: Directory the serving side loads from (may not exist yet).
         threshold_s: Allowed deploy lag in seconds, ``>= 0``.
         now: Current time in epoch seconds.
+        is_good: Verdict on one file; by default it is verified (read completely).
 
     Returns:
         A :class:`StaleResult`, or ``None`` when not stale (including when the
@@ -91,11 +174,9 @@ def check_deploy_stale(
         raise ValueError("threshold_s must be >= 0")
     if not train_dir.is_dir():
         raise FileNotFoundError(f"training directory {train_dir} does not exist")
-    train = newest_weights(train_dir)
+    deploy = newest_good(deploy_dir, is_good) if deploy_dir.is_dir() else None
+    train = newest_good(train_dir, is_good, None if deploy is None else deploy[1])
     if train is None:
-        return None
-    deploy = newest_weights(deploy_dir) if deploy_dir.is_dir() else None
-    if deploy is not None and deploy[1] >= train[1]:
         return None
     lag_s = now - train[1]
     if lag_s <= threshold_s:

@@ -17,7 +17,8 @@ Each tick, for every gate of ``ship_gates:``, :class:`ShipGateSource`:
 5. with ``quarantine: true`` moves a non-finite file aside (:mod:`.quarantine`) and
    records a ``quarantine-weights`` action whose undo op renames it back;
 6. with ``train_dir``, reports ``deploy-stale`` (high) when the newest finite training
-   output is newer than everything deployed and has waited more than ``stale_after_s``.
+   output is newer than every deployed file verified finite and has waited more than
+   ``stale_after_s`` (a deployed NaN or unverifiable file does not count as deployed).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from watchdog.daemon.state import StateDB
 from watchdog.model import Finding
 from watchdog.scan import ScanResult
 from watchdog.weights.discover import UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
+from watchdog.weights.freshness import human_duration
 from watchdog.weights.quarantine import (
     QUARANTINE_SUFFIX,
     FileOps,
@@ -57,10 +59,6 @@ MAX_NAMED_TENSORS = 10
 
 def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
-
-
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h"
 
 
 @dataclass
@@ -160,6 +158,7 @@ class ShipGateSource:
         self._seen: dict[str, tuple[FileKey, float]] = {}  # path -> (version, first seen)
         self._refused: dict[str, Finding] = {}  # path -> finding of its last bad version
         self._quarantine_failed: dict[FileKey, str] = {}
+        self._stale: Finding | None = None  # the open deploy-stale finding, if any
 
     # -- settling ----------------------------------------------------------------------
 
@@ -320,19 +319,32 @@ class ShipGateSource:
 
     # -- freshness ---------------------------------------------------------------------
 
-    @staticmethod
-    def _deployed(deploy: Listing) -> tuple[str, FileKey] | None:
-        """The newest weights file in the deploy directory (shard indexes do not count)."""
+    def _deployed(self, deploy: Listing) -> tuple[str, FileKey] | None:
+        """The newest deployed weights file verified finite (shard indexes do not count).
+
+        A file that is non-finite or could not be verified is not "deployed": it must
+        not be served, so the output it was meant to replace still waits.
+        """
         files = [
             (p, k)
             for p, k in deploy.keys.items()
-            if _suffix(p) in WEIGHT_SUFFIXES or _suffix(p) in UNVERIFIABLE_SUFFIXES
+            if (_suffix(p) in WEIGHT_SUFFIXES or _suffix(p) in UNVERIFIABLE_SUFFIXES)
+            and (r := self._results.get(k)) is not None
+            and r.ok
         ]
         return max(files, key=lambda pk: pk[1].mtime_ns, default=None)
 
+    def _undecided_deploy(self, deploy: Listing, newer_than_ns: int) -> bool:
+        """Is a deployed weights file at least that new still waiting for its verdict?"""
+        return any(
+            k.mtime_ns >= newer_than_ns and k not in self._results
+            for p, k in deploy.keys.items()
+            if _suffix(p) in WEIGHT_SUFFIXES or _suffix(p) in UNVERIFIABLE_SUFFIXES
+        )
+
     @staticmethod
     def _candidates(train: Listing, deployed: tuple[str, FileKey] | None) -> list[FileKey]:
-        """Training outputs newer than everything deployed, newest first."""
+        """Training outputs newer than every good deployed file, newest first."""
         floor = deployed[1].mtime_ns if deployed else -1
         newer = [k for k in train.keys.values() if k.mtime_ns > floor]
         return sorted(newer, key=lambda k: (k.mtime_ns, k.path), reverse=True)
@@ -358,41 +370,51 @@ class ShipGateSource:
             (k for k in self._candidates(train, deployed) if (r := self._results.get(k)) and r.ok),
             None,
         )
-        if good is None:
-            return []
+        if good is not None and self._undecided_deploy(deploy, good.mtime_ns):
+            # A deployed file as new as the output is still being verified: it may be
+            # the deploy of that output. Keep what was open, open nothing new.
+            return [self._stale] if self._stale is not None else []
+        self._stale = None if good is None else self._stale_finding(good, deployed, now)
+        return [self._stale] if self._stale is not None else []
+
+    def _stale_finding(
+        self, good: FileKey, deployed: tuple[str, FileKey] | None, now: float
+    ) -> Finding | None:
         t1 = good.mtime_ns / 1e9
         waited_s = now - t1
         if waited_s <= self.gate.stale_after_s:
-            return []
+            return None
         gate = self.gate.name
+        limit = human_duration(self.gate.stale_after_s)
         if deployed is None:
-            what = f"has waited {_hours(waited_s)} and nothing is deployed in {self.deploy_dir}"
+            what = (
+                f"has waited {human_duration(waited_s)} (limit {limit}) and nothing verified"
+                f" finite is deployed in {self.deploy_dir}"
+            )
         else:
             t2 = deployed[1].mtime_ns / 1e9
             what = (
-                f"is {_hours(t1 - t2)} newer than deployed {deployed[0]} ({_when(t2)});"
-                f" it has waited {_hours(waited_s)} (limit {_hours(self.gate.stale_after_s)})"
+                f"is {human_duration(t1 - t2)} newer than deployed {deployed[0]} ({_when(t2)});"
+                f" it has waited {human_duration(waited_s)} (limit {limit})"
             )
-        return [
-            Finding(
-                kind="deploy-stale",
-                severity="high",
-                message=(
-                    f"ship gate {gate}: the deploy step did not run: newest good output"
-                    f" {good.path} ({_when(t1)}) {what}"
-                ),
-                details={
-                    "fingerprint": f"{gate}:{self.train_dir}",
-                    "gate": gate,
-                    "train_path": good.path,
-                    "train_mtime": _when(t1),
-                    "deploy_path": deployed[0] if deployed else None,
-                    "deploy_mtime": _when(deployed[1].mtime_ns / 1e9) if deployed else None,
-                    "waited_s": round(waited_s, 1),
-                    "stale_after_s": self.gate.stale_after_s,
-                },
-            )
-        ]
+        return Finding(
+            kind="deploy-stale",
+            severity="high",
+            message=(
+                f"ship gate {gate}: the deploy step did not run: newest good output"
+                f" {good.path} ({_when(t1)}) {what}"
+            ),
+            details={
+                "fingerprint": f"{gate}:{self.train_dir}",
+                "gate": gate,
+                "train_path": good.path,
+                "train_mtime": _when(t1),
+                "deploy_path": deployed[0] if deployed else None,
+                "deploy_mtime": _when(deployed[1].mtime_ns / 1e9) if deployed else None,
+                "waited_s": round(waited_s, 1),
+                "stale_after_s": self.gate.stale_after_s,
+            },
+        )
 
     # -- health ------------------------------------------------------------------------
 
