@@ -444,6 +444,35 @@ def test_a_deployed_nan_file_does_not_count_as_deployed(
         r.close()
 
 
+def test_index_shard_behind_a_symlinked_folder_is_gated(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    deploy, _ = dirs
+    store = tmp_path / "store"
+    store.mkdir()
+    good_model(deploy / "model-00001-of-00002.safetensors")
+    nan_model(store / "model-00002-of-00002.safetensors")
+    (deploy / "shards").symlink_to(store)
+    weight_map = {n: "model-00001-of-00002.safetensors" for n in NAMES[:1]}
+    weight_map.update({n: "shards/model-00002-of-00002.safetensors" for n in NAMES[1:]})
+    (deploy / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    r = rig(tmp_path, "    quarantine: true\n")
+    try:
+        for i in range(3):
+            r.tick(T0 + i)
+        [f] = r.open("poisoned-weights")
+        shard = deploy / "shards" / "model-00002-of-00002.safetensors"
+        assert f.message == (
+            f"ship gate prod: {shard} holds non-finite weights: 224 of 224 tensors non-finite"
+            f" (7168 NaN, 0 +Inf, 0 -Inf); not moved: it lies outside {deploy}"
+            " (named by a shard index)"
+        )
+        assert r.open("weights-unverified") == []
+        assert (store / "model-00002-of-00002.safetensors").exists()
+    finally:
+        r.close()
+
+
 def test_missing_deploy_dir_is_reported_not_silent(tmp_path: Path) -> None:
     r = rig(tmp_path)
     try:

@@ -246,7 +246,7 @@ def _index(
     out.problems.extend(problems)
     real_root = os.path.realpath(root)
     for shard in shards:
-        st, problem = _stat_problem(shard)
+        st, _problem = _stat_problem(shard)
         if st is None:  # check_index reported it already
             continue
         real = os.path.realpath(shard)

@@ -37,7 +37,12 @@ from watchdog.config import Config
 from watchdog.daemon.state import StateDB
 from watchdog.model import Finding
 from watchdog.scan import ScanResult
-from watchdog.weights.discover import UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
+from watchdog.weights.discover import (
+    INDEX_SUFFIX,
+    UNVERIFIABLE_SUFFIXES,
+    WEIGHT_SUFFIXES,
+    check_index,
+)
 from watchdog.weights.freshness import human_duration
 from watchdog.weights.quarantine import (
     QUARANTINE_SUFFIX,
@@ -68,17 +73,22 @@ class Listing:
     Attributes:
         keys: Path → identity of every matching file (vanished files are left out).
         errors: Why parts of the directory could not be read.
+        outside: Shards a shard index names that resolve outside the directory (they
+            are verified and reported, never quarantined: they are not the gate's files).
     """
 
     keys: dict[str, FileKey] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    outside: set[str] = field(default_factory=set)
 
 
 def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) -> Listing:
     """Walk ``root`` for files matching ``patterns`` (case-insensitive globs; one with a
     ``/`` matches the path relative to ``root``). Symlinked folders are not followed,
     symlinked files are (their target is verified). Quarantine folders and quarantined
-    files are skipped.
+    files are skipped. Every shard a listed ``*.index.json`` names is listed too,
+    wherever it resolves (a loader follows the index through symlinked folders and
+    ``..``), so each is verified as a file of its own.
 
     Args:
         root: Directory to walk.
@@ -118,7 +128,24 @@ def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) ->
                 continue  # vanished, or a dangling symlink: nothing to load
             except OSError as exc:
                 out.errors.append(f"cannot stat {p}: {exc.strerror}")
+    _add_index_shards(root, out)
     return out
+
+
+def _add_index_shards(root: Path, out: Listing) -> None:
+    real_root = os.path.realpath(root)
+    for path in [p for p in out.keys if p.endswith(INDEX_SUFFIX)]:
+        _problems, shards = check_index(Path(path))  # the index's own report has them
+        for shard in shards:
+            if str(shard) in out.keys:
+                continue
+            try:
+                out.keys[str(shard)] = FileKey.of(shard)
+            except OSError:
+                continue  # vanished since the index check, which then reports it
+            real = os.path.realpath(shard)
+            if os.path.commonpath([real, real_root]) != real_root:
+                out.outside.add(str(shard))
 
 
 def _suffix(path: str) -> str:
@@ -159,6 +186,7 @@ class ShipGateSource:
         self._refused: dict[str, Finding] = {}  # path -> finding of its last bad version
         self._quarantine_failed: dict[FileKey, str] = {}
         self._stale: Finding | None = None  # the open deploy-stale finding, if any
+        self._outside: set[str] = set()  # index-named shards outside deploy_dir
 
     # -- settling ----------------------------------------------------------------------
 
@@ -191,6 +219,7 @@ class ShipGateSource:
             ``ship-gate-degraded`` findings.
         """
         deploy = list_files(self.deploy_dir, self.gate.patterns, self.quarantine_dir)
+        self._outside = deploy.outside
         train = Listing()
         if self.train_dir is not None:
             train = list_files(self.train_dir, self.gate.patterns, self.quarantine_dir)
@@ -271,7 +300,9 @@ class ShipGateSource:
         )
         if report.error:
             message += f" and was not fully verified: {report.error}"
-        if self.gate.quarantine:
+        if self.gate.quarantine and key.path in self._outside:
+            message += f"; not moved: it lies outside {self.deploy_dir} (named by a shard index)"
+        elif self.gate.quarantine:
             message += self._quarantine(key, details, now)
         return Finding(
             kind="poisoned-weights", severity="critical", message=message, details=details
