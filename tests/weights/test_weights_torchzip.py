@@ -106,7 +106,24 @@ def test_views_into_shared_storage(tmp_path: Path) -> None:
     by = {t.name: t for t in f.tensors}
     assert not by["head"].nonfinite
     assert (by["tail"].nan, by["tail"].first_bad_index) == (1, 1)
-    assert by["col"].nan == 1 and by["col"].note is not None
+    assert (by["col"].nan, by["col"].first_bad_index, by["col"].note) == (1, 2, None)
+
+
+def test_strided_view_counts_its_own_elements_in_c_order(tmp_path: Path) -> None:
+    base = np.arange(8, dtype=np.float16)
+    base[3] = np.nan  # storage position 3
+    base[5] = np.inf  # inside the span of "gaps", but not one of its elements
+    obj = {
+        # w.t() of a (2, 3) tensor: element (i, j) sits at storage position i + 2j.
+        "t": tensor("HalfStorage", "0", 8, (2, 3), stride=(1, 2)),
+        "gaps": tensor("HalfStorage", "0", 8, (2,), stride=(2,), offset=4),  # 4 and 6
+    }
+    f = one(write_torch_zip(tmp_path / "t.pt", obj, {"0": base.tobytes()}, compress=True))
+    by = {t.name: t for t in f.tensors}
+    # Storage position 3 is element (1, 1): C-order index 1 * 3 + 1 = 4.
+    assert (by["t"].nan, by["t"].posinf, by["t"].first_bad_index) == (1, 1, 4)
+    assert not by["gaps"].nonfinite
+    assert np.ravel_multi_index((1, 1), (2, 3)) == 4
 
 
 def test_pickle_calling_os_system_never_runs(tmp_path: Path) -> None:

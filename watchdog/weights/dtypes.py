@@ -187,7 +187,61 @@ TORCH_STORAGES: dict[str, DType] = {
     "QInt8Storage": _int("qint8", 8),
     "QUInt8Storage": _int("quint8", 8),
     "QInt32Storage": _int("qint32", 32),
+    "ComplexHalfStorage": DType("complex32", 32, F16, components=2),
 }
+
+#: ``torch.<name>`` dtypes as ``torch.save`` pickles them (the third-to-last argument
+#: of ``torch._utils._rebuild_tensor_v3``; ``torch/_utils.py``, ``c10/core/ScalarType.h``),
+#: with the usual aliases. Sub-byte integer and packed types take one byte per element
+#: in a storage and hold no non-finite encoding.
+TORCH_DTYPES: dict[str, DType] = {
+    "float64": TORCH_STORAGES["DoubleStorage"],
+    "float32": TORCH_STORAGES["FloatStorage"],
+    "float16": TORCH_STORAGES["HalfStorage"],
+    "bfloat16": TORCH_STORAGES["BFloat16Storage"],
+    "complex32": DType("complex32", 32, F16, components=2),
+    "complex64": TORCH_STORAGES["ComplexFloatStorage"],
+    "complex128": TORCH_STORAGES["ComplexDoubleStorage"],
+    "float8_e5m2": TORCH_STORAGES["Float8_e5m2Storage"],
+    "float8_e4m3fn": TORCH_STORAGES["Float8_e4m3fnStorage"],
+    "float8_e5m2fnuz": TORCH_STORAGES["Float8_e5m2fnuzStorage"],
+    "float8_e4m3fnuz": TORCH_STORAGES["Float8_e4m3fnuzStorage"],
+    "float8_e8m0fnu": TORCH_STORAGES["Float8_e8m0fnuStorage"],
+    "float4_e2m1fn_x2": _int("float4_e2m1fn_x2", 8),
+    "int64": _int("int64", 64),
+    "int32": _int("int32", 32),
+    "int16": _int("int16", 16),
+    "int8": _int("int8", 8),
+    "uint64": _int("uint64", 64),
+    "uint32": _int("uint32", 32),
+    "uint16": _int("uint16", 16),
+    "uint8": _int("uint8", 8),
+    "bool": _int("bool", 8),
+    "qint8": _int("qint8", 8),
+    "quint8": _int("quint8", 8),
+    "qint32": _int("qint32", 32),
+    "quint4x2": _int("quint4x2", 8),
+    "quint2x4": _int("quint2x4", 8),
+    "bits8": _int("bits8", 8),
+    "bits16": _int("bits16", 16),
+    "bits1x8": _int("bits1x8", 8),
+    "bits2x4": _int("bits2x4", 8),
+    "bits4x2": _int("bits4x2", 8),
+    **{f"int{n}": _int(f"int{n}", 8) for n in range(1, 8)},
+    **{f"uint{n}": _int(f"uint{n}", 8) for n in range(1, 8)},
+}
+for _alias, _name in (
+    ("double", "float64"),
+    ("float", "float32"),
+    ("half", "float16"),
+    ("chalf", "complex32"),
+    ("cfloat", "complex64"),
+    ("cdouble", "complex128"),
+    ("long", "int64"),
+    ("int", "int32"),
+    ("short", "int16"),
+):
+    TORCH_DTYPES[_alias] = TORCH_DTYPES[_name]
 
 #: NumPy type codes (``dtype.kind`` + itemsize) of the ``.npy`` header ``descr``.
 NUMPY_FLOATS: dict[str, DType] = {

@@ -5,7 +5,11 @@ top-level folder holds ``data.pkl`` (the pickled object), ``data/<key>`` (raw
 storage bytes, one member per storage), ``byteorder`` and ``version``. Tensors
 appear in the pickle as ``torch._utils._rebuild_tensor_v2(storage, offset, size,
 stride, ...)`` calls whose storage is a persistent id ``('storage',
-torch.<Type>Storage, key, location, numel)``.
+torch.<Type>Storage, key, location, numel)``. Since torch 2.x, dtypes without a
+typed storage class (fp8, uint16/32/64, ...) are written as
+``torch._utils._rebuild_tensor_v3(storage, offset, size, stride, requires_grad,
+hooks, dtype[, metadata])`` over ``torch.storage.UntypedStorage``, whose ``numel``
+counts bytes; ``offset``, sizes and strides count elements of ``dtype``.
 
 The pickle is read by :class:`RestrictedUnpickler`, which resolves only a fixed
 list of names to local stand-ins and never imports anything: any other global
@@ -25,11 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from watchdog.weights.dtypes import TORCH_STORAGES, DType
+import numpy as np
+
+from watchdog.weights.dtypes import TORCH_DTYPES, TORCH_STORAGES, DType
 from watchdog.weights.errors import NotVerifiedError
+from watchdog.weights.finite import Counts, count_nonfinite, uint_dtype
 from watchdog.weights.regular import open_zip
 from watchdog.weights.report import FileReport, TensorReport
-from watchdog.weights.scan import MappedFile, ScanContext, element_layout
+from watchdog.weights.scan import Field, MappedFile, ScanContext, element_layout
 from watchdog.weights.zipmember import MemberReader, require_unique_members
 
 MAX_PICKLE_BYTES = 256 << 20
@@ -38,29 +45,58 @@ MAX_DEPTH = 64
 
 @dataclass(frozen=True)
 class StorageType:
-    """Stand-in for a ``torch.<Name>Storage`` class."""
+    """Stand-in for a ``torch.<Name>Storage`` class (``dtype`` None: ``UntypedStorage``)."""
 
     name: str
-    dtype: DType
+    dtype: DType | None
 
 
 @dataclass(frozen=True)
 class StorageRef:
-    """A storage named by a persistent id: ``data/<key>`` holding ``numel`` elements."""
+    """A storage named by a persistent id: ``data/<key>`` holding ``numel`` elements.
+
+    Attributes:
+        key: Member name under ``data/``.
+        dtype: Element type of a typed storage; ``None`` for an ``UntypedStorage``,
+            whose ``numel`` counts bytes.
+        numel: Elements (typed) or bytes (untyped).
+    """
 
     key: str
-    dtype: DType
+    dtype: DType | None
     numel: int
+
+    @property
+    def nbytes(self) -> int | None:
+        """Size of the storage in bytes (``None`` when not whole bytes)."""
+        return self.numel if self.dtype is None else self.dtype.nbytes_for(self.numel)
 
 
 @dataclass(frozen=True)
 class TensorRef:
-    """Stand-in for a rebuilt tensor: a strided view into a storage (sizes in elements)."""
+    """Stand-in for a rebuilt tensor: a strided view into a storage.
+
+    Attributes:
+        storage: The storage viewed.
+        dtype: Element type of the tensor.
+        offset: First element, in elements of ``dtype``.
+        size: Shape in elements.
+        stride: Strides in elements.
+    """
 
     storage: StorageRef
+    dtype: DType
     offset: int
     size: tuple[int, ...]
     stride: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TorchDType:
+    """Stand-in for a ``torch.<dtype>`` global."""
+
+    name: str
+    dtype: DType
 
 
 @dataclass(frozen=True)
@@ -78,7 +114,9 @@ def _ints(x: object, what: str) -> tuple[int, ...]:
     return tuple(x)
 
 
-def _rebuild_tensor(storage: object, offset: object, size: object, stride: object) -> TensorRef:
+def _rebuild(
+    storage: object, offset: object, size: object, stride: object, dtype: DType | None
+) -> TensorRef:
     if not isinstance(storage, StorageRef):
         raise NotVerifiedError("tensor rebuilt from something that is not a storage")
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
@@ -86,13 +124,41 @@ def _rebuild_tensor(storage: object, offset: object, size: object, stride: objec
     sz, st = _ints(size, "size"), _ints(stride, "stride")
     if len(sz) != len(st):
         raise NotVerifiedError("tensor size and stride differ in length")
-    return TensorRef(storage, offset, sz, st)
+    if dtype is None:
+        if storage.dtype is None:
+            raise NotVerifiedError("tensor over an untyped storage without a dtype")
+        dtype = storage.dtype
+    elif storage.dtype is not None and storage.dtype != dtype:
+        raise NotVerifiedError(
+            f"tensor of {dtype.name} over a typed storage of {storage.dtype.name}"
+        )
+    return TensorRef(storage, dtype, offset, sz, st)
+
+
+def _rebuild_tensor(storage: object, offset: object, size: object, stride: object) -> TensorRef:
+    return _rebuild(storage, offset, size, stride, None)
 
 
 def _rebuild_tensor_v2(
     storage: object, offset: object, size: object, stride: object, *_rest: object
 ) -> TensorRef:
-    return _rebuild_tensor(storage, offset, size, stride)
+    return _rebuild(storage, offset, size, stride, None)
+
+
+def _rebuild_tensor_v3(
+    storage: object,
+    offset: object,
+    size: object,
+    stride: object,
+    _requires_grad: object,
+    _hooks: object,
+    dtype: object,
+    *_rest: object,
+) -> TensorRef:
+    """``torch._utils._rebuild_tensor_v3``: the dtype is an argument (untyped storages)."""
+    if not isinstance(dtype, TorchDType):
+        raise NotVerifiedError(f"_rebuild_tensor_v3 with dtype {dtype!r:.60}, not a torch dtype")
+    return _rebuild(storage, offset, size, stride, dtype.dtype)
 
 
 def _rebuild_parameter(data: object, *_rest: object) -> object:
@@ -100,7 +166,9 @@ def _rebuild_parameter(data: object, *_rest: object) -> object:
 
 
 def _rebuild_from_type_v2(func: object, _new_type: object, args: object, _state: object) -> object:
-    if func not in (_rebuild_tensor_v2, _rebuild_tensor) or not isinstance(args, tuple):
+    if func not in (_rebuild_tensor_v3, _rebuild_tensor_v2, _rebuild_tensor) or not isinstance(
+        args, tuple
+    ):
         raise NotVerifiedError("unsupported tensor subclass rebuild")
     return func(*args)
 
@@ -109,33 +177,13 @@ def _size(arg: object = ()) -> tuple[int, ...]:
     return _ints(arg, "torch.Size")
 
 
-_TORCH_DTYPES = {
-    "float16",
-    "float32",
-    "float64",
-    "bfloat16",
-    "half",
-    "float",
-    "double",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "bool",
-    "complex64",
-    "complex128",
-    "float8_e4m3fn",
-    "float8_e5m2",
-    "float8_e4m3fnuz",
-    "float8_e5m2fnuz",
-    "float8_e8m0fnu",
-}
-
 _ALLOWED: dict[tuple[str, str], object] = {
     ("collections", "OrderedDict"): collections.OrderedDict,
     ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
+    ("torch.storage", "UntypedStorage"): StorageType("UntypedStorage", None),
+    ("torch", "UntypedStorage"): StorageType("UntypedStorage", None),
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
     ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
     ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
@@ -163,14 +211,17 @@ class RestrictedUnpickler(pickle.Unpickler):
             return found
         if module == "torch" and name in TORCH_STORAGES:
             return StorageType(name, TORCH_STORAGES[name])
-        if module == "torch" and name in _TORCH_DTYPES:
-            return _Opaque(f"torch.{name}")
+        if module == "torch" and name in TORCH_DTYPES:
+            return TorchDType(name, TORCH_DTYPES[name])
         raise NotVerifiedError(
             f"pickle references {module}.{name}, which is not a tensor rebuild function"
         )
 
     def persistent_load(self, pid: Any) -> StorageRef:
-        """Turn ``('storage', StorageType, key, location, numel)`` into a :class:`StorageRef`."""
+        """Turn ``('storage', StorageType, key, location, numel)`` into a :class:`StorageRef`.
+
+        ``numel`` counts elements of a typed storage and bytes of an ``UntypedStorage``.
+        """
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
             raise NotVerifiedError(f"unsupported persistent id {pid!r:.80}")
         _, stype, key, _location, numel = pid
@@ -264,7 +315,7 @@ def verify_torchzip(path: Path, ctx: ScanContext, report: FileReport) -> None:
                 info = zf.getinfo(member)
             except KeyError:
                 raise NotVerifiedError(f"storage member {member!r} missing") from None
-            need = t.storage.dtype.nbytes_for(t.storage.numel)
+            need = t.storage.nbytes
             if need != info.file_size:
                 raise NotVerifiedError(
                     f"storage {member!r} is {info.file_size} bytes, expected {need}"
@@ -282,23 +333,66 @@ def _check_tensor(
     byteorder: str,
     report: FileReport,
 ) -> None:
-    dtype = t.storage.dtype
+    dtype = t.dtype
     numel = math.prod(t.size)
     tr = TensorReport(name, dtype.name, t.size, checked=dtype.checked)
     report.tensors.append(tr)
     if numel == 0:
         return
     span = 1 + sum((s - 1) * st for s, st in zip(t.size, t.stride, strict=True))
-    if t.offset + span > t.storage.numel:
+    itemsize = dtype.nbytes_for(1)
+    storage_bytes = t.storage.nbytes
+    if itemsize is None or storage_bytes is None:
+        raise NotVerifiedError(f"tensor {name!r}: {dtype.name} is not whole bytes per element")
+    if (t.offset + span) * itemsize > storage_bytes:
         raise NotVerifiedError(f"tensor {name!r} views past the end of its storage")
     if dtype.code is None:
         return
-    contiguous = span == numel and _is_c_contiguous(t.size, t.stride)
-    if not contiguous:
-        tr.note = "non-contiguous view: counted over the storage span it covers"
     unit_bytes, fields = element_layout(dtype.code, dtype.components)
-    c = reader.scan(t.offset * unit_bytes, span, unit_bytes, fields, ctx, byteorder)
+    if span == numel and _is_c_contiguous(t.size, t.stride):
+        c = reader.scan(t.offset * unit_bytes, span, unit_bytes, fields, ctx, byteorder)
+    else:
+        # The storage span first (fast, chunked); only when it holds a non-finite value
+        # are the viewed elements counted one by one, in C order, so the counts and
+        # the first bad index are those of the tensor, not of the bytes under it.
+        c = reader.scan(t.offset * unit_bytes, span, unit_bytes, fields, ctx, byteorder)
+        if c.bad:
+            c = _count_view(t, reader, unit_bytes, fields, byteorder, ctx.chunk_bytes)
     tr.nan, tr.posinf, tr.neginf, tr.first_bad_index = c.nan, c.posinf, c.neginf, c.first_bad
+
+
+def _count_view(
+    t: TensorRef,
+    reader: MemberReader,
+    unit_bytes: int,
+    fields: list[Field],
+    byteorder: str,
+    chunk_bytes: int,
+) -> Counts:
+    """Exact counts over the elements a strided view holds; ``first_bad`` in C order.
+
+    Rows of the outermost dimension are taken a few MiB at a time, so memory stays
+    bounded by the chunk plus the bytes of the span (held only for a compressed member).
+    """
+    span = 1 + sum((s - 1) * st for s, st in zip(t.size, t.stride, strict=True))
+    buf = reader.buffer(t.offset * unit_bytes, span * unit_bytes)
+    size, stride = (t.size, t.stride) if t.size else ((1,), (1,))
+    inner = math.prod(size[1:])
+    rows_per = max(1, chunk_bytes // max(1, inner * unit_bytes))
+    total = Counts()
+    for row in range(0, size[0], rows_per):
+        rows = min(rows_per, size[0] - row)
+        for f in fields:
+            code = f.code
+            values = np.ndarray(
+                shape=(rows, *size[1:]),
+                dtype=uint_dtype(code.bits, byteorder),
+                buffer=buf,
+                offset=row * stride[0] * unit_bytes + f.offset_bytes,
+                strides=tuple(st * unit_bytes for st in stride),
+            )
+            total.add(count_nonfinite(code, values), row * inner)
+    return total
 
 
 def _is_c_contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:

@@ -100,6 +100,28 @@ class MemberReader:
         with self.open() as fh:
             return fh.read(n)
 
+    def buffer(self, offset_bytes: int, n_bytes: int) -> memoryview:
+        """``n_bytes`` at ``offset_bytes`` inside the member: mapped in place when stored,
+        else decompressed into memory.
+
+        Raises:
+            NotVerifiedError: The range is outside the member or the stream is short.
+        """
+        if offset_bytes + n_bytes > self.size:
+            raise NotVerifiedError(f"zip member {self.info.filename!r}: range past its end")
+        if self.stored:
+            assert self.mf.mm is not None or n_bytes == 0
+            if self.mf.mm is None:
+                return memoryview(b"")
+            start = self.data_offset + offset_bytes
+            return memoryview(self.mf.mm)[start : start + n_bytes]
+        with self.open() as fh:
+            _skip(fh.read, offset_bytes)
+            data = fh.read(n_bytes)
+        if len(data) != n_bytes:
+            raise NotVerifiedError("truncated zip member")
+        return memoryview(data)
+
     def scan(
         self,
         offset_bytes: int,
