@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 from tests.conftest import run_cli
 from watchdog.config import parse_config
@@ -25,7 +26,7 @@ from watchdog.weights.scan import ScanContext
 from watchdog.weights.shipwatch import ShipGateSource, build_ship_gate_sources
 from watchdog.weights.verifyworker import VerifyWorker, verify_one
 
-from .builders import st_array, write_safetensors, write_torch_zip
+from .builders import write_torch_zip
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 
@@ -124,14 +125,19 @@ NAMES = [f"model.layers.{i // 7}.proj{i % 7}.weight" for i in range(224)]
 
 
 def nan_model(path: Path) -> Path:
-    """The incident: 224 fp16 tensors, every value NaN (4x8 each: 7168 NaNs)."""
+    """The incident: 224 fp16 tensors, every value NaN (4x8 each: 7168 NaNs).
+
+    Written by the ``safetensors`` package, as a training script would.
+    """
     nan = np.full((4, 8), np.nan, dtype=np.float16)
-    return write_safetensors(path, {n: st_array(nan, "F16") for n in NAMES})
+    save_file({n: nan for n in NAMES}, str(path))
+    return path
 
 
 def good_model(path: Path, seed: int = 0) -> Path:
     arr = np.random.default_rng(seed).standard_normal((4, 8)).astype(np.float16)
-    return write_safetensors(path, {n: st_array(arr, "F16") for n in NAMES})
+    save_file({n: arr for n in NAMES}, str(path))
+    return path
 
 
 def replace(path: Path, writer: object) -> None:
@@ -253,7 +259,7 @@ def test_truncated_file_is_weights_unverified(tmp_path: Path, dirs: tuple[Path, 
         assert f.severity == "high"
         assert f.message == (
             f"ship gate prod: {cut} could not be verified, so it is refused:"
-            " tensor 'model.layers.31.proj5.weight': offsets 14208..14272 outside the"
+            " tensor 'model.layers.9.proj5.weight': offsets 14208..14272 outside the"
             " 14236-byte buffer"
         )
         assert r.open("poisoned-weights") == []

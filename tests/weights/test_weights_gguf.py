@@ -167,4 +167,4 @@ def test_overlap_and_unknown_type(tmp_path: Path) -> None:
     f = one(write(tmp_path, [("a", 0, (8,), raw32), ("b", 0, (8,), raw32)], offsets=[0, 0]))
     assert "overlaps" in (f.error or "")
     f = one(write(tmp_path, [("a", 31, (8,), raw32)]))  # removed Q4_0_4_4
-    assert "ggml type 31 not verified" in (f.error or "")
+    assert f.error == "tensor 'a': ggml type 31 (Q4_0_4_4) not verified"

@@ -105,6 +105,22 @@ GGML_TYPES: dict[int, GgmlType] = {
     39: _q("MXFP4", 32, 17, 0, code=E8M0),
 }
 
+#: ggml type ids with a name but no layout here: removed (4, 5), repacked at load time
+#: (31-33, 36-38) or newer than this table (40 and up). Files holding them are "not
+#: verified", and the message names the type.
+GGML_UNVERIFIED_NAMES: dict[int, str] = {
+    4: "Q4_2",
+    5: "Q4_3",
+    31: "Q4_0_4_4",
+    32: "Q4_0_4_8",
+    33: "Q4_0_8_8",
+    36: "IQ4_NL_4_4",
+    37: "IQ4_NL_4_8",
+    38: "IQ4_NL_8_8",
+    40: "NVFP4",
+    41: "Q1_0",
+}
+
 _SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY = 8, 9
 
@@ -197,8 +213,9 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
         vtype = cur.u32()
         val = cur.value(vtype)
         if key == b"general.alignment":
-            if vtype != 4 or val is None or val == 0 or val % 8:
-                raise NotVerifiedError(f"bad general.alignment {val!r}")
+            # ggml's gguf.cpp: a u32 that is a power of two, else the file is invalid.
+            if vtype != 4 or val is None or val == 0 or val & (val - 1):
+                raise NotVerifiedError(f"bad general.alignment {val!r}: must be a u32 power of two")
             alignment = val
     raw: list[tuple[str, GgmlType, tuple[int, ...], int]] = []
     for _ in range(n_tensors):
@@ -210,9 +227,12 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
         type_id, offset = cur.u32(), cur.u64()
         gtype = GGML_TYPES.get(type_id)
         if gtype is None:
-            raise NotVerifiedError(f"tensor {name!r}: ggml type {type_id} not verified")
+            known = GGML_UNVERIFIED_NAMES.get(type_id, "unknown to this gate")
+            raise NotVerifiedError(f"tensor {name!r}: ggml type {type_id} ({known}) not verified")
         raw.append((name, gtype, dims, offset))
-    data_start = -(-cur.pos // alignment) * alignment
+    # Padding is (a - pos % a) % a (ggml GGML_PAD): none when the tensor table ends
+    # exactly on a boundary, never a whole extra block.
+    data_start = cur.pos + (alignment - cur.pos % alignment) % alignment
     infos: list[TensorInfo] = []
     for name, gtype, dims, offset in raw:
         n = math.prod(dims)
