@@ -22,7 +22,7 @@ import numpy as np
 
 from watchdog.weights.dtypes import FloatCode
 from watchdog.weights.errors import NotVerifiedError
-from watchdog.weights.finite import Counts, UIntArray, scan_values, uint_dtype
+from watchdog.weights.finite import Counts, UIntArray, any_nonfinite, scan_values, uint_dtype
 from watchdog.weights.regular import open_regular
 
 #: Bytes checked per chunk; a few MiB keeps a chunk cache-resident between the
@@ -115,9 +115,26 @@ def check_units(
     """
     n_units = data.size // unit_bytes
     total = Counts()
+    if _tiles_unit(unit_bytes, fields):
+        # Complex elements: both parts share one rule and fill the unit, so the whole
+        # run is tested as one contiguous array first; parts are counted apart only
+        # when something is non-finite.
+        code = fields[0].code
+        if not any_nonfinite(code, data.view(uint_dtype(code.bits, byteorder))):
+            return total
     for code, values in _field_views(data, n_units, unit_bytes, fields, byteorder):
         total.add(scan_values(code, values))
     return total
+
+
+def _tiles_unit(unit_bytes: int, fields: Sequence[Field]) -> bool:
+    """Several fields of one rule laid side by side from offset 0 filling the unit."""
+    if len(fields) < 2 or any(f.extract is not None for f in fields):
+        return False
+    code = fields[0].code
+    return len(fields) * code.nbytes == unit_bytes and all(
+        f.code == code and f.offset_bytes == i * code.nbytes for i, f in enumerate(fields)
+    )
 
 
 class MappedFile:
