@@ -145,9 +145,11 @@ def any_nonfinite(code: FloatCode, values: UIntArray) -> bool:
         and values.flags.c_contiguous
         and values.flags.aligned
         and values.dtype.byteorder in ("=", "|", _NATIVE)
+        # One pass (read-only speed); when a sum is not finite (a non-finite value, or
+        # only an overflow of huge finite values) the reductions below decide.
+        and _float_sums_finite(values, ftype)
     ):
-        # One pass (read-only speed) instead of the two reductions below.
-        return not _float_sums_finite(values, ftype)
+        return False
     if code.sign_magnitude:
         signed = values.view(values.dtype.byteorder + _SINT[code.bits])
         return bool(

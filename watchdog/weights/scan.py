@@ -28,6 +28,10 @@ from watchdog.weights.regular import open_regular
 #: Bytes checked per chunk; a few MiB keeps a chunk cache-resident between the
 #: two reductions of the fast path.
 CHUNK_BYTES = 4 << 20
+#: Chunks one thread checks in a row before dropping their pages at once: each
+#: ``MADV_DONTNEED`` of a process with several threads interrupts the others to flush
+#: their TLBs, so a few large drops cost less than many small ones.
+CHUNKS_PER_RELEASE = 4
 
 ProgressFn = Callable[[int], None]
 
@@ -230,20 +234,25 @@ def scan_mapped(
         return Counts()
     buf = mf.mm
     per_chunk = max(1, ctx.chunk_bytes // unit_bytes)
+    per_task = per_chunk * CHUNKS_PER_RELEASE
 
     def one(first_unit: int) -> tuple[int, Counts]:
-        k = min(per_chunk, n_units - first_unit)
-        start = offset_bytes + first_unit * unit_bytes
-        data = np.frombuffer(buf, dtype=np.uint8, count=k * unit_bytes, offset=start)
-        try:
-            counts = check_units(data, unit_bytes, fields, byteorder)
-        finally:
-            del data
-        mf.release(start, k * unit_bytes)
-        ctx.tick(k * unit_bytes)
+        counts = Counts()
+        end_unit = min(first_unit + per_task, n_units)
+        for unit in range(first_unit, end_unit, per_chunk):
+            k = min(per_chunk, end_unit - unit)
+            start = offset_bytes + unit * unit_bytes
+            data = np.frombuffer(buf, dtype=np.uint8, count=k * unit_bytes, offset=start)
+            try:
+                counts.add(check_units(data, unit_bytes, fields, byteorder), unit - first_unit)
+            finally:
+                del data
+            ctx.tick(k * unit_bytes)
+        first_byte = offset_bytes + first_unit * unit_bytes
+        mf.release(first_byte, (end_unit - first_unit) * unit_bytes)
         return first_unit, counts
 
-    starts = range(0, n_units, per_chunk)
+    starts = range(0, n_units, per_task)
     total = Counts()
     if ctx.executor is None or len(starts) == 1:
         results: Iterator[tuple[int, Counts]] = map(one, starts)
