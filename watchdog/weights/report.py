@@ -31,12 +31,13 @@ class TensorReport:
         posinf: +Inf count.
         neginf: -Inf count.
         first_bad_index: C-order flat element index of the first non-finite value
-            in storage order (column-major for a Fortran-ordered ``.npy``), or ``None``.
-            For quantized tensors this is the first element of the first block whose
-            scale is non-finite.
+            in storage order (column-major for a Fortran-ordered ``.npy``; for a
+            strided torch view, the first of the view's own elements in C order), or
+            ``None``. For quantized tensors this is the first element of the first
+            block whose scale is non-finite.
         unit: What the counts count: ``"element"``, or ``"block-scale"`` for
             quantized GGUF tensors (one bad scale poisons its whole block).
-        note: Extra detail, e.g. that a strided view was checked over its span.
+        note: Extra detail about how the tensor was checked, or ``None``.
     """
 
     name: str
