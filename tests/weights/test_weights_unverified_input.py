@@ -249,3 +249,20 @@ def test_symlink_loop_folder_is_walked_once_and_said_so(tmp_path: Path) -> None:
         f"NOTE skipped {model / 'again'}: symlinked folder leads to {model}, walked already",
         f"OK {model / 'm.safetensors'}: 1 tensor finite",
     ]
+
+
+def test_gate_does_not_run_the_deploy_for_a_duplicated_member(tmp_path: Path) -> None:
+    pkl = pickle_bytes(ordered_dict({"w": tensor("FloatStorage", "0", 4, (4,))}))
+    p = _zip_with_duplicate(
+        tmp_path / "pytorch_model.bin",
+        [
+            ("archive/data.pkl", pkl),
+            ("archive/data/0", NAN4.tobytes()),
+            ("archive/data/0", GOOD4.tobytes()),
+        ],
+    )
+    marker = tmp_path / "deployed"
+    cp = run_cli("gate", "--no-progress", "--weights", str(p), "--", "touch", str(marker))
+    assert cp.returncode == 2
+    assert not marker.exists()
+    assert f"NOT VERIFIED {p}: zip member 'archive/data/0' appears more than once" in cp.stderr
