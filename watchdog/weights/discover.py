@@ -258,6 +258,37 @@ def _index(
     return len(shards)
 
 
+def _read_weight_map(index: Path) -> dict[str, str]:
+    """``weight_map`` of a shard index (tensor name → shard file name).
+
+    Raises:
+        NotVerifiedError, OSError, ValueError, KeyError, TypeError: Unreadable or
+            malformed index.
+    """
+    with open_regular(index) as fh:
+        doc = json.loads(fh.read().decode("utf-8"))
+    weight_map = doc["weight_map"]
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+    ):
+        raise ValueError("weight_map must map tensor names to shard file names")
+    return weight_map
+
+
+def index_shards(index: Path) -> list[Path]:
+    """Paths of the shards an index names (``index.parent / name``), without checking them.
+
+    Returns:
+        One path per distinct shard name, sorted; empty when the index is unreadable
+        (its own check reports that).
+    """
+    try:
+        weight_map = _read_weight_map(index)
+    except (NotVerifiedError, OSError, ValueError, KeyError, TypeError):
+        return []
+    return [index.parent / shard for shard in sorted(set(weight_map.values()))]
+
+
 def check_index(index: Path) -> tuple[list[FileReport], list[Path]]:
     """Check a shard index: every shard it names exists (and holds its tensors).
 
@@ -268,13 +299,7 @@ def check_index(index: Path) -> tuple[list[FileReport], list[Path]]:
         absolute name), so that the caller verifies each one.
     """
     try:
-        with open_regular(index) as fh:
-            doc = json.loads(fh.read().decode("utf-8"))
-        weight_map = doc["weight_map"]
-        if not isinstance(weight_map, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
-        ):
-            raise ValueError("weight_map must map tensor names to shard file names")
+        weight_map = _read_weight_map(index)
     except (NotVerifiedError, OSError, ValueError, KeyError, TypeError) as exc:
         return [FileReport(index, "weights-index", error=f"unreadable index: {exc}")], []
     by_shard: dict[str, set[str]] = {}

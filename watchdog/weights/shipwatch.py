@@ -41,7 +41,7 @@ from watchdog.weights.discover import (
     INDEX_SUFFIX,
     UNVERIFIABLE_SUFFIXES,
     WEIGHT_SUFFIXES,
-    check_index,
+    index_shards,
 )
 from watchdog.weights.freshness import human_duration
 from watchdog.weights.quarantine import (
@@ -135,14 +135,15 @@ def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) ->
 def _add_index_shards(root: Path, out: Listing) -> None:
     real_root = os.path.realpath(root)
     for path in [p for p in out.keys if p.endswith(INDEX_SUFFIX)]:
-        _problems, shards = check_index(Path(path))  # the index's own report has them
-        for shard in shards:
+        # Only the index JSON is read here, every tick; the index's own verification
+        # reports missing shards and tensors.
+        for shard in index_shards(Path(path)):
             if str(shard) in out.keys:
                 continue
             try:
                 out.keys[str(shard)] = FileKey.of(shard)
             except OSError:
-                continue  # vanished since the index check, which then reports it
+                continue  # missing: the index's own verification reports it
             real = os.path.realpath(shard)
             if os.path.commonpath([real, real_root]) != real_root:
                 out.outside.add(str(shard))
