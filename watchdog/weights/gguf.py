@@ -23,7 +23,15 @@ from watchdog.weights.dtypes import BF16, E8M0, F16, F32, F64, FloatCode
 from watchdog.weights.errors import NotVerifiedError
 from watchdog.weights.finite import UIntArray
 from watchdog.weights.report import FileReport, TensorReport
-from watchdog.weights.scan import Field, MappedFile, ScanContext, scan_mapped
+from watchdog.weights.scan import (
+    Field,
+    MappedFile,
+    PendingCounts,
+    ScanContext,
+    gather,
+    gather_quietly,
+    scan_mapped_async,
+)
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -264,21 +272,31 @@ def verify_gguf(path: Path, ctx: ScanContext, report: FileReport) -> None:
         OSError: The file cannot be read.
     """
     with MappedFile(path) as mf:
-        for t in read_tensor_infos(mf):
-            g = t.gtype
-            tr = TensorReport(
-                t.name,
-                g.name,
-                tuple(reversed(t.dims)),
-                checked=bool(g.fields),
-                unit="block-scale" if g.quantized else "element",
-            )
-            report.tensors.append(tr)
-            if not g.fields:
-                ctx.tick(t.nbytes)
-                continue
-            n_blocks = t.nbytes // g.block_bytes
-            c = scan_mapped(mf, t.begin_bytes, n_blocks, g.block_bytes, g.fields, ctx)
+        checked: list[tuple[TensorReport, int]] = []
+        pending: list[PendingCounts] = []
+        try:
+            for t in read_tensor_infos(mf):
+                g = t.gtype
+                tr = TensorReport(
+                    t.name,
+                    g.name,
+                    tuple(reversed(t.dims)),
+                    checked=bool(g.fields),
+                    unit="block-scale" if g.quantized else "element",
+                )
+                report.tensors.append(tr)
+                if not g.fields:
+                    ctx.tick(t.nbytes)
+                    continue
+                n_blocks = t.nbytes // g.block_bytes
+                pending.append(
+                    scan_mapped_async(mf, t.begin_bytes, n_blocks, g.block_bytes, g.fields, ctx)
+                )
+                checked.append((tr, g.block_elems))
+        except BaseException:
+            gather_quietly(pending)
+            raise
+        for (tr, block_elems), c in zip(checked, gather(pending), strict=True):
             tr.nan, tr.posinf, tr.neginf = c.nan, c.posinf, c.neginf
             if c.first_bad is not None:
-                tr.first_bad_index = c.first_bad * g.block_elems
+                tr.first_bad_index = c.first_bad * block_elems

@@ -22,7 +22,15 @@ from typing import Any
 from watchdog.weights.dtypes import SAFETENSORS_DTYPES, DType
 from watchdog.weights.errors import NotVerifiedError
 from watchdog.weights.report import FileReport, TensorReport
-from watchdog.weights.scan import MappedFile, ScanContext, element_layout, scan_mapped
+from watchdog.weights.scan import (
+    MappedFile,
+    PendingCounts,
+    ScanContext,
+    element_layout,
+    gather,
+    gather_quietly,
+    scan_mapped_async,
+)
 
 MAX_HEADER_BYTES = 100_000_000
 
@@ -142,20 +150,31 @@ def verify_safetensors(path: Path, ctx: ScanContext, report: FileReport) -> None
     """
     with MappedFile(path) as mf:
         entries = read_header(mf)
-        for e in entries:
-            tr = TensorReport(e.name, e.dtype.name, e.shape, checked=e.dtype.checked)
-            if e.dtype.code is not None:
-                unit_bytes, fields = element_layout(e.dtype.code, e.dtype.components)
-                c = scan_mapped(mf, e.begin_bytes, e.nbytes // unit_bytes, unit_bytes, fields, ctx)
-                tr.nan, tr.posinf, tr.neginf, tr.first_bad_index = (
-                    c.nan,
-                    c.posinf,
-                    c.neginf,
-                    c.first_bad,
-                )
-            else:
-                ctx.tick(e.nbytes)
-            report.tensors.append(tr)
+        checked: list[TensorReport] = []
+        pending: list[PendingCounts] = []
+        try:
+            for e in entries:
+                tr = TensorReport(e.name, e.dtype.name, e.shape, checked=e.dtype.checked)
+                if e.dtype.code is not None:
+                    unit_bytes, fields = element_layout(e.dtype.code, e.dtype.components)
+                    n_units = e.nbytes // unit_bytes
+                    pending.append(
+                        scan_mapped_async(mf, e.begin_bytes, n_units, unit_bytes, fields, ctx)
+                    )
+                    checked.append(tr)
+                else:
+                    ctx.tick(e.nbytes)
+                report.tensors.append(tr)
+        except BaseException:
+            gather_quietly(pending)
+            raise
+        for tr, c in zip(checked, gather(pending), strict=True):
+            tr.nan, tr.posinf, tr.neginf, tr.first_bad_index = (
+                c.nan,
+                c.posinf,
+                c.neginf,
+                c.first_bad,
+            )
 
 
 def tensor_names(path: Path) -> set[str]:

@@ -15,7 +15,7 @@ import contextlib
 import mmap
 import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -198,6 +198,132 @@ class MappedFile:
         self.close()
 
 
+class PendingCounts:
+    """Counts of a mapped range whose chunks may still be checked on the thread pool.
+
+    Several ranges (the tensors of one file) can be in flight at once, so both
+    threads stay busy across tensor boundaries and small tensors. :meth:`result`
+    waits and sums; :func:`gather` collects many and never leaves a chunk running
+    on a mapping that is about to be closed.
+    """
+
+    def __init__(self, parts: list[tuple[int, Future[tuple[int, Counts]]]] | Counts) -> None:
+        self._parts = parts
+
+    def result(self) -> Counts:
+        """Summed counts; ``first_bad`` is a unit index from the range start.
+
+        Raises:
+            Exception: Whatever a chunk check raised.
+        """
+        if isinstance(self._parts, Counts):
+            return self._parts
+        total = Counts()
+        for _, fut in self._parts:
+            first_unit, counts = fut.result()
+            total.add(counts, first_unit)
+        return total
+
+    def cancel(self) -> None:
+        """Cancel chunks not started and wait for those running (errors ignored)."""
+        if isinstance(self._parts, Counts):
+            return
+        for _, fut in self._parts:
+            fut.cancel()
+        for _, fut in self._parts:
+            if not fut.cancelled():
+                with contextlib.suppress(Exception):
+                    fut.result()
+
+
+def gather(pending: Sequence[PendingCounts]) -> list[Counts]:
+    """Results of several :class:`PendingCounts`, in order.
+
+    Raises:
+        Exception: The first error of any chunk; every other chunk is cancelled or
+            waited for first, so none still reads the mapping.
+    """
+    try:
+        return [p.result() for p in pending]
+    except BaseException:
+        for p in pending:
+            p.cancel()
+        raise
+
+
+def gather_quietly(pending: Sequence[PendingCounts]) -> None:
+    """Cancel or wait for every chunk of ``pending``, ignoring results and errors."""
+    for p in pending:
+        p.cancel()
+
+
+def scan_mapped_async(
+    mf: MappedFile,
+    offset_bytes: int,
+    n_units: int,
+    unit_bytes: int,
+    fields: Sequence[Field],
+    ctx: ScanContext,
+    byteorder: str = "<",
+) -> PendingCounts:
+    """Start checking ``n_units`` units at ``offset_bytes`` of a mapped file, in chunks.
+
+    With a thread pool the chunks are queued on it and this returns at once; without
+    one they are checked before it returns. Keep ``mf`` open until the result is
+    taken (use :func:`gather` for several).
+
+    Args:
+        mf: The mapped file.
+        offset_bytes: Start of the first unit.
+        n_units: Number of units.
+        unit_bytes: Bytes per unit.
+        fields: Float fields of each unit.
+        ctx: Thread pool, progress and chunk size.
+        byteorder: ``"<"`` or ``">"``.
+
+    Returns:
+        The pending counts (``first_bad`` as a unit index from ``offset_bytes``).
+
+    Raises:
+        NotVerifiedError: The range extends past the end of the file.
+    """
+    total_bytes = n_units * unit_bytes
+    if offset_bytes < 0 or offset_bytes + total_bytes > mf.size:
+        raise NotVerifiedError(
+            f"truncated: tensor bytes {offset_bytes}..{offset_bytes + total_bytes} "
+            f"outside file of {mf.size} bytes"
+        )
+    if n_units == 0 or mf.mm is None:
+        return PendingCounts(Counts())
+    buf = mf.mm
+    per_chunk = max(1, ctx.chunk_bytes // unit_bytes)
+    per_task = per_chunk * CHUNKS_PER_RELEASE
+
+    def one(first_unit: int) -> tuple[int, Counts]:
+        counts = Counts()
+        end_unit = min(first_unit + per_task, n_units)
+        for unit in range(first_unit, end_unit, per_chunk):
+            k = min(per_chunk, end_unit - unit)
+            start = offset_bytes + unit * unit_bytes
+            data = np.frombuffer(buf, dtype=np.uint8, count=k * unit_bytes, offset=start)
+            try:
+                counts.add(check_units(data, unit_bytes, fields, byteorder), unit - first_unit)
+            finally:
+                del data
+            ctx.tick(k * unit_bytes)
+        first_byte = offset_bytes + first_unit * unit_bytes
+        mf.release(first_byte, (end_unit - first_unit) * unit_bytes)
+        return first_unit, counts
+
+    starts = range(0, n_units, per_task)
+    if ctx.executor is None:
+        total = Counts()
+        for first_unit, counts in map(one, starts):
+            total.add(counts, first_unit)
+        return PendingCounts(total)
+    return PendingCounts([(s, ctx.executor.submit(one, s)) for s in starts])
+
+
 def scan_mapped(
     mf: MappedFile,
     offset_bytes: int,
@@ -224,43 +350,9 @@ def scan_mapped(
     Raises:
         NotVerifiedError: The range extends past the end of the file.
     """
-    total_bytes = n_units * unit_bytes
-    if offset_bytes < 0 or offset_bytes + total_bytes > mf.size:
-        raise NotVerifiedError(
-            f"truncated: tensor bytes {offset_bytes}..{offset_bytes + total_bytes} "
-            f"outside file of {mf.size} bytes"
-        )
-    if n_units == 0 or mf.mm is None:
-        return Counts()
-    buf = mf.mm
-    per_chunk = max(1, ctx.chunk_bytes // unit_bytes)
-    per_task = per_chunk * CHUNKS_PER_RELEASE
-
-    def one(first_unit: int) -> tuple[int, Counts]:
-        counts = Counts()
-        end_unit = min(first_unit + per_task, n_units)
-        for unit in range(first_unit, end_unit, per_chunk):
-            k = min(per_chunk, end_unit - unit)
-            start = offset_bytes + unit * unit_bytes
-            data = np.frombuffer(buf, dtype=np.uint8, count=k * unit_bytes, offset=start)
-            try:
-                counts.add(check_units(data, unit_bytes, fields, byteorder), unit - first_unit)
-            finally:
-                del data
-            ctx.tick(k * unit_bytes)
-        first_byte = offset_bytes + first_unit * unit_bytes
-        mf.release(first_byte, (end_unit - first_unit) * unit_bytes)
-        return first_unit, counts
-
-    starts = range(0, n_units, per_task)
-    total = Counts()
-    if ctx.executor is None or len(starts) == 1:
-        results: Iterator[tuple[int, Counts]] = map(one, starts)
-    else:
-        results = ctx.executor.map(one, starts)
-    for first_unit, counts in results:
-        total.add(counts, first_unit)
-    return total
+    return gather(
+        [scan_mapped_async(mf, offset_bytes, n_units, unit_bytes, fields, ctx, byteorder)]
+    )[0]
 
 
 def scan_stream(
