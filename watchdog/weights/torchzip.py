@@ -24,7 +24,7 @@ import io
 import math
 import pickle
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,15 @@ from watchdog.weights.errors import NotVerifiedError
 from watchdog.weights.finite import Counts, count_nonfinite, uint_dtype
 from watchdog.weights.regular import open_zip
 from watchdog.weights.report import FileReport, TensorReport
-from watchdog.weights.scan import Field, MappedFile, ScanContext, element_layout
+from watchdog.weights.scan import (
+    Field,
+    MappedFile,
+    PendingCounts,
+    ScanContext,
+    element_layout,
+    gather,
+    gather_quietly,
+)
 from watchdog.weights.zipmember import MemberReader, require_unique_members
 
 MAX_PICKLE_BYTES = 256 << 20
@@ -321,24 +329,45 @@ def verify_torchzip(path: Path, ctx: ScanContext, report: FileReport) -> None:
                     f"storage {member!r} is {info.file_size} bytes, expected {need}"
                 )
             readers[key] = MemberReader(zf, mf, info)
-        for name, t in tensors:
-            _check_tensor(name, t, readers[t.storage.key], ctx, byteorder, report)
+        pending: list[PendingCounts] = []
+        finish: list[Callable[[Counts], None]] = []
+        try:
+            for name, t in tensors:
+                started = _start_tensor(name, t, readers[t.storage.key], ctx, byteorder, report)
+                if started is not None:
+                    pending.append(started[0])
+                    finish.append(started[1])
+        except BaseException:
+            gather_quietly(pending)
+            raise
+        for done, c in zip(finish, gather(pending), strict=True):
+            done(c)
 
 
-def _check_tensor(
+def _start_tensor(
     name: str,
     t: TensorRef,
     reader: MemberReader,
     ctx: ScanContext,
     byteorder: str,
     report: FileReport,
-) -> None:
+) -> tuple[PendingCounts, Callable[[Counts], None]] | None:
+    """Append the tensor's report and start checking its values.
+
+    Returns:
+        ``None`` when there is nothing to scan, else the pending counts of the storage
+        range and the function that turns them into the tensor's counts.
+
+    Raises:
+        NotVerifiedError: The view lies outside its storage or its dtype is not whole
+            bytes per element.
+    """
     dtype = t.dtype
     numel = math.prod(t.size)
     tr = TensorReport(name, dtype.name, t.size, checked=dtype.checked)
     report.tensors.append(tr)
     if numel == 0:
-        return
+        return None
     span = 1 + sum((s - 1) * st for s, st in zip(t.size, t.stride, strict=True))
     itemsize = dtype.nbytes_for(1)
     storage_bytes = t.storage.nbytes
@@ -347,18 +376,20 @@ def _check_tensor(
     if (t.offset + span) * itemsize > storage_bytes:
         raise NotVerifiedError(f"tensor {name!r} views past the end of its storage")
     if dtype.code is None:
-        return
+        return None
     unit_bytes, fields = element_layout(dtype.code, dtype.components)
-    if span == numel and _is_c_contiguous(t.size, t.stride):
-        c = reader.scan(t.offset * unit_bytes, span, unit_bytes, fields, ctx, byteorder)
-    else:
-        # The storage span first (fast, chunked); only when it holds a non-finite value
-        # are the viewed elements counted one by one, in C order, so the counts and
-        # the first bad index are those of the tensor, not of the bytes under it.
-        c = reader.scan(t.offset * unit_bytes, span, unit_bytes, fields, ctx, byteorder)
-        if c.bad:
+    contiguous = span == numel and _is_c_contiguous(t.size, t.stride)
+
+    def done(c: Counts) -> None:
+        if not contiguous and c.bad:
+            # The storage span held a non-finite value: count the viewed elements one
+            # by one, in C order, so the counts and the first bad index are those of
+            # the tensor, not of the bytes under it.
             c = _count_view(t, reader, unit_bytes, fields, byteorder, ctx.chunk_bytes)
-    tr.nan, tr.posinf, tr.neginf, tr.first_bad_index = c.nan, c.posinf, c.neginf, c.first_bad
+        tr.nan, tr.posinf, tr.neginf, tr.first_bad_index = c.nan, c.posinf, c.neginf, c.first_bad
+
+    started = reader.scan_async(t.offset * unit_bytes, span, unit_bytes, fields, ctx, byteorder)
+    return started, done
 
 
 def _count_view(

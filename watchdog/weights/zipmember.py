@@ -13,7 +13,15 @@ from typing import IO
 
 from watchdog.weights.errors import NotVerifiedError
 from watchdog.weights.finite import Counts
-from watchdog.weights.scan import Field, MappedFile, ScanContext, scan_mapped, scan_stream
+from watchdog.weights.scan import (
+    Field,
+    MappedFile,
+    PendingCounts,
+    ScanContext,
+    scan_mapped,
+    scan_mapped_async,
+    scan_stream,
+)
 
 LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 
@@ -121,6 +129,32 @@ class MemberReader:
         if len(data) != n_bytes:
             raise NotVerifiedError("truncated zip member")
         return memoryview(data)
+
+    def scan_async(
+        self,
+        offset_bytes: int,
+        n_units: int,
+        unit_bytes: int,
+        fields: Sequence[Field],
+        ctx: ScanContext,
+        byteorder: str = "<",
+    ) -> PendingCounts:
+        """Like :meth:`scan`, but a stored member's chunks are only queued on the pool.
+
+        A compressed member is streamed (and checked) before this returns.
+
+        Raises:
+            NotVerifiedError: The range is outside the member or the stream is short.
+        """
+        if not self.stored:
+            return PendingCounts(
+                self.scan(offset_bytes, n_units, unit_bytes, fields, ctx, byteorder)
+            )
+        if offset_bytes + n_units * unit_bytes > self.size:
+            raise NotVerifiedError(f"zip member {self.info.filename!r}: range past its end")
+        return scan_mapped_async(
+            self.mf, self.data_offset + offset_bytes, n_units, unit_bytes, fields, ctx, byteorder
+        )
 
     def scan(
         self,
