@@ -67,6 +67,7 @@ def job_findings(jobs: Sequence[Job], gpus: Sequence[GpuInfo] = ()) -> list[Find
                     "origin_kind": job.origin.kind,
                     "origin_label": origin_label(job.origin.kind, job.origin.fields),
                     "gpus": [{"index": index.get(u), "uuid": u} for u in job.gpu_uuids],
+                    "remediation": job.origin.remediation,
                 },
             )
         )
