@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Creates .venv (the product's own virtual environment: PyPI's `watchdog` shares the import
 # name) and installs rogue-watchdog into it. With --test, also the test tools and the
-# system packages the system tests drive (cron, at, Slurm, munge, gcc).
+# system packages the system tests drive (cron, at, Slurm, munge, gcc, Prometheus and
+# Alertmanager; on a host booted with systemd their packages enable their own services on
+# ports 9090/9093: the tests never use those, they run their own on loopback ports; and
+# dh-virtualenv with build-essential, to build the Debian package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +36,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 if [ "$want_test" = 1 ]; then
-  apt_install cron at munge slurm-wlm gcc libc6-dev procps util-linux
+  apt_install cron at munge slurm-wlm gcc libc6-dev procps util-linux prometheus prometheus-alertmanager \
+    dh-virtualenv build-essential
   .venv/bin/python -m pip install -q -e '.[test]'
 else
   .venv/bin/python -m pip install -q .

@@ -18,6 +18,7 @@ from watchdog import __version__
 from watchdog.actions.cli import register as register_actions
 from watchdog.config import Config, ConfigError, load_config
 from watchdog.daemon.cli import register as register_daemon
+from watchdog.fleet import register as register_fleet
 from watchdog.lineage.describe import describe_origin
 from watchdog.model import REPORTED_SEVERITIES
 from watchdog.queue.source import one_shot_queue_findings
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_weights(sub)
     register_daemon(sub)
     register_actions(sub)
+    register_fleet(sub)
     return parser
 
 

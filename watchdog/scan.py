@@ -62,6 +62,7 @@ class ScanResult:
         gpus: Devices NVML listed.
         jobs: Training jobs, oldest first, with verdicts.
         findings: Job findings first, then health findings.
+        gpu_processes: NVML's process lists as read (per-GPU memory by holder).
     """
 
     host: str
@@ -71,6 +72,7 @@ class ScanResult:
     gpus: list[GpuInfo] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    gpu_processes: list[GpuProcess] = field(default_factory=list)
 
 
 def resolve_origin(
@@ -230,7 +232,7 @@ class Scanner:
                 pids = service_pids(job, self.table)
                 job.listening = [x.to_json() for x in listening_for(pids, proc_root)]
         findings = [
-            *job_findings(jobs),
+            *job_findings(jobs, gpus),
             *service_findings(jobs, self.table, self.config.services, proc_root),
             *vis_findings,
             *health,
@@ -250,6 +252,7 @@ class Scanner:
             gpus=gpus,
             jobs=jobs,
             findings=findings,
+            gpu_processes=list(gpu_procs),
         )
 
 

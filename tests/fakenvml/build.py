@@ -131,5 +131,7 @@ def write_config(path: Path, spec: dict[str, Any]) -> Path:
     ``"H200 \\udcff"`` puts the raw byte 0xff into the fake driver's strings (a GPU name
     or UUID that is not valid UTF-8).
     """
-    path.write_bytes(config_text(spec).encode("utf-8", "surrogateescape"))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(config_text(spec).encode("utf-8", "surrogateescape"))
+    tmp.replace(path)  # atomic: a library reloading it (FAKE_NVML_RELOAD) never sees half
     return path

@@ -19,6 +19,8 @@
  * device/mig keys: name uuid total used handle_error mem_error mig (-1 = NOT_SUPPORTED,
  * 0 = disabled, 1 = enabled) mig_error max_mig err_compute err_graphics err_mps.
  * If $FAKE_NVML_LOG names a file, each entry point appends its name there.
+ * If $FAKE_NVML_RELOAD is set, nvmlDeviceGetCount_v2 re-reads the configuration first, so
+ * a long-running process (the daemon) sees processes come and go (write it atomically).
  *
  * Compile-time variants: -DFAKE_NO_V3 drops the *_v3 listing symbols; -DFAKE_ONLY_V1
  * drops both *_v3 and *_v2, leaving only the unversioned (v1 struct) ones.
@@ -283,6 +285,7 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
     log_call("nvmlDeviceGetCount_v2");
     if (init_refs == 0) return NVML_ERROR_UNINITIALIZED;
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (getenv("FAKE_NVML_RELOAD") && load_config()) return NVML_ERROR_UNKNOWN;
     if (count_error) return count_error;
     unsigned int n = 0;
     for (int i = 0; i < n_devs; i++)

@@ -450,7 +450,7 @@ def test_run_forever_with_built_workers_delivers_from_its_thread(
         monkeypatch.setenv(k, v)
     d = make(tmp_path, job.token)
     workers = build_alert_workers(d)
-    assert [w.name for w in workers] == ["alerts"]
+    assert [w.name for w in workers] == ["alerts", "alertmanager"]
     d.workers.extend(workers)
     loop = threading.Thread(target=d.run_forever)
     loop.start()

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, start_http_se
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from watchdog.daemon.fleetmetrics import FleetCollector
 from watchdog.daemon.settings import parse_listen
 from watchdog.daemon.state import StateDB
 
@@ -204,6 +205,9 @@ class MetricsWorker:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         ProcessCollector(registry=self.registry)
+        self.fleet = FleetCollector(daemon)  # host/GPU/origin labels (fleetmetrics.py)
+        self.registry.register(self.fleet)
+        daemon.on_tick.append(self.fleet.on_tick)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._wanted = False

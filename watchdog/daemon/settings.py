@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -53,7 +54,7 @@ class SinkSettings:
     """One alert destination.
 
     Attributes:
-        type: ``log``, ``slack``, ``discord`` or ``webhook``.
+        type: ``log``, ``slack``, ``discord``, ``webhook`` or ``alertmanager``.
         name: Name used in status and logs (defaults to the type).
         path: For ``log``: a file to append JSON lines to; None means stdout.
         url_env: Environment variable holding the webhook URL (a secret).
@@ -61,9 +62,12 @@ class SinkSettings:
         min_severity: Lowest severity delivered.
         kinds: Finding kinds delivered; empty means all.
         timeout_s: Per-request timeout in seconds.
+        urls: ``alertmanager`` only: base URLs of the Alertmanagers (an HA pair, say),
+            given inline: an address, not a credential (user:password@ is refused).
+        resend_s: ``alertmanager`` only: seconds between re-sends of a firing alert.
     """
 
-    type: Literal["log", "slack", "discord", "webhook"]
+    type: Literal["log", "slack", "discord", "webhook", "alertmanager"]
     name: str
     path: str | None = None
     url_env: str | None = None
@@ -71,6 +75,8 @@ class SinkSettings:
     min_severity: str = "info"
     kinds: tuple[str, ...] = ()
     timeout_s: float = 5.0
+    urls: tuple[str, ...] = ()
+    resend_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -176,7 +182,10 @@ def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
 
 
 def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
-    allowed = ("type", "name", "path", "url_env", "url_file", "min_severity", "kinds", "timeout_s")
+    allowed = (
+        "type", "name", "path", "url_env", "url_file", "min_severity", "kinds", "timeout_s",
+        "urls", "resend_s",
+    )  # fmt: skip
     if isinstance(node, yaml.MappingNode):
         for knode, _ in node.value:
             if getattr(knode, "value", None) in ("url", "token", "webhook"):
@@ -188,9 +197,11 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
                 )
     m = r.mapping(node, key, allowed)
     if "type" not in m:
-        raise r.err(node, f"{key}.type", "required key missing (log, slack, discord, webhook)")
+        raise r.err(
+            node, f"{key}.type", "required key missing (log, slack, discord, webhook, alertmanager)"
+        )
     kind = r.string(m["type"][1], f"{key}.type")
-    if kind not in ("log", "slack", "discord", "webhook"):
+    if kind not in ("log", "slack", "discord", "webhook", "alertmanager"):
         raise r.err(m["type"][1], f"{key}.type", f"unknown sink type {kind!r}")
     vals: dict[str, object] = {"type": kind, "name": kind}
     for name, (_, v) in m.items():
@@ -230,6 +241,13 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
             vals[name] = text
         elif name == "timeout_s":
             vals[name] = _positive(r, v, sub)
+        elif name in ("urls", "resend_s"):
+            if kind != "alertmanager":
+                raise r.err(v, sub, "only an alertmanager sink takes this key")
+            if name == "resend_s":
+                vals[name] = _positive(r, v, sub)
+            else:
+                vals[name] = _alertmanager_urls(r, v, sub)
         elif name == "min_severity":
             sev = r.string(v, sub)
             if sev not in SEVERITIES:
@@ -237,7 +255,10 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
             vals[name] = sev
         else:
             vals[name] = r.string(v, sub)
-    if kind != "log" and not (vals.get("url_env") or vals.get("url_file")):
+    if kind == "alertmanager" and vals.get("urls"):
+        if vals.get("url_env") or vals.get("url_file"):
+            raise r.err(node, key, "give urls, or url_env / url_file, not both")
+    elif kind != "log" and not (vals.get("url_env") or vals.get("url_file")):
         raise r.err(
             node,
             key,
@@ -248,6 +269,33 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
     if kind == "log" and (vals.get("url_env") or vals.get("url_file")):
         raise r.err(node, key, "a log sink takes path, not url_env/url_file")
     return SinkSettings(**vals)  # type: ignore[arg-type]
+
+
+def _alertmanager_urls(r: NodeReader, node: yaml.Node, key: str) -> tuple[str, ...]:
+    """Validate ``urls`` of an alertmanager sink: http(s) base URLs, no credentials."""
+    urls = r.strings(node, key)
+    if not urls:
+        raise r.err(node, key, "empty: give at least one Alertmanager URL")
+    for i, url in enumerate(urls):
+        try:
+            parts = urlsplit(url)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise r.err(
+                node, f"{key}[{i}]", f"expected http(s)://HOST[:PORT][/PREFIX], got {url!r}"
+            )
+        if parts.username is not None or parts.password is not None:
+            raise r.err(
+                node,
+                f"{key}[{i}]",
+                "credentials in an inline URL are refused (value not shown: it is a secret); "
+                "put the URL in url_file or url_env",
+            )
+        if parts.query or parts.fragment:
+            raise r.err(node, f"{key}[{i}]", "a base URL takes no query or fragment")
+    return tuple(urls)
 
 
 def parse_alerts(r: NodeReader, node: yaml.Node) -> AlertSettings:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from watchdog.model import Origin
 
 
@@ -55,3 +58,43 @@ def next_run_text(origin: Origin) -> str | None:
     """``next run <when>`` for scheduled origins, or None."""
     nxt = origin.fields.get("next_run")
     return f"next run {nxt}" if nxt else None
+
+
+# Longest origin label kept (a unit or file name is host text of any length; a label
+# value that long would only be a way to grow a time-series database).
+MAX_ORIGIN_LABEL_CHARS = 120
+
+
+def origin_label(kind: str, fields: Mapping[str, Any]) -> str:
+    """A short, bounded name of the spawner, fit for a metric or alert label.
+
+    Only what names the *source* and stays the same when it starts the job again: the
+    cron file and line, the systemd unit, the Slurm account, the container image, the
+    supervisor program. Never a PID, a job or container id, a session or a command line,
+    so the number of distinct values stays bounded however many processes come and go.
+
+    Args:
+        kind: The origin kind (``cron``, ``systemd``, ``slurm``...).
+        fields: The origin's kind-specific fields (``Origin.fields``, or the ``origin``
+            object of the scan JSON).
+
+    Returns:
+        E.g. ``/etc/cron.d/retrain:7``, ``nightly-retrain.service``, ``ml-research``;
+        empty when the kind has no bounded name (shell, at, orphan, unknown).
+    """
+    value: Any = None
+    if kind == "cron":
+        if fields.get("file"):
+            value = f"{fields['file']}:{fields.get('line')}"
+    elif kind == "systemd":
+        value = fields.get("unit")
+    elif kind == "slurm":
+        value = fields.get("account")
+    elif kind == "container":
+        value = fields.get("image")
+    elif kind == "supervisor":
+        value = fields.get("program")
+    text = "" if value is None else str(value)
+    if len(text) > MAX_ORIGIN_LABEL_CHARS:
+        text = text[: MAX_ORIGIN_LABEL_CHARS - 1] + "…"
+    return text

@@ -6,8 +6,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from watchdog.lineage.describe import describe_origin, next_run_text
-from watchdog.model import Finding, GpuProcess, Job
+from watchdog.lineage.describe import describe_origin, next_run_text, origin_label
+from watchdog.model import Finding, GpuInfo, GpuProcess, Job
 from watchdog.sources.procfs import ProcessTable
 
 
@@ -23,8 +23,15 @@ def fmt_bytes(n: int | None) -> str:
     return f"{n} B"
 
 
-def job_findings(jobs: Sequence[Job]) -> list[Finding]:
-    """One finding per rogue or excess job (never one per PID)."""
+def job_findings(jobs: Sequence[Job], gpus: Sequence[GpuInfo] = ()) -> list[Finding]:
+    """One finding per rogue or excess job (never one per PID).
+
+    Args:
+        jobs: Judged jobs.
+        gpus: Devices NVML listed, to name each GPU a job holds by index as well as UUID
+            (``details.gpus``; a UUID NVML did not list keeps index None).
+    """
+    index = {g.uuid: g.index for g in gpus}
     out = []
     for job in jobs:
         if job.verdict not in ("rogue", "excess"):
@@ -51,7 +58,17 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
                 severity="high",
                 message=message,
                 root_pid=job.root_pid,
-                details={"reason": job.reason, "pids": list(job.pids), "rule": job.rule},
+                details={
+                    "reason": job.reason,
+                    "pids": list(job.pids),
+                    "rule": job.rule,
+                    # Bounded labels for fleet routing (Alertmanager, docs/fleet.md).
+                    "user": job.user,
+                    "origin_kind": job.origin.kind,
+                    "origin_label": origin_label(job.origin.kind, job.origin.fields),
+                    "gpus": [{"index": index.get(u), "uuid": u} for u in job.gpu_uuids],
+                    "remediation": job.origin.remediation,
+                },
             )
         )
     return out

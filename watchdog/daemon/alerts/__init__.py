@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from watchdog.daemon.alerts.alertmanager import build_alertmanager_workers
 from watchdog.daemon.alerts.delivery import DeliveryWorker
 
 if TYPE_CHECKING:
@@ -25,8 +26,9 @@ def build_alert_workers(daemon: Daemon) -> list[Worker]:
         daemon.workers.extend(build_alert_workers(daemon))
 
     Returns:
-        One :class:`DeliveryWorker` (always: the default configuration has a log sink).
+        The :class:`DeliveryWorker` (always: the default configuration has a log sink)
+        and the Alertmanager re-send worker (idle without an ``alertmanager`` sink).
     """
     worker = DeliveryWorker(daemon.db, lambda: daemon.config.alerts, degraded=daemon.degraded)
     daemon.on_tick.append(worker.on_tick)
-    return [worker]
+    return [worker, *build_alertmanager_workers(daemon)]

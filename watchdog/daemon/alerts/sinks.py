@@ -240,4 +240,8 @@ def make_sink(
     """The sink object for one ``alerts.sinks[]`` entry."""
     if settings.type == "log":
         return LogSink(settings)
+    if settings.type == "alertmanager":
+        from watchdog.daemon.alerts.alertmanager import AlertmanagerSink  # imports this module
+
+        return AlertmanagerSink(settings, client, environ)
     return WebhookSink(settings, client, environ)
