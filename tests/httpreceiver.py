@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from collections.abc import Callable
 from typing import Any, Literal
 
 Mode = Literal["ok", "fail", "hang", "down"]

@@ -82,7 +82,9 @@ def test_non_utf8_supervisor_name_reaches_the_webhook_and_blocks_nothing(
     sup.chmod(0o755)
     pidfile = tmp_path / "child.pid"
     (tmp_path / "program").write_text(str(script))
-    spawned.start([str(sup), str(tmp_path / "program"), str(pidfile)], env={"PATH": "/usr/bin:/bin"})
+    spawned.start(
+        [str(sup), str(tmp_path / "program"), str(pidfile)], env={"PATH": "/usr/bin:/bin"}
+    )
     child = int(poll("the program", lambda: pidfile.exists() and pidfile.read_text(), 10))
     d = make(tmp_path, token, HOOK)
     w = worker(d, {"RW_HOOK_URL": rx.url(f"/hook/{SECRET}")})
@@ -176,7 +178,11 @@ DISCORD = "    - {type: discord, name: dc, url_env: RW_HOOK_URL}\n"
 @pytest.mark.parametrize(
     ("body", "header", "delay"),
     [
-        (b'{"message": "You are being rate limited.", "retry_after": 4.5, "global": false}', None, 4.5),
+        (
+            b'{"message": "You are being rate limited.", "retry_after": 4.5, "global": false}',
+            None,
+            4.5,
+        ),
         (b'{"retry_after": 4.5}', "7", 7.0),  # the header wins
         (b'{"retry_after": 1e12}', None, 600.0),  # absurd: capped at retry_max_s
         (b'{"retry_after": -3}', None, 5.0),  # unusable: the backoff applies
