@@ -35,7 +35,6 @@ from watchdog.daemon.alerts.render import (
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.settings import SinkSettings
 from watchdog.daemon.state import Delivery
-from watchdog.hosttext import safe_json
 from watchdog.safeio import NotRegularFileError, kind_of
 
 # httpx logs every request URL at INFO ("HTTP Request: POST https://hooks…"): a webhook
@@ -248,7 +247,9 @@ class WebhookSink:
 
     def _post(self, build: Callable[[], dict[str, Any]], key: str) -> None:
         try:
-            body = json.dumps(safe_json(build()), ensure_ascii=False).encode("utf-8")
+            # Every renderer made its host text safe (hosttext); this only fails on a
+            # payload no encoder takes, which no retry can change.
+            body = json.dumps(build(), ensure_ascii=False).encode("utf-8")
         except Exception as exc:  # a payload no encoder takes is never sendable
             raise SendError(
                 f"cannot encode the alert: {type(exc).__name__}: {str(exc)[:120]}",
