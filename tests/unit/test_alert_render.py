@@ -211,3 +211,16 @@ def test_log_sink_unwritable_file_is_a_send_error(tmp_path: Path) -> None:
     with pytest.raises(SendError) as info:
         sink.send(delivery(payload()))
     assert info.value.reason == f"cannot write to {tmp_path}/no/x.log: No such file or directory"
+
+
+def test_host_text_rule_one_function_for_every_sink_and_the_store() -> None:
+    from watchdog.hosttext import safe_json, safe_text
+
+    hostile = "grp\udcff\n[RESOLVED]\x1b[31m\x07\r\t\u202eevil\u2028é"
+    want = "grp\\xff⏎[RESOLVED]\\x1b[31m\\x07\\r\\t\\u202eevil\\u2028é"
+    assert safe_text(hostile) == want
+    assert safe_json({"k\udcfe": [hostile, 1, None, True]}) == {"k\\xfe": [want, 1, None, True]}
+    text = "plain ascii"
+    assert safe_text(text) is text
+    body = json.dumps(safe_json({"x": hostile}), ensure_ascii=False).encode("utf-8")
+    assert body.decode("utf-8") == '{"x": "' + want.replace("\\", "\\\\") + '"}'

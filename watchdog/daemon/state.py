@@ -1,10 +1,13 @@
 """State that survives restarts: jobs seen, findings, alert deliveries, actions taken.
 
 One SQLite file (``state.db`` under the state dir) in WAL mode, so the alert worker and
-the status server read while the loop writes. The schema is versioned in ``meta``; a
-database that cannot be opened or fails ``PRAGMA quick_check`` is moved aside (kept as
+the status server read while the loop writes. The schema is versioned with
+``PRAGMA user_version`` and upgraded in place by ordered migrations (:data:`MIGRATIONS`);
+rows are written by column name. A database that cannot be opened, fails
+``PRAGMA quick_check`` or was truncated to 0 bytes is moved aside (kept as
 ``state.db.corrupt-<time>``) and a fresh one is created, with the reason recorded so the
-daemon can say so once.
+daemon can say so once. History is deleted after the retention windows
+(:meth:`StateDB.prune`); every query the daemon runs each tick uses an index.
 
 Times are POSIX seconds (``float``) throughout.
 """

@@ -15,7 +15,14 @@ Delivery rules (docs/alerts.md):
   ``retry_max_s``. When the receiver is down (connection refused, timeout, 5xx, 429)
   the whole sink pauses until that retry, so its alerts keep their order and a dead
   receiver costs one attempt per retry, not one per queued alert.
+  A wait the receiver names (``Retry-After``, Discord's ``retry_after`` body) is used
+  instead of the backoff, capped at ``retry_max_s``.
+- An alert the sink can never send (it cannot be encoded; a 4xx other than 408, 425,
+  429 and the wrong-URL answers 401/403/404/410) is set aside: ``dead_at`` is set, it is
+  logged once, counted in ``status`` and metrics, and holds back nothing.
 - Alerts about one finding go out in order (open, remind, resolve) on each sink.
+- Alerts due at once on a webhook sink go out as one message (``coalesce``), and a sink
+  gets at most one message per ``min_interval_s`` (a rate limit): a storm is one post.
 - Rows for a sink no longer in the configuration stay spooled untouched.
 """
 

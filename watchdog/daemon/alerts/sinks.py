@@ -98,7 +98,8 @@ class SendError(Exception):
 
 
 class Sink(Protocol):
-    """One configured alert destination."""
+    """One configured alert destination. Webhook sinks also have ``send_batch`` (several
+    alerts as one message), which the worker uses to coalesce a storm."""
 
     settings: SinkSettings
 
