@@ -261,3 +261,45 @@ def test_status_never_prints_placeholders_for_findings_not_in_the_database(
         f"-   high     rogue-job (seen in the last scan; not in the state database): "
         f"rogue training job PID {pid}" in text
     )
+
+
+def test_state_db_deleted_under_the_daemons_lock_is_recreated_without_relocking(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    lock = lock_state_dir(state)  # as `run` takes it before the Daemon starts
+    try:
+        d = make(tmp_path)
+        d.tick(1_000_000.0)
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{state}/state.db{suffix}").unlink(missing_ok=True)
+        d.tick(1_000_005.0)
+        assert d.degraded == {}
+        (lost,) = [f for f in d.db.open_findings() if f.kind == "state-recovered"]
+        assert lost.message == (
+            f"{state}/state.db was deleted while running; recreated it from the daemon's "
+            "open copy (nothing lost)"
+        )
+        assert capsys.readouterr().out.count("state-dir-lost") == 1
+    finally:
+        os.close(lock)
+
+
+def test_a_second_daemon_on_the_recreated_directory_is_not_written_to(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    d = make(tmp_path)
+    d.tick(1_000_000.0)
+    shutil.rmtree(state)
+    other = lock_state_dir(state)  # another daemon got there first
+    try:
+        d.tick(1_000_005.0)
+        assert d.degraded["state"].startswith(f"StateError: state dir {state} is in use by PID")
+        assert not (state / "state.db").exists()  # nothing written into its directory
+        d.tick(1_000_010.0)
+        assert "state" in d.degraded and not (state / "state.db").exists()
+    finally:
+        os.close(other)
+    d.tick(1_000_015.0)  # the other one is gone: this daemon takes the directory back
+    assert "state" not in d.degraded and (state / "state.db").exists()

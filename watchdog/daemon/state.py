@@ -445,6 +445,7 @@ class StateDB:
         self._generation = 0
         self._ident: tuple[int, int, int, int] | None = None
         self._lock_fd: int | None = None
+        self._relock = False
         try:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o750)
         except OSError as exc:
@@ -552,8 +553,18 @@ class StateDB:
             StateError: The directory or database cannot be recreated, or another
                 daemon locked the recreated directory first.
         """
-        if self._ident is not None and self._identity() == self._ident:
+        current = self._identity()
+        if self._ident is None:  # not known at open: nothing to compare with
+            self._ident = current
             return None
+        if current == self._ident and not self._relock:
+            return None
+        try:
+            st = os.stat(self.dir)
+            if (st.st_dev, st.st_ino) != self._ident[:2]:
+                self._relock = True  # a new directory: the lock held is on the old one
+        except OSError:
+            self._relock = True
         if not self.dir.exists():
             what = f"the state directory {self.dir} was deleted while running"
         elif not self.path.exists():
@@ -564,10 +575,16 @@ class StateDB:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o750)
         except OSError as exc:
             raise StateError(f"{what}; cannot recreate it: {exc.strerror or exc}") from None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-        self._lock_fd = lock_state_dir(self.dir)
+        if self._relock:
+            # Raises while another daemon holds the new directory: this one then writes
+            # nothing there and stays degraded ("state") instead of doubling its alerts.
+            fd = lock_state_dir(self.dir)
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+            self._lock_fd = fd
+            self._relock = False
+        if self._identity() == self._ident:
+            return None  # only the lock had to be taken again
         if self.path.exists():  # someone else's file took its place: keep it aside
             stamp = time.strftime("%Y%m%dT%H%M%S")
             os.replace(self.path, self.path.with_name(f"state.db.replaced-{stamp}"))
