@@ -254,3 +254,44 @@ def test_min_lifetime_debounces_short_findings_which_are_still_recorded_and_coun
     ]
     assert got == [("open", long), ("resolve", long)]
     assert d.db.counters() == {"findings_not_alerted": 1}
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("alerts: {min_lifetime_s: -1}", "t.yaml:1: alerts.min_lifetime_s: must be 0 or more"),
+        ("daemon: {retention_jobs_s: -5}", "t.yaml:1: daemon.retention_jobs_s: must be 0 or more"),
+        (
+            "alerts: {sinks: [{type: slack, url_env: X, min_interval_s: -1}]}",
+            "alerts.sinks[0].min_interval_s: must be 0 or more",
+        ),
+        ("alerts: {sinks: [{type: slack, url_env: X, coalesce: maybe}]}", "coalesce"),
+    ],
+)
+def test_new_keys_refused(text: str, error: str) -> None:
+    from watchdog.config import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        parse_config(text + "\n", "t.yaml")
+    assert error in str(info.value)
+
+
+def test_new_keys_defaults_and_values() -> None:
+    default = parse_config("", "t.yaml")
+    assert default.alerts.min_lifetime_s == 0.0
+    d = default.daemon
+    assert (d.retention_findings_s, d.retention_alerts_s, d.retention_jobs_s) == (604800.0,) * 3
+    c = parse_config(
+        "daemon: {retention_alerts_s: 0}\nalerts:\n  min_lifetime_s: 12\n  sinks:\n"
+        "    - {type: slack, url_env: X}\n    - {type: discord, url_env: Y}\n"
+        "    - {type: webhook, url_env: Z, coalesce: false, min_interval_s: 0.5}\n"
+        "    - {type: log}\n",
+        "t.yaml",
+    )
+    assert c.daemon.retention_alerts_s == 0.0 and c.alerts.min_lifetime_s == 12.0
+    assert [(s.interval_s, s.coalesce) for s in c.alerts.sinks] == [
+        (1.0, True),
+        (2.0, True),
+        (0.5, False),
+        (0.0, True),
+    ]
