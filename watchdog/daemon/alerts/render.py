@@ -118,6 +118,8 @@ def chat_text(payload: dict[str, Any], limit: int, fence: str) -> str:
     quotes command lines, a job can forge anything in it) as inert code
     (:func:`inert_code`), at most ``limit`` characters (the message is cut, ``…``)."""
     head, message, tail = _parts(payload)
+    if not message:  # an empty span would be a run of backticks, not a span
+        return (head.rstrip(": ") + tail)[:limit]
     code = inert_code(message, fence)
     if len(head) + len(code) + len(tail) <= limit:
         return head + code + tail
