@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -48,6 +49,9 @@ class Receiver:
         self.ok_status = ok_status
         self.fail_status = 500
         self.fail_headers: dict[str, str] = {}
+        self.fail_body = b"error"
+        # In mode "ok": answer fail_status to the requests whose body this returns True for.
+        self.fail_if: Callable[[bytes], bool] | None = None
         self.hang_s = hang_s
         self.mode: Mode = "ok"
         self.requests: list[Request] = []
@@ -69,8 +73,9 @@ class Receiver:
                 status: int | None
                 if mode == "hang":
                     status = None
-                elif mode == "fail":
+                elif mode == "fail" or (receiver.fail_if is not None and receiver.fail_if(body)):
                     status = receiver.fail_status
+                    mode = "fail"
                 else:
                     status = receiver.ok_status
                 with receiver.lock:
@@ -85,7 +90,7 @@ class Receiver:
                 if mode == "fail":
                     for k, v in receiver.fail_headers.items():
                         self.send_header(k, v)
-                text = b"ok" if mode == "ok" else b"error"
+                text = b"ok" if mode == "ok" else receiver.fail_body
                 self.send_header("content-length", str(len(text)))
                 self.end_headers()
                 self.wfile.write(text)

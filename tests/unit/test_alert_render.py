@@ -70,8 +70,10 @@ def test_texts_per_event() -> None:
 
 def test_slack_escapes_control_characters() -> None:
     d = delivery(payload(message="cmd `a && b <!channel> > out`"))
+    # In a preformatted block (three backticks) padded by a space because the message
+    # ends in a backtick; Slack's three control characters escaped inside it too.
     assert slack_body(d) == {
-        "text": "[HIGH] rogue-job on gpu01: cmd `a &amp;&amp; b &lt;!channel&gt; &gt; out` "
+        "text": "[HIGH] rogue-job on gpu01: ``` cmd `a &amp;&amp; b &lt;!channel&gt; &gt; out` ``` "
         "(finding 7, root PID 42)"
     }
 
@@ -83,18 +85,74 @@ def test_discord_is_at_most_2000_characters_and_mentions_nobody() -> None:
     assert body["allowed_mentions"] == {"parse": []}
     text = body["content"]
     assert len(text) == 2000
-    assert text.startswith("[HIGH] rogue-job on gpu01: @everyone xxx")
-    assert text.endswith("x… (finding 7, root PID 42)")  # the tail is never cut
+    assert text.startswith("[HIGH] rogue-job on gpu01: ``@everyone xxx")
+    assert text.endswith("x…`` (finding 7, root PID 42)")  # the tail is never cut
     short = discord_body(delivery(payload()))["content"]
-    assert short == "[HIGH] rogue-job on gpu01: rogue training job PID 42 (finding 7, root PID 42)"
+    assert short == (
+        "[HIGH] rogue-job on gpu01: ``rogue training job PID 42`` (finding 7, root PID 42)"
+    )
 
 
 def test_slack_long_message_is_cut_before_escaping() -> None:
     text = slack_body(delivery(payload(message="<" * 10_000)))["text"]
-    assert text.endswith("&lt;… (finding 7, root PID 42)")
-    assert text.count("&lt;") == 3000 - len("[HIGH] rogue-job on gpu01: ") - len(
+    assert text.endswith("&lt;…``` (finding 7, root PID 42)")
+    assert text.count("&lt;") == 3000 - len("[HIGH] rogue-job on gpu01: ``````") - len(
         "… (finding 7, root PID 42)"
     )
+
+
+# -- chat text a job cannot forge ---------------------------------------------------------
+
+FORGED = "python3 train.py\n[RESOLVED] rogue-job on vm: all clear"
+
+
+def test_a_newline_in_a_command_line_cannot_forge_a_resolved_line() -> None:
+    p = payload(message=f"rogue training job PID 42, user eve, `{FORGED}`, from a shell")
+    slack = slack_body(delivery(p))["text"]
+    discord = discord_body(delivery(p))["content"]
+    forged = "python3 train.py⏎[RESOLVED] rogue-job on vm: all clear"
+    assert slack == (
+        "[HIGH] rogue-job on gpu01: ```rogue training job PID 42, user eve, "
+        f"`{forged}`, from a shell``` (finding 7, root PID 42)"
+    )
+    assert discord == (
+        "[HIGH] rogue-job on gpu01: ``rogue training job PID 42, user eve, "
+        f"`{forged}`, from a shell`` (finding 7, root PID 42)"
+    )
+    assert "\n" not in slack and "\n" not in discord
+
+
+def test_esc_bel_cr_are_escaped_in_chat_and_in_the_log_line(tmp_path: Path) -> None:
+    p = payload(message="job `x \x1b[2J\x07 y\rz\x9b1m \u202eevil`")
+    want = "job `x \\x1b[2J\\x07 y\\rz\\x9b1m \\u202eevil`"
+    assert discord_body(delivery(p))["content"] == (
+        f"[HIGH] rogue-job on gpu01: `` {want} `` (finding 7, root PID 42)"
+    )
+    assert slack_body(delivery(p))["text"] == (
+        f"[HIGH] rogue-job on gpu01: ``` {want} ``` (finding 7, root PID 42)"
+    )
+    path = tmp_path / "a.log"
+    LogSink(SinkSettings(type="log", name="log", path=str(path))).send(delivery(p))
+    assert json.loads(path.read_text())["message"] == want
+
+
+def test_a_backtick_cannot_close_the_code_span_around_a_discord_masked_link() -> None:
+    # The job's command line closes the intended `…` and opens a masked link.
+    cmd = "train.py `` [docs](https://evil.example/x) ``` ```` x"
+    p = payload(message=f"rogue training job PID 42, user eve, `{cmd}`, from a shell")
+    content = discord_body(delivery(p))["content"]
+    zw = "\u200b"
+    inner = (
+        "rogue training job PID 42, user eve, `train.py "
+        f"`{zw}` [docs](https://evil.example/x) `{zw}`{zw}` `{zw}`{zw}`{zw}` x`, from a shell"
+    )
+    assert content == f"[HIGH] rogue-job on gpu01: ``{inner}`` (finding 7, root PID 42)"
+    # No run of two or more backticks inside: only the fence (two) can close the span,
+    # so the link stays inside it, as text.
+    body = content.split(": ``", 1)[1].rsplit("`` (finding", 1)[0]
+    assert "``" not in body and "[docs](https://evil.example/x)" in body
+    slack = slack_body(delivery(p))["text"]
+    assert "``" not in slack.split("```", 1)[1].rsplit("```", 1)[0]
 
 
 def test_generic_webhook_is_the_payload_with_a_stable_delivery_id() -> None:
@@ -153,3 +211,16 @@ def test_log_sink_unwritable_file_is_a_send_error(tmp_path: Path) -> None:
     with pytest.raises(SendError) as info:
         sink.send(delivery(payload()))
     assert info.value.reason == f"cannot write to {tmp_path}/no/x.log: No such file or directory"
+
+
+def test_host_text_rule_one_function_for_every_sink_and_the_store() -> None:
+    from watchdog.hosttext import safe_json, safe_text
+
+    hostile = "grp\udcff\n[RESOLVED]\x1b[31m\x07\r\t\u202eevil\u2028é"
+    want = "grp\\xff⏎[RESOLVED]\\x1b[31m\\x07\\r\\t\\u202eevil\\u2028é"
+    assert safe_text(hostile) == want
+    assert safe_json({"k\udcfe": [hostile, 1, None, True]}) == {"k\\xfe": [want, 1, None, True]}
+    text = "plain ascii"
+    assert safe_text(text) is text
+    body = json.dumps(safe_json({"x": hostile}), ensure_ascii=False).encode("utf-8")
+    assert body.decode("utf-8") == '{"x": "' + want.replace("\\", "\\\\") + '"}'

@@ -208,7 +208,9 @@ def test_labels_per_gpu_and_bounded_over_500_pids(
     # 500 PIDs came and went: no series was added for any of them; only the sink and
     # the finding kinds first seen during the rounds.
     added = set(after) - names_before
-    assert {x for x in added if not x.startswith("rogue_watchdog_findings_open{")} == {
+    per_kind = ("rogue_watchdog_findings_open{", "rogue_watchdog_finding_instances{")
+    assert {x for x in added if not x.startswith(per_kind)} == {
+        'rogue_watchdog_alerts_dead_lettered_total{sink="log"}',
         'rogue_watchdog_alerts_delivered_total{sink="log"}',
         'rogue_watchdog_alerts_failed_total{sink="log"}',
         'rogue_watchdog_alerts_queued{sink="log"}',

@@ -33,6 +33,11 @@ CLIENT_TIMEOUT_S = 2.0
 # Connections served at once; further ones are answered "busy" and closed at once, so
 # a flood of idle clients cannot block the accept loop or grow threads without bound.
 MAX_CLIENTS = 8
+# Pending connections the kernel queues before ``connect()`` fails with EAGAIN: a burst of
+# ``status`` calls waits in the queue instead of being refused (capped by
+# net.core.somaxconn, listen(2)).
+BACKLOG = socket.SOMAXCONN
+BUSY_REPLY = b'{"error": "busy: too many status clients at once"}\n'
 
 
 class SocketInUseError(RuntimeError):
@@ -122,7 +127,7 @@ class StatusServer:
             gid = _gid(self.group) if self.group is not None else -1
             os.chown(self.path, -1, gid)
             os.chmod(self.path, SOCKET_MODE)
-            sock.listen(16)
+            sock.listen(BACKLOG)
             st = os.stat(self.path)
         except Exception as exc:  # KeyError/OverflowError from the group too
             sock.close()
@@ -205,9 +210,7 @@ class StatusServer:
             except OSError:
                 continue
             if not self._clients.acquire(blocking=False):
-                with conn, contextlib.suppress(OSError):
-                    conn.setblocking(False)
-                    conn.send(b'{"error": "busy: too many status clients at once"}\n')
+                _busy(conn)
                 continue
             try:
                 threading.Thread(
@@ -265,6 +268,25 @@ class StatusServer:
             return {"error": f"status failed: {type(exc).__name__}: {exc}"}
 
 
+def _drain(conn: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while conn.recv(MAX_REQUEST_BYTES):
+            pass
+
+
+def _busy(conn: socket.socket) -> None:
+    """Answer "busy" without ever resetting the connection: a unix socket closed with
+    unread data makes the peer's next read fail with ECONNRESET (unix(7)), so the
+    request already sent is read (without waiting) before the answer, and the write side
+    is shut first; the client retries (:func:`query_status`)."""
+    with conn, contextlib.suppress(OSError):
+        conn.setblocking(False)
+        _drain(conn)
+        conn.send(BUSY_REPLY)
+        conn.shutdown(socket.SHUT_WR)
+        _drain(conn)
+
+
 def socket_in_use(path: str) -> bool:
     """True when a process answers ``connect()`` on the unix socket ``path``.
 
@@ -319,9 +341,13 @@ class StatusError(Exception):
 def query_status(path: str, timeout_s: float = 5.0) -> dict[str, Any]:
     """Ask the daemon at ``path`` for its status document.
 
+    A daemon that answers "busy" (all its status slots taken, e.g. by idle clients) or
+    whose connection queue is full is asked again, with growing pauses, until
+    ``timeout_s`` has passed: a burst of ``status`` calls waits instead of failing.
+
     Args:
         path: The status socket.
-        timeout_s: Connect + answer deadline in seconds.
+        timeout_s: Deadline in seconds for the whole query (connects, retries, answer).
 
     Returns:
         The status document.
@@ -329,10 +355,39 @@ def query_status(path: str, timeout_s: float = 5.0) -> dict[str, Any]:
     Raises:
         StatusError: exit_code 3 when no daemon is running (socket file absent, or
             connection refused: a stale file), 4 when its state is unknown (permission
-            denied, timeout, a reply that is not a status document).
+            denied, timeout, still busy at the deadline, a reply that is not a status
+            document).
     """
+    deadline = time.monotonic() + timeout_s
+    pause = 0.02
+    while True:
+        data = _ask(path, deadline, timeout_s)
+        busy = data is None or data.startswith(BUSY_REPLY.rstrip())
+        if not busy:
+            break
+        left = deadline - time.monotonic()
+        if left <= pause:
+            raise StatusError(4, f"the daemon stayed busy for {timeout_s:g}s on {path}")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+    assert data is not None
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        raise StatusError(4, f"garbage reply from {path}: {data[:80]!r}") from None
+    if not isinstance(doc, dict):
+        raise StatusError(4, f"garbage reply from {path}: not a JSON object")
+    if "error" in doc:
+        raise StatusError(4, f"the daemon answered with an error: {doc['error']}")
+    if doc.get("schema_version") is None or "findings" not in doc:
+        raise StatusError(4, f"unexpected reply from {path}: not a status document")
+    return doc
+
+
+def _ask(path: str, deadline: float, timeout_s: float) -> bytes | None:
+    """One connection: the reply's bytes, or None when the connection queue was full."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    sock.settimeout(timeout_s)
+    sock.settimeout(max(0.01, deadline - time.monotonic()))
     try:
         try:
             sock.connect(path)
@@ -350,13 +405,17 @@ def query_status(path: str, timeout_s: float = 5.0) -> dict[str, Any]:
             raise StatusError(
                 4, f"permission denied connecting to {path}{_perm_hint(path)}"
             ) from None
+        except BlockingIOError:  # EAGAIN: the listen queue is full; ask again
+            return None
         except TimeoutError:
             raise StatusError(4, f"timed out connecting to {path}") from None
         except OSError as exc:
             raise StatusError(4, f"cannot connect to {path}: {exc.strerror or exc}") from None
+        data = b""
         try:
-            sock.sendall(b'{"request": "status"}\n')
-            data = b""
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                # The server may have answered "busy" and closed before reading this.
+                sock.sendall(b'{"request": "status"}\n')
             while True:
                 chunk = sock.recv(65536)
                 if not chunk:
@@ -366,21 +425,14 @@ def query_status(path: str, timeout_s: float = 5.0) -> dict[str, Any]:
             raise StatusError(
                 4, f"the daemon did not answer within {timeout_s:g}s on {path}"
             ) from None
+        except ConnectionResetError:
+            if not data:
+                raise StatusError(4, f"reading from {path} failed: connection reset") from None
         except OSError as exc:
             raise StatusError(4, f"reading from {path} failed: {exc.strerror or exc}") from None
     finally:
         sock.close()
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        raise StatusError(4, f"garbage reply from {path}: {data[:80]!r}") from None
-    if not isinstance(doc, dict):
-        raise StatusError(4, f"garbage reply from {path}: not a JSON object")
-    if "error" in doc:
-        raise StatusError(4, f"the daemon answered with an error: {doc['error']}")
-    if doc.get("schema_version") is None or "findings" not in doc:
-        raise StatusError(4, f"unexpected reply from {path}: not a status document")
-    return doc
+    return data
 
 
 def _is_socket(path: str) -> bool:

@@ -9,6 +9,7 @@ starts failing and one when it recovers; the loop never dies from it.
 from __future__ import annotations
 
 import hashlib
+import math
 import signal
 import threading
 import time
@@ -28,6 +29,9 @@ from watchdog.safeio import read_regular
 from watchdog.scan import Scanner, ScanResult
 
 log = structlog.get_logger("rogue-watchdog")
+
+# Retention runs at most this often (tick time, seconds).
+PRUNE_EVERY_S = 300.0
 
 
 class FindingSource(Protocol):
@@ -117,6 +121,7 @@ class Daemon:
         self.on_reload: list[Callable[[Daemon], None]] = []
         self._stop = threading.Event()
         self._reload = threading.Event()
+        self._pruned_at = -math.inf
         if self.db.recovered_from:
             log.warning(
                 "state-recovered",
@@ -152,6 +157,15 @@ class Daemon:
             )
             for part, error in sorted(self.degraded.items())
         ]
+        for line in self.db.recreated:
+            out.append(
+                Finding(
+                    kind="state-recovered",
+                    severity="warning",
+                    message=line,
+                    details={"fingerprint": f"recreated:{line}"},
+                )
+            )
         if self.db.recovered_from:
             out.append(
                 Finding(
@@ -195,12 +209,16 @@ class Daemon:
                     self._failed(source.name, exc)
         track: TrackResult | None = None
         try:
+            lost = self.db.ensure_present()
+            if lost is not None:
+                log.error("state-dir-lost", state_dir=str(self.db.dir), message=lost)
             track = self.tracker.update(
                 result.jobs if result else [],
                 [*findings, *self._health_findings()],
                 now,
                 self.scanner.table.start_time_s,
             )
+            self._prune(now)
             self._ok("state")
         except Exception as exc:
             self._failed("state", exc)
@@ -227,6 +245,22 @@ class Daemon:
             except Exception as exc:
                 self._failed(f"hook {getattr(hook, '__name__', hook)}", exc)
         return summary
+
+    def _prune(self, now: float) -> None:
+        """Apply the retention windows (``daemon.retention_*_s``) every ``PRUNE_EVERY_S``
+        of tick time, a bounded batch at a time."""
+        if now - self._pruned_at < PRUNE_EVERY_S:
+            return
+        self._pruned_at = now
+        d = self.config.daemon
+        deleted = self.db.prune(
+            now,
+            findings_s=d.retention_findings_s,
+            alerts_s=d.retention_alerts_s,
+            jobs_s=d.retention_jobs_s,
+        )
+        if any(deleted.values()):
+            log.info("state-pruned", **deleted)
 
     # -- lifecycle ---------------------------------------------------------------------
 

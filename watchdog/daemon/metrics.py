@@ -38,11 +38,13 @@ VERDICTS = ("sanctioned", "rogue", "excess", "ignored")
 
 @dataclass
 class SinkCounts:
-    """Spool counts of one sink: undelivered rows, failed attempts, delivered rows."""
+    """Spool counts of one sink: undelivered rows, failed attempts, delivered rows, rows
+    set aside as undeliverable (dead letters)."""
 
     queued: int = 0
     failed_attempts: int = 0
     delivered: int = 0
+    dead_lettered: int = 0
 
 
 @dataclass
@@ -60,6 +62,9 @@ class Snapshot:
         findings_open: Kind → open findings (a kind seen once stays, at 0).
         sinks: Sink name → spool counts.
         degraded: Components failing right now.
+        instances_open: Kind → instances (folded copies of one job) in open findings.
+        not_alerted: Findings that resolved within ``alerts.min_lifetime_s`` (running
+            total).
     """
 
     tick_time: float
@@ -72,22 +77,17 @@ class Snapshot:
     findings_open: dict[str, int]
     sinks: dict[str, SinkCounts] = field(default_factory=dict)
     degraded: int = 0
+    instances_open: dict[str, int] = field(default_factory=dict)
+    not_alerted: int = 0
 
 
 def spool_counts(db: StateDB) -> dict[str, SinkCounts]:
-    """Per-sink counts from the ``deliveries`` table.
-
-    Failed attempts are all attempts minus the successful ones (a delivered row's
-    ``attempts`` includes its successful attempt), so the counter survives restarts and
-    only grows.
-    """
-    rows = db.conn.execute(
-        "SELECT sink, SUM(delivered_at IS NULL), SUM(attempts),"
-        " SUM(delivered_at IS NOT NULL) FROM deliveries GROUP BY sink ORDER BY sink"
-    ).fetchall()
+    """Per-sink counts: queued rows (an index lookup) and the running totals kept in
+    ``sink_stats``, so the counters survive restarts and retention and only grow, and
+    no per-tick query scans the delivery history."""
     return {
-        str(sink): SinkCounts(int(queued), int(attempts) - int(done), int(done))
-        for sink, queued, attempts, done in rows
+        sink: SinkCounts(c["queued"], c["failed_attempts"], c["delivered"], c["dead_lettered"])
+        for sink, c in db.sink_stats().items()
     }
 
 
@@ -108,11 +108,15 @@ class MetricsCollector(Collector):
             jobs[job.verdict] = jobs.get(job.verdict, 0) + 1
             mem[job.verdict] = mem.get(job.verdict, 0) + (job.gpu_memory_bytes or 0)
         open_by_kind: dict[str, int] = {}
+        instances: dict[str, int] = {}
         for f in daemon.db.open_findings():
             open_by_kind[f.kind] = open_by_kind.get(f.kind, 0) + 1
+            instances[f.kind] = instances.get(f.kind, 0) + f.instances
+        not_alerted = daemon.db.counters().get("findings_not_alerted", 0)
         with self._lock:
             self._kinds.update(open_by_kind)
             findings = {k: open_by_kind.get(k, 0) for k in sorted(self._kinds)}
+            instances = {k: instances.get(k, 0) for k in sorted(self._kinds)}
             self._snap = Snapshot(
                 tick_time=summary.time,
                 tick_duration_s=summary.duration_s,
@@ -124,6 +128,8 @@ class MetricsCollector(Collector):
                 findings_open=findings,
                 sinks=spool_counts(daemon.db),
                 degraded=len(daemon.degraded),
+                instances_open=instances,
+                not_alerted=not_alerted,
             )
 
     def collect(self) -> Iterator[Metric]:
@@ -166,6 +172,20 @@ class MetricsCollector(Collector):
         for kind, n in s.findings_open.items():
             g.add_metric([kind], n)
         yield g
+        g = GaugeMetricFamily(
+            f"{PREFIX}_finding_instances",
+            "Instances (folded copies of one job, each its own process tree) in open "
+            "findings, by kind.",
+            labels=["kind"],
+        )
+        for kind, n in s.instances_open.items():
+            g.add_metric([kind], n)
+        yield g
+        yield CounterMetricFamily(
+            f"{PREFIX}_findings_not_alerted",
+            "Findings that resolved before alerts.min_lifetime_s: recorded, not alerted.",
+            value=s.not_alerted,
+        )
         q = GaugeMetricFamily(
             f"{PREFIX}_alerts_queued", "Alerts spooled and not yet delivered.", labels=["sink"]
         )
@@ -175,13 +195,20 @@ class MetricsCollector(Collector):
         done = CounterMetricFamily(
             f"{PREFIX}_alerts_delivered", "Alerts delivered.", labels=["sink"]
         )
+        dead = CounterMetricFamily(
+            f"{PREFIX}_alerts_dead_lettered",
+            "Alerts set aside because the sink can never send them.",
+            labels=["sink"],
+        )
         for sink, c in s.sinks.items():
             q.add_metric([sink], c.queued)
             failed.add_metric([sink], c.failed_attempts)
             done.add_metric([sink], c.delivered)
+            dead.add_metric([sink], c.dead_lettered)
         yield q
         yield failed
         yield done
+        yield dead
         yield gauge("degraded_components", "Parts of the daemon failing right now.", s.degraded)
 
 

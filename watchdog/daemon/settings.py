@@ -23,6 +23,9 @@ FINDING_KINDS = (
     "state-recovered", "weights-unverified", "zombie-gpu-memory",
 )  # fmt: skip
 MIN_INTERVAL_S = 0.1
+# Default least seconds between two messages per sink type: Slack allows about one message
+# per second per incoming webhook; Discord about 30 per minute per channel.
+MIN_INTERVAL_DEFAULTS = {"slack": 1.0, "discord": 2.0}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with the NUL (unix(7))
 
@@ -39,6 +42,12 @@ class DaemonSettings:
         fd_sweep_interval_s: Seconds between full device-fd sweeps.
         metrics_listen: ``HOST:PORT`` for Prometheus metrics (``[::1]:9101`` for IPv6);
             None disables them. Validated by :func:`parse_listen`.
+        retention_findings_s: Resolved findings are deleted this long after they
+            resolved (0 keeps them forever).
+        retention_alerts_s: Delivered and dead-lettered alerts are deleted this long
+            after they were spooled (0 keeps them forever).
+        retention_jobs_s: Jobs no longer seen are forgotten this long after they went
+            (0 keeps them forever); a respawn after that counts as a new job.
     """
 
     interval_s: float = 5.0
@@ -47,6 +56,9 @@ class DaemonSettings:
     socket_group: str | None = None
     fd_sweep_interval_s: float = 60.0
     metrics_listen: str | None = None
+    retention_findings_s: float = 7 * 86400.0
+    retention_alerts_s: float = 7 * 86400.0
+    retention_jobs_s: float = 7 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,10 @@ class SinkSettings:
         urls: ``alertmanager`` only: base URLs of the Alertmanagers (an HA pair, say),
             given inline: an address, not a credential (user:password@ is refused).
         resend_s: ``alertmanager`` only: seconds between re-sends of a firing alert.
+        min_interval_s: Least time between two messages to this sink, in seconds (a
+            rate limit); None means the type's default (:data:`MIN_INTERVAL_DEFAULTS`).
+        coalesce: Send every alert due at once as one message (a storm becomes one
+            chat post listing the jobs, or one webhook document with the full list).
     """
 
     type: Literal["log", "slack", "discord", "webhook", "alertmanager"]
@@ -77,6 +93,15 @@ class SinkSettings:
     timeout_s: float = 5.0
     urls: tuple[str, ...] = ()
     resend_s: float = 60.0
+    min_interval_s: float | None = None
+    coalesce: bool = True
+
+    @property
+    def interval_s(self) -> float:
+        """The rate limit in force: ``min_interval_s`` or the type's default."""
+        if self.min_interval_s is not None:
+            return self.min_interval_s
+        return MIN_INTERVAL_DEFAULTS.get(self.type, 0.0)
 
 
 @dataclass(frozen=True)
@@ -89,6 +114,8 @@ class AlertSettings:
             each further failure.
         retry_max_s: Cap on the retry delay.
         sinks: Destinations; by default one JSON log sink on stdout.
+        min_lifetime_s: A finding must stay open this long before its alert is sent
+            (debounce); one that resolves sooner is recorded and counted, not alerted.
     """
 
     reminder_after_s: float = 3600.0
@@ -97,6 +124,7 @@ class AlertSettings:
     sinks: tuple[SinkSettings, ...] = field(
         default_factory=lambda: (SinkSettings(type="log", name="log"),)
     )
+    min_lifetime_s: float = 0.0
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -131,6 +159,13 @@ def _positive(r: NodeReader, node: yaml.Node, key: str) -> float:
     return value
 
 
+def _non_negative(r: NodeReader, node: yaml.Node, key: str) -> float:
+    value = r.number(node, key)
+    if value < 0:
+        raise r.err(node, key, f"must be 0 or more, got {value}")
+    return value
+
+
 def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
     """Validate the ``daemon:`` section.
 
@@ -144,6 +179,9 @@ def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
         "socket_group",
         "fd_sweep_interval_s",
         "metrics_listen",
+        "retention_findings_s",
+        "retention_alerts_s",
+        "retention_jobs_s",
     )
     m = r.mapping(node, "daemon", allowed)
     vals: dict[str, object] = {}
@@ -169,6 +207,8 @@ def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
             ):
                 raise r.err(v, key, f"expected a group name or a numeric gid, got {text!r}")
             vals[name] = text
+        elif name.startswith("retention_"):
+            vals[name] = _non_negative(r, v, key)
         elif name == "metrics_listen":
             text = r.string(v, key)
             try:
@@ -185,6 +225,7 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
     allowed = (
         "type", "name", "path", "url_env", "url_file", "min_severity", "kinds", "timeout_s",
         "urls", "resend_s",
+        "min_interval_s", "coalesce",
     )  # fmt: skip
     if isinstance(node, yaml.MappingNode):
         for knode, _ in node.value:
@@ -248,6 +289,10 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
                 vals[name] = _positive(r, v, sub)
             else:
                 vals[name] = _alertmanager_urls(r, v, sub)
+        elif name == "min_interval_s":
+            vals[name] = _non_negative(r, v, sub)
+        elif name == "coalesce":
+            vals[name] = r.boolean(v, sub)
         elif name == "min_severity":
             sev = r.string(v, sub)
             if sev not in SEVERITIES:
@@ -306,10 +351,12 @@ def parse_alerts(r: NodeReader, node: yaml.Node) -> AlertSettings:
             cap below the retry base.
     """
     numbers = ("reminder_after_s", "retry_base_s", "retry_max_s")
-    m = r.mapping(node, "alerts", (*numbers, "sinks"))
+    m = r.mapping(node, "alerts", (*numbers, "sinks", "min_lifetime_s"))
     vals: dict[str, object] = {}
     nums = {name: _positive(r, m[name][1], f"alerts.{name}") for name in numbers if name in m}
     vals.update(nums)
+    if "min_lifetime_s" in m:
+        vals["min_lifetime_s"] = _non_negative(r, m["min_lifetime_s"][1], "alerts.min_lifetime_s")
     base = nums.get("retry_base_s", AlertSettings.retry_base_s)
     cap = nums.get("retry_max_s", AlertSettings.retry_max_s)
     if cap < base:

@@ -1,16 +1,20 @@
 """State that survives restarts: jobs seen, findings, alert deliveries, actions taken.
 
 One SQLite file (``state.db`` under the state dir) in WAL mode, so the alert worker and
-the status server read while the loop writes. The schema is versioned in ``meta``; a
-database that cannot be opened or fails ``PRAGMA quick_check`` is moved aside (kept as
+the status server read while the loop writes. The schema is versioned with
+``PRAGMA user_version`` and upgraded in place by ordered migrations (:data:`MIGRATIONS`);
+rows are written by column name. A database that cannot be opened, fails
+``PRAGMA quick_check`` or was truncated to 0 bytes is moved aside (kept as
 ``state.db.corrupt-<time>``) and a fresh one is created, with the reason recorded so the
-daemon can say so once.
+daemon can say so once. History is deleted after the retention windows
+(:meth:`StateDB.prune`); every query the daemon runs each tick uses an index.
 
 Times are POSIX seconds (``float``) throughout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -22,9 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+from watchdog.hosttext import safe_json, safe_text
 
-SCHEMA = """
+# The schema is versioned with ``PRAGMA user_version``: MIGRATIONS[i] upgrades version i
+# to i + 1, in order, each in one transaction. Never edit a released entry; append one.
+# (Databases written before ``user_version`` was used say ``schema_version 1`` in ``meta``.)
+_SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
     signature TEXT PRIMARY KEY,
@@ -84,15 +91,47 @@ CREATE TABLE IF NOT EXISTS actions (
     undo_json TEXT,
     undone_at REAL
 );
+INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
 """
+
+# Version 2: dead letters, instance counts of folded findings, delivery counters that
+# survive retention, and the indexes every per-tick query uses (none scans a table).
+_SCHEMA_V2 = """
+ALTER TABLE deliveries ADD COLUMN dead_at REAL;
+ALTER TABLE findings ADD COLUMN instances INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE findings ADD COLUMN alerted_instances INTEGER;
+ALTER TABLE findings ADD COLUMN alerted_pids_json TEXT;
+CREATE TABLE sink_stats (
+    sink TEXT PRIMARY KEY,
+    delivered INTEGER NOT NULL DEFAULT 0,
+    failed_attempts INTEGER NOT NULL DEFAULT 0,
+    dead_lettered INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO sink_stats(sink, delivered, failed_attempts)
+    SELECT sink, SUM(delivered_at IS NOT NULL), SUM(attempts) - SUM(delivered_at IS NOT NULL)
+    FROM deliveries GROUP BY sink;
+CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL DEFAULT 0);
+DROP INDEX IF EXISTS deliveries_pending;
+CREATE INDEX deliveries_queue ON deliveries(sink, id)
+    WHERE delivered_at IS NULL AND dead_at IS NULL;
+CREATE INDEX deliveries_errors ON deliveries(id) WHERE last_error IS NOT NULL;
+CREATE INDEX deliveries_finding ON deliveries(finding_id);
+CREATE INDEX deliveries_done ON deliveries(created_at)
+    WHERE delivered_at IS NOT NULL OR dead_at IS NOT NULL;
+CREATE INDEX findings_resolved ON findings(resolved_at) WHERE resolved_at IS NOT NULL;
+CREATE INDEX jobs_present ON jobs(first_seen) WHERE gone_at IS NULL;
+CREATE INDEX jobs_gone ON jobs(gone_at) WHERE gone_at IS NOT NULL;
+UPDATE meta SET value='2' WHERE key='schema_version';
+"""
+
+MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)
+SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def clean(text: str | None) -> str | None:
-    """Text SQLite can store: command lines may carry non-UTF-8 bytes (as surrogates),
-    which become ``\\xNN`` escapes."""
-    if text is None or text.isascii():
-        return text
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """Text for the state store's text columns: :func:`watchdog.hosttext.safe_text`
+    (non-UTF-8 bytes as ``\\xNN``, control characters escaped, newlines as ``⏎``)."""
+    return None if text is None else safe_text(text)
 
 
 class StateError(RuntimeError):
@@ -120,56 +159,78 @@ LOCK_NAME = "daemon.lock"
 
 
 def lock_state_dir(state_dir: str | Path) -> int:
-    """Take the daemon's exclusive lock on ``state_dir`` (``flock(2)`` on ``daemon.lock``).
+    """Take the daemon's exclusive lock on ``state_dir``: ``flock(2)`` on an open
+    descriptor of the directory itself.
 
     Only ``run`` takes it, for the daemon's whole life: two daemons on one state.db would
-    each open the same findings and double every alert. Read-only users (``actions``,
-    ``undo``) do not lock. The lock goes away with the process (no stale-lock cleanup).
+    each open the same findings and double every alert. The lock is on the directory, not
+    on a file in it, so deleting files in the directory cannot drop it; the daemon takes
+    it again on a directory it recreates (:meth:`StateDB.ensure_present`). The holder's
+    PID is written to ``daemon.lock`` for the refusal message only. Read-only users
+    (``actions``, ``undo``) do not lock. The lock goes away with the process.
 
     Args:
         state_dir: The state directory; created (0750) if missing.
 
     Returns:
-        The open lock file descriptor (keep it open; pass it to ``files_preserve`` when
-        detaching). It holds this process's PID as text.
+        The open directory descriptor holding the lock (keep it open; pass it to
+        ``files_preserve`` when detaching).
 
     Raises:
-        StateError: Another process holds the lock (its PID named when readable), or
-            the directory or lock file cannot be created.
+        StateError: Another process holds the lock (its PID named when known), or the
+            directory cannot be created or opened.
     """
     import fcntl
 
     directory = Path(state_dir)
-    path = directory / LOCK_NAME
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o750)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o640)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise StateError(f"cannot lock state dir {directory}: {exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        try:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-        except OSError:
-            holder = ""
+        holder = _lock_holder(fd)
         os.close(fd)
         who = f"PID {holder}" if holder.isdigit() else "another process"
         raise StateError(
-            f"state dir {directory} is in use by {who} (lock {path}): is another daemon "
-            "running with the same daemon.state_dir?"
+            f"state dir {directory} is in use by {who} (lock {directory / LOCK_NAME}): is "
+            "another daemon running with the same daemon.state_dir?"
         ) from None
     write_lock_pid(fd)
     return fd
 
 
-def write_lock_pid(fd: int) -> None:
-    """Record this process's PID in the lock file (again after detaching: new PID)."""
+def _lock_holder(dir_fd: int) -> str:
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        fd = os.open(LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return ""
+    try:
+        return os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def write_lock_pid(fd: int) -> None:
+    """Record this process's PID in ``daemon.lock`` beside the locked directory
+    descriptor ``fd`` (again after detaching: new PID). Informative only."""
+    try:
+        pid_fd = os.open(
+            LOCK_NAME, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o640, dir_fd=fd
+        )
+    except OSError:
+        return
+    try:
+        os.ftruncate(pid_fd, 0)
+        os.pwrite(pid_fd, f"{os.getpid()}\n".encode(), 0)
     except OSError:
         pass  # the PID is only informative
+    finally:
+        os.close(pid_fd)
 
 
 @dataclass(frozen=True)
@@ -206,6 +267,9 @@ class FindingRecord:
     seen_count: int
     resolved_at: float | None
     last_alert_at: float | None
+    instances: int = 1
+    alerted_instances: int | None = None
+    alerted_pids: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -222,6 +286,7 @@ class Delivery:
     next_attempt_at: float
     delivered_at: float | None
     last_error: str | None
+    dead_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -254,16 +319,22 @@ def _finding(row: sqlite3.Row) -> FindingRecord:
     return FindingRecord(
         row["id"], row["fingerprint"], row["kind"], row["severity"], row["message"],
         row["root_pid"], json.loads(row["details_json"]), row["opened_at"], row["last_seen"],
-        row["seen_count"], row["resolved_at"], row["last_alert_at"],
+        row["seen_count"], row["resolved_at"], row["last_alert_at"], row["instances"],
+        row["alerted_instances"],
+        json.loads(row["alerted_pids_json"]) if row["alerted_pids_json"] else None,
     )  # fmt: skip
 
 
-def _delivery(row: sqlite3.Row) -> Delivery:
+def delivery_row(row: sqlite3.Row) -> Delivery:
+    """A ``deliveries`` row (``SELECT *``) as a :class:`Delivery`."""
     return Delivery(
         row["id"], row["finding_id"], row["sink"], row["event"], json.loads(row["payload_json"]),
         row["created_at"], row["attempts"], row["next_attempt_at"], row["delivered_at"],
-        row["last_error"],
+        row["last_error"], row["dead_at"],
     )  # fmt: skip
+
+
+_delivery = delivery_row
 
 
 def _action(row: sqlite3.Row) -> ActionRecord:
@@ -275,6 +346,69 @@ def _action(row: sqlite3.Row) -> ActionRecord:
     )  # fmt: skip
 
 
+class _NewerSchema(sqlite3.DatabaseError):
+    """The database was written by a newer rogue-watchdog."""
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The schema version of an open database: ``PRAGMA user_version``, or 1 for a
+    database written before it was used (``meta.schema_version`` 1), or 0 when empty."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version:
+        return version
+    has_meta = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
+    ).fetchone()
+    if has_meta is None:
+        return 0
+    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    return int(row[0]) if row is not None and str(row[0]).isdigit() else 0
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring an open database to :data:`SCHEMA_VERSION`, applying each missing entry of
+    :data:`MIGRATIONS` in order, each in its own transaction with the new
+    ``PRAGMA user_version``.
+
+    Returns:
+        The version found before migrating.
+
+    Raises:
+        sqlite3.DatabaseError: The database is newer than this code (``_NewerSchema``),
+            or a migration failed (that migration is rolled back).
+    """
+    found = schema_version(conn)
+    if found > SCHEMA_VERSION:
+        raise _NewerSchema(
+            f"{conn.execute('PRAGMA database_list').fetchone()[2]}: schema version {found} "
+            f"is newer than this rogue-watchdog ({SCHEMA_VERSION}); refusing to touch it"
+        )
+    for version in range(found, SCHEMA_VERSION):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(MIGRATIONS[version]):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version={version + 1}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    return found
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration script into statements (``sqlite3.complete_statement``)."""
+    out, current = [], ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            out.append(current.strip())
+            current = ""
+    if current.strip():
+        out.append(current.strip())
+    return out
+
+
 class StateDB:
     """The state database.
 
@@ -283,15 +417,22 @@ class StateDB:
 
     Attributes:
         path: The database file.
-        recovered_from: When a corrupt or unreadable database was moved aside at open,
-            the path it was moved to (the daemon reports this once); else None.
+        recovered_from: When a corrupt, unreadable or truncated (0-byte) database was moved
+            aside at open, the path it was moved to (the daemon reports this once); else None.
+        recovered_reason: Why it was moved aside.
+        recreated: One line per time the state directory or ``state.db`` vanished while
+            running and was recreated (:meth:`ensure_present`), for the ``state-recovered``
+            finding.
 
     Raises:
-        StateError: The directory cannot be created or the database cannot be created
-            even fresh (read-only file system, permissions).
+        StateError: The directory cannot be created, the database cannot be created even
+            fresh (read-only file system, permissions), or it was written by a newer
+            rogue-watchdog (never moved aside: a downgrade must not lose it).
 
     Thread safety: each thread gets its own connection (SQLite connections are not
-    shared across threads); writes are serialised by SQLite's lock in WAL mode.
+    shared across threads); writes are serialised by SQLite's lock in WAL mode. After
+    :meth:`ensure_present` recreated the database, every thread reconnects on its next
+    use of :attr:`conn`.
     """
 
     def __init__(self, state_dir: str | Path) -> None:
@@ -299,13 +440,20 @@ class StateDB:
         self.path = self.dir / "state.db"
         self.recovered_from: str | None = None
         self.recovered_reason: str | None = None
+        self.recreated: list[str] = []
         self._local = threading.local()
+        self._generation = 0
+        self._ident: tuple[int, int, int, int] | None = None
+        self._lock_fd: int | None = None
+        self._relock = False
         try:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o750)
         except OSError as exc:
             raise StateError(f"cannot create state dir {self.dir}: {exc.strerror}") from None
         try:
             self._open_checked()
+        except _NewerSchema as exc:
+            raise StateError(str(exc)) from None
         except sqlite3.DatabaseError as exc:
             if _unusable(exc):  # not corruption: moving the file aside cannot help
                 raise StateError(f"cannot use {self.path}: {exc}{_why(self.dir)}") from None
@@ -314,6 +462,7 @@ class StateDB:
                 self._open_checked()
             except sqlite3.Error as again:
                 raise StateError(f"cannot create {self.path}: {again}") from None
+        self._ident = self._identity()
 
     # -- connection ------------------------------------------------------------------
 
@@ -326,23 +475,27 @@ class StateDB:
         return conn
 
     def _open_checked(self) -> None:
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            size = None
+        except OSError as exc:
+            raise sqlite3.OperationalError(f"unable to open {self.path}: {exc.strerror}") from None
+        if size == 0:
+            # SQLite would take an empty file for a new database and silently start
+            # fresh; a state.db truncated to 0 bytes lost its history: say so.
+            raise sqlite3.DatabaseError("the file is empty (0 bytes): truncated")
         conn = self._connect()
-        ok = conn.execute("PRAGMA quick_check").fetchone()[0]
-        if ok != "ok":
+        try:
+            ok = conn.execute("PRAGMA quick_check").fetchone()[0]
+            if ok != "ok":
+                raise sqlite3.DatabaseError(f"quick_check: {ok}")
+            migrate(conn)
+        except BaseException:
             conn.close()
-            raise sqlite3.DatabaseError(f"quick_check: {ok}")
-        conn.executescript(SCHEMA)
-        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
-            conn.execute(
-                "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
-        elif int(row[0]) > SCHEMA_VERSION:
-            conn.close()
-            raise sqlite3.DatabaseError(
-                f"schema version {row[0]} is newer than this rogue-watchdog ({SCHEMA_VERSION})"
-            )
+            raise
         self._local.conn = conn
+        self._local.generation = self._generation
 
     def _move_aside(self, reason: str) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -364,10 +517,107 @@ class StateDB:
     def conn(self) -> sqlite3.Connection:
         """This thread's connection."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "generation", 0) != self._generation:
+            conn.close()  # the database was recreated: this one is on the old file
+            conn = None
         if conn is None:
             conn = self._connect()
             self._local.conn = conn
+            self._local.generation = self._generation
         return conn
+
+    # -- a state directory that vanishes ---------------------------------------------
+
+    def _identity(self) -> tuple[int, int, int, int] | None:
+        try:
+            d, f = os.stat(self.dir), os.stat(self.path)
+        except OSError:
+            return None
+        return d.st_dev, d.st_ino, f.st_dev, f.st_ino
+
+    def ensure_present(self) -> str | None:
+        """Check that the state directory and ``state.db`` are still the ones opened
+        (device and inode; called every tick) and recreate them when not.
+
+        A state directory deleted while running (``rm -rf``, a cleanup job) would
+        otherwise leave the daemon writing to a deleted file and its lock on nothing.
+        The open connection still reads the deleted database, so its content is copied
+        into the new file (SQLite's online backup): findings, the alert spool and job
+        history survive; the directory lock is taken again.
+
+        Returns:
+            None when nothing changed; otherwise one line saying what was found and what
+            was done (also appended to :attr:`recreated`).
+
+        Raises:
+            StateError: The directory or database cannot be recreated, or another
+                daemon locked the recreated directory first.
+        """
+        current = self._identity()
+        if self._ident is None:  # not known at open: nothing to compare with
+            self._ident = current
+            return None
+        if current == self._ident and not self._relock:
+            return None
+        try:
+            st = os.stat(self.dir)
+            if (st.st_dev, st.st_ino) != self._ident[:2]:
+                self._relock = True  # a new directory: the lock held is on the old one
+        except OSError:
+            self._relock = True
+        if not self.dir.exists():
+            what = f"the state directory {self.dir} was deleted while running"
+        elif not self.path.exists():
+            what = f"{self.path} was deleted while running"
+        else:
+            what = f"{self.path} was replaced while running"
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+        except OSError as exc:
+            raise StateError(f"{what}; cannot recreate it: {exc.strerror or exc}") from None
+        if self._relock:
+            # Raises while another daemon holds the new directory: this one then writes
+            # nothing there and stays degraded ("state") instead of doubling its alerts.
+            fd = lock_state_dir(self.dir)
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+            self._lock_fd = fd
+            self._relock = False
+        if self._identity() == self._ident:
+            return None  # only the lock had to be taken again
+        if self.path.exists():  # someone else's file took its place: keep it aside
+            stamp = time.strftime("%Y%m%dT%H%M%S")
+            os.replace(self.path, self.path.with_name(f"state.db.replaced-{stamp}"))
+        old = self.conn
+        copied = True
+        try:
+            new = sqlite3.connect(self.path, isolation_level=None)
+            try:
+                old.backup(new)
+            finally:
+                new.close()
+        except sqlite3.Error:
+            copied = False
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(OSError):
+                    os.unlink(str(self.path) + suffix)
+        self._generation += 1
+        old.close()
+        self._local.conn = None
+        try:
+            self.conn.execute("PRAGMA quick_check").fetchone()
+            migrate(self.conn)
+        except sqlite3.Error as exc:
+            raise StateError(f"{what}; cannot recreate {self.path}: {exc}") from None
+        self._ident = self._identity()
+        done = (
+            "recreated it from the daemon's open copy (nothing lost)"
+            if copied
+            else "recreated it empty (the open copy was unreadable: history lost)"
+        )
+        line = f"{what}; {done}"
+        self.recreated.append(line)
+        return line
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -401,16 +651,39 @@ class StateDB:
         return [_job(r) for r in rows]
 
     def upsert_job(self, rec: JobRecord) -> None:
-        """Insert or replace a job record."""
+        """Insert or replace a job record (by signature)."""
         self.conn.execute(
-            "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                rec.signature, clean(rec.summary), clean(rec.user), rec.verdict,
-                json.dumps(rec.origin),
-                rec.first_seen, rec.last_seen, rec.root_pid, rec.start_ticks,
-                json.dumps(rec.pids), rec.gone_at, rec.sightings,
-            ),
-        )  # fmt: skip
+            "INSERT INTO jobs(signature, summary, user, verdict, origin_json, first_seen,"
+            " last_seen, root_pid, start_ticks, pids_json, gone_at, sightings)"
+            " VALUES (:signature, :summary, :user, :verdict, :origin_json, :first_seen,"
+            " :last_seen, :root_pid, :start_ticks, :pids_json, :gone_at, :sightings)"
+            " ON CONFLICT(signature) DO UPDATE SET summary=excluded.summary,"
+            " user=excluded.user, verdict=excluded.verdict, origin_json=excluded.origin_json,"
+            " first_seen=excluded.first_seen, last_seen=excluded.last_seen,"
+            " root_pid=excluded.root_pid, start_ticks=excluded.start_ticks,"
+            " pids_json=excluded.pids_json, gone_at=excluded.gone_at,"
+            " sightings=excluded.sightings",
+            {
+                "signature": rec.signature,
+                "summary": clean(rec.summary),
+                "user": clean(rec.user),
+                "verdict": rec.verdict,
+                # Kept exactly (JSON escapes non-UTF-8 bytes losslessly): disable-source
+                # acts on the recorded origin of a job that has exited.
+                "origin_json": json.dumps(rec.origin),
+                "first_seen": rec.first_seen,
+                "last_seen": rec.last_seen,
+                "root_pid": rec.root_pid,
+                "start_ticks": rec.start_ticks,
+                "pids_json": json.dumps(rec.pids),
+                "gone_at": rec.gone_at,
+                "sightings": rec.sightings,
+            },
+        )
+
+    def mark_gone(self, signature: str, now: float) -> None:
+        """Record that a job signature is no longer seen."""
+        self.conn.execute("UPDATE jobs SET gone_at=? WHERE signature=?", (now, signature))
 
     # -- findings --------------------------------------------------------------------
 
@@ -435,11 +708,16 @@ class StateDB:
         root_pid: int | None,
         details: dict[str, Any],
         now: float,
+        instances: int = 1,
     ) -> int:
-        """Open a finding; returns its id."""
+        """Open a finding; returns its id.
+
+        ``details`` are stored exactly (JSON escapes non-UTF-8 bytes losslessly: actions
+        read recorded origins back); the text columns go through :func:`clean`.
+        """
         cur = self.conn.execute(
             "INSERT INTO findings(fingerprint, kind, severity, message, root_pid, details_json,"
-            " opened_at, last_seen) VALUES (?,?,?,?,?,?,?,?)",
+            " opened_at, last_seen, instances) VALUES (?,?,?,?,?,?,?,?,?)",
             (
                 clean(fingerprint),
                 kind,
@@ -449,6 +727,7 @@ class StateDB:
                 json.dumps(details),
                 now,
                 now,
+                instances,
             ),
         )
         return int(cur.lastrowid or 0)
@@ -460,51 +739,107 @@ class StateDB:
         root_pid: int | None,
         details: dict[str, Any],
         now: float,
+        instances: int = 1,
     ) -> None:
         """Record another sighting of an open finding."""
         self.conn.execute(
             "UPDATE findings SET last_seen=?, seen_count=seen_count+1, message=?, root_pid=?,"
-            " details_json=? WHERE id=?",
-            (now, clean(message), root_pid, json.dumps(details), finding_id),
+            " details_json=?, instances=? WHERE id=?",
+            (now, clean(message), root_pid, json.dumps(details), instances, finding_id),
         )
 
     def resolve_finding(self, finding_id: int, now: float) -> None:
         """Mark a finding resolved."""
         self.conn.execute("UPDATE findings SET resolved_at=? WHERE id=?", (now, finding_id))
 
-    def mark_alerted(self, finding_id: int, now: float) -> None:
-        """Remember when the last open/reminder alert for a finding was queued."""
-        self.conn.execute("UPDATE findings SET last_alert_at=? WHERE id=?", (now, finding_id))
+    def mark_alerted(self, finding_id: int, now: float, pids: list[int] | None = None) -> None:
+        """Remember when the last open/reminder alert for a finding was queued, the
+        instance count and the root PIDs it named."""
+        self.conn.execute(
+            "UPDATE findings SET last_alert_at=?, alerted_instances=instances,"
+            " alerted_pids_json=? WHERE id=?",
+            (now, json.dumps(pids) if pids is not None else None, finding_id),
+        )
+
+    # -- counters --------------------------------------------------------------------
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to a named counter (it survives restarts and retention)."""
+        self.conn.execute(
+            "INSERT INTO counters(name, value) VALUES (?, ?)"
+            " ON CONFLICT(name) DO UPDATE SET value=value+excluded.value",
+            (name, n),
+        )
+
+    def counters(self) -> dict[str, int]:
+        """Every named counter."""
+        return {str(k): int(v) for k, v in self.conn.execute("SELECT name, value FROM counters")}
 
     # -- deliveries ------------------------------------------------------------------
 
     def enqueue(
         self, finding_id: int, sink: str, event: str, payload: dict[str, Any], now: float
     ) -> int:
-        """Spool one alert event for one sink; returns the delivery id."""
+        """Spool one alert event for one sink; returns the delivery id.
+
+        The payload is made safe (:func:`watchdog.hosttext.safe_json`) here: it exists
+        only to be sent.
+        """
         cur = self.conn.execute(
             "INSERT INTO deliveries(finding_id, sink, event, payload_json, created_at,"
             " next_attempt_at) VALUES (?,?,?,?,?,?)",
-            (finding_id, sink, event, json.dumps(payload), now, now),
+            (finding_id, sink, event, json.dumps(safe_json(payload)), now, now),
         )
         return int(cur.lastrowid or 0)
 
     def due_deliveries(self, now: float, limit: int = 100) -> list[Delivery]:
-        """Undelivered events whose next attempt is due, oldest first."""
+        """Undelivered, not dead-lettered events whose next attempt is due, oldest first."""
         rows = self.conn.execute(
-            "SELECT * FROM deliveries WHERE delivered_at IS NULL AND next_attempt_at<=?"
-            " ORDER BY id LIMIT ?",
+            "SELECT * FROM deliveries WHERE delivered_at IS NULL AND dead_at IS NULL"
+            " AND next_attempt_at<=? ORDER BY id LIMIT ?",
             (now, limit),
         )
         return [_delivery(r) for r in rows]
 
+    def pending(self, sink: str, limit: int) -> list[Delivery]:
+        """Undelivered, not dead-lettered rows of one sink, oldest first, due or not
+        (index ``deliveries_queue``: no table scan however long the history)."""
+        rows = self.conn.execute(
+            "SELECT * FROM deliveries WHERE sink=? AND delivered_at IS NULL AND dead_at IS NULL"
+            " ORDER BY id LIMIT ?",
+            (sink, limit),
+        )
+        return [_delivery(r) for r in rows]
+
+    def queued_by_sink(self) -> dict[str, int]:
+        """Undelivered, not dead-lettered rows per sink."""
+        rows = self.conn.execute(
+            "SELECT sink, COUNT(*) FROM deliveries WHERE delivered_at IS NULL"
+            " AND dead_at IS NULL GROUP BY sink"
+        )
+        return {str(sink): int(n) for sink, n in rows}
+
+    def _stat(self, sink: str, column: str, n: int) -> None:
+        self.conn.execute(
+            f"INSERT INTO sink_stats(sink, {column}) VALUES (?, ?)"
+            f" ON CONFLICT(sink) DO UPDATE SET {column}={column}+excluded.{column}",
+            (sink, n),
+        )
+
+    def _sink_of(self, delivery_id: int) -> str | None:
+        row = self.conn.execute("SELECT sink FROM deliveries WHERE id=?", (delivery_id,)).fetchone()
+        return str(row[0]) if row else None
+
     def mark_delivered(self, delivery_id: int, now: float) -> None:
         """Record a successful delivery (it is never sent again)."""
-        self.conn.execute(
+        cur = self.conn.execute(
             "UPDATE deliveries SET delivered_at=?, attempts=attempts+1, last_error=NULL"
             " WHERE id=? AND delivered_at IS NULL",
             (now, delivery_id),
         )
+        sink = self._sink_of(delivery_id)
+        if cur.rowcount and sink is not None:
+            self._stat(sink, "delivered", 1)
 
     def mark_failed(self, delivery_id: int, error: str, next_attempt_at: float) -> None:
         """Record a failed attempt and when to retry."""
@@ -512,25 +847,127 @@ class StateDB:
             "UPDATE deliveries SET attempts=attempts+1, last_error=?, next_attempt_at=? WHERE id=?",
             (error, next_attempt_at, delivery_id),
         )
+        sink = self._sink_of(delivery_id)
+        if sink is not None:
+            self._stat(sink, "failed_attempts", 1)
+
+    def mark_dead(self, delivery_id: int, error: str, now: float) -> None:
+        """Set aside a delivery its sink can never send (dead letter): it is not retried
+        and holds back nothing; it stays visible in ``status`` and metrics."""
+        cur = self.conn.execute(
+            "UPDATE deliveries SET attempts=attempts+1, last_error=?, dead_at=?"
+            " WHERE id=? AND delivered_at IS NULL AND dead_at IS NULL",
+            (error, now, delivery_id),
+        )
+        sink = self._sink_of(delivery_id)
+        if cur.rowcount and sink is not None:
+            self._stat(sink, "dead_lettered", 1)
+
+    def sink_stats(self) -> dict[str, dict[str, int]]:
+        """Per sink: ``queued`` now, and the running totals ``delivered``,
+        ``failed_attempts``, ``dead_lettered`` (kept in ``sink_stats``, so they only
+        grow, across restarts and retention)."""
+        out: dict[str, dict[str, int]] = {}
+        for row in self.conn.execute("SELECT * FROM sink_stats"):
+            out[str(row["sink"])] = {
+                "queued": 0,
+                "delivered": int(row["delivered"]),
+                "failed_attempts": int(row["failed_attempts"]),
+                "dead_lettered": int(row["dead_lettered"]),
+            }
+        for sink, n in self.queued_by_sink().items():
+            out.setdefault(
+                sink, {"queued": 0, "delivered": 0, "failed_attempts": 0, "dead_lettered": 0}
+            )["queued"] = n
+        return dict(sorted(out.items()))
 
     def delivery_health(self) -> dict[str, Any]:
-        """``{"queued": N, "failed_attempts": N, "last_error": str|None}`` for status."""
+        """For status: ``{"queued": N, "failed_attempts": N, "last_error": str|None,
+        "dead_lettered": N, "last_dead_letter": str|None}``.
+
+        ``failed_attempts`` counts queued alerts that failed at least once;
+        ``dead_lettered`` every alert ever set aside (running total).
+        """
         conn = self.conn
         queued = conn.execute(
-            "SELECT COUNT(*) FROM deliveries WHERE delivered_at IS NULL"
+            "SELECT COUNT(*) FROM deliveries WHERE delivered_at IS NULL AND dead_at IS NULL"
         ).fetchone()[0]
         failed = conn.execute(
-            "SELECT COUNT(*) FROM deliveries WHERE delivered_at IS NULL AND attempts>0"
+            "SELECT COUNT(*) FROM deliveries WHERE last_error IS NOT NULL"
+            " AND delivered_at IS NULL AND dead_at IS NULL"
         ).fetchone()[0]
         row = conn.execute(
             "SELECT sink, last_error FROM deliveries WHERE last_error IS NOT NULL"
-            " ORDER BY id DESC LIMIT 1"
+            " AND dead_at IS NULL ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        dead = conn.execute("SELECT COALESCE(SUM(dead_lettered), 0) FROM sink_stats").fetchone()[0]
+        last_dead = conn.execute(
+            "SELECT sink, id, last_error FROM deliveries WHERE last_error IS NOT NULL"
+            " AND dead_at IS NOT NULL ORDER BY id DESC LIMIT 1"
         ).fetchone()
         return {
             "queued": int(queued),
             "failed_attempts": int(failed),
             "last_error": f"{row['sink']}: {row['last_error']}" if row else None,
+            "dead_lettered": int(dead),
+            "last_dead_letter": (
+                f"{last_dead['sink']}: alert {last_dead['id']}: {last_dead['last_error']}"
+                if last_dead
+                else None
+            ),
         }
+
+    # -- retention -------------------------------------------------------------------
+
+    def prune(
+        self,
+        now: float,
+        *,
+        findings_s: float,
+        alerts_s: float,
+        jobs_s: float,
+        limit: int = 5000,
+    ) -> dict[str, int]:
+        """Delete history older than the retention windows, at most ``limit`` rows per
+        table per call (so one call never stalls a tick; the next call goes on).
+
+        - resolved findings resolved before ``now - findings_s`` that have no alert
+          still waiting to be sent;
+        - delivered and dead-lettered alerts spooled before ``now - alerts_s``;
+        - jobs gone before ``now - jobs_s`` (a respawn after that is a new job).
+
+        Open findings, queued alerts, jobs still present and the actions audit trail are
+        never deleted. A window of 0 keeps that history forever. Freed pages are reused,
+        so the file stops growing once the windows are full.
+
+        Returns:
+            Rows deleted per table: ``{"findings": N, "deliveries": N, "jobs": N}``.
+        """
+        out = {"findings": 0, "deliveries": 0, "jobs": 0}
+        with self.transaction() as conn:
+            if alerts_s > 0:
+                out["deliveries"] = conn.execute(
+                    "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries"
+                    " WHERE (delivered_at IS NOT NULL OR dead_at IS NOT NULL)"
+                    " AND created_at<? LIMIT ?)",
+                    (now - alerts_s, limit),
+                ).rowcount
+            if findings_s > 0:
+                cutoff = now - findings_s
+                out["findings"] = conn.execute(
+                    "DELETE FROM findings WHERE id IN (SELECT f.id FROM findings f"
+                    " WHERE f.resolved_at IS NOT NULL AND f.resolved_at<? AND NOT EXISTS"
+                    " (SELECT 1 FROM deliveries d WHERE d.finding_id=f.id"
+                    " AND d.delivered_at IS NULL AND d.dead_at IS NULL) LIMIT ?)",
+                    (cutoff, limit),
+                ).rowcount
+            if jobs_s > 0:
+                out["jobs"] = conn.execute(
+                    "DELETE FROM jobs WHERE signature IN (SELECT signature FROM jobs"
+                    " WHERE gone_at IS NOT NULL AND gone_at<? LIMIT ?)",
+                    (now - jobs_s, limit),
+                ).rowcount
+        return out
 
     # -- actions ---------------------------------------------------------------------
 

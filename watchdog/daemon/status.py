@@ -118,6 +118,9 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
                 "opened_at": f.opened_at,
                 "age_s": round(now - f.opened_at, 1),
                 "seen_count": f.seen_count,
+                "instances": f.instances,
+                "root_pids": f.details.get("root_pids")
+                or ([f.root_pid] if f.root_pid is not None else []),
             }
             for f in daemon.db.open_findings()
         ]
@@ -133,6 +136,8 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
                 "opened_at": None,
                 "age_s": None,
                 "seen_count": None,
+                "instances": None,
+                "root_pids": [f.root_pid] if f.root_pid is not None else [],
             }
             for f in (result.findings if result else [])
         ]
@@ -183,6 +188,18 @@ def _age(seconds: float) -> str:
 
 def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / 2**30:.1f}"
+
+
+def _finding_head(f: dict[str, Any]) -> str:
+    """``#12 high     rogue-job (open 5m, seen 61x, 3 instances)``; a finding the state
+    database could not return (no id) says so instead of printing placeholders."""
+    sev, kind = f.get("severity") or "?", f.get("kind") or "?"
+    if f.get("id") is None:
+        return f"-   {sev:<8} {kind} (seen in the last scan; not in the state database)"
+    parts = [f"open {_age(float(f.get('age_s') or 0))}", f"seen {f.get('seen_count')}x"]
+    if (f.get("instances") or 1) > 1:
+        parts.append(f"{f['instances']} instances")
+    return f"#{f['id']} {sev:<8} {kind} ({', '.join(parts)})"
 
 
 def render_status(doc: dict[str, Any]) -> str:
@@ -240,16 +257,17 @@ def render_status(doc: dict[str, Any]) -> str:
     findings = doc.get("findings") or []
     line(f"open findings: {len(findings)}")
     for f in findings:
-        line(
-            f"  #{f.get('id')} {f.get('severity'):<8} {f.get('kind')} "
-            f"(open {_age(float(f.get('age_s') or 0))}, seen {f.get('seen_count')}x): "
-            f"{f.get('message')}"
-        )
+        line(f"  {_finding_head(f)}: {f.get('message')}")
     alerts = doc.get("alerts") or {}
     line(
         f"alerts: {alerts.get('queued', 0)} queued, {alerts.get('failed_attempts', 0)} "
         f"retrying, last error: {alerts.get('last_error') or 'none'}"
     )
+    if alerts.get("dead_lettered"):
+        line(
+            f"alerts set aside (could never be sent): {alerts['dead_lettered']}, last: "
+            f"{alerts.get('last_dead_letter') or '?'}"
+        )
     degraded = doc.get("degraded") or {}
     if degraded:
         line("degraded:")

@@ -65,6 +65,52 @@ def fingerprint(finding: Finding, signatures: dict[int, str]) -> str:
     return f"{finding.kind}:{finding.message}"
 
 
+# A changed instance count (or the named PID gone) is alerted at most this often per
+# finding, so a job whose copies churn every tick cannot turn into an alert per tick.
+CHANGE_MIN_S = 60.0
+# PIDs named in a folded finding's message; ``details.root_pids`` lists every one.
+NAMED_PIDS = 10
+
+
+def fold(group: list[Finding], rec: FindingRecord | None) -> tuple[Finding, list[int]]:
+    """One finding for several with the same fingerprint (copies of one job: the same
+    command line from the same source, each its own process tree).
+
+    The finding names every instance: ``details.instances`` and ``details.root_pids``,
+    and the message ends "N instances of this job: PIDs a, b, …". It keeps naming the
+    PID it named before while that PID runs, so its root PID never switches silently.
+
+    Returns:
+        The folded finding and the root PIDs of its instances (sorted).
+    """
+    pids = sorted({f.root_pid for f in group if f.root_pid is not None})
+    rep = group[0]
+    if rec is not None and rec.root_pid is not None:
+        rep = next((f for f in group if f.root_pid == rec.root_pid), rep)
+    if len(group) == 1:
+        return rep, pids
+    details = dict(rep.details)
+    details["instances"] = len(group)
+    details["root_pids"] = pids
+    named = ", ".join(str(p) for p in pids[:NAMED_PIDS])
+    more = f" and {len(pids) - NAMED_PIDS} more" if len(pids) > NAMED_PIDS else ""
+    message = f"{rep.message}; {len(group)} instances of this job: PIDs {named}{more}"
+    return dataclasses.replace(rep, message=message, details=details), pids
+
+
+def _change(rec: FindingRecord, instances: int, pids: list[int]) -> dict[str, Any] | None:
+    """What changed since the last alert about ``rec``: the instance count, or a PID
+    it named that is gone. None when nothing did."""
+    was = rec.alerted_instances if rec.alerted_instances is not None else rec.instances
+    named = rec.alerted_pids
+    if named is None:  # alerted before PIDs were recorded
+        named = [rec.root_pid] if rec.root_pid is not None else []
+    gone = sorted(p for p in named if p not in pids)
+    if instances == was and not gone:
+        return None
+    return {"instances": instances, "was": was, "gone_pids": gone}
+
+
 def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
 
@@ -103,9 +149,20 @@ def sink_accepts(sink: SinkSettings, finding: FindingRecord) -> bool:
     return not sink.kinds or finding.kind in sink.kinds
 
 
-def alert_payload(event: str, finding: FindingRecord, host: str, now: float) -> dict[str, Any]:
-    """The JSON body spooled for every sink (docs/alerts.md documents it)."""
-    return {
+def alert_payload(
+    event: str,
+    finding: FindingRecord,
+    host: str,
+    now: float,
+    change: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON body spooled for every sink (docs/alerts.md documents it).
+
+    Args:
+        change: For a reminder caused by a changed instance count of a folded finding:
+            ``{"instances": now, "was": at the last alert, "gone_pids": [...]}``.
+    """
+    payload = {
         "schema_version": 1,
         "event": event,
         "host": host,
@@ -121,8 +178,12 @@ def alert_payload(event: str, finding: FindingRecord, host: str, now: float) -> 
             "last_seen": _when(finding.last_seen),
             "seen_count": finding.seen_count,
             "resolved_at": _when(finding.resolved_at) if finding.resolved_at else None,
+            "instances": finding.instances,
         },
     }
+    if change is not None:
+        payload["finding"]["change"] = change  # type: ignore[index]
+    return payload
 
 
 class Tracker:
@@ -210,7 +271,7 @@ class Tracker:
                 respawns.append(self._respawned(job, sig, back_after, now))
         for rec in self.db.present_jobs():
             if rec.signature not in seen:
-                self.db.upsert_job(dataclasses.replace(rec, gone_at=now))
+                self.db.mark_gone(rec.signature, now)
         return respawns
 
     @staticmethod
@@ -243,30 +304,45 @@ class Tracker:
 
     def _findings(self, findings: list[Finding], now: float, out: TrackResult) -> None:
         db = self.db
+        debounce = self.alerts.min_lifetime_s
         open_by_fp = {f.fingerprint: f for f in db.open_findings()}
-        current: dict[str, Finding] = {}
+        groups: dict[str, list[Finding]] = {}
         for f in findings:
-            current.setdefault(clean(fingerprint(f, out.signatures)) or "", f)
-        for fp, f in current.items():
+            groups.setdefault(clean(fingerprint(f, out.signatures)) or "", []).append(f)
+        current: dict[str, Finding] = {}
+        for fp, group in groups.items():
             rec = open_by_fp.get(fp)
+            f, pids = fold(group, rec)
+            current[fp] = f
             if rec is None:
                 fid = db.insert_finding(
-                    fp, f.kind, f.severity, f.message, f.root_pid, f.details, now
+                    fp, f.kind, f.severity, f.message, f.root_pid, f.details, now, len(group)
                 )
                 new = db.finding(fid)
                 assert new is not None
                 out.opened.append(new)
-                self._spool("open", new, now)
-                db.mark_alerted(fid, now)
+                if debounce <= 0:
+                    self._spool("open", new, now)
+                    db.mark_alerted(fid, now, pids)
                 continue
-            db.touch_finding(rec.id, f.message, f.root_pid, f.details, now)
-            due = (rec.last_alert_at or rec.opened_at) + self.alerts.reminder_after_s
-            if f.severity != "info" and now >= due:
+            db.touch_finding(rec.id, f.message, f.root_pid, f.details, now, len(group))
+            if rec.last_alert_at is None:  # not alerted yet: debounced
+                if now - rec.opened_at >= debounce:
+                    fresh = db.finding(rec.id)
+                    assert fresh is not None
+                    self._spool("open", fresh, now)
+                    db.mark_alerted(rec.id, now, pids)
+                continue
+            due = rec.last_alert_at + self.alerts.reminder_after_s
+            change = _change(rec, len(group), pids)
+            if f.severity != "info" and (
+                now >= due or (change is not None and now - rec.last_alert_at >= CHANGE_MIN_S)
+            ):
                 fresh = db.finding(rec.id)
                 assert fresh is not None
                 out.reminded.append(fresh)
-                self._spool("remind", fresh, now)
-                db.mark_alerted(rec.id, now)
+                self._spool("remind", fresh, now, change)
+                db.mark_alerted(rec.id, now, pids)
         present = set(out.signatures.values())
         for fp, rec in open_by_fp.items():
             if rec.kind == "respawned" and rec.details.get("signature") in present:
@@ -276,10 +352,19 @@ class Tracker:
                 done = db.finding(rec.id)
                 assert done is not None
                 out.resolved.append(done)
+                if rec.last_alert_at is None:
+                    db.count("findings_not_alerted")  # shorter than alerts.min_lifetime_s
+                    continue
                 self._spool("resolve", done, now)
 
-    def _spool(self, event: str, finding: FindingRecord, now: float) -> None:
-        payload = alert_payload(event, finding, self.host, now)
+    def _spool(
+        self,
+        event: str,
+        finding: FindingRecord,
+        now: float,
+        change: dict[str, Any] | None = None,
+    ) -> None:
+        payload = alert_payload(event, finding, self.host, now, change)
         for sink in self.alerts.sinks:
             if sink_accepts(sink, finding):
                 self.db.enqueue(finding.id, sink.name, event, payload, now)

@@ -37,6 +37,7 @@ from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import MAX_ERROR_BODY_BYTES, SendError, _read_head
 from watchdog.daemon.settings import AlertSettings, SinkSettings
 from watchdog.daemon.state import Delivery, StateDB
+from watchdog.hosttext import safe_json
 from watchdog.lineage.describe import origin_label
 
 if TYPE_CHECKING:
@@ -200,7 +201,8 @@ class AlertmanagerSink:
             targets = self._targets()
         except SecretError as exc:
             raise SendError(redact(str(exc))) from None
-        data = json.dumps(alerts, ensure_ascii=False).encode("utf-8")
+        # Host text (labels, the message) may hold lone surrogates: made inert first.
+        data = json.dumps(safe_json(alerts), ensure_ascii=False).encode("utf-8")
         headers = {"content-type": "application/json", "user-agent": USER_AGENT}
         errors: list[str] = []
         refused = 0

@@ -15,13 +15,19 @@ Delivery rules (docs/alerts.md):
   ``retry_max_s``. When the receiver is down (connection refused, timeout, 5xx, 429)
   the whole sink pauses until that retry, so its alerts keep their order and a dead
   receiver costs one attempt per retry, not one per queued alert.
+  A wait the receiver names (``Retry-After``, Discord's ``retry_after`` body) is used
+  instead of the backoff, capped at ``retry_max_s``.
+- An alert the sink can never send (it cannot be encoded; a 4xx other than 408, 425,
+  429 and the wrong-URL answers 401/403/404/410) is set aside: ``dead_at`` is set, it is
+  logged once, counted in ``status`` and metrics, and holds back nothing.
 - Alerts about one finding go out in order (open, remind, resolve) on each sink.
+- Alerts due at once on a webhook sink go out as one message (``coalesce``), and a sink
+  gets at most one message per ``min_interval_s`` (a rate limit): a storm is one post.
 - Rows for a sink no longer in the configuration stay spooled untouched.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -29,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 import structlog
@@ -37,7 +43,7 @@ import structlog
 from watchdog.daemon.alerts.backoff import Backoff
 from watchdog.daemon.alerts.sinks import SendError, Sink, make_sink
 from watchdog.daemon.settings import AlertSettings, SinkSettings
-from watchdog.daemon.state import Delivery, StateDB
+from watchdog.daemon.state import Delivery, StateDB, delivery_row
 
 if TYPE_CHECKING:
     from watchdog.daemon.loop import TickSummary
@@ -52,29 +58,25 @@ class RoundResult:
     Attributes:
         delivered: Delivery ids marked delivered, in send order.
         failed: Delivery id → the (secret-free) error of its failed attempt.
-        paused: Sinks skipped because they are down until a retry time.
+        paused: Sinks skipped because they are down until a retry time, or because
+            their rate limit (``min_interval_s``) has not passed since the last message.
+        dead: Delivery id → why it was set aside (dead letter: it can never be sent).
+        messages: Messages (requests, log lines) sent or attempted.
     """
 
     delivered: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
     paused: set[str] = field(default_factory=set)
+    dead: dict[int, str] = field(default_factory=dict)
+    messages: int = 0
 
 
 def _pending(db: StateDB, sink: str, limit: int) -> list[Delivery]:
-    """Undelivered rows of one sink, oldest first, due or not."""
-    rows = db.conn.execute(
-        "SELECT * FROM deliveries WHERE delivered_at IS NULL AND sink=? ORDER BY id LIMIT ?",
-        (sink, limit),
-    )
-    return [_row(r) for r in rows]
+    """Undelivered, not dead-lettered rows of one sink, oldest first, due or not."""
+    return db.pending(sink, limit)
 
 
-def _row(r: Any) -> Delivery:
-    return Delivery(
-        r["id"], r["finding_id"], r["sink"], r["event"], json.loads(r["payload_json"]),
-        r["created_at"], r["attempts"], r["next_attempt_at"], r["delivered_at"],
-        r["last_error"],
-    )  # fmt: skip
+_row = delivery_row
 
 
 class DeliveryWorker:
@@ -126,6 +128,8 @@ class DeliveryWorker:
         self.client = httpx.Client(follow_redirects=False)
         self._sinks: dict[str, Sink] = {}
         self._down_until: dict[str, float] = {}
+        self._next_send: dict[str, float] = {}
+        self._singles: set[str] = set()  # sinks whose last coalesced message was refused
         self._failing: dict[str, str] = {}
         self._orphans_noted: set[str] = set()
         self._lock = threading.Lock()
@@ -160,7 +164,10 @@ class DeliveryWorker:
             configured = {s.name: s for s in settings.sinks}
             self._note_unconfigured(configured)
             for name, sink_settings in configured.items():
-                if self._down_until.get(name, -math.inf) > self._time(now):
+                t = self._time(now)
+                if self._down_until.get(name, -math.inf) > t or (
+                    self._next_send.get(name, -math.inf) > t
+                ):
                     out.paused.add(name)
                     continue
                 self._down_until.pop(name, None)
@@ -170,41 +177,120 @@ class DeliveryWorker:
     def _time(self, now: float | None) -> float:
         return self.clock() if now is None else now
 
-    def _drain(self, sink: Sink, now: float | None, backoff: Backoff, out: RoundResult) -> None:
-        name = sink.settings.name
-        waiting: set[int] = set()  # findings with an earlier row not yet due on this sink
+    def _due(self, name: str, now: float | None) -> list[Delivery]:
+        """Rows of ``name`` to send now, oldest first: due, and not behind an earlier row
+        of the same finding that is not due (alerts about one finding keep their order)."""
+        waiting: set[int] = set()
+        due = []
         for d in _pending(self.db, name, self.batch):
             if d.finding_id in waiting:
                 continue
             if d.next_attempt_at > self._time(now):
                 waiting.add(d.finding_id)
                 continue
+            due.append(d)
+        return due
+
+    def _drain(self, sink: Sink, now: float | None, backoff: Backoff, out: RoundResult) -> None:
+        name = sink.settings.name
+        due = self._due(name, now)
+        if not due:
+            return
+        interval = sink.settings.interval_s
+        send_batch = getattr(sink, "send_batch", None)
+        if (
+            sink.settings.coalesce
+            and send_batch is not None
+            and len(due) > 1
+            and name not in self._singles
+        ):
+            groups = [due]
+        else:
+            groups = [[d] for d in due]
+        self._singles.discard(name)
+        blocked: set[int] = set()  # findings whose earlier alert failed in this round
+        sent = 0
+        for group in groups:
+            if any(d.finding_id in blocked for d in group):
+                continue
+            if sent and interval > 0:
+                break  # rate limit: one message per round; the rest wait for the next
+            sent += 1
+            out.messages += 1
             try:
-                sink.send(d)
+                if len(group) == 1:
+                    sink.send(group[0])
+                else:
+                    assert send_batch is not None
+                    send_batch(group)
             except SendError as exc:
-                delay = backoff.delay_s(d.attempts + 1, self.rand() if self.jitter else 0.0)
-                if exc.retry_after_s is not None:
-                    delay = max(delay, min(exc.retry_after_s, backoff.cap_s))
-                retry_at = self._time(now) + delay
-                self.db.mark_failed(d.id, exc.reason, retry_at)
-                out.failed[d.id] = exc.reason
-                self._note_failure(name, exc.reason)
-                if exc.sink_down:
-                    self._down_until[name] = retry_at
+                self._next_send[name] = self._time(now) + interval
+                if self._failed(name, group, exc, now, backoff, out):
                     return
-                waiting.add(d.finding_id)
+                if not exc.permanent:  # a dead letter holds back nothing
+                    blocked.update(d.finding_id for d in group)
                 continue
             except Exception as exc:  # a bug in a sink must not kill the worker
                 reason = f"internal error in the {name} sink: {type(exc).__name__}"
-                retry_at = self._time(now) + backoff.delay_s(d.attempts + 1)
-                self.db.mark_failed(d.id, reason, retry_at)
-                out.failed[d.id] = reason
+                retry_at = self._time(now) + backoff.delay_s(group[0].attempts + 1)
+                for d in group:
+                    self.db.mark_failed(d.id, reason, retry_at)
+                    out.failed[d.id] = reason
                 self._note_failure(name, reason)
                 self._down_until[name] = retry_at
                 return
-            self.db.mark_delivered(d.id, self._time(now))
-            out.delivered.append(d.id)
+            self._next_send[name] = self._time(now) + interval
+            done = self._time(now)
+            for d in group:
+                self.db.mark_delivered(d.id, done)
+                out.delivered.append(d.id)
             self._note_ok(name)
+
+    def _failed(
+        self,
+        name: str,
+        group: list[Delivery],
+        exc: SendError,
+        now: float | None,
+        backoff: Backoff,
+        out: RoundResult,
+    ) -> bool:
+        """Record a failed message; True when the sink is down (stop draining it)."""
+        if exc.permanent and len(group) == 1:
+            d = group[0]
+            self.db.mark_dead(d.id, exc.reason, self._time(now))
+            out.dead[d.id] = exc.reason
+            log.error(
+                "alert-dead-lettered",
+                sink=name,
+                delivery=d.id,
+                finding_id=d.finding_id,
+                alert_event=d.event,
+                error=exc.reason,
+                message="this alert can never be sent to this sink; it is set aside",
+            )
+            return False
+        if exc.permanent:  # a coalesced message refused: send its alerts one by one
+            self._singles.add(name)
+            for d in group:
+                self.db.mark_failed(d.id, exc.reason, self._time(now))
+                out.failed[d.id] = exc.reason
+            self._note_failure(name, exc.reason)
+            return True
+        attempts = max(d.attempts for d in group) + 1
+        if exc.retry_after_s is not None:  # the receiver said how long: honour it
+            delay = min(exc.retry_after_s, backoff.cap_s)
+        else:
+            delay = backoff.delay_s(attempts, self.rand() if self.jitter else 0.0)
+        retry_at = self._time(now) + delay
+        for d in group:
+            self.db.mark_failed(d.id, exc.reason, retry_at)
+            out.failed[d.id] = exc.reason
+        self._note_failure(name, exc.reason)
+        if exc.sink_down:
+            self._down_until[name] = retry_at
+            return True
+        return False
 
     # -- say it once -------------------------------------------------------------------
 
@@ -218,10 +304,7 @@ class DeliveryWorker:
             log.info("alert-sink-recovered", sink=sink)
 
     def _note_unconfigured(self, configured: dict[str, SinkSettings]) -> None:
-        rows = self.db.conn.execute(
-            "SELECT sink, COUNT(*) FROM deliveries WHERE delivered_at IS NULL GROUP BY sink"
-        ).fetchall()
-        for sink, count in rows:
+        for sink, count in self.db.queued_by_sink().items():
             if sink not in configured and sink not in self._orphans_noted:
                 self._orphans_noted.add(sink)
                 log.warning(

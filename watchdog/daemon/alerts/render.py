@@ -11,9 +11,12 @@ https://discord.com/developers/docs/resources/webhook#execute-webhook).
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from watchdog.daemon.state import Delivery
+from watchdog.hosttext import safe_json, safe_text
 
 DISCORD_MAX_CHARS = 2000
 # Slack accepts far longer messages but truncates past 40 000 characters and advises
@@ -38,14 +41,15 @@ def delivery_id(delivery: Delivery) -> str:
 
 
 def _parts(payload: dict[str, Any]) -> tuple[str, str, str]:
-    """Head, message and tail of the one-line alert text."""
+    """Head, message and tail of the one-line alert text, each made safe
+    (:func:`~watchdog.hosttext.safe_text`: no control character, no newline)."""
     f = payload.get("finding", {})
     event = payload.get("event", "open")
     kind, host = f.get("kind", "?"), payload.get("host", "?")
     sev = str(f.get("severity", "?")).upper()
     if event == "remind":
         head = (
-            f"[{sev}] still open, seen {f.get('seen_count')} times since "
+            f"[{sev}] still open, {_instances(f)}seen {f.get('seen_count')} times since "
             f"{f.get('opened_at')}: {kind} on {host}: "
         )
     elif event == "resolve":
@@ -57,11 +61,25 @@ def _parts(payload: dict[str, Any]) -> tuple[str, str, str]:
         head = f"[{sev}] {kind} on {host}: "
     pid = f.get("root_pid")
     tail = f" (finding {f.get('id')}" + (f", root PID {pid})" if pid is not None else ")")
-    return head, str(f.get("message", "")), tail
+    return safe_text(head), safe_text(str(f.get("message", ""))), safe_text(tail)
+
+
+def _instances(f: dict[str, Any]) -> str:
+    """``now 49 instances (was 50; PID 7 gone), `` for a reminder about a changed count."""
+    change = f.get("change")
+    if not isinstance(change, dict):
+        return ""
+    text = f"now {change.get('instances')} instances (was {change.get('was')}"
+    gone = change.get("gone_pids") or []
+    if gone:
+        text += f"; PID {', '.join(str(p) for p in gone[:5])} gone"
+        if len(gone) > 5:
+            text += f" and {len(gone) - 5} more"
+    return text + "), "
 
 
 def alert_text(payload: dict[str, Any], limit: int) -> str:
-    """The one-line human text of an alert, at most ``limit`` characters.
+    """The one-line human text of an alert, at most ``limit`` characters, made safe.
 
     When too long, the finding's message is cut (ending in ``…``); the head (what, where,
     how often) and the tail (finding id, PID) are always kept.
@@ -75,6 +93,53 @@ def alert_text(payload: dict[str, Any], limit: int) -> str:
     return head + message[:room] + ELLIPSIS + tail
 
 
+def inert_code(text: str, fence: str) -> str:
+    """``text`` inside a code span (Discord: ``fence`` two backticks) or a preformatted
+    block (Slack: three) that nothing in ``text`` can close.
+
+    ``text`` must already be safe (no newline, no control character). A run of backticks
+    in it is broken by a zero-width space after every backtick but the last, so no run
+    inside is longer than one and the fence, longer than any run, is the only thing
+    that closes the span (CommonMark "code spans"; Discord's parser likewise, except that
+    three backticks open a block there, hence two). A leading or trailing backtick gets
+    a space beside the fence, which CommonMark strips.
+    """
+    body = _BACKTICK_RUN.sub("`" + ZWSP, text)
+    pad = " " if body.startswith("`") or body.endswith("`") else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
+
+
+_BACKTICK_RUN = re.compile(r"`(?=`)")
+ZWSP = "\u200b"
+
+
+def chat_text(payload: dict[str, Any], limit: int, fence: str) -> str:
+    """The chat form of an alert: the head and tail as text, the finding's message (which
+    quotes command lines, a job can forge anything in it) as inert code
+    (:func:`inert_code`), at most ``limit`` characters (the message is cut, ``…``)."""
+    head, message, tail = _parts(payload)
+    if not message:  # an empty span would be a run of backticks, not a span
+        return (head.rstrip(": ") + tail)[:limit]
+    code = inert_code(message, fence)
+    if len(head) + len(code) + len(tail) <= limit:
+        return head + code + tail
+    room = limit - len(head) - len(tail) - 2 * len(fence) - len(ELLIPSIS)
+    if room < 1:
+        return (head + tail)[: limit - len(ELLIPSIS)] + ELLIPSIS
+    cut = message[:room]
+    while cut:  # zero-width spaces and padding may lengthen it: shorten by the excess
+        code = inert_code(cut + ELLIPSIS, fence)
+        excess = len(head) + len(code) + len(tail) - limit
+        if excess <= 0:
+            break
+        cut = cut[: len(cut) - excess]
+    return head + inert_code(cut + ELLIPSIS, fence) + tail
+
+
+SLACK_FENCE = "```"
+DISCORD_FENCE = "``"
+
+
 def slack_escape(text: str) -> str:
     """Escape Slack's three control characters (``&`` first)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -83,25 +148,85 @@ def slack_escape(text: str) -> str:
 def slack_body(delivery: Delivery) -> dict[str, Any]:
     """``{"text": …}`` for a Slack incoming webhook (or a Slack-compatible one:
     Mattermost, Rocket.Chat)."""
-    return {"text": slack_escape(alert_text(delivery.payload, SLACK_MAX_CHARS))}
+    return {"text": slack_escape(chat_text(delivery.payload, SLACK_MAX_CHARS, SLACK_FENCE))}
 
 
 def discord_body(delivery: Delivery) -> dict[str, Any]:
     """``{"content": …, "allowed_mentions": {"parse": []}}`` for a Discord webhook."""
     return {
-        "content": alert_text(delivery.payload, DISCORD_MAX_CHARS),
+        "content": chat_text(delivery.payload, DISCORD_MAX_CHARS, DISCORD_FENCE),
         "allowed_mentions": {"parse": []},
     }
 
 
 def webhook_body(delivery: Delivery) -> dict[str, Any]:
-    """The spooled payload as is, with ``delivery_id`` first."""
-    return {"delivery_id": delivery_id(delivery), **delivery.payload}
+    """The spooled payload as is (made safe), with ``delivery_id`` first."""
+    return {"delivery_id": delivery_id(delivery), **safe_json(delivery.payload)}
+
+
+# -- coalesced alerts (a storm: several alerts due at once on one sink) ------------------
+
+BATCH_LINE_MAX_CHARS = 400
+
+
+def batch_id(deliveries: Sequence[Delivery]) -> str:
+    """The ``delivery_id`` of a coalesced message: derived from its members' ids, so a
+    retry of the same batch carries the same id."""
+    key = "\0".join(delivery_id(d) for d in deliveries)
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _batch_lines(deliveries: Sequence[Delivery], limit: int, fence: str) -> str:
+    host = safe_text(str(deliveries[0].payload.get("host", "?")))
+    events = [str(d.payload.get("event", "open")) for d in deliveries]
+    counts = ", ".join(
+        f"{events.count(e)} {e}" for e in ("open", "remind", "resolve") if e in events
+    )
+    head = f"{len(deliveries)} alerts on {host} ({counts}):"
+    lines = [head]
+    used = len(head)
+    for i, d in enumerate(deliveries):
+        line = chat_text(d.payload, BATCH_LINE_MAX_CHARS, fence)
+        more = len(deliveries) - i
+        reserve = len(f"\n… and {more} more (the log and webhook sinks list every one)")
+        if used + 1 + len(line) + (reserve if more > 1 else 0) > limit:
+            lines.append(f"… and {more} more (the log and webhook sinks list every one)")
+            break
+        lines.append(line)
+        used += 1 + len(line)
+    return "\n".join(lines)
+
+
+def slack_batch_body(deliveries: Sequence[Delivery]) -> dict[str, Any]:
+    """One Slack message listing several alerts (one line each, then "… and N more")."""
+    # Escaping may lengthen the text: cut to a third, as for one alert (3000 of 40 000).
+    return {"text": slack_escape(_batch_lines(deliveries, SLACK_MAX_CHARS, SLACK_FENCE))}
+
+
+def discord_batch_body(deliveries: Sequence[Delivery]) -> dict[str, Any]:
+    """One Discord message listing several alerts, at most 2000 characters."""
+    return {
+        "content": _batch_lines(deliveries, DISCORD_MAX_CHARS, DISCORD_FENCE),
+        "allowed_mentions": {"parse": []},
+    }
+
+
+def webhook_batch_body(deliveries: Sequence[Delivery]) -> dict[str, Any]:
+    """``{"delivery_id", "schema_version": 1, "event": "batch", "host", "count",
+    "alerts": [every alert's own body]}``: the full list, nothing cut."""
+    return {
+        "delivery_id": batch_id(deliveries),
+        "schema_version": 1,
+        "event": "batch",
+        "host": safe_text(str(deliveries[0].payload.get("host", ""))),
+        "count": len(deliveries),
+        "alerts": [webhook_body(d) for d in deliveries],
+    }
 
 
 def log_fields(delivery: Delivery) -> dict[str, Any]:
     """Keyword fields of the log sink's ``finding`` event (stable keys, docs/alerts.md)."""
-    p = delivery.payload
+    p = safe_json(delivery.payload)
     f = p.get("finding", {})
     return {
         "action": p.get("event"),

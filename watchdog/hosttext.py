@@ -1,0 +1,92 @@
+"""Host text made safe at the boundary: one rule for every alert sink and the state store.
+
+Command lines, environments, unit and program names come from the host and are hostile.
+Read with ``surrogateescape``, a byte that is not UTF-8 becomes a lone surrogate
+(``\\udcff``), which no UTF-8 encoder accepts: one such byte in a finding would make an
+alert unsendable. Control characters forge lines (``\\n[RESOLVED] … all clear``), move
+the cursor or ring the bell (ESC, BEL, CR) and reorder text (bidi overrides).
+
+:func:`safe_text` turns all of these into visible, inert text; :func:`safe_json` applies
+it to every string (keys included) of a JSON-ready value. The result is always valid
+UTF-8 and holds no control character.
+
+Sources: PEP 383 (``surrogateescape``: bytes 0x80–0xFF as U+DC80–U+DCFF); Unicode
+categories Cc/Cs/Zl/Zp and the bidi controls of UAX #9.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NEWLINE = "\u23ce"  # ⏎: a line break shown, never performed
+_NAMED = {"\r": "\\r", "\t": "\\t"}
+# Bidi embedding/override/isolate marks (UAX #9): they reorder what a reader sees.
+_BIDI = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _unsafe(ch: str) -> bool:
+    code = ord(ch)
+    return (
+        code < 0x20
+        or 0x7F <= code <= 0x9F
+        or 0xD800 <= code <= 0xDFFF
+        or ch in _BIDI
+        or ch in "\u2028\u2029"
+    )
+
+
+def safe_text(text: str) -> str:
+    """``text`` as inert, valid UTF-8 text.
+
+    - a byte that was not UTF-8 (a lone surrogate U+DC80–U+DCFF) becomes ``\\xNN``,
+      any other lone surrogate ``\\uXXXX``;
+    - a newline becomes ``⏎``; CR and TAB become ``\\r`` and ``\\t``;
+    - every other control character (C0, DEL, C1), the line and paragraph separators
+      and the bidi controls become ``\\xNN`` / ``\\uXXXX``.
+
+    Args:
+        text: Any string, e.g. a command line decoded with ``surrogateescape``.
+
+    Returns:
+        The same string when nothing needed escaping (the common case, no copy).
+    """
+    if text.isascii() and text.isprintable():
+        return text
+    if not any(_unsafe(ch) for ch in text):
+        return text
+    out = []
+    for ch in text:
+        if not _unsafe(ch):
+            out.append(ch)
+            continue
+        code = ord(ch)
+        if ch == "\n":
+            out.append(NEWLINE)
+        elif ch in _NAMED:
+            out.append(_NAMED[ch])
+        elif 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x100:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return "".join(out)
+
+
+def safe_json(value: Any) -> Any:
+    """A copy of a JSON-ready value with :func:`safe_text` applied to every string
+    (dictionary keys too); numbers, booleans and None are kept.
+
+    Args:
+        value: dicts, lists/tuples, strings, numbers, None (what ``json.loads`` gives).
+
+    Returns:
+        A value ``json.dumps(..., ensure_ascii=False).encode("utf-8")`` always accepts.
+    """
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return {safe_text(str(k)): safe_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [safe_json(v) for v in value]
+    return value
