@@ -81,7 +81,7 @@ def _port(r: NodeReader, node: yaml.Node, key: str) -> SanctionedPort:
     return SanctionedPort(
         name=r.string(m["name"][1], f"{key}.name"),
         port=port,
-        address=r.string(m["address"][1], f"{key}.address") if "address" in m else None,
+        address=r.glob(m["address"][1], f"{key}.address") if "address" in m else None,
         proto=proto,
     )
 

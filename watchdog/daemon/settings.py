@@ -217,6 +217,7 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
                     "must be the NAME of an environment variable ([A-Za-z_][A-Za-z0-9_]*) "
                     "holding the URL, not the URL (value not shown: it may be a secret)",
                 )
+            r.refer(v, sub, "env", text)
             vals[name] = text
         elif name == "url_file":
             text = r.string(v, sub)
@@ -227,6 +228,7 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
                     "must be the absolute path of a file holding the URL, not the URL "
                     "(value not shown: it may be a secret)",
                 )
+            r.refer(v, sub, "file", text)
             vals[name] = text
         elif name == "timeout_s":
             vals[name] = _positive(r, v, sub)
@@ -275,10 +277,7 @@ def parse_alerts(r: NodeReader, node: yaml.Node) -> AlertSettings:
                 "empty: no alerts would be sent; remove the key for the default log sink "
                 "or add a sink",
             )
-        sinks = tuple(
-            _sink(r, n, f"alerts.sinks[{i}]")
-            for i, n in enumerate(r.sequence(m["sinks"][1], "alerts.sinks"))
-        )
+        sinks = tuple(r.each(m["sinks"][1], "alerts.sinks", lambda n, k: _sink(r, n, k)))
         names = [s.name for s in sinks]
         for i, name in enumerate(names):
             if name in names[:i]:

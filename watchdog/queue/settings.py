@@ -92,7 +92,7 @@ def _rule(r: NodeReader, node: yaml.Node, key: str) -> QueueRule:
         raise r.err(node, f"{key}.name", "required key missing")
     if not any(k in m for k in RULE_KEYS):
         raise r.err(node, key, f"needs at least one of {', '.join(RULE_KEYS)}")
-    vals = {k: r.string(m[k][1], f"{key}.{k}") for k in RULE_KEYS if k in m}
+    vals = {k: r.glob(m[k][1], f"{key}.{k}") for k in RULE_KEYS if k in m}
     return QueueRule(
         name=r.string(m["name"][1], f"{key}.name"), line=node.start_mark.line + 1, **vals
     )
@@ -126,9 +126,15 @@ def parse_queue(r: NodeReader, node: yaml.Node) -> QueueSettings:
         if isinstance(v, yaml.SequenceNode):
             argv = r.strings(v, "queue.command")
         else:
-            argv = tuple(shlex.split(r.string(v, "queue.command")))
+            try:
+                argv = tuple(shlex.split(r.string(v, "queue.command")))
+            except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
+                raise r.err(
+                    v, "queue.command", f"cannot split it as a shell would: {exc}"
+                ) from None
         if not argv:
             raise r.err(v, "queue.command", "must not be empty")
+        r.refer(v, "queue.command", "program", argv[0])  # root runs it every tick
         vals["command"] = argv
     if "command_timeout_s" in m:
         t = r.number(m["command_timeout_s"][1], "queue.command_timeout_s")

@@ -117,7 +117,7 @@ def _gate(r: NodeReader, item: yaml.Node, key: str) -> ShipGate:
             raise r.err(m["quarantine_dir"][1], f"{key}.quarantine_dir", "must not be deploy_dir")
         vals["quarantine_dir"] = qdir
     if "patterns" in m:
-        patterns = r.strings(m["patterns"][1], f"{key}.patterns")
+        patterns = r.globs(m["patterns"][1], f"{key}.patterns")
         if not patterns:
             raise r.err(m["patterns"][1], f"{key}.patterns", "must name at least one glob")
         vals["patterns"] = patterns
