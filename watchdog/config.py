@@ -9,7 +9,7 @@ Reference: docs/config.md; the shipped example is config/example.yaml.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -369,7 +369,11 @@ def parse_config(text: str, source: str = "<string>") -> Config:
             value = r.attempt(partial(section, r, top[name][1]))
             if value is not None:
                 vals[name] = value
-    raise_all(r.errors)
+    try:
+        raise_all(r.errors)
+    except ConfigError as exc:
+        exc.warnings, exc.refs = tuple(r.warnings), tuple(r.refs)
+        raise
     return Config(**vals, warnings=tuple(r.warnings), refs=tuple(r.refs))
 
 
@@ -432,7 +436,7 @@ def _file_trust(path: str) -> list[ConfigError]:
 _TRUST_ADVICE = "only root (or the daemon's user) may be able to change what the daemon obeys"
 
 
-def trust_errors(config: Config) -> list[ConfigError]:
+def trust_errors(source: str, refs: Sequence[ConfigRef]) -> list[ConfigError]:
     """Files the daemon obeys that someone other than root (or the daemon's user) could
     change: the configuration file, ``secrets.env`` beside it (systemd's
     ``EnvironmentFile=``), every ``url_file``, the NVML library and the queue command,
@@ -440,17 +444,22 @@ def trust_errors(config: Config) -> list[ConfigError]:
     test sshd's StrictModes applies). The daemon runs as root and runs commands this file
     names, so a file others can write is a way to root.
 
+    Args:
+        source: The configuration file (``<...>`` for text that came from no file).
+        refs: What it names (:attr:`Config.refs`).
+
     Returns:
         One error per untrusted file, naming file, line and key; empty when all are safe.
     """
-    src = config.source
-    out = [] if src.startswith("<") else _file_trust(src)
-    for ref in config.refs:
+    out = [] if source.startswith("<") else _file_trust(source)
+    for ref in refs:
         if ref.kind == "env" or "/" not in ref.value:
             continue  # a bare program name is found on PATH, as root's shell would
         reason = untrusted_reason(ref.value)
         if reason is not None:
-            out.append(ConfigError(src, ref.line, ref.key, f"refused: {reason}; {_TRUST_ADVICE}"))
+            out.append(
+                ConfigError(source, ref.line, ref.key, f"refused: {reason}; {_TRUST_ADVICE}")
+            )
     return out
 
 
@@ -484,10 +493,15 @@ def load_config(path: str | Path | None, *, check_trust: bool = True) -> Config:
     try:
         config = parse_config(text, p)
     except ConfigError as exc:
-        untrusted = _file_trust(p) if check_trust else []
+        untrusted = trust_errors(p, exc.refs) if check_trust else []
         if not untrusted:
             raise
-        raise ConfigErrors([*untrusted, *errors_of(exc)]) from None
-    if check_trust:
-        raise_all(trust_errors(config))
+        both = ConfigErrors([*untrusted, *errors_of(exc)])
+        both.warnings, both.refs = exc.warnings, exc.refs
+        raise both from None
+    try:
+        raise_all(trust_errors(p, config.refs) if check_trust else [])
+    except ConfigError as exc:
+        exc.warnings, exc.refs = config.warnings, config.refs
+        raise
     return config

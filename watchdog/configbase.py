@@ -34,6 +34,9 @@ class ConfigError(ValueError):
         self.line = line
         self.key = key
         self.message = message
+        # What parse_config saw besides the errors, so check-config can go on from there.
+        self.warnings: tuple[ConfigError, ...] = ()
+        self.refs: tuple[ConfigRef, ...] = ()
         where = f"{path}:{line}" if line is not None else path
         super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
 
