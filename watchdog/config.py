@@ -353,7 +353,7 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     if root is None or (isinstance(root, yaml.ScalarNode) and root.value == ""):
         return Config(source=source)
     vals: dict[str, Any] = {"source": source}
-    top = r.attempt(lambda: r.mapping(root, "", TOP_LEVEL_KEYS)) or {}
+    top = r.attempt(lambda: r.mapping(root, "", TOP_LEVEL_KEYS, keep_going=True)) or {}
     if "sanctioned" in top:
         r.attempt(lambda: vals.update(sanctioned=_sanctioned(r, top["sanctioned"][1])))
     if "training" in top:

@@ -273,8 +273,22 @@ class NodeReader:
         self.refs.append(ConfigRef(kind, value, node.start_mark.line + 1, key))
 
     def mapping(
-        self, node: yaml.Node, key: str, allowed: tuple[str, ...]
+        self, node: yaml.Node, key: str, allowed: tuple[str, ...], *, keep_going: bool = False
     ) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+        """The keys of a mapping node → (key node, value node).
+
+        Args:
+            node: The node.
+            key: Its dotted key path, for messages.
+            allowed: Known keys.
+            keep_going: In collect mode, record unknown and duplicate keys and return the
+                others (top level: sections stand alone). Otherwise every bad key is
+                recorded and the mapping fails, since the errors that follow from a
+                misspelt key ("required key missing") would only be noise.
+
+        Raises:
+            ConfigError: Not a mapping; unknown or duplicate keys (see ``keep_going``).
+        """
         if not isinstance(node, yaml.MappingNode):
             raise self.err(node, key, f"expected a mapping, got {_kind(node)}")
         out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
@@ -289,7 +303,9 @@ class NodeReader:
                 problems.append(self.err(knode, sub, "duplicate key"))
             else:
                 out[name] = (knode, vnode)
-        if problems:
+        if problems and self.collect and keep_going:
+            self.errors.extend(problems)
+        elif problems:
             # Every bad key of this mapping is reported; the mapping itself then fails
             # (going on without those keys would only add errors that follow from them).
             if self.collect:
