@@ -245,7 +245,7 @@ def test_reload_of_a_config_others_can_write_keeps_the_old_one(
             if f["kind"] == "component-degraded"
         ],
     )
-    assert not marker.exists()  # ticks ticks later: the command never ran
+    assert not marker.exists()  # ticks later: the command never ran
 
     # Fixed by root: the next reload is accepted and the component recovers.
     cfg.chmod(0o644)
