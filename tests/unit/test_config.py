@@ -116,7 +116,7 @@ def test_check_config_cli_reports_and_exits_2(tmp_path: Path) -> None:
     except KeyError:  # the example's pipeline user does not exist here: a warning only
         assert ok.stdout == f"{summary}, 1 warning\n"
         assert ok.stderr == (
-            f"rogue-watchdog: config warning: {example}:14: sanctioned[0].user: no user "
+            f"rogue-watchdog: config warning: {example}:15: sanctioned[0].user: no user "
             "'mlops' on this host (passwd): nothing matches it until the user exists\n"
         )
     else:
