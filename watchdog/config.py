@@ -382,11 +382,14 @@ def _ign(r: NodeReader) -> Callable[[yaml.Node, str], IgnoreEntry]:
 
 
 def _sanctioned(r: NodeReader, node: yaml.Node) -> tuple[Rule, ...]:
-    rules = [
-        rule for rule in r.each(node, "sanctioned", lambda n, k: _rule(r, n, k)) if rule is not None
-    ]
+    items = r.sequence(node, "sanctioned")
+    # A failing rule is recorded and the others still checked (one run, every error).
+    parsed = [r.attempt(partial(_rule, r, n, f"sanctioned[{i}]")) for i, n in enumerate(items)]
+    rules = [rule for rule in parsed if rule is not None]
     seen: set[str] = set()
-    for i, rule in enumerate(rules):
+    for i, rule in enumerate(parsed):
+        if rule is None:
+            continue
         if rule.name in seen:
             r.record(
                 ConfigError(

@@ -341,3 +341,45 @@ def test_sink_without_its_url_is_degraded_in_status_findings_and_metrics(
         metrics.stop()
         alerts.stop(timeout_s=1)
         d.db.close()
+
+
+def test_each_failing_item_of_every_list_is_reported() -> None:
+    text = (
+        "sanctioned:\n"
+        "  - {name: a, cmdline: '[x', origin: {any: true}}\n"  # 2
+        "  - {name: b, cmdline: x, origin: {any: true}}\n"
+        "  - {name: b, cmdline: y, origin: {any: true}}\n"  # 4: duplicate of the 2nd
+        "alerts:\n"
+        "  sinks:\n"
+        "    - {type: pager}\n"  # 7
+        "    - {type: slack, url_env: 'https://x'}\n"  # 8
+        "enforcement:\n"
+        "  protect: ['[a', {exe: '[b'}]\n"  # 10 (twice)
+        "queue:\n"
+        "  sanctioned:\n"
+        "    - {name: q}\n"  # 13
+        "    - {name: r, user: '[z'}\n"  # 14
+        "services:\n"
+        "  sanctioned_ports:\n"
+        "    - {name: s, port: 0}\n"  # 17
+        "    - {name: t, port: 70000}\n"  # 18
+        "ship_gates:\n"
+        "  - {name: g, deploy_dir: rel}\n"  # 20
+        "  - {name: h}\n"  # 21
+    )
+    with pytest.raises(ConfigErrors) as info:
+        parse_config(text, "c.yaml")
+    assert [(e.line, e.key) for e in info.value.errors] == [
+        (2, "sanctioned[0].cmdline"),
+        (4, "sanctioned[2].name"),
+        (7, "alerts.sinks[0].type"),
+        (8, "alerts.sinks[1].url_env"),
+        (10, "enforcement.protect[0]"),
+        (10, "enforcement.protect[1].exe"),
+        (13, "queue.sanctioned[0]"),
+        (14, "queue.sanctioned[1].user"),
+        (17, "services.sanctioned_ports[0].port"),
+        (18, "services.sanctioned_ports[1].port"),
+        (20, "ship_gates[0].deploy_dir"),
+        (21, "ship_gates[1].deploy_dir"),
+    ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import shlex
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import yaml
@@ -148,9 +149,15 @@ def parse_queue(r: NodeReader, node: yaml.Node) -> QueueSettings:
         vals["action"] = action
     if "sanctioned" in m:
         items = r.sequence(m["sanctioned"][1], "queue.sanctioned")
-        rules = [_rule(r, n, f"queue.sanctioned[{i}]") for i, n in enumerate(items)]
+        # A failing rule is recorded and the others still checked (one run, every error).
+        parsed = [
+            r.attempt(partial(_rule, r, n, f"queue.sanctioned[{i}]")) for i, n in enumerate(items)
+        ]
+        rules = [rule for rule in parsed if rule is not None]
         seen: set[str] = set()
-        for i, rule in enumerate(rules):
+        for i, rule in enumerate(parsed):
+            if rule is None:
+                continue
             if rule.name in seen:
                 raise r.err(
                     items[i], f"queue.sanctioned[{i}].name", f"duplicate rule name {rule.name!r}"
