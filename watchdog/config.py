@@ -160,7 +160,12 @@ class Paths:
 
 @dataclass(frozen=True)
 class Config:
-    """The validated configuration."""
+    """The validated configuration.
+
+    Besides the sections: ``warnings`` are doubts that do not invalidate it (a user this
+    host does not know), ``refs`` the files, programs and environment variables it names
+    (checked by :func:`trust_errors` and ``check-config``).
+    """
 
     source: str = "<defaults>"
     sanctioned: tuple[Rule, ...] = ()

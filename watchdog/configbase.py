@@ -27,6 +27,10 @@ class ConfigError(ValueError):
         path: File the error is in.
         line: 1-based line, or None when the error is about the whole file.
         key: Dotted key path such as ``sanctioned[0].origin.systemd_unit``.
+        message: The message without the location.
+        warnings: Set by ``parse_config`` on the error it raises: the warnings it found.
+        refs: Likewise, the files, programs and variables the parsed part names (so
+            ``check-config`` still checks the sinks when another key is wrong).
     """
 
     def __init__(self, path: str, line: int | None, key: str, message: str) -> None:
