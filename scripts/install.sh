@@ -13,6 +13,9 @@
 # Environment: PIP_OPTS (extra pip options, e.g. "--no-index --find-links /srv/wheels"),
 #              SYSTEMCTL (the systemctl command, default "systemctl").
 set -euo pipefail
+# The same modes whatever the caller's umask (sudo keeps it; 000 would give a world-
+# writable venv and config dir, and the daemon refuses files others can write).
+umask 022
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 PREFIX=/opt/rogue-watchdog
@@ -91,6 +94,8 @@ if [ ! -x "$PREFIX/bin/python" ] || ! "$PREFIX/bin/python" -c '' 2>/dev/null; th
 fi
 # shellcheck disable=SC2086  # PIP_OPTS is a list of options
 "$PREFIX/bin/python" -m pip install -q ${PIP_OPTS:-} --upgrade "$REPO"
+# A venv made by an earlier run under a looser umask: root runs this code.
+chmod -R go-w "$PREFIX"
 "$PREFIX/bin/rogue-watchdog" --version >/dev/null
 mkdir -p "$PREFIX/share/doc"
 cp "$REPO/docs/install.md" "$REPO/docs/status.md" "$PREFIX/share/doc/"
@@ -106,6 +111,7 @@ fi
 
 # 2. The configuration: never overwrite the operator's file.
 mkdir -p "$CONFIG_DIR"
+chmod go-w "$CONFIG_DIR"  # also when it exists: the daemon refuses a directory others can write
 install -m 0644 "$REPO/config/example.yaml" "$CONFIG.example"
 if [ ! -e "$CONFIG" ]; then
   install -m 0640 "$REPO/config/example.yaml" "$CONFIG"

@@ -17,6 +17,7 @@ import structlog
 from watchdog import __version__
 from watchdog.actions.cli import register as register_actions
 from watchdog.config import Config, ConfigError, load_config
+from watchdog.configbase import errors_of
 from watchdog.daemon.cli import register as register_daemon
 from watchdog.fleet import register as register_fleet
 from watchdog.lineage.describe import describe_origin
@@ -100,12 +101,45 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    """``check-config FILE``: validate and summarise a configuration file."""
-    config = load_config(args.file)
+    """``check-config FILE``: validate and summarise a configuration file.
+
+    Every error is listed (one ``config error:`` line each, on stderr), not only the
+    first; warnings (``config warning:``) do not change the exit code. Besides
+    :func:`~watchdog.config.load_config` (syntax, values, trust of the file and of the
+    files it names), it checks what only matters on the running host: each webhook
+    sink's URL can be read (:func:`~watchdog.daemon.alerts.secrets.check_sink_secrets`).
+
+    Returns:
+        0 valid, 2 invalid.
+    """
+    from watchdog.daemon.alerts.secrets import check_sink_secrets
+
+    config: Config | None = None
+    try:
+        config = load_config(args.file)
+        errors, warnings, refs = [], list(config.warnings), config.refs
+    except ConfigError as exc:  # go on: the sinks that parsed are still checked
+        errors, warnings, refs = errors_of(exc), list(exc.warnings), exc.refs
+    more_errors, more_warnings = check_sink_secrets(args.file, refs)
+    said = {e.key for e in errors}  # an untrusted url_file is already one error
+    errors += [e for e in more_errors if e.key not in said]
+    warnings += more_warnings
+    for w in sorted(warnings, key=lambda e: e.line or 0):
+        print(printable(f"rogue-watchdog: config warning: {w}"), file=sys.stderr)
+    if errors:
+        for e in sorted(errors, key=lambda e: e.line or 0):
+            print(printable(f"rogue-watchdog: config error: {e}"), file=sys.stderr)
+        print(
+            printable(f"rogue-watchdog: {args.file}: {_count(len(errors), 'error')}"),
+            file=sys.stderr,
+        )
+        return 2
+    assert config is not None
     emit(
         f"{printable(args.file)}: OK: {_count(len(config.sanctioned), 'sanctioned rule')}, "
         f"{_count(len(config.launchers), 'launcher pattern')}, "
         f"{_count(len(config.ignore), 'ignore entry', 'ignore entries')}"
+        + (f", {_count(len(warnings), 'warning')}" if warnings else "")
     )
     return 0
 
@@ -187,7 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except ConfigError as exc:
-        print(printable(f"rogue-watchdog: config error: {exc}"), file=sys.stderr)
+        for error in errors_of(exc):
+            print(printable(f"rogue-watchdog: config error: {error}"), file=sys.stderr)
         return 2
     except BrokenPipeError:
         # The reader went away (`| head`): quiet the dead pipe so exit does not fail too.

@@ -8,9 +8,10 @@ Reference: docs/config.md; the shipped example is config/example.yaml.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +19,32 @@ import yaml
 
 from watchdog.actions.services_settings import ServiceSettings, parse_services
 from watchdog.actions.settings import EnforcementSettings, parse_enforcement
-from watchdog.configbase import ConfigError, NodeReader
+from watchdog.configbase import (
+    ConfigError,
+    ConfigErrors,
+    ConfigRef,
+    NodeReader,
+    Regex,
+    errors_of,
+    raise_all,
+)
 from watchdog.daemon.settings import AlertSettings, DaemonSettings, parse_alerts, parse_daemon
 from watchdog.queue.settings import QueueSettings, parse_queue
-from watchdog.safeio import read_regular
+from watchdog.safeio import read_regular, untrusted_reason
 from watchdog.weights.settings import ShipGate, parse_ship_gates
 
 __all__ = [
     "Config",
     "ConfigError",
+    "ConfigErrors",
+    "ConfigRef",
     "IgnoreEntry",
     "OriginPin",
     "Paths",
     "Rule",
     "load_config",
     "parse_config",
+    "trust_errors",
 ]
 
 DEFAULT_LAUNCHERS: tuple[str, ...] = (
@@ -56,6 +68,13 @@ DEFAULT_IGNORE: tuple[dict[str, str], ...] = (
     {"name": "nvidia-smi", "exe": "/usr/*/nvidia-smi"},
     {"name": "nvtop", "exe": "/usr/*/nvtop"},
 )
+# Unit types (systemd.unit(5)): a pin without one of these suffixes names no unit.
+UNIT_SUFFIXES = (
+    ".service", ".socket", ".device", ".mount", ".automount", ".swap", ".target", ".path",
+    ".timer", ".slice", ".scope",
+)  # fmt: skip
+# systemd's EnvironmentFile= beside the configuration (systemd/rogue-watchdog.service).
+SECRETS_ENV = "secrets.env"
 ORIGIN_KEYS = (
     "any",
     "systemd_unit",
@@ -97,7 +116,7 @@ class Rule:
     Attributes:
         name: Rule name shown in verdicts.
         cmdline: fnmatch glob over the space-joined command line, or None.
-        cmdline_regex: Compiled regex searched in the joined command line, or None.
+        cmdline_regex: RE2 regex searched in the joined command line, or None.
         user: Required user name of the job's root process, or None for any.
         origin: The origin the job must have.
         max_instances: How many jobs may match at once; None for no cap.
@@ -106,7 +125,7 @@ class Rule:
 
     name: str
     cmdline: str | None
-    cmdline_regex: re.Pattern[str] | None
+    cmdline_regex: Regex | None
     user: str | None
     origin: OriginPin
     max_instances: int | None
@@ -141,11 +160,16 @@ class Paths:
 
 @dataclass(frozen=True)
 class Config:
-    """The validated configuration."""
+    """The validated configuration.
+
+    Besides the sections: ``warnings`` are doubts that do not invalidate it (a user this
+    host does not know), ``refs`` the files, programs and environment variables it names
+    (checked by :func:`trust_errors` and ``check-config``).
+    """
 
     source: str = "<defaults>"
     sanctioned: tuple[Rule, ...] = ()
-    launchers: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in DEFAULT_LAUNCHERS)
+    launchers: tuple[Regex, ...] = tuple(Regex(p) for p in DEFAULT_LAUNCHERS)
     device_glob: str = DEFAULT_DEVICE_GLOB
     ignore: tuple[IgnoreEntry, ...] = tuple(IgnoreEntry(**e) for e in DEFAULT_IGNORE)
     nvml_enabled: bool = True
@@ -157,9 +181,24 @@ class Config:
     queue: QueueSettings = field(default_factory=QueueSettings)
     services: ServiceSettings = field(default_factory=ServiceSettings)
     ship_gates: tuple[ShipGate, ...] = ()
+    warnings: tuple[ConfigError, ...] = ()
+    refs: tuple[ConfigRef, ...] = ()
 
 
 # -- sections --------------------------------------------------------------------
+
+
+def _unit_pin(r: NodeReader, node: yaml.Node, key: str) -> str:
+    """A glob over a unit name; it must be able to match a unit type suffix."""
+    text = r.glob(node, key)
+    if not text.endswith(("*", *UNIT_SUFFIXES)):
+        raise r.err(
+            node,
+            key,
+            f"{text!r} has no unit type suffix, so it never matches a unit (units are "
+            f"named with their type: {text}.service); known types: {', '.join(UNIT_SUFFIXES)}",
+        )
+    return text
 
 
 def _origin(r: NodeReader, node: yaml.Node, key: str) -> OriginPin:
@@ -175,8 +214,10 @@ def _origin(r: NodeReader, node: yaml.Node, key: str) -> OriginPin:
             vals[name] = r.boolean(v, sub)
         elif name == "cron_line":
             vals[name] = r.integer(v, sub, 1)
+        elif name == "systemd_unit":
+            vals[name] = _unit_pin(r, v, sub)
         else:
-            vals[name] = r.string(v, sub)
+            vals[name] = r.glob(v, sub)
     if "cron_line" in vals and "cron_file" not in vals:
         raise r.err(m["cron_line"][0], f"{key}.cron_line", "needs cron_file beside it")
     kinds = {_ORIGIN_KIND[k] for k in vals if k != "any"}
@@ -193,9 +234,11 @@ def _origin(r: NodeReader, node: yaml.Node, key: str) -> OriginPin:
     return OriginPin(**vals)
 
 
-def _rule(r: NodeReader, node: yaml.Node, key: str) -> Rule:
+def _rule(r: NodeReader, node: yaml.Node, key: str) -> Rule | None:
+    """One rule, or None when an error was recorded (collect mode)."""
     allowed = ("name", "cmdline", "cmdline_regex", "user", "origin", "max_instances")
     m = r.mapping(node, key, allowed)
+    failed = len(r.errors)
     for required in ("name", "origin"):
         if required not in m:
             why = (
@@ -204,31 +247,42 @@ def _rule(r: NodeReader, node: yaml.Node, key: str) -> Rule:
                 if required == "origin"
                 else ""
             )
-            raise r.err(node, f"{key}.{required}", f"required key missing{why}")
+            r.record(r.err(node, f"{key}.{required}", f"required key missing{why}"))
     if "cmdline" in m and "cmdline_regex" in m:
-        raise r.err(m["cmdline_regex"][0], key, "use cmdline or cmdline_regex, not both")
+        r.record(r.err(m["cmdline_regex"][0], key, "use cmdline or cmdline_regex, not both"))
     if "cmdline" not in m and "cmdline_regex" not in m:
-        raise r.err(node, f"{key}.cmdline", "required key missing (or give cmdline_regex)")
+        r.record(r.err(node, f"{key}.cmdline", "required key missing (or give cmdline_regex)"))
+    # Every key is checked even after one failed, so one run reports them all.
+    vals: dict[str, Any] = {}
+    for name, (_, v) in m.items():
+        sub = f"{key}.{name}"
+        parse: Callable[[], Any] = {
+            "name": lambda v=v, sub=sub: r.string(v, sub),
+            "cmdline": lambda v=v, sub=sub: r.glob(v, sub),
+            "cmdline_regex": lambda v=v, sub=sub: r.regex(v, sub),
+            "user": lambda v=v, sub=sub: r.user(v, sub),
+            "origin": lambda v=v, sub=sub: _origin(r, v, sub),
+            "max_instances": lambda v=v, sub=sub: r.integer(v, sub, 1),
+        }[name]
+        value = r.attempt(parse)
+        if value is not None:
+            vals[name] = value
+    if len(r.errors) > failed:
+        return None
     return Rule(
-        name=r.string(m["name"][1], f"{key}.name"),
-        cmdline=r.string(m["cmdline"][1], f"{key}.cmdline") if "cmdline" in m else None,
-        cmdline_regex=(
-            r.regex(m["cmdline_regex"][1], f"{key}.cmdline_regex") if "cmdline_regex" in m else None
-        ),
-        user=r.string(m["user"][1], f"{key}.user") if "user" in m else None,
-        origin=_origin(r, m["origin"][1], f"{key}.origin"),
-        max_instances=(
-            r.integer(m["max_instances"][1], f"{key}.max_instances", 1)
-            if "max_instances" in m
-            else None
-        ),
+        name=vals["name"],
+        cmdline=vals.get("cmdline"),
+        cmdline_regex=vals.get("cmdline_regex"),
+        user=vals.get("user"),
+        origin=vals["origin"],
+        max_instances=vals.get("max_instances"),
         line=node.start_mark.line + 1,
     )
 
 
 def _ignore(r: NodeReader, node: yaml.Node, key: str) -> IgnoreEntry:
     if isinstance(node, yaml.ScalarNode):
-        name = r.string(node, key)
+        name = r.glob(node, key)
         return IgnoreEntry(name=name, exe=name)
     m = r.mapping(node, key, ("name", "exe", "cmdline"))
     if "name" not in m:
@@ -237,8 +291,8 @@ def _ignore(r: NodeReader, node: yaml.Node, key: str) -> IgnoreEntry:
         raise r.err(node, key, "needs exe or cmdline")
     return IgnoreEntry(
         name=r.string(m["name"][1], f"{key}.name"),
-        exe=r.string(m["exe"][1], f"{key}.exe") if "exe" in m else None,
-        cmdline=r.string(m["cmdline"][1], f"{key}.cmdline") if "cmdline" in m else None,
+        exe=r.glob(m["exe"][1], f"{key}.exe") if "exe" in m else None,
+        cmdline=r.glob(m["cmdline"][1], f"{key}.cmdline") if "cmdline" in m else None,
     )
 
 
@@ -267,18 +321,25 @@ TOP_LEVEL_KEYS = ("sanctioned", "training", "ignore", "nvml", "paths", *SECTIONS
 def parse_config(text: str, source: str = "<string>") -> Config:
     """Validate configuration text.
 
+    Every error is found in one pass: a failing key, list item or section is recorded
+    and the rest is still checked.
+
     Args:
         text: YAML document.
         source: File name used in error messages.
 
     Returns:
-        The validated :class:`Config`; defaults fill every absent key.
+        The validated :class:`Config`; defaults fill every absent key. Its ``warnings``
+        hold doubts that do not invalidate it (a user this host does not know), its
+        ``refs`` the files, programs and variables it names.
 
     Raises:
         ConfigError: YAML syntax errors, unknown keys, wrong types, invalid regular
-            expressions, rules without an origin; the message names file, line and key.
+            expressions (or ones RE2 cannot run in linear time), bad globs, unit pins
+            without a unit suffix, rules without an origin; the message names file, line
+            and key. Several errors come as :class:`ConfigErrors`, listing all.
     """
-    r = NodeReader(source)
+    r = NodeReader(source, collect=True)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
@@ -296,61 +357,135 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         raise ConfigError(source, None, "", "YAML nesting is too deep") from None
     if root is None or (isinstance(root, yaml.ScalarNode) and root.value == ""):
         return Config(source=source)
-    top = r.mapping(root, "", TOP_LEVEL_KEYS)
     vals: dict[str, Any] = {"source": source}
+    top = r.attempt(lambda: r.mapping(root, "", TOP_LEVEL_KEYS, keep_going=True)) or {}
     if "sanctioned" in top:
-        rules = [
-            _rule(r, n, f"sanctioned[{i}]")
-            for i, n in enumerate(r.sequence(top["sanctioned"][1], "sanctioned"))
-        ]
-        seen: dict[str, int] = {}
-        for i, rule in enumerate(rules):
-            if rule.name in seen:
-                raise ConfigError(
-                    source, rule.line, f"sanctioned[{i}].name", f"duplicate rule name {rule.name!r}"
-                )
-            seen[rule.name] = i
-        vals["sanctioned"] = tuple(rules)
+        r.attempt(lambda: vals.update(sanctioned=_sanctioned(r, top["sanctioned"][1])))
     if "training" in top:
-        m = r.mapping(top["training"][1], "training", ("launchers", "device_glob"))
-        if "launchers" in m:
-            vals["launchers"] = tuple(
-                r.regex(n, f"training.launchers[{i}]")
-                for i, n in enumerate(r.sequence(m["launchers"][1], "training.launchers"))
-            )
-        if "device_glob" in m:
-            vals["device_glob"] = r.string(m["device_glob"][1], "training.device_glob")
+        r.attempt(lambda: vals.update(_training(r, top["training"][1])))
     if "ignore" in top:
-        vals["ignore"] = tuple(
-            _ignore(r, n, f"ignore[{i}]")
-            for i, n in enumerate(r.sequence(top["ignore"][1], "ignore"))
-        )
+        r.attempt(lambda: vals.update(ignore=tuple(r.each(top["ignore"][1], "ignore", _ign(r)))))
     if "nvml" in top:
-        m = r.mapping(top["nvml"][1], "nvml", ("enabled", "library"))
-        if "enabled" in m:
-            vals["nvml_enabled"] = r.boolean(m["enabled"][1], "nvml.enabled")
-        if "library" in m:
-            vals["nvml_library"] = r.string(m["library"][1], "nvml.library")
+        r.attempt(lambda: vals.update(_nvml(r, top["nvml"][1])))
     if "paths" in top:
-        vals["paths"] = _paths(r, top["paths"][1])
+        r.attempt(lambda: vals.update(paths=_paths(r, top["paths"][1])))
     for name, section in SECTIONS.items():
         if name in top:
-            vals[name] = section(r, top[name][1])
-    return Config(**vals)
+            value = r.attempt(partial(section, r, top[name][1]))
+            if value is not None:
+                vals[name] = value
+    try:
+        raise_all(r.errors)
+    except ConfigError as exc:
+        exc.warnings, exc.refs = tuple(r.warnings), tuple(r.refs)
+        raise
+    return Config(**vals, warnings=tuple(r.warnings), refs=tuple(r.refs))
 
 
-def load_config(path: str | Path | None) -> Config:
+def _ign(r: NodeReader) -> Callable[[yaml.Node, str], IgnoreEntry]:
+    return lambda node, key: _ignore(r, node, key)
+
+
+def _sanctioned(r: NodeReader, node: yaml.Node) -> tuple[Rule, ...]:
+    items = r.sequence(node, "sanctioned")
+    # A failing rule is recorded and the others still checked (one run, every error).
+    parsed = [r.attempt(partial(_rule, r, n, f"sanctioned[{i}]")) for i, n in enumerate(items)]
+    rules = [rule for rule in parsed if rule is not None]
+    seen: set[str] = set()
+    for i, rule in enumerate(parsed):
+        if rule is None:
+            continue
+        if rule.name in seen:
+            r.record(
+                ConfigError(
+                    r.path, rule.line, f"sanctioned[{i}].name", f"duplicate rule name {rule.name!r}"
+                )
+            )
+        seen.add(rule.name)
+    return tuple(rules)
+
+
+def _training(r: NodeReader, node: yaml.Node) -> dict[str, Any]:
+    vals: dict[str, Any] = {}
+    m = r.mapping(node, "training", ("launchers", "device_glob"))
+    if "launchers" in m:
+        vals["launchers"] = tuple(r.each(m["launchers"][1], "training.launchers", r.regex))
+    if "device_glob" in m:
+        vals["device_glob"] = r.glob(m["device_glob"][1], "training.device_glob")
+    return vals
+
+
+def _nvml(r: NodeReader, node: yaml.Node) -> dict[str, Any]:
+    vals: dict[str, Any] = {}
+    m = r.mapping(node, "nvml", ("enabled", "library"))
+    if "enabled" in m:
+        vals["nvml_enabled"] = r.boolean(m["enabled"][1], "nvml.enabled")
+    if "library" in m:
+        lib = r.string(m["library"][1], "nvml.library")
+        if "/" in lib:  # a bare name is found by the dynamic loader's own trusted paths
+            r.refer(m["library"][1], "nvml.library", "file", lib)
+        vals["nvml_library"] = lib
+    return vals
+
+
+def _file_trust(path: str) -> list[ConfigError]:
+    """The configuration file itself and ``secrets.env`` beside it (systemd's
+    ``EnvironmentFile=`` in the shipped unit)."""
+    out: list[ConfigError] = []
+    for file in (path, os.path.join(os.path.dirname(os.path.abspath(path)), SECRETS_ENV)):
+        if file != path and not os.path.lexists(file):
+            continue
+        reason = untrusted_reason(file)
+        if reason is not None:
+            out.append(ConfigError(path, None, "", f"refused: {reason}; {_TRUST_ADVICE}"))
+    return out
+
+
+_TRUST_ADVICE = "only root (or the daemon's user) may be able to change what the daemon obeys"
+
+
+def trust_errors(source: str, refs: Sequence[ConfigRef]) -> list[ConfigError]:
+    """Files the daemon obeys that someone other than root (or the daemon's user) could
+    change: the configuration file, ``secrets.env`` beside it (systemd's
+    ``EnvironmentFile=``), every ``url_file``, the NVML library and the queue command,
+    with every directory on their paths (:func:`~watchdog.safeio.untrusted_reason`, the
+    test sshd's StrictModes applies). The daemon runs as root and runs commands this file
+    names, so a file others can write is a way to root.
+
+    Args:
+        source: The configuration file (``<...>`` for text that came from no file).
+        refs: What it names (:attr:`Config.refs`).
+
+    Returns:
+        One error per untrusted file, naming file, line and key; empty when all are safe.
+    """
+    out = [] if source.startswith("<") else _file_trust(source)
+    for ref in refs:
+        if ref.kind == "env" or "/" not in ref.value:
+            continue  # a bare program name is found on PATH, as root's shell would
+        reason = untrusted_reason(ref.value)
+        if reason is not None:
+            out.append(
+                ConfigError(source, ref.line, ref.key, f"refused: {reason}; {_TRUST_ADVICE}")
+            )
+    return out
+
+
+def load_config(path: str | Path | None, *, check_trust: bool = True) -> Config:
     """Read and validate a configuration file.
 
     Args:
         path: File to read; None gives the defaults (nothing sanctioned).
+        check_trust: Refuse the file when someone other than root or this process's
+            user could change it or a file it names (:func:`trust_errors`).
 
     Returns:
         The validated configuration.
 
     Raises:
-        ConfigError: The file is unreadable, not UTF-8, or invalid (see
-            :func:`parse_config`).
+        ConfigError: The file is unreadable, not UTF-8, invalid (see
+            :func:`parse_config`) or untrusted; :class:`ConfigErrors` when there are
+            several errors.
     """
     if path is None:
         return Config()
@@ -363,4 +498,18 @@ def load_config(path: str | Path | None) -> Config:
         raise ConfigError(
             p, None, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})"
         ) from None
-    return parse_config(text, p)
+    try:
+        config = parse_config(text, p)
+    except ConfigError as exc:
+        untrusted = trust_errors(p, exc.refs) if check_trust else []
+        if not untrusted:
+            raise
+        both = ConfigErrors([*untrusted, *errors_of(exc)])
+        both.warnings, both.refs = exc.warnings, exc.refs
+        raise both from None
+    try:
+        raise_all(trust_errors(p, config.refs) if check_trust else [])
+    except ConfigError as exc:
+        exc.warnings, exc.refs = config.warnings, config.refs
+        raise
+    return config

@@ -104,3 +104,98 @@ def read_regular(path: PathLike, max_bytes: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+# -- who can change a file the daemon obeys ---------------------------------------------
+
+
+def _owner(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
+def _writers(st: os.stat_result) -> str | None:
+    """Who besides the owner may write, from the permission bits (ACL entries show in
+    the group bits as the mask, acl(5))."""
+    if st.st_mode & stat.S_IWOTH:
+        return "others"
+    if st.st_mode & stat.S_IWGRP:
+        try:
+            import grp
+
+            return f"group {grp.getgrgid(st.st_gid).gr_name}"
+        except (KeyError, ImportError):
+            return f"group {st.st_gid}"
+    return None
+
+
+def _chain(path: str) -> list[str]:
+    """``path`` and every directory above it, nearest first."""
+    out = [path]
+    while True:
+        parent = os.path.dirname(out[-1])
+        if parent == out[-1]:
+            return out
+        out.append(parent)
+
+
+def untrusted_reason(path: PathLike, trusted_uids: frozenset[int] | None = None) -> str | None:
+    """Why someone other than root (or this process's user) could change ``path``: the
+    test sshd's StrictModes applies to ``authorized_keys`` (sshd_config(5)).
+
+    The file and every directory above it, along the path as written and along the
+    resolved one, must be owned by a trusted user and writable by no one else (group or
+    others; an ACL granting write shows in the group bits, acl(5)). A symlink on the way
+    must be owned by a trusted user. A directory writable by others but sticky (``/tmp``,
+    mode 1777) is accepted when the entry below it exists and is owned by a trusted
+    user: unlink(2) and rename(2) in a sticky directory need that ownership. A path that
+    does not exist is judged by the directories that do: if someone else could create
+    it, that is the reason.
+
+    Args:
+        path: The file (configuration, secret, library, executable).
+        trusted_uids: Owners allowed; default root and the effective uid.
+
+    Returns:
+        None when only trusted users can change it, else one sentence naming the first
+        offending file or directory (nearest first) and its owner or mode, e.g.
+        ``/etc/rw/config.yaml is writable by others (mode 0666)``.
+    """
+    trusted = trusted_uids if trusted_uids is not None else frozenset({0, os.geteuid()})
+    literal = os.path.abspath(os.fspath(path))
+    seen: set[str] = set()
+    for chain in (_chain(literal), _chain(os.path.realpath(literal))):
+        below: bool | None = None  # the entry below: None missing, True trusted-owned
+        for item in chain:
+            try:
+                st = os.lstat(item)
+            except FileNotFoundError:
+                below = None
+                continue
+            except OSError as exc:
+                return f"{item} cannot be checked ({exc.strerror})"
+            is_dir = stat.S_ISDIR(st.st_mode)
+            name = f"directory {item}" if is_dir else item
+            if stat.S_ISLNK(st.st_mode):
+                name = f"symlink {item}"
+            if item not in seen:
+                seen.add(item)
+                if st.st_uid not in trusted:
+                    who = _owner(st.st_uid)
+                    return f"{name} is owned by {who}, not by root or the daemon's user"
+                writers = None if stat.S_ISLNK(st.st_mode) else _writers(st)
+                sticky = is_dir and bool(st.st_mode & stat.S_ISVTX)
+                if writers is not None and not (sticky and below):
+                    mode = stat.S_IMODE(st.st_mode)
+                    if is_dir and below is None:
+                        return (
+                            f"{literal} does not exist and {name} lets {writers} create it "
+                            f"(mode {mode:04o})"
+                        )
+                    return f"{name} is writable by {writers} (mode {mode:04o})"
+            below = True
+    return None

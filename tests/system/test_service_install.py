@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -34,11 +35,25 @@ def sandbox() -> Iterator[Path]:
         shutil.rmtree(s, ignore_errors=True)
 
 
-def install(s: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def install(s: Path, *args: str, umask: int | None = None) -> subprocess.CompletedProcess[str]:
     argv = ["bash", str(REPO / "scripts" / "install.sh"), "--prefix", f"{s}/opt"]
     argv += ["--config-dir", f"{s}/etc", "--unit-dir", f"{s}/units", *args]
     env = dict(os.environ, SYSTEMCTL=str(s / "systemctl"))
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, check=False)
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=300, env=env, check=False,
+        preexec_fn=None if umask is None else lambda: os.umask(umask),
+    )  # fmt: skip
+
+
+def writable_by_others(root: Path) -> list[str]:
+    """Files and directories under ``root`` (itself included) that group or others may
+    write; symlinks are skipped (their mode means nothing)."""
+    out = []
+    for path in [root, *root.rglob("*")]:
+        st = path.lstat()
+        if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+            out.append(f"{path} {stat.S_IMODE(st.st_mode):04o}")
+    return out
 
 
 def calls(s: Path) -> list[str]:
@@ -101,3 +116,26 @@ def test_refuses_a_foreign_prefix(sandbox: Path) -> None:
     assert (sandbox / "opt" / "precious").read_text() == "x"
     res = install(sandbox, "--uninstall", "--no-enable")
     assert res.returncode == 0 and (sandbox / "opt" / "precious").exists()
+
+
+def test_modes_do_not_depend_on_the_callers_umask(sandbox: Path) -> None:
+    s = sandbox
+    res = install(s, "--no-enable", umask=0o000)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert oct(s.joinpath("opt").stat().st_mode & 0o7777) == "0o755"
+    assert oct(s.joinpath("etc").stat().st_mode & 0o7777) == "0o755"
+    assert oct(s.joinpath("etc", "config.yaml").stat().st_mode & 0o7777) == "0o640"
+    assert oct(s.joinpath("etc", "config.yaml.example").stat().st_mode & 0o7777) == "0o644"
+    assert oct(s.joinpath("units", UNIT).stat().st_mode & 0o7777) == "0o644"
+    assert writable_by_others(s / "opt") == []
+    assert writable_by_others(s / "etc") == []
+    # check-config ran at the end and the installed configuration is trusted.
+    assert f"{s}/etc/config.yaml: OK: " in res.stdout
+
+    # A venv and config dir an earlier run left world-writable are tightened on upgrade.
+    (s / "opt" / "bin").chmod(0o777)
+    (s / "etc").chmod(0o777)
+    res = install(s, "--no-enable")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert writable_by_others(s / "opt") == []
+    assert oct(s.joinpath("etc").stat().st_mode & 0o7777) == "0o755"

@@ -490,7 +490,7 @@ def test_secrets_never_reach_logs_status_or_errors(
     sinks = all_sinks(tmp_path).replace("min_severity: critical", "min_severity: info")
     sinks += "    - {type: slack, name: unset, url_env: RW_NOT_SET}\n"
     d = make(tmp_path, job.token, sinks)
-    w = worker(d, env)
+    w = worker(d, env, degraded=d.degraded)
     try:
         d.tick(5_000_000.0)
         res = w.deliver_due(5_000_000.0)
@@ -500,7 +500,11 @@ def test_secrets_never_reach_logs_status_or_errors(
             "slack": "ConnectError: [Errno 111] Connection refused",
             "discord": "ConnectError: [Errno 111] Connection refused",
             "crit": "ConnectError: [Errno 111] Connection refused",
-            "unset": "no URL in environment variable RW_NOT_SET (unset or empty)",
+        }
+        # A sink whose URL cannot be read is not attempted: it is a degraded component.
+        assert "unset" in res.paused
+        assert d.degraded == {
+            "alert-sink:unset": "no URL in environment variable RW_NOT_SET (unset or empty)"
         }
         status = json.dumps(d.status())
         out = capsys.readouterr()
@@ -511,7 +515,8 @@ def test_secrets_never_reach_logs_status_or_errors(
         for piece in (SECRET, "p4ssw0rd", "abcdef99", f"127.0.0.1:{gone.port}"):
             assert piece not in dump
         assert "alert-sink-failing" in out.out  # it was logged, once per sink
-        assert out.out.count("alert-sink-failing") == 5
+        assert out.out.count("alert-sink-failing") == 4
+        assert out.out.count("component-degraded") == 1
     finally:
         w.stop()
         gone.close()

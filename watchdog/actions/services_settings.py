@@ -81,7 +81,7 @@ def _port(r: NodeReader, node: yaml.Node, key: str) -> SanctionedPort:
     return SanctionedPort(
         name=r.string(m["name"][1], f"{key}.name"),
         port=port,
-        address=r.string(m["address"][1], f"{key}.address") if "address" in m else None,
+        address=r.glob(m["address"][1], f"{key}.address") if "address" in m else None,
         proto=proto,
     )
 
@@ -96,6 +96,6 @@ def parse_services(r: NodeReader, node: yaml.Node) -> ServiceSettings:
     enabled = r.boolean(m["enabled"][1], "services.enabled") if "enabled" in m else True
     ports: tuple[SanctionedPort, ...] = ()
     if "sanctioned_ports" in m:
-        items = r.sequence(m["sanctioned_ports"][1], "services.sanctioned_ports")
-        ports = tuple(_port(r, n, f"services.sanctioned_ports[{i}]") for i, n in enumerate(items))
+        key = "services.sanctioned_ports"
+        ports = tuple(r.each(m["sanctioned_ports"][1], key, lambda n, k: _port(r, n, k)))
     return ServiceSettings(enabled=enabled, sanctioned_ports=ports)

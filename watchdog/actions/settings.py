@@ -23,14 +23,13 @@ Example::
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import yaml
 
-from watchdog.configbase import NodeReader
+from watchdog.configbase import NodeReader, Regex
 
 Mode = Literal["observe", "terminate"]
 MODES: tuple[Mode, ...] = ("observe", "terminate")
@@ -45,14 +44,14 @@ class Protect:
 
     Attributes:
         cmdline: fnmatch glob over the space-joined command line.
-        cmdline_regex: Regex searched in the space-joined command line.
+        cmdline_regex: RE2 regex searched in the space-joined command line.
         exe: fnmatch glob over the ``/proc/PID/exe`` target.
         user: User name of the process.
         text: The entry as written, for messages.
     """
 
     cmdline: str | None = None
-    cmdline_regex: re.Pattern[str] | None = None
+    cmdline_regex: Regex | None = None
     exe: str | None = None
     user: str | None = None
     text: str = ""
@@ -79,7 +78,7 @@ class EnforcementRule:
     Attributes:
         name: Shown in action records.
         cmdline: fnmatch glob over the job's space-joined command line.
-        cmdline_regex: Regex searched in it.
+        cmdline_regex: RE2 regex searched in it.
         origin_kind: One of the origin kinds (``cron``, ``systemd``...).
         user: The job's user.
         mode: ``observe`` or ``terminate``; None keeps the default.
@@ -88,7 +87,7 @@ class EnforcementRule:
 
     name: str
     cmdline: str | None = None
-    cmdline_regex: re.Pattern[str] | None = None
+    cmdline_regex: Regex | None = None
     origin_kind: str | None = None
     user: str | None = None
     mode: Mode | None = None
@@ -177,7 +176,7 @@ def _mode(r: NodeReader, node: yaml.Node, key: str) -> Mode:
 
 def _protect(r: NodeReader, node: yaml.Node, key: str) -> Protect:
     if isinstance(node, yaml.ScalarNode):
-        text = r.string(node, key)
+        text = r.glob(node, key)
         return Protect(cmdline=text, text=text)
     m = r.mapping(node, key, _PROTECT_KEYS)
     if not m:
@@ -185,7 +184,12 @@ def _protect(r: NodeReader, node: yaml.Node, key: str) -> Protect:
     vals: dict[str, object] = {}
     for name, (_, v) in m.items():
         sub = f"{key}.{name}"
-        vals[name] = r.regex(v, sub) if name == "cmdline_regex" else r.string(v, sub)
+        if name == "cmdline_regex":
+            vals[name] = r.regex(v, sub)
+        elif name == "user":
+            vals[name] = r.user(v, sub)
+        else:
+            vals[name] = r.glob(v, sub)
     text = ", ".join(f"{k}={getattr(v, 'pattern', v)}" for k, v in vals.items())
     return Protect(**vals, text=text)  # type: ignore[arg-type]
 
@@ -207,6 +211,10 @@ def _rule(r: NodeReader, node: yaml.Node, key: str) -> EnforcementRule:
             vals[name] = _mode(r, v, sub)
         elif name == "auto_disable_source":
             vals[name] = r.boolean(v, sub)
+        elif name == "cmdline":
+            vals[name] = r.glob(v, sub)
+        elif name == "user":
+            vals[name] = r.user(v, sub)
         else:
             vals[name] = r.string(v, sub)
     if "origin_kind" in vals and vals["origin_kind"] not in ORIGIN_KINDS:
@@ -232,13 +240,9 @@ def parse_enforcement(r: NodeReader, node: yaml.Node) -> EnforcementSettings:
                 raise r.err(v, key, "must not be negative")
             vals[name] = grace
         elif name == "protect":
-            vals[name] = tuple(
-                _protect(r, item, f"{key}[{i}]") for i, item in enumerate(r.sequence(v, key))
-            )
+            vals[name] = tuple(r.each(v, key, lambda item, sub: _protect(r, item, sub)))
         elif name == "rules":
-            vals[name] = tuple(
-                _rule(r, item, f"{key}[{i}]") for i, item in enumerate(r.sequence(v, key))
-            )
+            vals[name] = tuple(r.each(v, key, lambda item, sub: _rule(r, item, sub)))
         elif name in ("auto_disable_source", "quarantine_unknown_exe", "dry_run"):
             vals[name] = r.boolean(v, key)
         elif name == "command_prefix":

@@ -79,6 +79,7 @@ def _restart_watch(daemon: Daemon) -> Any:
         if daemon.config is seen[0]:
             return
         seen[0] = daemon.config
+        log_config_warnings(daemon.config)
         changed = [k for k in RESTART_KEYS if getattr(daemon.config.daemon, k) != getattr(first, k)]
         if changed:
             log.warning(
@@ -88,6 +89,13 @@ def _restart_watch(daemon: Daemon) -> Any:
             )
 
     return config_watch
+
+
+def log_config_warnings(config: Config) -> None:
+    """One ``config-warning`` event per doubt about the configuration in force (a user
+    this host does not know): what check-config prints, for a daemon nobody watches."""
+    for w in config.warnings:
+        log.warning("config-warning", path=w.path, line=w.line, key=w.key, message=w.message)
 
 
 def _pidfile_owner(path: str) -> int | None:
@@ -217,6 +225,7 @@ def _serve(config: Config, path: str | None) -> int:
         print(f"rogue-watchdog: {exc}", file=sys.stderr)
         return 2
     note_config(daemon)
+    log_config_warnings(config)
     notifier = Notifier.from_env()
     settings = config.daemon
     notifier.interval_s = settings.interval_s

@@ -29,6 +29,8 @@ from watchdog.safeio import read_regular
 from watchdog.scan import Scanner, ScanResult
 
 log = structlog.get_logger("rogue-watchdog")
+# Degraded-component name while the configuration file on disk was refused by a reload.
+RELOAD_COMPONENT = "config-reload"
 
 # Retention runs at most this often (tick time, seconds).
 PRUNE_EVERY_S = 300.0
@@ -274,7 +276,10 @@ class Daemon:
             new = load_config(self.config_path)
         except ConfigError as exc:
             log.error("config-reload-refused", error=str(exc), kept=self.config_path)
+            # Open until a reload succeeds: the file on disk is not what is in force.
+            self.degraded[RELOAD_COMPONENT] = f"refused, the previous one stays in force: {exc}"
             return False
+        self._ok(RELOAD_COMPONENT)
         self.config = new
         self.scanner = Scanner(new, fd_sweep_interval_s=new.daemon.fd_sweep_interval_s)
         self.tracker = Tracker(self.db, new.alerts, self.scanner.host)

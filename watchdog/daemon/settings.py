@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -269,6 +270,7 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
                     "must be the NAME of an environment variable ([A-Za-z_][A-Za-z0-9_]*) "
                     "holding the URL, not the URL (value not shown: it may be a secret)",
                 )
+            r.refer(v, sub, "env", text)
             vals[name] = text
         elif name == "url_file":
             text = r.string(v, sub)
@@ -279,6 +281,7 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
                     "must be the absolute path of a file holding the URL, not the URL "
                     "(value not shown: it may be a secret)",
                 )
+            r.refer(v, sub, "file", text)
             vals[name] = text
         elif name == "timeout_s":
             vals[name] = _positive(r, v, sub)
@@ -370,15 +373,17 @@ def parse_alerts(r: NodeReader, node: yaml.Node) -> AlertSettings:
                 "empty: no alerts would be sent; remove the key for the default log sink "
                 "or add a sink",
             )
-        sinks = tuple(
-            _sink(r, n, f"alerts.sinks[{i}]")
-            for i, n in enumerate(r.sequence(m["sinks"][1], "alerts.sinks"))
-        )
-        names = [s.name for s in sinks]
+        items = r.sequence(m["sinks"][1], "alerts.sinks")
+        # A failing sink is recorded and the others still checked (one run, every error).
+        parsed = [
+            r.attempt(partial(_sink, r, n, f"alerts.sinks[{i}]")) for i, n in enumerate(items)
+        ]
+        sinks = tuple(s for s in parsed if s is not None)
+        names = [s.name if s is not None else None for s in parsed]
         for i, name in enumerate(names):
-            if name in names[:i]:
+            if name is not None and name in names[:i]:
                 raise r.err(
-                    r.sequence(m["sinks"][1], "alerts.sinks")[i],
+                    items[i],
                     f"alerts.sinks[{i}].name",
                     f"duplicate sink name {name!r}; give each sink a name",
                 )

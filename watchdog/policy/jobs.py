@@ -9,18 +9,18 @@ siblings under PID 1, and they are still one job.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from watchdog.config import IgnoreEntry
+from watchdog.configbase import Regex
 from watchdog.lineage.base import exe_name, is_wrapper
 from watchdog.model import GpuProcess, Job, Proc
 from watchdog.sources.procfs import ProcessTable
 
 
-def is_launcher(proc: Proc, launchers: Sequence[re.Pattern[str]]) -> bool:
+def is_launcher(proc: Proc, launchers: Sequence[Regex]) -> bool:
     """True when the full command line or exe of ``proc`` matches a launcher pattern.
 
     Matching never uses ``comm`` (15 characters, renamed by setproctitle).
@@ -64,7 +64,7 @@ def collect_training(
     table: ProcessTable,
     gpu_procs: Sequence[GpuProcess],
     fd_holders: Mapping[int, Sequence[str]],
-    launchers: Sequence[re.Pattern[str]],
+    launchers: Sequence[Regex],
     launcher_cache: LauncherCache | None = None,
     exclude: frozenset[int] = frozenset(),
 ) -> TrainingEvidence:
@@ -75,7 +75,7 @@ def collect_training(
         gpu_procs: NVML entries whose PIDs are visible in ``table``. A zombie's entry
             is attributed to its parent (the zombie holds nothing it can free itself).
         fd_holders: PID → device paths held open.
-        launchers: Launcher patterns.
+        launchers: Launcher patterns (RE2, linear time in the command line).
         launcher_cache: Reused across scans so unchanged processes are not re-matched.
         exclude: PIDs that are never training: the watchdog itself, which holds
             ``/dev/nvidia*`` open through NVML while it scans.
@@ -116,7 +116,7 @@ class LauncherCache:
         self._generation: int | None = None
         self._table: int | None = None
 
-    def matching(self, table: ProcessTable, launchers: Sequence[re.Pattern[str]]) -> list[int]:
+    def matching(self, table: ProcessTable, launchers: Sequence[Regex]) -> list[int]:
         """PIDs in ``table`` whose command line matches a launcher pattern.
 
         A zombie never matches: it has exited, and its old command line launches nothing.

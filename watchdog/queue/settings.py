@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import shlex
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import yaml
@@ -92,7 +93,7 @@ def _rule(r: NodeReader, node: yaml.Node, key: str) -> QueueRule:
         raise r.err(node, f"{key}.name", "required key missing")
     if not any(k in m for k in RULE_KEYS):
         raise r.err(node, key, f"needs at least one of {', '.join(RULE_KEYS)}")
-    vals = {k: r.string(m[k][1], f"{key}.{k}") for k in RULE_KEYS if k in m}
+    vals = {k: r.glob(m[k][1], f"{key}.{k}") for k in RULE_KEYS if k in m}
     return QueueRule(
         name=r.string(m["name"][1], f"{key}.name"), line=node.start_mark.line + 1, **vals
     )
@@ -126,9 +127,15 @@ def parse_queue(r: NodeReader, node: yaml.Node) -> QueueSettings:
         if isinstance(v, yaml.SequenceNode):
             argv = r.strings(v, "queue.command")
         else:
-            argv = tuple(shlex.split(r.string(v, "queue.command")))
+            try:
+                argv = tuple(shlex.split(r.string(v, "queue.command")))
+            except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
+                raise r.err(
+                    v, "queue.command", f"cannot split it as a shell would: {exc}"
+                ) from None
         if not argv:
             raise r.err(v, "queue.command", "must not be empty")
+        r.refer(v, "queue.command", "program", argv[0])  # root runs it every tick
         vals["command"] = argv
     if "command_timeout_s" in m:
         t = r.number(m["command_timeout_s"][1], "queue.command_timeout_s")
@@ -142,9 +149,15 @@ def parse_queue(r: NodeReader, node: yaml.Node) -> QueueSettings:
         vals["action"] = action
     if "sanctioned" in m:
         items = r.sequence(m["sanctioned"][1], "queue.sanctioned")
-        rules = [_rule(r, n, f"queue.sanctioned[{i}]") for i, n in enumerate(items)]
+        # A failing rule is recorded and the others still checked (one run, every error).
+        parsed = [
+            r.attempt(partial(_rule, r, n, f"queue.sanctioned[{i}]")) for i, n in enumerate(items)
+        ]
+        rules = [rule for rule in parsed if rule is not None]
         seen: set[str] = set()
-        for i, rule in enumerate(rules):
+        for i, rule in enumerate(parsed):
+            if rule is None:
+                continue
             if rule.name in seen:
                 raise r.err(
                     items[i], f"queue.sanctioned[{i}].name", f"duplicate rule name {rule.name!r}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import partial
 
 import yaml
 
@@ -117,7 +118,7 @@ def _gate(r: NodeReader, item: yaml.Node, key: str) -> ShipGate:
             raise r.err(m["quarantine_dir"][1], f"{key}.quarantine_dir", "must not be deploy_dir")
         vals["quarantine_dir"] = qdir
     if "patterns" in m:
-        patterns = r.strings(m["patterns"][1], f"{key}.patterns")
+        patterns = r.globs(m["patterns"][1], f"{key}.patterns")
         if not patterns:
             raise r.err(m["patterns"][1], f"{key}.patterns", "must name at least one glob")
         vals["patterns"] = patterns
@@ -136,7 +137,9 @@ def parse_ship_gates(r: NodeReader, node: yaml.Node) -> tuple[ShipGate, ...]:
     """
     gates: list[ShipGate] = []
     for i, item in enumerate(r.sequence(node, "ship_gates")):
-        gate = _gate(r, item, f"ship_gates[{i}]")
+        gate = r.attempt(partial(_gate, r, item, f"ship_gates[{i}]"))
+        if gate is None:  # recorded; the other gates are still checked
+            continue
         if any(g.name == gate.name for g in gates):
             raise r.err(item, f"ship_gates[{i}].name", f"duplicate gate name {gate.name!r}")
         gates.append(gate)

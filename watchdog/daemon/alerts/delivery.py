@@ -24,6 +24,10 @@ Delivery rules (docs/alerts.md):
 - Alerts due at once on a webhook sink go out as one message (``coalesce``), and a sink
   gets at most one message per ``min_interval_s`` (a rate limit): a storm is one post.
 - Rows for a sink no longer in the configuration stay spooled untouched.
+- A webhook sink whose URL cannot be read (``url_env`` unset, ``url_file`` missing or
+  writable by others) is a degraded component ``alert-sink:NAME`` (``status``, the
+  ``component-degraded`` finding, the metric) until it can; its alerts stay spooled
+  and are not attempted meanwhile.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import httpx
 import structlog
 
 from watchdog.daemon.alerts.backoff import Backoff
+from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import SendError, Sink, make_sink
 from watchdog.daemon.settings import AlertSettings, SinkSettings
 from watchdog.daemon.state import Delivery, StateDB, delivery_row
@@ -49,6 +54,8 @@ if TYPE_CHECKING:
     from watchdog.daemon.loop import TickSummary
 
 log = structlog.get_logger("rogue-watchdog")
+# Degraded-component name of a sink whose URL cannot be read: ``alert-sink:NAME``.
+SINK_COMPONENT = "alert-sink:"
 
 
 @dataclass
@@ -132,6 +139,7 @@ class DeliveryWorker:
         self._singles: set[str] = set()  # sinks whose last coalesced message was refused
         self._failing: dict[str, str] = {}
         self._orphans_noted: set[str] = set()
+        self._secret_problems: dict[str, str] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -163,7 +171,11 @@ class DeliveryWorker:
             backoff = Backoff(settings.retry_base_s, settings.retry_max_s, self.jitter)
             configured = {s.name: s for s in settings.sinks}
             self._note_unconfigured(configured)
+            self._forget_removed_sinks(configured)
             for name, sink_settings in configured.items():
+                if not self._secret_ok(sink_settings):
+                    out.paused.add(name)
+                    continue
                 t = self._time(now)
                 if self._down_until.get(name, -math.inf) > t or (
                     self._next_send.get(name, -math.inf) > t
@@ -293,6 +305,36 @@ class DeliveryWorker:
         return False
 
     # -- say it once -------------------------------------------------------------------
+
+    def _secret_ok(self, settings: SinkSettings) -> bool:
+        """Whether the sink's URL can be read; otherwise the sink is a degraded component
+        (logged once) so ``status`` and the metrics name it instead of a silent queue."""
+        part = f"{SINK_COMPONENT}{settings.name}"
+        problem: str | None = None
+        if settings.type != "log" and not settings.urls:  # inline Alertmanager URLs
+            try:
+                read_url(settings, self.environ)
+            except SecretError as exc:
+                problem = redact(str(exc))
+        if problem is None:
+            if self._secret_problems.pop(part, None) is not None:
+                log.info("component-recovered", component=part)
+            if self.degraded is not None:
+                self.degraded.pop(part, None)
+            return True
+        if self._secret_problems.get(part) != problem:
+            log.error("component-degraded", component=part, error=problem)
+        self._secret_problems[part] = problem
+        if self.degraded is not None:
+            self.degraded[part] = problem
+        return False
+
+    def _forget_removed_sinks(self, configured: dict[str, SinkSettings]) -> None:
+        for part in list(self._secret_problems):
+            if part[len(SINK_COMPONENT) :] not in configured:
+                del self._secret_problems[part]
+                if self.degraded is not None:
+                    self.degraded.pop(part, None)
 
     def _note_failure(self, sink: str, reason: str) -> None:
         if self._failing.get(sink) != reason:

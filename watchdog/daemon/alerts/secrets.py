@@ -9,13 +9,15 @@ every error goes through :func:`redact` with the URL it was about.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from urllib.parse import unquote, unquote_plus, urlsplit
 
+from watchdog.configbase import ConfigError, ConfigRef
 from watchdog.daemon.settings import SinkSettings
-from watchdog.safeio import read_regular
+from watchdog.safeio import read_regular, untrusted_reason
 
 REDACTED = "<redacted>"
 _ANY_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
@@ -56,7 +58,10 @@ def read_url(sink: SinkSettings, environ: Mapping[str, str] | None = None) -> st
 
     Raises:
         SecretError: The variable is unset or empty, the file is unreadable or empty,
-            or the value is not an ``http://``/``https://`` URL.
+            someone other than root (or the daemon's user) could change the file or a
+            directory above it (:func:`~watchdog.safeio.untrusted_reason`: they could
+            send the alerts elsewhere), or the value is not an ``http://``/``https://``
+            URL.
     """
     env = os.environ if environ is None else environ
     if sink.url_env:
@@ -64,6 +69,9 @@ def read_url(sink: SinkSettings, environ: Mapping[str, str] | None = None) -> st
         value = env.get(sink.url_env, "").strip()
     elif sink.url_file:
         where = f"file {sink.url_file}"
+        untrusted = untrusted_reason(sink.url_file)
+        if untrusted is not None:
+            raise SecretError(f"refused the URL in {where}: {untrusted}")
         try:
             value = read_small_file(sink.url_file, MAX_URL_FILE_BYTES).decode("utf-8").strip()
         except OSError as exc:
@@ -130,3 +138,94 @@ def redact(text: str, url: str | None = None) -> str:
         for frag in secret_fragments(url):
             text = text.replace(frag, REDACTED)
     return _ANY_URL.sub("<url>", text)
+
+
+# systemd.exec(5) EnvironmentFile=: KEY=VALUE lines; # and ; start comments.
+_ENV_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """The assignments of a systemd ``EnvironmentFile=`` (``secrets.env``), for telling
+    whether a ``url_env`` variable will be set; quotes around a value are removed.
+
+    Returns:
+        Name → value; empty when the file is absent or unreadable.
+    """
+    try:
+        text = read_regular(path, MAX_URL_FILE_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.lstrip().startswith(("#", ";")):
+            continue
+        m = _ENV_ASSIGN.match(line)
+        if m:
+            value = m.group(2)
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            out[m.group(1)] = value
+    return out
+
+
+def check_sink_secrets(
+    source: str, refs: Sequence[ConfigRef], environ: Mapping[str, str] | None = None
+) -> tuple[list[ConfigError], list[ConfigError]]:
+    """What ``check-config`` says about each webhook sink's URL: can it be read now?
+
+    A ``url_env`` variable counts as set when this environment or ``secrets.env`` beside
+    the configuration (the shipped unit's ``EnvironmentFile=``) defines it. A
+    ``url_file`` must be readable, trusted and hold an http(s) URL; one this non-root
+    user may not read is only a warning (the daemon runs as root).
+
+    Args:
+        source: The configuration file.
+        refs: What it names (``Config.refs``; also on a ``ConfigError`` from
+            ``parse_config``, so sinks are checked even when another key is wrong).
+        environ: Environment to look in; None means ``os.environ``.
+
+    Returns:
+        ``(errors, warnings)``, each naming file, line and key; never a secret's value.
+    """
+    from watchdog.config import SECRETS_ENV
+
+    env = dict(os.environ if environ is None else environ)
+    env_file = os.path.join(os.path.dirname(os.path.abspath(source)), SECRETS_ENV)
+    env.update({k: v for k, v in read_env_file(env_file).items() if v.strip()})
+    errors: list[ConfigError] = []
+    warnings: list[ConfigError] = []
+    for ref in refs:
+        if not ref.key.startswith("alerts.sinks[") or ref.kind not in ("env", "file"):
+            continue
+        sink_key = ref.key.rsplit(".", 1)[0]
+        sink = SinkSettings(
+            type="webhook",
+            name=sink_key,
+            url_env=ref.value if ref.kind == "env" else None,
+            url_file=ref.value if ref.kind == "file" else None,
+        )
+        try:
+            read_url(sink, env)
+        except SecretError as exc:
+            text = redact(str(exc))
+            if sink.url_env and text.startswith("no URL"):
+                text = (
+                    f"environment variable {sink.url_env} is unset or empty here and "
+                    f"{env_file} does not set it: the sink could not send alerts"
+                )
+            elif sink.url_file and os.geteuid() != 0 and _denied(sink.url_file):
+                warnings.append(
+                    ConfigError(source, ref.line, ref.key, f"{text}: checked as uid "
+                                f"{os.geteuid()}, not as the daemon's user")
+                )  # fmt: skip
+                continue
+            errors.append(ConfigError(source, ref.line, ref.key, text))
+    return errors, warnings
+
+
+def _denied(path: str) -> bool:
+    try:
+        read_small_file(path, MAX_URL_FILE_BYTES)
+    except OSError as exc:
+        return exc.errno == errno.EACCES
+    return False
