@@ -173,3 +173,24 @@ def test_bad_alertmanager_settings(sink: str, key: str, phrase: str) -> None:
 def test_alertname() -> None:
     assert alertname("rogue-job") == "RogueWatchdogRogueJob"
     assert alertname("poisoned-weights") == "RogueWatchdogPoisonedWeights"
+
+
+def test_a_command_line_that_is_not_utf8_is_sent_inert(
+    spawned: Spawned, tmp_path: Path, pair: tuple[Receiver, Receiver]
+) -> None:
+    # A byte that is not UTF-8 reaches the finding as a lone surrogate; the sink must send
+    # it as the escape \xff, not fail to encode the alert.
+    a, _ = pair
+    token = f"amjob_{uuid.uuid4().hex[:10]}"
+    script = tmp_path / f"{token}.py"
+    script.write_text("import time\ntime.sleep(120)\n")
+    spawned.start([sys.executable.encode(), str(script).encode(), b"epoch\xff"])
+    time.sleep(0.3)
+    d = make(tmp_path, token, [a.url("")])
+    delivery = DeliveryWorker(d.db, lambda: d.config.alerts, jitter=0.0)
+    t0 = time.time()
+    d.tick(t0)
+    result = delivery.deliver_due(t0)
+    assert result.delivered and not result.failed and not result.dead
+    ((alert,),) = posts(a)
+    assert "epoch\\xff" in alert["annotations"]["message"]
