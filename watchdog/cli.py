@@ -2,28 +2,28 @@
 
 Exit codes (docs/cli.md): 0 nothing to report, 1 findings (or non-finite weights),
 2 usage or configuration errors (or weights that could not be verified).
+
+Start-up cost matters: ``status``, ``--help`` and ``gate`` run from shells and pipelines.
+Building the parser imports only argparse and the small ``register`` modules; each
+command imports what it needs (scanner, weights, actions, daemon loop, numpy, httpx,
+structlog) when it runs. tests/unit/test_cli_startup.py keeps it that way.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
-
-import structlog
+from typing import TYPE_CHECKING
 
 from watchdog import __version__
 from watchdog.actions.cli import register as register_actions
-from watchdog.config import Config, ConfigError, load_config
 from watchdog.daemon.cli import register as register_daemon
-from watchdog.lineage.describe import describe_origin
-from watchdog.model import REPORTED_SEVERITIES
-from watchdog.queue.source import one_shot_queue_findings
-from watchdog.render import printable, result_json, result_table
-from watchdog.scan import Scanner, resolve_origin
 from watchdog.weights.cli import register as register_weights
+
+if TYPE_CHECKING:
+    from watchdog.config import Config
 
 DEFAULT_CONFIG = "/etc/rogue-watchdog/config.yaml"
 
@@ -36,11 +36,20 @@ def resolve_config_path(path: str | None) -> str | None:
 
 
 def _config(path: str | None) -> Config:
+    from watchdog.config import load_config
+
     return load_config(resolve_config_path(path))
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
     """``scan``: one pass over the host; exit 1 when a finding of warning or above is open."""
+    import json
+
+    from watchdog.model import REPORTED_SEVERITIES
+    from watchdog.queue.source import one_shot_queue_findings
+    from watchdog.render import result_json, result_table
+    from watchdog.scan import Scanner
+
     config = _config(args.config)
     result = Scanner(config).scan()
     result.findings.extend(one_shot_queue_findings(config))
@@ -55,6 +64,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     When the PID belongs to a training job, the job's verdict is shown and the origin is
     the job root's (a worker's own parent is the launcher, not the spawner).
     """
+    from watchdog.lineage.describe import describe_origin
+    from watchdog.render import printable
+    from watchdog.scan import Scanner, resolve_origin
+
     config = _config(args.config)
     scanner = Scanner(config)
     result = scanner.scan()
@@ -100,6 +113,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """``check-config FILE``: validate and summarise a configuration file."""
+    from watchdog.config import load_config
+    from watchdog.render import printable
+
     config = load_config(args.file)
     emit(
         f"{printable(args.file)}: OK: {_count(len(config.sanctioned), 'sanctioned rule')}, "
@@ -176,17 +192,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command != "run":
-        # One-shot commands keep stdout for their report; their log events go to stderr.
-        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
+    if args.command not in ("run", "status"):
+        # One-shot commands keep stdout for their report; their log events go to stderr.
+        # (`status` never logs, and importing structlog would double its start-up time.)
+        import structlog
+
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     try:
         return int(args.func(args))
-    except ConfigError as exc:
-        print(printable(f"rogue-watchdog: config error: {exc}"), file=sys.stderr)
-        return 2
     except BrokenPipeError:
         # The reader went away (`| head`): quiet the dead pipe so exit does not fail too.
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -196,6 +212,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if sys.stderr is not None:
             print(f"rogue-watchdog: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if not _is_config_error(exc):
+            raise
+        from watchdog.render import printable
+
+        print(printable(f"rogue-watchdog: config error: {exc}"), file=sys.stderr)
+        return 2
+
+
+def _is_config_error(exc: BaseException) -> bool:
+    # Only a command that loaded watchdog.configbase can raise its ConfigError; importing
+    # it (and PyYAML) up front would cost every `status` and `--help` its start-up time.
+    base = sys.modules.get("watchdog.configbase")
+    return base is not None and isinstance(exc, base.ConfigError)
 
 
 if __name__ == "__main__":  # pragma: no cover

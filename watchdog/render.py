@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import shutil
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from watchdog.lineage.describe import describe_origin
 from watchdog.model import Finding, GpuInfo, Job
 from watchdog.policy.findings import fmt_bytes
-from watchdog.scan import ScanResult
+
+if TYPE_CHECKING:
+    from watchdog.scan import ScanResult
 
 SCHEMA_VERSION = 1
 

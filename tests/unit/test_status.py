@@ -344,11 +344,14 @@ def as_nobody(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
     Not ``runuser -u nobody -- python``: this checkout and its interpreter may live under
     a 0700 home (here /root). The child imports the CLI as root, then drops to
-    nobody:nogroup with no supplementary groups before ``main`` runs.
+    nobody:nogroup with no supplementary groups before ``main`` runs. The CLI imports
+    each command's modules lazily, so the ones ``status`` needs are imported up front too.
     """
     code = (
         "import os, sys\n"
-        "from watchdog.cli import main\n"
+        "from watchdog.cli import build_parser, main\n"
+        "import watchdog.daemon.ipc, watchdog.daemon.status, watchdog.daemon.settings\n"
+        "build_parser().format_help()\n"
         "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )

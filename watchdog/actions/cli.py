@@ -15,16 +15,16 @@ import os
 import re
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from watchdog.actions.effects import Effects
-from watchdog.actions.remedy import JobTarget, Remedy, default_actor, target_from_job
-from watchdog.actions.undo import UndoError, ops_of, run_undo
-from watchdog.config import Config, load_config
-from watchdog.daemon.state import StateDB, StateError
-from watchdog.daemon.tracker import job_signature
-from watchdog.model import Job
-from watchdog.render import printable
+if TYPE_CHECKING:
+    from watchdog.actions.remedy import JobTarget, Remedy
+    from watchdog.config import Config
+    from watchdog.daemon.state import StateDB
+    from watchdog.model import Job
+
+# The action modules (remedy, state, scanner) load when a command runs, not when the
+# parser is built: `rogue-watchdog --help` and `status` must start fast (watchdog/cli.py).
 
 
 class CliError(Exception):
@@ -74,6 +74,8 @@ def _limit(text: str) -> int:
 
 def _setup(args: argparse.Namespace) -> tuple[Config, StateDB]:
     from watchdog.cli import resolve_config_path
+    from watchdog.config import load_config
+    from watchdog.daemon.state import StateDB, StateError
 
     config = load_config(resolve_config_path(args.config))
     try:
@@ -120,6 +122,9 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
         CliError: Unknown finding, a finding not about a job, a resolved finding that
             recorded no origin, a PID in no training job.
     """
+    from watchdog.actions.remedy import JobTarget, target_from_job
+    from watchdog.daemon.tracker import job_signature
+
     kind, number = parse_target(text)
     if kind == "finding" and number > MAX_ID:
         raise CliError(f"no finding {number} in {db.path}")
@@ -185,6 +190,9 @@ def _open_finding_for(db: StateDB, sig: str) -> int | None:
 
 
 def _remedy(config: Config, db: StateDB, jobs: list[Job]) -> Remedy:
+    from watchdog.actions.effects import Effects
+    from watchdog.actions.remedy import Remedy, default_actor
+
     s = config.enforcement
     return Remedy(
         s, db, Effects(s.command_prefix), actor=default_actor(),
@@ -195,6 +203,8 @@ def _remedy(config: Config, db: StateDB, jobs: list[Job]) -> Remedy:
 
 
 def _out(line: str) -> None:
+    from watchdog.render import printable
+
     print(printable(line))
 
 
@@ -255,6 +265,10 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
 
 def cmd_undo(args: argparse.Namespace) -> int:
     """``undo ACTION-ID [--dry-run]``."""
+    from watchdog.actions.effects import Effects
+    from watchdog.actions.remedy import default_actor
+    from watchdog.actions.undo import UndoError, ops_of, run_undo
+
     config, db = _setup(args)
     try:
         rec = db.action(args.action_id) if args.action_id <= MAX_ID else None

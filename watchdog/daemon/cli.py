@@ -11,30 +11,28 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
 import sys
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-import structlog
-import yaml
+if TYPE_CHECKING:
+    from watchdog.config import Config
+    from watchdog.daemon.loop import Daemon, TickSummary, Worker
 
-from watchdog.config import Config, ConfigError, load_config
-from watchdog.daemon.assemble import attach_parts
-from watchdog.daemon.ipc import (
-    SocketInUseError,
-    StatusError,
-    StatusServer,
-    query_status,
-    socket_in_use,
-)
-from watchdog.daemon.loop import Daemon, TickSummary, Worker
-from watchdog.daemon.notify import Notifier
-from watchdog.daemon.settings import DaemonSettings
-from watchdog.daemon.state import StateError, lock_state_dir, write_lock_pid
-from watchdog.daemon.status import exit_code, note_config, render_status
+# The daemon's modules (loop, state, alerts, httpx, structlog) are imported by the
+# command that runs: `status` and `--help` must start fast (see watchdog/cli.py).
 
-log = structlog.get_logger("rogue-watchdog")
+
+class _Log:
+    """structlog's logger, imported on first use."""
+
+    def __getattr__(self, name: str) -> Any:
+        import structlog
+
+        return getattr(structlog.get_logger("rogue-watchdog"), name)
+
+
+log: Any = _Log()
 
 DEFAULT_LOG_FILE = "/var/log/rogue-watchdog.log"
 # Keys read once at start; a reload that changes them logs config-change-needs-restart.
@@ -43,6 +41,10 @@ RESTART_KEYS = ("state_dir", "socket", "socket_group", "metrics_listen")
 
 def configure_logging() -> None:
     """structlog JSON lines on stdout (journald under systemd): stable keys per event."""
+    import logging
+
+    import structlog
+
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -71,6 +73,9 @@ def extra_workers(daemon: Daemon) -> list[Worker]:
 
 def _restart_watch(daemon: Daemon) -> Any:
     """Tick hook: stamp the config in force; warn when a reload changed start-only keys."""
+    from watchdog.daemon.settings import DaemonSettings
+    from watchdog.daemon.status import note_config
+
     first: DaemonSettings = daemon.config.daemon
     seen: list[Config] = [daemon.config]
 
@@ -164,6 +169,9 @@ def preflight(config: Config, pidfile: str | None) -> int:
     Raises:
         SystemExit: Exit 2 with the reason on stderr.
     """
+    from watchdog.daemon.ipc import socket_in_use
+    from watchdog.daemon.state import StateError, lock_state_dir
+
     if pidfile is not None:
         owner = _pidfile_owner(pidfile)
         if owner is not None:
@@ -191,6 +199,8 @@ def _fail(message: str) -> NoReturn:
 def cmd_run(args: argparse.Namespace) -> int:
     """``run``: the daemon, in the foreground unless ``--daemonize``."""
     from watchdog.cli import resolve_config_path
+    from watchdog.config import load_config
+    from watchdog.daemon.state import write_lock_pid
 
     path = resolve_config_path(args.config)
     if path is not None:
@@ -210,6 +220,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _serve(config: Config, path: str | None) -> int:
+    from watchdog.daemon.assemble import attach_parts
+    from watchdog.daemon.ipc import SocketInUseError, StatusServer
+    from watchdog.daemon.loop import Daemon
+    from watchdog.daemon.notify import Notifier
+    from watchdog.daemon.state import StateError
+    from watchdog.daemon.status import note_config
+
     configure_logging()
     try:
         daemon = Daemon(config, path)
@@ -273,15 +290,20 @@ def socket_path(args: argparse.Namespace) -> str:
         UsageError: ``--socket ""``, or a configuration file that is unreadable or not
             YAML at all (falling back to the default socket would hide the mistake).
     """
-    from watchdog.cli import resolve_config_path
-
     if args.socket is not None:
         if not args.socket:
             raise UsageError("--socket needs a path")
         return str(args.socket)
+    from watchdog.cli import resolve_config_path
+    from watchdog.daemon.settings import DaemonSettings
+
     path = resolve_config_path(args.config)
     if path is None:
         return DaemonSettings().socket
+    import yaml
+
+    from watchdog.config import ConfigError, load_config
+
     try:
         return load_config(path).daemon.socket
     except ConfigError as exc:
@@ -314,6 +336,8 @@ def _timeout(text: str) -> float:
 def cmd_status(args: argparse.Namespace) -> int:
     """``status``: what the running daemon sees; exit 0/1/3/4 (docs/status.md), 2 on
     usage errors."""
+    from watchdog.daemon.ipc import StatusError, query_status
+
     try:
         path = socket_path(args)
     except UsageError as exc:
@@ -334,6 +358,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(json.dumps({"state": state, "socket": path, "error": str(exc)}))
         print(f"rogue-watchdog: {message}", file=sys.stderr)
         return exc.exit_code
+    from watchdog.daemon.status import exit_code, render_status
+
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:

@@ -13,14 +13,18 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from watchdog.weights.api import verify
-from watchdog.weights.discover import discover
-from watchdog.weights.gate import run_gate
-from watchdog.weights.progress import ProgressBar
+if TYPE_CHECKING:
+    from watchdog.weights.progress import ProgressBar
+
+# The verifier (numpy) loads when a command runs, not when the parser is built.
 
 
 def _progress(paths: list[Path], enabled: bool) -> ProgressBar | None:
+    from watchdog.weights.discover import discover
+    from watchdog.weights.progress import ProgressBar
+
     files = discover(paths).files
     total = 0
     for p in files:
@@ -44,6 +48,8 @@ def _run_with_bar(
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """``verify-weights``: print the report (text or ``--json``) and return the exit code."""
+    from watchdog.weights.api import verify
+
     paths = [Path(p) for p in args.paths]
 
     def body(bar: ProgressBar | None) -> int:
@@ -58,6 +64,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """``gate``: verify ``--weights`` then run the command after ``--`` only if all finite."""
+    from watchdog.weights.gate import run_gate
+
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
