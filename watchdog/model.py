@@ -154,6 +154,14 @@ class Origin:
         return out
 
 
+def finding_ref(finding_id: int | None) -> str:
+    """How every output spells a finding id: ``F12`` (``-`` when it has none yet).
+
+    ``terminate`` and ``disable-source`` accept this spelling, and ``#12`` too.
+    """
+    return "-" if finding_id is None else f"F{finding_id}"
+
+
 UNKNOWN_ORIGIN = Origin(kind="unknown", evidence=("no resolver recognised the lineage",))
 
 

@@ -49,7 +49,7 @@ def delivery(p: Any, sink: str = "s", row: int = 3, created_at: float = 17145576
 
 
 def test_texts_per_event() -> None:
-    tail = "(finding 7, root PID 42)"
+    tail = "(finding F7, root PID 42)"
     assert alert_text(payload("open"), 2000) == (
         f"[HIGH] rogue-job on gpu01: rogue training job PID 42 {tail}"
     )
@@ -64,7 +64,7 @@ def test_texts_per_event() -> None:
     no_pid = payload("open", "queue entry 17 waiting", root_pid=None, kind="queue-rogue")
     assert (
         alert_text(no_pid, 2000)
-        == "[HIGH] queue-rogue on gpu01: queue entry 17 waiting (finding 7)"
+        == "[HIGH] queue-rogue on gpu01: queue entry 17 waiting (finding F7)"
     )
 
 
@@ -72,7 +72,7 @@ def test_slack_escapes_control_characters() -> None:
     d = delivery(payload(message="cmd `a && b <!channel> > out`"))
     assert slack_body(d) == {
         "text": "[HIGH] rogue-job on gpu01: cmd `a &amp;&amp; b &lt;!channel&gt; &gt; out` "
-        "(finding 7, root PID 42)"
+        "(finding F7, root PID 42)"
     }
 
 
@@ -84,16 +84,16 @@ def test_discord_is_at_most_2000_characters_and_mentions_nobody() -> None:
     text = body["content"]
     assert len(text) == 2000
     assert text.startswith("[HIGH] rogue-job on gpu01: @everyone xxx")
-    assert text.endswith("x… (finding 7, root PID 42)")  # the tail is never cut
+    assert text.endswith("x… (finding F7, root PID 42)")  # the tail is never cut
     short = discord_body(delivery(payload()))["content"]
-    assert short == "[HIGH] rogue-job on gpu01: rogue training job PID 42 (finding 7, root PID 42)"
+    assert short == "[HIGH] rogue-job on gpu01: rogue training job PID 42 (finding F7, root PID 42)"
 
 
 def test_slack_long_message_is_cut_before_escaping() -> None:
     text = slack_body(delivery(payload(message="<" * 10_000)))["text"]
-    assert text.endswith("&lt;… (finding 7, root PID 42)")
+    assert text.endswith("&lt;… (finding F7, root PID 42)")
     assert text.count("&lt;") == 3000 - len("[HIGH] rogue-job on gpu01: ") - len(
-        "… (finding 7, root PID 42)"
+        "… (finding F7, root PID 42)"
     )
 
 

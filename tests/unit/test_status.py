@@ -137,7 +137,7 @@ def test_render_status_text() -> None:
     ]
     assert lines[9:] == [
         "open findings: 1",
-        "  #7 high     rogue-job (open 10m, seen 120x): rogue training job PID 4242",
+        "  F7 high     rogue-job (open 10m, seen 120x): rogue training job PID 4242",
         "alerts: 2 queued, 1 retrying, last error: slack: HTTP 500",
         "degraded:",
         "  nvml: NVMLError: Unknown Error",

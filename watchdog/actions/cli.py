@@ -1,7 +1,8 @@
 """CLI for actions: ``terminate``, ``disable-source``, ``undo``, ``actions``.
 
 A job is named by a PID of any of its processes (a fresh scan finds the job) or by a
-finding id written ``F12`` (or ``finding:12``): the open finding's job signature is
+finding id written ``F12`` (also ``#12``, ``f12`` or ``finding:12``, as pasted from
+``status`` or an alert; a bare number is always a PID): the open finding's job signature is
 looked up in the state database and matched against a fresh scan. ``--dry-run`` prints
 exactly what would be signalled or changed and why, changes nothing, and is recorded as
 a dry run. Exit codes: 0 done (or dry run), 1 refused or failed, 2 usage errors.
@@ -86,19 +87,20 @@ def _setup(args: argparse.Namespace) -> tuple[Config, StateDB]:
 
 
 def parse_target(text: str) -> tuple[str, int]:
-    """``("finding", 12)`` for ``F12``/``finding:12``, ``("pid", 42)`` for ``42``.
+    """``("finding", 12)`` for ``F12`` (``f12``, ``#12``, ``finding:12``), ``("pid", 42)``
+    for ``42``. A bare number is always a PID: guessing would act on the wrong job.
 
     Raises:
         CliError: Neither form.
     """
     t = text.strip()
     low = t.lower()
-    for prefix in ("finding:", "f"):
+    for prefix in ("finding:", "f", "#"):
         if low.startswith(prefix) and _DIGITS.fullmatch(low[len(prefix) :]):
             return "finding", int(low[len(prefix) :])
     if _DIGITS.fullmatch(t):
         return "pid", int(t)
-    raise CliError(f"{text!r}: expected a PID (42) or a finding id (F12 or finding:12)")
+    raise CliError(f"{text!r}: expected a PID (42) or a finding id (F12, #12 or finding:12)")
 
 
 def _scan_jobs(config: Config) -> list[Job]:
@@ -124,23 +126,29 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
     """
     from watchdog.actions.remedy import JobTarget, target_from_job
     from watchdog.daemon.tracker import job_signature
+    from watchdog.model import finding_ref
 
     kind, number = parse_target(text)
     if kind == "finding" and number > MAX_ID:
-        raise CliError(f"no finding {number} in {db.path}")
+        raise CliError(f"no finding {finding_ref(number)} in {db.path}")
     jobs = _scan_jobs(config)
     if kind == "pid":
         job = next((j for j in jobs if number in j.pids), None)
         if job is None:
-            raise CliError(f"PID {number} is not part of a training job (see `explain {number}`)")
+            hint = ""
+            if number <= MAX_ID and db.finding(number) is not None:
+                hint = f"; for finding {number} write {finding_ref(number)}"
+            raise CliError(
+                f"PID {number} is not part of a training job (see `explain {number}`){hint}"
+            )
         sig = job_signature(job.user, job.cmdline, job.origin)
         fid = _open_finding_for(db, sig)
         return target_from_job(job, sig, fid), jobs
     finding = db.finding(number)
     if finding is None:
-        raise CliError(f"no finding {number} in {db.path}")
+        raise CliError(f"no finding {finding_ref(number)} in {db.path}")
     if finding.resolved_at is not None and finding.kind not in JOB_KINDS:
-        raise CliError(f"finding {number} is resolved; nothing to act on")
+        raise CliError(f"finding {finding_ref(number)} is resolved; nothing to act on")
     details = finding.details
     recorded_sig = details.get("signature")
     sig = (
@@ -159,12 +167,14 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
     if rec is None and origin is None:
         if finding.resolved_at is not None:
             raise CliError(
-                f"finding {number} is resolved and recorded no origin for its job; nothing to"
-                " act on"
+                f"finding {finding_ref(number)} is resolved and recorded no origin for its job;"
+                " nothing to act on"
             )
-        raise CliError(f"finding {number} ({finding.kind}) is not about a tracked job")
+        raise CliError(f"finding {finding_ref(number)} ({finding.kind}) is not about a tracked job")
     if not origin:
-        raise CliError(f"finding {number}: no origin was recorded for its job; nothing to act on")
+        raise CliError(
+            f"finding {finding_ref(number)}: no origin was recorded for its job; nothing to act on"
+        )
     verdict = rec.verdict if rec is not None else _verdict_of(finding.kind)
     target = JobTarget(
         signature=sig, finding_id=number,
@@ -360,7 +370,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "terminate", parents=[common], help="stop a training job (SIGTERM, then SIGKILL)"
     )
-    p.add_argument("target", help="a PID of the job, or a finding id F12")
+    p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
     p.add_argument("--dry-run", action="store_true", help="say what would be signalled")
     p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
     p.set_defaults(func=_wrap(cmd_terminate))
@@ -368,7 +378,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "disable-source", parents=[common], help="disable what starts a job (cron line, unit)"
     )
-    p.add_argument("target", help="a PID of the job, or a finding id F12")
+    p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
     p.add_argument("--dry-run", action="store_true", help="say what would be changed")
     p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
     p.set_defaults(func=_wrap(cmd_disable_source))

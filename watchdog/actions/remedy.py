@@ -19,7 +19,7 @@ from watchdog.actions.guards import Expected, Guard
 from watchdog.actions.settings import EnforcementSettings
 from watchdog.actions.terminate import TerminateOutcome, terminate_tree
 from watchdog.daemon.state import StateDB
-from watchdog.model import Job
+from watchdog.model import Job, finding_ref
 
 log = structlog.get_logger("rogue-watchdog")
 
@@ -178,7 +178,7 @@ class Remedy:
         """How the job's source would be disabled (reads only)."""
         reason = f"{target.verdict} job"
         if target.finding_id is not None:
-            reason += f", finding {target.finding_id}"
+            reason += f", finding {finding_ref(target.finding_id)}"
         if target.signature:
             reason += f", signature {target.signature}"
         return plan_disable(

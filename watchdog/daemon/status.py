@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
 from watchdog.lineage.describe import describe_origin
-from watchdog.model import REPORTED_SEVERITIES
+from watchdog.model import REPORTED_SEVERITIES, finding_ref
 from watchdog.render import gpu_json, printable
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ def render_status(doc: dict[str, Any]) -> str:
     line(f"open findings: {len(findings)}")
     for f in findings:
         line(
-            f"  #{f.get('id')} {f.get('severity'):<8} {f.get('kind')} "
+            f"  {finding_ref(f.get('id'))} {f.get('severity'):<8} {f.get('kind')} "
             f"(open {_age(float(f.get('age_s') or 0))}, seen {f.get('seen_count')}x): "
             f"{f.get('message')}"
         )

@@ -14,6 +14,7 @@ import hashlib
 from typing import Any
 
 from watchdog.daemon.state import Delivery
+from watchdog.model import finding_ref
 
 DISCORD_MAX_CHARS = 2000
 # Slack accepts far longer messages but truncates past 40 000 characters and advises
@@ -56,7 +57,9 @@ def _parts(payload: dict[str, Any]) -> tuple[str, str, str]:
     else:
         head = f"[{sev}] {kind} on {host}: "
     pid = f.get("root_pid")
-    tail = f" (finding {f.get('id')}" + (f", root PID {pid})" if pid is not None else ")")
+    tail = f" (finding {finding_ref(f.get('id'))}" + (
+        f", root PID {pid})" if pid is not None else ")"
+    )
     return head, str(f.get("message", "")), tail
 
 
