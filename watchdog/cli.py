@@ -41,20 +41,38 @@ def _config(path: str | None) -> Config:
     return load_config(resolve_config_path(path))
 
 
+def config_line(path: str | None, config: Config) -> str:
+    """Which configuration a one-shot command used, for the top of its report."""
+    if path is None:
+        return (
+            f"config: none (no --config, and {DEFAULT_CONFIG} does not exist): "
+            "nothing is sanctioned, so every training job is rogue"
+        )
+    n = len(config.sanctioned)
+    return f"config: {path} ({n} sanctioned rule{'' if n == 1 else 's'})"
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     """``scan``: one pass over the host; exit 1 when a finding of warning or above is open."""
     import json
 
+    from watchdog.config import load_config
     from watchdog.model import REPORTED_SEVERITIES
     from watchdog.queue.source import one_shot_queue_findings
-    from watchdog.render import result_json, result_table
+    from watchdog.render import filter_gpu, result_json, result_table
     from watchdog.scan import Scanner
 
-    config = _config(args.config)
+    path = resolve_config_path(args.config)
+    config = load_config(path)
     result = Scanner(config).scan()
     result.findings.extend(one_shot_queue_findings(config))
+    if args.gpu is not None:
+        result = filter_gpu(result, args.gpu)
     code = 1 if any(f.severity in REPORTED_SEVERITIES for f in result.findings) else 0
-    emit(json.dumps(result_json(result), indent=2) if args.json else result_table(result))
+    if args.json:
+        emit(json.dumps(result_json(result), indent=2))
+    else:
+        emit(result_table(result, config_line=config_line(path, config)))
     return code
 
 
@@ -152,6 +170,14 @@ def _count(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else many or one + 's'}"
 
 
+def gpu_index(text: str) -> int:
+    """argparse type for ``--gpu N``: an NVML device index (ASCII digits)."""
+    t = text.strip()
+    if not (t.isascii() and t.isdigit()) or int(t) > 1023:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a GPU index (0, 1, ...)")
+    return int(t)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
     parser = argparse.ArgumentParser(
@@ -167,6 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("scan", help="scan this host once and report training jobs")
     p.add_argument("--config", help=f"configuration file (default {DEFAULT_CONFIG} if present)")
     p.add_argument("--json", action="store_true", help="print the documented JSON document")
+    p.add_argument(
+        "--gpu",
+        type=gpu_index,
+        metavar="N",
+        help="only GPU N (NVML index, MIG instances included): its jobs and their findings",
+    )
     p.set_defaults(func=cmd_scan)
 
     p = sub.add_parser("explain", help="show the lineage and origin of one process")

@@ -110,6 +110,26 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class GpuHeld:
+    """What one job holds on one GPU (or MIG instance), summed over its members.
+
+    Attributes:
+        uuid: ``GPU-...`` or ``MIG-...`` UUID.
+        index: NVML index of the GPU (a MIG instance's parent index).
+        memory_bytes: NVML-reported memory in bytes; None when NVML did not say for any
+            member on this device (``NVML_VALUE_NOT_AVAILABLE``).
+    """
+
+    uuid: str
+    index: int
+    memory_bytes: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"index", "uuid", "memory_bytes"}`` as in ``jobs[].gpus`` of the scan JSON."""
+        return {"index": self.index, "uuid": self.uuid, "memory_bytes": self.memory_bytes}
+
+
+@dataclass(frozen=True)
 class Finding:
     """Something a person should know about.
 
@@ -188,6 +208,8 @@ class Job:
         devices: Device nodes the members hold open (``/dev/nvidia0``...).
         listening: Sockets the job (and processes sharing its origin) listen on, as
             ``{proto, address, port, pid}``; filled for rogue and excess jobs.
+        gpus: Per GPU the members are listed on by NVML: index and memory held,
+            sorted by index then UUID.
     """
 
     root_pid: int
@@ -205,3 +227,9 @@ class Job:
     evidence: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
     listening: list[dict[str, Any]] = field(default_factory=list)
+    gpus: list[GpuHeld] = field(default_factory=list)
+
+    @property
+    def gpu_indexes(self) -> list[int]:
+        """NVML indexes of the GPUs the job is on, ascending, each once."""
+        return sorted({g.index for g in self.gpus})

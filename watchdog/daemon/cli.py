@@ -333,6 +333,12 @@ def _timeout(text: str) -> float:
     return value
 
 
+def _gpu_index(text: str) -> int:
+    from watchdog.cli import gpu_index
+
+    return gpu_index(text)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """``status``: what the running daemon sees; exit 0/1/3/4 (docs/status.md), 2 on
     usage errors."""
@@ -358,8 +364,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(json.dumps({"state": state, "socket": path, "error": str(exc)}))
         print(f"rogue-watchdog: {message}", file=sys.stderr)
         return exc.exit_code
-    from watchdog.daemon.status import exit_code, render_status
+    from watchdog.daemon.status import exit_code, filter_gpu, render_status
 
+    if args.gpu is not None:
+        doc = filter_gpu(doc, args.gpu)
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:
@@ -388,6 +396,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", action="store_true", help="print the status document as JSON")
     p.add_argument("--socket", help="status socket (default: daemon.socket of the config)")
     p.add_argument("--config", help="configuration file naming daemon.socket")
+    p.add_argument(
+        "--gpu",
+        type=_gpu_index,
+        metavar="N",
+        help="only GPU N (NVML index): that GPU, the jobs on it and their open findings",
+    )
     p.add_argument(
         "--timeout", type=_timeout, default=5.0, help="seconds to wait for an answer (default 5)"
     )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from watchdog import __version__
 from watchdog.lineage.describe import describe_origin
 from watchdog.model import REPORTED_SEVERITIES, finding_ref
-from watchdog.render import gpu_json, printable
+from watchdog.render import gpu_json, gpu_lines, output_width, printable, shorten_command
 
 if TYPE_CHECKING:
     from watchdog.config import Config
@@ -99,6 +99,7 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
                 "origin": describe_origin(j.origin),
                 "origin_kind": j.origin.kind,
                 "gpu_memory_bytes": j.gpu_memory_bytes,
+                "gpus": [g.to_json() for g in j.gpus],
             }
             for j in (result.jobs if result else [])
         ],
@@ -182,11 +183,34 @@ def _age(seconds: float) -> str:
 
 
 def _gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / 2**30:.1f}"
+    return "-" if n is None else f"{n / 2**30:.1f} GiB"
 
 
-def render_status(doc: dict[str, Any]) -> str:
-    """The at-a-glance text of ``rogue-watchdog status`` (command lines made printable)."""
+def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
+    """The status document narrowed to GPU ``index``: that GPU (and its MIG instances),
+    the jobs on it and their open findings."""
+    jobs = [
+        j
+        for j in doc.get("jobs") or []
+        if any(g.get("index") == index for g in j.get("gpus") or [])
+    ]
+    pids = {p for j in jobs for p in [j.get("root_pid"), *(j.get("pids") or [])]}
+    return {
+        **doc,
+        "gpus": [g for g in doc.get("gpus") or [] if g.get("index") == index],
+        "jobs": jobs,
+        "findings": [f for f in doc.get("findings") or [] if f.get("root_pid") in pids],
+    }
+
+
+def render_status(doc: dict[str, Any], width: int | None = None) -> str:
+    """The at-a-glance text of ``rogue-watchdog status`` (command lines made printable).
+
+    Args:
+        doc: The status document (docs/status.md).
+        width: Columns to fit; default :func:`watchdog.render.output_width`.
+    """
+    width = output_width() if width is None else width
     now = float(doc.get("now") or time.time())
     out: list[str] = []
 
@@ -199,7 +223,9 @@ def render_status(doc: dict[str, Any]) -> str:
         f"{_when(started)} (up {_age(now - started) if started else '?'}, pid {doc.get('pid')})"
     )
     cfg = doc.get("config") or {}
-    text = f"config: {cfg.get('path') or '(built-in defaults)'} sha256:{cfg.get('checksum')}"
+    text = f"config: {cfg.get('path') or '(built-in defaults)'}"
+    if cfg.get("checksum"):
+        text += f" sha256:{cfg.get('checksum')}"
     if cfg.get("changed_on_disk"):
         text += (
             f" (the file on disk is now sha256:{cfg.get('file_checksum')}: "
@@ -222,21 +248,43 @@ def render_status(doc: dict[str, Any]) -> str:
     else:
         line(f"NVML: unavailable ({nvml.get('error') or 'disabled'})")
     gpus = doc.get("gpus") or []
+    jobs = doc.get("jobs") or []
     line(f"GPUs: {len(gpus)}")
     for g in gpus:
-        line(
-            f"  {g.get('index')}  {g.get('name')}  {_gib(g.get('memory_used_bytes'))}/"
-            f"{_gib(g.get('memory_total_bytes'))} GiB  {g.get('uuid')}"
+        mig = f" MIG {g['mig_index']}" if g.get("mig_index") is not None else ""
+        held: list[tuple[str, int | None]] | None = [
+            (str(j.get("verdict")), h.get("memory_bytes"))
+            for j in jobs
+            for h in j.get("gpus") or []
+            if h.get("uuid") == g.get("uuid")
+        ]
+        if any("gpus" not in j for j in jobs):
+            held = None  # an older daemon: which job is on which GPU is not known
+        out.extend(
+            gpu_lines(
+                f"{g.get('index')}{mig}",
+                str(g.get("name") or "-"),
+                g.get("memory_used_bytes"),
+                g.get("memory_total_bytes"),
+                str(g.get("uuid") or "-"),
+                held,
+                width,
+            )
         )
-    jobs = doc.get("jobs") or []
     line(f"jobs: {len(jobs)}")
     for j in jobs:
-        cmd = " ".join(j.get("cmdline") or [])
-        line(
-            f"  {j.get('verdict'):<10} pid {j.get('root_pid'):<7} {j.get('user') or '?':<10} "
-            f"{_gib(j.get('gpu_memory_bytes'))} GiB  origin: {j.get('origin')}"
+        on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
+        row = (
+            f"  {j.get('verdict'):<10} pid {j.get('root_pid'):<7} {j.get('user') or '-':<10} "
+            f"GPU {on:<3} {_gib(j.get('gpu_memory_bytes')):>9}"
         )
-        line(f"    {cmd[:160]}")
+        origin = f"origin: {j.get('origin') or '-'}"
+        if len(row) + 2 + len(origin) <= width:
+            line(f"{row}  {origin}")
+        else:  # narrow: the origin gets a line of its own
+            line(row)
+            line(f"    {origin}")
+        out.append("    " + shorten_command(j.get("cmdline") or [], max(20, width - 4)))
     findings = doc.get("findings") or []
     line(f"open findings: {len(findings)}")
     for f in findings:
