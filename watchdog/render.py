@@ -364,7 +364,27 @@ def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: 
             lines.append("    from " + shorten_path_words(origin, inner - 5))
         if job.verdict != "sanctioned" and job.reason:
             lines.extend(fit(printable(job.reason), width, " " * 9, "    why: "))
+        if job.verdict in ("rogue", "excess"):
+            lines.extend(fit(printable(stop_text(job)), width, " " * 10, "    stop: "))
     return lines
+
+
+def stop_text(job: Job) -> str:
+    """What a person runs to stop a rogue job and keep it from coming back.
+
+    ``disable-source`` handles cron and systemd origins (with a backup, undoable) and
+    ``terminate`` re-checks the job before it signals; both take ``--dry-run``. For other
+    origins the resolver's remediation command is the answer.
+    """
+    pid = job.root_pid
+    if job.origin.kind in ("cron", "systemd"):
+        return (
+            f"rogue-watchdog disable-source {pid} && rogue-watchdog terminate {pid}"
+            " (--dry-run first to preview)"
+        )
+    if job.origin.remediation:
+        return job.origin.remediation
+    return f"rogue-watchdog terminate {pid} (its origin is unknown: see explain {pid})"
 
 
 def result_table(
