@@ -117,13 +117,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
         out(f"  counted as training because: {', '.join(job.evidence)}")
     out("Lineage (nearest first):")
     for depth, p in enumerate(lineage):
-        out(f"  {'  ' * depth}{p.pid:>7} {p.user or '?':<10} {p.exe or '?'}  {p.args_text[:100]}")
-    out(f"Origin: {describe_origin(origin)} (kind {origin.kind})")
+        out(f"  {'  ' * depth}{p.pid:>7} {p.user or '-':<10} {p.exe or '-'}  {p.args_text[:100]}")
+    said = describe_origin(origin)
+    # Each fact once: the kind when the description does not start with it, and no field
+    # or evidence line that only repeats the description ("orphan (parent exited)").
+    kind = "" if said.lower().startswith(origin.kind) else f" (kind {origin.kind})"
+    out(f"Origin: {said}{kind}")
     for key, value in origin.fields.items():
-        if value is not None and value != "":
+        if value is not None and value != "" and str(value) != said:
             out(f"  {key}: {value}")
     for e in origin.evidence:
-        out(f"  evidence: {e}")
+        if e != said:
+            out(f"  evidence: {e}")
     out(f"Remediation: {origin.remediation or 'none known: the origin could not be named'}")
     emit("\n".join(printable(line) for line in lines))
     return 0
