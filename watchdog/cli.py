@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from watchdog import __version__
 from watchdog.actions.cli import register as register_actions
+from watchdog.clihelp import command_help
 from watchdog.daemon.cli import register as register_daemon
 from watchdog.weights.cli import register as register_weights
 
@@ -26,6 +27,23 @@ if TYPE_CHECKING:
     from watchdog.config import Config
 
 DEFAULT_CONFIG = "/etc/rogue-watchdog/config.yaml"
+
+MAIN_EPILOG = """\
+common questions:
+  what is on GPU 3, who started it, how do I stop it coming back?
+      rogue-watchdog scan --gpu 3
+  where did PID 48213 come from?
+      rogue-watchdog explain 48213
+  stop it, and keep its cron line / timer from starting it again (undoable):
+      rogue-watchdog disable-source 48213 --dry-run
+      rogue-watchdog disable-source 48213 && rogue-watchdog terminate 48213
+  what does the running daemon see?
+      rogue-watchdog status            (status --gpu 3 for one GPU)
+  are these weights finite?
+      rogue-watchdog verify-weights model/
+
+Each command's --help has examples and its exit codes; `man rogue-watchdog` has them all.
+"""
 
 
 def resolve_config_path(path: str | None) -> str | None:
@@ -191,13 +209,36 @@ def build_parser() -> argparse.ArgumentParser:
             "Find training jobs running outside the sanctioned pipeline, name their origin, "
             "and refuse non-finite weights at ship points."
         ),
+        epilog=MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"rogue-watchdog {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("scan", help="scan this host once and report training jobs")
+    p = sub.add_parser(
+        "scan",
+        **command_help(
+            "scan this host once and report training jobs",
+            "Scan this host once: every training job (NVML compute processes, device fds, "
+            "launcher command lines), the GPU it is on and the memory it holds, its origin "
+            "(cron line, systemd unit, Slurm job, container, shell...), its verdict against "
+            "the allowlist, and how to stop it. Without --config, "
+            f"{DEFAULT_CONFIG} is used when it exists; otherwise nothing is sanctioned.",
+            [
+                "rogue-watchdog scan --gpu 3          # who is on GPU 3, and how to stop it",
+                "rogue-watchdog scan --config /etc/rogue-watchdog/config.yaml",
+                "rogue-watchdog scan --json | jq '.jobs[] | {root_pid, verdict, gpus}'",
+                "COLUMNS=200 rogue-watchdog scan | less -S",
+            ],
+            [
+                (0, "nothing to report"),
+                (1, "a finding of severity warning or above (a rogue training job, say)"),
+                (2, "usage or configuration error"),
+            ],
+        ),
+    )
     p.add_argument("--config", help=f"configuration file (default {DEFAULT_CONFIG} if present)")
-    p.add_argument("--json", action="store_true", help="print the documented JSON document")
+    p.add_argument("--json", action="store_true", help="print the JSON of docs/scan-json-schema.md")
     p.add_argument(
         "--gpu",
         type=gpu_index,
@@ -206,19 +247,67 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_scan)
 
-    p = sub.add_parser("explain", help="show the lineage and origin of one process")
-    p.add_argument("pid", type=int)
+    p = sub.add_parser(
+        "explain",
+        **command_help(
+            "show the lineage and origin of one process",
+            "The parent chain of one process up to PID 1, the training job it belongs to "
+            "(verdict, why it counts as training) and its origin with the evidence and the "
+            "command that stops the source.",
+            ["rogue-watchdog explain 48213", "rogue-watchdog explain $(pgrep -f train_big.py)"],
+            [(0, "explained"), (2, "the PID is not visible, or a configuration error")],
+        ),
+    )
+    p.add_argument("pid", type=int, metavar="PID", help="any process ID visible in /proc")
     p.add_argument("--config", help=f"configuration file (default {DEFAULT_CONFIG} if present)")
     p.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser("check-config", help="validate a configuration file")
-    p.add_argument("file")
+    p = sub.add_parser(
+        "check-config",
+        **command_help(
+            "validate a configuration file",
+            "Validate a configuration file and count its rules; an error names the file, "
+            "the line and the key.",
+            ["rogue-watchdog check-config /etc/rogue-watchdog/config.yaml"],
+            [(0, "valid"), (2, "invalid (the message names file, line and key)")],
+        ),
+    )
+    p.add_argument("file", metavar="FILE", help="the YAML configuration to check")
     p.set_defaults(func=cmd_check_config)
 
     register_weights(sub)
     register_daemon(sub)
     register_actions(sub)
+
+    p = sub.add_parser(
+        "completion",
+        **command_help(
+            "print the shell completion script (bash, zsh or fish)",
+            "Print a completion script generated from this command line's own parser "
+            "(shtab): every command and option completes, PATH and FILE arguments complete "
+            "file names.",
+            [
+                "rogue-watchdog completion bash > /etc/bash_completion.d/rogue-watchdog",
+                "rogue-watchdog completion zsh > ~/.zfunc/_rogue-watchdog  # with fpath+=~/.zfunc",
+                "rogue-watchdog completion fish > ~/.config/fish/completions/rogue-watchdog.fish",
+            ],
+            [(0, "printed"), (2, "usage error (an unsupported shell)")],
+        ),
+    )
+    p.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to complete in")
+    p.set_defaults(func=cmd_completion)
     return parser
+
+
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """``completion SHELL``: the completion script shtab generates from :func:`build_parser`."""
+    import shtab
+
+    emit(shtab.complete(build_parser(), shell=args.shell))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

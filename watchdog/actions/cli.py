@@ -18,6 +18,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from watchdog.clihelp import command_help
+
 if TYPE_CHECKING:
     from watchdog.actions.remedy import JobTarget, Remedy
     from watchdog.config import Config
@@ -364,11 +366,30 @@ def _wrap(func: Any) -> Any:
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the action subcommands to the CLI."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", help="configuration file")
+    common.add_argument(
+        "--config", help="configuration file (default /etc/rogue-watchdog/config.yaml)"
+    )
     common.add_argument("--state-dir", help="state directory (default: daemon.state_dir)")
 
     p = sub.add_parser(
-        "terminate", parents=[common], help="stop a training job (SIGTERM, then SIGKILL)"
+        "terminate",
+        parents=[common],
+        **command_help(
+            "stop a training job (SIGTERM, then SIGKILL)",
+            "Stop a rogue job's whole process tree: SIGTERM, then SIGKILL after the grace "
+            "period. The job is found again by a fresh scan and every process is checked "
+            "(same PID and start time, not protected, not sanctioned) before it is signalled. "
+            "Recorded in the audit trail (`actions`).",
+            [
+                "rogue-watchdog terminate 48213 --dry-run   # what would be signalled, and why",
+                "rogue-watchdog terminate F12               # the job of open finding F12",
+            ],
+            [
+                (0, "done (or, with --dry-run, previewed)"),
+                (1, "refused (not rogue, not running, a guard) or failed"),
+                (2, "usage error: an unknown finding, a PID in no training job"),
+            ],
+        ),
     )
     p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
     p.add_argument("--dry-run", action="store_true", help="say what would be signalled")
@@ -376,20 +397,63 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=_wrap(cmd_terminate))
 
     p = sub.add_parser(
-        "disable-source", parents=[common], help="disable what starts a job (cron line, unit)"
+        "disable-source",
+        parents=[common],
+        **command_help(
+            "disable what starts a job (cron line, unit)",
+            "Keep a rogue job from coming back: comment out its cron line or stop and mask "
+            "its systemd unit and timer, with a backup (`undo ACTION-ID` restores it). Works "
+            "for a finding whose job has exited, from the recorded origin. The running job "
+            "is not stopped: use terminate for that.",
+            [
+                "rogue-watchdog disable-source 48213 --dry-run",
+                "rogue-watchdog disable-source F12 && rogue-watchdog terminate F12",
+                "rogue-watchdog undo 7                      # put the cron line back",
+            ],
+            [
+                (0, "done (or, with --dry-run, previewed)"),
+                (1, "refused (not rogue, not running, a guard) or failed"),
+                (2, "usage error: an unknown finding, a PID in no training job"),
+            ],
+        ),
     )
     p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
     p.add_argument("--dry-run", action="store_true", help="say what would be changed")
     p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
     p.set_defaults(func=_wrap(cmd_disable_source))
 
-    p = sub.add_parser("undo", parents=[common], help="undo a recorded action")
-    p.add_argument("action_id", type=_action_id)
+    p = sub.add_parser(
+        "undo",
+        parents=[common],
+        **command_help(
+            "undo a recorded action",
+            "Restore exactly what an action changed (a crontab from its backup, a unit "
+            "unmasked and re-enabled, a quarantined file moved back). The ids are in "
+            "`rogue-watchdog actions`.",
+            ["rogue-watchdog undo 7 --dry-run", "rogue-watchdog undo 7"],
+            [
+                (0, "restored (or previewed)"),
+                (1, "already undone, nothing to undo, or failed"),
+                (2, "usage error: no such action, an unreadable record"),
+            ],
+        ),
+    )
+    p.add_argument("action_id", type=_action_id, metavar="ACTION-ID", help="the id `actions` lists")
     p.add_argument("--dry-run", action="store_true", help="say what would be restored")
     p.set_defaults(func=_wrap(cmd_undo))
 
-    p = sub.add_parser("actions", parents=[common], help="list recorded actions")
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser(
+        "actions",
+        parents=[common],
+        **command_help(
+            "list recorded actions",
+            "The audit trail, newest first: every terminate, disable-source and undo (dry "
+            "runs included), who ran it, its outcome and whether it can be undone.",
+            ["rogue-watchdog actions", "rogue-watchdog actions --limit 5 --json"],
+            [(0, "listed"), (2, "usage error or an unreadable state directory")],
+        ),
+    )
+    p.add_argument("--json", action="store_true", help="print the actions as a JSON list")
     p.add_argument(
         "--limit", type=_limit, default=50, help=f"newest N actions (1..{MAX_LIMIT}, default 50)"
     )

@@ -15,6 +15,8 @@ import os
 import sys
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
+from watchdog.clihelp import command_help
+
 if TYPE_CHECKING:
     from watchdog.config import Config
     from watchdog.daemon.loop import Daemon, TickSummary, Worker
@@ -377,7 +379,25 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``run`` and ``status`` to the CLI."""
-    p = sub.add_parser("run", help="run the watchdog daemon (foreground unless --daemonize)")
+    p = sub.add_parser(
+        "run",
+        **command_help(
+            "run the watchdog daemon (foreground unless --daemonize)",
+            "The daemon: scan every daemon.interval_s, track findings in the state "
+            "database, alert, enforce (per the enforcement mode) and answer `status` on "
+            "the status socket. Logs are JSON lines on stdout. SIGHUP reloads the "
+            "configuration; SIGTERM or Ctrl-C stops it.",
+            [
+                "rogue-watchdog run --config /etc/rogue-watchdog/config.yaml",
+                "rogue-watchdog run --daemonize --pidfile /run/rogue-watchdog.pid",
+                "systemctl start rogue-watchdog     # installed by scripts/install.sh",
+            ],
+            [
+                (0, "stopped cleanly"),
+                (2, "configuration, state directory, socket or pidfile error at start"),
+            ],
+        ),
+    )
     p.add_argument("--config", help="configuration file (default /etc/rogue-watchdog/config.yaml)")
     p.add_argument(
         "--daemonize",
@@ -392,7 +412,29 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("status", help="ask the running daemon what it sees")
+    p = sub.add_parser(
+        "status",
+        **command_help(
+            "ask the running daemon what it sees",
+            "What the running daemon sees now: its configuration, last scan, the GPUs with "
+            "the memory sanctioned and unsanctioned jobs hold, the jobs with their GPU and "
+            "origin, open findings (ids F12, for terminate and disable-source) and alert "
+            "delivery. When no daemon runs, `rogue-watchdog scan` looks once.",
+            [
+                "rogue-watchdog status",
+                "rogue-watchdog status --gpu 3",
+                "rogue-watchdog status --json | jq '.findings[] | {id, kind, message}'",
+                "rogue-watchdog status --socket /run/rogue-watchdog/status.sock --timeout 2",
+            ],
+            [
+                (0, "running, nothing open"),
+                (1, "running, with open findings of severity warning or above, or degraded"),
+                (2, "usage error"),
+                (3, "not running"),
+                (4, "state unknown: permission denied, timeout or a garbled answer"),
+            ],
+        ),
+    )
     p.add_argument("--json", action="store_true", help="print the status document as JSON")
     p.add_argument("--socket", help="status socket (default: daemon.socket of the config)")
     p.add_argument("--config", help="configuration file naming daemon.socket")
