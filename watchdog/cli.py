@@ -321,12 +321,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
-    if args.command not in ("run", "status"):
-        # One-shot commands keep stdout for their report; their log events go to stderr.
-        # (`status` never logs, and importing structlog would double its start-up time.)
-        import structlog
+    if args.command not in ("run", "status", "completion"):
+        # One-shot commands keep stdout for their report; their log events go to stderr,
+        # as JSON lines like the daemon's. (`status` never logs, and importing structlog
+        # would double its start-up time.)
+        from watchdog.daemon.cli import configure_logging
 
-        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+        configure_logging(sys.stderr)
     try:
         return int(args.func(args))
     except BrokenPipeError:

@@ -13,6 +13,13 @@ Verdict = Literal["sanctioned", "rogue", "excess", "ignored"]
 Severity = Literal["info", "warning", "high", "critical"]
 # Findings at these severities make `scan` and `status` exit 1; `info` ones do not.
 REPORTED_SEVERITIES: tuple[Severity, ...] = ("warning", "high", "critical")
+# The log level a finding's events are written at: the level follows the severity.
+LOG_LEVELS: dict[str, str] = {
+    "info": "info",
+    "warning": "warning",
+    "high": "error",
+    "critical": "critical",
+}
 OriginKind = Literal[
     "cron", "systemd", "slurm", "container", "shell", "at", "supervisor", "orphan", "unknown"
 ]

@@ -52,7 +52,7 @@ def cli(config: Path, *args: str) -> tuple[int, str, str]:
             ("terminate", "F²", "--dry-run"),
             "rogue-watchdog: 'F²': expected a PID (42) or a finding id (F12, #12 or finding:12)",
         ),
-        (("undo", "²"), "argument action_id: '²': expected an action id (ASCII digits)"),
+        (("undo", "²"), "argument ACTION-ID: '²': expected an action id (ASCII digits)"),
         (("actions", "--limit", HUGE), f"argument --limit: '{HUGE}': expected a number from 1"),
         (("actions", "--limit", "0"), "argument --limit: '0': expected a number from 1 to 10000"),
         (("actions", "--limit", "²"), "argument --limit: '²': expected a number from 1 to 10000"),
@@ -141,12 +141,21 @@ def test_disable_source_of_an_exited_cron_job_uses_the_recorded_origin(
     lines = out.splitlines()
     assert lines[0].startswith(
         "would disable the source of rogue job PID 4242"
-        " `/usr/bin/python3 /opt/legacy/train_weekly.py --run 12345` (action "
+        " `/usr/bin/python3 /opt/legacy/train_weekly.py --run 12345` (dry run, not recorded)"
     )
     assert lines[0].endswith(f"): cron-file {tab}:3")
     assert lines[2] == f"  comment out line 3: '{ENTRY}'"
     assert lines[3].endswith(f"(rogue job, finding F{fid}, signature {SIG}): {ENTRY}'")
     assert tab.read_bytes() == TAB  # a dry run changes nothing
+    db = StateDB(str(config.parent / "state"))
+    assert db.actions() == []  # ... and writes no action row
+    db.close()
+    # Its log line is the daemon's JSON "action" event, on stderr, at info.
+    events = [json.loads(line) for line in err.splitlines()]
+    assert [(e["event"], e["level"], e["dry_run"], e["outcome"]) for e in events] == [
+        ("action", "info", True, "dry-run")
+    ]
+    assert events[0]["id"] == 0 and "timestamp" in events[0]
 
 
 def test_respawned_finding_carries_its_origin_without_a_job_row(

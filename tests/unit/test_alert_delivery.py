@@ -229,8 +229,8 @@ def test_open_remind_resolve_once_per_sink_for_an_8_process_job(
 
     lines = [json.loads(x) for x in (tmp_path / "alerts.log").read_text().splitlines()]
     assert [(x["event"], x["action"], x["level"]) for x in lines] == [
-        ("finding", "open", "warning"),
-        ("finding", "remind", "warning"),
+        ("finding", "open", "error"),  # the level follows the severity (high)
+        ("finding", "remind", "error"),
         ("finding", "resolve", "info"),
     ]
     assert list(lines[0]) == [

@@ -210,7 +210,7 @@ def _remedy(config: Config, db: StateDB, jobs: list[Job]) -> Remedy:
         s, db, Effects(s.command_prefix), actor=default_actor(),
         backup_dir=s.backup_dir or os.path.join(config.daemon.state_dir, "backups"),
         proc_root=config.paths.proc_root, spool_dirs=config.paths.cron_spool,
-        sanctioned_pids=_sanctioned(jobs),
+        sanctioned_pids=_sanctioned(jobs), record_dry_runs=False,
     )  # fmt: skip
 
 
@@ -218,6 +218,11 @@ def _out(line: str) -> None:
     from watchdog.render import printable
 
     print(printable(line))
+
+
+def _action_ref(action_id: int) -> str:
+    # A person's dry run writes no audit row (Remedy.record_dry_runs).
+    return f"action {action_id}" if action_id else "dry run, not recorded"
 
 
 def cmd_terminate(args: argparse.Namespace) -> int:
@@ -234,7 +239,9 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     dry = args.dry_run or config.enforcement.dry_run
     action_id, res = remedy.terminate(target, time.time(), dry_run=dry)
     head = "would terminate" if dry else "terminate"
-    _out(f"{head} {target.describe()} (action {action_id}); origin {target.origin.get('kind')}")
+    _out(
+        f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.get('kind')}"
+    )
     for p in res.procs:
         sig = "SIGTERM, then SIGKILL after " + f"{config.enforcement.grace_s:g} s if still alive"
         if p.result == "would-signal":
@@ -259,7 +266,8 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     action_id, plan, result = remedy.disable_source(target, time.time(), dry_run=dry)
     head = "would disable" if dry else "disable"
     _out(
-        f"{head} the source of {target.describe()} (action {action_id}): {plan.kind} {plan.target}"
+        f"{head} the source of {target.describe()} ({_action_ref(action_id)}): "
+        f"{plan.kind} {plan.target}"
     )
     if plan.refused:
         _out(f"  refused: {plan.refused}")

@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import sys
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
 
 from watchdog.clihelp import command_help
 
@@ -41,8 +41,10 @@ DEFAULT_LOG_FILE = "/var/log/rogue-watchdog.log"
 RESTART_KEYS = ("state_dir", "socket", "socket_group", "metrics_listen")
 
 
-def configure_logging() -> None:
-    """structlog JSON lines on stdout (journald under systemd): stable keys per event."""
+def configure_logging(stream: TextIO | None = None) -> None:
+    """structlog JSON lines (stable keys per event) on ``stream``: stdout for the daemon
+    (journald under systemd); a one-shot command passes stderr, keeping stdout for its
+    report, and logs in the same format."""
     import logging
 
     import structlog
@@ -55,7 +57,7 @@ def configure_logging() -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        logger_factory=structlog.PrintLoggerFactory(sys.stdout if stream is None else stream),
         cache_logger_on_first_use=True,
     )
 
