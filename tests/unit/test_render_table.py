@@ -199,3 +199,17 @@ def test_filter_gpu_keeps_that_gpu_its_jobs_and_their_findings() -> None:
     empty = filter_gpu(fixed_result(), 0)
     assert [g.index for g in empty.gpus] == [0]
     assert empty.jobs == [] and empty.findings == []
+
+
+def test_readme_shows_what_scan_gpu_3_prints() -> None:
+    """The README answers the GPU-3 question with this very table (finding cut short)."""
+    from tests.conftest import REPO
+
+    readme = (REPO / "README.md").read_text().split("\n")
+    start = readme.index("rogue-watchdog scan  host gpu-07  2027-01-15T08:00:00+00:00")
+    block = readme[start : readme.index("```", start)]
+    result = filter_gpu(fixed_result(), 3)
+    shown = result_table(result, config_line=CONFIG, width=80, colour=False).splitlines()
+    assert block[:-1] == shown[:-1]
+    assert block[-1].endswith(", user alice, …")
+    assert shown[-1].startswith(block[-1].removesuffix("user alice, …"))
