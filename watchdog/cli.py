@@ -280,6 +280,23 @@ def build_parser() -> argparse.ArgumentParser:
     register_actions(sub)
 
     p = sub.add_parser(
+        "top",
+        **command_help(
+            "live view: GPUs, jobs and findings, with keys to act",
+            "A live, refreshing view (also `status --watch`): the GPUs with the memory "
+            "sanctioned and unsanctioned jobs hold, every training job with its verdict, GPU, "
+            "origin and command, and the open findings, from the daemon's status socket, or "
+            "from a local scan when no daemon runs. Keys: up/down (j/k) select a job, e "
+            "explain it, t terminate it, d disable its source (both ask to confirm and run "
+            "the ordinary commands, guards and all), r refresh, q quit.",
+            ["rogue-watchdog top", "rogue-watchdog top --interval 5 --config /etc/rw.yaml"],
+            [(0, "quit with q"), (2, "usage error, or no terminal")],
+        ),
+    )
+    add_watch_arguments(p)
+    p.set_defaults(func=cmd_top)
+
+    p = sub.add_parser(
         "completion",
         **command_help(
             "print the shell completion script (bash, zsh or fish)",
@@ -302,6 +319,38 @@ def build_parser() -> argparse.ArgumentParser:
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
 
 
+def add_watch_arguments(p: argparse.ArgumentParser) -> None:
+    """The live view's options (``top``; ``status --watch`` shares the socket ones)."""
+    p.add_argument("--config", help=f"configuration file (default {DEFAULT_CONFIG} if present)")
+    p.add_argument("--socket", help="status socket (default: daemon.socket of the config)")
+    p.add_argument(
+        "--interval",
+        type=_seconds,
+        default=2.0,
+        help="seconds between refreshes (default 2)",
+    )
+    p.add_argument(
+        "--timeout", type=_seconds, default=5.0, help="seconds to wait for the daemon (default 5)"
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (0 < value <= 3600):  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be seconds in (0, 3600], got {text!r}")
+    return value
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    """``top``: the live view (watchdog/top.py)."""
+    from watchdog.top import run
+
+    return run(args)
+
+
 def cmd_completion(args: argparse.Namespace) -> int:
     """``completion SHELL``: the completion script shtab generates from :func:`build_parser`."""
     import shtab
@@ -321,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
-    if args.command not in ("run", "status", "completion"):
+    if args.command not in ("run", "status", "completion", "top"):
         # One-shot commands keep stdout for their report; their log events go to stderr,
         # as JSON lines like the daemon's. (`status` never logs, and importing structlog
         # would double its start-up time.)

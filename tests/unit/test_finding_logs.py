@@ -60,3 +60,20 @@ def test_without_a_sink_that_takes_it_the_loop_logs_the_event(
     out = capsys.readouterr().out
     assert _events(out) == ["finding-opened", "finding-resolved"]
     assert "[error    ] finding-opened" in out  # a high finding is an error, not a warning
+
+
+@pytest.mark.parametrize(
+    ("severity", "level"),
+    [("info", "info"), ("warning", "warning"), ("high", "error"), ("critical", "critical")],
+)
+def test_log_sink_level_follows_the_severity(tmp_path: Path, severity: str, level: str) -> None:
+    from tests.unit.test_alert_render import delivery, payload
+    from watchdog.daemon.alerts.sinks import LogSink
+    from watchdog.daemon.settings import SinkSettings
+
+    path = tmp_path / "alerts.log"
+    sink = LogSink(SinkSettings(type="log", name="log", path=str(path)))
+    sink.send(delivery(payload("open", severity=severity)))
+    sink.send(delivery(payload("resolve", severity=severity), row=4))
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [(x["action"], x["level"]) for x in lines] == [("open", level), ("resolve", "info")]

@@ -346,6 +346,10 @@ def _gpu_index(text: str) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """``status``: what the running daemon sees; exit 0/1/3/4 (docs/status.md), 2 on
     usage errors."""
+    if args.watch:
+        from watchdog.top import run
+
+        return run(args)
     from watchdog.daemon.ipc import StatusError, query_status
 
     try:
@@ -448,5 +452,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--timeout", type=_timeout, default=5.0, help="seconds to wait for an answer (default 5)"
+    )
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="a live, refreshing view with keys to act (the same as `rogue-watchdog top`)",
+    )
+    p.add_argument(
+        "--interval",
+        type=_timeout,
+        default=2.0,
+        help="with --watch: seconds between refreshes (default 2)",
     )
     p.set_defaults(func=cmd_status)
