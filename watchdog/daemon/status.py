@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any
 from watchdog import __version__
 from watchdog.lineage.describe import describe_origin
 from watchdog.model import REPORTED_SEVERITIES, finding_ref
-from watchdog.render import gpu_json, gpu_lines, output_width, printable, shorten_command
+from watchdog.render import (
+    gpu_json,
+    gpu_lines,
+    output_width,
+    paint,
+    printable,
+    shorten_command,
+    use_colour,
+)
 
 if TYPE_CHECKING:
     from watchdog.config import Config
@@ -203,14 +211,16 @@ def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
     }
 
 
-def render_status(doc: dict[str, Any], width: int | None = None) -> str:
+def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | None = None) -> str:
     """The at-a-glance text of ``rogue-watchdog status`` (command lines made printable).
 
     Args:
         doc: The status document (docs/status.md).
         width: Columns to fit; default :func:`watchdog.render.output_width`.
+        colour: Colour the verdicts; default :func:`watchdog.render.use_colour`.
     """
     width = output_width() if width is None else width
+    colour = use_colour() if colour is None else colour
     now = float(doc.get("now") or time.time())
     out: list[str] = []
 
@@ -219,8 +229,9 @@ def render_status(doc: dict[str, Any], width: int | None = None) -> str:
 
     started = doc.get("started_at")
     line(
-        f"rogue-watchdog {doc.get('version', '?')} on {doc.get('host')}: running since "
-        f"{_when(started)} (up {_age(now - started) if started else '?'}, pid {doc.get('pid')})"
+        f"rogue-watchdog {doc.get('version') or '-'} on {doc.get('host') or '-'}: running since "
+        f"{_when(started)} (up {_age(now - started) if started else '-'}, "
+        f"pid {doc.get('pid') or '-'})"
     )
     cfg = doc.get("config") or {}
     text = f"config: {cfg.get('path') or '(built-in defaults)'}"
@@ -244,7 +255,7 @@ def render_status(doc: dict[str, Any], width: int | None = None) -> str:
     if nvml is None:
         line("NVML: not probed yet")
     elif nvml.get("available"):
-        line(f"NVML: ok, driver {nvml.get('driver_version') or '?'}")
+        line(f"NVML: ok, driver {nvml.get('driver_version') or '-'}")
     else:
         line(f"NVML: unavailable ({nvml.get('error') or 'disabled'})")
     gpus = doc.get("gpus") or []
@@ -274,15 +285,20 @@ def render_status(doc: dict[str, Any], width: int | None = None) -> str:
     line(f"jobs: {len(jobs)}")
     for j in jobs:
         on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
+        verdict = str(j.get("verdict") or "-")
         row = (
-            f"  {j.get('verdict'):<10} pid {j.get('root_pid'):<7} {j.get('user') or '-':<10} "
+            f"  {verdict:<10} pid {j.get('root_pid'):<7} {j.get('user') or '-':<10} "
             f"GPU {on:<3} {_gib(j.get('gpu_memory_bytes')):>9}"
         )
         origin = f"origin: {j.get('origin') or '-'}"
+        # Colour after escaping: the escape sequences are ours, never the host's text.
+        head = printable(row).replace(
+            f"  {verdict:<10}", "  " + paint(f"{verdict:<10}", verdict, colour), 1
+        )
         if len(row) + 2 + len(origin) <= width:
-            line(f"{row}  {origin}")
+            out.append(f"{head}  {printable(origin)}")
         else:  # narrow: the origin gets a line of its own
-            line(row)
+            out.append(head)
             line(f"    {origin}")
         out.append("    " + shorten_command(j.get("cmdline") or [], max(20, width - 4)))
     findings = doc.get("findings") or []
