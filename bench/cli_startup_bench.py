@@ -4,7 +4,8 @@ Runs, interleaved round by round so load changes hit all alike, each as a fresh 
 
 * ``rogue-watchdog --help``
 * ``rogue-watchdog status`` against a daemon that is not running (a socket path that
-  does not exist: exit 3)
+  does not exist: exit 3), with ``--socket`` and as typed (the socket named by
+  /etc/rogue-watchdog/config.yaml, or the default path)
 * ``rogue-watchdog status --help``
 * ``nvitop --once`` and ``gpustat`` (when installed: ``pip install .[test]``) against the
   fake ``libnvidia-ml.so.1`` of tests/fakenvml (one H200, nothing running), the peers that
@@ -65,6 +66,8 @@ def main() -> int:
     cases: dict[str, list[str]] = {
         "rogue-watchdog --help": [exe, "--help"],
         "rogue-watchdog status (no daemon)": [exe, "status", "--socket", str(tmp / "no.sock")],
+        # As typed: the socket comes from the configuration (or the default path).
+        "rogue-watchdog status (as typed)": [exe, "status"],
         "rogue-watchdog status --help": [exe, "status", "--help"],
     }
     peer_env = dict(env)

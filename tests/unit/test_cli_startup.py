@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 # What only a command that scans, verifies, acts or runs the daemon needs.
@@ -94,3 +96,14 @@ def test_subcommand_help_loads_no_command_modules(tmp_path: Path) -> None:
         code, modules = loaded(command, "--help", tmp_path=tmp_path)
         assert code == 0, command
         assert [m for m in HEAVY if m in modules] == [], command
+
+
+def test_status_as_typed_loads_no_config_parser(tmp_path: Path) -> None:
+    # Without a configuration file the default socket is known without PyYAML.
+    if os.path.exists("/etc/rogue-watchdog/config.yaml") or os.path.exists(
+        "/run/rogue-watchdog/status.sock"
+    ):
+        pytest.skip("this host has a rogue-watchdog configuration or daemon")
+    code, modules = loaded("status", tmp_path=tmp_path)
+    assert code == 3
+    assert [m for m in HEAVY if m in modules] == []

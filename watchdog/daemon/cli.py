@@ -299,14 +299,15 @@ def socket_path(args: argparse.Namespace) -> str:
             raise UsageError("--socket needs a path")
         return str(args.socket)
     from watchdog.cli import resolve_config_path
-    from watchdog.daemon.settings import DaemonSettings
+    from watchdog.daemon import DEFAULT_SOCKET
 
     path = resolve_config_path(args.config)
     if path is None:
-        return DaemonSettings().socket
+        return DEFAULT_SOCKET
     import yaml
 
     from watchdog.config import ConfigError, load_config
+    from watchdog.daemon.settings import DaemonSettings
 
     try:
         return load_config(path).daemon.socket
