@@ -77,20 +77,23 @@ def cmd_scan(args: argparse.Namespace) -> int:
     from watchdog.config import load_config
     from watchdog.model import REPORTED_SEVERITIES
     from watchdog.queue.source import one_shot_queue_findings
-    from watchdog.render import filter_gpu, result_json, result_table
+    from watchdog.render import filter_gpu, gpu_view_note, result_json, result_table
     from watchdog.scan import Scanner
 
     path = resolve_config_path(args.config)
     config = load_config(path)
     result = Scanner(config).scan()
     result.findings.extend(one_shot_queue_findings(config))
+    notes: list[str] = []
     if args.gpu is not None:
+        note = gpu_view_note(result, args.gpu)
+        notes = [note] if note else []
         result = filter_gpu(result, args.gpu)
     code = 1 if any(f.severity in REPORTED_SEVERITIES for f in result.findings) else 0
     if args.json:
         emit(json.dumps(result_json(result), indent=2))
     else:
-        emit(result_table(result, config_line=config_line(path, config)))
+        emit(result_table(result, config_line=config_line(path, config), notes=notes))
     return code
 
 

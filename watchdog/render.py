@@ -270,6 +270,24 @@ def gpu_summary(gpu: GpuInfo, jobs: Sequence[Job], width: int = UNLIMITED) -> li
     )
 
 
+#: Findings about what this scan could not see on any GPU: a one-GPU view keeps them, so
+#: an empty view never reads as "nothing on GPU N" when the scan was blind.
+BLIND_SPOT_KINDS = ("nvml-unavailable", "pid-namespace", "proc-unavailable", "limited-visibility")
+
+
+def gpu_view_note(result: ScanResult, index: int) -> str | None:
+    """Why a ``--gpu N`` view may be empty, or None when GPU ``index`` was seen."""
+    if not result.nvml.available:
+        return (
+            f"GPU {index}: NVML is unavailable, so no job can be placed on a GPU; "
+            "run without --gpu to see every training job"
+        )
+    if not any(g.index == index for g in result.gpus):
+        listed = ", ".join(str(i) for i in sorted({g.index for g in result.gpus})) or "none"
+        return f"GPU {index}: NVML lists no such GPU here (GPUs: {listed})"
+    return None
+
+
 def on_gpu(job: Job, index: int) -> bool:
     """True when NVML lists a member of ``job`` on GPU ``index`` (or a MIG instance of it)."""
     return index in job.gpu_indexes
@@ -288,6 +306,7 @@ def filter_gpu(result: ScanResult, index: int) -> ScanResult:
         if (f.root_pid is not None and f.root_pid in roots)
         or f.details.get("gpu_index") == index
         or index in (f.details.get("gpu_indexes") or ())
+        or f.kind in BLIND_SPOT_KINDS
     ]
     gpus = [g for g in result.gpus if g.index == index]
     return replace(result, gpus=gpus, jobs=jobs, findings=findings)
@@ -393,6 +412,7 @@ def result_table(
     config_line: str | None = None,
     width: int | None = None,
     colour: bool | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
     """The human view of a scan: header, GPUs, one row per job, findings.
 
@@ -401,6 +421,7 @@ def result_table(
         config_line: Which configuration was used, shown under the header.
         width: Columns to fit; default :func:`output_width`.
         colour: Colour verdicts and severities; default :func:`use_colour`.
+        notes: Lines shown under the GPUs (why a ``--gpu`` view may be empty).
 
     Returns:
         Lines joined with ``\\n``; host text escaped by :func:`printable`.
@@ -424,6 +445,8 @@ def result_table(
         lines.extend(
             fit(printable(f"NVML: unavailable ({result.nvml.error}); OS sources only"), width, "  ")
         )
+    for note in notes:
+        lines.extend(fit(printable(note), width, "  "))
     lines.append("")
     if not result.jobs:
         lines.append("No training jobs found.")

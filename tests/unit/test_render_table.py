@@ -213,3 +213,11 @@ def test_readme_shows_what_scan_gpu_3_prints() -> None:
     assert block[:-1] == shown[:-1]
     assert block[-1].endswith(", user alice, …")
     assert shown[-1].startswith(block[-1].removesuffix("user alice, …"))
+
+
+def test_a_gpu_view_keeps_what_the_scan_could_not_see() -> None:
+    result = fixed_result()
+    result.findings.append(Finding("pid-namespace", "high", "most GPU PIDs are invisible"))
+    result.findings.append(Finding("queue-unsanctioned", "high", "queue entry 17 waiting"))
+    kinds = [f.kind for f in filter_gpu(result, 0).findings]
+    assert kinds == ["pid-namespace"]  # blind spots stay; other host findings do not

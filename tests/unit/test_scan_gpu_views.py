@@ -134,3 +134,25 @@ def test_gpu_must_be_an_index(tmp_path: Path) -> None:
     done = run_cli("scan", "--gpu", "x")
     assert done.returncode == 2
     assert "argument --gpu: 'x': expected a GPU index (0, 1, ...)" in done.stderr
+
+
+def test_an_empty_gpu_view_says_why(spawned: Spawned, tmp_path: Path) -> None:
+    need_program("gcc")
+    rogue = sleeper(spawned, tmp_path, "mystery_train.py")
+    ok = sleeper(spawned, tmp_path, "pipeline_train.py")
+    cfg = four_gpus(tmp_path, rogue, ok)
+    done = run_cli("scan", "--gpu", "9", "--config", str(cfg), env={"COLUMNS": "200"})
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert lines[2:4] == [
+        "NVML: driver 550.54.15, 0 GPU(s)",
+        "GPU 9: NVML lists no such GPU here (GPUs: 0, 1, 2, 3)",
+    ]
+
+    blind = tmp_path / "blind.yaml"
+    blind.write_text("nvml: {enabled: false}\n")
+    done = run_cli("scan", "--gpu", "3", "--config", str(blind), env={"COLUMNS": "200"})
+    assert done.stdout.splitlines()[3] == (
+        "GPU 3: NVML is unavailable, so no job can be placed on a GPU; "
+        "run without --gpu to see every training job"
+    )
