@@ -52,6 +52,9 @@ def test_status_gpu_filter() -> None:
     assert exit_code(dict(doc, degraded={})) == 0
     zero = filter_gpu(two_gpus(), 0)
     assert [f["id"] for f in zero["findings"]] == [7]
+    blind = two_gpus()
+    blind["findings"].append(dict(blind["findings"][0], id=8, kind="pid-namespace", root_pid=None))
+    assert [f["id"] for f in filter_gpu(blind, 3)["findings"]] == [8]
 
 
 def test_status_colours_verdicts_only_when_asked() -> None:

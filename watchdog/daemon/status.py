@@ -12,6 +12,7 @@ from watchdog import __version__
 from watchdog.lineage.describe import describe_origin
 from watchdog.model import REPORTED_SEVERITIES, finding_ref
 from watchdog.render import (
+    BLIND_SPOT_KINDS,
     gpu_json,
     gpu_lines,
     output_width,
@@ -196,7 +197,8 @@ def _gib(n: int | None) -> str:
 
 def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
     """The status document narrowed to GPU ``index``: that GPU (and its MIG instances),
-    the jobs on it and their open findings."""
+    the jobs on it and their open findings, and those about what the daemon cannot see at
+    all (NVML unavailable, a PID namespace)."""
     jobs = [
         j
         for j in doc.get("jobs") or []
@@ -207,7 +209,11 @@ def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
         **doc,
         "gpus": [g for g in doc.get("gpus") or [] if g.get("index") == index],
         "jobs": jobs,
-        "findings": [f for f in doc.get("findings") or [] if f.get("root_pid") in pids],
+        "findings": [
+            f
+            for f in doc.get("findings") or []
+            if f.get("root_pid") in pids or f.get("kind") in BLIND_SPOT_KINDS
+        ],
     }
 
 
