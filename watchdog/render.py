@@ -437,13 +437,19 @@ def result_table(
         lines.extend(fit(printable(config_line), width, "  "))
     if result.nvml.available:
         lines.append(
-            printable(f"NVML: driver {result.nvml.driver_version}, {len(result.gpus)} GPU(s)")
+            printable(
+                f"NVML: driver {result.nvml.driver_version or '-'}, {len(result.gpus)} GPU(s)"
+            )
         )
         for g in result.gpus:
             lines.extend(gpu_summary(g, result.jobs, width))
     else:
         lines.extend(
-            fit(printable(f"NVML: unavailable ({result.nvml.error}); OS sources only"), width, "  ")
+            fit(
+                printable(f"NVML: unavailable ({result.nvml.error or '-'}); OS sources only"),
+                width,
+                "  ",
+            )
         )
     for note in notes:
         lines.extend(fit(printable(note), width, "  "))
