@@ -2,32 +2,49 @@
 
 Exit codes (docs/cli.md): 0 nothing to report, 1 findings (or non-finite weights),
 2 usage or configuration errors (or weights that could not be verified).
+
+Start-up cost matters: ``status``, ``--help`` and ``gate`` run from shells and pipelines.
+Building the parser imports only argparse and the small ``register`` modules; each
+command imports what it needs (scanner, weights, actions, daemon loop, numpy, httpx,
+structlog) when it runs. tests/unit/test_cli_startup.py keeps it that way.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
-
-import structlog
+from typing import TYPE_CHECKING
 
 from watchdog import __version__
 from watchdog.actions.cli import register as register_actions
-from watchdog.config import Config, ConfigError, load_config
-from watchdog.configbase import errors_of
+from watchdog.clihelp import command_help
 from watchdog.daemon.cli import register as register_daemon
 from watchdog.fleet import register as register_fleet
-from watchdog.lineage.describe import describe_origin
-from watchdog.model import REPORTED_SEVERITIES
-from watchdog.queue.source import one_shot_queue_findings
-from watchdog.render import printable, result_json, result_table
-from watchdog.scan import Scanner, resolve_origin
 from watchdog.weights.cli import register as register_weights
 
+if TYPE_CHECKING:
+    from watchdog.config import Config
+
 DEFAULT_CONFIG = "/etc/rogue-watchdog/config.yaml"
+
+MAIN_EPILOG = """\
+common questions:
+  what is on GPU 3, who started it, how do I stop it coming back?
+      rogue-watchdog scan --gpu 3
+  where did PID 48213 come from?
+      rogue-watchdog explain 48213
+  stop it, and keep its cron line / timer from starting it again (undoable):
+      rogue-watchdog disable-source 48213 --dry-run
+      rogue-watchdog disable-source 48213 && rogue-watchdog terminate 48213
+  what does the running daemon see?
+      rogue-watchdog status            (status --gpu 3 for one GPU)
+  are these weights finite?
+      rogue-watchdog verify-weights model/
+
+Each command's --help has examples and its exit codes; `man rogue-watchdog` has them all.
+"""
 
 
 def resolve_config_path(path: str | None) -> str | None:
@@ -38,16 +55,46 @@ def resolve_config_path(path: str | None) -> str | None:
 
 
 def _config(path: str | None) -> Config:
+    from watchdog.config import load_config
+
     return load_config(resolve_config_path(path))
+
+
+def config_line(path: str | None, config: Config) -> str:
+    """Which configuration a one-shot command used, for the top of its report."""
+    if path is None:
+        return (
+            f"config: none (no --config, and {DEFAULT_CONFIG} does not exist): "
+            "nothing is sanctioned, so every training job is rogue"
+        )
+    n = len(config.sanctioned)
+    return f"config: {path} ({n} sanctioned rule{'' if n == 1 else 's'})"
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
     """``scan``: one pass over the host; exit 1 when a finding of warning or above is open."""
-    config = _config(args.config)
+    import json
+
+    from watchdog.config import load_config
+    from watchdog.model import REPORTED_SEVERITIES
+    from watchdog.queue.source import one_shot_queue_findings
+    from watchdog.render import filter_gpu, gpu_view_note, result_json, result_table
+    from watchdog.scan import Scanner
+
+    path = resolve_config_path(args.config)
+    config = load_config(path)
     result = Scanner(config).scan()
     result.findings.extend(one_shot_queue_findings(config))
+    notes: list[str] = []
+    if args.gpu is not None:
+        note = gpu_view_note(result, args.gpu)
+        notes = [note] if note else []
+        result = filter_gpu(result, args.gpu)
     code = 1 if any(f.severity in REPORTED_SEVERITIES for f in result.findings) else 0
-    emit(json.dumps(result_json(result), indent=2) if args.json else result_table(result))
+    if args.json:
+        emit(json.dumps(result_json(result), indent=2))
+    else:
+        emit(result_table(result, config_line=config_line(path, config), notes=notes))
     return code
 
 
@@ -57,6 +104,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     When the PID belongs to a training job, the job's verdict is shown and the origin is
     the job root's (a worker's own parent is the launcher, not the spawner).
     """
+    from watchdog.lineage.describe import describe_origin
+    from watchdog.render import printable
+    from watchdog.scan import Scanner, resolve_origin
+
     config = _config(args.config)
     scanner = Scanner(config)
     result = scanner.scan()
@@ -88,13 +139,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
         out(f"  counted as training because: {', '.join(job.evidence)}")
     out("Lineage (nearest first):")
     for depth, p in enumerate(lineage):
-        out(f"  {'  ' * depth}{p.pid:>7} {p.user or '?':<10} {p.exe or '?'}  {p.args_text[:100]}")
-    out(f"Origin: {describe_origin(origin)} (kind {origin.kind})")
+        out(f"  {'  ' * depth}{p.pid:>7} {p.user or '-':<10} {p.exe or '-'}  {p.args_text[:100]}")
+    said = describe_origin(origin)
+    # Each fact once: the kind when the description does not start with it, and no field
+    # or evidence line that only repeats the description ("orphan (parent exited)").
+    kind = "" if said.lower().startswith(origin.kind) else f" (kind {origin.kind})"
+    out(f"Origin: {said}{kind}")
     for key, value in origin.fields.items():
-        if value is not None and value != "":
+        if value is not None and value != "" and str(value) != said:
             out(f"  {key}: {value}")
     for e in origin.evidence:
-        out(f"  evidence: {e}")
+        if e != said:
+            out(f"  evidence: {e}")
     out(f"Remediation: {origin.remediation or 'none known: the origin could not be named'}")
     emit("\n".join(printable(line) for line in lines))
     return 0
@@ -112,7 +168,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     Returns:
         0 valid, 2 invalid.
     """
+    from watchdog.config import load_config
+    from watchdog.configbase import ConfigError, errors_of
     from watchdog.daemon.alerts.secrets import check_sink_secrets
+    from watchdog.render import printable
 
     config: Config | None = None
     try:
@@ -171,6 +230,14 @@ def _count(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else many or one + 's'}"
 
 
+def gpu_index(text: str) -> int:
+    """argparse type for ``--gpu N``: an NVML device index (ASCII digits)."""
+    t = text.strip()
+    if not (t.isascii() and t.isdigit()) or int(t) > 1023:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a GPU index (0, 1, ...)")
+    return int(t)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
     parser = argparse.ArgumentParser(
@@ -179,29 +246,155 @@ def build_parser() -> argparse.ArgumentParser:
             "Find training jobs running outside the sanctioned pipeline, name their origin, "
             "and refuse non-finite weights at ship points."
         ),
+        epilog=MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"rogue-watchdog {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("scan", help="scan this host once and report training jobs")
+    p = sub.add_parser(
+        "scan",
+        **command_help(
+            "scan this host once and report training jobs",
+            "Scan this host once: every training job (NVML compute processes, device fds, "
+            "launcher command lines), the GPU it is on and the memory it holds, its origin "
+            "(cron line, systemd unit, Slurm job, container, shell...), its verdict against "
+            "the allowlist, and how to stop it. Without --config, "
+            f"{DEFAULT_CONFIG} is used when it exists; otherwise nothing is sanctioned.",
+            [
+                "rogue-watchdog scan --gpu 3          # who is on GPU 3, and how to stop it",
+                "rogue-watchdog scan --config /etc/rogue-watchdog/config.yaml",
+                "rogue-watchdog scan --json | jq '.jobs[] | {root_pid, verdict, gpus}'",
+                "COLUMNS=200 rogue-watchdog scan | less -S",
+            ],
+            [
+                (0, "nothing to report"),
+                (1, "a finding of severity warning or above (a rogue training job, say)"),
+                (2, "usage or configuration error"),
+            ],
+        ),
+    )
     p.add_argument("--config", help=f"configuration file (default {DEFAULT_CONFIG} if present)")
-    p.add_argument("--json", action="store_true", help="print the documented JSON document")
+    p.add_argument("--json", action="store_true", help="print the JSON of docs/scan-json-schema.md")
+    p.add_argument(
+        "--gpu",
+        type=gpu_index,
+        metavar="N",
+        help="only GPU N (NVML index, MIG instances included): its jobs and their findings",
+    )
     p.set_defaults(func=cmd_scan)
 
-    p = sub.add_parser("explain", help="show the lineage and origin of one process")
-    p.add_argument("pid", type=int)
+    p = sub.add_parser(
+        "explain",
+        **command_help(
+            "show the lineage and origin of one process",
+            "The parent chain of one process up to PID 1, the training job it belongs to "
+            "(verdict, why it counts as training) and its origin with the evidence and the "
+            "command that stops the source.",
+            ["rogue-watchdog explain 48213", "rogue-watchdog explain $(pgrep -f train_big.py)"],
+            [(0, "explained"), (2, "the PID is not visible, or a configuration error")],
+        ),
+    )
+    p.add_argument("pid", type=int, metavar="PID", help="any process ID visible in /proc")
     p.add_argument("--config", help=f"configuration file (default {DEFAULT_CONFIG} if present)")
     p.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser("check-config", help="validate a configuration file")
-    p.add_argument("file")
+    p = sub.add_parser(
+        "check-config",
+        **command_help(
+            "validate a configuration file",
+            "Validate a configuration file and count its rules; an error names the file, "
+            "the line and the key.",
+            ["rogue-watchdog check-config /etc/rogue-watchdog/config.yaml"],
+            [(0, "valid"), (2, "invalid (the message names file, line and key)")],
+        ),
+    )
+    p.add_argument("file", metavar="FILE", help="the YAML configuration to check")
     p.set_defaults(func=cmd_check_config)
 
     register_weights(sub)
     register_daemon(sub)
     register_actions(sub)
     register_fleet(sub)
+
+    p = sub.add_parser(
+        "top",
+        **command_help(
+            "live view: GPUs, jobs and findings, with keys to act",
+            "A live, refreshing view (also `status --watch`): the GPUs with the memory "
+            "sanctioned and unsanctioned jobs hold, every training job with its verdict, GPU, "
+            "origin and command, and the open findings, from the daemon's status socket, or "
+            "from a local scan when no daemon runs. Keys: up/down (j/k) select a job, e "
+            "explain it, t terminate it, d disable its source (both ask to confirm and run "
+            "the ordinary commands, guards and all), r refresh, q quit.",
+            ["rogue-watchdog top", "rogue-watchdog top --interval 5 --config /etc/rw.yaml"],
+            [(0, "quit with q"), (2, "usage error, or no terminal")],
+        ),
+    )
+    add_watch_arguments(p)
+    p.set_defaults(func=cmd_top)
+
+    p = sub.add_parser(
+        "completion",
+        **command_help(
+            "print the shell completion script (bash, zsh or fish)",
+            "Print a completion script generated from this command line's own parser "
+            "(shtab): every command and option completes, PATH and FILE arguments complete "
+            "file names.",
+            [
+                "rogue-watchdog completion bash > /etc/bash_completion.d/rogue-watchdog",
+                "rogue-watchdog completion zsh > ~/.zfunc/_rogue-watchdog  # with fpath+=~/.zfunc",
+                "rogue-watchdog completion fish > ~/.config/fish/completions/rogue-watchdog.fish",
+            ],
+            [(0, "printed"), (2, "usage error (an unsupported shell)")],
+        ),
+    )
+    p.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to complete in")
+    p.set_defaults(func=cmd_completion)
     return parser
+
+
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+
+
+def add_watch_arguments(p: argparse.ArgumentParser) -> None:
+    """The live view's options (``top``; ``status --watch`` shares the socket ones)."""
+    p.add_argument("--config", help=f"configuration file (default {DEFAULT_CONFIG} if present)")
+    p.add_argument("--socket", help="status socket (default: daemon.socket of the config)")
+    p.add_argument(
+        "--interval",
+        type=_seconds,
+        default=2.0,
+        help="seconds between refreshes (default 2)",
+    )
+    p.add_argument(
+        "--timeout", type=_seconds, default=5.0, help="seconds to wait for the daemon (default 5)"
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (0 < value <= 3600):  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be seconds in (0, 3600], got {text!r}")
+    return value
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    """``top``: the live view (watchdog/top.py)."""
+    from watchdog.top import run
+
+    return run(args)
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """``completion SHELL``: the completion script shtab generates from :func:`build_parser`."""
+    import shtab
+
+    emit(shtab.complete(build_parser(), shell=args.shell))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -212,18 +405,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command != "run":
-        # One-shot commands keep stdout for their report; their log events go to stderr.
-        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
+    if args.command not in ("run", "status", "completion", "top"):
+        # One-shot commands keep stdout for their report; their log events go to stderr,
+        # as JSON lines like the daemon's. (`status` never logs, and importing structlog
+        # would double its start-up time.)
+        from watchdog.daemon.cli import configure_logging
+
+        configure_logging(sys.stderr)
     try:
         return int(args.func(args))
-    except ConfigError as exc:
-        for error in errors_of(exc):
-            print(printable(f"rogue-watchdog: config error: {error}"), file=sys.stderr)
-        return 2
     except BrokenPipeError:
         # The reader went away (`| head`): quiet the dead pipe so exit does not fail too.
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -233,6 +426,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if sys.stderr is not None:
             print(f"rogue-watchdog: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if not _is_config_error(exc):
+            raise
+        from watchdog.configbase import ConfigError, errors_of
+        from watchdog.render import printable
+
+        assert isinstance(exc, ConfigError)
+        for error in errors_of(exc):
+            print(printable(f"rogue-watchdog: config error: {error}"), file=sys.stderr)
+        return 2
+
+
+def _is_config_error(exc: BaseException) -> bool:
+    # Only a command that loaded watchdog.configbase can raise its ConfigError; importing
+    # it (and PyYAML) up front would cost every `status` and `--help` its start-up time.
+    base = sys.modules.get("watchdog.configbase")
+    return base is not None and isinstance(exc, base.ConfigError)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,11 +15,10 @@ import json
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from watchdog.render import printable
+if TYPE_CHECKING:
+    import httpx
 
 # What "stopped ticking" means; the shipped RogueWatchdogNotTicking rule uses the same.
 DEFAULT_STALE_AFTER_S = 300.0
@@ -107,6 +106,8 @@ def query(client: httpx.Client, base: str, expr: str) -> tuple[float, list[dict[
     Raises:
         FleetError: Connection failure, a non-2xx answer, a non-vector result.
     """
+    import httpx  # here, not at import: `--help` and `status` must not pay for it
+
     url = base.rstrip("/") + "/api/v1/query"
     try:
         resp = client.get(url, params={"query": expr})
@@ -149,6 +150,8 @@ def picture(
     Raises:
         FleetError: Prometheus unreachable or answering with an error.
     """
+    import httpx
+
     with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
         t, hosts = query(client, base, Q_HOSTS)
         _, ages = query(client, base, Q_TICK_AGE)
@@ -240,6 +243,8 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 def picture_text(pic: Picture) -> str:
     """Tables for people; every label from the hosts is made printable first."""
+    from watchdog.render import printable
+
     p = printable
     lines = [f"{len(pic.hosts)} hosts in {p(pic.prometheus)}"]
     if pic.hosts:
@@ -289,7 +294,28 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``fleet`` to the CLI."""
-    p = sub.add_parser("fleet", help="the fleet's picture from Prometheus (hosts, rogue jobs)")
+    from watchdog.clihelp import command_help
+
+    p = sub.add_parser(
+        "fleet",
+        **command_help(
+            "the fleet's picture from Prometheus (hosts, rogue jobs)",
+            "Ask Prometheus (its HTTP API, which scrapes every host's /metrics) for the "
+            "fleet's current picture: the hosts whose watchdog reports, the rogue and excess "
+            "jobs per host with GPU, user and origin, and the hosts whose watchdog stopped "
+            "ticking. No server of our own: docs/fleet.md.",
+            [
+                "rogue-watchdog fleet --prometheus http://prometheus:9090",
+                "rogue-watchdog fleet --prometheus http://prometheus:9090 --json | jq .rogue",
+            ],
+            [
+                (0, "nothing to report"),
+                (1, "rogue jobs, or hosts whose watchdog is not ticking"),
+                (2, "usage error"),
+                (4, "Prometheus unreachable or answering with an error"),
+            ],
+        ),
+    )
     p.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://prom:9090")
     p.add_argument("--json", action="store_true", help="print JSON (docs/fleet.md)")
     p.add_argument(

@@ -13,6 +13,13 @@ Verdict = Literal["sanctioned", "rogue", "excess", "ignored"]
 Severity = Literal["info", "warning", "high", "critical"]
 # Findings at these severities make `scan` and `status` exit 1; `info` ones do not.
 REPORTED_SEVERITIES: tuple[Severity, ...] = ("warning", "high", "critical")
+# The log level a finding's events are written at: the level follows the severity.
+LOG_LEVELS: dict[str, str] = {
+    "info": "info",
+    "warning": "warning",
+    "high": "error",
+    "critical": "critical",
+}
 OriginKind = Literal[
     "cron", "systemd", "slurm", "container", "shell", "at", "supervisor", "orphan", "unknown"
 ]
@@ -110,6 +117,26 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class GpuHeld:
+    """What one job holds on one GPU (or MIG instance), summed over its members.
+
+    Attributes:
+        uuid: ``GPU-...`` or ``MIG-...`` UUID.
+        index: NVML index of the GPU (a MIG instance's parent index).
+        memory_bytes: NVML-reported memory in bytes; None when NVML did not say for any
+            member on this device (``NVML_VALUE_NOT_AVAILABLE``).
+    """
+
+    uuid: str
+    index: int
+    memory_bytes: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"index", "uuid", "memory_bytes"}`` as in ``jobs[].gpus`` of the scan JSON."""
+        return {"index": self.index, "uuid": self.uuid, "memory_bytes": self.memory_bytes}
+
+
+@dataclass(frozen=True)
 class Finding:
     """Something a person should know about.
 
@@ -154,6 +181,14 @@ class Origin:
         return out
 
 
+def finding_ref(finding_id: int | None) -> str:
+    """How every output spells a finding id: ``F12`` (``-`` when it has none yet).
+
+    ``terminate`` and ``disable-source`` accept this spelling, and ``#12`` too.
+    """
+    return "-" if finding_id is None else f"F{finding_id}"
+
+
 UNKNOWN_ORIGIN = Origin(kind="unknown", evidence=("no resolver recognised the lineage",))
 
 
@@ -180,6 +215,8 @@ class Job:
         devices: Device nodes the members hold open (``/dev/nvidia0``...).
         listening: Sockets the job (and processes sharing its origin) listen on, as
             ``{proto, address, port, pid}``; filled for rogue and excess jobs.
+        gpus: Per GPU the members are listed on by NVML: index and memory held,
+            sorted by index then UUID.
     """
 
     root_pid: int
@@ -197,3 +234,9 @@ class Job:
     evidence: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
     listening: list[dict[str, Any]] = field(default_factory=list)
+    gpus: list[GpuHeld] = field(default_factory=list)
+
+    @property
+    def gpu_indexes(self) -> list[int]:
+        """NVML indexes of the GPUs the job is on, ascending, each once."""
+        return sorted({g.index for g in self.gpus})

@@ -5,14 +5,19 @@ The JSON shape is specified in docs/scan-json-schema.md; its key names are a con
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
-from typing import Any
+import textwrap
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from watchdog.lineage.describe import describe_origin
-from watchdog.model import Finding, GpuInfo, Job
+from watchdog.model import Finding, GpuHeld, GpuInfo, Job
 from watchdog.policy.findings import fmt_bytes
-from watchdog.scan import ScanResult
+
+if TYPE_CHECKING:
+    from watchdog.scan import ScanResult
 
 SCHEMA_VERSION = 1
 
@@ -40,6 +45,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "gpu_uuids": list(job.gpu_uuids),
         "devices": list(job.devices),
         "listening": list(job.listening),
+        "gpus": [g.to_json() for g in job.gpus],
         "verdict": job.verdict,
         "rule": job.rule,
         "reason": job.reason,
@@ -106,46 +112,360 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
-def result_table(result: ScanResult) -> str:
-    """The human view of a scan: header, GPUs, one row per job, findings."""
-    # Clip to the terminal; piped output (logs, mail) keeps whole command lines.
-    tty = sys.stdout is not None and sys.stdout.isatty()
-    width = shutil.get_terminal_size((120, 24)).columns if tty else 100_000
-    lines = [
-        f"rogue-watchdog scan  host {result.host}  {result.time.isoformat(timespec='seconds')}"
+#: Width used when output is piped and ``COLUMNS`` is not set: whole lines are kept.
+UNLIMITED = 100_000
+#: Below this many columns for ORIGIN and COMMAND together, each job wraps onto lines.
+_MIN_SIDE_BY_SIDE = 56
+
+_COLOURS = {
+    "rogue": "31;1",
+    "excess": "33;1",
+    "sanctioned": "32",
+    "ignored": "2",
+    "critical": "31;1",
+    "high": "31",
+    "warning": "33",
+    "info": "2",
+}
+
+
+def output_width(stream: Any = None) -> int:
+    """Columns to lay tables out in: ``COLUMNS`` when set, else the terminal's width on a
+    tty, else unlimited (piped output keeps whole command lines for logs and mail)."""
+    stream = sys.stdout if stream is None else stream
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if stream is not None and stream.isatty():
+        return shutil.get_terminal_size((120, 24)).columns
+    return UNLIMITED
+
+
+def use_colour(stream: Any = None) -> bool:
+    """Colour only on a terminal, and never with ``NO_COLOR`` set (https://no-color.org)."""
+    stream = sys.stdout if stream is None else stream
+    if "NO_COLOR" in os.environ or os.environ.get("TERM") == "dumb":
+        return False
+    return stream is not None and stream.isatty()
+
+
+def paint(text: str, key: str, colour: bool) -> str:
+    """``text`` in the colour of a verdict or severity ``key`` when ``colour`` is on.
+
+    Call it on text already padded to its column: escapes take no columns on screen.
+    """
+    code = _COLOURS.get(key.strip())
+    return f"\x1b[{code}m{text}\x1b[0m" if colour and code else text
+
+
+def shorten_command(argv: Sequence[str], width: int) -> str:
+    """A command line in at most ``width`` characters, keeping what tells jobs apart.
+
+    Paths are shortened from the left: the interpreter becomes its base name
+    (``/root/.pyenv/versions/3.11.7/bin/python`` → ``python``), then each path argument
+    keeps its last component (``…/train.py``). Only then is the end clipped with ``…``.
+    """
+    args = [printable(a) for a in argv]
+    text = " ".join(args)
+    if len(text) <= width:
+        return text
+    if args and "/" in args[0].rstrip("/"):
+        args[0] = args[0].rstrip("/").rsplit("/", 1)[1]
+    for i in range(1, len(args)):
+        text = " ".join(args)
+        if len(text) <= width:
+            return text
+        head, sep, base = args[i].rstrip("/").rpartition("/")
+        if sep and head and base and "=" not in head:
+            args[i] = "…/" + base
+    return _clip(" ".join(args), width)
+
+
+def shorten_path_words(text: str, width: int) -> str:
+    """Origin text in at most ``width`` characters: path words keep their last part."""
+    if len(text) <= width:
+        return text
+    words = text.split(" ")
+    for i, word in enumerate(words):
+        head, sep, base = word.rpartition("/")
+        if sep and head and base:
+            words[i] = "…/" + base
+            if len(" ".join(words)) <= width:
+                break
+    return _clip(" ".join(words), width)
+
+
+def gpu_label(held: GpuHeld, gpus: Sequence[GpuInfo]) -> str:
+    """``3`` for GPU 3, ``3/1`` for its MIG instance 1."""
+    info = next((g for g in gpus if g.uuid == held.uuid), None)
+    if info is not None and info.mig_index is not None:
+        return f"{info.index}/{info.mig_index}"
+    return str(held.index)
+
+
+def _mem(n: int | None) -> str:
+    return "-" if n is None else fmt_bytes(n)
+
+
+def gpu_lines(
+    label: str,
+    name: str,
+    used: int | None,
+    total: int | None,
+    uuid: str,
+    held: Iterable[tuple[str, int | None]] | None,
+    width: int = UNLIMITED,
+) -> list[str]:
+    """One GPU's summary line (two when narrow): memory used of total, and how much of it
+    sanctioned jobs hold, unsanctioned ones hold, and what no job accounts for.
+
+    Args:
+        label: ``3`` or ``3 MIG 1``.
+        name: Product name.
+        used: Memory NVML counts as used, bytes, or None.
+        total: Framebuffer size, bytes, or None.
+        uuid: The device UUID.
+        held: ``(verdict, memory_bytes or None)`` per job on this device; None when
+            which job is on which device is not known (a daemon too old to say).
+        width: Columns.
+
+    Returns:
+        Printable lines; an unknown figure is ``-`` (not attributable is unknown when
+        ``used`` or any job's figure is).
+    """
+    ok = bad = 0
+    unknown = False
+    for verdict, memory in held or ():
+        if memory is None:
+            unknown = True
+        elif verdict in ("sanctioned", "ignored"):
+            ok += memory
+        else:
+            bad += memory
+    rest = None if used is None or unknown else max(0, used - ok - bad)
+    head = printable(f"  GPU {label}  {name}  {_mem(used)} used of {_mem(total)}")
+    split = (
+        f"sanctioned {fmt_bytes(ok)}, unsanctioned {fmt_bytes(bad)}, not attributable {_mem(rest)}"
+        if held is not None
+        else "sanctioned -, unsanctioned -, not attributable -"
+    )
+    one = f"{head}: {split}  {printable(uuid)}"
+    if len(one) <= width:
+        return [one]
+    return [_clip(f"{head}  {printable(uuid)}", width), "    " + split]
+
+
+def gpu_summary(gpu: GpuInfo, jobs: Sequence[Job], width: int = UNLIMITED) -> list[str]:
+    """:func:`gpu_lines` for one device of a scan."""
+    mig = f" MIG {gpu.mig_index}" if gpu.mig_index is not None else ""
+    held = [(j.verdict, h.memory_bytes) for j in jobs for h in j.gpus if h.uuid == gpu.uuid]
+    return gpu_lines(
+        f"{gpu.index}{mig}",
+        gpu.name,
+        gpu.memory_used_bytes,
+        gpu.memory_total_bytes,
+        gpu.uuid,
+        held,
+        width,
+    )
+
+
+#: Findings about what this scan could not see on any GPU: a one-GPU view keeps them, so
+#: an empty view never reads as "nothing on GPU N" when the scan was blind.
+BLIND_SPOT_KINDS = ("nvml-unavailable", "pid-namespace", "proc-unavailable", "limited-visibility")
+
+
+def gpu_view_note(result: ScanResult, index: int) -> str | None:
+    """Why a ``--gpu N`` view may be empty, or None when GPU ``index`` was seen."""
+    if not result.nvml.available:
+        return (
+            f"GPU {index}: NVML is unavailable, so no job can be placed on a GPU; "
+            "run without --gpu to see every training job"
+        )
+    if not any(g.index == index for g in result.gpus):
+        listed = ", ".join(str(i) for i in sorted({g.index for g in result.gpus})) or "none"
+        return f"GPU {index}: NVML lists no such GPU here (GPUs: {listed})"
+    return None
+
+
+def on_gpu(job: Job, index: int) -> bool:
+    """True when NVML lists a member of ``job`` on GPU ``index`` (or a MIG instance of it)."""
+    return index in job.gpu_indexes
+
+
+def filter_gpu(result: ScanResult, index: int) -> ScanResult:
+    """The part of a scan about GPU ``index``: that GPU (and its MIG instances), the jobs
+    on it, their findings and the findings that name the GPU."""
+    from dataclasses import replace
+
+    jobs = [j for j in result.jobs if on_gpu(j, index)]
+    roots = {j.root_pid for j in jobs}
+    findings = [
+        f
+        for f in result.findings
+        if (f.root_pid is not None and f.root_pid in roots)
+        or f.details.get("gpu_index") == index
+        or index in (f.details.get("gpu_indexes") or ())
+        or f.kind in BLIND_SPOT_KINDS
     ]
-    if result.nvml.available:
-        lines.append(f"NVML: driver {result.nvml.driver_version}, {len(result.gpus)} GPU(s)")
-        for g in result.gpus:
-            mig = f" MIG {g.mig_index}" if g.mig_index is not None else ""
-            lines.append(
-                f"  GPU {g.index}{mig}  {g.name}  {fmt_bytes(g.memory_used_bytes)} / "
-                f"{fmt_bytes(g.memory_total_bytes)}  {g.uuid}"
+    gpus = [g for g in result.gpus if g.index == index]
+    return replace(result, gpus=gpus, jobs=jobs, findings=findings)
+
+
+def fit(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
+    """Prose (a finding, a reason) wrapped to ``width`` columns; whole when it fits.
+
+    Args:
+        text: Already made printable.
+        width: Columns.
+        indent: Prefix of continuation lines.
+        first: Prefix of the first line.
+    """
+    if len(first) + len(text) <= width:
+        return [first + text]
+    return textwrap.wrap(
+        text,
+        width=max(len(indent) + 20, width),
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+    ) or [first]
+
+
+def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: bool) -> list[str]:
+    cells = []
+    for j in jobs:
+        cells.append(
+            (
+                j.verdict,
+                str(j.root_pid),
+                printable(j.user or "-"),
+                str(len(j.pids)),
+                ",".join(gpu_label(g, gpus) for g in j.gpus) or "-",
+                _mem(j.gpu_memory_bytes),
+                printable(describe_origin(j.origin)),
+                j,
             )
+        )
+    w_user = min(12, max(4, *(len(c[2]) for c in cells)))
+    w_gpu = min(12, max(3, *(len(c[4]) for c in cells)))
+    w_mem = max(7, *(len(c[5]) for c in cells))
+    fixed = f"{'VERDICT':<10} {'PID':>7} {'USER':<{w_user}} {'PROCS':>5} {'GPU':<{w_gpu}} "
+    fixed += f"{'GPU MEM':>{w_mem}}  "
+    room = width - len(fixed)
+    longest_origin = max(6, *(len(c[6]) for c in cells))
+    # Wide: ORIGIN and COMMAND side by side. Narrow: COMMAND in the row (on a line of its
+    # own when even that does not fit) and the origin on the next line.
+    wide = room >= _MIN_SIDE_BY_SIDE
+    w_origin = min(longest_origin, max(20, room * 2 // 5)) if wide else 0
+    own_line = not wide and room < 24
+    if wide:
+        lines = [fixed + f"{'ORIGIN':<{w_origin}}  COMMAND"]
     else:
-        lines.append(f"NVML: unavailable ({result.nvml.error}); OS sources only")
+        lines = [(fixed + ("" if own_line else "COMMAND")).rstrip()]
+    for verdict, pid, user, procs, gpu, mem, origin, job in cells:
+        head = (
+            paint(f"{verdict:<10}", verdict, colour)
+            + f" {pid:>7} {_clip(user, w_user):<{w_user}} {procs:>5} "
+            + f"{_clip(gpu, w_gpu):<{w_gpu}} {mem:>{w_mem}}  "
+        )
+        inner = max(20, width - 4)
+        if wide:
+            cmd_w = max(20, room - w_origin - 2)
+            text = shorten_path_words(origin, w_origin)
+            lines.append(head + f"{text:<{w_origin}}  " + shorten_command(job.cmdline, cmd_w))
+        elif own_line:
+            lines.append(head.rstrip())
+            lines.append("    " + shorten_command(job.cmdline, inner))
+            lines.append("    from " + shorten_path_words(origin, inner - 5))
+        else:
+            lines.append(head + shorten_command(job.cmdline, room))
+            lines.append("    from " + shorten_path_words(origin, inner - 5))
+        if job.verdict != "sanctioned" and job.reason:
+            lines.extend(fit(printable(job.reason), width, " " * 9, "    why: "))
+        if job.verdict in ("rogue", "excess"):
+            lines.extend(fit(printable(stop_text(job)), width, " " * 10, "    stop: "))
+    return lines
+
+
+def stop_text(job: Job) -> str:
+    """What a person runs to stop a rogue job and keep it from coming back.
+
+    ``disable-source`` handles cron and systemd origins (with a backup, undoable) and
+    ``terminate`` re-checks the job before it signals; both take ``--dry-run``. For other
+    origins the resolver's remediation command is the answer.
+    """
+    pid = job.root_pid
+    if job.origin.kind in ("cron", "systemd"):
+        return (
+            f"rogue-watchdog disable-source {pid} && rogue-watchdog terminate {pid}"
+            " (--dry-run first to preview)"
+        )
+    if job.origin.remediation:
+        return job.origin.remediation
+    return f"rogue-watchdog terminate {pid} (its origin is unknown: see explain {pid})"
+
+
+def result_table(
+    result: ScanResult,
+    *,
+    config_line: str | None = None,
+    width: int | None = None,
+    colour: bool | None = None,
+    notes: Sequence[str] = (),
+) -> str:
+    """The human view of a scan: header, GPUs, one row per job, findings.
+
+    Args:
+        result: The scan (possibly narrowed by :func:`filter_gpu`).
+        config_line: Which configuration was used, shown under the header.
+        width: Columns to fit; default :func:`output_width`.
+        colour: Colour verdicts and severities; default :func:`use_colour`.
+        notes: Lines shown under the GPUs (why a ``--gpu`` view may be empty).
+
+    Returns:
+        Lines joined with ``\\n``; host text escaped by :func:`printable`.
+    """
+    width = output_width() if width is None else width
+    colour = use_colour() if colour is None else colour
+    lines = [
+        printable(
+            f"rogue-watchdog scan  host {result.host}  {result.time.isoformat(timespec='seconds')}"
+        )
+    ]
+    if config_line:
+        lines.extend(fit(printable(config_line), width, "  "))
+    if result.nvml.available:
+        lines.append(
+            printable(
+                f"NVML: driver {result.nvml.driver_version or '-'}, {len(result.gpus)} GPU(s)"
+            )
+        )
+        for g in result.gpus:
+            lines.extend(gpu_summary(g, result.jobs, width))
+    else:
+        lines.extend(
+            fit(
+                printable(f"NVML: unavailable ({result.nvml.error or '-'}); OS sources only"),
+                width,
+                "  ",
+            )
+        )
+    for note in notes:
+        lines.extend(fit(printable(note), width, "  "))
     lines.append("")
     if not result.jobs:
         lines.append("No training jobs found.")
     else:
-        head = (
-            f"{'VERDICT':<10} {'PID':>7} {'USER':<10} {'PROCS':>5} {'GPU MEM':>9}  "
-            f"{'ORIGIN':<38} COMMAND"
-        )
-        lines.append(head)
-        for j in result.jobs:
-            origin = _clip(describe_origin(j.origin), 38)
-            row = (
-                f"{j.verdict:<10} {j.root_pid:>7} {_clip(j.user or '?', 10):<10} {len(j.pids):>5} "
-                f"{fmt_bytes(j.gpu_memory_bytes) if j.gpu_memory_bytes is not None else '-':>9}  "
-                f"{origin:<38} "
-            )
-            lines.append(row + _clip(" ".join(j.cmdline), max(20, width - len(row))))
+        lines.extend(_job_rows(result.jobs, result.gpus, width, colour))
     lines.append("")
     if result.findings:
         lines.append(f"Findings ({len(result.findings)}):")
         for f in result.findings:
-            lines.append(f"  [{f.severity}] {f.kind}: {f.message}")
+            sev = f"[{f.severity}]"
+            text = fit(f"{sev} {printable(f.kind)}: {printable(f.message)}", width, "    ", "  ")
+            text[0] = text[0].replace(sev, paint(sev, f.severity, colour), 1)
+            lines.extend(text)
     else:
         lines.append("No findings.")
-    return "\n".join(printable(line) for line in lines)
+    return "\n".join(lines)

@@ -232,7 +232,7 @@ class Scanner:
                 pids = service_pids(job, self.table)
                 job.listening = [x.to_json() for x in listening_for(pids, proc_root)]
         findings = [
-            *job_findings(jobs, gpus),
+            *job_findings(jobs),
             *service_findings(jobs, self.table, self.config.services, proc_root),
             *vis_findings,
             *health,

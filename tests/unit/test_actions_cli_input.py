@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from watchdog.actions.cli import CliError, parse_target
 from watchdog.daemon.state import JobRecord, StateDB
 
 HUGE = "99999999999999999999"  # > 2**63 - 1: SQLite raised OverflowError on it
@@ -41,17 +42,17 @@ def cli(config: Path, *args: str) -> tuple[int, str, str]:
     [
         (("undo", HUGE), f"rogue-watchdog: no action {HUGE} in "),
         (("undo", HUGE, "--dry-run"), f"rogue-watchdog: no action {HUGE} in "),
-        (("terminate", f"F{HUGE}", "--dry-run"), f"rogue-watchdog: no finding {HUGE} in "),
-        (("disable-source", f"F{HUGE}", "--dry-run"), f"rogue-watchdog: no finding {HUGE} in "),
+        (("terminate", f"F{HUGE}", "--dry-run"), f"rogue-watchdog: no finding F{HUGE} in "),
+        (("disable-source", f"F{HUGE}", "--dry-run"), f"rogue-watchdog: no finding F{HUGE} in "),
         (
             ("terminate", "²", "--dry-run"),
-            "rogue-watchdog: '²': expected a PID (42) or a finding id (F12 or finding:12)",
+            "rogue-watchdog: '²': expected a PID (42) or a finding id (F12, #12 or finding:12)",
         ),
         (
             ("terminate", "F²", "--dry-run"),
-            "rogue-watchdog: 'F²': expected a PID (42) or a finding id (F12 or finding:12)",
+            "rogue-watchdog: 'F²': expected a PID (42) or a finding id (F12, #12 or finding:12)",
         ),
-        (("undo", "²"), "argument action_id: '²': expected an action id (ASCII digits)"),
+        (("undo", "²"), "argument ACTION-ID: '²': expected an action id (ASCII digits)"),
         (("actions", "--limit", HUGE), f"argument --limit: '{HUGE}': expected a number from 1"),
         (("actions", "--limit", "0"), "argument --limit: '0': expected a number from 1 to 10000"),
         (("actions", "--limit", "²"), "argument --limit: '²': expected a number from 1 to 10000"),
@@ -140,12 +141,21 @@ def test_disable_source_of_an_exited_cron_job_uses_the_recorded_origin(
     lines = out.splitlines()
     assert lines[0].startswith(
         "would disable the source of rogue job PID 4242"
-        " `/usr/bin/python3 /opt/legacy/train_weekly.py --run 12345` (action "
+        " `/usr/bin/python3 /opt/legacy/train_weekly.py --run 12345` (dry run, not recorded)"
     )
     assert lines[0].endswith(f"): cron-file {tab}:3")
     assert lines[2] == f"  comment out line 3: '{ENTRY}'"
-    assert lines[3].endswith(f"(rogue job, finding {fid}, signature {SIG}): {ENTRY}'")
+    assert lines[3].endswith(f"(rogue job, finding F{fid}, signature {SIG}): {ENTRY}'")
     assert tab.read_bytes() == TAB  # a dry run changes nothing
+    db = StateDB(str(config.parent / "state"))
+    assert db.actions() == []  # ... and writes no action row
+    db.close()
+    # Its log line is the daemon's JSON "action" event, on stderr, at info.
+    events = [json.loads(line) for line in err.splitlines()]
+    assert [(e["event"], e["level"], e["dry_run"], e["outcome"]) for e in events] == [
+        ("action", "info", True, "dry-run")
+    ]
+    assert events[0]["id"] == 0 and "timestamp" in events[0]
 
 
 def test_respawned_finding_carries_its_origin_without_a_job_row(
@@ -171,6 +181,48 @@ def test_exited_job_without_a_recorded_origin_is_refused(config: Path, tmp_path:
     rc, out, err = cli(config, "disable-source", f"F{fid}", "--dry-run")
     assert rc == 2, (out, err)
     assert (
-        f"rogue-watchdog: finding {fid} is resolved and recorded no origin for its job;"
+        f"rogue-watchdog: finding F{fid} is resolved and recorded no origin for its job;"
         " nothing to act on"
     ) in err
+
+
+@pytest.mark.parametrize("spelling", ["F{}", "#{}", "f{}", "finding:{}", " #{} "])
+def test_finding_id_spellings_name_the_same_finding(
+    config: Path, tmp_path: Path, spelling: str
+) -> None:
+    tab = tmp_path / "legacy-retrain"
+    tab.write_bytes(TAB)
+    fid = _gone_cron_job(
+        config, tab, job_row=True, kind="rogue-job",
+        details={"reason": "not in allowlist", "pids": [4242], "rule": None},
+    )  # fmt: skip
+    rc, out, err = cli(config, "disable-source", spelling.format(fid), "--dry-run")
+    assert rc == 0, (out, err)
+    lines = out.splitlines()
+    assert lines[0].endswith(f"): cron-file {tab}:3")
+    assert lines[3].endswith(f"(rogue job, finding F{fid}, signature {SIG}): {ENTRY}'")
+
+
+def test_parse_target_spellings() -> None:
+    assert parse_target("F12") == ("finding", 12)
+    assert parse_target("#12") == ("finding", 12)
+    assert parse_target("finding:12") == ("finding", 12)
+    assert parse_target("12") == ("pid", 12)  # a bare number is always a PID
+    with pytest.raises(CliError):
+        parse_target("#")
+    with pytest.raises(CliError):
+        parse_target("##12")
+
+
+def test_bare_number_that_is_a_finding_id_hints_the_spelling(config: Path) -> None:
+    db = StateDB(str(config.parent / "state"))
+    fid = db.insert_finding("rogue-job:x", "rogue-job", "high", "rogue job", 4242, {}, NOW)
+    db.close()
+    # PID 1 (init) is never a training job.
+    assert fid == 1
+    rc, _, err = cli(config, "terminate", "1", "--dry-run")
+    assert rc == 2
+    assert err == (
+        "rogue-watchdog: PID 1 is not part of a training job (see `explain 1`); "
+        "for finding 1 write F1\n"
+    )

@@ -182,7 +182,7 @@ def test_open_remind_resolve_once_per_sink_for_an_8_process_job(
     # One request per webhook sink for the whole 8-process job; the critical-only and
     # respawn-only sinks filter it out.
     assert sorted(paths(rx)) == ["discord", "hook", "slack"]
-    tail = f"(finding {fid}, root PID {pid})"
+    tail = f"(finding F{fid}, root PID {pid})"
     assert rx.bodies(f"/slack/{SECRET}") == [
         {"text": f"[HIGH] rogue-job on {host}: ```{msg}``` {tail}"}
     ]
@@ -231,8 +231,8 @@ def test_open_remind_resolve_once_per_sink_for_an_8_process_job(
 
     lines = [json.loads(x) for x in (tmp_path / "alerts.log").read_text().splitlines()]
     assert [(x["event"], x["action"], x["level"]) for x in lines] == [
-        ("finding", "open", "warning"),
-        ("finding", "remind", "warning"),
+        ("finding", "open", "error"),  # the level follows the severity (high)
+        ("finding", "remind", "error"),
         ("finding", "resolve", "info"),
     ]
     assert list(lines[0]) == [

@@ -49,7 +49,7 @@ def delivery(p: Any, sink: str = "s", row: int = 3, created_at: float = 17145576
 
 
 def test_texts_per_event() -> None:
-    tail = "(finding 7, root PID 42)"
+    tail = "(finding F7, root PID 42)"
     assert alert_text(payload("open"), 2000) == (
         f"[HIGH] rogue-job on gpu01: rogue training job PID 42 {tail}"
     )
@@ -64,7 +64,7 @@ def test_texts_per_event() -> None:
     no_pid = payload("open", "queue entry 17 waiting", root_pid=None, kind="queue-rogue")
     assert (
         alert_text(no_pid, 2000)
-        == "[HIGH] queue-rogue on gpu01: queue entry 17 waiting (finding 7)"
+        == "[HIGH] queue-rogue on gpu01: queue entry 17 waiting (finding F7)"
     )
 
 
@@ -74,7 +74,7 @@ def test_slack_escapes_control_characters() -> None:
     # ends in a backtick; Slack's three control characters escaped inside it too.
     assert slack_body(d) == {
         "text": "[HIGH] rogue-job on gpu01: ``` cmd `a &amp;&amp; b &lt;!channel&gt; &gt; out` ``` "
-        "(finding 7, root PID 42)"
+        "(finding F7, root PID 42)"
     }
 
 
@@ -86,18 +86,18 @@ def test_discord_is_at_most_2000_characters_and_mentions_nobody() -> None:
     text = body["content"]
     assert len(text) == 2000
     assert text.startswith("[HIGH] rogue-job on gpu01: ``@everyone xxx")
-    assert text.endswith("x…`` (finding 7, root PID 42)")  # the tail is never cut
+    assert text.endswith("x…`` (finding F7, root PID 42)")  # the tail is never cut
     short = discord_body(delivery(payload()))["content"]
     assert short == (
-        "[HIGH] rogue-job on gpu01: ``rogue training job PID 42`` (finding 7, root PID 42)"
+        "[HIGH] rogue-job on gpu01: ``rogue training job PID 42`` (finding F7, root PID 42)"
     )
 
 
 def test_slack_long_message_is_cut_before_escaping() -> None:
     text = slack_body(delivery(payload(message="<" * 10_000)))["text"]
-    assert text.endswith("&lt;…``` (finding 7, root PID 42)")
+    assert text.endswith("&lt;…``` (finding F7, root PID 42)")
     assert text.count("&lt;") == 3000 - len("[HIGH] rogue-job on gpu01: ``````") - len(
-        "… (finding 7, root PID 42)"
+        "… (finding F7, root PID 42)"
     )
 
 
@@ -113,11 +113,11 @@ def test_a_newline_in_a_command_line_cannot_forge_a_resolved_line() -> None:
     forged = "python3 train.py⏎[RESOLVED] rogue-job on vm: all clear"
     assert slack == (
         "[HIGH] rogue-job on gpu01: ```rogue training job PID 42, user eve, "
-        f"`{forged}`, from a shell``` (finding 7, root PID 42)"
+        f"`{forged}`, from a shell``` (finding F7, root PID 42)"
     )
     assert discord == (
         "[HIGH] rogue-job on gpu01: ``rogue training job PID 42, user eve, "
-        f"`{forged}`, from a shell`` (finding 7, root PID 42)"
+        f"`{forged}`, from a shell`` (finding F7, root PID 42)"
     )
     assert "\n" not in slack and "\n" not in discord
 
@@ -126,10 +126,10 @@ def test_esc_bel_cr_are_escaped_in_chat_and_in_the_log_line(tmp_path: Path) -> N
     p = payload(message="job `x \x1b[2J\x07 y\rz\x9b1m \u202eevil`")
     want = "job `x \\x1b[2J\\x07 y\\rz\\x9b1m \\u202eevil`"
     assert discord_body(delivery(p))["content"] == (
-        f"[HIGH] rogue-job on gpu01: `` {want} `` (finding 7, root PID 42)"
+        f"[HIGH] rogue-job on gpu01: `` {want} `` (finding F7, root PID 42)"
     )
     assert slack_body(delivery(p))["text"] == (
-        f"[HIGH] rogue-job on gpu01: ``` {want} ``` (finding 7, root PID 42)"
+        f"[HIGH] rogue-job on gpu01: ``` {want} ``` (finding F7, root PID 42)"
     )
     path = tmp_path / "a.log"
     LogSink(SinkSettings(type="log", name="log", path=str(path))).send(delivery(p))
@@ -146,7 +146,7 @@ def test_a_backtick_cannot_close_the_code_span_around_a_discord_masked_link() ->
         "rogue training job PID 42, user eve, `train.py "
         f"`{zw}` [docs](https://evil.example/x) `{zw}`{zw}` `{zw}`{zw}`{zw}` x`, from a shell"
     )
-    assert content == f"[HIGH] rogue-job on gpu01: ``{inner}`` (finding 7, root PID 42)"
+    assert content == f"[HIGH] rogue-job on gpu01: ``{inner}`` (finding F7, root PID 42)"
     # No run of two or more backticks inside: only the fence (two) can close the span,
     # so the link stays inside it, as text.
     body = content.split(": ``", 1)[1].rsplit("`` (finding", 1)[0]
@@ -194,7 +194,7 @@ def test_log_sink_writes_one_json_line_with_stable_keys(tmp_path: Path) -> None:
         "resolved_at": None,
         "delivery_id": delivery_id(d),
         "event": "finding",
-        "level": "warning",
+        "level": "error",  # follows the severity: high
     }
     assert (second["action"], second["level"]) == ("resolve", "info")
     assert second["resolved_at"] == "2024-05-01T12:00:00+00:00"

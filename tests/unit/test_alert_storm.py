@@ -186,7 +186,7 @@ def test_folded_copies_say_how_many_and_which_pids_and_a_killed_pid_is_said(
     doc = d.status()
     (sf,) = [x for x in doc["findings"] if x["kind"] == "rogue-job"]
     assert (sf["instances"], sf["root_pids"]) == (5, pids)
-    assert f"#{f.id} high     rogue-job (open " in render_status(doc)
+    assert f"F{f.id} high     rogue-job (open " in render_status(doc)
     assert ", 5 instances): rogue training job" in render_status(doc)
     assert sample(d, "rogue_watchdog_finding_instances", kind="rogue-job") == 5
 

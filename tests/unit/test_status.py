@@ -97,6 +97,7 @@ DOC: dict[str, Any] = {
             "origin": "cron: /etc/cron.d/retrain line 3",
             "origin_kind": "cron",
             "gpu_memory_bytes": 2**30,
+            "gpus": [{"index": 0, "uuid": "GPU-1", "memory_bytes": 2**30}],
         }
     ],
     "findings": [
@@ -117,7 +118,7 @@ DOC: dict[str, Any] = {
 
 
 def test_render_status_text() -> None:
-    lines = render_status(DOC).splitlines()
+    lines = render_status(DOC, width=200).splitlines()
     assert lines[0].startswith("rogue-watchdog 0.1.0 on gpu7: running since ")
     assert lines[0].endswith("(up 1h02m, pid 42)")
     assert lines[1] == (
@@ -128,16 +129,18 @@ def test_render_status_text() -> None:
     assert lines[3:6] == [
         "NVML: ok, driver 550.54.15",
         "GPUs: 1",
-        "  0  NVIDIA H200  1.5/150.0 GiB  GPU-1",
+        "  GPU 0  NVIDIA H200  1.5 GiB used of 150.0 GiB: sanctioned 0 B, unsanctioned 1.0 GiB,"
+        " not attributable 512.0 MiB  GPU-1",
     ]
     assert lines[6:9] == [
         "jobs: 1",
-        "  rogue      pid 4242    alice      1.0 GiB  origin: cron: /etc/cron.d/retrain line 3",
+        "  rogue      pid 4242    alice      GPU 0     1.0 GiB  origin: cron: /etc/cron.d/retrain"
+        " line 3",
         "    python3 train_x.py \\x1b[2J",  # terminal escapes are neutralised
     ]
     assert lines[9:] == [
         "open findings: 1",
-        "  #7 high     rogue-job (open 10m, seen 120x): rogue training job PID 4242",
+        "  F7 high     rogue-job (open 10m, seen 120x): rogue training job PID 4242",
         "alerts: 2 queued, 1 retrying, last error: slack: HTTP 500",
         "degraded:",
         "  nvml: NVMLError: Unknown Error",
@@ -149,7 +152,7 @@ def test_render_before_first_scan_and_exit_codes() -> None:
     doc["config"] = {"path": None, "checksum": None, "file_checksum": None}
     text = render_status(doc)
     for line in (
-        "config: (built-in defaults) sha256:None",
+        "config: (built-in defaults)",
         "last scan: none yet",
         "NVML: not probed yet",
         "open findings: 0",
@@ -344,11 +347,14 @@ def as_nobody(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
     Not ``runuser -u nobody -- python``: this checkout and its interpreter may live under
     a 0700 home (here /root). The child imports the CLI as root, then drops to
-    nobody:nogroup with no supplementary groups before ``main`` runs.
+    nobody:nogroup with no supplementary groups before ``main`` runs. The CLI imports
+    each command's modules lazily, so the ones ``status`` needs are imported up front too.
     """
     code = (
         "import os, sys\n"
-        "from watchdog.cli import main\n"
+        "from watchdog.cli import build_parser, main\n"
+        "import watchdog.daemon.ipc, watchdog.daemon.status, watchdog.daemon.settings\n"
+        "build_parser().format_help()\n"
         "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )

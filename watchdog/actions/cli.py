@@ -1,7 +1,8 @@
 """CLI for actions: ``terminate``, ``disable-source``, ``undo``, ``actions``.
 
 A job is named by a PID of any of its processes (a fresh scan finds the job) or by a
-finding id written ``F12`` (or ``finding:12``): the open finding's job signature is
+finding id written ``F12`` (also ``#12``, ``f12`` or ``finding:12``, as pasted from
+``status`` or an alert; a bare number is always a PID): the open finding's job signature is
 looked up in the state database and matched against a fresh scan. ``--dry-run`` prints
 exactly what would be signalled or changed and why, changes nothing, and is recorded as
 a dry run. Exit codes: 0 done (or dry run), 1 refused or failed, 2 usage errors.
@@ -15,16 +16,18 @@ import os
 import re
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from watchdog.actions.effects import Effects
-from watchdog.actions.remedy import JobTarget, Remedy, default_actor, target_from_job
-from watchdog.actions.undo import UndoError, ops_of, run_undo
-from watchdog.config import Config, load_config
-from watchdog.daemon.state import StateDB, StateError
-from watchdog.daemon.tracker import job_signature
-from watchdog.model import Job
-from watchdog.render import printable
+from watchdog.clihelp import command_help
+
+if TYPE_CHECKING:
+    from watchdog.actions.remedy import JobTarget, Remedy
+    from watchdog.config import Config
+    from watchdog.daemon.state import StateDB
+    from watchdog.model import Job
+
+# The action modules (remedy, state, scanner) load when a command runs, not when the
+# parser is built: `rogue-watchdog --help` and `status` must start fast (watchdog/cli.py).
 
 
 class CliError(Exception):
@@ -74,6 +77,8 @@ def _limit(text: str) -> int:
 
 def _setup(args: argparse.Namespace) -> tuple[Config, StateDB]:
     from watchdog.cli import resolve_config_path
+    from watchdog.config import load_config
+    from watchdog.daemon.state import StateDB, StateError
 
     config = load_config(resolve_config_path(args.config))
     try:
@@ -84,19 +89,20 @@ def _setup(args: argparse.Namespace) -> tuple[Config, StateDB]:
 
 
 def parse_target(text: str) -> tuple[str, int]:
-    """``("finding", 12)`` for ``F12``/``finding:12``, ``("pid", 42)`` for ``42``.
+    """``("finding", 12)`` for ``F12`` (``f12``, ``#12``, ``finding:12``), ``("pid", 42)``
+    for ``42``. A bare number is always a PID: guessing would act on the wrong job.
 
     Raises:
         CliError: Neither form.
     """
     t = text.strip()
     low = t.lower()
-    for prefix in ("finding:", "f"):
+    for prefix in ("finding:", "f", "#"):
         if low.startswith(prefix) and _DIGITS.fullmatch(low[len(prefix) :]):
             return "finding", int(low[len(prefix) :])
     if _DIGITS.fullmatch(t):
         return "pid", int(t)
-    raise CliError(f"{text!r}: expected a PID (42) or a finding id (F12 or finding:12)")
+    raise CliError(f"{text!r}: expected a PID (42) or a finding id (F12, #12 or finding:12)")
 
 
 def _scan_jobs(config: Config) -> list[Job]:
@@ -120,22 +126,31 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
         CliError: Unknown finding, a finding not about a job, a resolved finding that
             recorded no origin, a PID in no training job.
     """
+    from watchdog.actions.remedy import JobTarget, target_from_job
+    from watchdog.daemon.tracker import job_signature
+    from watchdog.model import finding_ref
+
     kind, number = parse_target(text)
     if kind == "finding" and number > MAX_ID:
-        raise CliError(f"no finding {number} in {db.path}")
+        raise CliError(f"no finding {finding_ref(number)} in {db.path}")
     jobs = _scan_jobs(config)
     if kind == "pid":
         job = next((j for j in jobs if number in j.pids), None)
         if job is None:
-            raise CliError(f"PID {number} is not part of a training job (see `explain {number}`)")
+            hint = ""
+            if number <= MAX_ID and db.finding(number) is not None:
+                hint = f"; for finding {number} write {finding_ref(number)}"
+            raise CliError(
+                f"PID {number} is not part of a training job (see `explain {number}`){hint}"
+            )
         sig = job_signature(job.user, job.cmdline, job.origin)
         fid = _open_finding_for(db, sig)
         return target_from_job(job, sig, fid), jobs
     finding = db.finding(number)
     if finding is None:
-        raise CliError(f"no finding {number} in {db.path}")
+        raise CliError(f"no finding {finding_ref(number)} in {db.path}")
     if finding.resolved_at is not None and finding.kind not in JOB_KINDS:
-        raise CliError(f"finding {number} is resolved; nothing to act on")
+        raise CliError(f"finding {finding_ref(number)} is resolved; nothing to act on")
     details = finding.details
     recorded_sig = details.get("signature")
     sig = (
@@ -154,12 +169,14 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
     if rec is None and origin is None:
         if finding.resolved_at is not None:
             raise CliError(
-                f"finding {number} is resolved and recorded no origin for its job; nothing to"
-                " act on"
+                f"finding {finding_ref(number)} is resolved and recorded no origin for its job;"
+                " nothing to act on"
             )
-        raise CliError(f"finding {number} ({finding.kind}) is not about a tracked job")
+        raise CliError(f"finding {finding_ref(number)} ({finding.kind}) is not about a tracked job")
     if not origin:
-        raise CliError(f"finding {number}: no origin was recorded for its job; nothing to act on")
+        raise CliError(
+            f"finding {finding_ref(number)}: no origin was recorded for its job; nothing to act on"
+        )
     verdict = rec.verdict if rec is not None else _verdict_of(finding.kind)
     target = JobTarget(
         signature=sig, finding_id=number,
@@ -185,17 +202,27 @@ def _open_finding_for(db: StateDB, sig: str) -> int | None:
 
 
 def _remedy(config: Config, db: StateDB, jobs: list[Job]) -> Remedy:
+    from watchdog.actions.effects import Effects
+    from watchdog.actions.remedy import Remedy, default_actor
+
     s = config.enforcement
     return Remedy(
         s, db, Effects(s.command_prefix), actor=default_actor(),
         backup_dir=s.backup_dir or os.path.join(config.daemon.state_dir, "backups"),
         proc_root=config.paths.proc_root, spool_dirs=config.paths.cron_spool,
-        sanctioned_pids=_sanctioned(jobs),
+        sanctioned_pids=_sanctioned(jobs), record_dry_runs=False,
     )  # fmt: skip
 
 
 def _out(line: str) -> None:
+    from watchdog.render import printable
+
     print(printable(line))
+
+
+def _action_ref(action_id: int) -> str:
+    # A person's dry run writes no audit row (Remedy.record_dry_runs).
+    return f"action {action_id}" if action_id else "dry run, not recorded"
 
 
 def cmd_terminate(args: argparse.Namespace) -> int:
@@ -212,7 +239,9 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     dry = args.dry_run or config.enforcement.dry_run
     action_id, res = remedy.terminate(target, time.time(), dry_run=dry)
     head = "would terminate" if dry else "terminate"
-    _out(f"{head} {target.describe()} (action {action_id}); origin {target.origin.get('kind')}")
+    _out(
+        f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.get('kind')}"
+    )
     for p in res.procs:
         sig = "SIGTERM, then SIGKILL after " + f"{config.enforcement.grace_s:g} s if still alive"
         if p.result == "would-signal":
@@ -237,7 +266,8 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     action_id, plan, result = remedy.disable_source(target, time.time(), dry_run=dry)
     head = "would disable" if dry else "disable"
     _out(
-        f"{head} the source of {target.describe()} (action {action_id}): {plan.kind} {plan.target}"
+        f"{head} the source of {target.describe()} ({_action_ref(action_id)}): "
+        f"{plan.kind} {plan.target}"
     )
     if plan.refused:
         _out(f"  refused: {plan.refused}")
@@ -255,6 +285,10 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
 
 def cmd_undo(args: argparse.Namespace) -> int:
     """``undo ACTION-ID [--dry-run]``."""
+    from watchdog.actions.effects import Effects
+    from watchdog.actions.remedy import default_actor
+    from watchdog.actions.undo import UndoError, ops_of, run_undo
+
     config, db = _setup(args)
     try:
         rec = db.action(args.action_id) if args.action_id <= MAX_ID else None
@@ -340,32 +374,94 @@ def _wrap(func: Any) -> Any:
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the action subcommands to the CLI."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", help="configuration file")
+    common.add_argument(
+        "--config", help="configuration file (default /etc/rogue-watchdog/config.yaml)"
+    )
     common.add_argument("--state-dir", help="state directory (default: daemon.state_dir)")
 
     p = sub.add_parser(
-        "terminate", parents=[common], help="stop a training job (SIGTERM, then SIGKILL)"
+        "terminate",
+        parents=[common],
+        **command_help(
+            "stop a training job (SIGTERM, then SIGKILL)",
+            "Stop a rogue job's whole process tree: SIGTERM, then SIGKILL after the grace "
+            "period. The job is found again by a fresh scan and every process is checked "
+            "(same PID and start time, not protected, not sanctioned) before it is signalled. "
+            "Recorded in the audit trail (`actions`).",
+            [
+                "rogue-watchdog terminate 48213 --dry-run   # what would be signalled, and why",
+                "rogue-watchdog terminate F12               # the job of open finding F12",
+            ],
+            [
+                (0, "done (or, with --dry-run, previewed)"),
+                (1, "refused (not rogue, not running, a guard) or failed"),
+                (2, "usage error: an unknown finding, a PID in no training job"),
+            ],
+        ),
     )
-    p.add_argument("target", help="a PID of the job, or a finding id F12")
+    p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
     p.add_argument("--dry-run", action="store_true", help="say what would be signalled")
     p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
     p.set_defaults(func=_wrap(cmd_terminate))
 
     p = sub.add_parser(
-        "disable-source", parents=[common], help="disable what starts a job (cron line, unit)"
+        "disable-source",
+        parents=[common],
+        **command_help(
+            "disable what starts a job (cron line, unit)",
+            "Keep a rogue job from coming back: comment out its cron line or stop and mask "
+            "its systemd unit and timer, with a backup (`undo ACTION-ID` restores it). Works "
+            "for a finding whose job has exited, from the recorded origin. The running job "
+            "is not stopped: use terminate for that.",
+            [
+                "rogue-watchdog disable-source 48213 --dry-run",
+                "rogue-watchdog disable-source F12 && rogue-watchdog terminate F12",
+                "rogue-watchdog undo 7                      # put the cron line back",
+            ],
+            [
+                (0, "done (or, with --dry-run, previewed)"),
+                (1, "refused (not rogue, not running, a guard) or failed"),
+                (2, "usage error: an unknown finding, a PID in no training job"),
+            ],
+        ),
     )
-    p.add_argument("target", help="a PID of the job, or a finding id F12")
+    p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
     p.add_argument("--dry-run", action="store_true", help="say what would be changed")
     p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
     p.set_defaults(func=_wrap(cmd_disable_source))
 
-    p = sub.add_parser("undo", parents=[common], help="undo a recorded action")
-    p.add_argument("action_id", type=_action_id)
+    p = sub.add_parser(
+        "undo",
+        parents=[common],
+        **command_help(
+            "undo a recorded action",
+            "Restore exactly what an action changed (a crontab from its backup, a unit "
+            "unmasked and re-enabled, a quarantined file moved back). The ids are in "
+            "`rogue-watchdog actions`.",
+            ["rogue-watchdog undo 7 --dry-run", "rogue-watchdog undo 7"],
+            [
+                (0, "restored (or previewed)"),
+                (1, "already undone, nothing to undo, or failed"),
+                (2, "usage error: no such action, an unreadable record"),
+            ],
+        ),
+    )
+    p.add_argument("action_id", type=_action_id, metavar="ACTION-ID", help="the id `actions` lists")
     p.add_argument("--dry-run", action="store_true", help="say what would be restored")
     p.set_defaults(func=_wrap(cmd_undo))
 
-    p = sub.add_parser("actions", parents=[common], help="list recorded actions")
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser(
+        "actions",
+        parents=[common],
+        **command_help(
+            "list recorded actions",
+            "The audit trail, newest first: every terminate, disable-source and undo (dry "
+            "runs included), who ran it, its outcome and whether it can be undone.",
+            ["rogue-watchdog actions", "rogue-watchdog actions --limit 5 --json"],
+            [(0, "listed"), (2, "usage error or an unreadable state directory")],
+        ),
+    )
+    p.add_argument("--json", action="store_true", help="print the actions as a JSON list")
     p.add_argument(
         "--limit", type=_limit, default=50, help=f"newest N actions (1..{MAX_LIMIT}, default 50)"
     )

@@ -19,7 +19,7 @@ from watchdog.actions.guards import Expected, Guard
 from watchdog.actions.settings import EnforcementSettings
 from watchdog.actions.terminate import TerminateOutcome, terminate_tree
 from watchdog.daemon.state import StateDB
-from watchdog.model import Job
+from watchdog.model import Job, finding_ref
 
 log = structlog.get_logger("rogue-watchdog")
 
@@ -102,6 +102,9 @@ class Remedy:
         proc_root: procfs mount.
         spool_dirs: User crontab directories.
         sanctioned_pids: Members of sanctioned/ignored jobs (never signalled).
+        record_dry_runs: Write a dry run to the audit trail. The daemon does (observe mode
+            shows what it would have done); a person's ``--dry-run`` only looks, and is
+            logged without an action row (its action id is 0).
     """
 
     def __init__(
@@ -115,6 +118,7 @@ class Remedy:
         proc_root: str = "/proc",
         spool_dirs: Sequence[str] = ("/var/spool/cron/crontabs", "/var/spool/cron"),
         sanctioned_pids: Collection[int] = frozenset(),
+        record_dry_runs: bool = True,
     ) -> None:
         self.settings = settings
         self.db = db
@@ -124,6 +128,7 @@ class Remedy:
         self.proc_root = proc_root
         self.spool_dirs = tuple(spool_dirs)
         self.sanctioned_pids = sanctioned_pids
+        self.record_dry_runs = record_dry_runs
 
     def guard(self) -> Guard:
         """The never-signal rules for this moment."""
@@ -146,12 +151,18 @@ class Remedy:
             "origin": target.origin,
             **details,
         }
-        action_id = self.db.record_action(
-            self.actor, kind, what, outcome, details, now,
-            finding_id=target.finding_id, signature=target.signature, dry_run=dry_run,
-            undo=undo or None,
-        )  # fmt: skip
-        log.warning(
+        if dry_run and not self.record_dry_runs:
+            action_id = 0
+        else:
+            action_id = self.db.record_action(
+                self.actor, kind, what, outcome, details, now,
+                finding_id=target.finding_id, signature=target.signature, dry_run=dry_run,
+                undo=undo or None,
+            )  # fmt: skip
+        # A dry run or a refusal changed nothing: info; a signal sent or a file changed is
+        # worth a warning.
+        level = "info" if dry_run or outcome in ("refused", "dry-run") else "warning"
+        getattr(log, level)(
             "action", id=action_id, actor=self.actor, kind=kind, target=what, outcome=outcome,
             dry_run=dry_run, finding_id=target.finding_id, job=target.describe(),
         )  # fmt: skip
@@ -178,7 +189,7 @@ class Remedy:
         """How the job's source would be disabled (reads only)."""
         reason = f"{target.verdict} job"
         if target.finding_id is not None:
-            reason += f", finding {target.finding_id}"
+            reason += f", finding {finding_ref(target.finding_id)}"
         if target.signature:
             reason += f", signature {target.signature}"
         return plan_disable(

@@ -19,6 +19,7 @@ from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
 from watchdog.lineage.describe import describe_origin
 from watchdog.lineage.slurm import is_slurmstepd
 from watchdog.model import Finding, Job, Proc
+from watchdog.policy.findings import gpus_text
 from watchdog.sources.procfs import ProcessTable
 
 _CRON_DAEMONS = frozenset({"cron", "crond"})
@@ -125,7 +126,7 @@ def service_finding(
     how = "started its own training run" if own else "beside its training run"
     message = (
         f"{_who(job)} ({'; '.join(parts)}), {how}: {verdict} job PID {job.root_pid} "
-        f"`{' '.join(job.cmdline)[:120]}`"
+        f"{'on ' + gpus_text(job.gpus) + ' ' if job.gpus else ''}`{' '.join(job.cmdline)[:120]}`"
     )
     if job.origin.remediation:
         message += f"; to stop the source: {job.origin.remediation}"
@@ -134,6 +135,7 @@ def service_finding(
         "job_root_pid": job.root_pid,
         "verdict": job.verdict,
         "origin_kind": job.origin.kind,
+        "gpu_indexes": job.gpu_indexes,
     }
     if denied:
         details["unreadable_pids"] = sorted(denied)

@@ -11,38 +11,44 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
 import sys
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
 
-import structlog
-import yaml
+from watchdog.clihelp import command_help
 
-from watchdog.config import Config, ConfigError, load_config
-from watchdog.daemon.assemble import attach_parts
-from watchdog.daemon.ipc import (
-    SocketInUseError,
-    StatusError,
-    StatusServer,
-    query_status,
-    socket_in_use,
-)
-from watchdog.daemon.loop import Daemon, TickSummary, Worker
-from watchdog.daemon.notify import Notifier
-from watchdog.daemon.settings import DaemonSettings
-from watchdog.daemon.state import StateError, lock_state_dir, write_lock_pid
-from watchdog.daemon.status import exit_code, note_config, render_status
+if TYPE_CHECKING:
+    from watchdog.config import Config
+    from watchdog.daemon.loop import Daemon, TickSummary, Worker
 
-log = structlog.get_logger("rogue-watchdog")
+# The daemon's modules (loop, state, alerts, httpx, structlog) are imported by the
+# command that runs: `status` and `--help` must start fast (see watchdog/cli.py).
+
+
+class _Log:
+    """structlog's logger, imported on first use."""
+
+    def __getattr__(self, name: str) -> Any:
+        import structlog
+
+        return getattr(structlog.get_logger("rogue-watchdog"), name)
+
+
+log: Any = _Log()
 
 DEFAULT_LOG_FILE = "/var/log/rogue-watchdog.log"
 # Keys read once at start; a reload that changes them logs config-change-needs-restart.
 RESTART_KEYS = ("state_dir", "socket", "socket_group", "metrics_listen")
 
 
-def configure_logging() -> None:
-    """structlog JSON lines on stdout (journald under systemd): stable keys per event."""
+def configure_logging(stream: TextIO | None = None) -> None:
+    """structlog JSON lines (stable keys per event) on ``stream``: stdout for the daemon
+    (journald under systemd); a one-shot command passes stderr, keeping stdout for its
+    report, and logs in the same format."""
+    import logging
+
+    import structlog
+
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -51,7 +57,7 @@ def configure_logging() -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        logger_factory=structlog.PrintLoggerFactory(sys.stdout if stream is None else stream),
         cache_logger_on_first_use=True,
     )
 
@@ -71,6 +77,9 @@ def extra_workers(daemon: Daemon) -> list[Worker]:
 
 def _restart_watch(daemon: Daemon) -> Any:
     """Tick hook: stamp the config in force; warn when a reload changed start-only keys."""
+    from watchdog.daemon.settings import DaemonSettings
+    from watchdog.daemon.status import note_config
+
     first: DaemonSettings = daemon.config.daemon
     seen: list[Config] = [daemon.config]
 
@@ -172,6 +181,9 @@ def preflight(config: Config, pidfile: str | None) -> int:
     Raises:
         SystemExit: Exit 2 with the reason on stderr.
     """
+    from watchdog.daemon.ipc import socket_in_use
+    from watchdog.daemon.state import StateError, lock_state_dir
+
     if pidfile is not None:
         owner = _pidfile_owner(pidfile)
         if owner is not None:
@@ -199,6 +211,8 @@ def _fail(message: str) -> NoReturn:
 def cmd_run(args: argparse.Namespace) -> int:
     """``run``: the daemon, in the foreground unless ``--daemonize``."""
     from watchdog.cli import resolve_config_path
+    from watchdog.config import load_config
+    from watchdog.daemon.state import write_lock_pid
 
     path = resolve_config_path(args.config)
     if path is not None:
@@ -218,6 +232,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _serve(config: Config, path: str | None) -> int:
+    from watchdog.daemon.assemble import attach_parts
+    from watchdog.daemon.ipc import SocketInUseError, StatusServer
+    from watchdog.daemon.loop import Daemon
+    from watchdog.daemon.notify import Notifier
+    from watchdog.daemon.state import StateError
+    from watchdog.daemon.status import note_config
+
     configure_logging()
     try:
         daemon = Daemon(config, path)
@@ -282,15 +303,21 @@ def socket_path(args: argparse.Namespace) -> str:
         UsageError: ``--socket ""``, or a configuration file that is unreadable or not
             YAML at all (falling back to the default socket would hide the mistake).
     """
-    from watchdog.cli import resolve_config_path
-
     if args.socket is not None:
         if not args.socket:
             raise UsageError("--socket needs a path")
         return str(args.socket)
+    from watchdog.cli import resolve_config_path
+    from watchdog.daemon import DEFAULT_SOCKET
+
     path = resolve_config_path(args.config)
     if path is None:
-        return DaemonSettings().socket
+        return DEFAULT_SOCKET
+    import yaml
+
+    from watchdog.config import ConfigError, load_config
+    from watchdog.daemon.settings import DaemonSettings
+
     try:
         return load_config(path).daemon.socket
     except ConfigError as exc:
@@ -320,9 +347,21 @@ def _timeout(text: str) -> float:
     return value
 
 
+def _gpu_index(text: str) -> int:
+    from watchdog.cli import gpu_index
+
+    return gpu_index(text)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """``status``: what the running daemon sees; exit 0/1/3/4 (docs/status.md), 2 on
     usage errors."""
+    if args.watch:
+        from watchdog.top import run
+
+        return run(args)
+    from watchdog.daemon.ipc import StatusError, query_status
+
     try:
         path = socket_path(args)
     except UsageError as exc:
@@ -343,6 +382,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(json.dumps({"state": state, "socket": path, "error": str(exc)}))
         print(f"rogue-watchdog: {message}", file=sys.stderr)
         return exc.exit_code
+    from watchdog.daemon.status import exit_code, filter_gpu, render_status
+
+    if args.gpu is not None:
+        doc = filter_gpu(doc, args.gpu)
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:
@@ -352,7 +395,25 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``run`` and ``status`` to the CLI."""
-    p = sub.add_parser("run", help="run the watchdog daemon (foreground unless --daemonize)")
+    p = sub.add_parser(
+        "run",
+        **command_help(
+            "run the watchdog daemon (foreground unless --daemonize)",
+            "The daemon: scan every daemon.interval_s, track findings in the state "
+            "database, alert, enforce (per the enforcement mode) and answer `status` on "
+            "the status socket. Logs are JSON lines on stdout. SIGHUP reloads the "
+            "configuration; SIGTERM or Ctrl-C stops it.",
+            [
+                "rogue-watchdog run --config /etc/rogue-watchdog/config.yaml",
+                "rogue-watchdog run --daemonize --pidfile /run/rogue-watchdog.pid",
+                "systemctl start rogue-watchdog     # installed by scripts/install.sh",
+            ],
+            [
+                (0, "stopped cleanly"),
+                (2, "configuration, state directory, socket or pidfile error at start"),
+            ],
+        ),
+    )
     p.add_argument("--config", help="configuration file (default /etc/rogue-watchdog/config.yaml)")
     p.add_argument(
         "--daemonize",
@@ -367,11 +428,50 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("status", help="ask the running daemon what it sees")
+    p = sub.add_parser(
+        "status",
+        **command_help(
+            "ask the running daemon what it sees",
+            "What the running daemon sees now: its configuration, last scan, the GPUs with "
+            "the memory sanctioned and unsanctioned jobs hold, the jobs with their GPU and "
+            "origin, open findings (ids F12, for terminate and disable-source) and alert "
+            "delivery. When no daemon runs, `rogue-watchdog scan` looks once.",
+            [
+                "rogue-watchdog status",
+                "rogue-watchdog status --gpu 3",
+                "rogue-watchdog status --json | jq '.findings[] | {id, kind, message}'",
+                "rogue-watchdog status --socket /run/rogue-watchdog/status.sock --timeout 2",
+            ],
+            [
+                (0, "running, nothing open"),
+                (1, "running, with open findings of severity warning or above, or degraded"),
+                (2, "usage error"),
+                (3, "not running"),
+                (4, "state unknown: permission denied, timeout or a garbled answer"),
+            ],
+        ),
+    )
     p.add_argument("--json", action="store_true", help="print the status document as JSON")
     p.add_argument("--socket", help="status socket (default: daemon.socket of the config)")
     p.add_argument("--config", help="configuration file naming daemon.socket")
     p.add_argument(
+        "--gpu",
+        type=_gpu_index,
+        metavar="N",
+        help="only GPU N (NVML index): that GPU, the jobs on it and their open findings",
+    )
+    p.add_argument(
         "--timeout", type=_timeout, default=5.0, help="seconds to wait for an answer (default 5)"
+    )
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="a live, refreshing view with keys to act (the same as `rogue-watchdog top`)",
+    )
+    p.add_argument(
+        "--interval",
+        type=_timeout,
+        default=2.0,
+        help="with --watch: seconds between refreshes (default 2)",
     )
     p.set_defaults(func=cmd_status)

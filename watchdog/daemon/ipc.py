@@ -23,9 +23,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import structlog
 
-log = structlog.get_logger("rogue-watchdog")
+class _Log:
+    """structlog's logger, imported on first use: only the server logs, and the client
+    (``rogue-watchdog status``) must start fast."""
+
+    def __getattr__(self, name: str) -> Any:
+        import structlog
+
+        return getattr(structlog.get_logger("rogue-watchdog"), name)
+
+
+log: Any = _Log()
 
 SOCKET_MODE = 0o660
 MAX_REQUEST_BYTES = 64 * 1024

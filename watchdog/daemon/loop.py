@@ -22,9 +22,9 @@ from typing import Any, Protocol
 import structlog
 
 from watchdog.config import MAX_CONFIG_BYTES, Config, ConfigError, load_config
-from watchdog.daemon.state import StateDB
-from watchdog.daemon.tracker import Tracker, TrackResult
-from watchdog.model import Finding
+from watchdog.daemon.state import FindingRecord, StateDB
+from watchdog.daemon.tracker import Tracker, TrackResult, sink_accepts
+from watchdog.model import LOG_LEVELS, Finding
 from watchdog.safeio import read_regular
 from watchdog.scan import Scanner, ScanResult
 
@@ -145,6 +145,13 @@ class Daemon:
             )
         self.degraded[part] = text
 
+    def _sink_logs(self, rec: FindingRecord) -> bool:
+        """True when a ``log`` sink on stdout will write this finding's event itself."""
+        return any(
+            s.type == "log" and s.path is None and sink_accepts(s, rec)
+            for s in self.config.alerts.sinks
+        )
+
     def _ok(self, part: str) -> None:
         if self.degraded.pop(part, None) is not None:
             log.info("component-recovered", component=part)
@@ -225,13 +232,17 @@ class Daemon:
         except Exception as exc:
             self._failed("state", exc)
         if track is not None:
+            # One log line per finding event: a log sink on stdout writes its own `finding`
+            # line for every event it accepts, so the loop writes only the rest.
             for rec in track.opened:
-                log.warning(
-                    "finding-opened", id=rec.id, kind=rec.kind, severity=rec.severity,
-                    message=rec.message, root_pid=rec.root_pid,
-                )  # fmt: skip
+                if not self._sink_logs(rec):
+                    getattr(log, LOG_LEVELS.get(rec.severity, "warning"))(
+                        "finding-opened", id=rec.id, kind=rec.kind, severity=rec.severity,
+                        message=rec.message, root_pid=rec.root_pid,
+                    )  # fmt: skip
             for rec in track.resolved:
-                log.info("finding-resolved", id=rec.id, kind=rec.kind, message=rec.message)
+                if not self._sink_logs(rec):
+                    log.info("finding-resolved", id=rec.id, kind=rec.kind, message=rec.message)
         if result is not None and track is not None:
             for enforcer in self.enforcers:
                 try:

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from watchdog.configbase import NodeReader
+from watchdog.daemon import DEFAULT_SOCKET
 
 SEVERITIES = ("info", "warning", "high", "critical")
 # Every Finding kind the code can emit (tests/unit/test_daemon_hostile.py keeps this in
@@ -53,7 +54,7 @@ class DaemonSettings:
 
     interval_s: float = 5.0
     state_dir: str = "/var/lib/rogue-watchdog"
-    socket: str = "/run/rogue-watchdog/status.sock"
+    socket: str = DEFAULT_SOCKET
     socket_group: str | None = None
     fd_sweep_interval_s: float = 60.0
     metrics_listen: str | None = None

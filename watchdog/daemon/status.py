@@ -10,8 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
 from watchdog.lineage.describe import describe_origin
-from watchdog.model import REPORTED_SEVERITIES
-from watchdog.render import gpu_json, printable
+from watchdog.model import REPORTED_SEVERITIES, finding_ref
+from watchdog.render import (
+    BLIND_SPOT_KINDS,
+    gpu_json,
+    gpu_lines,
+    output_width,
+    paint,
+    printable,
+    shorten_command,
+    use_colour,
+)
 
 if TYPE_CHECKING:
     from watchdog.config import Config
@@ -99,6 +108,7 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
                 "origin": describe_origin(j.origin),
                 "origin_kind": j.origin.kind,
                 "gpu_memory_bytes": j.gpu_memory_bytes,
+                "gpus": [g.to_json() for g in j.gpus],
             }
             for j in (result.jobs if result else [])
         ],
@@ -187,11 +197,11 @@ def _age(seconds: float) -> str:
 
 
 def _gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / 2**30:.1f}"
+    return "-" if n is None else f"{n / 2**30:.1f} GiB"
 
 
 def _finding_head(f: dict[str, Any]) -> str:
-    """``#12 high     rogue-job (open 5m, seen 61x, 3 instances)``; a finding the state
+    """``F12 high     rogue-job (open 5m, seen 61x, 3 instances)``; a finding the state
     database could not return (no id) says so instead of printing placeholders."""
     sev, kind = f.get("severity") or "?", f.get("kind") or "?"
     if f.get("id") is None:
@@ -199,11 +209,41 @@ def _finding_head(f: dict[str, Any]) -> str:
     parts = [f"open {_age(float(f.get('age_s') or 0))}", f"seen {f.get('seen_count')}x"]
     if (f.get("instances") or 1) > 1:
         parts.append(f"{f['instances']} instances")
-    return f"#{f['id']} {sev:<8} {kind} ({', '.join(parts)})"
+    return f"{finding_ref(f['id'])} {sev:<8} {kind} ({', '.join(parts)})"
 
 
-def render_status(doc: dict[str, Any]) -> str:
-    """The at-a-glance text of ``rogue-watchdog status`` (command lines made printable)."""
+def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
+    """The status document narrowed to GPU ``index``: that GPU (and its MIG instances),
+    the jobs on it and their open findings, and those about what the daemon cannot see at
+    all (NVML unavailable, a PID namespace)."""
+    jobs = [
+        j
+        for j in doc.get("jobs") or []
+        if any(g.get("index") == index for g in j.get("gpus") or [])
+    ]
+    pids = {p for j in jobs for p in [j.get("root_pid"), *(j.get("pids") or [])]}
+    return {
+        **doc,
+        "gpus": [g for g in doc.get("gpus") or [] if g.get("index") == index],
+        "jobs": jobs,
+        "findings": [
+            f
+            for f in doc.get("findings") or []
+            if f.get("root_pid") in pids or f.get("kind") in BLIND_SPOT_KINDS
+        ],
+    }
+
+
+def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | None = None) -> str:
+    """The at-a-glance text of ``rogue-watchdog status`` (command lines made printable).
+
+    Args:
+        doc: The status document (docs/status.md).
+        width: Columns to fit; default :func:`watchdog.render.output_width`.
+        colour: Colour the verdicts; default :func:`watchdog.render.use_colour`.
+    """
+    width = output_width() if width is None else width
+    colour = use_colour() if colour is None else colour
     now = float(doc.get("now") or time.time())
     out: list[str] = []
 
@@ -212,11 +252,14 @@ def render_status(doc: dict[str, Any]) -> str:
 
     started = doc.get("started_at")
     line(
-        f"rogue-watchdog {doc.get('version', '?')} on {doc.get('host')}: running since "
-        f"{_when(started)} (up {_age(now - started) if started else '?'}, pid {doc.get('pid')})"
+        f"rogue-watchdog {doc.get('version') or '-'} on {doc.get('host') or '-'}: running since "
+        f"{_when(started)} (up {_age(now - started) if started else '-'}, "
+        f"pid {doc.get('pid') or '-'})"
     )
     cfg = doc.get("config") or {}
-    text = f"config: {cfg.get('path') or '(built-in defaults)'} sha256:{cfg.get('checksum')}"
+    text = f"config: {cfg.get('path') or '(built-in defaults)'}"
+    if cfg.get("checksum"):
+        text += f" sha256:{cfg.get('checksum')}"
     if cfg.get("changed_on_disk"):
         text += (
             f" (the file on disk is now sha256:{cfg.get('file_checksum')}: "
@@ -235,25 +278,52 @@ def render_status(doc: dict[str, Any]) -> str:
     if nvml is None:
         line("NVML: not probed yet")
     elif nvml.get("available"):
-        line(f"NVML: ok, driver {nvml.get('driver_version') or '?'}")
+        line(f"NVML: ok, driver {nvml.get('driver_version') or '-'}")
     else:
         line(f"NVML: unavailable ({nvml.get('error') or 'disabled'})")
     gpus = doc.get("gpus") or []
+    jobs = doc.get("jobs") or []
     line(f"GPUs: {len(gpus)}")
     for g in gpus:
-        line(
-            f"  {g.get('index')}  {g.get('name')}  {_gib(g.get('memory_used_bytes'))}/"
-            f"{_gib(g.get('memory_total_bytes'))} GiB  {g.get('uuid')}"
+        mig = f" MIG {g['mig_index']}" if g.get("mig_index") is not None else ""
+        held: list[tuple[str, int | None]] | None = [
+            (str(j.get("verdict")), h.get("memory_bytes"))
+            for j in jobs
+            for h in j.get("gpus") or []
+            if h.get("uuid") == g.get("uuid")
+        ]
+        if any("gpus" not in j for j in jobs):
+            held = None  # an older daemon: which job is on which GPU is not known
+        out.extend(
+            gpu_lines(
+                f"{g.get('index')}{mig}",
+                str(g.get("name") or "-"),
+                g.get("memory_used_bytes"),
+                g.get("memory_total_bytes"),
+                str(g.get("uuid") or "-"),
+                held,
+                width,
+            )
         )
-    jobs = doc.get("jobs") or []
     line(f"jobs: {len(jobs)}")
     for j in jobs:
-        cmd = " ".join(j.get("cmdline") or [])
-        line(
-            f"  {j.get('verdict'):<10} pid {j.get('root_pid'):<7} {j.get('user') or '?':<10} "
-            f"{_gib(j.get('gpu_memory_bytes'))} GiB  origin: {j.get('origin')}"
+        on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
+        verdict = str(j.get("verdict") or "-")
+        row = (
+            f"  {verdict:<10} pid {j.get('root_pid'):<7} {j.get('user') or '-':<10} "
+            f"GPU {on:<3} {_gib(j.get('gpu_memory_bytes')):>9}"
         )
-        line(f"    {cmd[:160]}")
+        origin = f"origin: {j.get('origin') or '-'}"
+        # Colour after escaping: the escape sequences are ours, never the host's text.
+        head = printable(row).replace(
+            f"  {verdict:<10}", "  " + paint(f"{verdict:<10}", verdict, colour), 1
+        )
+        if len(row) + 2 + len(origin) <= width:
+            out.append(f"{head}  {printable(origin)}")
+        else:  # narrow: the origin gets a line of its own
+            out.append(head)
+            line(f"    {origin}")
+        out.append("    " + shorten_command(j.get("cmdline") or [], max(20, width - 4)))
     findings = doc.get("findings") or []
     line(f"open findings: {len(findings)}")
     for f in findings:

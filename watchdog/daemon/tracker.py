@@ -25,6 +25,7 @@ from watchdog.daemon.settings import SEVERITIES, AlertSettings, SinkSettings
 from watchdog.daemon.state import FindingRecord, JobRecord, StateDB, clean
 from watchdog.lineage.describe import describe_origin
 from watchdog.model import Finding, Job, Origin
+from watchdog.policy.findings import gpus_text
 
 # Origin fields that identify the spawner across restarts of the job (a new Slurm job id
 # or container id each time is the same source).
@@ -279,7 +280,8 @@ class Tracker:
         nxt = job.origin.fields.get("next_run")
         message = (
             f"respawned: gone at {_when(gone_at)}, back at {_when(now)} "
-            f"(+{_gap(now - gone_at)}) as PID {job.root_pid}, started by "
+            f"(+{_gap(now - gone_at)}) as PID {job.root_pid}"
+            f"{' on ' + gpus_text(job.gpus) if job.gpus else ''}, started by "
             f"{describe_origin(job.origin)}"
         )
         if nxt:
@@ -297,6 +299,7 @@ class Tracker:
                 "back_at": _when(now),
                 "gap_s": round(now - gone_at, 1),
                 "origin": job.origin.to_json(),
+                "gpu_indexes": job.gpu_indexes,
             },
         )
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from watchdog.lineage.describe import describe_origin, next_run_text, origin_label
-from watchdog.model import Finding, GpuInfo, GpuProcess, Job
+from watchdog.model import Finding, GpuHeld, GpuProcess, Job
 from watchdog.sources.procfs import ProcessTable
 
 
@@ -23,22 +23,29 @@ def fmt_bytes(n: int | None) -> str:
     return f"{n} B"
 
 
-def job_findings(jobs: Sequence[Job], gpus: Sequence[GpuInfo] = ()) -> list[Finding]:
-    """One finding per rogue or excess job (never one per PID).
+def gpus_text(gpus: Sequence[GpuHeld]) -> str:
+    """``GPU 3 (4.0 GiB)``, ``GPUs 0 (4.0 GiB), 1 (-)``: where a job is and what it holds.
 
-    Args:
-        jobs: Judged jobs.
-        gpus: Devices NVML listed, to name each GPU a job holds by index as well as UUID
-            (``details.gpus``; a UUID NVML did not list keeps index None).
+    Memory NVML could not report is ``-``, the one spelling of unknown in every view.
     """
-    index = {g.uuid: g.index for g in gpus}
+    each = [
+        f"{g.index} ({'-' if g.memory_bytes is None else fmt_bytes(g.memory_bytes)})" for g in gpus
+    ]
+    return ("GPU " if len(each) == 1 else "GPUs ") + ", ".join(each)
+
+
+def job_findings(jobs: Sequence[Job]) -> list[Finding]:
+    """One finding per rogue or excess job (never one per PID)."""
     out = []
     for job in jobs:
         if job.verdict not in ("rogue", "excess"):
             continue
+        head = f"{'rogue' if job.verdict == 'rogue' else 'excess'} training job PID {job.root_pid}"
+        if job.gpus:
+            head += f" on {gpus_text(job.gpus)}"
         parts = [
-            f"{'rogue' if job.verdict == 'rogue' else 'excess'} training job PID {job.root_pid}",
-            f"user {job.user}",
+            head,
+            f"user {job.user or '-'}",
             f"`{' '.join(job.cmdline)[:160]}`",
             f"from {describe_origin(job.origin)}",
         ]
@@ -47,7 +54,7 @@ def job_findings(jobs: Sequence[Job], gpus: Sequence[GpuInfo] = ()) -> list[Find
             parts.append(nxt)
         if len(job.pids) > 1:
             parts.append(f"{len(job.pids)} processes")
-        if job.gpu_memory_bytes is not None:
+        if job.gpu_memory_bytes is not None and not job.gpus:
             parts.append(f"{fmt_bytes(job.gpu_memory_bytes)} GPU memory")
         message = ", ".join(parts)
         if job.origin.remediation:
@@ -66,8 +73,9 @@ def job_findings(jobs: Sequence[Job], gpus: Sequence[GpuInfo] = ()) -> list[Find
                     "user": job.user,
                     "origin_kind": job.origin.kind,
                     "origin_label": origin_label(job.origin.kind, job.origin.fields),
-                    "gpus": [{"index": index.get(u), "uuid": u} for u in job.gpu_uuids],
                     "remediation": job.origin.remediation,
+                    "gpu_indexes": job.gpu_indexes,
+                    "gpus": [g.to_json() for g in job.gpus],
                 },
             )
         )

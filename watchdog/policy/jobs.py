@@ -16,7 +16,7 @@ from fnmatch import fnmatchcase
 from watchdog.config import IgnoreEntry
 from watchdog.configbase import Regex
 from watchdog.lineage.base import exe_name, is_wrapper
-from watchdog.model import GpuProcess, Job, Proc
+from watchdog.model import GpuHeld, GpuProcess, Job, Proc
 from watchdog.sources.procfs import ProcessTable
 
 
@@ -208,6 +208,8 @@ def group_jobs(
 
     mem: dict[int, int] = {}
     gpus: dict[int, set[str]] = {}
+    # Per owner PID and device: (index, memory or None when NVML did not say).
+    held: dict[int, dict[str, tuple[int, int | None]]] = {}
     for gp in gpu_procs:
         owner = gp.pid
         proc = table.get(gp.pid)
@@ -218,6 +220,13 @@ def group_jobs(
         gpus.setdefault(owner, set()).add(gp.gpu_uuid)
         if owner != gp.pid:
             gpus.setdefault(gp.pid, set()).add(gp.gpu_uuid)
+        per = held.setdefault(owner, {})
+        before = per.get(gp.gpu_uuid, (gp.gpu_index, None))[1]
+        add = gp.used_memory_bytes
+        per[gp.gpu_uuid] = (
+            gp.gpu_index,
+            before if add is None else add if before is None else before + add,
+        )
 
     jobs = []
     for root, tree in trees.items():
@@ -239,7 +248,24 @@ def group_jobs(
             lineage=table.ancestors(root),
             evidence=sorted(why),
             devices=devices,
+            gpus=_held(held, pids),
         )
         jobs.append(job)
     jobs.sort(key=lambda j: (j.start_ticks, j.root_pid))
     return jobs
+
+
+def _held(held: dict[int, dict[str, tuple[int, int | None]]], pids: list[int]) -> list[GpuHeld]:
+    """Sum what the members hold per device; None only when no member's figure is known."""
+    out: dict[str, tuple[int, int | None]] = {}
+    for pid in pids:
+        for uuid, (index, memory) in held.get(pid, {}).items():
+            before = out.get(uuid, (index, None))[1]
+            out[uuid] = (
+                index,
+                before if memory is None else memory if before is None else before + memory,
+            )
+    return [
+        GpuHeld(uuid=u, index=i, memory_bytes=m)
+        for u, (i, m) in sorted(out.items(), key=lambda kv: (kv[1][0], kv[0]))
+    ]

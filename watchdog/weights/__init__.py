@@ -6,14 +6,42 @@ Public API:
     :class:`UnverifiedWeightsError`) unless every value is finite.
 """
 
-from watchdog.weights.api import require_finite, verify
-from watchdog.weights.errors import (
-    NonFiniteWeightsError,
-    NotVerifiedError,
-    UnverifiedWeightsError,
-    WeightsRefusedError,
-)
-from watchdog.weights.report import FileReport, Report, Status, TensorReport
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from watchdog.weights.api import require_finite, verify
+    from watchdog.weights.errors import (
+        NonFiniteWeightsError,
+        NotVerifiedError,
+        UnverifiedWeightsError,
+        WeightsRefusedError,
+    )
+    from watchdog.weights.report import FileReport, Report, Status, TensorReport
+
+# Loaded on first use (PEP 562): importing a submodule such as ``watchdog.weights.cli`` or
+# ``watchdog.weights.settings`` must not pull in numpy for commands that never verify.
+_HOME = {
+    "require_finite": "api",
+    "verify": "api",
+    "NonFiniteWeightsError": "errors",
+    "NotVerifiedError": "errors",
+    "UnverifiedWeightsError": "errors",
+    "WeightsRefusedError": "errors",
+    "FileReport": "report",
+    "Report": "report",
+    "Status": "report",
+    "TensorReport": "report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"watchdog.weights.{home}"), name)
+
 
 __all__ = [
     "FileReport",

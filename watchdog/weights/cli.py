@@ -13,14 +13,20 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from watchdog.weights.api import verify
-from watchdog.weights.discover import discover
-from watchdog.weights.gate import run_gate
-from watchdog.weights.progress import ProgressBar
+from watchdog.clihelp import command_help
+
+if TYPE_CHECKING:
+    from watchdog.weights.progress import ProgressBar
+
+# The verifier (numpy) loads when a command runs, not when the parser is built.
 
 
 def _progress(paths: list[Path], enabled: bool) -> ProgressBar | None:
+    from watchdog.weights.discover import discover
+    from watchdog.weights.progress import ProgressBar
+
     files = discover(paths).files
     total = 0
     for p in files:
@@ -44,6 +50,8 @@ def _run_with_bar(
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """``verify-weights``: print the report (text or ``--json``) and return the exit code."""
+    from watchdog.weights.api import verify
+
     paths = [Path(p) for p in args.paths]
 
     def body(bar: ProgressBar | None) -> int:
@@ -58,6 +66,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """``gate``: verify ``--weights`` then run the command after ``--`` only if all finite."""
+    from watchdog.weights.gate import run_gate
+
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -82,7 +92,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     """Add the ``verify-weights`` and ``gate`` subcommands, each with ``func=``."""
     p = subparsers.add_parser(
         "verify-weights",
-        help="refuse weights holding NaN or infinity (exit 0 finite, 1 non-finite, 2 unverified)",
+        **command_help(
+            "refuse weights holding NaN or infinity (exit 0 finite, 1 non-finite, 2 unverified)",
+            "Read every value of each weights file (safetensors, PyTorch zip, NumPy, GGUF; "
+            "a directory: every weights file in it, shards checked against their index) and "
+            "refuse any NaN or infinity. Only input read completely counts as verified "
+            "(docs/weights.md).",
+            [
+                "rogue-watchdog verify-weights model.safetensors",
+                "rogue-watchdog verify-weights /srv/models/prod/ --json",
+            ],
+            [
+                (0, "every value finite"),
+                (1, "a NaN or infinity found"),
+                (2, "not verified: unsupported, unreadable, truncated or inconsistent input"),
+            ],
+        ),
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="weights file or model directory")
     p.add_argument("--json", action="store_true", help="machine-readable report")
@@ -90,7 +115,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(func=cmd_verify)
 
     g = subparsers.add_parser(
-        "gate", help="run a deploy command only if its weights are all finite"
+        "gate",
+        **command_help(
+            "run a deploy command only if its weights are all finite",
+            "Verify --weights like verify-weights, then run the command after -- only when "
+            "every value is finite; its exit status becomes gate's.",
+            [
+                "rogue-watchdog gate --weights out/model.safetensors -- ./deploy.sh prod",
+                "rogue-watchdog gate --weights a/ --weights b/ --json -- rsync -a a/ b/ host:/m/",
+            ],
+            [
+                ("N", "the command's own exit status when it ran"),
+                (1, "not run: a NaN or infinity found"),
+                (2, "not run: weights not verified, or no command after --"),
+            ],
+        ),
     )
     g.add_argument(
         "--weights",
@@ -101,5 +140,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     g.add_argument("--json", action="store_true", help="report as JSON (on stderr)")
     g.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
-    g.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
+    g.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND [ARGS...]",
+        help="the deploy command, run only when every value is finite",
+    )
     g.set_defaults(func=cmd_gate)

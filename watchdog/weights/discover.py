@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from watchdog.weights import safetensors
 from watchdog.weights.errors import NotVerifiedError
 from watchdog.weights.regular import not_regular_message, open_regular, open_zip
 from watchdog.weights.report import FileReport
@@ -322,6 +321,10 @@ def check_index(index: Path) -> tuple[list[FileReport], list[Path]]:
             continue
         shards.append(sp)
         if sp.suffix == ".safetensors":
+            # Imported here: the reader pulls in numpy, and the suffix constants above are
+            # read by every configuration load (ship gates).
+            from watchdog.weights import safetensors
+
             try:
                 missing = tensors - safetensors.tensor_names(sp)
             except (NotVerifiedError, OSError):

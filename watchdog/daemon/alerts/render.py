@@ -17,6 +17,7 @@ from typing import Any
 
 from watchdog.daemon.state import Delivery
 from watchdog.hosttext import safe_json, safe_text
+from watchdog.model import finding_ref
 
 DISCORD_MAX_CHARS = 2000
 # Slack accepts far longer messages but truncates past 40 000 characters and advises
@@ -60,7 +61,9 @@ def _parts(payload: dict[str, Any]) -> tuple[str, str, str]:
     else:
         head = f"[{sev}] {kind} on {host}: "
     pid = f.get("root_pid")
-    tail = f" (finding {f.get('id')}" + (f", root PID {pid})" if pid is not None else ")")
+    tail = f" (finding {finding_ref(f.get('id'))}" + (
+        f", root PID {pid})" if pid is not None else ")"
+    )
     return safe_text(head), safe_text(str(f.get("message", ""))), safe_text(tail)
 
 

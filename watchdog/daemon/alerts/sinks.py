@@ -35,6 +35,7 @@ from watchdog.daemon.alerts.render import (
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.settings import SinkSettings
 from watchdog.daemon.state import Delivery
+from watchdog.model import LOG_LEVELS
 from watchdog.safeio import NotRegularFileError, kind_of
 
 # httpx logs every request URL at INFO ("HTTP Request: POST https://hooks…"): a webhook
@@ -130,7 +131,9 @@ class LogSink:
             SendError: The file cannot be opened or written (permissions, disk full).
         """
         fields = log_fields(delivery)  # made safe: valid UTF-8, no control character
-        level = "info" if fields["action"] == "resolve" else "warning"
+        # The level follows the finding's severity; a resolved finding is news, not alarm.
+        severity = str(fields.get("severity"))
+        level = "info" if fields["action"] == "resolve" else LOG_LEVELS.get(severity, "warning")
         try:
             if self.settings.path is None:
                 self._write(sys.stdout, level, fields)

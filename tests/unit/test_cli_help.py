@@ -1,0 +1,98 @@
+"""Help, completion and the man page, all generated from the one parser."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+from watchdog.cli import build_parser
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(subs.choices)
+
+
+def test_every_command_has_a_description_examples_and_exit_codes() -> None:
+    for name, sub in subcommands().items():
+        text = sub.format_help()
+        assert sub.description, name
+        assert "\nexamples:\n  rogue-watchdog " in text, name
+        assert "\nexit codes:\n  0   " in text or "\nexit codes:\n  N   " in text, name
+
+
+def test_every_argument_has_help_text() -> None:
+    missing = [
+        f"{name} {action.dest}"
+        for name, sub in subcommands().items()
+        for action in sub._actions
+        if not action.help and not isinstance(action, argparse._HelpAction)
+    ]
+    assert missing == []
+
+
+def test_scan_help_names_the_gpu_question() -> None:
+    done = run_cli("scan", "--help")
+    assert done.returncode == 0
+    assert "  rogue-watchdog scan --gpu 3          # who is on GPU 3, and how to stop it" in (
+        done.stdout.splitlines()
+    )
+    top = run_cli("--help").stdout.splitlines()
+    i = top.index("  what is on GPU 3, who started it, how do I stop it coming back?")
+    assert top[i + 1] == "      rogue-watchdog scan --gpu 3"
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_scripts_complete_every_command(shell: str) -> None:
+    done = run_cli("completion", shell)
+    assert done.returncode == 0, done.stderr
+    for name in subcommands():
+        assert name in done.stdout, (shell, name)
+    assert "--gpu" in done.stdout
+    if shell == "bash":  # the script at least parses in a real bash
+        check = subprocess.run(
+            ["bash", "-n"], input=done.stdout, text=True, capture_output=True, check=False
+        )
+        assert check.returncode == 0, check.stderr
+
+
+def test_completion_refuses_other_shells() -> None:
+    done = run_cli("completion", "csh")
+    assert done.returncode == 2
+    assert "invalid choice: 'csh'" in done.stderr
+
+
+def test_man_page_is_generated_from_the_parser_and_current(tmp_path: Path) -> None:
+    out = tmp_path / "rogue-watchdog.1"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "build_manpage.py"), "--outfile", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    page = out.read_text()
+    assert page.startswith('.TH ROGUE\\-WATCHDOG "1" "version ')
+    for name in subcommands():
+        assert f".SS rogue\\-watchdog {name.replace('-', chr(92) + '-')}\n" in page, name
+    committed = (REPO / "man" / "rogue-watchdog.1").read_text()
+    assert page == committed, (
+        "man/rogue-watchdog.1 is stale: run .venv/bin/python scripts/build_manpage.py"
+    )
+    if shutil.which("man") is not None:  # and it renders as a manual page
+        shown = subprocess.run(
+            ["man", "-l", str(out)],
+            capture_output=True,
+            text=True,
+            env={"MANWIDTH": "80", "PATH": "/usr/bin:/bin", "MANPAGER": "cat"},
+            check=False,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert "EXAMPLES AND EXIT CODES" in shown.stdout

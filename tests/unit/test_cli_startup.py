@@ -1,0 +1,109 @@
+"""Start-up: building the parser, ``--help`` and ``status`` load no command's modules.
+
+Behaviour, not timing (bench/cli_startup_bench.py measures the wall time): a fresh
+interpreter runs the entry point and reports which modules it imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+# What only a command that scans, verifies, acts or runs the daemon needs.
+HEAVY = (
+    "numpy",
+    "httpx",
+    "structlog",
+    "yaml",
+    "watchdog.weights.api",
+    "watchdog.weights.safetensors",
+    "watchdog.scan",
+    "watchdog.config",
+    "watchdog.daemon.loop",
+    "watchdog.daemon.state",
+    "watchdog.actions.remedy",
+    "watchdog.lineage.cron",
+)
+
+PROBE = """
+import json, sys
+from watchdog.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
+"""
+
+
+def loaded(*argv: str, tmp_path: Path) -> tuple[object, list[str]]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("NO_COLOR", None)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    return report["code"], report["modules"]
+
+
+def test_importing_the_cli_loads_no_command_modules(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json, sys, watchdog.cli; watchdog.cli.build_parser(); "
+            "print(json.dumps(sorted(sys.modules)))",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    modules = json.loads(done.stdout)
+    assert "watchdog.cli" in modules
+    assert [m for m in HEAVY if m in modules] == []
+
+
+def test_help_loads_no_command_modules(tmp_path: Path) -> None:
+    code, modules = loaded("--help", tmp_path=tmp_path)
+    assert code == 0
+    assert [m for m in HEAVY if m in modules] == []
+
+
+def test_status_against_no_daemon_loads_no_command_modules(tmp_path: Path) -> None:
+    code, modules = loaded("status", "--socket", str(tmp_path / "none.sock"), tmp_path=tmp_path)
+    assert code == 3
+    assert [m for m in HEAVY if m in modules] == []
+
+
+def test_subcommand_help_loads_no_command_modules(tmp_path: Path) -> None:
+    for command in ("scan", "gate", "terminate", "run", "status", "verify-weights"):
+        code, modules = loaded(command, "--help", tmp_path=tmp_path)
+        assert code == 0, command
+        assert [m for m in HEAVY if m in modules] == [], command
+
+
+def test_status_as_typed_loads_no_config_parser(tmp_path: Path) -> None:
+    # Without a configuration file the default socket is known without PyYAML.
+    if os.path.exists("/etc/rogue-watchdog/config.yaml") or os.path.exists(
+        "/run/rogue-watchdog/status.sock"
+    ):
+        pytest.skip("this host has a rogue-watchdog configuration or daemon")
+    code, modules = loaded("status", tmp_path=tmp_path)
+    assert code == 3
+    assert [m for m in HEAVY if m in modules] == []

@@ -1,0 +1,64 @@
+"""A rogue job's finding names its GPU: message, details, alert text and webhook payload."""
+
+from __future__ import annotations
+
+from watchdog.daemon.alerts.render import alert_text
+from watchdog.daemon.state import FindingRecord
+from watchdog.daemon.tracker import alert_payload
+from watchdog.model import GpuHeld, Job, Origin
+from watchdog.policy.findings import gpus_text, job_findings
+
+GIB = 1024**3
+
+
+def rogue(gpus: list[GpuHeld], memory: int | None) -> Job:
+    return Job(
+        root_pid=48213, pids=[48213], user=None, cmdline=("python3", "train.py"),
+        start_ticks=1, gpu_memory_bytes=memory, gpu_uuids=[g.uuid for g in gpus], lineage=[],
+        origin=Origin(kind="unknown"), verdict="rogue", reason="not sanctioned", gpus=gpus,
+    )  # fmt: skip
+
+
+def test_message_and_details_name_the_gpu() -> None:
+    (f,) = job_findings([rogue([GpuHeld("GPU-3", 3, 4 * GIB)], 4 * GIB)])
+    assert f.message == (
+        "rogue training job PID 48213 on GPU 3 (4.0 GiB), user -, `python3 train.py`,"
+        " from unknown origin"
+    )
+    assert f.details["gpu_indexes"] == [3]
+    assert f.details["gpus"] == [{"index": 3, "uuid": "GPU-3", "memory_bytes": 4 * GIB}]
+
+    rec = FindingRecord(
+        12, "rogue-job:x", f.kind, f.severity, f.message, f.root_pid, f.details,
+        1.0, 1.0, 1, None, None,
+    )  # fmt: skip
+    payload = alert_payload("open", rec, "gpu-07", 1.0)
+    assert payload["finding"]["details"]["gpu_indexes"] == [3]  # webhook payloads carry it
+    assert alert_text(payload, 2000) == (
+        f"[HIGH] rogue-job on gpu-07: {f.message} (finding F12, root PID 48213)"
+    )
+
+
+def test_several_gpus_and_unknown_memory() -> None:
+    held = [GpuHeld("GPU-0", 0, 4 * GIB), GpuHeld("GPU-1", 1, None)]
+    assert gpus_text(held) == "GPUs 0 (4.0 GiB), 1 (-)"
+    (f,) = job_findings([rogue(held, 4 * GIB)])
+    assert f.message.startswith("rogue training job PID 48213 on GPUs 0 (4.0 GiB), 1 (-), ")
+    assert f.details["gpu_indexes"] == [0, 1]
+
+
+def test_without_nvml_the_message_is_unchanged() -> None:
+    (f,) = job_findings([rogue([], None)])
+    assert f.message == (
+        "rogue training job PID 48213, user -, `python3 train.py`, from unknown origin"
+    )
+    assert f.details["gpu_indexes"] == [] and f.details["gpus"] == []
+
+
+def test_a_respawned_job_says_which_gpu_it_came_back_on() -> None:
+    from watchdog.daemon.tracker import Tracker
+
+    job = rogue([GpuHeld("GPU-3", 3, 4 * GIB)], 4 * GIB)
+    f = Tracker._respawned(job, "sig", 1_700_000_000.0, 1_700_000_720.0)
+    assert " as PID 48213 on GPU 3 (4.0 GiB), started by unknown origin" in f.message
+    assert f.details["gpu_indexes"] == [3]

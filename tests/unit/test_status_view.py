@@ -1,0 +1,74 @@
+"""``status`` for people: GPU split, GPU column, ``--gpu N``, narrow terminals, colour."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tests.unit.test_status import DOC
+from watchdog.daemon.status import exit_code, filter_gpu, render_status
+
+
+def two_gpus() -> dict[str, Any]:
+    doc = copy.deepcopy(DOC)
+    doc["gpus"].append(dict(doc["gpus"][0], index=3, uuid="GPU-3", memory_used_bytes=5 * 2**30))
+    doc["jobs"].append(
+        {
+            "root_pid": 5151, "pids": [5151, 5152], "user": None,
+            "cmdline": ["/root/.pyenv/versions/3.11.7/bin/python", "/home/a/exp/train_big.py"],
+            "verdict": "sanctioned", "rule": "nightly", "origin": "systemd unit train.service",
+            "origin_kind": "systemd", "gpu_memory_bytes": 4 * 2**30,
+            "gpus": [{"index": 3, "uuid": "GPU-3", "memory_bytes": 4 * 2**30}],
+        }
+    )  # fmt: skip
+    return doc
+
+
+def test_status_at_80_columns() -> None:
+    lines = render_status(two_gpus(), width=80, colour=False).splitlines()
+    assert lines[4:16] == [
+        "GPUs: 2",
+        "  GPU 0  NVIDIA H200  1.5 GiB used of 150.0 GiB  GPU-1",
+        "    sanctioned 0 B, unsanctioned 1.0 GiB, not attributable 512.0 MiB",
+        "  GPU 3  NVIDIA H200  5.0 GiB used of 150.0 GiB  GPU-3",
+        "    sanctioned 4.0 GiB, unsanctioned 0 B, not attributable 1.0 GiB",
+        "jobs: 2",
+        "  rogue      pid 4242    alice      GPU 0     1.0 GiB",
+        "    origin: cron: /etc/cron.d/retrain line 3",
+        "    python3 train_x.py \\x1b[2J",
+        "  sanctioned pid 5151    -          GPU 3     4.0 GiB",
+        "    origin: systemd unit train.service",
+        "    /root/.pyenv/versions/3.11.7/bin/python /home/a/exp/train_big.py",
+    ]
+    assert all(len(x) <= 80 for x in lines[4:16])
+    assert "None" not in "\n".join(lines)
+
+
+def test_status_gpu_filter() -> None:
+    doc = filter_gpu(two_gpus(), 3)
+    assert [g["index"] for g in doc["gpus"]] == [3]
+    assert [j["root_pid"] for j in doc["jobs"]] == [5151]
+    assert doc["findings"] == []  # F7 is about PID 4242 on GPU 0
+    assert exit_code(dict(doc, degraded={})) == 0
+    zero = filter_gpu(two_gpus(), 0)
+    assert [f["id"] for f in zero["findings"]] == [7]
+    blind = two_gpus()
+    blind["findings"].append(dict(blind["findings"][0], id=8, kind="pid-namespace", root_pid=None))
+    assert [f["id"] for f in filter_gpu(blind, 3)["findings"]] == [8]
+
+
+def test_status_colours_verdicts_only_when_asked() -> None:
+    coloured = render_status(two_gpus(), width=200, colour=True).splitlines()
+    assert coloured[8].startswith("  \x1b[31;1mrogue     \x1b[0m pid 4242 ")
+    assert coloured[10].startswith("  \x1b[32msanctioned\x1b[0m pid 5151 ")
+    assert "\x1b[" not in render_status(two_gpus(), width=200, colour=False)
+
+
+def test_a_daemon_too_old_to_say_which_gpu_shows_unknown() -> None:
+    doc = copy.deepcopy(DOC)
+    del doc["jobs"][0]["gpus"]
+    lines = render_status(doc, width=200, colour=False).splitlines()
+    assert lines[5] == (
+        "  GPU 0  NVIDIA H200  1.5 GiB used of 150.0 GiB: sanctioned -, unsanctioned -,"
+        " not attributable -  GPU-1"
+    )

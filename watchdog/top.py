@@ -1,0 +1,247 @@
+"""``rogue-watchdog top`` (also ``status --watch``): a live view for the person at the terminal.
+
+Every refresh asks the daemon over its status socket (docs/status.md); when no daemon runs
+it scans this host itself, and says which. The screen shows the GPUs with the memory
+sanctioned and unsanctioned jobs hold, the jobs (verdict, GPU, origin, command) and the
+open findings. Keys act on the selected job through the ordinary commands, so every guard
+of ``terminate`` and ``disable-source`` applies, and both ask for confirmation first.
+
+The terminal is put in cbreak mode (no echo, keys one at a time) and drawn with plain ANSI
+sequences on the alternate screen; it is restored on exit, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import select
+import shlex
+import subprocess
+import sys
+import termios
+import time
+import tty
+from collections.abc import Iterator
+from typing import Any
+
+from watchdog.render import gpu_lines, paint, printable, shorten_command, use_colour
+
+KEYS = "↑/↓ or j/k select  e explain  t terminate  d disable-source  r refresh  q quit"
+
+
+def local_doc(config_path: str | None) -> dict[str, Any]:
+    """A status-shaped document from one local scan (no daemon running).
+
+    Raises:
+        ConfigError: The configuration does not validate.
+    """
+    from watchdog.config import load_config
+    from watchdog.lineage.describe import describe_origin
+    from watchdog.render import gpu_json
+    from watchdog.scan import Scanner
+
+    config = load_config(config_path)
+    result = Scanner(config).scan()
+    return {
+        "host": result.host,
+        "nvml": {"available": result.nvml.available, "error": result.nvml.error},
+        "gpus": [gpu_json(g) for g in result.gpus],
+        "jobs": [
+            {
+                "root_pid": j.root_pid,
+                "pids": list(j.pids),
+                "user": j.user,
+                "cmdline": list(j.cmdline),
+                "verdict": j.verdict,
+                "origin": describe_origin(j.origin),
+                "gpu_memory_bytes": j.gpu_memory_bytes,
+                "gpus": [g.to_json() for g in j.gpus],
+            }
+            for j in result.jobs
+        ],
+        "findings": [
+            {"id": None, "severity": f.severity, "kind": f.kind, "message": f.message}
+            for f in result.findings
+        ],
+    }
+
+
+def fetch(socket: str, config_path: str | None, timeout_s: float) -> tuple[dict[str, Any], str]:
+    """The daemon's status document, else a local scan's; and where it came from."""
+    from watchdog.daemon.ipc import StatusError, query_status
+
+    try:
+        return query_status(socket, timeout_s=timeout_s), f"daemon ({socket})"
+    except StatusError as exc:
+        if exc.exit_code != 3:
+            raise
+    return local_doc(config_path), "local scan (no daemon running)"
+
+
+def frame(
+    doc: dict[str, Any], source: str, selected: int, width: int, colour: bool, note: str = ""
+) -> list[str]:
+    """The screen's lines for one refresh; the selected job is marked ``>``."""
+    from watchdog.model import finding_ref
+
+    out = [
+        printable(
+            f"rogue-watchdog top  host {doc.get('host') or '-'}  {time.strftime('%H:%M:%S')}"
+            f"  from {source}"
+        )[:width],
+        KEYS[:width],
+        "",
+    ]
+    jobs = doc.get("jobs") or []
+    for g in doc.get("gpus") or []:
+        held = [
+            (str(j.get("verdict")), h.get("memory_bytes"))
+            for j in jobs
+            for h in j.get("gpus") or []
+            if h.get("uuid") == g.get("uuid")
+        ]
+        mig = f" MIG {g['mig_index']}" if g.get("mig_index") is not None else ""
+        out += gpu_lines(
+            f"{g.get('index')}{mig}",
+            str(g.get("name") or "-"),
+            g.get("memory_used_bytes"),
+            g.get("memory_total_bytes"),
+            str(g.get("uuid") or "-"),
+            held,
+            width,
+        )
+    if not doc.get("gpus"):
+        nvml = doc.get("nvml") or {}
+        out.append(printable(f"  no GPUs listed (NVML: {nvml.get('error') or 'none'})")[:width])
+    out += ["", f"  {'VERDICT':<10} {'PID':>7} {'USER':<10} {'GPU':<5} ORIGIN / COMMAND"]
+    if not jobs:
+        out.append("  no training jobs")
+    for i, j in enumerate(jobs):
+        mark = ">" if i == selected else " "
+        on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
+        verdict = str(j.get("verdict") or "-")
+        head = f"{mark} {paint(f'{verdict:<10}', verdict, colour)} {j.get('root_pid'):>7} "
+        head += f"{printable(str(j.get('user') or '-'))[:10]:<10} {on:<5} "
+        room = max(20, width - 36)
+        out.append(head + printable(str(j.get("origin") or "-"))[:room])
+        out.append(" " * 36 + shorten_command(j.get("cmdline") or [], room))
+    findings = doc.get("findings") or []
+    out += ["", f"  open findings: {len(findings)}"]
+    for f in findings:
+        sev = str(f.get("severity") or "-")
+        text = printable(f"{f.get('kind')}: {f.get('message')}")
+        out.append(
+            f"  {finding_ref(f.get('id')):<5} {paint(f'{sev:<8}', sev, colour)} "
+            + text[: max(10, width - 17)]
+        )
+    if note:  # a command's output: wrapped, never cut
+        out.append("")
+        for x in note.splitlines():
+            x = printable(x)
+            out += [x[i : i + width] for i in range(0, len(x), width)] or [""]
+    return out
+
+
+@contextlib.contextmanager
+def _cbreak(fd: int) -> Iterator[None]:
+    old = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        sys.stdout.write("\x1b[?1049h\x1b[?25l")  # alternate screen, hide the cursor
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, old)
+        sys.stdout.write("\x1b[?25h\x1b[?1049l")
+        sys.stdout.flush()
+
+
+def _key(fd: int, timeout_s: float) -> str:
+    ready, _, _ = select.select([fd], [], [], timeout_s)
+    if not ready:
+        return ""
+    data = os.read(fd, 16).decode(errors="replace")
+    return {"\x1b[A": "k", "\x1b[B": "j"}.get(data, data[:1])
+
+
+def _draw(lines: list[str]) -> None:
+    sys.stdout.write("\x1b[H\x1b[2J" + "\r\n".join(lines))
+    sys.stdout.flush()
+
+
+def _run_command(argv: list[str]) -> str:
+    """Run one of our commands; its output (both streams) for the screen."""
+    done = subprocess.run(
+        [sys.executable, "-m", "watchdog", *argv],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=120,
+        check=False,
+    )
+    text = (done.stdout + done.stderr).rstrip()
+    return f"exit {done.returncode}: rogue-watchdog {shlex.join(argv)}\n{text}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """The live view's loop; returns the exit code (0 on ``q``, 2 without a terminal)."""
+    from watchdog.daemon.cli import UsageError, socket_path
+    from watchdog.daemon.ipc import StatusError
+
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print("rogue-watchdog: the live view needs a terminal; use `status`", file=sys.stderr)
+        return 2
+    try:
+        socket = socket_path(args)
+    except UsageError as exc:
+        print(f"rogue-watchdog: {exc}", file=sys.stderr)
+        return 2
+    from watchdog.cli import resolve_config_path
+    from watchdog.daemon.cli import configure_logging
+
+    # A local scan's log events would scribble over the screen; what matters is drawn.
+    configure_logging(open(os.devnull, "w"))  # noqa: SIM115 - for the process's lifetime
+    config_path = resolve_config_path(args.config)
+    common = [*(["--config", config_path] if config_path else [])]
+    fd = sys.stdin.fileno()
+    selected, note = 0, ""
+    colour = use_colour()
+    with _cbreak(fd):
+        while True:
+            try:
+                doc, source = fetch(socket, config_path, args.timeout)
+            except StatusError as exc:
+                doc, source = {}, f"nowhere: {exc}"
+            jobs = doc.get("jobs") or []
+            selected = max(0, min(selected, len(jobs) - 1))
+            width = os.get_terminal_size(sys.stdout.fileno()).columns
+            _draw(frame(doc, source, selected, width, colour, note))
+            key = _key(fd, args.interval)
+            if key in ("q", "\x03"):
+                return 0
+            if key in ("j", "k"):
+                selected += 1 if key == "j" else -1
+                note = ""
+            elif key == "r":
+                note = ""
+            elif key in ("e", "t", "d") and jobs:
+                job = jobs[selected]
+                pid = str(job.get("root_pid"))
+                if key == "e":
+                    note = _run_command(["explain", pid, *common])
+                    continue
+                verb = "terminate" if key == "t" else "disable-source"
+                what = shorten_command(job.get("cmdline") or [], 60)
+                _draw(
+                    [
+                        *frame(doc, source, selected, width, colour),
+                        "",
+                        printable(f"{verb} the {job.get('verdict')} job PID {pid} `{what}`?"),
+                        "press y to confirm, any other key to cancel",
+                    ]
+                )
+                answer = _key(fd, 60.0)
+                if answer == "y":
+                    note = _run_command([verb, pid, *common])
+                else:
+                    note = f"{verb} PID {pid}: cancelled"
