@@ -275,12 +275,33 @@ def gpu_summary(gpu: GpuInfo, jobs: Sequence[Job], width: int = UNLIMITED) -> li
 BLIND_SPOT_KINDS = ("nvml-unavailable", "pid-namespace", "proc-unavailable", "limited-visibility")
 
 
+#: Findings that mean NVML may not place every job on its GPU: a ``--gpu N`` view then
+#: lists the jobs it cannot place as well, rather than calling the GPU clear.
+PLACEMENT_BLIND_KINDS = (
+    *BLIND_SPOT_KINDS,
+    "gpu-processes-hidden",
+    "gpu-query-failed",
+    "gpu-query-hung",
+)
+
+
+def placement_blind(kinds: Iterable[str]) -> bool:
+    """True when a finding of one of ``kinds`` means some job's GPU may be unknown."""
+    return any(k in PLACEMENT_BLIND_KINDS for k in kinds)
+
+
 def gpu_view_note(result: ScanResult, index: int) -> str | None:
-    """Why a ``--gpu N`` view may be empty, or None when GPU ``index`` was seen."""
+    """Why a ``--gpu N`` view may be empty or wider than GPU ``index``; None when NVML
+    placed every job and GPU ``index`` was seen."""
     if not result.nvml.available:
         return (
-            f"GPU {index}: NVML is unavailable, so no job can be placed on a GPU; "
-            "run without --gpu to see every training job"
+            f"GPU {index}: NVML is unavailable, so no job can be placed on a GPU: "
+            "every training job is listed"
+        )
+    if placement_blind(f.kind for f in result.findings):
+        return (
+            f"GPU {index}: NVML cannot list every GPU process here (see the findings): "
+            "jobs it places on no GPU are listed too"
         )
     if not any(g.index == index for g in result.gpus):
         listed = ", ".join(str(i) for i in sorted({g.index for g in result.gpus})) or "none"
@@ -298,7 +319,10 @@ def filter_gpu(result: ScanResult, index: int) -> ScanResult:
     on it, their findings and the findings that name the GPU."""
     from dataclasses import replace
 
-    jobs = [j for j in result.jobs if on_gpu(j, index)]
+    # A job NVML does not place may be on this GPU when NVML cannot see every process:
+    # listed too, so a blind view is never reported as a clear one.
+    blind = not result.nvml.available or placement_blind(f.kind for f in result.findings)
+    jobs = [j for j in result.jobs if on_gpu(j, index) or (blind and not j.gpu_indexes)]
     roots = {j.root_pid for j in jobs}
     findings = [
         f
@@ -306,7 +330,7 @@ def filter_gpu(result: ScanResult, index: int) -> ScanResult:
         if (f.root_pid is not None and f.root_pid in roots)
         or f.details.get("gpu_index") == index
         or index in (f.details.get("gpu_indexes") or ())
-        or f.kind in BLIND_SPOT_KINDS
+        or f.kind in PLACEMENT_BLIND_KINDS
     ]
     gpus = [g for g in result.gpus if g.index == index]
     return replace(result, gpus=gpus, jobs=jobs, findings=findings)

@@ -149,10 +149,14 @@ def test_an_empty_gpu_view_says_why(spawned: Spawned, tmp_path: Path) -> None:
         "GPU 9: NVML lists no such GPU here (GPUs: 0, 1, 2, 3)",
     ]
 
+    # NVML unavailable: no job can be placed, so none may be left out. Before, `scan
+    # --gpu 3` printed "No training jobs found." and exited 0 beside a rogue job.
     blind = tmp_path / "blind.yaml"
-    blind.write_text("nvml: {enabled: false}\n")
+    blind.write_text("nvml: {enabled: false}\ntraining: {launchers: ['mystery_train']}\n")
     done = run_cli("scan", "--gpu", "3", "--config", str(blind), env={"COLUMNS": "200"})
     assert done.stdout.splitlines()[3] == (
-        "GPU 3: NVML is unavailable, so no job can be placed on a GPU; "
-        "run without --gpu to see every training job"
+        "GPU 3: NVML is unavailable, so no job can be placed on a GPU: "
+        "every training job is listed"
     )
+    assert done.returncode == 1
+    assert any(line.split()[:2] == ["rogue", str(rogue)] for line in done.stdout.splitlines())

@@ -72,3 +72,17 @@ def test_a_daemon_too_old_to_say_which_gpu_shows_unknown() -> None:
         "  GPU 0  NVIDIA H200  1.5 GiB used of 150.0 GiB: sanctioned -, unsanctioned -,"
         " not attributable -  GPU-1"
     )
+
+
+def test_a_gpu_view_while_nvml_is_blind_lists_unplaced_jobs_and_keeps_the_exit_code() -> None:
+    # NVML down: the daemon places no job on a GPU. `status --gpu 0` used to print
+    # "jobs: 0" and exit 0 while F7 (high, a rogue job) was open.
+    doc = copy.deepcopy(DOC)
+    doc["jobs"][0]["gpus"] = []
+    doc["findings"].append(
+        dict(doc["findings"][0], id=9, kind="nvml-unavailable", severity="info", root_pid=None)
+    )
+    narrowed = filter_gpu(doc, 0)
+    assert [j["root_pid"] for j in narrowed["jobs"]] == [4242]
+    assert [f["id"] for f in narrowed["findings"]] == [7, 9]
+    assert exit_code(dict(narrowed, degraded={})) == 1

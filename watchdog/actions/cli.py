@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from watchdog.clihelp import command_help
+from watchdog.daemon import DEFAULT_SOCKET
 
 if TYPE_CHECKING:
     from watchdog.actions.remedy import JobTarget, Remedy
@@ -75,12 +76,53 @@ def _limit(text: str) -> int:
     return n
 
 
-def _setup(args: argparse.Namespace) -> tuple[Config, StateDB]:
+#: Where the running daemon answers when no ``--config`` names another socket.
+DAEMON_SOCKET = DEFAULT_SOCKET
+
+
+def daemon_config_path(socket: str, timeout_s: float = 2.0) -> tuple[bool, str | None]:
+    """The configuration file the daemon answering at ``socket`` runs with.
+
+    A finding id comes from the daemon, and so must the rules that guard acting on it (the
+    protect list, the state directory): without ``--config`` an action uses the daemon's
+    file, not whatever the default path holds (or built-in defaults with no protect list).
+
+    Returns:
+        ``(True, path)`` when the daemon answered (``path`` None: it runs on built-in
+        defaults); ``(False, None)`` when no daemon answered there.
+    """
+    from watchdog.daemon.ipc import StatusError, query_status
+
+    try:
+        doc = query_status(socket, timeout_s=timeout_s)
+    except (StatusError, OSError):
+        return False, None
+    path = (doc.get("config") or {}).get("path")
+    return True, path if isinstance(path, str) and path else None
+
+
+def _config_path(args: argparse.Namespace) -> str | None:
     from watchdog.cli import resolve_config_path
+    from watchdog.render import printable
+
+    if args.config is not None:
+        return str(args.config)
+    answered, path = daemon_config_path(DAEMON_SOCKET)
+    if not answered:
+        return resolve_config_path(None)
+    shown = path if path is not None else "(built-in defaults)"
+    print(
+        printable(f"rogue-watchdog: using the running daemon's configuration: {shown}"),
+        file=sys.stderr,
+    )
+    return path
+
+
+def _setup(args: argparse.Namespace) -> tuple[Config, StateDB]:
     from watchdog.config import load_config
     from watchdog.daemon.state import StateDB, StateError
 
-    config = load_config(resolve_config_path(args.config))
+    config = load_config(_config_path(args))
     try:
         db = StateDB(args.state_dir or config.daemon.state_dir)
     except StateError as exc:
@@ -251,6 +293,10 @@ def cmd_terminate(args: argparse.Namespace) -> int:
             why = f" ({p.reason})" if p.reason else ""
             _out(f"  PID {p.pid} `{' '.join(p.cmdline)[:100]}`: {sent}: {p.result}{why}")
     _out(f"outcome: {res.outcome}")
+    if res.outcome == "dry-run" and not any(p.result == "would-signal" for p in res.procs):
+        # The real run would signal nothing: say so in the exit status, as it would.
+        _out("a real run would be refused: no process of this job would be signalled")
+        return 1
     return 0 if res.outcome in ("ok", "dry-run") else 1
 
 

@@ -12,11 +12,12 @@ from watchdog import __version__
 from watchdog.lineage.describe import describe_origin
 from watchdog.model import REPORTED_SEVERITIES, finding_ref
 from watchdog.render import (
-    BLIND_SPOT_KINDS,
+    PLACEMENT_BLIND_KINDS,
     gpu_json,
     gpu_lines,
     output_width,
     paint,
+    placement_blind,
     printable,
     shorten_command,
     use_colour,
@@ -216,10 +217,13 @@ def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
     """The status document narrowed to GPU ``index``: that GPU (and its MIG instances),
     the jobs on it and their open findings, and those about what the daemon cannot see at
     all (NVML unavailable, a PID namespace)."""
+    # While NVML cannot place every process, a job on no known GPU may be on this one.
+    blind = placement_blind(f.get("kind") or "" for f in doc.get("findings") or [])
     jobs = [
         j
         for j in doc.get("jobs") or []
         if any(g.get("index") == index for g in j.get("gpus") or [])
+        or (blind and not j.get("gpus"))
     ]
     pids = {p for j in jobs for p in [j.get("root_pid"), *(j.get("pids") or [])]}
     return {
@@ -229,7 +233,7 @@ def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
         "findings": [
             f
             for f in doc.get("findings") or []
-            if f.get("root_pid") in pids or f.get("kind") in BLIND_SPOT_KINDS
+            if f.get("root_pid") in pids or f.get("kind") in PLACEMENT_BLIND_KINDS
         ],
     }
 

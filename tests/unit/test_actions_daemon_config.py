@@ -1,0 +1,85 @@
+"""An action on a finding id runs under the configuration of the daemon that opened it.
+
+Without ``--config`` a person pastes ``terminate F12`` from ``status``; the protect list
+that guards it must be the daemon's, not the built-in defaults (which protect nothing
+the daemon's file names).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, Spawned, poll
+from watchdog.actions import cli as actions_cli
+from watchdog.cli import main
+
+
+def run_daemon(spawned: Spawned, tmp_path: Path, token: str) -> tuple[Path, Path]:
+    sock = tmp_path / "s.sock"
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "nvml: {enabled: false}\n"
+        f"training: {{launchers: ['{token}']}}\n"
+        f"daemon: {{state_dir: '{tmp_path}/state', socket: '{sock}', interval_s: 0.5}}\n"
+        f"enforcement: {{protect: [{{cmdline: '*/pipeline-{token}/*'}}]}}\n"
+    )
+    log = tmp_path / "out.log"
+    with open(log, "wb") as fh:
+        spawned.start(
+            [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
+            env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=fh, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    return config, sock
+
+
+def open_finding(sock: Path, pid: int) -> int | None:
+    from watchdog.daemon.ipc import StatusError, query_status
+
+    try:
+        doc = query_status(str(sock), timeout_s=1)
+    except StatusError:
+        return None
+    ids = [f["id"] for f in doc.get("findings") or [] if f.get("root_pid") == pid]
+    return ids[0] if ids else None
+
+
+def test_terminate_by_finding_id_obeys_the_daemons_protect_list(
+    spawned: Spawned,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    token = f"protjob{uuid.uuid4().hex[:8]}"
+    job_dir = tmp_path / f"pipeline-{token}"
+    job_dir.mkdir()
+    script = job_dir / f"{token}.py"
+    script.write_text("import time\ntime.sleep(120)\n")
+    config, sock = run_daemon(spawned, tmp_path, token)
+    job = spawned.start([sys.executable, str(script)])
+    fid = poll("the daemon's finding", lambda: open_finding(sock, job.pid), 30)
+    monkeypatch.setattr(actions_cli, "DAEMON_SOCKET", str(sock))
+    monkeypatch.chdir(tmp_path)  # no --config, and the default path does not matter
+    capsys.readouterr()
+    code = main(["terminate", f"F{fid}", "--dry-run"])
+    out, err = capsys.readouterr()
+    # Before: the default configuration was used (nothing protected): exit 0, "would send
+    # SIGTERM". Now the daemon's protect entry refuses it.
+    assert f"rogue-watchdog: using the running daemon's configuration: {config}\n" in err
+    assert code == 1, (out, err)
+    assert f"matches enforcement.protect entry 'cmdline=*/pipeline-{token}/*'" in out
+    assert out.endswith(
+        "outcome: dry-run\n"
+        "a real run would be refused: no process of this job would be signalled\n"
+    )
+    assert job.poll() is None  # a dry run, and refused: the job still runs
+
+
+def test_without_a_daemon_the_default_path_is_used(tmp_path: Path) -> None:
+    answered, path = actions_cli.daemon_config_path(str(tmp_path / "none.sock"), timeout_s=0.2)
+    assert (answered, path) == (False, None)
