@@ -29,6 +29,9 @@ def render() -> str:
         parser,
         _data={
             "project_name": "rogue-watchdog",
+            # NAME's one line: what whatis(1) and apropos(1) find.
+            "description": "find rogue GPU training jobs, their origin, and poisoned weights",
+            "manual_title": "rogue-watchdog manual",
             "version": __version__,
             "date": f"version {__version__}",
             "url": "",

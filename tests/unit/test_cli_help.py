@@ -80,6 +80,7 @@ def test_man_page_is_generated_from_the_parser_and_current(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     page = out.read_text()
     assert page.startswith('.TH ROGUE\\-WATCHDOG "1" "version ')
+    assert ".SH NAME\nrogue\\-watchdog \\- find rogue GPU training jobs" in page
     for name in subcommands():
         assert f".SS rogue\\-watchdog {name.replace('-', chr(92) + '-')}\n" in page, name
     committed = (REPO / "man" / "rogue-watchdog.1").read_text()
