@@ -18,7 +18,7 @@ from watchdog import __version__
 from watchdog.actions.cli import register as register_actions
 from watchdog.config import Config, ConfigError, load_config
 from watchdog.daemon.cli import register as register_daemon
-from watchdog.lineage.describe import describe_origin
+from watchdog.lineage.describe import describe_origin, remediation_text
 from watchdog.model import REPORTED_SEVERITIES
 from watchdog.queue.source import one_shot_queue_findings
 from watchdog.render import printable, result_json, result_table
@@ -93,7 +93,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             out(f"  {key}: {value}")
     for e in origin.evidence:
         out(f"  evidence: {e}")
-    out(f"Remediation: {origin.remediation or 'none known: the origin could not be named'}")
+    out(f"Remediation: {remediation_text(origin)}")
     emit("\n".join(printable(line) for line in lines))
     return 0
 

@@ -20,6 +20,8 @@ from watchdog.actions.services_source import service_findings, service_pids
 from watchdog.config import Config
 from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import OriginResolver, ResolveContext
+from watchdog.lineage.cron import entry_state, with_entry_state
+from watchdog.lineage.describe import describe_origin, names_source, same_source
 from watchdog.model import UNKNOWN_ORIGIN, Finding, GpuInfo, GpuProcess, Job, Origin, Proc
 from watchdog.policy.allowlist import judge
 from watchdog.policy.findings import gpu_visibility_findings, job_findings
@@ -130,6 +132,8 @@ class Scanner:
         self.host = socket.gethostname()
         self.launcher_cache = LauncherCache()
         self._origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin]] = {}
+        # The origin first resolved for each job root identity (PID, start ticks).
+        self._pinned: dict[tuple[int, int], Origin] = {}
         self._persistent: dict[str, object] = {}
         # Our own PID as seen in proc_root (differs only for a fixture tree).
         self.self_pids = (
@@ -148,6 +152,29 @@ class Scanner:
             unit_dirs=p.unit_dirs,
             persistent=self._persistent,
         )
+
+    def _keep_first(self, ident: tuple[int, int], fresh: Origin, ctx: ResolveContext) -> Origin:
+        """The origin of a running process never changes: keep the first definite one.
+
+        A re-resolution may match another source by command line (a retired cron line's
+        ghost running the pipeline's script matches the pipeline's own line once its
+        line is commented out). What started a process is fixed when it starts, so a
+        different later answer only refreshes whether the first source still exists.
+        """
+        first = self._pinned.get(ident)
+        if first is None or not names_source(first) or same_source(first, fresh):
+            return fresh
+        kept = first
+        if first.kind == "cron" and first.fields.get("entry_state") is None:
+            state = entry_state(first, ctx)
+            if state in ("disabled", "removed"):
+                kept = with_entry_state(first, state)
+        note = (
+            f"kept for this process's lifetime: a later look matched "
+            f"{describe_origin(fresh)}, but a running process does not change who started it"
+        )
+        evidence = (*(e for e in kept.evidence if not e.startswith("kept for this")), note)
+        return Origin(kept.kind, evidence, kept.remediation, kept.fields)
 
     def _gpu(self) -> tuple[NvmlStatus, list[GpuInfo], list[GpuProcess], list[Finding]]:
         if self.gpu_source is None:
@@ -213,16 +240,21 @@ class Scanner:
         ctx = self.context(now)
         mono = time.monotonic()
         origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin]] = {}
+        pinned: dict[tuple[int, int], Origin] = {}
         for job in jobs:
             # The same lineage resolves the same way until its files change: reuse the
             # answer for ORIGIN_TTL_S (a re-parented job has a new lineage, so a new key).
             key = tuple((p.pid, p.start_ticks) for p in job.lineage)
+            ident = (job.root_pid, job.start_ticks)
             hit = self._origins.get(key)
             if hit is None or mono - hit[0] > ORIGIN_TTL_S:
-                hit = (mono, resolve_origin(job.lineage, ctx, self.resolvers))
+                fresh = resolve_origin(job.lineage, ctx, self.resolvers)
+                hit = (mono, self._keep_first(ident, fresh, ctx))
             origins[key] = hit
+            pinned[ident] = hit[1]
             job.origin = hit[1]
         self._origins = origins
+        self._pinned = pinned
         judge(jobs, self.config)
         proc_root = self.config.paths.proc_root
         for job in jobs:

@@ -26,8 +26,8 @@ import shlex
 import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
-from zoneinfo import ZoneInfo
+from datetime import datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
@@ -113,6 +113,7 @@ class CronResolver:
         entries = [e for t in read.tabs for e in t.entries]
         cmd = _shell_command(shell)
         matches: list[_Match] = []
+        others: list[_Match] = []
         if cmd is not None:
             evidence.append(f"job shell PID {shell.pid}: {shell.cmdline[0]} -c {cmd!r}")
             wanted = _norm(cmd)
@@ -121,7 +122,17 @@ class CronResolver:
                 for e in entries
                 if _norm(e.run_command) == wanted
             ]
-        if not matches:
+            if matches:
+                matches = _by_tick(matches, shell, ctx, evidence)
+            else:
+                # cron ran exactly CMD: an entry with another command did not start this
+                # process, however much of it the command line shares (a pipeline's line
+                # running the same script must never inherit a retired line's ghost).
+                others = _contained(lineage[: idx - 1] or lineage[:1], entries)
+                retired = _retired_entry(ctx, read, cmd, shell.user)
+                if retired is not None:
+                    return _retired_origin(retired, lineage, evidence, others, ctx, cmd)
+        else:
             matches = _contained(lineage[: idx - 1] or lineage[:1], entries)
         matches = _prefer_user(matches, shell.user)
         if not matches:
@@ -139,12 +150,16 @@ class CronResolver:
                     "no live entry matches: the entry was edited or removed after this job "
                     "started; kill the job, nothing will start it again from this line"
                 )
+            evidence.extend(_not_its_entry(others, cmd))
             evidence.extend(_dead_notes(ctx, cmd, lineage[:1]))
+            fields = _fields(None, shell.user, ctx)
+            if not read.problems:
+                fields["entry_state"] = "removed"
             return Origin(
                 kind="cron",
                 evidence=tuple(evidence),
                 remediation=remediation,
-                fields=_fields(None, shell.user, ctx),
+                fields=fields,
             )
         evidence.extend(_unread_notes(read))
         return _origin(matches, lineage, idx, evidence, ctx, cmd)
@@ -165,7 +180,8 @@ class CronResolver:
         matches = _prefer_user(_contained([top], entries), top.user)
         if not matches:
             return None
-        evidence = []
+        evidence: list[str] = []
+        matches = _by_tick(matches, top, ctx, evidence)
         if in_cron_unit:
             evidence.append(
                 f"PID {top.pid} lives in cron's cgroup (KillMode=process keeps daemonised "
@@ -540,3 +556,196 @@ def _dead_notes(ctx: ResolveContext, cmd: str | None, procs: Sequence[Proc]) -> 
         for e in found:
             notes.append(f"also matches {e.file}:{e.line}, which cron does not read ({why})")
     return notes
+
+
+# -- which line fired, and lines that no longer fire ------------------------------------
+
+
+def _entry_zone(entry: CronEntry, ctx: ResolveContext) -> tzinfo:
+    tz_name = entry.env.get("CRON_TZ")
+    if tz_name:
+        try:
+            return ZoneInfo(tz_name)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    return _zone(ctx)
+
+
+# cron forks the job within a second or two of the minute; start times (btime + ticks)
+# are exact to about a second. A busy host may lag, so up to a minute counts.
+_TICK_SLACK_S = 59.0
+
+
+def _fired_before(entry: CronEntry, start_s: float, ctx: ResolveContext) -> float | None:
+    """Seconds between the entry's last fire time and ``start_s``, or None."""
+    if entry.expression is None:
+        return None
+    try:
+        started = datetime.fromtimestamp(start_s, _entry_zone(entry, ctx))
+        fired = next(CronSim(entry.expression, started + timedelta(seconds=2), reverse=True))
+    except (ValueError, OSError, OverflowError, StopIteration, CronSimError):
+        return None
+    return (started - fired).total_seconds()
+
+
+def _by_tick(
+    matches: list[_Match], proc: Proc, ctx: ResolveContext, evidence: list[str]
+) -> list[_Match]:
+    """Keep the entries that fired at the minute ``proc`` (cron's job shell) started.
+
+    Several entries can run the same command; only those whose schedule fired just
+    before the process started can have started it. When the start time is unknown or
+    no entry fits, every match is kept (and the evidence says so).
+    """
+    if len(matches) < 2:
+        return matches
+    start_s = ctx.table.start_time_s(proc.start_ticks)
+    if start_s is None:
+        return matches
+    fits = []
+    for m in matches:
+        lag = _fired_before(m.entry, start_s, ctx)
+        if lag is not None and lag <= _TICK_SLACK_S:
+            fits.append(m)
+    if not fits or len(fits) == len(matches):
+        return matches
+    when = datetime.fromtimestamp(start_s, _zone(ctx)).isoformat(timespec="seconds")
+    for m in matches:
+        if m not in fits:
+            evidence.append(
+                f"not {m.entry.file}:{m.entry.line}: PID {proc.pid} started at {when}, "
+                f"when that entry ({m.entry.schedule}) did not fire"
+            )
+    return fits
+
+
+@dataclass(frozen=True)
+class _Retired:
+    """A commented-out line whose entry ran the job's command.
+
+    Attributes:
+        entry: The entry as it was (parsed from the comment).
+        comment: The line as it is now.
+    """
+
+    entry: CronEntry
+    comment: str
+
+
+def _retired_entry(ctx: ResolveContext, read: _Tabs, cmd: str, user: str | None) -> _Retired | None:
+    """The commented-out line (``disable-source``'s marker, ``sed``'s prefix, or a
+    person's ``#``) whose entry runs exactly ``cmd``, in the crontabs cron reads."""
+    wanted = _norm(cmd)
+    found: list[_Retired] = []
+    for tab in read.tabs:
+        try:
+            text = safeio.read_regular(tab.path, _MAX_FILE_BYTES).decode("utf-8", "surrogateescape")
+        except (OSError, safeio.NotRegularFileError, safeio.FileTooLargeError):
+            continue
+        for lineno, raw in enumerate(text.split("\n"), start=1):
+            body = raw.strip()
+            if not body.startswith("#") or wanted not in _norm(body):
+                continue
+            entry = _entry_in_comment(body, tab, lineno, wanted)
+            if entry is not None:
+                found.append(_Retired(entry, raw.removesuffix("\r")))
+    found.sort(key=lambda r: user is not None and r.entry.user != user)
+    return found[0] if found else None
+
+
+def _entry_in_comment(body: str, tab: Crontab, lineno: int, wanted: str) -> CronEntry | None:
+    words = body.split()
+    for k in range(len(words)):
+        candidate = " ".join(words[k:])
+        if candidate.startswith("#"):
+            continue
+        parsed = parse_crontab(candidate, tab.path, system=tab.system, owner=tab.owner)
+        for e in parsed.entries:
+            if _norm(e.run_command) == wanted:
+                return CronEntry(
+                    tab.path, lineno, candidate, e.schedule, e.expression, e.user, e.command
+                )
+    return None
+
+
+def _retired_origin(
+    retired: _Retired,
+    lineage: Sequence[Proc],
+    evidence: list[str],
+    others: list[_Match],
+    ctx: ResolveContext,
+    cmd: str,
+) -> Origin:
+    entry = retired.entry
+    evidence.append(
+        f"started by {entry.file}:{entry.line}, entry since disabled: the line is now "
+        f"{retired.comment.strip()!r}; cron will not start it again from there, but this "
+        "running copy must still be stopped"
+    )
+    evidence.extend(_not_its_entry(others, cmd))
+    evidence.extend(_dead_notes(ctx, cmd, lineage[:1]))
+    fields: dict[str, object] = {
+        "file": entry.file,
+        "line": entry.line,
+        "entry": entry.raw,
+        "user": entry.user,
+        "schedule": entry.schedule,
+        "next_run": None,
+        "entry_state": "disabled",
+    }
+    return Origin(kind="cron", evidence=tuple(evidence), remediation=None, fields=fields)
+
+
+def _not_its_entry(others: Sequence[_Match], cmd: str | None) -> list[str]:
+    return [
+        f"not {m.entry.file}:{m.entry.line}: its command runs the same program, but cron "
+        f"ran {cmd!r}, not that line's command"
+        for m in others
+    ]
+
+
+def entry_state(origin: Origin, ctx: ResolveContext) -> str | None:
+    """Whether a cron origin's line still runs: ``live``, ``disabled`` or ``removed``.
+
+    Args:
+        origin: A ``cron`` origin with ``file``, ``line`` and ``entry``.
+        ctx: Paths and the parse cache.
+
+    Returns:
+        ``live`` when the file still has that entry at that line, ``disabled`` when the
+        line is now a comment holding it, ``removed`` otherwise; None when the origin
+        names no line or its file could not be read (nothing can be said).
+    """
+    f = origin.fields
+    path, line, raw = f.get("file"), f.get("line"), f.get("entry")
+    if not isinstance(path, str) or not isinstance(line, int) or not isinstance(raw, str):
+        return None
+    try:
+        text = safeio.read_regular(path, _MAX_FILE_BYTES).decode("utf-8", "surrogateescape")
+    except FileNotFoundError:
+        return "removed"
+    except (OSError, safeio.NotRegularFileError, safeio.FileTooLargeError):
+        return None
+    lines = text.split("\n")
+    current = lines[line - 1].removesuffix("\r") if 1 <= line <= len(lines) else ""
+    if current == raw:
+        return "live"
+    body = current.strip()
+    if body.startswith("#") and _norm(body).endswith(_norm(raw)):
+        return "disabled"
+    return "removed"
+
+
+def with_entry_state(origin: Origin, state: str) -> Origin:
+    """``origin`` marked as no longer live (``disabled`` or ``removed``): no next run, no
+    remediation (the line already cannot start anything), evidence saying so."""
+    f = dict(origin.fields)
+    f["entry_state"] = state
+    f["next_run"] = None
+    where = f"{f.get('file')}:{f.get('line')}"
+    note = (
+        f"started by {where}, entry since {state}: cron will not start it again from "
+        "there, but this running copy must still be stopped"
+    )
+    evidence = (note, *(e for e in origin.evidence if not e.startswith("started by ")))
+    return Origin(origin.kind, evidence, None, f)

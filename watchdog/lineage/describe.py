@@ -16,11 +16,17 @@ def describe_origin(origin: Origin) -> str:
     """
     f = origin.fields
     if origin.kind == "cron":
+        if not f.get("file"):
+            # Never "cron None:None": say the line is gone, and that nothing names where.
+            return "cron, entry gone (no crontab line runs this command now)"
         text = f"cron {f.get('file')}:{f.get('line')}"
         if f.get("schedule"):
             text += f" ({f['schedule']})"
         if f.get("script"):
             text += f" via {f['script']}"
+        state = f.get("entry_state")
+        if state in ("disabled", "removed"):
+            text += f", entry since {state}"
         return text
     if origin.kind == "systemd":
         scope = "user unit" if f.get("user_unit") or f.get("uid") is not None else "unit"
@@ -55,3 +61,46 @@ def next_run_text(origin: Origin) -> str | None:
     """``next run <when>`` for scheduled origins, or None."""
     nxt = origin.fields.get("next_run")
     return f"next run {nxt}" if nxt else None
+
+
+# The fields that name *which* source an origin is, per kind: two origins with the same
+# key point at the same thing that would start the job again.
+_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
+    "cron": ("file", "line"),
+    "systemd": ("unit", "user_unit", "uid"),
+    "slurm": ("job_id",),
+    "container": ("container_id",),
+    "shell": ("session",),
+    "at": ("job",),
+    "supervisor": ("supervisor", "program"),
+}
+
+
+def names_source(origin: Origin) -> bool:
+    """True when the origin names a definite source (not unknown, orphan, or a cron
+    job whose line could not be found)."""
+    keys = _SOURCE_KEYS.get(origin.kind)
+    if keys is None:
+        return False
+    return any(origin.fields.get(k) is not None for k in keys)
+
+
+def same_source(a: Origin, b: Origin) -> bool:
+    """True when both origins name the same source (same kind and key fields)."""
+    if a.kind != b.kind:
+        return False
+    keys = _SOURCE_KEYS.get(a.kind, ())
+    return all(a.fields.get(k) == b.fields.get(k) for k in keys)
+
+
+def remediation_text(origin: Origin) -> str:
+    """The remediation line of ``explain``: the command, or why there is none."""
+    if origin.remediation:
+        return origin.remediation
+    state = origin.fields.get("entry_state")
+    if origin.kind == "cron" and state in ("disabled", "removed"):
+        return (
+            f"none needed for the source (its crontab entry was {state}); "
+            "the running job must still be stopped"
+        )
+    return "none known: the origin could not be named"

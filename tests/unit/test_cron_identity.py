@@ -1,0 +1,189 @@
+"""A cron origin belongs to the process identity that cron started.
+
+The incident: two crontab files run the same script under different locks
+(``flock -n /run/X.lock /usr/bin/python3 /p/train.py``, X = a or b); the pipeline's rule
+pins file a. After ``disable-source`` comments out b's line, the still-running ghost
+from b must stay "started by .../b:4, entry since disabled", never move to a's line.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+import watchdog.scan as scan_mod
+from tests.fixtures.proc.fakeproc import FakeProc, write_tree
+from watchdog.config import parse_config
+from watchdog.lineage.base import ResolveContext
+from watchdog.lineage.cron import CronResolver
+from watchdog.lineage.describe import describe_origin
+from watchdog.model import Proc
+from watchdog.scan import Scanner
+from watchdog.sources.procfs import ProcessTable
+
+TRAIN = ("/usr/bin/python3", "/p/train.py")
+CMD_A = "flock -n /run/a.lock /usr/bin/python3 /p/train.py"
+CMD_B = "flock -n /run/b.lock /usr/bin/python3 /p/train.py"
+MARKER = "# disabled by rogue-watchdog at 2026-11-29T12:00:00Z (rogue job, finding 6): "
+
+
+def _proc(pid: int, ppid: int, argv: tuple[str, ...], exe: str | None = None) -> Proc:
+    exe = exe or argv[0]
+    return Proc(pid, ppid, 1000, "S", exe.rsplit("/", 1)[-1][:15], pid, pid, 0, "root", exe, argv)
+
+
+def _chain(cmd: str, base: int) -> list[Proc]:
+    """python3 → flock → /bin/sh -c CMD → CRON → cron → init."""
+    return [
+        _proc(base + 3, base + 2, TRAIN),
+        _proc(base + 2, base + 1, ("flock", "-n", cmd.split()[2], *TRAIN), "/usr/bin/flock"),
+        _proc(base + 1, base, ("/bin/sh", "-c", cmd), "/usr/bin/dash"),
+        _proc(base, 100, ("CRON",), "/usr/sbin/cron"),
+        _proc(100, 1, ("/usr/sbin/cron", "-f")),
+        _proc(1, 0, ("/sbin/init",)),
+    ]
+
+
+def _host(tmp_path: Path, b_disabled: bool) -> ResolveContext:
+    cron_d = tmp_path / "cron.d"
+    cron_d.mkdir(exist_ok=True)
+    (cron_d / "a").write_text(f"SHELL=/bin/sh\n\n* * * * * root {CMD_A}\n")
+    b_line = f"* * * * * root {CMD_B}"
+    if b_disabled:
+        b_line = MARKER + b_line
+    (cron_d / "b").write_text(f"# retired pipeline\nMAILTO=''\n\n{b_line}\n")
+    return ResolveContext(
+        table=ProcessTable(str(tmp_path / "noproc")),
+        now=datetime(2026, 11, 29, 12, 0, 30, tzinfo=UTC),
+        cron_files=(str(tmp_path / "crontab"),),
+        cron_d_dir=str(cron_d),
+        cron_spool_dirs=(),
+    )
+
+
+def test_ghost_stays_with_its_disabled_line(tmp_path: Path) -> None:
+    live = CronResolver().resolve(_chain(CMD_B, 500), _host(tmp_path, b_disabled=False))
+    assert live is not None
+    assert (live.fields["file"], live.fields["line"]) == (f"{tmp_path}/cron.d/b", 4)
+
+    ghost = CronResolver().resolve(_chain(CMD_B, 500), _host(tmp_path, b_disabled=True))
+    assert ghost is not None and ghost.kind == "cron"
+    assert (ghost.fields["file"], ghost.fields["line"]) == (f"{tmp_path}/cron.d/b", 4)
+    assert ghost.fields["entry_state"] == "disabled"
+    assert ghost.fields["entry"] == f"* * * * * root {CMD_B}"
+    assert ghost.fields["next_run"] is None
+    assert ghost.remediation is None
+    assert describe_origin(ghost) == f"cron {tmp_path}/cron.d/b:4 (* * * * *), entry since disabled"
+    assert any(
+        e.startswith(f"started by {tmp_path}/cron.d/b:4, entry since disabled")
+        for e in ghost.evidence
+    )
+    # The pipeline's line shares the script but is named only to say it did not start it.
+    assert f"not {tmp_path}/cron.d/a:3: its command runs the same program, but cron ran " in (
+        "\n".join(ghost.evidence)
+    )
+
+    pipeline = CronResolver().resolve(_chain(CMD_A, 600), _host(tmp_path, b_disabled=True))
+    assert pipeline is not None
+    assert (pipeline.fields["file"], pipeline.fields["line"]) == (f"{tmp_path}/cron.d/a", 3)
+    assert "entry_state" not in pipeline.fields
+
+
+def test_a_removed_line_is_never_cron_none_none(tmp_path: Path) -> None:
+    ctx = _host(tmp_path, b_disabled=False)
+    (tmp_path / "cron.d" / "b").write_text("# nothing here any more\n")
+    gone = CronResolver().resolve(_chain(CMD_B, 500), ctx)
+    assert gone is not None
+    assert gone.fields["file"] is None and gone.fields["entry_state"] == "removed"
+    assert describe_origin(gone) == "cron, entry gone (no crontab line runs this command now)"
+    assert "None" not in describe_origin(gone)
+
+
+def test_cron_tick_decides_which_of_two_identical_lines_fired(tmp_path: Path) -> None:
+    # Same command in two files, on alternate minutes: the job shell's start time says
+    # which one fired. btime 0 + start ticks: the shell started at 12:03:01 UTC (odd).
+    proc_root = tmp_path / "proc"
+    proc_root.mkdir()
+    (proc_root / "stat").write_text("cpu 0 0 0 0\nbtime 0\n")
+    cron_d = tmp_path / "cron.d"
+    cron_d.mkdir()
+    (cron_d / "even").write_text(f"*/2 * * * * root {CMD_A}\n")
+    (cron_d / "odd").write_text(f"1-59/2 * * * * root {CMD_A}\n")
+    ctx = ResolveContext(
+        table=ProcessTable(str(proc_root)),
+        now=datetime(2026, 11, 29, 12, 3, 30, tzinfo=UTC),
+        cron_files=(),
+        cron_d_dir=str(cron_d),
+        cron_spool_dirs=(),
+    )
+    hz = os.sysconf("SC_CLK_TCK")
+    started = datetime(2026, 11, 29, 12, 3, 1, tzinfo=UTC).timestamp()
+    chain = _chain(CMD_A, 500)
+    shell = chain[2]
+    chain[2] = Proc(shell.pid, shell.ppid, int(started * hz), "S", "dash", shell.pid, shell.pid,
+                    0, "root", shell.exe, shell.cmdline)  # fmt: skip
+    origin = CronResolver().resolve(chain, ctx)
+    assert origin is not None
+    assert origin.fields["file"] == f"{cron_d}/odd"
+    assert not any(e.startswith("ambiguous") for e in origin.evidence)
+    assert any(e.startswith(f"not {cron_d}/even:1: PID 501 started at") for e in origin.evidence)
+
+
+CONFIG = """
+nvml: {{enabled: false}}
+paths: {{proc_root: {proc}, crontab: {root}/crontab, cron_d: {root}/cron.d, cron_spool: []}}
+sanctioned:
+  - name: pipeline
+    cmdline: "/usr/bin/python3 /p/train.py"
+    origin: {{cron_file: {root}/cron.d/a, cron_line: 1}}
+    max_instances: 1
+"""
+
+
+def test_scanner_keeps_a_running_ghost_on_its_first_origin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemonised ghost (re-parented, no cron ancestor) is matched by command line: once
+    its own line is disabled, a later match to the pipeline's line must not take it."""
+    proc_root = tmp_path / "proc"
+    write_tree(
+        proc_root,
+        [
+            FakeProc(1, 0, ["/sbin/init"]),
+            FakeProc(700, 1, list(TRAIN), cgroup=["0::/system.slice/cron.service"]),
+        ],
+    )
+    cron_d = tmp_path / "cron.d"
+    cron_d.mkdir()
+    b_line = f"* * * * * root setsid {' '.join(TRAIN)} &"
+    (cron_d / "b").write_text(f"# retired\n\n\n{b_line}\n")
+    config = parse_config(CONFIG.format(proc=proc_root, root=tmp_path), "t.yaml")
+    scanner = Scanner(config)
+    first = scanner.scan()
+    ghost = next(j for j in first.jobs if j.root_pid == 700)
+    assert (ghost.origin.fields["file"], ghost.origin.fields["line"]) == (f"{cron_d}/b", 4)
+    assert ghost.verdict == "rogue"
+
+    # disable-source comments b out; the pipeline's line (a:1) runs the same script.
+    (cron_d / "b").write_text(f"# retired\n\n\n{MARKER}{b_line}\n")
+    (cron_d / "a").write_text(f"* * * * * root setsid {' '.join(TRAIN)} &\n")
+    monkeypatch.setattr(scan_mod, "ORIGIN_TTL_S", -1.0)  # force re-resolution now
+    later = scanner.scan()
+    ghost = next(j for j in later.jobs if j.root_pid == 700)
+    assert (ghost.origin.fields["file"], ghost.origin.fields["line"]) == (f"{cron_d}/b", 4)
+    assert ghost.origin.fields["entry_state"] == "disabled"
+    assert ghost.origin.remediation is None
+    assert ghost.verdict == "rogue"
+    assert ghost.origin.evidence[0] == (
+        f"started by {cron_d}/b:4, entry since disabled: cron will not start it again from "
+        "there, but this running copy must still be stopped"
+    )
+    assert ghost.origin.evidence[-1].startswith(
+        f"kept for this process's lifetime: a later look matched cron {cron_d}/a:1"
+    )
+    msg = next(f.message for f in later.findings if f.root_pid == 700)
+    assert f"from cron {cron_d}/b:4 (* * * * *), entry since disabled" in msg
+    assert "to stop the source" not in msg
