@@ -14,7 +14,7 @@ from typing import Any
 
 from watchdog.actions.services import Listen, scan_listening
 from watchdog.actions.services_settings import ServiceSettings
-from watchdog.lineage.base import exe_name
+from watchdog.lineage.base import exe_name, is_wrapper
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
 from watchdog.lineage.describe import describe_origin
 from watchdog.lineage.slurm import is_slurmstepd
@@ -23,6 +23,19 @@ from watchdog.sources.procfs import ProcessTable
 
 _CRON_DAEMONS = frozenset({"cron", "crond"})
 _MAX_ENDPOINTS_IN_MESSAGE = 4
+# Ancestors that start other people's work and listen for their own reasons (sshd on 22,
+# a Slurm or container daemon): the walk up from a job root stops at them.
+_SPAWNERS = frozenset(
+    {
+        "init", "systemd", "cron", "crond", "anacron", "atd", "sshd", "dropbear",
+        "mosh-server", "login", "slurmstepd", "slurmstepd-wlm", "slurmd", "conmon",
+        "containerd-shim", "containerd-shim-runc-v1", "containerd-shim-runc-v2",
+        "docker-containerd-shim", "supervisord", "runsv", "runsvdir", "s6-supervise",
+        "s6-svscan", "supervise", "svscan", "tini", "catatonit", "dumb-init", "tmux",
+        "tmux: server", "screen", "SCREEN", "circusd", "PM2",
+    }
+)  # fmt: skip
+_MAX_PARENT_DEPTH = 8
 
 
 def _unit_key(info: CgroupInfo | None) -> tuple[str, str | None] | None:
@@ -49,6 +62,38 @@ def _anchor(lineage: Sequence[Proc]) -> Proc | None:
     return None
 
 
+def launching_ancestors(job: Job) -> list[Proc]:
+    """The job root's ancestors that started the run themselves, nearest first.
+
+    Walks up from the root's parent through wrappers (``sh -c``, ``setsid``, ``nohup``:
+    they only pass the command on) and stops at PID 1 and at spawners that start other
+    people's work (cron, sshd, systemd, slurmstepd, container shims, supervisors,
+    multiplexers). What is left is a program that launched the training run: a service
+    whose port makes it a rogue service whatever started it.
+
+    Args:
+        job: A training job with its lineage.
+
+    Returns:
+        Non-wrapper ancestors below the first spawner (at most a few).
+    """
+    out: list[Proc] = []
+    for proc in job.lineage[1 : 1 + _MAX_PARENT_DEPTH]:
+        name = exe_name(proc)
+        if (
+            proc.pid <= 1
+            or proc.kernel_thread
+            or name in _SPAWNERS
+            or name.startswith("containerd-shim")
+            or is_slurmstepd(proc)
+            or (proc.nspid and proc.nspid[-1] == 1)
+        ):
+            break
+        if not is_wrapper(proc):
+            out.append(proc)
+    return out
+
+
 def service_pids(job: Job, table: ProcessTable) -> list[int]:
     """Processes sharing the job's origin, whose sockets count as the job's.
 
@@ -57,11 +102,13 @@ def service_pids(job: Job, table: ProcessTable) -> list[int]:
         table: A refreshed process table (the scanner's, or one of the source's own).
 
     Returns:
-        Sorted PIDs: members, descendants of the root, same unit/container cgroup, and
-        the processes below the job's CRON child or slurmstepd.
+        Sorted PIDs: members, descendants of the root, the ancestors that launched it
+        (:func:`launching_ancestors`), same unit/container cgroup, and the processes
+        below the job's CRON child or slurmstepd.
     """
     pids = set(job.pids)
     pids.add(job.root_pid)
+    pids.update(p.pid for p in launching_ancestors(job))
     pids.update(table.descendants(job.root_pid))
     anchor = _anchor(job.lineage)
     if anchor is not None:
@@ -122,19 +169,32 @@ def service_finding(
         parts.append(f"PID {pid} listening on {text}")
     verdict = "rogue" if job.verdict == "rogue" else "excess"
     own = job.root_pid in by_pid or any(pid in job.pids for pid in by_pid)
-    how = "started its own training run" if own else "beside its training run"
+    parents = [p for p in launching_ancestors(job) if p.pid in by_pid]
+    if parents:
+        how = "started the run"
+    else:
+        how = "started its own training run" if own else "beside its training run"
+    who = _who(job)
+    if parents and job.origin.kind in ("unknown", "orphan"):
+        # The service is what keeps starting runs; name it, not an origin nobody knows.
+        who = f"service PID {parents[0].pid} `{parents[0].args_text[:80]}`"
     message = (
-        f"{_who(job)} ({'; '.join(parts)}), {how}: {verdict} job PID {job.root_pid} "
+        f"{who} ({'; '.join(parts)}), {how}: {verdict} job PID {job.root_pid} "
         f"`{' '.join(job.cmdline)[:120]}`"
     )
     if job.origin.remediation:
         message += f"; to stop the source: {job.origin.remediation}"
+    elif parents:
+        pids = " ".join(str(p) for p in (*(p.pid for p in parents[:1]), job.root_pid))
+        message += f"; to stop the service and its run: kill -TERM {pids}"
     details: dict[str, Any] = {
         "listening": [x.to_json() for x in listening],
         "job_root_pid": job.root_pid,
         "verdict": job.verdict,
         "origin_kind": job.origin.kind,
     }
+    if parents:
+        details["service_pids"] = [p.pid for p in parents]
     if denied:
         details["unreadable_pids"] = sorted(denied)
     return Finding("rogue-service", "high", message, root_pid=job.root_pid, details=details)
