@@ -224,7 +224,7 @@ def test_killed_supervisord_orphan_and_second_copy(sandbox: Path, spawned: Spawn
         assert orphan is not None and orphan.kind == "orphan"
         assert orphan.fields["supervisor_program"] == "retrain"
         assert orphan.fields["parent_pid"] == orphan_proc.ppid
-        assert orphan.evidence[0] == "orphan (parent exited)"
+        assert orphan.evidence[0] == "orphan of supervisor program retrain (parent exited)"
         assert orphan.remediation == f"kill -TERM {child1}"
 
         copy = _first(table.ancestors(child2), ctx)

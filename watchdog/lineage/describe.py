@@ -53,7 +53,7 @@ def describe_origin(origin: Origin) -> str:
     if origin.kind == "supervisor":
         return f"supervisor program {f.get('program') or '?'}"
     if origin.kind == "orphan":
-        return "orphan (parent exited)"
+        return str(f.get("message") or "orphan (parent exited)")
     return "unknown origin"
 
 

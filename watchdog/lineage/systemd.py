@@ -39,6 +39,29 @@ PASS_UNITS = frozenset(
 RESTARTING = frozenset(
     ("always", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort")
 )
+# When each Restart= value starts the service again (systemd.service(5), "Restart=";
+# the clean signals are SIGHUP, SIGINT, SIGTERM and SIGPIPE).
+RESTART_WHEN = {
+    "always": "systemd starts it again whenever the process exits, however it ends",
+    "on-success": (
+        "systemd starts it again only when it exits cleanly (exit code 0, or SIGHUP, "
+        "SIGINT, SIGTERM or SIGPIPE)"
+    ),
+    "on-failure": (
+        "systemd starts it again when it exits non-zero, is killed by a signal other than "
+        "SIGHUP, SIGINT, SIGTERM or SIGPIPE (SIGKILL included), or times out; not after a "
+        "clean exit or SIGTERM"
+    ),
+    "on-abnormal": (
+        "systemd starts it again when it is killed by a signal other than SIGHUP, SIGINT, "
+        "SIGTERM or SIGPIPE (SIGKILL included), or times out; not after any exit code"
+    ),
+    "on-watchdog": "systemd starts it again only when its watchdog timeout passes",
+    "on-abort": (
+        "systemd starts it again when an uncaught signal other than SIGHUP, SIGINT, "
+        "SIGTERM or SIGPIPE ends it (SIGKILL included)"
+    ),
+}
 DEFAULT_USER_UNIT_DIRS = (
     "{home}/.config/systemd/user",
     "/etc/systemd/user",
@@ -482,7 +505,7 @@ class SystemdResolver:
         restart = facts.restart
         if restart in RESTARTING:
             evidence.append(
-                f"Restart={restart}: systemd starts it again when the process dies; "
+                f"Restart={restart}: {RESTART_WHEN[restart]}; "
                 "stop the unit, and `systemctl mask` keeps anything from starting it"
             )
         evidence.append(_cron_check(lineage[0], ctx))
