@@ -93,7 +93,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             out(f"  {key}: {value}")
     for e in origin.evidence:
         out(f"  evidence: {e}")
-    out(f"Remediation: {remediation_text(origin)}")
+    target = job.root_pid if job is not None and job.verdict in ("rogue", "excess") else None
+    out(f"Remediation: {remediation_text(origin, target)}")
     emit("\n".join(printable(line) for line in lines))
     return 0
 

@@ -166,6 +166,13 @@ def test_scanner_keeps_a_running_ghost_on_its_first_origin(
     ghost = next(j for j in first.jobs if j.root_pid == 700)
     assert (ghost.origin.fields["file"], ghost.origin.fields["line"]) == (f"{cron_d}/b", 4)
     assert ghost.verdict == "rogue"
+    # The product's reversible action first, the by-hand command second.
+    msg = next(f.message for f in first.findings if f.root_pid == 700)
+    assert msg.endswith(
+        "; to stop the source: rogue-watchdog disable-source 700 (backs up the crontab; "
+        "`rogue-watchdog undo` restores it), or by hand: "
+        f"sed -i '4s/^/# disabled by rogue-watchdog: /' {cron_d}/b"
+    )
 
     # disable-source comments b out; the pipeline's line (a:1) runs the same script.
     (cron_d / "b").write_text(f"# retired\n\n\n{MARKER}{b_line}\n")

@@ -9,6 +9,7 @@ sockets, minus the sanctioned ports of the ``services:`` section, make one findi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ from watchdog.actions.services import Listen, scan_listening
 from watchdog.actions.services_settings import ServiceSettings
 from watchdog.lineage.base import exe_name, is_wrapper
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
-from watchdog.lineage.describe import describe_origin
+from watchdog.lineage.describe import describe_origin, stop_source_text
 from watchdog.lineage.slurm import is_slurmstepd
 from watchdog.model import Finding, Job, Proc
 from watchdog.sources.procfs import ProcessTable
@@ -62,7 +63,7 @@ def _anchor(lineage: Sequence[Proc]) -> Proc | None:
     return None
 
 
-def launching_ancestors(job: Job) -> list[Proc]:
+def launching_ancestors(job: Job, self_pid: int | None = None) -> list[Proc]:
     """The job root's ancestors that started the run themselves, nearest first.
 
     Walks up from the root's parent through wrappers (``sh -c``, ``setsid``, ``nohup``:
@@ -73,6 +74,8 @@ def launching_ancestors(job: Job) -> list[Proc]:
 
     Args:
         job: A training job with its lineage.
+        self_pid: The watchdog's own PID in this PID namespace (never counted: it may
+            listen on a status or metrics port, and a test harness may start jobs).
 
     Returns:
         Non-wrapper ancestors below the first spawner (at most a few).
@@ -82,6 +85,7 @@ def launching_ancestors(job: Job) -> list[Proc]:
         name = exe_name(proc)
         if (
             proc.pid <= 1
+            or proc.pid == self_pid
             or proc.kernel_thread
             or name in _SPAWNERS
             or name.startswith("containerd-shim")
@@ -92,6 +96,10 @@ def launching_ancestors(job: Job) -> list[Proc]:
         if not is_wrapper(proc):
             out.append(proc)
     return out
+
+
+def _self_pid(table: ProcessTable | None) -> int | None:
+    return os.getpid() if table is None or table.proc_root == "/proc" else None
 
 
 def service_pids(job: Job, table: ProcessTable) -> list[int]:
@@ -108,7 +116,7 @@ def service_pids(job: Job, table: ProcessTable) -> list[int]:
     """
     pids = set(job.pids)
     pids.add(job.root_pid)
-    pids.update(p.pid for p in launching_ancestors(job))
+    pids.update(p.pid for p in launching_ancestors(job, _self_pid(table)))
     pids.update(table.descendants(job.root_pid))
     anchor = _anchor(job.lineage)
     if anchor is not None:
@@ -169,7 +177,7 @@ def service_finding(
         parts.append(f"PID {pid} listening on {text}")
     verdict = "rogue" if job.verdict == "rogue" else "excess"
     own = job.root_pid in by_pid or any(pid in job.pids for pid in by_pid)
-    parents = [p for p in launching_ancestors(job) if p.pid in by_pid]
+    parents = [p for p in launching_ancestors(job, _self_pid(None)) if p.pid in by_pid]
     if parents:
         how = "started the run"
     else:
@@ -182,8 +190,9 @@ def service_finding(
         f"{who} ({'; '.join(parts)}), {how}: {verdict} job PID {job.root_pid} "
         f"`{' '.join(job.cmdline)[:120]}`"
     )
-    if job.origin.remediation:
-        message += f"; to stop the source: {job.origin.remediation}"
+    stop = stop_source_text(job.origin, job.root_pid)
+    if stop:
+        message += f"; to stop the source: {stop}"
     elif parents:
         pids = " ".join(str(p) for p in (*(p.pid for p in parents[:1]), job.root_pid))
         message += f"; to stop the service and its run: kill -TERM {pids}"

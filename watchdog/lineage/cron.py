@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from watchdog import safeio
-from watchdog.lineage.base import ResolveContext, exe_name
+from watchdog.lineage.base import ResolveContext, command, exe_name, quote_arg
 from watchdog.lineage.crontab import (
     CronEntry,
     Crontab,
@@ -234,7 +234,7 @@ def _origin(
             f"run-parts PID {runner.pid} ({runner.args_text}) runs script {path}; "
             "the crontab line runs every script in that directory"
         )
-        remediation = f"chmod -x {shlex.quote(path)}"
+        remediation = command("chmod", "-x", path)
     evidence.extend(_dead_notes(ctx, cmd, lineage[:1]))
     return Origin(kind="cron", evidence=tuple(evidence), remediation=remediation, fields=fields)
 
@@ -279,9 +279,9 @@ def _disable_command(entry: CronEntry, ctx: ResolveContext) -> str:
     tab = _cached_tab(ctx, entry.file)
     if tab is not None and not tab.system and tab.owner:
         shown = entry.line - tab.header_lines
-        user = shlex.quote(tab.owner)
+        user = quote_arg(tab.owner)
         return f"crontab -u {user} -l | sed '{shown}s/^/{DISABLE_PREFIX}/' | crontab -u {user} -"
-    return f"sed -i '{sed}' {shlex.quote(entry.file)}"
+    return command("sed", "-i", sed, entry.file)
 
 
 def _run_parts_script(lineage: Sequence[Proc], daemon_idx: int | None) -> tuple[Proc, str] | None:
@@ -514,8 +514,7 @@ def _unread_notes(read: _Tabs) -> list[str]:
 def _inspect_command(paths: Sequence[str], proc: Proc) -> str:
     """``grep`` (as root) for the job's distinctive word in the files that went unread."""
     needle = _needle(proc)
-    quoted = " ".join(shlex.quote(p) for p in dict.fromkeys(paths))
-    return f"sudo grep -rnF -- {shlex.quote(needle)} {quoted}"
+    return command("sudo", "grep", "-rnF", "--", needle, *dict.fromkeys(paths))
 
 
 def _needle(proc: Proc) -> str:

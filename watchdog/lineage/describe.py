@@ -93,9 +93,44 @@ def same_source(a: Origin, b: Origin) -> bool:
     return all(a.fields.get(k) == b.fields.get(k) for k in keys)
 
 
-def remediation_text(origin: Origin) -> str:
+def stop_source_text(origin: Origin, target: int | str) -> str | None:
+    """What to run to stop the source, best way first.
+
+    Where ``rogue-watchdog disable-source`` handles the source (a live crontab line, a
+    run-parts script, a system unit), it comes first: it backs up what it changes and
+    ``rogue-watchdog undo`` restores it. The origin's by-hand command follows.
+
+    Args:
+        origin: The job's origin.
+        target: What names the job to the CLI: its root PID, or ``F12`` for a finding.
+
+    Returns:
+        One line, or None when no remediation is known.
+    """
+    by_hand = origin.remediation
+    if not by_hand:
+        return None
+    f = origin.fields
+    handled = (origin.kind == "cron" and f.get("file") and f.get("line")) or (
+        origin.kind == "systemd"
+        and f.get("unit")
+        and not f.get("user_unit")
+        and f.get("uid") is None
+    )
+    if not handled:
+        return by_hand
+    what = "the crontab" if origin.kind == "cron" else "the unit states"
+    return (
+        f"rogue-watchdog disable-source {target} (backs up {what}; `rogue-watchdog undo` "
+        f"restores it), or by hand: {by_hand}"
+    )
+
+
+def remediation_text(origin: Origin, target: int | str | None = None) -> str:
     """The remediation line of ``explain``: the command, or why there is none."""
     if origin.remediation:
+        if target is not None:
+            return stop_source_text(origin, target) or origin.remediation
         return origin.remediation
     state = origin.fields.get("entry_state")
     if origin.kind == "cron" and state in ("disabled", "removed"):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import pwd
 import re
-import shlex
 import shutil
 import time
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from watchdog.lineage.base import ResolveContext
+from watchdog.lineage.base import ResolveContext, quote_arg
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
 from watchdog.lineage.unitfile import UnitFile, find_timers, load_unit, read_regular
 from watchdog.model import Origin, Proc
@@ -545,12 +544,12 @@ def _remediation(
     ctl = "systemctl"
     if user is not None:
         who = user[0] if user[0] is not None else str(user[1])
-        ctl = f"systemctl --user -M {shlex.quote(who)}@"
-    u = shlex.quote(unit)
+        ctl = f"systemctl --user -M {quote_arg(who + '@')}"
+    u = quote_arg(unit)
     if unit.endswith(".scope"):
         return f"{ctl} stop {u}"
     if timer is not None:
-        cmd = f"{ctl} disable --now {shlex.quote(timer)} && {ctl} stop {u}"
+        cmd = f"{ctl} disable --now {quote_arg(timer)} && {ctl} stop {u}"
     else:
         cmd = f"{ctl} disable --now {u}"
     if restart in RESTARTING:

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from watchdog.lineage.describe import describe_origin, next_run_text
+from watchdog.lineage.describe import describe_origin, next_run_text, stop_source_text
 from watchdog.model import Finding, GpuProcess, Job
 from watchdog.sources.procfs import ProcessTable
 
@@ -43,8 +43,9 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
         if job.gpu_memory_bytes is not None:
             parts.append(f"{fmt_bytes(job.gpu_memory_bytes)} GPU memory")
         message = ", ".join(parts)
-        if job.origin.remediation:
-            message += f"; to stop the source: {job.origin.remediation}"
+        stop = stop_source_text(job.origin, job.root_pid)
+        if stop:
+            message += f"; to stop the source: {stop}"
         out.append(
             Finding(
                 kind="rogue-job" if job.verdict == "rogue" else "excess-instances",
