@@ -137,7 +137,8 @@ def build_queue_backends(
     settings: QueueSettings, run_cmd: CommandRunner = run_command
 ) -> list[QueueBackend]:
     """The queues ``settings`` asks to watch: Slurm (``true``, or ``auto`` with squeue on
-    PATH) and the home-grown ``command``."""
+    PATH and a slurm.conf, see :meth:`SlurmQueue.available`) and the home-grown
+    ``command``."""
     out: list[QueueBackend] = []
     if settings.slurm or (settings.slurm is None and SlurmQueue.available()):
         out.append(SlurmQueue(run_cmd, settings.command_timeout_s))
