@@ -179,7 +179,7 @@ class CronResolver:
         entries = [e for t in read.tabs for e in t.entries]
         matches = _prefer_user(_contained([top], entries), top.user)
         if not matches:
-            return None
+            return _from_script(top, lineage, entries, read, ctx, in_cron_unit)
         evidence: list[str] = []
         matches = _by_tick(matches, top, ctx, evidence)
         if in_cron_unit:
@@ -748,3 +748,144 @@ def with_entry_state(origin: Origin, state: str) -> Origin:
     )
     evidence = (note, *(e for e in origin.evidence if not e.startswith("started by ")))
     return Origin(origin.kind, evidence, None, f)
+
+
+# -- daemonised by a script that a crontab line runs ------------------------------------
+
+# A job daemonised from a script started at most this long after the line fired.
+_SCRIPT_LAG_S = 60.0
+# ... and this close, with cron's environment, counts as "high" confidence.
+_SCRIPT_LAG_SURE_S = 10.0
+_MAX_SCRIPT_BYTES = 256 * 1024
+# Variables a login, ssh or terminal session sets and cron never does (cron(8) sets
+# SHELL, HOME, LOGNAME, PATH and the crontab's own NAME=value lines).
+_SESSION_VARS = ("TERM", "SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY", "TMUX", "STY", "DISPLAY")
+_CRON_DEFAULT_PATH = "/usr/bin:/bin"
+
+
+def _scripts_of(entry: CronEntry) -> list[str]:
+    """Absolute paths among the words of the entry's command (the scripts it runs)."""
+    return list(dict.fromkeys(w for w in _tokens(entry.run_command) if w.startswith("/")))
+
+
+def _script_mentions(path: str, program: str, ctx: ResolveContext) -> int | None:
+    """Line number of ``path`` (a text script) where ``program`` is a shell word."""
+    key = f"cron:script:{path}"
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_SCRIPT_BYTES:
+        return None
+    stamp = (st.st_mtime_ns, st.st_size)
+    hit = ctx.persistent.get(key)
+    if isinstance(hit, tuple) and hit[0] == stamp:
+        words_by_line = hit[1]
+    else:
+        try:
+            data = safeio.read_regular(path, _MAX_SCRIPT_BYTES)
+        except (OSError, safeio.NotRegularFileError, safeio.FileTooLargeError):
+            return None
+        if b"\0" in data[:4096]:
+            return None  # a binary, not a script
+        words_by_line = []
+        for raw in data.decode("utf-8", "surrogateescape").split("\n"):
+            body = raw.strip()
+            words_by_line.append([] if body.startswith("#") else _tokens(body))
+        ctx.persistent[key] = (stamp, words_by_line)
+    want = os.path.basename(program)
+    for lineno, words in enumerate(words_by_line, start=1):
+        for w in words:
+            if w == program or (os.path.basename(w) == want and not program.startswith("/")):
+                return lineno
+            if program.startswith("/") and w.endswith("/" + want) and "$" in w:
+                return lineno  # "$DIR/train_job.py": the same file through a variable
+    return None
+
+
+def _cron_env_note(env: dict[str, str] | None, entry: CronEntry) -> tuple[bool | None, str]:
+    """Whether the environment is the one cron gives its jobs: (verdict, why)."""
+    if env is None:
+        return None, "its environment could not be read"
+    session = [k for k in _SESSION_VARS if k in env]
+    if session:
+        return False, f"its environment has {', '.join(session)}, which cron never sets"
+    path = entry.env.get("PATH", _CRON_DEFAULT_PATH)
+    if env.get("PATH") != path:
+        return None, f"its PATH is {env.get('PATH')!r}, not cron's {path!r}"
+    user = env.get("LOGNAME") or env.get("USER")
+    if user is not None and user != entry.user:
+        return False, f"its LOGNAME is {user}, the line runs as {entry.user}"
+    return True, f"its environment is cron's (PATH={path}, LOGNAME={user}, no terminal)"
+
+
+def _from_script(
+    top: Proc,
+    lineage: Sequence[Proc],
+    entries: Sequence[CronEntry],
+    read: _Tabs,
+    ctx: ResolveContext,
+    in_cron_unit: bool,
+) -> Origin | None:
+    """A re-parented process whose program appears in a script a crontab line runs.
+
+    ``* * * * * root /root/x/launch_bg.sh`` where the script runs
+    ``setsid python3 /root/x/train_job.py &`` and exits: the trainer's command line is in
+    no crontab, only in the script. It is attributed to the line when it started within
+    a minute after the line fired, its program is a word of that script, and its
+    environment is not a terminal session's; how sure, and why, goes into evidence and
+    ``confidence``.
+    """
+    if not top.cmdline:
+        return None
+    program = _needle(top)
+    start_s = ctx.table.start_time_s(top.start_ticks)
+    if start_s is None or len(os.path.basename(program)) < 3:
+        return None
+    env = ctx.table.environ(top.pid)
+    found: list[tuple[CronEntry, str, int, float, bool | None, str]] = []
+    for entry in entries:
+        lag = _fired_before(entry, start_s, ctx)
+        if lag is None or lag > _SCRIPT_LAG_S:
+            continue
+        for script in _scripts_of(entry):
+            lineno = _script_mentions(script, program, ctx)
+            if lineno is None:
+                continue
+            env_ok, env_why = _cron_env_note(env, entry)
+            if env_ok is False:
+                continue  # someone ran it from a terminal in the same minute
+            found.append((entry, script, lineno, lag, env_ok, env_why))
+            break
+    if not found:
+        return None
+    found.sort(key=lambda f: (f[4] is not True, f[3], f[0].user != (top.user or f[0].user)))
+    entry, script, lineno, lag, env_ok, env_why = found[0]
+    sure = env_ok is True and lag <= _SCRIPT_LAG_SURE_S and len(found) == 1
+    confidence = "high" if sure else "medium"
+    how = "re-parented to PID 1" if lineage[-1].pid == 1 else "re-parented"
+    if in_cron_unit:
+        how += " (in cron's cgroup)"
+    evidence = [
+        f"PID {top.pid} was {how}: its starter exited; its command line is in no crontab",
+        f"attributed to {entry.file}:{entry.line} with {confidence} confidence: it started "
+        f"{lag:.0f} s after that line fired, {env_why}, and its program {program} appears "
+        f"in {script} (line {lineno}), which that line runs",
+    ]
+    for other in found[1:]:
+        evidence.append(
+            f"ambiguous: {other[0].file}:{other[0].line} also runs a script naming it "
+            f"({other[1]} line {other[2]}) and fired {other[3]:.0f} s before it started"
+        )
+    evidence.extend(_unread_notes(read))
+    fields = _fields(entry, entry.user, ctx)
+    # Not "script" (a run-parts script, which disable-source renames): here the line
+    # itself is the source, and commenting it out stops the launches.
+    fields["launch_script"] = script
+    fields["confidence"] = confidence
+    return Origin(
+        kind="cron",
+        evidence=tuple(evidence),
+        remediation=_disable_command(entry, ctx),
+        fields=fields,
+    )

@@ -24,6 +24,8 @@ def describe_origin(origin: Origin) -> str:
             text += f" ({f['schedule']})"
         if f.get("script"):
             text += f" via {f['script']}"
+        if f.get("launch_script"):
+            text += f" via {f['launch_script']} ({f.get('confidence')} confidence)"
         state = f.get("entry_state")
         if state in ("disabled", "removed"):
             text += f", entry since {state}"
