@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from watchdog.lineage.base import ResolveContext, quote_arg
+from watchdog.lineage.base import ResolveContext, command, exe_name, quote_arg
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
+from watchdog.lineage.shell import tmux_session
 from watchdog.lineage.unitfile import UnitFile, find_timers, load_unit, read_regular
 from watchdog.model import Origin, Proc
 
@@ -481,7 +482,16 @@ class SystemdResolver:
         # Files refused (FIFO, device, oversized, unreadable): what they say is unknown.
         evidence.extend(dict.fromkeys(facts.skipped))
         spawner = _unit_top(lineage, info)
-        if spawner is not None and spawner.pid != lineage[0].pid:
+        tmux = tmux_session(lineage, ctx) if _has_tmux(lineage, ctx) else None
+        if tmux is not None:
+            server = command(*tmux.server.cmdline) if tmux.server is not None else "tmux"
+            made = (
+                "which the unit's own ExecStart created"
+                if tmux.created_by_server
+                else "on a tmux server that lives in this unit"
+            )
+            evidence.append(f"runs in {tmux.describe()}, {made} ({server})")
+        elif spawner is not None and spawner.pid != lineage[0].pid:
             evidence.append(
                 f"spawned inside {unit} by PID {spawner.pid} ({spawner.args_text}), the "
                 "unit's own process: an in-process scheduler or launcher, not a timer or cron"
@@ -518,12 +528,23 @@ class SystemdResolver:
         }
         if user is not None:
             fields["user"], fields["uid"] = user
+        if tmux is not None:
+            fields["tmux_socket"] = tmux.socket
+            fields["tmux_session"] = tmux.name
+            fields["tmux_session_id"] = tmux.session_id
         return Origin(
             kind="systemd",
             evidence=tuple(evidence),
             remediation=_remediation(unit, timer.name if timer else None, restart, user),
             fields=fields,
         )
+
+
+def _has_tmux(lineage: Sequence[Proc], ctx: ResolveContext) -> bool:
+    if any("tmux" in exe_name(p) for p in lineage[1:]):
+        return True
+    env = ctx.table.environ(lineage[0].pid) if lineage else None
+    return bool(env and env.get("TMUX"))
 
 
 def _unit_top(lineage: Sequence[Proc], info: CgroupInfo) -> Proc | None:
