@@ -194,3 +194,27 @@ def test_scanner_keeps_a_running_ghost_on_its_first_origin(
     msg = next(f.message for f in later.findings if f.root_pid == 700)
     assert f"from cron {cron_d}/b:4 (* * * * *), entry since disabled" in msg
     assert "to stop the source" not in msg
+
+
+def test_bash_exec_of_python_c_is_matched_by_containment(tmp_path: Path) -> None:
+    """SHELL=/bin/bash execs a simple command: below CRON runs `python3 -c CODE` itself,
+    whose `-c` argument is not the entry's command."""
+    cron_d = tmp_path / "cron.d"
+    cron_d.mkdir()
+    (cron_d / "py").write_text("SHELL=/bin/bash\n* * * * * root python3 -c 'import train'\n")
+    ctx = ResolveContext(
+        table=ProcessTable(str(tmp_path / "noproc")),
+        now=datetime(2026, 11, 29, 12, 0, 30, tzinfo=UTC),
+        cron_files=(),
+        cron_d_dir=str(cron_d),
+        cron_spool_dirs=(),
+    )
+    chain = [
+        _proc(501, 500, ("python3", "-c", "import train"), "/usr/bin/python3.11"),
+        _proc(500, 100, ("CRON",), "/usr/sbin/cron"),
+        _proc(100, 1, ("/usr/sbin/cron", "-f")),
+        _proc(1, 0, ("/sbin/init",)),
+    ]
+    origin = CronResolver().resolve(chain, ctx)
+    assert origin is not None
+    assert (origin.fields["file"], origin.fields["line"]) == (f"{cron_d}/py", 2)

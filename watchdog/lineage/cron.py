@@ -306,8 +306,16 @@ def _run_parts_script(lineage: Sequence[Proc], daemon_idx: int | None) -> tuple[
 # -- matching ---------------------------------------------------------------------------
 
 
+_SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "mksh", "busybox", "fish", "csh", "tcsh"})
+
+
 def _shell_command(proc: Proc) -> str | None:
-    if len(proc.cmdline) >= 3 and proc.cmdline[1] == "-c":
+    """The ``CMD`` of cron's ``$SHELL -c CMD``, or None.
+
+    Only a shell's ``-c`` argument is the entry's command: bash execs a simple command,
+    so below cron there may be ``python3 -c CODE`` itself, whose CODE is not the entry.
+    """
+    if len(proc.cmdline) >= 3 and proc.cmdline[1] == "-c" and exe_name(proc) in _SHELLS:
         return proc.cmdline[2]
     return None
 
