@@ -17,8 +17,11 @@ def describe_origin(origin: Origin) -> str:
     f = origin.fields
     if origin.kind == "cron":
         if not f.get("file"):
-            # Never "cron None:None": say the line is gone, and that nothing names where.
-            return "cron, entry gone (no crontab line runs this command now)"
+            # Never "cron None:None": say the line is gone, or that it was not found
+            # because some crontabs could not be read.
+            if f.get("entry_state") == "removed":
+                return "cron, entry gone (no crontab line runs this command now)"
+            return "cron, entry not found (some crontabs could not be read)"
         text = f"cron {f.get('file')}:{f.get('line')}"
         if f.get("schedule"):
             text += f" ({f['schedule']})"
