@@ -153,6 +153,15 @@ class Scanner:
             persistent=self._persistent,
         )
 
+    def keep_origins_of(self, previous: Scanner) -> None:
+        """Carry the origins ``previous`` found for running processes over (a config
+        reload builds a new Scanner; what started a running process does not change).
+
+        Args:
+            previous: The Scanner being replaced.
+        """
+        self._pinned = dict(previous._pinned)
+
     def _keep_first(self, ident: tuple[int, int], fresh: Origin, ctx: ResolveContext) -> Origin:
         """The origin of a running process never changes: keep the first definite one.
 

@@ -111,6 +111,12 @@ def test_the_week(spawned: Spawned) -> None:
         file_c = h.add_cron_d(
             ["# retired too", 'MAILTO=""', "", f"* * * * * root {PYTHON} {respawner}"]
         )
+        # The ghost's kin: a line that runs a wrapper script, which daemonises the trainer.
+        xtrain = h.trainer("x")
+        launcher = xtrain.parent / "launch_bg.sh"
+        launcher.write_text(f"#!/bin/sh\nsetsid {PYTHON} {xtrain} >/dev/null 2>&1 &\n")
+        launcher.chmod(0o755)
+        file_d = h.add_cron_d(["# wrapper", 'MAILTO=""', "", f"* * * * * root {launcher}"])
         fire_at = time.time() + h.seconds_to_fire()
 
         # Event 4: an unknown entry in a home-grown queue.
@@ -193,6 +199,16 @@ def test_the_week(spawned: Spawned) -> None:
         origin = _origin_of(d, ghost)
         assert (origin["file"], origin["line"], origin.get("entry_state")) == (str(file_b), 4, None)
         assert _origin_of(d, pipe1)["file"] == str(file_a)
+        xpid = h.wait_for([xtrain], 40)[xtrain]
+        x_f = poll(
+            "wrapper finding", lambda: _one(d, "rogue-job", lambda f: f["root_pid"] == xpid), 30
+        )
+        x_origin = _origin_of(d, xpid)
+        assert (x_origin["kind"], x_origin["file"], x_origin["line"]) == ("cron", str(file_d), 4)
+        assert (x_origin["launch_script"], x_origin["confidence"]) == (str(launcher), "high")
+        rc, out = _cli(config, "disable-source", f"F{x_f['id']}")
+        assert rc == 0, out
+        assert file_d.read_text().splitlines()[3].startswith("# disabled by rogue-watchdog at ")
         c_f = poll(
             "respawner finding", lambda: _one(d, "rogue-job", lambda f: f["root_pid"] == first), 30
         )
@@ -257,6 +273,9 @@ def test_the_week(spawned: Spawned) -> None:
         rc, out = _cli(config, "terminate", f"F{ghost_f['id']}")
         assert rc == 0, out
         assert f"PID {ghost}" in out
+
+        # The wrapper's line, disabled, did not start another trainer at the next minute.
+        assert h.ours(xtrain) == [xpid]
 
         # -- event 3: kill and respawn ------------------------------------------------
         assert respawned["root_pid"] == second

@@ -218,3 +218,24 @@ def test_bash_exec_of_python_c_is_matched_by_containment(tmp_path: Path) -> None
     origin = CronResolver().resolve(chain, ctx)
     assert origin is not None
     assert (origin.fields["file"], origin.fields["line"]) == (f"{cron_d}/py", 2)
+
+
+def test_a_config_reload_keeps_the_first_origin(tmp_path: Path) -> None:
+    """The daemon builds a new Scanner on SIGHUP; it inherits the origins found so far."""
+    proc_root = tmp_path / "proc"
+    write_tree(proc_root, [FakeProc(1, 0, ["/sbin/init"]), FakeProc(700, 1, list(TRAIN))])
+    cron_d = tmp_path / "cron.d"
+    cron_d.mkdir()
+    b_line = f"* * * * * root setsid {' '.join(TRAIN)} &"
+    (cron_d / "b").write_text(f"# retired\n\n\n{b_line}\n")
+    config = parse_config(CONFIG.format(proc=proc_root, root=tmp_path), "t.yaml")
+    old = Scanner(config)
+    old.scan()
+    (cron_d / "b").write_text(f"# retired\n\n\n{MARKER}{b_line}\n")
+    (cron_d / "a").write_text(f"{b_line}\n")
+    new = Scanner(config)
+    new.keep_origins_of(old)
+    ghost = next(j for j in new.scan().jobs if j.root_pid == 700)
+    assert (ghost.origin.fields["file"], ghost.origin.fields["line"]) == (f"{cron_d}/b", 4)
+    assert ghost.origin.fields["entry_state"] == "disabled"
+    assert ghost.verdict == "rogue"

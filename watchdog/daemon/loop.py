@@ -242,7 +242,9 @@ class Daemon:
             log.error("config-reload-refused", error=str(exc), kept=self.config_path)
             return False
         self.config = new
+        old_scanner = self.scanner
         self.scanner = Scanner(new, fd_sweep_interval_s=new.daemon.fd_sweep_interval_s)
+        self.scanner.keep_origins_of(old_scanner)  # a reload does not re-attribute
         self.tracker = Tracker(self.db, new.alerts, self.scanner.host)
         for hook in self.on_reload:
             try:
