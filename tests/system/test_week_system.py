@@ -249,6 +249,10 @@ def test_the_week(spawned: Spawned) -> None:
         rc, out = _cli(config, "explain", str(ghost))
         assert f"evidence: started by {file_b}:4, entry since disabled" in out, out
         assert f"Origin: cron {file_b}:4 (* * * * *), entry since disabled (kind cron)" in out
+        assert (
+            "Remediation: none needed for the source (its crontab entry was disabled); the "
+            f"running job must still be stopped: rogue-watchdog terminate {ghost}"
+        ) in out
         ghost_now = _findings(d, "rogue-job")
         ghost_open = [f for f in ghost_now if f["id"] == ghost_f["id"]]
         assert ghost_open and ghost_open[0]["resolved_at"] is None  # still running, still open

@@ -19,7 +19,7 @@ from tests.fixtures.proc.fakeproc import FakeProc, write_tree
 from watchdog.config import parse_config
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
-from watchdog.lineage.describe import describe_origin
+from watchdog.lineage.describe import describe_origin, remediation_text
 from watchdog.model import Proc
 from watchdog.scan import Scanner
 from watchdog.sources.procfs import ProcessTable
@@ -76,6 +76,10 @@ def test_ghost_stays_with_its_disabled_line(tmp_path: Path) -> None:
     assert ghost.fields["entry"] == f"* * * * * root {CMD_B}"
     assert ghost.fields["next_run"] is None
     assert ghost.remediation is None
+    assert remediation_text(ghost, 512) == (
+        "none needed for the source (its crontab entry was disabled); the running job must "
+        "still be stopped: rogue-watchdog terminate 512"
+    )
     assert describe_origin(ghost) == f"cron {tmp_path}/cron.d/b:4 (* * * * *), entry since disabled"
     assert any(
         e.startswith(f"started by {tmp_path}/cron.d/b:4, entry since disabled")

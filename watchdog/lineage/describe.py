@@ -139,8 +139,11 @@ def remediation_text(origin: Origin, target: int | str | None = None) -> str:
         return origin.remediation
     state = origin.fields.get("entry_state")
     if origin.kind == "cron" and state in ("disabled", "removed"):
-        return (
+        text = (
             f"none needed for the source (its crontab entry was {state}); "
             "the running job must still be stopped"
         )
+        if target is not None:
+            text += f": rogue-watchdog terminate {target}"
+        return text
     return "none known: the origin could not be named"
