@@ -173,6 +173,10 @@ class Scanner:
         first = self._pinned.get(ident)
         if first is None or not names_source(first) or same_source(first, fresh):
             return fresh
+        if fresh.kind == "orphan" and first.kind in ("slurm", "supervisor"):
+            # The Slurm job or supervisord ended: the orphan origin keeps its clue
+            # (slurm_job_id and state, supervisor_program) and says so.
+            return fresh
         kept = first
         if first.kind == "cron" and first.fields.get("entry_state") is None:
             state = entry_state(first, ctx)
