@@ -243,3 +243,23 @@ def test_a_config_reload_keeps_the_first_origin(tmp_path: Path) -> None:
     assert (ghost.origin.fields["file"], ghost.origin.fields["line"]) == (f"{cron_d}/b", 4)
     assert ghost.origin.fields["entry_state"] == "disabled"
     assert ghost.verdict == "rogue"
+
+
+def test_an_ended_slurm_job_hands_its_worker_to_the_orphan_origin(tmp_path: Path) -> None:
+    """Pinning keeps *who started* a process; a Slurm job that ended is still named by the
+    orphan origin (with its state), not frozen as a live job with `scancel` advice."""
+    from watchdog.model import Origin
+
+    scanner = Scanner(parse_config("nvml: {enabled: false}\n", "t.yaml"))
+    ctx = scanner.context(datetime(2026, 11, 29, 12, 0, tzinfo=UTC))
+    ident = (4242, 100)
+    slurm = Origin("slurm", ("...",), "scancel 1", {"job_id": 1, "state": "RUNNING"})
+    scanner._pinned[ident] = slurm
+    orphan = Origin("orphan", ("orphan of Slurm job 1 (CANCELLED)",), "kill -TERM 4242",
+                    {"slurm_job_id": 1, "slurm_job_state": "CANCELLED"})  # fmt: skip
+    assert scanner._keep_first(ident, orphan, ctx) is orphan
+    # Another definite source is not taken: the first is kept, with a note.
+    other = Origin("systemd", (), "systemctl stop x.service", {"unit": "x.service"})
+    kept = scanner._keep_first(ident, other, ctx)
+    assert (kept.kind, kept.fields["job_id"]) == ("slurm", 1)
+    assert kept.evidence[-1].startswith("kept for this process's lifetime: a later look matched")
