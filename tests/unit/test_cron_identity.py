@@ -263,3 +263,32 @@ def test_an_ended_slurm_job_hands_its_worker_to_the_orphan_origin(tmp_path: Path
     kept = scanner._keep_first(ident, other, ctx)
     assert (kept.kind, kept.fields["job_id"]) == ("slurm", 1)
     assert kept.evidence[-1].startswith("kept for this process's lifetime: a later look matched")
+
+
+def test_daemon_findings_offer_disable_source_by_finding_id(tmp_path: Path) -> None:
+    """A filed finding names itself (F<id>): it still works once the job has exited."""
+    from watchdog.daemon.settings import AlertSettings
+    from watchdog.daemon.state import StateDB
+    from watchdog.daemon.tracker import Tracker
+    from watchdog.model import Job, Origin
+    from watchdog.policy.findings import job_findings
+
+    origin = Origin(
+        "cron",
+        ("...",),
+        "sed -i '4s/^/# disabled by rogue-watchdog: /' /etc/cron.d/b",
+        {"file": "/etc/cron.d/b", "line": 4, "schedule": "* * * * *"},
+    )
+    job = Job(812, [812], "root", TRAIN, 100, None, [], [], origin, "rogue")
+    findings = job_findings([job])
+    assert "rogue-watchdog disable-source 812 (" in findings[0].message  # a scan's view
+    db = StateDB(str(tmp_path / "state"))
+    tracker = Tracker(db, AlertSettings(), "host")
+    for now in (1000.0, 1001.0):  # opened, then seen again
+        tracker.update([job], job_findings([job]), now)
+    (rec,) = db.open_findings()
+    assert rec.message.endswith(
+        f"; to stop the source: rogue-watchdog disable-source F{rec.id} (backs up the "
+        "crontab; `rogue-watchdog undo` restores it), or by hand: "
+        "sed -i '4s/^/# disabled by rogue-watchdog: /' /etc/cron.d/b"
+    )

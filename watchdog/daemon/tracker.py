@@ -25,6 +25,7 @@ from watchdog.daemon.settings import SEVERITIES, AlertSettings, SinkSettings
 from watchdog.daemon.state import FindingRecord, JobRecord, StateDB, clean
 from watchdog.lineage.describe import describe_origin
 from watchdog.model import Finding, Job, Origin
+from watchdog.policy.findings import name_finding_in_commands
 
 # Origin fields that identify the spawner across restarts of the job (a new Slurm job id
 # or container id each time is the same source).
@@ -253,13 +254,17 @@ class Tracker:
                 fid = db.insert_finding(
                     fp, f.kind, f.severity, f.message, f.root_pid, f.details, now
                 )
+                named = name_finding_in_commands(f.message, f.root_pid, fid)
+                if named != f.message:
+                    db.set_finding_message(fid, named)
                 new = db.finding(fid)
                 assert new is not None
                 out.opened.append(new)
                 self._spool("open", new, now)
                 db.mark_alerted(fid, now)
                 continue
-            db.touch_finding(rec.id, f.message, f.root_pid, f.details, now)
+            message = name_finding_in_commands(f.message, f.root_pid, rec.id)
+            db.touch_finding(rec.id, message, f.root_pid, f.details, now)
             due = (rec.last_alert_at or rec.opened_at) + self.alerts.reminder_after_s
             if f.severity != "info" and now >= due:
                 fresh = db.finding(rec.id)

@@ -58,6 +58,27 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
     return out
 
 
+def name_finding_in_commands(message: str, root_pid: int | None, finding_id: int) -> str:
+    """Point ``rogue-watchdog disable-source PID`` in a message at the finding instead.
+
+    A scan names the job by its root PID (all it knows); once the daemon has filed the
+    finding, ``F<id>`` is the better handle: it still works after the job exited (a cron
+    job between runs), when the PID no longer names anything.
+
+    Args:
+        message: A finding message.
+        root_pid: The job's root PID the message names.
+        finding_id: The finding's id in the state database.
+
+    Returns:
+        The message with ``disable-source PID (`` replaced by ``disable-source F<id> (``.
+    """
+    if root_pid is None:
+        return message
+    by_pid = f"rogue-watchdog disable-source {root_pid} ("
+    return message.replace(by_pid, f"rogue-watchdog disable-source F{finding_id} (")
+
+
 def _is_system(table: ProcessTable, pid: int) -> bool:
     proc = table.get(pid)
     return pid == 1 or (proc is not None and proc.kernel_thread)
