@@ -196,6 +196,11 @@ def test_the_week(spawned: Spawned) -> None:
         ghost_f = poll(
             "ghost finding", lambda: _one(d, "rogue-job", lambda f: f["root_pid"] == ghost), 30
         )
+        assert (
+            f"; to stop the source: rogue-watchdog disable-source F{ghost_f['id']} (backs up the "
+            "crontab; `rogue-watchdog undo` restores it), or by hand: sed -i "
+            f"'4s/^/# disabled by rogue-watchdog: /' {file_b}"
+        ) in ghost_f["message"]
         origin = _origin_of(d, ghost)
         assert (origin["file"], origin["line"], origin.get("entry_state")) == (str(file_b), 4, None)
         assert _origin_of(d, pipe1)["file"] == str(file_a)
