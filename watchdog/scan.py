@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from watchdog.actions.services import listening_for
-from watchdog.actions.services_source import service_findings, service_pids
+from watchdog.actions.services_source import protected_pids, service_findings, service_pids
 from watchdog.config import Config
 from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import OriginResolver, ResolveContext
@@ -270,9 +270,10 @@ class Scanner:
         self._pinned = pinned
         judge(jobs, self.config)
         proc_root = self.config.paths.proc_root
+        protected = protected_pids(jobs)
         for job in jobs:
             if job.verdict in ("rogue", "excess"):
-                pids = service_pids(job, self.table)
+                pids = service_pids(job, self.table, protected)
                 job.listening = [x.to_json() for x in listening_for(pids, proc_root)]
         findings = [
             *job_findings(jobs),

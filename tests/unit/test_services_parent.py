@@ -71,3 +71,30 @@ def test_setsid_service_that_starts_the_trainer_is_a_rogue_service(
     # The daemon's source computes the same finding.
     again = service_findings(result.jobs, scanner.table, ServiceSettings())
     assert [x.message for x in again if x.root_pid == child] == [f.message]
+
+
+def test_a_sanctioned_runs_launcher_is_never_named_a_rogue_service() -> None:
+    """An excess run started by the same listening launcher as the sanctioned run: the
+    launcher is the pipeline's, so no "started the run" and no kill advice for it."""
+    from watchdog.actions.services import Listen
+    from watchdog.actions.services_source import (
+        launching_ancestors,
+        protected_pids,
+        service_finding,
+    )
+    from watchdog.model import Job, Proc
+
+    init = Proc(1, 0, 1, "S", "init", exe="/sbin/init", cmdline=("/sbin/init",))
+    svc = Proc(812, 1, 5, "S", "python3", exe="/usr/bin/python3", cmdline=("python3", "svc.py"))
+    argv = ("python3", "train.py")
+    ok = Proc(813, 812, 9, "S", "python3", exe="/usr/bin/python3", cmdline=argv)
+    extra = Proc(814, 812, 12, "S", "python3", exe="/usr/bin/python3", cmdline=argv)
+    sanctioned = Job(813, [813], "u", argv, 9, None, [], [ok, svc, init], verdict="sanctioned")
+    excess = Job(814, [814], "u", argv, 12, None, [], [extra, svc, init], verdict="excess")
+    assert launching_ancestors(excess) == [svc]  # on its own, the launcher counts
+    protected = protected_pids([sanctioned, excess])
+    assert launching_ancestors(excess, None, protected) == []
+    f = service_finding(excess, [Listen(812, "tcp", "127.0.0.1", 8080)], (), protected)
+    assert f is not None
+    assert "started the run" not in f.message and "kill -TERM" not in f.message
+    assert "service_pids" not in f.details

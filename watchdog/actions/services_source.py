@@ -10,7 +10,7 @@ sockets, minus the sanctioned ports of the ``services:`` section, make one findi
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from watchdog.actions.services import Listen, scan_listening
@@ -63,7 +63,23 @@ def _anchor(lineage: Sequence[Proc]) -> Proc | None:
     return None
 
 
-def launching_ancestors(job: Job, self_pid: int | None = None) -> list[Proc]:
+def protected_pids(jobs: Iterable[Job]) -> frozenset[int]:
+    """Members and ancestors of sanctioned and ignored jobs: never a rogue service.
+
+    A sanctioned pipeline's launcher that also started an excess run is the pipeline's;
+    calling it a rogue service would advise killing the sanctioned run with it.
+    """
+    out: set[int] = set()
+    for job in jobs:
+        if job.verdict in ("sanctioned", "ignored"):
+            out.update(job.pids)
+            out.update(p.pid for p in job.lineage)
+    return frozenset(out)
+
+
+def launching_ancestors(
+    job: Job, self_pid: int | None = None, protected: Collection[int] = frozenset()
+) -> list[Proc]:
     """The job root's ancestors that started the run themselves, nearest first.
 
     Walks up from the root's parent through wrappers (``sh -c``, ``setsid``, ``nohup``:
@@ -76,6 +92,8 @@ def launching_ancestors(job: Job, self_pid: int | None = None) -> list[Proc]:
         job: A training job with its lineage.
         self_pid: The watchdog's own PID in this PID namespace (never counted: it may
             listen on a status or metrics port, and a test harness may start jobs).
+        protected: PIDs of sanctioned jobs and their lineage (:func:`protected_pids`):
+            the walk stops there.
 
     Returns:
         Non-wrapper ancestors below the first spawner (at most a few).
@@ -86,6 +104,7 @@ def launching_ancestors(job: Job, self_pid: int | None = None) -> list[Proc]:
         if (
             proc.pid <= 1
             or proc.pid == self_pid
+            or proc.pid in protected
             or proc.kernel_thread
             or name in _SPAWNERS
             or name.startswith("containerd-shim")
@@ -102,12 +121,15 @@ def _self_pid(table: ProcessTable | None) -> int | None:
     return os.getpid() if table is None or table.proc_root == "/proc" else None
 
 
-def service_pids(job: Job, table: ProcessTable) -> list[int]:
+def service_pids(
+    job: Job, table: ProcessTable, protected: Collection[int] = frozenset()
+) -> list[int]:
     """Processes sharing the job's origin, whose sockets count as the job's.
 
     Args:
         job: A training job (its lineage and members).
         table: A refreshed process table (the scanner's, or one of the source's own).
+        protected: PIDs never counted as the job's launchers (:func:`protected_pids`).
 
     Returns:
         Sorted PIDs: members, descendants of the root, the ancestors that launched it
@@ -116,7 +138,7 @@ def service_pids(job: Job, table: ProcessTable) -> list[int]:
     """
     pids = set(job.pids)
     pids.add(job.root_pid)
-    pids.update(p.pid for p in launching_ancestors(job, _self_pid(table)))
+    pids.update(p.pid for p in launching_ancestors(job, _self_pid(table), protected))
     pids.update(table.descendants(job.root_pid))
     anchor = _anchor(job.lineage)
     if anchor is not None:
@@ -148,7 +170,10 @@ def _who(job: Job) -> str:
 
 
 def service_finding(
-    job: Job, listening: Sequence[Listen], denied: Sequence[int] = ()
+    job: Job,
+    listening: Sequence[Listen],
+    denied: Sequence[int] = (),
+    protected: Collection[int] = frozenset(),
 ) -> Finding | None:
     """The ``rogue-service`` finding for one unsanctioned job, or None without sockets.
 
@@ -156,6 +181,7 @@ def service_finding(
         job: A rogue or excess job.
         listening: Its unsanctioned listening sockets.
         denied: PIDs of its origin whose sockets could not be read.
+        protected: PIDs never named as the launching service (:func:`protected_pids`).
 
     Returns:
         A high-severity finding keyed on the job (``root_pid``), e.g. ``old-trainer.service
@@ -177,7 +203,7 @@ def service_finding(
         parts.append(f"PID {pid} listening on {text}")
     verdict = "rogue" if job.verdict == "rogue" else "excess"
     own = job.root_pid in by_pid or any(pid in job.pids for pid in by_pid)
-    parents = [p for p in launching_ancestors(job, _self_pid(None)) if p.pid in by_pid]
+    parents = [p for p in launching_ancestors(job, _self_pid(None), protected) if p.pid in by_pid]
     if parents:
         how = "started the run"
     else:
@@ -218,7 +244,7 @@ def service_findings(
     """One ``rogue-service`` finding per rogue/excess job with unsanctioned listeners.
 
     Args:
-        jobs: Judged jobs of a scan.
+        jobs: Judged jobs of a scan (all of them: sanctioned ones protect their lineage).
         table: A process table refreshed at (or after) that scan.
         settings: The ``services:`` section.
         proc_root: procfs mount.
@@ -228,13 +254,15 @@ def service_findings(
     """
     if not settings.enabled:
         return []
+    jobs = list(jobs)
+    protected = protected_pids(jobs)
     out = []
     for job in jobs:
         if job.verdict not in ("rogue", "excess"):
             continue
-        found = scan_listening(service_pids(job, table), proc_root)
+        found = scan_listening(service_pids(job, table, protected), proc_root)
         keep = [x for x in found.listening if settings.sanctioned(x) is None]
-        finding = service_finding(job, keep, found.denied)
+        finding = service_finding(job, keep, found.denied, protected)
         if finding is not None:
             out.append(finding)
     return out
@@ -270,7 +298,7 @@ class ServiceSource:
             return []
         if self._own:
             self.table.refresh()
-        return service_findings(jobs, self.table, self.settings, self.proc_root)
+        return service_findings(result.jobs, self.table, self.settings, self.proc_root)
 
 
 def build_service_sources(config: Any, table: ProcessTable | None = None) -> list[ServiceSource]:
