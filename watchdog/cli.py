@@ -104,7 +104,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     When the PID belongs to a training job, the job's verdict is shown and the origin is
     the job root's (a worker's own parent is the launcher, not the spawner).
     """
-    from watchdog.lineage.describe import describe_origin
+    from watchdog.lineage.describe import describe_origin, remediation_text
     from watchdog.render import printable
     from watchdog.scan import Scanner, resolve_origin
 
@@ -151,7 +151,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for e in origin.evidence:
         if e != said:
             out(f"  evidence: {e}")
-    out(f"Remediation: {origin.remediation or 'none known: the origin could not be named'}")
+    target = job.root_pid if job is not None and job.verdict in ("rogue", "excess") else None
+    out(f"Remediation: {remediation_text(origin, target)}")
     emit("\n".join(printable(line) for line in lines))
     return 0
 

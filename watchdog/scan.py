@@ -16,10 +16,12 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from watchdog.actions.services import listening_for
-from watchdog.actions.services_source import service_findings, service_pids
+from watchdog.actions.services_source import protected_pids, service_findings, service_pids
 from watchdog.config import Config
 from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import OriginResolver, ResolveContext
+from watchdog.lineage.cron import entry_state, with_entry_state
+from watchdog.lineage.describe import describe_origin, names_source, same_source
 from watchdog.model import UNKNOWN_ORIGIN, Finding, GpuInfo, GpuProcess, Job, Origin, Proc
 from watchdog.policy.allowlist import judge
 from watchdog.policy.findings import gpu_visibility_findings, job_findings
@@ -132,6 +134,8 @@ class Scanner:
         self.host = socket.gethostname()
         self.launcher_cache = LauncherCache()
         self._origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin]] = {}
+        # The origin first resolved for each job root identity (PID, start ticks).
+        self._pinned: dict[tuple[int, int], Origin] = {}
         self._persistent: dict[str, object] = {}
         # Our own PID as seen in proc_root (differs only for a fixture tree).
         self.self_pids = (
@@ -150,6 +154,42 @@ class Scanner:
             unit_dirs=p.unit_dirs,
             persistent=self._persistent,
         )
+
+    def keep_origins_of(self, previous: Scanner) -> None:
+        """Carry the origins ``previous`` found for running processes over (a config
+        reload builds a new Scanner; what started a running process does not change).
+
+        Args:
+            previous: The Scanner being replaced.
+        """
+        self._pinned = dict(previous._pinned)
+
+    def _keep_first(self, ident: tuple[int, int], fresh: Origin, ctx: ResolveContext) -> Origin:
+        """The origin of a running process never changes: keep the first definite one.
+
+        A re-resolution may match another source by command line (a retired cron line's
+        ghost running the pipeline's script matches the pipeline's own line once its
+        line is commented out). What started a process is fixed when it starts, so a
+        different later answer only refreshes whether the first source still exists.
+        """
+        first = self._pinned.get(ident)
+        if first is None or not names_source(first) or same_source(first, fresh):
+            return fresh
+        if fresh.kind == "orphan" and first.kind in ("slurm", "supervisor"):
+            # The Slurm job or supervisord ended: the orphan origin keeps its clue
+            # (slurm_job_id and state, supervisor_program) and says so.
+            return fresh
+        kept = first
+        if first.kind == "cron" and first.fields.get("entry_state") is None:
+            state = entry_state(first, ctx)
+            if state in ("disabled", "removed"):
+                kept = with_entry_state(first, state)
+        note = (
+            f"kept for this process's lifetime: a later look matched "
+            f"{describe_origin(fresh)}, but a running process does not change who started it"
+        )
+        evidence = (*(e for e in kept.evidence if not e.startswith("kept for this")), note)
+        return Origin(kept.kind, evidence, kept.remediation, kept.fields)
 
     def _gpu(self) -> tuple[NvmlStatus, list[GpuInfo], list[GpuProcess], list[Finding]]:
         if self.gpu_source is None:
@@ -215,21 +255,27 @@ class Scanner:
         ctx = self.context(now)
         mono = time.monotonic()
         origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin]] = {}
+        pinned: dict[tuple[int, int], Origin] = {}
         for job in jobs:
             # The same lineage resolves the same way until its files change: reuse the
             # answer for ORIGIN_TTL_S (a re-parented job has a new lineage, so a new key).
             key = tuple((p.pid, p.start_ticks) for p in job.lineage)
+            ident = (job.root_pid, job.start_ticks)
             hit = self._origins.get(key)
             if hit is None or mono - hit[0] > ORIGIN_TTL_S:
-                hit = (mono, resolve_origin(job.lineage, ctx, self.resolvers))
+                fresh = resolve_origin(job.lineage, ctx, self.resolvers)
+                hit = (mono, self._keep_first(ident, fresh, ctx))
             origins[key] = hit
+            pinned[ident] = hit[1]
             job.origin = hit[1]
         self._origins = origins
+        self._pinned = pinned
         judge(jobs, self.config)
         proc_root = self.config.paths.proc_root
+        protected = protected_pids(jobs)
         for job in jobs:
             if job.verdict in ("rogue", "excess"):
-                pids = service_pids(job, self.table)
+                pids = service_pids(job, self.table, protected)
                 job.listening = [x.to_json() for x in listening_for(pids, proc_root)]
         findings = [
             *job_findings(jobs),

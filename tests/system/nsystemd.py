@@ -3,9 +3,15 @@
 Recipe and traps (notes/system-tests.md): ``unshare --pid --fork --mount --propagation
 private --mount-proc /lib/systemd/systemd --system --unit=T.target`` with
 ``container=other`` in the environment. Only a minimal target is ever booted:
-``T.target`` has ``DefaultDependencies=no`` and pulls in nothing, so no
-``systemd-tmpfiles-setup`` (whose ``D /tmp`` would empty the host's /tmp) and no installed
-service runs. Units live in a sandbox directory named by ``SYSTEMD_UNIT_PATH=DIR:``;
+``T.target`` has ``DefaultDependencies=no`` and pulls in nothing, so no installed service
+runs. A unit *without* ``DefaultDependencies=no`` (a ``systemd-run`` transient unit is
+one) would pull in ``sysinit.target``, whose ``systemd-tmpfiles-setup`` empties /tmp
+(``D /tmp``) and whose ``systemd-sysctl`` rewrites sysctls, on the host's shared root
+filesystem. Two independent guards make that impossible rather than merely avoided:
+the namespace gets a private tmpfs on /tmp (mounted by a shell that then ``exec``s
+systemd, so systemd is still PID 1), and :data:`MASKED` units are masked (symlinked to
+/dev/null) in the sandbox unit directory, which comes first in ``SYSTEMD_UNIT_PATH``.
+Units live in a sandbox directory named by ``SYSTEMD_UNIT_PATH=DIR:``;
 nothing is written to /etc/systemd. The manager is reached with ``nsenter -t PID -p -m``,
 and is SIGKILLed (taking every process in its namespace with it) in teardown.
 
@@ -37,6 +43,19 @@ MINIMAL_TARGET = """[Unit]
 Description=rogue-watchdog test target (minimal: nothing else starts)
 DefaultDependencies=no
 """
+#: Units that touch host state through the shared root filesystem (tmpfiles empties
+#: /tmp, sysctl rewrites fs.protected_*, journald and utmp write /var) or pull them in.
+MASKED = (
+    "sysinit.target",
+    "basic.target",
+    "systemd-tmpfiles-setup.service",
+    "systemd-sysctl.service",
+    "systemd-journald.service",
+    "systemd-update-utmp.service",
+)
+# Runs as PID 1 of the new namespaces, then becomes systemd (still PID 1). The mount
+# namespace is private (--propagation private), so the tmpfs is invisible to the host.
+_BOOT = 'mount -t tmpfs -o mode=1777,nosuid,nodev rwtest-tmp /tmp && exec "$0" --system "$1"'
 
 
 class NamespacedSystemdError(RuntimeError):
@@ -72,6 +91,8 @@ class NamespacedSystemd:
         self._unshare: subprocess.Popen[bytes] | None = None
         self._units: set[str] = {TARGET}
         (self.unit_dir / TARGET).write_text(MINIMAL_TARGET)
+        for name in MASKED:
+            (self.unit_dir / name).symlink_to("/dev/null")
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -95,8 +116,10 @@ class NamespacedSystemd:
             "--propagation",
             "private",
             "--mount-proc",
+            "/bin/sh",
+            "-c",
+            _BOOT,
             SYSTEMD,
-            "--system",
             f"--unit={TARGET}",
         ]
         log = open(self.sandbox / "systemd.log", "wb")  # noqa: SIM115 - closed with the child

@@ -103,6 +103,9 @@ def test_disable_mask_stays_off_and_undo_restores(sd: NamespacedSystemd) -> None
 
         rc, out = cli(sd, "disable-source", str(pid))
         assert rc == 0, out
+        # `disable --now` + `stop` ended the job with its unit: say so, never "not stopped".
+        assert "the running job has stopped too (it ended with its source)\n" in out, out
+        assert "not stopped by this" not in out
         assert states(sd) == {TIMER: ("disabled", "inactive"), SERVICE: ("masked", "inactive")}, (
             out + sd.nsenter("ls", "-la", "/etc/systemd/system").stdout
         )

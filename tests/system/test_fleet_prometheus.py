@@ -156,7 +156,7 @@ def _run(tmp_path: Path, spawned: Spawned, procs: Procs, lib: Path, rx: Receiver
             f"nvml: {{library: '{lib}'}}\n"
             # Only NVML makes a training job here: the three daemons share one process
             # table, and only gpu-a's NVML lists the job.
-            f"training: {{launchers: ['\\A(?!)'], device_glob: '{d}/nodev[0-9]*'}}\n"
+            f"training: {{launchers: ['\\b\\B'], device_glob: '{d}/nodev[0-9]*'}}\n"
             f"daemon: {{state_dir: '{d}/state', socket: '{d}/status.sock', interval_s: 0.5,"
             f" metrics_listen: '127.0.0.1:{metrics_ports[host]}'}}\n"
             f"alerts:\n  sinks:\n{sinks}"

@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import structlog
 
 from tests.conftest import REPO, Spawned, poll
 from watchdog.actions import cli as actions_cli
@@ -66,7 +67,12 @@ def test_terminate_by_finding_id_obeys_the_daemons_protect_list(
     monkeypatch.setattr(actions_cli, "DAEMON_SOCKET", str(sock))
     monkeypatch.chdir(tmp_path)  # no --config, and the default path does not matter
     capsys.readouterr()
-    code = main(["terminate", f"F{fid}", "--dry-run"])
+    try:
+        code = main(["terminate", f"F{fid}", "--dry-run"])
+    finally:
+        # One-shot commands point structlog at this (captured) stderr: undo it for the
+        # tests that follow in this process.
+        structlog.reset_defaults()
     out, err = capsys.readouterr()
     # Before: the default configuration was used (nothing protected): exit 0, "would send
     # SIGTERM". Now the daemon's protect entry refuses it.
@@ -74,8 +80,7 @@ def test_terminate_by_finding_id_obeys_the_daemons_protect_list(
     assert code == 1, (out, err)
     assert f"matches enforcement.protect entry 'cmdline=*/pipeline-{token}/*'" in out
     assert out.endswith(
-        "outcome: dry-run\n"
-        "a real run would be refused: no process of this job would be signalled\n"
+        "outcome: dry-run\na real run would be refused: no process of this job would be signalled\n"
     )
     assert job.poll() is None  # a dry run, and refused: the job still runs
 

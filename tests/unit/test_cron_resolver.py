@@ -18,6 +18,7 @@ import pytest
 from watchdog.lineage.at import AtResolver, job_commands, parse_job_name
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
+from watchdog.lineage.describe import describe_origin
 from watchdog.model import Proc
 from watchdog.sources.procfs import ProcessTable
 
@@ -277,6 +278,9 @@ def test_crontab_path_that_is_not_a_file_is_no_proof_the_entry_is_gone(tmp_path:
     )
     assert not any(NOT_AGAIN in e for e in origin.evidence)
     assert origin.remediation == (f"sudo grep -rnF -- /opt/gone/train_gone.py {root}/etc/crontab")
+    # Not found is not gone: the table never claims the entry was removed.
+    assert "entry_state" not in origin.fields
+    assert describe_origin(origin) == "cron, entry not found (some crontabs could not be read)"
 
 
 def test_unlistable_spool_dir_and_oversized_crontab(tmp_path: Path) -> None:
@@ -338,6 +342,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
+from watchdog.lineage.describe import describe_origin
 from watchdog.model import Proc
 from watchdog.sources.procfs import ProcessTable
 root = sys.argv[1]

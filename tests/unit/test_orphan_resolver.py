@@ -47,12 +47,15 @@ def test_case_a_worker_of_ended_slurm_job(tmp_path: Path) -> None:
     assert ContainerResolver().resolve(chain, ctx) is None
     origin = _resolve(ctx, 4242)
     assert origin is not None and origin.kind == "orphan"
-    assert origin.fields["message"] == "orphan (parent exited)"
+    assert origin.fields["message"] == "orphan of Slurm job 77 (ended)"
     assert origin.fields["slurm_job_id"] == 77
     assert origin.fields["slurm_job_state"] is None
     assert origin.fields["parent_pid"] == 1
     assert origin.remediation == "kill -TERM 4242"
-    assert origin.evidence[:2] == ("orphan (parent exited)", "PID 4242 was adopted by PID 1 (init)")
+    assert origin.evidence[:2] == (
+        "orphan of Slurm job 77 (ended)",
+        "PID 4242 was adopted by PID 1 (init)",
+    )
     assert origin.evidence[-1] == (
         "cgroup names Slurm job 77 (4:memory:/slurm/uid_1000/job_77/step_batch/task_0); "
         "squeue --json no longer knows job 77: the job has ended"
@@ -180,3 +183,24 @@ def test_real_double_forked_worker_is_an_orphan(tmp_path: Path) -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_slurm_orphan_text_names_the_job_and_its_state(tmp_path: Path) -> None:
+    """Message, table cell and finding carry what the JSON knows."""
+    from tests.unit.test_slurm_resolver import SQUEUE_CANCELLED
+    from watchdog.lineage.describe import describe_origin
+    from watchdog.model import Job
+    from watchdog.policy.findings import job_findings
+
+    worker = FakeProc(4243, 1, WORKER_ARGV, uid=1000, environ={"SLURM_JOB_ID": "1"})
+    rec = Recorder({("squeue", "--json", "-j", "1"): CommandResult(0, SQUEUE_CANCELLED, "")})
+    ctx = make_context(tmp_path, [INIT, worker], rec)
+    origin = _resolve(ctx, 4243)
+    assert origin is not None and origin.kind == "orphan"
+    assert (origin.fields["slurm_job_id"], origin.fields["slurm_job_state"]) == (1, "CANCELLED")
+    assert origin.fields["message"] == "orphan of Slurm job 1 (CANCELLED)"
+    assert origin.evidence[0] == "orphan of Slurm job 1 (CANCELLED)"
+    assert describe_origin(origin) == "orphan of Slurm job 1 (CANCELLED)"
+    job = Job(4243, [4243], "u", tuple(WORKER_ARGV), 100, None, [], lineage(ctx, 4243), origin)
+    (finding,) = job_findings([job])
+    assert "from orphan of Slurm job 1 (CANCELLED)" in finding.message

@@ -150,3 +150,23 @@ def test_show_distinguishes_gone_from_failure() -> None:
     rec = (FIX / "scontrol-22.05-running.txt").read_text()
     got = SlurmQueue(Canned({"scontrol show": CommandResult(0, rec, "")})).show("1")
     assert got is not None and (got.job_id, got.phase) == ("1", "running")
+
+
+def test_slurm_auto_needs_squeue_and_a_slurm_conf(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/queue.md: `auto` = squeue on PATH and Slurm configured on this host."""
+    from watchdog.queue.slurm import SlurmQueue
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    monkeypatch.setenv("PATH", str(bindir))
+    conf = tmp_path / "slurm.conf"
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    assert SlurmQueue.available() is False  # no squeue
+    squeue = bindir / "squeue"
+    squeue.write_text("#!/bin/sh\nexit 0\n")
+    squeue.chmod(0o755)
+    assert SlurmQueue.available() is False  # a client without a configuration
+    conf.write_text("ClusterName=x\n")
+    assert SlurmQueue.available() is True

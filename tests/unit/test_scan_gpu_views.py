@@ -155,8 +155,7 @@ def test_an_empty_gpu_view_says_why(spawned: Spawned, tmp_path: Path) -> None:
     blind.write_text("nvml: {enabled: false}\ntraining: {launchers: ['mystery_train']}\n")
     done = run_cli("scan", "--gpu", "3", "--config", str(blind), env={"COLUMNS": "200"})
     assert done.stdout.splitlines()[3] == (
-        "GPU 3: NVML is unavailable, so no job can be placed on a GPU: "
-        "every training job is listed"
+        "GPU 3: NVML is unavailable, so no job can be placed on a GPU: every training job is listed"
     )
     assert done.returncode == 1
     assert any(line.split()[:2] == ["rogue", str(rogue)] for line in done.stdout.splitlines())

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import Spawned
 from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
-from watchdog.lineage.base import ResolveContext
+from watchdog.lineage.base import CommandResult, ResolveContext
 from watchdog.lineage.shell import ShellResolver, tty_name
 from watchdog.model import Origin
 from watchdog.sources.procfs import ProcessTable
@@ -43,7 +43,15 @@ def test_tty_name(tty_nr: int, name: str | None) -> None:
     assert tty_name(tty_nr) == name
 
 
+PANES_ARGV = (
+    "tmux", "-S", "/tmp/tmux-1000/default", "list-panes", "-a", "-F",
+    "#{pane_pid}\t#{session_id}\t#{session_name}",
+)  # fmt: skip
+
+
 def test_ssh_and_tmux_from_environment(tmp_path: Path) -> None:
+    # TMUX's last part is the session *id* ($0). A second session literally named "0"
+    # ($1) must not be taken for it: the server says which pane is whose.
     env = {
         "SSH_CONNECTION": "10.0.0.5 51234 10.0.0.1 22",
         "TMUX": "/tmp/tmux-1000/default,4321,0",
@@ -54,26 +62,41 @@ def test_ssh_and_tmux_from_environment(tmp_path: Path) -> None:
         FakeProc(500, 4321, ["-bash"], exe="/usr/bin/bash", uid=1000, tty_nr=PTS3, sid=500),
         FakeProc(510, 500, TRAIN, uid=1000, environ=env, tty_nr=PTS3, pgid=510, sid=500),
     ]
-    ctx = make_context(tmp_path, procs)
+    panes = CommandResult(0, "500\t$0\twork\n777\t$1\t0\n", "")
+    ctx = make_context(tmp_path, procs, Recorder({PANES_ARGV: panes}))
     origin = _resolve(ctx, 510)
     assert origin is not None and origin.kind == "shell"
     user = ctx.table.user_name(1000)
+    session = "ssh from 10.0.0.5 port 51234, tmux session 'work' ($0) on /tmp/tmux-1000/default"
     assert origin.fields == {
-        "session": "ssh from 10.0.0.5 port 51234, tmux session 0",
+        "session": session,
         "user": user,
         "client": "10.0.0.5",
         "tty": "/dev/pts/3",
         "login_session": None,
+        "tmux_socket": "/tmp/tmux-1000/default",
+        "tmux_session": "work",
+        "tmux_session_id": "$0",
     }
     assert origin.remediation == "kill -TERM -- -510"
     assert (
         origin.evidence[0]
         == "SSH_CONNECTION=10.0.0.5 51234 10.0.0.1 22 in the environment of PID 510"
     )
-    assert (
-        f"ask {user}; the job was started by hand from ssh from 10.0.0.5 port 51234, tmux session 0"
-        in origin.evidence
-    )
+    assert f"ask {user}; the job was started by hand from {session}" in origin.evidence
+
+
+def test_tmux_that_does_not_answer_says_the_name_is_unknown(tmp_path: Path) -> None:
+    env = {"TMUX": "/tmp/tmux-1000/default,4321,3"}
+    procs = [
+        INIT,
+        FakeProc(4321, 1, ["tmux"], exe="/usr/bin/tmux", uid=1000),
+        FakeProc(510, 4321, TRAIN, uid=1000, environ=env, pgid=510, sid=510),
+    ]
+    ctx = make_context(tmp_path, procs)  # the recorder answers nothing: tmux missing
+    origin = _resolve(ctx, 510)
+    assert origin is not None
+    assert origin.fields["session"] == "tmux session $3 (name unknown) on /tmp/tmux-1000/default"
 
 
 def test_sshd_ancestor_without_readable_environment(tmp_path: Path) -> None:
@@ -185,3 +208,56 @@ def test_real_process_without_clues_is_not_a_shell(tmp_path: Path, spawned: Spaw
     chain = table.ancestors(p.pid)[:1]
     ctx = ResolveContext(table=table, now=datetime.now(UTC), run_cmd=Recorder())
     assert ShellResolver().resolve(chain, ctx) is None
+
+
+def _tmux(sock: Path, *args: str) -> str:
+    import subprocess
+
+    done = subprocess.run(
+        ["tmux", "-S", str(sock), *args],
+        env={"PATH": "/usr/bin:/bin", "TERM": "xterm"},
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_real_tmux_session_names_socket_and_id(tmp_path: Path) -> None:
+    """Real tmux: the trainer runs in session "work" ($0); a second session is
+    literally named "0" ($1). The origin names "work", its id and the socket."""
+    import shutil
+
+    if shutil.which("tmux") is None:
+        pytest.skip("needs tmux")
+    sock = tmp_path / "sock"
+    train = tmp_path / "train_tmux.py"
+    train.write_text("import time\ntime.sleep(60)\n")
+    try:
+        _tmux(sock, "new-session", "-d", "-s", "work", f"/usr/bin/python3 {train}")
+        _tmux(sock, "new-session", "-d", "-s", "0", "sleep 60")
+        table = ProcessTable()
+        deadline = time.monotonic() + 10
+        pid = None
+        while pid is None and time.monotonic() < deadline:
+            table.refresh()
+            pid = next(
+                (p.pid for p in table.procs.values() if p.cmdline[-1:] == (str(train),)), None
+            )
+            time.sleep(0.05)
+        assert pid is not None
+        ctx = ResolveContext(table=table, now=datetime.now(UTC))
+        origin = ShellResolver().resolve(table.ancestors(pid), ctx)
+        assert origin is not None and origin.kind == "shell"
+        f = origin.fields
+        assert (f["tmux_socket"], f["tmux_session"], f["tmux_session_id"]) == (
+            str(sock),
+            "work",
+            "$0",
+        )
+        assert f"tmux session 'work' ($0) on {sock}" in f["session"]
+    finally:
+        import subprocess
+
+        subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True, timeout=10)

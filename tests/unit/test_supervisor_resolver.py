@@ -224,7 +224,7 @@ def test_killed_supervisord_orphan_and_second_copy(sandbox: Path, spawned: Spawn
         assert orphan is not None and orphan.kind == "orphan"
         assert orphan.fields["supervisor_program"] == "retrain"
         assert orphan.fields["parent_pid"] == orphan_proc.ppid
-        assert orphan.evidence[0] == "orphan (parent exited)"
+        assert orphan.evidence[0] == "orphan of supervisor program retrain (parent exited)"
         assert orphan.remediation == f"kill -TERM {child1}"
 
         copy = _first(table.ancestors(child2), ctx)
@@ -239,3 +239,58 @@ def test_killed_supervisord_orphan_and_second_copy(sandbox: Path, spawned: Spawn
         # sup1 is already reaped, so the fixture skips its group: end child1 by PID.
         with contextlib.suppress(ProcessLookupError):
             os.kill(child1, signal.SIGKILL)
+
+
+def _run_pasted(line: str, tmp_path: Path, program: str) -> list[str]:
+    """Paste ``line`` into bash with a recording stand-in for ``program``; its argv."""
+    import subprocess
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    log = tmp_path / f"{program}.argv"
+    stub = bindir / program
+    stub.write_text(f'#!/bin/sh\nfor a in "$@"; do printf \'%s\\0\' "$a"; done > {log}\n')
+    stub.chmod(0o755)
+    done = subprocess.run(
+        ["/bin/bash", "-c", line],
+        env={"PATH": f"{bindir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return log.read_bytes().decode().split("\0")[:-1]
+
+
+def test_hostile_program_and_group_names_stay_one_quoted_argument(tmp_path: Path) -> None:
+    pwned = tmp_path / "pwned"
+    name = f"x; touch {pwned} #"
+    env = {"SUPERVISOR_PROCESS_NAME": name, "SUPERVISOR_GROUP_NAME": "grp\nfake line"}
+    ctx = make_context(tmp_path / "proc", [INIT, SUPERVISORD, FakeProc(90, 80, TRAIN, environ=env)])
+    origin = _resolve(ctx, 90)
+    assert origin is not None and origin.remediation is not None
+    assert origin.remediation == (
+        f"supervisorctl -c {CONF} stop $'grp\\nfake line:x; touch {pwned} #'  # then delete "
+        f"[program:x; touch {pwned} #] from {CONF} and run: supervisorctl -c {CONF} update"
+    )
+    assert "\n" not in origin.remediation
+    # Pasted into a shell it does exactly what it says: one stop, with the exact name.
+    argv = _run_pasted(origin.remediation, tmp_path, "supervisorctl")
+    assert argv == ["-c", CONF, "stop", f"grp\nfake line:{name}"]
+    assert not pwned.exists()
+
+
+def test_hostile_pm2_name_and_service_dir_are_quoted(tmp_path: Path) -> None:
+    pwned = tmp_path / "pwned"
+    env = {"name": f"app; touch {pwned}", "pm_id": "0"}
+    god = FakeProc(70, 1, ["PM2 v5.3.0: God Daemon (/root/.pm2)"], exe="/usr/bin/node")
+    ctx = make_context(tmp_path / "proc", [INIT, god, FakeProc(90, 70, TRAIN, environ=env)])
+    origin = _resolve(ctx, 90)
+    assert origin is not None
+    assert origin.remediation == f"pm2 delete 'app; touch {pwned}' && pm2 save"
+    assert _run_pasted(origin.remediation.split(" && ")[0], tmp_path, "pm2") == [
+        "delete",
+        f"app; touch {pwned}",
+    ]
+    assert not pwned.exists()

@@ -133,6 +133,13 @@ def test_weekly_timer_from_files(proc: FakeProc, utc: None) -> None:
         "ExecStart=/usr/bin/python3 /opt/legacy/train_weekly.py --epochs 5"
     ) in ev
     assert "next elapse 2026-01-11T02:00:00+00:00 (systemd-analyze calendar)" in ev
+    # on-failure does not restart after SIGTERM or a clean exit: never "when the process dies".
+    assert (
+        "Restart=on-failure: systemd starts it again when it exits non-zero, is killed by a "
+        "signal other than SIGHUP, SIGINT, SIGTERM or SIGPIPE (SIGKILL included), or times "
+        "out; not after a clean exit or SIGTERM; stop the unit, and `systemctl mask` keeps "
+        "anything from starting it"
+    ) in ev
     assert "no crontab entry mentions /opt/legacy/train_weekly.py (3 crontab files read)" in ev
 
 

@@ -324,9 +324,38 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
         if result.error:
             _out(f"  error: {result.error}")
         _out(f"outcome: {result.outcome}; undo with: rogue-watchdog undo {action_id}")
-        _out("the running job is not stopped by this; use `terminate` for that")
+        if not target.running:
+            pass  # nothing was running: nothing to say about stopping it
+        elif _still_running(
+            target, config.paths.proc_root, wait_s=2.0 if plan.kind == "systemd" else 0.0
+        ):
+            _out("the running job is not stopped by this; use `terminate` for that")
+        else:
+            _out("the running job has stopped too (it ended with its source)")
         return 0 if result.outcome == "ok" else 1
     return 0
+
+
+def _still_running(target: JobTarget, proc_root: str, wait_s: float = 2.0) -> bool:
+    """True while a process of the job (same PID and start time) is alive and not a
+    zombie. A ``systemctl disable --now`` returns once the unit stopped, but give
+    the kernel a moment to finish exits before saying the job is still there."""
+    from watchdog.actions.guards import read_live
+
+    idents = [(m.pid, m.start_ticks) for m in target.members] or [
+        (target.root_pid, target.start_ticks)
+    ]
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = False
+        for pid, start in idents:
+            live = read_live(pid, proc_root)
+            if live is not None and live.start_ticks == start and live.state != "Z":
+                alive = True
+                break
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
 
 
 def cmd_undo(args: argparse.Namespace) -> int:

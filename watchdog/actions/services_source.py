@@ -9,14 +9,15 @@ sockets, minus the sanctioned ports of the ``services:`` section, make one findi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from watchdog.actions.services import Listen, scan_listening
 from watchdog.actions.services_settings import ServiceSettings
-from watchdog.lineage.base import exe_name
+from watchdog.lineage.base import exe_name, is_wrapper
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
-from watchdog.lineage.describe import describe_origin
+from watchdog.lineage.describe import describe_origin, stop_source_text
 from watchdog.lineage.slurm import is_slurmstepd
 from watchdog.model import Finding, Job, Proc
 from watchdog.policy.findings import gpus_text
@@ -24,6 +25,19 @@ from watchdog.sources.procfs import ProcessTable
 
 _CRON_DAEMONS = frozenset({"cron", "crond"})
 _MAX_ENDPOINTS_IN_MESSAGE = 4
+# Ancestors that start other people's work and listen for their own reasons (sshd on 22,
+# a Slurm or container daemon): the walk up from a job root stops at them.
+_SPAWNERS = frozenset(
+    {
+        "init", "systemd", "cron", "crond", "anacron", "atd", "sshd", "dropbear",
+        "mosh-server", "login", "slurmstepd", "slurmstepd-wlm", "slurmd", "conmon",
+        "containerd-shim", "containerd-shim-runc-v1", "containerd-shim-runc-v2",
+        "docker-containerd-shim", "supervisord", "runsv", "runsvdir", "s6-supervise",
+        "s6-svscan", "supervise", "svscan", "tini", "catatonit", "dumb-init", "tmux",
+        "tmux: server", "screen", "SCREEN", "circusd", "PM2",
+    }
+)  # fmt: skip
+_MAX_PARENT_DEPTH = 8
 
 
 def _unit_key(info: CgroupInfo | None) -> tuple[str, str | None] | None:
@@ -50,19 +64,82 @@ def _anchor(lineage: Sequence[Proc]) -> Proc | None:
     return None
 
 
-def service_pids(job: Job, table: ProcessTable) -> list[int]:
+def protected_pids(jobs: Iterable[Job]) -> frozenset[int]:
+    """Members and ancestors of sanctioned and ignored jobs: never a rogue service.
+
+    A sanctioned pipeline's launcher that also started an excess run is the pipeline's;
+    calling it a rogue service would advise killing the sanctioned run with it.
+    """
+    out: set[int] = set()
+    for job in jobs:
+        if job.verdict in ("sanctioned", "ignored"):
+            out.update(job.pids)
+            out.update(p.pid for p in job.lineage)
+    return frozenset(out)
+
+
+def launching_ancestors(
+    job: Job, self_pid: int | None = None, protected: Collection[int] = frozenset()
+) -> list[Proc]:
+    """The job root's ancestors that started the run themselves, nearest first.
+
+    Walks up from the root's parent through wrappers (``sh -c``, ``setsid``, ``nohup``:
+    they only pass the command on) and stops at PID 1 and at spawners that start other
+    people's work (cron, sshd, systemd, slurmstepd, container shims, supervisors,
+    multiplexers). What is left is a program that launched the training run: a service
+    whose port makes it a rogue service whatever started it.
+
+    Args:
+        job: A training job with its lineage.
+        self_pid: The watchdog's own PID in this PID namespace (never counted: it may
+            listen on a status or metrics port, and a test harness may start jobs).
+        protected: PIDs of sanctioned jobs and their lineage (:func:`protected_pids`):
+            the walk stops there.
+
+    Returns:
+        Non-wrapper ancestors below the first spawner (at most a few).
+    """
+    out: list[Proc] = []
+    for proc in job.lineage[1 : 1 + _MAX_PARENT_DEPTH]:
+        name = exe_name(proc)
+        if (
+            proc.pid <= 1
+            or proc.pid == self_pid
+            or proc.pid in protected
+            or proc.kernel_thread
+            or name in _SPAWNERS
+            or name.startswith("containerd-shim")
+            or is_slurmstepd(proc)
+            or (proc.nspid and proc.nspid[-1] == 1)
+        ):
+            break
+        if not is_wrapper(proc):
+            out.append(proc)
+    return out
+
+
+def _self_pid(table: ProcessTable | None) -> int | None:
+    return os.getpid() if table is None or table.proc_root == "/proc" else None
+
+
+def service_pids(
+    job: Job, table: ProcessTable, protected: Collection[int] = frozenset()
+) -> list[int]:
     """Processes sharing the job's origin, whose sockets count as the job's.
 
     Args:
         job: A training job (its lineage and members).
         table: A refreshed process table (the scanner's, or one of the source's own).
+        protected: PIDs never counted as the job's launchers (:func:`protected_pids`).
 
     Returns:
-        Sorted PIDs: members, descendants of the root, same unit/container cgroup, and
-        the processes below the job's CRON child or slurmstepd.
+        Sorted PIDs: members, descendants of the root, the ancestors that launched it
+        (:func:`launching_ancestors`), same unit/container cgroup, and the processes
+        below the job's CRON child or slurmstepd.
     """
     pids = set(job.pids)
     pids.add(job.root_pid)
+    pids.update(p.pid for p in launching_ancestors(job, _self_pid(table), protected))
     pids.update(table.descendants(job.root_pid))
     anchor = _anchor(job.lineage)
     if anchor is not None:
@@ -94,7 +171,10 @@ def _who(job: Job) -> str:
 
 
 def service_finding(
-    job: Job, listening: Sequence[Listen], denied: Sequence[int] = ()
+    job: Job,
+    listening: Sequence[Listen],
+    denied: Sequence[int] = (),
+    protected: Collection[int] = frozenset(),
 ) -> Finding | None:
     """The ``rogue-service`` finding for one unsanctioned job, or None without sockets.
 
@@ -102,6 +182,7 @@ def service_finding(
         job: A rogue or excess job.
         listening: Its unsanctioned listening sockets.
         denied: PIDs of its origin whose sockets could not be read.
+        protected: PIDs never named as the launching service (:func:`protected_pids`).
 
     Returns:
         A high-severity finding keyed on the job (``root_pid``), e.g. ``old-trainer.service
@@ -123,13 +204,25 @@ def service_finding(
         parts.append(f"PID {pid} listening on {text}")
     verdict = "rogue" if job.verdict == "rogue" else "excess"
     own = job.root_pid in by_pid or any(pid in job.pids for pid in by_pid)
-    how = "started its own training run" if own else "beside its training run"
+    parents = [p for p in launching_ancestors(job, _self_pid(None), protected) if p.pid in by_pid]
+    if parents:
+        how = "started the run"
+    else:
+        how = "started its own training run" if own else "beside its training run"
+    who = _who(job)
+    if parents and job.origin.kind in ("unknown", "orphan"):
+        # The service is what keeps starting runs; name it, not an origin nobody knows.
+        who = f"service PID {parents[0].pid} `{parents[0].args_text[:80]}`"
     message = (
-        f"{_who(job)} ({'; '.join(parts)}), {how}: {verdict} job PID {job.root_pid} "
+        f"{who} ({'; '.join(parts)}), {how}: {verdict} job PID {job.root_pid} "
         f"{'on ' + gpus_text(job.gpus) + ' ' if job.gpus else ''}`{' '.join(job.cmdline)[:120]}`"
     )
-    if job.origin.remediation:
-        message += f"; to stop the source: {job.origin.remediation}"
+    stop = stop_source_text(job.origin, job.root_pid)
+    if stop:
+        message += f"; to stop the source: {stop}"
+    elif parents:
+        pids = " ".join(str(p) for p in (*(p.pid for p in parents[:1]), job.root_pid))
+        message += f"; to stop the service and its run: kill -TERM {pids}"
     details: dict[str, Any] = {
         "listening": [x.to_json() for x in listening],
         "job_root_pid": job.root_pid,
@@ -137,6 +230,8 @@ def service_finding(
         "origin_kind": job.origin.kind,
         "gpu_indexes": job.gpu_indexes,
     }
+    if parents:
+        details["service_pids"] = [p.pid for p in parents]
     if denied:
         details["unreadable_pids"] = sorted(denied)
     return Finding("rogue-service", "high", message, root_pid=job.root_pid, details=details)
@@ -151,7 +246,7 @@ def service_findings(
     """One ``rogue-service`` finding per rogue/excess job with unsanctioned listeners.
 
     Args:
-        jobs: Judged jobs of a scan.
+        jobs: Judged jobs of a scan (all of them: sanctioned ones protect their lineage).
         table: A process table refreshed at (or after) that scan.
         settings: The ``services:`` section.
         proc_root: procfs mount.
@@ -161,13 +256,15 @@ def service_findings(
     """
     if not settings.enabled:
         return []
+    jobs = list(jobs)
+    protected = protected_pids(jobs)
     out = []
     for job in jobs:
         if job.verdict not in ("rogue", "excess"):
             continue
-        found = scan_listening(service_pids(job, table), proc_root)
+        found = scan_listening(service_pids(job, table, protected), proc_root)
         keep = [x for x in found.listening if settings.sanctioned(x) is None]
-        finding = service_finding(job, keep, found.denied)
+        finding = service_finding(job, keep, found.denied, protected)
         if finding is not None:
             out.append(finding)
     return out
@@ -203,7 +300,7 @@ class ServiceSource:
             return []
         if self._own:
             self.table.refresh()
-        return service_findings(jobs, self.table, self.settings, self.proc_root)
+        return service_findings(result.jobs, self.table, self.settings, self.proc_root)
 
 
 def build_service_sources(config: Any, table: ProcessTable | None = None) -> list[ServiceSource]:

@@ -292,7 +292,9 @@ class Daemon:
             return False
         self._ok(RELOAD_COMPONENT)
         self.config = new
+        old_scanner = self.scanner
         self.scanner = Scanner(new, fd_sweep_interval_s=new.daemon.fd_sweep_interval_s)
+        self.scanner.keep_origins_of(old_scanner)  # a reload does not re-attribute
         self.tracker = Tracker(self.db, new.alerts, self.scanner.host)
         for hook in self.on_reload:
             try:

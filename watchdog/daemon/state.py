@@ -748,6 +748,10 @@ class StateDB:
             (now, clean(message), root_pid, json.dumps(details), instances, finding_id),
         )
 
+    def set_finding_message(self, finding_id: int, message: str) -> None:
+        """Replace a finding's message (e.g. to name the finding's own id in a command)."""
+        self.conn.execute("UPDATE findings SET message=? WHERE id=?", (clean(message), finding_id))
+
     def resolve_finding(self, finding_id: int, now: float) -> None:
         """Mark a finding resolved."""
         self.conn.execute("UPDATE findings SET resolved_at=? WHERE id=?", (now, finding_id))

@@ -25,7 +25,7 @@ from watchdog.daemon.settings import SEVERITIES, AlertSettings, SinkSettings
 from watchdog.daemon.state import FindingRecord, JobRecord, StateDB, clean
 from watchdog.lineage.describe import describe_origin
 from watchdog.model import Finding, Job, Origin
-from watchdog.policy.findings import gpus_text
+from watchdog.policy.findings import gpus_text, name_finding_in_commands
 
 # Origin fields that identify the spawner across restarts of the job (a new Slurm job id
 # or container id each time is the same source).
@@ -321,6 +321,9 @@ class Tracker:
                 fid = db.insert_finding(
                     fp, f.kind, f.severity, f.message, f.root_pid, f.details, now, len(group)
                 )
+                named = name_finding_in_commands(f.message, f.root_pid, fid)
+                if named != f.message:
+                    db.set_finding_message(fid, named)
                 new = db.finding(fid)
                 assert new is not None
                 out.opened.append(new)
@@ -328,7 +331,8 @@ class Tracker:
                     self._spool("open", new, now)
                     db.mark_alerted(fid, now, pids)
                 continue
-            db.touch_finding(rec.id, f.message, f.root_pid, f.details, now, len(group))
+            message = name_finding_in_commands(f.message, f.root_pid, rec.id)
+            db.touch_finding(rec.id, message, f.root_pid, f.details, now, len(group))
             if rec.last_alert_at is None:  # not alerted yet: debounced
                 if now - rec.opened_at >= debounce:
                     fresh = db.finding(rec.id)

@@ -8,6 +8,7 @@ come before generic ones (systemd unit, orphan).
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -153,3 +154,70 @@ def exe_name(proc: Proc) -> str:
     if proc.cmdline:
         return proc.cmdline[0].rsplit("/", 1)[-1]
     return proc.comm
+
+
+def _is_control(ch: str) -> bool:
+    code = ord(ch)
+    return (
+        code < 0x20
+        or code == 0x7F
+        or 0x80 <= code < 0xA0
+        or code in (0x2028, 0x2029)
+        or 0xD800 <= code < 0xE000  # lone surrogates: undecodable bytes from the host
+    )
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(ch)
+    if named is not None:
+        return named
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape'd byte
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def quote_arg(arg: str) -> str:
+    """One argument, quoted for a shell and kept on one line.
+
+    Plain text gets ``shlex.quote``. An argument holding a control character (a newline
+    in a supervisor group name, an ESC) gets bash/zsh/ksh ANSI-C quoting ``$'...'`` with
+    the character escaped, so the pasted line is still one command with that exact
+    argument instead of a second line.
+    """
+    if not any(_is_control(ch) for ch in arg):
+        return shlex.quote(arg)
+    body = []
+    for ch in arg:
+        if ch in "\\'":
+            body.append("\\" + ch)
+        elif _is_control(ch):
+            body.append(_escape(ch))
+        else:
+            body.append(ch)
+    return "$'" + "".join(body) + "'"
+
+
+def command(*argv: object) -> str:
+    """One shell command line a person can paste: every argument quoted.
+
+    Values from the host (program names, paths, users, container namespaces) are
+    hostile text: quoting keeps ``; touch /tmp/x #`` one argument, and control
+    characters never break the line (see :func:`quote_arg`).
+
+    Args:
+        argv: Program and arguments; non-strings are converted with ``str``.
+
+    Returns:
+        The command on one line, e.g. ``supervisorctl stop 'grp:x; touch /tmp/x #'``.
+    """
+    return " ".join(quote_arg(str(a)) for a in argv)
+
+
+def comment(text: str) -> str:
+    """Text safe to put after ``#`` on a pasted command line: one line, no controls.
+
+    Control characters (a newline would end the comment and run the rest) are shown as
+    ``\\n``-style escapes; everything else is kept for people to read.
+    """
+    return "".join(_escape(ch) if _is_control(ch) else ch for ch in text)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from watchdog.lineage.base import ResolveContext, exe_name
+from watchdog.lineage.base import ResolveContext, command, exe_name
 from watchdog.lineage.cgroup import parse_cgroup
 from watchdog.model import Origin, Proc
 
@@ -152,12 +152,12 @@ def remediation_for(runtime: str, container_id: str, namespace: str | None, pod:
         CRI-O), or ``ctr -n NS task kill ID``.
     """
     if runtime == "docker" and not pod:
-        return f"docker stop {container_id}"
+        return command("docker", "stop", container_id)
     if runtime == "podman":
-        return f"podman stop {container_id}"
+        return command("podman", "stop", container_id)
     if pod or runtime == "cri-o" or namespace == "k8s.io":
-        return f"crictl stop {container_id}"
-    return f"ctr -n {namespace or 'default'} task kill {container_id}"
+        return command("crictl", "stop", container_id)
+    return command("ctr", "-n", namespace or "default", "task", "kill", container_id)
 
 
 _INSPECT: dict[str, tuple[str, ...]] = {

@@ -26,13 +26,13 @@ import shlex
 import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
-from zoneinfo import ZoneInfo
+from datetime import datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
 from watchdog import safeio
-from watchdog.lineage.base import ResolveContext, exe_name
+from watchdog.lineage.base import ResolveContext, command, exe_name, quote_arg
 from watchdog.lineage.crontab import (
     CronEntry,
     Crontab,
@@ -113,6 +113,7 @@ class CronResolver:
         entries = [e for t in read.tabs for e in t.entries]
         cmd = _shell_command(shell)
         matches: list[_Match] = []
+        others: list[_Match] = []
         if cmd is not None:
             evidence.append(f"job shell PID {shell.pid}: {shell.cmdline[0]} -c {cmd!r}")
             wanted = _norm(cmd)
@@ -121,7 +122,17 @@ class CronResolver:
                 for e in entries
                 if _norm(e.run_command) == wanted
             ]
-        if not matches:
+            if matches:
+                matches = _by_tick(matches, shell, ctx, evidence)
+            else:
+                # cron ran exactly CMD: an entry with another command did not start this
+                # process, however much of it the command line shares (a pipeline's line
+                # running the same script must never inherit a retired line's ghost).
+                others = _contained(lineage[: idx - 1] or lineage[:1], entries)
+                retired = _retired_entry(ctx, read, cmd, shell.user)
+                if retired is not None:
+                    return _retired_origin(retired, lineage, evidence, others, ctx, cmd)
+        else:
             matches = _contained(lineage[: idx - 1] or lineage[:1], entries)
         matches = _prefer_user(matches, shell.user)
         if not matches:
@@ -139,12 +150,16 @@ class CronResolver:
                     "no live entry matches: the entry was edited or removed after this job "
                     "started; kill the job, nothing will start it again from this line"
                 )
+            evidence.extend(_not_its_entry(others, cmd))
             evidence.extend(_dead_notes(ctx, cmd, lineage[:1]))
+            fields = _fields(None, shell.user, ctx)
+            if not read.problems:
+                fields["entry_state"] = "removed"
             return Origin(
                 kind="cron",
                 evidence=tuple(evidence),
                 remediation=remediation,
-                fields=_fields(None, shell.user, ctx),
+                fields=fields,
             )
         evidence.extend(_unread_notes(read))
         return _origin(matches, lineage, idx, evidence, ctx, cmd)
@@ -164,8 +179,9 @@ class CronResolver:
         entries = [e for t in read.tabs for e in t.entries]
         matches = _prefer_user(_contained([top], entries), top.user)
         if not matches:
-            return None
-        evidence = []
+            return _from_script(top, lineage, entries, read, ctx, in_cron_unit)
+        evidence: list[str] = []
+        matches = _by_tick(matches, top, ctx, evidence)
         if in_cron_unit:
             evidence.append(
                 f"PID {top.pid} lives in cron's cgroup (KillMode=process keeps daemonised "
@@ -218,7 +234,7 @@ def _origin(
             f"run-parts PID {runner.pid} ({runner.args_text}) runs script {path}; "
             "the crontab line runs every script in that directory"
         )
-        remediation = f"chmod -x {shlex.quote(path)}"
+        remediation = command("chmod", "-x", path)
     evidence.extend(_dead_notes(ctx, cmd, lineage[:1]))
     return Origin(kind="cron", evidence=tuple(evidence), remediation=remediation, fields=fields)
 
@@ -263,9 +279,9 @@ def _disable_command(entry: CronEntry, ctx: ResolveContext) -> str:
     tab = _cached_tab(ctx, entry.file)
     if tab is not None and not tab.system and tab.owner:
         shown = entry.line - tab.header_lines
-        user = shlex.quote(tab.owner)
+        user = quote_arg(tab.owner)
         return f"crontab -u {user} -l | sed '{shown}s/^/{DISABLE_PREFIX}/' | crontab -u {user} -"
-    return f"sed -i '{sed}' {shlex.quote(entry.file)}"
+    return command("sed", "-i", sed, entry.file)
 
 
 def _run_parts_script(lineage: Sequence[Proc], daemon_idx: int | None) -> tuple[Proc, str] | None:
@@ -290,8 +306,16 @@ def _run_parts_script(lineage: Sequence[Proc], daemon_idx: int | None) -> tuple[
 # -- matching ---------------------------------------------------------------------------
 
 
+_SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "mksh", "busybox", "fish", "csh", "tcsh"})
+
+
 def _shell_command(proc: Proc) -> str | None:
-    if len(proc.cmdline) >= 3 and proc.cmdline[1] == "-c":
+    """The ``CMD`` of cron's ``$SHELL -c CMD``, or None.
+
+    Only a shell's ``-c`` argument is the entry's command: bash execs a simple command,
+    so below cron there may be ``python3 -c CODE`` itself, whose CODE is not the entry.
+    """
+    if len(proc.cmdline) >= 3 and proc.cmdline[1] == "-c" and exe_name(proc) in _SHELLS:
         return proc.cmdline[2]
     return None
 
@@ -498,8 +522,7 @@ def _unread_notes(read: _Tabs) -> list[str]:
 def _inspect_command(paths: Sequence[str], proc: Proc) -> str:
     """``grep`` (as root) for the job's distinctive word in the files that went unread."""
     needle = _needle(proc)
-    quoted = " ".join(shlex.quote(p) for p in dict.fromkeys(paths))
-    return f"sudo grep -rnF -- {shlex.quote(needle)} {quoted}"
+    return command("sudo", "grep", "-rnF", "--", needle, *dict.fromkeys(paths))
 
 
 def _needle(proc: Proc) -> str:
@@ -540,3 +563,337 @@ def _dead_notes(ctx: ResolveContext, cmd: str | None, procs: Sequence[Proc]) -> 
         for e in found:
             notes.append(f"also matches {e.file}:{e.line}, which cron does not read ({why})")
     return notes
+
+
+# -- which line fired, and lines that no longer fire ------------------------------------
+
+
+def _entry_zone(entry: CronEntry, ctx: ResolveContext) -> tzinfo:
+    tz_name = entry.env.get("CRON_TZ")
+    if tz_name:
+        try:
+            return ZoneInfo(tz_name)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    return _zone(ctx)
+
+
+# cron forks the job within a second or two of the minute; start times (btime + ticks)
+# are exact to about a second. A busy host may lag, so up to a minute counts.
+_TICK_SLACK_S = 59.0
+
+
+def _fired_before(entry: CronEntry, start_s: float, ctx: ResolveContext) -> float | None:
+    """Seconds between the entry's last fire time and ``start_s``, or None."""
+    if entry.expression is None:
+        return None
+    try:
+        started = datetime.fromtimestamp(start_s, _entry_zone(entry, ctx))
+        fired = next(CronSim(entry.expression, started + timedelta(seconds=2), reverse=True))
+    except (ValueError, OSError, OverflowError, StopIteration, CronSimError):
+        return None
+    return (started - fired).total_seconds()
+
+
+def _by_tick(
+    matches: list[_Match], proc: Proc, ctx: ResolveContext, evidence: list[str]
+) -> list[_Match]:
+    """Keep the entries that fired at the minute ``proc`` (cron's job shell) started.
+
+    Several entries can run the same command; only those whose schedule fired just
+    before the process started can have started it. When the start time is unknown or
+    no entry fits, every match is kept (and the evidence says so).
+    """
+    if len(matches) < 2:
+        return matches
+    start_s = ctx.table.start_time_s(proc.start_ticks)
+    if start_s is None:
+        return matches
+    fits = []
+    for m in matches:
+        lag = _fired_before(m.entry, start_s, ctx)
+        if lag is not None and lag <= _TICK_SLACK_S:
+            fits.append(m)
+    if not fits or len(fits) == len(matches):
+        return matches
+    when = datetime.fromtimestamp(start_s, _zone(ctx)).isoformat(timespec="seconds")
+    for m in matches:
+        if m not in fits:
+            evidence.append(
+                f"not {m.entry.file}:{m.entry.line}: PID {proc.pid} started at {when}, "
+                f"when that entry ({m.entry.schedule}) did not fire"
+            )
+    return fits
+
+
+@dataclass(frozen=True)
+class _Retired:
+    """A commented-out line whose entry ran the job's command.
+
+    Attributes:
+        entry: The entry as it was (parsed from the comment).
+        comment: The line as it is now.
+    """
+
+    entry: CronEntry
+    comment: str
+
+
+def _retired_entry(ctx: ResolveContext, read: _Tabs, cmd: str, user: str | None) -> _Retired | None:
+    """The commented-out line (``disable-source``'s marker, ``sed``'s prefix, or a
+    person's ``#``) whose entry runs exactly ``cmd``, in the crontabs cron reads."""
+    wanted = _norm(cmd)
+    found: list[_Retired] = []
+    for tab in read.tabs:
+        try:
+            text = safeio.read_regular(tab.path, _MAX_FILE_BYTES).decode("utf-8", "surrogateescape")
+        except (OSError, safeio.NotRegularFileError, safeio.FileTooLargeError):
+            continue
+        for lineno, raw in enumerate(text.split("\n"), start=1):
+            body = raw.strip()
+            if not body.startswith("#") or wanted not in _norm(body):
+                continue
+            entry = _entry_in_comment(body, tab, lineno, wanted)
+            if entry is not None:
+                found.append(_Retired(entry, raw.removesuffix("\r")))
+    found.sort(key=lambda r: user is not None and r.entry.user != user)
+    return found[0] if found else None
+
+
+def _entry_in_comment(body: str, tab: Crontab, lineno: int, wanted: str) -> CronEntry | None:
+    words = body.split()
+    for k in range(len(words)):
+        candidate = " ".join(words[k:])
+        if candidate.startswith("#"):
+            continue
+        parsed = parse_crontab(candidate, tab.path, system=tab.system, owner=tab.owner)
+        for e in parsed.entries:
+            if _norm(e.run_command) == wanted:
+                return CronEntry(
+                    tab.path, lineno, candidate, e.schedule, e.expression, e.user, e.command
+                )
+    return None
+
+
+def _retired_origin(
+    retired: _Retired,
+    lineage: Sequence[Proc],
+    evidence: list[str],
+    others: list[_Match],
+    ctx: ResolveContext,
+    cmd: str,
+) -> Origin:
+    entry = retired.entry
+    evidence.append(
+        f"started by {entry.file}:{entry.line}, entry since disabled: the line is now "
+        f"{retired.comment.strip()!r}; cron will not start it again from there, but this "
+        "running copy must still be stopped"
+    )
+    evidence.extend(_not_its_entry(others, cmd))
+    evidence.extend(_dead_notes(ctx, cmd, lineage[:1]))
+    fields: dict[str, object] = {
+        "file": entry.file,
+        "line": entry.line,
+        "entry": entry.raw,
+        "user": entry.user,
+        "schedule": entry.schedule,
+        "next_run": None,
+        "entry_state": "disabled",
+    }
+    return Origin(kind="cron", evidence=tuple(evidence), remediation=None, fields=fields)
+
+
+def _not_its_entry(others: Sequence[_Match], cmd: str | None) -> list[str]:
+    return [
+        f"not {m.entry.file}:{m.entry.line}: its command runs the same program, but cron "
+        f"ran {cmd!r}, not that line's command"
+        for m in others
+    ]
+
+
+def entry_state(origin: Origin, ctx: ResolveContext) -> str | None:
+    """Whether a cron origin's line still runs: ``live``, ``disabled`` or ``removed``.
+
+    Args:
+        origin: A ``cron`` origin with ``file``, ``line`` and ``entry``.
+        ctx: Paths and the parse cache.
+
+    Returns:
+        ``live`` when the file still has that entry at that line, ``disabled`` when the
+        line is now a comment holding it, ``removed`` otherwise; None when the origin
+        names no line or its file could not be read (nothing can be said).
+    """
+    f = origin.fields
+    path, line, raw = f.get("file"), f.get("line"), f.get("entry")
+    if not isinstance(path, str) or not isinstance(line, int) or not isinstance(raw, str):
+        return None
+    try:
+        text = safeio.read_regular(path, _MAX_FILE_BYTES).decode("utf-8", "surrogateescape")
+    except FileNotFoundError:
+        return "removed"
+    except (OSError, safeio.NotRegularFileError, safeio.FileTooLargeError):
+        return None
+    lines = text.split("\n")
+    current = lines[line - 1].removesuffix("\r") if 1 <= line <= len(lines) else ""
+    if current == raw:
+        return "live"
+    body = current.strip()
+    if body.startswith("#") and _norm(body).endswith(_norm(raw)):
+        return "disabled"
+    return "removed"
+
+
+def with_entry_state(origin: Origin, state: str) -> Origin:
+    """``origin`` marked as no longer live (``disabled`` or ``removed``): no next run, no
+    remediation (the line already cannot start anything), evidence saying so."""
+    f = dict(origin.fields)
+    f["entry_state"] = state
+    f["next_run"] = None
+    where = f"{f.get('file')}:{f.get('line')}"
+    note = (
+        f"started by {where}, entry since {state}: cron will not start it again from "
+        "there, but this running copy must still be stopped"
+    )
+    evidence = (note, *(e for e in origin.evidence if not e.startswith("started by ")))
+    return Origin(origin.kind, evidence, None, f)
+
+
+# -- daemonised by a script that a crontab line runs ------------------------------------
+
+# A job daemonised from a script started at most this long after the line fired.
+_SCRIPT_LAG_S = 60.0
+# ... and this close, with cron's environment, counts as "high" confidence.
+_SCRIPT_LAG_SURE_S = 10.0
+_MAX_SCRIPT_BYTES = 256 * 1024
+# Variables a login, ssh or terminal session sets and cron never does (cron(8) sets
+# SHELL, HOME, LOGNAME, PATH and the crontab's own NAME=value lines).
+_SESSION_VARS = ("TERM", "SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY", "TMUX", "STY", "DISPLAY")
+_CRON_DEFAULT_PATH = "/usr/bin:/bin"
+
+
+def _scripts_of(entry: CronEntry) -> list[str]:
+    """Absolute paths among the words of the entry's command (the scripts it runs)."""
+    return list(dict.fromkeys(w for w in _tokens(entry.run_command) if w.startswith("/")))
+
+
+def _script_mentions(path: str, program: str, ctx: ResolveContext) -> int | None:
+    """Line number of ``path`` (a text script) where ``program`` is a shell word."""
+    key = f"cron:script:{path}"
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_SCRIPT_BYTES:
+        return None
+    stamp = (st.st_mtime_ns, st.st_size)
+    hit = ctx.persistent.get(key)
+    if isinstance(hit, tuple) and hit[0] == stamp:
+        words_by_line = hit[1]
+    else:
+        try:
+            data = safeio.read_regular(path, _MAX_SCRIPT_BYTES)
+        except (OSError, safeio.NotRegularFileError, safeio.FileTooLargeError):
+            return None
+        if b"\0" in data[:4096]:
+            return None  # a binary, not a script
+        words_by_line = []
+        for raw in data.decode("utf-8", "surrogateescape").split("\n"):
+            body = raw.strip()
+            words_by_line.append([] if body.startswith("#") else _tokens(body))
+        ctx.persistent[key] = (stamp, words_by_line)
+    want = os.path.basename(program)
+    for lineno, words in enumerate(words_by_line, start=1):
+        for w in words:
+            if w == program or (os.path.basename(w) == want and not program.startswith("/")):
+                return lineno
+            if program.startswith("/") and w.endswith("/" + want) and "$" in w:
+                return lineno  # "$DIR/train_job.py": the same file through a variable
+    return None
+
+
+def _cron_env_note(env: dict[str, str] | None, entry: CronEntry) -> tuple[bool | None, str]:
+    """Whether the environment is the one cron gives its jobs: (verdict, why)."""
+    if env is None:
+        return None, "its environment could not be read"
+    session = [k for k in _SESSION_VARS if k in env]
+    if session:
+        return False, f"its environment has {', '.join(session)}, which cron never sets"
+    path = entry.env.get("PATH", _CRON_DEFAULT_PATH)
+    if env.get("PATH") != path:
+        return None, f"its PATH is {env.get('PATH')!r}, not cron's {path!r}"
+    user = env.get("LOGNAME") or env.get("USER")
+    if user is not None and user != entry.user:
+        return False, f"its LOGNAME is {user}, the line runs as {entry.user}"
+    return True, f"its environment is cron's (PATH={path}, LOGNAME={user}, no terminal)"
+
+
+def _from_script(
+    top: Proc,
+    lineage: Sequence[Proc],
+    entries: Sequence[CronEntry],
+    read: _Tabs,
+    ctx: ResolveContext,
+    in_cron_unit: bool,
+) -> Origin | None:
+    """A re-parented process whose program appears in a script a crontab line runs.
+
+    ``* * * * * root /root/x/launch_bg.sh`` where the script runs
+    ``setsid python3 /root/x/train_job.py &`` and exits: the trainer's command line is in
+    no crontab, only in the script. It is attributed to the line when it started within
+    a minute after the line fired, its program is a word of that script, and its
+    environment is not a terminal session's; how sure, and why, goes into evidence and
+    ``confidence``.
+    """
+    if not top.cmdline:
+        return None
+    program = _needle(top)
+    start_s = ctx.table.start_time_s(top.start_ticks)
+    if start_s is None or len(os.path.basename(program)) < 3:
+        return None
+    env = ctx.table.environ(top.pid)
+    found: list[tuple[CronEntry, str, int, float, bool | None, str]] = []
+    for entry in entries:
+        lag = _fired_before(entry, start_s, ctx)
+        if lag is None or lag > _SCRIPT_LAG_S:
+            continue
+        for script in _scripts_of(entry):
+            lineno = _script_mentions(script, program, ctx)
+            if lineno is None:
+                continue
+            env_ok, env_why = _cron_env_note(env, entry)
+            if env_ok is False:
+                continue  # someone ran it from a terminal in the same minute
+            found.append((entry, script, lineno, lag, env_ok, env_why))
+            break
+    if not found:
+        return None
+    found.sort(key=lambda f: (f[4] is not True, f[3], f[0].user != (top.user or f[0].user)))
+    entry, script, lineno, lag, env_ok, env_why = found[0]
+    sure = env_ok is True and lag <= _SCRIPT_LAG_SURE_S and len(found) == 1
+    confidence = "high" if sure else "medium"
+    how = "re-parented to PID 1" if lineage[-1].pid == 1 else "re-parented"
+    if in_cron_unit:
+        how += " (in cron's cgroup)"
+    evidence = [
+        f"PID {top.pid} was {how}: its starter exited; its command line is in no crontab",
+        f"attributed to {entry.file}:{entry.line} with {confidence} confidence: it started "
+        f"{lag:.0f} s after that line fired, {env_why}, and its program {program} appears "
+        f"in {script} (line {lineno}), which that line runs",
+    ]
+    for other in found[1:]:
+        evidence.append(
+            f"ambiguous: {other[0].file}:{other[0].line} also runs a script naming it "
+            f"({other[1]} line {other[2]}) and fired {other[3]:.0f} s before it started"
+        )
+    evidence.extend(_unread_notes(read))
+    fields = _fields(entry, entry.user, ctx)
+    # Not "script" (a run-parts script, which disable-source renames): here the line
+    # itself is the source, and commenting it out stops the launches.
+    fields["launch_script"] = script
+    fields["confidence"] = confidence
+    return Origin(
+        kind="cron",
+        evidence=tuple(evidence),
+        remediation=_disable_command(entry, ctx),
+        fields=fields,
+    )

@@ -108,7 +108,7 @@ class OrphanResolver:
             fields["unit"] = info.unit
             fields["session"] = info.session
             evidence.append(f"cgroup {info.path}")
-        self._slurm(proc, ctx, fields, evidence)
+        slurm_said = self._slurm(proc, ctx, fields, evidence)
         env = ctx.table.environ(proc.pid) or {}
         program = env.get("SUPERVISOR_PROCESS_NAME")
         if program:
@@ -117,6 +117,12 @@ class OrphanResolver:
                 f"SUPERVISOR_PROCESS_NAME={program} in its environment: a supervisord that "
                 "is gone started it; a restarted supervisord runs another copy"
             )
+        # The one-line message carries what the fields know (tables and findings show it).
+        if fields["slurm_job_id"] is not None:
+            fields["message"] = f"orphan of Slurm job {fields['slurm_job_id']} ({slurm_said})"
+        elif program:
+            fields["message"] = f"orphan of supervisor program {program} (parent exited)"
+        evidence[0] = fields["message"]
         return Origin(
             kind="orphan",
             evidence=tuple(evidence),
@@ -127,13 +133,14 @@ class OrphanResolver:
     @staticmethod
     def _slurm(
         proc: Proc, ctx: ResolveContext, fields: dict[str, Any], evidence: list[str]
-    ) -> None:
+    ) -> str | None:
+        """Fill the Slurm fields; return the job's state in a word or two (or None)."""
         clue = cgroup_clue(proc)
         if clue is None:
             found = environ_clue([proc], ctx)
             clue = found[0] if found else None
         if clue is None:
-            return
+            return None
         fields["slurm_job_id"] = clue.job_id
         where = "cgroup" if clue.source == "cgroup" else "environment"
         job = query_job(clue.job_id, ctx)
@@ -145,3 +152,6 @@ class OrphanResolver:
         else:
             said = f"Slurm not asked ({job.via})"
         evidence.append(f"{where} names Slurm job {clue.job_id} ({clue.text}); {said}")
+        if job.status == "found" and job.state:
+            return str(job.state)
+        return "ended" if job.status == "gone" else "state unknown"

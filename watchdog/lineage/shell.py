@@ -21,7 +21,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from watchdog.lineage.base import ResolveContext, exe_name
+from watchdog.lineage.base import CommandResult, ResolveContext, exe_name
 from watchdog.lineage.cgroup import parse_cgroup
 from watchdog.model import Origin, Proc
 
@@ -98,6 +98,122 @@ class _Clues:
     evidence: list[str] = field(default_factory=list)
     client: str | None = None
     login: Proc | None = None
+    tmux: TmuxSession | None = None
+
+
+@dataclass(frozen=True)
+class TmuxSession:
+    """The tmux session a process runs in.
+
+    Attributes:
+        socket: Server socket path (``TMUX``'s first part, the server's ``-S``, or the
+            default ``/tmp/tmux-UID/default``).
+        session_id: tmux's session id, ``$0``; ids are never reused by a server.
+        name: The session name (``-s NAME``; tmux names unnamed sessions ``0``, ``1``...
+            so a name can look like another session's id); None when tmux did not answer.
+        server: The tmux server process, when it is an ancestor.
+        created_by_server: True when this is the session the server's own command line
+            created (the first session, ``$0``, of a server started by ``new-session``).
+    """
+
+    socket: str | None
+    session_id: str | None
+    name: str | None
+    server: Proc | None
+    created_by_server: bool
+
+    def describe(self) -> str:
+        """``tmux session 'train' ($0) on /tmp/tmux-0/default``."""
+        if self.name is not None:
+            text = f"tmux session {self.name!r}"
+            if self.session_id:
+                text += f" ({self.session_id})"
+        elif self.session_id:
+            text = f"tmux session {self.session_id} (name unknown)"
+        else:
+            text = "tmux session (unknown)"
+        if self.socket:
+            text += f" on {self.socket}"
+        return text
+
+
+_TMUX_FORMAT = "#{pane_pid}\t#{session_id}\t#{session_name}"
+
+
+def _server_socket(server: Proc) -> str | None:
+    argv = list(server.cmdline)
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-S":
+            return argv[i + 1]
+        if arg == "-L" and server.uid is not None:
+            return f"/tmp/tmux-{server.uid}/{argv[i + 1]}"
+    if server.uid is not None:
+        return f"/tmp/tmux-{server.uid}/default"
+    return None
+
+
+def _server_created_first(server: Proc) -> bool:
+    """The server was started by a command that creates a session (``new-session``)."""
+    return any(a in ("new-session", "new") for a in server.cmdline[1:])
+
+
+def tmux_session(lineage: Sequence[Proc], ctx: ResolveContext) -> TmuxSession | None:
+    """The tmux session ``lineage[0]`` runs in: socket, session id and name.
+
+    The ``TMUX`` variable (tmux(1): ``socket,server-pid,session-id``) carries the
+    session's *id* number, not its name; the name comes from the server itself:
+    ``tmux -S SOCKET list-panes -a -F '#{pane_pid} #{session_id} #{session_name}'``,
+    matching a pane's process against the lineage (exact even when a session is
+    literally named like another's id).
+
+    Args:
+        lineage: The process and its ancestors, nearest first.
+        ctx: Context (``run_cmd`` runs tmux; the environment is read through the table).
+
+    Returns:
+        The session, or None when there is no tmux clue.
+    """
+    socket: str | None = None
+    id_num: str | None = None
+    for proc in lineage:
+        env = ctx.table.environ(proc.pid) or {}
+        if env.get("TMUX"):
+            parts = env["TMUX"].split(",")
+            socket = parts[0] or None
+            id_num = parts[2] if len(parts) >= 3 else None
+            break
+    server_idx = next((i for i, p in enumerate(lineage) if i > 0 and _names(p) & _TMUX), None)
+    server = lineage[server_idx] if server_idx is not None else None
+    if socket is None and server is not None:
+        socket = _server_socket(server)
+    if socket is None and id_num is None:
+        return None
+    session_id = f"${id_num}" if id_num is not None and id_num.isdigit() else None
+    name: str | None = None
+    res: CommandResult | None = None
+    if socket is not None:
+        key = f"tmux:panes:{socket}"
+        cached = ctx.cache.get(key)
+        if isinstance(cached, CommandResult):
+            res = cached
+        elif key not in ctx.cache:
+            argv = ["tmux", "-S", socket, "list-panes", "-a", "-F", _TMUX_FORMAT]
+            res = ctx.run_cmd(argv, 5.0)
+            ctx.cache[key] = res
+    if res is not None and res.returncode == 0:
+        panes = {}
+        for line in str(res.stdout).splitlines():
+            pid_text, _, rest = line.partition("\t")
+            sid, _, sname = rest.partition("\t")
+            if pid_text.isdigit():
+                panes[int(pid_text)] = (sid, sname)
+        pane = next((panes[p.pid] for p in lineage if p.pid in panes), None)
+        if pane is not None:
+            session_id, name = pane
+        elif session_id is not None:
+            name = next((n for s, n in panes.values() if s == session_id), None)
+    created = server is not None and session_id == "$0" and _server_created_first(server)
+    return TmuxSession(socket, session_id, name, server, created)
 
 
 def _names(proc: Proc) -> set[str]:
@@ -124,9 +240,7 @@ def _env_clues(lineage: Sequence[Proc], ctx: ResolveContext, clues: _Clues) -> N
                 clues.evidence.append(f"{key}={env[key]} in the environment of PID {proc.pid}")
         if "tmux" not in found and env.get("TMUX"):
             found.add("tmux")
-            parts = env["TMUX"].split(",")
-            index = parts[2] if len(parts) >= 3 else "?"
-            clues.mux.append(f"tmux session {index}")
+            clues.mux.append("tmux")  # named below, from the server
             clues.evidence.append(f"TMUX={env['TMUX']} in the environment of PID {proc.pid}")
         if "screen" not in found and env.get("STY"):
             found.add("screen")
@@ -144,7 +258,7 @@ def _ancestor_clues(lineage: Sequence[Proc], clues: _Clues) -> None:
         elif names & _TMUX:
             clues.evidence.append(f"ancestor PID {proc.pid} is the tmux server")
             if not any(m.startswith("tmux") for m in clues.mux):
-                clues.mux.append(f"tmux server PID {proc.pid}")
+                clues.mux.append("tmux")
         elif names & _SCREEN:
             clues.evidence.append(f"ancestor PID {proc.pid} is screen")
             if not any(m.startswith("screen") for m in clues.mux):
@@ -152,6 +266,17 @@ def _ancestor_clues(lineage: Sequence[Proc], clues: _Clues) -> None:
         elif "login" in names and clues.login is None:
             clues.login = proc
             clues.evidence.append(f"ancestor PID {proc.pid} is login")
+
+
+def _in_service(proc: Proc | None) -> bool:
+    """True when ``proc`` lives in a service unit's cgroup (not a login session)."""
+    if proc is None:
+        return False
+    info = parse_cgroup(proc.cgroup)
+    if info is None or info.session is not None or info.unit is None:
+        return False
+    unit = info.user_unit or info.unit
+    return unit.endswith(".service") and not unit.startswith("user@")
 
 
 class ShellResolver:
@@ -173,6 +298,15 @@ class ShellResolver:
         clues = _Clues()
         _env_clues(lineage, ctx, clues)
         _ancestor_clues(lineage, clues)
+        if "tmux" in clues.mux:
+            tmux = tmux_session(lineage, ctx)
+            if tmux is not None and tmux.created_by_server and _in_service(tmux.server):
+                # A unit's ExecStart created this session: the unit starts it again
+                # (the systemd resolver names it, with the session as detail).
+                return None
+            clues.tmux = tmux
+            text = tmux.describe() if tmux is not None else "tmux session (unknown)"
+            clues.mux[clues.mux.index("tmux")] = text
         tty = controlling_tty(ctx.table.proc_root, proc.pid)
         info = parse_cgroup(proc.cgroup)
         scope = info.session if info is not None else None
@@ -209,5 +343,8 @@ class ShellResolver:
                 "client": clues.client,
                 "tty": tty,
                 "login_session": scope,
+                "tmux_socket": clues.tmux.socket if clues.tmux else None,
+                "tmux_session": clues.tmux.name if clues.tmux else None,
+                "tmux_session_id": clues.tmux.session_id if clues.tmux else None,
             },
         )

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from watchdog.lineage.base import ResolveContext, exe_name
+from watchdog.lineage.base import ResolveContext, command, comment, exe_name
 from watchdog.model import Origin, Proc
 
 _INTERPRETERS = ("python", "node", "perl", "ruby", "sh", "bash", "dash")
@@ -113,26 +113,27 @@ def _supervisord(sup: Proc, child: Proc, job: Proc, ctx: ResolveContext) -> _Pro
         if name:
             group = env.get("SUPERVISOR_GROUP_NAME")
             target = f"{group}:{name}" if group and group != name else name
-            ctl = f"supervisorctl -c {config}" if config else "supervisorctl"
+            ctl = ["supervisorctl", "-c", config] if config else ["supervisorctl"]
             where = config or "the supervisord config"
             return _Program(
                 name=name,
                 known=True,
                 config=config,
                 remediation=(
-                    f"{ctl} stop {target}  # then delete [program:{name}] from {where} "
-                    f"and run: {ctl} update"
+                    f"{command(*ctl, 'stop', target)}  # then delete "
+                    f"{comment(f'[program:{name}]')} from {comment(where)} and run: "
+                    f"{comment(command(*ctl, 'update'))}"
                 ),
                 evidence=(f"SUPERVISOR_PROCESS_NAME={name} in the environment of PID {proc.pid}",),
             )
-    ctl = f"supervisorctl -c {config}" if config else "supervisorctl"
+    ctl = ["supervisorctl", "-c", config] if config else ["supervisorctl"]
     return _Program(
         name=child.args_text,
         known=False,
         config=config,
         remediation=(
-            f"{ctl} status  # find the program running {child.args_text!r}, stop it "
-            "and delete its [program:NAME] section"
+            f"{command(*ctl, 'status')}  # find the program running "
+            f"{comment(repr(child.args_text))}, stop it and delete its [program:NAME] section"
         ),
         evidence=("no SUPERVISOR_PROCESS_NAME readable: program named by its command line",),
     )
@@ -154,11 +155,17 @@ def _service_dir(sup: Proc, kind: str, ctx: ResolveContext) -> tuple[str, str]:
 def _dir_program(sup: Proc, kind: str, ctx: ResolveContext) -> _Program:
     name, path = _service_dir(sup, kind, ctx)
     if kind == "runsv":
-        fix = f"sv down {path} && rm {path}"
+        fix = f"{command('sv', 'down', path)} && {command('rm', path)}"
     elif kind == "s6-supervise":
-        fix = f"s6-svc -d {path}  # then remove {path} and run: s6-svscanctl -an {path}/.."
+        fix = (
+            f"{command('s6-svc', '-d', path)}  # then remove {comment(path)} and run: "
+            f"{comment(command('s6-svscanctl', '-an', f'{path}/..'))}"
+        )
     else:
-        fix = f"svc -d {path}  # then remove {path} and run: svc -x {path}"
+        fix = (
+            f"{command('svc', '-d', path)}  # then remove {comment(path)} and run: "
+            f"{comment(command('svc', '-x', path))}"
+        )
     return _Program(name, True, path, fix, (f"{kind} argument names service {name!r}",))
 
 
@@ -171,14 +178,15 @@ def _pm2(child: Proc, job: Proc, ctx: ResolveContext) -> _Program:
                 name,
                 True,
                 env.get("PM2_HOME"),
-                f"pm2 delete {name} && pm2 save",
+                f"{command('pm2', 'delete', name)} && pm2 save",
                 (f"PM2 app name={name} pm_id={env['pm_id']} in the environment of PID {proc.pid}",),
             )
     return _Program(
         child.args_text,
         False,
         None,
-        f"pm2 list  # find the app running {child.args_text!r}, then: pm2 delete NAME && pm2 save",
+        f"pm2 list  # find the app running {comment(repr(child.args_text))}, then: "
+        "pm2 delete NAME && pm2 save",
         ("no PM2 app name readable: app named by its command line",),
     )
 
@@ -212,7 +220,8 @@ class SupervisorResolver:
                 child.args_text,
                 False,
                 next((a for a in sup.cmdline[1:] if a.endswith(".ini")), None),
-                f"circusctl status  # find the watcher running {child.args_text!r}, "
+                f"circusctl status  # find the watcher running "
+                f"{comment(repr(child.args_text))}, "
                 "then: circusctl rm WATCHER and delete it from the circus config",
                 (),
             )

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import pwd
 import re
-import shlex
 import shutil
 import time
 from collections.abc import Sequence
@@ -27,8 +26,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from watchdog.lineage.base import ResolveContext
+from watchdog.lineage.base import ResolveContext, command, exe_name, quote_arg
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
+from watchdog.lineage.shell import tmux_session
 from watchdog.lineage.unitfile import UnitFile, find_timers, load_unit, read_regular
 from watchdog.model import Origin, Proc
 
@@ -39,6 +39,29 @@ PASS_UNITS = frozenset(
 RESTARTING = frozenset(
     ("always", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort")
 )
+# When each Restart= value starts the service again (systemd.service(5), "Restart=";
+# the clean signals are SIGHUP, SIGINT, SIGTERM and SIGPIPE).
+RESTART_WHEN = {
+    "always": "systemd starts it again whenever the process exits, however it ends",
+    "on-success": (
+        "systemd starts it again only when it exits cleanly (exit code 0, or SIGHUP, "
+        "SIGINT, SIGTERM or SIGPIPE)"
+    ),
+    "on-failure": (
+        "systemd starts it again when it exits non-zero, is killed by a signal other than "
+        "SIGHUP, SIGINT, SIGTERM or SIGPIPE (SIGKILL included), or times out; not after a "
+        "clean exit or SIGTERM"
+    ),
+    "on-abnormal": (
+        "systemd starts it again when it is killed by a signal other than SIGHUP, SIGINT, "
+        "SIGTERM or SIGPIPE (SIGKILL included), or times out; not after any exit code"
+    ),
+    "on-watchdog": "systemd starts it again only when its watchdog timeout passes",
+    "on-abort": (
+        "systemd starts it again when an uncaught signal other than SIGHUP, SIGINT, "
+        "SIGTERM or SIGPIPE ends it (SIGKILL included)"
+    ),
+}
 DEFAULT_USER_UNIT_DIRS = (
     "{home}/.config/systemd/user",
     "/etc/systemd/user",
@@ -459,7 +482,16 @@ class SystemdResolver:
         # Files refused (FIFO, device, oversized, unreadable): what they say is unknown.
         evidence.extend(dict.fromkeys(facts.skipped))
         spawner = _unit_top(lineage, info)
-        if spawner is not None and spawner.pid != lineage[0].pid:
+        tmux = tmux_session(lineage, ctx) if _has_tmux(lineage, ctx) else None
+        if tmux is not None:
+            server = command(*tmux.server.cmdline) if tmux.server is not None else "tmux"
+            made = (
+                "which the unit's own ExecStart created"
+                if tmux.created_by_server
+                else "on a tmux server that lives in this unit"
+            )
+            evidence.append(f"runs in {tmux.describe()}, {made} ({server})")
+        elif spawner is not None and spawner.pid != lineage[0].pid:
             evidence.append(
                 f"spawned inside {unit} by PID {spawner.pid} ({spawner.args_text}), the "
                 "unit's own process: an in-process scheduler or launcher, not a timer or cron"
@@ -482,7 +514,7 @@ class SystemdResolver:
         restart = facts.restart
         if restart in RESTARTING:
             evidence.append(
-                f"Restart={restart}: systemd starts it again when the process dies; "
+                f"Restart={restart}: {RESTART_WHEN[restart]}; "
                 "stop the unit, and `systemctl mask` keeps anything from starting it"
             )
         evidence.append(_cron_check(lineage[0], ctx))
@@ -496,12 +528,23 @@ class SystemdResolver:
         }
         if user is not None:
             fields["user"], fields["uid"] = user
+        if tmux is not None:
+            fields["tmux_socket"] = tmux.socket
+            fields["tmux_session"] = tmux.name
+            fields["tmux_session_id"] = tmux.session_id
         return Origin(
             kind="systemd",
             evidence=tuple(evidence),
             remediation=_remediation(unit, timer.name if timer else None, restart, user),
             fields=fields,
         )
+
+
+def _has_tmux(lineage: Sequence[Proc], ctx: ResolveContext) -> bool:
+    if any("tmux" in exe_name(p) for p in lineage[1:]):
+        return True
+    env = ctx.table.environ(lineage[0].pid) if lineage else None
+    return bool(env and env.get("TMUX"))
 
 
 def _unit_top(lineage: Sequence[Proc], info: CgroupInfo) -> Proc | None:
@@ -522,12 +565,12 @@ def _remediation(
     ctl = "systemctl"
     if user is not None:
         who = user[0] if user[0] is not None else str(user[1])
-        ctl = f"systemctl --user -M {shlex.quote(who)}@"
-    u = shlex.quote(unit)
+        ctl = f"systemctl --user -M {quote_arg(who + '@')}"
+    u = quote_arg(unit)
     if unit.endswith(".scope"):
         return f"{ctl} stop {u}"
     if timer is not None:
-        cmd = f"{ctl} disable --now {shlex.quote(timer)} && {ctl} stop {u}"
+        cmd = f"{ctl} disable --now {quote_arg(timer)} && {ctl} stop {u}"
     else:
         cmd = f"{ctl} disable --now {u}"
     if restart in RESTARTING:

@@ -6,7 +6,12 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from watchdog.lineage.describe import describe_origin, next_run_text, origin_label
+from watchdog.lineage.describe import (
+    describe_origin,
+    next_run_text,
+    origin_label,
+    stop_source_text,
+)
 from watchdog.model import Finding, GpuHeld, GpuProcess, Job
 from watchdog.sources.procfs import ProcessTable
 
@@ -57,8 +62,9 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
         if job.gpu_memory_bytes is not None and not job.gpus:
             parts.append(f"{fmt_bytes(job.gpu_memory_bytes)} GPU memory")
         message = ", ".join(parts)
-        if job.origin.remediation:
-            message += f"; to stop the source: {job.origin.remediation}"
+        stop = stop_source_text(job.origin, job.root_pid)
+        if stop:
+            message += f"; to stop the source: {stop}"
         out.append(
             Finding(
                 kind="rogue-job" if job.verdict == "rogue" else "excess-instances",
@@ -80,6 +86,27 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
             )
         )
     return out
+
+
+def name_finding_in_commands(message: str, root_pid: int | None, finding_id: int) -> str:
+    """Point ``rogue-watchdog disable-source PID`` in a message at the finding instead.
+
+    A scan names the job by its root PID (all it knows); once the daemon has filed the
+    finding, ``F<id>`` is the better handle: it still works after the job exited (a cron
+    job between runs), when the PID no longer names anything.
+
+    Args:
+        message: A finding message.
+        root_pid: The job's root PID the message names.
+        finding_id: The finding's id in the state database.
+
+    Returns:
+        The message with ``disable-source PID (`` replaced by ``disable-source F<id> (``.
+    """
+    if root_pid is None:
+        return message
+    by_pid = f"rogue-watchdog disable-source {root_pid} ("
+    return message.replace(by_pid, f"rogue-watchdog disable-source F{finding_id} (")
 
 
 def _is_system(table: ProcessTable, pid: int) -> bool:

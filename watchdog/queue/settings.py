@@ -3,7 +3,7 @@
 Example::
 
     queue:
-      slurm: auto            # true, false, or auto (watch when squeue is on PATH)
+      slurm: auto            # true, false, or auto (squeue on PATH and slurm.conf present)
       command: [/usr/local/bin/gpuq, list, --json-lines]   # a home-grown queue
       command_timeout_s: 10
       action: hold           # none | hold | cancel; only in enforcement terminate mode

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
-from watchdog.lineage.base import CommandRunner, run_command
+from watchdog.lineage.base import CommandRunner, command, run_command
 from watchdog.model import Finding
 from watchdog.queue.generic import CommandQueue
 from watchdog.queue.model import QueueEntry
@@ -71,7 +71,7 @@ def entry_finding(entry: QueueEntry) -> Finding:
     if entry.held:
         message += "; held"
     if entry.queue == "slurm":
-        message += f"; to remove it: scancel {entry.job_id}"
+        message += f"; to remove it: {command('scancel', entry.job_id)}"
     details: dict[str, Any] = {
         "fingerprint": f"{entry.queue}:{entry.job_id}",
         "state": entry.phase,
@@ -137,7 +137,8 @@ def build_queue_backends(
     settings: QueueSettings, run_cmd: CommandRunner = run_command
 ) -> list[QueueBackend]:
     """The queues ``settings`` asks to watch: Slurm (``true``, or ``auto`` with squeue on
-    PATH) and the home-grown ``command``."""
+    PATH and a slurm.conf, see :meth:`SlurmQueue.available`) and the home-grown
+    ``command``."""
     out: list[QueueBackend] = []
     if settings.slurm or (settings.slurm is None and SlurmQueue.available()):
         out.append(SlurmQueue(run_cmd, settings.command_timeout_s))
