@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from tests.conftest import REPO, Spawned, poll
+from tests.conftest import REPO, Spawned, poll, run_cli
 from watchdog.actions import cli as actions_cli
 from watchdog.cli import main
 
@@ -88,3 +88,46 @@ def test_terminate_by_finding_id_obeys_the_daemons_protect_list(
 def test_without_a_daemon_the_default_path_is_used(tmp_path: Path) -> None:
     answered, path = actions_cli.daemon_config_path(str(tmp_path / "none.sock"), timeout_s=0.2)
     assert (answered, path) == (False, None)
+
+
+def test_disable_source_of_an_orphan_says_why_and_what_is_left(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    # Before: "would disable the source of … (dry run, not recorded): none -" then
+    # "refused: the origin is not known; …", though scan called the origin an orphan.
+    token = f"orphjob{uuid.uuid4().hex[:8]}"
+    script = tmp_path / f"{token}.py"
+    script.write_text("import time\ntime.sleep(120)\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "nvml: {enabled: false}\n"
+        f"training: {{launchers: ['{token}']}}\n"
+        f"daemon: {{state_dir: '{tmp_path}/state', socket: '{tmp_path}/s.sock'}}\n"
+    )
+    # setsid via a shell that exits at once: the job is re-parented, an orphan.
+    spawned.start(["sh", "-c", f"setsid {sys.executable} {script} </dev/null >/dev/null 2>&1 &"])
+    pid = poll("the orphan", lambda: _pid_of(script), 10)
+    try:
+        done = run_cli("disable-source", str(pid), "--dry-run", "--config", str(config))
+        assert done.returncode == 1, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0].startswith(f"cannot disable the source of rogue job PID {pid} `")
+        assert lines[0].endswith(
+            ": its origin (orphan) names nothing to disable, and "
+            "enforcement.quarantine_unknown_exe is off"
+        )
+        assert lines[1:] == [f"  to stop the running job: rogue-watchdog terminate {pid}"]
+    finally:
+        os.kill(pid, 9)  # our own orphan: setsid took it out of the test's process group
+
+
+def _pid_of(script: Path) -> int | None:
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                args = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if str(script).encode() in args:
+                return int(name)
+    return None

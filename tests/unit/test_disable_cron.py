@@ -169,7 +169,10 @@ def test_quarantine_script_not_interpreter(tmp_path: Path) -> None:
     script.write_text("print(1)\n")
     common = {"reason": "r", "now": NOW, "backup_dir": str(tmp_path), "effects": Effects()}
     off = plan_disable({"kind": "orphan"}, **common)  # type: ignore[arg-type]
-    assert off.refused == "the origin is not known; quarantine_unknown_exe is off"
+    assert off.refused == (
+        "its origin (orphan) names nothing to disable, and "
+        "enforcement.quarantine_unknown_exe is off"
+    )
     plan = plan_disable(
         {"kind": "orphan"}, quarantine_unknown_exe=True, exe="/usr/bin/python3.11",
         cmdline=("/usr/bin/python3", "-u", str(script), "--epochs", "3"), **common,  # type: ignore[arg-type]

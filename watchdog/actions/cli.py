@@ -311,13 +311,16 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     dry = args.dry_run or config.enforcement.dry_run
     action_id, plan, result = remedy.disable_source(target, time.time(), dry_run=dry)
     head = "would disable" if dry else "disable"
+    if plan.refused:
+        # Nothing to name: no "none -" plan line, only why and what is left to do.
+        _out(f"cannot disable the source of {target.describe()}: {plan.refused}")
+        if target.running:
+            _out(f"  to stop the running job: rogue-watchdog terminate {target.root_pid}")
+        return 1
     _out(
         f"{head} the source of {target.describe()} ({_action_ref(action_id)}): "
         f"{plan.kind} {plan.target}"
     )
-    if plan.refused:
-        _out(f"  refused: {plan.refused}")
-        return 1
     for step in plan.steps if dry or result is None else result.done:
         _out(f"  {step}")
     if result is not None:

@@ -185,7 +185,12 @@ def plan_disable(
     if kind in ("orphan", "unknown"):
         if not quarantine_unknown_exe:
             return DisablePlan(
-                "none", "-", refused="the origin is not known; quarantine_unknown_exe is off"
+                "none",
+                "-",
+                refused=(
+                    f"its origin ({kind}) names nothing to disable, and "
+                    "enforcement.quarantine_unknown_exe is off"
+                ),
             )
         return _plan_quarantine(cmdline, exe, now, reason)
     return DisablePlan(
