@@ -19,7 +19,7 @@ from typing import IO, Any, NoReturn
 import structlog
 import yaml
 
-from watchdog.config import Config, ConfigError, load_config
+from watchdog.config import MAX_CONFIG_BYTES, Config, ConfigError, load_config
 from watchdog.daemon.assemble import attach_parts
 from watchdog.daemon.ipc import (
     SocketInUseError,
@@ -33,6 +33,7 @@ from watchdog.daemon.notify import Notifier
 from watchdog.daemon.settings import DaemonSettings
 from watchdog.daemon.state import StateError, lock_state_dir, write_lock_pid
 from watchdog.daemon.status import exit_code, note_config, render_status
+from watchdog.safeio import read_regular
 
 log = structlog.get_logger("rogue-watchdog")
 
@@ -287,8 +288,8 @@ def socket_path(args: argparse.Namespace) -> str:
     except ConfigError as exc:
         error = exc
     try:
-        with open(path) as fh:
-            raw = yaml.safe_load(fh)
+        # The safe reader again: a FIFO or device given as --config must not block here.
+        raw = yaml.safe_load(read_regular(path, MAX_CONFIG_BYTES).decode("utf-8", "replace"))
     except (OSError, yaml.YAMLError):
         raise UsageError(f"cannot read daemon.socket from the configuration: {error}") from None
     try:
