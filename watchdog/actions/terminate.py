@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.actions.effects import Effects
+from watchdog.actions.effects import Effects, IdentityChangedError
 from watchdog.actions.guards import Expected, Guard, LiveProc, read_live
 
 
@@ -225,8 +225,12 @@ def terminate_tree(
 
 def _send(effects: Effects, res: ProcOutcome, sig: signal.Signals) -> None:
     try:
-        effects.send_signal(res.pid, int(sig))
+        # Pinned to the identity decided on: a PID reused since the guard check is
+        # never hit (the pidfd refers to the process, not the number).
+        effects.send_signal(res.pid, int(sig), res.start_ticks)
         res.signals.append(sig.name)
+    except IdentityChangedError as exc:
+        res.result, res.reason = "reused", exc.strerror or str(exc)
     except ProcessLookupError:
         res.result = "gone"
     except OSError as exc:

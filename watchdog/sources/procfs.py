@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from watchdog.model import Proc
@@ -102,6 +102,122 @@ def _read_bytes(path: str) -> bytes | None:
     finally:
         os.close(fd)
     return data
+
+
+def parse_cmdline(raw: bytes | None) -> tuple[str, ...]:
+    """Split ``/proc/PID/cmdline`` into argv.
+
+    Normally every argument ends in a NUL. A process that wrote a title over its argv
+    area (nginx, postgres, sshd and setproctitle(3) do this) may leave none: the kernel
+    then returns the title up to its first NUL, with no NUL at all (``get_mm_proctitle``,
+    fs/proc/base.c). Both shapes give the same tuple: the last piece is kept unless it is
+    the empty string after a final NUL.
+
+    Args:
+        raw: The file's bytes, or None when unreadable.
+
+    Returns:
+        The arguments, undecodable bytes escaped (``surrogateescape``); empty for none.
+    """
+    if not raw:
+        return ()
+    parts = raw.decode("utf-8", "surrogateescape").split("\0")
+    if parts[-1] == "":
+        parts.pop()
+    return tuple(parts)
+
+
+def parse_status(text: str | None) -> tuple[int | None, tuple[int, ...]]:
+    """The real UID and the ``NSpid`` row of ``/proc/PID/status`` (proc(5)).
+
+    Returns:
+        ``(uid, nspid)``; None / ``()`` for a field that is missing or malformed.
+    """
+    uid: int | None = None
+    nspid: tuple[int, ...] = ()
+    for line in (text or "").splitlines():
+        try:
+            if line.startswith("Uid:"):
+                uid = int(line.split()[1])
+            elif line.startswith("NSpid:"):
+                nspid = tuple(int(x) for x in line.split()[1:])
+        except (IndexError, ValueError):
+            continue  # not procfs as proc(5) documents it: leave the field unknown
+    return uid, nspid
+
+
+def read_details(
+    base: str,
+    pid: int,
+    comm: str,
+    state: str,
+    ppid: int,
+    pgid: int,
+    sid: int,
+    flags: int,
+    start: int,
+    user_name: Callable[[int], str] | None = None,
+) -> Proc:
+    """Complete a parsed stat line with cmdline, exe, status and cgroup of ``base``.
+
+    The one place these files are read and parsed, for the scan's table and for the
+    guards' live re-check alike. A kernel thread (PF_KTHREAD in the stat flags,
+    include/linux/sched.h) has none of them worth reading.
+
+    Args:
+        base: ``/proc/PID`` (under any procfs mount or fixture root).
+        pid, comm, state, ppid, pgid, sid, flags, start: Fields of :func:`parse_stat`.
+        user_name: UID → name; None leaves ``user`` unset.
+
+    Returns:
+        The process; unreadable fields are None or empty (permission, or it exited).
+    """
+    if flags & PF_KTHREAD:
+        return Proc(pid, ppid, start, state, comm, pgid, sid, kernel_thread=True)
+    cmdline = parse_cmdline(_read_bytes(f"{base}/cmdline"))
+    try:
+        exe: str | None = os.readlink(f"{base}/exe")
+    except OSError:
+        exe = None
+    uid, nspid = parse_status(_read_text(f"{base}/status"))
+    cgroup_text = _read_text(f"{base}/cgroup")
+    return Proc(
+        pid=pid,
+        ppid=ppid,
+        start_ticks=start,
+        state=state,
+        comm=comm,
+        pgid=pgid,
+        sid=sid,
+        uid=uid,
+        user=user_name(uid) if uid is not None and user_name is not None else None,
+        exe=exe,
+        cmdline=cmdline,
+        cgroup=tuple(cgroup_text.splitlines()) if cgroup_text else (),
+        nspid=nspid,
+    )
+
+
+def read_proc(pid: int, proc_root: str = "/proc") -> Proc | None:
+    """Read one process from procfs now, uncached: stat, then :func:`read_details`.
+
+    Args:
+        pid: PID in the namespace of ``proc_root``.
+        proc_root: procfs mount.
+
+    Returns:
+        The process, or None when ``/proc/PID/stat`` is absent or unparsable (it exited).
+    """
+    raw = _read_bytes(f"{proc_root}/{pid}/stat")
+    if raw is None:
+        return None
+    try:
+        comm, state, ppid, pgid, sid, flags, start = parse_stat(
+            raw.decode("utf-8", "surrogateescape")
+        )
+    except StatParseError:
+        return None
+    return read_details(f"{proc_root}/{pid}", pid, comm, state, ppid, pgid, sid, flags, start)
 
 
 class ProcessTable:
@@ -231,48 +347,10 @@ class ProcessTable:
         flags: int,
         start: int,
     ) -> Proc | None:
-        base = f"{self.proc_root}/{pid}"
-        kthread = bool(flags & PF_KTHREAD)
-        if kthread:
-            return Proc(pid, ppid, start, state, comm, pgid, sid, kernel_thread=True)
-        raw = _read_text(f"{base}/cmdline")
-        parts = raw.split("\0") if raw else []
-        if parts and parts[-1] == "":
-            parts.pop()  # setproctitle may leave no trailing NUL; keep what is there
-        cmdline = tuple(parts)
-        try:
-            exe: str | None = os.readlink(f"{base}/exe")
-        except OSError:
-            exe = None
-        uid: int | None = None
-        nspid: tuple[int, ...] = ()
-        status = _read_text(f"{base}/status")
-        if status is not None:
-            for line in status.splitlines():
-                try:
-                    if line.startswith("Uid:"):
-                        uid = int(line.split()[1])
-                    elif line.startswith("NSpid:"):
-                        nspid = tuple(int(x) for x in line.split()[1:])
-                except (IndexError, ValueError):
-                    continue  # not procfs as proc(5) documents it: leave the field unknown
-        cgroup_text = _read_text(f"{base}/cgroup")
-        cgroup = tuple(cgroup_text.splitlines()) if cgroup_text else ()
-        return Proc(
-            pid=pid,
-            ppid=ppid,
-            start_ticks=start,
-            state=state,
-            comm=comm,
-            pgid=pgid,
-            sid=sid,
-            uid=uid,
-            user=self.user_name(uid) if uid is not None else None,
-            exe=exe,
-            cmdline=cmdline,
-            cgroup=cgroup,
-            nspid=nspid,
-        )
+        return read_details(
+            f"{self.proc_root}/{pid}", pid, comm, state, ppid, pgid, sid, flags, start,
+            self.user_name,
+        )  # fmt: skip
 
     # -- queries -------------------------------------------------------------------
 
