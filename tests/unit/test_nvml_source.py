@@ -18,6 +18,7 @@ from tests.fakenvml.fixtures import fake_nvml, library_path, snapshot_in_subproc
 
 GIB = 1 << 30
 H200_TOTAL = 150_754_820_096  # bytes, an H200's framebuffer as NVML reports it
+HIDDEN_OPEN = "; its jobs' findings stay open until their processes are seen to exit"
 
 
 @pytest.fixture(autouse=True)
@@ -229,11 +230,13 @@ def test_no_permission_on_one_device_is_hidden_not_empty(tmp_path: Path, spawned
     spec["devices"][0]["proc_error"] = 4  # NVML_ERROR_NO_PERMISSION
     snap = _snap(fake_nvml(tmp_path, spec))
     assert snap["processes"] == [_proc(b, "GPU-11111111-bbbb", 1, 987_654_321)]
+    assert snap["blind_gpus"] == [0]
     assert snap["findings"] == [
         {
             "kind": "gpu-processes-hidden",
             "severity": "warning",
-            "message": "cannot see processes on GPU 0: Insufficient Permissions (NVML error 4)",
+            "message": "cannot see processes on GPU 0: Insufficient Permissions (NVML error 4)"
+            + HIDDEN_OPEN,
             "root_pid": None,
             "details": {
                 "gpu_index": 0,
@@ -333,6 +336,7 @@ def test_missing_library_path_is_unavailable(tmp_path: Path) -> None:
         "processes": [],
         "findings": [],
         "process_api": {},
+        "blind_gpus": [],
     }
 
 
@@ -459,9 +463,11 @@ def test_mig_device_with_hidden_processes(tmp_path: Path, spawned: Spawned) -> N
     snap = _snap(fake_nvml(tmp_path, spec))
     assert snap["processes"] == [_proc(a, "MIG-aaaa", 0, GIB)]
     assert [f["message"] for f in snap["findings"]] == [
-        "cannot see processes on GPU 0 MIG 2: Insufficient Permissions (NVML error 4)",
-        "cannot see processes on GPU 0: Insufficient Permissions (NVML error 4)",
+        "cannot see processes on GPU 0 MIG 2: Insufficient Permissions (NVML error 4)"
+        + HIDDEN_OPEN,
+        "cannot see processes on GPU 0: Insufficient Permissions (NVML error 4)" + HIDDEN_OPEN,
     ]
+    assert snap["blind_gpus"] == [0]
 
 
 def test_non_utf8_name_or_uuid_keeps_nvml_and_the_other_gpus(
