@@ -106,7 +106,9 @@ class _Batch:
     def __init__(self, fn: Callable[[_Batch], Any]) -> None:
         self.fn = fn
         self.calling = ""
+        self.hung_in = ""  # what `calling` was when the batch timed out
         self.started = 0.0
+        self.finished = 0.0
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -121,7 +123,7 @@ class _Hung(Exception):
 
     def __init__(self, what: str, batch: _Batch, now: float) -> None:
         self.what = what
-        self.calling = batch.calling or "an NVML call"
+        self.calling = batch.hung_in or batch.calling or "an NVML call"
         self.stuck_s = now - batch.started
         super().__init__(
             f"{self.calling} for {what} has not returned for {self.stuck_s:.0f} s "
@@ -153,6 +155,7 @@ class _Worker:
             except BaseException as exc:  # handed to the waiting caller
                 batch.error = exc
             finally:
+                batch.finished = time.monotonic()
                 batch.done.set()
 
 
@@ -176,8 +179,8 @@ class _Runner:
                 raise _Hung(key, old, now)
             del self.stuck[key]
             log.info(
-                "nvml-call-returned", what=key, call=old.calling,
-                after_s=round(now - old.started, 1),
+                "nvml-call-returned", what=key, call=old.hung_in,
+                after_s=round(old.finished - old.started, 1),
             )  # fmt: skip
         if self._worker is None:
             self._worker = _Worker()
@@ -187,6 +190,7 @@ class _Runner:
         if not batch.done.wait(self.timeout_s):
             self._worker.retire()
             self._worker = None
+            batch.hung_in = batch.calling
             self.stuck[key] = batch
             raise _Hung(key, batch, time.monotonic())
         if batch.error is not None:
