@@ -21,7 +21,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from watchdog.actions.settings import Protect
-from watchdog.sources.procfs import read_proc
+from watchdog.sources.procfs import pid_namespaces, read_proc
 
 
 @dataclass(frozen=True)
@@ -118,8 +118,9 @@ class Refusal:
 
     Attributes:
         pid: The PID asked about.
-        guard: Stable name: ``pid-1``, ``kernel-thread``, ``self``, ``ancestor``,
-            ``sanctioned``, ``zombie``, ``invisible``, ``protected``, ``identity``.
+        guard: Stable name: ``pid-1``, ``pid-namespace``, ``kernel-thread``, ``self``,
+            ``ancestor``, ``sanctioned``, ``zombie``, ``invisible``, ``protected``,
+            ``identity``.
         reason: One sentence for people.
         report_pid: For a zombie, the parent that should be reported instead.
     """
@@ -159,6 +160,13 @@ class Guard:
         """
         if pid <= 1:
             return Refusal(pid, "pid-1", f"PID {pid} is init (or not a process): never signalled")
+        if not pid_namespaces(self.proc_root).same:
+            return Refusal(
+                pid,
+                "pid-namespace",
+                f"the PIDs in {self.proc_root} belong to another PID namespace than "
+                f"rogue-watchdog's: PID {pid} there is not PID {pid} here; never signalled",
+            )
         live = read_live(pid, self.proc_root)
         if live is None:
             return Refusal(

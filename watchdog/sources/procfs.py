@@ -20,7 +20,7 @@ import contextlib
 import os
 import pwd
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from watchdog.model import Proc
 
@@ -218,6 +218,70 @@ def read_proc(pid: int, proc_root: str = "/proc") -> Proc | None:
     except StatParseError:
         return None
     return read_details(f"{proc_root}/{pid}", pid, comm, state, ppid, pgid, sid, flags, start)
+
+
+def read_identity(pid: int, proc_root: str = "/proc") -> tuple[int, str] | None:
+    """Start time and state of ``pid`` now, from its stat line alone (the cheap re-check).
+
+    Returns:
+        ``(start_ticks, state)``, or None when it is gone or unparsable.
+    """
+    raw = _read_bytes(f"{proc_root}/{pid}/stat")
+    if raw is None:
+        return None
+    try:
+        _comm, state, _ppid, _pgid, _sid, _flags, start = parse_stat(
+            raw.decode("utf-8", "surrogateescape")
+        )
+    except StatParseError:
+        return None
+    return start, state
+
+
+# PROC_PID_INIT_INO (include/linux/proc_ns.h): the inode of the initial PID namespace,
+# fixed since Linux 3.8; `readlink /proc/PID/ns/pid` shows it as pid:[4026531836].
+INITIAL_PID_NS = f"pid:[{0xEFFFFFFC}]"
+
+
+@dataclass(frozen=True)
+class PidNamespaces:
+    """Which PID namespaces are in play (``readlink`` of ``ns/pid``, e.g. ``pid:[4026531836]``).
+
+    Attributes:
+        own: rogue-watchdog's own (``/proc/self/ns/pid``); None when unreadable.
+        procfs: The namespace whose PIDs ``proc_root`` shows: that of its PID 1
+            (``PROC_ROOT/1/ns/pid``, readable by root); None when unreadable.
+    """
+
+    own: str | None
+    procfs: str | None
+
+    @property
+    def host_pids(self) -> bool:
+        """True when the PIDs in ``proc_root`` are those of the initial PID namespace, the
+        numbering NVML reports: only then may an NVML PID be looked up by number. When
+        ``procfs`` is unreadable (not root), our own namespace decides."""
+        if self.procfs is not None:
+            return self.procfs == INITIAL_PID_NS
+        return self.own is None or self.own == INITIAL_PID_NS
+
+    @property
+    def same(self) -> bool:
+        """True unless both are known and differ: the PIDs in ``proc_root`` are then not
+        the numbers kill(2) and pidfd_open(2) take here, and nothing may be signalled."""
+        return self.own is None or self.procfs is None or self.own == self.procfs
+
+
+def pid_namespaces(proc_root: str = "/proc") -> PidNamespaces:
+    """Read :class:`PidNamespaces` for ``proc_root`` (namespaces(7))."""
+
+    def link(path: str) -> str | None:
+        try:
+            return os.readlink(path)
+        except OSError:
+            return None
+
+    return PidNamespaces(link("/proc/self/ns/pid"), link(f"{proc_root}/1/ns/pid"))
 
 
 class ProcessTable:
