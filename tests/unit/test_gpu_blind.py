@@ -47,9 +47,12 @@ def make():
 
 steps = []
 def step(d, label, now, **dev):
-    write_config(Path(conf), spec(**{k: v for k, v in dev.items() if k != "top"}) | dev.get("top", {}))
+    top = dev.pop("top", {})
+    write_config(Path(conf), spec(**dev) | top)
     d.tick(now)
-    rows = d.db.conn.execute("SELECT id, kind, root_pid, resolved_at FROM findings ORDER BY id").fetchall()
+    rows = d.db.conn.execute(
+        "SELECT id, kind, root_pid, resolved_at FROM findings ORDER BY id"
+    ).fetchall()
     mine = [(i, k, r is None) for i, k, p, r in rows
             if p == worker.pid or k in ("gpu-processes-hidden", "respawned")]
     jobs = [j.root_pid for j in d.last.result.jobs if j.root_pid == worker.pid]
