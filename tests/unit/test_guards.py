@@ -153,7 +153,9 @@ def test_a_plain_rogue_passes_and_dies(spawned: Spawned) -> None:
     res = Guard().check(pid, Expected(pid, start_ticks))
     assert isinstance(res, LiveProc) and res.pid == pid
     out = terminate_tree([Expected(pid, start_ticks)], Guard(), Effects(), 5.0)
-    assert [(p.pid, p.signals, p.result) for p in out.procs] == [(pid, ["SIGTERM"], "exited")]
+    assert [(p.pid, p.signals, p.result) for p in out.procs] == [
+        (pid, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited")
+    ]
     assert out.outcome == "ok"
     assert not alive(pid, start_ticks)
 
@@ -212,7 +214,12 @@ def test_pid_2_in_a_pid_namespace_is_not_a_kernel_thread(tmp_path: Path) -> None
         "import subprocess, sys\n"
         "from watchdog.actions.guards import Guard, Refusal, read_live\n"
         "kid = subprocess.Popen(['sleep', '30'])\n"  # PID 2 in the new namespace
-        "two = read_live(2)\n"
+        "import time\n"
+        "for _ in range(200):\n"
+        "    two = read_live(2)\n"
+        "    if two.cmdline == ('sleep', '30'):\n"
+        "        break\n"
+        "    time.sleep(0.02)\n"
         "print(kid.pid, two.kernel_thread, two.cmdline)\n"
         "g = Guard(self_pid=1).check(2)\n"
         "print(g.guard if isinstance(g, Refusal) else 'allowed')\n"

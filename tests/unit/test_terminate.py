@@ -1,12 +1,15 @@
-"""SIGTERM, grace, SIGKILL on real process trees this test started."""
+"""Freeze, SIGTERM, grace, SIGKILL, verify on real process trees this test started."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
-from tests.conftest import Spawned
+from tests.conftest import Spawned, poll
 from watchdog.actions.effects import Effects, RecordingEffects
 from watchdog.actions.guards import Expected, Guard, read_live
 from watchdog.actions.terminate import plan_tree, terminate_tree
@@ -47,7 +50,7 @@ def test_grace_then_sigkill_for_a_process_ignoring_sigterm(spawned: Spawned) -> 
     exp = identity(p.pid)
     out = terminate_tree([exp], Guard(), Effects(), grace_s=1.0)
     assert [(x.pid, x.signals, x.result) for x in out.procs] == [
-        (p.pid, ["SIGTERM", "SIGKILL"], "killed")
+        (p.pid, ["SIGSTOP", "SIGTERM", "SIGCONT", "SIGSTOP", "SIGKILL"], "killed")
     ]
     assert out.outcome == "ok"
     assert p.wait(timeout=5) == -signal.SIGKILL
@@ -65,8 +68,8 @@ def test_whole_tree_leaves_first(spawned: Spawned) -> None:
     assert [(e.pid, depth) for e, depth in plan] == [(child, 1), (p.pid, 0)]
     out = terminate_tree([root], Guard(), Effects(), grace_s=5.0)
     assert [(x.pid, x.signals, x.result) for x in out.procs] == [
-        (child, ["SIGTERM"], "exited"),
-        (p.pid, ["SIGTERM"], "exited"),
+        (child, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited"),
+        (p.pid, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited"),
     ]
     assert gone(root) and gone(kid)
 
@@ -88,7 +91,9 @@ def test_recorded_signals_are_term_then_kill(spawned: Spawned) -> None:
     exp = identity(p.pid)
     fx = RecordingEffects()
     out = terminate_tree([exp], Guard(), fx, 0.0, kill_wait_s=0.0)
-    assert fx.signals() == [(p.pid, signal.SIGTERM), (p.pid, signal.SIGKILL)]
+    # Frozen, TERM and continued; frozen again and KILLed; continued since it "survived".
+    sent = [signal.SIGSTOP, signal.SIGTERM, signal.SIGCONT, signal.SIGSTOP, signal.SIGKILL]
+    assert fx.signals() == [(p.pid, sig) for sig in [*sent, signal.SIGCONT]]
     assert out.procs[0].result == "survived" and out.outcome == "partial"
 
 
@@ -102,3 +107,97 @@ def test_member_that_already_exited_is_gone_not_signalled(spawned: Spawned) -> N
     assert fx.calls == []
     assert [(x.pid, x.result) for x in out.procs] == [(p.pid, "gone")]
     assert out.outcome == "ok"
+
+
+def _session(sid: int) -> list[int]:
+    """Live (non-zombie) processes of session ``sid``."""
+    out = []
+    for name in os.listdir("/proc"):
+        live = read_live(int(name)) if name.isdigit() else None
+        if live is not None and live.sid == sid and live.state != "Z":
+            out.append(live.pid)
+    return out
+
+
+WORKER = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_DFL); time.sleep(60)"
+LAUNCHER = (
+    "import signal, subprocess, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"  # a torchrun-like agent
+    f"work = [sys.executable, '-c', {WORKER!r}]\n"
+    "w = subprocess.Popen(work)\n"
+    "print(w.pid, flush=True)\n"
+    "while True:\n"
+    "    if w.poll() is not None:\n"
+    "        w = subprocess.Popen(work)\n"  # restarts its worker at once
+    "    time.sleep(0.05)\n"
+)
+
+
+def test_launcher_ignoring_sigterm_that_respawns_its_worker_is_stopped_whole(
+    spawned: Spawned,
+) -> None:
+    """The worker dies on SIGTERM, the launcher ignores it and starts a new worker during
+    the grace period: the new worker is found and killed too, nothing is left, and only
+    then is the outcome `ok`."""
+    p = spawned.start([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE)
+    assert p.stdout is not None
+    worker = identity(int(p.stdout.readline()))
+    launcher = identity(p.pid)
+
+    def handles_sigterm() -> bool:  # the worker has undone the SIG_IGN it inherited
+        status = Path(f"/proc/{worker.pid}/status").read_text()
+        ignored = int(
+            next(x for x in status.splitlines() if x.startswith("SigIgn:")).split()[1], 16
+        )
+        return not ignored & (1 << (signal.SIGTERM - 1))
+
+    poll("the worker to take SIGTERM", handles_sigterm, 10, 0.02)
+    out = terminate_tree([launcher, worker], Guard(), Effects(), grace_s=1.0)
+    by_pid = {x.pid: (x.signals, x.result) for x in out.procs}
+    assert by_pid[worker.pid] == (["SIGSTOP", "SIGTERM", "SIGCONT"], "exited")
+    assert by_pid[launcher.pid] == (
+        ["SIGSTOP", "SIGTERM", "SIGCONT", "SIGSTOP", "SIGKILL"],
+        "killed",
+    )
+    respawned = [pid for pid in by_pid if pid not in (worker.pid, launcher.pid)]
+    assert len(respawned) == 1  # the worker started during the grace period
+    assert by_pid[respawned[0]] == (["SIGSTOP", "SIGKILL"], "killed")
+    assert out.outcome == "ok"
+    assert p.wait(timeout=5) == -signal.SIGKILL
+    assert _session(p.pid) == []
+
+
+def test_wrapper_loop_is_stopped_with_its_job(spawned: Spawned, tmp_path: Path) -> None:
+    """`bash -c 'while :; do python3 train_job.py; sleep 1; done'`: the job is the python,
+    the loop would bring it back in 1 s; the bash is stopped with it."""
+    (tmp_path / "train_job.py").write_text("import time\ntime.sleep(60)\n")
+    loop = "while :; do python3 train_job.py; sleep 1; done"
+    p = spawned.start(["bash", "-c", loop], cwd=tmp_path)
+
+    def python() -> int | None:
+        kids = Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()
+        for kid in kids:
+            live = read_live(int(kid))
+            # argv[0] may be a full path (a pyenv shim re-executes python3)
+            if live is not None and live.cmdline[1:] == ("train_job.py",):
+                return int(kid)
+        return None
+
+    job = poll("the python below the loop", python, 10, 0.02)
+    root = identity_of(job)
+    bash = identity_of(p.pid)
+    assert [(e.pid, d) for e, d in plan_tree([root], Guard())] == [(job, 0), (p.pid, -1)]
+    out = terminate_tree([root], Guard(), Effects(), grace_s=5.0)
+    assert [(x.pid, x.signals, x.result) for x in out.procs] == [
+        (job, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited"),
+        (bash.pid, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited"),
+    ]
+    assert out.outcome == "ok"
+    assert p.wait(timeout=5) == -signal.SIGTERM  # the loop is gone: nothing restarts it
+    assert _session(p.pid) == []
+
+
+def identity_of(pid: int) -> Expected:
+    live = read_live(pid)
+    assert live is not None
+    return Expected(pid, live.start_ticks, live.cmdline)
