@@ -201,3 +201,63 @@ def identity_of(pid: int) -> Expected:
     live = read_live(pid)
     assert live is not None
     return Expected(pid, live.start_ticks, live.cmdline)
+
+
+def test_recheck_30s_after_terminate_opens_remediation_failed(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """A process of the terminated tree still runs 30 s later, or the same command is back
+    under another origin (a worker re-parented to PID 1): `remediation-failed`."""
+    from datetime import UTC, datetime
+
+    from watchdog.actions.enforcer import Enforcer
+    from watchdog.config import parse_config
+    from watchdog.daemon.state import StateDB
+    from watchdog.model import Job, Origin
+    from watchdog.scan import NvmlStatus, ScanResult
+
+    left = identity_of(spawned.start([sys.executable, "-c", "import time; time.sleep(60)"]).pid)
+    cfg = parse_config(f"daemon: {{state_dir: '{tmp_path}/state'}}\n", "t.yaml")
+    db = StateDB(str(tmp_path / "state"))
+    t = 4_000_000.0
+    cmd = ["/usr/bin/python3", "/p/train_job.py"]
+    aid = db.record_action(
+        "daemon", "terminate", "PID 40 (2 process(es))", "ok",
+        {"root": [40, 100], "procs": [
+            {"pid": 40, "start_ticks": 100, "cmdline": cmd, "signals": ["SIGKILL"]},
+            {"pid": left.pid, "start_ticks": left.start_ticks, "cmdline": list(left.cmdline or ()),
+             "signals": ["SIGSTOP", "SIGTERM", "SIGCONT"]},
+        ]},
+        t,
+    )  # fmt: skip
+    back = Job(
+        root_pid=41, pids=[41], user="root", cmdline=tuple(cmd), start_ticks=left.start_ticks + 1,
+        gpu_memory_bytes=None, gpu_uuids=[], lineage=[], origin=Origin("orphan"),
+    )  # fmt: skip
+    now = datetime.now(UTC)
+    empty = ScanResult("h", now, 0.0, NvmlStatus(True), jobs=[])
+    assert Enforcer(cfg, db, clock=lambda: t + 29).findings(t + 29, empty) == []
+    [f] = Enforcer(cfg, db, clock=lambda: t + 30).findings(t + 30, empty)
+    assert (f.kind, f.severity, f.root_pid) == ("remediation-failed", "critical", None)
+    assert f.details == {
+        "fingerprint": f"terminate-{aid}", "actions": [aid],
+        "left": [{"pid": left.pid, "start_ticks": left.start_ticks}], "back": [],
+    }  # fmt: skip
+    assert f"1 process(es) of its tree still run: PID {left.pid} `" in f.message
+    spawned.procs[-1].kill()
+    spawned.procs[-1].wait()
+    assert Enforcer(cfg, db, clock=lambda: t + 31).findings(t + 31, empty) == []
+    result = ScanResult("h", now, 0.0, NvmlStatus(True), jobs=[back])
+    [f] = Enforcer(cfg, db, clock=lambda: t + 35).findings(t + 35, result)
+    assert f.details["back"] == [41] and f.root_pid == 41
+    assert f.message.endswith(
+        "`/usr/bin/python3 /p/train_job.py` is back as PID 41, spawned by " + describe_orphan()
+    )
+    assert Enforcer(cfg, db, clock=lambda: t + 3700).findings(t + 3700, result) == []
+
+
+def describe_orphan() -> str:
+    from watchdog.lineage.describe import describe_origin
+    from watchdog.model import Origin
+
+    return describe_origin(Origin("orphan"))
