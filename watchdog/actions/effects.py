@@ -153,6 +153,14 @@ class Effects:
         """Set ``path``'s times to now (cron(8) rescans a directory whose mtime changed)."""
         os.utime(path)
 
+    def remove(self, path: str) -> None:
+        """``unlink(2)`` a file (after it was backed up).
+
+        Raises:
+            OSError: It is missing, a directory, or the directory is not writable.
+        """
+        os.unlink(path)
+
     def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
         """Run a command that changes something; never raises for a non-zero exit."""
         return self._exec(argv, input_bytes)
@@ -214,6 +222,9 @@ class RecordingEffects(Effects):
 
     def touch(self, path: str) -> None:
         self.calls.append(("touch", path))
+
+    def remove(self, path: str) -> None:
+        self.calls.append(("remove", path))
 
     def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
         self.calls.append(("run", tuple(argv), input_bytes))
