@@ -261,3 +261,35 @@ def describe_orphan() -> str:
     from watchdog.model import Origin
 
     return describe_origin(Origin("orphan"))
+
+
+def test_leftovers_of_a_gone_session_that_run_something_else_are_left_alone(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """A login that started `python3 train_x.py &` and `sleep 600 &` and ended: both
+    stay in its session, whose leader is gone. Only the job's own command is stopped."""
+    (tmp_path / "train_x.py").write_text("import time\ntime.sleep(60)\n")
+    marker = tmp_path / "pids"
+    p = spawned.start(
+        ["sh", "-c", f"{sys.executable} train_x.py & t=$!; sleep 600 & echo $t $! > {marker}"],
+        cwd=tmp_path,
+    )
+    p.wait(timeout=10)  # the session leader is gone
+    train_pid, sleep_pid = (int(x) for x in poll("the pids", marker.read_text, 10).split())
+    train = poll(
+        "the trainer's exec",
+        lambda: (t := identity_of(train_pid)).cmdline[-1:] == ("train_x.py",) and t,
+        10,
+        0.02,
+    )
+    other = poll(
+        "the sleep's exec",
+        lambda: (t := identity_of(sleep_pid)).cmdline[:1] == ("sleep",) and t,
+        10,
+        0.02,
+    )
+    assert read_live(sleep_pid).sid == read_live(train_pid).sid == p.pid  # type: ignore[union-attr]
+    out = terminate_tree([train], Guard(), Effects(), grace_s=5.0)
+    assert [(x.pid, x.result) for x in out.procs] == [(train_pid, "exited")]
+    assert out.outcome == "ok"
+    assert not gone(other)

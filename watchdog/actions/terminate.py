@@ -5,7 +5,8 @@ the moment of acting: the job's members and everything they forked since; the wr
 above the root that carry its command (``bash -c 'while :; do python3 train.py; done'``,
 cron's ``sh -c CMD``, ``flock``, ``timeout``), which would start it again; the members of
 its process groups and sessions whose leader is in the tree or gone (a ``setsid`` or
-daemonised launch); and every process of its cgroup when the job has a cgroup of its own.
+daemonised launch) that run its command; and every process of its cgroup when the job
+has a cgroup of its own.
 
 1. **Freeze**: SIGSTOP top-down, parents before children, then look again until nothing
    new appeared: a stopped process cannot fork, so a launcher cannot replace a worker
@@ -158,6 +159,7 @@ class JobTree:
         self.cgroup: str | None = None
         self.blocked: dict[int, tuple[Expected, int]] = {}
         self.depths: dict[int, int] = {}  # depth when first seen: stable across looks
+        self.key = _command_key(self.members[0].cmdline or ()) if self.members else None
         self._first = True
 
     def _allowed(self, exp: Expected) -> bool:
@@ -244,6 +246,7 @@ class JobTree:
             return
         root = live.get(self.members[0].pid)
         key = _command_key(self.members[0].cmdline or (root.cmdline if root else ()))
+        self.key = self.key or key
         if root is None or key is None:
             return
         depth, cur = 0, live.get(root.ppid)
@@ -275,10 +278,14 @@ class JobTree:
             self.cgroup = path
 
     def _in_scope(self, proc: LiveProc) -> bool:
+        if self.cgroup is not None and _cgroup_of(proc) == self.cgroup:
+            return True  # the job's own cgroup: all of it is the job (a unit's processes)
+        # A group or session whose leader is gone can hold other leftovers of the same
+        # login (a `nohup` notebook): only processes running the job's command belong.
         return (
-            proc.pgid in self.groups
-            or proc.sid in self.sessions
-            or (self.cgroup is not None and _cgroup_of(proc) == self.cgroup)
+            (proc.pgid in self.groups or proc.sid in self.sessions)
+            and self.key is not None
+            and self.key in " ".join(proc.cmdline)
         )
 
     @staticmethod
@@ -391,8 +398,10 @@ def terminate_tree(
         res = outcome_for(exp, depth)
         if exp.pid in stopped and _send(effects, res, signal.SIGTERM, guard, exp):
             termed.append(exp)
-    for exp in termed:
-        _send(effects, outcome_for(exp), signal.SIGCONT, guard, exp)
+    # Continued bottom-up: a child is continued while its parent is still stopped, so
+    # no parent reaps (or replaces) it in between.
+    for exp in reversed(termed):
+        _resume(effects, outcome_for(exp), exp)
         stopped.pop(exp.pid, None)
     deadline = time.monotonic() + grace_s
     while termed:
@@ -416,9 +425,9 @@ def terminate_tree(
 
     # Verify; never leave anything stopped.
     survivors = tree.collect()
-    for exp in list(stopped.values()):
+    for exp in reversed(list(stopped.values())):
         if _alive(exp, guard.proc_root):
-            _send(effects, outcome_for(exp), signal.SIGCONT, guard, exp)
+            _resume(effects, outcome_for(exp), exp)
     for exp, depth in survivors.values():
         res = outcome_for(exp, depth)
         res.result = "survived"
@@ -466,6 +475,18 @@ def _freeze(
                 stopped[exp.pid] = exp
         found = tree.collect()
     return {pid: e for pid, e in found.items() if pid in stopped}
+
+
+def _resume(effects: Effects, res: ProcOutcome, exp: Expected) -> None:
+    """SIGCONT a process this run stopped. Only its pinned identity is checked (no guard:
+    it passed them when it was stopped, and continuing is harmless): a process that a
+    SIGTERM is already ending (a default-fatal signal ends even a stopped process) still
+    gets it while its pidfd can be opened."""
+    try:
+        effects.send_signal(exp.pid, int(signal.SIGCONT), exp.start_ticks)
+        res.signals.append(signal.SIGCONT.name)
+    except OSError:
+        pass  # reaped already, or the PID was reused: nothing of ours to continue
 
 
 def _send(
