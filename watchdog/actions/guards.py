@@ -4,7 +4,9 @@ The guards hold in every mode (observe, terminate, dry run, the CLI): PID 1, ker
 threads, rogue-watchdog itself and its ancestors, members of sanctioned (or ignored)
 jobs, zombies (signalling one does nothing; its parent is what holds the resources),
 PIDs not visible in our ``/proc`` (another PID namespace: the number means something
-else here), and anything on ``enforcement.protect``.
+else here), every PID when ``proc_root`` shows another PID namespace than our own, and
+anything on ``enforcement.protect``. Kernel threads are told by PF_KTHREAD alone (inside a
+PID namespace PID 2 is an ordinary process, not kthreadd).
 
 Identity is PID + start time (``/proc/PID/stat`` field 22, proc(5)). A decision is made
 on one scan; the signal goes out later. In between the process may exit and its PID be
