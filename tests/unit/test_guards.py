@@ -232,3 +232,21 @@ def test_pid_2_in_a_pid_namespace_is_not_a_kernel_thread(tmp_path: Path) -> None
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == ["2 False ('sleep', '30')", "allowed"]
+
+
+def test_host_proc_seen_from_a_child_pid_namespace_refuses_every_signal() -> None:
+    """`unshare --pid --fork` without --mount-proc: /proc shows host PIDs, but kill(2)
+    here takes numbers of our own namespace. Nothing may be signalled."""
+    script = (
+        "import os, sys\n"
+        "from watchdog.actions.guards import Guard, Refusal\n"
+        "g = Guard(self_pid=os.getpid()).check(int(sys.argv[1]))\n"  # a host PID
+        "print(g.guard if isinstance(g, Refusal) else 'allowed')\n"
+    )
+    res = subprocess.run(
+        ["unshare", "--pid", "--fork", sys.executable, "-c", script, str(os.getpid())],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2],
+        check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "pid-namespace\n"
