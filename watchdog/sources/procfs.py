@@ -250,30 +250,40 @@ class PidNamespaces:
     Attributes:
         own: rogue-watchdog's own (``/proc/self/ns/pid``); None when unreadable.
         procfs: The namespace whose PIDs ``proc_root`` shows: that of its PID 1
-            (``PROC_ROOT/1/ns/pid``, readable by root); None when unreadable.
+            (``PROC_ROOT/1/ns/pid``; unreadable to non-root, and from a child namespace);
+            None when unreadable.
+        self_there: Our own PID as ``proc_root`` numbers it (``readlink PROC_ROOT/self``);
+            None without a ``self`` link (a fixture tree).
+        self_here: Our own PID in our own namespace (``getpid(2)``).
     """
 
     own: str | None
     procfs: str | None
+    self_there: int | None = None
+    self_here: int | None = None
 
     @property
     def host_pids(self) -> bool:
         """True when the PIDs in ``proc_root`` are those of the initial PID namespace, the
         numbering NVML reports: only then may an NVML PID be looked up by number. When
-        ``procfs`` is unreadable (not root), our own namespace decides."""
+        ``procfs`` is unreadable, our own namespace decides, and it must number the
+        processes as ``proc_root`` does."""
         if self.procfs is not None:
             return self.procfs == INITIAL_PID_NS
-        return self.own is None or self.own == INITIAL_PID_NS
+        return (self.own is None or self.own == INITIAL_PID_NS) and self.same
 
     @property
     def same(self) -> bool:
-        """True unless both are known and differ: the PIDs in ``proc_root`` are then not
-        the numbers kill(2) and pidfd_open(2) take here, and nothing may be signalled."""
+        """False when the PIDs in ``proc_root`` are known not to be the numbers kill(2)
+        and pidfd_open(2) take here (another namespace's procfs): nothing may be
+        signalled then."""
+        if self.self_there is not None and self.self_here is not None:
+            return self.self_there == self.self_here
         return self.own is None or self.procfs is None or self.own == self.procfs
 
 
 def pid_namespaces(proc_root: str = "/proc") -> PidNamespaces:
-    """Read :class:`PidNamespaces` for ``proc_root`` (namespaces(7))."""
+    """Read :class:`PidNamespaces` for ``proc_root`` (namespaces(7), proc(5))."""
 
     def link(path: str) -> str | None:
         try:
@@ -281,7 +291,13 @@ def pid_namespaces(proc_root: str = "/proc") -> PidNamespaces:
         except OSError:
             return None
 
-    return PidNamespaces(link("/proc/self/ns/pid"), link(f"{proc_root}/1/ns/pid"))
+    there = link(f"{proc_root}/self")
+    return PidNamespaces(
+        link("/proc/self/ns/pid"),
+        link(f"{proc_root}/1/ns/pid"),
+        int(there) if there is not None and there.isdigit() else None,
+        os.getpid(),
+    )
 
 
 class ProcessTable:
