@@ -382,3 +382,30 @@ def test_used_memory_no_listed_process_explains_is_reported(
         "list to us, e.g. in another container, a leaked context, or memory the driver kept "
         "after a fault); more than the 1.0 GiB allowed (nvml.unexplained_memory_slack_bytes)"
     )
+
+
+def test_hung_nvml_call_still_scans_the_os_sources(spawned: Spawned, tmp_path: Path) -> None:
+    """Every GPU's memory query never returns: the scan still ends, says so per GPU, and
+    finds the launcher-pattern job from the OS sources."""
+    need_program("gcc")
+    pid = worker(spawned, tmp_path, name="train_while_gpu_hangs.py")
+    gpu = {"total": 80 * GIB, "used": GIB}
+    lib = fake_nvml(tmp_path, {"devices": [{**gpu, "uuid": "GPU-a"}, {**gpu, "uuid": "GPU-b"}]})
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        f"nvml: {{library: '{library_path(lib)}', call_timeout_s: 0.5}}\n"
+        f"training: {{device_glob: '{tmp_path}/nodev[0-9]*'}}\n"
+    )
+    done = run_cli(
+        "scan", "--json", "--config", str(cfg),
+        env={"FAKE_NVML_BLOCK": "nvmlDeviceGetMemoryInfo"},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    hung = [f for f in doc["findings"] if f["kind"] == "gpu-query-hung"]
+    assert [(f["details"]["gpu_index"], f["details"]["call"]) for f in hung] == [
+        (0, "nvmlDeviceGetMemoryInfo"),
+        (1, "nvmlDeviceGetMemoryInfo"),
+    ]
+    job = next(j for j in doc["jobs"] if j["root_pid"] == pid)
+    assert job["evidence"] == ["launcher"] and job["verdict"] == "rogue"
