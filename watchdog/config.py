@@ -174,6 +174,10 @@ class Config:
     ignore: tuple[IgnoreEntry, ...] = tuple(IgnoreEntry(**e) for e in DEFAULT_IGNORE)
     nvml_enabled: bool = True
     nvml_library: str | None = None
+    # Seconds one batch of NVML calls (one GPU, or init) may take before it counts as hung.
+    nvml_call_timeout_s: float = 10.0
+    # Used GPU memory above the listed processes' sum by more than this is reported.
+    nvml_unexplained_slack_bytes: int = 1 << 30
     paths: Paths = field(default_factory=Paths)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
@@ -417,9 +421,23 @@ def _training(r: NodeReader, node: yaml.Node) -> dict[str, Any]:
 
 def _nvml(r: NodeReader, node: yaml.Node) -> dict[str, Any]:
     vals: dict[str, Any] = {}
-    m = r.mapping(node, "nvml", ("enabled", "library"))
+    m = r.mapping(
+        node, "nvml", ("enabled", "library", "call_timeout_s", "unexplained_memory_slack_bytes")
+    )
     if "enabled" in m:
         vals["nvml_enabled"] = r.boolean(m["enabled"][1], "nvml.enabled")
+    if "call_timeout_s" in m:
+        timeout_node = m["call_timeout_s"][1]
+        timeout = r.number(timeout_node, "nvml.call_timeout_s")
+        if not 0 < timeout <= 600:
+            raise r.err(
+                timeout_node, "nvml.call_timeout_s", f"must be in (0, 600], got {timeout:g}"
+            )
+        vals["nvml_call_timeout_s"] = timeout
+    if "unexplained_memory_slack_bytes" in m:
+        vals["nvml_unexplained_slack_bytes"] = r.integer(
+            m["unexplained_memory_slack_bytes"][1], "nvml.unexplained_memory_slack_bytes", 0
+        )
     if "library" in m:
         lib = r.string(m["library"][1], "nvml.library")
         if "/" in lib:  # a bare name is found by the dynamic loader's own trusted paths

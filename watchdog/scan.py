@@ -24,10 +24,15 @@ from watchdog.lineage.cron import entry_state, with_entry_state
 from watchdog.lineage.describe import describe_origin, names_source, same_source
 from watchdog.model import UNKNOWN_ORIGIN, Finding, GpuInfo, GpuProcess, Job, Origin, Proc
 from watchdog.policy.allowlist import judge
-from watchdog.policy.findings import gpu_visibility_findings, job_findings
+from watchdog.policy.findings import (
+    gpu_visibility_findings,
+    job_findings,
+    pid_namespace_finding,
+    unexplained_memory_findings,
+)
 from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs, ignore_match
 from watchdog.sources.devfd import DeviceFdSource
-from watchdog.sources.procfs import ProcessTable
+from watchdog.sources.procfs import ProcessTable, pid_namespaces, read_identity
 
 # How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
 # are re-read after this; `next_run` may lag by as much).
@@ -65,6 +70,9 @@ class ScanResult:
         jobs: Training jobs, oldest first, with verdicts.
         findings: Job findings first, then health findings.
         gpu_processes: NVML's process lists as read (per-GPU memory by holder).
+        gpu_blind: True when some GPU's processes could not be seen this time (NVML
+            failing after it loaded, a list refused or hung, or NVML PIDs unmatchable):
+            a job missing from ``jobs`` may then still be running.
     """
 
     host: str
@@ -75,6 +83,7 @@ class ScanResult:
     jobs: list[Job] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     gpu_processes: list[GpuProcess] = field(default_factory=list)
+    gpu_blind: bool = False
 
 
 def resolve_origin(
@@ -129,7 +138,7 @@ class Scanner:
         if gpu_source is None and config.nvml_enabled:
             from watchdog.sources.nvml import NvmlSource
 
-            gpu_source = NvmlSource(config.nvml_library)
+            gpu_source = NvmlSource(config.nvml_library, config.nvml_call_timeout_s)
         self.gpu_source = gpu_source
         self.host = socket.gethostname()
         self.launcher_cache = LauncherCache()
@@ -137,6 +146,9 @@ class Scanner:
         # The origin first resolved for each job root identity (PID, start ticks).
         self._pinned: dict[tuple[int, int], Origin] = {}
         self._persistent: dict[str, object] = {}
+        # NVML reports PIDs of the initial PID namespace: matched by number only when
+        # proc_root shows that namespace (a fixture tree is taken as the host's).
+        self.pid_ns = pid_namespaces(config.paths.proc_root) if self.table.trust_inodes else None
         # Our own PID as seen in proc_root (differs only for a fixture tree).
         self.self_pids = (
             frozenset({os.getpid()}) if config.paths.proc_root == "/proc" else frozenset()
@@ -191,15 +203,48 @@ class Scanner:
         evidence = (*(e for e in kept.evidence if not e.startswith("kept for this")), note)
         return Origin(kept.kind, evidence, kept.remediation, kept.fields)
 
-    def _gpu(self) -> tuple[NvmlStatus, list[GpuInfo], list[GpuProcess], list[Finding]]:
+    def _gpu(
+        self,
+    ) -> tuple[NvmlStatus, list[GpuInfo], list[GpuProcess], list[Finding], list[int], bool]:
+        """NVML's view: status, devices, processes, findings, blind GPU indexes, and
+        whether the GPU processes could not be seen at all."""
         if self.gpu_source is None:
-            return NvmlStatus(False, None, "disabled in config"), [], [], []
+            return NvmlStatus(False, None, "disabled in config"), [], [], [], [], False
         snap = self.gpu_source.snapshot(self.table.pid_max())
         status = NvmlStatus(snap.available, snap.driver_version, snap.error)
         findings = list(snap.findings)
+        blind_gpus = list(getattr(snap, "blind_gpus", ()))
+        all_blind = False
         if not snap.available:
             findings.append(Finding("nvml-unavailable", "info", f"NVML unavailable: {snap.error}"))
-        return status, list(snap.gpus), list(snap.processes), findings
+            # No library means no NVIDIA GPU to see; a library that fails is a blind spot.
+            if not str(snap.error or "").startswith("NVML library not found"):
+                all_blind = True
+                findings.append(
+                    Finding(
+                        "gpu-processes-hidden",
+                        "info",
+                        f"cannot see GPU processes: NVML unavailable: {snap.error}; jobs' "
+                        "findings stay open until their processes are seen to exit",
+                        details={"fingerprint": "nvml", "error": snap.error},
+                    )
+                )
+        return status, list(snap.gpus), list(snap.processes), findings, blind_gpus, all_blind
+
+    def _same_identity(self, gpu_procs: list[GpuProcess]) -> list[GpuProcess]:
+        """Drop NVML entries whose process exited (or whose PID was reused) after the
+        process table was read: the listing came later, so the table's record may be of
+        a process that no longer holds anything. They are transient, not findings."""
+        out = []
+        root = self.config.paths.proc_root
+        for gp in gpu_procs:
+            proc = self.table.get(gp.pid)
+            if proc is not None:
+                now = read_identity(gp.pid, root)
+                if now is None or now[0] != proc.start_ticks:
+                    continue
+            out.append(gp)
+        return out
 
     def _visibility(self) -> list[Finding]:
         """Say when the scan cannot see what it should, instead of reporting nothing."""
@@ -238,7 +283,20 @@ class Scanner:
         started = time.monotonic()
         now = now or datetime.now(UTC).astimezone()
         self.table.refresh()
-        nvml, gpus, gpu_procs, health = self._gpu()
+        nvml, gpus, listed, health, blind_gpus, gpu_blind = self._gpu()
+        health += unexplained_memory_findings(
+            gpus, listed, blind_gpus, self.config.nvml_unexplained_slack_bytes
+        )
+        ns = self.pid_ns
+        if ns is not None and not ns.host_pids:
+            # Another PID namespace: an NVML PID means nothing here, never look it up.
+            gpu_procs: list[GpuProcess] = []
+            gpu_blind = True
+            if nvml.available:
+                health.append(pid_namespace_finding(ns.own, ns.procfs, listed))
+        else:
+            gpu_procs = self._same_identity(listed)
+        gpu_blind = gpu_blind or bool(blind_gpus)
         visible, vis_findings = gpu_visibility_findings(
             self.table, gpu_procs, self.gpu_source, self.config.paths.proc_root
         )
@@ -299,6 +357,7 @@ class Scanner:
             jobs=jobs,
             findings=findings,
             gpu_processes=list(gpu_procs),
+            gpu_blind=gpu_blind,
         )
 
 

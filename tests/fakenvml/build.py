@@ -9,6 +9,7 @@ Variants (compile-time, see fake_nvml.c):
 Spec (a dict, all keys optional)::
 
     {"driver": "550.54.15", "init_error": 9, "count_error": 15,
+     "block": [{"symbol": "nvmlDeviceGetComputeRunningProcesses_v3", "device": 1}],
      "devices": [{"name": "NVIDIA H200", "uuid": "GPU-...", "total": 150_000_000_000,
                   "used": 1_000_000, "handle_error": 15, "mem_error": 3,
                   "mig": 1, "mig_error": 0, "max_mig": 7,
@@ -22,6 +23,7 @@ Spec (a dict, all keys optional)::
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -106,6 +108,13 @@ def config_text(spec: dict[str, Any]) -> str:
     for key in ("driver", "init_error", "count_error"):
         if spec.get(key) is not None:
             lines.append(f"{key}\t{spec[key]}")
+    for block in spec.get("block", []):
+        device = block.get("device")
+        lines.append(
+            "\t".join(
+                ["block", block["symbol"], *([f"device={device}"] if device is not None else [])]
+            )
+        )
     for n, dev in enumerate(spec.get("devices", [])):
         dev = dict(dev)
         if dev.get("proc_error") is not None:
@@ -131,7 +140,9 @@ def write_config(path: Path, spec: dict[str, Any]) -> Path:
     ``"H200 \\udcff"`` puts the raw byte 0xff into the fake driver's strings (a GPU name
     or UUID that is not valid UTF-8).
     """
-    tmp = path.with_name(path.name + ".tmp")
+    # Written aside and renamed: the library re-reads the file when it changes, and must
+    # never see half of it.
+    tmp = path.with_name(path.name + ".new")
     tmp.write_bytes(config_text(spec).encode("utf-8", "surrogateescape"))
-    tmp.replace(path)  # atomic: a library reloading it (FAKE_NVML_RELOAD) never sees half
+    os.replace(tmp, path)
     return path

@@ -18,9 +18,13 @@
  *   proc       device=N [mig=M] kind=compute|graphics|mps pid=P mem=BYTES|NA [gi=G ci=C]
  * device/mig keys: name uuid total used handle_error mem_error mig (-1 = NOT_SUPPORTED,
  * 0 = disabled, 1 = enabled) mig_error max_mig err_compute err_graphics err_mps.
+ *   block      SYMBOL [device=N]         entry point SYMBOL never returns (for device N
+ *                                        only, N as for proc lines) while this line is there
  * If $FAKE_NVML_LOG names a file, each entry point appends its name there.
- * If $FAKE_NVML_RELOAD is set, nvmlDeviceGetCount_v2 re-reads the configuration first, so
- * a long-running process (the daemon) sees processes come and go (write it atomically).
+ * $FAKE_NVML_BLOCK=SYM[,SYM...] blocks those entry points as a `block` line does.
+ * The file is read again whenever its mtime or size changed, at nvmlInit and at
+ * nvmlDeviceGetCount_v2 (a snapshot's first call), and by a blocked call while it waits:
+ * tests change errors and processes between snapshots, and release a block by rewriting it.
  *
  * Compile-time variants: -DFAKE_NO_V3 drops the *_v3 listing symbols; -DFAKE_ONLY_V1
  * drops both *_v3 and *_v2, leaving only the unversioned (v1 struct) ones.
@@ -30,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #if defined(FAKE_ONLY_V1) && !defined(FAKE_NO_V3)
 #define FAKE_NO_V3
@@ -93,6 +99,16 @@ static int n_procs;
 static char driver_version[80] = "550.54.15";
 static int init_error, count_error, init_refs;
 
+#define MAX_BLOCKS 16
+struct fake_block {
+    char symbol[96];
+    int device; /* whole-GPU ordinal, or -1 for every device */
+};
+static struct fake_block blocks[MAX_BLOCKS];
+static int n_blocks;
+static struct timespec loaded_mtime;
+static long long loaded_size = -1;
+
 static void log_call(const char *name) {
     const char *path = getenv("FAKE_NVML_LOG");
     if (!path || !*path) return;
@@ -149,8 +165,13 @@ static int config_path(char *out, size_t size) {
 /* Returns 0, or an NVML error when an explicitly named config cannot be read. */
 static int load_config(void) {
     char path[4096], line[4096];
-    n_devs = n_procs = init_error = count_error = 0;
+    n_devs = n_procs = init_error = count_error = n_blocks = 0;
     int explicit_path = config_path(path, sizeof path);
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        loaded_mtime = st.st_mtim;
+        loaded_size = (long long)st.st_size;
+    }
     FILE *f = fopen(path, "r");
     if (!f) return explicit_path ? NVML_ERROR_UNKNOWN : 0;
     while (fgets(line, sizeof line, f)) {
@@ -164,6 +185,15 @@ static int load_config(void) {
         } else if (!strcmp(tag, "init_error")) {
             char *v = strtok_r(NULL, "\t", &save);
             if (v) init_error = atoi(v);
+        } else if (!strcmp(tag, "block") && n_blocks < MAX_BLOCKS) {
+            char *v = strtok_r(NULL, "\t", &save);
+            if (!v) continue;
+            struct fake_block *b = &blocks[n_blocks++];
+            snprintf(b->symbol, sizeof b->symbol, "%s", v);
+            b->device = -1;
+            char *tok;
+            while ((tok = strtok_r(NULL, "\t", &save)))
+                if (!strncmp(tok, "device=", 7)) b->device = atoi(tok + 7);
         } else if (!strcmp(tag, "count_error")) {
             char *v = strtok_r(NULL, "\t", &save);
             if (v) count_error = atoi(v);
@@ -236,12 +266,60 @@ static int valid(nvmlDevice_t d) {
     return init_refs > 0 && d >= devs && d < devs + n_devs;
 }
 
+/* Read the configuration again if the file changed since it was loaded. */
+static void maybe_reload(void) {
+    char path[4096];
+    config_path(path, sizeof path);
+    struct stat st;
+    if (stat(path, &st) != 0) return;
+    if (st.st_mtim.tv_sec == loaded_mtime.tv_sec && st.st_mtim.tv_nsec == loaded_mtime.tv_nsec &&
+        (long long)st.st_size == loaded_size)
+        return;
+    load_config();
+}
+
+/* Whole-GPU ordinal of a device (a MIG device counts as its parent), or -1. */
+static int ordinal(nvmlDevice_t d) {
+    if (!(d >= devs && d < devs + n_devs)) return -1;
+    int i = d->parent >= 0 ? d->parent : (int)(d - devs), n = 0;
+    for (int j = 0; j < i; j++)
+        if (devs[j].parent < 0) n++;
+    return n;
+}
+
+static int env_blocks(const char *name) {
+    const char *env = getenv("FAKE_NVML_BLOCK");
+    if (!env) return 0;
+    size_t len = strlen(name);
+    for (const char *p = env; (p = strstr(p, name)); p += len)
+        if ((p == env || p[-1] == ',') && (p[len] == 0 || p[len] == ',')) return 1;
+    return 0;
+}
+
+static int is_blocked(const char *name, int device) {
+    if (env_blocks(name)) return 1;
+    for (int i = 0; i < n_blocks; i++)
+        if (!strcmp(blocks[i].symbol, name) && (blocks[i].device < 0 || blocks[i].device == device))
+            return 1;
+    return 0;
+}
+
+/* A hung driver call (e.g. after an Xid 45): wait while the block stands. */
+static void maybe_block(const char *name, int device) {
+    while (is_blocked(name, device)) {
+        struct timespec pause = {0, 20 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        if (!env_blocks(name)) maybe_reload();
+    }
+}
+
 static nvmlReturn_t do_init(const char *name) {
     log_call(name);
     if (init_refs == 0) {
         int rc = load_config();
         if (rc) return rc;
     }
+    maybe_block(name, -1);
     if (init_error) return init_error;
     init_refs++;
     return NVML_SUCCESS;
@@ -284,8 +362,9 @@ nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
     log_call("nvmlDeviceGetCount_v2");
     if (init_refs == 0) return NVML_ERROR_UNINITIALIZED;
+    maybe_reload();
+    maybe_block("nvmlDeviceGetCount_v2", -1);
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-    if (getenv("FAKE_NVML_RELOAD") && load_config()) return NVML_ERROR_UNKNOWN;
     if (count_error) return count_error;
     unsigned int n = 0;
     for (int i = 0; i < n_devs; i++)
@@ -297,6 +376,7 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
     log_call("nvmlDeviceGetHandleByIndex_v2");
     if (init_refs == 0) return NVML_ERROR_UNINITIALIZED;
+    maybe_block("nvmlDeviceGetHandleByIndex_v2", (int)index);
     int i = top_level(index);
     if (i < 0 || !device) return NVML_ERROR_INVALID_ARGUMENT;
     if (devs[i].handle_error) return devs[i].handle_error;
@@ -312,18 +392,21 @@ static nvmlReturn_t copy_str(const char *src, char *dst, unsigned int length) {
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int length) {
     log_call("nvmlDeviceGetName");
+    maybe_block("nvmlDeviceGetName", ordinal(d));
     if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT;
     return copy_str(d->name, name, length);
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length) {
     log_call("nvmlDeviceGetUUID");
+    maybe_block("nvmlDeviceGetUUID", ordinal(d));
     if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT;
     return copy_str(d->uuid, uuid, length);
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory) {
     log_call("nvmlDeviceGetMemoryInfo");
+    maybe_block("nvmlDeviceGetMemoryInfo", ordinal(d));
     if (!valid(d) || !memory) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->mem_error) return d->mem_error;
     memory->total = d->total;
@@ -334,6 +417,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory) {
 
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending) {
     log_call("nvmlDeviceGetMigMode");
+    maybe_block("nvmlDeviceGetMigMode", ordinal(d));
     if (!valid(d) || !current || !pending) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->mig_error) return d->mig_error;
     if (d->parent >= 0 || d->mig_mode < 0) return NVML_ERROR_NOT_SUPPORTED;
@@ -398,6 +482,7 @@ static nvmlReturn_t list(nvmlDevice_t d, int kind, unsigned int *count, void *in
 #define LISTER(sym, kind, version)                                                   \
     nvmlReturn_t sym(nvmlDevice_t d, unsigned int *count, void *infos) {             \
         log_call(#sym);                                                              \
+        maybe_block(#sym, ordinal(d));                                               \
         return list(d, kind, count, infos, version);                                 \
     }
 

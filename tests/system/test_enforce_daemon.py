@@ -85,7 +85,7 @@ def test_terminate_mode_kills_rogue_only_records_and_catches_the_comeback(
         ("daemon", "terminate", "ok", finding.id, False)
     ]
     assert [(p["pid"], p["signals"], p["result"]) for p in acts[0].details["procs"]] == [
-        (rogue.pid, ["SIGTERM"], "exited")
+        (rogue.pid, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited")
     ]
     kept = [a for a in d.db.actions() if a.details.get("root", [0])[0] == keep.pid]
     assert [(a.outcome, a.details["procs"][0]["result"]) for a in kept] == [("refused", "refused")]

@@ -165,7 +165,6 @@ def _run(tmp_path: Path, spawned: Spawned, procs: Procs, lib: Path, rx: Receiver
             os.environ,
             PYTHONPATH=str(REPO),
             FAKE_NVML_CONFIG=str(nvml_conf[host]),
-            FAKE_NVML_RELOAD="1",
         )
         procs.start(
             host,

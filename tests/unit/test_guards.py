@@ -4,14 +4,20 @@ kernel threads are only asked about, never signalled: RecordingEffects proves it
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
-from tests.conftest import Spawned
-from watchdog.actions.effects import Effects, RecordingEffects
+import pytest
+
+from tests.conftest import Spawned, poll
+from watchdog.actions.effects import Effects, IdentityChangedError, RecordingEffects
 from watchdog.actions.guards import Expected, Guard, LiveProc, Refusal, read_live
 from watchdog.actions.settings import Protect
 from watchdog.actions.terminate import terminate_tree
+from watchdog.sources.procfs import ProcessTable
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -147,6 +153,100 @@ def test_a_plain_rogue_passes_and_dies(spawned: Spawned) -> None:
     res = Guard().check(pid, Expected(pid, start_ticks))
     assert isinstance(res, LiveProc) and res.pid == pid
     out = terminate_tree([Expected(pid, start_ticks)], Guard(), Effects(), 5.0)
-    assert [(p.pid, p.signals, p.result) for p in out.procs] == [(pid, ["SIGTERM"], "exited")]
+    assert [(p.pid, p.signals, p.result) for p in out.procs] == [
+        (pid, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited")
+    ]
     assert out.outcome == "ok"
     assert not alive(pid, start_ticks)
+
+
+def test_retitled_process_without_trailing_nul_is_protected(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """nginx/postgres-style retitle: `/proc/PID/cmdline` has no trailing NUL. The guards
+    read it with the scan's reader and the `protect` glob matches: no signal."""
+    exe = tmp_path / "retitle"
+    src = Path(__file__).with_name("retitle.c")
+    subprocess.run(["gcc", "-O1", "-Wall", "-Werror", "-o", str(exe), str(src)], check=True)
+    title = "postgres: checkpointer of protected-db main cluster"
+    p = spawned.start(
+        ["x"], executable=str(exe), env={"RETITLE": title, "PAD": "p" * 200},
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert p.stdout is not None and p.stdout.readline() == b"ready\n"
+    raw = Path(f"/proc/{p.pid}/cmdline").read_bytes()
+    # The case: no NUL anywhere, not even at the end (the title padded with spaces).
+    assert b"\0" not in raw and raw.rstrip(b" ") == title.encode() and len(raw) > 200
+    live = read_live(p.pid)
+    assert live is not None and live.cmdline == (raw.decode(),)
+    table = ProcessTable()
+    table.refresh()
+    scanned = table.get(p.pid)
+    assert scanned is not None and scanned.cmdline == live.cmdline
+    guard = Guard(protect=(Protect(cmdline="postgres: *", text="postgres: *"),))
+    exp = Expected(p.pid, live.start_ticks, scanned.cmdline)
+    assert refused(guard.check(p.pid, exp)) == "protected"
+    out = terminate_tree([exp], guard, Effects(), 0.2, kill_wait_s=0)
+    assert [(r.pid, r.signals, r.result) for r in out.procs] == [(p.pid, [], "refused")]
+    assert out.outcome == "refused"
+    assert alive(p.pid, live.start_ticks)
+
+
+def test_signal_is_pinned_to_the_identity_through_a_pidfd(spawned: Spawned) -> None:
+    """The PID now carries another start time (reused between check and kill): the pidfd
+    path sends nothing; with the identity decided on, the very process is signalled."""
+    pid, start_ticks = start(spawned)
+    with pytest.raises(IdentityChangedError) as info:
+        Effects().send_signal(pid, signal.SIGTERM, start_ticks + 1)
+    assert info.value.strerror == (
+        f"PID {pid} now has start time {start_ticks}, not {start_ticks + 1}: "
+        "a different process (PID reused)"
+    )
+    assert alive(pid, start_ticks)
+    Effects().send_signal(pid, signal.SIGTERM, start_ticks)
+    poll("the pinned SIGTERM", lambda: not alive(pid, start_ticks), 10, 0.02)
+
+
+def test_pid_2_in_a_pid_namespace_is_not_a_kernel_thread(tmp_path: Path) -> None:
+    """Inside `unshare --pid`, PID 2 is the namespace's second process, not kthreadd:
+    kernel thread means PF_KTHREAD, never `ppid == 2` or `pid == 2`."""
+    script = (
+        "import subprocess, sys\n"
+        "from watchdog.actions.guards import Guard, Refusal, read_live\n"
+        "kid = subprocess.Popen(['sleep', '30'])\n"  # PID 2 in the new namespace
+        "import time\n"
+        "for _ in range(200):\n"
+        "    two = read_live(2)\n"
+        "    if two.cmdline == ('sleep', '30'):\n"
+        "        break\n"
+        "    time.sleep(0.02)\n"
+        "print(kid.pid, two.kernel_thread, two.cmdline)\n"
+        "g = Guard(self_pid=1).check(2)\n"
+        "print(g.guard if isinstance(g, Refusal) else 'allowed')\n"
+        "kid.kill()\n"
+    )
+    res = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", script],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2],
+        check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["2 False ('sleep', '30')", "allowed"]
+
+
+def test_host_proc_seen_from_a_child_pid_namespace_refuses_every_signal() -> None:
+    """`unshare --pid --fork` without --mount-proc: /proc shows host PIDs, but kill(2)
+    here takes numbers of our own namespace. Nothing may be signalled."""
+    script = (
+        "import os, sys\n"
+        "from watchdog.actions.guards import Guard, Refusal\n"
+        "g = Guard(self_pid=os.getpid()).check(int(sys.argv[1]))\n"  # a host PID
+        "print(g.guard if isinstance(g, Refusal) else 'allowed')\n"
+    )
+    res = subprocess.run(
+        ["unshare", "--pid", "--fork", sys.executable, "-c", script, str(os.getpid())],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2],
+        check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "pid-namespace\n"

@@ -6,18 +6,21 @@ globals), which also loads the library exactly as production does.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import Spawned, need, need_program
-from tests.fakenvml.fixtures import fake_nvml, library_path, snapshot_in_subprocess
+from tests.fakenvml.fixtures import REPO, fake_nvml, library_path, snapshot_in_subprocess
 
 GIB = 1 << 30
 H200_TOTAL = 150_754_820_096  # bytes, an H200's framebuffer as NVML reports it
+HIDDEN_OPEN = "; its jobs' findings stay open until their processes are seen to exit"
 
 
 @pytest.fixture(autouse=True)
@@ -229,11 +232,13 @@ def test_no_permission_on_one_device_is_hidden_not_empty(tmp_path: Path, spawned
     spec["devices"][0]["proc_error"] = 4  # NVML_ERROR_NO_PERMISSION
     snap = _snap(fake_nvml(tmp_path, spec))
     assert snap["processes"] == [_proc(b, "GPU-11111111-bbbb", 1, 987_654_321)]
+    assert snap["blind_gpus"] == [0]
     assert snap["findings"] == [
         {
             "kind": "gpu-processes-hidden",
             "severity": "warning",
-            "message": "cannot see processes on GPU 0: Insufficient Permissions (NVML error 4)",
+            "message": "cannot see processes on GPU 0: Insufficient Permissions (NVML error 4)"
+            + HIDDEN_OPEN,
             "root_pid": None,
             "details": {
                 "gpu_index": 0,
@@ -333,6 +338,7 @@ def test_missing_library_path_is_unavailable(tmp_path: Path) -> None:
         "processes": [],
         "findings": [],
         "process_api": {},
+        "blind_gpus": [],
     }
 
 
@@ -459,9 +465,11 @@ def test_mig_device_with_hidden_processes(tmp_path: Path, spawned: Spawned) -> N
     snap = _snap(fake_nvml(tmp_path, spec))
     assert snap["processes"] == [_proc(a, "MIG-aaaa", 0, GIB)]
     assert [f["message"] for f in snap["findings"]] == [
-        "cannot see processes on GPU 0 MIG 2: Insufficient Permissions (NVML error 4)",
-        "cannot see processes on GPU 0: Insufficient Permissions (NVML error 4)",
+        "cannot see processes on GPU 0 MIG 2: Insufficient Permissions (NVML error 4)"
+        + HIDDEN_OPEN,
+        "cannot see processes on GPU 0: Insufficient Permissions (NVML error 4)" + HIDDEN_OPEN,
     ]
+    assert snap["blind_gpus"] == [0]
 
 
 def test_non_utf8_name_or_uuid_keeps_nvml_and_the_other_gpus(
@@ -518,3 +526,110 @@ def test_huge_max_mig_device_count_is_capped(tmp_path: Path, spawned: Spawned) -
         }
     ]
     assert log.read_text().split().count("nvmlDeviceGetMigDeviceHandleByIndex") == 16
+
+
+def _run_script(script: str, lib_dir: Path, env: dict[str, str] | None = None) -> Any:
+    """Run ``script`` (which prints one JSON document) in a fresh interpreter with
+    ``LIB`` and ``CONF`` set; structlog events go to stderr, returned beside it."""
+
+    full_env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
+    head = (
+        "import json, sys, time, threading, structlog\n"
+        "structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))\n"
+        "from pathlib import Path\n"
+        "from watchdog.sources.nvml import NvmlSource, nvml_snapshot_json\n"
+        "from tests.fakenvml.build import write_config\n"
+        f"LIB = {str(library_path(lib_dir))!r}\n"
+        f"CONF = Path({str(lib_dir / 'fake_nvml.conf')!r})\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", head + script], capture_output=True, text=True,
+        env=full_env, timeout=120, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout), out.stderr
+
+
+def test_hung_call_skips_that_gpu_only_and_never_piles_up(tmp_path: Path, spawned: Spawned) -> None:
+    """A listing call that never returns (a driver wedged after an Xid): the snapshot
+    still comes back, GPU 1 is still listed, the stuck GPU is called at most once at a
+    time, and once the call returns the GPU is listed again."""
+    a, b = _sleepers(spawned, 2)
+    spec = _two_gpus(a, b)
+    blocked = dict(spec, block=[{"symbol": "nvmlDeviceGetComputeRunningProcesses_v3", "device": 0}])
+    lib = fake_nvml(tmp_path, blocked)
+    log = tmp_path / "calls.log"
+    script = (
+        f"spec = json.loads({json.dumps(json.dumps(spec))})\n"
+        "src = NvmlSource(LIB, call_timeout_s=0.5)\n"
+        "s1 = nvml_snapshot_json(src.snapshot(4194304))\n"
+        "s2 = nvml_snapshot_json(src.snapshot(4194304))\n"
+        "threads = threading.active_count()\n"
+        "write_config(CONF, spec)\n"  # the driver comes back: the stuck call returns
+        "stuck = src._runner.stuck['GPU 0']\n"
+        "stuck.done.wait(30)\n"
+        "s3 = nvml_snapshot_json(src.snapshot(4194304))\n"
+        "src.close()\n"
+        "print(json.dumps([s1, s2, s3, threads]))\n"
+    )
+    (s1, s2, s3, threads), stderr = _run_script(script, lib, {"FAKE_NVML_LOG": str(log)})
+    hung = {
+        "kind": "gpu-query-hung",
+        "severity": "warning",
+        "root_pid": None,
+    }
+    for snap in (s1, s2):
+        assert snap["available"] is True
+        assert snap["gpus"] == [_gpu(1, "GPU-11111111-bbbb", H200_TOTAL, GIB)]
+        assert snap["processes"] == [_proc(b, "GPU-11111111-bbbb", 1, 987_654_321)]
+        assert snap["blind_gpus"] == [0]
+        [f] = snap["findings"]
+        assert {k: f[k] for k in hung} == hung
+        assert f["details"]["fingerprint"] == "GPU 0"
+        assert f["details"]["call"] == "nvmlDeviceGetComputeRunningProcesses_v3"
+        assert f["message"].startswith(
+            "NVML call hung: nvmlDeviceGetComputeRunningProcesses_v3 for GPU 0 has not "
+            "returned for "
+        )
+        assert f["message"].endswith(
+            " s (a hung driver, e.g. after an Xid error); processes on GPU 0 are not seen "
+            "until it returns; the other GPUs and the OS sources are still scanned"
+        )
+    # main thread, the stuck call's thread, one fresh worker: nothing piled up
+    assert threads == 3
+    calls = log.read_text().split()
+    # Each listing is two calls (count, then fill). GPU 1: 3 snapshots x 2. GPU 0: the
+    # stuck first call, never made again while stuck (s2), its second call once released,
+    # and 2 in s3.
+    assert calls.count("nvmlDeviceGetComputeRunningProcesses_v3") == 3 * 2 + 1 + 1 + 2
+    assert s3["processes"] == _expected_two_gpus(a, b)[1]
+    assert s3["findings"] == [] and s3["blind_gpus"] == []
+    assert (
+        "nvml-call-returned" in stderr
+        and "call=nvmlDeviceGetComputeRunningProcesses_v3 what='GPU 0'" in stderr
+    )
+
+
+def test_init_failure_retried_after_1s_doubling_to_60s_and_logged_on_recovery(
+    tmp_path: Path,
+) -> None:
+    lib = fake_nvml(tmp_path, {"init_error": 9, "devices": [{"uuid": "GPU-a"}]})
+    log = tmp_path / "calls.log"
+    script = (
+        "src = NvmlSource(LIB)\n"
+        "delays = []\n"
+        "for _ in range(9):\n"
+        "    s = src.snapshot(4194304)\n"
+        "    delays.append(src.retry_after_s)\n"
+        "    cached = src.snapshot(4194304)\n"  # within the delay: no nvmlInit
+        "    assert cached.error == s.error, cached\n"
+        "    src._retry_at = 0.0\n"  # let the delay pass
+        "write_config(CONF, {'devices': [{'uuid': 'GPU-a'}]})\n"
+        "back = src.snapshot(4194304)\n"
+        "print(json.dumps([delays, back.available, src.retry_after_s]))\n"
+    )
+    (delays, available, after), stderr = _run_script(script, lib, {"FAKE_NVML_LOG": str(log)})
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+    assert available is True and after == 0.0
+    assert log.read_text().split().count("nvmlInitWithFlags") == 10
+    assert "nvml-recovered" in stderr and "failed_attempts=9" in stderr
+    assert "last_error='nvmlInit failed: Driver Not Loaded (NVML error 9)'" in stderr

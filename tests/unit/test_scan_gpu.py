@@ -7,13 +7,20 @@ These tests give GPU memory to real processes the test started and run
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Spawned, need_program, run_cli
+from tests.conftest import REPO, Spawned, need_program, poll, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
+from watchdog.config import Config
+from watchdog.model import GpuInfo, GpuProcess
+from watchdog.scan import Scanner
+from watchdog.sources.nvml import NvmlSnapshot
 
 GIB = 1024**3
 
@@ -202,3 +209,208 @@ def test_nvml_unavailable_still_scans_os_sources(spawned: Spawned, tmp_path: Pat
     job = next(j for j in doc["jobs"] if j["root_pid"] == pid)
     assert job["evidence"] == ["launcher"] and job["verdict"] == "rogue"
     assert code == 1
+
+
+def test_own_pid_namespace_never_matches_nvml_pids_by_number(tmp_path: Path) -> None:
+    """Inside `unshare --pid --fork --mount-proc`, NVML reports host PID 15672 and an
+    unrelated `sleep 600` in the namespace happens to have PID 15672: no job, no kill
+    advice, one high finding saying attribution is impossible here and how to run it."""
+    need_program("gcc", "unshare")
+    lib = fake_nvml(
+        tmp_path,
+        {
+            "devices": [
+                {
+                    "uuid": "GPU-aaaa",
+                    "total": 80 * GIB,
+                    "used": 4 * GIB,
+                    "processes": [{"pid": 15672, "mem": 4 * GIB}],
+                }
+            ]
+        },
+    )
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        f"nvml: {{library: '{library_path(lib)}'}}\n"
+        f"training: {{device_glob: '{tmp_path}/nodev[0-9]*'}}\n"
+    )
+    sleeper = tmp_path / "sleeper.pid"
+    script = (
+        "echo 15671 > /proc/sys/kernel/ns_last_pid; sleep 600 & "
+        f'echo $! > {sleeper}; exec "$0" -m watchdog scan --json --config "$1"'
+    )
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", script,
+         sys.executable, str(cfg)],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert sleeper.read_text().strip() == "15672"  # the collision is real
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["jobs"] == []
+    assert "kill -" not in done.stdout and "sleep 600" not in done.stdout
+    ns = [f for f in doc["findings"] if f["kind"] == "pid-namespace"]
+    own = os.readlink("/proc/self/ns/pid")
+    assert len(ns) == 1 and ns[0]["severity"] == "high"
+    assert ns[0]["details"]["nvml_pids"] == [15672]
+    assert ns[0]["details"]["proc_pid_namespace"] != own  # the namespace unshare made
+    assert ns[0]["message"] == (
+        "GPU attribution is impossible here: rogue-watchdog sees the processes of PID "
+        f"namespace {ns[0]['details']['proc_pid_namespace']}, not the host's "
+        "(pid:[4026531836]), and NVML reports host PIDs, so the 1 GPU process(es) NVML "
+        "lists, holding 4.0 GiB, are not matched to any process here and no job or kill "
+        "advice is built from them; run rogue-watchdog in the host PID namespace (on the "
+        "host, or docker run --pid=host, Kubernetes hostPID: true)"
+    )
+
+
+class _ExitsAfterListing:
+    """A GPU source whose process exits right after NVML listed it (the exit race)."""
+
+    def __init__(self, victim: subprocess.Popen[bytes]) -> None:
+        self.victim = victim
+
+    def snapshot(self, pid_max: int) -> NvmlSnapshot:
+        listing = [GpuProcess(self.victim.pid, "GPU-aaaa", 0, 2 * GIB, "compute")]
+        self.victim.kill()
+        self.victim.wait()  # reaped: /proc/PID is gone before the scan looks again
+        gpu = GpuInfo(0, "GPU-aaaa", "NVIDIA H200", 80 * GIB, 2 * GIB)
+        return NvmlSnapshot(available=True, gpus=[gpu], processes=listing)
+
+
+def test_process_gone_right_after_the_listing_is_transient(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    victim = spawned.start([sys.executable, "-c", "import time; time.sleep(60)"])
+    scanner = Scanner(Config(), gpu_source=_ExitsAfterListing(victim))
+    result = scanner.scan()
+    assert [j for j in result.jobs if victim.pid in j.pids] == []
+    assert [f for f in result.findings if f.root_pid == victim.pid] == []
+    mention = re.compile(rf"PID {victim.pid}\b")
+    assert [f.kind for f in result.findings if mention.search(f.message)] == []
+
+
+def test_zombie_of_a_namespace_init_is_no_job_and_says_what_frees_it(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """A container-style PID 1 (the init of its own PID namespace) that never reaps: its
+    zombie child holds GPU memory. Neither becomes a job; nothing gets kill advice."""
+    need_program("gcc", "unshare")
+    kid_file = tmp_path / "kid"
+    init = (
+        "import os, time\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n    os._exit(0)\n"
+        "time.sleep(120)\n"  # PID 1 of the namespace, never reaps
+    )
+    ns_init = spawned.start(["unshare", "--pid", "--fork", sys.executable, "-c", init])
+
+    # Host view: unshare -> python (NSpid HOST 1) -> zombie (NSpid HOST 2).
+    def zombie() -> int | None:
+        for line in Path(f"/proc/{ns_init.pid}/task/{ns_init.pid}/children").read_text().split():
+            for kid in Path(f"/proc/{line}/task/{line}/children").read_text().split():
+                if Path(f"/proc/{kid}/stat").read_text().split(") ")[1][0] == "Z":
+                    kid_file.write_text(line)
+                    return int(kid)
+        return None
+
+    z = poll("the zombie below the namespace init", zombie, 10, 0.05)
+    parent = int(kid_file.read_text())
+    lib = fake_nvml(
+        tmp_path,
+        {
+            "devices": [
+                {
+                    "uuid": "GPU-aaaa",
+                    "total": 80 * GIB,
+                    "used": 3 * GIB,
+                    "processes": [{"pid": z, "mem": 3 * GIB}],
+                }
+            ]
+        },
+    )
+    _, doc = scan(tmp_path, lib)
+    assert [j for j in doc["jobs"] if {z, parent} & set(j["pids"])] == []
+    [f] = [f for f in doc["findings"] if f["kind"] == "zombie-gpu-memory"]
+    assert f["root_pid"] is None
+    assert f["details"] == {
+        "pid": z, "parent_pid": parent, "gpu_uuid": "GPU-aaaa",
+        "used_memory_bytes": 3 * GIB, "holder_pid": None,
+    }  # fmt: skip
+    args = f"{sys.executable} -c {init}"[:80]
+    assert f["message"] == (
+        f"zombie PID {z} holds 3.0 GiB on GPU 0; it has exited and its parent PID {parent} "
+        f"`{args}` is the init of its PID namespace or a subreaper, which reaps exited "
+        f"processes: the memory is freed when PID {parent} reaps it. If it stays, PID "
+        f"{parent} does not reap (a container whose PID 1 is not an init: run it with --init "
+        "or tini) or the driver kept the memory after the exit (look for Xid errors in the "
+        "kernel log). No job holds it and no process is signalled"
+    )
+    # (other jobs on the host may carry kill advice of their own)
+    mention = re.compile(rf"PID ({z}|{parent})\b")
+    about = [f for f in doc["findings"] if mention.search(f["message"])]
+    assert about == [f] and "kill -" not in json.dumps(about)
+
+
+def test_used_memory_no_listed_process_explains_is_reported(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    need_program("gcc")
+    pid = worker(spawned, tmp_path)
+    gpu = {"name": "NVIDIA H200", "total": 140 * GIB}
+    lib = fake_nvml(
+        tmp_path,
+        {
+            "devices": [
+                # 7.5 GiB used, 2 GiB listed: 5.5 GiB unexplained, above the 1 GiB slack
+                {**gpu, "uuid": "GPU-aaaa", "used": 15 * GIB // 2,
+                 "processes": [{"pid": pid, "mem": 2 * GIB}]},
+                # 600 MiB the driver keeps: within the slack, no finding
+                {**gpu, "uuid": "GPU-bbbb", "used": 600 << 20},
+            ]
+        },
+    )  # fmt: skip
+    _, doc = scan(tmp_path, lib)
+    found = [f for f in doc["findings"] if f["kind"] == "gpu-memory-unexplained"]
+    assert [f["details"] for f in found] == [
+        {
+            "fingerprint": "GPU-aaaa", "gpu_index": 0, "gpu_uuid": "GPU-aaaa",
+            "used_bytes": 15 * GIB // 2, "listed_bytes": 2 * GIB,
+            "unexplained_bytes": 11 * GIB // 2, "slack_bytes": GIB,
+        }
+    ]  # fmt: skip
+    assert found[0]["severity"] == "warning"
+    assert found[0]["message"] == (
+        "GPU 0 (GPU-aaaa) has 7.5 GiB in use but the processes NVML lists hold 2.0 GiB: "
+        "5.5 GiB (5905580032 bytes) is held by no listed process (a process NVML does not "
+        "list to us, e.g. in another container, a leaked context, or memory the driver kept "
+        "after a fault); more than the 1.0 GiB allowed (nvml.unexplained_memory_slack_bytes)"
+    )
+
+
+def test_hung_nvml_call_still_scans_the_os_sources(spawned: Spawned, tmp_path: Path) -> None:
+    """Every GPU's memory query never returns: the scan still ends, says so per GPU, and
+    finds the launcher-pattern job from the OS sources."""
+    need_program("gcc")
+    pid = worker(spawned, tmp_path, name="train_while_gpu_hangs.py")
+    gpu = {"total": 80 * GIB, "used": GIB}
+    lib = fake_nvml(tmp_path, {"devices": [{**gpu, "uuid": "GPU-a"}, {**gpu, "uuid": "GPU-b"}]})
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        f"nvml: {{library: '{library_path(lib)}', call_timeout_s: 0.5}}\n"
+        f"training: {{device_glob: '{tmp_path}/nodev[0-9]*'}}\n"
+    )
+    done = run_cli(
+        "scan", "--json", "--config", str(cfg),
+        env={"FAKE_NVML_BLOCK": "nvmlDeviceGetMemoryInfo"},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    hung = [f for f in doc["findings"] if f["kind"] == "gpu-query-hung"]
+    assert [(f["details"]["gpu_index"], f["details"]["call"]) for f in hung] == [
+        (0, "nvmlDeviceGetMemoryInfo"),
+        (1, "nvmlDeviceGetMemoryInfo"),
+    ]
+    job = next(j for j in doc["jobs"] if j["root_pid"] == pid)
+    assert job["evidence"] == ["launcher"] and job["verdict"] == "rogue"

@@ -143,3 +143,11 @@ def test_daemonize_with_pidfile(tmp_path: Path) -> None:
     assert [e["pid"] for e in events(log, "daemon-started")] == [pid]
     assert len(events(log, "daemon-stopped")) == 1
     assert re.search(r'"event": "status-socket-listening"', log.read_text())
+
+
+def test_status_with_a_fifo_as_config_does_not_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)
+    res = run_cli("status", "--config", str(fifo), timeout=20)
+    assert (res.returncode, res.stdout) == (2, "")
+    assert "not a regular file (a FIFO)" in res.stderr

@@ -479,3 +479,20 @@ def test_fifo_timer_and_dev_zero_dropin_in_user_unit_dir(proc: FakeProc, tmp_pat
         "no crontab entry mentions /home/u/train_x.py (0 crontab files read); "
         f"not read: {spool}/mallory (not a regular file)"
     ) in evidence
+
+
+def test_remediation_for_a_unit_file_in_etc_moves_it_before_the_mask() -> None:
+    """`systemctl mask` fails ("already exists") for a unit file in /etc/systemd/system:
+    the offered command moves it aside first; elsewhere the plain mask is offered."""
+    from watchdog.lineage.systemd import _remediation
+
+    assert _remediation(
+        "retrain.service", None, "always", None, "/etc/systemd/system/retrain.service"
+    ) == (
+        "systemctl disable --now retrain.service && mv /etc/systemd/system/retrain.service "
+        "/etc/systemd/system/retrain.service.rogue-watchdog-disabled && "
+        "systemctl mask retrain.service"
+    )
+    assert _remediation(
+        "retrain.service", None, "always", None, "/lib/systemd/system/retrain.service"
+    ) == ("systemctl disable --now retrain.service && systemctl mask retrain.service")

@@ -1,12 +1,15 @@
-"""SIGTERM, grace, SIGKILL on real process trees this test started."""
+"""Freeze, SIGTERM, grace, SIGKILL, verify on real process trees this test started."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
-from tests.conftest import Spawned
+from tests.conftest import Spawned, poll
 from watchdog.actions.effects import Effects, RecordingEffects
 from watchdog.actions.guards import Expected, Guard, read_live
 from watchdog.actions.terminate import plan_tree, terminate_tree
@@ -47,7 +50,7 @@ def test_grace_then_sigkill_for_a_process_ignoring_sigterm(spawned: Spawned) -> 
     exp = identity(p.pid)
     out = terminate_tree([exp], Guard(), Effects(), grace_s=1.0)
     assert [(x.pid, x.signals, x.result) for x in out.procs] == [
-        (p.pid, ["SIGTERM", "SIGKILL"], "killed")
+        (p.pid, ["SIGSTOP", "SIGTERM", "SIGCONT", "SIGSTOP", "SIGKILL"], "killed")
     ]
     assert out.outcome == "ok"
     assert p.wait(timeout=5) == -signal.SIGKILL
@@ -65,8 +68,8 @@ def test_whole_tree_leaves_first(spawned: Spawned) -> None:
     assert [(e.pid, depth) for e, depth in plan] == [(child, 1), (p.pid, 0)]
     out = terminate_tree([root], Guard(), Effects(), grace_s=5.0)
     assert [(x.pid, x.signals, x.result) for x in out.procs] == [
-        (child, ["SIGTERM"], "exited"),
-        (p.pid, ["SIGTERM"], "exited"),
+        (child, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited"),
+        (p.pid, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited"),
     ]
     assert gone(root) and gone(kid)
 
@@ -88,7 +91,9 @@ def test_recorded_signals_are_term_then_kill(spawned: Spawned) -> None:
     exp = identity(p.pid)
     fx = RecordingEffects()
     out = terminate_tree([exp], Guard(), fx, 0.0, kill_wait_s=0.0)
-    assert fx.signals() == [(p.pid, signal.SIGTERM), (p.pid, signal.SIGKILL)]
+    # Frozen, TERM and continued; frozen again and KILLed; continued since it "survived".
+    sent = [signal.SIGSTOP, signal.SIGTERM, signal.SIGCONT, signal.SIGSTOP, signal.SIGKILL]
+    assert fx.signals() == [(p.pid, sig) for sig in [*sent, signal.SIGCONT]]
     assert out.procs[0].result == "survived" and out.outcome == "partial"
 
 
@@ -102,3 +107,189 @@ def test_member_that_already_exited_is_gone_not_signalled(spawned: Spawned) -> N
     assert fx.calls == []
     assert [(x.pid, x.result) for x in out.procs] == [(p.pid, "gone")]
     assert out.outcome == "ok"
+
+
+def _session(sid: int) -> list[int]:
+    """Live (non-zombie) processes of session ``sid``."""
+    out = []
+    for name in os.listdir("/proc"):
+        live = read_live(int(name)) if name.isdigit() else None
+        if live is not None and live.sid == sid and live.state != "Z":
+            out.append(live.pid)
+    return out
+
+
+WORKER = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_DFL); time.sleep(60)"
+LAUNCHER = (
+    "import signal, subprocess, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"  # a torchrun-like agent
+    f"work = [sys.executable, '-c', {WORKER!r}]\n"
+    "w = subprocess.Popen(work)\n"
+    "print(w.pid, flush=True)\n"
+    "while True:\n"
+    "    if w.poll() is not None:\n"
+    "        w = subprocess.Popen(work)\n"  # restarts its worker at once
+    "    time.sleep(0.05)\n"
+)
+
+
+def test_launcher_ignoring_sigterm_that_respawns_its_worker_is_stopped_whole(
+    spawned: Spawned,
+) -> None:
+    """The worker dies on SIGTERM, the launcher ignores it and starts a new worker during
+    the grace period: the new worker is found and killed too, nothing is left, and only
+    then is the outcome `ok`."""
+    p = spawned.start([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE)
+    assert p.stdout is not None
+    worker = identity(int(p.stdout.readline()))
+    launcher = identity(p.pid)
+
+    def handles_sigterm() -> bool:  # the worker has undone the SIG_IGN it inherited
+        status = Path(f"/proc/{worker.pid}/status").read_text()
+        ignored = int(
+            next(x for x in status.splitlines() if x.startswith("SigIgn:")).split()[1], 16
+        )
+        return not ignored & (1 << (signal.SIGTERM - 1))
+
+    poll("the worker to take SIGTERM", handles_sigterm, 10, 0.02)
+    out = terminate_tree([launcher, worker], Guard(), Effects(), grace_s=1.0)
+    by_pid = {x.pid: (x.signals, x.result) for x in out.procs}
+    assert by_pid[worker.pid] == (["SIGSTOP", "SIGTERM", "SIGCONT"], "exited")
+    assert by_pid[launcher.pid] == (
+        ["SIGSTOP", "SIGTERM", "SIGCONT", "SIGSTOP", "SIGKILL"],
+        "killed",
+    )
+    respawned = [pid for pid in by_pid if pid not in (worker.pid, launcher.pid)]
+    assert len(respawned) == 1  # the worker started during the grace period
+    assert by_pid[respawned[0]] == (["SIGSTOP", "SIGKILL"], "killed")
+    assert out.outcome == "ok"
+    assert p.wait(timeout=5) == -signal.SIGKILL
+    assert _session(p.pid) == []
+
+
+def test_wrapper_loop_is_stopped_with_its_job(spawned: Spawned, tmp_path: Path) -> None:
+    """`bash -c 'while :; do python3 train_job.py; sleep 1; done'`: the job is the python,
+    the loop would bring it back in 1 s; the bash is stopped with it."""
+    (tmp_path / "train_job.py").write_text("import time\ntime.sleep(60)\n")
+    loop = "while :; do python3 train_job.py; sleep 1; done"
+    p = spawned.start(["bash", "-c", loop], cwd=tmp_path)
+
+    def python() -> int | None:
+        kids = Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()
+        for kid in kids:
+            live = read_live(int(kid))
+            # argv[0] may be a full path (a pyenv shim re-executes python3)
+            if live is not None and live.cmdline[1:] == ("train_job.py",):
+                return int(kid)
+        return None
+
+    job = poll("the python below the loop", python, 10, 0.02)
+    root = identity_of(job)
+    bash = identity_of(p.pid)
+    assert [(e.pid, d) for e, d in plan_tree([root], Guard())] == [(job, 0), (p.pid, -1)]
+    out = terminate_tree([root], Guard(), Effects(), grace_s=5.0)
+    assert [(x.pid, x.signals, x.result) for x in out.procs] == [
+        (job, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited"),
+        (bash.pid, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited"),
+    ]
+    assert out.outcome == "ok"
+    assert p.wait(timeout=5) == -signal.SIGTERM  # the loop is gone: nothing restarts it
+    assert _session(p.pid) == []
+
+
+def identity_of(pid: int) -> Expected:
+    live = read_live(pid)
+    assert live is not None
+    return Expected(pid, live.start_ticks, live.cmdline)
+
+
+def test_recheck_30s_after_terminate_opens_remediation_failed(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """A process of the terminated tree still runs 30 s later, or the same command is back
+    under another origin (a worker re-parented to PID 1): `remediation-failed`."""
+    from datetime import UTC, datetime
+
+    from watchdog.actions.enforcer import Enforcer
+    from watchdog.config import parse_config
+    from watchdog.daemon.state import StateDB
+    from watchdog.model import Job, Origin
+    from watchdog.scan import NvmlStatus, ScanResult
+
+    left = identity_of(spawned.start([sys.executable, "-c", "import time; time.sleep(60)"]).pid)
+    cfg = parse_config(f"daemon: {{state_dir: '{tmp_path}/state'}}\n", "t.yaml")
+    db = StateDB(str(tmp_path / "state"))
+    t = 4_000_000.0
+    cmd = ["/usr/bin/python3", "/p/train_job.py"]
+    aid = db.record_action(
+        "daemon", "terminate", "PID 40 (2 process(es))", "ok",
+        {"root": [40, 100], "procs": [
+            {"pid": 40, "start_ticks": 100, "cmdline": cmd, "signals": ["SIGKILL"]},
+            {"pid": left.pid, "start_ticks": left.start_ticks, "cmdline": list(left.cmdline or ()),
+             "signals": ["SIGSTOP", "SIGTERM", "SIGCONT"]},
+        ]},
+        t,
+    )  # fmt: skip
+    back = Job(
+        root_pid=41, pids=[41], user="root", cmdline=tuple(cmd), start_ticks=left.start_ticks + 1,
+        gpu_memory_bytes=None, gpu_uuids=[], lineage=[], origin=Origin("orphan"),
+    )  # fmt: skip
+    now = datetime.now(UTC)
+    empty = ScanResult("h", now, 0.0, NvmlStatus(True), jobs=[])
+    assert Enforcer(cfg, db, clock=lambda: t + 29).findings(t + 29, empty) == []
+    [f] = Enforcer(cfg, db, clock=lambda: t + 30).findings(t + 30, empty)
+    assert (f.kind, f.severity, f.root_pid) == ("remediation-failed", "critical", None)
+    assert f.details == {
+        "fingerprint": f"terminate-{aid}", "actions": [aid],
+        "left": [{"pid": left.pid, "start_ticks": left.start_ticks}], "back": [],
+    }  # fmt: skip
+    assert f"1 process(es) of its tree still run: PID {left.pid} `" in f.message
+    spawned.procs[-1].kill()
+    spawned.procs[-1].wait()
+    assert Enforcer(cfg, db, clock=lambda: t + 31).findings(t + 31, empty) == []
+    result = ScanResult("h", now, 0.0, NvmlStatus(True), jobs=[back])
+    [f] = Enforcer(cfg, db, clock=lambda: t + 35).findings(t + 35, result)
+    assert f.details["back"] == [41] and f.root_pid == 41
+    assert f.message.endswith(
+        "`/usr/bin/python3 /p/train_job.py` is back as PID 41, spawned by " + describe_orphan()
+    )
+    assert Enforcer(cfg, db, clock=lambda: t + 3700).findings(t + 3700, result) == []
+
+
+def describe_orphan() -> str:
+    from watchdog.lineage.describe import describe_origin
+    from watchdog.model import Origin
+
+    return describe_origin(Origin("orphan"))
+
+
+def test_leftovers_of_a_gone_session_that_run_something_else_are_left_alone(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """A login that started `python3 train_x.py &` and `sleep 600 &` and ended: both
+    stay in its session, whose leader is gone. Only the job's own command is stopped."""
+    (tmp_path / "train_x.py").write_text("import time\ntime.sleep(60)\n")
+    marker = tmp_path / "pids"
+    p = spawned.start(
+        ["sh", "-c", f"{sys.executable} train_x.py & t=$!; sleep 600 & echo $t $! > {marker}"],
+        cwd=tmp_path,
+    )
+    p.wait(timeout=10)  # the session leader is gone
+    train_pid, sleep_pid = (int(x) for x in poll("the pids", marker.read_text, 10).split())
+    train = poll(
+        "the trainer's exec",
+        lambda: (t := identity_of(train_pid)).cmdline[-1:] == ("train_x.py",) and t,
+        10,
+        0.02,
+    )
+    other = poll(
+        "the sleep's exec",
+        lambda: (t := identity_of(sleep_pid)).cmdline[:1] == ("sleep",) and t,
+        10,
+        0.02,
+    )
+    assert read_live(sleep_pid).sid == read_live(train_pid).sid == p.pid  # type: ignore[union-attr]
+    out = terminate_tree([train], Guard(), Effects(), grace_s=5.0)
+    assert [(x.pid, x.result) for x in out.procs] == [(train_pid, "exited")]
+    assert out.outcome == "ok"
+    assert not gone(other)

@@ -285,7 +285,10 @@ def cmd_terminate(args: argparse.Namespace) -> int:
         f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.get('kind')}"
     )
     for p in res.procs:
-        sig = "SIGTERM, then SIGKILL after " + f"{config.enforcement.grace_s:g} s if still alive"
+        sig = (
+            "SIGSTOP (the whole tree frozen first), SIGTERM, then SIGKILL after "
+            f"{config.enforcement.grace_s:g} s if still alive"
+        )
         if p.result == "would-signal":
             _out(f"  PID {p.pid} `{' '.join(p.cmdline)[:100]}`: would send {sig}")
         else:

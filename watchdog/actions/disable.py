@@ -181,7 +181,7 @@ def plan_disable(
             return _plan_rename("run-parts", str(origin["script"]), now, reason)
         return _plan_cron(origin, reason, now, backup_dir, spool_dirs)
     if kind == "systemd":
-        return _plan_systemd(origin, effects)
+        return _plan_systemd(origin, effects, backup_dir, now)
     if kind in ("orphan", "unknown"):
         if not quarantine_unknown_exe:
             return DisablePlan(
@@ -394,7 +394,27 @@ def _state(effects: Effects, verb: str, unit: str) -> str:
     )
 
 
-def _plan_systemd(origin: dict[str, Any], effects: Effects) -> DisablePlan:
+# The directory `systemctl mask` writes its /dev/null symlink into (persistent masks).
+MASK_DIR = "/etc/systemd/system"
+
+
+def _show(effects: Effects, unit: str, *props: str) -> dict[str, str]:
+    """``systemctl show -p P... UNIT`` as a dict (read-only, also in dry runs)."""
+    argv = ["systemctl", "show"]
+    for p in props:
+        argv += ["-p", p]
+    out = effects.query([*argv, unit])
+    values: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key] = value
+    return values
+
+
+def _plan_systemd(
+    origin: dict[str, Any], effects: Effects, backup_dir: str, now: float
+) -> DisablePlan:
     unit = origin.get("unit")
     if not unit:
         return DisablePlan("none", "-", refused="no unit named")
@@ -404,54 +424,109 @@ def _plan_systemd(origin: dict[str, Any], effects: Effects) -> DisablePlan:
             str(unit),
             refused=f"user units are not disabled automatically; run: {origin.get('remediation')}",
         )
-    timer = origin.get("timer")
+    unit = str(unit)
     restart = origin.get("restart") or "no"
-    units = [u for u in (timer, unit) if u]
+    info = _show(effects, unit, "FragmentPath", "Transient", "TriggeredBy")
+    fragment = info.get("FragmentPath") or ""
+    transient = info.get("Transient") == "yes" or fragment.startswith("/run/systemd/transient/")
+    # Every timer that can start the unit, not only the one the origin named: a timer
+    # left active starts a masked-to-be unit again (or the mask fails on it).
+    timers = [str(origin["timer"])] if origin.get("timer") else []
+    timers += [t for t in info.get("TriggeredBy", "").split() if t.endswith(".timer")]
+    timers = list(dict.fromkeys(timers))
+    units = [*timers, unit]
     before = {
         u: {"enabled": _state(effects, "is-enabled", u), "active": _state(effects, "is-active", u)}
         for u in units
     }
     commands: list[list[str]] = []
-    if str(unit).endswith(".scope"):
+    for t in timers:
+        idle = before[t]["enabled"] in ("disabled", "masked") and before[t]["active"] == "inactive"
+        if t == origin.get("timer") or not idle:
+            commands.append(["disable", "--now", t])
+    if unit.endswith(".scope") or transient or timers:
         commands.append(["stop", unit])
-    elif timer:
-        commands += [["disable", "--now", timer], ["stop", unit]]
     else:
         commands.append(["disable", "--now", unit])
-    mask = restart != "no" and not str(unit).endswith(".scope")
-    if mask and before[unit]["enabled"] != "masked":
-        commands.append(["mask", unit])
+    mask = restart != "no" and not unit.endswith(".scope") and not transient
+    move: dict[str, Any] | None = None
     steps = [
         f"before: {u} is-enabled={s['enabled']} is-active={s['active']}" for u, s in before.items()
     ]
-    steps += [f"systemctl {' '.join(c)}" for c in commands]
+    if mask and before[unit]["enabled"] != "masked":
+        if (
+            os.path.dirname(fragment) == MASK_DIR
+            and os.path.isfile(fragment)
+            and not os.path.islink(fragment)
+        ):
+            # `systemctl mask` refuses ("already exists") when the unit file itself lives
+            # where the mask link goes (systemd #27965): move it to the backup first.
+            try:
+                st = os.stat(fragment)
+                with open(fragment, "rb") as fh:
+                    digest = sha256(fh.read())
+            except OSError as exc:
+                return DisablePlan("none", unit, refused=f"cannot read {fragment}: {exc}")
+            move = {
+                "path": fragment,
+                "backup": backup_path(backup_dir, fragment, now),
+                "uid": st.st_uid,
+                "gid": st.st_gid,
+                "mode": st.st_mode & 0o7777,
+                "sha256": digest,
+            }
+        commands.append(["mask", unit])
+    for c in commands:
+        if c[0] == "mask" and move is not None:
+            steps.append(
+                f"move {move['path']} to {move['backup']} (systemctl mask cannot replace a "
+                f"unit file in {MASK_DIR}; undo puts it back)"
+            )
+        steps.append(f"systemctl {' '.join(c)}")
     if mask:
         steps.append(f"(mask because Restart={restart} would start {unit} again)")
+        steps.append(f"verify: systemctl show -p LoadState {unit} says masked")
+    if transient:
+        steps.append(
+            f"({unit} is a transient unit: once stopped it is gone, and undo cannot start it "
+            "again; it is recorded without enable or start)"
+        )
     return DisablePlan(
         "systemd",
         " ".join(units),
         steps,
-        data={"unit": unit, "timer": timer, "before": before, "commands": commands},
-    )
+        data={
+            "unit": unit, "timer": timers[0] if timers else None, "timers": timers,
+            "before": before, "commands": commands, "move": move, "transient": transient,
+        },
+    )  # fmt: skip
 
 
-def _undo_systemd(d: dict[str, Any], done: list[list[str]]) -> list[dict[str, Any]]:
-    """Ops that bring back the recorded ``before`` state of what ``done`` changed."""
+def _undo_systemd(d: dict[str, Any], done: list[list[str]], moved: bool) -> list[dict[str, Any]]:
+    """Ops that bring back the recorded ``before`` state of what ``done`` changed.
+
+    Nothing that cannot work is recorded: a transient unit is not enabled or started
+    again (it no longer exists once stopped).
+    """
     before: dict[str, dict[str, str]] = d["before"]
     ops: list[dict[str, Any]] = []
-    unit, timer = d["unit"], d["timer"]
+    unit = d["unit"]
+    timers: list[str] = d.get("timers") or ([d["timer"]] if d.get("timer") else [])
     if ["mask", unit] in done:
         ops.append({"op": "systemctl", "argv": ["unmask", unit]})
-    for u in (timer, unit):
-        if not u:
-            continue
+    move = d.get("move")
+    if moved and move is not None:
+        ops.append({"op": "restore_file", **move})
+        ops.append({"op": "systemctl", "argv": ["daemon-reload"]})
+    again = [*timers, *([] if d.get("transient") else [unit])]
+    for u in again:
         state = before[u]["enabled"]
         if state == "enabled":
             ops.append({"op": "systemctl", "argv": ["enable", u]})
         elif state == "enabled-runtime":
             ops.append({"op": "systemctl", "argv": ["enable", "--runtime", u]})
-    for u in (timer, unit):
-        if u and before[u]["active"] in ("active", "activating", "reloading"):
+    for u in again:
+        if before[u]["active"] in ("active", "activating", "reloading"):
             ops.append({"op": "systemctl", "argv": ["start", u]})
     return ops
 
@@ -460,7 +535,19 @@ def _exec_systemd(plan: DisablePlan, effects: Effects) -> DisableResult:
     d = plan.data
     res = DisableResult("ok")
     done: list[list[str]] = []
+    moved = False
+    move = d.get("move")
     for argv in d["commands"]:
+        if argv[0] == "mask" and move is not None:
+            try:
+                effects.copy_backup(move["path"], move["backup"])
+                effects.remove(move["path"])
+            except OSError as exc:
+                res.error = res.error or f"cannot move {move['path']} aside: {exc}"
+                res.done.append(f"FAILED move {move['path']} to {move['backup']}: {exc}")
+                continue  # the mask would fail ("already exists"): not attempted
+            moved = True
+            res.done.append(f"moved {move['path']} to {move['backup']}")
         out = effects.run(["systemctl", *argv])
         if out.returncode != 0:
             res.error = res.error or (
@@ -470,7 +557,14 @@ def _exec_systemd(plan: DisablePlan, effects: Effects) -> DisableResult:
             continue
         done.append(argv)
         res.done.append(f"systemctl {' '.join(argv)}")
-    res.undo = _undo_systemd(d, done)
+        if argv[0] == "mask":
+            state = _show(effects, d["unit"], "LoadState").get("LoadState", "unknown")
+            if state == "masked":
+                res.done.append(f"verified: {d['unit']} LoadState=masked")
+            else:
+                res.error = res.error or f"{d['unit']} LoadState={state} after mask, not masked"
+                res.done.append(f"FAILED verify: {d['unit']} LoadState={state}, not masked")
+    res.undo = _undo_systemd(d, done, moved)
     if res.error is not None:
-        res.outcome = "partial" if done else "failed"
+        res.outcome = "partial" if done or moved else "failed"
     return res

@@ -12,14 +12,38 @@ even in a dry run, since the plan depends on their answers.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from watchdog.sources.procfs import read_proc
+
+
+class IdentityChangedError(ProcessLookupError):
+    """The PID belongs to another process than the one decided on; nothing was sent.
+
+    Attributes:
+        pid: The PID.
+        expected_ticks: The start time the decision was made on.
+        found_ticks: The start time the PID has now.
+    """
+
+    def __init__(self, pid: int, expected_ticks: int, found_ticks: int) -> None:
+        super().__init__(
+            errno.ESRCH,
+            f"PID {pid} now has start time {found_ticks}, not {expected_ticks}: "
+            "a different process (PID reused)",
+        )
+        self.pid = pid
+        self.expected_ticks = expected_ticks
+        self.found_ticks = found_ticks
 
 
 @dataclass(frozen=True)
@@ -44,14 +68,37 @@ class Effects:
         self.command_prefix = tuple(command_prefix)
         self.timeout_s = timeout_s
 
-    def send_signal(self, pid: int, sig: int) -> None:
-        """``kill(2)`` one process.
+    def send_signal(self, pid: int, sig: int, start_ticks: int | None = None) -> None:
+        """Signal one process through a pidfd, pinned to its identity.
+
+        ``pidfd_open(2)`` takes a reference to the process that has ``pid`` *now*; its
+        start time is then read (``/proc/PID/stat`` field 22) and compared with
+        ``start_ticks``. If they match, the pidfd refers to that very process and
+        ``pidfd_send_signal(2)`` can only reach it: were it to exit and its PID be reused
+        meanwhile, the signal fails with ESRCH instead of hitting the newcomer.
+
+        Args:
+            pid: PID in our PID namespace.
+            sig: Signal number.
+            start_ticks: The identity the decision was made on; None signals whatever
+                process has the PID (only for callers that hold no identity).
 
         Raises:
+            IdentityChangedError: The PID now belongs to another process (nothing sent).
             ProcessLookupError: It no longer exists.
             PermissionError: Not allowed to signal it.
         """
-        os.kill(pid, sig)
+        fd = os.pidfd_open(pid)
+        try:
+            if start_ticks is not None:
+                proc = read_proc(pid)
+                if proc is None:
+                    raise ProcessLookupError(errno.ESRCH, f"PID {pid} exited")
+                if proc.start_ticks != start_ticks:
+                    raise IdentityChangedError(pid, start_ticks, proc.start_ticks)
+            signal.pidfd_send_signal(fd, sig)
+        finally:
+            os.close(fd)
 
     def write_file_atomic(self, path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
         """Replace ``path`` with ``data`` in one ``rename(2)``: a temporary file in the same
@@ -106,6 +153,14 @@ class Effects:
         """Set ``path``'s times to now (cron(8) rescans a directory whose mtime changed)."""
         os.utime(path)
 
+    def remove(self, path: str) -> None:
+        """``unlink(2)`` a file (after it was backed up).
+
+        Raises:
+            OSError: It is missing, a directory, or the directory is not writable.
+        """
+        os.unlink(path)
+
     def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
         """Run a command that changes something; never raises for a non-zero exit."""
         return self._exec(argv, input_bytes)
@@ -153,7 +208,7 @@ class RecordingEffects(Effects):
     command_prefix: tuple[str, ...] = ()
     timeout_s: float = 60.0
 
-    def send_signal(self, pid: int, sig: int) -> None:
+    def send_signal(self, pid: int, sig: int, start_ticks: int | None = None) -> None:
         self.calls.append(("send_signal", pid, sig))
 
     def write_file_atomic(self, path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
@@ -167,6 +222,9 @@ class RecordingEffects(Effects):
 
     def touch(self, path: str) -> None:
         self.calls.append(("touch", path))
+
+    def remove(self, path: str) -> None:
+        self.calls.append(("remove", path))
 
     def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
         self.calls.append(("run", tuple(argv), input_bytes))

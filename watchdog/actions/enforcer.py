@@ -7,6 +7,10 @@ Per tick, after tracking:
    different process (other root PID or start time) came back anyway: a
    ``remediation-failed`` finding (critical) names what was done, when, and what spawned
    it this time. This works in every mode, also for actions taken with the CLI.
+   **Recheck.** From ``RECHECK_AFTER_S`` (30 s) after a ``terminate`` and for an hour, a
+   process of the terminated tree still running, or the terminated command running again
+   as a rogue or excess job from any origin (a worker re-parented to PID 1 has another
+   signature), opens ``remediation-failed`` too, until nothing of it is left.
 2. **Act.** In ``terminate`` mode (globally or by a matching rule) each rogue/excess job
    is handled once per identity: its source is disabled first when
    ``auto_disable_source`` says so (so cron or systemd cannot start it again while it is
@@ -27,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from watchdog.actions.effects import Effects
+from watchdog.actions.guards import read_live
 from watchdog.actions.remedy import Remedy, target_from_job
 from watchdog.config import Config
 from watchdog.daemon.state import ActionRecord, StateDB
@@ -36,6 +41,8 @@ from watchdog.model import Finding, Job
 from watchdog.scan import ScanResult
 
 ACTED_KINDS = ("terminate", "disable-source")
+RECHECK_AFTER_S = 30.0
+RECHECK_WINDOW_S = 3600.0
 _FINDING_KIND = {"rogue": "rogue-job", "excess": "excess-instances"}
 
 
@@ -117,8 +124,78 @@ class Enforcer:
                 continue  # the very process acted on (refused, or not dead yet)
             seen.add(sig)
             out.append(self._failed(job, sig, recs))
+        out += self._recheck(result, seen)
         self._last = (id(result), out)
         return out
+
+    def _recheck(self, result: ScanResult, seen: set[str]) -> list[Finding]:
+        """Terminations that did not hold: part of the tree still runs, or its command
+        is back as a rogue job under any origin (see the module docstring)."""
+        now = self.clock()
+        out = []
+        for rec in self.db.actions(limit=200):
+            age = now - rec.created_at
+            if (
+                rec.kind != "terminate"
+                or rec.dry_run
+                or rec.undone_at is not None
+                or rec.outcome not in ("ok", "partial")
+                or not RECHECK_AFTER_S <= age <= RECHECK_WINDOW_S
+            ):
+                continue
+            procs = [p for p in rec.details.get("procs") or [] if isinstance(p, dict)]
+            try:
+                tree = [(int(p["pid"]), int(p["start_ticks"]), p) for p in procs if p["signals"]]
+                root_pid = int((rec.details.get("root") or [0])[0])
+            except (KeyError, TypeError, ValueError):
+                continue  # a malformed record: nothing to compare with
+            left = [
+                p for pid, start, p in tree if _running(pid, start, self.config.paths.proc_root)
+            ]
+            newest = max((start for _pid, start, _p in tree), default=0)
+            root_cmd = next(
+                (tuple(p.get("cmdline") or ()) for pid, _s, p in tree if pid == root_pid), ()
+            )
+            back = [
+                j
+                for j in result.jobs
+                if j.verdict in ("rogue", "excess")
+                and root_cmd
+                and tuple(j.cmdline) == root_cmd
+                and j.start_ticks > newest
+                and job_signature(j.user, j.cmdline, j.origin) not in seen
+            ]
+            if left or back:
+                out.append(self._not_held(rec, left, back))
+        return out
+
+    @staticmethod
+    def _not_held(rec: ActionRecord, left: list[dict[str, Any]], back: list[Job]) -> Finding:
+        what = f"{_summary(rec)} at {_when(rec.created_at)} by {rec.actor} (action {rec.id})"
+        parts = []
+        if left:
+            names = ", ".join(
+                f"PID {p['pid']} `{' '.join(p.get('cmdline') or [])[:80]}`" for p in left[:5]
+            )
+            parts.append(f"{len(left)} process(es) of its tree still run: {names}")
+        for job in back[:3]:
+            parts.append(
+                f"`{' '.join(job.cmdline)[:120]}` is back as PID {job.root_pid}, spawned by "
+                f"{describe_origin(job.origin)}"
+            )
+        return Finding(
+            kind="remediation-failed",
+            severity="critical",
+            message=f"remediation failed: {RECHECK_AFTER_S:.0f} s after rogue-watchdog {what}, "
+            + "; ".join(parts),
+            root_pid=back[0].root_pid if back else None,
+            details={
+                "fingerprint": f"terminate-{rec.id}",
+                "actions": [rec.id],
+                "left": [{"pid": p["pid"], "start_ticks": p["start_ticks"]} for p in left],
+                "back": [j.root_pid for j in back],
+            },
+        )
 
     @staticmethod
     def _failed(job: Job, sig: str, recs: list[ActionRecord]) -> Finding:
@@ -188,6 +265,11 @@ class Enforcer:
                 remedy.disable_source(target, self.clock())
             remedy.terminate(target, self.clock())
         return failed
+
+
+def _running(pid: int, start_ticks: int, proc_root: str) -> bool:
+    live = read_live(pid, proc_root)
+    return live is not None and live.start_ticks == start_ticks and live.state != "Z"
 
 
 def build_enforcers(config: Config, db: StateDB) -> list[Enforcer]:

@@ -4,7 +4,9 @@ The guards hold in every mode (observe, terminate, dry run, the CLI): PID 1, ker
 threads, rogue-watchdog itself and its ancestors, members of sanctioned (or ignored)
 jobs, zombies (signalling one does nothing; its parent is what holds the resources),
 PIDs not visible in our ``/proc`` (another PID namespace: the number means something
-else here), and anything on ``enforcement.protect``.
+else here), every PID when ``proc_root`` shows another PID namespace than our own, and
+anything on ``enforcement.protect``. Kernel threads are told by PF_KTHREAD alone (inside a
+PID namespace PID 2 is an ordinary process, not kthreadd).
 
 Identity is PID + start time (``/proc/PID/stat`` field 22, proc(5)). A decision is made
 on one scan; the signal goes out later. In between the process may exit and its PID be
@@ -21,9 +23,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from watchdog.actions.settings import Protect
-from watchdog.sources.procfs import PF_KTHREAD, StatParseError, parse_stat
-
-KTHREADD_PID = 2  # parent of every kernel thread (kernel/kthread.c)
+from watchdog.sources.procfs import pid_namespaces, read_proc
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,12 @@ class LiveProc:
         ppid: Parent PID.
         pgid: Process group.
         state: One-letter state (``Z`` for a zombie).
-        kernel_thread: PF_KTHREAD set, or a child of kthreadd.
+        kernel_thread: PF_KTHREAD set in the stat flags.
         cmdline: argv (empty for kernel threads and zombies).
         exe: ``/proc/PID/exe`` target, or None when unreadable.
         uid: Real UID, or None when unreadable.
+        sid: Session ID.
+        cgroup: Lines of ``/proc/PID/cgroup``.
     """
 
     pid: int
@@ -51,6 +53,8 @@ class LiveProc:
     cmdline: tuple[str, ...]
     exe: str | None
     uid: int | None
+    sid: int = 0
+    cgroup: tuple[str, ...] = ()
 
     @property
     def user(self) -> str | None:
@@ -64,43 +68,23 @@ class LiveProc:
 
 
 def read_live(pid: int, proc_root: str = "/proc") -> LiveProc | None:
-    """Read one process from ``/proc`` now (no cache).
+    """Read one process from ``/proc`` now (no cache), with the scan's own reader
+    (:func:`watchdog.sources.procfs.read_proc`), so a field the guards decide on is
+    parsed exactly as the scan parsed it.
 
     Returns:
         The process, or None when ``/proc/PID`` does not exist or its stat line cannot
         be read or parsed (it exited meanwhile).
     """
-    base = f"{proc_root}/{pid}"
-    try:
-        with open(f"{base}/stat", "rb") as fh:
-            raw = fh.read()
-        comm, state, ppid, pgid, _sid, flags, start = parse_stat(
-            raw.decode("utf-8", "surrogateescape")
-        )
-    except (OSError, StatParseError):
+    proc = read_proc(pid, proc_root)
+    if proc is None:
         return None
-    del comm  # never used for decisions: anyone can set it
-    try:
-        with open(f"{base}/cmdline", "rb") as fh:
-            argv = fh.read().decode("utf-8", "surrogateescape")
-        cmdline = tuple(argv.split("\0")[:-1]) if argv else ()
-    except OSError:
-        cmdline = ()
-    try:
-        exe: str | None = os.readlink(f"{base}/exe")
-    except OSError:
-        exe = None
-    uid: int | None = None
-    try:
-        with open(f"{base}/status", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"Uid:"):
-                    uid = int(line.split()[1])
-                    break
-    except (OSError, ValueError, IndexError):
-        uid = None
-    kthread = bool(flags & PF_KTHREAD) or pid == KTHREADD_PID or ppid == KTHREADD_PID
-    return LiveProc(pid, start, ppid, pgid, state, kthread, cmdline, exe, uid)
+    # comm is never used for decisions: anyone can set it. A kernel thread is PF_KTHREAD
+    # alone: inside a PID namespace PID 2 is an ordinary process, not kthreadd.
+    return LiveProc(
+        pid, proc.start_ticks, proc.ppid, proc.pgid, proc.state, proc.kernel_thread,
+        proc.cmdline, proc.exe, proc.uid, proc.sid, proc.cgroup,
+    )  # fmt: skip
 
 
 def ancestors_of(pid: int, proc_root: str = "/proc") -> set[int]:
@@ -136,8 +120,9 @@ class Refusal:
 
     Attributes:
         pid: The PID asked about.
-        guard: Stable name: ``pid-1``, ``kernel-thread``, ``self``, ``ancestor``,
-            ``sanctioned``, ``zombie``, ``invisible``, ``protected``, ``identity``.
+        guard: Stable name: ``pid-1``, ``pid-namespace``, ``kernel-thread``, ``self``,
+            ``ancestor``, ``sanctioned``, ``zombie``, ``invisible``, ``protected``,
+            ``identity``.
         reason: One sentence for people.
         report_pid: For a zombie, the parent that should be reported instead.
     """
@@ -177,6 +162,13 @@ class Guard:
         """
         if pid <= 1:
             return Refusal(pid, "pid-1", f"PID {pid} is init (or not a process): never signalled")
+        if not pid_namespaces(self.proc_root).same:
+            return Refusal(
+                pid,
+                "pid-namespace",
+                f"the PIDs in {self.proc_root} belong to another PID namespace than "
+                f"rogue-watchdog's: PID {pid} there is not PID {pid} here; never signalled",
+            )
         live = read_live(pid, self.proc_root)
         if live is None:
             return Refusal(

@@ -1,11 +1,29 @@
-"""Stop a job: SIGTERM to every process of its tree, leaves first, then SIGKILL after grace.
+"""Stop a job: freeze its whole tree, SIGTERM it, SIGKILL what is left, verify nothing is.
 
-The tree is the job's members from the scan plus anything they forked since, read live
-from ``/proc`` at the moment of acting. Every signal is preceded by a guard check with the
-identity (PID + start time + argv) the decision was made on, so a PID that was reused
-in the meantime is never hit, and neither is anything on the never-signal list.
-A process counts as gone once ``/proc/PID`` is absent, carries another start time, or
-is a zombie (it exited; only its parent's wait is missing).
+The tree is what would otherwise restart or outlive the job, read live from ``/proc`` at
+the moment of acting: the job's members and everything they forked since; the wrappers
+above the root that carry its command (``bash -c 'while :; do python3 train.py; done'``,
+cron's ``sh -c CMD``, ``flock``, ``timeout``), which would start it again; the members of
+its process groups and sessions whose leader is in the tree or gone (a ``setsid`` or
+daemonised launch) that run its command; and every process of its cgroup when the job
+has a cgroup of its own.
+
+1. **Freeze**: SIGSTOP top-down, parents before children, then look again until nothing
+   new appeared: a stopped process cannot fork, so a launcher cannot replace a worker
+   while the rest is being stopped.
+2. **SIGTERM** every frozen process, then SIGCONT them so they can exit cleanly; wait up
+   to ``grace_s``.
+3. Look at the tree again (a launcher that ignores SIGTERM may have respawned a worker
+   meanwhile), freeze it again and **SIGKILL** everything left.
+4. **Verify**: ``ok`` only when nothing of the tree (lineage, process group, session,
+   cgroup) is left alive; anything left is listed as ``survived`` and the outcome is
+   ``partial``. A process left stopped is continued again (SIGCONT): nothing stays frozen.
+
+Every signal is preceded by a guard check with the identity (PID + start time + argv) the
+decision was made on, and goes out through a pidfd pinned to that identity, so a PID that
+was reused in the meantime is never hit, and neither is anything on the never-signal list.
+A process counts as gone once ``/proc/PID`` is absent, carries another start time, or is a
+zombie (it exited; only its parent's wait is missing).
 """
 
 from __future__ import annotations
@@ -17,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.actions.effects import Effects
+from watchdog.actions.effects import Effects, IdentityChangedError
 from watchdog.actions.guards import Expected, Guard, LiveProc, read_live
 
 
@@ -74,13 +92,217 @@ class TerminateOutcome:
         return {"outcome": self.outcome, "procs": [p.to_json() for p in self.procs]}
 
 
-def plan_tree(members: Sequence[Expected], guard: Guard) -> list[tuple[Expected, int]]:
-    """The processes to stop: the members still alive with the same identity, plus their
-    live descendants, each with its depth below the topmost member.
+# Wrappers above a job's root that are part of the job when their command line carries
+# the root's command: they would run it again (a shell loop) or only exist for it. Never
+# multiplexers (a tmux server holds other sessions) nor remote clients.
+_JOB_WRAPPERS = frozenset(
+    {
+        "sh", "dash", "bash", "zsh", "ksh", "mksh", "busybox", "fish", "csh", "tcsh",
+        "sudo", "su", "runuser", "setpriv", "doas", "timeout", "nohup", "env", "setsid",
+        "nice", "ionice", "taskset", "numactl", "chrt", "stdbuf", "flock",
+    }
+)  # fmt: skip
 
-    The tree is only expanded below processes the guard lets through: never below PID 1,
-    rogue-watchdog's ancestors, a sanctioned or protected process, or a PID whose
-    identity changed (its children are someone else's).
+
+def _live_table(proc_root: str) -> dict[int, LiveProc]:
+    try:
+        names = [n for n in os.listdir(proc_root) if n.isdigit()]
+    except OSError:
+        names = []
+    live: dict[int, LiveProc] = {}
+    for name in names:
+        proc = read_live(int(name), proc_root)
+        if proc is not None:
+            live[proc.pid] = proc
+    return live
+
+
+def _cgroup_of(proc: LiveProc) -> str | None:
+    """The unified (``0::``) cgroup path, else the ``name=systemd`` one; None for ``/``."""
+    path = None
+    for line in proc.cgroup:
+        hier, _, rest = line.partition(":")
+        controllers, _, where = rest.partition(":")
+        if hier == "0" and not controllers:
+            path = where
+            break
+        if controllers == "name=systemd":
+            path = where
+    return path if path and path != "/" else None
+
+
+def _command_key(cmdline: Sequence[str]) -> str | None:
+    """What a wrapper's command line must contain to be running this command: the script
+    (first argument naming a file), else the program's basename."""
+    for arg in cmdline[1:]:
+        if not arg.startswith("-") and "." in os.path.basename(arg):
+            return os.path.basename(arg)
+    return os.path.basename(cmdline[0]) if cmdline else None
+
+
+class JobTree:
+    """A job's process tree, re-collected live at each step of :func:`terminate_tree`.
+
+    Args:
+        members: Job members with the identity the decision was made on (root first).
+        guard: Never-signal rules; nothing they refuse is ever part of the tree beyond the
+            members themselves (which are reported as refused).
+    """
+
+    def __init__(self, members: Sequence[Expected], guard: Guard) -> None:
+        self.members = list(members)
+        self.guard = guard
+        self.by_pid = {m.pid: m for m in members}
+        self.known: dict[int, Expected] = {m.pid: m for m in members}
+        self.groups: set[int] = set()
+        self.sessions: set[int] = set()
+        self.cgroup: str | None = None
+        self.blocked: dict[int, tuple[Expected, int]] = {}
+        self.depths: dict[int, int] = {}  # depth when first seen: stable across looks
+        self.key = _command_key(self.members[0].cmdline or ()) if self.members else None
+        self._first = True
+
+    def _allowed(self, exp: Expected) -> bool:
+        return isinstance(self.guard.check(exp.pid, exp), LiveProc)
+
+    def collect(self) -> dict[int, tuple[Expected, int]]:
+        """Every live process of the tree with its depth (root 0, wrappers above it
+        negative), members refused by a guard left out (see :attr:`blocked`).
+
+        The first call also fixes the job's process groups, sessions and own cgroup;
+        later calls keep them, so a tree whose leader died is still found.
+        """
+        live = _live_table(self.guard.proc_root)
+        children: dict[int, list[int]] = {}
+        for proc in live.values():
+            children.setdefault(proc.ppid, []).append(proc.pid)
+        tree: dict[int, tuple[Expected, int]] = {}
+
+        def same(exp: Expected) -> LiveProc | None:
+            cur = live.get(exp.pid)
+            if cur is None or cur.start_ticks != exp.start_ticks or cur.state == "Z":
+                return None
+            return cur
+
+        def add(exp: Expected, depth: int) -> bool:
+            if exp.pid in tree and tree[exp.pid][1] <= depth:
+                return False
+            if exp.pid not in tree and not self._allowed(exp):
+                if exp.pid in self.by_pid:
+                    self.blocked.setdefault(exp.pid, (exp, depth))
+                return False
+            tree[exp.pid] = (exp, depth)
+            self.known.setdefault(exp.pid, exp)
+            self.depths.setdefault(exp.pid, depth)
+            return True
+
+        for m in self.members:
+            if same(m) is not None:
+                add(m, 0)
+            elif self._first and m.pid in live:
+                # Reused, or a zombie now: the guard says which when it is reported.
+                self.blocked.setdefault(m.pid, (m, 0))
+        if self._first:
+            self._wrappers(live, tree, add)
+        # Descendants, groups, sessions and the own cgroup, to a fixpoint.
+        changed = True
+        while changed:
+            changed = False
+            for pid, (_exp, depth) in list(tree.items()):
+                for kid in children.get(pid, ()):
+                    if live[kid].state != "Z":
+                        changed |= add(self._identity(live[kid]), depth + 1)
+            # Seen in an earlier look but no longer below the tree (re-parented).
+            for exp in list(self.known.values()):
+                again = same(exp)
+                if exp.pid not in tree and again is not None:
+                    depth = self.depths.get(exp.pid, self._depth(again, live, tree))
+                    changed |= add(exp, depth)
+            if self._first:
+                self._fix_scope(live, tree)
+            for proc in live.values():
+                if proc.pid in tree or proc.state == "Z" or proc.pid <= 1:
+                    continue
+                if not self._in_scope(proc):
+                    continue
+                changed |= add(self._identity(proc), self._depth(proc, live, tree))
+        self._first = False
+        return tree
+
+    def _identity(self, proc: LiveProc) -> Expected:
+        """The identity first seen for this process (its argv then), else as it is now."""
+        exp = self.known.get(proc.pid)
+        if exp is not None and exp.start_ticks == proc.start_ticks:
+            return exp
+        return Expected(proc.pid, proc.start_ticks, proc.cmdline or None)
+
+    def _wrappers(
+        self,
+        live: dict[int, LiveProc],
+        tree: dict[int, tuple[Expected, int]],
+        add: Callable[[Expected, int], bool],
+    ) -> None:
+        if not self.members:
+            return
+        root = live.get(self.members[0].pid)
+        key = _command_key(self.members[0].cmdline or (root.cmdline if root else ()))
+        self.key = self.key or key
+        if root is None or key is None:
+            return
+        depth, cur = 0, live.get(root.ppid)
+        while cur is not None and cur.pid > 1 and cur.pid not in tree:
+            name = os.path.basename(cur.exe or (cur.cmdline[0] if cur.cmdline else ""))
+            if name not in _JOB_WRAPPERS or key not in " ".join(cur.cmdline):
+                return
+            depth -= 1
+            if not add(Expected(cur.pid, cur.start_ticks, cur.cmdline or None), depth):
+                return
+            cur = live.get(cur.ppid)
+
+    def _fix_scope(self, live: dict[int, LiveProc], tree: dict[int, tuple[Expected, int]]) -> None:
+        """Groups and sessions whose leader is in the tree or gone; the cgroup when the
+        whole tree shares one that the process above the tree does not."""
+        procs = [live[p] for p in tree if p in live]
+        for attr, out in (("pgid", self.groups), ("sid", self.sessions)):
+            for proc in procs:
+                leader = getattr(proc, attr)
+                if leader > 1 and (leader in tree or leader not in live):
+                    out.add(leader)
+        paths = {_cgroup_of(p) for p in procs}
+        if len(paths) != 1 or None in paths:
+            return
+        path = paths.pop()
+        top = min(procs, key=lambda p: tree[p.pid][1])
+        above = live.get(top.ppid)
+        if above is not None and _cgroup_of(above) != path:
+            self.cgroup = path
+
+    def _in_scope(self, proc: LiveProc) -> bool:
+        if self.cgroup is not None and _cgroup_of(proc) == self.cgroup:
+            return True  # the job's own cgroup: all of it is the job (a unit's processes)
+        # A group or session whose leader is gone can hold other leftovers of the same
+        # login (a `nohup` notebook): only processes running the job's command belong.
+        return (
+            (proc.pgid in self.groups or proc.sid in self.sessions)
+            and self.key is not None
+            and self.key in " ".join(proc.cmdline)
+        )
+
+    @staticmethod
+    def _depth(
+        proc: LiveProc, live: dict[int, LiveProc], tree: dict[int, tuple[Expected, int]]
+    ) -> int:
+        hops, cur = 1, live.get(proc.ppid)
+        while cur is not None and hops < 4096:
+            if cur.pid in tree:
+                return tree[cur.pid][1] + hops
+            hops, cur = hops + 1, live.get(cur.ppid)
+        return 0
+
+
+def plan_tree(members: Sequence[Expected], guard: Guard) -> list[tuple[Expected, int]]:
+    """The processes to stop (see :class:`JobTree`), each with its depth below the root
+    (wrappers above it are negative).
 
     Args:
         members: Job members with the identity the scan saw (root first).
@@ -91,42 +313,10 @@ def plan_tree(members: Sequence[Expected], guard: Guard) -> list[tuple[Expected,
         a depth. Members that fail the guard are still returned (the guard refuses them
         again, with the reason, when their turn comes).
     """
-    proc_root = guard.proc_root
-    children: dict[int, list[int]] = {}
-    try:
-        names = [n for n in os.listdir(proc_root) if n.isdigit()]
-    except OSError:
-        names = []
-    live: dict[int, LiveProc] = {}
-    for name in names:
-        proc = read_live(int(name), proc_root)
-        if proc is not None:
-            live[proc.pid] = proc
-            children.setdefault(proc.ppid, []).append(proc.pid)
-    by_pid = {m.pid: m for m in members}
-    depth: dict[int, int] = {}
-    blocked: dict[int, tuple[Expected, int]] = {}
-    queue: list[tuple[Expected, int]] = [(m, 0) for m in members]
-    while queue:
-        exp, d = queue.pop(0)
-        if exp.pid in depth and depth[exp.pid] >= d:
-            continue
-        if not isinstance(guard.check(exp.pid, exp), LiveProc):
-            blocked.setdefault(exp.pid, (exp, d))  # reported, never expanded
-            continue
-        depth[exp.pid] = d
-        for child in children.get(exp.pid, ()):
-            cur = live.get(child)
-            if cur is not None and child not in by_pid:
-                queue.append((Expected(child, cur.start_ticks, cur.cmdline or None), d + 1))
-            elif child in by_pid:
-                queue.append((by_pid[child], d + 1))
-    out: list[tuple[Expected, int]] = []
-    for pid, d in depth.items():
-        cur = live[pid]
-        exp = by_pid.get(pid) or Expected(pid, cur.start_ticks, cur.cmdline or None)
-        out.append((exp, d))
-    out += [entry for pid, entry in blocked.items() if pid not in depth]
+    tree = JobTree(members, guard)
+    found = tree.collect()
+    out = list(found.values())
+    out += [entry for pid, entry in tree.blocked.items() if pid not in found]
     out.sort(key=lambda e: (-e[1], e[0].pid))
     return out
 
@@ -147,7 +337,7 @@ def terminate_tree(
     poll_s: float = 0.1,
     kill_wait_s: float = 5.0,
 ) -> TerminateOutcome:
-    """SIGTERM the job's tree (leaves first), wait up to ``grace_s``, SIGKILL survivors.
+    """Freeze the job's tree, SIGTERM it, SIGKILL what is left after ``grace_s``, verify.
 
     Args:
         members: Job members with the identity the decision was made on.
@@ -160,74 +350,166 @@ def terminate_tree(
         kill_wait_s: Seconds to wait for SIGKILLed processes to disappear.
 
     Returns:
-        Per-process results and an overall outcome. Never raises for a process that
-        vanished or refused a signal.
+        Per-process results (leaves first) and an overall outcome: ``ok`` only when
+        nothing of the tree is left. Never raises for a process that vanished or refused
+        a signal.
     """
-    plan = plan_tree(members, guard)
-    results: list[ProcOutcome] = []
-    pending: list[tuple[Expected, ProcOutcome]] = []
-    for exp, _depth in plan:
-        res = ProcOutcome(exp.pid, exp.start_ticks, exp.cmdline or ())
-        results.append(res)
-        verdict = guard.check(exp.pid, exp)
-        if not isinstance(verdict, LiveProc):
-            if verdict.guard in ("invisible", "zombie"):
-                res.result, res.reason = "gone", verdict.reason
-            elif verdict.guard == "identity":
-                res.result, res.reason = "reused", verdict.reason
-            else:
-                res.result, res.reason = "refused", verdict.reason
+    tree = JobTree(members, guard)
+    results: dict[int, ProcOutcome] = {}
+    depth_of: dict[int, int] = {}
+
+    def outcome_for(exp: Expected, depth: int | None = None) -> ProcOutcome:
+        res = results.get(exp.pid)
+        if res is None or res.start_ticks != exp.start_ticks:
+            res = ProcOutcome(exp.pid, exp.start_ticks, exp.cmdline or ())
+            results[exp.pid] = res
+        if depth is not None:
+            depth_of[exp.pid] = depth
+        return res
+
+    found = tree.collect()
+    for exp, depth in tree.blocked.values():
+        if exp.pid in found:
             continue
-        if dry_run:
+        res = outcome_for(exp, depth)
+        verdict = guard.check(exp.pid, exp)
+        if isinstance(verdict, LiveProc):
+            continue
+        if verdict.guard in ("invisible", "zombie"):
+            res.result, res.reason = "gone", verdict.reason
+        elif verdict.guard == "identity":
+            res.result, res.reason = "reused", verdict.reason
+        else:
+            res.result, res.reason = "refused", verdict.reason
+    for m in members:
+        if m.pid not in found and m.pid not in results:
+            outcome_for(m, 0).result = "gone"
+    if dry_run:
+        for exp, depth in found.values():
+            res = outcome_for(exp, depth)
             res.result = "would-signal"
             res.signals.append("SIGTERM")
-            continue
-        _send(effects, res, signal.SIGTERM)
-        if res.result != "error":
-            pending.append((exp, res))
-    if dry_run:
-        return TerminateOutcome(results, "dry-run")
+        return TerminateOutcome(_ordered(results, depth_of), "dry-run")
+
+    stopped: dict[int, Expected] = {}
+    found = _freeze(tree, found, effects, stopped, outcome_for)
+    termed = []
+    for exp, depth in sorted(found.values(), key=lambda e: e[1]):
+        res = outcome_for(exp, depth)
+        if exp.pid in stopped and _send(effects, res, signal.SIGTERM, guard, exp):
+            termed.append(exp)
+    # Continued bottom-up: a child is continued while its parent is still stopped, so
+    # no parent reaps (or replaces) it in between.
+    for exp in reversed(termed):
+        _resume(effects, outcome_for(exp), exp)
+        stopped.pop(exp.pid, None)
     deadline = time.monotonic() + grace_s
-    while pending:
-        pending = [(e, r) for e, r in pending if _alive(e, guard.proc_root)]
-        if not pending or time.monotonic() >= deadline:
+    while termed:
+        termed = [e for e in termed if _alive(e, guard.proc_root)]
+        if not termed or time.monotonic() >= deadline:
             break
         sleep(poll_s)
-    for exp, res in pending:
-        verdict = guard.check(exp.pid, exp)  # again: it may have gone and been reused
-        if not isinstance(verdict, LiveProc):
-            continue  # gone (or a zombie now): the SIGTERM did it
-        _send(effects, res, signal.SIGKILL)
+
+    # What is left now, with anything forked during the grace period: freeze, SIGKILL.
+    left = _freeze(tree, tree.collect(), effects, stopped, outcome_for)
+    killed = []
+    for exp, depth in sorted(left.values(), key=lambda e: e[1]):
+        res = outcome_for(exp, depth)
+        if _send(effects, res, signal.SIGKILL, guard, exp):
+            killed.append(exp)
     kill_deadline = time.monotonic() + kill_wait_s
-    while any(_alive(e, guard.proc_root) for e, r in pending if "SIGKILL" in r.signals):
+    while any(_alive(e, guard.proc_root) for e in killed):
         if time.monotonic() >= kill_deadline:
             break
         sleep(poll_s)
-    for exp, res in pending:
-        if res.result == "error":
+
+    # Verify; never leave anything stopped.
+    survivors = tree.collect()
+    for exp in reversed(list(stopped.values())):
+        if _alive(exp, guard.proc_root):
+            _resume(effects, outcome_for(exp), exp)
+    for exp, depth in survivors.values():
+        res = outcome_for(exp, depth)
+        res.result = "survived"
+        if not res.reason:
+            res.reason = "still running after SIGKILL" if res.signals else "appeared after the kill"
+    for res in results.values():
+        if res.result:
             continue
         if "SIGKILL" in res.signals:
-            res.result = "survived" if _alive(exp, guard.proc_root) else "killed"
-    for res in results:
-        if not res.result:
+            res.result = "killed"
+        elif res.signals:
             res.result = "exited"
-    signalled = [r for r in results if r.signals]
-    if not signalled:
-        outcome = "refused" if any(r.result == "refused" for r in results) else "ok"
-    elif all(r.result in ("exited", "killed", "gone", "reused") for r in signalled) and not any(
-        r.result == "refused" for r in results
-    ):
-        outcome = "ok"
-    else:
+        else:
+            res.result = "gone"
+    procs = _ordered(results, depth_of)
+    signalled = [r for r in procs if r.signals]
+    if not signalled and not survivors:
+        outcome = "refused" if any(r.result == "refused" for r in procs) else "ok"
+    elif survivors or any(r.result in ("refused", "error", "survived") for r in procs):
         outcome = "partial"
-    return TerminateOutcome(results, outcome)
+    else:
+        outcome = "ok"
+    return TerminateOutcome(procs, outcome)
 
 
-def _send(effects: Effects, res: ProcOutcome, sig: signal.Signals) -> None:
+def _ordered(results: dict[int, ProcOutcome], depth: dict[int, int]) -> list[ProcOutcome]:
+    return sorted(results.values(), key=lambda r: (-depth.get(r.pid, 0), r.pid))
+
+
+def _freeze(
+    tree: JobTree,
+    found: dict[int, tuple[Expected, int]],
+    effects: Effects,
+    stopped: dict[int, Expected],
+    outcome_for: Callable[[Expected, int | None], ProcOutcome],
+) -> dict[int, tuple[Expected, int]]:
+    """SIGSTOP ``found`` top-down and look again until no new process appeared (a
+    stopped process cannot fork). Returns the frozen tree."""
+    for _ in range(16):
+        fresh = [e for e in found.values() if e[0].pid not in stopped]
+        if not fresh:
+            break
+        for exp, depth in sorted(fresh, key=lambda e: e[1]):
+            if _send(effects, outcome_for(exp, depth), signal.SIGSTOP, tree.guard, exp):
+                stopped[exp.pid] = exp
+        found = tree.collect()
+    return {pid: e for pid, e in found.items() if pid in stopped}
+
+
+def _resume(effects: Effects, res: ProcOutcome, exp: Expected) -> None:
+    """SIGCONT a process this run stopped. Only its pinned identity is checked (no guard:
+    it passed them when it was stopped, and continuing is harmless): a process that a
+    SIGTERM is already ending (a default-fatal signal ends even a stopped process) still
+    gets it while its pidfd can be opened."""
     try:
-        effects.send_signal(res.pid, int(sig))
+        effects.send_signal(exp.pid, int(signal.SIGCONT), exp.start_ticks)
+        res.signals.append(signal.SIGCONT.name)
+    except OSError:
+        pass  # reaped already, or the PID was reused: nothing of ours to continue
+
+
+def _send(
+    effects: Effects, res: ProcOutcome, sig: signal.Signals, guard: Guard, exp: Expected
+) -> bool:
+    """Guard-check ``exp`` again, then signal it through its pinned identity; True if sent."""
+    verdict = guard.check(exp.pid, exp)  # again: it may have gone and been reused
+    if not isinstance(verdict, LiveProc):
+        if verdict.guard in ("invisible", "zombie", "identity") and not res.result:
+            res.result = "gone" if not res.signals else ""
+        elif verdict.guard not in ("invisible", "zombie", "identity"):
+            res.result, res.reason = "refused", verdict.reason
+        return False
+    try:
+        # Pinned to the identity decided on: a PID reused since the guard check is
+        # never hit (the pidfd refers to the process, not the number).
+        effects.send_signal(res.pid, int(sig), res.start_ticks)
         res.signals.append(sig.name)
+        return True
+    except IdentityChangedError as exc:
+        res.result, res.reason = "reused", exc.strerror or str(exc)
     except ProcessLookupError:
-        res.result = "gone"
+        pass
     except OSError as exc:
         res.result, res.reason = "error", f"{sig.name}: {exc.strerror or exc}"
+    return False

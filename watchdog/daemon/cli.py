@@ -315,16 +315,17 @@ def socket_path(args: argparse.Namespace) -> str:
         return DEFAULT_SOCKET
     import yaml
 
-    from watchdog.config import ConfigError, load_config
+    from watchdog.config import MAX_CONFIG_BYTES, ConfigError, load_config
     from watchdog.daemon.settings import DaemonSettings
+    from watchdog.safeio import read_regular
 
     try:
         return load_config(path).daemon.socket
     except ConfigError as exc:
         error = exc
     try:
-        with open(path) as fh:
-            raw = yaml.safe_load(fh)
+        # The safe reader again: a FIFO or device given as --config must not block here.
+        raw = yaml.safe_load(read_regular(path, MAX_CONFIG_BYTES).decode("utf-8", "replace"))
     except (OSError, yaml.YAMLError):
         raise UsageError(f"cannot read daemon.socket from the configuration: {error}") from None
     try:

@@ -191,6 +191,11 @@ class Daemon:
 
     # -- one tick ----------------------------------------------------------------------
 
+    def _alive(self, pid: int, start_ticks: int) -> bool:
+        """Whether the process ``pid`` with this start time still runs (last refresh)."""
+        proc = self.scanner.table.get(pid)
+        return proc is not None and proc.start_ticks == start_ticks and not proc.is_zombie
+
     def tick(self, now: float) -> TickSummary:
         """Scan, gather findings, track them and spool alerts, then act.
 
@@ -226,6 +231,8 @@ class Daemon:
                 [*findings, *self._health_findings()],
                 now,
                 self.scanner.table.start_time_s,
+                blind=result is not None and result.gpu_blind,
+                alive=self._alive,
             )
             self._prune(now)
             self._ok("state")

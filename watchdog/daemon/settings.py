@@ -18,7 +18,8 @@ SEVERITIES = ("info", "warning", "high", "critical")
 # sync with the source); ``kinds:`` naming anything else would silently never match.
 FINDING_KINDS = (
     "binding-mismatch", "component-degraded", "deploy-stale", "excess-instances",
-    "gpu-pid-invisible", "gpu-processes-hidden", "gpu-query-failed", "limited-visibility",
+    "gpu-memory-unexplained", "gpu-pid-invisible", "gpu-processes-hidden", "gpu-query-failed",
+    "gpu-query-hung", "limited-visibility",
     "nvml-unavailable", "pid-namespace", "poisoned-weights", "proc-unavailable",
     "queue-output-malformed", "queue-unavailable", "queue-unsanctioned",
     "remediation-failed", "respawned", "rogue-job", "rogue-service", "ship-gate-degraded",

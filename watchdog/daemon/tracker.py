@@ -141,6 +141,7 @@ class TrackResult:
     resolved: list[FindingRecord] = field(default_factory=list)
     signatures: dict[int, str] = field(default_factory=dict)
     respawned: list[Finding] = field(default_factory=list)
+    held: set[str] = field(default_factory=set)
 
 
 def sink_accepts(sink: SinkSettings, finding: FindingRecord) -> bool:
@@ -207,8 +208,17 @@ class Tracker:
         findings: Iterable[Finding],
         now: float,
         start_time_s: Callable[[int], float | None] | None = None,
+        *,
+        blind: bool = False,
+        alive: Callable[[int, int], bool] | None = None,
     ) -> TrackResult:
         """Record one tick's jobs and findings; spool the alerts they cause.
+
+        A job resolves only when its processes are seen gone: while a source is blind
+        (``blind``), a known job missing from ``jobs`` whose root process is still
+        ``alive`` is held (``TrackResult.held``): it is not marked gone and its findings
+        stay open. A job seen again with the same root identity (PID + start time) is
+        never a respawn, also when it had been marked gone or across a restart.
 
         Args:
             jobs: Jobs of this scan (ignored ones are not tracked).
@@ -217,6 +227,8 @@ class Tracker:
             start_time_s: Converts a job's start ticks to POSIX seconds; with it, a new
                 root PID under a known signature counts as a return only when it started
                 after the signature was last seen (not a second instance that ran all along).
+            blind: Some GPU's processes could not be seen this tick.
+            alive: ``(pid, start_ticks) -> bool``, whether that process still runs.
 
         Returns:
             What opened, was reminded of, and resolved; the job signatures by root PID.
@@ -224,8 +236,9 @@ class Tracker:
         out = TrackResult()
         with self.db.transaction():
             respawns = self._jobs(
-                [j for j in jobs if j.verdict != "ignored"], now, out, start_time_s
-            )
+                [j for j in jobs if j.verdict != "ignored"], now, out, start_time_s,
+                alive if blind else None,
+            )  # fmt: skip
             out.respawned = respawns
             self._findings([*findings, *respawns], now, out)
         return out
@@ -238,6 +251,7 @@ class Tracker:
         now: float,
         out: TrackResult,
         start_time_s: Callable[[int], float | None] | None,
+        alive: Callable[[int, int], bool] | None = None,
     ) -> list[Finding]:
         respawns = []
         seen: set[str] = set()
@@ -253,7 +267,9 @@ class Tracker:
             first_seen = now
             if rec is not None:
                 first_seen, sightings = rec.first_seen, rec.sightings
-                if rec.gone_at is not None:
+                if (rec.root_pid, rec.start_ticks) == (job.root_pid, job.start_ticks):
+                    back_after = None  # the same process seen again: never a respawn
+                elif rec.gone_at is not None:
                     back_after = rec.gone_at
                 elif (rec.root_pid, rec.start_ticks) != (job.root_pid, job.start_ticks):
                     # Killed and back while we were not looking (e.g. across a restart),
@@ -271,8 +287,12 @@ class Tracker:
             if back_after is not None and job.verdict in ("rogue", "excess"):
                 respawns.append(self._respawned(job, sig, back_after, now))
         for rec in self.db.present_jobs():
-            if rec.signature not in seen:
-                self.db.mark_gone(rec.signature, now)
+            if rec.signature in seen:
+                continue
+            if alive is not None and alive(rec.root_pid, rec.start_ticks):
+                out.held.add(rec.signature)  # unseen, not seen gone: a source is blind
+                continue
+            self.db.mark_gone(rec.signature, now)
         return respawns
 
     @staticmethod
@@ -354,6 +374,8 @@ class Tracker:
         for fp, rec in open_by_fp.items():
             if rec.kind == "respawned" and rec.details.get("signature") in present:
                 continue  # stays open while the ghost that came back is still running
+            if fp.partition(":")[2] in out.held or rec.details.get("signature") in out.held:
+                continue  # its job was not seen, but not seen gone either
             if fp not in current:
                 db.resolve_finding(rec.id, now)
                 done = db.finding(rec.id)

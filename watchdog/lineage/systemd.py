@@ -36,6 +36,8 @@ from watchdog.model import Origin, Proc
 PASS_UNITS = frozenset(
     ("init.scope", "cron.service", "crond.service", "cronie.service", "atd.service")
 )
+# Where `systemctl mask` puts its /dev/null link for a system unit.
+MASK_DIR = "/etc/systemd/system"
 RESTARTING = frozenset(
     ("always", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort")
 )
@@ -535,7 +537,9 @@ class SystemdResolver:
         return Origin(
             kind="systemd",
             evidence=tuple(evidence),
-            remediation=_remediation(unit, timer.name if timer else None, restart, user),
+            remediation=_remediation(
+                unit, timer.name if timer else None, restart, user, facts.unit_file
+            ),
             fields=fields,
         )
 
@@ -560,7 +564,11 @@ def _unit_top(lineage: Sequence[Proc], info: CgroupInfo) -> Proc | None:
 
 
 def _remediation(
-    unit: str, timer: str | None, restart: str | None, user: tuple[str | None, int | None] | None
+    unit: str,
+    timer: str | None,
+    restart: str | None,
+    user: tuple[str | None, int | None] | None,
+    unit_file: str | None = None,
 ) -> str:
     ctl = "systemctl"
     if user is not None:
@@ -574,7 +582,13 @@ def _remediation(
     else:
         cmd = f"{ctl} disable --now {u}"
     if restart in RESTARTING:
-        cmd += f" && {ctl} mask {u}"
+        if user is None and unit_file is not None and os.path.dirname(unit_file) == MASK_DIR:
+            # `systemctl mask` cannot replace a unit file that lives where its link goes
+            # ("already exists", systemd #27965): move the file aside first.
+            f = quote_arg(unit_file)
+            cmd += f" && mv {f} {f}.rogue-watchdog-disabled && {ctl} mask {u}"
+        else:
+            cmd += f" && {ctl} mask {u}"
     return cmd
 
 

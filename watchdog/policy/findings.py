@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from watchdog.lineage.describe import (
@@ -12,8 +12,9 @@ from watchdog.lineage.describe import (
     origin_label,
     stop_source_text,
 )
-from watchdog.model import Finding, GpuHeld, GpuProcess, Job
-from watchdog.sources.procfs import ProcessTable
+from watchdog.model import Finding, GpuHeld, GpuInfo, GpuProcess, Job, Proc
+from watchdog.policy.jobs import zombie_holder
+from watchdog.sources.procfs import INITIAL_PID_NS, ProcessTable
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -114,6 +115,45 @@ def _is_system(table: ProcessTable, pid: int) -> bool:
     return pid == 1 or (proc is not None and proc.kernel_thread)
 
 
+def _zombie_finding(table: ProcessTable, gp: GpuProcess, proc: Proc) -> Finding:
+    """Who holds a zombie's GPU memory and what frees it (never the zombie: it exited)."""
+    parent = table.get(proc.ppid)
+    who = f"PID {proc.ppid} `{parent.args_text[:80]}`" if parent else f"PID {proc.ppid}"
+    head = f"zombie PID {gp.pid} holds {fmt_bytes(gp.used_memory_bytes)} on GPU {gp.gpu_index}"
+    details: dict[str, Any] = {
+        "pid": gp.pid,
+        "parent_pid": proc.ppid,
+        "gpu_uuid": gp.gpu_uuid,
+        "used_memory_bytes": gp.used_memory_bytes,
+    }
+    holder = zombie_holder(proc, table)
+    if holder is not None:
+        return Finding(
+            kind="zombie-gpu-memory",
+            severity="warning",
+            message=(
+                f"{head}; its parent {who} has not reaped it: the memory is freed when that "
+                "parent reaps it (wait(2)) or exits, so it is counted in the parent's job; "
+                "signalling the zombie does nothing"
+            ),
+            root_pid=holder.pid,
+            details={**details, "holder_pid": holder.pid},
+        )
+    role = "init" if proc.ppid == 1 else "the init of its PID namespace or a subreaper"
+    return Finding(
+        kind="zombie-gpu-memory",
+        severity="warning",
+        message=(
+            f"{head}; it has exited and its parent {who} is {role}, which reaps exited "
+            f"processes: the memory is freed when PID {proc.ppid} reaps it. If it stays, "
+            f"PID {proc.ppid} does not reap (a container whose PID 1 is not an init: run it "
+            "with --init or tini) or the driver kept the memory after the exit (look for "
+            "Xid errors in the kernel log). No job holds it and no process is signalled"
+        ),
+        details={**details, "holder_pid": None},
+    )
+
+
 def gpu_visibility_findings(
     table: ProcessTable,
     gpu_procs: Sequence[GpuProcess],
@@ -196,21 +236,100 @@ def gpu_visibility_findings(
             )
     for gp in visible:
         proc = table.get(gp.pid)
-        if proc is None or not proc.is_zombie:
+        if proc is not None and proc.is_zombie:
+            findings.append(_zombie_finding(table, gp, proc))
+    return visible, findings
+
+
+def unexplained_memory_findings(
+    gpus: Sequence[GpuInfo],
+    gpu_procs: Sequence[GpuProcess],
+    blind_gpus: Collection[int],
+    slack_bytes: int,
+) -> list[Finding]:
+    """Used memory on a GPU that no listed process accounts for.
+
+    A GPU whose process lists could not be read in full (``blind_gpus``), or where a
+    listed process's memory is unknown, cannot be judged and gets no finding here (the
+    hidden/hung finding already speaks for it).
+
+    Args:
+        gpus: Devices from the NVML snapshot; whole GPUs (``mig_index`` None) are judged,
+            against every process listed on them or their MIG devices.
+        gpu_procs: Every process NVML listed, before any visibility filtering.
+        blind_gpus: Indexes of GPUs whose lists were incomplete.
+        slack_bytes: Tolerated difference (driver and firmware reserve a few hundred MiB).
+
+    Returns:
+        One ``gpu-memory-unexplained`` finding per GPU above the slack.
+    """
+    out = []
+    for gpu in gpus:
+        if gpu.mig_index is not None or gpu.index in blind_gpus:
             continue
-        parent = table.get(proc.ppid)
-        who = f"PID {proc.ppid} `{parent.args_text[:80]}`" if parent else f"PID {proc.ppid}"
-        findings.append(
+        used = gpu.memory_used_bytes
+        mine = [gp.used_memory_bytes for gp in gpu_procs if gp.gpu_index == gpu.index]
+        if used is None or any(m is None for m in mine):
+            continue
+        listed = sum(m for m in mine if m is not None)
+        unexplained = used - listed
+        if unexplained <= slack_bytes:
+            continue
+        out.append(
             Finding(
-                kind="zombie-gpu-memory",
+                kind="gpu-memory-unexplained",
                 severity="warning",
                 message=(
-                    f"zombie PID {gp.pid} holds {fmt_bytes(gp.used_memory_bytes)} on GPU "
-                    f"{gp.gpu_index}; its parent {who} has not reaped it: the memory is "
-                    "attributed to the parent's job"
+                    f"GPU {gpu.index} ({gpu.uuid}) has {fmt_bytes(used)} in use but the "
+                    f"processes NVML lists hold {fmt_bytes(listed)}: {fmt_bytes(unexplained)} "
+                    f"({unexplained} bytes) is held by no listed process (a process NVML does "
+                    "not list to us, e.g. in another container, a leaked context, or memory "
+                    "the driver kept after a fault); more than the "
+                    f"{fmt_bytes(slack_bytes)} allowed (nvml.unexplained_memory_slack_bytes)"
                 ),
-                root_pid=proc.ppid,
-                details={"pid": gp.pid, "parent_pid": proc.ppid},
+                details={
+                    "fingerprint": gpu.uuid,
+                    "gpu_index": gpu.index,
+                    "gpu_uuid": gpu.uuid,
+                    "used_bytes": used,
+                    "listed_bytes": listed,
+                    "unexplained_bytes": unexplained,
+                    "slack_bytes": slack_bytes,
+                },
             )
         )
-    return visible, findings
+    return out
+
+
+def pid_namespace_finding(
+    own_ns: str | None, procfs_ns: str | None, gpu_procs: Sequence[GpuProcess]
+) -> Finding:
+    """NVML PIDs cannot be attributed: the process table is not in the host PID namespace.
+
+    Args:
+        own_ns: rogue-watchdog's PID namespace (``readlink /proc/self/ns/pid``).
+        procfs_ns: The namespace of the process table's PIDs.
+        gpu_procs: What NVML listed (reported as numbers, never matched).
+    """
+    pids = sorted({gp.pid for gp in gpu_procs})
+    known = [gp.used_memory_bytes for gp in gpu_procs if gp.used_memory_bytes is not None]
+    held = f", holding {fmt_bytes(sum(known))}," if known else ""
+    return Finding(
+        kind="pid-namespace",
+        severity="high",
+        message=(
+            f"GPU attribution is impossible here: rogue-watchdog sees the processes of PID "
+            f"namespace {procfs_ns or own_ns or 'unknown'}, not the host's "
+            f"({INITIAL_PID_NS}), and NVML reports host PIDs, so the {len(pids)} GPU "
+            f"process(es) NVML lists{held} are not matched to any process here and no job "
+            "or kill advice is built from them; run rogue-watchdog in the host PID "
+            "namespace (on the host, or docker run --pid=host, Kubernetes hostPID: true)"
+        ),
+        details={
+            "fingerprint": "host-pid-namespace",
+            "own_pid_namespace": own_ns,
+            "proc_pid_namespace": procfs_ns,
+            "initial_pid_namespace": INITIAL_PID_NS,
+            "nvml_pids": pids,
+        },
+    )

@@ -19,6 +19,29 @@ from watchdog.lineage.base import exe_name, is_wrapper
 from watchdog.model import GpuHeld, GpuProcess, Job, Proc
 from watchdog.sources.procfs import ProcessTable
 
+# Programs that adopt and reap orphans (init systems, container inits and shims): a
+# zombie below one of them is not that program's doing, and the program is never a job.
+REAPERS = frozenset(
+    {
+        "systemd", "init", "tini", "tini-static", "docker-init", "dumb-init", "catatonit",
+        "conmon", "containerd-shim", "containerd-shim-runc-v2", "s6-svscan", "runsvdir",
+    }
+)  # fmt: skip
+
+
+def zombie_holder(zombie: Proc, table: ProcessTable) -> Proc | None:
+    """The parent that holds a zombie's resources and would free them by reaping it, when
+    that parent can be a job: a visible ordinary process. None when the parent is PID 1,
+    the init of a PID namespace (``NSpid`` ends in 1, a container's PID 1), a kernel
+    thread or a known reaper (:data:`REAPERS`): those reap, and are never jobs.
+    """
+    parent = table.get(zombie.ppid)
+    if parent is None or zombie.ppid <= 1 or parent.kernel_thread:
+        return None
+    if parent.nspid[-1:] == (1,) or exe_name(parent) in REAPERS:
+        return None
+    return parent
+
 
 def is_launcher(proc: Proc, launchers: Sequence[Regex]) -> bool:
     """True when the full command line or exe of ``proc`` matches a launcher pattern.
@@ -72,8 +95,9 @@ def collect_training(
 
     Args:
         table: Refreshed process table.
-        gpu_procs: NVML entries whose PIDs are visible in ``table``. A zombie's entry
-            is attributed to its parent (the zombie holds nothing it can free itself).
+        gpu_procs: NVML entries whose PIDs are visible in ``table``. A zombie is never
+            training itself (it has exited); its entry counts for the parent that holds
+            it (:func:`zombie_holder`), or for nobody when that parent is an init or reaper.
         fd_holders: PID → device paths held open.
         launchers: Launcher patterns (RE2, linear time in the command line).
         launcher_cache: Reused across scans so unchanged processes are not re-matched.
@@ -89,10 +113,12 @@ def collect_training(
         proc = table.get(gp.pid)
         if proc is None:
             continue
-        if proc.is_zombie and table.get(proc.ppid) is not None and proc.ppid > 1:
-            ev.add(proc.ppid, "nvml")
-        else:
-            ev.add(gp.pid, "nvml")
+        if proc.is_zombie:
+            holder = zombie_holder(proc, table)
+            if holder is not None:
+                ev.add(holder.pid, "nvml")
+            continue
+        ev.add(gp.pid, "nvml")
     for pid in fd_holders:
         if table.get(pid) is not None:
             ev.add(pid, "device-fd")
@@ -213,8 +239,11 @@ def group_jobs(
     for gp in gpu_procs:
         owner = gp.pid
         proc = table.get(gp.pid)
-        if proc is not None and proc.is_zombie and proc.ppid > 1:
-            owner = proc.ppid
+        if proc is not None and proc.is_zombie:
+            holder = zombie_holder(proc, table)
+            if holder is None:
+                continue  # held by an init or reaper: no job's memory
+            owner = holder.pid
         if gp.used_memory_bytes is not None:
             mem[owner] = mem.get(owner, 0) + gp.used_memory_bytes
         gpus.setdefault(owner, set()).add(gp.gpu_uuid)

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pynvml
+import structlog
 
 from watchdog.model import Finding, GpuInfo, GpuProcess
 from watchdog.sources.nvml_lib import (
@@ -42,6 +46,11 @@ _BAD_PIDS = (0, 0xFFFF_FFFF)
 # from nvmlDeviceGetMaxMigDeviceCount is a binding/driver disagreement, and looping over
 # 2**31 slots would hang the scan.
 MAX_MIG_SLOTS = 16
+# Retry after NVML could not be initialised: first after 1 s, doubling up to 60 s.
+INIT_RETRY_FIRST_S = 1.0
+INIT_RETRY_MAX_S = 60.0
+
+log = structlog.get_logger("rogue-watchdog")
 
 
 @dataclass
@@ -55,8 +64,11 @@ class NvmlSnapshot:
         gpus: Whole GPUs in index order, each followed by its MIG devices.
         processes: One entry per (pid, device); a PID listed on several lists of a
             device keeps the first list's kind (compute, graphics, mps order).
-        findings: ``binding-mismatch``, ``gpu-processes-hidden``, ``gpu-query-failed``.
+        findings: ``binding-mismatch``, ``gpu-processes-hidden``, ``gpu-query-failed``,
+            ``gpu-query-hung``.
         process_api: Listing version used per list kind (``v3``, ``v2`` or ``v1``).
+        blind_gpus: Indexes of GPUs whose process lists could not be read in full this
+            time (an error, or a call still hung): their holders may be missing.
     """
 
     available: bool
@@ -66,14 +78,124 @@ class NvmlSnapshot:
     processes: list[GpuProcess] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     process_api: dict[str, str] = field(default_factory=dict)
+    blind_gpus: list[int] = field(default_factory=list)
 
 
 class _Unavailable(Exception):
-    """NVML as a whole cannot be used; the message is the reason."""
+    """NVML as a whole cannot be used; the message is the reason.
+
+    ``back_off`` is False for a failure after a good ``nvmlInit`` (device count lost):
+    the next snapshot initialises again at once.
+    """
+
+    def __init__(self, message: str, back_off: bool = True) -> None:
+        super().__init__(message)
+        self.back_off = back_off
 
 
 class _SymbolMissing(Exception):
     """No version of a listing symbol exists in the loaded library."""
+
+
+class _Batch:
+    """A group of NVML calls run together on the worker thread (one GPU, or init).
+
+    ``calling`` names the NVML entry point in progress, for the hung message.
+    """
+
+    def __init__(self, fn: Callable[[_Batch], Any]) -> None:
+        self.fn = fn
+        self.calling = ""
+        self.hung_in = ""  # what `calling` was when the batch timed out
+        self.started = 0.0
+        self.finished = 0.0
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        self.calling = name
+        return fn(*args)
+
+
+class _Hung(Exception):
+    """A batch of NVML calls did not return within the timeout (it may never)."""
+
+    def __init__(self, what: str, batch: _Batch, now: float) -> None:
+        self.what = what
+        self.calling = batch.hung_in or batch.calling or "an NVML call"
+        self.stuck_s = now - batch.started
+        super().__init__(
+            f"{self.calling} for {what} has not returned for {self.stuck_s:.0f} s "
+            "(a hung driver, e.g. after an Xid error)"
+        )
+
+
+class _Worker:
+    """One daemon thread that runs batches in order.
+
+    A worker whose batch hung is retired: it exits once that batch returns, and a fresh
+    worker takes the next batches, so one stuck call never blocks the rest.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="rogue-watchdog-nvml", daemon=True).start()
+
+    def submit(self, batch: _Batch) -> None:
+        self._queue.put(batch)
+
+    def retire(self) -> None:
+        self._queue.put(None)
+
+    def _loop(self) -> None:
+        while (batch := self._queue.get()) is not None:
+            try:
+                batch.result = batch.fn(batch)
+            except BaseException as exc:  # handed to the waiting caller
+                batch.error = exc
+            finally:
+                batch.finished = time.monotonic()
+                batch.done.set()
+
+
+class _Runner:
+    """Runs NVML batches off the caller's thread, under a hard timeout.
+
+    At most one hung batch per key (``system``, ``GPU 0``...): while it is stuck the key
+    is not called again (its callers get :class:`_Hung` at once), and no thread piles up.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._worker: _Worker | None = None
+        self.stuck: dict[str, _Batch] = {}
+
+    def run(self, key: str, fn: Callable[[_Batch], Any]) -> Any:
+        now = time.monotonic()
+        old = self.stuck.get(key)
+        if old is not None:
+            if not old.done.is_set():
+                raise _Hung(key, old, now)
+            del self.stuck[key]
+            log.info(
+                "nvml-call-returned", what=key, call=old.hung_in,
+                after_s=round(old.finished - old.started, 1),
+            )  # fmt: skip
+        if self._worker is None:
+            self._worker = _Worker()
+        batch = _Batch(fn)
+        batch.started = now
+        self._worker.submit(batch)
+        if not batch.done.wait(self.timeout_s):
+            self._worker.retire()
+            self._worker = None
+            batch.hung_in = batch.calling
+            self.stuck[key] = batch
+            raise _Hung(key, batch, time.monotonic())
+        if batch.error is not None:
+            raise batch.error
+        return batch.result
 
 
 def _describe(exc: BaseException) -> str:
@@ -122,6 +244,9 @@ def _listers(kind: ListKind) -> dict[str, Callable[[Any], list[RawProcess]]]:
     }
 
 
+_SYMBOL_SUFFIX = {"v3": "_v3", "v2": "_v2", "v1": ""}
+
+
 @dataclass
 class _Device:
     """A device to list: a whole GPU or one of its MIG devices."""
@@ -136,30 +261,44 @@ class NvmlSource:
 
     ``nvmlInit`` runs once per instance, on the first :meth:`snapshot`, and again on the
     next snapshot after a failure that made NVML unavailable. :meth:`close` shuts it down.
+    Every NVML call runs on a worker thread under ``call_timeout_s`` (see :class:`_Runner`).
     """
 
-    def __init__(self, library_path: str | None = None) -> None:
+    def __init__(self, library_path: str | None = None, call_timeout_s: float = 10.0) -> None:
         """Prepare a source; nothing is loaded until the first snapshot.
 
         Args:
             library_path: Path of the NVML shared library to load instead of pynvml's
                 default ``libnvidia-ml.so.1`` (found through the dynamic loader's path).
+            call_timeout_s: Seconds the calls for one GPU (or ``nvmlInit`` plus the
+                device count) may take before they count as hung.
         """
         self._library_path = library_path
         self._initialized = False
         self._api: dict[ListKind, str] = {}
-        # A missing library or driver stays missing for a while: retrying dlopen and
-        # nvmlInit on every tick costs more than the rest of an idle tick.
-        self.retry_after_s = 60.0
-        self._unavailable: tuple[float, str] | None = None
+        self._runner = _Runner(call_timeout_s)
+        # A missing library or unloaded driver is retried after INIT_RETRY_FIRST_S,
+        # doubling up to INIT_RETRY_MAX_S: short blips cost one tick, while a host
+        # without a driver does not pay dlopen + nvmlInit on every tick.
+        self.retry_first_s = INIT_RETRY_FIRST_S
+        self.retry_max_s = INIT_RETRY_MAX_S
+        self.retry_after_s = 0.0
+        self._retry_at: float | None = None
+        self._down: tuple[float, str, int] | None = None  # since, last error, failures
 
     def close(self) -> None:
-        """Call ``nvmlShutdown`` if this source initialised NVML; never raises."""
+        """Call ``nvmlShutdown`` if this source initialised NVML; never raises or blocks
+        longer than the call timeout."""
         if not self._initialized:
             return
         self._initialized = False
-        with contextlib.suppress(pynvml.NVMLError):
-            pynvml.nvmlShutdown()
+
+        def shutdown(batch: _Batch) -> None:
+            with contextlib.suppress(pynvml.NVMLError):
+                batch.call("nvmlShutdown", pynvml.nvmlShutdown)
+
+        with contextlib.suppress(_Hung, Exception):
+            self._runner.run("system", shutdown)
 
     def __enter__(self) -> NvmlSource:
         return self
@@ -176,28 +315,94 @@ class NvmlSource:
 
         Returns:
             A snapshot; ``available`` False with ``error`` set when NVML cannot be used
-            (library missing, driver not loaded, device count unreadable). Never raises.
+            (library missing, driver not loaded, device count unreadable, or those calls
+            hung). Never raises, and never waits much longer than the call timeout per
+            GPU: a hung GPU is skipped with a ``gpu-query-hung`` finding.
         """
         now = time.monotonic()
-        if self._unavailable is not None and now - self._unavailable[0] < self.retry_after_s:
-            return NvmlSnapshot(available=False, error=self._unavailable[1])
+        if self._retry_at is not None and now < self._retry_at and self._down is not None:
+            return NvmlSnapshot(available=False, error=self._down[1])
         try:
-            try:
-                self._init()
-            except _Unavailable as exc:
-                self._unavailable = (now, str(exc))  # library or driver missing: back off
-                raise
-            self._unavailable = None
-            return self._collect(pid_max)
+            driver, count = self._runner.run("system", self._system)
+        except _Hung as exc:
+            return NvmlSnapshot(
+                available=False, error=f"NVML hung: {exc}", findings=[_hung_finding(exc, None)]
+            )
         except _Unavailable as exc:
+            self._unavailable(now, str(exc), exc.back_off)
             return NvmlSnapshot(available=False, error=str(exc))
         except Exception as exc:  # a broken binding must not stop the OS-source scan
             self.close()
             return NvmlSnapshot(available=False, error=f"unexpected NVML failure: {exc!r}")
+        self._recovered(now)
+        snap = NvmlSnapshot(available=True, driver_version=driver)
+        for index in range(count):
+            try:
+                part: NvmlSnapshot = self._runner.run(
+                    f"GPU {index}",
+                    functools.partial(self._collect_gpu, index=index, pid_max=pid_max),
+                )
+            except _Hung as exc:
+                snap.findings.append(_hung_finding(exc, index))
+                snap.blind_gpus.append(index)
+                continue
+            except Exception as exc:  # a broken binding: this GPU only
+                snap.findings.append(_query_failed(f"GPU {index}", index, exc))
+                snap.blind_gpus.append(index)
+                continue
+            snap.gpus += part.gpus
+            snap.processes += part.processes
+            snap.findings += part.findings
+            snap.blind_gpus += part.blind_gpus
+        snap.process_api = {str(kind): version for kind, version in self._api.items()}
+        return snap
+
+    def _unavailable(self, now: float, error: str, back_off: bool) -> None:
+        since, _, failures = self._down or (now, error, 0)
+        self._down = (since, error, failures + 1)
+        if not back_off:
+            self._retry_at = None
+            return
+        delay = self.retry_after_s * 2 if self.retry_after_s else self.retry_first_s
+        self.retry_after_s = min(delay, self.retry_max_s)
+        self._retry_at = now + self.retry_after_s
+
+    def _recovered(self, now: float) -> None:
+        if self._down is None:
+            return
+        since, error, failures = self._down
+        log.info(
+            "nvml-recovered", after_s=round(now - since, 1), failed_attempts=failures,
+            last_error=error,
+        )  # fmt: skip
+        self._down = None
+        self._retry_at = None
+        self.retry_after_s = 0.0
 
     # -- initialisation -------------------------------------------------------------
 
-    def _init(self) -> None:
+    def _system(self, batch: _Batch) -> tuple[str | None, int]:
+        """``nvmlInit`` when needed, the driver version and the device count (worker thread)."""
+        self._init(batch)
+        try:
+            driver: str | None = batch.call(
+                "nvmlSystemGetDriverVersion", _text, pynvml.nvmlSystemGetDriverVersion
+            )
+        except pynvml.NVMLError:
+            driver = None
+        try:
+            count = int(batch.call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount))
+        except pynvml.NVMLError as exc:
+            # Whole-system failure (driver gone, all GPUs lost): re-init next time.
+            self._initialized = False
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlShutdown()
+            raise _Unavailable(
+                f"nvmlDeviceGetCount failed: {_describe(exc)}", back_off=False
+            ) from exc
+        return driver, count
+
+    def _init(self, batch: _Batch) -> None:
         if self._initialized:
             return
         if self._library_path is not None:
@@ -208,7 +413,7 @@ class NvmlSource:
             except RuntimeError as exc:
                 raise _Unavailable(str(exc)) from exc
         try:
-            pynvml.nvmlInit()
+            batch.call("nvmlInit", pynvml.nvmlInit)
         except pynvml.NVMLError_LibraryNotFound as exc:
             raise _Unavailable(
                 "NVML library not found: libnvidia-ml.so.1 could not be loaded"
@@ -220,62 +425,56 @@ class NvmlSource:
 
     # -- collection -----------------------------------------------------------------
 
-    def _collect(self, pid_max: int) -> NvmlSnapshot:
+    def _collect_gpu(self, batch: _Batch, index: int, pid_max: int) -> NvmlSnapshot:
+        """One GPU and its MIG devices, on the worker thread, into a fresh part-snapshot
+        (a batch that hung is dropped whole; it never writes into the caller's)."""
         snap = NvmlSnapshot(available=True)
-        try:
-            snap.driver_version = _text(pynvml.nvmlSystemGetDriverVersion)
-        except pynvml.NVMLError:
-            snap.driver_version = None
-        try:
-            count = int(pynvml.nvmlDeviceGetCount())
-        except pynvml.NVMLError as exc:
-            # Whole-system failure (driver gone, all GPUs lost): re-init next time.
-            self.close()
-            raise _Unavailable(f"nvmlDeviceGetCount failed: {_describe(exc)}") from exc
-        for index in range(count):
-            self._collect_gpu(index, pid_max, snap)
-        snap.process_api = {str(kind): version for kind, version in self._api.items()}
-        return snap
-
-    def _collect_gpu(self, index: int, pid_max: int, snap: NvmlSnapshot) -> None:
         label = f"GPU {index}"
         try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            gpu = _Device(self._device_info(handle, index, None), handle, label)
+            handle = batch.call(
+                "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index
+            )
+            gpu = _Device(self._device_info(batch, handle, index, None), handle, label)
         except pynvml.NVMLError as exc:
             snap.findings.append(_query_failed(label, index, exc))
-            return
+            snap.blind_gpus.append(index)
+            return snap
         snap.gpus.append(gpu.info)
-        migs = self._mig_devices(gpu, snap)
+        migs = self._mig_devices(batch, gpu, snap)
         seen: set[int] = set()
         all_migs_listed = True
         for mig in migs or ():
             snap.gpus.append(mig.info)
-            listed = self._list_device(mig, pid_max, snap, seen)
+            listed = self._list_device(batch, mig, pid_max, snap, seen)
             all_migs_listed = all_migs_listed and listed
         # With MIG on, the whole-GPU list is an aggregate that NVML gives only to
         # privileged callers; when every MIG device was listed it adds nothing hidden.
         quiet = migs is not None and all_migs_listed
-        self._list_device(gpu, pid_max, snap, seen, quiet_errors=quiet)
+        self._list_device(batch, gpu, pid_max, snap, seen, quiet_errors=quiet)
+        return snap
 
-    def _device_info(self, handle: Any, index: int, mig_index: int | None) -> GpuInfo:
-        uuid = _text(pynvml.nvmlDeviceGetUUID, handle)
+    def _device_info(
+        self, batch: _Batch, handle: Any, index: int, mig_index: int | None
+    ) -> GpuInfo:
+        uuid = batch.call("nvmlDeviceGetUUID", _text, pynvml.nvmlDeviceGetUUID, handle)
         try:
-            name = _text(pynvml.nvmlDeviceGetName, handle)
+            name = batch.call("nvmlDeviceGetName", _text, pynvml.nvmlDeviceGetName, handle)
         except pynvml.NVMLError:
             name = "unknown"
         try:
-            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            mem = batch.call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
             total: int | None = int(mem.total)
             used: int | None = int(mem.used)
         except pynvml.NVMLError:
             total = used = None
         return GpuInfo(index, uuid, name, total, used, mig_index)
 
-    def _mig_devices(self, gpu: _Device, snap: NvmlSnapshot) -> list[_Device] | None:
+    def _mig_devices(self, batch: _Batch, gpu: _Device, snap: NvmlSnapshot) -> list[_Device] | None:
         """MIG devices of a GPU, or None when MIG is off or not supported."""
         try:
-            current, _pending = pynvml.nvmlDeviceGetMigMode(gpu.handle)
+            current, _pending = batch.call(
+                "nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, gpu.handle
+            )
         except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
             return None
         except pynvml.NVMLError as exc:
@@ -284,7 +483,13 @@ class NvmlSource:
         if current != pynvml.NVML_DEVICE_MIG_ENABLE:
             return None
         try:
-            slots = int(pynvml.nvmlDeviceGetMaxMigDeviceCount(gpu.handle))
+            slots = int(
+                batch.call(
+                    "nvmlDeviceGetMaxMigDeviceCount",
+                    pynvml.nvmlDeviceGetMaxMigDeviceCount,
+                    gpu.handle,
+                )
+            )
         except pynvml.NVMLError as exc:
             snap.findings.append(_query_failed(gpu.label, gpu.info.index, exc, "MIG devices"))
             return None
@@ -295,8 +500,13 @@ class NvmlSource:
         for slot in range(slots):
             label = f"{gpu.label} MIG {slot}"
             try:
-                handle = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, slot)
-                info = self._device_info(handle, gpu.info.index, slot)
+                handle = batch.call(
+                    "nvmlDeviceGetMigDeviceHandleByIndex",
+                    pynvml.nvmlDeviceGetMigDeviceHandleByIndex,
+                    gpu.handle,
+                    slot,
+                )
+                info = self._device_info(batch, handle, gpu.info.index, slot)
             except (pynvml.NVMLError_NotFound, pynvml.NVMLError_InvalidArgument):
                 continue  # an empty slot: no MIG device configured there
             except pynvml.NVMLError as exc:
@@ -307,6 +517,7 @@ class NvmlSource:
 
     def _list_device(
         self,
+        batch: _Batch,
         dev: _Device,
         pid_max: int,
         snap: NvmlSnapshot,
@@ -321,7 +532,7 @@ class NvmlSource:
         failures: dict[ListKind, str] = {}
         for kind in LIST_KINDS:
             try:
-                raw = self._list(kind, dev.handle)
+                raw = self._list(batch, kind, dev.handle)
             except (pynvml.NVMLError, _SymbolMissing) as exc:
                 failures[kind] = _describe(exc)
                 continue
@@ -344,9 +555,11 @@ class NvmlSource:
                 )
         if failures and not quiet_errors:
             snap.findings.append(_hidden(dev, failures))
+            if "compute" in failures and dev.info.index not in snap.blind_gpus:
+                snap.blind_gpus.append(dev.info.index)
         return not failures
 
-    def _list(self, kind: ListKind, handle: Any) -> list[RawProcess]:
+    def _list(self, batch: _Batch, kind: ListKind, handle: Any) -> list[RawProcess]:
         """One process list, trying ``_v3``, ``_v2`` then the unversioned symbol.
 
         The version that answered is remembered until the next ``nvmlInit``.
@@ -356,7 +569,9 @@ class NvmlSource:
         versions = (known,) if known else _API_VERSIONS
         for version in versions:
             try:
-                result = listers[version](handle)
+                result: list[RawProcess] = batch.call(
+                    _STEMS[kind] + _SYMBOL_SUFFIX[version], listers[version], handle
+                )
             except Exception as exc:
                 if _is_missing_symbol(exc):
                     continue
@@ -418,12 +633,37 @@ def _hidden(dev: _Device, failures: dict[ListKind, str]) -> Finding:
     return Finding(
         kind="gpu-processes-hidden",
         severity="warning" if "compute" in failures else "info",
-        message=f"cannot see processes on {dev.label}: {'; '.join(reasons)}",
+        message=f"cannot see processes on {dev.label}: {'; '.join(reasons)}"
+        + (
+            "; its jobs' findings stay open until their processes are seen to exit"
+            if "compute" in failures
+            else ""
+        ),
         details={
             "gpu_index": dev.info.index,
             "gpu_uuid": dev.info.uuid,
             "mig_index": dev.info.mig_index,
             "lists": {kind: failures[kind] for kind in LIST_KINDS if kind in failures},
+        },
+    )
+
+
+def _hung_finding(exc: _Hung, index: int | None) -> Finding:
+    scope = (
+        f"processes on GPU {index} are not seen until it returns; the other GPUs and the "
+        "OS sources are still scanned"
+        if index is not None
+        else "no GPU is listed until it returns; the OS sources are still scanned"
+    )
+    return Finding(
+        kind="gpu-query-hung",
+        severity="warning",
+        message=f"NVML call hung: {exc}; {scope}",
+        details={
+            "fingerprint": exc.what,
+            "gpu_index": index,
+            "call": exc.calling,
+            "stuck_s": round(exc.stuck_s, 1),
         },
     )
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 
 from watchdog.model import Proc
 
@@ -102,6 +102,202 @@ def _read_bytes(path: str) -> bytes | None:
     finally:
         os.close(fd)
     return data
+
+
+def parse_cmdline(raw: bytes | None) -> tuple[str, ...]:
+    """Split ``/proc/PID/cmdline`` into argv.
+
+    Normally every argument ends in a NUL. A process that wrote a title over its argv
+    area (nginx, postgres, sshd and setproctitle(3) do this) may leave none: the kernel
+    then returns the title up to its first NUL, with no NUL at all (``get_mm_proctitle``,
+    fs/proc/base.c). Both shapes give the same tuple: the last piece is kept unless it is
+    the empty string after a final NUL.
+
+    Args:
+        raw: The file's bytes, or None when unreadable.
+
+    Returns:
+        The arguments, undecodable bytes escaped (``surrogateescape``); empty for none.
+    """
+    if not raw:
+        return ()
+    parts = raw.decode("utf-8", "surrogateescape").split("\0")
+    if parts[-1] == "":
+        parts.pop()
+    return tuple(parts)
+
+
+def parse_status(text: str | None) -> tuple[int | None, tuple[int, ...]]:
+    """The real UID and the ``NSpid`` row of ``/proc/PID/status`` (proc(5)).
+
+    Returns:
+        ``(uid, nspid)``; None / ``()`` for a field that is missing or malformed.
+    """
+    uid: int | None = None
+    nspid: tuple[int, ...] = ()
+    for line in (text or "").splitlines():
+        try:
+            if line.startswith("Uid:"):
+                uid = int(line.split()[1])
+            elif line.startswith("NSpid:"):
+                nspid = tuple(int(x) for x in line.split()[1:])
+        except (IndexError, ValueError):
+            continue  # not procfs as proc(5) documents it: leave the field unknown
+    return uid, nspid
+
+
+def read_details(
+    base: str,
+    pid: int,
+    comm: str,
+    state: str,
+    ppid: int,
+    pgid: int,
+    sid: int,
+    flags: int,
+    start: int,
+    user_name: Callable[[int], str] | None = None,
+) -> Proc:
+    """Complete a parsed stat line with cmdline, exe, status and cgroup of ``base``.
+
+    The one place these files are read and parsed, for the scan's table and for the
+    guards' live re-check alike. A kernel thread (PF_KTHREAD in the stat flags,
+    include/linux/sched.h) has none of them worth reading.
+
+    Args:
+        base: ``/proc/PID`` (under any procfs mount or fixture root).
+        pid, comm, state, ppid, pgid, sid, flags, start: Fields of :func:`parse_stat`.
+        user_name: UID → name; None leaves ``user`` unset.
+
+    Returns:
+        The process; unreadable fields are None or empty (permission, or it exited).
+    """
+    if flags & PF_KTHREAD:
+        return Proc(pid, ppid, start, state, comm, pgid, sid, kernel_thread=True)
+    cmdline = parse_cmdline(_read_bytes(f"{base}/cmdline"))
+    try:
+        exe: str | None = os.readlink(f"{base}/exe")
+    except OSError:
+        exe = None
+    uid, nspid = parse_status(_read_text(f"{base}/status"))
+    cgroup_text = _read_text(f"{base}/cgroup")
+    return Proc(
+        pid=pid,
+        ppid=ppid,
+        start_ticks=start,
+        state=state,
+        comm=comm,
+        pgid=pgid,
+        sid=sid,
+        uid=uid,
+        user=user_name(uid) if uid is not None and user_name is not None else None,
+        exe=exe,
+        cmdline=cmdline,
+        cgroup=tuple(cgroup_text.splitlines()) if cgroup_text else (),
+        nspid=nspid,
+    )
+
+
+def read_proc(pid: int, proc_root: str = "/proc") -> Proc | None:
+    """Read one process from procfs now, uncached: stat, then :func:`read_details`.
+
+    Args:
+        pid: PID in the namespace of ``proc_root``.
+        proc_root: procfs mount.
+
+    Returns:
+        The process, or None when ``/proc/PID/stat`` is absent or unparsable (it exited).
+    """
+    raw = _read_bytes(f"{proc_root}/{pid}/stat")
+    if raw is None:
+        return None
+    try:
+        comm, state, ppid, pgid, sid, flags, start = parse_stat(
+            raw.decode("utf-8", "surrogateescape")
+        )
+    except StatParseError:
+        return None
+    return read_details(f"{proc_root}/{pid}", pid, comm, state, ppid, pgid, sid, flags, start)
+
+
+def read_identity(pid: int, proc_root: str = "/proc") -> tuple[int, str] | None:
+    """Start time and state of ``pid`` now, from its stat line alone (the cheap re-check).
+
+    Returns:
+        ``(start_ticks, state)``, or None when it is gone or unparsable.
+    """
+    raw = _read_bytes(f"{proc_root}/{pid}/stat")
+    if raw is None:
+        return None
+    try:
+        _comm, state, _ppid, _pgid, _sid, _flags, start = parse_stat(
+            raw.decode("utf-8", "surrogateescape")
+        )
+    except StatParseError:
+        return None
+    return start, state
+
+
+# PROC_PID_INIT_INO (include/linux/proc_ns.h): the inode of the initial PID namespace,
+# fixed since Linux 3.8; `readlink /proc/PID/ns/pid` shows it as pid:[4026531836].
+INITIAL_PID_NS = f"pid:[{0xEFFFFFFC}]"
+
+
+@dataclass(frozen=True)
+class PidNamespaces:
+    """Which PID namespaces are in play (``readlink`` of ``ns/pid``, e.g. ``pid:[4026531836]``).
+
+    Attributes:
+        own: rogue-watchdog's own (``/proc/self/ns/pid``); None when unreadable.
+        procfs: The namespace whose PIDs ``proc_root`` shows: that of its PID 1
+            (``PROC_ROOT/1/ns/pid``; unreadable to non-root, and from a child namespace);
+            None when unreadable.
+        self_there: Our own PID as ``proc_root`` numbers it (``readlink PROC_ROOT/self``);
+            None without a ``self`` link (a fixture tree).
+        self_here: Our own PID in our own namespace (``getpid(2)``).
+    """
+
+    own: str | None
+    procfs: str | None
+    self_there: int | None = None
+    self_here: int | None = None
+
+    @property
+    def host_pids(self) -> bool:
+        """True when the PIDs in ``proc_root`` are those of the initial PID namespace, the
+        numbering NVML reports: only then may an NVML PID be looked up by number. When
+        ``procfs`` is unreadable, our own namespace decides, and it must number the
+        processes as ``proc_root`` does."""
+        if self.procfs is not None:
+            return self.procfs == INITIAL_PID_NS
+        return (self.own is None or self.own == INITIAL_PID_NS) and self.same
+
+    @property
+    def same(self) -> bool:
+        """False when the PIDs in ``proc_root`` are known not to be the numbers kill(2)
+        and pidfd_open(2) take here (another namespace's procfs): nothing may be
+        signalled then."""
+        if self.self_there is not None and self.self_here is not None:
+            return self.self_there == self.self_here
+        return self.own is None or self.procfs is None or self.own == self.procfs
+
+
+def pid_namespaces(proc_root: str = "/proc") -> PidNamespaces:
+    """Read :class:`PidNamespaces` for ``proc_root`` (namespaces(7), proc(5))."""
+
+    def link(path: str) -> str | None:
+        try:
+            return os.readlink(path)
+        except OSError:
+            return None
+
+    there = link(f"{proc_root}/self")
+    return PidNamespaces(
+        link("/proc/self/ns/pid"),
+        link(f"{proc_root}/1/ns/pid"),
+        int(there) if there is not None and there.isdigit() else None,
+        os.getpid(),
+    )
 
 
 class ProcessTable:
@@ -231,48 +427,10 @@ class ProcessTable:
         flags: int,
         start: int,
     ) -> Proc | None:
-        base = f"{self.proc_root}/{pid}"
-        kthread = bool(flags & PF_KTHREAD)
-        if kthread:
-            return Proc(pid, ppid, start, state, comm, pgid, sid, kernel_thread=True)
-        raw = _read_text(f"{base}/cmdline")
-        parts = raw.split("\0") if raw else []
-        if parts and parts[-1] == "":
-            parts.pop()  # setproctitle may leave no trailing NUL; keep what is there
-        cmdline = tuple(parts)
-        try:
-            exe: str | None = os.readlink(f"{base}/exe")
-        except OSError:
-            exe = None
-        uid: int | None = None
-        nspid: tuple[int, ...] = ()
-        status = _read_text(f"{base}/status")
-        if status is not None:
-            for line in status.splitlines():
-                try:
-                    if line.startswith("Uid:"):
-                        uid = int(line.split()[1])
-                    elif line.startswith("NSpid:"):
-                        nspid = tuple(int(x) for x in line.split()[1:])
-                except (IndexError, ValueError):
-                    continue  # not procfs as proc(5) documents it: leave the field unknown
-        cgroup_text = _read_text(f"{base}/cgroup")
-        cgroup = tuple(cgroup_text.splitlines()) if cgroup_text else ()
-        return Proc(
-            pid=pid,
-            ppid=ppid,
-            start_ticks=start,
-            state=state,
-            comm=comm,
-            pgid=pgid,
-            sid=sid,
-            uid=uid,
-            user=self.user_name(uid) if uid is not None else None,
-            exe=exe,
-            cmdline=cmdline,
-            cgroup=cgroup,
-            nspid=nspid,
-        )
+        return read_details(
+            f"{self.proc_root}/{pid}", pid, comm, state, ppid, pgid, sid, flags, start,
+            self.user_name,
+        )  # fmt: skip
 
     # -- queries -------------------------------------------------------------------
 
