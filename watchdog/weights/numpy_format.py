@@ -26,7 +26,11 @@ from watchdog.weights.errors import NotVerifiedError
 from watchdog.weights.regular import open_zip
 from watchdog.weights.report import FileReport, TensorReport
 from watchdog.weights.scan import MappedFile, ScanContext, element_layout, scan_mapped
-from watchdog.weights.zipmember import MemberReader, require_unique_members
+from watchdog.weights.zipmember import (
+    MemberReader,
+    require_plain_layout,
+    require_unique_members,
+)
 
 MAGIC = b"\x93NUMPY"
 MAX_HEADER_BYTES = 1 << 20
@@ -166,11 +170,19 @@ def verify_npz(path: Path, ctx: ScanContext, report: FileReport) -> None:
             zf = stack.enter_context(open_zip(path))
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
             raise NotVerifiedError(f"unreadable zip: {exc}") from exc
+        require_plain_layout(mf, zf)
         require_unique_members(zf)
-        infos = [i for i in zf.infolist() if not i.is_dir()]
+        # Every member counts, folder entries too: np.load opens a member named
+        # "b.npy/" as an array like any other.
+        infos = zf.infolist()
         if not infos:
             raise NotVerifiedError("empty .npz archive")
         for info in infos:
+            if info.is_dir():
+                raise NotVerifiedError(
+                    f"member {info.filename!r} is named like a folder, yet np.load reads it"
+                    " as an array: not verified"
+                )
             if not info.filename.endswith(".npy"):
                 raise NotVerifiedError(f"member {info.filename!r} is not a .npy array")
             reader = MemberReader(zf, mf, info)

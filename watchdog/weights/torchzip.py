@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import io
 import math
 import pickle
@@ -45,10 +46,19 @@ from watchdog.weights.scan import (
     gather,
     gather_quietly,
 )
-from watchdog.weights.zipmember import MemberReader, require_unique_members
+from watchdog.weights.zipmember import (
+    MemberReader,
+    require_plain_layout,
+    require_unique_members,
+)
 
 MAX_PICKLE_BYTES = 256 << 20
 MAX_DEPTH = 64
+
+#: Every tensor rebuilt while one pickle is loaded, reachable from the root or not.
+_MADE: contextvars.ContextVar[list[TensorRef] | None] = contextvars.ContextVar(
+    "torchzip_made", default=None
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,10 @@ class StorageRef:
     dtype: DType | None
     numel: int
 
+    def __setstate__(self, _state: object) -> None:
+        # pickle's BUILD would otherwise rewrite a frozen stand-in through __dict__.
+        raise NotVerifiedError("pickle sets state on a storage")
+
     @property
     def nbytes(self) -> int | None:
         """Size of the storage in bytes (``None`` when not whole bytes)."""
@@ -97,6 +111,10 @@ class TensorRef:
     offset: int
     size: tuple[int, ...]
     stride: tuple[int, ...]
+
+    def __setstate__(self, _state: object) -> None:
+        # pickle's BUILD would otherwise rewrite a frozen stand-in through __dict__.
+        raise NotVerifiedError("pickle sets state on a tensor")
 
 
 @dataclass(frozen=True)
@@ -140,7 +158,11 @@ def _rebuild(
         raise NotVerifiedError(
             f"tensor of {dtype.name} over a typed storage of {storage.dtype.name}"
         )
-    return TensorRef(storage, dtype, offset, sz, st)
+    ref = TensorRef(storage, dtype, offset, sz, st)
+    made = _MADE.get()
+    if made is not None:
+        made.append(ref)
+    return ref
 
 
 def _rebuild_tensor(storage: object, offset: object, size: object, stride: object) -> TensorRef:
@@ -250,31 +272,131 @@ def load_restricted(data: bytes) -> object:
     Raises:
         NotVerifiedError: Disallowed global, malformed or truncated pickle.
     """
+    return load_checkpoint(data).obj
+
+
+@dataclass
+class Loaded:
+    """What a checkpoint pickle holds.
+
+    Attributes:
+        obj: The unpickled root object (with stand-ins for tensors and storages).
+        storages: Every storage a persistent id named, by key.
+        made: Every tensor rebuilt, in pickle order, reachable from ``obj`` or not.
+    """
+
+    obj: object
+    storages: dict[str, StorageRef]
+    made: list[TensorRef]
+
+
+def load_checkpoint(data: bytes) -> Loaded:
+    """Unpickle ``data`` with :class:`RestrictedUnpickler`, recording every storage and tensor.
+
+    Raises:
+        NotVerifiedError: Disallowed global, malformed or truncated pickle.
+    """
+    made: list[TensorRef] = []
+    token = _MADE.set(made)
+    unpickler = RestrictedUnpickler(data)
     try:
-        return RestrictedUnpickler(data).load()
+        obj = unpickler.load()
     except NotVerifiedError:
         raise
     except Exception as exc:  # any malformed pickle: fail closed
         raise NotVerifiedError(f"unreadable pickle: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _MADE.reset(token)
+    return Loaded(obj, unpickler.storages, made)
 
 
-def iter_tensors(obj: object, prefix: str = "", depth: int = 0) -> Iterator[tuple[str, TensorRef]]:
-    """Yield ``(dotted key path, tensor)`` for every tensor in nested dicts/lists/tuples.
+def iter_refs(
+    obj: object, prefix: str = "", depth: int = 0, seen: set[int] | None = None
+) -> Iterator[tuple[str, TensorRef | StorageRef]]:
+    """Yield ``(dotted key path, tensor or storage)`` for everything the object holds.
+
+    Dict keys as well as values, lists, tuples, sets and frozensets are walked
+    (``torch.load`` returns tensors wherever the pickle put them); a container
+    reached twice is walked once, so shared sub-lists cannot make the walk explode.
 
     Raises:
         NotVerifiedError: Nesting deeper than :data:`MAX_DEPTH`.
     """
     if depth > MAX_DEPTH:
         raise NotVerifiedError("checkpoint nested too deeply")
-    if isinstance(obj, TensorRef):
+    if isinstance(obj, TensorRef | StorageRef):
         yield prefix or "<root>", obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
+        return
+    if not isinstance(obj, dict | list | tuple | set | frozenset):
+        return
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+
+    def sub(name: str) -> str:
+        return f"{prefix}.{name}" if prefix else name
+
+    if isinstance(obj, dict):
+        for i, (k, v) in enumerate(obj.items()):
             key = k if isinstance(k, str) else repr(k)
-            yield from iter_tensors(v, f"{prefix}.{key}" if prefix else key, depth + 1)
+            if not isinstance(k, str | int | float | bool | None):
+                key = f"<key {i}>"
+                yield from iter_refs(k, sub(key), depth + 1, seen)
+            yield from iter_refs(v, sub(key), depth + 1, seen)
     elif isinstance(obj, list | tuple):
         for i, v in enumerate(obj):
-            yield from iter_tensors(v, f"{prefix}.{i}" if prefix else str(i), depth + 1)
+            yield from iter_refs(v, sub(str(i)), depth + 1, seen)
+    else:
+        for i, v in enumerate(obj):
+            yield from iter_refs(v, sub(f"<item {i}>"), depth + 1, seen)
+
+
+def iter_tensors(obj: object, prefix: str = "", depth: int = 0) -> Iterator[tuple[str, TensorRef]]:
+    """Yield ``(dotted key path, tensor)`` for every tensor :func:`iter_refs` reaches.
+
+    Raises:
+        NotVerifiedError: Nesting deeper than :data:`MAX_DEPTH`.
+    """
+    for name, ref in iter_refs(obj, prefix, depth):
+        if isinstance(ref, TensorRef):
+            yield name, ref
+
+
+def checked_tensors(loaded: Loaded) -> list[tuple[str, TensorRef]]:
+    """Every view of storage bytes ``torch.load`` could hand out, named.
+
+    That is every tensor reachable from the root (under its key path), every other
+    tensor the pickle rebuilt, and every storage as a whole where the pickle exposes it
+    bare or no tensor views it (an untyped storage loads as ``uint8``), so that no
+    stored byte a loader returns escapes the check.
+
+    Raises:
+        NotVerifiedError: Nesting deeper than :data:`MAX_DEPTH`.
+    """
+    out: list[tuple[str, TensorRef]] = []
+    whole: dict[str, str] = {}
+    reached: set[int] = set()
+    for name, ref in iter_refs(loaded.obj):
+        if isinstance(ref, TensorRef):
+            out.append((name, ref))
+            reached.add(id(ref))
+        else:
+            whole.setdefault(ref.key, name)
+    for i, t in enumerate(loaded.made):
+        if id(t) not in reached:
+            out.append((f"<tensor {i} not reachable from the root>", t))
+    viewed = {t.storage.key for _, t in out}
+    for key in loaded.storages:
+        if key not in viewed:
+            whole.setdefault(key, f"<storage {key}>")
+    for key, name in whole.items():
+        st = loaded.storages[key]
+        dtype = st.dtype if st.dtype is not None else TORCH_STORAGES["ByteStorage"]
+        if dtype.nbytes_for(1) is None:
+            raise NotVerifiedError(f"storage {key!r}: {dtype.name} is not whole bytes")
+        out.append((name, TensorRef(st, dtype, 0, (st.numel,), (1,))))
+    return out
 
 
 def _find_root(zf: zipfile.ZipFile) -> str:
@@ -282,6 +404,13 @@ def _find_root(zf: zipfile.ZipFile) -> str:
     roots = [r for r in roots if r.count("/") == 1]
     if len(roots) != 1:
         raise NotVerifiedError("zip is not a torch.save checkpoint (no single */data.pkl)")
+    # torch's reader takes the archive's folder from the first member's name
+    # (PyTorchStreamReader::init), not from wherever data.pkl is.
+    first = zf.infolist()[0].filename
+    if not first.startswith(roots[0]):
+        raise NotVerifiedError(
+            f"first member {first!r} is not under {roots[0]!r}, the folder of data.pkl"
+        )
     return roots[0]
 
 
@@ -297,7 +426,8 @@ def verify_torchzip(path: Path, ctx: ScanContext, report: FileReport) -> None:
         OSError: The file cannot be read.
     """
     with MappedFile(path) as mf, _open_zip(path) as zf:
-        require_unique_members(zf)
+        require_plain_layout(mf, zf)
+        require_unique_members(zf, fold_case=True)
         root = _find_root(zf)
         byteorder = "<"
         if root + "byteorder" in zf.namelist():
@@ -309,8 +439,7 @@ def verify_torchzip(path: Path, ctx: ScanContext, report: FileReport) -> None:
         if pkl.file_size > MAX_PICKLE_BYTES:
             raise NotVerifiedError(f"data.pkl is {pkl.file_size} bytes (limit {MAX_PICKLE_BYTES})")
         unpickler_input = zf.read(pkl)
-        obj = load_restricted(unpickler_input)
-        tensors = list(iter_tensors(obj))
+        tensors = checked_tensors(load_checkpoint(unpickler_input))
         if not tensors:
             raise NotVerifiedError("checkpoint holds no tensors")
         readers: dict[str, MemberReader] = {}
