@@ -14,6 +14,7 @@ from watchdog.weights.errors import (
 )
 from watchdog.weights.gguf import verify_gguf
 from watchdog.weights.numpy_format import verify_npy, verify_npz
+from watchdog.weights.regular import open_regular
 from watchdog.weights.report import FileReport, Report
 from watchdog.weights.safetensors import verify_safetensors
 from watchdog.weights.scan import ProgressFn, ScanContext
@@ -29,14 +30,19 @@ _VERIFIERS = {
     "gguf": verify_gguf,
 }
 
-#: Verifier to use when content sniffing fails but the suffix names a format, so
-#: that a damaged file gets that format's precise error instead of "unsupported".
+#: The format a loader uses for a file of this suffix (``safetensors.load_file`` reads
+#: any ``.safetensors`` as safetensors, ``torch.load`` reads ``.pt`` files as torch).
+#: Where the suffix names a format, the file is verified as that format only: content
+#: that looks like another format is refused, since a polyglot file can be finite in
+#: one reading and NaN in another. Content that looks like nothing known is verified
+#: as the suffix's format, so a damaged file gets that format's precise error.
 _BY_SUFFIX = {
     ".safetensors": "safetensors",
     ".pt": "torch-zip",
     ".pth": "torch-zip",
     ".bin": "torch-zip",
     ".ckpt": "torch-zip",
+    ".tar": "torch-zip",
     ".npy": "npy",
     ".npz": "npz",
     ".gguf": "gguf",
@@ -53,32 +59,60 @@ _UNSUPPORTED = {
 }
 
 
-def _identity(path: Path) -> tuple[int, int, int]:
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns, st.st_ino
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What a rewrite changes: ``utime(2)`` can restore the mtime but not the ctime."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _format_for(path: Path, sniffed: str) -> tuple[str, str | None]:
+    """``(format to verify as, refusal)`` for a file whose content sniffed as ``sniffed``."""
+    expected = _BY_SUFFIX.get(path.suffix.lower())
+    if expected is None or sniffed == expected:
+        return sniffed, None
+    if sniffed == "unknown":
+        return expected, None
+    if sniffed in _VERIFIERS:
+        return sniffed, (
+            f"content is {sniffed} but the suffix {path.suffix} makes loaders read it as"
+            f" {expected}: not verified"
+        )
+    return sniffed, None  # zip, damaged zip or legacy pickle: refused as such
 
 
 def verify_file(path: Path, ctx: ScanContext) -> FileReport:
     """Verify one file, never raising: every failure becomes a not-verified report.
 
-    The file must not change while it is read (size, mtime and inode are compared
-    before and after), so a writer racing the check cannot slip bytes past it.
+    The file is read as the format its suffix names (a mismatching content is
+    refused). It must not change while it is read: the path's and the open
+    descriptor's device, inode, size, mtime and ctime are compared before and after
+    (``fstat(2)`` on a descriptor held throughout), so neither a writer racing the
+    check and restoring the mtime nor a swap of the path can slip bytes past it.
     """
     report = FileReport(path, "unknown")
     try:
-        before = _identity(path)
-        report.format = sniff(path)
-        if report.format == "unknown":
-            report.format = _BY_SUFFIX.get(path.suffix.lower(), "unknown")
-        verifier = _VERIFIERS.get(report.format)
-        if verifier is None:
-            report.error = _UNSUPPORTED[report.format]
-            return report
-        verifier(path, ctx, report)
-        if not report.tensors:
-            report.error = "file holds no tensors"
-        elif _identity(path) != before:
-            report.error = "file changed while it was being verified"
+        with open_regular(path) as held:
+            before = _identity(os.stat(path))
+            held_before = _identity(os.fstat(held.fileno()))
+            report.format, refusal = _format_for(path, sniff(path))
+            verifier = _VERIFIERS.get(report.format)
+            if refusal is not None:
+                report.error = refusal
+                return report
+            if verifier is None:
+                report.error = _UNSUPPORTED[report.format]
+                return report
+            verifier(path, ctx, report)
+            if not report.tensors:
+                report.error = "file holds no tensors"
+            elif (
+                _identity(os.stat(path)) != before
+                or _identity(os.fstat(held.fileno())) != held_before
+                or held_before != before
+            ):
+                report.error = (
+                    "file changed while it was being verified (inode, size, mtime or ctime"
+                    " differ before and after)"
+                )
     except NotVerifiedError as exc:
         report.error = str(exc)
     except Exception as exc:  # fail closed on anything unexpected

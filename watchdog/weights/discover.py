@@ -26,7 +26,7 @@ from watchdog.weights.regular import not_regular_message, open_regular, open_zip
 from watchdog.weights.report import FileReport
 
 WEIGHT_SUFFIXES = frozenset(
-    {".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".npy", ".npz", ".gguf"}
+    {".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".tar", ".npy", ".npz", ".gguf"}
 )
 UNVERIFIABLE_SUFFIXES = frozenset(
     {
@@ -221,6 +221,10 @@ def _walk(
                         FileReport(p, "unknown", error=f"{suffix} weights format not verified")
                     )
                     found += 1
+                else:  # never skipped without a word: a loader may still read it
+                    out.notes.append(
+                        f"skipped {p}: {suffix or 'no suffix'} is not a weights file suffix"
+                    )
                 continue
             found += 0 if is_index else 1
             st, problem = _stat_problem(p)

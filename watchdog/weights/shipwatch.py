@@ -84,8 +84,9 @@ class Listing:
 
 def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) -> Listing:
     """Walk ``root`` for files matching ``patterns`` (case-insensitive globs; one with a
-    ``/`` matches the path relative to ``root``). Symlinked folders are not followed,
-    symlinked files are (their target is verified). Quarantine folders and quarantined
+    ``/`` matches the path relative to ``root``). Symlinked folders and files are
+    followed (their targets are verified); a folder reached twice (a symlink loop) is
+    walked once. Quarantine folders and quarantined
     files are skipped. Every shard a listed ``*.index.json`` names is listed too,
     wherever it resolves (a loader follows the index through symlinked folders and
     ``..``), so each is verified as a file of its own.
@@ -108,12 +109,31 @@ def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) ->
     if not root.is_dir():
         out.errors.append(f"{root} is not a directory")
         return out
-    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror):
-        dirnames[:] = sorted(
-            d
-            for d in dirnames
-            if d != QUARANTINE_DIRNAME and os.path.realpath(os.path.join(dirpath, d)) != skip_real
-        )
+    try:
+        root_st = os.stat(root)
+    except OSError as exc:
+        out.errors.append(f"cannot stat {root}: {exc.strerror}")
+        return out
+    walked = {(root_st.st_dev, root_st.st_ino)}
+    # Symlinked folders are followed ("current -> releases/v7" is how deploys switch
+    # atomically, and the loader follows it); a folder reached again (a symlink loop,
+    # or a second link to it) is walked once, its files are listed already.
+    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=True):
+        keep: list[str] = []
+        for d in sorted(dirnames):
+            sub = os.path.join(dirpath, d)
+            if d == QUARANTINE_DIRNAME or os.path.realpath(sub) == skip_real:
+                continue
+            try:
+                dst = os.stat(sub)
+            except OSError as exc:
+                out.errors.append(f"cannot stat {sub}: {exc.strerror}")
+                continue
+            if (dst.st_dev, dst.st_ino) in walked:
+                continue
+            walked.add((dst.st_dev, dst.st_ino))
+            keep.append(d)
+        dirnames[:] = keep
         for name in sorted(filenames):
             if name.endswith(QUARANTINE_SUFFIX):
                 continue
