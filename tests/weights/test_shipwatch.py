@@ -23,7 +23,8 @@ from watchdog.daemon.loop import Daemon
 from watchdog.daemon.state import FindingRecord, StateDB
 from watchdog.weights.report import FileReport
 from watchdog.weights.scan import ScanContext
-from watchdog.weights.shipwatch import ShipGateSource, build_ship_gate_sources
+from watchdog.weights.settings import DEFAULT_PATTERNS
+from watchdog.weights.shipwatch import ShipGateSource, build_ship_gate_sources, list_files
 from watchdog.weights.verifyworker import VerifyWorker, verify_one
 
 from .builders import write_torch_zip
@@ -551,3 +552,32 @@ def test_patterns_choose_the_files(tmp_path: Path, dirs: tuple[Path, Path]) -> N
         assert only.counting.calls == ["a.safetensors"]
     finally:
         only.close()
+
+
+def test_symlinked_release_folder_is_gated_and_loops_are_walked_once(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    """The atomic-switch deploy: ``current -> releases/v7``, which loaders follow."""
+    deploy, _ = dirs
+    release = tmp_path / "releases" / "v7"
+    release.mkdir(parents=True)
+    nan_model(release / "model.safetensors")
+    (deploy / "current").symlink_to(release)
+    (release / "up").symlink_to(deploy)  # a loop back to the deploy folder
+    listing = list_files(deploy, DEFAULT_PATTERNS)
+    model = deploy / "current" / "model.safetensors"
+    assert (list(listing.keys), listing.errors) == ([str(model)], [])
+    assert listing.outside == {str(model): "reached through a symlinked folder"}
+    r = rig(tmp_path, "    quarantine: true\n")
+    try:
+        for i in range(3):
+            r.tick(T0 + i)
+        [f] = r.open("poisoned-weights")
+        assert f.message == (
+            f"ship gate prod: {model} holds non-finite weights: 224 of 224 tensors"
+            f" non-finite (7168 NaN, 0 +Inf, 0 -Inf); not moved: it lies outside {deploy}"
+            " (reached through a symlinked folder)"
+        )
+        assert (release / "model.safetensors").exists()
+    finally:
+        r.close()

@@ -23,7 +23,7 @@ from watchdog.weights.api import verify_file
 from watchdog.weights.report import Report
 from watchdog.weights.scan import ScanContext
 
-from .builders import PersId, PickleWriter, Global, ordered_dict, tensor, write_torch_zip
+from .builders import Global, PersId, PickleWriter, ordered_dict, tensor, write_torch_zip
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 
@@ -135,3 +135,159 @@ def test_npz_names_differing_in_case_stay_distinct_arrays(tmp_path: Path) -> Non
     p = tmp_path / "w.npz"
     np.savez(p, W=np.zeros(2, np.float32), w=np.ones(2, np.float32))
     assert verify_cli(p) == (0, f"OK {p}: 2 tensors finite\n")
+
+
+def test_safetensors_suffix_with_zip_content_is_refused(tmp_path: Path) -> None:
+    """``safetensors`` reads ``PK\\x03\\x04\\0\\0\\0\\0`` as a 67,324,752-byte header length:
+    a NaN tensor behind the padded header, a finite .npz in a U8 tensor after it."""
+    zb = io.BytesIO()
+    with zipfile.ZipFile(zb, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("a.npy", npy(np.zeros(4, np.float32)))
+    zbytes = zb.getvalue()
+    header = {
+        "weight": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+        "zz": {"dtype": "U8", "shape": [len(zbytes)], "data_offsets": [16, 16 + len(zbytes)]},
+    }
+    (n,) = struct.unpack("<Q", b"PK\x03\x04\0\0\0\0")
+    h = json.dumps(header).encode()
+    p = tmp_path / "model.safetensors"
+    with p.open("wb") as f:
+        f.write(struct.pack("<Q", n) + h + b" " * (n - len(h)))
+        f.write(np.full(4, np.nan, np.float32).tobytes() + zbytes)
+    assert verify_cli(p) == (
+        2,
+        f"NOT VERIFIED {p}: content is npz but the suffix .safetensors makes loaders read it"
+        " as safetensors: not verified\n",
+    )
+
+
+def test_torch_suffix_with_npy_content_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "model.pt"
+    p.write_bytes(npy(np.zeros(2, np.float32)))
+    assert verify_cli(p) == (
+        2,
+        f"NOT VERIFIED {p}: content is npy but the suffix .pt makes loaders read it as"
+        " torch-zip: not verified\n",
+    )
+
+
+def _pickle(build: list[object]) -> bytes:
+    """A protocol-4 pickle: the parts are objects for the writer or raw opcode bytes."""
+    w = PickleWriter(stack_global=True)
+    for part in build:
+        if isinstance(part, bytes):
+            w.out += part
+        else:
+            w.emit(part)
+    return w.finish()
+
+
+GOOD = tensor("FloatStorage", "0", 4, (4,))
+BAD = tensor("FloatStorage", "1", 4, (4,))
+STORAGES = {"0": np.zeros(4, np.float32).tobytes(), "1": np.full(4, np.nan, np.float32).tobytes()}
+
+
+def _write(path: Path, extra: list[object]) -> Path:
+    # {"w": GOOD, "extra": <extra>}
+    data = _pickle([b"}(", "w", GOOD, "extra", *extra, b"u"])
+    return write_torch_zip(path, None, STORAGES, pickle_data=data)
+
+
+def test_torch_tensor_used_as_a_dict_key_is_checked(tmp_path: Path) -> None:
+    p = _write(tmp_path / "key.pt", [b"}(", BAD, 1, b"u"])
+    rc, out = verify_cli(p)
+    assert rc == 1
+    assert out.splitlines()[2] == "  extra.<key 0>\tfloat32\t4\t4\t0\t0\t0\telement"
+
+
+def test_torch_bare_storage_is_checked_whole(tmp_path: Path) -> None:
+    storage = PersId(("storage", Global("torch", "FloatStorage"), "1", "cpu", 4))
+    p = _write(tmp_path / "storage.pt", [storage])
+    rc, out = verify_cli(p)
+    assert rc == 1
+    assert out.splitlines()[2] == "  extra\tfloat32\t4\t4\t0\t0\t0\telement"
+
+
+def test_torch_tensors_in_sets_are_checked(tmp_path: Path) -> None:
+    for name, opcodes in (
+        ("set", [b"\x8f(", BAD, b"\x90"]),  # EMPTY_SET, MARK, item, ADDITEMS
+        ("fset", [b"(", BAD, b"\x91"]),  # MARK, item, FROZENSET
+    ):
+        p = _write(tmp_path / f"{name}.pt", opcodes)
+        rc, out = verify_cli(p)
+        assert rc == 1, out
+        assert out.splitlines()[2] == "  extra.<item 0>\tfloat32\t4\t4\t0\t0\t0\telement"
+
+
+def test_torch_storage_no_tensor_reaches_is_checked(tmp_path: Path) -> None:
+    """A tensor rebuilt and dropped (POP) still names a storage: it is checked too."""
+    p = _write(tmp_path / "dropped.pt", [BAD, b"0", 1])
+    rc, out = verify_cli(p)
+    assert rc == 1
+    assert out.splitlines()[2] == (
+        "  <tensor 1 not reachable from the root>\tfloat32\t4\t4\t0\t0\t0\telement"
+    )
+
+
+def test_torch_state_on_a_tensor_is_refused(tmp_path: Path) -> None:
+    p = _write(tmp_path / "build.pt", [GOOD, {"storage": 1}, b"b"])  # BUILD
+    assert verify_cli(p) == (
+        2,
+        f"NOT VERIFIED {p}: pickle sets state on a tensor\n",
+    )
+
+
+def test_npz_member_named_like_a_folder_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "w.npz"
+    with zipfile.ZipFile(p, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("a.npy", npy(np.zeros(4, np.float32)))
+        z.writestr("b.npy/", npy(np.full(4, np.nan, np.float32)))
+    assert verify_cli(p) == (
+        2,
+        f"NOT VERIFIED {p}: member 'b.npy/' is named like a folder, yet np.load reads it as"
+        " an array: not verified\n",
+    )
+
+
+def test_rewrite_during_verification_restoring_mtime_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "model.safetensors"
+    n = 1 << 16
+    hdr = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
+    hdr += b" " * (-len(hdr) % 8)
+    p.write_bytes(struct.pack("<Q", len(hdr)) + hdr + bytes(4 * n))
+    st = os.stat(p)
+    wrote: list[int] = []
+
+    def rewrite(_n_bytes: int) -> None:
+        if not wrote:  # after the first chunk: NaN into bytes already checked
+            with p.open("r+b") as f:
+                f.seek(8 + len(hdr))
+                f.write(struct.pack("<f", float("nan")))
+            os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+            wrote.append(1)
+
+    report = verify_file(p, ScanContext(progress=rewrite, chunk_bytes=1 << 12))
+    assert wrote and os.stat(p).st_mtime_ns == st.st_mtime_ns
+    assert report.error == (
+        "file changed while it was being verified (inode, size, mtime or ctime differ before"
+        " and after)"
+    )
+    assert Report(files=[report]).exit_code == 2
+
+
+def test_walk_finds_pth_tar_and_names_what_it_skips(tmp_path: Path) -> None:
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    np.save(d / "ok.npy", np.zeros(2, np.float32))
+    write_torch_zip(
+        d / "model_best.pth.tar",
+        ordered_dict({"w": BAD}),
+        {"1": STORAGES["1"]},
+    )
+    (d / "README.txt").write_text("notes\n")
+    rc, out = verify_cli(d)
+    assert rc == 1
+    lines = out.splitlines()
+    assert lines[0] == f"{d / 'model_best.pth.tar'}:"
+    assert f"NOTE skipped {d / 'README.txt'}: .txt is not a weights file suffix" in lines
+    assert f"OK {d / 'ok.npy'}: 1 tensor finite" in lines

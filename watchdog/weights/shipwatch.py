@@ -73,13 +73,14 @@ class Listing:
     Attributes:
         keys: Path → identity of every matching file (vanished files are left out).
         errors: Why parts of the directory could not be read.
-        outside: Shards a shard index names that resolve outside the directory (they
+        outside: Files that resolve outside the directory, through a symlinked folder
+            or named by a shard index, with how they were reached (they
             are verified and reported, never quarantined: they are not the gate's files).
     """
 
     keys: dict[str, FileKey] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
-    outside: set[str] = field(default_factory=set)
+    outside: dict[str, str] = field(default_factory=dict)
 
 
 def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) -> Listing:
@@ -148,6 +149,11 @@ def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) ->
                 continue  # vanished, or a dangling symlink: nothing to load
             except OSError as exc:
                 out.errors.append(f"cannot stat {p}: {exc.strerror}")
+    real_root = os.path.realpath(root)
+    for path in out.keys:
+        real = os.path.realpath(path)
+        if os.path.commonpath([real, real_root]) != real_root:
+            out.outside[path] = "reached through a symlinked folder"
     _add_index_shards(root, out)
     return out
 
@@ -158,15 +164,14 @@ def _add_index_shards(root: Path, out: Listing) -> None:
         # Only the index JSON is read here, every tick; the index's own verification
         # reports missing shards and tensors.
         for shard in index_shards(Path(path)):
-            if str(shard) in out.keys:
-                continue
-            try:
-                out.keys[str(shard)] = FileKey.of(shard)
-            except OSError:
-                continue  # missing: the index's own verification reports it
+            if str(shard) not in out.keys:
+                try:
+                    out.keys[str(shard)] = FileKey.of(shard)
+                except OSError:
+                    continue  # missing: the index's own verification reports it
             real = os.path.realpath(shard)
             if os.path.commonpath([real, real_root]) != real_root:
-                out.outside.add(str(shard))
+                out.outside[str(shard)] = "named by a shard index"
 
 
 def _suffix(path: str) -> str:
@@ -207,7 +212,7 @@ class ShipGateSource:
         self._refused: dict[str, Finding] = {}  # path -> finding of its last bad version
         self._quarantine_failed: dict[FileKey, str] = {}
         self._stale: Finding | None = None  # the open deploy-stale finding, if any
-        self._outside: set[str] = set()  # index-named shards outside deploy_dir
+        self._outside: dict[str, str] = {}  # files resolving outside deploy_dir, and how
 
     # -- settling ----------------------------------------------------------------------
 
@@ -322,7 +327,8 @@ class ShipGateSource:
         if report.error:
             message += f" and was not fully verified: {report.error}"
         if self.gate.quarantine and key.path in self._outside:
-            message += f"; not moved: it lies outside {self.deploy_dir} (named by a shard index)"
+            how = self._outside[key.path]
+            message += f"; not moved: it lies outside {self.deploy_dir} ({how})"
         elif self.gate.quarantine:
             message += self._quarantine(key, details, now)
         return Finding(

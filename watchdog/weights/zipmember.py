@@ -137,9 +137,7 @@ def require_plain_layout(mf: MappedFile, zf: zipfile.ZipFile) -> None:
         raise NotVerifiedError("zip: offsets need adjusting for data in front of the archive")
     infos = sorted(zf.infolist(), key=lambda i: i.header_offset)
     if infos and infos[0].header_offset != 0:
-        raise NotVerifiedError(
-            f"zip: {infos[0].header_offset} bytes before the first local header"
-        )
+        raise NotVerifiedError(f"zip: {infos[0].header_offset} bytes before the first local header")
     limit = cd_offset
     for info in reversed(infos):
         start = _local_data_offset(mf, info)
