@@ -23,7 +23,15 @@ from watchdog.weights.api import verify_file
 from watchdog.weights.report import Report
 from watchdog.weights.scan import ScanContext
 
-from .builders import Global, PersId, PickleWriter, ordered_dict, tensor, write_torch_zip
+from .builders import (
+    Global,
+    PersId,
+    PickleWriter,
+    Reduce,
+    ordered_dict,
+    tensor,
+    write_torch_zip,
+)
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 
@@ -211,6 +219,8 @@ def test_torch_bare_storage_is_checked_whole(tmp_path: Path) -> None:
 def test_torch_tensors_in_sets_are_checked(tmp_path: Path) -> None:
     for name, opcodes in (
         ("set", [b"\x8f(", BAD, b"\x90"]),  # EMPTY_SET, MARK, item, ADDITEMS
+        # What torch.save writes (protocol 2): __builtin__.set([...]).
+        ("set2", [Reduce(Global("__builtin__", "set"), ([BAD],))]),
         ("fset", [b"(", BAD, b"\x91"]),  # MARK, item, FROZENSET
     ):
         p = _write(tmp_path / f"{name}.pt", opcodes)

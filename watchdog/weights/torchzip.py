@@ -209,6 +209,12 @@ def _size(arg: object = ()) -> tuple[int, ...]:
 
 _ALLOWED: dict[tuple[str, str], object] = {
     ("collections", "OrderedDict"): collections.OrderedDict,
+    # torch.save writes a set as ``__builtin__.set([...])`` under protocol 2; the walk
+    # checks every tensor inside one.
+    ("builtins", "set"): set,
+    ("__builtin__", "set"): set,
+    ("builtins", "frozenset"): frozenset,
+    ("__builtin__", "frozenset"): frozenset,
     ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
     ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
