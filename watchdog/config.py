@@ -64,6 +64,9 @@ ORIGIN_KEYS = (
     "slurm_account",
     "slurm_job_name",
     "container_image",
+    "k8s_namespace",
+    "k8s_owner",
+    "k8s_service_account",
 )
 
 
@@ -74,6 +77,9 @@ _ORIGIN_KIND = {
     "slurm_account": "slurm",
     "slurm_job_name": "slurm",
     "container_image": "container",
+    "k8s_namespace": "kubernetes",
+    "k8s_owner": "kubernetes",
+    "k8s_service_account": "kubernetes",
 }
 
 
@@ -88,6 +94,9 @@ class OriginPin:
     slurm_account: str | None = None
     slurm_job_name: str | None = None
     container_image: str | None = None
+    k8s_namespace: str | None = None
+    k8s_owner: str | None = None
+    k8s_service_account: str | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,16 @@ Severity = Literal["info", "warning", "high", "critical"]
 # Findings at these severities make `scan` and `status` exit 1; `info` ones do not.
 REPORTED_SEVERITIES: tuple[Severity, ...] = ("warning", "high", "critical")
 OriginKind = Literal[
-    "cron", "systemd", "slurm", "container", "shell", "at", "supervisor", "orphan", "unknown"
+    "cron",
+    "systemd",
+    "slurm",
+    "container",
+    "kubernetes",
+    "shell",
+    "at",
+    "supervisor",
+    "orphan",
+    "unknown",
 ]
 
 

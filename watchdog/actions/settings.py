@@ -36,6 +36,7 @@ Mode = Literal["observe", "terminate"]
 MODES: tuple[Mode, ...] = ("observe", "terminate")
 ORIGIN_KINDS = (
     "cron", "systemd", "slurm", "container", "shell", "at", "supervisor", "orphan", "unknown",
+    "kubernetes",
 )  # fmt: skip
 
 
