@@ -16,6 +16,7 @@ import structlog
 
 from watchdog import __version__
 from watchdog.actions.cli import register as register_actions
+from watchdog.actions.slurm_cli import register as register_slurm
 from watchdog.config import Config, ConfigError, load_config
 from watchdog.daemon.cli import register as register_daemon
 from watchdog.lineage.describe import describe_origin
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_weights(sub)
     register_daemon(sub)
     register_actions(sub)
+    register_slurm(sub)
     return parser
 
 

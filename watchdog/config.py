@@ -18,6 +18,7 @@ import yaml
 
 from watchdog.actions.services_settings import ServiceSettings, parse_services
 from watchdog.actions.settings import EnforcementSettings, parse_enforcement
+from watchdog.actions.slurmnode import SlurmNodeSettings, parse_slurm
 from watchdog.configbase import ConfigError, NodeReader
 from watchdog.daemon.settings import AlertSettings, DaemonSettings, parse_alerts, parse_daemon
 from watchdog.queue.settings import QueueSettings, parse_queue
@@ -166,6 +167,7 @@ class Config:
     queue: QueueSettings = field(default_factory=QueueSettings)
     services: ServiceSettings = field(default_factory=ServiceSettings)
     ship_gates: tuple[ShipGate, ...] = ()
+    slurm: SlurmNodeSettings = field(default_factory=SlurmNodeSettings)
 
 
 # -- sections --------------------------------------------------------------------
@@ -269,6 +271,7 @@ SECTIONS: dict[str, Callable[[NodeReader, yaml.Node], Any]] = {
     "queue": parse_queue,
     "services": parse_services,
     "ship_gates": parse_ship_gates,
+    "slurm": parse_slurm,
 }
 TOP_LEVEL_KEYS = ("sanctioned", "training", "ignore", "nvml", "paths", *SECTIONS)
 
