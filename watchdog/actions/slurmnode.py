@@ -159,7 +159,11 @@ def node_state(node: str, run: CommandRun) -> NodeState | str:
         return f"cannot read the state of Slurm node {node}: {why}"
     state, reason = line.split("|", 1)
     reason = reason.strip()
-    return NodeState(state.strip().lower(), None if reason in ("", "none") else reason)
+    # sinfo(1) NODE STATE CODES: a trailing * (not responding), ~ (powered off), # ... is
+    # a flag on the state, not part of it.
+    return NodeState(
+        state.strip().lower().rstrip("*~#!%$@^-"), None if reason in ("", "none") else reason
+    )
 
 
 def drain(node: str, reason: str, run: CommandRun) -> str | None:
