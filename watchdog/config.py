@@ -65,6 +65,7 @@ ORIGIN_KEYS = (
     "slurm_account",
     "slurm_job_name",
     "container_image",
+    "container_image_digest",
     "k8s_namespace",
     "k8s_owner",
     "k8s_service_account",
@@ -78,6 +79,7 @@ _ORIGIN_KIND = {
     "slurm_account": "slurm",
     "slurm_job_name": "slurm",
     "container_image": "container",
+    "container_image_digest": "container",
     "k8s_namespace": "kubernetes",
     "k8s_owner": "kubernetes",
     "k8s_service_account": "kubernetes",
@@ -95,6 +97,7 @@ class OriginPin:
     slurm_account: str | None = None
     slurm_job_name: str | None = None
     container_image: str | None = None
+    container_image_digest: str | None = None
     k8s_namespace: str | None = None
     k8s_owner: str | None = None
     k8s_service_account: str | None = None

@@ -59,6 +59,10 @@ def origin_mismatch(pin: OriginPin, origin: Origin) -> str | None:
         origin.kind == "container" and _glob(f.get("image"), pin.container_image)
     ):
         return f"origin must be container image {pin.container_image!r}"
+    if pin.container_image_digest is not None and not (
+        origin.kind == "container" and _glob(f.get("image_id"), pin.container_image_digest)
+    ):
+        return f"origin must be container image digest {pin.container_image_digest!r}"
     return _k8s_mismatch(pin, origin)
 
 
