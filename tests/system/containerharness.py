@@ -6,7 +6,8 @@ cgroupfs manager and no network namespace setup. dockerd is started by hand with
 socket, data root, exec root and PID file, no iptables, no bridge (dockerd(8)); clients
 reach it through ``DOCKER_HOST``. Images come from a busybox-static root filesystem
 (``podman import`` / ``docker import``), no registry. Teardown removes every container
-and image the harness made, stops dockerd by its PID and deletes the sandbox.
+and image the harness made, stops dockerd by its PID and deletes the sandbox, and
+removes ``/var/lib/containers`` (podman's blob-info cache) when the test created it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pytest
 from tests.conftest import need_program, need_root
 
 IMAGE = "localhost/trainer:1"
+BLOB_CACHE_ROOT = "/var/lib/containers"
 # PID 1 of the container: exits on SIGTERM (a bare sleep as PID 1 would ignore it).
 PAYLOAD = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done")
 
@@ -115,11 +117,16 @@ def podman_engine(sandbox: Path, rootfs: Path) -> Iterator[Engine]:
     )
     env = dict(os.environ, CONTAINERS_CONF=str(conf), CONTAINERS_STORAGE_CONF=str(storage))
     engine = Engine("podman", env)
+    # podman 4.3 as root keeps its blob-info cache in /var/lib/containers/cache whatever
+    # the storage paths say: remove what the import created there unless it was there.
+    had_cache = os.path.lexists(BLOB_CACHE_ROOT)
     try:
         engine.cli("import", str(rootfs), IMAGE)
         yield engine
     finally:
         engine.cleanup()
+        if not had_cache:
+            shutil.rmtree(BLOB_CACHE_ROOT, ignore_errors=True)
 
 
 @contextlib.contextmanager
