@@ -35,8 +35,8 @@ from watchdog.configbase import NodeReader
 Mode = Literal["observe", "terminate"]
 MODES: tuple[Mode, ...] = ("observe", "terminate")
 ORIGIN_KINDS = (
-    "cron", "systemd", "slurm", "container", "shell", "at", "supervisor", "orphan", "unknown",
-    "kubernetes",
+    "cron", "systemd", "slurm", "container", "kubernetes", "shell", "at", "supervisor",
+    "orphan", "unknown",
 )  # fmt: skip
 
 
