@@ -116,3 +116,19 @@ def test_drain_survives_a_daemon_restart(tmp_path: Path) -> None:
     assert run.state == "drained"
     SlurmDrainer(settings, str(tmp_path), run).apply([])  # a new daemon process
     assert (run.state, run.reason) == ("idle", "none")
+
+
+def test_daemon_gets_the_drainer_only_when_configured(tmp_path: Path) -> None:
+    from watchdog.daemon.assemble import attach_parts
+    from watchdog.daemon.loop import Daemon
+
+    for text, want in (("slurm: {drain_on: [rogue]}\n", ["slurm-drain"]), ("", [])):
+        cfg = parse_config(
+            f"daemon: {{state_dir: '{tmp_path}'}}\nnvml: {{enabled: false}}\n" + text
+        )
+        daemon = Daemon(cfg)
+        try:
+            attach_parts(daemon)
+            assert [e.name for e in daemon.enforcers if e.name == "slurm-drain"] == want
+        finally:
+            daemon.db.close()
