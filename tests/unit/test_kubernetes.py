@@ -8,17 +8,15 @@ and the official ``kubernetes`` client talks to it as it would to an API server.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
 
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
+from tests.kubeapi import FIX, FakeApiServer, serve
 from watchdog.config import parse_config
 from watchdog.lineage import default_resolvers
 from watchdog.lineage.cgroup import parse_cgroup
@@ -34,7 +32,6 @@ from watchdog.lineage.kubernetes import (
 from watchdog.model import Job, Origin
 from watchdog.policy.allowlist import judge
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "kubernetes"
 UID = "5f1c0a2e-7b3d-4c8e-9f10-1a2b3c4d5e6f"
 UID_ = UID.replace("-", "_")
 CID = "3f4e8c0b5a6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f"
@@ -114,39 +111,8 @@ def test_non_pod_paths_are_not_pods() -> None:
 # -- the API path ------------------------------------------------------------------------
 
 
-@dataclass
-class FakeApiServer:
-    """Answers GETs from recorded JSON files; records every request path."""
-
-    routes: dict[str, tuple[int, str]]
-    requests: list[str] = field(default_factory=list)
-    port: int = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-def _route(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            server.requests.append(self.path)
-            status, name = server.routes.get(self.path, (404, "status-forbidden-replicaset"))
-            body = (FIX / f"{name}.json").read_bytes()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    return Handler
-
-
 PODS_PATH = "/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-07"
-ROUTES = {
+ROUTES: dict[str, tuple[int, str | bytes]] = {
     PODS_PATH: (200, "pods-gpu-node-07"),
     "/apis/batch/v1/namespaces/ml-team/jobs/nightly-retrain-29406420": (
         200,
@@ -162,17 +128,8 @@ ROUTES = {
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    fake = FakeApiServer(dict(ROUTES))
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _route(fake))
-    fake.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serve(ROUTES) as fake:
         yield fake
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
 
 
 def _api(url: str) -> KubeApi:
