@@ -484,8 +484,10 @@ class KubernetesResolver:
         base = self._containers.resolve(lineage, ctx)
         bf = base.fields if base is not None else {}
         cid = clue.container_id or bf.get("container_id")
+        # The container resolver weighs the shim ancestor against the cgroup (a bare id
+        # under kubepods may be containerd's or Docker's); its answer wins.
         clue_rt = cgroup_container(lineage[0].cgroup)
-        runtime = clue_rt.runtime if clue_rt else bf.get("runtime")
+        runtime = bf.get("runtime") or (clue_rt.runtime if clue_rt else None)
         pod, api_state = self.pod(clue.pod_uid)
         evidence = [
             f"cgroup of PID {lineage[0].pid} is in Kubernetes pod {clue.pod_uid} "
