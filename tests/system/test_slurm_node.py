@@ -152,3 +152,15 @@ def test_epilog_drains_the_node_when_an_orphan_survives(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_long_reason_reads_back_whole(cluster: SlurmHarness, tmp_path: Path) -> None:
+    drainer = SlurmDrainer(SlurmNodeSettings(drain_on=("rogue",), node_name=HOST), str(tmp_path))
+    job = _rogue()
+    job.user = "u" * 190
+    drainer.apply([job])
+    state, reason = _state()
+    assert state == "drained"
+    assert reason is not None and len(reason) == 200 and reason.endswith("u" * 100)
+    drainer.apply([])
+    assert _state() == ("idle", None)
