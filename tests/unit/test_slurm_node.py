@@ -132,3 +132,38 @@ def test_daemon_gets_the_drainer_only_when_configured(tmp_path: Path) -> None:
             assert [e.name for e in daemon.enforcers if e.name == "slurm-drain"] == want
         finally:
             daemon.db.close()
+
+
+def test_epilog_without_a_job_id_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from watchdog.cli import main
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert main(["health-check", "--epilog"]) == 2
+    assert "needs SLURM_JOB_ID" in capsys.readouterr().err
+
+
+def test_leftovers_are_the_jobs_processes_outside_slurm(tmp_path: Path) -> None:
+    from tests.fixtures.proc.fakeproc import FakeProc, make_context
+    from watchdog.actions.slurmsweep import find_leftovers
+
+    env = {"SLURM_JOB_ID": "77"}
+    procs = [
+        FakeProc(1, 0, ["/sbin/init"]),
+        FakeProc(50, 1, ["/usr/sbin/slurmd", "-D"]),
+        FakeProc(60, 1, ["slurmstepd: [77.batch]"], exe="/usr/sbin/slurmstepd"),
+        FakeProc(61, 60, ["/usr/bin/python3", "train.py"], environ=env),  # still Slurm's
+        FakeProc(70, 1, ["/usr/bin/python3", "worker.py"], environ=env),  # setsid'ed away
+        FakeProc(71, 1, ["/usr/bin/python3", "other.py"], environ={"SLURM_JOB_ID": "78"}),
+        FakeProc(80, 50, ["/bin/sh", "/etc/slurm/epilog.sh"], environ=env),  # the Epilog
+        FakeProc(81, 80, ["rogue-watchdog", "health-check"], environ=env),  # this sweep
+    ]
+    ctx = make_context(tmp_path / "proc", procs)
+    found, unknown = find_leftovers(ctx.table, ctx, "/dev/nvidia[0-9]*", job_id=77, self_pid=81)
+    assert [(lo.pid, lo.label) for lo in found] == [(70, "orphan of Slurm job 77")]
+    assert unknown == {}
+    # HealthCheckProgram mode: Slurm cannot be asked (no CLI answers): nothing is touched.
+    found, unknown = find_leftovers(ctx.table, ctx, "/dev/nvidia[0-9]*", self_pid=81)
+    assert found == []
+    assert sorted(unknown) == [77, 78]
