@@ -134,14 +134,13 @@ def test_daemon_gets_the_drainer_only_when_configured(tmp_path: Path) -> None:
             daemon.db.close()
 
 
-def test_epilog_without_a_job_id_is_a_usage_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from watchdog.cli import main
+def test_epilog_without_a_job_id_is_a_usage_error() -> None:
+    # A subprocess: main() configures logging onto the stderr it is given.
+    from tests.conftest import run_cli
 
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    assert main(["health-check", "--epilog"]) == 2
-    assert "needs SLURM_JOB_ID" in capsys.readouterr().err
+    res = run_cli("health-check", "--epilog", env={"SLURM_JOB_ID": ""})
+    assert res.returncode == 2
+    assert "needs SLURM_JOB_ID" in res.stderr
 
 
 def test_leftovers_are_the_jobs_processes_outside_slurm(tmp_path: Path) -> None:
