@@ -37,7 +37,8 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 if [ "$want_test" = 1 ]; then
   apt_install cron at munge slurm-wlm gcc libc6-dev procps util-linux prometheus prometheus-alertmanager \
-    dh-virtualenv build-essential tmux
+    dh-virtualenv build-essential tmux \
+    podman runc conmon busybox-static docker.io
   .venv/bin/python -m pip install -q -e '.[test]'
 else
   .venv/bin/python -m pip install -q .

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from watchdog import __version__
 from watchdog.actions.cli import register as register_actions
+from watchdog.actions.slurm_cli import register as register_slurm
 from watchdog.clihelp import command_help
 from watchdog.daemon.cli import register as register_daemon
 from watchdog.fleet import register as register_fleet
@@ -352,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to complete in")
     p.set_defaults(func=cmd_completion)
+    register_slurm(sub)
     return parser
 
 

@@ -19,6 +19,7 @@ import yaml
 
 from watchdog.actions.services_settings import ServiceSettings, parse_services
 from watchdog.actions.settings import EnforcementSettings, parse_enforcement
+from watchdog.actions.slurmnode import SlurmNodeSettings, parse_slurm
 from watchdog.configbase import (
     ConfigError,
     ConfigErrors,
@@ -83,6 +84,10 @@ ORIGIN_KEYS = (
     "slurm_account",
     "slurm_job_name",
     "container_image",
+    "container_image_digest",
+    "k8s_namespace",
+    "k8s_owner",
+    "k8s_service_account",
 )
 
 
@@ -93,6 +98,10 @@ _ORIGIN_KIND = {
     "slurm_account": "slurm",
     "slurm_job_name": "slurm",
     "container_image": "container",
+    "container_image_digest": "container",
+    "k8s_namespace": "kubernetes",
+    "k8s_owner": "kubernetes",
+    "k8s_service_account": "kubernetes",
 }
 
 
@@ -107,6 +116,10 @@ class OriginPin:
     slurm_account: str | None = None
     slurm_job_name: str | None = None
     container_image: str | None = None
+    container_image_digest: str | None = None
+    k8s_namespace: str | None = None
+    k8s_owner: str | None = None
+    k8s_service_account: str | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +200,7 @@ class Config:
     ship_gates: tuple[ShipGate, ...] = ()
     warnings: tuple[ConfigError, ...] = ()
     refs: tuple[ConfigRef, ...] = ()
+    slurm: SlurmNodeSettings = field(default_factory=SlurmNodeSettings)
 
 
 # -- sections --------------------------------------------------------------------
@@ -318,6 +332,7 @@ SECTIONS: dict[str, Callable[[NodeReader, yaml.Node], Any]] = {
     "queue": parse_queue,
     "services": parse_services,
     "ship_gates": parse_ship_gates,
+    "slurm": parse_slurm,
 }
 TOP_LEVEL_KEYS = ("sanctioned", "training", "ignore", "nvml", "paths", *SECTIONS)
 

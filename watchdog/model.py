@@ -21,7 +21,16 @@ LOG_LEVELS: dict[str, str] = {
     "critical": "critical",
 }
 OriginKind = Literal[
-    "cron", "systemd", "slurm", "container", "shell", "at", "supervisor", "orphan", "unknown"
+    "cron",
+    "systemd",
+    "slurm",
+    "container",
+    "kubernetes",
+    "shell",
+    "at",
+    "supervisor",
+    "orphan",
+    "unknown",
 ]
 
 

@@ -42,18 +42,29 @@ def test_docker_shim_arguments(tmp_path: Path) -> None:
         "runtime": "docker",
         "namespace": "moby",
         "image": None,  # no docker CLI answered
+        "image_id": None,
+        "name": None,
+        "restart_policy": None,
     }
     assert origin.remediation == f"docker stop {CID}"
     assert origin.evidence[0].startswith("ancestor PID 200 is containerd-shim-runc-v2: ")
 
 
 def test_image_from_the_runtime_cli(tmp_path: Path) -> None:
-    inspect = ("docker", "inspect", "--format", "{{.Config.Image}}", CID)
-    rec = Recorder({inspect: CommandResult(0, "registry.example/retrain:2024-06\n", "")})
+    template = (
+        "[{{json .Config.Image}},{{json .Image}},{{json .Name}},"
+        "{{json .HostConfig.RestartPolicy.Name}}]"
+    )
+    inspect = ("docker", "inspect", "--format", template, CID)
+    answer = '["registry.example/retrain:2024-06","sha256:ab12","/retrain\\nx","always"]\n'
+    rec = Recorder({inspect: CommandResult(0, answer, "")})
     cg = (f"0::/system.slice/docker-{CID}.scope",)
     ctx = make_context(tmp_path, [INIT, FakeProc(210, 1, TRAIN, cgroup=cg)], rec)
     origin = _resolve(ctx, 210)
     assert origin is not None and origin.fields["image"] == "registry.example/retrain:2024-06"
+    assert (origin.fields["image_id"], origin.fields["name"]) == ("sha256:ab12", "retrain\nx")
+    assert origin.fields["restart_policy"] == "always"
+    assert origin.remediation == f"docker update --restart=no {CID} && docker stop {CID}"
     assert _resolve(ctx, 210) is not None
     assert rec.calls == [inspect]  # cached for the scan
 

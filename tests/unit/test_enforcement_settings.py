@@ -67,7 +67,7 @@ def test_defaults() -> None:
         (
             "enforcement:\n  rules:\n    - {name: x, origin_kind: cronn, mode: terminate}",
             "c.yaml:3: enforcement.rules[0].origin_kind: one of cron, systemd, slurm, container, "
-            "shell, at, supervisor, orphan, unknown",
+            "kubernetes, shell, at, supervisor, orphan, unknown",
         ),
         (
             "enforcement:\n  protect:\n    - {pid: 1}",

@@ -34,7 +34,8 @@ from watchdog.configbase import NodeReader, Regex
 Mode = Literal["observe", "terminate"]
 MODES: tuple[Mode, ...] = ("observe", "terminate")
 ORIGIN_KINDS = (
-    "cron", "systemd", "slurm", "container", "shell", "at", "supervisor", "orphan", "unknown",
+    "cron", "systemd", "slurm", "container", "kubernetes", "shell", "at", "supervisor",
+    "orphan", "unknown",
 )  # fmt: skip
 
 

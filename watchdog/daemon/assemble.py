@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from watchdog.actions.effects import Effects
 from watchdog.actions.enforcer import build_enforcers
+from watchdog.actions.slurmnode import build_slurm_enforcers
 from watchdog.daemon.loop import Daemon, Enforcer, FindingSource
 from watchdog.queue.actions import build_queue_enforcers
 from watchdog.queue.source import build_queue_sources
@@ -25,6 +26,7 @@ def _rebuildable(daemon: Daemon) -> tuple[list[FindingSource], list[Enforcer]]:
     enforcers: list[Enforcer] = [
         *process,
         *build_queue_enforcers(daemon.config, daemon.db, queue, runner=Effects().run),
+        *build_slurm_enforcers(daemon.config.slurm, daemon.config.daemon.state_dir),
     ]
     return [*process, *queue], enforcers
 

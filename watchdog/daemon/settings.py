@@ -24,6 +24,7 @@ FINDING_KINDS = (
     "queue-output-malformed", "queue-unavailable", "queue-unsanctioned",
     "remediation-failed", "respawned", "rogue-job", "rogue-service", "ship-gate-degraded",
     "state-recovered", "weights-unverified", "zombie-gpu-memory",
+    "slurm-drain-failed", "slurm-node-drained",
 )  # fmt: skip
 MIN_INTERVAL_S = 0.1
 # Default least seconds between two messages per sink type: Slack allows about one message

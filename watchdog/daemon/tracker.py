@@ -34,6 +34,7 @@ _ORIGIN_KEYS: dict[str, tuple[str, ...]] = {
     "systemd": ("unit", "user"),
     "slurm": ("account", "job_name"),
     "container": ("image", "pod_uid"),
+    "kubernetes": ("namespace", "owner_kind", "owner_name"),
     "at": ("command",),
     "supervisor": ("program",),
 }

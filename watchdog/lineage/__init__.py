@@ -11,10 +11,14 @@ from watchdog.lineage.base import OriginResolver
 
 
 def default_resolvers() -> list[OriginResolver]:
-    """The built-in resolvers: slurm, container, cron, at, supervisor, shell, systemd, orphan."""
+    """The built-in resolvers in priority order.
+
+    slurm, kubernetes, container, cron, at, supervisor, shell, systemd, orphan.
+    """
     from watchdog.lineage.at import AtResolver
     from watchdog.lineage.container import ContainerResolver
     from watchdog.lineage.cron import CronResolver
+    from watchdog.lineage.kubernetes import KubernetesResolver
     from watchdog.lineage.orphan import OrphanResolver
     from watchdog.lineage.shell import ShellResolver
     from watchdog.lineage.slurm import SlurmResolver
@@ -23,6 +27,7 @@ def default_resolvers() -> list[OriginResolver]:
 
     return [
         SlurmResolver(),
+        KubernetesResolver(),
         ContainerResolver(),
         CronResolver(),
         AtResolver(),

@@ -40,7 +40,9 @@ _HEX64 = r"[0-9a-f]{64}"
 _CONTAINER_SCOPE = re.compile(rf"^(?:docker|libpod|cri-containerd|crio)-({_HEX64})\.scope$")
 # cgroupfs drivers: /docker/<id>, /libpod_parent/libpod-<id>, /kubepods/.../pod<uid>/<id>.
 _CONTAINER_LEAF = re.compile(rf"^(?:libpod-)?({_HEX64})$")
-_POD_SLICE = re.compile(r"^kubepods(?:-[a-z]+)?-pod([0-9a-f_]{36})\.slice$")
+# systemd driver: kubepods[-QOS]-pod<uid_>.slice; kind nests it under kubelet.slice with a
+# ``kubelet-`` prefix on every level (kubelet-kubepods-burstable-pod<uid_>.slice).
+_POD_SLICE = re.compile(r"^(?:kubelet-)?kubepods(?:-[a-z]+)?-pod([0-9a-f_]{36})\.slice$")
 _POD_DIR = re.compile(r"^pod([0-9a-f-]{36})$")
 _SLURM_UID = re.compile(r"^uid_(\d+)$")
 _SLURM_JOB = re.compile(r"^job_(\d+)$")

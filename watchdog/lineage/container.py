@@ -19,6 +19,8 @@ says so). ``ctr -n NS task kill ID`` for plain containerd namespaces.
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -160,37 +162,89 @@ def remediation_for(runtime: str, container_id: str, namespace: str | None, pod:
     return command("ctr", "-n", namespace or "default", "task", "kill", container_id)
 
 
-_INSPECT: dict[str, tuple[str, ...]] = {
-    # docker-inspect(1), podman-inspect(1), crictl inspect (CRI ContainerStatus).
-    "docker": ("docker", "inspect", "--format", "{{.Config.Image}}"),
-    "podman": ("podman", "inspect", "--format", "{{.ImageName}}"),
-    "crictl": ("crictl", "inspect", "-o", "go-template", "--template", "{{.status.image.image}}"),
+# One read-only inspect per container: docker-inspect(1) / podman-inspect(1) Go templates
+# with ``json`` so hostile names arrive escaped; crictl inspect (CRI ContainerStatus).
+_ENGINE_TEMPLATE = {
+    "docker": "[{{json .Config.Image}},{{json .Image}},{{json .Name}},"
+    "{{json .HostConfig.RestartPolicy.Name}}]",
+    "podman": "[{{json .ImageName}},{{json .Image}},{{json .Name}},"
+    "{{json .HostConfig.RestartPolicy.Name}}]",
 }
+_CRICTL = ("crictl", "inspect", "-o", "go-template", "--template", "{{.status.image.image}}")
+INSPECT_TIMEOUT_S = 5.0
 
 
-def container_image(runtime: str, container_id: str, pod: bool, ctx: ResolveContext) -> str | None:
-    """Ask the runtime's CLI which image a container runs, once per scan.
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the container engine said about one container.
+
+    Attributes:
+        image: Image reference as the container was created from (``localhost/x:1``).
+        image_id: Image ID / digest (``sha256:...``), when the engine gives it.
+        name: Container name (Docker's leading ``/`` removed).
+        restart_policy: ``no``, ``always``, ``unless-stopped``, ``on-failure``; None
+            when unknown or unset.
+    """
+
+    image: str | None
+    image_id: str | None = None
+    name: str | None = None
+    restart_policy: str | None = None
+
+
+def _parse_engine(stdout: str) -> EngineFacts | None:
+    try:
+        data = json.loads(stdout)
+    except ValueError:
+        return None
+    if not isinstance(data, list) or len(data) != 4:
+        return None
+    image, image_id, name, restart = (v if isinstance(v, str) and v else None for v in data)
+    if name is not None:
+        name = name.removeprefix("/")
+    if image_id is not None and ":" not in image_id:
+        image_id = f"sha256:{image_id}"  # podman prints the bare hex ID
+    return EngineFacts(image, image_id, name, restart)
+
+
+def engine_facts(
+    runtime: str, container_id: str, pod: bool, ctx: ResolveContext
+) -> EngineFacts | None:
+    """Ask the engine's CLI about a container (read-only, with a timeout), cached per id.
 
     Args:
         runtime: ``docker``, ``podman``, ``containerd`` or ``cri-o``.
         container_id: Full container id.
-        pod: True for a Kubernetes pod container (asked through crictl).
-        ctx: Provides ``run_cmd`` and the cache.
+        pod: True for a Kubernetes pod container (asked through crictl, image only).
+        ctx: Provides ``run_cmd`` and the per-scan cache.
 
     Returns:
-        The image reference, or None when the CLI is missing, fails, or prints nothing.
+        The facts, or None when the CLI is missing, fails, times out or prints nothing.
     """
-    tool = runtime if runtime in ("docker", "podman") and not pod else "crictl"
     if runtime == "containerd" and not pod:
         return None  # plain containerd: no CRI view of its namespace
-    key = f"container:image:{container_id}"
+    key = f"container:engine:{container_id}"
     if key in ctx.cache:
         cached = ctx.cache[key]
-        return cached if isinstance(cached, str) else None
-    res = ctx.run_cmd([*_INSPECT[tool], container_id], 5.0)
-    image = res.stdout.strip() if res is not None and res.returncode == 0 else ""
-    ctx.cache[key] = image or None
-    return image or None
+        return cached if isinstance(cached, EngineFacts) else None
+    facts: EngineFacts | None = None
+    if runtime in _ENGINE_TEMPLATE and not pod:
+        argv = [runtime, "inspect", "--format", _ENGINE_TEMPLATE[runtime], container_id]
+        res = ctx.run_cmd(argv, INSPECT_TIMEOUT_S)
+        if res is not None and res.returncode == 0:
+            facts = _parse_engine(res.stdout.strip())
+    else:
+        res = ctx.run_cmd([*_CRICTL, container_id], INSPECT_TIMEOUT_S)
+        if res is not None and res.returncode == 0 and res.stdout.strip():
+            facts = EngineFacts(res.stdout.strip())
+    ctx.cache[key] = facts
+    return facts
+
+
+def container_image(runtime: str, container_id: str, pod: bool, ctx: ResolveContext) -> str | None:
+    """The image reference a container runs (see :func:`engine_facts`), or None."""
+    facts = engine_facts(runtime, container_id, pod, ctx)
+    return facts.image if facts is not None else None
 
 
 class ContainerResolver:
@@ -198,7 +252,8 @@ class ContainerResolver:
 
     Origin fields: ``container_id`` (64 hex, or what the shim said), ``pod_uid`` (None
     outside Kubernetes), ``runtime``, ``namespace`` (containerd namespace when known),
-    ``image`` (from ``docker``/``podman``/``crictl inspect`` where that CLI answers).
+    ``image``, ``image_id``, ``name``, ``restart_policy`` (from ``docker``/``podman``
+    ``inspect``, image only from ``crictl inspect``; None where that CLI does not answer).
     """
 
     name = "container"
@@ -237,15 +292,30 @@ class ContainerResolver:
             )
         if runtime == "containerd" and namespace == "k8s.io":
             evidence.append("containerd namespace k8s.io: a Kubernetes (CRI) container")
+        facts = engine_facts(runtime, cid, pod_uid is not None, ctx) if cid else None
         fields = {
             "container_id": cid,
             "pod_uid": pod_uid,
             "runtime": runtime,
             "namespace": namespace,
-            "image": container_image(runtime, cid, pod_uid is not None, ctx) if cid else None,
+            "image": facts.image if facts else None,
+            "image_id": facts.image_id if facts else None,
+            "name": facts.name if facts else None,
+            "restart_policy": facts.restart_policy if facts else None,
         }
         if cid:
             remediation = remediation_for(runtime, cid, namespace, pod_uid is not None)
+            restart = facts.restart_policy if facts else None
+            if restart not in (None, "no", ""):
+                evidence.append(
+                    f"restart policy {restart!r}: the engine starts the container again "
+                    "(after a daemon restart or reboot) unless the policy is removed"
+                )
+                if runtime == "docker" and pod_uid is None:
+                    update = shlex.join(["docker", "update", "--restart=no", cid])
+                    remediation = f"{update} && {remediation}"
+                elif runtime == "podman":
+                    remediation += f"  # then recreate it without --restart={restart}"
         else:
             tool = runtime if runtime in ("docker", "podman") else "crictl"
             remediation = f"{tool} ps  # find the container, then: {tool} stop ID"

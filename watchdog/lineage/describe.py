@@ -54,6 +54,15 @@ def describe_origin(origin: Origin) -> str:
     if origin.kind == "container":
         cid = str(f.get("container_id") or "?")[:12]
         return f"container {cid}" + (f" pod {f['pod_uid']}" if f.get("pod_uid") else "")
+    if origin.kind == "kubernetes":
+        if f.get("pod") is None:
+            return f"Kubernetes pod {f.get('pod_uid')} (API: {f.get('api')})"
+        text = f"Kubernetes pod {f.get('namespace')}/{f.get('pod')}"
+        if f.get("owner_kind") not in (None, "Pod"):
+            text += f" of {f['owner_kind']} {f.get('owner_name')}"
+        if f.get("schedule"):
+            text += f" ({f['schedule']})"
+        return text
     if origin.kind == "shell":
         return f"shell {f.get('session') or ''}".strip()
     if origin.kind == "at":

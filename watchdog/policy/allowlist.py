@@ -59,6 +59,30 @@ def origin_mismatch(pin: OriginPin, origin: Origin) -> str | None:
         origin.kind == "container" and _glob(f.get("image"), pin.container_image)
     ):
         return f"origin must be container image {pin.container_image!r}"
+    if pin.container_image_digest is not None and not (
+        origin.kind == "container" and _glob(f.get("image_id"), pin.container_image_digest)
+    ):
+        return f"origin must be container image digest {pin.container_image_digest!r}"
+    return _k8s_mismatch(pin, origin)
+
+
+def _k8s_mismatch(pin: OriginPin, origin: Origin) -> str | None:
+    """Why a Kubernetes origin fails the ``k8s_*`` keys of ``pin``, or None."""
+    f = origin.fields
+    owner = f"{f.get('owner_kind')}/{f.get('owner_name')}" if f.get("owner_kind") else None
+    checks = (
+        ("k8s_namespace", pin.k8s_namespace, f.get("namespace"), "Kubernetes namespace"),
+        ("k8s_owner", pin.k8s_owner, owner, "Kubernetes owner"),
+        ("k8s_service_account", pin.k8s_service_account, f.get("service_account"),
+         "Kubernetes service account"),
+    )  # fmt: skip
+    for _key, pattern, value, what in checks:
+        if pattern is None:
+            continue
+        if origin.kind == "kubernetes" and value is None and f.get("api") != "ok":
+            return f"origin must be {what} {pattern!r}; unknown: Kubernetes API {f.get('api')}"
+        if origin.kind != "kubernetes" or not _glob(value, pattern):
+            return f"origin must be {what} {pattern!r}"
     return None
 
 

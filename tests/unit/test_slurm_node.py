@@ -1,0 +1,168 @@
+"""``slurm:`` settings, drain reasons, and the drainer's decisions against a scripted sinfo.
+
+The real scontrol/sinfo path runs in tests/system/test_slurm_node.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from watchdog.actions.slurmnode import SlurmDrainer, SlurmNodeSettings, clean_reason
+from watchdog.config import ConfigError, parse_config
+from watchdog.model import Job, Origin
+
+
+def test_settings_parse() -> None:
+    cfg = parse_config("slurm:\n  drain_on: [rogue, excess, rogue]\n  node_name: gpu07\n")
+    assert cfg.slurm == SlurmNodeSettings(drain_on=("rogue", "excess"), node_name="gpu07")
+    assert parse_config("").slurm.drain_on == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("slurm: {drain_on: [sanctioned]}", "c.yaml:1: slurm.drain_on[0]: expected one of"),
+        ("slurm: {drain: [rogue]}", "c.yaml:1: slurm.drain: unknown key 'drain'"),
+        ("slurm: {sweep_grace_s: 0}", "c.yaml:1: slurm.sweep_grace_s: must be greater than 0"),
+    ],
+)
+def test_settings_errors_name_file_line_key(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "c.yaml")
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_reason_is_one_printable_line() -> None:
+    assert clean_reason("rogue-watchdog: user bob\n[root@x] é") == (
+        "rogue-watchdog: user bob?[root@x] ?"
+    )
+    assert clean_reason("x" * 500).startswith("rogue-watchdog: xxx")
+    assert len(clean_reason("x" * 500)) == 200
+
+
+class Sinfo:
+    """Scripted sinfo/scontrol: keeps a node state, records every call."""
+
+    def __init__(self, state: str = "idle", reason: str = "none", fail: bool = False) -> None:
+        self.state, self.reason, self.fail = state, reason, fail
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, argv: Sequence[str]) -> tuple[int, str, str]:
+        self.calls.append(tuple(argv))
+        if self.fail:
+            return 1, "", "slurm_load_partitions: Unable to contact slurm controller"
+        if argv[0] == "sinfo":
+            return 0, f"{self.state}|{self.reason}\n", ""
+        if "state=drain" in argv:
+            self.state, self.reason = "drained", argv[-1].removeprefix("reason=")
+        elif "state=resume" in argv:
+            self.state, self.reason = "idle", "none"
+        return 0, "", ""
+
+
+def _job(verdict: str) -> Job:
+    return Job(
+        root_pid=7, pids=[7], user="bob\nx", cmdline=("t",), start_ticks=1,
+        gpu_memory_bytes=None, gpu_uuids=[], lineage=[], origin=Origin(kind="orphan"),
+        verdict=verdict,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_excess_drains_only_when_configured(tmp_path: Path) -> None:
+    run = Sinfo()
+    only_rogue = SlurmDrainer(
+        SlurmNodeSettings(drain_on=("rogue",), node_name="n1"), str(tmp_path), run
+    )
+    assert only_rogue.apply([_job("excess"), _job("sanctioned")]) == []
+    assert run.calls == []  # nothing to do: Slurm is not even asked
+    both = SlurmDrainer(
+        SlurmNodeSettings(drain_on=("rogue", "excess"), node_name="n1"), str(tmp_path), run
+    )
+    both.apply([_job("excess")])
+    assert run.calls[-1] == (
+        "scontrol", "update", "nodename=n1", "state=drain",
+        "reason=rogue-watchdog: excess training job PID 7 user bob?x (orphan) holds the GPU",
+    )  # fmt: skip
+
+
+def test_admin_drain_is_left_alone(tmp_path: Path) -> None:
+    run = Sinfo(state="drained", reason="bad DIMM")
+    d = SlurmDrainer(SlurmNodeSettings(drain_on=("rogue",), node_name="n1"), str(tmp_path), run)
+    assert d.apply([_job("rogue")]) == []
+    assert d.apply([]) == []
+    assert all(c[0] == "sinfo" for c in run.calls)
+    assert (run.state, run.reason) == ("drained", "bad DIMM")
+
+
+def test_unreachable_controller_is_a_warning_not_a_crash(tmp_path: Path) -> None:
+    d = SlurmDrainer(
+        SlurmNodeSettings(drain_on=("rogue",), node_name="n1"), str(tmp_path), Sinfo(fail=True)
+    )
+    [f] = d.apply([_job("rogue")])
+    assert (f.kind, f.severity) == ("slurm-drain-failed", "warning")
+    assert f.message == (
+        "cannot read the state of Slurm node n1: "
+        "slurm_load_partitions: Unable to contact slurm controller"
+    )
+
+
+def test_drain_survives_a_daemon_restart(tmp_path: Path) -> None:
+    run = Sinfo()
+    settings = SlurmNodeSettings(drain_on=("rogue",), node_name="n1")
+    SlurmDrainer(settings, str(tmp_path), run).apply([_job("rogue")])
+    assert run.state == "drained"
+    SlurmDrainer(settings, str(tmp_path), run).apply([])  # a new daemon process
+    assert (run.state, run.reason) == ("idle", "none")
+
+
+def test_daemon_gets_the_drainer_only_when_configured(tmp_path: Path) -> None:
+    from watchdog.daemon.assemble import attach_parts
+    from watchdog.daemon.loop import Daemon
+
+    for text, want in (("slurm: {drain_on: [rogue]}\n", ["slurm-drain"]), ("", [])):
+        cfg = parse_config(
+            f"daemon: {{state_dir: '{tmp_path}'}}\nnvml: {{enabled: false}}\n" + text
+        )
+        daemon = Daemon(cfg)
+        try:
+            attach_parts(daemon)
+            assert [e.name for e in daemon.enforcers if e.name == "slurm-drain"] == want
+        finally:
+            daemon.db.close()
+
+
+def test_epilog_without_a_job_id_is_a_usage_error() -> None:
+    # A subprocess: main() configures logging onto the stderr it is given.
+    from tests.conftest import run_cli
+
+    res = run_cli("health-check", "--epilog", env={"SLURM_JOB_ID": ""})
+    assert res.returncode == 2
+    assert "needs SLURM_JOB_ID" in res.stderr
+
+
+def test_leftovers_are_the_jobs_processes_outside_slurm(tmp_path: Path) -> None:
+    from tests.fixtures.proc.fakeproc import FakeProc, make_context
+    from watchdog.actions.slurmsweep import find_leftovers
+
+    env = {"SLURM_JOB_ID": "77"}
+    procs = [
+        FakeProc(1, 0, ["/sbin/init"]),
+        FakeProc(50, 1, ["/usr/sbin/slurmd", "-D"]),
+        FakeProc(60, 1, ["slurmstepd: [77.batch]"], exe="/usr/sbin/slurmstepd"),
+        FakeProc(61, 60, ["/usr/bin/python3", "train.py"], environ=env),  # still Slurm's
+        FakeProc(70, 1, ["/usr/bin/python3", "worker.py"], environ=env),  # setsid'ed away
+        FakeProc(71, 1, ["/usr/bin/python3", "other.py"], environ={"SLURM_JOB_ID": "78"}),
+        FakeProc(80, 50, ["/bin/sh", "/etc/slurm/epilog.sh"], environ=env),  # the Epilog
+        FakeProc(81, 80, ["rogue-watchdog", "health-check"], environ=env),  # this sweep
+    ]
+    ctx = make_context(tmp_path / "proc", procs)
+    found, unknown = find_leftovers(ctx.table, ctx, "/dev/nvidia[0-9]*", job_id=77, self_pid=81)
+    assert [(lo.pid, lo.label) for lo in found] == [(70, "orphan of Slurm job 77")]
+    assert unknown == {}
+    # HealthCheckProgram mode: Slurm cannot be asked (no CLI answers): nothing is touched.
+    found, unknown = find_leftovers(ctx.table, ctx, "/dev/nvidia[0-9]*", self_pid=81)
+    assert found == []
+    assert sorted(unknown) == [77, 78]

@@ -1,0 +1,81 @@
+"""CLI: ``health-check`` — the job-end sweep for Slurm's Epilog and HealthCheckProgram.
+
+``rogue-watchdog health-check --epilog`` in ``Epilog=`` (the ended job is the one in
+``SLURM_JOB_ID``), or plain ``rogue-watchdog health-check`` in ``HealthCheckProgram=``.
+Exit codes (watchdog/actions/slurmsweep.py): 0 clean, 1 leftovers survive (node
+drained), 2 usage or configuration errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from watchdog.clihelp import command_help
+
+
+def cmd_health_check(args: argparse.Namespace) -> int:
+    """Run the sweep and print what it found and did."""
+    from watchdog.actions.slurmsweep import report_json, sweep
+    from watchdog.cli import emit, resolve_config_path
+    from watchdog.config import load_config
+    from watchdog.render import printable
+
+    job_id: int | None = args.job
+    if args.epilog and job_id is None:
+        value = os.environ.get("SLURM_JOB_ID", "")
+        if not (value.isascii() and value.isdigit()):
+            print(
+                "rogue-watchdog: health-check --epilog needs SLURM_JOB_ID (set by slurmd) "
+                "or --job N",
+                file=sys.stderr,
+            )
+            return 2
+        job_id = int(value)
+    config = load_config(resolve_config_path(args.config))
+    report = sweep(config, job_id=job_id, dry_run=args.dry_run)
+    if args.json:
+        emit(json.dumps(report_json(report), indent=2))
+    else:
+        emit("\n".join(printable(line) for line in report.lines()))
+    return report.exit_code
+
+
+def _job_id(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"not a Slurm job id: {text!r}")
+    return int(text)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``health-check`` to the CLI."""
+    p = sub.add_parser(
+        "health-check",
+        **command_help(
+            "Slurm Epilog / HealthCheckProgram: stop leftovers of ended jobs, drain if stuck",
+            "Find processes of Slurm jobs that have ended (SLURM_JOB_ID in their environment, "
+            "re-parented, holding a GPU or still running), name each as an orphan of its job, "
+            "stop them with escalation (every guard of `terminate` applies) and, when any "
+            "survives, drain this node with a reason so the scheduler places nothing on a "
+            "GPU that is taken (docs/slurm.md). As Slurm's Epilog, `--epilog` sweeps the job "
+            "in $SLURM_JOB_ID.",
+            [
+                "rogue-watchdog health-check --dry-run",
+                "rogue-watchdog health-check --epilog   # Epilog=... in slurm.conf",
+                "rogue-watchdog health-check --job 812 --json",
+            ],
+            [
+                (0, "nothing left over, or every leftover stopped"),
+                (1, "leftovers survived: the node was drained"),
+                (2, "usage or configuration error"),
+            ],
+        ),
+    )
+    p.add_argument("--config", help="configuration file")
+    p.add_argument("--epilog", action="store_true", help="the ended job is $SLURM_JOB_ID")
+    p.add_argument("--job", type=_job_id, help="sweep this ended job id only")
+    p.add_argument("--dry-run", action="store_true", help="report only; signal and drain nothing")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_health_check)

@@ -1,0 +1,299 @@
+"""Tell Slurm about a node whose GPU is taken: drain it, and resume only our own drain.
+
+``slurm.drain_on: [rogue, excess]`` makes the daemon run
+``scontrol update nodename=NODE state=drain reason="rogue-watchdog: ..."`` while a job
+with one of those verdicts runs, so the scheduler stops placing jobs there
+(scontrol(1) "update NodeName"), and ``state=resume`` once no such job is left — but only
+when the node is still drained with the very reason this daemon set. A drain by an admin
+(any other reason, or ours replaced by theirs) is never undone. What this daemon drained
+is remembered in ``STATE_DIR/slurm-drain.json`` so a restart does not forget it.
+
+The node's state is read with ``sinfo -h -N -n NODE -o '%T|%E'`` (sinfo(1): ``%T``
+extended state such as ``idle``, ``drained``, ``draining``, ``mixed+drain``; ``%E`` the
+reason text without the ``[user@time]`` suffix scontrol adds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from watchdog.configbase import NodeReader
+from watchdog.model import Finding, Job
+
+if TYPE_CHECKING:
+    from watchdog.daemon.tracker import TrackResult
+    from watchdog.scan import ScanResult
+
+REASON_PREFIX = "rogue-watchdog: "
+MAX_REASON_CHARS = 200
+DRAIN_VERDICTS = ("rogue", "excess")
+CommandRun = Callable[[Sequence[str]], tuple[int, str, str]]
+
+
+@dataclass(frozen=True)
+class SlurmNodeSettings:
+    """The ``slurm:`` section.
+
+    Attributes:
+        drain_on: Job verdicts that drain the node (``rogue``, ``excess``); empty: never.
+        node_name: This node's Slurm NodeName; None uses the short host name (slurmd's
+            own default, ``hostname -s``).
+        sweep_grace_s: Seconds between SIGTERM and SIGKILL in the job-end sweep.
+        command_timeout_s: Limit for each ``scontrol``/``sinfo``/``squeue`` call.
+    """
+
+    drain_on: tuple[str, ...] = ()
+    node_name: str | None = None
+    sweep_grace_s: float = 5.0
+    command_timeout_s: float = 10.0
+
+    @property
+    def node(self) -> str:
+        """The NodeName to drain: ``node_name`` or the short host name."""
+        return self.node_name or socket.gethostname().split(".", 1)[0]
+
+
+def parse_slurm(r: NodeReader, node: yaml.Node) -> SlurmNodeSettings:
+    """Validate the ``slurm:`` section.
+
+    Raises:
+        ConfigError: Unknown keys, a verdict other than ``rogue``/``excess``, a
+            non-positive timeout.
+    """
+    m = r.mapping(node, "slurm", ("drain_on", "node_name", "sweep_grace_s", "command_timeout_s"))
+    vals: dict[str, Any] = {}
+    if "drain_on" in m:
+        items = r.sequence(m["drain_on"][1], "slurm.drain_on")
+        verdicts = []
+        for i, item in enumerate(items):
+            v = r.string(item, f"slurm.drain_on[{i}]")
+            if v not in DRAIN_VERDICTS:
+                raise r.err(item, f"slurm.drain_on[{i}]", f"expected one of {DRAIN_VERDICTS}")
+            verdicts.append(v)
+        vals["drain_on"] = tuple(dict.fromkeys(verdicts))
+    if "node_name" in m:
+        vals["node_name"] = r.string(m["node_name"][1], "slurm.node_name")
+    for key in ("sweep_grace_s", "command_timeout_s"):
+        if key in m:
+            value = r.number(m[key][1], f"slurm.{key}")
+            if not value > 0:
+                raise r.err(m[key][1], f"slurm.{key}", "must be greater than 0")
+            vals[key] = value
+    return SlurmNodeSettings(**vals)
+
+
+def clean_reason(text: str) -> str:
+    """A drain reason safe for Slurm and for people: printable ASCII, one line, bounded.
+
+    Host text (user names, origins) is hostile: control characters and non-ASCII are
+    replaced with ``?`` so the reason cannot forge lines in ``sinfo -R`` or logs.
+    """
+    safe = "".join(c if 32 <= ord(c) < 127 else "?" for c in text)
+    if not safe.startswith(REASON_PREFIX):
+        safe = REASON_PREFIX + safe
+    return safe[:MAX_REASON_CHARS]
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What sinfo said about this node.
+
+    Attributes:
+        state: Extended state, e.g. ``idle``, ``drained``, ``mixed+drain``.
+        reason: Reason text (``none`` in sinfo is given as None).
+    """
+
+    state: str
+    reason: str | None
+
+    @property
+    def drained(self) -> bool:
+        """True for ``drain``, ``drained``, ``draining`` and ``+drain`` states."""
+        return "drain" in self.state
+
+
+def run_command(timeout_s: float) -> CommandRun:
+    """A runner for Slurm's CLI: argv (never a shell), ``(returncode, stdout, stderr)``.
+
+    A missing program or a timeout gives returncode 127 or 124 with the reason in stderr.
+    """
+    import subprocess
+
+    def run(argv: Sequence[str]) -> tuple[int, str, str]:
+        try:
+            done = subprocess.run(
+                list(argv),
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            return 124, "", f"{argv[0]}: timed out after {timeout_s:g} s"
+        except OSError as exc:
+            return 127, "", f"{argv[0]}: {exc.strerror or exc}"
+        return done.returncode, done.stdout, done.stderr
+
+    return run
+
+
+def node_state(node: str, run: CommandRun) -> NodeState | str:
+    """Ask sinfo for the node's state and reason.
+
+    Returns:
+        The state, or a sentence saying why it could not be read.
+    """
+    rc, out, err = run(["sinfo", "-h", "-N", "-n", node, "-o", "%T|%E"])
+    line = out.splitlines()[0] if out.strip() else ""
+    if rc != 0 or "|" not in line:
+        why = err.strip() or f"sinfo printed {out.strip()!r}"
+        return f"cannot read the state of Slurm node {node}: {why}"
+    state, reason = line.split("|", 1)
+    reason = reason.strip()
+    # sinfo(1) NODE STATE CODES: a trailing * (not responding), ~ (powered off), # ... is
+    # a flag on the state, not part of it.
+    return NodeState(
+        state.strip().lower().rstrip("*~#!%$@^-"), None if reason in ("", "none") else reason
+    )
+
+
+def drain(node: str, reason: str, run: CommandRun) -> str | None:
+    """``scontrol update nodename=NODE state=drain reason=REASON``; None on success."""
+    rc, _, err = run(
+        ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={clean_reason(reason)}"]
+    )
+    return None if rc == 0 else (err.strip() or f"scontrol exited {rc}")
+
+
+def resume(node: str, run: CommandRun) -> str | None:
+    """``scontrol update nodename=NODE state=resume``; None on success."""
+    rc, _, err = run(["scontrol", "update", f"nodename={node}", "state=resume"])
+    return None if rc == 0 else (err.strip() or f"scontrol exited {rc}")
+
+
+def drain_reason(jobs: Sequence[Job]) -> str:
+    """The drain reason naming the first offending job (PID, user, origin kind)."""
+    job = jobs[0]
+    more = f" and {len(jobs) - 1} more" if len(jobs) > 1 else ""
+    return clean_reason(
+        f"{REASON_PREFIX}{job.verdict} training job PID {job.root_pid} user {job.user} "
+        f"({job.origin.kind}){more} holds the GPU"
+    )
+
+
+class SlurmDrainer:
+    """Daemon enforcer: drain this node while a rogue/excess job runs; resume our drain.
+
+    Args:
+        settings: The ``slurm:`` section.
+        state_dir: Where ``slurm-drain.json`` records the drain this daemon set.
+        run: Runs Slurm commands (tests pass the real one against the Slurm harness).
+    """
+
+    name = "slurm-drain"
+
+    def __init__(
+        self, settings: SlurmNodeSettings, state_dir: str, run: CommandRun | None = None
+    ) -> None:
+        self.settings = settings
+        self.marker = os.path.join(state_dir, "slurm-drain.json")
+        self.run = run or run_command(settings.command_timeout_s)
+
+    def _ours(self) -> dict[str, Any] | None:
+        try:
+            with open(self.marker, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and isinstance(data.get("reason"), str) else None
+
+    def _remember(self, node: str, reason: str | None) -> None:
+        if reason is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.marker)
+            return
+        os.makedirs(os.path.dirname(self.marker) or ".", exist_ok=True)
+        tmp = self.marker + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"node": node, "reason": reason}, fh)
+        os.replace(tmp, self.marker)
+
+    def act(self, now: float, result: ScanResult, track: TrackResult) -> list[Finding]:
+        """Drain or resume according to this scan's jobs; findings say what was done."""
+        return self.apply(result.jobs)
+
+    def apply(self, jobs: Sequence[Job]) -> list[Finding]:
+        """Drain while a job with a ``drain_on`` verdict runs; else resume our own drain.
+
+        Returns:
+            ``slurm-node-drained`` (info) while our drain holds, ``slurm-drain-failed``
+            (warning) when Slurm could not be asked or refused.
+        """
+        node = self.settings.node
+        offending = [j for j in jobs if j.verdict in self.settings.drain_on]
+        ours = self._ours()
+        if not offending and ours is None:
+            return []
+        st = node_state(node, self.run)
+        if isinstance(st, str):
+            return [Finding("slurm-drain-failed", "warning", st, details={"node": node})]
+        if offending:
+            if st.drained and (ours is None or st.reason != ours["reason"]):
+                # Someone else's drain: leave it, and never claim it.
+                self._remember(node, None)
+                return []
+            if st.drained:
+                return [self._held(node, ours["reason"] if ours else "")]
+            reason = drain_reason(offending)
+            err = drain(node, reason, self.run)
+            if err is not None:
+                return [
+                    Finding(
+                        "slurm-drain-failed",
+                        "warning",
+                        f"could not drain Slurm node {node}: {err}",
+                        details={"node": node},
+                    )
+                ]
+            self._remember(node, reason)
+            return [self._held(node, reason)]
+        assert ours is not None
+        if not st.drained or st.reason != ours["reason"]:
+            # Resumed or re-drained by someone else meanwhile: theirs now.
+            self._remember(node, None)
+            return []
+        err = resume(node, self.run)
+        if err is not None:
+            return [
+                Finding(
+                    "slurm-drain-failed",
+                    "warning",
+                    f"could not resume Slurm node {node} after the GPU was freed: {err}",
+                    details={"node": node},
+                )
+            ]
+        self._remember(node, None)
+        return []
+
+    @staticmethod
+    def _held(node: str, reason: str) -> Finding:
+        return Finding(
+            "slurm-node-drained",
+            "info",
+            f"Slurm node {node} drained by rogue-watchdog: {reason}",
+            details={"node": node, "reason": reason, "fingerprint": node},
+        )
+
+
+def build_slurm_enforcers(settings: SlurmNodeSettings, state_dir: str) -> list[SlurmDrainer]:
+    """The drainer when ``slurm.drain_on`` is set, else nothing."""
+    return [SlurmDrainer(settings, state_dir)] if settings.drain_on else []
