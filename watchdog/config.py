@@ -22,6 +22,7 @@ from watchdog.configbase import ConfigError, NodeReader
 from watchdog.daemon.settings import AlertSettings, DaemonSettings, parse_alerts, parse_daemon
 from watchdog.queue.settings import QueueSettings, parse_queue
 from watchdog.safeio import read_regular
+from watchdog.sources.gpulibs import DEFAULT_GPU_LIBRARIES
 from watchdog.weights.settings import ShipGate, parse_ship_gates
 
 __all__ = [
@@ -147,6 +148,7 @@ class Config:
     sanctioned: tuple[Rule, ...] = ()
     launchers: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in DEFAULT_LAUNCHERS)
     device_glob: str = DEFAULT_DEVICE_GLOB
+    gpu_libraries: tuple[str, ...] = DEFAULT_GPU_LIBRARIES
     ignore: tuple[IgnoreEntry, ...] = tuple(IgnoreEntry(**e) for e in DEFAULT_IGNORE)
     nvml_enabled: bool = True
     nvml_library: str | None = None
@@ -242,6 +244,19 @@ def _ignore(r: NodeReader, node: yaml.Node, key: str) -> IgnoreEntry:
     )
 
 
+def _gpu_libraries(r: NodeReader, node: yaml.Node) -> tuple[str, ...]:
+    key = "training.gpu_libraries"
+    names = r.strings(node, key)
+    for i, name in enumerate(names):
+        if not re.fullmatch(r"[A-Za-z0-9_+.-]+", name) or name in (".", ".."):
+            raise r.err(
+                r.sequence(node, key)[i],
+                f"{key}[{i}]",
+                f"expected a shared-object file name such as libcudart.so, got {name!r}",
+            )
+    return names
+
+
 def _paths(r: NodeReader, node: yaml.Node) -> Paths:
     allowed = ("proc_root", "crontab", "cron_d", "cron_spool", "unit_dirs")
     m = r.mapping(node, "paths", allowed)
@@ -312,7 +327,7 @@ def parse_config(text: str, source: str = "<string>") -> Config:
             seen[rule.name] = i
         vals["sanctioned"] = tuple(rules)
     if "training" in top:
-        m = r.mapping(top["training"][1], "training", ("launchers", "device_glob"))
+        m = r.mapping(top["training"][1], "training", ("launchers", "device_glob", "gpu_libraries"))
         if "launchers" in m:
             vals["launchers"] = tuple(
                 r.regex(n, f"training.launchers[{i}]")
@@ -320,6 +335,8 @@ def parse_config(text: str, source: str = "<string>") -> Config:
             )
         if "device_glob" in m:
             vals["device_glob"] = r.string(m["device_glob"][1], "training.device_glob")
+        if "gpu_libraries" in m:
+            vals["gpu_libraries"] = _gpu_libraries(r, m["gpu_libraries"][1])
     if "ignore" in top:
         vals["ignore"] = tuple(
             _ignore(r, n, f"ignore[{i}]")

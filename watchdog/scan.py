@@ -7,6 +7,7 @@ calls :meth:`Scanner.scan` every few seconds inspects only new processes. The on
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -25,6 +26,8 @@ from watchdog.policy.allowlist import judge
 from watchdog.policy.findings import gpu_visibility_findings, job_findings
 from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs, ignore_match
 from watchdog.sources.devfd import DeviceFdSource
+from watchdog.sources.gpulibs import GpuLibraryCache, merge_holders
+from watchdog.sources.procevents import EventBatch
 from watchdog.sources.procfs import ProcessTable
 
 # How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
@@ -38,6 +41,21 @@ class GpuSource(Protocol):
     def snapshot(self, pid_max: int) -> Any:
         """Return an object with ``available``, ``driver_version``, ``error``, ``gpus``,
         ``processes`` and ``findings`` attributes."""
+        ...
+
+
+class EventFeed(Protocol):
+    """Kernel process events between scans (see
+    :class:`watchdog.sources.procevents.ProcEventSource`)."""
+
+    watched: frozenset[int]
+
+    def drain(self) -> EventBatch:
+        """Everything gathered since the last call."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """Mode, reason and counters for ``status`` and metrics."""
         ...
 
 
@@ -62,6 +80,9 @@ class ScanResult:
         gpus: Devices NVML listed.
         jobs: Training jobs, oldest first, with verdicts.
         findings: Job findings first, then health findings.
+        exited: PIDs of processes an exec event caught that exited before this scan
+            (kept for this one scan, state ``X``; never signalled).
+        full_sweep: Every stat file was re-read (kernel events were lost).
     """
 
     host: str
@@ -71,6 +92,8 @@ class ScanResult:
     gpus: list[GpuInfo] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    exited: set[int] = field(default_factory=set)
+    full_sweep: bool = False
 
 
 def resolve_origin(
@@ -129,6 +152,9 @@ class Scanner:
         self.gpu_source = gpu_source
         self.host = socket.gethostname()
         self.launcher_cache = LauncherCache()
+        self.gpu_libraries = GpuLibraryCache(config.gpu_libraries)
+        # Kernel process events (the daemon attaches them; a one-shot scan has none).
+        self.events: EventFeed | None = None
         self._origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin]] = {}
         self._persistent: dict[str, object] = {}
         # Our own PID as seen in proc_root (differs only for a fixture tree).
@@ -195,14 +221,32 @@ class Scanner:
         """
         started = time.monotonic()
         now = now or datetime.now(UTC).astimezone()
+        batch = self.events.drain() if self.events is not None else None
+        exited: set[int] = set()
+        if batch is not None:
+            if batch.full_sweep:  # events were lost: re-read every stat file
+                self.table.watched = set(self.table.watched) | set(self.table.procs)
+            self.table.reinspect(batch.reinspect)
         self.table.refresh()
+        mono = time.monotonic()
+        if batch is not None:
+            exited = self.table.add_exited(batch.captured.values())
+            for pid, (start, libs) in batch.gpu_libraries.items():
+                self.gpu_libraries.note(pid, start, libs, mono)
         nvml, gpus, gpu_procs, health = self._gpu()
         visible, vis_findings = gpu_visibility_findings(
             self.table, gpu_procs, self.gpu_source, self.config.paths.proc_root
         )
-        holders = self.devfd.holders(self.table, time.monotonic())
+        holders = self.devfd.holders(self.table, mono)
+        gpu_libs = merge_holders(self.gpu_libraries.holders(self.table, mono))
         evidence = collect_training(
-            self.table, visible, holders, self.config.launchers, self.launcher_cache, self.self_pids
+            self.table,
+            visible,
+            holders,
+            self.config.launchers,
+            self.launcher_cache,
+            self.self_pids,
+            gpu_libs,
         )
         ignored = {
             pid
@@ -230,7 +274,7 @@ class Scanner:
                 pids = service_pids(job, self.table)
                 job.listening = [x.to_json() for x in listening_for(pids, proc_root)]
         findings = [
-            *job_findings(jobs),
+            *_mark_exited(job_findings(jobs), exited),
             *service_findings(jobs, self.table, self.config.services, proc_root),
             *vis_findings,
             *health,
@@ -242,6 +286,8 @@ class Scanner:
             watched.update(job.pids)
             watched.update(p.pid for p in job.lineage)
         self.table.watched = watched
+        if self.events is not None:
+            self.events.watched = frozenset(watched)
         return ScanResult(
             host=self.host,
             time=now,
@@ -250,7 +296,26 @@ class Scanner:
             gpus=gpus,
             jobs=jobs,
             findings=findings,
+            exited=exited,
+            full_sweep=bool(batch and batch.full_sweep),
         )
+
+
+def _mark_exited(findings: list[Finding], exited: set[int]) -> list[Finding]:
+    """Say so when a job's root had already exited (an exec event caught it): its
+    record is what the kernel showed at exec time, and there is nothing to signal."""
+    if not exited:
+        return findings
+    out = []
+    for f in findings:
+        if f.root_pid in exited:
+            f = dataclasses.replace(
+                f,
+                message=f"{f.message} (already exited: seen at its exec)",
+                details={**f.details, "exited": True},
+            )
+        out.append(f)
+    return out
 
 
 def is_visible(proc_root: str, pid: int) -> bool:

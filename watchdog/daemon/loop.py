@@ -29,6 +29,10 @@ from watchdog.scan import Scanner, ScanResult
 
 log = structlog.get_logger("rogue-watchdog")
 
+# Early ticks (kernel events) start at least this far apart: a burst of launcher execs
+# costs a few scans a second, not one per exec.
+EARLY_TICK_GAP_S = 0.05
+
 
 class FindingSource(Protocol):
     """Something besides the process scan that produces findings each tick
@@ -117,6 +121,9 @@ class Daemon:
         self.on_reload: list[Callable[[Daemon], None]] = []
         self._stop = threading.Event()
         self._reload = threading.Event()
+        # An event source asks for a tick now (request_tick); _wake ends the sleep.
+        self._early = threading.Event()
+        self._wake = threading.Event()
         if self.db.recovered_from:
             log.warning(
                 "state-recovered",
@@ -255,11 +262,20 @@ class Daemon:
     def request_stop(self) -> None:
         """Ask :meth:`run_forever` to return after the current tick."""
         self._stop.set()
+        self._wake.set()
 
     def request_reload(self) -> None:
         """Ask :meth:`run_forever` to reload the configuration before the next tick."""
         self._reload.set()
-        self._stop.set()  # wake the sleep; cleared again below
+        self._wake.set()
+
+    def request_tick(self) -> None:
+        """Ask :meth:`run_forever` to tick now instead of at the end of the interval
+        (safe from any thread: the proc-event source calls it for a launcher's exec).
+        Requests during a tick fold into one more tick, at least ``EARLY_TICK_GAP_S``
+        after the last one began."""
+        self._early.set()
+        self._wake.set()
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT stop cleanly; SIGHUP reloads the configuration."""
@@ -273,15 +289,24 @@ class Daemon:
             w.start()
         try:
             while True:
+                began = time.monotonic()
+                self._early.clear()
                 self.tick(clock())
                 deadline = time.monotonic() + self.config.daemon.interval_s
-                while True:
+                while not (self._stop.is_set() or self._reload.is_set()):
+                    if self._early.is_set():
+                        gap = began + EARLY_TICK_GAP_S - time.monotonic()
+                        if gap <= 0:
+                            break
+                        self._stop.wait(gap)
+                        continue
                     left = deadline - time.monotonic()
-                    if left <= 0 or self._stop.wait(left):
+                    if left <= 0:
                         break
+                    self._wake.wait(left)
+                    self._wake.clear()
                 if self._reload.is_set():
                     self._reload.clear()
-                    self._stop.clear()
                     self.reload()
                     continue
                 if self._stop.is_set():

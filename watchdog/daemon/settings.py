@@ -38,6 +38,11 @@ class DaemonSettings:
         fd_sweep_interval_s: Seconds between full device-fd sweeps.
         metrics_listen: ``HOST:PORT`` for Prometheus metrics (``[::1]:9101`` for IPv6);
             None disables them. Validated by :func:`parse_listen`.
+        events: ``auto``: also follow the kernel's process events (proc connector) and
+            fall back to polling alone where they are unavailable; ``off``: poll only.
+        events_rcvbuf_bytes: Receive buffer of the proc connector socket
+            (``SO_RCVBUF``); events beyond it are dropped by the kernel (``ENOBUFS``)
+            and a full sweep follows.
     """
 
     interval_s: float = 5.0
@@ -46,6 +51,8 @@ class DaemonSettings:
     socket_group: str | None = None
     fd_sweep_interval_s: float = 60.0
     metrics_listen: str | None = None
+    events: Literal["auto", "off"] = "auto"
+    events_rcvbuf_bytes: int = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,8 @@ def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
         "socket_group",
         "fd_sweep_interval_s",
         "metrics_listen",
+        "events",
+        "events_rcvbuf_bytes",
     )
     m = r.mapping(node, "daemon", allowed)
     vals: dict[str, object] = {}
@@ -170,6 +179,15 @@ def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
             except ValueError as exc:
                 raise r.err(v, key, str(exc)) from None
             vals[name] = text
+        elif name == "events":
+            text = r.string(v, key)
+            if text not in ("auto", "off"):
+                raise r.err(v, key, f"must be auto or off, got {text!r}")
+            vals[name] = text
+        elif name == "events_rcvbuf_bytes":
+            vals[name] = r.integer(v, key, 4096)
+            if vals[name] > 1 << 30:  # type: ignore[operator]
+                raise r.err(v, key, f"must be at most {1 << 30} (1 GiB), got {vals[name]}")
         else:
             vals[name] = r.string(v, key)
     return DaemonSettings(**vals)  # type: ignore[arg-type]
