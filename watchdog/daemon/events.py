@@ -82,7 +82,10 @@ class EventsCollector(Collector):
         self.daemon = daemon
 
     def collect(self) -> Iterator[Metric]:
-        """Whether events are in use, and their counters."""
+        """Whether events are in use, and their counters (nothing before the first tick,
+        like the other families)."""
+        if self.daemon.last is None:
+            return
         doc = events_status(self.daemon)
         yield GaugeMetricFamily(
             f"{PREFIX}_proc_events_up",
