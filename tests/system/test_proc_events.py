@@ -246,21 +246,27 @@ def test_exec_under_same_pid_detected_from_the_exec_event(
 ) -> None:
     d = start_daemon(sandbox, interval_s=60)
     daemons.append(d)
-    trainer = sandbox / "train_exec.py"
-    trainer.write_text("import time\ntime.sleep(60)\n")
+    # Two trainers: one signature each, so each gets its own finding.
+    trainers = {name: sandbox / f"train_{name}.py" for name in ("sh", "py")}
+    for trainer in trainers.values():
+        trainer.write_text("import time\ntime.sleep(60)\n")
     go = sandbox / "go"
     # A shell (dash) and a Python process wait for the go file, then exec the trainer
     # in the same process. The Python one keeps its comm (python3 -> python3): no
     # cheap check of the stat line can tell, only the kernel's exec event.
     sh = spawned.start(
-        ["/bin/sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exec {PYTHON} {trainer}"]
+        [
+            "/bin/sh",
+            "-c",
+            f"while [ ! -e {go} ]; do sleep 0.05; done; exec {PYTHON} {trainers['sh']}",
+        ]
     )
     waiter = (
         "import os, time\n"
         f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
         f"os.execv({PYTHON!r}, [{PYTHON!r}, os.environ['TRAINER']])\n"
     )
-    py = spawned.start([PYTHON, "-c", waiter], env={**os.environ, "TRAINER": str(trainer)})
+    py = spawned.start([PYTHON, "-c", waiter], env={**os.environ, "TRAINER": str(trainers["py"])})
     # SIGHUP: a reload and a tick now, so the daemon knows both PIDs before the exec
     # (the next sweep is a minute away).
     reloaded = time.time()
@@ -269,7 +275,7 @@ def test_exec_under_same_pid_detected_from_the_exec_event(
     assert _opened(d, "rogue-job", sh.pid) == [] and _opened(d, "rogue-job", py.pid) == []
     go.touch()
     execed_at = time.time()
-    for pid in (sh.pid, py.pid):
+    for pid, trainer in ((sh.pid, trainers["sh"]), (py.pid, trainers["py"])):
         [event] = poll(f"the exec of {pid} to be found", partial(_opened, d, "rogue-job", pid), 10)
         assert f"PID {pid}, user root, `{PYTHON} {trainer}`" in event["message"]
         seen = datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
