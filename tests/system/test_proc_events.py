@@ -225,9 +225,15 @@ def test_300ms_cron_trainer_found_with_cron_line_and_respawning(
         assert second_pid != first["root_pid"]
         assert f"as PID {second_pid}, started by {origin}" in event["message"]
         assert len(runs()) == 2
-        [rec] = d.query("SELECT * FROM findings WHERE kind='respawned'")
-        details = json.loads(rec["details_json"])
-        assert details["origin"]["file"] == str(cron_file)
+        # Other processes on the host may respawn too: ours is the one from our file.
+        [details] = [
+            x
+            for x in (
+                json.loads(r["details_json"])
+                for r in d.query("SELECT * FROM findings WHERE kind='respawned'")
+            )
+            if x["origin"].get("file") == str(cron_file)
+        ]
         assert details["origin"]["line"] == CRON_LINE
         assert 50 < details["gap_s"] < 70  # one cron minute, less the 300 ms run
         [job] = d.query("SELECT sightings FROM jobs WHERE summary LIKE ?", (f"%{trainer}%",))

@@ -96,13 +96,13 @@ def parse_events(data: bytes) -> Iterator[tuple[int, int, int]]:
         length = _NLMSGHDR.unpack_from(data, off)[0]
         if length < _NLMSGHDR.size or off + length > end:
             return
-        if length >= _DATA_OFFSET + 16:
+        if length >= _DATA_OFFSET + _TWO.size:
             (what,) = _WHAT.unpack_from(data, off + _WHAT_OFFSET)
-            if what == PROC_EVENT_FORK:
+            if what != PROC_EVENT_FORK:
+                yield (what, *_TWO.unpack_from(data, off + _DATA_OFFSET))
+            elif length >= _DATA_OFFSET + _FOUR.size:
                 _, _, pid, tgid = _FOUR.unpack_from(data, off + _DATA_OFFSET)
-            else:
-                pid, tgid = _TWO.unpack_from(data, off + _DATA_OFFSET)
-            yield what, pid, tgid
+                yield what, pid, tgid
         off += (length + 3) & ~3  # NLMSG_ALIGN
 
 
