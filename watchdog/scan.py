@@ -157,6 +157,7 @@ class Scanner:
         self.events: EventFeed | None = None
         self._origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin]] = {}
         self._persistent: dict[str, object] = {}
+        self._hidepid: tuple[str] | None = None
         # Our own PID as seen in proc_root (differs only for a fixture tree).
         self.self_pids = (
             frozenset({os.getpid()}) if config.paths.proc_root == "/proc" else frozenset()
@@ -197,6 +198,8 @@ class Scanner:
                     f" (paths.proc_root is {self.config.paths.proc_root})",
                 )
             )
+        elif (hidden := self._hidepid_blind()) is not None:
+            out.append(Finding("limited-visibility", "warning", hidden))
         elif os.geteuid() != 0:
             out.append(
                 Finding(
@@ -208,6 +211,17 @@ class Scanner:
                 )
             )
         return out
+
+    def _hidepid_blind(self) -> str | None:
+        """Why ``/proc`` hides processes from us, or None.
+
+        ``hidepid=`` (systemd's ``ProtectProc=``) hides every process this one may not
+        ptrace (proc(5)); with CAP_SYS_PTRACE that is none, without it every other
+        user's. Checked once: mount options and capabilities do not change while we run.
+        """
+        if self._hidepid is None:
+            self._hidepid = (hidepid_blind(self.config.paths.proc_root) or "",)
+        return self._hidepid[0] or None
 
     def scan(self, now: datetime | None = None) -> ScanResult:
         """Run one scan.
@@ -321,3 +335,45 @@ def _mark_exited(findings: list[Finding], exited: set[int]) -> list[Finding]:
 def is_visible(proc_root: str, pid: int) -> bool:
     """True when ``/proc/PID`` exists under ``proc_root``."""
     return os.path.exists(f"{proc_root}/{pid}")
+
+
+CAP_SYS_PTRACE = 19  # linux/capability.h
+
+
+def hidepid_blind(proc_root: str) -> str | None:
+    """A sentence saying other users' processes are hidden, or None when they are not.
+
+    Args:
+        proc_root: Where procfs is mounted.
+
+    Returns:
+        None when ``proc_root`` is not mounted with ``hidepid=`` other than ``0``/``off``,
+        or when this process holds CAP_SYS_PTRACE (``CapEff`` of ``/proc/self/status``).
+    """
+    real = os.path.realpath(proc_root)
+    option = None
+    try:
+        with open("/proc/self/mounts") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) >= 4 and fields[2] == "proc" and fields[1] == real:
+                    for opt in fields[3].split(","):
+                        if opt.startswith("hidepid="):
+                            option = opt.partition("=")[2]
+    except OSError:
+        return None
+    if option in (None, "0", "off"):
+        return None
+    try:
+        with open("/proc/self/status") as fh:
+            cap_eff = next((int(x.split()[1], 16) for x in fh if x.startswith("CapEff:")), 0)
+    except (OSError, ValueError):
+        cap_eff = 0
+    if cap_eff & (1 << CAP_SYS_PTRACE):
+        return None
+    return (
+        f"{proc_root} is mounted with hidepid={option} and rogue-watchdog lacks "
+        "CAP_SYS_PTRACE: other users' processes are hidden from it, so their training "
+        "jobs are missed; grant CAP_SYS_PTRACE (the shipped unit does) or mount /proc "
+        "without hidepid"
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import sqlite3
 import subprocess
@@ -405,3 +406,30 @@ def test_run_py_mapping_cudart_is_a_candidate(
     [sj] = [j for j in doc["jobs"] if j["root_pid"] == proc.pid]
     assert sj["evidence"] == ["gpu-library"]
     assert res.returncode == 1
+
+
+# -- ProtectProc=invisible (hidepid) never blinds silently -----------------------------------
+
+
+def test_hidepid_hides_nothing_with_ptrace_and_is_reported_without(sandbox: Path) -> None:
+    need_program("unshare", "capsh", "mount")
+    mnt = sandbox / "proc"
+    mnt.mkdir()
+    probe = f"from watchdog.scan import hidepid_blind; print(hidepid_blind({str(mnt)!r}))"
+    py = f"{sys.executable} -c {shlex.quote(probe)}"
+    script = (
+        f"mount -t proc -o hidepid=invisible proc {mnt} && {py} && "
+        f"capsh --drop=cap_sys_ptrace -- -c {shlex.quote(py)}"
+    )
+    res = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [
+        "None",
+        f"{mnt} is mounted with hidepid=invisible and rogue-watchdog lacks CAP_SYS_PTRACE: "
+        "other users' processes are hidden from it, so their training jobs are missed; "
+        "grant CAP_SYS_PTRACE (the shipped unit does) or mount /proc without hidepid",
+    ]
