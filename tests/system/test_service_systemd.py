@@ -113,8 +113,10 @@ def service(nsystemd: NamespacedSystemd) -> Iterator[tuple[NamespacedSystemd, Pa
     trainer = sd.write_file("train_ghost.py", "import time\ntime.sleep(600)\n")
     sd.add_unit(
         "ghost-retrain.service",
-        "[Unit]\nDefaultDependencies=no\n\n[Service]\n"
-        f"ExecStart=/usr/bin/python3 {trainer} --epochs 90\n",
+        # Another user's process: ProtectProc=invisible must not hide it from the daemon.
+        # (-c: nobody cannot read the 0700 sandbox; the path stays in the command line.)
+        "[Unit]\nDefaultDependencies=no\n\n[Service]\nUser=nobody\n"
+        f"ExecStart=/usr/bin/python3 -c 'import time; time.sleep(600)' {trainer} --epochs 90\n",
         reload=False,
     )
     sd.add_unit("ghost-retrain.timer", "[Unit]\nDefaultDependencies=no\n\n[Timer]\nOnActiveSec=1\n")
@@ -155,7 +157,7 @@ def test_notify_status_reload_stop(service: tuple[NamespacedSystemd, Path, Path]
 
     seen = wait_for("the ghost trainer in status", ghost)
     job, doc = seen["job"], seen["doc"]
-    assert (job["verdict"], job["origin_kind"]) == ("rogue", "systemd")
+    assert (job["verdict"], job["origin_kind"], job["user"]) == ("rogue", "systemd", "nobody")
     assert "ghost-retrain.service" in job["origin"]
     # Kernel process events work under the unit's hardening (CAP_NET_ADMIN, AF_NETLINK).
     assert doc["events"]["mode"] == "events", doc["events"]

@@ -77,6 +77,7 @@ MAX_REINSPECT = 65536
 MAX_CAPTURED = 4096
 MAX_LINEAGE = 64
 RECV_BYTES = 1 << 16
+MAX_DATAGRAMS_PER_ROUND = 512
 
 
 def parse_events(data: bytes) -> Iterator[tuple[int, int, int]]:
@@ -334,7 +335,11 @@ class ProcEventSource:
 
     def _read_all(self, sock: socket.socket) -> None:
         counts = self.counters.events
-        while not self._stopping:
+        # Bounded, so that a storm that never lets the socket run dry still leaves room
+        # for the wake request and the due maps checks between rounds.
+        for _ in range(MAX_DATAGRAMS_PER_ROUND):
+            if self._stopping:
+                return
             try:
                 data = sock.recv(RECV_BYTES)
             except BlockingIOError:
