@@ -278,7 +278,11 @@ def test_exec_under_same_pid_detected_from_the_exec_event(
     # (the next sweep is a minute away).
     reloaded = time.time()
     os.kill(d.proc.pid, signal.SIGHUP)
-    poll("the reload tick", lambda: d.status()["last_scan"]["time"] > reloaded + 0.3, 15)
+    poll(
+        "the reload tick",
+        lambda: d.named("config-reloaded") and d.status()["last_scan"]["time"] >= reloaded,
+        15,
+    )
     assert _opened(d, "rogue-job", sh.pid) == [] and _opened(d, "rogue-job", py.pid) == []
     go.touch()
     execed_at = time.time()
