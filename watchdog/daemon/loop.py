@@ -29,9 +29,12 @@ from watchdog.scan import Scanner, ScanResult
 
 log = structlog.get_logger("rogue-watchdog")
 
-# Early ticks (kernel events) start at least this far apart: a burst of launcher execs
-# costs a few scans a second, not one per exec.
-EARLY_TICK_GAP_S = 0.05
+# Early ticks (kernel events) keep the loop busy at most this fraction of the time: the
+# next one starts no sooner than the last one's duration divided by it after the last
+# began (and never sooner than EARLY_TICK_MIN_GAP_S), so a burst of launcher execs costs
+# a bounded share of a core, not one scan per exec.
+EARLY_TICK_DUTY = 0.25
+EARLY_TICK_MIN_GAP_S = 0.01
 
 
 class FindingSource(Protocol):
@@ -272,8 +275,8 @@ class Daemon:
     def request_tick(self) -> None:
         """Ask :meth:`run_forever` to tick now instead of at the end of the interval
         (safe from any thread: the proc-event source calls it for a launcher's exec).
-        Requests during a tick fold into one more tick, at least ``EARLY_TICK_GAP_S``
-        after the last one began."""
+        Requests during a tick fold into one more tick, spaced so that early ticks
+        keep the loop busy at most ``EARLY_TICK_DUTY`` of the time."""
         self._early.set()
         self._wake.set()
 
@@ -292,10 +295,12 @@ class Daemon:
                 began = time.monotonic()
                 self._early.clear()
                 self.tick(clock())
-                deadline = time.monotonic() + self.config.daemon.interval_s
+                ended = time.monotonic()
+                deadline = ended + self.config.daemon.interval_s
                 while not (self._stop.is_set() or self._reload.is_set()):
                     if self._early.is_set():
-                        gap = began + EARLY_TICK_GAP_S - time.monotonic()
+                        spacing = max(EARLY_TICK_MIN_GAP_S, (ended - began) / EARLY_TICK_DUTY)
+                        gap = began + spacing - time.monotonic()
                         if gap <= 0:
                             break
                         self._stop.wait(gap)
