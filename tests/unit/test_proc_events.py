@@ -311,8 +311,8 @@ def test_run_py_mapping_a_stand_in_cudart_is_a_training_candidate(
     assert (job.verdict, job.evidence) == ("rogue", ["gpu-library"])
     assert all(j.root_pid != plain for j in summary.result.jobs)
     reads = d.scanner.gpu_libraries.reads
-    d.tick(1_000_060.0)  # old identities: maps not read again
-    assert d.scanner.gpu_libraries.reads == reads
+    d.tick(1_000_060.0)  # old identities: maps not read again (the host may start others)
+    assert d.scanner.gpu_libraries.reads - reads <= len(d.scanner.table.new_pids)
     d.db.close()
 
 
