@@ -33,6 +33,9 @@ from watchdog.sources.procfs import ProcessTable
 # How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
 # are re-read after this; `next_run` may lag by as much).
 ORIGIN_TTL_S = 30.0
+# Full sweeps after lost kernel events (every process read again, like the first scan)
+# start at least this far apart, so sustained loss costs a bounded share of a core.
+FULL_SWEEP_MIN_GAP_S = 2.0
 
 
 class GpuSource(Protocol):
@@ -56,6 +59,10 @@ class EventFeed(Protocol):
 
     def status(self) -> dict[str, Any]:
         """Mode, reason and counters for ``status`` and metrics."""
+        ...
+
+    def swept(self) -> None:
+        """Called after a full sweep the feed asked for."""
         ...
 
 
@@ -82,7 +89,7 @@ class ScanResult:
         findings: Job findings first, then health findings.
         exited: PIDs of processes an exec event caught that exited before this scan
             (kept for this one scan, state ``X``; never signalled).
-        full_sweep: Every stat file was re-read (kernel events were lost).
+        full_sweep: Every process was read again in full (kernel events were lost).
     """
 
     host: str
@@ -158,6 +165,8 @@ class Scanner:
         self._origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin]] = {}
         self._persistent: dict[str, object] = {}
         self._hidepid: tuple[str] | None = None
+        self._sweep_due = False
+        self._last_sweep = -FULL_SWEEP_MIN_GAP_S
         # Our own PID as seen in proc_root (differs only for a fixture tree).
         self.self_pids = (
             frozenset({os.getpid()}) if config.paths.proc_root == "/proc" else frozenset()
@@ -235,11 +244,18 @@ class Scanner:
         """
         started = time.monotonic()
         now = now or datetime.now(UTC).astimezone()
-        batch = self.events.drain() if self.events is not None else None
+        feed = self.events
+        batch = feed.drain() if feed is not None else None
         exited: set[int] = set()
-        if batch is not None:
-            if batch.full_sweep:  # events were lost: re-read every stat file
-                self.table.watched = set(self.table.watched) | set(self.table.procs)
+        full_sweep = False
+        if feed is not None and batch is not None:
+            self._sweep_due = self._sweep_due or batch.full_sweep
+            # Events were lost: any process may have exec'd (even keeping its comm), so
+            # every one is read in full again; at most every FULL_SWEEP_MIN_GAP_S.
+            if self._sweep_due and started - self._last_sweep >= FULL_SWEEP_MIN_GAP_S:
+                self._sweep_due, self._last_sweep, full_sweep = False, started, True
+                self.table.reinspect(list(self.table.procs))
+                feed.swept()
             self.table.reinspect(batch.reinspect)
         self.table.refresh()
         mono = time.monotonic()
@@ -311,7 +327,7 @@ class Scanner:
             jobs=jobs,
             findings=findings,
             exited=exited,
-            full_sweep=bool(batch and batch.full_sweep),
+            full_sweep=full_sweep,
         )
 
 

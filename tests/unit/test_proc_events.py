@@ -59,6 +59,7 @@ class FakeFeed:
     def __init__(self, batch: EventBatch) -> None:
         self.batch = batch
         self.watched: frozenset[int] = frozenset()
+        self.sweeps = 0
 
     def drain(self) -> EventBatch:
         batch, self.batch = self.batch, EventBatch()
@@ -66,6 +67,9 @@ class FakeFeed:
 
     def status(self) -> dict[str, object]:
         return {"mode": "events", "available": True}
+
+    def swept(self) -> None:
+        self.sweeps += 1
 
 
 def test_parse_events_decodes_fork_exec_exit_and_skips_truncated() -> None:
@@ -343,3 +347,36 @@ def test_request_tick_wakes_the_loop_early(tmp_path: Path) -> None:
     d.request_stop()
     t.join(10)
     assert not t.is_alive()
+
+
+def test_full_sweep_after_lost_events_finds_a_same_comm_exec(
+    tmp_path: Path, spawned: Spawned
+) -> None:
+    go = tmp_path / "go"
+    trainer = tmp_path / "train_lost_event.py"
+    trainer.write_text("import time\ntime.sleep(60)\n")
+    waiter = (
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
+        "os.execv(sys.executable, [sys.executable, os.environ['TRAINER']])\n"
+    )
+    pid = spawned.start(
+        [sys.executable, "-c", waiter], env={**os.environ, "TRAINER": str(trainer)}
+    ).pid
+    d = Daemon(config(tmp_path))
+    feed = FakeFeed(EventBatch())
+    d.scanner.events = feed
+    poll("the waiter in the table", lambda: (d.tick(1_000_000.0), d.scanner.table.get(pid))[1], 10)
+    go.touch()
+    poll("the exec", lambda: str(trainer) in Path(f"/proc/{pid}/cmdline").read_text(), 10, 0.02)
+    summary = d.tick(1_000_001.0)  # no event for it (lost): the same comm hides the exec
+    assert summary.result is not None and all(j.root_pid != pid for j in summary.result.jobs)
+    feed.batch = EventBatch(full_sweep=True)
+    summary = d.tick(1_000_002.0)
+    assert summary.result is not None and summary.result.full_sweep
+    assert [j.root_pid for j in summary.result.jobs if j.root_pid == pid] == [pid]
+    assert feed.sweeps == 1
+    feed.batch = EventBatch(full_sweep=True)  # again at once: postponed, not repeated
+    summary = d.tick(1_000_003.0)
+    assert summary.result is not None and not summary.result.full_sweep and feed.sweeps == 1
+    d.db.close()

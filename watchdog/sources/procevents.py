@@ -280,9 +280,11 @@ class ProcEventSource:
         """Everything gathered since the last call (called by the scan, main thread)."""
         with self._lock:
             batch, self._batch = self._batch, EventBatch()
-        if batch.full_sweep:
-            self.counters.full_sweeps += 1
         return batch
+
+    def swept(self) -> None:
+        """The scan did a full sweep for lost events (counted for status and metrics)."""
+        self.counters.full_sweeps += 1
 
     def status(self) -> dict[str, Any]:
         """``events`` of the status document (docs/status.md)."""
