@@ -26,7 +26,7 @@ from watchdog.policy.allowlist import judge
 from watchdog.policy.findings import gpu_visibility_findings, job_findings
 from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs, ignore_match
 from watchdog.sources.devfd import DeviceFdSource
-from watchdog.sources.gpulibs import GpuLibraryCache, merge_holders
+from watchdog.sources.gpulibs import GpuLibraryCache
 from watchdog.sources.procevents import EventBatch
 from watchdog.sources.procfs import ProcessTable
 
@@ -268,7 +268,7 @@ class Scanner:
             self.table, gpu_procs, self.gpu_source, self.config.paths.proc_root
         )
         holders = self.devfd.holders(self.table, mono)
-        gpu_libs = merge_holders(self.gpu_libraries.holders(self.table, mono))
+        gpu_libs = self.gpu_libraries.holders(self.table, mono)
         evidence = collect_training(
             self.table,
             visible,

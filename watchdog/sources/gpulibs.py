@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from watchdog.sources.procfs import ProcessTable
 
@@ -131,14 +131,3 @@ class GpuLibraryCache:
         self.reads += 1
         libs = mapped_libraries(proc_root, pid, self.pattern) or ()
         return (first, now, libs)
-
-
-def merge_holders(
-    *parts: Mapping[int, Sequence[str]],
-) -> dict[int, tuple[str, ...]]:
-    """Union of several PID → libraries mappings."""
-    out: dict[int, set[str]] = {}
-    for part in parts:
-        for pid, libs in part.items():
-            out.setdefault(pid, set()).update(libs)
-    return {pid: tuple(sorted(libs)) for pid, libs in out.items()}
