@@ -33,7 +33,7 @@ log = structlog.get_logger("rogue-watchdog")
 # next one starts no sooner than the last one's duration divided by it after the last
 # began (and never sooner than EARLY_TICK_MIN_GAP_S), so a burst of launcher execs costs
 # a bounded share of a core, not one scan per exec.
-EARLY_TICK_DUTY = 0.25
+EARLY_TICK_DUTY = 0.5
 EARLY_TICK_MIN_GAP_S = 0.01
 
 
