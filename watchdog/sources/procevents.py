@@ -239,10 +239,11 @@ class ProcEventSource:
         """Open the connector and start the thread; on failure, poll only and say so once."""
         try:
             self._sock = self.opener(self.rcvbuf_bytes)
-        except OSError as exc:
+        except Exception as exc:  # OSError from the kernel; anything else is no better
+            text = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
             self.available = False
             self.reason = (
-                f"kernel process events unavailable ({exc.strerror or exc}): needs "
+                f"kernel process events unavailable ({text}): needs "
                 "CAP_NET_ADMIN and the initial network namespace; polling every "
                 "daemon.interval_s instead"
             )
