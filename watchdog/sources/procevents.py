@@ -317,19 +317,20 @@ class ProcEventSource:
             try:
                 poller.poll(timeout_ms)
                 self._read_all(sock)
-            except OSError as exc:
+                self._maps_due()
+            except Exception as exc:  # a dead thread must not pass for a live source
                 self._broken(exc)
                 return
-            self._maps_due()
             if self._wake_pending:
                 self._wake_pending = False
                 self.counters.wakes += 1
                 if self.wake is not None:
                     self.wake()
 
-    def _broken(self, exc: OSError) -> None:
+    def _broken(self, exc: Exception) -> None:
+        text = (exc.strerror if isinstance(exc, OSError) else None) or repr(exc)
         self.available = False
-        self.reason = f"kernel process events stopped ({exc.strerror or exc}); polling instead"
+        self.reason = f"kernel process events stopped ({text}); polling instead"
         log.error("proc-events-unavailable", error=str(exc), message=self.reason)
         with self._lock:
             self._batch.full_sweep = True
