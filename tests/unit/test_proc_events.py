@@ -380,3 +380,28 @@ def test_full_sweep_after_lost_events_finds_a_same_comm_exec(
     summary = d.tick(1_000_003.0)
     assert summary.result is not None and not summary.result.full_sweep and feed.sweeps == 1
     d.db.close()
+
+
+def test_a_failing_reader_turns_to_polling_and_asks_for_a_sweep(tmp_path: Path) -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    theirs.setblocking(False)
+    woke = threading.Event()
+
+    def broken(_p: Proc) -> bool:
+        raise RuntimeError("candidate check failed")
+
+    source = ProcEventSource("/proc", broken, wake=woke.set, opener=lambda _n: theirs)
+    source.start()
+    try:
+        ours.send(message(PROC_EVENT_EXEC, os.getpid(), os.getpid()))
+        assert woke.wait(10)
+        poll("the thread to stop", lambda: source.available is False, 10, 0.02)
+        assert source.status()["mode"] == "polling"
+        assert source.reason == (
+            "kernel process events stopped (RuntimeError('candidate check failed')); "
+            "polling instead"
+        )
+        assert source.drain().full_sweep
+    finally:
+        source.stop()
+        ours.close()
