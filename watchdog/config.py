@@ -9,6 +9,7 @@ Reference: docs/config.md; the shipped example is config/example.yaml.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,6 +33,7 @@ from watchdog.configbase import (
 from watchdog.daemon.settings import AlertSettings, DaemonSettings, parse_alerts, parse_daemon
 from watchdog.queue.settings import QueueSettings, parse_queue
 from watchdog.safeio import read_regular, untrusted_reason
+from watchdog.sources.gpulibs import DEFAULT_GPU_LIBRARIES
 from watchdog.weights.settings import ShipGate, parse_ship_gates
 
 __all__ = [
@@ -184,6 +186,7 @@ class Config:
     sanctioned: tuple[Rule, ...] = ()
     launchers: tuple[Regex, ...] = tuple(Regex(p) for p in DEFAULT_LAUNCHERS)
     device_glob: str = DEFAULT_DEVICE_GLOB
+    gpu_libraries: tuple[str, ...] = DEFAULT_GPU_LIBRARIES
     ignore: tuple[IgnoreEntry, ...] = tuple(IgnoreEntry(**e) for e in DEFAULT_IGNORE)
     nvml_enabled: bool = True
     nvml_library: str | None = None
@@ -314,6 +317,19 @@ def _ignore(r: NodeReader, node: yaml.Node, key: str) -> IgnoreEntry:
     )
 
 
+def _gpu_libraries(r: NodeReader, node: yaml.Node) -> tuple[str, ...]:
+    key = "training.gpu_libraries"
+    names = r.strings(node, key)
+    for i, name in enumerate(names):
+        if not re.fullmatch(r"[A-Za-z0-9_+.-]+", name) or name in (".", ".."):
+            raise r.err(
+                r.sequence(node, key)[i],
+                f"{key}[{i}]",
+                f"expected a shared-object file name such as libcudart.so, got {name!r}",
+            )
+    return names
+
+
 def _paths(r: NodeReader, node: yaml.Node) -> Paths:
     allowed = ("proc_root", "crontab", "cron_d", "cron_spool", "unit_dirs")
     m = r.mapping(node, "paths", allowed)
@@ -426,11 +442,13 @@ def _sanctioned(r: NodeReader, node: yaml.Node) -> tuple[Rule, ...]:
 
 def _training(r: NodeReader, node: yaml.Node) -> dict[str, Any]:
     vals: dict[str, Any] = {}
-    m = r.mapping(node, "training", ("launchers", "device_glob"))
+    m = r.mapping(node, "training", ("launchers", "device_glob", "gpu_libraries"))
     if "launchers" in m:
         vals["launchers"] = tuple(r.each(m["launchers"][1], "training.launchers", r.regex))
     if "device_glob" in m:
         vals["device_glob"] = r.glob(m["device_glob"][1], "training.device_glob")
+    if "gpu_libraries" in m:
+        vals["gpu_libraries"] = _gpu_libraries(r, m["gpu_libraries"][1])
     return vals
 
 

@@ -7,6 +7,7 @@ calls :meth:`Scanner.scan` every few seconds inspects only new processes. The on
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -32,11 +33,16 @@ from watchdog.policy.findings import (
 )
 from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs, ignore_match
 from watchdog.sources.devfd import DeviceFdSource
+from watchdog.sources.gpulibs import GpuLibraryCache
+from watchdog.sources.procevents import EventBatch
 from watchdog.sources.procfs import ProcessTable, pid_namespaces, read_identity
 
 # How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
 # are re-read after this; `next_run` may lag by as much).
 ORIGIN_TTL_S = 30.0
+# Full sweeps after lost kernel events (every process read again, like the first scan)
+# start at least this far apart, so sustained loss costs a bounded share of a core.
+FULL_SWEEP_MIN_GAP_S = 2.0
 
 
 class GpuSource(Protocol):
@@ -45,6 +51,25 @@ class GpuSource(Protocol):
     def snapshot(self, pid_max: int) -> Any:
         """Return an object with ``available``, ``driver_version``, ``error``, ``gpus``,
         ``processes`` and ``findings`` attributes."""
+        ...
+
+
+class EventFeed(Protocol):
+    """Kernel process events between scans (see
+    :class:`watchdog.sources.procevents.ProcEventSource`)."""
+
+    watched: frozenset[int]
+
+    def drain(self) -> EventBatch:
+        """Everything gathered since the last call."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """Mode, reason and counters for ``status`` and metrics."""
+        ...
+
+    def swept(self) -> None:
+        """Called after a full sweep the feed asked for."""
         ...
 
 
@@ -73,6 +98,9 @@ class ScanResult:
         gpu_blind: True when some GPU's processes could not be seen this time (NVML
             failing after it loaded, a list refused or hung, or NVML PIDs unmatchable):
             a job missing from ``jobs`` may then still be running.
+        exited: PIDs of processes an exec event caught that exited before this scan
+            (kept for this one scan, state ``X``; never signalled).
+        full_sweep: Every process was read again in full (kernel events were lost).
     """
 
     host: str
@@ -84,6 +112,8 @@ class ScanResult:
     findings: list[Finding] = field(default_factory=list)
     gpu_processes: list[GpuProcess] = field(default_factory=list)
     gpu_blind: bool = False
+    exited: set[int] = field(default_factory=set)
+    full_sweep: bool = False
 
 
 def resolve_origin(
@@ -142,6 +172,9 @@ class Scanner:
         self.gpu_source = gpu_source
         self.host = socket.gethostname()
         self.launcher_cache = LauncherCache()
+        self.gpu_libraries = GpuLibraryCache(config.gpu_libraries)
+        # Kernel process events (the daemon attaches them; a one-shot scan has none).
+        self.events: EventFeed | None = None
         self._origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin]] = {}
         # The origin first resolved for each job root identity (PID, start ticks).
         self._pinned: dict[tuple[int, int], Origin] = {}
@@ -149,6 +182,9 @@ class Scanner:
         # NVML reports PIDs of the initial PID namespace: matched by number only when
         # proc_root shows that namespace (a fixture tree is taken as the host's).
         self.pid_ns = pid_namespaces(config.paths.proc_root) if self.table.trust_inodes else None
+        self._hidepid: tuple[str] | None = None
+        self._sweep_due = False
+        self._last_sweep = -FULL_SWEEP_MIN_GAP_S
         # Our own PID as seen in proc_root (differs only for a fixture tree).
         self.self_pids = (
             frozenset({os.getpid()}) if config.paths.proc_root == "/proc" else frozenset()
@@ -258,6 +294,8 @@ class Scanner:
                     f" (paths.proc_root is {self.config.paths.proc_root})",
                 )
             )
+        elif (hidden := self._hidepid_blind()) is not None:
+            out.append(Finding("limited-visibility", "warning", hidden))
         elif os.geteuid() != 0:
             out.append(
                 Finding(
@@ -269,6 +307,17 @@ class Scanner:
                 )
             )
         return out
+
+    def _hidepid_blind(self) -> str | None:
+        """Why ``/proc`` hides processes from us, or None.
+
+        ``hidepid=`` (systemd's ``ProtectProc=``) hides every process this one may not
+        ptrace (proc(5)); with CAP_SYS_PTRACE that is none, without it every other
+        user's. Checked once: mount options and capabilities do not change while we run.
+        """
+        if self._hidepid is None:
+            self._hidepid = (hidepid_blind(self.config.paths.proc_root) or "",)
+        return self._hidepid[0] or None
 
     def scan(self, now: datetime | None = None) -> ScanResult:
         """Run one scan.
@@ -282,7 +331,25 @@ class Scanner:
         """
         started = time.monotonic()
         now = now or datetime.now(UTC).astimezone()
+        feed = self.events
+        batch = feed.drain() if feed is not None else None
+        exited: set[int] = set()
+        full_sweep = False
+        if feed is not None and batch is not None:
+            self._sweep_due = self._sweep_due or batch.full_sweep
+            # Events were lost: any process may have exec'd (even keeping its comm), so
+            # every one is read in full again; at most every FULL_SWEEP_MIN_GAP_S.
+            if self._sweep_due and started - self._last_sweep >= FULL_SWEEP_MIN_GAP_S:
+                self._sweep_due, self._last_sweep, full_sweep = False, started, True
+                self.table.reinspect(list(self.table.procs))
+                feed.swept()
+            self.table.reinspect(batch.reinspect)
         self.table.refresh()
+        mono = time.monotonic()
+        if batch is not None:
+            exited = self.table.add_exited(batch.captured.values())
+            for pid, (start, libs) in batch.gpu_libraries.items():
+                self.gpu_libraries.note(pid, start, libs, mono)
         nvml, gpus, listed, health, blind_gpus, gpu_blind = self._gpu()
         health += unexplained_memory_findings(
             gpus, listed, blind_gpus, self.config.nvml_unexplained_slack_bytes
@@ -300,9 +367,16 @@ class Scanner:
         visible, vis_findings = gpu_visibility_findings(
             self.table, gpu_procs, self.gpu_source, self.config.paths.proc_root
         )
-        holders = self.devfd.holders(self.table, time.monotonic())
+        holders = self.devfd.holders(self.table, mono)
+        gpu_libs = self.gpu_libraries.holders(self.table, mono)
         evidence = collect_training(
-            self.table, visible, holders, self.config.launchers, self.launcher_cache, self.self_pids
+            self.table,
+            visible,
+            holders,
+            self.config.launchers,
+            self.launcher_cache,
+            self.self_pids,
+            gpu_libs,
         )
         ignored = {
             pid
@@ -336,7 +410,7 @@ class Scanner:
                 pids = service_pids(job, self.table, protected)
                 job.listening = [x.to_json() for x in listening_for(pids, proc_root)]
         findings = [
-            *job_findings(jobs),
+            *_mark_exited(job_findings(jobs), exited),
             *service_findings(jobs, self.table, self.config.services, proc_root),
             *vis_findings,
             *health,
@@ -348,6 +422,8 @@ class Scanner:
             watched.update(job.pids)
             watched.update(p.pid for p in job.lineage)
         self.table.watched = watched
+        if self.events is not None:
+            self.events.watched = frozenset(watched)
         return ScanResult(
             host=self.host,
             time=now,
@@ -358,9 +434,70 @@ class Scanner:
             findings=findings,
             gpu_processes=list(gpu_procs),
             gpu_blind=gpu_blind,
+            exited=exited,
+            full_sweep=full_sweep,
         )
+
+
+def _mark_exited(findings: list[Finding], exited: set[int]) -> list[Finding]:
+    """Say so when a job's root had already exited (an exec event caught it): its
+    record is what the kernel showed at exec time, and there is nothing to signal."""
+    if not exited:
+        return findings
+    out = []
+    for f in findings:
+        if f.root_pid in exited:
+            f = dataclasses.replace(
+                f,
+                message=f"{f.message} (already exited: seen at its exec)",
+                details={**f.details, "exited": True},
+            )
+        out.append(f)
+    return out
 
 
 def is_visible(proc_root: str, pid: int) -> bool:
     """True when ``/proc/PID`` exists under ``proc_root``."""
     return os.path.exists(f"{proc_root}/{pid}")
+
+
+CAP_SYS_PTRACE = 19  # linux/capability.h
+
+
+def hidepid_blind(proc_root: str) -> str | None:
+    """A sentence saying other users' processes are hidden, or None when they are not.
+
+    Args:
+        proc_root: Where procfs is mounted.
+
+    Returns:
+        None when ``proc_root`` is not mounted with ``hidepid=`` other than ``0``/``off``,
+        or when this process holds CAP_SYS_PTRACE (``CapEff`` of ``/proc/self/status``).
+    """
+    real = os.path.realpath(proc_root)
+    option = None
+    try:
+        with open("/proc/self/mounts") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) >= 4 and fields[2] == "proc" and fields[1] == real:
+                    for opt in fields[3].split(","):
+                        if opt.startswith("hidepid="):
+                            option = opt.partition("=")[2]
+    except OSError:
+        return None
+    if option in (None, "0", "off"):
+        return None
+    try:
+        with open("/proc/self/status") as fh:
+            cap_eff = next((int(x.split()[1], 16) for x in fh if x.startswith("CapEff:")), 0)
+    except (OSError, ValueError):
+        cap_eff = 0
+    if cap_eff & (1 << CAP_SYS_PTRACE):
+        return None
+    return (
+        f"{proc_root} is mounted with hidepid={option} and rogue-watchdog lacks "
+        "CAP_SYS_PTRACE: other users' processes are hidden from it, so their training "
+        "jobs are missed; grant CAP_SYS_PTRACE (the shipped unit does) or mount /proc "
+        "without hidepid"
+    )

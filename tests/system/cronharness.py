@@ -70,8 +70,9 @@ class CronHarness:
         """Use the running cron, or start one in the foreground as our child."""
         found = subprocess.run(["pgrep", "-x", "cron"], capture_output=True, text=True)
         pids = [int(p) for p in found.stdout.split()]
-        # Only the daemon itself: its CRON children share the name.
-        daemons = [p for p in pids if _ppid(p) not in pids]
+        # Only the daemon itself: its CRON children share the name (comm), and one whose
+        # daemon was stopped mid-job (re-parented to PID 1) runs no new jobs.
+        daemons = [p for p in pids if _ppid(p) not in pids and _cmdline(p)[:1] != ("CRON",)]
         if daemons:
             self.cron_pid = daemons[0]
             return self.cron_pid

@@ -34,8 +34,8 @@ UNIT_FILE = REPO / "systemd" / UNIT
 SOCKET = "/run/rogue-watchdog/status.sock"
 WATCHDOG_SEC = 4  # tick interval 5 s > WatchdogSec/2: only the keep-alive thread saves it
 # CAP_CHOWN 0, CAP_DAC_OVERRIDE 1, CAP_DAC_READ_SEARCH 2, CAP_FOWNER 3, CAP_KILL 5,
-# CAP_SYS_PTRACE 19 (capabilities(7)); the unit's CapabilityBoundingSet.
-CAPS = sum(1 << n for n in (0, 1, 2, 3, 5, 19))
+# CAP_NET_ADMIN 12, CAP_SYS_PTRACE 19 (capabilities(7)); the unit's CapabilityBoundingSet.
+CAPS = sum(1 << n for n in (0, 1, 2, 3, 5, 12, 19))
 ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "TZ": "UTC"}
 
 
@@ -113,8 +113,10 @@ def service(nsystemd: NamespacedSystemd) -> Iterator[tuple[NamespacedSystemd, Pa
     trainer = sd.write_file("train_ghost.py", "import time\ntime.sleep(600)\n")
     sd.add_unit(
         "ghost-retrain.service",
-        "[Unit]\nDefaultDependencies=no\n\n[Service]\n"
-        f"ExecStart=/usr/bin/python3 {trainer} --epochs 90\n",
+        # Another user's process: ProtectProc=invisible must not hide it from the daemon.
+        # (-c: nobody cannot read the 0700 sandbox; the path stays in the command line.)
+        "[Unit]\nDefaultDependencies=no\n\n[Service]\nUser=nobody\n"
+        f"ExecStart=/usr/bin/python3 -c 'import time; time.sleep(600)' {trainer} --epochs 90\n",
         reload=False,
     )
     sd.add_unit("ghost-retrain.timer", "[Unit]\nDefaultDependencies=no\n\n[Timer]\nOnActiveSec=1\n")
@@ -155,8 +157,10 @@ def test_notify_status_reload_stop(service: tuple[NamespacedSystemd, Path, Path]
 
     seen = wait_for("the ghost trainer in status", ghost)
     job, doc = seen["job"], seen["doc"]
-    assert (job["verdict"], job["origin_kind"]) == ("rogue", "systemd")
+    assert (job["verdict"], job["origin_kind"], job["user"]) == ("rogue", "systemd", "nobody")
     assert "ghost-retrain.service" in job["origin"]
+    # Kernel process events work under the unit's hardening (CAP_NET_ADMIN, AF_NETLINK).
+    assert doc["events"]["mode"] == "events", doc["events"]
     assert doc["nvml"] == {"available": True, "driver_version": "550.54.15", "error": None}
     gpus = [(g["uuid"], g["memory_total_bytes"], g["memory_used_bytes"]) for g in doc["gpus"]]
     assert gpus == [("GPU-svc-0", 150_000_000_000, 10**6)]

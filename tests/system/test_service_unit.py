@@ -42,13 +42,15 @@ def test_service_settings() -> None:
         "PrivateTmp": "yes",
         "NoNewPrivileges": "yes",
         "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6 AF_NETLINK",
-        "ProtectProc": "default",  # the watchdog must see every process
+        # hidepid=invisible hides what the daemon cannot ptrace; CAP_SYS_PTRACE: nothing.
+        "ProtectProc": "invisible",
+        "ProcSubset": "all",
     }.items():
         assert s.get(key) == [value], key
     caps = set(s["CapabilityBoundingSet"][0].split())
     assert caps == {
         "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH", "CAP_DAC_OVERRIDE", "CAP_KILL", "CAP_CHOWN",
-        "CAP_FOWNER",
+        "CAP_FOWNER", "CAP_NET_ADMIN",
     }  # fmt: skip
     assert "PrivateUsers" not in s and "PrivateDevices" not in s
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from watchdog.actions.effects import Effects
 from watchdog.actions.enforcer import build_enforcers
 from watchdog.actions.slurmnode import build_slurm_enforcers
+from watchdog.daemon.events import attach_events
 from watchdog.daemon.loop import Daemon, Enforcer, FindingSource
 from watchdog.queue.actions import build_queue_enforcers
 from watchdog.queue.source import build_queue_sources
@@ -34,7 +35,8 @@ def _rebuildable(daemon: Daemon) -> tuple[list[FindingSource], list[Enforcer]]:
 def attach_parts(daemon: Daemon) -> None:
     """Give ``daemon`` its finding sources, enforcers and the ship-gate worker.
 
-    Also registers a reload hook that rebuilds the queue sources and enforcers.
+    Also registers a reload hook that rebuilds the queue sources and enforcers, and
+    attaches kernel process events (docs/events.md).
     """
     gates = build_ship_gate_sources(daemon.config, daemon.db)
     sources, enforcers = _rebuildable(daemon)
@@ -49,3 +51,4 @@ def attach_parts(daemon: Daemon) -> None:
         d.enforcers = new_enforcers
 
     daemon.on_reload.append(rebuild)
+    attach_events(daemon)

@@ -35,6 +35,13 @@ RELOAD_COMPONENT = "config-reload"
 # Retention runs at most this often (tick time, seconds).
 PRUNE_EVERY_S = 300.0
 
+# Early ticks (kernel events) keep the loop busy at most this fraction of the time: the
+# next one starts no sooner than the last one's duration divided by it after the last
+# began (and never sooner than EARLY_TICK_MIN_GAP_S), so a burst of launcher execs costs
+# a bounded share of a core, not one scan per exec.
+EARLY_TICK_DUTY = 0.5
+EARLY_TICK_MIN_GAP_S = 0.01
+
 
 class FindingSource(Protocol):
     """Something besides the process scan that produces findings each tick
@@ -124,6 +131,9 @@ class Daemon:
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._pruned_at = -math.inf
+        # An event source asks for a tick now (request_tick); _wake ends the sleep.
+        self._early = threading.Event()
+        self._wake = threading.Event()
         if self.db.recovered_from:
             log.warning(
                 "state-recovered",
@@ -314,11 +324,20 @@ class Daemon:
     def request_stop(self) -> None:
         """Ask :meth:`run_forever` to return after the current tick."""
         self._stop.set()
+        self._wake.set()
 
     def request_reload(self) -> None:
         """Ask :meth:`run_forever` to reload the configuration before the next tick."""
         self._reload.set()
-        self._stop.set()  # wake the sleep; cleared again below
+        self._wake.set()
+
+    def request_tick(self) -> None:
+        """Ask :meth:`run_forever` to tick now instead of at the end of the interval
+        (safe from any thread: the proc-event source calls it for a launcher's exec).
+        Requests during a tick fold into one more tick, spaced so that early ticks
+        keep the loop busy at most ``EARLY_TICK_DUTY`` of the time."""
+        self._early.set()
+        self._wake.set()
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT stop cleanly; SIGHUP reloads the configuration."""
@@ -332,15 +351,26 @@ class Daemon:
             w.start()
         try:
             while True:
+                began = time.monotonic()
+                self._early.clear()
                 self.tick(clock())
-                deadline = time.monotonic() + self.config.daemon.interval_s
-                while True:
+                ended = time.monotonic()
+                deadline = ended + self.config.daemon.interval_s
+                while not (self._stop.is_set() or self._reload.is_set()):
+                    if self._early.is_set():
+                        spacing = max(EARLY_TICK_MIN_GAP_S, (ended - began) / EARLY_TICK_DUTY)
+                        gap = began + spacing - time.monotonic()
+                        if gap <= 0:
+                            break
+                        self._stop.wait(gap)
+                        continue
                     left = deadline - time.monotonic()
-                    if left <= 0 or self._stop.wait(left):
+                    if left <= 0:
                         break
+                    self._wake.wait(left)
+                    self._wake.clear()
                 if self._reload.is_set():
                     self._reload.clear()
-                    self._stop.clear()
                     self.reload()
                     continue
                 if self._stop.is_set():

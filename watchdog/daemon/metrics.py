@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, start_http_se
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from watchdog.daemon.events import EventsCollector
 from watchdog.daemon.fleetmetrics import FleetCollector
 from watchdog.daemon.settings import parse_listen
 from watchdog.daemon.state import StateDB
@@ -231,6 +232,7 @@ class MetricsWorker:
         self.collector = MetricsCollector()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
+        self.registry.register(EventsCollector(daemon))
         ProcessCollector(registry=self.registry)
         self.fleet = FleetCollector(daemon)  # host/GPU/origin labels (fleetmetrics.py)
         self.registry.register(self.fleet)

@@ -52,6 +52,11 @@ class DaemonSettings:
             after they were spooled (0 keeps them forever).
         retention_jobs_s: Jobs no longer seen are forgotten this long after they went
             (0 keeps them forever); a respawn after that counts as a new job.
+        events: ``auto``: also follow the kernel's process events (proc connector) and
+            fall back to polling alone where they are unavailable; ``off``: poll only.
+        events_rcvbuf_bytes: Receive buffer of the proc connector socket
+            (``SO_RCVBUF``); events beyond it are dropped by the kernel (``ENOBUFS``)
+            and a full sweep follows.
     """
 
     interval_s: float = 5.0
@@ -63,6 +68,8 @@ class DaemonSettings:
     retention_findings_s: float = 7 * 86400.0
     retention_alerts_s: float = 7 * 86400.0
     retention_jobs_s: float = 7 * 86400.0
+    events: Literal["auto", "off"] = "auto"
+    events_rcvbuf_bytes: int = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -186,6 +193,8 @@ def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
         "retention_findings_s",
         "retention_alerts_s",
         "retention_jobs_s",
+        "events",
+        "events_rcvbuf_bytes",
     )
     m = r.mapping(node, "daemon", allowed)
     vals: dict[str, object] = {}
@@ -220,6 +229,15 @@ def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
             except ValueError as exc:
                 raise r.err(v, key, str(exc)) from None
             vals[name] = text
+        elif name == "events":
+            text = r.string(v, key)
+            if text not in ("auto", "off"):
+                raise r.err(v, key, f"must be auto or off, got {text!r}")
+            vals[name] = text
+        elif name == "events_rcvbuf_bytes":
+            vals[name] = r.integer(v, key, 4096)
+            if vals[name] > 1 << 30:  # type: ignore[operator]
+                raise r.err(v, key, f"must be at most {1 << 30} (1 GiB), got {vals[name]}")
         else:
             vals[name] = r.string(v, key)
     return DaemonSettings(**vals)  # type: ignore[arg-type]

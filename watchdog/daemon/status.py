@@ -65,6 +65,7 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
         None, ``nvml``, ``gpus``, ``jobs``, ``findings`` (open, with ``age_s``), ``alerts``
         (delivery health), ``degraded`` (component → error).
     """
+    from watchdog.daemon.events import events_status
     from watchdog.daemon.loop import config_checksum
 
     now = time.time()
@@ -114,6 +115,7 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
             for j in (result.jobs if result else [])
         ],
         "degraded": _copy(daemon.degraded),
+        "events": events_status(daemon),
     }
     # The state database may be unreadable (overwritten, disk gone): each section that
     # reads it degrades on its own, and the answer carries what the daemon knows in
@@ -278,6 +280,16 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
         )
     else:
         line("last scan: none yet")
+    events = doc.get("events")
+    if isinstance(events, dict):
+        if events.get("mode") == "events":
+            counts = events.get("events") or {}
+            line(
+                f"process events: kernel proc connector ({counts.get('exec', 0)} execs, "
+                f"{events.get('lost', 0)} losses, {events.get('full_sweeps', 0)} full sweeps)"
+            )
+        else:
+            line(f"process events: unavailable, polling only ({events.get('reason')})")
     nvml = doc.get("nvml")
     if nvml is None:
         line("NVML: not probed yet")

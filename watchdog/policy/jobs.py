@@ -75,7 +75,8 @@ def ignore_match(proc: Proc, ignore: Sequence[IgnoreEntry]) -> IgnoreEntry | Non
 
 @dataclass
 class TrainingEvidence:
-    """Why each PID counts as training: ``nvml``, ``device-fd``, ``launcher``."""
+    """Why each PID counts as training: ``nvml``, ``device-fd``, ``launcher``,
+    ``gpu-library``."""
 
     by_pid: dict[int, set[str]] = field(default_factory=dict)
 
@@ -90,6 +91,7 @@ def collect_training(
     launchers: Sequence[Regex],
     launcher_cache: LauncherCache | None = None,
     exclude: frozenset[int] = frozenset(),
+    gpu_libraries: Mapping[int, Sequence[str]] | None = None,
 ) -> TrainingEvidence:
     """Find every training process visible in ``table``.
 
@@ -103,6 +105,9 @@ def collect_training(
         launcher_cache: Reused across scans so unchanged processes are not re-matched.
         exclude: PIDs that are never training: the watchdog itself, which holds
             ``/dev/nvidia*`` open through NVML while it scans.
+        gpu_libraries: PID → CUDA libraries it has mapped
+            (:class:`watchdog.sources.gpulibs.GpuLibraryCache`): GPU-capable before it
+            touches a GPU. Wrappers never count (a shell has nothing to run on a GPU).
 
     Returns:
         Evidence per training PID.
@@ -124,6 +129,10 @@ def collect_training(
             ev.add(pid, "device-fd")
     for pid in launcher_cache.matching(table, launchers):
         ev.add(pid, "launcher")
+    for pid in gpu_libraries or {}:
+        proc = table.get(pid)
+        if proc is not None and not proc.is_zombie and not is_wrapper(proc):
+            ev.add(pid, "gpu-library")
     for pid in exclude:
         ev.by_pid.pop(pid, None)
     for pid in list(ev.by_pid):

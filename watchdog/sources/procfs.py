@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from watchdog.model import Proc
@@ -322,6 +322,7 @@ class ProcessTable:
         self._stat_raw: dict[int, bytes] = {}
         self._children: dict[int, list[int]] | None = None
         self._users: dict[int, str] = {}
+        self._force: set[int] = set()
         self.new_pids: set[int] = set()
         # What the last refresh changed, for caches kept beside the table: PIDs whose
         # record is new or replaced, PIDs that are gone, and a refresh counter.
@@ -392,7 +393,12 @@ class ProcessTable:
             except StatParseError:
                 seen.discard(pid)
                 continue
-            if prev is not None and prev.start_ticks == start and prev.comm == comm:
+            if (
+                prev is not None
+                and prev.start_ticks == start
+                and prev.comm == comm
+                and pid not in self._force
+            ):
                 if prev.ppid != ppid or prev.state != state:
                     procs[pid] = replace(prev, ppid=ppid, state=state, pgid=pgid, sid=sid)
                     changed.add(pid)
@@ -410,11 +416,66 @@ class ProcessTable:
             inodes.pop(pid, None)
         self.changed = changed | new
         self.removed = removed
+        self._force = set()
         self.generation += 1
         fresh = procs
         self._children = None
         self.new_pids = new
         return fresh
+
+    # -- event hooks (watchdog/sources/procevents.py) -----------------------------
+
+    def reinspect(self, pids: Iterable[int]) -> None:
+        """Read these PIDs in full at the next :meth:`refresh`, whatever their inode,
+        stat line and ``comm`` say: the kernel reported an exec or a uid/sid change for
+        them (an exec that keeps ``comm``, ``python3`` → ``python3 train.py``, changes
+        nothing the cheap checks look at)."""
+        for pid in pids:
+            if pid in self._procs:
+                self._force.add(pid)
+                self._inodes.pop(pid, None)
+                self._stat_raw.pop(pid, None)
+
+    def add_exited(self, procs: Iterable[Proc]) -> set[int]:
+        """Keep, until the next :meth:`refresh`, processes an exec event saw that have
+        exited since (a 300 ms job between two refreshes).
+
+        Each is added with state ``X`` (proc(5): dead) when its PID is not in the table;
+        a PID the table shows is a live process (maybe a reused PID) and wins. The next
+        refresh drops them and lists them in ``removed``.
+
+        Args:
+            procs: Records read at exec time (the process and its ancestors).
+
+        Returns:
+            The PIDs added.
+        """
+        added: set[int] = set()
+        for proc in procs:
+            if proc.pid not in self._procs:
+                self._procs[proc.pid] = replace(proc, state="X")
+                added.add(proc.pid)
+        if added:
+            self.changed |= added
+            self._children = None
+        return added
+
+    def read(self, pid: int) -> Proc | None:
+        """Read one process now, without touching the table.
+
+        Returns:
+            Its record, or None when it exited or its stat line is malformed.
+        """
+        raw = _read_bytes(f"{self.proc_root}/{pid}/stat")
+        if raw is None:
+            return None
+        try:
+            comm, state, ppid, pgid, sid, flags, start = parse_stat(
+                raw.decode("utf-8", "surrogateescape")
+            )
+        except StatParseError:
+            return None
+        return self._inspect(pid, comm, state, ppid, pgid, sid, flags, start)
 
     def _inspect(
         self,

@@ -1,0 +1,407 @@
+"""Process events without the kernel connector: decoding, the reader thread on a socket
+pair, the scan's event hook (exited processes, exec with the same comm), GPU-library
+candidates, the fallback, and the loop's early ticks."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Spawned, need_program, poll
+from watchdog.config import Config, ConfigError, parse_config
+from watchdog.daemon.events import EventsCollector, attach_events, events_status
+from watchdog.daemon.loop import Daemon
+from watchdog.daemon.status import render_status
+from watchdog.model import Proc
+from watchdog.policy.jobs import is_launcher
+from watchdog.sources.gpulibs import GpuLibraryCache, library_pattern
+from watchdog.sources.procevents import (
+    PROC_EVENT_EXEC,
+    PROC_EVENT_EXIT,
+    PROC_EVENT_FORK,
+    EventBatch,
+    ProcEventSource,
+    parse_events,
+)
+from watchdog.sources.procfs import ProcessTable
+
+
+def message(what: int, *fields: int) -> bytes:
+    """One netlink message as the proc connector sends it (linux/cn_proc.h): the
+    event_data union is always 24 bytes, whatever the event."""
+    data = struct.pack(f"=IIQ{len(fields)}I", what, 0, 123, *fields).ljust(40, b"\0")
+    cn = struct.pack("=IIIIHH", 1, 1, 0, 0, len(data), 0)
+    body = cn + data
+    return struct.pack("=IHHII", 16 + len(body), 3, 0, 0, 0) + body
+
+
+def config(tmp_path: Path, extra: str = "") -> Config:
+    return parse_config(
+        "nvml: {enabled: false}\n"
+        f"daemon: {{state_dir: '{tmp_path}/state', interval_s: 60}}\n"
+        f"alerts:\n  sinks: [{{type: log, path: '{tmp_path}/alerts.log'}}]\n" + extra,
+        "t.yaml",
+    )
+
+
+class FakeFeed:
+    """An event feed handing the scan one prepared batch."""
+
+    def __init__(self, batch: EventBatch) -> None:
+        self.batch = batch
+        self.watched: frozenset[int] = frozenset()
+        self.sweeps = 0
+
+    def drain(self) -> EventBatch:
+        batch, self.batch = self.batch, EventBatch()
+        return batch
+
+    def status(self) -> dict[str, object]:
+        return {"mode": "events", "available": True}
+
+    def swept(self) -> None:
+        self.sweeps += 1
+
+
+def test_parse_events_decodes_fork_exec_exit_and_skips_truncated() -> None:
+    data = (
+        message(PROC_EVENT_FORK, 10, 10, 11, 11)
+        + message(PROC_EVENT_EXEC, 11, 11)
+        + message(PROC_EVENT_EXIT, 12, 11, 0, 17, 10, 10)
+    )
+    assert list(parse_events(data)) == [
+        (PROC_EVENT_FORK, 11, 11),
+        (PROC_EVENT_EXEC, 11, 11),
+        (PROC_EVENT_EXIT, 12, 11),
+    ]
+    assert list(parse_events(data[:-4])) == [(PROC_EVENT_FORK, 11, 11), (PROC_EVENT_EXEC, 11, 11)]
+    assert list(parse_events(b"\x00" * 8)) == []
+
+
+def _capture_chain(pid: int) -> dict[int, Proc]:
+    reader = ProcessTable("/proc")
+    chain: dict[int, Proc] = {}
+    cur = reader.read(pid)
+    while cur is not None:
+        chain[cur.pid] = cur
+        cur = reader.read(cur.ppid) if cur.ppid > 0 else None
+    return chain
+
+
+def _short_lived(tmp_path: Path, name: str) -> tuple[Path, dict[int, Proc]]:
+    """Run a trainer, read it and its ancestors while it runs (as the exec event does),
+    then let it exit and reap it."""
+    script = tmp_path / name
+    script.write_text("import sys\nsys.stdin.read()\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE)
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    poll("the trainer to exec", lambda: str(script) in cmdline.read_text(errors="replace"), 10)
+    chain = _capture_chain(proc.pid)
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(10)
+    return script, chain
+
+
+def test_exited_rogue_caught_at_exec_is_judged_recorded_resolved_and_respawns(
+    tmp_path: Path,
+) -> None:
+    d = Daemon(config(tmp_path), None)
+    script, chain = _short_lived(tmp_path, "train_blink.py")
+    root = next(iter(chain))
+    d.scanner.events = FakeFeed(EventBatch(captured=chain, candidates={root}))
+    t0 = 1_000_000.0
+    summary = d.tick(t0)
+    assert summary.result is not None
+    [job] = [j for j in summary.result.jobs if str(script) in j.cmdline]
+    assert job.root_pid == root and job.verdict == "rogue" and job.user
+    assert root in summary.result.exited
+    assert [p.pid for p in job.lineage][:2] == [root, os.getpid()]
+    [finding] = [f for f in summary.findings if f.root_pid == root]
+    assert finding.message.endswith("(already exited: seen at its exec)")
+    assert finding.details["exited"] is True
+    assert summary.track is not None
+    assert [(r.kind, r.root_pid) for r in summary.track.opened if r.root_pid == root] == [
+        ("rogue-job", root)
+    ]
+    # The next tick: the record is gone with the process, the finding resolves.
+    summary = d.tick(t0 + 1)
+    assert summary.track is not None
+    assert [r.kind for r in summary.track.resolved if r.root_pid == root] == ["rogue-job"]
+    # Another run of the same job a minute later, also gone before the scan: respawned.
+    _, again = _short_lived(tmp_path, "train_blink.py")
+    second = next(iter(again))
+    d.scanner.events = FakeFeed(EventBatch(captured=again, candidates={second}))
+    summary = d.tick(t0 + 60)
+    assert summary.track is not None
+    kinds = sorted(r.kind for r in summary.track.opened if r.root_pid == second)
+    assert kinds == ["respawned", "rogue-job"]
+    row = d.db.conn.execute(
+        "SELECT sightings, gone_at FROM jobs WHERE summary LIKE ?", (f"%{script}%",)
+    ).fetchone()
+    assert tuple(row) == (2, None)
+
+
+def test_exec_keeping_comm_is_reread_only_when_the_event_says_so(
+    tmp_path: Path, spawned: Spawned
+) -> None:
+    go = tmp_path / "go"
+    trainer = tmp_path / "train_same_comm.py"
+    trainer.write_text("import time\ntime.sleep(60)\n")
+    waiter = (
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
+        "os.execv(sys.executable, [sys.executable, os.environ['TRAINER']])\n"
+    )
+    pid = spawned.start(
+        [sys.executable, "-c", waiter], env={**os.environ, "TRAINER": str(trainer)}
+    ).pid
+    table = ProcessTable("/proc", restat_every=1)  # every stat line re-read each time
+    poll("the waiter", lambda: (table.refresh(), table.get(pid))[1], 10)
+    go.touch()
+    poll("the exec", lambda: str(trainer) in Path(f"/proc/{pid}/cmdline").read_text(), 10, 0.02)
+    table.refresh()
+    stale = table.get(pid)
+    assert stale is not None and str(trainer) not in stale.cmdline  # comm and start unchanged
+    table.reinspect([pid])
+    table.refresh()
+    fresh = table.get(pid)
+    assert fresh is not None and fresh.cmdline == (sys.executable, str(trainer))
+    assert pid in table.new_pids and pid in table.changed
+
+
+def test_reader_thread_captures_a_launcher_exec_and_asks_for_a_tick(
+    tmp_path: Path, spawned: Spawned
+) -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    theirs.setblocking(False)
+    woke = threading.Event()
+    source = ProcEventSource(
+        "/proc",
+        lambda p: is_launcher(p, parse_config("", "t").launchers),
+        gpu_libraries=(),
+        wake=woke.set,
+        opener=lambda _n: theirs,
+    )
+    source.start()
+    try:
+        trainer = tmp_path / "train_event.py"
+        trainer.write_text("import time\ntime.sleep(60)\n")
+        idle = spawned.start([sys.executable, "-c", "import time; time.sleep(60)"]).pid
+        pid = spawned.start([sys.executable, str(trainer)]).pid
+        poll("exec", lambda: str(trainer) in Path(f"/proc/{pid}/cmdline").read_text(), 10, 0.02)
+        ours.send(message(PROC_EVENT_FORK, 1, 1, idle, idle) + message(PROC_EVENT_EXEC, idle, idle))
+        ours.send(message(PROC_EVENT_EXEC, pid, pid))
+        assert woke.wait(10)
+        poll("the capture", lambda: source.counters.candidates, 10, 0.02)
+        batch = source.drain()
+        assert batch.candidates == {pid}
+        assert batch.captured[pid].cmdline == (sys.executable, str(trainer))
+        assert os.getpid() in batch.captured  # the lineage, up to PID 1
+        assert batch.reinspect == {idle, pid}
+        assert source.counters.events["exec"] == 2 and source.counters.events["fork"] == 1
+        # Its exit asks for another tick (the finding resolves without the sweep).
+        woke.clear()
+        ours.send(message(PROC_EVENT_EXIT, pid, pid, 0, 9, 1, 1))
+        assert woke.wait(10)
+    finally:
+        source.stop()
+        ours.close()
+
+
+def test_unavailable_connector_polls_and_says_so_once(tmp_path: Path) -> None:
+    d = Daemon(config(tmp_path), None)
+
+    def refused(_n: int) -> socket.socket:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    source = attach_events(d)
+    assert source is not None and d.workers[0] is source
+    source.opener = refused
+    source.start()
+    d.tick(1_000_000.0)
+    doc = d.status()
+    assert doc["events"] == {
+        "mode": "polling",
+        "available": False,
+        "reason": (
+            "kernel process events unavailable (Connection refused): needs CAP_NET_ADMIN "
+            "and the initial network namespace; polling every daemon.interval_s instead"
+        ),
+        "events": {"fork": 0, "exec": 0, "exit": 0, "uid": 0, "sid": 0},
+        "lost": 0,
+        "full_sweeps": 0,
+        "candidates": 0,
+        "early_ticks_requested": 0,
+    }
+    assert (
+        "process events: unavailable, polling only (kernel process events unavailable "
+        "(Connection refused)" in render_status(json.loads(json.dumps(doc)))
+    )
+    metrics = {m.name: m for m in EventsCollector(d).collect()}
+    assert metrics["rogue_watchdog_proc_events_up"].samples[0].value == 0
+    d.db.close()
+
+
+def test_events_off_by_config(tmp_path: Path) -> None:
+    cfg = parse_config(
+        f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/s', events: 'off'}}\n", "t"
+    )
+    d = Daemon(cfg, None)
+    assert attach_events(d) is None and d.scanner.events is None
+    assert events_status(d)["mode"] == "polling"
+    d.db.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("daemon: {events: on}\n", "t:1: daemon.events: expected a string"),
+        ("daemon: {events: sometimes}\n", "t:1: daemon.events: must be auto or off"),
+        ("daemon: {events_rcvbuf_bytes: 100}\n", "must be at least 4096, got 100"),
+        ("training: {gpu_libraries: [../libcuda.so]}\n", "training.gpu_libraries[0]: expected a"),
+    ],
+)
+def test_event_settings_are_validated(text: str, error: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(text, "t")
+    assert error in str(exc.value)
+
+
+def test_gpu_library_defaults_and_matching() -> None:
+    cfg = parse_config("", "t")
+    assert cfg.gpu_libraries == ("libcuda.so", "libcudart.so", "libtorch_cuda.so", "libnccl.so")
+    pattern = library_pattern(cfg.gpu_libraries)
+    assert pattern is not None
+    maps = (
+        b"7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05\n"
+        b"7f02-7f03 r-xp 0 08:01 2 /opt/venv/torch/lib/libtorch_cuda.so\n"
+        b"7f04-7f05 r-xp 0 08:01 3 /opt/libcudart.so.12 (deleted)\n"
+        b"7f06-7f07 r-xp 0 08:01 4 /opt/libcuda_stub.so\n"
+        b"7f08-7f09 r-xp 0 08:01 5 /opt/libnccl.sox\n"
+    )
+    found = sorted({m.group(1).decode() for m in pattern.finditer(maps)})
+    assert found == ["libcuda.so", "libcudart.so", "libtorch_cuda.so"]
+    assert library_pattern(()) is None
+
+
+def test_run_py_mapping_a_stand_in_cudart_is_a_training_candidate(
+    tmp_path: Path, spawned: Spawned
+) -> None:
+    need_program("gcc")
+    src = tmp_path / "cudart.c"
+    src.write_text("int cudaRuntimeGetVersion(int *v) { *v = 12040; return 0; }\n")
+    lib = tmp_path / "libcudart.so.12"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    script = tmp_path / "run.py"
+    script.write_text("import ctypes, sys, time\nctypes.CDLL(sys.argv[1])\ntime.sleep(60)\n")
+    plain = spawned.start([sys.executable, "-c", "import time; time.sleep(60)"]).pid
+    pid = spawned.start([sys.executable, str(script), str(lib)]).pid
+    maps = Path(f"/proc/{pid}/maps")
+    poll("the library to be mapped", lambda: str(lib) in maps.read_text(), 10, 0.02)
+    d = Daemon(config(tmp_path), None)
+    summary = d.tick(1_000_000.0)
+    assert summary.result is not None
+    [job] = [j for j in summary.result.jobs if j.root_pid == pid]
+    assert (job.verdict, job.evidence) == ("rogue", ["gpu-library"])
+    assert all(j.root_pid != plain for j in summary.result.jobs)
+    reads = d.scanner.gpu_libraries.reads
+    d.tick(1_000_060.0)  # old identities: maps not read again (the host may start others)
+    assert d.scanner.gpu_libraries.reads - reads <= len(d.scanner.table.new_pids)
+    d.db.close()
+
+
+def test_gpu_library_cache_rechecks_young_identities_only() -> None:
+    cache = GpuLibraryCache(("libcudart.so",), recheck_s=10.0)
+    table = ProcessTable("/proc")
+    table.refresh()
+    cache.holders(table, 100.0)
+    first = cache.reads
+    assert first == sum(1 for p in table.procs.values() if not p.kernel_thread and not p.is_zombie)
+    cache.holders(table, 100.5)  # under a second later: nothing re-read
+    assert cache.reads == first
+    cache.holders(table, 200.0)  # older than recheck_s: nothing re-read
+    assert cache.reads == first
+
+
+def test_request_tick_wakes_the_loop_early(tmp_path: Path) -> None:
+    d = Daemon(config(tmp_path), None)
+    ticks: list[float] = []
+    d.on_tick.append(lambda s: ticks.append(time.monotonic()))
+    t = threading.Thread(target=d.run_forever, daemon=True)
+    t.start()
+    poll("the first tick", lambda: ticks, 30, 0.01)
+    asked = time.monotonic()
+    d.request_tick()
+    poll("the early tick", lambda: len(ticks) >= 2, 10, 0.01)
+    assert ticks[1] - asked < 5  # the interval is 60 s
+    d.request_stop()
+    t.join(10)
+    assert not t.is_alive()
+
+
+def test_full_sweep_after_lost_events_finds_a_same_comm_exec(
+    tmp_path: Path, spawned: Spawned
+) -> None:
+    go = tmp_path / "go"
+    trainer = tmp_path / "train_lost_event.py"
+    trainer.write_text("import time\ntime.sleep(60)\n")
+    waiter = (
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
+        "os.execv(sys.executable, [sys.executable, os.environ['TRAINER']])\n"
+    )
+    pid = spawned.start(
+        [sys.executable, "-c", waiter], env={**os.environ, "TRAINER": str(trainer)}
+    ).pid
+    d = Daemon(config(tmp_path))
+    feed = FakeFeed(EventBatch())
+    d.scanner.events = feed
+    poll("the waiter in the table", lambda: (d.tick(1_000_000.0), d.scanner.table.get(pid))[1], 10)
+    go.touch()
+    poll("the exec", lambda: str(trainer) in Path(f"/proc/{pid}/cmdline").read_text(), 10, 0.02)
+    summary = d.tick(1_000_001.0)  # no event for it (lost): the same comm hides the exec
+    assert summary.result is not None and all(j.root_pid != pid for j in summary.result.jobs)
+    feed.batch = EventBatch(full_sweep=True)
+    summary = d.tick(1_000_002.0)
+    assert summary.result is not None and summary.result.full_sweep
+    assert [j.root_pid for j in summary.result.jobs if j.root_pid == pid] == [pid]
+    assert feed.sweeps == 1
+    feed.batch = EventBatch(full_sweep=True)  # again at once: postponed, not repeated
+    summary = d.tick(1_000_003.0)
+    assert summary.result is not None and not summary.result.full_sweep and feed.sweeps == 1
+    d.db.close()
+
+
+def test_a_failing_reader_turns_to_polling_and_asks_for_a_sweep(tmp_path: Path) -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    theirs.setblocking(False)
+    woke = threading.Event()
+
+    def broken(_p: Proc) -> bool:
+        raise RuntimeError("candidate check failed")
+
+    source = ProcEventSource("/proc", broken, wake=woke.set, opener=lambda _n: theirs)
+    source.start()
+    try:
+        ours.send(message(PROC_EVENT_EXEC, os.getpid(), os.getpid()))
+        assert woke.wait(10)
+        poll("the thread to stop", lambda: source.available is False, 10, 0.02)
+        assert source.status()["mode"] == "polling"
+        assert source.reason == (
+            "kernel process events stopped (RuntimeError('candidate check failed')); "
+            "polling instead"
+        )
+        assert source.drain().full_sweep
+    finally:
+        source.stop()
+        ours.close()

@@ -1,0 +1,115 @@
+"""Wire kernel process events into the daemon: an exec of a launcher ticks at once.
+
+:func:`attach_events` gives the daemon a :class:`~watchdog.sources.procevents.ProcEventSource`
+(a worker: its thread starts and stops with the loop), hands it to the scanner as its
+event feed (again after every reload, which builds a new scanner) and lets it call
+:meth:`~watchdog.daemon.loop.Daemon.request_tick`. :class:`EventsCollector` exposes its
+counters on ``/metrics``; :func:`events_status` is the ``events`` object of ``status``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from watchdog.model import Proc
+from watchdog.policy.jobs import is_launcher
+from watchdog.sources.gpulibs import library_pattern
+from watchdog.sources.procevents import ProcEventSource
+
+if TYPE_CHECKING:
+    from watchdog.daemon.loop import Daemon
+
+PREFIX = "rogue_watchdog"
+
+
+def attach_events(daemon: Daemon) -> ProcEventSource | None:
+    """Give ``daemon`` kernel process events unless ``daemon.events`` is ``off``.
+
+    Call before :meth:`Daemon.run_forever` (the source is started with the workers).
+    Where the connector cannot be opened the source says so once and the daemon polls.
+
+    Returns:
+        The source, or None when events are off (or ``paths.proc_root`` is not the
+        host's ``/proc``: kernel PIDs would not match a fixture tree).
+    """
+    config = daemon.config
+    if config.daemon.events == "off" or config.paths.proc_root != "/proc":
+        return None
+
+    def is_candidate(proc: Proc) -> bool:
+        # Read per call: a reload may change the launchers.
+        return is_launcher(proc, daemon.config.launchers)
+
+    source = ProcEventSource(
+        config.paths.proc_root,
+        is_candidate,
+        config.gpu_libraries,
+        config.daemon.events_rcvbuf_bytes,
+        wake=daemon.request_tick,
+    )
+    daemon.scanner.events = source
+    daemon.workers.insert(0, source)  # started before the first tick, stopped last
+
+    def reattach(d: Daemon) -> None:
+        source.pattern = library_pattern(d.config.gpu_libraries)
+        d.scanner.events = source
+
+    daemon.on_reload.append(reattach)
+    return source
+
+
+def events_status(daemon: Daemon) -> dict[str, Any]:
+    """The ``events`` object of the status document (docs/status.md)."""
+    feed = daemon.scanner.events
+    if feed is None:
+        return {
+            "mode": "polling",
+            "available": False,
+            "reason": "kernel process events are off (daemon.events: off, or a "
+            "paths.proc_root other than /proc)",
+        }
+    return feed.status()
+
+
+class EventsCollector(Collector):
+    """``/metrics`` families of the event source, read at scrape time."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def collect(self) -> Iterator[Metric]:
+        """Whether events are in use, and their counters (nothing before the first tick,
+        like the other families)."""
+        if self.daemon.last is None:
+            return
+        doc = events_status(self.daemon)
+        yield GaugeMetricFamily(
+            f"{PREFIX}_proc_events_up",
+            "1 when kernel process events (proc connector) are followed, 0 when polling only.",
+            value=int(doc["mode"] == "events"),
+        )
+        events = CounterMetricFamily(
+            f"{PREFIX}_proc_events", "Kernel process events received, by kind.", labels=["kind"]
+        )
+        for kind, n in sorted((doc.get("events") or {}).items()):
+            events.add_metric([kind], n)
+        yield events
+        yield CounterMetricFamily(
+            f"{PREFIX}_proc_events_lost",
+            "Times the kernel dropped process events (ENOBUFS: socket buffer full).",
+            value=doc.get("lost", 0),
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_full_sweeps",
+            "Scans that re-read every process because events were lost.",
+            value=doc.get("full_sweeps", 0),
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_proc_event_candidates",
+            "Processes captured at exec (launcher, or CUDA libraries mapped).",
+            value=doc.get("candidates", 0),
+        )

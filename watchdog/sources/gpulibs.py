@@ -1,0 +1,133 @@
+"""GPU-capable processes: which ones have the CUDA driver or a CUDA framework mapped.
+
+A process that has mapped ``libcuda.so`` (the driver API), ``libcudart.so`` (the CUDA
+runtime), ``libtorch_cuda.so`` or ``libnccl.so`` can start using a GPU at any moment,
+whatever its script is called (``run.py``). ``/proc/PID/maps`` (proc(5)) lists every
+file mapping with its path in the sixth column; a shared object shows up there as soon
+as the dynamic loader or ``dlopen(3)`` maps it, long before the first CUDA call opens
+``/dev/nvidia*`` or NVML lists the process.
+
+Maps files are large (a PyTorch process maps well over a thousand regions), so they are
+read only for identities (PID + start time) that are new: at their first sighting and,
+because Python imports CUDA libraries seconds after ``execve``, again at most once a
+second while the identity is younger than ``recheck_s``. A hit is kept for the life of
+the identity.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+
+from watchdog.sources.procfs import ProcessTable
+
+DEFAULT_GPU_LIBRARIES: tuple[str, ...] = (
+    "libcuda.so",
+    "libcudart.so",
+    "libtorch_cuda.so",
+    "libnccl.so",
+)
+# A maps file is read up to this size; the libraries a process maps first sit near the
+# top, and an unbounded read of a pathological maps file would stall the scan.
+MAX_MAPS_BYTES = 8 << 20
+
+
+def library_pattern(names: Sequence[str]) -> re.Pattern[bytes] | None:
+    """A pattern finding ``/NAME`` followed by a version suffix (``.12``), the end of
+    the line, or `` (deleted)`` in maps text; None when ``names`` is empty."""
+    if not names:
+        return None
+    alternation = b"|".join(re.escape(n.encode()) for n in names)
+    return re.compile(rb"/(" + alternation + rb")(?=[.\n ]|$)")
+
+
+def mapped_libraries(
+    proc_root: str, pid: int, pattern: re.Pattern[bytes]
+) -> tuple[str, ...] | None:
+    """The listed libraries ``pid`` has mapped.
+
+    Args:
+        proc_root: procfs mount.
+        pid: Process to look at.
+        pattern: From :func:`library_pattern`.
+
+    Returns:
+        Sorted library names (as configured, without version suffix); empty when none
+        is mapped; None when ``/proc/PID/maps`` is unreadable (exited, or another
+        user's process without CAP_SYS_PTRACE).
+    """
+    try:
+        fd = os.open(f"{proc_root}/{pid}/maps", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while size < MAX_MAPS_BYTES and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return tuple(sorted({m.group(1).decode() for m in pattern.finditer(data)}))
+
+
+class GpuLibraryCache:
+    """Per-identity memory of which processes have GPU libraries mapped.
+
+    Args:
+        names: Library names (``training.gpu_libraries``); empty disables the check.
+        recheck_s: How long after its first sighting an identity's maps are read again
+            (at most once a second), for libraries loaded after ``execve``.
+    """
+
+    def __init__(self, names: Sequence[str], recheck_s: float = 10.0) -> None:
+        self.names = tuple(names)
+        self.pattern = library_pattern(self.names)
+        self.recheck_s = recheck_s
+        self.reads = 0
+        # (pid, start_ticks) -> (first seen, last read, libraries found)
+        self._seen: dict[tuple[int, int], tuple[float, float, tuple[str, ...]]] = {}
+
+    def note(self, pid: int, start_ticks: int, libraries: Sequence[str], now: float) -> None:
+        """Record a hit found elsewhere (the event source reads maps after ``execve``)."""
+        if libraries:
+            self._seen[(pid, start_ticks)] = (now, now, tuple(libraries))
+
+    def holders(self, table: ProcessTable, now: float) -> dict[int, tuple[str, ...]]:
+        """PID → mapped GPU libraries, for every process in ``table`` that has any.
+
+        Args:
+            table: Refreshed process table.
+            now: Monotonic seconds.
+        """
+        if self.pattern is None:
+            return {}
+        seen = self._seen
+        alive: dict[tuple[int, int], tuple[float, float, tuple[str, ...]]] = {}
+        out: dict[int, tuple[str, ...]] = {}
+        for pid, proc in table.procs.items():
+            if proc.kernel_thread or proc.is_zombie:
+                continue
+            key = (pid, proc.start_ticks)
+            entry = seen.get(key)
+            if entry is None:
+                entry = self._read(table.proc_root, pid, now, now)
+            elif not entry[2] and now - entry[0] < self.recheck_s and now - entry[1] >= 1.0:
+                entry = self._read(table.proc_root, pid, entry[0], now)
+            alive[key] = entry
+            if entry[2]:
+                out[pid] = entry[2]
+        self._seen = alive
+        return out
+
+    def _read(
+        self, proc_root: str, pid: int, first: float, now: float
+    ) -> tuple[float, float, tuple[str, ...]]:
+        assert self.pattern is not None
+        self.reads += 1
+        libs = mapped_libraries(proc_root, pid, self.pattern) or ()
+        return (first, now, libs)

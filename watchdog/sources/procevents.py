@@ -1,0 +1,464 @@
+"""Kernel process events from the proc connector: see an ``execve`` as it happens.
+
+The kernel's proc connector (``NETLINK_CONNECTOR``, group ``CN_IDX_PROC``;
+include/uapi/linux/cn_proc.h) multicasts one message per fork, exec, exit and uid/sid
+change of every task on the host. pyroute2's ``ProcEventSocket`` opens the socket, binds
+the group and sends the ``PROC_CN_MCAST_LISTEN`` subscription; the messages are then read
+from a duplicate of its descriptor in this module's thread and decoded with ``struct``
+(pyroute2's generic message parser costs about 50 µs per event, four times the whole
+handling here, and a fork/exec storm brings thousands per second).
+
+What each event does (the scan stays the safety net: every ``daemon.interval_s`` a
+sweep reconciles anything missed):
+
+* **exec**: ``/proc/PID/cmdline`` and ``exe`` are read at once. A launcher (the
+  injected ``is_candidate``) is captured right away: the process and each ancestor up
+  to PID 1 are read in full, kept for the next scan even if they exit before it (a
+  300 ms job), and an early tick is requested (``wake``). Any other exec is queued for
+  ``/proc/PID/maps`` checks 0.2, 1 and 3 s later (CUDA libraries are mapped after
+  ``execve``, by the loader or an ``import``); a hit is captured the same way. Every
+  exec'd PID is re-read in full by the next scan (same ``comm``, new program).
+* **exit**: a job member (``watched``) or a captured process that exits requests a
+  tick, so its finding resolves without waiting for the next sweep.
+* **uid/sid change**: re-read at the next scan; a tick at once for a job member.
+* **fork**: counted only; a ``make -j`` or a data-loader pool costs a counter each.
+* **loss**: when the kernel drops messages because the socket buffer is full, the read
+  fails with ``ENOBUFS``: counted, and a full sweep (every stat file re-read) is
+  requested at once.
+
+Bursts are coalesced: one wake request per batch of datagrams read, the daemon's loop
+spaces early ticks, the re-read and maps queues are bounded (overflow turns into a full
+sweep). Where the connector cannot be opened (no CAP_NET_ADMIN on kernels before 6.6,
+not in the initial network namespace, a container) :meth:`ProcEventSource.start`
+records why, logs it once and the daemon polls as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import heapq
+import os
+import select
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from watchdog.model import Proc
+from watchdog.sources.gpulibs import library_pattern, mapped_libraries
+from watchdog.sources.procfs import ProcessTable
+
+log = structlog.get_logger("rogue-watchdog")
+
+# include/uapi/linux/cn_proc.h, enum proc_cn_event (pyroute2 names them PROC_EVENT_*).
+PROC_EVENT_FORK = 0x00000001
+PROC_EVENT_EXEC = 0x00000002
+PROC_EVENT_UID = 0x00000004
+PROC_EVENT_SID = 0x00000080
+PROC_EVENT_EXIT = 0x80000000
+# struct nlmsghdr (16 bytes) + struct cn_msg (20 bytes), then struct proc_event:
+# what u32, cpu u32, timestamp_ns u64 (16 bytes), then the event_data union.
+_NLMSGHDR = struct.Struct("=IHHII")
+_WHAT_OFFSET = 16 + 20
+_DATA_OFFSET = _WHAT_OFFSET + 16
+_WHAT = struct.Struct("=I")
+_TWO = struct.Struct("=II")  # exec/uid/sid/exit: process_pid, process_tgid
+_FOUR = struct.Struct("=IIII")  # fork: parent_pid, parent_tgid, child_pid, child_tgid
+
+MAPS_CHECK_DELAYS_S = (0.2, 1.0, 3.0)
+MAX_QUEUED_MAPS_CHECKS = 20000
+MAX_REINSPECT = 65536
+MAX_CAPTURED = 4096
+MAX_LINEAGE = 64
+RECV_BYTES = 1 << 16
+MAX_DATAGRAMS_PER_ROUND = 512
+
+
+def parse_events(data: bytes) -> Iterator[tuple[int, int, int]]:
+    """Decode one datagram from the proc connector.
+
+    Args:
+        data: What ``recv`` returned: one or more netlink messages, each carrying a
+            ``struct cn_msg`` and a ``struct proc_event`` (linux/cn_proc.h).
+
+    Returns:
+        ``(what, pid, tgid)`` per event: for fork the child's, for exec, uid, sid and
+        exit the process's. Truncated messages are skipped.
+    """
+    off = 0
+    end = len(data)
+    while off + _NLMSGHDR.size <= end:
+        length = _NLMSGHDR.unpack_from(data, off)[0]
+        if length < _NLMSGHDR.size or off + length > end:
+            return
+        if length >= _DATA_OFFSET + _TWO.size:
+            (what,) = _WHAT.unpack_from(data, off + _WHAT_OFFSET)
+            if what != PROC_EVENT_FORK:
+                yield (what, *_TWO.unpack_from(data, off + _DATA_OFFSET))
+            elif length >= _DATA_OFFSET + _FOUR.size:
+                _, _, pid, tgid = _FOUR.unpack_from(data, off + _DATA_OFFSET)
+                yield what, pid, tgid
+        off += (length + 3) & ~3  # NLMSG_ALIGN
+
+
+def open_proc_connector(rcvbuf_bytes: int) -> socket.socket:
+    """Subscribe to the proc connector with pyroute2 and return the socket to read.
+
+    Args:
+        rcvbuf_bytes: ``SO_RCVBUF`` to ask for (the kernel doubles it, socket(7)).
+
+    Returns:
+        A non-blocking ``AF_NETLINK`` socket on a duplicate of the subscribed
+        descriptor (pyroute2's own object is closed: its asyncio plumbing is tied to the
+        thread that made it).
+
+    Raises:
+        OSError: The connector is unavailable: ``ECONNREFUSED`` outside the initial
+            network namespace, ``EPERM`` without CAP_NET_ADMIN (kernels before 6.6),
+            ``EPROTONOSUPPORT`` without CONFIG_PROC_EVENTS.
+    """
+    from pyroute2 import ProcEventSocket
+
+    psock = ProcEventSocket()
+    try:
+        psock.bind()
+        psock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf_bytes)
+        psock.control(listen=True)
+        sock = socket.socket(fileno=os.dup(psock.fileno()))
+    except Exception as exc:
+        if isinstance(exc, OSError):
+            raise
+        raise OSError(errno.EIO, f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        with contextlib.suppress(Exception):
+            psock.close()
+    sock.setblocking(False)
+    return sock
+
+
+@dataclass
+class EventBatch:
+    """What the events since the last scan hand to the next one.
+
+    Attributes:
+        captured: Records read at exec time: each candidate and its ancestors (PID →
+            latest record). The scan keeps those that exited meanwhile.
+        candidates: PIDs captured as launchers or GPU-library mappers.
+        reinspect: PIDs that exec'd or changed uid/sid: re-read in full.
+        gpu_libraries: PID → (start ticks, libraries) found in maps after exec.
+        full_sweep: Events were lost (or a queue overflowed): re-read everything.
+    """
+
+    captured: dict[int, Proc] = field(default_factory=dict)
+    candidates: set[int] = field(default_factory=set)
+    reinspect: set[int] = field(default_factory=set)
+    gpu_libraries: dict[int, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
+    full_sweep: bool = False
+
+
+@dataclass
+class EventCounters:
+    """Totals since start (metrics and ``status``)."""
+
+    events: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(("fork", "exec", "exit", "uid", "sid"), 0)
+    )
+    lost: int = 0
+    full_sweeps: int = 0
+    candidates: int = 0
+    wakes: int = 0
+    missed: int = 0
+    maps_reads: int = 0
+
+
+_KIND = {
+    PROC_EVENT_FORK: "fork",
+    PROC_EVENT_EXEC: "exec",
+    PROC_EVENT_EXIT: "exit",
+    PROC_EVENT_UID: "uid",
+    PROC_EVENT_SID: "sid",
+}
+
+
+class ProcEventSource:
+    """Follows process events in a thread and feeds each scan (a daemon Worker).
+
+    Args:
+        proc_root: procfs mount (``/proc``).
+        is_candidate: True for a process to capture at exec (a launcher); called with a
+            record holding only ``pid``, ``exe`` and ``cmdline``.
+        gpu_libraries: Library names whose mapping makes a process a candidate.
+        rcvbuf_bytes: Socket receive buffer.
+        wake: Called (from this thread) to ask for an early tick.
+        opener: Opens the connector socket (tests inject failures).
+    """
+
+    name = "proc-events"
+
+    def __init__(
+        self,
+        proc_root: str,
+        is_candidate: Callable[[Proc], bool],
+        gpu_libraries: Sequence[str] = (),
+        rcvbuf_bytes: int = 4 << 20,
+        wake: Callable[[], None] | None = None,
+        opener: Callable[[int], socket.socket] = open_proc_connector,
+    ) -> None:
+        self.proc_root = proc_root
+        self.is_candidate = is_candidate
+        self.pattern = library_pattern(gpu_libraries)
+        self.rcvbuf_bytes = rcvbuf_bytes
+        self.wake = wake
+        self.opener = opener
+        self.available: bool | None = None
+        self.reason: str | None = None
+        self.counters = EventCounters()
+        # Job members and their lineage, set by the scanner after each scan.
+        self.watched: frozenset[int] = frozenset()
+        self._reader = ProcessTable(proc_root)
+        self._lock = threading.Lock()
+        self._batch = EventBatch()
+        self._maps_queue: list[tuple[float, int]] = []
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._pipe: tuple[int, int] | None = None
+        self._stopping = False
+        self._wake_pending = False
+        # Captured PIDs still running (this thread only): their exit asks for a tick.
+        self._live: set[int] = set()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the connector and start the thread; on failure, poll only and say so once."""
+        try:
+            self._sock = self.opener(self.rcvbuf_bytes)
+        except Exception as exc:  # OSError from the kernel; anything else is no better
+            text = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+            self.available = False
+            self.reason = (
+                f"kernel process events unavailable ({text}): needs "
+                "CAP_NET_ADMIN and the initial network namespace; polling every "
+                "daemon.interval_s instead"
+            )
+            log.warning("proc-events-unavailable", error=str(exc), message=self.reason)
+            return
+        self.available = True
+        self.reason = None
+        self._stopping = False
+        self._pipe = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="proc-events", daemon=True)
+        self._thread.start()
+        log.info("proc-events-listening", rcvbuf_bytes=self.rcvbuf_bytes)
+
+    def stop(self) -> None:
+        """Stop the thread and close the socket."""
+        self._stopping = True
+        if self._pipe is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._pipe[1], b"x")
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._pipe is not None:
+            for fd in self._pipe:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._pipe = None
+
+    # -- what the scan takes -------------------------------------------------------------
+
+    def drain(self) -> EventBatch:
+        """Everything gathered since the last call (called by the scan, main thread)."""
+        with self._lock:
+            batch, self._batch = self._batch, EventBatch()
+        return batch
+
+    def swept(self) -> None:
+        """The scan did a full sweep for lost events (counted for status and metrics)."""
+        self.counters.full_sweeps += 1
+
+    def status(self) -> dict[str, Any]:
+        """``events`` of the status document (docs/status.md)."""
+        c = self.counters
+        return {
+            "mode": "events" if self.available else "polling",
+            "available": bool(self.available),
+            "reason": self.reason,
+            "events": dict(c.events),
+            "lost": c.lost,
+            "full_sweeps": c.full_sweeps,
+            "candidates": c.candidates,
+            "early_ticks_requested": c.wakes,
+        }
+
+    # -- the thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        sock, pipe = self._sock, self._pipe
+        assert sock is not None and pipe is not None
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        poller.register(pipe[0], select.POLLIN)
+        while not self._stopping:
+            timeout_ms = -1
+            if self._maps_queue:
+                due = self._maps_queue[0][0] - time.monotonic()
+                timeout_ms = max(0, int(due * 1000) + 1)
+            try:
+                poller.poll(timeout_ms)
+                self._read_all(sock)
+                self._maps_due()
+            except Exception as exc:  # a dead thread must not pass for a live source
+                self._broken(exc)
+                return
+            if self._wake_pending:
+                self._wake_pending = False
+                self.counters.wakes += 1
+                if self.wake is not None:
+                    self.wake()
+
+    def _broken(self, exc: Exception) -> None:
+        text = (exc.strerror if isinstance(exc, OSError) else None) or repr(exc)
+        self.available = False
+        self.reason = f"kernel process events stopped ({text}); polling instead"
+        log.error("proc-events-unavailable", error=str(exc), message=self.reason)
+        with self._lock:
+            self._batch.full_sweep = True
+        if self.wake is not None:
+            self.wake()
+
+    def _read_all(self, sock: socket.socket) -> None:
+        counts = self.counters.events
+        # Bounded, so that a storm that never lets the socket run dry still leaves room
+        # for the wake request and the due maps checks between rounds.
+        for _ in range(MAX_DATAGRAMS_PER_ROUND):
+            if self._stopping:
+                return
+            try:
+                data = sock.recv(RECV_BYTES)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS:
+                    raise
+                self._lost()
+                continue
+            for what, pid, tgid in parse_events(data):
+                kind = _KIND.get(what)
+                if kind is None:
+                    continue  # the subscription's acknowledgement, ptrace, comm, coredump
+                counts[kind] += 1
+                if what == PROC_EVENT_EXEC:
+                    self._on_exec(tgid)
+                elif what == PROC_EVENT_EXIT:
+                    if pid == tgid and (tgid in self.watched or tgid in self._live):
+                        self._live.discard(tgid)
+                        self._wake_pending = True
+                elif what != PROC_EVENT_FORK:
+                    self._reinspect(tgid)
+                    if tgid in self.watched:
+                        self._wake_pending = True
+
+    def _lost(self) -> None:
+        self.counters.lost += 1
+        with self._lock:
+            self._batch.full_sweep = True
+        if self.counters.lost == 1 or self.counters.lost % 100 == 0:
+            log.warning(
+                "proc-events-lost",
+                lost=self.counters.lost,
+                message="the kernel dropped process events (socket buffer full); "
+                "a full sweep follows",
+            )
+        self._wake_pending = True
+
+    def _reinspect(self, pid: int) -> None:
+        with self._lock:
+            batch = self._batch
+            if len(batch.reinspect) >= MAX_REINSPECT:
+                batch.reinspect.clear()
+                batch.full_sweep = True
+            batch.reinspect.add(pid)
+
+    def _on_exec(self, pid: int) -> None:
+        self._reinspect(pid)
+        base = f"{self.proc_root}/{pid}"
+        try:
+            fd = os.open(f"{base}/cmdline", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self.counters.missed += 1  # gone already; the sweep cannot see it either
+            return
+        try:
+            raw = os.read(fd, 8192)
+        except OSError:
+            raw = b""
+        finally:
+            os.close(fd)
+        try:
+            exe: str | None = os.readlink(f"{base}/exe")
+        except OSError:
+            exe = None
+        parts = raw.decode("utf-8", "surrogateescape").split("\0")
+        if parts and parts[-1] == "":
+            parts.pop()
+        quick = Proc(pid, 0, 0, "R", "", exe=exe, cmdline=tuple(parts))
+        if self.is_candidate(quick):
+            self._capture(pid, ())
+        elif self.pattern is not None and len(self._maps_queue) < MAX_QUEUED_MAPS_CHECKS:
+            now = time.monotonic()
+            for delay in MAPS_CHECK_DELAYS_S:
+                heapq.heappush(self._maps_queue, (now + delay, pid))
+
+    def _maps_due(self) -> None:
+        if self.pattern is None:
+            return
+        now = time.monotonic()
+        queue = self._maps_queue
+        while queue and queue[0][0] <= now:
+            _, pid = heapq.heappop(queue)
+            if pid in self._live:
+                continue
+            self.counters.maps_reads += 1
+            libs = mapped_libraries(self.proc_root, pid, self.pattern)
+            if libs:
+                self._capture(pid, libs)
+
+    def _capture(self, pid: int, libraries: tuple[str, ...]) -> None:
+        proc = self._reader.read(pid)
+        if proc is None or proc.kernel_thread:
+            self.counters.missed += 1
+            return
+        chain = [proc]
+        cur = proc
+        while cur.ppid > 0 and len(chain) < MAX_LINEAGE:
+            parent = self._reader.read(cur.ppid)
+            if parent is None:
+                break
+            chain.append(parent)
+            cur = parent
+        self.counters.candidates += 1
+        if len(self._live) >= MAX_CAPTURED:
+            self._live.clear()
+        self._live.add(pid)
+        with self._lock:
+            batch = self._batch
+            if len(batch.captured) + len(chain) > MAX_CAPTURED:
+                batch.captured.clear()
+                batch.candidates.clear()
+                batch.full_sweep = True
+            for p in chain:
+                batch.captured[p.pid] = p
+            batch.candidates.add(pid)
+            if libraries:
+                batch.gpu_libraries[pid] = (proc.start_ticks, libraries)
+        self._wake_pending = True
