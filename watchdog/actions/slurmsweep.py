@@ -109,7 +109,10 @@ class SweepReport:
             out.append(f"Slurm job {job}: not checked, Slurm could not be asked ({why})")
         for job, outcome in sorted(self.outcomes.items()):
             for p in outcome.procs:
-                sent = "+".join(p.signals) or "no signal"
+                # The escalation a person cares about; the SIGSTOP/SIGCONT that freeze the
+                # tree while it is stopped (docs/operations.md) are in the JSON report.
+                escalation = [s for s in p.signals if s not in ("SIGSTOP", "SIGCONT")]
+                sent = "+".join(escalation) or "no signal"
                 why = f" ({p.reason})" if p.reason else ""
                 out.append(f"job {job}: PID {p.pid} {p.result} after {sent}{why}")
         if self.drained:
