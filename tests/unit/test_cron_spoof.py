@@ -175,3 +175,27 @@ def test_reparented_job_at_its_tick_as_its_user_is_the_entry(tmp_path: Path) -> 
         _line3(tmp_path),
         3,
     )
+
+
+@pytest.mark.parametrize("case", ["fake-daemon", "wrong-user", "wrong-time"])
+def test_disable_source_never_targets_the_real_line_for_a_spoof(tmp_path: Path, case: str) -> None:
+    from watchdog.actions.disable import plan_disable
+    from watchdog.actions.effects import Effects
+
+    chain, started = {
+        "fake-daemon": (_chain(cron_exe="/work/advtest/fake/cron"), FIRED),
+        "wrong-user": (_chain(shell_uid=0), FIRED),
+        "wrong-time": (_chain(), OFF_TICK),
+    }[case]
+    ctx = _host(tmp_path, started, chain)
+    before = (tmp_path / "cron.d/retrain").read_bytes()
+    plan = plan_disable(
+        _origin(ctx).to_json(),
+        reason="rogue job",
+        now=1_800_000_000.0,
+        backup_dir=str(tmp_path / "bk"),
+        effects=Effects(),
+    )
+    assert plan.refused is not None
+    assert plan.target == "-"
+    assert (tmp_path / "cron.d/retrain").read_bytes() == before
