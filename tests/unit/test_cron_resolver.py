@@ -203,8 +203,7 @@ def test_exact_match_of_another_user_is_not_its_entry(tmp_path: Path) -> None:
     assert origin.fields["file"] == f"{root}/etc/cron.d/legacy-retrain"
     assert not [e for e in origin.evidence if e.startswith("ambiguous")]
     assert (
-        f"not {root}/etc/cron.d/another:1: PID 299 runs as mlops, and cron runs that entry "
-        "as other"
+        f"not {root}/etc/cron.d/another:1: PID 299 runs as mlops, and cron runs that entry as other"
     ) in origin.evidence
 
 

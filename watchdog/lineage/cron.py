@@ -150,12 +150,11 @@ class CronResolver:
                 for e in entries
                 if _norm(e.run_command) == wanted
             ]
+            refused: list[str] = []
             if matches:
                 matches, refused = _could_start(matches, shell, daemon_top, ctx, _TICK_SLACK_S)
-                if not matches:
-                    return _refused_origin(refused, shell, evidence, read, ctx)
                 evidence.extend(refused)
-            else:
+            if not matches:
                 # cron ran exactly CMD: an entry with another command did not start this
                 # process, however much of it the command line shares (a pipeline's line
                 # running the same script must never inherit a retired line's ghost).
@@ -163,13 +162,15 @@ class CronResolver:
                 retired = _retired_entry(ctx, read, cmd, shell.user)
                 if retired is not None:
                     return _retired_origin(retired, lineage, evidence, others, ctx, cmd)
+                if refused:
+                    return _refused_origin(shell, evidence, read, ctx)
         else:
             matches = _contained(lineage[: idx - 1] or lineage[:1], entries)
             if matches:
                 matches, refused = _could_start(matches, shell, daemon_top, ctx, _TICK_SLACK_S)
-                if not matches:
-                    return _refused_origin(refused, shell, evidence, read, ctx)
                 evidence.extend(refused)
+                if not matches:
+                    return _refused_origin(shell, evidence, read, ctx)
         matches = _prefer_user(matches, shell.user)
         if not matches:
             remediation = None
@@ -511,21 +512,21 @@ def _late(
     )
 
 
-def _refused_origin(
-    refused: list[str], shell: Proc, evidence: list[str], read: _Tabs, ctx: ResolveContext
-) -> Origin:
-    """A real cron ran this job, but no entry that matches its command can have."""
-    evidence.extend(refused)
+def _refused_origin(shell: Proc, evidence: list[str], read: _Tabs, ctx: ResolveContext) -> Origin:
+    """A real cron ran this job, but no entry that matches its command can have
+    (``entry_state`` ``unattributed``; the reasons are already in ``evidence``)."""
     evidence.extend(_unread_notes(read))
     evidence.append(
         "no live entry can have started it (wrong user or time): it is attributed to no "
         "line, and no line is to be disabled for it"
     )
+    fields = _fields(None, shell.user, ctx)
+    fields["entry_state"] = "unattributed"
     return Origin(
         kind="cron",
         evidence=tuple(evidence),
         remediation=None,
-        fields=_fields(None, shell.user, ctx),
+        fields=fields,
     )
 
 
