@@ -354,11 +354,18 @@ def test_scan_never_sanctions_an_environment_claim(tmp_path: Path) -> None:
     from watchdog.lineage import default_resolvers
     from watchdog.scan import resolve_origin
 
+    from watchdog.config import OriginPin
+    from watchdog.policy.allowlist import origin_mismatch
+
     ctx = make_context(tmp_path, _user_shell_tree(CLAIM_ENV), Recorder())
     origin = resolve_origin(lineage(ctx, 60), ctx, default_resolvers())
     assert origin.kind != "slurm"
     assert CLAIM_NOTE in origin.evidence
     assert "scancel" not in (origin.remediation or "")
+    # The example's research-slurm rule (origin: {slurm_account: research}) must not match.
+    assert origin_mismatch(OriginPin(slurm_account="research"), origin) == (
+        "origin must be Slurm account 'research'"
+    )
 
 
 def test_title_set_with_exec_a_is_not_slurmstepd(tmp_path: Path) -> None:
