@@ -494,7 +494,8 @@ def _late(
         return None
     when = datetime.fromtimestamp(start_s, _zone(ctx)).isoformat(timespec="seconds")
     if entry.expression is None:
-        if daemon is None:
+        # anacron entries run by elapsed days after a delay: no clock time to check.
+        if daemon is None or entry.schedule != "@reboot":
             return None
         daemon_s = ctx.table.start_time_s(daemon.start_ticks)
         if daemon_s is None or 0 <= start_s - daemon_s <= _REBOOT_SLACK_S:
