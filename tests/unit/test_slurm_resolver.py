@@ -351,11 +351,10 @@ def test_environment_naming_a_running_job_is_still_only_a_claim(tmp_path: Path) 
 
 
 def test_scan_never_sanctions_an_environment_claim(tmp_path: Path) -> None:
-    from watchdog.lineage import default_resolvers
-    from watchdog.scan import resolve_origin
-
     from watchdog.config import OriginPin
+    from watchdog.lineage import default_resolvers
     from watchdog.policy.allowlist import origin_mismatch
+    from watchdog.scan import resolve_origin
 
     ctx = make_context(tmp_path, _user_shell_tree(CLAIM_ENV), Recorder())
     origin = resolve_origin(lineage(ctx, 60), ctx, default_resolvers())
