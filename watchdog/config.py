@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,9 @@ from watchdog.configbase import (
     NodeReader,
     Regex,
     errors_of,
+    glob_matches_everything,
     raise_all,
+    regex_matches_everything,
 )
 from watchdog.daemon.settings import AlertSettings, DaemonSettings, parse_alerts, parse_daemon
 from watchdog.queue.settings import QueueSettings, parse_queue
@@ -60,6 +63,19 @@ DEFAULT_LAUNCHERS: tuple[str, ...] = (
 )
 MAX_CONFIG_BYTES = 1 << 20
 DEFAULT_DEVICE_GLOB = "/dev/nvidia[0-9]*"
+# File descriptor targets every host has that are never a GPU: a device glob matching
+# one makes ordinary processes (cron's CRON child, a shell) GPU users.
+NOT_GPU_FDS = (
+    "/dev/null",
+    "/dev/pts/0",
+    "/dev/tty",
+    "/dev/urandom",
+    "socket:[1]",
+    "pipe:[1]",
+    "anon_inode:[eventfd]",
+    "/tmp/x",
+    "/var/log/syslog",
+)
 # Full paths under /usr: a basename or a command-line word is something any user can
 # choose, and an ignored job raises no finding.
 DEFAULT_IGNORE: tuple[dict[str, str], ...] = (
@@ -288,6 +304,7 @@ def _rule(r: NodeReader, node: yaml.Node, key: str) -> Rule | None:
         value = r.attempt(parse)
         if value is not None:
             vals[name] = value
+    _everything_rule(r, key, m, vals)
     if len(r.errors) > failed:
         return None
     return Rule(
@@ -301,20 +318,69 @@ def _rule(r: NodeReader, node: yaml.Node, key: str) -> Rule | None:
     )
 
 
+def _everything_rule(
+    r: NodeReader, key: str, m: dict[str, tuple[yaml.Node, yaml.Node]], vals: dict[str, Any]
+) -> None:
+    """Refuse a rule that sanctions every job; warn when only its pins narrow it."""
+    if "cmdline" in vals and glob_matches_everything(vals["cmdline"]):
+        name, pattern = "cmdline", vals["cmdline"]
+    elif "cmdline_regex" in vals and regex_matches_everything(vals["cmdline_regex"]):
+        name, pattern = "cmdline_regex", vals["cmdline_regex"].pattern
+    else:
+        return
+    node, sub = m[name][1], f"{key}.{name}"
+    origin = vals.get("origin")
+    if isinstance(origin, OriginPin) and origin.any and "user" not in vals:
+        r.record(
+            r.err(
+                node,
+                sub,
+                f"{pattern!r} matches every command line and the origin is 'any: true': "
+                "the rule would sanction every training job on the host; name the program "
+                "it runs (e.g. '*/train.py *')",
+            )
+        )
+    else:
+        r.warn(
+            node,
+            sub,
+            f"{pattern!r} matches every command line: only the rule's origin and user pins "
+            "decide what it sanctions",
+        )
+
+
 def _ignore(r: NodeReader, node: yaml.Node, key: str) -> IgnoreEntry:
     if isinstance(node, yaml.ScalarNode):
         name = r.glob(node, key)
+        _everything_ignored(r, node, key, name, exe=True)
         return IgnoreEntry(name=name, exe=name)
     m = r.mapping(node, key, ("name", "exe", "cmdline"))
     if "name" not in m:
         raise r.err(node, f"{key}.name", "required key missing")
     if "exe" not in m and "cmdline" not in m:
         raise r.err(node, key, "needs exe or cmdline")
-    return IgnoreEntry(
+    entry = IgnoreEntry(
         name=r.string(m["name"][1], f"{key}.name"),
         exe=r.glob(m["exe"][1], f"{key}.exe") if "exe" in m else None,
         cmdline=r.glob(m["cmdline"][1], f"{key}.cmdline") if "cmdline" in m else None,
     )
+    if entry.exe is not None:
+        _everything_ignored(r, m["exe"][1], f"{key}.exe", entry.exe, exe=True)
+    if entry.cmdline is not None:
+        _everything_ignored(r, m["cmdline"][1], f"{key}.cmdline", entry.cmdline, exe=False)
+    return entry
+
+
+def _everything_ignored(r: NodeReader, node: yaml.Node, key: str, pattern: str, exe: bool) -> None:
+    """An ignore entry matching every executable or command line hides every job."""
+    if glob_matches_everything(pattern, paths=exe):
+        what = "executable" if exe else "command line"
+        raise r.err(
+            node,
+            key,
+            f"{pattern!r} matches every {what}: every GPU job would be ignored (no "
+            "finding, never terminated); name the program (e.g. '/usr/*/Xorg')",
+        )
 
 
 def _gpu_libraries(r: NodeReader, node: yaml.Node) -> tuple[str, ...]:
@@ -444,12 +510,39 @@ def _training(r: NodeReader, node: yaml.Node) -> dict[str, Any]:
     vals: dict[str, Any] = {}
     m = r.mapping(node, "training", ("launchers", "device_glob", "gpu_libraries"))
     if "launchers" in m:
-        vals["launchers"] = tuple(r.each(m["launchers"][1], "training.launchers", r.regex))
+        vals["launchers"] = tuple(r.each(m["launchers"][1], "training.launchers", _launcher(r)))
     if "device_glob" in m:
-        vals["device_glob"] = r.glob(m["device_glob"][1], "training.device_glob")
+        node = m["device_glob"][1]
+        glob = r.glob(node, "training.device_glob")
+        hits = [fd for fd in NOT_GPU_FDS if fnmatchcase(fd, glob)]
+        if hits:
+            raise r.err(
+                node,
+                "training.device_glob",
+                f"{glob!r} matches {hits[0]!r}, which is no GPU: every process holding "
+                "one would count as a GPU user (host services become rogue jobs); match "
+                "the GPU device nodes only (default '/dev/nvidia[0-9]*')",
+            )
+        vals["device_glob"] = glob
     if "gpu_libraries" in m:
         vals["gpu_libraries"] = _gpu_libraries(r, m["gpu_libraries"][1])
     return vals
+
+
+def _launcher(r: NodeReader) -> Callable[[yaml.Node, str], Regex]:
+    def parse(node: yaml.Node, key: str) -> Regex:
+        regex = r.regex(node, key)
+        if regex_matches_everything(regex):
+            raise r.err(
+                node,
+                key,
+                f"{regex.pattern!r} matches every command line: every process (cron, "
+                "shells, host services) would be a training job, rogue unless sanctioned; "
+                "name the launcher (e.g. '(^|[\\s/])torchrun(\\s|$)')",
+            )
+        return regex
+
+    return parse
 
 
 def _nvml(r: NodeReader, node: yaml.Node) -> dict[str, Any]:

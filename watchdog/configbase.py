@@ -12,6 +12,7 @@ import pwd
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Literal, TypeVar
 
 import re2  # type: ignore[import-untyped]  # google-re2, no stubs
@@ -211,6 +212,30 @@ def glob_problem(pattern: str) -> str | None:
     return None
 
 
+# Every number in the configuration is a duration in seconds. Past this, the daemon's
+# clocks overflow (datetime, time_t, threading timeouts) or it stops doing its work.
+MAX_DURATION_S = 10 * 365 * 86400.0
+# Texts a pattern that matches "everything" matches: command lines, executables, names
+# of every shape (a pattern matching all of these matches any text a host can show).
+_ANY_TEXT = ("a", "Z9", "0 -", "/q/x y -z", "\u2603", "CRON -f", "-")
+_ANY_PATH = ("/a", "/Z9/b c", "/\u2603", "/usr/sbin/cron", "/x.-_/0")
+
+
+def regex_matches_everything(regex: Regex) -> bool:
+    """True when ``regex`` is found in any text at all (``|x``, ``(?i)``, ``.``, ``.*``).
+
+    Such a pattern decides nothing: sanctioning, ignoring or launching "whatever the
+    command line" must be said by not giving a pattern, never by one that matches all.
+    """
+    return all(regex.search(text) is not None for text in _ANY_TEXT)
+
+
+def glob_matches_everything(glob: str, *, paths: bool = False) -> bool:
+    """True when the fnmatch ``glob`` matches any text (``*``, ``?*``), or any absolute
+    path when ``paths`` is set (``/*``)."""
+    return all(fnmatchcase(text, glob) for text in (_ANY_PATH if paths else _ANY_TEXT))
+
+
 _CONSTRUCTOR = yaml.SafeLoader("")  # its construct_object turns a checked scalar into a value
 
 
@@ -369,6 +394,12 @@ class NodeReader:
         value = float(raw)
         if value != value or value in (float("inf"), float("-inf")):
             raise self.err(node, key, f"must be a finite number, got {node.value}")
+        if abs(value) > MAX_DURATION_S:
+            raise self.err(
+                node,
+                key,
+                f"must be at most {MAX_DURATION_S:.0f} s (10 years), got {node.value}",
+            )
         return value
 
     def boolean(self, node: yaml.Node, key: str) -> bool:

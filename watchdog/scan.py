@@ -125,6 +125,9 @@ def resolve_origin(
     evidence and the next resolver is asked.
     """
     notes: list[str] = []
+    # What a resolver refused to believe (a Slurm job id only the environment claims, a
+    # process that only looks like cron) goes with whichever origin wins.
+    ctx.notes.clear()
     for resolver in resolvers:
         try:
             origin = resolver.resolve(lineage, ctx)
@@ -132,12 +135,13 @@ def resolve_origin(
             notes.append(f"resolver {resolver.name} failed: {type(exc).__name__}: {exc}")
             continue
         if origin is not None:
+            notes = [n for n in (*ctx.notes, *notes) if n not in origin.evidence]
             if notes:
                 return Origin(
                     origin.kind, (*origin.evidence, *notes), origin.remediation, origin.fields
                 )
             return origin
-    return Origin("unknown", (*UNKNOWN_ORIGIN.evidence, *notes))
+    return Origin("unknown", (*UNKNOWN_ORIGIN.evidence, *ctx.notes, *notes))
 
 
 class Scanner:

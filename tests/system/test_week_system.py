@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -239,7 +240,7 @@ def test_the_week(spawned: Spawned) -> None:
             lambda: _one(
                 d, "respawned", lambda f: f["details"]["origin"].get("file") == str(file_c)
             ),
-            30,
+            60,  # the comeback is at the next minute's tick; the run is slower under load
         )
         # Past the daemon's 30 s origin reuse, with the pipeline's next run seen.
         poll("30 s after the disable", lambda: time.time() - disabled_at > 32, 40)
@@ -253,7 +254,8 @@ def test_the_week(spawned: Spawned) -> None:
         # -- event 1 and 2: the ghost keeps its origin, the pipeline stays sanctioned ----
         rc, out = _cli(config, "explain", str(ghost))
         assert f"evidence: started by {file_b}:4, entry since disabled" in out, out
-        assert f"Origin: cron {file_b}:4 (* * * * *), entry since disabled (kind cron)" in out
+        # explain says each fact once: no "(kind cron)" after a description that starts with it.
+        assert f"Origin: cron {file_b}:4 (* * * * *), entry since disabled" in out.splitlines()
         assert (
             "Remediation: none needed for the source (its crontab entry was disabled); the "
             f"running job must still be stopped: rogue-watchdog terminate {ghost}"
@@ -319,8 +321,11 @@ def test_the_week(spawned: Spawned) -> None:
         assert stale["message"].startswith(
             f"ship gate serve: the deploy step did not run: newest good output {newer} ("
         )
-        assert "is 50.0 h newer than deployed" in stale["message"]
-        assert "it has waited 30.0 h (limit 1.0 h)" in stale["message"]
+        assert "is 2 d 2 h newer than deployed" in stale["message"]  # exactly 50 h
+        # 30 h plus however long the test has run so far.
+        assert re.search(
+            r"it has waited 1 d 6 h( \d+ min)?( \d+ s)? \(limit 1 h\)", stale["message"]
+        ), stale["message"]
     finally:
         if daemon is not None:
             daemon.stop()

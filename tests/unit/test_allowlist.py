@@ -86,3 +86,28 @@ def test_empty_allowlist_makes_everything_rogue() -> None:
     jobs = [job(10, "torchrun train.py", "root", UNIT)]
     judge(jobs, parse_config("", "e.yaml"))
     assert (jobs[0].verdict, jobs[0].reason) == ("rogue", "not sanctioned: the allowlist is empty")
+
+
+def test_unit_pin_never_sanctions_another_users_unit_of_that_name() -> None:
+    # Any user can write ~/.config/systemd/user/train.service running the same script.
+    config = parse_config(
+        "sanctioned:\n"
+        "  - name: pipeline\n    cmdline: '*/train.py'\n"
+        "    origin: {systemd_unit: train.service}\n"
+        "  - name: mlops-own\n    cmdline: '*/own.py'\n    user: mlops\n"
+        "    origin: {systemd_unit: own.service}\n"
+    )
+    user_unit = Origin("systemd", fields={"unit": "train.service", "user": "eve", "uid": 1001})
+    system_unit = Origin("systemd", fields={"unit": "train.service"})
+    own = Origin("systemd", fields={"unit": "own.service", "user": "mlops", "uid": 1002})
+    jobs = [
+        job(10, "/usr/bin/python3 /srv/train.py", "eve", user_unit),
+        job(11, "/usr/bin/python3 /srv/train.py", "svc", system_unit),
+        job(12, "/usr/bin/python3 /srv/own.py", "mlops", own),
+    ]
+    judge(jobs, config)
+    assert [j.verdict for j in jobs] == ["rogue", "sanctioned", "sanctioned"]
+    assert jobs[0].reason.endswith(
+        "origin is user 'eve''s own unit 'train.service'; a unit pin matches a user unit "
+        "only with 'user:' naming its owner"
+    )

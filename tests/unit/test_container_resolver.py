@@ -7,6 +7,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Spawned
 from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
 from watchdog.lineage.base import CommandResult, ResolveContext
@@ -182,3 +184,34 @@ def test_real_process_under_a_shim_named_binary(tmp_path: Path, spawned: Spawned
     assert origin.fields["runtime"] == "docker"
     assert origin.remediation == f"docker stop {CID}"
     assert origin.evidence[0].startswith(f"ancestor PID {shim.pid} is containerd-shim-runc-v2:")
+
+
+@pytest.mark.parametrize(
+    ("exe", "exe_uid", "uid", "why"),
+    [
+        # exec -a containerd-shim-runc-v2 python3 ...: argv says shim, the kernel runs python.
+        ("/usr/bin/python3", 0, 1000, "its executable /usr/bin/python3 is not a shim"),
+        # A user's own copy of a shim binary.
+        (
+            "/home/u/containerd-shim-runc-v2",
+            1000,
+            1000,
+            "the owner of its executable /home/u/containerd-shim-runc-v2 is UID 1000, not root",
+        ),
+        # The real binary, started by a user with another container's id.
+        ("/usr/bin/containerd-shim-runc-v2", 0, 1000, "it runs as UID 1000, not root"),
+    ],
+)
+def test_shim_look_alike_does_not_name_someone_elses_container(
+    tmp_path: Path, exe: str, exe_uid: int, uid: int, why: str
+) -> None:
+    argv = ["/usr/bin/containerd-shim-runc-v2", "-namespace", "moby", "-id", CID]
+    fake = FakeProc(200, 1, argv, exe=exe, exe_uid=exe_uid, uid=uid)
+    rec = Recorder()
+    ctx = make_context(tmp_path, [INIT, fake, FakeProc(210, 200, TRAIN, uid=uid)], rec)
+    assert _resolve(ctx, 210) is None
+    assert ctx.notes == [
+        "ancestor PID 200 looks like a container shim (/usr/bin/containerd-shim-runc-v2 "
+        f"-namespace moby -id {CID}) but is not: {why}"
+    ]
+    assert rec.calls == []  # no runtime asked for that container's image

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import watchdog.scan as scan_mod
-from tests.fixtures.proc.fakeproc import FakeProc, write_tree
+from tests.fixtures.proc.fakeproc import FakeProc, root_owned, write_tree
 from watchdog.config import parse_config
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
@@ -56,6 +56,7 @@ def _host(tmp_path: Path, b_disabled: bool) -> ResolveContext:
         b_line = MARKER + b_line
     (cron_d / "b").write_text(f"# retired pipeline\nMAILTO=''\n\n{b_line}\n")
     return ResolveContext(
+        exe_owner=root_owned,
         table=ProcessTable(str(tmp_path / "noproc")),
         now=datetime(2026, 11, 29, 12, 0, 30, tzinfo=UTC),
         cron_files=(str(tmp_path / "crontab"),),
@@ -117,6 +118,7 @@ def test_cron_tick_decides_which_of_two_identical_lines_fired(tmp_path: Path) ->
     (cron_d / "even").write_text(f"*/2 * * * * root {CMD_A}\n")
     (cron_d / "odd").write_text(f"1-59/2 * * * * root {CMD_A}\n")
     ctx = ResolveContext(
+        exe_owner=root_owned,
         table=ProcessTable(str(proc_root)),
         now=datetime(2026, 11, 29, 12, 3, 30, tzinfo=UTC),
         cron_files=(),
@@ -207,6 +209,7 @@ def test_bash_exec_of_python_c_is_matched_by_containment(tmp_path: Path) -> None
     cron_d.mkdir()
     (cron_d / "py").write_text("SHELL=/bin/bash\n* * * * * root python3 -c 'import train'\n")
     ctx = ResolveContext(
+        exe_owner=root_owned,
         table=ProcessTable(str(tmp_path / "noproc")),
         now=datetime(2026, 11, 29, 12, 0, 30, tzinfo=UTC),
         cron_files=(),

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 import cronsim
 import pytest
 
+from tests.fixtures.proc.fakeproc import root_owned
 from watchdog.lineage.at import AtResolver, job_commands, parse_job_name
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
@@ -55,6 +56,7 @@ def cron_chain(job: tuple[str, ...], command: str, user: str = "root") -> list[P
 
 def ctx_for(root: Path, tmp_path: Path) -> ResolveContext:
     return ResolveContext(
+        exe_owner=root_owned,
         table=ProcessTable(str(tmp_path / "noproc")),
         now=NOW,
         cron_files=(str(root / "etc/crontab"),),
@@ -188,7 +190,9 @@ def test_cron_ancestor_without_a_live_entry(ctx: ResolveContext) -> None:
     assert any("no live entry matches" in e for e in origin.evidence)
 
 
-def test_ambiguous_exact_matches_prefer_the_process_user(tmp_path: Path) -> None:
+def test_exact_match_of_another_user_is_not_its_entry(tmp_path: Path) -> None:
+    # cron runs an entry as the entry's user: a job shell running as mlops was not
+    # started by the line that runs the same command as "other".
     root = tmp_path / "host"
     shutil.copytree(HOST, root)
     (root / "etc/cron.d/another").write_text(f"0 5 * * * other {LEGACY_CMD}\n")
@@ -197,9 +201,10 @@ def test_ambiguous_exact_matches_prefer_the_process_user(tmp_path: Path) -> None
     )
     assert origin is not None
     assert origin.fields["file"] == f"{root}/etc/cron.d/legacy-retrain"
-    assert [e for e in origin.evidence if e.startswith("ambiguous")] == [
-        f"ambiguous: also matches {root}/etc/cron.d/another:1 exactly: 0 5 * * * other {LEGACY_CMD}"
-    ]
+    assert not [e for e in origin.evidence if e.startswith("ambiguous")]
+    assert (
+        f"not {root}/etc/cron.d/another:1: PID 299 runs as mlops, and cron runs that entry as other"
+    ) in origin.evidence
 
 
 def test_edit_invalidates_the_parse_cache(tmp_path: Path) -> None:
@@ -235,6 +240,7 @@ def test_anacron_job(tmp_path: Path) -> None:
 
 def test_unreadable_paths_never_raise(tmp_path: Path) -> None:
     ctx = ResolveContext(
+        exe_owner=root_owned,
         table=ProcessTable(str(tmp_path / "noproc")),
         now=NOW,
         cron_files=(str(tmp_path / "none"),),
@@ -252,6 +258,7 @@ NOT_AGAIN = "nothing will start it again"
 
 def _spool_ctx(root: Path, tmp_path: Path, spool: Path) -> ResolveContext:
     return ResolveContext(
+        exe_owner=root_owned,
         table=ProcessTable(str(tmp_path / "noproc")),
         now=NOW,
         cron_files=(str(root / "etc/crontab"),),
@@ -292,6 +299,7 @@ def test_unlistable_spool_dir_and_oversized_crontab(tmp_path: Path) -> None:
     with big.open("wb") as fh:
         fh.truncate((1 << 20) + 1)  # over the 1 MiB cap; sparse
     ctx = ResolveContext(
+        exe_owner=root_owned,
         table=ProcessTable(str(tmp_path / "noproc")),
         now=NOW,
         cron_files=(str(root / "etc/crontab"),),
@@ -354,7 +362,7 @@ lineage = [p(300, 299, argv, argv[0]), p(299, 298, ["/bin/sh", "-c", " ".join(ar
            "/usr/bin/dash"), p(298, 100, ["CRON"], "/usr/sbin/cron", "root"),
            p(100, 1, ["/usr/sbin/cron", "-f"], "/usr/sbin/cron", "root"),
            p(1, 0, ["/sbin/init"], "/sbin/init", "root")]
-ctx = ResolveContext(table=ProcessTable(root + "/noproc"),
+ctx = ResolveContext(table=ProcessTable(root + "/noproc"), exe_owner=lambda p: 0,
                      now=datetime(2026, 11, 29, 22, tzinfo=ZoneInfo("UTC")),
                      cron_files=(root + "/etc/crontab",), cron_d_dir=root + "/etc/cron.d",
                      cron_spool_dirs=(root + "/var/spool/cron/crontabs",))
@@ -452,7 +460,7 @@ def test_at_job_via_fd0_and_self_rescheduling(tmp_path: Path) -> None:
     fd = tmp_path / "proc/52/fd"
     fd.mkdir(parents=True)
     os.symlink(f"{spool}/a0000101c8be6a (deleted)", fd / "0")
-    ctx = ResolveContext(table=ProcessTable(str(tmp_path / "proc")), now=NOW)
+    ctx = ResolveContext(table=ProcessTable(str(tmp_path / "proc")), now=NOW, exe_owner=root_owned)
     atd = proc(50, 1, ("/usr/sbin/atd",), user="daemon")
     child = proc(51, 50, ("/usr/sbin/atd",), user="daemon")
     shell = proc(52, 51, ("sh",), exe="/usr/bin/dash")

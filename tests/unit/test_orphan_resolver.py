@@ -107,7 +107,13 @@ def test_environment_job_id_and_supervisor_clue(tmp_path: Path) -> None:
     ctx.use_slurm_cli = False
     origin = _resolve(ctx, 60)
     assert origin is not None
-    assert origin.fields["slurm_job_id"] == 12
+    # SLURM_JOB_ID in its own environment is a claim anyone can make: no job is named.
+    assert origin.fields["slurm_job_id"] is None
+    assert origin.fields["message"] == "orphan of supervisor program retrain (parent exited)"
+    assert (
+        "claims Slurm job 12 in its environment, not confirmed (SLURM_JOB_ID=12 in the "
+        "environment of PID 60; no slurmstepd ancestor and no Slurm job cgroup)"
+    ) in origin.evidence
     assert origin.fields["supervisor_program"] == "retrain"
 
 
@@ -192,7 +198,8 @@ def test_slurm_orphan_text_names_the_job_and_its_state(tmp_path: Path) -> None:
     from watchdog.model import Job
     from watchdog.policy.findings import job_findings
 
-    worker = FakeProc(4243, 1, WORKER_ARGV, uid=1000, environ={"SLURM_JOB_ID": "1"})
+    cg = ("4:memory:/slurm/uid_1000/job_1/step_batch",)
+    worker = FakeProc(4243, 1, WORKER_ARGV, uid=1000, cgroup=cg)
     rec = Recorder({("squeue", "--json", "-j", "1"): CommandResult(0, SQUEUE_CANCELLED, "")})
     ctx = make_context(tmp_path, [INIT, worker], rec)
     origin = _resolve(ctx, 4243)

@@ -8,6 +8,7 @@ The fixtures under tests/fixtures/slurm/ are real output of a single-node Slurm 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
@@ -19,6 +20,7 @@ from watchdog.lineage.slurm import (
     parse_squeue_json,
     query_job,
 )
+from watchdog.model import Proc
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
 SQUEUE_1_2 = (FIX / "squeue-22.05-running-and-pending.json").read_text()
@@ -190,9 +192,15 @@ def test_no_cli_uses_the_job_environment(tmp_path: Path) -> None:
     origin = _resolve(ctx, 411)
     assert origin is not None and origin.kind == "slurm"
     assert origin.fields["job_name"] == "retrain-weekly"
-    assert origin.fields["account"] == "ml-research"
+    # The job's user sets its own environment: no account reaches a rule from there.
+    assert origin.fields["account"] is None
     assert origin.fields["state"] is None
-    assert "from SLURM_JOB_* in the job's environment" in origin.evidence[-1]
+    assert origin.remediation == "scancel 1"  # the job is proven by its slurmstepd
+    assert origin.evidence[-1] == (
+        "Slurm not asked (squeue/scontrol not runnable); account unknown; "
+        "SLURM_JOB_ACCOUNT='ml-research' in the job's environment is not trusted "
+        "(the job's user can set it)"
+    )
 
 
 def test_cli_disabled_and_no_environment_gives_null_fields(tmp_path: Path) -> None:
@@ -203,7 +211,7 @@ def test_cli_disabled_and_no_environment_gives_null_fields(tmp_path: Path) -> No
     assert origin.fields["job_id"] == 1
     assert origin.fields["job_name"] is None and origin.fields["account"] is None
     assert origin.evidence[-1] == (
-        "Slurm not asked (Slurm CLI disabled (use_slurm_cli)); job name and account unknown"
+        "Slurm not asked (Slurm CLI disabled (use_slurm_cli)); account unknown"
     )
     assert rec.calls == []
 
@@ -306,3 +314,148 @@ def test_controller_down_is_unavailable(tmp_path: Path) -> None:
     job = query_job(5, ctx)
     assert job.status == "unavailable" and not job.ended
     assert job.via == "scontrol: " + down.strip()
+
+
+# -- a Slurm origin must be proven, never taken from what the process says ---------------
+
+CLAIM_ENV = {"SLURM_JOB_ID": "4242", "SLURM_JOB_ACCOUNT": "research"}
+CLAIM_NOTE = (
+    "claims Slurm job 4242 in its environment, not confirmed (SLURM_JOB_ID=4242 in the "
+    "environment of PID 60; no slurmstepd ancestor and no Slurm job cgroup)"
+)
+
+
+def _user_shell_tree(env: dict[str, str], uid: int = 1000) -> list[FakeProc]:
+    return [
+        INIT,
+        FakeProc(50, 1, ["/bin/bash"], uid=uid),
+        FakeProc(60, 50, ["/usr/bin/python3", "/tmp/train_x.py"], uid=uid, environ=env),
+    ]
+
+
+def test_environment_alone_is_a_claim_not_a_slurm_origin(tmp_path: Path) -> None:
+    # SLURM_JOB_ID=4242 SLURM_JOB_ACCOUNT=research python3 train_x.py, Slurm CLI failing.
+    ctx = make_context(tmp_path, _user_shell_tree(CLAIM_ENV), Recorder())
+    assert _resolve(ctx, 60) is None
+    assert ctx.notes == [CLAIM_NOTE]
+
+
+def test_environment_naming_a_running_job_is_still_only_a_claim(tmp_path: Path) -> None:
+    # Slurm answers that job 1 runs (as root); the process merely names it.
+    env = {"SLURM_JOB_ID": "1"}
+    rec = Recorder(_squeue_ok(1))
+    ctx = make_context(tmp_path, _user_shell_tree(env, uid=0), rec)
+    assert _resolve(ctx, 60) is None
+    assert ctx.notes == [CLAIM_NOTE.replace("4242", "1")]
+    assert rec.calls == []  # nothing to confirm against: Slurm is not even asked
+
+
+def test_scan_never_sanctions_an_environment_claim(tmp_path: Path) -> None:
+    from watchdog.config import OriginPin
+    from watchdog.lineage import default_resolvers
+    from watchdog.policy.allowlist import origin_mismatch
+    from watchdog.scan import resolve_origin
+
+    ctx = make_context(tmp_path, _user_shell_tree(CLAIM_ENV), Recorder())
+    origin = resolve_origin(lineage(ctx, 60), ctx, default_resolvers())
+    assert origin.kind != "slurm"
+    assert CLAIM_NOTE in origin.evidence
+    assert "scancel" not in (origin.remediation or "")
+    # The example's research-slurm rule (origin: {slurm_account: research}) must not match.
+    assert origin_mismatch(OriginPin(slurm_account="research"), origin) == (
+        "origin must be Slurm account 'research'"
+    )
+
+
+def test_title_set_with_exec_a_is_not_slurmstepd(tmp_path: Path) -> None:
+    # exec -a "slurmstepd: [4242.0]" python3 ...: the title names another user's job.
+    fake = FakeProc(400, 1, ["slurmstepd: [4242.0]"], exe="/usr/bin/python3", uid=1000)
+    procs = [INIT, fake, FakeProc(60, 400, ["/usr/bin/python3", "/tmp/t.py"], uid=1000)]
+    rec = Recorder(_squeue_ok(4242))
+    ctx = make_context(tmp_path, procs, rec)
+    assert _resolve(ctx, 60) is None
+    assert ctx.notes == [
+        "ancestor PID 400 looks like slurmstepd ('slurmstepd: [4242.0]') but is not: its "
+        "executable /usr/bin/python3 is not a known binary of that daemon"
+    ]
+    assert rec.calls == []
+
+
+def test_slurmstepd_binary_not_owned_by_root_is_refused(tmp_path: Path) -> None:
+    stepd = FakeProc(400, 1, ["slurmstepd: [1.0]"], exe="/home/u/slurmstepd", exe_uid=1000)
+    procs = [INIT, stepd, FakeProc(60, 400, ["/usr/bin/python3", "/tmp/t.py"])]
+    ctx = make_context(tmp_path, procs, Recorder(_squeue_ok(1)))
+    assert _resolve(ctx, 60) is None
+    assert ctx.notes == [
+        "ancestor PID 400 looks like slurmstepd ('slurmstepd: [1.0]') but is not: the owner "
+        "of its executable /home/u/slurmstepd is UID 1000, not root"
+    ]
+
+
+def test_slurmstepd_not_running_as_root_is_refused(tmp_path: Path) -> None:
+    stepd = FakeProc(400, 1, ["slurmstepd: [1.0]"], exe="/usr/sbin/slurmstepd", uid=1000)
+    procs = [INIT, stepd, FakeProc(60, 400, ["/usr/bin/python3", "/tmp/t.py"], uid=1000)]
+    ctx = make_context(tmp_path, procs, Recorder(_squeue_ok(1)))
+    assert _resolve(ctx, 60) is None
+    assert ctx.notes[0].endswith("but is not: it runs as UID 1000, not root")
+
+
+def test_real_slurmstepd_but_job_of_another_user_is_not_confirmed(tmp_path: Path) -> None:
+    # Slurm says job 1 belongs to root; the process under that stepd runs as UID 1000.
+    procs = _batch_tree()
+    procs[-1] = FakeProc(411, 410, ["/usr/bin/python3", "/srv/train_fake.py"], uid=4321)
+    ctx = make_context(tmp_path, procs, Recorder(_squeue_ok(1)))
+    assert _resolve(ctx, 411) is None
+    assert ctx.notes == [
+        "ancestor PID 400 is slurmstepd: [1.batch], but squeue --json says job 1 belongs "
+        "to 'root' and PID 411 runs as '4321': not Slurm job 1's, not confirmed"
+    ]
+
+
+def test_real_slurmstepd_is_proof_and_scancel_names_its_job(tmp_path: Path) -> None:
+    ctx = make_context(tmp_path, _batch_tree({"SLURM_JOB_ID": "4242"}), Recorder(_squeue_ok(1)))
+    origin = _resolve(ctx, 411)
+    assert origin is not None and origin.fields["job_id"] == 1
+    assert origin.remediation == "scancel 1"
+    assert origin.evidence[:2] == (
+        "ancestor PID 400 is slurmstepd: [1.batch]",
+        "slurmstepd PID 400 runs /usr/sbin/slurmstepd-wlm (owned by root, as root)",
+    )
+
+
+def test_slurm_names_in_a_delegated_user_cgroup_are_not_a_job_cgroup(tmp_path: Path) -> None:
+    cg = (
+        "0::/user.slice/user-1000.slice/user@1000.service/app.slice/slurmstepd.scope/"
+        "job_4242/step_0",
+    )
+    procs = [INIT, FakeProc(50, 1, ["/bin/bash"], uid=1000)]
+    procs.append(FakeProc(60, 50, ["python3", "t.py"], uid=1000, cgroup=cg))
+    rec = Recorder(_squeue_ok(4242))
+    ctx = make_context(tmp_path, procs, rec)
+    assert _resolve(ctx, 60) is None
+    assert rec.calls == []
+
+
+def test_v1_job_cgroup_of_another_uid_is_not_this_process_job(tmp_path: Path) -> None:
+    cg = ("4:memory:/slurm/uid_0/job_1/step_batch",)
+    procs = [INIT, FakeProc(50, 1, ["/bin/bash"], uid=1000)]
+    procs.append(FakeProc(60, 50, ["python3", "t.py"], uid=1000, cgroup=cg))
+    ctx = make_context(tmp_path, procs, Recorder(_squeue_ok(1)))
+    assert _resolve(ctx, 60) is None
+
+
+def test_exe_owner_reads_the_executable_file_through_proc(tmp_path: Path) -> None:
+    import os
+
+    from watchdog.lineage.base import exe_owner
+    from watchdog.sources.procfs import ProcessTable
+
+    target = tmp_path / "bin" / "slurmstepd"
+    target.parent.mkdir()
+    target.write_text("")
+    (tmp_path / "proc" / "7").mkdir(parents=True)
+    os.symlink(target, tmp_path / "proc" / "7" / "exe")
+    ctx = ResolveContext(table=ProcessTable(str(tmp_path / "proc")), now=datetime.now(UTC))
+    assert exe_owner(Proc(7, 1, 100, "S", "slurmstepd"), ctx) == os.getuid()
+    # No such process: cannot be checked.
+    assert exe_owner(Proc(8, 1, 100, "S", "slurmstepd"), ctx) is None

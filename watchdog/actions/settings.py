@@ -223,6 +223,9 @@ def _rule(r: NodeReader, node: yaml.Node, key: str) -> EnforcementRule:
     return EnforcementRule(**vals)  # type: ignore[arg-type]
 
 
+MAX_GRACE_S = 3600.0
+
+
 def parse_enforcement(r: NodeReader, node: yaml.Node) -> EnforcementSettings:
     """Validate the ``enforcement:`` section.
 
@@ -239,6 +242,8 @@ def parse_enforcement(r: NodeReader, node: yaml.Node) -> EnforcementSettings:
             grace = r.number(v, key)
             if grace < 0:
                 raise r.err(v, key, "must not be negative")
+            if grace > MAX_GRACE_S:  # a SIGKILL that never comes: the rogue keeps running
+                raise r.err(v, key, f"must be at most {MAX_GRACE_S:g} s, got {v.value}")
             vals[name] = grace
         elif name == "protect":
             vals[name] = tuple(r.each(v, key, lambda item, sub: _protect(r, item, sub)))

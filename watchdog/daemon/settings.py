@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from watchdog.configbase import NodeReader
+from watchdog.configbase import MAX_DURATION_S, NodeReader
 from watchdog.daemon import DEFAULT_SOCKET
 
 SEVERITIES = ("info", "warning", "high", "critical")
@@ -163,17 +163,29 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _positive(r: NodeReader, node: yaml.Node, key: str) -> float:
+# Upper bounds: a scan interval past an hour has stopped watching the host; a timeout or
+# a retry step past a day has stopped delivering; retention past ten years is a typo.
+MAX_INTERVAL_S = 3600.0
+MAX_TIMEOUT_S = 600.0
+MAX_DELAY_S = 86400.0
+MAX_REMINDER_S = 365 * 86400.0
+
+
+def _positive(r: NodeReader, node: yaml.Node, key: str, maximum: float = MAX_DELAY_S) -> float:
     value = r.number(node, key)
     if value <= 0:
         raise r.err(node, key, f"must be greater than 0, got {value}")
+    if value > maximum:
+        raise r.err(node, key, f"must be at most {maximum:g} s, got {node.value}")
     return value
 
 
-def _non_negative(r: NodeReader, node: yaml.Node, key: str) -> float:
+def _non_negative(r: NodeReader, node: yaml.Node, key: str, maximum: float = MAX_DELAY_S) -> float:
     value = r.number(node, key)
     if value < 0:
         raise r.err(node, key, f"must be 0 or more, got {value}")
+    if value > maximum:
+        raise r.err(node, key, f"must be at most {maximum:g} s, got {node.value}")
     return value
 
 
@@ -201,7 +213,7 @@ def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
     for name, (_, v) in m.items():
         key = f"daemon.{name}"
         if name in ("interval_s", "fd_sweep_interval_s"):
-            vals[name] = _positive(r, v, key)
+            vals[name] = _positive(r, v, key, MAX_INTERVAL_S)
             if vals[name] < MIN_INTERVAL_S:  # type: ignore[operator]
                 raise r.err(v, key, f"must be at least {MIN_INTERVAL_S} s, got {vals[name]}")
         elif name in ("state_dir", "socket"):
@@ -221,7 +233,7 @@ def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
                 raise r.err(v, key, f"expected a group name or a numeric gid, got {text!r}")
             vals[name] = text
         elif name.startswith("retention_"):
-            vals[name] = _non_negative(r, v, key)
+            vals[name] = _non_negative(r, v, key, MAX_DURATION_S)
         elif name == "metrics_listen":
             text = r.string(v, key)
             try:
@@ -305,7 +317,7 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
             r.refer(v, sub, "file", text)
             vals[name] = text
         elif name == "timeout_s":
-            vals[name] = _positive(r, v, sub)
+            vals[name] = _positive(r, v, sub, MAX_TIMEOUT_S)
         elif name in ("urls", "resend_s"):
             if kind != "alertmanager":
                 raise r.err(v, sub, "only an alertmanager sink takes this key")
@@ -377,7 +389,16 @@ def parse_alerts(r: NodeReader, node: yaml.Node) -> AlertSettings:
     numbers = ("reminder_after_s", "retry_base_s", "retry_max_s")
     m = r.mapping(node, "alerts", (*numbers, "sinks", "min_lifetime_s"))
     vals: dict[str, object] = {}
-    nums = {name: _positive(r, m[name][1], f"alerts.{name}") for name in numbers if name in m}
+    nums = {
+        name: _positive(
+            r,
+            m[name][1],
+            f"alerts.{name}",
+            MAX_REMINDER_S if name == "reminder_after_s" else MAX_DELAY_S,
+        )
+        for name in numbers
+        if name in m
+    }
     vals.update(nums)
     if "min_lifetime_s" in m:
         vals["min_lifetime_s"] = _non_negative(r, m["min_lifetime_s"][1], "alerts.min_lifetime_s")

@@ -8,6 +8,7 @@ come before generic ones (systemd unit, orphan).
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from collections.abc import Callable, Sequence
@@ -71,6 +72,12 @@ class ResolveContext:
         cache: Scratch space for one scan (answers of ``squeue``, ``systemctl``).
         persistent: Kept across scans by a :class:`~watchdog.scan.Scanner`; only for
             entries validated on use (parsed files keyed by mtime and size).
+        exe_owner: Owner UID of a process's executable file, or None when it cannot be
+            read; None here stats ``/proc/PID/exe`` under the table's ``proc_root``
+            (see :func:`exe_owner`). Fixture trees pass their own.
+        notes: Evidence a resolver leaves for whichever origin wins (a refused Slurm
+            claim, a process that only looks like cron); emptied for every lineage by
+            :func:`watchdog.scan.resolve_origin`.
     """
 
     table: ProcessTable
@@ -90,6 +97,68 @@ class ResolveContext:
     use_slurm_cli: bool = True
     cache: dict[str, object] = field(default_factory=dict)
     persistent: dict[str, object] = field(default_factory=dict)
+    exe_owner: Callable[[Proc], int | None] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def exe_owner(proc: Proc, ctx: ResolveContext) -> int | None:
+    """Owner UID of the file ``proc`` executes.
+
+    ``stat`` of the ``/proc/PID/exe`` magic link reaches the very inode the process runs
+    (in any mount namespace, even deleted), so a binary that merely carries a system
+    daemon's name or path in another namespace shows its real owner (proc(5)).
+
+    Args:
+        proc: The process.
+        ctx: Gives ``exe_owner`` (fixtures) or the table's ``proc_root``.
+
+    Returns:
+        The UID, or None when the link cannot be followed (permission, exited process).
+    """
+    if ctx.exe_owner is not None:
+        return ctx.exe_owner(proc)
+    try:
+        return os.stat(f"{ctx.table.proc_root}/{proc.pid}/exe").st_uid
+    except OSError:
+        return None
+
+
+def exe_path(proc: Proc) -> str | None:
+    """The resolved executable path, without the kernel's `` (deleted)`` suffix."""
+    return proc.exe.removesuffix(" (deleted)") if proc.exe else None
+
+
+def system_daemon(proc: Proc, ctx: ResolveContext, known: Callable[[str], bool]) -> str | None:
+    """Why ``proc`` is not a system daemon whose binary ``known`` accepts; None when it is.
+
+    A daemon is recognised by the executable the kernel runs (``/proc/PID/exe``), never
+    by ``argv[0]`` or ``comm``, which any process sets (``exec -a``, prctl(PR_SET_NAME)):
+    its resolved path must be accepted by ``known``, the file must belong to root (no
+    one else can place a file there) and the process must run as root.
+
+    Args:
+        proc: The candidate ancestor.
+        ctx: Resolve context (for the executable's owner).
+        known: Predicate over the resolved executable path.
+
+    Returns:
+        None when all three hold, else a phrase such as
+        ``its executable /tmp/x/cron is not a known cron binary``.
+    """
+    path = exe_path(proc)
+    if path is None:
+        return "its executable could not be read"
+    if not known(path):
+        return f"its executable {comment(path)} is not a known binary of that daemon"
+    owner = exe_owner(proc, ctx)
+    if owner != 0:
+        who = "could not be checked" if owner is None else f"is UID {owner}, not root"
+        return f"the owner of its executable {comment(path)} {who}"
+    if proc.uid != 0:
+        return (
+            f"it runs as {'an unknown user' if proc.uid is None else f'UID {proc.uid}'}, not root"
+        )
+    return None
 
 
 class OriginResolver(Protocol):

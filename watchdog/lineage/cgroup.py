@@ -273,10 +273,12 @@ def _container(path: str) -> tuple[str | None, str | None]:
 
 
 def _slurm(path: str) -> tuple[int | None, int | None]:
+    # Anchored at the hierarchy's root, where only root (slurmstepd) creates cgroups: a
+    # user's delegated subtree (user@UID.service/...) may hold any name it likes.
     parts = _components(path)
-    for i, comp in enumerate(parts):
+    for i, comp in enumerate(parts[:2]):
         # v1 proctrack/cgroup: /slurm[_NODENAME]/uid_N/job_N/step_X
-        if comp == "slurm" or comp.startswith("slurm_"):
+        if i == 0 and (comp == "slurm" or comp.startswith("slurm_")):
             uid = job = None
             for sub in parts[i + 1 : i + 3]:
                 if m := _SLURM_UID.match(sub):
@@ -286,7 +288,8 @@ def _slurm(path: str) -> tuple[int | None, int | None]:
             if job is not None:
                 return job, uid
         # v2 cgroup/v2 plugin: /system.slice/slurmstepd.scope/job_N/step_X/...
-        if comp == "slurmstepd.scope" and i + 1 < len(parts):
+        stepd_scope = comp == "slurmstepd.scope" or comp.endswith("_slurmstepd.scope")
+        if i == 1 and parts[0] == "system.slice" and stepd_scope and i + 1 < len(parts):
             m = _SLURM_JOB.match(parts[i + 1])
             if m:
                 return int(m.group(1)), None

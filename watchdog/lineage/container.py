@@ -24,7 +24,14 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from watchdog.lineage.base import ResolveContext, command, exe_name
+from watchdog.lineage.base import (
+    ResolveContext,
+    command,
+    comment,
+    exe_name,
+    exe_owner,
+    exe_path,
+)
 from watchdog.lineage.cgroup import parse_cgroup
 from watchdog.model import Origin, Proc
 
@@ -129,6 +136,32 @@ def _shim_runtime(shim: Proc) -> tuple[str, str | None, str | None]:
 def is_shim(proc: Proc) -> bool:
     """True for a containerd shim or conmon (the parent of a container's init)."""
     return bool(_names(proc) & (_SHIM_NAMES | {"conmon"}))
+
+
+def not_shim(proc: Proc, ctx: ResolveContext) -> str | None:
+    """Why a shim-looking ancestor is not a real shim; None when it is.
+
+    The executable the kernel runs (not argv) must have a shim's or conmon's name and
+    belong to root (only root installs it); a containerd shim must run as root too
+    (conmon of rootless podman runs as the container's user).
+
+    Args:
+        proc: A process :func:`is_shim` accepted.
+        ctx: Resolve context (for the executable's owner).
+
+    Returns:
+        None, or a phrase for evidence.
+    """
+    name = (exe_path(proc) or "").rsplit("/", 1)[-1]
+    if name not in _SHIM_NAMES and name != "conmon":
+        return f"its executable {comment(exe_path(proc) or 'unknown')} is not a shim"
+    owner = exe_owner(proc, ctx)
+    if owner != 0:
+        who = "could not be checked" if owner is None else f"is UID {owner}, not root"
+        return f"the owner of its executable {comment(exe_path(proc) or '')} {who}"
+    if name != "conmon" and proc.uid != 0:
+        return f"it runs as UID {proc.uid}, not root"
+    return None
 
 
 def runtime_command(proc: Proc) -> str | None:
@@ -264,6 +297,16 @@ class ContainerResolver:
             return None
         # lineage[0] itself is never its own shim; look at its ancestors.
         shim = next((p for p in lineage[1:] if is_shim(p)), None)
+        if shim is not None:
+            why = not_shim(shim, ctx)
+            if why is not None:
+                # Its arguments name a container it does not run (``exec -a``, a user's
+                # copy): believing them would pin the job to someone else's image.
+                ctx.notes.append(
+                    f"ancestor PID {shim.pid} looks like a container shim "
+                    f"({comment(shim.args_text[:200])}) but is not: {why}"
+                )
+                shim = None
         runner = next((p for p in lineage[1:] if runtime_command(p)), None)
         cg = cgroup_container(lineage[0].cgroup)
         if shim is None and runner is None and cg is None:

@@ -21,6 +21,7 @@ then never claims that no entry starts the job.
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shlex
 import stat
@@ -32,7 +33,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from watchdog import safeio
-from watchdog.lineage.base import ResolveContext, command, exe_name, quote_arg
+from watchdog.lineage.base import (
+    ResolveContext,
+    command,
+    comment,
+    exe_name,
+    exe_path,
+    quote_arg,
+    system_daemon,
+)
 from watchdog.lineage.crontab import (
     CronEntry,
     Crontab,
@@ -45,6 +54,12 @@ from watchdog.lineage.crontab import (
 from watchdog.model import Origin, Proc
 
 CRON_DAEMONS = frozenset({"cron", "crond", "anacron"})
+# Where distributions install the daemons (Debian/Ubuntu cron, cronie, anacron; with and
+# without the /usr merge). A cron ancestor must run one of these, owned by root, as root:
+# a copy of any program named "cron" elsewhere proves nothing.
+CRON_DAEMON_PATHS = frozenset(
+    f"{d}/{n}" for d in ("/usr/sbin", "/usr/bin", "/sbin", "/bin") for n in CRON_DAEMONS
+)
 _CRON_UNIT = re.compile(r"/(cron|crond|cronie|anacron)\.service(/|$)")
 _ANY_UNIT = re.compile(r"/([^/]+\.service)(/|$)")
 _MAX_FILE_BYTES = 1 << 20
@@ -98,8 +113,15 @@ class CronResolver:
         if not lineage:
             return None
         for idx in range(1, len(lineage)):
-            if exe_name(lineage[idx]).lower() in CRON_DAEMONS:
+            if exe_name(lineage[idx]).lower() not in CRON_DAEMONS:
+                continue
+            why = not_cron_daemon(lineage[idx], ctx)
+            if why is None:
                 return self._from_daemon(lineage, idx, ctx)
+            ctx.notes.append(
+                f"ancestor PID {lineage[idx].pid} is named like a cron daemon "
+                f"({comment(exe_name(lineage[idx]))}) but is not one: {why}"
+            )
         return self._from_orphan(lineage, ctx)
 
     # -- a cron daemon is an ancestor -----------------------------------------------
@@ -107,6 +129,12 @@ class CronResolver:
     def _from_daemon(self, lineage: Sequence[Proc], idx: int, ctx: ResolveContext) -> Origin:
         daemon = lineage[idx]
         shell = lineage[idx - 1]
+        # The daemon itself, above its per-job children (Debian's CRON, cronie's crond).
+        daemon_top = daemon
+        for above in lineage[idx + 1 :]:
+            if exe_path(above) != exe_path(daemon) or not_cron_daemon(above, ctx) is not None:
+                break
+            daemon_top = above
         daemon_name = exe_name(daemon).lower()
         evidence = [f"ancestor PID {daemon.pid} runs {daemon.exe or daemon.args_text}"]
         read = _anacrontabs(ctx) if daemon_name == "anacron" else _live_crontabs(ctx)
@@ -122,9 +150,11 @@ class CronResolver:
                 for e in entries
                 if _norm(e.run_command) == wanted
             ]
+            refused: list[str] = []
             if matches:
-                matches = _by_tick(matches, shell, ctx, evidence)
-            else:
+                matches, refused = _could_start(matches, shell, daemon_top, ctx, _TICK_SLACK_S)
+                evidence.extend(refused)
+            if not matches:
                 # cron ran exactly CMD: an entry with another command did not start this
                 # process, however much of it the command line shares (a pipeline's line
                 # running the same script must never inherit a retired line's ghost).
@@ -132,8 +162,15 @@ class CronResolver:
                 retired = _retired_entry(ctx, read, cmd, shell.user)
                 if retired is not None:
                     return _retired_origin(retired, lineage, evidence, others, ctx, cmd)
+                if refused:
+                    return _refused_origin(shell, evidence, read, ctx)
         else:
             matches = _contained(lineage[: idx - 1] or lineage[:1], entries)
+            if matches:
+                matches, refused = _could_start(matches, shell, daemon_top, ctx, _TICK_SLACK_S)
+                evidence.extend(refused)
+                if not matches:
+                    return _refused_origin(shell, evidence, read, ctx)
         matches = _prefer_user(matches, shell.user)
         if not matches:
             remediation = None
@@ -177,11 +214,18 @@ class CronResolver:
                 return None  # a systemd service of its own: the systemd resolver's case
         read = _live_crontabs(ctx)
         entries = [e for t in read.tabs for e in t.entries]
-        matches = _prefer_user(_contained([top], entries), top.user)
+        matches = _contained([top], entries)
+        evidence: list[str] = []
+        if matches:
+            matches, refused = _could_start(matches, top, None, ctx, _SCRIPT_LAG_S)
+            if not matches:
+                # Same command line, but the wrong user or the wrong time: not that line's.
+                ctx.notes.extend(refused)
+                return _from_script(top, lineage, entries, read, ctx, in_cron_unit)
+            evidence.extend(refused)
+        matches = _prefer_user(matches, top.user)
         if not matches:
             return _from_script(top, lineage, entries, read, ctx, in_cron_unit)
-        evidence: list[str] = []
-        matches = _by_tick(matches, top, ctx, evidence)
         if in_cron_unit:
             evidence.append(
                 f"PID {top.pid} lives in cron's cgroup (KillMode=process keeps daemonised "
@@ -360,6 +404,131 @@ def _contained(procs: Sequence[Proc], entries: Sequence[CronEntry]) -> list[_Mat
         if out:
             break
     return out
+
+
+def not_cron_daemon(proc: Proc, ctx: ResolveContext) -> str | None:
+    """Why ``proc`` is not the host's cron daemon (or its per-job child); None when it is.
+
+    The executable the kernel runs must be one of :data:`CRON_DAEMON_PATHS`, owned by
+    root, and the process must run as root (Debian's ``CRON`` child stays root; only the
+    job's shell takes the entry's user).
+
+    Args:
+        proc: An ancestor whose executable is named like a cron daemon.
+        ctx: Resolve context (for the executable's owner).
+
+    Returns:
+        None, or a phrase for evidence.
+    """
+    return system_daemon(proc, ctx, lambda path: path in CRON_DAEMON_PATHS)
+
+
+def runs_as(proc: Proc, user: str | None) -> bool | None:
+    """Whether ``proc`` runs as the crontab entry's ``user``; None when unknown."""
+    if user is None or (proc.user is None and proc.uid is None):
+        return None
+    if proc.user == user:
+        return True
+    try:
+        return pwd.getpwnam(user).pw_uid == proc.uid
+    except KeyError:
+        return False
+
+
+def _could_start(
+    matches: list[_Match],
+    proc: Proc,
+    daemon: Proc | None,
+    ctx: ResolveContext,
+    slack_s: float,
+) -> tuple[list[_Match], list[str]]:
+    """The matches whose entry can have started ``proc``, and why the others cannot.
+
+    cron runs an entry's command as the entry's user (the crontab's owner, or the user
+    field of a system crontab), at a time its schedule fires (``@reboot``: when the
+    daemon starts). A process running as another user, or started when the entry did
+    not fire, was not started by it, however exactly its command line matches: that is
+    someone replaying the entry's command, and the real line must not be blamed (nor
+    disabled) for it. An unknown start time keeps the match.
+
+    Args:
+        matches: Candidate entries.
+        proc: The job shell cron forked (or the re-parented process itself).
+        daemon: The cron daemon, for ``@reboot`` entries; None when not an ancestor.
+        ctx: Resolve context (clock, zone, start times).
+        slack_s: How long after the fire time the process may have started.
+
+    Returns:
+        ``(kept, reasons)``: reasons are evidence lines ``not FILE:LINE: ...``.
+    """
+    start_s = ctx.table.start_time_s(proc.start_ticks)
+    kept: list[_Match] = []
+    reasons: list[str] = []
+    for m in matches:
+        e = m.entry
+        where = f"not {e.file}:{e.line}"
+        if runs_as(proc, e.user) is False:
+            reasons.append(
+                f"{where}: PID {proc.pid} runs as {comment(str(proc.user))}, and cron runs "
+                f"that entry as {comment(str(e.user))}"
+            )
+            continue
+        late = _late(e, proc, start_s, daemon, ctx, slack_s)
+        if late is not None:
+            reasons.append(f"{where}: {late}")
+            continue
+        kept.append(m)
+    return kept, reasons
+
+
+def _late(
+    entry: CronEntry,
+    proc: Proc,
+    start_s: float | None,
+    daemon: Proc | None,
+    ctx: ResolveContext,
+    slack_s: float,
+) -> str | None:
+    """Why ``entry`` cannot have fired just before ``proc`` started; None if it can."""
+    if start_s is None:
+        return None
+    when = datetime.fromtimestamp(start_s, _zone(ctx)).isoformat(timespec="seconds")
+    if entry.expression is None:
+        # anacron entries run by elapsed days after a delay: no clock time to check.
+        if daemon is None or entry.schedule != "@reboot":
+            return None
+        daemon_s = ctx.table.start_time_s(daemon.start_ticks)
+        if daemon_s is None or 0 <= start_s - daemon_s <= _REBOOT_SLACK_S:
+            return None
+        return (
+            f"PID {proc.pid} started at {when}, {start_s - daemon_s:.0f} s after cron "
+            f"started; cron runs {entry.schedule} entries only when it starts"
+        )
+    lag = _fired_before(entry, start_s, ctx)
+    if lag is None or lag <= slack_s:
+        return None
+    return (
+        f"PID {proc.pid} started at {when}, {lag:.0f} s after that entry "
+        f"({comment(entry.schedule)}) last fired: it did not fire then"
+    )
+
+
+def _refused_origin(shell: Proc, evidence: list[str], read: _Tabs, ctx: ResolveContext) -> Origin:
+    """A real cron ran this job, but no entry that matches its command can have
+    (``entry_state`` ``unattributed``; the reasons are already in ``evidence``)."""
+    evidence.extend(_unread_notes(read))
+    evidence.append(
+        "no live entry can have started it (wrong user or time): it is attributed to no "
+        "line, and no line is to be disabled for it"
+    )
+    fields = _fields(None, shell.user, ctx)
+    fields["entry_state"] = "unattributed"
+    return Origin(
+        kind="cron",
+        evidence=tuple(evidence),
+        remediation=None,
+        fields=fields,
+    )
 
 
 def _prefer_user(matches: list[_Match], user: str | None) -> list[_Match]:
@@ -581,6 +750,8 @@ def _entry_zone(entry: CronEntry, ctx: ResolveContext) -> tzinfo:
 # cron forks the job within a second or two of the minute; start times (btime + ticks)
 # are exact to about a second. A busy host may lag, so up to a minute counts.
 _TICK_SLACK_S = 59.0
+# cron runs @reboot entries right after it starts.
+_REBOOT_SLACK_S = 120.0
 
 
 def _fired_before(entry: CronEntry, start_s: float, ctx: ResolveContext) -> float | None:
@@ -593,37 +764,6 @@ def _fired_before(entry: CronEntry, start_s: float, ctx: ResolveContext) -> floa
     except (ValueError, OSError, OverflowError, StopIteration, CronSimError):
         return None
     return (started - fired).total_seconds()
-
-
-def _by_tick(
-    matches: list[_Match], proc: Proc, ctx: ResolveContext, evidence: list[str]
-) -> list[_Match]:
-    """Keep the entries that fired at the minute ``proc`` (cron's job shell) started.
-
-    Several entries can run the same command; only those whose schedule fired just
-    before the process started can have started it. When the start time is unknown or
-    no entry fits, every match is kept (and the evidence says so).
-    """
-    if len(matches) < 2:
-        return matches
-    start_s = ctx.table.start_time_s(proc.start_ticks)
-    if start_s is None:
-        return matches
-    fits = []
-    for m in matches:
-        lag = _fired_before(m.entry, start_s, ctx)
-        if lag is not None and lag <= _TICK_SLACK_S:
-            fits.append(m)
-    if not fits or len(fits) == len(matches):
-        return matches
-    when = datetime.fromtimestamp(start_s, _zone(ctx)).isoformat(timespec="seconds")
-    for m in matches:
-        if m not in fits:
-            evidence.append(
-                f"not {m.entry.file}:{m.entry.line}: PID {proc.pid} started at {when}, "
-                f"when that entry ({m.entry.schedule}) did not fire"
-            )
-    return fits
 
 
 @dataclass(frozen=True)
@@ -856,6 +996,8 @@ def _from_script(
         lag = _fired_before(entry, start_s, ctx)
         if lag is None or lag > _SCRIPT_LAG_S:
             continue
+        if runs_as(top, entry.user) is False:
+            continue  # cron runs the line, and so its script, as the line's user
         for script in _scripts_of(entry):
             lineno = _script_mentions(script, program, ctx)
             if lineno is None:

@@ -24,6 +24,8 @@ def describe_origin(origin: Origin) -> str:
             # because some crontabs could not be read.
             if f.get("entry_state") == "removed":
                 return "cron, entry gone (no crontab line runs this command now)"
+            if f.get("entry_state") == "unattributed":
+                return "cron, no entry can have started it (wrong user or time)"
             return "cron, entry not found (some crontabs could not be read)"
         text = f"cron {f.get('file')}:{f.get('line')}"
         if f.get("schedule"):

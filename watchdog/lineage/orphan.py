@@ -5,9 +5,10 @@ When a parent exits, the kernel hands its children to the nearest ancestor marke
 (prctl(2), "PR_SET_CHILD_SUBREAPER"). So the parent of an orphan is not what started
 it: PID 1 (of the host or of a nested PID namespace), or a known subreaper such as
 ``systemd --user``. This resolver runs last, after systemd, and keeps whatever clue is
-left (a Slurm job id from the cgroup or environment, a supervisord program name, the
-cgroup path) in fields and evidence: a worker of an ended Slurm job that still holds
-GPU memory is an orphan with ``slurm_job_id`` set.
+left (a Slurm job id from the job cgroup, a supervisord program name, the cgroup path)
+in fields and evidence: a worker of an ended Slurm job that still holds GPU memory is an
+orphan with ``slurm_job_id`` set. ``SLURM_JOB_ID`` in its environment is only a claim
+(evidence says ``claims Slurm job N in its environment, not confirmed``), never a field.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from watchdog.lineage.base import ResolveContext, exe_name, is_wrapper
 from watchdog.lineage.cgroup import parse_cgroup, systemd_path
-from watchdog.lineage.slurm import cgroup_clue, environ_clue, query_job
+from watchdog.lineage.slurm import cgroup_clue, environ_clue, query_job, unconfirmed_text
 from watchdog.lineage.supervisor import command_names
 from watchdog.model import Origin, Proc
 
@@ -137,12 +138,14 @@ class OrphanResolver:
         """Fill the Slurm fields; return the job's state in a word or two (or None)."""
         clue = cgroup_clue(proc)
         if clue is None:
+            # An environment only claims a job (anyone can export SLURM_JOB_ID): say so,
+            # and name no job in the fields or the message.
             found = environ_clue([proc], ctx)
-            clue = found[0] if found else None
-        if clue is None:
+            if found is not None:
+                evidence.append(unconfirmed_text(found[0]))
             return None
         fields["slurm_job_id"] = clue.job_id
-        where = "cgroup" if clue.source == "cgroup" else "environment"
+        where = "cgroup"
         job = query_job(clue.job_id, ctx)
         fields["slurm_job_state"] = job.state
         if job.status == "gone":

@@ -1,22 +1,31 @@
 """Slurm origin: the process belongs to a Slurm job step.
 
-Clues, strongest first:
+A Slurm origin must be proven by something the job's user cannot forge:
 
 1. a ``slurmstepd`` ancestor. slurmstepd renames itself with setproctitle to
    ``slurmstepd: [JOBID.STEP]`` (STEP is ``batch``, ``extern``, ``interactive`` or a
-   number), so the job id is read from its command line, never from ``comm``; Debian's
-   binary is ``/usr/sbin/slurmstepd-wlm``, hence the prefix match on the exe name;
-2. a job cgroup: cgroup v1 ``/slurm/uid_UID/job_JOBID/step_STEP`` (proctrack/cgroup,
-   task/cgroup) or cgroup v2 ``/system.slice/slurmstepd.scope/job_JOBID/step_STEP/...``
-   (Slurm's cgroup/v2 plugin; ``NODE_slurmstepd.scope`` with several slurmd per host);
-3. ``SLURM_JOB_ID`` in ``/proc/PID/environ`` of the process or an ancestor (slurmstepd
-   exports it to every task, sbatch(1) "OUTPUT ENVIRONMENT VARIABLES").
+   number), so the job id is read from its command line. Any process can set such a
+   title (``exec -a``), so it only counts when the executable the kernel runs
+   (``/proc/PID/exe``) is named ``slurmstepd*`` (Debian's binary is
+   ``/usr/sbin/slurmstepd-wlm``), belongs to root, and the process runs as root
+   (slurmstepd runs as SlurmdUser, root);
+2. a job cgroup, anchored at the hierarchy's root: cgroup v1 ``/slurm/uid_UID/job_JOBID/
+   step_STEP`` (proctrack/cgroup, task/cgroup; ``UID`` must be the process's) or cgroup
+   v2 ``/system.slice/slurmstepd.scope/job_JOBID/step_STEP/...`` (Slurm's cgroup/v2
+   plugin; ``NODE_slurmstepd.scope`` with several slurmd per host). Only root creates
+   those; a user's delegated subtree that merely contains such names does not count.
+
+``SLURM_JOB_ID`` in ``/proc/PID/environ`` is only a claim (anyone can export it): alone
+it never makes a Slurm origin, and the evidence of whatever origin wins says
+``claims Slurm job N in its environment, not confirmed``.
 
 Job name, account, user and partition come from ``squeue --json -j ID`` or, where that
-fails, ``scontrol show job ID -o``. Without a live slurmstepd ancestor the resolver
-only claims a job Slurm still runs: a process whose job has ended (or that Slurm cannot
-be asked about while it hangs off PID 1) is left to the orphan resolver, which keeps the
-job id as a clue.
+fails, ``scontrol show job ID -o``; when Slurm answers, the job's user must be the
+process's user. When Slurm cannot be asked the account is unknown: ``SLURM_JOB_ACCOUNT``
+in the environment is the user's to set and never reaches a rule. Without a live
+slurmstepd ancestor the resolver only claims a job Slurm still runs: a process whose job
+has ended (or that Slurm cannot be asked about while it hangs off PID 1) is left to the
+orphan resolver, which keeps the job id as a clue.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from watchdog.lineage.base import ResolveContext, exe_name
+from watchdog.lineage.base import ResolveContext, exe_name, exe_path, system_daemon
 from watchdog.lineage.cgroup import parse_cgroup
 from watchdog.model import Origin, Proc
 
@@ -121,10 +130,35 @@ def stepd_clue(proc: Proc) -> SlurmClue | None:
 
 
 def is_slurmstepd(proc: Proc) -> bool:
-    """True for a slurmstepd process, by exe name or by its set title."""
+    """True for a process that looks like slurmstepd, by exe name or by its set title.
+
+    A look only (anyone can set the title): use :func:`not_slurmstepd` before believing
+    a job id from it.
+    """
     return exe_name(proc).startswith("slurmstepd") or bool(
         proc.cmdline and proc.cmdline[0].startswith("slurmstepd:")
     )
+
+
+def _stepd_binary(path: str) -> bool:
+    return path.rsplit("/", 1)[-1].startswith("slurmstepd")
+
+
+def not_slurmstepd(proc: Proc, ctx: ResolveContext) -> str | None:
+    """Why ``proc`` is not a real slurmstepd; None when it is.
+
+    Real means: the executable the kernel runs is named ``slurmstepd*`` (``/usr/sbin/
+    slurmstepd``, Debian's ``slurmstepd-wlm``, a source build's ``/usr/local/sbin/
+    slurmstepd``), that file belongs to root, and the process runs as root.
+
+    Args:
+        proc: A process :func:`is_slurmstepd` accepted.
+        ctx: Resolve context (for the executable's owner).
+
+    Returns:
+        None, or a phrase for evidence.
+    """
+    return system_daemon(proc, ctx, _stepd_binary)
 
 
 def cgroup_clue(proc: Proc) -> SlurmClue | None:
@@ -142,6 +176,8 @@ def cgroup_clue(proc: Proc) -> SlurmClue | None:
     info = parse_cgroup(proc.cgroup)
     if info is None or info.slurm_job_id is None:
         return None
+    if info.slurm_uid is not None and proc.uid is not None and info.slurm_uid != proc.uid:
+        return None  # v1 uid_N names the job's owner: another user's job is not this one's
     job = info.slurm_job_id
     line = next((ln for ln in proc.cgroup if f"/job_{job}" in ln), info.path)
     m = re.search(_STEP_AFTER_JOB.format(job=job), line)
@@ -362,16 +398,27 @@ class SlurmResolver:
         """See :class:`~watchdog.lineage.base.OriginResolver`."""
         if not lineage:
             return None
-        stepd = next((p for p in lineage if is_slurmstepd(p)), None)
+        stepd: Proc | None = None
+        for p in lineage[1:]:
+            if not is_slurmstepd(p):
+                continue
+            why = not_slurmstepd(p, ctx)
+            if why is None:
+                stepd = p
+                break
+            ctx.notes.append(
+                f"ancestor PID {p.pid} looks like slurmstepd ({_title(p)}) but is not: {why}"
+            )
         below = lineage if stepd is None else lineage[: lineage.index(stepd)]
         clue = stepd_clue(stepd) if stepd is not None else None
         clue = clue or cgroup_clue(lineage[0])
         env_found = environ_clue(below, ctx)
-        env = env_found[1] if env_found else {}
-        if clue is None and env_found is not None:
-            clue = env_found[0]
         if clue is None:
+            if env_found is not None:
+                ctx.notes.append(unconfirmed_text(env_found[0]))
             return None
+        # The environment only describes the job when it names the proven job.
+        env = env_found[1] if env_found and env_found[0].job_id == clue.job_id else {}
         job = query_job(clue.job_id, ctx)
         evidence = [_clue_text(clue)]
         if stepd is None:
@@ -383,14 +430,39 @@ class SlurmResolver:
                 return None
         elif clue.source != "slurmstepd":
             evidence.append(f"ancestor PID {stepd.pid} is {exe_name(stepd)}")
-        fields = _fields(clue, job, env, lineage[0])
-        evidence.append(_job_text(job, fields))
+        proc = lineage[0]
+        if job.status == "found" and job.user and proc.user and job.user != proc.user:
+            ctx.notes.append(
+                f"{_clue_text(clue)}, but {job.via} says job {clue.job_id} belongs to "
+                f"{job.user!r} and PID {proc.pid} runs as {proc.user!r}: not Slurm job "
+                f"{clue.job_id}'s, not confirmed"
+            )
+            return None
+        if stepd is not None:
+            evidence.append(
+                f"slurmstepd PID {stepd.pid} runs {exe_path(stepd)} (owned by root, as root)"
+            )
+        fields = _fields(clue, job, env, proc)
+        evidence.append(_job_text(job, fields, env))
         return Origin(
             kind="slurm",
             evidence=tuple(evidence),
             remediation=f"scancel {clue.job_id}",
             fields=fields,
         )
+
+
+def unconfirmed_text(clue: SlurmClue) -> str:
+    """Evidence for a job id only an environment names: a claim, never proof."""
+    return (
+        f"claims Slurm job {clue.job_id} in its environment, not confirmed "
+        f"({clue.text} in the environment of PID {clue.pid}; no slurmstepd ancestor and "
+        "no Slurm job cgroup)"
+    )
+
+
+def _title(proc: Proc) -> str:
+    return repr(" ".join(proc.cmdline) if proc.cmdline else proc.comm)
 
 
 def _clue_text(clue: SlurmClue) -> str:
@@ -405,10 +477,12 @@ def _fields(clue: SlurmClue, job: SlurmJob, env: dict[str, str], proc: Proc) -> 
     if job.status == "found":
         name, account, user, partition = job.job_name, job.account, job.user, job.partition
     else:
-        # Slurm could not be asked: what sbatch exported to the job is the best account.
+        # Slurm could not be asked. The job's user sets its own environment, so its
+        # SLURM_JOB_ACCOUNT is no proof of an account (a rule pinned to one must not
+        # match on it); name and partition are only labels.
         name = env.get("SLURM_JOB_NAME") or None
-        account = env.get("SLURM_JOB_ACCOUNT") or None
-        user = env.get("SLURM_JOB_USER") or proc.user
+        account = None
+        user = proc.user
         partition = env.get("SLURM_JOB_PARTITION") or None
     return {
         "job_id": clue.job_id,
@@ -421,15 +495,17 @@ def _fields(clue: SlurmClue, job: SlurmJob, env: dict[str, str], proc: Proc) -> 
     }
 
 
-def _job_text(job: SlurmJob, fields: dict[str, Any]) -> str:
+def _job_text(job: SlurmJob, fields: dict[str, Any], env: dict[str, str]) -> str:
     if job.status == "found":
         return (
             f"{job.via}: job {job.job_id} name {job.job_name!r} account {job.account!r} "
             f"user {job.user!r} is {job.state}"
         )
-    if fields["job_name"] is not None or fields["account"] is not None:
-        return (
-            f"Slurm not asked ({job.via}); job name {fields['job_name']!r} and account "
-            f"{fields['account']!r} from SLURM_JOB_* in the job's environment"
-        )
-    return f"Slurm not asked ({job.via}); job name and account unknown"
+    claimed = env.get("SLURM_JOB_ACCOUNT")
+    said = (
+        f"; SLURM_JOB_ACCOUNT={claimed!r} in the job's environment is not trusted (the "
+        "job's user can set it)"
+        if claimed
+        else ""
+    )
+    return f"Slurm not asked ({job.via}); account unknown{said}"

@@ -96,6 +96,15 @@ def rule_mismatch(rule: Rule, job: Job) -> list[str]:
     miss = origin_mismatch(rule.origin, job.origin)
     if miss is not None:
         why.append(miss)
+    elif rule.origin.systemd_unit is not None and job.origin.fields.get("uid") is not None:
+        # A user unit is its owner's to name: anyone can write ~/.config/systemd/user/
+        # train.service. Only a rule that also pins that user may sanction it.
+        owner = job.origin.fields.get("user")
+        if rule.user is None or owner != rule.user:
+            why.append(
+                f"origin is user {owner!r}'s own unit {job.origin.fields.get('unit')!r}; "
+                "a unit pin matches a user unit only with 'user:' naming its owner"
+            )
     return why
 
 

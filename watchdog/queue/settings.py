@@ -141,6 +141,12 @@ def parse_queue(r: NodeReader, node: yaml.Node) -> QueueSettings:
         t = r.number(m["command_timeout_s"][1], "queue.command_timeout_s")
         if t <= 0:
             raise r.err(m["command_timeout_s"][1], "queue.command_timeout_s", "must be positive")
+        if t > 600:  # the command runs every tick; a longer hang has stopped the queue check
+            raise r.err(
+                m["command_timeout_s"][1],
+                "queue.command_timeout_s",
+                f"must be at most 600 s, got {t:g}",
+            )
         vals["command_timeout_s"] = t
     if "action" in m:
         action = r.string(m["action"][1], "queue.action")
