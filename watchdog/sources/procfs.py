@@ -208,15 +208,10 @@ def read_proc(pid: int, proc_root: str = "/proc") -> Proc | None:
     Returns:
         The process, or None when ``/proc/PID/stat`` is absent or unparsable (it exited).
     """
-    raw = _read_bytes(f"{proc_root}/{pid}/stat")
-    if raw is None:
+    fields = _stat_now(pid, proc_root)
+    if fields is None:
         return None
-    try:
-        comm, state, ppid, pgid, sid, flags, start = parse_stat(
-            raw.decode("utf-8", "surrogateescape")
-        )
-    except StatParseError:
-        return None
+    comm, state, ppid, pgid, sid, flags, start = fields
     return read_details(f"{proc_root}/{pid}", pid, comm, state, ppid, pgid, sid, flags, start)
 
 
@@ -226,16 +221,22 @@ def read_identity(pid: int, proc_root: str = "/proc") -> tuple[int, str] | None:
     Returns:
         ``(start_ticks, state)``, or None when it is gone or unparsable.
     """
+    fields = _stat_now(pid, proc_root)
+    if fields is None:
+        return None
+    _comm, state, _ppid, _pgid, _sid, _flags, start = fields
+    return start, state
+
+
+def _stat_now(pid: int, proc_root: str) -> tuple[str, str, int, int, int, int, int] | None:
+    """``/proc/PID/stat`` parsed (:func:`parse_stat`), or None when gone or unparsable."""
     raw = _read_bytes(f"{proc_root}/{pid}/stat")
     if raw is None:
         return None
     try:
-        _comm, state, _ppid, _pgid, _sid, _flags, start = parse_stat(
-            raw.decode("utf-8", "surrogateescape")
-        )
+        return parse_stat(raw.decode("utf-8", "surrogateescape"))
     except StatParseError:
         return None
-    return start, state
 
 
 # PROC_PID_INIT_INO (include/linux/proc_ns.h): the inode of the initial PID namespace,
