@@ -22,7 +22,6 @@ Spec (a dict, all keys optional)::
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import os
 import shutil
@@ -54,8 +53,6 @@ def _compiled(variant: str) -> Path:
     global _cache_dir
     if _cache_dir is None:
         _cache_dir = Path(tempfile.mkdtemp(prefix="fakenvml-build-"))
-        # Ours alone, and needed until this process ends: removed then, not left in /tmp.
-        atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
     out = _cache_dir / f"{variant}-{digest}.so"
     if not out.exists():
