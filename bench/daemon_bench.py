@@ -139,7 +139,7 @@ def child(
     restat_every: int | None = None,
 ) -> dict[str, Any]:
     """One daemon, ``ticks`` ticks ``interval_s`` apart; returns the measurements."""
-    from watchdog.daemon.cli import configure_logging
+    from watchdog.cli.daemon import configure_logging
 
     # The daemon's own JSON logging (its cost counts), discarded: stdout carries the
     # result, and on a shared host other people's test jobs would flood the report.

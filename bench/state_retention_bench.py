@@ -2,7 +2,7 @@
 retention.
 
 Drives the real :class:`~watchdog.daemon.tracker.Tracker` and
-:class:`~watchdog.daemon.state.StateDB` (temp state dir) with synthetic jobs: a few
+:class:`~watchdog.state.StateDB` (temp state dir) with synthetic jobs: a few
 long-lived rogue jobs that stay all month, and a stream of short rogue jobs (each its own
 command line, so each a new job signature and a new finding) that live one to three ticks.
 Every tick spools open/resolve alerts for two sinks; a stand-in for the delivery worker
@@ -40,10 +40,10 @@ from typing import Any
 
 from watchdog.daemon.metrics import spool_counts
 from watchdog.daemon.settings import AlertSettings, SinkSettings
-from watchdog.daemon.state import StateDB
 from watchdog.daemon.tracker import Tracker
 from watchdog.model import Job, Origin
 from watchdog.policy.findings import job_findings
+from watchdog.state import StateDB
 
 SINKS = ("hook", "slack")
 PRUNE_EVERY_S = 300.0

@@ -8,6 +8,7 @@ Reference: docs/config.md; the shipped example is config/example.yaml.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -657,3 +658,17 @@ def load_config(path: str | Path | None, *, check_trust: bool = True) -> Config:
         exc.warnings, exc.refs = config.warnings, config.refs
         raise
     return config
+
+
+def config_checksum(path: str | None) -> str | None:
+    """SHA-256 of the configuration file's bytes (first 16 hex digits), or None.
+
+    None also when the path is not a regular file or is larger than a configuration can
+    be (a FIFO swapped in would otherwise block the status answer forever).
+    """
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(read_regular(path, MAX_CONFIG_BYTES)).hexdigest()[:16]
+    except (OSError, ValueError):
+        return None

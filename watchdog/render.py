@@ -17,7 +17,7 @@ from watchdog.model import Finding, GpuHeld, GpuInfo, Job
 from watchdog.policy.findings import fmt_bytes
 
 if TYPE_CHECKING:
-    from watchdog.scan import ScanResult
+    from watchdog.model import ScanResult
 
 SCHEMA_VERSION = 1
 

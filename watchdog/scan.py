@@ -12,18 +12,24 @@ import os
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from watchdog.actions.services import listening_for
-from watchdog.actions.services_source import protected_pids, service_findings, service_pids
 from watchdog.config import Config
 from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import OriginResolver, ResolveContext
 from watchdog.lineage.cron import entry_state, with_entry_state
 from watchdog.lineage.describe import describe_origin, names_source, same_source
-from watchdog.model import UNKNOWN_ORIGIN, Finding, GpuInfo, GpuProcess, Job, Origin, Proc
+from watchdog.model import (
+    UNKNOWN_ORIGIN,
+    Finding,
+    GpuInfo,
+    GpuProcess,
+    NvmlStatus,
+    Origin,
+    Proc,
+    ScanResult,
+)
 from watchdog.policy.allowlist import judge
 from watchdog.policy.findings import (
     gpu_visibility_findings,
@@ -32,10 +38,12 @@ from watchdog.policy.findings import (
     unexplained_memory_findings,
 )
 from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs, ignore_match
+from watchdog.policy.services import protected_pids, service_findings, service_pids
 from watchdog.sources.devfd import DeviceFdSource
 from watchdog.sources.gpulibs import GpuLibraryCache
 from watchdog.sources.procevents import EventBatch
 from watchdog.sources.procfs import ProcessTable, pid_namespaces, read_identity
+from watchdog.sources.sockets import listening_for
 
 # How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
 # are re-read after this; `next_run` may lag by as much).
@@ -71,49 +79,6 @@ class EventFeed(Protocol):
     def swept(self) -> None:
         """Called after a full sweep the feed asked for."""
         ...
-
-
-@dataclass
-class NvmlStatus:
-    """NVML health as shown in ``scan --json`` under ``nvml``."""
-
-    available: bool
-    driver_version: str | None = None
-    error: str | None = None
-
-
-@dataclass
-class ScanResult:
-    """Everything one scan saw.
-
-    Attributes:
-        host: Host name.
-        time: When the scan started (timezone-aware).
-        duration_s: Wall-clock seconds the scan took.
-        nvml: NVML health.
-        gpus: Devices NVML listed.
-        jobs: Training jobs, oldest first, with verdicts.
-        findings: Job findings first, then health findings.
-        gpu_processes: NVML's process lists as read (per-GPU memory by holder).
-        gpu_blind: True when some GPU's processes could not be seen this time (NVML
-            failing after it loaded, a list refused or hung, or NVML PIDs unmatchable):
-            a job missing from ``jobs`` may then still be running.
-        exited: PIDs of processes an exec event caught that exited before this scan
-            (kept for this one scan, state ``X``; never signalled).
-        full_sweep: Every process was read again in full (kernel events were lost).
-    """
-
-    host: str
-    time: datetime
-    duration_s: float
-    nvml: NvmlStatus
-    gpus: list[GpuInfo] = field(default_factory=list)
-    jobs: list[Job] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    gpu_processes: list[GpuProcess] = field(default_factory=list)
-    gpu_blind: bool = False
-    exited: set[int] = field(default_factory=set)
-    full_sweep: bool = False
 
 
 def resolve_origin(

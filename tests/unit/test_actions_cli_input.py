@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from watchdog.actions.cli import CliError, parse_target
-from watchdog.daemon.state import JobRecord, StateDB
+from watchdog.cli.actions import CliError, parse_target
+from watchdog.state import JobRecord, StateDB
 
 HUGE = "99999999999999999999"  # > 2**63 - 1: SQLite raised OverflowError on it
 NOW = 1_800_000_000.0

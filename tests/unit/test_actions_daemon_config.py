@@ -17,7 +17,7 @@ import pytest
 import structlog
 
 from tests.conftest import REPO, Spawned, poll, run_cli
-from watchdog.actions import cli as actions_cli
+from watchdog.cli import actions as actions_cli
 from watchdog.cli import main
 
 

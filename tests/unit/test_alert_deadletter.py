@@ -25,7 +25,7 @@ from watchdog.config import parse_config
 from watchdog.daemon.alerts import DeliveryWorker
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.metrics import spool_counts
-from watchdog.daemon.status import render_status
+from watchdog.daemon.status import build_status, render_status
 
 SECRET = "T0KEN-5ecret-abcdef123456"
 
@@ -135,7 +135,7 @@ def test_a_refused_alert_is_set_aside_and_the_next_ones_go(tmp_path: Path, rx: R
     assert res.delivered == [b, c]  # nothing waits behind the dead letter
     assert w.deliver_due(t0 + 3600).delivered == []  # never sent again
     assert len(rx.requests) == 3
-    health = d.status()["alerts"]
+    health = build_status(d)["alerts"]
     assert health == {
         "queued": 0,
         "failed_attempts": 0,
@@ -147,7 +147,7 @@ def test_a_refused_alert_is_set_aside_and_the_next_ones_go(tmp_path: Path, rx: R
     assert (counts.queued, counts.delivered, counts.dead_lettered) == (0, 2, 1)
     assert (
         f"alerts set aside (could never be sent): 1, last: hook: alert {a}: HTTP 400 Bad "
-        "Request: error" in render_status(d.status())
+        "Request: error" in render_status(build_status(d))
     )
     w.stop()
 

@@ -28,7 +28,8 @@ from watchdog.config import parse_config
 from watchdog.daemon.alerts import DeliveryWorker, build_alert_workers
 from watchdog.daemon.alerts.render import delivery_id, webhook_body
 from watchdog.daemon.loop import Daemon
-from watchdog.daemon.state import Delivery
+from watchdog.daemon.status import build_status
+from watchdog.state import Delivery
 
 SECRET = "T0KEN-5ecret-abcdef123456"
 HOST_KEYS = ("RW_HOOK_URL", "RW_SLACK_URL", "RW_CRIT_URL", "RW_RESP_URL")
@@ -248,7 +249,7 @@ def test_open_remind_resolve_once_per_sink_for_an_8_process_job(
     }
     assert (lines[2]["finding_id"], lines[2]["host"], lines[2]["seen_count"]) == (fid, host, 4)
     assert all(r.delivered_at is not None and r.attempts == 1 for r in rows(d))
-    assert d.status()["alerts"] == {
+    assert build_status(d)["alerts"] == {
         "queued": 0,
         "failed_attempts": 0,
         "last_error": None,
@@ -293,7 +294,7 @@ def test_receiver_down_then_up_every_alert_once_across_a_restart(
         w.deliver_due(t0 + 100)
         assert [r.event for r in rows(d, "hook")] == ["open", "resolve"]
         assert rows(d, "hook")[1].attempts == 0  # the sink is paused: order is kept
-        status = d.status()["alerts"]
+        status = build_status(d)["alerts"]
         assert status == {
             "queued": 2,
             "failed_attempts": 1,
@@ -324,7 +325,7 @@ def test_receiver_down_then_up_every_alert_once_across_a_restart(
         assert all(r.delivered_at is not None for r in rows(d2))
         w2.deliver_due(t0 + 10_000)
         assert len(down.requests) == 1 and len(rx.requests) == 4
-        assert d2.status()["alerts"]["queued"] == 0
+        assert build_status(d2)["alerts"]["queued"] == 0
         w2.stop()
     finally:
         down.close()
@@ -348,7 +349,7 @@ def test_500_is_retried_with_backoff_then_delivered_once(
     (row,) = rows(d)
     assert (row.attempts, row.next_attempt_at) == (4, t0 + 16)
     assert row.last_error == "HTTP 500 Internal Server Error: error"
-    assert d.status()["alerts"]["last_error"] == "hook: HTTP 500 Internal Server Error: error"
+    assert build_status(d)["alerts"]["last_error"] == "hook: HTTP 500 Internal Server Error: error"
     rx.set_mode("ok")
     assert w.deliver_due(t0 + 16).delivered == [row.id]
     assert w.deliver_due(t0 + 100).delivered == []
@@ -506,7 +507,7 @@ def test_secrets_never_reach_logs_status_or_errors(
         assert d.degraded == {
             "alert-sink:unset": "no URL in environment variable RW_NOT_SET (unset or empty)"
         }
-        status = json.dumps(d.status())
+        status = json.dumps(build_status(d))
         out = capsys.readouterr()
         dump = "\n".join(
             [status, out.out, out.err, (tmp_path / "alerts.log").read_text()]

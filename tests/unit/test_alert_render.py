@@ -18,7 +18,7 @@ from watchdog.daemon.alerts.render import (
 )
 from watchdog.daemon.alerts.sinks import LogSink, SendError
 from watchdog.daemon.settings import SinkSettings
-from watchdog.daemon.state import Delivery
+from watchdog.state import Delivery
 
 
 def payload(event: str = "open", message: str = "rogue training job PID 42", **f: Any) -> Any:

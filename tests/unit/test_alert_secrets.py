@@ -12,7 +12,7 @@ from watchdog.daemon.alerts.backoff import Backoff
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import SendError, WebhookSink
 from watchdog.daemon.settings import SinkSettings
-from watchdog.daemon.state import Delivery
+from watchdog.state import Delivery
 
 TOKEN = "XyZ-very-secret-token-0042"
 SLACK = f"https://hooks.slack.com/services/T0001/B0002/{TOKEN}"

@@ -30,7 +30,7 @@ from watchdog.config import parse_config
 from watchdog.daemon.alerts import DeliveryWorker
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.metrics import MetricsCollector
-from watchdog.daemon.status import render_status
+from watchdog.daemon.status import build_status, render_status
 
 
 def when(ts: float) -> str:
@@ -183,7 +183,7 @@ def test_folded_copies_say_how_many_and_which_pids_and_a_killed_pid_is_said(
     w.deliver_due(t0)
     (opened,) = rx.bodies("/hook")
     assert (opened["finding"]["instances"], opened["finding"]["root_pid"]) == (5, named)
-    doc = d.status()
+    doc = build_status(d)
     (sf,) = [x for x in doc["findings"] if x["kind"] == "rogue-job"]
     assert (sf["instances"], sf["root_pids"]) == (5, pids)
     assert f"F{f.id} high     rogue-job (open " in render_status(doc)

@@ -27,7 +27,7 @@ HEAVY = (
     "watchdog.scan",
     "watchdog.config",
     "watchdog.daemon.loop",
-    "watchdog.daemon.state",
+    "watchdog.state",
     "watchdog.actions.remedy",
     "watchdog.lineage.cron",
 )

@@ -20,7 +20,7 @@ from watchdog.configbase import Regex, glob_problem
 from watchdog.daemon.alerts import DeliveryWorker
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.metrics import build_metrics_workers
-from watchdog.daemon.status import render_status
+from watchdog.daemon.status import build_status, render_status
 from watchdog.model import Proc
 from watchdog.policy.allowlist import cmdline_matches
 from watchdog.policy.jobs import is_launcher
@@ -310,7 +310,7 @@ def test_sink_without_its_url_is_degraded_in_status_findings_and_metrics(
             "(unset or empty)"
         }
         d.tick(7_000_005.0)
-        doc = d.status()
+        doc = build_status(d)
         kinds = sorted(f["kind"] for f in doc["findings"])
         assert kinds == ["component-degraded", "rogue-job"]
         (deg,) = [f for f in doc["findings"] if f["kind"] == "component-degraded"]

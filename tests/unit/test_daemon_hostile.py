@@ -28,8 +28,8 @@ from watchdog.daemon.alerts.sinks import LogSink, SendError, WebhookSink
 from watchdog.daemon.ipc import StatusError, StatusServer, query_status
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.settings import FINDING_KINDS, SinkSettings
-from watchdog.daemon.state import Delivery, StateDB, StateError, lock_state_dir
 from watchdog.daemon.status import build_status, exit_code
+from watchdog.state import Delivery, StateDB, StateError, lock_state_dir
 
 SECRET_URL = "https://hooks.slack.com/services/T000/B000/XXXXSECRETXXXX"
 
@@ -204,7 +204,7 @@ def test_fifo_log_sink_fails_without_hanging(tmp_path: Path) -> None:
     out = run_isolated(
         "from watchdog.daemon.alerts.sinks import LogSink, SendError\n"
         "from watchdog.daemon.settings import SinkSettings\n"
-        "from watchdog.daemon.state import Delivery\n"
+        "from watchdog.state import Delivery\n"
         "d = Delivery(1, 1, 's', 'open', {'kind': 'rogue-job', 'severity': 'high', "
         "'message': 'm', 'action': 'open'}, 0.0, 0, 0.0, None, None)\n"
         f"s = LogSink(SinkSettings(type='log', name='l', path={str(fifo)!r}))\n"
@@ -321,7 +321,7 @@ def test_second_lock_on_state_dir_names_the_holder(tmp_path: Path) -> None:
     fd = lock_state_dir(tmp_path)
     try:
         out = run_isolated(
-            "from watchdog.daemon.state import lock_state_dir, StateError\n"
+            "from watchdog.state import lock_state_dir, StateError\n"
             f"try:\n    lock_state_dir({str(tmp_path)!r})\nexcept StateError as e:\n    print(e)\n"
         )
         assert f"in use by PID {os.getpid()}" in out

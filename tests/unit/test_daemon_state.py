@@ -17,14 +17,14 @@ import pytest
 from tests.conftest import Spawned
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
-from watchdog.daemon.state import (
+from watchdog.daemon.status import build_status, render_status
+from watchdog.state import (
     LOCK_NAME,
     SCHEMA_VERSION,
     StateDB,
     StateError,
     lock_state_dir,
 )
-from watchdog.daemon.status import build_status, render_status
 
 # The schema as rogue-watchdog wrote it before schema versions (copied verbatim from the
 # release: ``state.py``'s SCHEMA and its ``meta`` row). Never edit: it is the past.

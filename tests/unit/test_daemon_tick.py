@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.conftest import Spawned
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
-from watchdog.daemon.state import StateDB
+from watchdog.state import StateDB
 
 
 def make(tmp_path: Path, extra: str = "") -> Daemon:
@@ -166,7 +166,7 @@ def test_config_checksum_never_blocks_on_a_fifo(tmp_path: Path) -> None:
     import hashlib
     import os
 
-    from watchdog.daemon.loop import config_checksum
+    from watchdog.config import config_checksum
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("sanctioned: []\n")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from watchdog.daemon.alerts.render import alert_text
-from watchdog.daemon.state import FindingRecord
 from watchdog.daemon.tracker import alert_payload
 from watchdog.model import GpuHeld, Job, Origin
 from watchdog.policy.findings import gpus_text, job_findings
+from watchdog.state import FindingRecord
 
 GIB = 1024**3
 

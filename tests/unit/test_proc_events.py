@@ -20,7 +20,7 @@ from tests.conftest import Spawned, need_program, poll
 from watchdog.config import Config, ConfigError, parse_config
 from watchdog.daemon.events import EventsCollector, attach_events, events_status
 from watchdog.daemon.loop import Daemon
-from watchdog.daemon.status import render_status
+from watchdog.daemon.status import build_status, render_status
 from watchdog.model import Proc
 from watchdog.policy.jobs import is_launcher
 from watchdog.sources.gpulibs import GpuLibraryCache, library_pattern
@@ -229,7 +229,7 @@ def test_unavailable_connector_polls_and_says_so_once(tmp_path: Path) -> None:
     source.opener = refused
     source.start()
     d.tick(1_000_000.0)
-    doc = d.status()
+    doc = build_status(d)
     assert doc["events"] == {
         "mode": "polling",
         "available": False,

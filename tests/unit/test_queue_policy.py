@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from watchdog.config import ConfigError, parse_config
-from watchdog.daemon.state import StateDB
 from watchdog.lineage.base import CommandResult
 from watchdog.queue.actions import QueueEnforcer, build_queue_enforcers
 from watchdog.queue.generic import CommandQueue, parse_json_lines
@@ -23,6 +22,7 @@ from watchdog.queue.source import (
     one_shot_queue_findings,
     queue_findings,
 )
+from watchdog.state import StateDB
 
 T0 = 1_700_000_000.0
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from watchdog.model import Finding, GpuHeld, GpuInfo, Job, Origin
+from watchdog.model import Finding, GpuHeld, GpuInfo, Job, NvmlStatus, Origin, ScanResult
 from watchdog.render import (
     filter_gpu,
     output_width,
@@ -21,7 +21,6 @@ from watchdog.render import (
     shorten_command,
     use_colour,
 )
-from watchdog.scan import NvmlStatus, ScanResult
 
 GIB = 1024**3
 PY = "/root/.pyenv/versions/3.11.7/bin/python"

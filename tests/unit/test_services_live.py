@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 
 from tests.conftest import Spawned
-from watchdog.actions.services import Listen, listening_for
 from watchdog.actions.services_settings import SanctionedPort, ServiceSettings
-from watchdog.actions.services_source import ServiceSource, build_service_sources, service_pids
 from watchdog.config import parse_config
-from watchdog.scan import Scanner, ScanResult
+from watchdog.model import Finding, ScanResult
+from watchdog.policy.services import service_findings, service_pids
+from watchdog.scan import Scanner
+from watchdog.sources.sockets import Listen, listening_for
 
 # The trainer listens on TCP 127.0.0.1 and UDP ::1 (when the host has IPv6), starts a
 # non-training helper that listens on its own TCP port, and writes all ports to argv[1].
@@ -53,6 +54,10 @@ def _scan(extra: str = "") -> tuple[Scanner, ScanResult]:
     return scanner, scanner.scan()
 
 
+def _services(scanner: Scanner, result: ScanResult, settings: ServiceSettings) -> list[Finding]:
+    return service_findings(result.jobs, scanner.table, settings)
+
+
 def test_rogue_trainer_and_its_helper_report_their_exact_ports(
     spawned: Spawned, tmp_path: Path
 ) -> None:
@@ -70,8 +75,7 @@ def test_rogue_trainer_and_its_helper_report_their_exact_ports(
     assert job.verdict == "rogue"
     assert helper in service_pids(job, scanner.table)  # a descendant of the root
 
-    source = ServiceSource(ServiceSettings())
-    mine = [f for f in source.findings(0.0, result) if f.root_pid == pid]
+    mine = [f for f in _services(scanner, result, ServiceSettings()) if f.root_pid == pid]
     assert len(mine) == 1
     f = mine[0]
     assert (f.kind, f.severity) == ("rogue-service", "high")
@@ -85,14 +89,14 @@ def test_rogue_trainer_and_its_helper_report_their_exact_ports(
 
 def test_sanctioned_ports_are_not_reported(spawned: Spawned, tmp_path: Path) -> None:
     pid, ports = _start(spawned, tmp_path)
-    _, result = _scan()
+    scanner, result = _scan()
     settings = ServiceSettings(
         sanctioned_ports=(
             SanctionedPort("trainer-api", ports["tcp"], address="127.0.0.1", proto="tcp"),
             SanctionedPort("helper", ports["helper"]),
         )
     )
-    mine = [f for f in ServiceSource(settings).findings(0.0, result) if f.root_pid == pid]
+    mine = [f for f in _services(scanner, result, settings) if f.root_pid == pid]
     if ports["udp6"] is None:
         assert mine == []
         return
@@ -103,7 +107,7 @@ def test_sanctioned_ports_are_not_reported(spawned: Spawned, tmp_path: Path) -> 
     everything = ServiceSettings(
         sanctioned_ports=(*settings.sanctioned_ports, SanctionedPort("dns-ish", ports["udp6"]))
     )
-    assert [f for f in ServiceSource(everything).findings(0.0, result) if f.root_pid == pid] == []
+    assert [f for f in _services(scanner, result, everything) if f.root_pid == pid] == []
 
 
 def test_sanctioned_job_listening_is_not_a_rogue_service(spawned: Spawned, tmp_path: Path) -> None:
@@ -112,23 +116,10 @@ def test_sanctioned_job_listening_is_not_a_rogue_service(spawned: Spawned, tmp_p
         "sanctioned:\n  - name: listener\n    cmdline: '*train_listen.py*'\n"
         "    origin: {any: true}\n"
     )
-    _, result = _scan(rule)
+    scanner, result = _scan(rule)
     job = next(j for j in result.jobs if j.root_pid == pid)
     assert job.verdict == "sanctioned"
-    assert [
-        f for f in ServiceSource(ServiceSettings()).findings(0.0, result) if f.root_pid == pid
-    ] == []
-
-
-def test_build_service_sources_respects_enabled() -> None:
-    cfg = parse_config("nvml: {enabled: false}\n", "t.yaml")
-    assert [s.name for s in build_service_sources(cfg)] == ["services"]
-
-    class Off:
-        services = ServiceSettings(enabled=False)
-        paths = cfg.paths
-
-    assert build_service_sources(Off()) == []
+    assert [f for f in _services(scanner, result, ServiceSettings()) if f.root_pid == pid] == []
 
 
 def test_loopback_socket_outside_any_job_is_not_reported(spawned: Spawned) -> None:
@@ -138,7 +129,7 @@ def test_loopback_socket_outside_any_job_is_not_reported(spawned: Spawned) -> No
     )
     p = spawned.start([sys.executable, "-c", code])
     time.sleep(0.5)
-    _, result = _scan()
+    scanner, result = _scan()
     assert all(p.pid not in j.pids for j in result.jobs)
-    found = ServiceSource(ServiceSettings()).findings(0.0, result)
+    found = _services(scanner, result, ServiceSettings())
     assert all(p.pid not in [x["pid"] for x in f.details["listening"]] for f in found)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tests.conftest import Spawned
 from watchdog.actions.services_settings import ServiceSettings
-from watchdog.actions.services_source import service_findings
 from watchdog.config import parse_config
+from watchdog.policy.services import service_findings
 from watchdog.scan import Scanner
 
 # Listens on 127.0.0.1, starts the train_job.py beside it as its child, reports both to argv[1].
@@ -76,13 +76,13 @@ def test_setsid_service_that_starts_the_trainer_is_a_rogue_service(
 def test_a_sanctioned_runs_launcher_is_never_named_a_rogue_service() -> None:
     """An excess run started by the same listening launcher as the sanctioned run: the
     launcher is the pipeline's, so no "started the run" and no kill advice for it."""
-    from watchdog.actions.services import Listen
-    from watchdog.actions.services_source import (
+    from watchdog.model import Job, Proc
+    from watchdog.policy.services import (
         launching_ancestors,
         protected_pids,
         service_finding,
     )
-    from watchdog.model import Job, Proc
+    from watchdog.sources.sockets import Listen
 
     init = Proc(1, 0, 1, "S", "init", exe="/sbin/init", cmdline=("/sbin/init",))
     svc = Proc(812, 1, 5, "S", "python3", exe="/usr/bin/python3", cmdline=("python3", "svc.py"))

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.actions.services import (
+from watchdog.actions.services_settings import SanctionedPort, ServiceSettings
+from watchdog.config import ConfigError
+from watchdog.configbase import NodeReader
+from watchdog.sources.sockets import (
     Listen,
     decode_address,
     listening_for,
     parse_socket_table,
     scan_listening,
 )
-from watchdog.actions.services_settings import SanctionedPort, ServiceSettings
-from watchdog.config import ConfigError
-from watchdog.configbase import NodeReader
 
 HEADER = (
     "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt"

@@ -212,9 +212,8 @@ def test_recheck_30s_after_terminate_opens_remediation_failed(
 
     from watchdog.actions.enforcer import Enforcer
     from watchdog.config import parse_config
-    from watchdog.daemon.state import StateDB
-    from watchdog.model import Job, Origin
-    from watchdog.scan import NvmlStatus, ScanResult
+    from watchdog.model import Job, NvmlStatus, Origin, ScanResult
+    from watchdog.state import StateDB
 
     left = identity_of(spawned.start([sys.executable, "-c", "import time; time.sleep(60)"]).pid)
     cfg = parse_config(f"daemon: {{state_dir: '{tmp_path}/state'}}\n", "t.yaml")

@@ -20,7 +20,7 @@ from safetensors.numpy import save_file
 from tests.conftest import run_cli
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
-from watchdog.daemon.state import FindingRecord, StateDB
+from watchdog.state import FindingRecord, StateDB
 from watchdog.weights.report import FileReport
 from watchdog.weights.scan import ScanContext
 from watchdog.weights.settings import DEFAULT_PATTERNS

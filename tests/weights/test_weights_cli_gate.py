@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from watchdog.cli.weights import register
 from watchdog.weights import (
     NonFiniteWeightsError,
     UnverifiedWeightsError,
     WeightsRefusedError,
     require_finite,
 )
-from watchdog.weights.cli import register
 
 from .builders import st_array, write_safetensors
 
@@ -132,7 +132,7 @@ def test_gate_returns_command_status_and_handles_missing_command(clean: Path) ->
 
 def test_cli_in_a_subprocess(tmp_path: Path, clean: Path, poisoned: Path) -> None:
     code = (
-        "import argparse, sys; from watchdog.weights.cli import register; "
+        "import argparse, sys; from watchdog.cli.weights import register; "
         "p = argparse.ArgumentParser(); register(p.add_subparsers(dest='c', required=True)); "
         "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))"
     )

@@ -34,11 +34,11 @@ from watchdog.actions.effects import Effects
 from watchdog.actions.guards import read_live
 from watchdog.actions.remedy import Remedy, target_from_job
 from watchdog.config import Config
-from watchdog.daemon.state import ActionRecord, StateDB
-from watchdog.daemon.tracker import TrackResult, job_signature
 from watchdog.lineage.describe import describe_origin
-from watchdog.model import Finding, Job
-from watchdog.scan import ScanResult
+from watchdog.model import Finding, Job, ScanResult
+from watchdog.plugins import TrackResult
+from watchdog.policy.signature import job_signature
+from watchdog.state import ActionRecord, StateDB
 
 ACTED_KINDS = ("terminate", "disable-source")
 RECHECK_AFTER_S = 30.0

@@ -18,8 +18,8 @@ from watchdog.actions.effects import Effects
 from watchdog.actions.guards import Expected, Guard
 from watchdog.actions.settings import EnforcementSettings
 from watchdog.actions.terminate import TerminateOutcome, terminate_tree
-from watchdog.daemon.state import StateDB
 from watchdog.model import Job, finding_ref
+from watchdog.state import StateDB
 
 log = structlog.get_logger("rogue-watchdog")
 

@@ -17,8 +17,8 @@ from typing import Literal
 
 import yaml
 
-from watchdog.actions.services import Listen
 from watchdog.configbase import NodeReader
+from watchdog.sources.sockets import Listen
 
 
 @dataclass(frozen=True)

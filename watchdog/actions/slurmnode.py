@@ -29,8 +29,8 @@ from watchdog.configbase import NodeReader
 from watchdog.model import Finding, Job
 
 if TYPE_CHECKING:
-    from watchdog.daemon.tracker import TrackResult
-    from watchdog.scan import ScanResult
+    from watchdog.model import ScanResult
+    from watchdog.plugins import TrackResult
 
 REASON_PREFIX = "rogue-watchdog: "
 MAX_REASON_CHARS = 200

@@ -13,7 +13,8 @@ from watchdog.actions.effects import Effects
 from watchdog.actions.enforcer import build_enforcers
 from watchdog.actions.slurmnode import build_slurm_enforcers
 from watchdog.daemon.events import attach_events
-from watchdog.daemon.loop import Daemon, Enforcer, FindingSource
+from watchdog.daemon.loop import Daemon
+from watchdog.plugins import Enforcer, FindingSource
 from watchdog.queue.actions import build_queue_enforcers
 from watchdog.queue.source import build_queue_sources
 from watchdog.weights.shipwatch import build_ship_gate_sources

@@ -8,7 +8,6 @@ starts failing and one when it recovers; the loop never dies from it.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import signal
 import threading
@@ -17,16 +16,15 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
 
 import structlog
 
-from watchdog.config import MAX_CONFIG_BYTES, Config, ConfigError, load_config
-from watchdog.daemon.state import FindingRecord, StateDB
-from watchdog.daemon.tracker import Tracker, TrackResult, sink_accepts
-from watchdog.model import LOG_LEVELS, Finding
-from watchdog.safeio import read_regular
-from watchdog.scan import Scanner, ScanResult
+from watchdog.config import Config, ConfigError, load_config
+from watchdog.daemon.tracker import Tracker, sink_accepts
+from watchdog.model import LOG_LEVELS, Finding, ScanResult
+from watchdog.plugins import Enforcer, FindingSource, TrackResult, Worker
+from watchdog.scan import Scanner
+from watchdog.state import FindingRecord, StateDB
 
 log = structlog.get_logger("rogue-watchdog")
 # Degraded-component name while the configuration file on disk was refused by a reload.
@@ -41,41 +39,6 @@ PRUNE_EVERY_S = 300.0
 # a bounded share of a core, not one scan per exec.
 EARLY_TICK_DUTY = 0.5
 EARLY_TICK_MIN_GAP_S = 0.01
-
-
-class FindingSource(Protocol):
-    """Something besides the process scan that produces findings each tick
-    (rogue services, the GPU queue, ship gates)."""
-
-    name: str
-
-    def findings(self, now: float, result: ScanResult) -> list[Finding]:
-        """Findings open right now. May raise: the loop degrades and retries next tick."""
-        ...
-
-
-class Enforcer(Protocol):
-    """Acts on what a tick found (terminate, disable a source). Runs after tracking."""
-
-    name: str
-
-    def act(self, now: float, result: ScanResult, track: TrackResult) -> list[Finding]:
-        """Take actions; return findings about them (e.g. ``remediation-failed``)."""
-        ...
-
-
-class Worker(Protocol):
-    """A background thread owned by the daemon (alert delivery, status socket, metrics)."""
-
-    name: str
-
-    def start(self) -> None:
-        """Start the thread; must return promptly."""
-        ...
-
-    def stop(self) -> None:
-        """Stop the thread and wait for it briefly."""
-        ...
 
 
 @dataclass
@@ -126,6 +89,8 @@ class Daemon:
         self.started_at = time.time()
         self.last: TickSummary | None = None
         self.degraded: dict[str, str] = {}
+        # The configuration in force and its checksum (watchdog.daemon.status.note_config).
+        self.config_stamp: tuple[Config, str | None] | None = None
         self.on_tick: list[Callable[[TickSummary], None]] = []
         self.on_reload: list[Callable[[Daemon], None]] = []
         self._stop = threading.Event()
@@ -382,23 +347,3 @@ class Daemon:
                 except Exception as exc:
                     self._failed(w.name, exc)
             self.db.close()
-
-    def status(self) -> dict[str, Any]:
-        """A JSON-ready snapshot for ``rogue-watchdog status`` (docs/status.md)."""
-        from watchdog.daemon.status import build_status
-
-        return build_status(self)
-
-
-def config_checksum(path: str | None) -> str | None:
-    """SHA-256 of the configuration file's bytes (first 16 hex digits), or None.
-
-    None also when the path is not a regular file or is larger than a configuration can
-    be (a FIFO swapped in would otherwise block the status answer forever).
-    """
-    if path is None:
-        return None
-    try:
-        return hashlib.sha256(read_regular(path, MAX_CONFIG_BYTES)).hexdigest()[:16]
-    except (OSError, ValueError):
-        return None

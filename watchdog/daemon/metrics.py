@@ -22,12 +22,13 @@ from prometheus_client.registry import Collector
 from watchdog.daemon.events import EventsCollector
 from watchdog.daemon.fleetmetrics import FleetCollector
 from watchdog.daemon.settings import parse_listen
-from watchdog.daemon.state import StateDB
+from watchdog.state import StateDB
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from watchdog.daemon.loop import Daemon, TickSummary, Worker
+    from watchdog.daemon.loop import Daemon, TickSummary
+    from watchdog.plugins import Worker
 
 log = structlog.get_logger("rogue-watchdog")
 

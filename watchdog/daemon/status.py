@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import time
-import weakref
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
+from watchdog.config import config_checksum
 from watchdog.lineage.describe import describe_origin
 from watchdog.model import REPORTED_SEVERITIES, finding_ref
 from watchdog.render import (
@@ -24,30 +24,26 @@ from watchdog.render import (
 )
 
 if TYPE_CHECKING:
-    from watchdog.config import Config
     from watchdog.daemon.loop import Daemon
 
 SCHEMA_VERSION = 1
-
-# The checksum of the configuration IN FORCE, taken when a Config object is first seen
-# (at start and on the tick after a reload). The file on disk may differ: a reload with a
-# broken file is refused and the old configuration stays in force.
-_stamps: weakref.WeakKeyDictionary[Daemon, tuple[Config, str | None]] = weakref.WeakKeyDictionary()
 
 
 def note_config(daemon: Daemon) -> str | None:
     """Record the checksum of ``daemon.config`` the first time this Config is seen.
 
     Call it right after the configuration is loaded (start, and the tick hook after a
-    reload). Returns the checksum in force.
-    """
-    from watchdog.daemon.loop import config_checksum
+    reload). The file on disk may differ later: a reload with a broken file is refused and
+    the old configuration stays in force, so ``status`` shows the checksum taken here.
 
-    stamp = _stamps.get(daemon)
+    Returns:
+        The checksum in force (``watchdog.config.config_checksum``), or None.
+    """
+    stamp = daemon.config_stamp
     if stamp is not None and stamp[0] is daemon.config:
         return stamp[1]
     checksum = config_checksum(daemon.config_path)
-    _stamps[daemon] = (daemon.config, checksum)
+    daemon.config_stamp = (daemon.config, checksum)
     return checksum
 
 
@@ -66,13 +62,12 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
         (delivery health), ``degraded`` (component → error).
     """
     from watchdog.daemon.events import events_status
-    from watchdog.daemon.loop import config_checksum
 
     now = time.time()
     last = daemon.last
     result = last.result if last else None
     on_disk = config_checksum(daemon.config_path)
-    stamp = _stamps.get(daemon)
+    stamp = daemon.config_stamp
     in_force = stamp[1] if stamp is not None and stamp[0] is daemon.config else on_disk
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,

@@ -14,47 +14,18 @@ resolves. Never one message per PID of a job.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from watchdog.daemon.settings import SEVERITIES, AlertSettings, SinkSettings
-from watchdog.daemon.state import FindingRecord, JobRecord, StateDB, clean
 from watchdog.lineage.describe import describe_origin
-from watchdog.model import Finding, Job, Origin
+from watchdog.model import Finding, Job
+from watchdog.plugins import TrackResult
 from watchdog.policy.findings import gpus_text, name_finding_in_commands
-
-# Origin fields that identify the spawner across restarts of the job (a new Slurm job id
-# or container id each time is the same source).
-_ORIGIN_KEYS: dict[str, tuple[str, ...]] = {
-    "cron": ("file", "line", "script"),
-    "systemd": ("unit", "user"),
-    "slurm": ("account", "job_name"),
-    "container": ("image", "pod_uid"),
-    "kubernetes": ("namespace", "owner_kind", "owner_name"),
-    "at": ("command",),
-    "supervisor": ("program",),
-}
-_LONG_NUMBER = re.compile(r"\d{5,}")
-
-
-def job_signature(user: str | None, cmdline: Sequence[str], origin: Origin) -> str:
-    """A stable identifier of "this job from this source".
-
-    Long digit runs (ports, PIDs, timestamps in arguments) are folded so a respawn with a
-    new run id still matches. Orphan and unknown origins carry no spawner, so they
-    reduce to user + command line: a ghost that comes back from the same place matches.
-
-    Returns:
-        16 hex digits.
-    """
-    keys = _ORIGIN_KEYS.get(origin.kind, ())
-    parts = [origin.kind if keys else "-", user or "?", _LONG_NUMBER.sub("#", " ".join(cmdline))]
-    parts += [f"{k}={origin.fields.get(k)}" for k in keys]
-    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+from watchdog.policy.signature import job_signature
+from watchdog.state import FindingRecord, JobRecord, StateDB, clean
 
 
 def fingerprint(finding: Finding, signatures: dict[int, str]) -> str:
@@ -131,18 +102,6 @@ class AlertEvent:
 
     event: str
     finding: FindingRecord
-
-
-@dataclass
-class TrackResult:
-    """What one :meth:`Tracker.update` changed."""
-
-    opened: list[FindingRecord] = field(default_factory=list)
-    reminded: list[FindingRecord] = field(default_factory=list)
-    resolved: list[FindingRecord] = field(default_factory=list)
-    signatures: dict[int, str] = field(default_factory=dict)
-    respawned: list[Finding] = field(default_factory=list)
-    held: set[str] = field(default_factory=set)
 
 
 def sink_accepts(sink: SinkSettings, finding: FindingRecord) -> bool:

@@ -34,9 +34,8 @@ from typing import Any
 import structlog
 
 from watchdog.config import Config
-from watchdog.daemon.state import StateDB
-from watchdog.model import Finding
-from watchdog.scan import ScanResult
+from watchdog.model import Finding, ScanResult
+from watchdog.state import StateDB
 from watchdog.weights.discover import (
     INDEX_SUFFIX,
     UNVERIFIABLE_SUFFIXES,

@@ -12,7 +12,8 @@ from watchdog.daemon.alerts.alertmanager import build_alertmanager_workers
 from watchdog.daemon.alerts.delivery import DeliveryWorker
 
 if TYPE_CHECKING:
-    from watchdog.daemon.loop import Daemon, Worker
+    from watchdog.daemon.loop import Daemon
+    from watchdog.plugins import Worker
 
 __all__ = ["DeliveryWorker", "build_alert_workers"]
 

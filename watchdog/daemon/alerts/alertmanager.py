@@ -36,12 +36,13 @@ import structlog
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import MAX_ERROR_BODY_BYTES, SendError, _read_head
 from watchdog.daemon.settings import AlertSettings, SinkSettings
-from watchdog.daemon.state import Delivery, StateDB
 from watchdog.hosttext import safe_json
 from watchdog.lineage.describe import origin_label
+from watchdog.state import Delivery, StateDB
 
 if TYPE_CHECKING:
-    from watchdog.daemon.loop import Daemon, Worker
+    from watchdog.daemon.loop import Daemon
+    from watchdog.plugins import Worker
 
 log = structlog.get_logger("rogue-watchdog")
 

@@ -15,9 +15,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from watchdog.daemon.state import Delivery
 from watchdog.hosttext import safe_json, safe_text
 from watchdog.model import finding_ref
+from watchdog.state import Delivery
 
 DISCORD_MAX_CHARS = 2000
 # Slack accepts far longer messages but truncates past 40 000 characters and advises

@@ -34,9 +34,9 @@ from watchdog.daemon.alerts.render import (
 )
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.settings import SinkSettings
-from watchdog.daemon.state import Delivery
 from watchdog.model import LOG_LEVELS
 from watchdog.safeio import NotRegularFileError, kind_of
+from watchdog.state import Delivery
 
 # httpx logs every request URL at INFO ("HTTP Request: POST https://hooks…"): a webhook
 # URL is a secret, so keep httpx/httpcore quiet even if someone turns on INFO logging.

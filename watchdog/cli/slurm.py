@@ -13,13 +13,13 @@ import json
 import os
 import sys
 
-from watchdog.clihelp import command_help
+from watchdog.cli.common import config_parent, emit, resolve_config_path
+from watchdog.cli.help import command_help
 
 
 def cmd_health_check(args: argparse.Namespace) -> int:
     """Run the sweep and print what it found and did."""
     from watchdog.actions.slurmsweep import report_json, sweep
-    from watchdog.cli import emit, resolve_config_path
     from watchdog.config import load_config
     from watchdog.render import printable
 
@@ -53,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``health-check`` to the CLI."""
     p = sub.add_parser(
         "health-check",
+        parents=[config_parent()],
         **command_help(
             "Slurm Epilog / HealthCheckProgram: stop leftovers of ended jobs, drain if stuck",
             "Find processes of Slurm jobs that have ended (SLURM_JOB_ID in their environment, "
@@ -73,7 +74,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             ],
         ),
     )
-    p.add_argument("--config", help="configuration file")
     p.add_argument("--epilog", action="store_true", help="the ended job is $SLURM_JOB_ID")
     p.add_argument("--job", type=_job_id, help="sweep this ended job id only")
     p.add_argument("--dry-run", action="store_true", help="report only; signal and drain nothing")

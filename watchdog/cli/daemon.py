@@ -13,13 +13,22 @@ import contextlib
 import json
 import os
 import sys
-from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import IO, TYPE_CHECKING, Any
 
-from watchdog.clihelp import command_help
+from watchdog.cli.common import (
+    CliError,
+    config_parent,
+    configure_logging,
+    gpu_index,
+    seconds,
+    socket_path,
+)
+from watchdog.cli.help import command_help
 
 if TYPE_CHECKING:
     from watchdog.config import Config
-    from watchdog.daemon.loop import Daemon, TickSummary, Worker
+    from watchdog.daemon.loop import Daemon, TickSummary
+    from watchdog.plugins import Worker
 
 # The daemon's modules (loop, state, alerts, httpx, structlog) are imported by the
 # command that runs: `status` and `--help` must start fast (see watchdog/cli.py).
@@ -39,27 +48,6 @@ log: Any = _Log()
 DEFAULT_LOG_FILE = "/var/log/rogue-watchdog.log"
 # Keys read once at start; a reload that changes them logs config-change-needs-restart.
 RESTART_KEYS = ("state_dir", "socket", "socket_group", "metrics_listen")
-
-
-def configure_logging(stream: TextIO | None = None) -> None:
-    """structlog JSON lines (stable keys per event) on ``stream``: stdout for the daemon
-    (journald under systemd); a one-shot command passes stderr, keeping stdout for its
-    report, and logs in the same format."""
-    import logging
-
-    import structlog
-
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.dict_tracebacks,
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout if stream is None else stream),
-        cache_logger_on_first_use=True,
-    )
 
 
 # -- run ---------------------------------------------------------------------------------
@@ -176,43 +164,40 @@ def preflight(config: Config, pidfile: str | None) -> int:
         pidfile: Absolute ``--pidfile`` path, or None in the foreground.
 
     Returns:
-        The state-dir lock descriptor (see :func:`~watchdog.daemon.state.lock_state_dir`).
+        The state-dir lock descriptor (see :func:`~watchdog.state.lock_state_dir`).
 
     Raises:
         SystemExit: Exit 2 with the reason on stderr.
     """
     from watchdog.daemon.ipc import socket_in_use
-    from watchdog.daemon.state import StateError, lock_state_dir
+    from watchdog.state import StateError, lock_state_dir
 
     if pidfile is not None:
         owner = _pidfile_owner(pidfile)
         if owner is not None:
-            _fail(f"already running as PID {owner} (pidfile {pidfile})")
+            raise CliError(f"already running as PID {owner} (pidfile {pidfile})")
         directory = os.path.dirname(pidfile) or "."
         if not os.path.isdir(directory):
-            _fail(f"pidfile directory {directory} does not exist")
+            raise CliError(f"pidfile directory {directory} does not exist")
         if not os.access(directory, os.W_OK | os.X_OK):
-            _fail(f"pidfile directory {directory} is not writable")
+            raise CliError(f"pidfile directory {directory} is not writable")
     try:
         lock_fd = lock_state_dir(config.daemon.state_dir)
     except StateError as exc:
-        _fail(str(exc))
+        raise CliError(str(exc)) from None
     if socket_in_use(config.daemon.socket):
         os.close(lock_fd)
-        _fail(f"another process is listening on {config.daemon.socket}: is another daemon running?")
+        raise CliError(
+            f"another process is listening on {config.daemon.socket}: is another daemon running?"
+        )
     return lock_fd
-
-
-def _fail(message: str) -> NoReturn:
-    print(f"rogue-watchdog: {message}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``run``: the daemon, in the foreground unless ``--daemonize``."""
-    from watchdog.cli import resolve_config_path
+    from watchdog.cli.common import resolve_config_path
     from watchdog.config import load_config
-    from watchdog.daemon.state import write_lock_pid
+    from watchdog.state import write_lock_pid
 
     path = resolve_config_path(args.config)
     if path is not None:
@@ -236,8 +221,8 @@ def _serve(config: Config, path: str | None) -> int:
     from watchdog.daemon.ipc import SocketInUseError, StatusServer
     from watchdog.daemon.loop import Daemon
     from watchdog.daemon.notify import Notifier
-    from watchdog.daemon.state import StateError
-    from watchdog.daemon.status import note_config
+    from watchdog.daemon.status import build_status, note_config
+    from watchdog.state import StateError
 
     configure_logging()
     try:
@@ -251,7 +236,10 @@ def _serve(config: Config, path: str | None) -> int:
     settings = config.daemon
     notifier.interval_s = settings.interval_s
     server = StatusServer(
-        settings.socket, daemon.status, group=settings.socket_group, degraded=daemon.degraded
+        settings.socket,
+        lambda: build_status(daemon),
+        group=settings.socket_group,
+        degraded=daemon.degraded,
     )
     try:
         server.start()
@@ -289,85 +277,16 @@ def _serve(config: Config, path: str | None) -> int:
 # -- status ------------------------------------------------------------------------------
 
 
-class UsageError(Exception):
-    """A ``status`` argument or its configuration file is unusable (exit 2)."""
-
-
-def socket_path(args: argparse.Namespace) -> str:
-    """``--socket``, else ``daemon.socket`` from the configuration, else the default.
-
-    A configuration file that no longer validates (the daemon may be running with the
-    previous one) is read leniently for ``daemon.socket`` alone.
-
-    Raises:
-        UsageError: ``--socket ""``, or a configuration file that is unreadable or not
-            YAML at all (falling back to the default socket would hide the mistake).
-    """
-    if args.socket is not None:
-        if not args.socket:
-            raise UsageError("--socket needs a path")
-        return str(args.socket)
-    from watchdog.cli import resolve_config_path
-    from watchdog.daemon import DEFAULT_SOCKET
-
-    path = resolve_config_path(args.config)
-    if path is None:
-        return DEFAULT_SOCKET
-    import yaml
-
-    from watchdog.config import MAX_CONFIG_BYTES, ConfigError, load_config
-    from watchdog.daemon.settings import DaemonSettings
-    from watchdog.safeio import read_regular
-
-    try:
-        return load_config(path).daemon.socket
-    except ConfigError as exc:
-        error = exc
-    try:
-        # The safe reader again: a FIFO or device given as --config must not block here.
-        raw = yaml.safe_load(read_regular(path, MAX_CONFIG_BYTES).decode("utf-8", "replace"))
-    except (OSError, yaml.YAMLError):
-        raise UsageError(f"cannot read daemon.socket from the configuration: {error}") from None
-    try:
-        value = raw["daemon"]["socket"]
-    except (KeyError, TypeError):
-        return DaemonSettings().socket
-    if isinstance(value, str) and value:
-        return value
-    raise UsageError(f"cannot read daemon.socket from the configuration: {error}")
-
-
-def _timeout(text: str) -> float:
-    """argparse type for ``--timeout``: finite seconds, 0 < t <= 3600."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (0 < value <= 3600):  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"must be seconds in (0, 3600], got {text!r}")
-    return value
-
-
-def _gpu_index(text: str) -> int:
-    from watchdog.cli import gpu_index
-
-    return gpu_index(text)
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     """``status``: what the running daemon sees; exit 0/1/3/4 (docs/status.md), 2 on
     usage errors."""
     if args.watch:
-        from watchdog.top import run
+        from watchdog.cli.top import run
 
         return run(args)
     from watchdog.daemon.ipc import StatusError, query_status
 
-    try:
-        path = socket_path(args)
-    except UsageError as exc:
-        print(f"rogue-watchdog: {exc}", file=sys.stderr)
-        return 2
+    path = socket_path(args)
     try:
         doc = query_status(path, timeout_s=args.timeout)
     except StatusError as exc:
@@ -398,6 +317,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``run`` and ``status`` to the CLI."""
     p = sub.add_parser(
         "run",
+        parents=[config_parent()],
         **command_help(
             "run the watchdog daemon (foreground unless --daemonize)",
             "The daemon: scan every daemon.interval_s, track findings in the state "
@@ -415,7 +335,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             ],
         ),
     )
-    p.add_argument("--config", help="configuration file (default /etc/rogue-watchdog/config.yaml)")
     p.add_argument(
         "--daemonize",
         action="store_true",
@@ -431,6 +350,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = sub.add_parser(
         "status",
+        parents=[config_parent()],
         **command_help(
             "ask the running daemon what it sees",
             "What the running daemon sees now: its configuration, last scan, the GPUs with "
@@ -454,15 +374,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--json", action="store_true", help="print the status document as JSON")
     p.add_argument("--socket", help="status socket (default: daemon.socket of the config)")
-    p.add_argument("--config", help="configuration file naming daemon.socket")
     p.add_argument(
         "--gpu",
-        type=_gpu_index,
+        type=gpu_index,
         metavar="N",
         help="only GPU N (NVML index): that GPU, the jobs on it and their open findings",
     )
     p.add_argument(
-        "--timeout", type=_timeout, default=5.0, help="seconds to wait for an answer (default 5)"
+        "--timeout", type=seconds, default=5.0, help="seconds to wait for an answer (default 5)"
     )
     p.add_argument(
         "--watch",
@@ -471,8 +390,50 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--interval",
-        type=_timeout,
+        type=seconds,
         default=2.0,
         help="with --watch: seconds between refreshes (default 2)",
     )
     p.set_defaults(func=cmd_status)
+
+
+def add_watch_arguments(p: argparse.ArgumentParser) -> None:
+    """The live view's options (``top``; ``status --watch`` shares the socket ones)."""
+    p.add_argument("--socket", help="status socket (default: daemon.socket of the config)")
+    p.add_argument(
+        "--interval",
+        type=seconds,
+        default=2.0,
+        help="seconds between refreshes (default 2)",
+    )
+    p.add_argument(
+        "--timeout", type=seconds, default=5.0, help="seconds to wait for the daemon (default 5)"
+    )
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    """``top``: the live view (watchdog/cli/top.py)."""
+    from watchdog.cli.top import run
+
+    return run(args)
+
+
+def register_top(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``top`` (the live view) to the CLI."""
+    p = sub.add_parser(
+        "top",
+        parents=[config_parent()],
+        **command_help(
+            "live view: GPUs, jobs and findings, with keys to act",
+            "A live, refreshing view (also `status --watch`): the GPUs with the memory "
+            "sanctioned and unsanctioned jobs hold, every training job with its verdict, GPU, "
+            "origin and command, and the open findings, from the daemon's status socket, or "
+            "from a local scan when no daemon runs. Keys: up/down (j/k) select a job, e "
+            "explain it, t terminate it, d disable its source (both ask to confirm and run "
+            "the ordinary commands, guards and all), r refresh, q quit.",
+            ["rogue-watchdog top", "rogue-watchdog top --interval 5 --config /etc/rw.yaml"],
+            [(0, "quit with q"), (2, "usage error, or no terminal")],
+        ),
+    )
+    add_watch_arguments(p)
+    p.set_defaults(func=cmd_top)

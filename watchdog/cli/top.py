@@ -25,6 +25,7 @@ import tty
 from collections.abc import Iterator
 from typing import Any
 
+from watchdog.cli.common import configure_logging, resolve_config_path, socket_path
 from watchdog.render import gpu_lines, paint, printable, shorten_command, use_colour
 
 KEYS = "↑/↓ or j/k select  e explain  t terminate  d disable-source  r refresh  q quit"
@@ -185,20 +186,12 @@ def _run_command(argv: list[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """The live view's loop; returns the exit code (0 on ``q``, 2 without a terminal)."""
-    from watchdog.daemon.cli import UsageError, socket_path
     from watchdog.daemon.ipc import StatusError
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print("rogue-watchdog: the live view needs a terminal; use `status`", file=sys.stderr)
         return 2
-    try:
-        socket = socket_path(args)
-    except UsageError as exc:
-        print(f"rogue-watchdog: {exc}", file=sys.stderr)
-        return 2
-    from watchdog.cli import resolve_config_path
-    from watchdog.daemon.cli import configure_logging
-
+    socket = socket_path(args)
     # A local scan's log events would scribble over the screen; what matters is drawn.
     configure_logging(open(os.devnull, "w"))  # noqa: SIM115 - for the process's lifetime
     config_path = resolve_config_path(args.config)

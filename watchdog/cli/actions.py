@@ -18,24 +18,20 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from watchdog.clihelp import command_help
+from watchdog.cli.common import CliError, config_parent, resolve_config_path
+from watchdog.cli.help import command_help
 from watchdog.daemon import DEFAULT_SOCKET
 
 if TYPE_CHECKING:
     from watchdog.actions.remedy import JobTarget, Remedy
     from watchdog.config import Config
-    from watchdog.daemon.state import StateDB
     from watchdog.model import Job
+    from watchdog.state import StateDB
 
 # The action modules (remedy, state, scanner) load when a command runs, not when the
 # parser is built: `rogue-watchdog --help` and `status` must start fast (watchdog/cli.py).
 
 
-class CliError(Exception):
-    """A usage problem: exit 2 with this message."""
-
-
-#: Largest id SQLite can store (a signed 64-bit INTEGER); a larger one names nothing.
 MAX_ID = 2**63 - 1
 #: Bounds of ``actions --limit``.
 MAX_LIMIT = 10_000
@@ -102,7 +98,6 @@ def daemon_config_path(socket: str, timeout_s: float = 2.0) -> tuple[bool, str |
 
 
 def _config_path(args: argparse.Namespace) -> str | None:
-    from watchdog.cli import resolve_config_path
     from watchdog.render import printable
 
     if args.config is not None:
@@ -120,7 +115,7 @@ def _config_path(args: argparse.Namespace) -> str | None:
 
 def _setup(args: argparse.Namespace) -> tuple[Config, StateDB]:
     from watchdog.config import load_config
-    from watchdog.daemon.state import StateDB, StateError
+    from watchdog.state import StateDB, StateError
 
     config = load_config(_config_path(args))
     try:
@@ -169,8 +164,8 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
             recorded no origin, a PID in no training job.
     """
     from watchdog.actions.remedy import JobTarget, target_from_job
-    from watchdog.daemon.tracker import job_signature
     from watchdog.model import finding_ref
+    from watchdog.policy.signature import job_signature
 
     kind, number = parse_target(text)
     if kind == "finding" and number > MAX_ID:
@@ -441,23 +436,9 @@ def cmd_actions(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wrap(func: Any) -> Any:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return int(func(args))
-        except CliError as exc:
-            print(f"rogue-watchdog: {exc}", file=sys.stderr)
-            return 2
-
-    return run
-
-
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the action subcommands to the CLI."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--config", help="configuration file (default /etc/rogue-watchdog/config.yaml)"
-    )
+    common = argparse.ArgumentParser(add_help=False, parents=[config_parent()])
     common.add_argument("--state-dir", help="state directory (default: daemon.state_dir)")
 
     p = sub.add_parser(
@@ -483,7 +464,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
     p.add_argument("--dry-run", action="store_true", help="say what would be signalled")
     p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
-    p.set_defaults(func=_wrap(cmd_terminate))
+    p.set_defaults(func=cmd_terminate)
 
     p = sub.add_parser(
         "disable-source",
@@ -509,7 +490,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
     p.add_argument("--dry-run", action="store_true", help="say what would be changed")
     p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
-    p.set_defaults(func=_wrap(cmd_disable_source))
+    p.set_defaults(func=cmd_disable_source)
 
     p = sub.add_parser(
         "undo",
@@ -529,7 +510,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("action_id", type=_action_id, metavar="ACTION-ID", help="the id `actions` lists")
     p.add_argument("--dry-run", action="store_true", help="say what would be restored")
-    p.set_defaults(func=_wrap(cmd_undo))
+    p.set_defaults(func=cmd_undo)
 
     p = sub.add_parser(
         "actions",
@@ -546,4 +527,4 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--limit", type=_limit, default=50, help=f"newest N actions (1..{MAX_LIMIT}, default 50)"
     )
-    p.set_defaults(func=_wrap(cmd_actions))
+    p.set_defaults(func=cmd_actions)

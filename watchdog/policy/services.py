@@ -13,7 +13,6 @@ import os
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from watchdog.actions.services import Listen, scan_listening
 from watchdog.actions.services_settings import ServiceSettings
 from watchdog.lineage.base import exe_name, is_wrapper
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
@@ -22,6 +21,7 @@ from watchdog.lineage.slurm import is_slurmstepd
 from watchdog.model import Finding, Job, Proc
 from watchdog.policy.findings import gpus_text
 from watchdog.sources.procfs import ProcessTable
+from watchdog.sources.sockets import Listen, scan_listening
 
 _CRON_DAEMONS = frozenset({"cron", "crond"})
 _MAX_ENDPOINTS_IN_MESSAGE = 4
@@ -268,52 +268,3 @@ def service_findings(
         if finding is not None:
             out.append(finding)
     return out
-
-
-class ServiceSource:
-    """FindingSource for the daemon: ``rogue-service`` findings each tick.
-
-    Args:
-        settings: The ``services:`` section.
-        proc_root: procfs mount.
-        table: A process table to reuse (e.g. the scanner's, refreshed by the scan);
-            None keeps a private one, refreshed only on ticks with unsanctioned jobs.
-    """
-
-    name = "services"
-
-    def __init__(
-        self,
-        settings: ServiceSettings,
-        proc_root: str = "/proc",
-        table: ProcessTable | None = None,
-    ) -> None:
-        self.settings = settings
-        self.proc_root = proc_root
-        self._own = table is None
-        self.table = table if table is not None else ProcessTable(proc_root)
-
-    def findings(self, now: float, result: Any) -> list[Finding]:
-        """See :class:`watchdog.daemon.loop.FindingSource`; ``result`` is a ScanResult."""
-        jobs = [j for j in result.jobs if j.verdict in ("rogue", "excess")]
-        if not jobs or not self.settings.enabled:
-            return []
-        if self._own:
-            self.table.refresh()
-        return service_findings(result.jobs, self.table, self.settings, self.proc_root)
-
-
-def build_service_sources(config: Any, table: ProcessTable | None = None) -> list[ServiceSource]:
-    """The daemon's service sources for ``config`` (none when ``services.enabled`` is false).
-
-    Args:
-        config: A :class:`watchdog.config.Config`; its ``services`` attribute is used when
-            the section is registered, else the defaults.
-        table: Optional shared process table (see :class:`ServiceSource`).
-    """
-    settings = getattr(config, "services", None)
-    if not isinstance(settings, ServiceSettings):
-        settings = ServiceSettings()
-    if not settings.enabled:
-        return []
-    return [ServiceSource(settings, config.paths.proc_root, table)]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from watchdog.clihelp import command_help
+from watchdog.cli.help import command_help
 
 if TYPE_CHECKING:
     from watchdog.weights.progress import ProgressBar

@@ -1,0 +1,144 @@
+"""The ``rogue-watchdog`` command line: a thin layer over the library.
+
+Exit codes (docs/cli.md): 0 nothing to report, 1 findings (or non-finite weights),
+2 usage or configuration errors (or weights that could not be verified).
+
+Start-up cost matters: ``status``, ``--help`` and ``gate`` run from shells and pipelines.
+Building the parser imports only argparse and the small ``register`` modules; each
+command imports what it needs (scanner, weights, actions, daemon loop, numpy, httpx,
+structlog) when it runs. tests/unit/test_cli_startup.py keeps it that way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from watchdog import __version__
+from watchdog.cli import actions, daemon, fleet, scan, slurm, weights
+from watchdog.cli.common import CliError, emit
+from watchdog.cli.help import command_help
+
+MAIN_EPILOG = """\
+common questions:
+  what is on GPU 3, who started it, how do I stop it coming back?
+      rogue-watchdog scan --gpu 3
+  where did PID 48213 come from?
+      rogue-watchdog explain 48213
+  stop it, and keep its cron line / timer from starting it again (undoable):
+      rogue-watchdog disable-source 48213 --dry-run
+      rogue-watchdog disable-source 48213 && rogue-watchdog terminate 48213
+  what does the running daemon see?
+      rogue-watchdog status            (status --gpu 3 for one GPU)
+  are these weights finite?
+      rogue-watchdog verify-weights model/
+
+Each command's --help has examples and its exit codes; `man rogue-watchdog` has them all.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="rogue-watchdog",
+        description=(
+            "Find training jobs running outside the sanctioned pipeline, name their origin, "
+            "and refuse non-finite weights at ship points."
+        ),
+        epilog=MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"rogue-watchdog {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    scan.register(sub)
+    weights.register(sub)
+    daemon.register(sub)
+    actions.register(sub)
+    fleet.register(sub)
+    daemon.register_top(sub)
+
+    p = sub.add_parser(
+        "completion",
+        **command_help(
+            "print the shell completion script (bash, zsh or fish)",
+            "Print a completion script generated from this command line's own parser "
+            "(shtab): every command and option completes, PATH and FILE arguments complete "
+            "file names.",
+            [
+                "rogue-watchdog completion bash > /etc/bash_completion.d/rogue-watchdog",
+                "rogue-watchdog completion zsh > ~/.zfunc/_rogue-watchdog  # with fpath+=~/.zfunc",
+                "rogue-watchdog completion fish > ~/.config/fish/completions/rogue-watchdog.fish",
+            ],
+            [(0, "printed"), (2, "usage error (an unsupported shell)")],
+        ),
+    )
+    p.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to complete in")
+    p.set_defaults(func=cmd_completion)
+    slurm.register(sub)
+    return parser
+
+
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """``completion SHELL``: the completion script shtab generates from :func:`build_parser`."""
+    import shtab
+
+    emit(shtab.complete(build_parser(), shell=args.shell))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rogue-watchdog`` console script.
+
+    Returns:
+        The process exit code.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    if args.command not in ("run", "status", "completion", "top"):
+        # One-shot commands keep stdout for their report; their log events go to stderr,
+        # as JSON lines like the daemon's. (`status` never logs, and importing structlog
+        # would double its start-up time.)
+        from watchdog.cli.common import configure_logging
+
+        configure_logging(sys.stderr)
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:
+        # The reader went away (`| head`): quiet the dead pipe so exit does not fail too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except CliError as exc:
+        if sys.stderr is not None:
+            print(f"rogue-watchdog: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if not _is_config_error(exc):
+            raise
+        from watchdog.configbase import ConfigError, errors_of
+        from watchdog.render import printable
+
+        assert isinstance(exc, ConfigError)
+        for error in errors_of(exc):
+            print(printable(f"rogue-watchdog: config error: {error}"), file=sys.stderr)
+        return 2
+
+
+def _is_config_error(exc: BaseException) -> bool:
+    # Only a command that loaded watchdog.configbase can raise its ConfigError; importing
+    # it (and PyYAML) up front would cost every `status` and `--help` its start-up time.
+    base = sys.modules.get("watchdog.configbase")
+    return base is not None and isinstance(exc, base.ConfigError)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

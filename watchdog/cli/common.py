@@ -1,0 +1,147 @@
+"""What every subcommand module shares: the error type, the ``--config`` option, output.
+
+Subcommand modules (``watchdog.cli.actions``, ``.daemon``, ``.weights``, ``.slurm``,
+``.fleet``, ``.top``) import this module and the layers below the CLI, never
+``watchdog.cli`` itself nor each other, so the CLI has no import cycle. It imports only
+the standard library: ``--help`` and ``status`` must start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TextIO
+
+# Here, not in watchdog.config: `--help` and `status` must not load the configuration
+# package (PyYAML, RE2, every section) just to print a default path.
+DEFAULT_CONFIG = "/etc/rogue-watchdog/config.yaml"
+
+
+class CliError(Exception):
+    """A command cannot go on: bad input, an unusable file, stdout gone.
+
+    ``watchdog.cli.main`` prints ``rogue-watchdog: MESSAGE`` to stderr and exits 2.
+    """
+
+
+def config_parent() -> argparse.ArgumentParser:
+    """A parent parser holding the one ``--config`` option every subcommand takes.
+
+    Returns:
+        A parser built with ``add_help=False``, for ``add_parser(..., parents=[...])``.
+    """
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--config", help=f"configuration file (default {DEFAULT_CONFIG} if present)"
+    )
+    return parent
+
+
+def resolve_config_path(path: str | None) -> str | None:
+    """The ``--config`` value, else the default file when it exists, else None."""
+    if path is None and os.path.exists(DEFAULT_CONFIG):
+        return DEFAULT_CONFIG
+    return path
+
+
+def emit(text: str) -> None:
+    """Print to stdout; a reader that went away (``| head``) is not an error.
+
+    Raises:
+        CliError: stdout is closed or cannot be written (``>&-``, ``> /dev/full``).
+    """
+    if sys.stdout is None:
+        raise CliError("standard output is closed")
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Keep Python from failing again at exit while flushing the dead pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError as exc:
+        raise CliError(f"cannot write the output: {exc.strerror}") from None
+
+
+def gpu_index(text: str) -> int:
+    """argparse type for ``--gpu N``: an NVML device index (ASCII digits, at most 1023)."""
+    t = text.strip()
+    if not (t.isascii() and t.isdigit()) or int(t) > 1023:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a GPU index (0, 1, ...)")
+    return int(t)
+
+
+def seconds(text: str) -> float:
+    """argparse type for ``--timeout`` and ``--interval``: finite seconds, 0 < t <= 3600."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (0 < value <= 3600):  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be seconds in (0, 3600], got {text!r}")
+    return value
+
+
+def socket_path(args: argparse.Namespace) -> str:
+    """``--socket``, else ``daemon.socket`` from the configuration, else the default.
+
+    A configuration file that no longer validates (the daemon may be running with the
+    previous one) is read leniently for ``daemon.socket`` alone.
+
+    Raises:
+        CliError: ``--socket ""``, or a configuration file that is unreadable or not
+            YAML at all (falling back to the default socket would hide the mistake).
+    """
+    if args.socket is not None:
+        if not args.socket:
+            raise CliError("--socket needs a path")
+        return str(args.socket)
+    from watchdog.daemon import DEFAULT_SOCKET
+
+    path = resolve_config_path(args.config)
+    if path is None:
+        return DEFAULT_SOCKET
+    import yaml
+
+    from watchdog.config import MAX_CONFIG_BYTES, ConfigError, load_config
+    from watchdog.daemon.settings import DaemonSettings
+    from watchdog.safeio import read_regular
+
+    try:
+        return load_config(path).daemon.socket
+    except ConfigError as exc:
+        error = exc
+    try:
+        # The safe reader again: a FIFO or device given as --config must not block here.
+        raw = yaml.safe_load(read_regular(path, MAX_CONFIG_BYTES).decode("utf-8", "replace"))
+    except (OSError, yaml.YAMLError):
+        raise CliError(f"cannot read daemon.socket from the configuration: {error}") from None
+    try:
+        value = raw["daemon"]["socket"]
+    except (KeyError, TypeError):
+        return DaemonSettings().socket
+    if isinstance(value, str) and value:
+        return value
+    raise CliError(f"cannot read daemon.socket from the configuration: {error}")
+
+
+def configure_logging(stream: TextIO | None = None) -> None:
+    """structlog JSON lines (stable keys per event) on ``stream``: stdout for the daemon
+    (journald under systemd); a one-shot command passes stderr, keeping stdout for its
+    report, and logs in the same format."""
+    import logging
+
+    import structlog
+
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.dict_tracebacks,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(sys.stdout if stream is None else stream),
+        cache_logger_on_first_use=True,
+    )
