@@ -9,5 +9,7 @@ export ROGUE_WATCHDOG_REQUIRE_SYSTEM=${ROGUE_WATCHDOG_REQUIRE_SYSTEM:-$([ "$(id 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+# Layers point one way (.importlinter): sources → lineage → policy → scan → actions/daemon → cli.
+.venv/bin/lint-imports --no-cache
 .venv/bin/python -m watchdog --help >/dev/null
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

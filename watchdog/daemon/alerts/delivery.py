@@ -44,9 +44,10 @@ from typing import TYPE_CHECKING
 import httpx
 import structlog
 
+from watchdog.daemon.alerts.alertmanager import AlertmanagerSink
 from watchdog.daemon.alerts.backoff import Backoff
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
-from watchdog.daemon.alerts.sinks import SendError, Sink, make_sink
+from watchdog.daemon.alerts.sinks import LogSink, SendError, Sink, WebhookSink
 from watchdog.daemon.settings import AlertSettings, SinkSettings
 from watchdog.state import Delivery, StateDB, delivery_row
 
@@ -56,6 +57,17 @@ if TYPE_CHECKING:
 log = structlog.get_logger("rogue-watchdog")
 # Degraded-component name of a sink whose URL cannot be read: ``alert-sink:NAME``.
 SINK_COMPONENT = "alert-sink:"
+
+
+def make_sink(
+    settings: SinkSettings, client: httpx.Client, environ: Mapping[str, str] | None = None
+) -> Sink:
+    """The sink object for one ``alerts.sinks[]`` entry."""
+    if settings.type == "log":
+        return LogSink(settings)
+    if settings.type == "alertmanager":
+        return AlertmanagerSink(settings, client, environ)
+    return WebhookSink(settings, client, environ)
 
 
 @dataclass

@@ -308,16 +308,3 @@ def _read_head(resp: httpx.Response, limit_bytes: int) -> bytes:
         if len(data) >= limit_bytes:
             break
     return data[:limit_bytes]
-
-
-def make_sink(
-    settings: SinkSettings, client: httpx.Client, environ: Mapping[str, str] | None = None
-) -> Sink:
-    """The sink object for one ``alerts.sinks[]`` entry."""
-    if settings.type == "log":
-        return LogSink(settings)
-    if settings.type == "alertmanager":
-        from watchdog.daemon.alerts.alertmanager import AlertmanagerSink  # imports this module
-
-        return AlertmanagerSink(settings, client, environ)
-    return WebhookSink(settings, client, environ)
