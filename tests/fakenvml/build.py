@@ -26,7 +26,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ VARIANT_FLAGS: dict[str, list[str]] = {
 }
 VARIANTS = (*VARIANT_FLAGS, "missing")
 
-_cache_dir: Path | None = None
+CACHE_DIR = Path(__file__).resolve().parents[2] / ".cache" / "fakenvml"
 
 _DEVICE_KEYS = (
     "name", "uuid", "total", "used", "handle_error", "mem_error", "mig", "mig_error",
@@ -49,16 +48,22 @@ _DEVICE_KEYS = (
 
 
 def _compiled(variant: str) -> Path:
-    """Compile ``variant`` once per process (keyed by source hash) and return its path."""
-    global _cache_dir
-    if _cache_dir is None:
-        _cache_dir = Path(tempfile.mkdtemp(prefix="fakenvml-build-"))
+    """Compile ``variant`` once (keyed by the source's hash) and return its path.
+
+    The build cache is ``.cache/fakenvml/`` in the checkout (git-ignored), not a temporary
+    directory per process: test runs and their subprocesses share it and leave nothing
+    in /tmp. A compile writes a private name and renames it into place, so parallel
+    test processes never load a half-written library.
+    """
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
-    out = _cache_dir / f"{variant}-{digest}.so"
+    out = CACHE_DIR / f"{variant}-{digest}.so"
     if not out.exists():
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        partial = CACHE_DIR / f".{out.name}.{os.getpid()}"
         cmd = ["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-Wextra"]
-        cmd += [*VARIANT_FLAGS[variant], "-o", str(out), str(SOURCE), "-ldl"]
+        cmd += [*VARIANT_FLAGS[variant], "-o", str(partial), str(SOURCE), "-ldl"]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
+        os.replace(partial, out)
     return out
 
 
