@@ -16,12 +16,15 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from watchdog.config import Config
 from watchdog.lineage.base import run_command
-from watchdog.model import Finding
+from watchdog.model import Finding, ScanResult
+from watchdog.plugins import TrackResult
 from watchdog.queue.model import QueueEntry
 from watchdog.queue.settings import QueueSettings
 from watchdog.queue.slurm import QueueError, SlurmQueue
 from watchdog.queue.source import QueueSource
+from watchdog.state import StateDB
 
 
 class ActionResult(Protocol):
@@ -66,7 +69,7 @@ class QueueEnforcer:
         self,
         source: QueueSource,
         settings: QueueSettings,
-        db: Any,
+        db: StateDB,
         *,
         mode: str,
         dry_run: bool = False,
@@ -90,7 +93,7 @@ class QueueEnforcer:
         """True when this enforcer may act at all."""
         return self.mode == "terminate" and self.settings.action in ("hold", "cancel")
 
-    def act(self, now: float, result: Any, track: Any) -> list[Finding]:
+    def act(self, now: float, result: ScanResult, track: TrackResult) -> list[Finding]:
         """Hold or cancel each unsanctioned entry once; findings for failures."""
         if not self.enabled:
             return []
@@ -175,8 +178,8 @@ class QueueEnforcer:
 
 
 def build_queue_enforcers(
-    config: Any,
-    db: Any,
+    config: Config,
+    db: StateDB,
     sources: Sequence[QueueSource],
     runner: ActionRunner = default_runner,
 ) -> list[QueueEnforcer]:
@@ -184,14 +187,13 @@ def build_queue_enforcers(
     ``enforcement.mode: terminate`` and ``queue.action`` is hold or cancel).
 
     Args:
-        config: Validated configuration; ``enforcement.dry_run`` is honoured when the
-            enforcement section has it.
+        config: Validated configuration (``enforcement.mode`` and ``.dry_run``).
         db: The daemon's StateDB.
         sources: From :func:`watchdog.queue.source.build_queue_sources`.
         runner: Runs ``scontrol hold``/``scancel``.
     """
-    mode = str(config.enforcement.mode)
-    dry_run = bool(getattr(config.enforcement, "dry_run", False))
+    mode = config.enforcement.mode
+    dry_run = config.enforcement.dry_run
     out = []
     for source in sources:
         if isinstance(source.backend, SlurmQueue):

@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
+from watchdog.config import Config
 from watchdog.lineage.base import CommandRunner, command, run_command
-from watchdog.model import Finding
+from watchdog.model import Finding, ScanResult
 from watchdog.queue.generic import CommandQueue
 from watchdog.queue.model import QueueEntry
 from watchdog.queue.settings import QueueSettings
@@ -109,11 +110,20 @@ class QueueSource:
         self.name = f"queue:{backend.name}"
         self.last: list[QueueEntry] = []
 
-    def findings(self, now: float, result: Any) -> list[Finding]:
-        """See :class:`watchdog.daemon.loop.FindingSource`.
+    def findings(self, now: float, result: ScanResult) -> list[Finding]:
+        """See :class:`watchdog.plugins.FindingSource`; the queue does not need the scan.
 
         Raises:
             QueueError: The queue could not be read (the loop degrades, says so once).
+        """
+        return self.read()
+
+    def read(self) -> list[Finding]:
+        """Read the queue now: one finding per unsanctioned entry, plus
+        ``queue-output-malformed`` when lines of the output were ignored.
+
+        Raises:
+            QueueError: The queue could not be read.
         """
         self.last = []
         entries = self.backend.entries()
@@ -147,7 +157,7 @@ def build_queue_backends(
     return out
 
 
-def build_queue_sources(config: Any, run_cmd: CommandRunner = run_command) -> list[QueueSource]:
+def build_queue_sources(config: Config, run_cmd: CommandRunner = run_command) -> list[QueueSource]:
     """The daemon's queue sources for a :class:`watchdog.config.Config`.
 
     Args:
@@ -157,17 +167,17 @@ def build_queue_sources(config: Any, run_cmd: CommandRunner = run_command) -> li
     Returns:
         One source per watched queue; empty when none is configured or available.
     """
-    settings: QueueSettings = config.queue
+    settings = config.queue
     return [QueueSource(b, settings) for b in build_queue_backends(settings, run_cmd)]
 
 
-def one_shot_queue_findings(config: Any, run_cmd: CommandRunner = run_command) -> list[Finding]:
+def one_shot_queue_findings(config: Config, run_cmd: CommandRunner = run_command) -> list[Finding]:
     """Queue findings for ``rogue-watchdog scan``: a queue that cannot be read gives a
     ``queue-unavailable`` warning instead of failing the scan."""
     out: list[Finding] = []
     for source in build_queue_sources(config, run_cmd):
         try:
-            out.extend(source.findings(0.0, None))
+            out.extend(source.read())
         except Exception as exc:
             out.append(
                 Finding(
