@@ -7,12 +7,19 @@ them, policy judges them, and the CLI renders them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Verdict = Literal["sanctioned", "rogue", "excess", "ignored"]
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
+# Verdicts of jobs no rule allows to run as they are: they get findings, listening
+# sockets and remediation; sanctioned and ignored jobs get none of these.
+UnsanctionedVerdict = Literal["rogue", "excess"]
+UNSANCTIONED_VERDICTS: tuple[UnsanctionedVerdict, ...] = get_args(UnsanctionedVerdict)
+# Ascending: a sink's ``min_severity`` compares by position in SEVERITIES.
 Severity = Literal["info", "warning", "high", "critical"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 # Findings at these severities make `scan` and `status` exit 1; `info` ones do not.
-REPORTED_SEVERITIES: tuple[Severity, ...] = ("warning", "high", "critical")
+REPORTED_SEVERITIES: tuple[Severity, ...] = SEVERITIES[SEVERITIES.index("warning") :]
 # The log level a finding's events are written at: the level follows the severity.
 LOG_LEVELS: dict[str, str] = {
     "info": "info",
@@ -32,6 +39,22 @@ OriginKind = Literal[
     "orphan",
     "unknown",
 ]
+ORIGIN_KINDS: tuple[OriginKind, ...] = get_args(OriginKind)
+# Every kind of Finding the code emits; mypy checks each ``Finding(kind=...)`` against it,
+# so an alert rule's ``kinds:`` can be validated against FINDING_KINDS with no hand-kept
+# list. docs/scan-json-schema.md describes each kind (a unit test holds the two equal).
+# The order is the one config errors list them in (unchanged from the old hand-kept copy).
+FindingKind = Literal[
+    "binding-mismatch", "component-degraded", "deploy-stale", "excess-instances",
+    "gpu-memory-unexplained", "gpu-pid-invisible", "gpu-processes-hidden", "gpu-query-failed",
+    "gpu-query-hung", "limited-visibility",
+    "nvml-unavailable", "pid-namespace", "poisoned-weights", "proc-unavailable",
+    "queue-output-malformed", "queue-unavailable", "queue-unsanctioned",
+    "remediation-failed", "respawned", "rogue-job", "rogue-service", "ship-gate-degraded",
+    "state-recovered", "weights-unverified", "zombie-gpu-memory",
+    "slurm-drain-failed", "slurm-node-drained",
+]  # fmt: skip
+FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
 
 
 @dataclass(frozen=True)
@@ -150,14 +173,14 @@ class Finding:
     """Something a person should know about.
 
     Attributes:
-        kind: Stable identifier, e.g. ``rogue-job``, ``nvml-unavailable``.
+        kind: Stable identifier, one of :data:`FindingKind`, e.g. ``rogue-job``.
         severity: ``info``, ``warning``, ``high`` or ``critical``.
         message: One sentence for people.
         root_pid: The job's root PID, when the finding is about a job.
         details: Extra machine-readable facts (stable keys per kind).
     """
 
-    kind: str
+    kind: FindingKind
     severity: Severity
     message: str
     root_pid: int | None = None

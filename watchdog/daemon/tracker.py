@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from watchdog.daemon.settings import SEVERITIES, AlertSettings, SinkSettings
+from watchdog.daemon.settings import AlertSettings, SinkSettings
 from watchdog.daemon.state import FindingRecord, JobRecord, StateDB, clean
 from watchdog.lineage.describe import describe_origin
-from watchdog.model import Finding, Job, Origin
+from watchdog.model import SEVERITIES, Finding, Job, Origin
 from watchdog.policy.findings import gpus_text, name_finding_in_commands
 
 # Origin fields that identify the spawner across restarts of the job (a new Slurm job id
