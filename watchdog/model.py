@@ -269,6 +269,12 @@ class Job:
     gpus: list[GpuHeld] = field(default_factory=list)
 
     @property
+    def unsanctioned(self) -> bool:
+        """True for ``rogue`` and ``excess`` jobs (:data:`UNSANCTIONED_VERDICTS`): the ones
+        findings, socket listings, remediation and node drains are about."""
+        return self.verdict in UNSANCTIONED_VERDICTS
+
+    @property
     def gpu_indexes(self) -> list[int]:
         """NVML indexes of the GPUs the job is on, ascending, each once."""
         return sorted({g.index for g in self.gpus})

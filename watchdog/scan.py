@@ -410,7 +410,7 @@ class Scanner:
         proc_root = self.config.paths.proc_root
         protected = protected_pids(jobs)
         for job in jobs:
-            if job.verdict in ("rogue", "excess"):
+            if job.unsanctioned:
                 pids = service_pids(job, self.table, protected)
                 job.listening = [x.to_json() for x in listening_for(pids, proc_root)]
         findings = [

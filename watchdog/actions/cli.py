@@ -274,7 +274,7 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     if not target.running:
         _out(f"{target.describe()} is not running: nothing to terminate")
         return 1
-    if target.verdict not in ("rogue", "excess") and not args.force:
+    if not target.unsanctioned and not args.force:
         _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
         return 1
     remedy = _remedy(config, db, jobs)
@@ -307,7 +307,7 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     """``disable-source TARGET [--dry-run]``."""
     config, db = _setup(args)
     target, jobs = resolve_target(config, db, args.target)
-    if target.verdict not in ("rogue", "excess") and not args.force:
+    if not target.unsanctioned and not args.force:
         _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
         return 1
     remedy = _remedy(config, db, jobs)

@@ -19,7 +19,7 @@ from watchdog.actions.guards import Expected, Guard
 from watchdog.actions.settings import EnforcementSettings
 from watchdog.actions.terminate import TerminateOutcome, terminate_tree
 from watchdog.daemon.state import StateDB
-from watchdog.model import Job, finding_ref
+from watchdog.model import UNSANCTIONED_VERDICTS, Job, finding_ref
 
 log = structlog.get_logger("rogue-watchdog")
 
@@ -53,6 +53,11 @@ class JobTarget:
     verdict: str
     running: bool = True
     summary: str = field(default="")
+
+    @property
+    def unsanctioned(self) -> bool:
+        """True for a ``rogue`` or ``excess`` job (:data:`UNSANCTIONED_VERDICTS`)."""
+        return self.verdict in UNSANCTIONED_VERDICTS
 
     def describe(self) -> str:
         """``rogue job PID 42 `python3 train.py``` for messages."""

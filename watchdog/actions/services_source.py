@@ -260,7 +260,7 @@ def service_findings(
     protected = protected_pids(jobs)
     out = []
     for job in jobs:
-        if job.verdict not in ("rogue", "excess"):
+        if not job.unsanctioned:
             continue
         found = scan_listening(service_pids(job, table, protected), proc_root)
         keep = [x for x in found.listening if settings.sanctioned(x) is None]
@@ -295,7 +295,7 @@ class ServiceSource:
 
     def findings(self, now: float, result: Any) -> list[Finding]:
         """See :class:`watchdog.daemon.loop.FindingSource`; ``result`` is a ScanResult."""
-        jobs = [j for j in result.jobs if j.verdict in ("rogue", "excess")]
+        jobs = [j for j in result.jobs if j.unsanctioned]
         if not jobs or not self.settings.enabled:
             return []
         if self._own:

@@ -23,6 +23,7 @@ from watchdog.daemon.events import EventsCollector
 from watchdog.daemon.fleetmetrics import FleetCollector
 from watchdog.daemon.settings import parse_listen
 from watchdog.daemon.state import StateDB
+from watchdog.model import VERDICTS
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -34,7 +35,6 @@ log = structlog.get_logger("rogue-watchdog")
 PREFIX = "rogue_watchdog"
 # A failed metrics bind (port taken) is tried again from the tick hook this often.
 BIND_RETRY_S = 30.0
-VERDICTS = ("sanctioned", "rogue", "excess", "ignored")
 
 
 @dataclass
@@ -103,8 +103,8 @@ class MetricsCollector(Collector):
     def update(self, daemon: Daemon, summary: TickSummary) -> None:
         """Build a snapshot from one tick (runs in the loop thread, after the tick)."""
         result = summary.result
-        jobs = dict.fromkeys(VERDICTS, 0)
-        mem = dict.fromkeys(VERDICTS, 0)
+        jobs: dict[str, int] = dict.fromkeys(VERDICTS, 0)
+        mem: dict[str, int] = dict.fromkeys(VERDICTS, 0)
         for job in result.jobs if result else []:
             jobs[job.verdict] = jobs.get(job.verdict, 0) + 1
             mem[job.verdict] = mem.get(job.verdict, 0) + (job.gpu_memory_bytes or 0)

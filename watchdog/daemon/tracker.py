@@ -285,7 +285,7 @@ class Tracker:
                 first_seen, now, job.root_pid, job.start_ticks, job.pids, None, sightings,
             )  # fmt: skip
             self.db.upsert_job(record)
-            if back_after is not None and job.verdict in ("rogue", "excess"):
+            if back_after is not None and job.unsanctioned:
                 respawns.append(self._respawned(job, sig, back_after, now))
         for rec in self.db.present_jobs():
             if rec.signature in seen:

@@ -44,7 +44,7 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
     """One finding per rogue or excess job (never one per PID)."""
     out = []
     for job in jobs:
-        if job.verdict not in ("rogue", "excess"):
+        if not job.unsanctioned:
             continue
         head = f"{'rogue' if job.verdict == 'rogue' else 'excess'} training job PID {job.root_pid}"
         if job.gpus:
