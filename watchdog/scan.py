@@ -23,7 +23,16 @@ from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import OriginResolver, ResolveContext
 from watchdog.lineage.cron import entry_state, with_entry_state
 from watchdog.lineage.describe import describe_origin, names_source, same_source
-from watchdog.model import UNKNOWN_ORIGIN, Finding, GpuInfo, GpuProcess, Job, Origin, Proc
+from watchdog.model import (
+    UNKNOWN_ORIGIN,
+    CronOrigin,
+    Finding,
+    GpuInfo,
+    GpuProcess,
+    Job,
+    Origin,
+    Proc,
+)
 from watchdog.policy.allowlist import judge
 from watchdog.policy.findings import (
     gpu_visibility_findings,
@@ -137,11 +146,9 @@ def resolve_origin(
         if origin is not None:
             notes = [n for n in (*ctx.notes, *notes) if n not in origin.evidence]
             if notes:
-                return Origin(
-                    origin.kind, (*origin.evidence, *notes), origin.remediation, origin.fields
-                )
+                return dataclasses.replace(origin, evidence=(*origin.evidence, *notes))
             return origin
-    return Origin("unknown", (*UNKNOWN_ORIGIN.evidence, *ctx.notes, *notes))
+    return Origin((*UNKNOWN_ORIGIN.evidence, *ctx.notes, *notes))
 
 
 class Scanner:
@@ -232,7 +239,7 @@ class Scanner:
             # (slurm_job_id and state, supervisor_program) and says so.
             return fresh
         kept = first
-        if first.kind == "cron" and first.fields.get("entry_state") is None:
+        if isinstance(first, CronOrigin) and first.entry_state is None:
             state = entry_state(first, ctx)
             if state in ("disabled", "removed"):
                 kept = with_entry_state(first, state)
@@ -241,7 +248,7 @@ class Scanner:
             f"{describe_origin(fresh)}, but a running process does not change who started it"
         )
         evidence = (*(e for e in kept.evidence if not e.startswith("kept for this")), note)
-        return Origin(kept.kind, evidence, kept.remediation, kept.fields)
+        return dataclasses.replace(kept, evidence=evidence)
 
     def _gpu(
         self,

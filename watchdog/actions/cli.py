@@ -170,7 +170,7 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
     """
     from watchdog.actions.remedy import JobTarget, target_from_job
     from watchdog.daemon.tracker import job_signature
-    from watchdog.model import finding_ref
+    from watchdog.model import Origin, finding_ref
 
     kind, number = parse_target(text)
     if kind == "finding" and number > MAX_ID:
@@ -224,7 +224,7 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
         signature=sig, finding_id=number,
         root_pid=rec.root_pid if rec else int(finding.root_pid or 0),
         start_ticks=rec.start_ticks if rec else 0, members=[], user=rec.user if rec else None,
-        cmdline=(), exe=None, origin=origin, verdict=verdict, running=False,
+        cmdline=(), exe=None, origin=Origin.from_json(origin), verdict=verdict, running=False,
         summary=rec.summary if rec else finding.message,
     )  # fmt: skip
     return target, jobs
@@ -281,9 +281,7 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     dry = args.dry_run or config.enforcement.dry_run
     action_id, res = remedy.terminate(target, time.time(), dry_run=dry)
     head = "would terminate" if dry else "terminate"
-    _out(
-        f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.get('kind')}"
-    )
+    _out(f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.kind}")
     for p in res.procs:
         sig = (
             "SIGSTOP (the whole tree frozen first), SIGTERM, then SIGKILL after "

@@ -23,12 +23,13 @@ from typing import Any
 
 from watchdog.daemon.settings import AlertSettings, SinkSettings
 from watchdog.daemon.state import FindingRecord, JobRecord, StateDB, clean
-from watchdog.lineage.describe import describe_origin
+from watchdog.lineage.describe import describe_origin, next_run_of
 from watchdog.model import SEVERITIES, Finding, Job, Origin
 from watchdog.policy.findings import gpus_text, name_finding_in_commands
 
 # Origin fields that identify the spawner across restarts of the job (a new Slurm job id
-# or container id each time is the same source).
+# or container id each time is the same source). Read as scan-JSON keys (Origin.fields):
+# signatures are stored, and must not change with how the records are spelled.
 _ORIGIN_KEYS: dict[str, tuple[str, ...]] = {
     "cron": ("file", "line", "script"),
     "systemd": ("unit", "user"),
@@ -298,7 +299,7 @@ class Tracker:
 
     @staticmethod
     def _respawned(job: Job, sig: str, gone_at: float, now: float) -> Finding:
-        nxt = job.origin.fields.get("next_run")
+        nxt = next_run_of(job.origin)
         message = (
             f"respawned: gone at {_when(gone_at)}, back at {_when(now)} "
             f"(+{_gap(now - gone_at)}) as PID {job.root_pid}"

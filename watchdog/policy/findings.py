@@ -79,7 +79,7 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
                     # Bounded labels for fleet routing (Alertmanager, docs/fleet.md).
                     "user": job.user,
                     "origin_kind": job.origin.kind,
-                    "origin_label": origin_label(job.origin.kind, job.origin.fields),
+                    "origin_label": origin_label(job.origin),
                     "remediation": job.origin.remediation,
                     "gpu_indexes": job.gpu_indexes,
                     "gpus": [g.to_json() for g in job.gpus],

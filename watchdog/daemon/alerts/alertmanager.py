@@ -39,6 +39,7 @@ from watchdog.daemon.settings import AlertSettings, SinkSettings
 from watchdog.daemon.state import Delivery, StateDB
 from watchdog.hosttext import safe_json
 from watchdog.lineage.describe import origin_label
+from watchdog.model import Origin
 
 if TYPE_CHECKING:
     from watchdog.daemon.loop import Daemon, Worker
@@ -106,7 +107,7 @@ def alert_labels(payload: Mapping[str, Any]) -> dict[str, str]:
     origin = details.get("origin")
     if isinstance(origin, dict):  # respawned: the whole origin object
         labels["origin_kind"] = str(origin.get("kind", ""))
-        labels["origin"] = origin_label(str(origin.get("kind", "")), origin)
+        labels["origin"] = origin_label(Origin.from_json(origin))
     if details.get("origin_kind"):
         labels["origin_kind"] = str(details["origin_kind"])
     if details.get("origin_label"):
