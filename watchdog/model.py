@@ -6,14 +6,23 @@ them, policy judges them, and the CLI renders them.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 Verdict = Literal["sanctioned", "rogue", "excess", "ignored"]
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
+# Verdicts of jobs no rule allows to run as they are: they get findings, listening
+# sockets and remediation; sanctioned and ignored jobs get none of these.
+UnsanctionedVerdict = Literal["rogue", "excess"]
+UNSANCTIONED_VERDICTS: tuple[UnsanctionedVerdict, ...] = get_args(UnsanctionedVerdict)
+# Ascending: a sink's ``min_severity`` compares by position in SEVERITIES.
 Severity = Literal["info", "warning", "high", "critical"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 # Findings at these severities make `scan` and `status` exit 1; `info` ones do not.
-REPORTED_SEVERITIES: tuple[Severity, ...] = ("warning", "high", "critical")
+REPORTED_SEVERITIES: tuple[Severity, ...] = SEVERITIES[SEVERITIES.index("warning") :]
 # The log level a finding's events are written at: the level follows the severity.
 LOG_LEVELS: dict[str, str] = {
     "info": "info",
@@ -33,6 +42,22 @@ OriginKind = Literal[
     "orphan",
     "unknown",
 ]
+ORIGIN_KINDS: tuple[OriginKind, ...] = get_args(OriginKind)
+# Every kind of Finding the code emits; mypy checks each ``Finding(kind=...)`` against it,
+# so an alert rule's ``kinds:`` can be validated against FINDING_KINDS with no hand-kept
+# list. docs/scan-json-schema.md describes each kind (a unit test holds the two equal).
+# The order is the one config errors list them in (unchanged from the old hand-kept copy).
+FindingKind = Literal[
+    "binding-mismatch", "component-degraded", "deploy-stale", "excess-instances",
+    "gpu-memory-unexplained", "gpu-pid-invisible", "gpu-processes-hidden", "gpu-query-failed",
+    "gpu-query-hung", "limited-visibility",
+    "nvml-unavailable", "pid-namespace", "poisoned-weights", "proc-unavailable",
+    "queue-output-malformed", "queue-unavailable", "queue-unsanctioned",
+    "remediation-failed", "respawned", "rogue-job", "rogue-service", "ship-gate-degraded",
+    "state-recovered", "weights-unverified", "zombie-gpu-memory",
+    "slurm-drain-failed", "slurm-node-drained",
+]  # fmt: skip
+FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
 
 
 @dataclass(frozen=True)
@@ -151,36 +176,73 @@ class Finding:
     """Something a person should know about.
 
     Attributes:
-        kind: Stable identifier, e.g. ``rogue-job``, ``nvml-unavailable``.
+        kind: Stable identifier, one of :data:`FindingKind`, e.g. ``rogue-job``.
         severity: ``info``, ``warning``, ``high`` or ``critical``.
         message: One sentence for people.
         root_pid: The job's root PID, when the finding is about a job.
         details: Extra machine-readable facts (stable keys per kind).
     """
 
-    kind: str
+    kind: FindingKind
     severity: Severity
     message: str
     root_pid: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
 
+# Field metadata of origin records (see Origin.fields): a field marked _OPTIONAL is left
+# out of the JSON while it is None; one marked _shown_with(name) is left out while the
+# field ``name`` is None, one marked _shown_if(flag) while the bool ``flag`` is False
+# (keys that appear together, or only for some origins); one marked _HIDDEN never
+# appears under its own key.
+_OPTIONAL = {"show": "unless-none"}
+_HIDDEN = {"show": "never"}
+
+
+def _shown_with(name: str) -> dict[str, str]:
+    return {"show": "with", "with": name}
+
+
+def _shown_if(flag: str) -> dict[str, str]:
+    return {"show": "if", "if": flag}
+
+
 @dataclass(frozen=True)
 class Origin:
     """Where a process came from: the thing that will start it again.
 
+    The base class is the ``unknown`` origin; each other kind is a subclass holding that
+    kind's fields (:class:`CronOrigin`, :class:`SystemdOrigin`...), so readers narrow
+    with ``isinstance`` and read attributes. :data:`ORIGIN_CLASSES` maps kinds to classes.
+
     Attributes:
-        kind: One of :data:`OriginKind`.
+        kind: One of :data:`OriginKind` (a class attribute: the class decides it).
         evidence: Human-readable facts the verdict rests on, most decisive first.
         remediation: The command a person would run to stop the source, or None.
-        fields: Kind-specific keys (``file``, ``line``, ``unit``, ``job_id``...) as
-            documented in docs/scan-json-schema.md.
     """
 
-    kind: OriginKind
+    kind: ClassVar[OriginKind] = "unknown"
     evidence: tuple[str, ...] = ()
     remediation: str | None = None
-    fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The kind-specific keys of the scan JSON ``origin`` object, in schema order
+        (docs/scan-json-schema.md): sequences as lists, absent keys left out."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name in ("evidence", "remediation"):
+                continue
+            show = f.metadata.get("show")
+            value = getattr(self, f.name)
+            if show == "never" or (show == "unless-none" and value is None):
+                continue
+            if show == "with" and getattr(self, f.metadata["with"]) is None:
+                continue
+            if show == "if" and not getattr(self, f.metadata["if"]):
+                continue
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """Flatten to the ``origin`` object of the scan JSON schema."""
@@ -189,6 +251,305 @@ class Origin:
         out["evidence"] = list(self.evidence)
         out["remediation"] = self.remediation
         return out
+
+    @staticmethod
+    def from_json(doc: Mapping[str, Any]) -> Origin:
+        """The origin a scan JSON ``origin`` object describes (state DB rows, IPC).
+
+        The inverse of :meth:`to_json`: unknown keys are ignored, missing ones take the
+        record's defaults, lists become tuples; an unknown ``kind`` gives the base
+        (``unknown``) origin. A ``systemd`` object carrying ``user``/``uid`` keys is a
+        user unit (:attr:`SystemdOrigin.user_unit`), as :meth:`to_json` writes it.
+        """
+        cls = ORIGIN_CLASSES.get(str(doc.get("kind")), Origin)
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in doc.items() if k in names
+        }
+        if cls is SystemdOrigin:
+            kw["user_unit"] = "uid" in doc or "user" in doc
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class CronOrigin(Origin):
+    """Started by a crontab line (or a script that line runs).
+
+    Attributes:
+        file: The crontab holding the line; None when no line can be named.
+        line: 1-based line number in ``file``.
+        entry: The line as written.
+        user: The user the line runs as (or the job's owner when no line is named).
+        schedule: The schedule field, e.g. ``0 2 * * 0`` or ``@reboot``.
+        next_run: ISO 8601 time of the next run (``when cron starts`` for ``@reboot``);
+            None when the line no longer runs.
+        script: The run-parts script the line ran, when it ran a directory.
+        launch_script: The script the line runs that daemonised the job.
+        confidence: ``high`` or ``medium``: how sure the ``launch_script`` attribution is.
+        entry_state: ``disabled``/``removed`` when the line no longer runs,
+            ``unattributed`` when a real cron ran it but no entry can have; None: live.
+    """
+
+    kind: ClassVar[OriginKind] = "cron"
+    file: str | None = None
+    line: int | None = None
+    entry: str | None = None
+    user: str | None = None
+    schedule: str | None = None
+    next_run: str | None = None
+    script: str | None = field(default=None, metadata=_OPTIONAL)
+    launch_script: str | None = field(default=None, metadata=_OPTIONAL)
+    confidence: str | None = field(default=None, metadata=_OPTIONAL)
+    entry_state: str | None = field(default=None, metadata=_OPTIONAL)
+
+
+@dataclass(frozen=True)
+class SystemdOrigin(Origin):
+    """A systemd unit of the system manager or of a user's manager (``user@UID``).
+
+    Attributes:
+        unit: The unit name, e.g. ``train.service``.
+        unit_file: Path of its unit file, when found.
+        timer: The timer that starts it, when one does.
+        timer_schedule: The timer's ``OnCalendar=``/``OnUnitActiveSec=``... joined by ``; ``.
+        next_run: ISO 8601 time of the timer's next elapse.
+        restart: The unit's ``Restart=`` value.
+        user_unit: True for a unit of a user's manager: it is stopped through that
+            manager (``systemctl --user -M USER@``), never disabled automatically. Not a
+            JSON key of its own: ``user`` and ``uid`` appear exactly for user units.
+        user: The user owning the manager (None when the uid has no name).
+        uid: That user's uid (None when the cgroup did not say).
+        tmux_socket: With the tmux fields: the server socket, when the job runs in a
+            tmux session the unit started.
+        tmux_session: The tmux session name.
+        tmux_session_id: The tmux session id (``$0``).
+        in_tmux: True when the tmux fields apply (not a JSON key of its own).
+    """
+
+    kind: ClassVar[OriginKind] = "systemd"
+    unit: str | None = None
+    unit_file: str | None = None
+    timer: str | None = None
+    timer_schedule: str | None = None
+    next_run: str | None = None
+    restart: str | None = None
+    user_unit: bool = field(default=False, metadata=_HIDDEN)
+    user: str | None = field(default=None, metadata=_shown_if("user_unit"))
+    uid: int | None = field(default=None, metadata=_shown_if("user_unit"))
+    in_tmux: bool = field(default=False, metadata=_HIDDEN)
+    tmux_socket: str | None = field(default=None, metadata=_shown_if("in_tmux"))
+    tmux_session: str | None = field(default=None, metadata=_shown_if("in_tmux"))
+    tmux_session_id: str | None = field(default=None, metadata=_shown_if("in_tmux"))
+
+
+@dataclass(frozen=True)
+class SlurmOrigin(Origin):
+    """A Slurm job step.
+
+    Attributes:
+        job_id: The numeric job id.
+        job_name: The job's name (from Slurm, else from its environment).
+        account: The job's account; None unless Slurm itself said.
+        user: The job's user.
+        partition: The job's partition.
+        step: The step (``batch``, ``0``...) when known.
+        state: Slurm's job state (``RUNNING``...) when Slurm was asked.
+    """
+
+    kind: ClassVar[OriginKind] = "slurm"
+    job_id: int | None = None
+    job_name: str | None = None
+    account: str | None = None
+    user: str | None = None
+    partition: str | None = None
+    step: str | None = None
+    state: str | None = None
+
+
+@dataclass(frozen=True)
+class ContainerOrigin(Origin):
+    """A container of a container engine (Docker, Podman, containerd, CRI-O).
+
+    Attributes:
+        container_id: 64 hex digits, or what the shim said; None when unknown.
+        pod_uid: The Kubernetes pod UID when the container is a pod's.
+        runtime: ``docker``, ``podman``, ``containerd``, ``cri-o``...
+        namespace: The containerd namespace (``k8s.io``, ``moby``...).
+        image: Image name, when the engine said.
+        image_id: Image id, when the engine said.
+        name: Container name, when the engine said.
+        restart_policy: The engine's restart policy (``no``, ``always``...).
+    """
+
+    kind: ClassVar[OriginKind] = "container"
+    container_id: str | None = None
+    pod_uid: str | None = None
+    runtime: str | None = None
+    namespace: str | None = None
+    image: str | None = None
+    image_id: str | None = None
+    name: str | None = None
+    restart_policy: str | None = None
+
+
+@dataclass(frozen=True)
+class KubernetesOrigin(Origin):
+    """A container of a Kubernetes pod (docs/kubernetes.md).
+
+    Attributes:
+        pod_uid: The pod UID from the cgroup.
+        container_id: The container id.
+        runtime: The container runtime.
+        qos_class: ``guaranteed``, ``burstable`` or ``besteffort`` (from the cgroup).
+        namespace: The pod's namespace (None: the API did not say, as below).
+        pod: The pod name.
+        container: The container name in the pod.
+        service_account: The pod's service account.
+        node: The node the pod runs on.
+        owner_kind: The topmost owner's kind (``Pod`` when it has none).
+        owner_name: The topmost owner's name.
+        owner_chain: Owners as ``Kind/name``, nearest first.
+        image: Image name.
+        image_id: Image id.
+        api: ``ok`` or why the API was not asked or did not answer.
+        schedule: With the CronJob fields (present only for CronJob origins): its schedule.
+        time_zone: The CronJob's ``timeZone``.
+        next_run: ISO 8601 time of its next run (None when suspended).
+        suspended: Whether the CronJob is suspended; None: not a CronJob.
+    """
+
+    kind: ClassVar[OriginKind] = "kubernetes"
+    pod_uid: str | None = None
+    container_id: str | None = None
+    runtime: str | None = None
+    qos_class: str | None = None
+    namespace: str | None = None
+    pod: str | None = None
+    container: str | None = None
+    service_account: str | None = None
+    node: str | None = None
+    owner_kind: str | None = None
+    owner_name: str | None = None
+    owner_chain: tuple[str, ...] = ()
+    image: str | None = None
+    image_id: str | None = None
+    api: str | None = None
+    schedule: str | None = field(default=None, metadata=_shown_with("suspended"))
+    time_zone: str | None = field(default=None, metadata=_shown_with("suspended"))
+    next_run: str | None = field(default=None, metadata=_shown_with("suspended"))
+    suspended: bool | None = field(default=None, metadata=_OPTIONAL)
+
+
+@dataclass(frozen=True)
+class ShellOrigin(Origin):
+    """Started by hand from a login session.
+
+    Attributes:
+        session: Summary such as ``ssh from 10.0.0.5 port 51234, tmux session 'train'``.
+        user: The process owner.
+        client: The SSH client address, when known.
+        tty: The controlling terminal.
+        login_session: The logind session scope.
+        tmux_socket: The tmux server socket, when in tmux.
+        tmux_session: The tmux session name.
+        tmux_session_id: The tmux session id (``$0``).
+    """
+
+    kind: ClassVar[OriginKind] = "shell"
+    session: str | None = None
+    user: str | None = None
+    client: str | None = None
+    tty: str | None = None
+    login_session: str | None = None
+    tmux_socket: str | None = None
+    tmux_session: str | None = None
+    tmux_session_id: str | None = None
+
+
+@dataclass(frozen=True)
+class AtOrigin(Origin):
+    """An ``at``/``batch`` job run by atd.
+
+    Attributes:
+        job: The at job number (None when the spool was unreadable).
+        queue: The queue letter.
+        user: The job shell's owner.
+        scheduled: ISO 8601 time the job was scheduled for.
+        command: The job's commands.
+        file: The spool file being run.
+        pending_same_command: Queued job numbers running the same commands.
+    """
+
+    kind: ClassVar[OriginKind] = "at"
+    job: int | None = None
+    queue: str | None = None
+    user: str | None = None
+    scheduled: str | None = None
+    command: str | None = None
+    file: str | None = None
+    pending_same_command: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class SupervisorOrigin(Origin):
+    """A program of a process supervisor (supervisord, runit, s6, PM2...).
+
+    Attributes:
+        program: The supervisor's name for it (supervisorctl name, service dir, PM2 app).
+        supervisor: Which supervisor.
+        supervisor_pid: The supervisor's PID.
+        config: The configuration file naming it, when found.
+    """
+
+    kind: ClassVar[OriginKind] = "supervisor"
+    program: str | None = None
+    supervisor: str | None = None
+    supervisor_pid: int | None = None
+    config: str | None = None
+
+
+@dataclass(frozen=True)
+class OrphanOrigin(Origin):
+    """A process whose starter exited (adopted by PID 1 or a subreaper).
+
+    Attributes:
+        message: One line, e.g. ``orphan of Slurm job 1 (CANCELLED)``.
+        parent_pid: The adopting parent's PID.
+        cgroup: The process's systemd cgroup path.
+        slurm_job_id: The Slurm job its cgroup names.
+        slurm_job_state: That job's state, when Slurm said.
+        supervisor_program: ``SUPERVISOR_PROCESS_NAME`` from its environment.
+        unit: The systemd unit its cgroup names.
+        session: The logind session its cgroup names.
+    """
+
+    kind: ClassVar[OriginKind] = "orphan"
+    message: str | None = None
+    parent_pid: int | None = None
+    cgroup: str | None = None
+    slurm_job_id: int | None = None
+    slurm_job_state: str | None = None
+    supervisor_program: str | None = None
+    unit: str | None = None
+    session: str | None = None
+
+
+# The record class of each kind; ``unknown`` is the base class itself.
+ORIGIN_CLASSES: dict[str, type[Origin]] = {
+    c.kind: c
+    for c in (
+        CronOrigin,
+        SystemdOrigin,
+        SlurmOrigin,
+        ContainerOrigin,
+        KubernetesOrigin,
+        ShellOrigin,
+        AtOrigin,
+        SupervisorOrigin,
+        OrphanOrigin,
+        Origin,
+    )
+}
 
 
 def finding_ref(finding_id: int | None) -> str:
@@ -199,7 +560,7 @@ def finding_ref(finding_id: int | None) -> str:
     return "-" if finding_id is None else f"F{finding_id}"
 
 
-UNKNOWN_ORIGIN = Origin(kind="unknown", evidence=("no resolver recognised the lineage",))
+UNKNOWN_ORIGIN = Origin(evidence=("no resolver recognised the lineage",))
 
 
 @dataclass
@@ -245,6 +606,12 @@ class Job:
     devices: list[str] = field(default_factory=list)
     listening: list[dict[str, Any]] = field(default_factory=list)
     gpus: list[GpuHeld] = field(default_factory=list)
+
+    @property
+    def unsanctioned(self) -> bool:
+        """True for ``rogue`` and ``excess`` jobs (:data:`UNSANCTIONED_VERDICTS`): the ones
+        findings, socket listings, remediation and node drains are about."""
+        return self.verdict in UNSANCTIONED_VERDICTS
 
     @property
     def gpu_indexes(self) -> list[int]:

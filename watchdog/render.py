@@ -407,7 +407,7 @@ def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: 
             lines.append("    from " + shorten_path_words(origin, inner - 5))
         if job.verdict != "sanctioned" and job.reason:
             lines.extend(fit(printable(job.reason), width, " " * 9, "    why: "))
-        if job.verdict in ("rogue", "excess"):
+        if job.unsanctioned:
             lines.extend(fit(printable(stop_text(job)), width, " " * 10, "    stop: "))
     return lines
 

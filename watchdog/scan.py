@@ -22,6 +22,7 @@ from watchdog.lineage.cron import entry_state, with_entry_state
 from watchdog.lineage.describe import describe_origin, names_source, same_source
 from watchdog.model import (
     UNKNOWN_ORIGIN,
+    CronOrigin,
     Finding,
     GpuInfo,
     GpuProcess,
@@ -102,11 +103,9 @@ def resolve_origin(
         if origin is not None:
             notes = [n for n in (*ctx.notes, *notes) if n not in origin.evidence]
             if notes:
-                return Origin(
-                    origin.kind, (*origin.evidence, *notes), origin.remediation, origin.fields
-                )
+                return dataclasses.replace(origin, evidence=(*origin.evidence, *notes))
             return origin
-    return Origin("unknown", (*UNKNOWN_ORIGIN.evidence, *ctx.notes, *notes))
+    return Origin((*UNKNOWN_ORIGIN.evidence, *ctx.notes, *notes))
 
 
 class Scanner:
@@ -197,7 +196,7 @@ class Scanner:
             # (slurm_job_id and state, supervisor_program) and says so.
             return fresh
         kept = first
-        if first.kind == "cron" and first.fields.get("entry_state") is None:
+        if isinstance(first, CronOrigin) and first.entry_state is None:
             state = entry_state(first, ctx)
             if state in ("disabled", "removed"):
                 kept = with_entry_state(first, state)
@@ -206,7 +205,7 @@ class Scanner:
             f"{describe_origin(fresh)}, but a running process does not change who started it"
         )
         evidence = (*(e for e in kept.evidence if not e.startswith("kept for this")), note)
-        return Origin(kept.kind, evidence, kept.remediation, kept.fields)
+        return dataclasses.replace(kept, evidence=evidence)
 
     def _gpu(
         self,
@@ -375,7 +374,7 @@ class Scanner:
         proc_root = self.config.paths.proc_root
         protected = protected_pids(jobs)
         for job in jobs:
-            if job.verdict in ("rogue", "excess"):
+            if job.unsanctioned:
                 pids = service_pids(job, self.table, protected)
                 job.listening = [x.to_json() for x in listening_for(pids, proc_root)]
         findings = [

@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import poll, run_cli
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401
 from watchdog.actions.slurmnode import SlurmDrainer, SlurmNodeSettings, node_state, run_command
-from watchdog.model import Job, Origin
+from watchdog.model import CronOrigin, Job
 from watchdog.sources.procfs import ProcessTable
 
 pytestmark = pytest.mark.system
@@ -55,7 +55,7 @@ def _rogue(pid: int = 4242) -> Job:
     return Job(
         root_pid=pid, pids=[pid], user="alice", cmdline=("python3", "train.py"),
         start_ticks=1, gpu_memory_bytes=None, gpu_uuids=[], lineage=[],
-        origin=Origin(kind="cron"), verdict="rogue",
+        origin=CronOrigin(), verdict="rogue",
     )  # fmt: skip
 
 

@@ -19,7 +19,7 @@ def _judge(fields: dict[str, str | None], kind: str = "container") -> Job:
     job = Job(
         root_pid=9, pids=[9], user="root", cmdline=("python3", "train.py"), start_ticks=1,
         gpu_memory_bytes=None, gpu_uuids=[], lineage=[],
-        origin=Origin(kind=kind, fields=fields),  # type: ignore[arg-type]
+        origin=Origin.from_json({"kind": kind, **fields}),
     )  # fmt: skip
     judge([job], parse_config(CONFIG, "c.yaml"))
     return job

@@ -251,18 +251,18 @@ def test_a_config_reload_keeps_the_first_origin(tmp_path: Path) -> None:
 def test_an_ended_slurm_job_hands_its_worker_to_the_orphan_origin(tmp_path: Path) -> None:
     """Pinning keeps *who started* a process; a Slurm job that ended is still named by the
     orphan origin (with its state), not frozen as a live job with `scancel` advice."""
-    from watchdog.model import Origin
+    from watchdog.model import OrphanOrigin, SlurmOrigin, SystemdOrigin
 
     scanner = Scanner(parse_config("nvml: {enabled: false}\n", "t.yaml"))
     ctx = scanner.context(datetime(2026, 11, 29, 12, 0, tzinfo=UTC))
     ident = (4242, 100)
-    slurm = Origin("slurm", ("...",), "scancel 1", {"job_id": 1, "state": "RUNNING"})
+    slurm = SlurmOrigin(("...",), "scancel 1", job_id=1, state="RUNNING")
     scanner._pinned[ident] = slurm
-    orphan = Origin("orphan", ("orphan of Slurm job 1 (CANCELLED)",), "kill -TERM 4242",
-                    {"slurm_job_id": 1, "slurm_job_state": "CANCELLED"})  # fmt: skip
+    orphan = OrphanOrigin(("orphan of Slurm job 1 (CANCELLED)",), "kill -TERM 4242",
+                          slurm_job_id=1, slurm_job_state="CANCELLED")  # fmt: skip
     assert scanner._keep_first(ident, orphan, ctx) is orphan
     # Another definite source is not taken: the first is kept, with a note.
-    other = Origin("systemd", (), "systemctl stop x.service", {"unit": "x.service"})
+    other = SystemdOrigin((), "systemctl stop x.service", unit="x.service")
     kept = scanner._keep_first(ident, other, ctx)
     assert (kept.kind, kept.fields["job_id"]) == ("slurm", 1)
     assert kept.evidence[-1].startswith("kept for this process's lifetime: a later look matched")
@@ -272,15 +272,16 @@ def test_daemon_findings_offer_disable_source_by_finding_id(tmp_path: Path) -> N
     """A filed finding names itself (F<id>): it still works once the job has exited."""
     from watchdog.daemon.settings import AlertSettings
     from watchdog.daemon.tracker import Tracker
-    from watchdog.model import Job, Origin
+    from watchdog.model import CronOrigin, Job
     from watchdog.policy.findings import job_findings
     from watchdog.state import StateDB
 
-    origin = Origin(
-        "cron",
+    origin = CronOrigin(
         ("...",),
         "sed -i '4s/^/# disabled by rogue-watchdog: /' /etc/cron.d/b",
-        {"file": "/etc/cron.d/b", "line": 4, "schedule": "* * * * *"},
+        file="/etc/cron.d/b",
+        line=4,
+        schedule="* * * * *",
     )
     job = Job(812, [812], "root", TRAIN, 100, None, [], [], origin, "rogue")
     findings = job_findings([job])

@@ -207,7 +207,7 @@ def test_disable_source_never_targets_the_real_line_for_a_spoof(tmp_path: Path, 
     ctx = _host(tmp_path, started, chain)
     before = (tmp_path / "cron.d/retrain").read_bytes()
     plan = plan_disable(
-        _origin(ctx).to_json(),
+        _origin(ctx),
         reason="rogue job",
         now=1_800_000_000.0,
         backup_dir=str(tmp_path / "bk"),

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
-from watchdog.actions.disable import marker_line, plan_disable
+from watchdog.actions.disable import DisablePlan, marker_line, plan_disable
 from watchdog.actions.effects import Effects, RecordingEffects
 from watchdog.actions.undo import ops_of, run_undo
+from watchdog.model import Origin
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 TAB = (
@@ -18,6 +20,11 @@ TAB = (
     b"*/5 * * * * root /usr/bin/true\r\n"
 )
 ENTRY = "0 2 * * 0 root /usr/bin/python3 /opt/legacy/train_weekly.py --run 12345"
+
+
+def _plan(origin: dict[str, Any], **kw: Any) -> DisablePlan:
+    """plan_disable of an origin as the state DB records it (scan-JSON shape)."""
+    return plan_disable(Origin.from_json(origin), **kw)
 
 
 def origin(path: Path, line: int = 3, entry: str | None = ENTRY) -> dict[str, object]:
@@ -32,7 +39,7 @@ def test_system_file_line_commented_backup_and_undo_byte_for_byte(tmp_path: Path
     tab.chmod(0o640)
     os.chown(tab, 0, 4) if os.geteuid() == 0 else None
     st0 = tab.stat()
-    plan = plan_disable(
+    plan = _plan(
         origin(tab), reason="rogue job, finding 7", now=NOW, backup_dir=str(tmp_path / "bk"),
         effects=Effects(),
     )  # fmt: skip
@@ -65,7 +72,7 @@ def test_system_file_line_commented_backup_and_undo_byte_for_byte(tmp_path: Path
 def test_line_changed_since_scan_is_refused_and_nothing_written(tmp_path: Path) -> None:
     tab = tmp_path / "retrain"
     tab.write_bytes(TAB)
-    plan = plan_disable(
+    plan = _plan(
         origin(tab, entry="0 3 * * 0 root /usr/bin/python3 /opt/other.py"), reason="r",
         now=NOW, backup_dir=str(tmp_path / "bk"), effects=Effects(),
     )  # fmt: skip
@@ -77,7 +84,7 @@ def test_line_changed_since_scan_is_refused_and_nothing_written(tmp_path: Path) 
 
 
 def test_no_line_no_plan(tmp_path: Path) -> None:
-    plan = plan_disable(
+    plan = _plan(
         {"kind": "cron", "file": None, "line": None}, reason="r", now=NOW,
         backup_dir=str(tmp_path), effects=Effects(),
     )  # fmt: skip
@@ -87,7 +94,7 @@ def test_no_line_no_plan(tmp_path: Path) -> None:
 def test_crlf_line_keeps_its_ending(tmp_path: Path) -> None:
     tab = tmp_path / "retrain"
     tab.write_bytes(TAB)
-    plan = plan_disable(
+    plan = _plan(
         origin(tab, 4, "*/5 * * * * root /usr/bin/true"), reason="r", now=NOW,
         backup_dir=str(tmp_path / "bk"), effects=Effects(),
     )  # fmt: skip
@@ -107,7 +114,7 @@ def test_user_crontab_goes_through_crontab_without_header(tmp_path: Path) -> Non
     tab.write_bytes(header + body)
     tab.chmod(0o600)
     fx = RecordingEffects()
-    plan = plan_disable(
+    plan = _plan(
         {"kind": "cron", "file": str(tab), "line": 5, "user": "alice",
          "entry": "*/10 * * * * /usr/bin/python3 /home/alice/train.py"},
         reason="rogue job", now=NOW, backup_dir=str(tmp_path / "bk"), effects=fx,
@@ -137,7 +144,7 @@ def test_failed_crontab_install_changes_nothing_and_has_no_undo(tmp_path: Path) 
     tab = spool / "bob"
     tab.write_bytes(b"* * * * * /usr/bin/python3 /x/train.py\n")
     fx = RecordingEffects(answers={("crontab", "-u", "bob", "-"): CommandResult(1, "", "denied")})
-    plan = plan_disable(
+    plan = _plan(
         {"kind": "cron", "file": str(tab), "line": 1, "entry": None}, reason="r", now=NOW,
         backup_dir=str(tmp_path / "bk"), effects=fx, spool_dirs=(str(spool),),
     )  # fmt: skip
@@ -151,7 +158,7 @@ def test_run_parts_script_renamed_and_back(tmp_path: Path) -> None:
     script.parent.mkdir()
     script.write_text("#!/bin/sh\n/usr/bin/python3 /opt/train.py\n")
     script.chmod(0o751)
-    plan = plan_disable(
+    plan = _plan(
         {"kind": "cron", "file": "/etc/crontab", "line": 3, "script": str(script)},
         reason="r", now=NOW, backup_dir=str(tmp_path / "bk"), effects=Effects(),
     )  # fmt: skip
@@ -168,22 +175,22 @@ def test_quarantine_script_not_interpreter(tmp_path: Path) -> None:
     script = tmp_path / "train_ghost.py"
     script.write_text("print(1)\n")
     common = {"reason": "r", "now": NOW, "backup_dir": str(tmp_path), "effects": Effects()}
-    off = plan_disable({"kind": "orphan"}, **common)  # type: ignore[arg-type]
+    off = _plan({"kind": "orphan"}, **common)  # type: ignore[arg-type]
     assert off.refused == (
         "its origin (orphan) names nothing to disable, and "
         "enforcement.quarantine_unknown_exe is off"
     )
-    plan = plan_disable(
+    plan = _plan(
         {"kind": "orphan"}, quarantine_unknown_exe=True, exe="/usr/bin/python3.11",
         cmdline=("/usr/bin/python3", "-u", str(script), "--epochs", "3"), **common,  # type: ignore[arg-type]
     )  # fmt: skip
     assert (plan.kind, plan.target) == ("quarantine", str(script))
-    binary = plan_disable(
+    binary = _plan(
         {"kind": "unknown"}, quarantine_unknown_exe=True, exe="/usr/bin/sleep",
         cmdline=("sleep", "100"), **common,  # type: ignore[arg-type]
     )  # fmt: skip
     assert binary.refused == "/usr/bin/sleep is in a system directory: never renamed"
-    module = plan_disable(
+    module = _plan(
         {"kind": "unknown"}, quarantine_unknown_exe=True, exe="/usr/bin/python3",
         cmdline=("python3", "-m", "train"), **common,  # type: ignore[arg-type]
     )  # fmt: skip
@@ -193,7 +200,7 @@ def test_quarantine_script_not_interpreter(tmp_path: Path) -> None:
 def test_undo_refuses_a_tampered_backup(tmp_path: Path) -> None:
     tab = tmp_path / "t"
     tab.write_bytes(TAB)
-    plan = plan_disable(
+    plan = _plan(
         origin(tab), reason="r", now=NOW, backup_dir=str(tmp_path / "bk"), effects=Effects()
     )
     res = plan.execute(Effects())

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from watchdog.actions.disable import plan_disable
 from watchdog.actions.effects import CommandResult, RecordingEffects
+from watchdog.lineage.describe import describe_origin
+from watchdog.model import Origin, SystemdOrigin
 
 STATES = {
     ("systemctl", "is-enabled", "retrain.timer"): CommandResult(0, "enabled\n", ""),
@@ -19,7 +21,11 @@ STATES = {
 
 def plan(fields: dict[str, object], fx: RecordingEffects):  # type: ignore[no-untyped-def]
     return plan_disable(
-        {"kind": "systemd", **fields}, reason="r", now=0.0, backup_dir="/nonexistent", effects=fx
+        Origin.from_json({"kind": "systemd", **fields}),
+        reason="r",
+        now=0.0,
+        backup_dir="/nonexistent",
+        effects=fx,
     )
 
 
@@ -82,6 +88,29 @@ def test_failed_mask_is_partial_and_undo_covers_only_what_was_done() -> None:
     assert res.outcome == "partial"
     assert res.error == "systemctl mask retrain.service exited 1: Failed to mask unit: File exists"
     assert {"op": "systemctl", "argv": ["unmask", "retrain.service"]} not in res.undo
+
+
+def test_user_unit_of_unknown_uid_is_refused_not_disabled_system_wide() -> None:
+    # A user unit whose owner's uid is unknown is written with "user" and "uid" keys set
+    # to null. It was once judged by "uid" alone (and a "user_unit" key nobody wrote), so
+    # `systemctl disable --now sched.service` would have hit the system manager's unit.
+    fx = RecordingEffects()
+    origin = Origin.from_json(
+        {"kind": "systemd", "unit": "sched.service", "user": None, "uid": None,
+         "remediation": "systemctl --user -M 1000@ stop sched.service"}
+    )  # fmt: skip
+    assert isinstance(origin, SystemdOrigin) and origin.user_unit
+    p = plan_disable(origin, reason="r", now=0.0, backup_dir="/nonexistent", effects=fx)
+    assert p.refused == (
+        "user units are not disabled automatically; run: "
+        "systemctl --user -M 1000@ stop sched.service"
+    )
+    assert fx.calls == []
+    assert describe_origin(origin) == "systemd user unit sched.service"
+    # Written back, it stays a user unit: the keys, not their values, say so.
+    assert origin.to_json()["uid"] is None and "user" in origin.to_json()
+    system = SystemdOrigin(unit="sched.service")
+    assert "uid" not in system.to_json() and not Origin.from_json(system.to_json()).user_unit
 
 
 def test_user_units_are_refused() -> None:

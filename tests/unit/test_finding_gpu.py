@@ -15,7 +15,7 @@ def rogue(gpus: list[GpuHeld], memory: int | None) -> Job:
     return Job(
         root_pid=48213, pids=[48213], user=None, cmdline=("python3", "train.py"),
         start_ticks=1, gpu_memory_bytes=memory, gpu_uuids=[g.uuid for g in gpus], lineage=[],
-        origin=Origin(kind="unknown"), verdict="rogue", reason="not sanctioned", gpus=gpus,
+        origin=Origin(), verdict="rogue", reason="not sanctioned", gpus=gpus,
     )  # fmt: skip
 
 

@@ -325,7 +325,7 @@ def test_allowlist_k8s_keys(tmp_path: Path, apiserver: FakeApiServer) -> None:
     job = _job(origin)
     judge([job], cfg)
     assert (job.verdict, job.rule) == ("sanctioned", "nightly")
-    other = Origin(kind="kubernetes", fields={**origin.fields, "owner_name": "adhoc"})
+    other = Origin.from_json({**origin.to_json(), "owner_name": "adhoc"})
     job = _job(other)
     judge([job], cfg)
     assert job.verdict == "rogue"
@@ -337,7 +337,7 @@ def test_allowlist_k8s_keys(tmp_path: Path, apiserver: FakeApiServer) -> None:
 
 def test_allowlist_says_when_the_api_was_blind(tmp_path: Path) -> None:
     cfg = parse_config(CONFIG, "c.yaml")
-    blind = Origin(kind="kubernetes", fields={"pod_uid": UID, "api": "unavailable: HTTP 503"})
+    blind = Origin.from_json({"kind": "kubernetes", "pod_uid": UID, "api": "unavailable: HTTP 503"})
     job = _job(blind)
     judge([job], cfg)
     assert job.reason.endswith(

@@ -12,7 +12,17 @@ from datetime import UTC, datetime
 
 import pytest
 
-from watchdog.model import Finding, GpuHeld, GpuInfo, Job, NvmlStatus, Origin, ScanResult
+from watchdog.model import (
+    CronOrigin,
+    Finding,
+    GpuHeld,
+    GpuInfo,
+    Job,
+    NvmlStatus,
+    OrphanOrigin,
+    ScanResult,
+    SlurmOrigin,
+)
 from watchdog.render import (
     filter_gpu,
     output_width,
@@ -27,13 +37,14 @@ PY = "/root/.pyenv/versions/3.11.7/bin/python"
 
 
 def fixed_result() -> ScanResult:
-    cron = Origin(
-        kind="cron",
-        fields={"file": "/etc/cron.d/legacy-retrain", "line": 3, "schedule": "0 3 * * *"},
+    cron = CronOrigin(
+        file="/etc/cron.d/legacy-retrain",
+        line=3,
+        schedule="0 3 * * *",
         remediation="sed -i '3s/^/# /' /etc/cron.d/legacy-retrain",
     )
-    slurm = Origin(kind="slurm", fields={"job_id": 812, "job_name": "sweep", "account": "research"})
-    orphan = Origin(kind="orphan", remediation="kill -TERM 61000")
+    slurm = SlurmOrigin(job_id=812, job_name="sweep", account="research")
+    orphan = OrphanOrigin(remediation="kill -TERM 61000")
     jobs = [
         Job(
             root_pid=48213,

@@ -12,7 +12,7 @@ import pytest
 
 from watchdog.actions.slurmnode import SlurmDrainer, SlurmNodeSettings, clean_reason
 from watchdog.config import ConfigError, parse_config
-from watchdog.model import Job, Origin
+from watchdog.model import Job, OrphanOrigin
 
 
 def test_settings_parse() -> None:
@@ -66,7 +66,7 @@ class Sinfo:
 def _job(verdict: str) -> Job:
     return Job(
         root_pid=7, pids=[7], user="bob\nx", cmdline=("t",), start_ticks=1,
-        gpu_memory_bytes=None, gpu_uuids=[], lineage=[], origin=Origin(kind="orphan"),
+        gpu_memory_bytes=None, gpu_uuids=[], lineage=[], origin=OrphanOrigin(),
         verdict=verdict,  # type: ignore[arg-type]
     )  # fmt: skip
 

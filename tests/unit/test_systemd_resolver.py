@@ -28,7 +28,7 @@ from watchdog.lineage.systemd import (
     parse_timespan_s,
     parse_timestamp,
 )
-from watchdog.model import Origin
+from watchdog.model import Origin, SystemdOrigin
 from watchdog.sources.procfs import ProcessTable
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "systemd"
@@ -241,6 +241,9 @@ def test_user_unit_in_process_scheduler(proc: FakeProc) -> None:
         "user": user,
         "uid": 1000,
     }
+    # The resolver says "user unit" in a typed field (read by disable-source and the
+    # allowlist), not only through the presence of the uid.
+    assert isinstance(origin, SystemdOrigin) and origin.user_unit
     assert origin.remediation == (
         f"systemctl --user -M {user}@ disable --now sched.service && "
         f"systemctl --user -M {user}@ mask sched.service"

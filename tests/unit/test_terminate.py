@@ -212,7 +212,7 @@ def test_recheck_30s_after_terminate_opens_remediation_failed(
 
     from watchdog.actions.enforcer import Enforcer
     from watchdog.config import parse_config
-    from watchdog.model import Job, NvmlStatus, Origin, ScanResult
+    from watchdog.model import Job, NvmlStatus, OrphanOrigin, ScanResult
     from watchdog.state import StateDB
 
     left = identity_of(spawned.start([sys.executable, "-c", "import time; time.sleep(60)"]).pid)
@@ -231,7 +231,7 @@ def test_recheck_30s_after_terminate_opens_remediation_failed(
     )  # fmt: skip
     back = Job(
         root_pid=41, pids=[41], user="root", cmdline=tuple(cmd), start_ticks=left.start_ticks + 1,
-        gpu_memory_bytes=None, gpu_uuids=[], lineage=[], origin=Origin("orphan"),
+        gpu_memory_bytes=None, gpu_uuids=[], lineage=[], origin=OrphanOrigin(),
     )  # fmt: skip
     now = datetime.now(UTC)
     empty = ScanResult("h", now, 0.0, NvmlStatus(True), jobs=[])
@@ -257,9 +257,9 @@ def test_recheck_30s_after_terminate_opens_remediation_failed(
 
 def describe_orphan() -> str:
     from watchdog.lineage.describe import describe_origin
-    from watchdog.model import Origin
+    from watchdog.model import OrphanOrigin
 
-    return describe_origin(Origin("orphan"))
+    return describe_origin(OrphanOrigin())
 
 
 def test_leftovers_of_a_gone_session_that_run_something_else_are_left_alone(

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.actions.effects import Effects
+from watchdog.model import CronOrigin, Origin, SystemdOrigin
 
 MARKER = "rogue-watchdog"
 SUFFIX = ".rogue-watchdog-disabled-"
@@ -147,7 +148,7 @@ def marker_line(original: str, now: float, reason: str) -> str:
 
 
 def plan_disable(
-    origin: dict[str, Any],
+    origin: Origin,
     *,
     reason: str,
     now: float,
@@ -161,7 +162,7 @@ def plan_disable(
     """Plan how to disable the source named by ``origin``.
 
     Args:
-        origin: The job's origin in scan-JSON shape (``kind`` plus its fields).
+        origin: The job's origin (:meth:`Origin.from_json` of a recorded one).
         reason: Why (goes into markers and records), e.g. ``rogue-job finding 12``.
         now: POSIX time for markers and backup names.
         backup_dir: Where backups go.
@@ -175,12 +176,12 @@ def plan_disable(
     Returns:
         A plan; ``refused`` says why when nothing can be done.
     """
-    kind = origin.get("kind")
-    if kind == "cron":
-        if origin.get("script"):
-            return _plan_rename("run-parts", str(origin["script"]), now, reason)
+    kind = origin.kind
+    if isinstance(origin, CronOrigin):
+        if origin.script:
+            return _plan_rename("run-parts", origin.script, now, reason)
         return _plan_cron(origin, reason, now, backup_dir, spool_dirs)
-    if kind == "systemd":
+    if isinstance(origin, SystemdOrigin):
         return _plan_systemd(origin, effects, backup_dir, now)
     if kind in ("orphan", "unknown"):
         if not quarantine_unknown_exe:
@@ -197,7 +198,7 @@ def plan_disable(
         "none",
         "-",
         refused=f"disabling a {kind} source is not supported; run the remediation by hand: "
-        f"{origin.get('remediation') or 'none known'}",
+        f"{origin.remediation or 'none known'}",
     )
 
 
@@ -215,9 +216,9 @@ def _header_lines(lines: list[bytes]) -> int:
 
 
 def _plan_cron(
-    origin: dict[str, Any], reason: str, now: float, backup_dir: str, spool_dirs: Sequence[str]
+    origin: CronOrigin, reason: str, now: float, backup_dir: str, spool_dirs: Sequence[str]
 ) -> DisablePlan:
-    path, line = origin.get("file"), origin.get("line")
+    path, line = origin.file, origin.line
     if not path or not isinstance(line, int):
         return DisablePlan(
             "none",
@@ -234,7 +235,7 @@ def _plan_cron(
     if not 1 <= line <= len(lines):
         return DisablePlan("none", target, refused=f"{path} has no line {line} any more")
     current = lines[line - 1].rstrip(b"\r\n").decode("utf-8", "surrogateescape")
-    entry = origin.get("entry")
+    entry = origin.entry
     if entry is not None and current != entry:
         return DisablePlan(
             "none",
@@ -413,25 +414,26 @@ def _show(effects: Effects, unit: str, *props: str) -> dict[str, str]:
 
 
 def _plan_systemd(
-    origin: dict[str, Any], effects: Effects, backup_dir: str, now: float
+    origin: SystemdOrigin, effects: Effects, backup_dir: str, now: float
 ) -> DisablePlan:
-    unit = origin.get("unit")
+    unit = origin.unit
     if not unit:
         return DisablePlan("none", "-", refused="no unit named")
-    if origin.get("user_unit") or origin.get("uid") is not None:
+    # A user manager's unit, even one whose owner's uid is unknown: `systemctl` here
+    # would act on the system manager's unit of the same name.
+    if origin.user_unit or origin.uid is not None:
         return DisablePlan(
             "none",
-            str(unit),
-            refused=f"user units are not disabled automatically; run: {origin.get('remediation')}",
+            unit,
+            refused=f"user units are not disabled automatically; run: {origin.remediation}",
         )
-    unit = str(unit)
-    restart = origin.get("restart") or "no"
+    restart = origin.restart or "no"
     info = _show(effects, unit, "FragmentPath", "Transient", "TriggeredBy")
     fragment = info.get("FragmentPath") or ""
     transient = info.get("Transient") == "yes" or fragment.startswith("/run/systemd/transient/")
     # Every timer that can start the unit, not only the one the origin named: a timer
     # left active starts a masked-to-be unit again (or the mask fails on it).
-    timers = [str(origin["timer"])] if origin.get("timer") else []
+    timers = [origin.timer] if origin.timer else []
     timers += [t for t in info.get("TriggeredBy", "").split() if t.endswith(".timer")]
     timers = list(dict.fromkeys(timers))
     units = [*timers, unit]
@@ -442,7 +444,7 @@ def _plan_systemd(
     commands: list[list[str]] = []
     for t in timers:
         idle = before[t]["enabled"] in ("disabled", "masked") and before[t]["active"] == "inactive"
-        if t == origin.get("timer") or not idle:
+        if t == origin.timer or not idle:
             commands.append(["disable", "--now", t])
     if unit.endswith(".scope") or transient or timers:
         commands.append(["stop", unit])

@@ -113,7 +113,7 @@ class Enforcer:
         out: list[Finding] = []
         seen: set[str] = set()
         for job in result.jobs:
-            if job.verdict not in ("rogue", "excess"):
+            if not job.unsanctioned:
                 continue
             sig = job_signature(job.user, job.cmdline, job.origin)
             recs = remediated.get(sig)
@@ -159,7 +159,7 @@ class Enforcer:
             back = [
                 j
                 for j in result.jobs
-                if j.verdict in ("rogue", "excess")
+                if j.unsanctioned
                 and root_cmd
                 and tuple(j.cmdline) == root_cmd
                 and j.start_ticks > newest
@@ -247,7 +247,7 @@ class Enforcer:
             sanctioned_pids=sanctioned,
         )  # fmt: skip
         for job in result.jobs:
-            if job.verdict not in ("rogue", "excess"):
+            if not job.unsanctioned:
                 continue
             ident = (job.root_pid, job.start_ticks)
             if ident in self._acted:

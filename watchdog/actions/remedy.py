@@ -18,7 +18,7 @@ from watchdog.actions.effects import Effects
 from watchdog.actions.guards import Expected, Guard
 from watchdog.actions.settings import EnforcementSettings
 from watchdog.actions.terminate import TerminateOutcome, terminate_tree
-from watchdog.model import Job, finding_ref
+from watchdog.model import UNSANCTIONED_VERDICTS, Job, Origin, finding_ref
 from watchdog.state import StateDB
 
 log = structlog.get_logger("rogue-watchdog")
@@ -37,7 +37,7 @@ class JobTarget:
         user: Owner.
         cmdline: Root argv.
         exe: Root executable.
-        origin: Origin in scan-JSON shape.
+        origin: The job's origin (parsed from the record for a job not running now).
         verdict: ``rogue``, ``excess``...
     """
 
@@ -49,10 +49,15 @@ class JobTarget:
     user: str | None
     cmdline: tuple[str, ...]
     exe: str | None
-    origin: dict[str, Any]
+    origin: Origin
     verdict: str
     running: bool = True
     summary: str = field(default="")
+
+    @property
+    def unsanctioned(self) -> bool:
+        """True for a ``rogue`` or ``excess`` job (:data:`UNSANCTIONED_VERDICTS`)."""
+        return self.verdict in UNSANCTIONED_VERDICTS
 
     def describe(self) -> str:
         """``rogue job PID 42 `python3 train.py``` for messages."""
@@ -85,7 +90,7 @@ def target_from_job(job: Job, signature: str | None, finding_id: int | None) -> 
         user=job.user,
         cmdline=tuple(job.cmdline),
         exe=root.exe if root is not None else None,
-        origin=job.origin.to_json(),
+        origin=job.origin,
         verdict=job.verdict,
     )
 
@@ -148,7 +153,7 @@ class Remedy:
         details = {
             "root": [target.root_pid, target.start_ticks],
             "job": target.describe(),
-            "origin": target.origin,
+            "origin": target.origin.to_json(),
             **details,
         }
         if dry_run and not self.record_dry_runs:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from watchdog.configbase import NodeReader
-from watchdog.model import Finding, Job
+from watchdog.model import UNSANCTIONED_VERDICTS, Finding, Job
 
 if TYPE_CHECKING:
     from watchdog.model import ScanResult
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 REASON_PREFIX = "rogue-watchdog: "
 MAX_REASON_CHARS = 200
-DRAIN_VERDICTS = ("rogue", "excess")
+DRAIN_VERDICTS = UNSANCTIONED_VERDICTS
 CommandRun = Callable[[Sequence[str]], tuple[int, str, str]]
 
 

@@ -164,7 +164,7 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
             recorded no origin, a PID in no training job.
     """
     from watchdog.actions.remedy import JobTarget, target_from_job
-    from watchdog.model import finding_ref
+    from watchdog.model import Origin, finding_ref
     from watchdog.policy.signature import job_signature
 
     kind, number = parse_target(text)
@@ -219,7 +219,7 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
         signature=sig, finding_id=number,
         root_pid=rec.root_pid if rec else int(finding.root_pid or 0),
         start_ticks=rec.start_ticks if rec else 0, members=[], user=rec.user if rec else None,
-        cmdline=(), exe=None, origin=origin, verdict=verdict, running=False,
+        cmdline=(), exe=None, origin=Origin.from_json(origin), verdict=verdict, running=False,
         summary=rec.summary if rec else finding.message,
     )  # fmt: skip
     return target, jobs
@@ -269,16 +269,14 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     if not target.running:
         _out(f"{target.describe()} is not running: nothing to terminate")
         return 1
-    if target.verdict not in ("rogue", "excess") and not args.force:
+    if not target.unsanctioned and not args.force:
         _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
         return 1
     remedy = _remedy(config, db, jobs)
     dry = args.dry_run or config.enforcement.dry_run
     action_id, res = remedy.terminate(target, time.time(), dry_run=dry)
     head = "would terminate" if dry else "terminate"
-    _out(
-        f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.get('kind')}"
-    )
+    _out(f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.kind}")
     for p in res.procs:
         sig = (
             "SIGSTOP (the whole tree frozen first), SIGTERM, then SIGKILL after "
@@ -302,7 +300,7 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     """``disable-source TARGET [--dry-run]``."""
     config, db = _setup(args)
     target, jobs = resolve_target(config, db, args.target)
-    if target.verdict not in ("rogue", "excess") and not args.force:
+    if not target.unsanctioned and not args.force:
         _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
         return 1
     remedy = _remedy(config, db, jobs)

@@ -110,7 +110,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for e in origin.evidence:
         if e != said:
             out(f"  evidence: {e}")
-    target = job.root_pid if job is not None and job.verdict in ("rogue", "excess") else None
+    target = job.root_pid if job is not None and job.unsanctioned else None
     out(f"Remediation: {remediation_text(origin, target)}")
     emit("\n".join(printable(line) for line in lines))
     return 0

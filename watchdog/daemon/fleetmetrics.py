@@ -106,7 +106,7 @@ def fleet_snapshot(summary: TickSummary, ppid_of: dict[int, int] | None = None) 
             job.verdict,
             job.user or "",
             job.origin.kind,
-            origin_label(job.origin.kind, job.origin.fields),
+            origin_label(job.origin),
         )
         job_labels.append(labels)
         for pid in job.pids:

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from watchdog.daemon.events import EventsCollector
 from watchdog.daemon.fleetmetrics import FleetCollector
 from watchdog.daemon.settings import parse_listen
+from watchdog.model import VERDICTS
 from watchdog.state import StateDB
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ log = structlog.get_logger("rogue-watchdog")
 PREFIX = "rogue_watchdog"
 # A failed metrics bind (port taken) is tried again from the tick hook this often.
 BIND_RETRY_S = 30.0
-VERDICTS = ("sanctioned", "rogue", "excess", "ignored")
 
 
 @dataclass
@@ -104,8 +104,8 @@ class MetricsCollector(Collector):
     def update(self, daemon: Daemon, summary: TickSummary) -> None:
         """Build a snapshot from one tick (runs in the loop thread, after the tick)."""
         result = summary.result
-        jobs = dict.fromkeys(VERDICTS, 0)
-        mem = dict.fromkeys(VERDICTS, 0)
+        jobs: dict[str, int] = dict.fromkeys(VERDICTS, 0)
+        mem: dict[str, int] = dict.fromkeys(VERDICTS, 0)
         for job in result.jobs if result else []:
             jobs[job.verdict] = jobs.get(job.verdict, 0) + 1
             mem[job.verdict] = mem.get(job.verdict, 0) + (job.gpu_memory_bytes or 0)

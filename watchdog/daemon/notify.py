@@ -229,7 +229,7 @@ def status_line(summary: TickSummary, daemon: Daemon | None = None) -> str:
     if result is None:
         parts.append("scan failed")
     else:
-        rogue = sum(1 for j in result.jobs if j.verdict in ("rogue", "excess"))
+        rogue = sum(1 for j in result.jobs if j.unsanctioned)
         parts.append(f"{len(result.jobs)} training job(s), {rogue} rogue or excess")
     if daemon is not None:
         try:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from watchdog.daemon.settings import SEVERITIES, AlertSettings, SinkSettings
-from watchdog.lineage.describe import describe_origin
-from watchdog.model import Finding, Job
+from watchdog.daemon.settings import AlertSettings, SinkSettings
+from watchdog.lineage.describe import describe_origin, next_run_of
+from watchdog.model import SEVERITIES, Finding, Job
 from watchdog.plugins import TrackResult
 from watchdog.policy.findings import gpus_text, name_finding_in_commands
 from watchdog.policy.signature import job_signature
@@ -244,7 +244,7 @@ class Tracker:
                 first_seen, now, job.root_pid, job.start_ticks, job.pids, None, sightings,
             )  # fmt: skip
             self.db.upsert_job(record)
-            if back_after is not None and job.verdict in ("rogue", "excess"):
+            if back_after is not None and job.unsanctioned:
                 respawns.append(self._respawned(job, sig, back_after, now))
         for rec in self.db.present_jobs():
             if rec.signature in seen:
@@ -257,7 +257,7 @@ class Tracker:
 
     @staticmethod
     def _respawned(job: Job, sig: str, gone_at: float, now: float) -> Finding:
-        nxt = job.origin.fields.get("next_run")
+        nxt = next_run_of(job.origin)
         message = (
             f"respawned: gone at {_when(gone_at)}, back at {_when(now)} "
             f"(+{_gap(now - gone_at)}) as PID {job.root_pid}"

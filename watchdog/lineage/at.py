@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from watchdog.lineage.base import ResolveContext, exe_name
-from watchdog.model import Origin, Proc
+from watchdog.model import AtOrigin, Origin, Proc
 
 _JOB_NAME = re.compile(r"^([A-Za-z=])([0-9a-f]{5})([0-9a-f]{8})$")
 _MAX_JOB_BYTES = 1 << 20
@@ -86,40 +86,33 @@ class AtResolver:
         shell = lineage[idx - 1]
         evidence = [f"ancestor PID {child.pid} is atd ({child.exe or child.args_text})"]
         found = _job_file(ctx, shell.pid) or _job_file(ctx, child.pid)
-        fields: dict[str, object] = {
-            "job": None,
-            "queue": None,
-            "user": shell.user,
-            "scheduled": None,
-            "command": None,
-            "file": None,
-            "pending_same_command": [],
-        }
         if found is None:
             evidence.append("job file not visible in /proc fds (permission or it exited)")
-            return Origin(kind="at", evidence=tuple(evidence), fields=fields)
+            return AtOrigin(evidence=tuple(evidence), user=shell.user)
         spool, name = found
         queue, job, when = parse_job_name(name) or ("?", 0, datetime.fromtimestamp(0, UTC))
         running = f"{spool}/={name[1:]}"
         text = _read(running) or _read(f"{spool}/{name}")
         command = job_commands(text) if text is not None else None
-        fields.update(
-            job=job,
-            queue=queue,
-            scheduled=when.astimezone(ctx.now.tzinfo).isoformat(),
-            command=command,
-            file=running,
-        )
         evidence.append(f"job shell PID {shell.pid} reads at job {job} (queue {queue})")
         pending = _pending_same(spool, command) if command else []
-        fields["pending_same_command"] = pending
         if pending:
             evidence.append(
                 f"queued jobs {', '.join(map(str, pending))} run the same commands: "
                 "the job re-schedules itself"
             )
         remediation = "atrm " + " ".join(str(n) for n in [job, *pending])
-        return Origin(kind="at", evidence=tuple(evidence), remediation=remediation, fields=fields)
+        return AtOrigin(
+            evidence=tuple(evidence),
+            remediation=remediation,
+            job=job,
+            queue=queue,
+            user=shell.user,
+            scheduled=when.astimezone(ctx.now.tzinfo).isoformat(),
+            command=command,
+            file=running,
+            pending_same_command=tuple(pending),
+        )
 
 
 def _job_file(ctx: ResolveContext, pid: int) -> tuple[str, str] | None:

@@ -33,7 +33,7 @@ from watchdog.lineage.base import (
     exe_path,
 )
 from watchdog.lineage.cgroup import parse_cgroup
-from watchdog.model import Origin, Proc
+from watchdog.model import ContainerOrigin, Origin, Proc
 
 # Runtime by the name the container's cgroup carries (the id itself is parsed by cgroup.py).
 _RUNTIME_MARKERS: tuple[tuple[str, str], ...] = (
@@ -336,16 +336,6 @@ class ContainerResolver:
         if runtime == "containerd" and namespace == "k8s.io":
             evidence.append("containerd namespace k8s.io: a Kubernetes (CRI) container")
         facts = engine_facts(runtime, cid, pod_uid is not None, ctx) if cid else None
-        fields = {
-            "container_id": cid,
-            "pod_uid": pod_uid,
-            "runtime": runtime,
-            "namespace": namespace,
-            "image": facts.image if facts else None,
-            "image_id": facts.image_id if facts else None,
-            "name": facts.name if facts else None,
-            "restart_policy": facts.restart_policy if facts else None,
-        }
         if cid:
             remediation = remediation_for(runtime, cid, namespace, pod_uid is not None)
             restart = facts.restart_policy if facts else None
@@ -363,6 +353,15 @@ class ContainerResolver:
             tool = runtime if runtime in ("docker", "podman") else "crictl"
             remediation = f"{tool} ps  # find the container, then: {tool} stop ID"
             evidence.append("container id unknown: no shim argument and no container cgroup")
-        return Origin(
-            kind="container", evidence=tuple(evidence), remediation=remediation, fields=fields
+        return ContainerOrigin(
+            evidence=tuple(evidence),
+            remediation=remediation,
+            container_id=cid,
+            pod_uid=pod_uid,
+            runtime=runtime,
+            namespace=namespace,
+            image=facts.image if facts else None,
+            image_id=facts.image_id if facts else None,
+            name=facts.name if facts else None,
+            restart_policy=facts.restart_policy if facts else None,
         )

@@ -26,7 +26,7 @@ import re
 import shlex
 import stat
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -51,7 +51,7 @@ from watchdog.lineage.crontab import (
     parse_anacrontab,
     parse_crontab,
 )
-from watchdog.model import Origin, Proc
+from watchdog.model import CronOrigin, Origin, Proc
 
 CRON_DAEMONS = frozenset({"cron", "crond", "anacron"})
 # Where distributions install the daemons (Debian/Ubuntu cron, cronie, anacron; with and
@@ -189,14 +189,11 @@ class CronResolver:
                 )
             evidence.extend(_not_its_entry(others, cmd))
             evidence.extend(_dead_notes(ctx, cmd, lineage[:1]))
-            fields = _fields(None, shell.user, ctx)
-            if not read.problems:
-                fields["entry_state"] = "removed"
-            return Origin(
-                kind="cron",
+            return replace(
+                _fields(None, shell.user, ctx),
                 evidence=tuple(evidence),
                 remediation=remediation,
-                fields=fields,
+                entry_state=None if read.problems else "removed",
             )
         evidence.extend(_unread_notes(read))
         return _origin(matches, lineage, idx, evidence, ctx, cmd)
@@ -264,6 +261,7 @@ def _origin(
             f"{other.entry.raw.strip()}"
         )
     fields = _fields(entry, entry.user, ctx)
+    script_path: str | None = None
     if "CRON_TZ" in entry.env:
         evidence.append(
             f"next_run uses CRON_TZ={entry.env['CRON_TZ']} (cronie honours it; "
@@ -273,30 +271,28 @@ def _origin(
     script = _run_parts_script(lineage, daemon_idx)
     if script is not None:
         runner, path = script
-        fields["script"] = path
+        script_path = path
         evidence.append(
             f"run-parts PID {runner.pid} ({runner.args_text}) runs script {path}; "
             "the crontab line runs every script in that directory"
         )
         remediation = command("chmod", "-x", path)
     evidence.extend(_dead_notes(ctx, cmd, lineage[:1]))
-    return Origin(kind="cron", evidence=tuple(evidence), remediation=remediation, fields=fields)
+    return replace(fields, evidence=tuple(evidence), remediation=remediation, script=script_path)
 
 
-def _fields(entry: CronEntry | None, user: str | None, ctx: ResolveContext) -> dict[str, object]:
+def _fields(entry: CronEntry | None, user: str | None, ctx: ResolveContext) -> CronOrigin:
+    """The origin's line fields (all None but ``user`` when no line is named)."""
     if entry is None:
-        keys = ("file", "line", "entry", "schedule", "next_run")
-        out: dict[str, object] = dict.fromkeys(keys)
-        out["user"] = user
-        return out
-    return {
-        "file": entry.file,
-        "line": entry.line,
-        "entry": entry.raw,
-        "user": entry.user,
-        "schedule": entry.schedule,
-        "next_run": next_run(entry, ctx.now, _zone(ctx)),
-    }
+        return CronOrigin(user=user)
+    return CronOrigin(
+        file=entry.file,
+        line=entry.line,
+        entry=entry.raw,
+        user=entry.user,
+        schedule=entry.schedule,
+        next_run=next_run(entry, ctx.now, _zone(ctx)),
+    )
 
 
 def _zone(ctx: ResolveContext) -> tzinfo:
@@ -521,13 +517,11 @@ def _refused_origin(shell: Proc, evidence: list[str], read: _Tabs, ctx: ResolveC
         "no live entry can have started it (wrong user or time): it is attributed to no "
         "line, and no line is to be disabled for it"
     )
-    fields = _fields(None, shell.user, ctx)
-    fields["entry_state"] = "unattributed"
-    return Origin(
-        kind="cron",
+    return replace(
+        _fields(None, shell.user, ctx),
         evidence=tuple(evidence),
         remediation=None,
-        fields=fields,
+        entry_state="unattributed",
     )
 
 
@@ -831,16 +825,17 @@ def _retired_origin(
     )
     evidence.extend(_not_its_entry(others, cmd))
     evidence.extend(_dead_notes(ctx, cmd, lineage[:1]))
-    fields: dict[str, object] = {
-        "file": entry.file,
-        "line": entry.line,
-        "entry": entry.raw,
-        "user": entry.user,
-        "schedule": entry.schedule,
-        "next_run": None,
-        "entry_state": "disabled",
-    }
-    return Origin(kind="cron", evidence=tuple(evidence), remediation=None, fields=fields)
+    return CronOrigin(
+        evidence=tuple(evidence),
+        remediation=None,
+        file=entry.file,
+        line=entry.line,
+        entry=entry.raw,
+        user=entry.user,
+        schedule=entry.schedule,
+        next_run=None,
+        entry_state="disabled",
+    )
 
 
 def _not_its_entry(others: Sequence[_Match], cmd: str | None) -> list[str]:
@@ -851,7 +846,7 @@ def _not_its_entry(others: Sequence[_Match], cmd: str | None) -> list[str]:
     ]
 
 
-def entry_state(origin: Origin, ctx: ResolveContext) -> str | None:
+def entry_state(origin: CronOrigin, ctx: ResolveContext) -> str | None:
     """Whether a cron origin's line still runs: ``live``, ``disabled`` or ``removed``.
 
     Args:
@@ -863,9 +858,8 @@ def entry_state(origin: Origin, ctx: ResolveContext) -> str | None:
         line is now a comment holding it, ``removed`` otherwise; None when the origin
         names no line or its file could not be read (nothing can be said).
     """
-    f = origin.fields
-    path, line, raw = f.get("file"), f.get("line"), f.get("entry")
-    if not isinstance(path, str) or not isinstance(line, int) or not isinstance(raw, str):
+    path, line, raw = origin.file, origin.line, origin.entry
+    if path is None or line is None or raw is None:
         return None
     try:
         text = safeio.read_regular(path, _MAX_FILE_BYTES).decode("utf-8", "surrogateescape")
@@ -883,19 +877,16 @@ def entry_state(origin: Origin, ctx: ResolveContext) -> str | None:
     return "removed"
 
 
-def with_entry_state(origin: Origin, state: str) -> Origin:
+def with_entry_state(origin: CronOrigin, state: str) -> CronOrigin:
     """``origin`` marked as no longer live (``disabled`` or ``removed``): no next run, no
     remediation (the line already cannot start anything), evidence saying so."""
-    f = dict(origin.fields)
-    f["entry_state"] = state
-    f["next_run"] = None
-    where = f"{f.get('file')}:{f.get('line')}"
+    where = f"{origin.file}:{origin.line}"
     note = (
         f"started by {where}, entry since {state}: cron will not start it again from "
         "there, but this running copy must still be stopped"
     )
     evidence = (note, *(e for e in origin.evidence if not e.startswith("started by ")))
-    return Origin(origin.kind, evidence, None, f)
+    return replace(origin, evidence=evidence, remediation=None, entry_state=state, next_run=None)
 
 
 # -- daemonised by a script that a crontab line runs ------------------------------------
@@ -1028,14 +1019,12 @@ def _from_script(
             f"({other[1]} line {other[2]}) and fired {other[3]:.0f} s before it started"
         )
     evidence.extend(_unread_notes(read))
-    fields = _fields(entry, entry.user, ctx)
     # Not "script" (a run-parts script, which disable-source renames): here the line
     # itself is the source, and commenting it out stops the launches.
-    fields["launch_script"] = script
-    fields["confidence"] = confidence
-    return Origin(
-        kind="cron",
+    return replace(
+        _fields(entry, entry.user, ctx),
         evidence=tuple(evidence),
         remediation=_disable_command(entry, ctx),
-        fields=fields,
+        launch_script=script,
+        confidence=confidence,
     )

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from watchdog.model import Origin
+from watchdog.model import (
+    AtOrigin,
+    ContainerOrigin,
+    CronOrigin,
+    KubernetesOrigin,
+    Origin,
+    OrphanOrigin,
+    ShellOrigin,
+    SlurmOrigin,
+    SupervisorOrigin,
+    SystemdOrigin,
+)
 
 
 def describe_origin(origin: Origin) -> str:
@@ -17,69 +25,74 @@ def describe_origin(origin: Origin) -> str:
     Returns:
         Text naming the spawner and where it is configured; never empty.
     """
-    f = origin.fields
-    if origin.kind == "cron":
-        if not f.get("file"):
+    o = origin
+    if isinstance(o, CronOrigin):
+        if not o.file:
             # Never "cron None:None": say the line is gone, or that it was not found
             # because some crontabs could not be read.
-            if f.get("entry_state") == "removed":
+            if o.entry_state == "removed":
                 return "cron, entry gone (no crontab line runs this command now)"
-            if f.get("entry_state") == "unattributed":
+            if o.entry_state == "unattributed":
                 return "cron, no entry can have started it (wrong user or time)"
             return "cron, entry not found (some crontabs could not be read)"
-        text = f"cron {f.get('file')}:{f.get('line')}"
-        if f.get("schedule"):
-            text += f" ({f['schedule']})"
-        if f.get("script"):
-            text += f" via {f['script']}"
-        if f.get("launch_script"):
-            text += f" via {f['launch_script']} ({f.get('confidence')} confidence)"
-        state = f.get("entry_state")
-        if state in ("disabled", "removed"):
-            text += f", entry since {state}"
+        text = f"cron {o.file}:{o.line}"
+        if o.schedule:
+            text += f" ({o.schedule})"
+        if o.script:
+            text += f" via {o.script}"
+        if o.launch_script:
+            text += f" via {o.launch_script} ({o.confidence} confidence)"
+        if o.entry_state in ("disabled", "removed"):
+            text += f", entry since {o.entry_state}"
         return text
-    if origin.kind == "systemd":
-        scope = "user unit" if f.get("user_unit") or f.get("uid") is not None else "unit"
-        text = f"systemd {scope} {f.get('unit')}"
-        if f.get("timer"):
-            text += f" via {f['timer']}"
-            if f.get("timer_schedule"):
-                text += f" ({f['timer_schedule']})"
+    if isinstance(o, SystemdOrigin):
+        text = f"systemd {'user unit' if o.user_unit else 'unit'} {o.unit}"
+        if o.timer:
+            text += f" via {o.timer}"
+            if o.timer_schedule:
+                text += f" ({o.timer_schedule})"
         return text
-    if origin.kind == "slurm":
-        text = f"Slurm job {f.get('job_id')}"
-        if f.get("job_name"):
-            text += f" {f['job_name']!r}"
-        if f.get("account"):
-            text += f" account {f['account']}"
+    if isinstance(o, SlurmOrigin):
+        text = f"Slurm job {o.job_id}"
+        if o.job_name:
+            text += f" {o.job_name!r}"
+        if o.account:
+            text += f" account {o.account}"
         return text
-    if origin.kind == "container":
-        cid = str(f.get("container_id") or "?")[:12]
-        return f"container {cid}" + (f" pod {f['pod_uid']}" if f.get("pod_uid") else "")
-    if origin.kind == "kubernetes":
-        if f.get("pod") is None:
-            return f"Kubernetes pod {f.get('pod_uid')} (API: {f.get('api')})"
-        text = f"Kubernetes pod {f.get('namespace')}/{f.get('pod')}"
-        if f.get("owner_kind") not in (None, "Pod"):
-            text += f" of {f['owner_kind']} {f.get('owner_name')}"
-        if f.get("schedule"):
-            text += f" ({f['schedule']})"
+    if isinstance(o, ContainerOrigin):
+        cid = str(o.container_id or "?")[:12]
+        return f"container {cid}" + (f" pod {o.pod_uid}" if o.pod_uid else "")
+    if isinstance(o, KubernetesOrigin):
+        if o.pod is None:
+            return f"Kubernetes pod {o.pod_uid} (API: {o.api})"
+        text = f"Kubernetes pod {o.namespace}/{o.pod}"
+        if o.owner_kind not in (None, "Pod"):
+            text += f" of {o.owner_kind} {o.owner_name}"
+        if o.schedule:
+            text += f" ({o.schedule})"
         return text
-    if origin.kind == "shell":
-        return f"shell {f.get('session') or ''}".strip()
-    if origin.kind == "at":
-        return f"at job {f.get('job') or f.get('job_id') or '?'}"
-    if origin.kind == "supervisor":
-        return f"supervisor program {f.get('program') or '?'}"
-    if origin.kind == "orphan":
-        return str(f.get("message") or "orphan (parent exited)")
+    if isinstance(o, ShellOrigin):
+        return f"shell {o.session or ''}".strip()
+    if isinstance(o, AtOrigin):
+        return f"at job {o.job or '?'}"
+    if isinstance(o, SupervisorOrigin):
+        return f"supervisor program {o.program or '?'}"
+    if isinstance(o, OrphanOrigin):
+        return o.message or "orphan (parent exited)"
     return "unknown origin"
 
 
 def next_run_text(origin: Origin) -> str | None:
     """``next run <when>`` for scheduled origins, or None."""
-    nxt = origin.fields.get("next_run")
+    nxt = next_run_of(origin)
     return f"next run {nxt}" if nxt else None
+
+
+def next_run_of(origin: Origin) -> str | None:
+    """The origin's next scheduled start (ISO 8601 or words), for the kinds that have one."""
+    if isinstance(origin, CronOrigin | SystemdOrigin | KubernetesOrigin):
+        return origin.next_run
+    return None
 
 
 # Longest origin label kept (a unit or file name is host text of any length; a label
@@ -87,7 +100,7 @@ def next_run_text(origin: Origin) -> str | None:
 MAX_ORIGIN_LABEL_CHARS = 120
 
 
-def origin_label(kind: str, fields: Mapping[str, Any]) -> str:
+def origin_label(origin: Origin) -> str:
     """A short, bounded name of the spawner, fit for a metric or alert label.
 
     Only what names the *source* and stays the same when it starts the job again: the
@@ -96,60 +109,65 @@ def origin_label(kind: str, fields: Mapping[str, Any]) -> str:
     so the number of distinct values stays bounded however many processes come and go.
 
     Args:
-        kind: The origin kind (``cron``, ``systemd``, ``slurm``...).
-        fields: The origin's kind-specific fields (``Origin.fields``, or the ``origin``
-            object of the scan JSON).
+        origin: The origin (an alert payload's ``origin`` object parsed with
+            :meth:`Origin.from_json`).
 
     Returns:
         E.g. ``/etc/cron.d/retrain:7``, ``nightly-retrain.service``, ``ml-research``;
         empty when the kind has no bounded name (shell, at, orphan, unknown).
     """
-    value: Any = None
-    if kind == "cron":
-        if fields.get("file"):
-            value = f"{fields['file']}:{fields.get('line')}"
-    elif kind == "systemd":
-        value = fields.get("unit")
-    elif kind == "slurm":
-        value = fields.get("account")
-    elif kind == "container":
-        value = fields.get("image")
-    elif kind == "supervisor":
-        value = fields.get("program")
+    value: object = None
+    o = origin
+    if isinstance(o, CronOrigin):
+        if o.file:
+            value = f"{o.file}:{o.line}"
+    elif isinstance(o, SystemdOrigin):
+        value = o.unit
+    elif isinstance(o, SlurmOrigin):
+        value = o.account
+    elif isinstance(o, ContainerOrigin):
+        value = o.image
+    elif isinstance(o, SupervisorOrigin):
+        value = o.program
     text = "" if value is None else str(value)
     if len(text) > MAX_ORIGIN_LABEL_CHARS:
         text = text[: MAX_ORIGIN_LABEL_CHARS - 1] + "…"
     return text
 
 
-# The fields that name *which* source an origin is, per kind: two origins with the same
-# key point at the same thing that would start the job again.
-_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
-    "cron": ("file", "line"),
-    "systemd": ("unit", "user_unit", "uid"),
-    "slurm": ("job_id",),
-    "container": ("container_id",),
-    "shell": ("session",),
-    "at": ("job",),
-    "supervisor": ("supervisor", "program"),
-}
+def _source_key(origin: Origin) -> tuple[object, ...] | None:
+    """The fields that name *which* source an origin is (None for kinds that name none:
+    kubernetes, orphan, unknown): two origins with equal keys point at the same thing
+    that would start the job again. A None member is a field that is not known."""
+    o = origin
+    if isinstance(o, CronOrigin):
+        return (o.file, o.line)
+    if isinstance(o, SystemdOrigin):
+        # A user manager's unit is never the system unit of the same name.
+        return (o.unit, True if o.user_unit else None, o.uid)
+    if isinstance(o, SlurmOrigin):
+        return (o.job_id,)
+    if isinstance(o, ContainerOrigin):
+        return (o.container_id,)
+    if isinstance(o, ShellOrigin):
+        return (o.session,)
+    if isinstance(o, AtOrigin):
+        return (o.job,)
+    if isinstance(o, SupervisorOrigin):
+        return (o.supervisor, o.program)
+    return None
 
 
 def names_source(origin: Origin) -> bool:
     """True when the origin names a definite source (not unknown, orphan, or a cron
     job whose line could not be found)."""
-    keys = _SOURCE_KEYS.get(origin.kind)
-    if keys is None:
-        return False
-    return any(origin.fields.get(k) is not None for k in keys)
+    key = _source_key(origin)
+    return key is not None and any(v is not None for v in key)
 
 
 def same_source(a: Origin, b: Origin) -> bool:
     """True when both origins name the same source (same kind and key fields)."""
-    if a.kind != b.kind:
-        return False
-    keys = _SOURCE_KEYS.get(a.kind, ())
-    return all(a.fields.get(k) == b.fields.get(k) for k in keys)
+    return a.kind == b.kind and _source_key(a) == _source_key(b)
 
 
 def stop_source_text(origin: Origin, target: int | str) -> str | None:
@@ -169,12 +187,9 @@ def stop_source_text(origin: Origin, target: int | str) -> str | None:
     by_hand = origin.remediation
     if not by_hand:
         return None
-    f = origin.fields
-    handled = (origin.kind == "cron" and f.get("file") and f.get("line")) or (
-        origin.kind == "systemd"
-        and f.get("unit")
-        and not f.get("user_unit")
-        and f.get("uid") is None
+    o = origin
+    handled = (isinstance(o, CronOrigin) and o.file and o.line) or (
+        isinstance(o, SystemdOrigin) and o.unit and not o.user_unit and o.uid is None
     )
     if not handled:
         return by_hand
@@ -191,8 +206,8 @@ def remediation_text(origin: Origin, target: int | str | None = None) -> str:
         if target is not None:
             return stop_source_text(origin, target) or origin.remediation
         return origin.remediation
-    state = origin.fields.get("entry_state")
-    if origin.kind == "cron" and state in ("disabled", "removed"):
+    state = origin.entry_state if isinstance(origin, CronOrigin) else None
+    if state in ("disabled", "removed"):
         text = (
             f"none needed for the source (its crontab entry was {state}); "
             "the running job must still be stopped"

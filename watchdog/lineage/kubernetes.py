@@ -27,7 +27,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -37,7 +37,7 @@ from cronsim import CronSim, CronSimError
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cgroup import parse_cgroup
 from watchdog.lineage.container import ContainerResolver, cgroup_container
-from watchdog.model import Origin, Proc
+from watchdog.model import ContainerOrigin, KubernetesOrigin, Origin, Proc
 
 API_TIMEOUT_S = 5.0
 # A failed API call is not retried for this long: one scan per interval would otherwise
@@ -482,51 +482,40 @@ class KubernetesResolver:
         if clue is None:
             return None
         base = self._containers.resolve(lineage, ctx)
-        bf = base.fields if base is not None else {}
-        cid = clue.container_id or bf.get("container_id")
+        bf = base if isinstance(base, ContainerOrigin) else ContainerOrigin()
+        cid = clue.container_id or bf.container_id
         # The container resolver weighs the shim ancestor against the cgroup (a bare id
         # under kubepods may be containerd's or Docker's); its answer wins.
         clue_rt = cgroup_container(lineage[0].cgroup)
-        runtime = bf.get("runtime") or (clue_rt.runtime if clue_rt else None)
+        runtime = bf.runtime or (clue_rt.runtime if clue_rt else None)
         pod, api_state = self.pod(clue.pod_uid)
         evidence = [
             f"cgroup of PID {lineage[0].pid} is in Kubernetes pod {clue.pod_uid} "
             f"(QoS {clue.qos_class})",
             clue.line,
         ]
-        fields: dict[str, Any] = {
-            "pod_uid": clue.pod_uid,
-            "container_id": cid,
-            "runtime": runtime,
-            "qos_class": clue.qos_class,
-            "namespace": None,
-            "pod": None,
-            "container": None,
-            "service_account": None,
-            "node": None,
-            "owner_kind": None,
-            "owner_name": None,
-            "owner_chain": [],
-            "image": bf.get("image"),
-            "image_id": None,
-            "api": api_state,
-        }
+        origin = KubernetesOrigin(
+            pod_uid=clue.pod_uid,
+            container_id=cid,
+            runtime=runtime,
+            qos_class=clue.qos_class,
+            image=bf.image,
+            api=api_state,
+        )
         if pod is None:
             evidence.append(
                 f"Kubernetes API {api_state}: pod UID only; namespace, pod name and owner "
                 "unknown, and the pod's controller may recreate a stopped container"
             )
-            return Origin(
-                kind="kubernetes",
-                evidence=tuple(evidence),
-                remediation=remediation_for_pod(None, cid),
-                fields=fields,
+            return replace(
+                origin, evidence=tuple(evidence), remediation=remediation_for_pod(None, cid)
             )
         container = pod.containers.get(cid) if cid else None
         chain = [f"{kind}/{name}" for kind, name in pod.owners]
         owner_kind, owner_name = pod.owners[-1] if pod.owners else ("Pod", pod.name)
         image, image_id = pod.images.get(container, (None, None)) if container else (None, None)
-        fields.update(
+        origin = replace(
+            origin,
             namespace=pod.namespace,
             pod=pod.name,
             container=container,
@@ -534,8 +523,8 @@ class KubernetesResolver:
             node=pod.node,
             owner_kind=owner_kind,
             owner_name=owner_name,
-            owner_chain=chain,
-            image=image or fields["image"],
+            owner_chain=tuple(chain),
+            image=image or origin.image,
             image_id=image_id,
         )
         evidence.append(
@@ -548,7 +537,8 @@ class KubernetesResolver:
         if pod.cronjob is not None:
             nxt, tz = cronjob_next_run(pod.cronjob, ctx.now)
             suspended = pod.cronjob.get("suspend") is True
-            fields.update(
+            origin = replace(
+                origin,
                 schedule=_str(pod.cronjob.get("schedule")),
                 time_zone=tz,
                 next_run=None if suspended else nxt,
@@ -556,12 +546,7 @@ class KubernetesResolver:
             )
             zone = tz or "UTC assumed: no timeZone set, the controller uses its local zone"
             evidence.append(
-                f"CronJob {pod.namespace}/{owner_name} schedule {fields['schedule']!r} "
+                f"CronJob {pod.namespace}/{owner_name} schedule {origin.schedule!r} "
                 f"({zone})" + (", suspended" if suspended else f", next run {nxt}")
             )
-        return Origin(
-            kind="kubernetes",
-            evidence=tuple(evidence),
-            remediation=remediation_for_pod(pod, cid),
-            fields=fields,
-        )
+        return replace(origin, evidence=tuple(evidence), remediation=remediation_for_pod(pod, cid))

@@ -14,13 +14,12 @@ orphan with ``slurm_job_id`` set. ``SLURM_JOB_ID`` in its environment is only a 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from watchdog.lineage.base import ResolveContext, exe_name, is_wrapper
 from watchdog.lineage.cgroup import parse_cgroup, systemd_path
 from watchdog.lineage.slurm import cgroup_clue, environ_clue, query_job, unconfirmed_text
 from watchdog.lineage.supervisor import command_names
-from watchdog.model import Origin, Proc
+from watchdog.model import Origin, OrphanOrigin, Proc
 
 MESSAGE = "orphan (parent exited)"
 # Processes that set PR_SET_CHILD_SUBREAPER and so adopt orphans below them.
@@ -94,48 +93,43 @@ class OrphanResolver:
     def _origin(
         self, proc: Proc, ctx: ResolveContext, evidence: list[str], remediation: str
     ) -> Origin:
-        fields: dict[str, Any] = {
-            "message": MESSAGE,
-            "parent_pid": proc.ppid,
-            "cgroup": systemd_path(proc.cgroup),
-            "slurm_job_id": None,
-            "slurm_job_state": None,
-            "supervisor_program": None,
-            "unit": None,
-            "session": None,
-        }
         info = parse_cgroup(proc.cgroup)
         if info is not None:
-            fields["unit"] = info.unit
-            fields["session"] = info.session
             evidence.append(f"cgroup {info.path}")
-        slurm_said = self._slurm(proc, ctx, fields, evidence)
+        slurm_id, slurm_state, slurm_said = self._slurm(proc, ctx, evidence)
         env = ctx.table.environ(proc.pid) or {}
-        program = env.get("SUPERVISOR_PROCESS_NAME")
+        program = env.get("SUPERVISOR_PROCESS_NAME") or None
         if program:
-            fields["supervisor_program"] = program
             evidence.append(
                 f"SUPERVISOR_PROCESS_NAME={program} in its environment: a supervisord that "
                 "is gone started it; a restarted supervisord runs another copy"
             )
         # The one-line message carries what the fields know (tables and findings show it).
-        if fields["slurm_job_id"] is not None:
-            fields["message"] = f"orphan of Slurm job {fields['slurm_job_id']} ({slurm_said})"
+        message = MESSAGE
+        if slurm_id is not None:
+            message = f"orphan of Slurm job {slurm_id} ({slurm_said})"
         elif program:
-            fields["message"] = f"orphan of supervisor program {program} (parent exited)"
-        evidence[0] = fields["message"]
-        return Origin(
-            kind="orphan",
+            message = f"orphan of supervisor program {program} (parent exited)"
+        evidence[0] = message
+        return OrphanOrigin(
             evidence=tuple(evidence),
             remediation=remediation,
-            fields=fields,
+            message=message,
+            parent_pid=proc.ppid,
+            cgroup=systemd_path(proc.cgroup),
+            slurm_job_id=slurm_id,
+            slurm_job_state=slurm_state,
+            supervisor_program=program,
+            unit=info.unit if info is not None else None,
+            session=info.session if info is not None else None,
         )
 
     @staticmethod
     def _slurm(
-        proc: Proc, ctx: ResolveContext, fields: dict[str, Any], evidence: list[str]
-    ) -> str | None:
-        """Fill the Slurm fields; return the job's state in a word or two (or None)."""
+        proc: Proc, ctx: ResolveContext, evidence: list[str]
+    ) -> tuple[int | None, str | None, str | None]:
+        """The Slurm job its cgroup names: ``(job id, Slurm's state, the state in a word
+        or two for the message)``; all None when the cgroup names no job."""
         clue = cgroup_clue(proc)
         if clue is None:
             # An environment only claims a job (anyone can export SLURM_JOB_ID): say so,
@@ -143,11 +137,9 @@ class OrphanResolver:
             found = environ_clue([proc], ctx)
             if found is not None:
                 evidence.append(unconfirmed_text(found[0]))
-            return None
-        fields["slurm_job_id"] = clue.job_id
+            return None, None, None
         where = "cgroup"
         job = query_job(clue.job_id, ctx)
-        fields["slurm_job_state"] = job.state
         if job.status == "gone":
             said = f"{job.via} no longer knows job {clue.job_id}: the job has ended"
         elif job.status == "found":
@@ -156,5 +148,5 @@ class OrphanResolver:
             said = f"Slurm not asked ({job.via})"
         evidence.append(f"{where} names Slurm job {clue.job_id} ({clue.text}); {said}")
         if job.status == "found" and job.state:
-            return str(job.state)
-        return "ended" if job.status == "gone" else "state unknown"
+            return clue.job_id, job.state, str(job.state)
+        return clue.job_id, job.state, "ended" if job.status == "gone" else "state unknown"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from watchdog.lineage.base import CommandResult, ResolveContext, exe_name
 from watchdog.lineage.cgroup import parse_cgroup
-from watchdog.model import Origin, Proc
+from watchdog.model import Origin, Proc, ShellOrigin
 
 _REMOTE = frozenset({"sshd", "dropbear", "mosh-server"})
 _TMUX = frozenset({"tmux", "tmux: server"})
@@ -333,18 +333,15 @@ class ShellResolver:
             # The job shares the session leader's group: killing the group would end
             # the person's login shell too.
             remediation = f"kill -TERM {proc.pid}"
-        return Origin(
-            kind="shell",
+        return ShellOrigin(
             evidence=tuple(clues.evidence),
             remediation=remediation,
-            fields={
-                "session": session,
-                "user": proc.user,
-                "client": clues.client,
-                "tty": tty,
-                "login_session": scope,
-                "tmux_socket": clues.tmux.socket if clues.tmux else None,
-                "tmux_session": clues.tmux.name if clues.tmux else None,
-                "tmux_session_id": clues.tmux.session_id if clues.tmux else None,
-            },
+            session=session,
+            user=proc.user,
+            client=clues.client,
+            tty=tty,
+            login_session=scope,
+            tmux_socket=clues.tmux.socket if clues.tmux else None,
+            tmux_session=clues.tmux.name if clues.tmux else None,
+            tmux_session_id=clues.tmux.session_id if clues.tmux else None,
         )

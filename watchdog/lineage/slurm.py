@@ -33,12 +33,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from watchdog.lineage.base import ResolveContext, exe_name, exe_path, system_daemon
 from watchdog.lineage.cgroup import parse_cgroup
-from watchdog.model import Origin, Proc
+from watchdog.model import Origin, Proc, SlurmOrigin
 
 _STEPD_TITLE = re.compile(r"^slurmstepd:\s*\[(?P<job>\d+)(?:\.(?P<step>[^\]\s]+))?\]")
 _STEP_AFTER_JOB = r"/job_{job}/step_(?P<step>[^/]+)"
@@ -442,13 +442,11 @@ class SlurmResolver:
             evidence.append(
                 f"slurmstepd PID {stepd.pid} runs {exe_path(stepd)} (owned by root, as root)"
             )
-        fields = _fields(clue, job, env, proc)
-        evidence.append(_job_text(job, fields, env))
-        return Origin(
-            kind="slurm",
+        evidence.append(_job_text(job, env))
+        return replace(
+            _fields(clue, job, env, proc),
             evidence=tuple(evidence),
             remediation=f"scancel {clue.job_id}",
-            fields=fields,
         )
 
 
@@ -473,7 +471,7 @@ def _clue_text(clue: SlurmClue) -> str:
     return f"{clue.text} in the environment of PID {clue.pid}"
 
 
-def _fields(clue: SlurmClue, job: SlurmJob, env: dict[str, str], proc: Proc) -> dict[str, Any]:
+def _fields(clue: SlurmClue, job: SlurmJob, env: dict[str, str], proc: Proc) -> SlurmOrigin:
     if job.status == "found":
         name, account, user, partition = job.job_name, job.account, job.user, job.partition
     else:
@@ -484,18 +482,18 @@ def _fields(clue: SlurmClue, job: SlurmJob, env: dict[str, str], proc: Proc) -> 
         account = None
         user = proc.user
         partition = env.get("SLURM_JOB_PARTITION") or None
-    return {
-        "job_id": clue.job_id,
-        "job_name": name,
-        "account": account,
-        "user": user,
-        "partition": partition,
-        "step": clue.step,
-        "state": job.state,
-    }
+    return SlurmOrigin(
+        job_id=clue.job_id,
+        job_name=name,
+        account=account,
+        user=user,
+        partition=partition,
+        step=clue.step,
+        state=job.state,
+    )
 
 
-def _job_text(job: SlurmJob, fields: dict[str, Any], env: dict[str, str]) -> str:
+def _job_text(job: SlurmJob, env: dict[str, str]) -> str:
     if job.status == "found":
         return (
             f"{job.via}: job {job.job_id} name {job.job_name!r} account {job.account!r} "

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from watchdog.lineage.base import ResolveContext, command, comment, exe_name
-from watchdog.model import Origin, Proc
+from watchdog.model import Origin, Proc, SupervisorOrigin
 
 _INTERPRETERS = ("python", "node", "perl", "ruby", "sh", "bash", "dash")
 _KINDS = {
@@ -231,14 +231,11 @@ class SupervisorResolver:
             f"ancestor PID {sup.pid} is {kind}: {sup.args_text}",
             *prog.evidence,
         )
-        return Origin(
-            kind="supervisor",
+        return SupervisorOrigin(
             evidence=evidence,
             remediation=prog.remediation,
-            fields={
-                "program": prog.name,
-                "supervisor": kind,
-                "supervisor_pid": sup.pid,
-                "config": prog.config,
-            },
+            program=prog.name,
+            supervisor=kind,
+            supervisor_pid=sup.pid,
+            config=prog.config,
         )

@@ -24,13 +24,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from watchdog.lineage.base import ResolveContext, command, exe_name, quote_arg
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
 from watchdog.lineage.shell import tmux_session
 from watchdog.lineage.unitfile import UnitFile, find_timers, load_unit, read_regular
-from watchdog.model import Origin, Proc
+from watchdog.model import Origin, Proc, SystemdOrigin
 
 # Units whose processes other resolvers own or that say nothing about a job's source.
 PASS_UNITS = frozenset(
@@ -520,27 +519,26 @@ class SystemdResolver:
                 "stop the unit, and `systemctl mask` keeps anything from starting it"
             )
         evidence.append(_cron_check(lineage[0], ctx))
-        fields: dict[str, Any] = {
-            "unit": unit,
-            "unit_file": facts.unit_file,
-            "timer": timer.name if timer else None,
-            "timer_schedule": "; ".join(timer.schedule) if timer and timer.schedule else None,
-            "next_run": timer.next_run.isoformat() if timer and timer.next_run else None,
-            "restart": restart,
-        }
-        if user is not None:
-            fields["user"], fields["uid"] = user
-        if tmux is not None:
-            fields["tmux_socket"] = tmux.socket
-            fields["tmux_session"] = tmux.name
-            fields["tmux_session_id"] = tmux.session_id
-        return Origin(
-            kind="systemd",
+        return SystemdOrigin(
             evidence=tuple(evidence),
             remediation=_remediation(
                 unit, timer.name if timer else None, restart, user, facts.unit_file
             ),
-            fields=fields,
+            unit=unit,
+            unit_file=facts.unit_file,
+            timer=timer.name if timer else None,
+            timer_schedule="; ".join(timer.schedule) if timer and timer.schedule else None,
+            next_run=timer.next_run.isoformat() if timer and timer.next_run else None,
+            restart=restart,
+            # A user manager's unit even when its owner's uid is unknown: never the
+            # system manager's unit of the same name.
+            user_unit=user is not None,
+            user=user[0] if user is not None else None,
+            uid=user[1] if user is not None else None,
+            in_tmux=tmux is not None,
+            tmux_socket=tmux.socket if tmux else None,
+            tmux_session=tmux.name if tmux else None,
+            tmux_session_id=tmux.session_id if tmux else None,
         )
 
 

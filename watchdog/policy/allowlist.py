@@ -12,7 +12,15 @@ from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
 from watchdog.config import Config, OriginPin, Rule
-from watchdog.model import Job, Origin
+from watchdog.model import (
+    ContainerOrigin,
+    CronOrigin,
+    Job,
+    KubernetesOrigin,
+    Origin,
+    SlurmOrigin,
+    SystemdOrigin,
+)
 from watchdog.policy.jobs import ignore_match
 
 
@@ -36,31 +44,31 @@ def origin_mismatch(pin: OriginPin, origin: Origin) -> str | None:
     """
     if pin.any:
         return None
-    f = origin.fields
+    o = origin
     if pin.systemd_unit is not None and not (
-        origin.kind == "systemd" and _glob(f.get("unit"), pin.systemd_unit)
+        isinstance(o, SystemdOrigin) and _glob(o.unit, pin.systemd_unit)
     ):
         return f"origin must be systemd unit {pin.systemd_unit!r}"
     if pin.cron_file is not None:
         where = repr(pin.cron_file) + (f" line {pin.cron_line}" if pin.cron_line else "")
-        if origin.kind != "cron" or not _glob(f.get("file"), pin.cron_file):
+        if not isinstance(o, CronOrigin) or not _glob(o.file, pin.cron_file):
             return f"origin must be cron file {where}"
-        if pin.cron_line is not None and f.get("line") != pin.cron_line:
+        if pin.cron_line is not None and o.line != pin.cron_line:
             return f"origin must be cron file {where}"
     if pin.slurm_account is not None and not (
-        origin.kind == "slurm" and _glob(f.get("account"), pin.slurm_account)
+        isinstance(o, SlurmOrigin) and _glob(o.account, pin.slurm_account)
     ):
         return f"origin must be Slurm account {pin.slurm_account!r}"
     if pin.slurm_job_name is not None and not (
-        origin.kind == "slurm" and _glob(f.get("job_name"), pin.slurm_job_name)
+        isinstance(o, SlurmOrigin) and _glob(o.job_name, pin.slurm_job_name)
     ):
         return f"origin must be Slurm job name {pin.slurm_job_name!r}"
     if pin.container_image is not None and not (
-        origin.kind == "container" and _glob(f.get("image"), pin.container_image)
+        isinstance(o, ContainerOrigin) and _glob(o.image, pin.container_image)
     ):
         return f"origin must be container image {pin.container_image!r}"
     if pin.container_image_digest is not None and not (
-        origin.kind == "container" and _glob(f.get("image_id"), pin.container_image_digest)
+        isinstance(o, ContainerOrigin) and _glob(o.image_id, pin.container_image_digest)
     ):
         return f"origin must be container image digest {pin.container_image_digest!r}"
     return _k8s_mismatch(pin, origin)
@@ -68,20 +76,20 @@ def origin_mismatch(pin: OriginPin, origin: Origin) -> str | None:
 
 def _k8s_mismatch(pin: OriginPin, origin: Origin) -> str | None:
     """Why a Kubernetes origin fails the ``k8s_*`` keys of ``pin``, or None."""
-    f = origin.fields
-    owner = f"{f.get('owner_kind')}/{f.get('owner_name')}" if f.get("owner_kind") else None
+    k = origin if isinstance(origin, KubernetesOrigin) else None
+    owner = f"{k.owner_kind}/{k.owner_name}" if k is not None and k.owner_kind else None
     checks = (
-        ("k8s_namespace", pin.k8s_namespace, f.get("namespace"), "Kubernetes namespace"),
+        ("k8s_namespace", pin.k8s_namespace, k and k.namespace, "Kubernetes namespace"),
         ("k8s_owner", pin.k8s_owner, owner, "Kubernetes owner"),
-        ("k8s_service_account", pin.k8s_service_account, f.get("service_account"),
+        ("k8s_service_account", pin.k8s_service_account, k and k.service_account,
          "Kubernetes service account"),
     )  # fmt: skip
     for _key, pattern, value, what in checks:
         if pattern is None:
             continue
-        if origin.kind == "kubernetes" and value is None and f.get("api") != "ok":
-            return f"origin must be {what} {pattern!r}; unknown: Kubernetes API {f.get('api')}"
-        if origin.kind != "kubernetes" or not _glob(value, pattern):
+        if k is not None and value is None and k.api != "ok":
+            return f"origin must be {what} {pattern!r}; unknown: Kubernetes API {k.api}"
+        if k is None or not _glob(value, pattern):
             return f"origin must be {what} {pattern!r}"
     return None
 
@@ -96,13 +104,17 @@ def rule_mismatch(rule: Rule, job: Job) -> list[str]:
     miss = origin_mismatch(rule.origin, job.origin)
     if miss is not None:
         why.append(miss)
-    elif rule.origin.systemd_unit is not None and job.origin.fields.get("uid") is not None:
+    elif (
+        rule.origin.systemd_unit is not None
+        and isinstance(job.origin, SystemdOrigin)
+        and job.origin.user_unit
+    ):
         # A user unit is its owner's to name: anyone can write ~/.config/systemd/user/
         # train.service. Only a rule that also pins that user may sanction it.
-        owner = job.origin.fields.get("user")
+        owner = job.origin.user
         if rule.user is None or owner != rule.user:
             why.append(
-                f"origin is user {owner!r}'s own unit {job.origin.fields.get('unit')!r}; "
+                f"origin is user {owner!r}'s own unit {job.origin.unit!r}; "
                 "a unit pin matches a user unit only with 'user:' naming its owner"
             )
     return why

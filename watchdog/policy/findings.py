@@ -44,7 +44,7 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
     """One finding per rogue or excess job (never one per PID)."""
     out = []
     for job in jobs:
-        if job.verdict not in ("rogue", "excess"):
+        if not job.unsanctioned:
             continue
         head = f"{'rogue' if job.verdict == 'rogue' else 'excess'} training job PID {job.root_pid}"
         if job.gpus:
@@ -79,7 +79,7 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
                     # Bounded labels for fleet routing (Alertmanager, docs/fleet.md).
                     "user": job.user,
                     "origin_kind": job.origin.kind,
-                    "origin_label": origin_label(job.origin.kind, job.origin.fields),
+                    "origin_label": origin_label(job.origin),
                     "remediation": job.origin.remediation,
                     "gpu_indexes": job.gpu_indexes,
                     "gpus": [g.to_json() for g in job.gpus],

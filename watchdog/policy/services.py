@@ -18,7 +18,7 @@ from watchdog.lineage.base import exe_name, is_wrapper
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
 from watchdog.lineage.describe import describe_origin, stop_source_text
 from watchdog.lineage.slurm import is_slurmstepd
-from watchdog.model import Finding, Job, Proc
+from watchdog.model import Finding, Job, Proc, SystemdOrigin
 from watchdog.policy.findings import gpus_text
 from watchdog.sources.procfs import ProcessTable
 from watchdog.sources.sockets import Listen, scan_listening
@@ -164,9 +164,8 @@ def service_pids(
 
 
 def _who(job: Job) -> str:
-    f = job.origin.fields
-    if job.origin.kind == "systemd" and f.get("unit"):
-        return str(f["unit"])
+    if isinstance(job.origin, SystemdOrigin) and job.origin.unit:
+        return job.origin.unit
     return describe_origin(job.origin)
 
 
@@ -260,7 +259,7 @@ def service_findings(
     protected = protected_pids(jobs)
     out = []
     for job in jobs:
-        if job.verdict not in ("rogue", "excess"):
+        if not job.unsanctioned:
             continue
         found = scan_listening(service_pids(job, table, protected), proc_root)
         keep = [x for x in found.listening if settings.sanctioned(x) is None]

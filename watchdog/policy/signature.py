@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from watchdog.model import Origin
 
 # Origin fields that identify the spawner across restarts of the job (a new Slurm job id
-# or container id each time is the same source).
+# or container id each time is the same source). Read as scan-JSON keys (Origin.fields):
+# signatures are stored, and must not change with how the records are spelled.
 _ORIGIN_KEYS: dict[str, tuple[str, ...]] = {
     "cron": ("file", "line", "script"),
     "systemd": ("unit", "user"),

@@ -38,6 +38,7 @@ from watchdog.daemon.alerts.sinks import MAX_ERROR_BODY_BYTES, SendError, _read_
 from watchdog.daemon.settings import AlertSettings, SinkSettings
 from watchdog.hosttext import safe_json
 from watchdog.lineage.describe import origin_label
+from watchdog.model import Origin
 from watchdog.state import Delivery, StateDB
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ def alert_labels(payload: Mapping[str, Any]) -> dict[str, str]:
     origin = details.get("origin")
     if isinstance(origin, dict):  # respawned: the whole origin object
         labels["origin_kind"] = str(origin.get("kind", ""))
-        labels["origin"] = origin_label(str(origin.get("kind", "")), origin)
+        labels["origin"] = origin_label(Origin.from_json(origin))
     if details.get("origin_kind"):
         labels["origin_kind"] = str(details["origin_kind"])
     if details.get("origin_label"):
