@@ -290,6 +290,21 @@ def test_crontab_path_that_is_not_a_file_is_no_proof_the_entry_is_gone(tmp_path:
     assert describe_origin(origin) == "cron, entry not found (some crontabs could not be read)"
 
 
+def test_grep_hint_names_the_script_of_any_interpreter(tmp_path: Path) -> None:
+    """pypy3 runs a script like python3 does (one shared rule): grep for the script."""
+    root = tmp_path / "host"
+    (root / "etc/cron.d").mkdir(parents=True)
+    (root / "etc/crontab").mkdir()
+    spool = root / "spool"
+    spool.mkdir()
+    argv = ("/usr/bin/pypy3", "-u", "/opt/gone/train_gone.py")
+    origin = CronResolver().resolve(
+        cron_chain(argv, " ".join(argv)), _spool_ctx(root, tmp_path, spool)
+    )
+    assert origin is not None
+    assert origin.remediation == f"sudo grep -rnF -- /opt/gone/train_gone.py {root}/etc/crontab"
+
+
 def test_unlistable_spool_dir_and_oversized_crontab(tmp_path: Path) -> None:
     root = tmp_path / "host"
     shutil.copytree(HOST, root)

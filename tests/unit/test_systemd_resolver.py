@@ -273,6 +273,25 @@ def test_crontab_mention_is_reported(proc: FakeProc, tmp_path: Path) -> None:
     assert f"crontab {cron}:2 also mentions /srv/train_ship.py" in origin.evidence
 
 
+def test_crontab_check_looks_for_the_script_of_any_interpreter(
+    proc: FakeProc, tmp_path: Path
+) -> None:
+    """pypy3 is an interpreter (one shared rule): the check looks for the script, so a
+    crontab line running pypy3 on another script is no mention of this job."""
+    cron = tmp_path / "crontab"
+    cron.write_text("0 2 * * 0 root /usr/bin/pypy3 /srv/other.py\n")
+    proc.add(611, 1, ["/usr/bin/pypy3", "/srv/train_ship.py"], "0::/system.slice/shipper.service")
+    origin = resolve(
+        proc.root,
+        611,
+        cron_files=[str(cron)],
+        cron_d_dir=str(tmp_path / "no-cron.d"),
+        cron_spool_dirs=[],
+    )
+    assert origin is not None
+    assert "no crontab entry mentions /srv/train_ship.py (1 crontab files read)" in origin.evidence
+
+
 @pytest.mark.parametrize(
     "cgroup",
     [

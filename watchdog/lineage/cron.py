@@ -40,6 +40,7 @@ from watchdog.lineage.base import (
     exe_name,
     exe_path,
     quote_arg,
+    script_argument,
     system_daemon,
 )
 from watchdog.lineage.crontab import (
@@ -63,7 +64,6 @@ CRON_DAEMON_PATHS = frozenset(
 _CRON_UNIT = re.compile(r"/(cron|crond|cronie|anacron)\.service(/|$)")
 _ANY_UNIT = re.compile(r"/([^/]+\.service)(/|$)")
 _MAX_FILE_BYTES = 1 << 20
-_INTERPRETER = re.compile(r"^(python[\d.]*|bash|sh|dash|perl|ruby|node)$")
 DISABLE_PREFIX = "# disabled by rogue-watchdog: "
 
 
@@ -696,14 +696,9 @@ def _inspect_command(paths: Sequence[str], proc: Proc) -> str:
 
 def _needle(proc: Proc) -> str:
     # The script for interpreters (python3 /opt/x/train.py -> /opt/x/train.py), else argv[0].
-    argv = proc.cmdline
-    if not argv:
+    if not proc.cmdline:
         return proc.comm
-    if _INTERPRETER.match(argv[0].rsplit("/", 1)[-1]):
-        for arg in argv[1:]:
-            if not arg.startswith("-"):
-                return arg
-    return argv[0]
+    return script_argument(proc.cmdline) or proc.cmdline[0]
 
 
 def _dead_crontabs(ctx: ResolveContext) -> Iterator[tuple[Crontab, str]]:

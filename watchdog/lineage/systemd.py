@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from watchdog.lineage.base import ResolveContext, command, exe_name, quote_arg
+from watchdog.lineage.base import (
+    ResolveContext,
+    command,
+    exe_name,
+    quote_arg,
+    script_argument,
+)
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
 from watchdog.lineage.shell import tmux_session
 from watchdog.lineage.unitfile import UnitFile, find_timers, load_unit, read_regular
@@ -200,15 +206,9 @@ def _owner_uid(info: CgroupInfo) -> int | None:
 
 def _script_token(proc: Proc) -> str | None:
     # The distinctive word a crontab line would contain: the script for interpreters.
-    argv = proc.cmdline
-    if not argv:
+    if not proc.cmdline:
         return None
-    base = argv[0].rsplit("/", 1)[-1]
-    if re.match(r"^(python[\d.]*|bash|sh|dash|perl|ruby|node)$", base):
-        for arg in argv[1:]:
-            if not arg.startswith("-"):
-                return arg
-    return argv[0]
+    return script_argument(proc.cmdline) or proc.cmdline[0]
 
 
 class SystemdResolver:
