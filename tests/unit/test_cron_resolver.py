@@ -280,7 +280,7 @@ def test_crontab_path_that_is_not_a_file_is_no_proof_the_entry_is_gone(tmp_path:
     )
     assert origin is not None and origin.kind == "cron"
     assert origin.fields["file"] is None and origin.fields["line"] is None
-    assert f"skipped {root}/etc/crontab (not a regular file): the entry may be there" in (
+    assert f"could not read {root}/etc/crontab (not a regular file): the entry may be there" in (
         origin.evidence
     )
     assert not any(NOT_AGAIN in e for e in origin.evidence)
@@ -328,11 +328,11 @@ def test_unlistable_spool_dir_and_oversized_crontab(tmp_path: Path) -> None:
     assert not any(NOT_AGAIN in e for e in origin.evidence)
     unread = [e for e in origin.evidence if "the entry may be there" in e]
     assert unread == [
-        f"skipped {big} (too large: {(1 << 20) + 1} bytes, limit {1 << 20}): "
-        "the entry may be there",
         f"could not read {spool_file} (not a directory): the entry may be there",
+        f"could not read {big} (too large: {(1 << 20) + 1} bytes, limit {1 << 20}): "
+        "the entry may be there",
     ]
-    assert origin.remediation == (f"sudo grep -rnF -- /opt/gone/train_gone.py {big} {spool_file}")
+    assert origin.remediation == (f"sudo grep -rnF -- /opt/gone/train_gone.py {spool_file} {big}")
     # A job whose entry was read still resolves; the unread files are mentioned.
     found = CronResolver().resolve(cron_chain(LEGACY_ARGV, LEGACY_CMD, "mlops"), ctx)
     assert found is not None
@@ -341,7 +341,7 @@ def test_unlistable_spool_dir_and_oversized_crontab(tmp_path: Path) -> None:
         5,
     )
     assert found.remediation == f"sed -i '5{SED}' {root}/etc/cron.d/legacy-retrain"
-    assert any(e.startswith(f"skipped {big} (too large") for e in found.evidence)
+    assert any(e.startswith(f"could not read {big} (too large") for e in found.evidence)
 
 
 def test_no_unread_file_keeps_the_entry_gone_verdict(tmp_path: Path) -> None:

@@ -34,8 +34,9 @@ from watchdog.lineage.base import (
     script_argument,
 )
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
+from watchdog.lineage.cronfiles import list_crontabs
 from watchdog.lineage.shell import tmux_session
-from watchdog.lineage.unitfile import UnitFile, find_timers, load_unit, read_regular
+from watchdog.lineage.unitfile import UnitFile, find_timers, load_unit, read_text_or_reason
 from watchdog.model import Origin, Proc
 
 # Units whose processes other resolvers own or that say nothing about a job's source.
@@ -606,17 +607,6 @@ def _analyze_output(text: str, now: datetime) -> datetime | None:
     return utc or nxt
 
 
-def _cron_files(ctx: ResolveContext) -> list[str]:
-    files = list(ctx.cron_files)
-    for d in (ctx.cron_d_dir, *ctx.cron_spool_dirs):
-        try:
-            names = sorted(os.listdir(d))
-        except OSError:
-            continue
-        files += [os.path.join(d, n) for n in names if not os.path.isdir(os.path.join(d, n))]
-    return files
-
-
 def _cron_check(proc: Proc, ctx: ResolveContext) -> str:
     token = _script_token(proc)
     if token is None:
@@ -628,13 +618,16 @@ def _cron_check(proc: Proc, ctx: ResolveContext) -> str:
     if isinstance(cached, tuple):
         files, refused = cached
     else:
-        for path in _cron_files(ctx):
+        # The files cron itself reads: a backup in cron.d (foo.dpkg-old) starts nothing.
+        listing = list_crontabs(ctx.cron_files, ctx.cron_d_dir, ctx.cron_spool_dirs)
+        refused = [f"{path} ({why})" for path, why in listing.problems]
+        for f in listing.files:
             # Regular files only, size-capped, never blocking (a FIFO in a spool dir).
-            text, why = read_regular(path)
+            text, why = read_text_or_reason(f.path)
             if text is not None:
-                files.append((path, text.splitlines()))
+                files.append((f.path, text.splitlines()))
             elif why is not None:
-                refused.append(f"{path} ({why})")
+                refused.append(f"{f.path} ({why})")
         ctx.cache["systemd:cron-lines"] = (files, refused)
     for path, lines in files:
         for n, line in enumerate(lines, 1):
