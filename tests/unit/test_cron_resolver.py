@@ -490,3 +490,24 @@ def test_at_job_via_fd0_and_self_rescheduling(tmp_path: Path) -> None:
     assert origin.fields["pending_same_command"] == [2]
     assert origin.remediation == "atrm 1 2"
     assert AtResolver().resolve(cron_chain(LEGACY_ARGV, LEGACY_CMD), ctx) is None
+
+
+def test_at_spool_fifo_is_skipped_without_blocking(tmp_path: Path) -> None:
+    """A FIFO among the queued jobs (any user can make one where atd's spool is
+    writable) is skipped by the safe reader; the real jobs are still compared."""
+    spool = tmp_path / "atjobs"
+    spool.mkdir()
+    (spool / "=0000101c8be6a").write_text(AT_JOB)
+    os.mkfifo(spool / "a0000201c8c000")
+    (spool / "a0000301c8c000").write_text(AT_JOB)
+    fd = tmp_path / "proc/52/fd"
+    fd.mkdir(parents=True)
+    os.symlink(f"{spool}/a0000101c8be6a (deleted)", fd / "0")
+    ctx = ResolveContext(table=ProcessTable(str(tmp_path / "proc")), now=NOW, exe_owner=root_owned)
+    atd = proc(50, 1, ("/usr/sbin/atd",), user="daemon")
+    child = proc(51, 50, ("/usr/sbin/atd",), user="daemon")
+    shell = proc(52, 51, ("sh",), exe="/usr/bin/dash")
+    trainer = proc(53, 52, ("/usr/bin/python3", "/srv/ml/train_at.py"))
+    origin = AtResolver().resolve([trainer, shell, child, atd, INIT], ctx)
+    assert origin is not None
+    assert origin.fields["pending_same_command"] == [3]

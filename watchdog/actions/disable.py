@@ -37,11 +37,14 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from watchdog import safeio
 from watchdog.actions.effects import Effects
 from watchdog.lineage.base import is_interpreter
+from watchdog.lineage.cronfiles import MAX_CRONTAB_BYTES
+from watchdog.lineage.unitfile import MAX_UNIT_FILE_BYTES
+from watchdog.safeio import unread_reason
 
 MARKER = "rogue-watchdog"
 SUFFIX = ".rogue-watchdog-disabled-"
@@ -224,10 +227,12 @@ def _plan_cron(
         )
     target = f"{path}:{line}"
     try:
-        data = Path(path).read_bytes()
+        # Through the safe reader: the path comes from a scan, and a FIFO or a giant put
+        # there since must not hang or swamp the planner.
+        data = safeio.read_regular(path, MAX_CRONTAB_BYTES)
         st = os.stat(path)
-    except OSError as exc:
-        return DisablePlan("none", target, refused=f"cannot read {path}: {exc.strerror}")
+    except (OSError, ValueError) as exc:
+        return DisablePlan("none", target, refused=f"cannot read {path}: {unread_reason(exc)}")
     lines = data.splitlines(keepends=True)
     if not 1 <= line <= len(lines):
         return DisablePlan("none", target, refused=f"{path} has no line {line} any more")
@@ -461,10 +466,11 @@ def _plan_systemd(
             # where the mask link goes (systemd #27965): move it to the backup first.
             try:
                 st = os.stat(fragment)
-                with open(fragment, "rb") as fh:
-                    digest = sha256(fh.read())
-            except OSError as exc:
-                return DisablePlan("none", unit, refused=f"cannot read {fragment}: {exc}")
+                digest = sha256(safeio.read_regular(fragment, MAX_UNIT_FILE_BYTES))
+            except (OSError, ValueError) as exc:
+                return DisablePlan(
+                    "none", unit, refused=f"cannot read {fragment}: {unread_reason(exc)}"
+                )
             move = {
                 "path": fragment,
                 "backup": backup_path(backup_dir, fragment, now),

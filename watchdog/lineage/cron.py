@@ -43,7 +43,7 @@ from watchdog.lineage.base import (
     script_argument,
     system_daemon,
 )
-from watchdog.lineage.cronfiles import list_crontabs
+from watchdog.lineage.cronfiles import MAX_CRONTAB_BYTES, list_crontabs
 from watchdog.lineage.crontab import (
     CronEntry,
     Crontab,
@@ -64,7 +64,7 @@ CRON_DAEMON_PATHS = frozenset(
 )
 _CRON_UNIT = re.compile(r"/(cron|crond|cronie|anacron)\.service(/|$)")
 _ANY_UNIT = re.compile(r"/([^/]+\.service)(/|$)")
-_MAX_FILE_BYTES = 1 << 20
+_MAX_FILE_BYTES = MAX_CRONTAB_BYTES
 DISABLE_PREFIX = "# disabled by rogue-watchdog: "
 
 

@@ -28,6 +28,10 @@ from dataclasses import dataclass, field
 from watchdog.lineage.crontab import cron_d_name_ok
 from watchdog.safeio import unread_reason
 
+# Largest crontab read, in bytes. Cron sets no limit, but no real crontab comes near
+# 1 MiB, and a root scan must not read a giant someone put in a spool directory.
+MAX_CRONTAB_BYTES = 1 << 20
+
 
 @dataclass(frozen=True)
 class CrontabFile:
