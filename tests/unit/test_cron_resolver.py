@@ -20,7 +20,7 @@ from watchdog.lineage.at import AtResolver, job_commands, parse_job_name
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
 from watchdog.lineage.describe import describe_origin
-from watchdog.model import Proc
+from watchdog.model import Origin, Proc
 from watchdog.sources.procfs import ProcessTable
 
 HOST = Path(__file__).resolve().parent.parent / "fixtures" / "cron" / "host"
@@ -466,12 +466,8 @@ def test_parse_job_name_and_commands() -> None:
     assert job_commands(AT_JOB) == "/usr/bin/python3 /srv/ml/train_at.py"
 
 
-def test_at_job_via_fd0_and_self_rescheduling(tmp_path: Path) -> None:
-    spool = tmp_path / "atjobs"
-    spool.mkdir()
-    (spool / "=0000101c8be6a").write_text(AT_JOB)
-    (spool / "a0000201c8c000").write_text(AT_JOB)  # the copy it queued for next time
-    (spool / "a0000301c8c000").write_text(AT_JOB.replace("train_at", "other"))
+def _resolve_at_job(tmp_path: Path, spool: Path) -> tuple[Origin | None, ResolveContext]:
+    """Resolve job 1 of ``spool`` run by atd: the job shell (PID 52) reads it on fd 0."""
     fd = tmp_path / "proc/52/fd"
     fd.mkdir(parents=True)
     os.symlink(f"{spool}/a0000101c8be6a (deleted)", fd / "0")
@@ -480,7 +476,16 @@ def test_at_job_via_fd0_and_self_rescheduling(tmp_path: Path) -> None:
     child = proc(51, 50, ("/usr/sbin/atd",), user="daemon")
     shell = proc(52, 51, ("sh",), exe="/usr/bin/dash")
     trainer = proc(53, 52, ("/usr/bin/python3", "/srv/ml/train_at.py"))
-    origin = AtResolver().resolve([trainer, shell, child, atd, INIT], ctx)
+    return AtResolver().resolve([trainer, shell, child, atd, INIT], ctx), ctx
+
+
+def test_at_job_via_fd0_and_self_rescheduling(tmp_path: Path) -> None:
+    spool = tmp_path / "atjobs"
+    spool.mkdir()
+    (spool / "=0000101c8be6a").write_text(AT_JOB)
+    (spool / "a0000201c8c000").write_text(AT_JOB)  # the copy it queued for next time
+    (spool / "a0000301c8c000").write_text(AT_JOB.replace("train_at", "other"))
+    origin, ctx = _resolve_at_job(tmp_path, spool)
     assert origin is not None
     assert origin.kind == "at"
     assert origin.fields["job"] == 1
@@ -500,14 +505,6 @@ def test_at_spool_fifo_is_skipped_without_blocking(tmp_path: Path) -> None:
     (spool / "=0000101c8be6a").write_text(AT_JOB)
     os.mkfifo(spool / "a0000201c8c000")
     (spool / "a0000301c8c000").write_text(AT_JOB)
-    fd = tmp_path / "proc/52/fd"
-    fd.mkdir(parents=True)
-    os.symlink(f"{spool}/a0000101c8be6a (deleted)", fd / "0")
-    ctx = ResolveContext(table=ProcessTable(str(tmp_path / "proc")), now=NOW, exe_owner=root_owned)
-    atd = proc(50, 1, ("/usr/sbin/atd",), user="daemon")
-    child = proc(51, 50, ("/usr/sbin/atd",), user="daemon")
-    shell = proc(52, 51, ("sh",), exe="/usr/bin/dash")
-    trainer = proc(53, 52, ("/usr/bin/python3", "/srv/ml/train_at.py"))
-    origin = AtResolver().resolve([trainer, shell, child, atd, INIT], ctx)
+    origin, _ = _resolve_at_job(tmp_path, spool)
     assert origin is not None
     assert origin.fields["pending_same_command"] == [3]
