@@ -106,6 +106,27 @@ def read_regular(path: PathLike, max_bytes: int) -> bytes:
         os.close(fd)
 
 
+def unread_reason(exc: OSError | ValueError) -> str:
+    """Why a file or directory was not read, in the words every "not read" note uses.
+
+    Args:
+        exc: What :func:`read_regular`, ``os.stat`` or ``os.listdir`` raised (a
+            ``ValueError`` for a path with a NUL byte).
+
+    Returns:
+        ``not a regular file``, ``too large: 1048577 bytes, limit 1048576``, or the
+        system's error text in lower case (``permission denied``, ``not a directory``;
+        strerror(3)).
+    """
+    if isinstance(exc, NotRegularFileError):
+        return "not a regular file"
+    if isinstance(exc, FileTooLargeError):
+        return f"too large: {exc.size_bytes} bytes, limit {exc.limit_bytes}"
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return os.strerror(exc.errno).lower()
+    return str(exc)
+
+
 # -- who can change a file the daemon obeys ---------------------------------------------
 
 

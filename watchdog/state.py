@@ -166,8 +166,8 @@ def lock_state_dir(state_dir: str | Path) -> int:
     each open the same findings and double every alert. The lock is on the directory, not
     on a file in it, so deleting files in the directory cannot drop it; the daemon takes
     it again on a directory it recreates (:meth:`StateDB.ensure_present`). The holder's
-    PID is written to ``daemon.lock`` for the refusal message only. Read-only users
-    (``actions``, ``undo``) do not lock. The lock goes away with the process.
+    PID is written to ``daemon.lock`` for the refusal message only. Other commands
+    (``actions``, ``undo``, ``disable-source``) do not lock. The lock goes away with the process.
 
     Args:
         state_dir: The state directory; created (0750) if missing.

@@ -20,7 +20,7 @@ from watchdog.lineage.at import AtResolver, job_commands, parse_job_name
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
 from watchdog.lineage.describe import describe_origin
-from watchdog.model import Proc
+from watchdog.model import Origin, Proc
 from watchdog.sources.procfs import ProcessTable
 
 HOST = Path(__file__).resolve().parent.parent / "fixtures" / "cron" / "host"
@@ -280,7 +280,7 @@ def test_crontab_path_that_is_not_a_file_is_no_proof_the_entry_is_gone(tmp_path:
     )
     assert origin is not None and origin.kind == "cron"
     assert origin.fields["file"] is None and origin.fields["line"] is None
-    assert f"skipped {root}/etc/crontab (not a regular file): the entry may be there" in (
+    assert f"could not read {root}/etc/crontab (not a regular file): the entry may be there" in (
         origin.evidence
     )
     assert not any(NOT_AGAIN in e for e in origin.evidence)
@@ -288,6 +288,21 @@ def test_crontab_path_that_is_not_a_file_is_no_proof_the_entry_is_gone(tmp_path:
     # Not found is not gone: the table never claims the entry was removed.
     assert "entry_state" not in origin.fields
     assert describe_origin(origin) == "cron, entry not found (some crontabs could not be read)"
+
+
+def test_grep_hint_names_the_script_of_any_interpreter(tmp_path: Path) -> None:
+    """pypy3 runs a script like python3 does (one shared rule): grep for the script."""
+    root = tmp_path / "host"
+    (root / "etc/cron.d").mkdir(parents=True)
+    (root / "etc/crontab").mkdir()
+    spool = root / "spool"
+    spool.mkdir()
+    argv = ("/usr/bin/pypy3", "-u", "/opt/gone/train_gone.py")
+    origin = CronResolver().resolve(
+        cron_chain(argv, " ".join(argv)), _spool_ctx(root, tmp_path, spool)
+    )
+    assert origin is not None
+    assert origin.remediation == f"sudo grep -rnF -- /opt/gone/train_gone.py {root}/etc/crontab"
 
 
 def test_unlistable_spool_dir_and_oversized_crontab(tmp_path: Path) -> None:
@@ -313,11 +328,11 @@ def test_unlistable_spool_dir_and_oversized_crontab(tmp_path: Path) -> None:
     assert not any(NOT_AGAIN in e for e in origin.evidence)
     unread = [e for e in origin.evidence if "the entry may be there" in e]
     assert unread == [
-        f"skipped {big} (too large: {(1 << 20) + 1} bytes, limit {1 << 20}): "
-        "the entry may be there",
         f"could not read {spool_file} (not a directory): the entry may be there",
+        f"could not read {big} (too large: {(1 << 20) + 1} bytes, limit {1 << 20}): "
+        "the entry may be there",
     ]
-    assert origin.remediation == (f"sudo grep -rnF -- /opt/gone/train_gone.py {big} {spool_file}")
+    assert origin.remediation == (f"sudo grep -rnF -- /opt/gone/train_gone.py {spool_file} {big}")
     # A job whose entry was read still resolves; the unread files are mentioned.
     found = CronResolver().resolve(cron_chain(LEGACY_ARGV, LEGACY_CMD, "mlops"), ctx)
     assert found is not None
@@ -326,7 +341,7 @@ def test_unlistable_spool_dir_and_oversized_crontab(tmp_path: Path) -> None:
         5,
     )
     assert found.remediation == f"sed -i '5{SED}' {root}/etc/cron.d/legacy-retrain"
-    assert any(e.startswith(f"skipped {big} (too large") for e in found.evidence)
+    assert any(e.startswith(f"could not read {big} (too large") for e in found.evidence)
 
 
 def test_no_unread_file_keeps_the_entry_gone_verdict(tmp_path: Path) -> None:
@@ -451,12 +466,8 @@ def test_parse_job_name_and_commands() -> None:
     assert job_commands(AT_JOB) == "/usr/bin/python3 /srv/ml/train_at.py"
 
 
-def test_at_job_via_fd0_and_self_rescheduling(tmp_path: Path) -> None:
-    spool = tmp_path / "atjobs"
-    spool.mkdir()
-    (spool / "=0000101c8be6a").write_text(AT_JOB)
-    (spool / "a0000201c8c000").write_text(AT_JOB)  # the copy it queued for next time
-    (spool / "a0000301c8c000").write_text(AT_JOB.replace("train_at", "other"))
+def _resolve_at_job(tmp_path: Path, spool: Path) -> tuple[Origin | None, ResolveContext]:
+    """Resolve job 1 of ``spool`` run by atd: the job shell (PID 52) reads it on fd 0."""
     fd = tmp_path / "proc/52/fd"
     fd.mkdir(parents=True)
     os.symlink(f"{spool}/a0000101c8be6a (deleted)", fd / "0")
@@ -465,7 +476,16 @@ def test_at_job_via_fd0_and_self_rescheduling(tmp_path: Path) -> None:
     child = proc(51, 50, ("/usr/sbin/atd",), user="daemon")
     shell = proc(52, 51, ("sh",), exe="/usr/bin/dash")
     trainer = proc(53, 52, ("/usr/bin/python3", "/srv/ml/train_at.py"))
-    origin = AtResolver().resolve([trainer, shell, child, atd, INIT], ctx)
+    return AtResolver().resolve([trainer, shell, child, atd, INIT], ctx), ctx
+
+
+def test_at_job_via_fd0_and_self_rescheduling(tmp_path: Path) -> None:
+    spool = tmp_path / "atjobs"
+    spool.mkdir()
+    (spool / "=0000101c8be6a").write_text(AT_JOB)
+    (spool / "a0000201c8c000").write_text(AT_JOB)  # the copy it queued for next time
+    (spool / "a0000301c8c000").write_text(AT_JOB.replace("train_at", "other"))
+    origin, ctx = _resolve_at_job(tmp_path, spool)
     assert origin is not None
     assert origin.kind == "at"
     assert origin.fields["job"] == 1
@@ -475,3 +495,16 @@ def test_at_job_via_fd0_and_self_rescheduling(tmp_path: Path) -> None:
     assert origin.fields["pending_same_command"] == [2]
     assert origin.remediation == "atrm 1 2"
     assert AtResolver().resolve(cron_chain(LEGACY_ARGV, LEGACY_CMD), ctx) is None
+
+
+def test_at_spool_fifo_is_skipped_without_blocking(tmp_path: Path) -> None:
+    """A FIFO among the queued jobs (any user can make one where atd's spool is
+    writable) is skipped by the safe reader; the real jobs are still compared."""
+    spool = tmp_path / "atjobs"
+    spool.mkdir()
+    (spool / "=0000101c8be6a").write_text(AT_JOB)
+    os.mkfifo(spool / "a0000201c8c000")
+    (spool / "a0000301c8c000").write_text(AT_JOB)
+    origin, _ = _resolve_at_job(tmp_path, spool)
+    assert origin is not None
+    assert origin.fields["pending_same_command"] == [3]

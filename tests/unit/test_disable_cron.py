@@ -208,3 +208,14 @@ def test_undo_refuses_a_tampered_backup(tmp_path: Path) -> None:
     out = run_undo(res.undo, Effects())
     assert out.outcome == "failed" and "changed (sha256" in (out.error or "")
     assert tab.read_bytes() != TAB and tab.read_bytes() != b"evil\n"
+
+
+def test_crontab_swapped_for_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """The planner reads through the safe reader: a FIFO at the scanned path is refused
+    before open(2), where a plain read would wait for a writer forever."""
+    fifo = tmp_path / "legacy-retrain"
+    os.mkfifo(fifo)
+    plan = _plan(
+        origin(fifo), reason="r", now=NOW, backup_dir=str(tmp_path / "bk"), effects=Effects()
+    )
+    assert (plan.kind, plan.refused) == ("none", f"cannot read {fifo}: not a regular file")

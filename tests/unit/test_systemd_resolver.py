@@ -276,6 +276,45 @@ def test_crontab_mention_is_reported(proc: FakeProc, tmp_path: Path) -> None:
     assert f"crontab {cron}:2 also mentions /srv/train_ship.py" in origin.evidence
 
 
+def test_crontab_check_looks_for_the_script_of_any_interpreter(
+    proc: FakeProc, tmp_path: Path
+) -> None:
+    """pypy3 is an interpreter (one shared rule): the check looks for the script, so a
+    crontab line running pypy3 on another script is no mention of this job."""
+    cron = tmp_path / "crontab"
+    cron.write_text("0 2 * * 0 root /usr/bin/pypy3 /srv/other.py\n")
+    proc.add(611, 1, ["/usr/bin/pypy3", "/srv/train_ship.py"], "0::/system.slice/shipper.service")
+    origin = resolve(
+        proc.root,
+        611,
+        cron_files=[str(cron)],
+        cron_d_dir=str(tmp_path / "no-cron.d"),
+        cron_spool_dirs=[],
+    )
+    assert origin is not None
+    assert "no crontab entry mentions /srv/train_ship.py (1 crontab files read)" in origin.evidence
+
+
+def test_crontab_check_skips_cron_d_names_cron_ignores(proc: FakeProc, tmp_path: Path) -> None:
+    """cron(8) (Debian) ignores /etc/cron.d names with a dot: a backup that mentions the
+    job never starts it, so it is not reported; a live fragment is."""
+    cron_d = tmp_path / "cron.d"
+    cron_d.mkdir()
+    line = "0 2 * * 0 root /usr/bin/python3 /srv/train_ship.py\n"
+    (cron_d / "ship.dpkg-old").write_text(line)
+    (cron_d / "ship.bak").write_text(line)
+    (cron_d / "other").write_text("0 3 * * * root /bin/true\n")
+    proc.add(612, 1, ["/usr/bin/python3", "/srv/train_ship.py"], "0::/system.slice/shipper.service")
+    kw: dict[str, Any] = {"cron_files": [], "cron_d_dir": str(cron_d), "cron_spool_dirs": []}
+    origin = resolve(proc.root, 612, **kw)
+    assert origin is not None
+    assert "no crontab entry mentions /srv/train_ship.py (1 crontab files read)" in origin.evidence
+    (cron_d / "ship").write_text(line)
+    origin = resolve(proc.root, 612, **kw)
+    assert origin is not None
+    assert f"crontab {cron_d}/ship:1 also mentions /srv/train_ship.py" in origin.evidence
+
+
 @pytest.mark.parametrize(
     "cgroup",
     [

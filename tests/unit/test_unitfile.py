@@ -19,7 +19,7 @@ from watchdog.lineage.unitfile import (
     find_timers,
     load_unit,
     parse_into,
-    read_regular,
+    read_text_or_reason,
 )
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -223,20 +223,20 @@ def test_dropin_symlink_to_dev_zero_is_skipped(tmp_path: Path) -> None:
 def test_read_regular_refuses_special_and_oversized_files(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     # Refused on the stat, before any open: safe to call in-process.
-    assert read_regular(str(tmp_path / "fifo")) == (None, "not a regular file")
-    assert read_regular("/dev/zero") == (None, "not a regular file")
+    assert read_text_or_reason(str(tmp_path / "fifo")) == (None, "not a regular file")
+    assert read_text_or_reason("/dev/zero") == (None, "not a regular file")
     big = tmp_path / "big.service"
     with big.open("wb") as fh:
         fh.truncate(MAX_UNIT_FILE_BYTES + 1)  # sparse: no disk used
-    assert read_regular(str(big)) == (
+    assert read_text_or_reason(str(big)) == (
         None,
-        f"too large ({MAX_UNIT_FILE_BYTES + 1} bytes, limit {MAX_UNIT_FILE_BYTES})",
+        f"too large: {MAX_UNIT_FILE_BYTES + 1} bytes, limit {MAX_UNIT_FILE_BYTES}",
     )
-    assert read_regular(str(tmp_path / "absent")) == (None, None)
+    assert read_text_or_reason(str(tmp_path / "absent")) == (None, None)
     os.symlink(os.devnull, tmp_path / "masked.service")
-    assert read_regular(str(tmp_path / "masked.service")) == ("", None)
+    assert read_text_or_reason(str(tmp_path / "masked.service")) == ("", None)
     (tmp_path / "bad.service").write_bytes(b"[Service]\nExecStart=/bin/\xff\n")
-    assert read_regular(str(tmp_path / "bad.service")) == (
+    assert read_text_or_reason(str(tmp_path / "bad.service")) == (
         "[Service]\nExecStart=/bin/\ufffd\n",
         None,
     )
@@ -247,7 +247,7 @@ def test_read_regular_refuses_special_and_oversized_files(tmp_path: Path) -> Non
     assert unit is not None
     assert unit.restart() == "always"
     assert unit.skipped == [
-        f"skipped {big}: too large ({MAX_UNIT_FILE_BYTES + 1} bytes, limit {MAX_UNIT_FILE_BYTES})"
+        f"skipped {big}: too large: {MAX_UNIT_FILE_BYTES + 1} bytes, limit {MAX_UNIT_FILE_BYTES}"
     ]
 
 

@@ -95,3 +95,71 @@ def test_truncated_npy(tmp_path: Path) -> None:
     for cut in (5, 60, len(raw) - 1):
         (tmp_path / "t.npy").write_bytes(raw[:cut])
         assert one(tmp_path / "t.npy").status is Status.NOT_VERIFIED
+
+
+def _npy(version: tuple[int, int], header: bytes, data: bytes) -> bytes:
+    """A .npy with the given version and literal header text, padded as numpy pads."""
+    prefix = b"\x93NUMPY" + bytes(version)
+    size = 2 if version == (1, 0) else 4
+    pad = -(len(prefix) + size + len(header) + 1) % 64
+    text = header + b" " * pad + b"\n"
+    length = len(text).to_bytes(size, "little")
+    return prefix + length + text + data
+
+
+NAN_F4 = np.array([1.0, np.nan], "<f4").tobytes()
+
+
+def test_format_3_header_is_read(tmp_path: Path) -> None:
+    """Format 3.0 (UTF-8 header) has no public numpy reader; an ASCII one is read."""
+    head = b"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }"
+    (tmp_path / "v3.npy").write_bytes(_npy((3, 0), head, NAN_F4))
+    assert np.load(tmp_path / "v3.npy").shape == (2,)  # numpy reads it too
+    t = one(tmp_path / "v3.npy").tensors[0]
+    assert (t.dtype, t.shape, t.nan, t.first_bad_index) == ("float32", (2,), 1, 1)
+
+
+def test_format_3_structured_utf8_names_are_refused(tmp_path: Path) -> None:
+    a = np.zeros(2, dtype=[("ä", "<f4"), ("\u20ac", "<f4")])
+    with pytest.warns(UserWarning, match="format 3.0"):
+        np.save(tmp_path / "s.npy", a)
+    assert (tmp_path / "s.npy").read_bytes()[6:8] == b"\x03\x00"  # numpy chose 3.0
+    f = one(tmp_path / "s.npy")
+    assert f.status is Status.NOT_VERIFIED
+    assert f.error == (
+        "format 3.0 header with non-ASCII text (UTF-8 field names of a structured dtype):"
+        " not verified"
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "header", "error"),
+    [
+        # np.load refuses 1.1 (only 1.0, 2.0 and 3.0 exist): the gate must not pass it.
+        ((1, 1), b"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
+         "unsupported .npy version 1.1"),
+        ((1, 0), b"{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }",
+         "bad shape (-2,)"),
+        ((1, 0), b"{'descr': '<f4', 'fortran_order': 0, 'shape': (2,), }",
+         "bad .npy header: fortran_order is not a valid bool: 0"),
+        ((2, 0), b"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }",
+         "structured dtype [('a', '<f4')] not verified"),
+        ((1, 0), b"{'descr': '<f4', 'shape': (2,), }",
+         "bad .npy header: Header does not contain the correct keys: ['descr', 'shape']"),
+    ],
+)  # fmt: skip
+def test_bad_headers_are_refused_with_the_reason(
+    tmp_path: Path, version: tuple[int, int], header: bytes, error: str
+) -> None:
+    (tmp_path / "h.npy").write_bytes(_npy(version, header, NAN_F4))
+    f = one(tmp_path / "h.npy")
+    assert f.status is Status.NOT_VERIFIED
+    assert f.error == error
+
+
+def test_header_longer_than_the_file_is_truncated(tmp_path: Path) -> None:
+    raw = _npy((2, 0), b"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", b"")
+    (tmp_path / "t.npy").write_bytes(raw[:8] + (1 << 30).to_bytes(4, "little") + raw[12:])
+    f = one(tmp_path / "t.npy")
+    assert f.status is Status.NOT_VERIFIED
+    assert (f.error or "").startswith("bad .npy header: EOF: reading array header, expected")

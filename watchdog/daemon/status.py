@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
 from watchdog.config import config_checksum
 from watchdog.lineage.describe import describe_origin
-from watchdog.model import REPORTED_SEVERITIES, finding_ref
+from watchdog.model import REPORTED_SEVERITIES, Finding, Job, finding_ref
 from watchdog.render import (
     PLACEMENT_BLIND_KINDS,
     gpu_json,
@@ -66,9 +67,6 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
     now = time.time()
     last = daemon.last
     result = last.result if last else None
-    on_disk = config_checksum(daemon.config_path)
-    stamp = daemon.config_stamp
-    in_force = stamp[1] if stamp is not None and stamp[0] is daemon.config else on_disk
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "version": __version__,
@@ -77,12 +75,7 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
         "host": daemon.scanner.host,
         "started_at": daemon.started_at,
         "interval_s": daemon.config.daemon.interval_s,
-        "config": {
-            "path": daemon.config_path,
-            "checksum": in_force,
-            "file_checksum": on_disk,
-            "changed_on_disk": in_force != on_disk,
-        },
+        "config": _config_section(daemon),
         "last_scan": {"time": last.time, "duration_s": round(last.duration_s, 4)} if last else None,
         "nvml": (
             {
@@ -94,29 +87,58 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
             else None
         ),
         "gpus": [gpu_json(g) for g in result.gpus] if result else [],
-        "jobs": [
-            {
-                "root_pid": j.root_pid,
-                "pids": j.pids,
-                "user": j.user,
-                "cmdline": list(j.cmdline),
-                "verdict": j.verdict,
-                "rule": j.rule,
-                "origin": describe_origin(j.origin),
-                "origin_kind": j.origin.kind,
-                "gpu_memory_bytes": j.gpu_memory_bytes,
-                "gpus": [g.to_json() for g in j.gpus],
-            }
-            for j in (result.jobs if result else [])
-        ],
+        "jobs": [_job_entry(j) for j in (result.jobs if result else [])],
         "degraded": _copy(daemon.degraded),
         "events": events_status(daemon),
     }
     # The state database may be unreadable (overwritten, disk gone): each section that
     # reads it degrades on its own, and the answer carries what the daemon knows in
     # memory (the last scan's findings), so `status` never turns into an error.
+    last_findings = result.findings if result else []
+    doc["findings"] = _findings_section(daemon, last_findings, now, doc["degraded"])
+    doc["alerts"] = _alerts_section(daemon, doc["degraded"])
+    return doc
+
+
+def _config_section(daemon: Daemon) -> dict[str, Any]:
+    """``config``: path, checksum in force, checksum on disk now, and whether they differ."""
+    on_disk = config_checksum(daemon.config_path)
+    stamp = daemon.config_stamp
+    in_force = stamp[1] if stamp is not None and stamp[0] is daemon.config else on_disk
+    return {
+        "path": daemon.config_path,
+        "checksum": in_force,
+        "file_checksum": on_disk,
+        "changed_on_disk": in_force != on_disk,
+    }
+
+
+def _job_entry(j: Job) -> dict[str, Any]:
+    """One ``jobs`` entry: the job, its verdict and its origin in words."""
+    return {
+        "root_pid": j.root_pid,
+        "pids": j.pids,
+        "user": j.user,
+        "cmdline": list(j.cmdline),
+        "verdict": j.verdict,
+        "rule": j.rule,
+        "origin": describe_origin(j.origin),
+        "origin_kind": j.origin.kind,
+        "gpu_memory_bytes": j.gpu_memory_bytes,
+        "gpus": [g.to_json() for g in j.gpus],
+    }
+
+
+def _findings_section(
+    daemon: Daemon, last_findings: Sequence[Finding], now: float, degraded: dict[str, str]
+) -> list[dict[str, Any]]:
+    """``findings``: the open findings from the database, with ``age_s`` in seconds.
+
+    When the database cannot be read, ``last_findings`` (the last scan's, without id,
+    age or counts) and a ``degraded["state"]`` note say what is known.
+    """
     try:
-        doc["findings"] = [
+        return [
             {
                 "id": f.id,
                 "kind": f.kind,
@@ -133,8 +155,8 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
             for f in daemon.db.open_findings()
         ]
     except Exception as exc:  # sqlite3.DatabaseError and whatever a broken file raises
-        doc["degraded"]["state"] = f"open findings unreadable: {type(exc).__name__}: {exc}"
-        doc["findings"] = [
+        degraded["state"] = f"open findings unreadable: {type(exc).__name__}: {exc}"
+        return [
             {
                 "id": None,
                 "kind": f.kind,
@@ -147,14 +169,17 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
                 "instances": None,
                 "root_pids": [f.root_pid] if f.root_pid is not None else [],
             }
-            for f in (result.findings if result else [])
+            for f in last_findings
         ]
+
+
+def _alerts_section(daemon: Daemon, degraded: dict[str, str]) -> dict[str, Any]:
+    """``alerts``: delivery health from the spool; ``{}`` and a note when unreadable."""
     try:
-        doc["alerts"] = daemon.db.delivery_health()
+        return daemon.db.delivery_health()
     except Exception as exc:
-        doc["degraded"].setdefault("state", f"alert spool unreadable: {type(exc).__name__}: {exc}")
-        doc["alerts"] = {}
-    return doc
+        degraded.setdefault("state", f"alert spool unreadable: {type(exc).__name__}: {exc}")
+        return {}
 
 
 def _copy(d: dict[str, str]) -> dict[str, str]:

@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from watchdog import safeio
 from watchdog.lineage.base import ResolveContext, exe_name
 from watchdog.model import AtOrigin, Origin, Proc
 
@@ -136,10 +137,11 @@ def _job_file(ctx: ResolveContext, pid: int) -> tuple[str, str] | None:
 
 
 def _read(path: str) -> str | None:
+    # Through the safe reader: a FIFO in the spool would block a plain open(2) forever.
+    # A job file over the cap is refused, not truncated (a cut script misnames the job).
     try:
-        with open(path, "rb") as fh:
-            return fh.read(_MAX_JOB_BYTES).decode("utf-8", "surrogateescape")
-    except OSError:
+        return safeio.read_regular(path, _MAX_JOB_BYTES).decode("utf-8", "surrogateescape")
+    except (OSError, ValueError):
         return None
 
 

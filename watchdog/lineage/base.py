@@ -9,6 +9,7 @@ come before generic ones (systemd unit, orphan).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 from collections.abc import Callable, Sequence
@@ -205,6 +206,41 @@ WRAPPERS = frozenset(
         "kubectl", "crictl",
     }
 )  # fmt: skip
+
+
+# Programs that run a script named on their command line (``python3 /opt/x/train.py``):
+# the script, not the interpreter, is what identifies the job, what a crontab line or
+# unit file mentions, and what can be quarantined. Versioned names count too
+# (``python3.11``, ``pypy3``, ``perl5.36``, ``ruby3.1``), as Debian installs them.
+INTERPRETER = re.compile(
+    r"^(python[0-9.]*|pypy[0-9.]*|bash|sh|dash|zsh|ksh|perl[0-9.]*|ruby[0-9.]*|node|Rscript)$"
+)
+
+
+def is_interpreter(path: str) -> bool:
+    """True when the program at ``path`` (or of that basename) runs a script file.
+
+    Args:
+        path: An executable path or ``argv[0]``, e.g. ``/usr/bin/python3.11``.
+    """
+    return bool(INTERPRETER.match(path.rsplit("/", 1)[-1]))
+
+
+def script_argument(argv: Sequence[str]) -> str | None:
+    """The script an interpreter runs: its first argument that is not an option.
+
+    Args:
+        argv: A command line, e.g. ``("python3", "-u", "/opt/x/train.py", "--lr", "1")``.
+
+    Returns:
+        ``/opt/x/train.py`` for the example; None when ``argv[0]`` is not an
+        interpreter (:data:`INTERPRETER`) or no argument follows it. For
+        ``python3 -m pkg`` this is the module name, which is still the word a crontab
+        line or unit file would contain.
+    """
+    if not argv or not is_interpreter(argv[0]):
+        return None
+    return next((arg for arg in argv[1:] if not arg.startswith("-")), None)
 
 
 def is_wrapper(proc: Proc) -> bool:

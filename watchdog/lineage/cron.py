@@ -40,8 +40,10 @@ from watchdog.lineage.base import (
     exe_name,
     exe_path,
     quote_arg,
+    script_argument,
     system_daemon,
 )
+from watchdog.lineage.cronfiles import MAX_CRONTAB_BYTES, list_crontabs
 from watchdog.lineage.crontab import (
     CronEntry,
     Crontab,
@@ -62,8 +64,7 @@ CRON_DAEMON_PATHS = frozenset(
 )
 _CRON_UNIT = re.compile(r"/(cron|crond|cronie|anacron)\.service(/|$)")
 _ANY_UNIT = re.compile(r"/([^/]+\.service)(/|$)")
-_MAX_FILE_BYTES = 1 << 20
-_INTERPRETER = re.compile(r"^(python[\d.]*|bash|sh|dash|perl|ruby|node)$")
+_MAX_FILE_BYTES = MAX_CRONTAB_BYTES
 DISABLE_PREFIX = "# disabled by rogue-watchdog: "
 
 
@@ -562,52 +563,33 @@ def _read_tab(
     owner: str | None,
     anacron: bool = False,
     problems: list[tuple[str, str]] | None = None,
-    in_dir: bool = False,
 ) -> Crontab | None:
     """Parse one crontab (cached by mtime and size), or None.
 
-    A missing file is silently None (cron reads nothing there either); a directory
-    inside a spool or cron.d directory (``in_dir``) is skipped silently too. Anything
-    else not read is appended to ``problems`` with the reason.
+    A missing file is silently None (cron reads nothing there either). Anything else
+    not read (not a regular file, over 1 MiB, no permission) is appended to
+    ``problems`` as ``could not read PATH (REASON)``, the reason in
+    :func:`watchdog.safeio.unread_reason`'s words.
     """
 
-    def refuse(note: str) -> None:
+    def refuse(exc: OSError | ValueError) -> None:
         if problems is not None:
-            problems.append((path, note))
+            problems.append((path, f"could not read {path} ({safeio.unread_reason(exc)})"))
 
+    key = f"cron:file:{path}"
     try:
         st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size, system, owner, anacron)
+        hit = ctx.persistent.get(key)
+        if stat.S_ISREG(st.st_mode) and isinstance(hit, tuple) and hit[0] == stamp:
+            tab = hit[1]
+            return tab if isinstance(tab, Crontab) else None
+        # Regular files only, size-capped, never blocking: a FIFO swapped in cannot hang.
+        data = safeio.read_regular(path, _MAX_FILE_BYTES)
     except FileNotFoundError:
-        return None
-    except OSError as exc:
-        refuse(f"could not read {path} ({_strerror(exc)})")
-        return None
-    if stat.S_ISDIR(st.st_mode) and in_dir:
-        return None  # e.g. /var/spool/cron/crontabs listed from /var/spool/cron
-    if not stat.S_ISREG(st.st_mode):
-        refuse(f"skipped {path} (not a regular file)")
-        return None
-    if st.st_size > _MAX_FILE_BYTES:
-        refuse(f"skipped {path} (too large: {st.st_size} bytes, limit {_MAX_FILE_BYTES})")
-        return None
-    key = f"cron:file:{path}"
-    stamp = (st.st_mtime_ns, st.st_size, system, owner, anacron)
-    hit = ctx.persistent.get(key)
-    if isinstance(hit, tuple) and hit[0] == stamp:
-        tab = hit[1]
-        return tab if isinstance(tab, Crontab) else None
-    try:
-        data = safeio.read_regular(path, _MAX_FILE_BYTES)  # a FIFO swapped in cannot block
-    except FileNotFoundError:
-        return None
-    except safeio.NotRegularFileError:
-        refuse(f"skipped {path} (not a regular file)")
-        return None
-    except safeio.FileTooLargeError:
-        refuse(f"skipped {path} (too large: over {_MAX_FILE_BYTES} bytes)")
-        return None
-    except OSError as exc:
-        refuse(f"could not read {path} ({_strerror(exc)})")
+        return None  # cron reads nothing there either
+    except (OSError, ValueError) as exc:
+        refuse(exc)
         return None
     text = data.decode("utf-8", "surrogateescape")
     if anacron:
@@ -625,41 +607,21 @@ def _cached_tab(ctx: ResolveContext, path: str) -> Crontab | None:
     return None
 
 
-def _strerror(exc: OSError) -> str:
-    if exc.errno is None:
-        return str(exc)
-    return os.strerror(exc.errno).lower()
-
-
-def _listdir(path: str, problems: list[tuple[str, str]] | None = None) -> list[str]:
+def _listdir(path: str) -> list[str]:
     try:
         return sorted(os.listdir(path))
-    except FileNotFoundError:
-        return []  # no such directory: cron reads nothing there either
-    except OSError as exc:
-        if problems is not None:
-            problems.append((path, f"could not read {path} ({_strerror(exc)})"))
+    except OSError:
         return []
 
 
 def _live_crontabs(ctx: ResolveContext) -> _Tabs:
     """Every crontab cron reads, in the order cron(8) loads them, and those not read."""
-    out = _Tabs()
-
-    def add(path: str, system: bool, owner: str | None, in_dir: bool) -> None:
-        tab = _read_tab(ctx, path, system=system, owner=owner, problems=out.problems, in_dir=in_dir)
+    listing = list_crontabs(ctx.cron_files, ctx.cron_d_dir, ctx.cron_spool_dirs)
+    out = _Tabs(problems=[(p, f"could not read {p} ({why})") for p, why in listing.problems])
+    for f in listing.files:
+        tab = _read_tab(ctx, f.path, system=f.system, owner=f.owner, problems=out.problems)
         if tab is not None:
             out.tabs.append(tab)
-
-    for path in ctx.cron_files:
-        add(path, True, None, False)
-    for name in _listdir(ctx.cron_d_dir, out.problems):
-        if cron_d_name_ok(name):
-            add(f"{ctx.cron_d_dir}/{name}", True, None, True)
-    for spool in ctx.cron_spool_dirs:
-        for name in _listdir(spool, out.problems):
-            if not name.startswith("."):
-                add(f"{spool}/{name}", False, name, True)
     return out
 
 
@@ -690,14 +652,9 @@ def _inspect_command(paths: Sequence[str], proc: Proc) -> str:
 
 def _needle(proc: Proc) -> str:
     # The script for interpreters (python3 /opt/x/train.py -> /opt/x/train.py), else argv[0].
-    argv = proc.cmdline
-    if not argv:
+    if not proc.cmdline:
         return proc.comm
-    if _INTERPRETER.match(argv[0].rsplit("/", 1)[-1]):
-        for arg in argv[1:]:
-            if not arg.startswith("-"):
-                return arg
-    return argv[0]
+    return script_argument(proc.cmdline) or proc.cmdline[0]
 
 
 def _dead_crontabs(ctx: ResolveContext) -> Iterator[tuple[Crontab, str]]:

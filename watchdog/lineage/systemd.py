@@ -25,10 +25,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from watchdog.lineage.base import ResolveContext, command, exe_name, quote_arg
+from watchdog.lineage.base import (
+    ResolveContext,
+    command,
+    exe_name,
+    quote_arg,
+    script_argument,
+)
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
+from watchdog.lineage.cronfiles import list_crontabs
 from watchdog.lineage.shell import tmux_session
-from watchdog.lineage.unitfile import UnitFile, find_timers, load_unit, read_regular
+from watchdog.lineage.unitfile import UnitFile, find_timers, load_unit, read_text_or_reason
 from watchdog.model import Origin, Proc, SystemdOrigin
 
 # Units whose processes other resolvers own or that say nothing about a job's source.
@@ -199,15 +206,9 @@ def _owner_uid(info: CgroupInfo) -> int | None:
 
 def _script_token(proc: Proc) -> str | None:
     # The distinctive word a crontab line would contain: the script for interpreters.
-    argv = proc.cmdline
-    if not argv:
+    if not proc.cmdline:
         return None
-    base = argv[0].rsplit("/", 1)[-1]
-    if re.match(r"^(python[\d.]*|bash|sh|dash|perl|ruby|node)$", base):
-        for arg in argv[1:]:
-            if not arg.startswith("-"):
-                return arg
-    return argv[0]
+    return script_argument(proc.cmdline) or proc.cmdline[0]
 
 
 class SystemdResolver:
@@ -604,17 +605,6 @@ def _analyze_output(text: str, now: datetime) -> datetime | None:
     return utc or nxt
 
 
-def _cron_files(ctx: ResolveContext) -> list[str]:
-    files = list(ctx.cron_files)
-    for d in (ctx.cron_d_dir, *ctx.cron_spool_dirs):
-        try:
-            names = sorted(os.listdir(d))
-        except OSError:
-            continue
-        files += [os.path.join(d, n) for n in names if not os.path.isdir(os.path.join(d, n))]
-    return files
-
-
 def _cron_check(proc: Proc, ctx: ResolveContext) -> str:
     token = _script_token(proc)
     if token is None:
@@ -626,13 +616,16 @@ def _cron_check(proc: Proc, ctx: ResolveContext) -> str:
     if isinstance(cached, tuple):
         files, refused = cached
     else:
-        for path in _cron_files(ctx):
+        # The files cron itself reads: a backup in cron.d (foo.dpkg-old) starts nothing.
+        listing = list_crontabs(ctx.cron_files, ctx.cron_d_dir, ctx.cron_spool_dirs)
+        refused = [f"{path} ({why})" for path, why in listing.problems]
+        for f in listing.files:
             # Regular files only, size-capped, never blocking (a FIFO in a spool dir).
-            text, why = read_regular(path)
+            text, why = read_text_or_reason(f.path)
             if text is not None:
-                files.append((path, text.splitlines()))
+                files.append((f.path, text.splitlines()))
             elif why is not None:
-                refused.append(f"{path} ({why})")
+                refused.append(f"{f.path} ({why})")
         ctx.cache["systemd:cron-lines"] = (files, refused)
     for path, lines in files:
         for n, line in enumerate(lines, 1):

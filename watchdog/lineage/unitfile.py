@@ -170,21 +170,25 @@ def parse_into(text: str, sections: dict[str, dict[str, list[str]]]) -> None:
             sections.setdefault(section, {}).setdefault(key.strip(), []).append(value.strip())
 
 
-def read_regular(path: str, max_bytes: int = MAX_UNIT_FILE_BYTES) -> tuple[str | None, str | None]:
-    """Read a small regular text file without ever blocking on a special file.
+def read_text_or_reason(
+    path: str, max_bytes: int = MAX_UNIT_FILE_BYTES
+) -> tuple[str | None, str | None]:
+    """A small text file's content, or why it was not read; never raises, never blocks.
 
-    Only a regular file (after following symlinks) is opened, with ``O_NONBLOCK`` so that
-    a FIFO swapped in between the check and the open cannot block either; ``fstat`` on
-    the open descriptor re-checks the type. A symlink to ``/dev/null`` (a masked unit,
-    systemctl(1) ``mask``) reads as empty.
+    Unlike :func:`watchdog.safeio.read_regular` (bytes, raises), this answers with a
+    pair for callers that note unread files and go on: the read itself goes through
+    safeio (regular files only, ``O_NONBLOCK``, re-checked after opening, refused
+    rather than truncated past ``max_bytes``). A symlink to ``/dev/null`` (a masked
+    unit, systemctl(1) ``mask``) reads as empty.
 
     Args:
         path: File to read.
-        max_bytes: Largest size read; a bigger file is refused, not truncated.
+        max_bytes: Largest size read, in bytes.
 
     Returns:
         ``(text, None)`` on success (undecodable bytes replaced), ``(None, reason)`` when
-        the file was refused or unreadable, and ``(None, None)`` when it does not exist.
+        the file was refused or unreadable (:func:`watchdog.safeio.unread_reason`'s
+        words), and ``(None, None)`` when it does not exist.
     """
     try:
         if os.path.realpath(path) == os.devnull:
@@ -192,23 +196,13 @@ def read_regular(path: str, max_bytes: int = MAX_UNIT_FILE_BYTES) -> tuple[str |
         data = safeio.read_regular(path, max_bytes)
     except FileNotFoundError:
         return None, None
-    except safeio.NotRegularFileError:
-        return None, "not a regular file"
-    except safeio.FileTooLargeError as exc:
-        return None, f"too large ({exc.size_bytes} bytes, limit {exc.limit_bytes})"
     except (OSError, ValueError) as exc:
-        return None, _why(exc)
+        return None, safeio.unread_reason(exc)
     return data.decode("utf-8", "replace"), None
 
 
-def _why(exc: OSError | ValueError) -> str:
-    if isinstance(exc, OSError) and exc.errno is not None:
-        return f"could not read ({os.strerror(exc.errno).lower()})"
-    return f"could not read ({exc})"
-
-
 def _read(path: str, skipped: list[str] | None) -> str | None:
-    text, why = read_regular(path)
+    text, why = read_text_or_reason(path)
     if why is not None and skipped is not None:
         skipped.append(f"skipped {path}: {why}")
     return text
@@ -235,7 +229,7 @@ def _usable(path: str, skipped: list[str] | None) -> bool | None:
         return None
     except (OSError, ValueError) as exc:
         if skipped is not None:
-            skipped.append(f"skipped {path}: {_why(exc)}")
+            skipped.append(f"skipped {path}: {safeio.unread_reason(exc)}")
         return False
     if stat.S_ISDIR(st.st_mode):
         return None

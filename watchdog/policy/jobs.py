@@ -200,6 +200,21 @@ def group_jobs(
         Jobs ordered by root start time, then root PID. Origins and verdicts are not
         filled in yet.
     """
+    roots = _roots(table, evidence, ignored)
+    alias = _merged_leaders(table, set(roots.values()))
+    trees = _trees(table, roots, alias, ignored)
+    holdings = _gpu_holdings(table, gpu_procs)
+    jobs = [_job(table, root, tree, evidence, fd_holders, holdings) for root, tree in trees.items()]
+    jobs.sort(key=lambda j: (j.start_ticks, j.root_pid))
+    return jobs
+
+
+def _roots(table: ProcessTable, evidence: TrainingEvidence, ignored: Set[int]) -> dict[int, int]:
+    """Training PID -> the topmost training ancestor (itself when none), PID 1 excluded.
+
+    An ignored process is a root of its own, unless it sits inside a training tree: then
+    it is just a member of that tree and has no entry.
+    """
     training = set(evidence.by_pid) - set(ignored)
     roots: dict[int, int] = {pid: pid for pid in ignored if pid in evidence.by_pid}
     for pid in training:
@@ -208,16 +223,21 @@ def group_jobs(
             if anc.pid in training and anc.pid > 1:
                 root = anc.pid
         roots[pid] = root
-    # An ignored process inside a training tree is just a member of that tree.
     for pid in list(roots):
         if pid in ignored and any(a.pid in training for a in table.ancestors(pid)[1:]):
             del roots[pid]
+    return roots
 
-    # Merge re-parented roots that are forked copies of one dead leader: same process
-    # group (whose leader is gone), same owner, same command line. Separate jobs that a
-    # script started with `&` share a group too, but not a command line.
+
+def _merged_leaders(table: ProcessTable, roots: Set[int]) -> dict[int, int]:
+    """Root -> the root it merges into: re-parented forked copies of one dead leader.
+
+    Same process group (whose leader is gone), same owner, same command line; the
+    earliest started (then lowest PID) stands for the rest. Separate jobs that a script
+    started with `&` share a group too, but not a command line.
+    """
     groups: dict[tuple[int, int | None, tuple[str, ...]], list[int]] = {}
-    for root in set(roots.values()):
+    for root in roots:
         proc = table.get(root)
         if (
             proc is not None
@@ -232,7 +252,17 @@ def group_jobs(
             members.sort(key=lambda p: (table.procs[p].start_ticks, p))
             for m in members[1:]:
                 alias[m] = members[0]
+    return alias
 
+
+def _trees(
+    table: ProcessTable, roots: Mapping[int, int], alias: Mapping[int, int], ignored: Set[int]
+) -> dict[int, set[int]]:
+    """Job root -> its members: each merged root and the descendants no other root claims.
+
+    An ignored root keeps no descendants: it is its own job and never the root of
+    anything else.
+    """
     trees: dict[int, set[int]] = {}
     for root in set(roots.values()):
         top = alias.get(root, root)
@@ -240,11 +270,27 @@ def group_jobs(
         tree.add(root)
         if root not in ignored:
             tree.update(d for d in table.descendants(root) if roots.get(d, root) == root)
+    return trees
 
-    mem: dict[int, int] = {}
-    gpus: dict[int, set[str]] = {}
-    # Per owner PID and device: (index, memory or None when NVML did not say).
-    held: dict[int, dict[str, tuple[int, int | None]]] = {}
+
+@dataclass
+class _GpuHoldings:
+    """What NVML says each PID holds, a zombie's share moved to the parent holding it.
+
+    Attributes:
+        memory_bytes: PID -> GPU memory summed over devices (only figures NVML gave).
+        uuids: PID -> GPU UUIDs (a zombie's devices count for it and for its holder).
+        per_device: PID -> GPU UUID -> (index, memory in bytes or None when unknown).
+    """
+
+    memory_bytes: dict[int, int] = field(default_factory=dict)
+    uuids: dict[int, set[str]] = field(default_factory=dict)
+    per_device: dict[int, dict[str, tuple[int, int | None]]] = field(default_factory=dict)
+
+
+def _gpu_holdings(table: ProcessTable, gpu_procs: Sequence[GpuProcess]) -> _GpuHoldings:
+    """Sum the NVML entries per owning PID (:func:`zombie_holder` for zombies)."""
+    out = _GpuHoldings()
     for gp in gpu_procs:
         owner = gp.pid
         proc = table.get(gp.pid)
@@ -254,43 +300,49 @@ def group_jobs(
                 continue  # held by an init or reaper: no job's memory
             owner = holder.pid
         if gp.used_memory_bytes is not None:
-            mem[owner] = mem.get(owner, 0) + gp.used_memory_bytes
-        gpus.setdefault(owner, set()).add(gp.gpu_uuid)
+            out.memory_bytes[owner] = out.memory_bytes.get(owner, 0) + gp.used_memory_bytes
+        out.uuids.setdefault(owner, set()).add(gp.gpu_uuid)
         if owner != gp.pid:
-            gpus.setdefault(gp.pid, set()).add(gp.gpu_uuid)
-        per = held.setdefault(owner, {})
+            out.uuids.setdefault(gp.pid, set()).add(gp.gpu_uuid)
+        per = out.per_device.setdefault(owner, {})
         before = per.get(gp.gpu_uuid, (gp.gpu_index, None))[1]
         add = gp.used_memory_bytes
         per[gp.gpu_uuid] = (
             gp.gpu_index,
             before if add is None else add if before is None else before + add,
         )
+    return out
 
-    jobs = []
-    for root, tree in trees.items():
-        rproc = table.procs[root]
-        pids = [root, *sorted(tree - {root})]
-        known = [mem[p] for p in pids if p in mem]
-        why: set[str] = set()
-        for p in pids:
-            why |= evidence.by_pid.get(p, set())
-        devices = sorted({d for p in pids for d in fd_holders.get(p, ())})
-        job = Job(
-            root_pid=root,
-            pids=pids,
-            user=rproc.user,
-            cmdline=rproc.cmdline,
-            start_ticks=rproc.start_ticks,
-            gpu_memory_bytes=sum(known) if known else None,
-            gpu_uuids=sorted({u for p in pids for u in gpus.get(p, ())}),
-            lineage=table.ancestors(root),
-            evidence=sorted(why),
-            devices=devices,
-            gpus=_held(held, pids),
-        )
-        jobs.append(job)
-    jobs.sort(key=lambda j: (j.start_ticks, j.root_pid))
-    return jobs
+
+def _job(
+    table: ProcessTable,
+    root: int,
+    tree: set[int],
+    evidence: TrainingEvidence,
+    fd_holders: Mapping[int, Sequence[str]],
+    holdings: _GpuHoldings,
+) -> Job:
+    """The :class:`Job` for one tree: root first, members by PID, holdings summed."""
+    rproc = table.procs[root]
+    pids = [root, *sorted(tree - {root})]
+    known = [holdings.memory_bytes[p] for p in pids if p in holdings.memory_bytes]
+    why: set[str] = set()
+    for p in pids:
+        why |= evidence.by_pid.get(p, set())
+    devices = sorted({d for p in pids for d in fd_holders.get(p, ())})
+    return Job(
+        root_pid=root,
+        pids=pids,
+        user=rproc.user,
+        cmdline=rproc.cmdline,
+        start_ticks=rproc.start_ticks,
+        gpu_memory_bytes=sum(known) if known else None,
+        gpu_uuids=sorted({u for p in pids for u in holdings.uuids.get(p, ())}),
+        lineage=table.ancestors(root),
+        evidence=sorted(why),
+        devices=devices,
+        gpus=_held(holdings.per_device, pids),
+    )
 
 
 def _held(held: dict[int, dict[str, tuple[int, int | None]]], pids: list[int]) -> list[GpuHeld]:

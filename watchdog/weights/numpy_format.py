@@ -2,24 +2,28 @@
 
 Format (numpy.lib.format, NEP 1): magic ``\\x93NUMPY``, major/minor version,
 header length (u16 for 1.0, u32 for 2.0/3.0), then a Python-literal dict
-``{'descr': ..., 'fortran_order': ..., 'shape': ...}`` parsed here with
-:func:`ast.literal_eval` (as numpy does), then the raw array bytes. ``.npz`` is
-a zip of ``.npy`` members; stored members are checked in place and deflated
-ones streamed. Object arrays (pickles) and structured or void types are not
-verified.
+``{'descr': ..., 'fortran_order': ..., 'shape': ...}``, then the raw array bytes.
+The header is read by numpy's own public reader (``numpy.lib.format.read_magic`` and
+``read_array_header_1_0``/``_2_0``, which evaluate it with :func:`ast.literal_eval`),
+over the bytes already read within this module's size limit, so the gate and
+``np.load`` agree on what a header says. ``.npz`` is a zip of ``.npy`` members; stored
+members are checked in place and deflated ones streamed. Object arrays (pickles) and
+structured or void types are not verified.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
+import io
 import math
 import struct
+import tokenize
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from numpy.lib import format as npy_format
 
 from watchdog.weights.dtypes import NUMPY_FLOATS, DType
 from watchdog.weights.errors import NotVerifiedError
@@ -32,7 +36,6 @@ from watchdog.weights.zipmember import (
     require_unique_members,
 )
 
-MAGIC = b"\x93NUMPY"
 MAX_HEADER_BYTES = 1 << 20
 _SKIPPABLE_KINDS = "biuUSmM"  # bool, ints, strings, datetimes: never non-finite
 
@@ -62,55 +65,65 @@ def parse_header(head: bytes) -> NpyHeader:
     """Parse the header at the start of a ``.npy`` stream.
 
     Args:
-        head: At least the whole header (longer input is fine).
+        head: At least the whole header (longer input is fine); at most
+            ``MAX_HEADER_BYTES + 12`` bytes are ever looked at.
 
     Raises:
         NotVerifiedError: Bad magic or version, truncated or oversized header,
             not a literal dict, object/void/structured dtype, or bad shape.
     """
-    if len(head) < 10 or not head.startswith(MAGIC):
-        raise NotVerifiedError("not a .npy file (bad magic or truncated)")
-    major = head[6]
-    if major == 1:
-        (hlen,), start = struct.unpack("<H", head[8:10]), 10
-    elif major in (2, 3):
-        if len(head) < 12:
-            raise NotVerifiedError("truncated .npy header")
-        (hlen,), start = struct.unpack("<I", head[8:12]), 12
+    fp = io.BytesIO(head)
+    try:
+        version = npy_format.read_magic(fp)
+    except ValueError as exc:
+        raise NotVerifiedError("not a .npy file (bad magic or truncated)") from exc
+    if version == (1, 0):
+        read_header = npy_format.read_array_header_1_0
+    elif version in ((2, 0), (3, 0)):
+        read_header = npy_format.read_array_header_2_0
     else:
-        raise NotVerifiedError(f"unsupported .npy version {major}")
-    if hlen > MAX_HEADER_BYTES or start + hlen > len(head):
-        raise NotVerifiedError("truncated or oversized .npy header")
-    text = head[start : start + hlen].decode("utf-8" if major == 3 else "latin1")
+        # np.load accepts these three versions only (numpy.lib.format._check_version).
+        raise NotVerifiedError(f"unsupported .npy version {version[0]}.{version[1]}")
+    if version == (3, 0):
+        # numpy (1.24 to 2.x) has no public reader for 3.0. It differs from 2.0 only in
+        # decoding the header as UTF-8 instead of Latin-1, which numpy writes only for
+        # field names of structured dtypes that Latin-1 cannot encode: refused here
+        # anyway. An ASCII header reads the same either way, so 2.0's reader serves it.
+        (hlen,) = struct.unpack("<I", head[8:12]) if len(head) >= 12 else (0,)
+        if not head[12 : 12 + hlen].isascii():
+            raise NotVerifiedError(
+                "format 3.0 header with non-ASCII text (UTF-8 field names of a structured"
+                " dtype): not verified"
+            )
     try:
-        d = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
-        raise NotVerifiedError(f"bad .npy header: {exc}") from exc
-    if not isinstance(d, dict) or set(d) != {"descr", "fortran_order", "shape"}:
-        raise NotVerifiedError(f"bad .npy header keys: {text[:80]!r}")
-    descr, fortran, shape = d["descr"], d["fortran_order"], d["shape"]
-    if not isinstance(descr, str):
-        raise NotVerifiedError(f"structured dtype {descr!r:.60} not verified")
-    if not isinstance(fortran, bool):
-        raise NotVerifiedError("bad fortran_order")
-    if not isinstance(shape, tuple) or not all(
-        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape
-    ):
-        raise NotVerifiedError(f"bad shape {shape!r}")
-    try:
-        npd = np.dtype(descr)
-    except (TypeError, ValueError) as exc:
-        raise NotVerifiedError(f"unknown dtype {descr!r}") from exc
+        shape, fortran, npd = read_header(fp, max_header_size=MAX_HEADER_BYTES)
+    except (
+        ValueError,
+        SyntaxError,
+        TypeError,
+        OverflowError,
+        MemoryError,
+        RecursionError,
+        tokenize.TokenError,
+    ) as exc:
+        # numpy's messages quote the whole header: keep the first line, shortened.
+        why = str(exc).split("\n", 1)[0]
+        raise NotVerifiedError(f"bad .npy header: {why[:200]}") from exc
+    # numpy accepts bools and negative sizes in the shape; no array has them.
+    if not all(not isinstance(x, bool) and x >= 0 for x in shape):
+        raise NotVerifiedError(f"bad shape {shape!r:.80}")
+    if npd.fields is not None:
+        raise NotVerifiedError(f"structured dtype {npd.descr!r:.60} not verified")
     byteorder = ">" if npd.byteorder == ">" else "<"
     key = f"{npd.kind}{npd.itemsize}"
     if key in NUMPY_FLOATS:
         dtype = NUMPY_FLOATS[key]
-    elif npd.kind in _SKIPPABLE_KINDS and npd.fields is None and npd.subdtype is None:
-        dtype = DType(descr, npd.itemsize * 8, None)
+    elif npd.kind in _SKIPPABLE_KINDS and npd.subdtype is None:
+        dtype = DType(npd.str, npd.itemsize * 8, None)
     else:
-        raise NotVerifiedError(f"dtype {descr!r} not verified (object, void or extended type)")
+        raise NotVerifiedError(f"dtype {npd.str!r} not verified (object, void or extended type)")
     nbytes = math.prod(shape) * npd.itemsize
-    return NpyHeader(dtype, byteorder, fortran, shape, start + hlen, nbytes)
+    return NpyHeader(dtype, byteorder, fortran, shape, fp.tell(), nbytes)
 
 
 def _fortran_to_c_index(index: int, shape: tuple[int, ...]) -> int:
