@@ -9,9 +9,9 @@ from pathlib import Path
 
 from tests.conftest import Spawned
 from watchdog.actions.services import Listen, listening_for
-from watchdog.actions.services_settings import SanctionedPort, ServiceSettings
 from watchdog.actions.services_source import ServiceSource, build_service_sources, service_pids
 from watchdog.config import parse_config
+from watchdog.config.services import SanctionedPort, ServiceSettings
 from watchdog.scan import Scanner, ScanResult
 
 # The trainer listens on TCP 127.0.0.1 and UDP ::1 (when the host has IPv6), starts a

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 from tests.conftest import Spawned
-from watchdog.actions.services_settings import ServiceSettings
 from watchdog.actions.services_source import service_findings
 from watchdog.config import parse_config
+from watchdog.config.services import ServiceSettings
 from watchdog.scan import Scanner
 
 # Listens on 127.0.0.1, starts the train_job.py beside it as its child, reports both to argv[1].

@@ -77,7 +77,7 @@ def extra_workers(daemon: Daemon) -> list[Worker]:
 
 def _restart_watch(daemon: Daemon) -> Any:
     """Tick hook: stamp the config in force; warn when a reload changed start-only keys."""
-    from watchdog.daemon.settings import DaemonSettings
+    from watchdog.config.daemon import DaemonSettings
     from watchdog.daemon.status import note_config
 
     first: DaemonSettings = daemon.config.daemon
@@ -316,7 +316,7 @@ def socket_path(args: argparse.Namespace) -> str:
     import yaml
 
     from watchdog.config import MAX_CONFIG_BYTES, ConfigError, load_config
-    from watchdog.daemon.settings import DaemonSettings
+    from watchdog.config.daemon import DaemonSettings
     from watchdog.safeio import read_regular
 
     try:

@@ -16,10 +16,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from watchdog.config.queue import QueueSettings
 from watchdog.lineage.base import run_command
 from watchdog.model import Finding
 from watchdog.queue.model import QueueEntry
-from watchdog.queue.settings import QueueSettings
 from watchdog.queue.slurm import QueueError, SlurmQueue
 from watchdog.queue.source import QueueSource
 

@@ -34,6 +34,7 @@ from typing import Any
 import structlog
 
 from watchdog.config import Config
+from watchdog.config.ship_gates import QUARANTINE_DIRNAME, ShipGate
 from watchdog.daemon.state import StateDB
 from watchdog.model import Finding
 from watchdog.scan import ScanResult
@@ -51,7 +52,6 @@ from watchdog.weights.quarantine import (
     quarantine_file,
 )
 from watchdog.weights.report import FileReport, Status
-from watchdog.weights.settings import QUARANTINE_DIRNAME, ShipGate
 from watchdog.weights.verifyworker import DEPLOY, TRAIN, FileKey, VerifyWorker
 
 log = structlog.get_logger("rogue-watchdog")

@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING
 import httpx
 import structlog
 
+from watchdog.config.daemon import AlertSettings, SinkSettings
 from watchdog.daemon.alerts.backoff import Backoff
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import SendError, Sink, make_sink
-from watchdog.daemon.settings import AlertSettings, SinkSettings
 from watchdog.daemon.state import Delivery, StateDB, delivery_row
 
 if TYPE_CHECKING:

@@ -19,10 +19,7 @@ from typing import Any
 
 import yaml
 
-from watchdog.actions.services_settings import ServiceSettings, parse_services
-from watchdog.actions.settings import EnforcementSettings, parse_enforcement
-from watchdog.actions.slurmnode import SlurmNodeSettings, parse_slurm
-from watchdog.configbase import (
+from watchdog.config.base import (
     ConfigError,
     ConfigErrors,
     ConfigRef,
@@ -33,11 +30,14 @@ from watchdog.configbase import (
     raise_all,
     regex_matches_everything,
 )
-from watchdog.daemon.settings import AlertSettings, DaemonSettings, parse_alerts, parse_daemon
-from watchdog.queue.settings import QueueSettings, parse_queue
+from watchdog.config.daemon import AlertSettings, DaemonSettings, parse_alerts, parse_daemon
+from watchdog.config.enforcement import EnforcementSettings, parse_enforcement
+from watchdog.config.queue import QueueSettings, parse_queue
+from watchdog.config.services import ServiceSettings, parse_services
+from watchdog.config.ship_gates import ShipGate, parse_ship_gates
+from watchdog.config.slurm import SlurmNodeSettings, parse_slurm
 from watchdog.safeio import read_regular, untrusted_reason
 from watchdog.sources.gpulibs import DEFAULT_GPU_LIBRARIES
-from watchdog.weights.settings import ShipGate, parse_ship_gates
 
 __all__ = [
     "Config",

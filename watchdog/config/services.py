@@ -18,7 +18,7 @@ from typing import Literal
 import yaml
 
 from watchdog.actions.services import Listen
-from watchdog.configbase import NodeReader
+from watchdog.config.base import NodeReader
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Literal
 
 import yaml
 
-from watchdog.configbase import NodeReader, Regex
+from watchdog.config.base import NodeReader, Regex
 
 Mode = Literal["observe", "terminate"]
 MODES: tuple[Mode, ...] = ("observe", "terminate")

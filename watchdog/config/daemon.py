@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from watchdog.configbase import MAX_DURATION_S, NodeReader
+from watchdog.config.base import MAX_DURATION_S, NodeReader
 from watchdog.daemon import DEFAULT_SOCKET
 
 SEVERITIES = ("info", "warning", "high", "critical")

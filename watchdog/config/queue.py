@@ -21,7 +21,7 @@ from typing import Literal
 
 import yaml
 
-from watchdog.configbase import NodeReader
+from watchdog.config.base import NodeReader
 from watchdog.queue.model import QueueEntry
 
 QueueAction = Literal["none", "hold", "cancel"]

@@ -12,7 +12,7 @@ from functools import partial
 
 import yaml
 
-from watchdog.configbase import NodeReader
+from watchdog.config.base import NodeReader
 from watchdog.weights.discover import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
 
 #: Name of the default quarantine folder, created inside the deploy directory so that a
