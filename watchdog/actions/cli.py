@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from watchdog.clihelp import command_help
-from watchdog.daemon import DEFAULT_SOCKET
+from watchdog.model import DEFAULT_SOCKET
 
 if TYPE_CHECKING:
     from watchdog.actions.remedy import JobTarget, Remedy

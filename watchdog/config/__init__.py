@@ -37,7 +37,6 @@ from watchdog.config.services import ServiceSettings, parse_services
 from watchdog.config.ship_gates import ShipGate, parse_ship_gates
 from watchdog.config.slurm import SlurmNodeSettings, parse_slurm
 from watchdog.safeio import read_regular, untrusted_reason
-from watchdog.sources.gpulibs import DEFAULT_GPU_LIBRARIES
 
 __all__ = [
     "Config",
@@ -63,6 +62,13 @@ DEFAULT_LAUNCHERS: tuple[str, ...] = (
 )
 MAX_CONFIG_BYTES = 1 << 20
 DEFAULT_DEVICE_GLOB = "/dev/nvidia[0-9]*"
+# Shared objects whose mapping makes a process GPU-capable (watchdog.sources.gpulibs).
+DEFAULT_GPU_LIBRARIES: tuple[str, ...] = (
+    "libcuda.so",
+    "libcudart.so",
+    "libtorch_cuda.so",
+    "libnccl.so",
+)
 # File descriptor targets every host has that are never a GPU: a device glob matching
 # one makes ordinary processes (cron's CRON child, a shell) GPU users.
 NOT_GPU_FDS = (

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from watchdog.config.base import MAX_DURATION_S, NodeReader
-from watchdog.daemon import DEFAULT_SOCKET
+from watchdog.model import DEFAULT_SOCKET
 
 SEVERITIES = ("info", "warning", "high", "critical")
 # Every Finding kind the code can emit (tests/unit/test_daemon_hostile.py keeps this in

@@ -17,15 +17,31 @@ import fnmatch
 import shlex
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal
+from typing import Literal, Protocol
 
 import yaml
 
 from watchdog.config.base import NodeReader
-from watchdog.queue.model import QueueEntry
 
 QueueAction = Literal["none", "hold", "cancel"]
 RULE_KEYS = ("user", "account", "partition", "job_name")
+
+
+class Queued(Protocol):
+    """What :meth:`QueueRule.matches` reads of a queue entry
+    (``watchdog.queue.model.QueueEntry``)."""
+
+    @property
+    def user(self) -> str | None: ...
+
+    @property
+    def account(self) -> str | None: ...
+
+    @property
+    def partition(self) -> str | None: ...
+
+    @property
+    def name(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -48,7 +64,7 @@ class QueueRule:
     job_name: str | None = None
     line: int | None = None
 
-    def matches(self, entry: QueueEntry) -> bool:
+    def matches(self, entry: Queued) -> bool:
         """True when every pinned key matches; an unknown value never matches a pin."""
         pairs = (
             (self.user, entry.user),
@@ -82,7 +98,7 @@ class QueueSettings:
     sanctioned: tuple[QueueRule, ...] = ()
     action: QueueAction = "none"
 
-    def rule_for(self, entry: QueueEntry) -> QueueRule | None:
+    def rule_for(self, entry: Queued) -> QueueRule | None:
         """The first rule sanctioning ``entry``, or None."""
         return next((r for r in self.sanctioned if r.matches(entry)), None)
 

@@ -13,12 +13,27 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import yaml
 
-from watchdog.actions.services import Listen
 from watchdog.config.base import NodeReader
+
+Proto = Literal["tcp", "udp"]
+
+
+class Listening(Protocol):
+    """What :meth:`SanctionedPort.matches` reads of a listening socket
+    (``watchdog.actions.services.Listen``)."""
+
+    @property
+    def proto(self) -> Proto: ...
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +53,7 @@ class SanctionedPort:
     address: str | None = None
     proto: Literal["tcp", "udp"] | None = None
 
-    def matches(self, listen: Listen) -> bool:
+    def matches(self, listen: Listening) -> bool:
         """True when ``listen`` is this sanctioned socket."""
         if listen.port != self.port:
             return False
@@ -59,7 +74,7 @@ class ServiceSettings:
     enabled: bool = True
     sanctioned_ports: tuple[SanctionedPort, ...] = ()
 
-    def sanctioned(self, listen: Listen) -> SanctionedPort | None:
+    def sanctioned(self, listen: Listening) -> SanctionedPort | None:
         """The first entry that sanctions ``listen``, or None."""
         return next((p for p in self.sanctioned_ports if p.matches(listen)), None)
 

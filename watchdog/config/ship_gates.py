@@ -13,7 +13,7 @@ from functools import partial
 import yaml
 
 from watchdog.config.base import NodeReader
-from watchdog.weights.discover import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
+from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
 
 #: Name of the default quarantine folder, created inside the deploy directory so that a
 #: rename into it never crosses a file system (``rename(2)`` fails with ``EXDEV`` there).

@@ -308,7 +308,7 @@ def socket_path(args: argparse.Namespace) -> str:
             raise UsageError("--socket needs a path")
         return str(args.socket)
     from watchdog.cli import resolve_config_path
-    from watchdog.daemon import DEFAULT_SOCKET
+    from watchdog.model import DEFAULT_SOCKET
 
     path = resolve_config_path(args.config)
     if path is None:

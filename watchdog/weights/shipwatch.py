@@ -36,14 +36,9 @@ import structlog
 from watchdog.config import Config
 from watchdog.config.ship_gates import QUARANTINE_DIRNAME, ShipGate
 from watchdog.daemon.state import StateDB
-from watchdog.model import Finding
+from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES, Finding
 from watchdog.scan import ScanResult
-from watchdog.weights.discover import (
-    INDEX_SUFFIX,
-    UNVERIFIABLE_SUFFIXES,
-    WEIGHT_SUFFIXES,
-    index_shards,
-)
+from watchdog.weights.discover import index_shards
 from watchdog.weights.freshness import human_duration
 from watchdog.weights.quarantine import (
     QUARANTINE_SUFFIX,
