@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from watchdog.config.daemon import AlertSettings, SinkSettings
+from watchdog.config.alerts import AlertSettings, SinkSettings
 from watchdog.daemon.metrics import spool_counts
 from watchdog.daemon.state import StateDB
 from watchdog.daemon.tracker import Tracker

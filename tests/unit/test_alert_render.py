@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from watchdog.config.daemon import SinkSettings
+from watchdog.config.alerts import SinkSettings
 from watchdog.daemon.alerts.render import (
     alert_text,
     delivery_id,

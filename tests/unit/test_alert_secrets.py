@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.httpreceiver import Receiver
-from watchdog.config.daemon import SinkSettings
+from watchdog.config.alerts import SinkSettings
 from watchdog.daemon.alerts.backoff import Backoff
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import SendError, WebhookSink

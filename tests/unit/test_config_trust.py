@@ -19,7 +19,7 @@ from tests.conftest import REPO, Spawned, run_cli
 from tests.unit.test_status import config_file
 from tests.unit.test_status_run import events, status, wait_for
 from watchdog.config import ConfigError, load_config
-from watchdog.config.daemon import SinkSettings
+from watchdog.config.alerts import SinkSettings
 from watchdog.daemon.alerts.secrets import SecretError, read_url
 from watchdog.safeio import untrusted_reason
 

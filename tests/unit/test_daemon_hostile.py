@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import REPO, run_cli
 from tests.unit.test_status import DOC, config_file
 from watchdog.config import ConfigError, load_config
-from watchdog.config.daemon import FINDING_KINDS, SinkSettings
+from watchdog.config.alerts import FINDING_KINDS, SinkSettings
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import LogSink, SendError, WebhookSink
 from watchdog.daemon.ipc import StatusError, StatusServer, query_status
@@ -183,7 +183,7 @@ def test_fifo_url_file_fails_the_sink_without_hanging(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     out = run_isolated(
         "from watchdog.daemon.alerts.secrets import read_url, SecretError\n"
-        "from watchdog.config.daemon import SinkSettings\n"
+        "from watchdog.config.alerts import SinkSettings\n"
         f"s = SinkSettings(type='slack', name='s', url_file={str(fifo)!r})\n"
         "try:\n    read_url(s)\nexcept SecretError as e:\n    print(e)\n"
     )
@@ -203,7 +203,7 @@ def test_fifo_log_sink_fails_without_hanging(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     out = run_isolated(
         "from watchdog.daemon.alerts.sinks import LogSink, SendError\n"
-        "from watchdog.config.daemon import SinkSettings\n"
+        "from watchdog.config.alerts import SinkSettings\n"
         "from watchdog.daemon.state import Delivery\n"
         "d = Delivery(1, 1, 's', 'open', {'kind': 'rogue-job', 'severity': 'high', "
         "'message': 'm', 'action': 'open'}, 0.0, 0, 0.0, None, None)\n"

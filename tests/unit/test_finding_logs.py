@@ -68,7 +68,7 @@ def test_without_a_sink_that_takes_it_the_loop_logs_the_event(
 )
 def test_log_sink_level_follows_the_severity(tmp_path: Path, severity: str, level: str) -> None:
     from tests.unit.test_alert_render import delivery, payload
-    from watchdog.config.daemon import SinkSettings
+    from watchdog.config.alerts import SinkSettings
     from watchdog.daemon.alerts.sinks import LogSink
 
     path = tmp_path / "alerts.log"

@@ -21,9 +21,20 @@ from typing import Literal, Protocol
 
 import yaml
 
-from watchdog.config.base import NodeReader
+from watchdog.config import datatypes
+from watchdog.config.base import (
+    NodeReader,
+    build,
+    construct,
+    keys,
+    read,
+    require,
+    required,
+    setting,
+)
 
 QueueAction = Literal["none", "hold", "cancel"]
+QUEUE_ACTIONS: tuple[QueueAction, ...] = ("none", "hold", "cancel")
 RULE_KEYS = ("user", "account", "partition", "job_name")
 
 
@@ -57,11 +68,11 @@ class QueueRule:
         line: Line in the config file.
     """
 
-    name: str
-    user: str | None = None
-    account: str | None = None
-    partition: str | None = None
-    job_name: str | None = None
+    name: str = required(datatypes.text)
+    user: str | None = setting(None, datatypes.glob)
+    account: str | None = setting(None, datatypes.glob)
+    partition: str | None = setting(None, datatypes.glob)
+    job_name: str | None = setting(None, datatypes.glob)
     line: int | None = None
 
     def matches(self, entry: Queued) -> bool:
@@ -78,6 +89,60 @@ class QueueRule:
         )
 
 
+def _rule(r: NodeReader, node: yaml.Node, key: str) -> QueueRule:
+    m = r.mapping(node, key, keys(QueueRule))
+    require(r, node, key, m, "name")
+    if not any(k in m for k in RULE_KEYS):
+        raise r.err(node, key, f"needs at least one of {', '.join(RULE_KEYS)}")
+    vals = read(QueueRule, r, m, key, order=(*RULE_KEYS, "name"))
+    return construct(QueueRule, {**vals, "line": node.start_mark.line + 1})
+
+
+def _rules(r: NodeReader, node: yaml.Node, key: str) -> tuple[QueueRule, ...]:
+    """Rules with unique names; a failing rule is recorded and the others are still
+    checked (one run, every error)."""
+    items = r.sequence(node, key)
+    parsed = [r.attempt(partial(_rule, r, n, f"{key}[{i}]")) for i, n in enumerate(items)]
+    seen: set[str] = set()
+    for i, rule in enumerate(parsed):
+        if rule is None:
+            continue
+        if rule.name in seen:
+            raise r.err(items[i], f"{key}[{i}].name", f"duplicate rule name {rule.name!r}")
+        seen.add(rule.name)
+    return tuple(rule for rule in parsed if rule is not None)
+
+
+def _slurm(r: NodeReader, node: yaml.Node, key: str) -> bool | None:
+    """``true``, ``false``, or ``auto`` (None: when ``squeue`` is on PATH)."""
+    if (
+        isinstance(node, yaml.ScalarNode)
+        and node.tag == "tag:yaml.org,2002:str"
+        and node.value == "auto"
+    ):
+        return None
+    try:
+        return r.boolean(node, key)
+    except ValueError:
+        raise r.err(node, key, "expected true, false or auto") from None
+
+
+def _command(r: NodeReader, node: yaml.Node, key: str) -> tuple[str, ...]:
+    """An argv list, or a string split as a shell would; root runs it every tick, so the
+    program is noted as one the daemon trusts."""
+    if isinstance(node, yaml.SequenceNode):
+        argv = datatypes.texts(r, node, key)
+    else:
+        try:
+            argv = tuple(shlex.split(r.string(node, key)))
+        except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
+            raise r.err(node, key, f"cannot split it as a shell would: {exc}") from None
+    if not argv:
+        raise r.err(node, key, "must not be empty")
+    r.refer(node, key, "program", argv[0])
+    return argv
+
+
 @dataclass(frozen=True)
 class QueueSettings:
     """Which GPU queues to watch and what is sanctioned there.
@@ -86,33 +151,29 @@ class QueueSettings:
         slurm: Watch Slurm's queue (``squeue``); None means when ``squeue`` is on PATH.
         command: argv of a command printing one JSON object per line for a home-grown
             queue (docs/queue.md), or None.
-        command_timeout_s: Wall-clock limit for ``command`` and each Slurm query.
+        command_timeout_s: Wall-clock limit for ``command`` and each Slurm query (at
+            most 600 s: the command runs every tick, a longer hang has stopped the check).
         sanctioned: Rules; an entry matching any of them is sanctioned.
         action: What to do about an unsanctioned Slurm entry when enforcement mode is
             ``terminate``: ``none``, ``hold`` (pending entries) or ``cancel``.
     """
 
-    slurm: bool | None = None
-    command: tuple[str, ...] | None = None
-    command_timeout_s: float = 10.0
-    sanctioned: tuple[QueueRule, ...] = ()
-    action: QueueAction = "none"
+    slurm: bool | None = setting(None, _slurm)
+    command: tuple[str, ...] | None = setting(None, _command)
+    command_timeout_s: float = setting(
+        10.0,
+        datatypes.positive_s(
+            600.0, too_low="must be positive", too_high="must be at most 600 s, got {value:g}"
+        ),
+    )
+    sanctioned: tuple[QueueRule, ...] = setting((), _rules)
+    action: QueueAction = setting(
+        "none", datatypes.choice(QUEUE_ACTIONS, "must be none, hold or cancel")
+    )
 
     def rule_for(self, entry: Queued) -> QueueRule | None:
         """The first rule sanctioning ``entry``, or None."""
         return next((r for r in self.sanctioned if r.matches(entry)), None)
-
-
-def _rule(r: NodeReader, node: yaml.Node, key: str) -> QueueRule:
-    m = r.mapping(node, key, ("name", *RULE_KEYS))
-    if "name" not in m:
-        raise r.err(node, f"{key}.name", "required key missing")
-    if not any(k in m for k in RULE_KEYS):
-        raise r.err(node, key, f"needs at least one of {', '.join(RULE_KEYS)}")
-    vals = {k: r.glob(m[k][1], f"{key}.{k}") for k in RULE_KEYS if k in m}
-    return QueueRule(
-        name=r.string(m["name"][1], f"{key}.name"), line=node.start_mark.line + 1, **vals
-    )
 
 
 def parse_queue(r: NodeReader, node: yaml.Node) -> QueueSettings:
@@ -122,68 +183,5 @@ def parse_queue(r: NodeReader, node: yaml.Node) -> QueueSettings:
         ConfigError: Unknown keys, wrong types, an unknown action, rules without a
             name or without any pinned key, duplicate rule names, an empty command.
     """
-    allowed = ("slurm", "command", "command_timeout_s", "sanctioned", "action")
-    m = r.mapping(node, "queue", allowed)
-    vals: dict[str, object] = {}
-    if "slurm" in m:
-        v = m["slurm"][1]
-        if (
-            isinstance(v, yaml.ScalarNode)
-            and v.tag == "tag:yaml.org,2002:str"
-            and v.value == "auto"
-        ):
-            vals["slurm"] = None
-        else:
-            try:
-                vals["slurm"] = r.boolean(v, "queue.slurm")
-            except ValueError:
-                raise r.err(v, "queue.slurm", "expected true, false or auto") from None
-    if "command" in m:
-        v = m["command"][1]
-        if isinstance(v, yaml.SequenceNode):
-            argv = r.strings(v, "queue.command")
-        else:
-            try:
-                argv = tuple(shlex.split(r.string(v, "queue.command")))
-            except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
-                raise r.err(
-                    v, "queue.command", f"cannot split it as a shell would: {exc}"
-                ) from None
-        if not argv:
-            raise r.err(v, "queue.command", "must not be empty")
-        r.refer(v, "queue.command", "program", argv[0])  # root runs it every tick
-        vals["command"] = argv
-    if "command_timeout_s" in m:
-        t = r.number(m["command_timeout_s"][1], "queue.command_timeout_s")
-        if t <= 0:
-            raise r.err(m["command_timeout_s"][1], "queue.command_timeout_s", "must be positive")
-        if t > 600:  # the command runs every tick; a longer hang has stopped the queue check
-            raise r.err(
-                m["command_timeout_s"][1],
-                "queue.command_timeout_s",
-                f"must be at most 600 s, got {t:g}",
-            )
-        vals["command_timeout_s"] = t
-    if "action" in m:
-        action = r.string(m["action"][1], "queue.action")
-        if action not in ("none", "hold", "cancel"):
-            raise r.err(m["action"][1], "queue.action", "must be none, hold or cancel")
-        vals["action"] = action
-    if "sanctioned" in m:
-        items = r.sequence(m["sanctioned"][1], "queue.sanctioned")
-        # A failing rule is recorded and the others still checked (one run, every error).
-        parsed = [
-            r.attempt(partial(_rule, r, n, f"queue.sanctioned[{i}]")) for i, n in enumerate(items)
-        ]
-        rules = [rule for rule in parsed if rule is not None]
-        seen: set[str] = set()
-        for i, rule in enumerate(parsed):
-            if rule is None:
-                continue
-            if rule.name in seen:
-                raise r.err(
-                    items[i], f"queue.sanctioned[{i}].name", f"duplicate rule name {rule.name!r}"
-                )
-            seen.add(rule.name)
-        vals["sanctioned"] = tuple(rules)
-    return QueueSettings(**vals)  # type: ignore[arg-type]
+    order = ("slurm", "command", "command_timeout_s", "action", "sanctioned")
+    return build(QueueSettings, r, node, "queue", order=order)

@@ -17,9 +17,11 @@ from typing import Literal, Protocol
 
 import yaml
 
-from watchdog.config.base import NodeReader
+from watchdog.config import datatypes
+from watchdog.config.base import NodeReader, build, keys, required, setting
 
 Proto = Literal["tcp", "udp"]
+PROTOS: tuple[Proto, ...] = ("tcp", "udp")
 
 
 class Listening(Protocol):
@@ -48,10 +50,12 @@ class SanctionedPort:
         proto: ``tcp`` or ``udp``; None for both.
     """
 
-    name: str
-    port: int
-    address: str | None = None
-    proto: Literal["tcp", "udp"] | None = None
+    name: str = required(datatypes.text)
+    port: int = required(
+        datatypes.integer(1, 65535, too_high="must be at most {maximum}, got {value}")
+    )
+    address: str | None = setting(None, datatypes.glob)
+    proto: Proto | None = setting(None, datatypes.choice(PROTOS, "must be tcp or udp"))
 
     def matches(self, listen: Listening) -> bool:
         """True when ``listen`` is this sanctioned socket."""
@@ -60,6 +64,10 @@ class SanctionedPort:
         if self.proto is not None and listen.proto != self.proto:
             return False
         return self.address is None or fnmatch.fnmatchcase(listen.address, self.address)
+
+
+def _port(r: NodeReader, node: yaml.Node, key: str) -> SanctionedPort:
+    return build(SanctionedPort, r, node, key, order=("port", "proto", "name", "address"))
 
 
 @dataclass(frozen=True)
@@ -71,34 +79,12 @@ class ServiceSettings:
         sanctioned_ports: Sockets never reported.
     """
 
-    enabled: bool = True
-    sanctioned_ports: tuple[SanctionedPort, ...] = ()
+    enabled: bool = setting(True, datatypes.boolean)
+    sanctioned_ports: tuple[SanctionedPort, ...] = setting((), datatypes.each_of(_port))
 
     def sanctioned(self, listen: Listening) -> SanctionedPort | None:
         """The first entry that sanctions ``listen``, or None."""
         return next((p for p in self.sanctioned_ports if p.matches(listen)), None)
-
-
-def _port(r: NodeReader, node: yaml.Node, key: str) -> SanctionedPort:
-    m = r.mapping(node, key, ("name", "port", "address", "proto"))
-    for required in ("name", "port"):
-        if required not in m:
-            raise r.err(node, f"{key}.{required}", "required key missing")
-    port = r.integer(m["port"][1], f"{key}.port", 1)
-    if port > 65535:
-        raise r.err(m["port"][1], f"{key}.port", f"must be at most 65535, got {port}")
-    proto: Literal["tcp", "udp"] | None = None
-    if "proto" in m:
-        text = r.string(m["proto"][1], f"{key}.proto")
-        if text not in ("tcp", "udp"):
-            raise r.err(m["proto"][1], f"{key}.proto", "must be tcp or udp")
-        proto = "tcp" if text == "tcp" else "udp"
-    return SanctionedPort(
-        name=r.string(m["name"][1], f"{key}.name"),
-        port=port,
-        address=r.glob(m["address"][1], f"{key}.address") if "address" in m else None,
-        proto=proto,
-    )
 
 
 def parse_services(r: NodeReader, node: yaml.Node) -> ServiceSettings:
@@ -107,10 +93,4 @@ def parse_services(r: NodeReader, node: yaml.Node) -> ServiceSettings:
     Raises:
         ConfigError: Unknown keys, wrong types, a port outside 1-65535, a missing name.
     """
-    m = r.mapping(node, "services", ("enabled", "sanctioned_ports"))
-    enabled = r.boolean(m["enabled"][1], "services.enabled") if "enabled" in m else True
-    ports: tuple[SanctionedPort, ...] = ()
-    if "sanctioned_ports" in m:
-        key = "services.sanctioned_ports"
-        ports = tuple(r.each(m["sanctioned_ports"][1], key, lambda n, k: _port(r, n, k)))
-    return ServiceSettings(enabled=enabled, sanctioned_ports=ports)
+    return build(ServiceSettings, r, node, "services", order=keys(ServiceSettings))

@@ -1,16 +1,34 @@
-"""``slurm:`` configuration section (docs/slurm.md): drain this node while its GPU is taken."""
+"""``slurm:`` configuration section (docs/slurm.md): drain this node while its GPU is taken.
+
+Example::
+
+    slurm:
+      drain_on: [rogue, excess]   # job verdicts that drain the node; empty: never
+      node_name: gpu01            # default: the short host name, as slurmd uses
+      sweep_grace_s: 5
+      command_timeout_s: 10
+"""
 
 from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from typing import Any
 
 import yaml
 
-from watchdog.config.base import NodeReader
+from watchdog.config import datatypes
+from watchdog.config.base import NodeReader, build, keys, setting
 
 DRAIN_VERDICTS = ("rogue", "excess")
+
+
+def _drain_on(r: NodeReader, node: yaml.Node, key: str) -> tuple[str, ...]:
+    """Verdicts from :data:`DRAIN_VERDICTS`, each kept once, in the order written."""
+    verdict = datatypes.choice(DRAIN_VERDICTS, f"expected one of {DRAIN_VERDICTS}")
+    return tuple(dict.fromkeys(datatypes.tuple_of(verdict)(r, node, key)))
+
+
+_positive = datatypes.positive_s(too_low="must be greater than 0")
 
 
 @dataclass(frozen=True)
@@ -25,10 +43,10 @@ class SlurmNodeSettings:
         command_timeout_s: Limit for each ``scontrol``/``sinfo``/``squeue`` call.
     """
 
-    drain_on: tuple[str, ...] = ()
-    node_name: str | None = None
-    sweep_grace_s: float = 5.0
-    command_timeout_s: float = 10.0
+    drain_on: tuple[str, ...] = setting((), _drain_on)
+    node_name: str | None = setting(None, datatypes.text)
+    sweep_grace_s: float = setting(5.0, _positive)
+    command_timeout_s: float = setting(10.0, _positive)
 
     @property
     def node(self) -> str:
@@ -43,23 +61,4 @@ def parse_slurm(r: NodeReader, node: yaml.Node) -> SlurmNodeSettings:
         ConfigError: Unknown keys, a verdict other than ``rogue``/``excess``, a
             non-positive timeout.
     """
-    m = r.mapping(node, "slurm", ("drain_on", "node_name", "sweep_grace_s", "command_timeout_s"))
-    vals: dict[str, Any] = {}
-    if "drain_on" in m:
-        items = r.sequence(m["drain_on"][1], "slurm.drain_on")
-        verdicts = []
-        for i, item in enumerate(items):
-            v = r.string(item, f"slurm.drain_on[{i}]")
-            if v not in DRAIN_VERDICTS:
-                raise r.err(item, f"slurm.drain_on[{i}]", f"expected one of {DRAIN_VERDICTS}")
-            verdicts.append(v)
-        vals["drain_on"] = tuple(dict.fromkeys(verdicts))
-    if "node_name" in m:
-        vals["node_name"] = r.string(m["node_name"][1], "slurm.node_name")
-    for key in ("sweep_grace_s", "command_timeout_s"):
-        if key in m:
-            value = r.number(m[key][1], f"slurm.{key}")
-            if not value > 0:
-                raise r.err(m[key][1], f"slurm.{key}", "must be greater than 0")
-            vals[key] = value
-    return SlurmNodeSettings(**vals)
+    return build(SlurmNodeSettings, r, node, "slurm", order=keys(SlurmNodeSettings))

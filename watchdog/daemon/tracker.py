@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from watchdog.config.daemon import SEVERITIES, AlertSettings, SinkSettings
+from watchdog.config.alerts import SEVERITIES, AlertSettings, SinkSettings
 from watchdog.daemon.state import FindingRecord, JobRecord, StateDB, clean
 from watchdog.lineage.describe import describe_origin
 from watchdog.model import Finding, Job, Origin

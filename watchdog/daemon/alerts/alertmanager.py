@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import structlog
 
-from watchdog.config.daemon import AlertSettings, SinkSettings
+from watchdog.config.alerts import AlertSettings, SinkSettings
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import MAX_ERROR_BODY_BYTES, SendError, _read_head
 from watchdog.daemon.state import Delivery, StateDB

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import httpx
 import structlog
 
-from watchdog.config.daemon import AlertSettings, SinkSettings
+from watchdog.config.alerts import AlertSettings, SinkSettings
 from watchdog.daemon.alerts.backoff import Backoff
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import SendError, Sink, make_sink

@@ -21,7 +21,7 @@ from typing import IO, Any, Protocol
 import httpx
 import structlog
 
-from watchdog.config.daemon import SinkSettings
+from watchdog.config.alerts import SinkSettings
 from watchdog.daemon.alerts.render import (
     batch_id,
     delivery_id,
