@@ -435,43 +435,39 @@ def _kind(node: yaml.Node) -> str:
 
 #: Reads one value node: ``convert(reader, node, dotted_key)``; raises :class:`ConfigError`.
 Converter = Callable[[NodeReader, yaml.Node, str], T]
-# Field metadata keys: the converter, and the YAML key when it differs from the field name.
+# Field metadata key of the converter; the YAML key is the field's name.
 _CONVERT = "watchdog.config.convert"
-_KEY = "watchdog.config.key"
 
 
-def setting(default: T, convert: Converter[T], *, key: str | None = None) -> T:
-    """Declare a dataclass field read from the YAML key of its name (or ``key``).
+def setting(default: T, convert: Converter[T]) -> T:
+    """Declare a dataclass field read from the YAML key of its name.
 
     mypy checks that ``default`` and what ``convert`` returns fit the field's type.
 
     Args:
         default: The value when the key is absent (immutable: the dataclasses are frozen).
         convert: Reads and checks the value node.
-        key: The YAML key when it is not the field name.
     """
-    out: T = dataclasses.field(default=default, metadata={_CONVERT: convert, _KEY: key})
+    out: T = dataclasses.field(default=default, metadata={_CONVERT: convert})
     return out
 
 
 def setting_factory(factory: Callable[[], T], convert: Converter[T]) -> T:
     """Like :func:`setting`, for a default built per instance by ``factory``."""
-    out: T = dataclasses.field(default_factory=factory, metadata={_CONVERT: convert, _KEY: None})
+    out: T = dataclasses.field(default_factory=factory, metadata={_CONVERT: convert})
     return out
 
 
-def required(convert: Converter[T], *, key: str | None = None) -> T:
+def required(convert: Converter[T]) -> T:
     """Declare a field without a default: :func:`build` refuses a mapping without it."""
-    out: T = dataclasses.field(metadata={_CONVERT: convert, _KEY: key})
+    out: T = dataclasses.field(metadata={_CONVERT: convert})
     return out
 
 
 def _declared(cls: type[DataclassInstance]) -> dict[str, dataclasses.Field[object]]:
     """YAML key → declared field, in declaration order (fields without a converter, such
     as a rule's ``line``, are filled by the parser, never read from the file)."""
-    return {
-        f.metadata[_KEY] or f.name: f for f in dataclasses.fields(cls) if _CONVERT in f.metadata
-    }
+    return {f.name: f for f in dataclasses.fields(cls) if _CONVERT in f.metadata}
 
 
 def keys(cls: type[DataclassInstance]) -> tuple[str, ...]:
@@ -509,14 +505,14 @@ def read(
     declared = _declared(cls)
     out: dict[str, object] = {}
     for name in m if order is None else [n for n in order if n in m]:
-        f, vnode = declared[name], m[name][1]
+        convert, vnode = declared[name].metadata[_CONVERT], m[name][1]
         sub = f"{key}.{name}" if key else name
         if keep_going:
-            value = r.attempt(partial(f.metadata[_CONVERT], r, vnode, sub))
+            value = r.attempt(partial(convert, r, vnode, sub))
             if value is not None:
-                out[f.name] = value
+                out[name] = value
         else:
-            out[f.name] = f.metadata[_CONVERT](r, vnode, sub)
+            out[name] = convert(r, vnode, sub)
     return out
 
 
