@@ -38,8 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from watchdog.config.alerts import AlertSettings, SinkSettings
 from watchdog.daemon.metrics import spool_counts
-from watchdog.daemon.settings import AlertSettings, SinkSettings
 from watchdog.daemon.tracker import Tracker
 from watchdog.model import Job, Origin
 from watchdog.policy.findings import job_findings

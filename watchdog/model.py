@@ -660,3 +660,43 @@ class ScanResult:
     gpu_blind: bool = False
     exited: set[int] = field(default_factory=set)
     full_sweep: bool = False
+
+
+# -- constants shared with the configuration (the bottom layer imports only this) ------
+
+#: Where ``daemon.socket`` defaults to. Kept free of imports, so ``rogue-watchdog status``
+#: without a configuration file finds it without loading the config parser.
+DEFAULT_SOCKET = "/run/rogue-watchdog/status.sock"
+
+# Weights files by suffix: verified formats, and formats ``verify`` reports "not
+# verified" (so a ship gate fails closed on them); ``*.index.json`` names shards.
+WEIGHT_SUFFIXES = frozenset(
+    {".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".tar", ".npy", ".npz", ".gguf"}
+)
+UNVERIFIABLE_SUFFIXES = frozenset(
+    {
+        ".onnx",
+        ".h5",
+        ".hdf5",
+        ".keras",
+        ".msgpack",
+        ".tflite",
+        ".pb",
+        ".pkl",
+        ".pickle",
+        ".joblib",
+        ".ggml",
+        ".mlmodel",
+        ".engine",
+        ".plan",
+        ".params",
+        ".pdparams",
+        ".ot",
+        ".nemo",
+        ".mar",
+        ".llamafile",
+        ".tensors",
+        ".pte",
+    }
+)
+INDEX_SUFFIX = ".index.json"

@@ -23,9 +23,9 @@ import pytest
 from tests.conftest import Spawned, need, need_program, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401
+from watchdog.config.queue import QueueRule, QueueSettings
 from watchdog.lineage.base import CommandResult, run_command
 from watchdog.queue.actions import QueueEnforcer
-from watchdog.queue.settings import QueueRule, QueueSettings
 from watchdog.queue.slurm import SQUEUE_FORMAT, SlurmQueue, parse_squeue_formatted
 from watchdog.queue.source import QueueSource
 from watchdog.sources.procfs import ProcessTable

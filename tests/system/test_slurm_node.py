@@ -18,7 +18,8 @@ import pytest
 
 from tests.conftest import poll, run_cli
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401
-from watchdog.actions.slurmnode import SlurmDrainer, SlurmNodeSettings, node_state, run_command
+from watchdog.actions.slurmnode import SlurmDrainer, node_state, run_command
+from watchdog.config.slurm import SlurmNodeSettings
 from watchdog.model import CronOrigin, Job
 from watchdog.sources.procfs import ProcessTable
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from watchdog.config.alerts import SinkSettings
 from watchdog.daemon.alerts.render import (
     alert_text,
     delivery_id,
@@ -17,7 +18,6 @@ from watchdog.daemon.alerts.render import (
     webhook_body,
 )
 from watchdog.daemon.alerts.sinks import LogSink, SendError
-from watchdog.daemon.settings import SinkSettings
 from watchdog.state import Delivery
 
 

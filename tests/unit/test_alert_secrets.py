@@ -8,10 +8,10 @@ import httpx
 import pytest
 
 from tests.httpreceiver import Receiver
+from watchdog.config.alerts import SinkSettings
 from watchdog.daemon.alerts.backoff import Backoff
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import SendError, WebhookSink
-from watchdog.daemon.settings import SinkSettings
 from watchdog.state import Delivery
 
 TOKEN = "XyZ-very-secret-token-0042"

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from tests.conftest import Spawned, run_cli
-from watchdog.actions.settings import Protect
 from watchdog.config import ConfigError, ConfigErrors, parse_config
-from watchdog.configbase import Regex, glob_problem
+from watchdog.config.base import Regex, glob_problem
+from watchdog.config.enforcement import Protect
 from watchdog.daemon.alerts import DeliveryWorker
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.metrics import build_metrics_workers

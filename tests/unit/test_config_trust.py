@@ -19,8 +19,8 @@ from tests.conftest import REPO, Spawned, run_cli
 from tests.unit.test_status import config_file
 from tests.unit.test_status_run import events, status, wait_for
 from watchdog.config import ConfigError, load_config
+from watchdog.config.alerts import SinkSettings
 from watchdog.daemon.alerts.secrets import SecretError, read_url
-from watchdog.daemon.settings import SinkSettings
 from watchdog.safeio import untrusted_reason
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown test files")

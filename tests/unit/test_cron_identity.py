@@ -270,7 +270,7 @@ def test_an_ended_slurm_job_hands_its_worker_to_the_orphan_origin(tmp_path: Path
 
 def test_daemon_findings_offer_disable_source_by_finding_id(tmp_path: Path) -> None:
     """A filed finding names itself (F<id>): it still works once the job has exited."""
-    from watchdog.daemon.settings import AlertSettings
+    from watchdog.config.alerts import AlertSettings
     from watchdog.daemon.tracker import Tracker
     from watchdog.model import CronOrigin, Job
     from watchdog.policy.findings import job_findings

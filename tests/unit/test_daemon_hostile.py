@@ -23,11 +23,11 @@ import pytest
 from tests.conftest import REPO, run_cli
 from tests.unit.test_status import DOC, config_file
 from watchdog.config import ConfigError, load_config
+from watchdog.config.alerts import SinkSettings
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import LogSink, SendError, WebhookSink
 from watchdog.daemon.ipc import StatusError, StatusServer, query_status
 from watchdog.daemon.loop import Daemon
-from watchdog.daemon.settings import SinkSettings
 from watchdog.daemon.status import build_status, exit_code
 from watchdog.model import FINDING_KINDS, ORIGIN_KINDS
 from watchdog.state import Delivery, StateDB, StateError, lock_state_dir
@@ -184,7 +184,7 @@ def test_fifo_url_file_fails_the_sink_without_hanging(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     out = run_isolated(
         "from watchdog.daemon.alerts.secrets import read_url, SecretError\n"
-        "from watchdog.daemon.settings import SinkSettings\n"
+        "from watchdog.config.alerts import SinkSettings\n"
         f"s = SinkSettings(type='slack', name='s', url_file={str(fifo)!r})\n"
         "try:\n    read_url(s)\nexcept SecretError as e:\n    print(e)\n"
     )
@@ -204,7 +204,7 @@ def test_fifo_log_sink_fails_without_hanging(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     out = run_isolated(
         "from watchdog.daemon.alerts.sinks import LogSink, SendError\n"
-        "from watchdog.daemon.settings import SinkSettings\n"
+        "from watchdog.config.alerts import SinkSettings\n"
         "from watchdog.state import Delivery\n"
         "d = Delivery(1, 1, 's', 'open', {'kind': 'rogue-job', 'severity': 'high', "
         "'message': 'm', 'action': 'open'}, 0.0, 0, 0.0, None, None)\n"

@@ -15,8 +15,8 @@ import pytest
 from tests.conftest import Spawned, poll
 from watchdog.actions.effects import Effects, IdentityChangedError, RecordingEffects
 from watchdog.actions.guards import Expected, Guard, LiveProc, Refusal, read_live
-from watchdog.actions.settings import Protect
 from watchdog.actions.terminate import terminate_tree
+from watchdog.config.enforcement import Protect
 from watchdog.sources.procfs import ProcessTable
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]

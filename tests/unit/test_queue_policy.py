@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from watchdog.config import ConfigError, parse_config
+from watchdog.config.queue import QueueRule, QueueSettings
 from watchdog.lineage.base import CommandResult
 from watchdog.queue.actions import QueueEnforcer, build_queue_enforcers
 from watchdog.queue.generic import CommandQueue, parse_json_lines
 from watchdog.queue.model import QueueEntry
-from watchdog.queue.settings import QueueRule, QueueSettings
 from watchdog.queue.slurm import QueueError, SlurmQueue
 from watchdog.queue.source import (
     QueueSource,

@@ -8,10 +8,13 @@ import time
 from pathlib import Path
 
 from tests.conftest import Spawned
-from watchdog.actions.services_settings import SanctionedPort, ServiceSettings
 from watchdog.config import parse_config
+from watchdog.config.services import SanctionedPort, ServiceSettings
 from watchdog.model import Finding, ScanResult
-from watchdog.policy.services import service_findings, service_pids
+from watchdog.policy.services import (
+    service_findings,
+    service_pids,
+)
 from watchdog.scan import Scanner
 from watchdog.sources.sockets import Listen, listening_for
 

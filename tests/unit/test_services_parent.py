@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from tests.conftest import Spawned
-from watchdog.actions.services_settings import ServiceSettings
 from watchdog.config import parse_config
+from watchdog.config.services import ServiceSettings
 from watchdog.policy.services import service_findings
 from watchdog.scan import Scanner
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.actions.services_settings import SanctionedPort, ServiceSettings
 from watchdog.config import ConfigError
-from watchdog.configbase import NodeReader
+from watchdog.config.base import NodeReader
+from watchdog.config.services import SanctionedPort, ServiceSettings
 from watchdog.sources.sockets import (
     Listen,
     decode_address,
@@ -114,7 +114,7 @@ def test_sanctioned_port_matching() -> None:
 def _parse(text: str) -> ServiceSettings:
     import yaml
 
-    from watchdog.actions.services_settings import parse_services
+    from watchdog.config.services import parse_services
 
     node = yaml.compose(text, Loader=yaml.SafeLoader)
     assert node is not None

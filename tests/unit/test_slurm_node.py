@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.actions.slurmnode import SlurmDrainer, SlurmNodeSettings, clean_reason
+from watchdog.actions.slurmnode import SlurmDrainer, clean_reason
 from watchdog.config import ConfigError, parse_config
+from watchdog.config.slurm import SlurmNodeSettings
 from watchdog.model import Job, OrphanOrigin
 
 

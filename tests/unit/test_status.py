@@ -353,7 +353,7 @@ def as_nobody(argv: list[str]) -> subprocess.CompletedProcess[str]:
     code = (
         "import os, sys\n"
         "from watchdog.cli import build_parser, main\n"
-        "import watchdog.daemon.ipc, watchdog.daemon.status, watchdog.daemon.settings\n"
+        "import watchdog.daemon.ipc, watchdog.daemon.status, watchdog.config.daemon\n"
         "build_parser().format_help()\n"
         "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
         "sys.exit(main(sys.argv[1:]))\n"

@@ -19,11 +19,11 @@ from safetensors.numpy import save_file
 
 from tests.conftest import run_cli
 from watchdog.config import parse_config
+from watchdog.config.ship_gates import DEFAULT_PATTERNS
 from watchdog.daemon.loop import Daemon
 from watchdog.state import FindingRecord, StateDB
 from watchdog.weights.report import FileReport
 from watchdog.weights.scan import ScanContext
-from watchdog.weights.settings import DEFAULT_PATTERNS
 from watchdog.weights.shipwatch import ShipGateSource, build_ship_gate_sources, list_files
 from watchdog.weights.verifyworker import VerifyWorker, verify_one
 

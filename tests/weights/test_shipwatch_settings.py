@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from watchdog.config import ConfigError, parse_config
-from watchdog.weights.settings import DEFAULT_PATTERNS, ShipGate
+from watchdog.config.ship_gates import DEFAULT_PATTERNS, ShipGate
 
 
 def test_defaults_and_every_key() -> None:

@@ -22,7 +22,7 @@ import pwd
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from watchdog.actions.settings import Protect
+from watchdog.config.enforcement import Protect
 from watchdog.sources.procfs import pid_namespaces, read_proc
 
 

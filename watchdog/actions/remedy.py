@@ -16,8 +16,8 @@ import structlog
 from watchdog.actions.disable import DisablePlan, DisableResult, plan_disable
 from watchdog.actions.effects import Effects
 from watchdog.actions.guards import Expected, Guard
-from watchdog.actions.settings import EnforcementSettings
 from watchdog.actions.terminate import TerminateOutcome, terminate_tree
+from watchdog.config.enforcement import EnforcementSettings
 from watchdog.model import UNSANCTIONED_VERDICTS, Job, Origin, finding_ref
 from watchdog.state import StateDB
 

@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if not _is_config_error(exc):
             raise
-        from watchdog.configbase import ConfigError, errors_of
+        from watchdog.config.base import ConfigError, errors_of
         from watchdog.render import printable
 
         assert isinstance(exc, ConfigError)
@@ -134,9 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _is_config_error(exc: BaseException) -> bool:
-    # Only a command that loaded watchdog.configbase can raise its ConfigError; importing
+    # Only a command that loaded watchdog.config.base can raise its ConfigError; importing
     # it (and PyYAML) up front would cost every `status` and `--help` its start-up time.
-    base = sys.modules.get("watchdog.configbase")
+    base = sys.modules.get("watchdog.config.base")
     return base is not None and isinstance(exc, base.ConfigError)
 
 

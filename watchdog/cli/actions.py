@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog.cli.common import CliError, config_parent, resolve_config_path
 from watchdog.cli.help import command_help
-from watchdog.daemon import DEFAULT_SOCKET
+from watchdog.model import DEFAULT_SOCKET
 
 if TYPE_CHECKING:
     from watchdog.actions.remedy import JobTarget, Remedy

@@ -97,7 +97,7 @@ def socket_path(args: argparse.Namespace) -> str:
         if not args.socket:
             raise CliError("--socket needs a path")
         return str(args.socket)
-    from watchdog.daemon import DEFAULT_SOCKET
+    from watchdog.model import DEFAULT_SOCKET
 
     path = resolve_config_path(args.config)
     if path is None:
@@ -105,7 +105,7 @@ def socket_path(args: argparse.Namespace) -> str:
     import yaml
 
     from watchdog.config import MAX_CONFIG_BYTES, ConfigError, load_config
-    from watchdog.daemon.settings import DaemonSettings
+    from watchdog.config.daemon import DaemonSettings
     from watchdog.safeio import read_regular
 
     try:

@@ -65,7 +65,7 @@ def extra_workers(daemon: Daemon) -> list[Worker]:
 
 def _restart_watch(daemon: Daemon) -> Any:
     """Tick hook: stamp the config in force; warn when a reload changed start-only keys."""
-    from watchdog.daemon.settings import DaemonSettings
+    from watchdog.config.daemon import DaemonSettings
     from watchdog.daemon.status import note_config
 
     first: DaemonSettings = daemon.config.daemon

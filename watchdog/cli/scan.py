@@ -129,7 +129,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         0 valid, 2 invalid.
     """
     from watchdog.config import load_config
-    from watchdog.configbase import ConfigError, errors_of
+    from watchdog.config.base import ConfigError, errors_of
     from watchdog.daemon.alerts.secrets import check_sink_secrets
     from watchdog.render import printable
 

@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry, ProcessCollector, start_http_se
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from watchdog.config.daemon import parse_listen
 from watchdog.daemon.events import EventsCollector
 from watchdog.daemon.fleetmetrics import FleetCollector
-from watchdog.daemon.settings import parse_listen
 from watchdog.model import VERDICTS
 from watchdog.state import StateDB
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from watchdog.daemon.settings import AlertSettings, SinkSettings
+from watchdog.config.alerts import AlertSettings, SinkSettings
 from watchdog.lineage.describe import describe_origin, next_run_of
 from watchdog.model import SEVERITIES, Finding, Job
 from watchdog.plugins import TrackResult

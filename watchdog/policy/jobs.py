@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from watchdog.config import IgnoreEntry
-from watchdog.configbase import Regex
+from watchdog.config.base import Regex
 from watchdog.lineage.base import exe_name, is_wrapper
 from watchdog.model import GpuHeld, GpuProcess, Job, Proc
 from watchdog.sources.procfs import ProcessTable

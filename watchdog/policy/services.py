@@ -13,7 +13,7 @@ import os
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from watchdog.actions.services_settings import ServiceSettings
+from watchdog.config.services import ServiceSettings
 from watchdog.lineage.base import exe_name, is_wrapper
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
 from watchdog.lineage.describe import describe_origin, stop_source_text

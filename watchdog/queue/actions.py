@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from watchdog.config import Config
+from watchdog.config.queue import QueueSettings
 from watchdog.lineage.base import run_command
 from watchdog.model import Finding, ScanResult
 from watchdog.plugins import TrackResult
 from watchdog.queue.model import QueueEntry
-from watchdog.queue.settings import QueueSettings
 from watchdog.queue.slurm import QueueError, SlurmQueue
 from watchdog.queue.source import QueueSource
 from watchdog.state import StateDB

@@ -13,11 +13,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from watchdog.config import Config
+from watchdog.config.queue import QueueSettings
 from watchdog.lineage.base import CommandRunner, command, run_command
 from watchdog.model import Finding, ScanResult
 from watchdog.queue.generic import CommandQueue
 from watchdog.queue.model import QueueEntry
-from watchdog.queue.settings import QueueSettings
 from watchdog.queue.slurm import SlurmQueue
 
 

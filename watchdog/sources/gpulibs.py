@@ -22,12 +22,6 @@ from collections.abc import Sequence
 
 from watchdog.sources.procfs import ProcessTable
 
-DEFAULT_GPU_LIBRARIES: tuple[str, ...] = (
-    "libcuda.so",
-    "libcudart.so",
-    "libtorch_cuda.so",
-    "libnccl.so",
-)
 # A maps file is read up to this size; the libraries a process maps first sit near the
 # top, and an unbounded read of a pathological maps file would stall the scan.
 MAX_MAPS_BYTES = 8 << 20

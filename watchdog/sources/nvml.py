@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import pynvml
 import structlog
@@ -30,7 +30,7 @@ from watchdog.sources.nvml_lib import (
 )
 
 ListKind = Literal["compute", "graphics", "mps"]
-LIST_KINDS: tuple[ListKind, ...] = ("compute", "graphics", "mps")
+LIST_KINDS: tuple[ListKind, ...] = get_args(ListKind)
 
 # nvml.h symbol stems per list; "_v3" takes nvmlProcessInfo_t and "_v2"
 # nvmlProcessInfo_v2_t (both 24 bytes), the unversioned one nvmlProcessInfo_v1_t (16).

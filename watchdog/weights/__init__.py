@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from watchdog.weights.report import FileReport, Report, Status, TensorReport
 
 # Loaded on first use (PEP 562): importing a submodule such as ``watchdog.cli.weights`` or
-# ``watchdog.weights.settings`` must not pull in numpy for commands that never verify.
+# ``watchdog.config.ship_gates`` must not pull in numpy for commands that never verify.
 _HOME = {
     "require_finite": "api",
     "verify": "api",

@@ -21,40 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
 from watchdog.weights.errors import NotVerifiedError
 from watchdog.weights.regular import not_regular_message, open_regular, open_zip
 from watchdog.weights.report import FileReport
-
-WEIGHT_SUFFIXES = frozenset(
-    {".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".tar", ".npy", ".npz", ".gguf"}
-)
-UNVERIFIABLE_SUFFIXES = frozenset(
-    {
-        ".onnx",
-        ".h5",
-        ".hdf5",
-        ".keras",
-        ".msgpack",
-        ".tflite",
-        ".pb",
-        ".pkl",
-        ".pickle",
-        ".joblib",
-        ".ggml",
-        ".mlmodel",
-        ".engine",
-        ".plan",
-        ".params",
-        ".pdparams",
-        ".ot",
-        ".nemo",
-        ".mar",
-        ".llamafile",
-        ".tensors",
-        ".pte",
-    }
-)
-INDEX_SUFFIX = ".index.json"
 
 
 def sniff(path: Path) -> str:

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from watchdog.model import UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
 from watchdog.weights.api import verify
-from watchdog.weights.discover import UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
 
 _UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
 

@@ -34,14 +34,10 @@ from typing import Any
 import structlog
 
 from watchdog.config import Config
-from watchdog.model import Finding, ScanResult
+from watchdog.config.ship_gates import QUARANTINE_DIRNAME, ShipGate
+from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES, Finding, ScanResult
 from watchdog.state import StateDB
-from watchdog.weights.discover import (
-    INDEX_SUFFIX,
-    UNVERIFIABLE_SUFFIXES,
-    WEIGHT_SUFFIXES,
-    index_shards,
-)
+from watchdog.weights.discover import index_shards
 from watchdog.weights.freshness import human_duration
 from watchdog.weights.quarantine import (
     QUARANTINE_SUFFIX,
@@ -50,7 +46,6 @@ from watchdog.weights.quarantine import (
     quarantine_file,
 )
 from watchdog.weights.report import FileReport, Status
-from watchdog.weights.settings import QUARANTINE_DIRNAME, ShipGate
 from watchdog.weights.verifyworker import DEPLOY, TRAIN, FileKey, VerifyWorker
 
 log = structlog.get_logger("rogue-watchdog")

@@ -18,8 +18,9 @@ from typing import NamedTuple
 
 import structlog
 
+from watchdog.model import INDEX_SUFFIX
 from watchdog.weights.api import verify_file
-from watchdog.weights.discover import INDEX_SUFFIX, check_index
+from watchdog.weights.discover import check_index
 from watchdog.weights.report import FileReport
 from watchdog.weights.scan import ScanContext
 

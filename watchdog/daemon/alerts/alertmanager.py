@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import structlog
 
+from watchdog.config.alerts import AlertSettings, SinkSettings
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import MAX_ERROR_BODY_BYTES, SendError, _read_head
-from watchdog.daemon.settings import AlertSettings, SinkSettings
 from watchdog.hosttext import safe_json
 from watchdog.lineage.describe import origin_label
 from watchdog.model import Origin

@@ -44,11 +44,11 @@ from typing import TYPE_CHECKING
 import httpx
 import structlog
 
+from watchdog.config.alerts import AlertSettings, SinkSettings
 from watchdog.daemon.alerts.alertmanager import AlertmanagerSink
 from watchdog.daemon.alerts.backoff import Backoff
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import LogSink, SendError, Sink, WebhookSink
-from watchdog.daemon.settings import AlertSettings, SinkSettings
 from watchdog.state import Delivery, StateDB, delivery_row
 
 if TYPE_CHECKING:

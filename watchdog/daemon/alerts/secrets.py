@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import unquote, unquote_plus, urlsplit
 
-from watchdog.configbase import ConfigError, ConfigRef
-from watchdog.daemon.settings import SinkSettings
+from watchdog.config.alerts import SinkSettings
+from watchdog.config.base import ConfigError, ConfigRef
 from watchdog.safeio import read_regular, untrusted_reason
 
 REDACTED = "<redacted>"

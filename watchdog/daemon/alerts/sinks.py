@@ -21,6 +21,7 @@ from typing import IO, Any, Protocol
 import httpx
 import structlog
 
+from watchdog.config.alerts import SinkSettings
 from watchdog.daemon.alerts.render import (
     batch_id,
     delivery_id,
@@ -33,7 +34,6 @@ from watchdog.daemon.alerts.render import (
     webhook_body,
 )
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
-from watchdog.daemon.settings import SinkSettings
 from watchdog.model import LOG_LEVELS
 from watchdog.safeio import NotRegularFileError, kind_of
 from watchdog.state import Delivery

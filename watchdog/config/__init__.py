@@ -4,6 +4,12 @@ Validation walks the YAML node tree (not the loaded dict) so every error names t
 the line and the key path, e.g. ``/etc/rogue-watchdog/config.yaml:12: sanctioned[0].origin:
 unknown key 'systemd'``. An empty or absent file is valid: nothing is sanctioned.
 Reference: docs/config.md; the shipped example is config/example.yaml.
+
+This package is the bottom layer: it imports only the standard library, third-party
+libraries and :mod:`watchdog.model`, :mod:`watchdog.safeio`, :mod:`watchdog.hosttext`.
+Each section lives in its own module (:mod:`.daemon`, :mod:`.alerts`, :mod:`.enforcement`,
+:mod:`.queue`, :mod:`.services`, :mod:`.ship_gates`, :mod:`.slurm`), declared once as a
+dataclass (:mod:`.base`) with converters from :mod:`.datatypes`.
 """
 
 from __future__ import annotations
@@ -16,29 +22,38 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import yaml
 
-from watchdog.actions.services_settings import ServiceSettings, parse_services
-from watchdog.actions.settings import EnforcementSettings, parse_enforcement
-from watchdog.actions.slurmnode import SlurmNodeSettings, parse_slurm
-from watchdog.configbase import (
+from watchdog.config import datatypes
+from watchdog.config.alerts import AlertSettings, parse_alerts
+from watchdog.config.base import (
     ConfigError,
     ConfigErrors,
     ConfigRef,
     NodeReader,
     Regex,
+    build,
+    construct,
     errors_of,
     glob_matches_everything,
+    keys,
+    parser,
     raise_all,
+    read,
     regex_matches_everything,
+    require,
+    required,
+    setting,
 )
-from watchdog.daemon.settings import AlertSettings, DaemonSettings, parse_alerts, parse_daemon
-from watchdog.queue.settings import QueueSettings, parse_queue
+from watchdog.config.daemon import DaemonSettings, parse_daemon
+from watchdog.config.enforcement import EnforcementSettings, parse_enforcement
+from watchdog.config.queue import QueueSettings, parse_queue
+from watchdog.config.services import ServiceSettings, parse_services
+from watchdog.config.ship_gates import ShipGate, parse_ship_gates
+from watchdog.config.slurm import SlurmNodeSettings, parse_slurm
 from watchdog.safeio import read_regular, untrusted_reason
-from watchdog.sources.gpulibs import DEFAULT_GPU_LIBRARIES
-from watchdog.weights.settings import ShipGate, parse_ship_gates
 
 __all__ = [
     "Config",
@@ -54,6 +69,8 @@ __all__ = [
     "trust_errors",
 ]
 
+T = TypeVar("T")
+
 DEFAULT_LAUNCHERS: tuple[str, ...] = (
     r"(^|[\s/])torchrun(\s|$)",
     r"(^|\s)-m\s+torch\.distributed\.(run|launch)(\s|$)",
@@ -64,6 +81,13 @@ DEFAULT_LAUNCHERS: tuple[str, ...] = (
 )
 MAX_CONFIG_BYTES = 1 << 20
 DEFAULT_DEVICE_GLOB = "/dev/nvidia[0-9]*"
+# Shared objects whose mapping makes a process GPU-capable (watchdog.sources.gpulibs).
+DEFAULT_GPU_LIBRARIES: tuple[str, ...] = (
+    "libcuda.so",
+    "libcudart.so",
+    "libtorch_cuda.so",
+    "libnccl.so",
+)
 # File descriptor targets every host has that are never a GPU: a device glob matching
 # one makes ordinary processes (cron's CRON child, a shell) GPU users.
 NOT_GPU_FDS = (
@@ -95,19 +119,6 @@ UNIT_SUFFIXES = (
 )  # fmt: skip
 # systemd's EnvironmentFile= beside the configuration (systemd/rogue-watchdog.service).
 SECRETS_ENV = "secrets.env"
-ORIGIN_KEYS = (
-    "any",
-    "systemd_unit",
-    "cron_file",
-    "cron_line",
-    "slurm_account",
-    "slurm_job_name",
-    "container_image",
-    "container_image_digest",
-    "k8s_namespace",
-    "k8s_owner",
-    "k8s_service_account",
-)
 
 
 _ORIGIN_KIND = {
@@ -124,24 +135,69 @@ _ORIGIN_KIND = {
 }
 
 
+# -- sections --------------------------------------------------------------------
+
+
+def _unit_pin(r: NodeReader, node: yaml.Node, key: str) -> str:
+    """A glob over a unit name; it must be able to match a unit type suffix."""
+    text = datatypes.glob(r, node, key)
+    if not text.endswith(("*", *UNIT_SUFFIXES)):
+        raise r.err(
+            node,
+            key,
+            f"{text!r} has no unit type suffix, so it never matches a unit (units are "
+            f"named with their type: {text}.service); known types: {', '.join(UNIT_SUFFIXES)}",
+        )
+    return text
+
+
 @dataclass(frozen=True)
 class OriginPin:
     """Where a sanctioned job must come from; every set field must match."""
 
-    any: bool = False
-    systemd_unit: str | None = None
-    cron_file: str | None = None
-    cron_line: int | None = None
-    slurm_account: str | None = None
-    slurm_job_name: str | None = None
-    container_image: str | None = None
-    container_image_digest: str | None = None
-    k8s_namespace: str | None = None
-    k8s_owner: str | None = None
-    k8s_service_account: str | None = None
+    any: bool = setting(False, datatypes.boolean)
+    systemd_unit: str | None = setting(None, _unit_pin)
+    cron_file: str | None = setting(None, datatypes.glob)
+    cron_line: int | None = setting(None, datatypes.integer(1))
+    slurm_account: str | None = setting(None, datatypes.glob)
+    slurm_job_name: str | None = setting(None, datatypes.glob)
+    container_image: str | None = setting(None, datatypes.glob)
+    container_image_digest: str | None = setting(None, datatypes.glob)
+    k8s_namespace: str | None = setting(None, datatypes.glob)
+    k8s_owner: str | None = setting(None, datatypes.glob)
+    k8s_service_account: str | None = setting(None, datatypes.glob)
 
 
-@dataclass(frozen=True)
+ORIGIN_KEYS = keys(OriginPin)
+
+
+def _origin(r: NodeReader, node: yaml.Node, key: str) -> OriginPin:
+    """An origin pin: keys of one origin kind, or ``any: true`` alone."""
+    m = r.mapping(node, key, ORIGIN_KEYS)
+    if not m:
+        raise r.err(
+            node, key, f"needs one of {', '.join(k for k in ORIGIN_KEYS if k != 'cron_line')}"
+        )
+    pin = build(OriginPin, r, node, key)
+    if "cron_line" in m and "cron_file" not in m:
+        raise r.err(m["cron_line"][0], f"{key}.cron_line", "needs cron_file beside it")
+    kinds = {_ORIGIN_KIND[k] for k in m if k != "any"}
+    if len(kinds) > 1:
+        raise r.err(
+            node,
+            key,
+            f"keys of different origin kinds can never all match: {', '.join(sorted(m))}",
+        )
+    if pin.any and len(m) > 1:
+        raise r.err(node, key, "'any: true' cannot be combined with other origin keys")
+    if "any" in m and not pin.any:
+        raise r.err(m["any"][1], f"{key}.any", "only 'any: true' makes sense; remove the key")
+    return pin
+
+
+# kw_only: the required origin is declared after the optional match keys, in the order
+# the keys are listed in messages.
+@dataclass(frozen=True, kw_only=True)
 class Rule:
     """One ``sanctioned:`` entry.
 
@@ -155,178 +211,49 @@ class Rule:
         line: Line of the rule in the config file (for messages).
     """
 
-    name: str
-    cmdline: str | None
-    cmdline_regex: Regex | None
-    user: str | None
-    origin: OriginPin
-    max_instances: int | None
+    name: str = required(datatypes.text)
+    cmdline: str | None = setting(None, datatypes.glob)
+    cmdline_regex: Regex | None = setting(None, datatypes.regex)
+    user: str | None = setting(None, datatypes.user)
+    origin: OriginPin = required(_origin)
+    max_instances: int | None = setting(None, datatypes.integer(1))
     line: int | None = None
-
-
-@dataclass(frozen=True)
-class IgnoreEntry:
-    """A GPU user that is not training (display server, persistence daemon, DCGM)."""
-
-    name: str
-    exe: str | None = None
-    cmdline: str | None = None
-
-
-@dataclass(frozen=True)
-class Paths:
-    """Host paths the sources and resolvers read; fixture trees in tests replace them."""
-
-    proc_root: str = "/proc"
-    crontab: str = "/etc/crontab"
-    cron_d: str = "/etc/cron.d"
-    cron_spool: tuple[str, ...] = ("/var/spool/cron/crontabs", "/var/spool/cron")
-    unit_dirs: tuple[str, ...] = (
-        "/etc/systemd/system",
-        "/run/systemd/system",
-        "/usr/local/lib/systemd/system",
-        "/lib/systemd/system",
-        "/usr/lib/systemd/system",
-    )
-
-
-@dataclass(frozen=True)
-class Config:
-    """The validated configuration.
-
-    Besides the sections: ``warnings`` are doubts that do not invalidate it (a user this
-    host does not know), ``refs`` the files, programs and environment variables it names
-    (checked by :func:`trust_errors` and ``check-config``).
-    """
-
-    source: str = "<defaults>"
-    sanctioned: tuple[Rule, ...] = ()
-    launchers: tuple[Regex, ...] = tuple(Regex(p) for p in DEFAULT_LAUNCHERS)
-    device_glob: str = DEFAULT_DEVICE_GLOB
-    gpu_libraries: tuple[str, ...] = DEFAULT_GPU_LIBRARIES
-    ignore: tuple[IgnoreEntry, ...] = tuple(IgnoreEntry(**e) for e in DEFAULT_IGNORE)
-    nvml_enabled: bool = True
-    nvml_library: str | None = None
-    # Seconds one batch of NVML calls (one GPU, or init) may take before it counts as hung.
-    nvml_call_timeout_s: float = 10.0
-    # Used GPU memory above the listed processes' sum by more than this is reported.
-    nvml_unexplained_slack_bytes: int = 1 << 30
-    paths: Paths = field(default_factory=Paths)
-    daemon: DaemonSettings = field(default_factory=DaemonSettings)
-    alerts: AlertSettings = field(default_factory=AlertSettings)
-    enforcement: EnforcementSettings = field(default_factory=EnforcementSettings)
-    queue: QueueSettings = field(default_factory=QueueSettings)
-    services: ServiceSettings = field(default_factory=ServiceSettings)
-    ship_gates: tuple[ShipGate, ...] = ()
-    warnings: tuple[ConfigError, ...] = ()
-    refs: tuple[ConfigRef, ...] = ()
-    slurm: SlurmNodeSettings = field(default_factory=SlurmNodeSettings)
-
-
-# -- sections --------------------------------------------------------------------
-
-
-def _unit_pin(r: NodeReader, node: yaml.Node, key: str) -> str:
-    """A glob over a unit name; it must be able to match a unit type suffix."""
-    text = r.glob(node, key)
-    if not text.endswith(("*", *UNIT_SUFFIXES)):
-        raise r.err(
-            node,
-            key,
-            f"{text!r} has no unit type suffix, so it never matches a unit (units are "
-            f"named with their type: {text}.service); known types: {', '.join(UNIT_SUFFIXES)}",
-        )
-    return text
-
-
-def _origin(r: NodeReader, node: yaml.Node, key: str) -> OriginPin:
-    m = r.mapping(node, key, ORIGIN_KEYS)
-    if not m:
-        raise r.err(
-            node, key, f"needs one of {', '.join(k for k in ORIGIN_KEYS if k != 'cron_line')}"
-        )
-    vals: dict[str, Any] = {}
-    for name, (_, v) in m.items():
-        sub = f"{key}.{name}"
-        if name == "any":
-            vals[name] = r.boolean(v, sub)
-        elif name == "cron_line":
-            vals[name] = r.integer(v, sub, 1)
-        elif name == "systemd_unit":
-            vals[name] = _unit_pin(r, v, sub)
-        else:
-            vals[name] = r.glob(v, sub)
-    if "cron_line" in vals and "cron_file" not in vals:
-        raise r.err(m["cron_line"][0], f"{key}.cron_line", "needs cron_file beside it")
-    kinds = {_ORIGIN_KIND[k] for k in vals if k != "any"}
-    if len(kinds) > 1:
-        raise r.err(
-            node,
-            key,
-            f"keys of different origin kinds can never all match: {', '.join(sorted(vals))}",
-        )
-    if vals.get("any") and len(vals) > 1:
-        raise r.err(node, key, "'any: true' cannot be combined with other origin keys")
-    if "any" in vals and not vals["any"]:
-        raise r.err(m["any"][1], f"{key}.any", "only 'any: true' makes sense; remove the key")
-    return OriginPin(**vals)
 
 
 def _rule(r: NodeReader, node: yaml.Node, key: str) -> Rule | None:
     """One rule, or None when an error was recorded (collect mode)."""
-    allowed = ("name", "cmdline", "cmdline_regex", "user", "origin", "max_instances")
-    m = r.mapping(node, key, allowed)
+    m = r.mapping(node, key, keys(Rule))
     failed = len(r.errors)
-    for required in ("name", "origin"):
-        if required not in m:
+    for name in ("name", "origin"):
+        if name not in m:
             why = (
                 " (a rule without an origin would sanction a ghost running the same script;"
                 " write 'origin: {any: true}' to allow any origin)"
-                if required == "origin"
+                if name == "origin"
                 else ""
             )
-            r.record(r.err(node, f"{key}.{required}", f"required key missing{why}"))
+            r.record(r.err(node, f"{key}.{name}", f"required key missing{why}"))
     if "cmdline" in m and "cmdline_regex" in m:
         r.record(r.err(m["cmdline_regex"][0], key, "use cmdline or cmdline_regex, not both"))
     if "cmdline" not in m and "cmdline_regex" not in m:
         r.record(r.err(node, f"{key}.cmdline", "required key missing (or give cmdline_regex)"))
     # Every key is checked even after one failed, so one run reports them all.
-    vals: dict[str, Any] = {}
-    for name, (_, v) in m.items():
-        sub = f"{key}.{name}"
-        parse: Callable[[], Any] = {
-            "name": lambda v=v, sub=sub: r.string(v, sub),
-            "cmdline": lambda v=v, sub=sub: r.glob(v, sub),
-            "cmdline_regex": lambda v=v, sub=sub: r.regex(v, sub),
-            "user": lambda v=v, sub=sub: r.user(v, sub),
-            "origin": lambda v=v, sub=sub: _origin(r, v, sub),
-            "max_instances": lambda v=v, sub=sub: r.integer(v, sub, 1),
-        }[name]
-        value = r.attempt(parse)
-        if value is not None:
-            vals[name] = value
+    vals = read(Rule, r, m, key, keep_going=True)
     _everything_rule(r, key, m, vals)
     if len(r.errors) > failed:
         return None
-    return Rule(
-        name=vals["name"],
-        cmdline=vals.get("cmdline"),
-        cmdline_regex=vals.get("cmdline_regex"),
-        user=vals.get("user"),
-        origin=vals["origin"],
-        max_instances=vals.get("max_instances"),
-        line=node.start_mark.line + 1,
-    )
+    return construct(Rule, {**vals, "line": node.start_mark.line + 1})
 
 
 def _everything_rule(
-    r: NodeReader, key: str, m: dict[str, tuple[yaml.Node, yaml.Node]], vals: dict[str, Any]
+    r: NodeReader, key: str, m: dict[str, tuple[yaml.Node, yaml.Node]], vals: dict[str, object]
 ) -> None:
     """Refuse a rule that sanctions every job; warn when only its pins narrow it."""
-    if "cmdline" in vals and glob_matches_everything(vals["cmdline"]):
-        name, pattern = "cmdline", vals["cmdline"]
-    elif "cmdline_regex" in vals and regex_matches_everything(vals["cmdline_regex"]):
-        name, pattern = "cmdline_regex", vals["cmdline_regex"].pattern
+    cmdline, cmdline_regex = vals.get("cmdline"), vals.get("cmdline_regex")
+    if isinstance(cmdline, str) and glob_matches_everything(cmdline):
+        name, pattern = "cmdline", cmdline
+    elif isinstance(cmdline_regex, Regex) and regex_matches_everything(cmdline_regex):
+        name, pattern = "cmdline_regex", cmdline_regex.pattern
     else:
         return
     node, sub = m[name][1], f"{key}.{name}"
@@ -350,21 +277,46 @@ def _everything_rule(
         )
 
 
+def _sanctioned(r: NodeReader, node: yaml.Node) -> tuple[Rule, ...]:
+    items = r.sequence(node, "sanctioned")
+    # A failing rule is recorded and the others still checked (one run, every error).
+    parsed = [r.attempt(partial(_rule, r, n, f"sanctioned[{i}]")) for i, n in enumerate(items)]
+    rules = [rule for rule in parsed if rule is not None]
+    seen: set[str] = set()
+    for i, rule in enumerate(parsed):
+        if rule is None:
+            continue
+        if rule.name in seen:
+            r.record(
+                ConfigError(
+                    r.path, rule.line, f"sanctioned[{i}].name", f"duplicate rule name {rule.name!r}"
+                )
+            )
+        seen.add(rule.name)
+    return tuple(rules)
+
+
+@dataclass(frozen=True)
+class IgnoreEntry:
+    """A GPU user that is not training (display server, persistence daemon, DCGM)."""
+
+    name: str = required(datatypes.text)
+    exe: str | None = setting(None, datatypes.glob)
+    cmdline: str | None = setting(None, datatypes.glob)
+
+
 def _ignore(r: NodeReader, node: yaml.Node, key: str) -> IgnoreEntry:
+    """A glob over the executable (it names the entry too), or a mapping with a name
+    and an ``exe`` and/or ``cmdline`` glob."""
     if isinstance(node, yaml.ScalarNode):
-        name = r.glob(node, key)
+        name = datatypes.glob(r, node, key)
         _everything_ignored(r, node, key, name, exe=True)
         return IgnoreEntry(name=name, exe=name)
-    m = r.mapping(node, key, ("name", "exe", "cmdline"))
-    if "name" not in m:
-        raise r.err(node, f"{key}.name", "required key missing")
+    m = r.mapping(node, key, keys(IgnoreEntry))
+    require(r, node, key, m, "name")
     if "exe" not in m and "cmdline" not in m:
         raise r.err(node, key, "needs exe or cmdline")
-    entry = IgnoreEntry(
-        name=r.string(m["name"][1], f"{key}.name"),
-        exe=r.glob(m["exe"][1], f"{key}.exe") if "exe" in m else None,
-        cmdline=r.glob(m["cmdline"][1], f"{key}.cmdline") if "cmdline" in m else None,
-    )
+    entry = construct(IgnoreEntry, read(IgnoreEntry, r, m, key, order=keys(IgnoreEntry)))
     if entry.exe is not None:
         _everything_ignored(r, m["exe"][1], f"{key}.exe", entry.exe, exe=True)
     if entry.cmdline is not None:
@@ -384,9 +336,38 @@ def _everything_ignored(r: NodeReader, node: yaml.Node, key: str, pattern: str, 
         )
 
 
-def _gpu_libraries(r: NodeReader, node: yaml.Node) -> tuple[str, ...]:
-    key = "training.gpu_libraries"
-    names = r.strings(node, key)
+def _launcher(r: NodeReader, node: yaml.Node, key: str) -> Regex:
+    """A launcher regex that does not match every command line."""
+    regex = datatypes.regex(r, node, key)
+    if regex_matches_everything(regex):
+        raise r.err(
+            node,
+            key,
+            f"{regex.pattern!r} matches every command line: every process (cron, "
+            "shells, host services) would be a training job, rogue unless sanctioned; "
+            "name the launcher (e.g. '(^|[\\s/])torchrun(\\s|$)')",
+        )
+    return regex
+
+
+def _device_glob(r: NodeReader, node: yaml.Node, key: str) -> str:
+    """A glob over fd targets that matches no fd every host has (:data:`NOT_GPU_FDS`)."""
+    glob = datatypes.glob(r, node, key)
+    hits = [fd for fd in NOT_GPU_FDS if fnmatchcase(fd, glob)]
+    if hits:
+        raise r.err(
+            node,
+            key,
+            f"{glob!r} matches {hits[0]!r}, which is no GPU: every process holding "
+            "one would count as a GPU user (host services become rogue jobs); match "
+            "the GPU device nodes only (default '/dev/nvidia[0-9]*')",
+        )
+    return glob
+
+
+def _gpu_libraries(r: NodeReader, node: yaml.Node, key: str) -> tuple[str, ...]:
+    """Shared-object file names (no directory)."""
+    names = datatypes.texts(r, node, key)
     for i, name in enumerate(names):
         if not re.fullmatch(r"[A-Za-z0-9_+.-]+", name) or name in (".", ".."):
             raise r.err(
@@ -397,27 +378,116 @@ def _gpu_libraries(r: NodeReader, node: yaml.Node) -> tuple[str, ...]:
     return names
 
 
-def _paths(r: NodeReader, node: yaml.Node) -> Paths:
-    allowed = ("proc_root", "crontab", "cron_d", "cron_spool", "unit_dirs")
-    m = r.mapping(node, "paths", allowed)
-    vals: dict[str, Any] = {}
-    for name, (_, v) in m.items():
-        key = f"paths.{name}"
-        vals[name] = r.strings(v, key) if name in ("cron_spool", "unit_dirs") else r.string(v, key)
-    return Paths(**vals)
+DEFAULT_LAUNCHER_REGEXES = tuple(Regex(p) for p in DEFAULT_LAUNCHERS)
 
 
-# Sections parsed by their own modules (daemon, alerts, enforcement, queue, ship gates).
-SECTIONS: dict[str, Callable[[NodeReader, yaml.Node], Any]] = {
-    "daemon": parse_daemon,
-    "alerts": parse_alerts,
-    "enforcement": parse_enforcement,
-    "queue": parse_queue,
-    "services": parse_services,
-    "ship_gates": parse_ship_gates,
-    "slurm": parse_slurm,
-}
-TOP_LEVEL_KEYS = ("sanctioned", "training", "ignore", "nvml", "paths", *SECTIONS)
+@dataclass(frozen=True)
+class Training:
+    """The ``training:`` section (flattened into :class:`Config`)."""
+
+    launchers: tuple[Regex, ...] = setting(DEFAULT_LAUNCHER_REGEXES, datatypes.each_of(_launcher))
+    device_glob: str = setting(DEFAULT_DEVICE_GLOB, _device_glob)
+    gpu_libraries: tuple[str, ...] = setting(DEFAULT_GPU_LIBRARIES, _gpu_libraries)
+
+
+def _nvml_library(r: NodeReader, node: yaml.Node, key: str) -> str:
+    """A library name or path; a path is a file the daemon trusts."""
+    lib = r.string(node, key)
+    if "/" in lib:  # a bare name is found by the dynamic loader's own trusted paths
+        r.refer(node, key, "file", lib)
+    return lib
+
+
+_RANGE_600 = "must be in (0, 600], got {value:g}"
+# The order the keys are checked in (the first error, the references noted before it).
+_NVML_ORDER = ("enabled", "call_timeout_s", "unexplained_memory_slack_bytes", "library")
+
+
+@dataclass(frozen=True)
+class Nvml:
+    """The ``nvml:`` section (flattened into :class:`Config` as ``nvml_*``).
+
+    Attributes:
+        enabled: Probe NVML at all.
+        library: Name or path of ``libnvidia-ml.so.1``; None: the dynamic loader's.
+        call_timeout_s: Seconds one batch of NVML calls (one GPU, or init) may take
+            before it counts as hung.
+        unexplained_memory_slack_bytes: Used GPU memory above the listed processes' sum
+            by more than this is reported.
+    """
+
+    enabled: bool = setting(True, datatypes.boolean)
+    library: str | None = setting(None, _nvml_library)
+    call_timeout_s: float = setting(
+        10.0, datatypes.positive_s(600.0, too_low=_RANGE_600, too_high=_RANGE_600)
+    )
+    unexplained_memory_slack_bytes: int = setting(1 << 30, datatypes.integer(0))
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Host paths the sources and resolvers read; fixture trees in tests replace them."""
+
+    proc_root: str = setting("/proc", datatypes.text)
+    crontab: str = setting("/etc/crontab", datatypes.text)
+    cron_d: str = setting("/etc/cron.d", datatypes.text)
+    cron_spool: tuple[str, ...] = setting(
+        ("/var/spool/cron/crontabs", "/var/spool/cron"), datatypes.texts
+    )
+    unit_dirs: tuple[str, ...] = setting(
+        (
+            "/etc/systemd/system",
+            "/run/systemd/system",
+            "/usr/local/lib/systemd/system",
+            "/lib/systemd/system",
+            "/usr/lib/systemd/system",
+        ),
+        datatypes.texts,
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    """The validated configuration.
+
+    Besides the sections: ``warnings`` are doubts that do not invalidate it (a user this
+    host does not know), ``refs`` the files, programs and environment variables it names
+    (checked by :func:`trust_errors` and ``check-config``).
+    """
+
+    source: str = "<defaults>"
+    sanctioned: tuple[Rule, ...] = ()
+    launchers: tuple[Regex, ...] = Training.launchers
+    device_glob: str = Training.device_glob
+    gpu_libraries: tuple[str, ...] = Training.gpu_libraries
+    ignore: tuple[IgnoreEntry, ...] = tuple(IgnoreEntry(**e) for e in DEFAULT_IGNORE)
+    nvml_enabled: bool = Nvml.enabled
+    nvml_library: str | None = Nvml.library
+    # Seconds one batch of NVML calls (one GPU, or init) may take before it counts as hung.
+    nvml_call_timeout_s: float = Nvml.call_timeout_s
+    # Used GPU memory above the listed processes' sum by more than this is reported.
+    nvml_unexplained_slack_bytes: int = Nvml.unexplained_memory_slack_bytes
+    paths: Paths = field(default_factory=Paths)
+    daemon: DaemonSettings = field(default_factory=DaemonSettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
+    enforcement: EnforcementSettings = field(default_factory=EnforcementSettings)
+    queue: QueueSettings = field(default_factory=QueueSettings)
+    services: ServiceSettings = field(default_factory=ServiceSettings)
+    ship_gates: tuple[ShipGate, ...] = ()
+    warnings: tuple[ConfigError, ...] = ()
+    refs: tuple[ConfigRef, ...] = ()
+    slurm: SlurmNodeSettings = field(default_factory=SlurmNodeSettings)
+
+
+def _ignore_list(r: NodeReader, node: yaml.Node) -> tuple[IgnoreEntry, ...]:
+    return datatypes.each_of(_ignore)(r, node, "ignore")
+
+
+# In the order the released parser read them: warnings and refs come out in this order.
+TOP_LEVEL_KEYS = (
+    "sanctioned", "training", "ignore", "nvml", "paths", "daemon", "alerts", "enforcement",
+    "queue", "services", "ship_gates", "slurm",
+)  # fmt: skip
 
 
 def parse_config(text: str, source: str = "<string>") -> Config:
@@ -459,118 +529,55 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         raise ConfigError(source, None, "", "YAML nesting is too deep") from None
     if root is None or (isinstance(root, yaml.ScalarNode) and root.value == ""):
         return Config(source=source)
-    vals: dict[str, Any] = {"source": source}
     top = r.attempt(lambda: r.mapping(root, "", TOP_LEVEL_KEYS, keep_going=True)) or {}
-    if "sanctioned" in top:
-        r.attempt(lambda: vals.update(sanctioned=_sanctioned(r, top["sanctioned"][1])))
-    if "training" in top:
-        r.attempt(lambda: vals.update(_training(r, top["training"][1])))
-    if "ignore" in top:
-        r.attempt(lambda: vals.update(ignore=tuple(r.each(top["ignore"][1], "ignore", _ign(r)))))
-    if "nvml" in top:
-        r.attempt(lambda: vals.update(_nvml(r, top["nvml"][1])))
-    if "paths" in top:
-        r.attempt(lambda: vals.update(paths=_paths(r, top["paths"][1])))
-    for name, section in SECTIONS.items():
-        if name in top:
-            value = r.attempt(partial(section, r, top[name][1]))
-            if value is not None:
-                vals[name] = value
+
+    def section(name: str, parse: Callable[[NodeReader, yaml.Node], T], default: T) -> T:
+        # A failing section is recorded and keeps its defaults; the others are still read.
+        if name not in top:
+            return default
+        value = r.attempt(partial(parse, r, top[name][1]))
+        return default if value is None else value
+
+    d = Config(source=source)
+    sanctioned = section("sanctioned", _sanctioned, d.sanctioned)
+    training = section("training", parser(Training, "training", order=keys(Training)), Training())
+    ignore = section("ignore", _ignore_list, d.ignore)
+    nvml = section("nvml", parser(Nvml, "nvml", order=_NVML_ORDER), Nvml())
+    paths = section("paths", parser(Paths, "paths"), d.paths)
+    daemon = section("daemon", parse_daemon, d.daemon)
+    alerts = section("alerts", parse_alerts, d.alerts)
+    enforcement = section("enforcement", parse_enforcement, d.enforcement)
+    queue = section("queue", parse_queue, d.queue)
+    services = section("services", parse_services, d.services)
+    ship_gates = section("ship_gates", parse_ship_gates, d.ship_gates)
+    slurm = section("slurm", parse_slurm, d.slurm)
     try:
         raise_all(r.errors)
     except ConfigError as exc:
         exc.warnings, exc.refs = tuple(r.warnings), tuple(r.refs)
         raise
-    return Config(**vals, warnings=tuple(r.warnings), refs=tuple(r.refs))
-
-
-def _ign(r: NodeReader) -> Callable[[yaml.Node, str], IgnoreEntry]:
-    return lambda node, key: _ignore(r, node, key)
-
-
-def _sanctioned(r: NodeReader, node: yaml.Node) -> tuple[Rule, ...]:
-    items = r.sequence(node, "sanctioned")
-    # A failing rule is recorded and the others still checked (one run, every error).
-    parsed = [r.attempt(partial(_rule, r, n, f"sanctioned[{i}]")) for i, n in enumerate(items)]
-    rules = [rule for rule in parsed if rule is not None]
-    seen: set[str] = set()
-    for i, rule in enumerate(parsed):
-        if rule is None:
-            continue
-        if rule.name in seen:
-            r.record(
-                ConfigError(
-                    r.path, rule.line, f"sanctioned[{i}].name", f"duplicate rule name {rule.name!r}"
-                )
-            )
-        seen.add(rule.name)
-    return tuple(rules)
-
-
-def _training(r: NodeReader, node: yaml.Node) -> dict[str, Any]:
-    vals: dict[str, Any] = {}
-    m = r.mapping(node, "training", ("launchers", "device_glob", "gpu_libraries"))
-    if "launchers" in m:
-        vals["launchers"] = tuple(r.each(m["launchers"][1], "training.launchers", _launcher(r)))
-    if "device_glob" in m:
-        node = m["device_glob"][1]
-        glob = r.glob(node, "training.device_glob")
-        hits = [fd for fd in NOT_GPU_FDS if fnmatchcase(fd, glob)]
-        if hits:
-            raise r.err(
-                node,
-                "training.device_glob",
-                f"{glob!r} matches {hits[0]!r}, which is no GPU: every process holding "
-                "one would count as a GPU user (host services become rogue jobs); match "
-                "the GPU device nodes only (default '/dev/nvidia[0-9]*')",
-            )
-        vals["device_glob"] = glob
-    if "gpu_libraries" in m:
-        vals["gpu_libraries"] = _gpu_libraries(r, m["gpu_libraries"][1])
-    return vals
-
-
-def _launcher(r: NodeReader) -> Callable[[yaml.Node, str], Regex]:
-    def parse(node: yaml.Node, key: str) -> Regex:
-        regex = r.regex(node, key)
-        if regex_matches_everything(regex):
-            raise r.err(
-                node,
-                key,
-                f"{regex.pattern!r} matches every command line: every process (cron, "
-                "shells, host services) would be a training job, rogue unless sanctioned; "
-                "name the launcher (e.g. '(^|[\\s/])torchrun(\\s|$)')",
-            )
-        return regex
-
-    return parse
-
-
-def _nvml(r: NodeReader, node: yaml.Node) -> dict[str, Any]:
-    vals: dict[str, Any] = {}
-    m = r.mapping(
-        node, "nvml", ("enabled", "library", "call_timeout_s", "unexplained_memory_slack_bytes")
+    return Config(
+        source=source,
+        sanctioned=sanctioned,
+        launchers=training.launchers,
+        device_glob=training.device_glob,
+        gpu_libraries=training.gpu_libraries,
+        ignore=ignore,
+        nvml_enabled=nvml.enabled,
+        nvml_library=nvml.library,
+        nvml_call_timeout_s=nvml.call_timeout_s,
+        nvml_unexplained_slack_bytes=nvml.unexplained_memory_slack_bytes,
+        paths=paths,
+        daemon=daemon,
+        alerts=alerts,
+        enforcement=enforcement,
+        queue=queue,
+        services=services,
+        ship_gates=ship_gates,
+        warnings=tuple(r.warnings),
+        refs=tuple(r.refs),
+        slurm=slurm,
     )
-    if "enabled" in m:
-        vals["nvml_enabled"] = r.boolean(m["enabled"][1], "nvml.enabled")
-    if "call_timeout_s" in m:
-        timeout_node = m["call_timeout_s"][1]
-        timeout = r.number(timeout_node, "nvml.call_timeout_s")
-        if not 0 < timeout <= 600:
-            raise r.err(
-                timeout_node, "nvml.call_timeout_s", f"must be in (0, 600], got {timeout:g}"
-            )
-        vals["nvml_call_timeout_s"] = timeout
-    if "unexplained_memory_slack_bytes" in m:
-        vals["nvml_unexplained_slack_bytes"] = r.integer(
-            m["unexplained_memory_slack_bytes"][1], "nvml.unexplained_memory_slack_bytes", 0
-        )
-    if "library" in m:
-        lib = r.string(m["library"][1], "nvml.library")
-        if "/" in lib:  # a bare name is found by the dynamic loader's own trusted paths
-            r.refer(m["library"][1], "nvml.library", "file", lib)
-        vals["nvml_library"] = lib
-    return vals
 
 
 def _file_trust(path: str) -> list[ConfigError]:

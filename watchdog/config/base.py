@@ -1,24 +1,34 @@
-"""Shared plumbing for configuration sections: the error type and a YAML node reader.
+"""Shared plumbing for configuration sections: the error type, a YAML node reader and
+the declaration of a section's keys.
 
 Every section parser (core, daemon, alerts, enforcement, queue, ship gates) reads YAML
 nodes through :class:`NodeReader`, so each error names the file, the line and the key
-path the same way. Configured regular expressions are compiled by RE2 (:class:`Regex`):
-they run against command lines any user controls, so they must run in linear time.
+path the same way. A section is a frozen dataclass whose fields declare their key, their
+converter (:mod:`watchdog.config.datatypes`) and their default once (:func:`setting`,
+:func:`required`); :func:`build` walks the mapping and calls the dataclass, the way
+supervisor's ``options.py`` reads its sections through ``datatypes.py``. Configured
+regular expressions are compiled by RE2 (:class:`Regex`): they run against command lines
+any user controls, so they must run in linear time.
 """
 
 from __future__ import annotations
 
-import pwd
+import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Literal, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import re2  # type: ignore[import-untyped]  # google-re2, no stubs
 import yaml
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 T = TypeVar("T")
+S = TypeVar("S", bound="DataclassInstance")
 
 
 class ConfigError(ValueError):
@@ -409,61 +419,6 @@ class NodeReader:
         assert isinstance(value, bool)
         return value
 
-    def regex(self, node: yaml.Node, key: str) -> Regex:
-        """A regular expression compiled by RE2 (:class:`Regex`).
-
-        Raises:
-            ConfigError: Not a string, or RE2 cannot compile it (the message says whether
-                it is invalid or merely needs backtracking).
-        """
-        text = self.string(node, key)
-        try:
-            return Regex(text)
-        except RegexError as exc:
-            raise self.err(node, key, str(exc)) from None
-
-    def glob(self, node: yaml.Node, key: str) -> str:
-        """An fnmatch glob whose brackets are well formed (:func:`glob_problem`)."""
-        text = self.string(node, key)
-        problem = glob_problem(text)
-        if problem is not None:
-            raise self.err(node, key, f"bad glob {text!r}: {problem}")
-        return text
-
-    def globs(self, node: yaml.Node, key: str) -> tuple[str, ...]:
-        return tuple(
-            self.glob(item, f"{key}[{i}]") for i, item in enumerate(self.sequence(node, key))
-        )
-
-    def user(self, node: yaml.Node, key: str) -> str:
-        """A user name; one this host's passwd database does not know is a warning (the
-        rule cannot match until it exists), as is a uid that has a name (jobs carry the
-        name, so the number would never match)."""
-        text = self.string(node, key)
-        if text.isdigit():
-            try:
-                name = pwd.getpwuid(int(text)).pw_name
-            except (KeyError, OverflowError):
-                return text
-            self.warn(
-                node, key, f"uid {text} is user {name!r} here and jobs carry the name: "
-                f"write {name!r}, or the rule never matches"
-            )  # fmt: skip
-            return text
-        try:
-            pwd.getpwnam(text)
-        except KeyError:
-            self.warn(
-                node, key, f"no user {text!r} on this host (passwd): nothing matches it "
-                "until the user exists"
-            )  # fmt: skip
-        return text
-
-    def strings(self, node: yaml.Node, key: str) -> tuple[str, ...]:
-        return tuple(
-            self.string(item, f"{key}[{i}]") for i, item in enumerate(self.sequence(node, key))
-        )
-
 
 def _kind(node: yaml.Node) -> str:
     if isinstance(node, yaml.MappingNode):
@@ -474,3 +429,140 @@ def _kind(node: yaml.Node) -> str:
     return {"str": "a string", "int": "an integer", "bool": "a boolean", "null": "nothing"}.get(
         tag, tag
     ) + (f" ({node.value!r})" if tag != "null" else "")
+
+
+# -- declared sections -----------------------------------------------------------------
+
+#: Reads one value node: ``convert(reader, node, dotted_key)``; raises :class:`ConfigError`.
+Converter = Callable[[NodeReader, yaml.Node, str], T]
+# Field metadata key of the converter; the YAML key is the field's name.
+_CONVERT = "watchdog.config.convert"
+
+
+def setting(default: T, convert: Converter[T]) -> T:
+    """Declare a dataclass field read from the YAML key of its name.
+
+    mypy checks that ``default`` and what ``convert`` returns fit the field's type.
+
+    Args:
+        default: The value when the key is absent (immutable: the dataclasses are frozen).
+        convert: Reads and checks the value node.
+    """
+    out: T = dataclasses.field(default=default, metadata={_CONVERT: convert})
+    return out
+
+
+def setting_factory(factory: Callable[[], T], convert: Converter[T]) -> T:
+    """Like :func:`setting`, for a default built per instance by ``factory``."""
+    out: T = dataclasses.field(default_factory=factory, metadata={_CONVERT: convert})
+    return out
+
+
+def required(convert: Converter[T]) -> T:
+    """Declare a field without a default: :func:`build` refuses a mapping without it."""
+    out: T = dataclasses.field(metadata={_CONVERT: convert})
+    return out
+
+
+def _declared(cls: type[DataclassInstance]) -> dict[str, dataclasses.Field[object]]:
+    """YAML key → declared field, in declaration order (fields without a converter, such
+    as a rule's ``line``, are filled by the parser, never read from the file)."""
+    return {f.name: f for f in dataclasses.fields(cls) if _CONVERT in f.metadata}
+
+
+def keys(cls: type[DataclassInstance]) -> tuple[str, ...]:
+    """The YAML keys ``cls`` declares, in declaration order (the ``allowed:`` hint)."""
+    return tuple(_declared(cls))
+
+
+def read(
+    cls: type[DataclassInstance],
+    r: NodeReader,
+    m: Mapping[str, tuple[yaml.Node, yaml.Node]],
+    key: str,
+    *,
+    order: Sequence[str] | None = None,
+    keep_going: bool = False,
+) -> dict[str, object]:
+    """Convert every key present in ``m`` (from :meth:`NodeReader.mapping`).
+
+    Args:
+        cls: The section dataclass declaring the keys.
+        r: The reader (for errors, warnings and references).
+        m: The section's keys → (key node, value node).
+        key: The section's dotted key path; a value's path is ``key.name``.
+        order: The YAML keys in the order they are checked (which error comes first,
+            which references are noted before it); None checks them in file order.
+        keep_going: Record a failing value and go on (collect mode), leaving it out;
+            otherwise the first failure is raised.
+
+    Returns:
+        Field name → converted value, for the keys present.
+
+    Raises:
+        ConfigError: A value its converter refuses (unless ``keep_going``).
+    """
+    declared = _declared(cls)
+    out: dict[str, object] = {}
+    for name in m if order is None else [n for n in order if n in m]:
+        convert, vnode = declared[name].metadata[_CONVERT], m[name][1]
+        sub = f"{key}.{name}" if key else name
+        if keep_going:
+            value = r.attempt(partial(convert, r, vnode, sub))
+            if value is not None:
+                out[name] = value
+        else:
+            out[name] = convert(r, vnode, sub)
+    return out
+
+
+def construct(cls: type[S], values: Mapping[str, object]) -> S:
+    """``cls(**values)``: the values come from the converters mypy checked against the
+    fields (:func:`setting`), so this one call needs no per-field check."""
+    return cls(**values)
+
+
+def build(
+    cls: type[S], r: NodeReader, node: yaml.Node, key: str, *, order: Sequence[str] | None = None
+) -> S:
+    """Read a section mapping into ``cls``: unknown and duplicate keys refused, each
+    :func:`required` key present, each value converted, defaults for the rest.
+
+    Args:
+        cls: The section dataclass.
+        r: The reader.
+        node: The section's mapping node.
+        key: The section's dotted key path.
+        order: As for :func:`read`; None checks the keys in file order.
+
+    Raises:
+        ConfigError: Not a mapping, an unknown or duplicate key, ``KEY.NAME: required
+            key missing``, or a value its converter refuses (the first, in ``order``).
+    """
+    m = r.mapping(node, key, keys(cls))
+    require(r, node, key, m, *(n for n, f in _declared(cls).items() if _is_required(f)))
+    return construct(cls, read(cls, r, m, key, order=order))
+
+
+def parser(
+    cls: type[S], key: str, *, order: Sequence[str] | None = None
+) -> Callable[[NodeReader, yaml.Node], S]:
+    """A section parser ``parse(reader, node)`` that :func:`build` s ``cls`` at ``key``."""
+    return lambda r, node: build(cls, r, node, key, order=order)
+
+
+def _is_required(f: dataclasses.Field[object]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def require(
+    r: NodeReader,
+    node: yaml.Node,
+    key: str,
+    m: Mapping[str, tuple[yaml.Node, yaml.Node]],
+    *names: str,
+) -> None:
+    """Refuse a mapping without one of ``names``: ``KEY.NAME: required key missing``."""
+    for name in names:
+        if name not in m:
+            raise r.err(node, f"{key}.{name}", "required key missing")

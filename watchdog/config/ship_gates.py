@@ -12,8 +12,17 @@ from functools import partial
 
 import yaml
 
-from watchdog.configbase import NodeReader
-from watchdog.weights.discover import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
+from watchdog.config import datatypes
+from watchdog.config.base import (
+    NodeReader,
+    construct,
+    keys,
+    read,
+    require,
+    required,
+    setting,
+)
+from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
 
 #: Name of the default quarantine folder, created inside the deploy directory so that a
 #: rename into it never crosses a file system (``rename(2)`` fails with ``EXDEV`` there).
@@ -27,16 +36,14 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     f"*{INDEX_SUFFIX}",
 )
 
-_KEYS = (
-    "name",
-    "deploy_dir",
-    "train_dir",
-    "stale_after_s",
-    "quarantine",
-    "quarantine_dir",
-    "patterns",
-    "settle_s",
-)
+_non_negative = datatypes.non_negative_s(too_low="must be >= 0, got {text}")
+
+
+def _patterns(r: NodeReader, node: yaml.Node, key: str) -> tuple[str, ...]:
+    patterns = datatypes.globs(r, node, key)
+    if not patterns:
+        raise r.err(node, key, "must name at least one glob")
+    return patterns
 
 
 @dataclass(frozen=True)
@@ -49,25 +56,25 @@ class ShipGate:
         train_dir: Absolute training output directory for the freshness rule, or None
             to skip it.
         stale_after_s: How long (seconds) the newest finite training output may wait
-            undeployed before ``deploy-stale`` opens. Default 24 h.
+            undeployed before ``deploy-stale`` opens. Default 24 h. Needs ``train_dir``.
         quarantine: Move non-finite files aside (atomic rename) instead of only alerting.
         quarantine_dir: Where quarantined files go; None means
             ``<deploy_dir>/.rogue-watchdog-quarantine``. Must be on the deploy
-            directory's file system.
+            directory's file system; needs ``quarantine: true``.
         patterns: File-name globs (case-insensitive) of files to verify; a glob
             containing ``/`` is matched against the path relative to ``deploy_dir``.
         settle_s: Minimum seconds between the two polls that must see a file's size
             and mtime unchanged before it is verified (0: any two consecutive ticks).
     """
 
-    name: str
-    deploy_dir: str
-    train_dir: str | None = None
-    stale_after_s: float = 86400.0
-    quarantine: bool = False
-    quarantine_dir: str | None = None
-    patterns: tuple[str, ...] = DEFAULT_PATTERNS
-    settle_s: float = 0.0
+    name: str = required(datatypes.text)
+    deploy_dir: str = required(datatypes.normalized_path)
+    train_dir: str | None = setting(None, datatypes.normalized_path)
+    stale_after_s: float = setting(86400.0, _non_negative)
+    quarantine: bool = setting(False, datatypes.boolean)
+    quarantine_dir: str | None = setting(None, datatypes.normalized_path)
+    patterns: tuple[str, ...] = setting(DEFAULT_PATTERNS, _patterns)
+    settle_s: float = setting(0.0, _non_negative)
 
     @property
     def quarantine_path(self) -> str:
@@ -75,56 +82,31 @@ class ShipGate:
         return self.quarantine_dir or os.path.join(self.deploy_dir, QUARANTINE_DIRNAME)
 
 
-def _absolute(r: NodeReader, node: yaml.Node, key: str) -> str:
-    path = r.string(node, key)
-    if not os.path.isabs(path):
-        raise r.err(node, key, f"must be an absolute path, got {path!r}")
-    return os.path.normpath(path)
-
-
-def _nonneg(r: NodeReader, node: yaml.Node, key: str) -> float:
-    value = r.number(node, key)
-    if value < 0:
-        raise r.err(node, key, f"must be >= 0, got {node.value}")
-    return value
-
-
 def _gate(r: NodeReader, item: yaml.Node, key: str) -> ShipGate:
-    m = r.mapping(item, key, _KEYS)
-    for required in ("name", "deploy_dir"):
-        if required not in m:
-            raise r.err(item, f"{key}.{required}", "required key missing")
-    vals: dict[str, object] = {
-        "name": r.string(m["name"][1], f"{key}.name"),
-        "deploy_dir": _absolute(r, m["deploy_dir"][1], f"{key}.deploy_dir"),
-    }
-    if "train_dir" in m:
-        vals["train_dir"] = _absolute(r, m["train_dir"][1], f"{key}.train_dir")
-    if "stale_after_s" in m:
-        if "train_dir" not in m:
-            raise r.err(m["stale_after_s"][0], f"{key}.stale_after_s", "needs train_dir beside it")
-        vals["stale_after_s"] = _nonneg(r, m["stale_after_s"][1], f"{key}.stale_after_s")
-    if "quarantine" in m:
-        vals["quarantine"] = r.boolean(m["quarantine"][1], f"{key}.quarantine")
-    if "quarantine_dir" in m:
-        if not vals.get("quarantine"):
-            raise r.err(
-                m["quarantine_dir"][0],
-                f"{key}.quarantine_dir",
-                "has no effect without 'quarantine: true'",
-            )
-        qdir = _absolute(r, m["quarantine_dir"][1], f"{key}.quarantine_dir")
-        if qdir == vals["deploy_dir"]:
-            raise r.err(m["quarantine_dir"][1], f"{key}.quarantine_dir", "must not be deploy_dir")
-        vals["quarantine_dir"] = qdir
-    if "patterns" in m:
-        patterns = r.globs(m["patterns"][1], f"{key}.patterns")
-        if not patterns:
-            raise r.err(m["patterns"][1], f"{key}.patterns", "must name at least one glob")
-        vals["patterns"] = patterns
-    if "settle_s" in m:
-        vals["settle_s"] = _nonneg(r, m["settle_s"][1], f"{key}.settle_s")
-    return ShipGate(**vals)  # type: ignore[arg-type]
+    m = r.mapping(item, key, keys(ShipGate))
+    require(r, item, key, m, "name", "deploy_dir")
+    vals: dict[str, object] = {}
+
+    def take(*names: str) -> None:
+        vals.update(read(ShipGate, r, m, key, order=names))
+
+    # Each cross-key check sits where it needs what it checks: the first error is the
+    # one the keys before it did not already raise.
+    take("name", "deploy_dir", "train_dir")
+    if "stale_after_s" in m and "train_dir" not in m:
+        raise r.err(m["stale_after_s"][0], f"{key}.stale_after_s", "needs train_dir beside it")
+    take("stale_after_s", "quarantine")
+    if "quarantine_dir" in m and not vals.get("quarantine"):
+        raise r.err(
+            m["quarantine_dir"][0],
+            f"{key}.quarantine_dir",
+            "has no effect without 'quarantine: true'",
+        )
+    take("quarantine_dir")
+    if "quarantine_dir" in vals and vals["quarantine_dir"] == vals["deploy_dir"]:
+        raise r.err(m["quarantine_dir"][1], f"{key}.quarantine_dir", "must not be deploy_dir")
+    take("patterns", "settle_s")
+    return construct(ShipGate, vals)
 
 
 def parse_ship_gates(r: NodeReader, node: yaml.Node) -> tuple[ShipGate, ...]:

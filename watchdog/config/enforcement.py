@@ -25,18 +25,28 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import yaml
 
-from watchdog.configbase import NodeReader, Regex
+from watchdog.config import datatypes
+from watchdog.config.base import (
+    NodeReader,
+    Regex,
+    build,
+    construct,
+    keys,
+    read,
+    required,
+    setting,
+)
+from watchdog.model import ORIGIN_KINDS
 
 Mode = Literal["observe", "terminate"]
-MODES: tuple[Mode, ...] = ("observe", "terminate")
-ORIGIN_KINDS = (
-    "cron", "systemd", "slurm", "container", "kubernetes", "shell", "at", "supervisor",
-    "orphan", "unknown",
-)  # fmt: skip
+MODES: tuple[Mode, ...] = get_args(Mode)
+MAX_GRACE_S = 3600.0
+
+_mode = datatypes.choice(MODES, "must be observe or terminate")
 
 
 @dataclass(frozen=True)
@@ -51,10 +61,10 @@ class Protect:
         text: The entry as written, for messages.
     """
 
-    cmdline: str | None = None
-    cmdline_regex: Regex | None = None
-    exe: str | None = None
-    user: str | None = None
+    cmdline: str | None = setting(None, datatypes.glob)
+    cmdline_regex: Regex | None = setting(None, datatypes.regex)
+    exe: str | None = setting(None, datatypes.glob)
+    user: str | None = setting(None, datatypes.user)
     text: str = ""
 
     def matches(self, cmdline: Sequence[str], exe: str | None, user: str | None) -> bool:
@@ -86,13 +96,13 @@ class EnforcementRule:
         auto_disable_source: Override of the default; None keeps it.
     """
 
-    name: str
-    cmdline: str | None = None
-    cmdline_regex: Regex | None = None
-    origin_kind: str | None = None
-    user: str | None = None
-    mode: Mode | None = None
-    auto_disable_source: bool | None = None
+    name: str = required(datatypes.text)
+    cmdline: str | None = setting(None, datatypes.glob)
+    cmdline_regex: Regex | None = setting(None, datatypes.regex)
+    origin_kind: str | None = setting(None, datatypes.text)
+    user: str | None = setting(None, datatypes.user)
+    mode: Mode | None = setting(None, _mode)
+    auto_disable_source: bool | None = setting(None, datatypes.boolean)
 
     def matches(self, cmdline: Sequence[str], origin_kind: str, user: str | None) -> bool:
         """True when every match field that is set matches the job."""
@@ -115,13 +125,43 @@ class Decision:
     rule: str | None
 
 
+def _protect(r: NodeReader, node: yaml.Node, key: str) -> Protect:
+    """A glob over the command line, or a mapping of match fields (at least one)."""
+    if isinstance(node, yaml.ScalarNode):
+        cmdline = datatypes.glob(r, node, key)
+        return Protect(cmdline=cmdline, text=cmdline)
+    m = r.mapping(node, key, keys(Protect))
+    if not m:
+        raise r.err(node, key, f"needs one of {', '.join(keys(Protect))}")
+    vals = read(Protect, r, m, key)
+    text = ", ".join(f"{k}={getattr(v, 'pattern', v)}" for k, v in vals.items())
+    return construct(Protect, {**vals, "text": text})
+
+
+def _rule(r: NodeReader, node: yaml.Node, key: str) -> EnforcementRule:
+    """A rule with a name, a match field and something to change."""
+    m = r.mapping(node, key, keys(EnforcementRule))
+    if "name" not in m:
+        raise r.err(node, key, "needs a name")
+    if not any(k in m for k in ("cmdline", "cmdline_regex", "origin_kind", "user")):
+        raise r.err(node, key, "needs at least one of cmdline, cmdline_regex, origin_kind, user")
+    if not any(k in m for k in ("mode", "auto_disable_source")):
+        raise r.err(node, key, "needs mode or auto_disable_source (else it changes nothing)")
+    rule = construct(EnforcementRule, read(EnforcementRule, r, m, key))
+    # Checked after every value was read, as the released parser did (same first error).
+    if rule.origin_kind is not None and rule.origin_kind not in ORIGIN_KINDS:
+        raise r.err(m["origin_kind"][1], f"{key}.origin_kind", f"one of {', '.join(ORIGIN_KINDS)}")
+    return rule
+
+
 @dataclass(frozen=True)
 class EnforcementSettings:
     """What the daemon may do about rogue jobs.
 
     Attributes:
         mode: ``observe`` (alert only) or ``terminate``.
-        grace_s: Seconds between SIGTERM and SIGKILL.
+        grace_s: Seconds between SIGTERM and SIGKILL (at most :data:`MAX_GRACE_S`: a
+            SIGKILL that never comes leaves the rogue running).
         protect: Processes never signalled, in any mode.
         rules: Per-job overrides, first match wins.
         auto_disable_source: In terminate mode, also disable the job's source.
@@ -134,15 +174,17 @@ class EnforcementSettings:
             ``<daemon.state_dir>/backups``.
     """
 
-    mode: Mode = "observe"
-    grace_s: float = 10.0
-    protect: tuple[Protect, ...] = ()
-    rules: tuple[EnforcementRule, ...] = ()
-    auto_disable_source: bool = False
-    quarantine_unknown_exe: bool = False
-    dry_run: bool = False
-    command_prefix: tuple[str, ...] = ()
-    backup_dir: str | None = None
+    mode: Mode = setting("observe", _mode)
+    grace_s: float = setting(
+        10.0, datatypes.non_negative_s(MAX_GRACE_S, too_low="must not be negative")
+    )
+    protect: tuple[Protect, ...] = setting((), datatypes.each_of(_protect))
+    rules: tuple[EnforcementRule, ...] = setting((), datatypes.each_of(_rule))
+    auto_disable_source: bool = setting(False, datatypes.boolean)
+    quarantine_unknown_exe: bool = setting(False, datatypes.boolean)
+    dry_run: bool = setting(False, datatypes.boolean)
+    command_prefix: tuple[str, ...] = setting((), datatypes.texts)
+    backup_dir: str | None = setting(None, datatypes.text)
 
     def decide(self, cmdline: Sequence[str], origin_kind: str, user: str | None) -> Decision:
         """The mode and source-disabling choice for one job (first matching rule wins)."""
@@ -158,101 +200,10 @@ class EnforcementSettings:
         return Decision(self.mode, self.auto_disable_source, None)
 
 
-_KEYS = (
-    "mode", "grace_s", "protect", "rules", "auto_disable_source", "quarantine_unknown_exe",
-    "dry_run", "command_prefix", "backup_dir",
-)  # fmt: skip
-_RULE_KEYS = (
-    "name", "cmdline", "cmdline_regex", "origin_kind", "user", "mode", "auto_disable_source",
-)  # fmt: skip
-_PROTECT_KEYS = ("cmdline", "cmdline_regex", "exe", "user")
-
-
-def _mode(r: NodeReader, node: yaml.Node, key: str) -> Mode:
-    mode = r.string(node, key)
-    if mode not in MODES:
-        raise r.err(node, key, "must be observe or terminate")
-    return mode
-
-
-def _protect(r: NodeReader, node: yaml.Node, key: str) -> Protect:
-    if isinstance(node, yaml.ScalarNode):
-        text = r.glob(node, key)
-        return Protect(cmdline=text, text=text)
-    m = r.mapping(node, key, _PROTECT_KEYS)
-    if not m:
-        raise r.err(node, key, f"needs one of {', '.join(_PROTECT_KEYS)}")
-    vals: dict[str, object] = {}
-    for name, (_, v) in m.items():
-        sub = f"{key}.{name}"
-        if name == "cmdline_regex":
-            vals[name] = r.regex(v, sub)
-        elif name == "user":
-            vals[name] = r.user(v, sub)
-        else:
-            vals[name] = r.glob(v, sub)
-    text = ", ".join(f"{k}={getattr(v, 'pattern', v)}" for k, v in vals.items())
-    return Protect(**vals, text=text)  # type: ignore[arg-type]
-
-
-def _rule(r: NodeReader, node: yaml.Node, key: str) -> EnforcementRule:
-    m = r.mapping(node, key, _RULE_KEYS)
-    if "name" not in m:
-        raise r.err(node, key, "needs a name")
-    if not any(k in m for k in ("cmdline", "cmdline_regex", "origin_kind", "user")):
-        raise r.err(node, key, "needs at least one of cmdline, cmdline_regex, origin_kind, user")
-    if not any(k in m for k in ("mode", "auto_disable_source")):
-        raise r.err(node, key, "needs mode or auto_disable_source (else it changes nothing)")
-    vals: dict[str, object] = {}
-    for name, (_, v) in m.items():
-        sub = f"{key}.{name}"
-        if name == "cmdline_regex":
-            vals[name] = r.regex(v, sub)
-        elif name == "mode":
-            vals[name] = _mode(r, v, sub)
-        elif name == "auto_disable_source":
-            vals[name] = r.boolean(v, sub)
-        elif name == "cmdline":
-            vals[name] = r.glob(v, sub)
-        elif name == "user":
-            vals[name] = r.user(v, sub)
-        else:
-            vals[name] = r.string(v, sub)
-    if "origin_kind" in vals and vals["origin_kind"] not in ORIGIN_KINDS:
-        raise r.err(m["origin_kind"][1], f"{key}.origin_kind", f"one of {', '.join(ORIGIN_KINDS)}")
-    return EnforcementRule(**vals)  # type: ignore[arg-type]
-
-
-MAX_GRACE_S = 3600.0
-
-
 def parse_enforcement(r: NodeReader, node: yaml.Node) -> EnforcementSettings:
     """Validate the ``enforcement:`` section.
 
     Raises:
         ConfigError: Unknown keys, wrong types, an invalid mode, regex or origin kind.
     """
-    m = r.mapping(node, "enforcement", _KEYS)
-    vals: dict[str, object] = {}
-    for name, (_, v) in m.items():
-        key = f"enforcement.{name}"
-        if name == "mode":
-            vals[name] = _mode(r, v, key)
-        elif name == "grace_s":
-            grace = r.number(v, key)
-            if grace < 0:
-                raise r.err(v, key, "must not be negative")
-            if grace > MAX_GRACE_S:  # a SIGKILL that never comes: the rogue keeps running
-                raise r.err(v, key, f"must be at most {MAX_GRACE_S:g} s, got {v.value}")
-            vals[name] = grace
-        elif name == "protect":
-            vals[name] = tuple(r.each(v, key, lambda item, sub: _protect(r, item, sub)))
-        elif name == "rules":
-            vals[name] = tuple(r.each(v, key, lambda item, sub: _rule(r, item, sub)))
-        elif name in ("auto_disable_source", "quarantine_unknown_exe", "dry_run"):
-            vals[name] = r.boolean(v, key)
-        elif name == "command_prefix":
-            vals[name] = r.strings(v, key)
-        else:
-            vals[name] = r.string(v, key)
-    return EnforcementSettings(**vals)  # type: ignore[arg-type]
+    return build(EnforcementSettings, r, node, "enforcement")
