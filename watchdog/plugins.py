@@ -17,7 +17,7 @@ from watchdog.state import FindingRecord
 
 class FindingSource(Protocol):
     """Something besides the process scan that produces findings each tick
-    (rogue services, the GPU queue, ship gates)."""
+    (the GPU queue, ship gates, remediations that did not hold)."""
 
     name: str
 
