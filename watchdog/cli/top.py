@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from watchdog.cli.common import configure_logging, resolve_config_path, socket_path
-from watchdog.render import gpu_lines, paint, printable, shorten_command, use_colour
+from watchdog.render import paint, printable, shorten_command, use_colour
 
 KEYS = "↑/↓ or j/k select  e explain  t terminate  d disable-source  r refresh  q quit"
 
@@ -84,6 +84,7 @@ def frame(
     doc: dict[str, Any], source: str, selected: int, width: int, colour: bool, note: str = ""
 ) -> list[str]:
     """The screen's lines for one refresh; the selected job is marked ``>``."""
+    from watchdog.daemon.status import status_gpu_lines
     from watchdog.model import finding_ref
 
     out = [
@@ -95,23 +96,7 @@ def frame(
         "",
     ]
     jobs = doc.get("jobs") or []
-    for g in doc.get("gpus") or []:
-        held = [
-            (str(j.get("verdict")), h.get("memory_bytes"))
-            for j in jobs
-            for h in j.get("gpus") or []
-            if h.get("uuid") == g.get("uuid")
-        ]
-        mig = f" MIG {g['mig_index']}" if g.get("mig_index") is not None else ""
-        out += gpu_lines(
-            f"{g.get('index')}{mig}",
-            str(g.get("name") or "-"),
-            g.get("memory_used_bytes"),
-            g.get("memory_total_bytes"),
-            str(g.get("uuid") or "-"),
-            held,
-            width,
-        )
+    out += status_gpu_lines(doc, width)
     if not doc.get("gpus"):
         nvml = doc.get("nvml") or {}
         out.append(printable(f"  no GPUs listed (NVML: {nvml.get('error') or 'none'})")[:width])

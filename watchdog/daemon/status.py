@@ -320,27 +320,7 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
     gpus = doc.get("gpus") or []
     jobs = doc.get("jobs") or []
     line(f"GPUs: {len(gpus)}")
-    for g in gpus:
-        mig = f" MIG {g['mig_index']}" if g.get("mig_index") is not None else ""
-        held: list[tuple[str, int | None]] | None = [
-            (str(j.get("verdict")), h.get("memory_bytes"))
-            for j in jobs
-            for h in j.get("gpus") or []
-            if h.get("uuid") == g.get("uuid")
-        ]
-        if any("gpus" not in j for j in jobs):
-            held = None  # an older daemon: which job is on which GPU is not known
-        out.extend(
-            gpu_lines(
-                f"{g.get('index')}{mig}",
-                str(g.get("name") or "-"),
-                g.get("memory_used_bytes"),
-                g.get("memory_total_bytes"),
-                str(g.get("uuid") or "-"),
-                held,
-                width,
-            )
-        )
+    out.extend(status_gpu_lines(doc, width))
     line(f"jobs: {len(jobs)}")
     for j in jobs:
         on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
@@ -382,3 +362,37 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
     else:
         line("degraded: none")
     return "\n".join(out)
+
+
+def status_gpu_lines(doc: dict[str, Any], width: int) -> list[str]:
+    """The GPU lines of a status document: each GPU (MIG instances too) with the memory
+    its sanctioned and unsanctioned jobs hold (``render.gpu_lines``), for ``status`` and
+    the live view alike.
+
+    Args:
+        doc: A status document (``build_status``), possibly from an older daemon whose
+            jobs do not say which GPU they are on: then the split is not shown.
+        width: Terminal columns.
+    """
+    jobs = doc.get("jobs") or []
+    out: list[str] = []
+    for g in doc.get("gpus") or []:
+        mig = f" MIG {g['mig_index']}" if g.get("mig_index") is not None else ""
+        held: list[tuple[str, int | None]] | None = [
+            (str(j.get("verdict")), h.get("memory_bytes"))
+            for j in jobs
+            for h in j.get("gpus") or []
+            if h.get("uuid") == g.get("uuid")
+        ]
+        if any("gpus" not in j for j in jobs):
+            held = None  # an older daemon: which job is on which GPU is not known
+        out += gpu_lines(
+            f"{g.get('index')}{mig}",
+            str(g.get("name") or "-"),
+            g.get("memory_used_bytes"),
+            g.get("memory_total_bytes"),
+            str(g.get("uuid") or "-"),
+            held,
+            width,
+        )
+    return out
