@@ -52,8 +52,10 @@ def _valid_files(d: Path) -> dict[str, bytes]:
     return out
 
 
-_TMP = Path(tempfile.mkdtemp(prefix="weights-fuzz-"))
-VALID = _valid_files(_TMP)
+# Built once at import (hypothesis draws from them); the files are read into bytes, so the
+# directory goes at once.
+with tempfile.TemporaryDirectory(prefix="weights-fuzz-") as _tmp:
+    VALID = _valid_files(Path(_tmp))
 NAMES = sorted(VALID)
 
 
