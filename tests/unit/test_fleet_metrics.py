@@ -246,6 +246,12 @@ def test_hidden_gpu_is_counted(daemon: Daemon, lib_dir: Path) -> None:
     [
         ("cron", {"file": "/etc/cron.d/retrain", "line": 7, "entry": "x"}, "/etc/cron.d/retrain:7"),
         ("systemd", {"unit": "nightly.service", "timer": "nightly.timer"}, "nightly.service"),
+        ("systemd", {"unit": "train@4242.service"}, "train@.service"),
+        ("systemd", {"unit": "t@gpu3-run17.service", "user": "ana", "uid": 1000}, "t@.service"),
+        ("systemd", {"unit": "run-u812.service"}, "run-*.service"),
+        ("systemd", {"unit": "run-r0a1b2c3d4e5f60718293a4b5c6d7e8f9.service"}, "run-*.service"),
+        ("systemd", {"unit": "run-p4242-i4243.service"}, "run-*.service"),
+        ("systemd", {"unit": "rerun-trainer.service"}, "rerun-trainer.service"),
         ("slurm", {"job_id": "4242", "job_name": "big", "account": "ml"}, "ml"),
         ("container", {"container_id": "ab" * 32, "image": "trainer:1"}, "trainer:1"),
         ("supervisor", {"program": "trainer"}, "trainer"),

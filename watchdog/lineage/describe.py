@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from watchdog.model import (
     AtOrigin,
     ContainerOrigin,
@@ -98,6 +100,24 @@ def next_run_of(origin: Origin) -> str | None:
 # Longest origin label kept (a unit or file name is host text of any length; a label
 # value that long would only be a way to grow a time-series database).
 MAX_ORIGIN_LABEL_CHARS = 120
+# Transient units systemd-run names for one run (``run-u812.service``, ``run-r0a1b...``,
+# ``run-p4242-i4243.service``): each run a new name, and nothing starts them again.
+_TRANSIENT_UNIT = re.compile(r"run-[a-z0-9-]+(\.[a-z]+)")
+
+
+def unit_label(unit: str) -> str:
+    """The name of what starts ``unit`` again, bounded however many instances run.
+
+    An instance of a template (``train@4242.service``) is labelled with its template
+    (``train@.service``: the one unit file every instance is started from, systemd.unit(5),
+    DESCRIPTION); a transient ``systemd-run`` unit with ``run-*.service`` (systemd-run(1):
+    a generated name per run). Any other unit is its own name.
+    """
+    name, at, rest = unit.partition("@")
+    if at:
+        return f"{name}@{rest[rest.rfind('.') :]}" if "." in rest else f"{name}@"
+    m = _TRANSIENT_UNIT.fullmatch(unit)
+    return f"run-*{m.group(1)}" if m else unit
 
 
 def origin_label(origin: Origin) -> str:
@@ -122,7 +142,7 @@ def origin_label(origin: Origin) -> str:
         if o.file:
             value = f"{o.file}:{o.line}"
     elif isinstance(o, SystemdOrigin):
-        value = o.unit
+        value = unit_label(o.unit) if o.unit else None
     elif isinstance(o, SlurmOrigin):
         value = o.account
     elif isinstance(o, ContainerOrigin):
