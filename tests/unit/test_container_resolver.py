@@ -172,6 +172,7 @@ def test_real_process_under_a_shim_named_binary(tmp_path: Path, spawned: Spawned
     for _ in range(100):
         table.refresh()
         kids = table.children(shim.pid)
+        table.watched.update(kids)  # bash's fork before its exec: read it again next time
         if kids and (p := table.get(kids[0])) and p.cmdline[-1:] == (str(train),):
             child = p
             break

@@ -167,6 +167,9 @@ def test_bash_c_under_a_service_is_not_a_shell(tmp_path: Path) -> None:
 
 
 def _wait_child(table: ProcessTable, pid: int) -> int:
+    # Watched: a PID seen before its exec (Popen's fork) keeps its inode, and only watched
+    # PIDs (or the rotating slice) get their stat line read again on a refresh.
+    table.watched.add(pid)
     for _ in range(100):
         table.refresh()
         p = table.get(pid)

@@ -34,7 +34,7 @@ from watchdog.actions.effects import Effects
 from watchdog.actions.guards import read_live
 from watchdog.actions.remedy import Remedy, target_from_job
 from watchdog.config import Config
-from watchdog.lineage.describe import describe_origin
+from watchdog.lineage.describe import describe_origin, stop_source_text
 from watchdog.model import Finding, Job, ScanResult
 from watchdog.plugins import TrackResult
 from watchdog.policy.signature import job_signature
@@ -206,8 +206,9 @@ class Enforcer:
             f"{job.root_pid} after rogue-watchdog {done}; spawned this time by "
             f"{describe_origin(job.origin)}"
         )
-        if job.origin.remediation:
-            message += f"; to stop that source: {job.origin.remediation}"
+        stop = stop_source_text(job.origin, job.root_pid)
+        if stop:
+            message += f"; to stop that source: {stop}"
         return Finding(
             kind="remediation-failed",
             severity="critical",

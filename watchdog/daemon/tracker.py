@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from watchdog.config.alerts import AlertSettings, SinkSettings
-from watchdog.lineage.describe import describe_origin, next_run_of
+from watchdog.lineage.describe import describe_origin, next_run_of, stop_source_text
 from watchdog.model import SEVERITIES, Finding, Job
 from watchdog.plugins import TrackResult
 from watchdog.policy.findings import gpus_text, name_finding_in_commands
@@ -266,8 +266,9 @@ class Tracker:
         )
         if nxt:
             message += f", next run {nxt}"
-        if job.origin.remediation:
-            message += f"; to stop the source: {job.origin.remediation}"
+        stop = stop_source_text(job.origin, job.root_pid)
+        if stop:
+            message += f"; to stop the source: {stop}"
         return Finding(
             kind="respawned",
             severity="high",
