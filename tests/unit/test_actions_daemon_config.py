@@ -17,7 +17,7 @@ import pytest
 import structlog
 
 from tests.conftest import REPO, Spawned, poll, run_cli
-from watchdog.cli import actions as actions_cli
+from watchdog.cli import common as cli_common
 from watchdog.cli import main
 
 
@@ -64,7 +64,7 @@ def test_terminate_by_finding_id_obeys_the_daemons_protect_list(
     config, sock = run_daemon(spawned, tmp_path, token)
     job = spawned.start([sys.executable, str(script)])
     fid = poll("the daemon's finding", lambda: open_finding(sock, job.pid), 30)
-    monkeypatch.setattr(actions_cli, "DAEMON_SOCKET", str(sock))
+    monkeypatch.setattr(cli_common, "DAEMON_SOCKET", str(sock))
     monkeypatch.chdir(tmp_path)  # no --config, and the default path does not matter
     capsys.readouterr()
     try:
@@ -86,7 +86,7 @@ def test_terminate_by_finding_id_obeys_the_daemons_protect_list(
 
 
 def test_without_a_daemon_the_default_path_is_used(tmp_path: Path) -> None:
-    answered, path = actions_cli.daemon_config_path(str(tmp_path / "none.sock"), timeout_s=0.2)
+    answered, path = cli_common.daemon_config_path(str(tmp_path / "none.sock"), timeout_s=0.2)
     assert (answered, path) == (False, None)
 
 
@@ -131,3 +131,54 @@ def _pid_of(script: Path) -> int | None:
             if str(script).encode() in args:
                 return int(name)
     return None
+
+
+def test_explain_judges_under_the_daemons_allowlist(
+    spawned: Spawned,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Before: `explain PID` without --config judged under the default path (none here):
+    # "not sanctioned: the allowlist is empty", and printed how to kill a job the daemon
+    # sanctions. Now it uses the running daemon's file, as the actions do.
+    token = f"sancjob{uuid.uuid4().hex[:8]}"
+    sock = tmp_path / "s.sock"
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "nvml: {enabled: false}\n"
+        f"training: {{launchers: ['{token}']}}\n"
+        f"daemon: {{state_dir: '{tmp_path}/state', socket: '{sock}', interval_s: 0.5}}\n"
+        f"sanctioned:\n  - name: pipeline\n    cmdline: '*{token}*'\n    origin: {{any: true}}\n"
+    )
+    with open(tmp_path / "out.log", "wb") as fh:
+        spawned.start(
+            [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
+            env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=fh, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    script = tmp_path / f"{token}.py"
+    script.write_text("import time\ntime.sleep(120)\n")
+    job = spawned.start([sys.executable, str(script)])
+
+    def daemon_sees_it() -> bool:
+        from watchdog.daemon.ipc import StatusError, query_status
+
+        try:
+            doc = query_status(str(sock), timeout_s=1)
+        except StatusError:
+            return False
+        return any(j.get("root_pid") == job.pid for j in doc.get("jobs") or [])
+
+    poll("the daemon's job", daemon_sees_it, 30)
+    monkeypatch.setattr(cli_common, "DAEMON_SOCKET", str(sock))
+    monkeypatch.chdir(tmp_path)  # no --config, and the default path does not matter
+    capsys.readouterr()
+    try:
+        code = main(["explain", str(job.pid)])
+    finally:
+        structlog.reset_defaults()
+    out, err = capsys.readouterr()
+    assert code == 0, (out, err)
+    assert f"rogue-watchdog: using the running daemon's configuration: {config}\n" in err
+    assert "1 process(es), verdict sanctioned\n" in out
+    assert "rogue-watchdog disable-source" not in out

@@ -35,7 +35,9 @@ common questions:
   are these weights finite?
       rogue-watchdog verify-weights model/
 
-Each command's --help has examples and its exit codes; `man rogue-watchdog` has them all.
+Each command's --help has examples and its exit codes; the man page has them all
+(`man rogue-watchdog` where the package is installed, `man -l man/rogue-watchdog.1` in a
+checkout).
 """
 
 

@@ -14,13 +14,11 @@ import argparse
 import json
 import os
 import re
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from watchdog.cli.common import CliError, config_parent, resolve_config_path
+from watchdog.cli.common import CliError, command_config_path, config_parent
 from watchdog.cli.help import command_help
-from watchdog.model import DEFAULT_SOCKET
 
 if TYPE_CHECKING:
     from watchdog.actions.remedy import JobTarget, Remedy
@@ -73,51 +71,11 @@ def _limit(text: str) -> int:
 
 
 #: Where the running daemon answers when no ``--config`` names another socket.
-DAEMON_SOCKET = DEFAULT_SOCKET
-
-
-def daemon_config_path(socket: str, timeout_s: float = 2.0) -> tuple[bool, str | None]:
-    """The configuration file the daemon answering at ``socket`` runs with.
-
-    A finding id comes from the daemon, and so must the rules that guard acting on it (the
-    protect list, the state directory): without ``--config`` an action uses the daemon's
-    file, not whatever the default path holds (or built-in defaults with no protect list).
-
-    Returns:
-        ``(True, path)`` when the daemon answered (``path`` None: it runs on built-in
-        defaults); ``(False, None)`` when no daemon answered there.
-    """
-    from watchdog.daemon.ipc import StatusError, query_status
-
-    try:
-        doc = query_status(socket, timeout_s=timeout_s)
-    except (StatusError, OSError):
-        return False, None
-    path = (doc.get("config") or {}).get("path")
-    return True, path if isinstance(path, str) and path else None
-
-
-def _config_path(args: argparse.Namespace) -> str | None:
-    from watchdog.render import printable
-
-    if args.config is not None:
-        return str(args.config)
-    answered, path = daemon_config_path(DAEMON_SOCKET)
-    if not answered:
-        return resolve_config_path(None)
-    shown = path if path is not None else "(built-in defaults)"
-    print(
-        printable(f"rogue-watchdog: using the running daemon's configuration: {shown}"),
-        file=sys.stderr,
-    )
-    return path
-
-
 def _setup(args: argparse.Namespace) -> tuple[Config, StateDB]:
     from watchdog.config import load_config
     from watchdog.state import StateDB, StateError
 
-    config = load_config(_config_path(args))
+    config = load_config(command_config_path(args.config))
     try:
         db = StateDB(args.state_dir or config.daemon.state_dir)
     except StateError as exc:

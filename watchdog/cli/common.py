@@ -3,7 +3,8 @@
 Subcommand modules (``watchdog.cli.actions``, ``.daemon``, ``.weights``, ``.slurm``,
 ``.fleet``, ``.top``) import this module and the layers below the CLI, never
 ``watchdog.cli`` itself nor each other, so the CLI has no import cycle. It imports only
-the standard library: ``--help`` and ``status`` must start fast.
+the standard library at import (the rest inside functions): ``--help`` and ``status``
+must start fast.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import TextIO
 # Here, not in watchdog.config: `--help` and `status` must not load the configuration
 # package (PyYAML, RE2, every section) just to print a default path.
 DEFAULT_CONFIG = "/etc/rogue-watchdog/config.yaml"
+# The socket asked for the running daemon's configuration; None: the default
+# (watchdog.model.DEFAULT_SOCKET). Tests point it at their own daemon.
+DAEMON_SOCKET: str | None = None
 
 
 class CliError(Exception):
@@ -25,16 +29,22 @@ class CliError(Exception):
     """
 
 
-def config_parent() -> argparse.ArgumentParser:
-    """A parent parser holding the one ``--config`` option every subcommand takes.
+def config_parent(*, daemon_first: bool = True) -> argparse.ArgumentParser:
+    """A parent parser holding the one ``--config`` option the subcommands take.
+
+    Args:
+        daemon_first: The command judges or acts, so without ``--config`` it runs with
+            the running daemon's configuration (:func:`command_config_path`); False for
+            ``run``, ``status`` and ``top``, which read the default file.
 
     Returns:
         A parser built with ``add_help=False``, for ``add_parser(..., parents=[...])``.
     """
+    default = f"{DEFAULT_CONFIG} if present"
+    if daemon_first:
+        default = f"the running daemon's, else {default}"
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument(
-        "--config", help=f"configuration file (default {DEFAULT_CONFIG} if present)"
-    )
+    parent.add_argument("--config", help=f"configuration file (default: {default})")
     return parent
 
 
@@ -42,6 +52,52 @@ def resolve_config_path(path: str | None) -> str | None:
     """The ``--config`` value, else the default file when it exists, else None."""
     if path is None and os.path.exists(DEFAULT_CONFIG):
         return DEFAULT_CONFIG
+    return path
+
+
+def daemon_config_path(socket: str, timeout_s: float = 2.0) -> tuple[bool, str | None]:
+    """The configuration file the daemon answering at ``socket`` runs with.
+
+    A finding id comes from the daemon, and so must the rules that guard acting on it (the
+    protect list, the state directory): without ``--config`` an action uses the daemon's
+    file, not whatever the default path holds (or built-in defaults with no protect list).
+
+    Returns:
+        ``(True, path)`` when the daemon answered (``path`` None: it runs on built-in
+        defaults); ``(False, None)`` when no daemon answered there.
+    """
+    from watchdog.daemon.ipc import StatusError, query_status
+
+    try:
+        doc = query_status(socket, timeout_s=timeout_s)
+    except (StatusError, OSError):
+        return False, None
+    path = (doc.get("config") or {}).get("path")
+    return True, path if isinstance(path, str) and path else None
+
+
+def command_config_path(config: str | None) -> str | None:
+    """The configuration a command that judges or acts runs with: ``--config``, else the
+    running daemon's (said on stderr), else the default file when it exists, else None.
+
+    Every verdict the daemon gave (``status``, finding ids) was reached under its file;
+    ``scan``, ``explain``, the actions and ``health-check`` must judge and guard under the
+    same allowlist and protect list, not under whatever the default path holds.
+    """
+    from watchdog.render import printable
+
+    if config is not None:
+        return config
+    from watchdog.model import DEFAULT_SOCKET
+
+    answered, path = daemon_config_path(DAEMON_SOCKET or DEFAULT_SOCKET)
+    if not answered:
+        return resolve_config_path(None)
+    shown = path if path is not None else "(built-in defaults)"
+    print(
+        printable(f"rogue-watchdog: using the running daemon's configuration: {shown}"),
+        file=sys.stderr,
+    )
     return path
 
 

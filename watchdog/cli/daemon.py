@@ -317,7 +317,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``run`` and ``status`` to the CLI."""
     p = sub.add_parser(
         "run",
-        parents=[config_parent()],
+        parents=[config_parent(daemon_first=False)],
         **command_help(
             "run the watchdog daemon (foreground unless --daemonize)",
             "The daemon: scan every daemon.interval_s, track findings in the state "
@@ -350,7 +350,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = sub.add_parser(
         "status",
-        parents=[config_parent()],
+        parents=[config_parent(daemon_first=False)],
         **command_help(
             "ask the running daemon what it sees",
             "What the running daemon sees now: its configuration, last scan, the GPUs with "
@@ -422,7 +422,7 @@ def register_top(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     """Add ``top`` (the live view) to the CLI."""
     p = sub.add_parser(
         "top",
-        parents=[config_parent()],
+        parents=[config_parent(daemon_first=False)],
         **command_help(
             "live view: GPUs, jobs and findings, with keys to act",
             "A live, refreshing view (also `status --watch`): the GPUs with the memory "

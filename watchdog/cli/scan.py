@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from watchdog.cli.common import DEFAULT_CONFIG, config_parent, emit, gpu_index, resolve_config_path
+from watchdog.cli.common import DEFAULT_CONFIG, command_config_path, config_parent, emit, gpu_index
 from watchdog.cli.help import command_help
 
 if TYPE_CHECKING:
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def _config(path: str | None) -> Config:
     from watchdog.config import load_config
 
-    return load_config(resolve_config_path(path))
+    return load_config(command_config_path(path))
 
 
 def config_line(path: str | None, config: Config) -> str:
@@ -40,7 +40,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     from watchdog.render import filter_gpu, gpu_view_note, result_json, result_table
     from watchdog.scan import Scanner
 
-    path = resolve_config_path(args.config)
+    path = command_config_path(args.config)
     config = load_config(path)
     result = Scanner(config).scan()
     result.findings.extend(one_shot_queue_findings(config))
@@ -177,8 +177,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "Scan this host once: every training job (NVML compute processes, device fds, "
             "launcher command lines), the GPU it is on and the memory it holds, its origin "
             "(cron line, systemd unit, Slurm job, container, shell...), its verdict against "
-            "the allowlist, and how to stop it. Without --config, "
-            f"{DEFAULT_CONFIG} is used when it exists; otherwise nothing is sanctioned.",
+            "the allowlist, and how to stop it. Without --config, the running daemon's "
+            f"configuration is used, else {DEFAULT_CONFIG} when it exists; otherwise "
+            "nothing is sanctioned.",
             [
                 "rogue-watchdog scan --gpu 3          # who is on GPU 3, and how to stop it",
                 "rogue-watchdog scan --config /etc/rogue-watchdog/config.yaml",

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from watchdog.cli.common import config_parent, emit, resolve_config_path
+from watchdog.cli.common import command_config_path, config_parent, emit
 from watchdog.cli.help import command_help
 
 
@@ -34,7 +34,7 @@ def cmd_health_check(args: argparse.Namespace) -> int:
             )
             return 2
         job_id = int(value)
-    config = load_config(resolve_config_path(args.config))
+    config = load_config(command_config_path(args.config))
     report = sweep(config, job_id=job_id, dry_run=args.dry_run)
     if args.json:
         emit(json.dumps(report_json(report), indent=2))
