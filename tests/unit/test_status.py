@@ -31,7 +31,7 @@ from watchdog.daemon.ipc import (
     query_status,
 )
 from watchdog.daemon.loop import Daemon
-from watchdog.daemon.status import build_status, exit_code, note_config, render_status
+from watchdog.daemon.status import build_status, exit_code, render_status
 
 
 def quiet_proc_root(tmp_path: Path) -> Path:
@@ -170,7 +170,6 @@ def test_checksum_in_force_survives_a_refused_reload(tmp_path: Path) -> None:
     good = sha16(path)
     d = Daemon(load_config(str(path)), str(path))
     try:
-        note_config(d)
         d.tick(time.time())
         doc = build_status(d)
         assert doc["config"] == {
@@ -184,15 +183,41 @@ def test_checksum_in_force_survives_a_refused_reload(tmp_path: Path) -> None:
         path.write_text(path.read_text() + "  interval_s: -1\n")
         broken = sha16(path)
         assert d.reload() is False
-        note_config(d)  # what the tick hook does
         doc = build_status(d)
         assert doc["config"]["checksum"] == good
         assert (doc["config"]["file_checksum"], doc["config"]["changed_on_disk"]) == (broken, True)
         path.write_text(path.read_text().replace("  interval_s: -1\n", "  interval_s: 2\n"))
         assert d.reload() is True
-        note_config(d)
         assert build_status(d)["config"]["checksum"] == sha16(path) != good
         assert build_status(d)["interval_s"] == 2.0
+    finally:
+        d.db.close()
+
+
+def test_a_refused_reload_follows_the_file(tmp_path: Path) -> None:
+    # Before: a refused reload stayed "failing and being retried" (status exit 1) after the
+    # file was put back, until the next SIGHUP; nothing retried.
+    path = config_file(tmp_path)
+    good_text = path.read_text()
+    d = Daemon(load_config(str(path)), str(path))
+    try:
+        path.write_text(good_text + "daemon: {}\n")  # a second daemon: key
+        assert d.reload() is False
+        d.tick(time.time())
+        doc = build_status(d)
+        assert list(doc["degraded"]) == ["config-reload"]
+        assert [f["kind"] for f in doc["findings"]] == ["component-degraded"]
+        assert exit_code(doc) == 1
+        path.write_text(good_text)  # the edit undone, no SIGHUP
+        d.tick(time.time() + 5)
+        doc = build_status(d)
+        assert (doc["degraded"], doc["config"]["changed_on_disk"]) == ({}, False)
+        assert exit_code(doc) == 0
+        path.write_text(good_text + "daemon: {}\n")
+        assert d.reload() is False
+        path.write_text(good_text + "  interval_s: 3\n")
+        d.tick(time.time() + 10)  # a new edit after the refusal: tried again, and taken
+        assert (build_status(d)["degraded"], d.config.daemon.interval_s) == ({}, 3.0)
     finally:
         d.db.close()
 

@@ -64,15 +64,13 @@ def extra_workers(daemon: Daemon) -> list[Worker]:
 
 
 def _restart_watch(daemon: Daemon) -> Any:
-    """Tick hook: stamp the config in force; warn when a reload changed start-only keys."""
+    """Tick hook: warn when a reload changed start-only keys."""
     from watchdog.config.daemon import DaemonSettings
-    from watchdog.daemon.status import note_config
 
     first: DaemonSettings = daemon.config.daemon
     seen: list[Config] = [daemon.config]
 
     def config_watch(_: TickSummary) -> None:
-        note_config(daemon)
         if daemon.config is seen[0]:
             return
         seen[0] = daemon.config
@@ -221,7 +219,7 @@ def _serve(config: Config, path: str | None) -> int:
     from watchdog.daemon.ipc import SocketInUseError, StatusServer
     from watchdog.daemon.loop import Daemon
     from watchdog.daemon.notify import Notifier
-    from watchdog.daemon.status import build_status, note_config
+    from watchdog.daemon.status import build_status
     from watchdog.state import StateError
 
     configure_logging()
@@ -230,7 +228,6 @@ def _serve(config: Config, path: str | None) -> int:
     except StateError as exc:
         print(f"rogue-watchdog: {exc}", file=sys.stderr)
         return 2
-    note_config(daemon)
     log_config_warnings(config)
     notifier = Notifier.from_env()
     settings = config.daemon

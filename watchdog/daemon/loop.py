@@ -19,7 +19,7 @@ from datetime import datetime
 
 import structlog
 
-from watchdog.config import Config, ConfigError, load_config
+from watchdog.config import Config, ConfigError, config_checksum, load_config
 from watchdog.daemon.tracker import Tracker, sink_accepts
 from watchdog.model import LOG_LEVELS, Finding, ScanResult
 from watchdog.plugins import Enforcer, FindingSource, TrackResult, Worker
@@ -89,8 +89,10 @@ class Daemon:
         self.started_at = time.time()
         self.last: TickSummary | None = None
         self.degraded: dict[str, str] = {}
-        # The configuration in force and its checksum (watchdog.daemon.status.note_config).
-        self.config_stamp: tuple[Config, str | None] | None = None
+        # The checksum of the configuration in force (status shows it beside the file's);
+        # after a refused reload, the checksum of the refused file.
+        self.config_in_force: str | None = config_checksum(config_path)
+        self._refused: str | None = None
         self.on_tick: list[Callable[[TickSummary], None]] = []
         self.on_reload: list[Callable[[Daemon], None]] = []
         self._stop = threading.Event()
@@ -182,6 +184,7 @@ class Daemon:
             The summary kept as :attr:`last`.
         """
         started = time.monotonic()
+        self._recheck_reload()
         result: ScanResult | None = None
         try:
             result = self.scanner.scan(datetime.fromtimestamp(now).astimezone())
@@ -265,15 +268,19 @@ class Daemon:
         Returns:
             True when the new configuration is in force.
         """
+        checksum = config_checksum(self.config_path)
         try:
             new = load_config(self.config_path)
         except ConfigError as exc:
             log.error("config-reload-refused", error=str(exc), kept=self.config_path)
-            # Open until a reload succeeds: the file on disk is not what is in force.
+            # Open while the refused file is on disk (_recheck_reload).
             self.degraded[RELOAD_COMPONENT] = f"refused, the previous one stays in force: {exc}"
+            self._refused = checksum
             return False
         self._ok(RELOAD_COMPONENT)
+        self._refused = None
         self.config = new
+        self.config_in_force = checksum
         old_scanner = self.scanner
         self.scanner = Scanner(new, fd_sweep_interval_s=new.daemon.fd_sweep_interval_s)
         self.scanner.keep_origins_of(old_scanner)  # a reload does not re-attribute
@@ -285,6 +292,20 @@ class Daemon:
                 self._failed(f"reload {getattr(hook, '__name__', hook)}", exc)
         log.info("config-reloaded", path=self.config_path)
         return True
+
+    def _recheck_reload(self) -> None:
+        """After a refused reload, follow the file: back to the configuration in force
+        (the edit was undone) clears ``config-reload``; any other change is tried again,
+        as the refused reload was asked for. Costs one read of the file per tick, only
+        while a reload stands refused."""
+        if RELOAD_COMPONENT not in self.degraded:
+            return
+        on_disk = config_checksum(self.config_path)
+        if on_disk is not None and on_disk == self.config_in_force:
+            self._refused = None
+            self._ok(RELOAD_COMPONENT)
+        elif on_disk != self._refused:
+            self.reload()
 
     def request_stop(self) -> None:
         """Ask :meth:`run_forever` to return after the current tick."""

@@ -30,24 +30,6 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 
 
-def note_config(daemon: Daemon) -> str | None:
-    """Record the checksum of ``daemon.config`` the first time this Config is seen.
-
-    Call it right after the configuration is loaded (start, and the tick hook after a
-    reload). The file on disk may differ later: a reload with a broken file is refused and
-    the old configuration stays in force, so ``status`` shows the checksum taken here.
-
-    Returns:
-        The checksum in force (``watchdog.config.config_checksum``), or None.
-    """
-    stamp = daemon.config_stamp
-    if stamp is not None and stamp[0] is daemon.config:
-        return stamp[1]
-    checksum = config_checksum(daemon.config_path)
-    daemon.config_stamp = (daemon.config, checksum)
-    return checksum
-
-
 def build_status(daemon: Daemon) -> dict[str, Any]:
     """Everything ``rogue-watchdog status`` shows, as plain JSON.
 
@@ -103,8 +85,7 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
 def _config_section(daemon: Daemon) -> dict[str, Any]:
     """``config``: path, checksum in force, checksum on disk now, and whether they differ."""
     on_disk = config_checksum(daemon.config_path)
-    stamp = daemon.config_stamp
-    in_force = stamp[1] if stamp is not None and stamp[0] is daemon.config else on_disk
+    in_force = daemon.config_in_force
     return {
         "path": daemon.config_path,
         "checksum": in_force,
