@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.hosttext import safe_json, safe_text
+from watchdog.model import UnreadableRecord
 
 # The schema is versioned with ``PRAGMA user_version``: MIGRATIONS[i] upgrades version i
 # to i + 1, in order, each in one transaction. Never edit a released entry; append one.
@@ -241,7 +242,7 @@ class JobRecord:
     summary: str
     user: str | None
     verdict: str
-    origin: dict[str, Any]
+    origin: dict[str, Any] | UnreadableRecord
     first_seen: float
     last_seen: float
     root_pid: int
@@ -307,28 +308,52 @@ class ActionRecord:
     undone_at: float | None
 
 
+def _loads(text: str | None, kind: type | tuple[type, ...], unreadable: Any) -> Any:
+    """A JSON column read back: its value when it parses to ``kind``, else ``unreadable``
+    (a damaged or hand-edited database must not crash a listing or hide its other rows).
+
+    ``unreadable`` may be a callable taking the reason, e.g. :class:`UnreadableRecord`.
+    """
+    try:
+        value = json.loads(text) if text is not None else None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
+        reason = str(exc) or type(exc).__name__
+    else:
+        if isinstance(value, kind):
+            return value
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        reason = f"not a JSON {' or '.join(k.__name__ for k in kinds)}"
+    return unreadable(reason) if callable(unreadable) else unreadable
+
+
+def _details(text: str | None) -> dict[str, Any]:
+    value: dict[str, Any] = _loads(text, dict, lambda reason: {"unreadable": reason})
+    return value
+
+
 def _job(row: sqlite3.Row) -> JobRecord:
     return JobRecord(
         row["signature"], row["summary"], row["user"], row["verdict"],
-        json.loads(row["origin_json"]), row["first_seen"], row["last_seen"], row["root_pid"],
-        row["start_ticks"], json.loads(row["pids_json"]), row["gone_at"], row["sightings"],
+        _loads(row["origin_json"], dict, UnreadableRecord), row["first_seen"], row["last_seen"],
+        row["root_pid"], row["start_ticks"], _loads(row["pids_json"], list, []), row["gone_at"],
+        row["sightings"],
     )  # fmt: skip
 
 
 def _finding(row: sqlite3.Row) -> FindingRecord:
     return FindingRecord(
         row["id"], row["fingerprint"], row["kind"], row["severity"], row["message"],
-        row["root_pid"], json.loads(row["details_json"]), row["opened_at"], row["last_seen"],
+        row["root_pid"], _details(row["details_json"]), row["opened_at"], row["last_seen"],
         row["seen_count"], row["resolved_at"], row["last_alert_at"], row["instances"],
         row["alerted_instances"],
-        json.loads(row["alerted_pids_json"]) if row["alerted_pids_json"] else None,
+        _loads(row["alerted_pids_json"], list, None) if row["alerted_pids_json"] else None,
     )  # fmt: skip
 
 
 def delivery_row(row: sqlite3.Row) -> Delivery:
     """A ``deliveries`` row (``SELECT *``) as a :class:`Delivery`."""
     return Delivery(
-        row["id"], row["finding_id"], row["sink"], row["event"], json.loads(row["payload_json"]),
+        row["id"], row["finding_id"], row["sink"], row["event"], _details(row["payload_json"]),
         row["created_at"], row["attempts"], row["next_attempt_at"], row["delivered_at"],
         row["last_error"], row["dead_at"],
     )  # fmt: skip
@@ -342,7 +367,10 @@ def _action(row: sqlite3.Row) -> ActionRecord:
     return ActionRecord(
         row["id"], row["created_at"], row["actor"], row["kind"], row["target"],
         row["finding_id"], row["signature"], bool(row["dry_run"]), row["outcome"],
-        json.loads(row["details_json"]), json.loads(undo) if undo else None, row["undone_at"],
+        _details(row["details_json"]),
+        # Unreadable: a dict without ops, which undo refuses ("not a list of ops").
+        _loads(undo, (list, dict), lambda reason: {"unreadable": reason}) if undo else None,
+        row["undone_at"],
     )  # fmt: skip
 
 

@@ -138,6 +138,7 @@ def test_parse_env_line(line: str, expected: tuple[str, str] | None) -> None:
         (".placeholder", False),
         ("foo.bak", False),
         ("a b", False),
+        ("job\n", False),  # once passed: `$` also matches before a final newline
     ],
 )
 def test_cron_d_names(name: str, ok: bool) -> None:

@@ -18,6 +18,7 @@ from tests.conftest import Spawned
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.status import build_status, render_status
+from watchdog.model import Origin, UnreadableOrigin
 from watchdog.state import (
     LOCK_NAME,
     SCHEMA_VERSION,
@@ -303,3 +304,34 @@ def test_a_second_daemon_on_the_recreated_directory_is_not_written_to(
         os.close(other)
     d.tick(1_000_015.0)  # the other one is gone: this daemon takes the directory back
     assert "state" not in d.degraded and (state / "state.db").exists()
+
+
+def test_damaged_json_columns_read_back_as_unreadable_not_a_crash(tmp_path: Path) -> None:
+    # Before: one row with damaged JSON (hand-edited, or nesting deep enough for a
+    # RecursionError) raised from `actions`, hid every other row, and crashed `terminate`.
+    db = StateDB(tmp_path / "state")
+    good = db.record_action("alice", "terminate", "PID 7", "ok", {"n": 1}, 1.0, undo=[])
+    bad = db.record_action("alice", "disable-source", "x", "ok", {}, 2.0, undo=[])
+    deep = "[" * 100_000 + "]" * 100_000
+    db.conn.execute(
+        "UPDATE actions SET details_json = ?, undo_json = ? WHERE id = ?", ("{not json", deep, bad)
+    )
+    db.conn.execute(
+        "INSERT INTO jobs(signature, summary, user, verdict, origin_json, first_seen,"
+        " last_seen, root_pid, start_ticks, pids_json, gone_at, sightings)"
+        " VALUES ('sig', 's', 'u', 'rogue', ?, 0, 0, 1, 1, '[1', NULL, 1)",
+        ("[" * 100_000,),
+    )
+    db.conn.commit()
+    recs = {r.id: r for r in db.actions()}
+    assert recs[good].details == {"n": 1}
+    assert recs[bad].details == {"unreadable": "Expecting property name enclosed in double "
+                                 "quotes: line 1 column 2 (char 1)"}  # fmt: skip
+    assert recs[bad].undo == {"unreadable": "maximum recursion depth exceeded while decoding "
+                              "a JSON array from a unicode string"}  # fmt: skip
+    job = db.job("sig")
+    assert job is not None and job.pids == []
+    origin = Origin.from_json(job.origin)
+    assert isinstance(origin, UnreadableOrigin)
+    assert origin.evidence[0].startswith("the recorded origin is unreadable: maximum recursion")
+    db.close()

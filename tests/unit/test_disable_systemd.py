@@ -184,3 +184,15 @@ def test_transient_unit_is_stopped_and_undo_records_nothing_impossible() -> None
         "(run-u7.service is a transient unit: once stopped it is gone, and undo cannot start "
         "it again; it is recorded without enable or start)"
     )
+
+
+def test_recorded_user_unit_flag_is_honoured() -> None:
+    # Before: from_json overwrote an explicit "user_unit": true with "has user/uid keys"
+    # (false here), and disable-source planned `systemctl disable --now` on the system
+    # manager's unit of that name.
+    fx = RecordingEffects()
+    origin = Origin.from_json({"kind": "systemd", "unit": "rw-adv.service", "user_unit": True})
+    assert isinstance(origin, SystemdOrigin) and origin.user_unit
+    p = plan_disable(origin, reason="r", now=0.0, backup_dir="/nonexistent", effects=fx)
+    assert p.refused == "user units are not disabled automatically"
+    assert fx.calls == []

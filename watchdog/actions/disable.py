@@ -44,7 +44,7 @@ from watchdog.actions.effects import Effects
 from watchdog.lineage.base import is_interpreter
 from watchdog.lineage.cronfiles import MAX_CRONTAB_BYTES
 from watchdog.lineage.unitfile import MAX_UNIT_FILE_BYTES
-from watchdog.model import CronOrigin, Origin, SystemdOrigin
+from watchdog.model import CronOrigin, Origin, SystemdOrigin, UnreadableOrigin
 from watchdog.safeio import unread_reason
 
 MARKER = "rogue-watchdog"
@@ -184,6 +184,8 @@ def plan_disable(
         return _plan_cron(origin, reason, now, backup_dir, spool_dirs)
     if isinstance(origin, SystemdOrigin):
         return _plan_systemd(origin, effects, backup_dir, now)
+    if isinstance(origin, UnreadableOrigin):
+        return DisablePlan("none", "-", refused="; ".join(origin.evidence))
     if kind in ("orphan", "unknown"):
         if not quarantine_unknown_exe:
             return DisablePlan(
@@ -428,7 +430,8 @@ def _plan_systemd(
         return DisablePlan(
             "none",
             unit,
-            refused=f"user units are not disabled automatically; run: {origin.remediation}",
+            refused="user units are not disabled automatically"
+            + (f"; run: {origin.remediation}" if origin.remediation else ""),
         )
     restart = origin.restart or "no"
     info = _show(effects, unit, "FragmentPath", "Transient", "TriggeredBy")

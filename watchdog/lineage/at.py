@@ -19,7 +19,7 @@ from watchdog import safeio
 from watchdog.lineage.base import ResolveContext, exe_name
 from watchdog.model import AtOrigin, Origin, Proc
 
-_JOB_NAME = re.compile(r"^([A-Za-z=])([0-9a-f]{5})([0-9a-f]{8})$")
+_JOB_NAME = re.compile(r"([A-Za-z=])([0-9a-f]{5})([0-9a-f]{8})")
 _MAX_JOB_BYTES = 1 << 20
 
 
@@ -33,7 +33,7 @@ def parse_job_name(name: str) -> tuple[str, int, datetime] | None:
         ``(queue letter, job number, scheduled time in UTC)``, or None when the name is
         not an at job file. Source: at 3.x ``at.c`` (``"%c%5lx%8lx"``).
     """
-    m = _JOB_NAME.match(name.removesuffix(" (deleted)"))
+    m = _JOB_NAME.fullmatch(name.removesuffix(" (deleted)"))
     if m is None:
         return None
     when = datetime.fromtimestamp(int(m.group(3), 16) * 60, UTC)

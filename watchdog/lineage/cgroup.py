@@ -42,10 +42,10 @@ _CONTAINER_SCOPE = re.compile(rf"^(?:docker|libpod|cri-containerd|crio)-({_HEX64
 _CONTAINER_LEAF = re.compile(rf"^(?:libpod-)?({_HEX64})$")
 # systemd driver: kubepods[-QOS]-pod<uid_>.slice; kind nests it under kubelet.slice with a
 # ``kubelet-`` prefix on every level (kubelet-kubepods-burstable-pod<uid_>.slice).
-_POD_SLICE = re.compile(r"^(?:kubelet-)?kubepods(?:-[a-z]+)?-pod([0-9a-f_]{36})\.slice$")
-_POD_DIR = re.compile(r"^pod([0-9a-f-]{36})$")
-_SLURM_UID = re.compile(r"^uid_(\d+)$")
-_SLURM_JOB = re.compile(r"^job_(\d+)$")
+_POD_SLICE = re.compile(r"(?:kubelet-)?kubepods(?:-[a-z]+)?-pod([0-9a-f_]{36})\.slice")
+_POD_DIR = re.compile(r"pod([0-9a-f-]{36})")
+_SLURM_UID = re.compile(r"uid_(\d+)")
+_SLURM_JOB = re.compile(r"job_(\d+)")
 
 
 @dataclass(frozen=True)
@@ -258,11 +258,11 @@ def _container(path: str) -> tuple[str | None, str | None]:
     cid: str | None = None
     pod: str | None = None
     for comp in _components(path):
-        m = _POD_SLICE.match(comp)
+        m = _POD_SLICE.fullmatch(comp)
         if m:
             pod = m.group(1).replace("_", "-")
             continue
-        m = _POD_DIR.match(comp)
+        m = _POD_DIR.fullmatch(comp)
         if m:
             pod = m.group(1)
             continue
@@ -281,16 +281,16 @@ def _slurm(path: str) -> tuple[int | None, int | None]:
         if i == 0 and (comp == "slurm" or comp.startswith("slurm_")):
             uid = job = None
             for sub in parts[i + 1 : i + 3]:
-                if m := _SLURM_UID.match(sub):
+                if m := _SLURM_UID.fullmatch(sub):
                     uid = int(m.group(1))
-                elif m := _SLURM_JOB.match(sub):
+                elif m := _SLURM_JOB.fullmatch(sub):
                     job = int(m.group(1))
             if job is not None:
                 return job, uid
         # v2 cgroup/v2 plugin: /system.slice/slurmstepd.scope/job_N/step_X/...
         stepd_scope = comp == "slurmstepd.scope" or comp.endswith("_slurmstepd.scope")
         if i == 1 and parts[0] == "system.slice" and stepd_scope and i + 1 < len(parts):
-            m = _SLURM_JOB.match(parts[i + 1])
+            m = _SLURM_JOB.fullmatch(parts[i + 1])
             if m:
                 return int(m.group(1)), None
     return None, None

@@ -44,11 +44,11 @@ REBOOT_NEXT_RUN = "when cron starts"
 
 # cron(8), DEBIAN SPECIFIC: /etc/cron.d file names must match run-parts(8)'s default
 # naming rule, so no dots (which skips *.dpkg-old, *.bak...) and no ~ backups.
-_CRON_D_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_CRON_D_NAME = re.compile(r"[A-Za-z0-9_-]+")
 # env.c: NAME (optionally quoted), optional blanks, '=', value.
 _ENV_LINE = re.compile(r"""^\s*("[^"]*"|'[^']*'|[^\s=]+)\s*=\s*(.*?)\s*$""")
 # Characters Vixie cron accepts in a time field: numbers, 3-letter names, * , - /
-_FIELD_CHARS = re.compile(r"^[0-9A-Za-z*,/-]+$")
+_FIELD_CHARS = re.compile(r"[0-9A-Za-z*,/-]+")
 _NAME_TOKEN = re.compile(r"[A-Za-z]+")
 _MONTH_NAMES = frozenset(
     ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
@@ -130,7 +130,7 @@ def cron_d_name_ok(name: str) -> bool:
     underscores and hyphens (run-parts(8) naming), so ``foo.dpkg-old``, ``foo.bak``,
     ``foo~`` and ``.placeholder`` are ignored.
     """
-    return bool(_CRON_D_NAME.match(name))
+    return bool(_CRON_D_NAME.fullmatch(name))
 
 
 def split_percent(command: str) -> tuple[str, str | None]:
@@ -212,7 +212,7 @@ def check_fields(fields: list[str]) -> str | None:
         knows them; names are three-letter month/day names only.
     """
     for pos, text in enumerate(fields):
-        if not _FIELD_CHARS.match(text):
+        if not _FIELD_CHARS.fullmatch(text):
             return f"bad character in field {pos + 1} {text!r}"
         for name in _NAME_TOKEN.findall(text):
             allowed = _MONTH_NAMES if pos == 3 else _DAY_NAMES if pos == 4 else frozenset()

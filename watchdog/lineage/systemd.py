@@ -90,7 +90,7 @@ SHOW_TIMER = (
     "NextElapseUSecRealtime",
 )
 _CMD_TIMEOUT_S = 5.0
-_TS = re.compile(r"^(?:[A-Za-z]{3} )?(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?: (\S+))?$")
+_TS = re.compile(r"(?:[A-Za-z]{3} )?(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?: (\S+))?")
 _SPAN_UNITS = {
     "us": 1e-6,
     "ms": 1e-3,
@@ -135,7 +135,7 @@ def parse_timestamp(text: str, now: datetime) -> datetime | None:
     Returns:
         A timezone-aware datetime, or None.
     """
-    m = _TS.match(text.strip())
+    m = _TS.fullmatch(text.strip())
     if not m:
         return None
     naive = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")

@@ -40,7 +40,7 @@ class ActionResult(Protocol):
 
 # Runs one state-changing command; ``Effects.run`` of watchdog.actions.effects fits.
 ActionRunner = Callable[[Sequence[str]], ActionResult | None]
-_JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
+_JOB_ID = re.compile(r"\d+(?:_\d+)?")
 ACTOR = "queue"
 
 
@@ -120,7 +120,7 @@ class QueueEnforcer:
         return out
 
     def _candidate(self, entry: QueueEntry, key: tuple[str, str], now: float) -> bool:
-        if entry.queue != "slurm" or not _JOB_ID.match(entry.job_id) or key in self.done:
+        if entry.queue != "slurm" or not _JOB_ID.fullmatch(entry.job_id) or key in self.done:
             return False
         failed = self._failed_at.get(key)
         if failed is not None and now - failed < self.retry_s:

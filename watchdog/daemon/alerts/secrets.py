@@ -141,7 +141,7 @@ def redact(text: str, url: str | None = None) -> str:
 
 
 # systemd.exec(5) EnvironmentFile=: KEY=VALUE lines; # and ; start comments.
-_ENV_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+_ENV_ASSIGN = re.compile(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*")
 
 
 def read_env_file(path: str) -> dict[str, str]:
@@ -159,7 +159,7 @@ def read_env_file(path: str) -> dict[str, str]:
     for line in text.splitlines():
         if line.lstrip().startswith(("#", ";")):
             continue
-        m = _ENV_ASSIGN.match(line)
+        m = _ENV_ASSIGN.fullmatch(line)
         if m:
             value = m.group(2)
             if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
