@@ -129,3 +129,39 @@ def test_output_failures_exit_2_and_a_closed_pipe_keeps_the_code(
         capture_output=True, env=env, check=False,
     )  # fmt: skip
     assert piped.stdout.strip() == b"1"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["verify-weights", "{npy}"],
+        ["verify-weights", "--json", "{npy}"],
+        ["actions", "--config", "{cfg}"],
+        ["actions", "--json", "--config", "{cfg}"],
+        ["status", "--json", "--socket", "{sock}"],
+    ],
+)
+def test_every_report_fails_loudly_when_stdout_cannot_take_it(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    # Before: a traceback (OSError: No space left on device) and exit 1 on /dev/full, and
+    # exit 0 with no word at all when stdout was closed.
+    import numpy as np
+
+    np.save(tmp_path / "w.npy", np.ones(4, np.float32))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
+    fill = {"npy": str(tmp_path / "w.npy"), "cfg": str(cfg), "sock": str(tmp_path / "no.sock")}
+    cmd = [sys.executable, "-m", "watchdog", *(a.format(**fill) for a in argv)]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, env=env, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.endswith(
+        b"rogue-watchdog: cannot write the output: No space left on device\n"
+    )
+    closed = subprocess.run(
+        ["/bin/sh", "-c", '"$@" >&-', "sh", *cmd], capture_output=True, env=env, check=False
+    )
+    assert closed.returncode == 2, closed.stderr
+    assert closed.stderr.endswith(b"rogue-watchdog: standard output is closed\n")

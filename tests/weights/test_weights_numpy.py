@@ -162,4 +162,18 @@ def test_header_longer_than_the_file_is_truncated(tmp_path: Path) -> None:
     (tmp_path / "t.npy").write_bytes(raw[:8] + (1 << 30).to_bytes(4, "little") + raw[12:])
     f = one(tmp_path / "t.npy")
     assert f.status is Status.NOT_VERIFIED
-    assert (f.error or "").startswith("bad .npy header: EOF: reading array header, expected")
+    # Before: "bad .npy header: EOF: reading array header, expected 1073741824 bytes got 58"
+    assert f.error == "oversized .npy header (1073741824 bytes, limit 1048576)"
+    (tmp_path / "t.npy").write_bytes(raw[:8] + (200).to_bytes(4, "little") + raw[12:])
+    f = one(tmp_path / "t.npy")
+    assert f.status is Status.NOT_VERIFIED
+    assert f.error == f"truncated .npy header (200 bytes announced, {len(raw) - 12} present)"
+
+
+def test_header_nested_too_deeply_says_so(tmp_path: Path) -> None:
+    # Before: "bad .npy header: " and nothing more (the parser's MemoryError is silent).
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (" + b"-" * 500_000 + b"1,), }"
+    (tmp_path / "t.npy").write_bytes(_npy((2, 0), header, b""))
+    f = one(tmp_path / "t.npy")
+    assert f.status is Status.NOT_VERIFIED
+    assert f.error == "bad .npy header: nested too deeply to read"

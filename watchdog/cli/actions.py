@@ -17,7 +17,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from watchdog.cli.common import CliError, command_config_path, config_parent
+from watchdog.cli.common import CliError, command_config_path, config_parent, emit
 from watchdog.cli.help import command_help
 
 if TYPE_CHECKING:
@@ -212,7 +212,7 @@ def _remedy(config: Config, db: StateDB, jobs: list[Job]) -> Remedy:
 def _out(line: str) -> None:
     from watchdog.render import printable
 
-    print(printable(line))
+    emit(printable(line))
 
 
 def _action_ref(action_id: int) -> str:
@@ -382,12 +382,15 @@ def cmd_actions(args: argparse.Namespace) -> int:
     _config, db = _setup(args)
     recs = db.actions(limit=args.limit)
     if args.json:
-        print(json.dumps([action_json(r) for r in recs], indent=2))
+        emit(json.dumps([action_json(r) for r in recs], indent=2))
         return 0
+    if not recs:
+        _out(f"no actions recorded in {db.path}")
     for r in recs:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at))
         flags = (" [dry-run]" if r.dry_run else "") + (" [undone]" if r.undone_at else "")
-        undo = " (undo available)" if r.undo and not r.undone_at else ""
+        unreadable = isinstance(r.undo, dict) and "unreadable" in r.undo
+        undo = " (undo available)" if r.undo and not r.undone_at and not unreadable else ""
         _out(f"{r.id:>5} {when} {r.actor:<14} {r.kind:<15} {r.outcome:<9} {r.target}{flags}{undo}")
     return 0
 

@@ -170,8 +170,10 @@ def socket_path(args: argparse.Namespace) -> str:
         error = exc
     try:
         # The safe reader again: a FIFO or device given as --config must not block here.
-        raw = yaml.safe_load(read_regular(path, MAX_CONFIG_BYTES).decode("utf-8", "replace"))
-    except (OSError, yaml.YAMLError):
+        # Strict UTF-8: a socket path read through replacement characters is not the
+        # daemon's. RecursionError: nesting the parser refuses to follow.
+        raw = yaml.safe_load(read_regular(path, MAX_CONFIG_BYTES).decode("utf-8"))
+    except (OSError, ValueError, yaml.YAMLError, RecursionError):
         raise CliError(f"cannot read daemon.socket from the configuration: {error}") from None
     try:
         value = raw["daemon"]["socket"]

@@ -19,6 +19,7 @@ from watchdog.cli.common import (
     CliError,
     config_parent,
     configure_logging,
+    emit,
     gpu_index,
     seconds,
     socket_path,
@@ -296,7 +297,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
         if args.json:
             state = "not-running" if exc.exit_code == 3 else "unknown"
-            print(json.dumps({"state": state, "socket": path, "error": str(exc)}))
+            emit(json.dumps({"state": state, "socket": path, "error": str(exc)}))
         print(f"rogue-watchdog: {message}", file=sys.stderr)
         return exc.exit_code
     from watchdog.daemon.status import exit_code, filter_gpu, render_status
@@ -304,9 +305,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.gpu is not None:
         doc = filter_gpu(doc, args.gpu)
     if args.json:
-        print(json.dumps(doc, indent=2, sort_keys=True))
+        emit(json.dumps(doc, indent=2, sort_keys=True))
     else:
-        print(render_status(doc))
+        emit(render_status(doc))
     return exit_code(doc)
 
 

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from watchdog.cli.common import emit
 from watchdog.cli.help import command_help
 from watchdog.fleet import DEFAULT_STALE_AFTER_S
 
@@ -28,9 +29,9 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         print(f"rogue-watchdog: {exc}", file=sys.stderr)
         return 4
     if args.json:
-        print(json.dumps(picture_json(pic), indent=2, sort_keys=True))
+        emit(json.dumps(picture_json(pic), indent=2, sort_keys=True))
     else:
-        print(picture_text(pic))
+        emit(picture_text(pic))
     return pic.exit_code()
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from watchdog.cli.common import emit
 from watchdog.cli.help import command_help
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         report = verify(paths, progress=bar.update if bar else None)
         if bar is not None:
             bar.close()  # end the bar's line before the report
-        print(report.to_json() if args.json else report.render_text())
+        emit(report.to_json() if args.json else report.render_text())
         return report.exit_code
 
     return _run_with_bar(paths, not args.no_progress, body)

@@ -84,6 +84,18 @@ def parse_header(head: bytes) -> NpyHeader:
     else:
         # np.load accepts these three versions only (numpy.lib.format._check_version).
         raise NotVerifiedError(f"unsupported .npy version {version[0]}.{version[1]}")
+    size_format = "<H" if version == (1, 0) else "<I"
+    start = 8 + struct.calcsize(size_format)
+    if len(head) >= start:
+        (hlen,) = struct.unpack(size_format, head[8:start])
+        if hlen > MAX_HEADER_BYTES:
+            raise NotVerifiedError(
+                f"oversized .npy header ({hlen} bytes, limit {MAX_HEADER_BYTES})"
+            )
+        if len(head) < start + hlen:
+            raise NotVerifiedError(
+                f"truncated .npy header ({hlen} bytes announced, {len(head) - start} present)"
+            )
     if version == (3, 0):
         # numpy (1.24 to 2.x) has no public reader for 3.0. It differs from 2.0 only in
         # decoding the header as UTF-8 instead of Latin-1, which numpy writes only for
@@ -106,8 +118,11 @@ def parse_header(head: bytes) -> NpyHeader:
         RecursionError,
         tokenize.TokenError,
     ) as exc:
-        # numpy's messages quote the whole header: keep the first line, shortened.
-        why = str(exc).split("\n", 1)[0]
+        # numpy's messages quote the whole header: keep the first line, shortened; say
+        # what failed when the parser says nothing (deep nesting exhausts its stack).
+        why = str(exc).split("\n", 1)[0] or type(exc).__name__
+        if isinstance(exc, RecursionError | MemoryError):
+            why = "nested too deeply to read"
         raise NotVerifiedError(f"bad .npy header: {why[:200]}") from exc
     # numpy accepts bools and negative sizes in the shape; no array has them.
     if not all(not isinstance(x, bool) and x >= 0 for x in shape):
