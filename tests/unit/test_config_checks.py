@@ -383,3 +383,15 @@ def test_each_failing_item_of_every_list_is_reported() -> None:
         (20, "ship_gates[0].deploy_dir"),
         (21, "ship_gates[1].deploy_dir"),
     ]
+
+
+def test_every_bad_value_of_one_section_is_reported() -> None:
+    # Before: only the first (daemon.interval_s); the other two surfaced one fix at a time.
+    text = "daemon: {interval_s: [1], socket: {a: 1}, state_dir: null}\n"
+    with pytest.raises(ConfigErrors) as info:
+        parse_config(text, "c.yaml")
+    assert [str(e) for e in info.value.errors] == [
+        "c.yaml:1: daemon.interval_s: expected a number, got a list",
+        "c.yaml:1: daemon.socket: expected a string, got a mapping",
+        "c.yaml:1: daemon.state_dir: expected a string, got nothing",
+    ]

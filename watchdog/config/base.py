@@ -537,11 +537,27 @@ def build(
 
     Raises:
         ConfigError: Not a mapping, an unknown or duplicate key, ``KEY.NAME: required
-            key missing``, or a value its converter refuses (the first, in ``order``).
+            key missing``, or a value its converter refuses (the first, in ``order``;
+            in collect mode each is recorded instead).
     """
     m = r.mapping(node, key, keys(cls))
-    require(r, node, key, m, *(n for n, f in _declared(cls).items() if _is_required(f)))
-    return construct(cls, read(cls, r, m, key, order=order))
+    needed = [n for n, f in _declared(cls).items() if _is_required(f)]
+    require(r, node, key, m, *needed)
+    # Collect mode (check-config): every bad value of the section is recorded, and the
+    # section is built from the good ones and the defaults, so later sections are still
+    # checked; the file is refused at the end all the same.
+    before = len(r.errors)
+    values = read(cls, r, m, key, order=order, keep_going=r.collect)
+    failed = [n for n in needed if n not in values]
+    if failed:
+        # A required value was refused: no section to build. Its error goes to the caller
+        # (which records it), and is taken back here so it is listed once.
+        prefix = f"{key}.{failed[0]}" if key else failed[0]
+        mine = r.errors[before:]
+        error = next((e for e in mine if e.key.startswith(prefix)), mine[0])
+        r.errors.remove(error)
+        raise error
+    return construct(cls, values)
 
 
 def parser(
