@@ -291,20 +291,40 @@ def placement_blind(kinds: Iterable[str]) -> bool:
 
 
 def gpu_view_note(result: ScanResult, index: int) -> str | None:
-    """Why a ``--gpu N`` view may be empty or wider than GPU ``index``; None when NVML
-    placed every job and GPU ``index`` was seen."""
-    if not result.nvml.available:
+    """Why a ``--gpu N`` view of a scan may be empty or wider than GPU ``index``; None
+    when NVML placed every job and GPU ``index`` was seen."""
+    return view_note(
+        index,
+        nvml_available=result.nvml.available,
+        blind=placement_blind(f.kind for f in result.findings),
+        gpu_indexes={g.index for g in result.gpus},
+    )
+
+
+def view_note(
+    index: int, *, nvml_available: bool, blind: bool, gpu_indexes: set[int]
+) -> str | None:
+    """The one rule behind ``scan --gpu N`` and ``status --gpu N``: why the view of GPU
+    ``index`` may be empty or list more than that GPU's jobs; None when it is exact.
+
+    Args:
+        index: The GPU asked for (NVML index).
+        nvml_available: NVML answered.
+        blind: Some GPU processes could not be placed (:func:`placement_blind`).
+        gpu_indexes: The NVML indexes of the GPUs listed.
+    """
+    if not nvml_available:
         return (
             f"GPU {index}: NVML is unavailable, so no job can be placed on a GPU: "
             "every training job is listed"
         )
-    if placement_blind(f.kind for f in result.findings):
+    if blind:
         return (
             f"GPU {index}: NVML cannot list every GPU process here (see the findings): "
             "jobs it places on no GPU are listed too"
         )
-    if not any(g.index == index for g in result.gpus):
-        listed = ", ".join(str(i) for i in sorted({g.index for g in result.gpus})) or "none"
+    if index not in gpu_indexes:
+        listed = ", ".join(str(i) for i in sorted(gpu_indexes)) or "none"
         return f"GPU {index}: NVML lists no such GPU here (GPUs: {listed})"
     return None
 

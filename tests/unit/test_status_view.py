@@ -86,3 +86,23 @@ def test_a_gpu_view_while_nvml_is_blind_lists_unplaced_jobs_and_keeps_the_exit_c
     assert [j["root_pid"] for j in narrowed["jobs"]] == [4242]
     assert [f["id"] for f in narrowed["findings"]] == [7, 9]
     assert exit_code(dict(narrowed, degraded={})) == 1
+
+
+def test_a_gpu_view_says_why_it_lists_more_than_that_gpu() -> None:
+    # Before: `status --gpu 3` on a host where NVML is down listed every job with no word
+    # of why, where `scan --gpu 3` said so.
+    doc = copy.deepcopy(DOC)
+    doc["nvml"] = {"available": False, "driver_version": None, "error": "NVML library not found"}
+    doc["gpus"] = []
+    doc["jobs"][0]["gpus"] = []
+    narrowed = filter_gpu(doc, 3)
+    note = (
+        "GPU 3: NVML is unavailable, so no job can be placed on a GPU: every training job "
+        "is listed"
+    )
+    assert narrowed["gpu_view_note"] == note
+    assert [j["root_pid"] for j in narrowed["jobs"]] == [j["root_pid"] for j in doc["jobs"]]
+    lines = render_status(narrowed, width=200, colour=False).splitlines()
+    assert lines[lines.index("GPUs: 0") + 1] == f"  {note}"
+    assert filter_gpu(DOC, 0)["gpu_view_note"] is None
+    assert filter_gpu(DOC, 5)["gpu_view_note"] == "GPU 5: NVML lists no such GPU here (GPUs: 0)"

@@ -22,6 +22,7 @@ from watchdog.render import (
     printable,
     shorten_command,
     use_colour,
+    view_note,
 )
 
 if TYPE_CHECKING:
@@ -222,6 +223,17 @@ def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
     all (NVML unavailable, a PID namespace)."""
     # While NVML cannot place every process, a job on no known GPU may be on this one.
     blind = placement_blind(f.get("kind") or "" for f in doc.get("findings") or [])
+    nvml = doc.get("nvml") or {}
+    note = view_note(
+        index,
+        nvml_available=bool(nvml.get("available")),
+        blind=blind,
+        gpu_indexes={
+            g.get("index") for g in doc.get("gpus") or [] if isinstance(g.get("index"), int)
+        },
+    )
+    if not nvml.get("available"):
+        blind = True  # nothing is placed: every job may be on GPU `index`
     jobs = [
         j
         for j in doc.get("jobs") or []
@@ -231,6 +243,7 @@ def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
     pids = {p for j in jobs for p in [j.get("root_pid"), *(j.get("pids") or [])]}
     return {
         **doc,
+        "gpu_view_note": note,
         "gpus": [g for g in doc.get("gpus") or [] if g.get("index") == index],
         "jobs": jobs,
         "findings": [
@@ -301,6 +314,8 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
     gpus = doc.get("gpus") or []
     jobs = doc.get("jobs") or []
     line(f"GPUs: {len(gpus)}")
+    if doc.get("gpu_view_note"):
+        line(f"  {doc['gpu_view_note']}")
     out.extend(status_gpu_lines(doc, width))
     line(f"jobs: {len(jobs)}")
     for j in jobs:
