@@ -97,8 +97,7 @@ def test_a_gpu_view_says_why_it_lists_more_than_that_gpu() -> None:
     doc["jobs"][0]["gpus"] = []
     narrowed = filter_gpu(doc, 3)
     note = (
-        "GPU 3: NVML is unavailable, so no job can be placed on a GPU: every training job "
-        "is listed"
+        "GPU 3: NVML is unavailable, so no job can be placed on a GPU: every training job is listed"
     )
     assert narrowed["gpu_view_note"] == note
     assert [j["root_pid"] for j in narrowed["jobs"]] == [j["root_pid"] for j in doc["jobs"]]

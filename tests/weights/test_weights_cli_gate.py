@@ -161,3 +161,17 @@ def test_require_finite_raises_clear_errors(clean: Path, poisoned: Path, unsuppo
     with pytest.raises(UnverifiedWeightsError, match="NOT VERIFIED") as info:
         require_finite([clean, unsupported])
     assert isinstance(info.value, WeightsRefusedError) and info.value.report.exit_code == 2
+
+
+def test_an_unverifiable_format_is_named_alike_alone_or_in_a_folder(tmp_path: Path) -> None:
+    # Before: "unsupported format, not verified" for the file alone, but
+    # ".onnx weights format not verified" for the same file found in a folder.
+    (tmp_path / "m.onnx").write_bytes(b"\x08\x07onnx")
+    line = f"NOT VERIFIED {tmp_path / 'm.onnx'}: .onnx weights format not verified"
+    for target in (tmp_path / "m.onnx", tmp_path):
+        done = subprocess.run(
+            [sys.executable, "-m", "watchdog", "verify-weights", str(target)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert line in done.stdout.splitlines()

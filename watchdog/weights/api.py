@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from watchdog.model import UNVERIFIABLE_SUFFIXES
 from watchdog.weights.discover import discover, sniff
 from watchdog.weights.errors import (
     NonFiniteWeightsError,
@@ -100,6 +101,9 @@ def verify_file(path: Path, ctx: ScanContext) -> FileReport:
                 return report
             if verifier is None:
                 report.error = _UNSUPPORTED[report.format]
+                if report.format == "unknown" and path.suffix.lower() in UNVERIFIABLE_SUFFIXES:
+                    # As a directory walk says it (discover): the format is named.
+                    report.error = f"{path.suffix.lower()} weights format not verified"
                 return report
             verifier(path, ctx, report)
             if not report.tensors:
