@@ -533,7 +533,7 @@ def test_patterns_choose_the_files(tmp_path: Path, dirs: tuple[Path, Path]) -> N
         [onnx] = default.open("weights-unverified")  # a format it cannot read fails closed
         assert onnx.message == (
             f"ship gate prod: {deploy}/model.onnx could not be verified, so it is refused:"
-            " unsupported format, not verified"
+            " .onnx weights format not verified"
         )
         assert sorted(f.details["path"] for f in default.open("poisoned-weights")) == [
             f"{deploy}/shards/a.safetensors",
