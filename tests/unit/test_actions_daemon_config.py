@@ -21,14 +21,14 @@ from watchdog.cli import common as cli_common
 from watchdog.cli import main
 
 
-def run_daemon(spawned: Spawned, tmp_path: Path, token: str) -> tuple[Path, Path]:
+def run_daemon(spawned: Spawned, tmp_path: Path, token: str, extra: str = "") -> tuple[Path, Path]:
     sock = tmp_path / "s.sock"
     config = tmp_path / "config.yaml"
     config.write_text(
         "nvml: {enabled: false}\n"
         f"training: {{launchers: ['{token}']}}\n"
         f"daemon: {{state_dir: '{tmp_path}/state', socket: '{sock}', interval_s: 0.5}}\n"
-        f"enforcement: {{protect: [{{cmdline: '*/pipeline-{token}/*'}}]}}\n"
+        f"enforcement: {{protect: [{{cmdline: '*/pipeline-{token}/*'}}]}}\n" + extra
     )
     log = tmp_path / "out.log"
     with open(log, "wb") as fh:
@@ -143,19 +143,8 @@ def test_explain_judges_under_the_daemons_allowlist(
     # "not sanctioned: the allowlist is empty", and printed how to kill a job the daemon
     # sanctions. Now it uses the running daemon's file, as the actions do.
     token = f"sancjob{uuid.uuid4().hex[:8]}"
-    sock = tmp_path / "s.sock"
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "nvml: {enabled: false}\n"
-        f"training: {{launchers: ['{token}']}}\n"
-        f"daemon: {{state_dir: '{tmp_path}/state', socket: '{sock}', interval_s: 0.5}}\n"
-        f"sanctioned:\n  - name: pipeline\n    cmdline: '*{token}*'\n    origin: {{any: true}}\n"
-    )
-    with open(tmp_path / "out.log", "wb") as fh:
-        spawned.start(
-            [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
-            env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=fh, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    rule = f"sanctioned:\n  - name: pipeline\n    cmdline: '*{token}*'\n    origin: {{any: true}}\n"
+    config, sock = run_daemon(spawned, tmp_path, token, rule)
     script = tmp_path / f"{token}.py"
     script.write_text("import time\ntime.sleep(120)\n")
     job = spawned.start([sys.executable, str(script)])
