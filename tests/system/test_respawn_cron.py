@@ -240,7 +240,7 @@ def timeline() -> Iterator[Timeline]:
 
 
 def _assert_alerts_log(d: DaemonProc, root_pid: int, message: str) -> None:
-    """Once ``run`` wires alert delivery (daemon/cli.py ``extra_workers``), the log sink
+    """Once ``run`` wires alert delivery (cli/daemon.py ``extra_workers``), the log sink
     appends the alert to ``alerts.log``; before that the file never appears and the
     spooled delivery plus the stdout event are all there is."""
     path = d.state_dir.parent / "alerts.log"

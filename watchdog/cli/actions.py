@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from watchdog.state import StateDB
 
 # The action modules (remedy, state, scanner) load when a command runs, not when the
-# parser is built: `rogue-watchdog --help` and `status` must start fast (watchdog/cli.py).
+# parser is built: `rogue-watchdog --help` and `status` must start fast (watchdog/cli/__init__.py).
 
 
 MAX_ID = 2**63 - 1

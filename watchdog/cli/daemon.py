@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from watchdog.plugins import Worker
 
 # The daemon's modules (loop, state, alerts, httpx, structlog) are imported by the
-# command that runs: `status` and `--help` must start fast (see watchdog/cli.py).
+# command that runs: `status` and `--help` must start fast (see watchdog/cli/__init__.py).
 
 
 class _Log:

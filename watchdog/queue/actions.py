@@ -50,7 +50,7 @@ def default_runner(argv: Sequence[str]) -> ActionResult | None:
 
 
 class QueueEnforcer:
-    """Enforcer (see :class:`watchdog.daemon.loop.Enforcer`) for the Slurm queue.
+    """Enforcer (see :class:`watchdog.plugins.Enforcer`) for the Slurm queue.
 
     Args:
         source: The Slurm :class:`~watchdog.queue.source.QueueSource` whose latest
