@@ -284,6 +284,7 @@ class Origin:
                 isinstance(value, str)
                 and value.isascii()
                 and value.isdigit()
+                and len(value) <= 18  # an id, not a number int() refuses to build
                 and _fits(0, hints[key])
                 and not _fits(value, hints[key])
             ):

@@ -26,7 +26,10 @@ SIG = "0123456789abcdef"
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
+    cfg.write_text(
+        f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n"
+        f"paths: {{cron_d: '{tmp_path}'}}\n"  # the tests' crontabs stand in tmp_path
+    )
     StateDB(str(tmp_path / "state")).close()
     return cfg
 

@@ -7,9 +7,13 @@ the daemon's file names).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -19,6 +23,7 @@ import structlog
 from tests.conftest import REPO, Spawned, poll, run_cli
 from watchdog.cli import common as cli_common
 from watchdog.cli import main
+from watchdog.daemon.ipc import StatusError, StatusServer, query_status
 
 
 def run_daemon(spawned: Spawned, tmp_path: Path, token: str, extra: str = "") -> tuple[Path, Path]:
@@ -171,3 +176,95 @@ def test_explain_judges_under_the_daemons_allowlist(
     assert f"rogue-watchdog: using the running daemon's configuration: {config}\n" in err
     assert "1 process(es), verdict sanctioned\n" in out
     assert "rogue-watchdog disable-source" not in out
+
+
+def _serve(path: Path, doc: dict[str, object]) -> StatusServer:
+    server = StatusServer(str(path), lambda: dict(doc))
+    server.start()
+    return server
+
+
+@pytest.mark.parametrize(
+    "config",
+    [None, "x", {"path": 5}, {"path": "conf.yaml"}],  # missing, not an object, not a path
+)
+def test_an_answer_naming_no_configuration_stops_an_action_and_is_said_by_a_look(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    config: object,
+) -> None:
+    # Before: read as "built-in defaults" (no protect list, no allowlist) for every
+    # command; `"config": "x"` raised AttributeError.
+    doc: dict[str, object] = {"schema_version": 1, "findings": []}
+    if config is not None:
+        doc["config"] = config
+    sock = tmp_path / "s.sock"
+    server = _serve(sock, doc)
+    monkeypatch.setattr(cli_common, "DAEMON_SOCKET", str(sock))
+    monkeypatch.chdir(tmp_path)
+    said = (
+        f"the daemon at {sock} did not name its configuration file (config.path); "
+        "pass --config to say which configuration to use"
+    )
+    try:
+        with pytest.raises(cli_common.CliError) as err:
+            cli_common.command_config_path(None, acts=True)
+        assert str(err.value) == said
+        capsys.readouterr()
+        path = cli_common.command_config_path(None, acts=False)
+        assert path == cli_common.resolve_config_path(None)
+        assert capsys.readouterr().err == f"rogue-watchdog: warning: {said}\n"
+    finally:
+        server.stop()
+
+
+def test_a_daemon_on_built_in_defaults_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sock = tmp_path / "s.sock"
+    server = _serve(sock, {"schema_version": 1, "findings": [], "config": {"path": None}})
+    try:
+        assert cli_common.daemon_config_path(str(sock)) == (True, None)
+    finally:
+        server.stop()
+
+
+def _drip_server(path: Path, payload: bytes, pause_s: float) -> threading.Thread:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn, listener, contextlib.suppress(OSError):
+            for i in range(0, len(payload), 65536 if pause_s == 0 else 1):
+                conn.sendall(payload[i : i + (65536 if pause_s == 0 else 1)])
+                time.sleep(pause_s)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return t
+
+
+def test_the_query_deadline_holds_for_the_whole_answer(tmp_path: Path) -> None:
+    # Before: the timeout applied to each read, so a peer sending a byte every 0.3 s held
+    # the command for as long as it liked (here: 60 bytes, 18 s, then "garbage").
+    t = _drip_server(tmp_path / "drip.sock", b"x" * 60, 0.3)
+    with pytest.raises(StatusError) as err:
+        query_status(str(tmp_path / "drip.sock"), timeout_s=1.0)
+    assert (err.value.exit_code, str(err.value)) == (
+        4, f"the daemon did not answer within 1s on {tmp_path / 'drip.sock'}"
+    )  # fmt: skip
+    t.join(30)
+
+
+def test_a_reply_larger_than_any_status_document_is_refused(tmp_path: Path) -> None:
+    big = b"{" + b" " * (65 * 1024 * 1024)
+    t = _drip_server(tmp_path / "big.sock", big, 0)
+    with pytest.raises(StatusError) as err:
+        query_status(str(tmp_path / "big.sock"), timeout_s=20)
+    assert (err.value.exit_code, str(err.value)) == (
+        4, f"the reply from {tmp_path / 'big.sock'} is larger than 67108864 bytes"
+    )  # fmt: skip
+    t.join(30)

@@ -75,8 +75,9 @@ def test_wrapper_script_job_is_attributed_to_its_line(tmp_path: Path) -> None:
     # The whole registry agrees (not `orphan`), and disable-source can act on it.
     assert resolve_origin(chain, ctx, default_resolvers()).kind == "cron"
     plan = plan_disable(
-        origin, reason="t", now=0.0, backup_dir=str(tmp_path / "b"), effects=Effects()
-    )
+        origin, reason="t", now=0.0, backup_dir=str(tmp_path / "b"), effects=Effects(),
+        cron_d=str(cron_d),
+    )  # fmt: skip
     assert (plan.kind, plan.target, plan.refused) == ("cron-file", f"{cron_d}/x:2", None)
 
 

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from watchdog.actions.disable import DisablePlan, marker_line, plan_disable
 from watchdog.actions.effects import Effects, RecordingEffects
 from watchdog.actions.undo import ops_of, run_undo
@@ -23,7 +25,9 @@ ENTRY = "0 2 * * 0 root /usr/bin/python3 /opt/legacy/train_weekly.py --run 12345
 
 
 def _plan(origin: dict[str, Any], **kw: Any) -> DisablePlan:
-    """plan_disable of an origin as the state DB records it (scan-JSON shape)."""
+    """plan_disable of an origin as the state DB records it (scan-JSON shape). Each test's
+    own directory plays /etc/cron.d unless it says otherwise."""
+    kw.setdefault("cron_d", os.path.dirname(str(origin.get("file") or "/etc/cron.d/x")))
     return plan_disable(Origin.from_json(origin), **kw)
 
 
@@ -145,7 +149,8 @@ def test_failed_crontab_install_changes_nothing_and_has_no_undo(tmp_path: Path) 
     tab.write_bytes(b"* * * * * /usr/bin/python3 /x/train.py\n")
     fx = RecordingEffects(answers={("crontab", "-u", "bob", "-"): CommandResult(1, "", "denied")})
     plan = _plan(
-        {"kind": "cron", "file": str(tab), "line": 1, "entry": None}, reason="r", now=NOW,
+        {"kind": "cron", "file": str(tab), "line": 1,
+         "entry": "* * * * * /usr/bin/python3 /x/train.py"}, reason="r", now=NOW,
         backup_dir=str(tmp_path / "bk"), effects=fx, spool_dirs=(str(spool),),
     )  # fmt: skip
     res = plan.execute(fx)
@@ -219,3 +224,42 @@ def test_crontab_swapped_for_a_fifo_is_refused_without_blocking(tmp_path: Path) 
         origin(fifo), reason="r", now=NOW, backup_dir=str(tmp_path / "bk"), effects=Effects()
     )
     assert (plan.kind, plan.refused) == ("none", f"cannot read {fifo}: not a regular file")
+
+
+@pytest.mark.parametrize(
+    ("doc", "refused"),
+    [
+        # Before: "would disable … comment out line 1 `root:x:0:0:…`" (no entry to check).
+        ({"file": "/etc/passwd", "line": 1},
+         "/etc/passwd is not a crontab cron reads ({crontab}, {cron_d}/NAME or a spool file)"),
+        ({"file": "{cron_d}/../secret", "line": 1, "entry": "x"},
+         "{cron_d}/../secret is not a crontab cron reads ({crontab}, {cron_d}/NAME or a spool"
+         " file)"),
+        ({"file": "{cron_d}/job.dpkg-old", "line": 1, "entry": "x"},
+         "{cron_d}/job.dpkg-old is not a crontab cron reads ({crontab}, {cron_d}/NAME or a spool"
+         " file)"),
+        ({"file": "{cron_d}/job", "line": 1},
+         "no recorded entry for {cron_d}/job:1 to check it against"),
+        # Before: "rename /etc/passwd to /etc/passwd.rogue-watchdog-disabled-…".
+        ({"script": "/etc/passwd"},
+         "/etc/passwd is not in a run-parts directory (cron.daily, cron.hourly, cron.monthly,"
+         " cron.weekly, cron.yearly): not renamed"),
+    ],
+)  # fmt: skip
+def test_a_recorded_cron_origin_only_ever_names_a_crontab_or_a_run_parts_script(
+    tmp_path: Path, doc: dict[str, Any], refused: str
+) -> None:
+    cron_d = tmp_path / "cron.d"
+    cron_d.mkdir()
+    (cron_d / "job").write_bytes(TAB)
+    (tmp_path / "secret").write_bytes(TAB)
+    (cron_d / "job.dpkg-old").write_bytes(TAB)
+    names = {"cron_d": str(cron_d), "crontab": str(tmp_path / "crontab")}
+    fields = {k: v.format(**names) if isinstance(v, str) else v for k, v in doc.items()}
+    fx = RecordingEffects()
+    plan = _plan(
+        {"kind": "cron", **fields}, reason="r", now=NOW, backup_dir=str(tmp_path / "bk"),
+        effects=fx, cron_d=names["cron_d"], crontab=names["crontab"],
+    )  # fmt: skip
+    assert (plan.kind, plan.refused) == ("none", refused.format(**names))
+    assert fx.calls == []

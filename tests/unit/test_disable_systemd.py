@@ -16,6 +16,22 @@ STATES = {
     ("systemctl", "show", "-p", "LoadState", "retrain.service"): CommandResult(
         0, "LoadState=masked\n", ""
     ),
+    (
+        "systemctl",
+        "show",
+        "-p",
+        "FragmentPath",
+        "-p",
+        "Transient",
+        "-p",
+        "TriggeredBy",
+        "retrain.service",
+    ): CommandResult(
+        0,
+        "FragmentPath=/lib/systemd/system/retrain.service\nTransient=no\n"
+        "TriggeredBy=retrain.timer\n",
+        "",
+    ),
 }
 
 
@@ -196,3 +212,37 @@ def test_recorded_user_unit_flag_is_honoured() -> None:
     p = plan_disable(origin, reason="r", now=0.0, backup_dir="/nonexistent", effects=fx)
     assert p.refused == "user units are not disabled automatically"
     assert fx.calls == []
+
+
+def test_a_recorded_unit_or_timer_is_checked_before_systemctl_sees_it() -> None:
+    # Before: each of these planned `systemctl disable --now NAME` (and ran read-only
+    # queries with it): a glob, an option, the root mount, a path, two words, and a timer
+    # that is really another service.
+    for fields, refused in [
+        ({"unit": "ssh*", "restart": "always"},
+         "the recorded origin names 'ssh*', which is not a valid unit name (systemd.unit(5))"),
+        ({"unit": "--global"},
+         "the recorded origin names '--global', which is not a valid unit name (systemd.unit(5))"),
+        ({"unit": "-.mount"},
+         "the recorded origin names '-.mount', which is not a valid unit name (systemd.unit(5))"),
+        ({"unit": "../../etc/passwd"},
+         "the recorded origin names '../../etc/passwd', which is not a valid unit name"
+         " (systemd.unit(5))"),
+        ({"unit": "a b.service"},
+         "the recorded origin names 'a b.service', which is not a valid unit name"
+         " (systemd.unit(5))"),
+        ({"unit": "sshd.socket"},
+         "the recorded origin names 'sshd.socket', which is not a service or scope unit"),
+        ({"unit": "retrain.service", "timer": "ssh.service"},
+         "the recorded origin names 'ssh.service', which is not a timer unit"),
+    ]:  # fmt: skip
+        fx = RecordingEffects(answers=STATES)
+        p = plan(fields, fx)
+        assert (p.kind, p.refused) == ("none", refused)
+        assert fx.calls == []
+    fx = RecordingEffects(answers=STATES)
+    p = plan({"unit": "retrain.service", "timer": "other.timer"}, fx)
+    assert (
+        p.refused == "other.timer does not trigger retrain.service (systemctl show -p TriggeredBy)"
+    )
+    assert all(c[0] == "query" for c in fx.calls)

@@ -28,6 +28,8 @@ SLURM = "the recorded slurm origin is unreadable: "
         ({"kind": "systemd", "unit": "u.service", "timer": 7}, UNIT + "timer is a number"),
         ({"kind": "slurm", "evidence": None}, SLURM + "evidence is null"),
         ({"kind": "cron", "line": True}, CRON + "line is a boolean"),
+        # Before: ValueError (int() refuses more than 4300 digits).
+        ({"kind": "cron", "line": "9" * 5000}, CRON + "line is a string"),
         ({"kind": "cron", "evidence": ["ok", 3]}, CRON + "evidence is a list"),
         # Before: AttributeError ('list' object has no attribute 'get').
         ([1, 2], "the recorded origin is not an object (a list)"),

@@ -426,3 +426,46 @@ def test_unknown_group_is_refused(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="unknown group 'no-such-group-rw'"):
         s.start()
     assert not (tmp_path / "s.sock").exists()
+
+
+def test_a_reload_refused_for_trust_stays_refused_until_the_file_is_fixed(tmp_path: Path) -> None:
+    # Before: the same bytes made world-writable were refused by the reload, and the next
+    # tick cleared the refusal (same checksum as in force): status said all was well.
+    path = config_file(tmp_path)
+    d = Daemon(load_config(str(path)), str(path))
+    try:
+        path.chmod(0o666)
+        assert d.reload() is False
+        d.tick(time.time())
+        assert list(build_status(d)["degraded"]) == ["config-reload"]
+        assert "writable by others" in build_status(d)["degraded"]["config-reload"]
+        path.chmod(0o644)
+        d.tick(time.time() + 5)
+        assert build_status(d)["degraded"] == {}
+    finally:
+        d.db.close()
+
+
+@pytest.mark.parametrize(
+    ("extra", "problem"),
+    [
+        ({"gpus": "x"}, "gpus is not a list of objects"),
+        ({"jobs": [1]}, "jobs is not a list of objects"),
+        ({"findings": {"a": 1}}, "findings is not a list of objects"),
+        ({"jobs": [{"gpus": ["x"]}]}, "a job's gpus is not a list of objects"),
+    ],
+)
+def test_a_reply_of_the_wrong_shape_is_unknown_not_a_crash(
+    tmp_path: Path, extra: dict[str, Any], problem: str
+) -> None:
+    # Before: `status --gpu 0` raised AttributeError on `"gpus": "x"`.
+    s = StatusServer(str(tmp_path / "s.sock"), lambda: {**DOC, **extra})
+    s.start()
+    try:
+        with pytest.raises(StatusError) as err:
+            query_status(s.path)
+        assert (err.value.exit_code, str(err.value)) == (
+            4, f"unexpected reply from {s.path}: {problem}"
+        )  # fmt: skip
+    finally:
+        s.stop()

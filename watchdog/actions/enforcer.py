@@ -245,6 +245,7 @@ class Enforcer:
         remedy = Remedy(
             self.settings, self.db, self.effects, actor=self.actor, backup_dir=self.backup_dir,
             proc_root=self.config.paths.proc_root, spool_dirs=self.config.paths.cron_spool,
+            crontab=self.config.paths.crontab, cron_d=self.config.paths.cron_d,
             sanctioned_pids=sanctioned,
         )  # fmt: skip
         for job in result.jobs:

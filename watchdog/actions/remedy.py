@@ -106,6 +106,9 @@ class Remedy:
         backup_dir: Where backups go.
         proc_root: procfs mount.
         spool_dirs: User crontab directories.
+        crontab: The system crontab; with ``cron_d`` and ``spool_dirs``, where a cron
+            line may be disabled (``paths`` of the configuration).
+        cron_d: The crontab directory.
         sanctioned_pids: Members of sanctioned/ignored jobs (never signalled).
         record_dry_runs: Write a dry run to the audit trail. The daemon does (observe mode
             shows what it would have done); a person's ``--dry-run`` only looks, and is
@@ -122,6 +125,8 @@ class Remedy:
         backup_dir: str,
         proc_root: str = "/proc",
         spool_dirs: Sequence[str] = ("/var/spool/cron/crontabs", "/var/spool/cron"),
+        crontab: str = "/etc/crontab",
+        cron_d: str = "/etc/cron.d",
         sanctioned_pids: Collection[int] = frozenset(),
         record_dry_runs: bool = True,
     ) -> None:
@@ -132,6 +137,8 @@ class Remedy:
         self.backup_dir = backup_dir
         self.proc_root = proc_root
         self.spool_dirs = tuple(spool_dirs)
+        self.crontab = crontab
+        self.cron_d = cron_d
         self.sanctioned_pids = sanctioned_pids
         self.record_dry_runs = record_dry_runs
 
@@ -204,6 +211,8 @@ class Remedy:
             backup_dir=self.backup_dir,
             effects=self.effects,
             spool_dirs=self.spool_dirs,
+            crontab=self.crontab,
+            cron_d=self.cron_d,
             quarantine_unknown_exe=self.settings.quarantine_unknown_exe,
             cmdline=target.cmdline,
             exe=target.exe,

@@ -75,7 +75,7 @@ def _setup(args: argparse.Namespace) -> tuple[Config, StateDB]:
     from watchdog.config import load_config
     from watchdog.state import StateDB, StateError
 
-    config = load_config(command_config_path(args.config))
+    config = load_config(command_config_path(args.config, acts=True))
     try:
         db = StateDB(args.state_dir or config.daemon.state_dir)
     except StateError as exc:
@@ -205,6 +205,7 @@ def _remedy(config: Config, db: StateDB, jobs: list[Job]) -> Remedy:
         s, db, Effects(s.command_prefix), actor=default_actor(),
         backup_dir=s.backup_dir or os.path.join(config.daemon.state_dir, "backups"),
         proc_root=config.paths.proc_root, spool_dirs=config.paths.cron_spool,
+        crontab=config.paths.crontab, cron_d=config.paths.cron_d,
         sanctioned_pids=_sanctioned(jobs), record_dry_runs=False,
     )  # fmt: skip
 

@@ -64,25 +64,52 @@ def daemon_config_path(socket: str, timeout_s: float = 2.0) -> tuple[bool, str |
 
     Returns:
         ``(True, path)`` when the daemon answered (``path`` None: it runs on built-in
-        defaults); ``(False, None)`` when no daemon answered there.
+        defaults, ``"config": {"path": null}``); ``(False, None)`` when no daemon runs
+        there (no socket, or nothing listening).
+
+    Raises:
+        CliError: Something answers there but not usably (busy past the deadline, a
+            reply that is not a status document, no ``config.path``, a relative path):
+            guessing another configuration could judge or guard under the wrong rules.
     """
     from watchdog.daemon.ipc import StatusError, query_status
 
     try:
         doc = query_status(socket, timeout_s=timeout_s)
-    except (StatusError, OSError):
-        return False, None
-    path = (doc.get("config") or {}).get("path")
-    return True, path if isinstance(path, str) and path else None
+    except StatusError as exc:
+        if exc.exit_code == 3:
+            return False, None
+        raise CliError(f"{exc}; pass --config to say which configuration to use") from None
+    config = doc.get("config")
+    path = config.get("path", "") if isinstance(config, dict) else ""
+    if path is None:
+        return True, None
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise CliError(
+            f"the daemon at {socket} did not name its configuration file (config.path); "
+            "pass --config to say which configuration to use"
+        )
+    return True, path
 
 
-def command_config_path(config: str | None) -> str | None:
+def command_config_path(config: str | None, *, acts: bool) -> str | None:
     """The configuration a command that judges or acts runs with: ``--config``, else the
     running daemon's (said on stderr), else the default file when it exists, else None.
 
     Every verdict the daemon gave (``status``, finding ids) was reached under its file;
     ``scan``, ``explain``, the actions and ``health-check`` must judge and guard under the
     same allowlist and protect list, not under whatever the default path holds.
+
+    Args:
+        config: The ``--config`` value.
+        acts: The command signals, edits or records (``terminate``, ``disable-source``,
+            ``undo``, ``actions``, ``health-check``): a daemon that answers unusably is
+            then an error. A command that only looks (``scan``, ``explain``) says so on
+            stderr and goes on with the default file.
+
+    Raises:
+        CliError: ``acts`` and the daemon answered unusably (see
+            :func:`daemon_config_path`).
     """
     from watchdog.render import printable
 
@@ -90,7 +117,13 @@ def command_config_path(config: str | None) -> str | None:
         return config
     from watchdog.model import DEFAULT_SOCKET
 
-    answered, path = daemon_config_path(DAEMON_SOCKET or DEFAULT_SOCKET)
+    try:
+        answered, path = daemon_config_path(DAEMON_SOCKET or DEFAULT_SOCKET)
+    except CliError as exc:
+        if acts:
+            raise
+        print(printable(f"rogue-watchdog: warning: {exc}"), file=sys.stderr)
+        answered, path = False, None
     if not answered:
         return resolve_config_path(None)
     shown = path if path is not None else "(built-in defaults)"

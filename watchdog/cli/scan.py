@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def _config(path: str | None) -> Config:
     from watchdog.config import load_config
 
-    return load_config(command_config_path(path))
+    return load_config(command_config_path(path, acts=False))
 
 
 def config_line(path: str | None, config: Config) -> str:
@@ -40,7 +40,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     from watchdog.render import filter_gpu, gpu_view_note, result_json, result_table
     from watchdog.scan import Scanner
 
-    path = command_config_path(args.config)
+    path = command_config_path(args.config, acts=False)
     config = load_config(path)
     result = Scanner(config).scan()
     result.findings.extend(one_shot_queue_findings(config))

@@ -34,7 +34,7 @@ def cmd_health_check(args: argparse.Namespace) -> int:
             )
             return 2
         job_id = int(value)
-    config = load_config(command_config_path(args.config))
+    config = load_config(command_config_path(args.config, acts=True))
     report = sweep(config, job_id=job_id, dry_run=args.dry_run)
     if args.json:
         emit(json.dumps(report_json(report), indent=2))

@@ -38,6 +38,9 @@ log: Any = _Log()
 
 SOCKET_MODE = 0o660
 MAX_REQUEST_BYTES = 64 * 1024
+# A status document of thousands of jobs is a few MiB; a reply larger than this is no
+# daemon's (a client buffers it whole).
+MAX_REPLY_BYTES = 64 * 1024 * 1024
 CLIENT_TIMEOUT_S = 2.0
 # Connections served at once; further ones are answered "busy" and closed at once, so
 # a flood of idle clients cannot block the accept loop or grow threads without bound.
@@ -54,7 +57,7 @@ class SocketInUseError(RuntimeError):
 
 
 class StatusServer:
-    """Daemon Worker serving ``provider()`` (normally ``Daemon.status``) on a unix socket.
+    """Daemon Worker serving ``provider()`` (normally ``build_status(daemon)``) on a unix socket.
 
     The server thread only accepts; each connection is answered in its own short-lived
     thread (at most ``MAX_CLIENTS`` at once) under one deadline for the whole request, so
@@ -390,7 +393,24 @@ def query_status(path: str, timeout_s: float = 5.0) -> dict[str, Any]:
         raise StatusError(4, f"the daemon answered with an error: {doc['error']}")
     if doc.get("schema_version") is None or "findings" not in doc:
         raise StatusError(4, f"unexpected reply from {path}: not a status document")
+    problem = _shape_problem(doc)
+    if problem is not None:
+        raise StatusError(4, f"unexpected reply from {path}: {problem}")
     return doc
+
+
+def _shape_problem(doc: dict[str, Any]) -> str | None:
+    """What makes a reply unusable as a status document (docs/status.md): the lists every
+    reader walks must be lists of objects. None when they are."""
+    for key in ("findings", "jobs", "gpus"):
+        items = doc.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            return f"{key} is not a list of objects"
+    for job in doc.get("jobs") or []:
+        held = job.get("gpus") or []
+        if not isinstance(held, list) or not all(isinstance(h, dict) for h in held):
+            return "a job's gpus is not a list of objects"
+    return None
 
 
 def _ask(path: str, deadline: float, timeout_s: float) -> bytes | None:
@@ -420,28 +440,40 @@ def _ask(path: str, deadline: float, timeout_s: float) -> bytes | None:
             raise StatusError(4, f"timed out connecting to {path}") from None
         except OSError as exc:
             raise StatusError(4, f"cannot connect to {path}: {exc.strerror or exc}") from None
-        data = b""
+        parts: list[bytes] = []
+        size = 0
         try:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 # The server may have answered "busy" and closed before reading this.
                 sock.sendall(b'{"request": "status"}\n')
             while True:
+                # The deadline holds for the whole answer, not each read: a peer that
+                # drips a byte at a time must not hold a command forever.
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                sock.settimeout(left)
                 chunk = sock.recv(65536)
                 if not chunk:
                     break
-                data += chunk
+                parts.append(chunk)
+                size += len(chunk)
+                if size > MAX_REPLY_BYTES:
+                    raise StatusError(
+                        4, f"the reply from {path} is larger than {MAX_REPLY_BYTES} bytes"
+                    )
         except TimeoutError:
             raise StatusError(
                 4, f"the daemon did not answer within {timeout_s:g}s on {path}"
             ) from None
         except ConnectionResetError:
-            if not data:
+            if not parts:
                 raise StatusError(4, f"reading from {path} failed: connection reset") from None
         except OSError as exc:
             raise StatusError(4, f"reading from {path} failed: {exc.strerror or exc}") from None
     finally:
         sock.close()
-    return data
+    return b"".join(parts)
 
 
 def _is_socket(path: str) -> bool:

@@ -9,6 +9,7 @@ starts failing and one when it recovers; the loop never dies from it.
 from __future__ import annotations
 
 import math
+import os
 import signal
 import threading
 import time
@@ -92,7 +93,8 @@ class Daemon:
         # The checksum of the configuration in force (status shows it beside the file's);
         # after a refused reload, the checksum of the refused file.
         self.config_in_force: str | None = config_checksum(config_path)
-        self._refused: str | None = None
+        # What the file was when a reload refused it (_file_stamp); None: none refused.
+        self._refused: _Stamp | None = None
         self.on_tick: list[Callable[[TickSummary], None]] = []
         self.on_reload: list[Callable[[Daemon], None]] = []
         self._stop = threading.Event()
@@ -268,19 +270,19 @@ class Daemon:
         Returns:
             True when the new configuration is in force.
         """
-        checksum = config_checksum(self.config_path)
+        stamp = _file_stamp(self.config_path)
         try:
             new = load_config(self.config_path)
         except ConfigError as exc:
             log.error("config-reload-refused", error=str(exc), kept=self.config_path)
             # Open while the refused file is on disk (_recheck_reload).
             self.degraded[RELOAD_COMPONENT] = f"refused, the previous one stays in force: {exc}"
-            self._refused = checksum
+            self._refused = stamp
             return False
         self._ok(RELOAD_COMPONENT)
         self._refused = None
         self.config = new
-        self.config_in_force = checksum
+        self.config_in_force = stamp[0]
         old_scanner = self.scanner
         self.scanner = Scanner(new, fd_sweep_interval_s=new.daemon.fd_sweep_interval_s)
         self.scanner.keep_origins_of(old_scanner)  # a reload does not re-attribute
@@ -294,17 +296,14 @@ class Daemon:
         return True
 
     def _recheck_reload(self) -> None:
-        """After a refused reload, follow the file: back to the configuration in force
-        (the edit was undone) clears ``config-reload``; any other change is tried again,
-        as the refused reload was asked for. Costs one read of the file per tick, only
+        """After a refused reload, follow the file: any change to it (its bytes, its
+        owner or mode, what the path points at) is reloaded as the refused reload was
+        asked for, so putting the previous file back, or fixing its mode, clears
+        ``config-reload`` at the next tick. Costs one read of the file per tick, only
         while a reload stands refused."""
         if RELOAD_COMPONENT not in self.degraded:
             return
-        on_disk = config_checksum(self.config_path)
-        if on_disk is not None and on_disk == self.config_in_force:
-            self._refused = None
-            self._ok(RELOAD_COMPONENT)
-        elif on_disk != self._refused:
+        if _file_stamp(self.config_path) != self._refused:
             self.reload()
 
     def request_stop(self) -> None:
@@ -368,3 +367,18 @@ class Daemon:
                 except Exception as exc:
                     self._failed(w.name, exc)
             self.db.close()
+
+
+_Stamp = tuple[str | None, tuple[int, int, int, int] | None, str | None]
+
+
+def _file_stamp(path: str | None) -> _Stamp:
+    """What a reload's verdict rests on: the file's checksum, and the owner, mode and
+    target that the trust check reads (a chmod alone can make a refused file good)."""
+    try:
+        st = os.stat(path) if path is not None else None
+    except OSError:
+        st = None
+    meta = (st.st_uid, st.st_gid, st.st_mode, st.st_ino) if st is not None else None
+    real = os.path.realpath(path) if path is not None else None
+    return (config_checksum(path), meta, real)
