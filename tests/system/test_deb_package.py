@@ -58,7 +58,9 @@ U=$R/etc/systemd/system
 mkdir -p "$U/rogue-watchdog.service.d"
 printf '[Unit]\nDescription=test target\nDefaultDependencies=no\n' > "$U/T.target"
 for u in $MASKED; do ln -sf /dev/null "$U/$u"; done
-printf '[Unit]\nDefaultDependencies=no\n' > "$U/rogue-watchdog.service.d/test.conf"
+# The daemon's log is kept in a file (journald is masked): a failed start shows it.
+printf '[Unit]\nDefaultDependencies=no\n[Service]\n%s\n' \
+  'StandardOutput=append:/var/log/rw-test-daemon.log' > "$U/rogue-watchdog.service.d/test.conf"
 echo booting > "$S/booted"
 export container=other
 exec chroot "$R" /lib/systemd/systemd --system --unit=T.target
@@ -221,12 +223,40 @@ def status(r: Root) -> dict[str, object]:
     return doc
 
 
+# Longer than the unit's TimeoutStartSec (120 s): a slow start fails the install itself,
+# with systemd's verdict, instead of the test killing apt-get halfway.
+INSTALL_TIMEOUT_S = 300
+
+
+def apt_install(r: Root, *argv: str) -> None:
+    """``apt-get install ARGV`` in the root; on failure, what the service was doing."""
+    try:
+        r.run("apt-get", "install", "-y", "-q", *argv, timeout_s=INSTALL_TIMEOUT_S)
+    except (AssertionError, subprocess.TimeoutExpired) as exc:
+        raise AssertionError(f"{exc}\n{service_report(r)}") from None
+
+
+def service_report(r: Root) -> str:
+    """The unit's state, the daemon's log and where each of its threads waits."""
+    out = [r.run("systemctl", "status", "--no-pager", UNIT, check=False, timeout_s=20).stdout]
+    log = r.path("var/log/rw-test-daemon.log")
+    out.append(log.read_text(errors="replace")[-4000:] if log.exists() else "(no daemon log)")
+    pid = main_pid(r)
+    task_dir = r.path(f"proc/{pid}/task") if pid else None
+    if task_dir is not None and task_dir.is_dir():
+        for task in sorted(task_dir.iterdir()):
+            wchan = (task / "wchan").read_text(errors="replace")
+            comm = (task / "comm").read_text(errors="replace").strip()
+            out.append(f"thread {task.name} {comm}: waits in {wchan or '-'}")
+    return "\n".join(out)
+
+
 def test_install_run_upgrade_remove_purge(root: Root, debs: tuple[Path, Path]) -> None:
     first, second = debs
     r = root
     assert host_knows_nothing()
     r.boot()
-    r.run("apt-get", "install", "-y", "-q", "--no-install-recommends", str(first))
+    apt_install(r, "--no-install-recommends", str(first))
     assert (
         r.run("dpkg-query", "-W", "-f", "${Status} ${Version}", "rogue-watchdog").stdout
         == "install ok installed 0.1.0"
@@ -262,7 +292,7 @@ def test_install_run_upgrade_remove_purge(root: Root, debs: tuple[Path, Path]) -
     state_inode = state_db.stat().st_ino
 
     # Upgrade: config and secrets untouched, state kept, service restarted on the new one.
-    r.run("apt-get", "install", "-y", "-q", str(second))
+    apt_install(r, str(second))
     assert r.run("dpkg-query", "-W", "-f", "${Version}", "rogue-watchdog").stdout == "0.1.1"
     assert config.read_text() == edited
     assert secrets.read_text() == "ROGUE_WATCHDOG_SLACK_URL=https://hooks.example/T/B/secret\n"
