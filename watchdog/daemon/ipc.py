@@ -403,14 +403,17 @@ def _shape_problem(doc: dict[str, Any]) -> str | None:
     """What makes a reply unusable as a status document (docs/status.md): the lists every
     reader walks must be lists of objects. None when they are."""
     for key in ("findings", "jobs", "gpus"):
-        items = doc.get(key) or []
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        if not _objects(doc.get(key)):
             return f"{key} is not a list of objects"
-    for job in doc.get("jobs") or []:
-        held = job.get("gpus") or []
-        if not isinstance(held, list) or not all(isinstance(h, dict) for h in held):
-            return "a job's gpus is not a list of objects"
+    if not all(_objects(job.get("gpus")) for job in doc.get("jobs") or []):
+        return "a job's gpus is not a list of objects"
     return None
+
+
+def _objects(value: object) -> bool:
+    """True for a JSON list of objects (absent or null counts as empty)."""
+    items = value or []
+    return isinstance(items, list) and all(isinstance(i, dict) for i in items)
 
 
 def _ask(path: str, deadline: float, timeout_s: float) -> bytes | None:
