@@ -4,7 +4,8 @@
 # system packages the system tests drive (cron, at, Slurm, munge, gcc, Prometheus and
 # Alertmanager; on a host booted with systemd their packages enable their own services on
 # ports 9090/9093: the tests never use those, they run their own on loopback ports; and
-# dh-virtualenv with build-essential, to build the Debian package).
+# dh-virtualenv with build-essential and the Build-Depends of debian/control, to build the
+# Debian package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +25,24 @@ apt_install() {
   fi
 }
 
+# The build dependencies debian/control names, read from that file itself (apt resolves
+# debhelper-compat (= 13) to debhelper): dh-virtualenv does not pull debhelper in, and a
+# machine that happens to have it hides the gap.
+apt_build_deps() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: not root; skipping apt-get build-dep ./" >&2
+    return 0
+  fi
+  if dpkg-checkbuilddeps debian/control >/dev/null 2>&1; then
+    return 0
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get build-dep -y -qq ./ >/dev/null 2>&1; then
+    apt-get update -qq
+    apt-get build-dep -y -qq ./ >/dev/null
+  fi
+}
+
 PY=${PYTHON:-python3}
 if ! command -v "$PY" >/dev/null 2>&1 || ! "$PY" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null \
    || ! "$PY" -m venv --help >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip' 2>/dev/null; then
@@ -39,6 +58,7 @@ if [ "$want_test" = 1 ]; then
   apt_install cron at munge slurm-wlm gcc libc6-dev procps util-linux prometheus prometheus-alertmanager \
     dh-virtualenv build-essential tmux \
     podman runc conmon busybox-static docker.io
+  apt_build_deps
   .venv/bin/python -m pip install -q -e '.[test]'
 else
   .venv/bin/python -m pip install -q .

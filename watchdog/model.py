@@ -7,12 +7,13 @@ them, policy judges them, and the CLI renders them.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal, Protocol, get_args
 
 Verdict = Literal["sanctioned", "rogue", "excess", "ignored"]
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
@@ -55,7 +56,8 @@ FindingKind = Literal[
     "gpu-query-hung", "limited-visibility",
     "nvml-unavailable", "pid-namespace", "poisoned-weights", "proc-unavailable",
     "queue-output-malformed", "queue-unavailable", "queue-unsanctioned",
-    "remediation-failed", "respawned", "rogue-job", "rogue-service", "ship-gate-degraded",
+    "remediation-failed", "respawned", "rogue-job", "rogue-service", "sanctioned-changed",
+    "ship-gate-degraded",
     "state-recovered", "weights-unverified", "zombie-gpu-memory",
     "slurm-drain-failed", "slurm-node-drained",
 ]  # fmt: skip
@@ -224,8 +226,82 @@ class Origin:
     """
 
     kind: ClassVar[OriginKind] = "unknown"
+    #: Scan-JSON keys that name the source: what would start the job again, the same
+    #: across its runs (never a PID, a Slurm job id or a container id). Job signatures
+    #: hash them (stored: never reorder), and the guard compares them with the sources
+    #: of sanctioned jobs. Empty: the kind names no source (shell, orphan, unknown).
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ()
+    #: What ``disable-source`` changes for a source of this kind, in words (``the
+    #: crontab``); None when it does not handle the kind.
+    DISABLES: ClassVar[str | None] = None
     evidence: tuple[str, ...] = ()
     remediation: str | None = None
+
+    def describe(self) -> str:
+        """The origin in one line for tables, findings and ``explain``, e.g.
+        ``cron /etc/cron.d/retrain:7 (0 2 * * 0)``; never empty."""
+        return "unknown origin"
+
+    def label(self) -> str:
+        """A short, bounded name of the source, fit for a metric or alert label.
+
+        Only what names the source and stays the same when it starts the job again (a
+        cron file and line, a unit, a Slurm account, an image, a supervisor program);
+        never a PID, a job or container id, a session or a command line. At most
+        :data:`MAX_ORIGIN_LABEL_CHARS` characters; empty for kinds with no bounded name.
+        """
+        return ""
+
+    def next_start(self) -> str | None:
+        """When the source starts the job next (ISO 8601, or words such as ``when cron
+        starts``); None for kinds with no schedule or when it will not run again."""
+        return None
+
+    def source_key(self) -> tuple[object, ...] | None:
+        """``(kind, value of each SOURCE_FIELDS key)``: two origins with equal keys name
+        the same source. None when the kind names none. A None value is not known."""
+        if not self.SOURCE_FIELDS:
+            return None
+        shown = self.fields
+        return (self.kind, *(shown.get(k) for k in self.SOURCE_FIELDS))
+
+    @property
+    def definite(self) -> bool:
+        """True when the origin names what started the process (not ``unknown``,
+        ``orphan``, an unreadable record, or a cron job whose line was not found)."""
+        return False
+
+    def compatible(self, other: Origin) -> bool:
+        """True when ``other`` can be a later look at the same start: the same kind, and
+        no source field that both know differs (a Slurm account the first look could not
+        ask for is not a different job)."""
+        if self.kind != other.kind:
+            return False
+        mine, theirs = self.source_key() or (), other.source_key() or ()
+        return all(a is None or b is None or a == b for a, b in zip(mine, theirs, strict=True))
+
+    def pin_values(self) -> dict[str, object]:
+        """This origin's value for each allowlist origin key its kind answers
+        (``cron_file``, ``systemd_unit``...; docs/config.md). An empty mapping: no
+        allowlist key can name this kind."""
+        return {}
+
+    def pin_unknown(self) -> str | None:
+        """Why the values :meth:`pin_values` gives as None could not be read (a
+        Kubernetes API that did not answer), or None when None means "not set"."""
+        return None
+
+    def source_gone(self) -> str | None:
+        """Why the source no longer starts the job (its crontab line was disabled or
+        removed), or None while it does or cannot say."""
+        return None
+
+    def stop_targets(self) -> tuple[tuple[object, ...], ...]:
+        """What stopping this source by hand acts on, one tuple each: the crontab line,
+        the unit and timer, the Slurm job, the container, the pod's owner. The guard
+        refuses any of them that a sanctioned job's origin also names. Empty for kinds
+        stopped only by signals (shell, orphan, unknown): those are the signal guard's."""
+        return ()
 
     @property
     def fields(self) -> dict[str, Any]:
@@ -394,6 +470,8 @@ class CronOrigin(Origin):
     """
 
     kind: ClassVar[OriginKind] = "cron"
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("file", "line", "script")
+    DISABLES: ClassVar[str | None] = "the crontab"
     file: str | None = None
     line: int | None = None
     entry: str | None = None
@@ -404,6 +482,55 @@ class CronOrigin(Origin):
     launch_script: str | None = field(default=None, metadata=_OPTIONAL)
     confidence: str | None = field(default=None, metadata=_OPTIONAL)
     entry_state: str | None = field(default=None, metadata=_OPTIONAL)
+
+    def describe(self) -> str:
+        """See :meth:`Origin.describe`; never ``cron None:None``: a missing line says why."""
+        if not self.file:
+            if self.entry_state == "removed":
+                return "cron, entry gone (no crontab line runs this command now)"
+            if self.entry_state == "unattributed":
+                return "cron, no entry can have started it (wrong user or time)"
+            return "cron, entry not found (some crontabs could not be read)"
+        text = f"cron {self.file}:{self.line}"
+        if self.schedule:
+            text += f" ({self.schedule})"
+        if self.script:
+            text += f" via {self.script}"
+        if self.launch_script:
+            text += f" via {self.launch_script} ({self.confidence} confidence)"
+        if self.entry_state in ("disabled", "removed"):
+            text += f", entry since {self.entry_state}"
+        return text
+
+    def label(self) -> str:
+        """``FILE:LINE`` (see :meth:`Origin.label`)."""
+        return bounded_label(f"{self.file}:{self.line}" if self.file else "")
+
+    def next_start(self) -> str | None:
+        """See :meth:`Origin.next_start`."""
+        return self.next_run
+
+    @property
+    def definite(self) -> bool:
+        """True when a crontab line is named."""
+        return self.file is not None
+
+    def source_gone(self) -> str | None:
+        """``its crontab entry was disabled`` (or ``removed``)."""
+        if self.entry_state in ("disabled", "removed"):
+            return f"its crontab entry was {self.entry_state}"
+        return None
+
+    def pin_values(self) -> dict[str, object]:
+        """``cron_file`` and ``cron_line``."""
+        return {"cron_file": self.file, "cron_line": self.line}
+
+    def stop_targets(self) -> tuple[tuple[object, ...], ...]:
+        """The crontab line (and the run-parts script it runs, when it runs a folder)."""
+        if not self.file:
+            return ()
+        line = (("cron-line", self.file, self.line),)
+        return (*line, ("run-parts", self.script)) if self.script else line
 
 
 @dataclass(frozen=True)
@@ -430,6 +557,8 @@ class SystemdOrigin(Origin):
     """
 
     kind: ClassVar[OriginKind] = "systemd"
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("unit", "user")
+    DISABLES: ClassVar[str | None] = "the unit states"
     unit: str | None = None
     unit_file: str | None = None
     timer: str | None = None
@@ -443,6 +572,42 @@ class SystemdOrigin(Origin):
     tmux_socket: str | None = field(default=None, metadata=_shown_if("in_tmux"))
     tmux_session: str | None = field(default=None, metadata=_shown_if("in_tmux"))
     tmux_session_id: str | None = field(default=None, metadata=_shown_if("in_tmux"))
+
+    def describe(self) -> str:
+        """See :meth:`Origin.describe`."""
+        text = f"systemd {'user unit' if self.user_unit else 'unit'} {self.unit}"
+        if self.timer:
+            text += f" via {self.timer}"
+            if self.timer_schedule:
+                text += f" ({self.timer_schedule})"
+        return text
+
+    def label(self) -> str:
+        """The unit, a template's instance as its template (:func:`unit_label`)."""
+        return bounded_label(unit_label(self.unit) if self.unit else "")
+
+    def next_start(self) -> str | None:
+        """See :meth:`Origin.next_start`."""
+        return self.next_run
+
+    @property
+    def definite(self) -> bool:
+        """True: a unit is named (or its manager is)."""
+        return True
+
+    def pin_values(self) -> dict[str, object]:
+        """``systemd_unit``."""
+        return {"systemd_unit": self.unit}
+
+    def stop_targets(self) -> tuple[tuple[object, ...], ...]:
+        """The unit and the timer that starts it, in their manager (system or user)."""
+        scope = ("user", self.uid, self.user) if self.user_unit or self.uid is not None else ()
+        out: tuple[tuple[object, ...], ...] = ()
+        if self.unit:
+            out += (("systemd-unit", self.unit, *scope),)
+        if self.timer:
+            out += (("systemd-unit", self.timer, *scope),)
+        return out
 
 
 @dataclass(frozen=True)
@@ -460,6 +625,7 @@ class SlurmOrigin(Origin):
     """
 
     kind: ClassVar[OriginKind] = "slurm"
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("account", "job_name")
     job_id: int | None = None
     job_name: str | None = None
     account: str | None = None
@@ -467,6 +633,32 @@ class SlurmOrigin(Origin):
     partition: str | None = None
     step: str | None = None
     state: str | None = None
+
+    def describe(self) -> str:
+        """See :meth:`Origin.describe`."""
+        text = f"Slurm job {self.job_id}"
+        if self.job_name:
+            text += f" {self.job_name!r}"
+        if self.account:
+            text += f" account {self.account}"
+        return text
+
+    def label(self) -> str:
+        """The account."""
+        return bounded_label(self.account or "")
+
+    @property
+    def definite(self) -> bool:
+        """True: Slurm ran it."""
+        return True
+
+    def pin_values(self) -> dict[str, object]:
+        """``slurm_account`` and ``slurm_job_name``."""
+        return {"slurm_account": self.account, "slurm_job_name": self.job_name}
+
+    def stop_targets(self) -> tuple[tuple[object, ...], ...]:
+        """The Slurm job (``scancel`` acts on the whole job, every step of it)."""
+        return (("slurm-job", self.job_id),) if self.job_id is not None else ()
 
 
 @dataclass(frozen=True)
@@ -485,6 +677,7 @@ class ContainerOrigin(Origin):
     """
 
     kind: ClassVar[OriginKind] = "container"
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("image", "pod_uid")
     container_id: str | None = None
     pod_uid: str | None = None
     runtime: str | None = None
@@ -493,6 +686,28 @@ class ContainerOrigin(Origin):
     image_id: str | None = None
     name: str | None = None
     restart_policy: str | None = None
+
+    def describe(self) -> str:
+        """See :meth:`Origin.describe`."""
+        cid = str(self.container_id or "?")[:12]
+        return f"container {cid}" + (f" pod {self.pod_uid}" if self.pod_uid else "")
+
+    def label(self) -> str:
+        """The image."""
+        return bounded_label(self.image or "")
+
+    @property
+    def definite(self) -> bool:
+        """True when the container is named."""
+        return self.container_id is not None
+
+    def pin_values(self) -> dict[str, object]:
+        """``container_image`` and ``container_image_digest``."""
+        return {"container_image": self.image, "container_image_digest": self.image_id}
+
+    def stop_targets(self) -> tuple[tuple[object, ...], ...]:
+        """The container (stopping it stops everything in it)."""
+        return (("container", self.container_id),) if self.container_id else ()
 
 
 @dataclass(frozen=True)
@@ -522,6 +737,7 @@ class KubernetesOrigin(Origin):
     """
 
     kind: ClassVar[OriginKind] = "kubernetes"
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("namespace", "owner_kind", "owner_name")
     pod_uid: str | None = None
     container_id: str | None = None
     runtime: str | None = None
@@ -541,6 +757,48 @@ class KubernetesOrigin(Origin):
     time_zone: str | None = field(default=None, metadata=_shown_with("suspended"))
     next_run: str | None = field(default=None, metadata=_shown_with("suspended"))
     suspended: bool | None = field(default=None, metadata=_OPTIONAL)
+
+    def describe(self) -> str:
+        """See :meth:`Origin.describe`."""
+        if self.pod is None:
+            return f"Kubernetes pod {self.pod_uid} (API: {self.api})"
+        text = f"Kubernetes pod {self.namespace}/{self.pod}"
+        if self.owner_kind not in (None, "Pod"):
+            text += f" of {self.owner_kind} {self.owner_name}"
+        if self.schedule:
+            text += f" ({self.schedule})"
+        return text
+
+    def next_start(self) -> str | None:
+        """See :meth:`Origin.next_start` (a CronJob's next run)."""
+        return self.next_run
+
+    @property
+    def definite(self) -> bool:
+        """True: a pod is named (its owner may be unknown)."""
+        return True
+
+    def pin_values(self) -> dict[str, object]:
+        """``k8s_namespace``, ``k8s_owner`` (``Kind/name``), ``k8s_service_account``."""
+        owner = f"{self.owner_kind}/{self.owner_name}" if self.owner_kind else None
+        return {
+            "k8s_namespace": self.namespace,
+            "k8s_owner": owner,
+            "k8s_service_account": self.service_account,
+        }
+
+    def pin_unknown(self) -> str | None:
+        """``Kubernetes API <why>`` when the API did not say."""
+        return None if self.api == "ok" else f"Kubernetes API {self.api}"
+
+    def stop_targets(self) -> tuple[tuple[object, ...], ...]:
+        """The pod and its topmost owner (deleting the owner stops every pod of it)."""
+        out: tuple[tuple[object, ...], ...] = ()
+        if self.pod_uid:
+            out += (("pod", self.pod_uid),)
+        if self.owner_kind not in (None, "Pod"):
+            out += (("k8s-owner", self.namespace, self.owner_kind, self.owner_name),)
+        return out
 
 
 @dataclass(frozen=True)
@@ -568,6 +826,15 @@ class ShellOrigin(Origin):
     tmux_session: str | None = None
     tmux_session_id: str | None = None
 
+    def describe(self) -> str:
+        """See :meth:`Origin.describe`."""
+        return f"shell {self.session or ''}".strip()
+
+    @property
+    def definite(self) -> bool:
+        """True: a person started it from a login."""
+        return True
+
 
 @dataclass(frozen=True)
 class AtOrigin(Origin):
@@ -584,6 +851,7 @@ class AtOrigin(Origin):
     """
 
     kind: ClassVar[OriginKind] = "at"
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("command",)
     job: int | None = None
     queue: str | None = None
     user: str | None = None
@@ -591,6 +859,19 @@ class AtOrigin(Origin):
     command: str | None = None
     file: str | None = None
     pending_same_command: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        """See :meth:`Origin.describe`."""
+        return f"at job {self.job or '?'}"
+
+    @property
+    def definite(self) -> bool:
+        """True: atd ran it."""
+        return True
+
+    def stop_targets(self) -> tuple[tuple[object, ...], ...]:
+        """The at job and the queued jobs running the same commands."""
+        return tuple(("at-job", j) for j in (self.job, *self.pending_same_command) if j)
 
 
 @dataclass(frozen=True)
@@ -605,10 +886,28 @@ class SupervisorOrigin(Origin):
     """
 
     kind: ClassVar[OriginKind] = "supervisor"
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("program",)
     program: str | None = None
     supervisor: str | None = None
     supervisor_pid: int | None = None
     config: str | None = None
+
+    def describe(self) -> str:
+        """See :meth:`Origin.describe`."""
+        return f"supervisor program {self.program or '?'}"
+
+    def label(self) -> str:
+        """The program."""
+        return bounded_label(self.program or "")
+
+    @property
+    def definite(self) -> bool:
+        """True: a supervisor runs it."""
+        return True
+
+    def stop_targets(self) -> tuple[tuple[object, ...], ...]:
+        """The supervisor's program."""
+        return (("supervisor-program", self.supervisor, self.program),)
 
 
 @dataclass(frozen=True)
@@ -636,6 +935,10 @@ class OrphanOrigin(Origin):
     unit: str | None = None
     session: str | None = None
 
+    def describe(self) -> str:
+        """See :meth:`Origin.describe`."""
+        return self.message or "orphan (parent exited)"
+
 
 # The record class of each kind; ``unknown`` is the base class itself.
 ORIGIN_CLASSES: dict[str, type[Origin]] = {
@@ -655,6 +958,36 @@ ORIGIN_CLASSES: dict[str, type[Origin]] = {
 }
 
 
+# Longest origin label kept (a unit or file name is host text of any length; a label
+# value that long would only be a way to grow a time-series database).
+MAX_ORIGIN_LABEL_CHARS = 120
+# Transient units systemd-run names for one run (``run-u812.service``, ``run-r0a1b...``,
+# ``run-p4242-i4243.service``): each run a new name, and nothing starts them again.
+_TRANSIENT_UNIT = re.compile(r"run-[a-z0-9-]+(\.[a-z]+)")
+
+
+def bounded_label(text: str) -> str:
+    """``text`` cut to :data:`MAX_ORIGIN_LABEL_CHARS` (the last kept character ``…``)."""
+    if len(text) > MAX_ORIGIN_LABEL_CHARS:
+        return text[: MAX_ORIGIN_LABEL_CHARS - 1] + "…"
+    return text
+
+
+def unit_label(unit: str) -> str:
+    """The name of what starts ``unit`` again, bounded however many instances run.
+
+    An instance of a template (``train@4242.service``) is labelled with its template
+    (``train@.service``: the one unit file every instance is started from, systemd.unit(5),
+    DESCRIPTION); a transient ``systemd-run`` unit with ``run-*.service`` (systemd-run(1):
+    a generated name per run). Any other unit is its own name.
+    """
+    name, at, rest = unit.partition("@")
+    if at:
+        return f"{name}@{rest[rest.rfind('.') :]}" if "." in rest else f"{name}@"
+    m = _TRANSIENT_UNIT.fullmatch(unit)
+    return f"run-*{m.group(1)}" if m else unit
+
+
 def finding_ref(finding_id: int | None) -> str:
     """How every output spells a finding id: ``F12`` (``-`` when it has none yet).
 
@@ -664,6 +997,119 @@ def finding_ref(finding_id: int | None) -> str:
 
 
 UNKNOWN_ORIGIN = Origin(evidence=("no resolver recognised the lineage",))
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What a person (or the daemon) may do about one job, decided by the one guard
+    (:func:`watchdog.policy.guard.advise`); every text naming a target is made here.
+
+    Attributes:
+        refused: Why the job must not be a target at all (sanctioned, protected); then
+            nothing else is set.
+        stop_pids: What stopping it by hand signals: the job's processes and its
+            exclusive wrappers (empty when refused).
+        disable: ``disable-source`` may act on its source (a cron line, a system unit
+            that no protected source is).
+        by_hand: The by-hand command that stops the source (or, for kinds with no
+            source, the job), when it targets nothing protected; the JSON
+            ``origin.remediation``.
+        source_refused: Why its source is never disabled, with what to change instead.
+        disables: What ``disable-source`` changes, in words (``the crontab``).
+        source_gone: Why the source needs nothing done (its crontab line was
+            disabled or removed since the job started).
+    """
+
+    refused: str | None = None
+    stop_pids: tuple[int, ...] = ()
+    disable: bool = False
+    by_hand: str | None = None
+    source_refused: str | None = None
+    disables: str | None = None
+    source_gone: str | None = None
+
+    def to_json(self, pid: int) -> dict[str, Any]:
+        """``jobs[].advice`` of the scan JSON (docs/scan-json-schema.md): what may be done
+        about the job rooted at ``pid``, each field decided by the guard."""
+        return {
+            "refused": self.refused,
+            "stop": self.stop_line(pid),
+            "stop_pids": list(self.stop_pids),
+            "disable": self.disable,
+            "source_refused": self.source_refused,
+            "source_gone": self.source_gone,
+        }
+
+    def stop_source(self, target: int | str) -> str | None:
+        """What to run to stop the source, best way first, or None (see :attr:`disable`,
+        :attr:`by_hand`). ``target`` names the job to the CLI: PID or ``F12``."""
+        if self.refused is not None or self.source_refused is not None:
+            return None
+        if self.disable:
+            text = (
+                f"rogue-watchdog disable-source {target} (backs up {self.disables}; "
+                "`rogue-watchdog undo` restores it)"
+            )
+            return f"{text}, or by hand: {self.by_hand}" if self.by_hand else text
+        return self.by_hand
+
+    def finding_text(self, target: int | str) -> str:
+        """The tail of a job finding's message: how to stop the source, or why it is
+        not disabled and how to stop this run; empty when nothing may be done."""
+        if self.refused is not None:
+            return ""
+        stop = self.stop_source(target)
+        if stop:
+            return f"; to stop the source: {stop}"
+        if self.source_refused is not None:
+            return (
+                f"; its source is not disabled: {self.source_refused}; to stop this run: "
+                f"rogue-watchdog terminate {target}"
+            )
+        return ""
+
+    def stop_line(self, pid: int) -> str | None:
+        """The ``stop:`` line of a scan table row, or None for a job with none."""
+        if self.refused is not None:
+            return None
+        if self.source_refused is not None:
+            return (
+                f"rogue-watchdog terminate {pid} (--dry-run first to preview); its source "
+                f"is not disabled: {self.source_refused}"
+            )
+        if self.source_gone is not None:
+            return f"rogue-watchdog terminate {pid} ({self.source_gone}: only the run is left)"
+        if self.disable:
+            return (
+                f"rogue-watchdog disable-source {pid} && rogue-watchdog terminate {pid}"
+                " (--dry-run first to preview)"
+            )
+        if self.by_hand:
+            return self.by_hand
+        return f"rogue-watchdog terminate {pid} (its origin is unknown: see explain {pid})"
+
+    def explain_line(self, target: int | str | None) -> str:
+        """The ``Remediation:`` line of ``explain``: the command, or why there is none."""
+        if self.refused is not None:
+            return f"none: {self.refused}"
+        if self.source_gone is not None:
+            text = (
+                f"none needed for the source ({self.source_gone}); "
+                "the running job must still be stopped"
+            )
+            return f"{text}: rogue-watchdog terminate {target}" if target is not None else text
+        if self.source_refused is not None:
+            return f"its source is not disabled: {self.source_refused}" + (
+                f"; to stop this run: rogue-watchdog terminate {target}" if target else ""
+            )
+        stop = self.stop_source(target) if target is not None else self.by_hand
+        if stop:
+            return stop
+        return "none known: the origin could not be named"
+
+
+#: The advice of a job the guard has not judged: nothing may be done about it.
+UNDECIDED = Advice(refused="the guard has not judged this job")
 
 
 @dataclass
@@ -691,6 +1137,8 @@ class Job:
             ``{proto, address, port, pid}``; filled for rogue and excess jobs.
         gpus: Per GPU the members are listed on by NVML: index and memory held,
             sorted by index then UUID.
+        advice: What may be done about it, decided by the guard
+            (:func:`watchdog.policy.guard.advise`); :data:`UNDECIDED` until then.
     """
 
     root_pid: int
@@ -709,6 +1157,7 @@ class Job:
     devices: list[str] = field(default_factory=list)
     listening: list[dict[str, Any]] = field(default_factory=list)
     gpus: list[GpuHeld] = field(default_factory=list)
+    advice: Advice = UNDECIDED
 
     @property
     def unsanctioned(self) -> bool:
@@ -720,6 +1169,34 @@ class Job:
     def gpu_indexes(self) -> list[int]:
         """NVML indexes of the GPUs the job is on, ascending, each once."""
         return sorted({g.index for g in self.gpus})
+
+
+class TargetGuard(Protocol):
+    """What one scan must never target, as the actions ask it (the one guard,
+    :class:`watchdog.policy.guard.Protection`, implements it).
+
+    Attributes:
+        identities: ``(PID, start ticks)`` of every process of a sanctioned or ignored job.
+        pids: Their PIDs.
+    """
+
+    @property
+    def identities(self) -> frozenset[tuple[int, int]]:
+        """See the class attributes."""
+        ...
+
+    @property
+    def pids(self) -> frozenset[int]:
+        """See the class attributes."""
+        ...
+
+    def source_refusal(self, origin: Origin) -> str | None:
+        """Why ``origin``'s source must never be disabled, or None when it may be."""
+        ...
+
+    def process_refusal(self, proc: Proc) -> str | None:
+        """Why ``proc`` must never be signalled, or None."""
+        ...
 
 
 @dataclass
@@ -750,6 +1227,9 @@ class ScanResult:
         exited: PIDs of processes an exec event caught that exited before this scan
             (kept for this one scan, state ``X``; never signalled).
         full_sweep: Every process was read again in full (kernel events were lost).
+        protection: What this scan must never target (the one guard's view,
+            :func:`watchdog.policy.guard.protection`); None for a result not made by a
+            scan.
     """
 
     host: str
@@ -763,6 +1243,7 @@ class ScanResult:
     gpu_blind: bool = False
     exited: set[int] = field(default_factory=set)
     full_sweep: bool = False
+    protection: TargetGuard | None = None
 
 
 # -- constants shared with the configuration (the bottom layer imports only this) ------

@@ -12,7 +12,6 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from watchdog.lineage.describe import describe_origin
 from watchdog.model import Finding, GpuHeld, GpuInfo, Job
 from watchdog.policy.findings import fmt_bytes
 
@@ -51,6 +50,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "reason": job.reason,
         "evidence": list(job.evidence),
         "origin": job.origin.to_json(),
+        "advice": job.advice.to_json(job.root_pid),
         "lineage": [{"pid": p.pid, "exe": p.exe, "cmdline": list(p.cmdline)} for p in job.lineage],
     }
 
@@ -387,7 +387,7 @@ def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: 
                 str(len(j.pids)),
                 ",".join(gpu_label(g, gpus) for g in j.gpus) or "-",
                 _mem(j.gpu_memory_bytes),
-                printable(describe_origin(j.origin)),
+                printable(j.origin.describe()),
                 j,
             )
         )
@@ -427,27 +427,18 @@ def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: 
             lines.append("    from " + shorten_path_words(origin, inner - 5))
         if job.verdict != "sanctioned" and job.reason:
             lines.extend(fit(printable(job.reason), width, " " * 9, "    why: "))
-        if job.unsanctioned:
-            lines.extend(fit(printable(stop_text(job)), width, " " * 10, "    stop: "))
+        stop = stop_text(job) if job.unsanctioned else None
+        if stop:
+            lines.extend(fit(printable(stop), width, " " * 10, "    stop: "))
     return lines
 
 
-def stop_text(job: Job) -> str:
-    """What a person runs to stop a rogue job and keep it from coming back.
-
-    ``disable-source`` handles cron and systemd origins (with a backup, undoable) and
-    ``terminate`` re-checks the job before it signals; both take ``--dry-run``. For other
-    origins the resolver's remediation command is the answer.
-    """
-    pid = job.root_pid
-    if job.origin.kind in ("cron", "systemd"):
-        return (
-            f"rogue-watchdog disable-source {pid} && rogue-watchdog terminate {pid}"
-            " (--dry-run first to preview)"
-        )
-    if job.origin.remediation:
-        return job.origin.remediation
-    return f"rogue-watchdog terminate {pid} (its origin is unknown: see explain {pid})"
+def stop_text(job: Job) -> str | None:
+    """What a person runs to stop a rogue job and keep it from coming back, as the guard
+    decided it (:meth:`watchdog.model.Advice.stop_line`): ``disable-source`` first where
+    it may act on the source, ``terminate`` alone where the source is a sanctioned
+    rule's; None for a job nothing may be done about."""
+    return job.advice.stop_line(job.root_pid)
 
 
 def result_table(

@@ -19,25 +19,26 @@ from watchdog.config import Config
 from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import OriginResolver, ResolveContext
 from watchdog.lineage.cron import entry_state, with_entry_state
-from watchdog.lineage.describe import describe_origin, names_source, same_source
 from watchdog.model import (
     UNKNOWN_ORIGIN,
     CronOrigin,
     Finding,
     GpuInfo,
     GpuProcess,
+    Job,
     NvmlStatus,
     Origin,
     Proc,
     ScanResult,
 )
-from watchdog.policy.allowlist import judge
+from watchdog.policy.allowlist import judge, not_sanctioned_now
 from watchdog.policy.findings import (
     gpu_visibility_findings,
     job_findings,
     pid_namespace_finding,
     unexplained_memory_findings,
 )
+from watchdog.policy.guard import Protection, protection, with_advice
 from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs, ignore_match
 from watchdog.policy.services import protected_pids, service_findings, service_pids
 from watchdog.sources.devfd import DeviceFdSource
@@ -153,6 +154,8 @@ class Scanner:
         self._hidepid: tuple[str] | None = None
         self._sweep_due = False
         self._last_sweep = -FULL_SWEEP_MIN_GAP_S
+        # Processes of sanctioned jobs, (PID, start ticks) -> rule: sanctioned for life.
+        self.sanctioned: dict[tuple[int, int], str] = {}
         # Our own PID as seen in proc_root (differs only for a fixture tree).
         self.self_pids = (
             frozenset({os.getpid()}) if config.paths.proc_root == "/proc" else frozenset()
@@ -179,6 +182,16 @@ class Scanner:
             previous: The Scanner being replaced.
         """
         self._pinned = dict(previous._pinned)
+        self.sanctioned = dict(previous.sanctioned)
+
+    def keep_sanctioned(self, procs: dict[tuple[int, int], str]) -> None:
+        """Processes sanctioned before this Scanner existed (a daemon restart reads them
+        from the state database): each stays sanctioned while it lives.
+
+        Args:
+            procs: ``(PID, start ticks) -> rule``.
+        """
+        self.sanctioned.update(procs)
 
     def _keep_first(self, ident: tuple[int, int], fresh: Origin, ctx: ResolveContext) -> Origin:
         """The origin of a running process never changes: keep the first definite one.
@@ -189,7 +202,7 @@ class Scanner:
         different later answer only refreshes whether the first source still exists.
         """
         first = self._pinned.get(ident)
-        if first is None or not names_source(first) or same_source(first, fresh):
+        if first is None or not first.definite or first.compatible(fresh):
             return fresh
         if fresh.kind == "orphan" and first.kind in ("slurm", "supervisor"):
             # The Slurm job or supervisord ended: the orphan origin keeps its clue
@@ -202,7 +215,7 @@ class Scanner:
                 kept = with_entry_state(first, state)
         note = (
             f"kept for this process's lifetime: a later look matched "
-            f"{describe_origin(fresh)}, but a running process does not change who started it"
+            f"{fresh.describe()}, but a running process does not change who started it"
         )
         evidence = (*(e for e in kept.evidence if not e.startswith("kept for this")), note)
         return dataclasses.replace(kept, evidence=evidence)
@@ -370,7 +383,13 @@ class Scanner:
             job.origin = hit[1]
         self._origins = origins
         self._pinned = pinned
-        judge(jobs, self.config)
+        kept = self._alive_sanctioned()
+        judge(jobs, self.config, kept)
+        guard = protection(
+            jobs, self.config, table=self.table, never=self._lineage_of_self(), kept=kept
+        )
+        self.sanctioned = self._sanctioned_now(jobs, guard, kept)
+        jobs = with_advice(jobs, guard, self.table, self.config)
         proc_root = self.config.paths.proc_root
         protected = protected_pids(jobs)
         for job in jobs:
@@ -379,7 +398,8 @@ class Scanner:
                 job.listening = [x.to_json() for x in listening_for(pids, proc_root)]
         findings = [
             *_mark_exited(job_findings(jobs), exited),
-            *service_findings(jobs, self.table, self.config.services, proc_root),
+            *self._kept_findings(jobs, kept),
+            *service_findings(jobs, self.table, self.config.services, proc_root, guard),
             *vis_findings,
             *health,
             *self._visibility(),
@@ -404,7 +424,69 @@ class Scanner:
             gpu_blind=gpu_blind,
             exited=exited,
             full_sweep=full_sweep,
+            protection=guard,
         )
+
+    def _alive_sanctioned(self) -> dict[tuple[int, int], str]:
+        """The remembered sanctioned identities whose process still runs."""
+        out = {}
+        for (pid, start), rule in self.sanctioned.items():
+            proc = self.table.get(pid)
+            if proc is not None and proc.start_ticks == start and not proc.is_zombie:
+                out[(pid, start)] = rule
+        return out
+
+    def _sanctioned_now(
+        self, jobs: Sequence[Job], guard: Protection, kept: dict[tuple[int, int], str]
+    ) -> dict[tuple[int, int], str]:
+        """Every process of this scan's sanctioned jobs with its rule, and the earlier
+        ones still alive: what stays sanctioned for its life."""
+        out = dict(kept)
+        for job in jobs:
+            if job.verdict != "sanctioned" or job.rule is None:
+                continue
+            for pid in job.pids:
+                proc = self.table.get(pid)
+                if proc is not None and (pid, proc.start_ticks) in guard.identities:
+                    out.setdefault((pid, proc.start_ticks), job.rule)
+            out.setdefault((job.root_pid, job.start_ticks), job.rule)
+        return out
+
+    def _lineage_of_self(self) -> frozenset[int]:
+        """rogue-watchdog and its ancestors in this table (never a target)."""
+        out: set[int] = set()
+        for pid in self.self_pids:
+            out.update(p.pid for p in self.table.ancestors(pid))
+        return frozenset(out)
+
+    def _kept_findings(
+        self, jobs: Sequence[Job], kept: dict[tuple[int, int], str]
+    ) -> list[Finding]:
+        """An info finding for each process kept sanctioned that no rule would sanction
+        if it started now (its crontab line or unit was edited, the allowlist changed)."""
+        out = []
+        for job in jobs:
+            rule = kept.get((job.root_pid, job.start_ticks))
+            if rule is None or job.verdict != "sanctioned":
+                continue
+            why = not_sanctioned_now(job, self.config)
+            if why is None:
+                continue
+            out.append(
+                Finding(
+                    kind="sanctioned-changed",
+                    severity="info",
+                    message=(
+                        f"sanctioned job PID {job.root_pid} `{' '.join(job.cmdline)[:120]}` "
+                        f"stays sanctioned by rule {rule!r} until it exits: it was when it "
+                        f"started, but would not be if it started now ({why}); a new run "
+                        "is judged by the rules in force then"
+                    ),
+                    root_pid=job.root_pid,
+                    details={"rule": rule, "now": why, "pids": list(job.pids)},
+                )
+            )
+        return out
 
 
 def _mark_exited(findings: list[Finding], exited: set[int]) -> list[Finding]:

@@ -125,7 +125,21 @@ CREATE INDEX jobs_gone ON jobs(gone_at) WHERE gone_at IS NOT NULL;
 UPDATE meta SET value='2' WHERE key='schema_version';
 """
 
-MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)
+# Version 3: the processes of sanctioned jobs, so a sanctioned process stays sanctioned
+# for its life across daemon restarts (identity: PID + start ticks, of one boot).
+_SCHEMA_V3 = """
+CREATE TABLE sanctioned_procs (
+    pid INTEGER NOT NULL,
+    start_ticks INTEGER NOT NULL,
+    rule TEXT NOT NULL,
+    since REAL NOT NULL,
+    boot_id TEXT,
+    PRIMARY KEY (pid, start_ticks)
+);
+UPDATE meta SET value='3' WHERE key='schema_version';
+"""
+
+MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -708,6 +722,35 @@ class StateDB:
                 "sightings": rec.sightings,
             },
         )
+
+    def sanctioned_procs(self, boot_id: str | None) -> dict[tuple[int, int], str]:
+        """``(PID, start ticks) -> rule`` of the processes recorded as sanctioned during
+        boot ``boot_id`` (``/proc/sys/kernel/random/boot_id``): start ticks count from
+        boot, so an identity of another boot names nothing and is never returned."""
+        rows = self.conn.execute(
+            "SELECT pid, start_ticks, rule FROM sanctioned_procs WHERE boot_id IS ?", (boot_id,)
+        )
+        return {(int(r[0]), int(r[1])): str(r[2]) for r in rows}
+
+    def set_sanctioned_procs(
+        self, procs: dict[tuple[int, int], str], boot_id: str | None, now: float
+    ) -> None:
+        """Make ``sanctioned_procs`` hold exactly ``procs`` (``(PID, start) -> rule``),
+        keeping the ``since`` of identities already there."""
+        with self.transaction():
+            have = {
+                (int(r[0]), int(r[1]))
+                for r in self.conn.execute("SELECT pid, start_ticks FROM sanctioned_procs")
+            }
+            gone = have - set(procs)
+            self.conn.executemany(
+                "DELETE FROM sanctioned_procs WHERE pid=? AND start_ticks=?", sorted(gone)
+            )
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO sanctioned_procs(pid, start_ticks, rule, since, boot_id)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [(pid, start, clean(rule), now, boot_id) for (pid, start), rule in procs.items()],
+            )
 
     def mark_gone(self, signature: str, now: float) -> None:
         """Record that a job signature is no longer seen."""

@@ -16,7 +16,6 @@ from watchdog.actions.enforcer import Enforcer
 from watchdog.actions.guards import read_live
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
-from watchdog.lineage.describe import describe_origin
 
 pytestmark = pytest.mark.system
 
@@ -105,7 +104,7 @@ def test_terminate_mode_kills_rogue_only_records_and_catches_the_comeback(
         f"is back as PID {back.pid} after rogue-watchdog terminated 1 process(es) "
         f"of PID {rogue.pid}" in failed[0].message
     )
-    assert f"by daemon; spawned this time by {describe_origin(job.origin)}" in failed[0].message
+    assert f"by daemon; spawned this time by {job.origin.describe()}" in failed[0].message
     assert failed[0].details["actions"] == [acts[0].id]
     reported = [f for f in d.last.findings if f.kind == "remediation-failed"]  # type: ignore[union-attr]
     assert [f.root_pid for f in reported] == [back.pid]

@@ -152,7 +152,13 @@ def test_sanctioned_unit_and_excess_instance(shards: NamespacedSystemd) -> None:
     assert o["unit_file"] == str(shards.unit_dir / "train@.service")
     assert o["timer"] is None
     assert o["restart"] == "no"
-    assert o["remediation"] == "systemctl disable --now train@3.service"
+    # train@3 is an instance the rule's pin names (train@*.service): the sanctioned
+    # pipeline's own source. It is stopped as a job, never disabled.
+    assert o["remediation"] is None
+    advice = by_unit["train@3.service"][0]["advice"]
+    assert advice["disable"] is False and advice["source_refused"].startswith(
+        "systemd unit train@3.service is the origin of sanctioned rule 'shard-pipeline'"
+    )
 
 
 def test_unit_glob_mismatch_is_rogue(nsystemd: NamespacedSystemd) -> None:

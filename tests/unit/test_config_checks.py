@@ -65,7 +65,7 @@ def test_launcher_patterns_run_in_re2_too() -> None:
     assert is_launcher(proc(HOSTILE), cfg.launchers) is False
     assert is_launcher(proc(["x" * 40 + "y"]), cfg.launchers) is True
     # An undecodable byte (kept as a lone surrogate) is searched, not an exception.
-    odd = proc(["/opt/run\udcff", "aaa"])
+    odd = proc(["/opt/run\udcffaaa"])
     assert is_launcher(odd, cfg.launchers) is True
 
 

@@ -19,8 +19,8 @@ from tests.fixtures.proc.fakeproc import FakeProc, root_owned, write_tree
 from watchdog.config import parse_config
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
-from watchdog.lineage.describe import describe_origin, remediation_text
-from watchdog.model import Proc
+from watchdog.model import Job, Proc
+from watchdog.policy.guard import Protection, advise, with_advice
 from watchdog.scan import Scanner
 from watchdog.sources.procfs import ProcessTable
 
@@ -77,11 +77,12 @@ def test_ghost_stays_with_its_disabled_line(tmp_path: Path) -> None:
     assert ghost.fields["entry"] == f"* * * * * root {CMD_B}"
     assert ghost.fields["next_run"] is None
     assert ghost.remediation is None
-    assert remediation_text(ghost, 512) == (
+    job = Job(512, [512], "root", (), 0, None, [], [], origin=ghost, verdict="rogue")
+    assert advise(job, Protection()).explain_line(512) == (
         "none needed for the source (its crontab entry was disabled); the running job must "
         "still be stopped: rogue-watchdog terminate 512"
     )
-    assert describe_origin(ghost) == f"cron {tmp_path}/cron.d/b:4 (* * * * *), entry since disabled"
+    assert ghost.describe() == f"cron {tmp_path}/cron.d/b:4 (* * * * *), entry since disabled"
     assert any(
         e.startswith(f"started by {tmp_path}/cron.d/b:4, entry since disabled")
         for e in ghost.evidence
@@ -103,8 +104,8 @@ def test_a_removed_line_is_never_cron_none_none(tmp_path: Path) -> None:
     gone = CronResolver().resolve(_chain(CMD_B, 500), ctx)
     assert gone is not None
     assert gone.fields["file"] is None and gone.fields["entry_state"] == "removed"
-    assert describe_origin(gone) == "cron, entry gone (no crontab line runs this command now)"
-    assert "None" not in describe_origin(gone)
+    assert gone.describe() == "cron, entry gone (no crontab line runs this command now)"
+    assert "None" not in gone.describe()
 
 
 def test_cron_tick_decides_which_of_two_identical_lines_fired(tmp_path: Path) -> None:
@@ -283,7 +284,9 @@ def test_daemon_findings_offer_disable_source_by_finding_id(tmp_path: Path) -> N
         line=4,
         schedule="* * * * *",
     )
-    job = Job(812, [812], "root", TRAIN, 100, None, [], [], origin, "rogue")
+    (job,) = with_advice(
+        [Job(812, [812], "root", TRAIN, 100, None, [], [], origin, "rogue")], Protection()
+    )
     findings = job_findings([job])
     assert "rogue-watchdog disable-source 812 (" in findings[0].message  # a scan's view
     db = StateDB(str(tmp_path / "state"))

@@ -19,7 +19,6 @@ from tests.fixtures.proc.fakeproc import root_owned
 from watchdog.lineage.at import AtResolver, job_commands, parse_job_name
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
-from watchdog.lineage.describe import describe_origin
 from watchdog.model import Origin, Proc
 from watchdog.sources.procfs import ProcessTable
 
@@ -287,7 +286,7 @@ def test_crontab_path_that_is_not_a_file_is_no_proof_the_entry_is_gone(tmp_path:
     assert origin.remediation == (f"sudo grep -rnF -- /opt/gone/train_gone.py {root}/etc/crontab")
     # Not found is not gone: the table never claims the entry was removed.
     assert "entry_state" not in origin.fields
-    assert describe_origin(origin) == "cron, entry not found (some crontabs could not be read)"
+    assert origin.describe() == "cron, entry not found (some crontabs could not be read)"
 
 
 def test_grep_hint_names_the_script_of_any_interpreter(tmp_path: Path) -> None:
@@ -365,7 +364,6 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
-from watchdog.lineage.describe import describe_origin
 from watchdog.model import Proc
 from watchdog.sources.procfs import ProcessTable
 root = sys.argv[1]

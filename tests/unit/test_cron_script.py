@@ -16,7 +16,6 @@ from watchdog.actions.disable import plan_disable
 from watchdog.actions.effects import Effects
 from watchdog.lineage import default_resolvers
 from watchdog.lineage.cron import CronResolver
-from watchdog.lineage.describe import describe_origin
 from watchdog.scan import resolve_origin
 
 TRAIN = ["/usr/bin/python3", "/root/x/train_job.py", "--epochs", "3"]
@@ -69,9 +68,7 @@ def test_wrapper_script_job_is_attributed_to_its_line(tmp_path: Path) -> None:
         "line runs",
     )
     assert origin.remediation == f"sed -i '2s/^/# disabled by rogue-watchdog: /' {cron_d}/x"
-    assert describe_origin(origin) == (
-        f"cron {cron_d}/x:2 (* * * * *) via {script} (high confidence)"
-    )
+    assert origin.describe() == (f"cron {cron_d}/x:2 (* * * * *) via {script} (high confidence)")
     # The whole registry agrees (not `orphan`), and disable-source can act on it.
     assert resolve_origin(chain, ctx, default_resolvers()).kind == "cron"
     plan = plan_disable(

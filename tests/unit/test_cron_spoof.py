@@ -20,7 +20,6 @@ from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_conte
 from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
-from watchdog.lineage.describe import describe_origin
 from watchdog.model import Origin
 from watchdog.scan import resolve_origin
 
@@ -139,7 +138,7 @@ def test_job_shell_of_another_user_is_not_the_entry(tmp_path: Path) -> None:
     )
     assert origin.fields["user"] == "root"
     assert origin.fields["entry_state"] == "unattributed"
-    assert describe_origin(origin) == "cron, no entry can have started it (wrong user or time)"
+    assert origin.describe() == "cron, no entry can have started it (wrong user or time)"
     assert (
         f"not {_line3(tmp_path)}:3: PID 51 runs as root, and cron runs that entry as nobody"
     ) in origin.evidence

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from watchdog.actions.disable import plan_disable
 from watchdog.actions.effects import CommandResult, RecordingEffects
-from watchdog.lineage.describe import describe_origin
 from watchdog.model import Origin, SystemdOrigin
 
 STATES = {
@@ -122,7 +121,7 @@ def test_user_unit_of_unknown_uid_is_refused_not_disabled_system_wide() -> None:
         "systemctl --user -M 1000@ stop sched.service"
     )
     assert fx.calls == []
-    assert describe_origin(origin) == "systemd user unit sched.service"
+    assert origin.describe() == "systemd user unit sched.service"
     # Written back, it stays a user unit: the keys, not their values, say so.
     assert origin.to_json()["uid"] is None and "user" in origin.to_json()
     system = SystemdOrigin(unit="sched.service")

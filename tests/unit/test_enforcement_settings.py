@@ -72,7 +72,7 @@ def test_defaults() -> None:
         (
             "enforcement:\n  protect:\n    - {pid: 1}",
             "c.yaml:3: enforcement.protect[0].pid: unknown key 'pid'; allowed: cmdline, "
-            "cmdline_regex, exe, user",
+            "cmdline_regex, exe, user, origin",
         ),
     ],
 )

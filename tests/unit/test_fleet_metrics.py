@@ -25,8 +25,7 @@ import pytest
 from tests.conftest import REPO, need_program, poll
 from tests.fakenvml.build import CONFIG_NAME, write_config
 from tests.fakenvml.fixtures import fake_nvml, library_path
-from watchdog.lineage.describe import MAX_ORIGIN_LABEL_CHARS, origin_label
-from watchdog.model import Origin, SystemdOrigin
+from watchdog.model import MAX_ORIGIN_LABEL_CHARS, Origin, SystemdOrigin
 
 GIB = 1024**3
 MIB = 1024**2
@@ -265,10 +264,10 @@ def test_hidden_gpu_is_counted(daemon: Daemon, lib_dir: Path) -> None:
 def test_origin_label_names_the_source_never_an_instance(
     kind: str, fields: dict[str, Any], label: str
 ) -> None:
-    assert origin_label(Origin.from_json({"kind": kind, **fields})) == label
+    assert Origin.from_json({"kind": kind, **fields}).label() == label
 
 
 def test_origin_label_is_cut() -> None:
     long = "a" * 500 + ".service"
-    got = origin_label(SystemdOrigin(unit=long))
+    got = SystemdOrigin(unit=long).label()
     assert len(got) == MAX_ORIGIN_LABEL_CHARS and got.endswith("…")

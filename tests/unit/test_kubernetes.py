@@ -21,7 +21,6 @@ from watchdog.config import parse_config
 from watchdog.lineage import default_resolvers
 from watchdog.lineage.cgroup import parse_cgroup
 from watchdog.lineage.container import cgroup_container
-from watchdog.lineage.describe import describe_origin
 from watchdog.lineage.kubernetes import (
     KubeApi,
     KubernetesResolver,
@@ -180,7 +179,7 @@ def test_cronjob_pod_owner_chain_schedule_and_remediation(
         "suspended": False,
     }
     assert origin.remediation == SUSPEND
-    assert describe_origin(origin) == (
+    assert origin.describe() == (
         "Kubernetes pod ml-team/nightly-retrain-29406420-x7k2p of CronJob nightly-retrain"
         " (0 3 * * 0)"
     )
@@ -257,7 +256,7 @@ def test_unreachable_api_degrades_to_pod_uid_only(tmp_path: Path) -> None:
     ), f["api"]
     assert origin.remediation == f"crictl stop {CID}"
     assert any("pod UID only" in e for e in origin.evidence)
-    assert describe_origin(origin).startswith(f"Kubernetes pod {UID} (API: unavailable: ")
+    assert origin.describe().startswith(f"Kubernetes pod {UID} (API: unavailable: ")
 
 
 def test_failed_api_is_not_retried_every_scan(tmp_path: Path, apiserver: FakeApiServer) -> None:

@@ -135,7 +135,12 @@ def test_orphaned_wrapper_makes_its_job_an_orphan(tmp_path: Path) -> None:
     ctx = make_context(tmp_path, procs)
     origin = _resolve(ctx, 60)
     assert origin is not None and origin.kind == "orphan"
-    assert origin.remediation == "kill -TERM 60 50"
+    assert origin.remediation == "kill -TERM 60"  # the guard widens it (test_guard.py)
+    # Its own parent (bash) is alive: the one that exited is the wrapper's parent.
+    assert origin.fields["message"] == (
+        "orphan: its wrapper bash (PID 50) was adopted (the wrapper's parent exited)"
+    )
+    assert origin.fields["parent_pid"] == 1
     assert origin.evidence[1].startswith("its wrapper bash (PID 50) was adopted by PID 1")
 
 
@@ -195,7 +200,6 @@ def test_real_double_forked_worker_is_an_orphan(tmp_path: Path) -> None:
 def test_slurm_orphan_text_names_the_job_and_its_state(tmp_path: Path) -> None:
     """Message, table cell and finding carry what the JSON knows."""
     from tests.unit.test_slurm_resolver import SQUEUE_CANCELLED
-    from watchdog.lineage.describe import describe_origin
     from watchdog.model import Job
     from watchdog.policy.findings import job_findings
 
@@ -208,7 +212,7 @@ def test_slurm_orphan_text_names_the_job_and_its_state(tmp_path: Path) -> None:
     assert (origin.fields["slurm_job_id"], origin.fields["slurm_job_state"]) == (1, "CANCELLED")
     assert origin.fields["message"] == "orphan of Slurm job 1 (CANCELLED)"
     assert origin.evidence[0] == "orphan of Slurm job 1 (CANCELLED)"
-    assert describe_origin(origin) == "orphan of Slurm job 1 (CANCELLED)"
+    assert origin.describe() == "orphan of Slurm job 1 (CANCELLED)"
     job = Job(4243, [4243], "u", tuple(WORKER_ARGV), 100, None, [], lineage(ctx, 4243), origin)
     (finding,) = job_findings([job])
     assert "from orphan of Slurm job 1 (CANCELLED)" in finding.message

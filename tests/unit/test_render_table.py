@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from watchdog.config import parse_config
 from watchdog.model import (
     CronOrigin,
     Finding,
@@ -23,6 +24,7 @@ from watchdog.model import (
     ScanResult,
     SlurmOrigin,
 )
+from watchdog.policy.guard import protection, with_advice
 from watchdog.render import (
     filter_gpu,
     output_width,
@@ -99,7 +101,8 @@ def fixed_result() -> ScanResult:
             GpuInfo(0, "GPU-0", "NVIDIA H200", 140 * GIB, 0),
             GpuInfo(3, "GPU-3", "NVIDIA H200", 140 * GIB, 10 * GIB),
         ],
-        jobs=jobs,
+        # Judged as a scan judges them: sanctioned ones protected, the rest advised.
+        jobs=with_advice(jobs, protection(jobs, parse_config("", "c.yaml"))),
         findings=[
             Finding(
                 "rogue-job", "high", "rogue training job PID 48213 on GPU 3 (4.0 GiB), ...", 48213
@@ -131,7 +134,7 @@ AT_80 = [
     'rogue        61000 bob          2 -         -  python …/train_eval.py --ckpt …/…',
     '    from orphan (parent exited)',
     '    why: not sanctioned: the command line matches no rule',
-    '    stop: kill -TERM 61000',
+    '    stop: kill -TERM 61000 61001',
     '',
     'Findings (1):',
     '  [high] rogue-job: rogue training job PID 48213 on GPU 3 (4.0 GiB), ...',
@@ -151,7 +154,7 @@ AT_200 = [
     "sanctioned   51001 research     1 3   2.0 GiB  Slurm job 812 'sweep' account research         /root/.pyenv/versions/3.11.7/bin/python /srv/research/sweeps/train_small.py --lr 3e-4",
     'rogue        61000 bob          2 -         -  orphan (parent exited)                         /root/.pyenv/versions/3.11.7/bin/python /home/bob/scratch/train_eval.py --ckpt /data/ckpt/last.pt',
     '    why: not sanctioned: the command line matches no rule',
-    '    stop: kill -TERM 61000',
+    '    stop: kill -TERM 61000 61001',
     '',
     'Findings (1):',
     '  [high] rogue-job: rogue training job PID 48213 on GPU 3 (4.0 GiB), ...',

@@ -256,10 +256,9 @@ def test_recheck_30s_after_terminate_opens_remediation_failed(
 
 
 def describe_orphan() -> str:
-    from watchdog.lineage.describe import describe_origin
     from watchdog.model import OrphanOrigin
 
-    return describe_origin(OrphanOrigin())
+    return OrphanOrigin().describe()
 
 
 def test_leftovers_of_a_gone_session_that_run_something_else_are_left_alone(

@@ -107,13 +107,15 @@ def test_live_view_shows_the_job_explains_and_terminates_with_confirmation(
     assert f"PID {pid}: {sys.executable} {tmp_path}/" in "".join(screen)  # lines wrap
 
     term.keys("t")
-    term.wait_for("press y to confirm, any other key to cancel")
+    # The dry run's plan first (the one guard decides), then the question.
+    screen = term.wait_for("press y to do what the dry run above says, any other key to cancel")
+    assert any(f"exit 0: rogue-watchdog terminate {pid} --dry-run --config " in x for x in screen)
     term.keys("n")
     term.wait_for(f"terminate PID {pid}: cancelled")
     assert os.path.exists(f"/proc/{pid}")  # no answer, no signal
 
     term.keys("t")
-    term.wait_for("press y to confirm, any other key to cancel")
+    term.wait_for("press y to do what the dry run above says, any other key to cancel")
     term.keys("y")
     screen = term.wait_for(f"exit 0: rogue-watchdog terminate {pid} --config ")
     assert "outcome: ok" in screen
@@ -129,9 +131,10 @@ def test_status_watch_is_the_same_view(spawned: Spawned, tmp_path: Path, term: T
     screen = term.wait_for(f" {pid} ")
     assert screen[1].startswith("↑/↓ or j/k select  e explain  t terminate")
     term.keys("d")
-    term.wait_for(f"disable-source the rogue job PID {pid} ")
-    term.keys("x")
-    term.wait_for(f"disable-source PID {pid}: cancelled")
+    # Its origin names nothing to disable: the refusal is shown, nothing is asked.
+    screen = term.wait_for(f"exit 1: rogue-watchdog disable-source {pid} --dry-run --config ")
+    assert any("cannot disable the source of rogue job PID" in x for x in screen)
+    assert not any("press y" in x for x in screen)
     term.keys("q")
     poll("the view to exit", lambda: (not term.alive()) or None, 10)
     assert os.path.exists(f"/proc/{pid}")

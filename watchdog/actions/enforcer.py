@@ -30,15 +30,18 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import structlog
+
 from watchdog.actions.effects import Effects
 from watchdog.actions.guards import read_live
 from watchdog.actions.remedy import Remedy, target_from_job
 from watchdog.config import Config
-from watchdog.lineage.describe import describe_origin, stop_source_text
 from watchdog.model import Finding, Job, ScanResult
 from watchdog.plugins import TrackResult
 from watchdog.policy.signature import job_signature
 from watchdog.state import ActionRecord, StateDB
+
+log = structlog.get_logger("rogue-watchdog")
 
 ACTED_KINDS = ("terminate", "disable-source")
 RECHECK_AFTER_S = 30.0
@@ -181,7 +184,7 @@ class Enforcer:
         for job in back[:3]:
             parts.append(
                 f"`{' '.join(job.cmdline)[:120]}` is back as PID {job.root_pid}, spawned by "
-                f"{describe_origin(job.origin)}"
+                f"{job.origin.describe()}"
             )
         return Finding(
             kind="remediation-failed",
@@ -204,11 +207,13 @@ class Enforcer:
         message = (
             f"remediation failed: `{' '.join(job.cmdline)[:120]}` is back as PID "
             f"{job.root_pid} after rogue-watchdog {done}; spawned this time by "
-            f"{describe_origin(job.origin)}"
+            f"{job.origin.describe()}"
         )
-        stop = stop_source_text(job.origin, job.root_pid)
+        stop = job.advice.stop_source(job.root_pid)
         if stop:
             message += f"; to stop that source: {stop}"
+        elif job.advice.source_refused is not None:
+            message += f"; its source is not disabled: {job.advice.source_refused}"
         return Finding(
             kind="remediation-failed",
             severity="critical",
@@ -238,18 +243,18 @@ class Enforcer:
             failed: list[Finding] = []
         else:
             failed = self.findings(now, result)
-        sanctioned = {
-            pid for j in result.jobs if j.verdict in ("sanctioned", "ignored") for pid in j.pids
-        }
+        if result.protection is None:
+            return failed  # not a scan's result: nothing says what is protected
         open_ids = {f.fingerprint: f.id for f in self.db.open_findings()}
         remedy = Remedy(
             self.settings, self.db, self.effects, actor=self.actor, backup_dir=self.backup_dir,
             proc_root=self.config.paths.proc_root, spool_dirs=self.config.paths.cron_spool,
             crontab=self.config.paths.crontab, cron_d=self.config.paths.cron_d,
-            sanctioned_pids=sanctioned,
+            protection=result.protection,
         )  # fmt: skip
-        for job in result.jobs:
-            if not job.unsanctioned:
+        # Newest first: of several runs of one source, the newest is the one too many.
+        for job in sorted(result.jobs, key=lambda j: (-j.start_ticks, -j.root_pid)):
+            if not job.unsanctioned or job.advice.refused is not None:
                 continue
             ident = (job.root_pid, job.start_ticks)
             if ident in self._acted:
@@ -264,7 +269,15 @@ class Enforcer:
             fid = open_ids.get(f"{_FINDING_KIND[job.verdict]}:{sig}")
             target = target_from_job(job, sig, fid)
             if decision.auto_disable_source:
-                remedy.disable_source(target, self.clock())
+                if job.advice.source_refused is None:
+                    remedy.disable_source(target, self.clock())
+                else:
+                    # The guard keeps the source (a sanctioned rule's): the run is
+                    # stopped as a job, and the log says why the source was left.
+                    log.info(
+                        "disable-source-skipped", pid=job.root_pid, finding_id=fid,
+                        reason=job.advice.source_refused,
+                    )  # fmt: skip
             remedy.terminate(target, self.clock())
         return failed
 

@@ -23,6 +23,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from watchdog.config.enforcement import Protect
+from watchdog.model import TargetGuard
 from watchdog.sources.procfs import pid_namespaces, read_proc
 
 
@@ -142,12 +143,16 @@ class Guard:
         protect: ``enforcement.protect`` entries.
         sanctioned_pids: Members of sanctioned or ignored jobs in the latest scan.
         self_pid: rogue-watchdog's own PID (its ancestors are computed live).
+        protection: The scan's one guard (:class:`watchdog.policy.guard.Protection`):
+            a process it names by identity (PID + start time) is sanctioned, whatever
+            ``sanctioned_pids`` says.
     """
 
     proc_root: str = "/proc"
     protect: Sequence[Protect] = ()
     sanctioned_pids: Collection[int] = frozenset()
     self_pid: int = field(default_factory=os.getpid)
+    protection: TargetGuard | None = None
 
     def check(self, pid: int, expected: Expected | None = None) -> Refusal | LiveProc:
         """Decide whether ``pid`` may be signalled right now.
@@ -202,7 +207,10 @@ class Guard:
                 f"PID {pid} is a zombie (already exited); its parent PID {live.ppid} holds it",
                 report_pid=live.ppid,
             )
-        if pid in self.sanctioned_pids:
+        if pid in self.sanctioned_pids or (
+            self.protection is not None
+            and (pid, live.start_ticks) in self.protection.identities
+        ):
             return Refusal(pid, "sanctioned", f"PID {pid} belongs to a sanctioned job")
         for entry in self.protect:
             if entry.matches(live.cmdline, live.exe, live.user):

@@ -7,7 +7,7 @@ dry runs too, flagged) and logs one ``action`` event with the same facts.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ from watchdog.actions.effects import Effects
 from watchdog.actions.guards import Expected, Guard
 from watchdog.actions.terminate import TerminateOutcome, terminate_tree
 from watchdog.config.enforcement import EnforcementSettings
-from watchdog.model import UNSANCTIONED_VERDICTS, Job, Origin, finding_ref
+from watchdog.model import UNSANCTIONED_VERDICTS, Job, Origin, TargetGuard, finding_ref
 from watchdog.state import StateDB
 
 log = structlog.get_logger("rogue-watchdog")
@@ -39,6 +39,9 @@ class JobTarget:
         exe: Root executable.
         origin: The job's origin (parsed from the record for a job not running now).
         verdict: ``rogue``, ``excess``...
+        running: The job runs now (False: named by a finding, from its record).
+        summary: What the record says of a job that is not running.
+        reason: Why it has its verdict (recorded with every action on it).
     """
 
     signature: str | None
@@ -53,6 +56,7 @@ class JobTarget:
     verdict: str
     running: bool = True
     summary: str = field(default="")
+    reason: str = ""
 
     @property
     def unsanctioned(self) -> bool:
@@ -92,6 +96,7 @@ def target_from_job(job: Job, signature: str | None, finding_id: int | None) -> 
         exe=root.exe if root is not None else None,
         origin=job.origin,
         verdict=job.verdict,
+        reason=job.reason,
     )
 
 
@@ -109,7 +114,8 @@ class Remedy:
         crontab: The system crontab; with ``cron_d`` and ``spool_dirs``, where a cron
             line may be disabled (``paths`` of the configuration).
         cron_d: The crontab directory.
-        sanctioned_pids: Members of sanctioned/ignored jobs (never signalled).
+        protection: The one guard's view of the scan the targets come from (never a
+            sanctioned process, never a protected source).
         record_dry_runs: Write a dry run to the audit trail. The daemon does (observe mode
             shows what it would have done); a person's ``--dry-run`` only looks, and is
             logged without an action row (its action id is 0).
@@ -127,7 +133,7 @@ class Remedy:
         spool_dirs: Sequence[str] = ("/var/spool/cron/crontabs", "/var/spool/cron"),
         crontab: str = "/etc/crontab",
         cron_d: str = "/etc/cron.d",
-        sanctioned_pids: Collection[int] = frozenset(),
+        protection: TargetGuard,
         record_dry_runs: bool = True,
     ) -> None:
         self.settings = settings
@@ -139,12 +145,17 @@ class Remedy:
         self.spool_dirs = tuple(spool_dirs)
         self.crontab = crontab
         self.cron_d = cron_d
-        self.sanctioned_pids = sanctioned_pids
+        self.protection = protection
         self.record_dry_runs = record_dry_runs
 
     def guard(self) -> Guard:
         """The never-signal rules for this moment."""
-        return Guard(self.proc_root, self.settings.protect, frozenset(self.sanctioned_pids))
+        return Guard(
+            self.proc_root,
+            self.settings.protect,
+            self.protection.pids,
+            protection=self.protection,
+        )
 
     def _record(
         self,
@@ -161,6 +172,7 @@ class Remedy:
             "root": [target.root_pid, target.start_ticks],
             "job": target.describe(),
             "origin": target.origin.to_json(),
+            **({"reason": target.reason} if target.reason else {}),
             **details,
         }
         if dry_run and not self.record_dry_runs:
@@ -198,7 +210,15 @@ class Remedy:
         return action_id, res
 
     def plan_disable(self, target: JobTarget, now: float) -> DisablePlan:
-        """How the job's source would be disabled (reads only)."""
+        """How the job's source would be disabled (reads only).
+
+        The guard is asked first: a source that a sanctioned job runs from, that the
+        allowlist pins, or that ``enforcement.protect`` names is never planned (the
+        refusal says which, and names no file or unit as the plan's target).
+        """
+        refused = self.protection.source_refusal(target.origin)
+        if refused is not None:
+            return DisablePlan("none", "-", refused=refused)
         reason = f"{target.verdict} job"
         if target.finding_id is not None:
             reason += f", finding {finding_ref(target.finding_id)}"

@@ -2,11 +2,16 @@
 
 The tree is what would otherwise restart or outlive the job, read live from ``/proc`` at
 the moment of acting: the job's members and everything they forked since; the wrappers
-above the root that carry its command (``bash -c 'while :; do python3 train.py; done'``,
-cron's ``sh -c CMD``, ``flock``, ``timeout``), which would start it again; the members of
-its process groups and sessions whose leader is in the tree or gone (a ``setsid`` or
-daemonised launch) that run its command; and every process of its cgroup when the job
-has a cgroup of its own.
+above the root that carry its command and exist only for it (``bash -c 'while :; do
+python3 train.py; done'``, cron's ``sh -c CMD``, ``flock``, ``timeout``), which would start
+it again; the members of its process groups and sessions whose leader is in the tree or
+gone (a ``setsid`` or daemonised launch) that run its program; and every process of its
+cgroup when the job has a cgroup of its own.
+
+Nothing outside the job is ever signalled: a wrapper with any descendant that is not the
+job's (an orphaned shell that also runs ``python3 -m http.server``) is left, and so is
+everything above it; a process of the job's session that only names the job's script
+(``tail -f train.py``) is not the job. What was left, and why, is in the outcome.
 
 1. **Freeze**: SIGSTOP top-down, parents before children, then look again until nothing
    new appeared: a stopped process cannot fork, so a launcher cannot replace a worker
@@ -37,6 +42,7 @@ from typing import Any
 
 from watchdog.actions.effects import Effects, IdentityChangedError
 from watchdog.actions.guards import Expected, Guard, LiveProc, read_live
+from watchdog.lineage.base import program_span
 
 
 @dataclass
@@ -82,14 +88,20 @@ class TerminateOutcome:
         procs: One entry per process, leaves first.
         outcome: ``ok`` (every targeted process is gone), ``partial``, ``refused``
             (nothing was signalled), ``dry-run``.
+        left: Processes next to the job that were not part of it and never signalled,
+            each ``{"pid", "cmdline", "reason"}`` (a shared shell above the job).
     """
 
     procs: list[ProcOutcome]
     outcome: str
+    left: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict for action records."""
-        return {"outcome": self.outcome, "procs": [p.to_json() for p in self.procs]}
+        out: dict[str, Any] = {"outcome": self.outcome, "procs": [p.to_json() for p in self.procs]}
+        if self.left:
+            out["left"] = self.left
+        return out
 
 
 # Wrappers above a job's root that are part of the job when their command line carries
@@ -102,6 +114,25 @@ _JOB_WRAPPERS = frozenset(
         "nice", "ionice", "taskset", "numactl", "chrt", "stdbuf", "flock",
     }
 )  # fmt: skip
+
+
+def _descendants(pid: int, children: dict[int, list[int]]) -> list[int]:
+    """Every descendant of ``pid`` in a parent → children map (``pid`` itself first)."""
+    out, todo, seen = [], [pid], {pid}
+    while todo:
+        cur = todo.pop()
+        out.append(cur)
+        for kid in children.get(cur, ()):
+            if kid not in seen:
+                seen.add(kid)
+                todo.append(kid)
+    return out
+
+
+def is_wrapper_name(proc: LiveProc) -> bool:
+    """True when ``proc`` is a wrapper by its executable (:data:`_JOB_WRAPPERS`): it
+    carries a command, it does not run it."""
+    return os.path.basename(proc.exe or (proc.cmdline[0] if proc.cmdline else "")) in _JOB_WRAPPERS
 
 
 def _live_table(proc_root: str) -> dict[int, LiveProc]:
@@ -160,6 +191,8 @@ class JobTree:
         self.blocked: dict[int, tuple[Expected, int]] = {}
         self.depths: dict[int, int] = {}  # depth when first seen: stable across looks
         self.key = _command_key(self.members[0].cmdline or ()) if self.members else None
+        # Processes next to the job left out, PID -> (argv, why): shared wrappers.
+        self.left: dict[int, tuple[tuple[str, ...], str]] = {}
         self._first = True
 
     def _allowed(self, exp: Expected) -> bool:
@@ -249,14 +282,32 @@ class JobTree:
         self.key = self.key or key
         if root is None or key is None:
             return
+        children: dict[int, list[int]] = {}
+        for proc in live.values():
+            children.setdefault(proc.ppid, []).append(proc.pid)
+        mine = set(tree)
         depth, cur = 0, live.get(root.ppid)
         while cur is not None and cur.pid > 1 and cur.pid not in tree:
             name = os.path.basename(cur.exe or (cur.cmdline[0] if cur.cmdline else ""))
             if name not in _JOB_WRAPPERS or key not in " ".join(cur.cmdline):
                 return
+            others = [d for d in _descendants(cur.pid, children) if d not in mine and d != cur.pid]
+            others = [d for d in others if live[d].state != "Z"]
+            if others:
+                # Shared: killing it would kill what it also runs. Never signalled, and
+                # nothing above it is the job's either.
+                names = ", ".join(
+                    f"PID {d} `{' '.join(live[d].cmdline)[:60]}`" for d in sorted(others)[:3]
+                )
+                self.left[cur.pid] = (
+                    cur.cmdline,
+                    f"it also runs processes outside the job ({names}): not the job's",
+                )
+                return
             depth -= 1
             if not add(Expected(cur.pid, cur.start_ticks, cur.cmdline or None), depth):
                 return
+            mine.add(cur.pid)
             cur = live.get(cur.ppid)
 
     def _fix_scope(self, live: dict[int, LiveProc], tree: dict[int, tuple[Expected, int]]) -> None:
@@ -281,11 +332,13 @@ class JobTree:
         if self.cgroup is not None and _cgroup_of(proc) == self.cgroup:
             return True  # the job's own cgroup: all of it is the job (a unit's processes)
         # A group or session whose leader is gone can hold other leftovers of the same
-        # login (a `nohup` notebook): only processes running the job's command belong.
+        # login (a `nohup` notebook): only processes running the job's program belong,
+        # not one that names its script as data (`tail -f train.py`).
         return (
             (proc.pgid in self.groups or proc.sid in self.sessions)
             and self.key is not None
-            and self.key in " ".join(proc.cmdline)
+            and not is_wrapper_name(proc)
+            and self.key in " ".join(proc.cmdline)[: program_span(proc.cmdline)]
         )
 
     @staticmethod
@@ -389,7 +442,7 @@ def terminate_tree(
             res = outcome_for(exp, depth)
             res.result = "would-signal"
             res.signals.append("SIGTERM")
-        return TerminateOutcome(_ordered(results, depth_of), "dry-run")
+        return TerminateOutcome(_ordered(results, depth_of), "dry-run", _left(tree))
 
     stopped: dict[int, Expected] = {}
     found = _freeze(tree, found, effects, stopped, outcome_for)
@@ -450,7 +503,14 @@ def terminate_tree(
         outcome = "partial"
     else:
         outcome = "ok"
-    return TerminateOutcome(procs, outcome)
+    return TerminateOutcome(procs, outcome, _left(tree))
+
+
+def _left(tree: JobTree) -> list[dict[str, Any]]:
+    return [
+        {"pid": pid, "cmdline": list(argv), "reason": why}
+        for pid, (argv, why) in sorted(tree.left.items())
+    ]
 
 
 def _ordered(results: dict[int, ProcOutcome], depth: dict[int, int]) -> list[ProcOutcome]:

@@ -23,7 +23,7 @@ from watchdog.cli.help import command_help
 if TYPE_CHECKING:
     from watchdog.actions.remedy import JobTarget, Remedy
     from watchdog.config import Config
-    from watchdog.model import Job
+    from watchdog.model import ScanResult
     from watchdog.state import StateDB
 
 # The action modules (remedy, state, scanner) load when a command runs, not when the
@@ -100,17 +100,13 @@ def parse_target(text: str) -> tuple[str, int]:
     raise CliError(f"{text!r}: expected a PID (42) or a finding id (F12, #12 or finding:12)")
 
 
-def _scan_jobs(config: Config) -> list[Job]:
+def _scan(config: Config) -> ScanResult:
     from watchdog.scan import Scanner
 
-    return Scanner(config).scan().jobs
+    return Scanner(config).scan()
 
 
-def _sanctioned(jobs: list[Job]) -> set[int]:
-    return {pid for j in jobs if j.verdict in ("sanctioned", "ignored") for pid in j.pids}
-
-
-def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, list[Job]]:
+def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, ScanResult]:
     """Find the job named on the command line.
 
     A resolved finding about a job (the job has exited) still names its source: the
@@ -128,7 +124,8 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
     kind, number = parse_target(text)
     if kind == "finding" and number > MAX_ID:
         raise CliError(f"no finding {finding_ref(number)} in {db.path}")
-    jobs = _scan_jobs(config)
+    result = _scan(config)
+    jobs = result.jobs
     if kind == "pid":
         job = next((j for j in jobs if number in j.pids), None)
         if job is None:
@@ -139,8 +136,8 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
                 f"PID {number} is not part of a training job (see `explain {number}`){hint}"
             )
         sig = job_signature(job.user, job.cmdline, job.origin)
-        fid = _open_finding_for(db, sig)
-        return target_from_job(job, sig, fid), jobs
+        fid = _open_finding_for(db, sig, job.root_pid)
+        return target_from_job(job, sig, fid), result
     finding = db.finding(number)
     if finding is None:
         raise CliError(f"no finding {finding_ref(number)} in {db.path}")
@@ -154,9 +151,14 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
         else finding.fingerprint.partition(":")[2]
     )
     rec = db.job(sig)
-    for job in jobs:
-        if job_signature(job.user, job.cmdline, job.origin) == sig:
-            return target_from_job(job, sig, number), jobs
+    # The finding names one job: the one rooted at its root PID. Another run of the same
+    # source (a sanctioned one, an other excess run) is never what F<id> acts on.
+    same = [j for j in jobs if job_signature(j.user, j.cmdline, j.origin) == sig]
+    for job in same:
+        if job.root_pid == finding.root_pid and job.unsanctioned:
+            return target_from_job(job, sig, number), result
+    if rec is not None and rec.root_pid != finding.root_pid:
+        rec = None  # the signature's record is of another run: not this finding's job
     # Not running now: the source can still be disabled from the recorded origin.
     origin = details.get("origin")
     if not (isinstance(origin, dict) and origin.get("kind")):
@@ -180,7 +182,7 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, l
         cmdline=(), exe=None, origin=Origin.from_json(origin), verdict=verdict, running=False,
         summary=rec.summary if rec else finding.message,
     )  # fmt: skip
-    return target, jobs
+    return target, result
 
 
 def _verdict_of(finding_kind: str) -> str:
@@ -189,24 +191,31 @@ def _verdict_of(finding_kind: str) -> str:
     return "excess" if finding_kind == "excess-instances" else "rogue"
 
 
-def _open_finding_for(db: StateDB, sig: str) -> int | None:
+def _open_finding_for(db: StateDB, sig: str, root_pid: int) -> int | None:
+    """The open job finding about the job rooted at ``root_pid`` (never one about another
+    run of the same source)."""
     for f in db.open_findings():
-        if f.fingerprint.partition(":")[2] == sig and f.kind in ("rogue-job", "excess-instances"):
+        if (
+            f.fingerprint.partition(":")[2] == sig
+            and f.kind in ("rogue-job", "excess-instances")
+            and f.root_pid == root_pid
+        ):
             return f.id
     return None
 
 
-def _remedy(config: Config, db: StateDB, jobs: list[Job]) -> Remedy:
+def _remedy(config: Config, db: StateDB, result: ScanResult) -> Remedy:
     from watchdog.actions.effects import Effects
     from watchdog.actions.remedy import Remedy, default_actor
 
     s = config.enforcement
+    assert result.protection is not None  # a scan's result always carries it
     return Remedy(
         s, db, Effects(s.command_prefix), actor=default_actor(),
         backup_dir=s.backup_dir or os.path.join(config.daemon.state_dir, "backups"),
         proc_root=config.paths.proc_root, spool_dirs=config.paths.cron_spool,
         crontab=config.paths.crontab, cron_d=config.paths.cron_d,
-        sanctioned_pids=_sanctioned(jobs), record_dry_runs=False,
+        protection=result.protection, record_dry_runs=False,
     )  # fmt: skip
 
 
@@ -224,14 +233,14 @@ def _action_ref(action_id: int) -> str:
 def cmd_terminate(args: argparse.Namespace) -> int:
     """``terminate TARGET [--dry-run]``."""
     config, db = _setup(args)
-    target, jobs = resolve_target(config, db, args.target)
+    target, result = resolve_target(config, db, args.target)
     if not target.running:
         _out(f"{target.describe()} is not running: nothing to terminate")
         return 1
     if not target.unsanctioned and not args.force:
         _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
         return 1
-    remedy = _remedy(config, db, jobs)
+    remedy = _remedy(config, db, result)
     dry = args.dry_run or config.enforcement.dry_run
     action_id, res = remedy.terminate(target, time.time(), dry_run=dry)
     head = "would terminate" if dry else "terminate"
@@ -247,6 +256,9 @@ def cmd_terminate(args: argparse.Namespace) -> int:
             sent = ", ".join(p.signals) or "no signal"
             why = f" ({p.reason})" if p.reason else ""
             _out(f"  PID {p.pid} `{' '.join(p.cmdline)[:100]}`: {sent}: {p.result}{why}")
+    for item in res.left:
+        cmd = " ".join(item["cmdline"])[:100]
+        _out(f"  left PID {item['pid']} `{cmd}`: never signalled: {item['reason']}")
     _out(f"outcome: {res.outcome}")
     if res.outcome == "dry-run" and not any(p.result == "would-signal" for p in res.procs):
         # The real run would signal nothing: say so in the exit status, as it would.
@@ -258,11 +270,11 @@ def cmd_terminate(args: argparse.Namespace) -> int:
 def cmd_disable_source(args: argparse.Namespace) -> int:
     """``disable-source TARGET [--dry-run]``."""
     config, db = _setup(args)
-    target, jobs = resolve_target(config, db, args.target)
+    target, scan = resolve_target(config, db, args.target)
     if not target.unsanctioned and not args.force:
         _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
         return 1
-    remedy = _remedy(config, db, jobs)
+    remedy = _remedy(config, db, scan)
     dry = args.dry_run or config.enforcement.dry_run
     action_id, plan, result = remedy.disable_source(target, time.time(), dry_run=dry)
     head = "would disable" if dry else "disable"

@@ -11,6 +11,7 @@ from watchdog.cli.help import command_help
 
 if TYPE_CHECKING:
     from watchdog.config import Config
+    from watchdog.model import Job, Origin, TargetGuard
 
 
 def _config(path: str | None) -> Config:
@@ -63,7 +64,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     When the PID belongs to a training job, the job's verdict is shown and the origin is
     the job root's (a worker's own parent is the launcher, not the spawner).
     """
-    from watchdog.lineage.describe import describe_origin, remediation_text
     from watchdog.render import printable
     from watchdog.scan import Scanner, resolve_origin
 
@@ -99,7 +99,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     out("Lineage (nearest first):")
     for depth, p in enumerate(lineage):
         out(f"  {'  ' * depth}{p.pid:>7} {p.user or '-':<10} {p.exe or '-'}  {p.args_text[:100]}")
-    said = describe_origin(origin)
+    said = origin.describe()
     # Each fact once: the kind when the description does not start with it, and no field
     # or evidence line that only repeats the description ("orphan (parent exited)").
     kind = "" if said.lower().startswith(origin.kind) else f" (kind {origin.kind})"
@@ -110,10 +110,20 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for e in origin.evidence:
         if e != said:
             out(f"  evidence: {e}")
-    target = job.root_pid if job is not None and job.unsanctioned else None
-    out(f"Remediation: {remediation_text(origin, target)}")
+    out(f"Remediation: {_remediation(job, origin, result.protection)}")
     emit("\n".join(printable(line) for line in lines))
     return 0
+
+
+def _remediation(job: Job | None, origin: Origin, guard: TargetGuard | None) -> str:
+    """The ``Remediation:`` line of ``explain``, from the guard: a job's advice, or for a
+    process of no job its source's by-hand command unless the guard protects it."""
+    if job is not None:
+        return job.advice.explain_line(job.root_pid if job.unsanctioned else None)
+    refused = guard.source_refusal(origin) if guard is not None else "no scan judged it"
+    if refused is not None:
+        return f"none: {refused}"
+    return origin.remediation or "none known: the origin could not be named"
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -38,7 +38,6 @@ def local_doc(config_path: str | None) -> dict[str, Any]:
         ConfigError: The configuration does not validate.
     """
     from watchdog.config import load_config
-    from watchdog.lineage.describe import describe_origin
     from watchdog.render import gpu_json
     from watchdog.scan import Scanner
 
@@ -55,7 +54,7 @@ def local_doc(config_path: str | None) -> dict[str, Any]:
                 "user": j.user,
                 "cmdline": list(j.cmdline),
                 "verdict": j.verdict,
-                "origin": describe_origin(j.origin),
+                "origin": j.origin.describe(),
                 "gpu_memory_bytes": j.gpu_memory_bytes,
                 "gpus": [g.to_json() for g in j.gpus],
             }
@@ -157,6 +156,11 @@ def _draw(lines: list[str]) -> None:
 
 def _run_command(argv: list[str]) -> str:
     """Run one of our commands; its output (both streams) for the screen."""
+    return _run(argv)[1]
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    """Run one of our commands: its exit status, and its output for the screen."""
     done = subprocess.run(
         [sys.executable, "-m", "watchdog", *argv],
         capture_output=True,
@@ -166,7 +170,7 @@ def _run_command(argv: list[str]) -> str:
         check=False,
     )
     text = (done.stdout + done.stderr).rstrip()
-    return f"exit {done.returncode}: rogue-watchdog {shlex.join(argv)}\n{text}"
+    return done.returncode, f"exit {done.returncode}: rogue-watchdog {shlex.join(argv)}\n{text}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -210,12 +214,18 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 verb = "terminate" if key == "t" else "disable-source"
                 what = shorten_command(job.get("cmdline") or [], 60)
+                # The plan first, from the command itself (the one guard decides): a
+                # refusal is shown and nothing is asked; else the plan is what `y` does.
+                code, plan = _run([verb, pid, "--dry-run", *common])
+                if code != 0:
+                    note = plan
+                    continue
                 _draw(
                     [
-                        *frame(doc, source, selected, width, colour),
+                        *frame(doc, source, selected, width, colour, plan),
                         "",
                         printable(f"{verb} the {job.get('verdict')} job PID {pid} `{what}`?"),
-                        "press y to confirm, any other key to cancel",
+                        "press y to do what the dry run above says, any other key to cancel",
                     ]
                 )
                 answer = _key(fd, 60.0)

@@ -34,7 +34,6 @@ from watchdog.config.base import (
     ConfigRef,
     NodeReader,
     Regex,
-    build,
     construct,
     errors_of,
     glob_matches_everything,
@@ -49,6 +48,7 @@ from watchdog.config.base import (
 )
 from watchdog.config.daemon import DaemonSettings, parse_daemon
 from watchdog.config.enforcement import EnforcementSettings, parse_enforcement
+from watchdog.config.origins import OriginPin, parse_origin_pin
 from watchdog.config.queue import QueueSettings, parse_queue
 from watchdog.config.services import ServiceSettings, parse_services
 from watchdog.config.ship_gates import ShipGate, parse_ship_gates
@@ -112,87 +112,11 @@ DEFAULT_IGNORE: tuple[dict[str, str], ...] = (
     {"name": "nvidia-smi", "exe": "/usr/*/nvidia-smi"},
     {"name": "nvtop", "exe": "/usr/*/nvtop"},
 )
-# Unit types (systemd.unit(5)): a pin without one of these suffixes names no unit.
-UNIT_SUFFIXES = (
-    ".service", ".socket", ".device", ".mount", ".automount", ".swap", ".target", ".path",
-    ".timer", ".slice", ".scope",
-)  # fmt: skip
 # systemd's EnvironmentFile= beside the configuration (systemd/rogue-watchdog.service).
 SECRETS_ENV = "secrets.env"
 
 
-_ORIGIN_KIND = {
-    "systemd_unit": "systemd",
-    "cron_file": "cron",
-    "cron_line": "cron",
-    "slurm_account": "slurm",
-    "slurm_job_name": "slurm",
-    "container_image": "container",
-    "container_image_digest": "container",
-    "k8s_namespace": "kubernetes",
-    "k8s_owner": "kubernetes",
-    "k8s_service_account": "kubernetes",
-}
-
-
 # -- sections --------------------------------------------------------------------
-
-
-def _unit_pin(r: NodeReader, node: yaml.Node, key: str) -> str:
-    """A glob over a unit name; it must be able to match a unit type suffix."""
-    text = datatypes.glob(r, node, key)
-    if not text.endswith(("*", *UNIT_SUFFIXES)):
-        raise r.err(
-            node,
-            key,
-            f"{text!r} has no unit type suffix, so it never matches a unit (units are "
-            f"named with their type: {text}.service); known types: {', '.join(UNIT_SUFFIXES)}",
-        )
-    return text
-
-
-@dataclass(frozen=True)
-class OriginPin:
-    """Where a sanctioned job must come from; every set field must match."""
-
-    any: bool = setting(False, datatypes.boolean)
-    systemd_unit: str | None = setting(None, _unit_pin)
-    cron_file: str | None = setting(None, datatypes.glob)
-    cron_line: int | None = setting(None, datatypes.integer(1))
-    slurm_account: str | None = setting(None, datatypes.glob)
-    slurm_job_name: str | None = setting(None, datatypes.glob)
-    container_image: str | None = setting(None, datatypes.glob)
-    container_image_digest: str | None = setting(None, datatypes.glob)
-    k8s_namespace: str | None = setting(None, datatypes.glob)
-    k8s_owner: str | None = setting(None, datatypes.glob)
-    k8s_service_account: str | None = setting(None, datatypes.glob)
-
-
-ORIGIN_KEYS = keys(OriginPin)
-
-
-def _origin(r: NodeReader, node: yaml.Node, key: str) -> OriginPin:
-    """An origin pin: keys of one origin kind, or ``any: true`` alone."""
-    m = r.mapping(node, key, ORIGIN_KEYS)
-    if not m:
-        raise r.err(
-            node, key, f"needs one of {', '.join(k for k in ORIGIN_KEYS if k != 'cron_line')}"
-        )
-    pin = build(OriginPin, r, node, key)
-    if "cron_line" in m and "cron_file" not in m:
-        raise r.err(m["cron_line"][0], f"{key}.cron_line", "needs cron_file beside it")
-    kinds = {_ORIGIN_KIND[k] for k in m if k != "any"}
-    if len(kinds) > 1:
-        raise r.err(
-            node,
-            key,
-            f"keys of different origin kinds can never all match: {', '.join(sorted(m))}",
-        )
-    if pin.any and len(m) > 1:
-        raise r.err(node, key, "'any: true' cannot be combined with other origin keys")
-    if "any" in m and not pin.any:
-        raise r.err(m["any"][1], f"{key}.any", "only 'any: true' makes sense; remove the key")
-    return pin
 
 
 # kw_only: the required origin is declared after the optional match keys, in the order
@@ -215,7 +139,7 @@ class Rule:
     cmdline: str | None = setting(None, datatypes.glob)
     cmdline_regex: Regex | None = setting(None, datatypes.regex)
     user: str | None = setting(None, datatypes.user)
-    origin: OriginPin = required(_origin)
+    origin: OriginPin = required(parse_origin_pin)
     max_instances: int | None = setting(None, datatypes.integer(1))
     line: int | None = None
 

@@ -12,6 +12,7 @@ Example::
         - "*/sanctioned_pipeline/*"          # a glob over the command line
         - {exe: "/usr/bin/Xorg"}
         - {user: postgres}
+        - {origin: {cron_file: /etc/cron.d/pipeline}}   # its jobs and the source itself
       rules:                     # first match wins; overrides the defaults above
         - name: legacy-cron
           origin_kind: cron
@@ -40,6 +41,7 @@ from watchdog.config.base import (
     required,
     setting,
 )
+from watchdog.config.origins import OriginPin, parse_origin_pin
 from watchdog.model import ORIGIN_KINDS
 
 Mode = Literal["observe", "terminate"]
@@ -51,13 +53,16 @@ _mode = datatypes.choice(MODES, "must be observe or terminate")
 
 @dataclass(frozen=True)
 class Protect:
-    """One ``protect:`` entry: a process matching every set field is never signalled.
+    """One ``protect:`` entry. A process matching every set process field is never
+    signalled, and neither its job's source; an ``origin`` entry protects every job of
+    that origin and the source itself (its cron line, unit...) from every action.
 
     Attributes:
         cmdline: fnmatch glob over the space-joined command line.
         cmdline_regex: RE2 regex searched in the space-joined command line.
         exe: fnmatch glob over the ``/proc/PID/exe`` target.
         user: User name of the process.
+        origin: An origin pin (the keys of ``sanctioned[].origin``).
         text: The entry as written, for messages.
     """
 
@@ -65,10 +70,18 @@ class Protect:
     cmdline_regex: Regex | None = setting(None, datatypes.regex)
     exe: str | None = setting(None, datatypes.glob)
     user: str | None = setting(None, datatypes.user)
+    origin: OriginPin | None = setting(None, parse_origin_pin)
     text: str = ""
 
+    @property
+    def names_processes(self) -> bool:
+        """True when the entry has a process field (else it names only an origin)."""
+        return any(v is not None for v in (self.cmdline, self.cmdline_regex, self.exe, self.user))
+
     def matches(self, cmdline: Sequence[str], exe: str | None, user: str | None) -> bool:
-        """True when every field that is set matches this process."""
+        """True when the entry names processes and every process field set matches."""
+        if not self.names_processes:
+            return False
         joined = " ".join(cmdline)
         if self.cmdline is not None and not fnmatch.fnmatchcase(joined, self.cmdline):
             return False
@@ -134,7 +147,15 @@ def _protect(r: NodeReader, node: yaml.Node, key: str) -> Protect:
     if not m:
         raise r.err(node, key, f"needs one of {', '.join(keys(Protect))}")
     vals = read(Protect, r, m, key)
-    text = ", ".join(f"{k}={getattr(v, 'pattern', v)}" for k, v in vals.items())
+    pin = vals.get("origin")
+    if isinstance(pin, OriginPin) and pin.any:
+        raise r.err(
+            m["origin"][1], f"{key}.origin", "'any: true' would protect every job: name an origin"
+        )
+    text = ", ".join(
+        f"{k}={{{v.text()}}}" if isinstance(v, OriginPin) else f"{k}={getattr(v, 'pattern', v)}"
+        for k, v in vals.items()
+    )
     return construct(Protect, {**vals, "text": text})
 
 

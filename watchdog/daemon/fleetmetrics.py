@@ -7,7 +7,7 @@ never touches /proc, NVML or the database.
 Cardinality is bounded by construction: every family is rebuilt from the last tick only
 (a job that ended leaves no series behind), and no label carries a PID, a job id, a
 session or a command line. Labels are the host name, the GPU index and UUID, the job's
-verdict, user and origin kind, and :func:`watchdog.lineage.describe.origin_label` (cron
+verdict, user and origin kind, and :meth:`watchdog.model.Origin.label` (cron
 file:line, unit, Slurm account, container image, supervisor program).
 """
 
@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-
-from watchdog.lineage.describe import origin_label
 
 if TYPE_CHECKING:
     from watchdog.daemon.loop import Daemon, TickSummary
@@ -106,7 +104,7 @@ def fleet_snapshot(summary: TickSummary, ppid_of: dict[int, int] | None = None) 
             job.verdict,
             job.user or "",
             job.origin.kind,
-            origin_label(job.origin),
+            job.origin.label(),
         )
         job_labels.append(labels)
         for pid in job.pids:

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
 from watchdog.config import config_checksum
-from watchdog.lineage.describe import describe_origin
 from watchdog.model import REPORTED_SEVERITIES, Finding, Job, finding_ref
 from watchdog.render import (
     PLACEMENT_BLIND_KINDS,
@@ -104,10 +103,12 @@ def _job_entry(j: Job) -> dict[str, Any]:
         "cmdline": list(j.cmdline),
         "verdict": j.verdict,
         "rule": j.rule,
-        "origin": describe_origin(j.origin),
+        "origin": j.origin.describe(),
         "origin_kind": j.origin.kind,
         "gpu_memory_bytes": j.gpu_memory_bytes,
         "gpus": [g.to_json() for g in j.gpus],
+        # The guard's advice (None: nothing may be done about this job).
+        "stop": j.advice.stop_line(j.root_pid) if j.unsanctioned else None,
     }
 
 

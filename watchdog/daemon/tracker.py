@@ -20,7 +20,6 @@ from datetime import datetime
 from typing import Any
 
 from watchdog.config.alerts import AlertSettings, SinkSettings
-from watchdog.lineage.describe import describe_origin, next_run_of, stop_source_text
 from watchdog.model import SEVERITIES, Finding, Job
 from watchdog.plugins import TrackResult
 from watchdog.policy.findings import gpus_text, name_finding_in_commands
@@ -257,18 +256,16 @@ class Tracker:
 
     @staticmethod
     def _respawned(job: Job, sig: str, gone_at: float, now: float) -> Finding:
-        nxt = next_run_of(job.origin)
+        nxt = job.origin.next_start()
         message = (
             f"respawned: gone at {_when(gone_at)}, back at {_when(now)} "
             f"(+{_gap(now - gone_at)}) as PID {job.root_pid}"
             f"{' on ' + gpus_text(job.gpus) if job.gpus else ''}, started by "
-            f"{describe_origin(job.origin)}"
+            f"{job.origin.describe()}"
         )
         if nxt:
             message += f", next run {nxt}"
-        stop = stop_source_text(job.origin, job.root_pid)
-        if stop:
-            message += f"; to stop the source: {stop}"
+        message += job.advice.finding_text(job.root_pid)
         return Finding(
             kind="respawned",
             severity="high",

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from watchdog.model import Origin, Proc
 from watchdog.sources.procfs import ProcessTable
@@ -241,6 +241,59 @@ def script_argument(argv: Sequence[str]) -> str | None:
     if not argv or not is_interpreter(argv[0]):
         return None
     return next((arg for arg in argv[1:] if not arg.startswith("-")), None)
+
+
+# Interpreter options that take the next argument as their value (python(1), perl(1),
+# ruby(1), node(1)): that value is not the program. ``-c``/``-e``/``-m`` take the code
+# or module, which is.
+_OPTION_VALUES = frozenset({"-W", "-X", "-Q", "--check-hash-based-pycs", "-I", "-r", "--require"})
+_CODE_OPTIONS = frozenset({"-c", "-m", "-e", "-E", "--eval"})
+
+
+def program_span(argv: Sequence[str]) -> int:
+    """How many characters of the space-joined command line name what runs.
+
+    For an interpreter (:data:`INTERPRETER`): ``argv[0]``, its options and its program
+    argument (the script, or the module after ``-m``, the code after ``-c``); for any
+    other program, ``argv[0]``. What follows is the program's arguments: data, which
+    may name a script without running it (``tail -f train.py``, ``vim train.py``,
+    ``pgrep -f train.py``, ``python3 eval.py --from train.py``).
+
+    Args:
+        argv: A command line.
+
+    Returns:
+        A length into ``" ".join(argv)``; 0 for an empty command line.
+    """
+    if not argv:
+        return 0
+    end = 1
+    if is_interpreter(argv[0]):
+        i = 1
+        while i < len(argv):
+            arg = argv[i]
+            if arg in _CODE_OPTIONS or not arg.startswith("-"):
+                end = min(len(argv), i + (2 if arg in _CODE_OPTIONS else 1))
+                break
+            i += 2 if arg in _OPTION_VALUES else 1
+            end = min(len(argv), i)
+    return len(" ".join(argv[:end]))
+
+
+class Searcher(Protocol):
+    """A compiled pattern: :class:`re.Pattern` or the configuration's RE2 ``Regex``."""
+
+    def search(self, text: str) -> Any:
+        """The leftmost match (with ``start()``), or None."""
+        ...
+
+
+def runs_program(argv: Sequence[str], pattern: Searcher) -> bool:
+    """True when ``pattern`` matches the space-joined command line at a place that names
+    what runs (:func:`program_span`), not only at an argument: the leftmost match must
+    start there."""
+    m = pattern.search(" ".join(argv))
+    return m is not None and int(m.start()) < program_span(argv)
 
 
 def is_wrapper(proc: Proc) -> bool:

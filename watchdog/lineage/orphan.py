@@ -61,8 +61,11 @@ class OrphanResolver:
     Origin fields: ``message`` (``orphan (parent exited)``), ``parent_pid``, ``cgroup``
     (systemd-hierarchy path), ``slurm_job_id`` and ``slurm_job_state`` (when a Slurm job
     clue remains), ``supervisor_program`` (``SUPERVISOR_PROCESS_NAME``), ``unit`` and
-    ``session`` (from the cgroup, when named). Remediation ``kill -TERM PID``: nothing
-    will restart it from here, the starter is gone.
+    ``session`` (from the cgroup, when named). ``parent_pid`` is the adopter of the
+    process that was adopted: the job's root, or the wrapper above it whose parent exited
+    (then the message says so: the root's own parent is alive). Remediation ``kill -TERM
+    PID``: nothing will restart it from here, the starter is gone; the guard widens it
+    to the job's processes and the wrappers that exist only for it.
     """
 
     name = "orphan"
@@ -82,16 +85,21 @@ class OrphanResolver:
                     return None
                 by = adopter(wrapper, ctx)
                 if by is not None:
+                    # Its own parent is alive: what exited is the wrapper's parent.
+                    evidence[0] = (
+                        f"orphan: its wrapper {exe_name(wrapper)} (PID {wrapper.pid}) was "
+                        "adopted (the wrapper's parent exited)"
+                    )
                     evidence.append(
                         f"its wrapper {exe_name(wrapper)} (PID {wrapper.pid}) was adopted by {by}"
                     )
-                    return self._origin(proc, ctx, evidence, f"kill -TERM {proc.pid} {wrapper.pid}")
+                    return self._origin(proc, ctx, evidence, wrapper)
             return None
         evidence.append(f"PID {proc.pid} was adopted by {by}")
-        return self._origin(proc, ctx, evidence, f"kill -TERM {proc.pid}")
+        return self._origin(proc, ctx, evidence, proc)
 
     def _origin(
-        self, proc: Proc, ctx: ResolveContext, evidence: list[str], remediation: str
+        self, proc: Proc, ctx: ResolveContext, evidence: list[str], adopted: Proc
     ) -> Origin:
         info = parse_cgroup(proc.cgroup)
         if info is not None:
@@ -105,7 +113,7 @@ class OrphanResolver:
                 "is gone started it; a restarted supervisord runs another copy"
             )
         # The one-line message carries what the fields know (tables and findings show it).
-        message = MESSAGE
+        message = evidence[0]
         if slurm_id is not None:
             message = f"orphan of Slurm job {slurm_id} ({slurm_said})"
         elif program:
@@ -113,9 +121,11 @@ class OrphanResolver:
         evidence[0] = message
         return OrphanOrigin(
             evidence=tuple(evidence),
-            remediation=remediation,
+            # Stopped by signals only: which processes is the guard's to say
+            # (watchdog.policy.guard: the job's own and its exclusive wrappers).
+            remediation=f"kill -TERM {proc.pid}",
             message=message,
-            parent_pid=proc.ppid,
+            parent_pid=adopted.ppid,
             cgroup=systemd_path(proc.cgroup),
             slurm_job_id=slurm_id,
             slurm_job_state=slurm_state,

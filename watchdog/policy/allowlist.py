@@ -8,19 +8,11 @@ and the rest are ``excess``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 
 from watchdog.config import Config, OriginPin, Rule
-from watchdog.model import (
-    ContainerOrigin,
-    CronOrigin,
-    Job,
-    KubernetesOrigin,
-    Origin,
-    SlurmOrigin,
-    SystemdOrigin,
-)
+from watchdog.model import Job, Origin, SystemdOrigin
 from watchdog.policy.jobs import ignore_match
 
 
@@ -36,61 +28,50 @@ def _glob(value: object, pattern: str) -> bool:
     return isinstance(value, str) and fnmatchcase(value, pattern)
 
 
+# How a message names the field an allowlist origin key pins.
+_PIN_NOUNS = {
+    "systemd_unit": "systemd unit",
+    "cron_file": "cron file",
+    "slurm_account": "Slurm account",
+    "slurm_job_name": "Slurm job name",
+    "container_image": "container image",
+    "container_image_digest": "container image digest",
+    "k8s_namespace": "Kubernetes namespace",
+    "k8s_owner": "Kubernetes owner",
+    "k8s_service_account": "Kubernetes service account",
+}
+
+
 def origin_mismatch(pin: OriginPin, origin: Origin) -> str | None:
     """Why ``origin`` does not satisfy ``pin``, or None when it does.
+
+    The origin record answers which keys its kind has and their values
+    (:meth:`~watchdog.model.Origin.pin_values`): a key the record does not have never
+    matches, so a pin names one kind. ``cron_line`` is compared as a number beside its
+    ``cron_file``; every other key is an fnmatch glob.
 
     Returns:
         A short phrase such as ``"origin must be systemd unit 'train.service'"``.
     """
     if pin.any:
         return None
-    o = origin
-    if pin.systemd_unit is not None and not (
-        isinstance(o, SystemdOrigin) and _glob(o.unit, pin.systemd_unit)
-    ):
-        return f"origin must be systemd unit {pin.systemd_unit!r}"
-    if pin.cron_file is not None:
-        where = repr(pin.cron_file) + (f" line {pin.cron_line}" if pin.cron_line else "")
-        if not isinstance(o, CronOrigin) or not _glob(o.file, pin.cron_file):
-            return f"origin must be cron file {where}"
-        if pin.cron_line is not None and o.line != pin.cron_line:
-            return f"origin must be cron file {where}"
-    if pin.slurm_account is not None and not (
-        isinstance(o, SlurmOrigin) and _glob(o.account, pin.slurm_account)
-    ):
-        return f"origin must be Slurm account {pin.slurm_account!r}"
-    if pin.slurm_job_name is not None and not (
-        isinstance(o, SlurmOrigin) and _glob(o.job_name, pin.slurm_job_name)
-    ):
-        return f"origin must be Slurm job name {pin.slurm_job_name!r}"
-    if pin.container_image is not None and not (
-        isinstance(o, ContainerOrigin) and _glob(o.image, pin.container_image)
-    ):
-        return f"origin must be container image {pin.container_image!r}"
-    if pin.container_image_digest is not None and not (
-        isinstance(o, ContainerOrigin) and _glob(o.image_id, pin.container_image_digest)
-    ):
-        return f"origin must be container image digest {pin.container_image_digest!r}"
-    return _k8s_mismatch(pin, origin)
-
-
-def _k8s_mismatch(pin: OriginPin, origin: Origin) -> str | None:
-    """Why a Kubernetes origin fails the ``k8s_*`` keys of ``pin``, or None."""
-    k = origin if isinstance(origin, KubernetesOrigin) else None
-    owner = f"{k.owner_kind}/{k.owner_name}" if k is not None and k.owner_kind else None
-    checks = (
-        ("k8s_namespace", pin.k8s_namespace, k and k.namespace, "Kubernetes namespace"),
-        ("k8s_owner", pin.k8s_owner, owner, "Kubernetes owner"),
-        ("k8s_service_account", pin.k8s_service_account, k and k.service_account,
-         "Kubernetes service account"),
-    )  # fmt: skip
-    for _key, pattern, value, what in checks:
-        if pattern is None:
+    values = origin.pin_values()
+    for key, pattern in pin.set_keys().items():
+        if key == "cron_line":
+            continue  # judged with cron_file
+        noun = _PIN_NOUNS[key]
+        if key == "cron_file":
+            where = repr(pattern) + (f" line {pin.cron_line}" if pin.cron_line else "")
+            line_ok = pin.cron_line is None or values.get("cron_line") == pin.cron_line
+            if not (_glob(values.get(key), str(pattern)) and line_ok):
+                return f"origin must be {noun} {where}"
             continue
-        if k is not None and value is None and k.api != "ok":
-            return f"origin must be {what} {pattern!r}; unknown: Kubernetes API {k.api}"
-        if k is None or not _glob(value, pattern):
-            return f"origin must be {what} {pattern!r}"
+        value = values.get(key)
+        unknown = origin.pin_unknown()
+        if key in values and value is None and unknown is not None:
+            return f"origin must be {noun} {pattern!r}; unknown: {unknown}"
+        if not _glob(value, str(pattern)):
+            return f"origin must be {noun} {pattern!r}"
     return None
 
 
@@ -120,20 +101,38 @@ def rule_mismatch(rule: Rule, job: Job) -> list[str]:
     return why
 
 
-def judge(jobs: Sequence[Job], config: Config) -> None:
+def judge(
+    jobs: Sequence[Job], config: Config, kept: Mapping[tuple[int, int], str] | None = None
+) -> None:
     """Set ``verdict``, ``rule`` and ``reason`` on every job, in place.
+
+    A job whose root was sanctioned before (``kept``: the process itself, or a worker of
+    a sanctioned job whose launcher exited) stays sanctioned for its life, whatever the
+    allowlist or its origin's line or unit says now: what made it legitimate was decided
+    when it started. It still counts toward its rule's ``max_instances``.
 
     Args:
         jobs: Jobs with origins resolved, ordered oldest first (instance counting
             keeps the oldest ``max_instances`` jobs of a rule).
         config: The allowlist and ignore list.
+        kept: ``(PID, start ticks) -> rule`` of processes sanctioned earlier.
     """
+    kept = kept or {}
     counts: dict[str, list[Job]] = {}
     for job in jobs:
         entry = ignore_match(job.lineage[0], config.ignore) if job.lineage else None
         if entry is not None:
             job.verdict, job.rule = "ignored", entry.name
             job.reason = f"ignore entry {entry.name!r}"
+            continue
+        was = kept.get((job.root_pid, job.start_ticks))
+        if was is not None:
+            counts.setdefault(was, []).append(job)
+            now_why = not_sanctioned_now(job, config)
+            job.verdict, job.rule = "sanctioned", was
+            job.reason = f"sanctioned by rule {was!r} when it started; kept for its life" + (
+                f" (now: {now_why})" if now_why else ""
+            )
             continue
         matched = None
         nearest: tuple[Rule, list[str]] | None = None
@@ -170,3 +169,16 @@ def judge(jobs: Sequence[Job], config: Config) -> None:
         else:
             job.verdict = "sanctioned"
             job.reason = f"matches rule {matched.name!r}"
+
+
+def not_sanctioned_now(job: Job, config: Config) -> str | None:
+    """Why a kept sanctioned job would not be sanctioned if it started now, or None when
+    a rule still matches it."""
+    nearest = None
+    for rule in config.sanctioned:
+        why = rule_mismatch(rule, job)
+        if not why:
+            return None
+        if nearest is None and "command line differs" not in why:
+            nearest = f"rule {rule.name!r}: " + "; ".join(why)
+    return nearest or "no rule matches its command line"

@@ -6,12 +6,6 @@ import os
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from watchdog.lineage.describe import (
-    describe_origin,
-    next_run_text,
-    origin_label,
-    stop_source_text,
-)
 from watchdog.model import Finding, GpuHeld, GpuInfo, GpuProcess, Job, Proc
 from watchdog.policy.jobs import zombie_holder
 from watchdog.sources.procfs import INITIAL_PID_NS, ProcessTable
@@ -53,19 +47,16 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
             head,
             f"user {job.user or '-'}",
             f"`{' '.join(job.cmdline)[:160]}`",
-            f"from {describe_origin(job.origin)}",
+            f"from {job.origin.describe()}",
         ]
-        nxt = next_run_text(job.origin)
+        nxt = job.origin.next_start()
         if nxt:
-            parts.append(nxt)
+            parts.append(f"next run {nxt}")
         if len(job.pids) > 1:
             parts.append(f"{len(job.pids)} processes")
         if job.gpu_memory_bytes is not None and not job.gpus:
             parts.append(f"{fmt_bytes(job.gpu_memory_bytes)} GPU memory")
-        message = ", ".join(parts)
-        stop = stop_source_text(job.origin, job.root_pid)
-        if stop:
-            message += f"; to stop the source: {stop}"
+        message = ", ".join(parts) + job.advice.finding_text(job.root_pid)
         out.append(
             Finding(
                 kind="rogue-job" if job.verdict == "rogue" else "excess-instances",
@@ -79,7 +70,7 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
                     # Bounded labels for fleet routing (Alertmanager, docs/fleet.md).
                     "user": job.user,
                     "origin_kind": job.origin.kind,
-                    "origin_label": origin_label(job.origin),
+                    "origin_label": job.origin.label(),
                     "remediation": job.origin.remediation,
                     "gpu_indexes": job.gpu_indexes,
                     "gpus": [g.to_json() for g in job.gpus],

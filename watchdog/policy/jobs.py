@@ -15,7 +15,7 @@ from fnmatch import fnmatchcase
 
 from watchdog.config import IgnoreEntry
 from watchdog.config.base import Regex
-from watchdog.lineage.base import exe_name, is_wrapper
+from watchdog.lineage.base import exe_name, is_wrapper, runs_program
 from watchdog.model import GpuHeld, GpuProcess, Job, Proc
 from watchdog.sources.procfs import ProcessTable
 
@@ -44,14 +44,19 @@ def zombie_holder(zombie: Proc, table: ProcessTable) -> Proc | None:
 
 
 def is_launcher(proc: Proc, launchers: Sequence[Regex]) -> bool:
-    """True when the full command line or exe of ``proc`` matches a launcher pattern.
+    """True when ``proc`` runs a launcher: a pattern matches its executable, or its
+    command line where the line names what runs (the program, or an interpreter's
+    script or module; :func:`~watchdog.lineage.base.program_span`).
 
-    Matching never uses ``comm`` (15 characters, renamed by setproctitle).
+    A process that only names a launcher script as data is not one: ``tail -f
+    train.py``, ``vim train.py``, ``pgrep -f 'python3 train.py'``. Matching never uses
+    ``comm`` (15 characters, renamed by setproctitle).
     """
     if proc.kernel_thread or not proc.cmdline or is_wrapper(proc):
         return False
-    text = " ".join(proc.cmdline)
-    return any(p.search(text) or (proc.exe and p.search(proc.exe)) for p in launchers)
+    return any(
+        runs_program(proc.cmdline, p) or (proc.exe and p.search(proc.exe)) for p in launchers
+    )
 
 
 def ignore_match(proc: Proc, ignore: Sequence[IgnoreEntry]) -> IgnoreEntry | None:

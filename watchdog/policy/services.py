@@ -16,9 +16,8 @@ from typing import Any
 from watchdog.config.services import ServiceSettings
 from watchdog.lineage.base import exe_name, is_wrapper
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
-from watchdog.lineage.describe import describe_origin, stop_source_text
 from watchdog.lineage.slurm import is_slurmstepd
-from watchdog.model import Finding, Job, Proc, SystemdOrigin
+from watchdog.model import Finding, Job, Proc, SystemdOrigin, TargetGuard
 from watchdog.policy.findings import gpus_text
 from watchdog.sources.procfs import ProcessTable
 from watchdog.sources.sockets import Listen, scan_listening
@@ -166,7 +165,7 @@ def service_pids(
 def _who(job: Job) -> str:
     if isinstance(job.origin, SystemdOrigin) and job.origin.unit:
         return job.origin.unit
-    return describe_origin(job.origin)
+    return job.origin.describe()
 
 
 def service_finding(
@@ -216,10 +215,10 @@ def service_finding(
         f"{who} ({'; '.join(parts)}), {how}: {verdict} job PID {job.root_pid} "
         f"{'on ' + gpus_text(job.gpus) + ' ' if job.gpus else ''}`{' '.join(job.cmdline)[:120]}`"
     )
-    stop = stop_source_text(job.origin, job.root_pid)
+    stop = job.advice.finding_text(job.root_pid)
     if stop:
-        message += f"; to stop the source: {stop}"
-    elif parents:
+        message += stop
+    elif parents and job.advice.refused is None:
         pids = " ".join(str(p) for p in (*(p.pid for p in parents[:1]), job.root_pid))
         message += f"; to stop the service and its run: kill -TERM {pids}"
     details: dict[str, Any] = {
@@ -241,6 +240,7 @@ def service_findings(
     table: ProcessTable,
     settings: ServiceSettings,
     proc_root: str = "/proc",
+    guard: TargetGuard | None = None,
 ) -> list[Finding]:
     """One ``rogue-service`` finding per rogue/excess job with unsanctioned listeners.
 
@@ -249,6 +249,8 @@ def service_findings(
         table: A process table refreshed at (or after) that scan.
         settings: The ``services:`` section.
         proc_root: procfs mount.
+        guard: The scan's protection: a process it protects is never named as a
+            service to stop.
 
     Returns:
         Findings in job order; empty when the section is disabled.
@@ -257,6 +259,10 @@ def service_findings(
         return []
     jobs = list(jobs)
     protected = protected_pids(jobs)
+    if guard is not None:
+        protected |= {
+            p.pid for j in jobs for p in j.lineage if guard.process_refusal(p) is not None
+        }
     out = []
     for job in jobs:
         if not job.unsanctioned:

@@ -13,18 +13,6 @@ from collections.abc import Sequence
 
 from watchdog.model import Origin
 
-# Origin fields that identify the spawner across restarts of the job (a new Slurm job id
-# or container id each time is the same source). Read as scan-JSON keys (Origin.fields):
-# signatures are stored, and must not change with how the records are spelled.
-_ORIGIN_KEYS: dict[str, tuple[str, ...]] = {
-    "cron": ("file", "line", "script"),
-    "systemd": ("unit", "user"),
-    "slurm": ("account", "job_name"),
-    "container": ("image", "pod_uid"),
-    "kubernetes": ("namespace", "owner_kind", "owner_name"),
-    "at": ("command",),
-    "supervisor": ("program",),
-}
 _LONG_NUMBER = re.compile(r"\d{5,}")
 
 
@@ -38,7 +26,10 @@ def job_signature(user: str | None, cmdline: Sequence[str], origin: Origin) -> s
     Returns:
         16 hex digits.
     """
-    keys = _ORIGIN_KEYS.get(origin.kind, ())
+    # The fields that name the source (Origin.SOURCE_FIELDS: a new Slurm job id or
+    # container id each run is the same source), read as scan-JSON keys: signatures are
+    # stored, and must not change with how the records are spelled.
+    keys = origin.SOURCE_FIELDS
     parts = [origin.kind if keys else "-", user or "?", _LONG_NUMBER.sub("#", " ".join(cmdline))]
     parts += [f"{k}={origin.fields.get(k)}" for k in keys]
     return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:16]

@@ -37,7 +37,6 @@ from watchdog.config.alerts import AlertSettings, SinkSettings
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import MAX_ERROR_BODY_BYTES, SendError, _read_head
 from watchdog.hosttext import safe_json
-from watchdog.lineage.describe import origin_label
 from watchdog.model import Origin
 from watchdog.state import Delivery, StateDB
 
@@ -84,7 +83,7 @@ def alert_labels(payload: Mapping[str, Any]) -> dict[str, str]:
     ``alertname``, ``host``, ``severity``, ``kind`` and ``finding`` (the finding id, so two
     findings never merge into one alert) always; ``gpu`` (NVML indices, comma-separated),
     ``gpu_uuid``, ``user``, ``origin_kind`` and ``origin`` (bounded, see
-    :func:`watchdog.lineage.describe.origin_label`) when the finding names them. Empty
+    :meth:`watchdog.model.Origin.label`) when the finding names them. Empty
     values are left out (Alertmanager treats an empty label as absent).
     """
     f = payload.get("finding", {})
@@ -108,7 +107,7 @@ def alert_labels(payload: Mapping[str, Any]) -> dict[str, str]:
     origin = details.get("origin")
     if isinstance(origin, dict):  # respawned: the whole origin object
         labels["origin_kind"] = str(origin.get("kind", ""))
-        labels["origin"] = origin_label(Origin.from_json(origin))
+        labels["origin"] = Origin.from_json(origin).label()
     if details.get("origin_kind"):
         labels["origin_kind"] = str(details["origin_kind"])
     if details.get("origin_label"):

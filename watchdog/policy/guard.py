@@ -1,0 +1,346 @@
+"""The one guard: what rogue-watchdog must never target, and the targets it may name.
+
+Every producer of a target asks this module: the finding text and the ``stop:`` lines,
+the JSON ``remediation``, ``explain``, ``top``'s keys, the ``terminate`` and
+``disable-source`` plans, automatic enforcement, the Slurm sweep and the queue actions.
+Nothing else decides what may be acted on.
+
+What is protected, computed once per scan (:func:`protection`):
+
+- every process of a sanctioned or ignored job, by identity (PID + start time);
+- every sanctioned job's origin as observed (its cron line, unit and timer, Slurm job,
+  container, pod owner) and every origin an allowlist rule pins (``sanctioned[].origin``):
+  the source of the one pipeline is never disabled, not even for an excess run of it;
+- ``enforcement.protect`` entries: processes (and their jobs' sources), and origins;
+- PID 1, kernel threads, rogue-watchdog itself and its ancestors (the live signal
+  guard, :mod:`watchdog.actions.guards`, checks those again before every signal).
+
+A job may be stopped as a job (its own processes and the wrappers that exist only for
+it, :func:`exclusive_wrappers`) when it is unsanctioned and not protected; its source may
+be disabled only when no protected source is the same source. A refusal always says
+which rule or origin it protects, and what to change instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from watchdog.config import Config, OriginPin
+from watchdog.config.enforcement import Protect
+from watchdog.lineage.base import command, is_wrapper
+from watchdog.model import Advice, Job, Origin, Proc
+from watchdog.policy.allowlist import origin_mismatch
+from watchdog.sources.procfs import ProcessTable
+
+Identity = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class ProtectedSource:
+    """One source no advice, plan or action may disable.
+
+    Attributes:
+        why: Who it belongs to, for refusals: ``sanctioned rule 'pipeline' (job PID
+            812 runs from it)``, ``the allowlist pins rule 'pipeline' to it``,
+            ``enforcement.protect entry 'origin={...}'``.
+        rule: The sanctioned rule's name, when a rule is why (for the advice).
+        origin: The observed origin of a sanctioned job, or None for a pin.
+        pin: An allowlist or protect pin, or None for an observed origin.
+    """
+
+    why: str
+    rule: str | None = None
+    origin: Origin | None = None
+    pin: OriginPin | None = None
+
+    def covers(self, origin: Origin) -> bool:
+        """True when disabling ``origin``'s source would touch this one: the same source
+        key, a shared stop target (the same crontab line, unit, Slurm job, container),
+        or an origin the pin matches."""
+        if self.pin is not None:
+            return not self.pin.any and origin_mismatch(self.pin, origin) is None
+        mine = self.origin
+        if mine is None:
+            return False
+        key = mine.source_key()
+        if key is not None and any(v is not None for v in key[1:]) and key == origin.source_key():
+            return True
+        return bool(set(mine.stop_targets()) & set(origin.stop_targets()))
+
+
+@dataclass(frozen=True)
+class Protection:
+    """What must never be a target, for one scan.
+
+    Attributes:
+        identities: ``(PID, start ticks)`` of every process of a sanctioned or ignored
+            job (root, members and the wrappers above the root that run only for it).
+        pids: The same processes' PIDs (for callers that hold no start time).
+        sources: Sources never disabled.
+        protect: ``enforcement.protect`` entries naming processes.
+        never: PIDs never signalled whatever they are: PID 1, rogue-watchdog and its
+            ancestors as this scan saw them.
+    """
+
+    identities: frozenset[Identity] = frozenset()
+    pids: frozenset[int] = frozenset()
+    sources: tuple[ProtectedSource, ...] = ()
+    protect: tuple[Protect, ...] = ()
+    never: frozenset[int] = frozenset({1})
+
+    def protected_source(self, origin: Origin) -> ProtectedSource | None:
+        """The protected source ``origin``'s source is (or covers), or None when it may
+        be disabled."""
+        return next((s for s in self.sources if s.covers(origin)), None)
+
+    def source_refusal(self, origin: Origin) -> str | None:
+        """Why ``origin``'s source must never be disabled (advice, plan, automation), or
+        None when it may be."""
+        src = self.protected_source(origin)
+        if src is None:
+            return None
+        return f"{origin.describe()} is the origin of {src.why}: never disabled"
+
+    def process_refusal(self, proc: Proc) -> str | None:
+        """Why ``proc`` must never be signalled, or None. (The live guard checks again
+        right before a signal: start time, zombie, namespace.)"""
+        if proc.pid in self.never or proc.kernel_thread:
+            return f"PID {proc.pid} is init, a kernel thread or rogue-watchdog's own lineage"
+        if (proc.pid, proc.start_ticks) in self.identities:
+            return f"PID {proc.pid} belongs to a sanctioned job"
+        for entry in self.protect:
+            if entry.matches(proc.cmdline, proc.exe, proc.user):
+                return f"PID {proc.pid} matches enforcement.protect entry {entry.text!r}"
+        return None
+
+    def job_refusal(self, job: Job) -> str | None:
+        """Why ``job`` must never be a target at all, or None when it may be stopped."""
+        if not job.unsanctioned:
+            return f"the job is {job.verdict}" + (f" (rule {job.rule!r})" if job.rule else "")
+        if (job.root_pid, job.start_ticks) in self.identities:
+            return f"PID {job.root_pid} belongs to a sanctioned job"
+        root = job.lineage[0] if job.lineage else None
+        if root is not None:
+            why = self.process_refusal(root)
+            if why is not None:
+                return why
+        for src in self.sources:
+            if src.why.startswith("enforcement.protect") and src.covers(job.origin):
+                return f"its origin ({job.origin.describe()}) is protected by {src.why}"
+        return None
+
+
+def protection(
+    jobs: Sequence[Job],
+    config: Config,
+    *,
+    table: ProcessTable | None = None,
+    never: Collection[int] = (),
+    kept: Iterable[Identity] = (),
+) -> Protection:
+    """Compute what this scan must never target.
+
+    Args:
+        jobs: The scan's judged jobs.
+        config: Its allowlist (the pins) and ``enforcement.protect``.
+        table: The process table, to add the wrappers that run only for a sanctioned
+            job (its cron ``sh -c``); None leaves them to the live guard.
+        never: rogue-watchdog's own PID and its ancestors, as this scan saw them.
+        kept: Identities of processes sanctioned earlier and still alive (a
+            sanctioned process stays sanctioned for its life, also across restarts).
+
+    Returns:
+        The protection for this scan.
+    """
+    identities: set[Identity] = set(kept)
+    sources: list[ProtectedSource] = []
+    for job in jobs:
+        if job.unsanctioned:
+            continue
+        identities.update(_identities(job, table))
+        if job.verdict == "sanctioned":
+            sources.append(
+                ProtectedSource(
+                    f"sanctioned rule {job.rule!r} (its job PID {job.root_pid} runs from it)",
+                    rule=job.rule,
+                    origin=job.origin,
+                )
+            )
+    for rule in config.sanctioned:
+        sources.append(
+            ProtectedSource(
+                f"sanctioned rule {rule.name!r} (the allowlist pins it to {rule.origin.text()})",
+                rule=rule.name,
+                pin=rule.origin,
+            )
+        )
+    protect = config.enforcement.protect
+    for entry in protect:
+        if entry.origin is not None:
+            sources.append(
+                ProtectedSource(f"enforcement.protect entry {entry.text!r}", pin=entry.origin)
+            )
+    for job in jobs:
+        root = job.lineage[0] if job.lineage else None
+        if root is not None and any(e.matches(root.cmdline, root.exe, root.user) for e in protect):
+            sources.append(
+                ProtectedSource(
+                    f"enforcement.protect (its job PID {job.root_pid} is protected)",
+                    origin=job.origin,
+                )
+            )
+    pids = frozenset(pid for pid, _start in identities)
+    return Protection(
+        frozenset(identities),
+        pids,
+        tuple(sources),
+        tuple(e for e in protect if e.names_processes),
+        frozenset({1, *never}),
+    )
+
+
+def _identities(job: Job, table: ProcessTable | None) -> set[Identity]:
+    """Every process of ``job`` with its start time, and its exclusive wrappers."""
+    out = {(job.root_pid, job.start_ticks)}
+    by_pid = {p.pid: p for p in job.lineage}
+    for pid in job.pids:
+        proc = by_pid.get(pid) or (table.get(pid) if table is not None else None)
+        if proc is not None:
+            out.add((proc.pid, proc.start_ticks))
+    if table is not None:
+        out.update((p.pid, p.start_ticks) for p in exclusive_wrappers(job, table))
+    return out
+
+
+def exclusive_wrappers(job: Job, table: ProcessTable) -> list[Proc]:
+    """The wrappers above the job's root that exist only for it, nearest first.
+
+    A wrapper (a shell, ``timeout``, ``nohup``, ``sudo``, ``flock``...; see
+    :data:`watchdog.lineage.base.WRAPPERS`) belongs to the job when every one of its
+    descendants is the job's or one of these wrappers: cron's ``sh -c CMD`` does, an
+    orphaned shell that also runs ``python3 -m http.server`` does not, and nothing above
+    such a shared process is the job's either. Multiplexer servers and remote clients
+    never are (a tmux server holds other sessions).
+
+    Args:
+        job: A job of this scan.
+        table: The process table it was built from.
+
+    Returns:
+        The wrappers, nearest the root first (empty when the root's parent is shared).
+    """
+    mine = set(job.pids)
+    out: list[Proc] = []
+    for proc in job.lineage[1:]:
+        if proc.pid <= 1 or not is_wrapper(proc) or proc.comm.startswith("tmux"):
+            break
+        if any(d not in mine for d in table.descendants(proc.pid)):
+            break
+        mine.add(proc.pid)
+        out.append(proc)
+    return out
+
+
+def _instead(job: Job, src: ProtectedSource, config: Config | None) -> str:
+    """What to change instead of disabling a protected source, for this job."""
+    rule = next((r for r in config.sanctioned if r.name == src.rule), None) if config else None
+    if job.verdict == "excess" and rule is not None:
+        cap = rule.max_instances
+        fix = (
+            "run the line's command under `flock -n LOCKFILE` so a run never starts while "
+            "one is running"
+            if job.origin.kind == "cron"
+            else "make the source start one run at a time"
+        )
+        return (
+            f"this run is one more than rule {rule.name!r} allows (max_instances {cap}): "
+            f"stop it as a job (newest run first); to keep runs from overlapping, {fix}, "
+            f"or raise max_instances"
+        )
+    return (
+        f"this job from it is not sanctioned ({job.reason or 'no rule matches'}): stop it "
+        "as a job, and change the rule or the source so that the two agree"
+    )
+
+
+def advise(
+    job: Job,
+    guard: Protection,
+    table: ProcessTable | None = None,
+    config: Config | None = None,
+) -> Advice:
+    """Decide what may be done about ``job``.
+
+    Args:
+        job: A judged job of this scan.
+        guard: This scan's :class:`Protection`.
+        table: The process table (for the exclusive wrappers and the process group of a
+            by-hand ``kill``); None names the root alone.
+        config: For the rule's ``max_instances`` in the words of a refusal.
+
+    Returns:
+        The advice; ``refused`` is set for sanctioned, ignored and protected jobs.
+    """
+    refused = guard.job_refusal(job)
+    if refused is not None:
+        return Advice(refused=refused)
+    wrappers = exclusive_wrappers(job, table) if table is not None else []
+    stop_pids = (*job.pids, *(w.pid for w in wrappers))
+    origin = job.origin
+    src = guard.protected_source(origin)
+    if src is not None:
+        what = guard.source_refusal(origin)
+        return Advice(stop_pids=stop_pids, source_refused=f"{what}; {_instead(job, src, config)}")
+    if not origin.stop_targets() and origin.kind in ("shell", "orphan"):
+        # Stopped by signals: name exactly the processes the signal set has.
+        return Advice(stop_pids=stop_pids, by_hand=_kill(job, wrappers, table))
+    gone = origin.source_gone()
+    if gone is not None:
+        return Advice(stop_pids=stop_pids, source_gone=gone)
+    handled = bool(origin.DISABLES) and _disable_handled(origin)
+    return Advice(
+        stop_pids=stop_pids,
+        disable=handled,
+        by_hand=origin.remediation,
+        disables=origin.DISABLES,
+    )
+
+
+def _disable_handled(origin: Origin) -> bool:
+    """True when ``disable-source`` acts on this origin (a live crontab line, a system
+    unit); the plan checks the rest against the files and systemd."""
+    targets = origin.stop_targets()
+    if origin.kind == "cron":
+        return any(t[0] == "cron-line" and t[2] is not None for t in targets)
+    return any(t[0] == "systemd-unit" and len(t) == 2 for t in targets)
+
+
+def _kill(job: Job, wrappers: Sequence[Proc], table: ProcessTable | None) -> str:
+    """``kill -TERM`` for the job: its whole process group when everything in the group
+    is the job's (``-- -PGID``), else its processes and exclusive wrappers by PID."""
+    mine = {*job.pids, *(w.pid for w in wrappers)}
+    root = job.lineage[0] if job.lineage else None
+    if table is not None and root is not None and root.pgid > 1:
+        group = {p.pid for p in table.procs.values() if p.pgid == root.pgid}
+        if group and group <= mine and root.pgid in mine:
+            return command("kill", "-TERM", "--", f"-{root.pgid}")
+    return command("kill", "-TERM", *sorted(mine, key=lambda p: (p not in job.pids, p)))
+
+
+def with_advice(
+    jobs: Sequence[Job],
+    guard: Protection,
+    table: ProcessTable | None = None,
+    config: Config | None = None,
+) -> list[Job]:
+    """The jobs with their advice decided: a refused job's origin carries no
+    remediation (the JSON ``origin.remediation`` is never a command that targets
+    something protected), an allowed one the guard's."""
+    out = []
+    for job in jobs:
+        advice = advise(job, guard, table, config)
+        origin = dataclasses.replace(job.origin, remediation=advice.by_hand)
+        out.append(dataclasses.replace(job, origin=origin, advice=advice))
+    return out
