@@ -208,8 +208,7 @@ class Guard:
                 report_pid=live.ppid,
             )
         if pid in self.sanctioned_pids or (
-            self.protection is not None
-            and (pid, live.start_ticks) in self.protection.identities
+            self.protection is not None and (pid, live.start_ticks) in self.protection.identities
         ):
             return Refusal(pid, "sanctioned", f"PID {pid} belongs to a sanctioned job")
         for entry in self.protect:
