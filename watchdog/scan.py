@@ -44,7 +44,8 @@ from watchdog.policy.services import protected_pids, service_findings, service_p
 from watchdog.sources.devfd import DeviceFdSource
 from watchdog.sources.gpulibs import GpuLibraryCache
 from watchdog.sources.procevents import EventBatch
-from watchdog.sources.procfs import ProcessTable, pid_namespaces, read_identity
+from watchdog.sources.procfs import ProcessTable, boot_id, pid_namespaces, read_identity
+from watchdog.state import read_sanctioned_procs
 from watchdog.sources.sockets import listening_for
 
 # How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
@@ -119,6 +120,8 @@ class Scanner:
         resolvers: Origin resolvers in priority order; None uses the default registry.
         fd_sweep_interval_s: Seconds between full device-fd sweeps (new processes are
             always inspected).
+        remember: Start from the sanctioned processes the daemon recorded in
+            ``daemon.state_dir`` (read only; nothing when there is no database).
     """
 
     def __init__(
@@ -127,6 +130,8 @@ class Scanner:
         gpu_source: GpuSource | None = None,
         resolvers: Sequence[OriginResolver] | None = None,
         fd_sweep_interval_s: float = 60.0,
+        *,
+        remember: bool = True,
     ) -> None:
         self.config = config
         # Re-read every stat file about every 30 s (catches exec under the same PID).
@@ -155,7 +160,13 @@ class Scanner:
         self._sweep_due = False
         self._last_sweep = -FULL_SWEEP_MIN_GAP_S
         # Processes of sanctioned jobs, (PID, start ticks) -> rule: sanctioned for life.
-        self.sanctioned: dict[tuple[int, int], str] = {}
+        # A one-shot command starts from what the daemon recorded (read only), so it never
+        # calls rogue what the daemon sanctioned when it started.
+        self.sanctioned: dict[tuple[int, int], str] = (
+            read_sanctioned_procs(config.daemon.state_dir, boot_id(config.paths.proc_root))
+            if remember
+            else {}
+        )
         # Our own PID as seen in proc_root (differs only for a fixture tree).
         self.self_pids = (
             frozenset({os.getpid()}) if config.paths.proc_root == "/proc" else frozenset()

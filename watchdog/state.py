@@ -143,6 +143,34 @@ MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+def read_sanctioned_procs(state_dir: str, boot_id: str | None) -> dict[tuple[int, int], str]:
+    """The daemon's record of sanctioned processes (:meth:`StateDB.sanctioned_procs`),
+    read without writing anything: for one-shot commands, which must not call a process
+    rogue that the daemon sanctioned when it started. Empty when there is no database,
+    it cannot be read, or it predates the table.
+
+    Args:
+        state_dir: ``daemon.state_dir``.
+        boot_id: This boot's id (:func:`watchdog.sources.procfs.boot_id`).
+    """
+    path = Path(state_dir) / "state.db"
+    if not path.is_file():
+        return {}
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=1.0)
+    except sqlite3.Error:
+        return {}
+    try:
+        rows = conn.execute(
+            "SELECT pid, start_ticks, rule FROM sanctioned_procs WHERE boot_id IS ?", (boot_id,)
+        ).fetchall()
+        return {(int(r[0]), int(r[1])): str(r[2]) for r in rows}
+    except (sqlite3.Error, ValueError, TypeError):
+        return {}
+    finally:
+        conn.close()
+
+
 def clean(text: str | None) -> str | None:
     """Text for the state store's text columns: :func:`watchdog.hosttext.safe_text`
     (non-UTF-8 bytes as ``\\xNN``, control characters escaped, newlines as ``⏎``)."""

@@ -25,6 +25,7 @@ from watchdog.daemon.tracker import Tracker, sink_accepts
 from watchdog.model import LOG_LEVELS, Finding, ScanResult
 from watchdog.plugins import Enforcer, FindingSource, TrackResult, Worker
 from watchdog.scan import Scanner
+from watchdog.sources.procfs import boot_id
 from watchdog.state import FindingRecord, StateDB
 
 log = structlog.get_logger("rogue-watchdog")
@@ -103,6 +104,14 @@ class Daemon:
         # An event source asks for a tick now (request_tick); _wake ends the sleep.
         self._early = threading.Event()
         self._wake = threading.Event()
+        # A sanctioned process stays sanctioned for its life, also across a restart.
+        self.boot_id = boot_id(config.paths.proc_root)
+        self._sanctioned_saved: dict[tuple[int, int], str] = {}
+        try:
+            self._sanctioned_saved = self.db.sanctioned_procs(self.boot_id)
+            self.scanner.keep_sanctioned(self._sanctioned_saved)
+        except Exception as exc:  # a damaged table must not stop the daemon
+            self._failed("state", exc)
         if self.db.recovered_from:
             log.warning(
                 "state-recovered",
@@ -215,6 +224,9 @@ class Daemon:
                 alive=self._alive,
             )
             self._prune(now)
+            if self.scanner.sanctioned != self._sanctioned_saved:
+                self.db.set_sanctioned_procs(self.scanner.sanctioned, self.boot_id, now)
+                self._sanctioned_saved = dict(self.scanner.sanctioned)
             self._ok("state")
         except Exception as exc:
             self._failed("state", exc)

@@ -4,11 +4,15 @@ A job is a process tree judged as one: its root is the topmost training process,
 members are the root and every descendant (workers, data loaders). An 8-GPU torchrun is
 one job, not 17. Roots that were re-parented (their parent exited) and share a process
 group are merged: the leader of a torchrun that was killed leaves its workers behind as
-siblings under PID 1, and they are still one job.
+siblings under PID 1, and they are still one job. So are the workers of one launch that
+each got a session of their own: the same command but the rank, started together, from
+one parent or all re-parented.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -206,7 +210,8 @@ def group_jobs(
         filled in yet.
     """
     roots = _roots(table, evidence, ignored)
-    alias = _merged_leaders(table, set(roots.values()))
+    alias = _merged_leaders(table, set(roots.values()) - set(ignored))
+    alias = _merged_launches(table, set(roots.values()) - set(ignored) - set(alias), alias)
     trees = _trees(table, roots, alias, ignored)
     holdings = _gpu_holdings(table, gpu_procs)
     jobs = [_job(table, root, tree, evidence, fd_holders, holdings) for root, tree in trees.items()]
@@ -260,6 +265,69 @@ def _merged_leaders(table: ProcessTable, roots: Set[int]) -> dict[int, int]:
     return alias
 
 
+# Arguments that say which worker of a launch a process is (torchrun's and most
+# launchers' conventions): workers that differ only in them are one launch.
+_RANK_OPTION = re.compile(r"--?(local[_-]?|node[_-]?|global[_-]?)?(rank|worker[_-]?id|proc[_-]?id)")
+# Workers of one launch start together: within this many seconds of the first.
+LAUNCH_WINDOW_S = 2.0
+
+
+def _launch_key(proc: Proc) -> tuple[str, ...] | None:
+    """The command line with the rank values folded, or None when it has no rank
+    argument (only workers that say they are ranks of something merge this way)."""
+    out: list[str] = []
+    ranked = False
+    argv = list(proc.cmdline)
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, value = arg.partition("=")
+        if _RANK_OPTION.fullmatch(name):
+            if eq and value.isdigit():
+                out.append(f"{name}=#")
+                ranked = True
+            elif not eq and i + 1 < len(argv) and argv[i + 1].isdigit():
+                out += [name, "#"]
+                ranked, i = True, i + 1
+            else:
+                out.append(arg)
+        else:
+            out.append(arg)
+        i += 1
+    return tuple(out) if ranked else None
+
+
+def _merged_launches(
+    table: ProcessTable, roots: Set[int], alias: Mapping[int, int]
+) -> dict[int, int]:
+    """``alias`` plus the workers of one launch: roots with the same owner and
+    executable whose command lines differ only in a rank argument (``--rank N``,
+    ``--local_rank=N``), started within :data:`LAUNCH_WINDOW_S` of each other, and
+    children of the same parent, or all re-parented (the launcher exited, each in a
+    session of its own). The earliest stands for the rest."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    groups: dict[tuple[object, ...], list[Proc]] = {}
+    for root in roots:
+        proc = table.get(root)
+        if proc is None:
+            continue
+        key = _launch_key(proc)
+        if key is None:
+            continue
+        parent = 0 if _reparented(proc, table) else proc.ppid
+        groups.setdefault((proc.uid, proc.exe, parent, key), []).append(proc)
+    out = dict(alias)
+    for members in groups.values():
+        members.sort(key=lambda p: (p.start_ticks, p.pid))
+        first = members[0]
+        for m in members[1:]:
+            if m.start_ticks - first.start_ticks <= LAUNCH_WINDOW_S * tick:
+                out[m.pid] = first.pid
+            else:
+                first = m  # a later launch of the same command: its own job
+    return out
+
+
 def _trees(
     table: ProcessTable, roots: Mapping[int, int], alias: Mapping[int, int], ignored: Set[int]
 ) -> dict[int, set[int]]:
@@ -270,7 +338,9 @@ def _trees(
     """
     trees: dict[int, set[int]] = {}
     for root in set(roots.values()):
-        top = alias.get(root, root)
+        top, hops = alias.get(root, root), 0
+        while top in alias and alias[top] != top and hops < len(alias):
+            top, hops = alias[top], hops + 1
         tree = trees.setdefault(top, set())
         tree.add(root)
         if root not in ignored:

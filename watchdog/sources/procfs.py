@@ -617,3 +617,14 @@ class ProcessTable:
             except ValueError:
                 self._pid_max = 4194304
         return self._pid_max
+
+
+def boot_id(proc_root: str) -> str | None:
+    """This boot's id (``/proc/sys/kernel/random/boot_id``, random(4)), or None when it
+    cannot be read (a fixture tree): start ticks count from boot, so identities saved
+    during another boot name nothing now."""
+    try:
+        with open(os.path.join(proc_root, "sys/kernel/random/boot_id")) as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
