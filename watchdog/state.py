@@ -126,7 +126,9 @@ UPDATE meta SET value='2' WHERE key='schema_version';
 """
 
 # Version 3: the processes of sanctioned jobs, so a sanctioned process stays sanctioned
-# for its life across daemon restarts (identity: PID + start ticks, of one boot).
+# for its life across daemon restarts (identity: PID + start ticks, of one boot); and
+# the routing facts (GPUs, user, origin) a finding's last alert carried, so an alert
+# whose labels would change is resolved explicitly under its old labels.
 _SCHEMA_V3 = """
 CREATE TABLE sanctioned_procs (
     pid INTEGER NOT NULL,
@@ -136,6 +138,7 @@ CREATE TABLE sanctioned_procs (
     boot_id TEXT,
     PRIMARY KEY (pid, start_ticks)
 );
+ALTER TABLE findings ADD COLUMN alerted_routing_json TEXT;
 UPDATE meta SET value='3' WHERE key='schema_version';
 """
 
@@ -313,6 +316,7 @@ class FindingRecord:
     instances: int = 1
     alerted_instances: int | None = None
     alerted_pids: list[int] | None = None
+    alerted_routing: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -389,6 +393,7 @@ def _finding(row: sqlite3.Row) -> FindingRecord:
         row["seen_count"], row["resolved_at"], row["last_alert_at"], row["instances"],
         row["alerted_instances"],
         _loads(row["alerted_pids_json"], list, None) if row["alerted_pids_json"] else None,
+        _loads(row["alerted_routing_json"], dict, None) if row["alerted_routing_json"] else None,
     )  # fmt: skip
 
 
@@ -855,13 +860,24 @@ class StateDB:
         """Mark a finding resolved."""
         self.conn.execute("UPDATE findings SET resolved_at=? WHERE id=?", (now, finding_id))
 
-    def mark_alerted(self, finding_id: int, now: float, pids: list[int] | None = None) -> None:
+    def mark_alerted(
+        self,
+        finding_id: int,
+        now: float,
+        pids: list[int] | None = None,
+        routing: dict[str, Any] | None = None,
+    ) -> None:
         """Remember when the last open/reminder alert for a finding was queued, the
-        instance count and the root PIDs it named."""
+        instance count, the root PIDs it named and the routing facts it carried."""
         self.conn.execute(
             "UPDATE findings SET last_alert_at=?, alerted_instances=instances,"
-            " alerted_pids_json=? WHERE id=?",
-            (now, json.dumps(pids) if pids is not None else None, finding_id),
+            " alerted_pids_json=?, alerted_routing_json=? WHERE id=?",
+            (
+                now,
+                json.dumps(pids) if pids is not None else None,
+                json.dumps(routing) if routing is not None else None,
+                finding_id,
+            ),
         )
 
     # -- counters --------------------------------------------------------------------

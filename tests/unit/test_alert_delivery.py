@@ -521,3 +521,40 @@ def test_secrets_never_reach_logs_status_or_errors(
     finally:
         w.stop()
         gone.close()
+
+
+def test_a_receiver_that_hangs_never_delays_another_sink(
+    spawned: Spawned, tmp_path: Path, rx: Receiver
+) -> None:
+    """Trust IV case 7: one delivery thread served every sink in turn, so a receiver
+    answering in 30 s held the log sink back 7–31 s. Each sink drains on its own thread:
+    the log line is written while the webhook's request is still hanging."""
+    job = Job(spawned, tmp_path)
+    job.start()
+    rx.set_mode("hang")
+    sinks = (
+        "    - {type: webhook, name: slow, url_env: RW_HOOK_URL, timeout_s: 30}\n"
+        f"    - {{type: log, name: log, path: '{tmp_path}/alerts.log'}}\n"
+    )
+    d = make(tmp_path, job.token, sinks)
+    w = worker(d, {"RW_HOOK_URL": rx.url("/slow")}, poll_interval_s=0.2)
+    w.start()
+    try:
+        d.tick(time.time())
+        w.wake()
+        log = tmp_path / "alerts.log"
+
+        def written() -> list[str] | None:
+            lines = log.read_text().splitlines() if log.exists() else []
+            return lines or None
+
+        from tests.conftest import poll
+
+        (line,) = poll("the log sink's line", written, 20)
+        assert json.loads(line)["action"] == "open"
+        # The webhook's request came in and is still unanswered: the log did not wait.
+        assert [r.status for r in rx.requests] == [None]
+        assert [r.delivered_at is None for r in rows(d, "slow")] == [True]
+    finally:
+        rx.set_mode("ok")
+        w.stop(timeout_s=5)

@@ -240,6 +240,33 @@ def test_hidden_gpu_is_counted(daemon: Daemon, lib_dir: Path) -> None:
     assert len(info) == 1 and f'host="{host}"' in next(iter(info))
 
 
+def test_unknown_memory_is_nan_and_counted_never_zero(
+    daemon: Daemon, lib_dir: Path, token: str
+) -> None:
+    """Trust IV case 7: memory NVML reports as NVML_VALUE_NOT_AVAILABLE counted as 0 in
+    the held-memory gauges. It is NaN there, and counted in a gauge of its own."""
+    host = socket.gethostname()
+    poll("first tick", lambda: daemon.scrape().get("rogue_watchdog_gpus") == 2, 30)
+    procs = start_jobs(token, 0, 1)
+    try:
+        doc = devices([])
+        doc["devices"][0]["processes"] = [{"pid": procs[0].pid, "mem": "NA"}]
+        write_config(lib_dir / CONFIG_NAME, doc)
+        gpu = {"host": host, "gpu": "0", "gpu_uuid": "GPU-fleet-0"}
+        unknown = k("rogue_watchdog_gpu_memory_unknown_processes", **gpu, holder="unsanctioned")
+        s = poll("the unknown process counted", lambda: (x := daemon.scrape()).get(unknown) == 1
+                 and x, 30)  # fmt: skip
+        held = s[k("rogue_watchdog_gpu_memory_held_bytes", **gpu, holder="unsanctioned")]
+        assert held != held  # NaN: unknown, not 0
+        assert s[k("rogue_watchdog_gpu_memory_held_bytes", **gpu, holder="sanctioned")] == 0
+        assert s[k("rogue_watchdog_gpu_memory_unknown_processes", **gpu, holder="sanctioned")] == 0
+        by_verdict = s['rogue_watchdog_job_gpu_memory_bytes{verdict="rogue"}']
+        assert by_verdict != by_verdict
+    finally:
+        stop_jobs(procs)
+        write_config(lib_dir / CONFIG_NAME, devices([]))
+
+
 @pytest.mark.parametrize(
     ("kind", "fields", "label"),
     [

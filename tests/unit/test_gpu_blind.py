@@ -126,3 +126,79 @@ def test_visibility_blip_is_not_an_exit_nor_a_respawn(tmp_path: Path) -> None:
     assert (rogue, "rogue-job", True) in got["blind again"][2]
     # Seen gone (no /proc/PID), even though NVML is still blind: resolved.
     assert (rogue, "rogue-job", False) in got["exited while blind"][2]
+
+
+_VANISH = r"""
+import json, subprocess, sys, time
+from pathlib import Path
+from tests.fakenvml.build import write_config
+from watchdog.config import parse_config
+from watchdog.daemon.loop import Daemon
+
+lib, conf, state, tmp = sys.argv[1:5]
+worker = subprocess.Popen([sys.executable, f"{tmp}/worker.py"])
+time.sleep(0.3)
+GIB = 1 << 30
+gpu0 = {"uuid": "GPU-0000", "total": 80 * GIB, "used": 0}
+gpu1 = {"uuid": "GPU-1111", "total": 80 * GIB, "used": 4 * GIB,
+        "processes": [{"pid": worker.pid, "mem": 4 * GIB}]}
+cfg = parse_config(
+    f"nvml: {{library: '{lib}'}}\n"
+    f"training: {{device_glob: '{tmp}/nodev[0-9]*'}}\n"
+    f"daemon: {{state_dir: '{state}'}}\n"
+    "alerts: {reminder_after_s: 5}\n",
+    "t.yaml",
+)
+d = Daemon(cfg, None)
+steps = []
+t = 4_000_000.0
+for i, devs in enumerate([[gpu0, gpu1]] + [[gpu0]] * 5 + [[gpu0, gpu1]]):
+    write_config(Path(conf), {"devices": devs})
+    d.tick(t + 5 * i)
+    rows = d.db.conn.execute(
+        "SELECT id, kind, root_pid, resolved_at, message FROM findings ORDER BY id"
+    ).fetchall()
+    steps.append([
+        [(i_, k, r is None) for i_, k, p, r, m in rows if p == worker.pid],
+        [(i_, m, r is None) for i_, k, p, r, m in rows if k == "gpu-query-failed"],
+        d.last.result.gpu_blind,
+    ])
+events = [r[0] for r in d.db.conn.execute(
+    "SELECT payload_json FROM deliveries ORDER BY id").fetchall()]
+worker.kill(); worker.wait()
+print(json.dumps([worker.pid, steps, [json.loads(e)["event"] for e in events
+    if json.loads(e)["finding"]["root_pid"] == worker.pid]]))
+"""
+
+
+def test_a_gpu_leaving_the_device_list_is_blindness_not_an_exit(tmp_path: Path) -> None:
+    """Trust IV case 7: a GPU that dropped out of NVML's device list for 20 s resolved
+    the finding of a live NVML-only process, reopened it under a new id, and nothing
+    said the GPU vanished. Now: one finding, open throughout, no resolve and no reopen;
+    a gpu-query-failed finding names the GPU while it is gone."""
+    need_program("gcc")
+    (tmp_path / "worker.py").write_text("import time\ntime.sleep(120)\n")
+    lib = fake_nvml(tmp_path, {})
+    out = subprocess.run(
+        [sys.executable, "-c", _VANISH, str(library_path(lib)), str(lib / "fake_nvml.conf"),
+         str(tmp_path / "state"), str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    pid, steps, events = json.loads(out.stdout)
+    (rogue,) = [i for i, k, _ in steps[0][0] if k == "rogue-job"]
+    for mine, _vanished, _blind in steps:
+        assert mine == [[rogue, "rogue-job", True]]  # never resolved, never a new id
+    for _mine, vanished, blind in steps[1:6]:
+        assert blind is True
+        assert [(m, o) for _, m, o in vanished] == [
+            (
+                "GPU 1 (GPU-1111) is no longer in NVML's device list: its processes cannot "
+                "be seen, so jobs on it are held open until their processes are seen to exit",
+                True,
+            )
+        ]
+    assert [o for _, _, o in steps[6][1]] == [False]  # back: resolved
+    assert steps[6][2] is False
+    assert "resolve" not in events and events.count("open") == 1

@@ -13,6 +13,7 @@ file:line, unit, Slurm account, container image, supervisor program).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -56,7 +57,10 @@ class FleetSnapshot:
         jobs_by_origin: ``(verdict, user, origin_kind, origin)`` → jobs.
         jobs_by_gpu: ``(gpu, gpu_uuid, verdict, user, origin_kind, origin)`` → jobs holding
             that GPU; a job holding none is counted under ``gpu=""``.
-        gpu_memory_held_bytes: ``(gpu, gpu_uuid)`` → holder → bytes (every holder present).
+        gpu_memory_held_bytes: ``(gpu, gpu_uuid)`` → holder → bytes (every holder present);
+            NaN when a process of that holder there has memory NVML did not report.
+        gpu_memory_unknown: ``(gpu, gpu_uuid)`` → holder → processes whose memory NVML
+            did not report (``NVML_VALUE_NOT_AVAILABLE``).
         gpu_memory_used_bytes: ``(gpu, gpu_uuid)`` → bytes in use per NVML (absent when
             NVML could not say).
         gpu_memory_total_bytes: ``(gpu, gpu_uuid)`` → framebuffer size.
@@ -66,7 +70,8 @@ class FleetSnapshot:
     host: str
     jobs_by_origin: dict[tuple[str, ...], int] = field(default_factory=dict)
     jobs_by_gpu: dict[tuple[str, ...], int] = field(default_factory=dict)
-    gpu_memory_held_bytes: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    gpu_memory_held_bytes: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    gpu_memory_unknown: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     gpu_memory_used_bytes: dict[tuple[str, str], int] = field(default_factory=dict)
     gpu_memory_total_bytes: dict[tuple[str, str], int] = field(default_factory=dict)
     gpu_hidden: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -121,7 +126,14 @@ def fleet_snapshot(summary: TickSummary, ppid_of: dict[int, int] | None = None) 
         if i_job is None and ppid_of is not None and gp.pid in ppid_of:
             i_job = job_of_pid.get(ppid_of[gp.pid])
         holder = "unattributed" if i_job is None else _HOLDER_OF_VERDICT[job_labels[i_job][0]]
-        held[holder] += gp.used_memory_bytes or 0
+        if gp.used_memory_bytes is None:
+            # NVML_VALUE_NOT_AVAILABLE: unknown is NaN (it poisons a sum, as it should),
+            # never 0; the count of such processes is a gauge of its own.
+            held[holder] = math.nan
+            unknown = snap.gpu_memory_unknown.setdefault(key, dict.fromkeys(HOLDERS, 0))
+            unknown[holder] += 1
+        else:
+            held[holder] += gp.used_memory_bytes
     for f in result.findings:
         if f.kind != "gpu-processes-hidden":
             continue
@@ -193,6 +205,17 @@ class FleetCollector(Collector):
         for key, held in sorted(s.gpu_memory_held_bytes.items()):
             for holder in HOLDERS:
                 g.add_metric([h, *key, holder], held.get(holder, 0))
+        yield g
+        g = GaugeMetricFamily(
+            f"{PREFIX}_gpu_memory_unknown_processes",
+            "Processes per GPU and holder whose memory NVML did not report (their "
+            "held-bytes series is NaN, not 0).",
+            labels=[*GPU_LABELS, "holder"],
+        )
+        for key in sorted(s.gpu_memory_held_bytes):
+            unknown = s.gpu_memory_unknown.get(key, {})
+            for holder in HOLDERS:
+                g.add_metric([h, *key, holder], unknown.get(holder, 0))
         yield g
         for name, doc, values in (
             ("gpu_memory_used_bytes", "GPU memory in use per NVML.", s.gpu_memory_used_bytes),

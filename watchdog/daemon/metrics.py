@@ -60,7 +60,8 @@ class Snapshot:
         nvml_up: NVML answered in the last scan; None when the scan failed.
         gpus: GPUs NVML listed.
         jobs: Verdict → job count (every verdict present, 0 when none).
-        job_gpu_memory_bytes: Verdict → GPU memory held by those jobs.
+        job_gpu_memory_bytes: Verdict → GPU memory held by those jobs; NaN when NVML did
+            not report the memory of a process of one of them (unknown is never 0).
         findings_open: Kind → open findings (a kind seen once stays, at 0).
         sinks: Sink name → spool counts.
         degraded: Components failing right now.
@@ -75,7 +76,7 @@ class Snapshot:
     nvml_up: bool | None
     gpus: int
     jobs: dict[str, int]
-    job_gpu_memory_bytes: dict[str, int]
+    job_gpu_memory_bytes: dict[str, float]
     findings_open: dict[str, int]
     sinks: dict[str, SinkCounts] = field(default_factory=dict)
     degraded: int = 0
@@ -105,10 +106,14 @@ class MetricsCollector(Collector):
         """Build a snapshot from one tick (runs in the loop thread, after the tick)."""
         result = summary.result
         jobs: dict[str, int] = dict.fromkeys(VERDICTS, 0)
-        mem: dict[str, int] = dict.fromkeys(VERDICTS, 0)
+        mem: dict[str, float] = dict.fromkeys(VERDICTS, 0)
         for job in result.jobs if result else []:
             jobs[job.verdict] = jobs.get(job.verdict, 0) + 1
-            mem[job.verdict] = mem.get(job.verdict, 0) + (job.gpu_memory_bytes or 0)
+            unknown = job.gpu_memory_bytes is None and bool(job.gpus or job.gpu_uuids)
+            if unknown or any(g.memory_bytes is None for g in job.gpus):
+                mem[job.verdict] = math.nan  # unknown, never counted as 0
+            else:
+                mem[job.verdict] = mem.get(job.verdict, 0) + (job.gpu_memory_bytes or 0)
         open_by_kind: dict[str, int] = {}
         instances: dict[str, int] = {}
         for f in daemon.db.open_findings():
@@ -167,8 +172,8 @@ class MetricsCollector(Collector):
             f"{PREFIX}_job_gpu_memory_bytes", "GPU memory held by jobs, by verdict.",
             labels=["verdict"],
         )  # fmt: skip
-        for verdict, n in s.job_gpu_memory_bytes.items():
-            g.add_metric([verdict], n)
+        for verdict, held in s.job_gpu_memory_bytes.items():
+            g.add_metric([verdict], held)
         yield g
         g = GaugeMetricFamily(f"{PREFIX}_findings_open", "Open findings by kind.", labels=["kind"])
         for kind, n in s.findings_open.items():

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from watchdog.config.alerts import AlertSettings, SinkSettings
+from watchdog.daemon.alerts.alertmanager import alert_labels
 from watchdog.model import SEVERITIES, Finding, Job
 from watchdog.plugins import TrackResult
 from watchdog.policy.findings import gpus_text, name_finding_in_commands
@@ -42,6 +43,23 @@ def fingerprint(finding: Finding, signatures: dict[int, str]) -> str:
 CHANGE_MIN_S = 60.0
 # PIDs named in a folded finding's message; ``details.root_pids`` lists every one.
 NAMED_PIDS = 10
+
+
+def _same_job(rec: FindingRecord, group: list[Finding]) -> bool:
+    """True when the job an open finding is about is among this tick's findings of its
+    fingerprint: the same root PID, and the same start time where both record one (a
+    reused PID is another job). Findings about no job always are."""
+    if rec.root_pid is None:
+        return True
+    was = rec.details.get("root")
+    for f in group:
+        if f.root_pid != rec.root_pid:
+            continue
+        now = f.details.get("root")
+        if isinstance(was, list) and isinstance(now, list) and was != now:
+            continue
+        return True
+    return False
 
 
 def fold(group: list[Finding], rec: FindingRecord | None) -> tuple[Finding, list[int]]:
@@ -293,6 +311,13 @@ class Tracker:
         current: dict[str, Finding] = {}
         for fp, group in groups.items():
             rec = open_by_fp.get(fp)
+            if rec is not None and not _same_job(rec, group):
+                # Its job ended while another run of the same source goes on: a finding
+                # names one job for its whole life, so it ends with it and the other run
+                # gets a finding (and an id) of its own.
+                self._resolve(rec, now, out)
+                del open_by_fp[fp]
+                rec = None
             f, pids = fold(group, rec)
             current[fp] = f
             if rec is None:
@@ -307,7 +332,7 @@ class Tracker:
                 out.opened.append(new)
                 if debounce <= 0:
                     self._spool("open", new, now)
-                    db.mark_alerted(fid, now, pids)
+                    db.mark_alerted(fid, now, pids, self._labels(new.id, f))
                 continue
             message = name_finding_in_commands(f.message, f.root_pid, rec.id)
             db.touch_finding(rec.id, message, f.root_pid, f.details, now, len(group))
@@ -316,18 +341,25 @@ class Tracker:
                     fresh = db.finding(rec.id)
                     assert fresh is not None
                     self._spool("open", fresh, now)
-                    db.mark_alerted(rec.id, now, pids)
+                    db.mark_alerted(rec.id, now, pids, self._labels(rec.id, f))
                 continue
             due = rec.last_alert_at + self.alerts.reminder_after_s
             change = _change(rec, len(group), pids)
-            if f.severity != "info" and (
-                now >= due or (change is not None and now - rec.last_alert_at >= CHANGE_MIN_S)
+            labels = self._labels(rec.id, f)
+            relabel = rec.alerted_routing is not None and rec.alerted_routing != labels
+            if relabel:
+                # What an alert is identified by changed (the job now holds a GPU): the
+                # alert under the old labels is resolved and this one sent, at once.
+                change = {**(change or {}), "labels_were": rec.alerted_routing}
+            if relabel or (
+                f.severity != "info"
+                and (now >= due or (change is not None and now - rec.last_alert_at >= CHANGE_MIN_S))
             ):
                 fresh = db.finding(rec.id)
                 assert fresh is not None
                 out.reminded.append(fresh)
                 self._spool("remind", fresh, now, change)
-                db.mark_alerted(rec.id, now, pids)
+                db.mark_alerted(rec.id, now, pids, labels)
         present = set(out.signatures.values())
         for fp, rec in open_by_fp.items():
             if rec.kind == "respawned" and rec.details.get("signature") in present:
@@ -335,14 +367,32 @@ class Tracker:
             if fp.partition(":")[2] in out.held or rec.details.get("signature") in out.held:
                 continue  # its job was not seen, but not seen gone either
             if fp not in current:
-                db.resolve_finding(rec.id, now)
-                done = db.finding(rec.id)
-                assert done is not None
-                out.resolved.append(done)
-                if rec.last_alert_at is None:
-                    db.count("findings_not_alerted")  # shorter than alerts.min_lifetime_s
-                    continue
-                self._spool("resolve", done, now)
+                self._resolve(rec, now, out)
+
+    def _labels(self, finding_id: int, f: Finding) -> dict[str, str]:
+        """The labels an alert about ``f`` is identified by (Alertmanager's, the finest
+        any sink uses): kept with each alert so a change is seen."""
+        return alert_labels(
+            {
+                "host": self.host,
+                "finding": {
+                    "id": finding_id, "kind": f.kind, "severity": f.severity,
+                    "details": f.details,
+                },
+            }
+        )  # fmt: skip
+
+    def _resolve(self, rec: FindingRecord, now: float, out: TrackResult) -> None:
+        """Resolve one finding and spool its ``resolve`` alert (when it was alerted)."""
+        db = self.db
+        db.resolve_finding(rec.id, now)
+        done = db.finding(rec.id)
+        assert done is not None
+        out.resolved.append(done)
+        if rec.last_alert_at is None:
+            db.count("findings_not_alerted")  # shorter than alerts.min_lifetime_s
+            return
+        self._spool("resolve", done, now)
 
     def _spool(
         self,

@@ -65,6 +65,8 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
                 root_pid=job.root_pid,
                 details={
                     "reason": job.reason,
+                    # The job's identity (root PID, start ticks): a finding names one job.
+                    "root": [job.root_pid, job.start_ticks],
                     "pids": list(job.pids),
                     "rule": job.rule,
                     # Bounded labels for fleet routing (Alertmanager, docs/fleet.md).

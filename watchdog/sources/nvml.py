@@ -285,6 +285,9 @@ class NvmlSource:
         self.retry_after_s = 0.0
         self._retry_at: float | None = None
         self._down: tuple[float, str, int] | None = None  # since, last error, failures
+        # Whole GPUs seen listed, UUID -> last index: one that drops out of the device
+        # list is a blind spot (its processes cannot be seen), never "nothing running".
+        self._seen_gpus: dict[str, int] = {}
 
     def close(self) -> None:
         """Call ``nvmlShutdown`` if this source initialised NVML; never raises or blocks
@@ -355,7 +358,36 @@ class NvmlSource:
             snap.findings += part.findings
             snap.blind_gpus += part.blind_gpus
         snap.process_api = {str(kind): version for kind, version in self._api.items()}
+        self._vanished(snap)
         return snap
+
+    def _vanished(self, snap: NvmlSnapshot) -> None:
+        """A ``gpu-query-failed`` finding, and a blind GPU, for every whole GPU listed
+        before that NVML no longer lists (fallen off the bus, reset, hidden by a
+        driver blip): its processes are not seen, which is not the same as gone."""
+        listed = {g.uuid: g.index for g in snap.gpus if g.mig_index is None}
+        for uuid, index in sorted(self._seen_gpus.items(), key=lambda kv: kv[1]):
+            if uuid in listed:
+                continue
+            snap.findings.append(
+                Finding(
+                    kind="gpu-query-failed",
+                    severity="warning",
+                    message=(
+                        f"GPU {index} ({uuid}) is no longer in NVML's device list: its "
+                        "processes cannot be seen, so jobs on it are held open until "
+                        "their processes are seen to exit"
+                    ),
+                    details={
+                        "fingerprint": f"vanished:{uuid}",
+                        "gpu_index": index,
+                        "gpu_uuid": uuid,
+                    },
+                )  # fmt: skip
+            )
+            if index not in snap.blind_gpus:
+                snap.blind_gpus.append(index)
+        self._seen_gpus.update(listed)
 
     def _unavailable(self, now: float, error: str, back_off: bool) -> None:
         since, _, failures = self._down or (now, error, 0)

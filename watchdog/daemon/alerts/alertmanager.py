@@ -178,14 +178,25 @@ class AlertmanagerSink:
         self.clock = clock
 
     def send(self, delivery: Delivery) -> None:
-        """Post one spooled alert (open, remind or resolve).
+        """Post one spooled alert (open, remind or resolve). When the alert's labels
+        changed since the last one (``change.labels_were``: the job came to hold a GPU),
+        the alert under the old labels is posted resolved in the same request: labels
+        identify an Alertmanager alert, and one left firing would linger to its endsAt.
 
         Raises:
             SendError: No Alertmanager accepted it.
         """
         with sink_lock(self.settings.name):
-            body = alert_body(delivery.payload, self.clock(), self.settings.resend_s)
-            self.post([body])
+            now = self.clock()
+            body = alert_body(delivery.payload, now, self.settings.resend_s)
+            change = delivery.payload.get("finding", {}).get("change") or {}
+            was = change.get("labels_were") if isinstance(change, dict) else None
+            if isinstance(was, dict) and was and was != body["labels"]:
+                old = {**body, "labels": {str(k): str(v) for k, v in was.items()}}
+                old["endsAt"] = _rfc3339(now)
+                self.post([old, body])
+            else:
+                self.post([body])
 
     def post(self, alerts: list[dict[str, Any]]) -> list[str]:
         """POST ``alerts`` to every Alertmanager; success when at least one answers 2xx

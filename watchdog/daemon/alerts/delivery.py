@@ -1,9 +1,10 @@
-"""The alert delivery worker: drains the ``deliveries`` spool in a thread of its own.
+"""The alert delivery worker: drains the ``deliveries`` spool, one thread per sink.
 
 The tick loop only spools (one row per alert and sink, in the tick's transaction); this
-worker sends, so a slow or dead receiver never delays a scan. It uses its own SQLite
-connection (StateDB hands each thread one) and never holds a transaction while it waits
-on the network.
+worker sends, so a slow or dead receiver never delays a scan, and each sink drains on a
+thread (and an HTTP client) of its own, so a receiver that takes 30 s to answer never
+delays another sink. Each thread uses its own SQLite connection (StateDB hands each
+thread one) and never holds a transaction while it waits on the network.
 
 Delivery rules (docs/alerts.md):
 
@@ -144,7 +145,7 @@ class DeliveryWorker:
         self.rand = rand
         self.environ = environ if environ is not None else os.environ
         self.batch = batch
-        self.client = httpx.Client(follow_redirects=False)
+        self._clients: dict[str, httpx.Client] = {}
         self._sinks: dict[str, Sink] = {}
         self._down_until: dict[str, float] = {}
         self._next_send: dict[str, float] = {}
@@ -152,19 +153,44 @@ class DeliveryWorker:
         self._failing: dict[str, str] = {}
         self._orphans_noted: set[str] = set()
         self._secret_problems: dict[str, str] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the configuration view and the sink table
+        self._sink_locks: dict[str, threading.Lock] = {}  # one drain of a sink at a time
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._wakes: dict[str, threading.Event] = {}
         self._thread: threading.Thread | None = None
+        self._threads: dict[str, threading.Thread] = {}
 
     # -- one round ---------------------------------------------------------------------
 
+    def _client(self, key: str) -> httpx.Client:
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._clients[key] = httpx.Client(follow_redirects=False)
+            return client
+
     def _sink(self, settings: SinkSettings) -> Sink:
-        sink = self._sinks.get(settings.name)
+        with self._lock:
+            sink = self._sinks.get(settings.name)
         if sink is None or sink.settings != settings:
-            sink = make_sink(settings, self.client, self.environ)
-            self._sinks[settings.name] = sink
+            sink = make_sink(settings, self._client(settings.name), self.environ)
+            with self._lock:
+                self._sinks[settings.name] = sink
         return sink
+
+    def _configured(self) -> tuple[AlertSettings, dict[str, SinkSettings]]:
+        """The alert settings in force and the sinks they configure, by name."""
+        with self._lock:
+            settings = self.alerts()
+            configured = {s.name: s for s in settings.sinks}
+            self._note_unconfigured(configured)
+            self._forget_removed_sinks(configured)
+        return settings, configured
+
+    def _sink_lock(self, name: str) -> threading.Lock:
+        with self._lock:
+            return self._sink_locks.setdefault(name, threading.Lock())
 
     def deliver_due(self, now: float | None = None) -> RoundResult:
         """Send every due delivery once, in spool order per sink.
@@ -178,25 +204,46 @@ class DeliveryWorker:
             What was delivered, what failed (and why), which sinks were paused.
         """
         out = RoundResult()
-        with self._lock:
-            settings = self.alerts()
-            backoff = Backoff(settings.retry_base_s, settings.retry_max_s, self.jitter)
-            configured = {s.name: s for s in settings.sinks}
-            self._note_unconfigured(configured)
-            self._forget_removed_sinks(configured)
-            for name, sink_settings in configured.items():
-                if not self._secret_ok(sink_settings):
-                    out.paused.add(name)
-                    continue
-                t = self._time(now)
-                if self._down_until.get(name, -math.inf) > t or (
-                    self._next_send.get(name, -math.inf) > t
-                ):
-                    out.paused.add(name)
-                    continue
-                self._down_until.pop(name, None)
-                self._drain(self._sink(sink_settings), now, backoff, out)
+        settings, configured = self._configured()
+        for name, sink_settings in configured.items():
+            self._round(name, sink_settings, settings, now, out)
         return out
+
+    def deliver_sink(self, name: str, now: float | None = None) -> RoundResult | None:
+        """One round for the sink called ``name`` only (its thread's loop body).
+
+        Returns:
+            What was done, or None when no sink of that name is configured any more.
+        """
+        settings, configured = self._configured()
+        sink_settings = configured.get(name)
+        if sink_settings is None:
+            return None
+        out = RoundResult()
+        self._round(name, sink_settings, settings, now, out)
+        return out
+
+    def _round(
+        self,
+        name: str,
+        sink_settings: SinkSettings,
+        settings: AlertSettings,
+        now: float | None,
+        out: RoundResult,
+    ) -> None:
+        with self._sink_lock(name):
+            if not self._secret_ok(sink_settings):
+                out.paused.add(name)
+                return
+            t = self._time(now)
+            if self._down_until.get(name, -math.inf) > t or (
+                self._next_send.get(name, -math.inf) > t
+            ):
+                out.paused.add(name)
+                return
+            self._down_until.pop(name, None)
+            backoff = Backoff(settings.retry_base_s, settings.retry_max_s, self.jitter)
+            self._drain(self._sink(sink_settings), now, backoff, out)
 
     def _time(self, now: float | None) -> float:
         return self.clock() if now is None else now
@@ -371,33 +418,72 @@ class DeliveryWorker:
     # -- Worker protocol ---------------------------------------------------------------
 
     def wake(self) -> None:
-        """Start a round now instead of after the poll interval."""
+        """Start a round now instead of after the poll interval, on every sink."""
         self._wake.set()
+        with self._lock:
+            events = list(self._wakes.values())
+        for event in events:
+            event.set()
 
     def on_tick(self, summary: TickSummary) -> None:
         """``Daemon.on_tick`` hook: a tick may have spooled alerts, send them now."""
         self.wake()
 
     def _run(self) -> None:
+        """The supervising thread: one draining thread per configured sink (a reload
+        that adds a sink starts its thread; a removed sink's thread ends)."""
         failing: str | None = None
         try:
             while not self._stop.is_set():
                 try:
-                    self.deliver_due()
+                    _settings, configured = self._configured()
+                    for name in configured:
+                        self._ensure_thread(name)
                     if failing is not None:
                         log.info("component-recovered", component=self.name)
                         if self.degraded is not None:
                             self.degraded.pop(self.name, None)
                     failing = None
                 except Exception as exc:  # the database may be locked or gone
-                    text = f"{type(exc).__name__}: {exc}"
-                    if text != failing:
-                        log.error("component-degraded", component=self.name, error=text)
-                    failing = text
-                    if self.degraded is not None:
-                        self.degraded[self.name] = text
+                    failing = self._round_failed(exc, failing)
                 self._wake.wait(self.poll_interval_s)
                 self._wake.clear()
+        finally:
+            self.db.close()  # this thread's connection only
+
+    def _round_failed(self, exc: Exception, failing: str | None) -> str:
+        text = f"{type(exc).__name__}: {exc}"
+        if text != failing:
+            log.error("component-degraded", component=self.name, error=text)
+        if self.degraded is not None:
+            self.degraded[self.name] = text
+        return text
+
+    def _ensure_thread(self, name: str) -> None:
+        with self._lock:
+            thread = self._threads.get(name)
+            if thread is not None and thread.is_alive():
+                return
+            event = self._wakes.setdefault(name, threading.Event())
+            thread = threading.Thread(
+                target=self._run_sink, args=(name, event), name=name, daemon=True
+            )
+            self._threads[name] = thread
+        thread.start()
+
+    def _run_sink(self, name: str, event: threading.Event) -> None:
+        """One sink's loop: drain it, wait for a wake-up or the poll interval."""
+        failing: str | None = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    if self.deliver_sink(name) is None:
+                        return  # no longer configured
+                    failing = None
+                except Exception as exc:  # the database may be locked or gone
+                    failing = self._round_failed(exc, failing)
+                event.wait(self.poll_interval_s)
+                event.clear()
         finally:
             self.db.close()  # this thread's connection only
 
@@ -417,9 +503,20 @@ class DeliveryWorker:
         self._wake.set()
         if timeout_s is None:
             timeout_s = 1.0 + max((s.timeout_s for s in self.alerts().sinks), default=0.0)
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(timeout_s)
-            if thread.is_alive():
-                return  # stuck in a request: a daemon thread, it dies with the process
-        self.client.close()
+        with self._lock:
+            events = list(self._wakes.values())
+            threads = [t for t in (self._thread, *self._threads.values()) if t is not None]
+            self._thread, self._threads = None, {}
+        for event in events:
+            event.set()
+        deadline = time.monotonic() + timeout_s
+        stuck = False
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            stuck = stuck or thread.is_alive()
+        if stuck:
+            return  # stuck in a request: daemon threads, they die with the process
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
