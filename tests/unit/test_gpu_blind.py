@@ -186,7 +186,7 @@ def test_a_gpu_leaving_the_device_list_is_blindness_not_an_exit(tmp_path: Path) 
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    pid, steps, events = json.loads(out.stdout)
+    _pid, steps, events = json.loads(out.stdout)
     (rogue,) = [i for i, k, _ in steps[0][0] if k == "rogue-job"]
     for mine, _vanished, _blind in steps:
         assert mine == [[rogue, "rogue-job", True]]  # never resolved, never a new id

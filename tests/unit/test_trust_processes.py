@@ -85,7 +85,9 @@ def find(started: Started, program: str, count: int = 1) -> list[int]:
 
     def probe() -> list[int] | None:
         pids = sorted(
-            p for p, argv in started.mine().items() if argv[:2] in ((PY, program), (PY, "-m"))
+            p
+            for p, argv in started.mine().items()
+            if argv[:2] in ((PY, program), (PY, "-m"))
             and (argv[1] == program or program in argv[2:3])
         )
         return pids if len(pids) >= count else None

@@ -383,7 +383,7 @@ class NvmlSource:
                         "gpu_index": index,
                         "gpu_uuid": uuid,
                     },
-                )  # fmt: skip
+                )
             )
             if index not in snap.blind_gpus:
                 snap.blind_gpus.append(index)

@@ -74,7 +74,8 @@ def _instances(f: dict[str, Any]) -> str:
         return ""
     if "instances" not in change:
         # Only what identifies the alert changed (the job came to hold a GPU).
-        return "updated (its labels changed: GPU, user or origin), " if change.get("labels_were") else ""
+        changed = change.get("labels_were")
+        return "updated (its labels changed: GPU, user or origin), " if changed else ""
     text = f"now {change.get('instances')} instances (was {change.get('was')}"
     gone = change.get("gone_pids") or []
     if gone:
