@@ -128,7 +128,9 @@ UPDATE meta SET value='2' WHERE key='schema_version';
 # Version 3: the processes of sanctioned jobs, so a sanctioned process stays sanctioned
 # for its life across daemon restarts (identity: PID + start ticks, of one boot); and
 # the routing facts (GPUs, user, origin) a finding's last alert carried, so an alert
-# whose labels would change is resolved explicitly under its old labels.
+# whose labels would change is resolved explicitly under its old labels; and the
+# processes seen below a slurmstepd, so a job's leftover is proven the job's after the
+# job ended (its environment only claims it).
 _SCHEMA_V3 = """
 CREATE TABLE sanctioned_procs (
     pid INTEGER NOT NULL,
@@ -139,6 +141,15 @@ CREATE TABLE sanctioned_procs (
     PRIMARY KEY (pid, start_ticks)
 );
 ALTER TABLE findings ADD COLUMN alerted_routing_json TEXT;
+CREATE TABLE slurm_members (
+    pid INTEGER NOT NULL,
+    start_ticks INTEGER NOT NULL,
+    job_id INTEGER NOT NULL,
+    uid INTEGER,
+    seen_at REAL NOT NULL,
+    boot_id TEXT,
+    PRIMARY KEY (pid, start_ticks)
+);
 UPDATE meta SET value='3' WHERE key='schema_version';
 """
 
@@ -168,6 +179,35 @@ def read_sanctioned_procs(state_dir: str, boot_id: str | None) -> dict[tuple[int
             "SELECT pid, start_ticks, rule FROM sanctioned_procs WHERE boot_id IS ?", (boot_id,)
         ).fetchall()
         return {(int(r[0]), int(r[1])): str(r[2]) for r in rows}
+    except (sqlite3.Error, ValueError, TypeError):
+        return {}
+    finally:
+        conn.close()
+
+
+def _int_or_none(value: object) -> int | None:
+    return int(value) if isinstance(value, int) else None
+
+
+def read_slurm_members(
+    state_dir: str, boot_id: str | None
+) -> dict[tuple[int, int], tuple[int, int | None]]:
+    """The daemon's record of processes seen below a slurmstepd, read without writing
+    (for ``health-check``, run by slurmd as the Epilog): ``(PID, start ticks) -> (job id,
+    uid)``. Empty when there is no database or it cannot be read."""
+    path = Path(state_dir) / "state.db"
+    if not path.is_file():
+        return {}
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=1.0)
+    except sqlite3.Error:
+        return {}
+    try:
+        rows = conn.execute(
+            "SELECT pid, start_ticks, job_id, uid FROM slurm_members WHERE boot_id IS ?",
+            (boot_id,),
+        ).fetchall()
+        return {(int(r[0]), int(r[1])): (int(r[2]), _int_or_none(r[3])) for r in rows}
     except (sqlite3.Error, ValueError, TypeError):
         return {}
     finally:
@@ -783,6 +823,30 @@ class StateDB:
                 "INSERT OR IGNORE INTO sanctioned_procs(pid, start_ticks, rule, since, boot_id)"
                 " VALUES (?, ?, ?, ?, ?)",
                 [(pid, start, clean(rule), now, boot_id) for (pid, start), rule in procs.items()],
+            )
+
+    def slurm_members(self, boot_id: str | None) -> dict[tuple[int, int], tuple[int, int | None]]:
+        """``(PID, start ticks) -> (job id, uid)`` of the processes seen below a
+        slurmstepd during boot ``boot_id`` (see :func:`read_slurm_members`)."""
+        rows = self.conn.execute(
+            "SELECT pid, start_ticks, job_id, uid FROM slurm_members WHERE boot_id IS ?",
+            (boot_id,),
+        )
+        return {(int(r[0]), int(r[1])): (int(r[2]), _int_or_none(r[3])) for r in rows}
+
+    def set_slurm_members(
+        self,
+        members: dict[tuple[int, int], tuple[int, int | None]],
+        boot_id: str | None,
+        now: float,
+    ) -> None:
+        """Make ``slurm_members`` hold exactly ``members`` (the ones still alive)."""
+        with self.transaction():
+            self.conn.execute("DELETE FROM slurm_members")
+            self.conn.executemany(
+                "INSERT INTO slurm_members(pid, start_ticks, job_id, uid, seen_at, boot_id)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(p, s, j, u, now, boot_id) for (p, s), (j, u) in members.items()],
             )
 
     def mark_gone(self, signature: str, now: float) -> None:

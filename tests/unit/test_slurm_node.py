@@ -144,26 +144,82 @@ def test_epilog_without_a_job_id_is_a_usage_error() -> None:
     assert "needs SLURM_JOB_ID" in res.stderr
 
 
-def test_leftovers_are_the_jobs_processes_outside_slurm(tmp_path: Path) -> None:
-    from tests.fixtures.proc.fakeproc import FakeProc, make_context
+def _scontrol(job: int, state: str, user: str = "nobody(65534)") -> object:
+    from watchdog.lineage.base import CommandResult
+
+    return CommandResult(0, f"JobId={job} JobName=x UserId={user} JobState={state}\n", "")
+
+
+def test_leftovers_are_proven_members_of_an_ended_job_owned_by_its_user(tmp_path: Path) -> None:
+    """Trust IV case 8 on a fixture tree: SLURM_JOB_ID in an environment is a claim, not
+    membership. Only a process seen below the job's slurmstepd (or in its cgroup) and
+    owned by the job's user is a leftover; the others are reported and left alone."""
+    from tests.fixtures.proc.fakeproc import FakeProc, Recorder, make_context
+    from watchdog.actions.slurmsweep import find_leftovers
+
+    env = {"SLURM_JOB_ID": "77"}
+    nobody = 65534
+    procs = [
+        FakeProc(1, 0, ["/sbin/init"]),
+        FakeProc(50, 1, ["/usr/sbin/slurmd", "-D"]),
+        FakeProc(60, 1, ["slurmstepd: [77.batch]"], exe="/usr/sbin/slurmstepd"),
+        FakeProc(61, 60, ["/usr/bin/python3", "train.py"], environ=env, uid=nobody),  # Slurm's
+        FakeProc(70, 1, ["/usr/bin/python3", "worker.py"], environ=env, uid=nobody),  # a claim
+        FakeProc(72, 1, ["/usr/bin/python3", "w2.py"], environ=env, uid=nobody, start=200),
+        FakeProc(73, 1, ["/usr/bin/python3", "b.py"], environ=env, uid=1001, start=201),
+        FakeProc(74, 1, ["/bin/sleep", "600"], environ=env, uid=0),  # a root sleep: a claim
+        FakeProc(75, 72, ["/usr/bin/python3", "child.py"], environ=env, uid=nobody),
+        FakeProc(80, 50, ["/bin/sh", "/etc/slurm/epilog.sh"], environ=env),  # the Epilog
+        FakeProc(81, 80, ["rogue-watchdog", "health-check"], environ=env),  # this sweep
+    ]
+    # What the daemon saw below slurmstepd [77.batch] while the job ran.
+    recorded = {(72, 200): (77, nobody), (73, 201): (77, 1001)}
+    ended = Recorder({("scontrol", "show", "job", "77", "-o"): _scontrol(77, "COMPLETED")})
+    ctx = make_context(tmp_path / "proc", procs, run_cmd=ended)
+    report = find_leftovers(
+        ctx.table, ctx, "/dev/nvidia[0-9]*", job_id=77, self_pid=81, recorded=recorded
+    )
+    assert [(lo.pid, lo.proof) for lo in report.leftovers] == [
+        (72, "recorded below slurmstepd while the job ran"),
+        (75, "child of PID 72"),
+    ]
+    claim = "only its environment says so: no job cgroup, not seen below slurmstepd"
+    assert [(u.pid, u.proof) for u in report.unconfirmed] == [
+        (70, claim),
+        (73, "recorded below slurmstepd while the job ran, but it runs as UID 1001 and the "
+         "job's user is UID 65534"),
+        (74, claim),
+    ]  # fmt: skip
+    assert report.unknown_jobs == {} and report.running_jobs == {}
+
+
+def test_a_running_job_is_never_swept(tmp_path: Path) -> None:
+    """Trust IV case 8: `--job N` and `--epilog` for a job still RUNNING planned kills."""
+    from tests.fixtures.proc.fakeproc import FakeProc, Recorder, make_context
     from watchdog.actions.slurmsweep import find_leftovers
 
     env = {"SLURM_JOB_ID": "77"}
     procs = [
         FakeProc(1, 0, ["/sbin/init"]),
-        FakeProc(50, 1, ["/usr/sbin/slurmd", "-D"]),
-        FakeProc(60, 1, ["slurmstepd: [77.batch]"], exe="/usr/sbin/slurmstepd"),
-        FakeProc(61, 60, ["/usr/bin/python3", "train.py"], environ=env),  # still Slurm's
-        FakeProc(70, 1, ["/usr/bin/python3", "worker.py"], environ=env),  # setsid'ed away
-        FakeProc(71, 1, ["/usr/bin/python3", "other.py"], environ={"SLURM_JOB_ID": "78"}),
-        FakeProc(80, 50, ["/bin/sh", "/etc/slurm/epilog.sh"], environ=env),  # the Epilog
-        FakeProc(81, 80, ["rogue-watchdog", "health-check"], environ=env),  # this sweep
+        FakeProc(72, 1, ["/usr/bin/python3", "w2.py"], environ=env, uid=65534, start=200),
     ]
-    ctx = make_context(tmp_path / "proc", procs)
-    found, unknown = find_leftovers(ctx.table, ctx, "/dev/nvidia[0-9]*", job_id=77, self_pid=81)
-    assert [(lo.pid, lo.label) for lo in found] == [(70, "orphan of Slurm job 77")]
-    assert unknown == {}
-    # HealthCheckProgram mode: Slurm cannot be asked (no CLI answers): nothing is touched.
-    found, unknown = find_leftovers(ctx.table, ctx, "/dev/nvidia[0-9]*", self_pid=81)
-    assert found == []
-    assert sorted(unknown) == [77, 78]
+    running = Recorder({("scontrol", "show", "job", "77", "-o"): _scontrol(77, "RUNNING")})
+    ctx = make_context(tmp_path / "proc", procs, run_cmd=running)
+    for epilog in (False, True):
+        report = find_leftovers(
+            ctx.table, ctx, "/dev/nvidia[0-9]*", job_id=77, self_pid=99,
+            recorded={(72, 200): (77, 65534)}, epilog=epilog, epilog_uid=65534,
+        )  # fmt: skip
+        assert (report.leftovers, report.running_jobs) == ([], {77: "RUNNING"}), epilog
+    # No answer from Slurm: `--job N` leaves it alone; the Epilog trusts slurmd's call.
+    ctx = make_context(tmp_path / "proc2", procs, run_cmd=Recorder())
+    report = find_leftovers(
+        ctx.table, ctx, "/dev/nvidia[0-9]*", job_id=77, self_pid=99,
+        recorded={(72, 200): (77, 65534)},
+    )  # fmt: skip
+    assert report.leftovers == [] and list(report.unknown_jobs) == [77]
+    report = find_leftovers(
+        ctx.table, ctx, "/dev/nvidia[0-9]*", job_id=77, self_pid=99,
+        recorded={(72, 200): (77, 65534)}, epilog=True, epilog_uid=65534,
+    )  # fmt: skip
+    assert [lo.pid for lo in report.leftovers] == [72]

@@ -196,9 +196,11 @@ class SlurmDrainer:
                 # Someone else's drain: leave it, and never claim it.
                 self._remember(node, None)
                 return []
-            if st.drained:
-                return [self._held(node, ours["reason"] if ours else "")]
             reason = drain_reason(offending)
+            if st.drained and ours is not None and ours["reason"] == reason:
+                return [self._held(node, reason)]
+            # Not drained yet, or our drain names a job that is gone: (re)drain with the
+            # reason naming what holds the GPU now.
             err = drain(node, reason, self.run)
             if err is not None:
                 return [

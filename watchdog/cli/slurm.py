@@ -35,7 +35,14 @@ def cmd_health_check(args: argparse.Namespace) -> int:
             return 2
         job_id = int(value)
     config = load_config(command_config_path(args.config, acts=True))
-    report = sweep(config, job_id=job_id, dry_run=args.dry_run)
+    uid_text = os.environ.get("SLURM_JOB_UID", "") if args.epilog else ""
+    report = sweep(
+        config,
+        job_id=job_id,
+        dry_run=args.dry_run,
+        epilog=args.epilog,
+        epilog_uid=int(uid_text) if uid_text.isascii() and uid_text.isdigit() else None,
+    )
     if args.json:
         emit(json.dumps(report_json(report), indent=2))
     else:

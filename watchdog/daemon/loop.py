@@ -22,6 +22,7 @@ import structlog
 
 from watchdog.config import Config, ConfigError, config_checksum, load_config
 from watchdog.daemon.tracker import Tracker, sink_accepts
+from watchdog.lineage.slurm import stepd_members
 from watchdog.model import LOG_LEVELS, Finding, ScanResult
 from watchdog.plugins import Enforcer, FindingSource, TrackResult, Worker
 from watchdog.scan import Scanner
@@ -107,9 +108,13 @@ class Daemon:
         # A sanctioned process stays sanctioned for its life, also across a restart.
         self.boot_id = boot_id(config.paths.proc_root)
         self._sanctioned_saved: dict[tuple[int, int], str] = {}
+        self._slurm_members: dict[tuple[int, int], tuple[int, int | None]] = {}
+        self._slurm_members_saved: dict[tuple[int, int], tuple[int, int | None]] = {}
         try:
             self._sanctioned_saved = self.db.sanctioned_procs(self.boot_id)
             self.scanner.keep_sanctioned(self._sanctioned_saved)
+            self._slurm_members = self.db.slurm_members(self.boot_id)
+            self._slurm_members_saved = dict(self._slurm_members)
         except Exception as exc:  # a damaged table must not stop the daemon
             self._failed("state", exc)
         if self.db.recovered_from:
@@ -227,6 +232,7 @@ class Daemon:
             if self.scanner.sanctioned != self._sanctioned_saved:
                 self.db.set_sanctioned_procs(self.scanner.sanctioned, self.boot_id, now)
                 self._sanctioned_saved = dict(self.scanner.sanctioned)
+            self._record_slurm_members(now)
             self._ok("state")
         except Exception as exc:
             self._failed("state", exc)
@@ -257,6 +263,25 @@ class Daemon:
             except Exception as exc:
                 self._failed(f"hook {getattr(hook, '__name__', hook)}", exc)
         return summary
+
+    def _record_slurm_members(self, now: float) -> None:
+        """Keep the record of processes seen below a slurmstepd (still alive), which
+        ``health-check`` needs to prove a leftover was its job's. Written only when it
+        changes; costs a walk of the slurmstepd trees per tick (none on other hosts)."""
+        table = self.scanner.table
+        alive = {
+            ident: job
+            for ident, job in self._slurm_members.items()
+            if (p := table.get(ident[0])) is not None
+            and p.start_ticks == ident[1]
+            and not p.is_zombie
+        }
+        ctx = self.scanner.context(datetime.fromtimestamp(now).astimezone())
+        alive.update(stepd_members(table, ctx))
+        if alive != self._slurm_members_saved:
+            self.db.set_slurm_members(alive, self.boot_id, now)
+            self._slurm_members_saved = dict(alive)
+        self._slurm_members = alive
 
     def _prune(self, now: float) -> None:
         """Apply the retention windows (``daemon.retention_*_s``) every ``PRUNE_EVERY_S``

@@ -39,6 +39,7 @@ from typing import Any, Literal
 from watchdog.lineage.base import ResolveContext, exe_name, exe_path, system_daemon
 from watchdog.lineage.cgroup import parse_cgroup
 from watchdog.model import Origin, Proc, SlurmOrigin
+from watchdog.sources.procfs import ProcessTable
 
 _STEPD_TITLE = re.compile(r"^slurmstepd:\s*\[(?P<job>\d+)(?:\.(?P<step>[^\]\s]+))?\]")
 _STEP_AFTER_JOB = r"/job_{job}/step_(?P<step>[^/]+)"
@@ -159,6 +160,34 @@ def not_slurmstepd(proc: Proc, ctx: ResolveContext) -> str | None:
         None, or a phrase for evidence.
     """
     return system_daemon(proc, ctx, _stepd_binary)
+
+
+def stepd_members(
+    table: ProcessTable, ctx: ResolveContext
+) -> dict[tuple[int, int], tuple[int, int | None]]:
+    """Every process running below a real slurmstepd now, with its job: what proves,
+    after the job ended, that a re-parented process was the job's (its environment only
+    claims it; anyone can export ``SLURM_JOB_ID``).
+
+    Args:
+        table: A refreshed process table.
+        ctx: For checking the slurmstepd is real (:func:`not_slurmstepd`).
+
+    Returns:
+        ``(PID, start ticks) -> (job id, uid)``.
+    """
+    out: dict[tuple[int, int], tuple[int, int | None]] = {}
+    for proc in table.procs.values():
+        if not is_slurmstepd(proc) or not_slurmstepd(proc, ctx) is not None:
+            continue
+        clue = stepd_clue(proc)
+        if clue is None:
+            continue
+        for pid in table.descendants(proc.pid):
+            member = table.get(pid)
+            if member is not None and not member.is_zombie:
+                out[(pid, member.start_ticks)] = (clue.job_id, member.uid)
+    return out
 
 
 def cgroup_clue(proc: Proc) -> SlurmClue | None:
