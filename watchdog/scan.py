@@ -149,7 +149,7 @@ class Scanner:
         self.gpu_libraries = GpuLibraryCache(config.gpu_libraries)
         # Kernel process events (the daemon attaches them; a one-shot scan has none).
         self.events: EventFeed | None = None
-        self._origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin]] = {}
+        self._origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin, object]] = {}
         # The origin first resolved for each job root identity (PID, start ticks).
         self._pinned: dict[tuple[int, int], Origin] = {}
         self._persistent: dict[str, object] = {}
@@ -213,7 +213,7 @@ class Scanner:
         different later answer only refreshes whether the first source still exists.
         """
         first = self._pinned.get(ident)
-        if first is None or not first.definite or first.compatible(fresh):
+        if first is None or not first.definite or (fresh.definite and first.compatible(fresh)):
             return fresh
         if fresh.kind == "orphan" and first.kind in ("slurm", "supervisor"):
             # The Slurm job or supervisord ended: the orphan origin keeps its clue
@@ -378,7 +378,7 @@ class Scanner:
         jobs = group_jobs(self.table, evidence, visible, holders, ignored)
         ctx = self.context(now)
         mono = time.monotonic()
-        origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin]] = {}
+        origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin, object]] = {}
         pinned: dict[tuple[int, int], Origin] = {}
         for job in jobs:
             # The same lineage resolves the same way until its files change: reuse the
@@ -386,9 +386,12 @@ class Scanner:
             key = tuple((p.pid, p.start_ticks) for p in job.lineage)
             ident = (job.root_pid, job.start_ticks)
             hit = self._origins.get(key)
-            if hit is None or mono - hit[0] > ORIGIN_TTL_S:
+            if hit is None or mono - hit[0] > ORIGIN_TTL_S or _file_stamp(hit[1]) != hit[2]:
+                # ...or sooner when the file naming the source changed (a crontab line
+                # edited while its run is alive): one stat per job per scan.
                 fresh = resolve_origin(job.lineage, ctx, self.resolvers)
-                hit = (mono, self._keep_first(ident, fresh, ctx))
+                first = self._keep_first(ident, fresh, ctx)
+                hit = (mono, first, _file_stamp(first))
             origins[key] = hit
             pinned[ident] = hit[1]
             job.origin = hit[1]
@@ -473,16 +476,23 @@ class Scanner:
     def _kept_findings(
         self, jobs: Sequence[Job], kept: dict[tuple[int, int], str]
     ) -> list[Finding]:
-        """An info finding for each process kept sanctioned that no rule would sanction
-        if it started now (its crontab line or unit was edited, the allowlist changed)."""
+        """An info finding for each sanctioned job whose ground moved since it started:
+        its crontab entry was edited or removed, or no rule would sanction it if it
+        started now (the allowlist changed). It stays sanctioned until it exits."""
         out = []
         for job in jobs:
-            rule = kept.get((job.root_pid, job.start_ticks))
-            if rule is None or job.verdict != "sanctioned":
+            if job.verdict != "sanctioned":
                 continue
-            why = not_sanctioned_now(job, self.config)
-            if why is None:
+            rule = kept.get((job.root_pid, job.start_ticks)) or job.rule
+            why = (
+                not_sanctioned_now(job, self.config)
+                if job.root_pid in {pid for pid, _ in kept}
+                else None
+            )
+            gone = job.origin.source_gone()
+            if why is None and gone is None:
                 continue
+            what = "; ".join(x for x in (gone, why and f"if it started now: {why}") if x)
             out.append(
                 Finding(
                     kind="sanctioned-changed",
@@ -490,14 +500,28 @@ class Scanner:
                     message=(
                         f"sanctioned job PID {job.root_pid} `{' '.join(job.cmdline)[:120]}` "
                         f"stays sanctioned by rule {rule!r} until it exits: it was when it "
-                        f"started, but would not be if it started now ({why}); a new run "
-                        "is judged by the rules in force then"
+                        f"started ({what}); a new run is judged by the rules and the "
+                        "source as they are then"
                     ),
                     root_pid=job.root_pid,
-                    details={"rule": rule, "now": why, "pids": list(job.pids)},
+                    details={"rule": rule, "now": why, "source": gone, "pids": list(job.pids)},
                 )
             )
         return out
+
+
+def _file_stamp(origin: Origin) -> object:
+    """``(mtime_ns, size)`` of the file an origin's source lives in (a crontab, a unit
+    file), None when it names none or it cannot be read."""
+    path = getattr(origin, "file", None) if isinstance(origin, CronOrigin) else None
+    path = path or getattr(origin, "unit_file", None)
+    if not isinstance(path, str):
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
 
 
 def _mark_exited(findings: list[Finding], exited: set[int]) -> list[Finding]:
