@@ -450,6 +450,10 @@ def _fits(value: object, hint: object) -> bool:
     return False
 
 
+# Entry states of a cron origin whose line no longer starts anything.
+NOT_LIVE = ("disabled", "removed", "ignored")
+
+
 @dataclass(frozen=True)
 class CronOrigin(Origin):
     """Started by a crontab line (or a script that line runs).
@@ -465,7 +469,8 @@ class CronOrigin(Origin):
         script: The run-parts script the line ran, when it ran a directory.
         launch_script: The script the line runs that daemonised the job.
         confidence: ``high`` or ``medium``: how sure the ``launch_script`` attribution is.
-        entry_state: ``disabled``/``removed`` when the line no longer runs,
+        entry_state: ``disabled``/``removed`` when the line no longer runs, ``ignored``
+            when cron no longer reads its file (a mode or owner cron refuses),
             ``unattributed`` when a real cron ran it but no entry can have; None: live.
     """
 
@@ -498,7 +503,7 @@ class CronOrigin(Origin):
             text += f" via {self.script}"
         if self.launch_script:
             text += f" via {self.launch_script} ({self.confidence} confidence)"
-        if self.entry_state in ("disabled", "removed"):
+        if self.entry_state in NOT_LIVE:
             text += f", entry since {self.entry_state}"
         return text
 
@@ -517,7 +522,9 @@ class CronOrigin(Origin):
 
     def source_gone(self) -> str | None:
         """``its crontab entry was disabled`` (or ``removed``)."""
-        if self.entry_state in ("disabled", "removed"):
+        if self.entry_state == "ignored":
+            return "cron no longer reads its crontab (writable by group or others, or not root's)"
+        if self.entry_state in NOT_LIVE:
             return f"its crontab entry was {self.entry_state}"
         return None
 

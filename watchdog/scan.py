@@ -20,6 +20,7 @@ from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import OriginResolver, ResolveContext
 from watchdog.lineage.cron import entry_state, with_entry_state
 from watchdog.model import (
+    NOT_LIVE,
     UNKNOWN_ORIGIN,
     CronOrigin,
     Finding,
@@ -195,6 +196,17 @@ class Scanner:
         self._pinned = dict(previous._pinned)
         self.sanctioned = dict(previous.sanctioned)
 
+    def keep_origins(self, origins: dict[tuple[int, int], Origin]) -> None:
+        """Origins of running job roots resolved before this Scanner existed (a daemon
+        restart reads them from the state database): what started a running process
+        does not change, so a restart never re-attributes it (nor its findings).
+
+        Args:
+            origins: ``(root PID, start ticks) -> origin``.
+        """
+        for ident, origin in origins.items():
+            self._pinned.setdefault(ident, origin)
+
     def keep_sanctioned(self, procs: dict[tuple[int, int], str]) -> None:
         """Processes sanctioned before this Scanner existed (a daemon restart reads them
         from the state database): each stays sanctioned while it lives.
@@ -222,7 +234,7 @@ class Scanner:
         kept = first
         if isinstance(first, CronOrigin) and first.entry_state is None:
             state = entry_state(first, ctx)
-            if state in ("disabled", "removed"):
+            if state in NOT_LIVE:
                 kept = with_entry_state(first, state)
         note = (
             f"kept for this process's lifetime: a later look matched "
@@ -521,7 +533,8 @@ def _file_stamp(origin: Origin) -> object:
         st = os.stat(path)
     except OSError:
         return None
-    return (st.st_mtime_ns, st.st_size)
+    # Mode, owner and links too: a chmod decides whether cron reads the file at all.
+    return (st.st_mtime_ns, st.st_size, st.st_mode, st.st_uid, st.st_nlink)
 
 
 def _mark_exited(findings: list[Finding], exited: set[int]) -> list[Finding]:

@@ -267,7 +267,7 @@ class Enforcer:
                 job.user, job.cmdline, job.origin
             )
             fid = open_ids.get(f"{_FINDING_KIND[job.verdict]}:{sig}")
-            target = target_from_job(job, sig, fid)
+            target = target_from_job(job, sig, fid, self.config.paths.proc_root)
             if decision.auto_disable_source:
                 if job.advice.source_refused is None:
                     remedy.disable_source(target, self.clock())

@@ -69,8 +69,11 @@ class JobTarget:
         return f"{self.verdict} job PID {self.root_pid} `{text[:120]}`"
 
 
-def target_from_job(job: Job, signature: str | None, finding_id: int | None) -> JobTarget:
-    """A :class:`JobTarget` for a job of the current scan."""
+def target_from_job(
+    job: Job, signature: str | None, finding_id: int | None, proc_root: str = "/proc"
+) -> JobTarget:
+    """A :class:`JobTarget` for a job of the current scan (members not in its lineage are
+    read live from ``proc_root``, the procfs the scan read)."""
     by_pid = {p.pid: p for p in job.lineage}
     members: list[Expected] = []
     root = job.lineage[0] if job.lineage else None
@@ -79,7 +82,7 @@ def target_from_job(job: Job, signature: str | None, finding_id: int | None) -> 
         if proc is None:
             from watchdog.actions.guards import read_live
 
-            live = read_live(pid)
+            live = read_live(pid, proc_root)
             if live is None:
                 continue
             members.append(Expected(pid, live.start_ticks, live.cmdline or None))

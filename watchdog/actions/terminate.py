@@ -42,7 +42,7 @@ from typing import Any
 
 from watchdog.actions.effects import Effects, IdentityChangedError
 from watchdog.actions.guards import Expected, Guard, LiveProc, read_live
-from watchdog.lineage.base import program_span
+from watchdog.lineage.base import command_key, program_span
 
 
 @dataclass
@@ -162,15 +162,6 @@ def _cgroup_of(proc: LiveProc) -> str | None:
     return path if path and path != "/" else None
 
 
-def _command_key(cmdline: Sequence[str]) -> str | None:
-    """What a wrapper's command line must contain to be running this command: the script
-    (first argument naming a file), else the program's basename."""
-    for arg in cmdline[1:]:
-        if not arg.startswith("-") and "." in os.path.basename(arg):
-            return os.path.basename(arg)
-    return os.path.basename(cmdline[0]) if cmdline else None
-
-
 class JobTree:
     """A job's process tree, re-collected live at each step of :func:`terminate_tree`.
 
@@ -190,7 +181,7 @@ class JobTree:
         self.cgroup: str | None = None
         self.blocked: dict[int, tuple[Expected, int]] = {}
         self.depths: dict[int, int] = {}  # depth when first seen: stable across looks
-        self.key = _command_key(self.members[0].cmdline or ()) if self.members else None
+        self.key = command_key(self.members[0].cmdline or ()) if self.members else None
         # Processes next to the job left out, PID -> (argv, why): shared wrappers.
         self.left: dict[int, tuple[tuple[str, ...], str]] = {}
         self._first = True
@@ -278,7 +269,7 @@ class JobTree:
         if not self.members:
             return
         root = live.get(self.members[0].pid)
-        key = _command_key(self.members[0].cmdline or (root.cmdline if root else ()))
+        key = command_key(self.members[0].cmdline or (root.cmdline if root else ()))
         self.key = self.key or key
         if root is None or key is None:
             return

@@ -136,8 +136,8 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
                 f"PID {number} is not part of a training job (see `explain {number}`){hint}"
             )
         sig = job_signature(job.user, job.cmdline, job.origin)
-        fid = _open_finding_for(db, sig, job.root_pid)
-        return target_from_job(job, sig, fid), result
+        fid = _open_finding_for(db, sig, job.root_pid, job.start_ticks)
+        return target_from_job(job, sig, fid, config.paths.proc_root), result
     finding = db.finding(number)
     if finding is None:
         raise CliError(f"no finding {finding_ref(number)} in {db.path}")
@@ -153,10 +153,16 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
     rec = db.job(sig)
     # The finding names one job: the one rooted at its root PID. Another run of the same
     # source (a sanctioned one, an other excess run) is never what F<id> acts on.
-    same = [j for j in jobs if job_signature(j.user, j.cmdline, j.origin) == sig]
+    root = details.get("root")
+    same = [
+        j
+        for j in jobs
+        if [j.root_pid, j.start_ticks] == root
+        or (root is None and job_signature(j.user, j.cmdline, j.origin) == sig)
+    ]
     for job in same:
         if job.root_pid == finding.root_pid and job.unsanctioned:
-            return target_from_job(job, sig, number), result
+            return target_from_job(job, sig, number, config.paths.proc_root), result
     if rec is not None and rec.root_pid != finding.root_pid:
         rec = None  # the signature's record is of another run: not this finding's job
     # Not running now: the source can still be disabled from the recorded origin.
@@ -191,17 +197,18 @@ def _verdict_of(finding_kind: str) -> str:
     return "excess" if finding_kind == "excess-instances" else "rogue"
 
 
-def _open_finding_for(db: StateDB, sig: str, root_pid: int) -> int | None:
+def _open_finding_for(db: StateDB, sig: str, root_pid: int, start_ticks: int) -> int | None:
     """The open job finding about the job rooted at ``root_pid`` (never one about another
-    run of the same source)."""
-    for f in db.open_findings():
-        if (
-            f.fingerprint.partition(":")[2] == sig
-            and f.kind in ("rogue-job", "excess-instances")
-            and f.root_pid == root_pid
-        ):
+    run of the same source): by its recorded root identity, else by signature."""
+    mine = [
+        f
+        for f in db.open_findings()
+        if f.kind in ("rogue-job", "excess-instances") and f.root_pid == root_pid
+    ]
+    for f in mine:
+        if f.details.get("root") == [root_pid, start_ticks]:
             return f.id
-    return None
+    return next((f.id for f in mine if f.fingerprint.partition(":")[2] == sig), None)
 
 
 def _remedy(config: Config, db: StateDB, result: ScanResult) -> Remedy:

@@ -23,7 +23,7 @@ import structlog
 from watchdog.config import Config, ConfigError, config_checksum, load_config
 from watchdog.daemon.tracker import Tracker, sink_accepts
 from watchdog.lineage.slurm import stepd_members
-from watchdog.model import LOG_LEVELS, Finding, ScanResult
+from watchdog.model import LOG_LEVELS, Finding, Origin, ScanResult
 from watchdog.plugins import Enforcer, FindingSource, TrackResult, Worker
 from watchdog.scan import Scanner
 from watchdog.sources.procfs import boot_id
@@ -114,6 +114,12 @@ class Daemon:
             self._sanctioned_saved = self.db.sanctioned_procs(self.boot_id)
             self.scanner.keep_sanctioned(self._sanctioned_saved)
             self._slurm_members = self.db.slurm_members(self.boot_id)
+            self.scanner.keep_origins(
+                {
+                    (rec.root_pid, rec.start_ticks): Origin.from_json(rec.origin)
+                    for rec in self.db.present_jobs()
+                }
+            )
             self._slurm_members_saved = dict(self._slurm_members)
         except Exception as exc:  # a damaged table must not stop the daemon
             self._failed("state", exc)
@@ -323,7 +329,9 @@ class Daemon:
         old_scanner = self.scanner
         self.scanner = Scanner(new, fd_sweep_interval_s=new.daemon.fd_sweep_interval_s)
         self.scanner.keep_origins_of(old_scanner)  # a reload does not re-attribute
+        first = self.tracker.first_signature
         self.tracker = Tracker(self.db, new.alerts, self.scanner.host)
+        self.tracker.first_signature.update(first)
         for hook in self.on_reload:
             try:
                 hook(self)

@@ -178,6 +178,15 @@ class Tracker:
         self.db = db
         self.alerts = alerts
         self.host = host
+        # The signature each running job root got first, by identity (PID, start ticks):
+        # a job keeps it for its life, so its findings keep their fingerprint (and id)
+        # when a later look names its origin otherwise (its CRON parent exited).
+        self.first_signature: dict[tuple[int, int], str] = {}
+        try:
+            for rec in db.present_jobs():
+                self.first_signature[(rec.root_pid, rec.start_ticks)] = rec.signature
+        except Exception:  # an unreadable table: signatures are computed afresh
+            self.first_signature = {}
 
     def update(
         self,
@@ -233,7 +242,11 @@ class Tracker:
         respawns = []
         seen: set[str] = set()
         for job in jobs:
-            sig = job_signature(job.user, job.cmdline, job.origin)
+            ident = (job.root_pid, job.start_ticks)
+            sig = self.first_signature.get(ident) or job_signature(
+                job.user, job.cmdline, job.origin
+            )
+            self.first_signature[ident] = sig
             out.signatures[job.root_pid] = sig
             if sig in seen:
                 continue  # a second instance of the same signature: one record
@@ -270,6 +283,12 @@ class Tracker:
                 out.held.add(rec.signature)  # unseen, not seen gone: a source is blind
                 continue
             self.db.mark_gone(rec.signature, now)
+        here = {(j.root_pid, j.start_ticks) for j in jobs}
+        self.first_signature = {
+            ident: sig
+            for ident, sig in self.first_signature.items()
+            if ident in here or sig in out.held
+        }
         return respawns
 
     @staticmethod
@@ -291,6 +310,7 @@ class Tracker:
             root_pid=job.root_pid,
             details={
                 "signature": sig,
+                "root": [job.root_pid, job.start_ticks],
                 "gone_at": _when(gone_at),
                 "back_at": _when(now),
                 "gap_s": round(now - gone_at, 1),

@@ -296,6 +296,22 @@ def runs_program(argv: Sequence[str], pattern: Searcher) -> bool:
     return m is not None and int(m.start()) < program_span(argv)
 
 
+def command_key(cmdline: Sequence[str]) -> str | None:
+    """What a wrapper's command line must contain to be running this command: the script
+    (the first argument naming a file with a suffix), else the program's basename.
+
+    Args:
+        cmdline: A job root's argv, e.g. ``("python3", "/srv/x/train.py", "--lr", "1")``.
+
+    Returns:
+        ``train.py`` for the example; None for an empty command line.
+    """
+    for arg in cmdline[1:]:
+        if not arg.startswith("-") and "." in os.path.basename(arg):
+            return os.path.basename(arg)
+    return os.path.basename(cmdline[0]) if cmdline else None
+
+
 def is_wrapper(proc: Proc) -> bool:
     """True when ``proc`` only wraps another command (see :data:`WRAPPERS`)."""
     return exe_name(proc) in WRAPPERS

@@ -43,7 +43,7 @@ from watchdog.lineage.base import (
     script_argument,
     system_daemon,
 )
-from watchdog.lineage.cronfiles import MAX_CRONTAB_BYTES, list_crontabs
+from watchdog.lineage.cronfiles import MAX_CRONTAB_BYTES, cron_skips, list_crontabs
 from watchdog.lineage.crontab import (
     CronEntry,
     Crontab,
@@ -812,12 +812,16 @@ def entry_state(origin: CronOrigin, ctx: ResolveContext) -> str | None:
 
     Returns:
         ``live`` when the file still has that entry at that line, ``disabled`` when the
-        line is now a comment holding it, ``removed`` otherwise; None when the origin
-        names no line or its file could not be read (nothing can be said).
+        line is now a comment holding it, ``ignored`` when cron no longer loads the file
+        (:func:`~watchdog.lineage.cronfiles.cron_skips`), ``removed`` otherwise; None when
+        the origin names no line or its file could not be read (nothing can be said).
     """
     path, line, raw = origin.file, origin.line, origin.entry
     if path is None or line is None or raw is None:
         return None
+    system = path in ctx.cron_files or os.path.dirname(path) == ctx.cron_d_dir
+    if cron_skips(path, system, None if system else os.path.basename(path)) is not None:
+        return "ignored"
     try:
         text = safeio.read_regular(path, _MAX_FILE_BYTES).decode("utf-8", "surrogateescape")
     except FileNotFoundError:

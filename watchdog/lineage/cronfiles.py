@@ -11,7 +11,12 @@ Rules (Debian cron 3.0, cron(8) and its "DEBIAN SPECIFIC" section):
   (letters, digits, ``_`` and ``-``): ``foo.dpkg-old``, ``foo.bak`` and ``.placeholder``
   are ignored by cron, so they are not listed;
 * every file in a spool directory except hidden ones (``crontab(1)`` names spool files
-  after their user; ``.`` files are its temporary files), owner = file name.
+  after their user; ``.`` files are its temporary files), owner = file name;
+* a file cron refuses to load is no crontab (:func:`cron_skips`): the system crontab and
+  ``cron.d`` files must be regular files owned by root, with one link, writable by
+  no group or other (Debian cron's "BAD FILE MODE", "WRONG FILE OWNER", "NUMBER OF HARD
+  LINKS > 1"); a spool file must belong to its user and be writable by no one else. A
+  0666 copy of a line never fires (seen on Debian 12, shared/notes/system-tests.md).
 
 Directories found inside ``cron.d`` or a spool directory are skipped silently: Debian's
 ``/var/spool/cron`` holds the ``crontabs`` directory itself. A directory that exists but
@@ -22,6 +27,8 @@ starts a job.
 from __future__ import annotations
 
 import os
+import pwd
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -73,6 +80,39 @@ def _names(path: str, problems: list[tuple[str, str]]) -> list[str]:
         return []
 
 
+def cron_skips(path: str, system: bool, owner: str | None = None) -> str | None:
+    """Why cron refuses to load ``path`` as a crontab, or None when it loads it (or the
+    file is missing, unreadable or not a regular file: the reader says so then).
+
+    Args:
+        path: The crontab.
+        system: A system crontab (``/etc/crontab``, ``cron.d``): root's alone.
+        owner: For a spool file, the user it is named after.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None  # a FIFO or a directory: the reader refuses it and says why
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"mode {st.st_mode & 0o7777:04o}: writable by group or others"
+    if system:
+        if st.st_uid != 0:
+            return f"owned by UID {st.st_uid}, not root"
+        if st.st_nlink > 1:
+            return f"{st.st_nlink} hard links"
+        return None
+    if owner is not None:
+        try:
+            uid = pwd.getpwnam(owner).pw_uid
+        except KeyError:
+            return None  # no such user: cron logs ORPHAN and skips; the reader decides
+        if st.st_uid != uid:
+            return f"owned by UID {st.st_uid}, not {owner}'s"
+    return None
+
+
 def list_crontabs(
     cron_files: Sequence[str], cron_d_dir: str, spool_dirs: Sequence[str]
 ) -> CrontabListing:
@@ -88,14 +128,18 @@ def list_crontabs(
         The listing; reading the files is the caller's (through :mod:`watchdog.safeio`).
     """
     out = CrontabListing()
-    out.files += [CrontabFile(path, True, None) for path in cron_files]
+    out.files += [CrontabFile(p, True, None) for p in cron_files if cron_skips(p, True) is None]
     for name in _names(cron_d_dir, out.problems):
         path = os.path.join(cron_d_dir, name)
-        if cron_d_name_ok(name) and not os.path.isdir(path):
+        if cron_d_name_ok(name) and not os.path.isdir(path) and cron_skips(path, True) is None:
             out.files.append(CrontabFile(path, True, None))
     for spool in spool_dirs:
         for name in _names(spool, out.problems):
             path = os.path.join(spool, name)
-            if not name.startswith(".") and not os.path.isdir(path):
+            if (
+                not name.startswith(".")
+                and not os.path.isdir(path)
+                and cron_skips(path, False, name) is None
+            ):
                 out.files.append(CrontabFile(path, False, name))
     return out

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from watchdog.config import Config, OriginPin
 from watchdog.config.enforcement import Protect
-from watchdog.lineage.base import command, is_wrapper
+from watchdog.lineage.base import command, command_key, is_wrapper
 from watchdog.model import Advice, Job, Origin, Proc
 from watchdog.policy.allowlist import origin_mismatch
 from watchdog.sources.procfs import ProcessTable
@@ -218,10 +218,12 @@ def exclusive_wrappers(job: Job, table: ProcessTable) -> list[Proc]:
     """The wrappers above the job's root that exist only for it, nearest first.
 
     A wrapper (a shell, ``timeout``, ``nohup``, ``sudo``, ``flock``...; see
-    :data:`watchdog.lineage.base.WRAPPERS`) belongs to the job when every one of its
-    descendants is the job's or one of these wrappers: cron's ``sh -c CMD`` does, an
-    orphaned shell that also runs ``python3 -m http.server`` does not, and nothing above
-    such a shared process is the job's either. Multiplexer servers and remote clients
+    :data:`watchdog.lineage.base.WRAPPERS`) belongs to the job when its command line
+    carries the job's command (:func:`~watchdog.lineage.base.command_key`) and every one
+    of its descendants is the job's or one of these wrappers: cron's ``sh -c CMD`` does,
+    an orphaned shell that also runs ``python3 -m http.server`` does not, nor does the
+    login shell a person started the trainer from, and nothing above such a shared
+    process is the job's either. Multiplexer servers and remote clients
     never are (a tmux server holds other sessions).
 
     Args:
@@ -232,9 +234,14 @@ def exclusive_wrappers(job: Job, table: ProcessTable) -> list[Proc]:
         The wrappers, nearest the root first (empty when the root's parent is shared).
     """
     mine = set(job.pids)
+    key = command_key(job.cmdline)
     out: list[Proc] = []
     for proc in job.lineage[1:]:
         if proc.pid <= 1 or not is_wrapper(proc) or proc.comm.startswith("tmux"):
+            break
+        # It carries the job's command (cron's `sh -c CMD`, `timeout 300 CMD`): a login
+        # shell (`-bash`) the trainer runs in is the person's session, never the job's.
+        if key is None or key not in " ".join(proc.cmdline):
             break
         if any(d not in mine for d in table.descendants(proc.pid)):
             break

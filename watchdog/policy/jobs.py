@@ -272,10 +272,11 @@ _RANK_OPTION = re.compile(r"--?(local[_-]?|node[_-]?|global[_-]?)?(rank|worker[_
 LAUNCH_WINDOW_S = 2.0
 
 
-def _launch_key(proc: Proc) -> tuple[str, ...] | None:
-    """The command line with the rank values folded, or None when it has no rank
-    argument (only workers that say they are ranks of something merge this way)."""
+def _launch_key(proc: Proc) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The command line with the rank values folded, and the rank values; None when it
+    has no rank argument (only workers that say they are ranks of something merge)."""
     out: list[str] = []
+    ranks: list[str] = []
     ranked = False
     argv = list(proc.cmdline)
     i = 0
@@ -285,16 +286,18 @@ def _launch_key(proc: Proc) -> tuple[str, ...] | None:
         if _RANK_OPTION.fullmatch(name):
             if eq and value.isdigit():
                 out.append(f"{name}=#")
+                ranks.append(value)
                 ranked = True
             elif not eq and i + 1 < len(argv) and argv[i + 1].isdigit():
                 out += [name, "#"]
+                ranks.append(argv[i + 1])
                 ranked, i = True, i + 1
             else:
                 out.append(arg)
         else:
             out.append(arg)
         i += 1
-    return tuple(out) if ranked else None
+    return (tuple(out), tuple(ranks)) if ranked else None
 
 
 def _merged_launches(
@@ -306,7 +309,7 @@ def _merged_launches(
     children of the same parent, or all re-parented (the launcher exited, each in a
     session of its own). The earliest stands for the rest."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    groups: dict[tuple[object, ...], list[Proc]] = {}
+    groups: dict[tuple[object, ...], list[tuple[Proc, tuple[str, ...]]]] = {}
     for root in roots:
         proc = table.get(root)
         if proc is None:
@@ -315,16 +318,29 @@ def _merged_launches(
         if key is None:
             continue
         parent = 0 if _reparented(proc, table) else proc.ppid
-        groups.setdefault((proc.uid, proc.exe, parent, key), []).append(proc)
+        groups.setdefault((proc.uid, proc.exe, parent, key[0]), []).append((proc, key[1]))
     out = dict(alias)
     for members in groups.values():
-        members.sort(key=lambda p: (p.start_ticks, p.pid))
-        first = members[0]
-        for m in members[1:]:
-            if m.start_ticks - first.start_ticks <= LAUNCH_WINDOW_S * tick:
-                out[m.pid] = first.pid
-            else:
-                first = m  # a later launch of the same command: its own job
+        members.sort(key=lambda m: (m[0].start_ticks, m[0].pid))
+        # One launch has each rank once: a rank seen again is another launch of the
+        # same command (started in the same window), which is a job of its own.
+        launches: list[tuple[Proc, set[tuple[str, ...]]]] = []
+        for proc, rank in members:
+            home = next(
+                (
+                    (first, ranks)
+                    # The latest launch first: its workers started after the earlier's.
+                    for first, ranks in reversed(launches)
+                    if rank not in ranks
+                    and proc.start_ticks - first.start_ticks <= LAUNCH_WINDOW_S * tick
+                ),
+                None,
+            )
+            if home is None:
+                launches.append((proc, {rank}))
+                continue
+            home[1].add(rank)
+            out[proc.pid] = home[0].pid
     return out
 
 

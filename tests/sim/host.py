@@ -1,0 +1,271 @@
+"""A simulated GPU host for the lifecycle simulator: a procfs tree written as files, real
+crontab files, the fake ``libnvidia-ml.so.1`` (through the real pynvml path), and a
+side-effects double that applies signals to the simulated processes.
+
+Every simulated process carries its ground truth (:attr:`SimProc.label`): which job it
+is part of, or that it is a bystander, a shared shell or the system. The invariants of
+:mod:`tests.sim.machine` compare what rogue-watchdog decides with that truth. Nothing
+here reaches a real process: PIDs start at 4,000,000 (above any real ``pid_max`` here),
+the procfs is a directory of files, and no signal or file change leaves the sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.fakenvml.build import write_config
+from watchdog.actions.effects import CommandResult, RecordingEffects
+
+CLK = os.sysconf("SC_CLK_TCK")
+BOOT = 1_800_000_000.0  # the simulated host's boot time (btime)
+FIRST_PID = 4_000_000
+GIB = 1 << 30
+PY = "/usr/bin/python3"
+PIPELINE_SCRIPT = "/srv/pipeline/train.py"
+GPUS = ("GPU-sim-0", "GPU-sim-1")
+
+
+@dataclass
+class SimProc:
+    """One simulated process.
+
+    Attributes:
+        label: Ground truth ``(role, key)``: role ``job`` (a job's own process),
+            ``wrapper`` (exists only for that job), ``cron-child`` (cron's per-run
+            child), ``shared`` (a shell that also runs something else), ``bystander``,
+            ``system``; key names the job (``pipeline#3``), empty for the rest.
+        gpu: ``(index, memory in bytes or None)`` NVML lists it with.
+        stubborn: Ignores SIGTERM (only SIGKILL ends it).
+    """
+
+    pid: int
+    ppid: int
+    argv: tuple[str, ...]
+    exe: str
+    start: int
+    label: tuple[str, str]
+    uid: int = 0
+    pgid: int = 0
+    sid: int = 0
+    state: str = "S"
+    env: dict[str, str] | None = None
+    gpu: tuple[int, int | None] | None = None
+    stubborn: bool = False
+
+
+@dataclass
+class SimEffects(RecordingEffects):
+    """Records every side effect; a SIGTERM or SIGKILL ends the simulated process (a
+    stubborn one ignores SIGTERM); files outside the sandbox are never written."""
+
+    host: Any = None
+    signalled: list[tuple[int, int, tuple[str, str], bool]] = field(default_factory=list)
+
+    def send_signal(self, pid: int, sig: int, start_ticks: int | None = None) -> None:
+        super().send_signal(pid, sig, start_ticks)
+        proc = self.host.procs.get(pid)
+        if proc is None or (start_ticks is not None and proc.start != start_ticks):
+            raise ProcessLookupError(pid)
+        self.signalled.append((pid, sig, proc.label, self.host.was_sanctioned(pid, proc.start)))
+        if sig == signal.SIGKILL or (sig == signal.SIGTERM and not proc.stubborn):
+            self.host.exit(pid)
+
+    def write_file_atomic(self, path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
+        super().write_file_atomic(path, data, uid, gid, mode)
+        self.host.assert_in_sandbox(path)
+        Path(path).write_bytes(data)
+
+    def copy_backup(self, src: str, dst: str) -> None:
+        super().copy_backup(src, dst)
+        self.host.assert_in_sandbox(dst)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copy2(src, dst)
+
+    def touch(self, path: str) -> None:
+        super().touch(path)
+
+    def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
+        self.calls.append(("run", tuple(argv), input_bytes))
+        return CommandResult(0, "", "")
+
+    def query(self, argv: Sequence[str]) -> CommandResult:
+        self.calls.append(("query", tuple(argv)))
+        return CommandResult(1, "", "no systemd here")
+
+
+class SimHost:
+    """The simulated host.
+
+    Args:
+        root: Sandbox directory (procfs under ``proc``, crontabs under ``etc``).
+        nvml_conf: The fake NVML library's configuration file.
+    """
+
+    def __init__(self, root: Path, nvml_conf: Path) -> None:
+        self.root = root
+        self.proc = root / "proc"
+        self.etc = root / "etc"
+        self.cron_d = self.etc / "cron.d"
+        self.spool = root / "spool"
+        for d in (self.proc, self.cron_d, self.spool, root / "units"):
+            d.mkdir(parents=True, exist_ok=True)
+        (self.etc / "crontab").write_text("")
+        self.nvml_conf = nvml_conf
+        self.now = BOOT + 86400.0 + 30.0
+        self.procs: dict[int, SimProc] = {}
+        self.next_pid = FIRST_PID
+        self.runs = 0
+        self.nvml_mode = "ok"
+        self.sanctioned_ever: set[tuple[int, int]] = set()
+        (self.proc / "stat").write_text(f"cpu 0 0 0 0\nbtime {int(BOOT)}\n")
+        self.init = self._add(1, 0, ("/sbin/init",), "/sbin/init", ("system", ""))
+        self.cron = self._add(900, 1, ("/usr/sbin/cron", "-f"), "/usr/sbin/cron", ("system", ""))
+        self.pipeline = self.cron_d / "pipeline"
+        self.legacy = self.cron_d / "legacy"
+        self.pipeline_line = f"* * * * * root {PY} {PIPELINE_SCRIPT}"
+        self.pipeline.write_text(f'MAILTO=""\n{self.pipeline_line}\n')
+        self.legacy.write_text(f'MAILTO=""\n\n\n0 2 * * 0 root {PY} {PIPELINE_SCRIPT}\n')
+        for f in (self.pipeline, self.legacy):
+            f.chmod(0o644)
+        self.write_nvml()
+
+    # -- sandbox ------------------------------------------------------------------------
+
+    def assert_in_sandbox(self, path: str) -> None:
+        real = os.path.realpath(path)
+        assert real.startswith(str(self.root.resolve()) + os.sep), f"{path} is outside"
+
+    def was_sanctioned(self, pid: int, start: int) -> bool:
+        return (pid, start) in self.sanctioned_ever
+
+    # -- processes ----------------------------------------------------------------------
+
+    def ticks(self) -> int:
+        return int((self.now - BOOT) * CLK)
+
+    def _add(
+        self, pid: int, ppid: int, argv: tuple[str, ...], exe: str, label: tuple[str, str],
+        **kw: Any,
+    ) -> SimProc:  # fmt: skip
+        proc = SimProc(pid, ppid, argv, exe, self.ticks(), label, **kw)
+        proc.pgid = proc.pgid or pid
+        proc.sid = proc.sid or pid
+        self.procs[pid] = proc
+        self.write(proc)
+        return proc
+
+    def spawn(
+        self, ppid: int, argv: tuple[str, ...], exe: str, label: tuple[str, str], **kw: Any
+    ) -> SimProc:
+        """A new process (fork + exec): a fresh PID, start time now."""
+        self.next_pid += 1
+        parent = self.procs.get(ppid)
+        kw.setdefault("pgid", parent.pgid if parent and ppid > 1 else 0)
+        kw.setdefault("sid", parent.sid if parent and ppid > 1 else 0)
+        kw.setdefault("uid", parent.uid if parent else 0)
+        if parent is not None and parent.env is not None:
+            kw.setdefault("env", dict(parent.env))
+        return self._add(self.next_pid, ppid, argv, exe, label, **kw)
+
+    def write(self, p: SimProc) -> None:
+        d = self.proc / str(p.pid)
+        d.mkdir(exist_ok=True)
+        comm = os.path.basename(p.argv[0])[:15] if p.argv else "x"
+        (d / "stat").write_text(
+            f"{p.pid} ({comm}) {p.state} {p.ppid} {p.pgid} {p.sid} 0 -1 4194560 0 0 0 0 "
+            f"0 0 0 0 20 0 1 0 {p.start} 0 0\n"
+        )
+        (d / "cmdline").write_bytes(
+            b"" if p.state == "Z" else b"".join(a.encode() + b"\0" for a in p.argv)
+        )
+        (d / "status").write_text(
+            f"Name:\t{comm}\nUid:\t{p.uid}\t{p.uid}\t{p.uid}\t{p.uid}\nNSpid:\t{p.pid}\n"
+        )
+        (d / "cgroup").write_text("0::/\n")
+        if p.env is not None:
+            (d / "environ").write_bytes(
+                b"".join(f"{k}={v}".encode() + b"\0" for k, v in p.env.items())
+            )
+        exe = d / "exe"
+        if exe.is_symlink():
+            exe.unlink()
+        if p.state != "Z":
+            os.symlink(p.exe, exe)
+
+    def exit(self, pid: int) -> None:
+        """The process exits; its parent reaps it at once; children go to PID 1."""
+        proc = self.procs.pop(pid, None)
+        if proc is None:
+            return
+        shutil.rmtree(self.proc / str(pid), ignore_errors=True)
+        for child in self.procs.values():
+            if child.ppid == pid:
+                child.ppid = 1
+                self.write(child)
+        parent = self.procs.get(proc.ppid)
+        if parent is not None and parent.label[0] == "shared" and not any(
+            c.label[0] == "bystander" for c in self.children(parent.pid)
+        ):
+            # What it shared with is gone: it now exists only for its job.
+            parent.label = ("wrapper", parent.label[1])
+        self.write_nvml()
+
+    def zombie(self, pid: int) -> None:
+        """The process exits and its parent does not reap it."""
+        proc = self.procs[pid]
+        proc.state = "Z"
+        self.write(proc)
+        for child in self.procs.values():
+            if child.ppid == pid:
+                child.ppid = 1
+                self.write(child)
+
+    def children(self, pid: int) -> list[SimProc]:
+        return [p for p in self.procs.values() if p.ppid == pid]
+
+    # -- what happens on a host ----------------------------------------------------------
+
+    def next_minute(self) -> None:
+        """Advance to one second past the next minute (when cron forks its jobs)."""
+        self.now = (int(self.now) // 60 + 1) * 60 + 1.0
+
+    def cron_run(self, command: str, argv: tuple[str, ...], key: str, **kw: Any) -> SimProc:
+        """cron → CRON → /bin/sh -c COMMAND → the job (dash keeps the shell as parent)."""
+        child = self.spawn(
+            self.cron.pid, ("/usr/sbin/CRON", "-f"), "/usr/sbin/cron", ("cron-child", key)
+        )
+        shell = self.spawn(child.pid, ("/bin/sh", "-c", command), "/usr/bin/dash",
+                           ("wrapper", key), pgid=0, sid=0)  # fmt: skip
+        shell.pgid = shell.sid = shell.pid
+        self.write(shell)
+        return self.spawn(shell.pid, argv, argv[0], ("job", key), **kw)
+
+    # -- NVML ------------------------------------------------------------------------------
+
+    def write_nvml(self) -> None:
+        devices: list[dict[str, Any]] = []
+        for i, uuid in enumerate(GPUS):
+            if self.nvml_mode == "vanish1" and i == 1:
+                continue
+            dev: dict[str, Any] = {"name": "NVIDIA H200", "uuid": uuid, "total": 140 * GIB,
+                                   "used": 0}  # fmt: skip
+            procs = []
+            for p in self.procs.values():
+                if p.gpu is not None and p.gpu[0] == i:
+                    mem = p.gpu[1]
+                    procs.append({"pid": p.pid, "mem": "NA" if mem is None else mem})
+                    dev["used"] += mem or 0
+            dev["processes"] = procs
+            if self.nvml_mode == "no-permission" and i == 0:
+                dev["proc_error"] = 4  # NVML_ERROR_NO_PERMISSION
+            devices.append(dev)
+        spec: dict[str, Any] = {"devices": devices}
+        if self.nvml_mode == "count-lost":
+            spec["count_error"] = 15  # NVML_ERROR_GPU_IS_LOST
+        write_config(self.nvml_conf, spec)

@@ -1,0 +1,364 @@
+"""The lifecycle simulator: a hypothesis ``RuleBasedStateMachine`` that drives the real
+:class:`~watchdog.scan.Scanner`, :meth:`~watchdog.daemon.loop.Daemon.tick` and the
+enforcer over a simulated host (:mod:`tests.sim.host`), and checks after every tick that
+rogue-watchdog is never wrong in the dangerous direction:
+
+- I1 no advice, plan, action or JSON field targets what the guard protects (a
+  sanctioned job, the sanctioned pipeline's crontab line);
+- I2 no signal reaches anything but a rogue job's own processes and exclusive wrappers
+  (never a shared shell, a bystander, the system, a process ever sanctioned);
+- I3 a sanctioned process stays sanctioned for its life (edits, reloads, restarts);
+- I4 blindness never resolves or reopens a finding; ``respawned`` needs a new identity;
+- I5 a finding's id, root and root start name one job for its whole life;
+- I6 every live cron source named is a crontab cron really reads (mode, name).
+
+The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
+overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
+trainer in an orphaned shell that also runs a web server, the workers of one launch each
+in a session of their own, processes that only name a training script, exits, zombies,
+edits and chmods of the crontab, NVML blips (NO_PERMISSION, a GPU leaving the list, the
+device count lost, unknown memory), config reloads between observe and terminate, and
+daemon restarts. ``bench/trust_sim.py`` runs it long; ``tests/unit/test_trust_sim.py``
+runs it in CI with a fixed budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from tests.fakenvml.build import CONFIG_NAME, build_library
+from tests.sim.host import GIB, PIPELINE_SCRIPT, PY, SimEffects, SimHost
+from watchdog.actions.enforcer import Enforcer
+from watchdog.actions.guards import LiveProc
+from watchdog.actions.remedy import Remedy, target_from_job
+from watchdog.actions.terminate import plan_tree
+from watchdog.config import parse_config
+from watchdog.daemon.loop import Daemon
+from watchdog.model import CronOrigin, Job
+from watchdog.policy.signature import job_signature
+
+JOB_KINDS = ("rogue-job", "excess-instances")
+_LIB: dict[str, Path] = {}
+
+
+def fake_library(cache: Path) -> Path:
+    """The fake NVML library, built once per process (pynvml loads one library per
+    process, so every machine of a run shares it; each writes its own config file)."""
+    if "lib" not in _LIB:
+        cache.mkdir(parents=True, exist_ok=True)
+        _LIB["lib"] = build_library(cache)
+    return _LIB["lib"]
+
+
+class TrustMachine(RuleBasedStateMachine):
+    """See the module docstring. ``violations`` lists every invariant broken (each also
+    raises, so hypothesis shrinks the steps that led to it)."""
+
+    workdir: ClassVar[Path] = Path(tempfile.gettempdir())
+    # Across every machine of a run, for the summary: steps, ticks, jobs judged.
+    counts: ClassVar[dict[str, int]] = {"machines": 0, "ticks": 0, "jobs": 0, "signals": 0}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="trust-sim-", dir=self.workdir))
+        lib = fake_library(self.workdir / "trust-sim-lib")
+        conf = lib.parent / CONFIG_NAME
+        self.host = SimHost(self.dir, conf)
+        self.lib = lib
+        self.mode = "observe"
+        self.max_instances = 1
+        self.effects = SimEffects(host=self.host)
+        self.daemon = self._daemon()
+        self.verdicts: dict[tuple[int, int], str] = {}
+        self.finding_roots: dict[int, tuple[Any, Any]] = {}
+        self.job_finding: dict[tuple[str, int, int], int] = {}
+        self.respawns: set[int] = set()
+        self.seen_roots: dict[str, set[tuple[int, int]]] = {}
+        self.ticks = 0
+        self.counts["machines"] += 1
+
+    def teardown(self) -> None:
+        self.daemon.db.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- the daemon ---------------------------------------------------------------------
+
+    def config_text(self) -> str:
+        h = self.host
+        return (
+            f"nvml: {{library: '{self.lib}', call_timeout_s: 5}}\n"
+            f"paths: {{proc_root: '{h.proc}', crontab: '{h.etc}/crontab', cron_d: '{h.cron_d}',"
+            f" cron_spool: ['{h.spool}'], unit_dirs: ['{h.root}/units']}}\n"
+            f"training: {{device_glob: '{h.root}/nodev[0-9]*'}}\n"
+            f"daemon: {{state_dir: '{h.root}/state', socket: '{h.root}/s.sock'}}\n"
+            f"alerts: {{sinks: [{{type: log, path: '{h.root}/alerts.log'}}],"
+            " reminder_after_s: 60}\n"
+            "sanctioned:\n"
+            "  - name: pipeline\n"
+            f"    cmdline: '{PY} {PIPELINE_SCRIPT}*'\n"
+            "    user: root\n"
+            f"    origin: {{cron_file: '{h.pipeline}', cron_line: 2}}\n"
+            f"    max_instances: {self.max_instances}\n"
+            f"enforcement: {{mode: {self.mode}, auto_disable_source: true, grace_s: 0,"
+            f" backup_dir: '{h.root}/backups'}}\n"
+        )
+
+    def _daemon(self) -> Daemon:
+        config = parse_config(self.config_text(), str(self.dir / "config.yaml"))
+        daemon = Daemon(config, None)
+        enf = Enforcer(config, daemon.db, self.effects)
+        daemon.sources.append(enf)
+        daemon.enforcers.append(enf)
+        return daemon
+
+    # -- steps: what happens on the host --------------------------------------------------
+
+    @rule()
+    def pipeline_fires(self) -> None:
+        """The sanctioned line fires (if cron still reads it): runs of 300 s overlap."""
+        h = self.host
+        h.next_minute()
+        text = h.pipeline.read_text().splitlines()
+        if len(text) < 2 or text[1].startswith("#") or h.pipeline.stat().st_mode & 0o022:
+            return  # disabled, or a mode cron skips
+        command = text[1].split(None, 6)[6]
+        h.runs += 1
+        h.cron_run(command, (PY, PIPELINE_SCRIPT), f"pipeline#{h.runs}",
+                   gpu=(0, 4 * GIB))  # fmt: skip
+
+    @rule()
+    def ghost_fires(self) -> None:
+        """The retired weekly line runs the pipeline's own script (the seed's ghost)."""
+        h = self.host
+        lines = h.legacy.read_text().splitlines()
+        if len(lines) < 4 or lines[3].startswith("#"):
+            return
+        # Sunday 02:00 of the simulated week: cron ran it then.
+        h.now = max(h.now, h.now - h.now % (7 * 86400) + 3 * 86400 + 2 * 3600 + 1)
+        h.runs += 1
+        h.cron_run(f"{PY} {PIPELINE_SCRIPT}", (PY, PIPELINE_SCRIPT), f"ghost#{h.runs}",
+                   gpu=(1, 2 * GIB))  # fmt: skip
+
+    @rule(shared=st.booleans(), stubborn=st.booleans())
+    def orphaned_shell(self, shared: bool, stubborn: bool) -> None:
+        """An orphaned shell (adopted by PID 1) runs `timeout 300 python3 train_a.py`,
+        and, when shared, `python3 -m http.server` beside it."""
+        h = self.host
+        h.now += 1.0
+        h.runs += 1
+        key = f"shell#{h.runs}"
+        shell = h.spawn(1, ("/bin/sh", "-c", "python3 -m http.server & timeout 300 python3 "
+                            "/home/u/train_a.py; wait"), "/usr/bin/dash",
+                        ("shared" if shared else "wrapper", key), uid=1000)  # fmt: skip
+        if shared:
+            h.spawn(shell.pid, (PY, "-m", "http.server"), PY, ("bystander", ""))
+        wrapper = h.spawn(shell.pid, ("timeout", "300", PY, "/home/u/train_a.py"),
+                          "/usr/bin/timeout", ("wrapper", key))  # fmt: skip
+        h.spawn(wrapper.pid, (PY, "/home/u/train_a.py"), PY, ("job", key),
+                stubborn=stubborn, gpu=(1, None))  # fmt: skip
+
+    @rule(workers=st.integers(2, 4))
+    def one_launch(self, workers: int) -> None:
+        """A launcher starts workers `train_w.py --rank N`, each in a session of its own,
+        then exits: one job."""
+        h = self.host
+        # Separate launches are separate events: a person does not start the same
+        # command twice within LAUNCH_WINDOW_S (see docs/operations.md, limits).
+        h.now += 3.0
+        h.runs += 1
+        key = f"launch#{h.runs}"
+        launcher = h.spawn(1, (PY, "/home/u/launch.py"), PY, ("wrapper", key), uid=1000)
+        for rank in range(workers):
+            h.spawn(launcher.pid, (PY, "/home/u/train_w.py", "--rank", str(rank)), PY,
+                    ("job", key), sid=0, pgid=0)  # fmt: skip
+        for w in h.children(launcher.pid):
+            w.sid = w.pgid = w.pid
+        h.exit(launcher.pid)
+
+    @rule(which=st.sampled_from(["tail", "pgrep", "vim"]))
+    def names_a_script(self, which: str) -> None:
+        """A process that only names the training script: never a job."""
+        h = self.host
+        argv = {
+            "tail": ("/usr/bin/tail", "-f", PIPELINE_SCRIPT),
+            "pgrep": ("/usr/bin/pgrep", "-f", "-x", f"{PY} {PIPELINE_SCRIPT}"),
+            "vim": ("/usr/bin/vim", "/home/u/train_a.py"),
+        }[which]
+        h.spawn(1, argv, argv[0], ("bystander", ""), uid=1000)
+
+    @precondition(lambda self: len(self.host.procs) > 2)
+    @rule(data=st.data(), how=st.sampled_from(["exit", "exit", "zombie"]))
+    def something_ends(self, data: st.DataObject, how: str) -> None:
+        h = self.host
+        pids = sorted(p for p, proc in h.procs.items() if proc.label[0] != "system")
+        if not pids:
+            return
+        pid = data.draw(st.sampled_from(pids))
+        if how == "zombie" and h.procs[pid].state != "Z" and h.procs[pid].ppid > 1:
+            h.zombie(pid)
+        else:
+            h.exit(pid)
+
+    @rule(edit=st.sampled_from(["flock", "chmod-0666", "restore", "comment"]))
+    def edit_pipeline_line(self, edit: str) -> None:
+        """Edit the sanctioned line while its runs live (flock -n, a mode cron skips, a
+        comment), or put it back."""
+        h = self.host
+        lines = {
+            "flock": f"* * * * * root flock -n {h.root}/pipe.lock {PY} {PIPELINE_SCRIPT}",
+            "comment": "# " + h.pipeline_line,
+        }
+        h.pipeline.write_text(f'MAILTO=""\n{lines.get(edit, h.pipeline_line)}\n')
+        h.pipeline.chmod(0o666 if edit == "chmod-0666" else 0o644)
+
+    @rule(mode=st.sampled_from(["ok", "ok", "no-permission", "vanish1", "count-lost"]))
+    def nvml_view(self, mode: str) -> None:
+        self.host.nvml_mode = mode
+        self.host.write_nvml()
+
+    @rule(mode=st.sampled_from(["observe", "terminate"]), cap=st.integers(1, 2))
+    def reload(self, mode: str, cap: int) -> None:
+        """A config reload (SIGHUP): enforcement mode and the rule's max_instances."""
+        self.mode, self.max_instances = mode, cap
+        (self.dir / "config.yaml").write_text(self.config_text())
+        self.daemon.config_path = str(self.dir / "config.yaml")
+        assert self.daemon.reload()
+
+    @rule()
+    def restart(self) -> None:
+        self.daemon.db.close()
+        self.daemon = self._daemon()
+
+    @rule(seconds=st.sampled_from([5.0, 5.0, 20.0, 65.0]))
+    def tick(self, seconds: float) -> None:
+        self.host.now += seconds
+        self.host.write_nvml()
+        # What the scan will see (the enforcer may end some of it within the tick).
+        self.before = {p.pid: (p.label, p.start) for p in self.host.procs.values()}
+        self.daemon.tick(self.host.now)
+        self.ticks += 1
+        self.counts["ticks"] += 1
+        self.check()
+
+    # -- the invariants -------------------------------------------------------------------
+
+    def check(self) -> None:
+        last = self.daemon.last
+        assert last is not None
+        result = last.result
+        assert result is not None, self.daemon.degraded
+        jobs = result.jobs
+        host = self.host
+        labels = {pid: label for pid, (label, _start) in self.before.items()}
+        # I3: sanctioned for life.
+        for job in jobs:
+            for pid in job.pids:
+                if pid not in self.before:
+                    continue
+                ident = (pid, self.before[pid][1])
+                if job.verdict == "sanctioned":
+                    host.sanctioned_ever.add(ident)
+                elif ident in host.sanctioned_ever and job.root_pid == pid:
+                    raise AssertionError(
+                        f"I3: PID {pid} ({labels[pid]}) was sanctioned, now {job.verdict}: "
+                        f"{job.reason}"
+                    )
+        # I2: every signal sent went to a rogue job's own process or exclusive wrapper.
+        self.counts["jobs"] += len(jobs)
+        self.counts["signals"] += len(self.effects.signalled)
+        for pid, sig, label, was_sanctioned in self.effects.signalled:
+            assert label[0] in ("job", "wrapper"), f"I2: signal {sig} to PID {pid} {label}"
+            assert not was_sanctioned, f"I2: signal {sig} to sanctioned PID {pid} {label}"
+        self.effects.signalled.clear()
+        guard = result.protection
+        assert guard is not None
+        remedy = Remedy(
+            self.daemon.config.enforcement, self.daemon.db, self.effects, actor="sim",
+            backup_dir=str(host.root / "backups"), proc_root=str(host.proc),
+            spool_dirs=(str(host.spool),), crontab=str(host.etc / "crontab"),
+            cron_d=str(host.cron_d), protection=guard, record_dry_runs=False,
+        )  # fmt: skip
+        for job in jobs:
+            self._check_job(job, remedy, labels)
+        # I1: nothing ever changed the pipeline's crontab but the simulator itself.
+        touched = [c for c in self.effects.calls if str(host.pipeline) in json.dumps(c[1:2])]
+        assert not touched, f"I1: the pipeline's line was acted on: {touched}"
+        self._check_findings(result.gpu_blind, jobs)
+
+    def _check_job(self, job: Job, remedy: Remedy, labels: dict[int, tuple[str, str]]) -> None:
+        root = labels.get(job.root_pid, ("gone", ""))
+        # A process that only names a script is never a job.
+        assert root[0] != "bystander", f"I2: a bystander is a job: {job.cmdline}"
+        advice = job.advice
+        target = target_from_job(job, None, None, str(self.host.proc))
+        plan = plan_tree(target.members, remedy.guard())
+        guard = remedy.guard()
+        allowed = {exp.pid for exp, _d in plan if isinstance(guard.check(exp.pid, exp), LiveProc)}
+        if not job.unsanctioned:
+            assert advice.refused is not None, f"I1: advice for {job.verdict} job {job.root_pid}"
+            assert job.origin.remediation is None, f"I1: remediation of {job.verdict} job"
+            assert not allowed, f"I2: a {job.verdict} job's PIDs {allowed} may be signalled"
+            disable = remedy.plan_disable(target, self.host.now)
+            assert disable.refused is not None, f"I1: disable plan for {job.verdict} job"
+            return
+        for pid in allowed:
+            label = labels.get(pid, ("gone", ""))
+            assert label[0] in ("job", "wrapper") and label[1] == root[1], (
+                f"I2: the plan for job {job.root_pid} ({root}) signals PID {pid} {label}"
+            )
+        assert set(advice.stop_pids) <= set(job.pids) | {
+            p for p, lab in labels.items() if lab == ("wrapper", root[1])
+        }, f"I2: stop PIDs {advice.stop_pids} of {root}"
+        if isinstance(job.origin, CronOrigin) and job.origin.file == str(self.host.pipeline):
+            assert not advice.disable and job.origin.remediation is None, (
+                f"I1: job {job.root_pid} from the pipeline's line may disable it"
+            )
+            disable = remedy.plan_disable(target, self.host.now)
+            assert disable.refused is not None, f"I1: disable plan {disable.steps}"
+        if isinstance(job.origin, CronOrigin) and job.origin.file and not job.origin.entry_state:
+            # I6: a live cron source is a file cron reads: not group/other-writable.
+            mode = os.stat(job.origin.file).st_mode
+            assert not mode & 0o022, f"I6: {job.origin.file} mode {mode:o} named live"
+
+    def _check_findings(self, blind: bool, jobs: list[Job]) -> None:
+        rows = self.daemon.db.conn.execute(
+            "SELECT id, kind, root_pid, details_json, resolved_at, last_seen FROM findings"
+        ).fetchall()
+        alive = {(p.pid, p.start) for p in self.host.procs.values() if p.state != "Z"}
+        seen = {(j.root_pid, j.start_ticks) for j in jobs}
+        now = self.host.now
+        for fid, kind, root_pid, details_json, resolved_at, _last in rows:
+            details = json.loads(details_json)
+            root = tuple(details["root"]) if isinstance(details.get("root"), list) else None
+            # I5: one job for the finding's whole life.
+            first = self.finding_roots.setdefault(fid, (root_pid, root))
+            assert first == (root_pid, root), f"I5: F{fid} named {first}, now {root_pid, root}"
+            if kind in JOB_KINDS and root is not None:
+                key = (kind, root[0], root[1])
+                had = self.job_finding.setdefault(key, fid)
+                assert had == fid, f"I4/I5: {kind} of {root} reopened as F{fid} (was F{had})"
+                if resolved_at == now and blind and root in alive and root not in seen:
+                    raise AssertionError(f"I4: F{fid} resolved while blind, {root} alive")
+            if kind == "respawned" and fid not in self.respawns and root is not None:
+                # I4: a respawn is a new identity under a signature seen before.
+                sig = str(details.get("signature"))
+                assert root not in self.seen_roots.get(sig, set()), (
+                    f"I4: respawned F{fid} names {root}, seen before under {sig}"
+                )
+                self.respawns.add(fid)
+        for job in jobs:
+            sig = job_signature(job.user, job.cmdline, job.origin)
+            self.seen_roots.setdefault(sig, set()).add((job.root_pid, job.start_ticks))
+
+    @invariant()
+    def never_touches_real_processes(self) -> None:
+        for pid, _sig in self.effects.signals():
+            assert pid >= 4_000_000, f"a real PID {pid} was signalled"

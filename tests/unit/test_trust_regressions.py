@@ -1,0 +1,196 @@
+"""Counterexamples the lifecycle simulator (tests/sim/machine.py, bench/trust_sim.py)
+found, each kept as a plain test of its exact right value.
+
+1. I6 (seed 1): a ``cron.d`` file made group/other-writable (0666) while its run was
+   alive was still named as the run's live source. Debian cron refuses such a file
+   ("BAD FILE MODE"): it is no crontab, and the running job's entry is ``ignored``.
+2. I2 (seed 1): two launches of the same command in the same second, 2 and 3 workers
+   (`train_w.py --rank N`, each in its own session), were merged into one job: the plan
+   for the first would have signalled the second's workers. One launch has each rank once.
+3. I5 (seed 1): the CRON child of a cron job exited (its shell re-parented to PID 1) and
+   the daemon restarted: the fresh look called the job an orphan, its signature changed,
+   and the same job got a second rogue-job finding. Origins of running jobs survive a
+   restart.
+4. I5 (seed 0): a run whose line was edited before the first look (no line runs its
+   command: rogue, origin "entry gone") lost its CRON parent; the next look called it an
+   orphan, the signature changed and the same job got a second finding. A job keeps
+   the signature it first had for its life.
+5. I2 (seed 2, then read back): the sim's "shared" shell became exclusive once its web
+   server exited, so signalling it was right; reading the rule again showed the one
+   that is not: a login shell (``-bash``) whose only child is the trainer is the
+   person's session, never the job's wrapper.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.fixtures.proc.fakeproc import FakeProc, make_context, write_tree
+from watchdog.config import parse_config
+from watchdog.daemon.loop import Daemon
+from watchdog.lineage.cron import CronResolver, entry_state
+from watchdog.lineage.cronfiles import cron_skips, list_crontabs
+from watchdog.model import CronOrigin
+from watchdog.policy.jobs import TrainingEvidence, group_jobs
+
+PY = "/usr/bin/python3"
+SCRIPT = "/srv/pipeline/train.py"
+
+
+def test_a_group_writable_cron_d_file_is_no_crontab(tmp_path: Path) -> None:
+    cron_d = tmp_path / "cron.d"
+    cron_d.mkdir()
+    line = f"* * * * * root {PY} {SCRIPT}"
+    pipeline = cron_d / "pipeline"
+    pipeline.write_text(f'MAILTO=""\n{line}\n')
+    pipeline.chmod(0o644)
+    listed = list_crontabs((), str(cron_d), ())
+    assert [f.path for f in listed.files] == [str(pipeline)]
+    pipeline.chmod(0o666)
+    assert cron_skips(str(pipeline), True) == "mode 0666: writable by group or others"
+    assert list_crontabs((), str(cron_d), ()).files == []
+    # A run that started while cron read it: its entry is no longer live.
+    ctx = make_context(tmp_path / "proc", [FakeProc(1, 0, ["/sbin/init"])])
+    ctx.cron_d_dir = str(cron_d)
+    ctx.cron_files = ()
+    origin = CronOrigin(file=str(pipeline), line=2, entry=line, schedule="* * * * *")
+    assert entry_state(origin, ctx) == "ignored"
+    pipeline.chmod(0o644)
+    assert entry_state(origin, ctx) == "live"
+    assert CronOrigin(file=str(pipeline), line=2, entry_state="ignored").source_gone() == (
+        "cron no longer reads its crontab (writable by group or others, or not root's)"
+    )
+    assert CronResolver is not None  # the resolver reads the same listing
+
+
+def test_two_launches_in_one_second_are_two_jobs(tmp_path: Path) -> None:
+    procs = [FakeProc(1, 0, ["/sbin/init"])]
+    pid = 100
+    for workers in (2, 3):
+        for rank in range(workers):
+            pid += 1
+            procs.append(
+                FakeProc(pid, 1, [PY, "/home/u/train_w.py", "--rank", str(rank)], uid=1000)
+            )
+    ctx = make_context(tmp_path / "proc", procs)
+    evidence = TrainingEvidence()
+    for p in procs[1:]:
+        evidence.add(p.pid, "launcher")
+    jobs = group_jobs(ctx.table, evidence, [], {})
+    assert sorted(sorted(j.pids) for j in jobs) == [[101, 102], [103, 104, 105]]
+
+
+def test_a_restart_keeps_a_running_jobs_origin_and_its_finding(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    cron_d = tmp_path / "cron.d"
+    cron_d.mkdir()
+    (cron_d / "legacy").write_text(f'MAILTO=""\n* * * * * root {PY} {SCRIPT}\n')
+    (cron_d / "legacy").chmod(0o644)
+    (proc).mkdir()
+    (proc / "stat").write_text("btime 1800000000\n")
+    tree = [
+        FakeProc(1, 0, ["/sbin/init"]),
+        FakeProc(900, 1, ["/usr/sbin/cron", "-f"], exe="/usr/sbin/cron"),
+        FakeProc(901, 900, ["/usr/sbin/CRON", "-f"], exe="/usr/sbin/cron", start=100),
+        FakeProc(902, 901, ["/bin/sh", "-c", f"{PY} {SCRIPT}"], exe="/usr/bin/dash", start=100),
+        FakeProc(903, 902, [PY, SCRIPT], start=100),
+    ]
+    write_tree(proc, tree)
+    text = (
+        f"nvml: {{enabled: false}}\n"
+        f"paths: {{proc_root: '{proc}', crontab: '{tmp_path}/crontab', cron_d: '{cron_d}',"
+        f" cron_spool: [], unit_dirs: []}}\n"
+        f"training: {{device_glob: '{tmp_path}/nodev[0-9]*'}}\n"
+        f"daemon: {{state_dir: '{tmp_path}/state'}}\n"
+        f"alerts: {{sinks: [{{type: log, path: '{tmp_path}/alerts.log'}}]}}\n"
+    )
+    config = parse_config(text, "t.yaml")
+    first = Daemon(config, None)
+    now = 1_800_000_000 + 61.0
+    first.tick(now)
+    (f1,) = [f for f in first.db.open_findings() if f.kind == "rogue-job"]
+    assert f1.root_pid == 903 and f1.details["origin_kind"] == "cron"
+    # cron's per-run child exits: the job's shell is re-parented to PID 1. A restart.
+    import shutil
+
+    shutil.rmtree(proc / "901")
+    shutil.rmtree(proc / "902")
+    write_tree(
+        proc,
+        [FakeProc(902, 1, ["/bin/sh", "-c", f"{PY} {SCRIPT}"], exe="/usr/bin/dash", start=100)],
+    )
+    first.db.close()
+    again = Daemon(parse_config(text, "t.yaml"), None)
+    again.tick(now + 5)
+    (f2,) = [f for f in again.db.open_findings() if f.kind == "rogue-job"]
+    assert (f2.id, f2.root_pid, f2.details["origin_kind"]) == (f1.id, 903, "cron")
+    again.db.close()
+
+
+def _cron_tree(proc: Path, cron_d: Path, line: str) -> list[FakeProc]:
+    (cron_d / "pipeline").write_text(f'MAILTO=""\n{line}\n')
+    (cron_d / "pipeline").chmod(0o644)
+    proc.mkdir(exist_ok=True)
+    (proc / "stat").write_text("btime 1800000000\n")
+    tree = [
+        FakeProc(1, 0, ["/sbin/init"]),
+        FakeProc(900, 1, ["/usr/sbin/cron", "-f"], exe="/usr/sbin/cron"),
+        FakeProc(901, 900, ["/usr/sbin/CRON", "-f"], exe="/usr/sbin/cron", start=100),
+        FakeProc(902, 901, ["/bin/sh", "-c", f"{PY} {SCRIPT}"], exe="/usr/bin/dash", start=100),
+        FakeProc(903, 902, [PY, SCRIPT], start=100),
+    ]
+    write_tree(proc, tree)
+    return tree
+
+
+def _config(tmp_path: Path, cron_d: Path) -> str:
+    return (
+        "nvml: {enabled: false}\n"
+        f"paths: {{proc_root: '{tmp_path}/proc', crontab: '{tmp_path}/crontab',"
+        f" cron_d: '{cron_d}', cron_spool: [], unit_dirs: []}}\n"
+        f"training: {{device_glob: '{tmp_path}/nodev[0-9]*'}}\n"
+        f"daemon: {{state_dir: '{tmp_path}/state'}}\n"
+        f"alerts: {{sinks: [{{type: log, path: '{tmp_path}/alerts.log'}}]}}\n"
+    )
+
+
+def test_a_job_keeps_its_first_signature_and_its_finding(tmp_path: Path) -> None:
+    import shutil
+
+    cron_d = tmp_path / "cron.d"
+    cron_d.mkdir()
+    proc = tmp_path / "proc"
+    _cron_tree(proc, cron_d, f"* * * * * root flock -n /run/x.lock {PY} {SCRIPT}")
+    d = Daemon(parse_config(_config(tmp_path, cron_d), "t.yaml"), None)
+    now = 1_800_000_000 + 61.0
+    d.tick(now)
+    (f1,) = [f for f in d.db.open_findings() if f.kind == "rogue-job"]
+    shutil.rmtree(proc / "901")
+    shutil.rmtree(proc / "902")
+    write_tree(
+        proc, [FakeProc(902, 1, ["/bin/sh", "-c", f"{PY} {SCRIPT}"], exe="/usr/bin/dash",
+                        start=100)]
+    )  # fmt: skip
+    d.tick(now + 5)
+    (f2,) = [f for f in d.db.open_findings() if f.kind == "rogue-job"]
+    assert (f2.id, f2.root_pid, f2.details["root"]) == (f1.id, 903, [903, 100])
+    d.db.close()
+
+
+def test_a_login_shell_is_never_the_jobs_wrapper(tmp_path: Path) -> None:
+    from watchdog.policy.guard import exclusive_wrappers
+
+    procs = [
+        FakeProc(1, 0, ["/sbin/init"]),
+        FakeProc(50, 1, ["-bash"], exe="/usr/bin/bash", uid=1000),
+        FakeProc(60, 50, [PY, "/home/u/train_a.py"], uid=1000, sid=50, pgid=60),
+        FakeProc(70, 1, ["/usr/bin/timeout", "300", PY, "/home/u/train_b.py"], uid=1000),
+        FakeProc(71, 70, [PY, "/home/u/train_b.py"], uid=1000),
+    ]
+    ctx = make_context(tmp_path / "proc", procs)
+    evidence = TrainingEvidence()
+    evidence.add(60, "launcher")
+    evidence.add(71, "launcher")
+    jobs = {j.root_pid: j for j in group_jobs(ctx.table, evidence, [], {})}
+    assert exclusive_wrappers(jobs[60], ctx.table) == []
+    assert [p.pid for p in exclusive_wrappers(jobs[71], ctx.table)] == [70]
