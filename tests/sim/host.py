@@ -209,8 +209,10 @@ class SimHost:
                 child.ppid = 1
                 self.write(child)
         parent = self.procs.get(proc.ppid)
-        if parent is not None and parent.label[0] == "shared" and not any(
-            c.label[0] == "bystander" for c in self.children(parent.pid)
+        if (
+            parent is not None
+            and parent.label[0] == "shared"
+            and not any(c.label[0] == "bystander" for c in self.children(parent.pid))
         ):
             # What it shared with is gone: it now exists only for its job.
             parent.label = ("wrapper", parent.label[1])
