@@ -157,6 +157,28 @@ MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+def _read_only(state_dir: str, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """Rows of one query on the daemon's database, opened read-only (nothing written,
+    created or migrated); empty when there is no database or it cannot be read."""
+    path = Path(state_dir) / "state.db"
+    if not path.is_file():
+        return []
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=1.0)
+    except sqlite3.Error:
+        return []
+    try:
+        return list(conn.execute(sql, args).fetchall())
+    except sqlite3.Error:  # older schema, a damaged file, a lock held too long
+        return []
+    finally:
+        conn.close()
+
+
+def _int_or_none(value: object) -> int | None:
+    return int(value) if isinstance(value, int) else None
+
+
 def read_sanctioned_procs(state_dir: str, boot_id: str | None) -> dict[tuple[int, int], str]:
     """The daemon's record of sanctioned processes (:meth:`StateDB.sanctioned_procs`),
     read without writing anything: for one-shot commands, which must not call a process
@@ -167,26 +189,12 @@ def read_sanctioned_procs(state_dir: str, boot_id: str | None) -> dict[tuple[int
         state_dir: ``daemon.state_dir``.
         boot_id: This boot's id (:func:`watchdog.sources.procfs.boot_id`).
     """
-    path = Path(state_dir) / "state.db"
-    if not path.is_file():
-        return {}
-    try:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=1.0)
-    except sqlite3.Error:
-        return {}
-    try:
-        rows = conn.execute(
-            "SELECT pid, start_ticks, rule FROM sanctioned_procs WHERE boot_id IS ?", (boot_id,)
-        ).fetchall()
-        return {(int(r[0]), int(r[1])): str(r[2]) for r in rows}
-    except (sqlite3.Error, ValueError, TypeError):
-        return {}
-    finally:
-        conn.close()
-
-
-def _int_or_none(value: object) -> int | None:
-    return int(value) if isinstance(value, int) else None
+    rows = _read_only(
+        state_dir,
+        "SELECT pid, start_ticks, rule FROM sanctioned_procs WHERE boot_id IS ?",
+        (boot_id,),
+    )
+    return {(int(r[0]), int(r[1])): str(r[2]) for r in rows if isinstance(r[0], int)}
 
 
 def read_slurm_members(
@@ -195,23 +203,16 @@ def read_slurm_members(
     """The daemon's record of processes seen below a slurmstepd, read without writing
     (for ``health-check``, run by slurmd as the Epilog): ``(PID, start ticks) -> (job id,
     uid)``. Empty when there is no database or it cannot be read."""
-    path = Path(state_dir) / "state.db"
-    if not path.is_file():
-        return {}
-    try:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=1.0)
-    except sqlite3.Error:
-        return {}
-    try:
-        rows = conn.execute(
-            "SELECT pid, start_ticks, job_id, uid FROM slurm_members WHERE boot_id IS ?",
-            (boot_id,),
-        ).fetchall()
-        return {(int(r[0]), int(r[1])): (int(r[2]), _int_or_none(r[3])) for r in rows}
-    except (sqlite3.Error, ValueError, TypeError):
-        return {}
-    finally:
-        conn.close()
+    rows = _read_only(
+        state_dir,
+        "SELECT pid, start_ticks, job_id, uid FROM slurm_members WHERE boot_id IS ?",
+        (boot_id,),
+    )
+    return {
+        (int(r[0]), int(r[1])): (int(r[2]), _int_or_none(r[3]))
+        for r in rows
+        if isinstance(r[0], int) and isinstance(r[2], int)
+    }
 
 
 def clean(text: str | None) -> str | None:
