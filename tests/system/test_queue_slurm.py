@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from tests.fakenvml.fixtures import fake_nvml, library_path
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401
 from watchdog.config.queue import QueueRule, QueueSettings
 from watchdog.lineage.base import CommandResult, run_command
+from watchdog.model import NvmlStatus, ScanResult
+from watchdog.policy.guard import Protection
 from watchdog.queue.actions import QueueEnforcer
 from watchdog.queue.slurm import SQUEUE_FORMAT, SlurmQueue, parse_squeue_formatted
 from watchdog.queue.source import QueueSource
@@ -35,6 +38,9 @@ pytestmark = pytest.mark.system
 
 STRANGER = "rwq-svcold"
 RULES = (QueueRule("pipeline", user="root", account="ml-research"),)
+
+# A scan whose guard protects nothing (no sanctioned job, no pin): queue rules decide.
+SCAN = ScanResult("h", datetime.now(UTC), 0.0, NvmlStatus(False), protection=Protection())
 
 
 @dataclass
@@ -189,7 +195,7 @@ def test_hold_touches_only_the_unknown_pending_entry(
     for mode, dry in (("observe", False), ("terminate", True)):
         source, enf, db, rec = _enforcer("hold", tmp_path, mode=mode, dry_run=dry)
         source.findings(time.time(), None)
-        assert enf.act(time.time(), None, None) == []
+        assert enf.act(time.time(), SCAN, None) == []
         assert rec.calls == []
         assert _show(cluster, jobs.bad_pending)["Reason"] != "JobHeldAdmin"
         dry_rows = [(a.kind, a.target, a.outcome, a.dry_run) for a in db.actions()]
@@ -199,7 +205,7 @@ def test_hold_touches_only_the_unknown_pending_entry(
 
     source, enf, db, rec = _enforcer("hold", tmp_path)
     source.findings(time.time(), None)
-    assert enf.act(time.time(), None, None) == []
+    assert enf.act(time.time(), SCAN, None) == []
     assert rec.calls == [["scontrol", "hold", str(jobs.bad_pending)]]
     held = _show(cluster, jobs.bad_pending)
     assert (held["JobState"], held["Reason"], held["Priority"]) == ("PENDING", "JobHeldAdmin", "0")
@@ -217,7 +223,7 @@ def test_hold_touches_only_the_unknown_pending_entry(
     assert again.details["held"] is True and again.message.endswith(
         f"; held; to remove it: scancel {jobs.bad_pending}"
     )
-    enf.act(time.time(), None, None)
+    enf.act(time.time(), SCAN, None)
     assert len(rec.calls) == 1
     # The recorded undo op restores it.
     cluster.cli("scontrol", *undo[0]["argv"])
@@ -231,7 +237,7 @@ def test_cancel_touches_only_the_unknown_entries(
 ) -> None:
     source, enf, db, rec = _enforcer("cancel", tmp_path)
     source.findings(time.time(), None)
-    assert enf.act(time.time(), None, None) == []
+    assert enf.act(time.time(), SCAN, None) == []
     assert sorted(rec.calls) == sorted(
         [["scancel", str(jobs.bad_running)], ["scancel", str(jobs.bad_pending)]]
     )

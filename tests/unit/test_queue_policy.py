@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ import pytest
 from watchdog.config import ConfigError, parse_config
 from watchdog.config.queue import QueueRule, QueueSettings
 from watchdog.lineage.base import CommandResult
+from watchdog.model import NvmlStatus, ScanResult
+from watchdog.policy.guard import Protection
 from watchdog.queue.actions import QueueEnforcer, build_queue_enforcers
 from watchdog.queue.generic import CommandQueue, parse_json_lines
 from watchdog.queue.model import QueueEntry
@@ -25,6 +28,9 @@ from watchdog.queue.source import (
 from watchdog.state import StateDB
 
 T0 = 1_700_000_000.0
+
+# A scan whose guard protects nothing (no sanctioned job, no pin): queue rules decide.
+SCAN = ScanResult("h", datetime.now(UTC), 0.0, NvmlStatus(False), protection=Protection())
 
 
 def entry(job_id: str = "3", **kw: object) -> QueueEntry:
@@ -208,18 +214,18 @@ def test_enforcer_guards(tmp_path: Path) -> None:
     }
     source, enf, db, runner = _setup(tmp_path, [pending, running, held, weird], now, "hold")
     source.findings(T0, None)
-    assert enf.act(T0, None, None) == []
+    assert enf.act(T0, SCAN, None) == []
     assert runner.calls == [["scontrol", "hold", "2"]]  # not running, held, or odd ids
     # Sanctioned by the time of the re-check (e.g. the listing was stale): untouched.
     now["5"] = entry("5", user="alice")
     source.backend._entries = [entry("5")]  # type: ignore[attr-defined]
     source.findings(T0, None)
-    enf.act(T0, None, None)
+    enf.act(T0, SCAN, None)
     # Gone by the time of the re-check: untouched.
     source.backend._entries = [entry("6")]  # type: ignore[attr-defined]
     now["6"] = None
     source.findings(T0, None)
-    enf.act(T0, None, None)
+    enf.act(T0, SCAN, None)
     assert runner.calls == [["scontrol", "hold", "2"]]
     assert [(a.kind, a.target, a.outcome) for a in db.actions()] == [
         ("scontrol-hold", "slurm job 2", "ok")
@@ -230,12 +236,12 @@ def test_enforcer_failure_is_a_finding_and_retried_later(tmp_path: Path) -> None
     e = entry("7", state="RUNNING")
     source, enf, db, runner = _setup(tmp_path, [e], {"7": e}, "cancel", rc=1)
     source.findings(T0, None)
-    (failed,) = enf.act(T0, None, None)
+    (failed,) = enf.act(T0, SCAN, None)
     assert (failed.kind, failed.details["fingerprint"]) == ("remediation-failed", "queue:scancel:7")
     assert "Access/permission denied" in failed.message
-    assert enf.act(T0 + 10, None, None) == []  # not before retry_s
+    assert enf.act(T0 + 10, SCAN, None) == []  # not before retry_s
     assert len(runner.calls) == 1
-    assert len(enf.act(T0 + 301, None, None)) == 1
+    assert len(enf.act(T0 + 301, SCAN, None)) == 1
     assert [a.outcome for a in db.actions()] == ["failed: Access/permission denied"] * 2
     assert all(a.undo is None for a in db.actions())
 
@@ -251,3 +257,33 @@ def test_enforcers_only_in_terminate_mode_with_an_action(tmp_path: Path) -> None
     assert enf.enabled and enf.settings.action == "hold"
     cfg = parse_config("queue: {slurm: true}\nenforcement: {mode: terminate}\n")
     assert build_queue_enforcers(cfg, db, build_queue_sources(cfg)) == []  # action none
+
+
+def test_the_guard_keeps_a_sanctioned_jobs_slurm_job_and_pinned_accounts(tmp_path: Path) -> None:
+    """Trust IV: queue actions take their targets from the one guard. The Slurm job a
+    sanctioned training job runs in, and an entry of an account the allowlist pins, are
+    never cancelled, whatever the queue rules say."""
+    from watchdog.model import Job, SlurmOrigin
+    from watchdog.policy.guard import protection
+
+    running = entry("8", state="RUNNING")
+    pinned = entry("9", state="RUNNING", account="research")
+    other = entry("10", state="RUNNING")
+    now: dict[str, QueueEntry | None] = {"8": running, "9": pinned, "10": other}
+    source, enf, _db, runner = _setup(tmp_path, [running, pinned, other], now, "cancel")
+    config = parse_config(
+        "sanctioned:\n  - name: research\n    cmdline: '*train.py*'\n"
+        "    origin: {slurm_account: research}\n",
+        "c.yaml",
+    )
+    job = Job(
+        50, [50], "bob", ("python3", "train.py"), 1, None, [], [],
+        origin=SlurmOrigin(job_id=8, account="sweeps"), verdict="sanctioned", rule="x",
+    )  # fmt: skip
+    scan = ScanResult(
+        "h", datetime.now(UTC), 0.0, NvmlStatus(False), jobs=[job],
+        protection=protection([job], config),
+    )  # fmt: skip
+    source.findings(T0, None)
+    assert enf.act(T0, scan, None) == []
+    assert runner.calls == [["scancel", "10"]]

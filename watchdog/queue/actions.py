@@ -4,7 +4,10 @@ Runs only when ``enforcement.mode`` is ``terminate`` and ``queue.action`` is ``h
 ``cancel``. Guards, in order: a Slurm entry with a plain numeric id (``42`` or ``42_3``);
 not acted on before by this daemon; for ``hold`` a pending entry not already held; then
 a fresh ``scontrol show job -o ID`` must still show the job in that phase and matching
-no ``queue.sanctioned`` rule (sanctioned entries are never touched). Every action (also a
+no ``queue.sanctioned`` rule (sanctioned entries are never touched); and the scan's one
+guard (:mod:`watchdog.policy.guard`) must not protect it: the Slurm job of a sanctioned
+training job, or an account or job name the allowlist pins, is never held or cancelled,
+whatever the queue rules say. Every action (also a
 dry run, also a failure) is written to the audit trail with ``StateDB.record_action``;
 a hold records the undo op ``{"op": "scontrol", "argv": ["release", ID]}``; a cancel
 cannot be undone. Commands run through one replaceable runner so tests can record them.
@@ -19,7 +22,7 @@ from typing import Any, Protocol
 from watchdog.config import Config
 from watchdog.config.queue import QueueSettings
 from watchdog.lineage.base import run_command
-from watchdog.model import Finding, ScanResult
+from watchdog.model import Finding, ScanResult, SlurmOrigin
 from watchdog.plugins import TrackResult
 from watchdog.queue.model import QueueEntry
 from watchdog.queue.slurm import QueueError, SlurmQueue
@@ -102,7 +105,7 @@ class QueueEnforcer:
         for entry in self.source.last:
             action = self.settings.action
             key = (entry.job_id, action)
-            if not self._candidate(entry, key, now):
+            if not self._candidate(entry, key, now) or self._protected(entry, result):
                 continue
             current = self._recheck(entry)
             if current is None:
@@ -118,6 +121,18 @@ class QueueEnforcer:
                 self._failed_at[key] = now
                 out.append(failure)
         return out
+
+    @staticmethod
+    def _protected(entry: QueueEntry, result: ScanResult) -> bool:
+        """True when the scan's guard protects the entry's Slurm job (or no scan said
+        what is protected: then nothing is acted on)."""
+        if result.protection is None:
+            return True
+        job = int(entry.job_id.split("_", 1)[0])
+        origin = SlurmOrigin(
+            job_id=job, job_name=entry.name, account=entry.account, user=entry.user
+        )
+        return result.protection.source_refusal(origin) is not None
 
     def _candidate(self, entry: QueueEntry, key: tuple[str, str], now: float) -> bool:
         if entry.queue != "slurm" or not _JOB_ID.fullmatch(entry.job_id) or key in self.done:
