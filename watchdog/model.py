@@ -11,7 +11,7 @@ import re
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol, get_args
 
@@ -200,6 +200,7 @@ class Finding:
 # (keys that appear together, or only for some origins); one marked _HIDDEN never
 # appears under its own key.
 _OPTIONAL = {"show": "unless-none"}
+_UNLESS_EMPTY = {"show": "unless-empty"}
 _HIDDEN = {"show": "never"}
 
 
@@ -296,6 +297,11 @@ class Origin:
         removed), or None while it does or cannot say."""
         return None
 
+    def alternatives(self) -> tuple[Origin, ...]:
+        """Other sources that can as well have started it (the resolver could not tell
+        them apart); the guard protects the job when one of them is protected."""
+        return ()
+
     def stop_targets(self) -> tuple[tuple[object, ...], ...]:
         """What stopping this source by hand acts on, one tuple each: the crontab line,
         the unit and timer, the Slurm job, the container, the pod's owner. The guard
@@ -314,6 +320,8 @@ class Origin:
             show = f.metadata.get("show")
             value = getattr(self, f.name)
             if show == "never" or (show == "unless-none" and value is None):
+                continue
+            if show == "unless-empty" and not value:
                 continue
             if show == "with" and getattr(self, f.metadata["with"]) is None:
                 continue
@@ -468,6 +476,8 @@ class CronOrigin(Origin):
             None when the line no longer runs.
         script: The run-parts script the line ran, when it ran a directory.
         launch_script: The script the line runs that daemonised the job.
+        also: ``FILE:LINE`` of the other lines that can have started it (identical
+            commands): the attribution is not sure.
         confidence: ``high`` or ``medium``: how sure the ``launch_script`` attribution is.
         entry_state: ``disabled``/``removed`` when the line no longer runs, ``ignored``
             when cron no longer reads its file (a mode or owner cron refuses),
@@ -487,6 +497,17 @@ class CronOrigin(Origin):
     launch_script: str | None = field(default=None, metadata=_OPTIONAL)
     confidence: str | None = field(default=None, metadata=_OPTIONAL)
     entry_state: str | None = field(default=None, metadata=_OPTIONAL)
+    also: tuple[str, ...] = field(default=(), metadata=_UNLESS_EMPTY)
+
+    def alternatives(self) -> tuple[Origin, ...]:
+        """The other crontab lines that can have started it (``also``): an identical
+        line in another file or at another minute."""
+        out: list[Origin] = []
+        for where in self.also:
+            path, _, line = where.rpartition(":")
+            if path and line.isdigit():
+                out.append(replace(self, file=path, line=int(line), also=(), entry=None))
+        return tuple(out)
 
     def describe(self) -> str:
         """See :meth:`Origin.describe`; never ``cron None:None``: a missing line says why."""
@@ -1025,6 +1046,8 @@ class Advice:
         disables: What ``disable-source`` changes, in words (``the crontab``).
         source_gone: Why the source needs nothing done (its crontab line was
             disabled or removed since the job started).
+        stops_job: :attr:`by_hand` stops the job itself (a ``kill`` of its processes:
+            shell and orphan origins name no source that would start it again).
     """
 
     refused: str | None = None
@@ -1034,6 +1057,7 @@ class Advice:
     source_refused: str | None = None
     disables: str | None = None
     source_gone: str | None = None
+    stops_job: bool = False
 
     def to_json(self, pid: int) -> dict[str, Any]:
         """``jobs[].advice`` of the scan JSON (docs/scan-json-schema.md): what may be done
@@ -1050,7 +1074,7 @@ class Advice:
     def stop_source(self, target: int | str) -> str | None:
         """What to run to stop the source, best way first, or None (see :attr:`disable`,
         :attr:`by_hand`). ``target`` names the job to the CLI: PID or ``F12``."""
-        if self.refused is not None or self.source_refused is not None:
+        if self.refused is not None or self.source_refused is not None or self.stops_job:
             return None
         if self.disable:
             text = (
@@ -1065,6 +1089,8 @@ class Advice:
         not disabled and how to stop this run; empty when nothing may be done."""
         if self.refused is not None:
             return ""
+        if self.stops_job:
+            return f"; to stop it: {self._terminate(target)}"
         stop = self.stop_source(target)
         if stop:
             return f"; to stop the source: {stop}"
@@ -1091,9 +1117,16 @@ class Advice:
                 f"rogue-watchdog disable-source {pid} && rogue-watchdog terminate {pid}"
                 " (--dry-run first to preview)"
             )
+        if self.stops_job:
+            return self._terminate(pid)
         if self.by_hand:
             return self.by_hand
         return f"rogue-watchdog terminate {pid} (its origin is unknown: see explain {pid})"
+
+    def _terminate(self, target: int | str) -> str:
+        """``rogue-watchdog terminate T``, and the by-hand ``kill`` beside it."""
+        text = f"rogue-watchdog terminate {target}"
+        return f"{text}, or by hand: {self.by_hand}" if self.by_hand else text
 
     def explain_line(self, target: int | str | None) -> str:
         """The ``Remediation:`` line of ``explain``: the command, or why there is none."""
@@ -1109,6 +1142,11 @@ class Advice:
             return f"its source is not disabled: {self.source_refused}" + (
                 f"; to stop this run: rogue-watchdog terminate {target}" if target else ""
             )
+        if self.stops_job:
+            return (
+                "none needed for the source (nothing would start it again); "
+                + (f"to stop it: {self._terminate(target)}" if target is not None else "")
+            ).rstrip("; ")
         stop = self.stop_source(target) if target is not None else self.by_hand
         if stop:
             return stop

@@ -84,9 +84,11 @@ def test_terminate_by_finding_id_obeys_the_daemons_protect_list(
     assert f"rogue-watchdog: using the running daemon's configuration: {config}\n" in err
     assert code == 1, (out, err)
     assert f"matches enforcement.protect entry 'cmdline=*/pipeline-{token}/*'" in out
+    # The guard refuses the job as a whole, before any plan (Trust IV).
     assert out.endswith(
-        "outcome: dry-run\na real run would be refused: no process of this job would be signalled\n"
-    )
+        f"is protected: refusing (PID {job.pid} matches enforcement.protect entry "
+        f"'cmdline=*/pipeline-{token}/*')\n"
+    ), out
     assert job.poll() is None  # a dry run, and refused: the job still runs
 
 

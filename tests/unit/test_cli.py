@@ -72,7 +72,10 @@ def test_killed_leader_orphans_end_to_end(spawned: Spawned, tmp_path: Path) -> N
     assert member.stdout.splitlines()[1] == (
         f"Training job (member of the job rooted at PID {kids[0]}): 2 process(es), verdict rogue"
     )
-    assert f"Remediation: kill -TERM {kids[0]}" in member.stdout
+    assert (
+        "Remediation: none needed for the source (nothing would start it again); to stop it: "
+        f"rogue-watchdog terminate {kids[0]}, or by hand: kill -TERM {kids[0]} {kids[1]}"
+    ) in member.stdout
     assert "None" not in member.stdout
 
 

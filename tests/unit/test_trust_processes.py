@@ -133,7 +133,9 @@ def test_orphaned_shell_bystander_is_never_signalled(tmp_path: Path, started: St
     assert job.advice.stop_pids == (trainer, wrapper)
     # `timeout` made a process group of its own holding just the two: the group is exact.
     assert job.advice.by_hand == f"kill -TERM -- -{wrapper}"
-    assert job.advice.stop_line(trainer) == f"kill -TERM -- -{wrapper}"
+    assert job.advice.stop_line(trainer) == (
+        f"rogue-watchdog terminate {trainer}, or by hand: kill -TERM -- -{wrapper}"
+    )
 
     done = run_cli("terminate", str(trainer), "--config", str(cfg), timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr

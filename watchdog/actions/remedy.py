@@ -42,6 +42,8 @@ class JobTarget:
         running: The job runs now (False: named by a finding, from its record).
         summary: What the record says of a job that is not running.
         reason: Why it has its verdict (recorded with every action on it).
+        refused: Why the guard says it must not be a target at all (a protected
+            process or origin); None when it may be stopped.
     """
 
     signature: str | None
@@ -57,6 +59,7 @@ class JobTarget:
     running: bool = True
     summary: str = field(default="")
     reason: str = ""
+    refused: str | None = None
 
     @property
     def unsanctioned(self) -> bool:
@@ -100,6 +103,7 @@ def target_from_job(
         origin=job.origin,
         verdict=job.verdict,
         reason=job.reason,
+        refused=job.advice.refused if job.unsanctioned else None,
     )
 
 
@@ -204,6 +208,15 @@ class Remedy:
             ``(action id, outcome)``.
         """
         dry = dry_run or self.settings.dry_run
+        if target.refused is not None:
+            # The guard protects the job (enforcement.protect, an origin it names):
+            # nothing is signalled, whoever asks.
+            res = TerminateOutcome([], "refused")
+            refusal: dict[str, Any] = {"refused": target.refused}
+            aid = self._record(
+                "terminate", target, f"PID {target.root_pid}", "refused", refusal, now, dry, None
+            )
+            return aid, res
         res = terminate_tree(
             target.members, self.guard(), self.effects, self.settings.grace_s, dry_run=dry
         )

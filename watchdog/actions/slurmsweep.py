@@ -407,7 +407,15 @@ def sweep(
         table, ctx, config.device_glob, job_id, recorded=recorded, epilog=epilog,
         epilog_uid=epilog_uid,
     )  # fmt: skip
-    guard = Guard(proc_root=config.paths.proc_root, protect=config.enforcement.protect)
+    # Never signalled, whatever a tree's scope reaches: slurmd, every slurmstepd and what
+    # runs below them (running jobs are Slurm's), and the claims that are not proven.
+    keep = {pid for pid in table.procs if _managed(table.ancestors(pid))}
+    keep |= {u.pid for u in report.unconfirmed}
+    guard = Guard(
+        proc_root=config.paths.proc_root,
+        protect=config.enforcement.protect,
+        sanctioned_pids=frozenset(keep),
+    )
     by_job: dict[int, list[Leftover]] = {}
     for lo in report.leftovers:
         by_job.setdefault(lo.job_id, []).append(lo)

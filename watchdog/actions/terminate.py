@@ -42,7 +42,7 @@ from typing import Any
 
 from watchdog.actions.effects import Effects, IdentityChangedError
 from watchdog.actions.guards import Expected, Guard, LiveProc, read_live
-from watchdog.lineage.base import command_key, program_span
+from watchdog.lineage.base import command_key, mentions, program_of
 
 
 @dataclass
@@ -184,6 +184,9 @@ class JobTree:
         self.key = command_key(self.members[0].cmdline or ()) if self.members else None
         # Processes next to the job left out, PID -> (argv, why): shared wrappers.
         self.left: dict[int, tuple[tuple[str, ...], str]] = {}
+        # The root's program and owner, fixed at the first look (see _same_program).
+        self.program: tuple[str, ...] | None = None
+        self.uid: int | None = None
         self._first = True
 
     def _allowed(self, exp: Expected) -> bool:
@@ -247,7 +250,7 @@ class JobTree:
             for proc in live.values():
                 if proc.pid in tree or proc.state == "Z" or proc.pid <= 1:
                     continue
-                if not self._in_scope(proc):
+                if not self._in_scope(proc, live):
                     continue
                 changed |= add(self._identity(proc), self._depth(proc, live, tree))
         self._first = False
@@ -280,7 +283,7 @@ class JobTree:
         depth, cur = 0, live.get(root.ppid)
         while cur is not None and cur.pid > 1 and cur.pid not in tree:
             name = os.path.basename(cur.exe or (cur.cmdline[0] if cur.cmdline else ""))
-            if name not in _JOB_WRAPPERS or key not in " ".join(cur.cmdline):
+            if name not in _JOB_WRAPPERS or not mentions(" ".join(cur.cmdline), key):
                 return
             others = [d for d in _descendants(cur.pid, children) if d not in mine and d != cur.pid]
             others = [d for d in others if live[d].state != "Z"]
@@ -310,27 +313,59 @@ class JobTree:
                 leader = getattr(proc, attr)
                 if leader > 1 and (leader in tree or leader not in live):
                     out.add(leader)
+        root = live.get(self.members[0].pid) if self.members else None
+        if root is not None:
+            self.program, self.uid = program_of(root.cmdline), root.uid
         paths = {_cgroup_of(p) for p in procs}
         if len(paths) != 1 or None in paths:
             return
         path = paths.pop()
         top = min(procs, key=lambda p: tree[p.pid][1])
         above = live.get(top.ppid)
-        if above is not None and _cgroup_of(above) != path:
+        if above is None or _cgroup_of(above) == path:
+            return
+        # The job's own only when nothing else runs in it: a login session's scope or
+        # cron.service also holds the person's shell, sshd, the cron daemon.
+        if all(
+            p.pid in tree or self._same_program(p)
+            for p in live.values()
+            if _cgroup_of(p) == path and p.state != "Z"
+        ):
             self.cgroup = path
 
-    def _in_scope(self, proc: LiveProc) -> bool:
-        if self.cgroup is not None and _cgroup_of(proc) == self.cgroup:
-            return True  # the job's own cgroup: all of it is the job (a unit's processes)
-        # A group or session whose leader is gone can hold other leftovers of the same
-        # login (a `nohup` notebook): only processes running the job's program belong,
-        # not one that names its script as data (`tail -f train.py`).
+    def _same_program(self, proc: LiveProc) -> bool:
+        """Runs the job root's very program (interpreter and script, or module), as its
+        owner: a copy of the job, not a neighbour (`check_train.py`, `webapp`)."""
         return (
-            (proc.pgid in self.groups or proc.sid in self.sessions)
-            and self.key is not None
+            self.program is not None
             and not is_wrapper_name(proc)
-            and self.key in " ".join(proc.cmdline)[: program_span(proc.cmdline)]
+            and proc.uid == self.uid
+            and program_of(proc.cmdline) == self.program
         )
+
+    def _below_protected(self, proc: LiveProc, live: dict[int, LiveProc]) -> bool:
+        """A descendant of a process the guard protects (a worker a sanctioned run
+        forked since the scan is not in the scan's identities, but its parent is)."""
+        protected = set(self.guard.sanctioned_pids)
+        if self.guard.protection is not None:
+            protected |= set(self.guard.protection.pids)
+        cur, hops = live.get(proc.ppid), 0
+        while cur is not None and cur.pid > 1 and hops < 4096:
+            if cur.pid in protected:
+                return True
+            cur, hops = live.get(cur.ppid), hops + 1
+        return False
+
+    def _in_scope(self, proc: LiveProc, live: dict[int, LiveProc]) -> bool:
+        # The job's own cgroup, process groups and sessions whose leader is gone: only
+        # processes running the job's own program as its owner are the job (a copy it
+        # left behind), never a neighbour that shares the group, a process that names
+        # its script as data (`tail -f train.py`), or anything below a protected one.
+        if not self._same_program(proc) or self._below_protected(proc, live):
+            return False
+        if self.cgroup is not None and _cgroup_of(proc) == self.cgroup:
+            return True
+        return proc.pgid in self.groups or proc.sid in self.sessions
 
     @staticmethod
     def _depth(

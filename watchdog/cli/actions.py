@@ -247,6 +247,9 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     if not target.unsanctioned and not args.force:
         _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
         return 1
+    if target.refused is not None:
+        _out(f"{target.describe()} is protected: refusing ({target.refused})")
+        return 1
     remedy = _remedy(config, db, result)
     dry = args.dry_run or config.enforcement.dry_run
     action_id, res = remedy.terminate(target, time.time(), dry_run=dry)
@@ -288,7 +291,7 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     if plan.refused:
         # Nothing to name: no "none -" plan line, only why and what is left to do.
         _out(f"cannot disable the source of {target.describe()}: {plan.refused}")
-        if target.running:
+        if target.running and target.refused is None:
             _out(f"  to stop the running job: rogue-watchdog terminate {target.root_pid}")
         return 1
     _out(
@@ -424,8 +427,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "terminate",
         parents=[common],
         **command_help(
-            "stop a training job (SIGTERM, then SIGKILL)",
-            "Stop a rogue job's whole process tree: SIGTERM, then SIGKILL after the grace "
+            "stop a training job (freeze, SIGTERM, then SIGKILL)",
+            "Stop a rogue job's whole process tree: frozen with SIGSTOP first (nothing can "
+            "fork meanwhile), SIGTERM, then SIGKILL after the grace "
             "period. The job is found again by a fresh scan and every process is checked "
             "(same PID and start time, not protected, not sanctioned) before it is signalled. "
             "Recorded in the audit trail (`actions`).",

@@ -259,6 +259,10 @@ def program_span(argv: Sequence[str]) -> int:
     may name a script without running it (``tail -f train.py``, ``vim train.py``,
     ``pgrep -f train.py``, ``python3 eval.py --from train.py``).
 
+    ``-c CODE``, ``-e CODE`` and ``--eval=CODE`` end the span at the option: the code is
+    what runs, and a script name inside it (``python3 -c "print(1)  # train.py"``) is
+    text; ``-`` (a program on stdin) ends it before.
+
     Args:
         argv: A command line.
 
@@ -272,8 +276,17 @@ def program_span(argv: Sequence[str]) -> int:
         i = 1
         while i < len(argv):
             arg = argv[i]
-            if arg in _CODE_OPTIONS or not arg.startswith("-"):
-                end = min(len(argv), i + (2 if arg in _CODE_OPTIONS else 1))
+            if arg == "-":
+                end = i  # the program comes on stdin: nothing here names it
+                break
+            if arg == "-m" or (arg.startswith("-m") and len(arg) > 2 and arg[1] == "m"):
+                end = min(len(argv), i + (2 if arg == "-m" else 1))  # the module runs
+                break
+            if arg in _CODE_OPTIONS or arg.startswith(("--eval=", "-c", "-e")):
+                end = i + 1  # code follows (or is attached): a name inside it is data
+                break
+            if not arg.startswith("-"):
+                end = i + 1
                 break
             i += 2 if arg in _OPTION_VALUES else 1
             end = min(len(argv), i)
@@ -294,6 +307,37 @@ def runs_program(argv: Sequence[str], pattern: Searcher) -> bool:
     start there."""
     m = pattern.search(" ".join(argv))
     return m is not None and int(m.start()) < program_span(argv)
+
+
+def program_of(cmdline: Sequence[str]) -> tuple[str, ...]:
+    """What a command line runs, for telling two processes run the same program: the
+    part :func:`program_span` covers (interpreter, its options and its program
+    argument; or the program), argv[0] by its basename.
+
+    ``python3 /srv/train.py --rank 3`` and ``/usr/bin/python3 -u /srv/train.py`` run the
+    same program; ``python3 /srv/check_train.py`` and ``python3 /srv/webapp`` do not.
+    """
+    if not cmdline:
+        return ()
+    span = program_span(cmdline)
+    words: list[str] = []
+    used = 0
+    for arg in cmdline:
+        if used >= span:
+            break
+        words.append(arg)
+        used += len(arg) + 1
+    rest = [w for w in words[1:] if w == "-m" or not w.startswith("-")]
+    rest += [w for w in words[1:] if w.startswith(("-m", "-c", "-e", "--eval")) and w != "-m"]
+    return (words[0].rsplit("/", 1)[-1], *rest)
+
+
+def mentions(text: str, key: str) -> bool:
+    """True when ``key`` (a script or program name) appears in ``text`` as a whole path
+    component: ``train.py`` in ``sh -c 'python3 /srv/train.py'``, never in
+    ``retrain.py`` or ``train.py.bak``."""
+    pattern = r"(?:^|[\s/'\"=;&|(])" + re.escape(key) + r"(?:$|[\s'\";&|)])"
+    return re.search(pattern, text) is not None
 
 
 def command_key(cmdline: Sequence[str]) -> str | None:

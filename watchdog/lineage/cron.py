@@ -269,6 +269,8 @@ def _origin(
             "Debian's cron 3.0 ignores it and uses the host's zone)"
         )
     remediation = _disable_command(entry, ctx)
+    also = tuple(f"{m.entry.file}:{m.entry.line}" for m in matches[1:] if m.exact)
+    fields = replace(fields, also=also)
     script = _run_parts_script(lineage, daemon_idx)
     if script is not None:
         runner, path = script

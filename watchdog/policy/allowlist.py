@@ -83,6 +83,13 @@ def rule_mismatch(rule: Rule, job: Job) -> list[str]:
     if rule.user is not None and job.user != rule.user:
         why.append(f"user must be {rule.user!r}, is {job.user!r}")
     miss = origin_mismatch(rule.origin, job.origin)
+    if miss is not None and any(
+        origin_mismatch(rule.origin, alt) is None for alt in job.origin.alternatives()
+    ):
+        # Identical lines: the one the rule pins can as well have started it. Which
+        # fired cannot be told, so it is not called rogue for it (never a false alarm on
+        # the pipeline); the guard keeps it from being a target either way.
+        miss = None
     if miss is not None:
         why.append(miss)
     elif (

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from watchdog.config import Config, OriginPin
 from watchdog.config.enforcement import Protect
-from watchdog.lineage.base import command, command_key, is_wrapper
+from watchdog.lineage.base import command, command_key, is_wrapper, mentions
 from watchdog.model import Advice, Job, Origin, Proc
 from watchdog.policy.allowlist import origin_mismatch
 from watchdog.sources.procfs import ProcessTable
@@ -95,6 +95,15 @@ class Protection:
         be disabled."""
         return next((s for s in self.sources if s.covers(origin)), None)
 
+    def unsure(self, origin: Origin) -> tuple[Origin, ProtectedSource] | None:
+        """A source that can as well have started the job (``alternatives``) and that
+        is protected: then the job may be the sanctioned one, and is no target."""
+        for alt in origin.alternatives():
+            src = self.protected_source(alt)
+            if src is not None:
+                return alt, src
+        return None
+
     def source_refusal(self, origin: Origin) -> str | None:
         """Why ``origin``'s source must never be disabled (advice, plan, automation), or
         None when it may be."""
@@ -129,6 +138,12 @@ class Protection:
         for src in self.sources:
             if src.why.startswith("enforcement.protect") and src.covers(job.origin):
                 return f"its origin ({job.origin.describe()}) is protected by {src.why}"
+        alt = self.unsure(job.origin)
+        if alt is not None:
+            return (
+                f"it may have been started by {alt[0].describe()}, the origin of {alt[1].why} "
+                f"(identical lines; which one fired cannot be told): not a target while unsure"
+            )
         return None
 
 
@@ -214,7 +229,9 @@ def _identities(job: Job, table: ProcessTable | None) -> set[Identity]:
     return out
 
 
-def exclusive_wrappers(job: Job, table: ProcessTable) -> list[Proc]:
+def exclusive_wrappers(
+    job: Job, table: ProcessTable, kept: Collection[int] = ()
+) -> list[Proc]:
     """The wrappers above the job's root that exist only for it, nearest first.
 
     A wrapper (a shell, ``timeout``, ``nohup``, ``sudo``, ``flock``...; see
@@ -229,11 +246,13 @@ def exclusive_wrappers(job: Job, table: ProcessTable) -> list[Proc]:
     Args:
         job: A job of this scan.
         table: The process table it was built from.
+        kept: Members the guard protects: as good as outside the job (a wrapper above
+            one is shared with it).
 
     Returns:
         The wrappers, nearest the root first (empty when the root's parent is shared).
     """
-    mine = set(job.pids)
+    mine = set(job.pids) - set(kept)
     key = command_key(job.cmdline)
     out: list[Proc] = []
     for proc in job.lineage[1:]:
@@ -241,7 +260,7 @@ def exclusive_wrappers(job: Job, table: ProcessTable) -> list[Proc]:
             break
         # It carries the job's command (cron's `sh -c CMD`, `timeout 300 CMD`): a login
         # shell (`-bash`) the trainer runs in is the person's session, never the job's.
-        if key is None or key not in " ".join(proc.cmdline):
+        if key is None or not mentions(" ".join(proc.cmdline), key):
             break
         if any(d not in mine for d in table.descendants(proc.pid)):
             break
@@ -293,8 +312,11 @@ def advise(
     refused = guard.job_refusal(job)
     if refused is not None:
         return Advice(refused=refused)
-    wrappers = exclusive_wrappers(job, table) if table is not None else []
-    stop_pids = (*job.pids, *(w.pid for w in wrappers))
+    # A member the guard protects (sanctioned earlier and still alive, on the protect
+    # list) is never named, and the by-hand kill never reaches it through its group.
+    kept = {pid for pid in job.pids if _protected_member(pid, job, guard, table)}
+    wrappers = exclusive_wrappers(job, table, kept) if table is not None else []
+    stop_pids = tuple(p for p in (*job.pids, *(w.pid for w in wrappers)) if p not in kept)
     origin = job.origin
     src = guard.protected_source(origin)
     if src is not None:
@@ -302,7 +324,9 @@ def advise(
         return Advice(stop_pids=stop_pids, source_refused=f"{what}; {_instead(job, src, config)}")
     if not origin.stop_targets() and origin.kind in ("shell", "orphan"):
         # Stopped by signals: name exactly the processes the signal set has.
-        return Advice(stop_pids=stop_pids, by_hand=_kill(job, wrappers, table))
+        return Advice(
+            stop_pids=stop_pids, by_hand=_kill(job, stop_pids, table), stops_job=True
+        )
     gone = origin.source_gone()
     if gone is not None:
         return Advice(stop_pids=stop_pids, source_gone=gone)
@@ -324,10 +348,16 @@ def _disable_handled(origin: Origin) -> bool:
     return any(t[0] == "systemd-unit" and len(t) == 2 for t in targets)
 
 
-def _kill(job: Job, wrappers: Sequence[Proc], table: ProcessTable | None) -> str:
+def _protected_member(pid: int, job: Job, guard: Protection, table: ProcessTable | None) -> bool:
+    by_pid = {p.pid: p for p in job.lineage}
+    proc = by_pid.get(pid) or (table.get(pid) if table is not None else None)
+    return proc is not None and guard.process_refusal(proc) is not None
+
+
+def _kill(job: Job, stop_pids: Sequence[int], table: ProcessTable | None) -> str:
     """``kill -TERM`` for the job: its whole process group when everything in the group
-    is the job's (``-- -PGID``), else its processes and exclusive wrappers by PID."""
-    mine = {*job.pids, *(w.pid for w in wrappers)}
+    may be stopped (``-- -PGID``), else the processes that may, by PID."""
+    mine = set(stop_pids)
     root = job.lineage[0] if job.lineage else None
     if table is not None and root is not None and root.pgid > 1:
         group = {p.pid for p in table.procs.values() if p.pgid == root.pgid}
