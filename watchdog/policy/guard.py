@@ -229,9 +229,7 @@ def _identities(job: Job, table: ProcessTable | None) -> set[Identity]:
     return out
 
 
-def exclusive_wrappers(
-    job: Job, table: ProcessTable, kept: Collection[int] = ()
-) -> list[Proc]:
+def exclusive_wrappers(job: Job, table: ProcessTable, kept: Collection[int] = ()) -> list[Proc]:
     """The wrappers above the job's root that exist only for it, nearest first.
 
     A wrapper (a shell, ``timeout``, ``nohup``, ``sudo``, ``flock``...; see
@@ -324,9 +322,7 @@ def advise(
         return Advice(stop_pids=stop_pids, source_refused=f"{what}; {_instead(job, src, config)}")
     if not origin.stop_targets() and origin.kind in ("shell", "orphan"):
         # Stopped by signals: name exactly the processes the signal set has.
-        return Advice(
-            stop_pids=stop_pids, by_hand=_kill(job, stop_pids, table), stops_job=True
-        )
+        return Advice(stop_pids=stop_pids, by_hand=_kill(job, stop_pids, table), stops_job=True)
     gone = origin.source_gone()
     if gone is not None:
         return Advice(stop_pids=stop_pids, source_gone=gone)
