@@ -208,21 +208,26 @@ class SimHost:
             if child.ppid == pid:
                 child.ppid = 1
                 self.write(child)
-        parent = self.procs.get(proc.ppid)
+        self._unshare(proc.ppid)
+        self.write_nvml()
+
+    def _unshare(self, pid: int) -> None:
+        """What a shared shell shared with is gone (exited, or a zombie it has not
+        reaped): it now exists only for its job."""
+        parent = self.procs.get(pid)
         if (
             parent is not None
             and parent.label[0] == "shared"
-            and not any(c.label[0] == "bystander" for c in self.children(parent.pid))
+            and not any(c.label[0] == "bystander" and c.state != "Z" for c in self.children(pid))
         ):
-            # What it shared with is gone: it now exists only for its job.
             parent.label = ("wrapper", parent.label[1])
-        self.write_nvml()
 
     def zombie(self, pid: int) -> None:
         """The process exits and its parent does not reap it."""
         proc = self.procs[pid]
         proc.state = "Z"
         self.write(proc)
+        self._unshare(proc.ppid)
         for child in self.procs.values():
             if child.ppid == pid:
                 child.ppid = 1

@@ -260,8 +260,9 @@ def exclusive_wrappers(job: Job, table: ProcessTable, kept: Collection[int] = ()
         # shell (`-bash`) the trainer runs in is the person's session, never the job's.
         if key is None or not mentions(" ".join(proc.cmdline), key):
             break
-        if any(d not in mine for d in table.descendants(proc.pid)):
-            break
+        others = [d for d in table.descendants(proc.pid) if d not in mine]
+        if any((p := table.get(d)) is not None and not p.is_zombie for d in others):
+            break  # (a zombie it has not reaped is gone already: nothing shared)
         mine.add(proc.pid)
         out.append(proc)
     return out
