@@ -194,3 +194,34 @@ def test_a_login_shell_is_never_the_jobs_wrapper(tmp_path: Path) -> None:
     jobs = {j.root_pid: j for j in group_jobs(ctx.table, evidence, [], {})}
     assert exclusive_wrappers(jobs[60], ctx.table) == []
     assert [p.pid for p in exclusive_wrappers(jobs[71], ctx.table)] == [70]
+
+
+def test_a_zombie_it_has_not_reaped_leaves_a_shell_the_jobs(tmp_path: Path) -> None:
+    """Sim (seed 20261201): a shared shell's web server became a zombie the shell had not
+    reaped. terminate took the shell as the job's (the zombie is gone already) while the
+    advice still called it shared; both now agree: it exists only for the job."""
+    from watchdog.policy.guard import exclusive_wrappers
+
+    procs = [
+        FakeProc(1, 0, ["/sbin/init"]),
+        FakeProc(
+            50,
+            1,
+            ["/bin/sh", "-c", f"python3 -m http.server & timeout 300 {PY} /u/train_a.py"],
+            exe="/usr/bin/dash",
+        ),
+        FakeProc(51, 50, [PY, "-m", "http.server"]),
+        FakeProc(52, 50, ["/usr/bin/timeout", "300", PY, "/u/train_a.py"]),
+        FakeProc(53, 52, [PY, "/u/train_a.py"]),
+    ]
+    ctx = make_context(tmp_path / "proc", procs)
+    evidence = TrainingEvidence()
+    evidence.add(53, "launcher")
+    (job,) = group_jobs(ctx.table, evidence, [], {})
+    assert [p.pid for p in exclusive_wrappers(job, ctx.table)] == [52]  # 51 is alive
+    stat = tmp_path / "proc" / "51" / "stat"
+    stat.write_text(stat.read_text().replace(" S 50 ", " Z 50 "))
+    (tmp_path / "proc" / "51" / "cmdline").write_bytes(b"")
+    ctx.table.refresh()
+    (job,) = group_jobs(ctx.table, evidence, [], {})
+    assert [p.pid for p in exclusive_wrappers(job, ctx.table)] == [52, 50]
