@@ -87,8 +87,9 @@ def test_terminate_mode_kills_rogue_only_records_and_catches_the_comeback(
         (rogue.pid, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited")
     ]
     kept = [a for a in d.db.actions() if a.details.get("root", [0])[0] == keep.pid]
-    assert [(a.outcome, a.details["procs"][0]["result"]) for a in kept] == [("refused", "refused")]
-    assert "enforcement.protect entry '*train_keep_rw.py*'" in kept[0].details["procs"][0]["reason"]
+    # The guard refuses the protected job as a whole, once, and says which entry.
+    assert [(a.kind, a.outcome) for a in kept] == [("terminate", "refused")]
+    assert "enforcement.protect entry '*train_keep_rw.py*'" in kept[0].details["refused"]
     assert not [a for a in d.db.actions() if a.details.get("root", [0])[0] == ok.pid]
 
     d.tick(t0 + 60)  # gone: nothing new

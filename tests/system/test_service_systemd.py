@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -110,13 +112,18 @@ def service(nsystemd: NamespacedSystemd) -> Iterator[tuple[NamespacedSystemd, Pa
         f"daemon:\n  state_dir: {sandbox}/state\n  interval_s: 5\n"
         f"alerts:\n  sinks:\n    - type: log\n      path: {sandbox}/alerts.log\n"
     )
-    trainer = sd.write_file("train_ghost.py", "import time\ntime.sleep(600)\n")
+    # Another user's process: ProtectProc=invisible must not hide it from the daemon.
+    # It runs its script (naming one is not training): the script lives in a folder of
+    # its own that nobody may read, beside the 0700 sandbox, removed at the end.
+    pub = Path(tempfile.mkdtemp(prefix="rwtest-pub-", dir="/var/tmp"))
+    pub.chmod(0o755)
+    trainer = pub / "train_ghost.py"
+    trainer.write_text("import time\ntime.sleep(600)\n")
+    trainer.chmod(0o644)
     sd.add_unit(
         "ghost-retrain.service",
-        # Another user's process: ProtectProc=invisible must not hide it from the daemon.
-        # (-c: nobody cannot read the 0700 sandbox; the path stays in the command line.)
         "[Unit]\nDefaultDependencies=no\n\n[Service]\nUser=nobody\n"
-        f"ExecStart=/usr/bin/python3 -c 'import time; time.sleep(600)' {trainer} --epochs 90\n",
+        f"ExecStart=/usr/bin/python3 {trainer} --epochs 90\n",
         reload=False,
     )
     sd.add_unit("ghost-retrain.timer", "[Unit]\nDefaultDependencies=no\n\n[Timer]\nOnActiveSec=1\n")
@@ -125,6 +132,7 @@ def service(nsystemd: NamespacedSystemd) -> Iterator[tuple[NamespacedSystemd, Pa
         yield sd, sandbox, config
     finally:
         sd.stop_units([UNIT, "ghost-retrain.timer", "ghost-retrain.service"])
+        shutil.rmtree(pub, ignore_errors=True)
 
 
 def test_notify_status_reload_stop(service: tuple[NamespacedSystemd, Path, Path]) -> None:

@@ -254,8 +254,8 @@ class Enforcer:
         )  # fmt: skip
         # Newest first: of several runs of one source, the newest is the one too many.
         for job in sorted(result.jobs, key=lambda j: (-j.start_ticks, -j.root_pid)):
-            if not job.unsanctioned or job.advice.refused is not None:
-                continue
+            if not job.unsanctioned:
+                continue  # (a protected job goes on: its refusal is recorded once)
             ident = (job.root_pid, job.start_ticks)
             if ident in self._acted:
                 continue
@@ -268,7 +268,7 @@ class Enforcer:
             )
             fid = open_ids.get(f"{_FINDING_KIND[job.verdict]}:{sig}")
             target = target_from_job(job, sig, fid, self.config.paths.proc_root)
-            if decision.auto_disable_source:
+            if decision.auto_disable_source and job.advice.refused is None:
                 if job.advice.source_refused is None:
                     remedy.disable_source(target, self.clock())
                 else:
