@@ -495,12 +495,10 @@ class Scanner:
         for job in jobs:
             if job.verdict != "sanctioned":
                 continue
-            rule = kept.get((job.root_pid, job.start_ticks)) or job.rule
-            why = (
-                not_sanctioned_now(job, self.config)
-                if job.root_pid in {pid for pid, _ in kept}
-                else None
-            )
+            was = kept.get((job.root_pid, job.start_ticks))
+            rule = was or job.rule
+            # Only a kept one can be sanctioned while no rule matches it now.
+            why = not_sanctioned_now(job, self.config) if was is not None else None
             gone = job.origin.source_gone()
             if why is None and gone is None:
                 continue

@@ -295,6 +295,7 @@ def advise(
     guard: Protection,
     table: ProcessTable | None = None,
     config: Config | None = None,
+    groups: ProcessGroups | None = None,
 ) -> Advice:
     """Decide what may be done about ``job``.
 
@@ -323,7 +324,9 @@ def advise(
         return Advice(stop_pids=stop_pids, source_refused=f"{what}; {_instead(job, src, config)}")
     if not origin.stop_targets() and origin.kind in ("shell", "orphan"):
         # Stopped by signals: name exactly the processes the signal set has.
-        return Advice(stop_pids=stop_pids, by_hand=_kill(job, stop_pids, table), stops_job=True)
+        if groups is None and table is not None:
+            groups = ProcessGroups(table)
+        return Advice(stop_pids=stop_pids, by_hand=_kill(job, stop_pids, groups), stops_job=True)
     gone = origin.source_gone()
     if gone is not None:
         return Advice(stop_pids=stop_pids, source_gone=gone)
@@ -351,13 +354,34 @@ def _protected_member(pid: int, job: Job, guard: Protection, table: ProcessTable
     return proc is not None and guard.process_refusal(proc) is not None
 
 
-def _kill(job: Job, stop_pids: Sequence[int], table: ProcessTable | None) -> str:
+class ProcessGroups:
+    """Process group ID -> member PIDs of one table, built on first use and once per
+    scan (not once per job: a scan with hundreds of orphaned jobs walks the table once).
+
+    Args:
+        table: The scan's process table.
+    """
+
+    def __init__(self, table: ProcessTable) -> None:
+        self.table = table
+        self._members: dict[int, set[int]] | None = None
+
+    def members(self, pgid: int) -> set[int]:
+        """Every PID of group ``pgid`` (empty when none)."""
+        if self._members is None:
+            self._members = {}
+            for proc in self.table.procs.values():
+                self._members.setdefault(proc.pgid, set()).add(proc.pid)
+        return self._members.get(pgid, set())
+
+
+def _kill(job: Job, stop_pids: Sequence[int], groups: ProcessGroups | None) -> str:
     """``kill -TERM`` for the job: its whole process group when everything in the group
     may be stopped (``-- -PGID``), else the processes that may, by PID."""
     mine = set(stop_pids)
     root = job.lineage[0] if job.lineage else None
-    if table is not None and root is not None and root.pgid > 1:
-        group = {p.pid for p in table.procs.values() if p.pgid == root.pgid}
+    if groups is not None and root is not None and root.pgid > 1:
+        group = groups.members(root.pgid)
         if group and group <= mine and root.pgid in mine:
             return command("kill", "-TERM", "--", f"-{root.pgid}")
     return command("kill", "-TERM", *sorted(mine, key=lambda p: (p not in job.pids, p)))
@@ -373,8 +397,9 @@ def with_advice(
     remediation (the JSON ``origin.remediation`` is never a command that targets
     something protected), an allowed one the guard's."""
     out = []
+    groups = ProcessGroups(table) if table is not None else None
     for job in jobs:
-        advice = advise(job, guard, table, config)
+        advice = advise(job, guard, table, config, groups)
         origin = dataclasses.replace(job.origin, remediation=advice.by_hand)
         out.append(dataclasses.replace(job, origin=origin, advice=advice))
     return out
