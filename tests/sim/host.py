@@ -247,10 +247,9 @@ class SimHost:
         child = self.spawn(
             self.cron.pid, ("/usr/sbin/CRON", "-f"), "/usr/sbin/cron", ("cron-child", key)
         )
+        # A group and session of its own (pgid = sid = 0 makes _add give it its PID).
         shell = self.spawn(child.pid, ("/bin/sh", "-c", command), "/usr/bin/dash",
                            ("wrapper", key), pgid=0, sid=0)  # fmt: skip
-        shell.pgid = shell.sid = shell.pid
-        self.write(shell)
         return self.spawn(shell.pid, argv, argv[0], ("job", key), **kw)
 
     # -- NVML ------------------------------------------------------------------------------

@@ -81,36 +81,27 @@ def test_two_launches_in_one_second_are_two_jobs(tmp_path: Path) -> None:
 
 
 def test_a_restart_keeps_a_running_jobs_origin_and_its_finding(tmp_path: Path) -> None:
-    proc = tmp_path / "proc"
     cron_d = tmp_path / "cron.d"
     cron_d.mkdir()
-    (cron_d / "legacy").write_text(f'MAILTO=""\n* * * * * root {PY} {SCRIPT}\n')
-    (cron_d / "legacy").chmod(0o644)
-    (proc).mkdir()
-    (proc / "stat").write_text("btime 1800000000\n")
-    tree = [
-        FakeProc(1, 0, ["/sbin/init"]),
-        FakeProc(900, 1, ["/usr/sbin/cron", "-f"], exe="/usr/sbin/cron"),
-        FakeProc(901, 900, ["/usr/sbin/CRON", "-f"], exe="/usr/sbin/cron", start=100),
-        FakeProc(902, 901, ["/bin/sh", "-c", f"{PY} {SCRIPT}"], exe="/usr/bin/dash", start=100),
-        FakeProc(903, 902, [PY, SCRIPT], start=100),
-    ]
-    write_tree(proc, tree)
-    text = (
-        f"nvml: {{enabled: false}}\n"
-        f"paths: {{proc_root: '{proc}', crontab: '{tmp_path}/crontab', cron_d: '{cron_d}',"
-        f" cron_spool: [], unit_dirs: []}}\n"
-        f"training: {{device_glob: '{tmp_path}/nodev[0-9]*'}}\n"
-        f"daemon: {{state_dir: '{tmp_path}/state'}}\n"
-        f"alerts: {{sinks: [{{type: log, path: '{tmp_path}/alerts.log'}}]}}\n"
-    )
-    config = parse_config(text, "t.yaml")
-    first = Daemon(config, None)
+    proc = tmp_path / "proc"
+    _cron_tree(proc, cron_d, f"* * * * * root {PY} {SCRIPT}")
+    text = _config(tmp_path, cron_d)
+    first = Daemon(parse_config(text, "t.yaml"), None)
     now = 1_800_000_000 + 61.0
     first.tick(now)
     (f1,) = [f for f in first.db.open_findings() if f.kind == "rogue-job"]
     assert f1.root_pid == 903 and f1.details["origin_kind"] == "cron"
-    # cron's per-run child exits: the job's shell is re-parented to PID 1. A restart.
+    _cron_child_exits(proc)  # then a restart
+    first.db.close()
+    again = Daemon(parse_config(text, "t.yaml"), None)
+    again.tick(now + 5)
+    (f2,) = [f for f in again.db.open_findings() if f.kind == "rogue-job"]
+    assert (f2.id, f2.root_pid, f2.details["origin_kind"]) == (f1.id, 903, "cron")
+    again.db.close()
+
+
+def _cron_child_exits(proc: Path) -> None:
+    """cron's per-run child (901) exits: the job's shell (902) is re-parented to PID 1."""
     import shutil
 
     shutil.rmtree(proc / "901")
@@ -119,12 +110,6 @@ def test_a_restart_keeps_a_running_jobs_origin_and_its_finding(tmp_path: Path) -
         proc,
         [FakeProc(902, 1, ["/bin/sh", "-c", f"{PY} {SCRIPT}"], exe="/usr/bin/dash", start=100)],
     )
-    first.db.close()
-    again = Daemon(parse_config(text, "t.yaml"), None)
-    again.tick(now + 5)
-    (f2,) = [f for f in again.db.open_findings() if f.kind == "rogue-job"]
-    assert (f2.id, f2.root_pid, f2.details["origin_kind"]) == (f1.id, 903, "cron")
-    again.db.close()
 
 
 def _cron_tree(proc: Path, cron_d: Path, line: str) -> list[FakeProc]:
@@ -155,8 +140,6 @@ def _config(tmp_path: Path, cron_d: Path) -> str:
 
 
 def test_a_job_keeps_its_first_signature_and_its_finding(tmp_path: Path) -> None:
-    import shutil
-
     cron_d = tmp_path / "cron.d"
     cron_d.mkdir()
     proc = tmp_path / "proc"
@@ -165,12 +148,7 @@ def test_a_job_keeps_its_first_signature_and_its_finding(tmp_path: Path) -> None
     now = 1_800_000_000 + 61.0
     d.tick(now)
     (f1,) = [f for f in d.db.open_findings() if f.kind == "rogue-job"]
-    shutil.rmtree(proc / "901")
-    shutil.rmtree(proc / "902")
-    write_tree(
-        proc, [FakeProc(902, 1, ["/bin/sh", "-c", f"{PY} {SCRIPT}"], exe="/usr/bin/dash",
-                        start=100)]
-    )  # fmt: skip
+    _cron_child_exits(proc)
     d.tick(now + 5)
     (f2,) = [f for f in d.db.open_findings() if f.kind == "rogue-job"]
     assert (f2.id, f2.root_pid, f2.details["root"]) == (f1.id, 903, [903, 100])
