@@ -5,7 +5,8 @@
 # Alertmanager; on a host booted with systemd their packages enable their own services on
 # ports 9090/9093: the tests never use those, they run their own on loopback ports; and
 # dh-virtualenv with build-essential and the Build-Depends of debian/control, to build the
-# Debian package).
+# Debian package; and the llama-cpp-python sdist, whose vendored ggml the weights tests
+# compile into llama.cpp's C GGUF reader).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,6 +61,13 @@ if [ "$want_test" = 1 ]; then
     podman runc conmon busybox-static docker.io
   apt_build_deps
   .venv/bin/python -m pip install -q -e '.[test]'
+  # llama.cpp's C GGUF reader for the ship gate's differential tests, from the sources the
+  # llama-cpp-python sdist vendors (tests/weights/ggml/build.py compiles it per test run).
+  sdist_dir=.venv/share/rogue-watchdog-tests
+  if [ ! -f "$sdist_dir/llama_cpp_python-0.3.36.tar.gz" ]; then
+    mkdir -p "$sdist_dir"
+    .venv/bin/python -m pip download -q --no-deps --no-binary :all: 'llama-cpp-python==0.3.36' -d "$sdist_dir"
+  fi
 else
   .venv/bin/python -m pip install -q .
 fi

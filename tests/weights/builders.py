@@ -233,7 +233,8 @@ def gguf_bytes(
         infos += b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", t, off)
     out = head + infos
     out += b"\0" * (-len(out) % alignment)
-    return out + data
+    # Writers (gguf-py, ggml's gguf_write_to_file) pad after every tensor, the last too.
+    return out + data + b"\0" * (-len(data) % alignment)
 
 
 def f16_bits(x: float) -> int:

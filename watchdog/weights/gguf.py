@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from watchdog.weights.dtypes import BF16, E8M0, F16, F32, F64, FloatCode
+from watchdog.weights.dtypes import BF16, F16, F32, F64, FloatCode
 from watchdog.weights.errors import NotVerifiedError
 from watchdog.weights.finite import UIntArray
 from watchdog.weights.report import FileReport, TensorReport
@@ -37,6 +37,8 @@ MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4
 MAX_DEPTH = 8
+#: ggml.h ``GGML_MAX_NAME``: a tensor name holds fewer bytes than this.
+GGML_MAX_NAME = 64
 
 
 def _iq1m_scale(rows: UIntArray) -> UIntArray:
@@ -48,6 +50,58 @@ def _iq1m_scale(rows: UIntArray) -> UIntArray:
         | ((sc[:, 2] >> 4) & 0x0F00)
         | (sc[:, 3] & 0xF000)
     ).astype(np.uint16)
+    return out
+
+
+#: |value| of each MXFP4 nibble as ggml stores it (``kvalues_mxfp4``, ggml-common.h:
+#: E2M1 values doubled, since ggml multiplies by half the E8M0 scale).
+_MXFP4_MAGNITUDE = np.array([0, 1, 2, 3, 4, 6, 8, 12] * 2, dtype=np.float32)
+_F32_NAN_BITS = np.uint32(0x7FC00000)
+
+
+def _mxfp4_extreme(rows: UIntArray) -> UIntArray:
+    """f32 bit pattern of each MXFP4 block's largest-magnitude value, as ggml computes it.
+
+    ggml's ``dequantize_row_mxfp4`` (ggml-quants.c) gives ``kvalues_mxfp4[q] * d`` in
+    float32 with ``d = ggml_e8m0_to_fp32_half(e)`` = 2^(e-128): a finite scale from e = 253
+    up overflows to ±inf on the block's larger nibbles (8 × 2^125 = 2^128). E8M0 0xFF is
+    NaN in the OCP MX spec (and in torch's float8_e8m0fnu) while ggml reads it as 2^127:
+    the readers differ, so such a block counts as NaN. Below 253 no nibble can overflow.
+    """
+    e = rows[:, 0]
+    out: UIntArray = np.zeros(e.shape, dtype=np.uint32)
+    high = np.flatnonzero(e >= 0xFD)
+    if high.size:
+        qs = rows[high, 1:17]
+        mag = np.maximum(
+            _MXFP4_MAGNITUDE[qs & 0x0F].max(axis=1), _MXFP4_MAGNITUDE[qs >> 4].max(axis=1)
+        )
+        d = ((e[high].astype(np.uint32) - 1) << 23).view(np.float32)
+        with np.errstate(over="ignore"):
+            out[high] = (mag * d).view(np.uint32)
+        out[high[e[high] == 0xFF]] = _F32_NAN_BITS
+    return out
+
+
+#: f32 |d| above which ``d × 128`` may overflow (FLT_MAX / 128).
+_Q8K_SAFE_SCALE = np.float32(3.4028235e38 / 128)
+
+
+def _q8k_extreme(rows: UIntArray) -> UIntArray:
+    """f32 bit pattern of each Q8_K block's largest-magnitude value ``|d| × max|q|``.
+
+    ``dequantize_row_q8_K`` gives ``d * qs[j]`` in float32 (d f32 at offset 0, qs int8 at
+    4..259): a finite d above FLT_MAX/128 can overflow to ±inf, and an infinite d times a
+    zero quant is NaN, as in ggml.
+    """
+    d = np.ascontiguousarray(rows[:, 0:4]).view("<f4")[:, 0]
+    out: UIntArray = np.ascontiguousarray(d).view(np.uint32).copy()
+    big = np.flatnonzero(~(np.abs(d) <= _Q8K_SAFE_SCALE))
+    if big.size:
+        q = rows[big, 4:260].view(np.int8).astype(np.int16)
+        qmax = np.abs(q).max(axis=1).astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out[big] = (np.abs(d[big]) * qmax).view(np.uint32)
     return out
 
 
@@ -92,7 +146,7 @@ GGML_TYPES: dict[int, GgmlType] = {
     12: _q("Q4_K", 256, 144, 0, 2),
     13: _q("Q5_K", 256, 176, 0, 2),
     14: _q("Q6_K", 256, 210, 208),
-    15: _q("Q8_K", 256, 292, 0, code=F32),
+    15: GgmlType("Q8_K", 256, 292, (Field(0, F32, _q8k_extreme),)),
     16: _q("IQ2_XXS", 256, 66, 0),
     17: _q("IQ2_XS", 256, 74, 0),
     18: _q("IQ3_XXS", 256, 98, 0),
@@ -110,7 +164,7 @@ GGML_TYPES: dict[int, GgmlType] = {
     30: _q("BF16", 1, 2, 0, code=BF16),
     34: _q("TQ1_0", 256, 54, 52),
     35: _q("TQ2_0", 256, 66, 64),
-    39: _q("MXFP4", 32, 17, 0, code=E8M0),
+    39: GgmlType("MXFP4", 32, 17, (Field(0, F32, _mxfp4_extreme),)),
 }
 
 #: ggml type ids with a name but no layout here: removed (4, 5), repacked at load time
@@ -184,6 +238,9 @@ class _Cursor:
             return None
         if vtype == _ARRAY:
             etype, count = self.u32(), self.u64()
+            if etype == _ARRAY:
+                # gguf-py reads arrays of arrays, ggml's gguf.cpp refuses them.
+                raise NotVerifiedError("GGUF metadata array of arrays: readers disagree")
             if etype in _SCALAR_SIZES:
                 self.skip(count * _SCALAR_SIZES[etype])
                 return None
@@ -196,15 +253,22 @@ class _Cursor:
 
 
 def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
-    """Parse and validate the GGUF header and tensor table.
+    """Parse and validate the GGUF header and tensor table, by ggml's rules.
+
+    The rules are those of ggml's ``gguf_init_from_file`` (ggml/src/gguf.cpp), the
+    strictest reader, plus gguf-py's where it refuses what ggml reads: a file either
+    reader would refuse or read differently is not verified. Keys are unique and not
+    empty, no array holds arrays, tensor names are unique UTF-8 of fewer than 64 bytes,
+    each row is whole blocks, each tensor starts where the previous one ends padded to
+    the alignment (``GGML_PAD``), and the file holds the whole padded data section.
 
     Returns:
         Tensors in file order.
 
     Raises:
         NotVerifiedError: Bad magic, unsupported version (1, big-endian),
-            truncated metadata, unknown tensor type, bad dims, misaligned,
-            overlapping or out-of-file tensor data.
+            truncated metadata, a duplicate or empty key, unknown tensor type, bad
+            dims, or tensor data laid out other than ggml lays it out.
     """
     cur = _Cursor(mf)
     if cur.take(4) != MAGIC:
@@ -216,8 +280,18 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
     if n_tensors > mf.size // 24 or n_kv > mf.size // 12:
         raise NotVerifiedError("GGUF counts larger than the file can hold")
     alignment = DEFAULT_ALIGNMENT
+    keys: set[bytes] = set()
     for _ in range(n_kv):
         key = cur.string()
+        if not key:
+            raise NotVerifiedError("GGUF metadata key is empty")
+        if key in keys:
+            # ggml refuses a repeated key; gguf-py keeps both and reads the first.
+            raise NotVerifiedError(
+                f"GGUF metadata key {key.decode('utf-8', 'replace')!r} appears more than"
+                " once: readers disagree on which value counts"
+            )
+        keys.add(key)
         vtype = cur.u32()
         val = cur.value(vtype)
         if key == b"general.alignment":
@@ -226,8 +300,25 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
                 raise NotVerifiedError(f"bad general.alignment {val!r}: must be a u32 power of two")
             alignment = val
     raw: list[tuple[str, GgmlType, tuple[int, ...], int]] = []
+    names: set[str] = set()
     for _ in range(n_tensors):
-        name = cur.string().decode("utf-8", "replace")
+        name_bytes = cur.string()
+        try:
+            name = name_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            # ggml keeps the bytes, gguf-py cannot read the file.
+            raise NotVerifiedError(
+                f"tensor name {name_bytes.decode('utf-8', 'replace')!r} is not UTF-8:"
+                " readers disagree"
+            ) from None
+        if len(name_bytes) >= GGML_MAX_NAME:
+            raise NotVerifiedError(
+                f"tensor name {name!r} is {len(name_bytes)} bytes: ggml allows fewer than"
+                f" {GGML_MAX_NAME}"
+            )
+        if name in names:
+            raise NotVerifiedError(f"tensor {name!r} appears more than once")
+        names.add(name)
         n_dims = cur.u32()
         if n_dims > MAX_DIMS:
             raise NotVerifiedError(f"tensor {name!r}: {n_dims} dims")
@@ -240,26 +331,41 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
         raw.append((name, gtype, dims, offset))
     # Padding is (a - pos % a) % a (ggml GGML_PAD): none when the tensor table ends
     # exactly on a boundary, never a whole extra block.
-    data_start = cur.pos + (alignment - cur.pos % alignment) % alignment
+    data_start = cur.pos + _pad(cur.pos, alignment)
     infos: list[TensorInfo] = []
+    expected = 0
     for name, gtype, dims, offset in raw:
         n = math.prod(dims)
-        if dims and dims[0] % gtype.block_elems:
+        row = dims[0] if dims else 1  # ggml: missing dims are 1
+        if row % gtype.block_elems:
             raise NotVerifiedError(
-                f"tensor {name!r}: row of {dims[0]} not a multiple of {gtype.block_elems}"
+                f"tensor {name!r}: row of {row} not a multiple of {gtype.block_elems}"
             )
-        if offset % alignment:
-            raise NotVerifiedError(f"tensor {name!r}: offset {offset} not aligned")
+        if offset != expected:
+            # ggml requires exactly this layout; gguf-py reads any offset, so any other
+            # layout (a hole, an overlap, another order) is read differently or refused.
+            raise NotVerifiedError(
+                f"tensor {name!r}: data at offset {offset}, but ggml expects {expected}"
+                " (each tensor right after the previous one, padded to the alignment)"
+            )
         nbytes = n // gtype.block_elems * gtype.block_bytes
         if data_start + offset + nbytes > mf.size:
             raise NotVerifiedError(f"tensor {name!r}: data outside the file")
         infos.append(TensorInfo(name, gtype, dims, data_start + offset, nbytes))
-    prev_end, prev_name = 0, ""
-    for t in sorted(infos, key=lambda t: t.begin_bytes):
-        if t.begin_bytes < prev_end:
-            raise NotVerifiedError(f"tensor {t.name!r} overlaps {prev_name!r}")
-        prev_end, prev_name = t.begin_bytes + t.nbytes, t.name
+        expected = offset + nbytes + _pad(nbytes, alignment)
+    if raw and data_start + expected > mf.size:
+        # ggml reads the whole padded data section; a file cut inside the padding of
+        # its last tensor loads in gguf-py and fails in ggml.
+        raise NotVerifiedError(
+            f"GGUF data section ends at {data_start + expected} with the last tensor's"
+            f" padding, past the end of the file ({mf.size})"
+        )
     return infos
+
+
+def _pad(n: int, alignment: int) -> int:
+    """Bytes that pad ``n`` to a multiple of ``alignment`` (ggml's ``GGML_PAD``)."""
+    return (alignment - n % alignment) % alignment
 
 
 def verify_gguf(path: Path, ctx: ScanContext, report: FileReport) -> None:

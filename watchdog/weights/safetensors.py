@@ -54,13 +54,33 @@ class TensorEntry:
     nbytes: int
 
 
+def _utf8(text: str) -> str:
+    """``text``, refused when it holds a lone surrogate (``"\\ud800"``).
+
+    Python's json decodes an unpaired ``\\uD800`` escape into a str that is not
+    Unicode; serde_json (the safetensors library) refuses the header.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise NotVerifiedError(
+            f"header string {text!r} holds an unpaired surrogate escape: safetensors refuses it"
+        ) from None
+    return text
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in pairs:
-        if k in out:
+        if _utf8(k) in out:
             raise NotVerifiedError(f"duplicate key {k!r} in header")
-        out[k] = v
+        out[k] = _utf8(v) if isinstance(v, str) else v
     return out
+
+
+def _serde_int(literal: str) -> int | float:
+    """A JSON integer as serde_json reads it: ``-0`` is the float -0.0, not an integer."""
+    return -0.0 if literal == "-0" else int(literal)
 
 
 def _is_int(x: object) -> bool:
@@ -89,7 +109,11 @@ def read_header(mf: MappedFile) -> list[TensorEntry]:
     if 8 + n > mf.size:
         raise NotVerifiedError(f"header length {n} larger than the file ({mf.size} bytes)")
     try:
-        header = json.loads(mf.read(8, n).decode("utf-8"), object_pairs_hook=_no_duplicates)
+        header = json.loads(
+            mf.read(8, n).decode("utf-8"),
+            object_pairs_hook=_no_duplicates,
+            parse_int=_serde_int,
+        )
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise NotVerifiedError(f"header is not valid JSON: {exc}") from exc
     if not isinstance(header, dict):
