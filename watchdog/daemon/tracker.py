@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -111,14 +110,6 @@ def _gap(seconds: float) -> str:
     if hours:
         return f"{hours}h{minutes:02d}m"
     return f"{minutes}m" if not sec or minutes >= 10 else f"{minutes}m{sec:02d}s"
-
-
-@dataclass(frozen=True)
-class AlertEvent:
-    """One alert to send: ``event`` is ``open``, ``remind`` or ``resolve``."""
-
-    event: str
-    finding: FindingRecord
 
 
 def sink_accepts(sink: SinkSettings, finding: FindingRecord) -> bool:
