@@ -11,6 +11,8 @@ filesystem. Two independent guards make that impossible rather than merely avoid
 the namespace gets a private tmpfs on /tmp (mounted by a shell that then ``exec``s
 systemd, so systemd is still PID 1), and :data:`MASKED` units are masked (symlinked to
 /dev/null) in the sandbox unit directory, which comes first in ``SYSTEMD_UNIT_PATH``.
+A checkout cloned under /tmp (and its venv) is bound back over the private /tmp, and
+only it (:func:`paths_hidden_by_private_tmp`): the units run the checkout's interpreter.
 Units live in a sandbox directory named by ``SYSTEMD_UNIT_PATH=DIR:``;
 nothing is written to /etc/systemd. The manager is reached with ``nsenter -t PID -p -m``,
 and is SIGKILLed (taking every process in its namespace with it) in teardown.
