@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from watchdog import __version__
-from watchdog.cli import actions, daemon, fleet, scan, slurm, weights
+from watchdog.cli import actions, complete, daemon, fleet, scan, slurm, weights
 from watchdog.cli.common import CliError, emit
 from watchdog.cli.help import command_help
 
@@ -68,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
             "print the shell completion script (bash, zsh or fish)",
             "Print a completion script generated from this command line's own parser "
             "(shtab): every command and option completes, PATH and FILE arguments complete "
-            "file names.",
+            "file names, and the targets of terminate and disable-source (open finding ids, "
+            "PIDs of jobs that may be stopped) and explain's PIDs (current training jobs) "
+            "come from the running daemon's status.",
             [
                 "rogue-watchdog completion bash > /etc/bash_completion.d/rogue-watchdog",
                 "rogue-watchdog completion zsh > ~/.zfunc/_rogue-watchdog  # with fpath+=~/.zfunc",
@@ -100,8 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit code.
     """
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == [complete.COMMAND]:
+        return complete.main(words[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

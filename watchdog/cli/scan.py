@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from watchdog.cli.common import DEFAULT_CONFIG, command_config_path, config_parent, emit, gpu_index
+from watchdog.cli.complete import completers
 from watchdog.cli.help import command_help
 
 if TYPE_CHECKING:
@@ -224,7 +225,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             [(0, "explained"), (2, "the PID is not visible, or a configuration error")],
         ),
     )
-    p.add_argument("pid", type=int, metavar="PID", help="any process ID visible in /proc")
+    pid = p.add_argument("pid", type=int, metavar="PID", help="any process ID visible in /proc")
+    pid.complete = completers()["pids"]  # shtab reads it
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser(
