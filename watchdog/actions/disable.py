@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog import safeio
+from watchdog import hostpaths, safeio
 from watchdog.actions.effects import Effects
 from watchdog.lineage.base import is_interpreter
 from watchdog.lineage.cronfiles import MAX_CRONTAB_BYTES
@@ -163,9 +163,9 @@ def plan_disable(
     now: float,
     backup_dir: str,
     effects: Effects,
-    spool_dirs: Sequence[str] = ("/var/spool/cron/crontabs", "/var/spool/cron"),
-    crontab: str = "/etc/crontab",
-    cron_d: str = "/etc/cron.d",
+    spool_dirs: Sequence[str] = hostpaths.CRON_SPOOL_DIRS,
+    crontab: str = hostpaths.CRONTAB,
+    cron_d: str = hostpaths.CRON_D,
     quarantine_unknown_exe: bool = False,
     cmdline: Sequence[str] = (),
     exe: str | None = None,
@@ -447,8 +447,7 @@ def _state(effects: Effects, verb: str, unit: str) -> str:
     )
 
 
-# The directory `systemctl mask` writes its /dev/null symlink into (persistent masks).
-MASK_DIR = "/etc/systemd/system"
+MASK_DIR = hostpaths.MASK_DIR
 
 
 def _show(effects: Effects, unit: str, *props: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from watchdog import hostpaths
 from watchdog.model import Origin, Proc
 from watchdog.sources.procfs import ProcessTable
 
@@ -83,16 +84,10 @@ class ResolveContext:
 
     table: ProcessTable
     now: datetime
-    cron_files: Sequence[str] = ("/etc/crontab",)
-    cron_d_dir: str = "/etc/cron.d"
-    cron_spool_dirs: Sequence[str] = ("/var/spool/cron/crontabs", "/var/spool/cron")
-    unit_dirs: Sequence[str] = (
-        "/etc/systemd/system",
-        "/run/systemd/system",
-        "/usr/local/lib/systemd/system",
-        "/lib/systemd/system",
-        "/usr/lib/systemd/system",
-    )
+    cron_files: Sequence[str] = (hostpaths.CRONTAB,)
+    cron_d_dir: str = hostpaths.CRON_D
+    cron_spool_dirs: Sequence[str] = hostpaths.CRON_SPOOL_DIRS
+    unit_dirs: Sequence[str] = hostpaths.UNIT_DIRS
     run_cmd: CommandRunner = run_command
     use_systemctl: bool = True
     use_slurm_cli: bool = True
