@@ -171,7 +171,7 @@ def test_marker_and_remediation_share_one_prefix() -> None:
 
 
 def test_failed_crontab_install_changes_nothing_and_has_no_undo(tmp_path: Path) -> None:
-    from watchdog.actions.effects import CommandResult
+    from watchdog.command import CommandResult
 
     spool = tmp_path / "crontabs"
     spool.mkdir()

@@ -18,19 +18,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from watchdog import hostpaths
+from watchdog.command import CommandResult
 from watchdog.model import Origin, Proc
 from watchdog.sources.procfs import ProcessTable
 
 CommandRunner = Callable[[Sequence[str], float], "CommandResult | None"]
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """Outcome of an external command such as ``systemctl show`` or ``squeue``."""
-
-    returncode: int
-    stdout: str
-    stderr: str
 
 
 def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult | None:
