@@ -85,20 +85,28 @@ def frame(
     """The screen's lines for one refresh; the selected job is marked ``>``."""
     from watchdog.daemon.status import status_gpu_lines
     from watchdog.model import finding_ref
+    from watchdog.render import fit
 
+    # Wrapped, never cut: the host, the socket, PIDs and unit names identify things.
     out = [
-        printable(
-            f"rogue-watchdog top  host {doc.get('host') or '-'}  {time.strftime('%H:%M:%S')}"
-            f"  from {source}"
-        )[:width],
-        KEYS[:width],
+        *fit(
+            printable(
+                f"rogue-watchdog top  host {doc.get('host') or '-'}  {time.strftime('%H:%M:%S')}"
+                f"  from {source}"
+            ),
+            width,
+            "  ",
+        ),
+        *fit(KEYS, width, "  "),
         "",
     ]
     jobs = doc.get("jobs") or []
     out += status_gpu_lines(doc, width)
     if not doc.get("gpus"):
         nvml = doc.get("nvml") or {}
-        out.append(printable(f"  no GPUs listed (NVML: {nvml.get('error') or 'none'})")[:width])
+        out += fit(
+            printable(f"  no GPUs listed (NVML: {nvml.get('error') or 'none'})"), width, "    "
+        )
     out += ["", f"  {'VERDICT':<10} {'PID':>7} {'USER':<10} {'GPU':<5} ORIGIN / COMMAND"]
     if not jobs:
         out.append("  no training jobs")
@@ -106,20 +114,23 @@ def frame(
         mark = ">" if i == selected else " "
         on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
         verdict = str(j.get("verdict") or "-")
+        user = printable(str(j.get("user") or "-"))
         head = f"{mark} {paint(f'{verdict:<10}', verdict, colour)} {j.get('root_pid'):>7} "
-        head += f"{printable(str(j.get('user') or '-'))[:10]:<10} {on:<5} "
-        room = max(20, width - 36)
-        out.append(head + printable(str(j.get("origin") or "-"))[:room])
-        out.append(" " * 36 + shorten_command(j.get("cmdline") or [], room))
+        head += f"{user:<10} {on:<5} "
+        # A long user name or GPU list shifts the origin right rather than being cut.
+        pad = 36 + max(0, len(user) - 10) + max(0, len(on) - 5)
+        room = max(20, width - pad)
+        origin = fit(printable(str(j.get("origin") or "-")), room, " " * 36)
+        out.append(head + origin[0])
+        out += [" " * 36 + x.lstrip() for x in origin[1:]]
+        out.append(" " * 36 + shorten_command(j.get("cmdline") or [], max(20, width - 36)))
     findings = doc.get("findings") or []
     out += ["", f"  open findings: {len(findings)}"]
     for f in findings:
         sev = str(f.get("severity") or "-")
-        text = printable(f"{f.get('kind')}: {f.get('message')}")
-        out.append(
-            f"  {finding_ref(f.get('id')):<5} {paint(f'{sev:<8}', sev, colour)} "
-            + text[: max(10, width - 17)]
-        )
+        text = fit(printable(f"{f.get('kind')}: {f.get('message')}"), max(20, width - 17))
+        out.append(f"  {finding_ref(f.get('id')):<5} {paint(f'{sev:<8}', sev, colour)} " + text[0])
+        out += [" " * 17 + x for x in text[1:]]
     if note:  # a command's output: wrapped, never cut
         out.append("")
         for x in note.splitlines():
