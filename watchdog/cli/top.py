@@ -29,6 +29,8 @@ from watchdog.cli.common import configure_logging, resolve_config_path, socket_p
 from watchdog.render import paint, printable, shorten_command, use_colour
 
 KEYS = "↑/↓ or j/k select  e explain  t terminate  d disable-source  r refresh  q quit"
+#: The keys line while an explanation is shown: q and Esc go back to the list there.
+EXPLAIN_KEYS = "q/Esc: back to the list  ↑/↓ or j/k select  t terminate  d disable-source"
 
 
 def local_doc(config_path: str | None) -> dict[str, Any]:
@@ -80,9 +82,26 @@ def fetch(socket: str, config_path: str | None, timeout_s: float) -> tuple[dict[
 
 
 def frame(
-    doc: dict[str, Any], source: str, selected: int, width: int, colour: bool, note: str = ""
+    doc: dict[str, Any],
+    source: str,
+    selected: int,
+    width: int,
+    colour: bool,
+    note: str = "",
+    explaining: bool = False,
 ) -> list[str]:
-    """The screen's lines for one refresh; the selected job is marked ``>``."""
+    """The screen's lines for one refresh; the selected job is marked ``>``.
+
+    Args:
+        doc: The status document shown.
+        source: Where it came from (the daemon's socket, or a local scan).
+        selected: Index of the selected job.
+        width: Terminal columns.
+        colour: Colour verdicts and severities.
+        note: A command's output, shown under the findings.
+        explaining: ``note`` is an explanation: the keys line and the note's first line
+            say that q and Esc go back to the list.
+    """
     from watchdog.daemon.status import status_gpu_lines
     from watchdog.model import finding_ref
     from watchdog.render import fit
@@ -97,7 +116,7 @@ def frame(
             width,
             "  ",
         ),
-        *fit(KEYS, width, "  "),
+        *fit(EXPLAIN_KEYS if explaining else KEYS, width, "  "),
         "",
     ]
     jobs = doc.get("jobs") or []
@@ -133,6 +152,8 @@ def frame(
         out += [" " * 17 + x for x in text[1:]]
     if note:  # a command's output: wrapped, never cut
         out.append("")
+        if explaining:
+            out.append("── explanation (q/Esc: back) ──")
         for x in note.splitlines():
             x = printable(x)
             out += [x[i : i + width] for i in range(0, len(x), width)] or [""]
@@ -173,7 +194,8 @@ def _run_command(argv: list[str]) -> str:
 def _run(argv: list[str]) -> tuple[int, str]:
     """Run one of our commands: its exit status, and its output for the screen."""
     done = subprocess.run(
-        [sys.executable, "-m", "watchdog", *argv],
+        # Its stderr is a pipe here but its reader is a person: human log lines.
+        [sys.executable, "-m", "watchdog", "--log-format", "human", *argv],
         capture_output=True,
         text=True,
         errors="replace",
@@ -197,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     config_path = resolve_config_path(args.config)
     common = [*(["--config", config_path] if config_path else [])]
     fd = sys.stdin.fileno()
-    selected, note = 0, ""
+    selected, note, explaining = 0, "", False
     colour = use_colour()
     with _cbreak(fd):
         while True:
@@ -205,13 +227,22 @@ def run(args: argparse.Namespace) -> int:
                 doc, source = fetch(socket, config_path, args.timeout)
             except StatusError as exc:
                 doc, source = {}, f"nowhere: {exc}"
+            if config_path is None:
+                # The daemon's own file, named: the commands judge under it, as they
+                # would after asking the daemon, without saying so on the screen.
+                daemon_path = (doc.get("config") or {}).get("path")
+                common = ["--config", daemon_path] if daemon_path else []
             jobs = doc.get("jobs") or []
             selected = max(0, min(selected, len(jobs) - 1))
             width = os.get_terminal_size(sys.stdout.fileno()).columns
-            _draw(frame(doc, source, selected, width, colour, note))
+            _draw(frame(doc, source, selected, width, colour, note, explaining))
             key = _key(fd, args.interval)
+            if explaining and key in ("q", "\x1b"):
+                note, explaining = "", False
+                continue
             if key in ("q", "\x03"):
                 return 0
+            explaining = False
             if key in ("j", "k"):
                 selected += 1 if key == "j" else -1
                 note = ""
@@ -221,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
                 job = jobs[selected]
                 pid = str(job.get("root_pid"))
                 if key == "e":
-                    note = _run_command(["explain", pid, *common])
+                    note, explaining = _run_command(["explain", pid, *common]), True
                     continue
                 verb = "terminate" if key == "t" else "disable-source"
                 what = shorten_command(job.get("cmdline") or [], 60)
