@@ -337,15 +337,14 @@ class Tracker:
 
     @staticmethod
     def _respawned(job: Job, sig: str, gone_at: float, now: float) -> Finding:
-        nxt = job.origin.next_start()
         message = (
             f"respawned: gone at {_when(gone_at)}, back at {_when(now)} "
             f"(+{_gap(now - gone_at)}) as PID {job.root_pid}"
             f"{' on ' + gpus_text(job.gpus) if job.gpus else ''}, started by "
             f"{job.origin.describe()}"
         )
-        if nxt:
-            message += f", next run {nxt}"
+        # No "next run" time: the finding stays open while the ghost runs, so a time in
+        # its text would soon be past (see job_findings).
         message += job.advice.finding_text(job.root_pid)
         return Finding(
             kind="respawned",
