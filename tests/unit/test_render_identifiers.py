@@ -93,3 +93,10 @@ def test_top_keeps_users_origins_and_finding_ids_whole() -> None:
     screen = "\n".join(frame(doc, "daemon (/run/rogue-watchdog/status.sock)", 0, 80, False))
     for ident in (UUID, UNIT, "a-very-long-user-name", "/run/rogue-watchdog/status.sock"):
         assert ident in screen
+
+
+def test_a_short_pid_list_says_how_many_it_leaves_out() -> None:
+    from watchdog.actions.slurmsweep import _some_pids
+
+    assert _some_pids([11, 12, 13, 14, 15, 16, 17]) == "11, 12, 13, 14, 15 and 2 more"
+    assert _some_pids([11, 12]) == "11, 12"
