@@ -380,9 +380,9 @@ def fit(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
         width=max(len(indent) + 20, width),
         initial_indent=first,
         subsequent_indent=indent,
+        # Never at a hyphen (UUIDs, unit names): a word goes whole onto the next line, and
+        # only one longer than a whole line continues on the next (nothing is dropped).
         break_on_hyphens=False,
-        # A word longer than the line is an identifier (a UUID, a unit, a path): whole.
-        break_long_words=False,
     ) or [first]
 
 

@@ -16,7 +16,7 @@ from watchdog.render import fit, gpu_lines, result_table
 
 GIB = 1024**3
 UUID = "GPU-00000000-0000-0000-0000-000000000000"
-UNIT = "nightly-retrain-of-the-large-language-model-on-the-whole-corpus-for-team-a.service"
+UNIT = "nightly-retrain-of-the-language-model-for-team-a.service"
 
 
 def test_a_gpu_uuid_at_80_columns_gets_a_line_of_its_own() -> None:
@@ -75,8 +75,12 @@ def test_scan_table_keeps_unit_names_users_and_uuids_whole() -> None:
     assert f"    from systemd unit {UNIT}" in lines
 
 
-def test_prose_wraps_but_never_breaks_a_long_word() -> None:
-    assert fit(f"unit {UNIT} failed", 40, "  ") == ["unit", f"  {UNIT}", "  failed"]
+def test_prose_moves_a_word_whole_to_the_next_line_and_drops_nothing() -> None:
+    assert fit(f"GPU 0 is {UUID} now", 48, "  ") == ["GPU 0 is", f"  {UUID} now"]
+    # Longer than any line: it continues on the next one, every character kept.
+    lines = fit(f"unit {UNIT} failed", 40, "  ")
+    assert "".join(lines).replace(" ", "") == f"unit{UNIT}failed"
+    assert all(len(x) <= 40 for x in lines)
 
 
 def test_top_keeps_users_origins_and_finding_ids_whole() -> None:
