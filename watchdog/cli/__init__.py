@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from watchdog import __version__
 from watchdog.cli import actions, complete, daemon, fleet, scan, slurm, weights
-from watchdog.cli.common import CliError, emit
+from watchdog.cli.common import LOG_FORMATS, CliError, emit
 from watchdog.cli.help import command_help
 
 MAIN_EPILOG = """\
@@ -53,6 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"rogue-watchdog {__version__}")
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="auto",
+        help="how one-shot commands write their log events on stderr: human lines at a "
+        "terminal, JSON lines otherwise or with --json (auto, the default), or always "
+        "json or human",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     scan.register(sub)
@@ -111,12 +119,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     if args.command not in ("run", "status", "completion", "top"):
-        # One-shot commands keep stdout for their report; their log events go to stderr,
-        # as JSON lines like the daemon's. (`status` never logs, and importing structlog
-        # would double its start-up time.)
+        # One-shot commands keep stdout for their report; their log events go to stderr:
+        # a line for a person at a terminal, JSON lines like the daemon's for a pipe, a
+        # file or a --json run. (`status` never logs, and importing structlog would
+        # double its start-up time.)
         from watchdog.cli.common import configure_logging
 
-        configure_logging(sys.stderr)
+        fmt = args.log_format
+        if fmt == "auto" and getattr(args, "json", False):
+            fmt = "json"
+        configure_logging(sys.stderr, fmt)
     try:
         return int(args.func(args))
     except BrokenPipeError:
