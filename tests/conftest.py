@@ -56,6 +56,14 @@ class Spawned:
         self.procs.append(p)
         return p
 
+    def daemon(self, config: Path, log: Path) -> subprocess.Popen[bytes]:
+        """``python -m watchdog run --config CONFIG`` of this checkout, output to ``log``."""
+        with open(log, "wb") as fh:
+            return self.start(
+                [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
+                env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=fh, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
     def cleanup(self) -> None:
         # Kill each started process's whole group, also when the leader is already dead:
         # a test may kill a leader on purpose and leave its workers behind. A PID number

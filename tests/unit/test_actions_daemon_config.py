@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from tests.conftest import REPO, Spawned, poll, run_cli
+from tests.conftest import Spawned, poll, run_cli
 from watchdog.cli import common as cli_common
 from watchdog.cli import main
 from watchdog.daemon.ipc import StatusError, StatusServer, query_status
@@ -35,12 +34,7 @@ def run_daemon(spawned: Spawned, tmp_path: Path, token: str, extra: str = "") ->
         f"daemon: {{state_dir: '{tmp_path}/state', socket: '{sock}', interval_s: 0.5}}\n"
         f"enforcement: {{protect: [{{cmdline: '*/pipeline-{token}/*'}}]}}\n" + extra
     )
-    log = tmp_path / "out.log"
-    with open(log, "wb") as fh:
-        spawned.start(
-            [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
-            env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=fh, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    spawned.daemon(config, tmp_path / "out.log")
     return config, sock
 
 

@@ -52,11 +52,7 @@ def daemon(spawned: Spawned, tmp_path: Path) -> dict[str, Any]:
         "sanctioned:\n  - name: ok\n    cmdline: '*train_ok.py'\n    origin: {any: true}\n"
     )
     log = tmp_path / "out.log"
-    with open(log, "wb") as fh:
-        spawned.start(
-            [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
-            env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=fh, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    spawned.daemon(config, log)
 
     def settled() -> dict[str, Any] | None:
         if not events(log, "daemon-started"):

@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Spawned, run_cli
+from tests.conftest import Spawned, run_cli
 from tests.unit.test_status import config_file
 from tests.unit.test_status_run import events, status, wait_for
 from watchdog.config import ConfigError, load_config
@@ -213,11 +211,7 @@ def test_reload_of_a_config_others_can_write_keeps_the_old_one(
 ) -> None:
     cfg = config_file(base, "  interval_s: 0.2\n")
     log = base / "out.log"
-    with open(log, "wb") as fh:
-        p = spawned.start(
-            [sys.executable, "-m", "watchdog", "run", "--config", str(cfg)],
-            env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=fh, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    p = spawned.daemon(cfg, log)
     wait_for("the first scan", lambda: events(log, "daemon-started") and status(cfg)[0] == 0)
 
     # An unprivileged user who can write the file adds a command the root daemon runs.

@@ -8,12 +8,11 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO, Spawned, poll, run_cli
+from tests.conftest import Spawned, poll, run_cli
 from tests.unit.test_status import config_file, sha16
 
 
@@ -35,11 +34,7 @@ def events(log: Path, event: str) -> list[dict[str, Any]]:
 
 def start(spawned: Spawned, tmp_path: Path, config: Path) -> tuple[subprocess.Popen[bytes], Path]:
     log = tmp_path / "out.log"
-    with open(log, "wb") as fh:
-        p = spawned.start(
-            [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
-            env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=fh, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    p = spawned.daemon(config, log)
     wait_for("the first scan", lambda: events(log, "daemon-started") and status(config)[0] == 0)
     return p, log
 
