@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from watchdog import __version__
-from watchdog.cli import actions, daemon, fleet, scan, slurm, weights
+from watchdog.cli import actions, allowlist, daemon, fleet, scan, slurm, weights
 from watchdog.cli.common import CliError, emit
 from watchdog.cli.help import command_help
 
@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     daemon.register(sub)
     actions.register(sub)
     fleet.register(sub)
+    allowlist.register(sub)
     daemon.register_top(sub)
 
     p = sub.add_parser(
