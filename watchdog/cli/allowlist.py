@@ -13,9 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import TYPE_CHECKING
 
 from watchdog.cli.common import CliError, command_config_path, config_parent, emit
 from watchdog.cli.help import command_help
+
+if TYPE_CHECKING:
+    from watchdog.state import RunRecord
 
 
 def _since(text: str) -> float:
@@ -33,7 +37,9 @@ def _min_runs(text: str) -> int:
     return int(text)
 
 
-def _runs(args: argparse.Namespace, state_dir: str | None) -> tuple[list, float]:  # type: ignore[type-arg]
+def _runs(args: argparse.Namespace, state_dir: str | None) -> tuple[list[RunRecord], float]:
+    """The runs seen in ``--since``, read from ``--state-dir`` (else ``state_dir``, else
+    the configuration's ``daemon.state_dir``), and the window's start."""
     from watchdog.state import read_runs
 
     if args.state_dir:
