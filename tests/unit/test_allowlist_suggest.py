@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from watchdog.cli import main
 from watchdog.config import parse_config
@@ -187,6 +188,13 @@ def test_replay_lists_the_runs_a_tightened_rule_would_flag() -> None:
     assert [(c.run.root_pid, c.would) for c in replay(runs, loose)] == [
         (101, "rogue"), (102, "rogue"), (103, "rogue"),
     ]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _reset_logging() -> Any:
+    # main() points the one-shot commands' log at this test's captured stderr.
+    yield
+    structlog.reset_defaults()
 
 
 def test_cli_suggest_and_diff_read_the_state_dir(
