@@ -127,3 +127,47 @@ def test_learn_suggest_enforce_and_diff_on_real_cron(tmp_path: Path) -> None:
         subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True)
         with contextlib.suppress(Exception):
             h.close()
+
+
+def test_one_script_from_two_cron_files_is_never_proposed_silently(tmp_path: Path) -> None:
+    need_root()
+    need_program("cron", "pgrep")
+    need(Path(PYTHON).exists(), f"needs {PYTHON}")
+    h = CronHarness()
+    try:
+        h.ensure_cron()
+        pipe = h.trainer("pipeline")
+        cron_d = h.add_cron_d(['MAILTO=""', f"* * * * * root {PYTHON} {pipe}"])
+        ghost_d = h.add_cron_d(['MAILTO=""', f"* * * * * root cd / && {PYTHON} {pipe}"])
+        deadline = time.monotonic() + h.seconds_to_fire() + 12
+        while len(h.ours(pipe)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        state = h.sandbox / "state"
+        learning = _daemon(
+            f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{state}', learn_until: 1h}}\n"
+        )
+        _ticks(learning, 3)
+        learning.db.close()
+        args = ("allowlist", "suggest", "--state-dir", str(state), "--since", "1h")
+        out = run_cli(*args, "--min-runs", "1")
+        assert out.returncode == 0, out.stderr
+        assert parse_config(out.stdout, "s.yaml").sanctioned == ()
+        lines = out.stdout.splitlines()
+        assert f"# not proposed: {PYTHON} {pipe} runs from 2 origins:" in lines
+        for path in (cron_d, ghost_d):
+            assert any(
+                line.startswith(f"#     file {path}, line 2, schedule * * * * *, last edit ")
+                for line in lines
+            ), out.stdout
+        chosen = run_cli(*args, "--min-runs", "1", "--prefer", f"{cron_d}:2")
+        assert chosen.returncode == 0, chosen.stderr
+        rules = parse_config(chosen.stdout, "s.yaml").sanctioned
+        assert [(r.origin.cron_file, r.origin.cron_line) for r in rules] == [(str(cron_d), 2)]
+        ghosts = [line for line in chosen.stdout.splitlines() if "suspected ghost" in line]
+        assert len(ghosts) == 1 and f"cron {ghost_d}:2 " in ghosts[0], chosen.stdout
+        assert (
+            f"suspected ghost: runs the same program as the preferred cron {cron_d}:2 (* * * * *)"
+        ) in ghosts[0]
+    finally:
+        with contextlib.suppress(Exception):
+            h.close()
