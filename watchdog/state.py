@@ -527,6 +527,52 @@ def read_runs(state_dir: str, since: float) -> list[RunRecord] | None:
     return [_run(r) for r in rows]
 
 
+def read_history(
+    state_dir: str, since: float
+) -> tuple[list[RunRecord], list[FindingRecord], list[ActionRecord]] | None:
+    """What happened since ``since``, read without writing (``rogue-watchdog report``):
+    the runs last seen since then, the findings open then or opened since (by
+    ``opened_at``), and the actions taken or undone since. None when there is no
+    database, it cannot be read or it predates ``job_runs``."""
+    path = Path(state_dir) / "state.db"
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
+    except sqlite3.Error:
+        return None
+    conn.row_factory = sqlite3.Row
+    try:
+        runs = [
+            _run(tuple(r))
+            for r in conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM job_runs WHERE last_seen>=?"
+                " ORDER BY started_at, root_pid",
+                (since,),
+            )
+        ]
+        findings = [
+            _finding(r)
+            for r in conn.execute(
+                "SELECT * FROM findings WHERE resolved_at IS NULL OR resolved_at>=?"
+                " OR opened_at>=? ORDER BY opened_at, id",
+                (since, since),
+            )
+        ]
+        actions = [
+            _action(r)
+            for r in conn.execute(
+                "SELECT * FROM actions WHERE created_at>=? OR undone_at>=? ORDER BY id",
+                (since, since),
+            )
+        ]
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return runs, findings, actions
+
+
 def read_meta(state_dir: str, key: str) -> str | None:
     """One ``meta`` value of the daemon's database, read without writing; None when
     absent or unreadable."""

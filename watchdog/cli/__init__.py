@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     actions.register(sub)
     fleet.register(sub)
     allowlist.register(sub)
+    allowlist.register_report(sub)
     daemon.register_top(sub)
 
     p = sub.add_parser(

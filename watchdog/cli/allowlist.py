@@ -137,3 +137,69 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     d.add_argument("--config", required=True, help="the candidate configuration")
     d.set_defaults(func=cmd_diff)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``report``: the window as text, JSON or one HTML file."""
+    import json
+
+    from watchdog.report import report_html, report_json, report_text
+    from watchdog.state import read_history
+
+    state_dir = args.state_dir
+    if state_dir is None:
+        from watchdog.config import load_config
+
+        state_dir = load_config(command_config_path(args.config, acts=False)).daemon.state_dir
+    now = time.time()
+    since = now - args.since
+    history = read_history(state_dir, since)
+    if history is None:
+        raise CliError(f"no readable history in {state_dir}/state.db")
+    runs, findings, actions = history
+    doc = report_json(runs, findings, actions, since, now)
+    if args.format == "json":
+        text = json.dumps(doc, indent=2, sort_keys=True)
+    elif args.format == "html":
+        text = report_html(doc, runs)
+    else:
+        text = report_text(doc)
+    if args.output:
+        try:
+            fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+        except OSError as exc:
+            raise CliError(f"cannot create {args.output}: {exc.strerror}") from None
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+        return 0
+    emit(text.rstrip("\n"))
+    return 0
+
+
+def register_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``report`` to the CLI."""
+    p = sub.add_parser(
+        "report",
+        parents=[config_parent()],
+        **command_help(
+            "the week at a glance: usage per origin and user, incidents in order, what is open",
+            "From the state database (read-only): runs and GPU-hours per origin and per "
+            "user, the timeline of findings opened and resolved and of actions taken and "
+            "undone, and the findings still open. Text fits 80 columns; html is one "
+            "self-contained file (no external scripts, fonts or styles). docs/first-week.md.",
+            [
+                "rogue-watchdog report --since 7d",
+                "rogue-watchdog report --since 7d --format html --output /tmp/week.html",
+            ],
+            [(0, "done"), (2, "usage error, or no readable history")],
+        ),
+    )
+    p.add_argument("--state-dir", help="state directory (default: daemon.state_dir)")
+    p.add_argument(
+        "--since", type=_since, default=7 * 86400.0, metavar="DURATION",
+        help="the window: 7d, 12h, 30m or seconds (default 7d)",
+    )  # fmt: skip
+    p.add_argument("--format", choices=("text", "json", "html"), default="text",
+                   help="output form (default text)")  # fmt: skip
+    p.add_argument("--output", metavar="FILE", help="write to FILE (must not exist)")
+    p.set_defaults(func=cmd_report)
