@@ -57,7 +57,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 if [ "$want_test" = 1 ]; then
   apt_install cron at munge slurm-wlm gcc libc6-dev procps util-linux prometheus prometheus-alertmanager \
-    dh-virtualenv build-essential tmux \
+    dh-virtualenv build-essential tmux chromium \
     podman runc conmon busybox-static docker.io
   apt_build_deps
   .venv/bin/python -m pip install -q -e '.[test]'
