@@ -175,7 +175,10 @@ def report_html(
                 continue
             x0, x1 = x(r.started_at), x(r.last_seen)
             colour = _COLOURS.get(r.verdict, "#757575")
-            label = e(safe_text(f"PID {r.root_pid} {r.verdict}: {' '.join(r.cmdline)}"))
+            held = (
+                f", up to {r.max_gpu_bytes / 2**30:.1f} GiB" if r.max_gpu_bytes is not None else ""
+            )
+            label = e(safe_text(f"PID {r.root_pid} {r.verdict}{held}: {' '.join(r.cmdline)}"))
             svg.append(
                 f'<rect class="run {e(r.verdict)}" x="{x0}" y="{y}" width="{max(x1 - x0, 2)}" '
                 f'height="20" fill="{colour}"><title>{label}</title></rect>'

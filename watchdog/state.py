@@ -170,6 +170,7 @@ CREATE TABLE job_runs (
     last_seen REAL NOT NULL,
     gpu_s REAL NOT NULL DEFAULT 0,
     gpus_json TEXT NOT NULL DEFAULT '[]',
+    max_gpu_bytes INTEGER,
     PRIMARY KEY (root_pid, start_ticks, signature)
 );
 CREATE INDEX job_runs_seen ON job_runs(last_seen);
@@ -378,6 +379,8 @@ class RunRecord:
         last_seen: POSIX time it was last seen.
         gpu_s: GPU-seconds it held: seconds between sightings times GPUs held.
         gpus: UUIDs of every GPU it held, sorted.
+        max_gpu_bytes: The most GPU memory it held at one sighting (NVML, summed over its
+            members and GPUs); None when NVML never said.
     """
 
     signature: str
@@ -392,6 +395,7 @@ class RunRecord:
     last_seen: float
     gpu_s: float = 0.0
     gpus: list[str] | None = None
+    max_gpu_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -490,12 +494,13 @@ def _run(row: sqlite3.Row | tuple[Any, ...]) -> RunRecord:
         str(row[0]), int(row[1]), int(row[2]), row[3],
         [str(c) for c in cmdline], _loads(row[5], dict, UnreadableRecord), str(row[6]),
         row[7], float(row[8]), float(row[9]), float(row[10]), [str(g) for g in gpus],
+        row[12] if isinstance(row[12], int) else None,
     )  # fmt: skip
 
 
 _RUN_COLUMNS = (
     "signature, root_pid, start_ticks, user, cmdline_json, origin_json, verdict, rule,"
-    " started_at, last_seen, gpu_s, gpus_json"
+    " started_at, last_seen, gpu_s, gpus_json, max_gpu_bytes"
 )
 
 
@@ -961,11 +966,13 @@ class StateDB:
         self.conn.execute(
             f"INSERT INTO job_runs({_RUN_COLUMNS})"
             " VALUES (:signature, :root_pid, :start_ticks, :user, :cmdline_json,"
-            " :origin_json, :verdict, :rule, :now, :now, 0, :gpus_json)"
+            " :origin_json, :verdict, :rule, :now, :now, 0, :gpus_json, :gpu_bytes)"
             " ON CONFLICT(root_pid, start_ticks, signature) DO UPDATE SET"
             " verdict=excluded.verdict, rule=excluded.rule, origin_json=excluded.origin_json,"
             " gpu_s=job_runs.gpu_s + MAX(0, :now - job_runs.last_seen) * :n_gpus,"
-            " last_seen=:now, gpus_json=:gpus_union",
+            " last_seen=:now, gpus_json=:gpus_union,"
+            " max_gpu_bytes=CASE WHEN :gpu_bytes IS NULL THEN job_runs.max_gpu_bytes"
+            " ELSE MAX(COALESCE(job_runs.max_gpu_bytes, 0), :gpu_bytes) END",
             {
                 "signature": rec.signature,
                 "root_pid": rec.root_pid,
@@ -979,6 +986,7 @@ class StateDB:
                 "gpus_json": json.dumps(gpus),
                 "n_gpus": len(gpus),
                 "gpus_union": json.dumps(sorted(set(gpus) | set(self._run_gpus(rec)))),
+                "gpu_bytes": rec.max_gpu_bytes,
             },
         )
 

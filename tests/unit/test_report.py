@@ -37,7 +37,8 @@ def week(tmp_path: Path, now: float) -> Path:
         (RunRecord("a", 10, 1, "mlops", ["python", "train.py"], pipe, "sanctioned", "p",
                    0, 0, gpus=["GPU-0"]), now - 3000, now - 1200),  # 1800 s on 1 GPU
         (RunRecord("b", 20, 2, "root", ["python", "train.py"], ghost, "rogue", None,
-                   0, 0, gpus=["GPU-0", "GPU-1"]), now - 2400, now - 600),  # 1800 s on 2
+                   0, 0, gpus=["GPU-0", "GPU-1"], max_gpu_bytes=8 << 30),
+         now - 2400, now - 600),  # 1800 s on 2
         (RunRecord("c", 30, 3, "eve", ["python", "x.py\n\x1b[2J"], shell, "rogue", None,
                    0, 0), now - 500, now - 400),
     ]  # fmt: skip
@@ -83,6 +84,19 @@ def test_report_json_exact(tmp_path: Path) -> None:
     assert [(f["id"], f["kind"]) for f in doc["open"]] == [(2, "respawned")]
 
 
+def test_a_run_keeps_the_most_gpu_memory_it_held(tmp_path: Path) -> None:
+    db = StateDB(tmp_path / "state")
+    origin = CronOrigin(file="/etc/cron.d/p", line=1).to_json()
+    for t, held in ((10.0, 4 << 30), (20.0, 8 << 30), (30.0, None), (40.0, 2 << 30)):
+        rec = RunRecord("s", 7, 1, "u", ["python", "t.py"], origin, "rogue", None, 0, 0,
+                        gpus=["GPU-0"], max_gpu_bytes=held)  # fmt: skip
+        db.record_run(rec, t)
+    [run] = db.runs()
+    assert (run.max_gpu_bytes, run.gpu_s, run.started_at, run.last_seen) == (
+        8 << 30, 30.0, 10.0, 40.0,
+    )  # fmt: skip
+
+
 def test_report_text_fits_80_columns_and_html_is_self_contained(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -108,6 +122,7 @@ def test_report_text_fits_80_columns_and_html_is_self_contained(
     assert len(re.findall(r'<line class="incident"', html_doc)) == 3
     assert re.search(r"(src|href)=", html_doc) is None  # nothing loaded from anywhere
     assert "<script" not in html_doc
+    assert html_doc.count("<title>PID 20 rogue, up to 8.0 GiB: python train.py</title>") == 2
     assert "\x1b" not in html_doc and "\x1b" not in text
 
 

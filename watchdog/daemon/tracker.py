@@ -257,7 +257,7 @@ class Tracker:
                 RunRecord(
                     sig, job.root_pid, job.start_ticks, job.user, list(job.cmdline),
                     job.origin.to_json(), job.verdict, job.rule, now, now,
-                    gpus=list(job.gpu_uuids),
+                    gpus=list(job.gpu_uuids), max_gpu_bytes=job.gpu_memory_bytes,
                 ),
                 now,
             )  # fmt: skip
