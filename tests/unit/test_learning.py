@@ -122,3 +122,17 @@ def test_status_says_learning_until_and_the_candidate_rules(
         f"learning until {until}, 0 candidate rules (rogue-watchdog allowlist suggest): "
         "unsanctioned jobs alerted at info, not acted on"
     )
+
+
+def test_a_respawn_while_learning_is_info(spawned: Spawned, tmp_path: Path) -> None:
+    d = make(tmp_path, Recorder())
+    pid = start(spawned, tmp_path, "train_again.py")
+    d.tick(END - 100)
+    spawned.procs[-1].kill()
+    spawned.procs[-1].wait()
+    d.tick(END - 90)
+    again = start(spawned, tmp_path, "train_again.py")
+    d.tick(END - 80)
+    back = [f for f in d.db.open_findings() if f.kind == "respawned" and f.root_pid == again]
+    assert [f.severity for f in back] == ["info"]
+    assert pid != again
