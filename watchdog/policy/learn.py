@@ -45,7 +45,7 @@ _INTERPRETERS = re.compile(
     r"(python[0-9.]*|pypy[0-9.]*|bash|sh|dash|zsh|perl|ruby|julia|node|Rscript"
     r"|torchrun|deepspeed|accelerate|lightning|srun|mpirun|uv|conda)"
 )
-# Options of those that take a value (``-m module``, ``--nproc_per_node 8``).
+# An argument ending so is the script, wherever it stands before the run's arguments.
 _SCRIPT_SUFFIXES = (".py", ".sh", ".pl", ".rb", ".jl", ".js", ".R")
 _REGEX_META = re.compile(r"([\\.^$|?*+()\[\]{}])")
 
@@ -159,6 +159,8 @@ class Group:
         runs: The runs, oldest first.
         why_not: Why it is not proposed, or None.
         rule: The rule name it would get.
+        ghost_of: For a suspected ghost (``--prefer`` chose another origin of the same
+            program), the label of the chosen origin.
     """
 
     origin: Origin
