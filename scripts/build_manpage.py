@@ -38,8 +38,141 @@ def render() -> str:
             "author": "",
         },
     )
-    page.add_section("examples and exit codes", "=", _epilogs(parser))
+    # The sections systemd's and cron's pages have, in man-pages(7) order after OPTIONS.
+    page.add_section("exit status", "=", _exit_status(parser))
+    page.add_section("environment", "=", _environment())
+    page.add_section("files", "=", _files())
+    page.add_section("signals", "=", SIGNALS)
+    page.add_section("examples", "=", _epilogs(parser))
+    page.add_section("see also", "=", SEE_ALSO)
     return str(page)
+
+
+def _tp(term: str, text: str) -> str:
+    """One ``.TP`` entry: ``term`` in bold (written as is), ``text`` below it."""
+    return f".TP\n.B {term}\n{text}"
+
+
+def _exit_status(parser: argparse.ArgumentParser) -> str:
+    """The common meaning of the codes, then each command's own (from its ``--help``)."""
+    parts = [
+        "Every command answers with the same few codes:",
+        _tp("0", "nothing to report, or done."),
+        _tp("1", "something found: a rogue or excess job, non\\-finite weights, a refused action."),
+        _tp("2", "a usage or configuration error (the message names file, line and key)."),
+        _tp("3", "status: the daemon is not running."),
+        _tp("4", "status, fleet: state unknown (no answer, permission denied, a garbled one)."),
+        ".PP",
+        "Each command's own list (its \\-\\-help shows the same):",
+    ]
+    for name, sub in _subcommands(parser).items():
+        codes = _exit_codes(sub.epilog or "")
+        if codes:
+            parts.append(f".SS {_roff_literal(f'rogue-watchdog {name}')}")
+            parts += [_tp(_roff_literal(code), _roff_literal(meaning)) for code, meaning in codes]
+    return "\n".join(parts)
+
+
+def _environment() -> str:
+    from watchdog.daemon.notify import ENV_KEYS
+
+    entries = [
+        (
+            ", ".join(ENV_KEYS),
+            "Set by systemd for the service (Type=notify, WatchdogSec=): the daemon reports "
+            "READY=1, STATUS= and WATCHDOG=1 pings there (sd_notify(3)).",
+        ),
+        (
+            "the url_env variables of alert sinks",
+            "Webhook URLs, kept out of the configuration: set them in secrets.env (FILES), "
+            "which the unit reads with EnvironmentFile=; check\\-config looks there too.",
+        ),
+        ("SLURM_CONF", "Where Slurm's configuration is (queue.slurm: auto looks for it)."),
+        ("COLUMNS", "Width of scan and status tables; whole lines when unset and not a tty."),
+        ("NO_COLOR, TERM", "NO_COLOR set, or TERM=dumb: no colour in terminal output."),
+        ("SUDO_USER", "Recorded as the actor of terminate, disable\\-source and undo."),
+    ]
+    return "\n".join(_tp(_roff_literal(k), v) for k, v in entries)
+
+
+def _files() -> str:
+    from watchdog.cli.common import DEFAULT_CONFIG
+    from watchdog.config.daemon import DaemonSettings
+    from watchdog.model import DEFAULT_SOCKET
+
+    config_dir = str(Path(DEFAULT_CONFIG).parent)
+    state_dir = DaemonSettings().state_dir
+    entries = [
+        (DEFAULT_CONFIG, "The configuration (the allowlist of sanctioned jobs and their "
+         "origins); \\-\\-config names another. Refused when others can write it."),
+        (f"{config_dir}/secrets.env", "Webhook URLs for url_env sinks, mode 0600; read by "
+         "the unit (EnvironmentFile=) and by check\\-config."),
+        (f"{state_dir}/state.db", "The daemon's state (daemon.state_dir): jobs, findings, "
+         "alert deliveries and the recorded actions undo restores."),
+        (DEFAULT_SOCKET, "The status socket (daemon.socket) status and top ask."),
+        ("/etc/systemd/system/rogue\\-watchdog.service",
+         "The unit scripts/install.sh writes (the Debian package: /lib/systemd/system)."),
+        ("/etc/crontab, /etc/cron.d/, /var/spool/cron/crontabs/",
+         "Read to name a cron origin; disable\\-source comments a line out of them."),
+        ("/proc/PID/", "Each process's command line, environment, cgroup, maps and fds."),
+        ("/dev/nvidia*, libnvidia\\-ml.so.1", "NVML: which process holds which GPU."),
+    ]  # fmt: skip
+    return "\n".join(_tp(_roff_literal(k) if "\\" not in k else k, v) for k, v in entries)
+
+
+SIGNALS = "\n".join(
+    [
+        _tp("SIGHUP", "run: reload the configuration (systemctl reload); a file that does "
+            "not validate is refused and the one in force is kept."),
+        _tp("SIGTERM, SIGINT", "run: finish the current scan, stop and exit 0."),
+        ".PP",
+        "Signals the watchdog sends, only to the processes of a rogue job the guard let it "
+        "target (terminate, or enforcement.mode: terminate): SIGSTOP to freeze the job's "
+        "tree, SIGTERM, SIGCONT so it can exit, SIGKILL after enforcement.grace_s to what "
+        "is left. Never to a sanctioned job or anything outside the job.",
+    ]
+)  # fmt: skip
+
+SEE_ALSO = (
+    ",\n".join(
+        f"\\fB{name}\\fR({section})"
+        for name, section in [
+            ("systemd.service", 5), ("systemctl", 1), ("sd_notify", 3), ("cron", 8),
+            ("crontab", 5), ("atd", 8), ("nvidia\\-smi", 1), ("squeue", 1),
+            ("scontrol", 1), ("prometheus", 1), ("podman", 1),
+        ]
+    )
+    + "\n.PP\nThe guides, in /opt/rogue\\-watchdog/share/doc/ (install.md, status.md) and "
+    "docs/ of the source: config.md, operations.md, alerts.md, weights.md."
+)  # fmt: skip
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(subs.choices)
+
+
+def _exit_codes(epilog: str) -> list[tuple[str, str]]:
+    """The ``(code, meaning)`` lines under ``exit codes:`` (watchdog.cli.help's layout)."""
+    lines = epilog.splitlines()
+    if "exit codes:" not in lines:
+        return []
+    out = []
+    for line in lines[lines.index("exit codes:") + 1 :]:
+        code, _, meaning = line.strip().partition(" ")
+        out.append((code, meaning.strip()))
+    return out
+
+
+def _examples(epilog: str) -> str:
+    """The lines under ``examples:``, up to the exit codes."""
+    lines = epilog.splitlines()
+    if "examples:" not in lines:
+        return ""
+    body = lines[lines.index("examples:") + 1 :]
+    if "exit codes:" in body:
+        body = body[: body.index("exit codes:")]
+    return "\n".join(line.removeprefix("  ") for line in body).strip("\n")
 
 
 def _roff_literal(text: str) -> str:
@@ -53,14 +186,14 @@ def _roff_literal(text: str) -> str:
 
 
 def _epilogs(parser: argparse.ArgumentParser) -> str:
-    """Each command's examples and exit codes (its ``--help`` epilog), one subsection each."""
-    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    """Each command's examples (from its ``--help`` epilog), one subsection each."""
     parts = []
-    for name, sub in subs.choices.items():
-        if sub.epilog:
+    for name, sub in _subcommands(parser).items():
+        examples = _examples(sub.epilog or "")
+        if examples:
             title = _roff_literal(f"rogue-watchdog {name}")
             parts += [f".SS {title}", ".nf"]
-            parts += [_roff_literal(sub.epilog), ".fi"]
+            parts += [_roff_literal(examples), ".fi"]
     return "\n".join(parts)
 
 

@@ -32,6 +32,8 @@ LINK=/usr/local/bin/rogue-watchdog
 
 die() { echo "install: $*" >&2; exit 2; }
 say() { echo "install: $*"; }
+# A path as the replacement of a sed s|...|...| command: |, & and \ stand for themselves.
+sed_repl() { printf '%s' "$1" | sed -e 's/[|&\\]/\\&/g'; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,7 +50,9 @@ while [ $# -gt 0 ]; do
 done
 case "$PREFIX" in /*) ;; *) die "--prefix must be an absolute path" ;; esac
 case "$CONFIG_DIR" in /*) ;; *) die "--config-dir must be an absolute path" ;; esac
+case "$PREFIX$CONFIG_DIR" in *$'\n'*) die "--prefix and --config-dir must not contain a newline (the unit is line-based)" ;; esac
 PREFIX=${PREFIX%/}
+CONFIG_DIR=${CONFIG_DIR%/}
 CONFIG=$CONFIG_DIR/config.yaml
 
 # systemd is running (sd_booted(3)): only then can the unit be started.
@@ -124,7 +128,10 @@ fi
 # 3. The unit, pointing at this prefix and configuration.
 mkdir -p "$UNIT_DIR"
 tmp=$(mktemp "$UNIT_DIR/.$UNIT.XXXXXX")
-sed -e "s|/opt/rogue-watchdog|$PREFIX|g" -e "s|/etc/rogue-watchdog/config.yaml|$CONFIG|g" \
+# Every path under the default configuration directory follows --config-dir: the config
+# and secrets.env (EnvironmentFile=) beside it, where the daemon also looks for it.
+sed -e "s|/opt/rogue-watchdog|$(sed_repl "$PREFIX")|g" \
+  -e "s|/etc/rogue-watchdog/|$(sed_repl "$CONFIG_DIR")/|g" \
   "$REPO/systemd/$UNIT" >"$tmp"
 chmod 0644 "$tmp"
 if cmp -s "$tmp" "$UNIT_DIR/$UNIT"; then

@@ -1,48 +1,19 @@
 #!/usr/bin/env bash
 # Creates .venv (the product's own virtual environment: PyPI's `watchdog` shares the import
-# name) and installs rogue-watchdog into it. With --test, also the test tools and the
-# system packages the system tests drive (cron, at, Slurm, munge, gcc, Prometheus and
-# Alertmanager; on a host booted with systemd their packages enable their own services on
-# ports 9090/9093: the tests never use those, they run their own on loopback ports; and
-# dh-virtualenv with build-essential and the Build-Depends of debian/control, to build the
-# Debian package; and the llama-cpp-python sdist, whose vendored ggml the weights tests
-# compile into llama.cpp's C GGUF reader).
+# name) and installs rogue-watchdog into it. With --test, also the test tools, the system
+# packages the system tests drive and the build dependencies of debian/control
+# (scripts/setup-packages.sh --test), and the llama-cpp-python sdist, whose vendored ggml
+# the weights tests compile into llama.cpp's C GGUF reader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_test=0
 [ "${1:-}" = "--test" ] && want_test=1
 
-apt_install() {
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "setup: not root; skipping apt-get install $*" >&2
-    return 0
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  if [ ! -f /var/lib/apt/periodic/rw-updated ] || ! apt-get install -y -qq "$@" >/dev/null 2>&1; then
-    apt-get update -qq
-    apt-get install -y -qq "$@" >/dev/null
-    mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/rw-updated
-  fi
-}
-
-# The build dependencies debian/control names, read from that file itself (apt resolves
-# debhelper-compat (= 13) to debhelper): dh-virtualenv does not pull debhelper in, and a
-# machine that happens to have it hides the gap.
-apt_build_deps() {
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "setup: not root; skipping apt-get build-dep ./" >&2
-    return 0
-  fi
-  if dpkg-checkbuilddeps debian/control >/dev/null 2>&1; then
-    return 0
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get build-dep -y -qq ./ >/dev/null 2>&1; then
-    apt-get update -qq
-    apt-get build-dep -y -qq ./ >/dev/null
-  fi
-}
+# The system packages (apt) live in scripts/setup-packages.sh: tests/system/
+# test_prerequisites.py runs it against a recording apt-get and checks that what it asks
+# for covers every program the system tests need and every build dependency.
+apt_install() { bash scripts/setup-packages.sh "$@"; }
 
 PY=${PYTHON:-python3}
 if ! command -v "$PY" >/dev/null 2>&1 || ! "$PY" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null \
@@ -56,10 +27,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 if [ "$want_test" = 1 ]; then
-  apt_install cron at munge slurm-wlm gcc libc6-dev procps util-linux prometheus prometheus-alertmanager \
-    dh-virtualenv build-essential tmux chromium \
-    podman runc conmon busybox-static docker.io
-  apt_build_deps
+  bash scripts/setup-packages.sh --test
   .venv/bin/python -m pip install -q -e '.[test]'
   # llama.cpp's C GGUF reader for the ship gate's differential tests, from the sources the
   # llama-cpp-python sdist vendors (tests/weights/ggml/build.py compiles it per test run).

@@ -120,3 +120,87 @@ def run_cli(
         env=full_env,
         check=False,
     )
+
+
+# Runs in a private mount namespace: binds each SRC onto its DST, then drops to nobody.
+# ``sh -c _AS_NOBODY sh SRC DST [SRC DST...] -- ARGV...``
+_AS_NOBODY = r"""set -e
+while [ "$1" != -- ]; do mount --bind "$1" "$2"; shift 2; done
+shift
+exec runuser -u nobody -- "$@"
+"""
+
+
+@contextlib.contextmanager
+def nobody_python(*modules: str) -> Iterator[list[str]]:
+    """An argv prefix running this checkout's interpreter as user ``nobody``, with the
+    checkout and its venv's site-packages importable, whatever the checkout's path.
+
+    A checkout under root's mode-0700 home (/root) is closed to nobody: its package, its
+    venv and (through the venv) its interpreter. So the command runs in a private mount
+    namespace (``unshare --mount``: the host's mounts are untouched) where the checkout
+    and each site-packages directory are bound onto empty folders of a mode-0755 view
+    under /var/tmp, and ``PYTHONPATH`` names those; the interpreter is the venv's base
+    interpreter (``/usr/bin/python3.11`` on Debian), which loads the venv's packages.
+    Only the view's mount points are new; every other path, and every permission the
+    test is about, is the host's own. Append ``-c CODE`` or ``-m MODULE`` and arguments.
+
+    Args:
+        modules: Modules the command needs; importing them as nobody is checked first.
+
+    Yields:
+        ``[unshare, ..., runuser -u nobody -- env PYTHONPATH=... PYTHON]``.
+
+    Raises:
+        pytest.fail.Exception: Under ROGUE_WATCHDOG_REQUIRE_SYSTEM=1, not root or no
+            runuser/unshare (a skip otherwise), or the probe import fails as nobody.
+    """
+    import sysconfig
+    import tempfile
+
+    need_root()
+    need_program("runuser", "unshare", "mount")
+    python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    paths = sysconfig.get_paths()
+    sources = list(dict.fromkeys([str(REPO), paths["purelib"], paths["platlib"]]))
+    base = os.path.realpath(sys.base_prefix)
+    # An interpreter built under /root (pyenv) is bound too, and run from the view: it
+    # finds its standard library beside itself, its libpython through LD_LIBRARY_PATH.
+    relocate = not _others_can_reach(python) and Path(python).is_relative_to(base)
+    view = Path(tempfile.mkdtemp(prefix="rwtest-nobody-", dir="/var/tmp"))
+    try:
+        view.chmod(0o755)
+        binds: list[str] = []
+        targets: list[str] = []
+        for i, src in enumerate([*sources, *([base] if relocate else [])]):
+            dst = view / str(i)
+            dst.mkdir(mode=0o755)
+            binds += [src, str(dst)]
+            targets.append(str(dst))
+        env = [f"PYTHONPATH={os.pathsep.join(targets[: len(sources)])}"]
+        if relocate:
+            env.append(f"LD_LIBRARY_PATH={targets[-1]}/lib")
+            python = targets[-1] + python[len(base) :]
+        argv = [
+            "unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", _AS_NOBODY,
+            "sh", *binds, "--", "env", *env, python,
+        ]  # fmt: skip
+        probe = subprocess.run(
+            [*argv, "-c", f"import {', '.join(('watchdog', *modules))}"],
+            capture_output=True, text=True, timeout=60, check=False, cwd="/",
+        )  # fmt: skip
+        if probe.returncode != 0:
+            pytest.fail(f"user nobody cannot import {modules} with {python}: {probe.stderr}")
+        yield argv
+    finally:
+        shutil.rmtree(view, ignore_errors=True)
+
+
+def _others_can_reach(path: str) -> bool:
+    """Whether a user in no group of the owner's can run ``path``: every directory above
+    it searchable by others and the file executable by others."""
+    p = Path(path)
+    try:
+        return all(os.stat(d).st_mode & 0o001 for d in [p, *p.parents])
+    except OSError:
+        return False

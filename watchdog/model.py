@@ -53,7 +53,7 @@ ORIGIN_KINDS: tuple[OriginKind, ...] = get_args(OriginKind)
 FindingKind = Literal[
     "binding-mismatch", "component-degraded", "deploy-stale", "excess-instances",
     "gpu-memory-unexplained", "gpu-pid-invisible", "gpu-processes-hidden", "gpu-query-failed",
-    "gpu-query-hung", "limited-visibility",
+    "gpu-query-hung", "limited-visibility", "needs-restart",
     "nvml-unavailable", "pid-namespace", "poisoned-weights", "proc-unavailable",
     "queue-output-malformed", "queue-unavailable", "queue-unsanctioned",
     "remediation-failed", "respawned", "rogue-job", "rogue-service", "sanctioned-changed",

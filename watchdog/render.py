@@ -182,7 +182,10 @@ def shorten_command(argv: Sequence[str], width: int) -> str:
 
 
 def shorten_path_words(text: str, width: int) -> str:
-    """Origin text in at most ``width`` characters: path words keep their last part."""
+    """Origin text in at most ``width`` characters where it can be: path words keep their
+    last part (``…/train.service``). Never cut further: the rest names a unit, a crontab
+    entry or a container, and a cut name identifies nothing, so the result may be longer
+    than ``width`` (callers wrap it or give it a line of its own)."""
     if len(text) <= width:
         return text
     words = text.split(" ")
@@ -192,7 +195,7 @@ def shorten_path_words(text: str, width: int) -> str:
             words[i] = "…/" + base
             if len(" ".join(words)) <= width:
                 break
-    return _clip(" ".join(words), width)
+    return " ".join(words)
 
 
 def gpu_label(held: GpuHeld, gpus: Sequence[GpuInfo]) -> str:
@@ -249,10 +252,15 @@ def gpu_lines(
         if held is not None
         else "sanctioned -, unsanctioned -, not attributable -"
     )
-    one = f"{head}: {split}  {printable(uuid)}"
+    uuid = printable(uuid)
+    one = f"{head}: {split}  {uuid}"
     if len(one) <= width:
         return [one]
-    return [_clip(f"{head}  {printable(uuid)}", width), "    " + split]
+    # A cut UUID identifies nothing: it goes whole on a line of its own when it does not
+    # fit beside the head.
+    if len(head) + 2 + len(uuid) <= width:
+        return [f"{head}  {uuid}", "    " + split]
+    return [head, "    " + uuid, "    " + split]
 
 
 def gpu_summary(gpu: GpuInfo, jobs: Sequence[Job], width: int = UNLIMITED) -> list[str]:
@@ -372,6 +380,8 @@ def fit(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
         width=max(len(indent) + 20, width),
         initial_indent=first,
         subsequent_indent=indent,
+        # Never at a hyphen (UUIDs, unit names): a word goes whole onto the next line, and
+        # only one longer than a whole line continues on the next (nothing is dropped).
         break_on_hyphens=False,
     ) or [first]
 
@@ -391,8 +401,9 @@ def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: 
                 j,
             )
         )
-    w_user = min(12, max(4, *(len(c[2]) for c in cells)))
-    w_gpu = min(12, max(3, *(len(c[4]) for c in cells)))
+    # User names and GPU lists are never cut: a long one widens its column.
+    w_user = max(4, *(len(c[2]) for c in cells))
+    w_gpu = max(3, *(len(c[4]) for c in cells))
     w_mem = max(7, *(len(c[5]) for c in cells))
     fixed = f"{'VERDICT':<10} {'PID':>7} {'USER':<{w_user}} {'PROCS':>5} {'GPU':<{w_gpu}} "
     fixed += f"{'GPU MEM':>{w_mem}}  "
@@ -410,21 +421,26 @@ def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: 
     for verdict, pid, user, procs, gpu, mem, origin, job in cells:
         head = (
             paint(f"{verdict:<10}", verdict, colour)
-            + f" {pid:>7} {_clip(user, w_user):<{w_user}} {procs:>5} "
-            + f"{_clip(gpu, w_gpu):<{w_gpu}} {mem:>{w_mem}}  "
+            + f" {pid:>7} {user:<{w_user}} {procs:>5} "
+            + f"{gpu:<{w_gpu}} {mem:>{w_mem}}  "
         )
         inner = max(20, width - 4)
-        if wide:
+        text = shorten_path_words(origin, w_origin if wide else inner - 5)
+        if wide and len(text) <= w_origin:
             cmd_w = max(20, room - w_origin - 2)
-            text = shorten_path_words(origin, w_origin)
             lines.append(head + f"{text:<{w_origin}}  " + shorten_command(job.cmdline, cmd_w))
+            text = ""
+        elif wide:  # an origin too long for its column gets a line of its own, whole
+            cmd_w = max(20, room - w_origin - 2)
+            lines.append(head + f"{'(below)':<{w_origin}}  " + shorten_command(job.cmdline, cmd_w))
+            text = shorten_path_words(origin, inner - 5)
         elif own_line:
             lines.append(head.rstrip())
             lines.append("    " + shorten_command(job.cmdline, inner))
-            lines.append("    from " + shorten_path_words(origin, inner - 5))
         else:
             lines.append(head + shorten_command(job.cmdline, room))
-            lines.append("    from " + shorten_path_words(origin, inner - 5))
+        if text:
+            lines.extend(fit(text, width, " " * 9, "    from "))
         if job.verdict != "sanctioned" and job.reason:
             lines.extend(fit(printable(job.reason), width, " " * 9, "    why: "))
         stop = stop_text(job) if job.unsanctioned else None

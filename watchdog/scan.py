@@ -552,11 +552,6 @@ def _mark_exited(findings: list[Finding], exited: set[int]) -> list[Finding]:
     return out
 
 
-def is_visible(proc_root: str, pid: int) -> bool:
-    """True when ``/proc/PID`` exists under ``proc_root``."""
-    return os.path.exists(f"{proc_root}/{pid}")
-
-
 CAP_SYS_PTRACE = 19  # linux/capability.h
 
 

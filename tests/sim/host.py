@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakenvml.build import write_config
-from watchdog.actions.effects import CommandResult, RecordingEffects
+from watchdog.actions.effects import RecordingEffects
+from watchdog.command import CommandResult
 
 CLK = os.sysconf("SC_CLK_TCK")
 BOOT = 1_800_000_000.0  # the simulated host's boot time (btime)

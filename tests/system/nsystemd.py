@@ -11,6 +11,8 @@ filesystem. Two independent guards make that impossible rather than merely avoid
 the namespace gets a private tmpfs on /tmp (mounted by a shell that then ``exec``s
 systemd, so systemd is still PID 1), and :data:`MASKED` units are masked (symlinked to
 /dev/null) in the sandbox unit directory, which comes first in ``SYSTEMD_UNIT_PATH``.
+A checkout cloned under /tmp (and its venv) is bound back over the private /tmp, and
+only it (:func:`paths_hidden_by_private_tmp`): the units run the checkout's interpreter.
 Units live in a sandbox directory named by ``SYSTEMD_UNIT_PATH=DIR:``;
 nothing is written to /etc/systemd. The manager is reached with ``nsenter -t PID -p -m``,
 and is SIGKILLed (taking every process in its namespace with it) in teardown.
@@ -28,6 +30,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import need, need_program, need_root
+from tests.conftest import REPO, need, need_program, need_root
 
 SYSTEMD = "/lib/systemd/systemd"
 TARGET = "T.target"
@@ -55,7 +58,34 @@ MASKED = (
 )
 # Runs as PID 1 of the new namespaces, then becomes systemd (still PID 1). The mount
 # namespace is private (--propagation private), so the tmpfs is invisible to the host.
-_BOOT = 'mount -t tmpfs -o mode=1777,nosuid,nodev rwtest-tmp /tmp && exec "$0" --system "$1"'
+# ``sh -c _BOOT SYSTEMD --unit=T STAGE [PATH...]``: each PATH under /tmp (the checkout and
+# its venv, when a user cloned there) would be hidden by the private /tmp, so the host's
+# /tmp is first bound at STAGE (a directory in the sandbox) and each PATH bound back from
+# it onto the tmpfs; then STAGE is detached. The rest of the host's /tmp stays hidden.
+_BOOT = r"""set -e
+sd=$0; unit=$1; stage=$2; shift 2
+[ $# -eq 0 ] || mount --rbind /tmp "$stage"
+mount -t tmpfs -o mode=1777,nosuid,nodev rwtest-tmp /tmp
+for p do mkdir -p "$p"; mount --rbind "$stage${p#/tmp}" "$p"; done
+[ $# -eq 0 ] || umount -l "$stage"
+exec "$sd" --system "$unit"
+"""
+
+
+def paths_hidden_by_private_tmp() -> list[str]:
+    """The directories under /tmp that the namespace's units run code from: this
+    checkout, the venv and the interpreter it runs on (outermost first, none inside
+    another). Empty when nothing lives under /tmp."""
+    candidates = [REPO, Path(sys.prefix), Path(os.path.realpath(sys.executable)).parent]
+    under = sorted(
+        {p.resolve() for p in candidates if p.resolve().is_relative_to("/tmp")},
+        key=lambda p: len(p.parts),
+    )
+    out: list[Path] = []
+    for p in under:
+        if p != Path("/tmp") and not any(p.is_relative_to(q) for q in out):
+            out.append(p)
+    return [str(p) for p in out]
 
 
 class NamespacedSystemdError(RuntimeError):
@@ -87,6 +117,8 @@ class NamespacedSystemd:
         self.sandbox = sandbox or Path(tempfile.mkdtemp(prefix="rwtest-", dir="/var/tmp"))
         self.unit_dir = self.sandbox / "units"
         self.unit_dir.mkdir(parents=True, exist_ok=True)
+        self._stage = self.sandbox / "host-tmp"
+        self._stage.mkdir(exist_ok=True)
         self.pid: int | None = None
         self._unshare: subprocess.Popen[bytes] | None = None
         self._units: set[str] = {TARGET}
@@ -121,6 +153,8 @@ class NamespacedSystemd:
             _BOOT,
             SYSTEMD,
             f"--unit={TARGET}",
+            str(self._stage),
+            *paths_hidden_by_private_tmp(),
         ]
         log = open(self.sandbox / "systemd.log", "wb")  # noqa: SIM115 - closed with the child
         try:

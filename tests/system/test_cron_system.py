@@ -18,7 +18,8 @@ import pytest
 from tests.conftest import need, need_program, need_root, run_cli
 from tests.system.cronharness import PYTHON, CronHarness
 from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.cron import DISABLE_PREFIX, CronResolver
+from watchdog.lineage.cron import CronResolver
+from watchdog.lineage.crontab import DISABLE_PREFIX
 from watchdog.model import Origin
 from watchdog.sources.procfs import ProcessTable
 

@@ -22,8 +22,9 @@ import pytest
 
 from tests.conftest import need, need_program, need_root, run_cli
 from tests.system.cronharness import PYTHON, CronHarness
-from watchdog.actions.effects import CommandResult, Effects
+from watchdog.actions.effects import Effects
 from watchdog.actions.enforcer import Enforcer
+from watchdog.command import CommandResult
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
 

@@ -13,12 +13,14 @@ the test without ever running it.
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.system.nsystemd import MASKED, NamespacedSystemd, nsystemd
+from tests.conftest import REPO
+from tests.system.nsystemd import MASKED, NamespacedSystemd, nsystemd, paths_hidden_by_private_tmp
 
 __all__ = ["nsystemd"]  # the imported session fixture
 
@@ -69,3 +71,19 @@ def test_default_dependencies_unit_cannot_empty_host_tmp(nsystemd: NamespacedSys
         sd.systemctl("stop", unit, check=False)
         sd.systemctl("reset-failed", unit, check=False)
         shutil.rmtree(marker_dir, ignore_errors=True)
+
+
+def test_the_checkout_runs_inside_whatever_its_path(nsystemd: NamespacedSystemd) -> None:
+    # A checkout cloned under /tmp would be hidden by the namespace's private /tmp
+    # (`env: '/tmp/…/.venv/bin/python': No such file or directory`): it is bound back,
+    # and only it; the staging mount of the host's /tmp is gone once systemd runs.
+    sd = nsystemd
+    res = sd.nsenter(
+        sys.executable, "-c", "import watchdog, sys; print(watchdog.__file__, sys.prefix)"
+    )
+    assert res.stdout == f"{REPO / 'watchdog' / '__init__.py'} {sys.prefix}\n"
+    staged = sd.nsenter("findmnt", "-n", "--mountpoint", str(sd.sandbox / "host-tmp"), check=False)
+    assert (staged.returncode, staged.stdout) == (1, "")
+    hidden = paths_hidden_by_private_tmp()
+    mounts = sd.nsenter("findmnt", "-n", "-l", "-o", "TARGET").stdout.splitlines()
+    assert [m for m in mounts if m.startswith("/tmp/")] == hidden

@@ -24,8 +24,9 @@ import pytest
 from tests.conftest import Spawned, need, need_program, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401
+from watchdog.command import CommandResult
 from watchdog.config.queue import QueueRule, QueueSettings
-from watchdog.lineage.base import CommandResult, run_command
+from watchdog.lineage.base import run_command
 from watchdog.model import NvmlStatus, ScanResult
 from watchdog.policy.guard import Protection
 from watchdog.queue.actions import QueueEnforcer

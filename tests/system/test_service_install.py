@@ -76,9 +76,14 @@ def test_install_upgrade_uninstall(sandbox: Path) -> None:
     assert oct(config.stat().st_mode & 0o777) == "0o640"
     unit = (s / "units" / UNIT).read_text()
     assert f"ExecStart={exe} run --config {config}\n" in unit
+    # secrets.env follows --config-dir too: it lives beside the config (docs/alerts.md).
+    assert [ln for ln in unit.splitlines() if ln.startswith("EnvironmentFile=")] == [
+        f"EnvironmentFile=-{s}/etc/secrets.env"
+    ]
+    assert "/etc/rogue-watchdog" not in unit
     assert (
         unit.replace(str(s / "opt"), "/opt/rogue-watchdog").replace(
-            str(config), "/etc/rogue-watchdog/config.yaml"
+            str(s / "etc"), "/etc/rogue-watchdog"
         )
         == (REPO / "systemd" / UNIT).read_text()
     )  # only the paths differ

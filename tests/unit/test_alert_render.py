@@ -224,3 +224,25 @@ def test_host_text_rule_one_function_for_every_sink_and_the_store() -> None:
     assert safe_text(text) is text
     body = json.dumps(safe_json({"x": hostile}), ensure_ascii=False).encode("utf-8")
     assert body.decode("utf-8") == '{"x": "' + want.replace("\\", "\\\\") + '"}'
+
+
+def test_a_cut_message_never_ends_in_half_an_identifier() -> None:
+    """A message cut to the sink's limit stops at a space: a GPU UUID in it is whole or
+    absent. Before: ``... GPU-00000000-0000-00…``."""
+    uuid = "GPU-00000000-0000-0000-0000-000000000000"
+    message = "rogue training job PID 42 on " + uuid + " " + "y" * 3000
+    head = "[HIGH] rogue-job on gpu01: "
+    tail = " (finding F7, root PID 42)"
+    cut_in_uuid = len(head) + len(tail) + len("rogue training job PID 42 on GPU-0000") + 1
+    assert alert_text(payload(message=message), cut_in_uuid) == (
+        f"{head}rogue training job PID 42 on …{tail}"
+    )
+    # A unit name near Discord's 2000 characters: whole, or left out.
+    unit = "u" * 200 + ".service"
+    long = "rogue training job PID 42 from systemd unit " + "z " * 870 + unit + " tail"
+    d = discord_body(delivery(payload(message=long)))["content"]
+    assert (len(d), unit[:5] in d) == (1842, False)  # cut before the unit, not in it
+    assert d.endswith(" z z …`` (finding F7, root PID 42)")
+    # A word longer than any identifier (a blob a job printed) is cut at the limit.
+    d = discord_body(delivery(payload(message=message)))["content"]
+    assert len(d) == 2000 and uuid in d

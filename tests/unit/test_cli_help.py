@@ -96,4 +96,32 @@ def test_man_page_is_generated_from_the_parser_and_current(tmp_path: Path) -> No
             check=False,
         )
         assert shown.returncode == 0, shown.stderr
-        assert "EXAMPLES AND EXIT CODES" in shown.stdout
+        headings = [ln for ln in shown.stdout.splitlines() if ln[:1].isalpha() and ln.isupper()]
+        # The sections systemd's and cron's pages have, after the options, in this order.
+        assert headings[-7:] == [
+            "COMMENTS", "EXIT STATUS", "ENVIRONMENT", "FILES", "SIGNALS", "EXAMPLES", "SEE ALSO",
+        ]  # fmt: skip
+
+
+def test_man_page_sections_say_what_the_code_does() -> None:
+    from watchdog.cli.common import DEFAULT_CONFIG
+    from watchdog.daemon.notify import ENV_KEYS
+    from watchdog.model import DEFAULT_SOCKET
+
+    page = (REPO / "man" / "rogue-watchdog.1").read_text()
+    sections = dict(
+        (part.split("\n", 1)[0], part.split("\n", 1)[1]) for part in page.split("\n.SH ")[1:]
+    )
+    files = sections["FILES"]
+    for path in (DEFAULT_CONFIG, DEFAULT_SOCKET, "/etc/rogue-watchdog/secrets.env",
+                 "/var/lib/rogue-watchdog/state.db"):  # fmt: skip
+        assert f".B {path.replace('-', chr(92) + '-')}\n" in files, path
+    assert f".B {', '.join(ENV_KEYS)}\n" in sections["ENVIRONMENT"]
+    assert ".B SIGHUP\nrun: reload the configuration" in sections["SIGNALS"]
+    # EXIT STATUS lists each command's codes as its --help does.
+    status = sections["EXIT STATUS"]
+    assert ".SS rogue\\-watchdog status\n.TP\n.B 0\nrunning, nothing open\n" in status
+    assert ".TP\n.B 3\nnot running\n.TP\n.B 4\nstate unknown: permission denied" in status
+    for name in subcommands():
+        assert f".SS rogue\\-watchdog {name.replace('-', chr(92) + '-')}\n" in status, name
+    assert sections["SEE ALSO"].startswith("\\fBsystemd.service\\fR(5),\n\\fBsystemctl\\fR(1),")

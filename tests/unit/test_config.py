@@ -130,3 +130,27 @@ def test_origin_keys_of_two_kinds_are_refused() -> None:
     )
     assert (e.line, e.key) == (5, "sanctioned[0].origin")
     assert "can never all match: slurm_account, systemd_unit" in e.message
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [("off", "off"), ("Off", "off"), ("OFF", "off"), ("false", "off"), ("no", "off"),
+     ('"off"', "off"), ("auto", "auto")],
+)  # fmt: skip
+def test_an_on_off_choice_takes_yaml_booleans_by_what_was_written(written: str, read: str) -> None:
+    # YAML 1.1 reads unquoted off/no/false as a boolean; docs/events.md writes
+    # `daemon.events: off`, which check-config once refused ("expected a string").
+    assert parse_config(f"daemon:\n  events: {written}\n", "x").daemon.events == read
+
+
+def test_a_boolean_that_is_no_choice_names_what_was_written() -> None:
+    assert str(error("daemon:\n  events: on\n")) == (
+        "/etc/rw/config.yaml:2: daemon.events: must be auto or off, got 'on'"
+    )
+    assert str(error("daemon:\n  events: yes\n")) == (
+        "/etc/rw/config.yaml:2: daemon.events: must be auto or off, got 'yes'"
+    )
+    # A choice without on/off words: a boolean is refused in that choice's own words.
+    assert str(error("enforcement:\n  mode: off\n")) == (
+        "/etc/rw/config.yaml:2: enforcement.mode: must be observe or terminate"
+    )

@@ -15,7 +15,13 @@ import sys
 
 from tests.conftest import REPO
 
-ALLOWED = ("watchdog.config", "watchdog.model", "watchdog.safeio", "watchdog.hosttext")
+ALLOWED = (
+    "watchdog.config",
+    "watchdog.model",
+    "watchdog.safeio",
+    "watchdog.hosttext",
+    "watchdog.hostpaths",
+)
 
 
 def _allowed(module: str) -> bool:

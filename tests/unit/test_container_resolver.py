@@ -11,7 +11,8 @@ import pytest
 
 from tests.conftest import Spawned
 from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
-from watchdog.lineage.base import CommandResult, ResolveContext
+from watchdog.command import CommandResult
+from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.container import ContainerResolver, cgroup_container
 from watchdog.model import Origin
 from watchdog.sources.procfs import ProcessTable

@@ -6,15 +6,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-import cronsim
 import pytest
 
+from tests.conftest import nobody_python
 from tests.fixtures.proc.fakeproc import root_owned
 from watchdog.lineage.at import AtResolver, job_commands, parse_job_name
 from watchdog.lineage.base import ResolveContext
@@ -384,33 +383,8 @@ print(json.dumps([o.fields, list(o.evidence), o.remediation]))
 """
 
 
-def _python_for_nobody(pythonpath: str) -> str | None:
-    """An interpreter user nobody can run with this package importable, or None.
-
-    The venv's interpreter may live under root's mode-700 home; Debian's python3 of the
-    same minor version loads the venv's site-packages fine.
-    """
-    for py in dict.fromkeys([sys.executable, "/usr/bin/python3"]):
-        probe = subprocess.run(
-            ["runuser", "-u", "nobody", "--", "env", f"PYTHONPATH={pythonpath}", py, "-c",
-             "import cronsim, watchdog.lineage.cron"],
-            capture_output=True,
-            timeout=60,
-        )  # fmt: skip
-        if probe.returncode == 0:
-            return py
-    return None
-
-
 def test_spool_dir_unreadable_for_a_non_root_scan() -> None:
     """Real EACCES: Debian's spool dir is mode 1730, so a scan as nobody cannot list it."""
-    if os.geteuid() != 0 or shutil.which("runuser") is None:
-        pytest.skip("needs root and runuser(1) to run the scan as nobody")
-    repo = Path(__file__).resolve().parent.parent.parent
-    pythonpath = f"{repo}:{Path(cronsim.__file__).resolve().parent.parent}"
-    py = _python_for_nobody(pythonpath)
-    if py is None:
-        pytest.skip("no Python interpreter that user nobody can run with the package")
     root = Path(tempfile.mkdtemp(prefix="rw-cron-nobody-", dir="/tmp"))
     try:
         os.chmod(root, 0o755)
@@ -420,14 +394,14 @@ def test_spool_dir_unreadable_for_a_non_root_scan() -> None:
         for d in (root / "var", root / "var/spool", root / "var/spool/cron"):
             os.chmod(d, 0o755)
         os.chmod(spool, 0o1730)
-        res = subprocess.run(
-            ["runuser", "-u", "nobody", "--", "env", f"PYTHONPATH={pythonpath}", py, "-c",
-             _RESOLVE_AS_NOBODY, str(root)],
-            cwd="/",
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )  # fmt: skip
+        with nobody_python("cronsim", "watchdog.lineage.cron") as as_nobody:
+            res = subprocess.run(
+                [*as_nobody, "-c", _RESOLVE_AS_NOBODY, str(root)],
+                cwd="/",
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
         assert res.returncode == 0, res.stderr
         fields, evidence, remediation = json.loads(res.stdout)
     finally:

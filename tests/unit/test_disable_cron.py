@@ -140,8 +140,38 @@ def test_user_crontab_goes_through_crontab_without_header(tmp_path: Path) -> Non
     ]  # fmt: skip
 
 
+def test_user_crontab_with_leading_comments_of_its_own_keeps_them(tmp_path: Path) -> None:
+    # A spool file written without crontab(1): `crontab -l` still hides its first
+    # comment lines (crontab.c list_cmd), but they are the user's and go back in.
+    spool = tmp_path / "crontabs"
+    spool.mkdir()
+    tab = spool / "bob"
+    tab.write_bytes(b"# bob's jobs\n# nightly\n0 3 * * * /usr/bin/python3 /home/bob/train.py\n")
+    fx = RecordingEffects()
+    entry = "0 3 * * * /usr/bin/python3 /home/bob/train.py"
+    plan = _plan(
+        {"kind": "cron", "file": str(tab), "line": 3, "user": "bob", "entry": entry},
+        reason="rogue job", now=NOW, backup_dir=str(tmp_path / "bk"), effects=fx,
+        spool_dirs=(str(spool),),
+    )  # fmt: skip
+    assert f"comment out line 3 (1 in `crontab -l`): {entry!r}" == plan.steps[1]
+    assert plan.execute(fx).outcome == "ok"
+    assert fx.calls[-1] == (
+        "run",
+        ("crontab", "-u", "bob", "-"),
+        b"# bob's jobs\n# nightly\n" + marker_line(entry, NOW, "rogue job").encode() + b"\n",
+    )
+
+
+def test_marker_and_remediation_share_one_prefix() -> None:
+    from watchdog.lineage.crontab import DISABLE_PREFIX, DISABLED_MARK
+
+    assert DISABLE_PREFIX == "# disabled by rogue-watchdog: "
+    assert marker_line(ENTRY, NOW, "r").startswith(f"{DISABLED_MARK} at 2027-01-15T08:00:00Z")
+
+
 def test_failed_crontab_install_changes_nothing_and_has_no_undo(tmp_path: Path) -> None:
-    from watchdog.actions.effects import CommandResult
+    from watchdog.command import CommandResult
 
     spool = tmp_path / "crontabs"
     spool.mkdir()

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from watchdog.actions.disable import plan_disable
-from watchdog.actions.effects import CommandResult, RecordingEffects
+from watchdog.actions.effects import RecordingEffects
+from watchdog.command import CommandResult
 from watchdog.model import Origin, SystemdOrigin
 
 STATES = {

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
 from tests.unit.test_slurm_resolver import SQUEUE_1_2
-from watchdog.lineage.base import CommandResult, ResolveContext
+from watchdog.command import CommandResult
+from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.container import ContainerResolver
 from watchdog.lineage.orphan import OrphanResolver
 from watchdog.lineage.slurm import SlurmResolver

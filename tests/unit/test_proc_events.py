@@ -265,7 +265,7 @@ def test_events_off_by_config(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "error"),
     [
-        ("daemon: {events: on}\n", "t:1: daemon.events: expected a string"),
+        ("daemon: {events: on}\n", "t:1: daemon.events: must be auto or off, got 'on'"),
         ("daemon: {events: sometimes}\n", "t:1: daemon.events: must be auto or off"),
         ("daemon: {events_rcvbuf_bytes: 100}\n", "must be at least 4096, got 100"),
         ("training: {gpu_libraries: [../libcuda.so]}\n", "training.gpu_libraries[0]: expected a"),

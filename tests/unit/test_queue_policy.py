@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from watchdog.command import CommandResult
 from watchdog.config import ConfigError, parse_config
 from watchdog.config.queue import QueueRule, QueueSettings
-from watchdog.lineage.base import CommandResult
 from watchdog.model import NvmlStatus, ScanResult
 from watchdog.policy.guard import Protection
 from watchdog.queue.actions import QueueEnforcer, build_queue_enforcers

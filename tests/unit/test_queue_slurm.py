@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.lineage.base import CommandResult
+from watchdog.command import CommandResult
 from watchdog.queue.slurm import (
     SQUEUE_FORMAT,
     QueueError,

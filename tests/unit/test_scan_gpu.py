@@ -414,3 +414,31 @@ def test_hung_nvml_call_still_scans_the_os_sources(spawned: Spawned, tmp_path: P
     ]
     job = next(j for j in doc["jobs"] if j["root_pid"] == pid)
     assert job["evidence"] == ["launcher"] and job["verdict"] == "rogue"
+
+
+def test_explain_shows_the_gpu_memory_scan_shows(spawned: Spawned, tmp_path: Path) -> None:
+    """`explain` and `scan` agree on what the job holds: the same total and per-GPU figures."""
+    need_program("gcc")
+    pid = worker(spawned, tmp_path)
+    lib = fake_nvml(
+        tmp_path,
+        {
+            "devices": [
+                {"uuid": "GPU-aaaa", "total": 80 * GIB, "used": 5 * GIB,
+                 "processes": [{"pid": pid, "mem": 4 * GIB}]},
+                {"uuid": "GPU-bbbb", "total": 80 * GIB, "used": 1 * GIB,
+                 "processes": [{"pid": pid, "mem": 1 * GIB}]},
+            ]
+        },
+    )  # fmt: skip
+    _, doc = scan(tmp_path, lib)
+    job = next(j for j in doc["jobs"] if j["root_pid"] == pid)
+    assert job["gpu_memory_bytes"] == 5 * GIB
+    assert job["gpus"] == [
+        {"index": 0, "uuid": "GPU-aaaa", "memory_bytes": 4 * GIB},
+        {"index": 1, "uuid": "GPU-bbbb", "memory_bytes": 1 * GIB},
+    ]
+    done = run_cli("explain", str(pid), "--config", str(tmp_path / "cfg.yaml"))
+    assert done.returncode == 0, done.stderr
+    lines = [x for x in done.stdout.splitlines() if "GPU memory" in x]
+    assert lines == ["  GPU memory: 5.0 GiB: GPU 0 GPU-aaaa 4.0 GiB, GPU 1 GPU-bbbb 1.0 GiB"]

@@ -145,7 +145,7 @@ def test_epilog_without_a_job_id_is_a_usage_error() -> None:
 
 
 def _scontrol(job: int, state: str, user: str = "nobody(65534)") -> object:
-    from watchdog.lineage.base import CommandResult
+    from watchdog.command import CommandResult
 
     return CommandResult(0, f"JobId={job} JobName=x UserId={user} JobState={state}\n", "")
 

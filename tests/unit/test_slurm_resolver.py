@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
-from watchdog.lineage.base import CommandResult, ResolveContext
+from watchdog.command import CommandResult
+from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.slurm import (
     SlurmResolver,
     parse_scontrol_job,

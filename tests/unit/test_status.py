@@ -177,6 +177,7 @@ def test_checksum_in_force_survives_a_refused_reload(tmp_path: Path) -> None:
             "checksum": good,
             "file_checksum": good,
             "changed_on_disk": False,
+            "needs_restart": [],
         }
         assert (doc["jobs"], doc["findings"], exit_code(doc)) == ([], [], 0)
         assert doc["last_scan"]["time"] == d.last.time  # type: ignore[union-attr]

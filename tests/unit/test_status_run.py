@@ -83,10 +83,24 @@ def test_run_status_reload_and_clean_stop(spawned: Spawned, tmp_path: Path) -> N
     p.send_signal(signal.SIGHUP)
     wait_for("reload", lambda: events(log, "config-change-needs-restart"))
     assert events(log, "config-change-needs-restart")[0]["keys"] == ["daemon.socket"]
-    assert events(log, "config-reloaded")[0]["path"] == str(config)
+    reloaded = events(log, "config-reloaded")[0]
+    assert (reloaded["path"], reloaded["needs_restart"]) == (str(config), ["daemon.socket"])
     assert sock.is_socket() and not (tmp_path / "t.sock").exists()
     code, out, err = status(config, "--socket", str(sock), "--json")
-    assert json.loads(out)["config"]["checksum"] == sha16(config)
+    doc = json.loads(out)
+    assert (doc["config"]["checksum"], doc["config"]["needs_restart"]) == (
+        sha16(config),
+        ["daemon.socket"],
+    )
+    waiting = wait_for(
+        "the needs-restart finding",
+        lambda: [
+            f
+            for f in json.loads(status(config, "--socket", str(sock), "--json")[1])["findings"]
+            if f["kind"] == "needs-restart"
+        ],
+    )
+    assert waiting[0]["message"].startswith("the configuration was reloaded, but daemon.socket ")
 
     p.send_signal(signal.SIGINT)  # Ctrl-C
     assert p.wait(timeout=20) == 0

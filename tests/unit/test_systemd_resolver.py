@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from watchdog.lineage.base import CommandResult, ResolveContext
+from watchdog.command import CommandResult
+from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.systemd import (
     SystemdResolver,
     parse_show,

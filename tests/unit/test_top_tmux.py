@@ -105,6 +105,26 @@ def test_live_view_shows_the_job_explains_and_terminates_with_confirmation(
     term.keys("e")
     screen = term.wait_for(f"exit 0: rogue-watchdog explain {pid} --config ")
     assert f"PID {pid}: {sys.executable} {tmp_path}/" in "".join(screen)  # lines wrap
+    # The way back is on the screen; the command's log events are not JSON lines.
+    assert screen[1] == "q/Esc: back to the list  ↑/↓ or j/k select  t terminate  d disable-source"
+    assert "── explanation (q/Esc: back) ──" in screen
+    assert not any(x.lstrip().startswith('{"') for x in screen)
+    term.keys("Escape")
+    screen = poll(
+        "the list again",
+        lambda: (lines := term.screen()) and not any("explain" in x for x in lines[2:]) and lines,
+        10,
+    )
+    assert screen[1].startswith("↑/↓ or j/k select  e explain  t terminate")
+    term.keys("e")
+    term.wait_for("── explanation (q/Esc: back) ──")
+    term.keys("q")  # back to the list, not out of the view
+    poll(
+        "the list again", lambda: ((lines := term.screen()) and "e explain" in lines[1]) or None, 10
+    )
+    assert term.alive()
+    term.keys("e")
+    term.wait_for(f"exit 0: rogue-watchdog explain {pid} --config ")
 
     term.keys("t")
     # The dry run's plan first (the one guard decides), then the question.

@@ -11,8 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import warnings
 import zipfile
@@ -22,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import nobody_python, run_cli
 from watchdog.weights import verify
 
 from .builders import ordered_dict, pickle_bytes, st_array, tensor, write_safetensors
@@ -100,21 +98,11 @@ def test_truncated_bin_says_truncated(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def nobody_python() -> Iterator[list[str]]:
-    """``[runuser -u nobody -- env PYTHONPATH=... python]``: root's mode 000 is no barrier."""
-    if os.geteuid() != 0 or shutil.which("runuser") is None:
-        pytest.skip("needs root and runuser(1) to verify as user nobody")
-    site = sysconfig.get_paths()["purelib"]
-    pythonpath = f"{REPO}:{site}:{sysconfig.get_paths()['platlib']}"
-    for py in dict.fromkeys([sys.executable, "/usr/bin/python3"]):
-        cmd = ["runuser", "-u", "nobody", "--", "env", f"PYTHONPATH={pythonpath}", py]
-        probe = subprocess.run(
-            [*cmd, "-c", "import numpy, watchdog.weights"], capture_output=True, timeout=60
-        )
-        if probe.returncode == 0:
-            yield cmd
-            return
-    pytest.skip("no Python interpreter that user nobody can run with the package")
+def as_nobody() -> Iterator[list[str]]:
+    """This checkout's Python as user nobody (root's mode 000 is no barrier), from any
+    checkout path (:func:`tests.conftest.nobody_python`)."""
+    with nobody_python("numpy", "watchdog.weights") as argv:
+        yield argv
 
 
 @pytest.fixture
@@ -142,7 +130,7 @@ def _as_nobody(cmd: list[str], *paths: Path) -> subprocess.CompletedProcess[str]
 
 
 def test_unreadable_subfolder_holding_a_nan_shard_is_not_verified(
-    nobody_python: list[str], public_tmp: Path
+    as_nobody: list[str], public_tmp: Path
 ) -> None:
     model = public_tmp / "model"
     (model / "hidden").mkdir(parents=True)
@@ -151,7 +139,7 @@ def test_unreadable_subfolder_holding_a_nan_shard_is_not_verified(
     for p in (model, model / "model-00001.safetensors"):
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
     os.chmod(model / "hidden", 0o000)
-    cp = _as_nobody(nobody_python, model)
+    cp = _as_nobody(as_nobody, model)
     assert cp.returncode == 2, cp.stderr
     assert cp.stdout.splitlines() == [
         f"NOT VERIFIED {model / 'hidden'}: cannot read directory: Permission denied",
@@ -160,13 +148,13 @@ def test_unreadable_subfolder_holding_a_nan_shard_is_not_verified(
 
 
 def test_unreadable_directory_given_directly_says_permission_denied(
-    nobody_python: list[str], public_tmp: Path
+    as_nobody: list[str], public_tmp: Path
 ) -> None:
     model = public_tmp / "model"
     model.mkdir()
     write_safetensors(model / "model.safetensors", {"a": st_array(GOOD4, "F32")})
     os.chmod(model, 0o000)
-    cp = _as_nobody(nobody_python, model)
+    cp = _as_nobody(as_nobody, model)
     assert cp.returncode == 2, cp.stderr
     assert cp.stdout == f"NOT VERIFIED {model}: cannot read directory: Permission denied\n"
 

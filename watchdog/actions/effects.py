@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from watchdog.command import CommandResult
 from watchdog.sources.procfs import read_proc
 
 
@@ -44,15 +45,6 @@ class IdentityChangedError(ProcessLookupError):
         self.pid = pid
         self.expected_ticks = expected_ticks
         self.found_ticks = found_ticks
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What a command returned: exit status and its output as text."""
-
-    returncode: int
-    stdout: str
-    stderr: str
 
 
 class Effects:

@@ -39,7 +39,7 @@ from watchdog.config import Config
 from watchdog.model import Finding, Job, ScanResult
 from watchdog.plugins import TrackResult
 from watchdog.policy.signature import job_signature
-from watchdog.state import ActionRecord, StateDB
+from watchdog.state import ActionRecord, StateDB, source_undo
 
 log = structlog.get_logger("rogue-watchdog")
 
@@ -110,11 +110,23 @@ class Enforcer:
                 out.setdefault(rec.signature, []).append(rec)
         return out
 
+    def _undone_at(self, sig: str, cache: dict[str, float | None]) -> float | None:
+        """When an operator's undo re-enabled the source of ``sig`` (it stands so), or
+        None: what was done to that job before then no longer holds by their choice."""
+        if sig not in cache:
+            undo = source_undo(self.db.actions_for(sig))
+            cache[sig] = undo.undo.created_at if undo is not None else None
+        return cache[sig]
+
     def findings(self, now: float, result: ScanResult) -> list[Finding]:
-        """``remediation-failed`` findings for jobs that came back (FindingSource)."""
+        """``remediation-failed`` findings for jobs that came back (FindingSource).
+
+        A job back because an operator undid the disabling of its source (and nothing
+        was done to it since) is no failure: its rogue-job finding names the undo."""
         remediated = self._remediated()
         out: list[Finding] = []
         seen: set[str] = set()
+        undone: dict[str, float | None] = {}
         for job in result.jobs:
             if not job.unsanctioned:
                 continue
@@ -122,18 +134,27 @@ class Enforcer:
             recs = remediated.get(sig)
             if not recs or sig in seen:
                 continue
+            undo_at = self._undone_at(sig, undone)
+            if undo_at is not None:
+                recs = [r for r in recs if r.created_at > undo_at]
+                if not recs:
+                    seen.add(sig)  # nor does the terminate recheck count it
+                    continue
             identities = {tuple(r.details.get("root") or ()) for r in recs}
             if (job.root_pid, job.start_ticks) in identities:
                 continue  # the very process acted on (refused, or not dead yet)
             seen.add(sig)
             out.append(self._failed(job, sig, recs))
-        out += self._recheck(result, seen)
+        out += self._recheck(result, seen, undone)
         self._last = (id(result), out)
         return out
 
-    def _recheck(self, result: ScanResult, seen: set[str]) -> list[Finding]:
+    def _recheck(
+        self, result: ScanResult, seen: set[str], undone: dict[str, float | None]
+    ) -> list[Finding]:
         """Terminations that did not hold: part of the tree still runs, or its command
-        is back as a rogue job under any origin (see the module docstring)."""
+        is back as a rogue job under any origin (see the module docstring), unless an
+        operator's undo re-enabled that job's source after the termination."""
         now = self.clock()
         out = []
         for rec in self.db.actions(limit=200):
@@ -167,6 +188,8 @@ class Enforcer:
                 and tuple(j.cmdline) == root_cmd
                 and j.start_ticks > newest
                 and job_signature(j.user, j.cmdline, j.origin) not in seen
+                and (self._undone_at(job_signature(j.user, j.cmdline, j.origin), undone) or 0)
+                <= rec.created_at
             ]
             if left or back:
                 out.append(self._not_held(rec, left, back))

@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from watchdog import hostpaths
 from watchdog.actions.disable import DisablePlan, DisableResult, plan_disable
 from watchdog.actions.effects import Effects
 from watchdog.actions.guards import Expected, Guard
@@ -137,9 +138,9 @@ class Remedy:
         actor: str,
         backup_dir: str,
         proc_root: str = "/proc",
-        spool_dirs: Sequence[str] = ("/var/spool/cron/crontabs", "/var/spool/cron"),
-        crontab: str = "/etc/crontab",
-        cron_d: str = "/etc/cron.d",
+        spool_dirs: Sequence[str] = hostpaths.CRON_SPOOL_DIRS,
+        crontab: str = hostpaths.CRONTAB,
+        cron_d: str = hostpaths.CRON_D,
         protection: TargetGuard,
         record_dry_runs: bool = True,
     ) -> None:

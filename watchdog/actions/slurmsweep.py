@@ -473,15 +473,12 @@ def _drain_as_needed(
         return
     if report.survivors:
         jobs = ", ".join(str(j) for j in sorted({lo.job_id for lo in report.leftovers}))
-        reason = (
-            f"{SWEEP_REASON} {jobs} survived termination "
-            f"(PID {', '.join(map(str, report.survivors[:5]))})"
-        )
+        reason = f"{SWEEP_REASON} {jobs} survived termination (PID {_some_pids(report.survivors)})"
     elif report.gpu_claims:
         held = report.gpu_claims
         reason = (
             f"{UNCONFIRMED_REASON} {held[0].job_id} holds a GPU "
-            f"(PID {', '.join(str(u.pid) for u in held[:5])}, left running)"
+            f"(PID {_some_pids([u.pid for u in held])}, left running)"
         )
     else:
         reason = None
@@ -537,3 +534,10 @@ def report_json(report: SweepReport) -> dict[str, Any]:
         "drain_error": report.drain_error,
         "exit_code": report.exit_code,
     }
+
+
+def _some_pids(pids: list[int], shown: int = 5) -> str:
+    """``1, 2, 3, 4, 5 and 2 more``: the first PIDs whole, and how many are left out (a
+    Slurm reason is short; a list that stops silently reads as complete)."""
+    text = ", ".join(str(p) for p in pids[:shown])
+    return text + (f" and {len(pids) - shown} more" if len(pids) > shown else "")

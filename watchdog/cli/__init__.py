@@ -17,8 +17,8 @@ import sys
 from collections.abc import Sequence
 
 from watchdog import __version__
-from watchdog.cli import actions, allowlist, daemon, fleet, scan, slurm, weights
-from watchdog.cli.common import CliError, emit
+from watchdog.cli import actions, allowlist, complete, daemon, fleet, scan, slurm, weights
+from watchdog.cli.common import LOG_FORMATS, CliError, emit
 from watchdog.cli.help import command_help
 
 MAIN_EPILOG = """\
@@ -53,6 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"rogue-watchdog {__version__}")
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="auto",
+        help="how one-shot commands write their log events on stderr: human lines at a "
+        "terminal, JSON lines otherwise or with --json (auto, the default), or always "
+        "json or human",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     scan.register(sub)
@@ -70,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
             "print the shell completion script (bash, zsh or fish)",
             "Print a completion script generated from this command line's own parser "
             "(shtab): every command and option completes, PATH and FILE arguments complete "
-            "file names.",
+            "file names, and the targets of terminate and disable-source (open finding ids, "
+            "PIDs of jobs that may be stopped) and explain's PIDs (current training jobs) "
+            "come from the running daemon's status.",
             [
                 "rogue-watchdog completion bash > /etc/bash_completion.d/rogue-watchdog",
                 "rogue-watchdog completion zsh > ~/.zfunc/_rogue-watchdog  # with fpath+=~/.zfunc",
@@ -102,18 +112,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit code.
     """
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == [complete.COMMAND]:
+        return complete.main(words[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
     if args.command not in ("run", "status", "completion", "top"):
-        # One-shot commands keep stdout for their report; their log events go to stderr,
-        # as JSON lines like the daemon's. (`status` never logs, and importing structlog
-        # would double its start-up time.)
+        # One-shot commands keep stdout for their report; their log events go to stderr:
+        # a line for a person at a terminal, JSON lines like the daemon's for a pipe, a
+        # file or a --json run. (`status` never logs, and importing structlog would
+        # double its start-up time.)
         from watchdog.cli.common import configure_logging
 
-        configure_logging(sys.stderr)
+        fmt = args.log_format
+        if fmt == "auto" and getattr(args, "json", False):
+            fmt = "json"
+        configure_logging(sys.stderr, fmt)
     try:
         return int(args.func(args))
     except BrokenPipeError:

@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from watchdog.cli.common import CliError, command_config_path, config_parent, emit
+from watchdog.cli.complete import completers
 from watchdog.cli.help import command_help
 
 if TYPE_CHECKING:
@@ -444,7 +445,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             ],
         ),
     )
-    p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
+    target = p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
+    target.complete = completers()["targets"]  # shtab reads it
     p.add_argument("--dry-run", action="store_true", help="say what would be signalled")
     p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
     p.set_defaults(func=cmd_terminate)
@@ -470,7 +472,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             ],
         ),
     )
-    p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
+    target = p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
+    target.complete = completers()["targets"]  # shtab reads it
     p.add_argument("--dry-run", action="store_true", help="say what would be changed")
     p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
     p.set_defaults(func=cmd_disable_source)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 # Here, not in watchdog.config: `--help` and `status` must not load the configuration
 # package (PyYAML, RE2, every section) just to print a default path.
@@ -217,22 +217,73 @@ def socket_path(args: argparse.Namespace) -> str:
     raise CliError(f"cannot read daemon.socket from the configuration: {error}")
 
 
-def configure_logging(stream: TextIO | None = None) -> None:
-    """structlog JSON lines (stable keys per event) on ``stream``: stdout for the daemon
-    (journald under systemd); a one-shot command passes stderr, keeping stdout for its
-    report, and logs in the same format."""
+#: ``--log-format`` values: ``auto`` is human lines on a terminal, JSON lines otherwise.
+LOG_FORMATS = ("auto", "json", "human")
+
+
+def configure_logging(stream: TextIO | None = None, fmt: str = "json") -> None:
+    """Log events on ``stream``: stdout for the daemon (journald under systemd); a
+    one-shot command passes stderr, keeping stdout for its report.
+
+    Args:
+        stream: Where events go; None is stdout.
+        fmt: ``json`` (structlog JSON lines, stable keys per event: what the daemon and
+            any pipe or file get), ``human`` (``rogue-watchdog: warning: EVENT: message
+            (key=value, ...)``, host text escaped) or ``auto`` (human when ``stream`` is
+            a terminal, else JSON).
+    """
     import logging
 
     import structlog
 
+    out = sys.stdout if stream is None else stream
+    if fmt == "auto":
+        try:
+            fmt = "human" if out.isatty() else "json"
+        except (AttributeError, ValueError):  # closed or not a file
+            fmt = "json"
+    renderer: Any = human_log_line if fmt == "human" else structlog.processors.JSONRenderer()
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.dict_tracebacks,
-            structlog.processors.JSONRenderer(),
+            renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout if stream is None else stream),
+        logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=True,
     )
+
+
+#: Events a person at a terminal is not shown: the command's own answer on stdout says
+#: the same (``action``: what terminate, disable-source and undo did, also recorded in
+#: the state database for ``actions``).
+HUMAN_SILENT_EVENTS = frozenset({"action"})
+
+
+def human_log_line(_logger: object, _name: str, event: dict[str, Any]) -> str:
+    """structlog renderer for a person at a terminal: one line per event,
+    ``rogue-watchdog: LEVEL: EVENT: MESSAGE (key=value, ...)``, host text escaped
+    (:func:`watchdog.render.printable`); the timestamp is left to the JSON form.
+
+    Raises:
+        structlog.DropEvent: For :data:`HUMAN_SILENT_EVENTS`.
+    """
+    import structlog
+
+    from watchdog.render import printable
+
+    level = str(event.pop("level", "info"))
+    name = str(event.pop("event", ""))
+    if name in HUMAN_SILENT_EVENTS:
+        raise structlog.DropEvent
+    event.pop("timestamp", None)
+    message = event.pop("message", None)
+    text = f"rogue-watchdog: {level}: {name}"
+    if message is not None:
+        text += f": {message}"
+    rest = ", ".join(f"{k}={v}" for k, v in event.items() if v is not None)
+    if rest:
+        text += f" ({rest})"
+    return printable(text)

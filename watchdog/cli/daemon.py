@@ -47,8 +47,6 @@ class _Log:
 log: Any = _Log()
 
 DEFAULT_LOG_FILE = "/var/log/rogue-watchdog.log"
-# Keys read once at start; a reload that changes them logs config-change-needs-restart.
-RESTART_KEYS = ("state_dir", "socket", "socket_group", "metrics_listen")
 
 
 # -- run ---------------------------------------------------------------------------------
@@ -65,10 +63,8 @@ def extra_workers(daemon: Daemon) -> list[Worker]:
 
 
 def _restart_watch(daemon: Daemon) -> Any:
-    """Tick hook: warn when a reload changed start-only keys."""
-    from watchdog.config.daemon import DaemonSettings
-
-    first: DaemonSettings = daemon.config.daemon
+    """Tick hook: log the configuration warnings again after a reload (the keys a
+    reload cannot change are the daemon's: ``Daemon.needs_restart``)."""
     seen: list[Config] = [daemon.config]
 
     def config_watch(_: TickSummary) -> None:
@@ -76,13 +72,6 @@ def _restart_watch(daemon: Daemon) -> Any:
             return
         seen[0] = daemon.config
         log_config_warnings(daemon.config)
-        changed = [k for k in RESTART_KEYS if getattr(daemon.config.daemon, k) != getattr(first, k)]
-        if changed:
-            log.warning(
-                "config-change-needs-restart",
-                keys=[f"daemon.{k}" for k in changed],
-                message="these keys take effect at the next restart; the old values stay in use",
-            )
 
     return config_watch
 

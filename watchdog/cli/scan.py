@@ -7,11 +7,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from watchdog.cli.common import DEFAULT_CONFIG, command_config_path, config_parent, emit, gpu_index
+from watchdog.cli.complete import completers
 from watchdog.cli.help import command_help
 
 if TYPE_CHECKING:
     from watchdog.config import Config
-    from watchdog.model import Job, Origin, TargetGuard
+    from watchdog.model import Job, Origin, ScanResult, TargetGuard
 
 
 def _config(path: str | None) -> Config:
@@ -96,6 +97,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         out(f"Training job{root}: {len(job.pids)} process(es), verdict {job.verdict}")
         out(f"  why: {job.reason}")
         out(f"  counted as training because: {', '.join(job.evidence)}")
+        out(gpu_memory_line(job, result))
     out("Lineage (nearest first):")
     for depth, p in enumerate(lineage):
         out(f"  {'  ' * depth}{p.pid:>7} {p.user or '-':<10} {p.exe or '-'}  {p.args_text[:100]}")
@@ -113,6 +115,31 @@ def cmd_explain(args: argparse.Namespace) -> int:
     out(f"Remediation: {_remediation(job, origin, result.protection)}")
     emit("\n".join(printable(line) for line in lines))
     return 0
+
+
+def gpu_memory_line(job: Job, result: ScanResult) -> str:
+    """The ``GPU memory:`` line of ``explain``: what NVML lists the job's members as
+    holding, the same figures as the job's row in ``scan`` (``GPU MEM``, ``jobs[].gpus``).
+
+    Args:
+        job: The job, from ``result``.
+        result: The scan that found it (its GPUs name each device).
+
+    Returns:
+        ``  GPU memory: 5.0 GiB: GPU 0 GPU-aaaa 4.0 GiB, GPU 1 GPU-bbbb 1.0 GiB``; an
+        unknown figure is ``unknown``; without NVML, why none is known.
+    """
+    from watchdog.policy.findings import fmt_bytes
+    from watchdog.render import gpu_label
+
+    if not result.nvml.available:
+        return f"  GPU memory: unknown (NVML unavailable: {result.nvml.error or '-'})"
+    if not job.gpus:
+        return "  GPU memory: none (NVML lists no member of the job on any GPU)"
+    each = ", ".join(
+        f"GPU {gpu_label(h, result.gpus)} {h.uuid} {fmt_bytes(h.memory_bytes)}" for h in job.gpus
+    )
+    return f"  GPU memory: {fmt_bytes(job.gpu_memory_bytes)}: {each}"
 
 
 def _remediation(job: Job | None, origin: Origin, guard: TargetGuard | None) -> str:
@@ -224,7 +251,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             [(0, "explained"), (2, "the PID is not visible, or a configuration error")],
         ),
     )
-    p.add_argument("pid", type=int, metavar="PID", help="any process ID visible in /proc")
+    pid = p.add_argument("pid", type=int, metavar="PID", help="any process ID visible in /proc")
+    pid.complete = completers()["pids"]  # shtab reads it
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser(

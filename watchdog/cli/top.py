@@ -29,6 +29,8 @@ from watchdog.cli.common import configure_logging, resolve_config_path, socket_p
 from watchdog.render import paint, printable, shorten_command, use_colour
 
 KEYS = "↑/↓ or j/k select  e explain  t terminate  d disable-source  r refresh  q quit"
+#: The keys line while an explanation is shown: q and Esc go back to the list there.
+EXPLAIN_KEYS = "q/Esc: back to the list  ↑/↓ or j/k select  t terminate  d disable-source"
 
 
 def local_doc(config_path: str | None) -> dict[str, Any]:
@@ -80,25 +82,50 @@ def fetch(socket: str, config_path: str | None, timeout_s: float) -> tuple[dict[
 
 
 def frame(
-    doc: dict[str, Any], source: str, selected: int, width: int, colour: bool, note: str = ""
+    doc: dict[str, Any],
+    source: str,
+    selected: int,
+    width: int,
+    colour: bool,
+    note: str = "",
+    explaining: bool = False,
 ) -> list[str]:
-    """The screen's lines for one refresh; the selected job is marked ``>``."""
+    """The screen's lines for one refresh; the selected job is marked ``>``.
+
+    Args:
+        doc: The status document shown.
+        source: Where it came from (the daemon's socket, or a local scan).
+        selected: Index of the selected job.
+        width: Terminal columns.
+        colour: Colour verdicts and severities.
+        note: A command's output, shown under the findings.
+        explaining: ``note`` is an explanation: the keys line and the note's first line
+            say that q and Esc go back to the list.
+    """
     from watchdog.daemon.status import status_gpu_lines
     from watchdog.model import finding_ref
+    from watchdog.render import fit
 
+    # Wrapped, never cut: the host, the socket, PIDs and unit names identify things.
     out = [
-        printable(
-            f"rogue-watchdog top  host {doc.get('host') or '-'}  {time.strftime('%H:%M:%S')}"
-            f"  from {source}"
-        )[:width],
-        KEYS[:width],
+        *fit(
+            printable(
+                f"rogue-watchdog top  host {doc.get('host') or '-'}  {time.strftime('%H:%M:%S')}"
+                f"  from {source}"
+            ),
+            width,
+            "  ",
+        ),
+        *fit(EXPLAIN_KEYS if explaining else KEYS, width, "  "),
         "",
     ]
     jobs = doc.get("jobs") or []
     out += status_gpu_lines(doc, width)
     if not doc.get("gpus"):
         nvml = doc.get("nvml") or {}
-        out.append(printable(f"  no GPUs listed (NVML: {nvml.get('error') or 'none'})")[:width])
+        out += fit(
+            printable(f"  no GPUs listed (NVML: {nvml.get('error') or 'none'})"), width, "    "
+        )
     out += ["", f"  {'VERDICT':<10} {'PID':>7} {'USER':<10} {'GPU':<5} ORIGIN / COMMAND"]
     if not jobs:
         out.append("  no training jobs")
@@ -106,22 +133,27 @@ def frame(
         mark = ">" if i == selected else " "
         on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
         verdict = str(j.get("verdict") or "-")
+        user = printable(str(j.get("user") or "-"))
         head = f"{mark} {paint(f'{verdict:<10}', verdict, colour)} {j.get('root_pid'):>7} "
-        head += f"{printable(str(j.get('user') or '-'))[:10]:<10} {on:<5} "
-        room = max(20, width - 36)
-        out.append(head + printable(str(j.get("origin") or "-"))[:room])
-        out.append(" " * 36 + shorten_command(j.get("cmdline") or [], room))
+        head += f"{user:<10} {on:<5} "
+        # A long user name or GPU list shifts the origin right rather than being cut.
+        pad = 36 + max(0, len(user) - 10) + max(0, len(on) - 5)
+        room = max(20, width - pad)
+        origin = fit(printable(str(j.get("origin") or "-")), room, " " * 36)
+        out.append(head + origin[0])
+        out += [" " * 36 + x.lstrip() for x in origin[1:]]
+        out.append(" " * 36 + shorten_command(j.get("cmdline") or [], max(20, width - 36)))
     findings = doc.get("findings") or []
     out += ["", f"  open findings: {len(findings)}"]
     for f in findings:
         sev = str(f.get("severity") or "-")
-        text = printable(f"{f.get('kind')}: {f.get('message')}")
-        out.append(
-            f"  {finding_ref(f.get('id')):<5} {paint(f'{sev:<8}', sev, colour)} "
-            + text[: max(10, width - 17)]
-        )
+        text = fit(printable(f"{f.get('kind')}: {f.get('message')}"), max(20, width - 17))
+        out.append(f"  {finding_ref(f.get('id')):<5} {paint(f'{sev:<8}', sev, colour)} " + text[0])
+        out += [" " * 17 + x for x in text[1:]]
     if note:  # a command's output: wrapped, never cut
         out.append("")
+        if explaining:
+            out.append("── explanation (q/Esc: back) ──")
         for x in note.splitlines():
             x = printable(x)
             out += [x[i : i + width] for i in range(0, len(x), width)] or [""]
@@ -162,7 +194,8 @@ def _run_command(argv: list[str]) -> str:
 def _run(argv: list[str]) -> tuple[int, str]:
     """Run one of our commands: its exit status, and its output for the screen."""
     done = subprocess.run(
-        [sys.executable, "-m", "watchdog", *argv],
+        # Its stderr is a pipe here but its reader is a person: human log lines.
+        [sys.executable, "-m", "watchdog", "--log-format", "human", *argv],
         capture_output=True,
         text=True,
         errors="replace",
@@ -186,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     config_path = resolve_config_path(args.config)
     common = [*(["--config", config_path] if config_path else [])]
     fd = sys.stdin.fileno()
-    selected, note = 0, ""
+    selected, note, explaining = 0, "", False
     colour = use_colour()
     with _cbreak(fd):
         while True:
@@ -194,13 +227,22 @@ def run(args: argparse.Namespace) -> int:
                 doc, source = fetch(socket, config_path, args.timeout)
             except StatusError as exc:
                 doc, source = {}, f"nowhere: {exc}"
+            if config_path is None:
+                # The daemon's own file, named: the commands judge under it, as they
+                # would after asking the daemon, without saying so on the screen.
+                daemon_path = (doc.get("config") or {}).get("path")
+                common = ["--config", daemon_path] if daemon_path else []
             jobs = doc.get("jobs") or []
             selected = max(0, min(selected, len(jobs) - 1))
             width = os.get_terminal_size(sys.stdout.fileno()).columns
-            _draw(frame(doc, source, selected, width, colour, note))
+            _draw(frame(doc, source, selected, width, colour, note, explaining))
             key = _key(fd, args.interval)
+            if explaining and key in ("q", "\x1b"):
+                note, explaining = "", False
+                continue
             if key in ("q", "\x03"):
                 return 0
+            explaining = False
             if key in ("j", "k"):
                 selected += 1 if key == "j" else -1
                 note = ""
@@ -210,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
                 job = jobs[selected]
                 pid = str(job.get("root_pid"))
                 if key == "e":
-                    note = _run_command(["explain", pid, *common])
+                    note, explaining = _run_command(["explain", pid, *common]), True
                     continue
                 verb = "terminate" if key == "t" else "disable-source"
                 what = shorten_command(job.get("cmdline") or [], 60)

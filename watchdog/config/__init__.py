@@ -26,6 +26,7 @@ from typing import TypeVar
 
 import yaml
 
+from watchdog import hostpaths
 from watchdog.config import datatypes
 from watchdog.config.alerts import AlertSettings, parse_alerts
 from watchdog.config.base import (
@@ -352,22 +353,11 @@ class Nvml:
 class Paths:
     """Host paths the sources and resolvers read; fixture trees in tests replace them."""
 
-    proc_root: str = setting("/proc", datatypes.text)
-    crontab: str = setting("/etc/crontab", datatypes.text)
-    cron_d: str = setting("/etc/cron.d", datatypes.text)
-    cron_spool: tuple[str, ...] = setting(
-        ("/var/spool/cron/crontabs", "/var/spool/cron"), datatypes.texts
-    )
-    unit_dirs: tuple[str, ...] = setting(
-        (
-            "/etc/systemd/system",
-            "/run/systemd/system",
-            "/usr/local/lib/systemd/system",
-            "/lib/systemd/system",
-            "/usr/lib/systemd/system",
-        ),
-        datatypes.texts,
-    )
+    proc_root: str = setting(hostpaths.PROC_ROOT, datatypes.text)
+    crontab: str = setting(hostpaths.CRONTAB, datatypes.text)
+    cron_d: str = setting(hostpaths.CRON_D, datatypes.text)
+    cron_spool: tuple[str, ...] = setting(hostpaths.CRON_SPOOL_DIRS, datatypes.texts)
+    unit_dirs: tuple[str, ...] = setting(hostpaths.UNIT_DIRS, datatypes.texts)
 
 
 @dataclass(frozen=True)

@@ -121,11 +121,32 @@ def at_least_s(minimum: float, convert: Converter[float]) -> Converter[float]:
     return checked
 
 
+_YAML_BOOL = "tag:yaml.org,2002:bool"
+
+
 def choice(values: tuple[L, ...], message: str) -> Converter[L]:
     """One of ``values`` (a string); ``message`` refuses anything else, with ``{text}``
-    (what was written) filled in."""
+    (what was written) filled in.
+
+    YAML 1.1 (PyYAML) reads an unquoted ``off``, ``on``, ``yes``, ``no``, ``true`` or
+    ``false`` as a boolean, yet ``events: off`` means the word. Such a boolean is read by
+    what was written (``Off`` counts as ``off``), and where that word is not one of
+    ``values``, a false one stands for ``off`` and a true one for ``on`` when the choice
+    has them: ``events: false`` means off too. Any other boolean is refused with
+    ``message``.
+    """
 
     def convert(r: NodeReader, node: yaml.Node, key: str) -> L:
+        if isinstance(node, yaml.ScalarNode) and node.tag == _YAML_BOOL:
+            written = str(node.value)
+            meant = r.boolean(node, key)
+            for value in values:
+                if written.lower() == value:
+                    return value
+            for value in values:
+                if value == ("on" if meant else "off"):
+                    return value
+            raise r.err(node, key, message.format(text=written))
         got = r.string(node, key)
         for value in values:
             if got == value:

@@ -3,8 +3,9 @@
 Finding sources: the GPU queue (docs/queue.md) and ship gates (docs/weights.md).
 Enforcers: the process enforcer (docs/operations.md) and the queue enforcer. Rogue
 services are part of every scan, so they need no source here. On SIGHUP the queue
-sources and the enforcers are rebuilt from the new configuration; ship gates keep their
-verification thread and take new gate settings at the next restart.
+sources, the enforcers and the ship gates are rebuilt from the new configuration: a gate
+whose settings did not change keeps its source (what it has verified), a new or changed
+one gets a new source, and all share the one verification thread.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from watchdog.daemon.loop import Daemon
 from watchdog.plugins import Enforcer, FindingSource
 from watchdog.queue.actions import build_queue_enforcers
 from watchdog.queue.source import build_queue_sources
-from watchdog.weights.shipwatch import build_ship_gate_sources
+from watchdog.weights.shipwatch import ShipGateSource, build_ship_gate_sources
+from watchdog.weights.verifyworker import VerifyWorker
 
 
 def _rebuildable(daemon: Daemon) -> tuple[list[FindingSource], list[Enforcer]]:
@@ -39,14 +41,21 @@ def attach_parts(daemon: Daemon) -> None:
     Also registers a reload hook that rebuilds the queue sources and enforcers, and
     attaches kernel process events (docs/events.md).
     """
-    gates = build_ship_gate_sources(daemon.config, daemon.db)
+    # One verification thread for every gate, now or after a reload (it starts on first
+    # use, so a daemon without gates never runs it; stopping it unstarted is a no-op).
+    worker = VerifyWorker()
+    gates = build_ship_gate_sources(daemon.config, daemon.db, worker)
     sources, enforcers = _rebuildable(daemon)
     daemon.sources = [*sources, *gates]
     daemon.enforcers = enforcers
-    if gates:
-        daemon.workers.append(gates[0].worker)
+    daemon.workers.append(worker)
 
     def rebuild(d: Daemon) -> None:
+        nonlocal gates
+        kept = {g.gate: g for g in gates}
+        gates = [
+            kept.get(gate) or ShipGateSource(gate, d.db, worker) for gate in d.config.ship_gates
+        ]
         new_sources, new_enforcers = _rebuildable(d)
         d.sources = [*new_sources, *gates]
         d.enforcers = new_enforcers

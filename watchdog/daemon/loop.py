@@ -34,6 +34,56 @@ log = structlog.get_logger("rogue-watchdog")
 # Degraded-component name while the configuration file on disk was refused by a reload.
 RELOAD_COMPONENT = "config-reload"
 
+# Settings read once at start, each for the reason given: a reload that changes one keeps
+# the running value, logs `config-change-needs-restart` and holds a `needs-restart`
+# finding naming it. Every other key takes effect at the reload
+# (tests/unit/test_reload_sections.py goes through each section).
+RESTART_ONLY: tuple[tuple[str, Callable[[Config], object]], ...] = (
+    ("daemon.state_dir", lambda c: c.daemon.state_dir),  # the state database is open
+    ("daemon.socket", lambda c: c.daemon.socket),  # the status socket is bound
+    ("daemon.socket_group", lambda c: c.daemon.socket_group),  # ...and chowned
+    ("daemon.metrics_listen", lambda c: c.daemon.metrics_listen),  # the listener is bound
+    ("daemon.events", lambda c: c.daemon.events),  # the proc connector opened at start
+    ("daemon.events_rcvbuf_bytes", lambda c: c.daemon.events_rcvbuf_bytes),  # its buffer
+    ("paths.proc_root", lambda c: c.paths.proc_root),  # the boot id, the event source
+    ("nvml.library", lambda c: c.nvml_library),  # pynvml loads one library per process
+)
+# Finding kind while a reload left restart-only keys at their running values.
+NEEDS_RESTART = "needs-restart"
+
+
+def keep_restart_only(running: Config, new: Config) -> tuple[Config, list[str]]:
+    """``new`` with the :data:`RESTART_ONLY` settings of ``running``, and the keys whose
+    value in ``new`` differs (they take effect at the next restart).
+
+    Args:
+        running: The configuration in force.
+        new: The configuration just read from the file.
+
+    Returns:
+        The configuration to put in force, and the keys left as they were (in
+        :data:`RESTART_ONLY` order; empty when none changed).
+    """
+    changed = [key for key, get in RESTART_ONLY if get(running) != get(new)]
+    if not changed:
+        return new, []
+    kept = dataclasses.replace(
+        new,
+        daemon=dataclasses.replace(
+            new.daemon,
+            state_dir=running.daemon.state_dir,
+            socket=running.daemon.socket,
+            socket_group=running.daemon.socket_group,
+            metrics_listen=running.daemon.metrics_listen,
+            events=running.daemon.events,
+            events_rcvbuf_bytes=running.daemon.events_rcvbuf_bytes,
+        ),
+        paths=dataclasses.replace(new.paths, proc_root=running.paths.proc_root),
+        nvml_library=running.nvml_library,
+    )
+    return kept, changed
+
+
 # Retention runs at most this often (tick time, seconds).
 PRUNE_EVERY_S = 300.0
 
@@ -113,6 +163,9 @@ class Daemon:
         self.config_in_force: str | None = config_checksum(config_path)
         # What the file was when a reload refused it (_file_stamp); None: none refused.
         self._refused: _Stamp | None = None
+        # Keys of RESTART_ONLY the file changed since the start, with the running value
+        # and the file's: they take effect at the next restart.
+        self.needs_restart: dict[str, tuple[object, object]] = {}
         self.on_tick: list[Callable[[TickSummary], None]] = []
         self.on_reload: list[Callable[[Daemon], None]] = []
         self._stop = threading.Event()
@@ -177,7 +230,7 @@ class Daemon:
             log.info("component-recovered", component=part)
 
     def _health_findings(self) -> list[Finding]:
-        out = [
+        out = self._restart_findings() + [
             Finding(
                 kind="component-degraded",
                 severity="warning",
@@ -208,6 +261,26 @@ class Daemon:
                 )
             )
         return out
+
+    def _restart_findings(self) -> list[Finding]:
+        if not self.needs_restart:
+            return []
+        each = "; ".join(
+            f"{key}: {running!r} in use, {wanted!r} in the file"
+            for key, (running, wanted) in self.needs_restart.items()
+        )
+        return [
+            Finding(
+                kind="needs-restart",
+                severity="warning",
+                message=(
+                    f"the configuration was reloaded, but {', '.join(self.needs_restart)} "
+                    f"take(s) effect only at a restart ({each}); restart the daemon "
+                    "(systemctl restart rogue-watchdog)"
+                ),
+                details={"fingerprint": NEEDS_RESTART, "keys": list(self.needs_restart)},
+            )
+        ]
 
     # -- one tick ----------------------------------------------------------------------
 
@@ -364,8 +437,11 @@ class Daemon:
     def reload(self) -> bool:
         """Re-read the configuration file; keep the old one when the new one is invalid.
 
+        Every section is put in force; the :data:`RESTART_ONLY` keys keep their running
+        values, and while the file's differ a ``needs-restart`` finding names them.
+
         Returns:
-            True when the new configuration is in force.
+            True when the new configuration is in force (but for those keys).
         """
         stamp = _file_stamp(self.config_path)
         try:
@@ -378,6 +454,10 @@ class Daemon:
             return False
         self._ok(RELOAD_COMPONENT)
         self._refused = None
+        loaded = new
+        new, pending = keep_restart_only(self.config, loaded)
+        get = dict(RESTART_ONLY)
+        self.needs_restart = {key: (get[key](new), get[key](loaded)) for key in pending}
         self.config = new
         self.config_in_force = stamp[0]
         try:
@@ -395,7 +475,14 @@ class Daemon:
                 hook(self)
             except Exception as exc:
                 self._failed(f"reload {getattr(hook, '__name__', hook)}", exc)
-        log.info("config-reloaded", path=self.config_path)
+        if pending:
+            log.warning(
+                "config-change-needs-restart",
+                keys=pending,
+                message="these keys take effect at the next restart; the old values stay in use",
+            )
+        # Every other section is in force from here (the reload hooks rebuilt its parts).
+        log.info("config-reloaded", path=self.config_path, needs_restart=pending)
         return True
 
     def _recheck_reload(self) -> None:

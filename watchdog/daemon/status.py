@@ -103,7 +103,8 @@ def _learning_section(
 
 
 def _config_section(daemon: Daemon) -> dict[str, Any]:
-    """``config``: path, checksum in force, checksum on disk now, and whether they differ."""
+    """``config``: path, checksum in force, checksum on disk now, whether they differ, and
+    the keys of the file that wait for a restart (the rest of it is in force)."""
     on_disk = config_checksum(daemon.config_path)
     in_force = daemon.config_in_force
     return {
@@ -111,6 +112,7 @@ def _config_section(daemon: Daemon) -> dict[str, Any]:
         "checksum": in_force,
         "file_checksum": on_disk,
         "changed_on_disk": in_force != on_disk,
+        "needs_restart": list(daemon.needs_restart),
     }
 
 
@@ -306,6 +308,8 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
             f" (the file on disk is now sha256:{cfg.get('file_checksum')}: "
             "reload pending or refused, see the log)"
         )
+    if cfg.get("needs_restart"):
+        text += f" (in force but for {', '.join(cfg['needs_restart'])}: those wait for a restart)"
     line(text)
     learning = doc.get("learning")
     if isinstance(learning, dict) and isinstance(learning.get("until"), int | float):

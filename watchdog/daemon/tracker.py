@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +24,15 @@ from watchdog.model import SEVERITIES, Finding, Job
 from watchdog.plugins import TrackResult
 from watchdog.policy.findings import gpus_text, name_finding_in_commands
 from watchdog.policy.signature import job_signature
-from watchdog.state import FindingRecord, JobRecord, RunRecord, StateDB, clean
+from watchdog.state import (
+    FindingRecord,
+    JobRecord,
+    RunRecord,
+    SourceUndo,
+    StateDB,
+    clean,
+    source_undo,
+)
 
 
 def fingerprint(finding: Finding, signatures: dict[int, str]) -> str:
@@ -113,14 +120,6 @@ def _gap(seconds: float) -> str:
     return f"{minutes}m" if not sec or minutes >= 10 else f"{minutes}m{sec:02d}s"
 
 
-@dataclass(frozen=True)
-class AlertEvent:
-    """One alert to send: ``event`` is ``open``, ``remind`` or ``resolve``."""
-
-    event: str
-    finding: FindingRecord
-
-
 def sink_accepts(sink: SinkSettings, finding: FindingRecord) -> bool:
     """True when ``sink``'s severity floor and kind filter let ``finding`` through."""
     if SEVERITIES.index(finding.severity) < SEVERITIES.index(sink.min_severity):
@@ -187,6 +186,9 @@ class Tracker:
                 self.first_signature[(rec.root_pid, rec.start_ticks)] = rec.signature
         except Exception:  # an unreadable table: signatures are computed afresh
             self.first_signature = {}
+        # By identity: the operator's undo that re-enabled the source this job started
+        # from after (looked up once per job, at first sight); None when there is none.
+        self.source_undos: dict[tuple[int, int], SourceUndo | None] = {}
 
     def update(
         self,
@@ -231,7 +233,46 @@ class Tracker:
             if learning:
                 respawns = [dataclasses.replace(f, severity="info") for f in respawns]
             out.respawned = respawns
-            self._findings([*findings, *respawns], now, out)
+            self._findings([*self._name_undos(findings), *respawns], now, out)
+        return out
+
+    def _source_undo(
+        self, job: Job, sig: str, now: float, start_time_s: Callable[[int], float | None] | None
+    ) -> SourceUndo | None:
+        """The undo that re-enabled ``job``'s source before it started, if any (once per
+        job identity: what started a process does not change while it runs)."""
+        ident = (job.root_pid, job.start_ticks)
+        if ident in self.source_undos:
+            return self.source_undos[ident]
+        found = None
+        if job.unsanctioned:
+            found = source_undo(self.db.actions_for(sig))
+            started = (start_time_s(job.start_ticks) if start_time_s else None) or now
+            if found is not None and started < found.undo.created_at:
+                found = None  # it ran before the undo: the undo did not start it
+        self.source_undos[ident] = found
+        return found
+
+    def _name_undos(self, findings: Iterable[Finding]) -> list[Finding]:
+        """A rogue job that runs because an operator undid the disabling of its source
+        says so in its one finding (no ``respawned`` beside it, and the enforcer opens no
+        ``remediation-failed``)."""
+        out = []
+        for f in findings:
+            root = f.details.get("root")
+            undo = None
+            if f.kind in ("rogue-job", "excess-instances") and isinstance(root, list):
+                undo = self.source_undos.get(tuple(root))
+            if undo is not None:
+                f = dataclasses.replace(
+                    f,
+                    message=f"{f.message}; {undo.note()}",
+                    details={
+                        **f.details,
+                        "source_undo": {"undo_action": undo.undo.id, "undid": undo.disable.id},
+                    },
+                )
+            out.append(f)
         return out
 
     # -- jobs ------------------------------------------------------------------------
@@ -287,7 +328,8 @@ class Tracker:
                 first_seen, now, job.root_pid, job.start_ticks, job.pids, None, sightings,
             )  # fmt: skip
             self.db.upsert_job(record)
-            if back_after is not None and job.unsanctioned:
+            undone = self._source_undo(job, sig, now, start_time_s)
+            if back_after is not None and job.unsanctioned and undone is None:
                 respawns.append(self._respawned(job, sig, back_after, now))
         for rec in self.db.present_jobs():
             if rec.signature in seen:
@@ -297,6 +339,7 @@ class Tracker:
                 continue
             self.db.mark_gone(rec.signature, now)
         here = {(j.root_pid, j.start_ticks) for j in jobs}
+        self.source_undos = {k: v for k, v in self.source_undos.items() if k in here}
         self.first_signature = {
             ident: sig
             for ident, sig in self.first_signature.items()
@@ -306,15 +349,14 @@ class Tracker:
 
     @staticmethod
     def _respawned(job: Job, sig: str, gone_at: float, now: float) -> Finding:
-        nxt = job.origin.next_start()
         message = (
             f"respawned: gone at {_when(gone_at)}, back at {_when(now)} "
             f"(+{_gap(now - gone_at)}) as PID {job.root_pid}"
             f"{' on ' + gpus_text(job.gpus) if job.gpus else ''}, started by "
             f"{job.origin.describe()}"
         )
-        if nxt:
-            message += f", next run {nxt}"
+        # No "next run" time: the finding stays open while the ghost runs, so a time in
+        # its text would soon be past (see job_findings).
         message += job.advice.finding_text(job.root_pid)
         return Finding(
             kind="respawned",

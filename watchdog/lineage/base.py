@@ -17,19 +17,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from watchdog import hostpaths
+from watchdog.command import CommandResult
 from watchdog.model import Origin, Proc
 from watchdog.sources.procfs import ProcessTable
 
 CommandRunner = Callable[[Sequence[str], float], "CommandResult | None"]
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """Outcome of an external command such as ``systemctl show`` or ``squeue``."""
-
-    returncode: int
-    stdout: str
-    stderr: str
 
 
 def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult | None:
@@ -83,16 +76,10 @@ class ResolveContext:
 
     table: ProcessTable
     now: datetime
-    cron_files: Sequence[str] = ("/etc/crontab",)
-    cron_d_dir: str = "/etc/cron.d"
-    cron_spool_dirs: Sequence[str] = ("/var/spool/cron/crontabs", "/var/spool/cron")
-    unit_dirs: Sequence[str] = (
-        "/etc/systemd/system",
-        "/run/systemd/system",
-        "/usr/local/lib/systemd/system",
-        "/lib/systemd/system",
-        "/usr/lib/systemd/system",
-    )
+    cron_files: Sequence[str] = (hostpaths.CRONTAB,)
+    cron_d_dir: str = hostpaths.CRON_D
+    cron_spool_dirs: Sequence[str] = hostpaths.CRON_SPOOL_DIRS
+    unit_dirs: Sequence[str] = hostpaths.UNIT_DIRS
     run_cmd: CommandRunner = run_command
     use_systemctl: bool = True
     use_slurm_cli: bool = True

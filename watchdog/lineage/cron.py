@@ -45,6 +45,7 @@ from watchdog.lineage.base import (
 )
 from watchdog.lineage.cronfiles import MAX_CRONTAB_BYTES, cron_skips, list_crontabs
 from watchdog.lineage.crontab import (
+    DISABLE_PREFIX,
     CronEntry,
     Crontab,
     cron_d_name_ok,
@@ -65,7 +66,6 @@ CRON_DAEMON_PATHS = frozenset(
 _CRON_UNIT = re.compile(r"/(cron|crond|cronie|anacron)\.service(/|$)")
 _ANY_UNIT = re.compile(r"/([^/]+\.service)(/|$)")
 _MAX_FILE_BYTES = MAX_CRONTAB_BYTES
-DISABLE_PREFIX = "# disabled by rogue-watchdog: "
 
 
 @dataclass

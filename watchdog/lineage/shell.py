@@ -21,7 +21,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from watchdog.lineage.base import CommandResult, ResolveContext, exe_name
+from watchdog.command import CommandResult
+from watchdog.lineage.base import ResolveContext, exe_name
 from watchdog.lineage.cgroup import parse_cgroup
 from watchdog.model import Origin, Proc, ShellOrigin
 

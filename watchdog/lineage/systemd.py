@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from watchdog import hostpaths
 from watchdog.lineage.base import (
     ResolveContext,
     command,
@@ -42,8 +43,7 @@ from watchdog.model import Origin, Proc, SystemdOrigin
 PASS_UNITS = frozenset(
     ("init.scope", "cron.service", "crond.service", "cronie.service", "atd.service")
 )
-# Where `systemctl mask` puts its /dev/null link for a system unit.
-MASK_DIR = "/etc/systemd/system"
+MASK_DIR = hostpaths.MASK_DIR
 RESTARTING = frozenset(
     ("always", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort")
 )

@@ -49,9 +49,9 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
             f"`{' '.join(job.cmdline)[:160]}`",
             f"from {job.origin.describe()}",
         ]
-        nxt = job.origin.next_start()
-        if nxt:
-            parts.append(f"next run {nxt}")
+        # No "next run" time: the message of an open finding is kept (status, reminders)
+        # long after that time passed. `explain` (and the origin in `scan --json`) gives
+        # the next run as of its look.
         if len(job.pids) > 1:
             parts.append(f"{len(job.pids)} processes")
         if job.gpu_memory_bytes is not None and not job.gpus:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
+from watchdog.command import CommandResult
 from watchdog.config import Config
 from watchdog.config.queue import QueueSettings
 from watchdog.lineage.base import run_command
@@ -29,25 +30,13 @@ from watchdog.queue.slurm import QueueError, SlurmQueue
 from watchdog.queue.source import QueueSource
 from watchdog.state import StateDB
 
-
-class ActionResult(Protocol):
-    """What a runner returns (``lineage.base.CommandResult``, ``actions.effects.CommandResult``)."""
-
-    @property
-    def returncode(self) -> int: ...
-    @property
-    def stdout(self) -> str: ...
-    @property
-    def stderr(self) -> str: ...
-
-
 # Runs one state-changing command; ``Effects.run`` of watchdog.actions.effects fits.
-ActionRunner = Callable[[Sequence[str]], ActionResult | None]
+ActionRunner = Callable[[Sequence[str]], CommandResult | None]
 _JOB_ID = re.compile(r"\d+(?:_\d+)?")
 ACTOR = "queue"
 
 
-def default_runner(argv: Sequence[str]) -> ActionResult | None:
+def default_runner(argv: Sequence[str]) -> CommandResult | None:
     """Run a Slurm command (``scontrol hold``/``scancel``) with a 15 s limit."""
     return run_command(argv, 15.0)
 

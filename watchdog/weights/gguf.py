@@ -140,7 +140,6 @@ GGML_TYPES: dict[int, GgmlType] = {
     6: _q("Q5_0", 32, 22, 0),
     7: _q("Q5_1", 32, 24, 0, 2),
     8: _q("Q8_0", 32, 34, 0),
-    9: _q("Q8_1", 32, 36, 0, 2),
     10: _q("Q2_K", 256, 84, 80, 82),
     11: _q("Q3_K", 256, 110, 108),
     12: _q("Q4_K", 256, 144, 0, 2),
@@ -167,12 +166,16 @@ GGML_TYPES: dict[int, GgmlType] = {
     39: GgmlType("MXFP4", 32, 17, (Field(0, F32, _mxfp4_extreme),)),
 }
 
-#: ggml type ids with a name but no layout here: removed (4, 5), repacked at load time
+#: ggml type ids with a name but no layout here: removed (4, 5), read differently by
+#: ggml and gguf-py (9), repacked at load time
 #: (31-33, 36-38) or newer than this table (40 and up). Files holding them are "not
 #: verified", and the message names the type.
 GGML_UNVERIFIED_NAMES: dict[int, str] = {
     4: "Q4_2",
     5: "Q4_3",
+    # Readers disagree on the layout: ggml's block_q8_1 is two f16 and 32 int8 (36
+    # bytes); gguf-py 0.19 sizes it 40 (two f32), so one of them misreads every tensor.
+    9: "Q8_1, whose block ggml reads as 36 bytes and gguf-py as 40",
     31: "Q4_0_4_4",
     32: "Q4_0_4_8",
     33: "Q4_0_8_8",
@@ -240,7 +243,7 @@ class _Cursor:
             etype, count = self.u32(), self.u64()
             if etype == _ARRAY:
                 # gguf-py reads arrays of arrays, ggml's gguf.cpp refuses them.
-                raise NotVerifiedError("GGUF metadata array of arrays: readers disagree")
+                raise NotVerifiedError("an array of arrays: ggml refuses it, gguf-py reads it")
             if etype in _SCALAR_SIZES:
                 self.skip(count * _SCALAR_SIZES[etype])
                 return None
@@ -286,14 +289,19 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
         if not key:
             raise NotVerifiedError("GGUF metadata key is empty")
         if key in keys:
-            # ggml refuses a repeated key; gguf-py keeps both and reads the first.
+            # ggml's gguf.cpp and gguf-py both refuse a repeated key: no loader reads it.
             raise NotVerifiedError(
                 f"GGUF metadata key {key.decode('utf-8', 'replace')!r} appears more than"
-                " once: readers disagree on which value counts"
+                " once: ggml and gguf-py refuse the file"
             )
         keys.add(key)
         vtype = cur.u32()
-        val = cur.value(vtype)
+        try:
+            val = cur.value(vtype)
+        except NotVerifiedError as exc:
+            raise NotVerifiedError(
+                f"GGUF metadata key {key.decode('utf-8', 'replace')!r}: {exc}"
+            ) from None
         if key == b"general.alignment":
             # ggml's gguf.cpp: a u32 that is a power of two, else the file is invalid.
             if vtype != 4 or val is None or val == 0 or val & (val - 1):

@@ -85,11 +85,30 @@ def _instances(f: dict[str, Any]) -> str:
     return text + "), "
 
 
+def cut_at_word(text: str, room: int) -> str:
+    """``text`` cut to at most ``room`` characters at a space, so no identifier in it (a
+    UUID, a unit, a PID) is left half. A word longer than :data:`LONGEST_IDENTIFIER` is
+    no identifier (a blob a job chose to print) and is cut where the sink's limit falls."""
+    if len(text) <= room:
+        return text
+    if room > 0 and text[room] == " ":
+        return text[:room]
+    space = text.rfind(" ", 0, room)
+    if space > 0 and room - space <= LONGEST_IDENTIFIER:
+        return text[: space + 1]
+    return text[:room]
+
+
+#: The longest name kept whole when a message is cut: a unit name may be 255 characters
+#: (systemd.unit(5)), a path component 255 (NAME_MAX).
+LONGEST_IDENTIFIER = 256
+
+
 def alert_text(payload: dict[str, Any], limit: int) -> str:
     """The one-line human text of an alert, at most ``limit`` characters, made safe.
 
-    When too long, the finding's message is cut (ending in ``…``); the head (what, where,
-    how often) and the tail (finding id, PID) are always kept.
+    When too long, the finding's message is cut at a space (ending in ``…``); the head
+    (what, where, how often) and the tail (finding id, PID) are always kept.
     """
     head, message, tail = _parts(payload)
     if len(head) + len(message) + len(tail) <= limit:
@@ -97,7 +116,7 @@ def alert_text(payload: dict[str, Any], limit: int) -> str:
     room = limit - len(head) - len(tail) - len(ELLIPSIS)
     if room < 0:
         return (head + tail)[: limit - len(ELLIPSIS)] + ELLIPSIS
-    return head + message[:room] + ELLIPSIS + tail
+    return head + cut_at_word(message, room) + ELLIPSIS + tail
 
 
 def inert_code(text: str, fence: str) -> str:
@@ -133,13 +152,13 @@ def chat_text(payload: dict[str, Any], limit: int, fence: str) -> str:
     room = limit - len(head) - len(tail) - 2 * len(fence) - len(ELLIPSIS)
     if room < 1:
         return (head + tail)[: limit - len(ELLIPSIS)] + ELLIPSIS
-    cut = message[:room]
+    cut = cut_at_word(message, room)
     while cut:  # zero-width spaces and padding may lengthen it: shorten by the excess
         code = inert_code(cut + ELLIPSIS, fence)
         excess = len(head) + len(code) + len(tail) - limit
         if excess <= 0:
             break
-        cut = cut[: len(cut) - excess]
+        cut = cut_at_word(cut, len(cut) - excess)
     return head + inert_code(cut + ELLIPSIS, fence) + tail
 
 

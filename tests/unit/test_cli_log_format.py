@@ -1,0 +1,91 @@
+"""Log events of one-shot commands: a line for a person at a terminal, JSON otherwise.
+
+The command runs in a subprocess whose stderr is a pseudo-terminal (or a pipe), as a
+user's shell would run it; the job acted on is a sleeping process this test started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO, Spawned
+
+
+def run_at(tty: bool, *args: str) -> tuple[int, str, str]:
+    """``python -m watchdog ARGS`` with stderr a pseudo-terminal (``tty``) or a pipe."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if not tty:
+        done = subprocess.run(
+            [sys.executable, "-m", "watchdog", *args],
+            capture_output=True, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+        return done.returncode, done.stdout, done.stderr
+    leader, follower = os.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "watchdog", *args],
+            stdout=subprocess.PIPE, stderr=follower, text=True, env=env, timeout=60,
+            check=False,
+        )  # fmt: skip
+    finally:
+        os.close(follower)
+    err = b""
+    try:
+        while chunk := os.read(leader, 65536):
+            err += chunk
+    except OSError:  # EIO: the follower side is closed and drained
+        pass
+    os.close(leader)
+    return done.returncode, done.stdout, err.decode().replace("\r\n", "\n")
+
+
+def setup(spawned: Spawned, tmp_path: Path) -> tuple[int, Path]:
+    script = tmp_path / "train_logfmt.py"
+    script.write_text("import time\ntime.sleep(120)\n")
+    pid = spawned.start([sys.executable, str(script)]).pid
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        "nvml: {enabled: false}\n"
+        f"training: {{device_glob: '{tmp_path}/nodev[0-9]*'}}\n"
+        f"daemon: {{state_dir: '{tmp_path}/state', socket: '{tmp_path}/none.sock'}}\n"
+    )
+    return pid, cfg
+
+
+def test_at_a_terminal_an_action_prints_only_its_human_answer(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    pid, cfg = setup(spawned, tmp_path)
+    code, out, err = run_at(True, "terminate", str(pid), "--dry-run", "--config", str(cfg))
+    assert code == 0
+    assert out.splitlines()[-1] == "outcome: dry-run"
+    assert err == ""  # before: one JSON `action` line beside the answer
+
+
+def test_piped_or_asked_for_the_log_is_json_lines(spawned: Spawned, tmp_path: Path) -> None:
+    pid, cfg = setup(spawned, tmp_path)
+    argv = ("terminate", str(pid), "--dry-run", "--config", str(cfg))
+    for tty, extra in ((False, ()), (True, ("--log-format", "json"))):
+        code, _, err = run_at(tty, *extra, *argv)
+        assert code == 0
+        events = [json.loads(line) for line in err.splitlines()]
+        assert [(e["event"], e["kind"], e["outcome"]) for e in events] == [
+            ("action", "terminate", "dry-run")
+        ], (tty, err)
+
+
+def test_human_lines_name_level_event_and_message() -> None:
+    from watchdog.cli.common import human_log_line
+
+    line = human_log_line(
+        None, "warning",
+        {"event": "nvml-recovered", "level": "warning", "timestamp": "t",
+         "message": "back", "after_s": 1.5, "last_error": "x\x1b[2J"},
+    )  # fmt: skip
+    assert line == (
+        "rogue-watchdog: warning: nvml-recovered: back (after_s=1.5, last_error=x\\x1b[2J)"
+    )

@@ -1,0 +1,188 @@
+"""Every file the differential fuzzer found during development, as a plain test.
+
+Each test builds the smallest file of one class the fuzzer (bench/gate_fuzz.py,
+tests/weights/test_gate_differential.py) found, and asserts the gate's exact answer
+beside what the real readers do with the same bytes: the reason the gate must refuse.
+Before the fix each of these files passed the gate with exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from watchdog.weights import Status, verify
+
+from .builders import _gstr, gguf_bytes
+from .differential import judge
+from .loaders import Reading, gguf_py, loaders_for, safetensors_numpy
+
+F32 = np.ones(8, np.float32).tobytes()
+
+
+def _write(tmp_path: Path, name: str, raw: bytes) -> Path:
+    p = tmp_path / name
+    p.write_bytes(raw)
+    return p
+
+
+def _gate(path: Path) -> tuple[int, str]:
+    report = verify(path)
+    f = report.files[0]
+    return report.exit_code, (f.error or "")
+
+
+def mxfp4_block(e: int, nibble: int) -> bytes:
+    """One MXFP4 block (ggml-common.h block_mxfp4: u8 E8M0 exponent, 16 bytes of nibbles)."""
+    return bytes([e]) + bytes([nibble | nibble << 4]) * 16
+
+
+# kvalues_mxfp4[7] is 12 (ggml's doubled E2M1 magnitudes); ggml multiplies it by
+# 2^(e-128). 12 × 2^(0xFD-128) = 1.5 × 2^128 overflows f32 to inf in ggml's to_float,
+# and 0xFE twice as far; 0xFC (0.75 × 2^128) is the largest finite block.
+@pytest.mark.parametrize(
+    ("e", "exit_code", "inf"),
+    [(0xFC, 0, 0), (0xFD, 1, 1), (0xFE, 1, 1)],
+    ids=["0xFC-finite", "0xFD-overflow", "0xFE-overflow"],
+)
+def test_mxfp4_block_that_overflows_in_ggml(
+    tmp_path: Path, ggml: Callable[[Path], Reading], e: int, exit_code: int, inf: int
+) -> None:
+    p = _write(tmp_path, "m.gguf", gguf_bytes([("w", 39, (32,), mxfp4_block(e, 7))]))
+    report = verify(p)
+    t = report.files[0].tensors[0]
+    assert (report.exit_code, t.posinf + t.neginf, t.unit) == (exit_code, inf, "block-scale")
+    r = ggml(p)
+    assert r.values is not None
+    assert np.isinf(r.values["w"]).sum() == 32 * inf  # every element of the block
+    assert not judge(p, loaders_for(".gguf", None)).violations
+
+
+def _kv(key: str, type_id: int, payload: bytes) -> bytes:
+    return _gstr(key) + struct.pack("<I", type_id) + payload
+
+
+# (id, extra kv pairs, count, the gate's exact refusal, which reader refuses the file)
+GGUF_KV_CASES = [
+    (
+        "duplicate-alignment",
+        _kv("general.alignment", 4, struct.pack("<I", 32)),
+        1,
+        "key 'general.alignment' appears more than once: ggml and gguf-py refuse the file",
+        ("ggml", "gguf-py"),
+    ),
+    ("empty-key", _kv("", 4, struct.pack("<I", 1)), 1, "GGUF metadata key is empty", ("ggml",)),
+    (
+        "array-of-arrays",
+        _kv("x", 9, struct.pack("<IQ", 9, 1) + struct.pack("<IQ", 4, 1) + struct.pack("<I", 7)),
+        1,
+        "GGUF metadata key 'x': an array of arrays: ggml refuses it, gguf-py reads it",
+        ("ggml",),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("extra", "n", "error", "refusers"),
+    [c[1:] for c in GGUF_KV_CASES],
+    ids=[c[0] for c in GGUF_KV_CASES],
+)
+def test_gguf_metadata_readers_disagree_on(
+    tmp_path: Path,
+    ggml: Callable[[Path], Reading],
+    extra: bytes,
+    n: int,
+    error: str,
+    refusers: tuple[str, ...],
+) -> None:
+    p = _write(tmp_path, "k.gguf", gguf_bytes([("w", 0, (8,), F32)], extra_kv=extra, n_extra_kv=n))
+    code, says = _gate(p)
+    assert code == 2 and error in says, says
+    readers = {"ggml": ggml(p), "gguf-py": gguf_py(p)}
+    assert {k for k, r in readers.items() if not r.accepted} == set(refusers)
+
+
+def test_gguf_offsets_that_only_gguf_py_follows(
+    tmp_path: Path, ggml: Callable[[Path], Reading]
+) -> None:
+    # A 32-byte hole before the first tensor: gguf-py reads the offset as written,
+    # ggml insists on the packed layout and refuses the file.
+    p = _write(tmp_path, "h.gguf", gguf_bytes([("w", 0, (8,), F32 + F32)], offsets=[32]))
+    assert _gate(p) == (
+        2,
+        "tensor 'w': data at offset 32, but ggml expects 0 (each tensor"
+        " right after the previous one, padded to the alignment)",
+    )
+    assert gguf_py(p).accepted and not ggml(p).accepted
+
+
+def test_gguf_last_tensor_without_its_padding(
+    tmp_path: Path, ggml: Callable[[Path], Reading]
+) -> None:
+    raw = gguf_bytes([("w", 0, (4,), F32[:16])])[:-16]  # cut inside the padding
+    p = _write(tmp_path, "p.gguf", raw)
+    code, says = _gate(p)
+    assert code == 2 and says.endswith(f"padding, past the end of the file ({len(raw)})"), says
+    assert gguf_py(p).accepted and not ggml(p).accepted
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "refuser"),
+    [
+        (
+            b"n" * 64,
+            "tensor name '" + "n" * 64 + "' is 64 bytes: ggml allows fewer than 64",
+            "ggml",
+        ),
+        (b"w\xff", "tensor name 'w\ufffd' is not UTF-8: readers disagree", "gguf-py"),
+    ],
+    ids=["name-64-bytes", "name-not-utf8"],
+)
+def test_gguf_tensor_names_readers_disagree_on(
+    tmp_path: Path, ggml: Callable[[Path], Reading], name: bytes, error: str, refuser: str
+) -> None:
+    good = gguf_bytes([("@" * len(name), 0, (8,), F32)])
+    # Same length, so every offset and the padding stay right: only the name differs.
+    p = _write(tmp_path, "n.gguf", good.replace(b"@" * len(name), name, 1))
+    assert _gate(p) == (2, error)
+    readers = {"ggml": ggml(p), "gguf-py": gguf_py(p)}
+    assert not readers[refuser].accepted
+    assert all(r.accepted for k, r in readers.items() if k != refuser)
+
+
+def test_q8_1_whose_block_size_readers_disagree_on(
+    tmp_path: Path, ggml: Callable[[Path], Reading]
+) -> None:
+    block = struct.pack("<ee", 1.0, 0.0) + bytes(32)  # ggml's block_q8_1: 36 bytes
+    p = _write(tmp_path, "q.gguf", gguf_bytes([("w", 9, (32, 2), block * 2)]))
+    assert _gate(p) == (
+        2,
+        "tensor 'w': ggml type 9 (Q8_1, whose block ggml reads as 36 bytes and gguf-py"
+        " as 40) not verified",
+    )
+    assert ggml(p).accepted and not gguf_py(p).accepted
+
+
+def test_safetensors_key_with_a_lone_surrogate(tmp_path: Path) -> None:
+    # Python's json turns "\ud800" into a str that is not Unicode; serde_json refuses.
+    header = json.dumps({"w\ud800": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}})
+    assert "\\ud800" in header  # the escape as a writer emits it
+    p = _write(tmp_path, "s.safetensors", struct.pack("<Q", len(header)) + header.encode() + F32)
+    code, says = _gate(p)
+    assert code == 2 and "unpaired surrogate escape: safetensors refuses it" in says, says
+    assert "unexpected end of hex escape" in safetensors_numpy(p).error
+
+
+def test_safetensors_offset_written_as_minus_zero(tmp_path: Path) -> None:
+    # serde_json reads -0 as a float, so safetensors refuses the offset; Python reads int 0.
+    header = b'{"w":{"dtype":"F32","shape":[8],"data_offsets":[-0,32]}}'
+    p = _write(tmp_path, "z.safetensors", struct.pack("<Q", len(header)) + header + F32)
+    code, says = _gate(p)
+    assert code == 2 and "data_offsets" in says, says
+    assert not safetensors_numpy(p).accepted
+    assert verify(p).files[0].status is Status.NOT_VERIFIED
