@@ -15,13 +15,14 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import need, need_program, need_root, run_cli
 from tests.system.cronharness import PYTHON, CronHarness
-from watchdog.config import parse_config
+from watchdog.config import Rule, parse_config
 from watchdog.daemon.loop import Daemon
 
 pytestmark = pytest.mark.system
@@ -29,6 +30,12 @@ pytestmark = pytest.mark.system
 
 def _daemon(text: str) -> Daemon:
     return Daemon(parse_config(text, "learn.yaml"), None)
+
+
+def mine(rules: Sequence[Rule], h: CronHarness) -> list[Rule]:
+    """The proposed rules for this test's jobs: other tests on the host run cron jobs too,
+    and the daemon sees the whole host."""
+    return [r for r in rules if r.cmdline_regex and str(h.sandbox) in r.cmdline_regex.pattern]
 
 
 def _ticks(d: Daemon, n: int) -> None:
@@ -61,6 +68,11 @@ def test_learn_suggest_enforce_and_diff_on_real_cron(tmp_path: Path) -> None:
         _ticks(learning, 3)
         seen = {j.root_pid: j for j in learning.last.result.jobs} if learning.last else {}
         assert seen[first].verdict == "rogue"
+        # The one-off must have been seen while learning (else nothing below says anything).
+        one_off = [j for j in seen.values() if j.cmdline == (PYTHON, str(adhoc))]
+        assert [j.origin.kind for j in one_off] == ["shell"], sorted(
+            (j.root_pid, j.cmdline) for j in seen.values()
+        )
         os.kill(first, signal.SIGKILL)  # the run ends before the next one starts
         time.sleep(0.5)
         _ticks(learning, 1)
@@ -71,9 +83,11 @@ def test_learn_suggest_enforce_and_diff_on_real_cron(tmp_path: Path) -> None:
         )
         assert out.returncode == 0, out.stderr
         suggested = parse_config(out.stdout, "suggested.yaml")
+        # Only this test's jobs: other tests on the host run cron jobs of their own.
         assert [
             (r.origin.cron_file, r.origin.cron_line, r.user, r.max_instances)
             for r in suggested.sanctioned
+            if r.cmdline_regex is not None and str(h.sandbox) in r.cmdline_regex.pattern
         ] == [(str(cron_d), 4, "root", 1)]
         not_proposed = [
             line for line in out.stdout.splitlines() if line.startswith("# seen, not proposed: ")
@@ -120,7 +134,7 @@ def test_learn_suggest_enforce_and_diff_on_real_cron(tmp_path: Path) -> None:
         flagged = [
             line.split(": ")[0].split(" ", 1)[1]
             for line in diff.stdout.splitlines()[:-1]
-            if "sanctioned -> rogue" in line
+            if "sanctioned -> rogue" in line and str(pipe) in line
         ]
         assert flagged == [f"PID {sanctioned_pid} sanctioned -> rogue"], diff.stdout
     finally:
@@ -151,7 +165,7 @@ def test_one_script_from_two_cron_files_is_never_proposed_silently(tmp_path: Pat
         args = ("allowlist", "suggest", "--state-dir", str(state), "--since", "1h")
         out = run_cli(*args, "--min-runs", "1")
         assert out.returncode == 0, out.stderr
-        assert parse_config(out.stdout, "s.yaml").sanctioned == ()
+        assert mine(parse_config(out.stdout, "s.yaml").sanctioned, h) == []
         lines = out.stdout.splitlines()
         assert f"# not proposed: {PYTHON} {pipe} runs from 2 origins:" in lines
         for path in (cron_d, ghost_d):
@@ -161,7 +175,7 @@ def test_one_script_from_two_cron_files_is_never_proposed_silently(tmp_path: Pat
             ), out.stdout
         chosen = run_cli(*args, "--min-runs", "1", "--prefer", f"{cron_d}:2")
         assert chosen.returncode == 0, chosen.stderr
-        rules = parse_config(chosen.stdout, "s.yaml").sanctioned
+        rules = mine(parse_config(chosen.stdout, "s.yaml").sanctioned, h)
         assert [(r.origin.cron_file, r.origin.cron_line) for r in rules] == [(str(cron_d), 2)]
         ghosts = [line for line in chosen.stdout.splitlines() if "suspected ghost" in line]
         assert len(ghosts) == 1 and f"cron {ghost_d}:2 " in ghosts[0], chosen.stdout
