@@ -154,7 +154,31 @@ CREATE TABLE slurm_members (
 UPDATE meta SET value='3' WHERE key='schema_version';
 """
 
-MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
+# Version 4: every run of every job (one row per root process, where ``jobs`` keeps one
+# per signature), for the learning period: ``allowlist suggest`` needs how often a job
+# ran, how many ran at once and what it held, and ``allowlist diff`` replays the runs.
+_SCHEMA_V4 = """
+CREATE TABLE job_runs (
+    signature TEXT NOT NULL,
+    root_pid INTEGER NOT NULL,
+    start_ticks INTEGER NOT NULL,
+    user TEXT,
+    cmdline_json TEXT NOT NULL,
+    origin_json TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    rule TEXT,
+    started_at REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    gpu_s REAL NOT NULL DEFAULT 0,
+    gpus_json TEXT NOT NULL DEFAULT '[]',
+    max_gpu_bytes INTEGER,
+    PRIMARY KEY (root_pid, start_ticks, signature)
+);
+CREATE INDEX job_runs_seen ON job_runs(last_seen);
+UPDATE meta SET value='4' WHERE key='schema_version';
+"""
+
+MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -340,6 +364,42 @@ class JobRecord:
 
 
 @dataclass(frozen=True)
+class RunRecord:
+    """A row of ``job_runs``: one run (one root process) of a job.
+
+    Attributes:
+        signature: The job's signature (:func:`watchdog.policy.signature.job_signature`).
+        root_pid: Root PID of the run.
+        start_ticks: Its start time in clock ticks after boot.
+        user: Owner of the root process.
+        cmdline: Root command line, exactly as seen (JSON keeps non-UTF-8 bytes).
+        origin: The origin record (scan JSON ``origin`` object).
+        verdict: Verdict of its last sighting.
+        rule: The allowlist rule that matched, or None.
+        started_at: POSIX time it was first seen.
+        last_seen: POSIX time it was last seen.
+        gpu_s: GPU-seconds it held: seconds between sightings times GPUs held.
+        gpus: UUIDs of every GPU it held, sorted.
+        max_gpu_bytes: The most GPU memory it held at one sighting (NVML, summed over its
+            members and GPUs); None when NVML never said.
+    """
+
+    signature: str
+    root_pid: int
+    start_ticks: int
+    user: str | None
+    cmdline: list[str]
+    origin: dict[str, Any] | UnreadableRecord
+    verdict: str
+    rule: str | None
+    started_at: float
+    last_seen: float
+    gpu_s: float = 0.0
+    gpus: list[str] | None = None
+    max_gpu_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class FindingRecord:
     """A row of ``findings``."""
 
@@ -426,6 +486,104 @@ def _job(row: sqlite3.Row) -> JobRecord:
         row["root_pid"], row["start_ticks"], _loads(row["pids_json"], list, []), row["gone_at"],
         row["sightings"],
     )  # fmt: skip
+
+
+def _run(row: sqlite3.Row | tuple[Any, ...]) -> RunRecord:
+    cmdline = _loads(row[4], list, [])
+    gpus = _loads(row[11], list, [])
+    return RunRecord(
+        str(row[0]), int(row[1]), int(row[2]), row[3],
+        [str(c) for c in cmdline], _loads(row[5], dict, UnreadableRecord), str(row[6]),
+        row[7], float(row[8]), float(row[9]), float(row[10]), [str(g) for g in gpus],
+        row[12] if isinstance(row[12], int) else None,
+    )  # fmt: skip
+
+
+_RUN_COLUMNS = (
+    "signature, root_pid, start_ticks, user, cmdline_json, origin_json, verdict, rule,"
+    " started_at, last_seen, gpu_s, gpus_json, max_gpu_bytes"
+)
+
+
+def read_runs(state_dir: str, since: float) -> list[RunRecord] | None:
+    """The recorded runs last seen at or after ``since``, oldest start first, read
+    without writing anything (the daemon may be running). None when there is no
+    database, it cannot be read or it predates the table (schema version < 4).
+
+    Args:
+        state_dir: ``daemon.state_dir``.
+        since: POSIX time.
+    """
+    path = Path(state_dir) / "state.db"
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
+    except sqlite3.Error:
+        return None
+    try:
+        rows = conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM job_runs WHERE last_seen>=? ORDER BY started_at, root_pid",
+            (since,),
+        ).fetchall()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return [_run(r) for r in rows]
+
+
+def read_history(
+    state_dir: str, since: float
+) -> tuple[list[RunRecord], list[FindingRecord], list[ActionRecord]] | None:
+    """What happened since ``since``, read without writing (``rogue-watchdog report``):
+    the runs last seen since then, the findings open then or opened since (by
+    ``opened_at``), and the actions taken or undone since. None when there is no
+    database, it cannot be read or it predates ``job_runs``."""
+    path = Path(state_dir) / "state.db"
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
+    except sqlite3.Error:
+        return None
+    conn.row_factory = sqlite3.Row
+    try:
+        runs = [
+            _run(tuple(r))
+            for r in conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM job_runs WHERE last_seen>=?"
+                " ORDER BY started_at, root_pid",
+                (since,),
+            )
+        ]
+        findings = [
+            _finding(r)
+            for r in conn.execute(
+                "SELECT * FROM findings WHERE resolved_at IS NULL OR resolved_at>=?"
+                " OR opened_at>=? ORDER BY opened_at, id",
+                (since, since),
+            )
+        ]
+        actions = [
+            _action(r)
+            for r in conn.execute(
+                "SELECT * FROM actions WHERE created_at>=? OR undone_at>=? ORDER BY id",
+                (since, since),
+            )
+        ]
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return runs, findings, actions
+
+
+def read_meta(state_dir: str, key: str) -> str | None:
+    """One ``meta`` value of the daemon's database, read without writing; None when
+    absent or unreadable."""
+    rows = _read_only(state_dir, "SELECT value FROM meta WHERE key=?", (key,))
+    return str(rows[0][0]) if rows else None
 
 
 def _finding(row: sqlite3.Row) -> FindingRecord:
@@ -798,6 +956,69 @@ class StateDB:
             },
         )
 
+    def record_run(
+        self,
+        rec: RunRecord,
+        now: float,
+    ) -> None:
+        """Insert a run, or update its last sighting: verdict, rule, GPUs held, and
+        GPU-seconds grown by the time since its last sighting times the GPUs it holds."""
+        gpus = sorted(rec.gpus or [])
+        self.conn.execute(
+            f"INSERT INTO job_runs({_RUN_COLUMNS})"
+            " VALUES (:signature, :root_pid, :start_ticks, :user, :cmdline_json,"
+            " :origin_json, :verdict, :rule, :now, :now, 0, :gpus_json, :gpu_bytes)"
+            " ON CONFLICT(root_pid, start_ticks, signature) DO UPDATE SET"
+            " verdict=excluded.verdict, rule=excluded.rule, origin_json=excluded.origin_json,"
+            " gpu_s=job_runs.gpu_s + MAX(0, :now - job_runs.last_seen) * :n_gpus,"
+            " last_seen=:now, gpus_json=:gpus_union,"
+            " max_gpu_bytes=CASE WHEN :gpu_bytes IS NULL THEN job_runs.max_gpu_bytes"
+            " ELSE MAX(COALESCE(job_runs.max_gpu_bytes, 0), :gpu_bytes) END",
+            {
+                "signature": rec.signature,
+                "root_pid": rec.root_pid,
+                "start_ticks": rec.start_ticks,
+                "user": clean(rec.user),
+                "cmdline_json": json.dumps(rec.cmdline),
+                "origin_json": json.dumps(rec.origin),
+                "verdict": rec.verdict,
+                "rule": rec.rule,
+                "now": now,
+                "gpus_json": json.dumps(gpus),
+                "n_gpus": len(gpus),
+                "gpus_union": json.dumps(sorted(set(gpus) | set(self._run_gpus(rec)))),
+                "gpu_bytes": rec.max_gpu_bytes,
+            },
+        )
+
+    def _run_gpus(self, rec: RunRecord) -> list[str]:
+        row = self.conn.execute(
+            "SELECT gpus_json FROM job_runs WHERE root_pid=? AND start_ticks=? AND signature=?",
+            (rec.root_pid, rec.start_ticks, rec.signature),
+        ).fetchone()
+        return [str(g) for g in _loads(row[0], list, [])] if row else []
+
+    def runs(self, since: float = 0.0) -> list[RunRecord]:
+        """Runs last seen at or after ``since``, oldest start first."""
+        rows = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM job_runs WHERE last_seen>=? ORDER BY started_at, root_pid",
+            (since,),
+        )
+        return [_run(r) for r in rows]
+
+    def meta(self, key: str) -> str | None:
+        """A ``meta`` value, or None."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return str(row[0]) if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a ``meta`` value."""
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (key, value),
+        )
+
     def sanctioned_procs(self, boot_id: str | None) -> dict[tuple[int, int], str]:
         """``(PID, start ticks) -> rule`` of the processes recorded as sanctioned during
         boot ``boot_id`` (``/proc/sys/kernel/random/boot_id``): start ticks count from
@@ -1119,16 +1340,18 @@ class StateDB:
         - resolved findings resolved before ``now - findings_s`` that have no alert
           still waiting to be sent;
         - delivered and dead-lettered alerts spooled before ``now - alerts_s``;
-        - jobs gone before ``now - jobs_s`` (a respawn after that is a new job).
+        - jobs gone before ``now - jobs_s`` (a respawn after that is a new job), and
+          runs last seen before then (``job_runs``: the learning period's history).
 
         Open findings, queued alerts, jobs still present and the actions audit trail are
         never deleted. A window of 0 keeps that history forever. Freed pages are reused,
         so the file stops growing once the windows are full.
 
         Returns:
-            Rows deleted per table: ``{"findings": N, "deliveries": N, "jobs": N}``.
+            Rows deleted per table: ``{"findings": N, "deliveries": N, "jobs": N,
+            "runs": N}``.
         """
-        out = {"findings": 0, "deliveries": 0, "jobs": 0}
+        out = {"findings": 0, "deliveries": 0, "jobs": 0, "runs": 0}
         with self.transaction() as conn:
             if alerts_s > 0:
                 out["deliveries"] = conn.execute(
@@ -1150,6 +1373,11 @@ class StateDB:
                 out["jobs"] = conn.execute(
                     "DELETE FROM jobs WHERE signature IN (SELECT signature FROM jobs"
                     " WHERE gone_at IS NOT NULL AND gone_at<? LIMIT ?)",
+                    (now - jobs_s, limit),
+                ).rowcount
+                out["runs"] = conn.execute(
+                    "DELETE FROM job_runs WHERE rowid IN (SELECT rowid FROM job_runs"
+                    " WHERE last_seen<? LIMIT ?)",
                     (now - jobs_s, limit),
                 ).rowcount
         return out

@@ -290,6 +290,36 @@ def test_the_week(spawned: Spawned) -> None:
         # The wrapper's line, disabled, did not start another trainer at the next minute.
         assert h.ours(xtrain) == [xpid]
 
+        # -- the week as data: `report --since 1h` shows each event in order ----------
+        rc_report = run_cli(
+            "report", "--state-dir", str(d.state_dir), "--since", "1h", "--format", "json"
+        )
+        assert rc_report.returncode == 0, rc_report.stderr
+        timeline = json.loads(rc_report.stdout)["timeline"]
+        assert [e["time"] for e in timeline] == sorted(e["time"] for e in timeline)
+
+        def at(what: str, prefix: str) -> int:
+            hits = [
+                i
+                for i, e in enumerate(timeline)
+                if e["what"] == what and e["text"].startswith(prefix)
+            ]
+            assert hits, (what, prefix, timeline)
+            return hits[0]
+
+        for f in (queue, service, poison, stale, ghost_f, c_f, respawned):
+            at("opened", f"F{f['id']} ")
+        # The fix follows what it fixed: the ghost's source disabled after its finding
+        # opened; C's run terminated after its finding, and its respawn after that.
+        assert at("opened", f"F{ghost_f['id']} ") < at("action", "A") <= len(timeline)
+        disables = [i for i, e in enumerate(timeline) if e["kind"] == "disable-source"]
+        terminates = [i for i, e in enumerate(timeline) if e["kind"] == "terminate"]
+        assert disables and min(disables) > at("opened", f"F{x_f['id']} ")
+        assert terminates and at("opened", f"F{c_f['id']} ") < min(terminates)
+        assert min(terminates) < at("opened", f"F{respawned['id']} ")
+        text = run_cli("report", "--state-dir", str(d.state_dir), "--since", "1h")
+        assert text.returncode == 0 and max(len(x) for x in text.stdout.splitlines()) <= 80
+
         # -- event 3: kill and respawn ------------------------------------------------
         assert respawned["root_pid"] == second
         assert (respawned["details"]["origin"]["file"], respawned["details"]["origin"]["line"]) == (

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from watchdog import __version__
-from watchdog.cli import actions, complete, daemon, fleet, scan, slurm, weights
+from watchdog.cli import actions, allowlist, complete, daemon, fleet, scan, slurm, weights
 from watchdog.cli.common import LOG_FORMATS, CliError, emit
 from watchdog.cli.help import command_help
 
@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     daemon.register(sub)
     actions.register(sub)
     fleet.register(sub)
+    allowlist.register(sub)
+    allowlist.register_report(sub)
     daemon.register_top(sub)
 
     p = sub.add_parser(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal, get_args
 
 import yaml
 
 from watchdog.config import datatypes
-from watchdog.config.base import NodeReader, build, setting
+from watchdog.config.base import MAX_DURATION_S, NodeReader, build, setting
 from watchdog.model import DEFAULT_SOCKET
 
 MIN_INTERVAL_S = 0.1
@@ -73,6 +74,69 @@ def _group(r: NodeReader, node: yaml.Node, key: str) -> str:
     return text
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d|w)")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def parse_duration_s(text: str) -> float:
+    """Seconds of a duration written ``90``, ``90s``, ``30m``, ``12h``, ``7d`` or ``2w``.
+
+    Raises:
+        ValueError: Anything else, or a duration of 0 or past 10 years.
+    """
+    t = text.strip()
+    m = _DURATION.fullmatch(t)
+    try:
+        value = float(m.group(1)) * _UNIT_S[m.group(2)] if m else float(t)
+    except ValueError:
+        raise ValueError(
+            f"expected a duration (7d, 12h, 30m, seconds) or a date, got {text!r}"
+        ) from None
+    if not 0 < value <= MAX_DURATION_S:
+        raise ValueError(f"must be above 0 and at most 10 years, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class LearnUntil:
+    """``daemon.learn_until``: the end of the learning period, as a date or as a
+    duration counted from the first start of the daemon with this state database.
+
+    Attributes:
+        text: As written.
+        at: POSIX time of the end, for a date; None for a duration.
+        duration_s: Seconds from the first start, for a duration; None for a date.
+    """
+
+    text: str
+    at: float | None = None
+    duration_s: float | None = None
+
+    def end(self, started_at: float) -> float:
+        """POSIX time the learning period ends, given when it started."""
+        return self.at if self.at is not None else started_at + (self.duration_s or 0.0)
+
+
+def _learn_until(r: NodeReader, node: yaml.Node, key: str) -> LearnUntil:
+    """A date (ISO 8601; a date alone is midnight, local time) or a duration."""
+    if not isinstance(node, yaml.ScalarNode) or not node.value:
+        raise r.err(node, key, "expected a date (2026-12-09T00:00) or a duration (7d)")
+    text = node.value
+    if node.tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
+        value = r.number(node, key)
+        if value <= 0:
+            raise r.err(node, key, f"must be above 0, got {text}")
+        return LearnUntil(text, duration_s=value)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            return LearnUntil(text, duration_s=parse_duration_s(text))
+        except ValueError as exc:
+            raise r.err(node, key, str(exc)) from None
+    return LearnUntil(text, at=when.astimezone().timestamp())
+
+
 _interval = datatypes.at_least_s(MIN_INTERVAL_S, datatypes.positive_s(MAX_INTERVAL_S))
 _retention = datatypes.non_negative_s()
 
@@ -100,6 +164,9 @@ class DaemonSettings:
         events_rcvbuf_bytes: Receive buffer of the proc connector socket
             (``SO_RCVBUF``); events beyond it are dropped by the kernel (``ENOBUFS``)
             and a full sweep follows.
+        learn_until: The learning period (docs/first-week.md): until then, jobs no rule
+            sanctions are recorded and shown but alerted at ``info`` only and never
+            acted on. None: no learning period.
     """
 
     interval_s: float = setting(5.0, _interval)
@@ -116,6 +183,7 @@ class DaemonSettings:
         4 << 20,
         datatypes.integer(4096, 1 << 30, too_high="must be at most {maximum} (1 GiB), got {value}"),
     )
+    learn_until: LearnUntil | None = setting(None, _learn_until)
 
 
 def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
@@ -124,4 +192,28 @@ def parse_daemon(r: NodeReader, node: yaml.Node) -> DaemonSettings:
     Raises:
         ConfigError: Unknown keys, wrong types, non-positive intervals, relative paths.
     """
-    return build(DaemonSettings, r, node, "daemon")
+    settings = build(DaemonSettings, r, node, "daemon")
+    learn = settings.learn_until
+    keep = settings.retention_jobs_s
+    if learn is not None and keep > 0:
+        import time
+
+        period = learn.duration_s if learn.at is None else learn.at - time.time()
+        if period is not None and period > keep:
+            value = _value_node(node, "learn_until")
+            r.warn(
+                value,
+                "daemon.learn_until",
+                f"the learning period ({period / 86400:.1f} days) is longer than "
+                f"daemon.retention_jobs_s ({keep:g} s = {keep / 86400:.1f} days): runs "
+                "seen early in it will be forgotten before 'allowlist suggest' reads them; "
+                "raise retention_jobs_s to cover it",
+            )
+    return settings
+
+
+def _value_node(node: yaml.Node, name: str) -> yaml.Node:
+    for k, v in node.value if isinstance(node, yaml.MappingNode) else ():
+        if isinstance(k, yaml.ScalarNode) and k.value == name:
+            return v  # type: ignore[no-any-return]
+    return node

@@ -106,6 +106,21 @@ class TickSummary:
     findings: list[Finding] = field(default_factory=list)
 
 
+LEARNING_STARTED = "learning_started"
+# Findings about a job no rule sanctions: info while learning (daemon.learn_until).
+LEARNED_KINDS = frozenset({"rogue-job", "excess-instances", "queue-unsanctioned"})
+
+
+def learned(finding: Finding) -> Finding:
+    """``finding`` as the learning period reports it: a finding about a job no rule
+    sanctions at ``info`` (``details.learning`` true), any other unchanged."""
+    if finding.kind not in LEARNED_KINDS:
+        return finding
+    return dataclasses.replace(
+        finding, severity="info", details={**finding.details, "learning": True}
+    )
+
+
 class Daemon:
     """The long-running watchdog.
 
@@ -176,6 +191,11 @@ class Daemon:
             )
             self._slurm_members_saved = dict(self._slurm_members)
         except Exception as exc:  # a damaged table must not stop the daemon
+            self._failed("state", exc)
+        self.learning_started: float | None = None
+        try:
+            self._start_learning()
+        except Exception as exc:
             self._failed("state", exc)
         if self.db.recovered_from:
             log.warning(
@@ -264,6 +284,32 @@ class Daemon:
 
     # -- one tick ----------------------------------------------------------------------
 
+    def _start_learning(self) -> None:
+        """Note when the learning period began (``meta.learning_started``), once: a
+        period written as a duration counts from the first start, across restarts."""
+        if self.config.daemon.learn_until is None:
+            return
+        was = self.db.meta(LEARNING_STARTED)
+        try:
+            self.learning_started = float(was) if was is not None else None
+        except ValueError:
+            self.learning_started = None
+        if self.learning_started is None:
+            self.learning_started = time.time()
+            self.db.set_meta(LEARNING_STARTED, repr(self.learning_started))
+
+    def learning_until(self) -> float | None:
+        """POSIX time the learning period ends (past or future), or None without one."""
+        learn = self.config.daemon.learn_until
+        if learn is None:
+            return None
+        return learn.end(self.learning_started if self.learning_started is not None else 0.0)
+
+    def learning(self, now: float) -> bool:
+        """True while the learning period (``daemon.learn_until``) lasts."""
+        until = self.learning_until()
+        return until is not None and now < until
+
     def _alive(self, pid: int, start_ticks: int) -> bool:
         """Whether the process ``pid`` with this start time still runs (last refresh)."""
         proc = self.scanner.table.get(pid)
@@ -295,6 +341,11 @@ class Daemon:
                     self._ok(source.name)
                 except Exception as exc:
                     self._failed(source.name, exc)
+        learning = self.learning(now)
+        if learning:
+            # Jobs no rule sanctions are what the learning period is for: recorded and
+            # shown, alerted at info only. Every other finding keeps its severity.
+            findings = [learned(f) for f in findings]
         track: TrackResult | None = None
         try:
             lost = self.db.ensure_present()
@@ -307,6 +358,7 @@ class Daemon:
                 self.scanner.table.start_time_s,
                 blind=result is not None and result.gpu_blind,
                 alive=self._alive,
+                learning=learning,
             )
             self._prune(now)
             if self.scanner.sanctioned != self._sanctioned_saved:
@@ -328,7 +380,8 @@ class Daemon:
             for rec in track.resolved:
                 if not self._sink_logs(rec):
                     log.info("finding-resolved", id=rec.id, kind=rec.kind, message=rec.message)
-        if result is not None and track is not None:
+        if result is not None and track is not None and not learning:
+            # Nothing is acted on while learning (no terminate, no disable, no drain).
             for enforcer in self.enforcers:
                 try:
                     findings.extend(enforcer.act(now, result, track))
@@ -407,6 +460,10 @@ class Daemon:
         self.needs_restart = {key: (get[key](new), get[key](loaded)) for key in pending}
         self.config = new
         self.config_in_force = stamp[0]
+        try:
+            self._start_learning()
+        except Exception as exc:
+            self._failed("state", exc)
         old_scanner = self.scanner
         self.scanner = Scanner(new, fd_sweep_interval_s=new.daemon.fd_sweep_interval_s)
         self.scanner.keep_origins_of(old_scanner)  # a reload does not re-attribute

@@ -79,7 +79,27 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
     last_findings = result.findings if result else []
     doc["findings"] = _findings_section(daemon, last_findings, now, doc["degraded"])
     doc["alerts"] = _alerts_section(daemon, doc["degraded"])
+    doc["learning"] = _learning_section(daemon, now, doc["degraded"])
     return doc
+
+
+def _learning_section(
+    daemon: Daemon, now: float, degraded: dict[str, str]
+) -> dict[str, Any] | None:
+    """``learning``: the learning period's end, whether it lasts, and how many rules
+    ``allowlist suggest`` would propose now; None without ``daemon.learn_until``."""
+    until = daemon.learning_until()
+    if until is None:
+        return None
+    from watchdog.policy.learn import candidate_count
+
+    started = daemon.learning_started or 0.0
+    try:
+        count: int | None = candidate_count(daemon.db.runs(started), started)
+    except Exception as exc:  # the state database may be unreadable
+        degraded["state"] = f"learning history unreadable: {exc}"
+        count = None
+    return {"until": until, "active": now < until, "started": started, "candidate_rules": count}
 
 
 def _config_section(daemon: Daemon) -> dict[str, Any]:
@@ -291,6 +311,21 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
     if cfg.get("needs_restart"):
         text += f" (in force but for {', '.join(cfg['needs_restart'])}: those wait for a restart)"
     line(text)
+    learning = doc.get("learning")
+    if isinstance(learning, dict) and isinstance(learning.get("until"), int | float):
+        n = learning.get("candidate_rules")
+        rules = (
+            f"{n} candidate rule{'s' if n != 1 else ''}"
+            if isinstance(n, int)
+            else "candidate rules unknown"
+        )
+        if learning.get("active"):
+            line(
+                f"learning until {_when(learning['until'])}, {rules} (rogue-watchdog "
+                "allowlist suggest): unsanctioned jobs alerted at info, not acted on"
+            )
+        else:
+            line(f"learning ended {_when(learning['until'])}, {rules}")
     scan = doc.get("last_scan")
     if scan:
         line(

@@ -24,7 +24,15 @@ from watchdog.model import SEVERITIES, Finding, Job
 from watchdog.plugins import TrackResult
 from watchdog.policy.findings import gpus_text, name_finding_in_commands
 from watchdog.policy.signature import job_signature
-from watchdog.state import FindingRecord, JobRecord, SourceUndo, StateDB, clean, source_undo
+from watchdog.state import (
+    FindingRecord,
+    JobRecord,
+    RunRecord,
+    SourceUndo,
+    StateDB,
+    clean,
+    source_undo,
+)
 
 
 def fingerprint(finding: Finding, signatures: dict[int, str]) -> str:
@@ -191,6 +199,7 @@ class Tracker:
         *,
         blind: bool = False,
         alive: Callable[[int, int], bool] | None = None,
+        learning: bool = False,
     ) -> TrackResult:
         """Record one tick's jobs and findings; spool the alerts they cause.
 
@@ -209,6 +218,8 @@ class Tracker:
                 after the signature was last seen (not a second instance that ran all along).
             blind: Some GPU's processes could not be seen this tick.
             alive: ``(pid, start_ticks) -> bool``, whether that process still runs.
+            learning: In the learning period (``daemon.learn_until``): a ``respawned``
+                finding is opened at ``info``, like the rogue finding it follows.
 
         Returns:
             What opened, was reminded of, and resolved; the job signatures by root PID.
@@ -219,6 +230,8 @@ class Tracker:
                 [j for j in jobs if j.verdict != "ignored"], now, out, start_time_s,
                 alive if blind else None,
             )  # fmt: skip
+            if learning:
+                respawns = [dataclasses.replace(f, severity="info") for f in respawns]
             out.respawned = respawns
             self._findings([*self._name_undos(findings), *respawns], now, out)
         return out
@@ -281,6 +294,14 @@ class Tracker:
             )
             self.first_signature[ident] = sig
             out.signatures[job.root_pid] = sig
+            self.db.record_run(
+                RunRecord(
+                    sig, job.root_pid, job.start_ticks, job.user, list(job.cmdline),
+                    job.origin.to_json(), job.verdict, job.rule, now, now,
+                    gpus=list(job.gpu_uuids), max_gpu_bytes=job.gpu_memory_bytes,
+                ),
+                now,
+            )  # fmt: skip
             if sig in seen:
                 continue  # a second instance of the same signature: one record
             seen.add(sig)

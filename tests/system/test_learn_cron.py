@@ -1,0 +1,187 @@
+"""Real cron + real tmux: a learning period, ``allowlist suggest``, enforcing it, ``diff``.
+
+During learning a cron pipeline runs and a person starts a one-off in tmux; ``suggest``
+proposes exactly the pipeline (its cron file and line, user, max_instances) and lists the
+tmux job as not proposed; ``check-config`` accepts the file. Under it the pipeline's next
+run is sanctioned and a ghost started later from another cron file with the same script is
+rogue; ``allowlist diff`` against a rule tightened to another line lists the run it would
+flag.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import need, need_program, need_root, run_cli
+from tests.system.cronharness import PYTHON, CronHarness
+from watchdog.config import Rule, parse_config
+from watchdog.daemon.loop import Daemon
+
+pytestmark = pytest.mark.system
+
+
+def _daemon(text: str) -> Daemon:
+    return Daemon(parse_config(text, "learn.yaml"), None)
+
+
+def mine(rules: Sequence[Rule], h: CronHarness) -> list[Rule]:
+    """The proposed rules for this test's jobs: other tests on the host run cron jobs too,
+    and the daemon sees the whole host."""
+    return [r for r in rules if r.cmdline_regex and str(h.sandbox) in r.cmdline_regex.pattern]
+
+
+def _ticks(d: Daemon, n: int) -> None:
+    for _ in range(n):
+        d.tick(time.time())
+        time.sleep(0.5)
+
+
+def test_learn_suggest_enforce_and_diff_on_real_cron(tmp_path: Path) -> None:
+    need_root()
+    need_program("cron", "tmux", "pgrep")
+    need(Path(PYTHON).exists(), f"needs {PYTHON}")
+    h = CronHarness()
+    sock = str(h.sandbox / "tmux.sock")
+    try:
+        h.ensure_cron()
+        pipe = h.trainer("pipeline")
+        adhoc = h.trainer("adhoc")
+        cron_d = h.add_cron_d(
+            ["# pipeline", 'MAILTO=""', "SHELL=/bin/sh", f"* * * * * root {PYTHON} {pipe}"]
+        )
+        subprocess.run(
+            ["tmux", "-S", sock, "new-session", "-d", "-s", "exp", f"{PYTHON} {adhoc}"],
+            check=True,
+        )
+        first = h.wait_for([pipe], h.seconds_to_fire() + 12)[pipe]
+        state = h.sandbox / "state"
+        base = "nvml: {enabled: false}\n"
+        learning = _daemon(base + f"daemon: {{state_dir: '{state}', learn_until: 1h}}\n")
+        _ticks(learning, 3)
+        seen = {j.root_pid: j for j in learning.last.result.jobs} if learning.last else {}
+        assert seen[first].verdict == "rogue"
+        # The one-off must have been seen while learning (else nothing below says anything).
+        one_off = [j for j in seen.values() if j.cmdline == (PYTHON, str(adhoc))]
+        assert [j.origin.kind for j in one_off] == ["shell"], sorted(
+            (j.root_pid, j.cmdline) for j in seen.values()
+        )
+        os.kill(first, signal.SIGKILL)  # the run ends before the next one starts
+        time.sleep(0.5)
+        _ticks(learning, 1)
+        learning.db.close()
+
+        out = run_cli(
+            "allowlist", "suggest", "--state-dir", str(state), "--since", "1h", "--min-runs", "1"
+        )
+        assert out.returncode == 0, out.stderr
+        suggested = parse_config(out.stdout, "suggested.yaml")
+        # Only this test's jobs: other tests on the host run cron jobs of their own.
+        assert [
+            (r.origin.cron_file, r.origin.cron_line, r.user, r.max_instances)
+            for r in suggested.sanctioned
+            if r.cmdline_regex is not None and str(h.sandbox) in r.cmdline_regex.pattern
+        ] == [(str(cron_d), 4, "root", 1)]
+        not_proposed = [
+            line for line in out.stdout.splitlines() if line.startswith("# seen, not proposed: ")
+        ]
+        assert [line for line in not_proposed if str(adhoc) in line] == [
+            line
+            for line in not_proposed
+            if line.startswith(f"# seen, not proposed: {PYTHON} {adhoc} (user root, shell")
+            and ": started by hand in a shell or tmux; runs: 1," in line
+        ]
+        assert any(str(adhoc) in line for line in not_proposed), out.stdout
+        cfg_file = h.sandbox / "allowlist.yaml"
+        cfg_file.write_text(out.stdout + base + f"daemon: {{state_dir: '{state}'}}\n")
+        cfg_file.chmod(0o600)
+        check = run_cli("check-config", str(cfg_file))
+        assert check.returncode == 0, check.stderr
+
+        # A retired cron file running the pipeline's own script (another shell command).
+        ghost_d = h.add_cron_d(['MAILTO=""', f"* * * * * root cd / && {PYTHON} {pipe}"])
+        deadline = time.monotonic() + h.seconds_to_fire() + 12
+        while len(h.ours(pipe)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        enforcing = Daemon(parse_config(cfg_file.read_text(), str(cfg_file)), str(cfg_file))
+        _ticks(enforcing, 3)
+        assert enforcing.last is not None and enforcing.last.result is not None
+        verdicts = sorted(
+            (str(j.origin.fields.get("file")), j.verdict)
+            for j in enforcing.last.result.jobs
+            if j.cmdline == (PYTHON, str(pipe))
+        )
+        assert verdicts == sorted([(str(cron_d), "sanctioned"), (str(ghost_d), "rogue")])
+        sanctioned_pid = next(
+            j.root_pid
+            for j in enforcing.last.result.jobs
+            if j.cmdline == (PYTHON, str(pipe)) and j.verdict == "sanctioned"
+        )
+        enforcing.db.close()
+
+        tight = h.sandbox / "tight.yaml"
+        tight.write_text(cfg_file.read_text().replace("cron_line: 4", "cron_line: 5"))
+        tight.chmod(0o600)
+        diff = run_cli("allowlist", "diff", "--config", str(tight), "--since", "1h")
+        assert diff.returncode == 1, diff.stdout + diff.stderr
+        flagged = [
+            line.split(": ")[0].split(" ", 1)[1]
+            for line in diff.stdout.splitlines()[:-1]
+            if "sanctioned -> rogue" in line and str(pipe) in line
+        ]
+        assert flagged == [f"PID {sanctioned_pid} sanctioned -> rogue"], diff.stdout
+    finally:
+        subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True)
+        with contextlib.suppress(Exception):
+            h.close()
+
+
+def test_one_script_from_two_cron_files_is_never_proposed_silently(tmp_path: Path) -> None:
+    need_root()
+    need_program("cron", "pgrep")
+    need(Path(PYTHON).exists(), f"needs {PYTHON}")
+    h = CronHarness()
+    try:
+        h.ensure_cron()
+        pipe = h.trainer("pipeline")
+        cron_d = h.add_cron_d(['MAILTO=""', f"* * * * * root {PYTHON} {pipe}"])
+        ghost_d = h.add_cron_d(['MAILTO=""', f"* * * * * root cd / && {PYTHON} {pipe}"])
+        deadline = time.monotonic() + h.seconds_to_fire() + 12
+        while len(h.ours(pipe)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        state = h.sandbox / "state"
+        learning = _daemon(
+            f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{state}', learn_until: 1h}}\n"
+        )
+        _ticks(learning, 3)
+        learning.db.close()
+        args = ("allowlist", "suggest", "--state-dir", str(state), "--since", "1h")
+        out = run_cli(*args, "--min-runs", "1")
+        assert out.returncode == 0, out.stderr
+        assert mine(parse_config(out.stdout, "s.yaml").sanctioned, h) == []
+        lines = out.stdout.splitlines()
+        assert f"# not proposed: {PYTHON} {pipe} runs from 2 origins:" in lines
+        for path in (cron_d, ghost_d):
+            assert any(
+                line.startswith(f"#     file {path}, line 2, schedule * * * * *, last edit ")
+                for line in lines
+            ), out.stdout
+        chosen = run_cli(*args, "--min-runs", "1", "--prefer", f"{cron_d}:2")
+        assert chosen.returncode == 0, chosen.stderr
+        rules = mine(parse_config(chosen.stdout, "s.yaml").sanctioned, h)
+        assert [(r.origin.cron_file, r.origin.cron_line) for r in rules] == [(str(cron_d), 2)]
+        ghosts = [line for line in chosen.stdout.splitlines() if "suspected ghost" in line]
+        assert len(ghosts) == 1 and f"cron {ghost_d}:2 " in ghosts[0], chosen.stdout
+        assert (
+            f"suspected ghost: runs the same program as the preferred cron {cron_d}:2 (* * * * *)"
+        ) in ghosts[0]
+    finally:
+        with contextlib.suppress(Exception):
+            h.close()

@@ -1,0 +1,107 @@
+"""The HTML report in a real browser: Debian's headless Chromium renders it to PNG; the
+page's elements are checked in the DOM Chromium built, and the picture is not blank (the
+verdict colours of the GPU timeline are on it)."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+import structlog
+
+from tests.conftest import need_program
+from tests.unit.test_report import week
+from watchdog.cli import main
+
+pytestmark = pytest.mark.system
+
+
+def _chromium() -> str:
+    need_program("chromium")  # Debian's package (scripts/setup.sh --test installs it)
+    path = shutil.which("chromium")
+    assert path is not None
+    return path
+
+
+def _pixels(png: bytes) -> tuple[int, int, set[tuple[int, int, int]]]:
+    """Width, height and the set of RGB colours of an 8-bit non-interlaced PNG."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width = 8, b"", 0
+    height = depth = ctype = 0
+    while pos < len(png):
+        (n,), kind = struct.unpack(">I", png[pos : pos + 4]), png[pos + 4 : pos + 8]
+        body = png[pos + 8 : pos + 8 + n]
+        if kind == b"IHDR":
+            width, height, depth, ctype = struct.unpack(">IIBB", body[:10])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    assert depth == 8 and ctype in (2, 6)
+    bpp = 3 if ctype == 2 else 4
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    prev = bytearray(stride)
+    colours: set[tuple[int, int, int]] = set()
+    for y in range(height):
+        row = raw[y * (stride + 1) : (y + 1) * (stride + 1)]
+        f, line = row[0], bytearray(row[1:])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                pred = a if pa <= pb and pa <= pc else b if pb <= pc else c
+                line[i] = (line[i] + pred) & 255
+        for x in range(0, stride, bpp * 4):  # every 4th pixel is plenty
+            colours.add((line[x], line[x + 1], line[x + 2]))
+        prev = line
+    return width, height, colours
+
+
+def test_html_report_renders_in_headless_chromium(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chromium = _chromium()
+    state = week(tmp_path, time.time())
+    page = tmp_path / "week.html"
+    try:
+        args = ["report", "--state-dir", str(state), "--since", "1h", "--format", "html"]
+        assert main([*args, "--output", str(page)]) == 0
+    finally:
+        structlog.reset_defaults()
+    base = [
+        chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,900",
+    ]  # fmt: skip
+    dom = subprocess.run(
+        [*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    for element in ('id="timeline"', 'id="by-origin"', 'id="by-user"', 'id="events"', 'id="open"'):
+        assert element in html, element
+    assert html.count('class="run ') == 3 and html.count('class="incident"') == 3
+    assert "respawned (+12m) as PID 21" in html
+    shot = tmp_path / "week.png"
+    out = subprocess.run(
+        [*base, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120
+    )
+    assert out.returncode == 0 and shot.exists(), out.stderr[-2000:]
+    width, height, colours = _pixels(shot.read_bytes())
+    assert (width, height) == (1000, 900)
+    assert len(colours) > 10  # not blank
+    assert (0xC6, 0x28, 0x28) in colours  # a rogue run's bar
+    assert (0x2E, 0x7D, 0x32) in colours  # a sanctioned run's bar

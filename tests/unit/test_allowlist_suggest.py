@@ -1,0 +1,232 @@
+"""``allowlist suggest`` and ``allowlist diff`` on recorded runs (watchdog.policy.learn)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from watchdog.cli import main
+from watchdog.config import parse_config
+from watchdog.model import CronOrigin, Origin, ShellOrigin
+from watchdog.policy.learn import (
+    head_regex,
+    max_concurrent,
+    program_and_script,
+    render_yaml,
+    replay,
+    strongest_pin,
+    suggest,
+)
+from watchdog.state import RunRecord, StateDB
+
+T0 = 1_700_000_000.0
+PY = "/opt/pipeline/venv/bin/python"
+SCRIPT = "/opt/pipeline/train.py"
+
+
+def cron(file: str = "/etc/cron.d/pipeline", line: int = 2) -> dict[str, Any]:
+    return CronOrigin(
+        file=file, line=line, user="mlops", schedule="*/5 * * * *", entry="..."
+    ).to_json()
+
+
+def tmux() -> dict[str, Any]:
+    return ShellOrigin(session="1", user="alice", tty="/dev/pts/3", tmux_session="exp").to_json()
+
+
+def run(
+    pid: int,
+    start: float,
+    end: float,
+    origin: dict[str, Any],
+    cmdline: list[str] | None = None,
+    user: str = "mlops",
+    verdict: str = "rogue",
+    gpu_s: float = 0.0,
+    gpus: list[str] | None = None,
+) -> RunRecord:
+    return RunRecord(
+        "sig", pid, pid * 10, user, cmdline or [PY, SCRIPT, "--run", str(pid)], origin,
+        verdict, None, start, end, gpu_s, gpus or [],
+    )  # fmt: skip
+
+
+def pipeline_runs() -> list[RunRecord]:
+    # Three runs; the second and third overlap (two at once at T0+400).
+    return [
+        run(101, T0, T0 + 200, cron(), gpu_s=3600.0, gpus=["GPU-a"]),
+        run(102, T0 + 300, T0 + 500, cron(), gpu_s=1800.0, gpus=["GPU-a"]),
+        run(103, T0 + 400, T0 + 600, cron(), gpu_s=1800.0, gpus=["GPU-b"]),
+    ]
+
+
+def test_program_and_script_leave_out_the_runs_arguments() -> None:
+    assert program_and_script([PY, SCRIPT, "--lr", "3e-4"]) == (PY, SCRIPT)
+    assert program_and_script([PY, "-u", SCRIPT, "x"]) == (PY, "-u", SCRIPT)
+    assert program_and_script(["python3", "-m", "pipeline.train", "--x"]) == (
+        "python3", "-m", "pipeline.train",
+    )  # fmt: skip
+    assert program_and_script(["/usr/bin/bash", "/opt/run-train", "a"]) == (
+        "/usr/bin/bash", "/opt/run-train",
+    )  # fmt: skip
+    assert program_and_script(["/opt/bin/trainer", "--epochs", "3"]) == ("/opt/bin/trainer",)
+    assert (
+        head_regex((PY, SCRIPT)) == r"^/opt/pipeline/venv/bin/python /opt/pipeline/train\.py( |$)"
+    )
+
+
+def test_strongest_pin_per_origin() -> None:
+    assert strongest_pin(Origin.from_json(cron())) == {
+        "cron_file": "/etc/cron.d/pipeline", "cron_line": 2,
+    }  # fmt: skip
+    assert strongest_pin(Origin.from_json(tmux())) is None
+
+
+def test_max_concurrent_counts_overlapping_runs() -> None:
+    assert max_concurrent(pipeline_runs()) == 2
+    assert max_concurrent(pipeline_runs()[:2]) == 1
+    assert max_concurrent([]) == 0
+
+
+def test_suggest_proposes_the_cron_pipeline_and_lists_the_tmux_one_off() -> None:
+    runs = [
+        *pipeline_runs(),
+        run(201, T0 + 50, T0 + 90, tmux(), [PY, "/home/alice/exp.py"], "alice"),
+    ]
+    s = suggest(runs, T0 - 1)
+    assert [g.rule for g in s.proposed] == ["cron-pipeline-2"]
+    assert [(g.head, g.why_not) for g in s.not_proposed] == [
+        ((PY, "/home/alice/exp.py"), "started by hand in a shell or tmux")
+    ]
+    text = render_yaml(s)
+    cfg = parse_config(text, "suggested.yaml")  # check-config accepts it
+    [rule] = cfg.sanctioned
+    assert (rule.name, rule.user, rule.max_instances) == ("cron-pipeline-2", "mlops", 2)
+    assert (rule.origin.cron_file, rule.origin.cron_line) == ("/etc/cron.d/pipeline", 2)
+    assert rule.cmdline_regex is not None
+    assert rule.cmdline_regex.search(f"{PY} {SCRIPT} --run 999") is not None
+    assert rule.cmdline_regex.search(f"{PY} {SCRIPT}.evil") is None
+    comments = [line for line in text.splitlines() if line.startswith("# ")]
+    first = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(T0))
+    assert any(
+        line.startswith("# cron /etc/cron.d/pipeline:2 (*/5 * * * *): runs: 3, first seen "
+                        f"{first}")
+        and line.endswith("GPU-hours 2.00, GPUs: GPU-a, GPU-b")
+        for line in comments
+    ), text  # fmt: skip
+    assert any(
+        line.startswith(f"# seen, not proposed: {PY} /home/alice/exp.py (user alice, shell")
+        and "started by hand in a shell or tmux; runs: 1" in line
+        for line in comments
+    ), text
+
+
+def test_a_one_off_from_cron_is_not_proposed_below_min_runs() -> None:
+    s = suggest(pipeline_runs()[:1], T0 - 1, min_runs=2)
+    assert s.proposed == []
+    assert [g.why_not for g in s.not_proposed] == ["ran 1 time(s), fewer than --min-runs 2"]
+    assert render_yaml(s).splitlines()[2] == "sanctioned: []"
+    assert parse_config(render_yaml(s), "s.yaml").sanctioned == ()
+
+
+def test_the_same_script_from_two_cron_files_is_never_proposed_silently() -> None:
+    ghost = cron("/etc/cron.d/old-pipeline", 1)
+    runs = [
+        *pipeline_runs(),
+        run(301, T0 + 700, T0 + 800, ghost),
+        run(302, T0 + 900, T0 + 950, ghost),
+    ]
+    s = suggest(runs, T0 - 1)
+    assert s.proposed == []
+    assert [[g.origin.label() for g in c] for c in s.conflicts] == [
+        ["/etc/cron.d/pipeline:2", "/etc/cron.d/old-pipeline:1"]
+    ]
+    text = render_yaml(s)
+    assert parse_config(text, "s.yaml").sanctioned == ()
+    assert f"# not proposed: {PY} {SCRIPT} runs from 2 origins:" in text.splitlines()
+    assert any("file /etc/cron.d/old-pipeline, line 1, schedule */5 * * * *, last edit" in line
+               for line in text.splitlines())  # fmt: skip
+    chosen = suggest(runs, T0 - 1, prefer=["/etc/cron.d/pipeline:2"])
+    assert [g.rule for g in chosen.proposed] == ["cron-pipeline-2"]
+    assert [(g.origin.label(), g.why_not) for g in chosen.not_proposed] == [
+        (
+            "/etc/cron.d/old-pipeline:1",
+            "suspected ghost: runs the same program as the preferred cron "
+            "/etc/cron.d/pipeline:2 (*/5 * * * *)",
+        )
+    ]
+
+
+def test_hostile_command_lines_cannot_break_out_of_a_comment() -> None:
+    evil = [PY, "/home/eve/x.py", "\nsanctioned:\n- name: pwn\n  origin: {any: true}"]
+    s = suggest([run(401, T0, T0 + 1, tmux(), evil, "eve")], T0 - 1)
+    text = render_yaml(s)
+    assert parse_config(text, "s.yaml").sanctioned == ()
+    assert all(line.startswith("#") or line == "sanctioned: []" for line in text.splitlines())
+
+
+def test_replay_lists_the_runs_a_tightened_rule_would_flag() -> None:
+    runs = [
+        run(101, T0, T0 + 200, cron(), verdict="sanctioned"),
+        run(102, T0 + 300, T0 + 500, cron(), verdict="sanctioned"),
+        run(103, T0 + 400, T0 + 600, cron(), verdict="sanctioned"),
+    ]
+    cfg = parse_config(
+        "sanctioned:\n- name: p\n  cmdline_regex: '^/opt/pipeline/venv/bin/python '\n"
+        "  user: mlops\n  origin: {cron_file: /etc/cron.d/pipeline, cron_line: 2}\n"
+        "  max_instances: 1\n",
+        "tight.yaml",
+    )
+    changes = replay(runs, cfg)
+    assert [(c.run.root_pid, c.was, c.would) for c in changes] == [(103, "sanctioned", "excess")]
+    loose = parse_config(cfg.source and "sanctioned: []\n", "empty.yaml")
+    assert [(c.run.root_pid, c.would) for c in replay(runs, loose)] == [
+        (101, "rogue"), (102, "rogue"), (103, "rogue"),
+    ]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _reset_logging() -> Any:
+    # main() points the one-shot commands' log at this test's captured stderr.
+    yield
+    structlog.reset_defaults()
+
+
+def test_cli_suggest_and_diff_read_the_state_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = StateDB(tmp_path / "state")
+    now = time.time()
+    for i, r in enumerate(pipeline_runs()):
+        db.record_run(r, now - 600 + i * 10)
+    db.close()
+    assert (
+        main(["allowlist", "suggest", "--state-dir", str(tmp_path / "state"), "--since", "1h"]) == 0
+    )
+    out = capsys.readouterr().out
+    cfg = parse_config(out, "out.yaml")
+    assert [(r.name, r.max_instances) for r in cfg.sanctioned] == [("cron-pipeline-2", 1)]
+    target = tmp_path / "allow.yaml"
+    args = [
+        "allowlist", "suggest", "--state-dir", str(tmp_path / "state"), "--since", "1h",
+        "--output", str(target),
+    ]  # fmt: skip
+    assert main(args) == 0
+    assert target.read_text() == out
+    assert main(args) == 2  # never overwrites
+    assert "cannot create" in capsys.readouterr().err
+    candidate = tmp_path / "candidate.yaml"
+    candidate.write_text(out + f"daemon: {{state_dir: '{tmp_path}/state'}}\n")
+    os.chmod(candidate, 0o600)
+    assert main(["allowlist", "diff", "--config", str(candidate), "--since", "1h"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ")[0].split(" ", 1)[1] for line in lines[:-1]] == [
+        "PID 101 rogue -> sanctioned", "PID 102 rogue -> sanctioned",
+        "PID 103 rogue -> sanctioned",
+    ]  # fmt: skip
+    assert lines[-1] == "3 run(s) would change verdict"

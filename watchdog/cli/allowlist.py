@@ -1,0 +1,205 @@
+"""``rogue-watchdog allowlist suggest|diff``: learn the allowlist from the recorded runs
+(watchdog.policy.learn) and replay the history under a candidate configuration.
+
+Both read the state database read-only (``daemon.state_dir``, or ``--state-dir``), so
+they run beside the daemon without writing anything.
+
+Exit codes: 0 done, 1 (``diff``) some recorded run would change verdict, 2 usage error
+or no readable history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import TYPE_CHECKING
+
+from watchdog.cli.common import CliError, command_config_path, config_parent, emit
+from watchdog.cli.help import command_help
+
+if TYPE_CHECKING:
+    from watchdog.state import RunRecord
+
+
+def _since(text: str) -> float:
+    from watchdog.config.daemon import parse_duration_s
+
+    try:
+        return parse_duration_s(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _min_runs(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of runs, 1 or more")
+    return int(text)
+
+
+def _runs(args: argparse.Namespace, state_dir: str | None) -> tuple[list[RunRecord], float]:
+    """The runs seen in ``--since``, read from ``--state-dir`` (else ``state_dir``, else
+    the configuration's ``daemon.state_dir``), and the window's start."""
+    from watchdog.state import read_runs
+
+    if args.state_dir:
+        state_dir = args.state_dir
+    if state_dir is None:
+        from watchdog.config import load_config
+
+        state_dir = load_config(command_config_path(args.config, acts=False)).daemon.state_dir
+    since = time.time() - args.since
+    runs = read_runs(state_dir, since)
+    if runs is None:
+        raise CliError(
+            f"no job history in {state_dir}/state.db (no database, unreadable, or written "
+            "before runs were recorded); run the daemon with daemon.learn_until first"
+        )
+    return runs, since
+
+
+def cmd_suggest(args: argparse.Namespace) -> int:
+    """``allowlist suggest``: print (or write) the proposed allowlist."""
+    from watchdog.policy.learn import render_yaml, suggest
+
+    runs, since = _runs(args, None)
+    text = render_yaml(suggest(runs, since, min_runs=args.min_runs, prefer=args.prefer or ()))
+    if args.output:
+        try:
+            fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+        except OSError as exc:
+            raise CliError(f"cannot create {args.output}: {exc.strerror}") from None
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        return 0
+    emit(text.rstrip("\n"))
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """``allowlist diff --config CFG``: the recorded runs whose verdict would change."""
+    from watchdog.config import load_config
+    from watchdog.policy.learn import render_changes, replay
+
+    config = load_config(args.config)
+    runs, _ = _runs(args, config.daemon.state_dir)
+    changes = replay(runs, config)
+    emit(render_changes(changes))
+    return 1 if changes else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``allowlist suggest`` and ``allowlist diff`` to the CLI."""
+    p = sub.add_parser(
+        "allowlist",
+        **command_help(
+            "learn the allowlist from what ran, and replay history under a config",
+            "suggest: from the runs the daemon recorded (daemon.learn_until), propose one "
+            "rule per recurring job, pinned to its origin; jobs started by hand, orphans "
+            "and one program from two origins are listed, not proposed. diff: judge the "
+            "recorded runs again under a configuration and list those whose verdict would "
+            "change. docs/first-week.md.",
+            [
+                "rogue-watchdog allowlist suggest --since 7d --output /tmp/allowlist.yaml",
+                "rogue-watchdog allowlist suggest --prefer /etc/cron.d/pipeline:2",
+                "rogue-watchdog allowlist diff --config /tmp/candidate.yaml --since 7d",
+            ],
+            [
+                (0, "done (diff: no run would change verdict)"),
+                (1, "diff: some recorded run would change verdict"),
+                (2, "usage error, or no readable history"),
+            ],
+        ),
+    )
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True, help="suggest or diff")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state-dir", help="state directory (default: daemon.state_dir)")
+    common.add_argument(
+        "--since", type=_since, default=7 * 86400.0, metavar="DURATION",
+        help="runs seen in this window: 7d, 12h, 30m or seconds (default 7d)",
+    )  # fmt: skip
+    s = verbs.add_parser(
+        "suggest", parents=[config_parent(), common], help="print a proposed allowlist"
+    )
+    s.add_argument(
+        "--min-runs", type=_min_runs, default=2, metavar="N",
+        help="propose only jobs that ran at least N times (default 2)",
+    )  # fmt: skip
+    s.add_argument(
+        "--prefer", action="append", metavar="ORIGIN",
+        help="of one program run from several origins, propose this one (FILE:LINE, FILE or "
+        "a unit) and list the others as suspected ghosts; repeatable",
+    )  # fmt: skip
+    s.add_argument("--output", metavar="FILE", help="write to FILE (must not exist)")
+    s.set_defaults(func=cmd_suggest)
+    d = verbs.add_parser(
+        "diff", parents=[common], help="replay recorded runs under a configuration"
+    )
+    d.add_argument("--config", required=True, help="the candidate configuration")
+    d.set_defaults(func=cmd_diff)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``report``: the window as text, JSON or one HTML file."""
+    import json
+
+    from watchdog.report import report_html, report_json, report_text
+    from watchdog.state import read_history
+
+    state_dir = args.state_dir
+    if state_dir is None:
+        from watchdog.config import load_config
+
+        state_dir = load_config(command_config_path(args.config, acts=False)).daemon.state_dir
+    now = time.time()
+    since = now - args.since
+    history = read_history(state_dir, since)
+    if history is None:
+        raise CliError(f"no readable history in {state_dir}/state.db")
+    runs, findings, actions = history
+    doc = report_json(runs, findings, actions, since, now)
+    if args.format == "json":
+        text = json.dumps(doc, indent=2, sort_keys=True)
+    elif args.format == "html":
+        text = report_html(doc, runs)
+    else:
+        text = report_text(doc)
+    if args.output:
+        try:
+            fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+        except OSError as exc:
+            raise CliError(f"cannot create {args.output}: {exc.strerror}") from None
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+        return 0
+    emit(text.rstrip("\n"))
+    return 0
+
+
+def register_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``report`` to the CLI."""
+    p = sub.add_parser(
+        "report",
+        parents=[config_parent()],
+        **command_help(
+            "the week at a glance: usage per origin and user, incidents in order, what is open",
+            "From the state database (read-only): runs and GPU-hours per origin and per "
+            "user, the timeline of findings opened and resolved and of actions taken and "
+            "undone, and the findings still open. Text fits 80 columns; html is one "
+            "self-contained file (no external scripts, fonts or styles). docs/first-week.md.",
+            [
+                "rogue-watchdog report --since 7d",
+                "rogue-watchdog report --since 7d --format html --output /tmp/week.html",
+            ],
+            [(0, "done"), (2, "usage error, or no readable history")],
+        ),
+    )
+    p.add_argument("--state-dir", help="state directory (default: daemon.state_dir)")
+    p.add_argument(
+        "--since", type=_since, default=7 * 86400.0, metavar="DURATION",
+        help="the window: 7d, 12h, 30m or seconds (default 7d)",
+    )  # fmt: skip
+    p.add_argument("--format", choices=("text", "json", "html"), default="text",
+                   help="output form (default text)")  # fmt: skip
+    p.add_argument("--output", metavar="FILE", help="write to FILE (must not exist)")
+    p.set_defaults(func=cmd_report)
