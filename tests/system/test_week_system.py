@@ -212,9 +212,13 @@ def test_the_week(spawned: Spawned) -> None:
         x_origin = _origin_of(d, xpid)
         assert (x_origin["kind"], x_origin["file"], x_origin["line"]) == ("cron", str(file_d), 4)
         assert (x_origin["launch_script"], x_origin["confidence"]) == (str(launcher), "high")
+        d_before = file_d.read_bytes()
         rc, out = _cli(config, "disable-source", f"F{x_f['id']}")
         assert rc == 0, out
         assert file_d.read_text().splitlines()[3].startswith("# disabled by rogue-watchdog at ")
+        found = re.search(r"\(action (\d+)\)", out)
+        assert found, out
+        x_action = int(found.group(1))
         c_f = poll(
             "respawner finding", lambda: _one(d, "rogue-job", lambda f: f["root_pid"] == first), 30
         )
@@ -289,6 +293,10 @@ def test_the_week(spawned: Spawned) -> None:
 
         # The wrapper's line, disabled, did not start another trainer at the next minute.
         assert h.ours(xtrain) == [xpid]
+        # The admin undoes that fix: the file is back byte for byte.
+        rc, out = _cli(config, "undo", str(x_action))
+        assert rc == 0, out
+        assert file_d.read_bytes() == d_before
 
         # -- the week as data: `report --since 1h` shows each event in order ----------
         rc_report = run_cli(
@@ -317,6 +325,9 @@ def test_the_week(spawned: Spawned) -> None:
         assert disables and min(disables) > at("opened", f"F{x_f['id']} ")
         assert terminates and at("opened", f"F{c_f['id']} ") < min(terminates)
         assert min(terminates) < at("opened", f"F{respawned['id']} ")
+        # ...and the undo of the wrapper's fix comes after that fix, named.
+        fixed = at("action", f"A{x_action} ")
+        assert at("undone", f"A{x_action} undone: disable-source") > fixed
         text = run_cli("report", "--state-dir", str(d.state_dir), "--since", "1h")
         assert text.returncode == 0 and max(len(x) for x in text.stdout.splitlines()) <= 80
 
