@@ -656,6 +656,7 @@ def torch_cases(draw: st.DrawFn) -> Case:
                 "drop-byteorder",
                 "poison-storage",
                 "restore-stored",
+                "deflate-storage",
             ]
         )
     )
@@ -695,7 +696,8 @@ def torch_cases(draw: st.DrawFn) -> Case:
         warnings.simplefilter("ignore")
         with zipfile.ZipFile(zbuf, "w", zipfile.ZIP_STORED) as zf:
             for name, raw in out:
-                zf.writestr(name, raw)
+                deflate = edit == "deflate-storage" and "/data/" in name
+                zf.writestr(name, raw, zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED)
     return Case(".pt", zbuf.getvalue(), tuple(muts))
 
 

@@ -20,7 +20,14 @@ from watchdog.weights import Status, verify
 
 from .builders import _gstr, gguf_bytes
 from .differential import judge
-from .loaders import Reading, gguf_py, loaders_for, safetensors_numpy
+from .loaders import (
+    Reading,
+    gguf_py,
+    loaders_for,
+    safetensors_numpy,
+    torch_load,
+    torch_load_mmap,
+)
 
 F32 = np.ones(8, np.float32).tobytes()
 
@@ -186,3 +193,57 @@ def test_safetensors_offset_written_as_minus_zero(tmp_path: Path) -> None:
     assert code == 2 and "data_offsets" in says, says
     assert not safetensors_numpy(p).accepted
     assert verify(p).files[0].status is Status.NOT_VERIFIED
+
+
+# Files a hostile tester built by hand after the fuzzer's run (kept as they were found,
+# tests/weights/fixtures/hostile/). Each passed the gate with exit 0 before.
+HOSTILE = Path(__file__).parent / "fixtures" / "hostile"
+
+
+@pytest.mark.parametrize(
+    ("name", "root"), [("deflate_nan_mmap.pt", "plain2"), ("deflated_values_differ.pt", "plain")]
+)
+def test_torch_storage_stored_deflated(name: str, root: str) -> None:
+    # torch.save stores every storage; re-zipped with DEFLATE, torch.load inflates it
+    # and torch.load(mmap=True) maps the compressed bytes as values.
+    p = HOSTILE / name
+    assert _gate(p) == (
+        2,
+        f"storage member '{root}/data/0' is compressed: torch.load inflates it,"
+        " torch.load(mmap=True) maps the compressed bytes; readers disagree",
+    )
+    plain, mapped = torch_load(p), torch_load_mmap(p)
+    assert plain.values is not None and mapped.values is not None
+    assert not plain.non_finite()
+    assert not np.array_equal(plain.values["w"], mapped.values["w"])
+    if name == "deflate_nan_mmap.pt":
+        assert mapped.non_finite() == ["w"]
+
+
+def test_gguf_key_with_a_nul_moves_ggml_alignment(ggml: Callable[[Path], Reading]) -> None:
+    # b"general.alignment\0x" = 64: ggml's gguf_find_key compares C strings and takes it
+    # as the alignment (data at 256: +inf), gguf-py and the gate kept 32 (finite 0..15).
+    p = HOSTILE / "nulkey_align.gguf"
+    assert _gate(p) == (
+        2,
+        "GGUF metadata key 'general.alignment\\x00x' holds a NUL byte: ggml reads it up to"
+        " the NUL, gguf-py whole; readers disagree",
+    )
+    assert ggml(p).non_finite() == ["w"] and not gguf_py(p).non_finite()
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"), [("nulname.gguf", "w\\x00a"), ("nulname3.gguf", "w\\x00")]
+)
+def test_gguf_tensor_name_with_a_nul(
+    ggml: Callable[[Path], Reading], name: str, shown: str
+) -> None:
+    p = HOSTILE / name
+    assert _gate(p) == (
+        2,
+        f"tensor name '{shown}' holds a NUL byte: ggml cuts it there, gguf-py keeps it;"
+        " readers disagree",
+    )
+    g, py = ggml(p), gguf_py(p)
+    assert g.values is not None and py.values is not None
+    assert sorted(g.values) != sorted(py.values) or name == "nulname3.gguf"

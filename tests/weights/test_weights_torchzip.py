@@ -81,11 +81,16 @@ def test_nested_checkpoint_parameter_and_integer_storages(tmp_path: Path) -> Non
     assert by["model.steps"].checked is False and not by["model.steps"].nonfinite
 
 
-def test_compressed_members_are_streamed(tmp_path: Path) -> None:
+def test_compressed_storage_is_not_verified(tmp_path: Path) -> None:
+    # torch.load(mmap=True) maps a deflated storage's compressed bytes as its values
+    # (tests/weights/test_gate_regressions.py shows the NaN it reads).
     arr = np.zeros(50_000, np.float32)
-    arr[-1] = np.nan
     f = one(torch_state_dict(tmp_path / "c.pt", {"x": arr}, "FloatStorage", compress=True))
-    assert (f.tensors[0].nan, f.tensors[0].first_bad_index) == (1, 49_999)
+    assert (f.status, f.error) == (
+        Status.NOT_VERIFIED,
+        "storage member 'archive/data/0' is compressed: torch.load inflates it,"
+        " torch.load(mmap=True) maps the compressed bytes; readers disagree",
+    )
 
 
 def test_big_endian_checkpoint(tmp_path: Path) -> None:
@@ -118,7 +123,7 @@ def test_strided_view_counts_its_own_elements_in_c_order(tmp_path: Path) -> None
         "t": tensor("HalfStorage", "0", 8, (2, 3), stride=(1, 2)),
         "gaps": tensor("HalfStorage", "0", 8, (2,), stride=(2,), offset=4),  # 4 and 6
     }
-    f = one(write_torch_zip(tmp_path / "t.pt", obj, {"0": base.tobytes()}, compress=True))
+    f = one(write_torch_zip(tmp_path / "t.pt", obj, {"0": base.tobytes()}))
     by = {t.name: t for t in f.tensors}
     # Storage position 3 is element (1, 1): C-order index 1 * 3 + 1 = 4.
     assert (by["t"].nan, by["t"].posinf, by["t"].first_bad_index) == (1, 1, 4)

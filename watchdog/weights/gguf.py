@@ -288,6 +288,13 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
         key = cur.string()
         if not key:
             raise NotVerifiedError("GGUF metadata key is empty")
+        if b"\0" in key:
+            # ggml's gguf_find_key compares C strings (up to the NUL), gguf-py whole keys:
+            # b"general.alignment\0x" sets the alignment for ggml only.
+            raise NotVerifiedError(
+                f"GGUF metadata key {key.decode('utf-8', 'replace')!r} holds a NUL byte:"
+                " ggml reads it up to the NUL, gguf-py whole; readers disagree"
+            )
         if key in keys:
             # ggml's gguf.cpp and gguf-py both refuse a repeated key: no loader reads it.
             raise NotVerifiedError(
@@ -319,6 +326,12 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
                 f"tensor name {name_bytes.decode('utf-8', 'replace')!r} is not UTF-8:"
                 " readers disagree"
             ) from None
+        if b"\0" in name_bytes:
+            # ggml copies names as C strings: "w\0a" becomes "w" (and may collide).
+            raise NotVerifiedError(
+                f"tensor name {name!r} holds a NUL byte: ggml cuts it there, gguf-py keeps"
+                " it; readers disagree"
+            )
         if len(name_bytes) >= GGML_MAX_NAME:
             raise NotVerifiedError(
                 f"tensor name {name!r} is {len(name_bytes)} bytes: ggml allows fewer than"

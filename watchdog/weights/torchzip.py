@@ -458,6 +458,13 @@ def verify_torchzip(path: Path, ctx: ScanContext, report: FileReport) -> None:
                 info = zf.getinfo(member)
             except KeyError:
                 raise NotVerifiedError(f"storage member {member!r} missing") from None
+            if info.compress_type != zipfile.ZIP_STORED:
+                # torch.save stores every storage; torch.load inflates a compressed one,
+                # torch.load(mmap=True) maps its compressed bytes as the tensor's values.
+                raise NotVerifiedError(
+                    f"storage member {member!r} is compressed: torch.load inflates it,"
+                    " torch.load(mmap=True) maps the compressed bytes; readers disagree"
+                )
             need = t.storage.nbytes
             if need != info.file_size:
                 raise NotVerifiedError(
