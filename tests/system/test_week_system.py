@@ -69,7 +69,13 @@ def _one(d: DaemonProc, kind: str, pred: Any = lambda f: True) -> dict[str, Any]
 
 
 def _origin_of(d: DaemonProc, pid: int) -> dict[str, Any]:
-    rows = _query(d.state_dir, "SELECT origin_json FROM jobs WHERE root_pid=?", (pid,))
+    # The job's row is written on the tick that first sees it, which may come after
+    # another job's finding: wait for it rather than race the daemon.
+    def rows_() -> list[Any] | None:
+        rows = _query(d.state_dir, "SELECT origin_json FROM jobs WHERE root_pid=?", (pid,))
+        return rows or None
+
+    rows = poll(f"PID {pid}'s job row", rows_, 30)
     assert len(rows) == 1, f"PID {pid}: {len(rows)} job rows"
     origin: dict[str, Any] = json.loads(rows[0]["origin_json"])
     return origin
