@@ -505,6 +505,18 @@ _RUN_COLUMNS = (
 )
 
 
+def _connect_ro(state_dir: str) -> sqlite3.Connection | None:
+    """A read-only connection to ``state_dir``'s database, or None when there is none
+    or it cannot be opened (the daemon may be writing it meanwhile)."""
+    path = Path(state_dir) / "state.db"
+    if not path.is_file():
+        return None
+    try:
+        return sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
+    except sqlite3.Error:
+        return None
+
+
 def read_runs(state_dir: str, since: float) -> list[RunRecord] | None:
     """The recorded runs last seen at or after ``since``, oldest start first, read
     without writing anything (the daemon may be running). None when there is no
@@ -514,12 +526,8 @@ def read_runs(state_dir: str, since: float) -> list[RunRecord] | None:
         state_dir: ``daemon.state_dir``.
         since: POSIX time.
     """
-    path = Path(state_dir) / "state.db"
-    if not path.is_file():
-        return None
-    try:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
-    except sqlite3.Error:
+    conn = _connect_ro(state_dir)
+    if conn is None:
         return None
     try:
         rows = conn.execute(
@@ -540,12 +548,8 @@ def read_history(
     the runs last seen since then, the findings open then or opened since (by
     ``opened_at``), and the actions taken or undone since. None when there is no
     database, it cannot be read or it predates ``job_runs``."""
-    path = Path(state_dir) / "state.db"
-    if not path.is_file():
-        return None
-    try:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
-    except sqlite3.Error:
+    conn = _connect_ro(state_dir)
+    if conn is None:
         return None
     conn.row_factory = sqlite3.Row
     try:

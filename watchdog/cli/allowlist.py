@@ -58,6 +58,20 @@ def _runs(args: argparse.Namespace, state_dir: str | None) -> tuple[list[RunReco
     return runs, since
 
 
+def _write_new(path: str, text: str) -> None:
+    """Write ``text`` to a new file (never over an existing one or through a symlink).
+
+    Raises:
+        CliError: ``path`` exists or cannot be created.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+    except OSError as exc:
+        raise CliError(f"cannot create {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def cmd_suggest(args: argparse.Namespace) -> int:
     """``allowlist suggest``: print (or write) the proposed allowlist."""
     from watchdog.policy.learn import render_yaml, suggest
@@ -65,12 +79,7 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     runs, since = _runs(args, None)
     text = render_yaml(suggest(runs, since, min_runs=args.min_runs, prefer=args.prefer or ()))
     if args.output:
-        try:
-            fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
-        except OSError as exc:
-            raise CliError(f"cannot create {args.output}: {exc.strerror}") from None
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        _write_new(args.output, text)
         return 0
     emit(text.rstrip("\n"))
     return 0
@@ -165,12 +174,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         text = report_text(doc)
     if args.output:
-        try:
-            fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
-        except OSError as exc:
-            raise CliError(f"cannot create {args.output}: {exc.strerror}") from None
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text if text.endswith("\n") else text + "\n")
+        _write_new(args.output, text if text.endswith("\n") else text + "\n")
         return 0
     emit(text.rstrip("\n"))
     return 0
