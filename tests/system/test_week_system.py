@@ -69,14 +69,15 @@ def _one(d: DaemonProc, kind: str, pred: Any = lambda f: True) -> dict[str, Any]
 
 
 def _origin_of(d: DaemonProc, pid: int) -> dict[str, Any]:
-    # The job's row is written on the tick that first sees it, which may come after
-    # another job's finding: wait for it rather than race the daemon.
+    # One row per run (job_runs): ``jobs`` keeps one row per signature, so the next
+    # minute's run of the same cron line replaces its root PID there. The row is written
+    # on the tick that first sees the run, which may come after another job's finding.
     def rows_() -> list[Any] | None:
-        rows = _query(d.state_dir, "SELECT origin_json FROM jobs WHERE root_pid=?", (pid,))
-        return rows or None
+        sql = "SELECT origin_json FROM job_runs WHERE root_pid=?"
+        return _query(d.state_dir, sql, (pid,)) or None
 
-    rows = poll(f"PID {pid}'s job row", rows_, 30)
-    assert len(rows) == 1, f"PID {pid}: {len(rows)} job rows"
+    rows = poll(f"PID {pid}'s run row", rows_, 30)
+    assert len(rows) == 1, f"PID {pid}: {len(rows)} run rows"
     origin: dict[str, Any] = json.loads(rows[0]["origin_json"])
     return origin
 

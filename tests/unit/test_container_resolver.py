@@ -170,13 +170,13 @@ def test_real_process_under_a_shim_named_binary(tmp_path: Path, spawned: Spawned
     )
     table = ProcessTable()
     child = None
-    for _ in range(100):
+    deadline = time.monotonic() + 30  # a loaded CI host may take seconds to exec python
+    while child is None and time.monotonic() < deadline:
         table.refresh()
         kids = table.children(shim.pid)
         table.watched.update(kids)  # bash's fork before its exec: read it again next time
-        if kids and (p := table.get(kids[0])) and p.cmdline[-1:] == (str(train),):
-            child = p
-            break
+        found = [p for k in kids if (p := table.get(k)) and p.cmdline[-1:] == (str(train),)]
+        child = found[0] if found else None
         time.sleep(0.05)
     assert child is not None, "fake trainer did not start under the fake shim"
     ctx = ResolveContext(table=table, now=datetime.now(UTC), run_cmd=Recorder())
