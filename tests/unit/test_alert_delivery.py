@@ -26,7 +26,8 @@ from tests.conftest import Spawned, _group_alive
 from tests.httpreceiver import Receiver
 from watchdog.config import parse_config
 from watchdog.daemon.alerts import DeliveryWorker, build_alert_workers
-from watchdog.daemon.alerts.render import delivery_id, webhook_body
+from watchdog.daemon.alerts.alert import Outgoing
+from watchdog.daemon.alerts.render import webhook_body as render_webhook_body
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.status import build_status
 from watchdog.state import Delivery
@@ -157,6 +158,14 @@ def rows(d: Daemon, sink: str | None = None) -> list[Delivery]:
 
     q = "SELECT * FROM deliveries" + (" WHERE sink=?" if sink else "") + " ORDER BY id"
     return [_row(r) for r in d.db.conn.execute(q, (sink,) if sink else ())]
+
+
+def delivery_id(row: Delivery) -> str:
+    return Outgoing.from_delivery(row).delivery_id
+
+
+def webhook_body(row: Delivery) -> dict[str, Any]:
+    return render_webhook_body(Outgoing.from_delivery(row))
 
 
 def paths(rx: Receiver) -> list[str]:

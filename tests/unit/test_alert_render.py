@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from watchdog.config.alerts import SinkSettings
+from watchdog.daemon.alerts import render
+from watchdog.daemon.alerts.alert import Alert, Outgoing
 from watchdog.daemon.alerts.render import (
-    alert_text,
-    delivery_id,
     discord_body,
     slack_body,
     webhook_body,
@@ -44,8 +44,18 @@ def payload(event: str = "open", message: str = "rogue training job PID 42", **f
     }
 
 
-def delivery(p: Any, sink: str = "s", row: int = 3, created_at: float = 1714557600.0) -> Delivery:
-    return Delivery(row, 7, sink, p["event"], p, created_at, 0, created_at, None, None)
+def delivery(p: Any, sink: str = "s", row: int = 3, created_at: float = 1714557600.0) -> Outgoing:
+    """The alert as the delivery worker hands it to a sink: a spooled row, read back."""
+    row_ = Delivery(row, 7, sink, p["event"], p, created_at, 0, created_at, None, None)
+    return Outgoing.from_delivery(row_)
+
+
+def delivery_id(out: Outgoing) -> str:
+    return out.delivery_id
+
+
+def alert_text(p: Any, limit: int) -> str:
+    return render.alert_text(Alert.from_json(p), limit)
 
 
 def test_texts_per_event() -> None:

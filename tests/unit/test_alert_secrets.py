@@ -9,9 +9,11 @@ import pytest
 
 from tests.httpreceiver import Receiver
 from watchdog.config.alerts import SinkSettings
+from watchdog.daemon.alerts.alert import Outgoing
 from watchdog.daemon.alerts.backoff import Backoff
+from watchdog.daemon.alerts.base import SinkContext
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
-from watchdog.daemon.alerts.sinks import SendError, WebhookSink
+from watchdog.daemon.alerts.sinks import SendError, slack
 from watchdog.state import Delivery
 
 TOKEN = "XyZ-very-secret-token-0042"
@@ -80,13 +82,14 @@ def test_webhook_sink_errors_carry_no_url() -> None:
     rx = Receiver()
     url = rx.url(f"/services/{TOKEN}")
     rx.close()  # nothing listens: connection refused
-    s = WebhookSink(sink(url_env="HOOK"), httpx.Client(), {"HOOK": url})
-    d = Delivery(1, 1, "team", "open", {"event": "open", "finding": {}}, 0.0, 0, 0.0, None, None)
+    s = slack(sink(url_env="HOOK"), SinkContext(httpx.Client(), {"HOOK": url}))
+    row = Delivery(1, 1, "team", "open", {"event": "open", "finding": {}}, 0.0, 0, 0.0, None, None)
+    d = Outgoing.from_delivery(row)
     with pytest.raises(SendError) as info:
         s.send(d)
     assert info.value.reason == "ConnectError: [Errno 111] Connection refused"
     assert info.value.sink_down
-    bad = WebhookSink(sink(url_env="HOOK"), httpx.Client(), {"HOOK": f"http://[::1/{TOKEN}"})
+    bad = slack(sink(url_env="HOOK"), SinkContext(httpx.Client(), {"HOOK": f"http://[::1/{TOKEN}"}))
     with pytest.raises(SendError) as info:
         bad.send(d)
     assert TOKEN not in info.value.reason

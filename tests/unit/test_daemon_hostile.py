@@ -24,8 +24,10 @@ from tests.conftest import REPO, run_cli
 from tests.unit.test_status import DOC, config_file
 from watchdog.config import ConfigError, load_config
 from watchdog.config.alerts import SinkSettings
+from watchdog.daemon.alerts.alert import Outgoing
+from watchdog.daemon.alerts.base import SinkContext
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
-from watchdog.daemon.alerts.sinks import LogSink, SendError, WebhookSink
+from watchdog.daemon.alerts.sinks import LogSink, SendError, slack, webhook
 from watchdog.daemon.ipc import StatusError, StatusServer, query_status
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.status import build_status, exit_code
@@ -55,9 +57,9 @@ def raw_request(path: str, data: bytes, timeout_s: float = 10.0) -> dict[str, An
     return result
 
 
-def delivery() -> Delivery:
+def delivery() -> Outgoing:
     payload = {"kind": "rogue-job", "severity": "high", "message": "m", "action": "open"}
-    return Delivery(1, 1, "s", "open", payload, 0.0, 0, 0.0, None, None)
+    return Outgoing.from_delivery(Delivery(1, 1, "s", "open", payload, 0.0, 0, 0.0, None, None))
 
 
 # -- 1, 2: status socket -----------------------------------------------------------------
@@ -149,7 +151,8 @@ def test_url_as_env_name_or_file_is_refused_without_echo(
 
 def test_secret_error_text_is_redacted_in_send_error() -> None:
     # A sink built without config validation (e.g. an old state): the name is the URL.
-    sink = WebhookSink(SinkSettings(type="slack", name="s", url_env=SECRET_URL), httpx.Client(), {})
+    settings = SinkSettings(type="slack", name="s", url_env=SECRET_URL)
+    sink = slack(settings, SinkContext(httpx.Client(), {}))
     with pytest.raises(SendError) as err:
         sink.send(delivery())
     assert "SECRET" not in err.value.reason and "hooks.slack" not in err.value.reason
@@ -206,8 +209,9 @@ def test_fifo_log_sink_fails_without_hanging(tmp_path: Path) -> None:
         "from watchdog.daemon.alerts.sinks import LogSink, SendError\n"
         "from watchdog.config.alerts import SinkSettings\n"
         "from watchdog.state import Delivery\n"
-        "d = Delivery(1, 1, 's', 'open', {'kind': 'rogue-job', 'severity': 'high', "
-        "'message': 'm', 'action': 'open'}, 0.0, 0, 0.0, None, None)\n"
+        "from watchdog.daemon.alerts.alert import Outgoing\n"
+        "d = Outgoing.from_delivery(Delivery(1, 1, 's', 'open', {'kind': 'rogue-job', "
+        "'severity': 'high', 'message': 'm', 'action': 'open'}, 0.0, 0, 0.0, None, None))\n"
         f"s = LogSink(SinkSettings(type='log', name='l', path={str(fifo)!r}))\n"
         "try:\n    s.send(d)\nexcept SendError as e:\n    print(e.reason)\n"
     )
@@ -250,9 +254,8 @@ def test_huge_500_body_is_read_only_a_few_kib() -> None:
     url = f"http://127.0.0.1:{server.server_address[1]}/hook"
     try:
         with httpx.Client() as client:
-            sink = WebhookSink(
-                SinkSettings(type="webhook", name="w", url_env="U"), client, {"U": url}
-            )
+            settings = SinkSettings(type="webhook", name="w", url_env="U")
+            sink = webhook(settings, SinkContext(client, {"U": url}))
             with pytest.raises(SendError) as err:
                 sink.send(delivery())
         assert err.value.reason == "HTTP 500 Internal Server Error: " + "E" * 200

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from watchdog.daemon.alerts.alert import Alert
 from watchdog.daemon.alerts.render import alert_text
-from watchdog.daemon.tracker import alert_payload
 from watchdog.model import GpuHeld, Job, Origin
 from watchdog.policy.findings import gpus_text, job_findings
 from watchdog.state import FindingRecord
@@ -32,9 +32,10 @@ def test_message_and_details_name_the_gpu() -> None:
         12, "rogue-job:x", f.kind, f.severity, f.message, f.root_pid, f.details,
         1.0, 1.0, 1, None, None,
     )  # fmt: skip
-    payload = alert_payload("open", rec, "gpu-07", 1.0)
+    alert = Alert.from_record("open", rec, "gpu-07", 1.0)
+    payload = alert.to_json()
     assert payload["finding"]["details"]["gpu_indexes"] == [3]  # webhook payloads carry it
-    assert alert_text(payload, 2000) == (
+    assert alert_text(alert, 2000) == (
         f"[HIGH] rogue-job on gpu-07: {f.message} (finding F12, root PID 48213)"
     )
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 import yaml
@@ -19,19 +18,22 @@ from watchdog.config.base import (
     setting,
     setting_factory,
 )
+from watchdog.config.sinks import SINK_KINDS
 from watchdog.model import FINDING_KINDS, SEVERITIES
 
-SinkType = Literal["log", "slack", "discord", "webhook", "alertmanager"]
-SINK_TYPES: tuple[SinkType, ...] = get_args(SinkType)
-# Default least seconds between two messages per sink type: Slack allows about one message
-# per second per incoming webhook; Discord about 30 per minute per channel.
-MIN_INTERVAL_DEFAULTS = {"slack": 1.0, "discord": 2.0}
 # Upper bounds: a timeout or a retry step past a day has stopped delivering; a reminder
 # past a year is a typo.
 MAX_TIMEOUT_S = 600.0
 MAX_DELAY_S = 86400.0
 MAX_REMINDER_S = 365 * 86400.0
-_sink_type = datatypes.choice(SINK_TYPES, "unknown sink type {text!r}")
+
+
+def _sink_type(r: NodeReader, node: yaml.Node, key: str) -> str:
+    """A registered sink kind's name (:data:`~watchdog.config.sinks.SINK_KINDS`, read
+    when the file is, so a kind registered after import is known)."""
+    return datatypes.choice(SINK_KINDS.names(), "unknown sink type {text!r}")(r, node, key)
+
+
 # Keys that would put the secret URL itself in the file.
 _INLINE_SECRET_KEYS = ("url", "token", "webhook")
 
@@ -81,7 +83,8 @@ class SinkSettings:
     """One alert destination.
 
     Attributes:
-        type: ``log``, ``slack``, ``discord``, ``webhook`` or ``alertmanager``.
+        type: A registered sink kind (:data:`~watchdog.config.sinks.SINK_KINDS`):
+            ``log``, ``slack``, ``discord``, ``webhook`` or ``alertmanager``.
         name: Name used in status and logs (defaults to the type).
         path: For ``log``: a file to append JSON lines to; None means stdout.
         url_env: Environment variable holding the webhook URL (a secret).
@@ -93,12 +96,13 @@ class SinkSettings:
             given inline: an address, not a credential (user:password@ is refused).
         resend_s: ``alertmanager`` only: seconds between re-sends of a firing alert.
         min_interval_s: Least time between two messages to this sink, in seconds (a
-            rate limit); None means the type's default (:data:`MIN_INTERVAL_DEFAULTS`).
+            rate limit); None means the kind's default
+            (:attr:`~watchdog.config.sinks.SinkKind.min_interval_s`).
         coalesce: Send every alert due at once as one message (a storm becomes one
             chat post listing the jobs, or one webhook document with the full list).
     """
 
-    type: SinkType = required(_sink_type)
+    type: str = required(_sink_type)
     name: str = required(datatypes.text)
     path: str | None = setting(None, datatypes.text)
     url_env: str | None = setting(None, datatypes.secret_env)
@@ -118,7 +122,8 @@ class SinkSettings:
         """The rate limit in force: ``min_interval_s`` or the type's default."""
         if self.min_interval_s is not None:
             return self.min_interval_s
-        return MIN_INTERVAL_DEFAULTS.get(self.type, 0.0)
+        kind = SINK_KINDS.get(self.type)
+        return kind.min_interval_s if kind is not None else 0.0
 
 
 def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
@@ -134,21 +139,24 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
                 )
     m = r.mapping(node, key, keys(SinkSettings))
     if "type" not in m:
-        raise r.err(
-            node, f"{key}.type", "required key missing (log, slack, discord, webhook, alertmanager)"
-        )
+        raise r.err(node, f"{key}.type", f"required key missing ({', '.join(SINK_KINDS.names())})")
     sink_type = _sink_type(r, m["type"][1], f"{key}.type")
+    kind = SINK_KINDS.get(sink_type)
+    assert kind is not None  # _sink_type took only a registered name
     vals: dict[str, object] = {"name": sink_type}
-    for name in m:  # in file order, refusing alertmanager keys where they stand
-        if name in ("urls", "resend_s") and sink_type != "alertmanager":
-            raise r.err(m[name][1], f"{key}.{name}", "only an alertmanager sink takes this key")
+    claimed = SINK_KINDS.own_keys()
+    for name in m:  # in file order, refusing another kind's own keys where they stand
+        if name in claimed and name not in kind.own_keys:
+            owners = " or ".join(SINK_KINDS.owners(name))
+            article = "an" if owners[:1] in "aeiou" else "a"
+            raise r.err(m[name][1], f"{key}.{name}", f"only {article} {owners} sink takes this key")
         vals.update(read(SinkSettings, r, m, key, order=(name,)))
     sink = construct(SinkSettings, vals)
     secret = sink.url_env or sink.url_file
-    if sink_type == "alertmanager" and sink.urls:
+    if kind.receiver == "secret-or-urls" and sink.urls:
         if secret:
             raise r.err(node, key, "give urls, or url_env / url_file, not both")
-    elif sink_type != "log" and not secret:
+    elif kind.receiver != "none" and not secret:
         raise r.err(
             node,
             key,
@@ -156,8 +164,8 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
         )
     if sink.url_env is not None and sink.url_file is not None:
         raise r.err(node, key, "give url_env or url_file, not both")
-    if sink_type == "log" and secret:
-        raise r.err(node, key, "a log sink takes path, not url_env/url_file")
+    if kind.receiver == "none" and secret:
+        raise r.err(node, key, f"a {sink_type} sink takes path, not url_env/url_file")
     return sink
 
 

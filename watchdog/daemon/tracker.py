@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from typing import Any
 
 from watchdog.config.alerts import AlertSettings, SinkSettings
-from watchdog.daemon.alerts.alertmanager import alert_labels
+from watchdog.daemon.alerts.alert import Alert, AlertEvent, local_iso
+from watchdog.daemon.alerts.alertmanager import routing_labels
 from watchdog.model import SEVERITIES, Finding, Job
 from watchdog.plugins import TrackResult
 from watchdog.policy.findings import gpus_text, name_finding_in_commands
@@ -108,8 +108,7 @@ def _change(rec: FindingRecord, instances: int, pids: list[int]) -> dict[str, An
     return {"instances": instances, "was": was, "gone_pids": gone}
 
 
-def _when(ts: float) -> str:
-    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+_when = local_iso
 
 
 def _gap(seconds: float) -> str:
@@ -125,43 +124,6 @@ def sink_accepts(sink: SinkSettings, finding: FindingRecord) -> bool:
     if SEVERITIES.index(finding.severity) < SEVERITIES.index(sink.min_severity):
         return False
     return not sink.kinds or finding.kind in sink.kinds
-
-
-def alert_payload(
-    event: str,
-    finding: FindingRecord,
-    host: str,
-    now: float,
-    change: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The JSON body spooled for every sink (docs/alerts.md documents it).
-
-    Args:
-        change: For a reminder caused by a changed instance count of a folded finding:
-            ``{"instances": now, "was": at the last alert, "gone_pids": [...]}``.
-    """
-    payload = {
-        "schema_version": 1,
-        "event": event,
-        "host": host,
-        "time": _when(now),
-        "finding": {
-            "id": finding.id,
-            "kind": finding.kind,
-            "severity": finding.severity,
-            "message": finding.message,
-            "root_pid": finding.root_pid,
-            "details": finding.details,
-            "opened_at": _when(finding.opened_at),
-            "last_seen": _when(finding.last_seen),
-            "seen_count": finding.seen_count,
-            "resolved_at": _when(finding.resolved_at) if finding.resolved_at else None,
-            "instances": finding.instances,
-        },
-    }
-    if change is not None:
-        payload["finding"]["change"] = change  # type: ignore[index]
-    return payload
 
 
 class Tracker:
@@ -447,15 +409,7 @@ class Tracker:
     def _labels(self, finding_id: int, f: Finding) -> dict[str, str]:
         """The labels an alert about ``f`` is identified by (Alertmanager's, the finest
         any sink uses): kept with each alert so a change is seen."""
-        return alert_labels(
-            {
-                "host": self.host,
-                "finding": {
-                    "id": finding_id, "kind": f.kind, "severity": f.severity,
-                    "details": f.details,
-                },
-            }
-        )  # fmt: skip
+        return routing_labels(self.host, finding_id, f.kind, f.severity, f.details)
 
     def _resolve(self, rec: FindingRecord, now: float, out: TrackResult) -> None:
         """Resolve one finding and spool its ``resolve`` alert (when it was alerted)."""
@@ -471,12 +425,14 @@ class Tracker:
 
     def _spool(
         self,
-        event: str,
+        event: AlertEvent,
         finding: FindingRecord,
         now: float,
         change: dict[str, Any] | None = None,
     ) -> None:
-        payload = alert_payload(event, finding, self.host, now, change)
+        # One record per alert event, the same document spooled for every sink
+        # (docs/alerts.md, "Payloads").
+        payload = Alert.from_record(event, finding, self.host, now, change).to_json()
         for sink in self.alerts.sinks:
             if sink_accepts(sink, finding):
                 self.db.enqueue(finding.id, sink.name, event, payload, now)

@@ -30,15 +30,16 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import structlog
 
 from watchdog.config.alerts import AlertSettings, SinkSettings
+from watchdog.daemon.alerts import http
+from watchdog.daemon.alerts.alert import Alert, Outgoing
+from watchdog.daemon.alerts.base import SendError, SinkContext
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
-from watchdog.daemon.alerts.sinks import MAX_ERROR_BODY_BYTES, SendError, _read_head
 from watchdog.hosttext import safe_json
 from watchdog.model import Origin
-from watchdog.state import Delivery, StateDB
+from watchdog.state import StateDB
 
 if TYPE_CHECKING:
     from watchdog.daemon.loop import Daemon
@@ -50,7 +51,6 @@ API_PATH = "/api/v2/alerts"
 # endsAt of a firing alert is this many re-send periods ahead (Prometheus uses 4): two
 # lost re-sends in a row do not resolve it.
 ENDS_AFTER_RESENDS = 4
-USER_AGENT = "rogue-watchdog"
 MAX_LABEL_CHARS = 200
 MAX_ANNOTATION_CHARS = 4000
 _LOCKS: dict[str, threading.Lock] = {}
@@ -77,8 +77,16 @@ def _rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def alert_labels(payload: Mapping[str, Any]) -> dict[str, str]:
-    """The identifying labels of a spooled alert.
+def alert_labels(alert: Alert) -> dict[str, str]:
+    """The identifying labels of ``alert`` (:func:`routing_labels` of its finding)."""
+    f = alert.finding
+    return routing_labels(alert.host or "", f.id, f.kind or "unknown", f.severity or "", f.details)
+
+
+def routing_labels(
+    host: str, finding_id: int | None, kind: str, severity: str, details: Mapping[str, Any]
+) -> dict[str, str]:
+    """The identifying labels of an alert about a finding.
 
     ``alertname``, ``host``, ``severity``, ``kind`` and ``finding`` (the finding id, so two
     findings never merge into one alert) always; ``gpu`` (NVML indices, comma-separated),
@@ -86,15 +94,12 @@ def alert_labels(payload: Mapping[str, Any]) -> dict[str, str]:
     :meth:`watchdog.model.Origin.label`) when the finding names them. Empty
     values are left out (Alertmanager treats an empty label as absent).
     """
-    f = payload.get("finding", {})
-    details = f.get("details") or {}
-    kind = str(f.get("kind", "unknown"))
     labels = {
         "alertname": alertname(kind),
-        "host": str(payload.get("host", "")),
-        "severity": str(f.get("severity", "")),
+        "host": host,
+        "severity": severity,
         "kind": kind,
-        "finding": str(f.get("id", "")),
+        "finding": "" if finding_id is None else str(finding_id),
     }
     gpus = details.get("gpus")
     if isinstance(gpus, list) and gpus:
@@ -117,11 +122,11 @@ def alert_labels(payload: Mapping[str, Any]) -> dict[str, str]:
     return {k: _cut(v, MAX_LABEL_CHARS) for k, v in labels.items() if v}
 
 
-def alert_body(payload: Mapping[str, Any], now: float, resend_s: float) -> dict[str, Any]:
-    """One ``postableAlert`` for a spooled payload, as of ``now``.
+def alert_body(alert: Alert, now: float, resend_s: float) -> dict[str, Any]:
+    """One ``postableAlert`` for ``alert``, as of ``now``.
 
     Args:
-        payload: The spooled alert (docs/alerts.md, "Payloads").
+        alert: The alert (docs/alerts.md, "Payloads").
         now: POSIX time of the post: a firing alert ends ``ENDS_AFTER_RESENDS ·
             resend_s`` after it, unless sent again.
         resend_s: The sink's re-send period.
@@ -130,25 +135,25 @@ def alert_body(payload: Mapping[str, Any], now: float, resend_s: float) -> dict[
         ``labels``, ``annotations`` (``summary``, ``message``, ``remediation`` when known,
         ``root_pid``), ``startsAt`` (when the finding opened) and ``endsAt``.
     """
-    f = payload.get("finding", {})
-    details = f.get("details") or {}
-    labels = alert_labels(payload)
+    f = alert.finding
+    details = f.details
+    labels = alert_labels(alert)
     annotations = {
         "summary": f"{labels['kind']} on {labels.get('host', '?')}",
-        "message": _cut(str(f.get("message", "")), MAX_ANNOTATION_CHARS),
+        "message": _cut(f.message, MAX_ANNOTATION_CHARS),
     }
     remediation = details.get("remediation")
     if remediation is None and isinstance(details.get("origin"), dict):
         remediation = details["origin"].get("remediation")
     if remediation:
         annotations["remediation"] = _cut(str(remediation), MAX_ANNOTATION_CHARS)
-    if f.get("root_pid") is not None:
-        annotations["root_pid"] = str(f["root_pid"])
+    if f.root_pid is not None:
+        annotations["root_pid"] = str(f.root_pid)
     body: dict[str, Any] = {"labels": labels, "annotations": annotations}
-    if f.get("opened_at"):
-        body["startsAt"] = f["opened_at"]
-    if payload.get("event") == "resolve" and f.get("resolved_at"):
-        body["endsAt"] = f["resolved_at"]
+    if f.opened_at:
+        body["startsAt"] = f.opened_at
+    if alert.event == "resolve" and f.resolved_at:
+        body["endsAt"] = f.resolved_at
     else:
         body["endsAt"] = _rfc3339(now + ENDS_AFTER_RESENDS * resend_s)
     return body
@@ -160,24 +165,15 @@ class AlertmanagerSink:
     Args:
         settings: An ``alertmanager`` sink (``urls``, or ``url_env``/``url_file`` for one
             URL kept secret).
-        client: Shared httpx client (one thread uses it at a time).
-        environ: Environment to read ``url_env`` from; None means ``os.environ``.
-        clock: POSIX time source for ``endsAt``.
+        context: Its client (one thread uses it at a time), the environment to read
+            ``url_env`` from, the clock for ``endsAt``.
     """
 
-    def __init__(
-        self,
-        settings: SinkSettings,
-        client: httpx.Client,
-        environ: Mapping[str, str] | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, settings: SinkSettings, context: SinkContext) -> None:
         self.settings = settings
-        self.client = client
-        self.environ = environ
-        self.clock = clock
+        self.context = context
 
-    def send(self, delivery: Delivery) -> None:
+    def send(self, out: Outgoing) -> None:
         """Post one spooled alert (open, remind or resolve). When the alert's labels
         changed since the last one (``change.labels_were``: the job came to hold a GPU),
         the alert under the old labels is posted resolved in the same request: labels
@@ -187,12 +183,12 @@ class AlertmanagerSink:
             SendError: No Alertmanager accepted it.
         """
         with sink_lock(self.settings.name):
-            now = self.clock()
-            body = alert_body(delivery.payload, now, self.settings.resend_s)
-            change = delivery.payload.get("finding", {}).get("change") or {}
-            was = change.get("labels_were") if isinstance(change, dict) else None
-            if isinstance(was, dict) and was and was != body["labels"]:
-                old = {**body, "labels": {str(k): str(v) for k, v in was.items()}}
+            now = self.context.clock()
+            body = alert_body(out.alert, now, self.settings.resend_s)
+            change = out.alert.finding.change
+            was = change.labels_were if change is not None else None
+            if was and was != body["labels"]:
+                old = {**body, "labels": dict(was)}
                 old["endsAt"] = _rfc3339(now)
                 self.post([old, body])
             else:
@@ -215,29 +211,19 @@ class AlertmanagerSink:
             raise SendError(redact(str(exc))) from None
         # Host text (labels, the message) may hold lone surrogates: made inert first.
         data = json.dumps(safe_json(alerts), ensure_ascii=False).encode("utf-8")
-        headers = {"content-type": "application/json", "user-agent": USER_AGENT}
         errors: list[str] = []
         refused = 0
         for url, shown in targets:
-            try:
-                with self.client.stream(
-                    "POST", url, content=data, headers=headers, timeout=self.settings.timeout_s
-                ) as resp:
-                    code = resp.status_code
-                    if 200 <= code < 300:
-                        continue
-                    head = _read_head(resp, MAX_ERROR_BODY_BYTES).decode("utf-8", "replace")
-            except httpx.TimeoutException as exc:
-                errors.append(f"{shown}: timed out after {self.settings.timeout_s:g} s"
-                              f" ({type(exc).__name__})")  # fmt: skip
+            answer = http.post(self.context.client, url, data, self.settings.timeout_s)
+            if answer.ok:
                 continue
-            except httpx.HTTPError as exc:
-                errors.append(f"{shown}: " + redact(f"{type(exc).__name__}: {exc}", url))
+            if answer.status is None:
+                errors.append(f"{shown}: {answer.failure}")
                 continue
-            if 400 <= code < 500 and code not in (408, 425, 429):
-                refused += 1
-            snippet = head[:200].strip().replace("\n", " ")
-            errors.append(redact(f"{shown}: HTTP {code} {snippet}".rstrip(), url))
+            code = answer.status
+            if 400 <= code < 500 and code not in http.RECEIVER_DOWN:
+                refused += 1  # the alerts themselves (or this URL) were refused
+            errors.append(redact(f"{shown}: HTTP {code} {answer.snippet}".rstrip(), url))
         if len(errors) < len(targets):
             return errors
         raise SendError("; ".join(errors), sink_down=refused < len(targets))
@@ -251,14 +237,15 @@ class AlertmanagerSink:
                 shown = base.split("://", 1)[-1].split("/", 1)[0]
                 out.append((base.rstrip("/") + API_PATH, shown))
             return out
-        url = read_url(self.settings, self.environ)
+        url = read_url(self.settings, self.context.environ)
         where = self.settings.url_env or self.settings.url_file or "?"
         return [(url.rstrip("/") + API_PATH, f"Alertmanager from {where}")]
 
 
-def firing(db: StateDB, sink: str) -> list[dict[str, Any]]:
-    """Payloads of the alerts still firing on ``sink``: the newest delivered ``open`` or
-    ``remind`` of each finding that has no ``resolve`` spooled (delivered or not)."""
+def firing(db: StateDB, sink: str) -> list[Alert]:
+    """The alerts still firing on ``sink``: the newest delivered ``open`` or ``remind`` of
+    each finding that has no ``resolve`` spooled (delivered or not). A row that is no
+    alert (damaged by hand) is left out: it was never sent."""
     rows = db.conn.execute(
         "SELECT d.payload_json FROM deliveries d"
         " WHERE d.sink=? AND d.delivered_at IS NOT NULL AND d.event != 'resolve'"
@@ -269,7 +256,13 @@ def firing(db: StateDB, sink: str) -> list[dict[str, Any]]:
         " ORDER BY d.finding_id",
         (sink,),
     ).fetchall()
-    return [json.loads(r[0]) for r in rows]
+    alerts = []
+    for (text,) in rows:
+        try:
+            alerts.append(Alert.from_json(json.loads(text)))
+        except (ValueError, RecursionError):  # UnreadableAlert, or not JSON at all
+            continue
+    return alerts
 
 
 class AlertmanagerKeeper:
@@ -300,7 +293,7 @@ class AlertmanagerKeeper:
         self.clock = clock
         self.environ = environ
         self.poll_interval_s = poll_interval_s
-        self.client = httpx.Client(follow_redirects=False)
+        self.client = http.new_client()
         self._last: dict[str, float] = {}
         self._failing: dict[str, str] = {}
         self._stop = threading.Event()
@@ -323,7 +316,7 @@ class AlertmanagerKeeper:
             if t - self._last.get(settings.name, -float("inf")) < settings.resend_s:
                 continue
             self._last[settings.name] = t
-            sink = AlertmanagerSink(settings, self.client, self.environ)
+            sink = AlertmanagerSink(settings, SinkContext(self.client, self.environ, self.clock))
             out[settings.name] = self._resend(sink, t)
         return out
 
@@ -331,10 +324,10 @@ class AlertmanagerKeeper:
         name = sink.settings.name
         with sink_lock(name):
             # Read inside the lock: a resolve posted before it is already in the spool.
-            payloads = firing(self.db, name)
-            if not payloads:
+            alerts = firing(self.db, name)
+            if not alerts:
                 return 0
-            bodies = [alert_body(p, now, sink.settings.resend_s) for p in payloads]
+            bodies = [alert_body(a, now, sink.settings.resend_s) for a in alerts]
             try:
                 errors = sink.post(bodies)
             except SendError as exc:

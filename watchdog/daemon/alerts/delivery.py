@@ -33,6 +33,7 @@ Delivery rules (docs/alerts.md):
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import random
@@ -46,10 +47,12 @@ import httpx
 import structlog
 
 from watchdog.config.alerts import AlertSettings, SinkSettings
-from watchdog.daemon.alerts.alertmanager import AlertmanagerSink
+from watchdog.config.sinks import SINK_KINDS
+from watchdog.daemon.alerts import http
+from watchdog.daemon.alerts.alert import Outgoing
 from watchdog.daemon.alerts.backoff import Backoff
+from watchdog.daemon.alerts.base import BatchSink, SendError, Sink, SinkContext, SinkFactory
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
-from watchdog.daemon.alerts.sinks import LogSink, SendError, Sink, WebhookSink
 from watchdog.state import Delivery, StateDB, delivery_row
 
 if TYPE_CHECKING:
@@ -60,15 +63,28 @@ log = structlog.get_logger("rogue-watchdog")
 SINK_COMPONENT = "alert-sink:"
 
 
+def sink_factory(kind: str) -> SinkFactory:
+    """The factory of the registered sink kind ``kind``
+    (:data:`watchdog.config.sinks.SINK_KINDS`), its module imported on first use.
+
+    Raises:
+        KeyError: No kind of that name is registered.
+        ImportError, AttributeError: Its implementation cannot be found (a registration
+            naming a module or attribute that does not exist).
+    """
+    registered = SINK_KINDS.get(kind)
+    if registered is None:
+        raise KeyError(f"no sink kind {kind!r} is registered")
+    module, _, attr = registered.implementation.partition(":")
+    factory: SinkFactory = getattr(importlib.import_module(module), attr)
+    return factory
+
+
 def make_sink(
     settings: SinkSettings, client: httpx.Client, environ: Mapping[str, str] | None = None
 ) -> Sink:
-    """The sink object for one ``alerts.sinks[]`` entry."""
-    if settings.type == "log":
-        return LogSink(settings)
-    if settings.type == "alertmanager":
-        return AlertmanagerSink(settings, client, environ)
-    return WebhookSink(settings, client, environ)
+    """The sink object for one ``alerts.sinks[]`` entry, built by its kind's factory."""
+    return sink_factory(settings.type)(settings, SinkContext(client, environ))
 
 
 @dataclass
@@ -167,7 +183,7 @@ class DeliveryWorker:
         with self._lock:
             client = self._clients.get(key)
             if client is None:
-                client = self._clients[key] = httpx.Client(follow_redirects=False)
+                client = self._clients[key] = http.new_client()
             return client
 
     def _sink(self, settings: SinkSettings) -> Sink:
@@ -248,9 +264,10 @@ class DeliveryWorker:
     def _time(self, now: float | None) -> float:
         return self.clock() if now is None else now
 
-    def _due(self, name: str, now: float | None) -> list[Delivery]:
+    def _due(self, name: str, now: float | None, typed: dict[int, Outgoing]) -> list[Delivery]:
         """Rows of ``name`` to send now, oldest first: due, and not behind an earlier row
-        of the same finding that is not due (alerts about one finding keep their order)."""
+        of the same finding that is not due (alerts about one finding keep their order).
+        Each row's alert is read once, into ``typed`` (row id → alert)."""
         waiting: set[int] = set()
         due = []
         for d in _pending(self.db, name, self.batch):
@@ -259,22 +276,19 @@ class DeliveryWorker:
             if d.next_attempt_at > self._time(now):
                 waiting.add(d.finding_id)
                 continue
+            typed[d.id] = Outgoing.from_delivery(d)
             due.append(d)
         return due
 
     def _drain(self, sink: Sink, now: float | None, backoff: Backoff, out: RoundResult) -> None:
         name = sink.settings.name
-        due = self._due(name, now)
+        typed: dict[int, Outgoing] = {}
+        due = self._due(name, now, typed)
         if not due:
             return
         interval = sink.settings.interval_s
-        send_batch = getattr(sink, "send_batch", None)
-        if (
-            sink.settings.coalesce
-            and send_batch is not None
-            and len(due) > 1
-            and name not in self._singles
-        ):
+        batching = isinstance(sink, BatchSink)
+        if sink.settings.coalesce and batching and len(due) > 1 and name not in self._singles:
             groups = [due]
         else:
             groups = [[d] for d in due]
@@ -290,10 +304,10 @@ class DeliveryWorker:
             out.messages += 1
             try:
                 if len(group) == 1:
-                    sink.send(group[0])
+                    sink.send(typed[group[0].id])
                 else:
-                    assert send_batch is not None
-                    send_batch(group)
+                    assert isinstance(sink, BatchSink)
+                    sink.send_batch([typed[d.id] for d in group])
             except SendError as exc:
                 self._next_send[name] = self._time(now) + interval
                 if self._failed(name, group, exc, now, backoff, out):
@@ -328,18 +342,7 @@ class DeliveryWorker:
     ) -> bool:
         """Record a failed message; True when the sink is down (stop draining it)."""
         if exc.permanent and len(group) == 1:
-            d = group[0]
-            self.db.mark_dead(d.id, exc.reason, self._time(now))
-            out.dead[d.id] = exc.reason
-            log.error(
-                "alert-dead-lettered",
-                sink=name,
-                delivery=d.id,
-                finding_id=d.finding_id,
-                alert_event=d.event,
-                error=exc.reason,
-                message="this alert can never be sent to this sink; it is set aside",
-            )
+            self._dead(name, group[0], exc.reason, now, out)
             return False
         if exc.permanent:  # a coalesced message refused: send its alerts one by one
             self._singles.add(name)
@@ -363,6 +366,22 @@ class DeliveryWorker:
             return True
         return False
 
+    def _dead(
+        self, name: str, d: Delivery, reason: str, now: float | None, out: RoundResult
+    ) -> None:
+        """Set ``d`` aside: it can never be sent to this sink (logged once, counted)."""
+        self.db.mark_dead(d.id, reason, self._time(now))
+        out.dead[d.id] = reason
+        log.error(
+            "alert-dead-lettered",
+            sink=name,
+            delivery=d.id,
+            finding_id=d.finding_id,
+            alert_event=d.event,
+            error=reason,
+            message="this alert can never be sent to this sink; it is set aside",
+        )
+
     # -- say it once -------------------------------------------------------------------
 
     def _secret_ok(self, settings: SinkSettings) -> bool:
@@ -370,7 +389,9 @@ class DeliveryWorker:
         (logged once) so ``status`` and the metrics name it instead of a silent queue."""
         part = f"{SINK_COMPONENT}{settings.name}"
         problem: str | None = None
-        if settings.type != "log" and not settings.urls:  # inline Alertmanager URLs
+        kind = SINK_KINDS.get(settings.type)
+        needs_secret = kind is not None and kind.receiver != "none"
+        if needs_secret and not settings.urls:  # inline Alertmanager URLs need none
             try:
                 read_url(settings, self.environ)
             except SecretError as exc:

@@ -1,5 +1,5 @@
-"""Turn a spooled alert (``deliveries.payload_json``, see tracker.alert_payload) into the
-body each sink type sends. docs/alerts.md shows every body exactly.
+"""Turn an alert (:class:`~watchdog.daemon.alerts.alert.Alert`) into the body each sink
+kind sends. docs/alerts.md shows every body exactly.
 
 Sources: Slack message formatting (``&``, ``<``, ``>`` are control characters and must be
 sent as ``&amp;``, ``&lt;``, ``&gt;``: https://api.slack.com/reference/surfaces/formatting);
@@ -10,14 +10,13 @@ https://discord.com/developers/docs/resources/webhook#execute-webhook).
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from typing import Any
 
+from watchdog.daemon.alerts.alert import Alert, AlertFinding, Outgoing, batch_id
 from watchdog.hosttext import safe_json, safe_text
 from watchdog.model import finding_ref
-from watchdog.state import Delivery
 
 DISCORD_MAX_CHARS = 2000
 # Slack accepts far longer messages but truncates past 40 000 characters and advises
@@ -26,58 +25,42 @@ SLACK_MAX_CHARS = 3000
 ELLIPSIS = "…"
 
 
-def delivery_id(delivery: Delivery) -> str:
-    """A stable identifier of one delivery, the same on every retry and after a restart,
-    so a receiver can drop a duplicate (the at-least-once window, docs/alerts.md).
-
-    Derived from the host, the sink, the spool row id and its creation time (a state
-    database recreated after corruption restarts row ids, never creation times).
-
-    Returns:
-        32 hex digits.
-    """
-    host = str(delivery.payload.get("host", ""))
-    key = f"{host}\0{delivery.sink}\0{delivery.id}\0{delivery.created_at!r}"
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
-
-
-def _parts(payload: dict[str, Any]) -> tuple[str, str, str]:
+def _parts(alert: Alert) -> tuple[str, str, str]:
     """Head, message and tail of the one-line alert text, each made safe
     (:func:`~watchdog.hosttext.safe_text`: no control character, no newline)."""
-    f = payload.get("finding", {})
-    event = payload.get("event", "open")
-    kind, host = f.get("kind", "?"), payload.get("host", "?")
-    sev = str(f.get("severity", "?")).upper()
-    if event == "remind":
+    f = alert.finding
+    kind, host = _shown(f.kind), _shown(alert.host)
+    sev = _shown(f.severity).upper()
+    if alert.event == "remind":
         head = (
-            f"[{sev}] still open, {_instances(f)}seen {f.get('seen_count')} times since "
-            f"{f.get('opened_at')}: {kind} on {host}: "
+            f"[{sev}] still open, {_instances(f)}seen {f.seen_count} times since "
+            f"{f.opened_at}: {kind} on {host}: "
         )
-    elif event == "resolve":
-        head = (
-            f"[RESOLVED] {kind} on {host}, seen {f.get('seen_count')} times since "
-            f"{f.get('opened_at')}: "
-        )
+    elif alert.event == "resolve":
+        head = f"[RESOLVED] {kind} on {host}, seen {f.seen_count} times since {f.opened_at}: "
     else:
         head = f"[{sev}] {kind} on {host}: "
-    pid = f.get("root_pid")
-    tail = f" (finding {finding_ref(f.get('id'))}" + (
-        f", root PID {pid})" if pid is not None else ")"
-    )
-    return safe_text(head), safe_text(str(f.get("message", ""))), safe_text(tail)
+    pid = f.root_pid
+    tail = f" (finding {finding_ref(f.id)}" + (f", root PID {pid})" if pid is not None else ")")
+    return safe_text(head), safe_text(f.message), safe_text(tail)
 
 
-def _instances(f: dict[str, Any]) -> str:
+def _shown(value: str | None) -> str:
+    """A value of the alert as chat text shows it: ``?`` when the row lacks it."""
+    return "?" if value is None else value
+
+
+def _instances(f: AlertFinding) -> str:
     """``now 49 instances (was 50; PID 7 gone), `` for a reminder about a changed count."""
-    change = f.get("change")
-    if not isinstance(change, dict):
+    change = f.change
+    if change is None:
         return ""
-    if "instances" not in change:
+    if change.instances is None:
         # Only what identifies the alert changed (the job came to hold a GPU).
-        changed = change.get("labels_were")
+        changed = change.labels_were
         return "updated (its labels changed: GPU, user or origin), " if changed else ""
-    text = f"now {change.get('instances')} instances (was {change.get('was')}"
-    gone = change.get("gone_pids") or []
+    text = f"now {change.instances} instances (was {change.was}"
+    gone = change.gone_pids
     if gone:
         text += f"; PID {', '.join(str(p) for p in gone[:5])} gone"
         if len(gone) > 5:
@@ -104,13 +87,13 @@ def cut_at_word(text: str, room: int) -> str:
 LONGEST_IDENTIFIER = 256
 
 
-def alert_text(payload: dict[str, Any], limit: int) -> str:
+def alert_text(alert: Alert, limit: int) -> str:
     """The one-line human text of an alert, at most ``limit`` characters, made safe.
 
     When too long, the finding's message is cut at a space (ending in ``…``); the head
     (what, where, how often) and the tail (finding id, PID) are always kept.
     """
-    head, message, tail = _parts(payload)
+    head, message, tail = _parts(alert)
     if len(head) + len(message) + len(tail) <= limit:
         return head + message + tail
     room = limit - len(head) - len(tail) - len(ELLIPSIS)
@@ -139,11 +122,11 @@ _BACKTICK_RUN = re.compile(r"`(?=`)")
 ZWSP = "\u200b"
 
 
-def chat_text(payload: dict[str, Any], limit: int, fence: str) -> str:
+def chat_text(alert: Alert, limit: int, fence: str) -> str:
     """The chat form of an alert: the head and tail as text, the finding's message (which
     quotes command lines, a job can forge anything in it) as inert code
     (:func:`inert_code`), at most ``limit`` characters (the message is cut, ``…``)."""
-    head, message, tail = _parts(payload)
+    head, message, tail = _parts(alert)
     if not message:  # an empty span would be a run of backticks, not a span
         return (head.rstrip(": ") + tail)[:limit]
     code = inert_code(message, fence)
@@ -171,23 +154,23 @@ def slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def slack_body(delivery: Delivery) -> dict[str, Any]:
+def slack_body(out: Outgoing) -> dict[str, Any]:
     """``{"text": …}`` for a Slack incoming webhook (or a Slack-compatible one:
     Mattermost, Rocket.Chat)."""
-    return {"text": slack_escape(chat_text(delivery.payload, SLACK_MAX_CHARS, SLACK_FENCE))}
+    return {"text": slack_escape(chat_text(out.alert, SLACK_MAX_CHARS, SLACK_FENCE))}
 
 
-def discord_body(delivery: Delivery) -> dict[str, Any]:
+def discord_body(out: Outgoing) -> dict[str, Any]:
     """``{"content": …, "allowed_mentions": {"parse": []}}`` for a Discord webhook."""
     return {
-        "content": chat_text(delivery.payload, DISCORD_MAX_CHARS, DISCORD_FENCE),
+        "content": chat_text(out.alert, DISCORD_MAX_CHARS, DISCORD_FENCE),
         "allowed_mentions": {"parse": []},
     }
 
 
-def webhook_body(delivery: Delivery) -> dict[str, Any]:
-    """The spooled payload as is (made safe), with ``delivery_id`` first."""
-    return {"delivery_id": delivery_id(delivery), **safe_json(delivery.payload)}
+def webhook_body(out: Outgoing) -> dict[str, Any]:
+    """The alert's JSON document as spooled (made safe), with ``delivery_id`` first."""
+    return {"delivery_id": out.delivery_id, **safe_json(out.alert.to_json())}
 
 
 # -- coalesced alerts (a storm: several alerts due at once on one sink) ------------------
@@ -195,16 +178,9 @@ def webhook_body(delivery: Delivery) -> dict[str, Any]:
 BATCH_LINE_MAX_CHARS = 400
 
 
-def batch_id(deliveries: Sequence[Delivery]) -> str:
-    """The ``delivery_id`` of a coalesced message: derived from its members' ids, so a
-    retry of the same batch carries the same id."""
-    key = "\0".join(delivery_id(d) for d in deliveries)
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
-
-
-def _batch_lines(deliveries: Sequence[Delivery], limit: int, fence: str) -> str:
-    host = safe_text(str(deliveries[0].payload.get("host", "?")))
-    events = [str(d.payload.get("event", "open")) for d in deliveries]
+def _batch_lines(deliveries: Sequence[Outgoing], limit: int, fence: str) -> str:
+    host = safe_text(_shown(deliveries[0].alert.host))
+    events = [d.alert.event for d in deliveries]
     counts = ", ".join(
         f"{events.count(e)} {e}" for e in ("open", "remind", "resolve") if e in events
     )
@@ -212,7 +188,7 @@ def _batch_lines(deliveries: Sequence[Delivery], limit: int, fence: str) -> str:
     lines = [head]
     used = len(head)
     for i, d in enumerate(deliveries):
-        line = chat_text(d.payload, BATCH_LINE_MAX_CHARS, fence)
+        line = chat_text(d.alert, BATCH_LINE_MAX_CHARS, fence)
         more = len(deliveries) - i
         reserve = len(f"\n… and {more} more (the log and webhook sinks list every one)")
         if used + 1 + len(line) + (reserve if more > 1 else 0) > limit:
@@ -223,13 +199,13 @@ def _batch_lines(deliveries: Sequence[Delivery], limit: int, fence: str) -> str:
     return "\n".join(lines)
 
 
-def slack_batch_body(deliveries: Sequence[Delivery]) -> dict[str, Any]:
+def slack_batch_body(deliveries: Sequence[Outgoing]) -> dict[str, Any]:
     """One Slack message listing several alerts (one line each, then "… and N more")."""
     # Escaping may lengthen the text: cut to a third, as for one alert (3000 of 40 000).
     return {"text": slack_escape(_batch_lines(deliveries, SLACK_MAX_CHARS, SLACK_FENCE))}
 
 
-def discord_batch_body(deliveries: Sequence[Delivery]) -> dict[str, Any]:
+def discord_batch_body(deliveries: Sequence[Outgoing]) -> dict[str, Any]:
     """One Discord message listing several alerts, at most 2000 characters."""
     return {
         "content": _batch_lines(deliveries, DISCORD_MAX_CHARS, DISCORD_FENCE),
@@ -237,33 +213,34 @@ def discord_batch_body(deliveries: Sequence[Delivery]) -> dict[str, Any]:
     }
 
 
-def webhook_batch_body(deliveries: Sequence[Delivery]) -> dict[str, Any]:
+def webhook_batch_body(deliveries: Sequence[Outgoing]) -> dict[str, Any]:
     """``{"delivery_id", "schema_version": 1, "event": "batch", "host", "count",
     "alerts": [every alert's own body]}``: the full list, nothing cut."""
     return {
         "delivery_id": batch_id(deliveries),
         "schema_version": 1,
         "event": "batch",
-        "host": safe_text(str(deliveries[0].payload.get("host", ""))),
+        "host": safe_text(deliveries[0].alert.host or ""),
         "count": len(deliveries),
         "alerts": [webhook_body(d) for d in deliveries],
     }
 
 
-def log_fields(delivery: Delivery) -> dict[str, Any]:
-    """Keyword fields of the log sink's ``finding`` event (stable keys, docs/alerts.md)."""
-    p = safe_json(delivery.payload)
-    f = p.get("finding", {})
-    return {
-        "action": p.get("event"),
-        "kind": f.get("kind"),
-        "severity": f.get("severity"),
-        "message": f.get("message"),
-        "root_pid": f.get("root_pid"),
-        "finding_id": f.get("id"),
-        "host": p.get("host"),
-        "seen_count": f.get("seen_count"),
-        "opened_at": f.get("opened_at"),
-        "resolved_at": f.get("resolved_at"),
-        "delivery_id": delivery_id(delivery),
+def log_fields(out: Outgoing) -> dict[str, Any]:
+    """Keyword fields of the log sink's ``finding`` event (stable keys, docs/alerts.md),
+    made safe."""
+    a, f = out.alert, out.alert.finding
+    fields = {
+        "action": a.event,
+        "kind": f.kind,
+        "severity": f.severity,
+        "message": f.message,
+        "root_pid": f.root_pid,
+        "finding_id": f.id,
+        "host": a.host,
+        "seen_count": f.seen_count,
+        "opened_at": f.opened_at,
+        "resolved_at": f.resolved_at,
+        "delivery_id": out.delivery_id,
     }
+    return dict(safe_json(fields))

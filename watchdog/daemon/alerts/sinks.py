@@ -1,30 +1,30 @@
-"""Alert sinks: where one spooled delivery goes.
+"""The built-in sinks: the log sink and the three webhook sinks.
 
-A sink's :meth:`~Sink.send` returns on success and raises :class:`SendError` otherwise;
-the delivery worker decides about retries. The log sink writes one structlog JSON line;
-the three webhook sinks POST JSON with httpx (``slack``: ``{"text"}``, ``discord``:
-``{"content"}``, ``webhook``: the payload as is), counting only a 2xx answer as delivered.
+A sink's :meth:`~watchdog.daemon.alerts.base.Sink.send` returns on success and raises
+:class:`~watchdog.daemon.alerts.base.SendError` otherwise; the delivery worker decides
+about retries. The log sink writes one structlog JSON line; the webhook sinks POST JSON
+(:func:`watchdog.daemon.alerts.http.post`): ``slack`` ``{"text"}``, ``discord``
+``{"content"}``, ``webhook`` the alert's document as is, counting only a 2xx answer as
+delivered. Each is registered once in :data:`watchdog.config.sinks.SINK_KINDS`.
 """
 
 from __future__ import annotations
 
 import errno
 import json
-import logging
-import math
 import os
 import stat
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import IO, Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import IO, Any
 
-import httpx
 import structlog
 
 from watchdog.config.alerts import SinkSettings
+from watchdog.daemon.alerts import http
+from watchdog.daemon.alerts.alert import Outgoing, batch_id
+from watchdog.daemon.alerts.base import SendError, SinkContext
 from watchdog.daemon.alerts.render import (
-    batch_id,
-    delivery_id,
     discord_batch_body,
     discord_body,
     log_fields,
@@ -36,81 +36,11 @@ from watchdog.daemon.alerts.render import (
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.model import LOG_LEVELS
 from watchdog.safeio import NotRegularFileError, kind_of
-from watchdog.state import Delivery
 
-# httpx logs every request URL at INFO ("HTTP Request: POST https://hooks…"): a webhook
-# URL is a secret, so keep httpx/httpcore quiet even if someone turns on INFO logging.
-logging.getLogger("httpx").setLevel(logging.WARNING)
-logging.getLogger("httpcore").setLevel(logging.WARNING)
+__all__ = ["LogSink", "SendError", "WebhookSink", "discord", "open_log_file", "slack", "webhook"]
 
-USER_AGENT = "rogue-watchdog"
-_BODIES: dict[str, Callable[[Delivery], dict[str, Any]]] = {
-    "slack": slack_body,
-    "discord": discord_body,
-    "webhook": webhook_body,
-}
-_BATCH_BODIES: dict[str, Callable[[Sequence[Delivery]], dict[str, Any]]] = {
-    "slack": slack_batch_body,
-    "discord": discord_batch_body,
-    "webhook": webhook_batch_body,
-}
-# Answers that mean "the receiver is down or busy", not "this message is refused":
-# they hold back the sink's other deliveries until the retry (order is kept).
-_RECEIVER_DOWN = frozenset({408, 425, 429})
-# Answers about the URL itself (a revoked or mistyped webhook, a wrong token, an archived
-# channel): every alert would get them, so the sink waits for the URL to be fixed (it is
-# read again on every attempt) instead of setting each alert aside.
-_WRONG_URL = frozenset({401, 403, 404, 410})
-# Longest wait a receiver may ask for before it counts as absurd (then retry_max_s caps it).
-MAX_RETRY_AFTER_S = 86400.0
-# Of an error answer's body only this much is read (200 characters are kept).
-MAX_ERROR_BODY_BYTES = 4096
-
-
-class SendError(Exception):
-    """A delivery attempt failed.
-
-    Args:
-        reason: Why, already free of secrets (stored as ``last_error``, logged, shown
-            in ``status``).
-        sink_down: True when the whole sink is unusable for now (connection refused,
-            timeout, 5xx, 429, a wrong URL, missing secret): its other deliveries wait
-            too. False when only this message failed.
-        retry_after_s: How long the receiver asked to wait, in seconds (``Retry-After``
-            header, or Discord's ``retry_after`` in a 429 body), when it said.
-        permanent: This message can never be sent as it is (it cannot be encoded, or the
-            receiver refused it with a 4xx that is not about the URL or rate): the worker
-            sets it aside (dead letter) instead of retrying it.
-    """
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        sink_down: bool = True,
-        retry_after_s: float | None = None,
-        permanent: bool = False,
-    ) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.sink_down = sink_down
-        self.retry_after_s = retry_after_s
-        self.permanent = permanent
-
-
-class Sink(Protocol):
-    """One configured alert destination. Webhook sinks also have ``send_batch`` (several
-    alerts as one message), which the worker uses to coalesce a storm."""
-
-    settings: SinkSettings
-
-    def send(self, delivery: Delivery) -> None:
-        """Deliver once.
-
-        Raises:
-            SendError: The attempt failed; the reason carries no secret.
-        """
-        ...
+Body = Callable[[Outgoing], dict[str, Any]]
+BatchBody = Callable[[Sequence[Outgoing]], dict[str, Any]]
 
 
 class LogSink:
@@ -119,18 +49,19 @@ class LogSink:
 
     Args:
         settings: A ``log`` sink; ``path`` None means stdout.
+        context: Unused (a log sink needs no client); accepted as every sink factory's is.
     """
 
-    def __init__(self, settings: SinkSettings) -> None:
+    def __init__(self, settings: SinkSettings, context: SinkContext | None = None) -> None:
         self.settings = settings
 
-    def send(self, delivery: Delivery) -> None:
+    def send(self, out: Outgoing) -> None:
         """Write the line.
 
         Raises:
             SendError: The file cannot be opened or written (permissions, disk full).
         """
-        fields = log_fields(delivery)  # made safe: valid UTF-8, no control character
+        fields = log_fields(out)  # made safe: valid UTF-8, no control character
         # The level follows the finding's severity; a resolved finding is news, not alarm.
         severity = str(fields.get("severity"))
         level = "info" if fields["action"] == "resolve" else LOG_LEVELS.get(severity, "warning")
@@ -182,55 +113,25 @@ def open_log_file(path: str) -> IO[str]:
         raise
 
 
-def _seconds(value: object) -> float | None:
-    """A wait in seconds from a header or JSON value; None when not a usable number
-    (an HTTP date, NaN, negative, absurdly large)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None  # an HTTP date: rare for webhooks, the backoff applies instead
-    if not math.isfinite(seconds) or seconds < 0:
-        return None
-    return min(seconds, MAX_RETRY_AFTER_S)
-
-
-def _retry_after(resp: httpx.Response, head: bytes) -> float | None:
-    """``Retry-After`` (seconds), else the ``retry_after`` of a JSON body: Discord
-    answers a 429 with ``{"retry_after": 4.5, …}`` in seconds and may send no header
-    (discord-api-docs "Rate Limits"; issues #1454, #4722)."""
-    header = resp.headers.get("retry-after")
-    if header is not None:
-        return _seconds(header.strip())
-    try:
-        doc = json.loads(head)
-    except (ValueError, RecursionError):
-        return None
-    return _seconds(doc.get("retry_after")) if isinstance(doc, dict) else None
-
-
 class WebhookSink:
-    """POST the rendered body to a URL read from the environment or a file.
+    """POST a rendered body to a URL read from the environment or a file.
 
     Args:
-        settings: A ``slack``, ``discord`` or ``webhook`` sink.
-        client: Shared httpx client (the worker's; one thread uses it).
-        environ: Environment to read ``url_env`` from; None means ``os.environ``.
+        settings: The sink's settings (``url_env`` or ``url_file``).
+        context: Its client and environment.
+        body: One alert's body.
+        batch_body: Several alerts' body, one message.
     """
 
     def __init__(
-        self,
-        settings: SinkSettings,
-        client: httpx.Client,
-        environ: Mapping[str, str] | None = None,
+        self, settings: SinkSettings, context: SinkContext, body: Body, batch_body: BatchBody
     ) -> None:
         self.settings = settings
-        self.client = client
-        self.environ = environ
-        self._body = _BODIES[settings.type]
+        self.context = context
+        self._body = body
+        self._batch_body = batch_body
 
-    def send(self, delivery: Delivery) -> None:
+    def send(self, out: Outgoing) -> None:
         """POST once; a 2xx answer is success, anything else raises.
 
         Raises:
@@ -238,16 +139,16 @@ class WebhookSink:
                 for connecting and for each read), or a non-2xx status; ``permanent``
                 when the alert cannot be encoded or the receiver refused it.
         """
-        self._post(lambda: self._body(delivery), delivery_id(delivery))
+        self._post(lambda: self._body(out), out.delivery_id)
 
-    def send_batch(self, deliveries: Sequence[Delivery]) -> None:
+    def send_batch(self, batch: Sequence[Outgoing]) -> None:
         """POST several alerts as one message (a storm coalesced: one chat message
         listing them, or one webhook document with the full list).
 
         Raises:
             SendError: As :meth:`send`.
         """
-        self._post(lambda: _BATCH_BODIES[self.settings.type](deliveries), batch_id(deliveries))
+        self._post(lambda: self._batch_body(batch), batch_id(batch))
 
     def _post(self, build: Callable[[], dict[str, Any]], key: str) -> None:
         try:
@@ -261,50 +162,44 @@ class WebhookSink:
                 permanent=True,
             ) from None
         try:
-            url = read_url(self.settings, self.environ)
+            url = read_url(self.settings, self.context.environ)
         except SecretError as exc:  # redact anyway: a misconfigured name may be a URL
             raise SendError(redact(str(exc))) from None
-        headers = {
-            "content-type": "application/json",
-            "user-agent": USER_AGENT,
-            "idempotency-key": key,
-        }
-        try:
-            with self.client.stream(
-                "POST", url, content=body, headers=headers, timeout=self.settings.timeout_s
-            ) as resp:
-                code = resp.status_code
-                if 200 <= code < 300:
-                    return
-                reason = f"HTTP {code} {resp.reason_phrase}".rstrip()
-                head = _read_head(resp, MAX_ERROR_BODY_BYTES)
-                retry_after = _retry_after(resp, head) if code in (429, 503) else None
-        except httpx.TimeoutException as exc:
-            raise SendError(
-                redact(f"timed out after {self.settings.timeout_s:g} s ({type(exc).__name__})", url)
-            ) from None
-        except httpx.HTTPError as exc:
-            raise SendError(redact(f"{type(exc).__name__}: {exc}", url)) from None
-        snippet = head.decode("utf-8", "replace")[:200].strip().replace("\n", " ")
-        if snippet:
-            reason += f": {snippet}"
-        down = code >= 500 or code in _RECEIVER_DOWN or code in _WRONG_URL
-        if code in _WRONG_URL:
+        answer = http.post(
+            self.context.client, url, body, self.settings.timeout_s, {"idempotency-key": key}
+        )
+        if answer.ok:
+            return
+        if answer.status is None:
+            raise SendError(answer.failure)
+        code = answer.status
+        reason = f"HTTP {code} {answer.phrase}".rstrip()
+        if answer.snippet:
+            reason += f": {answer.snippet}"
+        # The receiver is down or busy, or the URL itself is wrong (every alert would get
+        # the answer, so the sink waits for the URL to be fixed: it is read again on every
+        # attempt): its other deliveries wait too, in order.
+        down = code >= 500 or code in http.RECEIVER_DOWN or code in http.WRONG_URL
+        if code in http.WRONG_URL:
             reason += " (the webhook URL or its token is wrong or revoked)"
         raise SendError(
             redact(reason, url),
             sink_down=down,
-            retry_after_s=retry_after,
+            retry_after_s=answer.retry_after_s,
             permanent=not down and 400 <= code < 500,
         )
 
 
-def _read_head(resp: httpx.Response, limit_bytes: int) -> bytes:
-    """At most ``limit_bytes`` of a streamed body; the rest is never read (a receiver's
-    300 MB error page must not be buffered to keep 200 characters of it)."""
-    data = b""
-    for chunk in resp.iter_bytes(chunk_size=1024):
-        data += chunk
-        if len(data) >= limit_bytes:
-            break
-    return data[:limit_bytes]
+def slack(settings: SinkSettings, context: SinkContext) -> WebhookSink:
+    """A ``slack`` sink (or a Slack-compatible one: Mattermost, Rocket.Chat)."""
+    return WebhookSink(settings, context, slack_body, slack_batch_body)
+
+
+def discord(settings: SinkSettings, context: SinkContext) -> WebhookSink:
+    """A ``discord`` sink."""
+    return WebhookSink(settings, context, discord_body, discord_batch_body)
+
+
+def webhook(settings: SinkSettings, context: SinkContext) -> WebhookSink:
+    """A generic ``webhook`` sink: the alert's JSON document as is."""
+    return WebhookSink(settings, context, webhook_body, webhook_batch_body)
