@@ -1,0 +1,136 @@
+"""A sink kind is one factory plus one registry line (docs/architecture.md, "Adding a
+sink"): a throwaway kind defined here, registered with one line, gets the daemon's alerts
+through the real path (tracker → spool → delivery worker), no other module edited. The
+typed alert record reads back exactly the document the tracker spooled."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from tests.conftest import Spawned
+from tests.unit.test_alert_delivery import Job, make, rows, worker
+from watchdog.config import ConfigError, parse_config
+from watchdog.config.alerts import SinkSettings
+from watchdog.config.sinks import SINK_KINDS, SinkKind, SinkRegistry
+from watchdog.daemon.alerts.alert import Alert, Outgoing
+from watchdog.daemon.alerts.base import Sink, SinkContext
+from watchdog.daemon.alerts.delivery import make_sink
+
+
+class Throwaway:
+    """A sink that keeps what it is given (defined here, in no module of the package)."""
+
+    got: ClassVar[list[Outgoing]] = []
+
+    def __init__(self, settings: SinkSettings, context: SinkContext) -> None:
+        self.settings = settings
+
+    def send(self, out: Outgoing) -> None:
+        type(self).got.append(out)
+
+
+@pytest.fixture
+def throwaway() -> Iterator[type[Throwaway]]:
+    Throwaway.got = []
+    SINK_KINDS.register(SinkKind("throwaway", f"{__name__}:Throwaway", receiver="none"))
+    try:
+        yield Throwaway
+    finally:
+        SINK_KINDS.unregister("throwaway")
+
+
+def test_every_built_in_kind_is_registered_once_and_builds_a_sink() -> None:
+    assert SINK_KINDS.names() == ("log", "slack", "discord", "webhook", "alertmanager")
+    for kind in SINK_KINDS:
+        settings = SinkSettings(type=kind.name, name=kind.name, urls=("http://127.0.0.1:9",))
+        sink = make_sink(settings, client=None)  # type: ignore[arg-type]  # none posts here
+        assert isinstance(sink, Sink) and sink.settings is settings
+
+
+def test_a_name_registers_once() -> None:
+    with pytest.raises(ValueError, match="sink kind 'slack' is registered twice"):
+        SINK_KINDS.register(SinkKind("slack", "somewhere.else:Slack"))
+    assert SINK_KINDS.get("slack") is not None
+    assert SINK_KINDS.get("slack").implementation == "watchdog.daemon.alerts.sinks:slack"  # type: ignore[union-attr]
+    fresh = SinkRegistry()
+    with pytest.raises(ValueError, match="is not module:attribute"):
+        fresh.register(SinkKind("x", "no_colon"))
+
+
+def test_the_configuration_knows_a_registered_kind_and_its_rules(
+    tmp_path: Path, throwaway: type[Throwaway]
+) -> None:
+    cfg = parse_config("alerts:\n  sinks:\n    - {type: throwaway, name: tw}\n")
+    (sink,) = cfg.alerts.sinks
+    assert (sink.type, sink.name, sink.interval_s) == ("throwaway", "tw", 0.0)
+    with pytest.raises(ConfigError, match="only an alertmanager sink takes this key"):
+        parse_config("alerts:\n  sinks:\n    - {type: throwaway, urls: ['http://a:1']}\n")
+    with pytest.raises(ConfigError, match="a throwaway sink takes path, not url_env"):
+        parse_config("alerts:\n  sinks:\n    - {type: throwaway, url_env: X}\n")
+    SINK_KINDS.unregister("throwaway")
+    with pytest.raises(ConfigError, match="unknown sink type 'throwaway'"):
+        parse_config("alerts:\n  sinks:\n    - {type: throwaway}\n")
+
+
+def test_the_daemon_delivers_to_a_throwaway_sink(
+    spawned: Spawned, tmp_path: Path, throwaway: type[Throwaway]
+) -> None:
+    job = Job(spawned, tmp_path, procs=2)
+    pid = job.start()
+    d = make(tmp_path, job.token, "    - {type: throwaway, name: tw}\n")
+    w = worker(d, {})
+    t0 = 1_000_000.0
+
+    d.tick(t0)
+    (finding,) = d.db.open_findings()
+    res = w.deliver_due(t0)
+    (row,) = rows(d, "tw")
+    assert res.delivered == [row.id]
+    (got,) = throwaway.got
+    assert (got.sink, got.row, got.created_at) == ("tw", row.id, row.created_at)
+    assert got.alert.event == "open" and got.alert.host == d.scanner.host
+    f = got.alert.finding
+    assert (f.id, f.kind, f.severity, f.root_pid) == (finding.id, "rogue-job", "high", pid)
+    assert f.message == finding.message and f.instances == 1 and f.change is None
+
+    job.kill()
+    d.tick(t0 + 1)
+    assert w.deliver_due(t0 + 1).delivered == [rows(d, "tw")[1].id]
+    assert [o.alert.event for o in throwaway.got] == ["open", "resolve"]
+    assert throwaway.got[1].alert.finding.resolved_at is not None
+    # A delivered row is never sent again.
+    assert w.deliver_due(t0 + 3600).delivered == [] and len(throwaway.got) == 2
+    w.stop()
+
+
+def test_the_record_reads_back_the_spooled_document_exactly(
+    spawned: Spawned, tmp_path: Path, throwaway: type[Throwaway]
+) -> None:
+    job = Job(spawned, tmp_path)
+    job.start()
+    d = make(tmp_path, job.token, "    - {type: throwaway, name: tw}\n")
+    d.tick(1_000_000.0)
+    (row,) = rows(d, "tw")
+    (stored,) = d.db.conn.execute("SELECT payload_json FROM deliveries").fetchone()
+    doc = json.loads(stored)
+    assert list(doc) == ["schema_version", "event", "host", "time", "finding"]
+    assert list(doc["finding"]) == [
+        "id", "kind", "severity", "message", "root_pid", "details", "opened_at",
+        "last_seen", "seen_count", "resolved_at", "instances",
+    ]  # fmt: skip
+    assert Alert.from_json(doc).to_json() == doc == row.payload
+    # Built from the record, read back from its JSON: the same alert.
+    (rec,) = d.db.open_findings()
+    built = Alert.from_record("open", rec, d.scanner.host, 1_000_000.0)
+    assert Alert.from_json(built.to_json()) == built
+    job.kill()
+    # A row spooled by an earlier version (no instances, an extra key) goes out as it was.
+    old = {"event": "open", "host": "h", "finding": {"id": 1, "kind": "k", "x": [1]}}
+    alert = Alert.from_json(old)
+    assert alert.to_json() == old and alert.finding.instances is None
+    assert (alert.finding.severity, alert.finding.seen_count) == (None, None)
