@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from watchdog.model import Origin
+
 if TYPE_CHECKING:
     from watchdog.state import Delivery, FindingRecord
 
@@ -90,6 +92,62 @@ class Change:
 
 
 @dataclass(frozen=True)
+class Routing:
+    """What tells alerts apart beyond the finding's kind (Alertmanager's labels) and how
+    to fix it, read from a finding's kind-dependent details in one place.
+
+    Attributes:
+        gpu: NVML indices of the GPUs it holds, comma-separated (``?`` for one without).
+        gpu_uuid: Their UUIDs, comma-separated.
+        origin_kind: The origin's kind (``cron``…).
+        origin: The origin's bounded label (:meth:`watchdog.model.Origin.label`).
+        user: The job's user.
+        remediation: What to do about it.
+
+    Each is None when the details do not name it.
+    """
+
+    gpu: str | None = None
+    gpu_uuid: str | None = None
+    origin_kind: str | None = None
+    origin: str | None = None
+    user: str | None = None
+    remediation: str | None = None
+
+    @classmethod
+    def from_details(cls, details: Mapping[str, Any]) -> Routing:
+        """Read ``details``: ``gpus`` (a list of ``{"index", "uuid"}``), ``origin`` (a
+        respawned finding's whole recorded origin), ``origin_kind``, ``origin_label``,
+        ``user`` and ``remediation`` (else the origin's)."""
+        gpu = gpu_uuid = origin_kind = label = None
+        gpus = details.get("gpus")
+        if isinstance(gpus, list) and gpus:
+            held = [g for g in gpus if isinstance(g, dict)]
+            gpu = ",".join("?" if g.get("index") is None else str(g["index"]) for g in held)
+            gpu_uuid = ",".join(str(g.get("uuid", "")) for g in held)
+        origin = details.get("origin")
+        remediation = details.get("remediation")
+        if isinstance(origin, dict):  # respawned: the whole origin object
+            origin_kind = str(origin.get("kind", ""))
+            label = Origin.from_json(origin).label()
+            if remediation is None:
+                remediation = origin.get("remediation")
+        if details.get("origin_kind"):
+            origin_kind = str(details["origin_kind"])
+        if details.get("origin_label"):
+            label = str(details["origin_label"])
+        user = str(details["user"]) if details.get("user") else None
+        return cls(
+            gpu=gpu,
+            gpu_uuid=gpu_uuid,
+            origin_kind=origin_kind,
+            origin=label,
+            user=user,
+            remediation=str(remediation) if remediation else None,
+        )
+
+
+@dataclass(frozen=True)
 class AlertFinding:
     """The finding an alert is about, as of the alert.
 
@@ -124,6 +182,11 @@ class AlertFinding:
     resolved_at: str | None = None
     instances: int | None = None
     change: Change | None = None
+
+    @property
+    def routing(self) -> Routing:
+        """Its labels and remediation, from :attr:`details`."""
+        return Routing.from_details(self.details)
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,10 @@ import structlog
 
 from watchdog.config.alerts import AlertSettings, SinkSettings
 from watchdog.daemon.alerts import http
-from watchdog.daemon.alerts.alert import Alert, Outgoing
+from watchdog.daemon.alerts.alert import Alert, Outgoing, Routing
 from watchdog.daemon.alerts.base import SendError, SinkContext
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.hosttext import safe_json
-from watchdog.model import Origin
 from watchdog.state import StateDB
 
 if TYPE_CHECKING:
@@ -80,13 +79,14 @@ def _rfc3339(ts: float) -> str:
 def alert_labels(alert: Alert) -> dict[str, str]:
     """The identifying labels of ``alert`` (:func:`routing_labels` of its finding)."""
     f = alert.finding
-    return routing_labels(alert.host or "", f.id, f.kind or "unknown", f.severity or "", f.details)
+    return _labels(alert.host or "", f.id, f.kind or "unknown", f.severity or "", f.routing)
 
 
 def routing_labels(
     host: str, finding_id: int | None, kind: str, severity: str, details: Mapping[str, Any]
 ) -> dict[str, str]:
-    """The identifying labels of an alert about a finding.
+    """The identifying labels of an alert about a finding with ``details`` (what the
+    tracker keeps with each alert, to see when they change).
 
     ``alertname``, ``host``, ``severity``, ``kind`` and ``finding`` (the finding id, so two
     findings never merge into one alert) always; ``gpu`` (NVML indices, comma-separated),
@@ -94,6 +94,12 @@ def routing_labels(
     :meth:`watchdog.model.Origin.label`) when the finding names them. Empty
     values are left out (Alertmanager treats an empty label as absent).
     """
+    return _labels(host, finding_id, kind, severity, Routing.from_details(details))
+
+
+def _labels(
+    host: str, finding_id: int | None, kind: str, severity: str, routing: Routing
+) -> dict[str, str]:
     labels = {
         "alertname": alertname(kind),
         "host": host,
@@ -101,24 +107,10 @@ def routing_labels(
         "kind": kind,
         "finding": "" if finding_id is None else str(finding_id),
     }
-    gpus = details.get("gpus")
-    if isinstance(gpus, list) and gpus:
-        labels["gpu"] = ",".join(
-            "?" if g.get("index") is None else str(g.get("index"))
-            for g in gpus
-            if isinstance(g, dict)
-        )
-        labels["gpu_uuid"] = ",".join(str(g.get("uuid", "")) for g in gpus if isinstance(g, dict))
-    origin = details.get("origin")
-    if isinstance(origin, dict):  # respawned: the whole origin object
-        labels["origin_kind"] = str(origin.get("kind", ""))
-        labels["origin"] = Origin.from_json(origin).label()
-    if details.get("origin_kind"):
-        labels["origin_kind"] = str(details["origin_kind"])
-    if details.get("origin_label"):
-        labels["origin"] = str(details["origin_label"])
-    if details.get("user"):
-        labels["user"] = str(details["user"])
+    for key in ("gpu", "gpu_uuid", "origin_kind", "origin", "user"):
+        value = getattr(routing, key)
+        if value is not None:
+            labels[key] = value
     return {k: _cut(v, MAX_LABEL_CHARS) for k, v in labels.items() if v}
 
 
@@ -136,17 +128,14 @@ def alert_body(alert: Alert, now: float, resend_s: float) -> dict[str, Any]:
         ``root_pid``), ``startsAt`` (when the finding opened) and ``endsAt``.
     """
     f = alert.finding
-    details = f.details
     labels = alert_labels(alert)
     annotations = {
         "summary": f"{labels['kind']} on {labels.get('host', '?')}",
         "message": _cut(f.message, MAX_ANNOTATION_CHARS),
     }
-    remediation = details.get("remediation")
-    if remediation is None and isinstance(details.get("origin"), dict):
-        remediation = details["origin"].get("remediation")
+    remediation = f.routing.remediation
     if remediation:
-        annotations["remediation"] = _cut(str(remediation), MAX_ANNOTATION_CHARS)
+        annotations["remediation"] = _cut(remediation, MAX_ANNOTATION_CHARS)
     if f.root_pid is not None:
         annotations["root_pid"] = str(f.root_pid)
     body: dict[str, Any] = {"labels": labels, "annotations": annotations}
