@@ -1,7 +1,11 @@
-"""Alert delivery: sinks (log, Slack, Discord, generic webhook), secrets, the worker.
+"""Alert delivery: the alert record, sinks (log, Slack, Discord, generic webhook,
+Alertmanager), the one HTTP post, secrets, the worker.
 
-The daemon's tracker spools one ``deliveries`` row per alert event and accepting sink;
-:class:`~watchdog.daemon.alerts.delivery.DeliveryWorker` sends them (docs/alerts.md).
+The daemon's tracker spools one ``deliveries`` row per alert event and accepting sink
+(:class:`~watchdog.daemon.alerts.alert.Alert`'s JSON);
+:class:`~watchdog.daemon.alerts.delivery.DeliveryWorker` sends them (docs/alerts.md) to
+the sink kinds registered in :data:`watchdog.config.sinks.SINK_KINDS`
+(docs/architecture.md, "Adding a sink").
 """
 
 from __future__ import annotations

@@ -342,7 +342,18 @@ class DeliveryWorker:
     ) -> bool:
         """Record a failed message; True when the sink is down (stop draining it)."""
         if exc.permanent and len(group) == 1:
-            self._dead(name, group[0], exc.reason, now, out)
+            d = group[0]
+            self.db.mark_dead(d.id, exc.reason, self._time(now))
+            out.dead[d.id] = exc.reason
+            log.error(
+                "alert-dead-lettered",
+                sink=name,
+                delivery=d.id,
+                finding_id=d.finding_id,
+                alert_event=d.event,
+                error=exc.reason,
+                message="this alert can never be sent to this sink; it is set aside",
+            )
             return False
         if exc.permanent:  # a coalesced message refused: send its alerts one by one
             self._singles.add(name)
@@ -366,22 +377,6 @@ class DeliveryWorker:
             return True
         return False
 
-    def _dead(
-        self, name: str, d: Delivery, reason: str, now: float | None, out: RoundResult
-    ) -> None:
-        """Set ``d`` aside: it can never be sent to this sink (logged once, counted)."""
-        self.db.mark_dead(d.id, reason, self._time(now))
-        out.dead[d.id] = reason
-        log.error(
-            "alert-dead-lettered",
-            sink=name,
-            delivery=d.id,
-            finding_id=d.finding_id,
-            alert_event=d.event,
-            error=reason,
-            message="this alert can never be sent to this sink; it is set aside",
-        )
-
     # -- say it once -------------------------------------------------------------------
 
     def _secret_ok(self, settings: SinkSettings) -> bool:
@@ -390,7 +385,7 @@ class DeliveryWorker:
         part = f"{SINK_COMPONENT}{settings.name}"
         problem: str | None = None
         kind = SINK_KINDS.get(settings.type)
-        needs_secret = kind is not None and kind.receiver != "none"
+        needs_secret = kind is None or kind.receiver != "none"
         if needs_secret and not settings.urls:  # inline Alertmanager URLs need none
             try:
                 read_url(settings, self.environ)

@@ -89,8 +89,8 @@ def post(
             ``user-agent`` are always sent.
 
     Returns:
-        What came back; only ``max`` :data:`MAX_ERROR_BODY_BYTES` of an error body are
-        read (a receiver's 300 MB error page is never buffered).
+        What came back; at most :data:`MAX_ERROR_BODY_BYTES` of an error body are read
+        (a receiver's 300 MB error page is never buffered).
     """
     sent = {"content-type": "application/json", "user-agent": USER_AGENT, **(headers or {})}
     try:
