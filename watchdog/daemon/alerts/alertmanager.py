@@ -31,12 +31,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import structlog
 
 from watchdog.config.alerts import AlertSettings, SinkSettings
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.daemon.alerts.sinks import MAX_ERROR_BODY_BYTES, SendError, _read_head
 from watchdog.hosttext import safe_json
+from watchdog.logs import get_logger
 from watchdog.model import Origin
 from watchdog.state import Delivery, StateDB
 
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from watchdog.daemon.loop import Daemon
     from watchdog.plugins import Worker
 
-log = structlog.get_logger("rogue-watchdog")
+log = get_logger()
 
 API_PATH = "/api/v2/alerts"
 # endsAt of a firing alert is this many re-send periods ahead (Prometheus uses 4): two
