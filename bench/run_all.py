@@ -829,10 +829,12 @@ SECTIONS = ("cli", "status", "daemon", "scan", "weights")
 
 
 def header(ctx: Ctx, sleeping: int, started: float) -> str:
-    rev = subprocess.run(
-        ["git", "-C", str(ctx.code), "rev-parse", "--short", "HEAD"],
+    top, rev = subprocess.run(
+        ["git", "-C", str(ctx.code), "rev-parse", "--show-toplevel", "--short", "HEAD"],
         capture_output=True, text=True, check=False,
-    ).stdout.strip() or "?"  # fmt: skip
+    ).stdout.split() or ["", "?"]  # fmt: skip
+    if Path(top).resolve() != ctx.code:
+        rev = "not a git checkout"  # e.g. an older commit unpacked with git archive
     try:
         load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
