@@ -1329,3 +1329,15 @@ UNVERIFIABLE_SUFFIXES = frozenset(
     }
 )
 INDEX_SUFFIX = ".index.json"
+
+
+def fmt_bytes(n: int | None) -> str:
+    """``1.5 GiB`` style size, or ``unknown`` for None."""
+    if n is None:
+        return "unknown"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"

@@ -12,8 +12,7 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from watchdog.model import Finding, GpuHeld, GpuInfo, Job
-from watchdog.policy.findings import fmt_bytes
+from watchdog.model import Finding, GpuHeld, GpuInfo, Job, fmt_bytes
 
 if TYPE_CHECKING:
     from watchdog.model import ScanResult

@@ -47,3 +47,10 @@ def test_host_text_is_escaped_and_stale_hosts_listed() -> None:
     doc = picture_json(pic)
     assert doc["not_ticking"] == ["gpu-b"]
     assert [h["ticking"] for h in doc["hosts"]] == [True, False]
+
+
+def test_the_parser_default_stale_after_is_the_library_default() -> None:
+    import watchdog.cli.fleet as cli_fleet
+    import watchdog.fleet as fleet
+
+    assert cli_fleet.DEFAULT_STALE_AFTER_S == fleet.DEFAULT_STALE_AFTER_S == 300.0

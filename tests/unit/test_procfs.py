@@ -165,3 +165,14 @@ def test_steady_refresh_reads_a_slice_of_stat_files() -> None:
     # new processes come and go on a busy machine; the rest is one slice of six
     assert reads < n // table.restat_every + 20, (reads, n)
     assert not ProcessTable("/tmp").trust_inodes
+
+
+def test_parse_status_reads_the_kernels_rows_not_a_name_that_looks_like_one() -> None:
+    from watchdog.sources.procfs import parse_status
+
+    real = "Name:\tx\x1cUid:\t0\t0\t0\t0\x1cNSpid:\t1\nUmask:\t0022\nUid:\t1000\t1000\t1000\t1000\n"
+    assert parse_status(real + "NSpid:\t4242\t7\nNSpgid:\t4242\t7\n") == (1000, (4242, 7))
+    assert parse_status("Name:\tsleep\nUid:\t0\t0\t0\t0\nNSpid:\t99") == (0, (99,))
+    assert parse_status("Name:\tsleep\nUid:\nNSpid:\t9 x\n") == (None, ())
+    assert parse_status("") == (None, ())
+    assert parse_status(None) == (None, ())

@@ -30,18 +30,17 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import structlog
-
 from watchdog.actions.effects import Effects
 from watchdog.actions.guards import read_live
 from watchdog.actions.remedy import Remedy, target_from_job
 from watchdog.config import Config
+from watchdog.logs import get_logger
 from watchdog.model import Finding, Job, ScanResult
 from watchdog.plugins import TrackResult
 from watchdog.policy.signature import job_signature
 from watchdog.state import ActionRecord, StateDB, source_undo
 
-log = structlog.get_logger("rogue-watchdog")
+log = get_logger()
 
 ACTED_KINDS = ("terminate", "disable-source")
 RECHECK_AFTER_S = 30.0

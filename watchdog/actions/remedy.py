@@ -11,18 +11,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from watchdog import hostpaths
 from watchdog.actions.disable import DisablePlan, DisableResult, plan_disable
 from watchdog.actions.effects import Effects
 from watchdog.actions.guards import Expected, Guard
 from watchdog.actions.terminate import TerminateOutcome, terminate_tree
 from watchdog.config.enforcement import EnforcementSettings
+from watchdog.logs import get_logger
 from watchdog.model import UNSANCTIONED_VERDICTS, Job, Origin, TargetGuard, finding_ref
 from watchdog.state import StateDB
 
-log = structlog.get_logger("rogue-watchdog")
+log = get_logger()
 
 
 @dataclass

@@ -12,11 +12,12 @@ structlog) when it runs. tests/unit/test_cli_startup.py keeps it that way.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Sequence
 
-from watchdog import __version__
+from watchdog import __version__, logs
 from watchdog.cli import actions, allowlist, complete, daemon, fleet, scan, slurm, weights
 from watchdog.cli.common import LOG_FORMATS, CliError, emit
 from watchdog.cli.help import command_help
@@ -123,14 +124,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command not in ("run", "status", "completion", "top"):
         # One-shot commands keep stdout for their report; their log events go to stderr:
         # a line for a person at a terminal, JSON lines like the daemon's for a pipe, a
-        # file or a --json run. (`status` never logs, and importing structlog would
-        # double its start-up time.)
+        # file or a --json run. Configured when the first event is logged
+        # (watchdog.logs): importing structlog is a sixth of a `scan` that logs nothing.
+        # (`status` never logs.)
         from watchdog.cli.common import configure_logging
 
         fmt = args.log_format
         if fmt == "auto" and getattr(args, "json", False):
             fmt = "json"
-        configure_logging(sys.stderr, fmt)
+        logs.defer_configure(functools.partial(configure_logging, sys.stderr, fmt))
     try:
         return int(args.func(args))
     except BrokenPipeError:
@@ -152,6 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for error in errors_of(exc):
             print(printable(f"rogue-watchdog: config error: {error}"), file=sys.stderr)
         return 2
+    finally:
+        # A command that logged nothing leaves no configuration behind for whatever
+        # logs next in this process (a test calling main() again).
+        logs.defer_configure(None)
 
 
 def _is_config_error(exc: BaseException) -> bool:

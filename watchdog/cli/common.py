@@ -236,6 +236,9 @@ def configure_logging(stream: TextIO | None = None, fmt: str = "json") -> None:
 
     import structlog
 
+    from watchdog.logs import defer_configure
+
+    defer_configure(None)  # this one replaces any still deferred
     out = sys.stdout if stream is None else stream
     if fmt == "auto":
         try:

@@ -25,6 +25,7 @@ from watchdog.cli.common import (
     socket_path,
 )
 from watchdog.cli.help import command_help
+from watchdog.logs import get_logger
 
 if TYPE_CHECKING:
     from watchdog.config import Config
@@ -35,16 +36,7 @@ if TYPE_CHECKING:
 # command that runs: `status` and `--help` must start fast (see watchdog/cli/__init__.py).
 
 
-class _Log:
-    """structlog's logger, imported on first use."""
-
-    def __getattr__(self, name: str) -> Any:
-        import structlog
-
-        return getattr(structlog.get_logger("rogue-watchdog"), name)
-
-
-log: Any = _Log()
+log = get_logger()  # structlog is imported on the first event
 
 DEFAULT_LOG_FILE = "/var/log/rogue-watchdog.log"
 

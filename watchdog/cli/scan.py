@@ -129,7 +129,7 @@ def gpu_memory_line(job: Job, result: ScanResult) -> str:
         ``  GPU memory: 5.0 GiB: GPU 0 GPU-aaaa 4.0 GiB, GPU 1 GPU-bbbb 1.0 GiB``; an
         unknown figure is ``unknown``; without NVML, why none is known.
     """
-    from watchdog.policy.findings import fmt_bytes
+    from watchdog.model import fmt_bytes
     from watchdog.render import gpu_label
 
     if not result.nvml.available:

@@ -23,18 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from watchdog.logs import get_logger
 
-class _Log:
-    """structlog's logger, imported on first use: only the server logs, and the client
-    (``rogue-watchdog status``) must start fast."""
-
-    def __getattr__(self, name: str) -> Any:
-        import structlog
-
-        return getattr(structlog.get_logger("rogue-watchdog"), name)
-
-
-log: Any = _Log()
+# structlog is imported on the first event: only the server logs, and the client
+# (``rogue-watchdog status``) must start fast.
+log = get_logger()
 
 SOCKET_MODE = 0o660
 MAX_REQUEST_BYTES = 64 * 1024

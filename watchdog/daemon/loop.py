@@ -19,18 +19,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import structlog
-
 from watchdog.config import Config, ConfigError, config_checksum, load_config
 from watchdog.daemon.tracker import Tracker, sink_accepts
 from watchdog.lineage.slurm import stepd_members
+from watchdog.logs import get_logger
 from watchdog.model import LOG_LEVELS, Finding, Origin, ScanResult
 from watchdog.plugins import Enforcer, FindingSource, TrackResult, Worker
 from watchdog.scan import Scanner
 from watchdog.sources.procfs import boot_id
 from watchdog.state import FindingRecord, StateDB
 
-log = structlog.get_logger("rogue-watchdog")
+log = get_logger()
 # Degraded-component name while the configuration file on disk was refused by a reload.
 RELOAD_COMPONENT = "config-reload"
 

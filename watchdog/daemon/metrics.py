@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -22,6 +21,7 @@ from prometheus_client.registry import Collector
 from watchdog.config.daemon import parse_listen
 from watchdog.daemon.events import EventsCollector
 from watchdog.daemon.fleetmetrics import FleetCollector
+from watchdog.logs import get_logger
 from watchdog.model import VERDICTS
 from watchdog.state import StateDB
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from watchdog.daemon.loop import Daemon, TickSummary
     from watchdog.plugins import Worker
 
-log = structlog.get_logger("rogue-watchdog")
+log = get_logger()
 
 PREFIX = "rogue_watchdog"
 # A failed metrics bind (port taken) is tried again from the tick hook this often.

@@ -27,12 +27,12 @@ import time
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
-import structlog
+from watchdog.logs import get_logger
 
 if TYPE_CHECKING:
     from watchdog.daemon.loop import Daemon, TickSummary
 
-log = structlog.get_logger("rogue-watchdog")
+log = get_logger()
 
 ENV_KEYS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 STALL_AFTER_S = 300.0

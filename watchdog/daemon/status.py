@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
-from watchdog.config import config_checksum
 from watchdog.model import REPORTED_SEVERITIES, Finding, Job, finding_ref
 from watchdog.render import (
     PLACEMENT_BLIND_KINDS,
@@ -105,6 +104,10 @@ def _learning_section(
 def _config_section(daemon: Daemon) -> dict[str, Any]:
     """``config``: path, checksum in force, checksum on disk now, whether they differ, and
     the keys of the file that wait for a restart (the rest of it is in force)."""
+    # Imported here, in the daemon: the `status` client renders with this module, and
+    # watchdog.config (PyYAML, every section's dataclasses) was half its start-up.
+    from watchdog.config import config_checksum
+
     on_disk = config_checksum(daemon.config_path)
     in_force = daemon.config_in_force
     return {

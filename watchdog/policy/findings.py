@@ -6,21 +6,10 @@ import os
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from watchdog.model import Finding, GpuHeld, GpuInfo, GpuProcess, Job, Proc
+# fmt_bytes lives in watchdog.model (render and the `status` client need no policy).
+from watchdog.model import Finding, GpuHeld, GpuInfo, GpuProcess, Job, Proc, fmt_bytes
 from watchdog.policy.jobs import zombie_holder
 from watchdog.sources.procfs import INITIAL_PID_NS, ProcessTable
-
-
-def fmt_bytes(n: int | None) -> str:
-    """``1.5 GiB`` style size, or ``unknown`` for None."""
-    if n is None:
-        return "unknown"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 def gpus_text(gpus: Sequence[GpuHeld]) -> str:

@@ -11,6 +11,7 @@ one parent or all re-parented.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence, Set
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from watchdog.config import IgnoreEntry
-from watchdog.config.base import Regex
+from watchdog.config.base import Regex, RegexError
 from watchdog.lineage.base import exe_name, is_wrapper, runs_program
 from watchdog.model import GpuHeld, GpuProcess, Job, Proc
 from watchdog.sources.procfs import ProcessTable
@@ -58,9 +59,33 @@ def is_launcher(proc: Proc, launchers: Sequence[Regex]) -> bool:
     """
     if proc.kernel_thread or not proc.cmdline or is_wrapper(proc):
         return False
+    combined = any_of(tuple(launchers))
+    if combined is not None:
+        # The same answer with two searches instead of two per pattern: the leftmost match
+        # of the alternation starts where the leftmost-starting pattern's match does, and
+        # it matches the executable iff one pattern does.
+        return runs_program(proc.cmdline, combined) or bool(proc.exe and combined.search(proc.exe))
     return any(
         runs_program(proc.cmdline, p) or (proc.exe and p.search(proc.exe)) for p in launchers
     )
+
+
+@functools.lru_cache(maxsize=8)
+def any_of(patterns: tuple[Regex, ...]) -> Regex | None:
+    """One RE2 pattern matching where any of ``patterns`` does, each in its own group
+    (an inline flag applies to its own pattern only).
+
+    Returns:
+        The alternation; None for no pattern (nothing matches) or when it does not
+        compile (too large for RE2's memory budget, or a flag Python's ``re`` refuses
+        inside a group): the caller then searches pattern by pattern.
+    """
+    if not patterns:
+        return None
+    try:
+        return Regex("|".join(f"(?:{p.pattern})" for p in patterns))
+    except RegexError:
+        return None
 
 
 def ignore_match(proc: Proc, ignore: Sequence[IgnoreEntry]) -> IgnoreEntry | None:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import pynvml
-import structlog
 
+from watchdog.logs import get_logger
 from watchdog.model import Finding, GpuInfo, GpuProcess
 from watchdog.sources.nvml_lib import (
     RawProcess,
@@ -50,7 +50,7 @@ MAX_MIG_SLOTS = 16
 INIT_RETRY_FIRST_S = 1.0
 INIT_RETRY_MAX_S = 60.0
 
-log = structlog.get_logger("rogue-watchdog")
+log = get_logger()
 
 
 @dataclass

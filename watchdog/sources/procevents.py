@@ -48,13 +48,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
+from watchdog.logs import get_logger
 from watchdog.model import Proc
 from watchdog.sources.gpulibs import library_pattern, mapped_libraries
 from watchdog.sources.procfs import ProcessTable
 
-log = structlog.get_logger("rogue-watchdog")
+log = get_logger()
 
 # include/uapi/linux/cn_proc.h, enum proc_cn_event (pyroute2 names them PROC_EVENT_*).
 PROC_EVENT_FORK = 0x00000001

@@ -130,20 +130,37 @@ def parse_cmdline(raw: bytes | None) -> tuple[str, ...]:
 def parse_status(text: str | None) -> tuple[int | None, tuple[int, ...]]:
     """The real UID and the ``NSpid`` row of ``/proc/PID/status`` (proc(5)).
 
+    Only the two rows are looked for (the last of each, as the kernel writes them after
+    ``Name:``, the one row a process chooses), not every row split and compared: this
+    runs for every process on the first scan.
+
     Returns:
         ``(uid, nspid)``; None / ``()`` for a field that is missing or malformed.
     """
+    if not text:
+        return None, ()
+    text = "\n" + text
     uid: int | None = None
     nspid: tuple[int, ...] = ()
-    for line in (text or "").splitlines():
-        try:
-            if line.startswith("Uid:"):
-                uid = int(line.split()[1])
-            elif line.startswith("NSpid:"):
-                nspid = tuple(int(x) for x in line.split()[1:])
-        except (IndexError, ValueError):
-            continue  # not procfs as proc(5) documents it: leave the field unknown
+    row = _status_row(text, "\nUid:")
+    if row is not None:
+        with contextlib.suppress(IndexError, ValueError):
+            uid = int(row.split()[0])
+    row = _status_row(text, "\nNSpid:")
+    if row is not None:
+        with contextlib.suppress(ValueError):  # not procfs as proc(5) documents it
+            nspid = tuple(int(x) for x in row.split())
     return uid, nspid
+
+
+def _status_row(text: str, key: str) -> str | None:
+    """The rest of the last line of ``text`` that starts with ``key`` (``"\\nUid:"``)."""
+    start = text.rfind(key)
+    if start < 0:
+        return None
+    start += len(key)
+    end = text.find("\n", start)
+    return text[start:] if end < 0 else text[start:end]
 
 
 def read_details(

@@ -31,10 +31,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from watchdog.config import Config
 from watchdog.config.ship_gates import QUARANTINE_DIRNAME, ShipGate
+from watchdog.logs import get_logger
 from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES, Finding, ScanResult
 from watchdog.state import StateDB
 from watchdog.weights.discover import index_shards
@@ -48,7 +47,7 @@ from watchdog.weights.quarantine import (
 from watchdog.weights.report import FileReport, Status
 from watchdog.weights.verifyworker import DEPLOY, TRAIN, FileKey, VerifyWorker
 
-log = structlog.get_logger("rogue-watchdog")
+log = get_logger()
 
 #: Longest a tick waits for verification results (seconds); slower files report later.
 TICK_WAIT_S = 0.25

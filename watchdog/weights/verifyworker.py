@@ -16,15 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-import structlog
-
+from watchdog.logs import get_logger
 from watchdog.model import INDEX_SUFFIX
 from watchdog.weights.api import verify_file
 from watchdog.weights.discover import check_index
 from watchdog.weights.report import FileReport
 from watchdog.weights.scan import ScanContext
 
-log = structlog.get_logger("rogue-watchdog")
+log = get_logger()
 
 #: Priority of files in a deploy directory (verified before training outputs).
 DEPLOY = 0

@@ -30,21 +30,20 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from watchdog.config.alerts import AlertSettings, SinkSettings
 from watchdog.daemon.alerts import http
 from watchdog.daemon.alerts.alert import Alert, Outgoing, Routing
 from watchdog.daemon.alerts.base import SendError, SinkContext
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.hosttext import safe_json
+from watchdog.logs import get_logger
 from watchdog.state import StateDB
 
 if TYPE_CHECKING:
     from watchdog.daemon.loop import Daemon
     from watchdog.plugins import Worker
 
-log = structlog.get_logger("rogue-watchdog")
+log = get_logger()
 
 API_PATH = "/api/v2/alerts"
 # endsAt of a firing alert is this many re-send periods ahead (Prometheus uses 4): two

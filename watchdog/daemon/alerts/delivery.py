@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import httpx
-import structlog
 
 from watchdog.config.alerts import AlertSettings, SinkSettings
 from watchdog.config.sinks import SINK_KINDS
@@ -53,12 +52,13 @@ from watchdog.daemon.alerts.alert import Outgoing
 from watchdog.daemon.alerts.backoff import Backoff
 from watchdog.daemon.alerts.base import BatchSink, SendError, Sink, SinkContext, SinkFactory
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
+from watchdog.logs import get_logger
 from watchdog.state import Delivery, StateDB, delivery_row
 
 if TYPE_CHECKING:
     from watchdog.daemon.loop import TickSummary
 
-log = structlog.get_logger("rogue-watchdog")
+log = get_logger()
 # Degraded-component name of a sink whose URL cannot be read: ``alert-sink:NAME``.
 SINK_COMPONENT = "alert-sink:"
 

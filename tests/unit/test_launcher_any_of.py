@@ -1,0 +1,66 @@
+"""is_launcher's one alternation answers as its patterns one by one do.
+
+The alternation (watchdog.policy.jobs.any_of) is a speed-up of the launcher check on
+every process of a first scan and every exec event; these cases compare it with the
+pattern-by-pattern answer on command lines where the program span decides.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+from watchdog.config import DEFAULT_LAUNCHERS
+from watchdog.config.base import Regex
+from watchdog.model import Proc
+from watchdog.policy.jobs import any_of, is_launcher
+
+PATTERN_SETS = [
+    tuple(Regex(p) for p in DEFAULT_LAUNCHERS),
+    (Regex(r"train[^\s/]*\.py"), Regex(r"^/usr/bin/python3")),
+    (Regex(r"(?i:TORCHRUN)"), Regex(r"--rank")),  # a flag scoped to its own pattern
+    (Regex(r"a|b"), Regex(r"^c$")),
+    (Regex(r"zzz"),),
+]
+COMMAND_LINES = [
+    ("python3", "/srv/train.py", "--rank", "3"),
+    ("vim", "train.py"),
+    ("tail", "-f", "/srv/train_x.py"),
+    ("/usr/bin/python3", "-m", "torch.distributed.run", "x.py"),
+    ("/opt/TorchRun", "--nproc", "8"),
+    ("deepspeed", "train.py"),
+    ("bash", "-c", "torchrun x"),
+    ("c",),
+    ("sleep", "3600"),
+    ("pgrep", "-f", "python3 train.py"),
+]
+EXES = [None, "/usr/bin/python3", "/srv/bin/train_fast.py", "/usr/bin/vim"]
+
+
+def one_by_one(proc: Proc, launchers: tuple[Regex, ...]) -> bool:
+    from watchdog.lineage.base import is_wrapper, runs_program
+
+    if proc.kernel_thread or not proc.cmdline or is_wrapper(proc):
+        return False
+    return any(
+        runs_program(proc.cmdline, p) or bool(proc.exe and p.search(proc.exe)) for p in launchers
+    )
+
+
+def test_the_alternation_answers_as_the_patterns_do() -> None:
+    checked = 0
+    for launchers, cmdline, exe in product(PATTERN_SETS, COMMAND_LINES, EXES):
+        proc = Proc(4242, 1, 0, "S", cmdline[0][-15:], exe=exe, cmdline=cmdline)
+        assert is_launcher(proc, launchers) == one_by_one(proc, launchers), (launchers, proc)
+        checked += 1
+    assert checked == len(PATTERN_SETS) * len(COMMAND_LINES) * len(EXES)
+    assert any_of(PATTERN_SETS[0]) is not None
+
+
+def test_no_pattern_matches_nothing_and_an_uncompilable_join_falls_back() -> None:
+    assert any_of(()) is None
+    proc = Proc(1, 0, 0, "S", "python3", cmdline=("python3", "train.py"))
+    assert is_launcher(proc, ()) is False
+    # Python's re refuses a global flag inside a group: searched one by one instead.
+    flagged = (Regex(r"(?i)TRAIN\.py"), Regex(r"torchrun"))
+    assert any_of(flagged) is None
+    assert is_launcher(proc, flagged) is True
