@@ -524,6 +524,8 @@ def section_daemon(ctx: Ctx, d: Daemon, interval_s: float) -> None:
     )
 
     # The exec storm.
+    from events_bench import STORM_C  # the one exec-storm generator, beside its bench
+
     storm = gcc(ctx.sandbox, "storm", STORM_C)
     rate, seconds = 500, ctx.n(60, 3)
     before = (d.status() or {}).get("events", {})
@@ -570,37 +572,6 @@ def reap(pids: Sequence[int]) -> None:
     for pid in pids:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-
-
-STORM_C = r"""
-#include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
-#include <sys/wait.h>
-/* storm RATE SECONDS: vfork+exec /bin/true RATE times a second for SECONDS. */
-int main(int argc, char **argv) {
-    long rate = atol(argv[1]);
-    double seconds = atof(argv[2]);
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    long done = 0;
-    for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        double el = (now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9;
-        if (el >= seconds) break;
-        long due = (long)(el * rate);
-        while (done < due) {
-            pid_t pid = vfork();
-            if (pid == 0) { execl("/bin/true", "true", (char *)0); _exit(127); }
-            if (pid > 0) waitpid(pid, 0, 0);
-            done++;
-        }
-        struct timespec nap = {0, 500000};
-        nanosleep(&nap, 0);
-    }
-    return 0;
-}
-"""
 
 
 def child_json(ctx: Ctx, *argv: str) -> dict[str, Any]:
