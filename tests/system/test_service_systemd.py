@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -138,7 +139,10 @@ def service(nsystemd: NamespacedSystemd) -> Iterator[tuple[NamespacedSystemd, Pa
 def test_notify_status_reload_stop(service: tuple[NamespacedSystemd, Path, Path]) -> None:
     sd, sandbox, config = service
     # systemctl start returns only once READY=1 arrived (Type=notify): after a first tick.
-    res = sd.systemctl("start", UNIT, check=False, timeout_s=120)
+    try:
+        res = sd.systemctl("start", UNIT, check=False, timeout_s=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no READY=1 in 120 s\n{sd.log_tail()}\n{_tail(sandbox)}")
     assert res.returncode == 0, f"{res.stderr}\n{sd.log_tail()}\n{_tail(sandbox)}"
     shown = sd.show(UNIT, "Type", "ActiveState", "SubState", "WatchdogUSec", "MainPID")
     assert shown["Type"] == "notify"
@@ -167,8 +171,12 @@ def test_notify_status_reload_stop(service: tuple[NamespacedSystemd, Path, Path]
     job, doc = seen["job"], seen["doc"]
     assert (job["verdict"], job["origin_kind"], job["user"]) == ("rogue", "systemd", "nobody")
     assert "ghost-retrain.service" in job["origin"]
-    # Kernel process events work under the unit's hardening (CAP_NET_ADMIN, AF_NETLINK).
-    assert doc["events"]["mode"] == "events", doc["events"]
+    # The unit's hardening lets the connector socket open and bind (AF_NETLINK,
+    # CAP_NET_ADMIN): what is missing is the kernel's acknowledgement, which it never sends
+    # to a process outside the initial PID namespace (cn_proc.c). The daemon waited for it
+    # at most 2 s (it used to wait forever, and systemctl start timed out) and polls.
+    assert doc["events"]["mode"] == "polling", doc["events"]
+    assert "did not acknowledge" in doc["events"]["reason"], doc["events"]
     assert doc["nvml"] == {"available": True, "driver_version": "550.54.15", "error": None}
     gpus = [(g["uuid"], g["memory_total_bytes"], g["memory_used_bytes"]) for g in doc["gpus"]]
     assert gpus == [("GPU-svc-0", 150_000_000_000, 10**6)]

@@ -561,8 +561,11 @@ def test_a_receiver_that_hangs_never_delays_another_sink(
 
         (line,) = poll("the log sink's line", written, 20)
         assert json.loads(line)["action"] == "open"
-        # The webhook's request came in and is still unanswered: the log did not wait.
+        # The webhook's request comes in (its thread may post after the log thread wrote)
+        # and is still unanswered while the log line stands: the log did not wait for it.
+        poll("the webhook's request", lambda: rx.requests or None, 20)
         assert [r.status for r in rx.requests] == [None]
+        assert written() == [line]
         assert [r.delivered_at is None for r in rows(d, "slow")] == [True]
     finally:
         rx.set_mode("ok")

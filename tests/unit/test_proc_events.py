@@ -4,6 +4,7 @@ candidates, the fallback, and the loop's early ticks."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -28,8 +29,10 @@ from watchdog.sources.procevents import (
     PROC_EVENT_EXEC,
     PROC_EVENT_EXIT,
     PROC_EVENT_FORK,
+    PROC_EVENT_NONE,
     EventBatch,
     ProcEventSource,
+    _await_ack,
     parse_events,
 )
 from watchdog.sources.procfs import ProcessTable
@@ -70,6 +73,28 @@ class FakeFeed:
 
     def swept(self) -> None:
         self.sweeps += 1
+
+
+def test_an_unacknowledged_subscription_times_out_instead_of_hanging() -> None:
+    """The kernel ignores PROC_CN_MCAST_LISTEN from outside the initial PID namespace and
+    never answers: pyroute2's control() waited forever there, so the daemon under a
+    nested systemd never sent READY=1. Now: events before the ack are skipped, the ack's
+    error number is raised, and no ack within the limit is ETIMEDOUT."""
+    ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with ours, kernel:
+        started = time.monotonic()
+        with pytest.raises(OSError) as silent:
+            _await_ack(ours, 0.3)
+        assert silent.value.errno == errno.ETIMEDOUT
+        assert "did not acknowledge" in str(silent.value)
+        assert 0.3 <= time.monotonic() - started < 5
+        kernel.send(message(PROC_EVENT_EXEC, 5, 5))
+        kernel.send(message(PROC_EVENT_NONE, 0))
+        _await_ack(ours, 5)  # the exec before it is skipped, the ack accepted
+        kernel.send(message(PROC_EVENT_NONE, errno.EINVAL))
+        with pytest.raises(OSError) as refused:
+            _await_ack(ours, 5)
+        assert refused.value.errno == errno.EINVAL
 
 
 def test_parse_events_decodes_fork_exec_exit_and_skips_truncated() -> None:
@@ -235,7 +260,8 @@ def test_unavailable_connector_polls_and_says_so_once(tmp_path: Path) -> None:
         "available": False,
         "reason": (
             "kernel process events unavailable (Connection refused): needs CAP_NET_ADMIN "
-            "and the initial network namespace; polling every daemon.interval_s instead"
+            "and the initial network, PID and user namespaces; polling every "
+            "daemon.interval_s instead"
         ),
         "events": {"fork": 0, "exec": 0, "exit": 0, "uid": 0, "sid": 0},
         "lost": 0,

@@ -29,7 +29,7 @@ sweep reconciles anything missed):
 Bursts are coalesced: one wake request per batch of datagrams read, the daemon's loop
 spaces early ticks, the re-read and maps queues are bounded (overflow turns into a full
 sweep). Where the connector cannot be opened (no CAP_NET_ADMIN on kernels before 6.6,
-not in the initial network namespace, a container) :meth:`ProcEventSource.start`
+outside the initial network, PID or user namespace, a container) :meth:`ProcEventSource.start`
 records why, logs it once and the daemon polls as before.
 """
 
@@ -56,6 +56,7 @@ from watchdog.sources.procfs import ProcessTable
 log = get_logger()
 
 # include/uapi/linux/cn_proc.h, enum proc_cn_event (pyroute2 names them PROC_EVENT_*).
+PROC_EVENT_NONE = 0x00000000  # the acknowledgement; event_data.ack.err follows what
 PROC_EVENT_FORK = 0x00000001
 PROC_EVENT_EXEC = 0x00000002
 PROC_EVENT_UID = 0x00000004
@@ -106,11 +107,20 @@ def parse_events(data: bytes) -> Iterator[tuple[int, int, int]]:
         off += (length + 3) & ~3  # NLMSG_ALIGN
 
 
-def open_proc_connector(rcvbuf_bytes: int) -> socket.socket:
+def open_proc_connector(rcvbuf_bytes: int, ack_timeout_s: float = 2.0) -> socket.socket:
     """Subscribe to the proc connector with pyroute2 and return the socket to read.
+
+    The subscription counts only once the kernel acknowledges it: ``cn_proc_mcast_ctl``
+    (drivers/connector/cn_proc.c) answers ``PROC_CN_MCAST_LISTEN`` with a
+    ``PROC_EVENT_NONE`` message carrying an error number, and silently ignores a request
+    from outside the initial PID and user namespaces (a container, a nested systemd),
+    whose events would name PIDs of another namespace anyway. pyroute2's
+    ``ProcEventSocket.control`` waits for that answer without a limit, so the request is
+    encoded with pyroute2, sent and its answer awaited here, at most ``ack_timeout_s``.
 
     Args:
         rcvbuf_bytes: ``SO_RCVBUF`` to ask for (the kernel doubles it, socket(7)).
+        ack_timeout_s: Longest wait for the kernel's acknowledgement, seconds.
 
     Returns:
         A non-blocking ``AF_NETLINK`` socket on a duplicate of the subscribed
@@ -120,17 +130,37 @@ def open_proc_connector(rcvbuf_bytes: int) -> socket.socket:
     Raises:
         OSError: The connector is unavailable: ``ECONNREFUSED`` outside the initial
             network namespace, ``EPERM`` without CAP_NET_ADMIN (kernels before 6.6),
-            ``EPROTONOSUPPORT`` without CONFIG_PROC_EVENTS.
+            ``EPROTONOSUPPORT`` without CONFIG_PROC_EVENTS, ``ETIMEDOUT`` when the kernel
+            ignored the request (outside the initial PID or user namespace), or the
+            error number the kernel's acknowledgement carried.
     """
     from pyroute2 import ProcEventSocket
+    from pyroute2.netlink import NLMSG_DONE
+    from pyroute2.netlink.connector.cn_proc import (
+        CN_IDX_PROC,
+        CN_VAL_PROC,
+        PROC_CN_MCAST_LISTEN,
+        proc_event_control,
+    )
 
     psock = ProcEventSocket()
+    sock: socket.socket | None = None
     try:
         psock.bind()
         psock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf_bytes)
-        psock.control(listen=True)
         sock = socket.socket(fileno=os.dup(psock.fileno()))
+        msg = proc_event_control()
+        msg["action"] = PROC_CN_MCAST_LISTEN
+        msg["idx"], msg["val"], msg["len"] = CN_IDX_PROC, CN_VAL_PROC, 4
+        msg["header"].update(type=NLMSG_DONE, flags=0, sequence_number=0, pid=0)
+        msg.encode()
+        # Sent on the duplicate: pyroute2 0.9's put() hands it to an asyncio transport
+        # that writes only while its loop runs (inside its own unbounded get()).
+        sock.sendto(msg.data, (0, 0))  # to the kernel (netlink port 0)
+        _await_ack(sock, ack_timeout_s)
     except Exception as exc:
+        if sock is not None:
+            sock.close()
         if isinstance(exc, OSError):
             raise
         raise OSError(errno.EIO, f"{type(exc).__name__}: {exc}") from exc
@@ -139,6 +169,27 @@ def open_proc_connector(rcvbuf_bytes: int) -> socket.socket:
             psock.close()
     sock.setblocking(False)
     return sock
+
+
+def _await_ack(sock: socket.socket, timeout_s: float) -> None:
+    """Read until the kernel's ``PROC_EVENT_NONE`` acknowledgement (events before it are
+    dropped: the first scan reads every process anyway)."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([sock], [], [], left)
+        if not ready:
+            break
+        data = sock.recv(RECV_BYTES)
+        for what, err, _ in parse_events(data):
+            if what == PROC_EVENT_NONE:
+                if err:
+                    raise OSError(err, os.strerror(err))
+                return
+    raise OSError(
+        errno.ETIMEDOUT,
+        "the kernel did not acknowledge the subscription (it ignores one from outside "
+        "the initial PID and user namespaces)",
+    )
 
 
 @dataclass
@@ -243,8 +294,8 @@ class ProcEventSource:
             self.available = False
             self.reason = (
                 f"kernel process events unavailable ({text}): needs "
-                "CAP_NET_ADMIN and the initial network namespace; polling every "
-                "daemon.interval_s instead"
+                "CAP_NET_ADMIN and the initial network, PID and user namespaces; polling "
+                "every daemon.interval_s instead"
             )
             log.warning("proc-events-unavailable", error=str(exc), message=self.reason)
             return
