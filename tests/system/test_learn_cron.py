@@ -180,7 +180,7 @@ def test_one_script_from_two_cron_files_is_never_proposed_silently(tmp_path: Pat
         ghosts = [line for line in chosen.stdout.splitlines() if "suspected ghost" in line]
         assert len(ghosts) == 1 and f"cron {ghost_d}:2 " in ghosts[0], chosen.stdout
         assert (
-            f"suspected ghost: runs the same program as the preferred cron {cron_d}:2 (* * * * *)"
+            f"suspected ghost: runs the same script as the preferred cron {cron_d}:2 (* * * * *)"
         ) in ghosts[0]
     finally:
         with contextlib.suppress(Exception):

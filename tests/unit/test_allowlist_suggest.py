@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -156,10 +157,77 @@ def test_the_same_script_from_two_cron_files_is_never_proposed_silently() -> Non
     assert [(g.origin.label(), g.why_not) for g in chosen.not_proposed] == [
         (
             "/etc/cron.d/old-pipeline:1",
-            "suspected ghost: runs the same program as the preferred cron "
+            "suspected ghost: runs the same script as the preferred cron "
             "/etc/cron.d/pipeline:2 (*/5 * * * *)",
         )
     ]
+
+
+def test_a_ghost_is_the_same_script_whatever_runs_it() -> None:
+    """The ghost check compared the whole program-and-script prefix: the same script run
+    by another interpreter path or with ``-u`` was proposed twice, silently."""
+    ghost = cron("/etc/cron.d/old-pipeline", 1)
+    for argv in (
+        ["/usr/bin/python3", SCRIPT],
+        [PY, "-u", SCRIPT],
+        ["python3", "/opt/pipeline/./train.py"],
+    ):
+        runs = [
+            *pipeline_runs(),
+            run(301, T0 + 700, T0 + 800, ghost, [*argv, "--old"]),
+            run(302, T0 + 900, T0 + 950, ghost, [*argv, "--old"]),
+        ]
+        s = suggest(runs, T0 - 1)
+        assert s.proposed == [], argv
+        assert [[g.origin.label() for g in c] for c in s.conflicts] == [
+            ["/etc/cron.d/pipeline:2", "/etc/cron.d/old-pipeline:1"]
+        ], argv
+
+
+def test_a_ghost_of_an_already_sanctioned_pipeline_is_named_not_proposed() -> None:
+    """With the pipeline already sanctioned by a rule, the ghost alone was proposed and
+    nothing mentioned the pipeline."""
+    sanctioned = [
+        dataclasses.replace(r, verdict="sanctioned", rule="pipeline") for r in pipeline_runs()
+    ]
+    ghost = cron("/etc/cron.d/old-pipeline", 1)
+    runs = [*sanctioned, run(301, T0 + 700, T0 + 800, ghost), run(302, T0 + 900, T0 + 950, ghost)]
+    s = suggest(runs, T0 - 1)
+    assert s.proposed == [] and s.conflicts == []
+    assert [(g.origin.label(), g.ghost_of, g.why_not) for g in s.not_proposed] == [
+        ("/etc/cron.d/pipeline:2", None, "already sanctioned by rule pipeline"),
+        (
+            "/etc/cron.d/old-pipeline:1",
+            "/etc/cron.d/pipeline:2",
+            "suspected ghost: runs the same script as the sanctioned cron "
+            "/etc/cron.d/pipeline:2 (*/5 * * * *)",
+        ),
+    ]
+
+
+def test_a_weekly_ghost_seen_once_still_stops_the_proposal() -> None:
+    """A weekly ghost runs once in a week's window, below --min-runs: it was listed as
+    'ran 1 time(s)' and the pipeline proposed beside it as if nothing else ran it."""
+    ghost = cron("/etc/cron.d/old-pipeline", 1)
+    s = suggest([*pipeline_runs(), run(301, T0 + 700, T0 + 800, ghost)], T0 - 1)
+    assert s.proposed == []
+    assert [[(g.origin.label(), len(g.runs)) for g in c] for c in s.conflicts] == [
+        [("/etc/cron.d/pipeline:2", 3), ("/etc/cron.d/old-pipeline:1", 1)]
+    ]
+    chosen = suggest(
+        [*pipeline_runs(), run(301, T0 + 700, T0 + 800, ghost)], T0 - 1,
+        prefer=["/etc/cron.d/pipeline:2"],
+    )  # fmt: skip
+    assert [g.rule for g in chosen.proposed] == ["cron-pipeline-2"]
+    assert [g.ghost_of for g in chosen.not_proposed] == ["/etc/cron.d/pipeline:2"]
+
+
+def test_a_shell_run_of_the_pipelines_script_is_no_ghost() -> None:
+    """Someone running the script by hand in tmux is listed, not a rival origin: the
+    pipeline is still proposed."""
+    s = suggest([*pipeline_runs(), run(201, T0 + 50, T0 + 90, tmux(), user="alice")], T0 - 1)
+    assert [g.rule for g in s.proposed] == ["cron-pipeline-2"]
+    assert [g.why_not for g in s.not_proposed] == ["started by hand in a shell or tmux"]
 
 
 def test_hostile_command_lines_cannot_break_out_of_a_comment() -> None:

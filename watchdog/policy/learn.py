@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -159,8 +159,8 @@ class Group:
         runs: The runs, oldest first.
         why_not: Why it is not proposed, or None.
         rule: The rule name it would get.
-        ghost_of: For a suspected ghost (``--prefer`` chose another origin of the same
-            program), the label of the chosen origin.
+        ghost_of: For a suspected ghost (a rule sanctions, or ``--prefer`` chose, another
+            origin of the same script), the label of that origin.
     """
 
     origin: Origin
@@ -221,6 +221,70 @@ def _matches(group: Group, prefer: str) -> bool:
     return prefer in names
 
 
+def job_identity(head: Sequence[str]) -> str:
+    """What two origins must share to run "the same job": the script (or ``-m`` module)
+    of :func:`program_and_script`, whatever interpreter path or options run it; the
+    program itself when no script is named.
+
+    Args:
+        head: :func:`program_and_script` of a run.
+
+    Returns:
+        ``/opt/p/train.py`` for both ``/usr/bin/python3 /opt/p/train.py`` and
+        ``/opt/venv/bin/python -u /opt/p/./train.py``; ``-m pipeline.train`` for a module.
+    """
+    if not head:
+        return ""
+    last = head[-1]
+    if len(head) >= 2 and head[-2] == "-m":
+        return f"-m {last}"
+    return os.path.normpath(last)
+
+
+def _ghosts(groups: Iterable[Group], prefer: Sequence[str]) -> list[list[Group]]:
+    """Mark every scheduler origin that runs a job another origin runs too.
+
+    Learning must not enshrine a ghost, so the comparison takes every group whose origin
+    could be sanctioned, also one a rule sanctions already and one that ran too rarely to
+    be proposed (a weekly ghost runs once in a week's window). For each job identity
+    (:func:`job_identity`) run from two or more origins: the origins rules sanction win
+    and the others are suspected ghosts of them; else the one ``prefer`` names wins; else
+    none is proposed and the group goes into the returned conflicts.
+
+    Args:
+        groups: Every group, ``why_not`` already set by the per-group checks.
+        prefer: Origins the admin chose (``--prefer``).
+
+    Returns:
+        The groups of each job run from several origins with no winner.
+    """
+    by_job: dict[str, list[Group]] = {}
+    for g in groups:
+        if not_sanctionable(g.origin) is None:
+            by_job.setdefault(job_identity(g.head), []).append(g)
+    conflicts: list[list[Group]] = []
+    for same in by_job.values():
+        if len({_origin_key(g.origin) for g in same}) < 2:
+            continue
+        sanctioned = [g for g in same if g.why_not and g.why_not.startswith("already sanctioned")]
+        chosen = sanctioned or [g for g in same if any(_matches(g, p) for p in prefer)]
+        winners = {_origin_key(g.origin) for g in chosen}
+        if sanctioned or len(winners) == 1:
+            for g in same:
+                if _origin_key(g.origin) not in winners:
+                    g.ghost_of = chosen[0].origin.label()
+                    how = "sanctioned" if sanctioned else "preferred"
+                    g.why_not = (
+                        f"suspected ghost: runs the same script as the {how} "
+                        f"{chosen[0].origin.describe()}"
+                    )
+            continue
+        for g in same:
+            g.why_not = "the same script runs from another origin: choose one with --prefer"
+        conflicts.append(same)
+    return conflicts
+
+
 def suggest(
     runs: Sequence[RunRecord],
     since: float,
@@ -232,9 +296,9 @@ def suggest(
 
     A group is proposed when its origin may be sanctioned (:func:`not_sanctionable`),
     it ran at least ``min_runs`` times, no rule sanctioned it already, and no other
-    proposable origin runs the same program and script (else all of them go into
-    ``conflicts``, unless ``prefer`` names one: that one is proposed, the others are
-    not, as suspected ghosts).
+    origin that could be sanctioned runs the same script (:func:`_ghosts`: all of them
+    go into ``conflicts``, unless a rule sanctions one or ``prefer`` names one: then the
+    others are suspected ghosts of it).
 
     Args:
         runs: Recorded runs (:func:`watchdog.state.read_runs`).
@@ -261,27 +325,7 @@ def suggest(
             g.why_not = f"already sanctioned by rule {', '.join(rules)}"
         if g.why_not is None and len(g.runs) < min_runs:
             g.why_not = f"ran {len(g.runs)} time(s), fewer than --min-runs {min_runs}"
-    by_head: dict[tuple[str, ...], list[Group]] = {}
-    for g in groups.values():
-        if g.why_not is None:
-            by_head.setdefault(g.head, []).append(g)
-    conflicts: list[list[Group]] = []
-    for same in by_head.values():
-        if len(same) < 2:
-            continue
-        chosen = [g for g in same if any(_matches(g, p) for p in prefer)]
-        if len(chosen) == 1:
-            for g in same:
-                if g is not chosen[0]:
-                    g.ghost_of = chosen[0].origin.label()
-                    g.why_not = (
-                        f"suspected ghost: runs the same program as the preferred "
-                        f"{chosen[0].origin.describe()}"
-                    )
-            continue
-        for g in same:
-            g.why_not = "the same program runs from another origin: choose one with --prefer"
-        conflicts.append(same)
+    conflicts = _ghosts(groups.values(), prefer)
     taken: set[str] = set()
     ordered = sorted(groups.values(), key=lambda g: (g.runs[0].started_at, g.head))
     proposed = [g for g in ordered if g.why_not is None]
