@@ -5,6 +5,8 @@ Property (docs/weights.md, "Checked against the loaders"):
 1. If any loader returns a non-finite value, the gate does not exit 0.
 2. If the gate exits 0, every loader that accepts the file returns the same tensors
    with the same finite values.
+3. Where two readers' rules differ (one accepts the file, another refuses it), the gate
+   does not exit 0.
 
 :func:`judge` runs the gate (the same ``verify`` the CLI runs) and every loader for the
 file's suffix, and names each broken clause. Used by the CI fuzz test, the plain
@@ -33,8 +35,9 @@ class Outcome:
         exit_code: What ``verify-weights`` would exit with (0, 1 or 2).
         gate_says: The gate's one-line summary of the file.
         readings: One per loader.
-        violations: ``(kind, text)`` pairs; kind ``non-finite-passed`` (clause 1) or
-            ``loaders-differ-passed`` (clause 2). Empty when the property holds.
+        violations: ``(kind, text)`` pairs; kind ``non-finite-passed`` (clause 1),
+            ``loaders-differ-passed`` (clause 2) or ``rules-differ-passed`` (clause 3).
+            Empty when the property holds.
     """
 
     exit_code: int
@@ -91,6 +94,15 @@ def judge(path: Path, loaders: list[Callable[[Path], Reading]]) -> Outcome:
                     ("non-finite-passed", f"{r.loader} reads non-finite values in {bad}")
                 )
         accepted = [r for r in readings if r.accepted]
+        refused = [r for r in readings if not r.accepted and not r.unsupported]
+        if accepted and refused:
+            violations.append(
+                (
+                    "rules-differ-passed",
+                    f"{', '.join(r.loader for r in accepted)} accept the file, "
+                    + "; ".join(r.summary() for r in refused),
+                )
+            )
         for a, b in itertools.combinations(accepted, 2):
             why = _differs(a, b)
             if why:

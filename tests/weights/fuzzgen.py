@@ -204,6 +204,8 @@ def gguf_cases(draw: st.DrawFn) -> Case:
             "dup-key",
             "bool",
             "bad-type",
+            "nul-key",
+            "nul-alignment-key",
         ],
     )
     if extra == "array-u8":
@@ -222,6 +224,10 @@ def gguf_cases(draw: st.DrawFn) -> Case:
         kvs.append(_kv(b"x.b", 7, b"\x02"))
     elif extra == "bad-type":
         kvs.append(_kv(b"x.t", 13, b""))
+    elif extra == "nul-key":  # ggml compares keys as C strings (the hostile tester's class)
+        kvs.append(_kv(b"x.k\0tail", 4, struct.pack("<I", 1)))
+    elif extra == "nul-alignment-key":  # general.alignment to ggml alone
+        kvs.append(_kv(b"general.alignment\0x", 4, struct.pack("<I", 64)))
     # --- tensors
     types = list(GGUF_TYPES)
     n_t = draw(st.integers(1, 3))
@@ -238,7 +244,18 @@ def gguf_cases(draw: st.DrawFn) -> Case:
             (f"t{i}".encode(), gtype, dims, _gguf_tensor_bytes(rng, gtype, n_el, special_p))
         )
     name_kind = bend(
-        "names", ["plain", "dup", "empty", "long63", "long64", "non-utf8", "non-utf8-pair"]
+        "names",
+        [
+            "plain",
+            "dup",
+            "empty",
+            "long63",
+            "long64",
+            "non-utf8",
+            "non-utf8-pair",
+            "nul",
+            "nul-pair",
+        ],
     )
     if name_kind == "dup" and n_t > 1:
         tensors[1] = (tensors[0][0], *tensors[1][1:])
@@ -251,6 +268,10 @@ def gguf_cases(draw: st.DrawFn) -> Case:
     elif name_kind == "non-utf8-pair" and n_t > 1:
         tensors[0] = (b"t\xfe", *tensors[0][1:])
         tensors[1] = (b"t\xff", *tensors[1][1:])
+    elif name_kind == "nul":  # ggml copies names up to the NUL: 't0\0a' is 't0' to it
+        tensors[0] = (tensors[0][0] + b"\0a", *tensors[0][1:])
+    elif name_kind == "nul-pair" and n_t > 1:  # two names ggml reads as one
+        tensors[1] = (tensors[0][0] + b"\0b", *tensors[1][1:])
     dims_kind = bend("dims", ["exact", "not-block-multiple", "zero", "no-dims", "five-dims", "big"])
     table_dims: list[tuple[int, ...]] = [t[2] for t in tensors]
     if dims_kind == "not-block-multiple":

@@ -42,13 +42,17 @@ class Reading:
         values: Tensor name to a flat array of what the loader returns (float64 for
             float types, int64/uint64 for integers); None when it refused the file.
         error: Why it refused (the exception, or ggml's log), else "".
-        opaque: Tensors the loader returns without values it converts (ggml's Q8_K).
+        opaque: Tensors the loader returns without values it converts (ggml's Q8_K,
+            gguf-py's types without a dequantizer).
+        unsupported: It refused for want of a type, not by a rule about the file
+            (safetensors.numpy on float8: numpy has no such dtype).
     """
 
     loader: str
     values: Values | None
     error: str = ""
     opaque: tuple[str, ...] = field(default=())
+    unsupported: bool = False
 
     @property
     def accepted(self) -> bool:
@@ -71,8 +75,8 @@ class Reading:
         return f"{self.loader}: {len(self.values)} tensors" + (f", non-finite {bad}" if bad else "")
 
 
-def _refused(loader: str, exc: BaseException) -> Reading:
-    return Reading(loader, None, f"{type(exc).__name__}: {exc}")
+def _refused(loader: str, exc: BaseException, unsupported: bool = False) -> Reading:
+    return Reading(loader, None, f"{type(exc).__name__}: {exc}", unsupported=unsupported)
 
 
 def _flat(arr: Any) -> np.ndarray:
@@ -136,7 +140,9 @@ def safetensors_numpy(path: Path) -> Reading:
     try:
         return Reading("safetensors.numpy", {k: _flat(v) for k, v in load_file(str(path)).items()})
     except Exception as exc:
-        return _refused("safetensors.numpy", exc)
+        # safetensors.numpy maps a dtype name to numpy's attribute of that name.
+        no_dtype = isinstance(exc, AttributeError) and "module 'numpy' has no attribute" in str(exc)
+        return _refused("safetensors.numpy", exc, unsupported=no_dtype)
 
 
 def safetensors_torch(path: Path) -> Reading:
@@ -218,6 +224,7 @@ def gguf_py(path: Path) -> Reading:
             warnings.simplefilter("ignore")
             reader = gguf.GGUFReader(str(path))
             out: Values = {}
+            opaque: list[str] = []
             for t in reader.tensors:
                 qtype = gguf.GGMLQuantizationType(t.tensor_type)
                 data = np.asarray(t.data)
@@ -226,9 +233,13 @@ def gguf_py(path: Path) -> Reading:
                     or qtype in _GGUF_INTS
                 ):
                     out[t.name] = _flat(data)
-                else:
+                    continue
+                try:
                     out[t.name] = _flat(quants.dequantize(data, qtype))
-        return Reading("gguf-py", out)
+                except NotImplementedError:  # read, but no dequantizer (Q8_K in 0.19)
+                    out[t.name] = np.zeros(0)
+                    opaque.append(t.name)
+        return Reading("gguf-py", out, opaque=tuple(opaque))
     except Exception as exc:
         return _refused("gguf-py", exc)
 

@@ -13,6 +13,7 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
 
@@ -172,7 +173,34 @@ def test_q8_1_whose_block_size_readers_disagree_on(
         "tensor 'w': ggml type 9 (Q8_1, whose block ggml reads as 36 bytes and gguf-py"
         " as 40) not verified",
     )
-    assert ggml(p).accepted and not gguf_py(p).accepted
+    # gguf-py sizes the block as 40 bytes and has no dequantizer for it: it reads the
+    # tensor with no values to compare (opaque), and so does this test's ggml reader.
+    assert gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q8_1] == (32, 40)
+    assert ggml(p).accepted and gguf_py(p).opaque == ("w",)
+
+
+@pytest.mark.parametrize("gtype", [0, 1, 30], ids=["F32", "F16", "BF16"])
+@pytest.mark.parametrize(
+    ("dims", "what"),
+    [((), "has no dimensions"), ((0,), "holds no values (dims (0,))")],
+    ids=["no-dims", "zero-dim"],
+)
+def test_gguf_tensor_without_values_to_agree_on(
+    tmp_path: Path, ggml: Callable[[Path], Reading], gtype: int, dims: tuple[int, ...], what: str
+) -> None:
+    """Found once clause 3 (readers' rules differ) was checked: a BF16 tensor with
+    n_dims 0 passed with exit 0 (ggml reads it as one value, gguf-py's dequantizer fails
+    with IndexError), and one with a 0 dimension (ggml reads no values, gguf-py fails
+    to reshape). Every type is refused, whichever reader happens to cope."""
+    raw = b"" if dims else {0: F32[:4], 1: b"\x00\x3c", 30: b"\x80\x3f"}[gtype]
+    p = _write(tmp_path, "z.gguf", gguf_bytes([("w", gtype, dims, raw)]))
+    assert _gate(p) == (
+        2,
+        f"tensor 'w' {what}: ggml reads it, gguf-py cannot convert it; readers disagree",
+    )
+    assert ggml(p).accepted
+    if gtype == 30:
+        assert not gguf_py(p).accepted
 
 
 def test_safetensors_key_with_a_lone_surrogate(tmp_path: Path) -> None:

@@ -344,6 +344,14 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
         if n_dims > MAX_DIMS:
             raise NotVerifiedError(f"tensor {name!r}: {n_dims} dims")
         dims = tuple(cur.u64() for _ in range(n_dims))
+        if n_dims == 0 or 0 in dims:
+            # ggml reads one value (every ne[] defaults to 1) or none; gguf-py's
+            # dequantizers reshape by the last dimension, which such a tensor lacks.
+            what = "has no dimensions" if n_dims == 0 else f"holds no values (dims {dims})"
+            raise NotVerifiedError(
+                f"tensor {name!r} {what}: ggml reads it, gguf-py cannot convert it;"
+                " readers disagree"
+            )
         type_id, offset = cur.u32(), cur.u64()
         gtype = GGML_TYPES.get(type_id)
         if gtype is None:
