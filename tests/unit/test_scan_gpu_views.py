@@ -68,7 +68,10 @@ def test_scan_gpu_3_names_the_job_its_memory_and_the_split(
     time.sleep(0.2)
     cfg = four_gpus(tmp_path, rogue, ok)
 
-    done = run_cli("scan", "--gpu", "3", "--config", str(cfg), env={"COLUMNS": "200"})
+    # Wide enough for the whole command whatever the checkout's path (it ends each row).
+    command = f"{sys.executable} {tmp_path}/mystery_train.py"
+    columns = str(max(200, 60 + len(command)))
+    done = run_cli("scan", "--gpu", "3", "--config", str(cfg), env={"COLUMNS": columns})
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     assert lines[1] == f"config: {cfg} (1 sanctioned rule)"
@@ -80,7 +83,7 @@ def test_scan_gpu_3_names_the_job_its_memory_and_the_split(
     rows = [line for line in lines if line.split()[1:2] == [str(rogue)]]
     assert len(rows) == 1
     assert rows[0].split()[:7] == ["rogue", str(rogue), "root", "1", "3", "4.0", "GiB"]
-    assert rows[0].endswith(f"{sys.executable} {tmp_path}/mystery_train.py")
+    assert rows[0].endswith(command)
     assert not [line for line in lines if f" {ok} " in line]  # GPU 1's job is not shown
     i = lines.index(rows[0])
     assert lines[i + 1 : i + 3] == [

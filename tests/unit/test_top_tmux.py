@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, Spawned, need_program, poll
+from watchdog.cli.top import fit_rows
 
 
 class Tmux:
@@ -158,3 +159,16 @@ def test_status_watch_is_the_same_view(spawned: Spawned, tmp_path: Path, term: T
     term.keys("q")
     poll("the view to exit", lambda: (not term.alive()) or None, 10)
     assert os.path.exists(f"/proc/{pid}")
+
+
+def test_a_frame_taller_than_the_terminal_keeps_its_keys_and_its_newest_lines() -> None:
+    """A long explanation (a long checkout path wraps every lineage row) scrolled the
+    title and the keys line off a 40-row terminal: 'q/Esc: back' was no longer shown."""
+    frame = ["title", "q/Esc: back", "", *[f"row {i}" for i in range(50)]]
+    assert fit_rows(frame, 8) == [
+        "title",
+        "q/Esc: back",
+        "  … 46 line(s) above hidden: the terminal has 8 rows",  # the blank one too
+        "row 45", "row 46", "row 47", "row 48", "row 49",
+    ]  # fmt: skip
+    assert fit_rows(frame, 60) == frame

@@ -181,8 +181,35 @@ def _key(fd: int, timeout_s: float) -> str:
     return {"\x1b[A": "k", "\x1b[B": "j"}.get(data, data[:1])
 
 
+def fit_rows(lines: list[str], rows: int) -> list[str]:
+    """The frame cut to the terminal's ``rows``: the header (title and keys, up to the
+    first blank line) and the newest lines stay, one line says how many were left out.
+
+    A frame taller than the terminal used to scroll the header off the screen, keys and
+    all; what a person acts on (an explanation, a plan before ``y``) is at the bottom.
+
+    Args:
+        lines: :func:`frame`'s lines (already wrapped to the width).
+        rows: Terminal rows.
+
+    Returns:
+        At most ``max(rows, header + 2)`` lines.
+    """
+    if len(lines) <= rows:
+        return lines
+    head = lines.index("") if "" in lines else 0
+    keep = max(1, rows - head - 1)
+    hidden = len(lines) - head - keep
+    return [
+        *lines[:head],
+        f"  … {hidden} line(s) above hidden: the terminal has {rows} rows",
+        *lines[-keep:],
+    ]
+
+
 def _draw(lines: list[str]) -> None:
-    sys.stdout.write("\x1b[H\x1b[2J" + "\r\n".join(lines))
+    rows = os.get_terminal_size(sys.stdout.fileno()).lines
+    sys.stdout.write("\x1b[H\x1b[2J" + "\r\n".join(fit_rows(lines, rows)))
     sys.stdout.flush()
 
 
