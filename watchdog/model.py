@@ -624,8 +624,8 @@ class SystemdOrigin(Origin):
         return True
 
     def pin_values(self) -> dict[str, object]:
-        """``systemd_unit``."""
-        return {"systemd_unit": self.unit}
+        """``systemd_unit`` and ``systemd_timer`` (None when no timer starts it)."""
+        return {"systemd_unit": self.unit, "systemd_timer": self.timer}
 
     def stop_targets(self) -> tuple[tuple[object, ...], ...]:
         """The unit and the timer that starts it, in their manager (system or user)."""

@@ -12,8 +12,9 @@ import pytest
 import structlog
 
 from watchdog.cli import main
-from watchdog.config import parse_config
-from watchdog.model import CronOrigin, Origin, ShellOrigin
+from watchdog.config import ConfigError, parse_config
+from watchdog.model import CronOrigin, Origin, ShellOrigin, SystemdOrigin
+from watchdog.policy.allowlist import origin_mismatch
 from watchdog.policy.learn import (
     head_regex,
     max_concurrent,
@@ -86,6 +87,29 @@ def test_strongest_pin_per_origin() -> None:
         "cron_file": "/etc/cron.d/pipeline", "cron_line": 2,
     }  # fmt: skip
     assert strongest_pin(Origin.from_json(tmux())) is None
+
+
+def test_a_timer_started_unit_is_pinned_to_unit_and_timer() -> None:
+    """The issue asks for "unit and timer"; the pin was the unit alone."""
+    timed = SystemdOrigin(unit="train.service", timer="train.timer", timer_schedule="daily")
+    assert strongest_pin(timed) == {"systemd_unit": "train.service", "systemd_timer": "train.timer"}
+    assert strongest_pin(SystemdOrigin(unit="train.service")) == {"systemd_unit": "train.service"}
+    cfg = parse_config(
+        "sanctioned:\n  - name: t\n    cmdline: '*'\n"
+        "    origin: {systemd_unit: train.service, systemd_timer: train.timer}\n",
+        "t.yaml",
+    )
+    pin = cfg.sanctioned[0].origin
+    assert origin_mismatch(pin, timed) is None
+    assert origin_mismatch(pin, SystemdOrigin(unit="train.service")) == (
+        "origin must be started by systemd timer 'train.timer'"
+    )
+    with pytest.raises(ConfigError, match=r"t\.yaml:4: .*'train' is not a timer unit"):
+        parse_config(
+            "sanctioned:\n  - name: t\n    cmdline: '*'\n"
+            "    origin: {systemd_unit: a.service, systemd_timer: train}\n",
+            "t.yaml",
+        )
 
 
 def test_max_concurrent_counts_overlapping_runs() -> None:

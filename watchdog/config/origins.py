@@ -41,6 +41,14 @@ def _unit_pin(r: NodeReader, node: yaml.Node, key: str) -> str:
     return text
 
 
+def _timer_pin(r: NodeReader, node: yaml.Node, key: str) -> str:
+    """A glob over a timer unit's name: it must be able to match ``*.timer``."""
+    text = datatypes.glob(r, node, key)
+    if not text.endswith(("*", ".timer")):
+        raise r.err(node, key, f"{text!r} is not a timer unit (timers are named NAME.timer)")
+    return text
+
+
 @dataclass(frozen=True)
 class OriginPin:
     """Where a job must come from; every set field must match (fnmatch globs, except
@@ -48,6 +56,7 @@ class OriginPin:
 
     any: bool = setting(False, datatypes.boolean)
     systemd_unit: str | None = setting(None, _unit_pin)
+    systemd_timer: str | None = setting(None, _timer_pin)
     cron_file: str | None = setting(None, datatypes.glob)
     cron_line: int | None = setting(None, datatypes.integer(1))
     slurm_account: str | None = setting(None, datatypes.glob)

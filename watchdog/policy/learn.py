@@ -84,14 +84,18 @@ def head_regex(head: Sequence[str]) -> str:
 
 def strongest_pin(origin: Origin) -> dict[str, object] | None:
     """The origin keys of a rule that name this origin most narrowly (docs/config.md):
-    cron file and line; unit; Slurm account and job name; image digest (else image);
-    Kubernetes namespace, owner and service account. None when it offers none."""
+    cron file and line; unit and the timer that starts it; Slurm account and job name;
+    image digest (else image); Kubernetes namespace, owner and service account. None when
+    it offers none."""
     if isinstance(origin, CronOrigin):
         if origin.file is None or origin.line is None:
             return None
         return {"cron_file": origin.file, "cron_line": origin.line}
     if isinstance(origin, SystemdOrigin):
-        return {"systemd_unit": origin.unit} if origin.unit else None
+        if not origin.unit:
+            return None
+        unit: dict[str, object] = {"systemd_unit": origin.unit}
+        return unit | ({"systemd_timer": origin.timer} if origin.timer else {})
     if isinstance(origin, SlurmOrigin):
         if origin.account is None or origin.job_name is None:
             return None
