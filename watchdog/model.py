@@ -1157,7 +1157,7 @@ class Advice:
 UNDECIDED = Advice(refused="the guard has not judged this job")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
     """A training job: a process tree judged as one.
 

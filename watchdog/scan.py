@@ -392,6 +392,7 @@ class Scanner:
         mono = time.monotonic()
         origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin, object]] = {}
         pinned: dict[tuple[int, int], Origin] = {}
+        resolved: list[Job] = []
         for job in jobs:
             # The same lineage resolves the same way until its files change: reuse the
             # answer for ORIGIN_TTL_S (a re-parented job has a new lineage, so a new key).
@@ -406,11 +407,11 @@ class Scanner:
                 hit = (mono, first, _file_stamp(first))
             origins[key] = hit
             pinned[ident] = hit[1]
-            job.origin = hit[1]
+            resolved.append(dataclasses.replace(job, origin=hit[1]))
         self._origins = origins
         self._pinned = pinned
         kept = self._alive_sanctioned()
-        judge(jobs, self.config, kept)
+        jobs = judge(resolved, self.config, kept)
         guard = protection(
             jobs, self.config, table=self.table, never=self._lineage_of_self(), kept=kept
         )
@@ -418,10 +419,18 @@ class Scanner:
         jobs = with_advice(jobs, guard, self.table, self.config)
         proc_root = self.config.paths.proc_root
         protected = protected_pids(jobs)
-        for job in jobs:
-            if job.unsanctioned:
-                pids = service_pids(job, self.table, protected)
-                job.listening = [x.to_json() for x in listening_for(pids, proc_root)]
+        jobs = [
+            dataclasses.replace(
+                job,
+                listening=[
+                    x.to_json()
+                    for x in listening_for(service_pids(job, self.table, protected), proc_root)
+                ],
+            )
+            if job.unsanctioned
+            else job
+            for job in jobs
+        ]
         findings = [
             *_mark_exited(job_findings(jobs), exited),
             *self._kept_findings(jobs, kept),

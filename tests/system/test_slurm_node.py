@@ -8,6 +8,7 @@ is what "holds a GPU" means to the device-fd source, as in the other system test
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -316,8 +317,7 @@ def test_a_leftover_that_starts_a_copy_is_not_clean(cluster: SlurmHarness, tmp_p
 
 def test_a_long_reason_reads_back_whole(cluster: SlurmHarness, tmp_path: Path) -> None:
     drainer = SlurmDrainer(SlurmNodeSettings(drain_on=("rogue",), node_name=HOST), str(tmp_path))
-    job = _rogue()
-    job.user = "u" * 190
+    job = dataclasses.replace(_rogue(), user="u" * 190)
     drainer.apply([job])
     state, reason = _state()
     assert state == "drained"

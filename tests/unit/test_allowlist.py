@@ -35,7 +35,7 @@ def job(pid: int, cmd: str, user: str, origin: Origin) -> Job:
 
 def test_same_script_from_cron_is_rogue_and_says_why() -> None:
     jobs = [job(10, "/usr/bin/python3 /opt/pipe/train.py --epochs 3", "mlops", CRON)]
-    judge(jobs, CFG)
+    jobs = judge(jobs, CFG)
     assert jobs[0].verdict == "rogue"
     assert jobs[0].reason == (
         "not sanctioned: rule 'pipeline' matches the command line but origin must be "
@@ -46,7 +46,7 @@ def test_same_script_from_cron_is_rogue_and_says_why() -> None:
 def test_instances_over_the_cap_are_excess_oldest_win() -> None:
     cmd = "/usr/bin/python3 /opt/pipe/train.py"
     jobs = [job(p, cmd, "mlops", UNIT) for p in (10, 20, 30)]
-    judge(jobs, CFG)
+    jobs = judge(jobs, CFG)
     assert [j.verdict for j in jobs] == ["sanctioned", "sanctioned", "excess"]
     assert jobs[2].rule == "pipeline"
     assert jobs[2].reason == (
@@ -56,7 +56,7 @@ def test_instances_over_the_cap_are_excess_oldest_win() -> None:
 
 def test_wrong_user_is_rogue() -> None:
     jobs = [job(10, "/usr/bin/python3 /opt/pipe/train.py", "alice", UNIT)]
-    judge(jobs, CFG)
+    jobs = judge(jobs, CFG)
     assert jobs[0].verdict == "rogue"
     assert "user must be 'mlops', is 'alice'" in jobs[0].reason
 
@@ -76,7 +76,7 @@ def test_cron_line_pin_and_slurm_pins() -> None:
         job(3, "python x.py", "bob", slurm),
         job(4, "python x.py", "bob", other),
     ]
-    judge(jobs, CFG)
+    jobs = judge(jobs, CFG)
     assert [(j.verdict, j.rule) for j in jobs] == [
         ("sanctioned", "weekly"),
         ("rogue", None),
@@ -88,7 +88,7 @@ def test_cron_line_pin_and_slurm_pins() -> None:
 
 def test_empty_allowlist_makes_everything_rogue() -> None:
     jobs = [job(10, "torchrun train.py", "root", UNIT)]
-    judge(jobs, parse_config("", "e.yaml"))
+    jobs = judge(jobs, parse_config("", "e.yaml"))
     assert (jobs[0].verdict, jobs[0].reason) == ("rogue", "not sanctioned: the allowlist is empty")
 
 
@@ -111,7 +111,7 @@ def test_unit_pin_never_sanctions_another_users_unit_of_that_name() -> None:
         job(11, "/usr/bin/python3 /srv/train.py", "svc", system_unit),
         job(12, "/usr/bin/python3 /srv/own.py", "mlops", own),
     ]
-    judge(jobs, config)
+    jobs = judge(jobs, config)
     assert [j.verdict for j in jobs] == ["rogue", "sanctioned", "sanctioned"]
     assert jobs[0].reason.endswith(
         "origin is user 'eve''s own unit 'train.service'; a unit pin matches a user unit "

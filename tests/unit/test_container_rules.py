@@ -21,7 +21,7 @@ def _judge(fields: dict[str, str | None], kind: str = "container") -> Job:
         gpu_memory_bytes=None, gpu_uuids=[], lineage=[],
         origin=Origin.from_json({"kind": kind, **fields}),
     )  # fmt: skip
-    judge([job], parse_config(CONFIG, "c.yaml"))
+    (job,) = judge([job], parse_config(CONFIG, "c.yaml"))
     return job
 
 

@@ -322,11 +322,11 @@ def test_allowlist_k8s_keys(tmp_path: Path, apiserver: FakeApiServer) -> None:
     origin = _resolve(tmp_path, KubernetesResolver(_api(apiserver.url)), CJ_CGROUP)
     assert origin is not None
     job = _job(origin)
-    judge([job], cfg)
+    (job,) = judge([job], cfg)
     assert (job.verdict, job.rule) == ("sanctioned", "nightly")
     other = Origin.from_json({**origin.to_json(), "owner_name": "adhoc"})
     job = _job(other)
-    judge([job], cfg)
+    (job,) = judge([job], cfg)
     assert job.verdict == "rogue"
     assert job.reason == (
         "not sanctioned: rule 'nightly' matches the command line but "
@@ -338,7 +338,7 @@ def test_allowlist_says_when_the_api_was_blind(tmp_path: Path) -> None:
     cfg = parse_config(CONFIG, "c.yaml")
     blind = Origin.from_json({"kind": "kubernetes", "pod_uid": UID, "api": "unavailable: HTTP 503"})
     job = _job(blind)
-    judge([job], cfg)
+    (job,) = judge([job], cfg)
     assert job.reason.endswith(
         "origin must be Kubernetes namespace 'ml-team';"
         " unknown: Kubernetes API unavailable: HTTP 503"

@@ -9,6 +9,7 @@ and the rest are ``excess``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from fnmatch import fnmatchcase
 
 from watchdog.config import Config, OriginPin, Rule
@@ -111,8 +112,8 @@ def rule_mismatch(rule: Rule, job: Job) -> list[str]:
 
 def judge(
     jobs: Sequence[Job], config: Config, kept: Mapping[tuple[int, int], str] | None = None
-) -> None:
-    """Set ``verdict``, ``rule`` and ``reason`` on every job, in place.
+) -> list[Job]:
+    """Each job with its ``verdict``, ``rule`` and ``reason`` decided.
 
     A job whose root was sanctioned before (``kept``: the process itself, or a worker of
     a sanctioned job whose launcher exited) stays sanctioned for its life, whatever the
@@ -124,59 +125,64 @@ def judge(
             keeps the oldest ``max_instances`` jobs of a rule).
         config: The allowlist and ignore list.
         kept: ``(PID, start ticks) -> rule`` of processes sanctioned earlier.
+
+    Returns:
+        New jobs, in the same order (the given ones are frozen and left as they were).
     """
     kept = kept or {}
-    counts: dict[str, list[Job]] = {}
-    for job in jobs:
-        entry = ignore_match(job.lineage[0], config.ignore) if job.lineage else None
-        if entry is not None:
-            job.verdict, job.rule = "ignored", entry.name
-            job.reason = f"ignore entry {entry.name!r}"
-            continue
-        was = kept.get((job.root_pid, job.start_ticks))
-        if was is not None:
-            counts.setdefault(was, []).append(job)
-            now_why = not_sanctioned_now(job, config)
-            job.verdict, job.rule = "sanctioned", was
-            job.reason = f"sanctioned by rule {was!r} when it started; kept for its life" + (
-                f" (now: {now_why})" if now_why else ""
+    counts: dict[str, list[int]] = {}  # rule -> root PIDs counted against it, oldest first
+    return [_judged(job, config, kept, counts) for job in jobs]
+
+
+def _judged(
+    job: Job, config: Config, kept: Mapping[tuple[int, int], str], counts: dict[str, list[int]]
+) -> Job:
+    """One job's verdict; ``counts`` carries the instances seen so far, per rule."""
+    entry = ignore_match(job.lineage[0], config.ignore) if job.lineage else None
+    if entry is not None:
+        return replace(
+            job, verdict="ignored", rule=entry.name, reason=f"ignore entry {entry.name!r}"
+        )
+    was = kept.get((job.root_pid, job.start_ticks))
+    if was is not None:
+        counts.setdefault(was, []).append(job.root_pid)
+        now_why = not_sanctioned_now(job, config)
+        reason = f"sanctioned by rule {was!r} when it started; kept for its life" + (
+            f" (now: {now_why})" if now_why else ""
+        )
+        return replace(job, verdict="sanctioned", rule=was, reason=reason)
+    matched = None
+    nearest: tuple[Rule, list[str]] | None = None
+    for rule in config.sanctioned:
+        why = rule_mismatch(rule, job)
+        if not why:
+            matched = rule
+            break
+        if nearest is None and "command line differs" not in why:
+            nearest = (rule, why)
+    if matched is None:
+        if nearest is not None:
+            rule, why = nearest
+            reason = (
+                f"not sanctioned: rule {rule.name!r} matches the command line but " + "; ".join(why)
             )
-            continue
-        matched = None
-        nearest: tuple[Rule, list[str]] | None = None
-        for rule in config.sanctioned:
-            why = rule_mismatch(rule, job)
-            if not why:
-                matched = rule
-                break
-            if nearest is None and "command line differs" not in why:
-                nearest = (rule, why)
-        if matched is None:
-            job.verdict, job.rule = "rogue", None
-            if nearest is not None:
-                rule, why = nearest
-                job.reason = (
-                    f"not sanctioned: rule {rule.name!r} matches the command line but "
-                    + "; ".join(why)
-                )
-            elif config.sanctioned:
-                job.reason = "not sanctioned: no rule matches the command line"
-            else:
-                job.reason = "not sanctioned: the allowlist is empty"
-            continue
-        earlier = counts.setdefault(matched.name, [])
-        earlier.append(job)
-        job.rule = matched.name
-        if matched.max_instances is not None and len(earlier) > matched.max_instances:
-            job.verdict = "excess"
-            older = ", ".join(str(j.root_pid) for j in earlier[: matched.max_instances])
-            job.reason = (
-                f"rule {matched.name!r} allows {matched.max_instances} instance(s); this is "
-                f"instance {len(earlier)} (running: root PIDs {older})"
-            )
+        elif config.sanctioned:
+            reason = "not sanctioned: no rule matches the command line"
         else:
-            job.verdict = "sanctioned"
-            job.reason = f"matches rule {matched.name!r}"
+            reason = "not sanctioned: the allowlist is empty"
+        return replace(job, verdict="rogue", rule=None, reason=reason)
+    earlier = counts.setdefault(matched.name, [])
+    earlier.append(job.root_pid)
+    if matched.max_instances is not None and len(earlier) > matched.max_instances:
+        older = ", ".join(str(pid) for pid in earlier[: matched.max_instances])
+        reason = (
+            f"rule {matched.name!r} allows {matched.max_instances} instance(s); this is "
+            f"instance {len(earlier)} (running: root PIDs {older})"
+        )
+        return replace(job, verdict="excess", rule=matched.name, reason=reason)
+    return replace(
+        job, verdict="sanctioned", rule=matched.name, reason=f"matches rule {matched.name!r}"
+    )
 
 
 def not_sanctioned_now(job: Job, config: Config) -> str | None:

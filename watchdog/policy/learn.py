@@ -448,9 +448,7 @@ def replay(runs: Sequence[RunRecord], config: Config) -> list[Change]:
     out = []
     for i, run in enumerate(ordered):
         running = [r for r in ordered[:i] if r.last_seen >= run.started_at]
-        jobs = [_job(r) for r in [*running, run]]
-        judge(jobs, config)
-        mine = jobs[-1]
+        mine = judge([_job(r) for r in [*running, run]], config)[-1]
         if mine.verdict != run.verdict:
             out.append(Change(run, run.verdict, mine.verdict, mine.reason))
     return out
