@@ -13,7 +13,7 @@ import socket
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog.config import Config
 from watchdog.lineage import default_resolvers
@@ -36,6 +36,7 @@ from watchdog.policy.allowlist import judge, not_sanctioned_now
 from watchdog.policy.findings import (
     gpu_visibility_findings,
     job_findings,
+    missing_gpu_processes,
     pid_namespace_finding,
     unexplained_memory_findings,
 )
@@ -47,6 +48,9 @@ from watchdog.sources.gpulibs import GpuLibraryCache
 from watchdog.sources.procevents import EventBatch
 from watchdog.sources.procfs import ProcessTable, boot_id, pid_namespaces, read_identity
 from watchdog.sources.sockets import listening_for
+
+if TYPE_CHECKING:  # pynvml is imported only when NVML is used
+    from watchdog.sources.nvml import NvmlSnapshot
 from watchdog.state import read_sanctioned_procs
 
 # How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
@@ -60,10 +64,35 @@ FULL_SWEEP_MIN_GAP_S = 2.0
 class GpuSource(Protocol):
     """What the scan needs from NVML (see :class:`watchdog.sources.nvml.NvmlSource`)."""
 
-    def snapshot(self, pid_max: int) -> Any:
-        """Return an object with ``available``, ``driver_version``, ``error``, ``gpus``,
-        ``processes`` and ``findings`` attributes."""
+    def snapshot(self, pid_max: int) -> NvmlSnapshot:
+        """What NVML lists now (devices, processes, problems)."""
         ...
+
+
+def still_hidden(
+    missing: Sequence[GpuProcess], gpu_source: GpuSource | None, proc_root: str, pid_max: int
+) -> list[GpuProcess]:
+    """Of NVML entries /proc lacked, those NVML still lists on a second look while /proc
+    still lacks them: invisible, not transient (the process exited between the NVML call
+    and the /proc read).
+
+    Args:
+        missing: :func:`watchdog.policy.findings.missing_gpu_processes`.
+        gpu_source: Asked again only when ``missing`` is not empty; None keeps them all.
+        proc_root: procfs mount, to re-check presence.
+        pid_max: ``kernel.pid_max``, for the NVML binding's sanity check.
+
+    Returns:
+        The entries of ``missing`` still hidden.
+    """
+    if not missing or gpu_source is None:
+        return list(missing)
+    still = {(p.pid, p.gpu_uuid) for p in gpu_source.snapshot(pid_max).processes}
+    return [
+        gp
+        for gp in missing
+        if (gp.pid, gp.gpu_uuid) in still and not os.path.exists(f"{proc_root}/{gp.pid}")
+    ]
 
 
 class EventFeed(Protocol):
@@ -253,7 +282,7 @@ class Scanner:
         snap = self.gpu_source.snapshot(self.table.pid_max())
         status = NvmlStatus(snap.available, snap.driver_version, snap.error)
         findings = list(snap.findings)
-        blind_gpus = list(getattr(snap, "blind_gpus", ()))
+        blind_gpus = list(snap.blind_gpus)
         all_blind = False
         if not snap.available:
             findings.append(Finding("nvml-unavailable", "info", f"NVML unavailable: {snap.error}"))
@@ -368,9 +397,11 @@ class Scanner:
         else:
             gpu_procs = self._same_identity(listed)
         gpu_blind = gpu_blind or bool(blind_gpus)
-        visible, vis_findings = gpu_visibility_findings(
-            self.table, gpu_procs, self.gpu_source, self.config.paths.proc_root
+        missing = missing_gpu_processes(self.table, gpu_procs)
+        hidden = still_hidden(
+            missing, self.gpu_source, self.config.paths.proc_root, self.table.pid_max()
         )
+        visible, vis_findings = gpu_visibility_findings(self.table, gpu_procs, hidden)
         holders = self.devfd.holders(self.table, mono)
         gpu_libs = self.gpu_libraries.holders(self.table, mono)
         evidence = collect_training(

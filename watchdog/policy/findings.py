@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -136,24 +135,35 @@ def _zombie_finding(table: ProcessTable, gp: GpuProcess, proc: Proc) -> Finding:
     )
 
 
+def missing_gpu_processes(table: ProcessTable, gpu_procs: Sequence[GpuProcess]) -> list[GpuProcess]:
+    """NVML entries whose PID the process table lacks (PID 1 and kernel threads, which
+    NVML cannot really list, left out: they are a binding mismatch, not missing).
+
+    The edge asks NVML again about these and checks /proc once more
+    (:func:`watchdog.scan.still_hidden`); what is still listed and still absent is
+    passed back to :func:`gpu_visibility_findings` as ``hidden``.
+    """
+    return [gp for gp in gpu_procs if not _is_system(table, gp.pid) and table.get(gp.pid) is None]
+
+
 def gpu_visibility_findings(
     table: ProcessTable,
     gpu_procs: Sequence[GpuProcess],
-    gpu_source: Any,
-    proc_root: str,
+    hidden: Sequence[GpuProcess],
 ) -> tuple[list[GpuProcess], list[Finding]]:
     """Split NVML entries into visible ones and findings about the rest.
 
     A PID NVML lists but ``/proc`` does not show is either transient (it exited between
     the NVML call and the /proc read: NVML no longer lists it on a second look) or
     invisible (another PID namespace, or a driver/binding disagreement). Only the
-    invisible ones are reported, and never signalled.
+    invisible ones (``hidden``) are reported, and never signalled. Reads nothing: the
+    second look is the caller's.
 
     Args:
         table: Refreshed process table.
         gpu_procs: NVML entries that passed the binding sanity checks.
-        gpu_source: The NVML source, asked again only when some PIDs are missing.
-        proc_root: procfs mount, to re-check presence.
+        hidden: Of :func:`missing_gpu_processes`, those NVML still listed on a second
+            look while /proc still lacked them.
 
     Returns:
         ``(visible entries, findings)``.
@@ -174,28 +184,20 @@ def gpu_visibility_findings(
         )
     gpu_procs = [gp for gp in gpu_procs if gp not in system]
     visible = [gp for gp in gpu_procs if table.get(gp.pid) is not None]
-    missing = [gp for gp in gpu_procs if table.get(gp.pid) is None]
-    if missing and gpu_source is not None:
-        again = gpu_source.snapshot(table.pid_max())
-        still = {(p.pid, p.gpu_uuid) for p in again.processes}
-        missing = [
-            gp
-            for gp in missing
-            if (gp.pid, gp.gpu_uuid) in still and not os.path.exists(f"{proc_root}/{gp.pid}")
-        ]
+    missing = list(hidden)
     all_pids = {gp.pid for gp in gpu_procs}
-    hidden = sorted({gp.pid for gp in missing})
-    if len(hidden) >= 2 and len(hidden) * 2 > len(all_pids):
+    hidden_pids = sorted({gp.pid for gp in missing})
+    if len(hidden_pids) >= 2 and len(hidden_pids) * 2 > len(all_pids):
         findings.append(
             Finding(
                 kind="pid-namespace",
                 severity="high",
                 message=(
-                    f"{len(hidden)} of {len(all_pids)} GPU PIDs are not visible in /proc: "
+                    f"{len(hidden_pids)} of {len(all_pids)} GPU PIDs are not visible in /proc: "
                     "rogue-watchdog is probably running in a container PID namespace and must "
                     "run in the host PID namespace (docker --pid=host, Kubernetes hostPID: true)"
                 ),
-                details={"pids": hidden},
+                details={"pids": hidden_pids},
             )
         )
     else:
