@@ -75,25 +75,39 @@ class FakeFeed:
         self.sweeps += 1
 
 
+def ack(echo: int, err: int = 0) -> bytes:
+    """The kernel's acknowledgement (cn_proc_ack): PROC_EVENT_NONE, cn_msg.ack = echo."""
+    data = struct.pack("=IIQI", PROC_EVENT_NONE, 0, 123, err).ljust(40, b"\0")
+    cn = struct.pack("=IIIIHH", 1, 1, 0, echo, len(data), 0)
+    body = cn + data
+    return struct.pack("=IHHII", 16 + len(body), 3, 0, 0, 0) + body
+
+
 def test_an_unacknowledged_subscription_times_out_instead_of_hanging() -> None:
     """The kernel ignores PROC_CN_MCAST_LISTEN from outside the initial PID namespace and
     never answers: pyroute2's control() waited forever there, so the daemon under a
-    nested systemd never sent READY=1. Now: events before the ack are skipped, the ack's
-    error number is raised, and no ack within the limit is ETIMEDOUT."""
+    nested systemd never sent READY=1. Now: events before the ack are skipped, another
+    subscriber's ack (multicast to all) is not ours, the ack's error number is raised,
+    and no ack within the limit is ETIMEDOUT."""
     ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     with ours, kernel:
         started = time.monotonic()
         with pytest.raises(OSError) as silent:
-            _await_ack(ours, 0.3)
+            _await_ack(ours, 0.3, 41)
         assert silent.value.errno == errno.ETIMEDOUT
         assert "did not acknowledge" in str(silent.value)
         assert 0.3 <= time.monotonic() - started < 5
+        kernel.send(ack(8))  # another subscriber's request was acknowledged: not ours
+        with pytest.raises(OSError) as theirs:
+            _await_ack(ours, 0.3, 41)
+        assert theirs.value.errno == errno.ETIMEDOUT
         kernel.send(message(PROC_EVENT_EXEC, 5, 5))
-        kernel.send(message(PROC_EVENT_NONE, 0))
-        _await_ack(ours, 5)  # the exec before it is skipped, the ack accepted
-        kernel.send(message(PROC_EVENT_NONE, errno.EINVAL))
+        kernel.send(ack(8, errno.EINVAL))  # another's refusal is not ours either
+        kernel.send(ack(42))
+        _await_ack(ours, 5, 41)  # the exec and the other acks skipped, ours accepted
+        kernel.send(ack(42, errno.EINVAL))
         with pytest.raises(OSError) as refused:
-            _await_ack(ours, 5)
+            _await_ack(ours, 5, 41)
         assert refused.value.errno == errno.EINVAL
 
 

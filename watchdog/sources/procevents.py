@@ -39,6 +39,7 @@ import contextlib
 import errno
 import heapq
 import os
+import secrets
 import select
 import socket
 import struct
@@ -66,6 +67,7 @@ PROC_EVENT_EXIT = 0x80000000
 # what u32, cpu u32, timestamp_ns u64 (16 bytes), then the event_data union.
 _NLMSGHDR = struct.Struct("=IHHII")
 _WHAT_OFFSET = 16 + 20
+_CN_ACK_OFFSET = 16 + 12  # struct cn_msg: idx, val, seq, ack (u32 each), len, flags
 _DATA_OFFSET = _WHAT_OFFSET + 16
 _WHAT = struct.Struct("=I")
 _TWO = struct.Struct("=II")  # exec/uid/sid/exit: process_pid, process_tgid
@@ -78,6 +80,23 @@ MAX_CAPTURED = 4096
 MAX_LINEAGE = 64
 RECV_BYTES = 1 << 16
 MAX_DATAGRAMS_PER_ROUND = 512
+
+
+def _acks(data: bytes) -> Iterator[tuple[int, int]]:
+    """``(cn_msg.ack, event_data.ack.err)`` of each ``PROC_EVENT_NONE`` message in a
+    datagram (linux/connector.h, linux/cn_proc.h)."""
+    off = 0
+    while off + _NLMSGHDR.size <= len(data):
+        length = _NLMSGHDR.unpack_from(data, off)[0]
+        if length < _NLMSGHDR.size or off + length > len(data):
+            return
+        if length >= _DATA_OFFSET + 4:
+            (what,) = _WHAT.unpack_from(data, off + _WHAT_OFFSET)
+            if what == PROC_EVENT_NONE:
+                (ack,) = _WHAT.unpack_from(data, off + _CN_ACK_OFFSET)
+                (err,) = _WHAT.unpack_from(data, off + _DATA_OFFSET)
+                yield ack, err
+        off += (length + 3) & ~3  # NLMSG_ALIGN
 
 
 def parse_events(data: bytes) -> Iterator[tuple[int, int, int]]:
@@ -152,12 +171,16 @@ def open_proc_connector(rcvbuf_bytes: int, ack_timeout_s: float = 2.0) -> socket
         msg = proc_event_control()
         msg["action"] = PROC_CN_MCAST_LISTEN
         msg["idx"], msg["val"], msg["len"] = CN_IDX_PROC, CN_VAL_PROC, 4
+        # The kernel multicasts every acknowledgement to every subscriber: ours is the
+        # one echoing this number plus one in cn_msg.ack (cn_proc_ack).
+        nonce = secrets.randbelow(1 << 31)
+        msg["ack"] = nonce
         msg["header"].update(type=NLMSG_DONE, flags=0, sequence_number=0, pid=0)
         msg.encode()
         # Sent on the duplicate: pyroute2 0.9's put() hands it to an asyncio transport
         # that writes only while its loop runs (inside its own unbounded get()).
         sock.sendto(msg.data, (0, 0))  # to the kernel (netlink port 0)
-        _await_ack(sock, ack_timeout_s)
+        _await_ack(sock, ack_timeout_s, nonce)
     except Exception as exc:
         if sock is not None:
             sock.close()
@@ -171,17 +194,18 @@ def open_proc_connector(rcvbuf_bytes: int, ack_timeout_s: float = 2.0) -> socket
     return sock
 
 
-def _await_ack(sock: socket.socket, timeout_s: float) -> None:
-    """Read until the kernel's ``PROC_EVENT_NONE`` acknowledgement (events before it are
-    dropped: the first scan reads every process anyway)."""
+def _await_ack(sock: socket.socket, timeout_s: float, nonce: int) -> None:
+    """Read until the kernel's ``PROC_EVENT_NONE`` acknowledgement of our request, the one
+    whose ``cn_msg.ack`` is ``nonce + 1`` (another subscriber's, and events before it,
+    are dropped: the first scan reads every process anyway)."""
     deadline = time.monotonic() + timeout_s
     while (left := deadline - time.monotonic()) > 0:
         ready, _, _ = select.select([sock], [], [], left)
         if not ready:
             break
         data = sock.recv(RECV_BYTES)
-        for what, err, _ in parse_events(data):
-            if what == PROC_EVENT_NONE:
+        for ack, err in _acks(data):
+            if ack == (nonce + 1) & 0xFFFFFFFF:
                 if err:
                     raise OSError(err, os.strerror(err))
                 return
