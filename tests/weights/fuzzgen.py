@@ -206,6 +206,8 @@ def gguf_cases(draw: st.DrawFn) -> Case:
             "bad-type",
             "nul-key",
             "nul-alignment-key",
+            "key-not-utf8",
+            "empty-array-bad-type",
         ],
     )
     if extra == "array-u8":
@@ -228,6 +230,10 @@ def gguf_cases(draw: st.DrawFn) -> Case:
         kvs.append(_kv(b"x.k\0tail", 4, struct.pack("<I", 1)))
     elif extra == "nul-alignment-key":  # general.alignment to ggml alone
         kvs.append(_kv(b"general.alignment\0x", 4, struct.pack("<I", 64)))
+    elif extra == "key-not-utf8":  # gguf-py decodes keys, ggml keeps bytes
+        kvs.append(_kv(b"x.\xff\xfe", 4, struct.pack("<I", 1)))
+    elif extra == "empty-array-bad-type":  # ggml checks the type whatever the count
+        kvs.append(_kv(b"x.e", 9, struct.pack("<IQ", 13, 0)))
     # --- tensors
     types = list(GGUF_TYPES)
     n_t = draw(st.integers(1, 3))

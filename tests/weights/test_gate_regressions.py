@@ -203,6 +203,33 @@ def test_gguf_tensor_without_values_to_agree_on(
         assert not gguf_py(p).accepted
 
 
+@pytest.mark.parametrize(
+    ("extra", "error", "refuser"),
+    [
+        (
+            struct.pack("<Q", 2) + b"\xff\xfe" + struct.pack("<II", 4, 1),  # key, u32 1
+            "GGUF metadata key '\ufffd\ufffd' is not UTF-8: gguf-py refuses it, ggml reads it;"
+            " readers disagree",
+            "gguf-py",
+        ),
+        (
+            _gstr("x.a") + struct.pack("<IIQ", 9, 13, 0),  # an empty array of type 13
+            "GGUF metadata key 'x.a': unknown GGUF metadata array type 13",
+            "ggml",
+        ),
+    ],
+    ids=["key-not-utf8", "empty-array-of-type-13"],
+)
+def test_gguf_metadata_only_one_reader_accepts(
+    tmp_path: Path, ggml: Callable[[Path], Reading], extra: bytes, error: str, refuser: str
+) -> None:
+    """The hostile tester's files once clause 3 was checked: both passed with exit 0."""
+    p = _write(tmp_path, "k.gguf", gguf_bytes([("w", 0, (8,), F32)], extra_kv=extra, n_extra_kv=1))
+    assert _gate(p) == (2, error)
+    readers = {"ggml": ggml(p), "gguf-py": gguf_py(p)}
+    assert {k for k, r in readers.items() if not r.accepted} == {refuser}
+
+
 def test_safetensors_key_with_a_lone_surrogate(tmp_path: Path) -> None:
     # Python's json turns "\ud800" into a str that is not Unicode; serde_json refuses.
     header = json.dumps({"w\ud800": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}})

@@ -244,6 +244,10 @@ class _Cursor:
             if etype == _ARRAY:
                 # gguf-py reads arrays of arrays, ggml's gguf.cpp refuses them.
                 raise NotVerifiedError("an array of arrays: ggml refuses it, gguf-py reads it")
+            if etype not in _SCALAR_SIZES and etype != _STRING:
+                # ggml refuses the element type whatever the count; gguf-py reads an empty
+                # array of any type.
+                raise NotVerifiedError(f"unknown GGUF metadata array type {etype}")
             if etype in _SCALAR_SIZES:
                 self.skip(count * _SCALAR_SIZES[etype])
                 return None
@@ -288,6 +292,14 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
         key = cur.string()
         if not key:
             raise NotVerifiedError("GGUF metadata key is empty")
+        try:
+            key.decode("utf-8")
+        except UnicodeDecodeError:
+            # gguf-py decodes every key as UTF-8 and fails; ggml keeps the bytes.
+            raise NotVerifiedError(
+                f"GGUF metadata key {key.decode('utf-8', 'replace')!r} is not UTF-8:"
+                " gguf-py refuses it, ggml reads it; readers disagree"
+            ) from None
         if b"\0" in key:
             # ggml's gguf_find_key compares C strings (up to the NUL), gguf-py whole keys:
             # b"general.alignment\0x" sets the alignment for ggml only.
