@@ -13,7 +13,7 @@ import structlog
 
 from watchdog.cli import main
 from watchdog.config import ConfigError, parse_config
-from watchdog.model import CronOrigin, Origin, ShellOrigin, SystemdOrigin
+from watchdog.model import CronOrigin, Origin, ShellOrigin, SupervisorOrigin, SystemdOrigin
 from watchdog.policy.allowlist import origin_mismatch
 from watchdog.policy.learn import (
     head_regex,
@@ -244,6 +244,79 @@ def test_a_weekly_ghost_seen_once_still_stops_the_proposal() -> None:
     )  # fmt: skip
     assert [g.rule for g in chosen.proposed] == ["cron-pipeline-2"]
     assert [g.ghost_of for g in chosen.not_proposed] == ["/etc/cron.d/pipeline:2"]
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "ghost"),
+    [
+        ([PY, SCRIPT], ["python3", "train.py"]),  # relative
+        ([PY, SCRIPT], [SCRIPT]),  # run by its shebang
+        ([PY, SCRIPT], ["python3", "//opt/pipeline/train.py"]),
+        (["python3", "-m", "pipeline.train"], ["python3", "-mpipeline.train"]),
+        (["python3", "-m", "pipeline.train"], ["python3", "/opt/pipeline/pipeline/train.py"]),
+        (["python3", "/opt/p/train"], ["python3", "-X", "dev", "/opt/p/train"]),
+        (["python3", "/opt/p/train"], ["python3", "-W", "ignore", "/opt/p/train"]),
+        (["python3", "-W", "x.py", SCRIPT], [PY, SCRIPT]),  # an option's value is no script
+        (
+            ["torchrun", "--nproc_per_node=8", "/opt/p/run"],
+            ["torchrun", "--nproc_per_node", "8", "/opt/p/run"],
+        ),
+        (["/opt/bin/trainer"], ["trainer", "--epochs", "3"]),
+    ],
+)
+def test_the_same_job_however_its_command_line_is_spelled(
+    pipeline: list[str], ghost: list[str]
+) -> None:
+    """The hostile tester's spellings of one job from a second cron line: each was
+    proposed twice, silently. A job's identity errs towards "the same" (the script's
+    name, a module's last part, else the program)."""
+    other = cron("/etc/cron.d/old-pipeline", 1)
+    runs = [
+        *(
+            run(100 + i, T0 + 300 * i, T0 + 300 * i + 200, cron(), [*pipeline, "--a"])
+            for i in range(2)
+        ),
+        *(
+            run(300 + i, T0 + 700 + 300 * i, T0 + 800 + 300 * i, other, [*ghost, "--b"])
+            for i in range(2)
+        ),
+    ]
+    s = suggest(runs, T0 - 1)
+    assert s.proposed == []
+    assert [[g.origin.label() for g in c] for c in s.conflicts] == [
+        ["/etc/cron.d/pipeline:2", "/etc/cron.d/old-pipeline:1"]
+    ]
+
+
+def test_an_origin_that_offers_no_pin_is_still_a_rival() -> None:
+    """The same script from supervisord (no pin to propose): the cron line was proposed
+    beside it silently, and the cron line may be the ghost."""
+    sup = SupervisorOrigin(
+        program="trainer", supervisor="supervisord", config="/etc/supervisor/conf.d/t.conf"
+    )
+    runs = [
+        *pipeline_runs(),
+        run(301, T0 + 700, T0 + 800, sup.to_json()),
+        run(302, T0 + 900, T0 + 950, sup.to_json()),
+    ]
+    s = suggest(runs, T0 - 1)
+    assert s.proposed == [] and len(s.conflicts) == 1
+    chosen = suggest(runs, T0 - 1, prefer=["/etc/cron.d/pipeline:2"])
+    assert [g.rule for g in chosen.proposed] == ["cron-pipeline-2"]
+    assert [g.ghost_of for g in chosen.not_proposed] == ["/etc/cron.d/pipeline:2"]
+
+
+def test_two_jobs_sharing_a_name_are_both_proposed_when_both_are_preferred() -> None:
+    """Erring towards "the same job" must leave a way out: --prefer names both."""
+    other = cron("/etc/cron.d/team-b", 3)
+    runs = [
+        *pipeline_runs(),
+        run(301, T0 + 700, T0 + 800, other, [PY, "/srv/team-b/train.py"]),
+        run(302, T0 + 900, T0 + 950, other, [PY, "/srv/team-b/train.py"]),
+    ]
+    assert suggest(runs, T0 - 1).proposed == []
+    both = suggest(runs, T0 - 1, prefer=["/etc/cron.d/pipeline:2", "/etc/cron.d/team-b:3"])
+    assert [g.rule for g in both.proposed] == ["cron-pipeline-2", "cron-team-b-3"]
 
 
 def test_a_shell_run_of_the_pipelines_script_is_no_ghost() -> None:

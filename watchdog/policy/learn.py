@@ -47,12 +47,20 @@ _INTERPRETERS = re.compile(
 )
 # An argument ending so is the script, wherever it stands before the run's arguments.
 _SCRIPT_SUFFIXES = (".py", ".sh", ".pl", ".rb", ".jl", ".js", ".R")
+_PYTHON = re.compile(r"(python|pypy)[0-9.]*")
+# python(1) options whose value is the next argument.
+_PYTHON_VALUE_OPTIONS = frozenset({"-W", "-X", "--check-hash-based-pycs"})
 _REGEX_META = re.compile(r"([\\.^$|?*+()\[\]{}])")
 
 
 def program_and_script(cmdline: Sequence[str]) -> tuple[str, ...]:
     """The part of a command line that names the job: the program, the options before
     the script, and the script (or ``-m module``); never the run's arguments.
+
+    A Python interpreter's script is its first argument that is not an option or an
+    option's value (python(1): ``-W``, ``-X`` take one), whatever its name; for another
+    program, the first argument with a script suffix, else (for an interpreter or
+    launcher) its first non-option argument.
 
     Args:
         cmdline: The root process's argv.
@@ -63,6 +71,21 @@ def program_and_script(cmdline: Sequence[str]) -> tuple[str, ...]:
     """
     if not cmdline:
         return ()
+    if _PYTHON.fullmatch(os.path.basename(cmdline[0])):
+        i = 1
+        while i < len(cmdline):
+            arg = cmdline[i]
+            if arg in _PYTHON_VALUE_OPTIONS:
+                i += 2
+            elif arg == "-m":
+                return tuple(cmdline[: i + 2])
+            elif arg in ("-c", "-") or (arg.startswith("-m") and not arg.startswith("--")):
+                return tuple(cmdline[: i + 1])  # code, stdin, or -mMODULE
+            elif arg.startswith("-"):
+                i += 1
+            else:
+                return tuple(cmdline[: i + 1])
+        return (cmdline[0],)
     for i, arg in enumerate(cmdline[1:], start=1):
         if arg.endswith(_SCRIPT_SUFFIXES) and not arg.startswith("-"):
             return tuple(cmdline[: i + 1])
@@ -226,33 +249,56 @@ def _matches(group: Group, prefer: str) -> bool:
 
 
 def job_identity(head: Sequence[str]) -> str:
-    """What two origins must share to run "the same job": the script (or ``-m`` module)
-    of :func:`program_and_script`, whatever interpreter path or options run it; the
-    program itself when no script is named.
+    """What two origins must share to run "the same job", erring towards "the same".
+
+    The script's name without folder or suffix, or the last part of a ``-m`` module,
+    whatever interpreter path, options or folder run it; when no script is named (a
+    launcher whose options take values, a suffix-less script of another interpreter),
+    the program's file name. Two unrelated jobs may share it: then neither is proposed
+    silently and the admin names both with ``--prefer``, the safe way to be wrong here.
 
     Args:
         head: :func:`program_and_script` of a run.
 
     Returns:
-        ``/opt/p/train.py`` for both ``/usr/bin/python3 /opt/p/train.py`` and
-        ``/opt/venv/bin/python -u /opt/p/./train.py``; ``-m pipeline.train`` for a module.
+        ``train`` for ``/usr/bin/python3 /opt/p/train.py``, ``python -u ./train.py``,
+        ``python3 /srv/train`` and ``python3 -m pipeline.train``; ``torchrun`` for
+        ``torchrun --nproc_per_node 8 run_x``.
     """
     if not head:
         return ""
-    last = head[-1]
+    program, last = os.path.basename(head[0]), head[-1]
+    module = None
     if len(head) >= 2 and head[-2] == "-m":
-        return f"-m {last}"
-    return os.path.normpath(last)
+        module = last
+    elif len(head) >= 2 and last.startswith("-m") and not last.startswith("--"):
+        module = last[2:]
+    if module:
+        return module.rsplit(".", 1)[-1]
+    named = last.endswith(_SCRIPT_SUFFIXES) or (
+        _PYTHON.fullmatch(program) is not None and not last.startswith("-")
+    )
+    if len(head) >= 2 and named:
+        program = os.path.basename(os.path.normpath(last))
+    # A script run by its shebang is its own program: /opt/p/train.py is "train" too.
+    return program.rsplit(".", 1)[0] if program.endswith(_SCRIPT_SUFFIXES) else program
+
+
+def _by_hand(origin: Origin) -> bool:
+    """Started by a person in a shell or tmux: listed, never a rival origin."""
+    return origin.kind == "shell" or (isinstance(origin, SystemdOrigin) and origin.in_tmux)
 
 
 def _ghosts(groups: Iterable[Group], prefer: Sequence[str]) -> list[list[Group]]:
     """Mark every scheduler origin that runs a job another origin runs too.
 
-    Learning must not enshrine a ghost, so the comparison takes every group whose origin
-    could be sanctioned, also one a rule sanctions already and one that ran too rarely to
-    be proposed (a weekly ghost runs once in a week's window). For each job identity
+    Learning must not enshrine a ghost, so the comparison takes every group but those
+    started by hand in a shell or tmux: also one a rule sanctions already, one that ran
+    too rarely to be proposed (a weekly ghost runs once in a week's window), and one
+    whose origin offers no pin or cannot be told (supervisord, ``at``, an orphan, an
+    unconfirmed Slurm claim: any of them may be the ghost). For each job identity
     (:func:`job_identity`) run from two or more origins: the origins rules sanction win
-    and the others are suspected ghosts of them; else the one ``prefer`` names wins; else
+    and the others are suspected ghosts of them; else the ones ``prefer`` names win; else
     none is proposed and the group goes into the returned conflicts.
 
     Args:
@@ -264,7 +310,7 @@ def _ghosts(groups: Iterable[Group], prefer: Sequence[str]) -> list[list[Group]]
     """
     by_job: dict[str, list[Group]] = {}
     for g in groups:
-        if not_sanctionable(g.origin) is None:
+        if not _by_hand(g.origin):
             by_job.setdefault(job_identity(g.head), []).append(g)
     conflicts: list[list[Group]] = []
     for same in by_job.values():
@@ -273,7 +319,7 @@ def _ghosts(groups: Iterable[Group], prefer: Sequence[str]) -> list[list[Group]]
         sanctioned = [g for g in same if g.why_not and g.why_not.startswith("already sanctioned")]
         chosen = sanctioned or [g for g in same if any(_matches(g, p) for p in prefer)]
         winners = {_origin_key(g.origin) for g in chosen}
-        if sanctioned or len(winners) == 1:
+        if winners:
             for g in same:
                 if _origin_key(g.origin) not in winners:
                     g.ghost_of = chosen[0].origin.label()
