@@ -13,7 +13,14 @@ import structlog
 
 from watchdog.cli import main
 from watchdog.config import ConfigError, parse_config
-from watchdog.model import CronOrigin, Origin, ShellOrigin, SupervisorOrigin, SystemdOrigin
+from watchdog.model import (
+    CronOrigin,
+    Origin,
+    ShellOrigin,
+    SlurmOrigin,
+    SupervisorOrigin,
+    SystemdOrigin,
+)
 from watchdog.policy.allowlist import origin_mismatch
 from watchdog.policy.learn import (
     head_regex,
@@ -317,6 +324,29 @@ def test_two_jobs_sharing_a_name_are_both_proposed_when_both_are_preferred() -> 
     assert suggest(runs, T0 - 1).proposed == []
     both = suggest(runs, T0 - 1, prefer=["/etc/cron.d/pipeline:2", "/etc/cron.d/team-b:3"])
     assert [g.rule for g in both.proposed] == ["cron-pipeline-2", "cron-team-b-3"]
+
+
+def test_every_proposal_loads_and_pins_exactly_what_ran() -> None:
+    """Host values went into globs as written: a Slurm job name ``t[z-a]`` made the
+    whole file fail check-config, ``train*`` sanctioned every name starting with train,
+    and a script path with undecodable bytes gave a file that would not load."""
+
+    def two(origin: dict[str, Any], argv: list[str] | None = None) -> Any:
+        return suggest(
+            [run(1, T0, T0 + 10, origin, argv), run(2, T0 + 20, T0 + 30, origin, argv)], T0 - 1
+        )
+
+    for name, pinned in (("train*", "train[*]"), ("t[z-a]", "t[[]z-a]"), ("a?b", "a[?]b")):
+        s = two(SlurmOrigin(job_id=5, job_name=name, account="ml").to_json())
+        cfg = parse_config(render_yaml(s), "s.yaml")
+        [rule] = cfg.sanctioned
+        assert rule.origin.slurm_job_name == pinned
+        assert origin_mismatch(rule.origin, SlurmOrigin(job_name=name, account="ml")) is None
+        assert origin_mismatch(rule.origin, SlurmOrigin(job_name=name + "x", account="ml"))
+    bad = two(cron(), [PY, "/opt/p/tr\udcffain.py"])
+    assert bad.proposed == []
+    assert [g.why_not.split(" (")[0] for g in bad.not_proposed] == ["its rule would not load"]
+    assert parse_config(render_yaml(bad), "s.yaml").sanctioned == ()
 
 
 def test_a_shell_run_of_the_pipelines_script_is_no_ghost() -> None:

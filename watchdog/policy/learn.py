@@ -105,13 +105,27 @@ def head_regex(head: Sequence[str]) -> str:
     return "^" + _REGEX_META.sub(r"\\\1", " ".join(head)) + "( |$)"
 
 
+def glob_literal(text: str) -> str:
+    """``text`` as an fnmatch glob matching exactly it: ``*``, ``?`` and ``[`` bracketed
+    (a Slurm job name ``train*`` is the user's choice, not a pattern)."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
 def strongest_pin(origin: Origin) -> dict[str, object] | None:
+    """The origin keys of a rule that name this origin exactly; see :func:`_pin`."""
+    pin = _pin(origin)
+    if pin is None:
+        return None
+    return {k: glob_literal(v) if isinstance(v, str) else v for k, v in pin.items()}
+
+
+def _pin(origin: Origin) -> dict[str, object] | None:
     """The origin keys of a rule that name this origin most narrowly (docs/config.md):
     cron file and line; unit and the timer that starts it; Slurm account and job name;
     image digest (else image); Kubernetes namespace, owner and service account. None when
     it offers none."""
     if isinstance(origin, CronOrigin):
-        if origin.file is None or origin.line is None:
+        if origin.file is None or origin.line is None or origin.line < 1:
             return None
         return {"cron_file": origin.file, "cron_line": origin.line}
     if isinstance(origin, SystemdOrigin):
@@ -378,12 +392,27 @@ def suggest(
     conflicts = _ghosts(groups.values(), prefer)
     taken: set[str] = set()
     ordered = sorted(groups.values(), key=lambda g: (g.runs[0].started_at, g.head))
+    for g in ordered:
+        if g.why_not is None:
+            g.rule = _rule_name(g, taken)
+            g.why_not = _unloadable(g)
     proposed = [g for g in ordered if g.why_not is None]
-    for g in proposed:
-        g.rule = _rule_name(g, taken)
     in_conflict = {id(g) for c in conflicts for g in c}
     not_proposed = [g for g in ordered if g.why_not is not None and id(g) not in in_conflict]
     return Suggestion(proposed, not_proposed, conflicts, since)
+
+
+def _unloadable(g: Group) -> str | None:
+    """Why the rule proposed for ``g`` would not load (host text no YAML or regex can
+    carry, such as undecodable bytes), or None when ``check-config`` accepts it."""
+    from watchdog.config import ConfigError, parse_config
+
+    try:
+        text = yaml.safe_dump({"sanctioned": [rule_of(g)]}, allow_unicode=False, width=1 << 16)
+        parse_config(text, "suggested rule")
+    except (ConfigError, yaml.YAMLError, UnicodeError) as exc:
+        return f"its rule would not load ({safe_text(str(exc))[:200]})"
+    return None
 
 
 def _when(ts: float) -> str:
