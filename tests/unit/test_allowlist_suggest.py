@@ -101,6 +101,13 @@ def test_a_timer_started_unit_is_pinned_to_unit_and_timer() -> None:
     timed = SystemdOrigin(unit="train.service", timer="train.timer", timer_schedule="daily")
     assert strongest_pin(timed) == {"systemd_unit": "train.service", "systemd_timer": "train.timer"}
     assert strongest_pin(SystemdOrigin(unit="train.service")) == {"systemd_unit": "train.service"}
+    # Two timers trigger it: which one systemd lists first is no pin (the hostile tester).
+    two = SystemdOrigin(
+        unit="train.service",
+        timer="a-old.timer",
+        evidence=("also triggered by train.timer (TriggeredBy)",),
+    )
+    assert strongest_pin(two) == {"systemd_unit": "train.service"}
     cfg = parse_config(
         "sanctioned:\n  - name: t\n    cmdline: '*'\n"
         "    origin: {systemd_unit: train.service, systemd_timer: train.timer}\n",
@@ -109,7 +116,7 @@ def test_a_timer_started_unit_is_pinned_to_unit_and_timer() -> None:
     pin = cfg.sanctioned[0].origin
     assert origin_mismatch(pin, timed) is None
     assert origin_mismatch(pin, SystemdOrigin(unit="train.service")) == (
-        "origin must be started by systemd timer 'train.timer'"
+        "origin must be triggered by systemd timer 'train.timer'"
     )
     with pytest.raises(ConfigError, match=r"t\.yaml:4: .*'train' is not a timer unit"):
         parse_config(

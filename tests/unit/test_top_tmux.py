@@ -168,7 +168,18 @@ def test_a_frame_taller_than_the_terminal_keeps_its_keys_and_its_newest_lines() 
     assert fit_rows(frame, 8) == [
         "title",
         "q/Esc: back",
-        "  … 46 line(s) above hidden: the terminal has 8 rows",  # the blank one too
+        "… 46 line(s) hidden: the terminal has 8 rows",  # the blank one too
         "row 45", "row 46", "row 47", "row 48", "row 49",
     ]  # fmt: skip
     assert fit_rows(frame, 60) == frame
+    # The hostile tester's cases: the note itself wider than the terminal, a terminal
+    # shorter than the header, no rows at all.
+    assert fit_rows(frame, 8, width=20)[2] == "… 46 line(s) hidden:"
+    assert fit_rows(frame, 3) == [
+        "q/Esc: back",
+        "… 51 line(s) hidden: the terminal has 3 rows",
+        "row 49",
+    ]
+    assert fit_rows(frame, 2) == ["… 52 line(s) hidden: the terminal has 2 rows", "row 49"]
+    assert fit_rows(frame, 0) == []
+    assert all(len(fit_rows(frame, n, 30)) <= n for n in range(0, 60))

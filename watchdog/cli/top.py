@@ -181,35 +181,39 @@ def _key(fd: int, timeout_s: float) -> str:
     return {"\x1b[A": "k", "\x1b[B": "j"}.get(data, data[:1])
 
 
-def fit_rows(lines: list[str], rows: int) -> list[str]:
+def fit_rows(lines: list[str], rows: int, width: int = 80) -> list[str]:
     """The frame cut to the terminal's ``rows``: the header (title and keys, up to the
     first blank line) and the newest lines stay, one line says how many were left out.
 
     A frame taller than the terminal used to scroll the header off the screen, keys and
     all; what a person acts on (an explanation, a plan before ``y``) is at the bottom.
+    On a terminal too short for the whole header, its last line (the keys) is kept.
 
     Args:
-        lines: :func:`frame`'s lines (already wrapped to the width).
+        lines: :func:`frame`'s lines (already wrapped to ``width``).
         rows: Terminal rows.
+        width: Terminal columns: the note about hidden lines is cut to fit one row.
 
     Returns:
-        At most ``max(rows, header + 2)`` lines.
+        At most ``rows`` lines (none for a terminal without rows).
     """
     if len(lines) <= rows:
         return lines
+    if rows <= 0:
+        return []
     head = lines.index("") if "" in lines else 0
-    keep = max(1, rows - head - 1)
-    hidden = len(lines) - head - keep
-    return [
-        *lines[:head],
-        f"  … {hidden} line(s) above hidden: the terminal has {rows} rows",
-        *lines[-keep:],
-    ]
+    header = lines[:head]
+    if len(header) + 2 > rows:
+        header = header[-1:] if rows >= 3 else []
+    keep = max(1, rows - len(header) - 1)
+    hidden = len(lines) - len(header) - keep
+    note = f"… {hidden} line(s) hidden: the terminal has {rows} rows"[: max(1, width)]
+    return [*header, note, *lines[-keep:]][-rows:]
 
 
 def _draw(lines: list[str]) -> None:
-    rows = os.get_terminal_size(sys.stdout.fileno()).lines
-    sys.stdout.write("\x1b[H\x1b[2J" + "\r\n".join(fit_rows(lines, rows)))
+    size = os.get_terminal_size(sys.stdout.fileno())
+    sys.stdout.write("\x1b[H\x1b[2J" + "\r\n".join(fit_rows(lines, size.lines, size.columns)))
     sys.stdout.flush()
 
 

@@ -32,7 +32,7 @@ def _glob(value: object, pattern: str) -> bool:
 # How a message names the field an allowlist origin key pins.
 _PIN_NOUNS = {
     "systemd_unit": "systemd unit",
-    "systemd_timer": "started by systemd timer",
+    "systemd_timer": "triggered by systemd timer",
     "cron_file": "cron file",
     "slurm_account": "Slurm account",
     "slurm_job_name": "Slurm job name",

@@ -132,7 +132,10 @@ def _pin(origin: Origin) -> dict[str, object] | None:
         if not origin.unit:
             return None
         unit: dict[str, object] = {"systemd_unit": origin.unit}
-        return unit | ({"systemd_timer": origin.timer} if origin.timer else {})
+        # A unit several timers trigger records the first: pinning it would make the
+        # rule hang on which timer systemd lists first, so such a unit is pinned alone.
+        several = any(e.startswith("also triggered by") for e in origin.evidence)
+        return unit | ({"systemd_timer": origin.timer} if origin.timer and not several else {})
     if isinstance(origin, SlurmOrigin):
         if origin.account is None or origin.job_name is None:
             return None
