@@ -6,7 +6,8 @@ Property (docs/weights.md, "Checked against the loaders"):
 2. If the gate exits 0, every loader that accepts the file returns the same tensors
    with the same finite values.
 3. Where two readers' rules differ (one accepts the file, another refuses it), the gate
-   does not exit 0.
+   does not exit 0; nor when every reader refuses it (the gate's rules then differ from
+   all of theirs).
 
 :func:`judge` runs the gate (the same ``verify`` the CLI runs) and every loader for the
 file's suffix, and names each broken clause. Used by the CI fuzz test, the plain
@@ -95,6 +96,13 @@ def judge(path: Path, loaders: list[Callable[[Path], Reading]]) -> Outcome:
                 )
         accepted = [r for r in readings if r.accepted]
         refused = [r for r in readings if not r.accepted and not r.unsupported]
+        if refused and not accepted:
+            violations.append(
+                (
+                    "rules-differ-passed",
+                    "every reader refuses the file: " + "; ".join(r.summary() for r in refused),
+                )
+            )
         if accepted and refused:
             violations.append(
                 (

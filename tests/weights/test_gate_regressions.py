@@ -230,6 +230,53 @@ def test_gguf_metadata_only_one_reader_accepts(
     assert {k for k, r in readers.items() if not r.accepted} == {refuser}
 
 
+def _st(tmp_path: Path, header: bytes, data: bytes) -> Path:
+    return _write(tmp_path, "s.safetensors", struct.pack("<Q", len(header)) + header + data)
+
+
+@pytest.mark.parametrize(
+    ("header", "error"),
+    [
+        (
+            b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":NaN}}',
+            "header holds NaN, which is not JSON: safetensors refuses it",
+        ),
+        (
+            b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1e400}}',
+            "header number 1e400 is out of range: safetensors refuses it",
+        ),
+        (
+            b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":'
+            + b"[" * 129
+            + b"]" * 129
+            + b"}}",
+            "header nested deeper than 128 levels: safetensors refuses it",
+        ),
+        (
+            b'{"w":{"dtype":"F32","shape":[4294967296,4294967296,0],"data_offsets":[0,0]},'
+            b'"v":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}',
+            "tensor 'w': shape [4294967296, 4294967296, 0] overflows the element count:"
+            " safetensors refuses it",
+        ),
+        (
+            b'{"w":{"dtype":"F32","shape":[2,18446744073709551616,0],"data_offsets":[0,0]},'
+            b'"v":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}',
+            "tensor 'w': bad shape [2, 1.8446744073709552e+19, 0]",
+        ),
+    ],
+    ids=["nan-constant", "number-out-of-range", "nested-129", "count-overflows", "dim-over-u64"],
+)
+def test_safetensors_header_serde_refuses(tmp_path: Path, header: bytes, error: str) -> None:
+    """The hostile tester's headers: Python's json read them, serde_json (the safetensors
+    library) refuses them, and the gate passed each with exit 0 while no reader loaded
+    it (now clause 3 of the differential check: every reader refusing counts too)."""
+    p = _st(tmp_path, header, np.arange(2, dtype="<f4").tobytes())
+    assert _gate(p) == (2, error)
+    outcome = judge(p, loaders_for(".safetensors", None))
+    assert outcome.exit_code == 2
+    assert not any(r.accepted for r in outcome.readings)
+
+
 def test_safetensors_key_with_a_lone_surrogate(tmp_path: Path) -> None:
     # Python's json turns "\ud800" into a str that is not Unicode; serde_json refuses.
     header = json.dumps({"w\ud800": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}})

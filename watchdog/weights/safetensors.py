@@ -78,9 +78,59 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+#: serde_json's default recursion limit: deeper arrays and objects are refused.
+SERDE_MAX_DEPTH = 128
+U64_MAX = (1 << 64) - 1
+
+
 def _serde_int(literal: str) -> int | float:
-    """A JSON integer as serde_json reads it: ``-0`` is the float -0.0, not an integer."""
-    return -0.0 if literal == "-0" else int(literal)
+    """A JSON integer as serde_json reads it: ``-0`` is the float -0.0, not an integer,
+    and one outside i64/u64 is a float (then no shape or offset), or out of range."""
+    if literal == "-0":
+        return -0.0
+    value = int(literal)
+    if -(1 << 63) <= value <= U64_MAX:
+        return value
+    return _serde_float(literal)
+
+
+def _serde_float(literal: str) -> float:
+    """A JSON number with a fraction or exponent; serde_json refuses one that overflows
+    f64 (``1e400``: "number out of range"), which Python reads as infinity."""
+    value = float(literal)
+    if not math.isfinite(value):
+        raise NotVerifiedError(
+            f"header number {literal[:40]} is out of range: safetensors refuses it"
+        )
+    return value
+
+
+def _serde_constant(name: str) -> float:
+    """``NaN``, ``Infinity``: Python's json accepts them, JSON and serde_json do not."""
+    raise NotVerifiedError(f"header holds {name}, which is not JSON: safetensors refuses it")
+
+
+def _depth(value: object) -> int:
+    """Nesting depth of a parsed JSON value (a scalar 0, ``[]`` 1), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            d += 1
+            deepest = max(deepest, d)
+            stack.extend((x, d) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def _size_overflows(shape: list[int]) -> bool:
+    """Whether the element count overflows u64 as safetensors computes it: a checked
+    product from the first dimension on, so ``[2**32, 2**32, 0]`` overflows before the 0."""
+    n = 1
+    for d in shape:
+        n *= d
+        if n > U64_MAX:
+            return True
+    return False
 
 
 def _is_int(x: object) -> bool:
@@ -113,11 +163,17 @@ def read_header(mf: MappedFile) -> list[TensorEntry]:
             mf.read(8, n).decode("utf-8"),
             object_pairs_hook=_no_duplicates,
             parse_int=_serde_int,
+            parse_float=_serde_float,
+            parse_constant=_serde_constant,
         )
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise NotVerifiedError(f"header is not valid JSON: {exc}") from exc
     if not isinstance(header, dict):
         raise NotVerifiedError("header is not a JSON object")
+    if _depth(header) > SERDE_MAX_DEPTH:
+        raise NotVerifiedError(
+            f"header nested deeper than {SERDE_MAX_DEPTH} levels: safetensors refuses it"
+        )
     data_start = 8 + n
     data_len = mf.size - data_start
     entries: list[tuple[int, int, str, DType, tuple[int, ...]]] = []
@@ -134,6 +190,11 @@ def read_header(mf: MappedFile) -> list[TensorEntry]:
         shape = info.get("shape")
         if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
             raise NotVerifiedError(f"tensor {name!r}: bad shape {shape!r}")
+        if _size_overflows(shape):
+            raise NotVerifiedError(
+                f"tensor {name!r}: shape {shape} overflows the element count: safetensors"
+                " refuses it"
+            )
         offs = info.get("data_offsets")
         if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) for o in offs)):
             raise NotVerifiedError(f"tensor {name!r}: bad data_offsets {offs!r}")
