@@ -356,6 +356,22 @@ def test_every_proposal_loads_and_pins_exactly_what_ran() -> None:
     assert parse_config(render_yaml(bad), "s.yaml").sanctioned == ()
 
 
+def test_one_ambiguous_run_keeps_its_group_from_being_proposed() -> None:
+    """A group took the origin of its latest run: when an earlier run could as well have
+    come from an identical line elsewhere, the group was proposed anyway."""
+    ambiguous = CronOrigin(
+        file="/etc/cron.d/pipeline", line=2, user="mlops", schedule="*/5 * * * *",
+        entry="...", also=("/etc/cron.d/copy:1",),
+    ).to_json()  # fmt: skip
+    runs = [run(100, T0 - 600, T0 - 500, ambiguous), *pipeline_runs()]
+    s = suggest(runs, T0 - 700)
+    assert s.proposed == []
+    assert [g.why_not for g in s.not_proposed] == [
+        "two origins could explain it (/etc/cron.d/pipeline:2 and /etc/cron.d/copy:1); no pin"
+        " separates them"
+    ]
+
+
 def test_a_shell_run_of_the_pipelines_script_is_no_ghost() -> None:
     """Someone running the script by hand in tmux is listed, not a rival origin: the
     pipeline is still proposed."""

@@ -385,8 +385,11 @@ def suggest(
             g = groups[key] = Group(origin, run.user, head)
         g.origin = origin
         g.runs.append(run)
+        # Any run its origin could not pin (two identical lines could have started it)
+        # keeps the whole group from being proposed, not only when it is the latest.
+        g.why_not = g.why_not or not_sanctionable(origin)
     for g in groups.values():
-        g.why_not = not_sanctionable(g.origin)
+        g.why_not = g.why_not or not_sanctionable(g.origin)
         if g.why_not is None and all(r.verdict == "sanctioned" for r in g.runs):
             rules = sorted({r.rule or "?" for r in g.runs})
             g.why_not = f"already sanctioned by rule {', '.join(rules)}"
