@@ -172,7 +172,7 @@ class Root:
 def debs() -> Iterator[tuple[Path, Path]]:
     """The package built from this checkout, and the same rebuilt as the next version."""
     need_root()
-    need_program("dpkg-buildpackage", "dh_virtualenv", "dpkg-deb", "unshare", "nsenter")
+    need_program("dpkg-buildpackage", "dh_virtualenv", "dpkg-deb", "unshare", "nsenter", "git")
     out = Path(tempfile.mkdtemp(prefix="rwtest-deb-", dir="/var/tmp"))
     try:
         build = subprocess.run(
