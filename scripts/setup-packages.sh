@@ -3,8 +3,8 @@
 # nothing). Called by scripts/setup.sh:
 #   setup-packages.sh PKG...   install these (setup.sh: python3 python3-venv when missing);
 #   setup-packages.sh --test   the system packages the system tests drive (cron, at, Slurm,
-#                              munge, gcc, Prometheus and Alertmanager, tmux, Chromium, git (build-deb.sh lists the
-#                              checkout with it), podman, docker;
+#                              munge, gcc, Prometheus and Alertmanager, tmux, Chromium,
+#                              git (build-deb.sh lists the checkout with it), podman, docker;
 #                              on a host booted with systemd their packages enable their own
 #                              services on ports 9090/9093: the tests never use those, they
 #                              run their own on loopback ports), dh-virtualenv with
