@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from watchdog.config import Config
+from watchdog.config import Config, ConfigError, parse_config
 from watchdog.hosttext import safe_text
 from watchdog.model import (
     ContainerOrigin,
@@ -362,10 +362,10 @@ def suggest(
     """Group the recorded runs into jobs and decide which to propose.
 
     A group is proposed when its origin may be sanctioned (:func:`not_sanctionable`),
-    it ran at least ``min_runs`` times, no rule sanctioned it already, and no other
-    origin that could be sanctioned runs the same script (:func:`_ghosts`: all of them
-    go into ``conflicts``, unless a rule sanctions one or ``prefer`` names one: then the
-    others are suspected ghosts of it).
+    it ran at least ``min_runs`` times, no rule sanctioned it already, no origin but a
+    person's shell runs the same job too (:func:`_ghosts`: all of them go into
+    ``conflicts``, unless a rule sanctions one or ``prefer`` names some: then the others
+    are suspected ghosts), and its rule loads (:func:`_unloadable`).
 
     Args:
         runs: Recorded runs (:func:`watchdog.state.read_runs`).
@@ -411,8 +411,6 @@ def suggest(
 def _unloadable(g: Group) -> str | None:
     """Why the rule proposed for ``g`` would not load (host text no YAML or regex can
     carry, such as undecodable bytes), or None when ``check-config`` accepts it."""
-    from watchdog.config import ConfigError, parse_config
-
     try:
         text = yaml.safe_dump({"sanctioned": [rule_of(g)]}, allow_unicode=False, width=1 << 16)
         parse_config(text, "suggested rule")
