@@ -48,10 +48,10 @@ from watchdog.sources.gpulibs import GpuLibraryCache
 from watchdog.sources.procevents import EventBatch
 from watchdog.sources.procfs import ProcessTable, boot_id, pid_namespaces, read_identity
 from watchdog.sources.sockets import listening_for
+from watchdog.state import read_sanctioned_procs
 
 if TYPE_CHECKING:  # pynvml is imported only when NVML is used
     from watchdog.sources.nvml import NvmlSnapshot
-from watchdog.state import read_sanctioned_procs
 
 # How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
 # are re-read after this; `next_run` may lag by as much).
