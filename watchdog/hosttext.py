@@ -16,6 +16,7 @@ categories Cc/Cs/Zl/Zp and the bidi controls of UAX #9.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 NEWLINE = "\u23ce"  # ⏎: a line break shown, never performed
@@ -90,3 +91,36 @@ def safe_json(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [safe_json(v) for v in value]
     return value
+
+
+def command_text(argv: Sequence[str], width: int) -> str:
+    """A command line in at most ``width`` characters, keeping what tells jobs apart.
+
+    Paths are shortened from the left: the interpreter becomes its base name
+    (``/root/.pyenv/versions/3.11.7/bin/python`` → ``python``), then each path argument
+    keeps its last component (``…/train.py``). Only then is the end clipped with ``…``.
+    A cut from the right lost the script and its arguments behind a long interpreter
+    path. Escapes nothing: each output escapes host text its own way.
+
+    Args:
+        argv: The command line.
+        width: Most characters returned (at least 1).
+
+    Returns:
+        The joined command line, shortened as above when longer than ``width``.
+    """
+    args = list(argv)
+    text = " ".join(args)
+    if len(text) <= width:
+        return text
+    if args and "/" in args[0].rstrip("/"):
+        args[0] = args[0].rstrip("/").rsplit("/", 1)[1]
+    for i in range(1, len(args)):
+        text = " ".join(args)
+        if len(text) <= width:
+            return text
+        head, sep, base = args[i].rstrip("/").rpartition("/")
+        if sep and head and base and "=" not in head:
+            args[i] = "…/" + base
+    text = " ".join(args)
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"

@@ -12,6 +12,7 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from watchdog.hosttext import command_text
 from watchdog.model import Finding, GpuHeld, GpuInfo, Job, fmt_bytes
 
 if TYPE_CHECKING:
@@ -158,26 +159,9 @@ def paint(text: str, key: str, colour: bool) -> str:
 
 
 def shorten_command(argv: Sequence[str], width: int) -> str:
-    """A command line in at most ``width`` characters, keeping what tells jobs apart.
-
-    Paths are shortened from the left: the interpreter becomes its base name
-    (``/root/.pyenv/versions/3.11.7/bin/python`` → ``python``), then each path argument
-    keeps its last component (``…/train.py``). Only then is the end clipped with ``…``.
-    """
-    args = [printable(a) for a in argv]
-    text = " ".join(args)
-    if len(text) <= width:
-        return text
-    if args and "/" in args[0].rstrip("/"):
-        args[0] = args[0].rstrip("/").rsplit("/", 1)[1]
-    for i in range(1, len(args)):
-        text = " ".join(args)
-        if len(text) <= width:
-            return text
-        head, sep, base = args[i].rstrip("/").rpartition("/")
-        if sep and head and base and "=" not in head:
-            args[i] = "…/" + base
-    return _clip(" ".join(args), width)
+    """A command line in at most ``width`` characters, keeping what tells jobs apart,
+    host text escaped (:func:`watchdog.hosttext.command_text` of the printable words)."""
+    return command_text([printable(a) for a in argv], width)
 
 
 def shorten_path_words(text: str, width: int) -> str:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog.config import Config
+from watchdog.hosttext import command_text
 from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import OriginResolver, ResolveContext
 from watchdog.lineage.cron import entry_state, with_entry_state
@@ -548,7 +549,7 @@ class Scanner:
                     kind="sanctioned-changed",
                     severity="info",
                     message=(
-                        f"sanctioned job PID {job.root_pid} `{' '.join(job.cmdline)[:120]}` "
+                        f"sanctioned job PID {job.root_pid} `{command_text(job.cmdline, 120)}` "
                         f"stays sanctioned by rule {rule!r} until it exits: it was when it "
                         f"started ({what}); a new run is judged by the rules and the "
                         "source as they are then"

@@ -104,3 +104,29 @@ def test_a_short_pid_list_says_how_many_it_leaves_out() -> None:
 
     assert _some_pids([11, 12, 13, 14, 15, 16, 17]) == "11, 12, 13, 14, 15 and 2 more"
     assert _some_pids([11, 12]) == "11, 12"
+
+
+def test_a_finding_message_keeps_the_script_and_its_arguments_behind_a_long_interpreter() -> None:
+    """Finding messages cut the command from the right (``[:160]``, ``[:120]``, ``[:80]``):
+    from a checkout with a long path, the interpreter filled the room and the script and
+    its arguments (what tells jobs apart) were lost, with no sign of the cut. Now the
+    command is shortened from the left and clipped with an ellipsis only last."""
+    from watchdog.hosttext import command_text
+    from watchdog.policy.findings import job_findings
+
+    python = (
+        "/srv/rw-ci3/a-long-directory-name-for-the-checkout-path/rogue-watchdog/.venv/bin/python"
+    )
+    argv = (
+        python,
+        "/tmp/pytest-of-root/pytest-55/test_a_command_line_that_is_no0/amjob_1.py",
+        "epoch\udcff",
+    )
+    script = argv[1]
+    assert command_text(argv, 160) == f"python {script} epoch\udcff"
+    assert command_text(argv, 40) == "python …/amjob_1.py epoch\udcff"
+    assert command_text(argv, 12) == "python …/am…"
+    assert command_text(("python3", "train.py"), 160) == "python3 train.py"
+    job = Job(7, [7], "root", argv, 1, None, [], [])
+    [finding] = job_findings([job])
+    assert f"`python {script} epoch\udcff`" in finding.message

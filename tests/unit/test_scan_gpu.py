@@ -18,6 +18,7 @@ from typing import Any
 from tests.conftest import REPO, Spawned, need_program, poll, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
 from watchdog.config import Config
+from watchdog.hosttext import command_text
 from watchdog.model import GpuInfo, GpuProcess
 from watchdog.scan import Scanner
 from watchdog.sources.nvml import NvmlSnapshot
@@ -338,7 +339,7 @@ def test_zombie_of_a_namespace_init_is_no_job_and_says_what_frees_it(
         "pid": z, "parent_pid": parent, "gpu_uuid": "GPU-aaaa",
         "used_memory_bytes": 3 * GIB, "holder_pid": None,
     }  # fmt: skip
-    args = f"{sys.executable} -c {init}"[:80]
+    args = command_text([sys.executable, "-c", init], 80)
     assert f["message"] == (
         f"zombie PID {z} holds 3.0 GiB on GPU 0; it has exited and its parent PID {parent} "
         f"`{args}` is the init of its PID namespace or a subreaper, which reaps exited "

@@ -12,6 +12,7 @@ from pathlib import Path
 from tests.conftest import Spawned
 from watchdog.config import parse_config
 from watchdog.config.services import ServiceSettings
+from watchdog.hosttext import command_text
 from watchdog.policy.services import service_findings
 from watchdog.scan import Scanner
 
@@ -63,9 +64,10 @@ def test_setsid_service_that_starts_the_trainer_is_a_rogue_service(
     assert f.details["listening"] == job.listening
     assert f.details["service_pids"] == [svc]
     assert f.message == (
-        f"service PID {svc} `{f'{sys.executable} {service} {out}'[:80]}` "
+        f"service PID {svc} `{command_text([sys.executable, str(service), str(out)], 80)}` "
         f"(PID {svc} listening on 127.0.0.1:{port}/tcp), started the run: rogue job PID "
-        f"{child} `{sys.executable} {trainer}`; to stop the service and its run: "
+        f"{child} `{command_text([sys.executable, str(trainer)], 120)}`; to stop the service "
+        "and its run: "
         f"kill -TERM {svc} {child}"
     )
     # The daemon's source computes the same finding.

@@ -34,6 +34,7 @@ from watchdog.actions.effects import Effects
 from watchdog.actions.guards import read_live
 from watchdog.actions.remedy import Remedy, target_from_job
 from watchdog.config import Config
+from watchdog.hosttext import command_text
 from watchdog.logs import get_logger
 from watchdog.model import Finding, Job, ScanResult
 from watchdog.plugins import TrackResult
@@ -200,12 +201,12 @@ class Enforcer:
         parts = []
         if left:
             names = ", ".join(
-                f"PID {p['pid']} `{' '.join(p.get('cmdline') or [])[:80]}`" for p in left[:5]
+                f"PID {p['pid']} `{command_text(p.get('cmdline') or [], 80)}`" for p in left[:5]
             )
             parts.append(f"{len(left)} process(es) of its tree still run: {names}")
         for job in back[:3]:
             parts.append(
-                f"`{' '.join(job.cmdline)[:120]}` is back as PID {job.root_pid}, spawned by "
+                f"`{command_text(job.cmdline, 120)}` is back as PID {job.root_pid}, spawned by "
                 f"{job.origin.describe()}"
             )
         return Finding(
@@ -227,7 +228,7 @@ class Enforcer:
         latest = recs[0]  # newest first
         done = "; ".join(f"{_summary(r)} at {_when(r.created_at)} by {r.actor}" for r in recs[:3])
         message = (
-            f"remediation failed: `{' '.join(job.cmdline)[:120]}` is back as PID "
+            f"remediation failed: `{command_text(job.cmdline, 120)}` is back as PID "
             f"{job.root_pid} after rogue-watchdog {done}; spawned this time by "
             f"{job.origin.describe()}"
         )

@@ -23,6 +23,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from watchdog.config.enforcement import Protect
+from watchdog.hosttext import command_text
 from watchdog.model import TargetGuard
 from watchdog.sources.procfs import pid_namespaces, read_proc
 
@@ -197,7 +198,7 @@ class Guard:
                 return Refusal(
                     pid,
                     "identity",
-                    f"PID {pid} now runs `{' '.join(live.cmdline)[:120]}`, not the command the "
+                    f"PID {pid} now runs `{command_text(live.cmdline, 120)}`, not the command the "
                     "decision was made on (it exec'd)",
                 )
         if live.state == "Z":

@@ -17,6 +17,7 @@ from watchdog.actions.effects import Effects
 from watchdog.actions.guards import Expected, Guard
 from watchdog.actions.terminate import TerminateOutcome, terminate_tree
 from watchdog.config.enforcement import EnforcementSettings
+from watchdog.hosttext import command_text
 from watchdog.logs import get_logger
 from watchdog.model import UNSANCTIONED_VERDICTS, Job, Origin, TargetGuard, finding_ref
 from watchdog.state import StateDB
@@ -68,8 +69,8 @@ class JobTarget:
 
     def describe(self) -> str:
         """``rogue job PID 42 `python3 train.py``` for messages."""
-        text = " ".join(self.cmdline) or self.summary
-        return f"{self.verdict} job PID {self.root_pid} `{text[:120]}`"
+        text = command_text(self.cmdline, 120) or self.summary[:120]
+        return f"{self.verdict} job PID {self.root_pid} `{text}`"
 
 
 def target_from_job(

@@ -55,6 +55,7 @@ from watchdog.actions.slurmnode import (
 from watchdog.actions.terminate import TerminateOutcome, terminate_tree
 from watchdog.config import Config
 from watchdog.config.slurm import SlurmNodeSettings
+from watchdog.hosttext import command_text
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cgroup import parse_cgroup
 from watchdog.lineage.slurm import cgroup_clue, is_slurmstepd, query_job
@@ -143,13 +144,13 @@ class SweepReport:
             gpu = f", holds {', '.join(lo.devices)}" if lo.devices else ""
             out.append(
                 f"PID {lo.pid} ({lo.user}) is an {lo.label}{gpu} ({lo.proof}): "
-                f"{' '.join(lo.cmdline)[:160]}"
+                f"{command_text(lo.cmdline, 160)}"
             )
         for u in self.unconfirmed:
             gpu = f", holds {', '.join(u.devices)}" if u.devices else ""
             out.append(
                 f"PID {u.pid} ({u.user}) claims Slurm job {u.job_id}{gpu}, not confirmed "
-                f"({u.proof}): left alone: {' '.join(u.cmdline)[:160]}"
+                f"({u.proof}): left alone: {command_text(u.cmdline, 160)}"
             )
         for job, why in sorted(self.unknown_jobs.items()):
             out.append(f"Slurm job {job}: not checked, Slurm could not be asked ({why})")

@@ -42,6 +42,7 @@ from typing import Any
 
 from watchdog.actions.effects import Effects, IdentityChangedError
 from watchdog.actions.guards import Expected, Guard, LiveProc, read_live
+from watchdog.hosttext import command_text
 from watchdog.lineage.base import command_key, mentions, program_of
 
 
@@ -291,7 +292,7 @@ class JobTree:
                 # Shared: killing it would kill what it also runs. Never signalled, and
                 # nothing above it is the job's either.
                 names = ", ".join(
-                    f"PID {d} `{' '.join(live[d].cmdline)[:60]}`" for d in sorted(others)[:3]
+                    f"PID {d} `{command_text(live[d].cmdline, 60)}`" for d in sorted(others)[:3]
                 )
                 self.left[cur.pid] = (
                     cur.cmdline,

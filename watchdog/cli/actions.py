@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from watchdog.cli.common import CliError, command_config_path, config_parent, emit
 from watchdog.cli.complete import completers
 from watchdog.cli.help import command_help
+from watchdog.hosttext import command_text
 
 if TYPE_CHECKING:
     from watchdog.actions.remedy import JobTarget, Remedy
@@ -262,13 +263,13 @@ def cmd_terminate(args: argparse.Namespace) -> int:
             f"{config.enforcement.grace_s:g} s if still alive"
         )
         if p.result == "would-signal":
-            _out(f"  PID {p.pid} `{' '.join(p.cmdline)[:100]}`: would send {sig}")
+            _out(f"  PID {p.pid} `{command_text(p.cmdline, 100)}`: would send {sig}")
         else:
             sent = ", ".join(p.signals) or "no signal"
             why = f" ({p.reason})" if p.reason else ""
-            _out(f"  PID {p.pid} `{' '.join(p.cmdline)[:100]}`: {sent}: {p.result}{why}")
+            _out(f"  PID {p.pid} `{command_text(p.cmdline, 100)}`: {sent}: {p.result}{why}")
     for item in res.left:
-        cmd = " ".join(item["cmdline"])[:100]
+        cmd = command_text(item["cmdline"], 100)
         _out(f"  left PID {item['pid']} `{cmd}`: never signalled: {item['reason']}")
     _out(f"outcome: {res.outcome}")
     if res.outcome == "dry-run" and not any(p.result == "would-signal" for p in res.procs):

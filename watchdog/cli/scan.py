@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from watchdog.cli.common import DEFAULT_CONFIG, command_config_path, config_parent, emit, gpu_index
 from watchdog.cli.complete import completers
 from watchdog.cli.help import command_help
+from watchdog.hosttext import command_text
 
 if TYPE_CHECKING:
     from watchdog.config import Config
@@ -100,7 +101,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         out(gpu_memory_line(job, result))
     out("Lineage (nearest first):")
     for depth, p in enumerate(lineage):
-        out(f"  {'  ' * depth}{p.pid:>7} {p.user or '-':<10} {p.exe or '-'}  {p.args_text[:100]}")
+        argv = command_text(p.cmdline, 100) or p.args_text
+        out(f"  {'  ' * depth}{p.pid:>7} {p.user or '-':<10} {p.exe or '-'}  {argv}")
     said = origin.describe()
     # Each fact once: the kind when the description does not start with it, and no field
     # or evidence line that only repeats the description ("orphan (parent exited)").

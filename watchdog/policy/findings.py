@@ -6,6 +6,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 # fmt_bytes lives in watchdog.model (render and the `status` client need no policy).
+from watchdog.hosttext import command_text
 from watchdog.model import Finding, GpuHeld, GpuInfo, GpuProcess, Job, Proc, fmt_bytes
 from watchdog.policy.jobs import zombie_holder
 from watchdog.sources.procfs import INITIAL_PID_NS, ProcessTable
@@ -34,7 +35,7 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
         parts = [
             head,
             f"user {job.user or '-'}",
-            f"`{' '.join(job.cmdline)[:160]}`",
+            f"`{command_text(job.cmdline, 160)}`",
             f"from {job.origin.describe()}",
         ]
         # No "next run" time: the message of an open finding is kept (status, reminders)
@@ -99,7 +100,11 @@ def _is_system(table: ProcessTable, pid: int) -> bool:
 def _zombie_finding(table: ProcessTable, gp: GpuProcess, proc: Proc) -> Finding:
     """Who holds a zombie's GPU memory and what frees it (never the zombie: it exited)."""
     parent = table.get(proc.ppid)
-    who = f"PID {proc.ppid} `{parent.args_text[:80]}`" if parent else f"PID {proc.ppid}"
+    who = (
+        f"PID {proc.ppid} `{command_text(parent.cmdline, 80) or parent.args_text}`"
+        if parent
+        else f"PID {proc.ppid}"
+    )
     head = f"zombie PID {gp.pid} holds {fmt_bytes(gp.used_memory_bytes)} on GPU {gp.gpu_index}"
     details: dict[str, Any] = {
         "pid": gp.pid,

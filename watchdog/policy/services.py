@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from watchdog.config.services import ServiceSettings
+from watchdog.hosttext import command_text
 from watchdog.lineage.base import exe_name, is_wrapper
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
 from watchdog.lineage.slurm import is_slurmstepd
@@ -210,10 +211,12 @@ def service_finding(
     who = _who(job)
     if parents and job.origin.kind in ("unknown", "orphan"):
         # The service is what keeps starting runs; name it, not an origin nobody knows.
-        who = f"service PID {parents[0].pid} `{parents[0].args_text[:80]}`"
+        service = parents[0]
+        text = command_text(service.cmdline, 80) or service.args_text
+        who = f"service PID {service.pid} `{text}`"
     message = (
         f"{who} ({'; '.join(parts)}), {how}: {verdict} job PID {job.root_pid} "
-        f"{'on ' + gpus_text(job.gpus) + ' ' if job.gpus else ''}`{' '.join(job.cmdline)[:120]}`"
+        f"{'on ' + gpus_text(job.gpus) + ' ' if job.gpus else ''}`{command_text(job.cmdline, 120)}`"
     )
     stop = job.advice.finding_text(job.root_pid)
     if stop:
