@@ -122,5 +122,9 @@ def command_text(argv: Sequence[str], width: int) -> str:
         head, sep, base = args[i].rstrip("/").rpartition("/")
         if sep and head and base and "=" not in head:
             args[i] = "…/" + base
-    text = " ".join(args)
+    return clip(" ".join(args), width)
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, its end replaced by ``…`` when cut."""
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"

@@ -108,10 +108,6 @@ def printable(text: str) -> str:
     return "".join(out)
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
-
-
 #: Width used when output is piped and ``COLUMNS`` is not set: whole lines are kept.
 UNLIMITED = 100_000
 #: Below this many columns for ORIGIN and COMMAND together, each job wraps onto lines.

@@ -189,9 +189,8 @@ def gpu_visibility_findings(
         )
     gpu_procs = [gp for gp in gpu_procs if gp not in system]
     visible = [gp for gp in gpu_procs if table.get(gp.pid) is not None]
-    missing = list(hidden)
     all_pids = {gp.pid for gp in gpu_procs}
-    hidden_pids = sorted({gp.pid for gp in missing})
+    hidden_pids = sorted({gp.pid for gp in hidden})
     if len(hidden_pids) >= 2 and len(hidden_pids) * 2 > len(all_pids):
         findings.append(
             Finding(
@@ -206,7 +205,7 @@ def gpu_visibility_findings(
             )
         )
     else:
-        for gp in missing:
+        for gp in hidden:
             findings.append(
                 Finding(
                     kind="gpu-pid-invisible",
