@@ -214,10 +214,13 @@ def test_a_zombie_it_has_not_reaped_leaves_a_shell_the_jobs(tmp_path: Path) -> N
     "reads `flock -n …`, and its excess-instances finding reopens under a new id when the "
     "line is restored. Whether that is a new episode or I5's one job needs deciding.",
 )
-def test_an_edited_then_restored_line_keeps_the_ghosts_excess_finding() -> None:
+def test_an_edited_then_restored_line_keeps_the_ghosts_excess_finding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The simulator's shrunk counterexample, replayed step by step."""
     from tests.sim.machine import TrustMachine
 
+    monkeypatch.setattr(TrustMachine, "workdir", tmp_path)  # never the host's /tmp
     state = TrustMachine()
     try:
         state.ghost_fires()
