@@ -10,7 +10,7 @@ import dataclasses
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol, get_args
@@ -33,6 +33,7 @@ LOG_LEVELS: dict[str, str] = {
     "high": "error",
     "critical": "critical",
 }
+# The built-in origin kinds; a kind registered later (:data:`ORIGIN_KINDS`) adds its own.
 OriginKind = Literal[
     "cron",
     "systemd",
@@ -45,7 +46,6 @@ OriginKind = Literal[
     "orphan",
     "unknown",
 ]
-ORIGIN_KINDS: tuple[OriginKind, ...] = get_args(OriginKind)
 # Every kind of Finding the code emits; mypy checks each ``Finding(kind=...)`` against it,
 # so an alert rule's ``kinds:`` can be validated against FINDING_KINDS with no hand-kept
 # list. docs/scan-json-schema.md describes each kind (a unit test holds the two equal).
@@ -212,21 +212,42 @@ def _shown_if(flag: str) -> dict[str, str]:
     return {"show": "if", "if": flag}
 
 
+PinType = Literal["glob", "unit", "timer", "line"]
+
+
+@dataclass(frozen=True)
+class PinKey:
+    """How the allowlist reads and names one origin key (docs/config.md).
+
+    Attributes:
+        noun: How a message names the field, e.g. ``cron file``.
+        type: ``glob`` (fnmatch), ``unit`` (a glob that can match a unit type suffix),
+            ``timer`` (a glob over ``NAME.timer``) or ``line`` (a line number, compared
+            beside the key it ``needs``); read by watchdog/config/origins.py.
+        needs: The key that must be set beside this one, or None.
+    """
+
+    noun: str
+    type: PinType = "glob"
+    needs: str | None = None
+
+
 @dataclass(frozen=True)
 class Origin:
     """Where a process came from: the thing that will start it again.
 
     The base class is the ``unknown`` origin; each other kind is a subclass holding that
     kind's fields (:class:`CronOrigin`, :class:`SystemdOrigin`...), so readers narrow
-    with ``isinstance`` and read attributes. :data:`ORIGIN_CLASSES` maps kinds to classes.
+    with ``isinstance`` and read attributes. :data:`ORIGIN_KINDS` maps kinds to classes.
 
     Attributes:
-        kind: One of :data:`OriginKind` (a class attribute: the class decides it).
+        kind: The kind's name, one of :data:`ORIGIN_KINDS` (a class attribute: the
+            class decides it).
         evidence: Human-readable facts the verdict rests on, most decisive first.
         remediation: The command a person would run to stop the source, or None.
     """
 
-    kind: ClassVar[OriginKind] = "unknown"
+    kind: ClassVar[str] = "unknown"
     #: Scan-JSON keys that name the source: what would start the job again, the same
     #: across its runs (never a PID, a Slurm job id or a container id). Job signatures
     #: hash them (stored: never reorder), and the guard compares them with the sources
@@ -235,6 +256,11 @@ class Origin:
     #: What ``disable-source`` changes for a source of this kind, in words (``the
     #: crontab``); None when it does not handle the kind.
     DISABLES: ClassVar[str | None] = None
+    #: The allowlist origin keys of the kind (the keys of :meth:`pin_values`, in the
+    #: order messages list them) and how each is read and named.
+    PINS: ClassVar[Mapping[str, PinKey]] = {}
+    #: False for a recorded origin that could not be read back: nothing acts on it.
+    READABLE: ClassVar[bool] = True
     evidence: tuple[str, ...] = ()
     remediation: str | None = None
 
@@ -309,6 +335,42 @@ class Origin:
         stopped only by signals (shell, orphan, unknown): those are the signal guard's."""
         return ()
 
+    def pin(self) -> dict[str, object] | None:
+        """The origin keys of an allowlist rule that name this origin most narrowly
+        (``allowlist suggest`` writes them; docs/config.md), as raw host values; None
+        when the kind offers no pin or this origin lacks what it needs."""
+        return None
+
+    @property
+    def by_hand(self) -> bool:
+        """True when a person started it in a shell or tmux: ``allowlist suggest`` lists
+        such runs, never proposes them, and never counts them as a rival source."""
+        return False
+
+    def unproposable(self) -> str | None:
+        """Why ``allowlist suggest`` never proposes a rule for this origin on its own
+        account (started by hand, unconfirmed, nothing started it), or None."""
+        return "origin unknown" if self.kind == "unknown" else None
+
+    def rule_stem(self) -> str:
+        """What a proposed rule's name is made from, e.g. ``cron-pipeline-2``."""
+        return self.label() or self.kind
+
+    def names(self) -> frozenset[str]:
+        """The words a person may use for this source (``allowlist suggest --prefer``):
+        its label and description, and its file or unit where the kind has one."""
+        return frozenset({self.label(), self.describe()})
+
+    def source_file(self) -> str | None:
+        """The file whose last edit tells when the source was set up (a crontab), or
+        None when the kind has none."""
+        return None
+
+    def source_detail(self) -> str | None:
+        """Where in :meth:`source_file` the source is, in words (``file F, line N,
+        schedule S``), or None."""
+        return None
+
     @property
     def fields(self) -> dict[str, Any]:
         """The kind-specific keys of the scan JSON ``origin`` object, in schema order
@@ -358,7 +420,7 @@ class Origin:
             return UnreadableOrigin(
                 evidence=(f"the recorded origin is not an object ({_json_type(doc)})",)
             )
-        cls = ORIGIN_CLASSES.get(str(doc.get("kind")), Origin)
+        cls = ORIGIN_KINDS.record(str(doc.get("kind"))) or Origin
         hints = _field_types(cls)
         kw: dict[str, Any] = {}
         for key, value in doc.items():
@@ -407,6 +469,8 @@ class UnreadableOrigin(Origin):
     """A recorded origin that could not be read back (:meth:`Origin.from_json`): its kind
     is ``unknown`` and its evidence says what was wrong. Nothing acts on it: it is not an
     origin that names nothing, it is one that could not be seen."""
+
+    READABLE: ClassVar[bool] = False
 
 
 def _json_type(value: object) -> str:
@@ -487,6 +551,10 @@ class CronOrigin(Origin):
     kind: ClassVar[OriginKind] = "cron"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("file", "line", "script")
     DISABLES: ClassVar[str | None] = "the crontab"
+    PINS: ClassVar[Mapping[str, PinKey]] = {
+        "cron_file": PinKey("cron file"),
+        "cron_line": PinKey("line", "line", needs="cron_file"),
+    }
     file: str | None = None
     line: int | None = None
     entry: str | None = None
@@ -560,6 +628,33 @@ class CronOrigin(Origin):
         line = (("cron-line", self.file, self.line),)
         return (*line, ("run-parts", self.script)) if self.script else line
 
+    def pin(self) -> dict[str, object] | None:
+        """``cron_file`` and ``cron_line``, when a line is named."""
+        if self.file is None or self.line is None or self.line < 1:
+            return None
+        return {"cron_file": self.file, "cron_line": self.line}
+
+    def rule_stem(self) -> str:
+        """``cron-FILE-LINE`` (the file's base name)."""
+        if not self.file:
+            return super().rule_stem()
+        return f"cron-{self.file.rsplit('/', 1)[-1]}-{self.line}"
+
+    def names(self) -> frozenset[str]:
+        """Also ``FILE`` and ``FILE:LINE``."""
+        extra = {self.file, f"{self.file}:{self.line}"} if self.file else set()
+        return super().names() | extra
+
+    def source_file(self) -> str | None:
+        """The crontab."""
+        return self.file
+
+    def source_detail(self) -> str | None:
+        """``file F, line N, schedule S``."""
+        return (
+            f"file {self.file}, line {self.line}, schedule {self.schedule}" if self.file else None
+        )
+
 
 @dataclass(frozen=True)
 class SystemdOrigin(Origin):
@@ -587,6 +682,10 @@ class SystemdOrigin(Origin):
     kind: ClassVar[OriginKind] = "systemd"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("unit", "user")
     DISABLES: ClassVar[str | None] = "the unit states"
+    PINS: ClassVar[Mapping[str, PinKey]] = {
+        "systemd_unit": PinKey("systemd unit", "unit"),
+        "systemd_timer": PinKey("triggered by systemd timer", "timer"),
+    }
     unit: str | None = None
     unit_file: str | None = None
     timer: str | None = None
@@ -637,6 +736,33 @@ class SystemdOrigin(Origin):
             out += (("systemd-unit", self.timer, *scope),)
         return out
 
+    def pin(self) -> dict[str, object] | None:
+        """``systemd_unit``, and ``systemd_timer`` when exactly one timer triggers it."""
+        if not self.unit:
+            return None
+        unit: dict[str, object] = {"systemd_unit": self.unit}
+        # A unit several timers trigger records the first: pinning it would make the
+        # rule hang on which timer systemd lists first, so such a unit is pinned alone.
+        several = any(e.startswith("also triggered by") for e in self.evidence)
+        return unit | ({"systemd_timer": self.timer} if self.timer and not several else {})
+
+    @property
+    def by_hand(self) -> bool:
+        """True in a tmux session (a person's, which systemd only hosts)."""
+        return self.in_tmux
+
+    def unproposable(self) -> str | None:
+        """``started by hand in tmux`` for a tmux session."""
+        return "started by hand in tmux" if self.in_tmux else None
+
+    def rule_stem(self) -> str:
+        """The unit's name without its type suffix."""
+        return self.unit.rsplit(".", 1)[0] if self.unit else super().rule_stem()
+
+    def names(self) -> frozenset[str]:
+        """Also the unit's name."""
+        return super().names() | ({self.unit} if self.unit else set())
+
 
 @dataclass(frozen=True)
 class SlurmOrigin(Origin):
@@ -654,6 +780,10 @@ class SlurmOrigin(Origin):
 
     kind: ClassVar[OriginKind] = "slurm"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("account", "job_name")
+    PINS: ClassVar[Mapping[str, PinKey]] = {
+        "slurm_account": PinKey("Slurm account"),
+        "slurm_job_name": PinKey("Slurm job name"),
+    }
     job_id: int | None = None
     job_name: str | None = None
     account: str | None = None
@@ -688,6 +818,18 @@ class SlurmOrigin(Origin):
         """The Slurm job (``scancel`` acts on the whole job, every step of it)."""
         return (("slurm-job", self.job_id),) if self.job_id is not None else ()
 
+    def pin(self) -> dict[str, object] | None:
+        """``slurm_account`` and ``slurm_job_name``, when Slurm said both."""
+        if self.account is None or self.job_name is None:
+            return None
+        return {"slurm_account": self.account, "slurm_job_name": self.job_name}
+
+    def unproposable(self) -> str | None:
+        """Unconfirmed when Slurm did not give the account (only the environment said)."""
+        if self.account is None:
+            return "only its environment claims a Slurm job (Slurm did not confirm it)"
+        return None
+
 
 @dataclass(frozen=True)
 class ContainerOrigin(Origin):
@@ -706,6 +848,10 @@ class ContainerOrigin(Origin):
 
     kind: ClassVar[OriginKind] = "container"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("image", "pod_uid")
+    PINS: ClassVar[Mapping[str, PinKey]] = {
+        "container_image": PinKey("container image"),
+        "container_image_digest": PinKey("container image digest"),
+    }
     container_id: str | None = None
     pod_uid: str | None = None
     runtime: str | None = None
@@ -737,6 +883,12 @@ class ContainerOrigin(Origin):
         """The container (stopping it stops everything in it)."""
         return (("container", self.container_id),) if self.container_id else ()
 
+    def pin(self) -> dict[str, object] | None:
+        """``container_image_digest``, else ``container_image``."""
+        if self.image_id:
+            return {"container_image_digest": self.image_id}
+        return {"container_image": self.image} if self.image else None
+
 
 @dataclass(frozen=True)
 class KubernetesOrigin(Origin):
@@ -766,6 +918,11 @@ class KubernetesOrigin(Origin):
 
     kind: ClassVar[OriginKind] = "kubernetes"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("namespace", "owner_kind", "owner_name")
+    PINS: ClassVar[Mapping[str, PinKey]] = {
+        "k8s_namespace": PinKey("Kubernetes namespace"),
+        "k8s_owner": PinKey("Kubernetes owner"),
+        "k8s_service_account": PinKey("Kubernetes service account"),
+    }
     pod_uid: str | None = None
     container_id: str | None = None
     runtime: str | None = None
@@ -828,6 +985,18 @@ class KubernetesOrigin(Origin):
             out += (("k8s-owner", self.namespace, self.owner_kind, self.owner_name),)
         return out
 
+    def pin(self) -> dict[str, object] | None:
+        """``k8s_namespace``, ``k8s_owner`` and ``k8s_service_account`` when known."""
+        if not (self.namespace and self.owner_kind and self.owner_name):
+            return None
+        pin: dict[str, object] = {
+            "k8s_namespace": self.namespace,
+            "k8s_owner": f"{self.owner_kind}/{self.owner_name}",
+        }
+        if self.service_account:
+            pin["k8s_service_account"] = self.service_account
+        return pin
+
 
 @dataclass(frozen=True)
 class ShellOrigin(Origin):
@@ -862,6 +1031,15 @@ class ShellOrigin(Origin):
     def definite(self) -> bool:
         """True: a person started it from a login."""
         return True
+
+    @property
+    def by_hand(self) -> bool:
+        """True: a person started it."""
+        return True
+
+    def unproposable(self) -> str | None:
+        """``started by hand in a shell or tmux``."""
+        return "started by hand in a shell or tmux"
 
 
 @dataclass(frozen=True)
@@ -967,23 +1145,164 @@ class OrphanOrigin(Origin):
         """See :meth:`Origin.describe`."""
         return self.message or "orphan (parent exited)"
 
+    def unproposable(self) -> str | None:
+        """``an orphan: what started it is gone``."""
+        return "an orphan: what started it is gone"
 
-# The record class of each kind; ``unknown`` is the base class itself.
-ORIGIN_CLASSES: dict[str, type[Origin]] = {
-    c.kind: c
-    for c in (
-        CronOrigin,
-        SystemdOrigin,
-        SlurmOrigin,
-        ContainerOrigin,
-        KubernetesOrigin,
-        ShellOrigin,
-        AtOrigin,
-        SupervisorOrigin,
-        OrphanOrigin,
-        Origin,
-    )
-}
+
+def load_ref(ref: str) -> Any:
+    """The object a ``"module:attribute"`` reference names (registries name what they
+    hold this way, so the bottom layer can list what upper layers implement).
+
+    Raises:
+        ValueError: ``ref`` is not written ``module:attribute``.
+        ImportError, AttributeError: The module or attribute does not exist.
+    """
+    import importlib
+
+    module, _, attr = ref.partition(":")
+    if not module or not attr:
+        raise ValueError(f"{ref!r} is not module:attribute")
+    return getattr(importlib.import_module(module), attr)
+
+
+@dataclass(frozen=True)
+class OriginKindEntry:
+    """One origin kind: the record that answers for it and who finds and disables it.
+
+    Attributes:
+        name: The kind (the record's :attr:`Origin.kind`), e.g. ``cron``.
+        record: ``"module:attribute"`` of its record class, a subclass of :class:`Origin`.
+        resolver: ``"module:attribute"`` of its resolver class
+            (``watchdog.lineage.base.OriginResolver``, built with no arguments); None for
+            a kind no resolver names (``unknown``).
+        planner: ``"module:attribute"`` of the function planning ``disable-source`` for
+            it (``watchdog.actions.disable.Planner``); None: ``disable-source`` refuses.
+    """
+
+    name: str
+    record: str
+    resolver: str | None = None
+    planner: str | None = None
+
+
+class OriginKindRegistry:
+    """The origin kinds in resolver priority order (the first resolver to answer wins);
+    a name registers once (prometheus client_python's ``CollectorRegistry`` refuses a
+    duplicate the same way)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, OriginKindEntry] = {}
+        self._records: dict[str, type[Origin]] = {}
+
+    def register(self, entry: OriginKindEntry, *, before: str | None = None) -> OriginKindEntry:
+        """Add ``entry`` last, or just ahead of the kind ``before`` (a more specific
+        spawner resolves first: a Slurm job inside a unit is a Slurm job).
+
+        Returns:
+            ``entry``.
+
+        Raises:
+            ValueError: A kind of that name is registered already, a reference is not
+                ``module:attribute``, or ``before`` names no registered kind.
+        """
+        if entry.name in self._entries:
+            raise ValueError(f"origin kind {entry.name!r} is registered twice")
+        for ref in (entry.record, entry.resolver, entry.planner):
+            if ref is not None and not all(ref.partition(":")[::2]):
+                raise ValueError(f"origin kind {entry.name!r}: {ref!r} is not module:attribute")
+        if before is not None and before not in self._entries:
+            raise ValueError(f"origin kind {entry.name!r}: no kind {before!r} to go before")
+        items = list(self._entries.items())
+        at = len(items) if before is None else list(self._entries).index(before)
+        items.insert(at, (entry.name, entry))
+        self._entries = dict(items)
+        return entry
+
+    def unregister(self, name: str) -> None:
+        """Remove the kind called ``name`` (a test's throwaway kind); absent is fine."""
+        self._entries.pop(name, None)
+        self._records.pop(name, None)
+
+    def get(self, name: str) -> OriginKindEntry | None:
+        """The kind called ``name``, or None."""
+        return self._entries.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        """Every kind's name, in priority order."""
+        return tuple(self._entries)
+
+    def record(self, name: str) -> type[Origin] | None:
+        """The record class of the kind ``name`` (imported on first use), or None.
+
+        Raises:
+            TypeError: The registered record is not an :class:`Origin` of that kind.
+        """
+        known = self._records.get(name)
+        entry = self._entries.get(name)
+        if known is not None or entry is None:
+            return known
+        cls = load_ref(entry.record)
+        if not (isinstance(cls, type) and issubclass(cls, Origin) and cls.kind == name):
+            raise TypeError(f"origin kind {name!r}: {entry.record} is not its Origin record")
+        self._records[name] = cls
+        return cls
+
+    def records(self) -> tuple[type[Origin], ...]:
+        """Every kind's record class, in priority order."""
+        return tuple(c for c in map(self.record, self._entries) if c is not None)
+
+    def __iter__(self) -> Iterator[OriginKindEntry]:
+        return iter(list(self._entries.values()))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+
+ORIGIN_KINDS = OriginKindRegistry()
+# Every origin kind, once, in resolver priority order: more specific spawners first (a
+# Slurm job inside a unit is a Slurm job; a cron job living on in cron.service's cgroup
+# is a cron job); systemd last but for orphan, since every process sits in some unit.
+for _entry in (
+    OriginKindEntry("slurm", f"{__name__}:SlurmOrigin", "watchdog.lineage.slurm:SlurmResolver"),
+    OriginKindEntry(
+        "kubernetes",
+        f"{__name__}:KubernetesOrigin",
+        "watchdog.lineage.kubernetes:KubernetesResolver",
+    ),
+    OriginKindEntry(
+        "container", f"{__name__}:ContainerOrigin", "watchdog.lineage.container:ContainerResolver"
+    ),
+    OriginKindEntry(
+        "cron",
+        f"{__name__}:CronOrigin",
+        "watchdog.lineage.cron:CronResolver",
+        "watchdog.actions.disable:plan_cron",
+    ),
+    OriginKindEntry("at", f"{__name__}:AtOrigin", "watchdog.lineage.at:AtResolver"),
+    OriginKindEntry(
+        "supervisor",
+        f"{__name__}:SupervisorOrigin",
+        "watchdog.lineage.supervisor:SupervisorResolver",
+    ),
+    OriginKindEntry("shell", f"{__name__}:ShellOrigin", "watchdog.lineage.shell:ShellResolver"),
+    OriginKindEntry(
+        "systemd",
+        f"{__name__}:SystemdOrigin",
+        "watchdog.lineage.systemd:SystemdResolver",
+        "watchdog.actions.disable:plan_systemd",
+    ),
+    OriginKindEntry(
+        "orphan",
+        f"{__name__}:OrphanOrigin",
+        "watchdog.lineage.orphan:OrphanResolver",
+        "watchdog.actions.disable:plan_quarantine",
+    ),
+    OriginKindEntry(
+        "unknown", f"{__name__}:Origin", None, "watchdog.actions.disable:plan_quarantine"
+    ),
+):
+    ORIGIN_KINDS.register(_entry)
 
 
 # Longest origin label kept (a unit or file name is host text of any length; a label

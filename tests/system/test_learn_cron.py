@@ -85,7 +85,7 @@ def test_learn_suggest_enforce_and_diff_on_real_cron(tmp_path: Path) -> None:
         suggested = parse_config(out.stdout, "suggested.yaml")
         # Only this test's jobs: other tests on the host run cron jobs of their own.
         assert [
-            (r.origin.cron_file, r.origin.cron_line, r.user, r.max_instances)
+            (r.origin.get("cron_file"), r.origin.get("cron_line"), r.user, r.max_instances)
             for r in suggested.sanctioned
             if r.cmdline_regex is not None and str(h.sandbox) in r.cmdline_regex.pattern
         ] == [(str(cron_d), 4, "root", 1)]
@@ -176,7 +176,9 @@ def test_one_script_from_two_cron_files_is_never_proposed_silently(tmp_path: Pat
         chosen = run_cli(*args, "--min-runs", "1", "--prefer", f"{cron_d}:2")
         assert chosen.returncode == 0, chosen.stderr
         rules = mine(parse_config(chosen.stdout, "s.yaml").sanctioned, h)
-        assert [(r.origin.cron_file, r.origin.cron_line) for r in rules] == [(str(cron_d), 2)]
+        assert [(r.origin.get("cron_file"), r.origin.get("cron_line")) for r in rules] == [
+            (str(cron_d), 2)
+        ]
         ghosts = [line for line in chosen.stdout.splitlines() if "suspected ghost" in line]
         assert len(ghosts) == 1 and f"cron {ghost_d}:2 " in ghosts[0], chosen.stdout
         assert (

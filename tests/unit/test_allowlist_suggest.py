@@ -146,7 +146,10 @@ def test_suggest_proposes_the_cron_pipeline_and_lists_the_tmux_one_off() -> None
     cfg = parse_config(text, "suggested.yaml")  # check-config accepts it
     [rule] = cfg.sanctioned
     assert (rule.name, rule.user, rule.max_instances) == ("cron-pipeline-2", "mlops", 2)
-    assert (rule.origin.cron_file, rule.origin.cron_line) == ("/etc/cron.d/pipeline", 2)
+    assert (rule.origin.get("cron_file"), rule.origin.get("cron_line")) == (
+        "/etc/cron.d/pipeline",
+        2,
+    )
     assert rule.cmdline_regex is not None
     assert rule.cmdline_regex.search(f"{PY} {SCRIPT} --run 999") is not None
     assert rule.cmdline_regex.search(f"{PY} {SCRIPT}.evil") is None
@@ -347,7 +350,7 @@ def test_every_proposal_loads_and_pins_exactly_what_ran() -> None:
         s = two(SlurmOrigin(job_id=5, job_name=name, account="ml").to_json())
         cfg = parse_config(render_yaml(s), "s.yaml")
         [rule] = cfg.sanctioned
-        assert rule.origin.slurm_job_name == pinned
+        assert rule.origin.get("slurm_job_name") == pinned
         assert origin_mismatch(rule.origin, SlurmOrigin(job_name=name, account="ml")) is None
         assert origin_mismatch(rule.origin, SlurmOrigin(job_name=name + "x", account="ml"))
     bad = two(cron(), [PY, "/opt/p/tr\udcffain.py"])

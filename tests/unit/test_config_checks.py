@@ -173,7 +173,7 @@ def test_systemd_unit_without_a_unit_suffix_is_refused() -> None:
     )
     for good in ("train.service", "train@*.service", "train-*", "nightly.timer", "x.scope"):
         text = rule("    cmdline: x\n").replace("{any: true}", f"{{systemd_unit: '{good}'}}")
-        assert parse_config(text, "c").sanctioned[0].origin.systemd_unit == good
+        assert parse_config(text, "c").sanctioned[0].origin.get("systemd_unit") == good
 
 
 def test_unknown_user_is_a_warning_not_an_error(tmp_path: Path) -> None:

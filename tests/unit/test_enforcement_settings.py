@@ -66,8 +66,8 @@ def test_defaults() -> None:
         ),
         (
             "enforcement:\n  rules:\n    - {name: x, origin_kind: cronn, mode: terminate}",
-            "c.yaml:3: enforcement.rules[0].origin_kind: one of cron, systemd, slurm, container, "
-            "kubernetes, shell, at, supervisor, orphan, unknown",
+            "c.yaml:3: enforcement.rules[0].origin_kind: one of slurm, kubernetes, container, "
+            "cron, at, supervisor, shell, systemd, orphan, unknown",
         ),
         (
             "enforcement:\n  protect:\n    - {pid: 1}",

@@ -363,7 +363,7 @@ def test_scan_never_sanctions_an_environment_claim(tmp_path: Path) -> None:
     assert CLAIM_NOTE in origin.evidence
     assert "scancel" not in (origin.remediation or "")
     # The example's research-slurm rule (origin: {slurm_account: research}) must not match.
-    assert origin_mismatch(OriginPin(slurm_account="research"), origin) == (
+    assert origin_mismatch(OriginPin.of(slurm_account="research"), origin) == (
         "origin must be Slurm account 'research'"
     )
 

@@ -35,7 +35,7 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,7 @@ from watchdog.lineage.crontab import (
     installed_header_lines,
 )
 from watchdog.lineage.unitfile import MAX_UNIT_FILE_BYTES
-from watchdog.model import CronOrigin, Origin, SystemdOrigin, UnreadableOrigin
+from watchdog.model import ORIGIN_KINDS, CronOrigin, Origin, SystemdOrigin, load_ref
 from watchdog.safeio import unread_reason
 
 SUFFIX = ".rogue-watchdog-disabled-"
@@ -192,40 +192,99 @@ def plan_disable(
     Returns:
         A plan; ``refused`` says why when nothing can be done.
     """
-    kind = origin.kind
-    if isinstance(origin, CronOrigin):
-        if origin.script:
-            parent = os.path.basename(os.path.dirname(os.path.realpath(origin.script)))
-            if parent not in _RUN_PARTS_DIRS:
-                return DisablePlan(
-                    "none",
-                    origin.script,
-                    refused=f"{origin.script} is not in a run-parts directory "
-                    f"({', '.join(sorted(_RUN_PARTS_DIRS))}): not renamed",
-                )
-            return _plan_rename("run-parts", origin.script, now, reason)
-        return _plan_cron(origin, reason, now, backup_dir, (crontab, cron_d, spool_dirs))
-    if isinstance(origin, SystemdOrigin):
-        return _plan_systemd(origin, effects, backup_dir, now)
-    if isinstance(origin, UnreadableOrigin):
+    if not origin.READABLE:
         return DisablePlan("none", "-", refused="; ".join(origin.evidence))
-    if kind in ("orphan", "unknown"):
-        if not quarantine_unknown_exe:
+    entry = ORIGIN_KINDS.get(origin.kind)
+    if entry is None or entry.planner is None:
+        return DisablePlan(
+            "none",
+            "-",
+            refused=f"disabling a {origin.kind} source is not supported; run the remediation "
+            f"by hand: {origin.remediation or 'none known'}",
+        )
+    planner: Planner = load_ref(entry.planner)
+    return planner(
+        origin,
+        PlanRequest(
+            reason,
+            now,
+            backup_dir,
+            effects,
+            (crontab, cron_d, spool_dirs),
+            quarantine_unknown_exe,
+            tuple(cmdline),
+            exe,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What a :data:`Planner` is given beside the origin (see :func:`plan_disable`).
+
+    Attributes:
+        reason: Why (goes into markers and records).
+        now: POSIX time for markers and backup names.
+        backup_dir: Where backups go.
+        effects: For read-only queries (``systemctl is-enabled``).
+        places: The system crontab, the crontab directory and the user crontab spools.
+        quarantine_unknown_exe: Renaming an orphan's or unknown job's script is allowed.
+        cmdline: The job root's argv (for quarantine).
+        exe: The job root's executable (for quarantine).
+    """
+
+    reason: str
+    now: float
+    backup_dir: str
+    effects: Effects
+    places: tuple[str, str, Sequence[str]]
+    quarantine_unknown_exe: bool = False
+    cmdline: tuple[str, ...] = ()
+    exe: str | None = None
+
+
+#: What an origin kind's ``planner`` (:class:`watchdog.model.OriginKindEntry`) is: the
+#: origin (of that kind) and the request in, the plan out; never raises for a host error.
+Planner = Callable[[Origin, PlanRequest], DisablePlan]
+
+
+def plan_quarantine(origin: Origin, req: PlanRequest) -> DisablePlan:
+    """The planner of ``orphan`` and ``unknown`` origins: rename the job's script or
+    executable, only when ``enforcement.quarantine_unknown_exe`` allows it."""
+    if not req.quarantine_unknown_exe:
+        return DisablePlan(
+            "none",
+            "-",
+            refused=(
+                f"its origin ({origin.kind}) names nothing to disable, and "
+                "enforcement.quarantine_unknown_exe is off"
+            ),
+        )
+    return _plan_quarantine(req.cmdline, req.exe, req.now, req.reason)
+
+
+def plan_cron(origin: Origin, req: PlanRequest) -> DisablePlan:
+    """The planner of ``cron`` origins: comment out the crontab line, or rename the
+    run-parts script it ran (only inside a ``cron.daily``-style directory)."""
+    assert isinstance(origin, CronOrigin)  # the registry hands each planner its kind
+    if origin.script:
+        parent = os.path.basename(os.path.dirname(os.path.realpath(origin.script)))
+        if parent not in _RUN_PARTS_DIRS:
             return DisablePlan(
                 "none",
-                "-",
-                refused=(
-                    f"its origin ({kind}) names nothing to disable, and "
-                    "enforcement.quarantine_unknown_exe is off"
-                ),
+                origin.script,
+                refused=f"{origin.script} is not in a run-parts directory "
+                f"({', '.join(sorted(_RUN_PARTS_DIRS))}): not renamed",
             )
-        return _plan_quarantine(cmdline, exe, now, reason)
-    return DisablePlan(
-        "none",
-        "-",
-        refused=f"disabling a {kind} source is not supported; run the remediation by hand: "
-        f"{origin.remediation or 'none known'}",
-    )
+        return _plan_rename("run-parts", origin.script, req.now, req.reason)
+    return _plan_cron(origin, req.reason, req.now, req.backup_dir, req.places)
+
+
+def plan_systemd(origin: Origin, req: PlanRequest) -> DisablePlan:
+    """The planner of ``systemd`` origins: stop, disable and mask the unit and its timer
+    (a system unit only)."""
+    assert isinstance(origin, SystemdOrigin)  # the registry hands each planner its kind
+    return _plan_systemd(origin, req.effects, req.backup_dir, req.now)
 
 
 # -- cron --------------------------------------------------------------------------------

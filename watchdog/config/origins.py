@@ -2,8 +2,10 @@
 origins ``enforcement.protect`` keeps from every action (docs/config.md).
 
 Each key names one field of one origin kind; the kind answers for itself which keys it
-has (:meth:`watchdog.model.Origin.pin_values`), so a new origin kind brings its keys with
-it and this module lists none by hand.
+has (:meth:`watchdog.model.Origin.pin_values`) and how each is read
+(:attr:`~watchdog.model.Origin.PINS`), so
+a kind registered in :data:`watchdog.model.ORIGIN_KINDS` brings its keys with it and this
+module lists none by hand.
 """
 
 from __future__ import annotations
@@ -13,19 +15,14 @@ from dataclasses import dataclass
 import yaml
 
 from watchdog.config import datatypes
-from watchdog.config.base import NodeReader, build, keys, setting
-from watchdog.model import ORIGIN_CLASSES
+from watchdog.config.base import Converter, NodeReader
+from watchdog.model import ORIGIN_KINDS, Origin
 
 # Unit types (systemd.unit(5)): a pin without one of these suffixes names no unit.
 UNIT_SUFFIXES = (
     ".service", ".socket", ".device", ".mount", ".automount", ".swap", ".target", ".path",
     ".timer", ".slice", ".scope",
 )  # fmt: skip
-
-# Pin key -> the origin kind whose field it names, as each record class declares it.
-PIN_KINDS: dict[str, str] = {
-    key: cls.kind for cls in ORIGIN_CLASSES.values() for key in cls().pin_values()
-}
 
 
 def _unit_pin(r: NodeReader, node: yaml.Node, key: str) -> str:
@@ -49,63 +46,103 @@ def _timer_pin(r: NodeReader, node: yaml.Node, key: str) -> str:
     return text
 
 
+def pin_keys() -> dict[str, type[Origin]]:
+    """Every origin key → the record class of the kind whose field it names, in the
+    registry's kind order and each kind's own key order.
+
+    Raises:
+        ValueError: Two registered kinds claim one key (a rule could never tell which
+            kind it names).
+    """
+    out: dict[str, type[Origin]] = {}
+    for cls in ORIGIN_KINDS.records():
+        for key in cls.PINS:
+            if out.setdefault(key, cls) is not cls:
+                raise ValueError(f"origin key {key!r} is claimed by {out[key].kind} and {cls.kind}")
+    return out
+
+
+# How each PinKey.type is read.
+_READERS: dict[str, Converter[object]] = {
+    "glob": datatypes.glob,
+    "unit": _unit_pin,
+    "timer": _timer_pin,
+    "line": datatypes.integer(1),
+}
+
+
+def _in_key_order(values: dict[str, object]) -> tuple[tuple[str, object], ...]:
+    order = list(pin_keys())
+    return tuple(sorted(values.items(), key=lambda kv: order.index(kv[0])))
+
+
 @dataclass(frozen=True)
 class OriginPin:
-    """Where a job must come from; every set field must match (fnmatch globs, except
-    ``cron_line``). ``any: true`` alone matches every origin."""
+    """Where a job must come from; every set key must match (fnmatch globs, except a
+    ``line`` key such as ``cron_line``). ``any: true`` alone matches every origin.
 
-    any: bool = setting(False, datatypes.boolean)
-    systemd_unit: str | None = setting(None, _unit_pin)
-    systemd_timer: str | None = setting(None, _timer_pin)
-    cron_file: str | None = setting(None, datatypes.glob)
-    cron_line: int | None = setting(None, datatypes.integer(1))
-    slurm_account: str | None = setting(None, datatypes.glob)
-    slurm_job_name: str | None = setting(None, datatypes.glob)
-    container_image: str | None = setting(None, datatypes.glob)
-    container_image_digest: str | None = setting(None, datatypes.glob)
-    k8s_namespace: str | None = setting(None, datatypes.glob)
-    k8s_owner: str | None = setting(None, datatypes.glob)
-    k8s_service_account: str | None = setting(None, datatypes.glob)
+    Attributes:
+        any: ``any: true`` was written.
+        values: ``(key, value)`` of each set origin key, in :func:`pin_keys` order.
+    """
+
+    any: bool = False
+    values: tuple[tuple[str, object], ...] = ()
+
+    @classmethod
+    def of(cls, **values: object) -> OriginPin:
+        """A pin of these keys, e.g. ``OriginPin.of(cron_file="/etc/cron.d/x",
+        cron_line=2)`` (values as :func:`parse_origin_pin` would give them)."""
+        return cls(values=_in_key_order(values))
 
     def set_keys(self) -> dict[str, object]:
-        """The keys that are set, in declaration order (``any`` left out)."""
-        return {k: getattr(self, k) for k in ORIGIN_KEYS if k != "any" and getattr(self, k)}
+        """The keys that are set, in :func:`pin_keys` order (``any`` left out)."""
+        return dict(self.values)
+
+    def get(self, key: str) -> object | None:
+        """The value set for ``key``, or None."""
+        return self.set_keys().get(key)
 
     def text(self) -> str:
         """The pin as written, e.g. ``cron_file=/etc/cron.d/pipeline, cron_line=2``."""
         if self.any:
             return "any: true"
-        return ", ".join(f"{k}={v}" for k, v in self.set_keys().items())
-
-
-ORIGIN_KEYS = keys(OriginPin)
-assert set(ORIGIN_KEYS) - {"any"} == set(PIN_KINDS), "OriginPin and the origin records disagree"
+        return ", ".join(f"{k}={v}" for k, v in self.values)
 
 
 def parse_origin_pin(r: NodeReader, node: yaml.Node, key: str) -> OriginPin:
     """An origin pin: keys of one origin kind, or ``any: true`` alone.
 
     Raises:
-        ConfigError: An empty mapping, ``cron_line`` without ``cron_file``, keys of two
-            kinds (no origin has both), ``any`` beside other keys, or ``any: false``.
+        ConfigError: An empty mapping, a key its kind says needs another beside it
+            (``cron_line`` without ``cron_file``), keys of two kinds (no origin has
+            both), ``any`` beside other keys, ``any: false``, or a value its key's type
+            refuses.
     """
-    m = r.mapping(node, key, ORIGIN_KEYS)
+    owners = pin_keys()
+    m = r.mapping(node, key, ("any", *owners))
     if not m:
-        raise r.err(
-            node, key, f"needs one of {', '.join(k for k in ORIGIN_KEYS if k != 'cron_line')}"
-        )
-    pin = build(OriginPin, r, node, key)
-    if "cron_line" in m and "cron_file" not in m:
-        raise r.err(m["cron_line"][0], f"{key}.cron_line", "needs cron_file beside it")
-    kinds = {PIN_KINDS[k] for k in m if k != "any"}
+        alone = [k for k, cls in owners.items() if cls.PINS[k].needs is None]
+        raise r.err(node, key, f"needs one of {', '.join(('any', *alone))}")
+    for k in m:
+        need = owners[k].PINS[k].needs if k != "any" else None
+        if need is not None and need not in m:
+            raise r.err(m[k][0], f"{key}.{k}", f"needs {need} beside it")
+    kinds = {owners[k].kind for k in m if k != "any"}
     if len(kinds) > 1:
         raise r.err(
             node,
             key,
             f"keys of different origin kinds can never all match: {', '.join(sorted(m))}",
         )
-    if pin.any and len(m) > 1:
-        raise r.err(node, key, "'any: true' cannot be combined with other origin keys")
-    if "any" in m and not pin.any:
-        raise r.err(m["any"][1], f"{key}.any", "only 'any: true' makes sense; remove the key")
-    return pin
+    if "any" in m:
+        if len(m) > 1:
+            raise r.err(node, key, "'any: true' cannot be combined with other origin keys")
+        if not datatypes.boolean(r, m["any"][1], f"{key}.any"):
+            raise r.err(m["any"][1], f"{key}.any", "only 'any: true' makes sense; remove the key")
+        return OriginPin(any=True)
+    return OriginPin(
+        values=_in_key_order(
+            {k: _READERS[owners[k].PINS[k].type](r, v, f"{key}.{k}") for k, (_, v) in m.items()}
+        )
+    )

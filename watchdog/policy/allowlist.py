@@ -13,6 +13,7 @@ from dataclasses import replace
 from fnmatch import fnmatchcase
 
 from watchdog.config import Config, OriginPin, Rule
+from watchdog.config.origins import pin_keys
 from watchdog.model import Job, Origin, SystemdOrigin
 from watchdog.policy.jobs import ignore_match
 
@@ -29,28 +30,14 @@ def _glob(value: object, pattern: str) -> bool:
     return isinstance(value, str) and fnmatchcase(value, pattern)
 
 
-# How a message names the field an allowlist origin key pins.
-_PIN_NOUNS = {
-    "systemd_unit": "systemd unit",
-    "systemd_timer": "triggered by systemd timer",
-    "cron_file": "cron file",
-    "slurm_account": "Slurm account",
-    "slurm_job_name": "Slurm job name",
-    "container_image": "container image",
-    "container_image_digest": "container image digest",
-    "k8s_namespace": "Kubernetes namespace",
-    "k8s_owner": "Kubernetes owner",
-    "k8s_service_account": "Kubernetes service account",
-}
-
-
 def origin_mismatch(pin: OriginPin, origin: Origin) -> str | None:
     """Why ``origin`` does not satisfy ``pin``, or None when it does.
 
     The origin record answers which keys its kind has and their values
     (:meth:`~watchdog.model.Origin.pin_values`): a key the record does not have never
-    matches, so a pin names one kind. ``cron_line`` is compared as a number beside its
-    ``cron_file``; every other key is an fnmatch glob.
+    matches, so a pin names one kind. A key that needs another (``cron_line`` beside
+    ``cron_file``) is compared as it is, with that key; every other key is an fnmatch
+    glob.
 
     Returns:
         A short phrase such as ``"origin must be systemd unit 'train.service'"``.
@@ -58,22 +45,27 @@ def origin_mismatch(pin: OriginPin, origin: Origin) -> str | None:
     if pin.any:
         return None
     values = origin.pin_values()
-    for key, pattern in pin.set_keys().items():
-        if key == "cron_line":
-            continue  # judged with cron_file
-        noun = _PIN_NOUNS[key]
-        if key == "cron_file":
-            where = repr(pattern) + (f" line {pin.cron_line}" if pin.cron_line else "")
-            line_ok = pin.cron_line is None or values.get("cron_line") == pin.cron_line
-            if not (_glob(values.get(key), str(pattern)) and line_ok):
-                return f"origin must be {noun} {where}"
+    owners = pin_keys()
+    keys = pin.set_keys()
+    for key, pattern in keys.items():
+        spec = owners[key].PINS[key]
+        if spec.needs is not None:
+            continue  # judged with the key it needs
+        beside = {k: v for k, v in keys.items() if owners[k].PINS[k].needs == key}
+        if beside:
+            where = repr(pattern) + "".join(
+                f" {owners[k].PINS[k].noun} {v}" for k, v in beside.items()
+            )
+            same = all(values.get(k) == v for k, v in beside.items())
+            if not (_glob(values.get(key), str(pattern)) and same):
+                return f"origin must be {spec.noun} {where}"
             continue
         value = values.get(key)
         unknown = origin.pin_unknown()
         if key in values and value is None and unknown is not None:
-            return f"origin must be {noun} {pattern!r}; unknown: {unknown}"
+            return f"origin must be {spec.noun} {pattern!r}; unknown: {unknown}"
         if not _glob(value, str(pattern)):
-            return f"origin must be {noun} {pattern!r}"
+            return f"origin must be {spec.noun} {pattern!r}"
     return None
 
 
@@ -95,7 +87,7 @@ def rule_mismatch(rule: Rule, job: Job) -> list[str]:
     if miss is not None:
         why.append(miss)
     elif (
-        rule.origin.systemd_unit is not None
+        rule.origin.get("systemd_unit") is not None
         and isinstance(job.origin, SystemdOrigin)
         and job.origin.user_unit
     ):

@@ -27,15 +27,7 @@ import yaml
 
 from watchdog.config import Config, ConfigError, parse_config
 from watchdog.hosttext import safe_text
-from watchdog.model import (
-    ContainerOrigin,
-    CronOrigin,
-    Job,
-    KubernetesOrigin,
-    Origin,
-    SlurmOrigin,
-    SystemdOrigin,
-)
+from watchdog.model import Job, Origin
 from watchdog.policy.allowlist import judge
 from watchdog.state import RunRecord
 
@@ -112,63 +104,19 @@ def glob_literal(text: str) -> str:
 
 
 def strongest_pin(origin: Origin) -> dict[str, object] | None:
-    """The origin keys of a rule that name this origin exactly; see :func:`_pin`."""
-    pin = _pin(origin)
+    """The origin keys of a rule that name this origin exactly
+    (:meth:`~watchdog.model.Origin.pin`), each string a glob matching only itself."""
+    pin = origin.pin()
     if pin is None:
         return None
     return {k: glob_literal(v) if isinstance(v, str) else v for k, v in pin.items()}
 
 
-def _pin(origin: Origin) -> dict[str, object] | None:
-    """The origin keys of a rule that name this origin most narrowly (docs/config.md):
-    cron file and line; unit and the timer that starts it; Slurm account and job name;
-    image digest (else image); Kubernetes namespace, owner and service account. None when
-    it offers none."""
-    if isinstance(origin, CronOrigin):
-        if origin.file is None or origin.line is None or origin.line < 1:
-            return None
-        return {"cron_file": origin.file, "cron_line": origin.line}
-    if isinstance(origin, SystemdOrigin):
-        if not origin.unit:
-            return None
-        unit: dict[str, object] = {"systemd_unit": origin.unit}
-        # A unit several timers trigger records the first: pinning it would make the
-        # rule hang on which timer systemd lists first, so such a unit is pinned alone.
-        several = any(e.startswith("also triggered by") for e in origin.evidence)
-        return unit | ({"systemd_timer": origin.timer} if origin.timer and not several else {})
-    if isinstance(origin, SlurmOrigin):
-        if origin.account is None or origin.job_name is None:
-            return None
-        return {"slurm_account": origin.account, "slurm_job_name": origin.job_name}
-    if isinstance(origin, ContainerOrigin):
-        if origin.image_id:
-            return {"container_image_digest": origin.image_id}
-        return {"container_image": origin.image} if origin.image else None
-    if isinstance(origin, KubernetesOrigin):
-        if not (origin.namespace and origin.owner_kind and origin.owner_name):
-            return None
-        pin: dict[str, object] = {
-            "k8s_namespace": origin.namespace,
-            "k8s_owner": f"{origin.owner_kind}/{origin.owner_name}",
-        }
-        if origin.service_account:
-            pin["k8s_service_account"] = origin.service_account
-        return pin
-    return None
-
-
 def not_sanctionable(origin: Origin) -> str | None:
     """Why a job of this origin is never proposed, or None when it may be."""
-    if origin.kind == "shell":
-        return "started by hand in a shell or tmux"
-    if isinstance(origin, SystemdOrigin) and origin.in_tmux:
-        return "started by hand in tmux"
-    if origin.kind == "orphan":
-        return "an orphan: what started it is gone"
-    if origin.kind == "unknown":
-        return "origin unknown"
-    if isinstance(origin, SlurmOrigin) and origin.account is None:
-        return "only its environment claims a Slurm job (Slurm did not confirm it)"
+    why = origin.unproposable()
+    if why is not None:
+        return why
     if origin.alternatives():
         others = ", ".join(o.label() or o.describe() for o in origin.alternatives())
         return (
@@ -242,11 +190,7 @@ def _origin_key(origin: Origin) -> tuple[object, ...]:
 
 
 def _rule_name(group: Group, taken: set[str]) -> str:
-    base = group.origin.label() or group.origin.kind
-    if isinstance(group.origin, CronOrigin) and group.origin.file:
-        base = f"cron-{os.path.basename(group.origin.file)}-{group.origin.line}"
-    elif isinstance(group.origin, SystemdOrigin) and group.origin.unit:
-        base = group.origin.unit.rsplit(".", 1)[0]
+    base = group.origin.rule_stem()
     name = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")[:48] or "job"
     out, n = name, 2
     while out in taken:
@@ -256,13 +200,7 @@ def _rule_name(group: Group, taken: set[str]) -> str:
 
 
 def _matches(group: Group, prefer: str) -> bool:
-    o = group.origin
-    names = {o.label(), o.describe()}
-    if isinstance(o, CronOrigin) and o.file:
-        names |= {o.file, f"{o.file}:{o.line}"}
-    if isinstance(o, SystemdOrigin) and o.unit:
-        names.add(o.unit)
-    return prefer in names
+    return prefer in group.origin.names()
 
 
 def job_identity(head: Sequence[str]) -> str:
@@ -301,11 +239,6 @@ def job_identity(head: Sequence[str]) -> str:
     return program.rsplit(".", 1)[0] if program.endswith(_SCRIPT_SUFFIXES) else program
 
 
-def _by_hand(origin: Origin) -> bool:
-    """Started by a person in a shell or tmux: listed, never a rival origin."""
-    return origin.kind == "shell" or (isinstance(origin, SystemdOrigin) and origin.in_tmux)
-
-
 def _ghosts(groups: Iterable[Group], prefer: Sequence[str]) -> list[list[Group]]:
     """Mark every scheduler origin that runs a job another origin runs too.
 
@@ -327,7 +260,7 @@ def _ghosts(groups: Iterable[Group], prefer: Sequence[str]) -> list[list[Group]]
     """
     by_job: dict[str, list[Group]] = {}
     for g in groups:
-        if not _by_hand(g.origin):
+        if not g.origin.by_hand:
             by_job.setdefault(job_identity(g.head), []).append(g)
     conflicts: list[list[Group]] = []
     for same in by_job.values():
@@ -440,12 +373,13 @@ def _evidence(g: Group) -> str:
 def _origin_evidence(g: Group) -> list[str]:
     o = g.origin
     lines = [f"  {o.describe()}, user {g.user}: {_evidence(g)}"]
-    if isinstance(o, CronOrigin) and o.file:
+    path, detail = o.source_file(), o.source_detail()
+    if path is not None:
         try:
-            edited = _when(os.stat(o.file).st_mtime)
+            edited = _when(os.stat(path).st_mtime)
         except OSError:
             edited = "file gone"
-        lines.append(f"    file {o.file}, line {o.line}, schedule {o.schedule}, last edit {edited}")
+        lines.append(f"    {detail or f'file {path}'}, last edit {edited}")
     return lines
 
 

@@ -33,7 +33,6 @@ Delivery rules (docs/alerts.md):
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 import random
@@ -53,6 +52,7 @@ from watchdog.daemon.alerts.backoff import Backoff
 from watchdog.daemon.alerts.base import BatchSink, SendError, Sink, SinkContext, SinkFactory
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.logs import get_logger
+from watchdog.model import load_ref
 from watchdog.state import Delivery, StateDB, delivery_row
 
 if TYPE_CHECKING:
@@ -75,8 +75,7 @@ def sink_factory(kind: str) -> SinkFactory:
     registered = SINK_KINDS.get(kind)
     if registered is None:
         raise KeyError(f"no sink kind {kind!r} is registered")
-    module, _, attr = registered.implementation.partition(":")
-    factory: SinkFactory = getattr(importlib.import_module(module), attr)
+    factory: SinkFactory = load_ref(registered.implementation)
     return factory
 
 

@@ -1,0 +1,186 @@
+"""An origin kind is one file plus one registry line (docs/architecture.md, "Adding an
+origin kind"): a throwaway kind defined here (its record and its resolver, in no module
+of the package), registered with one line, is found by a real scan of real processes,
+sanctioned or judged rogue by its own allowlist key, read back from its JSON, described
+in findings, and refused by ``disable-source``, no other module edited."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from tests.conftest import Spawned
+from tests.unit.test_jobs import WORKER_TREE, config_for, make_dev, wait_for
+from watchdog.actions.disable import plan_disable
+from watchdog.actions.effects import RecordingEffects
+from watchdog.config import ConfigError, parse_config
+from watchdog.config.origins import pin_keys
+from watchdog.lineage import default_resolvers
+from watchdog.lineage.base import ResolveContext
+from watchdog.model import ORIGIN_KINDS, Origin, OriginKindEntry, PinKey, Proc
+from watchdog.policy.allowlist import origin_mismatch
+from watchdog.scan import Scanner
+
+MARK = "nomad-job="
+
+
+@dataclass(frozen=True)
+class NomadOrigin(Origin):
+    """A job of a scheduler the package does not know (defined only here)."""
+
+    kind: ClassVar[str] = "nomad"
+    SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("job",)
+    PINS: ClassVar[Mapping[str, PinKey]] = {"nomad_job": PinKey("Nomad job")}
+    job: str | None = None
+
+    def describe(self) -> str:
+        return f"Nomad job {self.job}"
+
+    def label(self) -> str:
+        return self.job or ""
+
+    @property
+    def definite(self) -> bool:
+        return True
+
+    def pin_values(self) -> dict[str, object]:
+        return {"nomad_job": self.job}
+
+    def pin(self) -> dict[str, object] | None:
+        return {"nomad_job": self.job} if self.job else None
+
+    def stop_targets(self) -> tuple[tuple[object, ...], ...]:
+        return (("nomad-job", self.job),)
+
+
+class NomadResolver:
+    """Names a process whose command line carries ``nomad-job=NAME``."""
+
+    name = "nomad"
+
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
+        for arg in lineage[0].cmdline:
+            if arg.startswith(MARK):
+                return NomadOrigin(job=arg[len(MARK) :], evidence=("nomad-job on its line",))
+        return None
+
+
+@pytest.fixture
+def nomad() -> Iterator[None]:
+    # The one registry line a new kind needs (ahead of slurm: the most specific spawner).
+    ORIGIN_KINDS.register(
+        OriginKindEntry("nomad", f"{__name__}:NomadOrigin", f"{__name__}:NomadResolver"),
+        before="slurm",
+    )
+    try:
+        yield
+    finally:
+        ORIGIN_KINDS.unregister("nomad")
+
+
+def test_the_built_in_kinds_are_registered_once_in_priority_order() -> None:
+    assert ORIGIN_KINDS.names() == (
+        "slurm", "kubernetes", "container", "cron", "at", "supervisor", "shell", "systemd",
+        "orphan", "unknown",
+    )  # fmt: skip
+    assert [r.name for r in default_resolvers()] == list(ORIGIN_KINDS.names()[:-1])
+    for entry in ORIGIN_KINDS:
+        cls = ORIGIN_KINDS.record(entry.name)
+        assert cls is not None and cls.kind == entry.name
+    with pytest.raises(ValueError, match="origin kind 'cron' is registered twice"):
+        ORIGIN_KINDS.register(OriginKindEntry("cron", "somewhere:Else"))
+    with pytest.raises(ValueError, match="'nowhere' is not module:attribute"):
+        ORIGIN_KINDS.register(OriginKindEntry("x", "nowhere"))
+    assert "x" not in ORIGIN_KINDS
+
+
+def test_a_record_of_another_kind_is_refused() -> None:
+    ORIGIN_KINDS.register(OriginKindEntry("liar", f"{__name__}:NomadOrigin"))
+    try:
+        with pytest.raises(TypeError, match="is not its Origin record"):
+            ORIGIN_KINDS.record("liar")
+    finally:
+        ORIGIN_KINDS.unregister("liar")
+
+
+def test_a_registered_kind_answers_for_itself_everywhere(nomad: None) -> None:
+    assert default_resolvers()[0].name == "nomad"
+    assert pin_keys()["nomad_job"] is NomadOrigin
+    # Read back from its JSON (the state store, the status socket).
+    seen = NomadOrigin(job="train", evidence=("e",), remediation="nomad job stop train")
+    assert Origin.from_json(seen.to_json()) == seen
+    # Its allowlist key loads and judges; two kinds in one pin never match.
+    cfg = parse_config(
+        "sanctioned:\n  - name: n\n    cmdline: '*'\n    origin: {nomad_job: 'tr*'}\n", "c.yaml"
+    )
+    pin = cfg.sanctioned[0].origin
+    assert pin.text() == "nomad_job=tr*"
+    assert origin_mismatch(pin, NomadOrigin(job="train")) is None
+    assert origin_mismatch(pin, NomadOrigin(job="ghost")) == "origin must be Nomad job 'tr*'"
+    with pytest.raises(ConfigError, match="keys of different origin kinds"):
+        parse_config(
+            "sanctioned:\n  - name: n\n    cmdline: '*'\n"
+            "    origin: {nomad_job: a, cron_file: /etc/crontab}\n",
+            "c.yaml",
+        )
+    # disable-source has no planner for it: it refuses and says what to run by hand.
+    plan = plan_disable(
+        seen, reason="r", now=0.0, backup_dir="/nonexistent", effects=RecordingEffects()
+    )
+    assert plan.refused == (
+        "disabling a nomad source is not supported; run the remediation by hand: "
+        "nomad job stop train"
+    )
+
+
+def test_unregistered_its_key_is_unknown_and_its_record_reads_as_unknown() -> None:
+    with pytest.raises(ConfigError, match="nomad_job"):
+        parse_config(
+            "sanctioned:\n  - name: n\n    cmdline: '*'\n    origin: {nomad_job: a}\n", "c.yaml"
+        )
+    assert type(Origin.from_json({"kind": "nomad", "job": "train"})) is Origin
+
+
+def test_a_real_scan_finds_judges_and_guards_the_new_kind(
+    nomad: None, spawned: Spawned, tmp_path: Path
+) -> None:
+    devdir = make_dev(tmp_path)
+    script = tmp_path / "dataloader_pool.py"
+    script.write_text(WORKER_TREE)
+    procs = {}
+    for name in ("train", "ghost"):
+        kids = tmp_path / f"kids-{name}"
+        procs[name] = spawned.start(
+            [sys.executable, str(script), str(devdir / "nvidia0"), "1", str(kids), MARK + name]
+        )
+        wait_for(kids)
+    rule = (
+        "sanctioned:\n  - name: nomad-train\n"
+        f"    cmdline: '*{MARK}train'\n    origin: {{nomad_job: train}}\n"
+        f"  - name: nomad-ghost-line\n    cmdline: '*{MARK}ghost'\n"
+        "    origin: {nomad_job: train}\n"
+    )
+    result = Scanner(config_for(devdir, rule)).scan()
+    jobs = {j.root_pid: j for j in result.jobs}
+    train, ghost = jobs[procs["train"].pid], jobs[procs["ghost"].pid]
+    assert (train.origin, train.verdict) == (
+        NomadOrigin(job="train", evidence=("nomad-job on its line",)),
+        "sanctioned",
+    )
+    assert (type(ghost.origin), ghost.verdict) == (NomadOrigin, "rogue")
+    [finding] = [f for f in result.findings if f.root_pid == ghost.root_pid]
+    assert finding.kind == "rogue-job"
+    assert "Nomad job ghost" in finding.message
+    assert "origin must be Nomad job 'train'" in (ghost.reason or "")
+    assert (finding.details["origin_kind"], finding.details["origin_label"]) == ("nomad", "ghost")
+    # The guard: the sanctioned run is never a target; the ghost's own processes are,
+    # and disable-source, having no planner for the kind, is not offered.
+    assert train.advice.refused is not None and train.advice.stop_pids == ()
+    assert ghost.advice.refused is None
+    assert sorted(ghost.advice.stop_pids) == sorted(ghost.pids)
+    assert ghost.advice.disable is False
