@@ -57,8 +57,17 @@ def read_slurm_members(
     state_dir: str, boot_id: str | None
 ) -> dict[tuple[int, int], tuple[int, int | None]]:
     """The daemon's record of processes seen below a slurmstepd, read without writing
-    (for ``health-check``, run by slurmd as the Epilog): ``(PID, start ticks) -> (job id,
-    uid)``. Empty when there is no database or it cannot be read."""
+    (for ``health-check``, run by slurmd as the Epilog). Empty when there is no database
+    or it cannot be read.
+
+    Args:
+        state_dir: ``daemon.state_dir``.
+        boot_id: This boot's id; members recorded during another boot are not returned
+            (start ticks count from boot, so their identities name nothing now).
+
+    Returns:
+        ``(PID, start ticks) -> (Slurm job id, uid or None)``.
+    """
     rows = _read_only(
         state_dir,
         "SELECT pid, start_ticks, job_id, uid FROM slurm_members WHERE boot_id IS ?",
@@ -110,10 +119,18 @@ def read_runs(state_dir: str, since: float) -> list[RunRecord] | None:
 def read_history(
     state_dir: str, since: float
 ) -> tuple[list[RunRecord], list[FindingRecord], list[ActionRecord]] | None:
-    """What happened since ``since``, read without writing (``rogue-watchdog report``):
-    the runs last seen since then, the findings open then or opened since (by
-    ``opened_at``), and the actions taken or undone since. None when there is no
-    database, it cannot be read or it predates ``job_runs``."""
+    """What happened since ``since``, read without writing (``rogue-watchdog report``).
+
+    Args:
+        state_dir: ``daemon.state_dir``.
+        since: POSIX time.
+
+    Returns:
+        The runs last seen since then (oldest start first), the findings open then or
+        opened since (by ``opened_at``, then id), and the actions taken or undone since
+        (by id); None when there is no database, it cannot be read or it predates
+        ``job_runs`` (schema version < 4).
+    """
     conn = _connect_ro(state_dir)
     if conn is None:
         return None
@@ -150,7 +167,14 @@ def read_history(
 
 
 def read_meta(state_dir: str, key: str) -> str | None:
-    """One ``meta`` value of the daemon's database, read without writing; None when
-    absent or unreadable."""
+    """One ``meta`` value of the daemon's database, read without writing.
+
+    Args:
+        state_dir: ``daemon.state_dir``.
+        key: The ``meta`` key.
+
+    Returns:
+        The value; None when the key is absent or the database missing or unreadable.
+    """
     rows = _read_only(state_dir, "SELECT value FROM meta WHERE key=?", (key,))
     return str(rows[0][0]) if rows else None
