@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from watchdog.model import Finding, ScanResult
-from watchdog.state import FindingRecord
+from watchdog.records import FindingRecord
 
 
 class FindingSource(Protocol):

@@ -1,0 +1,116 @@
+"""The ``findings`` table: one row per finding, open until resolved, folded by
+fingerprint (at most one open row per fingerprint).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from watchdog.records import FindingRecord
+from watchdog.state.table import Table, _details, _loads, clean
+
+
+def _finding(row: sqlite3.Row) -> FindingRecord:
+    return FindingRecord(
+        row["id"], row["fingerprint"], row["kind"], row["severity"], row["message"],
+        row["root_pid"], _details(row["details_json"]), row["opened_at"], row["last_seen"],
+        row["seen_count"], row["resolved_at"], row["last_alert_at"], row["instances"],
+        row["alerted_instances"],
+        _loads(row["alerted_pids_json"], list, None) if row["alerted_pids_json"] else None,
+        _loads(row["alerted_routing_json"], dict, None) if row["alerted_routing_json"] else None,
+    )  # fmt: skip
+
+
+class FindingTable(Table):
+    """Findings: opened, seen again, alerted, resolved."""
+
+    def open_findings(self) -> list[FindingRecord]:
+        """Findings not resolved, oldest first."""
+        rows = self.conn.execute(
+            "SELECT * FROM findings WHERE resolved_at IS NULL ORDER BY opened_at, id"
+        )
+        return [_finding(r) for r in rows]
+
+    def finding(self, finding_id: int) -> FindingRecord | None:
+        """One finding by id, open or resolved."""
+        row = self.conn.execute("SELECT * FROM findings WHERE id=?", (finding_id,)).fetchone()
+        return _finding(row) if row else None
+
+    def insert_finding(
+        self,
+        fingerprint: str,
+        kind: str,
+        severity: str,
+        message: str,
+        root_pid: int | None,
+        details: dict[str, Any],
+        now: float,
+        instances: int = 1,
+    ) -> int:
+        """Open a finding; returns its id.
+
+        ``details`` are stored exactly (JSON escapes non-UTF-8 bytes losslessly: actions
+        read recorded origins back); the text columns go through :func:`clean`.
+        """
+        cur = self.conn.execute(
+            "INSERT INTO findings(fingerprint, kind, severity, message, root_pid, details_json,"
+            " opened_at, last_seen, instances) VALUES (?,?,?,?,?,?,?,?,?)",
+            (
+                clean(fingerprint),
+                kind,
+                severity,
+                clean(message),
+                root_pid,
+                json.dumps(details),
+                now,
+                now,
+                instances,
+            ),
+        )
+        return int(cur.lastrowid or 0)
+
+    def touch_finding(
+        self,
+        finding_id: int,
+        message: str,
+        root_pid: int | None,
+        details: dict[str, Any],
+        now: float,
+        instances: int = 1,
+    ) -> None:
+        """Record another sighting of an open finding."""
+        self.conn.execute(
+            "UPDATE findings SET last_seen=?, seen_count=seen_count+1, message=?, root_pid=?,"
+            " details_json=?, instances=? WHERE id=?",
+            (now, clean(message), root_pid, json.dumps(details), instances, finding_id),
+        )
+
+    def set_finding_message(self, finding_id: int, message: str) -> None:
+        """Replace a finding's message (e.g. to name the finding's own id in a command)."""
+        self.conn.execute("UPDATE findings SET message=? WHERE id=?", (clean(message), finding_id))
+
+    def resolve_finding(self, finding_id: int, now: float) -> None:
+        """Mark a finding resolved."""
+        self.conn.execute("UPDATE findings SET resolved_at=? WHERE id=?", (now, finding_id))
+
+    def mark_alerted(
+        self,
+        finding_id: int,
+        now: float,
+        pids: list[int] | None = None,
+        routing: dict[str, Any] | None = None,
+    ) -> None:
+        """Remember when the last open/reminder alert for a finding was queued, the
+        instance count, the root PIDs it named and the routing facts it carried."""
+        self.conn.execute(
+            "UPDATE findings SET last_alert_at=?, alerted_instances=instances,"
+            " alerted_pids_json=?, alerted_routing_json=? WHERE id=?",
+            (
+                now,
+                json.dumps(pids) if pids is not None else None,
+                json.dumps(routing) if routing is not None else None,
+                finding_id,
+            ),
+        )
