@@ -43,6 +43,7 @@ from watchdog.policy.findings import (
 )
 from watchdog.policy.guard import Protection, protection, with_advice
 from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs, ignore_match
+from watchdog.policy.nvml import blind_to_all, nvml_findings
 from watchdog.policy.services import protected_pids, service_findings, service_pids
 from watchdog.sources.devfd import DeviceFdSource
 from watchdog.sources.gpulibs import GpuLibraryCache
@@ -282,24 +283,14 @@ class Scanner:
             return NvmlStatus(False, None, "disabled in config"), [], [], [], [], False
         snap = self.gpu_source.snapshot(self.table.pid_max())
         status = NvmlStatus(snap.available, snap.driver_version, snap.error)
-        findings = list(snap.findings)
-        blind_gpus = list(snap.blind_gpus)
-        all_blind = False
-        if not snap.available:
-            findings.append(Finding("nvml-unavailable", "info", f"NVML unavailable: {snap.error}"))
-            # No library means no NVIDIA GPU to see; a library that fails is a blind spot.
-            if not str(snap.error or "").startswith("NVML library not found"):
-                all_blind = True
-                findings.append(
-                    Finding(
-                        "gpu-processes-hidden",
-                        "info",
-                        f"cannot see GPU processes: NVML unavailable: {snap.error}; jobs' "
-                        "findings stay open until their processes are seen to exit",
-                        details={"fingerprint": "nvml", "error": snap.error},
-                    )
-                )
-        return status, list(snap.gpus), list(snap.processes), findings, blind_gpus, all_blind
+        return (
+            status,
+            list(snap.gpus),
+            list(snap.processes),
+            nvml_findings(snap),
+            list(snap.blind_gpus),
+            blind_to_all(snap),
+        )
 
     def _same_identity(self, gpu_procs: list[GpuProcess]) -> list[GpuProcess]:
         """Drop NVML entries whose process exited (or whose PID was reused) after the

@@ -3,13 +3,13 @@
 Uses nvidia-ml-py (``pynvml``) and its own library loading; the only calls made outside
 pynvml are the unversioned v1 process listings (see :mod:`watchdog.sources.nvml_lib`).
 A snapshot never raises: a missing library, an unloaded driver or a lost GPU become
-``available=False`` with a reason, or a :class:`~watchdog.model.Finding` per device.
+``available=False`` with a reason, or a :data:`GpuProblem` observation per device
+(:mod:`watchdog.policy.nvml` decides which findings they make).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import queue
 import threading
@@ -21,7 +21,7 @@ from typing import Any, Literal, get_args
 import pynvml
 
 from watchdog.logs import get_logger
-from watchdog.model import Finding, GpuInfo, GpuProcess
+from watchdog.model import GpuInfo, GpuProcess
 from watchdog.sources.nvml_lib import (
     RawProcess,
     list_processes_v1,
@@ -53,6 +53,101 @@ INIT_RETRY_MAX_S = 60.0
 log = get_logger()
 
 
+@dataclass(frozen=True)
+class ImpossibleEntry:
+    """A process entry no driver can mean (PID 0 or at/above ``pid_max``, more memory
+    than the device has): the binding and the driver disagree on the record layout.
+
+    Attributes:
+        gpu: The device listed.
+        label: ``GPU 0`` or ``GPU 0 MIG 1``.
+        list_kind: The list it came from.
+        pid: The PID as read.
+        used_memory_bytes: The memory as read.
+        bad: What is impossible, in words (``PID 0``).
+    """
+
+    gpu: GpuInfo
+    label: str
+    list_kind: ListKind
+    pid: int
+    used_memory_bytes: int | None
+    bad: str
+
+
+@dataclass(frozen=True)
+class TooManyMigs:
+    """``nvmlDeviceGetMaxMigDeviceCount`` gave more slots than any GPU has; only the
+    first ``probed`` were read."""
+
+    gpu: GpuInfo
+    label: str
+    slots: int
+    probed: int
+
+
+@dataclass(frozen=True)
+class ListsUnreadable:
+    """Process lists of one device that could not be read.
+
+    Attributes:
+        gpu: The device.
+        label: ``GPU 0`` or ``GPU 0 MIG 1``.
+        failures: List kind → NVML's error (``Insufficient Permissions (NVML error 4)``).
+    """
+
+    gpu: GpuInfo
+    label: str
+    failures: dict[ListKind, str]
+
+
+@dataclass(frozen=True)
+class CallHung:
+    """An NVML call that has not returned within ``nvml.call_timeout_s``.
+
+    Attributes:
+        gpu_index: The GPU whose batch hung; None for the system-wide calls.
+        what: The batch (``system``, ``GPU 1``).
+        calling: The call that hung (``nvmlDeviceGetUUID``).
+        stuck_s: Seconds since the batch started.
+        text: The whole reason in words.
+    """
+
+    gpu_index: int | None
+    what: str
+    calling: str
+    stuck_s: float
+    text: str
+
+
+@dataclass(frozen=True)
+class QueryFailed:
+    """A device query NVML refused (the device is then partly or wholly unseen).
+
+    Attributes:
+        gpu_index: The GPU.
+        subject: What was asked, e.g. ``MIG mode of GPU 0`` or ``GPU 0``.
+        error: NVML's error.
+    """
+
+    gpu_index: int
+    subject: str
+    error: str
+
+
+@dataclass(frozen=True)
+class GpuVanished:
+    """A whole GPU listed before that NVML no longer lists (off the bus, reset)."""
+
+    gpu_index: int
+    gpu_uuid: str
+
+
+#: What NVML could not tell, or told impossibly: observations, which
+#: :mod:`watchdog.policy.nvml` turns into findings.
+GpuProblem = ImpossibleEntry | TooManyMigs | ListsUnreadable | CallHung | QueryFailed | GpuVanished
+
+
 @dataclass
 class NvmlSnapshot:
     """What NVML said at one moment.
@@ -64,8 +159,7 @@ class NvmlSnapshot:
         gpus: Whole GPUs in index order, each followed by its MIG devices.
         processes: One entry per (pid, device); a PID listed on several lists of a
             device keeps the first list's kind (compute, graphics, mps order).
-        findings: ``binding-mismatch``, ``gpu-processes-hidden``, ``gpu-query-failed``,
-            ``gpu-query-hung``.
+        problems: What NVML could not tell or told impossibly (:data:`GpuProblem`).
         process_api: Listing version used per list kind (``v3``, ``v2`` or ``v1``).
         blind_gpus: Indexes of GPUs whose process lists could not be read in full this
             time (an error, or a call still hung): their holders may be missing.
@@ -76,7 +170,7 @@ class NvmlSnapshot:
     error: str | None = None
     gpus: list[GpuInfo] = field(default_factory=list)
     processes: list[GpuProcess] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
+    problems: list[GpuProblem] = field(default_factory=list)
     process_api: dict[str, str] = field(default_factory=dict)
     blind_gpus: list[int] = field(default_factory=list)
 
@@ -329,7 +423,7 @@ class NvmlSource:
             driver, count = self._runner.run("system", self._system)
         except _Hung as exc:
             return NvmlSnapshot(
-                available=False, error=f"NVML hung: {exc}", findings=[_hung_finding(exc, None)]
+                available=False, error=f"NVML hung: {exc}", problems=[_hung(exc, None)]
             )
         except _Unavailable as exc:
             self._unavailable(now, str(exc), exc.back_off)
@@ -346,16 +440,16 @@ class NvmlSource:
                     functools.partial(self._collect_gpu, index=index, pid_max=pid_max),
                 )
             except _Hung as exc:
-                snap.findings.append(_hung_finding(exc, index))
+                snap.problems.append(_hung(exc, index))
                 snap.blind_gpus.append(index)
                 continue
             except Exception as exc:  # a broken binding: this GPU only
-                snap.findings.append(_query_failed(f"GPU {index}", index, exc))
+                snap.problems.append(QueryFailed(index, f"GPU {index}", _describe(exc)))
                 snap.blind_gpus.append(index)
                 continue
             snap.gpus += part.gpus
             snap.processes += part.processes
-            snap.findings += part.findings
+            snap.problems += part.problems
             snap.blind_gpus += part.blind_gpus
         snap.process_api = {str(kind): version for kind, version in self._api.items()}
         self._vanished(snap)
@@ -369,22 +463,7 @@ class NvmlSource:
         for uuid, index in sorted(self._seen_gpus.items(), key=lambda kv: kv[1]):
             if uuid in listed:
                 continue
-            snap.findings.append(
-                Finding(
-                    kind="gpu-query-failed",
-                    severity="warning",
-                    message=(
-                        f"GPU {index} ({uuid}) is no longer in NVML's device list: its "
-                        "processes cannot be seen, so jobs on it are held open until "
-                        "their processes are seen to exit"
-                    ),
-                    details={
-                        "fingerprint": f"vanished:{uuid}",
-                        "gpu_index": index,
-                        "gpu_uuid": uuid,
-                    },
-                )
-            )
+            snap.problems.append(GpuVanished(index, uuid))
             if index not in snap.blind_gpus:
                 snap.blind_gpus.append(index)
         self._seen_gpus.update(listed)
@@ -468,7 +547,7 @@ class NvmlSource:
             )
             gpu = _Device(self._device_info(batch, handle, index, None), handle, label)
         except pynvml.NVMLError as exc:
-            snap.findings.append(_query_failed(label, index, exc))
+            snap.problems.append(QueryFailed(index, label, _describe(exc)))
             snap.blind_gpus.append(index)
             return snap
         snap.gpus.append(gpu.info)
@@ -510,7 +589,9 @@ class NvmlSource:
         except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
             return None
         except pynvml.NVMLError as exc:
-            snap.findings.append(_query_failed(gpu.label, gpu.info.index, exc, "MIG mode"))
+            snap.problems.append(
+                QueryFailed(gpu.info.index, f"MIG mode of {gpu.label}", _describe(exc))
+            )
             return None
         if current != pynvml.NVML_DEVICE_MIG_ENABLE:
             return None
@@ -523,10 +604,12 @@ class NvmlSource:
                 )
             )
         except pynvml.NVMLError as exc:
-            snap.findings.append(_query_failed(gpu.label, gpu.info.index, exc, "MIG devices"))
+            snap.problems.append(
+                QueryFailed(gpu.info.index, f"MIG devices of {gpu.label}", _describe(exc))
+            )
             return None
         if slots > MAX_MIG_SLOTS:
-            snap.findings.append(_too_many_migs(gpu, slots))
+            snap.problems.append(TooManyMigs(gpu.info, gpu.label, slots, MAX_MIG_SLOTS))
             slots = MAX_MIG_SLOTS
         out: list[_Device] = []
         for slot in range(slots):
@@ -542,7 +625,7 @@ class NvmlSource:
             except (pynvml.NVMLError_NotFound, pynvml.NVMLError_InvalidArgument):
                 continue  # an empty slot: no MIG device configured there
             except pynvml.NVMLError as exc:
-                snap.findings.append(_query_failed(label, gpu.info.index, exc))
+                snap.problems.append(QueryFailed(gpu.info.index, label, _describe(exc)))
                 continue
             out.append(_Device(info, handle, label))
         return out
@@ -571,7 +654,11 @@ class NvmlSource:
             for entry in raw:
                 bad = _bad_value(entry, pid_max, dev.info.memory_total_bytes)
                 if bad is not None:
-                    snap.findings.append(_mismatch(dev, kind, entry, bad))
+                    snap.problems.append(
+                        ImpossibleEntry(
+                            dev.info, dev.label, kind, entry.pid, entry.used_memory_bytes, bad
+                        )
+                    )
                     continue
                 if entry.pid in seen:
                     continue
@@ -586,7 +673,7 @@ class NvmlSource:
                     )
                 )
         if failures and not quiet_errors:
-            snap.findings.append(_hidden(dev, failures))
+            snap.problems.append(ListsUnreadable(dev.info, dev.label, failures))
             if "compute" in failures and dev.info.index not in snap.blind_gpus:
                 snap.blind_gpus.append(dev.info.index)
         return not failures
@@ -624,100 +711,5 @@ def _bad_value(entry: RawProcess, pid_max: int, total_bytes: int | None) -> str 
     return None
 
 
-def _mismatch(dev: _Device, kind: ListKind, entry: RawProcess, bad: str) -> Finding:
-    return Finding(
-        kind="binding-mismatch",
-        severity="warning",
-        message=(
-            f"NVML listed an impossible {kind} process on {dev.label} ({dev.info.uuid}): "
-            f"{bad}; the NVML binding and driver disagree, entry dropped"
-        ),
-        details={
-            "gpu_index": dev.info.index,
-            "gpu_uuid": dev.info.uuid,
-            "list_kind": kind,
-            "pid": entry.pid,
-            "used_memory_bytes": entry.used_memory_bytes,
-        },
-    )
-
-
-def _too_many_migs(gpu: _Device, slots: int) -> Finding:
-    return Finding(
-        kind="binding-mismatch",
-        severity="warning",
-        message=(
-            f"NVML reported {slots} MIG device slots on {gpu.label} ({gpu.info.uuid}), "
-            f"more than any GPU has; only the first {MAX_MIG_SLOTS} were probed: the NVML "
-            "binding and driver disagree"
-        ),
-        details={
-            "gpu_index": gpu.info.index,
-            "gpu_uuid": gpu.info.uuid,
-            "max_mig_device_count": slots,
-            "probed": MAX_MIG_SLOTS,
-        },
-    )
-
-
-def _hidden(dev: _Device, failures: dict[ListKind, str]) -> Finding:
-    reasons = list(dict.fromkeys(failures.values()))
-    return Finding(
-        kind="gpu-processes-hidden",
-        severity="warning" if "compute" in failures else "info",
-        message=f"cannot see processes on {dev.label}: {'; '.join(reasons)}"
-        + (
-            "; its jobs' findings stay open until their processes are seen to exit"
-            if "compute" in failures
-            else ""
-        ),
-        details={
-            "gpu_index": dev.info.index,
-            "gpu_uuid": dev.info.uuid,
-            "mig_index": dev.info.mig_index,
-            "lists": {kind: failures[kind] for kind in LIST_KINDS if kind in failures},
-        },
-    )
-
-
-def _hung_finding(exc: _Hung, index: int | None) -> Finding:
-    scope = (
-        f"processes on GPU {index} are not seen until it returns; the other GPUs and the "
-        "OS sources are still scanned"
-        if index is not None
-        else "no GPU is listed until it returns; the OS sources are still scanned"
-    )
-    return Finding(
-        kind="gpu-query-hung",
-        severity="warning",
-        message=f"NVML call hung: {exc}; {scope}",
-        details={
-            "fingerprint": exc.what,
-            "gpu_index": index,
-            "call": exc.calling,
-            "stuck_s": round(exc.stuck_s, 1),
-        },
-    )
-
-
-def _query_failed(label: str, index: int, exc: BaseException, what: str = "") -> Finding:
-    subject = f"{what} of {label}" if what else label
-    return Finding(
-        kind="gpu-query-failed",
-        severity="warning",
-        message=f"cannot query {subject}: {_describe(exc)}",
-        details={"gpu_index": index, "error": _describe(exc)},
-    )
-
-
-def nvml_snapshot_json(snapshot: NvmlSnapshot) -> dict[str, Any]:
-    """Plain JSON-ready dict of a snapshot (dataclass fields, nested records as dicts).
-
-    Args:
-        snapshot: As returned by :meth:`NvmlSource.snapshot`.
-
-    Returns:
-        ``{"available", "driver_version", "error", "gpus", "processes", "findings",
-        "process_api"}`` with lists of dicts named as the dataclass fields.
-    """
-    return dataclasses.asdict(snapshot)
+def _hung(exc: _Hung, index: int | None) -> CallHung:
+    return CallHung(index, exc.what, exc.calling, exc.stuck_s, str(exc))
