@@ -25,10 +25,8 @@ from watchdog.model import (
     UNKNOWN_ORIGIN,
     CronOrigin,
     Finding,
-    GpuInfo,
     GpuProcess,
     Job,
-    NvmlStatus,
     Origin,
     Proc,
     ScanResult,
@@ -43,7 +41,7 @@ from watchdog.policy.findings import (
 )
 from watchdog.policy.guard import Protection, protection, with_advice
 from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs, ignore_match
-from watchdog.policy.nvml import blind_to_all, nvml_findings
+from watchdog.policy.nvml import DISABLED, GpuView, gpu_view
 from watchdog.policy.services import protected_pids, service_findings, service_pids
 from watchdog.sources.devfd import DeviceFdSource
 from watchdog.sources.gpulibs import GpuLibraryCache
@@ -53,7 +51,7 @@ from watchdog.sources.sockets import listening_for
 from watchdog.state import read_sanctioned_procs
 
 if TYPE_CHECKING:  # pynvml is imported only when NVML is used
-    from watchdog.sources.nvml import NvmlSnapshot
+    from watchdog.sources.nvml_records import NvmlSnapshot
 
 # How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
 # are re-read after this; `next_run` may lag by as much).
@@ -274,23 +272,11 @@ class Scanner:
         evidence = (*(e for e in kept.evidence if not e.startswith("kept for this")), note)
         return dataclasses.replace(kept, evidence=evidence)
 
-    def _gpu(
-        self,
-    ) -> tuple[NvmlStatus, list[GpuInfo], list[GpuProcess], list[Finding], list[int], bool]:
-        """NVML's view: status, devices, processes, findings, blind GPU indexes, and
-        whether the GPU processes could not be seen at all."""
+    def _gpu(self) -> GpuView:
+        """NVML's view, judged (:func:`watchdog.policy.nvml.gpu_view`)."""
         if self.gpu_source is None:
-            return NvmlStatus(False, None, "disabled in config"), [], [], [], [], False
-        snap = self.gpu_source.snapshot(self.table.pid_max())
-        status = NvmlStatus(snap.available, snap.driver_version, snap.error)
-        return (
-            status,
-            list(snap.gpus),
-            list(snap.processes),
-            nvml_findings(snap),
-            list(snap.blind_gpus),
-            blind_to_all(snap),
-        )
+            return DISABLED
+        return gpu_view(self.gpu_source.snapshot(self.table.pid_max()))
 
     def _same_identity(self, gpu_procs: list[GpuProcess]) -> list[GpuProcess]:
         """Drop NVML entries whose process exited (or whose PID was reused) after the
@@ -375,10 +361,17 @@ class Scanner:
             exited = self.table.add_exited(batch.captured.values())
             for pid, (start, libs) in batch.gpu_libraries.items():
                 self.gpu_libraries.note(pid, start, libs, mono)
-        nvml, gpus, listed, health, blind_gpus, gpu_blind = self._gpu()
-        health += unexplained_memory_findings(
-            gpus, listed, blind_gpus, self.config.nvml_unexplained_slack_bytes
-        )
+        view = self._gpu()
+        nvml, listed, gpu_blind = view.status, list(view.processes), view.blind_to_all
+        health = [
+            *view.findings,
+            *unexplained_memory_findings(
+                list(view.gpus),
+                listed,
+                list(view.blind_gpus),
+                self.config.nvml_unexplained_slack_bytes,
+            ),
+        ]
         ns = self.pid_ns
         if ns is not None and not ns.host_pids:
             # Another PID namespace: an NVML PID means nothing here, never look it up.
@@ -388,7 +381,7 @@ class Scanner:
                 health.append(pid_namespace_finding(ns.own, ns.procfs, listed))
         else:
             gpu_procs = self._same_identity(listed)
-        gpu_blind = gpu_blind or bool(blind_gpus)
+        gpu_blind = gpu_blind or bool(view.blind_gpus)
         missing = missing_gpu_processes(self.table, gpu_procs)
         hidden = still_hidden(
             missing, self.gpu_source, self.config.paths.proc_root, self.table.pid_max()
@@ -475,7 +468,7 @@ class Scanner:
             time=now,
             duration_s=time.monotonic() - started,
             nvml=nvml,
-            gpus=gpus,
+            gpus=list(view.gpus),
             jobs=jobs,
             findings=findings,
             gpu_processes=list(gpu_procs),

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from watchdog.model import Finding
-from watchdog.sources.nvml import (
+from watchdog.model import Finding, GpuInfo, GpuProcess, NvmlStatus
+from watchdog.sources.nvml_records import (
     LIST_KINDS,
     CallHung,
     GpuProblem,
@@ -29,6 +29,43 @@ HELD_OPEN = "its jobs' findings stay open until their processes are seen to exit
 # nvml_lib's reason when no libnvidia-ml.so.1 can be loaded: no NVIDIA GPU to see, which
 # is not a blind spot.
 NO_LIBRARY = "NVML library not found"
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuView:
+    """What one NVML snapshot tells a scan, judged.
+
+    Attributes:
+        status: Whether NVML answered, its driver version, or why not.
+        gpus: Whole GPUs and MIG devices, as listed.
+        processes: The processes NVML listed.
+        findings: :func:`nvml_findings`.
+        blind_gpus: Indexes of GPUs whose holders may be missing.
+        blind_to_all: :func:`blind_to_all`.
+    """
+
+    status: NvmlStatus
+    gpus: tuple[GpuInfo, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    blind_gpus: tuple[int, ...] = ()
+    blind_to_all: bool = False
+
+
+#: NVML switched off (``nvml.enabled: false``): nothing seen, nothing blind.
+DISABLED = GpuView(NvmlStatus(False, None, "disabled in config"))
+
+
+def gpu_view(snap: NvmlSnapshot) -> GpuView:
+    """The judged view of ``snap`` (:class:`GpuView`)."""
+    return GpuView(
+        NvmlStatus(snap.available, snap.driver_version, snap.error),
+        tuple(snap.gpus),
+        tuple(snap.processes),
+        tuple(nvml_findings(snap)),
+        tuple(snap.blind_gpus),
+        blind_to_all(snap),
+    )
 
 
 def blind_to_all(snap: NvmlSnapshot) -> bool:
