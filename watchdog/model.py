@@ -225,11 +225,14 @@ class PinKey:
             ``timer`` (a glob over ``NAME.timer``) or ``line`` (a line number, compared
             beside the key it ``needs``); read by watchdog/config/origins.py.
         needs: The key that must be set beside this one, or None.
+        field: The record's attribute holding the value (None: the record's
+            :meth:`Origin.pin_values` computes it).
     """
 
     noun: str
     type: PinType = "glob"
     needs: str | None = None
+    field: str | None = None
 
 
 @dataclass(frozen=True)
@@ -309,9 +312,9 @@ class Origin:
 
     def pin_values(self) -> dict[str, object]:
         """This origin's value for each allowlist origin key its kind answers
-        (``cron_file``, ``systemd_unit``...; docs/config.md). An empty mapping: no
-        allowlist key can name this kind."""
-        return {}
+        (``cron_file``, ``systemd_unit``...; docs/config.md): the attribute each
+        :attr:`PINS` entry names. An empty mapping: no allowlist key can name this kind."""
+        return {k: getattr(self, spec.field) for k, spec in self.PINS.items() if spec.field}
 
     def pin_unknown(self) -> str | None:
         """Why the values :meth:`pin_values` gives as None could not be read (a
@@ -552,8 +555,8 @@ class CronOrigin(Origin):
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("file", "line", "script")
     DISABLES: ClassVar[str | None] = "the crontab"
     PINS: ClassVar[Mapping[str, PinKey]] = {
-        "cron_file": PinKey("cron file"),
-        "cron_line": PinKey("line", "line", needs="cron_file"),
+        "cron_file": PinKey("cron file", field="file"),
+        "cron_line": PinKey("line", "line", needs="cron_file", field="line"),
     }
     file: str | None = None
     line: int | None = None
@@ -617,10 +620,6 @@ class CronOrigin(Origin):
             return f"its crontab entry was {self.entry_state}"
         return None
 
-    def pin_values(self) -> dict[str, object]:
-        """``cron_file`` and ``cron_line``."""
-        return {"cron_file": self.file, "cron_line": self.line}
-
     def stop_targets(self) -> tuple[tuple[object, ...], ...]:
         """The crontab line (and the run-parts script it runs, when it runs a folder)."""
         if not self.file:
@@ -683,8 +682,8 @@ class SystemdOrigin(Origin):
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("unit", "user")
     DISABLES: ClassVar[str | None] = "the unit states"
     PINS: ClassVar[Mapping[str, PinKey]] = {
-        "systemd_unit": PinKey("systemd unit", "unit"),
-        "systemd_timer": PinKey("triggered by systemd timer", "timer"),
+        "systemd_unit": PinKey("systemd unit", "unit", field="unit"),
+        "systemd_timer": PinKey("triggered by systemd timer", "timer", field="timer"),
     }
     unit: str | None = None
     unit_file: str | None = None
@@ -721,10 +720,6 @@ class SystemdOrigin(Origin):
     def definite(self) -> bool:
         """True: a unit is named (or its manager is)."""
         return True
-
-    def pin_values(self) -> dict[str, object]:
-        """``systemd_unit`` and ``systemd_timer`` (None when no timer starts it)."""
-        return {"systemd_unit": self.unit, "systemd_timer": self.timer}
 
     def stop_targets(self) -> tuple[tuple[object, ...], ...]:
         """The unit and the timer that starts it, in their manager (system or user)."""
@@ -781,8 +776,8 @@ class SlurmOrigin(Origin):
     kind: ClassVar[OriginKind] = "slurm"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("account", "job_name")
     PINS: ClassVar[Mapping[str, PinKey]] = {
-        "slurm_account": PinKey("Slurm account"),
-        "slurm_job_name": PinKey("Slurm job name"),
+        "slurm_account": PinKey("Slurm account", field="account"),
+        "slurm_job_name": PinKey("Slurm job name", field="job_name"),
     }
     job_id: int | None = None
     job_name: str | None = None
@@ -809,10 +804,6 @@ class SlurmOrigin(Origin):
     def definite(self) -> bool:
         """True: Slurm ran it."""
         return True
-
-    def pin_values(self) -> dict[str, object]:
-        """``slurm_account`` and ``slurm_job_name``."""
-        return {"slurm_account": self.account, "slurm_job_name": self.job_name}
 
     def stop_targets(self) -> tuple[tuple[object, ...], ...]:
         """The Slurm job (``scancel`` acts on the whole job, every step of it)."""
@@ -849,8 +840,8 @@ class ContainerOrigin(Origin):
     kind: ClassVar[OriginKind] = "container"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("image", "pod_uid")
     PINS: ClassVar[Mapping[str, PinKey]] = {
-        "container_image": PinKey("container image"),
-        "container_image_digest": PinKey("container image digest"),
+        "container_image": PinKey("container image", field="image"),
+        "container_image_digest": PinKey("container image digest", field="image_id"),
     }
     container_id: str | None = None
     pod_uid: str | None = None
@@ -874,10 +865,6 @@ class ContainerOrigin(Origin):
     def definite(self) -> bool:
         """True when the container is named."""
         return self.container_id is not None
-
-    def pin_values(self) -> dict[str, object]:
-        """``container_image`` and ``container_image_digest``."""
-        return {"container_image": self.image, "container_image_digest": self.image_id}
 
     def stop_targets(self) -> tuple[tuple[object, ...], ...]:
         """The container (stopping it stops everything in it)."""
@@ -919,9 +906,9 @@ class KubernetesOrigin(Origin):
     kind: ClassVar[OriginKind] = "kubernetes"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("namespace", "owner_kind", "owner_name")
     PINS: ClassVar[Mapping[str, PinKey]] = {
-        "k8s_namespace": PinKey("Kubernetes namespace"),
+        "k8s_namespace": PinKey("Kubernetes namespace", field="namespace"),
         "k8s_owner": PinKey("Kubernetes owner"),
-        "k8s_service_account": PinKey("Kubernetes service account"),
+        "k8s_service_account": PinKey("Kubernetes service account", field="service_account"),
     }
     pod_uid: str | None = None
     container_id: str | None = None
@@ -964,13 +951,10 @@ class KubernetesOrigin(Origin):
         return True
 
     def pin_values(self) -> dict[str, object]:
-        """``k8s_namespace``, ``k8s_owner`` (``Kind/name``), ``k8s_service_account``."""
-        owner = f"{self.owner_kind}/{self.owner_name}" if self.owner_kind else None
-        return {
-            "k8s_namespace": self.namespace,
-            "k8s_owner": owner,
-            "k8s_service_account": self.service_account,
-        }
+        """Also ``k8s_owner`` as ``Kind/name``."""
+        values = super().pin_values()
+        values["k8s_owner"] = f"{self.owner_kind}/{self.owner_name}" if self.owner_kind else None
+        return {k: values[k] for k in self.PINS}
 
     def pin_unknown(self) -> str | None:
         """``Kubernetes API <why>`` when the API did not say."""

@@ -35,7 +35,7 @@ class NomadOrigin(Origin):
 
     kind: ClassVar[str] = "nomad"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("job",)
-    PINS: ClassVar[Mapping[str, PinKey]] = {"nomad_job": PinKey("Nomad job")}
+    PINS: ClassVar[Mapping[str, PinKey]] = {"nomad_job": PinKey("Nomad job", field="job")}
     job: str | None = None
 
     def describe(self) -> str:
@@ -47,9 +47,6 @@ class NomadOrigin(Origin):
     @property
     def definite(self) -> bool:
         return True
-
-    def pin_values(self) -> dict[str, object]:
-        return {"nomad_job": self.job}
 
     def pin(self) -> dict[str, object] | None:
         return {"nomad_job": self.job} if self.job else None
