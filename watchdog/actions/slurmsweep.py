@@ -401,7 +401,7 @@ def sweep(
         recorded = read_slurm_members(config.daemon.state_dir, boot_id(config.paths.proc_root))
     ctx = ResolveContext(table=table, now=datetime.now(UTC))
     report = find_leftovers(
-        table, ctx, config.device_glob, job_id, recorded=recorded, epilog=epilog,
+        table, ctx, config.training.device_glob, job_id, recorded=recorded, epilog=epilog,
         epilog_uid=epilog_uid,
     )  # fmt: skip
     # Never signalled, whatever a tree's scope reaches: slurmd, every slurmstepd and what
