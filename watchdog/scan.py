@@ -167,16 +167,16 @@ class Scanner:
         # Re-read every stat file about every 30 s (catches exec under the same PID).
         restat_every = max(1, round(30.0 / config.daemon.interval_s))
         self.table = ProcessTable(config.paths.proc_root, restat_every=restat_every)
-        self.devfd = DeviceFdSource(config.device_glob, fd_sweep_interval_s)
+        self.devfd = DeviceFdSource(config.training.device_glob, fd_sweep_interval_s)
         self.resolvers = list(resolvers) if resolvers is not None else default_resolvers()
-        if gpu_source is None and config.nvml_enabled:
+        if gpu_source is None and config.nvml.enabled:
             from watchdog.sources.nvml import NvmlSource
 
-            gpu_source = NvmlSource(config.nvml_library, config.nvml_call_timeout_s)
+            gpu_source = NvmlSource(config.nvml.library, config.nvml.call_timeout_s)
         self.gpu_source = gpu_source
         self.host = socket.gethostname()
         self.launcher_cache = LauncherCache()
-        self.gpu_libraries = GpuLibraryCache(config.gpu_libraries)
+        self.gpu_libraries = GpuLibraryCache(config.training.gpu_libraries)
         # Kernel process events (the daemon attaches them; a one-shot scan has none).
         self.events: EventFeed | None = None
         self._origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin, object]] = {}
@@ -369,7 +369,7 @@ class Scanner:
                 list(view.gpus),
                 listed,
                 list(view.blind_gpus),
-                self.config.nvml_unexplained_slack_bytes,
+                self.config.nvml.unexplained_memory_slack_bytes,
             ),
         ]
         ns = self.pid_ns
@@ -393,7 +393,7 @@ class Scanner:
             self.table,
             visible,
             holders,
-            self.config.launchers,
+            self.config.training.launchers,
             self.launcher_cache,
             self.self_pids,
             gpu_libs,

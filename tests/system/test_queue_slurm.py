@@ -24,9 +24,8 @@ import pytest
 from tests.conftest import Spawned, need, need_program, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401
-from watchdog.command import CommandResult
+from watchdog.command import RecordingRunner, run
 from watchdog.config.queue import QueueRule, QueueSettings
-from watchdog.lineage.base import run_command
 from watchdog.model import NvmlStatus, ScanResult
 from watchdog.policy.guard import Protection
 from watchdog.queue.actions import QueueEnforcer
@@ -163,24 +162,13 @@ def test_formatted_squeue_agrees_with_json(cluster: SlurmHarness, jobs: Jobs) ->
         )  # fmt: skip
 
 
-class Recorder:
-    """Runs commands for real and records them."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    def __call__(self, argv: Any) -> CommandResult | None:
-        self.calls.append(list(argv))
-        return run_command(argv, 15.0)
-
-
 def _enforcer(
     action: str, tmp_path: Path, *, mode: str = "terminate", dry_run: bool = False
-) -> tuple[QueueSource, QueueEnforcer, StateDB, Recorder]:
+) -> tuple[QueueSource, QueueEnforcer, StateDB, RecordingRunner]:
     settings = QueueSettings(slurm=True, sanctioned=RULES, action=action)  # type: ignore[arg-type]
     source = QueueSource(SlurmQueue(), settings)
     db = StateDB(tmp_path / f"state-{action}-{mode}-{dry_run}")
-    rec = Recorder()
+    rec = RecordingRunner(answer=lambda argv: run(argv, 15.0))  # for real, recorded
     return (
         source,
         QueueEnforcer(source, settings, db, mode=mode, dry_run=dry_run, runner=rec),
@@ -207,7 +195,7 @@ def test_hold_touches_only_the_unknown_pending_entry(
     source, enf, db, rec = _enforcer("hold", tmp_path)
     source.findings(time.time(), None)
     assert enf.act(time.time(), SCAN, None) == []
-    assert rec.calls == [["scontrol", "hold", str(jobs.bad_pending)]]
+    assert rec.calls == [("scontrol", "hold", str(jobs.bad_pending))]
     held = _show(cluster, jobs.bad_pending)
     assert (held["JobState"], held["Reason"], held["Priority"]) == ("PENDING", "JobHeldAdmin", "0")
     for other in (jobs.ok_pending, jobs.ok_running, jobs.bad_running):
@@ -240,7 +228,7 @@ def test_cancel_touches_only_the_unknown_entries(
     source.findings(time.time(), None)
     assert enf.act(time.time(), SCAN, None) == []
     assert sorted(rec.calls) == sorted(
-        [["scancel", str(jobs.bad_running)], ["scancel", str(jobs.bad_pending)]]
+        [("scancel", str(jobs.bad_running)), ("scancel", str(jobs.bad_pending))]
     )
     for job in (jobs.bad_running, jobs.bad_pending):
         assert cluster.wait_state(job, {"CANCELLED", ""}) in ("CANCELLED", "")

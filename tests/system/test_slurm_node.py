@@ -22,7 +22,8 @@ import pytest
 
 from tests.conftest import poll, run_cli
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401
-from watchdog.actions.slurmnode import SlurmDrainer, node_state, run_command
+from watchdog.actions.slurmnode import SlurmDrainer, node_state
+from watchdog.command import run
 from watchdog.config import load_config
 from watchdog.config.slurm import SlurmNodeSettings
 from watchdog.daemon.loop import Daemon
@@ -72,7 +73,7 @@ def cluster(slurm_cluster: SlurmHarness, monkeypatch: pytest.MonkeyPatch) -> Ite
 
 
 def _state() -> tuple[str, str | None]:
-    st = node_state(HOST, run_command(10))
+    st = node_state(HOST, run, 10)
     assert not isinstance(st, str), st
     return st.state, st.reason
 

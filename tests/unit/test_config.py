@@ -24,7 +24,7 @@ def test_example_config_is_valid_and_documents_every_top_level_key() -> None:
     assert cfg.sanctioned[0].max_instances == 1
     assert cfg.sanctioned[0].user == "mlops"
     assert cfg.sanctioned[1].origin.get("slurm_account") == "research"
-    assert tuple(p.pattern for p in cfg.launchers) == DEFAULT_LAUNCHERS
+    assert tuple(p.pattern for p in cfg.training.launchers) == DEFAULT_LAUNCHERS
     text = (REPO / "config" / "example.yaml").read_text()
     for key in ("sanctioned:", "training:", "ignore:", "nvml:", "paths:", "cron_line", "any: true"):
         assert key in text

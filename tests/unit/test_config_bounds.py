@@ -126,7 +126,7 @@ def test_ordinary_patterns_are_not_match_all() -> None:
         "c.yaml",
     )
     assert config.warnings == ()
-    assert len(config.ignore) == 2 and config.device_glob == "/dev/nvidia*"
+    assert len(config.ignore) == 2 and config.training.device_glob == "/dev/nvidia*"
 
 
 @pytest.mark.parametrize(

@@ -61,12 +61,12 @@ def test_nested_quantifier_against_a_hostile_command_line_answers_correctly() ->
 
 def test_launcher_patterns_run_in_re2_too() -> None:
     cfg = parse_config("training:\n  launchers: ['(a+)+$', '^(x|xx)+y$']\n", "c.yaml")
-    assert all(isinstance(p, Regex) for p in cfg.launchers)
-    assert is_launcher(proc(HOSTILE), cfg.launchers) is False
-    assert is_launcher(proc(["x" * 40 + "y"]), cfg.launchers) is True
+    assert all(isinstance(p, Regex) for p in cfg.training.launchers)
+    assert is_launcher(proc(HOSTILE), cfg.training.launchers) is False
+    assert is_launcher(proc(["x" * 40 + "y"]), cfg.training.launchers) is True
     # An undecodable byte (kept as a lone surrogate) is searched, not an exception.
     odd = proc(["/opt/run\udcffaaa"])
-    assert is_launcher(odd, cfg.launchers) is True
+    assert is_launcher(odd, cfg.training.launchers) is True
 
 
 @pytest.mark.parametrize(

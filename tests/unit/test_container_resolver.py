@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Spawned
-from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
-from watchdog.command import CommandResult
+from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
+from watchdog.command import CommandResult, RecordingRunner
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.container import ContainerResolver, cgroup_container
 from watchdog.model import Origin
@@ -60,7 +60,7 @@ def test_image_from_the_runtime_cli(tmp_path: Path) -> None:
     )
     inspect = ("docker", "inspect", "--format", template, CID)
     answer = '["registry.example/retrain:2024-06","sha256:ab12","/retrain\\nx","always"]\n'
-    rec = Recorder({inspect: CommandResult(0, answer, "")})
+    rec = RecordingRunner({inspect: CommandResult(0, answer, "")})
     cg = (f"0::/system.slice/docker-{CID}.scope",)
     ctx = make_context(tmp_path, [INIT, FakeProc(210, 1, TRAIN, cgroup=cg)], rec)
     origin = _resolve(ctx, 210)
@@ -179,7 +179,7 @@ def test_real_process_under_a_shim_named_binary(tmp_path: Path, spawned: Spawned
         child = found[0] if found else None
         time.sleep(0.05)
     assert child is not None, "fake trainer did not start under the fake shim"
-    ctx = ResolveContext(table=table, now=datetime.now(UTC), run_cmd=Recorder())
+    ctx = ResolveContext(table=table, now=datetime.now(UTC), run_cmd=RecordingRunner())
     origin = ContainerResolver().resolve(table.ancestors(child.pid), ctx)
     assert origin is not None
     assert origin.fields["container_id"] == CID
@@ -209,7 +209,7 @@ def test_shim_look_alike_does_not_name_someone_elses_container(
 ) -> None:
     argv = ["/usr/bin/containerd-shim-runc-v2", "-namespace", "moby", "-id", CID]
     fake = FakeProc(200, 1, argv, exe=exe, exe_uid=exe_uid, uid=uid)
-    rec = Recorder()
+    rec = RecordingRunner()
     ctx = make_context(tmp_path, [INIT, fake, FakeProc(210, 200, TRAIN, uid=uid)], rec)
     assert _resolve(ctx, 210) is None
     assert ctx.notes == [

@@ -16,7 +16,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
+from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
+from watchdog.command import RecordingRunner
 from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
@@ -43,7 +44,7 @@ def _host(
     ctx = make_context(
         root,
         procs,
-        Recorder(),
+        RecordingRunner(),
         cron_files=(),
         cron_d_dir=str(cron_d),
         cron_spool_dirs=(),
@@ -248,7 +249,7 @@ def test_anacron_job_long_after_anacron_started_is_its_line(tmp_path: Path) -> N
         FakeProc(52, 51, ARGV, start=START_TICKS),
     ]
     ctx = make_context(
-        tmp_path / "proc", procs, Recorder(), cron_files=(str(tmp_path / "etc/crontab"),)
+        tmp_path / "proc", procs, RecordingRunner(), cron_files=(str(tmp_path / "etc/crontab"),)
     )
     origin = CronResolver().resolve(lineage(ctx, 52), ctx)
     assert origin is not None

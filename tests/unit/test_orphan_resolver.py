@@ -16,9 +16,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
+from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
 from tests.unit.test_slurm_resolver import SQUEUE_1_2
-from watchdog.command import CommandResult
+from watchdog.command import CommandResult, RecordingRunner
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.container import ContainerResolver
 from watchdog.lineage.orphan import OrphanResolver
@@ -41,7 +41,7 @@ def test_case_a_worker_of_ended_slurm_job(tmp_path: Path) -> None:
         "0::/",
     )
     worker = FakeProc(4242, 1, WORKER_ARGV, comm="pt_data_worker", uid=1000, cgroup=cg)
-    rec = Recorder({("squeue", "--json", "-j", "77"): CommandResult(0, SQUEUE_1_2, "")})
+    rec = RecordingRunner({("squeue", "--json", "-j", "77"): CommandResult(0, SQUEUE_1_2, "")})
     ctx = make_context(tmp_path, [INIT, worker], rec)
     chain = lineage(ctx, 4242)
     assert SlurmResolver().resolve(chain, ctx) is None  # the job is gone
@@ -188,7 +188,7 @@ def test_real_double_forked_worker_is_an_orphan(tmp_path: Path) -> None:
             time.sleep(0.05)
         proc = table.get(pid)
         assert proc is not None and proc.comm == "pt_data_worker"
-        ctx = ResolveContext(table=table, now=datetime.now(UTC), run_cmd=Recorder())
+        ctx = ResolveContext(table=table, now=datetime.now(UTC), run_cmd=RecordingRunner())
         origin = OrphanResolver().resolve(table.ancestors(pid), ctx)
         assert origin is not None and origin.kind == "orphan"
         assert origin.fields["parent_pid"] == proc.ppid
@@ -206,7 +206,7 @@ def test_slurm_orphan_text_names_the_job_and_its_state(tmp_path: Path) -> None:
 
     cg = ("4:memory:/slurm/uid_1000/job_1/step_batch",)
     worker = FakeProc(4243, 1, WORKER_ARGV, uid=1000, cgroup=cg)
-    rec = Recorder({("squeue", "--json", "-j", "1"): CommandResult(0, SQUEUE_CANCELLED, "")})
+    rec = RecordingRunner({("squeue", "--json", "-j", "1"): CommandResult(0, SQUEUE_CANCELLED, "")})
     ctx = make_context(tmp_path, [INIT, worker], rec)
     origin = _resolve(ctx, 4243)
     assert origin is not None and origin.kind == "orphan"

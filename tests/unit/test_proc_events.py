@@ -226,7 +226,7 @@ def test_reader_thread_captures_a_launcher_exec_and_asks_for_a_tick(
     woke = threading.Event()
     source = ProcEventSource(
         "/proc",
-        lambda p: is_launcher(p, parse_config("", "t").launchers),
+        lambda p: is_launcher(p, parse_config("", "t").training.launchers),
         gpu_libraries=(),
         wake=woke.set,
         opener=lambda _n: theirs,
@@ -319,8 +319,9 @@ def test_event_settings_are_validated(text: str, error: str) -> None:
 
 def test_gpu_library_defaults_and_matching() -> None:
     cfg = parse_config("", "t")
-    assert cfg.gpu_libraries == ("libcuda.so", "libcudart.so", "libtorch_cuda.so", "libnccl.so")
-    pattern = library_pattern(cfg.gpu_libraries)
+    want = ("libcuda.so", "libcudart.so", "libtorch_cuda.so", "libnccl.so")
+    assert cfg.training.gpu_libraries == want
+    pattern = library_pattern(cfg.training.gpu_libraries)
     assert pattern is not None
     maps = (
         b"7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05\n"

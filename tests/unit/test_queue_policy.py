@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from watchdog.command import CommandResult
+from watchdog.command import CommandResult, RecordingRunner
 from watchdog.config import ConfigError, parse_config
 from watchdog.config.queue import QueueRule, QueueSettings
 from watchdog.model import NvmlStatus, ScanResult
@@ -178,27 +177,19 @@ class FakeSlurm(SlurmQueue):
         return self.now.get(job_id)
 
 
-class Runner:
-    def __init__(self, rc: int = 0) -> None:
-        self.rc = rc
-        self.calls: list[list[str]] = []
-
-    def __call__(self, argv: Sequence[str]) -> CommandResult:
-        self.calls.append(list(argv))
-        return CommandResult(self.rc, "", "" if self.rc == 0 else "Access/permission denied")
-
-
 def _setup(
     tmp_path: Path, entries: list[QueueEntry], now: dict[str, QueueEntry | None], action: str,
     rc: int = 0,
-) -> tuple[QueueSource, QueueEnforcer, StateDB, Runner]:  # fmt: skip
+) -> tuple[QueueSource, QueueEnforcer, StateDB, RecordingRunner]:  # fmt: skip
     settings = QueueSettings(
         sanctioned=(QueueRule("ok", user="alice"),),
         action=action,  # type: ignore[arg-type]
     )
     source = QueueSource(FakeSlurm(entries, now), settings)
     db = StateDB(tmp_path / "state")
-    runner = Runner(rc)
+    runner = RecordingRunner(
+        default=CommandResult(rc, "", "" if rc == 0 else "Access/permission denied")
+    )
     return source, QueueEnforcer(source, settings, db, mode="terminate", runner=runner), db, runner
 
 
@@ -215,7 +206,7 @@ def test_enforcer_guards(tmp_path: Path) -> None:
     source, enf, db, runner = _setup(tmp_path, [pending, running, held, weird], now, "hold")
     source.findings(T0, None)
     assert enf.act(T0, SCAN, None) == []
-    assert runner.calls == [["scontrol", "hold", "2"]]  # not running, held, or odd ids
+    assert runner.calls == [("scontrol", "hold", "2")]  # not running, held, or odd ids
     # Sanctioned by the time of the re-check (e.g. the listing was stale): untouched.
     now["5"] = entry("5", user="alice")
     source.backend._entries = [entry("5")]  # type: ignore[attr-defined]
@@ -226,7 +217,7 @@ def test_enforcer_guards(tmp_path: Path) -> None:
     now["6"] = None
     source.findings(T0, None)
     enf.act(T0, SCAN, None)
-    assert runner.calls == [["scontrol", "hold", "2"]]
+    assert runner.calls == [("scontrol", "hold", "2")]
     assert [(a.kind, a.target, a.outcome) for a in db.actions()] == [
         ("scontrol-hold", "slurm job 2", "ok")
     ]
@@ -286,4 +277,4 @@ def test_the_guard_keeps_a_sanctioned_jobs_slurm_job_and_pinned_accounts(tmp_pat
     )  # fmt: skip
     source.findings(T0, None)
     assert enf.act(T0, scan, None) == []
-    assert runner.calls == [["scancel", "10"]]
+    assert runner.calls == [("scancel", "10")]

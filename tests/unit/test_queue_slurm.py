@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.command import CommandResult
+from watchdog.command import CommandResult, RecordingRunner
 from watchdog.queue.slurm import (
     SQUEUE_FORMAT,
     QueueError,
@@ -100,21 +100,14 @@ def test_scontrol_record() -> None:
     assert entry_from_scontrol("") is None
 
 
-class Canned:
-    """Answers Slurm commands with recorded output; records what was asked."""
-
-    def __init__(self, answers: dict[str, CommandResult | None]) -> None:
-        self.answers = answers
-        self.calls: list[list[str]] = []
-
-    def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult | None:
-        self.calls.append(list(argv))
-        return self.answers.get(" ".join(argv[:2]))
+def canned(answers: dict[str, CommandResult]) -> RecordingRunner:
+    """Answers Slurm commands by their first two words; any other: a missing program."""
+    return RecordingRunner(answer=lambda argv: answers.get(" ".join(argv[:2])))
 
 
 def test_falls_back_to_formatted_output_and_remembers_old_squeue() -> None:
     line = "7|bob|acc|p|PENDING|2026-11-29T22:30:10|N/A|1|Priority|job7\n"
-    run = Canned(
+    run = canned(
         {
             "squeue --json": CommandResult(1, "", "squeue: unrecognized option '--json'"),
             "squeue -h": CommandResult(0, line, ""),
@@ -125,15 +118,15 @@ def test_falls_back_to_formatted_output_and_remembers_old_squeue() -> None:
     assert q.via == "squeue -o" and q.json_ok is False
     q.entries()
     assert run.calls == [
-        ["squeue", "--json"],
-        ["squeue", "-h", "-a", "-o", SQUEUE_FORMAT],
-        ["squeue", "-h", "-a", "-o", SQUEUE_FORMAT],
+        ("squeue", "--json"),
+        ("squeue", "-h", "-a", "-o", SQUEUE_FORMAT),
+        ("squeue", "-h", "-a", "-o", SQUEUE_FORMAT),
     ]
 
 
 def test_no_controller_raises_with_both_reasons() -> None:
     err = CommandResult(1, "", "slurm_load_jobs error: Unable to contact slurm controller")
-    q = SlurmQueue(Canned({"squeue --json": err, "squeue -h": err}))
+    q = SlurmQueue(canned({"squeue --json": err, "squeue -h": err}))
     with pytest.raises(QueueError) as exc:
         q.entries()
     assert str(exc.value) == (
@@ -144,11 +137,11 @@ def test_no_controller_raises_with_both_reasons() -> None:
 
 def test_show_distinguishes_gone_from_failure() -> None:
     gone = CommandResult(1, "", "slurm_load_jobs error: Invalid job id specified\n")
-    assert SlurmQueue(Canned({"scontrol show": gone})).show("9") is None
+    assert SlurmQueue(canned({"scontrol show": gone})).show("9") is None
     with pytest.raises(QueueError):
-        SlurmQueue(Canned({"scontrol show": None})).show("9")
+        SlurmQueue(canned({})).show("9")  # scontrol missing
     rec = (FIX / "scontrol-22.05-running.txt").read_text()
-    got = SlurmQueue(Canned({"scontrol show": CommandResult(0, rec, "")})).show("1")
+    got = SlurmQueue(canned({"scontrol show": CommandResult(0, rec, "")})).show("1")
     assert got is not None and (got.job_id, got.phase) == ("1", "running")
 
 

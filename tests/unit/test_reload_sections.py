@@ -50,11 +50,11 @@ APPLIED: list[tuple[str, str, Callable[[Daemon], Any], Any]] = [
      "sanctioned: [{name: r1, cmdline: '*/train.py', origin: {any: true}, user: root}]\n",
      lambda d: [r.name for r in d.scanner.config.sanctioned], ["r1"]),
     ("training", "training: {launchers: ['xyz_launcher']}\n",
-     lambda d: [r.pattern for r in d.scanner.config.launchers], ["xyz_launcher"]),
+     lambda d: [r.pattern for r in d.scanner.config.training.launchers], ["xyz_launcher"]),
     ("ignore", "ignore: [{name: tool, exe: /usr/bin/tool}]\n",
      lambda d: [e.name for e in d.scanner.config.ignore], ["tool"]),
     ("nvml", "nvml: {enabled: false, unexplained_memory_slack_bytes: 12345}\n",
-     lambda d: d.scanner.config.nvml_unexplained_slack_bytes, 12345),
+     lambda d: d.scanner.config.nvml.unexplained_memory_slack_bytes, 12345),
     ("paths", "paths: {cron_d: /srv/other-cron.d}\n",
      lambda d: d.scanner.config.paths.cron_d, "/srv/other-cron.d"),
     ("daemon.interval_s", "daemon: {interval_s: 7.5}\n",
@@ -164,7 +164,8 @@ def test_a_restart_only_key_keeps_its_value_and_says_so(
         assert d.reload() is True
         wanted = get(load_config(str(path)))
         assert get(d.config) == running  # still in use
-        assert [r.pattern for r in d.scanner.config.launchers] == ["xyz"]  # the rest applies
+        # The rest applies.
+        assert [r.pattern for r in d.scanner.config.training.launchers] == ["xyz"]
         d.tick(T0 + 5)
         [f] = [f for f in d.db.open_findings() if f.kind == "needs-restart"]
         assert (f.severity, f.details["keys"]) == ("warning", [key])

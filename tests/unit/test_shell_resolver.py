@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Spawned
-from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
-from watchdog.command import CommandResult
+from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
+from watchdog.command import CommandResult, RecordingRunner
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.shell import ShellResolver, tty_name
 from watchdog.model import Origin
@@ -64,7 +64,7 @@ def test_ssh_and_tmux_from_environment(tmp_path: Path) -> None:
         FakeProc(510, 500, TRAIN, uid=1000, environ=env, tty_nr=PTS3, pgid=510, sid=500),
     ]
     panes = CommandResult(0, "500\t$0\twork\n777\t$1\t0\n", "")
-    ctx = make_context(tmp_path, procs, Recorder({PANES_ARGV: panes}))
+    ctx = make_context(tmp_path, procs, RecordingRunner({PANES_ARGV: panes}))
     origin = _resolve(ctx, 510)
     assert origin is not None and origin.kind == "shell"
     user = ctx.table.user_name(1000)
@@ -189,7 +189,7 @@ def test_real_process_on_a_pty_with_ssh_environment(tmp_path: Path, spawned: Spa
         p = spawned.start(["/usr/bin/python3", str(train)], env=env, stdin=slave)
         table = ProcessTable()
         _wait_child(table, p.pid)
-        ctx = ResolveContext(table=table, now=datetime.now(UTC), run_cmd=Recorder())
+        ctx = ResolveContext(table=table, now=datetime.now(UTC), run_cmd=RecordingRunner())
         origin = ShellResolver().resolve(table.ancestors(p.pid), ctx)
         assert origin is not None
         assert origin.fields["session"] == "ssh from 192.0.2.7 port 40022"
@@ -210,7 +210,7 @@ def test_real_process_without_clues_is_not_a_shell(tmp_path: Path, spawned: Spaw
     # The test runner's own ancestry may be interactive (a developer's ssh/tmux):
     # judge the trainer alone.
     chain = table.ancestors(p.pid)[:1]
-    ctx = ResolveContext(table=table, now=datetime.now(UTC), run_cmd=Recorder())
+    ctx = ResolveContext(table=table, now=datetime.now(UTC), run_cmd=RecordingRunner())
     assert ShellResolver().resolve(chain, ctx) is None
 
 

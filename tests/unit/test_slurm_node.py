@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from watchdog.actions.slurmnode import SlurmDrainer, clean_reason
+from watchdog.command import CommandResult, RecordingRunner
 from watchdog.config import ConfigError, parse_config
 from watchdog.config.slurm import SlurmNodeSettings
 from watchdog.model import Job, OrphanOrigin
@@ -45,23 +46,24 @@ def test_reason_is_one_printable_line() -> None:
 
 
 class Sinfo:
-    """Scripted sinfo/scontrol: keeps a node state, records every call."""
+    """Scripted sinfo/scontrol (a :data:`~watchdog.command.CommandRunner`): keeps a node
+    state, records every call. Not a RecordingRunner: its answers change with the calls."""
 
     def __init__(self, state: str = "idle", reason: str = "none", fail: bool = False) -> None:
         self.state, self.reason, self.fail = state, reason, fail
         self.calls: list[tuple[str, ...]] = []
 
-    def __call__(self, argv: Sequence[str]) -> tuple[int, str, str]:
+    def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
         self.calls.append(tuple(argv))
         if self.fail:
-            return 1, "", "slurm_load_partitions: Unable to contact slurm controller"
+            return CommandResult(1, "", "slurm_load_partitions: Unable to contact slurm controller")
         if argv[0] == "sinfo":
-            return 0, f"{self.state}|{self.reason}\n", ""
+            return CommandResult(0, f"{self.state}|{self.reason}\n", "")
         if "state=drain" in argv:
             self.state, self.reason = "drained", argv[-1].removeprefix("reason=")
         elif "state=resume" in argv:
             self.state, self.reason = "idle", "none"
-        return 0, "", ""
+        return CommandResult(0, "", "")
 
 
 def _job(verdict: str) -> Job:
@@ -144,9 +146,7 @@ def test_epilog_without_a_job_id_is_a_usage_error() -> None:
     assert "needs SLURM_JOB_ID" in res.stderr
 
 
-def _scontrol(job: int, state: str, user: str = "nobody(65534)") -> object:
-    from watchdog.command import CommandResult
-
+def _scontrol(job: int, state: str, user: str = "nobody(65534)") -> CommandResult:
     return CommandResult(0, f"JobId={job} JobName=x UserId={user} JobState={state}\n", "")
 
 
@@ -154,7 +154,7 @@ def test_leftovers_are_proven_members_of_an_ended_job_owned_by_its_user(tmp_path
     """Trust IV case 8 on a fixture tree: SLURM_JOB_ID in an environment is a claim, not
     membership. Only a process seen below the job's slurmstepd (or in its cgroup) and
     owned by the job's user is a leftover; the others are reported and left alone."""
-    from tests.fixtures.proc.fakeproc import FakeProc, Recorder, make_context
+    from tests.fixtures.proc.fakeproc import FakeProc, make_context
     from watchdog.actions.slurmsweep import find_leftovers
 
     env = {"SLURM_JOB_ID": "77"}
@@ -174,7 +174,7 @@ def test_leftovers_are_proven_members_of_an_ended_job_owned_by_its_user(tmp_path
     ]
     # What the daemon saw below slurmstepd [77.batch] while the job ran.
     recorded = {(72, 200): (77, nobody), (73, 201): (77, 1001)}
-    ended = Recorder({("scontrol", "show", "job", "77", "-o"): _scontrol(77, "COMPLETED")})
+    ended = RecordingRunner({("scontrol", "show", "job", "77", "-o"): _scontrol(77, "COMPLETED")})
     ctx = make_context(tmp_path / "proc", procs, run_cmd=ended)
     report = find_leftovers(
         ctx.table, ctx, "/dev/nvidia[0-9]*", job_id=77, self_pid=81, recorded=recorded
@@ -195,7 +195,7 @@ def test_leftovers_are_proven_members_of_an_ended_job_owned_by_its_user(tmp_path
 
 def test_a_running_job_is_never_swept(tmp_path: Path) -> None:
     """Trust IV case 8: `--job N` and `--epilog` for a job still RUNNING planned kills."""
-    from tests.fixtures.proc.fakeproc import FakeProc, Recorder, make_context
+    from tests.fixtures.proc.fakeproc import FakeProc, make_context
     from watchdog.actions.slurmsweep import find_leftovers
 
     env = {"SLURM_JOB_ID": "77"}
@@ -203,7 +203,7 @@ def test_a_running_job_is_never_swept(tmp_path: Path) -> None:
         FakeProc(1, 0, ["/sbin/init"]),
         FakeProc(72, 1, ["/usr/bin/python3", "w2.py"], environ=env, uid=65534, start=200),
     ]
-    running = Recorder({("scontrol", "show", "job", "77", "-o"): _scontrol(77, "RUNNING")})
+    running = RecordingRunner({("scontrol", "show", "job", "77", "-o"): _scontrol(77, "RUNNING")})
     ctx = make_context(tmp_path / "proc", procs, run_cmd=running)
     for epilog in (False, True):
         report = find_leftovers(
@@ -212,7 +212,7 @@ def test_a_running_job_is_never_swept(tmp_path: Path) -> None:
         )  # fmt: skip
         assert (report.leftovers, report.running_jobs) == ([], {77: "RUNNING"}), epilog
     # No answer from Slurm: `--job N` leaves it alone; the Epilog trusts slurmd's call.
-    ctx = make_context(tmp_path / "proc2", procs, run_cmd=Recorder())
+    ctx = make_context(tmp_path / "proc2", procs, run_cmd=RecordingRunner())
     report = find_leftovers(
         ctx.table, ctx, "/dev/nvidia[0-9]*", job_id=77, self_pid=99,
         recorded={(72, 200): (77, 65534)},

@@ -11,8 +11,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
-from watchdog.command import CommandResult
+from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
+from watchdog.command import CommandResult, RecordingRunner
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.slurm import (
     SlurmResolver,
@@ -56,7 +56,7 @@ def _batch_tree(env: dict[str, str] | None = None) -> list[FakeProc]:
     ]
 
 
-def _squeue_ok(job: int, text: str = SQUEUE_1_2) -> dict[tuple[str, ...], CommandResult | None]:
+def _squeue_ok(job: int, text: str = SQUEUE_1_2) -> dict[tuple[str, ...], CommandResult]:
     return {("squeue", "--json", "-j", str(job)): CommandResult(0, text, "")}
 
 
@@ -65,7 +65,7 @@ def _resolve(ctx: ResolveContext, pid: int):  # type: ignore[no-untyped-def]
 
 
 def test_stepd_ancestor_with_squeue_json(tmp_path: Path) -> None:
-    rec = Recorder(_squeue_ok(1))
+    rec = RecordingRunner(_squeue_ok(1))
     ctx = make_context(tmp_path, _batch_tree(), rec)
     origin = _resolve(ctx, 411)
     assert origin is not None and origin.kind == "slurm"
@@ -164,7 +164,7 @@ def test_scontrol_job_fields() -> None:
 
 
 def test_scontrol_fallback_when_squeue_has_no_json(tmp_path: Path) -> None:
-    rec = Recorder(
+    rec = RecordingRunner(
         {
             ("squeue", "--json", "-j", "1"): CommandResult(1, "", "squeue: unrecognized option"),
             ("scontrol", "show", "job", "1", "-o"): CommandResult(0, SCONTROL_RUNNING, ""),
@@ -189,7 +189,7 @@ def test_no_cli_uses_the_job_environment(tmp_path: Path) -> None:
         "SLURM_JOB_USER": "root",
         "SLURM_JOB_PARTITION": "rwtest",
     }
-    ctx = make_context(tmp_path, _batch_tree(env), Recorder())  # every command "missing"
+    ctx = make_context(tmp_path, _batch_tree(env), RecordingRunner())  # every command "missing"
     origin = _resolve(ctx, 411)
     assert origin is not None and origin.kind == "slurm"
     assert origin.fields["job_name"] == "retrain-weekly"
@@ -205,7 +205,7 @@ def test_no_cli_uses_the_job_environment(tmp_path: Path) -> None:
 
 
 def test_cli_disabled_and_no_environment_gives_null_fields(tmp_path: Path) -> None:
-    rec = Recorder(_squeue_ok(1))
+    rec = RecordingRunner(_squeue_ok(1))
     ctx = make_context(tmp_path, _batch_tree(), rec, use_slurm_cli=False)
     origin = _resolve(ctx, 411)
     assert origin is not None
@@ -224,7 +224,7 @@ def test_cgroup_v1_clue_for_a_live_job(tmp_path: Path) -> None:
         FakeProc(50, 1, ["/bin/bash"]),
         FakeProc(60, 50, ["/usr/bin/python3", "/srv/train.py"], cgroup=cg),
     ]
-    ctx = make_context(tmp_path, procs, Recorder(_squeue_ok(1)))
+    ctx = make_context(tmp_path, procs, RecordingRunner(_squeue_ok(1)))
     origin = _resolve(ctx, 60)
     assert origin is not None
     assert origin.fields["job_id"] == 1 and origin.fields["step"] == "batch"
@@ -236,7 +236,7 @@ def test_cgroup_v1_clue_for_a_live_job(tmp_path: Path) -> None:
 def test_cgroup_v2_clue(tmp_path: Path) -> None:
     cg = ("0::/system.slice/slurmstepd.scope/job_2/step_0/user/task_0",)
     procs = [INIT, FakeProc(50, 1, ["/bin/bash"]), FakeProc(60, 50, ["python3"], cgroup=cg)]
-    ctx = make_context(tmp_path, procs, Recorder(_squeue_ok(2)))
+    ctx = make_context(tmp_path, procs, RecordingRunner(_squeue_ok(2)))
     origin = _resolve(ctx, 60)
     assert origin is not None
     assert (origin.fields["job_id"], origin.fields["step"], origin.fields["job_name"]) == (
@@ -252,7 +252,7 @@ def test_ended_job_clue_is_left_to_the_orphan_resolver(tmp_path: Path) -> None:
         INIT,
         FakeProc(60, 1, ["/usr/bin/python3", "-c", "w"], comm="pt_data_worker", cgroup=cg),
     ]
-    ctx = make_context(tmp_path, procs, Recorder(_squeue_ok(77)))
+    ctx = make_context(tmp_path, procs, RecordingRunner(_squeue_ok(77)))
     assert _resolve(ctx, 60) is None
 
 
@@ -266,7 +266,7 @@ def test_unconfirmed_job_under_pid1_is_left_to_orphan(tmp_path: Path) -> None:
 def test_daemonized_process_of_a_running_job_is_still_slurm(tmp_path: Path) -> None:
     cg = ("4:memory:/slurm/uid_0/job_1/step_batch",)
     procs = [INIT, FakeProc(60, 1, ["python3", "train.py"], cgroup=cg)]
-    ctx = make_context(tmp_path, procs, Recorder(_squeue_ok(1)))
+    ctx = make_context(tmp_path, procs, RecordingRunner(_squeue_ok(1)))
     origin = _resolve(ctx, 60)
     assert origin is not None and origin.fields["state"] == "RUNNING"
 
@@ -277,21 +277,21 @@ def test_environment_clue_for_completed_job_passes(tmp_path: Path) -> None:
         FakeProc(50, 1, ["/bin/bash"]),
         FakeProc(60, 50, ["python3"], environ={"SLURM_JOB_ID": "1"}),
     ]
-    rec = Recorder(_squeue_ok(1, SQUEUE_CANCELLED))
+    rec = RecordingRunner(_squeue_ok(1, SQUEUE_CANCELLED))
     ctx = make_context(tmp_path, procs, rec)
     assert _resolve(ctx, 60) is None
 
 
 def test_no_clue_no_origin(tmp_path: Path) -> None:
     procs = [INIT, FakeProc(50, 1, ["/bin/bash"]), FakeProc(60, 50, ["python3"], environ={})]
-    rec = Recorder()
+    rec = RecordingRunner()
     ctx = make_context(tmp_path, procs, rec)
     assert _resolve(ctx, 60) is None
     assert rec.calls == []
 
 
 def test_query_is_cached_and_invalid_id_means_gone(tmp_path: Path) -> None:
-    rec = Recorder(
+    rec = RecordingRunner(
         {
             ("squeue", "--json", "-j", "5"): CommandResult(1, "", INVALID),
         }
@@ -305,7 +305,7 @@ def test_query_is_cached_and_invalid_id_means_gone(tmp_path: Path) -> None:
 
 def test_controller_down_is_unavailable(tmp_path: Path) -> None:
     down = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"
-    rec = Recorder(
+    rec = RecordingRunner(
         {
             ("squeue", "--json", "-j", "5"): CommandResult(1, "", down),
             ("scontrol", "show", "job", "5", "-o"): CommandResult(1, "", down),
@@ -336,7 +336,7 @@ def _user_shell_tree(env: dict[str, str], uid: int = 1000) -> list[FakeProc]:
 
 def test_environment_alone_is_a_claim_not_a_slurm_origin(tmp_path: Path) -> None:
     # SLURM_JOB_ID=4242 SLURM_JOB_ACCOUNT=research python3 train_x.py, Slurm CLI failing.
-    ctx = make_context(tmp_path, _user_shell_tree(CLAIM_ENV), Recorder())
+    ctx = make_context(tmp_path, _user_shell_tree(CLAIM_ENV), RecordingRunner())
     assert _resolve(ctx, 60) is None
     assert ctx.notes == [CLAIM_NOTE]
 
@@ -344,7 +344,7 @@ def test_environment_alone_is_a_claim_not_a_slurm_origin(tmp_path: Path) -> None
 def test_environment_naming_a_running_job_is_still_only_a_claim(tmp_path: Path) -> None:
     # Slurm answers that job 1 runs (as root); the process merely names it.
     env = {"SLURM_JOB_ID": "1"}
-    rec = Recorder(_squeue_ok(1))
+    rec = RecordingRunner(_squeue_ok(1))
     ctx = make_context(tmp_path, _user_shell_tree(env, uid=0), rec)
     assert _resolve(ctx, 60) is None
     assert ctx.notes == [CLAIM_NOTE.replace("4242", "1")]
@@ -357,7 +357,7 @@ def test_scan_never_sanctions_an_environment_claim(tmp_path: Path) -> None:
     from watchdog.policy.allowlist import origin_mismatch
     from watchdog.scan import resolve_origin
 
-    ctx = make_context(tmp_path, _user_shell_tree(CLAIM_ENV), Recorder())
+    ctx = make_context(tmp_path, _user_shell_tree(CLAIM_ENV), RecordingRunner())
     origin = resolve_origin(lineage(ctx, 60), ctx, default_resolvers())
     assert origin.kind != "slurm"
     assert CLAIM_NOTE in origin.evidence
@@ -372,7 +372,7 @@ def test_title_set_with_exec_a_is_not_slurmstepd(tmp_path: Path) -> None:
     # exec -a "slurmstepd: [4242.0]" python3 ...: the title names another user's job.
     fake = FakeProc(400, 1, ["slurmstepd: [4242.0]"], exe="/usr/bin/python3", uid=1000)
     procs = [INIT, fake, FakeProc(60, 400, ["/usr/bin/python3", "/tmp/t.py"], uid=1000)]
-    rec = Recorder(_squeue_ok(4242))
+    rec = RecordingRunner(_squeue_ok(4242))
     ctx = make_context(tmp_path, procs, rec)
     assert _resolve(ctx, 60) is None
     assert ctx.notes == [
@@ -385,7 +385,7 @@ def test_title_set_with_exec_a_is_not_slurmstepd(tmp_path: Path) -> None:
 def test_slurmstepd_binary_not_owned_by_root_is_refused(tmp_path: Path) -> None:
     stepd = FakeProc(400, 1, ["slurmstepd: [1.0]"], exe="/home/u/slurmstepd", exe_uid=1000)
     procs = [INIT, stepd, FakeProc(60, 400, ["/usr/bin/python3", "/tmp/t.py"])]
-    ctx = make_context(tmp_path, procs, Recorder(_squeue_ok(1)))
+    ctx = make_context(tmp_path, procs, RecordingRunner(_squeue_ok(1)))
     assert _resolve(ctx, 60) is None
     assert ctx.notes == [
         "ancestor PID 400 looks like slurmstepd ('slurmstepd: [1.0]') but is not: the owner "
@@ -396,7 +396,7 @@ def test_slurmstepd_binary_not_owned_by_root_is_refused(tmp_path: Path) -> None:
 def test_slurmstepd_not_running_as_root_is_refused(tmp_path: Path) -> None:
     stepd = FakeProc(400, 1, ["slurmstepd: [1.0]"], exe="/usr/sbin/slurmstepd", uid=1000)
     procs = [INIT, stepd, FakeProc(60, 400, ["/usr/bin/python3", "/tmp/t.py"], uid=1000)]
-    ctx = make_context(tmp_path, procs, Recorder(_squeue_ok(1)))
+    ctx = make_context(tmp_path, procs, RecordingRunner(_squeue_ok(1)))
     assert _resolve(ctx, 60) is None
     assert ctx.notes[0].endswith("but is not: it runs as UID 1000, not root")
 
@@ -405,7 +405,7 @@ def test_real_slurmstepd_but_job_of_another_user_is_not_confirmed(tmp_path: Path
     # Slurm says job 1 belongs to root; the process under that stepd runs as UID 1000.
     procs = _batch_tree()
     procs[-1] = FakeProc(411, 410, ["/usr/bin/python3", "/srv/train_fake.py"], uid=4321)
-    ctx = make_context(tmp_path, procs, Recorder(_squeue_ok(1)))
+    ctx = make_context(tmp_path, procs, RecordingRunner(_squeue_ok(1)))
     assert _resolve(ctx, 411) is None
     assert ctx.notes == [
         "ancestor PID 400 is slurmstepd: [1.batch], but squeue --json says job 1 belongs "
@@ -414,7 +414,9 @@ def test_real_slurmstepd_but_job_of_another_user_is_not_confirmed(tmp_path: Path
 
 
 def test_real_slurmstepd_is_proof_and_scancel_names_its_job(tmp_path: Path) -> None:
-    ctx = make_context(tmp_path, _batch_tree({"SLURM_JOB_ID": "4242"}), Recorder(_squeue_ok(1)))
+    ctx = make_context(
+        tmp_path, _batch_tree({"SLURM_JOB_ID": "4242"}), RecordingRunner(_squeue_ok(1))
+    )
     origin = _resolve(ctx, 411)
     assert origin is not None and origin.fields["job_id"] == 1
     assert origin.remediation == "scancel 1"
@@ -431,7 +433,7 @@ def test_slurm_names_in_a_delegated_user_cgroup_are_not_a_job_cgroup(tmp_path: P
     )
     procs = [INIT, FakeProc(50, 1, ["/bin/bash"], uid=1000)]
     procs.append(FakeProc(60, 50, ["python3", "t.py"], uid=1000, cgroup=cg))
-    rec = Recorder(_squeue_ok(4242))
+    rec = RecordingRunner(_squeue_ok(4242))
     ctx = make_context(tmp_path, procs, rec)
     assert _resolve(ctx, 60) is None
     assert rec.calls == []
@@ -441,7 +443,7 @@ def test_v1_job_cgroup_of_another_uid_is_not_this_process_job(tmp_path: Path) ->
     cg = ("4:memory:/slurm/uid_0/job_1/step_batch",)
     procs = [INIT, FakeProc(50, 1, ["/bin/bash"], uid=1000)]
     procs.append(FakeProc(60, 50, ["python3", "t.py"], uid=1000, cgroup=cg))
-    ctx = make_context(tmp_path, procs, Recorder(_squeue_ok(1)))
+    ctx = make_context(tmp_path, procs, RecordingRunner(_squeue_ok(1)))
     assert _resolve(ctx, 60) is None
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Spawned
-from tests.fixtures.proc.fakeproc import FakeProc, Recorder, lineage, make_context
+from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
+from watchdog.command import RecordingRunner
 from watchdog.lineage import default_resolvers
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.supervisor import SupervisorResolver, supervisor_kind
@@ -217,7 +218,7 @@ def test_killed_supervisord_orphan_and_second_copy(sandbox: Path, spawned: Spawn
         sup2, child2 = _start_supervisord(spawned, sandbox, "2")
         table = ProcessTable()
         table.refresh()
-        ctx = ResolveContext(table=table, now=datetime.now(UTC), run_cmd=Recorder())
+        ctx = ResolveContext(table=table, now=datetime.now(UTC), run_cmd=RecordingRunner())
         orphan_proc = table.get(child1)
         assert orphan_proc is not None and orphan_proc.ppid != sup1
         orphan = _first(table.ancestors(child1), ctx)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from watchdog.command import CommandResult
+from watchdog.command import CommandResult, RecordingRunner
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.systemd import (
     SystemdResolver,
@@ -368,22 +368,21 @@ TIMER_SHOW = (
 )
 
 
-class Recorder:
-    def __init__(self, answers: dict[str, str]) -> None:
-        self.answers = answers
-        self.calls: list[list[str]] = []
-
-    def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult | None:
-        self.calls.append(list(argv))
-        out = self.answers.get(argv[-1])
-        return CommandResult(0, out, "") if out is not None else CommandResult(1, "", "no")
+def systemctl(answers: dict[str, str]) -> RecordingRunner:
+    """``systemctl show`` answering by unit (the last argument); other units exit 1."""
+    return RecordingRunner(
+        answer=lambda argv: (
+            CommandResult(0, answers[argv[-1]], "") if argv[-1] in answers else None
+        ),
+        default=CommandResult(1, "", "no"),
+    )
 
 
 def test_live_systemctl_show(proc: FakeProc, tmp_path: Path) -> None:
     run_dir = tmp_path / "run-systemd-system"
     run_dir.mkdir()
     proc.add(24, 1, ["/usr/bin/python3", "/srv/train_fake.py"], "0::/system.slice/nightly.service")
-    rec = Recorder({"nightly.service": SERVICE_SHOW, "nightly.timer": TIMER_SHOW})
+    rec = systemctl({"nightly.service": SERVICE_SHOW, "nightly.timer": TIMER_SHOW})
     r = SystemdResolver(systemd_run_dir=str(run_dir), systemd_analyze="/nonexistent")
     origin = resolve(
         proc.root,
@@ -404,10 +403,10 @@ def test_live_systemctl_show(proc: FakeProc, tmp_path: Path) -> None:
         "next_run": "2026-12-06T02:00:00+00:00",
         "restart": "on-failure",
     }
-    assert rec.calls[0] == [
+    assert rec.calls[0] == (
         "systemctl", "show", "--no-pager", "-p", "Id", "-p", "FragmentPath", "-p",
         "DropInPaths", "-p", "Restart", "-p", "MainPID", "-p", "TriggeredBy", "nightly.service",
-    ]  # fmt: skip
+    )  # fmt: skip
     assert rec.calls[1][-1] == "nightly.timer"
     assert len(rec.calls) == 2
     assert "started by nightly.timer [TriggeredBy (systemctl show)]: " in "\n".join(origin.evidence)
@@ -415,7 +414,7 @@ def test_live_systemctl_show(proc: FakeProc, tmp_path: Path) -> None:
 
 def test_live_not_used_when_disabled_or_unreachable(proc: FakeProc, tmp_path: Path) -> None:
     proc.add(24, 1, ["/usr/bin/python3", "/srv/train_ship.py"], "0::/system.slice/shipper.service")
-    rec = Recorder({})
+    rec = systemctl({})
     run_dir = tmp_path / "rd"
     run_dir.mkdir()
     r = SystemdResolver(systemd_run_dir=str(run_dir), systemd_analyze="/nonexistent")
@@ -432,7 +431,7 @@ def test_live_monotonic_future_elapse(proc: FakeProc, tmp_path: Path) -> None:
     run_dir.mkdir()
     mono = time.clock_gettime(time.CLOCK_MONOTONIC) + 3600
     timer = f"Id=t.timer\nTimersMonotonic={{ OnUnitActiveUSec=1h ; next_elapse={mono:.6f}s }}\n"
-    rec = Recorder(
+    rec = systemctl(
         {"t.service": "Id=t.service\nTriggeredBy=t.timer\nRestart=no\n", "t.timer": timer}
     )
     proc.add(30, 1, ["/usr/bin/python3", "/srv/train_t.py"], "0::/system.slice/t.service")

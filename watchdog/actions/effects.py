@@ -16,14 +16,14 @@ import errno
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from watchdog.command import CommandResult
+from watchdog import command
+from watchdog.command import CommandResult, RecordingRunner
 from watchdog.sources.procfs import read_proc
 
 
@@ -154,33 +154,22 @@ class Effects:
         os.unlink(path)
 
     def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
-        """Run a command that changes something; never raises for a non-zero exit."""
-        return self._exec(argv, input_bytes)
+        """Run a command that changes something (``systemctl mask``, ``crontab -``).
+
+        Args:
+            argv: Program and arguments, after :attr:`command_prefix`; never a shell.
+            input_bytes: The command's stdin; None gives it ``/dev/null``.
+
+        Returns:
+            Its result, through :func:`watchdog.command.run` with :attr:`timeout_s`:
+            never raises for a non-zero exit; 127 for a program that cannot be started,
+            124 for one that ran past the limit.
+        """
+        return command.run([*self.command_prefix, *argv], self.timeout_s, input_bytes)
 
     def query(self, argv: Sequence[str]) -> CommandResult:
-        """Run a read-only command (also in dry runs)."""
-        return self._exec(argv, None)
-
-    def _exec(self, argv: Sequence[str], input_bytes: bytes | None) -> CommandResult:
-        full = [*self.command_prefix, *argv]
-        try:
-            res = subprocess.run(
-                full,
-                input=input_bytes,
-                stdin=None if input_bytes is not None else subprocess.DEVNULL,
-                capture_output=True,
-                timeout=self.timeout_s,
-                check=False,
-            )
-        except FileNotFoundError as exc:
-            return CommandResult(127, "", f"{full[0]}: {exc.strerror}")
-        except subprocess.TimeoutExpired:
-            return CommandResult(124, "", f"timed out after {self.timeout_s:.0f} s")
-        return CommandResult(
-            res.returncode,
-            res.stdout.decode("utf-8", "replace"),
-            res.stderr.decode("utf-8", "replace"),
-        )
+        """Run a read-only command (also in dry runs); results as :meth:`run` gives them."""
+        return command.run([*self.command_prefix, *argv], self.timeout_s)
 
 
 @dataclass
@@ -227,9 +216,9 @@ class RecordingEffects(Effects):
         return self._reply(tuple(argv))
 
     def _reply(self, argv: tuple[str, ...]) -> CommandResult:
-        if self.answer is not None and (res := self.answer(argv)) is not None:
-            return res
-        return self.answers.get(argv, CommandResult(0, "", ""))
+        # The one answer table convention (watchdog.command.RecordingRunner); success
+        # for an argv nobody scripted.
+        return RecordingRunner(self.answers, self.answer, CommandResult(0, "", "")).reply(argv)
 
     def signals(self) -> list[tuple[int, int]]:
         """``(pid, signal)`` of every recorded :meth:`send_signal`."""

@@ -18,10 +18,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from watchdog.command import CommandResult, CommandRunner, run
 from watchdog.config.slurm import SlurmNodeSettings
 from watchdog.model import UNSANCTIONED_VERDICTS, Finding, Job
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 REASON_PREFIX = "rogue-watchdog: "
 MAX_REASON_CHARS = 200
 DRAIN_VERDICTS = UNSANCTIONED_VERDICTS
-CommandRun = Callable[[Sequence[str]], tuple[int, str, str]]
 
 
 def clean_reason(text: str) -> str:
@@ -65,42 +65,23 @@ class NodeState:
         return "drain" in self.state
 
 
-def run_command(timeout_s: float) -> CommandRun:
-    """A runner for Slurm's CLI: argv (never a shell), ``(returncode, stdout, stderr)``.
-
-    A missing program or a timeout gives returncode 127 or 124 with the reason in stderr.
-    """
-    import subprocess
-
-    def run(argv: Sequence[str]) -> tuple[int, str, str]:
-        try:
-            done = subprocess.run(
-                list(argv),
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            return 124, "", f"{argv[0]}: timed out after {timeout_s:g} s"
-        except OSError as exc:
-            return 127, "", f"{argv[0]}: {exc.strerror or exc}"
-        return done.returncode, done.stdout, done.stderr
-
-    return run
-
-
-def node_state(node: str, run: CommandRun) -> NodeState | str:
+def node_state(node: str, run_cmd: CommandRunner, timeout_s: float) -> NodeState | str:
     """Ask sinfo for the node's state and reason.
 
+    Args:
+        node: The Slurm node name.
+        run_cmd: Runs ``sinfo`` (:func:`watchdog.command.run`, or a test's double).
+        timeout_s: Seconds sinfo may take (``slurm.command_timeout_s``).
+
     Returns:
-        The state, or a sentence saying why it could not be read.
+        The state, or a sentence saying why it could not be read (sinfo missing, timed
+        out, failed, or printed no ``STATE|REASON`` line).
     """
-    rc, out, err = run(["sinfo", "-h", "-N", "-n", node, "-o", "%T|%E"])
+    res = run_cmd(["sinfo", "-h", "-N", "-n", node, "-o", "%T|%E"], timeout_s)
+    out = res.stdout
     line = out.splitlines()[0] if out.strip() else ""
-    if rc != 0 or "|" not in line:
-        why = err.strip() or f"sinfo printed {out.strip()!r}"
+    if res.returncode != 0 or "|" not in line:
+        why = res.stderr.strip() or f"sinfo printed {out.strip()!r}"
         return f"cannot read the state of Slurm node {node}: {why}"
     state, reason = line.split("|", 1)
     reason = reason.strip()
@@ -111,18 +92,32 @@ def node_state(node: str, run: CommandRun) -> NodeState | str:
     )
 
 
-def drain(node: str, reason: str, run: CommandRun) -> str | None:
-    """``scontrol update nodename=NODE state=drain reason=REASON``; None on success."""
-    rc, _, err = run(
-        ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={clean_reason(reason)}"]
-    )
-    return None if rc == 0 else (err.strip() or f"scontrol exited {rc}")
+def drain(node: str, reason: str, run_cmd: CommandRunner, timeout_s: float) -> str | None:
+    """``scontrol update nodename=NODE state=drain reason=REASON``.
+
+    Args:
+        node: The Slurm node name.
+        reason: The drain reason; cleaned by :func:`clean_reason`.
+        run_cmd: Runs ``scontrol``.
+        timeout_s: Seconds scontrol may take.
+
+    Returns:
+        None on success, else why not (scontrol's stderr, or its exit status).
+    """
+    argv = ["scontrol", "update", f"nodename={node}", "state=drain"]
+    return _failure(run_cmd([*argv, f"reason={clean_reason(reason)}"], timeout_s))
 
 
-def resume(node: str, run: CommandRun) -> str | None:
-    """``scontrol update nodename=NODE state=resume``; None on success."""
-    rc, _, err = run(["scontrol", "update", f"nodename={node}", "state=resume"])
-    return None if rc == 0 else (err.strip() or f"scontrol exited {rc}")
+def resume(node: str, run_cmd: CommandRunner, timeout_s: float) -> str | None:
+    """``scontrol update nodename=NODE state=resume``; arguments and result as for
+    :func:`drain`."""
+    return _failure(run_cmd(["scontrol", "update", f"nodename={node}", "state=resume"], timeout_s))
+
+
+def _failure(res: CommandResult) -> str | None:
+    if res.returncode == 0:
+        return None
+    return res.stderr.strip() or f"scontrol exited {res.returncode}"
 
 
 def drain_reason(jobs: Sequence[Job]) -> str:
@@ -141,17 +136,19 @@ class SlurmDrainer:
     Args:
         settings: The ``slurm:`` section.
         state_dir: Where ``slurm-drain.json`` records the drain this daemon set.
-        run: Runs Slurm commands (tests pass the real one against the Slurm harness).
+        run: Runs Slurm commands (:func:`watchdog.command.run`; tests pass a double, or
+            the real one against the Slurm harness), each limited to
+            ``settings.command_timeout_s``.
     """
 
     name = "slurm-drain"
 
     def __init__(
-        self, settings: SlurmNodeSettings, state_dir: str, run: CommandRun | None = None
+        self, settings: SlurmNodeSettings, state_dir: str, run: CommandRunner = run
     ) -> None:
         self.settings = settings
         self.marker = os.path.join(state_dir, "slurm-drain.json")
-        self.run = run or run_command(settings.command_timeout_s)
+        self.run = run
 
     def _ours(self) -> dict[str, Any] | None:
         try:
@@ -188,7 +185,8 @@ class SlurmDrainer:
         ours = self._ours()
         if not offending and ours is None:
             return []
-        st = node_state(node, self.run)
+        timeout_s = self.settings.command_timeout_s
+        st = node_state(node, self.run, timeout_s)
         if isinstance(st, str):
             return [Finding("slurm-drain-failed", "warning", st, details={"node": node})]
         if offending:
@@ -201,7 +199,7 @@ class SlurmDrainer:
                 return [self._held(node, reason)]
             # Not drained yet, or our drain names a job that is gone: (re)drain with the
             # reason naming what holds the GPU now.
-            err = drain(node, reason, self.run)
+            err = drain(node, reason, self.run, timeout_s)
             if err is not None:
                 return [
                     Finding(
@@ -218,7 +216,7 @@ class SlurmDrainer:
             # Resumed or re-drained by someone else meanwhile: theirs now.
             self._remember(node, None)
             return []
-        err = resume(node, self.run)
+        err = resume(node, self.run, timeout_s)
         if err is not None:
             return [
                 Finding(

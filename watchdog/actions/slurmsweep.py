@@ -42,17 +42,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from watchdog import command
 from watchdog.actions.effects import Effects
 from watchdog.actions.guards import Expected, Guard
-from watchdog.actions.slurmnode import (
-    CommandRun,
-    clean_reason,
-    drain,
-    node_state,
-    resume,
-    run_command,
-)
+from watchdog.actions.slurmnode import clean_reason, drain, node_state, resume
 from watchdog.actions.terminate import TerminateOutcome, terminate_tree
+from watchdog.command import CommandRunner
 from watchdog.config import Config
 from watchdog.config.slurm import SlurmNodeSettings
 from watchdog.hosttext import command_text
@@ -372,7 +367,7 @@ def sweep(
     *,
     job_id: int | None = None,
     dry_run: bool = False,
-    run: CommandRun | None = None,
+    run: CommandRunner = command.run,
     effects: Effects | None = None,
     table: ProcessTable | None = None,
     epilog: bool = False,
@@ -387,7 +382,8 @@ def sweep(
             members) and the ``slurm:`` section (node name, grace).
         job_id: Only this job (``--job N`` or the Epilog's); None sweeps every job.
         dry_run: Report only: nothing is signalled, the node is not drained.
-        run: Slurm CLI runner for draining (tests pass the real one).
+        run: Slurm CLI runner for draining (:func:`watchdog.command.run`; tests pass a
+            double or the real one), each call limited to ``slurm.command_timeout_s``.
         effects: Where signals go.
         table: Process table (tests may pass one over a fixture tree).
         epilog: Run as slurmd's Epilog for ``job_id``.
@@ -405,7 +401,7 @@ def sweep(
         recorded = read_slurm_members(config.daemon.state_dir, boot_id(config.paths.proc_root))
     ctx = ResolveContext(table=table, now=datetime.now(UTC))
     report = find_leftovers(
-        table, ctx, config.device_glob, job_id, recorded=recorded, epilog=epilog,
+        table, ctx, config.training.device_glob, job_id, recorded=recorded, epilog=epilog,
         epilog_uid=epilog_uid,
     )  # fmt: skip
     # Never signalled, whatever a tree's scope reaches: slurmd, every slurmstepd and what
@@ -466,7 +462,7 @@ def _recheck(
 
 
 def _drain_as_needed(
-    report: SweepReport, settings: SlurmNodeSettings, run: CommandRun | None, dry_run: bool
+    report: SweepReport, settings: SlurmNodeSettings, run: CommandRunner, dry_run: bool
 ) -> None:
     """Drain while something survives or a claim holds a GPU, with a reason naming what
     is left now; update or lift a drain an earlier sweep set."""
@@ -483,8 +479,8 @@ def _drain_as_needed(
         )
     else:
         reason = None
-    runner = run or run_command(settings.command_timeout_s)
-    st = node_state(settings.node, runner)
+    timeout_s = settings.command_timeout_s
+    st = node_state(settings.node, run, timeout_s)
     if isinstance(st, str):
         if reason is not None:
             report.drain_error = st
@@ -492,7 +488,7 @@ def _drain_as_needed(
     ours = st.drained and (st.reason or "").startswith((SWEEP_REASON, UNCONFIRMED_REASON))
     if reason is None:
         if ours and not report.survivors:
-            err = resume(settings.node, runner)
+            err = resume(settings.node, run, timeout_s)
             report.resumed = err is None
             report.drain_error = err
         return
@@ -502,7 +498,7 @@ def _drain_as_needed(
     if ours and st.reason == clean_reason(reason):
         report.drained = reason
         return
-    err = drain(settings.node, reason, runner)
+    err = drain(settings.node, reason, run, timeout_s)
     if err is None:
         report.drained = reason
     else:

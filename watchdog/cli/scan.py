@@ -195,7 +195,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     assert config is not None
     emit(
         f"{printable(args.file)}: OK: {_count(len(config.sanctioned), 'sanctioned rule')}, "
-        f"{_count(len(config.launchers), 'launcher pattern')}, "
+        f"{_count(len(config.training.launchers), 'launcher pattern')}, "
         f"{_count(len(config.ignore), 'ignore entry', 'ignore entries')}"
         + (f", {_count(len(warnings), 'warning')}" if warnings else "")
     )

@@ -17,7 +17,6 @@ import contextlib
 import os
 import select
 import shlex
-import subprocess
 import sys
 import termios
 import time
@@ -25,6 +24,7 @@ import tty
 from collections.abc import Iterator
 from typing import Any
 
+from watchdog import command
 from watchdog.cli.common import configure_logging, resolve_config_path, socket_path
 from watchdog.render import paint, printable, shorten_command, use_colour
 
@@ -224,15 +224,9 @@ def _run_command(argv: list[str]) -> str:
 
 def _run(argv: list[str]) -> tuple[int, str]:
     """Run one of our commands: its exit status, and its output for the screen."""
-    done = subprocess.run(
-        # Its stderr is a pipe here but its reader is a person: human log lines.
-        [sys.executable, "-m", "watchdog", "--log-format", "human", *argv],
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=120,
-        check=False,
-    )
+    # Its stderr is a pipe here but its reader is a person: human log lines. Its stdin
+    # is /dev/null: the terminal's keys are the live view's.
+    done = command.run([sys.executable, "-m", "watchdog", "--log-format", "human", *argv], 120)
     text = (done.stdout + done.stderr).rstrip()
     return done.returncode, f"exit {done.returncode}: rogue-watchdog {shlex.join(argv)}\n{text}"
 

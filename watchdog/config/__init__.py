@@ -308,7 +308,13 @@ DEFAULT_LAUNCHER_REGEXES = tuple(Regex(p) for p in DEFAULT_LAUNCHERS)
 
 @dataclass(frozen=True)
 class Training:
-    """The ``training:`` section (flattened into :class:`Config`)."""
+    """The ``training:`` section (:attr:`Config.training`).
+
+    Attributes:
+        launchers: Command-line patterns (RE2) of training launchers.
+        device_glob: GPU device nodes (fnmatch glob) whose holders use a GPU.
+        gpu_libraries: Shared-object file names whose mapping marks a GPU user.
+    """
 
     launchers: tuple[Regex, ...] = setting(DEFAULT_LAUNCHER_REGEXES, datatypes.each_of(_launcher))
     device_glob: str = setting(DEFAULT_DEVICE_GLOB, _device_glob)
@@ -330,7 +336,7 @@ _NVML_ORDER = ("enabled", "call_timeout_s", "unexplained_memory_slack_bytes", "l
 
 @dataclass(frozen=True)
 class Nvml:
-    """The ``nvml:`` section (flattened into :class:`Config` as ``nvml_*``).
+    """The ``nvml:`` section (:attr:`Config.nvml`).
 
     Attributes:
         enabled: Probe NVML at all.
@@ -371,16 +377,9 @@ class Config:
 
     source: str = "<defaults>"
     sanctioned: tuple[Rule, ...] = ()
-    launchers: tuple[Regex, ...] = Training.launchers
-    device_glob: str = Training.device_glob
-    gpu_libraries: tuple[str, ...] = Training.gpu_libraries
+    training: Training = field(default_factory=Training)
     ignore: tuple[IgnoreEntry, ...] = tuple(IgnoreEntry(**e) for e in DEFAULT_IGNORE)
-    nvml_enabled: bool = Nvml.enabled
-    nvml_library: str | None = Nvml.library
-    # Seconds one batch of NVML calls (one GPU, or init) may take before it counts as hung.
-    nvml_call_timeout_s: float = Nvml.call_timeout_s
-    # Used GPU memory above the listed processes' sum by more than this is reported.
-    nvml_unexplained_slack_bytes: int = Nvml.unexplained_memory_slack_bytes
+    nvml: Nvml = field(default_factory=Nvml)
     paths: Paths = field(default_factory=Paths)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
@@ -454,9 +453,9 @@ def parse_config(text: str, source: str = "<string>") -> Config:
 
     d = Config(source=source)
     sanctioned = section("sanctioned", _sanctioned, d.sanctioned)
-    training = section("training", parser(Training, "training", order=keys(Training)), Training())
+    training = section("training", parser(Training, "training", order=keys(Training)), d.training)
     ignore = section("ignore", _ignore_list, d.ignore)
-    nvml = section("nvml", parser(Nvml, "nvml", order=_NVML_ORDER), Nvml())
+    nvml = section("nvml", parser(Nvml, "nvml", order=_NVML_ORDER), d.nvml)
     paths = section("paths", parser(Paths, "paths"), d.paths)
     daemon = section("daemon", parse_daemon, d.daemon)
     alerts = section("alerts", parse_alerts, d.alerts)
@@ -473,14 +472,9 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     return Config(
         source=source,
         sanctioned=sanctioned,
-        launchers=training.launchers,
-        device_glob=training.device_glob,
-        gpu_libraries=training.gpu_libraries,
+        training=training,
         ignore=ignore,
-        nvml_enabled=nvml.enabled,
-        nvml_library=nvml.library,
-        nvml_call_timeout_s=nvml.call_timeout_s,
-        nvml_unexplained_slack_bytes=nvml.unexplained_memory_slack_bytes,
+        nvml=nvml,
         paths=paths,
         daemon=daemon,
         alerts=alerts,

@@ -10,7 +10,6 @@ one gets a new source, and all share the one verification thread.
 
 from __future__ import annotations
 
-from watchdog.actions.effects import Effects
 from watchdog.actions.enforcer import build_enforcers
 from watchdog.actions.slurmnode import build_slurm_enforcers
 from watchdog.daemon.events import attach_events
@@ -29,7 +28,7 @@ def _rebuildable(daemon: Daemon) -> tuple[list[FindingSource], list[Enforcer]]:
     process = build_enforcers(daemon.config, daemon.db)
     enforcers: list[Enforcer] = [
         *process,
-        *build_queue_enforcers(daemon.config, daemon.db, queue, runner=Effects().run),
+        *build_queue_enforcers(daemon.config, daemon.db, queue),
         *build_slurm_enforcers(daemon.config.slurm, daemon.config.daemon.state_dir),
     ]
     return [*process, *queue], enforcers

@@ -42,12 +42,12 @@ def attach_events(daemon: Daemon) -> ProcEventSource | None:
 
     def is_candidate(proc: Proc) -> bool:
         # Read per call: a reload may change the launchers.
-        return is_launcher(proc, daemon.config.launchers)
+        return is_launcher(proc, daemon.config.training.launchers)
 
     source = ProcEventSource(
         config.paths.proc_root,
         is_candidate,
-        config.gpu_libraries,
+        config.training.gpu_libraries,
         config.daemon.events_rcvbuf_bytes,
         wake=daemon.request_tick,
     )
@@ -55,7 +55,7 @@ def attach_events(daemon: Daemon) -> ProcEventSource | None:
     daemon.workers.insert(0, source)  # started before the first tick, stopped last
 
     def reattach(d: Daemon) -> None:
-        source.pattern = library_pattern(d.config.gpu_libraries)
+        source.pattern = library_pattern(d.config.training.gpu_libraries)
         d.scanner.events = source
 
     daemon.on_reload.append(reattach)

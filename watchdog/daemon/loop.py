@@ -45,7 +45,7 @@ RESTART_ONLY: tuple[tuple[str, Callable[[Config], object]], ...] = (
     ("daemon.events", lambda c: c.daemon.events),  # the proc connector opened at start
     ("daemon.events_rcvbuf_bytes", lambda c: c.daemon.events_rcvbuf_bytes),  # its buffer
     ("paths.proc_root", lambda c: c.paths.proc_root),  # the boot id, the event source
-    ("nvml.library", lambda c: c.nvml_library),  # pynvml loads one library per process
+    ("nvml.library", lambda c: c.nvml.library),  # pynvml loads one library per process
 )
 # Finding kind while a reload left restart-only keys at their running values.
 NEEDS_RESTART = "needs-restart"
@@ -78,7 +78,7 @@ def keep_restart_only(running: Config, new: Config) -> tuple[Config, list[str]]:
             events_rcvbuf_bytes=running.daemon.events_rcvbuf_bytes,
         ),
         paths=dataclasses.replace(new.paths, proc_root=running.paths.proc_root),
-        nvml_library=running.nvml_library,
+        nvml=dataclasses.replace(new.nvml, library=running.nvml.library),
     )
     return kept, changed
 

@@ -11,42 +11,15 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 from watchdog import hostpaths
-from watchdog.command import CommandResult
+from watchdog.command import CommandRunner, run
 from watchdog.model import Origin, Proc
 from watchdog.sources.procfs import ProcessTable
-
-CommandRunner = Callable[[Sequence[str], float], "CommandResult | None"]
-
-
-def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult | None:
-    """Run a read-only helper command.
-
-    Args:
-        argv: Program and arguments; never passed through a shell.
-        timeout_s: Wall-clock limit in seconds.
-
-    Returns:
-        The result, or None when the program is missing, not executable, or timed out.
-    """
-    try:
-        done = subprocess.run(
-            list(argv),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return CommandResult(done.returncode, done.stdout, done.stderr)
 
 
 @dataclass
@@ -60,7 +33,9 @@ class ResolveContext:
         cron_d_dir: Directory of system crontab fragments (``/etc/cron.d``).
         cron_spool_dirs: User crontab directories, Debian's first.
         unit_dirs: systemd unit search path for reading unit and timer files.
-        run_cmd: Runs helper commands (systemctl, squeue, scontrol); tests may record.
+        run_cmd: Runs helper commands (systemctl, squeue, scontrol):
+            :func:`watchdog.command.run`; tests pass a
+            :class:`~watchdog.command.RecordingRunner`.
         use_systemctl: Ask a running systemd via ``systemctl show`` when True.
         use_slurm_cli: Ask Slurm via ``squeue``/``scontrol`` when True.
         cache: Scratch space for one scan (answers of ``squeue``, ``systemctl``).
@@ -80,7 +55,7 @@ class ResolveContext:
     cron_d_dir: str = hostpaths.CRON_D
     cron_spool_dirs: Sequence[str] = hostpaths.CRON_SPOOL_DIRS
     unit_dirs: Sequence[str] = hostpaths.UNIT_DIRS
-    run_cmd: CommandRunner = run_command
+    run_cmd: CommandRunner = run
     use_systemctl: bool = True
     use_slurm_cli: bool = True
     cache: dict[str, object] = field(default_factory=dict)

@@ -264,11 +264,11 @@ def engine_facts(
     if runtime in _ENGINE_TEMPLATE and not pod:
         argv = [runtime, "inspect", "--format", _ENGINE_TEMPLATE[runtime], container_id]
         res = ctx.run_cmd(argv, INSPECT_TIMEOUT_S)
-        if res is not None and res.returncode == 0:
+        if res.ok:
             facts = _parse_engine(res.stdout.strip())
     else:
         res = ctx.run_cmd([*_CRICTL, container_id], INSPECT_TIMEOUT_S)
-        if res is not None and res.returncode == 0 and res.stdout.strip():
+        if res.ok and res.stdout.strip():
             facts = EngineFacts(res.stdout.strip())
     ctx.cache[key] = facts
     return facts

@@ -201,7 +201,7 @@ def tmux_session(lineage: Sequence[Proc], ctx: ResolveContext) -> TmuxSession | 
             argv = ["tmux", "-S", socket, "list-panes", "-a", "-F", _TMUX_FORMAT]
             res = ctx.run_cmd(argv, 5.0)
             ctx.cache[key] = res
-    if res is not None and res.returncode == 0:
+    if res is not None and res.ok:
         panes = {}
         for line in str(res.stdout).splitlines():
             pid_text, _, rest = line.partition("\t")

@@ -383,7 +383,7 @@ def query_job(job_id: int, ctx: ResolveContext) -> SlurmJob:
 
 def _ask(job_id: int, ctx: ResolveContext) -> SlurmJob:
     res = ctx.run_cmd(["squeue", "--json", "-j", str(job_id)], _CLI_TIMEOUT_S)
-    if res is not None:
+    if res.ran:
         if res.returncode == 0:
             parsed = parse_squeue_json(res.stdout, job_id)
             if parsed is not None:
@@ -391,7 +391,7 @@ def _ask(job_id: int, ctx: ResolveContext) -> SlurmJob:
         elif _invalid_id(res.stderr):
             return SlurmJob(job_id, "gone", via="squeue")
     res = ctx.run_cmd(["scontrol", "show", "job", str(job_id), "-o"], _CLI_TIMEOUT_S)
-    if res is None:
+    if not res.ran:
         return SlurmJob(job_id, "unavailable", via="squeue/scontrol not runnable")
     if res.returncode == 0:
         parsed = parse_scontrol_job(res.stdout, job_id)

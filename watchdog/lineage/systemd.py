@@ -286,7 +286,7 @@ class SystemdResolver:
             argv += ["-p", p]
         argv.append(unit)
         res = ctx.run_cmd(argv, _CMD_TIMEOUT_S)
-        parsed = parse_show(res.stdout) if res is not None and res.returncode == 0 else {}
+        parsed = parse_show(res.stdout) if res.ok else {}
         ctx.cache[key] = parsed
         return parsed
 
@@ -409,7 +409,7 @@ class SystemdResolver:
                 expr,
             ]
             res = ctx.run_cmd(argv, _CMD_TIMEOUT_S)
-            if res is None or res.returncode != 0:
+            if not res.ok:
                 continue
             ts = _analyze_output(res.stdout, ctx.now)
             if ts is not None and (best is None or ts < best):

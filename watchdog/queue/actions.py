@@ -16,13 +16,12 @@ cannot be undone. Commands run through one replaceable runner so tests can recor
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from watchdog.command import CommandResult
+from watchdog.command import CommandRunner, run
 from watchdog.config import Config
 from watchdog.config.queue import QueueSettings
-from watchdog.lineage.base import run_command
 from watchdog.model import Finding, ScanResult, SlurmOrigin
 from watchdog.plugins import TrackResult
 from watchdog.queue.model import QueueEntry
@@ -30,15 +29,11 @@ from watchdog.queue.slurm import QueueError, SlurmQueue
 from watchdog.queue.source import QueueSource
 from watchdog.state import StateDB
 
-# Runs one state-changing command; ``Effects.run`` of watchdog.actions.effects fits.
-ActionRunner = Callable[[Sequence[str]], CommandResult | None]
+# Seconds ``scontrol hold``/``scancel`` may take: the limit the daemon has always given
+# them (``Effects``' default, through which it ran them).
+ACTION_TIMEOUT_S = 60.0
 _JOB_ID = re.compile(r"\d+(?:_\d+)?")
 ACTOR = "queue"
-
-
-def default_runner(argv: Sequence[str]) -> CommandResult | None:
-    """Run a Slurm command (``scontrol hold``/``scancel``) with a 15 s limit."""
-    return run_command(argv, 15.0)
 
 
 class QueueEnforcer:
@@ -51,7 +46,9 @@ class QueueEnforcer:
         db: The daemon's ``StateDB`` (``record_action``, ``open_findings``).
         mode: ``enforcement.mode``; anything but ``terminate`` disables actions.
         dry_run: Record what would be done without running it.
-        runner: Runs the hold/cancel command.
+        runner: Runs the hold/cancel command (:func:`watchdog.command.run`; tests pass a
+            :class:`~watchdog.command.RecordingRunner`), with a limit of
+            :data:`ACTION_TIMEOUT_S`.
         retry_s: Seconds before a failed action on the same entry is tried again.
     """
 
@@ -65,7 +62,7 @@ class QueueEnforcer:
         *,
         mode: str,
         dry_run: bool = False,
-        runner: ActionRunner = default_runner,
+        runner: CommandRunner = run,
         retry_s: float = 300.0,
     ) -> None:
         self.source = source
@@ -161,11 +158,11 @@ class QueueEnforcer:
                 finding_id=finding_id, dry_run=True, undo=undo,
             )  # fmt: skip
             return None
-        res = self.runner(argv)
-        ok = res is not None and res.returncode == 0
-        if res is not None:
-            details.update(returncode=res.returncode, stderr=res.stderr.strip()[:500])
-        why = "not runnable or timed out" if res is None else (res.stderr or res.stdout).strip()
+        res = self.runner(argv, ACTION_TIMEOUT_S)
+        ok = res.ok
+        # A command that could not run says why in stderr (127/124, watchdog.command).
+        details.update(returncode=res.returncode, stderr=res.stderr.strip()[:500])
+        why = (res.stderr or res.stdout).strip()
         outcome = "ok" if ok else f"failed: {why[:200]}"
         self.db.record_action(
             ACTOR, kind, f"slurm job {job}", outcome, details, now,
@@ -185,7 +182,7 @@ def build_queue_enforcers(
     config: Config,
     db: StateDB,
     sources: Sequence[QueueSource],
-    runner: ActionRunner = default_runner,
+    runner: CommandRunner = run,
 ) -> list[QueueEnforcer]:
     """Enforcers for the Slurm sources among ``sources`` (none unless
     ``enforcement.mode: terminate`` and ``queue.action`` is hold or cancel).

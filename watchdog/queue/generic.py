@@ -17,7 +17,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from watchdog.lineage.base import CommandRunner, run_command
+from watchdog.command import CommandRunner, run
 from watchdog.queue.model import QueueEntry
 from watchdog.queue.slurm import QueueError
 
@@ -107,7 +107,7 @@ class CommandQueue:
     name = "command"
 
     def __init__(
-        self, argv: tuple[str, ...], run_cmd: CommandRunner = run_command, timeout_s: float = 10.0
+        self, argv: tuple[str, ...], run_cmd: CommandRunner = run, timeout_s: float = 10.0
     ) -> None:
         self.argv = argv
         self.run_cmd = run_cmd
@@ -121,7 +121,7 @@ class CommandQueue:
             QueueError: The command is missing, timed out or exited non-zero.
         """
         res = self.run_cmd(list(self.argv), self.timeout_s)
-        if res is None:
+        if not res.ran:
             raise QueueError(f"{self.argv[0]}: not runnable or timed out")
         if res.returncode != 0:
             why = (res.stderr or res.stdout).strip().splitlines()

@@ -18,7 +18,7 @@ import shutil
 from datetime import datetime
 from typing import Any
 
-from watchdog.lineage.base import CommandRunner, run_command
+from watchdog.command import CommandResult, CommandRunner, run
 from watchdog.lineage.slurm import parse_scontrol_record
 from watchdog.queue.model import QueueEntry
 
@@ -213,7 +213,7 @@ class SlurmQueue:
 
     name = "slurm"
 
-    def __init__(self, run_cmd: CommandRunner = run_command, timeout_s: float = 10.0) -> None:
+    def __init__(self, run_cmd: CommandRunner = run, timeout_s: float = 10.0) -> None:
         self.run_cmd = run_cmd
         self.timeout_s = timeout_s
         self.json_ok: bool | None = None  # learned: does this squeue speak JSON?
@@ -245,7 +245,7 @@ class SlurmQueue:
         errors = []
         if self.json_ok is not False:
             res = self.run_cmd(["squeue", "--json"], self.timeout_s)
-            if res is not None and res.returncode == 0:
+            if res.ok:
                 try:
                     out = parse_squeue_json(res.stdout)
                 except QueueError as exc:
@@ -255,10 +255,10 @@ class SlurmQueue:
                     return out
             else:
                 errors.append(_why("squeue --json", res))
-            if res is not None and "unrecognized option" in res.stderr:
+            if res.ran and "unrecognized option" in res.stderr:
                 self.json_ok = False  # an old squeue: never ask again
         res = self.run_cmd(["squeue", "-h", "-a", "-o", SQUEUE_FORMAT], self.timeout_s)
-        if res is not None and res.returncode == 0:
+        if res.ok:
             self.via = "squeue -o"
             return parse_squeue_formatted(res.stdout)
         errors.append(_why("squeue -o", res))
@@ -271,15 +271,15 @@ class SlurmQueue:
             QueueError: scontrol failed for another reason than an invalid job id.
         """
         res = self.run_cmd(["scontrol", "show", "job", "-o", job_id], self.timeout_s)
-        if res is not None and res.returncode == 0:
+        if res.ok:
             return entry_from_scontrol(res.stdout)
-        if res is not None and "invalid job id" in (res.stderr + res.stdout).lower():
+        if res.ran and "invalid job id" in (res.stderr + res.stdout).lower():
             return None
         raise QueueError(_why("scontrol show job", res))
 
 
-def _why(what: str, res: Any) -> str:
-    if res is None:
+def _why(what: str, res: CommandResult) -> str:
+    if not res.ran:
         return f"{what}: not runnable or timed out"
     lines = (res.stderr or res.stdout).strip().splitlines()
     return f"{what}: exit {res.returncode}: {lines[0] if lines else ''}".rstrip(": ")

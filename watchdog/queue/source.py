@@ -12,9 +12,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
+from watchdog.command import CommandRunner, run
 from watchdog.config import Config
 from watchdog.config.queue import QueueSettings
-from watchdog.lineage.base import CommandRunner, command, run_command
+from watchdog.lineage.base import command
 from watchdog.model import Finding, ScanResult
 from watchdog.queue.generic import CommandQueue
 from watchdog.queue.model import QueueEntry
@@ -144,7 +145,7 @@ class QueueSource:
 
 
 def build_queue_backends(
-    settings: QueueSettings, run_cmd: CommandRunner = run_command
+    settings: QueueSettings, run_cmd: CommandRunner = run
 ) -> list[QueueBackend]:
     """The queues ``settings`` asks to watch: Slurm (``true``, or ``auto`` with squeue on
     PATH and a slurm.conf, see :meth:`SlurmQueue.available`) and the home-grown
@@ -157,7 +158,7 @@ def build_queue_backends(
     return out
 
 
-def build_queue_sources(config: Config, run_cmd: CommandRunner = run_command) -> list[QueueSource]:
+def build_queue_sources(config: Config, run_cmd: CommandRunner = run) -> list[QueueSource]:
     """The daemon's queue sources for a :class:`watchdog.config.Config`.
 
     Args:
@@ -171,7 +172,7 @@ def build_queue_sources(config: Config, run_cmd: CommandRunner = run_command) ->
     return [QueueSource(b, settings) for b in build_queue_backends(settings, run_cmd)]
 
 
-def one_shot_queue_findings(config: Config, run_cmd: CommandRunner = run_command) -> list[Finding]:
+def one_shot_queue_findings(config: Config, run_cmd: CommandRunner = run) -> list[Finding]:
     """Queue findings for ``rogue-watchdog scan``: a queue that cannot be read gives a
     ``queue-unavailable`` warning instead of failing the scan."""
     out: list[Finding] = []
