@@ -30,6 +30,7 @@ from watchdog.model import (
     Origin,
     Proc,
     ScanResult,
+    TargetGuard,
 )
 from watchdog.policy.allowlist import judge, not_sanctioned_now
 from watchdog.policy.findings import (
@@ -42,12 +43,12 @@ from watchdog.policy.findings import (
 from watchdog.policy.guard import Protection, protection, with_advice
 from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs, ignore_match
 from watchdog.policy.nvml import DISABLED, GpuView, gpu_view
-from watchdog.policy.services import protected_pids, service_findings, service_pids
+from watchdog.policy.services import service_findings, service_scope
 from watchdog.sources.devfd import DeviceFdSource
 from watchdog.sources.gpulibs import GpuLibraryCache
 from watchdog.sources.procevents import EventBatch
 from watchdog.sources.procfs import ProcessTable, boot_id, pid_namespaces, read_identity
-from watchdog.sources.sockets import listening_for
+from watchdog.sources.sockets import ListenScan, scan_listening
 from watchdog.state import read_sanctioned_procs
 
 if TYPE_CHECKING:  # pynvml is imported only when NVML is used
@@ -93,6 +94,22 @@ def still_hidden(
         for gp in missing
         if (gp.pid, gp.gpu_uuid) in still and not os.path.exists(f"{proc_root}/{gp.pid}")
     ]
+
+
+def read_listens(
+    jobs: Sequence[Job], table: ProcessTable, guard: TargetGuard | None, proc_root: str
+) -> dict[int, ListenScan]:
+    """Read the listening sockets of every rogue or excess job's service scope once
+    (:func:`watchdog.policy.services.service_scope`): the scan JSON's ``listening`` and
+    the ``rogue-service`` findings both come from this one read.
+
+    Returns:
+        Job root PID → what its scope's sockets showed.
+    """
+    return {
+        root: scan_listening(pids, proc_root)
+        for root, pids in service_scope(jobs, table, guard).items()
+    }
 
 
 class EventFeed(Protocol):
@@ -433,24 +450,19 @@ class Scanner:
         )
         self.sanctioned = self._sanctioned_now(jobs, guard, kept)
         jobs = with_advice(jobs, guard, self.table, self.config)
-        proc_root = self.config.paths.proc_root
-        protected = protected_pids(jobs)
+        listens = read_listens(jobs, self.table, guard, self.config.paths.proc_root)
         jobs = [
             dataclasses.replace(
-                job,
-                listening=[
-                    x.to_json()
-                    for x in listening_for(service_pids(job, self.table, protected), proc_root)
-                ],
+                job, listening=[x.to_json() for x in listens[job.root_pid].listening]
             )
-            if job.unsanctioned
+            if job.root_pid in listens
             else job
             for job in jobs
         ]
         findings = [
             *_mark_exited(job_findings(jobs), exited),
             *self._kept_findings(jobs, kept),
-            *service_findings(jobs, self.table, self.config.services, proc_root, guard),
+            *service_findings(jobs, listens, self.config.services, guard),
             *vis_findings,
             *health,
             *self._visibility(),

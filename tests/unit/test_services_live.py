@@ -15,7 +15,7 @@ from watchdog.policy.services import (
     service_findings,
     service_pids,
 )
-from watchdog.scan import Scanner
+from watchdog.scan import Scanner, read_listens
 from watchdog.sources.sockets import Listen, listening_for
 
 # The trainer listens on TCP 127.0.0.1 and UDP ::1 (when the host has IPv6), starts a
@@ -58,7 +58,9 @@ def _scan(extra: str = "") -> tuple[Scanner, ScanResult]:
 
 
 def _services(scanner: Scanner, result: ScanResult, settings: ServiceSettings) -> list[Finding]:
-    return service_findings(result.jobs, scanner.table, settings)
+    return service_findings(
+        result.jobs, read_listens(result.jobs, scanner.table, None, "/proc"), settings
+    )
 
 
 def test_rogue_trainer_and_its_helper_report_their_exact_ports(

@@ -14,7 +14,7 @@ from watchdog.config import parse_config
 from watchdog.config.services import ServiceSettings
 from watchdog.hosttext import command_text
 from watchdog.policy.services import service_findings
-from watchdog.scan import Scanner
+from watchdog.scan import Scanner, read_listens
 
 # Listens on 127.0.0.1, starts the train_job.py beside it as its child, reports both to argv[1].
 SERVICE = """import json, os, socket, subprocess, sys, time
@@ -71,7 +71,9 @@ def test_setsid_service_that_starts_the_trainer_is_a_rogue_service(
         f"kill -TERM {svc} {child}"
     )
     # The daemon's source computes the same finding.
-    again = service_findings(result.jobs, scanner.table, ServiceSettings())
+    again = service_findings(
+        result.jobs, read_listens(result.jobs, scanner.table, None, "/proc"), ServiceSettings()
+    )
     assert [x.message for x in again if x.root_pid == child] == [f.message]
 
 

@@ -10,7 +10,7 @@ sockets, minus the sanctioned ports of the ``services:`` section, make one findi
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from watchdog.config.services import ServiceSettings
@@ -21,7 +21,7 @@ from watchdog.lineage.slurm import is_slurmstepd
 from watchdog.model import Finding, Job, Proc, SystemdOrigin, TargetGuard
 from watchdog.policy.findings import gpus_text
 from watchdog.sources.procfs import ProcessTable
-from watchdog.sources.sockets import Listen, scan_listening
+from watchdog.sources.sockets import Listen, ListenScan
 
 _CRON_DAEMONS = frozenset({"cron", "crond"})
 _MAX_ENDPOINTS_IN_MESSAGE = 4
@@ -238,20 +238,49 @@ def service_finding(
     return Finding("rogue-service", "high", message, root_pid=job.root_pid, details=details)
 
 
+def service_scope(
+    jobs: Iterable[Job], table: ProcessTable, guard: TargetGuard | None = None
+) -> dict[int, list[int]]:
+    """Whose listening sockets to read for each rogue or excess job: its processes and
+    those of its origin (:func:`service_pids`), never a process the sanctioned jobs or
+    the guard protect.
+
+    Args:
+        jobs: Judged jobs of a scan (all of them: sanctioned ones protect their lineage).
+        table: A process table refreshed at (or after) that scan.
+        guard: The scan's protection.
+
+    Returns:
+        Job root PID → the PIDs to read, for every unsanctioned job.
+    """
+    jobs = list(jobs)
+    protected = _protected(jobs, guard)
+    return {j.root_pid: service_pids(j, table, protected) for j in jobs if j.unsanctioned}
+
+
+def _protected(jobs: Sequence[Job], guard: TargetGuard | None) -> frozenset[int]:
+    protected = protected_pids(jobs)
+    if guard is None:
+        return protected
+    return protected | {
+        p.pid for j in jobs for p in j.lineage if guard.process_refusal(p) is not None
+    }
+
+
 def service_findings(
     jobs: Iterable[Job],
-    table: ProcessTable,
+    listens: Mapping[int, ListenScan],
     settings: ServiceSettings,
-    proc_root: str = "/proc",
     guard: TargetGuard | None = None,
 ) -> list[Finding]:
     """One ``rogue-service`` finding per rogue/excess job with unsanctioned listeners.
 
     Args:
         jobs: Judged jobs of a scan (all of them: sanctioned ones protect their lineage).
-        table: A process table refreshed at (or after) that scan.
+        listens: Job root PID → what the sockets of its :func:`service_scope` showed
+            (:func:`watchdog.sources.sockets.scan_listening`); a job missing here has
+            none read.
         settings: The ``services:`` section.
-        proc_root: procfs mount.
         guard: The scan's protection: a process it protects is never named as a
             service to stop.
 
@@ -261,16 +290,12 @@ def service_findings(
     if not settings.enabled:
         return []
     jobs = list(jobs)
-    protected = protected_pids(jobs)
-    if guard is not None:
-        protected |= {
-            p.pid for j in jobs for p in j.lineage if guard.process_refusal(p) is not None
-        }
+    protected = _protected(jobs, guard)
     out = []
     for job in jobs:
-        if not job.unsanctioned:
+        found = listens.get(job.root_pid)
+        if not job.unsanctioned or found is None:
             continue
-        found = scan_listening(service_pids(job, table, protected), proc_root)
         keep = [x for x in found.listening if settings.sanctioned(x) is None]
         finding = service_finding(job, keep, found.denied, protected)
         if finding is not None:
