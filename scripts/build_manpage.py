@@ -98,7 +98,7 @@ def _environment() -> str:
 def _files() -> str:
     from watchdog.cli.common import DEFAULT_CONFIG
     from watchdog.config.daemon import DaemonSettings
-    from watchdog.model import DEFAULT_SOCKET
+    from watchdog.hostpaths import DEFAULT_SOCKET
 
     config_dir = str(Path(DEFAULT_CONFIG).parent)
     state_dir = DaemonSettings().state_dir

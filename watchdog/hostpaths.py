@@ -10,6 +10,9 @@ spool ``/var/spool/cron/crontabs``; ``/var/spool/cron`` for cronie), systemd.uni
 from __future__ import annotations
 
 PROC_ROOT = "/proc"
+# Where ``daemon.socket`` defaults to; ``rogue-watchdog status`` without a configuration
+# file finds it without loading the config parser.
+DEFAULT_SOCKET = "/run/rogue-watchdog/status.sock"
 CRONTAB = "/etc/crontab"
 CRON_D = "/etc/cron.d"
 CRON_SPOOL_DIRS = ("/var/spool/cron/crontabs", "/var/spool/cron")

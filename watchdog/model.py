@@ -15,17 +15,20 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol, get_args
 
+# Re-exported: how outputs spell severities, sizes and finding ids lives in a module the
+# status client can import without this one's dataclasses.
+from watchdog.spelling import REPORTED_SEVERITIES as REPORTED_SEVERITIES
+from watchdog.spelling import SEVERITIES as SEVERITIES
+from watchdog.spelling import Severity as Severity
+from watchdog.spelling import finding_ref as finding_ref
+from watchdog.spelling import fmt_bytes as fmt_bytes
+
 Verdict = Literal["sanctioned", "rogue", "excess", "ignored"]
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 # Verdicts of jobs no rule allows to run as they are: they get findings, listening
 # sockets and remediation; sanctioned and ignored jobs get none of these.
 UnsanctionedVerdict = Literal["rogue", "excess"]
 UNSANCTIONED_VERDICTS: tuple[UnsanctionedVerdict, ...] = get_args(UnsanctionedVerdict)
-# Ascending: a sink's ``min_severity`` compares by position in SEVERITIES.
-Severity = Literal["info", "warning", "high", "critical"]
-SEVERITIES: tuple[Severity, ...] = get_args(Severity)
-# Findings at these severities make `scan` and `status` exit 1; `info` ones do not.
-REPORTED_SEVERITIES: tuple[Severity, ...] = SEVERITIES[SEVERITIES.index("warning") :]
 # The log level a finding's events are written at: the level follows the severity.
 LOG_LEVELS: dict[str, str] = {
     "info": "info",
@@ -1319,14 +1322,6 @@ def unit_label(unit: str) -> str:
     return f"run-*{m.group(1)}" if m else unit
 
 
-def finding_ref(finding_id: int | None) -> str:
-    """How every output spells a finding id: ``F12`` (``-`` when it has none yet).
-
-    ``terminate`` and ``disable-source`` accept this spelling, and ``#12`` too.
-    """
-    return "-" if finding_id is None else f"F{finding_id}"
-
-
 UNKNOWN_ORIGIN = Origin(evidence=("no resolver recognised the lineage",))
 
 
@@ -1596,10 +1591,6 @@ class ScanResult:
 
 # -- constants shared with the configuration (the bottom layer imports only this) ------
 
-#: Where ``daemon.socket`` defaults to. Kept free of imports, so ``rogue-watchdog status``
-#: without a configuration file finds it without loading the config parser.
-DEFAULT_SOCKET = "/run/rogue-watchdog/status.sock"
-
 # Weights files by suffix: verified formats, and formats ``verify`` reports "not
 # verified" (so a ship gate fails closed on them); ``*.index.json`` names shards.
 WEIGHT_SUFFIXES = frozenset(
@@ -1632,15 +1623,3 @@ UNVERIFIABLE_SUFFIXES = frozenset(
     }
 )
 INDEX_SUFFIX = ".index.json"
-
-
-def fmt_bytes(n: int | None) -> str:
-    """``1.5 GiB`` style size, or ``unknown`` for None."""
-    if n is None:
-        return "unknown"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from watchdog.hosttext import command_text
-from watchdog.model import Finding, GpuHeld, GpuInfo, Job, fmt_bytes
+from watchdog.spelling import fmt_bytes
 
 if TYPE_CHECKING:
-    from watchdog.model import ScanResult
+    from watchdog.model import Finding, GpuHeld, GpuInfo, Job, ScanResult
 
 SCHEMA_VERSION = 1
 

@@ -106,7 +106,7 @@ def test_man_page_is_generated_from_the_parser_and_current(tmp_path: Path) -> No
 def test_man_page_sections_say_what_the_code_does() -> None:
     from watchdog.cli.common import DEFAULT_CONFIG
     from watchdog.daemon.notify import ENV_KEYS
-    from watchdog.model import DEFAULT_SOCKET
+    from watchdog.hostpaths import DEFAULT_SOCKET
 
     page = (REPO / "man" / "rogue-watchdog.1").read_text()
     sections = dict(

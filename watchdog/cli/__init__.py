@@ -15,7 +15,8 @@ import argparse
 import functools
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from watchdog import __version__, logs
 from watchdog.cli import actions, allowlist, complete, daemon, fleet, scan, slurm, weights
@@ -42,8 +43,15 @@ checkout).
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered.
+
+    Args:
+        only: Build just this subcommand's parser (the others are declared to a stand-in
+            that keeps nothing): what one command parses is the same, and a command run
+            does not pay for the others' arguments and help texts (half of ``status``).
+            None, or a name no register function declares, builds them all.
+    """
     parser = argparse.ArgumentParser(
         prog="rogue-watchdog",
         description=(
@@ -62,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         "terminal, JSON lines otherwise or with --json (auto, the default), or always "
         "json or human",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    real = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub: Any = real if only is None else _OnlyCommand(real, only)
 
     scan.register(sub)
     weights.register(sub)
@@ -93,7 +102,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to complete in")
     p.set_defaults(func=cmd_completion)
     slurm.register(sub)
+    if only is not None and not sub.found:
+        return build_parser()
     return parser
+
+
+class _Discard:
+    """Takes every call a register function makes on a parser it does not need and
+    keeps nothing (argparse builds each argument's action and help eagerly)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: _Discard()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(())
+
+
+class _OnlyCommand:
+    """The subparsers action, passed on for one command name only."""
+
+    def __init__(self, real: Any, only: str) -> None:
+        self.real, self.only, self.found = real, only, False
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if self.only != name and self.only not in kwargs.get("aliases", ()):
+            return _Discard()
+        self.found = True
+        return self.real.add_parser(name, **kwargs)
+
+
+def command_word(words: Sequence[str]) -> str | None:
+    """The subcommand named in ``words`` (the first word that is not a top-level option
+    or its value), or None when there is none or help is asked for first."""
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "--log-format":
+            skip = True
+        elif word in ("-h", "--help", "--version", "--"):
+            return None
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
@@ -116,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     if words[:1] == [complete.COMMAND]:
         return complete.main(words[1:])
-    parser = build_parser()
+    parser = build_parser(command_word(words))
     args = parser.parse_args(words)
     if getattr(args, "func", None) is None:
         parser.print_help()

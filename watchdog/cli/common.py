@@ -18,7 +18,7 @@ from typing import Any, TextIO
 # package (PyYAML, RE2, every section) just to print a default path.
 DEFAULT_CONFIG = "/etc/rogue-watchdog/config.yaml"
 # The socket asked for the running daemon's configuration; None: the default
-# (watchdog.model.DEFAULT_SOCKET). Tests point it at their own daemon.
+# (watchdog.hostpaths.DEFAULT_SOCKET). Tests point it at their own daemon.
 DAEMON_SOCKET: str | None = None
 
 
@@ -115,7 +115,7 @@ def command_config_path(config: str | None, *, acts: bool) -> str | None:
 
     if config is not None:
         return config
-    from watchdog.model import DEFAULT_SOCKET
+    from watchdog.hostpaths import DEFAULT_SOCKET
 
     try:
         answered, path = daemon_config_path(DAEMON_SOCKET or DEFAULT_SOCKET)
@@ -186,7 +186,7 @@ def socket_path(args: argparse.Namespace) -> str:
         if not args.socket:
             raise CliError("--socket needs a path")
         return str(args.socket)
-    from watchdog.model import DEFAULT_SOCKET
+    from watchdog.hostpaths import DEFAULT_SOCKET
 
     path = resolve_config_path(args.config)
     if path is None:

@@ -11,7 +11,7 @@ import yaml
 
 from watchdog.config import datatypes
 from watchdog.config.base import MAX_DURATION_S, NodeReader, build, setting
-from watchdog.model import DEFAULT_SOCKET
+from watchdog.hostpaths import DEFAULT_SOCKET
 
 MIN_INTERVAL_S = 0.1
 # A scan interval past an hour has stopped watching the host.

@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
-from watchdog.model import REPORTED_SEVERITIES, Finding, Job, finding_ref
 from watchdog.render import (
     PLACEMENT_BLIND_KINDS,
     gpu_json,
@@ -22,9 +21,11 @@ from watchdog.render import (
     use_colour,
     view_note,
 )
+from watchdog.spelling import REPORTED_SEVERITIES, finding_ref
 
 if TYPE_CHECKING:
     from watchdog.daemon.loop import Daemon
+    from watchdog.model import Finding, Job
 
 SCHEMA_VERSION = 1
 
