@@ -21,6 +21,7 @@ ALLOWED = (
     "watchdog.safeio",
     "watchdog.hosttext",
     "watchdog.hostpaths",
+    "watchdog.spelling",
 )
 
 
