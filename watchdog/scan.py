@@ -269,9 +269,21 @@ class Scanner:
         ghost running the pipeline's script matches the pipeline's own line once its
         line is commented out). What started a process is fixed when it starts, so a
         different later answer only refreshes whether the first source still exists.
+
+        The same holds for the other lines that can as well have started it (a cron
+        origin's ``also``): which lines were identical when it started is a fact of its
+        start, so a later look that finds the same line keeps the first look's ``also``.
+        An identical line edited after the start (to run under ``flock``, a mode cron
+        skips) did not stop being one that can have started it, and one that becomes
+        identical later cannot have; else its verdict, its guard and its findings would
+        follow the edits of a line it does not run from.
         """
         first = self._pinned.get(ident)
-        if first is None or not first.definite or (fresh.definite and first.compatible(fresh)):
+        if first is None or not first.definite:
+            return fresh
+        if fresh.definite and first.compatible(fresh):
+            if isinstance(first, CronOrigin) and isinstance(fresh, CronOrigin):
+                return _with_first_also(fresh, first.also)
             return fresh
         if fresh.kind == "orphan" and first.kind in ("slurm", "supervisor"):
             # The Slurm job or supervisord ended: the orphan origin keeps its clue
@@ -555,6 +567,20 @@ class Scanner:
                 )
             )
         return out
+
+
+def _with_first_also(fresh: CronOrigin, also: tuple[str, ...]) -> CronOrigin:
+    """``fresh`` with the ``also`` lines the first look found (see ``_keep_first``); a
+    line no longer identical says why it is still named."""
+    if fresh.also == also:
+        return fresh
+    notes = tuple(
+        f"ambiguous: {where} had the same command when this process was first seen (kept for its "
+        "lifetime: a later edit of that line does not change what can have started it)"
+        for where in also
+        if where not in fresh.also
+    )
+    return dataclasses.replace(fresh, also=also, evidence=(*fresh.evidence, *notes))
 
 
 def _file_stamp(origin: Origin) -> object:

@@ -8,6 +8,7 @@ from b must stay "started by .../b:4, entry since disabled", never move to a's l
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -267,6 +268,36 @@ def test_an_ended_slurm_job_hands_its_worker_to_the_orphan_origin(tmp_path: Path
     kept = scanner._keep_first(ident, other, ctx)
     assert (kept.kind, kept.fields["job_id"]) == ("slurm", 1)
     assert kept.evidence[-1].startswith("kept for this process's lifetime: a later look matched")
+
+
+def test_the_lines_that_can_have_started_a_run_are_those_of_its_first_look() -> None:
+    """Which crontab lines were identical (``also``) is a fact of the start: a later look
+    neither drops one that was edited since nor adds one that became identical."""
+    from watchdog.model import CronOrigin
+
+    scanner = Scanner(parse_config("nvml: {enabled: false}\n", "t.yaml"))
+    ctx = scanner.context(datetime(2026, 11, 29, 12, 0, tzinfo=UTC))
+    ident = (4242, 100)
+    first = CronOrigin(("...",), None, file="/etc/cron.d/legacy", line=4,
+                       also=("/etc/cron.d/pipeline:2",))  # fmt: skip
+    scanner._pinned[ident] = first
+    edited = CronOrigin(("a later look",), None, file="/etc/cron.d/legacy", line=4,
+                        entry_state="disabled")  # fmt: skip
+    kept = scanner._keep_first(ident, edited, ctx)
+    assert isinstance(kept, CronOrigin)
+    assert (kept.also, kept.entry_state) == (("/etc/cron.d/pipeline:2",), "disabled")
+    assert kept.evidence[-1] == (
+        "ambiguous: /etc/cron.d/pipeline:2 had the same command when this process was "
+        "first seen (kept for its lifetime: a later edit of that line does not change what "
+        "can have started it)"
+    )
+    scanner._pinned[ident] = dataclasses.replace(first, also=())
+    later = dataclasses.replace(edited, also=("/etc/cron.d/new:1",))
+    again = scanner._keep_first(ident, later, ctx)
+    assert isinstance(again, CronOrigin) and again.also == ()
+    same = dataclasses.replace(first, evidence=("fresh",))
+    scanner._pinned[ident] = first
+    assert scanner._keep_first(ident, same, ctx) is same
 
 
 def test_daemon_findings_offer_disable_source_by_finding_id(tmp_path: Path) -> None:

@@ -57,9 +57,9 @@ def test_without_nvml_the_message_is_unchanged() -> None:
 
 
 def test_a_respawned_job_says_which_gpu_it_came_back_on() -> None:
-    from watchdog.daemon.tracker import Tracker
+    from watchdog.daemon.tracking.jobs import respawned_finding
 
     job = rogue([GpuHeld("GPU-3", 3, 4 * GIB)], 4 * GIB)
-    f = Tracker._respawned(job, "sig", 1_700_000_000.0, 1_700_000_720.0)
+    f = respawned_finding(job, "sig", 1_700_000_000.0, 1_700_000_720.0)
     assert " as PID 48213 on GPU 3 (4.0 GiB), started by unknown origin" in f.message
     assert f.details["gpu_indexes"] == [3]

@@ -5,7 +5,7 @@ reminders) long after such a time has passed. Before: ``..., next run
 from __future__ import annotations
 
 from watchdog.config import parse_config
-from watchdog.daemon.tracker import Tracker
+from watchdog.daemon.tracking.jobs import respawned_finding
 from watchdog.model import CronOrigin, Job
 from watchdog.policy.findings import job_findings
 from watchdog.policy.guard import protection, with_advice
@@ -42,7 +42,7 @@ def test_a_rogue_job_finding_names_its_cron_line_but_no_next_run() -> None:
 
 
 def test_a_respawned_finding_names_no_next_run() -> None:
-    f = Tracker._respawned(_job(), "sig", 1_000_000.0, 1_000_062.0)
+    f = respawned_finding(_job(), "sig", 1_000_000.0, 1_000_062.0)
     assert "next run" not in f.message
     assert ", started by cron /etc/cron.d/legacy-retrain:4 (0 2 * * 0)" in f.message
     # The machine-readable origin keeps what was known at the respawn.

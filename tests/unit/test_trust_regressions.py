@@ -19,6 +19,10 @@ found, each kept as a plain test of its exact right value.
    server exited, so signalling it was right; reading the rule again showed the one
    that is not: a login shell (``-bash``) whose only child is the trainer is the
    person's session, never the job's wrapper.
+6. I4/I5 (seed 77031): a ghost run started while the sanctioned line was identical to
+   its own (excess, not rogue) lost that alternative when the sanctioned line was
+   edited: rogue while it read ``flock``, excess again under a new finding id once
+   restored. The lines that can have started a process are kept from the first look.
 """
 
 from __future__ import annotations
@@ -207,17 +211,19 @@ def test_a_zombie_it_has_not_reaped_leaves_a_shell_the_jobs(tmp_path: Path) -> N
     assert [p.pid for p in exclusive_wrappers(job, ctx.table)] == [52, 50]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: bench/trust_sim.py --steps 100000 --seed 77031 found it; an excess run of "
-    "the ghost line (identical to the sanctioned one) goes rogue while the sanctioned line "
-    "reads `flock -n …`, and its excess-instances finding reopens under a new id when the "
-    "line is restored. Whether that is a new episode or I5's one job needs deciding.",
-)
 def test_an_edited_then_restored_line_keeps_the_ghosts_excess_finding(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The simulator's shrunk counterexample, replayed step by step."""
+    """The simulator's shrunk counterexample (seed 77031), replayed step by step.
+
+    Two ghost runs start when the sanctioned line and the retired one are identical: the
+    first is sanctioned, the second excess (the pipeline's line can as well have started
+    it). The line is then edited to run under ``flock`` and restored. Before, each
+    re-resolution replaced the first look's ``also`` with the lines identical now: the
+    second run went rogue while the line read ``flock`` (F1 resolved, F2 rogue-job and
+    F3 sanctioned-changed opened) and excess again once restored, under a new id (F4).
+    What can have started a process is fixed when it starts: one finding, F1, all along.
+    """
     from tests.sim.machine import TrustMachine
 
     monkeypatch.setattr(TrustMachine, "workdir", tmp_path)  # never the host's /tmp
@@ -229,8 +235,17 @@ def test_an_edited_then_restored_line_keeps_the_ghosts_excess_finding(
         state.edit_pipeline_line(edit="flock")
         state.reload(cap=1, mode="observe")
         state.tick(seconds=5.0)
+        last = state.daemon.last
+        assert last is not None and last.result is not None
+        (ghost,) = [j for j in last.result.jobs if j.verdict != "sanctioned"]
+        assert (ghost.verdict, ghost.origin.label()) == ("excess", f"{state.host.legacy}:4")
+        assert ghost.origin.also == (f"{state.host.pipeline}:2",)  # the first look's
         state.reload(cap=1, mode="observe")
         state.edit_pipeline_line(edit="restore")
-        state.tick(seconds=5.0)  # AssertionError: I4/I5: … reopened as F4 (was F1)
+        state.tick(seconds=5.0)
+        rows = state.daemon.db.conn.execute(
+            "SELECT id, kind, root_pid, resolved_at FROM findings ORDER BY id"
+        ).fetchall()
+        assert [tuple(r) for r in rows] == [(1, "excess-instances", ghost.root_pid, None)]
     finally:
         state.teardown()

@@ -1,0 +1,93 @@
+"""The tracker's phases (watchdog/daemon/tracking/) as plain functions: values in, a
+finished value out, no database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from watchdog.config.alerts import AlertSettings, SinkSettings
+from watchdog.daemon.tracking.fold import group
+from watchdog.daemon.tracking.lifecycle import Open, Resolve, Seen, decide
+from watchdog.daemon.tracking.reminders import CHANGE_MIN_S, Due, alert_due
+from watchdog.daemon.tracking.spool import deliveries
+from watchdog.model import Finding
+from watchdog.state import FindingRecord
+
+T0 = 1_800_000_000.0
+
+
+def _rec(fid: int, fp: str, root: list[int] | None, **kw: Any) -> FindingRecord:
+    fields: dict[str, Any] = {
+        "id": fid, "fingerprint": fp, "kind": fp.partition(":")[0], "severity": "high",
+        "message": "m", "root_pid": root[0] if root else None,
+        "details": {"root": root} if root else {}, "opened_at": T0, "last_seen": T0,
+        "seen_count": 1, "resolved_at": None, "last_alert_at": None,
+    }  # fmt: skip
+    fields.update(kw)
+    return FindingRecord(**fields)
+
+
+def _rogue(pid: int, start: int) -> Finding:
+    return Finding("rogue-job", "high", f"rogue {pid}", pid, {"root": [pid, start]})
+
+
+def test_decide_gives_each_finding_one_step_in_order() -> None:
+    sigs = {10: "sigA", 20: "sigB", 31: "sigC"}
+    groups = group([_rogue(10, 5), _rogue(20, 7), _rogue(31, 9)], sigs)
+    open_records = [
+        _rec(1, "rogue-job:sigA", [10, 5]),  # seen again
+        _rec(2, "rogue-job:sigB", [20, 6]),  # PID 20 reused: another job
+        _rec(3, "rogue-job:sigD", [40, 1]),  # gone
+        _rec(4, "rogue-job:sigE", [50, 1]),  # held: a source is blind
+        _rec(5, "respawned:x", [60, 1], details={"root": [60, 1], "signature": "sigC"}),
+    ]
+    steps = decide(groups, open_records, present={"sigA", "sigB", "sigC"}, held={"sigE"})
+    shape = [
+        (type(s).__name__, s.record.id if isinstance(s, Seen | Resolve) else None,
+         s.sighting.finding.root_pid if isinstance(s, Open | Seen) else None)
+        for s in steps
+    ]  # fmt: skip
+    assert shape == [
+        ("Seen", 1, 10),
+        ("Resolve", 2, None),
+        ("Open", None, 20),
+        ("Open", None, 31),
+        ("Resolve", 3, None),
+    ]
+
+
+def test_alert_due_debounces_reminds_and_relabels() -> None:
+    s = AlertSettings(reminder_after_s=3600.0, min_lifetime_s=30.0)
+    f = _rogue(10, 5)
+    labels = {"alertname": "rogue-job"}
+    assert alert_due(None, f, 1, [10], labels, T0, s) is None  # debounced
+    assert alert_due(None, f, 1, [10], labels, T0, AlertSettings()) == Due("open")
+    new = _rec(1, "rogue-job:a", [10, 5])
+    assert alert_due(new, f, 1, [10], labels, T0 + 29, s) is None
+    assert alert_due(new, f, 1, [10], labels, T0 + 30, s) == Due("open")
+    sent = _rec(1, "rogue-job:a", [10, 5], last_alert_at=T0, alerted_instances=1,
+                alerted_pids=[10], alerted_routing=labels)  # fmt: skip
+    assert alert_due(sent, f, 1, [10], labels, T0 + 3599, s) is None
+    assert alert_due(sent, f, 1, [10], labels, T0 + 3600, s) == Due("remind")
+    # A second instance: at most every CHANGE_MIN_S.
+    assert alert_due(sent, f, 2, [10, 11], labels, T0 + CHANGE_MIN_S - 1, s) is None
+    assert alert_due(sent, f, 2, [10, 11], labels, T0 + CHANGE_MIN_S, s) == Due(
+        "remind", {"instances": 2, "was": 1, "gone_pids": []}
+    )
+    # What the alert is identified by changed: at once, also for info.
+    info = Finding("rogue-job", "info", "m", 10, {"root": [10, 5]})
+    gpu = {"alertname": "rogue-job", "gpu": "0"}
+    assert alert_due(sent, info, 1, [10], gpu, T0 + 1, s) == Due("remind", {"labels_were": labels})
+    assert alert_due(sent, info, 1, [10], labels, T0 + 7200, s) is None  # info: no reminder
+
+
+def test_deliveries_go_to_the_sinks_that_accept_the_finding() -> None:
+    sinks = [
+        SinkSettings(name="all", type="log"),
+        SinkSettings(name="critical", type="log", min_severity="critical"),
+        SinkSettings(name="respawns", type="log", kinds=("respawned",)),
+    ]
+    rec = _rec(7, "rogue-job:a", [10, 5])
+    out = deliveries("open", rec, "host", T0, sinks)
+    assert [name for name, _ in out] == ["all"]
+    assert out[0][1]["event"] == "open" and out[0][1]["finding"]["id"] == 7

@@ -1,0 +1,79 @@
+"""Fold: the findings of one tick that share a fingerprint are one finding.
+
+Findings are folded by fingerprint: copies of one job (the same command line from the
+same source, each its own process tree) make one finding that names every instance,
+never one message per PID of a job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from watchdog.model import Finding
+from watchdog.state import FindingRecord, clean
+
+# PIDs named in a folded finding's message; ``details.root_pids`` lists every one.
+NAMED_PIDS = 10
+
+
+def fingerprint(finding: Finding, signatures: dict[int, str]) -> str:
+    """Fold key of a finding: kind plus the job signature, an explicit key, or the message."""
+    explicit = finding.details.get("fingerprint")
+    if isinstance(explicit, str):
+        return f"{finding.kind}:{explicit}"
+    if finding.root_pid is not None and finding.root_pid in signatures:
+        return f"{finding.kind}:{signatures[finding.root_pid]}"
+    return f"{finding.kind}:{finding.message}"
+
+
+def group(findings: Iterable[Finding], signatures: dict[int, str]) -> dict[str, list[Finding]]:
+    """This tick's findings by fingerprint (as stored: :func:`~watchdog.state.clean`),
+    each group in the order given; groups in the order their first finding came."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        groups.setdefault(clean(fingerprint(f, signatures)) or "", []).append(f)
+    return groups
+
+
+def same_job(rec: FindingRecord, group: list[Finding]) -> bool:
+    """True when the job an open finding is about is among this tick's findings of its
+    fingerprint: the same root PID, and the same start time where both record one (a
+    reused PID is another job). Findings about no job always are."""
+    if rec.root_pid is None:
+        return True
+    was = rec.details.get("root")
+    for f in group:
+        if f.root_pid != rec.root_pid:
+            continue
+        now = f.details.get("root")
+        if isinstance(was, list) and isinstance(now, list) and was != now:
+            continue
+        return True
+    return False
+
+
+def fold(group: list[Finding], rec: FindingRecord | None) -> tuple[Finding, list[int]]:
+    """One finding for several with the same fingerprint (copies of one job: the same
+    command line from the same source, each its own process tree).
+
+    The finding names every instance: ``details.instances`` and ``details.root_pids``,
+    and the message ends "N instances of this job: PIDs a, b, …". It keeps naming the
+    PID it named before while that PID runs, so its root PID never switches silently.
+
+    Returns:
+        The folded finding and the root PIDs of its instances (sorted).
+    """
+    pids = sorted({f.root_pid for f in group if f.root_pid is not None})
+    rep = group[0]
+    if rec is not None and rec.root_pid is not None:
+        rep = next((f for f in group if f.root_pid == rec.root_pid), rep)
+    if len(group) == 1:
+        return rep, pids
+    details = dict(rep.details)
+    details["instances"] = len(group)
+    details["root_pids"] = pids
+    named = ", ".join(str(p) for p in pids[:NAMED_PIDS])
+    more = f" and {len(pids) - NAMED_PIDS} more" if len(pids) > NAMED_PIDS else ""
+    message = f"{rep.message}; {len(group)} instances of this job: PIDs {named}{more}"
+    return dataclasses.replace(rep, message=message, details=details), pids

@@ -1,0 +1,186 @@
+"""Remember jobs across ticks and restarts; notice a rogue job that came back.
+
+Jobs are remembered by a signature: the parts of their origin that will start them
+again (cron file and line, unit, Slurm account and job name...) plus the normalised
+command line and user. A rogue signature that disappears (killed, or exited) and appears
+again opens a ``respawned`` finding, also across a daemon restart: the seed case is a
+ghost killed by hand that came back 12 minutes later from a forgotten cron entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from watchdog.daemon.alerts.alert import local_iso
+from watchdog.model import Finding, Job
+from watchdog.policy.findings import gpus_text
+from watchdog.policy.signature import job_signature
+from watchdog.state import JobRecord, RunRecord, SourceUndo, StateDB, source_undo
+
+Ident = tuple[int, int]  # a process's identity: (PID, start ticks)
+
+
+@dataclass(frozen=True)
+class JobsSeen:
+    """What recording one tick's jobs found.
+
+    Attributes:
+        signatures: Root PID → job signature of every job seen.
+        held: Signatures of jobs not seen but not seen gone (a source was blind).
+        respawns: ``respawned`` findings of rogue signatures that came back.
+        first_signature: By identity, the signature each running job root got first
+            (kept for the next tick: a job keeps it for its life).
+        source_undos: By identity, the undo that re-enabled the source the job started
+            from after (looked up once per job); None when there is none.
+    """
+
+    signatures: dict[int, str] = field(default_factory=dict)
+    held: set[str] = field(default_factory=set)
+    respawns: list[Finding] = field(default_factory=list)
+    first_signature: dict[Ident, str] = field(default_factory=dict)
+    source_undos: dict[Ident, SourceUndo | None] = field(default_factory=dict)
+
+
+def record_jobs(
+    db: StateDB,
+    jobs: list[Job],
+    now: float,
+    first_signature: Mapping[Ident, str],
+    source_undos: Mapping[Ident, SourceUndo | None],
+    start_time_s: Callable[[int], float | None] | None = None,
+    alive: Callable[[int, int], bool] | None = None,
+) -> JobsSeen:
+    """Record one tick's jobs in the ``runs`` and ``jobs`` tables; mark the jobs not seen
+    gone (unless ``alive`` says their root still runs: held).
+
+    Args:
+        db: The state database (inside the tick's transaction).
+        jobs: The tracked jobs of this scan (not ``ignored``).
+        now: POSIX time of the tick.
+        first_signature: The previous tick's :attr:`JobsSeen.first_signature`.
+        source_undos: The previous tick's :attr:`JobsSeen.source_undos`.
+        start_time_s: Converts a job's start ticks to POSIX seconds; with it, a new
+            root PID under a known signature counts as a return only when it started
+            after the signature was last seen (not a second instance that ran all along).
+        alive: ``(pid, start_ticks) -> bool``, given while a source is blind.
+    """
+    firsts = dict(first_signature)
+    undos = dict(source_undos)
+    signatures: dict[int, str] = {}
+    held: set[str] = set()
+    respawns = []
+    seen: set[str] = set()
+    for job in jobs:
+        ident = (job.root_pid, job.start_ticks)
+        sig = firsts.get(ident) or job_signature(job.user, job.cmdline, job.origin)
+        firsts[ident] = sig
+        signatures[job.root_pid] = sig
+        db.record_run(
+            RunRecord(
+                sig, job.root_pid, job.start_ticks, job.user, list(job.cmdline),
+                job.origin.to_json(), job.verdict, job.rule, now, now,
+                gpus=list(job.gpu_uuids), max_gpu_bytes=job.gpu_memory_bytes,
+            ),
+            now,
+        )  # fmt: skip
+        if sig in seen:
+            continue  # a second instance of the same signature: one record
+        seen.add(sig)
+        rec = db.job(sig)
+        back_after: float | None = None
+        sightings = 1
+        first_seen = now
+        if rec is not None:
+            first_seen, sightings = rec.first_seen, rec.sightings
+            if (rec.root_pid, rec.start_ticks) == ident:
+                back_after = None  # the same process seen again: never a respawn
+            elif rec.gone_at is not None:
+                back_after = rec.gone_at
+            else:
+                # Killed and back while we were not looking (e.g. across a restart),
+                # unless this instance was already running then (overlapping runs).
+                started = start_time_s(job.start_ticks) if start_time_s else None
+                if started is None or started > rec.last_seen:
+                    back_after = rec.last_seen
+            if back_after is not None:
+                sightings += 1
+        record = JobRecord(
+            sig, " ".join(job.cmdline), job.user, job.verdict, job.origin.to_json(),
+            first_seen, now, job.root_pid, job.start_ticks, job.pids, None, sightings,
+        )  # fmt: skip
+        db.upsert_job(record)
+        if ident not in undos:
+            undos[ident] = _source_undo(db, job, sig, now, start_time_s)
+        if back_after is not None and job.unsanctioned and undos[ident] is None:
+            respawns.append(respawned_finding(job, sig, back_after, now))
+    for rec in db.present_jobs():
+        if rec.signature in seen:
+            continue
+        if alive is not None and alive(rec.root_pid, rec.start_ticks):
+            held.add(rec.signature)  # unseen, not seen gone: a source is blind
+            continue
+        db.mark_gone(rec.signature, now)
+    here = {(j.root_pid, j.start_ticks) for j in jobs}
+    return JobsSeen(
+        signatures=signatures,
+        held=held,
+        respawns=respawns,
+        first_signature={i: s for i, s in firsts.items() if i in here or s in held},
+        source_undos={i: u for i, u in undos.items() if i in here},
+    )
+
+
+def _source_undo(
+    db: StateDB,
+    job: Job,
+    sig: str,
+    now: float,
+    start_time_s: Callable[[int], float | None] | None,
+) -> SourceUndo | None:
+    """The undo that re-enabled ``job``'s source before it started, if any (asked once
+    per job identity: what started a process does not change while it runs)."""
+    if not job.unsanctioned:
+        return None
+    found = source_undo(db.actions_for(sig))
+    started = (start_time_s(job.start_ticks) if start_time_s else None) or now
+    if found is not None and started < found.undo.created_at:
+        return None  # it ran before the undo: the undo did not start it
+    return found
+
+
+def _gap(seconds: float) -> str:
+    minutes, sec = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m" if not sec or minutes >= 10 else f"{minutes}m{sec:02d}s"
+
+
+def respawned_finding(job: Job, sig: str, gone_at: float, now: float) -> Finding:
+    """The ``respawned`` finding of a rogue job whose signature was gone since
+    ``gone_at`` and is back at ``now``."""
+    message = (
+        f"respawned: gone at {local_iso(gone_at)}, back at {local_iso(now)} "
+        f"(+{_gap(now - gone_at)}) as PID {job.root_pid}"
+        f"{' on ' + gpus_text(job.gpus) if job.gpus else ''}, started by "
+        f"{job.origin.describe()}"
+    )
+    # No "next run" time: the finding stays open while the ghost runs, so a time in
+    # its text would soon be past (see job_findings).
+    message += job.advice.finding_text(job.root_pid)
+    return Finding(
+        kind="respawned",
+        severity="high",
+        message=message,
+        root_pid=job.root_pid,
+        details={
+            "signature": sig,
+            "root": [job.root_pid, job.start_ticks],
+            "gone_at": local_iso(gone_at),
+            "back_at": local_iso(now),
+            "gap_s": round(now - gone_at, 1),
+            "origin": job.origin.to_json(),
+            "gpu_indexes": job.gpu_indexes,
+        },
+    )

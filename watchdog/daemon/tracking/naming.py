@@ -1,0 +1,48 @@
+"""What a finding's message says beyond the scan's text: the operator's undo that
+re-enabled the job's source, and the finding's own id in the commands it offers."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+from watchdog.model import Finding
+from watchdog.policy.findings import name_finding_in_commands
+from watchdog.state import SourceUndo
+
+
+def with_undo_notes(
+    findings: Iterable[Finding], undos: Mapping[tuple[int, int], SourceUndo | None]
+) -> list[Finding]:
+    """A rogue job that runs because an operator undid the disabling of its source
+    says so in its one finding (no ``respawned`` beside it, and the enforcer opens no
+    ``remediation-failed``).
+
+    Args:
+        findings: This tick's findings.
+        undos: By job root identity (PID, start ticks): the undo that re-enabled the
+            source the job started from after, or None.
+    """
+    out = []
+    for f in findings:
+        root = f.details.get("root")
+        undo = None
+        if f.kind in ("rogue-job", "excess-instances") and isinstance(root, list):
+            undo = undos.get(tuple(root))
+        if undo is not None:
+            f = dataclasses.replace(
+                f,
+                message=f"{f.message}; {undo.note()}",
+                details={
+                    **f.details,
+                    "source_undo": {"undo_action": undo.undo.id, "undid": undo.disable.id},
+                },
+            )
+        out.append(f)
+    return out
+
+
+def with_own_id(f: Finding, finding_id: int) -> str:
+    """``f``'s message once it is filed as ``finding_id``: its commands name ``F<id>``,
+    which still works after the job exited (:func:`name_finding_in_commands`)."""
+    return name_finding_in_commands(f.message, f.root_pid, finding_id)
