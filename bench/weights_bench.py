@@ -38,7 +38,11 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+# The checkout this script sits in, unless a caller already put one first on the path:
+# bench/run_all.py --code DIR imports this module in a child whose sys.path starts with
+# DIR, and inserting REPO ahead of it measured this checkout instead of DIR.
+if not any((Path(entry or ".") / "watchdog" / "__init__.py").is_file() for entry in sys.path):
+    sys.path.insert(0, str(REPO))
 
 from watchdog.weights import verify  # noqa: E402
 from watchdog.weights.scan import CHUNK_BYTES, ScanContext  # noqa: E402

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from watchdog.model import UNVERIFIABLE_SUFFIXES
@@ -13,23 +14,35 @@ from watchdog.weights.errors import (
     NotVerifiedError,
     UnverifiedWeightsError,
 )
-from watchdog.weights.gguf import verify_gguf
-from watchdog.weights.numpy_format import verify_npy, verify_npz
 from watchdog.weights.regular import open_regular
 from watchdog.weights.report import FileReport, Report
-from watchdog.weights.safetensors import verify_safetensors
 from watchdog.weights.scan import ProgressFn, ScanContext
-from watchdog.weights.torchzip import verify_torchzip
 
 PathLike = str | os.PathLike[str]
 
+#: Module and function that verify each format, imported on first use: a run over
+#: safetensors files never loads the pickle reader of torch checkpoints, the GGUF
+#: block tables or numpy's ``.npy`` header parser (part of ``verify-weights`` start-up).
 _VERIFIERS = {
-    "safetensors": verify_safetensors,
-    "torch-zip": verify_torchzip,
-    "npy": verify_npy,
-    "npz": verify_npz,
-    "gguf": verify_gguf,
+    "safetensors": ("safetensors", "verify_safetensors"),
+    "torch-zip": ("torchzip", "verify_torchzip"),
+    "npy": ("numpy_format", "verify_npy"),
+    "npz": ("numpy_format", "verify_npz"),
+    "gguf": ("gguf", "verify_gguf"),
 }
+
+
+def _verifier(fmt: str) -> Callable[[Path, ScanContext, FileReport], None] | None:
+    """The verify function of format ``fmt`` (its module imported now), or None."""
+    where = _VERIFIERS.get(fmt)
+    if where is None:
+        return None
+    module, name = where
+    fn: Callable[[Path, ScanContext, FileReport], None] = getattr(
+        importlib.import_module(f"watchdog.weights.{module}"), name
+    )
+    return fn
+
 
 #: The format a loader uses for a file of this suffix (``safetensors.load_file`` reads
 #: any ``.safetensors`` as safetensors, ``torch.load`` reads ``.pt`` files as torch).
@@ -95,7 +108,7 @@ def verify_file(path: Path, ctx: ScanContext) -> FileReport:
             before = _identity(os.stat(path))
             held_before = _identity(os.fstat(held.fileno()))
             report.format, refusal = _format_for(path, sniff(path))
-            verifier = _VERIFIERS.get(report.format)
+            verifier = _verifier(report.format)
             if refusal is not None:
                 report.error = refusal
                 return report
