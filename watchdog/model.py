@@ -649,7 +649,7 @@ class CronOrigin(Origin):
 
     def source_file(self) -> str | None:
         """The crontab."""
-        return self.file
+        return self.file or None
 
     def source_detail(self) -> str | None:
         """``file F, line N, schedule S``."""

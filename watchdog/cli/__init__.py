@@ -136,11 +136,15 @@ def command_word(words: Sequence[str]) -> str | None:
     or its value), or None when there is none or help is asked for first."""
     skip = False
     for word in words:
+        # argparse takes any unambiguous prefix of a long option (--he is --help).
+        name = word.split("=", 1)[0]
         if skip:
             skip = False
-        elif word == "--log-format":
-            skip = True
-        elif word in ("-h", "--help", "--version", "--"):
+        elif len(name) > 2 and "--log-format".startswith(name):
+            skip = "=" not in word
+        elif word in ("-h", "--") or (
+            len(name) > 2 and ("--help".startswith(name) or "--version".startswith(name))
+        ):
             return None
         elif not word.startswith("-"):
             return word

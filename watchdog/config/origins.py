@@ -10,6 +10,7 @@ module lists none by hand.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import yaml
@@ -136,13 +137,15 @@ def parse_origin_pin(r: NodeReader, node: yaml.Node, key: str) -> OriginPin:
             f"keys of different origin kinds can never all match: {', '.join(sorted(m))}",
         )
     if "any" in m:
-        if len(m) > 1:
-            raise r.err(node, key, "'any: true' cannot be combined with other origin keys")
         if not datatypes.boolean(r, m["any"][1], f"{key}.any"):
             raise r.err(m["any"][1], f"{key}.any", "only 'any: true' makes sense; remove the key")
+        if len(m) > 1:
+            raise r.err(node, key, "'any: true' cannot be combined with other origin keys")
         return OriginPin(any=True)
-    return OriginPin(
-        values=_in_key_order(
-            {k: _READERS[owners[k].PINS[k].type](r, v, f"{key}.{k}") for k, (_, v) in m.items()}
-        )
-    )
+    values: dict[str, object] = {}
+    for k, (_, v) in m.items():
+        # Every bad value is reported in one pass (collect mode), not only the first.
+        read = r.attempt(functools.partial(_READERS[owners[k].PINS[k].type], r, v, f"{key}.{k}"))
+        if read is not None:
+            values[k] = read
+    return OriginPin(values=_in_key_order(values))
