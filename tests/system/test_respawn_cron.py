@@ -136,11 +136,23 @@ def _poll(what: str, timeout_s: float, probe: Callable[[], T | None]) -> T:
 
 
 def _query(state_dir: Path, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-    """Read the daemon's state database (WAL: readers do not block its writer)."""
-    conn = sqlite3.connect(state_dir / "state.db", timeout=10.0)
+    """Read the daemon's state database (WAL: readers do not block its writer).
+
+    Empty while the daemon has not created it or its tables yet (a test polls from the
+    moment the daemon process starts); opened read-only, so a poll never creates the
+    file the daemon is about to create.
+    """
+    db = state_dir / "state.db"
+    if not db.exists():
+        return []
+    conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=10.0)
     try:
         conn.row_factory = sqlite3.Row
         return conn.execute(sql, args).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
     finally:
         conn.close()
 
