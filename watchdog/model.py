@@ -1181,6 +1181,9 @@ class OriginKindRegistry:
     def __init__(self) -> None:
         self._entries: dict[str, OriginKindEntry] = {}
         self._records: dict[str, type[Origin]] = {}
+        #: Bumped by every register and unregister, so what is derived from the kinds
+        #: (the allowlist's origin keys) is cached until the kinds change.
+        self.version = 0
 
     def register(self, entry: OriginKindEntry, *, before: str | None = None) -> OriginKindEntry:
         """Add ``entry`` last, or just ahead of the kind ``before`` (a more specific
@@ -1204,11 +1207,13 @@ class OriginKindRegistry:
         at = len(items) if before is None else list(self._entries).index(before)
         items.insert(at, (entry.name, entry))
         self._entries = dict(items)
+        self.version += 1
         return entry
 
     def unregister(self, name: str) -> None:
         """Remove the kind called ``name`` (a test's throwaway kind); absent is fine."""
         self._entries.pop(name, None)
+        self.version += 1
         self._records.pop(name, None)
 
     def get(self, name: str) -> OriginKindEntry | None:

@@ -55,12 +55,22 @@ def pin_keys() -> dict[str, type[Origin]]:
         ValueError: Two registered kinds claim one key (a rule could never tell which
             kind it names).
     """
+    # Asked for every job and rule of every scan (origin_mismatch): derived once per
+    # set of registered kinds, not per call.
+    cached = _PIN_KEYS.get(ORIGIN_KINDS.version)
+    if cached is not None:
+        return dict(cached)
     out: dict[str, type[Origin]] = {}
     for cls in ORIGIN_KINDS.records():
         for key in cls.PINS:
             if out.setdefault(key, cls) is not cls:
                 raise ValueError(f"origin key {key!r} is claimed by {out[key].kind} and {cls.kind}")
-    return out
+    _PIN_KEYS.clear()
+    _PIN_KEYS[ORIGIN_KINDS.version] = out
+    return dict(out)
+
+
+_PIN_KEYS: dict[int, dict[str, type[Origin]]] = {}
 
 
 # How each PinKey.type is read.
