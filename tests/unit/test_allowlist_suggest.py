@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -438,7 +439,16 @@ def test_cli_suggest_and_diff_read_the_state_dir(
         "--output", str(target),
     ]  # fmt: skip
     assert main(args) == 0
-    assert target.read_text() == out
+    # The header names the window's start, now - 1h, in whole seconds: the two commands
+    # may run either side of a second's edge, so the header is checked by shape.
+    written = target.read_text().split("\n", 1)
+    shown = out.split("\n", 1)
+    assert written[1] == shown[1]
+    header = (
+        r"# rogue-watchdog allowlist suggest: runs seen since "
+        r"\d{4}-\d\d-\d\dT[0-9:]{8}([+-]\d\d:\d\d)"
+    )
+    assert re.fullmatch(header, written[0]) and re.fullmatch(header, shown[0])
     assert main(args) == 2  # never overwrites
     assert "cannot create" in capsys.readouterr().err
     candidate = tmp_path / "candidate.yaml"
