@@ -282,6 +282,7 @@ def test_unavailable_connector_polls_and_says_so_once(tmp_path: Path) -> None:
         "full_sweeps": 0,
         "candidates": 0,
         "early_ticks_requested": 0,
+        "exec_missed": 0,
     }
     assert (
         "process events: unavailable, polling only (kernel process events unavailable "
@@ -372,6 +373,30 @@ def test_gpu_library_cache_rechecks_young_identities_only() -> None:
     assert cache.reads == first
     cache.holders(table, 200.0)  # older than recheck_s: nothing re-read
     assert cache.reads == first
+
+
+def test_gpu_library_cache_rechecks_only_what_was_young_when_first_seen(
+    spawned: Spawned,
+) -> None:
+    # A daemon starting on a busy host sees thousands of old processes at once: their
+    # maps are read once, not again every second for 10 s (2,000 reads a second at
+    # 2,000 processes); a process started just now is re-read in its first seconds.
+    young = spawned.start(["sleep", "60"])
+    cache = GpuLibraryCache(("libcudart.so",), recheck_s=10.0)
+    table = ProcessTable("/proc")
+    table.refresh()
+    cache.holders(table, 100.0)
+    old = min(
+        (p for p in table.procs.values() if not p.kernel_thread and not p.is_zombie),
+        key=lambda p: p.start_ticks,
+    )
+    started = table.start_time_s(old.start_ticks)
+    assert started is not None and started < time.time() - 12  # this host's oldest
+    cache.holders(table, 101.5)
+    seen = cache._seen
+    assert seen[(old.pid, old.start_ticks)][1] == 100.0  # read once, at its first sighting
+    mine = table.procs[young.pid]
+    assert seen[(young.pid, mine.start_ticks)][1] == 101.5  # re-read a second later
 
 
 def test_request_tick_wakes_the_loop_early(tmp_path: Path) -> None:

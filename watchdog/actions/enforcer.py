@@ -268,7 +268,7 @@ class Enforcer:
             failed = self.findings(now, result)
         if result.protection is None:
             return failed  # not a scan's result: nothing says what is protected
-        open_ids = {f.fingerprint: f.id for f in self.db.open_findings()}
+        open_ids = self.db.open_finding_ids()
         remedy = Remedy(
             self.settings, self.db, self.effects, actor=self.actor, backup_dir=self.backup_dir,
             proc_root=self.config.paths.proc_root, spool_dirs=self.config.paths.cron_spool,

@@ -233,7 +233,7 @@ def status_line(summary: TickSummary, daemon: Daemon | None = None) -> str:
         parts.append(f"{len(result.jobs)} training job(s), {rogue} rogue or excess")
     if daemon is not None:
         try:
-            parts.append(f"{len(daemon.db.open_findings())} open finding(s)")
+            parts.append(f"{daemon.db.open_finding_count()} open finding(s)")
         except Exception:  # the state part degrades on its own; the line stays useful
             parts.append("open findings unknown")
     parts.append(f"scan {summary.duration_s:.2f}s")

@@ -11,6 +11,7 @@ Slurm's ``proctrack/cgroup`` (v1) and ``cgroup/v2`` plugins.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -362,7 +363,13 @@ def parse_cgroup(lines: Iterable[str]) -> CgroupInfo | None:
     Returns:
         The membership, or None when no line could be parsed.
     """
-    lines = list(lines)
+    # Most processes share a few cgroup files, and a scan asks for the same ones again
+    # (service scope, lineage, Slurm): the parse of each distinct file is kept.
+    return _parse_cgroup(lines if isinstance(lines, tuple) else tuple(lines))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cgroup(lines: tuple[str, ...]) -> CgroupInfo | None:
     path = systemd_path(lines)
     others: list[str] = []
     for line in lines:

@@ -177,7 +177,16 @@ def stepd_members(
         ``(PID, start ticks) -> (job id, uid)``.
     """
     out: dict[tuple[int, int], tuple[int, int | None]] = {}
-    for proc in table.procs.values():
+    # Runs every tick over every process: a substring test on what exe_name reads
+    # (exe, argv[0], comm) passes every slurmstepd and drops the rest cheaply.
+    maybe = [
+        p
+        for p in table.procs.values()
+        if "slurmstepd" in (p.exe or "")
+        or (p.cmdline and "slurmstepd" in p.cmdline[0])
+        or "slurmstepd" in p.comm
+    ]
+    for proc in maybe:
         if not is_slurmstepd(proc) or not_slurmstepd(proc, ctx) is not None:
             continue
         clue = stepd_clue(proc)

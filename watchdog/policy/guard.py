@@ -364,15 +364,17 @@ class ProcessGroups:
 
     def __init__(self, table: ProcessTable) -> None:
         self.table = table
-        self._members: dict[int, set[int]] | None = None
+        self._members: dict[int, set[int]] = {}
 
     def members(self, pgid: int) -> set[int]:
         """Every PID of group ``pgid`` (empty when none)."""
-        if self._members is None:
-            self._members = {}
-            for proc in self.table.procs.values():
-                self._members.setdefault(proc.pgid, set()).add(proc.pid)
-        return self._members.get(pgid, set())
+        found = self._members.get(pgid)
+        if found is None:
+            # One comprehension per asked group: a scan asks for a few groups, and
+            # indexing every group of a 10,000-process table costs more than that.
+            found = {pid for pid, p in self.table.procs.items() if p.pgid == pgid}
+            self._members[pgid] = found
+        return found
 
 
 def _kill(job: Job, stop_pids: Sequence[int], groups: ProcessGroups | None) -> str:

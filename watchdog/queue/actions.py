@@ -43,7 +43,7 @@ class QueueEnforcer:
         source: The Slurm :class:`~watchdog.queue.source.QueueSource` whose latest
             unsanctioned entries are acted on.
         settings: The ``queue:`` section (``action`` and rules).
-        db: The daemon's ``StateDB`` (``record_action``, ``open_findings``).
+        db: The daemon's ``StateDB`` (``record_action``, ``open_finding_ids``).
         mode: ``enforcement.mode``; anything but ``terminate`` disables actions.
         dry_run: Record what would be done without running it.
         runner: Runs the hold/cancel command (:func:`watchdog.command.run`; tests pass a
@@ -97,7 +97,7 @@ class QueueEnforcer:
             if current is None:
                 continue
             if finding_ids is None:
-                finding_ids = {f.fingerprint: f.id for f in self.db.open_findings()}
+                finding_ids = self.db.open_finding_ids()
             fid = finding_ids.get(f"queue-unsanctioned:slurm:{entry.job_id}")
             failure = self._do(current, now, fid)
             if failure is None:

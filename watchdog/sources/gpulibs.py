@@ -10,14 +10,17 @@ as the dynamic loader or ``dlopen(3)`` maps it, long before the first CUDA call 
 Maps files are large (a PyTorch process maps well over a thousand regions), so they are
 read only for identities (PID + start time) that are new: at their first sighting and,
 because Python imports CUDA libraries seconds after ``execve``, again at most once a
-second while the identity is younger than ``recheck_s``. A hit is kept for the life of
-the identity.
+second for ``recheck_s`` after a sighting made while the process was younger than that.
+A process already older at its first sighting (everything a daemon finds when it
+starts) is not re-read: the late import the re-reads wait for happens near its start.
+A hit is kept for the life of the identity.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Sequence
 
 from watchdog.sources.procfs import ProcessTable
@@ -75,7 +78,9 @@ class GpuLibraryCache:
     Args:
         names: Library names (``training.gpu_libraries``); empty disables the check.
         recheck_s: How long after its first sighting an identity's maps are read again
-            (at most once a second), for libraries loaded after ``execve``.
+            (at most once a second), for libraries loaded after ``execve``; only for a
+            process younger than this when first seen (its age from ``/proc/PID/stat``
+            start time; unknown counts as young).
     """
 
     def __init__(self, names: Sequence[str], recheck_s: float = 10.0) -> None:
@@ -101,6 +106,7 @@ class GpuLibraryCache:
         if self.pattern is None:
             return {}
         seen = self._seen
+        wall = time.time()
         alive: dict[tuple[int, int], tuple[float, float, tuple[str, ...]]] = {}
         out: dict[int, tuple[str, ...]] = {}
         for pid, proc in table.procs.items():
@@ -109,7 +115,13 @@ class GpuLibraryCache:
             key = (pid, proc.start_ticks)
             entry = seen.get(key)
             if entry is None:
-                entry = self._read(table.proc_root, pid, now, now)
+                started = table.start_time_s(proc.start_ticks)
+                # btime is whole seconds, so the computed age may run up to 1 s over.
+                young = started is None or wall - started < self.recheck_s + 1.0
+                # An old process's window is over at once: it was read, nothing more.
+                entry = self._read(
+                    table.proc_root, pid, now if young else now - self.recheck_s, now
+                )
             elif not entry[2] and now - entry[0] < self.recheck_s and now - entry[1] >= 1.0:
                 entry = self._read(table.proc_root, pid, entry[0], now)
             alive[key] = entry

@@ -373,6 +373,7 @@ class ProcEventSource:
             "full_sweeps": c.full_sweeps,
             "candidates": c.candidates,
             "early_ticks_requested": c.wakes,
+            "exec_missed": c.missed,
         }
 
     # -- the thread ----------------------------------------------------------------------

@@ -33,6 +33,19 @@ class FindingTable(Table):
         )
         return [_finding(r) for r in rows]
 
+    def open_finding_ids(self) -> dict[str, int]:
+        """Fingerprint → id of every finding not resolved (what :meth:`open_findings`
+        gives without decoding each row's JSON: asked on every tick)."""
+        rows = self.conn.execute(
+            "SELECT fingerprint, id FROM findings WHERE resolved_at IS NULL ORDER BY opened_at, id"
+        )
+        return {fp: fid for fp, fid in rows}
+
+    def open_finding_count(self) -> int:
+        """How many findings are not resolved."""
+        row = self.conn.execute("SELECT COUNT(*) FROM findings WHERE resolved_at IS NULL")
+        return int(row.fetchone()[0])
+
     def finding(self, finding_id: int) -> FindingRecord | None:
         """One finding by id, open or resolved."""
         row = self.conn.execute("SELECT * FROM findings WHERE id=?", (finding_id,)).fetchone()

@@ -6,6 +6,7 @@ import importlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from watchdog.model import UNVERIFIABLE_SUFFIXES
 from watchdog.weights.discover import discover, sniff
@@ -16,7 +17,9 @@ from watchdog.weights.errors import (
 )
 from watchdog.weights.regular import open_regular
 from watchdog.weights.report import FileReport, Report
-from watchdog.weights.scan import ProgressFn, ScanContext
+
+if TYPE_CHECKING:
+    from watchdog.weights.scan import ProgressFn, ScanContext
 
 PathLike = str | os.PathLike[str]
 
@@ -164,7 +167,13 @@ def verify(
     """
     found = discover(_as_list(paths))
     own = ctx is None
-    context = ScanContext.default(progress) if ctx is None else ctx
+    if ctx is None:
+        # Here, not at import: the daemon imports this module for its ship gates and
+        # needs numpy (the scan kernels) only when it verifies a file.
+        from watchdog.weights.scan import ScanContext
+
+        ctx = ScanContext.default(progress)
+    context = ctx
     try:
         files = [verify_file(p, context) for p in found.files]
     finally:

@@ -14,14 +14,16 @@ import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from watchdog.logs import get_logger
 from watchdog.model import INDEX_SUFFIX
 from watchdog.weights.api import verify_file
 from watchdog.weights.discover import check_index
 from watchdog.weights.report import FileReport
-from watchdog.weights.scan import ScanContext
+
+if TYPE_CHECKING:
+    from watchdog.weights.scan import ScanContext
 
 log = get_logger()
 
@@ -55,7 +57,7 @@ class FileKey(NamedTuple):
         return cls(str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
-VerifyFn = Callable[[Path, ScanContext], FileReport]
+VerifyFn = Callable[[Path, "ScanContext"], FileReport]
 
 
 def verify_one(path: Path, ctx: ScanContext) -> FileReport:
@@ -147,12 +149,18 @@ class VerifyWorker:
             return self._done.pop(owner, {})
 
     def _run(self) -> None:
-        ctx = ScanContext.default()
+        # The context (and numpy, the scan kernels) is made on the first file: a daemon
+        # with no ship gate never pays for it.
+        ctx: ScanContext | None = None
         try:
             while True:
                 _prio, _n, key, owner = self._queue.get()
                 if key is None:
                     return
+                if ctx is None:
+                    from watchdog.weights.scan import ScanContext
+
+                    ctx = ScanContext.default()
                 report: FileReport | None = None
                 try:
                     report = self._check(key, ctx)
@@ -163,7 +171,8 @@ class VerifyWorker:
                     self._done.setdefault(owner, {})[key] = report
                     self._cond.notify_all()
         finally:
-            ctx.close()
+            if ctx is not None:
+                ctx.close()
 
     def _check(self, key: FileKey, ctx: ScanContext) -> FileReport | None:
         path = Path(key.path)
