@@ -471,3 +471,52 @@ def test_a_failing_reader_turns_to_polling_and_asks_for_a_sweep(tmp_path: Path) 
     finally:
         source.stop()
         ours.close()
+
+
+def test_an_exit_drops_the_maps_checks_of_its_exec(
+    tmp_path: Path, spawned: Spawned, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A storm of short programs (a shell loop, make) must not cost three maps opens per
+    # exec after each has exited; a process still running is checked as before.
+    monkeypatch.setattr("watchdog.sources.procevents.MAPS_CHECK_DELAYS_S", (0.2, 0.4))
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    theirs.setblocking(False)
+    source = ProcEventSource(
+        "/proc", lambda _p: False, gpu_libraries=("libcudart.so",), opener=lambda _n: theirs
+    )
+    source.start()
+    try:
+        kept = spawned.start(["sleep", "60"]).pid
+        ended = spawned.start(["sleep", "60"]).pid
+        ours.send(message(PROC_EVENT_EXEC, kept, kept))
+        # One datagram: the exec (its command line read at once) and then its exit.
+        ours.send(
+            message(PROC_EVENT_EXEC, ended, ended)
+            + message(PROC_EVENT_EXIT, ended, ended, 0, 9, 1, 1)
+        )
+        poll("both checks of the one running", lambda: source.counters.maps_reads >= 2, 10, 0.02)
+        time.sleep(0.5)
+        assert source.counters.maps_reads == 2  # the exited one's two checks: dropped
+        assert source.counters.events["exec"] == 2 and source.counters.missed == 0
+        assert source._maps_pending == {}  # nothing left behind after the last check
+    finally:
+        source.stop()
+        ours.close()
+
+
+def test_the_exec_candidate_answer_is_kept_per_command_and_per_launchers(
+    tmp_path: Path,
+) -> None:
+    d = Daemon(config(tmp_path), None)
+    source = attach_events(d)
+    assert source is not None
+    train = Proc(5, 0, 0, "R", "", exe="/usr/bin/python3", cmdline=("python3", "train.py"))
+    tail = Proc(6, 0, 0, "R", "", exe="/usr/bin/tail", cmdline=("tail", "-f", "train.py"))
+    assert [source.is_candidate(p) for p in (train, tail, train)] == [True, False, True]
+    # A reload with other launchers: the kept answers are not reused.
+    d.config = config(tmp_path, "training: {launchers: ['(^|/)tail$']}\n")
+    assert [source.is_candidate(p) for p in (train, tail)] == [False, True]
+    # A command line too long to keep is still answered.
+    long = Proc(7, 0, 0, "R", "", exe="/usr/bin/tail", cmdline=("tail", "-f", "x" * 600))
+    assert source.is_candidate(long) is True
+    d.db.close()

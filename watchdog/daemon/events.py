@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from watchdog.daemon.loop import Daemon
 
 PREFIX = "rogue_watchdog"
+# Commands whose launcher answer is kept (cleared whole when full), and the longest
+# command line kept: at most about 0.5 MiB, whatever runs.
+CANDIDATE_MEMO = 1024
+CANDIDATE_MEMO_ARGV_CHARS = 512
 
 
 def attach_events(daemon: Daemon) -> ProcEventSource | None:
@@ -40,9 +44,26 @@ def attach_events(daemon: Daemon) -> ProcEventSource | None:
     if config.daemon.events == "off" or config.paths.proc_root != "/proc":
         return None
 
+    # The answer for each command seen, per set of launchers: an exec storm runs the
+    # same few commands (a shell loop, a build), and the pattern search is the bulk of
+    # its cost. The record holds only exe and cmdline, all that is_launcher reads.
+    known: dict[tuple[str | None, tuple[str, ...]], bool] = {}
+    known_for: list[object] = [None]
+
     def is_candidate(proc: Proc) -> bool:
-        # Read per call: a reload may change the launchers.
-        return is_launcher(proc, daemon.config.training.launchers)
+        launchers = daemon.config.training.launchers  # per call: a reload may change them
+        if known_for[0] is not launchers:
+            known.clear()
+            known_for[0] = launchers
+        if sum(map(len, proc.cmdline)) > CANDIDATE_MEMO_ARGV_CHARS:
+            return is_launcher(proc, launchers)  # long lines are rare: not worth memory
+        key = (proc.exe, proc.cmdline)
+        answer = known.get(key)
+        if answer is None:
+            if len(known) >= CANDIDATE_MEMO:
+                known.clear()
+            answer = known[key] = is_launcher(proc, launchers)
+        return answer
 
     source = ProcEventSource(
         config.paths.proc_root,

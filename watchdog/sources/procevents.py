@@ -19,7 +19,8 @@ sweep reconciles anything missed):
   ``execve``, by the loader or an ``import``); a hit is captured the same way. Every
   exec'd PID is re-read in full by the next scan (same ``comm``, new program).
 * **exit**: a job member (``watched``) or a captured process that exits requests a
-  tick, so its finding resolves without waiting for the next sweep.
+  tick, so its finding resolves without waiting for the next sweep. The process's
+  maps checks still due are dropped (a storm of short programs opens no maps file).
 * **uid/sid change**: re-read at the next scan; a tick at once for a job member.
 * **fork**: counted only; a ``make -j`` or a data-loader pool costs a counter each.
 * **loss**: when the kernel drops messages because the socket buffer is full, the read
@@ -298,7 +299,13 @@ class ProcEventSource:
         self._reader = ProcessTable(proc_root)
         self._lock = threading.Lock()
         self._batch = EventBatch()
-        self._maps_queue: list[tuple[float, int]] = []
+        # (due, PID, exec serial, exec time, index into MAPS_CHECK_DELAYS_S): one entry
+        # per exec, re-queued for its next check only while the process runs.
+        self._maps_queue: list[tuple[float, int, int, float, int]] = []
+        # PID → serial of its latest exec with maps checks still due; its exit (or a
+        # newer exec) drops them, so a storm of short programs costs no maps open.
+        self._maps_pending: dict[int, int] = {}
+        self._exec_serial = 0
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._pipe: tuple[int, int] | None = None
@@ -436,9 +443,11 @@ class ProcEventSource:
                 if what == PROC_EVENT_EXEC:
                     self._on_exec(tgid)
                 elif what == PROC_EVENT_EXIT:
-                    if pid == tgid and (tgid in self.watched or tgid in self._live):
-                        self._live.discard(tgid)
-                        self._wake_pending = True
+                    if pid == tgid:
+                        self._maps_pending.pop(tgid, None)
+                        if tgid in self.watched or tgid in self._live:
+                            self._live.discard(tgid)
+                            self._wake_pending = True
                 elif what != PROC_EVENT_FORK:
                     self._reinspect(tgid)
                     if tgid in self.watched:
@@ -491,22 +500,30 @@ class ProcEventSource:
             self._capture(pid, ())
         elif self.pattern is not None and len(self._maps_queue) < MAX_QUEUED_MAPS_CHECKS:
             now = time.monotonic()
-            for delay in MAPS_CHECK_DELAYS_S:
-                heapq.heappush(self._maps_queue, (now + delay, pid))
+            self._exec_serial += 1
+            serial = self._maps_pending[pid] = self._exec_serial
+            heapq.heappush(self._maps_queue, (now + MAPS_CHECK_DELAYS_S[0], pid, serial, now, 0))
 
     def _maps_due(self) -> None:
         if self.pattern is None:
             return
         now = time.monotonic()
         queue = self._maps_queue
+        pending = self._maps_pending
         while queue and queue[0][0] <= now:
-            _, pid = heapq.heappop(queue)
-            if pid in self._live:
-                continue
-            self.counters.maps_reads += 1
-            libs = mapped_libraries(self.proc_root, pid, self.pattern)
-            if libs:
-                self._capture(pid, libs)
+            _, pid, serial, execd, index = heapq.heappop(queue)
+            if pending.get(pid) != serial:
+                continue  # it exited (or exec'd again: that exec has its own checks)
+            if pid not in self._live:
+                self.counters.maps_reads += 1
+                libs = mapped_libraries(self.proc_root, pid, self.pattern)
+                if libs:
+                    self._capture(pid, libs)
+            if pid in self._live or index + 1 == len(MAPS_CHECK_DELAYS_S):
+                del pending[pid]
+            else:
+                due = execd + MAPS_CHECK_DELAYS_S[index + 1]
+                heapq.heappush(queue, (due, pid, serial, execd, index + 1))
 
     def _capture(self, pid: int, libraries: tuple[str, ...]) -> None:
         proc = self._reader.read(pid)
