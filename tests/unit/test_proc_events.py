@@ -151,6 +151,47 @@ def _short_lived(tmp_path: Path, name: str) -> tuple[Path, dict[int, Proc]]:
     return script, chain
 
 
+def test_a_rogue_caught_at_exec_that_is_a_zombie_by_the_tick_is_judged(
+    tmp_path: Path,
+) -> None:
+    # A trainer living 30 ms whose parent has not reaped it yet: the scan's table shows
+    # a zombie (no command line, no cgroup) under the same PID and start time. The record
+    # read at its exec is what ran; before, the zombie won and no finding opened (about
+    # half of 30 ms trainers started beside longer ones went unreported).
+    d = Daemon(config(tmp_path), None)
+    script = tmp_path / "train_zombie.py"
+    script.write_text("import sys\nsys.stdin.read()\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE)
+    try:
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        poll("the trainer to exec", lambda: str(script) in cmdline.read_text(errors="replace"), 10)
+        chain = _capture_chain(proc.pid)
+        assert proc.stdin is not None
+        proc.stdin.close()
+        stat = Path(f"/proc/{proc.pid}/stat")
+        poll("the zombie", lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "Z", 10, 0.01)
+        d.tick(1_000_000.0)  # the table now holds the zombie
+        assert d.scanner.table.procs[proc.pid].is_zombie
+        d.scanner.events = FakeFeed(EventBatch(captured=chain, candidates={proc.pid}))
+        summary = d.tick(1_000_001.0)
+        assert summary.result is not None
+        [job] = [j for j in summary.result.jobs if j.root_pid == proc.pid]
+        assert job.verdict == "rogue" and str(script) in job.cmdline
+        assert proc.pid in summary.result.exited
+        [finding] = [f for f in summary.findings if f.root_pid == proc.pid]
+        assert finding.message.endswith("(already exited: seen at its exec)")
+        # The next refresh reads the zombie again: it is no job, the finding resolves.
+        summary = d.tick(1_000_002.0)
+        assert summary.result is not None
+        assert d.scanner.table.procs[proc.pid].is_zombie
+        assert all(j.root_pid != proc.pid for j in summary.result.jobs)
+        assert summary.track is not None
+        assert [r.kind for r in summary.track.resolved if r.root_pid == proc.pid] == ["rogue-job"]
+    finally:
+        proc.wait(10)
+        d.db.close()
+
+
 def test_exited_rogue_caught_at_exec_is_judged_recorded_resolved_and_respawns(
     tmp_path: Path,
 ) -> None:

@@ -458,9 +458,12 @@ class ProcessTable:
         """Keep, until the next :meth:`refresh`, processes an exec event saw that have
         exited since (a 300 ms job between two refreshes).
 
-        Each is added with state ``X`` (proc(5): dead) when its PID is not in the table;
-        a PID the table shows is a live process (maybe a reused PID) and wins. The next
-        refresh drops them and lists them in ``removed``.
+        Each is added with state ``X`` (proc(5): dead) when its PID is not in the table,
+        or when the table shows that same process (same start time) as a zombie its
+        parent has not reaped yet: a zombie's command line, executable and cgroup are
+        gone, and the record read at exec is what it ran. Any other PID the table shows
+        is a live process (maybe a reused PID) and wins. The next refresh drops them and
+        lists them in ``removed``, or reads the zombie again.
 
         Args:
             procs: Records read at exec time (the process and its ancestors).
@@ -470,7 +473,15 @@ class ProcessTable:
         """
         added: set[int] = set()
         for proc in procs:
-            if proc.pid not in self._procs:
+            shown = self._procs.get(proc.pid)
+            if shown is None or (
+                shown.is_zombie
+                and shown.start_ticks == proc.start_ticks
+                and not proc.is_zombie
+                and not proc.kernel_thread
+            ):
+                if shown is not None:
+                    self.reinspect((proc.pid,))  # the next refresh reads the zombie again
                 self._procs[proc.pid] = replace(proc, state="X")
                 added.add(proc.pid)
         if added:
