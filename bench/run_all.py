@@ -26,7 +26,9 @@ Rows:
   lives exactly as long as asked) started with
   ``posix_spawn``; latency = the daemon's ``finding-opened`` log timestamp minus the time
   just before the spawn.
-* trainers living 30 ms from exec to exit: how many the daemon opened a finding for.
+* trainers living 30 ms from exec to exit: how many the daemon opened a finding for;
+  again with each started beside a trainer living 3 s (busier ticks: the short one is
+  often an unreaped zombie by the tick that judges it).
 * exec storm: ``/bin/true`` vfork+exec'd at 500/s; the daemon's CPU and the events the
   kernel dropped (``status`` ``events.lost``).
 * ``verify-weights`` warm (in process) vs a read-only pass over the same bytes with the
@@ -517,6 +519,31 @@ def section_daemon(ctx: Ctx, d: Daemon, interval_s: float) -> None:
             "trainers living 30 ms (exec to exit), caught",
             f"{caught} / {m}",
             "polling: 0 / 100 (the issue)",
+            f"{m} / {m}",
+            caught == m,
+            f"{m - caught} missed",
+        )
+    )
+
+    # The same, each started 50 ms after a trainer that lives 3 s: the ticks are busier,
+    # so more of the short ones have exited, unreaped, by the tick that judges them.
+    longs, pids = [], []
+    for k in range(m):
+        path = named(trainer, f"train_beside_{k}.py")
+        longs.append(os.posix_spawn(path, [path, "3000"], os.environ))
+        time.sleep(0.05)
+        path = named(trainer, f"train_s30b_{k}.py")
+        pids.append(os.posix_spawn(path, [path, "30"], os.environ))
+        time.sleep(0.05)
+    time.sleep(3 + 2 * interval_s)
+    reap(pids + longs)
+    d.collect()
+    caught = sum(1 for p in pids if p in d.opened)
+    ctx.rows.append(
+        Row(
+            "trainers living 30 ms, each beside one living 3 s, caught",
+            f"{caught} / {m}",
+            "-",
             f"{m} / {m}",
             caught == m,
             f"{m - caught} missed",
