@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -77,6 +78,28 @@ def test_killed_leader_orphans_end_to_end(spawned: Spawned, tmp_path: Path) -> N
         f"rogue-watchdog terminate {kids[0]}, or by hand: kill -TERM {kids[0]} {kids[1]}"
     ) in member.stdout
     assert "None" not in member.stdout
+
+
+def test_explain_of_a_process_of_no_job_advises_nothing(spawned: Spawned, tmp_path: Path) -> None:
+    # A new user ran `explain` on the daemon's own PID and was told
+    # `Remediation: kill -TERM <that PID>` (its orphan origin's command): explain must
+    # never advise stopping or disabling what is not a training job.
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("nvml: {enabled: false}\n")
+    # An orphan (its shell exited), as the daemon under `setsid`/nohup is: before, its
+    # origin's `kill -TERM PID` was printed as the remediation.
+    sh = spawned.start(["sh", "-c", "sleep 60 >/dev/null & echo $!"], stdout=subprocess.PIPE)
+    out, _ = sh.communicate(timeout=10)
+    orphan = int(out)
+    done = run_cli("explain", str(orphan), "--config", str(cfg))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == "Not a training job (no GPU, no device fd, no launcher command line)."
+    assert (
+        lines[-1]
+        == "Remediation: none: not a training job (advice is only given for training jobs)"
+    )
+    assert "kill" not in done.stdout
 
 
 def test_explain_unknown_pid_exits_2(tmp_path: Path) -> None:

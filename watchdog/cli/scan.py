@@ -13,7 +13,7 @@ from watchdog.hosttext import command_text
 
 if TYPE_CHECKING:
     from watchdog.config import Config
-    from watchdog.model import Job, Origin, ScanResult, TargetGuard
+    from watchdog.model import Job, ScanResult
 
 
 def _config(path: str | None) -> Config:
@@ -114,7 +114,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for e in origin.evidence:
         if e != said:
             out(f"  evidence: {e}")
-    out(f"Remediation: {_remediation(job, origin, result.protection)}")
+    out(f"Remediation: {_remediation(job)}")
     emit("\n".join(printable(line) for line in lines))
     return 0
 
@@ -144,15 +144,13 @@ def gpu_memory_line(job: Job, result: ScanResult) -> str:
     return f"  GPU memory: {fmt_bytes(job.gpu_memory_bytes)}: {each}"
 
 
-def _remediation(job: Job | None, origin: Origin, guard: TargetGuard | None) -> str:
-    """The ``Remediation:`` line of ``explain``, from the guard: a job's advice, or for a
-    process of no job its source's by-hand command unless the guard protects it."""
+def _remediation(job: Job | None) -> str:
+    """The ``Remediation:`` line of ``explain``, from the guard: a job's advice; for a
+    process of no job, none (its origin's command would stop or disable something that
+    is not training: the daemon itself, a shell, a service)."""
     if job is not None:
         return job.advice.explain_line(job.root_pid if job.unsanctioned else None)
-    refused = guard.source_refusal(origin) if guard is not None else "no scan judged it"
-    if refused is not None:
-        return f"none: {refused}"
-    return origin.remediation or "none known: the origin could not be named"
+    return "none: not a training job (advice is only given for training jobs)"
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
