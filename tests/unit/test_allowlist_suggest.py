@@ -461,3 +461,15 @@ def test_cli_suggest_and_diff_read_the_state_dir(
         "PID 103 rogue -> sanctioned",
     ]  # fmt: skip
     assert lines[-1] == "3 run(s) would change verdict"
+
+
+def test_an_empty_window_says_no_job_was_recorded() -> None:
+    # A new user got a bare `sanctioned: []` and could not tell "nothing seen" from
+    # "nothing proposable".
+    text = render_yaml(suggest([], 1_000_000.0))
+    assert text.splitlines()[2:] == [
+        "# no training job was recorded in this window (the daemon records the runs it "
+        "sees; widen --since, or run the daemon longer)",
+        "sanctioned: []",
+    ]
+    assert parse_config(text, "out.yaml").sanctioned == ()

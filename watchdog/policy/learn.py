@@ -400,6 +400,13 @@ def render_yaml(s: Suggestion) -> str:
         _comment(f"rogue-watchdog allowlist suggest: runs seen since {_when(s.since)}"),
         _comment("Review every rule before enforcing it (docs/first-week.md)."),
     ]
+    if not (s.proposed or s.conflicts or s.not_proposed):
+        out.append(
+            _comment(
+                "no training job was recorded in this window (the daemon records the "
+                "runs it sees; widen --since, or run the daemon longer)"
+            )
+        )
     if s.proposed:
         out.append("sanctioned:")
     else:
