@@ -125,7 +125,7 @@ def test_render_status_text() -> None:
         "config: /etc/rogue-watchdog/config.yaml sha256:aaaa (the file on disk is now "
         "sha256:bbbb: reload pending or refused, see the log)"
     )
-    assert lines[2].endswith("(3s ago), took 0.12s, every 5.0s")
+    assert lines[2].endswith("(3s ago), took 123 ms, every 5.0s")
     assert lines[3:6] == [
         "NVML: ok, driver 550.54.15",
         "GPUs: 1",

@@ -217,6 +217,11 @@ def _when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
+def _took(duration_s: float) -> str:
+    """A scan's duration: milliseconds under a second (a 2 ms scan is not "0.00s")."""
+    return f"{duration_s * 1000:.0f} ms" if duration_s < 1 else f"{duration_s:.2f}s"
+
+
 def _age(seconds: float) -> str:
     s = max(0, int(seconds))
     if s < 120:
@@ -334,7 +339,7 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
     if scan:
         line(
             f"last scan: {_when(scan['time'])} ({_age(now - scan['time'])} ago), took "
-            f"{scan['duration_s']:.2f}s, every {doc.get('interval_s')}s"
+            f"{_took(scan['duration_s'])}, every {doc.get('interval_s')}s"
         )
     else:
         line("last scan: none yet")
