@@ -438,6 +438,18 @@ def test_gpu_library_cache_rechecks_only_what_was_young_when_first_seen(
     assert seen[(old.pid, old.start_ticks)][1] == 100.0  # read once, at its first sighting
     mine = table.procs[young.pid]
     assert seen[(young.pid, mine.start_ticks)][1] == 101.5  # re-read a second later
+    # After that first scan, a new identity gets its 10 s whatever its age (a tick gap,
+    # a clock step or a reload must not shorten anyone's window).
+    del seen[(old.pid, old.start_ticks)]
+    cache.holders(table, 103.0)
+    cache.holders(table, 104.5)
+    assert cache._seen[(old.pid, old.start_ticks)][:2] == (103.0, 104.5)
+    # A reload's new scanner adopts the cache: nothing is new to it, nothing is re-read.
+    reloaded = GpuLibraryCache(("libcudart.so",), recheck_s=10.0)
+    reloaded.adopt(cache)
+    reads = reloaded.reads
+    reloaded.holders(table, 105.0)
+    assert reloaded.reads - reads <= 1  # at most the young sleeper, due again
 
 
 def test_request_tick_wakes_the_loop_early(tmp_path: Path) -> None:

@@ -581,3 +581,27 @@ def test_symlinked_release_folder_is_gated_and_loops_are_walked_once(
         assert (release / "model.safetensors").exists()
     finally:
         r.close()
+
+
+def test_a_check_that_cannot_start_refuses_the_file_instead_of_stranding_it(
+    tmp_path: Path, dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The verification context (and numpy) is made on the first file. When making it
+    # failed, the file stayed "pending" for ever: no finding, a poisoned file unreported.
+    def broken(*_a: object, **_k: object) -> object:
+        raise ImportError("numpy is missing")
+
+    monkeypatch.setattr("watchdog.weights.scan.ScanContext.default", broken)
+    deploy, _ = dirs
+    r = rig(tmp_path)
+    try:
+        bad = nan_model(deploy / "model.safetensors")
+        for i in range(3):
+            r.tick(T0 + 5 * i)
+        [f] = r.open("weights-unverified")
+        assert f.message == (
+            f"ship gate prod: {bad} could not be verified, so it is refused:"
+            " the check could not start: ImportError: numpy is missing"
+        )
+    finally:
+        r.close()

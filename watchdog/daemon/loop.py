@@ -466,6 +466,7 @@ class Daemon:
         old_scanner = self.scanner
         self.scanner = Scanner(new, fd_sweep_interval_s=new.daemon.fd_sweep_interval_s)
         self.scanner.keep_origins_of(old_scanner)  # a reload does not re-attribute
+        self.scanner.gpu_libraries.adopt(old_scanner.gpu_libraries)  # nor re-read maps
         first = self.tracker.first_signature
         self.tracker = Tracker(self.db, new.alerts, self.scanner.host)
         self.tracker.first_signature.update(first)

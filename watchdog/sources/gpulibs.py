@@ -10,10 +10,10 @@ as the dynamic loader or ``dlopen(3)`` maps it, long before the first CUDA call 
 Maps files are large (a PyTorch process maps well over a thousand regions), so they are
 read only for identities (PID + start time) that are new: at their first sighting and,
 because Python imports CUDA libraries seconds after ``execve``, again at most once a
-second for ``recheck_s`` after a sighting made while the process was younger than that.
-A process already older at its first sighting (everything a daemon finds when it
-starts) is not re-read: the late import the re-reads wait for happens near its start.
-A hit is kept for the life of the identity.
+second for ``recheck_s`` after it. Only the first scan of a fresh cache (a daemon that
+starts on a busy host meets thousands of processes at once) skips the re-reads of the
+processes already older than ``recheck_s``: the late import they wait for happens near
+a process's start. A hit is kept for the life of the identity.
 """
 
 from __future__ import annotations
@@ -78,9 +78,10 @@ class GpuLibraryCache:
     Args:
         names: Library names (``training.gpu_libraries``); empty disables the check.
         recheck_s: How long after its first sighting an identity's maps are read again
-            (at most once a second), for libraries loaded after ``execve``; only for a
-            process younger than this when first seen (its age from ``/proc/PID/stat``
-            start time; unknown counts as young).
+            (at most once a second), for libraries loaded after ``execve``. At the first
+            scan of a fresh cache, only for processes younger than this (age from
+            ``CLOCK_BOOTTIME`` and the ``/proc/PID/stat`` start time, proc(5); on a
+            tree that is not procfs the age is unknown and counts as young).
     """
 
     def __init__(self, names: Sequence[str], recheck_s: float = 10.0) -> None:
@@ -90,6 +91,14 @@ class GpuLibraryCache:
         self.reads = 0
         # (pid, start_ticks) -> (first seen, last read, libraries found)
         self._seen: dict[tuple[int, int], tuple[float, float, tuple[str, ...]]] = {}
+        self._primed = False  # the first scan (every process at once) is done
+
+    def adopt(self, other: GpuLibraryCache) -> None:
+        """Carry over what ``other`` knows (a reload builds a new scanner: its processes
+        are not new), when both look for the same libraries."""
+        if other.names == self.names:
+            self._seen = dict(other._seen)
+            self._primed = other._primed
 
     def note(self, pid: int, start_ticks: int, libraries: Sequence[str], now: float) -> None:
         """Record a hit found elsewhere (the event source reads maps after ``execve``)."""
@@ -106,7 +115,13 @@ class GpuLibraryCache:
         if self.pattern is None:
             return {}
         seen = self._seen
-        wall = time.time()
+        # Ages matter only at the first scan; CLOCK_BOOTTIME is the clock of the stat
+        # file's start time (boot-relative, in clock ticks), immune to wall-clock steps.
+        boot_s = None
+        if not self._primed and table.trust_inodes:
+            boot_s = time.clock_gettime(time.CLOCK_BOOTTIME)
+        self._primed = True
+        hz = os.sysconf("SC_CLK_TCK")
         alive: dict[tuple[int, int], tuple[float, float, tuple[str, ...]]] = {}
         out: dict[int, tuple[str, ...]] = {}
         for pid, proc in table.procs.items():
@@ -115,9 +130,7 @@ class GpuLibraryCache:
             key = (pid, proc.start_ticks)
             entry = seen.get(key)
             if entry is None:
-                started = table.start_time_s(proc.start_ticks)
-                # btime is whole seconds, so the computed age may run up to 1 s over.
-                young = started is None or wall - started < self.recheck_s + 1.0
+                young = boot_s is None or boot_s - proc.start_ticks / hz < self.recheck_s
                 # An old process's window is over at once: it was read, nothing more.
                 entry = self._read(
                     table.proc_root, pid, now if young else now - self.recheck_s, now

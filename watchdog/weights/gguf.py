@@ -418,7 +418,7 @@ def verify_gguf(path: Path, ctx: ScanContext, report: FileReport) -> None:
         NotVerifiedError: See :func:`read_tensor_infos`.
         OSError: The file cannot be read.
     """
-    with MappedFile(path) as mf:
+    with MappedFile(path, ctx.mapped) as mf:
         checked: list[tuple[TensorReport, int]] = []
         pending: list[PendingCounts] = []
         try:

@@ -176,7 +176,7 @@ def verify_npy(path: Path, ctx: ScanContext, report: FileReport) -> None:
         NotVerifiedError: See :func:`parse_header`; size mismatch.
         OSError: The file cannot be read.
     """
-    with MappedFile(path) as mf:
+    with MappedFile(path, ctx.mapped) as mf:
         h = parse_header(mf.read(0, min(mf.size, MAX_HEADER_BYTES + 12)))
         if h.data_offset_bytes + h.nbytes != mf.size:
             raise NotVerifiedError(
@@ -193,7 +193,7 @@ def verify_npz(path: Path, ctx: ScanContext, report: FileReport) -> None:
             member header, size mismatch, or a failed CRC of a streamed member.
         OSError: The file cannot be read.
     """
-    with MappedFile(path) as mf, contextlib.ExitStack() as stack:
+    with MappedFile(path, ctx.mapped) as mf, contextlib.ExitStack() as stack:
         try:
             zf = stack.enter_context(open_zip(path))
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:

@@ -233,7 +233,7 @@ def verify_safetensors(path: Path, ctx: ScanContext, report: FileReport) -> None
         NotVerifiedError: See :func:`read_header`.
         OSError: The file cannot be read.
     """
-    with MappedFile(path) as mf:
+    with MappedFile(path, ctx.mapped) as mf:
         entries = read_header(mf)
         checked: list[TensorReport] = []
         pending: list[PendingCounts] = []
@@ -269,5 +269,5 @@ def tensor_names(path: Path) -> set[str]:
         NotVerifiedError: The header is invalid.
         OSError: The file cannot be read.
     """
-    with MappedFile(path) as mf:
+    with MappedFile(path, mapped=False) as mf:  # a header: pread, and no SIGBUS risk
         return {e.name for e in read_header(mf)}

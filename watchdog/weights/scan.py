@@ -60,19 +60,25 @@ class ScanContext:
         executor: Thread pool for chunk checks, or ``None`` to check inline.
         progress: Called with the number of bytes just checked.
         chunk_bytes: Target chunk size in bytes.
+        mapped: Read files through a memory map (the fastest). False reads each chunk
+            with ``pread(2)`` into memory instead: a file that shrinks while it is read
+            is then reported not verified, where a map's access past the new end kills
+            the whole process with SIGBUS (mmap(2)). The daemon's ship watch reads with
+            False: it must outlive whatever a writer does to a file under it.
     """
 
     executor: Executor | None = None
     progress: ProgressFn | None = None
     chunk_bytes: int = CHUNK_BYTES
+    mapped: bool = True
     _owned: bool = field(default=False, repr=False)
 
     @classmethod
-    def default(cls, progress: ProgressFn | None = None) -> ScanContext:
+    def default(cls, progress: ProgressFn | None = None, *, mapped: bool = True) -> ScanContext:
         """A context with a pool of ``min(2, cpu count)`` threads (closed by :meth:`close`)."""
         workers = min(2, os.cpu_count() or 1)
         pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
-        return cls(executor=pool, progress=progress, _owned=pool is not None)
+        return cls(executor=pool, progress=progress, mapped=mapped, _owned=pool is not None)
 
     def close(self) -> None:
         """Shut down the thread pool if this context created it."""
@@ -142,36 +148,56 @@ def _tiles_unit(unit_bytes: int, fields: Sequence[Field]) -> bool:
 
 
 class MappedFile:
-    """A read-only memory map of a whole file, releasing pages after each chunk.
+    """A read-only memory map of a whole file, releasing pages after each chunk; or,
+    with ``mapped=False``, the same reads done with ``pread(2)``.
 
     Args:
         path: File to map.
+        mapped: False: no map (see :attr:`ScanContext.mapped`).
 
     Raises:
         NotRegularError: The path is a FIFO, device, socket or directory.
         OSError: The file cannot be opened or mapped.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], mapped: bool = True) -> None:
         self._fh = open_regular(path)  # closed in close(); never a FIFO or device
         self.size = os.fstat(self._fh.fileno()).st_size
         self.mm: mmap.mmap | None = None
-        if self.size:
+        if self.size and mapped:
             self.mm = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)
 
     def read(self, offset: int, n_bytes: int) -> bytes:
         """Copy ``n_bytes`` at ``offset``.
 
         Raises:
-            NotVerifiedError: The range is outside the file.
+            NotVerifiedError: The range is outside the file, or (unmapped) the file
+                shrank while it was read.
+        """
+        return bytes(self.view(offset, n_bytes))
+
+    def view(self, offset: int, n_bytes: int) -> memoryview:
+        """``n_bytes`` at ``offset``: a view of the map, or (unmapped) a buffer read now.
+
+        Raises:
+            NotVerifiedError: The range is outside the file, or (unmapped) the file
+                shrank while it was read.
         """
         if offset < 0 or n_bytes < 0 or offset + n_bytes > self.size:
             raise NotVerifiedError(
                 f"truncated: need bytes {offset}..{offset + n_bytes}, file has {self.size}"
             )
-        if n_bytes == 0 or self.mm is None:
-            return b""
-        return self.mm[offset : offset + n_bytes]
+        if n_bytes == 0:
+            return memoryview(b"")
+        if self.mm is not None:
+            return memoryview(self.mm)[offset : offset + n_bytes]
+        data = os.pread(self._fh.fileno(), n_bytes, offset)
+        if len(data) != n_bytes:
+            raise NotVerifiedError(
+                f"the file shrank while it was read: bytes {offset}..{offset + n_bytes} "
+                f"of the {self.size} it had are gone"
+            )
+        return memoryview(data)
 
     def release(self, offset: int, n_bytes: int) -> None:
         """Drop mapped pages of a range from this process (the page cache keeps them)."""
@@ -293,9 +319,8 @@ def scan_mapped_async(
             f"truncated: tensor bytes {offset_bytes}..{offset_bytes + total_bytes} "
             f"outside file of {mf.size} bytes"
         )
-    if n_units == 0 or mf.mm is None:
+    if n_units == 0:
         return PendingCounts(Counts())
-    buf = mf.mm
     per_chunk = max(1, ctx.chunk_bytes // unit_bytes)
     per_task = per_chunk * CHUNKS_PER_RELEASE
 
@@ -305,7 +330,7 @@ def scan_mapped_async(
         for unit in range(first_unit, end_unit, per_chunk):
             k = min(per_chunk, end_unit - unit)
             start = offset_bytes + unit * unit_bytes
-            data = np.frombuffer(buf, dtype=np.uint8, count=k * unit_bytes, offset=start)
+            data = np.frombuffer(mf.view(start, k * unit_bytes), dtype=np.uint8)
             try:
                 counts.add(check_units(data, unit_bytes, fields, byteorder), unit - first_unit)
             finally:

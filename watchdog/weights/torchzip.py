@@ -431,7 +431,7 @@ def verify_torchzip(path: Path, ctx: ScanContext, report: FileReport) -> None:
             short storage member, or a view outside its storage.
         OSError: The file cannot be read.
     """
-    with MappedFile(path) as mf, _open_zip(path) as zf:
+    with MappedFile(path, ctx.mapped) as mf, _open_zip(path) as zf:
         require_plain_layout(mf, zf)
         require_unique_members(zf, fold_case=True)
         root = _find_root(zf)

@@ -157,15 +157,25 @@ class VerifyWorker:
                 _prio, _n, key, owner = self._queue.get()
                 if key is None:
                     return
-                if ctx is None:
-                    from watchdog.weights.scan import ScanContext
-
-                    ctx = ScanContext.default()
                 report: FileReport | None = None
                 try:
+                    if ctx is None:
+                        from watchdog.weights.scan import ScanContext
+
+                        # Read, not mapped: a file cut short under the check must be a
+                        # report, never SIGBUS for the whole daemon.
+                        ctx = ScanContext.default(mapped=False)
                     report = self._check(key, ctx)
                 except Exception as exc:  # never let one file kill the thread
                     log.error("weights-verify-crashed", path=key.path, error=repr(exc))
+                    if ctx is None:
+                        # The check could not start (numpy missing, no thread): the
+                        # file is refused as not verified, never left pending.
+                        report = FileReport(
+                            Path(key.path),
+                            "unknown",
+                            error=f"the check could not start: {type(exc).__name__}: {exc}",
+                        )
                 with self._cond:
                     self._pending.discard((owner, key))
                     self._done.setdefault(owner, {})[key] = report

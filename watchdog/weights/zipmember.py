@@ -213,11 +213,7 @@ class MemberReader:
         if offset_bytes + n_bytes > self.size:
             raise NotVerifiedError(f"zip member {self.info.filename!r}: range past its end")
         if self.stored:
-            assert self.mf.mm is not None or n_bytes == 0
-            if self.mf.mm is None:
-                return memoryview(b"")
-            start = self.data_offset + offset_bytes
-            return memoryview(self.mf.mm)[start : start + n_bytes]
+            return self.mf.view(self.data_offset + offset_bytes, n_bytes)
         with self.open() as fh:
             _skip(fh.read, offset_bytes)
             data = fh.read(n_bytes)
