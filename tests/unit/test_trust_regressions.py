@@ -23,6 +23,11 @@ found, each kept as a plain test of its exact right value.
    its own (excess, not rogue) lost that alternative when the sanctioned line was
    edited: rogue while it read ``flock``, excess again under a new finding id once
    restored. The lines that can have started a process are kept from the first look.
+7. I4/I5 (seed 20261203, 100,000 steps): the same two ghost runs, with a daemon restart
+   before and after the edit. A restart restored the first look's origin only for the
+   root the ``jobs`` row names (one per signature: the sanctioned run), not for the
+   excess copy beside it: rogue under the edit, excess again under a new id once
+   restored. Every run of a present job keeps its recorded origin across a restart.
 """
 
 from __future__ import annotations
@@ -241,6 +246,42 @@ def test_an_edited_then_restored_line_keeps_the_ghosts_excess_finding(
         assert (ghost.verdict, ghost.origin.label()) == ("excess", f"{state.host.legacy}:4")
         assert ghost.origin.also == (f"{state.host.pipeline}:2",)  # the first look's
         state.reload(cap=1, mode="observe")
+        state.edit_pipeline_line(edit="restore")
+        state.tick(seconds=5.0)
+        rows = state.daemon.db.conn.execute(
+            "SELECT id, kind, root_pid, resolved_at FROM findings ORDER BY id"
+        ).fetchall()
+        assert [tuple(r) for r in rows] == [(1, "excess-instances", ghost.root_pid, None)]
+    finally:
+        state.teardown()
+
+
+def test_a_restart_keeps_the_first_look_of_every_copy_of_a_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The simulator's shrunk counterexample (seed 20261203), replayed step by step.
+
+    Before: F1 excess-instances, resolved when the restarted daemon called the copy
+    rogue (F2 rogue-job, the edited line no longer identical), then F3 excess-instances
+    once the line was restored. After: one finding, F1, all along.
+    """
+    from tests.sim.machine import TrustMachine
+
+    monkeypatch.setattr(TrustMachine, "workdir", tmp_path)  # never the host's /tmp
+    state = TrustMachine()
+    try:
+        state.ghost_fires()
+        state.ghost_fires()
+        state.tick(seconds=5.0)
+        state.restart()
+        state.edit_pipeline_line(edit="flock")
+        state.tick(seconds=5.0)
+        last = state.daemon.last
+        assert last is not None and last.result is not None
+        (ghost,) = [j for j in last.result.jobs if j.verdict != "sanctioned"]
+        assert ghost.verdict == "excess"
+        assert ghost.origin.also == (f"{state.host.pipeline}:2",)  # the first look's
+        state.restart()
         state.edit_pipeline_line(edit="restore")
         state.tick(seconds=5.0)
         rows = state.daemon.db.conn.execute(

@@ -182,12 +182,14 @@ class Daemon:
             self._sanctioned_saved = self.db.sanctioned_procs(self.boot_id)
             self.scanner.keep_sanctioned(self._sanctioned_saved)
             self._slurm_members = self.db.slurm_members(self.boot_id)
-            self.scanner.keep_origins(
-                {
-                    (rec.root_pid, rec.start_ticks): Origin.from_json(rec.origin)
-                    for rec in self.db.present_jobs()
-                }
-            )
+            origins = {
+                (rec.root_pid, rec.start_ticks): Origin.from_json(rec.origin)
+                for rec in self.db.present_jobs()
+            }
+            # Every run of those jobs too: copies of one job share its jobs row.
+            for ident, recorded in self.db.present_run_origins().items():
+                origins.setdefault(ident, Origin.from_json(recorded))
+            self.scanner.keep_origins(origins)
             self._slurm_members_saved = dict(self._slurm_members)
         except Exception as exc:  # a damaged table must not stop the daemon
             self._failed("state", exc)

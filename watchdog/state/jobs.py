@@ -52,6 +52,22 @@ class JobTable(Table):
         rows = self.conn.execute("SELECT * FROM jobs WHERE gone_at IS NULL ORDER BY first_seen")
         return [_job(r) for r in rows]
 
+    def present_run_origins(self) -> dict[tuple[int, int], dict[str, Any]]:
+        """The recorded origin of every run of a present job seen at the job's last
+        sighting: ``(root PID, start ticks) -> origin JSON``. The ``jobs`` row holds one
+        root per signature; copies of one job (an excess run beside the sanctioned one)
+        each have their own run, and a restart must not re-attribute any of them."""
+        rows = self.conn.execute(
+            "SELECT r.root_pid, r.start_ticks, r.origin_json FROM job_runs r"
+            " JOIN jobs j ON j.signature = r.signature"
+            " WHERE j.gone_at IS NULL AND r.last_seen >= j.last_seen"
+            " ORDER BY r.started_at, r.root_pid"
+        )
+        return {
+            (int(pid), int(start)): _loads(origin, dict, UnreadableRecord)
+            for pid, start, origin in rows
+        }
+
     def upsert_job(self, rec: JobRecord) -> None:
         """Insert or replace a job record (by signature)."""
         self.conn.execute(
