@@ -33,6 +33,7 @@ found, each kept as a plain test of its exact right value.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -216,6 +217,14 @@ def test_a_zombie_it_has_not_reaped_leaves_a_shell_the_jobs(tmp_path: Path) -> N
     assert [p.pid for p in exclusive_wrappers(job, ctx.table)] == [52, 50]
 
 
+def _findings(state: Any) -> list[tuple[Any, ...]]:
+    """Every finding the simulated daemon recorded: (id, kind, root PID, resolved at)."""
+    rows = state.daemon.db.conn.execute(
+        "SELECT id, kind, root_pid, resolved_at FROM findings ORDER BY id"
+    ).fetchall()
+    return [tuple(r) for r in rows]
+
+
 def test_an_edited_then_restored_line_keeps_the_ghosts_excess_finding(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -248,10 +257,7 @@ def test_an_edited_then_restored_line_keeps_the_ghosts_excess_finding(
         state.reload(cap=1, mode="observe")
         state.edit_pipeline_line(edit="restore")
         state.tick(seconds=5.0)
-        rows = state.daemon.db.conn.execute(
-            "SELECT id, kind, root_pid, resolved_at FROM findings ORDER BY id"
-        ).fetchall()
-        assert [tuple(r) for r in rows] == [(1, "excess-instances", ghost.root_pid, None)]
+        assert _findings(state) == [(1, "excess-instances", ghost.root_pid, None)]
     finally:
         state.teardown()
 
@@ -284,9 +290,6 @@ def test_a_restart_keeps_the_first_look_of_every_copy_of_a_job(
         state.restart()
         state.edit_pipeline_line(edit="restore")
         state.tick(seconds=5.0)
-        rows = state.daemon.db.conn.execute(
-            "SELECT id, kind, root_pid, resolved_at FROM findings ORDER BY id"
-        ).fetchall()
-        assert [tuple(r) for r in rows] == [(1, "excess-instances", ghost.root_pid, None)]
+        assert _findings(state) == [(1, "excess-instances", ghost.root_pid, None)]
     finally:
         state.teardown()
