@@ -173,12 +173,11 @@ def verify(
         from watchdog.weights.scan import ScanContext
 
         ctx = ScanContext.default(progress)
-    context = ctx
     try:
-        files = [verify_file(p, context) for p in found.files]
+        files = [verify_file(p, ctx) for p in found.files]
     finally:
         if own:
-            context.close()
+            ctx.close()
     return Report(files=found.problems + files, notes=found.notes)
 
 
