@@ -6,6 +6,7 @@ import dataclasses
 import os
 import re
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,17 @@ from watchdog.model import (
 )
 from watchdog.policy.allowlist import origin_mismatch
 from watchdog.policy.learn import (
+    Script,
     head_regex,
     max_concurrent,
+    one_per_run,
     program_and_script,
+    render_changes,
     render_yaml,
     replay,
+    rule_of,
+    script_of,
+    source_gone_now,
     strongest_pin,
     suggest,
 )
@@ -39,9 +46,9 @@ PY = "/opt/pipeline/venv/bin/python"
 SCRIPT = "/opt/pipeline/train.py"
 
 
-def cron(file: str = "/etc/cron.d/pipeline", line: int = 2) -> dict[str, Any]:
+def cron(file: str = "/etc/cron.d/pipeline", line: int = 2, entry: str = "...") -> dict[str, Any]:
     return CronOrigin(
-        file=file, line=line, user="mlops", schedule="*/5 * * * *", entry="..."
+        file=file, line=line, user="mlops", schedule="*/5 * * * *", entry=entry
     ).to_json()
 
 
@@ -324,17 +331,63 @@ def test_an_origin_that_offers_no_pin_is_still_a_rival() -> None:
     assert [g.ghost_of for g in chosen.not_proposed] == ["/etc/cron.d/pipeline:2"]
 
 
-def test_two_jobs_sharing_a_name_are_both_proposed_when_both_are_preferred() -> None:
-    """Erring towards "the same job" must leave a way out: --prefer names both."""
-    other = cron("/etc/cron.d/team-b", 3)
+def test_case7_another_teams_script_of_the_same_name_is_another_job() -> None:
+    """Issue 35 case 7: runs were grouped by script name without folder, so another team's
+    ``/srv/other/train_main.py`` blocked the pipeline's proposal until ``--prefer``, which
+    then called the other team's line a "suspected ghost". Before: proposed [], one
+    conflict of both lines; with --prefer, the other line "suspected ghost: runs the same
+    script as the preferred cron /etc/cron.d/pipeline:2 (*/5 * * * *)". After: each
+    script path is its own job, proposed, with the bare name kept as a warning."""
+    other = CronOrigin(
+        file="/etc/cron.d/other", line=1, user="x", schedule="0 * * * *", entry="..."
+    ).to_json()
+    main_py = "/opt/pipeline/train_main.py"
+    runs = [
+        *(run(100 + i, T0 + 300 * i, T0 + 300 * i + 200, cron(), [PY, main_py]) for i in range(3)),
+        *(
+            run(200 + i, T0 + 1000 + 300 * i, T0 + 1100 + 300 * i, other,
+                ["/usr/bin/python3", "/srv/other/train_main.py"], user="x")
+            for i in range(2)
+        ),
+    ]  # fmt: skip
+    for prefer in ([], ["/etc/cron.d/pipeline:2"]):
+        s = suggest(runs, T0 - 1, prefer=prefer)
+        assert [g.rule for g in s.proposed] == ["cron-pipeline-2", "cron-other-1"], prefer
+        assert (s.conflicts, s.not_proposed) == ([], []), prefer
+        assert all(g.ghost_of is None for g in s.proposed)
+        text = render_yaml(s)
+        assert "ghost" not in text
+        lines = text.splitlines()
+        at = lines.index("  - name: cron-pipeline-2")
+        assert lines[at - 1] == (
+            "# warning: same script name elsewhere: /srv/other/train_main.py by user x "
+            "(cron /etc/cron.d/other:1 (0 * * * *))"
+        )
+        at = lines.index("  - name: cron-other-1")
+        assert lines[at - 1] == (
+            "# warning: same script name elsewhere: /opt/pipeline/train_main.py by user "
+            "mlops (cron /etc/cron.d/pipeline:2 (*/5 * * * *))"
+        )
+        cfg = parse_config(text, "s.yaml")
+        assert [(r.name, r.user) for r in cfg.sanctioned] == [
+            ("cron-pipeline-2", "mlops"), ("cron-other-1", "x"),
+        ]  # fmt: skip
+
+
+def test_case7_another_teams_script_run_by_hand_warns_only() -> None:
+    """The other team's script started by hand in a shell: listed, and the pipeline is
+    proposed with the warning (a script elsewhere is no rival)."""
     runs = [
         *pipeline_runs(),
-        run(301, T0 + 700, T0 + 800, other, [PY, "/srv/team-b/train.py"]),
-        run(302, T0 + 900, T0 + 950, other, [PY, "/srv/team-b/train.py"]),
+        run(201, T0 + 50, T0 + 90, tmux(), ["/usr/bin/python3", "/srv/other/train.py"], "alice"),
     ]
-    assert suggest(runs, T0 - 1).proposed == []
-    both = suggest(runs, T0 - 1, prefer=["/etc/cron.d/pipeline:2", "/etc/cron.d/team-b:3"])
-    assert [g.rule for g in both.proposed] == ["cron-pipeline-2", "cron-team-b-3"]
+    s = suggest(runs, T0 - 1)
+    assert [g.rule for g in s.proposed] == ["cron-pipeline-2"]
+    assert [g.why_not for g in s.not_proposed] == ["started by hand in a shell or tmux"]
+    assert (
+        "# warning: same script name elsewhere: /srv/other/train.py by user alice (shell 1)"
+        in render_yaml(s).splitlines()
+    )
 
 
 def test_every_proposal_loads_and_pins_exactly_what_ran() -> None:
@@ -376,12 +429,30 @@ def test_one_ambiguous_run_keeps_its_group_from_being_proposed() -> None:
     ]
 
 
-def test_a_shell_run_of_the_pipelines_script_is_no_ghost() -> None:
-    """Someone running the script by hand in tmux is listed, not a rival origin: the
-    pipeline is still proposed."""
-    s = suggest([*pipeline_runs(), run(201, T0 + 50, T0 + 90, tmux(), user="alice")], T0 - 1)
-    assert [g.rule for g in s.proposed] == ["cron-pipeline-2"]
-    assert [g.why_not for g in s.not_proposed] == ["started by hand in a shell or tmux"]
+def test_a_shell_run_of_the_pipelines_script_is_a_rival() -> None:
+    """Someone running the pipeline's script by hand in tmux was "no ghost" and the cron
+    line was proposed beside it (issue 35 case 6's class): now it is a rival. The cron
+    line is proposed only when --prefer names it, with the run by hand as a suspect."""
+    runs = [*pipeline_runs(), run(201, T0 + 50, T0 + 90, tmux(), user="alice")]
+    s = suggest(runs, T0 - 1)
+    assert s.proposed == [] and s.not_proposed == []
+    assert [[(g.origin.kind, g.why_not) for g in c] for c in s.conflicts] == [
+        [
+            ("cron", "the same script also ran from another origin: choose one with --prefer"),
+            ("shell", "started by hand in a shell or tmux"),
+        ]
+    ]
+    chosen = suggest(runs, T0 - 1, prefer=["/etc/cron.d/pipeline:2"])
+    assert [g.rule for g in chosen.proposed] == ["cron-pipeline-2"]
+    # A person's run is listed, never a "suspected ghost".
+    assert [(g.ghost_of, g.why_not) for g in chosen.not_proposed] == [
+        (None, "started by hand in a shell or tmux")
+    ]
+    at = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(T0 + 50))}"
+    lines = render_yaml(chosen).splitlines()
+    assert lines[lines.index("  - name: cron-pipeline-2") - 1].startswith(
+        f"# suspect: also run by hand by alice at {at}"
+    )
 
 
 def test_hostile_command_lines_cannot_break_out_of_a_comment() -> None:
@@ -422,10 +493,17 @@ def _reset_logging() -> Any:
 def test_cli_suggest_and_diff_read_the_state_dir(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # The command reads each crontab line again (a removed one is never proposed): the
+    # runs come from a real crontab file.
+    crontab = tmp_path / "pipeline"
+    entry = f"*/5 * * * * mlops {PY} {SCRIPT}"
+    crontab.write_text(f"# pipeline\n{entry}\n")
     db = StateDB(tmp_path / "state")
     now = time.time()
     for i, r in enumerate(pipeline_runs()):
-        db.record_run(r, now - 600 + i * 10)
+        db.record_run(
+            dataclasses.replace(r, origin=cron(str(crontab), 2, entry)), now - 600 + i * 10
+        )
     db.close()
     assert (
         main(["allowlist", "suggest", "--state-dir", str(tmp_path / "state"), "--since", "1h"]) == 0
@@ -473,3 +551,272 @@ def test_an_empty_window_says_no_job_was_recorded() -> None:
         "sanctioned: []",
     ]
     assert parse_config(text, "out.yaml").sanctioned == ()
+
+
+# -- issue 35 case 6: the cron ghost te_bob also started by hand -------------------------
+
+SNEAKY = "/home/te_bob/train_sneaky.py"
+
+
+def te_ghost_runs(by_hand: list[str]) -> list[RunRecord]:
+    """Five runs of /etc/cron.d/te-ghost (user te_bob) and one of the same script that
+    te_bob started by hand in tmux (``by_hand``: its command line)."""
+    ghost = CronOrigin(
+        file="/etc/cron.d/te-ghost", line=1, user="te_bob", schedule="*/5 * * * *",
+        entry=f"*/5 * * * * te_bob /usr/bin/python3 {SNEAKY}",
+    ).to_json()  # fmt: skip
+    hand = ShellOrigin(
+        session="tmux session 'sneak'", user="te_bob", tty="/dev/pts/4", tmux_session="sneak"
+    ).to_json()
+    return [
+        *(
+            run(500 + i, T0 + 300 * i, T0 + 300 * i + 60, ghost, ["/usr/bin/python3", SNEAKY],
+                "te_bob")
+            for i in range(5)
+        ),
+        run(600, T0 + 100, T0 + 160, hand, by_hand, "te_bob"),
+    ]  # fmt: skip
+
+
+def _at(ts: float) -> str:
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+
+
+@pytest.mark.parametrize(
+    "by_hand",
+    [
+        ["python3", "train_sneaky.py"],  # in his home folder: the path is not recorded
+        ["/usr/bin/python3", SNEAKY, "--lr", "1"],
+        ["python3", "-u", "/home/te_bob/./train_sneaky.py"],
+    ],
+)
+def test_case6_the_cron_ghost_run_by_hand_too_is_never_proposed(by_hand: list[str]) -> None:
+    """Issue 35 case 6. Before: ``/etc/cron.d/te-ghost`` was proposed as rule
+    ``cron-te-ghost-1`` (5 runs) and te_bob's run by hand of the same script did not
+    count. After: not proposed; the conflict lists the run by hand as a suspect."""
+    s = suggest(te_ghost_runs(by_hand), T0 - 1)
+    assert s.proposed == [] and s.not_proposed == []
+    lines = render_yaml(s).splitlines()
+    assert lines[2:] == [
+        "sanctioned: []",
+        f"# not proposed: /usr/bin/python3 {SNEAKY} runs from 2 origins:",
+        "#   cron /etc/cron.d/te-ghost:1 (*/5 * * * *), user te_bob: runs: 5, first seen "
+        f"{_at(T0)}, last seen {_at(T0 + 1260)}, GPU-hours 0.00, GPUs: none",
+        "#     file /etc/cron.d/te-ghost, line 1, schedule */5 * * * *, last edit file gone",
+        f"#   suspect: also run by hand by te_bob at {_at(T0 + 100)} (shell tmux session 'sneak')",
+        "#   choose the legitimate one: --prefer FILE:LINE (or the unit)",
+    ]
+    assert parse_config("\n".join(lines), "s.yaml").sanctioned == ()
+
+
+def test_case6_prefer_proposes_it_with_the_suspect_named() -> None:
+    s = suggest(
+        te_ghost_runs(["python3", "train_sneaky.py"]), T0 - 1, prefer=["/etc/cron.d/te-ghost"]
+    )
+    assert [g.rule for g in s.proposed] == ["cron-te-ghost-1"]
+    lines = render_yaml(s).splitlines()
+    at = lines.index("  - name: cron-te-ghost-1")
+    assert lines[at - 2 : at] == [
+        "# cron /etc/cron.d/te-ghost:1 (*/5 * * * *): runs: 5, first seen "
+        f"{_at(T0)}, last seen {_at(T0 + 1260)}, GPU-hours 0.00, GPUs: none",
+        f"# suspect: also run by hand by te_bob at {_at(T0 + 100)} (shell tmux session 'sneak')",
+    ]
+
+
+def test_case6_diff_marks_every_run_the_ghosts_rule_would_sanction() -> None:
+    """Before: five plain ``rogue -> sanctioned`` lines and ``5 run(s) would change
+    verdict``. After: each followed by its suspect, and the count says so."""
+    runs = te_ghost_runs(["python3", "train_sneaky.py"])
+    cfg = parse_config(
+        "sanctioned:\n- name: cron-te-ghost-1\n"
+        "  cmdline_regex: '^/usr/bin/python3 /home/te_bob/train_sneaky\\.py( |$)'\n"
+        "  user: te_bob\n  origin: {cron_file: /etc/cron.d/te-ghost, cron_line: 1}\n",
+        "c.yaml",
+    )
+    text = render_changes(replay(runs, cfg))
+    suspect = (
+        f"    suspect: also run by hand by te_bob at {_at(T0 + 100)} (shell tmux session 'sneak')"
+    )
+    expected = []
+    for i in range(5):
+        expected += [
+            f"{_at(T0 + 300 * i)} PID {500 + i} rogue -> sanctioned: /usr/bin/python3 {SNEAKY}"
+            " (user te_bob, cron /etc/cron.d/te-ghost:1 (*/5 * * * *)): matches rule "
+            "'cron-te-ghost-1'",
+            suspect,
+        ]
+    expected.append(
+        "5 run(s) would change verdict; 5 would be sanctioned although the same script also "
+        "ran from another origin (suspect: review before enforcing)"
+    )
+    assert text.splitlines() == expected
+
+
+def test_a_scheduled_rival_is_a_suspect_in_the_diff_too() -> None:
+    ghost = cron("/etc/cron.d/old-pipeline", 1)
+    runs = [*pipeline_runs(), run(301, T0 + 700, T0 + 800, ghost)]
+    cfg = parse_config(
+        "sanctioned:\n- name: p\n  cmdline: '*'\n"
+        "  origin: {cron_file: /etc/cron.d/pipeline, cron_line: 2}\n",
+        "c.yaml",
+    )
+    changes = replay(runs, cfg)
+    assert [(c.run.root_pid, c.would, c.suspects) for c in changes] == [
+        (pid, "sanctioned", (f"suspect: also run from cron /etc/cron.d/old-pipeline:1 "
+                             f"(*/5 * * * *) by mlops at {_at(T0 + 700)}",))
+        for pid in (101, 102, 103)
+    ]  # fmt: skip
+
+
+# -- issue 35 case 7: each run once; removed entries never proposed ----------------------
+
+
+def test_case7_diff_prints_each_run_once() -> None:
+    """A run recorded under two job signatures (its origin read differently after a
+    restart) has two rows. Before: PID 102 printed twice, ``4 run(s) would change
+    verdict``. After: once each, 3 runs; suggest counts it once too."""
+    rows = pipeline_runs()
+    again = dataclasses.replace(rows[1], signature="sig2", last_seen=rows[1].last_seen + 5)
+    runs = [*rows, again]
+    cfg = parse_config(
+        "sanctioned:\n- name: p\n  cmdline: '*'\n  max_instances: 2\n"
+        "  origin: {cron_file: /etc/cron.d/pipeline, cron_line: 2}\n",
+        "c.yaml",
+    )
+    lines = render_changes(replay(runs, cfg)).splitlines()
+    assert [line.split(": ")[0].split(" ", 1)[1] for line in lines[:-1]] == [
+        "PID 101 rogue -> sanctioned", "PID 102 rogue -> sanctioned",
+        "PID 103 rogue -> sanctioned",
+    ]  # fmt: skip
+    assert lines[-1] == "3 run(s) would change verdict"
+    [g] = suggest(runs, T0 - 1).proposed
+    assert (len(g.runs), g.runs[1].last_seen, rule_of(g)["max_instances"]) == (
+        3, T0 + 505, 2,
+    )  # fmt: skip
+
+
+def test_one_per_run_merges_the_rows_of_one_run() -> None:
+    a = run(7, T0, T0 + 10, cron(), gpu_s=5.0, gpus=["GPU-a"])
+    b = dataclasses.replace(
+        a, signature="s2", started_at=T0 + 2, last_seen=T0 + 20, gpu_s=3.0, gpus=["GPU-b"],
+        verdict="sanctioned", rule="p", max_gpu_bytes=10,
+    )  # fmt: skip
+    [one] = one_per_run([b, a])
+    assert (one.started_at, one.last_seen, one.gpu_s, one.gpus, one.verdict, one.rule) == (
+        T0, T0 + 20, 8.0, ["GPU-a", "GPU-b"], "sanctioned", "p",
+    )  # fmt: skip
+    assert one.max_gpu_bytes == 10
+
+
+@pytest.mark.parametrize("state", ["removed", "disabled", "ignored"])
+def test_case7_an_entry_recorded_gone_is_never_proposed(state: str) -> None:
+    """Before: ``cron-old-1`` proposed for a crontab line recorded as removed."""
+    gone = CronOrigin(
+        file="/etc/cron.d/old", line=1, user="mlops", schedule="*/5 * * * *", entry="x",
+        entry_state=state,
+    ).to_json()  # fmt: skip
+    s = suggest([run(700, T0, T0 + 9, gone), run(701, T0 + 300, T0 + 309, gone)], T0 - 1)
+    assert s.proposed == []
+    why = {
+        "removed": "its crontab entry was removed",
+        "disabled": "its crontab entry was disabled",
+        "ignored": "cron no longer reads its crontab (writable by group or others, or not root's)",
+    }[state]
+    assert [g.why_not for g in s.not_proposed] == [f"its source is gone ({why})"]
+
+
+def test_case7_an_entry_removed_after_its_last_run_is_never_proposed(tmp_path: Path) -> None:
+    """The runs were recorded while the line was live; it was commented out, then deleted
+    with its file, since. Read again now (:func:`source_gone_now`), it is not proposed."""
+    tab = tmp_path / "pipeline"
+    entry = f"*/5 * * * * mlops {PY} {SCRIPT}"
+    tab.write_text(f"# pipeline\n{entry}\n")
+    runs = [
+        run(100 + i, T0 + 300 * i, T0 + 300 * i + 9, cron(str(tab), 2, entry)) for i in range(2)
+    ]
+    live = suggest(runs, T0 - 1, gone_now=source_gone_now)
+    assert [g.rule for g in live.proposed] == ["cron-pipeline-2"]
+    tab.write_text(f"# pipeline\n# {entry}\n")
+    s = suggest(runs, T0 - 1, gone_now=source_gone_now)
+    assert [g.why_not for g in s.proposed + s.not_proposed] == [
+        "its source is gone (its crontab entry is disabled now)"
+    ]
+    tab.unlink()
+    s = suggest(runs, T0 - 1, gone_now=source_gone_now)
+    assert [g.why_not for g in s.not_proposed] == [
+        "its source is gone (its crontab entry is removed now)"
+    ]
+
+
+def test_a_unit_whose_file_is_gone_is_never_proposed(tmp_path: Path) -> None:
+    unit_file = tmp_path / "train.service"
+    unit_file.write_text("[Service]\nExecStart=/bin/true\n")
+    origin = SystemdOrigin(unit="train.service", unit_file=str(unit_file)).to_json()
+    runs = [run(1, T0, T0 + 9, origin), run(2, T0 + 300, T0 + 309, origin)]
+    assert [g.rule for g in suggest(runs, T0 - 1, gone_now=source_gone_now).proposed] == ["train"]
+    unit_file.unlink()
+    s = suggest(runs, T0 - 1, gone_now=source_gone_now)
+    assert [g.why_not for g in s.not_proposed] == [
+        f"its source is gone (its unit file {unit_file} is gone)"
+    ]
+
+
+def test_a_removed_ghost_is_still_a_rival() -> None:
+    """A removed crontab line that ran the pipeline's script is not proposed, and still
+    keeps the live line from being proposed silently: which of the two was the ghost is
+    the admin's call."""
+    gone = CronOrigin(
+        file="/etc/cron.d/old-pipeline", line=1, user="mlops", schedule="*/5 * * * *",
+        entry="x", entry_state="removed",
+    ).to_json()  # fmt: skip
+    s = suggest([*pipeline_runs(), run(301, T0 + 700, T0 + 800, gone)], T0 - 1)
+    assert s.proposed == []
+    assert [[g.why_not for g in c] for c in s.conflicts] == [
+        [
+            "the same script also ran from another origin: choose one with --prefer",
+            "its source is gone (its crontab entry was removed)",
+        ]
+    ]
+
+
+# -- the script a run names ---------------------------------------------------------------
+
+
+def test_script_of_resolves_what_the_record_allows() -> None:
+    shell = Origin.from_json(tmux())
+    assert script_of((PY, "//opt/p/./x.py"), shell) == Script("x", "/opt/p/x.py")
+    assert script_of(("/opt/bin/trainer",), shell) == Script("trainer", "/opt/bin/trainer")
+    assert script_of(("python3", "x.py"), shell) == Script(
+        "x", None, "relative path x.py: the working directory is not recorded"
+    )
+    assert script_of(("python3", "-m", "p.train"), shell) == Script(
+        "train", None, "module p.train: its file depends on the interpreter's path"
+    )
+    assert script_of(("trainer",), shell) == Script(
+        "trainer", None, "trainer was found on the PATH, which is not recorded"
+    )
+    assert script_of(("torchrun", "--nproc_per_node", "8"), shell) == Script(
+        "torchrun", None, "torchrun names no script before its options"
+    )
+    # A crontab line's own `cd DIR &&` is the folder its command runs in.
+    for entry in (
+        "*/5 * * * * mlops cd /srv/p && python3 train.py --x",
+        "@daily cd /srv/p; /usr/bin/python3 -u train.py",
+    ):
+        origin = Origin.from_json(cron(entry=entry))
+        head = program_and_script(entry.split(" && ")[-1].split("; ")[-1].split())
+        assert script_of(head, origin) == Script("train", "/srv/p/train.py"), entry
+    # ... but not a cd to two folders, nor one before a wrapper that runs the script.
+    for entry in (
+        "* * * * * u cd /a && cd /b && python3 train.py",
+        "* * * * * u cd /srv/p && ./run.sh",
+    ):
+        assert script_of(("python3", "train.py"), Origin.from_json(cron(entry=entry))).path is None
+
+
+def test_an_unresolved_script_is_a_rival_of_any_script_of_its_name() -> None:
+    """A relative path from a shell could be the pipeline's script: the safe way to be
+    wrong is a rival too many."""
+    runs = [*pipeline_runs(), run(201, T0 + 50, T0 + 90, tmux(), ["python3", "train.py"], "bob")]
+    s = suggest(runs, T0 - 1)
+    assert s.proposed == [] and len(s.conflicts) == 1

@@ -74,10 +74,13 @@ def _write_new(path: str, text: str) -> None:
 
 def cmd_suggest(args: argparse.Namespace) -> int:
     """``allowlist suggest``: print (or write) the proposed allowlist."""
-    from watchdog.policy.learn import render_yaml, suggest
+    from watchdog.policy.learn import render_yaml, source_gone_now, suggest
 
     runs, since = _runs(args, None)
-    text = render_yaml(suggest(runs, since, min_runs=args.min_runs, prefer=args.prefer or ()))
+    found = suggest(
+        runs, since, min_runs=args.min_runs, prefer=args.prefer or (), gone_now=source_gone_now
+    )
+    text = render_yaml(found)
     if args.output:
         _write_new(args.output, text)
         return 0
@@ -104,10 +107,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         **command_help(
             "learn the allowlist from what ran, and replay history under a config",
             "suggest: from the runs the daemon recorded (daemon.learn_until), propose one "
-            "rule per recurring job, pinned to its origin; jobs started by hand, orphans "
-            "and one program from two origins are listed, not proposed. diff: judge the "
-            "recorded runs again under a configuration and list those whose verdict would "
-            "change. docs/first-week.md.",
+            "rule per recurring job (per script path), pinned to its origin; jobs started "
+            "by hand, orphans, sources already removed and one script run from two origins "
+            "(a person's shell included) are listed, not proposed. diff: judge the recorded "
+            "runs again under a configuration and list those whose verdict would change, "
+            "marking each run it would sanction whose script also ran from another origin. "
+            "docs/first-week.md.",
             [
                 "rogue-watchdog allowlist suggest --since 7d --output /tmp/allowlist.yaml",
                 "rogue-watchdog allowlist suggest --prefer /etc/cron.d/pipeline:2",
@@ -136,8 +141,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )  # fmt: skip
     s.add_argument(
         "--prefer", action="append", metavar="ORIGIN",
-        help="of one program run from several origins, propose this one (FILE:LINE, FILE or "
-        "a unit) and list the others as suspected ghosts; repeatable",
+        help="of one script run from several origins, propose this one (FILE:LINE, FILE or "
+        "a unit), listing the others as suspects (scheduled ones as suspected ghosts); "
+        "repeatable",
     )  # fmt: skip
     s.add_argument("--output", metavar="FILE", help="write to FILE (must not exist)")
     s.set_defaults(func=cmd_suggest)

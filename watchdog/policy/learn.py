@@ -7,10 +7,15 @@ again under a configuration with the daemon's own judging code
 (:func:`watchdog.policy.allowlist.judge`).
 
 Learning must not enshrine the ghost: the seed's ghost was a retired cron file running
-the pipeline's own script, the same program from two origins. Such a program is never
-proposed silently twice: none of its origins is proposed, and each is shown with its
-evidence, unless the admin names the one to keep (``prefer``); the others are then
-listed as suspected ghosts.
+the pipeline's own script, the same program from two origins. A job is its script's
+path, resolved as far as the record allows (:func:`script_of`); two runs are rivals when
+they run the same script from two origins, a person's shell or tmux included. An origin
+with a rival is never proposed silently: none is proposed, and each is shown with its
+evidence, unless the admin names the one to keep (``prefer``); the proposal then lists
+its rivals as suspects and the other scheduler origins as suspected ghosts. A script of
+the same name in another folder is another job, only warned about. An origin whose
+source is gone (its crontab line removed or commented out, its unit file deleted) is
+never proposed.
 """
 
 from __future__ import annotations
@@ -18,16 +23,16 @@ from __future__ import annotations
 import heapq
 import os
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import yaml
 
 from watchdog.config import Config, ConfigError, parse_config
 from watchdog.hosttext import safe_text
-from watchdog.model import Job, Origin
+from watchdog.model import NOT_LIVE, CronOrigin, Job, Origin, SystemdOrigin
 from watchdog.policy.allowlist import judge
 from watchdog.state import RunRecord
 
@@ -140,6 +145,170 @@ def max_concurrent(runs: Sequence[RunRecord]) -> int:
     return most
 
 
+def _module(head: Sequence[str]) -> str | None:
+    """The module a ``-m`` head runs (``-m pkg.mod`` or ``-mpkg.mod``), or None."""
+    if len(head) >= 2 and head[-2] == "-m":
+        return head[-1]
+    last = head[-1] if head else ""
+    if len(head) >= 2 and last.startswith("-m") and not last.startswith("--"):
+        return last[2:]
+    return None
+
+
+def _names_script(head: Sequence[str]) -> bool:
+    """True when the head's last word is the script (not a launcher option's value)."""
+    last = head[-1]
+    return len(head) >= 2 and (
+        last.endswith(_SCRIPT_SUFFIXES)
+        or (_PYTHON.fullmatch(os.path.basename(head[0])) is not None and not last.startswith("-"))
+    )
+
+
+def job_identity(head: Sequence[str]) -> str:
+    """The bare name of a run's script: what warns of "the same script elsewhere", and
+    what two runs share when one of their scripts cannot be resolved (:func:`script_of`).
+
+    The script's name without folder or suffix, or the last part of a ``-m`` module,
+    whatever interpreter path, options or folder run it; when no script is named (a
+    launcher whose options take values, a suffix-less script of another interpreter),
+    the program's file name.
+
+    Args:
+        head: :func:`program_and_script` of a run.
+
+    Returns:
+        ``train`` for ``/usr/bin/python3 /opt/p/train.py``, ``python -u ./train.py``,
+        ``python3 /srv/train`` and ``python3 -m pipeline.train``; ``torchrun`` for
+        ``torchrun --nproc_per_node 8 run_x``.
+    """
+    if not head:
+        return ""
+    module = _module(head)
+    if module:
+        return module.rsplit(".", 1)[-1]
+    program = os.path.basename(head[0])
+    if _names_script(head):
+        program = os.path.basename(os.path.normpath(head[-1]))
+    # A script run by its shebang is its own program: /opt/p/train.py is "train" too.
+    return program.rsplit(".", 1)[0] if program.endswith(_SCRIPT_SUFFIXES) else program
+
+
+@dataclass(frozen=True)
+class Script:
+    """The script a run names, resolved as far as its record allows.
+
+    Attributes:
+        name: Its bare name (:func:`job_identity`).
+        path: Its absolute, normalised path; None when the record cannot tell it.
+        unresolved: Why ``path`` is None, in words; None when it is known.
+    """
+
+    name: str
+    path: str | None
+    unresolved: str | None = None
+
+    def same_job(self, other: Script) -> bool:
+        """True when both may be one script: equal paths, or equal names when either
+        path is unknown (the safe way to be wrong: a rival too many, never one missed)."""
+        if self.path is not None and other.path is not None:
+            return self.path == other.path
+        return self.name == other.name
+
+
+# ``cd DIR &&`` or ``cd DIR;`` in a crontab line: the folder its command runs in.
+_CRON_CD = re.compile(r"(?:^|[\s;&|(])cd\s+(/[^\s;&|<>()$`'\"\\]*)\s*(?:&&|;)")
+
+
+def _normpath(path: str) -> str:
+    # POSIX keeps a leading "//" (implementation-defined); Linux reads it as "/".
+    norm = os.path.normpath(path)
+    return "/" + norm.lstrip("/") if norm.startswith("//") else norm
+
+
+def _cron_cwd(origin: Origin, relative: str) -> str | None:
+    """The folder a crontab line ``cd``s into before running ``relative``, or None.
+
+    Only one absolute ``cd`` target, with ``relative`` written after it: a line that
+    runs a wrapper which changes folder itself is not resolved."""
+    entry = origin.fields.get("entry") if origin.kind == "cron" else None
+    if not isinstance(entry, str):
+        return None
+    found = list(_CRON_CD.finditer(entry))
+    if len({m.group(1) for m in found}) != 1:
+        return None
+    rest = entry[found[-1].end() :]
+    if re.search(r"(^|\s)" + re.escape(relative) + r"(\s|$)", rest) is None:
+        return None
+    return found[0].group(1)
+
+
+def script_of(head: Sequence[str], origin: Origin) -> Script:
+    """The script a run names, resolved with what its record holds.
+
+    A run records its command line and origin, not its working directory: an absolute
+    script path is normalised (``//opt/./p/x.py`` is ``/opt/p/x.py``; symbolic links are
+    not followed: the file may have changed since); a relative one is resolved only
+    against a crontab line's own ``cd /DIR &&``. A module (``-m``), a program found on
+    the PATH, or a launcher whose options hide the script stay unresolved, and say why.
+
+    Args:
+        head: :func:`program_and_script` of the run.
+        origin: The run's recorded origin.
+
+    Returns:
+        ``Script("train", "/opt/p/train.py")`` for ``python3 /opt/p/train.py``;
+        ``Script("train", None, "relative path train.py: ...")`` for ``python3 train.py``
+        started in a shell.
+    """
+    name = job_identity(head)
+    if not head:
+        return Script(name, None, "no command line was recorded")
+    module = _module(head)
+    if module:
+        return Script(name, None, f"module {module}: its file depends on the interpreter's path")
+    if _names_script(head):
+        target = head[-1]
+    elif len(head) == 1:
+        target = head[0]
+    else:
+        return Script(name, None, f"{os.path.basename(head[0])} names no script before its options")
+    if target.startswith("/"):
+        return Script(name, _normpath(target))
+    cwd = _cron_cwd(origin, target)
+    if cwd is not None:
+        return Script(name, _normpath(os.path.join(cwd, target)))
+    if "/" not in target and target == head[0]:
+        return Script(name, None, f"{target} was found on the PATH, which is not recorded")
+    return Script(name, None, f"relative path {target}: the working directory is not recorded")
+
+
+def one_per_run(runs: Sequence[RunRecord]) -> list[RunRecord]:
+    """One record per run (root PID and start ticks), oldest start first.
+
+    A run has a row per job signature it was recorded under (its origin or command line
+    read differently after a daemon restart): the latest row's origin, verdict and rule,
+    the earliest start, the latest sighting, the GPU-seconds of all rows, every GPU.
+    """
+    rows: dict[tuple[int, int], list[RunRecord]] = {}
+    for r in runs:
+        rows.setdefault((r.root_pid, r.start_ticks), []).append(r)
+    out = []
+    for same in rows.values():
+        latest = max(same, key=lambda r: (r.last_seen, r.started_at))
+        sizes = [r.max_gpu_bytes for r in same if r.max_gpu_bytes is not None]
+        out.append(
+            replace(
+                latest,
+                started_at=min(r.started_at for r in same),
+                last_seen=max(r.last_seen for r in same),
+                gpu_s=sum(r.gpu_s for r in same),
+                gpus=sorted({g for r in same for g in (r.gpus or [])}),
+                max_gpu_bytes=max(sizes) if sizes else None,
+            )
+        )
+    return sorted(out, key=lambda r: (r.started_at, r.root_pid))
+
+
 @dataclass
 class Group:
     """The runs of one job: one origin (by its pin), one user, one program and script.
@@ -148,20 +317,26 @@ class Group:
         origin: The origin of its latest run.
         user: The runs' user.
         head: :func:`program_and_script` of the runs.
+        script: :func:`script_of` the head and origin.
         runs: The runs, oldest first.
         why_not: Why it is not proposed, or None.
         rule: The rule name it would get.
         ghost_of: For a suspected ghost (a rule sanctions, or ``--prefer`` chose, another
             origin of the same script), the label of that origin.
+        rivals: The groups running the same script from another origin (by hand too).
+        namesakes: The groups running a script of the same name at another path.
     """
 
     origin: Origin
     user: str | None
     head: tuple[str, ...]
+    script: Script
     runs: list[RunRecord] = field(default_factory=list)
     why_not: str | None = None
     rule: str = ""
     ghost_of: str | None = None
+    rivals: list[Group] = field(default_factory=list)
+    namesakes: list[Group] = field(default_factory=list)
 
     @property
     def gpu_hours(self) -> float:
@@ -172,6 +347,11 @@ class Group:
     def gpus(self) -> list[str]:
         """Every GPU any run held, sorted."""
         return sorted({g for r in self.runs for g in (r.gpus or [])})
+
+    @property
+    def sanctioned(self) -> bool:
+        """True when a rule sanctioned every run."""
+        return all(r.verdict == "sanctioned" for r in self.runs)
 
 
 @dataclass
@@ -203,86 +383,142 @@ def _matches(group: Group, prefer: str) -> bool:
     return prefer in group.origin.names()
 
 
-def job_identity(head: Sequence[str]) -> str:
-    """What two origins must share to run "the same job", erring towards "the same".
-
-    The script's name without folder or suffix, or the last part of a ``-m`` module,
-    whatever interpreter path, options or folder run it; when no script is named (a
-    launcher whose options take values, a suffix-less script of another interpreter),
-    the program's file name. Two unrelated jobs may share it: then neither is proposed
-    silently and the admin names both with ``--prefer``, the safe way to be wrong here.
-
-    Args:
-        head: :func:`program_and_script` of a run.
-
-    Returns:
-        ``train`` for ``/usr/bin/python3 /opt/p/train.py``, ``python -u ./train.py``,
-        ``python3 /srv/train`` and ``python3 -m pipeline.train``; ``torchrun`` for
-        ``torchrun --nproc_per_node 8 run_x``.
+def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
+    """The runs (not ignored, one record each: :func:`one_per_run`) grouped into jobs by
+    origin pin, user and :func:`program_and_script`, oldest first, each with its rivals
+    and namesakes (:func:`_link`).
     """
-    if not head:
-        return ""
-    program, last = os.path.basename(head[0]), head[-1]
-    module = None
-    if len(head) >= 2 and head[-2] == "-m":
-        module = last
-    elif len(head) >= 2 and last.startswith("-m") and not last.startswith("--"):
-        module = last[2:]
-    if module:
-        return module.rsplit(".", 1)[-1]
-    named = last.endswith(_SCRIPT_SUFFIXES) or (
-        _PYTHON.fullmatch(program) is not None and not last.startswith("-")
-    )
-    if len(head) >= 2 and named:
-        program = os.path.basename(os.path.normpath(last))
-    # A script run by its shebang is its own program: /opt/p/train.py is "train" too.
-    return program.rsplit(".", 1)[0] if program.endswith(_SCRIPT_SUFFIXES) else program
+    groups: dict[tuple[object, ...], Group] = {}
+    for run in one_per_run([r for r in runs if r.verdict != "ignored"]):
+        origin = Origin.from_json(run.origin)
+        head = program_and_script(run.cmdline)
+        key = (_origin_key(origin), run.user, head)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = Group(origin, run.user, head, script_of(head, origin))
+        g.origin = origin
+        g.runs.append(run)
+        # Any run its origin could not pin (two identical lines could have started it)
+        # keeps the whole group from being proposed, not only when it is the latest.
+        g.why_not = g.why_not or not_sanctionable(origin)
+    ordered = sorted(groups.values(), key=lambda g: (g.runs[0].started_at, g.head))
+    _link(ordered)
+    return ordered
 
 
-def _ghosts(groups: Iterable[Group], prefer: Sequence[str]) -> list[list[Group]]:
-    """Mark every scheduler origin that runs a job another origin runs too.
+def _link(groups: Sequence[Group]) -> None:
+    """Fill each group's rivals (the same script from another origin, whoever started
+    it) and namesakes (a script of the same name at another known path)."""
+    keys = [_origin_key(g.origin) for g in groups]
+    for i, g in enumerate(groups):
+        for j, h in enumerate(groups):
+            if i == j:
+                continue
+            if keys[i] != keys[j] and g.script.same_job(h.script):
+                g.rivals.append(h)
+            elif (
+                g.script.path is not None
+                and h.script.path is not None
+                and g.script.path != h.script.path
+                and g.script.name == h.script.name
+            ):
+                g.namesakes.append(h)
 
-    Learning must not enshrine a ghost, so the comparison takes every group but those
-    started by hand in a shell or tmux: also one a rule sanctions already, one that ran
-    too rarely to be proposed (a weekly ghost runs once in a week's window), and one
-    whose origin offers no pin or cannot be told (supervisord, ``at``, an orphan, an
-    unconfirmed Slurm claim: any of them may be the ghost). For each job identity
-    (:func:`job_identity`) run from two or more origins: the origins rules sanction win
-    and the others are suspected ghosts of them; else the ones ``prefer`` names win; else
-    none is proposed and the group goes into the returned conflicts.
+
+def _judge_rivals(groups: Sequence[Group], prefer: Sequence[str]) -> list[list[Group]]:
+    """Decide every group that runs its script from a second origin.
+
+    Learning must not enshrine a ghost, so every rival counts: one a person started in a
+    shell or tmux, one a rule sanctions already, one that ran too rarely to be proposed
+    (a weekly ghost runs once in a week's window), one whose origin offers no pin or
+    cannot be told (supervisord, ``at``, an orphan), one whose source is gone. A group
+    with a rival that a rule sanctions is its suspected ghost; else one ``prefer`` names
+    stays proposable (its rivals are listed as suspects); else one with a preferred
+    rival is that rival's suspected ghost; else none is proposed and the group and its
+    rivals go into the returned conflicts. A person's run is never a suspected ghost.
 
     Args:
         groups: Every group, ``why_not`` already set by the per-group checks.
         prefer: Origins the admin chose (``--prefer``).
 
     Returns:
-        The groups of each job run from several origins with no winner.
+        The conflicts: the groups of each script run from several origins, no winner.
     """
-    by_job: dict[str, list[Group]] = {}
+    conflicted: list[Group] = []
     for g in groups:
-        if not g.origin.by_hand:
-            by_job.setdefault(job_identity(g.head), []).append(g)
-    conflicts: list[list[Group]] = []
-    for same in by_job.values():
-        if len({_origin_key(g.origin) for g in same}) < 2:
+        if g.origin.by_hand or not g.rivals or g.sanctioned:
             continue
-        sanctioned = [g for g in same if g.why_not and g.why_not.startswith("already sanctioned")]
-        chosen = sanctioned or [g for g in same if any(_matches(g, p) for p in prefer)]
-        winners = {_origin_key(g.origin) for g in chosen}
+        scheduled = [h for h in g.rivals if not h.origin.by_hand]
+        winners = [h for h in scheduled if h.sanctioned]
+        how = "sanctioned"
+        if not winners and any(_matches(g, p) for p in prefer):
+            continue
+        if not winners:
+            winners = [h for h in scheduled if any(_matches(h, p) for p in prefer)]
+            how = "preferred"
         if winners:
-            for g in same:
-                if _origin_key(g.origin) not in winners:
-                    g.ghost_of = chosen[0].origin.label()
-                    how = "sanctioned" if sanctioned else "preferred"
-                    g.why_not = (
-                        f"suspected ghost: runs the same script as the {how} "
-                        f"{chosen[0].origin.describe()}"
-                    )
-            continue
-        for g in same:
-            g.why_not = "the same script runs from another origin: choose one with --prefer"
-        conflicts.append(same)
-    return conflicts
+            g.ghost_of = winners[0].origin.label()
+            g.why_not = (
+                f"suspected ghost: runs the same script as the {how} {winners[0].origin.describe()}"
+            )
+        elif g.why_not is None:
+            g.why_not = "the same script also ran from another origin: choose one with --prefer"
+            conflicted.append(g)
+    return _components(conflicted)
+
+
+def _components(conflicted: Sequence[Group]) -> list[list[Group]]:
+    """Each conflicted group with its rivals, groups sharing a member merged, members
+    oldest first."""
+    out: list[list[Group]] = []
+    for g in conflicted:
+        members = {id(x): x for x in (g, *g.rivals)}
+        keep = []
+        for c in out:
+            if any(id(x) in members for x in c):
+                members.update((id(x), x) for x in c)
+            else:
+                keep.append(c)
+        merged = sorted(members.values(), key=lambda x: (x.runs[0].started_at, x.head))
+        out = [*keep, merged]
+    return sorted(out, key=lambda c: (c[0].runs[0].started_at, c[0].head))
+
+
+#: Why an origin's source is gone now, or None (:func:`source_gone_now`).
+GoneNow = Callable[[Origin], str | None]
+
+
+def source_gone_now(origin: Origin) -> str | None:
+    """Why an origin's source no longer exists on this host now, or None while it does or
+    nothing can be said (``allowlist suggest`` never proposes a gone source).
+
+    A crontab line is read again (:func:`watchdog.lineage.cron.entry_state`: removed,
+    commented out, or in a file cron no longer loads); a unit whose recorded unit file
+    is gone is gone. Other kinds answer only from their record (:meth:`Origin.source_gone`).
+
+    Args:
+        origin: A recorded origin.
+
+    Returns:
+        ``its crontab entry is removed now`` (``disabled``, ``ignored``), ``its unit file
+        /etc/systemd/system/x.service is gone``, or None.
+    """
+    # Only the command reads the host: the daemon's candidate count never gets here.
+    from watchdog.lineage.base import ResolveContext
+    from watchdog.lineage.cron import entry_state
+    from watchdog.sources.procfs import ProcessTable
+
+    if isinstance(origin, CronOrigin):
+        ctx = ResolveContext(table=ProcessTable(), now=datetime.now(UTC))
+        state = entry_state(origin, ctx)
+        return f"its crontab entry is {state} now" if state in NOT_LIVE else None
+    if (
+        isinstance(origin, SystemdOrigin)
+        and origin.unit_file
+        and not os.path.lexists(origin.unit_file)
+    ):
+        return f"its unit file {origin.unit_file} is gone"
+    return None
 
 
 def suggest(
@@ -291,53 +527,45 @@ def suggest(
     *,
     min_runs: int = 2,
     prefer: Sequence[str] = (),
+    gone_now: GoneNow | None = None,
 ) -> Suggestion:
     """Group the recorded runs into jobs and decide which to propose.
 
     A group is proposed when its origin may be sanctioned (:func:`not_sanctionable`),
-    it ran at least ``min_runs`` times, no rule sanctioned it already, no origin but a
-    person's shell runs the same job too (:func:`_ghosts`: all of them go into
-    ``conflicts``, unless a rule sanctions one or ``prefer`` names some: then the others
-    are suspected ghosts), and its rule loads (:func:`_unloadable`).
+    its source is not gone (as recorded, or ``gone_now``), it ran at least ``min_runs``
+    times, no rule sanctioned it already, no other origin ran the same script
+    (:func:`_judge_rivals`: all of them go into ``conflicts``, unless a rule sanctions
+    one or ``prefer`` names some: then the others are suspected ghosts), and its rule
+    loads (:func:`_unloadable`).
 
     Args:
-        runs: Recorded runs (:func:`watchdog.state.read_runs`).
+        runs: Recorded runs (:func:`watchdog.state.read_runs`); several rows of one run
+            count once (:func:`one_per_run`).
         since: Start of the window the runs were read from (POSIX time).
         min_runs: Fewest runs a proposed job has.
         prefer: Origins (``FILE``, ``FILE:LINE``, a unit) the admin chose.
+        gone_now: Why an origin's source is gone now (:func:`source_gone_now`), or
+            None to trust the records alone.
     """
-    groups: dict[tuple[object, ...], Group] = {}
-    for run in runs:
-        if run.verdict == "ignored":
-            continue
-        origin = Origin.from_json(run.origin)
-        head = program_and_script(run.cmdline)
-        key = (_origin_key(origin), run.user, head)
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = Group(origin, run.user, head)
-        g.origin = origin
-        g.runs.append(run)
-        # Any run its origin could not pin (two identical lines could have started it)
-        # keeps the whole group from being proposed, not only when it is the latest.
-        g.why_not = g.why_not or not_sanctionable(origin)
-    for g in groups.values():
-        g.why_not = g.why_not or not_sanctionable(g.origin)
-        if g.why_not is None and all(r.verdict == "sanctioned" for r in g.runs):
+    groups = group_runs(runs)
+    for g in groups:
+        gone = g.origin.source_gone() or (gone_now(g.origin) if gone_now else None)
+        if g.why_not is None and gone is not None:
+            g.why_not = f"its source is gone ({gone})"
+        if g.why_not is None and g.sanctioned:
             rules = sorted({r.rule or "?" for r in g.runs})
             g.why_not = f"already sanctioned by rule {', '.join(rules)}"
         if g.why_not is None and len(g.runs) < min_runs:
             g.why_not = f"ran {len(g.runs)} time(s), fewer than --min-runs {min_runs}"
-    conflicts = _ghosts(groups.values(), prefer)
+    conflicts = _judge_rivals(groups, prefer)
     taken: set[str] = set()
-    ordered = sorted(groups.values(), key=lambda g: (g.runs[0].started_at, g.head))
-    for g in ordered:
+    for g in groups:
         if g.why_not is None:
             g.rule = _rule_name(g, taken)
             g.why_not = _unloadable(g)
-    proposed = [g for g in ordered if g.why_not is None]
+    proposed = [g for g in groups if g.why_not is None]
     in_conflict = {id(g) for c in conflicts for g in c}
-    not_proposed = [g for g in ordered if g.why_not is not None and id(g) not in in_conflict]
+    not_proposed = [g for g in groups if g.why_not is not None and id(g) not in in_conflict]
     return Suggestion(proposed, not_proposed, conflicts, since)
 
 
@@ -370,8 +598,44 @@ def _evidence(g: Group) -> str:
     return text + (f", GPUs: {', '.join(gpus)}" if gpus else ", GPUs: none")
 
 
+def _times(g: Group) -> str:
+    first = _when(g.runs[0].started_at)
+    if len(g.runs) == 1:
+        return f"at {first}"
+    return f"at {first} and {len(g.runs) - 1} more time(s), last at {_when(g.runs[-1].started_at)}"
+
+
+def rival_text(rival: Group) -> str:
+    """How a proposal or a diff names a rival: ``suspect: also run by hand by te_bob at
+    T (shell ...)``, or ``suspect: also run from cron F:L (...) by mlops at T``."""
+    if rival.origin.by_hand:
+        return (
+            f"suspect: also run by hand by {rival.user} {_times(rival)} ({rival.origin.describe()})"
+        )
+    return f"suspect: also run from {rival.origin.describe()} by {rival.user} {_times(rival)}"
+
+
+def namesake_text(other: Group) -> str:
+    """``same script name elsewhere: /srv/other/train.py by user x (ORIGIN)``."""
+    return (
+        f"warning: same script name elsewhere: {other.script.path} by user {other.user} "
+        f"({other.origin.describe()})"
+    )
+
+
+def _unresolved_text(g: Group) -> str | None:
+    if g.script.unresolved is None:
+        return None
+    return (
+        f"its script could not be resolved ({g.script.unresolved}): runs of any "
+        f"{g.script.name!r} count as the same script"
+    )
+
+
 def _origin_evidence(g: Group) -> list[str]:
     o = g.origin
+    if o.by_hand:
+        return [f"  {rival_text(g)}"]
     lines = [f"  {o.describe()}, user {g.user}: {_evidence(g)}"]
     path, detail = o.source_file(), o.source_detail()
     if path is not None:
@@ -380,6 +644,9 @@ def _origin_evidence(g: Group) -> list[str]:
         except OSError:
             edited = "file gone"
         lines.append(f"    {detail or f'file {path}'}, last edit {edited}")
+    unresolved = _unresolved_text(g)
+    if unresolved is not None:
+        lines.append(f"    {unresolved}")
     return lines
 
 
@@ -391,6 +658,19 @@ def rule_of(g: Group) -> dict[str, Any]:
     rule["origin"] = strongest_pin(g.origin)
     rule["max_instances"] = max(1, max_concurrent(g.runs))
     return rule
+
+
+def _proposal(g: Group) -> list[str]:
+    """A proposed rule with its evidence, suspects and warnings as comments above it."""
+    out = [_comment(f"{g.origin.describe()}: {_evidence(g)}")]
+    out.extend(_comment(rival_text(h)) for h in g.rivals)
+    out.extend(_comment(namesake_text(h)) for h in g.namesakes)
+    unresolved = _unresolved_text(g)
+    if unresolved is not None:
+        out.append(_comment(f"note: {unresolved}"))
+    text = yaml.safe_dump([rule_of(g)], sort_keys=False, allow_unicode=False, width=1 << 16)
+    out.extend("  " + line for line in text.rstrip("\n").splitlines())
+    return out
 
 
 def render_yaml(s: Suggestion) -> str:
@@ -412,9 +692,7 @@ def render_yaml(s: Suggestion) -> str:
     else:
         out.append("sanctioned: []")
     for g in s.proposed:
-        out.append(_comment(f"{g.origin.describe()}: {_evidence(g)}"))
-        text = yaml.safe_dump([rule_of(g)], sort_keys=False, allow_unicode=False, width=1 << 16)
-        out.extend("  " + line for line in text.rstrip("\n").splitlines())
+        out.extend(_proposal(g))
     for same in s.conflicts:
         out.append(
             _comment(f"not proposed: {' '.join(same[0].head)} runs from {len(same)} origins:")
@@ -439,12 +717,22 @@ def candidate_count(runs: Sequence[RunRecord], since: float) -> int:
 
 @dataclass(frozen=True)
 class Change:
-    """A recorded run whose verdict a configuration would change."""
+    """A recorded run whose verdict a configuration would change.
+
+    Attributes:
+        run: The run (one record per run: :func:`one_per_run`).
+        was: Its recorded verdict.
+        would: Its verdict under the configuration.
+        reason: Why (the judge's words).
+        suspects: For a run it would sanction: each other origin that ran the same
+            script in the window (:func:`rival_text`); empty otherwise.
+    """
 
     run: RunRecord
     was: str
     would: str
     reason: str
+    suspects: tuple[str, ...] = ()
 
 
 def _job(run: RunRecord) -> Job:
@@ -459,23 +747,32 @@ def replay(runs: Sequence[RunRecord], config: Config) -> list[Change]:
     """Judge each recorded run again under ``config`` (with the daemon's
     :func:`~watchdog.policy.allowlist.judge`, beside the runs that were running when it
     started, oldest first, so ``max_instances`` counts as it would have), and list the
-    runs whose verdict would differ from the recorded one.
+    runs whose verdict would differ from the recorded one, each run once
+    (:func:`one_per_run`). A run it would sanction carries its suspects: the other
+    origins that ran the same script (:func:`group_runs`), a person's shell included.
 
     The ignore list is not replayed (a run does not record its process's exe); ignored
     runs are left out.
     """
-    ordered = sorted((r for r in runs if r.verdict != "ignored"), key=lambda r: r.started_at)
+    groups = group_runs(runs)
+    rivals = {(r.root_pid, r.start_ticks): g.rivals for g in groups for r in g.runs}
+    ordered = [r for g in groups for r in g.runs]
+    ordered.sort(key=lambda r: (r.started_at, r.root_pid))
     out = []
     for i, run in enumerate(ordered):
         running = [r for r in ordered[:i] if r.last_seen >= run.started_at]
         mine = judge([_job(r) for r in [*running, run]], config)[-1]
         if mine.verdict != run.verdict:
-            out.append(Change(run, run.verdict, mine.verdict, mine.reason))
+            suspects: tuple[str, ...] = ()
+            if mine.verdict == "sanctioned":
+                suspects = tuple(rival_text(h) for h in rivals[(run.root_pid, run.start_ticks)])
+            out.append(Change(run, run.verdict, mine.verdict, mine.reason, suspects))
     return out
 
 
 def render_changes(changes: Sequence[Change]) -> str:
-    """One line per changed run (host text escaped)."""
+    """One line per changed run, each followed by its suspects, indented (host text
+    escaped); the last line counts them."""
     if not changes:
         return "no recorded run would change verdict"
     lines = []
@@ -487,5 +784,13 @@ def render_changes(changes: Sequence[Change]) -> str:
                 f"{' '.join(c.run.cmdline)} (user {c.run.user}, {o.describe()}): {c.reason}"
             )
         )
-    lines.append(f"{len(changes)} run(s) would change verdict")
+        lines.extend("    " + safe_text(s) for s in c.suspects)
+    total = f"{len(changes)} run(s) would change verdict"
+    marked = sum(1 for c in changes if c.suspects)
+    if marked:
+        total += (
+            f"; {marked} would be sanctioned although the same script also ran from "
+            "another origin (suspect: review before enforcing)"
+        )
+    lines.append(total)
     return "\n".join(lines)
