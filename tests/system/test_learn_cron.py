@@ -6,12 +6,18 @@ tmux job as not proposed; ``check-config`` accepts the file. Under it the pipeli
 run is sanctioned and a ghost started later from another cron file with the same script is
 rogue; ``allowlist diff`` against a rule tightened to another line lists the run it would
 flag.
+
+Issue 35 cases 6 and 7 on real cron and a real user's tmux session: a cron ghost whose
+script its user also started by hand is never proposed, and ``diff`` marks its runs; a
+script of the same name in another folder is another job (warned, proposed); a crontab
+line removed since its run is never proposed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -185,5 +191,103 @@ def test_one_script_from_two_cron_files_is_never_proposed_silently(tmp_path: Pat
             f"suspected ghost: runs the same script as the preferred cron {cron_d}:2 (* * * * *)"
         ) in ghosts[0]
     finally:
+        with contextlib.suppress(Exception):
+            h.close()
+
+
+def test_case6_and_7_ghost_run_by_hand_namesake_and_removed_line_on_real_cron(
+    tmp_path: Path,
+) -> None:
+    need_root()
+    need_program("cron", "tmux", "pgrep", "useradd", "userdel", "runuser")
+    need(Path(PYTHON).exists(), f"needs {PYTHON}")
+    h = CronHarness()
+    sock_dir = h.sandbox / "tmux"
+    sock = str(sock_dir / "sock")
+    bob = ""
+    try:
+        h.ensure_cron()
+        bob = h.add_user()  # te_bob
+        pipe, other, sneaky, retired = (
+            h.trainer(n) for n in ("pipeline", "other", "sneaky", "retired")
+        )  # every one is .../train_fake.py: one bare name, four paths
+        pipe_d = h.add_cron_d(['MAILTO=""', f"* * * * * root {PYTHON} {pipe}"])
+        other_d = h.add_cron_d(['MAILTO=""', f"* * * * * {bob} {PYTHON} {other}"])
+        ghost_d = h.add_cron_d(['MAILTO=""', f"* * * * * {bob} {PYTHON} {sneaky}"])
+        retired_d = h.add_cron_d(['MAILTO=""', f"* * * * * root {PYTHON} {retired}"])
+        h.wait_for([pipe, other, sneaky, retired], h.seconds_to_fire() + 12)
+        # te_bob starts the ghost's script by hand, in his own tmux session.
+        sock_dir.mkdir(mode=0o700)
+        shutil.chown(sock_dir, bob)
+        subprocess.run(
+            ["runuser", "-u", bob, "--", "tmux", "-S", sock, "new-session", "-d", "-s",
+             "sneak", f"{PYTHON} {sneaky}"],
+            check=True,
+        )  # fmt: skip
+        state = h.sandbox / "state"
+        learning = _daemon(
+            f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{state}', learn_until: 1h}}\n"
+        )
+        _ticks(learning, 3)
+        seen = learning.last.result.jobs if learning.last and learning.last.result else []
+        kinds = sorted((j.origin.kind, j.user) for j in seen if j.cmdline == (PYTHON, str(sneaky)))
+        assert kinds == [("cron", bob), ("shell", bob)], kinds
+        learning.db.close()
+        retired_d.unlink()  # removed after its run was recorded
+        os.utime("/etc/cron.d")
+
+        args = ("allowlist", "suggest", "--state-dir", str(state), "--since", "1h")
+        out = run_cli(*args, "--min-runs", "1")
+        assert out.returncode == 0, out.stderr
+        rules = mine(parse_config(out.stdout, "s.yaml").sanctioned, h)
+        assert sorted((r.origin.get("cron_file"), r.user) for r in rules) == sorted(
+            [(str(pipe_d), "root"), (str(other_d), bob)]
+        ), out.stdout
+        lines = out.stdout.splitlines()
+        # Case 7: the other folder's train_fake.py is warned about, never a ghost.
+        assert any(
+            line.startswith(
+                f"# warning: same script name elsewhere: {other} by user {bob} (cron {other_d}:2"
+            )
+            for line in lines
+        ), out.stdout
+        assert not any("ghost" in line and str(other) in line for line in lines), out.stdout
+        # Case 7: the removed line is not proposed, and says why.
+        assert any(
+            line.startswith(f"# seen, not proposed: {PYTHON} {retired} (user root, cron ")
+            and "its source is gone (its crontab entry is removed now)" in line
+            for line in lines
+        ), out.stdout
+        # Case 6: the ghost is not proposed; te_bob's run by hand is its suspect.
+        at = lines.index(f"# not proposed: {PYTHON} {sneaky} runs from 2 origins:")
+        assert lines[at + 1].startswith(f"#   cron {ghost_d}:2 (* * * * *), user {bob}: runs: 1,")
+        assert lines[at + 3].startswith(f"#   suspect: also run by hand by {bob} at "), out.stdout
+        assert "tmux" in lines[at + 3]
+
+        # Enforcing the ghost's rule anyway (--prefer): diff marks each of its runs.
+        chosen = run_cli(*args, "--min-runs", "1", "--prefer", f"{ghost_d}:2")
+        assert chosen.returncode == 0, chosen.stderr
+        cfg_file = h.sandbox / "candidate.yaml"
+        cfg_file.write_text(chosen.stdout + f"daemon: {{state_dir: '{state}'}}\n")
+        cfg_file.chmod(0o600)
+        diff = run_cli("allowlist", "diff", "--config", str(cfg_file), "--since", "1h")
+        assert diff.returncode == 1, diff.stdout + diff.stderr
+        dl = diff.stdout.splitlines()
+        ghost_runs = [
+            i for i, line in enumerate(dl)
+            if "rogue -> sanctioned" in line and f"{PYTHON} {sneaky} (user {bob}, cron" in line
+        ]  # fmt: skip
+        assert len(ghost_runs) == 1, diff.stdout
+        assert dl[ghost_runs[0] + 1].startswith(f"    suspect: also run by hand by {bob} at ")
+        pipe_runs = [line for line in dl if "rogue -> sanctioned" in line and str(pipe) in line]
+        assert len(pipe_runs) == 1, diff.stdout  # each run once
+        after = dl[dl.index(pipe_runs[0]) + 1]
+        assert not after.startswith("    suspect:"), diff.stdout
+    finally:
+        if bob:
+            subprocess.run(
+                ["runuser", "-u", bob, "--", "tmux", "-S", sock, "kill-server"],
+                capture_output=True,
+            )
         with contextlib.suppress(Exception):
             h.close()
