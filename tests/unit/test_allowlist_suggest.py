@@ -777,6 +777,7 @@ def test_a_removed_ghost_is_still_a_rival() -> None:
             "its source is gone (its crontab entry was removed)",
         ]
     ]
+    assert "#     its source is gone (its crontab entry was removed)" in render_yaml(s).splitlines()
 
 
 # -- the script a run names ---------------------------------------------------------------

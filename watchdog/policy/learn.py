@@ -644,6 +644,8 @@ def _origin_evidence(g: Group) -> list[str]:
         except OSError:
             edited = "file gone"
         lines.append(f"    {detail or f'file {path}'}, last edit {edited}")
+    if g.why_not is not None and g.why_not.startswith("its source is gone"):
+        lines.append(f"    {g.why_not}")
     unresolved = _unresolved_text(g)
     if unresolved is not None:
         lines.append(f"    {unresolved}")
