@@ -708,6 +708,42 @@ def test_one_per_run_merges_the_rows_of_one_run() -> None:
     assert one.max_gpu_bytes == 10
 
 
+def test_a_run_recorded_from_two_origins_is_not_pinned_to_either() -> None:
+    """Two rows of one run naming two crontab lines: merged, it took the last row's line
+    and was proposed as if that line surely started it."""
+    rows = pipeline_runs()
+    other = dataclasses.replace(
+        rows[0], signature="s2", origin=cron("/etc/cron.d/other", 4), last_seen=T0 + 250
+    )
+    s = suggest([*rows, other], T0 - 1)
+    assert s.proposed == []
+    [conflict] = s.conflicts
+    assert [(g.origin.label(), [r.root_pid for r in g.runs], g.why_not) for g in conflict] == [
+        (
+            "/etc/cron.d/other:4",
+            [101],
+            "one run's origin was recorded as cron /etc/cron.d/pipeline:2 (*/5 * * * *) and "
+            "as cron /etc/cron.d/other:4 (*/5 * * * *)",
+        ),
+        (
+            "/etc/cron.d/pipeline:2",
+            [102, 103],
+            "the same script also ran from another origin: choose one with --prefer",
+        ),
+    ]
+    # The other reading first: it left no group of its own, and was dropped silently.
+    earlier = dataclasses.replace(other, last_seen=T0 + 150)
+    s = suggest([*rows, earlier], T0 - 1)
+    assert (s.proposed, s.conflicts) == ([], [])
+    assert [(len(g.runs), g.why_not) for g in s.not_proposed] == [
+        (
+            3,
+            "one run's origin was recorded as cron /etc/cron.d/pipeline:2 (*/5 * * * *) and "
+            "as cron /etc/cron.d/other:4 (*/5 * * * *)",
+        )
+    ]
+
+
 @pytest.mark.parametrize("state", ["removed", "disabled", "ignored"])
 def test_case7_an_entry_recorded_gone_is_never_proposed(state: str) -> None:
     """Before: ``cron-old-1`` proposed for a crontab line recorded as removed."""

@@ -388,9 +388,15 @@ def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
     origin pin, user and :func:`program_and_script`, oldest first, each with its rivals
     and namesakes (:func:`_link`).
     """
+    kept = [r for r in runs if r.verdict != "ignored"]
+    read_as: dict[tuple[int, int], dict[tuple[object, ...], str]] = {}
+    for r in kept:
+        o = Origin.from_json(r.origin)
+        read_as.setdefault((r.root_pid, r.start_ticks), {})[_origin_key(o)] = o.describe()
     groups: dict[tuple[object, ...], Group] = {}
-    for run in one_per_run([r for r in runs if r.verdict != "ignored"]):
+    for run in one_per_run(kept):
         origin = Origin.from_json(run.origin)
+        seen_as = read_as[(run.root_pid, run.start_ticks)]
         head = program_and_script(run.cmdline)
         key = (_origin_key(origin), run.user, head)
         g = groups.get(key)
@@ -401,6 +407,9 @@ def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
         # Any run its origin could not pin (two identical lines could have started it)
         # keeps the whole group from being proposed, not only when it is the latest.
         g.why_not = g.why_not or not_sanctionable(origin)
+        if len(seen_as) > 1 and g.why_not is None:
+            # Which source started it is unsure: never pinned to the last reading.
+            g.why_not = f"one run's origin was recorded as {' and as '.join(seen_as.values())}"
     ordered = sorted(groups.values(), key=lambda g: (g.runs[0].started_at, g.head))
     _link(ordered)
     return ordered
