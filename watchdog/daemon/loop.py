@@ -243,7 +243,11 @@ class Daemon:
         without NVIDIA GPUs, not a fault."""
         nvml = result.nvml
         error = str(nvml.error or "")
-        if self.config.nvml.enabled and not nvml.available and not error.startswith(NO_LIBRARY):
+        library = self.config.nvml.library
+        # A configured library file that is there but does not load is unusable, not absent.
+        there = library is not None and os.path.isfile(library)
+        unusable = not error.startswith(NO_LIBRARY) or there
+        if self.config.nvml.enabled and not nvml.available and unusable:
             if self.degraded.get("nvml") != error:
                 log.error("component-degraded", component="nvml", error=error)
             self.degraded["nvml"] = error
