@@ -99,6 +99,22 @@ EARLY_TICK_DUTY = 0.5
 EARLY_TICK_MIN_GAP_S = 0.01
 
 
+def early_tick_spacing_s(tick_s: float, acting_s: float) -> float:
+    """Seconds from a tick's start to an early tick asked for during it.
+
+    The duty limit spaces early ticks by the scan's own cost: the time the tick spent
+    acting (a ``terminate`` waiting out ``grace_s``) is no scan cost, and counting it
+    made the daemon blind for twice the grace after one (issue 32, case 3: a 60 s
+    grace put the next scan 120 s after the tick began). The wait itself still runs
+    inside the tick (docs/operations.md).
+
+    Args:
+        tick_s: The tick's duration (monotonic seconds).
+        acting_s: Of it, the seconds the enforcers took.
+    """
+    return max(EARLY_TICK_MIN_GAP_S, max(0.0, tick_s - acting_s) / EARLY_TICK_DUTY)
+
+
 @dataclass
 class TickSummary:
     """What the last tick saw, for ``status`` and metrics."""
@@ -165,6 +181,8 @@ class Daemon:
         self.started_at = time.time()
         self.last: TickSummary | None = None
         self.degraded: dict[str, str] = {}
+        # Seconds the last tick's enforcers took (early-tick spacing leaves them out).
+        self.acting_s = 0.0
         # The checksum of the configuration in force (status shows it beside the file's);
         # after a refused reload, the checksum of the refused file.
         self.config_in_force: str | None = config_checksum(config_path)
@@ -362,6 +380,7 @@ class Daemon:
             The summary kept as :attr:`last`.
         """
         started = time.monotonic()
+        self.acting_s = 0.0
         self._recheck_reload()
         result: ScanResult | None = None
         try:
@@ -432,12 +451,14 @@ class Daemon:
         if result is not None and stored and track is not None and not learning:
             # Nothing is acted on while learning (no terminate, no disable, no drain),
             # nor without a record (a tick whose findings could not be stored).
+            acting = time.monotonic()
             for enforcer in self.enforcers:
                 try:
                     findings.extend(enforcer.act(now, result, track))
                     self._ok(enforcer.name)
                 except Exception as exc:
                     self._failed(enforcer.name, exc)
+            self.acting_s = time.monotonic() - acting
         summary = TickSummary(now, time.monotonic() - started, result, track, findings)
         self.last = summary
         for hook in self.on_tick:
@@ -622,7 +643,7 @@ class Daemon:
                 deadline = ended + self.config.daemon.interval_s
                 while not (self._stop.is_set() or self._reload.is_set()):
                     if self._early.is_set():
-                        spacing = max(EARLY_TICK_MIN_GAP_S, (ended - began) / EARLY_TICK_DUTY)
+                        spacing = early_tick_spacing_s(ended - began, self.acting_s)
                         gap = began + spacing - time.monotonic()
                         if gap <= 0:
                             break
