@@ -41,6 +41,7 @@ Delivery rules (docs/alerts.md):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -128,6 +129,7 @@ class _Unmarked:
     rows: dict[int, float] = field(default_factory=dict)
     failures: int = 0
     retry_at: float = -math.inf
+    error: str | None = None  # the last failure, said once
 
 
 _row = delivery_row
@@ -333,10 +335,12 @@ class DeliveryWorker:
         except Exception as exc:
             pending.failures += 1
             pending.retry_at = self._time(now) + backoff.delay_s(pending.failures)
-            self._note_failure(name, f"cannot record deliveries: {type(exc).__name__}: {exc}")
+            self._marks_failed(name, exc)
             return
         pending.failures = 0
-        log.info("alert-marks-recorded", sink=name)
+        if pending.error is not None:
+            pending.error = None
+            log.info("alert-marks-recorded", sink=name)
 
     def _mark_delivered(self, name: str, d: Delivery, done: float, backoff: Backoff) -> None:
         """Record ``d`` delivered: in memory for a memory row; in ``state.db``
@@ -354,13 +358,26 @@ class DeliveryWorker:
             pending.rows[d.id] = done
             pending.failures += 1
             pending.retry_at = done + backoff.delay_s(pending.failures)
+            self._marks_failed(name, exc)
+
+    def _marks_failed(self, name: str, exc: Exception) -> None:
+        """Say once per sink and error that deliveries cannot be recorded (not per
+        alert, not per retry: a storm on a full disk must not flood the log)."""
+        pending = self._unmarked.setdefault(name, _Unmarked())
+        text = f"{type(exc).__name__}: {exc}"
+        # A connection that met a read-only file (chattr +i, a read-only remount) can
+        # stay read-only after the file is writable again: the next try reconnects.
+        with contextlib.suppress(Exception):
+            self.db.close()  # this thread's connection only
+        if pending.error != text:
             log.error(
                 "alert-mark-failed",
                 sink=name,
-                delivery=d.id,
-                error=f"{type(exc).__name__}: {exc}",
-                message="delivered, but not recorded in state.db; it is not sent again",
+                error=text,
+                message="delivered, but not recorded in state.db; not sent again, the "
+                "record is retried with the sink's backoff",
             )
+        pending.error = text
 
     def _mark_failed(self, d: Delivery, reason: str, retry_at: float) -> None:
         """Record a failed attempt; when it cannot be written, the retry time is kept
