@@ -437,17 +437,7 @@ class Daemon:
         if track is None:
             track = self._track_unstored(result, findings, now)
         if track is not None:
-            # One log line per finding event: a log sink on stdout writes its own `finding`
-            # line for every event it accepts, so the loop writes only the rest.
-            for rec in track.opened:
-                if not self._sink_logs(rec):
-                    getattr(log, LOG_LEVELS.get(rec.severity, "warning"))(
-                        "finding-opened", id=rec.id, kind=rec.kind, severity=rec.severity,
-                        message=rec.message, root_pid=rec.root_pid,
-                    )  # fmt: skip
-            for rec in track.resolved:
-                if not self._sink_logs(rec):
-                    log.info("finding-resolved", id=rec.id, kind=rec.kind, message=rec.message)
+            self._log_events(track)
         if result is not None and stored and track is not None and not learning:
             # Nothing is acted on while learning (no terminate, no disable, no drain),
             # nor without a record (a tick whose findings could not be stored).
@@ -467,6 +457,19 @@ class Daemon:
             except Exception as exc:
                 self._failed(f"hook {getattr(hook, '__name__', hook)}", exc)
         return summary
+
+    def _log_events(self, track: TrackResult) -> None:
+        """One log line per finding event: a log sink on stdout writes its own
+        ``finding`` line for every event it accepts, so the loop writes only the rest."""
+        for rec in track.opened:
+            if not self._sink_logs(rec):
+                getattr(log, LOG_LEVELS.get(rec.severity, "warning"))(
+                    "finding-opened", id=rec.id, kind=rec.kind, severity=rec.severity,
+                    message=rec.message, root_pid=rec.root_pid,
+                )  # fmt: skip
+        for rec in track.resolved:
+            if not self._sink_logs(rec):
+                log.info("finding-resolved", id=rec.id, kind=rec.kind, message=rec.message)
 
     def _track_unstored(
         self, result: ScanResult | None, findings: list[Finding], now: float
