@@ -2,6 +2,10 @@
 
 import sys
 
-from watchdog.cli import main
+try:
+    from watchdog.cli import main
+except Exception as exc:  # a broken installation must not exit 1 ("non-finite", "rogue")
+    print(f"rogue-watchdog: internal error (exit 70): cannot load: {exc!r}", file=sys.stderr)
+    sys.exit(70)
 
 sys.exit(main())

@@ -125,7 +125,7 @@ def test_a_database_of_the_previous_schema_is_migrated(tmp_path: Path) -> None:
     write_v1(tmp_path / "state.db")
     db = StateDB(tmp_path)
     assert db.recovered_from is None  # migrated, not moved aside
-    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     job = db.job("sig1")
     assert job is not None
     assert (job.root_pid, job.pids, job.sightings, job.origin["fields"]["line"]) == (
@@ -133,6 +133,9 @@ def test_a_database_of_the_previous_schema_is_migrated(tmp_path: Path) -> None:
     )  # fmt: skip
     (finding,) = db.open_findings()
     assert (finding.id, finding.instances, finding.alerted_instances) == (1, 1, None)
+    # Finding ids are never reused (AUTOINCREMENT, issue 32 case 5), also past a deleted one.
+    db.conn.execute("DELETE FROM findings WHERE id=1")
+    assert db.insert_finding("k:x", "k", "high", "m", None, {}, 1.0) == 2
     assert [d.id for d in db.pending("hook", 10)] == [2]
     # The running totals start from the history: 1 delivered, 2 failed attempts.
     assert db.sink_stats() == {

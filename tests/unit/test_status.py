@@ -304,7 +304,7 @@ def test_stale_live_and_foreign_socket_paths(tmp_path: Path) -> None:
     finally:
         first.stop()
     Path(path).write_text("not a socket")
-    with pytest.raises(OSError, match="is not a socket"):
+    with pytest.raises(OSError, match="is taken by a regular file, not a socket"):
         StatusServer(path, lambda: dict(DOC)).start()
     assert Path(path).read_text() == "not a socket"
 
@@ -470,3 +470,29 @@ def test_a_reply_of_the_wrong_shape_is_unknown_not_a_crash(
         )  # fmt: skip
     finally:
         s.stop()
+
+
+@pytest.mark.parametrize("differs", ["config", "state_dir"])
+def test_status_says_when_another_daemon_answers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], differs: str
+) -> None:
+    """Issue 32, case 6: through a socket path leading to another daemon's socket,
+    `status` reported that other daemon as this one (exit 0/1); now exit 4, saying so."""
+    from watchdog.cli import main
+
+    sock = tempfile.mktemp(prefix="rw-other-", suffix=".sock", dir="/tmp")
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text(f"daemon: {{socket: '{sock}', state_dir: '{tmp_path}/mine'}}\n")
+    doc = json.loads(json.dumps(DOC))
+    doc["config"]["path"] = str(cfg) if differs == "state_dir" else "/etc/other.yaml"
+    doc["state_dir"] = "/var/lib/other" if differs == "state_dir" else str(tmp_path / "mine")
+    try:
+        with fake_daemon(sock, json.dumps(doc).encode() + b"\n"):
+            code = main(["status", "--config", str(cfg)])
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(sock)
+    err = capsys.readouterr().err
+    assert code == 4
+    theirs = "runs with /etc/other.yaml" if differs == "config" else "keeps its state in"
+    assert f"the daemon answering on {sock} {theirs}" in err and "another daemon" in err

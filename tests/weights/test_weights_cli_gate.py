@@ -104,7 +104,7 @@ def test_gate_runs_command_only_for_clean_weights(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     marker = tmp_path / "deployed"
-    assert run_cli(["gate", "--weights", str(poisoned), "--", *_marker_cmd(marker)]) == 1
+    assert run_cli(["gate", "--weights", str(poisoned), "--", *_marker_cmd(marker)]) == 124
     assert not marker.exists()
     err = capsys.readouterr().err
     event = json.loads([ln for ln in err.splitlines() if ln.startswith("{")][-1])
@@ -112,12 +112,12 @@ def test_gate_runs_command_only_for_clean_weights(
     assert event["path"] == str(poisoned) and event["counts"]["nan"] == 8
     assert event["counts"]["bad_tensors"] == 2 and event["exit_code"] == 1
 
-    assert run_cli(["gate", "--weights", str(unsupported), "--", *_marker_cmd(marker)]) == 2
+    assert run_cli(["gate", "--weights", str(unsupported), "--", *_marker_cmd(marker)]) == 125
     assert not marker.exists()
     assert '"reason": "not-verified"' in capsys.readouterr().err
 
     args = ["gate", "--weights", str(clean), "--weights", str(poisoned), "--", *_marker_cmd(marker)]
-    assert run_cli(args) == 1 and not marker.exists()
+    assert run_cli(args) == 124 and not marker.exists()
 
     assert run_cli(["gate", "--weights", str(clean), "--", *_marker_cmd(marker)]) == 0
     assert marker.read_text() == "deployed"
@@ -127,7 +127,7 @@ def test_gate_returns_command_status_and_handles_missing_command(clean: Path) ->
     exit3 = [sys.executable, "-c", "raise SystemExit(3)"]
     assert run_cli(["gate", "--weights", str(clean), "--", *exit3]) == 3
     assert run_cli(["gate", "--weights", str(clean), "--", "/nonexistent/deploy"]) == 127
-    assert run_cli(["gate", "--weights", str(clean), "--"]) == 2
+    assert run_cli(["gate", "--weights", str(clean), "--"]) == 125
 
 
 def test_cli_in_a_subprocess(tmp_path: Path, clean: Path, poisoned: Path) -> None:
@@ -149,7 +149,7 @@ def test_cli_in_a_subprocess(tmp_path: Path, clean: Path, poisoned: Path) -> Non
 
     assert run("verify-weights", str(poisoned)).returncode == 1
     r = run("gate", "--weights", str(poisoned), "--", *_marker_cmd(marker))
-    assert r.returncode == 1 and not marker.exists() and "weights-refused" in r.stderr
+    assert r.returncode == 124 and not marker.exists() and "weights-refused" in r.stderr
     r = run("gate", "--weights", str(clean), "--", *_marker_cmd(marker))
     assert r.returncode == 0 and marker.exists()
 

@@ -112,7 +112,7 @@ def test_gate_refuses_a_fifo_without_running_the_command(tmp_path: Path) -> None
         )
     finally:
         release(d / "extra.safetensors")
-    assert cp.returncode == 2, cp.stderr
+    assert cp.returncode == 125, cp.stderr
     assert not marker.exists()
     assert "not a regular file (a FIFO)" in cp.stderr
 

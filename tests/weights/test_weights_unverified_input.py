@@ -251,6 +251,6 @@ def test_gate_does_not_run_the_deploy_for_a_duplicated_member(tmp_path: Path) ->
     )
     marker = tmp_path / "deployed"
     cp = run_cli("gate", "--no-progress", "--weights", str(p), "--", "touch", str(marker))
-    assert cp.returncode == 2
+    assert cp.returncode == 125
     assert not marker.exists()
     assert f"NOT VERIFIED {p}: zip member 'archive/data/0' appears more than once" in cp.stderr

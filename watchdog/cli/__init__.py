@@ -162,12 +162,36 @@ def cmd_completion(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Exit code of any command's unexpected error (a crash, an import error, a bug):
+#: ``EX_SOFTWARE`` of sysexits(3). Never 1, which means "non-finite" to
+#: ``verify-weights``, "rogue" to ``scan`` and "refused" to ``terminate``: a healthy file
+#: must not read as poisoned because the verifier crashed (issue 32, case 9).
+EXIT_INTERNAL_ERROR = 70
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rogue-watchdog`` console script.
 
     Returns:
-        The process exit code.
+        The process exit code; :data:`EXIT_INTERNAL_ERROR` (70) when the command
+        failed in a way it does not expect (the traceback is on stderr).
     """
+    try:
+        return _main(argv)
+    except Exception:  # the last line of defence: a crash must not read as a verdict
+        import traceback
+
+        if sys.stderr is not None:
+            traceback.print_exc(file=sys.stderr)
+            print(
+                f"rogue-watchdog: internal error (exit {EXIT_INTERNAL_ERROR}): this is a bug "
+                "or a broken installation, not a verdict about the input",
+                file=sys.stderr,
+            )
+        return EXIT_INTERNAL_ERROR
+
+
+def _main(argv: Sequence[str] | None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     if words[:1] == [complete.COMMAND]:
         return complete.main(words[1:])

@@ -149,7 +149,7 @@ def preflight(config: Config, pidfile: str | None) -> int:
     Raises:
         SystemExit: Exit 2 with the reason on stderr.
     """
-    from watchdog.daemon.ipc import socket_in_use
+    from watchdog.daemon.ipc import socket_in_use, socket_path_taken
     from watchdog.state import StateError, lock_state_dir
 
     if pidfile is not None:
@@ -161,6 +161,9 @@ def preflight(config: Config, pidfile: str | None) -> int:
             raise CliError(f"pidfile directory {directory} does not exist")
         if not os.access(directory, os.W_OK | os.X_OK):
             raise CliError(f"pidfile directory {directory} is not writable")
+    taken = socket_path_taken(config.daemon.socket)
+    if taken is not None:
+        raise CliError(taken)
     try:
         lock_fd = lock_state_dir(config.daemon.state_dir)
     except StateError as exc:
@@ -196,15 +199,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _serve(config, path)
 
 
+def _log_fatal_signals() -> None:
+    """A fatal signal (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL: an NVML library
+    overwritten in place under the daemon) is written to the daemon's log (stderr)
+    with every thread's stack before it dies (faulthandler), instead of nothing
+    (issue 32, case 6)."""
+    import contextlib
+    import faulthandler
+
+    # No usable stderr (AttributeError, ValueError, OSError): nothing to log to.
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+
+
 def _serve(config: Config, path: str | None) -> int:
     from watchdog.daemon.assemble import attach_parts
-    from watchdog.daemon.ipc import SocketInUseError, StatusServer
+    from watchdog.daemon.ipc import SocketInUseError, SocketPathTakenError, StatusServer
     from watchdog.daemon.loop import Daemon
     from watchdog.daemon.notify import Notifier
     from watchdog.daemon.status import build_status
     from watchdog.state import StateError
 
     configure_logging()
+    _log_fatal_signals()
     try:
         daemon = Daemon(config, path)
     except StateError as exc:
@@ -225,6 +242,10 @@ def _serve(config: Config, path: str | None) -> int:
         daemon.workers.append(server)
     except SocketInUseError as exc:
         print(f"rogue-watchdog: {exc}: is another daemon running?", file=sys.stderr)
+        daemon.db.close()
+        return 2
+    except SocketPathTakenError as exc:
+        print(f"rogue-watchdog: {exc}", file=sys.stderr)
         daemon.db.close()
         return 2
     except OSError as exc:  # e.g. no permission on /run: run without a socket, say so
@@ -283,6 +304,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         return exc.exit_code
     from watchdog.daemon.status import exit_code, filter_gpu, render_status
 
+    other = _other_daemon(args, doc, path)
+    if other is not None:
+        if args.json:
+            emit(json.dumps({"state": "other-daemon", "socket": path, "error": other}))
+        print(f"rogue-watchdog: {other}", file=sys.stderr)
+        return 4
     if args.gpu is not None:
         doc = filter_gpu(doc, args.gpu)
     if args.json:
@@ -290,6 +317,41 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         emit(render_status(doc))
     return exit_code(doc)
+
+
+def _other_daemon(args: argparse.Namespace, doc: dict[str, object], path: str) -> str | None:
+    """Why the daemon that answered on ``path`` is not the one this ``status`` was
+    asked about (its configuration file or state directory differ from the ones of
+    ``--config``), or None when it is, or when nothing was expected: ``--socket``
+    alone, no configuration file, or a daemon too old to say. A socket path that
+    leads to another daemon's socket (a symlink) must not pass for this one
+    (issue 32, case 6)."""
+    from watchdog.cli.common import resolve_config_path
+    from watchdog.config import ConfigError, load_config
+
+    if args.socket is not None and args.config is None:
+        return None
+    expected = resolve_config_path(args.config)
+    if expected is None:
+        return None
+    theirs = doc.get("config")
+    their_path = theirs.get("path") if isinstance(theirs, dict) else None
+    if isinstance(their_path, str) and os.path.realpath(their_path) != os.path.realpath(expected):
+        return (
+            f"the daemon answering on {path} runs with {their_path}, not {expected}: "
+            "it is another daemon (check daemon.socket and the socket path)"
+        )
+    their_dir = doc.get("state_dir")
+    try:
+        mine = load_config(expected).daemon.state_dir
+    except (ConfigError, OSError):
+        return None
+    if isinstance(their_dir, str) and os.path.realpath(their_dir) != os.path.realpath(mine):
+        return (
+            f"the daemon answering on {path} keeps its state in {their_dir}, not {mine}: "
+            "it is another daemon (check daemon.socket and the socket path)"
+        )
+    return None
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -1,8 +1,11 @@
 """Command line: ``verify-weights PATH...`` and ``gate --weights PATH -- COMMAND...``.
 
-Exit codes: 0 all finite, 1 non-finite found, 2 not verified (unsupported,
-unreadable, truncated or inconsistent input). ``gate`` returns the command's
-status when it ran.
+Exit codes of ``verify-weights``: 0 all finite, 1 non-finite found, 2 not verified
+(unsupported, unreadable, truncated or inconsistent input). ``gate`` returns the
+command's status when it ran, and its own statuses otherwise, apart from any a
+command commonly uses: 124 refused (non-finite), 125 refused (not verified) or a
+usage error, 127 the command could not be started. Any command's unexpected error
+is 70 (``watchdog.cli.EXIT_INTERNAL_ERROR``).
 """
 
 from __future__ import annotations
@@ -67,14 +70,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """``gate``: verify ``--weights`` then run the command after ``--`` only if all finite."""
-    from watchdog.weights.gate import run_gate
+    from watchdog.weights.gate import GATE_REFUSED_UNVERIFIED, run_gate
 
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         print("gate: no command given after --", file=sys.stderr)
-        return 2
+        return GATE_REFUSED_UNVERIFIED
     paths = [Path(p) for p in args.weights]
     return _run_with_bar(
         paths,
@@ -107,6 +110,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                 (0, "every value finite"),
                 (1, "a NaN or infinity found"),
                 (2, "not verified: unsupported, unreadable, truncated or inconsistent input"),
+                (70, "internal error (a bug or a broken installation), never a verdict"),
             ],
         ),
     )
@@ -127,8 +131,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             ],
             [
                 ("N", "the command's own exit status when it ran"),
-                (1, "not run: a NaN or infinity found"),
-                (2, "not run: weights not verified, or no command after --"),
+                (124, "not run: a NaN or infinity found (gate's own, never the command's)"),
+                (125, "not run: weights not verified, or no command after --"),
+                (127, "verified, but the command could not be started"),
+                (70, "gate's internal error (a bug or a broken installation)"),
             ],
         ),
     )

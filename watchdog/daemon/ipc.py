@@ -49,6 +49,43 @@ class SocketInUseError(RuntimeError):
     """Another process answers on the socket path (a second daemon)."""
 
 
+class SocketPathTakenError(OSError):
+    """The socket path is taken by something that is not a socket this daemon may
+    replace (a regular file, a symlink, a directory): the daemon refuses to start
+    rather than run without a socket while ``status`` says "not running" (issue 32,
+    case 6)."""
+
+
+def socket_path_taken(path: str) -> str | None:
+    """Why ``path`` cannot become the status socket, or None when it is free or a
+    socket file (a stale one is replaced at bind; a live one is refused then).
+
+    A symlink is never followed: through one, ``status`` would reach whatever it
+    points at, another daemon's socket included.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path} cannot be examined: {exc.strerror or exc}"
+    if stat.S_ISSOCK(st.st_mode):
+        return None
+    what = (
+        "a symlink"
+        if stat.S_ISLNK(st.st_mode)
+        else "a directory"
+        if stat.S_ISDIR(st.st_mode)
+        else "a regular file"
+        if stat.S_ISREG(st.st_mode)
+        else "not a socket"
+    )
+    return (
+        f"the status socket path {path} is taken by {what}, not a socket of this daemon; "
+        "refusing to replace it: remove it or set daemon.socket"
+    )
+
+
 class StatusServer:
     """Daemon Worker serving ``provider()`` (normally ``build_status(daemon)``) on a unix socket.
 
@@ -178,7 +215,7 @@ class StatusServer:
         except FileNotFoundError:
             return
         if not stat.S_ISSOCK(st.st_mode):
-            raise OSError(f"{self.path} exists and is not a socket; refusing to replace it")
+            raise SocketPathTakenError(socket_path_taken(self.path) or self.path)
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         probe.settimeout(1.0)
         try:

@@ -21,10 +21,13 @@ from datetime import datetime
 
 from watchdog.config import Config, ConfigError, config_checksum, load_config
 from watchdog.daemon.tracker import Tracker, sink_accepts
+from watchdog.daemon.unstored import UnstoredFindings
 from watchdog.lineage.slurm import stepd_members
 from watchdog.logs import get_logger
 from watchdog.model import LOG_LEVELS, Finding, Origin, ScanResult
 from watchdog.plugins import Enforcer, FindingSource, TrackResult, Worker
+from watchdog.policy.nvml import NO_LIBRARY
+from watchdog.policy.signature import job_signature
 from watchdog.scan import Scanner
 from watchdog.sources.procfs import boot_id
 from watchdog.state import FindingRecord, StateDB
@@ -85,6 +88,8 @@ def keep_restart_only(running: Config, new: Config) -> tuple[Config, list[str]]:
 
 # Retention runs at most this often (tick time, seconds).
 PRUNE_EVERY_S = 300.0
+# ``meta`` key: the latest wall time (POSIX seconds) the daemon saw, written at each prune.
+CLOCK_SEEN = "clock_seen"
 
 # Early ticks (kernel events) keep the loop busy at most this fraction of the time: the
 # next one starts no sooner than the last one's duration divided by it after the last
@@ -92,6 +97,22 @@ PRUNE_EVERY_S = 300.0
 # a bounded share of a core, not one scan per exec.
 EARLY_TICK_DUTY = 0.5
 EARLY_TICK_MIN_GAP_S = 0.01
+
+
+def early_tick_spacing_s(tick_s: float, acting_s: float) -> float:
+    """Seconds from a tick's start to an early tick asked for during it.
+
+    The duty limit spaces early ticks by the scan's own cost: the time the tick spent
+    acting (a ``terminate`` waiting out ``grace_s``) is no scan cost, and counting it
+    made the daemon blind for twice the grace after one (issue 32, case 3: a 60 s
+    grace put the next scan 120 s after the tick began). The wait itself still runs
+    inside the tick (docs/operations.md).
+
+    Args:
+        tick_s: The tick's duration (monotonic seconds).
+        acting_s: Of it, the seconds the enforcers took.
+    """
+    return max(EARLY_TICK_MIN_GAP_S, max(0.0, tick_s - acting_s) / EARLY_TICK_DUTY)
 
 
 @dataclass
@@ -151,12 +172,17 @@ class Daemon:
             config, fd_sweep_interval_s=config.daemon.fd_sweep_interval_s
         )
         self.tracker = Tracker(self.db, config.alerts, self.scanner.host)
+        # Findings the tick could not store, alerted from memory (watchdog.daemon.unstored).
+        self.unstored = UnstoredFindings()
+        self.unstored.read(self.db)
         self.sources = list(sources)
         self.enforcers = list(enforcers)
         self.workers = list(workers)
         self.started_at = time.time()
         self.last: TickSummary | None = None
         self.degraded: dict[str, str] = {}
+        # Seconds the last tick's enforcers took (early-tick spacing leaves them out).
+        self.acting_s = 0.0
         # The checksum of the configuration in force (status shows it beside the file's);
         # after a refused reload, the checksum of the refused file.
         self.config_in_force: str | None = config_checksum(config_path)
@@ -193,6 +219,15 @@ class Daemon:
             self._slurm_members_saved = dict(self._slurm_members)
         except Exception as exc:  # a damaged table must not stop the daemon
             self._failed("state", exc)
+        # The latest wall time a previous run of this daemon saw (meta CLOCK_SEEN):
+        # retention trusts no clock that runs ahead of it (issue 32, case 5).
+        self._started_mono = time.monotonic()
+        self._clock_before: float | None = None
+        try:
+            seen = self.db.meta(CLOCK_SEEN)
+            self._clock_before = float(seen) if seen is not None else None
+        except Exception:  # unreadable or not a number: no earlier clock to trust
+            self._clock_before = None
         self.learning_started: float | None = None
         try:
             self._start_learning()
@@ -218,6 +253,24 @@ class Daemon:
                 traceback=traceback.format_exc(limit=5),
             )
         self.degraded[part] = text
+
+    def _nvml_health(self, result: ScanResult) -> None:
+        """An NVML library that is there but cannot be used (a garbage or overwritten
+        file, a driver mismatch) blinds every GPU: ``nvml`` is degraded until it works,
+        not merely an info finding (issue 32, case 6). No library at all is a host
+        without NVIDIA GPUs, not a fault."""
+        nvml = result.nvml
+        error = str(nvml.error or "")
+        library = self.config.nvml.library
+        # A configured library file that is there but does not load is unusable, not absent.
+        there = library is not None and os.path.isfile(library)
+        unusable = not error.startswith(NO_LIBRARY) or there
+        if self.config.nvml.enabled and not nvml.available and unusable:
+            if self.degraded.get("nvml") != error:
+                log.error("component-degraded", component="nvml", error=error)
+            self.degraded["nvml"] = error
+        else:
+            self._ok("nvml")
 
     def _sink_logs(self, rec: FindingRecord) -> bool:
         """True when a ``log`` sink on stdout will write this finding's event itself."""
@@ -327,11 +380,13 @@ class Daemon:
             The summary kept as :attr:`last`.
         """
         started = time.monotonic()
+        self.acting_s = 0.0
         self._recheck_reload()
         result: ScanResult | None = None
         try:
             result = self.scanner.scan(datetime.fromtimestamp(now).astimezone())
             self._ok("scan")
+            self._nvml_health(result)
         except Exception as exc:
             self._failed("scan", exc)
         findings: list[Finding] = list(result.findings) if result else []
@@ -352,6 +407,14 @@ class Daemon:
             lost = self.db.ensure_present()
             if lost is not None:
                 log.error("state-dir-lost", state_dir=str(self.db.dir), message=lost)
+            if self.unstored.pending():
+                kept = self.unstored.store(self.db)
+                log.warning(
+                    "unstored-findings-stored",
+                    findings=kept,
+                    message="findings kept in memory while the state database could not be "
+                    "written are stored now; their alerts are not sent again",
+                )
             track = self.tracker.update(
                 result.jobs if result else [],
                 [*findings, *self._health_findings()],
@@ -361,6 +424,7 @@ class Daemon:
                 alive=self._alive,
                 learning=learning,
             )
+            self.unstored.note(track)
             self._prune(now)
             if self.scanner.sanctioned != self._sanctioned_saved:
                 self.db.set_sanctioned_procs(self.scanner.sanctioned, self.boot_id, now)
@@ -369,26 +433,22 @@ class Daemon:
             self._ok("state")
         except Exception as exc:
             self._failed("state", exc)
+        stored = track is not None
+        if track is None:
+            track = self._track_unstored(result, findings, now)
         if track is not None:
-            # One log line per finding event: a log sink on stdout writes its own `finding`
-            # line for every event it accepts, so the loop writes only the rest.
-            for rec in track.opened:
-                if not self._sink_logs(rec):
-                    getattr(log, LOG_LEVELS.get(rec.severity, "warning"))(
-                        "finding-opened", id=rec.id, kind=rec.kind, severity=rec.severity,
-                        message=rec.message, root_pid=rec.root_pid,
-                    )  # fmt: skip
-            for rec in track.resolved:
-                if not self._sink_logs(rec):
-                    log.info("finding-resolved", id=rec.id, kind=rec.kind, message=rec.message)
-        if result is not None and track is not None and not learning:
-            # Nothing is acted on while learning (no terminate, no disable, no drain).
+            self._log_events(track)
+        if result is not None and stored and track is not None and not learning:
+            # Nothing is acted on while learning (no terminate, no disable, no drain),
+            # nor without a record (a tick whose findings could not be stored).
+            acting = time.monotonic()
             for enforcer in self.enforcers:
                 try:
                     findings.extend(enforcer.act(now, result, track))
                     self._ok(enforcer.name)
                 except Exception as exc:
                     self._failed(enforcer.name, exc)
+            self.acting_s = time.monotonic() - acting
         summary = TickSummary(now, time.monotonic() - started, result, track, findings)
         self.last = summary
         for hook in self.on_tick:
@@ -397,6 +457,43 @@ class Daemon:
             except Exception as exc:
                 self._failed(f"hook {getattr(hook, '__name__', hook)}", exc)
         return summary
+
+    def _log_events(self, track: TrackResult) -> None:
+        """One log line per finding event: a log sink on stdout writes its own
+        ``finding`` line for every event it accepts, so the loop writes only the rest."""
+        for rec in track.opened:
+            if not self._sink_logs(rec):
+                getattr(log, LOG_LEVELS.get(rec.severity, "warning"))(
+                    "finding-opened", id=rec.id, kind=rec.kind, severity=rec.severity,
+                    message=rec.message, root_pid=rec.root_pid,
+                )  # fmt: skip
+        for rec in track.resolved:
+            if not self._sink_logs(rec):
+                log.info("finding-resolved", id=rec.id, kind=rec.kind, message=rec.message)
+
+    def _track_unstored(
+        self, result: ScanResult | None, findings: list[Finding], now: float
+    ) -> TrackResult | None:
+        """Track this tick's findings in memory when they could not be stored, so
+        their alerts go out all the same (issue 32, case 1); None when that fails too."""
+        first = self.tracker.first_signature
+        try:
+            return self.unstored.track(
+                self.db,
+                result.jobs if result else [],
+                [*findings, *self._health_findings()],
+                now,
+                signature=lambda j: (
+                    first.get((j.root_pid, j.start_ticks))
+                    or job_signature(j.user, j.cmdline, j.origin)
+                ),
+                alerts=self.config.alerts,
+                host=self.scanner.host,
+                blind=result is None or result.gpu_blind,
+            )
+        except Exception as exc:
+            self._failed("unstored-alerts", exc)
+            return None
 
     def _record_slurm_members(self, now: float) -> None:
         """Keep the record of processes seen below a slurmstepd (still alive), which
@@ -420,18 +517,31 @@ class Daemon:
     def _prune(self, now: float) -> None:
         """Apply the retention windows (``daemon.retention_*_s``) every ``PRUNE_EVERY_S``
         of tick time, a bounded batch at a time."""
-        if now - self._pruned_at < PRUNE_EVERY_S:
-            return
+        if 0 <= now - self._pruned_at < PRUNE_EVERY_S:
+            return  # (a clock set back re-arms it rather than stopping it for as long)
         self._pruned_at = now
         d = self.config.daemon
         deleted = self.db.prune(
-            now,
+            self._retention_now(now),
             findings_s=d.retention_findings_s,
             alerts_s=d.retention_alerts_s,
             jobs_s=d.retention_jobs_s,
         )
         if any(deleted.values()):
             log.info("state-pruned", **deleted)
+        if self._clock_before is None or now > self._clock_before:
+            self.db.set_meta(CLOCK_SEEN, repr(now))
+
+    def _retention_now(self, now: float) -> float:
+        """The time retention counts from: ``now``, but never later than the latest
+        wall time a previous run saw plus the time this run has been up (monotonic).
+        A daemon started with its clock days ahead (faketime, a bad RTC) would otherwise
+        delete a finding resolved seconds before as days old (issue 32, case 5: it did,
+        and the next finding took its id). A clock set back is safe as it is: history
+        stamped ahead of it is younger than any window."""
+        if self._clock_before is None:
+            return now
+        return min(now, self._clock_before + (time.monotonic() - self._started_mono))
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -469,9 +579,10 @@ class Daemon:
         self.scanner = Scanner(new, fd_sweep_interval_s=new.daemon.fd_sweep_interval_s)
         self.scanner.keep_origins_of(old_scanner)  # a reload does not re-attribute
         self.scanner.gpu_libraries.adopt(old_scanner.gpu_libraries)  # nor re-read maps
-        first = self.tracker.first_signature
+        first, clocks = self.tracker.first_signature, self.tracker.clocks
         self.tracker = Tracker(self.db, new.alerts, self.scanner.host)
         self.tracker.first_signature.update(first)
+        self.tracker.clocks = clocks
         for hook in self.on_reload:
             try:
                 hook(self)
@@ -535,7 +646,7 @@ class Daemon:
                 deadline = ended + self.config.daemon.interval_s
                 while not (self._stop.is_set() or self._reload.is_set()):
                     if self._early.is_set():
-                        spacing = max(EARLY_TICK_MIN_GAP_S, (ended - began) / EARLY_TICK_DUTY)
+                        spacing = early_tick_spacing_s(ended - began, self.acting_s)
                         gap = began + spacing - time.monotonic()
                         if gap <= 0:
                             break

@@ -26,6 +26,7 @@ from watchdog.spelling import REPORTED_SEVERITIES, finding_ref
 if TYPE_CHECKING:
     from watchdog.daemon.loop import Daemon
     from watchdog.model import Finding, Job
+    from watchdog.state import FindingRecord
 
 SCHEMA_VERSION = 1
 
@@ -58,6 +59,8 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
         "started_at": daemon.started_at,
         "interval_s": daemon.config.daemon.interval_s,
         "config": _config_section(daemon),
+        # Which daemon this is: `status` compares it with what it expected (issue 32).
+        "state_dir": str(daemon.db.dir),
         "last_scan": {"time": last.time, "duration_s": round(last.duration_s, 4)} if last else None,
         "nvml": (
             {
@@ -146,23 +149,11 @@ def _findings_section(
     When the database cannot be read, ``last_findings`` (the last scan's, without id,
     age or counts) and a ``degraded["state"]`` note say what is known.
     """
+    # Findings the daemon could not store (a full or unwritable state directory) are
+    # open all the same: listed, marked "persisted": false (issue 32, case 1).
+    unstored = [{**_entry(f, now), "persisted": False} for f in daemon.unstored.status_records()]
     try:
-        return [
-            {
-                "id": f.id,
-                "kind": f.kind,
-                "severity": f.severity,
-                "message": f.message,
-                "root_pid": f.root_pid,
-                "opened_at": f.opened_at,
-                "age_s": round(now - f.opened_at, 1),
-                "seen_count": f.seen_count,
-                "instances": f.instances,
-                "root_pids": f.details.get("root_pids")
-                or ([f.root_pid] if f.root_pid is not None else []),
-            }
-            for f in daemon.db.open_findings()
-        ]
+        return [_entry(f, now) for f in daemon.db.open_findings()] + unstored
     except Exception as exc:  # sqlite3.DatabaseError and whatever a broken file raises
         degraded["state"] = f"open findings unreadable: {type(exc).__name__}: {exc}"
         return [
@@ -179,7 +170,22 @@ def _findings_section(
                 "root_pids": [f.root_pid] if f.root_pid is not None else [],
             }
             for f in last_findings
-        ]
+        ] + unstored
+
+
+def _entry(f: FindingRecord, now: float) -> dict[str, Any]:
+    return {
+        "id": f.id,
+        "kind": f.kind,
+        "severity": f.severity,
+        "message": f.message,
+        "root_pid": f.root_pid,
+        "opened_at": f.opened_at,
+        "age_s": round(now - f.opened_at, 1),
+        "seen_count": f.seen_count,
+        "instances": f.instances,
+        "root_pids": f.details.get("root_pids") or ([f.root_pid] if f.root_pid is not None else []),
+    }
 
 
 def _alerts_section(daemon: Daemon, degraded: dict[str, str]) -> dict[str, Any]:
@@ -246,6 +252,8 @@ def _finding_head(f: dict[str, Any]) -> str:
     parts = [f"open {_age(float(f.get('age_s') or 0))}", f"seen {f.get('seen_count')}x"]
     if (f.get("instances") or 1) > 1:
         parts.append(f"{f['instances']} instances")
+    if f.get("persisted") is False:
+        parts.append("NOT PERSISTED: the state database cannot be written")
     return f"{finding_ref(f['id'])} {sev:<8} {kind} ({', '.join(parts)})"
 
 

@@ -15,6 +15,7 @@ a job.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -43,8 +44,20 @@ class Tracker:
         host: Host name put into alert payloads.
     """
 
-    def __init__(self, db: StateDB, alerts: AlertSettings, host: str) -> None:
+    def __init__(
+        self,
+        db: StateDB,
+        alerts: AlertSettings,
+        host: str,
+        mono: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.db = db
+        # The debounce and reminders count on this clock (issue 32, case 5): a wall clock
+        # set back left last_alert_at 172,533 s in the future and no reminder came.
+        self.mono = mono
+        self._mono_now = 0.0
+        # Finding id → (opened, last alerted) on the monotonic clock (kept across reloads).
+        self.clocks: dict[int, tuple[float, float | None]] = {}
         self.alerts = alerts
         self.host = host
         # The signature each running job root got first, by identity (PID, start ticks):
@@ -94,6 +107,24 @@ class Tracker:
         Returns:
             What opened, was reminded of, and resolved; the job signatures by root PID.
         """
+        self._mono_now = self.mono()
+        clocks = dict(self.clocks)
+        try:
+            return self._update(jobs, findings, now, start_time_s, blind, alive, learning)
+        except BaseException:
+            self.clocks = clocks  # rolled back: nothing was alerted
+            raise
+
+    def _update(
+        self,
+        jobs: Iterable[Job],
+        findings: Iterable[Finding],
+        now: float,
+        start_time_s: Callable[[int], float | None] | None,
+        blind: bool,
+        alive: Callable[[int, int], bool] | None,
+        learning: bool,
+    ) -> TrackResult:
         with self.db.transaction():
             seen = record_jobs(
                 self.db, [j for j in jobs if j.verdict != "ignored"], now,
@@ -142,6 +173,38 @@ class Tracker:
                     reminded.append(reminder)
         return opened, reminded, resolved
 
+    def _on_mono(self, rec: FindingRecord, now: float) -> FindingRecord:
+        """``rec`` with ``opened_at`` and ``last_alert_at`` moved so that what
+        :func:`alert_due` compares holds when the wall clock was set back: a stamp
+        ahead of ``now`` counts the time elapsed on the monotonic clock since this
+        daemon opened or alerted it (or first saw it, for a stamp from before this
+        run) instead of a negative age that blocks reminders and the debounce for as
+        long as the clock went back. A stamp behind ``now`` counts as it is (the tick's
+        own time, which tests drive)."""
+        opened, alerted = self.clocks.get(rec.id, (None, None))
+        if opened is None:
+            opened = self._mono_now
+        if alerted is None and rec.last_alert_at is not None:
+            alerted = self._mono_now
+        self.clocks[rec.id] = (opened, alerted)
+
+        def age(stamp: float, since: float) -> float:
+            return now - stamp if now >= stamp else self._mono_now - since
+
+        return dataclasses.replace(
+            rec,
+            opened_at=now - age(rec.opened_at, opened),
+            last_alert_at=(
+                None
+                if rec.last_alert_at is None or alerted is None
+                else now - age(rec.last_alert_at, alerted)
+            ),
+        )
+
+    def _alerted(self, finding_id: int, now: float) -> None:
+        opened = self.clocks.get(finding_id, (self._mono_now, None))[0]
+        self.clocks[finding_id] = (opened, self._mono_now)
+
     def _open(self, s: Sighting, now: float) -> FindingRecord:
         """File a new finding (named by its id); spool its open alert unless debounced."""
         db, f = self.db, s.finding
@@ -155,9 +218,11 @@ class Tracker:
         new = db.finding(fid)
         assert new is not None
         labels = alert_labels(self.host, fid, f)
+        self.clocks[fid] = (self._mono_now, None)
         if alert_due(None, f, s.instances, s.pids, labels, now, self.alerts) is not None:
             self._spool("open", new, now)
             db.mark_alerted(fid, now, s.pids, labels)
+            self._alerted(fid, now)
         return new
 
     def _seen(self, step: Seen, now: float) -> FindingRecord | None:
@@ -167,18 +232,20 @@ class Tracker:
         f = s.finding
         db.touch_finding(rec.id, with_own_id(f, rec.id), f.root_pid, f.details, now, s.instances)
         labels = alert_labels(self.host, rec.id, f)
-        due = alert_due(rec, f, s.instances, s.pids, labels, now, self.alerts)
+        due = alert_due(self._on_mono(rec, now), f, s.instances, s.pids, labels, now, self.alerts)
         if due is None:
             return None
         fresh = db.finding(rec.id)
         assert fresh is not None
         self._spool(due.event, fresh, now, due.change)
         db.mark_alerted(rec.id, now, s.pids, labels)
+        self._alerted(rec.id, now)
         return fresh if due.event == "remind" else None
 
     def _resolve(self, rec: FindingRecord, now: float) -> FindingRecord:
         """Resolve one finding and spool its ``resolve`` alert (when it was alerted)."""
         db = self.db
+        self.clocks.pop(rec.id, None)
         db.resolve_finding(rec.id, now)
         done = db.finding(rec.id)
         assert done is not None

@@ -127,3 +127,51 @@ class FindingTable(Table):
                 finding_id,
             ),
         )
+
+    def next_finding_id(self) -> int:
+        """The id the next finding will get: past every id the table ever gave, also
+        one whose row is gone (``sqlite_sequence`` of an AUTOINCREMENT key), so a
+        finding kept in memory while the database could not be written keeps it."""
+        conn = self.conn
+        top = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM findings").fetchone()[0])
+        has_seq = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='sqlite_sequence'"
+        ).fetchone()
+        if has_seq is not None:
+            row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name='findings'").fetchone()
+            if row is not None:
+                top = max(top, int(row[0]))
+        return top + 1
+
+    def store_finding(self, rec: FindingRecord) -> int:
+        """Write a finding that was kept in memory (the database could not be written
+        when it opened) under its own id when that id is free, with its alert state,
+        so the tracker takes it for one it already alerted on.
+
+        Returns:
+            The id it was stored under: ``rec.id``, or a new one when ``rec.id`` was
+            taken meanwhile (never by this daemon, which assigns ids past every one).
+        """
+        row = (
+            clean(rec.fingerprint), rec.kind, rec.severity, clean(rec.message), rec.root_pid,
+            json.dumps(rec.details), rec.opened_at, rec.last_seen, rec.seen_count,
+            rec.resolved_at, rec.last_alert_at, rec.instances, rec.alerted_instances,
+            json.dumps(rec.alerted_pids) if rec.alerted_pids is not None else None,
+            json.dumps(rec.alerted_routing) if rec.alerted_routing is not None else None,
+        )  # fmt: skip
+        columns = (
+            "fingerprint, kind, severity, message, root_pid, details_json, opened_at,"
+            " last_seen, seen_count, resolved_at, last_alert_at, instances,"
+            " alerted_instances, alerted_pids_json, alerted_routing_json"
+        )
+        taken = self.conn.execute("SELECT 1 FROM findings WHERE id=?", (rec.id,)).fetchone()
+        if taken is None:
+            self.conn.execute(
+                f"INSERT INTO findings(id, {columns}) VALUES (?{',?' * len(row)})",
+                (rec.id, *row),
+            )
+            return rec.id
+        cur = self.conn.execute(
+            f"INSERT INTO findings({columns}) VALUES (?{',?' * (len(row) - 1)})", row
+        )
+        return int(cur.lastrowid or 0)

@@ -158,7 +158,47 @@ CREATE INDEX job_runs_seen ON job_runs(last_seen);
 UPDATE meta SET value='4' WHERE key='schema_version';
 """
 
-MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
+# Next version: finding ids are never reused, ever (issue 32, case 5: retention deleted
+# the newest finding and the next one took its id, so two jobs were alerted as F2). An
+# ``INTEGER PRIMARY KEY`` reuses the largest id once its row is gone; AUTOINCREMENT
+# keeps the largest id ever given in ``sqlite_sequence``. SQLite cannot add it to a
+# column, so the table is rebuilt (same columns, same rows, same indexes).
+_SCHEMA_FINDING_IDS = """
+CREATE TABLE findings_v (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    fingerprint TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    message TEXT NOT NULL,
+    root_pid INTEGER,
+    details_json TEXT NOT NULL,
+    opened_at REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    seen_count INTEGER NOT NULL DEFAULT 1,
+    resolved_at REAL,
+    last_alert_at REAL,
+    instances INTEGER NOT NULL DEFAULT 1,
+    alerted_instances INTEGER,
+    alerted_pids_json TEXT,
+    alerted_routing_json TEXT
+);
+INSERT INTO findings_v SELECT id, fingerprint, kind, severity, message, root_pid,
+    details_json, opened_at, last_seen, seen_count, resolved_at, last_alert_at, instances,
+    alerted_instances, alerted_pids_json, alerted_routing_json FROM findings;
+DROP TABLE findings;
+ALTER TABLE findings_v RENAME TO findings;
+CREATE UNIQUE INDEX findings_open ON findings(fingerprint) WHERE resolved_at IS NULL;
+CREATE INDEX findings_resolved ON findings(resolved_at) WHERE resolved_at IS NOT NULL;
+UPDATE meta SET value='5' WHERE key='schema_version';
+"""
+
+MIGRATIONS: tuple[str, ...] = (
+    _SCHEMA_V1,
+    _SCHEMA_V2,
+    _SCHEMA_V3,
+    _SCHEMA_V4,
+    _SCHEMA_FINDING_IDS,
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

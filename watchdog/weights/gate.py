@@ -61,6 +61,16 @@ def log_refusals(report: Report, command: Sequence[str], stream: TextIO) -> None
         )
 
 
+#: ``gate``'s own statuses, never the deployed command's (issue 32, case 9: gate's
+#: 1 and 2 could not be told from the command's). As env(1) and timeout(1) do, gate
+#: takes the top of the range for itself: a deploy command exiting 124-127 itself is
+#: the one ambiguity left, and the report on stderr (or ``--json``) settles it.
+GATE_REFUSED_NONFINITE = 124  # refused: a value is not finite (verify-weights' 1)
+GATE_REFUSED_UNVERIFIED = 125  # refused: not verified (verify-weights' 2), or gate's usage
+GATE_CANNOT_RUN = 127  # verified, but the command could not be started
+_REFUSED = {1: GATE_REFUSED_NONFINITE, 2: GATE_REFUSED_UNVERIFIED}
+
+
 def run_gate(
     weights: Sequence[Path],
     command: Sequence[str],
@@ -83,8 +93,9 @@ def run_gate(
             written (the CLI ends its progress bar here).
 
     Returns:
-        The command's exit status when it ran; 1 (non-finite) or 2 (not
-        verified) when it was refused; 127 when it could not be started.
+        The command's exit status when it ran; :data:`GATE_REFUSED_NONFINITE` (124)
+        or :data:`GATE_REFUSED_UNVERIFIED` (125) when it was refused;
+        :data:`GATE_CANNOT_RUN` (127) when it could not be started.
 
     Raises:
         ValueError: ``command`` or ``weights`` is empty.
@@ -101,11 +112,11 @@ def run_gate(
     out.flush()
     if report.exit_code != 0:
         log_refusals(report, command, out)
-        return report.exit_code
+        return _REFUSED.get(report.exit_code, GATE_REFUSED_UNVERIFIED)
     try:
         return subprocess.run(list(command), check=False).returncode
     except OSError as exc:
         event_logger(out).error(
             "gate-command-failed", command=list(command), error=f"{type(exc).__name__}: {exc}"
         )
-        return 127
+        return GATE_CANNOT_RUN

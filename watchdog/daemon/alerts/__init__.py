@@ -34,6 +34,11 @@ def build_alert_workers(daemon: Daemon) -> list[Worker]:
         The :class:`DeliveryWorker` (always: the default configuration has a log sink)
         and the Alertmanager re-send worker (idle without an ``alertmanager`` sink).
     """
-    worker = DeliveryWorker(daemon.db, lambda: daemon.config.alerts, degraded=daemon.degraded)
+    worker = DeliveryWorker(
+        daemon.db,
+        lambda: daemon.config.alerts,
+        degraded=daemon.degraded,
+        memory=daemon.unstored.spool,
+    )
     daemon.on_tick.append(worker.on_tick)
     return [worker, *build_alertmanager_workers(daemon)]

@@ -25,6 +25,14 @@ Delivery rules (docs/alerts.md):
 - Alerts due at once on a webhook sink go out as one message (``coalesce``), and a sink
   gets at most one message per ``min_interval_s`` (a rate limit): a storm is one post.
 - Rows for a sink no longer in the configuration stay spooled untouched.
+- Alerts the tick could not write to ``state.db`` wait in memory
+  (:class:`~watchdog.daemon.alerts.memory.MemorySpool`) and are sent first, by the
+  same rules: a full or unwritable state directory never silences a sink.
+- A delivered row whose mark cannot be written (``state.db`` full or unwritable) is
+  remembered as delivered in memory and never sent again; writing the mark is retried
+  with the sink's backoff, and a failed attempt whose record cannot be written waits
+  out its backoff all the same (issue 32, case 2: the same resolve had been posted 240
+  times in 84 s).
 - A webhook sink whose URL cannot be read (``url_env`` unset, ``url_file`` missing or
   writable by others) is a degraded component ``alert-sink:NAME`` (``status``, the
   ``component-degraded`` finding, the metric) until it can; its alerts stay spooled
@@ -33,6 +41,7 @@ Delivery rules (docs/alerts.md):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -50,6 +59,7 @@ from watchdog.daemon.alerts import http
 from watchdog.daemon.alerts.alert import Outgoing
 from watchdog.daemon.alerts.backoff import Backoff
 from watchdog.daemon.alerts.base import BatchSink, SendError, Sink, SinkContext, SinkFactory
+from watchdog.daemon.alerts.memory import MemorySpool
 from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.logs import get_logger
 from watchdog.model import load_ref
@@ -111,6 +121,17 @@ def _pending(db: StateDB, sink: str, limit: int) -> list[Delivery]:
     return db.pending(sink, limit)
 
 
+@dataclass
+class _Unmarked:
+    """Delivered rows whose ``delivered_at`` could not be written yet (by row id: when
+    each was delivered), and when writing the marks is next tried."""
+
+    rows: dict[int, float] = field(default_factory=dict)
+    failures: int = 0
+    retry_at: float = -math.inf
+    error: str | None = None  # the last failure, said once
+
+
 _row = delivery_row
 
 
@@ -131,6 +152,8 @@ class DeliveryWorker:
         batch: Rows read per sink and round.
         degraded: The daemon's ``degraded`` dict: a round that fails as a whole (state
             database unreadable) is recorded there as ``alerts`` until a round succeeds.
+        memory: Alerts the tick could not spool in ``state.db`` (the daemon's
+            ``unstored.spool``); sent before the database's rows.
 
     Attributes:
         name: ``alerts`` (for degrade messages).
@@ -150,8 +173,13 @@ class DeliveryWorker:
         environ: Mapping[str, str] | None = None,
         batch: int = 200,
         degraded: dict[str, str] | None = None,
+        memory: MemorySpool | None = None,
     ) -> None:
         self.db = db
+        self.memory = memory if memory is not None else MemorySpool()
+        self._unmarked: dict[str, _Unmarked] = {}  # by sink
+        # Row id → retry time of a failed attempt whose record could not be written.
+        self._retry_at: dict[int, float] = {}
         self.degraded = degraded
         self.alerts = alerts
         self.clock = clock
@@ -168,6 +196,7 @@ class DeliveryWorker:
         self._failing: dict[str, str] = {}
         self._orphans_noted: set[str] = set()
         self._secret_problems: dict[str, str] = {}
+        self._rounds_failing: dict[str, str] = {}  # thread ("" supervisor) → its error
         self._lock = threading.Lock()  # the configuration view and the sink table
         self._sink_locks: dict[str, threading.Lock] = {}  # one drain of a sink at a time
         self._stop = threading.Event()
@@ -269,18 +298,112 @@ class DeliveryWorker:
         Each row's alert is read once, into ``typed`` (row id → alert)."""
         waiting: set[int] = set()
         due = []
-        for d in _pending(self.db, name, self.batch):
+        unmarked = self._unmarked.get(name, _Unmarked()).rows
+        for d in self._rows(name):
+            if d.id in unmarked:
+                continue  # delivered; only its mark is not written yet: never resend
             if d.finding_id in waiting:
                 continue
-            if d.next_attempt_at > self._time(now):
+            if max(d.next_attempt_at, self._retry_at.get(d.id, -math.inf)) > self._time(now):
                 waiting.add(d.finding_id)
                 continue
             typed[d.id] = Outgoing.from_delivery(d)
             due.append(d)
         return due
 
+    def _rows(self, name: str) -> list[Delivery]:
+        """The sink's rows waiting in memory, then those of ``state.db``; only the
+        memory's when the database cannot be read (they must not wait on it)."""
+        rows = self.memory.pending(name)
+        try:
+            return rows + _pending(self.db, name, self.batch)
+        except Exception:
+            if not rows:
+                raise
+            return rows
+
+    def _flush_marks(self, name: str, now: float | None, backoff: Backoff) -> None:
+        """Write the delivered marks that could not be written before, when their
+        retry is due; a failure waits out the sink's backoff again."""
+        pending = self._unmarked.get(name)
+        if pending is None or not pending.rows or pending.retry_at > self._time(now):
+            return
+        try:
+            for row, when in list(pending.rows.items()):
+                self.db.mark_delivered(row, when)
+                del pending.rows[row]
+        except Exception as exc:
+            pending.failures += 1
+            pending.retry_at = self._time(now) + backoff.delay_s(pending.failures)
+            self._marks_failed(name, exc)
+            return
+        pending.failures = 0
+        if pending.error is not None:
+            pending.error = None
+            log.info("alert-marks-recorded", sink=name)
+
+    def _mark_delivered(self, name: str, d: Delivery, done: float, backoff: Backoff) -> None:
+        """Record ``d`` delivered: in memory for a memory row; in ``state.db``
+        otherwise, remembered in memory when that write fails (never sent again)."""
+        if d.id < 0:
+            self.memory.done(d.id)
+            return
+        pending = self._unmarked.setdefault(name, _Unmarked())
+        if pending.rows:  # earlier marks wait for their retry: keep the order
+            pending.rows[d.id] = done
+            return
+        try:
+            self.db.mark_delivered(d.id, done)
+        except Exception as exc:
+            pending.rows[d.id] = done
+            pending.failures += 1
+            pending.retry_at = done + backoff.delay_s(pending.failures)
+            self._marks_failed(name, exc)
+
+    def _marks_failed(self, name: str, exc: Exception) -> None:
+        """Say once per sink and error that deliveries cannot be recorded (not per
+        alert, not per retry: a storm on a full disk must not flood the log)."""
+        pending = self._unmarked.setdefault(name, _Unmarked())
+        text = f"{type(exc).__name__}: {exc}"
+        # A connection that met a read-only file (chattr +i, a read-only remount) can
+        # stay read-only after the file is writable again: the next try reconnects.
+        with contextlib.suppress(Exception):
+            self.db.close()  # this thread's connection only
+        if pending.error != text:
+            log.error(
+                "alert-mark-failed",
+                sink=name,
+                error=text,
+                message="delivered, but not recorded in state.db; not sent again, the "
+                "record is retried with the sink's backoff",
+            )
+        pending.error = text
+
+    def _mark_failed(self, d: Delivery, reason: str, retry_at: float) -> None:
+        """Record a failed attempt; when it cannot be written, the retry time is kept
+        in memory so the backoff holds all the same."""
+        if d.id < 0:
+            self.memory.failed(d.id, reason, retry_at)
+            return
+        self._retry_at[d.id] = retry_at
+        try:
+            self.db.mark_failed(d.id, reason, retry_at)
+        except Exception:
+            return
+        self._retry_at.pop(d.id, None)
+
+    def _mark_dead(self, d: Delivery, reason: str, now: float) -> None:
+        if d.id < 0:
+            self.memory.done(d.id)
+            return
+        try:
+            self.db.mark_dead(d.id, reason, now)
+        except Exception:
+            self._retry_at[d.id] = math.inf  # set aside for this run at least
+
     def _drain(self, sink: Sink, now: float | None, backoff: Backoff, out: RoundResult) -> None:
         name = sink.settings.name
+        self._flush_marks(name, now, backoff)
         typed: dict[int, Outgoing] = {}
         due = self._due(name, now, typed)
         if not due:
@@ -317,16 +440,16 @@ class DeliveryWorker:
             except Exception as exc:  # a bug in a sink must not kill the worker
                 reason = f"internal error in the {name} sink: {type(exc).__name__}"
                 retry_at = self._time(now) + backoff.delay_s(group[0].attempts + 1)
+                self._down_until[name] = retry_at
                 for d in group:
-                    self.db.mark_failed(d.id, reason, retry_at)
+                    self._mark_failed(d, reason, retry_at)
                     out.failed[d.id] = reason
                 self._note_failure(name, reason)
-                self._down_until[name] = retry_at
                 return
             self._next_send[name] = self._time(now) + interval
             done = self._time(now)
             for d in group:
-                self.db.mark_delivered(d.id, done)
+                self._mark_delivered(name, d, done, backoff)
                 out.delivered.append(d.id)
             self._note_ok(name)
 
@@ -342,7 +465,7 @@ class DeliveryWorker:
         """Record a failed message; True when the sink is down (stop draining it)."""
         if exc.permanent and len(group) == 1:
             d = group[0]
-            self.db.mark_dead(d.id, exc.reason, self._time(now))
+            self._mark_dead(d, exc.reason, self._time(now))
             out.dead[d.id] = exc.reason
             log.error(
                 "alert-dead-lettered",
@@ -357,7 +480,7 @@ class DeliveryWorker:
         if exc.permanent:  # a coalesced message refused: send its alerts one by one
             self._singles.add(name)
             for d in group:
-                self.db.mark_failed(d.id, exc.reason, self._time(now))
+                self._mark_failed(d, exc.reason, self._time(now))
                 out.failed[d.id] = exc.reason
             self._note_failure(name, exc.reason)
             return True
@@ -367,14 +490,13 @@ class DeliveryWorker:
         else:
             delay = backoff.delay_s(attempts, self.rand() if self.jitter else 0.0)
         retry_at = self._time(now) + delay
-        for d in group:
-            self.db.mark_failed(d.id, exc.reason, retry_at)
-            out.failed[d.id] = exc.reason
-        self._note_failure(name, exc.reason)
         if exc.sink_down:
             self._down_until[name] = retry_at
-            return True
-        return False
+        for d in group:
+            self._mark_failed(d, exc.reason, retry_at)
+            out.failed[d.id] = exc.reason
+        self._note_failure(name, exc.reason)
+        return bool(exc.sink_down)
 
     # -- say it once -------------------------------------------------------------------
 
@@ -420,7 +542,11 @@ class DeliveryWorker:
             log.info("alert-sink-recovered", sink=sink)
 
     def _note_unconfigured(self, configured: dict[str, SinkSettings]) -> None:
-        for sink, count in self.db.queued_by_sink().items():
+        try:
+            queued = self.db.queued_by_sink()
+        except Exception:  # unreadable: the sinks' own rounds say so; memory rows go on
+            return
+        for sink, count in queued.items():
             if sink not in configured and sink not in self._orphans_noted:
                 self._orphans_noted.add(sink)
                 log.warning(
@@ -447,32 +573,42 @@ class DeliveryWorker:
     def _run(self) -> None:
         """The supervising thread: one draining thread per configured sink (a reload
         that adds a sink starts its thread; a removed sink's thread ends)."""
-        failing: str | None = None
         try:
             while not self._stop.is_set():
                 try:
                     _settings, configured = self._configured()
                     for name in configured:
                         self._ensure_thread(name)
-                    if failing is not None:
-                        log.info("component-recovered", component=self.name)
-                        if self.degraded is not None:
-                            self.degraded.pop(self.name, None)
-                    failing = None
+                    self._round_ok("")
                 except Exception as exc:  # the database may be locked or gone
-                    failing = self._round_failed(exc, failing)
+                    self._round_failed("", exc)
                 self._wake.wait(self.poll_interval_s)
                 self._wake.clear()
         finally:
             self.db.close()  # this thread's connection only
 
-    def _round_failed(self, exc: Exception, failing: str | None) -> str:
+    def _round_failed(self, thread: str, exc: Exception) -> None:
+        """A round of ``thread`` (a sink's name; "" the supervisor) failed as a whole:
+        ``alerts`` is degraded, logged once per distinct error."""
         text = f"{type(exc).__name__}: {exc}"
-        if text != failing:
+        with self._lock:
+            was = self._rounds_failing.get(thread)
+            self._rounds_failing[thread] = text
+        if text != was:
             log.error("component-degraded", component=self.name, error=text)
         if self.degraded is not None:
             self.degraded[self.name] = text
-        return text
+
+    def _round_ok(self, thread: str) -> None:
+        """A round of ``thread`` succeeded: once no thread's last round failed,
+        ``alerts`` is no longer degraded (issue 32, case 6: it had stayed degraded,
+        with its warning finding, after deliveries succeeded again)."""
+        with self._lock:
+            if self._rounds_failing.pop(thread, None) is None or self._rounds_failing:
+                return
+        log.info("component-recovered", component=self.name)
+        if self.degraded is not None:
+            self.degraded.pop(self.name, None)
 
     def _ensure_thread(self, name: str) -> None:
         with self._lock:
@@ -488,15 +624,15 @@ class DeliveryWorker:
 
     def _run_sink(self, name: str, event: threading.Event) -> None:
         """One sink's loop: drain it, wait for a wake-up or the poll interval."""
-        failing: str | None = None
         try:
             while not self._stop.is_set():
                 try:
                     if self.deliver_sink(name) is None:
+                        self._round_ok(name)
                         return  # no longer configured
-                    failing = None
+                    self._round_ok(name)
                 except Exception as exc:  # the database may be locked or gone
-                    failing = self._round_failed(exc, failing)
+                    self._round_failed(name, exc)
                 event.wait(self.poll_interval_s)
                 event.clear()
         finally:
