@@ -148,7 +148,11 @@ def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) ->
     for path in out.keys:
         real = os.path.realpath(path)
         if os.path.commonpath([real, real_root]) != real_root:
-            out.outside[path] = "reached through a symlinked folder"
+            parent = os.path.realpath(os.path.dirname(path))
+            own_link = os.path.islink(path) and os.path.commonpath([parent, real_root]) == real_root
+            out.outside[path] = (
+                f"a file link to {real}" if own_link else "reached through a symlinked folder"
+            )
     _add_index_shards(root, out)
     return out
 
@@ -415,7 +419,7 @@ class ShipGateSource:
         )
         if report.error:
             message += f" and was not fully verified: {report.error}"
-        if self.gate.quarantine and key.path in self._outside:
+        if self.gate.quarantine and key.path in self._outside and not self._own_link(key.path):
             how = self._outside[key.path]
             message += f"; not moved: it lies outside {self.deploy_dir} ({how})"
         elif self.gate.quarantine:
@@ -423,6 +427,19 @@ class ShipGateSource:
         return Finding(
             kind="poisoned-weights", severity="critical", message=message, details=details
         )
+
+    def _own_link(self, path: str) -> bool:
+        """Is ``path`` a symbolic link whose own entry lies in the deploy directory?
+
+        Such a link (to a training output, or a Hugging Face blob) is renamed by the
+        quarantine, never its target; a name reached through a symlinked folder is not:
+        renaming it would move a file in the folder the link points to.
+        """
+        if not os.path.islink(path):
+            return False
+        real_root = os.path.realpath(self.deploy_dir)
+        parent = os.path.realpath(os.path.dirname(path))
+        return os.path.commonpath([parent, real_root]) == real_root
 
     def _quarantine(self, key: FileKey, details: dict[str, Any], now: float) -> str:
         """Move ``key`` aside once; returns the text appended to the finding's message."""
