@@ -235,6 +235,13 @@ def test_daemon_gate_with_enforce_open(tmp_path: Path) -> None:
     try:
         daemon.tick(1000.0)
         assert sources[0].enforcement() == ("enforcing", "")
+        from watchdog.daemon.status import build_status, render_status
+
+        doc = build_status(daemon)
+        assert doc["ship_gates"] == [
+            {"name": "prod", "enforce": "open", "at_open": "enforcing", "why": ""}
+        ]
+        assert "ship gate prod: enforcing at open\n" in render_status(doc, 200, False) + "\n"
         bad = _st(deploy / "model.safetensors", float("nan"))
         cp = _cat(bad)
         assert cp.returncode == 1 and EPERM_CAT in cp.stderr
@@ -246,6 +253,7 @@ def test_daemon_gate_with_enforce_open(tmp_path: Path) -> None:
         sources[0].open_gate.stop()  # type: ignore[union-attr]
         daemon.tick(1002.0)
         assert sources[0].enforcement()[0] == "not enforcing"
+        assert build_status(daemon)["ship_gates"][0]["at_open"] == "not enforcing"
         degraded = [f for f in db.open_findings() if f.kind == "ship-gate-degraded"]
         assert [f.message for f in degraded] == [
             "ship gate prod: not enforcing at open (the open listener is not running"

@@ -38,6 +38,7 @@ from watchdog.logs import get_logger
 from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES, Finding, ScanResult
 from watchdog.state import StateDB
 from watchdog.weights.discover import index_shards
+from watchdog.weights.fanotify import Fanotify
 from watchdog.weights.freshness import human_duration
 from watchdog.weights.opengate import Decision, OpenGate
 from watchdog.weights.quarantine import (
@@ -608,8 +609,18 @@ class ShipGateSource:
         return out
 
 
-def make_open_gate(gate: ShipGate, on_decision: Callable[[Decision], None]) -> OpenGate:
-    """The fanotify open gate of ``gate`` (started by the caller)."""
+def make_open_gate(
+    gate: ShipGate,
+    on_decision: Callable[[Decision], None],
+    kernel: Callable[[], Fanotify] = Fanotify,
+) -> OpenGate:
+    """The fanotify open gate of ``gate`` (started by the caller).
+
+    Args:
+        gate: The gate's settings (``enforce``, ``open_timeout_s``, folders, patterns).
+        on_decision: Called with each refusal (from the listener's threads).
+        kernel: The fanotify group's factory (a host without it: tests).
+    """
     from watchdog.weights.api import verify_file
     from watchdog.weights.scan import ScanContext
 
@@ -623,6 +634,7 @@ def make_open_gate(gate: ShipGate, on_decision: Callable[[Decision], None]) -> O
         timeout_s=gate.open_timeout_s,
         on_decision=on_decision,
         skip=Path(gate.quarantine_path),
+        kernel=kernel,
     )
 
 
