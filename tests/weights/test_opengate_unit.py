@@ -103,4 +103,3 @@ def test_enforce_off_builds_no_listener(tmp_path: Path) -> None:
     finally:
         worker.stop()
         db.close()
-
