@@ -155,13 +155,27 @@ def test_links_outside_and_the_hugging_face_cache_layout(
     outside.parent.mkdir()
     _st(outside, float("nan"))
     (snap / "extra.safetensors").symlink_to(outside)
-    gate, seen = gates([snap])
+    gate, seen = gates([repo])  # deploy_dir: the model's folder in the HF cache
     assert gate.state()[0] == "enforcing"
     for path in (snap / "model.safetensors", repo / "blobs" / "deadbeef", outside):
         cp = _cat(path)
         assert cp.returncode == 1 and EPERM_CAT in cp.stderr, path
     assert {d.path for d in seen} == {str(repo / "blobs" / "deadbeef"), str(outside)}
     assert _safetensors_load(snap / "model.safetensors").returncode == 1
+
+    # Between two ticks (no refresh): a new revision's blob and link, and the training
+    # output replaced by rename behind the file link. Both are gated at once.
+    rev2 = repo / "snapshots" / "def456"
+    rev2.mkdir()
+    _st(repo / "blobs" / "cafe0001", float("inf"))
+    (rev2 / "model.safetensors").symlink_to("../../blobs/cafe0001")
+    os.rename(_st(outside.with_name("tmp.safetensors"), float("nan")), outside)
+    for path in (rev2 / "model.safetensors", outside):
+        assert EPERM_CAT in _cat(path).stderr, path
+    assert seen[-2].path == str(repo / "blobs" / "cafe0001")
+    _st(repo / "blobs" / "cafe0002", 1.0)
+    os.rename(repo / "blobs" / "cafe0002", repo / "blobs" / "cafe0001")
+    assert _cat(rev2 / "model.safetensors").returncode == 0
 
 
 def test_audit_lets_the_open_through_and_says_what_it_would_refuse(

@@ -55,6 +55,10 @@ _OPEN_CALLS: dict[str, dict[int, int | None]] = {
 }
 
 
+#: File versions whose verdict is kept (about 100 bytes each); the oldest goes first.
+_MAX_VERDICTS = 65536
+
+
 def identity(st: os.stat_result) -> Identity:
     """The version of a file: device, inode, size, mtime_ns, ctime_ns."""
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
@@ -172,7 +176,11 @@ class OpenGate:
         self._thread: threading.Thread | None = None
         self._stop_r, self._stop_w = -1, -1
         self._marked: set[str] = set()
-        self._targets: dict[str, str] = {}  # resolved path -> listed name (for its suffix)
+        # Resolved path -> the listed name it is reached by (whose suffix names the format).
+        self._file_links: dict[str, str] = {}
+        self._dir_links: dict[str, str] = {}  # resolved folder -> listed folder
+        self._link_folders: set[str] = set()  # folders holding a file link's target
+        self._relearned: set[Identity] = set()  # versions the links were re-mapped for
         self.problems: list[str] = []
         self.unavailable: str | None = None
         self.decisions: list[Decision] = []
@@ -190,9 +198,19 @@ class OpenGate:
 
     # ------------------------------------------------------------------ marks
 
+    def _listed_as(self, path: str) -> str:
+        """The name in a gated folder that ``path`` (a resolved path) is reached by."""
+        listed = self._file_links.get(path)
+        if listed is not None:
+            return listed
+        folder = self._dir_links.get(os.path.dirname(path))
+        if folder is not None:
+            return os.path.join(folder, os.path.basename(path))
+        return path
+
     def _gated_name(self, path: str) -> str | None:
         """The listed name ``path`` is opened as, or None when no pattern names it."""
-        listed = self._targets.get(path, path)
+        listed = self._listed_as(path)
         base = os.path.basename(listed).lower()
         for root in self.roots:
             rel = os.path.relpath(listed, root).lower()
@@ -203,42 +221,53 @@ class OpenGate:
                     return listed
         return None
 
-    def refresh(self) -> None:
-        """Mark every folder under the roots and every target a listed name resolves to.
-
-        Called at start and on each daemon tick (new subfolders, new links). A mark
-        that fails is named in :attr:`problems` (and :meth:`state`'s why).
-        """
-        if self._fan is None:
-            return
-        problems: list[str] = []
+    def _links(self) -> Iterable[tuple[str, str]]:
+        """``(link, resolved target)`` of every symbolic link under the roots."""
         for root in self.roots:
             for folder, dirs, files in os.walk(root, followlinks=False):
-                if (
-                    self._skip is not None
-                    and self._skip in dirs
-                    and (os.path.join(folder, os.path.basename(self._skip)) == self._skip)
-                ):
-                    dirs.remove(os.path.basename(self._skip))
-                self._mark(folder, True, problems)
+                if self._skip is not None and os.path.dirname(self._skip) == folder:
+                    dirs[:] = [d for d in dirs if d != os.path.basename(self._skip)]
                 for entry in [*dirs, *files]:
                     full = os.path.join(folder, entry)
                     if not os.path.islink(full):
                         continue
                     try:
-                        real = os.path.realpath(full, strict=True)
+                        yield full, os.path.realpath(full, strict=True)
                     except OSError:
-                        continue
-                    if os.path.isdir(real):
-                        for sub, _d, subfiles in os.walk(real):
-                            self._mark(sub, True, problems)
-                            for f in subfiles:
-                                self._targets[os.path.join(sub, f)] = os.path.join(
-                                    full, os.path.relpath(os.path.join(sub, f), real)
-                                )
-                    else:
-                        self._targets[real] = full
-                        self._mark(real, False, problems)
+                        continue  # dangling: nothing to open
+
+    def _relearn_links(self) -> None:
+        """Map file links again (a link made since the last tick), without marking."""
+        for full, real in self._links():
+            if not os.path.isdir(real):
+                self._file_links[real] = full
+
+    def refresh(self) -> None:
+        """Mark every folder under the roots and every target a listed name resolves to.
+
+        Called at start and on each daemon tick (new subfolders, new links). A file
+        link's target is gated through a mark on the target's folder, so a target
+        replaced by rename is gated at once; an unknown file opened in such a folder
+        makes the listener map the links again before judging it. A mark that fails is
+        named in :attr:`problems` (and :meth:`state`'s why).
+        """
+        if self._fan is None:
+            return
+        problems: list[str] = []
+        for root in self.roots:
+            for folder, dirs, _files in os.walk(root, followlinks=False):
+                if self._skip is not None and os.path.dirname(self._skip) == folder:
+                    dirs[:] = [d for d in dirs if d != os.path.basename(self._skip)]
+                self._mark(folder, True, problems)
+        for full, real in self._links():
+            if os.path.isdir(real):
+                for sub, _d, _f in os.walk(real):
+                    self._mark(sub, True, problems)
+                    self._dir_links[sub] = os.path.join(full, os.path.relpath(sub, real))
+            else:
+                self._file_links[real] = full
+                self._link_folders.add(os.path.dirname(real))
+                self._mark(os.path.dirname(real), True, problems)
         self.problems = problems
 
     def _mark(self, path: str, folder: bool, problems: list[str]) -> None:
@@ -346,8 +375,23 @@ class OpenGate:
             self._answer(ev, True)
             return
         path = os.readlink(f"/proc/self/fd/{ev.fd}")
+        if opener_writes(ev.pid):
+            self._answer(ev, True)
+            return
         listed = self._gated_name(path)
-        if listed is None or opener_writes(ev.pid):
+        if (
+            listed is None
+            and os.path.dirname(path) in self._link_folders
+            and key not in self._relearned
+        ):
+            # A file beside a link target, e.g. a new HF blob whose snapshot link was
+            # made since the last tick: is some listed name a link to it now?
+            if len(self._relearned) >= _MAX_VERDICTS:
+                self._relearned.clear()
+            self._relearned.add(key)
+            self._relearn_links()
+            listed = self._gated_name(path)
+        if listed is None:
             self._answer(ev, True)
             return
         with self._lock:
@@ -375,6 +419,8 @@ class OpenGate:
         finally:
             os.close(fd)
         with self._lock:
+            if len(self._verdicts) >= _MAX_VERDICTS:  # oldest first: dicts keep order
+                del self._verdicts[next(iter(self._verdicts))]
             self._verdicts[key] = verdict
             pending = self._pending.pop(key, None)
         for ev, path in pending.events if pending else []:
