@@ -268,6 +268,17 @@ def test_daemon_gate_with_enforce_open(tmp_path: Path) -> None:
         daemon.tick(1002.0)
         assert sources[0].enforcement()[0] == "not enforcing"
         assert build_status(daemon)["ship_gates"][0]["at_open"] == "not enforcing"
+        from watchdog.daemon.metrics import MetricsCollector
+
+        collector = MetricsCollector()
+        assert daemon.last is not None
+        collector.update(daemon, daemon.last)
+        [family] = [m for m in collector.collect() if m.name.endswith("ship_gate_at_open")]
+        assert {s.labels["state"]: s.value for s in family.samples} == {
+            "enforcing": 0,
+            "auditing": 0,
+            "not enforcing": 1,
+        }
         degraded = [f for f in db.open_findings() if f.kind == "ship-gate-degraded"]
         assert [f.message for f in degraded] == [
             "ship gate prod: not enforcing at open (the open listener is not running"
