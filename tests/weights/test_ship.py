@@ -142,3 +142,14 @@ def test_cli_ships_and_refuses(tmp_path: Path) -> None:
     assert cp.returncode == 1
     assert "REFUSED" in cp.stdout and '"event": "weights-refused"' in cp.stderr
     assert (dest / "model.safetensors").read_bytes() == good.read_bytes()
+
+
+def test_destination_that_is_a_link_is_replaced_not_written_through(tmp_path: Path) -> None:
+    target = _st(tmp_path / "releases-v1.safetensors", 1.0)
+    before = target.read_bytes()
+    live = tmp_path / "model.safetensors"
+    live.symlink_to(target)
+    src = _st(tmp_path / "out.safetensors", 2.0)
+    r = ship(src, live)
+    assert r.exit_code == 0 and not live.is_symlink()
+    assert live.read_bytes() == src.read_bytes() and target.read_bytes() == before
