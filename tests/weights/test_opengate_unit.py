@@ -103,3 +103,30 @@ def test_enforce_off_builds_no_listener(tmp_path: Path) -> None:
     finally:
         worker.stop()
         db.close()
+
+
+def test_verify_through_a_descriptor_takes_the_format_from_the_listed_name(
+    tmp_path: Path,
+) -> None:
+    # The gate verifies /proc/self/fd/N (no suffix): the listed name's suffix decides the
+    # format, so a polyglot cannot pass as whatever its content sniffs as.
+    import os
+
+    from watchdog.weights.api import verify_file
+    from watchdog.weights.scan import ScanContext
+
+    p = nan_model(tmp_path / "model.safetensors")
+    fd = os.open(p, os.O_RDONLY)
+    ctx = ScanContext.default(None, mapped=False)
+    try:
+        via = Path(f"/proc/self/fd/{fd}")
+        as_st = verify_file(via, ctx, name=p)
+        assert (as_st.format, as_st.status.value) == ("safetensors", "non-finite")
+        as_pt = verify_file(via, ctx, name=tmp_path / "model.pt")
+        assert as_pt.error == (
+            "content is safetensors but the suffix .pt makes loaders read it as torch-zip:"
+            " not verified"
+        )
+    finally:
+        os.close(fd)
+        ctx.close()
