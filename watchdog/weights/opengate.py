@@ -55,6 +55,8 @@ _OPEN_CALLS: dict[str, dict[int, int | None]] = {
 }
 
 
+_UNKNOWN = "unknown"  # a verdict lookup's default (a real verdict is None or a reason)
+
 #: File versions whose verdict is kept (about 100 bytes each); the oldest goes first.
 _MAX_VERDICTS = 65536
 
@@ -370,7 +372,7 @@ class OpenGate:
             self._answer(ev, True)
             return
         key = identity(os.fstat(ev.fd))
-        if key in self._verdicts and self._verdicts[key] is None:
+        if self._verdicts.get(key, _UNKNOWN) is None:  # one lookup: the pool may prune
             # The hot path: a version verified finite opens for anyone, whatever it is named.
             self._answer(ev, True)
             return
