@@ -133,16 +133,36 @@ def _walk(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 # ---------------------------------------------------------------- safetensors
 
 
+def _lacks_dtype(exc: BaseException) -> bool:
+    """True when numpy lacks the file's type: a missing type, not a rule about the file.
+
+    safetensors before 0.6 looked a dtype name up as numpy's attribute of that name
+    (``AttributeError: module 'numpy' has no attribute 'bfloat16'``); 0.6 and later ask
+    ``numpy.dtype(name)`` from Rust (``TypeError: data type 'bfloat16' not understood``).
+    """
+    text = str(exc)
+    return (isinstance(exc, AttributeError) and "module 'numpy' has no attribute" in text) or (
+        isinstance(exc, TypeError) and text.startswith("data type '") and "not understood" in text
+    )
+
+
 def safetensors_numpy(path: Path) -> Reading:
-    """``safetensors.numpy.load_file``: numpy dtypes only (no bf16, no fp8)."""
+    """``safetensors.numpy.load_file``, with ml_dtypes loaded (bf16 and fp8 as numpy types).
+
+    safetensors asks numpy for a type by name, and numpy knows ``bfloat16`` and the fp8
+    types only once ml_dtypes is imported (it registers them). Without the import here,
+    the answer for a bf16 file depended on whether anything earlier in the process had
+    imported ml_dtypes (gate_fuzz seed 8675309: two bf16 files "refused" before the first
+    fp8 case imported it). Importing it first makes the reading the same in every process
+    and gives the values to compare; a type numpy still lacks is ``unsupported``.
+    """
+    import ml_dtypes  # noqa: F401  (registers bfloat16, float8_* with numpy)
     from safetensors.numpy import load_file
 
     try:
         return Reading("safetensors.numpy", {k: _flat(v) for k, v in load_file(str(path)).items()})
     except Exception as exc:
-        # safetensors.numpy maps a dtype name to numpy's attribute of that name.
-        no_dtype = isinstance(exc, AttributeError) and "module 'numpy' has no attribute" in str(exc)
-        return _refused("safetensors.numpy", exc, unsupported=no_dtype)
+        return _refused("safetensors.numpy", exc, unsupported=_lacks_dtype(exc))
 
 
 def safetensors_torch(path: Path) -> Reading:

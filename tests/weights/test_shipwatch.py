@@ -605,3 +605,61 @@ def test_a_check_that_cannot_start_refuses_the_file_instead_of_stranding_it(
         )
     finally:
         r.close()
+
+
+def test_hugging_face_cache_link_is_quarantined_as_a_link_and_undone(tmp_path: Path) -> None:
+    # snapshots/REV/model.safetensors -> ../../blobs/HASH (relative). Before, the link was
+    # renamed, then the gate crashed on the dangling moved link (FileNotFoundError).
+    repo = tmp_path / "deploy"
+    (repo / "blobs").mkdir(parents=True)
+    snap = repo / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    blob = nan_model(repo / "blobs" / "0123deadbeef")
+    digest = hashlib.sha256(blob.read_bytes()).hexdigest()
+    link = snap / "model.safetensors"
+    link.symlink_to("../../blobs/0123deadbeef")
+    r = rig(tmp_path, "    quarantine: true\n")
+    try:
+        r.tick(T0)
+        r.tick(T0 + 5)
+        assert not os.path.lexists(link)
+        moved = (
+            repo / ".rogue-watchdog-quarantine" / "snapshots" / "abc123"
+            / "model.safetensors.20231114T221325Z.quarantined"
+        )  # fmt: skip
+        assert os.readlink(moved) == "../../blobs/0123deadbeef"  # the link moved, dangling
+        assert hashlib.sha256(blob.read_bytes()).hexdigest() == digest  # target untouched
+        [action] = r.db.actions()
+        [f] = r.open("poisoned-weights")
+        assert f.message.endswith(f"moved to {moved} (undo: rogue-watchdog undo {action.id})")
+        out = run_cli("undo", str(action.id), "--state-dir", str(tmp_path / "state"))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert os.readlink(link) == "../../blobs/0123deadbeef"
+        assert hashlib.sha256(link.read_bytes()).hexdigest() == digest
+    finally:
+        r.close()
+
+
+def test_file_link_to_a_training_output_is_quarantined_by_renaming_the_link(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    deploy, train = dirs
+    out = nan_model(train / "final.safetensors")
+    link = deploy / "model.safetensors"
+    link.symlink_to(out)
+    listing = list_files(deploy, DEFAULT_PATTERNS)
+    assert listing.outside == {str(link): f"a file link to {out}"}
+    r = rig(tmp_path, "    quarantine: true\n")
+    try:
+        r.tick(T0)
+        r.tick(T0 + 5)
+        [f] = r.open("poisoned-weights")
+        moved = (
+            deploy / ".rogue-watchdog-quarantine" / "model.safetensors.20231114T221325Z.quarantined"
+        )
+        assert f.message.startswith(f"ship gate prod: {link} holds non-finite weights")
+        assert f"moved to {moved}" in f.message
+        assert not os.path.lexists(link) and os.readlink(moved) == str(out)
+        assert out.exists()  # the training output itself is never touched
+    finally:
+        r.close()

@@ -40,6 +40,20 @@ def test_defaults_and_every_key() -> None:
         settle_s=30.0,
     )
     assert canary.quarantine_path == "/srv/models/.quarantine"
+    assert (prod.enforce, prod.open_timeout_s) == ("off", 5.0)
+
+
+@pytest.mark.parametrize(
+    ("written", "mode"), [("open", "open"), ("audit", "audit"), ("off", "off")]
+)
+def test_enforce_at_open(written: str, mode: str) -> None:
+    timeout = "    open_timeout_s: 2.5\n" if mode != "off" else ""
+    cfg = parse_config(
+        f"ship_gates:\n  - name: p\n    deploy_dir: /m\n    enforce: {written}\n{timeout}",
+        "c.yaml",
+    )
+    assert cfg.ship_gates[0].enforce == mode
+    assert cfg.ship_gates[0].open_timeout_s == (2.5 if mode != "off" else 5.0)
 
 
 @pytest.mark.parametrize(
@@ -77,6 +91,18 @@ def test_defaults_and_every_key() -> None:
         (
             "  - name: a\n    deploy_dir: /m\n    quarantine: yes please\n",
             "c.yaml:4: ship_gates[0].quarantine: expected true or false, got a string",
+        ),
+        (
+            "  - name: a\n    deploy_dir: /m\n    enforce: always\n",
+            "c.yaml:4: ship_gates[0].enforce: must be off, open or audit",
+        ),
+        (
+            "  - name: a\n    deploy_dir: /m\n    open_timeout_s: 3\n",
+            "c.yaml:4: ship_gates[0].open_timeout_s: has no effect without 'enforce: open'",
+        ),
+        (
+            "  - name: a\n    deploy_dir: /m\n    enforce: open\n    open_timeout_s: 0\n",
+            "c.yaml:5: ship_gates[0].open_timeout_s: must be greater than 0",
         ),
         (
             "  - name: a\n    deploy_dir: /m\n    verify: true\n",

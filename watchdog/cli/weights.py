@@ -1,4 +1,5 @@
-"""Command line: ``verify-weights PATH...`` and ``gate --weights PATH -- COMMAND...``.
+"""Command line: ``verify-weights PATH...``, ``gate --weights PATH -- COMMAND...`` and
+``ship SRC DST``.
 
 Exit codes of ``verify-weights``: 0 all finite, 1 non-finite found, 2 not verified
 (unsupported, unreadable, truncated or inconsistent input). ``gate`` returns the
@@ -92,8 +93,30 @@ def cmd_gate(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_ship(args: argparse.Namespace) -> int:
+    """``ship``: copy SRC to DST only if the copied bytes verify finite (no check-use window)."""
+    from watchdog.weights.gate import log_refusals
+    from watchdog.weights.ship import ship
+
+    src, dst = Path(args.src), Path(args.dst)
+
+    def body(bar: ProgressBar | None) -> int:
+        result = ship(src, dst, progress=bar.update if bar else None)
+        if bar is not None:
+            bar.close()
+        out = result.report.to_json() if args.json else result.report.render_text()
+        if result.destination is not None and not args.json:
+            out += f"\nSHIPPED {src} -> {result.destination}"
+        emit(out)
+        if result.exit_code != 0:
+            log_refusals(result.report, ["ship", str(src), str(dst)], sys.stderr)
+        return result.exit_code
+
+    return _run_with_bar([src], not args.no_progress, body)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add the ``verify-weights`` and ``gate`` subcommands, each with ``func=``."""
+    """Add the ``verify-weights``, ``gate`` and ``ship`` subcommands, each with ``func=``."""
     p = subparsers.add_parser(
         "verify-weights",
         **command_help(
@@ -124,7 +147,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         **command_help(
             "run a deploy command only if its weights are all finite",
             "Verify --weights like verify-weights, then run the command after -- only when "
-            "every value is finite; its exit status becomes gate's.",
+            "every value is finite; its exit status becomes gate's. The command reads the "
+            "files again after the check, so a writer in between is not seen: to copy "
+            "weights into place, use ship.",
             [
                 "rogue-watchdog gate --weights out/model.safetensors -- ./deploy.sh prod",
                 "rogue-watchdog gate --weights a/ --weights b/ --json -- rsync -a a/ b/ host:/m/",
@@ -154,3 +179,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="the deploy command, run only when every value is finite",
     )
     g.set_defaults(func=cmd_gate)
+
+    s = subparsers.add_parser(
+        "ship",
+        **command_help(
+            "copy a weights file into place only if the bytes copied are all finite",
+            "Copy SRC from one open descriptor into a private staging folder beside DST, "
+            "fsync, verify those staged bytes, and rename them onto DST: the bytes checked "
+            "are the bytes shipped, with no window for a writer between check and deploy "
+            "(gate has one). On a refusal DST is untouched and nothing is left behind.",
+            [
+                "rogue-watchdog ship out/model.safetensors /srv/models/prod/model.safetensors",
+                "rogue-watchdog ship out/model.gguf /srv/models/prod/",
+            ],
+            [
+                (0, "shipped: every value finite, DST replaced atomically"),
+                (1, "not shipped: a NaN or infinity found"),
+                (2, "not shipped: not verified, source changed while copied, or I/O error"),
+            ],
+        ),
+    )
+    s.add_argument("src", metavar="SRC", help="weights file to ship")
+    s.add_argument("dst", metavar="DST", help="destination file, or a folder to ship into")
+    s.add_argument("--json", action="store_true", help="machine-readable report")
+    s.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
+    s.set_defaults(func=cmd_ship)

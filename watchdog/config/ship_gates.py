@@ -38,6 +38,9 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
 
 _non_negative = datatypes.non_negative_s(too_low="must be >= 0, got {text}")
 
+#: ``enforce:`` values: the after-the-fact gate only, refusal at open, or report only.
+ENFORCE_MODES = ("off", "open", "audit")
+
 
 def _patterns(r: NodeReader, node: yaml.Node, key: str) -> tuple[str, ...]:
     patterns = datatypes.globs(r, node, key)
@@ -65,6 +68,11 @@ class ShipGate:
             containing ``/`` is matched against the path relative to ``deploy_dir``.
         settle_s: Minimum seconds between the two polls that must see a file's size
             and mtime unchanged before it is verified (0: any two consecutive ticks).
+        enforce: ``off`` (default: the after-the-fact gate only), ``open`` (refuse a
+            read ``open(2)`` of a version not verified finite, EPERM, through fanotify)
+            or ``audit`` (report each open that would have been refused).
+        open_timeout_s: Longest an opener waits while an unverified version is
+            verified at open; past it the open is refused (``enforce: open``).
     """
 
     name: str = required(datatypes.text)
@@ -75,6 +83,8 @@ class ShipGate:
     quarantine_dir: str | None = setting(None, datatypes.normalized_path)
     patterns: tuple[str, ...] = setting(DEFAULT_PATTERNS, _patterns)
     settle_s: float = setting(0.0, _non_negative)
+    enforce: str = setting("off", datatypes.choice(ENFORCE_MODES, "must be off, open or audit"))
+    open_timeout_s: float = setting(5.0, datatypes.positive_s(maximum=600.0))
 
     @property
     def quarantine_path(self) -> str:
@@ -105,7 +115,14 @@ def _gate(r: NodeReader, item: yaml.Node, key: str) -> ShipGate:
     take("quarantine_dir")
     if "quarantine_dir" in vals and vals["quarantine_dir"] == vals["deploy_dir"]:
         raise r.err(m["quarantine_dir"][1], f"{key}.quarantine_dir", "must not be deploy_dir")
-    take("patterns", "settle_s")
+    take("patterns", "settle_s", "enforce")
+    if "open_timeout_s" in m and vals.get("enforce", "off") == "off":
+        raise r.err(
+            m["open_timeout_s"][0],
+            f"{key}.open_timeout_s",
+            "has no effect without 'enforce: open' or 'enforce: audit'",
+        )
+    take("open_timeout_s")
     return construct(ShipGate, vals)
 
 

@@ -68,6 +68,8 @@ class Snapshot:
         instances_open: Kind → instances (folded copies of one job) in open findings.
         not_alerted: Findings that resolved within ``alerts.min_lifetime_s`` (running
             total).
+        ship_gates_at_open: Gate name → ``enforcing``, ``auditing`` or ``not enforcing``
+            (refusal at open, docs/weights.md).
     """
 
     tick_time: float
@@ -82,6 +84,7 @@ class Snapshot:
     degraded: int = 0
     instances_open: dict[str, int] = field(default_factory=dict)
     not_alerted: int = 0
+    ship_gates_at_open: dict[str, str] = field(default_factory=dict)
 
 
 def spool_counts(db: StateDB) -> dict[str, SinkCounts]:
@@ -120,6 +123,11 @@ class MetricsCollector(Collector):
             open_by_kind[f.kind] = open_by_kind.get(f.kind, 0) + 1
             instances[f.kind] = instances.get(f.kind, 0) + f.instances
         not_alerted = daemon.db.counters().get("findings_not_alerted", 0)
+        at_open: dict[str, str] = {}
+        for source in daemon.sources:
+            enforcement, gate = getattr(source, "enforcement", None), getattr(source, "gate", None)
+            if enforcement is not None and gate is not None:
+                at_open[gate.name] = enforcement()[0]
         with self._lock:
             self._kinds.update(open_by_kind)
             findings = {k: open_by_kind.get(k, 0) for k in sorted(self._kinds)}
@@ -137,6 +145,7 @@ class MetricsCollector(Collector):
                 degraded=len(daemon.degraded),
                 instances_open=instances,
                 not_alerted=not_alerted,
+                ship_gates_at_open=at_open,
             )
 
     def collect(self) -> Iterator[Metric]:
@@ -217,6 +226,16 @@ class MetricsCollector(Collector):
         yield done
         yield dead
         yield gauge("degraded_components", "Parts of the daemon failing right now.", s.degraded)
+        g = GaugeMetricFamily(
+            f"{PREFIX}_ship_gate_at_open",
+            "1 for each ship gate's refusal-at-open state now: enforcing, auditing or"
+            " not enforcing (docs/weights.md).",
+            labels=["gate", "state"],
+        )
+        for gate_name, state in sorted(s.ship_gates_at_open.items()):
+            for each in ("enforcing", "auditing", "not enforcing"):
+                g.add_metric([gate_name, each], int(state == each))
+        yield g
 
 
 class MetricsWorker:

@@ -83,7 +83,22 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
     doc["findings"] = _findings_section(daemon, last_findings, now, doc["degraded"])
     doc["alerts"] = _alerts_section(daemon, doc["degraded"])
     doc["learning"] = _learning_section(daemon, now, doc["degraded"])
+    doc["ship_gates"] = _ship_gates_section(daemon)
     return doc
+
+
+def _ship_gates_section(daemon: Daemon) -> list[dict[str, str]]:
+    """``ship_gates``: per gate, refusal at open: ``enforcing``, ``auditing`` or
+    ``not enforcing``, and why (docs/weights.md, "Enforced at open")."""
+    out: list[dict[str, str]] = []
+    for source in daemon.sources:
+        enforcement = getattr(source, "enforcement", None)
+        gate = getattr(source, "gate", None)
+        if enforcement is None or gate is None:
+            continue
+        state, why = enforcement()
+        out.append({"name": gate.name, "enforce": gate.enforce, "at_open": state, "why": why})
+    return out
 
 
 def _learning_section(
@@ -328,6 +343,10 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
     if cfg.get("needs_restart"):
         text += f" (in force but for {', '.join(cfg['needs_restart'])}: those wait for a restart)"
     line(text)
+    for g in doc.get("ship_gates") or []:
+        if isinstance(g, dict) and g.get("enforce") not in (None, "off"):
+            why = f" ({g.get('why')})" if g.get("why") else ""
+            line(f"ship gate {g.get('name')}: {g.get('at_open')} at open{why}")
     learning = doc.get("learning")
     if isinstance(learning, dict) and isinstance(learning.get("until"), int | float):
         n = learning.get("candidate_rules")

@@ -3,7 +3,9 @@
 Public API:
     :func:`verify` returns a :class:`Report`; :func:`require_finite` raises
     :class:`WeightsRefusedError` (:class:`NonFiniteWeightsError` or
-    :class:`UnverifiedWeightsError`) unless every value is finite.
+    :class:`UnverifiedWeightsError`) unless every value is finite;
+    :func:`best_checkpoint` picks the best checkpoint that verifies, else raises
+    :class:`NothingToShip`.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -12,15 +14,19 @@ if TYPE_CHECKING:
     from watchdog.weights.api import require_finite, verify
     from watchdog.weights.errors import (
         NonFiniteWeightsError,
+        NothingToShip,
         NotVerifiedError,
         UnverifiedWeightsError,
         WeightsRefusedError,
     )
+    from watchdog.weights.fallback import best_checkpoint
     from watchdog.weights.report import FileReport, Report, Status, TensorReport
 
 # Loaded on first use (PEP 562): importing a submodule such as ``watchdog.cli.weights`` or
 # ``watchdog.config.ship_gates`` must not pull in numpy for commands that never verify.
 _HOME = {
+    "best_checkpoint": "fallback",
+    "NothingToShip": "errors",
     "require_finite": "api",
     "verify": "api",
     "NonFiniteWeightsError": "errors",
@@ -47,11 +53,13 @@ __all__ = [
     "FileReport",
     "NonFiniteWeightsError",
     "NotVerifiedError",
+    "NothingToShip",
     "Report",
     "Status",
     "TensorReport",
     "UnverifiedWeightsError",
     "WeightsRefusedError",
+    "best_checkpoint",
     "require_finite",
     "verify",
 ]

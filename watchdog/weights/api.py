@@ -96,8 +96,11 @@ def _format_for(path: Path, sniffed: str) -> tuple[str, str | None]:
     return sniffed, None  # zip, damaged zip or legacy pickle: refused as such
 
 
-def verify_file(path: Path, ctx: ScanContext) -> FileReport:
+def verify_file(path: Path, ctx: ScanContext, *, name: Path | None = None) -> FileReport:
     """Verify one file, never raising: every failure becomes a not-verified report.
+
+    ``name``, when given, is the name a loader would open the file by (its suffix picks
+    the format): the open gate verifies ``/proc/self/fd/N`` of the file being opened.
 
     The file is read as the format its suffix names (a mismatching content is
     refused). It must not change while it is read: the path's and the open
@@ -110,16 +113,17 @@ def verify_file(path: Path, ctx: ScanContext) -> FileReport:
         with open_regular(path) as held:
             before = _identity(os.stat(path))
             held_before = _identity(os.fstat(held.fileno()))
-            report.format, refusal = _format_for(path, sniff(path))
+            named = path if name is None else name
+            report.format, refusal = _format_for(named, sniff(path))
             verifier = _verifier(report.format)
             if refusal is not None:
                 report.error = refusal
                 return report
             if verifier is None:
                 report.error = _UNSUPPORTED[report.format]
-                if report.format == "unknown" and path.suffix.lower() in UNVERIFIABLE_SUFFIXES:
+                if report.format == "unknown" and named.suffix.lower() in UNVERIFIABLE_SUFFIXES:
                     # As a directory walk says it (discover): the format is named.
-                    report.error = f"{path.suffix.lower()} weights format not verified"
+                    report.error = f"{named.suffix.lower()} weights format not verified"
                 return report
             verifier(path, ctx, report)
             if not report.tensors:

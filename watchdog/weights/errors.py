@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from watchdog.weights.fallback import Candidate
     from watchdog.weights.report import Report
 
 
@@ -33,3 +34,18 @@ class NonFiniteWeightsError(WeightsRefusedError):
 
 class UnverifiedWeightsError(WeightsRefusedError):
     """No non-finite value was found but some file could not be verified (exit code 2)."""
+
+
+class NothingToShip(RuntimeError):
+    """No checkpoint is both finite and scored by a finite metric: ship nothing.
+
+    Raised by :func:`watchdog.weights.fallback.best_checkpoint` for every way it can
+    fail (missing file, unreadable, non-finite, unverifiable, NaN metric, empty list).
+
+    Attributes:
+        considered: Every checkpoint looked at, each with why it was skipped.
+    """
+
+    def __init__(self, message: str, considered: tuple[Candidate, ...]) -> None:
+        super().__init__(message)
+        self.considered = considered

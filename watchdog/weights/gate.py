@@ -5,6 +5,10 @@ Every refusal is logged as one structlog JSON event on stderr with stable keys:
 ``"not-verified"``), ``detail``, ``counts`` (``tensors``, ``bad_tensors``, ``nan``,
 ``posinf``, ``neginf``), ``exit_code`` and ``command``. Alert sinks subscribe to
 these events (daemon work, not here).
+
+The gate has a window: the command opens the weights again by name after the check, so
+a writer in between ships unchecked bytes. ``ship`` (:mod:`watchdog.weights.ship`)
+copies the verified bytes themselves and has none.
 """
 
 from __future__ import annotations

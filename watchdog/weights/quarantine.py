@@ -41,6 +41,10 @@ class FileOps:
         """``link(2)``: fails when ``dst`` exists (used to put a file back without clobbering)."""
         os.link(src, dst)
 
+    def symlink(self, text: str, path: Path) -> None:
+        """``symlink(2)``: a link at ``path`` reading ``text`` (fails when ``path`` exists)."""
+        os.symlink(text, path)
+
     def unlink(self, path: Path) -> None:
         """``unlink(2)``."""
         os.unlink(path)
@@ -95,6 +99,12 @@ def quarantine_file(
 ) -> Quarantined:
     """Move the verified version ``key`` of a file into ``qdir``.
 
+    When the listed name is a symbolic link (a file link to a training output, a Hugging
+    Face snapshot entry ``model.safetensors -> ../../blobs/HASH``), the link itself is
+    renamed, never its target: the name loaders open goes away and the bytes elsewhere
+    are untouched. A relative link dangles once moved; it is checked by its text and by
+    the version of the target it named before the move.
+
     Args:
         key: The file version that was found non-finite.
         deploy_dir: The gate's deploy directory (for the relative name).
@@ -103,7 +113,7 @@ def quarantine_file(
         ops: The side-effect object.
 
     Returns:
-        Where the file went.
+        Where the file (or the link) went.
 
     Raises:
         QuarantineError: The file changed or vanished before the move, the quarantine
@@ -114,6 +124,8 @@ def quarantine_file(
     try:
         if not _same_version(FileKey.of(src), key):
             raise QuarantineError(errno.ESTALE, "file changed since it was verified")
+        link_text = os.readlink(src) if os.path.islink(src) else None
+        target = Path(os.path.realpath(src))
         dst = quarantine_target(src, deploy_dir, qdir, now)
         ops.makedirs(qdir)  # first, so that the folder itself gets mode 0700
         ops.makedirs(dst.parent)
@@ -127,11 +139,13 @@ def quarantine_file(
             ) from None
         raise QuarantineError(exc.errno, f"cannot move {src} aside: {exc.strerror}") from None
     # The deploy step may have replaced the file between the check and the rename; if a
-    # different version was moved, put it back (link fails rather than clobber).
-    moved = FileKey.of(dst)
-    if not _same_version(moved, key):
+    # different version was moved, put it back (never clobbering a newer one).
+    if not _moved_same(dst, link_text, target, key):
         try:
-            ops.link(dst, src)
+            if link_text is not None or os.path.islink(dst):
+                ops.symlink(os.readlink(dst), src)
+            else:
+                ops.link(dst, src)
             ops.unlink(dst)
         except OSError as exc:
             raise QuarantineError(
@@ -142,3 +156,14 @@ def quarantine_file(
         with contextlib.suppress(OSError):  # durability is best effort; the move happened
             ops.fsync_dir(d)
     return Quarantined(src, dst)
+
+
+def _moved_same(dst: Path, link_text: str | None, target: Path, key: FileKey) -> bool:
+    """Is what now lies at ``dst`` the version ``key`` that was to be moved?"""
+    try:
+        if link_text is None:
+            return not os.path.islink(dst) and _same_version(FileKey.of(dst), key)
+        # The same link (same text), and the file it named is still that version.
+        return os.readlink(dst) == link_text and _same_version(FileKey.of(target), key)
+    except OSError:
+        return False

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Sequence
+import queue
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -37,7 +38,9 @@ from watchdog.logs import get_logger
 from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES, Finding, ScanResult
 from watchdog.state import StateDB
 from watchdog.weights.discover import index_shards
+from watchdog.weights.fanotify import Fanotify
 from watchdog.weights.freshness import human_duration
+from watchdog.weights.opengate import Decision, OpenGate
 from watchdog.weights.quarantine import (
     QUARANTINE_SUFFIX,
     FileOps,
@@ -146,7 +149,11 @@ def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) ->
     for path in out.keys:
         real = os.path.realpath(path)
         if os.path.commonpath([real, real_root]) != real_root:
-            out.outside[path] = "reached through a symlinked folder"
+            parent = os.path.realpath(os.path.dirname(path))
+            own_link = os.path.islink(path) and os.path.commonpath([parent, real_root]) == real_root
+            out.outside[path] = (
+                f"a file link to {real}" if own_link else "reached through a symlinked folder"
+            )
     _add_index_shards(root, out)
     return out
 
@@ -180,6 +187,8 @@ class ShipGateSource:
         worker: Verification thread, shared by all gates.
         ops: File-system side effects (quarantine).
         wait_s: Longest a tick waits for verification results.
+        open_gate: Builds the open-time gate of an ``enforce: open|audit`` gate
+            (default :func:`make_open_gate`; tests and hosts without fanotify).
     """
 
     def __init__(
@@ -190,6 +199,7 @@ class ShipGateSource:
         *,
         ops: FileOps | None = None,
         wait_s: float = TICK_WAIT_S,
+        open_gate: Callable[[ShipGate, Callable[[Decision], None]], OpenGate] | None = None,
     ) -> None:
         self.gate = gate
         self.name = f"ship-gate {gate.name}"
@@ -206,6 +216,11 @@ class ShipGateSource:
         self._quarantine_failed: dict[FileKey, str] = {}
         self._stale: Finding | None = None  # the open deploy-stale finding, if any
         self._outside: dict[str, str] = {}  # files resolving outside deploy_dir, and how
+        self._make_open_gate = open_gate or make_open_gate
+        self.open_gate: OpenGate | None = None
+        self._open_said: tuple[str, str] | None = None  # the state last logged
+        self._decisions: queue.SimpleQueue[Decision] = queue.SimpleQueue()
+        self._open_refused: dict[str, tuple[Decision, Finding]] = {}  # path -> last refusal
 
     # -- settling ----------------------------------------------------------------------
 
@@ -262,7 +277,93 @@ class ShipGateSource:
         if self.train_dir is not None:
             out.extend(self._freshness(train, deploy, now))
         out.extend(self._degraded(deploy, train))
+        out.extend(self._at_open(deploy, now))
         return out
+
+    # -- enforcement at open -----------------------------------------------------------
+
+    def enforcement(self) -> tuple[str, str]:
+        """``(state, why)`` of refusal at open: ``enforcing``, ``auditing``, ``not enforcing``."""
+        if self.gate.enforce == "off":
+            return "not enforcing", "enforce: off (the after-the-fact gate only)"
+        if self.open_gate is None:
+            return "not enforcing", "not started yet"
+        return self.open_gate.state()
+
+    def close(self) -> None:
+        """Stop the open-time listener, if any (its marks go: opens proceed ungated)."""
+        if self.open_gate is not None:
+            self.open_gate.stop()
+            self.open_gate = None
+
+    def _at_open(self, deploy: Listing, now: float) -> list[Finding]:
+        """Start or refresh the open gate; its refusals and a 'not enforcing' finding."""
+        if self.gate.enforce == "off":
+            return []
+        if self.open_gate is None:
+            self.open_gate = self._make_open_gate(self.gate, self._decisions.put)
+            self.open_gate.start()
+        else:
+            self.open_gate.refresh()
+        state = self.open_gate.state()
+        if state != self._open_said:
+            log_at = log.warning if state[0] == "not enforcing" else log.info
+            log_at("ship-gate-open", gate=self.gate.name, state=state[0], why=state[1])
+            self._open_said = state
+        while not self._decisions.empty():
+            d = self._decisions.get()
+            self._open_refused[d.path] = (d, self._open_finding(d, now))
+        self._open_refused = {
+            p: df for p, df in self._open_refused.items() if self._still_refused(p, deploy)
+        }
+        out = [f for _d, f in self._open_refused.values()]
+        if state[0] == "not enforcing":
+            out.append(
+                Finding(
+                    kind="ship-gate-degraded",
+                    severity="warning",
+                    message=(
+                        f"ship gate {self.gate.name}: not enforcing at open ({state[1]});"
+                        " the after-the-fact gate still runs"
+                    ),
+                    details={
+                        "fingerprint": f"{self.gate.name}:enforce-open",
+                        "gate": self.gate.name,
+                        "enforce": self.gate.enforce,
+                        "why": state[1],
+                    },
+                )
+            )
+        return out
+
+    def _still_refused(self, path: str, deploy: Listing) -> bool:
+        """A refusal at open stays open until the path is gone or verified finite."""
+        key = deploy.keys.get(path)
+        if key is None:
+            return os.path.lexists(path)
+        report = self._results.get(key)
+        return report is None or not report.ok
+
+    def _open_finding(self, d: Decision, now: float) -> Finding:
+        verb = "refused" if d.refused else "would have refused (audit)"
+        return Finding(
+            kind="weights-open-refused",
+            severity="critical" if d.refused else "warning",
+            message=(
+                f"ship gate {self.gate.name}: {verb} a read open of {d.path} by PID"
+                f" {d.opener.get('pid')} (uid {d.opener.get('uid', '?')},"
+                f" {d.opener.get('command', '?')}): {d.reason}"
+            ),
+            details={
+                "fingerprint": f"{self.gate.name}:open:{d.path}",
+                "gate": self.gate.name,
+                "path": d.path,
+                "opener": d.opener,
+                "reason": d.reason,
+                "refused": d.refused,
+                "at": _when(now),
+            },
+        )
 
     # -- deploy directory --------------------------------------------------------------
 
@@ -319,7 +420,7 @@ class ShipGateSource:
         )
         if report.error:
             message += f" and was not fully verified: {report.error}"
-        if self.gate.quarantine and key.path in self._outside:
+        if self.gate.quarantine and key.path in self._outside and not self._own_link(key.path):
             how = self._outside[key.path]
             message += f"; not moved: it lies outside {self.deploy_dir} ({how})"
         elif self.gate.quarantine:
@@ -327,6 +428,19 @@ class ShipGateSource:
         return Finding(
             kind="poisoned-weights", severity="critical", message=message, details=details
         )
+
+    def _own_link(self, path: str) -> bool:
+        """Is ``path`` a symbolic link whose own entry lies in the deploy directory?
+
+        Such a link (to a training output, or a Hugging Face blob) is renamed by the
+        quarantine, never its target; a name reached through a symlinked folder is not:
+        renaming it would move a file in the folder the link points to.
+        """
+        if not os.path.islink(path):
+            return False
+        real_root = os.path.realpath(self.deploy_dir)
+        parent = os.path.realpath(os.path.dirname(path))
+        return os.path.commonpath([parent, real_root]) == real_root
 
     def _quarantine(self, key: FileKey, details: dict[str, Any], now: float) -> str:
         """Move ``key`` aside once; returns the text appended to the finding's message."""
@@ -493,6 +607,35 @@ class ShipGateSource:
                 )
             )
         return out
+
+
+def make_open_gate(
+    gate: ShipGate,
+    on_decision: Callable[[Decision], None],
+    kernel: Callable[[], Fanotify] = Fanotify,
+) -> OpenGate:
+    """The fanotify open gate of ``gate`` (started by the caller).
+
+    Args:
+        gate: The gate's settings (``enforce``, ``open_timeout_s``, folders, patterns).
+        on_decision: Called with each refusal (from the listener's threads).
+        kernel: The fanotify group's factory (a host without it: tests).
+    """
+    from watchdog.weights.api import verify_file
+    from watchdog.weights.scan import ScanContext
+
+    ctx = ScanContext.default(None, mapped=False)  # pread: a file cut short is not a SIGBUS
+    return OpenGate(
+        gate.name,
+        gate.enforce,
+        [Path(gate.deploy_dir)],
+        [p for p in gate.patterns if not p.endswith(INDEX_SUFFIX)],
+        lambda path, name: verify_file(path, ctx, name=name),
+        timeout_s=gate.open_timeout_s,
+        on_decision=on_decision,
+        skip=Path(gate.quarantine_path),
+        kernel=kernel,
+    )
 
 
 def build_ship_gate_sources(

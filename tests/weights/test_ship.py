@@ -1,0 +1,155 @@
+"""``ship SRC DST``: the bytes verified are the bytes renamed onto DST.
+
+Files come from the real writers: the safetensors package, gguf-py's GGUFWriter and
+``torch.save`` (CPU).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import save_file
+
+from tests.conftest import run_cli
+from watchdog.weights.ship import ship
+
+
+def _st(path: Path, value: float, n: int = 64) -> Path:
+    save_file({"w": np.full((n, n), value, np.float32), "b": np.zeros(n, np.float32)}, str(path))
+    return path
+
+
+def _gguf(path: Path, value: float) -> Path:
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tensor("w", np.full((8, 8), value, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _pt(path: Path, value: float) -> Path:
+    torch.save({"w": torch.full((8, 8), value)}, str(path))
+    return path
+
+
+WRITERS = {"safetensors": (_st, ".safetensors"), "gguf": (_gguf, ".gguf"), "torch": (_pt, ".pt")}
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+@pytest.mark.parametrize("fmt", sorted(WRITERS))
+def test_finite_file_is_shipped_with_its_bytes_and_mode(tmp_path: Path, fmt: str) -> None:
+    write, suffix = WRITERS[fmt]
+    src = write(tmp_path / f"out{suffix}", 0.5)
+    os.chmod(src, 0o644)
+    dest = tmp_path / "prod"
+    dest.mkdir()
+    result = ship(src, dest / f"model{suffix}")
+    assert (result.exit_code, result.destination) == (0, dest / f"model{suffix}")
+    assert (dest / f"model{suffix}").read_bytes() == src.read_bytes()
+    assert (dest / f"model{suffix}").stat().st_mode & 0o777 == 0o644
+    assert _leftovers(dest) == []
+
+
+@pytest.mark.parametrize("fmt", sorted(WRITERS))
+def test_nan_file_is_refused_and_the_old_one_stays(tmp_path: Path, fmt: str) -> None:
+    write, suffix = WRITERS[fmt]
+    dest = tmp_path / "prod"
+    dest.mkdir()
+    live = write(dest / f"model{suffix}", 1.0)
+    old = live.read_bytes()
+    src = write(tmp_path / f"out{suffix}", float("nan"))
+    result = ship(src, live)
+    assert (result.exit_code, result.destination) == (1, None)
+    assert result.report.files[0].path == src
+    assert live.read_bytes() == old
+    assert _leftovers(dest) == []
+
+
+def test_into_a_folder_takes_the_source_name(tmp_path: Path) -> None:
+    src = _st(tmp_path / "model.safetensors", 1.0)
+    dest = tmp_path / "prod"
+    dest.mkdir()
+    assert ship(src, dest).destination == dest / "model.safetensors"
+
+
+def test_missing_source_special_file_and_missing_folder_are_not_verified(tmp_path: Path) -> None:
+    r = ship(tmp_path / "gone.safetensors", tmp_path / "x.safetensors")
+    assert r.exit_code == 2 and "cannot open the source" in (r.report.files[0].error or "")
+    fifo = tmp_path / "pipe.safetensors"
+    os.mkfifo(fifo)
+    r = ship(fifo, tmp_path / "x.safetensors")
+    assert r.exit_code == 2 and "not a regular file" in (r.report.files[0].error or "")
+    src = _st(tmp_path / "m.safetensors", 1.0)
+    r = ship(src, tmp_path / "no" / "such" / "m.safetensors")
+    assert r.exit_code == 2 and "cannot stage beside the destination" in (
+        r.report.files[0].error or ""
+    )
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_suffix_of_the_destination_chooses_the_format(tmp_path: Path) -> None:
+    # A safetensors file shipped under a .pt name would be read by torch.load: refused.
+    src = _st(tmp_path / "m.safetensors", 1.0)
+    r = ship(src, tmp_path / "model.pt")
+    assert r.exit_code == 2 and not (tmp_path / "model.pt").exists()
+
+
+def test_source_rewritten_during_the_copy_ships_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The gate's window, shown in the issue (the source rewritten after the check),
+    # here as a writer that rewrites the source while ship copies it.
+    src = _st(tmp_path / "out.safetensors", 1.0, n=1024)
+    dest = tmp_path / "prod"
+    dest.mkdir()
+    nan = _st(tmp_path / "nan.safetensors", float("nan"), n=1024).read_bytes()
+    calls = {"n": 0}
+
+    def progress(n_bytes: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:  # after the first chunk: an in-place rewrite
+            t = threading.Thread(target=lambda: src.write_bytes(nan))
+            t.start()
+            t.join()
+
+    monkeypatch.setattr("watchdog.weights.ship._CHUNK_BYTES", 4096)  # many chunks
+    r = ship(src, dest / "model.safetensors", progress=progress)
+    assert r.exit_code in (1, 2) and r.destination is None
+    assert not (dest / "model.safetensors").exists()
+    assert _leftovers(dest) == []
+
+
+def test_cli_ships_and_refuses(tmp_path: Path) -> None:
+    good = _st(tmp_path / "good.safetensors", 1.0)
+    bad = _st(tmp_path / "bad.safetensors", float("inf"))
+    dest = tmp_path / "prod"
+    dest.mkdir()
+    cp = run_cli("ship", "--no-progress", str(good), str(dest / "model.safetensors"))
+    assert cp.returncode == 0, cp.stderr
+    assert f"SHIPPED {good} -> {dest / 'model.safetensors'}" in cp.stdout
+    cp = run_cli("ship", "--no-progress", str(bad), str(dest / "model.safetensors"))
+    assert cp.returncode == 1
+    assert "REFUSED" in cp.stdout and '"event": "weights-refused"' in cp.stderr
+    assert (dest / "model.safetensors").read_bytes() == good.read_bytes()
+
+
+def test_destination_that_is_a_link_is_replaced_not_written_through(tmp_path: Path) -> None:
+    target = _st(tmp_path / "releases-v1.safetensors", 1.0)
+    before = target.read_bytes()
+    live = tmp_path / "model.safetensors"
+    live.symlink_to(target)
+    src = _st(tmp_path / "out.safetensors", 2.0)
+    r = ship(src, live)
+    assert r.exit_code == 0 and not live.is_symlink()
+    assert live.read_bytes() == src.read_bytes() and target.read_bytes() == before
