@@ -74,6 +74,13 @@ def immutable(paths: list[Path]) -> Iterator[None]:
         subprocess.run(["chattr", "-i", *map(str, paths)], check=False)
 
 
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 class Host:
     """The daemon under test, its sinks and its rogues."""
 
@@ -121,6 +128,10 @@ class Host:
     def start_rogues(self, n: int) -> None:
         for i in range(n):
             self.rogues.append(self.spawned.start([sys.executable, str(self.script), str(i)]))
+        # NVML lists a process once it holds a CUDA context, which is after exec; listing a
+        # child that still runs pytest's command line made a second finding for one rogue.
+        for p in self.rogues:
+            poll("rogue exec'd", lambda p=p: self.script.name in cmdline(p.pid), 10)
         write_config(self.nvml_conf, spec([p.pid for p in self.rogues]))
 
     def stop_rogues(self) -> None:
