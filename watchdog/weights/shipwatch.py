@@ -13,7 +13,9 @@ Each tick, for every gate of ``ship_gates:``, :class:`ShipGateSource`:
 4. reports ``poisoned-weights`` (critical) for a non-finite file and
    ``weights-unverified`` (high) for one that could not be fully verified (the gate
    fails closed), one finding per gate and path, open while the file is there; it
-   resolves when the file is replaced by a finite one, removed or quarantined;
+   resolves when the file is replaced by a finite one, removed or quarantined; a shard
+   index is judged with the versions of its shards, and one whose shard is missing
+   (quarantined included) is ``weights-unverified`` as incomplete;
 5. with ``quarantine: true`` moves a non-finite file aside (:mod:`.quarantine`) and
    records a ``quarantine-weights`` action whose undo op renames it back;
 6. with ``train_dir``, reports ``deploy-stale`` (high) when the newest finite training
@@ -72,11 +74,18 @@ class Listing:
         outside: Files that resolve outside the directory, through a symlinked folder
             or named by a shard index, with how they were reached (they
             are verified and reported, never quarantined: they are not the gate's files).
+        shards: Shard index path → every shard path it names, present or not (an
+            index's verdict depends on its shards as much as on its own bytes).
     """
 
     keys: dict[str, FileKey] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     outside: dict[str, str] = field(default_factory=dict)
+    shards: dict[str, list[str]] = field(default_factory=dict)
+
+    def basis(self, index: str) -> tuple[FileKey | None, ...]:
+        """The versions of the shards ``index`` names (None: missing), as listed now."""
+        return tuple(self.keys.get(s) for s in self.shards.get(index, ()))
 
 
 def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) -> Listing:
@@ -163,7 +172,9 @@ def _add_index_shards(root: Path, out: Listing) -> None:
     for path in [p for p in out.keys if p.endswith(INDEX_SUFFIX)]:
         # Only the index JSON is read here, every tick; the index's own verification
         # reports missing shards and tensors.
-        for shard in index_shards(Path(path)):
+        named = index_shards(Path(path))
+        out.shards[path] = [str(s) for s in named]
+        for shard in named:
             if str(shard) not in out.keys:
                 try:
                     out.keys[str(shard)] = FileKey.of(shard)
@@ -214,6 +225,11 @@ class ShipGateSource:
         self._seen: dict[str, tuple[FileKey, float]] = {}  # path -> (version, first seen)
         self._refused: dict[str, Finding] = {}  # path -> finding of its last bad version
         self._quarantine_failed: dict[FileKey, str] = {}
+        # Index version → the versions of its shards its verdict was reached on, and the
+        # same for indexes being checked now.
+        self._basis: dict[FileKey, tuple[FileKey | None, ...]] = {}
+        self._inflight: dict[FileKey, tuple[FileKey | None, ...]] = {}
+        self._moved: dict[str, tuple[str, int]] = {}  # path → (where, action id) this run
         self._stale: Finding | None = None  # the open deploy-stale finding, if any
         self._outside: dict[str, str] = {}  # files resolving outside deploy_dir, and how
         self._make_open_gate = open_gate or make_open_gate
@@ -259,26 +275,95 @@ class ShipGateSource:
             train = list_files(self.train_dir, self.gate.patterns, self.quarantine_dir)
             train.keys = {p: k for p, k in train.keys.items() if _suffix(p) in WEIGHT_SUFFIXES}
         settled = self._settled({**deploy.keys, **train.keys}, now)
-        for key in deploy.keys.values():
+        self._collect(deploy)  # results finished since the last tick, before submitting
+        self._rejudge_indexes(deploy)
+        for path, key in deploy.keys.items():
             if key in settled and key not in self._results:
-                self.worker.submit(self.name, key, DEPLOY)
+                self._submit(path, key, deploy)
         if self.train_dir is not None:
             self._submit_train(train, self._deployed(deploy), settled)
         if self.worker.pending():
             self.worker.wait(self.wait_s)
-        for key, report in self.worker.collect(self.name).items():
-            if report is not None:
-                self._results[key] = report
+        self._collect(deploy)
         present = {*deploy.keys.values(), *train.keys.values()}
         self._results = {k: r for k, r in self._results.items() if k in present}
+        self._basis = {k: b for k, b in self._basis.items() if k in present}
+        self._inflight = {k: b for k, b in self._inflight.items() if k in present}
         self._quarantine_failed = {k: e for k, e in self._quarantine_failed.items() if k in present}
 
-        out = self._deploy_findings(deploy, now)
+        self._moved = {p: m for p, m in self._moved.items() if p not in deploy.keys}
+
+        out = self._deploy_findings(deploy, settled, now)
         if self.train_dir is not None:
             out.extend(self._freshness(train, deploy, now))
         out.extend(self._degraded(deploy, train))
         out.extend(self._at_open(deploy, now))
         return out
+
+    # -- shard indexes -----------------------------------------------------------------
+
+    def _submit(self, path: str, key: FileKey, deploy: Listing) -> None:
+        """Queue one deploy file; an index with the versions of its shards as listed now
+        (its verdict holds for those only)."""
+        if path.endswith(INDEX_SUFFIX):
+            if key in self._inflight:
+                return  # still being checked: its result is judged against its basis
+            self._inflight[key] = deploy.basis(path)
+        self.worker.submit(self.name, key, DEPLOY)
+
+    def _collect(self, deploy: Listing) -> None:
+        """Take the worker's finished results. An index's result counts only while its
+        shards are the versions it was checked against (else it is checked again)."""
+        for key, report in self.worker.collect(self.name).items():
+            basis = self._inflight.pop(key, None)
+            if report is None:
+                continue
+            if key.path.endswith(INDEX_SUFFIX):
+                if basis is None or basis != deploy.basis(key.path):
+                    continue
+                self._basis[key] = basis
+            self._results[key] = report
+
+    def _rejudge_indexes(self, deploy: Listing) -> None:
+        """Forget the verdict of every index one of whose shards changed, appeared or went
+        (quarantined, removed, replaced): the index file is the same, its model is not."""
+        for path, key in deploy.keys.items():
+            stale = self._basis.get(key) != deploy.basis(path)
+            if key in self._results and path.endswith(INDEX_SUFFIX) and stale:
+                del self._results[key]
+
+    def _incomplete(self, key: FileKey, shards: list[str], missing: list[str]) -> Finding:
+        """``weights-unverified`` for an index some of whose shards are gone: the model it
+        describes cannot load as shipped (a quarantined shard is named with its undo)."""
+        gate = self.gate.name
+        said = []
+        for shard in missing:
+            moved = self._moved.get(shard)
+            said.append(
+                shard
+                if moved is None
+                else f"{shard} (quarantined to {moved[0]}; undo: rogue-watchdog undo {moved[1]})"
+            )
+        verb = "is" if len(missing) == 1 else "are"
+        error = f"{len(missing)} of {len(shards)} shards it names {verb} missing: " + ", ".join(
+            said
+        )
+        return Finding(
+            kind="weights-unverified",
+            severity="high",
+            message=f"ship gate {gate}: {key.path} is incomplete, so the model is refused: {error}",
+            details={
+                "fingerprint": f"{gate}:{key.path}",
+                "gate": gate,
+                "path": key.path,
+                "format": "weights-index",
+                "status": Status.NOT_VERIFIED.value,
+                "size_bytes": key.size_bytes,
+                "mtime": _when(key.mtime_ns / 1e9),
+                "missing_shards": missing,
+                "error": error,
+            },
+        )
 
     # -- enforcement at open -----------------------------------------------------------
 
@@ -367,10 +452,20 @@ class ShipGateSource:
 
     # -- deploy directory --------------------------------------------------------------
 
-    def _deploy_findings(self, deploy: Listing, now: float) -> list[Finding]:
+    def _deploy_findings(self, deploy: Listing, settled: set[FileKey], now: float) -> list[Finding]:
         out: list[Finding] = []
         refused: dict[str, Finding] = {}
-        for path, key in deploy.keys.items():
+        # Indexes last: a shard quarantined in this loop makes its index incomplete now.
+        order = sorted(deploy.keys.items(), key=lambda pk: pk[0].endswith(INDEX_SUFFIX))
+        for path, key in order:
+            shards = deploy.shards.get(path, [])
+            missing = [s for s in shards if not os.path.exists(s)]
+            # An index still settling may be a deploy in progress (index first, shards
+            # after): judged once it has settled, like every file.
+            if missing and (key in settled or path in self._refused):
+                refused[path] = self._incomplete(key, shards, missing)
+                out.append(refused[path])
+                continue
             report = self._results.get(key)
             if report is None:
                 # A new version not verified yet: a refused file stays refused until its
@@ -480,6 +575,7 @@ class ShipGateSource:
         )  # fmt: skip
         details["quarantined_to"] = str(moved.moved_to)
         details["action_id"] = action_id
+        self._moved[key.path] = (str(moved.moved_to), action_id)
         return f"; moved to {moved.moved_to} (undo: rogue-watchdog undo {action_id})"
 
     # -- freshness ---------------------------------------------------------------------

@@ -1,0 +1,119 @@
+"""Issue 32, case 10: the ship gate's smaller holes, each kept as a test of its exact value
+(Daemon.tick(now) with real files, a real StateDB and the real verifier thread)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from tests.weights.test_shipwatch import NAMES, T0, good_model, nan_model, rig
+from tests.weights.test_shipwatch import utc as utc  # autouse: local times in UTC
+
+
+def sharded(deploy: Path, second: object) -> Path:
+    """A two-shard model: shard 1 finite, shard 2 written by ``second``; returns the index."""
+    good_model(deploy / "model-00001-of-00002.safetensors")
+    second(deploy / "model-00002-of-00002.safetensors")  # type: ignore[operator]
+    # Both shards hold every name (good_model/nan_model write them all); the index maps
+    # the first half to shard 1 and the rest to shard 2.
+    weight_map = {n: "model-00001-of-00002.safetensors" for n in NAMES[:112]}
+    weight_map.update({n: "model-00002-of-00002.safetensors" for n in NAMES[112:]})
+    index = deploy / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    return index
+
+
+def test_an_index_whose_shard_was_quarantined_is_reported_incomplete(tmp_path: Path) -> None:
+    """Case 10a. Before (4ec0a01): once shard 2 was quarantined, its finding resolved and
+    nothing was open: the index stayed "verified" and nothing said the model was now
+    incomplete. Now the index is refused as incomplete, naming the shard and its undo,
+    until the shard is back and verified finite."""
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    index = sharded(deploy, nan_model)
+    shard = deploy / "model-00002-of-00002.safetensors"
+    r = rig(tmp_path, "    quarantine: true\n")
+    try:
+        r.tick(T0)
+        r.tick(T0 + 5)  # verified: shard 2 is NaN and moved aside in this tick
+        assert not shard.exists()
+        [action] = r.db.actions()
+        assert len(r.open("weights-unverified")) == 1  # incomplete from this very tick
+        r.tick(T0 + 10)
+        assert r.open("poisoned-weights") == []  # the shard's own finding resolved
+        [f] = r.open("weights-unverified")
+        moved = action.details["moved_to"]
+        assert f.message == (
+            f"ship gate prod: {index} is incomplete, so the model is refused: 1 of 2 shards"
+            f" it names is missing: {shard} (quarantined to {moved};"
+            f" undo: rogue-watchdog undo {action.id})"
+        )
+        assert f.details["fingerprint"] == f"prod:{index}"
+        assert f.details["missing_shards"] == [str(shard)]
+        assert r.events("weights-unverified") == ["open"]
+
+        # A finite shard 2 is deployed: the index is whole again and verified again.
+        good_model(shard, seed=1)
+        for i in range(3, 6):
+            r.tick(T0 + 5 * i)
+        assert r.open("weights-unverified") == []
+        assert r.open("poisoned-weights") == []
+        assert r.events("weights-unverified") == ["open", "resolve"]
+    finally:
+        r.close()
+
+
+def test_an_index_is_judged_again_when_a_shard_changes(tmp_path: Path) -> None:
+    """The class behind 10a: an index's verdict depends on its shards, so a shard
+    replaced by one that lacks the index's tensors makes the index not verified,
+    although the index file itself never changed."""
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    index = sharded(deploy, good_model)
+    r = rig(tmp_path)
+    try:
+        for i in range(3):
+            r.tick(T0 + 5 * i)
+        assert r.open("weights-unverified") == []
+        shard = deploy / "model-00002-of-00002.safetensors"
+        tmp = shard.with_name("partial")
+        save_file({"other": np.zeros((2, 2), dtype=np.float16)}, str(tmp))
+        os.replace(tmp, shard)
+        for i in range(3, 6):
+            r.tick(T0 + 5 * i)
+        [f] = r.open("weights-unverified")
+        assert f.details["path"] == str(index)
+        assert "shard 'model-00002-of-00002.safetensors' lacks 112 tensors" in f.message
+    finally:
+        r.close()
+
+
+def test_an_index_deployed_before_its_shards_is_judged_once_it_settled(tmp_path: Path) -> None:
+    """A deploy that writes the index first and the shards after is not paged half-way:
+    a missing shard makes an index incomplete only once the index has settled."""
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    index = sharded(deploy, good_model)
+    shard = deploy / "model-00002-of-00002.safetensors"
+    shard.unlink()
+    r = rig(tmp_path)
+    try:
+        r.tick(T0)  # first sight of the index: not settled
+        assert r.open("weights-unverified") == []
+        good_model(shard, seed=2)  # the deploy step finishes
+        for i in range(1, 4):
+            r.tick(T0 + 5 * i)
+        assert r.open("weights-unverified") == []
+        shard.unlink()  # later, a shard goes: the settled index is incomplete at once
+        r.tick(T0 + 20)
+        [f] = r.open("weights-unverified")
+        assert f.message == (
+            f"ship gate prod: {index} is incomplete, so the model is refused: 1 of 2 shards"
+            f" it names is missing: {shard}"
+        )
+    finally:
+        r.close()
