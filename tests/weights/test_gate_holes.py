@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from safetensors.numpy import save_file
 
 from tests.weights.test_shipwatch import NAMES, T0, good_model, nan_model, rig
 from tests.weights.test_shipwatch import utc as utc  # autouse: local times in UTC
+from watchdog.weights import shipwatch
 
 
 def sharded(deploy: Path, second: object) -> Path:
@@ -115,5 +118,61 @@ def test_an_index_deployed_before_its_shards_is_judged_once_it_settled(tmp_path:
             f"ship gate prod: {index} is incomplete, so the model is refused: 1 of 2 shards"
             f" it names is missing: {shard}"
         )
+    finally:
+        r.close()
+
+
+def test_a_slow_writer_is_not_judged_between_ticks_milliseconds_apart(tmp_path: Path) -> None:
+    """Case 10b. A file written slowly, in nine pieces a few seconds apart, with two ticks
+    a few milliseconds apart after each piece (extra ticks from process events). Before
+    (4ec0a01, ``settle_s: 0``): those two polls saw the same half-written file, it was
+    verified half-way and `weights-unverified` opened (a page) for a file that was never
+    bad. Now ``settle_s`` (default 10 s, on the wall clock) keeps it unjudged while it is
+    written, and the finished NaN file is reported once, as what it is."""
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    whole = nan_model(tmp_path / "whole.safetensors").read_bytes()
+    target = deploy / "model.safetensors"
+    r = rig(tmp_path, settle_s=None)
+    try:
+        now = T0
+        step = len(whole) // 9 + 1
+        with open(target, "wb") as fh:
+            for i in range(9):
+                fh.write(whole[i * step : (i + 1) * step])
+                fh.flush()
+                for _ in range(2):
+                    r.tick(now)
+                    now += 0.003
+                now += 3.0
+        for _ in range(5):  # finished: it settles and is verified
+            r.tick(now)
+            now += 5.0
+        assert r.events("weights-unverified") == []
+        assert r.events("poisoned-weights") == ["open"]
+        assert r.counting.calls == ["model.safetensors"]  # read once, whole
+    finally:
+        r.close()
+
+
+def test_settle_time_survives_a_wall_clock_set_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The settle time is wall-clock time, and a wall clock set back by a day does not
+    keep a NaN file unjudged for that day: the monotonic clock's 10 s count too."""
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    nan_model(deploy / "model.safetensors")
+    mono = [100.0]
+    monkeypatch.setattr(shipwatch, "time", SimpleNamespace(monotonic=lambda: mono[0]))
+    r = rig(tmp_path, settle_s=None)
+    try:
+        r.tick(T0)
+        r.tick(T0 + 9)  # 9 s on both clocks: not settled
+        assert r.counting.calls == []
+        mono[0] += 10.5
+        r.tick(T0 - 86400)  # the wall clock went back a day; 10.5 s passed
+        assert r.counting.calls == ["model.safetensors"]
+        assert len(r.open("poisoned-weights")) == 1
     finally:
         r.close()

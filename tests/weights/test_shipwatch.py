@@ -56,7 +56,9 @@ class Counting:
 class Rig:
     """A daemon with ship gates from ``gate_yaml`` and its state under ``tmp``."""
 
-    def __init__(self, tmp: Path, gate_yaml: str, verify: object = None) -> None:
+    def __init__(
+        self, tmp: Path, gate_yaml: str, verify: object = None, settle_s: float | None = 0.0
+    ) -> None:
         self.tmp = tmp
         cfg = parse_config(
             "nvml: {enabled: false}\n"
@@ -75,6 +77,11 @@ class Rig:
             # (the default 0.25 s wait is what test_a_slow_verification... exercises).
             for s in self.sources:
                 s.wait_s = 60.0
+        if settle_s is not None and "settle_s" not in gate_yaml:
+            # These ticks are seconds apart in fake time: "two polls" is what they test
+            # (the default settle_s has tests of its own, in test_gate_holes.py).
+            for s in self.sources:
+                s.settle_s = settle_s
 
     @property
     def source(self) -> ShipGateSource:
@@ -113,11 +120,15 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
     return deploy, train
 
 
-def rig(tmp_path: Path, extra: str = "", verify: object = None) -> Rig:
+def rig(
+    tmp_path: Path, extra: str = "", verify: object = None, settle_s: float | None = 0.0
+) -> Rig:
+    """A rig with one gate ``prod``; ``settle_s=None`` keeps the configured default."""
     r = Rig(
         tmp_path,
         f"  - name: prod\n    deploy_dir: {tmp_path}/deploy\n" + extra,
         verify,
+        settle_s,
     )
     return r
 

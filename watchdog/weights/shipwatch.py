@@ -5,8 +5,9 @@ Each tick, for every gate of ``ship_gates:``, :class:`ShipGateSource`:
 1. lists the weights files in the deploy directory (the gate's ``patterns``, recursively,
    skipping the quarantine folder) and, for the freshness rule, in the training directory;
 2. submits every file whose identity (:class:`FileKey`: size, mtime, ctime, inode) was
-   the same at two polls at least ``settle_s`` apart to the background
-   :class:`VerifyWorker` (a file still being written is never verified half-way);
+   the same at two polls at least ``settle_s`` apart (wall-clock seconds, default 10:
+   ticks can come milliseconds apart) to the background :class:`VerifyWorker` (a file
+   still being written is never verified half-way);
 3. waits at most ``wait_s`` (0.25 s) for results, so a big file is reported on a later
    tick instead of stalling the loop; results are cached per file version, so each
    version is read once per daemon run;
@@ -28,6 +29,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import queue
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -222,7 +224,9 @@ class ShipGateSource:
         self.train_dir = Path(gate.train_dir) if gate.train_dir else None
         self.quarantine_dir = Path(gate.quarantine_path)
         self._results: dict[FileKey, FileReport] = {}
-        self._seen: dict[str, tuple[FileKey, float]] = {}  # path -> (version, first seen)
+        self.settle_s = gate.settle_s
+        # path -> (version, first seen: tick time, monotonic time)
+        self._seen: dict[str, tuple[FileKey, float, float]] = {}
         self._refused: dict[str, Finding] = {}  # path -> finding of its last bad version
         self._quarantine_failed: dict[FileKey, str] = {}
         # Index version → the versions of its shards its verdict was reached on, and the
@@ -241,16 +245,23 @@ class ShipGateSource:
     # -- settling ----------------------------------------------------------------------
 
     def _settled(self, keys: dict[str, FileKey], now: float) -> set[FileKey]:
-        """Versions seen unchanged at two polls at least ``settle_s`` apart."""
-        seen: dict[str, tuple[FileKey, float]] = {}
+        """Versions seen unchanged at two polls at least ``settle_s`` apart.
+
+        Measured on the tick's wall clock (``now``), or on the monotonic clock when that
+        says more time passed (a wall clock set back must not keep a file unjudged for
+        as long as it went back): time, not the number of polls, since early ticks can
+        come milliseconds apart.
+        """
+        mono = time.monotonic()
+        seen: dict[str, tuple[FileKey, float, float]] = {}
         settled: set[FileKey] = set()
         for path, key in keys.items():
             prev = self._seen.get(path)
             if prev is None or prev[0] != key:
-                seen[path] = (key, now)
+                seen[path] = (key, now, mono)
                 continue
             seen[path] = prev
-            if now - prev[1] >= self.gate.settle_s:
+            if max(now - prev[1], mono - prev[2]) >= self.settle_s:
                 settled.add(key)
         self._seen = seen
         return settled
