@@ -15,6 +15,7 @@ from safetensors.numpy import save_file
 from tests.weights.test_shipwatch import NAMES, T0, good_model, nan_model, rig
 from tests.weights.test_shipwatch import utc as utc  # autouse: local times in UTC
 from watchdog.weights import shipwatch
+from watchdog.weights.freshness import past_limit
 
 
 def sharded(deploy: Path, second: object) -> Path:
@@ -176,3 +177,46 @@ def test_settle_time_survives_a_wall_clock_set_back(
         assert len(r.open("poisoned-weights")) == 1
     finally:
         r.close()
+
+
+def test_a_wait_just_past_its_limit_never_reads_as_equal_to_it(tmp_path: Path) -> None:
+    """Case 10c. Before (4ec0a01): a good output that had waited 120.4 s against a
+    2-minute limit read "has waited 2 min (limit 2 min)": truncated to whole seconds, a
+    wait just past the limit read as equal to it. Now the seconds get the decimals
+    that tell them apart (truncated, so never more than it waited)."""
+    deploy, train = tmp_path / "deploy", tmp_path / "train"
+    deploy.mkdir()
+    train.mkdir()
+    out = good_model(train / "final.safetensors")
+    r = rig(tmp_path, f"    train_dir: {train}\n    stale_after_s: 120\n")
+    try:
+        os.utime(out, (T0 - 120.4, T0 - 120.4))
+        for t in (T0 - 10, T0 - 5):
+            r.tick(t)
+        assert r.open("deploy-stale") == []  # waited 115.4 s of 120
+        r.tick(T0)
+        [f] = r.open("deploy-stale")
+        assert f.message == (
+            f"ship gate prod: the deploy step did not run: newest good output {out}"
+            f" (2023-11-14T22:11:19+00:00) has waited 2 min 0.4 s (limit 2 min) and nothing"
+            f" verified finite is deployed in {deploy}"
+        )
+        assert f.details["waited_s"] == 120.4
+    finally:
+        r.close()
+
+
+@pytest.mark.parametrize(
+    ("value_s", "limit_s", "texts"),
+    [
+        (120.4, 120, ("2 min 0.4 s", "2 min")),  # case 10c
+        (121.9, 120, ("2 min 1 s", "2 min")),  # whole seconds when they tell
+        (120.05, 120, ("2 min 0.05 s", "2 min")),
+        (120.0004, 120, ("just over 2 min", "2 min")),
+        (90.7, 90.5, ("1 min 30.7 s", "1 min 30.5 s")),  # a limit with decimals, exact
+        (7200.3, 7200, ("2 h 0.3 s", "2 h")),
+        (3 * 86400 + 2.3, 86400, ("3 d 2 s", "1 d")),
+    ],
+)
+def test_past_limit_words(value_s: float, limit_s: float, texts: tuple[str, str]) -> None:
+    assert past_limit(value_s, limit_s) == texts

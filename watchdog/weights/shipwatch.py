@@ -43,7 +43,7 @@ from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES,
 from watchdog.state import StateDB
 from watchdog.weights.discover import index_shards
 from watchdog.weights.fanotify import Fanotify
-from watchdog.weights.freshness import human_duration
+from watchdog.weights.freshness import human_duration, past_limit
 from watchdog.weights.opengate import Decision, OpenGate
 from watchdog.weights.quarantine import (
     QUARANTINE_SUFFIX,
@@ -657,17 +657,17 @@ class ShipGateSource:
         if waited_s <= self.gate.stale_after_s:
             return None
         gate = self.gate.name
-        limit = human_duration(self.gate.stale_after_s)
+        waited, limit = past_limit(waited_s, self.gate.stale_after_s)
         if deployed is None:
             what = (
-                f"has waited {human_duration(waited_s)} (limit {limit}) and nothing verified"
+                f"has waited {waited} (limit {limit}) and nothing verified"
                 f" finite is deployed in {self.deploy_dir}"
             )
         else:
             t2 = deployed[1].mtime_ns / 1e9
             what = (
                 f"is {human_duration(t1 - t2)} newer than deployed {deployed[0]} ({_when(t2)});"
-                f" it has waited {human_duration(waited_s)} (limit {limit})"
+                f" it has waited {waited} (limit {limit})"
             )
         return Finding(
             kind="deploy-stale",
