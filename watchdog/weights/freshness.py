@@ -27,7 +27,7 @@ MAX_PLACES = 3
 def _truncated(seconds: float, places: int) -> int:
     """``seconds`` in units of ``10**-places`` s, truncated (a float's 2.3 * 10 is
     22.999…, so the product is rounded to far below one unit first)."""
-    return math.floor(round(max(0.0, seconds) * 10**places, 6))
+    return math.floor(round(max(0.0, seconds) * 10.0**places, 6))
 
 
 def human_duration(seconds: float, places: int = 0) -> str:
