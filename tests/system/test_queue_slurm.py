@@ -143,7 +143,7 @@ def test_unknown_users_entries_are_reported_exactly(cluster: SlurmHarness, jobs:
     assert pend.message.startswith(
         f"Slurm job {jobs.bad_pending} 'legacy-retrain' by user {STRANGER} waiting to run since "
     )
-    assert pend.message.endswith(", no GPU requested); to remove it: scancel " + str(jobs.bad_pending))
+    assert f", no GPU requested); to remove it: scancel {jobs.bad_pending}" in pend.message
     assert pend.details["requests_gpu"] is False
     assert pend.message.endswith(f"; to remove it: scancel {jobs.bad_pending}")
     assert (run.details["state"], run.details["job_name"], run.details["account"]) == (
