@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from tests.conftest import run_cli
 from tests.weights.test_shipwatch import NAMES, T0, good_model, nan_model, rig
 from tests.weights.test_shipwatch import utc as utc  # autouse: local times in UTC
 from watchdog.weights import shipwatch
@@ -220,3 +221,38 @@ def test_a_wait_just_past_its_limit_never_reads_as_equal_to_it(tmp_path: Path) -
 )
 def test_past_limit_words(value_s: float, limit_s: float, texts: tuple[str, str]) -> None:
     assert past_limit(value_s, limit_s) == texts
+
+
+def test_undo_dry_run_predicts_the_failure_the_undo_then_has(tmp_path: Path) -> None:
+    """Case 10e. A NaN model is quarantined, then the deploy step ships a fixed one at
+    the same path. Before (4ec0a01): ``undo ID --dry-run`` printed ``would undo … rename
+    … back to …`` and ``outcome: dry-run``, exit 0; the undo itself then failed (exit 1,
+    "exists again"). Now the dry run checks what the undo checks, and says it would fail."""
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    model = nan_model(deploy / "model.safetensors")
+    r = rig(tmp_path, "    quarantine: true\n")
+    try:
+        r.tick(T0)
+        r.tick(T0 + 5)
+        [action] = r.db.actions()
+        good_model(model)  # the deploy step ships a fixed model
+        state = str(tmp_path / "state")
+        dry = run_cli("undo", str(action.id), "--dry-run", "--state-dir", state)
+        real = run_cli("undo", str(action.id), "--state-dir", state)
+        moved = action.details["moved_to"]
+        why = (
+            f"rename {moved} back to {model}: {model} exists again; not overwriting it with {moved}"
+        )
+        assert (dry.returncode, dry.stdout) == (
+            1,
+            f"would undo action {action.id} (quarantine-weights {model}):\n"
+            f"  WOULD FAIL: {why}\noutcome: would-fail\n",
+        )
+        assert (real.returncode, real.stdout) == (
+            1,
+            f"undo action {action.id} (quarantine-weights {model}):\n"
+            f"  FAILED: {why}\noutcome: failed\n",
+        )
+    finally:
+        r.close()

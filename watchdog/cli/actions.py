@@ -370,7 +370,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
     for step in res.done:
         _out(f"  {step}")
     if res.error:
-        _out(f"  FAILED: {res.error}")
+        _out(f"  {'WOULD FAIL' if args.dry_run else 'FAILED'}: {res.error}")
     now = time.time()
     if not args.dry_run:
         if res.outcome == "ok":
@@ -489,14 +489,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "`rogue-watchdog actions`.",
             ["rogue-watchdog undo 7 --dry-run", "rogue-watchdog undo 7"],
             [
-                (0, "restored (or previewed)"),
-                (1, "already undone, nothing to undo, or failed"),
+                (0, "restored (or, with --dry-run, previewed: every check passed)"),
+                (1, "already undone, nothing to undo, or failed (with --dry-run: would fail)"),
                 (2, "usage error: no such action, an unreadable record"),
             ],
         ),
     )
     p.add_argument("action_id", type=_action_id, metavar="ACTION-ID", help="the id `actions` lists")
-    p.add_argument("--dry-run", action="store_true", help="say what would be restored")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what would be restored, after the checks the undo makes",
+    )
     p.set_defaults(func=cmd_undo)
 
     p = sub.add_parser(
