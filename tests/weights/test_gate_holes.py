@@ -256,3 +256,37 @@ def test_undo_dry_run_predicts_the_failure_the_undo_then_has(tmp_path: Path) -> 
         )
     finally:
         r.close()
+
+
+def test_check_config_refuses_a_quarantine_folder_on_another_file_system(tmp_path: Path) -> None:
+    """Case 10f. Before (4ec0a01): ``check-config`` said OK (exit 0) for a quarantine
+    folder on another file system, where every quarantine then fails (a rename across
+    file systems is not atomic: EXDEV). Now it is an error naming file, line and key."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on another file system than the temp dir")
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    qdir = shm / f"rw-quarantine-{os.getpid()}" / "prod"  # not created yet: /dev/shm decides
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        "ship_gates:\n"
+        "  - name: prod\n"
+        f"    deploy_dir: {deploy}\n"
+        "    quarantine: true\n"
+        f"    quarantine_dir: {qdir}\n"
+        "  - name: same\n"
+        f"    deploy_dir: {deploy}\n"
+        "    quarantine: true\n"
+        f"    quarantine_dir: {tmp_path}/q\n"
+    )
+    res = run_cli("check-config", str(cfg))
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == (
+        f"rogue-watchdog: config error: {cfg}:5: ship_gates[0].quarantine_dir: {qdir} is on"
+        f" another file system than deploy_dir {deploy}: a rename across file systems is not"
+        " atomic (EXDEV), so every quarantine would fail; leave quarantine_dir out (the"
+        " default lies inside deploy_dir) or name a folder on the same file system\n"
+        f"rogue-watchdog: {cfg}: 1 error\n"
+    )
+    assert not qdir.parent.exists()  # checking created nothing

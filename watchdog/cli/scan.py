@@ -160,7 +160,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     first; warnings (``config warning:``) do not change the exit code. Besides
     :func:`~watchdog.config.load_config` (syntax, values, trust of the file and of the
     files it names), it checks what only matters on the running host: each webhook
-    sink's URL can be read (:func:`~watchdog.daemon.alerts.secrets.check_sink_secrets`).
+    sink's URL can be read (:func:`~watchdog.daemon.alerts.secrets.check_sink_secrets`),
+    each ship gate's ``quarantine_dir`` is on its deploy directory's file system
+    (:func:`~watchdog.weights.quarantine.check_quarantine_dirs`).
 
     Returns:
         0 valid, 2 invalid.
@@ -169,6 +171,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from watchdog.config.base import ConfigError, errors_of
     from watchdog.daemon.alerts.secrets import check_sink_secrets
     from watchdog.render import printable
+    from watchdog.weights.quarantine import check_quarantine_dirs
 
     config: Config | None = None
     try:
@@ -180,6 +183,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     said = {e.key for e in errors}  # an untrusted url_file is already one error
     errors += [e for e in more_errors if e.key not in said]
     warnings += more_warnings
+    if config is not None:
+        errors += check_quarantine_dirs(args.file, config.ship_gates)
     for w in sorted(warnings, key=lambda e: e.line or 0):
         print(printable(f"rogue-watchdog: config warning: {w}"), file=sys.stderr)
     if errors:

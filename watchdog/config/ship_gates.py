@@ -7,7 +7,7 @@ Owned by the ship-gate work. Each list entry is one deploy directory the daemon 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import yaml
@@ -81,6 +81,8 @@ class ShipGate:
             or ``audit`` (report each open that would have been refused).
         open_timeout_s: Longest an opener waits while an unverified version is
             verified at open; past it the open is refused (``enforce: open``).
+        quarantine_dir_line: Line of ``quarantine_dir`` in the file, for checks of the
+            host (``check-config``); None when it is not given.
     """
 
     name: str = required(datatypes.text)
@@ -93,6 +95,7 @@ class ShipGate:
     settle_s: float = setting(DEFAULT_SETTLE_S, _non_negative)
     enforce: str = setting("off", datatypes.choice(ENFORCE_MODES, "must be off, open or audit"))
     open_timeout_s: float = setting(5.0, datatypes.positive_s(maximum=600.0))
+    quarantine_dir_line: int | None = field(default=None, compare=False)
 
     @property
     def quarantine_path(self) -> str:
@@ -131,6 +134,8 @@ def _gate(r: NodeReader, item: yaml.Node, key: str) -> ShipGate:
             "has no effect without 'enforce: open' or 'enforce: audit'",
         )
     take("open_timeout_s")
+    if "quarantine_dir" in m:
+        vals["quarantine_dir_line"] = m["quarantine_dir"][1].start_mark.line + 1
     return construct(ShipGate, vals)
 
 
