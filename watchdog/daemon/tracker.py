@@ -21,6 +21,7 @@ from typing import Any
 
 from watchdog.config.alerts import AlertSettings
 from watchdog.daemon.alerts.alert import AlertEvent
+from watchdog.daemon.tracking.blind import last_seen_gpus
 from watchdog.daemon.tracking.fold import fingerprint, fold, group
 from watchdog.daemon.tracking.jobs import record_jobs
 from watchdog.daemon.tracking.lifecycle import Open, Resolve, Seen, Sighting, Step, decide
@@ -60,6 +61,7 @@ class Tracker:
         self.clocks: dict[int, tuple[float, float | None]] = {}
         self.alerts = alerts
         self.host = host
+        self._blind = False  # this tick's: some GPU's processes could not be seen
         # The signature each running job root got first, by identity (PID, start ticks):
         # a job keeps it for its life, so its findings keep their fingerprint (and id)
         # when a later look names its origin otherwise (its CRON parent exited).
@@ -108,6 +110,7 @@ class Tracker:
             What opened, was reminded of, and resolved; the job signatures by root PID.
         """
         self._mono_now = self.mono()
+        self._blind = blind
         clocks = dict(self.clocks)
         try:
             return self._update(jobs, findings, now, start_time_s, blind, alive, learning)
@@ -230,6 +233,8 @@ class Tracker:
         Returns the finding as reminded of when that alert is a reminder, else None."""
         db, rec, s = self.db, step.record, step.sighting
         f = s.finding
+        if self._blind:  # a GPU unseen is not a GPU left: keep where it was last seen
+            f = last_seen_gpus(rec, f)
         db.touch_finding(rec.id, with_own_id(f, rec.id), f.root_pid, f.details, now, s.instances)
         labels = alert_labels(self.host, rec.id, f)
         due = alert_due(self._on_mono(rec, now), f, s.instances, s.pids, labels, now, self.alerts)
