@@ -14,6 +14,10 @@ from pathlib import Path
 
 from tests.conftest import need_program
 from tests.fakenvml.fixtures import REPO, fake_nvml, library_path
+from watchdog.daemon.tracking.blind import last_seen_gpus
+from watchdog.daemon.tracking.reminders import alert_labels
+from watchdog.model import Finding
+from watchdog.state import FindingRecord
 
 SCRIPT = r"""
 import json, subprocess, sys, time
@@ -91,3 +95,41 @@ def test_a_gpu_lost_for_30_s_neither_relabels_nor_resolves(tmp_path: Path) -> No
         ["gpu-query-failed", "resolve", False, []],
     ]
     assert [(k, o) for _, k, o in doc["notes"]] == [("gpu-query-failed", False)]
+
+
+def _gpu(index: int) -> dict[str, object]:
+    return {"index": index, "uuid": f"GPU-{index}", "memory_bytes": 4 << 30}
+
+
+def _rec(gpus: list[dict[str, object]]) -> FindingRecord:
+    return FindingRecord(
+        id=7, fingerprint="fp", kind="rogue-job", severity="high", message="m", root_pid=42,
+        details={"gpus": gpus, "gpu_indexes": [g["index"] for g in gpus]}, opened_at=0.0,
+        last_seen=0.0, seen_count=1, resolved_at=None, last_alert_at=0.0,
+    )  # fmt: skip
+
+
+def _sighting(gpus: list[dict[str, object]]) -> Finding:
+    return Finding(
+        "rogue-job", "high", "rogue training job PID 42, user bob", root_pid=42,
+        details={"gpus": gpus, "gpu_indexes": [g["index"] for g in gpus], "user": "bob"},
+    )  # fmt: skip
+
+
+def test_labels_are_those_of_the_last_sighting_while_blind() -> None:
+    """The labels an alert is identified by come out the same as last alerted, whether
+    every GPU of the job or one of them is unseen; a sighting that lost nothing is kept."""
+    both = _rec([_gpu(0), _gpu(1)])
+    labels = alert_labels("h", 7, _sighting([_gpu(0), _gpu(1)]))
+    for now in ([], [_gpu(0)], [_gpu(1)]):
+        kept = last_seen_gpus(both, _sighting(now))
+        assert alert_labels("h", 7, kept) == labels
+        assert kept.details["gpu_indexes"] == [0, 1]
+    kept = last_seen_gpus(both, _sighting([_gpu(0)]))
+    assert kept.details["gpus_unseen"] == [1]
+    assert kept.message == (
+        "rogue training job PID 42, user bob; last seen on GPU 1 (4.0 GiB), which cannot be"
+        " seen now"
+    )
+    same = _sighting([_gpu(0), _gpu(1)])
+    assert last_seen_gpus(both, same) is same
