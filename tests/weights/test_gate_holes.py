@@ -290,3 +290,30 @@ def test_check_config_refuses_a_quarantine_folder_on_another_file_system(tmp_pat
         f"rogue-watchdog: {cfg}: 1 error\n"
     )
     assert not qdir.parent.exists()  # checking created nothing
+
+
+def test_a_shard_replaced_by_rm_then_cp_is_not_an_incomplete_model(tmp_path: Path) -> None:
+    """A shard missing for less than ``settle_s`` (10 s here) may be one being replaced
+    (rm, then cp): no page; one gone for longer makes the index incomplete."""
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    index = sharded(deploy, good_model)
+    shard = deploy / "model-00002-of-00002.safetensors"
+    r = rig(tmp_path, settle_s=None)
+    try:
+        for i in range(4):
+            r.tick(T0 + 5 * i)
+        shard.unlink()  # the deploy step removes it, then copies the new one
+        r.tick(T0 + 20)
+        good_model(shard, seed=3)
+        for i in range(5, 9):
+            r.tick(T0 + 5 * i)
+        assert r.ever("weights-unverified") == []
+        shard.unlink()  # now gone for good
+        r.tick(T0 + 45)
+        assert r.open("weights-unverified") == []  # gone 0 s of 10
+        r.tick(T0 + 55)
+        [f] = r.open("weights-unverified")
+        assert f.details["path"] == str(index)
+    finally:
+        r.close()

@@ -234,6 +234,7 @@ class ShipGateSource:
         self._basis: dict[FileKey, tuple[FileKey | None, ...]] = {}
         self._inflight: dict[FileKey, tuple[FileKey | None, ...]] = {}
         self._moved: dict[str, tuple[str, int]] = {}  # path → (where, action id) this run
+        self._absent: dict[str, tuple[float, float]] = {}  # missing shard → since when
         self._stale: Finding | None = None  # the open deploy-stale finding, if any
         self._outside: dict[str, str] = {}  # files resolving outside deploy_dir, and how
         self._make_open_gate = open_gate or make_open_gate
@@ -261,10 +262,15 @@ class ShipGateSource:
                 seen[path] = (key, now, mono)
                 continue
             seen[path] = prev
-            if max(now - prev[1], mono - prev[2]) >= self.settle_s:
+            if self._quiet(prev[1:], now, mono):
                 settled.add(key)
         self._seen = seen
         return settled
+
+    def _quiet(self, since: tuple[float, float], now: float, mono: float | None = None) -> bool:
+        """Has ``settle_s`` passed since ``since`` (tick time, monotonic time)?"""
+        elapsed = (mono if mono is not None else time.monotonic()) - since[1]
+        return max(now - since[0], elapsed) >= self.settle_s
 
     # -- one tick ----------------------------------------------------------------------
 
@@ -290,7 +296,7 @@ class ShipGateSource:
         self._rejudge_indexes(deploy)
         for path, key in deploy.keys.items():
             if key in settled and key not in self._results:
-                self._submit(path, key, deploy)
+                self._submit(path, key, deploy, settled)
         if self.train_dir is not None:
             self._submit_train(train, self._deployed(deploy), settled)
         if self.worker.pending():
@@ -313,13 +319,15 @@ class ShipGateSource:
 
     # -- shard indexes -----------------------------------------------------------------
 
-    def _submit(self, path: str, key: FileKey, deploy: Listing) -> None:
+    def _submit(self, path: str, key: FileKey, deploy: Listing, settled: set[FileKey]) -> None:
         """Queue one deploy file; an index with the versions of its shards as listed now
-        (its verdict holds for those only)."""
+        (its verdict holds for those only), once each of them has settled too (a missing
+        shard is the incompleteness check's: :meth:`_deploy_findings`)."""
         if path.endswith(INDEX_SUFFIX):
-            if key in self._inflight:
-                return  # still being checked: its result is judged against its basis
-            self._inflight[key] = deploy.basis(path)
+            basis = deploy.basis(path)
+            if key in self._inflight or not all(b in settled for b in basis):
+                return  # being checked (judged against its basis), or shards in motion
+            self._inflight[key] = basis
         self.worker.submit(self.name, key, DEPLOY)
 
     def _collect(self, deploy: Listing) -> None:
@@ -468,12 +476,18 @@ class ShipGateSource:
         refused: dict[str, Finding] = {}
         # Indexes last: a shard quarantined in this loop makes its index incomplete now.
         order = sorted(deploy.keys.items(), key=lambda pk: pk[0].endswith(INDEX_SUFFIX))
+        absent: dict[str, tuple[float, float]] = {}
         for path, key in order:
             shards = deploy.shards.get(path, [])
             missing = [s for s in shards if not os.path.exists(s)]
+            for s in missing:
+                absent[s] = self._absent.get(s) or absent.get(s) or (now, time.monotonic())
             # An index still settling may be a deploy in progress (index first, shards
-            # after): judged once it has settled, like every file.
-            if missing and (key in settled or path in self._refused):
+            # after), and a shard gone for less than settle_s may be one being replaced
+            # (rm, then cp): judged once settled, like every file. A shard this gate
+            # quarantined is gone for good: at once.
+            gone = [s for s in missing if s in self._moved or self._quiet(absent[s], now)]
+            if missing and key in settled and (gone or path in self._refused):
                 refused[path] = self._incomplete(key, shards, missing)
                 out.append(refused[path])
                 continue
@@ -492,6 +506,7 @@ class ShipGateSource:
             if os.path.lexists(path):
                 refused[path] = finding
         self._refused = refused
+        self._absent = absent
         return out
 
     def _refusal(self, key: FileKey, report: FileReport, now: float) -> Finding:
