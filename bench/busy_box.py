@@ -103,9 +103,12 @@ def main() -> int:
     ap.add_argument("--duration-s", type=float, default=180.0, help="how long the box runs")
     ap.add_argument("--json", action="store_true", help="print JSON")
     ap.add_argument("--verbose", action="store_true", help="also print every page")
+    ap.add_argument("--dump", type=Path, help="write every alert, finding and log here (JSON)")
     args = ap.parse_args()
     with busy_box() as box:
         out = box.run(args.duration_s)
+    if args.dump:
+        out.dump(args.dump)
     doc = report(out, args.duration_s)
     if args.verbose:
         for name in ("paging", "learning"):

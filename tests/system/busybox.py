@@ -122,8 +122,13 @@ def register(role):
 
 def _stopped():
     got = signal.sigwaitinfo(STOPS)
+    try:
+        with open(f"/proc/{{got.si_pid}}/cmdline", "rb") as fh:
+            sender = fh.read().replace(b"\\0", b" ").decode("utf-8", "replace")[:300]
+    except OSError:
+        sender = "?"
     with open(os.path.join(REG, f"{{os.getpid()}}.signal"), "w") as fh:
-        fh.write(f"{{got.si_signo}} {{got.si_pid}} {{got.si_uid}}")
+        fh.write(f"{{got.si_signo}} {{got.si_pid}} {{got.si_uid}} {{sender}}")
     os._exit(128 + got.si_signo)
 
 
@@ -264,6 +269,17 @@ class Outcome:
     suggest_rc: int = -1
     suggest: str = ""
     daemon_logs: dict[str, str] = field(default_factory=dict)
+
+    def dump(self, path: Path) -> None:
+        """Write everything seen as JSON (for a look after a failed run)."""
+        doc = {
+            "sandbox": str(self.sandbox), "window_s": self.window_s, "users": self.users,
+            "roles": self.roles, "posts": self.posts, "signals": self.signals,
+            "lost": self.lost, "suggest_rc": self.suggest_rc, "suggest": self.suggest,
+            "pages": {d: [vars(p) for p in ps] for d, ps in self.pages.items()},
+            "findings": self.findings, "daemon_logs": self.daemon_logs,
+        }  # fmt: skip
+        path.write_text(json.dumps(doc, indent=1, default=str))
 
     def pids(self, role: str) -> list[int]:
         return sorted(p for p, r in self.roles.items() if r == role)
@@ -714,6 +730,11 @@ class BusyBox:
     def _role(self, root_pid: int | None, user: str | None, message: str) -> str:
         if root_pid is not None and root_pid in self.roles:
             return self.roles[root_pid]
+        # A cron job's ``sh -c`` wrapper, seen alone for a moment after its command
+        # exited, is that line's run.
+        for role, key in (("pipeline", "pipeline"), ("ghost", "ghost")):
+            if f"cron {self.cron_files[key]}:{CRON_LINE} (" in message:
+                return role
         for key, name in self.users.items():
             if user == name:
                 return f"{key}:other"
@@ -752,11 +773,10 @@ class BusyBox:
         signals = []
         for path in sorted(self.reg.glob("*.signal")):
             pid = int(path.name.split(".")[0])
-            signo, sender, uid = path.read_text().split()
+            signo, sender, uid, argv = [*path.read_text().split(maxsplit=3), ""][:4]
             name = signal.Signals(int(signo)).name
-            signals.append(
-                f"{self.roles.get(pid)} PID {pid} got {name} from PID {sender} (uid {uid})"
-            )
+            part = self.roles.get(pid)
+            signals.append(f"{part} PID {pid} got {name} from PID {sender} (uid {uid}) {argv!r}")
         return Outcome(
             self.sandbox, window_s, dict(self.users), dict(self.roles), posts, pages, findings,
             dict(self.cron_files), signals,
