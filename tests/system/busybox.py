@@ -109,6 +109,7 @@ HIGH = ("high", "critical")
 _REGISTER = """import ctypes, os, signal, socket, sys, threading, time
 REG = {reg!r}
 CUDART = {cudart!r}
+NVML_CONF = {conf!r}
 STOPS = {{signal.SIGTERM, signal.SIGINT, signal.SIGHUP}}
 
 
@@ -130,6 +131,21 @@ def _stopped():
     with open(os.path.join(REG, f"{{os.getpid()}}.signal"), "w") as fh:
         fh.write(f"{{got.si_signo}} {{got.si_pid}} {{got.si_uid}} {{sender}}")
     os._exit(128 + got.si_signo)
+
+
+def release():
+    # A CUDA context is torn down before its process exits: NVML stops listing a job
+    # that ends by itself first (the box's NVML never lists a zombie), then the job
+    # writes its last words and exits.
+    me = f"\\tpid={{os.getpid()}}\\t"
+    open(os.path.join(REG, f"{{os.getpid()}}.exit"), "w").close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        with open(NVML_CONF) as fh:
+            if me not in fh.read():
+                break
+        time.sleep(0.05)
+    time.sleep(0.5)
 
 
 def under_cron():
@@ -194,6 +210,7 @@ _TRAINER = """
 {register}
 ctypes.CDLL(CUDART)
 time.sleep(float(os.environ.get("TRAIN_S", "3600")))
+release()
 """
 
 _TRAIN_PY = """# alice's model: read, edited and checked, never run in this box
@@ -407,7 +424,7 @@ class BusyBox:
         self.uids: dict[str, int] = {}
         self.cron_d = self.sandbox / "cron.d"
         self.cron_files = {"pipeline": self.cron_d / "pipeline", "ghost": self.cron_d / "te-ghost"}
-        self.pipeline = self.sandbox / "opt" / "pipeline" / "train.py"
+        self.pipeline = self.sandbox / "srv" / "pipeline" / "train.py"
         self.cudart = self.sandbox / "cuda" / "lib64" / "libcudart.so.12"
         self.xorg = self.sandbox / "opt" / "X11" / "bin" / "Xorg"
         self.receiver: Receiver | None = None
@@ -418,6 +435,7 @@ class BusyBox:
         self.cron: subprocess.Popen[bytes] | None = None
         self.cron_mnt_ns: str | None = None
         self.roles: dict[int, str] = {}
+        self.released: set[int] = set()  # PIDs whose CUDA context is gone (ending)
         self.tmux_socks: dict[str, Path] = {}
         self.sessions: dict[str, set[str]] = {}
         self._stop = threading.Event()
@@ -442,7 +460,12 @@ class BusyBox:
         _mkdirs(self.cudart.parent)
         shutil.copyfile("/usr/lib/x86_64-linux-gnu/libz.so.1", self.cudart)
         self.cudart.chmod(0o755)
-        preamble = _REGISTER.format(reg=str(self.reg), cudart=str(self.cudart))
+        self.nvml_dir = fake_nvml(self.sandbox, self._nvml_spec({}))
+        for p in self.nvml_dir.iterdir():
+            p.chmod(0o755 if p.suffix != ".conf" else 0o644)
+        self.nvml_dir.chmod(0o755)
+        conf = str(self.nvml_dir / CONFIG_NAME)
+        preamble = _REGISTER.format(reg=str(self.reg), cudart=str(self.cudart), conf=conf)
         site = "lib/python3.11/site-packages"
         bob = self.homes["bob"]
         self._user_file("alice", ".local/bin/jupyter-lab", preamble + _JUPYTER, 0o755)
@@ -477,10 +500,6 @@ class BusyBox:
         crontab.write_text("# the private cron's /etc/crontab: empty\n")
         crontab.chmod(0o644)
         (self.sandbox / "spool").mkdir(mode=0o700)
-        self.nvml_dir = fake_nvml(self.sandbox, self._nvml_spec({}))
-        for p in self.nvml_dir.iterdir():
-            p.chmod(0o755 if p.suffix != ".conf" else 0o644)
-        self.nvml_dir.chmod(0o755)
         self.receiver = Receiver()
         url = self.sandbox / "webhook.url"
         url.write_text(self.receiver.url("/paging") + "\n")
@@ -568,14 +587,16 @@ class BusyBox:
     def _refresh(self) -> None:
         """Read new registrations; list the live GPU users in the fake NVML library."""
         for entry in os.scandir(self.reg):
-            if entry.name.isdigit() and int(entry.name) not in self.roles:
+            if entry.name.endswith(".exit"):
+                self.released.add(int(entry.name.split(".")[0]))
+            elif entry.name.isdigit() and int(entry.name) not in self.roles:
                 with contextlib.suppress(OSError):
                     role = Path(entry.path).read_text().strip()
                     if role:
                         self.roles[int(entry.name)] = role
         held = {}
         for pid, role in self.roles.items():
-            age = _age_s(pid) if role in GPU_ROLES else None
+            age = _age_s(pid) if role in GPU_ROLES and pid not in self.released else None
             if age is not None and age >= NVML_DELAY_S:
                 held[pid] = role
         spec = self._nvml_spec(held)
