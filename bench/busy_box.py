@@ -40,10 +40,8 @@ sys.path.insert(0, str(REPO))
 from tests.system.busybox import Outcome, busy_box  # noqa: E402
 
 
-def _commit() -> str:
-    done = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    )
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
     return done.stdout.strip() or "unknown"
 
 
@@ -55,7 +53,9 @@ def report(out: Outcome, duration_s: float) -> dict[str, Any]:
         if line.lstrip().startswith("- name:")
     ]
     return {
-        "commit": _commit(),
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        # The product measured: the last commit that changed the daemon or its config.
+        "product_commit": _git("log", "-1", "--format=%h", "--", "watchdog", "config"),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "duration_s": duration_s,
         "paging": out.stats("paging"),
@@ -67,7 +67,10 @@ def report(out: Outcome, duration_s: float) -> dict[str, Any]:
 
 
 def _text(doc: dict[str, Any]) -> str:
-    lines = [f"busy box, {doc['duration_s']:.0f} s, commit {doc['commit']}"]
+    lines = [
+        f"busy box, {doc['duration_s']:.0f} s, commit {doc['commit']} "
+        f"(product {doc['product_commit']})"
+    ]
     for name in ("paging", "learning"):
         s = doc[name]
         p, h, r = s["pages"], s["pages_per_hour"], s["repeats"]
