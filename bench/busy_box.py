@@ -47,11 +47,7 @@ def _git(*args: str) -> str:
 
 def report(out: Outcome, duration_s: float) -> dict[str, Any]:
     """The numbers, as printed by ``--json``."""
-    proposed = [
-        line.split(":", 1)[1].strip()
-        for line in out.suggest.splitlines()
-        if line.lstrip().startswith("- name:")
-    ]
+    proposed = [str(r.get("name")) for r in out.proposed()]
     return {
         "commit": _git("rev-parse", "--short", "HEAD"),
         # The product measured: the last commit that changed the daemon or its config.
@@ -60,7 +56,7 @@ def report(out: Outcome, duration_s: float) -> dict[str, Any]:
         "duration_s": duration_s,
         "paging": out.stats("paging"),
         "learning": out.stats("learning"),
-        "suggest": {"rc": out.suggest_rc, "rules": proposed},
+        "suggest": {"rc": out.suggest_rc, "rules_for_the_box": proposed},
         # Parts of the box stopped by someone else (a shared host): the numbers then lie.
         "disturbed": out.signals + [f"{r} not running at the end" for r in out.lost],
     }
@@ -95,7 +91,8 @@ def _text(doc: dict[str, Any]) -> str:
             f"  foreign alerts (not the box's, not counted): {s['foreign_alerts']}",
         ]
     sug = doc["suggest"]
-    lines.append(f"allowlist suggest (rc {sug['rc']}): {', '.join(sug['rules']) or 'nothing'}")
+    rules = ", ".join(sug["rules_for_the_box"]) or "nothing"
+    lines.append(f"allowlist suggest (rc {sug['rc']}) for the box: {rules}")
     for what in doc["disturbed"]:
         lines.append(f"DISTURBED: {what}")
     return "\n".join(lines)

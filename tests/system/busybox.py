@@ -298,6 +298,17 @@ class Outcome:
         }  # fmt: skip
         path.write_text(json.dumps(doc, indent=1, default=str))
 
+    def proposed(self) -> list[dict[str, Any]]:
+        """The rules ``allowlist suggest`` proposed for the box (its sandbox's paths or its
+        users; the learning daemon saw the whole host)."""
+        doc = yaml.safe_load(self.suggest) if self.suggest_rc == 0 else None
+        rules = (doc or {}).get("sanctioned") or []
+        return [
+            r
+            for r in rules
+            if str(self.sandbox) in json.dumps(r) or r.get("user") in self.users.values()
+        ]
+
     def pids(self, role: str) -> list[int]:
         return sorted(p for p, r in self.roles.items() if r == role)
 
