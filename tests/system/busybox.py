@@ -56,6 +56,7 @@ sandbox. Nothing else on the host is signalled or changed (the host's /etc/cron.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -69,7 +70,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,10 +250,12 @@ class Page:
 
     @property
     def high(self) -> bool:
+        """Severity ``high`` or ``critical``."""
         return self.severity in HIGH
 
     @property
     def is_page(self) -> bool:
+        """An ``open`` or ``remind`` (a ``resolve`` asks nobody to act)."""
         return self.event in PAGE_EVENTS
 
     @property
@@ -310,6 +313,7 @@ class Outcome:
         ]
 
     def pids(self, role: str) -> list[int]:
+        """Every PID that ran as ``role`` (``kernel``, ``ghost``...), sorted."""
         return sorted(p for p, r in self.roles.items() if r == role)
 
     def mine(self, daemon: str) -> list[Page]:
@@ -317,7 +321,10 @@ class Outcome:
         return [p for p in self.pages[daemon] if p.role != "foreign"]
 
     def stats(self, daemon: str) -> dict[str, Any]:
-        """Pages per hour, true and false, high and otherwise, repeats, per kind."""
+        """Counts of the daemon's pages over the window, and the same per hour: all, high
+        (``high``/``critical``) and other, true (the rogues, the excess runs) and false;
+        repeats (pages for an incident already paged); per kind and per part of the box
+        by severity; webhook posts; foreign alerts (not counted)."""
         pages = [p for p in self.mine(daemon) if p.is_page]
         seen: set[str] = set()
         repeats: list[Page] = []
@@ -635,7 +642,7 @@ class BusyBox:
                     stdout=fh, stderr=subprocess.STDOUT, env=env,
                 )  # fmt: skip
         for name in self.configs:
-            self._wait(f"the {name} daemon's socket", lambda n=name: self._ticked(n), 60)
+            self._wait(f"the {name} daemon's socket", functools.partial(self._ready, name), 60)
         self._nvml_thread = threading.Thread(target=self._nvml_loop, daemon=True)
         self._nvml_thread.start()
         self.roles[self._popen([str(self.xorg), ":1", "-nolisten", "tcp", "vt7"]).pid] = "xorg"
@@ -662,7 +669,7 @@ class BusyBox:
         self._as("bob", "tmux", "-S", str(self.tmux_socks["bob"]), "send-keys", "-t", "sneak",
                  f"nohup python3 {b}/train_sneaky.py > {b}/nohup.out 2>&1 &", "Enter")  # fmt: skip
         for role in ("jupyter", "kernel", "vllm", "rogue", "probe"):
-            self._wait(f"the {role}", lambda r=role: self._has(r), 60)
+            self._wait(f"the {role}", functools.partial(self._has, role), 60)
 
     def _popen(self, argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
         kw.setdefault("stdin", subprocess.DEVNULL)
@@ -706,7 +713,8 @@ class BusyBox:
             argv = [*base, "new-window", "-d", "-t", f"{session}:", *name]
         self._as(who, *argv, *([cmd] if cmd else []))
 
-    def _ticked(self, name: str) -> bool:
+    def _ready(self, name: str) -> bool:
+        """Whether the daemon answers on its socket; raises with its log once it died."""
         proc = self.daemons[name]
         if proc.poll() is not None:
             log = (self.configs[name].parent / "daemon.log").read_text(errors="replace")
@@ -717,7 +725,7 @@ class BusyBox:
         return any(r == role for r in self.roles.values())
 
     @staticmethod
-    def _wait(what: str, probe: Any, timeout_s: float) -> None:
+    def _wait(what: str, probe: Callable[[], object], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while not probe():
             if time.monotonic() > deadline:
@@ -733,7 +741,7 @@ class BusyBox:
         while time.monotonic() - t0 < duration_s:
             time.sleep(min(5.0, max(0.0, duration_s - (time.monotonic() - t0))))
             for name in self.daemons:
-                self._ticked(name)  # raises when a daemon died
+                self._ready(name)  # raises when a daemon died
         window_s = time.monotonic() - t0
         lost = [r for r in LONG_LIVED if not any(
             role == r and _age_s(pid) is not None for pid, role in self.roles.items())]  # fmt: skip
