@@ -13,6 +13,8 @@ Ownership rules kept here:
   random directory: a process is ours only when its argv is exactly that, and either its
   parent chain reaches the cron daemon in use, or it was re-parented to PID 1 (the
   daemonised scenario, which by design has no cron ancestor left).
+* SANDBOX is claimed for the test session (``tests/ownprocs.py``): what cron starts
+  from it inherits nothing from the test, and rogue-watchdog may signal it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from tests.ownprocs import claim_path, release_path
 
 PYTHON = "/usr/bin/python3"
 CRON_D = Path("/etc/cron.d")
@@ -58,6 +62,7 @@ class CronHarness:
     def __init__(self) -> None:
         self.sandbox = Path(tempfile.mkdtemp(prefix="rwtest-cron-"))
         self.sandbox.chmod(0o755)  # the throwaway users must read their trainers
+        claim_path(self.sandbox)
         self.tag = secrets.token_hex(4)
         self.started: subprocess.Popen[bytes] | None = None
         self.cron_pid = 0
@@ -205,3 +210,4 @@ class CronHarness:
                 self.started.kill()
                 self.started.wait(timeout=5)
         shutil.rmtree(self.sandbox, ignore_errors=True)
+        release_path(self.sandbox)

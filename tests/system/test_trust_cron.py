@@ -130,12 +130,14 @@ def test_overlapping_runs_of_the_sanctioned_line(tmp_path: Path) -> None:
         assert f"PID {first} " not in text
 
         # The daemon in terminate mode with automatic source disabling: the excess run is
-        # stopped as a job; the source is never touched; the sanctioned run lives.
+        # stopped as a job; the source is never touched; the sanctioned run lives. The
+        # mode is a rule for the sandbox's jobs: the daemon sees the whole host, whose
+        # other rogue-looking processes stay observed.
         before = cron.read_bytes()
         d.db.close()
         enforcing = parse_config(
-            config.read_text() + "enforcement: {mode: terminate, auto_disable_source: true,"
-            " grace_s: 2}\n",
+            config.read_text() + "enforcement: {auto_disable_source: true, grace_s: 2, rules:"
+            f" [{{name: mine, cmdline: '*{h.sandbox}/*', mode: terminate}}]}}\n",
             str(config),
         )
         enf = Enforcer(enforcing, Daemon(enforcing, str(config)).db)

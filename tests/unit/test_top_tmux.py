@@ -136,7 +136,9 @@ def test_live_view_shows_the_job_explains_and_terminates_with_confirmation(
     assert os.path.exists(f"/proc/{pid}")  # no answer, no signal
 
     term.keys("t")
-    term.wait_for("press y to do what the dry run above says, any other key to cancel")
+    screen = term.wait_for("press y to do what the dry run above says, any other key to cancel")
+    # The view lists the whole host's jobs: say yes only to a plan for our own process.
+    assert any(f"exit 0: rogue-watchdog terminate {pid} --dry-run --config " in x for x in screen)
     term.keys("y")
     screen = term.wait_for(f"exit 0: rogue-watchdog terminate {pid} --config ")
     assert "outcome: ok" in screen
