@@ -50,6 +50,7 @@ from watchdog.policy.jobs import (
 )
 from watchdog.policy.nvml import DISABLED, GpuView, gpu_view
 from watchdog.policy.services import service_findings, service_scope
+from watchdog.policy.workload import WorkloadFacts, with_classes
 from watchdog.sources.devfd import DeviceFdSource
 from watchdog.sources.gpulibs import GpuLibraryCache
 from watchdog.sources.procevents import EventBatch
@@ -409,7 +410,7 @@ class Scanner:
 
     def scan(self, now: datetime | None = None) -> ScanResult:
         """Run one scan, stage by stage: events → GPU view → candidates → jobs →
-        origins → verdicts → guarded advice → findings → watch set.
+        origins → classes → verdicts → guarded advice → findings → watch set.
 
         Args:
             now: Wall-clock time for ``next_run`` computations; defaults to the current time.
@@ -427,12 +428,13 @@ class Scanner:
             self.table, candidates.evidence, gpu.visible, candidates.holders, candidates.ignored
         )
         jobs = self._with_origins(jobs, now)
+        jobs = self._with_classes(jobs, gpu, candidates, events)
         kept = self._alive_sanctioned()
         jobs = judge(jobs, self.config, kept)
         jobs, guard = self._guarded(jobs, kept)
         jobs, listens = self._with_listening(jobs, guard)
         findings = [
-            *_mark_exited(job_findings(jobs), events.exited),
+            *_mark_exited(job_findings(jobs, self.config.workloads), events.exited),
             *self._kept_findings(jobs, kept),
             *service_findings(jobs, listens, self.config.services, guard),
             *gpu.visibility,
@@ -575,6 +577,21 @@ class Scanner:
         self._origins = origins
         self._pinned = pinned
         return resolved
+
+    def _with_classes(
+        self, jobs: Sequence[Job], gpu: _GpuPicture, candidates: _Candidates, events: _Events
+    ) -> list[Job]:
+        """Stage 5: each job's workload class and its evidence
+        (:func:`watchdog.policy.workload.classify`): what decides a finding's kind and
+        severity, and what ignore entries naming a class match."""
+        facts = WorkloadFacts(
+            table=self.table,
+            evidence=candidates.evidence.by_pid,
+            gpu_processes=gpu.visible,
+            exited=events.exited,
+            settings=self.config.workloads,
+        )
+        return with_classes(jobs, facts)
 
     def _guarded(
         self, jobs: Sequence[Job], kept: dict[tuple[int, int], str]

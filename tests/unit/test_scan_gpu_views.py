@@ -93,7 +93,7 @@ def test_scan_gpu_3_names_the_job_its_memory_and_the_split(
     found = [line for line in lines if line.startswith("  [high] rogue-job: ")]
     assert len(found) == 1
     assert found[0].startswith(
-        f"  [high] rogue-job: rogue training job PID {rogue} on GPU 3 (4.0 GiB), user root, "
+        f"  [high] rogue-job: rogue GPU job PID {rogue} on GPU 3 (4.0 GiB), user root, "
     )
 
     whole = json.loads(run_cli("scan", "--json", "--config", str(cfg)).stdout)

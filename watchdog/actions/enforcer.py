@@ -279,6 +279,8 @@ class Enforcer:
         for job in sorted(result.jobs, key=lambda j: (-j.start_ticks, -j.root_pid)):
             if not job.unsanctioned:
                 continue  # (a protected job goes on: its refusal is recorded once)
+            if not job.may_train:
+                continue  # a notebook, a server, a probe: reported, never acted on
             ident = (job.root_pid, job.start_ticks)
             if ident in self._acted:
                 continue
