@@ -7,6 +7,7 @@ them, policy judges them, and the CLI renders them.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import types
 import typing
@@ -1533,6 +1534,16 @@ class Job:
     def gpu_indexes(self) -> list[int]:
         """NVML indexes of the GPUs the job is on, ascending, each once."""
         return sorted({g.index for g in self.gpus})
+
+    def exemption(self) -> str:
+        """The ignore entry that would exempt this job's user and class, as YAML flow
+        text: ``ignore: [{name: alice-interactive, user: alice, class: interactive}]``."""
+        user = self.user or "-"
+        name = f"{user}-{self.workload}"
+        # A user name is host text: quoted (JSON is YAML) unless it is a plain word.
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*", user):
+            user, name = json.dumps(user), json.dumps(name)
+        return f"ignore: [{{name: {name}, user: {user}, class: {self.workload}}}]"
 
     @property
     def may_train(self) -> bool:

@@ -112,13 +112,6 @@ def _job_details(job: Job) -> dict[str, Any]:
     }
 
 
-def exemption_hint(job: Job) -> str:
-    """The ignore entry that would exempt this job's user and class, as YAML flow text."""
-    user = job.user or "-"
-    name = f"{user}-{job.workload}"
-    return f"ignore: [{{name: {name}, user: {user}, class: {job.workload}}}]"
-
-
 def _unsanctioned_use(job: Job, workloads: WorkloadSettings) -> Finding:
     """The ``unsanctioned-gpu-use`` finding of a rogue job that is not training."""
     head = f"unsanctioned GPU use: {CLASS_NOUNS[job.workload]} PID {job.root_pid}"
@@ -129,7 +122,7 @@ def _unsanctioned_use(job: Job, workloads: WorkloadSettings) -> Finding:
         ", ".join([head, *_job_parts(job)])
         + f"; class {job.workload} ({why}), not training: no rule sanctions it and no "
         + "ignore entry exempts it; nothing is done about it. If it belongs here, exempt "
-        + f"it: {exemption_hint(job)}"
+        + f"it: {job.exemption()}"
     )
     return Finding(
         kind="unsanctioned-gpu-use",

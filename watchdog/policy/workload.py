@@ -93,6 +93,11 @@ TRAINING_ENV: tuple[tuple[str, ...], ...] = (
     ("RANK", "WORLD_SIZE"),
     ("MASTER_ADDR", "MASTER_PORT"),
 )
+#: The evidence of ``unknown``: what was looked for, and what follows.
+UNKNOWN_EVIDENCE = (
+    "no training launcher or script, known program, listening socket or short life seen: "
+    "judged as training"
+)
 # Members whose environment or sockets are read per job (the root first): bounded work.
 _MAX_MEMBERS_READ = 8
 
@@ -279,10 +284,7 @@ def classify(job: Job, facts: WorkloadFacts) -> tuple[WorkloadClass, list[str]]:
     why = _short_lived(job, facts)
     if why is not None:
         return "probe", [why]
-    return "unknown", [
-        "no training launcher or script, no known server, notebook or system program, "
-        "no listening socket, not short-lived: judged as training"
-    ]
+    return "unknown", [UNKNOWN_EVIDENCE]
 
 
 def with_classes(jobs: Sequence[Job], facts: WorkloadFacts) -> list[Job]:
