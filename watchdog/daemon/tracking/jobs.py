@@ -81,6 +81,7 @@ def record_jobs(
                 sig, job.root_pid, job.start_ticks, job.user, list(job.cmdline),
                 job.origin.to_json(), job.verdict, job.rule, now, now,
                 gpus=list(job.gpu_uuids), max_gpu_bytes=job.gpu_memory_bytes,
+                workload=job.workload, workload_evidence=list(job.workload_evidence),
             ),
             now,
         )  # fmt: skip
