@@ -113,7 +113,9 @@ def test_check_config_cli_reports_and_exits_2(tmp_path: Path) -> None:
     summary = f"{example}: OK: 2 sanctioned rules, 6 launcher patterns, 6 ignore entries"
     first, *effective = ok.stdout.splitlines()
     # The ignore list in force follows (the shipped defaults), and each class's severity.
-    assert effective[0] == "ignore (the shipped defaults kept; 'ignore_defaults: false' drops them):"
+    assert (
+        effective[0] == "ignore (the shipped defaults kept; 'ignore_defaults: false' drops them):"
+    )
     assert effective[1] == "  'xorg' (exe /usr/*/Xorg) (default)"
     assert len(effective) == 8
     try:
