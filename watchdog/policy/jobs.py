@@ -155,7 +155,17 @@ def in_group(user: str | None, uid: int | None, group: str) -> bool:
         return False
     if user is not None and user in members:
         return True
+    if uid is None and user is not None:
+        return _primary_gid_of(user) == gid  # a recorded run: its user's name only
     return uid is not None and _primary_gid(uid) == gid
+
+
+@functools.lru_cache(maxsize=1024)
+def _primary_gid_of(user: str) -> int | None:
+    try:
+        return pwd.getpwnam(user).pw_gid
+    except KeyError:
+        return None
 
 
 @functools.lru_cache(maxsize=1024)
