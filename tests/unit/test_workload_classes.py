@@ -390,16 +390,24 @@ def test_probe_training_env_and_listening_classes(spawned: Spawned, tmp_path: Pa
     table = ProcessTable("/proc")
     table.refresh()
 
-    def job(pid: int, memory: int | None = None) -> Job:
+    def job(pid: int, memory: int | None = None, evidence: tuple[str, ...] = ()) -> Job:
         proc = table.procs[pid]
-        return Job(pid, [pid], proc.user, proc.cmdline, proc.start_ticks, memory, [], [proc])
+        return Job(
+            pid, [pid], proc.user, proc.cmdline, proc.start_ticks, memory, [], [proc],
+            evidence=list(evidence),
+        )  # fmt: skip
 
     facts = WorkloadFacts(table=table, evidence={})
     assert classify(job(worker), facts)[0] == "training"
     assert classify(job(server), facts) == ("serving", [_listening_text(server)])
-    cls, why = classify(job(plain), facts)
-    assert cls == "probe" and why[0].endswith("old and holds no GPU memory (probe_max_age_s 10)")
+    cls, why = classify(job(plain, None, ("gpu-library",)), facts)
+    assert cls == "probe"
+    assert why[0].endswith(
+        " s old, a CUDA library mapped but no GPU device open (probe_max_age_s 10)"
+    )
+    # Young is not short-lived: one holding a device or GPU memory is judged as training.
     assert classify(job(plain, GIB), facts)[0] == "unknown"
+    assert classify(job(plain, None, ("device-fd", "gpu-library")), facts)[0] == "unknown"
     later = WorkloadFacts(table=table, evidence={}, now_s=time.time() + 60)
     assert classify(job(plain), later)[0] == "unknown"
     gone = WorkloadFacts(table=table, evidence={}, exited={plain}, now_s=time.time() + 60)

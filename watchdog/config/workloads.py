@@ -62,8 +62,9 @@ class WorkloadSettings:
         severity: ``(class, severity)`` for each non-training class
             (:data:`~watchdog.model.NON_TRAINING_CLASSES`): the severity of its
             ``unsanctioned-gpu-use`` findings.
-        probe_max_age_s: A GPU process without training evidence younger than this (or
-            one already exited when first seen) that holds no GPU memory is a ``probe``.
+        probe_max_age_s: A process without training evidence younger than this that has
+            only mapped a CUDA library (no device open, nothing NVML lists) is a
+            ``probe``, as is one already exited when first scanned.
     """
 
     severity: tuple[tuple[WorkloadClass, Severity], ...] = setting(

@@ -18,7 +18,8 @@ the first of these that holds (docs/config.md, "Workload classes"):
    ``MASTER_PORT``): a trainer run by hand under a name no launcher pattern knows.
 4. ``serving``: a member listens on a socket (any GPU/CUDA process serving requests).
 5. ``probe``: short-lived: it had exited when first scanned, or it is younger than
-   ``workloads.probe_max_age_s`` and holds no GPU memory NVML lists.
+   ``workloads.probe_max_age_s`` and has only mapped a CUDA library (no GPU device open,
+   nothing NVML lists).
 6. ``unknown``: none of these. It may be training, so it is judged as training
    (``rogue-job``): an unrecognised GPU job is never quietly downgraded.
 
@@ -242,7 +243,10 @@ def _short_lived(job: Job, facts: WorkloadFacts) -> str | None:
     """Evidence that the job is a short-lived probe, or None."""
     if job.root_pid in facts.exited:
         return "had exited when first scanned (lived less than a scan interval)"
-    if "nvml" in job.evidence or (job.gpu_memory_bytes or 0) > 0:
+    # Young is not short-lived: a trainer is young too. Only one that has not touched a
+    # GPU yet (a CUDA library mapped, no device open, nothing NVML lists) is taken for a
+    # probe while young; once it opens a device it is judged on what it does.
+    if set(job.evidence) - {"gpu-library"} or (job.gpu_memory_bytes or 0) > 0:
         return None
     started = facts.table.start_time_s(job.start_ticks)
     now = time.time() if facts.now_s is None else facts.now_s
@@ -252,7 +256,10 @@ def _short_lived(job: Job, facts: WorkloadFacts) -> str | None:
     limit = facts.settings.probe_max_age_s
     if age >= limit:
         return None
-    return f"{max(age, 0.0):.1f} s old and holds no GPU memory (probe_max_age_s {limit:g})"
+    return (
+        f"{max(age, 0.0):.1f} s old, a CUDA library mapped but no GPU device open "
+        f"(probe_max_age_s {limit:g})"
+    )
 
 
 def classify(job: Job, facts: WorkloadFacts) -> tuple[WorkloadClass, list[str]]:
