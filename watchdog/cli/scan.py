@@ -98,6 +98,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         out(f"Training job{root}: {len(job.pids)} process(es), verdict {job.verdict}")
         out(f"  why: {job.reason}")
         out(f"  counted as training because: {', '.join(job.evidence)}")
+        why = "; ".join(job.workload_evidence)
+        out(f"  class: {job.workload}" + (f" ({why})" if why else ""))
         out(gpu_memory_line(job, result))
     out("Lineage (nearest first):")
     for depth, p in enumerate(lineage):
