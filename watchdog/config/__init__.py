@@ -245,20 +245,14 @@ _ORIGIN_KIND = datatypes.choice(
 )
 
 
-def _origin_kind(r: NodeReader, node: yaml.Node, key: str) -> str:
-    return _ORIGIN_KIND(r, node, key)
-
-
 _CLASS = datatypes.choice(
     WORKLOAD_CLASSES, "must be a workload class: " + ", ".join(WORKLOAD_CLASSES) + ", got {text!r}"
 )
 
 
 def _ignore_class(r: NodeReader, node: yaml.Node, key: str) -> str:
-    name = datatypes.choice(
-        WORKLOAD_CLASSES,
-        "must be a workload class: " + ", ".join(WORKLOAD_CLASSES) + ", got {text!r}",
-    )(r, node, key)
+    """A workload class an ignore entry may name: any but ``training``."""
+    name = _CLASS(r, node, key)
     if name == "training":
         raise r.err(
             node,
@@ -303,7 +297,7 @@ class IgnoreEntry:
     cmdline: str | None = setting(None, datatypes.glob)
     user: str | None = setting(None, datatypes.user)
     group: str | None = setting(None, _group)
-    origin_kind: tuple[str, ...] = setting((), _one_or_more(_origin_kind))
+    origin_kind: tuple[str, ...] = setting((), _one_or_more(_ORIGIN_KIND))
     workload: tuple[str, ...] = setting((), _one_or_more(_ignore_class))
 
     @property
@@ -313,7 +307,7 @@ class IgnoreEntry:
         return bool(self.origin_kind or self.workload)
 
     def describe(self) -> str:
-        """``'notebooks' (user alice, class interactive)``: the entry and its keys."""
+        """``'notebooks' (user alice; class interactive)``: the entry and its keys."""
         keys = [
             f"{k} {', '.join(v) if isinstance(v, tuple) else v}"
             for k, v in (
