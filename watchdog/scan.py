@@ -1,4 +1,4 @@
-"""One scan: sources → training jobs → origins → verdicts → findings.
+"""One scan: sources → GPU jobs → origins → classes → verdicts → findings.
 
 :class:`Scanner` keeps its process table and NVML handle between calls, so a daemon that
 calls :meth:`Scanner.scan` every few seconds inspects only new processes. The one-shot
