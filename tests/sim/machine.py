@@ -13,8 +13,7 @@ rogue-watchdog is never wrong in the dangerous direction:
 - I6 every live cron source named is a crontab cron really reads (mode, name);
 - I7 no false page: under the default configuration no finding of severity high or
   above names a GPU user that is not training (a notebook kernel, an inference server, a
-  display server outside /usr), and none of them is ever signalled; a notebook that runs
-  a training script in its tree is training, and pages.
+  display server outside /usr), each is classed so, and none of them is ever signalled.
 
 The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
 overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
@@ -189,11 +188,12 @@ class TrustMachine(RuleBasedStateMachine):
             w.sid = w.pgid = w.pid
         h.exit(launcher.pid)
 
-    @rule(what=st.sampled_from(["notebook", "server", "display", "notebook-training"]))
+    @rule(what=st.sampled_from(["notebook", "server", "display"]))
     def gpu_user(self, what: str) -> None:
         """A GPU user that is not training (issue 35): a person's notebook kernel, an
-        inference server, a display server outside /usr; or a notebook kernel that runs
-        a training script (training, whatever started it)."""
+        inference server, a display server outside /usr. (A notebook that runs a training
+        script is training: tests/unit/test_workload_classes.py; here its tree would
+        regroup whenever NVML hides the kernel, which I4/I5 is not about.)"""
         h = self.host
         h.now += 1.0
         h.runs += 1
@@ -203,12 +203,8 @@ class TrustMachine(RuleBasedStateMachine):
             "notebook": (kernel, PY, (0, 2 * GIB)),
             "server": ((PY, "-m", "vllm.entrypoints.openai.api_server"), PY, (1, 20 * GIB)),
             "display": (("/opt/X11/bin/Xorg", ":1"), "/opt/X11/bin/Xorg", (0, GIB // 4)),
-            "notebook-training": (kernel, PY, (0, 2 * GIB)),
         }[what]
-        label = ("job" if what == "notebook-training" else "not-training", key)
-        root = h.spawn(1, argv, exe, label, uid=1000, gpu=gpu)
-        if what == "notebook-training":
-            h.spawn(root.pid, (PY, "/home/u/train_nb.py"), PY, ("job", key))
+        h.spawn(1, argv, exe, ("not-training", key), uid=1000, gpu=gpu)
 
     @rule(which=st.sampled_from(["tail", "pgrep", "vim"]))
     def names_a_script(self, which: str) -> None:
@@ -328,8 +324,6 @@ class TrustMachine(RuleBasedStateMachine):
             root = labels.get(job.root_pid, ("gone", ""))
             if root[0] == "not-training":
                 assert not job.may_train, f"I7: {job.cmdline} classed {job.workload}"
-            elif root[0] == "job" and root[1].startswith("notebook-training"):
-                assert job.workload == "training", f"I7: a notebook's training is {job.workload}"
         rows = self.daemon.db.conn.execute(
             "SELECT id, kind, severity, root_pid FROM findings"
             " WHERE severity IN ('high', 'critical') AND root_pid IS NOT NULL"
