@@ -7,6 +7,7 @@ them, policy judges them, and the CLI renders them.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import types
 import typing
@@ -60,11 +61,21 @@ FindingKind = Literal[
     "nvml-unavailable", "pid-namespace", "poisoned-weights", "proc-unavailable",
     "queue-output-malformed", "queue-unavailable", "queue-unsanctioned",
     "remediation-failed", "respawned", "rogue-job", "rogue-service", "sanctioned-changed",
-    "ship-gate-degraded",
+    "ship-gate-degraded", "unsanctioned-gpu-use",
     "state-recovered", "weights-unverified", "zombie-gpu-memory",
     "slurm-drain-failed", "slurm-node-drained", "weights-open-refused",
 ]  # fmt: skip
 FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
+
+
+# What a GPU job is, decided by watchdog.policy.workload.classify (docs/config.md,
+# "Workload classes"): only ``training`` (and ``unknown``, treated as training: it may
+# be one) is a rogue *training* job; the others outside the allowlist are
+# ``unsanctioned-gpu-use`` at their class's severity.
+WorkloadClass = Literal["training", "serving", "interactive", "system", "probe", "unknown"]
+WORKLOAD_CLASSES: tuple[WorkloadClass, ...] = get_args(WorkloadClass)
+# Classes that are not training: their findings, severities and exemptions are their own.
+NON_TRAINING_CLASSES: tuple[WorkloadClass, ...] = ("serving", "interactive", "system", "probe")
 
 
 @dataclass(frozen=True)
@@ -1487,6 +1498,10 @@ class Job:
             sorted by index then UUID.
         advice: What may be done about it, decided by the guard
             (:func:`watchdog.policy.guard.advise`); :data:`UNDECIDED` until then.
+        workload: What kind of GPU work it is (:data:`WorkloadClass`), decided by
+            :func:`watchdog.policy.workload.classify`; until then (a job rebuilt from
+            a record, a test's) ``training``, what every job was before classes.
+        workload_evidence: Why, in short phrases (``module vllm.entrypoints.openai.api_server``).
     """
 
     root_pid: int
@@ -1506,6 +1521,8 @@ class Job:
     listening: list[dict[str, Any]] = field(default_factory=list)
     gpus: list[GpuHeld] = field(default_factory=list)
     advice: Advice = UNDECIDED
+    workload: WorkloadClass = "training"
+    workload_evidence: list[str] = field(default_factory=list)
 
     @property
     def unsanctioned(self) -> bool:
@@ -1517,6 +1534,23 @@ class Job:
     def gpu_indexes(self) -> list[int]:
         """NVML indexes of the GPUs the job is on, ascending, each once."""
         return sorted({g.index for g in self.gpus})
+
+    def exemption(self) -> str:
+        """The ignore entry that would exempt this job's user and class, as YAML flow
+        text: ``ignore: [{name: alice-interactive, user: alice, class: interactive}]``."""
+        user = self.user or "-"
+        name = f"{user}-{self.workload}"
+        # A user name is host text: quoted (JSON is YAML) unless it is a plain word.
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*", user):
+            user, name = json.dumps(user), json.dumps(name)
+        return f"ignore: [{{name: {name}, user: {user}, class: {self.workload}}}]"
+
+    @property
+    def may_train(self) -> bool:
+        """True unless the job's class says it is not training (``serving``,
+        ``interactive``, ``system``, ``probe``): what the enforcer, node drains and
+        ``rogue-service`` act on."""
+        return self.workload not in NON_TRAINING_CLASSES
 
 
 class TargetGuard(Protocol):

@@ -76,11 +76,17 @@ def timeline(
 
 
 def usage(runs: Sequence[RunRecord], by: str) -> list[tuple[str, int, float]]:
-    """Runs and GPU-hours per origin (``by="origin"``: its one-line description) or per
-    user (``by="user"``), most GPU-hours first, then by name."""
+    """Runs and GPU-hours per origin (``by="origin"``: its one-line description), per
+    user (``by="user"``) or per workload class (``by="class"``; ``-`` for runs recorded
+    before classes were), most GPU-hours first, then by name."""
     table: dict[str, list[float]] = {}
     for r in runs:
-        key = Origin.from_json(r.origin).describe() if by == "origin" else (r.user or "-")
+        if by == "origin":
+            key = Origin.from_json(r.origin).describe()
+        elif by == "class":
+            key = r.workload or "-"
+        else:
+            key = r.user or "-"
         row = table.setdefault(safe_text(key), [0, 0.0])
         row[0] += 1
         row[1] += r.gpu_s / 3600.0
@@ -96,14 +102,17 @@ def report_json(
     since: float,
     now: float,
 ) -> dict[str, Any]:
-    """The report as plain JSON: ``since``, ``until``, ``by_origin`` and ``by_user``
-    (``{name, runs, gpu_hours}``), ``timeline`` (``{time, what, kind, severity,
-    text}``), ``open`` (``{id, kind, severity, message, opened_at}``)."""
+    """The report as plain JSON: ``since``, ``until``, ``by_origin``, ``by_user`` and
+    ``by_class`` (workload class; ``{name, runs, gpu_hours}``), ``timeline`` (``{time,
+    what, kind, severity, text}``), ``open`` (``{id, kind, severity, message, opened_at}``)."""
     return {
         "since": since,
         "until": now,
         "by_origin": [{"name": n, "runs": c, "gpu_hours": h} for n, c, h in usage(runs, "origin")],
         "by_user": [{"name": n, "runs": c, "gpu_hours": h} for n, c, h in usage(runs, "user")],
+        "by_class": [
+            {"name": n, "runs": c, "gpu_hours": h} for n, c, h in usage(runs, "class")
+        ],
         "timeline": [e.__dict__ for e in timeline(findings, actions, since)],
         "open": [
             {
@@ -130,8 +139,10 @@ def _table(title: str, rows: list[tuple[str, int, float]], width: int) -> list[s
 def report_text(doc: dict[str, Any], width: int = WIDTH) -> str:
     """The JSON report as text, every line at most ``width`` columns."""
     out = [f"rogue-watchdog report: {_when(doc['since'])} to {_when(doc['until'])}", ""]
-    for key, title in (("by_origin", "per origin"), ("by_user", "per user")):
-        out += _table(title, [(r["name"], r["runs"], r["gpu_hours"]) for r in doc[key]], width)
+    tables = (("by_origin", "per origin"), ("by_user", "per user"), ("by_class", "per class"))
+    for key, title in tables:
+        rows = [(r["name"], r["runs"], r["gpu_hours"]) for r in doc.get(key, [])]
+        out += _table(title, rows, width)
         out.append("")
     out.append("timeline")
     for e in doc["timeline"]:
@@ -196,7 +207,7 @@ def report_html(
     def rows(key: str) -> str:
         return "".join(
             f"<tr><td>{e(r['name'])}</td><td>{r['runs']}</td><td>{r['gpu_hours']:.2f}</td></tr>"
-            for r in doc[key]
+            for r in doc.get(key, [])
         )
 
     events = "".join(
@@ -222,6 +233,8 @@ def report_html(
         f"<th>GPU-hours</th></tr>{rows('by_origin')}</table>"
         '<h2>Per user</h2><table id="by-user"><tr><th>user</th><th>runs</th>'
         f"<th>GPU-hours</th></tr>{rows('by_user')}</table>"
+        '<h2>Per class</h2><table id="by-class"><tr><th>class</th><th>runs</th>'
+        f"<th>GPU-hours</th></tr>{rows('by_class')}</table>"
         '<h2>Timeline</h2><table id="events"><tr><th>time</th><th>event</th>'
         f"<th>severity</th><th>kind</th><th>what</th></tr>{events}</table>"
         '<h2>Still open</h2><table id="open"><tr><th>id</th><th>kind</th>'

@@ -10,7 +10,10 @@ rogue-watchdog is never wrong in the dangerous direction:
 - I3 a sanctioned process stays sanctioned for its life (edits, reloads, restarts);
 - I4 blindness never resolves or reopens a finding; ``respawned`` needs a new identity;
 - I5 a finding's id, root and root start name one job for its whole life;
-- I6 every live cron source named is a crontab cron really reads (mode, name).
+- I6 every live cron source named is a crontab cron really reads (mode, name);
+- I7 no false page: under the default configuration no finding of severity high or
+  above names a GPU user that is not training (a notebook kernel, an inference server, a
+  display server outside /usr), each is classed so, and none of them is ever signalled.
 
 The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
 overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
@@ -82,6 +85,8 @@ class TrustMachine(RuleBasedStateMachine):
         self.job_finding: dict[tuple[str, int, int], int] = {}
         self.respawns: set[int] = set()
         self.seen_roots: dict[str, set[tuple[int, int]]] = {}
+        # Every label a PID had (the simulator never reuses a PID).
+        self.labels_ever: dict[int, tuple[str, str]] = {}
         self.ticks = 0
         self.counts["machines"] += 1
 
@@ -183,6 +188,24 @@ class TrustMachine(RuleBasedStateMachine):
             w.sid = w.pgid = w.pid
         h.exit(launcher.pid)
 
+    @rule(what=st.sampled_from(["notebook", "server", "display"]))
+    def gpu_user(self, what: str) -> None:
+        """A GPU user that is not training (issue 35): a person's notebook kernel, an
+        inference server, a display server outside /usr. (A notebook that runs a training
+        script is training: tests/unit/test_workload_classes.py; here its tree would
+        regroup whenever NVML hides the kernel, which I4/I5 is not about.)"""
+        h = self.host
+        h.now += 1.0
+        h.runs += 1
+        key = f"{what}#{h.runs}"
+        kernel = (PY, "-m", "ipykernel_launcher", "-f", "/home/u/.jupyter/kernel-1.json")
+        argv, exe, gpu = {
+            "notebook": (kernel, PY, (0, 2 * GIB)),
+            "server": ((PY, "-m", "vllm.entrypoints.openai.api_server"), PY, (1, 20 * GIB)),
+            "display": (("/opt/X11/bin/Xorg", ":1"), "/opt/X11/bin/Xorg", (0, GIB // 4)),
+        }[what]
+        h.spawn(1, argv, exe, ("not-training", key), uid=1000, gpu=gpu)
+
     @rule(which=st.sampled_from(["tail", "pgrep", "vim"]))
     def names_a_script(self, which: str) -> None:
         """A process that only names the training script: never a job."""
@@ -243,6 +266,7 @@ class TrustMachine(RuleBasedStateMachine):
         self.host.write_nvml()
         # What the scan will see (the enforcer may end some of it within the tick).
         self.before = {p.pid: (p.label, p.start) for p in self.host.procs.values()}
+        self.labels_ever.update((p.pid, p.label) for p in self.host.procs.values())
         self.daemon.tick(self.host.now)
         self.ticks += 1
         self.counts["ticks"] += 1
@@ -292,6 +316,23 @@ class TrustMachine(RuleBasedStateMachine):
         touched = [c for c in self.effects.calls if str(host.pipeline) in json.dumps(c[1:2])]
         assert not touched, f"I1: the pipeline's line was acted on: {touched}"
         self._check_findings(result.gpu_blind, jobs)
+        self._check_no_false_page(jobs, labels)
+
+    def _check_no_false_page(self, jobs: list[Job], labels: dict[int, tuple[str, str]]) -> None:
+        """I7: no high page for a GPU user that is not training, and each is classed so."""
+        for job in jobs:
+            root = labels.get(job.root_pid, ("gone", ""))
+            if root[0] == "not-training":
+                assert not job.may_train, f"I7: {job.cmdline} classed {job.workload}"
+        rows = self.daemon.db.conn.execute(
+            "SELECT id, kind, severity, root_pid FROM findings"
+            " WHERE severity IN ('high', 'critical') AND root_pid IS NOT NULL"
+        ).fetchall()
+        for fid, kind, severity, root_pid in rows:
+            label = self.labels_ever.get(root_pid)
+            assert label is None or label[0] != "not-training", (
+                f"I7: F{fid} {kind} ({severity}) pages for {label}, not training"
+            )
 
     def _check_job(self, job: Job, remedy: Remedy, labels: dict[int, tuple[str, str]]) -> None:
         root = labels.get(job.root_pid, ("gone", ""))
@@ -309,9 +350,14 @@ class TrustMachine(RuleBasedStateMachine):
             disable = remedy.plan_disable(target, self.host.now)
             assert disable.refused is not None, f"I1: disable plan for {job.verdict} job"
             return
+        # A person may stop a GPU user that is not training by hand (the daemon never
+        # does: I2 above, I7): its plan signals its own processes only.
+        own = (
+            ("job", "wrapper", "not-training") if root[0] == "not-training" else ("job", "wrapper")
+        )
         for pid in allowed:
             label = labels.get(pid, ("gone", ""))
-            assert label[0] in ("job", "wrapper") and label[1] == root[1], (
+            assert label[0] in own and label[1] == root[1], (
                 f"I2: the plan for job {job.root_pid} ({root}) signals PID {pid} {label}"
             )
         assert set(advice.stop_pids) <= set(job.pids) | {

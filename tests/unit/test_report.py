@@ -74,6 +74,8 @@ def test_report_json_exact(tmp_path: Path) -> None:
         {"name": "mlops", "runs": 1, "gpu_hours": 0.5},
         {"name": "eve", "runs": 1, "gpu_hours": 0.0},
     ]
+    # Runs recorded without a class (before classes were) are counted under "-".
+    assert doc["by_class"] == [{"name": "-", "runs": 3, "gpu_hours": 1.5}]
     assert [(e["what"], e["kind"], e["text"]) for e in doc["timeline"]] == [
         ("opened", "rogue-job", "F1 rogue PID 20"),
         ("resolved", "rogue-job", "F1 resolved"),

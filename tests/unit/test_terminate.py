@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -246,6 +247,11 @@ def test_recheck_30s_after_terminate_opens_remediation_failed(
     spawned.procs[-1].kill()
     spawned.procs[-1].wait()
     assert Enforcer(cfg, db, clock=lambda: t + 31).findings(t + 31, empty) == []
+    # The same command back as something that is not training (a notebook kernel whose
+    # training run was stopped, restarted): not a failed remediation (issue 35).
+    kernel = dataclasses.replace(back, workload="interactive")
+    notebook = ScanResult("h", now, 0.0, NvmlStatus(True), jobs=[kernel])
+    assert Enforcer(cfg, db, clock=lambda: t + 35).findings(t + 35, notebook) == []
     result = ScanResult("h", now, 0.0, NvmlStatus(True), jobs=[back])
     [f] = Enforcer(cfg, db, clock=lambda: t + 35).findings(t + 35, result)
     assert f.details["back"] == [41] and f.root_pid == 41

@@ -128,7 +128,9 @@ class Enforcer:
         seen: set[str] = set()
         undone: dict[str, float | None] = {}
         for job in result.jobs:
-            if not job.unsanctioned:
+            # What comes back must train to be a failed remediation: a notebook kernel
+            # restarted after its training run was stopped is only a notebook again.
+            if not job.unsanctioned or not job.may_train:
                 continue
             sig = job_signature(job.user, job.cmdline, job.origin)
             recs = remediated.get(sig)
@@ -184,6 +186,7 @@ class Enforcer:
                 j
                 for j in result.jobs
                 if j.unsanctioned
+                and j.may_train
                 and root_cmd
                 and tuple(j.cmdline) == root_cmd
                 and j.start_ticks > newest
@@ -279,6 +282,8 @@ class Enforcer:
         for job in sorted(result.jobs, key=lambda j: (-j.start_ticks, -j.root_pid)):
             if not job.unsanctioned:
                 continue  # (a protected job goes on: its refusal is recorded once)
+            if not job.may_train:
+                continue  # a notebook, a server, a probe: reported, never acted on
             ident = (job.root_pid, job.start_ticks)
             if ident in self._acted:
                 continue

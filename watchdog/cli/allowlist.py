@@ -109,7 +109,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "suggest: from the runs the daemon recorded (daemon.learn_until), propose one "
             "rule per recurring job (per script path), pinned to its origin; jobs started "
             "by hand, orphans, sources already removed and one script run from two origins "
-            "(a person's shell included) are listed, not proposed. diff: judge the recorded "
+            "(a person's shell included) are listed, not proposed; GPU use that is not "
+            "training (notebooks, inference servers, display servers, probes) gets an ignore "
+            "entry per user and class, with its evidence. diff: judge the recorded "
             "runs again under a configuration and list those whose verdict would change, "
             "marking each run it would sanction whose script also ran from another origin. "
             "docs/first-week.md.",

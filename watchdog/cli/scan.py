@@ -98,6 +98,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         out(f"Training job{root}: {len(job.pids)} process(es), verdict {job.verdict}")
         out(f"  why: {job.reason}")
         out(f"  counted as training because: {', '.join(job.evidence)}")
+        why = "; ".join(job.workload_evidence)
+        out(f"  class: {job.workload}" + (f" ({why})" if why else ""))
         out(gpu_memory_line(job, result))
     out("Lineage (nearest first):")
     for depth, p in enumerate(lineage):
@@ -202,7 +204,33 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         f"{_count(len(config.ignore), 'ignore entry', 'ignore entries')}"
         + (f", {_count(len(warnings), 'warning')}" if warnings else "")
     )
+    for line in effective_lines(config):
+        emit(printable(line))
     return 0
+
+
+def effective_lines(config: Config) -> list[str]:
+    """What ``check-config`` shows in force beyond the counts: the ignore list (the
+    shipped defaults marked, or said dropped) and the severity of each class's
+    ``unsanctioned-gpu-use`` findings."""
+    from watchdog.config import DEFAULT_IGNORE
+
+    defaults = {(e["name"], e.get("exe")) for e in DEFAULT_IGNORE}
+    kept = (
+        "the shipped defaults kept; 'ignore_defaults: false' drops them"
+        if config.ignore_defaults
+        else "the shipped defaults dropped by 'ignore_defaults: false'"
+    )
+    out = [f"ignore ({kept}):"]
+    for entry in config.ignore:
+        default = (entry.name, entry.exe) in defaults and not entry.per_job
+        mark = " (default)" if default else ""
+        out.append(f"  {entry.describe()}{mark}")
+    if not config.ignore:
+        out.append("  (none)")
+    sev = ", ".join(f"{c} {s}" for c, s in config.workloads.severity)
+    out.append(f"unsanctioned-gpu-use severity: {sev}")
+    return out
 
 
 def _count(n: int, one: str, many: str | None = None) -> str:

@@ -128,7 +128,9 @@ class TickSummary:
 
 LEARNING_STARTED = "learning_started"
 # Findings about a job no rule sanctions: info while learning (daemon.learn_until).
-LEARNED_KINDS = frozenset({"rogue-job", "excess-instances", "queue-unsanctioned"})
+LEARNED_KINDS = frozenset(
+    {"rogue-job", "excess-instances", "queue-unsanctioned", "unsanctioned-gpu-use"}
+)
 
 
 def learned(finding: Finding) -> Finding:

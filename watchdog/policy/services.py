@@ -294,7 +294,9 @@ def service_findings(
     out = []
     for job in jobs:
         found = listens.get(job.root_pid)
-        if not job.unsanctioned or found is None:
+        # A server that merely serves (a class that is not training) is no rogue
+        # service: its own unsanctioned-gpu-use finding says what it is.
+        if not job.unsanctioned or not job.may_train or found is None:
             continue
         keep = [x for x in found.listening if settings.sanctioned(x) is None]
         finding = service_finding(job, keep, found.denied, protected)

@@ -192,12 +192,22 @@ CREATE INDEX findings_resolved ON findings(resolved_at) WHERE resolved_at IS NOT
 UPDATE meta SET value='5' WHERE key='schema_version';
 """
 
+# Next version: each run's workload class and its evidence (issue 35): learning proposes
+# exemptions for the classes that are not training, and the report counts them apart.
+# Runs recorded before have none (NULL: read as no class known).
+_SCHEMA_WORKLOAD = """
+ALTER TABLE job_runs ADD COLUMN workload TEXT;
+ALTER TABLE job_runs ADD COLUMN workload_evidence_json TEXT;
+UPDATE meta SET value='6' WHERE key='schema_version';
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
     _SCHEMA_V3,
     _SCHEMA_V4,
     _SCHEMA_FINDING_IDS,
+    _SCHEMA_WORKLOAD,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

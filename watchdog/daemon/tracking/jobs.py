@@ -81,6 +81,7 @@ def record_jobs(
                 sig, job.root_pid, job.start_ticks, job.user, list(job.cmdline),
                 job.origin.to_json(), job.verdict, job.rule, now, now,
                 gpus=list(job.gpu_uuids), max_gpu_bytes=job.gpu_memory_bytes,
+                workload=job.workload, workload_evidence=list(job.workload_evidence),
             ),
             now,
         )  # fmt: skip
@@ -112,7 +113,9 @@ def record_jobs(
         db.upsert_job(record)
         if ident not in undos:
             undos[ident] = _source_undo(db, job, sig, now, start_time_s)
-        if back_after is not None and job.unsanctioned and undos[ident] is None:
+        # A notebook, server or probe that comes back is not a respawned ghost: its own
+        # unsanctioned-gpu-use finding says what it is (issue 35).
+        if back_after is not None and job.unsanctioned and job.may_train and undos[ident] is None:
             respawns.append(respawned_finding(job, sig, back_after, now))
     for rec in db.present_jobs():
         if rec.signature in seen:
