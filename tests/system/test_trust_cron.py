@@ -95,7 +95,7 @@ def test_overlapping_runs_of_the_sanctioned_line(tmp_path: Path) -> None:
         assert excess.root_pid == second
         assert excess.message.endswith(
             f"; its source is not disabled: {refused}; to stop this run: "
-            f"rogue-watchdog terminate {second}"
+            f"rogue-watchdog terminate --config {config} {second}"
         )
         assert "sed " not in excess.message and "disable-source" not in excess.message
         assert open_findings(d, first) == []

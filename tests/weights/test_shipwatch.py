@@ -63,8 +63,9 @@ class Rig:
             f"daemon: {{state_dir: '{tmp}/state'}}\n"
             f"alerts: {{sinks: [{{type: log, path: '{tmp}/alerts.log'}}]}}\n"
             "ship_gates:\n" + gate_yaml,
-            "t.yaml",
+            f"{tmp}/t.yaml",
         )
+        self.config_path = f"{tmp}/t.yaml"
         self.db = StateDB(cfg.daemon.state_dir)
         self.counting = Counting()
         self.worker = VerifyWorker(verify or self.counting)  # type: ignore[arg-type]
@@ -320,7 +321,7 @@ def test_quarantine_moves_the_file_and_undo_restores_it(
         assert f.message == (
             f"ship gate prod: {model} holds non-finite weights: 224 of 224 tensors non-finite"
             f" (7168 NaN, 0 +Inf, 0 -Inf); moved to {moved}"
-            f" (undo: rogue-watchdog undo {action.id})"
+            f" (undo: rogue-watchdog undo --config {r.config_path} {action.id})"
         )
         assert (f.details["quarantined_to"], f.details["action_id"]) == (str(moved), action.id)
         r.tick(T0 + 10)  # gone from the deploy directory: resolved
@@ -631,7 +632,9 @@ def test_hugging_face_cache_link_is_quarantined_as_a_link_and_undone(tmp_path: P
         assert hashlib.sha256(blob.read_bytes()).hexdigest() == digest  # target untouched
         [action] = r.db.actions()
         [f] = r.open("poisoned-weights")
-        assert f.message.endswith(f"moved to {moved} (undo: rogue-watchdog undo {action.id})")
+        assert f.message.endswith(
+            f"moved to {moved} (undo: rogue-watchdog undo --config {r.config_path} {action.id})"
+        )
         out = run_cli("undo", str(action.id), "--state-dir", str(tmp_path / "state"))
         assert out.returncode == 0, out.stdout + out.stderr
         assert os.readlink(link) == "../../blobs/0123deadbeef"

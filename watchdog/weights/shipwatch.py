@@ -34,6 +34,7 @@ from typing import Any
 
 from watchdog.config import Config
 from watchdog.config.ship_gates import QUARANTINE_DIRNAME, ShipGate
+from watchdog.hostpaths import config_args
 from watchdog.logs import get_logger
 from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES, Finding, ScanResult
 from watchdog.state import StateDB
@@ -189,6 +190,8 @@ class ShipGateSource:
         wait_s: Longest a tick waits for verification results.
         open_gate: Builds the open-time gate of an ``enforce: open|audit`` gate
             (default :func:`make_open_gate`; tests and hosts without fanotify).
+        cli_args: What the commands its findings print carry after the verb (the
+            daemon's `` --config PATH``: :func:`watchdog.hostpaths.config_args`).
     """
 
     def __init__(
@@ -200,8 +203,10 @@ class ShipGateSource:
         ops: FileOps | None = None,
         wait_s: float = TICK_WAIT_S,
         open_gate: Callable[[ShipGate, Callable[[Decision], None]], OpenGate] | None = None,
+        cli_args: str = "",
     ) -> None:
         self.gate = gate
+        self.cli_args = cli_args
         self.name = f"ship-gate {gate.name}"
         self.db = db
         self.worker = worker
@@ -480,7 +485,7 @@ class ShipGateSource:
         )  # fmt: skip
         details["quarantined_to"] = str(moved.moved_to)
         details["action_id"] = action_id
-        return f"; moved to {moved.moved_to} (undo: rogue-watchdog undo {action_id})"
+        return f"; moved to {moved.moved_to} (undo: rogue-watchdog undo{self.cli_args} {action_id})"
 
     # -- freshness ---------------------------------------------------------------------
 
@@ -653,4 +658,5 @@ def build_ship_gate_sources(
         The sources, in configuration order (empty without gates).
     """
     shared = worker or VerifyWorker()
-    return [ShipGateSource(gate, db, shared) for gate in config.ship_gates]
+    cli_args = config_args(config.source)
+    return [ShipGateSource(gate, db, shared, cli_args=cli_args) for gate in config.ship_gates]
