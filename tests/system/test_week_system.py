@@ -23,6 +23,7 @@ Wall time: the wait for cron's next minute plus one more minute (about 2-2.5 min
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -39,6 +40,7 @@ from tests.conftest import Spawned, need, need_program, need_root, poll, run_cli
 from tests.system.cronharness import PYTHON, CronHarness
 from tests.system.test_respawn_cron import DaemonProc, _check_alive, _query, _start_daemon
 from tests.weights.builders import st_array, write_safetensors
+from watchdog.cli import build_parser
 
 pytestmark = pytest.mark.system
 
@@ -104,7 +106,13 @@ def _cli(config: Path, *args: str) -> tuple[int, str]:
 
 # A printed command: the program, its verb, then words up to the text around it (a
 # bracket, a semicolon, a comma, a backtick); a quoted path may hold anything but '.
-HINT = re.compile(r"rogue-watchdog [a-z][a-z-]+(?: (?:'[^']*'|[^\s;,()`']+))*")
+VERBS = sorted(
+    next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+)
+HINT = re.compile(
+    rf"rogue-watchdog (?:{'|'.join(map(re.escape, VERBS))})(?![\w-])"
+    r"(?: (?:'[^']*'|[^\s;,()`']+))*"
+)
 #: Verbs that act: pasted with --dry-run (the hint's own words otherwise unchanged).
 ACTS = ("terminate", "disable-source", "undo")
 
@@ -129,6 +137,7 @@ def paste(cmd: str) -> tuple[int, str]:
     an acting one with ``--dry-run`` added."""
     env = {k: v for k, v in os.environ.items() if k != "ROGUE_WATCHDOG_SOCKET"}
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    assert cmd.split()[1] != "ship", cmd  # it writes a deploy directory: not pasted here
     line = cmd + (" --dry-run" if cmd.split()[1] in ACTS else "")
     done = subprocess.run(
         line, shell=True, cwd="/", env=env, capture_output=True, text=True, timeout=120
@@ -425,7 +434,11 @@ def test_the_week(spawned: Spawned) -> None:
         assert (poison["severity"], poison["message"]) == (
             "critical",
             f"ship gate prod: {poisoned} holds non-finite weights: 224 of 224 tensors "
-            "non-finite (7168 NaN, 0 +Inf, 0 -Inf)",
+            f"non-finite (7168 NaN, 0 +Inf, 0 -Inf); next: move it out of {deploy} before "
+            "anything loads it (quarantine: true on gate prod has the daemon do that, "
+            f"undoably); deploy the last good checkpoint to {poisoned} through "
+            "`rogue-watchdog ship` (it copies only weights that verify finite; "
+            "watchdog.weights.best_checkpoint picks the best one that does)",
         )
         # -- event 7: the deploy that stopped ------------------------------------------
         assert stale["severity"] == "high"

@@ -176,3 +176,48 @@ def test_allowlist_diff_reads_the_running_daemons_history_and_says_so(
     out, err = capsys.readouterr()
     assert err == f"rogue-watchdog: reading {other}/state.db (daemon.state_dir of {candidate})\n"
     assert (code, out.splitlines()[-1]) == (1, "1 run(s) would change verdict")
+
+
+def test_disable_source_by_the_id_of_a_terminated_run_that_came_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by pasting the week's hints: `disable-source F<id>` of a run that was
+    # terminated and that cron started again said "finding F51 is resolved and recorded
+    # no origin for its job; nothing to act on" (exit 2): the signature's job row had
+    # moved on to the next run, and the finding's own run (job_runs) was not asked.
+    from watchdog.config.alerts import AlertSettings
+    from watchdog.daemon.tracker import Tracker
+    from watchdog.model import CronOrigin, Job
+    from watchdog.policy.findings import job_findings
+    from watchdog.policy.guard import Protection, with_advice
+
+    origin = CronOrigin(("...",), None, file="/etc/cron.d/b", line=4, schedule="* * * * *")
+    train = ("/usr/bin/python3", "/p/train.py")
+
+    def job(pid: int, ticks: int) -> Job:
+        (j,) = with_advice([Job(pid, [pid], "root", train, ticks, None, [], [], origin, "rogue")],
+                           Protection())  # fmt: skip
+        return j
+
+    db = StateDB(str(tmp_path / "state"))
+    tracker = Tracker(db, AlertSettings(), "host")
+    first = job(812, 100)
+    tracker.update([first], job_findings([first]), 1000.0)
+    (fid,) = [f.id for f in db.open_findings()]
+    tracker.update([], [], 1010.0)  # terminated
+    again = job(913, 200)  # cron's next run of the same line
+    tracker.update([again], job_findings([again]), 1070.0)
+    assert db.finding(fid).resolved_at is not None  # type: ignore[union-attr]
+    db.close()
+    config = tmp_path / "c.yaml"
+    config.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
+    capsys.readouterr()
+    code = main(["disable-source", f"F{fid}", "--dry-run", "--config", str(config)])
+    out, err = capsys.readouterr()
+    assert "recorded no origin" not in err, err
+    # It plans against /etc/cron.d/b:4 (which this host lacks: refused, said why).
+    assert (code, out.splitlines()[0]) == (
+        1,
+        f"cannot disable the source of rogue job PID 812 `{' '.join(train)}`: no recorded "
+        "entry for /etc/cron.d/b:4 to check it against",
+    ), (out, err)

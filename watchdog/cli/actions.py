@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from watchdog.actions.remedy import JobTarget, Remedy
     from watchdog.config import Config
     from watchdog.model import ScanResult
-    from watchdog.state import StateDB
+    from watchdog.state import RunRecord, StateDB
 
 # The action modules (remedy, state, scanner) load when a command runs, not when the
 # parser is built: `rogue-watchdog --help` and `status` must start fast (watchdog/cli/__init__.py).
@@ -190,8 +190,9 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
         rec = None  # the signature's record is of another run: not this finding's job
     # Not running now: the source can still be disabled from the recorded origin.
     origin = details.get("origin")
+    run = _own_run(db, root, sig) if rec is None else None
     if not (isinstance(origin, dict) and origin.get("kind")):
-        origin = rec.origin if rec is not None else None
+        origin = rec.origin if rec is not None else (run.origin if run else None)
     if rec is None and origin is None:
         if finding.resolved_at is not None:
             raise CliError(
@@ -207,11 +208,25 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
     target = JobTarget(
         signature=sig, finding_id=number,
         root_pid=rec.root_pid if rec else int(finding.root_pid or 0),
-        start_ticks=rec.start_ticks if rec else 0, members=[], user=rec.user if rec else None,
-        cmdline=(), exe=None, origin=Origin.from_json(origin), verdict=verdict, running=False,
+        start_ticks=rec.start_ticks if rec else 0, members=[],
+        user=rec.user if rec else (run.user if run else None),
+        cmdline=tuple(run.cmdline) if run else (), exe=None,
+        origin=Origin.from_json(origin), verdict=verdict, running=False,
         summary=rec.summary if rec else finding.message,
     )  # fmt: skip
     return target, result
+
+
+def _own_run(db: StateDB, root: object, sig: str) -> RunRecord | None:
+    """The finding's own run (``job_runs``) with a recorded origin, asked when the
+    ``jobs`` row of its signature has moved on to a later run: a terminated job that
+    cron started again still names its source by ``disable-source F<id>`` (issue 33)."""
+    if not (isinstance(root, list) and len(root) == 2 and all(type(x) is int for x in root)):
+        return None
+    run = db.run(root[0], root[1], sig)
+    if run is None or not isinstance(run.origin, dict) or not run.origin.get("kind"):
+        return None
+    return run
 
 
 def _verdict_of(finding_kind: str) -> str:
@@ -434,6 +449,9 @@ def cmd_actions(args: argparse.Namespace) -> int:
         return 0
     if not recs:
         _out(f"no actions recorded in {db.path}")
+        return 0
+    # The header names the columns as `undo ID` and the audit trail use them.
+    _out(f"{'ID':>5} {'TIME':<19} {'ACTOR':<14} {'ACTION':<15} {'OUTCOME':<9} TARGET")
     for r in recs:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at))
         flags = (" [dry-run]" if r.dry_run else "") + (" [undone]" if r.undone_at else "")

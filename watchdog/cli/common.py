@@ -10,6 +10,7 @@ must start fast.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -391,7 +392,9 @@ def socket_path(args: argparse.Namespace) -> str:
 LOG_FORMATS = ("auto", "json", "human")
 
 
-def configure_logging(stream: TextIO | None = None, fmt: str = "json") -> None:
+def configure_logging(
+    stream: TextIO | None = None, fmt: str = "json", *, clock: bool = False
+) -> None:
     """Log events on ``stream``: stdout for the daemon (journald under systemd); a
     one-shot command passes stderr, keeping stdout for its report.
 
@@ -400,7 +403,9 @@ def configure_logging(stream: TextIO | None = None, fmt: str = "json") -> None:
         fmt: ``json`` (structlog JSON lines, stable keys per event: what the daemon and
             any pipe or file get), ``human`` (``rogue-watchdog: warning: EVENT: message
             (key=value, ...)``, host text escaped) or ``auto`` (human when ``stream`` is
-            a terminal, else JSON).
+            a terminal, else JSON: a pipe, a file, the journal under systemd).
+        clock: Human lines start with the local time (``HH:MM:SS``): the daemon's, read
+            as they come; a one-shot command's are read at once.
     """
     import logging
 
@@ -415,7 +420,9 @@ def configure_logging(stream: TextIO | None = None, fmt: str = "json") -> None:
             fmt = "human" if out.isatty() else "json"
         except (AttributeError, ValueError):  # closed or not a file
             fmt = "json"
-    renderer: Any = human_log_line if fmt == "human" else structlog.processors.JSONRenderer()
+    renderer: Any = structlog.processors.JSONRenderer()
+    if fmt == "human":
+        renderer = functools.partial(human_log_line, clock=clock)
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -435,10 +442,17 @@ def configure_logging(stream: TextIO | None = None, fmt: str = "json") -> None:
 HUMAN_SILENT_EVENTS = frozenset({"action"})
 
 
-def human_log_line(_logger: object, _name: str, event: dict[str, Any]) -> str:
+#: Keys a person at a terminal is not shown: ids for machines (the JSON form keeps them).
+HUMAN_SILENT_KEYS = frozenset({"delivery_id", "host", "opened_at", "resolved_at", "seen_count"})
+
+
+def human_log_line(
+    _logger: object, _name: str, event: dict[str, Any], *, clock: bool = False
+) -> str:
     """structlog renderer for a person at a terminal: one line per event,
     ``rogue-watchdog: LEVEL: EVENT: MESSAGE (key=value, ...)``, host text escaped
-    (:func:`watchdog.render.printable`); the timestamp is left to the JSON form.
+    (:func:`watchdog.render.printable`); with ``clock``, ``HH:MM:SS`` (local time) first,
+    else the timestamp is left to the JSON form.
 
     Raises:
         structlog.DropEvent: For :data:`HUMAN_SILENT_EVENTS`.
@@ -454,9 +468,15 @@ def human_log_line(_logger: object, _name: str, event: dict[str, Any]) -> str:
     event.pop("timestamp", None)
     message = event.pop("message", None)
     text = f"rogue-watchdog: {level}: {name}"
+    if clock:
+        import time
+
+        text = f"{time.strftime('%H:%M:%S')} {text}"
     if message is not None:
         text += f": {message}"
-    rest = ", ".join(f"{k}={v}" for k, v in event.items() if v is not None)
+    rest = ", ".join(
+        f"{k}={v}" for k, v in event.items() if v is not None and k not in HUMAN_SILENT_KEYS
+    )
     if rest:
         text += f" ({rest})"
     return printable(text)

@@ -204,9 +204,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.close(read_fd)
         with _detach(pidfile, log_file, [lock_fd, write_fd]):
             write_lock_pid(lock_fd)  # the detached daemon has a new PID
-            return _serve(config, path, ready=partial(_say_ready, write_fd))
+            ready = partial(_say_ready, write_fd)
+            return _serve(config, path, ready=ready, log_format=args.log_format)
     preflight(config, None)
-    return _serve(config, path)
+    return _serve(config, path, log_format=args.log_format)
 
 
 #: How long ``run --daemonize`` waits for the daemon to be ready before giving up.
@@ -258,9 +259,16 @@ def _log_fatal_signals() -> None:
         faulthandler.enable(file=sys.stderr, all_threads=True)
 
 
-def _serve(config: Config, path: str | None, ready: Callable[[], None] | None = None) -> int:
+def _serve(
+    config: Config,
+    path: str | None,
+    ready: Callable[[], None] | None = None,
+    log_format: str = "auto",
+) -> int:
     """Run the daemon until it is stopped; ``ready`` is called once it answers on its
-    socket and handles its signals (``run --daemonize`` waits for that)."""
+    socket and handles its signals (``run --daemonize`` waits for that). Its events are
+    human lines at a terminal and JSON lines in a pipe, a file or the journal
+    (``log_format`` ``auto``; ``--log-format`` forces either)."""
     from watchdog.daemon.assemble import attach_parts
     from watchdog.daemon.ipc import SocketInUseError, SocketPathTakenError, StatusServer
     from watchdog.daemon.loop import Daemon
@@ -268,7 +276,7 @@ def _serve(config: Config, path: str | None, ready: Callable[[], None] | None = 
     from watchdog.daemon.status import build_status
     from watchdog.state import StateError
 
-    configure_logging()
+    configure_logging(None, log_format, clock=True)
     _log_fatal_signals()
     try:
         daemon = Daemon(config, path)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import queue
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -425,14 +426,52 @@ class ShipGateSource:
         )
         if report.error:
             message += f" and was not fully verified: {report.error}"
+        moved = False
         if self.gate.quarantine and key.path in self._outside and not self._own_link(key.path):
             how = self._outside[key.path]
             message += f"; not moved: it lies outside {self.deploy_dir} ({how})"
         elif self.gate.quarantine:
             message += self._quarantine(key, details, now)
+            moved = "quarantined_to" in details
+        message += self._next_steps(key, details, moved)
         return Finding(
             kind="poisoned-weights", severity="critical", message=message, details=details
         )
+
+    def _next_steps(self, key: FileKey, details: dict[str, Any], moved: bool) -> str:
+        """What a person does next about a poisoned file, appended to the finding: move
+        it aside (unless the quarantine did), then deploy good weights through ``ship``,
+        naming the newest training output verified finite when the gate knows one."""
+        steps = []
+        if not moved:
+            steps.append(
+                f"move it out of {self.deploy_dir} before anything loads it (quarantine: true "
+                f"on gate {self.gate.name} has the daemon do that, undoably)"
+            )
+        dst = shlex.quote(key.path)
+        good = self._last_good()
+        if good is not None:
+            details["last_good"] = good.path
+            steps.append(
+                f"the newest training output verified finite is {good.path} "
+                f"({_when(good.mtime_ns / 1e9)}); deploy it with: rogue-watchdog ship "
+                f"{shlex.quote(good.path)} {dst}"
+            )
+        else:
+            steps.append(
+                f"deploy the last good checkpoint to {dst} through `rogue-watchdog ship` "
+                "(it copies only weights that verify finite; "
+                "watchdog.weights.best_checkpoint picks the best one that does)"
+            )
+        return "; next: " + "; ".join(steps)
+
+    def _last_good(self) -> FileKey | None:
+        """The newest training output (``train_dir``) this gate verified finite."""
+        if self.train_dir is None:
+            return None
+        root = str(self.train_dir).rstrip("/") + "/"
+        good = [k for k, r in self._results.items() if r.ok and k.path.startswith(root)]
+        return max(good, key=lambda k: (k.mtime_ns, k.path), default=None)
 
     def _own_link(self, path: str) -> bool:
         """Is ``path`` a symbolic link whose own entry lies in the deploy directory?
