@@ -527,9 +527,12 @@ def register_top(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
             "A live, refreshing view (also `status --watch`): the GPUs with the memory "
             "sanctioned and unsanctioned jobs hold, every training job with its verdict, GPU, "
             "origin and command, and the open findings, from the daemon's status socket, or "
-            "from a local scan when no daemon runs. Keys: up/down (j/k) select a job, e "
-            "explain it, t terminate it, d disable its source (both ask to confirm and run "
-            "the ordinary commands, guards and all), r refresh, q quit.",
+            "from a local scan when no daemon runs. The GPUs and the selected job stay on "
+            "screen while the list scrolls. Keys: up/down (j/k), PgUp/PgDn, Home/End move; "
+            "M U A V P sort by GPU memory, user, age, verdict, PID (I inverts); / filters; "
+            "e explains the job in a pane that scrolls; t terminate it, d disable its "
+            "source (both show the dry run and ask y, then run the ordinary commands, "
+            "guards and all); r refresh; q quit (or back from a pane).",
             ["rogue-watchdog top", "rogue-watchdog top --interval 5 --config /etc/rw.yaml"],
             [(0, "quit with q"), (2, "usage error, or no terminal")],
         ),

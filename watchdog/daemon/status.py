@@ -151,6 +151,8 @@ def _job_entry(j: Job) -> dict[str, Any]:
         "origin_kind": j.origin.kind,
         "gpu_memory_bytes": j.gpu_memory_bytes,
         "gpus": [g.to_json() for g in j.gpus],
+        # The root's start (/proc/PID/stat field 22, clock ticks after boot): its age.
+        "start_ticks": j.start_ticks,
         # The guard's advice (None: nothing may be done about this job).
         "stop": j.advice.stop_line(j.root_pid) if j.unsanctioned else None,
     }
