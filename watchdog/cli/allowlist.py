@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from watchdog.cli.common import (
     CliError,
@@ -235,7 +235,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.format == "json":
         text = json.dumps(doc, indent=2, sort_keys=True)
     elif args.format == "html":
-        text = report_html(doc, runs)
+        text = report_html(doc, runs, findings=findings, inventory=_gpu_inventory(state_dir))
     else:
         text = report_text(doc)
     if args.output:
@@ -243,6 +243,21 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     emit(text.rstrip("\n"))
     return 0
+
+
+def _gpu_inventory(state_dir: str) -> dict[str, Any]:
+    """The GPUs the daemon saw, by UUID (``meta`` key ``gpus``); empty when unknown."""
+    import json
+
+    from watchdog.report import GPU_INVENTORY_KEY
+    from watchdog.state import read_meta
+
+    raw = read_meta(state_dir, GPU_INVENTORY_KEY)
+    try:
+        doc = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def register_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
