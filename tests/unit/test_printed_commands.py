@@ -221,3 +221,28 @@ def test_disable_source_by_the_id_of_a_terminated_run_that_came_back(
         f"cannot disable the source of rogue job PID 812 `{' '.join(train)}`: no recorded "
         "entry for /etc/cron.d/b:4 to check it against",
     ), (out, err)
+
+
+def test_completion_offers_the_ids_of_a_daemon_wherever_its_socket_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before (issue 33): no candidates, though the docs say finding ids and PIDs are
+    # offered: completion asked the default socket only.
+    if os.path.exists(DEFAULT_CONFIG):
+        pytest.skip(f"{DEFAULT_CONFIG} exists here: its socket is asked first")
+    sock = tmp_path / "s.sock"
+    doc = {
+        "schema_version": 1, "config": {"path": "/srv/rw.yaml"},
+        "findings": [{"id": 98, "kind": "rogue-job"}],
+        "jobs": [{"root_pid": 4242, "pids": [4242, 4243], "stop": "rogue-watchdog terminate 4242"}],
+    }  # fmt: skip
+    server = _serve(sock, doc)
+    monkeypatch.setattr(cli_common, "running_daemon_sockets", lambda: [str(sock)])
+    try:
+        capsys.readouterr()
+        assert main(["_complete", "targets", "--", "terminate"]) == 0
+        assert capsys.readouterr().out.split() == ["F98", "4242"]
+        assert main(["_complete", "pids", "--", "explain"]) == 0
+        assert capsys.readouterr().out.split() == ["4242", "4243"]
+    finally:
+        server.stop()
