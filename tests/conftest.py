@@ -25,6 +25,11 @@ from tests import ownprocs
 REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 REQUIRE_SYSTEM = os.environ.get("ROGUE_WATCHDOG_REQUIRE_SYSTEM") == "1"
+# Commands run without --config look for a running daemon wherever its socket is
+# (watchdog.cli.common.find_daemon): on a host where other suites run daemons of their
+# own, a test's command would find one of theirs. Pinned to a socket nobody listens on;
+# tests of that discovery unset it.
+os.environ["ROGUE_WATCHDOG_SOCKET"] = "/nonexistent/rogue-watchdog-tests/status.sock"
 
 # Before any test starts a process: what tests start carries the session's marker, and
 # rogue-watchdog signals nothing else (tests/ownprocs.py).

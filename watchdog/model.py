@@ -1362,6 +1362,9 @@ class Advice:
             disabled or removed since the job started).
         stops_job: :attr:`by_hand` stops the job itself (a ``kill`` of its processes:
             shell and orphan origins name no source that would start it again).
+        cli_args: What every ``rogue-watchdog`` command the advice prints carries after
+            its verb (`` --config /srv/rw.yaml``: the configuration that judged the job,
+            when it is not the default file), so the command works as printed.
     """
 
     refused: str | None = None
@@ -1372,6 +1375,11 @@ class Advice:
     disables: str | None = None
     source_gone: str | None = None
     stops_job: bool = False
+    cli_args: str = ""
+
+    def _cli(self, verb: str) -> str:
+        """``rogue-watchdog VERB`` with :attr:`cli_args`."""
+        return f"rogue-watchdog {verb}{self.cli_args}"
 
     def to_json(self, pid: int) -> dict[str, Any]:
         """``jobs[].advice`` of the scan JSON (docs/scan-json-schema.md): what may be done
@@ -1392,7 +1400,7 @@ class Advice:
             return None
         if self.disable:
             text = (
-                f"rogue-watchdog disable-source {target} (backs up {self.disables}; "
+                f"{self._cli('disable-source')} {target} (backs up {self.disables}; "
                 "`rogue-watchdog undo` restores it)"
             )
             return f"{text}, or by hand: {self.by_hand}" if self.by_hand else text
@@ -1411,7 +1419,7 @@ class Advice:
         if self.source_refused is not None:
             return (
                 f"; its source is not disabled: {self.source_refused}; to stop this run: "
-                f"rogue-watchdog terminate {target}"
+                f"{self._cli('terminate')} {target}"
             )
         return ""
 
@@ -1421,25 +1429,25 @@ class Advice:
             return None
         if self.source_refused is not None:
             return (
-                f"rogue-watchdog terminate {pid} (--dry-run first to preview); its source "
+                f"{self._cli('terminate')} {pid} (--dry-run first to preview); its source "
                 f"is not disabled: {self.source_refused}"
             )
         if self.source_gone is not None:
-            return f"rogue-watchdog terminate {pid} ({self.source_gone}: only the run is left)"
+            return f"{self._cli('terminate')} {pid} ({self.source_gone}: only the run is left)"
         if self.disable:
             return (
-                f"rogue-watchdog disable-source {pid} && rogue-watchdog terminate {pid}"
+                f"{self._cli('disable-source')} {pid} && {self._cli('terminate')} {pid}"
                 " (--dry-run first to preview)"
             )
         if self.stops_job:
             return self._terminate(pid)
         if self.by_hand:
             return self.by_hand
-        return f"rogue-watchdog terminate {pid} (its origin is unknown: see explain {pid})"
+        return f"{self._cli('terminate')} {pid} (its origin is unknown: see explain {pid})"
 
     def _terminate(self, target: int | str) -> str:
         """``rogue-watchdog terminate T``, and the by-hand ``kill`` beside it."""
-        text = f"rogue-watchdog terminate {target}"
+        text = f"{self._cli('terminate')} {target}"
         return f"{text}, or by hand: {self.by_hand}" if self.by_hand else text
 
     def explain_line(self, target: int | str | None) -> str:
@@ -1451,10 +1459,10 @@ class Advice:
                 f"none needed for the source ({self.source_gone}); "
                 "the running job must still be stopped"
             )
-            return f"{text}: rogue-watchdog terminate {target}" if target is not None else text
+            return f"{text}: {self._cli('terminate')} {target}" if target is not None else text
         if self.source_refused is not None:
             return f"its source is not disabled: {self.source_refused}" + (
-                f"; to stop this run: rogue-watchdog terminate {target}" if target else ""
+                f"; to stop this run: {self._cli('terminate')} {target}" if target else ""
             )
         if self.stops_job:
             return (

@@ -36,6 +36,13 @@ CRON_D = Path("/etc/cron.d")
 TRAINER_SOURCE = "import time\ntime.sleep(120)\n"
 
 
+def _mnt_ns(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return ""
+
+
 def _cmdline(pid: int) -> tuple[str, ...]:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -78,6 +85,9 @@ class CronHarness:
         # Only the daemon itself: its CRON children share the name (comm), and one whose
         # daemon was stopped mid-job (re-parented to PID 1) runs no new jobs.
         daemons = [p for p in pids if _ppid(p) not in pids and _cmdline(p)[:1] != ("CRON",)]
+        # Only one that sees our files: a cron another suite runs in a mount namespace of
+        # its own (a private /tmp) runs our lines where the sandbox does not exist.
+        daemons = [p for p in daemons if _mnt_ns(p) == _mnt_ns(os.getpid())]
         if daemons:
             self.cron_pid = daemons[0]
             return self.cron_pid

@@ -123,8 +123,9 @@ def test_check_config_cli_reports_and_exits_2(tmp_path: Path) -> None:
     except KeyError:  # the example's pipeline user does not exist here: a warning only
         assert first == f"{summary}, 1 warning"
         assert ok.stderr == (
-            f"rogue-watchdog: config warning: {example}:15: sanctioned[0].user: no user "
-            "'mlops' on this host (passwd): nothing matches it until the user exists\n"
+            f"rogue-watchdog: config warning: {example}:16: sanctioned[0].user: user "
+            "'mlops' is not on this host yet (passwd): this entry matches no job until that "
+            "user exists\n"
         )
     else:
         assert (first, ok.stderr) == (summary, "")

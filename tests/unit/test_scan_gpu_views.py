@@ -90,7 +90,8 @@ def test_scan_gpu_3_names_the_job_its_memory_and_the_split(
         "    why: not sanctioned: no rule matches the command line",
         "    class: unknown (no training launcher or script, known program, listening socket or"
         " short life seen: judged as training)",
-        f"    stop: rogue-watchdog terminate {rogue} (its origin is unknown: see explain {rogue})",
+        f"    stop: rogue-watchdog terminate --config {cfg} {rogue} "
+        f"(its origin is unknown: see explain {rogue})",
     ]
     found = [line for line in lines if line.startswith("  [high] rogue-job: ")]
     assert len(found) == 1

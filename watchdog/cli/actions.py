@@ -17,7 +17,14 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from watchdog.cli.common import CliError, command_config_path, config_parent, emit
+from watchdog.cli.common import (
+    CliError,
+    command_daemon,
+    config_parent,
+    emit,
+    history_state_dir,
+    resolve_config_path,
+)
 from watchdog.cli.complete import completers
 from watchdog.cli.help import command_help
 from watchdog.hosttext import command_text
@@ -26,7 +33,7 @@ if TYPE_CHECKING:
     from watchdog.actions.remedy import JobTarget, Remedy
     from watchdog.config import Config
     from watchdog.model import ScanResult
-    from watchdog.state import StateDB
+    from watchdog.state import RunRecord, StateDB
 
 # The action modules (remedy, state, scanner) load when a command runs, not when the
 # parser is built: `rogue-watchdog --help` and `status` must start fast (watchdog/cli/__init__.py).
@@ -72,17 +79,31 @@ def _limit(text: str) -> int:
     return n
 
 
-#: Where the running daemon answers when no ``--config`` names another socket.
-def _setup(args: argparse.Namespace) -> tuple[Config, StateDB]:
+def _setup(args: argparse.Namespace, *, say: bool = False) -> tuple[Config, StateDB]:
     from watchdog.config import load_config
     from watchdog.state import StateDB, StateError
 
-    config = load_config(command_config_path(args.config, acts=True))
+    daemon = None if args.config is not None else command_daemon(acts=True)
+    config = load_config(daemon.config if daemon else resolve_config_path(args.config))
+    state_dir = history_state_dir(
+        args.state_dir, daemon, config.daemon.state_dir, config.source, say=say
+    )
     try:
-        db = StateDB(args.state_dir or config.daemon.state_dir)
+        db = StateDB(state_dir)
     except StateError as exc:
         raise CliError(str(exc)) from None
     return config, db
+
+
+def _again(args: argparse.Namespace, config: Config, verb: str) -> str:
+    """``rogue-watchdog VERB`` as this command found its configuration and state: the
+    ``--config`` and ``--state-dir`` a printed follow-up needs to work as printed."""
+    import shlex
+
+    from watchdog.hostpaths import config_args
+
+    state = f" --state-dir {shlex.quote(os.path.abspath(args.state_dir))}" if args.state_dir else ""
+    return f"rogue-watchdog {verb}{config_args(config.source)}{state}"
 
 
 def parse_target(text: str) -> tuple[str, int]:
@@ -169,8 +190,9 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
         rec = None  # the signature's record is of another run: not this finding's job
     # Not running now: the source can still be disabled from the recorded origin.
     origin = details.get("origin")
+    run = _own_run(db, root, sig) if rec is None else None
     if not (isinstance(origin, dict) and origin.get("kind")):
-        origin = rec.origin if rec is not None else None
+        origin = rec.origin if rec is not None else (run.origin if run else None)
     if rec is None and origin is None:
         if finding.resolved_at is not None:
             raise CliError(
@@ -186,11 +208,25 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
     target = JobTarget(
         signature=sig, finding_id=number,
         root_pid=rec.root_pid if rec else int(finding.root_pid or 0),
-        start_ticks=rec.start_ticks if rec else 0, members=[], user=rec.user if rec else None,
-        cmdline=(), exe=None, origin=Origin.from_json(origin), verdict=verdict, running=False,
+        start_ticks=rec.start_ticks if rec else 0, members=[],
+        user=rec.user if rec else (run.user if run else None),
+        cmdline=tuple(run.cmdline) if run else (), exe=None,
+        origin=Origin.from_json(origin), verdict=verdict, running=False,
         summary=rec.summary if rec else finding.message,
     )  # fmt: skip
     return target, result
+
+
+def _own_run(db: StateDB, root: object, sig: str) -> RunRecord | None:
+    """The finding's own run (``job_runs``) with a recorded origin, asked when the
+    ``jobs`` row of its signature has moved on to a later run: a terminated job that
+    cron started again still names its source by ``disable-source F<id>`` (issue 33)."""
+    if not (isinstance(root, list) and len(root) == 2 and all(type(x) is int for x in root)):
+        return None
+    run = db.run(root[0], root[1], sig)
+    if run is None or not isinstance(run.origin, dict) or not run.origin.get("kind"):
+        return None
+    return run
 
 
 def _verdict_of(finding_kind: str) -> str:
@@ -294,7 +330,9 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
         # Nothing to name: no "none -" plan line, only why and what is left to do.
         _out(f"cannot disable the source of {target.describe()}: {plan.refused}")
         if target.running and target.refused is None:
-            _out(f"  to stop the running job: rogue-watchdog terminate {target.root_pid}")
+            _out(
+                f"  to stop the running job: {_again(args, config, 'terminate')} {target.root_pid}"
+            )
         return 1
     _out(
         f"{head} the source of {target.describe()} ({_action_ref(action_id)}): "
@@ -305,7 +343,7 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     if result is not None:
         if result.error:
             _out(f"  error: {result.error}")
-        _out(f"outcome: {result.outcome}; undo with: rogue-watchdog undo {action_id}")
+        _out(f"outcome: {result.outcome}; undo with: {_again(args, config, 'undo')} {action_id}")
         if not target.running:
             pass  # nothing was running: nothing to say about stopping it
         elif _still_running(
@@ -404,13 +442,16 @@ def action_json(rec: Any) -> dict[str, Any]:
 
 def cmd_actions(args: argparse.Namespace) -> int:
     """``actions [--json]``: the audit trail, newest first."""
-    _config, db = _setup(args)
+    _config, db = _setup(args, say=not args.json)
     recs = db.actions(limit=args.limit)
     if args.json:
         emit(json.dumps([action_json(r) for r in recs], indent=2))
         return 0
     if not recs:
         _out(f"no actions recorded in {db.path}")
+        return 0
+    # The header names the columns as `undo ID` and the audit trail use them.
+    _out(f"{'ID':>5} {'TIME':<19} {'ACTOR':<14} {'ACTION':<15} {'OUTCOME':<9} TARGET")
     for r in recs:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at))
         flags = (" [dry-run]" if r.dry_run else "") + (" [undone]" if r.undone_at else "")
@@ -423,7 +464,9 @@ def cmd_actions(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the action subcommands to the CLI."""
     common = argparse.ArgumentParser(add_help=False, parents=[config_parent()])
-    common.add_argument("--state-dir", help="state directory (default: daemon.state_dir)")
+    common.add_argument(
+        "--state-dir", help="state directory (default: the running daemon's, else daemon.state_dir)"
+    )
 
     p = sub.add_parser(
         "terminate",

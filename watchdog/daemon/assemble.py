@@ -14,6 +14,7 @@ from watchdog.actions.enforcer import build_enforcers
 from watchdog.actions.slurmnode import build_slurm_enforcers
 from watchdog.daemon.events import attach_events
 from watchdog.daemon.loop import Daemon
+from watchdog.hostpaths import config_args
 from watchdog.plugins import Enforcer, FindingSource
 from watchdog.queue.actions import build_queue_enforcers
 from watchdog.queue.source import build_queue_sources
@@ -52,8 +53,10 @@ def attach_parts(daemon: Daemon) -> None:
     def rebuild(d: Daemon) -> None:
         nonlocal gates
         kept = {g.gate: g for g in gates}
+        cli_args = config_args(d.config.source)
         gates = [
-            kept.get(gate) or ShipGateSource(gate, d.db, worker) for gate in d.config.ship_gates
+            kept.get(gate) or ShipGateSource(gate, d.db, worker, cli_args=cli_args)
+            for gate in d.config.ship_gates
         ]
         new_sources, new_enforcers = _rebuildable(d)
         d.sources = [*new_sources, *gates]

@@ -9,6 +9,7 @@ starts failing and one when it recovers; the loop never dies from it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import signal
@@ -18,6 +19,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from watchdog.config import Config, ConfigError, config_checksum, load_config
 from watchdog.daemon.tracker import Tracker, sink_accepts
@@ -28,6 +30,7 @@ from watchdog.model import LOG_LEVELS, Finding, Origin, ScanResult
 from watchdog.plugins import Enforcer, FindingSource, TrackResult, Worker
 from watchdog.policy.nvml import NO_LIBRARY
 from watchdog.policy.signature import job_signature
+from watchdog.report import GPU_INVENTORY_KEY, gpu_inventory
 from watchdog.scan import Scanner
 from watchdog.sources.procfs import boot_id
 from watchdog.state import FindingRecord, StateDB
@@ -204,6 +207,7 @@ class Daemon:
         # A sanctioned process stays sanctioned for its life, also across a restart.
         self.boot_id = boot_id(config.paths.proc_root)
         self._sanctioned_saved: dict[tuple[int, int], str] = {}
+        self._gpus_known: dict[str, Any] | None = None  # the GPU inventory in meta
         self._slurm_members: dict[tuple[int, int], tuple[int, int | None]] = {}
         self._slurm_members_saved: dict[tuple[int, int], tuple[int, int | None]] = {}
         try:
@@ -255,6 +259,23 @@ class Daemon:
                 traceback=traceback.format_exc(limit=5),
             )
         self.degraded[part] = text
+
+    def _record_gpus(self, result: ScanResult | None) -> None:
+        """Keep every GPU seen (index, name) in ``meta``: the report names its timeline
+        rows by them (runs record UUIDs). Written only when the inventory changes."""
+        if result is None or not result.gpus:
+            return
+        if self._gpus_known is None:
+            raw = self.db.meta(GPU_INVENTORY_KEY)
+            try:
+                loaded = json.loads(raw) if raw else {}
+            except ValueError:
+                loaded = {}
+            self._gpus_known = loaded if isinstance(loaded, dict) else {}
+        changed = gpu_inventory(self._gpus_known, result.gpus)
+        if changed is not None:
+            self.db.set_meta(GPU_INVENTORY_KEY, json.dumps(changed, sort_keys=True))
+            self._gpus_known = changed
 
     def _nvml_health(self, result: ScanResult) -> None:
         """An NVML library that is there but cannot be used (a garbage or overwritten
@@ -432,6 +453,7 @@ class Daemon:
                 self.db.set_sanctioned_procs(self.scanner.sanctioned, self.boot_id, now)
                 self._sanctioned_saved = dict(self.scanner.sanctioned)
             self._record_slurm_members(now)
+            self._record_gpus(result)
             self._ok("state")
         except Exception as exc:
             self._failed("state", exc)

@@ -153,6 +153,8 @@ def _job_entry(j: Job) -> dict[str, Any]:
         "gpus": [g.to_json() for g in j.gpus],
         "workload": j.workload,
         "workload_evidence": list(j.workload_evidence),
+        # The root's start (/proc/PID/stat field 22, clock ticks after boot): its age.
+        "start_ticks": j.start_ticks,
         # The guard's advice (None: nothing may be done about this job); none for a job
         # that is not training (it may serve others: exempt it or stop it by hand).
         "stop": j.advice.stop_line(j.root_pid) if j.unsanctioned and j.may_train else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -146,12 +147,15 @@ def name_finding_in_commands(message: str, root_pid: int | None, finding_id: int
         finding_id: The finding's id in the state database.
 
     Returns:
-        The message with ``disable-source PID (`` replaced by ``disable-source F<id> (``.
+        The message with ``disable-source [--config P] PID (`` replaced by
+        ``disable-source [--config P] F<id> (``.
     """
     if root_pid is None:
         return message
-    by_pid = f"rogue-watchdog disable-source {root_pid} ("
-    return message.replace(by_pid, f"rogue-watchdog disable-source F{finding_id} (")
+    by_pid = re.compile(
+        r"(rogue-watchdog disable-source(?: --config (?:'[^']*'|\S+))? )" + f"{root_pid} \\("
+    )
+    return by_pid.sub(lambda m: f"{m.group(1)}F{finding_id} (", message)
 
 
 def _is_system(table: ProcessTable, pid: int) -> bool:

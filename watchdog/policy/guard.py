@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from watchdog.config import Config, OriginPin
 from watchdog.config.enforcement import Protect
+from watchdog.hostpaths import config_args
 from watchdog.lineage.base import command, command_key, is_wrapper, mentions
 from watchdog.model import Advice, Job, Origin, Proc
 from watchdog.policy.allowlist import origin_mismatch
@@ -397,11 +398,13 @@ def with_advice(
 ) -> list[Job]:
     """The jobs with their advice decided: a refused job's origin carries no
     remediation (the JSON ``origin.remediation`` is never a command that targets
-    something protected), an allowed one the guard's."""
+    something protected), an allowed one the guard's; its commands carry the
+    ``--config`` that judged it (:func:`watchdog.hostpaths.config_args`)."""
     out = []
     groups = ProcessGroups(table) if table is not None else None
+    cli_args = config_args(config.source) if config is not None else ""
     for job in jobs:
-        advice = advise(job, guard, table, config, groups)
+        advice = dataclasses.replace(advise(job, guard, table, config, groups), cli_args=cli_args)
         origin = dataclasses.replace(job.origin, remediation=advice.by_hand)
         out.append(dataclasses.replace(job, origin=origin, advice=advice))
     return out

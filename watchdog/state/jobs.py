@@ -153,6 +153,15 @@ class JobTable(Table):
         ).fetchone()
         return [str(g) for g in _loads(row[0], list, [])] if row else []
 
+    def run(self, root_pid: int, start_ticks: int, signature: str) -> RunRecord | None:
+        """The record of one run (its root's identity and signature), or None."""
+        row = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM job_runs"
+            " WHERE root_pid=? AND start_ticks=? AND signature=?",
+            (root_pid, start_ticks, signature),
+        ).fetchone()
+        return _run(row) if row else None
+
     def runs(self, since: float = 0.0) -> list[RunRecord]:
         """Runs last seen at or after ``since``, oldest start first."""
         rows = self.conn.execute(

@@ -29,6 +29,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import queue
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from typing import Any
 
 from watchdog.config import Config
 from watchdog.config.ship_gates import QUARANTINE_DIRNAME, ShipGate
+from watchdog.hostpaths import config_args
 from watchdog.logs import get_logger
 from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES, Finding, ScanResult
 from watchdog.state import StateDB
@@ -202,6 +204,8 @@ class ShipGateSource:
         wait_s: Longest a tick waits for verification results.
         open_gate: Builds the open-time gate of an ``enforce: open|audit`` gate
             (default :func:`make_open_gate`; tests and hosts without fanotify).
+        cli_args: What the commands its findings print carry after the verb (the
+            daemon's `` --config PATH``: :func:`watchdog.hostpaths.config_args`).
     """
 
     def __init__(
@@ -213,8 +217,10 @@ class ShipGateSource:
         ops: FileOps | None = None,
         wait_s: float = TICK_WAIT_S,
         open_gate: Callable[[ShipGate, Callable[[Decision], None]], OpenGate] | None = None,
+        cli_args: str = "",
     ) -> None:
         self.gate = gate
+        self.cli_args = cli_args
         self.name = f"ship-gate {gate.name}"
         self.db = db
         self.worker = worker
@@ -541,14 +547,52 @@ class ShipGateSource:
         )
         if report.error:
             message += f" and was not fully verified: {report.error}"
+        moved = False
         if self.gate.quarantine and key.path in self._outside and not self._own_link(key.path):
             how = self._outside[key.path]
             message += f"; not moved: it lies outside {self.deploy_dir} ({how})"
         elif self.gate.quarantine:
             message += self._quarantine(key, details, now)
+            moved = "quarantined_to" in details
+        message += self._next_steps(key, details, moved)
         return Finding(
             kind="poisoned-weights", severity="critical", message=message, details=details
         )
+
+    def _next_steps(self, key: FileKey, details: dict[str, Any], moved: bool) -> str:
+        """What a person does next about a poisoned file, appended to the finding: move
+        it aside (unless the quarantine did), then deploy good weights through ``ship``,
+        naming the newest training output verified finite when the gate knows one."""
+        steps = []
+        if not moved:
+            steps.append(
+                f"move it out of {self.deploy_dir} before anything loads it (quarantine: true "
+                f"on gate {self.gate.name} has the daemon do that, undoably)"
+            )
+        dst = shlex.quote(key.path)
+        good = self._last_good()
+        if good is not None:
+            details["last_good"] = good.path
+            steps.append(
+                f"the newest training output verified finite is {good.path} "
+                f"({_when(good.mtime_ns / 1e9)}); deploy it with: rogue-watchdog ship "
+                f"{shlex.quote(good.path)} {dst}"
+            )
+        else:
+            steps.append(
+                f"deploy the last good checkpoint to {dst} through `rogue-watchdog ship` "
+                "(it copies only weights that verify finite; "
+                "watchdog.weights.best_checkpoint picks the best one that does)"
+            )
+        return "; next: " + "; ".join(steps)
+
+    def _last_good(self) -> FileKey | None:
+        """The newest training output (``train_dir``) this gate verified finite."""
+        if self.train_dir is None:
+            return None
+        root = str(self.train_dir).rstrip("/") + "/"
+        good = [k for k, r in self._results.items() if r.ok and k.path.startswith(root)]
+        return max(good, key=lambda k: (k.mtime_ns, k.path), default=None)
 
     def _own_link(self, path: str) -> bool:
         """Is ``path`` a symbolic link whose own entry lies in the deploy directory?
@@ -602,7 +646,7 @@ class ShipGateSource:
         details["quarantined_to"] = str(moved.moved_to)
         details["action_id"] = action_id
         self._moved[key.path] = (str(moved.moved_to), action_id)
-        return f"; moved to {moved.moved_to} (undo: rogue-watchdog undo {action_id})"
+        return f"; moved to {moved.moved_to} (undo: rogue-watchdog undo{self.cli_args} {action_id})"
 
     # -- freshness ---------------------------------------------------------------------
 
@@ -775,4 +819,5 @@ def build_ship_gate_sources(
         The sources, in configuration order (empty without gates).
     """
     shared = worker or VerifyWorker()
-    return [ShipGateSource(gate, db, shared) for gate in config.ship_gates]
+    cli_args = config_args(config.source)
+    return [ShipGateSource(gate, db, shared, cli_args=cli_args) for gate in config.ship_gates]
