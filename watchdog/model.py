@@ -1331,6 +1331,42 @@ UNKNOWN_ORIGIN = Origin(evidence=("no resolver recognised the lineage",))
 
 
 @dataclass(frozen=True)
+class Collateral:
+    """A service that stopping a job's source would stop with it: the source (a unit, a
+    container, a supervisor program) also runs work that is not the job's, such as a
+    hub whose own process launches the trainer. It is never stopped automatically, never
+    in a ``stop:`` line without being named, and by hand only with ``--stop-service
+    NAME`` (:func:`watchdog.policy.guard.service_collateral` decides it).
+
+    Attributes:
+        name: What ``--stop-service`` must name: the unit, container or program.
+        arg: ``name`` quoted for a shell.
+        what: The source in words (``systemd unit td-hub.service``).
+        others: Its processes that are not the job's, ``PID 408 `python3 hub.py```.
+        by_hand: The by-hand command that stops the source, service and all.
+    """
+
+    name: str
+    arg: str
+    what: str
+    others: tuple[str, ...]
+    by_hand: str | None = None
+
+    def text(self) -> str:
+        """``systemd unit td-hub.service also runs PID 408 `…`, not part of the job``."""
+        return f"{self.what} also runs {', '.join(self.others)}, not part of the job"
+
+    def command(self, target: int | str) -> str:
+        """The explicit ``disable-source`` that stops the service too."""
+        return f"rogue-watchdog disable-source {target} --stop-service {self.arg}"
+
+    def to_json(self) -> dict[str, Any]:
+        """``jobs[].advice.collateral`` of the scan JSON."""
+        return {"name": self.name, "what": self.what, "others": list(self.others),
+                "by_hand": self.by_hand}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Advice:
     """What a person (or the daemon) may do about one job, decided by the one guard
     (:func:`watchdog.policy.guard.advise`); every text naming a target is made here.
@@ -1351,6 +1387,8 @@ class Advice:
             disabled or removed since the job started).
         stops_job: :attr:`by_hand` stops the job itself (a ``kill`` of its processes:
             shell and orphan origins name no source that would start it again).
+        collateral: The job's source is a service that also runs other work: stopping
+            the source stops it (never unasked; see :class:`Collateral`).
     """
 
     refused: str | None = None
@@ -1361,6 +1399,7 @@ class Advice:
     disables: str | None = None
     source_gone: str | None = None
     stops_job: bool = False
+    collateral: Collateral | None = None
 
     def to_json(self, pid: int) -> dict[str, Any]:
         """``jobs[].advice`` of the scan JSON (docs/scan-json-schema.md): what may be done
@@ -1372,6 +1411,7 @@ class Advice:
             "disable": self.disable,
             "source_refused": self.source_refused,
             "source_gone": self.source_gone,
+            "collateral": self.collateral.to_json() if self.collateral else None,
         }
 
     def stop_source(self, target: int | str) -> str | None:
@@ -1379,6 +1419,9 @@ class Advice:
         :attr:`by_hand`). ``target`` names the job to the CLI: PID or ``F12``."""
         if self.refused is not None or self.source_refused is not None or self.stops_job:
             return None
+        if self.collateral is not None:
+            c = self.collateral
+            return f"{c.command(target)} (stops the service {c.name} too: {c.text()})"
         if self.disable:
             text = (
                 f"rogue-watchdog disable-source {target} (backs up {self.disables}; "
@@ -1394,6 +1437,13 @@ class Advice:
             return ""
         if self.stops_job:
             return f"; to stop it: {self._terminate(target)}"
+        if self.collateral is not None:
+            c = self.collateral
+            return (
+                f"; its source is a service: {c.text()}; it is never stopped unasked; to "
+                f"stop this run: rogue-watchdog terminate {target}; to stop the service "
+                f"{c.name} as well: {c.command(target)}"
+            )
         stop = self.stop_source(target)
         if stop:
             return f"; to stop the source: {stop}"
@@ -1415,6 +1465,13 @@ class Advice:
             )
         if self.source_gone is not None:
             return f"rogue-watchdog terminate {pid} ({self.source_gone}: only the run is left)"
+        if self.collateral is not None:
+            c = self.collateral
+            return (
+                f"rogue-watchdog terminate {pid} (--dry-run first to preview; stops the run "
+                f"only): its source is a service, {c.text()}, never stopped unasked; to stop "
+                f"the service {c.name} too: {c.command(pid)}"
+            )
         if self.disable:
             return (
                 f"rogue-watchdog disable-source {pid} && rogue-watchdog terminate {pid}"
@@ -1445,6 +1502,15 @@ class Advice:
             return f"its source is not disabled: {self.source_refused}" + (
                 f"; to stop this run: rogue-watchdog terminate {target}" if target else ""
             )
+        if self.collateral is not None:
+            c = self.collateral
+            text = f"its source is a service: {c.text()}; it is never stopped unasked"
+            if target is not None:
+                text += (
+                    f"; to stop this run: rogue-watchdog terminate {target}; to stop the "
+                    f"service {c.name} as well: {c.command(target)}"
+                )
+            return text + (f", or by hand: {c.by_hand}" if c.by_hand else "")
         if self.stops_job:
             return (
                 "none needed for the source (nothing would start it again); "
@@ -1540,6 +1606,11 @@ class TargetGuard(Protocol):
 
     def source_refusal(self, origin: Origin) -> str | None:
         """Why ``origin``'s source must never be disabled, or None when it may be."""
+        ...
+
+    @property
+    def training(self) -> frozenset[int]:
+        """PIDs of the scan's rogue and excess jobs: stopping them is no collateral."""
         ...
 
     def process_refusal(self, proc: Proc) -> str | None:

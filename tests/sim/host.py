@@ -40,7 +40,10 @@ class SimProc:
         label: Ground truth ``(role, key)``: role ``job`` (a job's own process),
             ``wrapper`` (exists only for that job), ``cron-child`` (cron's per-run
             child), ``shared`` (a shell that also runs something else), ``bystander``,
-            ``system``; key names the job (``pipeline#3``), empty for the rest.
+            ``service`` (a unit's own process doing other work, such as a hub that
+            launches trainers), ``system``; key names the job (``pipeline#3``), empty
+            for the rest.
+        cgroup: Its cgroup path (a unit's processes share ``/system.slice/U``).
         gpu: ``(index, memory in bytes or None)`` NVML lists it with.
         stubborn: Ignores SIGTERM (only SIGKILL ends it).
     """
@@ -58,6 +61,7 @@ class SimProc:
     env: dict[str, str] | None = None
     gpu: tuple[int, int | None] | None = None
     stubborn: bool = False
+    cgroup: str = "/"
 
 
 @dataclass
@@ -170,6 +174,7 @@ class SimHost:
         kw.setdefault("pgid", parent.pgid if parent and ppid > 1 else 0)
         kw.setdefault("sid", parent.sid if parent and ppid > 1 else 0)
         kw.setdefault("uid", parent.uid if parent else 0)
+        kw.setdefault("cgroup", parent.cgroup if parent and ppid > 1 else "/")
         if parent is not None and parent.env is not None:
             kw.setdefault("env", dict(parent.env))
         return self._add(self.next_pid, ppid, argv, exe, label, **kw)
@@ -188,7 +193,7 @@ class SimHost:
         (d / "status").write_text(
             f"Name:\t{comm}\nUid:\t{p.uid}\t{p.uid}\t{p.uid}\t{p.uid}\nNSpid:\t{p.pid}\n"
         )
-        (d / "cgroup").write_text("0::/\n")
+        (d / "cgroup").write_text(f"0::{p.cgroup}\n")
         if p.env is not None:
             (d / "environ").write_bytes(
                 b"".join(f"{k}={v}".encode() + b"\0" for k, v in p.env.items())
@@ -252,6 +257,20 @@ class SimHost:
         shell = self.spawn(child.pid, ("/bin/sh", "-c", command), "/usr/bin/dash",
                            ("wrapper", key), pgid=0, sid=0)  # fmt: skip
         return self.spawn(shell.pid, argv, argv[0], ("job", key), **kw)
+
+    def unit_run(self, unit: str, top: tuple[str, ...], label: tuple[str, str]) -> SimProc:
+        """systemd (PID 1) starts ``unit``'s own process ``top`` in the unit's cgroup
+        (``Restart=always``: its unit file is written once)."""
+        path = self.root / "units" / unit
+        if not path.exists():
+            path.write_text(f"[Service]\nExecStart={' '.join(top)}\nRestart=always\n")
+        exe = "/usr/bin/bash" if top[0].endswith("bash") else top[0]
+        return self.spawn(1, top, exe, label, cgroup=f"/system.slice/{unit}")
+
+    def unit_procs(self, unit: str) -> list[SimProc]:
+        """The live processes of ``unit`` (not zombies)."""
+        cg = f"/system.slice/{unit}"
+        return [p for p in self.procs.values() if p.cgroup == cg and p.state != "Z"]
 
     # -- NVML ------------------------------------------------------------------------------
 

@@ -10,10 +10,16 @@ rogue-watchdog is never wrong in the dangerous direction:
 - I3 a sanctioned process stays sanctioned for its life (edits, reloads, restarts);
 - I4 blindness never resolves or reopens a finding; ``respawned`` needs a new identity;
 - I5 a finding's id, root and root start name one job for its whole life;
-- I6 every live cron source named is a crontab cron really reads (mode, name).
+- I6 every live cron source named is a crontab cron really reads (mode, name);
+- I7 a service is never collateral: no ``systemctl`` stop, disable or mask of a unit
+  while a process of it that is not training runs (a hub that launches trainers), no
+  ``disable-source`` plan for it without ``--stop-service``, and its jobs' ``stop:``
+  line names the service and says it is not stopped.
 
 The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
 overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
+hub unit whose own process launches trainers and a unit whose shell loop runs only its
+trainer, a
 trainer in an orphaned shell that also runs a web server, the workers of one launch each
 in a session of their own, processes that only name a training script, exits, zombies,
 edits and chmods of the crontab, NVML blips (NO_PERMISSION, a GPU leaving the list, the
@@ -42,7 +48,7 @@ from watchdog.actions.remedy import Remedy, target_from_job
 from watchdog.actions.terminate import plan_tree
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
-from watchdog.model import CronOrigin, Job
+from watchdog.model import CronOrigin, Job, SystemdOrigin
 from watchdog.policy.signature import job_signature
 
 JOB_KINDS = ("rogue-job", "excess-instances")
@@ -83,6 +89,7 @@ class TrustMachine(RuleBasedStateMachine):
         self.respawns: set[int] = set()
         self.seen_roots: dict[str, set[tuple[int, int]]] = {}
         self.ticks = 0
+        self.calls_seen = 0
         self.counts["machines"] += 1
 
     def teardown(self) -> None:
@@ -164,6 +171,26 @@ class TrustMachine(RuleBasedStateMachine):
                           "/usr/bin/timeout", ("wrapper", key))  # fmt: skip
         h.spawn(wrapper.pid, (PY, "/home/u/train_a.py"), PY, ("job", key),
                 stubborn=stubborn, gpu=(1, None))  # fmt: skip
+
+    @rule(hub=st.booleans())
+    def unit_launches(self, hub: bool) -> None:
+        """A unit starts a trainer: ``td-hub.service``'s own process (a hub doing other
+        work, started once and kept) launches it, or ``loop-train.service``'s shell loop
+        runs it and nothing else (that unit is the job's own)."""
+        h = self.host
+        h.now += 1.0
+        h.runs += 1
+        key = f"unit#{h.runs}"
+        if hub:
+            tops = [p for p in h.unit_procs("td-hub.service") if p.label[0] == "service"]
+            top = tops[0] if tops else h.unit_run(
+                "td-hub.service", (PY, "/srv/hub/hub_server.py"), ("service", "")
+            )  # fmt: skip
+            h.spawn(top.pid, (PY, "/srv/hub/train_hub.py"), PY, ("job", key), gpu=(0, GIB))
+            return
+        loop = "while true; do python3 /srv/loop/train_loop.py; sleep 5; done"
+        top = h.unit_run("loop-train.service", ("/bin/bash", "-c", loop), ("wrapper", key))
+        h.spawn(top.pid, (PY, "/srv/loop/train_loop.py"), PY, ("job", key), gpu=(1, GIB))
 
     @rule(workers=st.integers(2, 4))
     def one_launch(self, workers: int) -> None:
@@ -278,6 +305,7 @@ class TrustMachine(RuleBasedStateMachine):
             assert label[0] in ("job", "wrapper"), f"I2: signal {sig} to PID {pid} {label}"
             assert not was_sanctioned, f"I2: signal {sig} to sanctioned PID {pid} {label}"
         self.effects.signalled.clear()
+        self._check_units()
         guard = result.protection
         assert guard is not None
         remedy = Remedy(
@@ -292,6 +320,28 @@ class TrustMachine(RuleBasedStateMachine):
         touched = [c for c in self.effects.calls if str(host.pipeline) in json.dumps(c[1:2])]
         assert not touched, f"I1: the pipeline's line was acted on: {touched}"
         self._check_findings(result.gpu_blind, jobs)
+
+    def _services(self, unit: str) -> list[int]:
+        """PIDs of ``unit``'s processes doing other work, as the scan saw them."""
+        cg = f"/system.slice/{unit}"
+        return [
+            pid
+            for pid, p in self.host.procs.items()
+            if p.cgroup == cg and p.label[0] == "service" and pid in self.before
+        ]
+
+    def _check_units(self) -> None:
+        """I7: no systemctl verb that stops a unit reached one with a service in it."""
+        calls = self.effects.calls[self.calls_seen :]
+        self.calls_seen = len(self.effects.calls)
+        for call in calls:
+            argv = call[1] if call[0] == "run" else ()
+            if not argv or argv[0] != "systemctl":
+                continue
+            if argv[1] in ("stop", "disable", "mask", "kill", "restart"):
+                for unit in argv[2:]:
+                    live = self._services(str(unit))
+                    assert not live, f"I7: `{' '.join(argv)}` stops service PIDs {live}"
 
     def _check_job(self, job: Job, remedy: Remedy, labels: dict[int, tuple[str, str]]) -> None:
         root = labels.get(job.root_pid, ("gone", ""))
@@ -323,6 +373,19 @@ class TrustMachine(RuleBasedStateMachine):
             )
             disable = remedy.plan_disable(target, self.host.now)
             assert disable.refused is not None, f"I1: disable plan {disable.steps}"
+        unit = job.origin.unit if isinstance(job.origin, SystemdOrigin) else None
+        if unit and self._services(unit):
+            # I7: a unit that also runs a hub is never planned, offered or advised unasked.
+            assert not advice.disable and job.origin.remediation is None, (
+                f"I7: job {job.root_pid} of {unit} may disable it: {advice}"
+            )
+            assert advice.collateral is not None and advice.collateral.name == unit, (
+                f"I7: job {job.root_pid} of {unit}: no service named in {advice}"
+            )
+            line = advice.stop_line(job.root_pid) or ""
+            assert f"--stop-service {unit}" in line and "stops the run only" in line, line
+            disable = remedy.plan_disable(target, self.host.now)
+            assert disable.refused is not None, f"I7: disable plan for {unit}: {disable.steps}"
         if isinstance(job.origin, CronOrigin) and job.origin.file and not job.origin.entry_state:
             # I6: a live cron source is a file cron reads: not group/other-writable.
             mode = os.stat(job.origin.file).st_mode

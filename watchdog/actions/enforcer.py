@@ -292,14 +292,20 @@ class Enforcer:
             fid = open_ids.get(f"{_FINDING_KIND[job.verdict]}:{sig}")
             target = target_from_job(job, sig, fid, self.config.paths.proc_root)
             if decision.auto_disable_source and job.advice.refused is None:
-                if job.advice.source_refused is None:
+                service = job.advice.collateral
+                if job.advice.source_refused is None and service is None:
                     remedy.disable_source(target, self.clock())
                 else:
-                    # The guard keeps the source (a sanctioned rule's): the run is
-                    # stopped as a job, and the log says why the source was left.
+                    # The guard keeps the source (a sanctioned rule's), or the source is
+                    # a service that also runs other work (never stopped unasked): the
+                    # run is stopped as a job, and the log says why the source was left.
+                    why = job.advice.source_refused or (
+                        f"its source is a service: {service.text()}; never stopped automatically"
+                        if service is not None
+                        else ""
+                    )
                     log.info(
-                        "disable-source-skipped", pid=job.root_pid, finding_id=fid,
-                        reason=job.advice.source_refused,
+                        "disable-source-skipped", pid=job.root_pid, finding_id=fid, reason=why,
                     )  # fmt: skip
             remedy.terminate(target, self.clock())
         return failed

@@ -288,7 +288,9 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
         return 1
     remedy = _remedy(config, db, scan)
     dry = args.dry_run or config.enforcement.dry_run
-    action_id, plan, result = remedy.disable_source(target, time.time(), dry_run=dry)
+    action_id, plan, result = remedy.disable_source(
+        target, time.time(), dry_run=dry, stop_service=args.stop_service
+    )
     head = "would disable" if dry else "disable"
     if plan.refused:
         # Nothing to name: no "none -" plan line, only why and what is left to do.
@@ -314,6 +316,8 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
             _out("the running job is not stopped by this; use `terminate` for that")
         else:
             _out("the running job has stopped too (it ended with its source)")
+        if plan.data.get("stops_service"):
+            _out(f"the service {plan.data['stops_service']} was stopped with it, as asked")
         return 0 if result.outcome == "ok" else 1
     return 0
 
@@ -460,10 +464,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "Keep a rogue job from coming back: comment out its cron line or stop and mask "
             "its systemd unit and timer, with a backup (`undo ACTION-ID` restores it). Works "
             "for a finding whose job has exited, from the recorded origin. The running job "
-            "is not stopped: use terminate for that.",
+            "is not stopped: use terminate for that. A source that is a service also "
+            "running other work (a unit whose own process launches the trainer) is refused "
+            "unless --stop-service names it.",
             [
                 "rogue-watchdog disable-source 48213 --dry-run",
                 "rogue-watchdog disable-source F12 && rogue-watchdog terminate F12",
+                "rogue-watchdog disable-source F12 --stop-service td-hub.service",
                 "rogue-watchdog undo 7                      # put the cron line back",
             ],
             [
@@ -477,6 +484,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     target.complete = completers()["targets"]  # shtab reads it
     p.add_argument("--dry-run", action="store_true", help="say what would be changed")
     p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
+    p.add_argument(
+        "--stop-service",
+        metavar="NAME",
+        help="the source is a service that also runs other work: stop it anyway (NAME is "
+        "the unit, container or program the refusal names)",
+    )
     p.set_defaults(func=cmd_disable_source)
 
     p = sub.add_parser(

@@ -1,0 +1,207 @@
+"""Issue 31 on real systemd (booted as PID 1 in a PID + mount namespace): what brings a
+rogue back, and a service is never collateral.
+
+``td-hub.service`` runs a hub (``hub_server.py``, the unit's own process, no training)
+that launches a trainer and launches it again when it ends. Disabling the unit would
+stop the hub: ``scan``, ``explain`` and ``disable-source`` never offer or do it unasked,
+the daemon in terminate mode with ``auto_disable_source`` never does it, and a person
+does it only with ``--stop-service td-hub.service``.
+
+As in test_enforce_systemd.py, a private tmpfs is mounted on /etc/systemd/system inside
+the namespace (``mask`` writes there) and the units live in the namespace's own
+/run/systemd/system.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, need, need_program, need_root
+from tests.system.nsystemd import SYSTEMD, NamespacedSystemd
+
+pytestmark = pytest.mark.system
+
+HUB = "td-hub.service"
+ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "COLUMNS": "400"}
+
+
+@pytest.fixture(scope="module")
+def sd() -> Iterator[NamespacedSystemd]:
+    need_root()
+    need_program("unshare", "nsenter", "systemctl", "mount")
+    need(Path(SYSTEMD).exists(), f"needs {SYSTEMD}")
+    manager = NamespacedSystemd()
+    try:
+        manager.start()
+        manager.nsenter("mount", "-t", "tmpfs", "rwrestart", "/etc/systemd/system")
+        manager.systemctl("daemon-reload")
+        yield manager
+    finally:
+        manager.stop()
+
+
+def cli(sd: NamespacedSystemd, *args: str, config: str = "config.yaml") -> tuple[int, str]:
+    """``python -m watchdog ARGS --config`` inside the namespace: (exit code, stdout)."""
+    res = sd.nsenter(
+        sys.executable, "-m", "watchdog", *args, "--config", str(sd.sandbox / config),
+        env=ENV, check=False,
+    )  # fmt: skip
+    return res.returncode, res.stdout
+
+
+def scan_job(sd: NamespacedSystemd, script: Path, timeout_s: float = 20) -> dict[str, Any]:
+    """The one job of ``scan --json`` running ``script``, waiting until it runs."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _rc, out = cli(sd, "scan", "--json")
+        jobs = [j for j in json.loads(out)["jobs"] if str(script) in j["cmdline"]]
+        if len(jobs) == 1 or time.monotonic() > deadline:
+            assert len(jobs) == 1, out
+            job: dict[str, Any] = jobs[0]
+            return job
+        time.sleep(0.5)
+
+
+def hub_state(sd: NamespacedSystemd) -> tuple[str, str]:
+    return (
+        sd.systemctl("is-active", HUB, check=False).stdout.strip(),
+        sd.show(HUB, "MainPID")["MainPID"],
+    )
+
+
+@pytest.fixture
+def hub(sd: NamespacedSystemd) -> Iterator[tuple[Path, Path]]:
+    """td-hub.service (Restart=always) whose own process launches the trainer again 2 s
+    after it ends; yields (hub script, trainer script)."""
+    trainer = sd.write_file("train_hub.py", "import time\ntime.sleep(600)\n")
+    hub = sd.write_file(
+        "hub_server.py",
+        "import subprocess, sys, time\nwhile True:\n"
+        f"    subprocess.Popen([sys.executable, {str(trainer)!r}, '--from-hub']).wait()\n"
+        "    time.sleep(2)\n",
+    )
+    sd.write_file(
+        "config.yaml",
+        f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{sd.sandbox}/state'}}\n"
+        "enforcement: {grace_s: 3}\n",
+    )
+    run_units = Path(f"/proc/{sd.pid}/root/run/systemd/system")
+    (run_units / HUB).write_text(
+        "[Unit]\nDefaultDependencies=no\n\n[Service]\n"
+        f"ExecStart=/usr/bin/python3 {hub}\nRestart=always\nRestartSec=1\n"
+    )
+    sd.systemctl("daemon-reload")
+    sd.systemctl("start", HUB)
+    try:
+        yield hub, trainer
+    finally:
+        sd.systemctl("unmask", HUB, check=False)
+        sd.stop_units([HUB])
+
+
+def test_a_hub_unit_is_never_stopped_unasked(sd: NamespacedSystemd, hub: tuple[Path, Path]) -> None:
+    """Issue 31, case 1. BEFORE (4ec0a01): `stop: rogue-watchdog disable-source PID &&
+    rogue-watchdog terminate PID`, and `disable-source PID` ran `systemctl disable --now
+    td-hub.service` and `mask`, stopping the hub, saying only "the running job has
+    stopped too". AFTER: below."""
+    hub_py, trainer = hub
+    main = int(sd.wait_main_pid(HUB))
+    job = scan_job(sd, trainer)
+    pid = job["root_pid"]
+    other = f"PID {main} `/usr/bin/python3 {hub_py}`"
+    assert job["origin"]["unit"] == HUB
+    assert job["origin"]["remediation"] is None
+    advice = job["advice"]
+    assert advice["disable"] is False
+    assert advice["collateral"] == {
+        "name": HUB,
+        "what": f"systemd unit {HUB}",
+        "others": [other],
+        "by_hand": f"systemctl disable --now {HUB} && systemctl mask {HUB}",
+    }
+    assert advice["stop"] == (
+        f"rogue-watchdog terminate {pid} (--dry-run first to preview; stops the run only): "
+        f"its source is a service, systemd unit {HUB} also runs {other}, not part of the job, "
+        f"never stopped unasked; to stop the service {HUB} too: rogue-watchdog "
+        f"disable-source {pid} --stop-service {HUB}"
+    )
+
+    rc, out = cli(sd, "disable-source", str(pid))
+    assert rc == 1
+    assert out.splitlines()[0] == (
+        f"cannot disable the source of rogue job PID {pid} `/usr/bin/python3 {trainer} "
+        f"--from-hub`: disabling it would stop a service: systemd unit {HUB} also runs "
+        f"{other}, not part of the job; a service is never stopped unasked. To stop this run "
+        f"only: rogue-watchdog terminate {pid}; to stop the service {HUB} as well: "
+        f"rogue-watchdog disable-source {pid} --stop-service {HUB}"
+    )
+    assert hub_state(sd) == ("active", str(main))
+    rc, out = cli(sd, "disable-source", str(pid), "--stop-service", "other.service")
+    assert rc == 1 and "--stop-service other.service names another service" in out
+    assert hub_state(sd) == ("active", str(main))
+
+    rc, out = cli(sd, "disable-source", str(pid), "--stop-service", HUB)
+    assert rc == 0, out
+    assert out.splitlines()[-1] == f"the service {HUB} was stopped with it, as asked"
+    assert hub_state(sd) == ("inactive", "0")
+
+
+def test_the_daemon_in_terminate_mode_never_disables_a_hub_unit(
+    sd: NamespacedSystemd, hub: tuple[Path, Path]
+) -> None:
+    """Issue 31, case 1 with ``auto_disable_source``: the daemon stops the runs, never the
+    hub. BEFORE (4ec0a01): it ran `disable --now` + `mask` of td-hub.service itself."""
+    _hub_py, trainer = hub
+    main = int(sd.wait_main_pid(HUB))
+    scan_job(sd, trainer)
+    state = sd.sandbox / "dstate"
+    sd.write_file(
+        "daemon.yaml",
+        f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{state}', interval_s: 1, "
+        f"socket: '{sd.sandbox}/d.sock', events: off}}\n"
+        f"alerts: {{sinks: [{{type: log, path: '{sd.sandbox}/alerts.log'}}]}}\n"
+        "enforcement: {mode: terminate, auto_disable_source: true, grace_s: 1}\n",
+    )
+    log = sd.sandbox / "daemon.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            ["nsenter", "-t", str(sd.pid), "-p", "-m", "env", *(f"{k}={v}" for k, v in
+             ENV.items()), sys.executable, "-m", "watchdog", "run", "--config",
+             str(sd.sandbox / "daemon.yaml")],
+            stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        kinds: list[tuple[str, str]] = []
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            try:
+                with sqlite3.connect(f"file:{state}/state.db?mode=ro", uri=True) as db:
+                    kinds = db.execute("SELECT kind, outcome FROM actions").fetchall()
+            except sqlite3.Error:
+                continue
+            if kinds:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert ("terminate", "ok") in kinds, log.read_text()[-3000:]
+    assert all(k != "disable-source" for k, _o in kinds), kinds
+    assert hub_state(sd) == ("active", str(main))
+    skipped = [
+        json.loads(line)
+        for line in log.read_text().splitlines()
+        if '"disable-source-skipped"' in line
+    ]
+    assert skipped and skipped[0]["reason"].startswith(
+        f"its source is a service: systemd unit {HUB} also runs PID {main} "
+    ), log.read_text()[-3000:]
