@@ -233,6 +233,12 @@ class SimHost:
         proc = self.procs[pid]
         proc.state = "Z"
         self.write(proc)
+        parent = self.procs.get(proc.ppid)
+        if parent is not None and parent.label[0] == "service" and proc.gpu is not None:
+            # Documented (docs/architecture.md, Jobs): a zombie's GPU memory counts for
+            # the parent that holds it, so a hub holding an unreaped trainer is judged a
+            # training job itself until it reaps it.
+            parent.label = ("job", proc.label[1])
         self._unshare(proc.ppid)
         for child in self.procs.values():
             if child.ppid == pid:

@@ -188,6 +188,8 @@ class TrustMachine(RuleBasedStateMachine):
             )  # fmt: skip
             h.spawn(top.pid, (PY, "/srv/hub/train_hub.py"), PY, ("job", key), gpu=(0, GIB))
             return
+        if h.unit_procs("loop-train.service"):
+            return  # a unit runs once: starting it while it runs does nothing
         loop = "while true; do python3 /srv/loop/train_loop.py; sleep 5; done"
         top = h.unit_run("loop-train.service", ("/bin/bash", "-c", loop), ("wrapper", key))
         h.spawn(top.pid, (PY, "/srv/loop/train_loop.py"), PY, ("job", key), gpu=(1, GIB))

@@ -38,6 +38,7 @@ from watchdog.hosttext import command_text
 from watchdog.logs import get_logger
 from watchdog.model import Finding, Job, ScanResult
 from watchdog.plugins import TrackResult
+from watchdog.policy.services import service_source
 from watchdog.policy.signature import job_signature
 from watchdog.state import ActionRecord, StateDB, source_undo
 
@@ -144,7 +145,7 @@ class Enforcer:
             if (job.root_pid, job.start_ticks) in identities:
                 continue  # the very process acted on (refused, or not dead yet)
             seen.add(sig)
-            out.append(self._failed(job, sig, recs))
+            out.append(self._failed(job, sig, recs, result))
         out += self._recheck(result, seen, undone)
         self._last = (id(result), out)
         return out
@@ -224,16 +225,25 @@ class Enforcer:
         )
 
     @staticmethod
-    def _failed(job: Job, sig: str, recs: list[ActionRecord]) -> Finding:
+    def _failed(
+        job: Job, sig: str, recs: list[ActionRecord], result: ScanResult | None = None
+    ) -> Finding:
         latest = recs[0]  # newest first
         done = "; ".join(f"{_summary(r)} at {_when(r.created_at)} by {r.actor}" for r in recs[:3])
+        launcher = _service_launcher(job, result)
+        spawner = f"{service_source(launcher)}" if launcher else job.origin.describe()
         message = (
             f"remediation failed: `{command_text(job.cmdline, 120)}` is back as PID "
-            f"{job.root_pid} after rogue-watchdog {done}; spawned this time by "
-            f"{job.origin.describe()}"
+            f"{job.root_pid} after rogue-watchdog {done}; spawned this time by {spawner}"
         )
         stop = job.advice.stop_source(job.root_pid)
-        if stop:
+        if launcher is not None:
+            svc = launcher.details["service_pids"][0]
+            message += (
+                f"; to stop the service and its run: rogue-watchdog terminate {svc} (or by "
+                f"hand: kill -TERM {svc} {job.root_pid})"
+            )
+        elif stop:
             message += f"; to stop that source: {stop}"
         elif job.advice.source_refused is not None:
             message += f"; its source is not disabled: {job.advice.source_refused}"
@@ -309,6 +319,22 @@ class Enforcer:
                     )  # fmt: skip
             remedy.terminate(target, self.clock())
         return failed
+
+
+def _service_launcher(job: Job, result: ScanResult | None) -> Finding | None:
+    """The scan's ``rogue-service`` finding saying a service launched ``job`` (its origin
+    names no spawner), or None."""
+    if result is None or job.origin.kind not in ("unknown", "orphan"):
+        return None
+    return next(
+        (
+            f
+            for f in result.findings
+            if f.kind == "rogue-service" and f.root_pid == job.root_pid
+            and f.details.get("service_pids")
+        ),
+        None,
+    )  # fmt: skip
 
 
 def _running(pid: int, start_ticks: int, proc_root: str) -> bool:

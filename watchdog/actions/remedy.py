@@ -56,6 +56,10 @@ class JobTarget:
             process or origin); None when it may be stopped.
         stop_pids: What the guard lets a by-hand stop signal (the job and its exclusive
             wrappers): stopping them is no collateral.
+        service: The rogue service that launched the run (a ``rogue-service`` finding's
+            ``service_pids``), stopped with it by :meth:`Remedy.terminate`; empty
+            for a job named by itself.
+        service_note: Why a service the finding names is not in :attr:`service`.
     """
 
     signature: str | None
@@ -73,6 +77,8 @@ class JobTarget:
     reason: str = ""
     refused: str | None = None
     stop_pids: tuple[int, ...] = ()
+    service: list[Expected] = field(default_factory=list)
+    service_note: str | None = None
 
     @property
     def unsanctioned(self) -> bool:
@@ -232,10 +238,15 @@ class Remedy:
             )
             return aid, res
         res = terminate_tree(
-            target.members, self.guard(), self.effects, self.settings.grace_s, dry_run=dry
-        )
+            target.members, self.guard(), self.effects, self.settings.grace_s, dry_run=dry,
+            launchers=target.service,
+        )  # fmt: skip
         what = f"PID {target.root_pid} ({len(res.procs)} process(es))"
         details = {"grace_s": self.settings.grace_s, **res.to_json()}
+        if target.service:
+            details["service_pids"] = [e.pid for e in target.service]
+        if target.service_note:
+            details["service_note"] = target.service_note
         action_id = self._record("terminate", target, what, res.outcome, details, now, dry, None)
         return action_id, res
 

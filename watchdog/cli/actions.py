@@ -25,7 +25,8 @@ from watchdog.hosttext import command_text
 if TYPE_CHECKING:
     from watchdog.actions.remedy import JobTarget, Remedy
     from watchdog.config import Config
-    from watchdog.model import ScanResult
+    from watchdog.model import Finding, Job, ScanResult
+    from watchdog.records import FindingRecord
     from watchdog.state import StateDB
 
 # The action modules (remedy, state, scanner) load when a command runs, not when the
@@ -130,6 +131,15 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
     jobs = result.jobs
     if kind == "pid":
         job = next((j for j in jobs if number in j.pids), None)
+        launched = _launched_by(result, {number}) if job is None else None
+        if launched is not None:
+            # A rogue service's PID names the run it launched: the two are stopped
+            # together (the service first), as its rogue-service finding says.
+            job, service = launched
+            sig = job_signature(job.user, job.cmdline, job.origin)
+            fid = _open_finding_for(db, sig, job.root_pid, job.start_ticks)
+            target = target_from_job(job, sig, fid, config.paths.proc_root)
+            return _with_service(target, job, service), result
         if job is None:
             hint = ""
             if number <= MAX_ID and db.finding(number) is not None:
@@ -143,6 +153,8 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
     finding = db.finding(number)
     if finding is None:
         raise CliError(f"no finding {finding_ref(number)} in {db.path}")
+    if finding.kind == "rogue-service":
+        return _service_target(config, db, finding, result), result
     if finding.resolved_at is not None and finding.kind not in JOB_KINDS:
         raise CliError(f"finding {finding_ref(number)} is resolved; nothing to act on")
     details = finding.details
@@ -191,6 +203,70 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
         summary=rec.summary if rec else finding.message,
     )  # fmt: skip
     return target, result
+
+
+def _launched_by(result: ScanResult, pids: set[int]) -> tuple[Job, Finding] | None:
+    """The job a rogue service among ``pids`` launched, and this scan's ``rogue-service``
+    finding that names it (the newest run first), or None."""
+    found = [
+        f
+        for f in result.findings
+        if f.kind == "rogue-service" and pids & set(f.details.get("service_pids") or [])
+    ]
+    for f in sorted(found, key=lambda f: -(f.root_pid or 0)):
+        job = next((j for j in result.jobs if j.root_pid == f.root_pid and j.unsanctioned), None)
+        if job is not None:
+            return job, f
+    return None
+
+
+def _with_service(target: JobTarget, job: Job, finding: Finding) -> JobTarget:
+    """``target`` with the service processes ``finding`` names, as this scan saw them in
+    the job's lineage (the identity every signal is pinned to)."""
+    from watchdog.actions.guards import Expected
+
+    named = set(finding.details.get("service_pids") or [])
+    target.service = [
+        Expected(p.pid, p.start_ticks, p.cmdline or None) for p in job.lineage if p.pid in named
+    ]
+    return target
+
+
+def _service_target(
+    config: Config, db: StateDB, finding: FindingRecord, result: ScanResult
+) -> JobTarget:
+    """The job a ``rogue-service`` finding names, with its service: the run it names
+    when it still runs, else the run its service launched since (a service that starts
+    a new trainer after each one ends)."""
+    from watchdog.actions.remedy import target_from_job
+    from watchdog.model import finding_ref
+    from watchdog.policy.signature import job_signature
+
+    named = {p for p in finding.details.get("service_pids") or [] if isinstance(p, int)}
+    launched = _launched_by(result, named) if named else None
+    if launched is not None:
+        job, fresh = launched
+        sig = job_signature(job.user, job.cmdline, job.origin)
+        fid = finding.id if job.root_pid == finding.root_pid else None
+        target = target_from_job(job, sig, fid, config.paths.proc_root)
+        return _with_service(target, job, fresh)
+    running = next(
+        (j for j in result.jobs if j.root_pid == finding.root_pid and j.unsanctioned), None
+    )
+    if running is None:
+        raise CliError(
+            f"finding {finding_ref(finding.id)} (rogue-service): neither its run PID "
+            f"{finding.root_pid} nor a run its service launched runs now; nothing to act on"
+        )
+    sig = job_signature(running.user, running.cmdline, running.origin)
+    target = target_from_job(running, sig, finding.id, config.paths.proc_root)
+    if named:
+        pids = ", ".join(str(p) for p in sorted(named))
+        target.service_note = (
+            f"the service PID {pids} the finding names no longer launched this run "
+            "(exited, or no longer its parent): only the run is stopped"
+        )
+    return target
 
 
 def _verdict_of(finding_kind: str) -> str:
@@ -257,6 +333,11 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     action_id, res = remedy.terminate(target, time.time(), dry_run=dry)
     head = "would terminate" if dry else "terminate"
     _out(f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.kind}")
+    for svc in target.service:
+        cmd = command_text(svc.cmdline or (), 100)
+        _out(f"  with the service that launched it: PID {svc.pid} `{cmd}` (rogue-service)")
+    if target.service_note:
+        _out(f"  {target.service_note}")
     for p in res.procs:
         sig = (
             "SIGSTOP (the whole tree frozen first), SIGTERM, then SIGKILL after "
@@ -285,6 +366,11 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     target, scan = resolve_target(config, db, args.target)
     if not target.unsanctioned and not args.force:
         _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
+        return 1
+    source = _service_source(scan, target)
+    if source is not None:
+        # A rogue service started the run itself: a process, no file or unit to disable.
+        _out(f"cannot disable the source of {target.describe()}: its source is {source}")
         return 1
     remedy = _remedy(config, db, scan)
     dry = args.dry_run or config.enforcement.dry_run
@@ -320,6 +406,31 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
             _out(f"the service {plan.data['stops_service']} was stopped with it, as asked")
         return 0 if result.outcome == "ok" else 1
     return 0
+
+
+def _service_source(scan: ScanResult, target: JobTarget) -> str | None:
+    """What the source of a run a rogue service launched is, and how to stop it, or None
+    when no ``rogue-service`` finding of this scan says a service launched it."""
+    from watchdog.policy.services import service_source
+
+    finding = next(
+        (
+            f
+            for f in scan.findings
+            if f.kind == "rogue-service"
+            and f.root_pid == target.root_pid
+            and f.details.get("service_pids")
+        ),
+        None,
+    )
+    if finding is None or target.origin.kind not in ("unknown", "orphan"):
+        return None
+    svc = finding.details["service_pids"][0]
+    return (
+        f"{service_source(finding)}: a process, with no file or unit to disable; to stop the "
+        f"service and its run: rogue-watchdog terminate {svc} (or by hand: kill -TERM {svc} "
+        f"{target.root_pid})"
+    )
 
 
 def _still_running(target: JobTarget, proc_root: str, wait_s: float = 2.0) -> bool:
