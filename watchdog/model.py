@@ -239,6 +239,38 @@ class PinKey:
 
 
 @dataclass(frozen=True)
+class Restarts:
+    """What starts a job again once it ends (issue 31): each origin kind answers for
+    itself (:meth:`Origin.restarts`), and the guard adds what only the lineage shows (a
+    shell loop above the job, a service's own launcher).
+
+    Attributes:
+        when: ``at once``, ``on schedule``, ``on boot``, ``on failure``, ``on demand``,
+            ``when its launcher runs it again`` or ``unknown`` (it could not be read).
+        how: The mechanism in words: ``systemd Restart=always``, ``shell loop `while
+            true` (PID 812)``, ``Docker restart policy always``.
+        stops: What stops it, as the next step: ``disable-source first``, ``stop the
+            loop first: kill -TERM 812``.
+        after_terminate: ``terminate`` leaves the mechanism in place (the job comes back);
+            False when terminating the job stops it too (a loop that runs only the job).
+    """
+
+    when: str
+    how: str
+    stops: str | None = None
+    after_terminate: bool = True
+
+    def line(self) -> str:
+        """``restarts it: at once, shell loop `while true```: one line everywhere."""
+        return f"restarts it: {self.when}, {self.how}"
+
+    def to_json(self) -> dict[str, Any]:
+        """``jobs[].advice.restarts`` of the scan JSON."""
+        return {"when": self.when, "how": self.how, "stops": self.stops,
+                "after_terminate": self.after_terminate}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Origin:
     """Where a process came from: the thing that will start it again.
 
@@ -289,6 +321,16 @@ class Origin:
         """When the source starts the job next (ISO 8601, or words such as ``when cron
         starts``); None for kinds with no schedule or when it will not run again."""
         return None
+
+    def restarts(self) -> Restarts | None:
+        """Whether this source starts the job again, when, and what stops that, from what
+        its resolver read (the kind's ``restarts`` function in :data:`ORIGIN_KINDS`);
+        None when it would not (a shell, an orphan, a transient unit)."""
+        entry = ORIGIN_KINDS.get(self.kind)
+        if entry is None or entry.restarts is None or not self.READABLE:
+            return None
+        answer: Restarts | None = load_ref(entry.restarts)(self)
+        return answer
 
     def source_key(self) -> tuple[object, ...] | None:
         """``(kind, value of each SOURCE_FIELDS key)``: two origins with equal keys name
@@ -1165,12 +1207,16 @@ class OriginKindEntry:
             a kind no resolver names (``unknown``).
         planner: ``"module:attribute"`` of the function planning ``disable-source`` for
             it (``watchdog.actions.disable.Planner``); None: ``disable-source`` refuses.
+        restarts: ``"module:attribute"`` of the function saying what starts a job of the
+            kind again (``(origin) -> Restarts | None``, :meth:`Origin.restarts`); None:
+            nothing does.
     """
 
     name: str
     record: str
     resolver: str | None = None
     planner: str | None = None
+    restarts: str | None = None
 
 
 class OriginKindRegistry:
@@ -1198,7 +1244,7 @@ class OriginKindRegistry:
         """
         if entry.name in self._entries:
             raise ValueError(f"origin kind {entry.name!r} is registered twice")
-        for ref in (entry.record, entry.resolver, entry.planner):
+        for ref in (entry.record, entry.resolver, entry.planner, entry.restarts):
             if ref is not None and not all(ref.partition(":")[::2]):
                 raise ValueError(f"origin kind {entry.name!r}: {ref!r} is not module:attribute")
         if before is not None and before not in self._entries:
@@ -1261,21 +1307,32 @@ for _entry in (
         "kubernetes",
         f"{__name__}:KubernetesOrigin",
         "watchdog.lineage.kubernetes:KubernetesResolver",
+        restarts="watchdog.lineage.respawn:kubernetes",
     ),
     OriginKindEntry(
-        "container", f"{__name__}:ContainerOrigin", "watchdog.lineage.container:ContainerResolver"
+        "container",
+        f"{__name__}:ContainerOrigin",
+        "watchdog.lineage.container:ContainerResolver",
+        restarts="watchdog.lineage.respawn:container",
     ),
     OriginKindEntry(
         "cron",
         f"{__name__}:CronOrigin",
         "watchdog.lineage.cron:CronResolver",
         "watchdog.actions.disable:plan_cron",
+        "watchdog.lineage.respawn:cron",
     ),
-    OriginKindEntry("at", f"{__name__}:AtOrigin", "watchdog.lineage.at:AtResolver"),
+    OriginKindEntry(
+        "at",
+        f"{__name__}:AtOrigin",
+        "watchdog.lineage.at:AtResolver",
+        restarts="watchdog.lineage.respawn:at",
+    ),
     OriginKindEntry(
         "supervisor",
         f"{__name__}:SupervisorOrigin",
         "watchdog.lineage.supervisor:SupervisorResolver",
+        restarts="watchdog.lineage.respawn:supervisor",
     ),
     OriginKindEntry("shell", f"{__name__}:ShellOrigin", "watchdog.lineage.shell:ShellResolver"),
     OriginKindEntry(
@@ -1283,6 +1340,7 @@ for _entry in (
         f"{__name__}:SystemdOrigin",
         "watchdog.lineage.systemd:SystemdResolver",
         "watchdog.actions.disable:plan_systemd",
+        "watchdog.lineage.respawn:systemd",
     ),
     OriginKindEntry(
         "orphan",
@@ -1389,6 +1447,7 @@ class Advice:
             shell and orphan origins name no source that would start it again).
         collateral: The job's source is a service that also runs other work: stopping
             the source stops it (never unasked; see :class:`Collateral`).
+        restarts: What starts the job again once it ends (:class:`Restarts`), or None.
     """
 
     refused: str | None = None
@@ -1400,6 +1459,7 @@ class Advice:
     source_gone: str | None = None
     stops_job: bool = False
     collateral: Collateral | None = None
+    restarts: Restarts | None = None
 
     def to_json(self, pid: int) -> dict[str, Any]:
         """``jobs[].advice`` of the scan JSON (docs/scan-json-schema.md): what may be done
@@ -1412,6 +1472,7 @@ class Advice:
             "source_refused": self.source_refused,
             "source_gone": self.source_gone,
             "collateral": self.collateral.to_json() if self.collateral else None,
+            "restarts": self.restarts.to_json() if self.restarts else None,
         }
 
     def stop_source(self, target: int | str) -> str | None:
@@ -1435,8 +1496,14 @@ class Advice:
         not disabled and how to stop this run; empty when nothing may be done."""
         if self.refused is not None:
             return ""
+        if self.restarts is not None:
+            return f"; {self.restarts.line()}" + self._finding_stop(target)
+        return self._finding_stop(target)
+
+    def _finding_stop(self, target: int | str) -> str:
+        """:meth:`finding_text` without the ``restarts it`` part."""
         if self.stops_job:
-            return f"; to stop it: {self._terminate(target)}"
+            return f"; to stop it: {self._stop_first(target)}"
         if self.collateral is not None:
             c = self.collateral
             return (
@@ -1478,7 +1545,7 @@ class Advice:
                 " (--dry-run first to preview)"
             )
         if self.stops_job:
-            return self._terminate(pid)
+            return self._stop_first(pid)
         if self.by_hand:
             return self.by_hand
         return f"rogue-watchdog terminate {pid} (its origin is unknown: see explain {pid})"
@@ -1487,6 +1554,14 @@ class Advice:
         """``rogue-watchdog terminate T``, and the by-hand ``kill`` beside it."""
         text = f"rogue-watchdog terminate {target}"
         return f"{text}, or by hand: {self.by_hand}" if self.by_hand else text
+
+    def _stop_first(self, target: int | str) -> str:
+        """:meth:`_terminate`, after what keeps starting the job when ``terminate`` leaves
+        it (a shell loop whose shell also runs something else)."""
+        r = self.restarts
+        if r is not None and r.after_terminate and r.stops:
+            return f"{r.stops}, then {self._terminate(target)}"
+        return self._terminate(target)
 
     def explain_line(self, target: int | str | None) -> str:
         """The ``Remediation:`` line of ``explain``: the command, or why there is none."""
@@ -1511,9 +1586,18 @@ class Advice:
                     f"service {c.name} as well: {c.command(target)}"
                 )
             return text + (f", or by hand: {c.by_hand}" if c.by_hand else "")
+        if self.stops_job and self.restarts is not None and self.restarts.after_terminate:
+            return f"{self.restarts.line()}; to stop it: " + (
+                self._stop_first(target) if target is not None else str(self.restarts.stops)
+            )
         if self.stops_job:
+            nothing = (
+                "nothing would start it again"
+                if self.restarts is None
+                else f"{self.restarts.line()}; {self.restarts.stops}"
+            )
             return (
-                "none needed for the source (nothing would start it again); "
+                f"none needed for the source ({nothing}); "
                 + (f"to stop it: {self._terminate(target)}" if target is not None else "")
             ).rstrip("; ")
         stop = self.stop_source(target) if target is not None else self.by_hand

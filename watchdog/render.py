@@ -422,6 +422,9 @@ def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: 
             lines.extend(fit(text, width, " " * 9, "    from "))
         if job.verdict != "sanctioned" and job.reason:
             lines.extend(fit(printable(job.reason), width, " " * 9, "    why: "))
+        again = job.advice.restarts if job.unsanctioned else None
+        if again is not None:
+            lines.extend(fit(printable(again.line()), width, " " * 9, "    "))
         stop = stop_text(job) if job.unsanctioned else None
         if stop:
             lines.extend(fit(printable(stop), width, " " * 10, "    stop: "))

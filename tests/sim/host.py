@@ -128,6 +128,7 @@ class SimHost:
         self.runs = 0
         self.nvml_mode = "ok"
         self.sanctioned_ever: set[tuple[int, int]] = set()
+        self.unit_mains: set[int] = set()
         (self.proc / "stat").write_text(f"cpu 0 0 0 0\nbtime {int(BOOT)}\n")
         self.init = self._add(1, 0, ("/sbin/init",), "/sbin/init", ("system", ""))
         self.cron = self._add(900, 1, ("/usr/sbin/cron", "-f"), "/usr/sbin/cron", ("system", ""))
@@ -210,6 +211,11 @@ class SimHost:
         if proc is None:
             return
         shutil.rmtree(self.proc / str(pid), ignore_errors=True)
+        if pid in self.unit_mains:
+            # A unit's main process ended: systemd stops the rest of its cgroup
+            # (KillMode=control-group, the default).
+            for other in [p.pid for p in self.procs.values() if p.cgroup == proc.cgroup]:
+                self.exit(other)
         for child in self.procs.values():
             if child.ppid == pid:
                 child.ppid = 1
@@ -229,7 +235,11 @@ class SimHost:
             parent.label = ("wrapper", parent.label[1])
 
     def zombie(self, pid: int) -> None:
-        """The process exits and its parent does not reap it."""
+        """The process exits and its parent does not reap it (systemd, the parent of a
+        unit's main process, always does)."""
+        if pid in self.unit_mains:
+            self.exit(pid)
+            return
         proc = self.procs[pid]
         proc.state = "Z"
         self.write(proc)
@@ -237,8 +247,11 @@ class SimHost:
         if parent is not None and parent.label[0] == "service" and proc.gpu is not None:
             # Documented (docs/architecture.md, Jobs): a zombie's GPU memory counts for
             # the parent that holds it, so a hub holding an unreaped trainer is judged a
-            # training job itself until it reaps it.
+            # training job itself until it reaps it, with every trainer below it.
             parent.label = ("job", proc.label[1])
+            for kid in self.children(parent.pid):
+                if kid.label[0] == "job":
+                    kid.label = ("job", proc.label[1])
         self._unshare(proc.ppid)
         for child in self.procs.values():
             if child.ppid == pid:
@@ -271,7 +284,9 @@ class SimHost:
         if not path.exists():
             path.write_text(f"[Service]\nExecStart={' '.join(top)}\nRestart=always\n")
         exe = "/usr/bin/bash" if top[0].endswith("bash") else top[0]
-        return self.spawn(1, top, exe, label, cgroup=f"/system.slice/{unit}")
+        main = self.spawn(1, top, exe, label, cgroup=f"/system.slice/{unit}")
+        self.unit_mains.add(main.pid)
+        return main
 
     def unit_procs(self, unit: str) -> list[SimProc]:
         """The live processes of ``unit`` (not zombies)."""

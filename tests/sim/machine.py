@@ -182,10 +182,13 @@ class TrustMachine(RuleBasedStateMachine):
         h.runs += 1
         key = f"unit#{h.runs}"
         if hub:
-            tops = [p for p in h.unit_procs("td-hub.service") if p.label[0] == "service"]
+            # A unit runs one main process: the hub, started once and kept.
+            tops = [p for p in h.unit_procs("td-hub.service") if p.pid in h.unit_mains]
             top = tops[0] if tops else h.unit_run(
                 "td-hub.service", (PY, "/srv/hub/hub_server.py"), ("service", "")
             )  # fmt: skip
+            if top.label[0] == "job":
+                key = top.label[1]  # a hub judged a job (it holds a zombie): its run
             h.spawn(top.pid, (PY, "/srv/hub/train_hub.py"), PY, ("job", key), gpu=(0, GIB))
             return
         if h.unit_procs("loop-train.service"):

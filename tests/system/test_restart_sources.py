@@ -15,6 +15,9 @@ the namespace (``mask`` writes there) and the units live in the namespace's own
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -25,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, need, need_program, need_root
+from tests.conftest import REPO, Spawned, _group_alive, need, need_program, need_root, poll
 from tests.system.nsystemd import SYSTEMD, NamespacedSystemd
 
 pytestmark = pytest.mark.system
@@ -55,6 +58,7 @@ def cli(sd: NamespacedSystemd, *args: str, config: str = "config.yaml") -> tuple
         sys.executable, "-m", "watchdog", *args, "--config", str(sd.sandbox / config),
         env=ENV, check=False,
     )  # fmt: skip
+    assert res.returncode in (0, 1), res.stderr[-3000:]
     return res.returncode, res.stdout
 
 
@@ -178,6 +182,7 @@ def test_the_daemon_in_terminate_mode_never_disables_a_hub_unit(
              ENV.items()), sys.executable, "-m", "watchdog", "run", "--config",
              str(sd.sandbox / "daemon.yaml")],
             stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+            start_new_session=True,
         )  # fmt: skip
     try:
         deadline = time.monotonic() + 30
@@ -192,9 +197,13 @@ def test_the_daemon_in_terminate_mode_never_disables_a_hub_unit(
             if kinds:
                 break
     finally:
-        proc.terminate()
+        # nsenter's child is the daemon: the whole group, or it outlives the test.
+        os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=20)
-    assert ("terminate", "ok") in kinds, log.read_text()[-3000:]
+        deadline = time.monotonic() + 20
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert ("terminate", "will-return") in kinds, log.read_text()[-3000:]
     assert all(k != "disable-source" for k, _o in kinds), kinds
     assert hub_state(sd) == ("active", str(main))
     skipped = [
@@ -205,3 +214,128 @@ def test_the_daemon_in_terminate_mode_never_disables_a_hub_unit(
     assert skipped and skipped[0]["reason"].startswith(
         f"its source is a service: systemd unit {HUB} also runs PID {main} "
     ), log.read_text()[-3000:]
+
+
+def test_terminate_of_a_restart_always_unit_says_it_will_come_back(
+    sd: NamespacedSystemd,
+) -> None:
+    """Issue 31, case 4 (systemd). BEFORE (4ec0a01): `outcome: ok`, exit 0, nothing else;
+    systemd started the trainer again a second later."""
+    trainer = sd.write_file("train_always.py", "import time\ntime.sleep(600)\n")
+    sd.write_file(
+        "always.yaml",
+        f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{sd.sandbox}/always-state'}}\n"
+        "enforcement: {grace_s: 3}\n",
+    )
+    unit = "rw-always.service"
+    run_units = Path(f"/proc/{sd.pid}/root/run/systemd/system")
+    (run_units / unit).write_text(
+        "[Unit]\nDefaultDependencies=no\n\n[Service]\n"
+        f"ExecStart=/usr/bin/python3 {trainer}\nRestart=always\nRestartSec=1\n"
+    )
+    sd.systemctl("daemon-reload")
+    sd.systemctl("start", unit)
+    try:
+        pid = sd.wait_main_pid(unit)
+        rc, out = cli(sd, "explain", str(pid), config="always.yaml")
+        assert (
+            "Restarts: restarts it: at once, systemd Restart=always (what stops it: "
+            "disable-source first)\n"
+        ) in out
+        rc, out = cli(sd, "terminate", str(pid), config="always.yaml")
+        assert rc == 1
+        assert out.splitlines() == [
+            "its source starts it again: restarts it: at once, systemd Restart=always",
+            f"terminate rogue job PID {pid} `/usr/bin/python3 {trainer}` (action 1); origin "
+            "systemd",
+            f"  PID {pid} `/usr/bin/python3 {trainer}`: SIGSTOP, SIGTERM, SIGCONT: exited",
+            "outcome: will-return",
+            "will come back: its source restarts it; disable-source first",
+        ]
+        back = sd.wait_main_pid(unit)
+        assert back != pid
+        # --and-source: the unit is disabled first, and nothing restarts it.
+        rc, out = cli(sd, "terminate", str(back), "--and-source", config="always.yaml")
+        assert rc == 0, out
+        assert out.splitlines()[1].startswith("disabled its source first (action ")
+        assert out.splitlines()[-1] == "outcome: ok"
+        time.sleep(2.5)  # past RestartSec=1
+        assert sd.show(unit, "MainPID")["MainPID"] == "0"
+    finally:
+        sd.systemctl("unmask", unit, check=False)
+        sd.stop_units([unit])
+
+
+def test_a_shell_loop_that_terminate_leaves_is_named_and_stopped_first(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """Issue 31, case 2 on a real `nohup bash -c 'while true; ...'` whose shell also runs
+    a web server. BEFORE (4ec0a01): explain "Remediation: none needed for the source
+    (nothing would start it again); to stop it: rogue-watchdog terminate PID, or by
+    hand: kill -TERM PID", terminate `outcome: ok` (exit 0), the trainer back in 5 s."""
+    need_root()
+    (tmp_path / "train_loop.py").write_text("import time\ntime.sleep(300)\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
+    loop = (
+        "python3 -m http.server 0 >/dev/null 2>&1 & "
+        "while true; do python3 train_loop.py; sleep 5; done"
+    )
+    spawned.start(
+        ["/bin/sh", "-c", f"nohup bash -c {shlex.quote(loop)} >/dev/null 2>&1 & exit 0"],
+        cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+    ).wait(timeout=10)  # fmt: skip
+
+    def run(*args: str) -> tuple[int, str]:
+        res = subprocess.run(
+            [sys.executable, "-m", "watchdog", *args, "--config", str(config)],
+            env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+            check=False,
+        )  # fmt: skip
+        return res.returncode, res.stdout
+
+    def trainers() -> list[dict[str, Any]]:
+        jobs = json.loads(run("scan", "--json")[1])["jobs"]
+        return [j for j in jobs if j["cmdline"] == ["python3", "train_loop.py"]]
+
+    job = poll("the trainer", trainers, 20)[0]
+    pid, shell = job["root_pid"], job["lineage"][1]["pid"]
+    server = next(p for p in poll("the server", lambda: _children(shell), 10) if p != pid)
+    kill = (
+        f"stop the loop first: kill -TERM {shell} (its shell alone: what else it started "
+        "keeps running)"
+    )
+    assert job["advice"]["restarts"] == {
+        "when": "at once",
+        "how": f"shell loop `while true` in PID {shell}",
+        "stops": kill,
+        "after_terminate": True,
+    }
+    rc, out = run("explain", str(pid))
+    assert (
+        f"Remediation: restarts it: at once, shell loop `while true` in PID {shell}; to stop "
+        f"it: {kill}, then rogue-watchdog terminate {pid}, or by hand: kill -TERM {pid}\n"
+    ) in out
+    rc, out = run("terminate", str(pid))
+    assert rc == 1
+    lines = out.splitlines()
+    assert lines[0] == (
+        f"its source starts it again: restarts it: at once, shell loop `while true` in PID {shell}"
+    )
+    assert lines[-2:] == ["outcome: will-return", f"will come back: its source restarts it; {kill}"]
+    back = poll("the trainer back", lambda: [j for j in trainers() if j["root_pid"] != pid], 15)
+    # The advice, followed: the loop's shell, then the run; the server keeps running.
+    os.kill(shell, signal.SIGTERM)
+    rc, out = run("terminate", str(back[0]["root_pid"]))
+    assert rc == 0 and out.splitlines()[-1] == "outcome: ok", out
+    time.sleep(6)  # past the loop's `sleep 5`: nothing comes back
+    assert trainers() == []
+    assert Path(f"/proc/{server}").exists()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]

@@ -106,7 +106,7 @@ class Enforcer:
                 and rec.signature
                 and not rec.dry_run
                 and rec.undone_at is None
-                and rec.outcome in ("ok", "partial")
+                and rec.outcome in ("ok", "partial", "will-return")
             ):
                 out.setdefault(rec.signature, []).append(rec)
         return out
@@ -164,7 +164,7 @@ class Enforcer:
                 rec.kind != "terminate"
                 or rec.dry_run
                 or rec.undone_at is not None
-                or rec.outcome not in ("ok", "partial")
+                or rec.outcome not in ("ok", "partial", "will-return")
                 or not RECHECK_AFTER_S <= age <= RECHECK_WINDOW_S
             ):
                 continue
@@ -237,6 +237,13 @@ class Enforcer:
             f"{job.root_pid} after rogue-watchdog {done}; spawned this time by {spawner}"
         )
         stop = job.advice.stop_source(job.root_pid)
+        said = latest.details.get("will_return") if latest.outcome == "will-return" else None
+        if isinstance(said, dict):
+            # Foretold: the terminate said its source restarts it; not repeated.
+            message += (
+                f"; as its terminate said, its source {said.get('restarts')} "
+                f"({said.get('stops')}); the daemon does not terminate it again"
+            )
         if launcher is not None:
             svc = launcher.details["service_pids"][0]
             message += (
@@ -301,10 +308,12 @@ class Enforcer:
             )
             fid = open_ids.get(f"{_FINDING_KIND[job.verdict]}:{sig}")
             target = target_from_job(job, sig, fid, self.config.paths.proc_root)
+            disabled = False
             if decision.auto_disable_source and job.advice.refused is None:
                 service = job.advice.collateral
                 if job.advice.source_refused is None and service is None:
-                    remedy.disable_source(target, self.clock())
+                    _aid, _plan, done = remedy.disable_source(target, self.clock())
+                    disabled = done is not None and done.outcome == "ok"
                 else:
                     # The guard keeps the source (a sanctioned rule's), or the source is
                     # a service that also runs other work (never stopped unasked): the
@@ -317,8 +326,26 @@ class Enforcer:
                     log.info(
                         "disable-source-skipped", pid=job.root_pid, finding_id=fid, reason=why,
                     )  # fmt: skip
-            remedy.terminate(target, self.clock())
+            again = job.advice.restarts
+            if again is not None and again.after_terminate and not disabled and self._futile(sig):
+                # Stopped once already and its source started it again: terminating each
+                # new run is futile; the remediation-failed finding says what stops it.
+                log.warning(
+                    "terminate-futile", pid=job.root_pid, finding_id=fid,
+                    restarts=again.line(), stops=again.stops,
+                )  # fmt: skip
+                continue
+            remedy.terminate(target, self.clock(), source_disabled=disabled)
         return failed
+
+    def _futile(self, sig: str) -> bool:
+        """True when a terminate of this signature already ended ``will-return`` (its
+        source starts it again) and was not undone."""
+        return any(
+            r.kind == "terminate" and r.outcome == "will-return" and not r.dry_run
+            and r.undone_at is None
+            for r in self.db.actions_for(sig)
+        )  # fmt: skip
 
 
 def _service_launcher(job: Job, result: ScanResult | None) -> Finding | None:

@@ -24,6 +24,7 @@ from watchdog.model import (
     Collateral,
     Job,
     Origin,
+    Restarts,
     TargetGuard,
     finding_ref,
 )
@@ -60,6 +61,7 @@ class JobTarget:
             ``service_pids``), stopped with it by :meth:`Remedy.terminate`; empty
             for a job named by itself.
         service_note: Why a service the finding names is not in :attr:`service`.
+        restarts: What starts the job again once it ends (the guard's advice), or None.
     """
 
     signature: str | None
@@ -79,6 +81,7 @@ class JobTarget:
     stop_pids: tuple[int, ...] = ()
     service: list[Expected] = field(default_factory=list)
     service_note: str | None = None
+    restarts: Restarts | None = None
 
     @property
     def unsanctioned(self) -> bool:
@@ -124,6 +127,7 @@ def target_from_job(
         reason=job.reason,
         refused=job.advice.refused if job.unsanctioned else None,
         stop_pids=job.advice.stop_pids,
+        restarts=job.advice.restarts if job.unsanctioned else None,
     )
 
 
@@ -220,9 +224,25 @@ class Remedy:
         return action_id
 
     def terminate(
-        self, target: JobTarget, now: float, *, dry_run: bool = False
+        self,
+        target: JobTarget,
+        now: float,
+        *,
+        dry_run: bool = False,
+        source_disabled: bool = False,
     ) -> tuple[int, TerminateOutcome]:
         """SIGTERM the job's tree, SIGKILL after ``grace_s``; record the action.
+
+        A job whose source starts it again once it ends (``target.restarts``, and
+        ``terminate`` leaves that source) is stopped all the same, but the outcome is
+        ``will-return`` instead of ``ok``: it will come back until its source is stopped.
+
+        Args:
+            target: The job.
+            now: POSIX time of the action.
+            dry_run: Only say what would be signalled.
+            source_disabled: Its source was disabled just before (``terminate
+                --and-source``, the daemon's ``auto_disable_source``): nothing restarts it.
 
         Returns:
             ``(action id, outcome)``.
@@ -241,8 +261,14 @@ class Remedy:
             target.members, self.guard(), self.effects, self.settings.grace_s, dry_run=dry,
             launchers=target.service,
         )  # fmt: skip
+        again = target.restarts
+        returns = again is not None and again.after_terminate and not source_disabled
+        if returns and res.outcome == "ok":
+            res.outcome = "will-return"  # stopped, but its source starts it again
         what = f"PID {target.root_pid} ({len(res.procs)} process(es))"
         details = {"grace_s": self.settings.grace_s, **res.to_json()}
+        if returns and again is not None:
+            details["will_return"] = {"restarts": again.line(), "stops": again.stops}
         if target.service:
             details["service_pids"] = [e.pid for e in target.service]
         if target.service_note:

@@ -88,7 +88,9 @@ class TerminateOutcome:
     Attributes:
         procs: One entry per process, leaves first.
         outcome: ``ok`` (every targeted process is gone), ``partial``, ``refused``
-            (nothing was signalled), ``dry-run``.
+            (nothing was signalled), ``dry-run``; :meth:`Remedy.terminate
+            <watchdog.actions.remedy.Remedy.terminate>` makes an ``ok`` a
+            ``will-return`` when the job's source starts it again.
         left: Processes next to the job that were not part of it and never signalled,
             each ``{"pid", "cmdline", "reason"}`` (a shared shell above the job).
     """

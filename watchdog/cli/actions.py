@@ -330,7 +330,14 @@ def cmd_terminate(args: argparse.Namespace) -> int:
         return 1
     remedy = _remedy(config, db, result)
     dry = args.dry_run or config.enforcement.dry_run
-    action_id, res = remedy.terminate(target, time.time(), dry_run=dry)
+    again = target.restarts if target.restarts and target.restarts.after_terminate else None
+    disabled = False
+    if again is not None:
+        # Said before acting: stopping the run alone does not keep it stopped.
+        _out(f"its source starts it again: {again.line()}")
+    if args.and_source:
+        disabled = _disable_first(remedy, target, dry, args.stop_service)
+    action_id, res = remedy.terminate(target, time.time(), dry_run=dry, source_disabled=disabled)
     head = "would terminate" if dry else "terminate"
     _out(f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.kind}")
     for svc in target.service:
@@ -357,7 +364,29 @@ def cmd_terminate(args: argparse.Namespace) -> int:
         # The real run would signal nothing: say so in the exit status, as it would.
         _out("a real run would be refused: no process of this job would be signalled")
         return 1
+    if again is not None and not disabled and res.outcome in ("will-return", "dry-run"):
+        verb = "would come back" if res.outcome == "dry-run" else "will come back"
+        _out(f"{verb}: its source restarts it; {again.stops or 'stop its source first'}")
     return 0 if res.outcome in ("ok", "dry-run") else 1
+
+
+def _disable_first(remedy: Remedy, target: JobTarget, dry: bool, stop_service: str | None) -> bool:
+    """``terminate --and-source``: disable the job's source before stopping it; True when
+    it was disabled (or, in a dry run, would be)."""
+    action_id, plan, result = remedy.disable_source(
+        target, time.time(), dry_run=dry, stop_service=stop_service
+    )
+    if plan.refused:
+        _out(f"its source is not disabled: {plan.refused}")
+        return False
+    head = "would disable" if dry else "disabled"
+    _out(f"{head} its source first ({_action_ref(action_id)}): {plan.kind} {plan.target}")
+    for step in plan.steps if dry or result is None else result.done:
+        _out(f"  {step}")
+    if result is not None and result.outcome != "ok":
+        _out(f"  disabling its source: {result.outcome}: {result.error}")
+        return False
+    return True
 
 
 def cmd_disable_source(args: argparse.Namespace) -> int:
@@ -549,14 +578,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "fork meanwhile), SIGTERM, then SIGKILL after the grace "
             "period. The job is found again by a fresh scan and every process is checked "
             "(same PID and start time, not protected, not sanctioned) before it is signalled. "
-            "Recorded in the audit trail (`actions`).",
+            "A job whose source starts it again (a systemd Restart=, a shell loop, a cron "
+            "line) is said so first and ends with outcome will-return, unless --and-source "
+            "disables that source first. Recorded in the audit trail (`actions`).",
             [
                 "rogue-watchdog terminate 48213 --dry-run   # what would be signalled, and why",
+                "rogue-watchdog terminate F12 --and-source  # disable its source, then stop it",
                 "rogue-watchdog terminate F12               # the job of open finding F12",
             ],
             [
                 (0, "done (or, with --dry-run, previewed)"),
-                (1, "refused (not rogue, not running, a guard) or failed"),
+                (
+                    1,
+                    "refused (not rogue, not running, a guard) or failed; or stopped but its "
+                    "source starts it again (outcome will-return)",
+                ),
                 (2, "usage error: an unknown finding, a PID in no training job"),
             ],
         ),
@@ -565,6 +601,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     target.complete = completers()["targets"]  # shtab reads it
     p.add_argument("--dry-run", action="store_true", help="say what would be signalled")
     p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
+    p.add_argument(
+        "--and-source",
+        action="store_true",
+        help="disable the job's source first (as disable-source), so it does not come back",
+    )
+    p.add_argument(
+        "--stop-service",
+        metavar="NAME",
+        help="with --and-source: the source is a service that also runs other work; stop it "
+        "anyway (NAME is what the refusal names)",
+    )
     p.set_defaults(func=cmd_terminate)
 
     p = sub.add_parser(

@@ -114,6 +114,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for e in origin.evidence:
         if e != said:
             out(f"  evidence: {e}")
+    if job is not None and job.unsanctioned:
+        again = job.advice.restarts
+        if again is None:
+            out("Restarts: nothing rogue-watchdog can see starts it again")
+        else:
+            stops = f" (what stops it: {again.stops})" if again.stops else ""
+            out(f"Restarts: {again.line()}{stops}")
     out(f"Remediation: {_remediation(job, result)}")
     emit("\n".join(printable(line) for line in lines))
     return 0

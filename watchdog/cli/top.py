@@ -59,6 +59,9 @@ def local_doc(config_path: str | None) -> dict[str, Any]:
                 "origin": j.origin.describe(),
                 "gpu_memory_bytes": j.gpu_memory_bytes,
                 "gpus": [g.to_json() for g in j.gpus],
+                "restarts": (
+                    j.advice.restarts.line() if j.unsanctioned and j.advice.restarts else None
+                ),
             }
             for j in result.jobs
         ],
@@ -143,6 +146,9 @@ def frame(
         out.append(head + origin[0])
         out += [" " * 36 + x.lstrip() for x in origin[1:]]
         out.append(" " * 36 + shorten_command(j.get("cmdline") or [], max(20, width - 36)))
+        if j.get("restarts") and i == selected:  # the selected job's: the list stays short
+            again = fit(printable(str(j["restarts"])), max(20, width - 36))
+            out += [" " * 36 + x for x in again]
     findings = doc.get("findings") or []
     out += ["", f"  open findings: {len(findings)}"]
     for f in findings:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from watchdog import __version__
 from watchdog.render import (
     PLACEMENT_BLIND_KINDS,
+    fit,
     gpu_json,
     gpu_lines,
     output_width,
@@ -153,6 +154,8 @@ def _job_entry(j: Job) -> dict[str, Any]:
         "gpus": [g.to_json() for g in j.gpus],
         # The guard's advice (None: nothing may be done about this job).
         "stop": j.advice.stop_line(j.root_pid) if j.unsanctioned else None,
+        # What starts it again, as of the last scan (never frozen at a finding's open).
+        "restarts": (j.advice.restarts.line() if j.unsanctioned and j.advice.restarts else None),
     }
 
 
@@ -412,6 +415,8 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
             out.append(head)
             line(f"    {origin}")
         out.append("    " + shorten_command(j.get("cmdline") or [], max(20, width - 4)))
+        if j.get("restarts"):
+            out.extend(fit(printable(str(j["restarts"])), width, "      ", "    "))
     findings = doc.get("findings") or []
     line(f"open findings: {len(findings)}")
     for f in findings:

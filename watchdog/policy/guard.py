@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -33,8 +34,10 @@ from watchdog.config.enforcement import Protect
 from watchdog.hosttext import command_text
 from watchdog.lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
-from watchdog.model import Advice, Collateral, Job, Origin, Proc
+from watchdog.lineage.respawn import DISABLE_FIRST
+from watchdog.model import Advice, Collateral, Job, Origin, Proc, Restarts
 from watchdog.policy.allowlist import origin_mismatch
+from watchdog.policy.services import launching_ancestors
 from watchdog.sources.procfs import ProcessTable
 
 Identity = tuple[int, int]
@@ -477,7 +480,10 @@ def advise(
         # Stopped by signals: name exactly the processes the signal set has.
         if groups is None and table is not None:
             groups = ProcessGroups(table)
-        return Advice(stop_pids=stop_pids, by_hand=_kill(job, stop_pids, groups), stops_job=True)
+        return Advice(
+            stop_pids=stop_pids, by_hand=_kill(job, stop_pids, groups), stops_job=True,
+            restarts=restarts_of(job, stop_pids, protected=guard.pids | guard.never),
+        )  # fmt: skip
     gone = origin.source_gone()
     if gone is not None:
         return Advice(stop_pids=stop_pids, source_gone=gone)
@@ -486,14 +492,95 @@ def advise(
         collateral = service_collateral(origin, job.root_pid, table, training, sources)
         if collateral is not None:
             # Stopping the source would stop a service: never offered unasked.
-            return Advice(stop_pids=stop_pids, disables=origin.DISABLES, collateral=collateral)
+            return Advice(
+                stop_pids=stop_pids, disables=origin.DISABLES, collateral=collateral,
+                restarts=restarts_of(job, stop_pids, collateral),
+            )  # fmt: skip
     handled = bool(origin.DISABLES) and _disable_handled(origin)
+    restarts = restarts_of(job, stop_pids, protected=guard.pids | guard.never)
+    if restarts is not None and restarts.stops == DISABLE_FIRST and not handled:
+        # disable-source does not act on this one: the step is the by-hand command.
+        stops = f"stop its source first: {origin.remediation}" if origin.remediation else None
+        restarts = dataclasses.replace(restarts, stops=stops)
     return Advice(
         stop_pids=stop_pids,
         disable=handled,
         by_hand=origin.remediation,
         disables=origin.DISABLES,
+        restarts=restarts,
     )
+
+
+# A shell loop that runs its body forever: `while true`, `while :`, `while [ 1 ]`,
+# `while sleep N`, `until false`, `for ((;;))`.
+_LOOP = re.compile(
+    r"\b(?:while\s+(?:true|:|\[\s*1\s*\]|\(\(\s*1\s*\)\)|sleep\s+\S+)|until\s+false"
+    r"|for\s*\(\(\s*;\s*;\s*\)\))(?=\s*;|\s+do\b|\s*$)"
+)
+
+
+def shell_loop(job: Job, stop_pids: Collection[int]) -> Restarts | None:
+    """A shell loop above the job that runs its command again when it ends, read from
+    the wrapper's command text (``bash -c 'while true; do python3 train.py; sleep 5;
+    done'``): ``at once``, and whether ``terminate`` stops the loop with the job (it
+    does when the loop's shell runs nothing else: it is one of ``stop_pids``)."""
+    key = command_key(job.cmdline)
+    if key is None:
+        return None
+    for proc in job.lineage[1:]:
+        if proc.pid <= 1 or not is_wrapper(proc):
+            return None
+        text = " ".join(proc.cmdline)
+        found = _LOOP.search(text)
+        if found is None or not mentions(text, key):
+            continue
+        how = f"shell loop `{found.group(0)}` in PID {proc.pid}"
+        if proc.pid in stop_pids:
+            return Restarts("at once", how, "terminate stops the loop with it", False)
+        return Restarts(
+            "at once",
+            how,
+            f"stop the loop first: kill -TERM {proc.pid} (its shell alone: what else it "
+            "started keeps running)",
+        )
+    return None
+
+
+def restarts_of(
+    job: Job,
+    stop_pids: Collection[int],
+    collateral: Collateral | None = None,
+    protected: Collection[int] = frozenset(),
+) -> Restarts | None:
+    """What starts ``job`` again once it ends: a service's own launcher (``collateral``),
+    a shell loop that ``terminate`` leaves, what its origin kind answers
+    (:meth:`~watchdog.model.Origin.restarts`), a loop ``terminate`` stops with it, or a
+    launcher that still runs (for origins that name no spawner; never one of
+    ``protected``, the guard's PIDs); None when nothing does.
+    """
+    if collateral is not None:
+        return Restarts(
+            "when its service launches it again",
+            f"{collateral.what}'s own process {collateral.others[0]} (an in-process launcher)",
+            f"disable-source --stop-service {collateral.arg} first (it stops the service)",
+        )
+    loop = shell_loop(job, stop_pids)
+    if loop is not None and loop.after_terminate:
+        return loop
+    answer = job.origin.restarts()
+    if answer is not None or loop is not None:
+        return answer or loop
+    if job.origin.kind in ("unknown", "orphan", "shell"):
+        # The walk stops at spawners of other people's work (sshd, tmux, cron...).
+        for proc in launching_ancestors(job, protected=protected)[:1]:
+            text = command_text(proc.cmdline, 80) or proc.args_text
+            return Restarts(
+                "unknown",
+                f"its launcher PID {proc.pid} `{text}` still runs and may start it again",
+                f"stop the launcher first: kill -TERM {proc.pid}",
+                False,
+            )
+    return None
 
 
 def _disable_handled(origin: Origin) -> bool:
