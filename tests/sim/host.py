@@ -129,6 +129,7 @@ class SimHost:
         self.nvml_mode = "ok"
         self.sanctioned_ever: set[tuple[int, int]] = set()
         self.unit_mains: set[int] = set()
+        self.loops: dict[int, str] = {}  # a shell loop's PID -> its job key
         (self.proc / "stat").write_text(f"cpu 0 0 0 0\nbtime {int(BOOT)}\n")
         self.init = self._add(1, 0, ("/sbin/init",), "/sbin/init", ("system", ""))
         self.cron = self._add(900, 1, ("/usr/sbin/cron", "-f"), "/usr/sbin/cron", ("system", ""))
@@ -244,10 +245,11 @@ class SimHost:
         proc.state = "Z"
         self.write(proc)
         parent = self.procs.get(proc.ppid)
-        if parent is not None and parent.label[0] == "service" and proc.gpu is not None:
+        if parent is not None and parent.label[0] in ("service", "shared") and proc.gpu:
             # Documented (docs/architecture.md, Jobs): a zombie's GPU memory counts for
-            # the parent that holds it, so a hub holding an unreaped trainer is judged a
-            # training job itself until it reaps it, with every trainer below it.
+            # the parent that holds it, so a hub (or a loop's shell) holding an unreaped
+            # trainer is judged a training job itself until it reaps it, with every
+            # trainer below it.
             parent.label = ("job", proc.label[1])
             for kid in self.children(parent.pid):
                 if kid.label[0] == "job":

@@ -11,6 +11,9 @@ rogue-watchdog is never wrong in the dangerous direction:
 - I4 blindness never resolves or reopens a finding; ``respawned`` needs a new identity;
 - I5 a finding's id, root and root start name one job for its whole life;
 - I6 every live cron source named is a crontab cron really reads (mode, name);
+- I8 a restart source is named: a job whose loop shell ``terminate`` leaves has advice
+  that says the loop restarts it and stops the loop first; the daemon records at most
+  one ``will-return`` terminate per job signature (it does not repeat a futile one);
 - I7 a service is never collateral: no ``systemctl`` stop, disable or mask of a unit
   while a process of it that is not training runs (a hub that launches trainers), no
   ``disable-source`` plan for it without ``--stop-service``, and its jobs' ``stop:``
@@ -172,6 +175,37 @@ class TrustMachine(RuleBasedStateMachine):
         h.spawn(wrapper.pid, (PY, "/home/u/train_a.py"), PY, ("job", key),
                 stubborn=stubborn, gpu=(1, None))  # fmt: skip
 
+    @rule(shared=st.booleans())
+    def shell_loop(self, shared: bool) -> None:
+        """An orphaned `bash -c 'while true; do python3 train_loop.py; sleep 5; done'`
+        (case 2 of issue 31), and, when shared, a web server it started beside it."""
+        h = self.host
+        h.now += 1.0
+        h.runs += 1
+        key = f"loop#{h.runs}"
+        text = "while true; do python3 /home/u/train_loop.py; sleep 5; done"
+        if shared:
+            text = "python3 -m http.server & " + text
+        shell = h.spawn(1, ("bash", "-c", text), "/usr/bin/bash",
+                        ("shared" if shared else "wrapper", key), uid=1000)  # fmt: skip
+        h.loops[shell.pid] = key
+        if shared:
+            h.spawn(shell.pid, (PY, "-m", "http.server"), PY, ("bystander", ""))
+        h.spawn(shell.pid, (PY, "/home/u/train_loop.py"), PY, ("job", key), gpu=(1, GIB))
+
+    @rule()
+    def loops_run_again(self) -> None:
+        """Each live loop whose run ended starts it again (5 s later)."""
+        h = self.host
+        h.now += 5.0
+        for pid, key in list(h.loops.items()):
+            shell = h.procs.get(pid)
+            if shell is None or shell.state == "Z":
+                h.loops.pop(pid)
+                continue
+            if not any(c.argv[1:2] == ("/home/u/train_loop.py",) for c in h.children(pid)):
+                h.spawn(pid, (PY, "/home/u/train_loop.py"), PY, ("job", key), gpu=(1, GIB))
+
     @rule(hub=st.booleans())
     def unit_launches(self, hub: bool) -> None:
         """A unit starts a trainer: ``td-hub.service``'s own process (a hub doing other
@@ -325,6 +359,11 @@ class TrustMachine(RuleBasedStateMachine):
         touched = [c for c in self.effects.calls if str(host.pipeline) in json.dumps(c[1:2])]
         assert not touched, f"I1: the pipeline's line was acted on: {touched}"
         self._check_findings(result.gpu_blind, jobs)
+        repeated = self.daemon.db.conn.execute(
+            "SELECT signature, COUNT(*) FROM actions WHERE kind='terminate' AND "
+            "outcome='will-return' AND dry_run=0 GROUP BY signature HAVING COUNT(*) > 1"
+        ).fetchall()
+        assert not repeated, f"I8: a futile terminate repeated: {repeated}"
 
     def _services(self, unit: str) -> list[int]:
         """PIDs of ``unit``'s processes doing other work, as the scan saw them."""
@@ -378,6 +417,13 @@ class TrustMachine(RuleBasedStateMachine):
             )
             disable = remedy.plan_disable(target, self.host.now)
             assert disable.refused is not None, f"I1: disable plan {disable.steps}"
+        loops = [p for p in job.lineage[1:] if p.pid in self.host.loops]
+        if loops and loops[0].pid not in advice.stop_pids:
+            # I8: the loop terminate leaves is named, and stopped first.
+            again = advice.restarts
+            assert again is not None and again.after_terminate, f"I8: {job.root_pid}: {advice}"
+            line = advice.stop_line(job.root_pid) or ""
+            assert f"stop the loop first: kill -TERM {loops[0].pid}" in line, f"I8: {line}"
         unit = job.origin.unit if isinstance(job.origin, SystemdOrigin) else None
         if unit and self._services(unit):
             # I7: a unit that also runs a hub is never planned, offered or advised unasked.

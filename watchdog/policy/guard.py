@@ -514,7 +514,7 @@ def advise(
 # A shell loop that runs its body forever: `while true`, `while :`, `while [ 1 ]`,
 # `while sleep N`, `until false`, `for ((;;))`.
 _LOOP = re.compile(
-    r"\b(?:while\s+(?:true|:|\[\s*1\s*\]|\(\(\s*1\s*\)\)|sleep\s+\S+)|until\s+false"
+    r"\b(?:while\s+(?:true|:|\[\s*1\s*\]|\(\(\s*1\s*\)\)|sleep\s+[^\s;]+)|until\s+false"
     r"|for\s*\(\(\s*;\s*;\s*\)\))(?=\s*;|\s+do\b|\s*$)"
 )
 
