@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -62,11 +63,13 @@ def cli(sd: NamespacedSystemd, *args: str, config: str = "config.yaml") -> tuple
     return res.returncode, res.stdout
 
 
-def scan_job(sd: NamespacedSystemd, script: Path, timeout_s: float = 20) -> dict[str, Any]:
+def scan_job(
+    sd: NamespacedSystemd, script: Path, timeout_s: float = 20, config: str = "config.yaml"
+) -> dict[str, Any]:
     """The one job of ``scan --json`` running ``script``, waiting until it runs."""
     deadline = time.monotonic() + timeout_s
     while True:
-        _rc, out = cli(sd, "scan", "--json")
+        _rc, out = cli(sd, "scan", "--json", config=config)
         jobs = [j for j in json.loads(out)["jobs"] if str(script) in j["cmdline"]]
         if len(jobs) == 1 or time.monotonic() > deadline:
             assert len(jobs) == 1, out
@@ -339,3 +342,74 @@ def _children(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(x) for x in text.split()]
+
+
+def test_a_transient_unit_prints_no_undo_it_cannot_do(sd: NamespacedSystemd) -> None:
+    """Issue 31, case 8. BEFORE (4ec0a01): remediation `systemctl disable --now U && systemctl
+    mask U` (a mask link for a unit that is gone once stopped); disable-source printed
+    `undo with: rogue-watchdog undo 1`, and `undo 1` said it had nothing to undo."""
+    trainer = sd.write_file("train_transient.py", "import time\ntime.sleep(600)\n")
+    sd.write_file(
+        "transient.yaml",
+        f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{sd.sandbox}/transient-state'}}\n",
+    )
+    unit = "rw-transient.service"
+    sd.nsenter(
+        "systemd-run", "--unit=rw-transient", "-p", "DefaultDependencies=no", "-p",
+        "Restart=always", "/usr/bin/python3", str(trainer),
+    )  # fmt: skip
+    try:
+        pid = sd.wait_main_pid(unit)
+        job = scan_job(sd, trainer, config="transient.yaml")
+        assert job["origin"]["remediation"] == f"systemctl stop {unit}"
+        rc, out = cli(sd, "disable-source", str(pid), config="transient.yaml")
+        assert rc == 0, out
+        assert (
+            "outcome: ok; nothing to undo (a transient unit is gone once stopped, and cannot "
+            "be started again)\n"
+        ) in out
+        assert "undo with" not in out
+    finally:
+        sd.stop_units([unit])
+
+
+def test_undo_is_recorded_before_it_starts_the_job_and_keeps_the_unit_files_mtime(
+    sd: NamespacedSystemd,
+) -> None:
+    """Issue 31, case 8. BEFORE (4ec0a01): the restored unit file got a new mtime (its own
+    was 1700000000), and the undo was recorded after its `systemctl start` ran (a daemon
+    ticking in between opened `respawned`). AFTER: the undo's action row exists, as
+    `running`, while it starts the unit, and the file's mtime is its own again."""
+    trainer = sd.write_file("train_mtime.py", "import time\ntime.sleep(600)\n")
+    sd.write_file(
+        "mtime.yaml",
+        f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{sd.sandbox}/mtime-state'}}\n",
+    )
+    unit = "rw-mtime.service"
+    etc = Path(f"/proc/{sd.pid}/root/etc/systemd/system")
+    (etc / unit).write_text(
+        "[Unit]\nDefaultDependencies=no\n\n[Service]\n"
+        f"ExecStart=/usr/bin/python3 {trainer}\nRestart=always\n"
+        # Runs as the unit starts: what the state database says about the undo then.
+        f"ExecStartPre=/bin/sh -c 'sqlite3 {sd.sandbox}/mtime-state/state.db "
+        f'"SELECT kind, outcome FROM actions ORDER BY id" > {sd.sandbox}/at-start.txt '
+        "2>&1 || true'\n"
+    )
+    os.utime(etc / unit, (1_700_000_000, 1_700_000_000))
+    sd.systemctl("daemon-reload")
+    sd.systemctl("start", unit)
+    try:
+        pid = sd.wait_main_pid(unit)
+        rc, out = cli(sd, "disable-source", str(pid), config="mtime.yaml")
+        assert rc == 0, out
+        undo = next(x for x in out.splitlines() if "undo with" in x).split()[-1]
+        rc, out = cli(sd, "undo", undo, config="mtime.yaml")
+        assert rc == 0, out
+        assert os.stat(etc / unit).st_mtime == 1_700_000_000
+        sd.wait_main_pid(unit)
+        if shutil.which("sqlite3"):
+            seen = (sd.sandbox / "at-start.txt").read_text().splitlines()
+            assert seen[-1] == "undo|running", seen
+    finally:
+        sd.systemctl("unmask", unit, check=False)
+        sd.stop_units([unit])

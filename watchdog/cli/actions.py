@@ -422,7 +422,15 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     if result is not None:
         if result.error:
             _out(f"  error: {result.error}")
-        _out(f"outcome: {result.outcome}; undo with: rogue-watchdog undo {action_id}")
+        if result.undo:
+            _out(f"outcome: {result.outcome}; undo with: rogue-watchdog undo {action_id}")
+        else:
+            why = (
+                "a transient unit is gone once stopped, and cannot be started again"
+                if plan.data.get("transient")
+                else "what was done cannot be put back"
+            )
+            _out(f"outcome: {result.outcome}; nothing to undo ({why})")
         if not target.running:
             pass  # nothing was running: nothing to say about stopping it
         elif _still_running(
@@ -508,6 +516,16 @@ def cmd_undo(args: argparse.Namespace) -> int:
     except UndoError as exc:
         raise CliError(f"action {rec.id} has an unreadable undo record: {exc}") from None
     effects = Effects(config.enforcement.command_prefix)
+    undo_id = 0
+    if not args.dry_run:
+        # Recorded before anything is restored: a daemon that sees the source start the
+        # job again meanwhile reads it as this undo's, not as a failed remediation.
+        now = time.time()
+        undo_id = db.record_action(
+            default_actor(), "undo", f"action {rec.id}", "running", {"undid": rec.id}, now,
+            finding_id=rec.finding_id, signature=rec.signature,
+        )  # fmt: skip
+        db.mark_undone(rec.id, now)
     res = run_undo(ops, effects, dry_run=args.dry_run)
     head = "would undo" if args.dry_run else "undo"
     _out(f"{head} action {rec.id} ({rec.kind} {rec.target}):")
@@ -515,15 +533,12 @@ def cmd_undo(args: argparse.Namespace) -> int:
         _out(f"  {step}")
     if res.error:
         _out(f"  FAILED: {res.error}")
-    now = time.time()
     if not args.dry_run:
-        if res.outcome == "ok":
-            db.mark_undone(rec.id, now)
-        db.record_action(
-            default_actor(), "undo", f"action {rec.id}", res.outcome,
-            {"undid": rec.id, "done": res.done, "error": res.error}, now,
-            finding_id=rec.finding_id, signature=rec.signature,
-        )  # fmt: skip
+        if res.outcome != "ok":
+            db.mark_undone(rec.id, None)  # not undone after all: watched as before
+        db.finish_action(
+            undo_id, res.outcome, {"undid": rec.id, "done": res.done, "error": res.error}
+        )
     _out(f"outcome: {res.outcome}")
     return 0 if res.outcome in ("ok", "dry-run") else 1
 
