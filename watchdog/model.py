@@ -299,6 +299,9 @@ class Origin:
     PINS: ClassVar[Mapping[str, PinKey]] = {}
     #: False for a recorded origin that could not be read back: nothing acts on it.
     READABLE: ClassVar[bool] = True
+    #: False when the by-hand ``remediation`` leaves the running job alone (``atrm``
+    #: removes queued at jobs only): the advice adds ``terminate`` after it.
+    REMEDIATION_STOPS_JOB: ClassVar[bool] = True
     evidence: tuple[str, ...] = ()
     remediation: str | None = None
 
@@ -1087,6 +1090,7 @@ class AtOrigin(Origin):
 
     kind: ClassVar[OriginKind] = "at"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("command",)
+    REMEDIATION_STOPS_JOB: ClassVar[bool] = False
     job: int | None = None
     queue: str | None = None
     user: str | None = None
@@ -1448,6 +1452,8 @@ class Advice:
         collateral: The job's source is a service that also runs other work: stopping
             the source stops it (never unasked; see :class:`Collateral`).
         restarts: What starts the job again once it ends (:class:`Restarts`), or None.
+        then_terminate: :attr:`by_hand` leaves the running job (``atrm``): the ``stop:``
+            line adds ``terminate`` after it.
     """
 
     refused: str | None = None
@@ -1460,6 +1466,7 @@ class Advice:
     stops_job: bool = False
     collateral: Collateral | None = None
     restarts: Restarts | None = None
+    then_terminate: bool = False
 
     def to_json(self, pid: int) -> dict[str, Any]:
         """``jobs[].advice`` of the scan JSON (docs/scan-json-schema.md): what may be done
@@ -1546,6 +1553,11 @@ class Advice:
             )
         if self.stops_job:
             return self._stop_first(pid)
+        if self.by_hand and self.then_terminate:
+            return (
+                f"{self.by_hand} && rogue-watchdog terminate {pid} (the first stops what is "
+                "queued, not the running job)"
+            )
         if self.by_hand:
             return self.by_hand
         return f"rogue-watchdog terminate {pid} (its origin is unknown: see explain {pid})"

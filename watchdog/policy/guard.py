@@ -508,6 +508,7 @@ def advise(
         by_hand=origin.remediation,
         disables=origin.DISABLES,
         restarts=restarts,
+        then_terminate=not origin.REMEDIATION_STOPS_JOB,
     )
 
 
