@@ -438,6 +438,9 @@ def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: 
             # Not training: no stop advice (it may serve others); how to exempt it instead.
             lines.extend(fit(printable(job.exemption()), width, " " * 12, "    exempt: "))
             continue
+        again = job.advice.restarts if job.unsanctioned else None
+        if again is not None:
+            lines.extend(fit(printable(again.line()), width, " " * 9, "    "))
         stop = stop_text(job) if job.unsanctioned else None
         if stop:
             lines.extend(fit(printable(stop), width, " " * 10, "    stop: "))

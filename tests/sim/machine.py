@@ -14,9 +14,18 @@ rogue-watchdog is never wrong in the dangerous direction:
 - I7 no false page: under the default configuration no finding of severity high or
   above names a GPU user that is not training (a notebook kernel, an inference server, a
   display server outside /usr), each is classed so, and none of them is ever signalled.
+- I10 a service is never collateral: no ``systemctl`` stop, disable or mask of a unit
+  while a process of it that is not training runs (a hub that launches trainers), no
+  ``disable-source`` plan for it without ``--stop-service``, and its jobs' ``stop:``
+  line names the service and says it is not stopped.
+- I11 a restart source is named: a job whose loop shell ``terminate`` leaves has advice
+  that says the loop restarts it and stops the loop first; the daemon records at most
+  one ``will-return`` terminate per job signature (it does not repeat a futile one);
 
 The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
 overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
+hub unit whose own process launches trainers and a unit whose shell loop runs only its
+trainer, a
 trainer in an orphaned shell that also runs a web server, the workers of one launch each
 in a session of their own, processes that only name a training script, exits, zombies,
 edits and chmods of the crontab, NVML blips (NO_PERMISSION, a GPU leaving the list, the
@@ -45,7 +54,7 @@ from watchdog.actions.remedy import Remedy, target_from_job
 from watchdog.actions.terminate import plan_tree
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
-from watchdog.model import CronOrigin, Job
+from watchdog.model import CronOrigin, Job, SystemdOrigin
 from watchdog.policy.signature import job_signature
 
 JOB_KINDS = ("rogue-job", "excess-instances")
@@ -88,6 +97,7 @@ class TrustMachine(RuleBasedStateMachine):
         # Every label a PID had (the simulator never reuses a PID).
         self.labels_ever: dict[int, tuple[str, str]] = {}
         self.ticks = 0
+        self.calls_seen = 0
         self.counts["machines"] += 1
 
     def teardown(self) -> None:
@@ -170,6 +180,62 @@ class TrustMachine(RuleBasedStateMachine):
         h.spawn(wrapper.pid, (PY, "/home/u/train_a.py"), PY, ("job", key),
                 stubborn=stubborn, gpu=(1, None))  # fmt: skip
 
+    @rule(shared=st.booleans())
+    def shell_loop(self, shared: bool) -> None:
+        """An orphaned `bash -c 'while true; do python3 train_loop.py; sleep 5; done'`
+        (case 2 of issue 31), and, when shared, a web server it started beside it."""
+        h = self.host
+        h.now += 1.0
+        h.runs += 1
+        key = f"loop#{h.runs}"
+        text = "while true; do python3 /home/u/train_loop.py; sleep 5; done"
+        if shared:
+            text = "python3 -m http.server & " + text
+        shell = h.spawn(1, ("bash", "-c", text), "/usr/bin/bash",
+                        ("shared" if shared else "wrapper", key), uid=1000)  # fmt: skip
+        h.loops[shell.pid] = key
+        if shared:
+            h.spawn(shell.pid, (PY, "-m", "http.server"), PY, ("bystander", ""))
+        h.spawn(shell.pid, (PY, "/home/u/train_loop.py"), PY, ("job", key), gpu=(1, GIB))
+
+    @rule()
+    def loops_run_again(self) -> None:
+        """Each live loop whose run ended starts it again (5 s later)."""
+        h = self.host
+        h.now += 5.0
+        for pid, key in list(h.loops.items()):
+            shell = h.procs.get(pid)
+            if shell is None or shell.state == "Z":
+                h.loops.pop(pid)
+                continue
+            if not any(c.argv[1:2] == ("/home/u/train_loop.py",) for c in h.children(pid)):
+                h.spawn(pid, (PY, "/home/u/train_loop.py"), PY, ("job", key), gpu=(1, GIB))
+
+    @rule(hub=st.booleans())
+    def unit_launches(self, hub: bool) -> None:
+        """A unit starts a trainer: ``td-hub.service``'s own process (a hub doing other
+        work, started once and kept) launches it, or ``loop-train.service``'s shell loop
+        runs it and nothing else (that unit is the job's own)."""
+        h = self.host
+        h.now += 1.0
+        h.runs += 1
+        key = f"unit#{h.runs}"
+        if hub:
+            # A unit runs one main process: the hub, started once and kept.
+            tops = [p for p in h.unit_procs("td-hub.service") if p.pid in h.unit_mains]
+            top = tops[0] if tops else h.unit_run(
+                "td-hub.service", (PY, "/srv/hub/hub_server.py"), ("service", "")
+            )  # fmt: skip
+            if top.label[0] == "job":
+                key = top.label[1]  # a hub judged a job (it holds a zombie): its run
+            h.spawn(top.pid, (PY, "/srv/hub/train_hub.py"), PY, ("job", key), gpu=(0, GIB))
+            return
+        if h.unit_procs("loop-train.service"):
+            return  # a unit runs once: starting it while it runs does nothing
+        loop = "while true; do python3 /srv/loop/train_loop.py; sleep 5; done"
+        top = h.unit_run("loop-train.service", ("/bin/bash", "-c", loop), ("wrapper", key))
+        h.spawn(top.pid, (PY, "/srv/loop/train_loop.py"), PY, ("job", key), gpu=(1, GIB))
+
     @rule(workers=st.integers(2, 4))
     def one_launch(self, workers: int) -> None:
         """A launcher starts workers `train_w.py --rank N`, each in a session of its own,
@@ -225,7 +291,12 @@ class TrustMachine(RuleBasedStateMachine):
         if not pids:
             return
         pid = data.draw(st.sampled_from(pids))
-        if how == "zombie" and h.procs[pid].state != "Z" and h.procs[pid].ppid > 1:
+        parent = h.procs.get(h.procs[pid].ppid)
+        # Not modelled (open, reported with issue 31): a GPU trainer left a zombie by a
+        # shell that also runs a bystander makes that shell a job, whose tree then holds
+        # the bystander (docs/architecture.md, Jobs: a zombie's memory is its parent's).
+        shared = parent is not None and parent.label[0] == "shared" and h.procs[pid].gpu
+        if how == "zombie" and h.procs[pid].state != "Z" and h.procs[pid].ppid > 1 and not shared:
             h.zombie(pid)
         else:
             h.exit(pid)
@@ -302,6 +373,7 @@ class TrustMachine(RuleBasedStateMachine):
             assert label[0] in ("job", "wrapper"), f"I2: signal {sig} to PID {pid} {label}"
             assert not was_sanctioned, f"I2: signal {sig} to sanctioned PID {pid} {label}"
         self.effects.signalled.clear()
+        self._check_units()
         guard = result.protection
         assert guard is not None
         remedy = Remedy(
@@ -316,6 +388,11 @@ class TrustMachine(RuleBasedStateMachine):
         touched = [c for c in self.effects.calls if str(host.pipeline) in json.dumps(c[1:2])]
         assert not touched, f"I1: the pipeline's line was acted on: {touched}"
         self._check_findings(result.gpu_blind, jobs)
+        repeated = self.daemon.db.conn.execute(
+            "SELECT signature, COUNT(*) FROM actions WHERE kind='terminate' AND "
+            "outcome='will-return' AND dry_run=0 GROUP BY signature HAVING COUNT(*) > 1"
+        ).fetchall()
+        assert not repeated, f"I11: a futile terminate repeated: {repeated}"
         self._check_no_false_page(jobs, labels)
 
     def _check_no_false_page(self, jobs: list[Job], labels: dict[int, tuple[str, str]]) -> None:
@@ -333,6 +410,28 @@ class TrustMachine(RuleBasedStateMachine):
             assert label is None or label[0] != "not-training", (
                 f"I7: F{fid} {kind} ({severity}) pages for {label}, not training"
             )
+
+    def _services(self, unit: str) -> list[int]:
+        """PIDs of ``unit``'s processes doing other work, as the scan saw them."""
+        cg = f"/system.slice/{unit}"
+        return [
+            pid
+            for pid, p in self.host.procs.items()
+            if p.cgroup == cg and p.label[0] == "service" and pid in self.before
+        ]
+
+    def _check_units(self) -> None:
+        """I10: no systemctl verb that stops a unit reached one with a service in it."""
+        calls = self.effects.calls[self.calls_seen :]
+        self.calls_seen = len(self.effects.calls)
+        for call in calls:
+            argv = call[1] if call[0] == "run" else ()
+            if not argv or argv[0] != "systemctl":
+                continue
+            if argv[1] in ("stop", "disable", "mask", "kill", "restart"):
+                for unit in argv[2:]:
+                    live = self._services(str(unit))
+                    assert not live, f"I10: `{' '.join(argv)}` stops service PIDs {live}"
 
     def _check_job(self, job: Job, remedy: Remedy, labels: dict[int, tuple[str, str]]) -> None:
         root = labels.get(job.root_pid, ("gone", ""))
@@ -369,6 +468,26 @@ class TrustMachine(RuleBasedStateMachine):
             )
             disable = remedy.plan_disable(target, self.host.now)
             assert disable.refused is not None, f"I1: disable plan {disable.steps}"
+        loops = [p for p in job.lineage[1:] if p.pid in self.host.loops]
+        if loops and loops[0].pid not in advice.stop_pids:
+            # I11: the loop terminate leaves is named, and stopped first.
+            again = advice.restarts
+            assert again is not None and again.after_terminate, f"I11: {job.root_pid}: {advice}"
+            line = advice.stop_line(job.root_pid) or ""
+            assert f"stop the loop first: kill -TERM {loops[0].pid}" in line, f"I11: {line}"
+        unit = job.origin.unit if isinstance(job.origin, SystemdOrigin) else None
+        if unit and self._services(unit):
+            # I10: a unit that also runs a hub is never planned, offered or advised unasked.
+            assert not advice.disable and job.origin.remediation is None, (
+                f"I10: job {job.root_pid} of {unit} may disable it: {advice}"
+            )
+            assert advice.collateral is not None and advice.collateral.name == unit, (
+                f"I10: job {job.root_pid} of {unit}: no service named in {advice}"
+            )
+            line = advice.stop_line(job.root_pid) or ""
+            assert f"--stop-service {unit}" in line and "stops the run only" in line, line
+            disable = remedy.plan_disable(target, self.host.now)
+            assert disable.refused is not None, f"I10: disable plan for {unit}: {disable.steps}"
         if isinstance(job.origin, CronOrigin) and job.origin.file and not job.origin.entry_state:
             # I6: a live cron source is a file cron reads: not group/other-writable.
             mode = os.stat(job.origin.file).st_mode

@@ -289,7 +289,11 @@ def test_the_week(spawned: Spawned) -> None:
         assert file_b.read_text().splitlines()[3].startswith("# disabled by rogue-watchdog at ")
         disabled_at = time.time()
         rc, out = _cli(config, "terminate", f"F{c_f['id']}")
-        assert rc == 0, out
+        # Its cron line still runs: stopped, but it will come back (issue 31, case 4).
+        assert rc == 1, out
+        assert (
+            "outcome: will-return\nwill come back: its source restarts it; disable-source first\n"
+        ) in out, out
 
         # The pipeline's next run (its first ended after 40 s) and the respawn.
         second = h.wait_for([respawner], 75 + fire_at - time.time())[respawner]

@@ -38,6 +38,7 @@ from watchdog.hosttext import command_text
 from watchdog.logs import get_logger
 from watchdog.model import Finding, Job, ScanResult
 from watchdog.plugins import TrackResult
+from watchdog.policy.services import service_source
 from watchdog.policy.signature import job_signature
 from watchdog.state import ActionRecord, StateDB, source_undo
 
@@ -105,7 +106,7 @@ class Enforcer:
                 and rec.signature
                 and not rec.dry_run
                 and rec.undone_at is None
-                and rec.outcome in ("ok", "partial")
+                and rec.outcome in ("ok", "partial", "will-return")
             ):
                 out.setdefault(rec.signature, []).append(rec)
         return out
@@ -146,7 +147,7 @@ class Enforcer:
             if (job.root_pid, job.start_ticks) in identities:
                 continue  # the very process acted on (refused, or not dead yet)
             seen.add(sig)
-            out.append(self._failed(job, sig, recs))
+            out.append(self._failed(job, sig, recs, result))
         out += self._recheck(result, seen, undone)
         self._last = (id(result), out)
         return out
@@ -165,7 +166,7 @@ class Enforcer:
                 rec.kind != "terminate"
                 or rec.dry_run
                 or rec.undone_at is not None
-                or rec.outcome not in ("ok", "partial")
+                or rec.outcome not in ("ok", "partial", "will-return")
                 or not RECHECK_AFTER_S <= age <= RECHECK_WINDOW_S
             ):
                 continue
@@ -227,16 +228,32 @@ class Enforcer:
         )
 
     @staticmethod
-    def _failed(job: Job, sig: str, recs: list[ActionRecord]) -> Finding:
+    def _failed(
+        job: Job, sig: str, recs: list[ActionRecord], result: ScanResult | None = None
+    ) -> Finding:
         latest = recs[0]  # newest first
         done = "; ".join(f"{_summary(r)} at {_when(r.created_at)} by {r.actor}" for r in recs[:3])
+        launcher = _service_launcher(job, result)
+        spawner = f"{service_source(launcher)}" if launcher else job.origin.describe()
         message = (
             f"remediation failed: `{command_text(job.cmdline, 120)}` is back as PID "
-            f"{job.root_pid} after rogue-watchdog {done}; spawned this time by "
-            f"{job.origin.describe()}"
+            f"{job.root_pid} after rogue-watchdog {done}; spawned this time by {spawner}"
         )
         stop = job.advice.stop_source(job.root_pid)
-        if stop:
+        said = latest.details.get("will_return") if latest.outcome == "will-return" else None
+        if isinstance(said, dict):
+            # Foretold: the terminate said its source restarts it; not repeated.
+            message += (
+                f"; as its terminate said, its source {said.get('restarts')} "
+                f"({said.get('stops')}); the daemon does not terminate it again"
+            )
+        if launcher is not None:
+            svc = launcher.details["service_pids"][0]
+            message += (
+                f"; to stop the service and its run: rogue-watchdog terminate {svc} (or by "
+                f"hand: kill -TERM {svc} {job.root_pid})"
+            )
+        elif stop:
             message += f"; to stop that source: {stop}"
         elif job.advice.source_refused is not None:
             message += f"; its source is not disabled: {job.advice.source_refused}"
@@ -296,18 +313,60 @@ class Enforcer:
             )
             fid = open_ids.get(f"{_FINDING_KIND[job.verdict]}:{sig}")
             target = target_from_job(job, sig, fid, self.config.paths.proc_root)
+            disabled = False
             if decision.auto_disable_source and job.advice.refused is None:
-                if job.advice.source_refused is None:
-                    remedy.disable_source(target, self.clock())
+                service = job.advice.collateral
+                if job.advice.source_refused is None and service is None:
+                    _aid, _plan, done = remedy.disable_source(target, self.clock())
+                    disabled = done is not None and done.outcome == "ok"
                 else:
-                    # The guard keeps the source (a sanctioned rule's): the run is
-                    # stopped as a job, and the log says why the source was left.
+                    # The guard keeps the source (a sanctioned rule's), or the source is
+                    # a service that also runs other work (never stopped unasked): the
+                    # run is stopped as a job, and the log says why the source was left.
+                    why = job.advice.source_refused or (
+                        f"its source is a service: {service.text()}; never stopped automatically"
+                        if service is not None
+                        else ""
+                    )
                     log.info(
-                        "disable-source-skipped", pid=job.root_pid, finding_id=fid,
-                        reason=job.advice.source_refused,
+                        "disable-source-skipped", pid=job.root_pid, finding_id=fid, reason=why,
                     )  # fmt: skip
-            remedy.terminate(target, self.clock())
+            again = job.advice.restarts
+            if again is not None and again.after_terminate and not disabled and self._futile(sig):
+                # Stopped once already and its source started it again: terminating each
+                # new run is futile; the remediation-failed finding says what stops it.
+                log.warning(
+                    "terminate-futile", pid=job.root_pid, finding_id=fid,
+                    restarts=again.line(), stops=again.stops,
+                )  # fmt: skip
+                continue
+            remedy.terminate(target, self.clock(), source_disabled=disabled)
         return failed
+
+    def _futile(self, sig: str) -> bool:
+        """True when a terminate of this signature already ended ``will-return`` (its
+        source starts it again) and was not undone."""
+        return any(
+            r.kind == "terminate" and r.outcome == "will-return" and not r.dry_run
+            and r.undone_at is None
+            for r in self.db.actions_for(sig)
+        )  # fmt: skip
+
+
+def _service_launcher(job: Job, result: ScanResult | None) -> Finding | None:
+    """The scan's ``rogue-service`` finding saying a service launched ``job`` (its origin
+    names no spawner), or None."""
+    if result is None or job.origin.kind not in ("unknown", "orphan"):
+        return None
+    return next(
+        (
+            f
+            for f in result.findings
+            if f.kind == "rogue-service" and f.root_pid == job.root_pid
+            and f.details.get("service_pids")
+        ),
+        None,
+    )  # fmt: skip
 
 
 def _running(pid: int, start_ticks: int, proc_root: str) -> bool:

@@ -88,7 +88,9 @@ class TerminateOutcome:
     Attributes:
         procs: One entry per process, leaves first.
         outcome: ``ok`` (every targeted process is gone), ``partial``, ``refused``
-            (nothing was signalled), ``dry-run``.
+            (nothing was signalled), ``dry-run``; :meth:`Remedy.terminate
+            <watchdog.actions.remedy.Remedy.terminate>` makes an ``ok`` a
+            ``will-return`` when the job's source starts it again.
         left: Processes next to the job that were not part of it and never signalled,
             each ``{"pid", "cmdline", "reason"}`` (a shared shell above the job).
     """
@@ -170,10 +172,16 @@ class JobTree:
         members: Job members with the identity the decision was made on (root first).
         guard: Never-signal rules; nothing they refuse is ever part of the tree beyond the
             members themselves (which are reported as refused).
+        launchers: Ancestors of the root that launched the run and are to be stopped
+            with it (a rogue service that starts trainers), nearest first; each only
+            when everything it runs is the job's (else it is left, with the reason).
     """
 
-    def __init__(self, members: Sequence[Expected], guard: Guard) -> None:
+    def __init__(
+        self, members: Sequence[Expected], guard: Guard, launchers: Sequence[Expected] = ()
+    ) -> None:
         self.members = list(members)
+        self.launchers = list(launchers)
         self.guard = guard
         self.by_pid = {m.pid: m for m in members}
         self.known: dict[int, Expected] = {m.pid: m for m in members}
@@ -232,6 +240,7 @@ class JobTree:
                 self.blocked.setdefault(m.pid, (m, 0))
         if self._first:
             self._wrappers(live, tree, add)
+            self._launchers(live, children, tree, add)
         # Descendants, groups, sessions and the own cgroup, to a fixpoint.
         changed = True
         while changed:
@@ -256,6 +265,57 @@ class JobTree:
                 changed |= add(self._identity(proc), self._depth(proc, live, tree))
         self._first = False
         return tree
+
+    def _launchers(
+        self,
+        live: dict[int, LiveProc],
+        children: dict[int, list[int]],
+        tree: dict[int, tuple[Expected, int]],
+        add: Callable[[Expected, int], bool],
+    ) -> None:
+        """Add each launcher above the wrappers (frozen first: it cannot start another
+        run meanwhile) when it is still the process decided on, still above the root,
+        and runs nothing but the job: a process it also runs that is not the job's
+        leaves it alone, with the reason, as a shared wrapper is left."""
+        root = live.get(self.members[0].pid) if self.members else None
+        if root is None or not self.launchers:
+            return
+        above: list[int] = []
+        cur = live.get(root.ppid)
+        while cur is not None and cur.pid > 1 and len(above) < 4096:
+            above.append(cur.pid)
+            cur = live.get(cur.ppid)
+        job = set(_descendants(root.pid, children)) | set(tree)
+        depth = min((d for _e, d in tree.values()), default=0)
+        for exp in self.launchers:
+            proc = live.get(exp.pid)
+            if proc is None or proc.start_ticks != exp.start_ticks or exp.pid not in above:
+                self.left[exp.pid] = (
+                    exp.cmdline or (),
+                    "no longer runs, or no longer launched this run: not signalled",
+                )
+                continue
+            path = set(above[: above.index(exp.pid) + 1])
+            others = [
+                d
+                for d in _descendants(exp.pid, children)
+                if d not in job and d not in path and live[d].state != "Z"
+            ]
+            if others:
+                names = ", ".join(
+                    f"PID {d} `{command_text(live[d].cmdline, 60)}`" for d in sorted(others)[:3]
+                )
+                self.left[exp.pid] = (
+                    proc.cmdline,
+                    f"it also runs processes the finding does not name ({names}): not "
+                    "signalled; stop it by hand if it must go",
+                )
+                continue
+            depth -= 1
+            if not add(exp, depth):
+                verdict = self.guard.check(exp.pid, exp)
+                why = verdict.reason if not isinstance(verdict, LiveProc) else "not added"
+                self.left[exp.pid] = (proc.cmdline, why)
 
     def _identity(self, proc: LiveProc) -> Expected:
         """The identity first seen for this process (its argv then), else as it is now."""
@@ -416,6 +476,7 @@ def terminate_tree(
     sleep: Callable[[float], None] = time.sleep,
     poll_s: float = 0.1,
     kill_wait_s: float = 5.0,
+    launchers: Sequence[Expected] = (),
 ) -> TerminateOutcome:
     """Freeze the job's tree, SIGTERM it, SIGKILL what is left after ``grace_s``, verify.
 
@@ -428,13 +489,15 @@ def terminate_tree(
         sleep: Sleep function (tests may pass a fake).
         poll_s: Seconds between checks whether the processes are gone.
         kill_wait_s: Seconds to wait for SIGKILLed processes to disappear.
+        launchers: Ancestors that launched the run, stopped with it (see
+            :class:`JobTree`): a rogue service a ``rogue-service`` finding names.
 
     Returns:
         Per-process results (leaves first) and an overall outcome: ``ok`` only when
         nothing of the tree is left. Never raises for a process that vanished or refused
         a signal.
     """
-    tree = JobTree(members, guard)
+    tree = JobTree(members, guard, launchers)
     results: dict[int, ProcOutcome] = {}
     depth_of: dict[int, int] = {}
 

@@ -7,6 +7,8 @@
 - ``{"op": "restore_file", "path": P, "backup": B, "uid": U, "gid": G, "mode": M,
   "sha256": S}``: the backup must still hash to ``S``; its bytes replace ``P`` atomically
   with owner ``U:G`` and mode ``M``, and ``P``'s directory is touched so cron(8) notices.
+  With ``"mtime_ns": T`` (a unit file moved aside), ``P`` gets its modification time
+  ``T`` back.
 - ``{"op": "crontab_restore", "user": U, "backup": B}``: ``crontab -u U B`` (a
   crontab(1) header in ``B`` is left out: crontab writes its own).
 - ``{"op": "systemctl", "argv": [...]}``: ``systemctl ARGV``.
@@ -196,6 +198,8 @@ def _run_op(op: dict[str, Any], effects: Effects) -> None:
     elif kind == "restore_file":
         data = _backup(op)
         effects.write_file_atomic(op["path"], data, int(op["uid"]), int(op["gid"]), int(op["mode"]))
+        if isinstance(op.get("mtime_ns"), int) and not isinstance(op["mtime_ns"], bool):
+            effects.set_mtime(op["path"], op["mtime_ns"])
         effects.touch(os.path.dirname(op["path"]) or ".")
     elif kind == "crontab_restore":
         data = _strip_header(Path(op["backup"]).read_bytes())

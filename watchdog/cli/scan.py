@@ -116,7 +116,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for e in origin.evidence:
         if e != said:
             out(f"  evidence: {e}")
-    out(f"Remediation: {_remediation(job)}")
+    if job is not None and job.unsanctioned:
+        again = job.advice.restarts
+        if again is None:
+            out("Restarts: nothing rogue-watchdog can see starts it again")
+        else:
+            stops = f" (what stops it: {again.stops})" if again.stops else ""
+            out(f"Restarts: {again.line()}{stops}")
+    out(f"Remediation: {_remediation(job, result)}")
     emit("\n".join(printable(line) for line in lines))
     return 0
 
@@ -146,13 +153,40 @@ def gpu_memory_line(job: Job, result: ScanResult) -> str:
     return f"  GPU memory: {fmt_bytes(job.gpu_memory_bytes)}: {each}"
 
 
-def _remediation(job: Job | None) -> str:
+def _remediation(job: Job | None, result: ScanResult | None = None) -> str:
     """The ``Remediation:`` line of ``explain``, from the guard: a job's advice; for a
     process of no job, none (its origin's command would stop or disable something that
-    is not training: the daemon itself, a shell, a service)."""
-    if job is not None:
-        return job.advice.explain_line(job.root_pid if job.unsanctioned else None)
-    return "none: not a training job (advice is only given for training jobs)"
+    is not training: the daemon itself, a shell, a service). A run a rogue service
+    launched (its origin names no spawner) names that service as its source."""
+    from watchdog.policy.services import service_source
+
+    if job is None:
+        return "none: not a training job (advice is only given for training jobs)"
+    found = next(
+        (
+            f
+            for f in (result.findings if result is not None else [])
+            if f.kind == "rogue-service" and f.root_pid == job.root_pid
+            and f.details.get("service_pids")
+        ),
+        None,
+    )  # fmt: skip
+    if (
+        found is not None
+        and job.advice.refused is None
+        and job.origin.kind
+        in (
+            "unknown",
+            "orphan",
+        )
+    ):
+        svc = found.details["service_pids"][0]
+        return (
+            f"its source is {service_source(found)}: to stop the service and its run: "
+            f"rogue-watchdog terminate {svc} (or by hand: kill -TERM {svc} {job.root_pid}); "
+            f"to stop this run only: rogue-watchdog terminate {job.root_pid}"
+        )
+    return job.advice.explain_line(job.root_pid if job.unsanctioned else None)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -90,6 +90,9 @@ def local_doc(config_path: str | None) -> dict[str, Any]:
                 "gpus": [g.to_json() for g in j.gpus],
                 "start_ticks": j.start_ticks,
                 "stop": j.advice.stop_line(j.root_pid) if j.unsanctioned else None,
+                "restarts": (
+                    j.advice.restarts.line() if j.unsanctioned and j.advice.restarts else None
+                ),
             }
             for j in result.jobs
         ],
@@ -367,10 +370,13 @@ def _row(j: dict[str, Any], mark: str, width: int, colour: bool, now: float, vie
 
 
 def _detail(j: dict[str, Any], width: int) -> list[str]:
-    """The selected job, whole: its origin (identifiers are never cut) and its command."""
+    """The selected job, whole: its origin (identifiers are never cut), its command and
+    what restarts it."""
     origin = printable(str(j.get("origin") or "-"))
     lines = fit(origin, width, "    ", f"  PID {j.get('root_pid')} from ")
     lines.append("    " + shorten_command(j.get("cmdline") or [], max(20, width - 4)))
+    if j.get("restarts"):  # what starts it again: terminate alone will not keep it away
+        lines += fit(printable(str(j["restarts"])), width, "    ", "    ")
     return lines
 
 

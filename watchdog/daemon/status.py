@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from watchdog import __version__
 from watchdog.render import (
     PLACEMENT_BLIND_KINDS,
+    fit,
     gpu_json,
     gpu_lines,
     output_width,
@@ -158,6 +159,8 @@ def _job_entry(j: Job) -> dict[str, Any]:
         # The guard's advice (None: nothing may be done about this job); none for a job
         # that is not training (it may serve others: exempt it or stop it by hand).
         "stop": j.advice.stop_line(j.root_pid) if j.unsanctioned and j.may_train else None,
+        # What starts it again, as of the last scan (never frozen at a finding's open).
+        "restarts": (j.advice.restarts.line() if j.unsanctioned and j.advice.restarts else None),
     }
 
 
@@ -316,7 +319,7 @@ def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
 
 def _job_lines(j: dict[str, Any], width: int, colour: bool) -> list[str]:
     """A job of the status text: verdict, PID, user, GPUs and memory, origin, command,
-    and its class when it is not training (host text made printable)."""
+    its class when it is not training and what restarts it (host text made printable)."""
     out: list[str] = []
     on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
     verdict = str(j.get("verdict") or "-")
@@ -339,6 +342,8 @@ def _job_lines(j: dict[str, Any], width: int, colour: bool) -> list[str]:
     if workload and workload != "training":
         why = "; ".join(str(e) for e in j.get("workload_evidence") or [])
         out.append(printable(f"    class: {workload}" + (f" ({why})" if why else "")))
+    if j.get("restarts"):
+        out.extend(fit(printable(str(j["restarts"])), width, "      ", "    "))
     return out
 
 

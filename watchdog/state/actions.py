@@ -72,9 +72,18 @@ class ActionTable(Table):
         row = self.conn.execute("SELECT * FROM actions WHERE id=?", (action_id,)).fetchone()
         return _action(row) if row else None
 
-    def mark_undone(self, action_id: int, now: float) -> None:
-        """Record that an action was undone."""
+    def mark_undone(self, action_id: int, now: float | None) -> None:
+        """Record that an action was undone (``now``), or that it no longer is (None: an
+        undo that failed after it was recorded)."""
         self.conn.execute("UPDATE actions SET undone_at=? WHERE id=?", (now, action_id))
+
+    def finish_action(self, action_id: int, outcome: str, details: dict[str, Any]) -> None:
+        """Set the outcome and details of an action recorded before it ran (an ``undo``
+        is recorded first, so what it starts is read as the undo's)."""
+        self.conn.execute(
+            "UPDATE actions SET outcome=?, details_json=? WHERE id=?",
+            (outcome, json.dumps(details), action_id),
+        )
 
 
 @dataclass(frozen=True)
@@ -111,10 +120,12 @@ def source_undo(actions: Sequence[ActionRecord]) -> SourceUndo | None:
         The undo and the ``disable-source`` it undid, when the newest disable-source that
         took effect was undone and none took effect since; else None.
     """
+    # "running": the undo is recorded before it starts what it restores, so the run it
+    # starts (a `systemctl start`) is read as the undo's, never as a return.
     undos = {
         r.details.get("undid"): r
         for r in actions
-        if r.kind == "undo" and r.outcome == "ok" and not r.dry_run
+        if r.kind == "undo" and r.outcome in ("ok", "running") and not r.dry_run
     }
     for rec in actions:
         if rec.kind != "disable-source" or rec.dry_run or rec.outcome not in ("ok", "partial"):
