@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
 
 T0 = 1_900_000_000.0
-PROBE = "import sys, time\ntime.sleep(float(sys.argv[1]))\n"
+PROBE = "import os, time\ntime.sleep(float(os.environ['PROBE_S']))\n"
 
 
 def _daemon(tmp_path: Path, extra: str = "") -> Daemon:
@@ -58,98 +57,125 @@ def pages(d: Daemon, mark: str, pids: Collection[int] = ()) -> list[tuple[str, s
     return out
 
 
-def _wait_status(p: subprocess.Popen[bytes]) -> int:
-    """The wait(2) status the kernel's exit event carries for ``p``."""
+_LOOP = r"""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+from tests.fakenvml.build import write_config
+from watchdog.config import parse_config
+from watchdog.daemon.loop import Daemon
+
+lib, conf, tmp, runs, kill_at, feed = sys.argv[1:7]
+runs, kill_at, feed = int(runs), int(kill_at), feed == "1"
+GIB = 1 << 30
+# A GPU box: NVML lists one GPU and none of the loop's runs (a CUDA probe that maps
+# libcudart and exits before it holds memory).
+write_config(Path(conf), {"devices": [{"uuid": "GPU-aaaa", "total": 80 * GIB, "used": 0,
+                                       "processes": []}]})
+cfg = parse_config(
+    f"nvml: {{library: '{lib}'}}\n"
+    f"training: {{device_glob: '{tmp}/nodev[0-9]*'}}\n"
+    f"daemon: {{state_dir: '{tmp}/state'}}\n"
+    f"alerts: {{sinks: [{{type: log, path: '{tmp}/alerts.log'}}]}}\n",
+    "t.yaml",
+)
+d = Daemon(cfg, None)
+d.scanner.gpu_source.retry_first_s = 0.0
+pending = {}
+def exits():
+    global pending
+    out, pending = pending, {}
+    return out
+if feed:  # what the proc connector's exit events hand the daemon
+    d.exit_statuses = exits
+script = Path(tmp) / "train_probe.py"
+script.write_text("import os, time\ntime.sleep(float(os.environ['PROBE_S']))\n")
+t0 = 1_900_000_000.0
+pids = []
+for i in range(runs):
+    env = {**os.environ, "PROBE_S": "30" if i == kill_at else "0.2"}
+    p = subprocess.Popen([sys.executable, "-S", str(script)], env=env)
+    deadline = time.monotonic() + 10
+    while str(script).encode() not in Path(f"/proc/{p.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    pids.append(p.pid)
+    d.tick(t0 + 5 * i)
+    if i == kill_at:
+        p.send_signal(signal.SIGTERM)
     code = p.wait(30)
-    return -code if code < 0 else code << 8
+    pending[p.pid] = -code if code < 0 else code << 8  # the wait(2) status
+    d.tick(t0 + 5 * i + 0.5)
+pages = []
+for event, payload in d.db.conn.execute(
+    "SELECT event, payload_json FROM deliveries WHERE event IN ('open', 'remind') ORDER BY id"
+):
+    f = json.loads(payload)["finding"]
+    if str(script) in payload or f["root_pid"] in pids:
+        pages.append([event, f["kind"], f["severity"]])
+mine = [
+    {"kind": f.kind, "root_pid": f.root_pid, "message": f.message, "details": f.details}
+    for f in d.db.open_findings() if str(script) in f.message or f.root_pid in pids
+]
+respawned = [pid for (pid,) in d.db.conn.execute(
+    "SELECT root_pid FROM findings WHERE kind='respawned' ORDER BY id")]
+print(json.dumps({"pids": pids, "pages": pages, "open": mine, "respawned": respawned}))
+"""
 
 
-def _visible(pid: int, script: Path) -> bool:
-    try:
-        return str(script).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-class ExitFeed:
-    """What the proc connector hands the daemon: exit statuses since the last tick."""
-
-    def __init__(self) -> None:
-        self.pending: dict[int, int] = {}
-
-    def __call__(self) -> dict[int, int]:
-        out, self.pending = self.pending, {}
-        return out
-
-
-def _loop(
-    spawned: Spawned, d: Daemon, script: Path, feed: ExitFeed, runs: int, kill_at: int = -1
-) -> list[int]:
-    """``runs`` runs of ``script`` 5 s apart, ticked while each runs and after it ended
-    (by itself, or by SIGTERM for run ``kill_at``)."""
-    pids = []
-    for i in range(runs):
-        p = spawned.start([sys.executable, "-S", str(script), "30" if i == kill_at else "0.2"])
-        poll("the run to exec", lambda p=p: _visible(p.pid, script), 10, 0.01)
-        pids.append(p.pid)
-        d.tick(T0 + 5 * i)
-        if i == kill_at:
-            p.send_signal(signal.SIGTERM)
-        feed.pending[p.pid] = _wait_status(p)
-        d.tick(T0 + 5 * i + 0.5)
-    return pids
+def run_loop(tmp_path: Path, runs: int, kill_at: int = -1, feed: bool = True) -> dict[str, Any]:
+    """``runs`` runs of a 0.2 s ``train_probe.py`` 5 s apart (fake clock) on a GPU box
+    (the fake NVML), the daemon ticked while each runs and after it ended (by itself,
+    or by SIGTERM for run ``kill_at``); with ``feed``, the daemon gets each run's exit
+    status as the kernel's exit event carries it. Its own interpreter: pynvml loads one
+    library per process."""
+    need_program("gcc")
+    lib = fake_nvml(tmp_path, {})
+    out = subprocess.run(
+        [sys.executable, "-c", _LOOP, str(library_path(lib)), str(lib / "fake_nvml.conf"),
+         str(tmp_path), str(runs), str(kill_at), "1" if feed else "0"],
+        capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-4000:]
+    doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return doc
 
 
 def test_case1_a_loop_of_short_runs_is_one_periodic_finding_and_one_page(
-    spawned: Spawned, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     """Case 1: before, 23 pages for 12 runs (rogue-job, then rogue-job + respawned per
     run); after, one periodic finding with its count, cadence and origin, one page."""
-    d = _daemon(tmp_path)
-    feed = ExitFeed()
-    d.exit_statuses = feed  # type: ignore[attr-defined,unused-ignore]
-    script = tmp_path / "train_probe.py"
-    script.write_text(PROBE)
-    pids = _loop(spawned, d, script, feed, 12)
-    got = pages(d, str(script), pids)
-    assert len(got) == 1, got
-    assert got == [("open", "rogue-job", "high")]
-    rows = [f for f in d.db.open_findings() if str(script) in f.message]
-    assert len(rows) == 1
-    periodic = rows[0].details["periodic"]
-    assert (periodic["runs"], periodic["cadence_s"]) == (11, 5.0)
-    assert rows[0].root_pid is None and rows[0].details["origin"]["kind"] in ("shell", "orphan")
-    assert rows[0].message.startswith("periodic: 11 runs about every 5s since ")
+    doc = run_loop(tmp_path, 12)
+    assert [tuple(p) for p in doc["pages"]] == [("open", "rogue-job", "high")]
+    (row,) = doc["open"]
+    periodic = row["details"]["periodic"]
+    assert (periodic["runs"], periodic["cadence_s"], periodic["pid"]) == (12, 5.0, doc["pids"][-1])
+    assert row["root_pid"] is None
+    assert row["details"]["origin"]["kind"] == row["details"]["origin_kind"]
+    assert row["message"].startswith("periodic: 12 runs about every 5s since ")
+    assert doc["respawned"] == []
 
 
-def test_a_killed_run_of_a_periodic_loop_comes_back_paged_at_once(
-    spawned: Spawned, tmp_path: Path
-) -> None:
+def test_a_killed_run_of_a_periodic_loop_comes_back_paged_at_once(tmp_path: Path) -> None:
     """``respawned`` keeps its meaning inside a loop: the run after one stopped by a
     signal is paged (once), the loop stays one finding."""
-    d = _daemon(tmp_path)
-    feed = ExitFeed()
-    d.exit_statuses = feed  # type: ignore[attr-defined,unused-ignore]
-    script = tmp_path / "train_loop.py"
-    script.write_text(PROBE)
-    pids = _loop(spawned, d, script, feed, 6, kill_at=3)
-    got = pages(d, str(script), pids)
-    assert got == [("open", "rogue-job", "high"), ("open", "respawned", "high")]
-    back = [f for f in d.db.findings() if f.kind == "respawned"]
-    assert [f.root_pid for f in back] == [pids[4]]
+    doc = run_loop(tmp_path, 6, kill_at=3)
+    assert [tuple(p) for p in doc["pages"]] == [
+        ("open", "rogue-job", "high"),
+        ("open", "respawned", "high"),
+    ]
+    assert doc["respawned"] == [doc["pids"][4]]
+    assert [f["details"]["periodic"]["runs"] for f in doc["open"] if f["kind"] == "rogue-job"] == [
+        6
+    ]
 
 
-def test_without_exit_evidence_every_return_is_still_a_respawn(
-    spawned: Spawned, tmp_path: Path
-) -> None:
-    """No exit event (polling only): nothing says the run ended by itself, so each
-    return is ``respawned``, as before: never quieter without evidence."""
-    d = _daemon(tmp_path)
-    script = tmp_path / "train_blind.py"
-    script.write_text(PROBE)
-    pids = _loop(spawned, d, script, ExitFeed(), 3)
-    kinds = [k for _e, k, _s in pages(d, str(script), pids)]
-    assert kinds.count("respawned") == 2
+def test_without_exit_evidence_every_return_is_still_a_respawn(tmp_path: Path) -> None:
+    """No exit event (polling only): nothing says a run ended by itself, so each return
+    is ``respawned``, as before: never quieter without evidence."""
+    doc = run_loop(tmp_path, 3, feed=False)
+    assert doc["respawned"] == doc["pids"][1:]
 
 
 _CASE4 = r"""

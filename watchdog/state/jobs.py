@@ -134,6 +134,15 @@ class JobTable(Table):
             },
         )
 
+    def run(self, signature: str, root_pid: int, start_ticks: int) -> RunRecord | None:
+        """One run by its signature and root identity, or None."""
+        row = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM job_runs"
+            " WHERE signature=? AND root_pid=? AND start_ticks=?",
+            (signature, root_pid, start_ticks),
+        ).fetchone()
+        return _run(row) if row else None
+
     def _run_gpus(self, rec: RunRecord) -> list[str]:
         row = self.conn.execute(
             "SELECT gpus_json FROM job_runs WHERE root_pid=? AND start_ticks=? AND signature=?",

@@ -2,23 +2,56 @@
 
 Jobs are remembered by a signature: the parts of their origin that will start them
 again (cron file and line, unit, Slurm account and job name...) plus the normalised
-command line and user. A rogue signature that disappears (killed, or exited) and appears
-again opens a ``respawned`` finding, also across a daemon restart: the seed case is a
-ghost killed by hand that came back 12 minutes later from a forgotten cron entry.
+command line and user. A rogue signature that disappears and appears again is a
+:class:`Return`. When its run was stopped (by us, by a person, by a signal) or its
+source disabled, or nothing says how it ended, the return opens a ``respawned`` finding,
+also across a daemon restart: the seed case is a ghost killed by hand that came back 12
+minutes later from a forgotten cron entry. When its run ended by itself (the kernel's
+exit event says so) the return is *periodic*: no ``respawned``; the job's findings
+become one periodic finding (:mod:`.periodic`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from watchdog.daemon.alerts.alert import local_iso
 from watchdog.model import Finding, Job
 from watchdog.policy.findings import gpus_text
 from watchdog.policy.signature import job_signature
-from watchdog.state import JobRecord, RunRecord, SourceUndo, StateDB, source_undo
+from watchdog.state import (
+    ActionRecord,
+    JobRecord,
+    RunRecord,
+    SourceUndo,
+    StateDB,
+    source_undo,
+)
 
 Ident = tuple[int, int]  # a process's identity: (PID, start ticks)
+
+# How a job's previous run ended, as far as the evidence goes (None: no evidence).
+Ended = Literal["exited", "stopped"]
+
+
+@dataclass(frozen=True)
+class Return:
+    """An unsanctioned job signature back this tick after its previous run was gone.
+
+    Attributes:
+        signature: The job signature.
+        job: The run that came back.
+        previous_start: When the previous run was first seen (tick time).
+        ended: How the previous run ended: ``exited`` by itself, ``stopped`` (a signal,
+            our terminate, its source disabled), or None without evidence.
+    """
+
+    signature: str
+    job: Job
+    previous_start: float
+    ended: Ended | None
 
 
 @dataclass(frozen=True)
@@ -29,6 +62,8 @@ class JobsSeen:
         signatures: Root PID → job signature of every job seen.
         held: Signatures of jobs not seen but not seen gone (a source was blind).
         respawns: ``respawned`` findings of rogue signatures that came back.
+        returns: Every unsanctioned signature that came back, by signature (those in
+            ``periodic`` open no ``respawned``).
         first_signature: By identity, the signature each running job root got first
             (kept for the next tick: a job keeps it for its life).
         source_undos: By identity, the undo that re-enabled the source the job started
@@ -38,6 +73,7 @@ class JobsSeen:
     signatures: dict[int, str] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
     respawns: list[Finding] = field(default_factory=list)
+    returns: dict[str, Return] = field(default_factory=dict)
     first_signature: dict[Ident, str] = field(default_factory=dict)
     source_undos: dict[Ident, SourceUndo | None] = field(default_factory=dict)
 
@@ -50,9 +86,16 @@ def record_jobs(
     source_undos: Mapping[Ident, SourceUndo | None],
     start_time_s: Callable[[int], float | None] | None = None,
     alive: Callable[[int, int], bool] | None = None,
+    exits: Mapping[int, int] | None = None,
+    periodic: Collection[str] = (),
 ) -> JobsSeen:
     """Record one tick's jobs in the ``runs`` and ``jobs`` tables; mark the jobs not seen
     gone (unless ``alive`` says their root still runs: held).
+
+    A signature back after its run ended by itself (``exits``) is periodic: it opens no
+    ``respawned``; so is one whose run ended without evidence while it is periodic
+    already (a restart, lost events). A run stopped by a signal, our terminate or a
+    disabled source always opens ``respawned``.
 
     Args:
         db: The state database (inside the tick's transaction).
@@ -64,12 +107,16 @@ def record_jobs(
             root PID under a known signature counts as a return only when it started
             after the signature was last seen (not a second instance that ran all along).
         alive: ``(pid, start_ticks) -> bool``, given while a source is blind.
+        exits: PID → wait(2) status of processes seen exiting (the kernel's exit
+            events), kept by the caller across ticks.
+        periodic: Signatures with an open periodic finding.
     """
     firsts = dict(first_signature)
     undos = dict(source_undos)
     signatures: dict[int, str] = {}
     held: set[str] = set()
     respawns = []
+    returns: dict[str, Return] = {}
     seen: set[str] = set()
     for job in jobs:
         ident = (job.root_pid, job.start_ticks)
@@ -88,6 +135,7 @@ def record_jobs(
             continue  # a second instance of the same signature: one record
         seen.add(sig)
         rec = db.job(sig)
+        previous = rec
         back_after: float | None = None
         sightings = 1
         first_seen = now
@@ -113,7 +161,11 @@ def record_jobs(
         if ident not in undos:
             undos[ident] = _source_undo(db, job, sig, now, start_time_s)
         if back_after is not None and job.unsanctioned and undos[ident] is None:
-            respawns.append(respawned_finding(job, sig, back_after, now))
+            assert previous is not None  # only a known signature comes back
+            back = _return(db, sig, job, previous, exits or {})
+            returns[sig] = back
+            if back.ended != "exited" and not (back.ended is None and sig in periodic):
+                respawns.append(respawned_finding(job, sig, back_after, now))
     for rec in db.present_jobs():
         if rec.signature in seen:
             continue
@@ -126,9 +178,47 @@ def record_jobs(
         signatures=signatures,
         held=held,
         respawns=respawns,
+        returns=returns,
         first_signature={i: s for i, s in firsts.items() if i in here or s in held},
         source_undos={i: u for i, u in undos.items() if i in here},
     )
+
+
+def _return(
+    db: StateDB, sig: str, job: Job, previous: JobRecord, exits: Mapping[int, int]
+) -> Return:
+    """``job`` back under ``sig``, with how the recorded run before it ended."""
+    run = db.run(sig, previous.root_pid, previous.start_ticks)
+    started = run.started_at if run is not None else previous.first_seen
+    return Return(sig, job, started, how_ended(db.actions_for(sig), previous, exits))
+
+
+def how_ended(
+    actions: Sequence[ActionRecord], previous: JobRecord, exits: Mapping[int, int]
+) -> Ended | None:
+    """How the recorded run ``previous`` ended: ``stopped`` when we terminated it or
+    disabled its source (an action that took effect and stands), or its exit status
+    says a signal ended it; ``exited`` when its exit status says it exited by itself
+    (any exit code: a crash is no stop by anyone); None without evidence.
+
+    Args:
+        actions: The signature's actions, most recent first.
+        previous: The signature's record as of the run before.
+        exits: PID → wait(2) status of processes seen exiting.
+    """
+    root = [previous.root_pid, previous.start_ticks]
+    for act in actions:
+        if act.dry_run or act.undone_at is not None or act.outcome not in ("ok", "partial"):
+            continue
+        if act.kind == "disable-source" or (
+            act.kind == "terminate" and act.details.get("root") == root
+        ):
+            return "stopped"
+    status = exits.get(previous.root_pid)
+    if status is None:
+        return None
+    # wait(2): the signal that ended a process is in the low 7 bits; an exit leaves 0.
+    return "stopped" if status & 0x7F else "exited"
 
 
 def _source_undo(
