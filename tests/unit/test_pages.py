@@ -17,17 +17,25 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tests.conftest import Spawned, need_program, poll
 from tests.fakenvml.fixtures import REPO, fake_nvml, library_path
 from watchdog.config import parse_config
+from watchdog.config.alerts import AlertSettings
 from watchdog.daemon.loop import Daemon
+from watchdog.daemon.tracking.jobs import Return, how_ended
+from watchdog.daemon.tracking.lifecycle import Resolve, decide
+from watchdog.daemon.tracking.periodic import Loop, expected, gap_text, loops
+from watchdog.daemon.tracking.reminders import settling
+from watchdog.model import Finding, Job
+from watchdog.state import ActionRecord, FindingRecord, JobRecord
 
 T0 = 1_900_000_000.0
 PROBE = "import os, time\ntime.sleep(float(os.environ['PROBE_S']))\n"
@@ -261,3 +269,119 @@ def test_case5_learning_downgrades_rogue_service_too(spawned: Spawned, tmp_path:
     mine = sorted((f.kind, f.severity) for f in d.db.open_findings() if f.root_pid == pid)
     assert mine == [("rogue-job", "info"), ("rogue-service", "info")]
     assert [p for p in pages(d, str(script)) if p[2] != "info"] == []
+
+
+def test_a_lone_short_run_that_ends_by_itself_within_the_settle_is_recorded_not_paged(
+    tmp_path: Path,
+) -> None:
+    """A job that ended by itself before its picture settled left nothing to act on:
+    its finding is recorded (and counted), not paged; a run stopped by a signal within
+    the settle still gets its open (and its resolve)."""
+    quiet = run_loop(tmp_path / "quiet", 1)
+    assert quiet["pages"] == [] and quiet["open"] == []
+    killed = run_loop(tmp_path / "killed", 1, kill_at=0)
+    assert [tuple(p) for p in killed["pages"]] == [("open", "rogue-job", "high")]
+
+
+# -- the phases as plain functions -----------------------------------------------------
+
+
+def _job_rec(pid: int = 10, start: int = 5) -> JobRecord:
+    return JobRecord("sig", "python train.py", "u", "rogue", {}, T0, T0 + 1, pid, start, [pid],
+                     T0 + 2, 1)  # fmt: skip
+
+
+def _act(kind: str, outcome: str = "ok", root: list[int] | None = None, **kw: Any) -> ActionRecord:
+    fields: dict[str, Any] = {
+        "id": 1, "created_at": T0, "actor": "t", "kind": kind, "target": "x", "finding_id": None,
+        "signature": "sig", "dry_run": False, "outcome": outcome,
+        "details": {"root": root or [10, 5]}, "undo": None, "undone_at": None,
+    }  # fmt: skip
+    fields.update(kw)
+    return ActionRecord(**fields)
+
+
+def test_how_a_run_ended_reads_our_actions_then_the_exit_status() -> None:
+    prev = _job_rec()
+    assert how_ended([], prev, {}) is None  # no evidence
+    assert how_ended([], prev, {10: 0}) == "exited"
+    assert how_ended([], prev, {10: 1 << 8}) == "exited"  # a crash is no stop by anyone
+    assert how_ended([], prev, {10: signal.SIGTERM}) == "stopped"
+    assert how_ended([], prev, {10: signal.SIGKILL | 0x80}) == "stopped"  # core dumped
+    assert how_ended([], prev, {11: signal.SIGKILL}) is None  # another PID's exit
+    # Our terminate of that very run, or a disabled source, is a stop whatever the status.
+    assert how_ended([_act("terminate")], prev, {10: 0}) == "stopped"
+    assert how_ended([_act("disable-source")], prev, {10: 0}) == "stopped"
+    # ... unless it did nothing: a dry run, a refusal, an undone disable, another run.
+    for act in (
+        _act("terminate", dry_run=True),
+        _act("terminate", "refused"),
+        _act("disable-source", undone_at=T0 + 1),
+        _act("terminate", root=[10, 4]),
+    ):
+        assert how_ended([act], prev, {10: 0}) == "exited", act
+
+
+def _periodic_rec(fid: int, runs: int, first: float, last: float, **kw: Any) -> FindingRecord:
+    fields: dict[str, Any] = {
+        "id": fid, "fingerprint": "rogue-job:periodic:sig", "kind": "rogue-job",
+        "severity": "high", "message": "m", "root_pid": None,
+        "details": {"signature": "sig", "fingerprint": "periodic:sig",
+                    "periodic": {"runs": runs, "first_at": first, "last_at": last,
+                                 "cadence_s": 5.0, "pid": 10}},
+        "opened_at": last, "last_seen": last, "seen_count": 1, "resolved_at": None,
+        "last_alert_at": None,
+    }  # fmt: skip
+    fields.update(kw)
+    return FindingRecord(**fields)
+
+
+def test_loops_start_on_a_run_that_ended_by_itself_and_count_every_return() -> None:
+    job = cast(Job, None)
+    exited = Return("sig", job, T0, "exited")
+    unknown = Return("sig", job, T0, None)
+    stopped = Return("sig", job, T0, "stopped")
+    assert loops([], {"sig": exited}, T0 + 5) == {"sig": Loop("sig", 2, T0, T0 + 5)}
+    assert loops([], {"sig": unknown}, T0 + 5) == {}
+    assert loops([], {"sig": stopped}, T0 + 5) == {}
+    rec = _periodic_rec(1, 3, T0, T0 + 10)
+    assert loops([rec], {}, T0 + 12) == {"sig": Loop("sig", 3, T0, T0 + 10)}
+    # Any return of a loop is one more run of it, a stopped one too (that one also
+    # opens respawned: record_jobs).
+    for back in (exited, unknown, stopped):
+        assert loops([rec], {"sig": back}, T0 + 15) == {"sig": Loop("sig", 4, T0, T0 + 15)}
+    assert Loop("sig", 4, T0, T0 + 15).cadence_s == 5.0
+    assert Loop("sig", 4, T0, T0 + 15).quiet_s == 70.0
+
+
+def test_a_loop_stays_open_between_runs_until_quiet() -> None:
+    rec = _periodic_rec(1, 3, T0, T0 + 10)  # every 5 s: quiet after 2 * 5 + 60 s
+    last = {"sig": T0 + 10.5}
+    assert expected([rec], set(), last, T0 + 80.5) == {"sig"}
+    assert expected([rec], set(), last, T0 + 80.6) == set()
+    # A run seen now whose findings were not reported (sanctioned now) ends it.
+    assert expected([rec], {"sig"}, last, T0 + 11) == set()
+    steps = decide({}, [rec], present=set(), held=set(), expected={"sig"})
+    assert steps == []
+    assert decide({}, [rec], present=set(), held=set()) == [Resolve(rec)]
+
+
+def test_the_settle_waits_for_a_gpu_seen_twice_alike_at_most_settle_s() -> None:
+    s = AlertSettings(settle_s=5.0)
+    job = Finding("rogue-job", "high", "m", 10, {"root": [10, 5], "gpus": []})
+    other = Finding("rogue-service", "high", "m", 10, {"root": [10, 5]})
+    bare = {"alertname": "RogueJob"}
+    gpu = {"alertname": "RogueJob", "gpu": "0"}
+    assert settling(job, bare, None, 0.0, s)
+    assert settling(job, gpu, None, 0.0, s)  # on a GPU, but looked at once
+    assert settling(job, gpu, bare, 2.0, s)  # the GPU is new this look
+    assert not settling(job, gpu, gpu, 4.0, s)  # the same at two looks: complete
+    assert not settling(job, bare, bare, 5.0, s)  # never longer than settle_s
+    assert not settling(other, bare, None, 0.0, s)  # not about where a job runs
+    assert not settling(job, bare, None, 0.0, AlertSettings(settle_s=0.0))
+
+
+def test_gap_text() -> None:
+    assert [gap_text(x) for x in (4.6, 60, 61, 150, 3600, 3900, 86400, 7 * 86400)] == [
+        "5s", "1m", "1m01s", "2m30s", "1h", "1h05m", "24h", "7d",
+    ]  # fmt: skip

@@ -612,9 +612,11 @@ class Daemon:
         self.scanner.keep_origins_of(old_scanner)  # a reload does not re-attribute
         self.scanner.gpu_libraries.adopt(old_scanner.gpu_libraries)  # nor re-read maps
         first, clocks = self.tracker.first_signature, self.tracker.clocks
+        exits = self.tracker.exits
         self.tracker = Tracker(self.db, new.alerts, self.scanner.host)
         self.tracker.first_signature.update(first)
         self.tracker.clocks = clocks
+        self.tracker.exits = exits  # how the runs before the reload ended
         for hook in self.on_reload:
             try:
                 hook(self)
