@@ -35,7 +35,7 @@ from watchdog.daemon.tracking.lifecycle import Resolve, decide
 from watchdog.daemon.tracking.periodic import Loop, expected, gap_text, loops
 from watchdog.daemon.tracking.reminders import settling
 from watchdog.model import Finding, Job
-from watchdog.state import ActionRecord, FindingRecord, JobRecord
+from watchdog.state import ActionRecord, FindingRecord
 
 T0 = 1_900_000_000.0
 PROBE = "import os, time\ntime.sleep(float(os.environ['PROBE_S']))\n"
@@ -286,11 +286,6 @@ def test_a_lone_short_run_that_ends_by_itself_within_the_settle_is_recorded_not_
 # -- the phases as plain functions -----------------------------------------------------
 
 
-def _job_rec(pid: int = 10, start: int = 5) -> JobRecord:
-    return JobRecord("sig", "python train.py", "u", "rogue", {}, T0, T0 + 1, pid, start, [pid],
-                     T0 + 2, 1)  # fmt: skip
-
-
 def _act(kind: str, outcome: str = "ok", root: list[int] | None = None, **kw: Any) -> ActionRecord:
     fields: dict[str, Any] = {
         "id": 1, "created_at": T0, "actor": "t", "kind": kind, "target": "x", "finding_id": None,
@@ -302,16 +297,22 @@ def _act(kind: str, outcome: str = "ok", root: list[int] | None = None, **kw: An
 
 
 def test_how_a_run_ended_reads_our_actions_then_the_exit_status() -> None:
-    prev = _job_rec()
-    assert how_ended([], prev, {}) is None  # no evidence
-    assert how_ended([], prev, {10: 0}) == "exited"
-    assert how_ended([], prev, {10: 1 << 8}) == "exited"  # a crash is no stop by anyone
-    assert how_ended([], prev, {10: signal.SIGTERM}) == "stopped"
-    assert how_ended([], prev, {10: signal.SIGKILL | 0x80}) == "stopped"  # core dumped
-    assert how_ended([], prev, {11: signal.SIGKILL}) is None  # another PID's exit
-    # Our terminate of that very run, or a disabled source, is a stop whatever the status.
-    assert how_ended([_act("terminate")], prev, {10: 0}) == "stopped"
-    assert how_ended([_act("disable-source")], prev, {10: 0}) == "stopped"
+    one = [(10, 5)]
+    assert how_ended([], one, {}) is None  # no evidence
+    assert how_ended([], one, {10: 0}) == "exited"
+    assert how_ended([], one, {10: 1 << 8}) == "exited"  # a crash is no stop by anyone
+    assert how_ended([], one, {10: signal.SIGTERM}) == "stopped"
+    assert how_ended([], one, {10: signal.SIGKILL | 0x80}) == "stopped"  # core dumped
+    assert how_ended([], one, {11: signal.SIGKILL}) is None  # another PID's exit
+    # Two instances ran: one killed is a stop; both must have ended by themselves.
+    two = [(10, 5), (12, 7)]
+    assert how_ended([], two, {10: 0, 12: signal.SIGTERM}) == "stopped"
+    assert how_ended([], two, {10: 0}) is None
+    assert how_ended([], two, {10: 0, 12: 0}) == "exited"
+    # Our terminate of such a run, or a disabled source, is a stop whatever the status.
+    assert how_ended([_act("terminate")], one, {10: 0}) == "stopped"
+    assert how_ended([_act("terminate", root=[12, 7])], two, {10: 0, 12: 0}) == "stopped"
+    assert how_ended([_act("disable-source")], one, {10: 0}) == "stopped"
     # ... unless it did nothing: a dry run, a refusal, an undone disable, another run.
     for act in (
         _act("terminate", dry_run=True),
@@ -319,7 +320,7 @@ def test_how_a_run_ended_reads_our_actions_then_the_exit_status() -> None:
         _act("disable-source", undone_at=T0 + 1),
         _act("terminate", root=[10, 4]),
     ):
-        assert how_ended([act], prev, {10: 0}) == "exited", act
+        assert how_ended([act], one, {10: 0}) == "exited", act
 
 
 def _periodic_rec(fid: int, runs: int, first: float, last: float, **kw: Any) -> FindingRecord:

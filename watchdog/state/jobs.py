@@ -134,14 +134,15 @@ class JobTable(Table):
             },
         )
 
-    def run(self, signature: str, root_pid: int, start_ticks: int) -> RunRecord | None:
-        """One run by its signature and root identity, or None."""
-        row = self.conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM job_runs"
-            " WHERE signature=? AND root_pid=? AND start_ticks=?",
-            (signature, root_pid, start_ticks),
-        ).fetchone()
-        return _run(row) if row else None
+    def last_runs(self, signature: str, last_seen: float) -> list[RunRecord]:
+        """The runs of one signature last seen at or after ``last_seen`` (the job's
+        ``last_seen``: the instances that ran when it was last seen), oldest first."""
+        rows = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM job_runs WHERE signature=? AND last_seen>=?"
+            " ORDER BY started_at, root_pid",
+            (signature, last_seen),
+        )
+        return [_run(r) for r in rows]
 
     def _run_gpus(self, rec: RunRecord) -> list[str]:
         row = self.conn.execute(

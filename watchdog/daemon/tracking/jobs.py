@@ -162,7 +162,7 @@ def record_jobs(
             undos[ident] = _source_undo(db, job, sig, now, start_time_s)
         if back_after is not None and job.unsanctioned and undos[ident] is None:
             assert previous is not None  # only a known signature comes back
-            back = _return(db, sig, job, previous, exits or {})
+            back = _return(db, sig, job, previous, exits or {}, now)
             returns[sig] = back
             if back.ended != "exited" and not (back.ended is None and sig in periodic):
                 respawns.append(respawned_finding(job, sig, back_after, now))
@@ -185,40 +185,47 @@ def record_jobs(
 
 
 def _return(
-    db: StateDB, sig: str, job: Job, previous: JobRecord, exits: Mapping[int, int]
+    db: StateDB, sig: str, job: Job, previous: JobRecord, exits: Mapping[int, int], now: float
 ) -> Return:
-    """``job`` back under ``sig``, with how the recorded run before it ended."""
-    run = db.run(sig, previous.root_pid, previous.start_ticks)
-    started = run.started_at if run is not None else previous.first_seen
-    return Return(sig, job, started, how_ended(db.actions_for(sig), previous, exits))
+    """``job`` back under ``sig``, with how the runs before it ended (every instance
+    that ran when the signature was last seen; not those seen now)."""
+    runs = [r for r in db.last_runs(sig, previous.last_seen) if r.last_seen < now]
+    roots = [(r.root_pid, r.start_ticks) for r in runs]
+    if (previous.root_pid, previous.start_ticks) not in roots:
+        roots.append((previous.root_pid, previous.start_ticks))
+    started = max((r.started_at for r in runs), default=previous.first_seen)
+    return Return(sig, job, started, how_ended(db.actions_for(sig), roots, exits))
 
 
 def how_ended(
-    actions: Sequence[ActionRecord], previous: JobRecord, exits: Mapping[int, int]
+    actions: Sequence[ActionRecord], roots: Sequence[tuple[int, int]], exits: Mapping[int, int]
 ) -> Ended | None:
-    """How the recorded run ``previous`` ended: ``stopped`` when we terminated it or
-    disabled its source (an action that took effect and stands), or its exit status
-    says a signal ended it; ``exited`` when its exit status says it exited by itself
-    (any exit code: a crash is no stop by anyone); None without evidence.
+    """How the runs rooted at ``roots`` (PID, start ticks) ended: ``stopped`` when we
+    terminated one or disabled their source (an action that took effect and stands), or
+    an exit status says a signal ended one; ``exited`` when the exit status of every
+    one says it exited by itself (any exit code: a crash is no stop by anyone); None
+    otherwise (no evidence for some run: a return without it is a respawn).
 
     Args:
         actions: The signature's actions, most recent first.
-        previous: The signature's record as of the run before.
+        roots: The identities of the runs that ran when the signature was last seen.
         exits: PID → wait(2) status of processes seen exiting.
     """
-    root = [previous.root_pid, previous.start_ticks]
+    ours = [list(r) for r in roots]
     for act in actions:
         if act.dry_run or act.undone_at is not None or act.outcome not in ("ok", "partial"):
             continue
         if act.kind == "disable-source" or (
-            act.kind == "terminate" and act.details.get("root") == root
+            act.kind == "terminate" and act.details.get("root") in ours
         ):
             return "stopped"
-    status = exits.get(previous.root_pid)
-    if status is None:
-        return None
+    statuses = [exits.get(pid) for pid, _start in roots]
     # wait(2): the signal that ended a process is in the low 7 bits; an exit leaves 0.
-    return "stopped" if status & 0x7F else "exited"
+    if any(s is not None and s & 0x7F for s in statuses):
+        return "stopped"
+    if statuses and all(s is not None for s in statuses):
+        return "exited"
+    return None
 
 
 def _source_undo(
