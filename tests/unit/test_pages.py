@@ -386,3 +386,44 @@ def test_gap_text() -> None:
     assert [gap_text(x) for x in (4.6, 60, 61, 150, 3600, 3900, 86400, 7 * 86400)] == [
         "5s", "1m", "1m01s", "2m30s", "1h", "1h05m", "24h", "7d",
     ]  # fmt: skip
+
+
+# -- counterexamples of the lifecycle simulator (tests/sim/machine.py I7, I8) -------------
+
+_SIM = r"""
+import json, sys, tempfile
+from pathlib import Path
+from tests.sim.machine import TrustMachine
+TrustMachine.workdir = Path(sys.argv[1])
+state = TrustMachine()
+exec(sys.argv[2])
+rows = state.daemon.db.conn.execute(
+    "SELECT f.kind, f.fingerprint LIKE '%:periodic:%', d.event FROM deliveries d"
+    " JOIN findings f ON f.id = d.finding_id WHERE d.event IN ('open', 'remind')"
+    " ORDER BY d.id").fetchall()
+state.teardown()
+print(json.dumps([list(r) for r in rows]))
+"""
+
+
+def replay(tmp_path: Path, steps: str) -> list[list[Any]]:
+    """Run simulator steps (as hypothesis prints them); every invariant is checked
+    after each tick. Returns ``[kind, periodic, event]`` of each open or remind."""
+    need_program("gcc")
+    out = subprocess.run(
+        [sys.executable, "-c", _SIM, str(tmp_path), steps],
+        capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-4000:]
+    rows: list[list[Any]] = json.loads(out.stdout.strip().splitlines()[-1])
+    return rows
+
+
+def test_sim_i7_a_loop_whose_later_runs_hold_a_gpu_is_not_paged_again(tmp_path: Path) -> None:
+    """I7 (seed 2): three runs of a loop without a GPU, then one on GPU 0: the loop's
+    GPU label grew after its open and re-paged it at once (a relabel). The labels of a
+    periodic finding are those of its first alert; the GPUs later runs held are in
+    ``gpu_indexes``."""
+    steps = "\n".join(f"state.probe_loop(gpu={gpu})" for gpu in ("False", "False", "False", "True"))
+    assert replay(tmp_path, steps) == [["rogue-job", 1, "open"]]

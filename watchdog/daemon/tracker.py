@@ -162,7 +162,7 @@ class Tracker:
             sigs = {s for s in map(periodic_signature, before) if s is not None}
             seen = record_jobs(
                 self.db, tracked, now, self.first_signature, self.source_undos,
-                start_time_s, alive if blind else None, self.exits, sigs,
+                start_time_s, alive if blind else None, self.exits,
             )  # fmt: skip
             self.first_signature, self.source_undos = seen.first_signature, seen.source_undos
             for pid in seen.signatures:

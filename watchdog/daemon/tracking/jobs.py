@@ -13,7 +13,7 @@ become one periodic finding (:mod:`.periodic`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -62,8 +62,8 @@ class JobsSeen:
         signatures: Root PID → job signature of every job seen.
         held: Signatures of jobs not seen but not seen gone (a source was blind).
         respawns: ``respawned`` findings of rogue signatures that came back.
-        returns: Every unsanctioned signature that came back, by signature (those in
-            ``periodic`` open no ``respawned``).
+        returns: Every unsanctioned signature that came back, by signature (those
+            whose runs ended by themselves open no ``respawned``).
         first_signature: By identity, the signature each running job root got first
             (kept for the next tick: a job keeps it for its life).
         source_undos: By identity, the undo that re-enabled the source the job started
@@ -87,15 +87,14 @@ def record_jobs(
     start_time_s: Callable[[int], float | None] | None = None,
     alive: Callable[[int, int], bool] | None = None,
     exits: Mapping[int, int] | None = None,
-    periodic: Collection[str] = (),
 ) -> JobsSeen:
     """Record one tick's jobs in the ``runs`` and ``jobs`` tables; mark the jobs not seen
     gone (unless ``alive`` says their root still runs: held).
 
-    A signature back after its run ended by itself (``exits``) is periodic: it opens no
-    ``respawned``; so is one whose run ended without evidence while it is periodic
-    already (a restart, lost events). A run stopped by a signal, our terminate or a
-    disabled source always opens ``respawned``.
+    A signature back after every run of it that ran last ended by itself (``exits``)
+    is periodic: it opens no ``respawned``. A run stopped by a signal, our terminate or
+    a disabled source, or one nothing says how it ended (no exit event: polling only,
+    lost events, a daemon restart), opens ``respawned``: never quieter without evidence.
 
     Args:
         db: The state database (inside the tick's transaction).
@@ -109,7 +108,6 @@ def record_jobs(
         alive: ``(pid, start_ticks) -> bool``, given while a source is blind.
         exits: PID → wait(2) status of processes seen exiting (the kernel's exit
             events), kept by the caller across ticks.
-        periodic: Signatures with an open periodic finding.
     """
     firsts = dict(first_signature)
     undos = dict(source_undos)
@@ -164,7 +162,7 @@ def record_jobs(
             assert previous is not None  # only a known signature comes back
             back = _return(db, sig, job, previous, exits or {}, now)
             returns[sig] = back
-            if back.ended != "exited" and not (back.ended is None and sig in periodic):
+            if back.ended != "exited":
                 respawns.append(respawned_finding(job, sig, back_after, now))
     for rec in db.present_jobs():
         if rec.signature in seen:

@@ -155,8 +155,9 @@ def as_periodic(
 ) -> list[Finding]:
     """This tick's findings with those about a run of a loop made the loop's one
     finding of their kind: no root PID (it names no one run), ``details.periodic``
-    (runs, cadence, since, the latest run's PID), the loop's origin, and the GPUs every
-    run held so far (its alert labels stay as they were while runs come and go).
+    (runs, cadence, since, the latest run's PID), the loop's origin, and the GPUs its
+    runs held (``gpus``: up to its first alert, so its alert labels stay as they were
+    while runs come and go; ``gpu_indexes``: all).
 
     Args:
         findings: This tick's findings.
@@ -174,20 +175,25 @@ def as_periodic(
             out.append(f)
             continue
         job = jobs.get(f.root_pid) if f.root_pid is not None else None
-        was = by_fp.get(f"{f.kind}:{PREFIX}{loop.signature}")
-        out.append(_folded(f, loop, job, was.details if was is not None else {}))
+        out.append(_folded(f, loop, job, by_fp.get(f"{f.kind}:{PREFIX}{loop.signature}")))
     return out
 
 
-def _folded(f: Finding, loop: Loop, job: Job | None, was: Mapping[str, Any]) -> Finding:
+def _folded(f: Finding, loop: Loop, job: Job | None, was: FindingRecord | None) -> Finding:
+    before = was.details if was is not None else {}
     details = {k: v for k, v in f.details.items() if k != "root"}
-    gpus = _union(was.get("gpus"), f.details.get("gpus"))
+    union = _union(before.get("gpus"), f.details.get("gpus"))
+    indexes = {g["index"] for g in union if isinstance(g.get("index"), int)}
+    indexes.update(i for i in before.get("gpu_indexes") or () if isinstance(i, int))
     details.update(
         signature=loop.signature,
         fingerprint=f"{PREFIX}{loop.signature}",
         periodic=loop.to_json(f.root_pid),
-        gpus=gpus,
-        gpu_indexes=sorted({g["index"] for g in gpus if isinstance(g.get("index"), int)}),
+        # The GPUs its alert is identified by grow until its first alert and then stay
+        # (a run on another GPU is the same loop, not a reason to page again);
+        # gpu_indexes keeps every GPU any run held.
+        gpus=union if was is None or was.last_alert_at is None else before.get("gpus", []),
+        gpu_indexes=sorted(indexes),
     )
     if job is not None:
         details["origin"] = job.origin.to_json()
