@@ -72,8 +72,9 @@ from tests.fakenvml.build import write_config
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
 
-lib, conf, tmp, runs, kill_at, feed = sys.argv[1:7]
+lib, conf, tmp, runs, kill_at, feed, period, quiet = sys.argv[1:9]
 runs, kill_at, feed = int(runs), int(kill_at), feed == "1"
+period, quiet = float(period), float(quiet)
 GIB = 1 << 30
 # A GPU box: NVML lists one GPU and none of the loop's runs (a CUDA probe that maps
 # libcudart and exits before it holds memory).
@@ -107,12 +108,16 @@ for i in range(runs):
         assert time.monotonic() < deadline
         time.sleep(0.01)
     pids.append(p.pid)
-    d.tick(t0 + 5 * i)
+    d.tick(t0 + period * i)
     if i == kill_at:
         p.send_signal(signal.SIGTERM)
     code = p.wait(30)
     pending[p.pid] = -code if code < 0 else code << 8  # the wait(2) status
-    d.tick(t0 + 5 * i + 0.5)
+    d.tick(t0 + period * i + 0.5)
+    if period > 10:
+        d.tick(t0 + period * i + period / 2)  # between two runs
+if quiet:
+    d.tick(t0 + period * (runs - 1) + quiet)
 pages = []
 for event, payload in d.db.conn.execute(
     "SELECT event, payload_json FROM deliveries WHERE event IN ('open', 'remind') ORDER BY id"
@@ -126,21 +131,34 @@ mine = [
 ]
 respawned = [pid for (pid,) in d.db.conn.execute(
     "SELECT root_pid FROM findings WHERE kind='respawned' ORDER BY id")]
-print(json.dumps({"pids": pids, "pages": pages, "open": mine, "respawned": respawned}))
+events = [list(r) for r in d.db.conn.execute(
+    "SELECT d.event, f.root_pid IS NULL FROM deliveries d JOIN findings f ON f.id = d.finding_id"
+    " WHERE f.kind = 'rogue-job' AND f.message LIKE ? ORDER BY d.id", (f"%{script}%",))]
+print(json.dumps({"pids": pids, "pages": pages, "open": mine, "respawned": respawned,
+                  "events": events}))
 """
 
 
-def run_loop(tmp_path: Path, runs: int, kill_at: int = -1, feed: bool = True) -> dict[str, Any]:
-    """``runs`` runs of a 0.2 s ``train_probe.py`` 5 s apart (fake clock) on a GPU box
-    (the fake NVML), the daemon ticked while each runs and after it ended (by itself,
-    or by SIGTERM for run ``kill_at``); with ``feed``, the daemon gets each run's exit
-    status as the kernel's exit event carries it. Its own interpreter: pynvml loads one
-    library per process."""
+def run_loop(
+    tmp_path: Path,
+    runs: int,
+    kill_at: int = -1,
+    feed: bool = True,
+    period: float = 5.0,
+    quiet: float = 0.0,
+) -> dict[str, Any]:
+    """``runs`` runs of a 0.2 s ``train_probe.py`` ``period`` s apart (fake clock) on a
+    GPU box (the fake NVML), the daemon ticked while each runs and after it ended (by
+    itself, or by SIGTERM for run ``kill_at``), and halfway to the next run when that
+    is more than 10 s away; a last tick ``quiet`` s after the last run when given. With
+    ``feed``, the daemon gets each run's exit status as the kernel's exit event carries
+    it. Its own interpreter: pynvml loads one library per process."""
     need_program("gcc")
     lib = fake_nvml(tmp_path, {})
     out = subprocess.run(
         [sys.executable, "-c", _LOOP, str(library_path(lib)), str(lib / "fake_nvml.conf"),
-         str(tmp_path), str(runs), str(kill_at), "1" if feed else "0"],
+         str(tmp_path), str(runs), str(kill_at), "1" if feed else "0", str(period),
+         str(quiet)],
         capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
@@ -177,6 +195,18 @@ def test_a_killed_run_of_a_periodic_loop_comes_back_paged_at_once(tmp_path: Path
     assert [f["details"]["periodic"]["runs"] for f in doc["open"] if f["kind"] == "rogue-job"] == [
         6
     ]
+
+
+def test_a_loop_is_paged_between_its_runs_once_settled_and_resolves_when_quiet(
+    tmp_path: Path,
+) -> None:
+    """A loop a minute apart: its finding opens with the second run, which is gone
+    before the settle ends; the open goes out between two runs, once. Quiet for twice
+    its cadence plus 60 s, it resolves (one resolve); the first run, which ended by
+    itself within its settle, sent nothing."""
+    doc = run_loop(tmp_path, 3, period=60.0, quiet=181.0)
+    assert doc["events"] == [["open", 1], ["resolve", 1]]
+    assert doc["open"] == []
 
 
 def test_without_exit_evidence_every_return_is_still_a_respawn(tmp_path: Path) -> None:

@@ -189,12 +189,14 @@ def _folded(f: Finding, loop: Loop, job: Job | None, was: FindingRecord | None) 
         signature=loop.signature,
         fingerprint=f"{PREFIX}{loop.signature}",
         periodic=loop.to_json(f.root_pid),
+        gpu_indexes=sorted(indexes),
+    )
+    if "gpus" in f.details:
         # The GPUs its alert is identified by grow until its first alert and then stay
         # (a run on another GPU is the same loop, not a reason to page again);
         # gpu_indexes keeps every GPU any run held.
-        gpus=union if was is None or was.last_alert_at is None else before.get("gpus", []),
-        gpu_indexes=sorted(indexes),
-    )
+        alerted = was is not None and was.last_alert_at is not None
+        details["gpus"] = before.get("gpus", []) if alerted else union
     if job is not None:
         details["origin"] = job.origin.to_json()
     message = (
