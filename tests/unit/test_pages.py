@@ -38,7 +38,6 @@ from watchdog.model import Finding, Job
 from watchdog.state import ActionRecord, FindingRecord
 
 T0 = 1_900_000_000.0
-PROBE = "import os, time\ntime.sleep(float(os.environ['PROBE_S']))\n"
 
 
 def _daemon(tmp_path: Path, extra: str = "") -> Daemon:
@@ -97,11 +96,14 @@ def exits():
 if feed:  # what the proc connector's exit events hand the daemon
     d.exit_statuses = exits
 script = Path(tmp) / "train_probe.py"
-script.write_text("import os, time\ntime.sleep(float(os.environ['PROBE_S']))\n")
+# A run ends by itself when the test says so (PROBE_GO appears): never before the look.
+script.write_text("import os, time\nwhile not os.path.exists(os.environ['PROBE_GO']):\n"
+                  "    time.sleep(0.005)\n")
 t0 = 1_900_000_000.0
 pids = []
 for i in range(runs):
-    env = {**os.environ, "PROBE_S": "30" if i == kill_at else "0.2"}
+    go = Path(tmp) / f"go-{i}"
+    env = {**os.environ, "PROBE_GO": str(go)}
     p = subprocess.Popen([sys.executable, "-S", str(script)], env=env)
     deadline = time.monotonic() + 10
     while str(script).encode() not in Path(f"/proc/{p.pid}/cmdline").read_bytes():
@@ -111,6 +113,8 @@ for i in range(runs):
     d.tick(t0 + period * i)
     if i == kill_at:
         p.send_signal(signal.SIGTERM)
+    else:
+        go.touch()
     code = p.wait(30)
     pending[p.pid] = -code if code < 0 else code << 8  # the wait(2) status
     d.tick(t0 + period * i + 0.5)
@@ -147,7 +151,7 @@ def run_loop(
     period: float = 5.0,
     quiet: float = 0.0,
 ) -> dict[str, Any]:
-    """``runs`` runs of a 0.2 s ``train_probe.py`` ``period`` s apart (fake clock) on a
+    """``runs`` short runs of ``train_probe.py`` ``period`` s apart (fake clock) on a
     GPU box (the fake NVML), the daemon ticked while each runs and after it ended (by
     itself, or by SIGTERM for run ``kill_at``), and halfway to the next run when that
     is more than 10 s away; a last tick ``quiet`` s after the last run when given. With
@@ -227,7 +231,10 @@ lib, conf, state, tmp = sys.argv[1:5]
 script = Path(tmp) / "train_settle.py"
 script.write_text("import time\ntime.sleep(60)\n")
 worker = subprocess.Popen([sys.executable, str(script)])
-time.sleep(0.3)
+deadline = time.monotonic() + 10
+while str(script).encode() not in Path(f"/proc/{worker.pid}/cmdline").read_bytes():
+    assert time.monotonic() < deadline
+    time.sleep(0.01)
 GIB = 1 << 30
 def nvml(listed):
     procs = [{"pid": worker.pid, "mem": 4 * GIB}] if listed else []

@@ -333,10 +333,11 @@ class Tracker:
         """Whether a finding resolving before its first alert still gets it: one held
         back by the settle does, unless its job ended by itself meanwhile (nothing is
         left to act on; should it come back, its loop is paged). One shorter than the
-        debounce (``alerts.min_lifetime_s``) never does."""
-        if self.policy.settle_s <= 0 or "gpus" not in rec.details:
+        debounce (``alerts.min_lifetime_s``) never does. (The configured settle, not
+        this tick's: a tick without NVML's lists sends what an earlier one held back.)"""
+        if self.alerts.settle_s <= 0 or "gpus" not in rec.details:
             return False
-        if now - self._on_mono(rec, now).opened_at < self.policy.min_lifetime_s:
+        if now - self._on_mono(rec, now).opened_at < self.alerts.min_lifetime_s:
             return False
         root = rec.details.get("root")
         status = self.exits.get(root[0]) if isinstance(root, list) and root else None
