@@ -29,12 +29,12 @@ from tests.conftest import Spawned, need_program, poll
 from tests.fakenvml.fixtures import REPO, fake_nvml, library_path
 from watchdog.config import parse_config
 from watchdog.config.alerts import AlertSettings
-from watchdog.daemon.loop import Daemon
+from watchdog.daemon.loop import Daemon, learned
 from watchdog.daemon.tracking.jobs import Return, how_ended
 from watchdog.daemon.tracking.lifecycle import Resolve, decide
 from watchdog.daemon.tracking.periodic import Loop, expected, gap_text, loops
 from watchdog.daemon.tracking.reminders import settling
-from watchdog.model import Finding, Job
+from watchdog.model import FINDING_KINDS, Finding, Job
 from watchdog.state import ActionRecord, FindingRecord
 
 T0 = 1_900_000_000.0
@@ -69,7 +69,7 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 from tests.fakenvml.build import write_config
 from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
+from watchdog.daemon.loop import Daemon, learned
 
 lib, conf, tmp, runs, kill_at, feed, period, quiet = sys.argv[1:9]
 runs, kill_at, feed = int(runs), int(kill_at), feed == "1"
@@ -225,7 +225,7 @@ import json, subprocess, sys, time
 from pathlib import Path
 from tests.fakenvml.build import write_config
 from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
+from watchdog.daemon.loop import Daemon, learned
 
 lib, conf, state, tmp = sys.argv[1:5]
 script = Path(tmp) / "train_settle.py"
@@ -318,6 +318,20 @@ def test_a_lone_short_run_that_ends_by_itself_within_the_settle_is_recorded_not_
     assert quiet["pages"] == [] and quiet["open"] == []
     killed = run_loop(tmp_path / "killed", 1, kill_at=0)
     assert [tuple(p) for p in killed["pages"]] == [("open", "rogue-job", "high")]
+
+
+def test_learning_downgrades_every_kind_about_what_runs_and_nothing_else() -> None:
+    """Every finding kind about what runs outside the allowlist is info while learning
+    (``respawned``: by the tracker, test_learning.py); a kind added later must be put on
+    one side or the other here."""
+    about_jobs = {
+        "rogue-job", "excess-instances", "queue-unsanctioned", "rogue-service",
+        "unsanctioned-gpu-use",
+    } & set(FINDING_KINDS)  # fmt: skip
+    downgraded = {k for k in FINDING_KINDS if learned(Finding(k, "high", "m")).severity == "info"}
+    assert downgraded == about_jobs
+    f = learned(Finding("rogue-service", "high", "m", 7, {"listening": []}))
+    assert (f.severity, f.details) == ("info", {"listening": [], "learning": True})
 
 
 # -- the phases as plain functions -----------------------------------------------------
