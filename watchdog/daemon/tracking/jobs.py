@@ -133,7 +133,6 @@ def record_jobs(
             continue  # a second instance of the same signature: one record
         seen.add(sig)
         rec = db.job(sig)
-        previous = rec
         back_after: float | None = None
         sightings = 1
         first_seen = now
@@ -159,8 +158,8 @@ def record_jobs(
         if ident not in undos:
             undos[ident] = _source_undo(db, job, sig, now, start_time_s)
         if back_after is not None and job.unsanctioned and undos[ident] is None:
-            assert previous is not None  # only a known signature comes back
-            back = _return(db, sig, job, previous, exits or {}, now)
+            assert rec is not None  # only a known signature comes back
+            back = _return(db, sig, job, rec, exits or {}, now)
             returns[sig] = back
             if back.ended != "exited":
                 respawns.append(respawned_finding(job, sig, back_after, now))
