@@ -478,3 +478,63 @@ def test_sim_i8_a_loop_whose_later_runs_hold_a_gpu_is_not_paged_again(tmp_path: 
     ``gpu_indexes``."""
     steps = "\n".join(f"state.probe_loop(gpu={gpu})" for gpu in ("False", "False", "False", "True"))
     assert replay(tmp_path, steps) == [["rogue-job", 1, "open"]]
+
+
+# -- with the workload classes: a class that is not training ------------------------------
+
+
+def _classed(workload: str, pid: int, start: int) -> Job:
+    from watchdog.model import Proc, ShellOrigin
+
+    root = Proc(pid=pid, ppid=1, start_ticks=start, state="S", comm="python3", uid=0, user="root")
+    return Job(
+        root_pid=pid,
+        pids=[pid],
+        user="root",
+        cmdline=("python3", "/home/u/probe.py"),
+        start_ticks=start,
+        gpu_memory_bytes=None,
+        gpu_uuids=[],
+        lineage=[root],
+        origin=ShellOrigin(session="tmux session 'lab'"),
+        workload=workload,  # type: ignore[arg-type]
+    )
+
+
+def _runs(tmp_path: Path, workload: str, statuses: list[int]) -> tuple[Daemon, list[Any]]:
+    """Runs of one job signature of class ``workload`` 5 s apart, each ended with the
+    wait(2) status given (the kernel's exit event), tracked tick by tick; the tracker's
+    result of each return."""
+    from watchdog.policy.findings import job_findings
+
+    d = _daemon(tmp_path)
+    results = []
+    for i, status in enumerate([*statuses, 0]):
+        job = _classed(workload, 5000 + i, 100 + i)
+        now = T0 + 5 * i
+        results.append(d.tracker.update([job], job_findings([job]), now))
+        d.tracker.update([], [], now + 1, exits={job.root_pid: status})
+    return d, results
+
+
+def test_a_class_that_is_not_training_never_opens_respawned_even_after_a_kill(
+    tmp_path: Path,
+) -> None:
+    """A notebook/server/probe killed and back is no respawned ghost (its own
+    unsanctioned-gpu-use finding says what it is); a training or unknown job is."""
+    for workload, respawned in (("training", 1), ("unknown", 1), ("serving", 0), ("probe", 0)):
+        _d, results = _runs(tmp_path / workload, workload, [signal.SIGTERM])
+        assert len(results[1].respawned) == respawned, workload
+
+
+def test_a_probe_loop_of_a_class_that_is_not_training_is_one_periodic_finding(
+    tmp_path: Path,
+) -> None:
+    """The periodic rule applies to unsanctioned-gpu-use as to rogue-job: six runs of a
+    probe that each end by themselves are one open finding, no respawned."""
+    d, results = _runs(tmp_path, "probe", [0] * 5)
+    assert not any(r.respawned for r in results)
+    open_now = [f for f in d.db.open_findings() if f.kind == "unsanctioned-gpu-use"]
+    (loop,) = open_now
+    assert loop.fingerprint.startswith("unsanctioned-gpu-use:periodic:")
+    assert loop.root_pid is None and loop.details["periodic"]["runs"] == 6
