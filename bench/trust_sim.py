@@ -2,7 +2,7 @@
 
 Drives the real Scanner, Daemon.tick and enforcer over a simulated host
 (tests/sim/machine.py) for about STEPS rule steps, in examples of ``--per-example``
-steps, and checks the invariants I1–I7 after every tick. Each violation is printed with
+steps, and checks the invariants I1–I11 after every tick. Each violation is printed with
 the shrunk list of steps that leads to it (hypothesis's "Falsifying example"); the exit
 status is 1 when there is any, 0 when there is none. ``--json`` prints a summary line.
 

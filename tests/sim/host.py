@@ -79,7 +79,7 @@ class SimEffects(RecordingEffects):
             raise ProcessLookupError(pid)
         self.signalled.append((pid, sig, proc.label, self.host.was_sanctioned(pid, proc.start)))
         if sig == signal.SIGKILL or (sig == signal.SIGTERM and not proc.stubborn):
-            self.host.exit(pid)
+            self.host.exit(pid, status=sig)
 
     def write_file_atomic(self, path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
         super().write_file_atomic(path, data, uid, gid, mode)
@@ -130,6 +130,10 @@ class SimHost:
         self.sanctioned_ever: set[tuple[int, int]] = set()
         self.unit_mains: set[int] = set()
         self.loops: dict[int, str] = {}  # a shell loop's PID -> its job key
+        # PID → wait(2) status of each exit since the daemon last asked (the kernel's
+        # exit events: Daemon.exit_statuses), and every identity a signal ended.
+        self.exits: dict[int, int] = {}
+        self.killed: set[tuple[int, int]] = set()
         (self.proc / "stat").write_text(f"cpu 0 0 0 0\nbtime {int(BOOT)}\n")
         self.init = self._add(1, 0, ("/sbin/init",), "/sbin/init", ("system", ""))
         self.cron = self._add(900, 1, ("/usr/sbin/cron", "-f"), "/usr/sbin/cron", ("system", ""))
@@ -206,11 +210,21 @@ class SimHost:
         if p.state != "Z":
             os.symlink(p.exe, exe)
 
-    def exit(self, pid: int) -> None:
-        """The process exits; its parent reaps it at once; children go to PID 1."""
+    def drain_exits(self) -> dict[int, int]:
+        """The exit statuses since the last call (what the proc connector hands on)."""
+        out, self.exits = self.exits, {}
+        return out
+
+    def exit(self, pid: int, status: int = 0) -> None:
+        """The process exits (``status``: its wait(2) status, 0 by itself, the signal
+        that ended it); its parent reaps it at once; children go to PID 1."""
         proc = self.procs.pop(pid, None)
         if proc is None:
             return
+        if proc.state != "Z":  # a zombie's exit was its own, when it became one
+            self.exits[pid] = status
+            if status & 0x7F:
+                self.killed.add((pid, proc.start))
         shutil.rmtree(self.proc / str(pid), ignore_errors=True)
         if pid in self.unit_mains:
             # A unit's main process ended: systemd stops the rest of its cgroup
@@ -243,6 +257,7 @@ class SimHost:
             return
         proc = self.procs[pid]
         proc.state = "Z"
+        self.exits[pid] = 0
         self.write(proc)
         parent = self.procs.get(proc.ppid)
         if parent is not None and parent.label[0] in ("service", "shared") and proc.gpu:

@@ -13,7 +13,13 @@ rogue-watchdog is never wrong in the dangerous direction:
 - I6 every live cron source named is a crontab cron really reads (mode, name);
 - I7 no false page: under the default configuration no finding of severity high or
   above names a GPU user that is not training (a notebook kernel, an inference server, a
-  display server outside /usr), each is classed so, and none of them is ever signalled.
+  display server outside /usr), each is classed so, and none of them is ever signalled;
+- I8 a periodic job never pages more than once per finding: after its open, a periodic
+  finding is alerted again only by a reminder (``reminder_after_s`` apart), never
+  because a run came or went;
+- I9 a killed job's return is always paged: an unsanctioned signature that may train
+  (class training or unknown) back after one of the runs it had last was ended by a
+  signal (ours or a person's) opens ``respawned`` at that tick and spools its ``open``.
 - I10 a service is never collateral: no ``systemctl`` stop, disable or mask of a unit
   while a process of it that is not training runs (a hub that launches trainers), no
   ``disable-source`` plan for it without ``--stop-service``, and its jobs' ``stop:``
@@ -30,15 +36,19 @@ trainer in an orphaned shell that also runs a web server, the workers of one lau
 in a session of their own, processes that only name a training script, exits, zombies,
 edits and chmods of the crontab, NVML blips (NO_PERMISSION, a GPU leaving the list, the
 device count lost, unknown memory), config reloads between observe and terminate, and
-daemon restarts. ``bench/trust_sim.py`` runs it long; ``tests/unit/test_trust_sim.py``
-runs it in CI with a fixed budget.
+daemon restarts, a person's shell loop running a short job every 5 s (each run ends by
+itself) and a person killing a process. The daemon gets each exit status as the
+kernel's exit events would hand it on. ``bench/trust_sim.py`` runs it long;
+``tests/unit/test_trust_sim.py`` runs it in CI with a fixed budget.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
@@ -58,6 +68,7 @@ from watchdog.model import CronOrigin, Job, SystemdOrigin
 from watchdog.policy.signature import job_signature
 
 JOB_KINDS = ("rogue-job", "excess-instances")
+REMINDER_AFTER_S = 60.0
 _LIB: dict[str, Path] = {}
 
 
@@ -96,6 +107,11 @@ class TrustMachine(RuleBasedStateMachine):
         self.seen_roots: dict[str, set[tuple[int, int]]] = {}
         # Every label a PID had (the simulator never reuses a PID).
         self.labels_ever: dict[int, tuple[str, str]] = {}
+        # I9: per signature, the jobs table's sightings after the last tick and the roots
+        # of its runs when it was last seen.
+        self.sightings: dict[str, int] = {}
+        self.last_roots: dict[str, set[tuple[int, int]]] = {}
+        self.loop_shell: int | None = None
         self.ticks = 0
         self.calls_seen = 0
         self.counts["machines"] += 1
@@ -115,7 +131,7 @@ class TrustMachine(RuleBasedStateMachine):
             f"training: {{device_glob: '{h.root}/nodev[0-9]*'}}\n"
             f"daemon: {{state_dir: '{h.root}/state', socket: '{h.root}/s.sock'}}\n"
             f"alerts: {{sinks: [{{type: log, path: '{h.root}/alerts.log'}}],"
-            " reminder_after_s: 60}\n"
+            f" reminder_after_s: {REMINDER_AFTER_S:g}}}\n"
             "sanctioned:\n"
             "  - name: pipeline\n"
             f"    cmdline: '{PY} {PIPELINE_SCRIPT}*'\n"
@@ -129,6 +145,7 @@ class TrustMachine(RuleBasedStateMachine):
     def _daemon(self) -> Daemon:
         config = parse_config(self.config_text(), str(self.dir / "config.yaml"))
         daemon = Daemon(config, None)
+        daemon.exit_statuses = self.host.drain_exits  # the kernel's exit events
         enf = Enforcer(config, daemon.db, self.effects)
         daemon.sources.append(enf)
         daemon.enforcers.append(enf)
@@ -272,6 +289,26 @@ class TrustMachine(RuleBasedStateMachine):
         }[what]
         h.spawn(1, argv, exe, ("not-training", key), uid=1000, gpu=gpu)
 
+    @rule(gpu=st.booleans())
+    def probe_loop(self, gpu: bool) -> None:
+        """A person's shell loop runs a short job every 5 s (`while true; do python3
+        train_probe.py; sleep 5; done`): the run before ends by itself, the next starts
+        and the daemon looks at once (its exec event asks for an early tick)."""
+        h = self.host
+        shell = h.procs.get(self.loop_shell) if self.loop_shell is not None else None
+        if shell is None or shell.state == "Z":
+            shell = h.spawn(1, ("/bin/bash", "-c", "while true; do python3 "
+                                "/home/u/train_probe.py; sleep 5; done"), "/usr/bin/bash",
+                            ("wrapper", "loop"), uid=1000)  # fmt: skip
+            self.loop_shell = shell.pid
+        for run in h.children(shell.pid):
+            if run.state != "Z":
+                h.exit(run.pid)  # by itself: status 0
+        h.now += 5.0
+        h.spawn(shell.pid, (PY, "/home/u/train_probe.py"), PY, ("job", "loop"),
+                gpu=(0, GIB // 4) if gpu else None)  # fmt: skip
+        self.tick(0.2)
+
     @rule(which=st.sampled_from(["tail", "pgrep", "vim"]))
     def names_a_script(self, which: str) -> None:
         """A process that only names the training script: never a job."""
@@ -284,8 +321,9 @@ class TrustMachine(RuleBasedStateMachine):
         h.spawn(1, argv, argv[0], ("bystander", ""), uid=1000)
 
     @precondition(lambda self: len(self.host.procs) > 2)
-    @rule(data=st.data(), how=st.sampled_from(["exit", "exit", "zombie"]))
+    @rule(data=st.data(), how=st.sampled_from(["exit", "exit", "zombie", "killed"]))
     def something_ends(self, data: st.DataObject, how: str) -> None:
+        """A process exits by itself, becomes a zombie, or a person kills it (SIGTERM)."""
         h = self.host
         pids = sorted(p for p, proc in h.procs.items() if proc.label[0] != "system")
         if not pids:
@@ -299,7 +337,7 @@ class TrustMachine(RuleBasedStateMachine):
         if how == "zombie" and h.procs[pid].state != "Z" and h.procs[pid].ppid > 1 and not shared:
             h.zombie(pid)
         else:
-            h.exit(pid)
+            h.exit(pid, status=signal.SIGTERM if how == "killed" else 0)
 
     @rule(edit=st.sampled_from(["flock", "chmod-0666", "restore", "comment"]))
     def edit_pipeline_line(self, edit: str) -> None:
@@ -394,6 +432,7 @@ class TrustMachine(RuleBasedStateMachine):
         ).fetchall()
         assert not repeated, f"I11: a futile terminate repeated: {repeated}"
         self._check_no_false_page(jobs, labels)
+        self._check_pages(jobs)
 
     def _check_no_false_page(self, jobs: list[Job], labels: dict[int, tuple[str, str]]) -> None:
         """I7: no high page for a GPU user that is not training, and each is classed so."""
@@ -522,6 +561,46 @@ class TrustMachine(RuleBasedStateMachine):
         for job in jobs:
             sig = job_signature(job.user, job.cmdline, job.origin)
             self.seen_roots.setdefault(sig, set()).add((job.root_pid, job.start_ticks))
+
+    def _check_pages(self, jobs: list[Job]) -> None:
+        db = self.daemon.db
+        now = self.host.now
+        # I8: a periodic finding pages once; then only reminders, REMINDER_AFTER_S apart.
+        sent: dict[int, list[float]] = {}
+        for fid, at in db.conn.execute(
+            "SELECT d.finding_id, d.created_at FROM deliveries d JOIN findings f"
+            " ON f.id = d.finding_id WHERE d.event IN ('open', 'remind')"
+            " AND f.fingerprint LIKE '%:periodic:%' ORDER BY d.id"
+        ):
+            sent.setdefault(fid, []).append(at)
+        for fid, times in sent.items():
+            gaps = [b - a for a, b in itertools.pairwise(times)]
+            assert all(g >= REMINDER_AFTER_S for g in gaps), f"I8: periodic F{fid} paged {times}"
+        # I9: a return after a run killed by a signal opens respawned, and pages (a class
+        # that is not training never opens respawned: I7).
+        tracked = [j for j in jobs if j.verdict != "ignored"]
+        rows = dict(db.conn.execute("SELECT signature, sightings FROM jobs").fetchall())
+        first: dict[str, Job] = {}
+        roots: dict[str, set[tuple[int, int]]] = {}
+        for job in tracked:
+            sig = self.daemon.tracker.first_signature.get((job.root_pid, job.start_ticks))
+            sig = sig or job_signature(job.user, job.cmdline, job.origin)
+            first.setdefault(sig, job)
+            roots.setdefault(sig, set()).add((job.root_pid, job.start_ticks))
+        for sig, job in first.items():
+            was = self.sightings.get(sig)
+            back = was is not None and rows.get(sig, 0) > was
+            killed = self.last_roots.get(sig, set()) & self.host.killed
+            if back and job.unsanctioned and job.may_train and killed:
+                found = db.conn.execute(
+                    "SELECT f.id FROM findings f JOIN deliveries d ON d.finding_id = f.id"
+                    " WHERE f.kind = 'respawned' AND f.opened_at = ? AND d.event = 'open'"
+                    " AND json_extract(f.details_json, '$.signature') = ?",
+                    (now, sig),
+                ).fetchall()
+                assert found, f"I9: {sig} back as {job.root_pid} after {killed} was killed: no page"
+        self.sightings = rows
+        self.last_roots.update(roots)
 
     @invariant()
     def never_touches_real_processes(self) -> None:

@@ -195,8 +195,10 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
         if [j.root_pid, j.start_ticks] == root
         or (root is None and job_signature(j.user, j.cmdline, j.origin) == sig)
     ]
+    periodic = root is None and isinstance(details.get("periodic"), dict)
     for job in same:
-        if job.root_pid == finding.root_pid and job.unsanctioned:
+        # A periodic finding names its loop, not one run: the run going now is its job.
+        if (job.root_pid == finding.root_pid or periodic) and job.unsanctioned:
             return target_from_job(job, sig, number, config.paths.proc_root), result
     if rec is not None and rec.root_pid != finding.root_pid:
         rec = None  # the signature's record is of another run: not this finding's job
@@ -313,7 +315,8 @@ def _verdict_of(finding_kind: str) -> str:
 
 def _open_finding_for(db: StateDB, sig: str, root_pid: int, start_ticks: int) -> int | None:
     """The open job finding about the job rooted at ``root_pid`` (never one about another
-    run of the same source): by its recorded root identity, else by signature."""
+    run of the same source): by its recorded root identity, else by signature; for a run
+    of a periodic loop, the loop's finding."""
     mine = [
         f
         for f in db.open_findings()
@@ -322,7 +325,18 @@ def _open_finding_for(db: StateDB, sig: str, root_pid: int, start_ticks: int) ->
     for f in mine:
         if f.details.get("root") == [root_pid, start_ticks]:
             return f.id
-    return next((f.id for f in mine if f.fingerprint.partition(":")[2] == sig), None)
+    found = next((f.id for f in mine if f.fingerprint.partition(":")[2] == sig), None)
+    if found is None:  # a run of a periodic loop: the loop's finding
+        found = next(
+            (
+                f.id
+                for f in db.open_findings()
+                if f.kind in ("rogue-job", "excess-instances")
+                and f.fingerprint.partition(":")[2] == f"periodic:{sig}"
+            ),
+            None,
+        )
+    return found
 
 
 def _remedy(config: Config, db: StateDB, result: ScanResult) -> Remedy:

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -100,6 +100,9 @@ CLOCK_SEEN = "clock_seen"
 # a bounded share of a core, not one scan per exec.
 EARLY_TICK_DUTY = 0.5
 EARLY_TICK_MIN_GAP_S = 0.01
+# The tick that sends an open held back by alerts.settle_s comes at least this long after
+# the one before (a settle already over when a tick ends asks for no busy loop).
+SETTLE_TICK_MIN_S = 0.1
 
 
 def early_tick_spacing_s(tick_s: float, acting_s: float) -> float:
@@ -130,15 +133,24 @@ class TickSummary:
 
 
 LEARNING_STARTED = "learning_started"
-# Findings about a job no rule sanctions: info while learning (daemon.learn_until).
+# Findings about what runs outside the allowlist: info while learning (daemon.learn_until),
+# every kind of them (issue 35, case 5: rogue-service stayed high). ``respawned`` is made
+# by the tracker, which opens it at info while learning.
 LEARNED_KINDS = frozenset(
-    {"rogue-job", "excess-instances", "queue-unsanctioned", "unsanctioned-gpu-use"}
+    {
+        "rogue-job",
+        "excess-instances",
+        "queue-unsanctioned",
+        "rogue-service",
+        "unsanctioned-gpu-use",
+    }
 )
 
 
 def learned(finding: Finding) -> Finding:
-    """``finding`` as the learning period reports it: a finding about a job no rule
-    sanctions at ``info`` (``details.learning`` true), any other unchanged."""
+    """``finding`` as the learning period reports it: a finding about what runs outside
+    the allowlist (:data:`LEARNED_KINDS`) at ``info`` (``details.learning`` true), any
+    other unchanged."""
     if finding.kind not in LEARNED_KINDS:
         return finding
     return dataclasses.replace(
@@ -204,6 +216,10 @@ class Daemon:
         # An event source asks for a tick now (request_tick); _wake ends the sleep.
         self._early = threading.Event()
         self._wake = threading.Event()
+        # PID → wait(2) status of the processes the kernel saw exit since the last call
+        # (the proc connector: events.attach_events); None when polling only. Read at the
+        # start of a tick, before its scan.
+        self.exit_statuses: Callable[[], Mapping[int, int]] | None = None
         # A sanctioned process stays sanctioned for its life, also across a restart.
         self.boot_id = boot_id(config.paths.proc_root)
         self._sanctioned_saved: dict[tuple[int, int], str] = {}
@@ -405,6 +421,7 @@ class Daemon:
         started = time.monotonic()
         self.acting_s = 0.0
         self._recheck_reload()
+        exits = self._exits()
         result: ScanResult | None = None
         try:
             result = self.scanner.scan(datetime.fromtimestamp(now).astimezone())
@@ -446,6 +463,8 @@ class Daemon:
                 blind=result is not None and result.gpu_blind,
                 alive=self._alive,
                 learning=learning,
+                exits=exits,
+                gpu_lists=result is not None and result.nvml.available,
             )
             self.unstored.note(track)
             self._prune(now)
@@ -481,6 +500,16 @@ class Daemon:
             except Exception as exc:
                 self._failed(f"hook {getattr(hook, '__name__', hook)}", exc)
         return summary
+
+    def _exits(self) -> Mapping[int, int]:
+        """The exit statuses since the last tick (empty without kernel events)."""
+        if self.exit_statuses is None:
+            return {}
+        try:
+            return self.exit_statuses()
+        except Exception as exc:  # no evidence is the loud side: returns are respawns
+            self._failed("proc-events", exc)
+            return {}
 
     def _log_events(self, track: TrackResult) -> None:
         """One log line per finding event: a log sink on stdout writes its own
@@ -604,9 +633,11 @@ class Daemon:
         self.scanner.keep_origins_of(old_scanner)  # a reload does not re-attribute
         self.scanner.gpu_libraries.adopt(old_scanner.gpu_libraries)  # nor re-read maps
         first, clocks = self.tracker.first_signature, self.tracker.clocks
+        exits = self.tracker.exits
         self.tracker = Tracker(self.db, new.alerts, self.scanner.host)
         self.tracker.first_signature.update(first)
         self.tracker.clocks = clocks
+        self.tracker.exits = exits  # how the runs before the reload ended
         for hook in self.on_reload:
             try:
                 hook(self)
@@ -665,9 +696,14 @@ class Daemon:
             while True:
                 began = time.monotonic()
                 self._early.clear()
-                self.tick(clock())
+                now = clock()
+                self.tick(now)
                 ended = time.monotonic()
                 deadline = ended + self.config.daemon.interval_s
+                settle = self.tracker.settle_due
+                if settle is not None:
+                    # An open alert held back by alerts.settle_s is due before then.
+                    deadline = min(deadline, began + max(SETTLE_TICK_MIN_S, settle - now))
                 while not (self._stop.is_set() or self._reload.is_set()):
                     if self._early.is_set():
                         spacing = early_tick_spacing_s(ended - began, self.acting_s)

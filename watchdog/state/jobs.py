@@ -146,6 +146,16 @@ class JobTable(Table):
             },
         )
 
+    def last_runs(self, signature: str, last_seen: float) -> list[RunRecord]:
+        """The runs of one signature last seen at or after ``last_seen`` (the job's
+        ``last_seen``: the instances that ran when it was last seen), oldest first."""
+        rows = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM job_runs WHERE signature=? AND last_seen>=?"
+            " ORDER BY started_at, root_pid",
+            (signature, last_seen),
+        )
+        return [_run(r) for r in rows]
+
     def _run_gpus(self, rec: RunRecord) -> list[str]:
         row = self.conn.execute(
             "SELECT gpus_json FROM job_runs WHERE root_pid=? AND start_ticks=? AND signature=?",
