@@ -416,6 +416,7 @@ def terminate_tree(
     sleep: Callable[[float], None] = time.sleep,
     poll_s: float = 0.1,
     kill_wait_s: float = 5.0,
+    kill_only: bool = False,
 ) -> TerminateOutcome:
     """Freeze the job's tree, SIGTERM it, SIGKILL what is left after ``grace_s``, verify.
 
@@ -428,6 +429,8 @@ def terminate_tree(
         sleep: Sleep function (tests may pass a fake).
         poll_s: Seconds between checks whether the processes are gone.
         kill_wait_s: Seconds to wait for SIGKILLed processes to disappear.
+        kill_only: Freeze and SIGKILL, no SIGTERM first (copies a leftover started when
+            it got its SIGTERM: another would only start another copy).
 
     Returns:
         Per-process results (leaves first) and an overall outcome: ``ok`` only when
@@ -474,7 +477,7 @@ def terminate_tree(
     stopped: dict[int, Expected] = {}
     found = _freeze(tree, found, effects, stopped, outcome_for)
     termed = []
-    for exp, depth in sorted(found.values(), key=lambda e: e[1]):
+    for exp, depth in sorted(found.values(), key=lambda e: e[1]) if not kill_only else ():
         res = outcome_for(exp, depth)
         if exp.pid in stopped and _send(effects, res, signal.SIGTERM, guard, exp):
             termed.append(exp)
