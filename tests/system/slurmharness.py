@@ -180,14 +180,16 @@ class SlurmHarness:
         self.ctld = None
 
     def start_controller(self) -> None:
-        """Start slurmctld again from its saved state; wait until it answers."""
+        """Start slurmctld again from its saved state; wait until it answers and slurmd
+        has registered with it (the node is UNKNOWN until then)."""
         assert self.ctld is None
         self.ctld = self._daemon(["slurmctld", "-D", "-i"])
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             self._check_daemons()
-            if self.cli("squeue", "-h", check=False).returncode == 0:
-                return
+            nodes = self.cli("sinfo", "-h", "-o", "%t", check=False)
+            if nodes.returncode == 0 and not nodes.stdout.strip().startswith("unk"):
+                return  # answering, and slurmd has registered again
             time.sleep(0.3)
         raise RuntimeError(f"slurmctld does not answer after 30 s; logs in {self.root}/log")
 
@@ -326,7 +328,10 @@ class SlurmHarness:
             return
         jobs = {f"job_{j}" for j in self.job_ids}
         others = any(p.comm in ("slurmd", "slurmstepd") for p in ProcessTable().refresh().values())
-        for top in Path("/sys/fs/cgroup").glob("*/slurm"):
+        for top in [
+            *Path("/sys/fs/cgroup").glob("*/slurm"),
+            *Path("/sys/fs/cgroup").glob("*/slurm_*"),
+        ]:
             dirs = sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts))
             for d in [*dirs, top]:
                 ours = any(part in jobs for part in d.relative_to(top).parts)

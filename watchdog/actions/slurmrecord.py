@@ -510,6 +510,12 @@ def settle(rec: SweepRecord, settings: SlurmNodeSettings, run: CommandRunner) ->
     if out.reason is None:
         if ours:
             out.error = resume(rec.node, run, timeout_s)
+            if out.error is not None:
+                # 22.05 lifts the drain of a node it has not heard from since a restart
+                # (UNKNOWN+DRAIN) and still answers "Invalid node state specified".
+                again = node_state(rec.node, run, timeout_s)
+                if not isinstance(again, str) and not again.drained:
+                    out.error = None
             out.resumed = out.error is None
         if out.error is None:
             rec.applied = rec.lifted = None

@@ -172,7 +172,8 @@ class SweepReport:
             be asked about: never signalled.
         unknown_jobs: Job ids Slurm could not be asked about, with what the commands did.
         running_jobs: Job ids Slurm says still run, with their state.
-        gone_jobs: Job ids named for the sweep that Slurm says ended, nothing of them left.
+        gone_jobs: Job ids named for the sweep that Slurm says ended (with the state, or
+            that Slurm no longer knows them), nothing of them left here.
         outcomes: Termination result per job id (leftovers, then their copies).
         copies: Proven copies a leftover started during the sweep (fork events).
         uncertain: Processes that started during the sweep that cannot be told from a
@@ -202,7 +203,7 @@ class SweepReport:
     unchecked: list[Leftover] = field(default_factory=list)
     unknown_jobs: dict[int, str] = field(default_factory=dict)
     running_jobs: dict[int, str] = field(default_factory=dict)
-    gone_jobs: list[int] = field(default_factory=list)
+    gone_jobs: dict[int, str] = field(default_factory=dict)
     outcomes: dict[int, list[TerminateOutcome]] = field(default_factory=dict)
     copies: list[Leftover] = field(default_factory=list)
     uncertain: list[Leftover] = field(default_factory=list)
@@ -257,6 +258,8 @@ class SweepReport:
         out += [_line(u, f"is in Slurm job {u.job_id}", ", not checked") for u in self.unchecked]
         for job, state in sorted(self.running_jobs.items()):
             out.append(f"Slurm job {job}: still {state}: its processes are Slurm's, not swept")
+        for job, state in sorted(self.gone_jobs.items()):
+            out.append(f"Slurm job {job}: {state}: nothing of it is left here")
         out += [_line(c, f"is a copy in Slurm job {c.job_id}", "") for c in self.copies]
         for job, outcomes in sorted(self.outcomes.items()):
             for outcome in outcomes:
@@ -424,11 +427,14 @@ class JobEnd:
             suspended...: Slurm's), ``unknown`` (Slurm could not be asked).
         uid: The job's owner when Slurm named it.
         why: The state, or what the commands did.
+        state: For an ended job, its state (``COMPLETED``), or that Slurm no longer
+            knows it.
     """
 
     status: str
     uid: int | None = None
     why: str = ""
+    state: str = ""
 
 
 def job_end(jid: int, ctx: ResolveContext, *, epilog: bool, timeout_s: float) -> JobEnd:
@@ -452,7 +458,8 @@ def job_end(jid: int, ctx: ResolveContext, *, epilog: bool, timeout_s: float) ->
         completing = "COMPLETING" in str(answer.state or "")
         if not (epilog and completing):
             return JobEnd("running", uid, answer.state or "not ended")
-    return JobEnd("ended", uid)
+    state = answer.state if answer.status == "found" and answer.state else ""
+    return JobEnd("ended", uid, state=state or "unknown to Slurm (ended, or never ran)")
 
 
 def find_leftovers(
@@ -510,7 +517,7 @@ def find_leftovers(
             report.running_jobs[jid] = end.why
             continue
         if end.status == "ended" and not members:
-            report.gone_jobs.append(jid)
+            report.gone_jobs[jid] = end.state
             continue
         if end.status == "unknown":
             report.unknown_jobs[jid] = end.why
@@ -700,20 +707,24 @@ def _recheck(
     swept = {lo.job_id for lo in report.leftovers}
     roots = {lo.pid: lo for lo in report.leftovers}
     copies: dict[tuple[int, int], Leftover] = {}
-    for _round in range(COPY_ROUNDS + 1):
+    gpus = DeviceFdSource(config.training.device_glob)
+    for round_ in range(COPY_ROUNDS + 1):
         # A fresh table: every stat read again (a cached one would keep a process killed
         # a moment ago, a zombie now, as it was).
         table = ProcessTable(config.paths.proc_root)
         table.refresh()
+        holders = gpus.holders(table, time.monotonic())
         fresh = [
-            c for c in _copies(table, watch, roots, before) if (c.pid, c.start_ticks) not in copies
+            replace(c, devices=tuple(holders.get(c.pid, ())))
+            for c in _copies(table, watch, roots, before)
+            if (c.pid, c.start_ticks) not in copies
         ]
-        if not fresh or _round == COPY_ROUNDS:
-            break
         for c in fresh:
             copies[(c.pid, c.start_ticks)] = c
             roots[c.pid] = c
         report.copies.extend(fresh)
+        if not fresh or round_ == COPY_ROUNDS:
+            break  # the last round's copies stay: survivors
         _stop(report, guard, effects, 0.0, False, fresh, kill_only=True)
     first = {
         lo.pid: Evidence(lo.job_id, lo.proof, lo.uid)
@@ -735,7 +746,11 @@ def _recheck(
     report.survivor_items = [left[p] for p in sorted(left)]
     report.survivors = sorted(left)
     if watch is None or not watch.complete:
-        report.uncertain = _uncertain(table, report, before, set(report.survivors))
+        holders = gpus.holders(table, time.monotonic())
+        report.uncertain = [
+            replace(u, devices=tuple(holders.get(u.pid, ())))
+            for u in _uncertain(table, report, before, set(report.survivors))
+        ]
     return table
 
 
@@ -819,7 +834,7 @@ def _uncertain(
                 proc.user,
                 lo.job_id,
                 (),
-                "started during the sweep, no parent that ran before it",
+                "no parent that ran before it",
                 proc.uid,
                 jc[1] if jc else None,
                 lineage_of(table, pid),
