@@ -46,7 +46,7 @@ ORPHAN = (
     "time.sleep(600)\n"
 )
 # As ORPHAN, but SIGTERM makes it start a fresh copy of itself in a new session (which
-# writes its PID to argv[2] + ".copy") and exit: every sweep kills one, the next lives.
+# writes its PID to argv[2] + ".copy") and exit; the copy does the same.
 RESPAWNER = (
     "import os, signal, subprocess, sys, time\n"
     "def again(*_):\n"
