@@ -55,8 +55,11 @@ RECORD_NAME = "slurm-sweep.json"
 MAX_PROCS_PER_JOB = 256
 # Kinds of recorded process. Proven ones (the job's by cgroup, lineage or record) are
 # evidence for a later sweep; a claim and an uncertain copy never are.
-KINDS = ("survived", "foreign", "unchecked", "claim", "uncertain")
+KINDS = ("survived", "foreign", "unchecked", "unchecked_claim", "claim", "uncertain")
 PROVEN_KINDS = frozenset({"survived", "foreign", "unchecked"})
+# Kinds Slurm's answer about their job settles (a later sweep of the job that Slurm
+# answers): the rest are lifted only when the processes are gone.
+UNCHECKED_KINDS = frozenset({"unchecked", "unchecked_claim"})
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,10 @@ class RecordedProc:
         start_ticks: Its start time (clock ticks after boot): with ``pid`` its identity.
         kind: ``survived`` (a proven leftover still alive after the sweep, or never
             signalled because it is protected), ``foreign`` (proven in the job, another
-            user's), ``unchecked`` (Slurm could not be asked whether its job ended),
-            ``claim`` (only its environment names the job; holds a GPU), ``uncertain``
-            (cannot be told from a copy of a leftover).
+            user's), ``unchecked`` (proven in a job Slurm could not be asked about),
+            ``unchecked_claim`` (only its environment names such a job; holds a GPU),
+            ``claim`` (only its environment names an ended job; holds a GPU),
+            ``uncertain`` (cannot be told from a copy of a leftover).
         uid: Its owner.
         proof: What tied it to the job when it was recorded.
         cgroup: The Slurm job cgroup it was in (a copy inherits it), or None.
@@ -448,10 +452,11 @@ def job_clause(entry: JobEntry) -> str:
         parts.append(f"{head}: PID {_pids(by['uncertain'])}")
     if by["foreign"]:
         parts.append(f"Slurm job {j} ended, another user's PID {_pids(by['foreign'])} left in it")
-    if by["unchecked"]:
+    unchecked = by["unchecked"] + by["unchecked_claim"]
+    if unchecked:
         parts.append(
             f"Slurm job {j} not checked, Slurm could not be asked (PID "
-            f"{_pids(by['unchecked'])} left running)"
+            f"{_pids(unchecked)} left running)"
         )
     if by["claim"]:
         parts.append(

@@ -61,6 +61,7 @@ from watchdog.actions.effects import Effects
 from watchdog.actions.guards import Expected, Guard
 from watchdog.actions.slurmrecord import (
     MAX_PROCS_PER_JOB,
+    UNCHECKED_KINDS,
     JobEntry,
     RecordedProc,
     Settled,
@@ -89,6 +90,7 @@ from watchdog.sources.procfs import ProcessTable, boot_id
 from watchdog.state import read_slurm_members
 
 _JOB_KEYS = ("SLURM_JOB_ID", "SLURM_JOBID")
+CLAIM_PROOF = "only its environment says so: no job cgroup, not seen below slurmstepd"
 # Rounds of stopping the proven copies a leftover started (each round: freeze, SIGKILL).
 COPY_ROUNDS = 3
 EXIT_CLEAN, EXIT_LEFT, EXIT_USAGE, EXIT_NOT_CHECKED = 0, 1, 2, 3
@@ -230,7 +232,7 @@ class SweepReport:
         read from what is left of the jobs in the sweep's scope, the same way for a dry
         run (what it would not signal) and a real one."""
         kinds = self.left_kinds
-        if kinds - {"unchecked"}:
+        if kinds - UNCHECKED_KINDS:
             return EXIT_LEFT
         if kinds:
             return EXIT_NOT_CHECKED
@@ -528,7 +530,7 @@ def find_leftovers(
                 lineage_of(table, proc.pid),
             )  # fmt: skip
             if ev.proof is None:
-                why = "only its environment says so: no job cgroup, not seen below slurmstepd"
+                why = CLAIM_PROOF
                 if end.status == "unknown" and item.devices:
                     report.unchecked.append(replace(item, proof=why))
                 else:
@@ -868,7 +870,12 @@ def _update_record(
         ("unchecked", report.unchecked),
     ):
         for lo in items:
-            fresh.setdefault(lo.job_id, {}).setdefault((lo.pid, lo.start_ticks), lo.recorded(kind))
+            # A claim is never evidence, whatever its job: recorded as one.
+            claim = kind == "unchecked" and lo.proof == CLAIM_PROOF
+            kind_of = "unchecked_claim" if claim else kind
+            fresh.setdefault(lo.job_id, {}).setdefault(
+                (lo.pid, lo.start_ticks), lo.recorded(kind_of)
+            )
     for job in sorted(scope):
         procs = fresh.get(job, {})
         old = rec.jobs.get(job)
@@ -888,7 +895,7 @@ def _update_record(
         report.left_kinds |= {r.kind for r in kept}
         rec.jobs[job] = JobEntry(
             job, kept[:MAX_PROCS_PER_JOB], newest, edge, len(kept) > MAX_PROCS_PER_JOB,
-            report.unknown_jobs.get(job, old.why if old is not None else ""),
+            report.unknown_jobs.get(job, ""),
         )  # fmt: skip
 
 
