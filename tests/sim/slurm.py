@@ -145,9 +145,11 @@ class SimSlurmEffects(RecordingEffects):
 
     host: Any = None
     violations: list[str] = field(default_factory=list)
+    seen: list[tuple[int, int]] = field(default_factory=list)  # every signal, kept
 
     def send_signal(self, pid: int, sig: int, start_ticks: int | None = None) -> None:
         super().send_signal(pid, sig, start_ticks)
+        self.seen.append((pid, sig))
         host: SlurmSimHost = self.host
         proc = host.procs.get(pid)
         if proc is None or (start_ticks is not None and proc.start != start_ticks):

@@ -861,6 +861,15 @@ def _update_record(
     """Replace the entries of the jobs in ``scope`` with what is left of them now, and
     set the report's ``left_kinds`` and ``recorded_left`` from them."""
     newest, edge = horizon(table)
+    # A process recorded as a possible copy stays one, not the claim its environment
+    # makes (a claim is reported and forgotten; a possible copy keeps the drain).
+    maybe_copies = {
+        rp.ident for j, e in rec.jobs.items() if j in scope for rp in e.procs
+        if rp.kind == "uncertain"
+    }  # fmt: skip
+    report.unconfirmed = [
+        u for u in report.unconfirmed if (u.pid, u.start_ticks) not in maybe_copies
+    ]
     fresh: dict[int, dict[tuple[int, int], RecordedProc]] = {}
     for kind, items in (
         ("survived", report.survivor_items),
@@ -891,6 +900,7 @@ def _update_record(
         if not procs:
             rec.jobs.pop(job, None)
             continue
+
         kept = sorted(procs.values(), key=lambda r: r.pid)
         report.left_kinds |= {r.kind for r in kept}
         rec.jobs[job] = JobEntry(

@@ -573,9 +573,9 @@ def parse_lineage_events(data: bytes) -> Iterator[tuple[str, int, int]]:
         length = _NLMSGHDR.unpack_from(data, off)[0]
         if length < _NLMSGHDR.size or off + length > end:
             return
-        if length >= _DATA_OFFSET + _FOUR.size:
+        if length >= _DATA_OFFSET + _TWO.size:
             (what,) = _WHAT.unpack_from(data, off + _WHAT_OFFSET)
-            if what == PROC_EVENT_FORK:
+            if what == PROC_EVENT_FORK and length >= _DATA_OFFSET + _FOUR.size:
                 _, ptgid, pid, tgid = _FOUR.unpack_from(data, off + _DATA_OFFSET)
                 if pid == tgid:
                     yield "fork", ptgid, tgid
