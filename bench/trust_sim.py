@@ -51,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     machine: type[TrustMachine] | type[SlurmMachine] = (
         SlurmMachine if args.machine == "slurm" else TrustMachine
     )
+    if args.machine == "slurm":
+        import logging
+
+        import structlog
+
+        # The keeper logs every drain and resume it makes: thousands in a long run.
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     machine.workdir = work
     machine._hypothesis_internal_use_seed = args.seed  # type: ignore[union-attr]
     phases = [Phase.generate] if args.no_shrink else [Phase.generate, Phase.shrink]

@@ -640,8 +640,19 @@ class SlurmMachine(RuleBasedStateMachine):
         if pids:
             self.host.exit(data.draw(st.sampled_from(pids)))
 
-    @rule(action=st.sampled_from(["drain", "resume"]))
+    def _recorded_alive(self) -> list[int]:
+        idents = self.host.ever_recorded | self.host.ever_proven
+        return sorted(p.pid for p in self.host.procs.values() if p.ident in idents)
+
+    @precondition(lambda self: self._recorded_alive())
+    @rule(data=st.data())
+    def admin_kills(self, data: st.DataObject) -> None:
+        """An admin ends a process the drain is for."""
+        self.host.exit(data.draw(st.sampled_from(self._recorded_alive())))
+
+    @rule(action=st.sampled_from(["drain", "resume", "none", "none", "none"]))
     def admin(self, action: str) -> None:
+        """An admin drains the node for a reason of their own, or resumes it (rarely)."""
         h = self.host
         if action == "drain":
             h.drained, h.reason = True, "admin: bad DIMM"
