@@ -462,3 +462,32 @@ def test_the_report_json_names_every_list(sim: SlurmMachine) -> None:
     job, _worker = leftover(h, protected=True)
     doc = report_json(sweep(sim, job, epilog=True))
     assert json.loads(json.dumps(doc))["exit_code"] == 1 and doc["survivors"]
+
+
+def test_two_epilogs_at_once_keep_each_others_entries(sim: SlurmMachine) -> None:
+    """Epilogs of jobs that end together run at once: one that read the record before the
+    other wrote its survivor must not write over it (nor resume the node)."""
+    h = sim.host
+    job_a, worker_a = leftover(h, protected=True)
+    job_b, _worker_b = leftover(h)
+    ask = h.run
+    other: list[SweepReport] = []
+
+    def run(argv, timeout_s):  # type: ignore[no-untyped-def]
+        # While B's Epilog asks Slurm about B, A's Epilog runs to its end.
+        if tuple(argv[:2]) == ("squeue", "--json") and argv[3] == str(job_b) and not other:
+            h.epilog_job = job_a
+            other.append(sim._run(sim.config(), job_a, True, False))
+            h.epilog_job = job_b
+        return ask(argv, timeout_s)
+
+    h.run = run  # type: ignore[method-assign]
+    h.confirmed = set()
+    h.epilog_job = job_b
+    report = sim._run(sim.config(), job_b, True, False)
+    sim._after()
+    sim.never_wrong_in_the_dangerous_direction()
+    reason = f"rogue-watchdog: orphan of Slurm job {job_a} survived termination (PID {worker_a})"
+    assert other[0].drained == reason
+    assert (report.exit_code, report.held, report.other_jobs) == (0, reason, [job_a])
+    assert drained(h) == (True, reason) and list(h.read_record()["jobs"]) == [str(job_a)]

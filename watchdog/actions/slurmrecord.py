@@ -31,10 +31,11 @@ resumes our drain while its processes live, it is not set again for the same pro
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -151,6 +152,34 @@ class SweepRecord:
 def record_path(state_dir: str) -> str:
     """``STATE_DIR/slurm-sweep.json``."""
     return os.path.join(state_dir, RECORD_NAME)
+
+
+@contextlib.contextmanager
+def record_lock(state_dir: str, blocking: bool = True) -> Iterator[bool]:
+    """Hold ``STATE_DIR/slurm-sweep.lock`` (flock(2)) while the record is read, changed,
+    Slurm told and the record written.
+
+    Args:
+        state_dir: ``daemon.state_dir``.
+        blocking: Wait for the lock; False: yield False at once when another holds it.
+
+    Yields:
+        True when the lock is held.
+
+    Raises:
+        OSError: The lock file cannot be created.
+    """
+    os.makedirs(state_dir, exist_ok=True)
+    fd = os.open(os.path.join(state_dir, "slurm-sweep.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _ident_list(value: Any) -> tuple[tuple[int, int], ...]:
@@ -611,6 +640,11 @@ class SweepDrainKeeper:
         state_dir: str = self.state_dir()
         if not os.path.exists(record_path(state_dir)):
             return None
+        with record_lock(state_dir, blocking=False) as held:
+            # A sweep holding it is changing the record and telling Slurm: next tick.
+            return self._check(state_dir, table) if held else None
+
+    def _check(self, state_dir: str, table: ProcessTable) -> Settled | None:
         settings: SlurmNodeSettings = self.settings()
         rec = load_record(state_dir, boot_id(table.proc_root), settings.node)
         changed = check_all(rec, table, {os.getpid()})

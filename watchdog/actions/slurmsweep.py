@@ -73,6 +73,7 @@ from watchdog.actions.slurmrecord import (
     load_record,
     managed,
     orphan_chain,
+    record_lock,
     save_record,
     settle,
     wanted_reason,
@@ -631,10 +632,9 @@ def sweep(
     finally:
         if watch is not None:
             watch.close()
-    scope = _scope(report, rec, job_id)
-    _update_record(rec, report, after, scope)
-    report.other_jobs = sorted(j for j in rec.jobs if j not in scope)
     if dry_run:
+        _update_record(rec, report, after, _scope(report, rec, job_id))
+        report.other_jobs = sorted(j for j in rec.jobs if j not in _scope(report, rec, job_id))
         want = wanted_reason(rec)
         if want is not None and want == rec.applied:
             report.would = f"node would stay drained: {want}"
@@ -643,9 +643,16 @@ def sweep(
         elif rec.applied is not None:
             report.would = "would resume the node: nothing is left of what it was drained for"
         return report
-    done = settle(rec, settings, run)
-    _settled(report, done)
-    save_record(config.daemon.state_dir, rec)
+    # Epilogs of jobs that end together run at once: the record is read again, changed
+    # and Slurm told under one lock, so that no sweep writes over another's entries.
+    with record_lock(config.daemon.state_dir):
+        rec = load_record(config.daemon.state_dir, boot, settings.node)
+        scope = _scope(report, rec, job_id)
+        _update_record(rec, report, after, scope)
+        report.other_jobs = sorted(j for j in rec.jobs if j not in scope)
+        done = settle(rec, settings, run)
+        _settled(report, done)
+        save_record(config.daemon.state_dir, rec)
     return report
 
 
