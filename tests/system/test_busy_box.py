@@ -39,7 +39,6 @@ from tests.system.busybox import CRON_LINE, PYTHON, ROGUES, BusyBox, Outcome, Pa
 pytestmark = pytest.mark.system
 
 DURATION_S = 180.0
-UNTIL_FIXED = pytest.mark.xfail(strict=True, reason="issue 35: until classes/pages land")
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +118,6 @@ def test_what_only_mentions_training_raises_nothing(box: Outcome) -> None:
         assert _show([p for p in box.mine(daemon) if p.role in others]) == ""
 
 
-@UNTIL_FIXED
 def test_no_false_high_page(box: Outcome) -> None:
     # The notebook, the inference server, the graphics process and the probe are GPU
     # use on a shared box, not training a person must stop: warnings at most.
@@ -127,7 +125,6 @@ def test_no_false_high_page(box: Outcome) -> None:
     assert _show(false) == ""
 
 
-@UNTIL_FIXED
 def test_each_incident_is_paged_once(box: Outcome) -> None:
     # Each rogue exactly once: the ghost's runs every minute are one periodic finding,
     # and GPU memory appearing a tick after the open is part of the open, not a reminder.
@@ -139,7 +136,6 @@ def test_each_incident_is_paged_once(box: Outcome) -> None:
     assert excess and set(excess.values()) == {1}, _show(pages)
 
 
-@UNTIL_FIXED
 def test_learning_pages_nothing_high(box: Outcome) -> None:
     # During daemon.learn_until every finding about a job opens at info, rogue-service
     # included: learning watches, it does not page.

@@ -30,3 +30,18 @@ def test_lifecycles_keep_every_invariant() -> None:
     # (The seed picks the example stream: with the GPU users that are not training added
     # (issue 35), seed 0's 800 steps ran 13 ticks; seed 1's run 54, 361 jobs, 25 signals.)
     assert summary["ticks"] > 20 and summary["jobs"] > 50 and summary["signals"] > 0, summary
+
+
+def test_slurm_lifecycles_keep_every_invariant() -> None:
+    """The Slurm machine (tests/sim/slurm.py, issue 37): S1-S4 over jobs, their end, an
+    unreachable controller and the Epilog, on a fixed budget."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "trust_sim.py"), "--machine", "slurm",
+         "--steps", "800", "--per-example", "80", "--seed", "0", "--json"],
+        capture_output=True, text=True, timeout=600, check=False, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["violations"] == 0, out.stderr[-6000:]
+    assert out.returncode == 0
+    assert summary["sweeps"] > 20 and summary["signals"] > 0, summary

@@ -477,6 +477,7 @@ def terminate_tree(
     poll_s: float = 0.1,
     kill_wait_s: float = 5.0,
     launchers: Sequence[Expected] = (),
+    kill_only: bool = False,
 ) -> TerminateOutcome:
     """Freeze the job's tree, SIGTERM it, SIGKILL what is left after ``grace_s``, verify.
 
@@ -491,6 +492,8 @@ def terminate_tree(
         kill_wait_s: Seconds to wait for SIGKILLed processes to disappear.
         launchers: Ancestors that launched the run, stopped with it (see
             :class:`JobTree`): a rogue service a ``rogue-service`` finding names.
+        kill_only: Freeze and SIGKILL, no SIGTERM first (copies a leftover started when
+            it got its SIGTERM: another would only start another copy).
 
     Returns:
         Per-process results (leaves first) and an overall outcome: ``ok`` only when
@@ -537,7 +540,7 @@ def terminate_tree(
     stopped: dict[int, Expected] = {}
     found = _freeze(tree, found, effects, stopped, outcome_for)
     termed = []
-    for exp, depth in sorted(found.values(), key=lambda e: e[1]):
+    for exp, depth in sorted(found.values(), key=lambda e: e[1]) if not kill_only else ():
         res = outcome_for(exp, depth)
         if exp.pid in stopped and _send(effects, res, signal.SIGTERM, guard, exp):
             termed.append(exp)

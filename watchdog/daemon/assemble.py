@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from watchdog.actions.enforcer import build_enforcers
 from watchdog.actions.slurmnode import build_slurm_enforcers
+from watchdog.actions.slurmrecord import keep_sweep_drain
 from watchdog.daemon.events import attach_events
 from watchdog.daemon.loop import Daemon
 from watchdog.hostpaths import config_args
@@ -63,4 +64,5 @@ def attach_parts(daemon: Daemon) -> None:
         d.enforcers = new_enforcers
 
     daemon.on_reload.append(rebuild)
+    daemon.on_tick.append(keep_sweep_drain(daemon))  # docs/slurm.md: the sweep's drain
     attach_events(daemon)

@@ -49,7 +49,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -588,3 +588,130 @@ class ProcEventSource:
             if libraries:
                 batch.gpu_libraries[pid] = (proc.start_ticks, libraries)
         self._wake_pending = True
+
+
+def parse_lineage_events(data: bytes) -> Iterator[tuple[str, int, int]]:
+    """Decode the fork and exit events of one datagram, for following who forked whom.
+
+    Args:
+        data: What ``recv`` returned from the proc connector.
+
+    Returns:
+        ``("fork", parent_tgid, child_tgid)`` for each new process (a new thread, whose
+        ``child_pid`` differs from its ``child_tgid``, is not one) and ``("exit", tgid,
+        tgid)`` for each process that ended (a thread's exit is left out).
+    """
+    off = 0
+    end = len(data)
+    while off + _NLMSGHDR.size <= end:
+        length = _NLMSGHDR.unpack_from(data, off)[0]
+        if length < _NLMSGHDR.size or off + length > end:
+            return
+        if length >= _DATA_OFFSET + _TWO.size:
+            (what,) = _WHAT.unpack_from(data, off + _WHAT_OFFSET)
+            if what == PROC_EVENT_FORK and length >= _DATA_OFFSET + _FOUR.size:
+                _, ptgid, pid, tgid = _FOUR.unpack_from(data, off + _DATA_OFFSET)
+                if pid == tgid:
+                    yield "fork", ptgid, tgid
+            elif what == PROC_EVENT_EXIT:
+                pid, tgid = _TWO.unpack_from(data, off + _DATA_OFFSET)
+                if pid == tgid:
+                    yield "exit", tgid, tgid
+        off += (length + 3) & ~3  # NLMSG_ALIGN
+
+
+MAX_LINEAGE_EVENTS = 200_000
+
+
+class ForkWatch:
+    """Who forked whom while it is open: the lineage a process loses when its parent exits.
+
+    A process that starts a copy of itself and exits leaves the copy re-parented to PID 1,
+    in a session of its own, maybe with an emptied environment: nothing in ``/proc`` ties
+    the copy to it any more. The kernel's fork events do (``PROC_EVENT_FORK`` names the
+    parent's and the child's thread group). Events are read when asked (:meth:`poll`,
+    also from a sleep between signals), not in a thread; the socket buffer holds what
+    arrives between two reads. Where events were dropped (``ENOBUFS``), or more than
+    :data:`MAX_LINEAGE_EVENTS` arrived, the lineage is incomplete and :attr:`complete`
+    says so.
+
+    Args:
+        opener: Opens the connector socket (:func:`open_proc_connector`; tests inject
+            one that fails).
+        rcvbuf_bytes: Socket receive buffer to ask for.
+    """
+
+    def __init__(
+        self,
+        opener: Callable[[int], socket.socket] = open_proc_connector,
+        rcvbuf_bytes: int = 8 << 20,
+    ) -> None:
+        self.reason: str | None = None
+        self.lost = False
+        self._events: list[tuple[str, int, int]] = []
+        self._sock: socket.socket | None = None
+        try:
+            self._sock = opener(rcvbuf_bytes)
+        except Exception as exc:  # OSError from the kernel; anything else is no better
+            text = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+            self.reason = f"kernel process events unavailable ({text})"
+
+    @property
+    def complete(self) -> bool:
+        """True while every fork since the watch opened is known."""
+        return self._sock is not None and not self.lost
+
+    def poll(self) -> None:
+        """Read every event waiting on the socket (never blocks)."""
+        sock = self._sock
+        if sock is None:
+            return
+        while True:
+            try:
+                data = sock.recv(RECV_BYTES)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS:
+                    self.reason = f"kernel process events stopped ({exc.strerror or exc})"
+                    self.close()
+                    return
+                self.lost = True
+                self.reason = "the kernel dropped process events (socket buffer full)"
+                continue
+            self._events.extend(parse_lineage_events(data))
+            if len(self._events) > MAX_LINEAGE_EVENTS:
+                self.lost = True
+                self.reason = f"more than {MAX_LINEAGE_EVENTS} process events"
+                self._events.clear()
+
+    def forked_by(self, roots: Iterable[int]) -> dict[int, int]:
+        """Every process forked, directly or through others, by ``roots`` since the watch
+        opened: child → the parent that forked it.
+
+        A root (or a process found so) that exits stops counting: a later fork by a
+        process that reuses its PID is not its; a fork whose child has the PID of one
+        found earlier means that one is gone and the PID was reused.
+
+        Args:
+            roots: PIDs (thread group ids) to follow.
+        """
+        self.poll()
+        active = set(roots)
+        out: dict[int, int] = {}
+        for kind, a, b in self._events:
+            if kind == "exit":
+                active.discard(a)
+            elif a in active:
+                active.add(b)
+                out[b] = a
+            elif b in active:
+                active.discard(b)  # PID reused: the one we followed has gone
+                out.pop(b, None)
+        return out
+
+    def close(self) -> None:
+        """Close the socket (the events read so far are kept)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
