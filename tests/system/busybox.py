@@ -59,6 +59,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -770,6 +771,9 @@ class BusyBox:
     def _role(self, root_pid: int | None, user: str | None, message: str) -> str:
         if root_pid is not None and root_pid in self.roles:
             return self.roles[root_pid]
+        # Hints carry the daemon's --config, which lies in the sandbox: only the rest of
+        # the message says whether the job is the box's.
+        message = re.sub(r"--config \S+", "--config CFG", message)
         # A cron job's ``sh -c`` wrapper, seen alone for a moment after its command
         # exited, is that line's run.
         for role, key in (("pipeline", "pipeline"), ("ghost", "ghost")):
@@ -800,7 +804,7 @@ class BusyBox:
                 f = alert["finding"]
                 details = f.get("details") or {}
                 user = details.get("user")
-                role = self._role(f.get("root_pid"), user, f.get("message", ""))
+                role = self._role(_root(f), user, f.get("message", ""))
                 pages[daemon].append(
                     Page(daemon, alert["event"], f["kind"], f["severity"], f.get("root_pid"),
                          f["id"], f.get("message", ""), user, role)
@@ -809,7 +813,7 @@ class BusyBox:
         findings = _query(db, "SELECT * FROM findings ORDER BY id")
         for row in findings:
             row["details"] = json.loads(row.pop("details_json") or "{}")
-            row["role"] = self._role(row["root_pid"], row["details"].get("user"), row["message"])
+            row["role"] = self._role(_root(row), row["details"].get("user"), row["message"])
         signals = []
         for path in sorted(self.reg.glob("*.signal")):
             pid = int(path.name.split(".")[0])
@@ -899,3 +903,15 @@ def busy_box(tag: str | None = None) -> Iterator[BusyBox]:
         yield box
     finally:
         box.close()
+
+
+def _root(finding: dict[str, Any]) -> int | None:
+    """A finding's root PID; a periodic finding names none, its latest run's is in
+    ``details.periodic.pid`` (docs/respawn.md)."""
+    if finding.get("root_pid") is not None:
+        return int(finding["root_pid"])
+    details = finding.get("details") or {}
+    if isinstance(details, str):
+        details = json.loads(details or "{}")
+    pid = (details.get("periodic") or {}).get("pid")
+    return pid if isinstance(pid, int) else None
