@@ -9,7 +9,8 @@ rogue-watchdog is never wrong in the dangerous direction:
   (never a shared shell, a bystander, the system, a process ever sanctioned);
 - I3 a sanctioned process stays sanctioned for its life (edits, reloads, restarts);
 - I4 blindness never resolves or reopens a finding; ``respawned`` needs a new identity;
-- I5 a finding's id, root and root start name one job for its whole life;
+- I5 a finding's id, root and root start name one job for its whole life (a periodic
+  finding names none, from the tick its first run's finding became the loop's);
 - I6 every live cron source named is a crontab cron really reads (mode, name);
 - I7 no false page: under the default configuration no finding of severity high or
   above names a GPU user that is not training (a notebook kernel, an inference server, a
@@ -534,15 +535,20 @@ class TrustMachine(RuleBasedStateMachine):
 
     def _check_findings(self, blind: bool, jobs: list[Job]) -> None:
         rows = self.daemon.db.conn.execute(
-            "SELECT id, kind, root_pid, details_json, resolved_at, last_seen FROM findings"
+            "SELECT id, kind, root_pid, details_json, resolved_at, last_seen, fingerprint"
+            " FROM findings"
         ).fetchall()
         alive = {(p.pid, p.start) for p in self.host.procs.values() if p.state != "Z"}
         seen = {(j.root_pid, j.start_ticks) for j in jobs}
         now = self.host.now
-        for fid, kind, root_pid, details_json, resolved_at, _last in rows:
+        for fid, kind, root_pid, details_json, resolved_at, _last, fp in rows:
             details = json.loads(details_json)
             root = tuple(details["root"]) if isinstance(details.get("root"), list) else None
-            # I5: one job for the finding's whole life.
+            # I5: one job for the finding's whole life; a periodic finding names none (its
+            # loop), also one that continues its first run's finding: that one names no
+            # job from then on.
+            if ":periodic:" in fp and (root_pid, root) == (None, None):
+                self.finding_roots[fid] = (None, None)
             first = self.finding_roots.setdefault(fid, (root_pid, root))
             assert first == (root_pid, root), f"I5: F{fid} named {first}, now {root_pid, root}"
             if kind in JOB_KINDS and root is not None:

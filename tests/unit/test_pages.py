@@ -32,7 +32,7 @@ from watchdog.config.alerts import AlertSettings
 from watchdog.daemon.loop import Daemon, learned
 from watchdog.daemon.tracking.jobs import Return, how_ended
 from watchdog.daemon.tracking.lifecycle import Resolve, decide
-from watchdog.daemon.tracking.periodic import Loop, expected, gap_text, loops
+from watchdog.daemon.tracking.periodic import RETURN_WINDOW_S, Loop, expected, gap_text, loops
 from watchdog.daemon.tracking.reminders import settling
 from watchdog.model import FINDING_KINDS, Finding, Job
 from watchdog.state import ActionRecord, FindingRecord
@@ -312,9 +312,12 @@ def test_a_lone_short_run_that_ends_by_itself_within_the_settle_is_recorded_not_
     tmp_path: Path,
 ) -> None:
     """A job that ended by itself before its picture settled left nothing to act on:
-    its finding is recorded (and counted), not paged; a run stopped by a signal within
-    the settle still gets its open (and its resolve)."""
-    quiet = run_loop(tmp_path / "quiet", 1)
+    its finding is recorded (and counted), not paged (it waits RETURN_WINDOW_S for the
+    job to come back, then resolves); a run stopped by a signal within the settle still
+    gets its open (and its resolve)."""
+    waiting = run_loop(tmp_path / "waiting", 1)
+    assert waiting["pages"] == [] and [f["kind"] for f in waiting["open"]] == ["rogue-job"]
+    quiet = run_loop(tmp_path / "quiet", 1, quiet=RETURN_WINDOW_S + 1)
     assert quiet["pages"] == [] and quiet["open"] == []
     killed = run_loop(tmp_path / "killed", 1, kill_at=0)
     assert [tuple(p) for p in killed["pages"]] == [("open", "rogue-job", "high")]
@@ -538,3 +541,102 @@ def test_a_probe_loop_of_a_class_that_is_not_training_is_one_periodic_finding(
     (loop,) = open_now
     assert loop.fingerprint.startswith("unsanctioned-gpu-use:periodic:")
     assert loop.root_pid is None and loop.details["periodic"]["runs"] == 6
+
+
+# -- a loop is one finding from its first run (the busy box's cron ghost) ----------------
+
+
+def _ghost(tmp_path: Path, statuses: list[int], period: float = 60.0) -> tuple[Daemon, float]:
+    """A training job run every ``period`` s for 20 s, each run ended with the wait(2)
+    status given (the kernel's exit event), ticked every 5 s while it runs and once
+    after it ended; returns the daemon and when the last run was seen gone."""
+    from watchdog.policy.findings import job_findings
+
+    d = _daemon(tmp_path)
+    gone = T0
+    for i, status in enumerate(statuses):
+        job = _classed("training", 6000 + i, 300 + i)
+        start = T0 + period * i
+        for k in range(5):  # 0 … 20 s: the settle (5 s) ends while it runs
+            d.tracker.update([job], job_findings([job]), start + 5 * k)
+        gone = start + 25
+        d.tracker.update([], [], gone, exits={job.root_pid: status})
+        d.tracker.update([], [], start + period / 2)
+    return d, gone
+
+
+def _alerts(d: Daemon, kind: str) -> list[tuple[str, int, str]]:
+    """``(event, finding id, message)`` of every alert spooled about ``kind``."""
+    rows = d.db.conn.execute(
+        "SELECT d.event, d.finding_id, f.message FROM deliveries d JOIN findings f"
+        " ON f.id = d.finding_id WHERE f.kind = ? ORDER BY d.id",
+        (kind,),
+    ).fetchall()
+    return [(e, fid, m) for e, fid, m in rows]
+
+
+def test_busy_box_ghost_a_run_that_ended_by_itself_and_came_back_is_paged_once(
+    tmp_path: Path,
+) -> None:
+    """The busy box's cron ghost (20 s every minute): before, its first run's rogue-job
+    was paged, resolved when the run ended by itself, and the second run opened the
+    loop's finding and paged again (2 opens, 2 ids). After, the first run's finding waits
+    RETURN_WINDOW_S for the job, the return continues it as the loop's (one id, one open,
+    runs 3), and it resolves once, saying it ended by itself, when nothing came back."""
+    d, gone = _ghost(tmp_path, [0, 0, 0])
+    sent = _alerts(d, "rogue-job")
+    assert [e for e, _f, _m in sent] == ["open"]
+    (rec,) = d.db.open_findings()
+    assert rec.id == sent[0][1] and rec.root_pid is None
+    assert rec.fingerprint.startswith("rogue-job:periodic:")
+    assert (rec.details["periodic"]["runs"], rec.details["periodic"]["cadence_s"]) == (3, 60.0)
+    assert [r.id for r in map(d.db.finding, range(1, 5)) if r is not None] == [rec.id]
+    d.tracker.update([], [], gone + RETURN_WINDOW_S + 1)  # the loop quiet: it ends
+    events = _alerts(d, "rogue-job")
+    assert [(e, fid) for e, fid, _m in events] == [("open", rec.id), ("resolve", rec.id)]
+    assert not d.db.open_findings() and not _alerts(d, "respawned")
+
+
+def test_a_run_that_ended_by_itself_alone_resolves_when_its_return_window_ends(
+    tmp_path: Path,
+) -> None:
+    """One run that ended by itself stays open (not paged again) for RETURN_WINDOW_S,
+    then resolves saying so."""
+    d, gone = _ghost(tmp_path, [0])
+    d.tracker.update([], [], gone + RETURN_WINDOW_S - 1)
+    assert [e for e, _f, _m in _alerts(d, "rogue-job")] == ["open"]
+    d.tracker.update([], [], gone + RETURN_WINDOW_S + 1)
+    (_o, (event, _fid, message)) = _alerts(d, "rogue-job")
+    assert (
+        event == "resolve" and "ended by itself at " in message and "not back within 5m" in message
+    )
+
+
+def test_a_ghost_killed_by_sigterm_that_comes_back_is_respawned_paged_at_once(
+    tmp_path: Path,
+) -> None:
+    """A run stopped by a signal resolves when it is gone (as before) and its return
+    opens respawned, paged at the return's tick: respawned keeps its meaning."""
+    d, _gone = _ghost(tmp_path, [signal.SIGTERM, 0])
+    first = _alerts(d, "rogue-job")
+    assert [e for e, _f, _m in first][:2] == ["open", "resolve"]
+    assert [e for e, _f, _m in _alerts(d, "respawned")][:1] == ["open"]
+    opened = d.db.conn.execute("SELECT opened_at FROM findings WHERE kind = 'respawned'").fetchone()
+    assert tuple(opened) == (T0 + 60,)
+    assert not any(":periodic:" in f.fingerprint for f in d.db.open_findings())
+
+
+def test_a_return_after_the_window_is_a_new_finding(tmp_path: Path) -> None:
+    """Documented (docs/respawn.md): a job back more than RETURN_WINDOW_S after its run
+    ended by itself finds its first finding resolved ("ended by itself"); the return
+    opens the loop's finding, a new one, paged (2 opens, 2 ids); no respawned."""
+    d, _gone = _ghost(tmp_path, [0, 0], period=RETURN_WINDOW_S + 120)
+    sent = _alerts(d, "rogue-job")
+    assert [e for e, _f, _m in sent] == ["open", "resolve", "open"]
+    assert sent[0][1] == sent[1][1] != sent[2][1]
+    assert "ended by itself" in sent[1][2]
+    (rec,) = d.db.open_findings()
+    assert (
+        rec.fingerprint.startswith("rogue-job:periodic:") and rec.details["periodic"]["runs"] == 2
+    )
+    assert not _alerts(d, "respawned")

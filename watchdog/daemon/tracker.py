@@ -22,13 +22,21 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from watchdog.config.alerts import AlertSettings
-from watchdog.daemon.alerts.alert import AlertEvent
+from watchdog.daemon.alerts.alert import AlertEvent, local_iso
 from watchdog.daemon.tracking.blind import last_seen_gpus
 from watchdog.daemon.tracking.fold import fingerprint, fold, group
 from watchdog.daemon.tracking.jobs import record_jobs
 from watchdog.daemon.tracking.lifecycle import Open, Resolve, Seen, Sighting, Step, decide
 from watchdog.daemon.tracking.naming import with_own_id, with_undo_notes
-from watchdog.daemon.tracking.periodic import as_periodic, expected, loops, periodic_signature
+from watchdog.daemon.tracking.periodic import (
+    RETURN_WINDOW_S,
+    as_periodic,
+    awaiting_return,
+    expected,
+    gap_text,
+    loops,
+    periodic_signature,
+)
 from watchdog.daemon.tracking.reminders import alert_due, alert_labels, record_labels
 from watchdog.daemon.tracking.spool import deliveries, sink_accepts
 from watchdog.model import Finding, FindingKind, Job, Severity
@@ -91,6 +99,9 @@ class Tracker:
         # When (tick time) the earliest open alert held back by alerts.settle_s is due:
         # the loop ticks then instead of a whole interval later. None when none waits.
         self.settle_due: float | None = None
+        # This tick's: finding id → when its job was seen gone, of each finding about a
+        # run that ended by itself whose window for the job to come back ran out.
+        self._ended_alone: dict[int, float] = {}
 
     def update(
         self,
@@ -180,9 +191,14 @@ class Tracker:
             )  # fmt: skip
             present = set(seen.signatures.values())
             between = expected(before, present, self._last_seen(sigs), now)
+            waiting = awaiting_return(self.db, before, present, seen.returns, self.exits, now)
+            # Blindness never resolves: a finding waiting for its job stays open then.
+            awaiting = {fp for fp, g in waiting.items() if blind or now - g <= RETURN_WINDOW_S}
+            by_fp = {rec.fingerprint: rec.id for rec in before}
+            self._ended_alone = {by_fp[fp]: g for fp, g in waiting.items() if fp not in awaiting}
             steps = decide(
                 group([*noted, *respawns], seen.signatures), before, present=present,
-                held=seen.held, expected=between,
+                held=seen.held, expected=between, awaiting=awaiting,
             )  # fmt: skip
             opened, reminded, resolved = self._apply(steps, now)
             self._between_runs(before, steps, between, now)
@@ -290,6 +306,12 @@ class Tracker:
         Returns the finding as reminded of when that alert is a reminder, else None."""
         db, rec, s = self.db, step.record, step.sighting
         f = s.finding
+        if rec.fingerprint != s.fingerprint:
+            # The finding of a loop's first run, continued as the loop's: it names no
+            # run now, so the PID its alert named (ended by itself) is no change.
+            db.refile_finding(rec.id, s.fingerprint)
+            named = [] if rec.last_alert_at is not None else rec.alerted_pids
+            rec = dataclasses.replace(rec, fingerprint=s.fingerprint, alerted_pids=named)
         if self._blind:  # a GPU unseen is not a GPU left: keep where it was last seen
             f = last_seen_gpus(rec, f)
         db.touch_finding(rec.id, with_own_id(f, rec.id), f.root_pid, f.details, now, s.instances)
@@ -352,6 +374,14 @@ class Tracker:
         """Resolve one finding and spool its ``resolve`` alert (when it was alerted,
         after the open it still owes: :meth:`_owes_open`)."""
         db = self.db
+        gone_at = self._ended_alone.get(rec.id)
+        if gone_at is not None:
+            rec = dataclasses.replace(
+                rec,
+                message=f"{rec.message}; ended by itself at {local_iso(gone_at)}, not back "
+                f"within {gap_text(RETURN_WINDOW_S)}",
+            )
+            db.set_finding_message(rec.id, rec.message)
         alerted = rec.last_alert_at is not None
         if not alerted and self._owes_open(rec, now):
             self._spool("open", rec, now)

@@ -100,6 +100,16 @@ class FindingTable(Table):
             (now, clean(message), root_pid, json.dumps(details), instances, finding_id),
         )
 
+    def refile_finding(self, finding_id: int, fingerprint: str) -> None:
+        """File an open finding under another fingerprint (the finding of a loop's first
+        run continued as the loop's); once alerted, the PIDs its last alert named are
+        forgotten (it names no run now)."""
+        self.conn.execute(
+            "UPDATE findings SET fingerprint=?, alerted_pids_json=CASE WHEN"
+            " last_alert_at IS NULL THEN alerted_pids_json ELSE '[]' END WHERE id=?",
+            (clean(fingerprint), finding_id),
+        )
+
     def set_finding_message(self, finding_id: int, message: str) -> None:
         """Replace a finding's message (e.g. to name the finding's own id in a command)."""
         self.conn.execute("UPDATE findings SET message=? WHERE id=?", (clean(message), finding_id))

@@ -46,12 +46,15 @@ class Return:
         previous_start: When the previous run was first seen (tick time).
         ended: How the previous run ended: ``exited`` by itself, ``stopped`` (a signal,
             our terminate, its source disabled), or None without evidence.
+        gone_at: When the previous run was seen gone (or last seen, when it was not
+            seen gone).
     """
 
     signature: str
     job: Job
     previous_start: float
     ended: Ended | None
+    gone_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,7 @@ def record_jobs(
             undos[ident] = _source_undo(db, job, sig, now, start_time_s)
         if back_after is not None and job.unsanctioned and undos[ident] is None:
             assert rec is not None  # only a known signature comes back
-            back = _return(db, sig, job, rec, exits or {}, now)
+            back = _return(db, sig, job, rec, exits or {}, now, back_after)
             returns[sig] = back  # any class: a probe loop is one periodic finding too
             # A notebook, server or probe that comes back is not a respawned ghost: its
             # own unsanctioned-gpu-use finding says what it is (issue 35).
@@ -185,16 +188,40 @@ def record_jobs(
 
 
 def _return(
-    db: StateDB, sig: str, job: Job, previous: JobRecord, exits: Mapping[int, int], now: float
+    db: StateDB,
+    sig: str,
+    job: Job,
+    previous: JobRecord,
+    exits: Mapping[int, int],
+    now: float,
+    gone_at: float,
 ) -> Return:
     """``job`` back under ``sig``, with how the runs before it ended (every instance
     that ran when the signature was last seen; not those seen now)."""
+    started, ended = last_ended(db, previous, exits, now)
+    return Return(sig, job, started, ended, gone_at)
+
+
+def last_ended(
+    db: StateDB, previous: JobRecord, exits: Mapping[int, int], now: float
+) -> tuple[float, Ended | None]:
+    """When the runs of a job signature seen last (every instance that ran when it was
+    last seen, none seen at ``now``) started, the latest one, and how they ended
+    (:func:`how_ended`).
+
+    Args:
+        db: The state database.
+        previous: The signature's ``jobs`` row as of its last sighting.
+        exits: PID → wait(2) status of processes seen exiting.
+        now: POSIX time of the tick.
+    """
+    sig = previous.signature
     runs = [r for r in db.last_runs(sig, previous.last_seen) if r.last_seen < now]
     roots = [(r.root_pid, r.start_ticks) for r in runs]
     if (previous.root_pid, previous.start_ticks) not in roots:
         roots.append((previous.root_pid, previous.start_ticks))
     started = max((r.started_at for r in runs), default=previous.first_seen)
-    return Return(sig, job, started, how_ended(db.actions_for(sig), roots, exits))
+    return started, how_ended(db.actions_for(sig), roots, exits)
 
 
 def how_ended(

@@ -4,8 +4,11 @@ A finding names one job for its whole life: when the job an open finding is abou
 while another run of the same source goes on, the finding resolves and the other run
 gets a finding (and an id) of its own. A finding no longer reported resolves, except a
 ``respawned`` one while the ghost that came back still runs, a periodic one between two
-runs of its loop (:mod:`.periodic`), and one whose job was not seen but not seen gone
-either (a blind source holds it).
+runs of its loop (:mod:`.periodic`), one about a run that ended by itself while it
+waits for the job to come back (:func:`~.periodic.awaiting_return`), and one whose job
+was not seen but not seen gone either (a blind source holds it). A loop's finding that
+no open one has the fingerprint of continues the finding of its first run when that is
+still open: one finding (and one page) for the loop from its first run.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from watchdog.daemon.tracking.fold import fold, same_job
-from watchdog.daemon.tracking.periodic import periodic_signature
+from watchdog.daemon.tracking.periodic import first_run_fingerprint, periodic_signature
 from watchdog.model import Finding
 from watchdog.state import FindingRecord
 
@@ -45,7 +48,8 @@ class Open:
 
 @dataclass(frozen=True)
 class Seen:
-    """An open finding reported again."""
+    """An open finding reported again (under another fingerprint when it is the
+    finding of a loop's first run that the loop's finding continues: it is refiled)."""
 
     record: FindingRecord
     sighting: Sighting
@@ -67,6 +71,7 @@ def decide(
     present: set[str],
     held: set[str],
     expected: Collection[str] = (),
+    awaiting: Collection[str] = (),
 ) -> list[Step]:
     """Every finding's step this tick, in the order they are to be applied.
 
@@ -77,6 +82,9 @@ def decide(
         held: Signatures of jobs not seen but not seen gone (a source was blind).
         expected: Signatures of periodic loops between two runs
             (:func:`~.periodic.expected`).
+        awaiting: Fingerprints of findings about a run that ended by itself, within
+            their window for the job to come back (:func:`~.periodic.awaiting_return`):
+            each stays open, and its loop's finding continues it.
 
     Returns:
         Per fingerprint in ``groups``' order, the resolve of an open finding whose job
@@ -87,6 +95,13 @@ def decide(
     steps: list[Step] = []
     for fp, found in groups.items():
         rec = open_by_fp.pop(fp, None)
+        first = first_run_fingerprint(fp)
+        if rec is None and first in awaiting and first not in groups and first in open_by_fp:
+            # The loop's finding is its first run's, continued: the same id, no new open.
+            rec = open_by_fp.pop(first)
+            finding, pids = fold(found, None)
+            steps.append(Seen(rec, Sighting(fp, finding, pids, len(found))))
+            continue
         if rec is not None and not same_job(rec, found):
             steps.append(Resolve(rec))  # its job ended; another run gets its own finding
             rec = None
@@ -96,15 +111,22 @@ def decide(
     steps.extend(
         Resolve(rec)
         for fp, rec in open_by_fp.items()
-        if not _stays_open(fp, rec, present, held, expected)
+        if not _stays_open(fp, rec, present, held, expected, awaiting)
     )
     return steps
 
 
 def _stays_open(
-    fp: str, rec: FindingRecord, present: set[str], held: set[str], expected: Collection[str]
+    fp: str,
+    rec: FindingRecord,
+    present: set[str],
+    held: set[str],
+    expected: Collection[str],
+    awaiting: Collection[str],
 ) -> bool:
     """True when an open finding not reported this tick stays open."""
+    if fp in awaiting:
+        return True  # its run ended by itself: the job may come back as a loop
     signature = rec.details.get("signature")
     if rec.kind == "respawned" and signature in present:
         return True  # stays open while the ghost that came back is still running

@@ -9,6 +9,14 @@ in 8 minutes for a 0.3 s probe run every 5 s). It names no one job (no root PID)
 open between runs while the next one is due, and resolves once the loop has been quiet
 for twice its cadence plus :data:`QUIET_GRACE_S`.
 
+A loop is one finding from its first run: the finding of a run that ended by itself is
+not resolved at once but waits :data:`RETURN_WINDOW_S` for the job to come back
+(:func:`awaiting_return`); a run back within it continues that finding as the loop's
+(same id, no second open: it is refiled under the periodic fingerprint), and one back
+later opens a new periodic finding (the first resolved when the window ran out, saying
+the job ended by itself). A cron ghost of 20 s every minute was paged twice: its first
+run's ``rogue-job``, then its loop's.
+
 A run stopped by a signal, by us or by a disabled source that comes back still opens
 ``respawned`` (:mod:`.jobs`): that return is paged at once, the loop stays one finding.
 """
@@ -21,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from watchdog.daemon.alerts.alert import local_iso
-from watchdog.daemon.tracking.jobs import Return
+from watchdog.daemon.tracking.jobs import Return, last_ended
 from watchdog.model import Finding, Job
-from watchdog.state import FindingRecord
+from watchdog.state import FindingRecord, StateDB
 
 # Findings about one run of a job that a periodic loop folds, ``unsanctioned-gpu-use``
 # (a non-training class) too: a probe loop is the common case.
@@ -33,6 +41,10 @@ PERIODIC_KINDS = frozenset(
 # A loop quiet for twice its cadence plus this long has stopped: its finding resolves.
 QUIET_GRACE_S = 60.0
 PREFIX = "periodic:"
+# How long the finding of a run that ended by itself waits for the job to come back (and
+# become its loop's finding) before it resolves: a loop up to every few minutes (cron's
+# */5) is one finding from its first run; a slower one is paged again at its second.
+RETURN_WINDOW_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,59 @@ def periodic_signature(rec: FindingRecord) -> str | None:
     if isinstance(sig, str) and rec.fingerprint.endswith(f":{PREFIX}{sig}"):
         return sig
     return None
+
+
+def first_run_fingerprint(fp: str) -> str | None:
+    """For a periodic fingerprint ``<kind>:periodic:<signature>``, the fingerprint of
+    the finding of one run of that job (``<kind>:<signature>``); None for any other."""
+    kind, _sep, rest = fp.partition(":")
+    if not rest.startswith(PREFIX):
+        return None
+    return f"{kind}:{rest[len(PREFIX) :]}"
+
+
+def awaiting_return(
+    db: StateDB,
+    open_records: Iterable[FindingRecord],
+    present: set[str],
+    returns: Mapping[str, Return],
+    exits: Mapping[int, int],
+    now: float,
+) -> dict[str, float]:
+    """The open findings about one run of a job (a kind a loop folds) whose job is gone,
+    or came back this tick, after its last runs all ended by themselves (exit statuses,
+    no signal, no action of ours: :func:`~.jobs.how_ended`): each may become its loop's
+    finding should the job come back within :data:`RETURN_WINDOW_S`.
+
+    Args:
+        db: The state database (the jobs and their runs, this tick's recorded).
+        open_records: The findings open before this tick.
+        present: Signatures of the jobs seen this tick.
+        returns: This tick's returns (:attr:`~.jobs.JobsSeen.returns`).
+        exits: PID → wait(2) status of processes seen exiting.
+        now: POSIX time of the tick.
+
+    Returns:
+        Fingerprint → when its job was seen gone.
+    """
+    out: dict[str, float] = {}
+    for rec in open_records:
+        if rec.kind not in PERIODIC_KINDS or rec.root_pid is None:
+            continue
+        sig = rec.fingerprint.partition(":")[2]
+        if sig.startswith(PREFIX):
+            continue
+        if sig in present:
+            back = returns.get(sig)
+            if back is not None and back.ended == "exited" and back.gone_at is not None:
+                out[rec.fingerprint] = back.gone_at
+            continue
+        job = db.job(sig)
+        if job is None or job.gone_at is None:
+            continue  # not a job's finding, or not seen gone (a blind source holds it)
+        if last_ended(db, job, exits, now)[1] == "exited":
+            out[rec.fingerprint] = job.gone_at
+    return out
 
 
 def loops(
@@ -175,7 +240,11 @@ def as_periodic(
             out.append(f)
             continue
         job = jobs.get(f.root_pid) if f.root_pid is not None else None
-        out.append(_folded(f, loop, job, by_fp.get(f"{f.kind}:{PREFIX}{loop.signature}")))
+        # The loop's finding, or its first run's that it continues (awaiting_return).
+        was = by_fp.get(f"{f.kind}:{PREFIX}{loop.signature}") or by_fp.get(
+            f"{f.kind}:{loop.signature}"
+        )
+        out.append(_folded(f, loop, job, was))
     return out
 
 
