@@ -39,6 +39,7 @@ from tests.sim.host import GIB, PIPELINE_SCRIPT, PY, SimEffects, SimHost
 from watchdog.actions.enforcer import Enforcer
 from watchdog.actions.guards import LiveProc
 from watchdog.actions.remedy import Remedy, target_from_job
+from watchdog.actions.runner import InlineRunner
 from watchdog.actions.terminate import plan_tree
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
@@ -114,7 +115,8 @@ class TrustMachine(RuleBasedStateMachine):
     def _daemon(self) -> Daemon:
         config = parse_config(self.config_text(), str(self.dir / "config.yaml"))
         daemon = Daemon(config, None)
-        enf = Enforcer(config, daemon.db, self.effects)
+        # Inline: a terminate's waits run in the step that starts it (deterministic).
+        enf = Enforcer(config, daemon.db, self.effects, runner=InlineRunner())
         daemon.sources.append(enf)
         daemon.enforcers.append(enf)
         return daemon

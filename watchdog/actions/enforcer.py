@@ -12,9 +12,17 @@ Per tick, after tracking:
    as a rogue or excess job from any origin (a worker re-parented to PID 1 has another
    signature), opens ``remediation-failed`` too, until nothing of it is left.
 2. **Act.** In ``terminate`` mode (globally or by a matching rule) each rogue/excess job
-   is handled once per identity: its source is disabled first when
-   ``auto_disable_source`` says so (so cron or systemd cannot start it again while it is
-   being stopped), then its process tree is terminated. ``observe`` does nothing.
+   is handled once per identity (also across restarts and reloads: an identity the
+   audit trail shows terminated this boot is not acted on again): its source is
+   disabled first when ``auto_disable_source`` says so (so cron or systemd cannot start
+   it again while it is being stopped), then its process tree is terminated. The
+   terminate's first step (freeze, SIGTERM, SIGCONT) runs in the tick; the grace period
+   is waited out off it (:mod:`watchdog.actions.runner`), so the scan and ``status`` stay
+   current meanwhile. ``observe`` does nothing.
+3. **Recover.** An action left half-way by a process that is gone (a daemon killed
+   during a terminate's grace period, between a quarantine's rename and its record) is
+   found from its write-ahead record, finished or reported without repeating any signal
+   (:mod:`watchdog.actions.recovery`), and raises ``action-interrupted``.
 
 Wiring: ``Daemon(config, path, sources=[enf], enforcers=[enf])`` with ``enf`` from
 :func:`build_enforcers`. As a finding source it reports ``remediation-failed`` before
@@ -32,14 +40,34 @@ from typing import Any
 
 from watchdog.actions.effects import Effects
 from watchdog.actions.guards import read_live
-from watchdog.actions.remedy import Remedy, target_from_job
+from watchdog.actions.recovery import (
+    INTERRUPTED_OPEN_S,
+    interrupted_finding,
+    interrupted_note,
+    owner_gone,
+    quarantine_finding,
+    recorded_members,
+    resolve,
+    terminate_resume,
+)
+from watchdog.actions.remedy import Remedy, TerminateTask, target_from_job
+from watchdog.actions.runner import Runner, ThreadRunner
+from watchdog.actions.terminate import TerminateRun
 from watchdog.config import Config
 from watchdog.hosttext import command_text
 from watchdog.logs import get_logger
 from watchdog.model import Finding, Job, ScanResult
 from watchdog.plugins import TrackResult
 from watchdog.policy.signature import job_signature
-from watchdog.state import ActionRecord, StateDB, source_undo
+from watchdog.sources.procfs import boot_id
+from watchdog.state import (
+    ActionJournal,
+    ActionRecord,
+    ActionStep,
+    JournalError,
+    StateDB,
+    source_undo,
+)
 
 log = get_logger()
 
@@ -70,6 +98,9 @@ class Enforcer:
         effects: Side effects; None uses real ones with ``enforcement.command_prefix``.
         actor: Recorded as who acted.
         clock: Wall clock for action times (the tick's ``now`` is used for findings).
+        runner: Where terminates wait out their grace period after their first step
+            (default: a :class:`~watchdog.actions.runner.ThreadRunner`, off the tick;
+            the simulator passes an inline one).
     """
 
     name = "enforcement"
@@ -82,6 +113,7 @@ class Enforcer:
         *,
         actor: str = "daemon",
         clock: Callable[[], float] = time.time,
+        runner: Runner | None = None,
     ) -> None:
         self.config = config
         self.settings = config.enforcement
@@ -92,8 +124,45 @@ class Enforcer:
         self.backup_dir = self.settings.backup_dir or os.path.join(
             config.daemon.state_dir, "backups"
         )
-        self._acted: set[tuple[int, int]] = set()
+        self.runner: Runner = runner or ThreadRunner()
+        self._acted: set[tuple[int, int]] = self._acted_before()
         self._last: tuple[int, list[Finding]] | None = None
+        # Interrupted terminates taken over, to be continued by the next act() (the
+        # findings() call that took them over counts them); rows whose findings went out.
+        self._resume: dict[int, tuple[ActionRecord, list[ActionStep], int]] = {}
+        self._emitted: set[int] = set()
+        self._calls = 0
+
+    def _acted_before(self) -> set[tuple[int, int]]:
+        """Root identities the audit trail shows terminated (or refused) during this
+        boot: a restart or a reload never acts on them again."""
+        try:
+            recs = self.db.actions(limit=1000)
+        except Exception:  # an unreadable trail: the tick's own degradation says so
+            return set()
+        boot = boot_id("/proc")
+        out: set[tuple[int, int]] = set()
+        for rec in recs:
+            root = rec.details.get("root")
+            if (
+                rec.kind != "terminate"
+                or rec.dry_run
+                or not rec.owner
+                or rec.owner.get("boot_id") != boot
+                or not isinstance(root, list)
+                or len(root) != 2
+            ):
+                continue
+            try:
+                out.add((int(root[0]), int(root[1])))
+            except (TypeError, ValueError):
+                continue
+        return out
+
+    def settle(self, timeout_s: float) -> bool:
+        """Wait until no terminate is left waiting (tests); True when none is."""
+        settle = getattr(self.runner, "settle", None)
+        return bool(settle(timeout_s)) if settle is not None else not self.runner.in_flight()
 
     # -- the watch ---------------------------------------------------------------------
 
@@ -146,6 +215,7 @@ class Enforcer:
             seen.add(sig)
             out.append(self._failed(job, sig, recs))
         out += self._recheck(result, seen, undone)
+        out += self._interrupted(now, result)
         self._last = (id(result), out)
         return out
 
@@ -269,12 +339,10 @@ class Enforcer:
         if result.protection is None:
             return failed  # not a scan's result: nothing says what is protected
         open_ids = self.db.open_finding_ids()
-        remedy = Remedy(
-            self.settings, self.db, self.effects, actor=self.actor, backup_dir=self.backup_dir,
-            proc_root=self.config.paths.proc_root, spool_dirs=self.config.paths.cron_spool,
-            crontab=self.config.paths.crontab, cron_d=self.config.paths.cron_d,
-            protection=result.protection,
-        )  # fmt: skip
+        remedy = self._remedy(result)
+        for rec, steps, _call in self._resume.values():
+            self._continue(remedy, rec, steps, proceed=True)
+        self._resume.clear()
         # Newest first: of several runs of one source, the newest is the one too many.
         for job in sorted(result.jobs, key=lambda j: (-j.start_ticks, -j.root_pid)):
             if not job.unsanctioned:
@@ -285,24 +353,168 @@ class Enforcer:
             decision = self.settings.decide(job.cmdline, job.origin.kind, job.user)
             if decision.mode != "terminate":
                 continue
-            self._acted.add(ident)
             sig = track.signatures.get(job.root_pid) or job_signature(
                 job.user, job.cmdline, job.origin
             )
             fid = open_ids.get(f"{_FINDING_KIND[job.verdict]}:{sig}")
             target = target_from_job(job, sig, fid, self.config.paths.proc_root)
-            if decision.auto_disable_source and job.advice.refused is None:
-                if job.advice.source_refused is None:
-                    remedy.disable_source(target, self.clock())
-                else:
-                    # The guard keeps the source (a sanctioned rule's): the run is
-                    # stopped as a job, and the log says why the source was left.
-                    log.info(
-                        "disable-source-skipped", pid=job.root_pid, finding_id=fid,
-                        reason=job.advice.source_refused,
-                    )  # fmt: skip
-            remedy.terminate(target, self.clock())
+            try:
+                self._stop(remedy, job, target, decision.auto_disable_source)
+            except JournalError as exc:
+                # No action without a record: nothing was done; tried again next tick.
+                log.error("action-not-recorded", pid=job.root_pid, finding_id=fid, error=str(exc))
+                continue
+            self._acted.add(ident)
         return failed
+
+    def _remedy(self, result: ScanResult) -> Remedy:
+        assert result.protection is not None
+        return Remedy(
+            self.settings, self.db, self.effects, actor=self.actor, backup_dir=self.backup_dir,
+            proc_root=self.config.paths.proc_root, spool_dirs=self.config.paths.cron_spool,
+            crontab=self.config.paths.crontab, cron_d=self.config.paths.cron_d,
+            protection=result.protection,
+        )  # fmt: skip
+
+    def _stop(self, remedy: Remedy, job: Job, target: Any, auto_disable: bool) -> None:
+        """Disable the job's source (when asked and allowed), then terminate it: a
+        refusal or a dry run at once, a real one as a task whose first step runs now.
+
+        Raises:
+            JournalError: An action could not be recorded (then it was not made).
+        """
+        if auto_disable and job.advice.refused is None:
+            if job.advice.source_refused is None:
+                remedy.disable_source(target, self.clock())
+            else:
+                # The guard keeps the source (a sanctioned rule's): the run is stopped
+                # as a job, and the log says why the source was left.
+                log.info(
+                    "disable-source-skipped", pid=job.root_pid, finding_id=target.finding_id,
+                    reason=job.advice.source_refused,
+                )  # fmt: skip
+        if target.refused is not None or self.settings.dry_run:
+            remedy.terminate(target, self.clock())
+            return
+        self._launch(remedy.begin_terminate(target, self.clock()))
+
+    def _launch(self, task: TerminateTask) -> None:
+        """The task's first step now (in the tick); the rest off it."""
+        wait = task.step()
+        if wait is not None:
+            self.runner.submit(task, wait)
+
+    # -- actions left half-way -----------------------------------------------------------
+
+    def _interrupted(self, now: float, result: ScanResult) -> list[Finding]:
+        """Take over actions whose owner is gone; their findings (see the module
+        docstring, step 3)."""
+        self._calls += 1
+        session = self.db.session
+        # Taken over by an earlier call but act() never ran since (learning, a tick
+        # that could not store): not continued; what they stopped is continued now.
+        for aid, (rec, steps, call) in list(self._resume.items()):
+            if call < self._calls and result.protection is not None:
+                del self._resume[aid]
+                self._continue(self._remedy(result), rec, steps, proceed=False)
+        for rec in self.db.unfinished_actions():
+            mine = bool(rec.owner) and rec.owner.get("session") == session  # type: ignore[union-attr]
+            if mine:
+                if (
+                    rec.state == "recovering"
+                    and rec.id in self._emitted
+                    and rec.kind != "terminate"
+                ):
+                    # Its findings went out last tick: the row is finished now.
+                    resolved = (rec.details.get("interrupted") or {}).get("resolved") or {}
+                    self.db.finish_action(
+                        rec.id, str(resolved.get("outcome") or "interrupted"), rec.details,
+                        self.clock(), undo=rec.undo, state="interrupted",
+                    )  # fmt: skip
+                    self._emitted.discard(rec.id)
+                continue
+            if owner_gone(rec, session):
+                self._take_over(rec, result)
+        out: list[Finding] = []
+        for rec in self.db.unfinished_actions():
+            if rec.state == "recovering" and rec.owner and rec.owner.get("session") == session:
+                out.append(interrupted_finding(rec))
+                moved = quarantine_finding(rec)
+                if moved is not None:
+                    out.append(moved)
+                self._emitted.add(rec.id)
+        for rec in self.db.interrupted_since(self.clock() - INTERRUPTED_OPEN_S):
+            if rec.undone_at is None:
+                out.append(interrupted_finding(rec))
+        return out
+
+    def _take_over(self, rec: ActionRecord, result: ScanResult) -> None:
+        steps = self.db.action_steps(rec.id)
+        note = interrupted_note(rec, steps, self.clock(), self.actor)
+        undo = rec.undo
+        if rec.kind == "terminate":
+            proceed = self._still_decided(rec) and result.protection is not None
+            note["recovery"] = (
+                "being continued from its last recorded step (no signal sent again)"
+                if proceed
+                else "continuing (SIGCONT) what it stopped; not going on"
+            )
+        else:
+            resolved = resolve(rec, steps)
+            note["recovery"] = resolved.words
+            note["resolved"] = {"outcome": resolved.outcome}
+            if resolved.moved_to:
+                note["moved_to"] = resolved.moved_to
+            undo = resolved.undo
+        if not self.db.adopt_action(rec, {**rec.details, "interrupted": note}, undo=undo):
+            return  # another process took it over first
+        log.warning(
+            "action-interrupted", action_id=rec.id, kind=rec.kind, target=rec.target,
+            actor=rec.actor, done=note["done"], unsure=note["unsure"],
+            not_done=note["not_done"], recovery=note["recovery"],
+        )  # fmt: skip
+        if rec.kind != "terminate":
+            return
+        root = rec.details.get("root")
+        if isinstance(root, list) and len(root) == 2:
+            self._acted.add((int(root[0]), int(root[1])))
+        adopted = self.db.action(rec.id) or rec
+        if proceed:
+            self._resume[rec.id] = (adopted, steps, self._calls)
+        elif result.protection is not None:
+            self._continue(self._remedy(result), adopted, steps, proceed=False)
+
+    def _still_decided(self, rec: ActionRecord) -> bool:
+        """Whether an interrupted terminate may be continued: the daemon began it and
+        its decision still stands (terminate mode for that job, not a dry run). A
+        person's (a CLI interrupted, maybe on purpose) is never continued."""
+        if rec.actor != self.actor or self.settings.dry_run:
+            return False
+        cmdline = rec.details.get("cmdline")
+        origin = rec.details.get("origin")
+        if not isinstance(cmdline, list) or not isinstance(origin, dict):
+            return False
+        kind = str(origin.get("kind") or "unknown")
+        user = rec.details.get("user")
+        decision = self.settings.decide(
+            [str(a) for a in cmdline], kind, user if isinstance(user, str) else None
+        )
+        return decision.mode == "terminate"
+
+    def _continue(
+        self, remedy: Remedy, rec: ActionRecord, steps: list[ActionStep], *, proceed: bool
+    ) -> None:
+        """Take an interrupted terminate over: a run that never sends a wave's signal
+        again, going on (``proceed``) or only continuing what it stopped."""
+        journal = ActionJournal(self.db, rec.id, clock=self.clock)
+        grace = rec.details.get("grace_s")
+        run = TerminateRun(
+            recorded_members(rec), remedy.guard(), self.effects,
+            float(grace) if isinstance(grace, int | float) else self.settings.grace_s,
+            journal=journal, resume=terminate_resume(steps, proceed),
+        )  # fmt: skip
+        note = dict(rec.details.get("interrupted") or {})
+        self._launch(TerminateTask(run, journal, rec.details, self.actor, None, interrupted=note))
 
 
 def _running(pid: int, start_ticks: int, proc_root: str) -> bool:

@@ -523,6 +523,8 @@ class TerminateRun:
         self.outcome: TerminateOutcome | None = None
         self._found: dict[int, tuple[Expected, int]] = {}
         self._started = False
+        # The waves this run itself sent (name, processes reached), in order.
+        self.waves_sent: list[tuple[str, int]] = []
         known = {_ident(m) for m in self.members}
         extra: list[Expected] = []
         if resume is not None:
@@ -749,6 +751,8 @@ class TerminateRun:
             elif _send(self.effects, res, sig, self.guard, exp):
                 sent.append(exp)
         fault_point(f"terminate:{wave}:sent")
+        if sent:
+            self.waves_sent.append((wave, len(sent)))
         if step is not None:
             self.journal.done(step, {"sent": [[e.pid, e.start_ticks] for e in sent]})
         return sent

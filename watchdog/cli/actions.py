@@ -252,9 +252,14 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     if target.refused is not None:
         _out(f"{target.describe()} is protected: refusing ({target.refused})")
         return 1
+    from watchdog.state import JournalError
+
     remedy = _remedy(config, db, result)
     dry = args.dry_run or config.enforcement.dry_run
-    action_id, res = remedy.terminate(target, time.time(), dry_run=dry)
+    try:
+        action_id, res = remedy.terminate(target, time.time(), dry_run=dry)
+    except JournalError as exc:
+        raise CliError(f"{exc}; nothing was signalled (no action without a record)") from None
     head = "would terminate" if dry else "terminate"
     _out(f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.kind}")
     for p in res.procs:
@@ -286,9 +291,14 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     if not target.unsanctioned and not args.force:
         _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
         return 1
+    from watchdog.state import JournalError
+
     remedy = _remedy(config, db, scan)
     dry = args.dry_run or config.enforcement.dry_run
-    action_id, plan, result = remedy.disable_source(target, time.time(), dry_run=dry)
+    try:
+        action_id, plan, result = remedy.disable_source(target, time.time(), dry_run=dry)
+    except JournalError as exc:
+        raise CliError(f"{exc}; nothing was changed (no action without a record)") from None
     head = "would disable" if dry else "disable"
     if plan.refused:
         # Nothing to name: no "none -" plan line, only why and what is left to do.
@@ -342,9 +352,10 @@ def _still_running(target: JobTarget, proc_root: str, wait_s: float = 2.0) -> bo
 
 def cmd_undo(args: argparse.Namespace) -> int:
     """``undo ACTION-ID [--dry-run]``."""
-    from watchdog.actions.effects import Effects
+    from watchdog.actions.effects import Effects, JournaledEffects
     from watchdog.actions.remedy import default_actor
     from watchdog.actions.undo import UndoError, ops_of, run_undo
+    from watchdog.state import ActionJournal, JournalError
 
     config, db = _setup(args)
     try:
@@ -364,6 +375,17 @@ def cmd_undo(args: argparse.Namespace) -> int:
     except UndoError as exc:
         raise CliError(f"action {rec.id} has an unreadable undo record: {exc}") from None
     effects = Effects(config.enforcement.command_prefix)
+    journal = None
+    if not args.dry_run:
+        # Written before the first op is run, each op as it goes (issue 32, case 4).
+        try:
+            journal = ActionJournal.begin(
+                db, default_actor(), "undo", f"action {rec.id}", {"undid": rec.id, "ops": ops},
+                finding_id=rec.finding_id, signature=rec.signature,
+            )  # fmt: skip
+        except JournalError as exc:
+            raise CliError(f"{exc}; nothing was restored (no action without a record)") from None
+        effects = JournaledEffects(effects, journal)
     res = run_undo(ops, effects, dry_run=args.dry_run)
     head = "would undo" if args.dry_run else "undo"
     _out(f"{head} action {rec.id} ({rec.kind} {rec.target}):")
@@ -372,14 +394,10 @@ def cmd_undo(args: argparse.Namespace) -> int:
     if res.error:
         _out(f"  FAILED: {res.error}")
     now = time.time()
-    if not args.dry_run:
+    if journal is not None:
         if res.outcome == "ok":
             db.mark_undone(rec.id, now)
-        db.record_action(
-            default_actor(), "undo", f"action {rec.id}", res.outcome,
-            {"undid": rec.id, "done": res.done, "error": res.error}, now,
-            finding_id=rec.finding_id, signature=rec.signature,
-        )  # fmt: skip
+        journal.finish(res.outcome, {"undid": rec.id, "done": res.done, "error": res.error})
     _out(f"outcome: {res.outcome}")
     return 0 if res.outcome in ("ok", "dry-run") else 1
 
@@ -399,7 +417,17 @@ def action_json(rec: Any) -> dict[str, Any]:
         "details": rec.details,
         "undo": rec.undo,
         "undone_at": rec.undone_at,
+        "state": rec.state,
+        "finished_at": rec.finished_at,
     }
+
+
+#: How ``actions`` marks a row not simply finished (docs/reliability.md).
+_STATE_FLAGS = {
+    "pending": " [in progress, or interrupted: see status]",
+    "recovering": " [interrupted, being finished]",
+    "interrupted": " [interrupted]",
+}
 
 
 def cmd_actions(args: argparse.Namespace) -> int:
@@ -414,6 +442,7 @@ def cmd_actions(args: argparse.Namespace) -> int:
     for r in recs:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at))
         flags = (" [dry-run]" if r.dry_run else "") + (" [undone]" if r.undone_at else "")
+        flags += _STATE_FLAGS.get(r.state, "")
         unreadable = isinstance(r.undo, dict) and "unreadable" in r.undo
         undo = " (undo available)" if r.undo and not r.undone_at and not unreadable else ""
         _out(f"{r.id:>5} {when} {r.actor:<14} {r.kind:<15} {r.outcome:<9} {r.target}{flags}{undo}")

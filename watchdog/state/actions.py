@@ -216,38 +216,50 @@ class ActionTable(Table):
         *,
         undo: list[dict[str, Any]] | dict[str, Any] | None = None,
         state: str = "done",
+        target: str | None = None,
     ) -> None:
         """Finish an action's row: its outcome, its details (replaced), its undo ops.
 
         Args:
             state: ``done``, or ``interrupted`` for an action found half-way and
                 finished or reported by another process.
+            target: What it acted on, in words, when it is known better now (kept
+                otherwise).
         """
         with self._durable() as conn:
             conn.execute(
                 "UPDATE actions SET outcome=?, details_json=?, undo_json=?, state=?,"
-                " finished_at=? WHERE id=?",
+                " finished_at=?, target=COALESCE(?, target) WHERE id=?",
                 (
                     outcome, json.dumps(details), json.dumps(undo) if undo is not None else None,
-                    state, now, action_id,
+                    state, now, target, action_id,
                 ),
             )  # fmt: skip
 
-    def adopt_action(self, rec: ActionRecord, details: dict[str, Any]) -> bool:
+    def adopt_action(
+        self,
+        rec: ActionRecord,
+        details: dict[str, Any],
+        *,
+        undo: list[dict[str, Any]] | dict[str, Any] | None = None,
+    ) -> bool:
         """Take over an unfinished action whose owner is gone: ``state``
-        ``recovering``, this process its owner, ``details`` replaced. Only when the row
-        still has the owner ``rec`` was read with (two adopters never both win).
+        ``recovering``, this process its owner, ``details`` and ``undo`` replaced. Only
+        when the row still has the owner ``rec`` was read with (two adopters never both
+        win).
 
         Returns:
             True when this process now owns it.
         """
+        owner = json.dumps(rec.owner) if rec.owner is not None else None
         with self._durable() as conn:
             cur = conn.execute(
-                "UPDATE actions SET state='recovering', owner_json=?, details_json=?"
-                " WHERE id=? AND state IN ('pending', 'recovering') AND owner_json IS ?",
+                "UPDATE actions SET state='recovering', owner_json=?, details_json=?,"
+                " undo_json=? WHERE id=? AND state IN ('pending', 'recovering')"
+                " AND owner_json IS ?",
                 (
-                    json.dumps(self_owner(self.session)), json.dumps(details), rec.id,
-                    json.dumps(rec.owner) if rec.owner is not None else None,
+                    json.dumps(self_owner(self.session)), json.dumps(details),
+                    json.dumps(undo) if undo is not None else None, rec.id, owner,
                 ),
             )  # fmt: skip
         return cur.rowcount == 1
@@ -370,6 +382,7 @@ class ActionJournal:
         *,
         undo: list[dict[str, Any]] | dict[str, Any] | None = None,
         state: str = "done",
+        target: str | None = None,
     ) -> None:
         """Finish the row (:meth:`ActionTable.finish_action`).
 
@@ -379,8 +392,9 @@ class ActionJournal:
         """
         try:
             self.db.finish_action(
-                self.action_id, outcome, details, self.clock(), undo=undo, state=state
-            )
+                self.action_id, outcome, details, self.clock(), undo=undo, state=state,
+                target=target,
+            )  # fmt: skip
         except sqlite3.Error as exc:
             raise JournalError(
                 f"cannot record the outcome of action {self.action_id}: {exc}"
@@ -406,6 +420,7 @@ class NullJournal(ActionJournal):
         *,
         undo: list[dict[str, Any]] | dict[str, Any] | None = None,
         state: str = "done",
+        target: str | None = None,
     ) -> None:
         return None
 
