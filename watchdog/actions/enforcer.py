@@ -511,7 +511,8 @@ class Enforcer:
         run = TerminateRun(
             recorded_members(rec), remedy.guard(), self.effects,
             float(grace) if isinstance(grace, int | float) else self.settings.grace_s,
-            journal=journal, resume=terminate_resume(steps, proceed),
+            journal=journal,
+            resume=terminate_resume(steps, proceed, self.config.paths.proc_root),
         )  # fmt: skip
         note = dict(rec.details.get("interrupted") or {})
         self._launch(TerminateTask(run, journal, rec.details, self.actor, None, interrupted=note))

@@ -30,13 +30,14 @@ been, what was not, and how it was finished.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from watchdog.actions.disable import _undo_systemd
-from watchdog.actions.guards import Expected
+from watchdog.actions.guards import Expected, read_live
 from watchdog.actions.terminate import WAVE_SIGNALS, Resume
 from watchdog.model import Finding
 from watchdog.sources.procfs import boot_id, read_proc
@@ -158,10 +159,28 @@ def account(rec: ActionRecord, steps: Sequence[ActionStep]) -> Account:
     return out
 
 
-def terminate_resume(steps: Sequence[ActionStep], proceed: bool) -> Resume:
-    """The waves an interrupted terminate wrote (a ``done`` wave: the identities it
-    reached; an ``intent`` wave: every identity it named, since each may have been
-    reached) and its grace period's end, for a run that takes it over."""
+def landed(sig: signal.Signals, exp: Expected, proc_root: str) -> bool:
+    """Whether a signal written but not marked sent reached ``exp``, as far as the host
+    shows it. A SIGTERM always counts as sent: its effect cannot be seen, and a second
+    one may mean "force quit" to the job. SIGSTOP, SIGCONT and SIGKILL can be seen (the
+    process stopped, running, gone): one that did not land is sent by the run taking
+    over, to the same identity (pinned), so none ever reaches a process twice."""
+    live = read_live(exp.pid, proc_root)
+    if sig == signal.SIGTERM or live is None or live.start_ticks != exp.start_ticks:
+        return True  # gone (or reused): never signalled again either way
+    stopped = live.state in ("T", "t")
+    if sig == signal.SIGKILL:
+        return live.state == "Z"
+    if sig == signal.SIGSTOP:
+        return stopped or live.state == "Z"
+    return not stopped  # SIGCONT
+
+
+def terminate_resume(steps: Sequence[ActionStep], proceed: bool, proc_root: str) -> Resume:
+    """The waves an interrupted terminate wrote and its grace period's end, for a run
+    that takes it over. A ``done`` wave counts for the identities it reached; an
+    ``intent`` wave (written, not marked) for those it may have reached
+    (:func:`landed`)."""
     waves: list[tuple[str, list[Expected]]] = []
     grace_until: float | None = None
     for step in steps:
@@ -179,7 +198,11 @@ def terminate_resume(steps: Sequence[ActionStep], proceed: bool) -> Resume:
         if isinstance(sent, list):
             reached = {(int(p[0]), int(p[1])) for p in sent if isinstance(p, list) and len(p) >= 2}
             procs = [e for e in procs if (e.pid, e.start_ticks) in reached]
-        waves.append((str(d["wave"]), procs))
+        elif step.status == "intent":
+            sig = WAVE_SIGNALS[str(d["wave"])]
+            procs = [e for e in procs if landed(sig, e, proc_root)]
+        if procs:  # a wave that reached no one: the run taking over makes it again
+            waves.append((str(d["wave"]), procs))
     return Resume(waves, grace_until, proceed)
 
 

@@ -251,15 +251,16 @@ class ActionTable(Table):
         Returns:
             True when this process now owns it.
         """
-        owner = json.dumps(rec.owner) if rec.owner is not None else None
+        session = (rec.owner or {}).get("session")
         with self._durable() as conn:
             cur = conn.execute(
                 "UPDATE actions SET state='recovering', owner_json=?, details_json=?,"
                 " undo_json=? WHERE id=? AND state IN ('pending', 'recovering')"
-                " AND owner_json IS ?",
+                " AND json_extract(owner_json, '$.session') IS ?",
                 (
                     json.dumps(self_owner(self.session)), json.dumps(details),
-                    json.dumps(undo) if undo is not None else None, rec.id, owner,
+                    json.dumps(undo) if undo is not None else None, rec.id,
+                    session if isinstance(session, str) else None,
                 ),
             )  # fmt: skip
         return cur.rowcount == 1
