@@ -400,7 +400,7 @@ def quarantine_finding(rec: ActionRecord) -> Finding | None:
     its record never raised (as its ship gate words it), or None when nothing moved."""
     d = rec.details
     moved = (d.get("interrupted") or {}).get("moved_to") or d.get("moved_to")
-    if rec.outcome != "done" or not moved:
+    if _outcome(rec) != "done" or not moved:
         return None
     head = (
         d.get("message") or f"ship gate {d.get('gate')}: {d.get('path')} holds non-finite weights"
