@@ -50,6 +50,7 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
     now = time.time()
     last = daemon.last
     result = last.result if last else None
+    stopping = _being_stopped(daemon)
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "version": __version__,
@@ -72,7 +73,7 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
             else None
         ),
         "gpus": [gpu_json(g) for g in result.gpus] if result else [],
-        "jobs": [_job_entry(j) for j in (result.jobs if result else [])],
+        "jobs": [_job_entry(j, stopping) for j in (result.jobs if result else [])],
         "degraded": _copy(daemon.degraded),
         "events": events_status(daemon),
     }
@@ -138,8 +139,38 @@ def _config_section(daemon: Daemon) -> dict[str, Any]:
     }
 
 
-def _job_entry(j: Job) -> dict[str, Any]:
-    """One ``jobs`` entry: the job, its verdict and its origin in words."""
+def _being_stopped(daemon: Daemon) -> dict[tuple[int, int], dict[str, Any]]:
+    """Jobs a terminate is stopping now (begun, not finished: waiting out its grace
+    period, say), by root identity: the action, who runs it, since when and when
+    SIGKILL follows. From the audit trail, so a terminate run by the CLI shows too."""
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    try:
+        rows = daemon.db.unfinished_actions()
+        for rec in rows:
+            root = rec.details.get("root")
+            if rec.kind != "terminate" or not isinstance(root, list) or len(root) != 2:
+                continue
+            kill_at = None
+            for step in daemon.db.action_steps(rec.id):
+                if step.op == "wait" and isinstance(step.detail.get("until"), int | float):
+                    kill_at = float(step.detail["until"])
+            out[(int(root[0]), int(root[1]))] = {
+                "action_id": rec.id,
+                "by": rec.actor,
+                "since": rec.created_at,
+                "kill_at": kill_at,
+                "interrupted": rec.state == "recovering",
+            }
+    except Exception:  # the state database may be unreadable: the job shows as it is
+        return {}
+    return out
+
+
+def _job_entry(
+    j: Job, stopping: dict[tuple[int, int], dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """One ``jobs`` entry: the job, its verdict and its origin in words, and the
+    terminate stopping it, if one is (``being_stopped``)."""
     return {
         "root_pid": j.root_pid,
         "pids": j.pids,
@@ -153,6 +184,7 @@ def _job_entry(j: Job) -> dict[str, Any]:
         "gpus": [g.to_json() for g in j.gpus],
         # The guard's advice (None: nothing may be done about this job).
         "stop": j.advice.stop_line(j.root_pid) if j.unsanctioned else None,
+        "being_stopped": (stopping or {}).get((j.root_pid, j.start_ticks)),
     }
 
 
@@ -236,6 +268,18 @@ def _when(ts: float | None) -> str:
     if ts is None:
         return "never"
     return datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _stopping_line(s: dict[str, Any]) -> str:
+    """``being stopped: action 7 (terminate by daemon since 10:00:01), SIGKILL at
+    10:00:31 if still running``."""
+    kill = s.get("kill_at")
+    then = f", SIGKILL at {_when(kill)} if still running" if kill else ""
+    how = ", taken over after an interruption" if s.get("interrupted") else ""
+    return (
+        f"being stopped: action {s.get('action_id')} (terminate by {s.get('by')} since "
+        f"{_when(s.get('since'))}{how}){then}"
+    )
 
 
 def _took(duration_s: float) -> str:
@@ -397,6 +441,9 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
     for j in jobs:
         on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
         verdict = str(j.get("verdict") or "-")
+        stopping = j.get("being_stopped")
+        if stopping:
+            verdict = "stopping"  # a terminate is at it: not a rogue left alone
         row = (
             f"  {verdict:<10} pid {j.get('root_pid'):<7} {j.get('user') or '-':<10} "
             f"GPU {on:<3} {_gib(j.get('gpu_memory_bytes')):>9}"
@@ -412,6 +459,8 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
             out.append(head)
             line(f"    {origin}")
         out.append("    " + shorten_command(j.get("cmdline") or [], max(20, width - 4)))
+        if stopping:
+            line(f"    {_stopping_line(stopping)}")
     findings = doc.get("findings") or []
     line(f"open findings: {len(findings)}")
     for f in findings:
