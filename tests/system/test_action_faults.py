@@ -253,7 +253,7 @@ def terminate_fault(host: Host, fault: str | None) -> dict[str, Any]:
                 ("action-interrupted", "open"),
                 ("action-interrupted", "resolve"),
             )
-        },  # fmt: skip
+        },
     }
 
 
