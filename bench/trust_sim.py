@@ -2,7 +2,9 @@
 
 Drives the real Scanner, Daemon.tick and enforcer over a simulated host
 (tests/sim/machine.py) for about STEPS rule steps, in examples of ``--per-example``
-steps, and checks the invariants I1–I6 after every tick. Each violation is printed with
+steps, with daemon kills between action steps and storage outages injected, and checks
+the invariants I1–I8 after every tick (I7, every side effect has its write-ahead record,
+at every side effect). Each violation is printed with
 the shrunk list of steps that leads to it (hypothesis's "Falsifying example"); the exit
 status is 1 when there is any, 0 when there is none. ``--json`` prints a summary line.
 
@@ -78,8 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"trust_sim: {summary['steps']} steps in {examples} examples (seed {args.seed}): "
             f"{TrustMachine.counts['ticks']} ticks, {TrustMachine.counts['jobs']} jobs judged, "
-            f"{TrustMachine.counts['signals']} signals: {len(violations)} violation(s), "
-            f"{summary['wall_s']} s"
+            f"{TrustMachine.counts['signals']} signals, {TrustMachine.counts['kills']} daemon "
+            f"kills, {TrustMachine.counts['storage_faults']} storage outages, "
+            f"{TrustMachine.counts['taken_over']} actions taken over, "
+            f"{TrustMachine.counts['lost_verdicts']} known-limit signals: "
+            f"{len(violations)} violation(s), {summary['wall_s']} s"
         )
     return 1 if violations else 0
 
