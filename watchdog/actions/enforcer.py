@@ -33,6 +33,7 @@ them too, per the Enforcer protocol.
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -215,7 +216,12 @@ class Enforcer:
             seen.add(sig)
             out.append(self._failed(job, sig, recs))
         out += self._recheck(result, seen, undone)
-        out += self._interrupted(now, result)
+        try:
+            out += self._interrupted(now, result)
+        except sqlite3.Error as exc:
+            # The state database refuses writes: taken over once it takes them again
+            # (the `state` component says so); the rest of the watch still reports.
+            log.debug("action-recovery-deferred", error=str(exc))
         self._last = (id(result), out)
         return out
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -159,21 +160,44 @@ def account(rec: ActionRecord, steps: Sequence[ActionStep]) -> Account:
     return out
 
 
+_PF_EXITING = 0x4  # /proc/PID/stat flags: the process is exiting (linux/sched.h)
+
+
+def _pending_or_exiting(pid: int, sig: signal.Signals, proc_root: str) -> bool:
+    """``sig`` pending for ``pid`` (``SigPnd``/``ShdPnd`` of /proc/PID/status: sent, not
+    delivered yet), or the process exiting (a delivered SIGKILL frees its memory first)."""
+    base = os.path.join(proc_root, str(pid))
+    try:
+        with open(os.path.join(base, "status")) as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in ("SigPnd", "ShdPnd") and int(value.strip(), 16) >> (sig - 1) & 1:
+                    return True
+        with open(os.path.join(base, "stat"), "rb") as fh:
+            flags = int(fh.read().rsplit(b")", 1)[1].split()[6])
+        return bool(flags & _PF_EXITING)
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def landed(sig: signal.Signals, exp: Expected, proc_root: str) -> bool:
     """Whether a signal written but not marked sent reached ``exp``, as far as the host
     shows it. A SIGTERM always counts as sent: its effect cannot be seen, and a second
     one may mean "force quit" to the job. SIGSTOP, SIGCONT and SIGKILL can be seen (the
-    process stopped, running, gone): one that did not land is sent by the run taking
-    over, to the same identity (pinned), so none ever reaches a process twice."""
-    live = read_live(exp.pid, proc_root)
-    if sig == signal.SIGTERM or live is None or live.start_ticks != exp.start_ticks:
-        return True  # gone (or reused): never signalled again either way
-    stopped = live.state in ("T", "t")
-    if sig == signal.SIGKILL:
-        return live.state == "Z"
-    if sig == signal.SIGSTOP:
-        return stopped or live.state == "Z"
-    return not stopped  # SIGCONT
+    process stopped, running, gone, exiting, or the signal still pending): one that did
+    not land is sent by the run taking over, to the same identity (pinned), so none
+    ever reaches a process twice."""
+    for _ in range(5):  # a signal just sent may take a moment to show
+        live = read_live(exp.pid, proc_root)
+        if sig == signal.SIGTERM or live is None or live.start_ticks != exp.start_ticks:
+            return True  # gone (or reused): never signalled again either way
+        stopped = live.state in ("T", "t")
+        if live.state == "Z" or _pending_or_exiting(exp.pid, sig, proc_root):
+            return True
+        if (sig == signal.SIGSTOP and stopped) or (sig == signal.SIGCONT and not stopped):
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def terminate_resume(steps: Sequence[ActionStep], proceed: bool, proc_root: str) -> Resume:
