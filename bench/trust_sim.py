@@ -3,8 +3,11 @@
 Drives the real Scanner, Daemon.tick and enforcer over a simulated host
 (tests/sim/machine.py) for about STEPS rule steps, in examples of ``--per-example``
 steps, with daemon kills between action steps and storage outages injected, and checks
-the invariants I1–I8 after every tick (I7, every side effect has its write-ahead record,
-at every side effect). Each violation is printed with
+the invariants I1–I13 after every tick (I12, every side effect has its write-ahead
+record, at every side effect). ``--machine slurm`` drives the
+job-end sweep (``health-check``) and the daemon's drain keeper over a simulated Slurm
+node instead (tests/sim/slurm.py: jobs, their end, an unreachable controller, the
+Epilog) and checks S1–S4. Each violation is printed with
 the shrunk list of steps that leads to it (hypothesis's "Falsifying example"); the exit
 status is 1 when there is any, 0 when there is none. ``--json`` prints a summary line.
 
@@ -29,6 +32,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.sim.machine import TrustMachine
+from tests.sim.slurm import SlurmMachine
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,11 +42,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
     p.add_argument("--no-shrink", action="store_true", help="report the first failure unshrunk")
     p.add_argument("--json", action="store_true", help="print a JSON summary line")
+    p.add_argument(
+        "--machine", choices=("trust", "slurm"), default="trust",
+        help="trust: the daemon over cron/shell/launch lifecycles (I1-I6); slurm: the "
+        "job-end sweep over a Slurm node (S1-S4)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     examples = max(1, args.steps // args.per_example)
     work = Path(tempfile.mkdtemp(prefix="trust-sim-run-", dir=os.environ.get("TMPDIR")))
-    TrustMachine.workdir = work
-    TrustMachine._hypothesis_internal_use_seed = args.seed  # type: ignore[attr-defined]
+    machine: type[TrustMachine] | type[SlurmMachine] = (
+        SlurmMachine if args.machine == "slurm" else TrustMachine
+    )
+    if args.machine == "slurm":
+        import logging
+
+        import structlog
+
+        # The keeper logs every drain and resume it makes: thousands in a long run.
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    machine.workdir = work
+    machine._hypothesis_internal_use_seed = args.seed  # type: ignore[union-attr]
     phases = [Phase.generate] if args.no_shrink else [Phase.generate, Phase.shrink]
     conf = settings(
         max_examples=examples,
@@ -57,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     violations: list[str] = []
     try:
-        run_state_machine_as_test(TrustMachine, settings=conf)
+        run_state_machine_as_test(machine, settings=conf)
     except BaseException as exc:  # every failure is a violation (or a broken simulator)
         text = "".join(traceback.format_exception(exc))
         violations.append(text)
@@ -70,21 +89,31 @@ def main(argv: list[str] | None = None) -> int:
         "steps": examples * args.per_example,
         "examples": examples,
         "seed": args.seed,
+        "machine": args.machine,
         "violations": len(violations),
-        **TrustMachine.counts,
+        **machine.counts,
         "wall_s": round(time.monotonic() - started, 1),
     }
     if args.json:
         print(json.dumps(summary))
+    elif args.machine == "slurm":
+        c = machine.counts
+        print(
+            f"trust_sim --machine slurm: {summary['steps']} steps in {examples} examples "
+            f"(seed {args.seed}): {c['jobs']} jobs, {c['sweeps']} sweeps, {c['ticks']} "
+            f"keeper ticks, {c['signals']} signals, {c['resumes']} resumes: "
+            f"{len(violations)} violation(s), {summary['wall_s']} s"
+        )
     else:
+        c = machine.counts
         print(
             f"trust_sim: {summary['steps']} steps in {examples} examples (seed {args.seed}): "
-            f"{TrustMachine.counts['ticks']} ticks, {TrustMachine.counts['jobs']} jobs judged, "
-            f"{TrustMachine.counts['signals']} signals, {TrustMachine.counts['kills']} daemon "
-            f"kills, {TrustMachine.counts['storage_faults']} storage outages, "
-            f"{TrustMachine.counts['taken_over']} actions taken over, "
-            f"{TrustMachine.counts['lost_verdicts']} known-limit signals: "
-            f"{len(violations)} violation(s), {summary['wall_s']} s"
+            f"{c['ticks']} ticks, {c['jobs']} jobs judged, "
+            f"{c['signals']} signals, {c.get('kills', 0)} daemon kills, "
+            f"{c.get('storage_faults', 0)} storage outages, "
+            f"{c.get('taken_over', 0)} actions taken over, "
+            f"{c.get('lost_verdicts', 0)} known-limit signals: {len(violations)} violation(s), "
+            f"{summary['wall_s']} s"
         )
     return 1 if violations else 0
 

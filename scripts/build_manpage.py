@@ -147,9 +147,17 @@ SEE_ALSO = (
 )  # fmt: skip
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(subs.choices)
+def _subcommands(
+    parser: argparse.ArgumentParser, prefix: str = ""
+) -> dict[str, argparse.ArgumentParser]:
+    """Every command by name, a nested verb after its command (``allowlist suggest``)."""
+    out: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out[f"{prefix}{name}"] = sub
+                out.update(_subcommands(sub, f"{prefix}{name} "))
+    return out
 
 
 def _exit_codes(epilog: str) -> list[tuple[str, str]]:

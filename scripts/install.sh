@@ -21,7 +21,6 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 PREFIX=/opt/rogue-watchdog
 CONFIG_DIR=/etc/rogue-watchdog
 UNIT_DIR=/etc/systemd/system
-STATE_DIR=/var/lib/rogue-watchdog
 UNIT=rogue-watchdog.service
 PY=${PYTHON:-python3}
 ENABLE=1
@@ -59,7 +58,43 @@ CONFIG=$CONFIG_DIR/config.yaml
 booted() { [ -d /run/systemd/system ] || [ "$SYSTEMCTL" != systemctl ]; }
 sc() { $SYSTEMCTL "$@"; }
 
+# The state directory this instance used: the running daemon's (its status says), else
+# daemon.state_dir of its configuration, read by the installed code itself; empty when
+# neither can be read (then nothing is named as ours, and nothing is purged).
+instance_state_dir() {
+  local py=$PREFIX/bin/python
+  [ -x "$py" ] || return 0
+  "$py" - "$CONFIG" <<'PY' 2>/dev/null || true
+import os, sys
+from watchdog.config import Config, load_config
+from watchdog.daemon.ipc import StatusError, query_status
+config = load_config(sys.argv[1]) if os.path.exists(sys.argv[1]) else Config()
+try:
+    doc = query_status(config.daemon.socket, timeout_s=2.0)
+except StatusError:
+    doc = {}
+state = doc.get("state_dir")
+print(state if isinstance(state, str) and os.path.isabs(state) else config.daemon.state_dir)
+PY
+}
+
+# What rogue-watchdog writes in a state directory; a purge removes these and then the
+# directory only if nothing else is left in it (state_dir may name a shared folder).
+purge_state_dir() {
+  local d=$1
+  [ -n "$d" ] && [ "$d" != / ] && [ -d "$d" ] || return 0
+  rm -rf -- "$d/state.db" "$d/state.db-wal" "$d/state.db-shm" "$d/state.db-journal" \
+    "$d/daemon.lock" "$d/backups" "$d/slurm-drain.json" "$d"/state.db.corrupt-*
+  if rmdir -- "$d" 2>/dev/null; then
+    say "removed $d"
+  else
+    say "left $d: it holds files rogue-watchdog did not write"
+  fi
+}
+
 if [ "$UNINSTALL" = 1 ]; then
+  # Before the venv goes: the installed code reads the configuration.
+  USED_STATE_DIR=$(instance_state_dir)
   if [ "$ENABLE" = 1 ] && booted; then
     sc disable --now "$UNIT" >/dev/null 2>&1 || true
   fi
@@ -74,10 +109,16 @@ if [ "$UNINSTALL" = 1 ]; then
   if [ "$PURGE" = 1 ]; then
     rm -f "$CONFIG" "$CONFIG.example"
     rmdir "$CONFIG_DIR" 2>/dev/null || true
-    [ "$STATE_DIR" = /var/lib/rogue-watchdog ] && rm -rf "$STATE_DIR"
-    say "purged configuration and state"
+    if [ -n "$USED_STATE_DIR" ]; then
+      purge_state_dir "$USED_STATE_DIR"
+      say "purged configuration and state"
+    else
+      say "purged configuration; the state directory could not be read from $CONFIG: left alone"
+    fi
+  elif [ -n "$USED_STATE_DIR" ]; then
+    say "kept $CONFIG and the state in $USED_STATE_DIR (use --purge to remove them)"
   else
-    say "kept $CONFIG and $STATE_DIR (use --purge to remove them)"
+    say "kept $CONFIG and the state (its directory could not be read from $CONFIG)"
   fi
   say "uninstalled"
   exit 0

@@ -3,7 +3,8 @@
 # nothing). Called by scripts/setup.sh:
 #   setup-packages.sh PKG...   install these (setup.sh: python3 python3-venv when missing);
 #   setup-packages.sh --test   the system packages the system tests drive (cron, at, Slurm,
-#                              munge, gcc, Prometheus and Alertmanager, tmux, Chromium,
+#                              munge, gcc, Prometheus and Alertmanager, tmux, vim (the
+#                              busy-box test edits a file in it), Chromium,
 #                              git (build-deb.sh lists the checkout with it), podman, docker;
 #                              on a host booted with systemd their packages enable their own
 #                              services on ports 9090/9093: the tests never use those, they
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/.."
 
 TEST_PACKAGES=(
   cron at munge slurm-wlm gcc libc6-dev procps util-linux prometheus prometheus-alertmanager
-  dh-virtualenv build-essential tmux chromium git
+  dh-virtualenv build-essential tmux vim chromium git
   podman runc conmon busybox-static docker.io
 )
 STAMP=${RW_APT_STAMP:-/var/lib/apt/periodic/rw-updated}

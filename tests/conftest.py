@@ -20,9 +20,38 @@ from typing import TypeVar
 
 import pytest
 
+from tests import ownprocs
+
 REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 REQUIRE_SYSTEM = os.environ.get("ROGUE_WATCHDOG_REQUIRE_SYSTEM") == "1"
+# Commands run without --config look for a running daemon wherever its socket is
+# (watchdog.cli.common.find_daemon): on a host where other suites run daemons of their
+# own, a test's command would find one of theirs. Pinned to a socket nobody listens on;
+# tests of that discovery unset it.
+os.environ["ROGUE_WATCHDOG_SOCKET"] = "/nonexistent/rogue-watchdog-tests/status.sock"
+
+# Before any test starts a process: what tests start carries the session's marker, and
+# rogue-watchdog signals nothing else (tests/ownprocs.py).
+ownprocs.mark_environment()
+ownprocs.install()
+
+
+@pytest.fixture(autouse=True)
+def _signals_reach_only_own_processes() -> Iterator[None]:
+    """Fail a test during which rogue-watchdog tried to signal a process this test
+    session did not start (the guard sent nothing: tests/ownprocs.py). A daemon, an
+    enforcer or ``terminate_tree`` on the real process table sees the whole host; limit
+    what it acts on to the test's own processes (a rule naming ``tmp_path``,
+    ``enforcement.dry_run``, a fake ``/proc``)."""
+    yield
+    refused = ownprocs.take_refusals()
+    if refused:
+        pytest.fail(
+            "rogue-watchdog tried to signal process(es) this test session did not start "
+            "(nothing was sent):\n  " + "\n  ".join(refused),
+            pytrace=False,
+        )
 
 
 def need(condition: bool, reason: str) -> None:

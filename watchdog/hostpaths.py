@@ -27,3 +27,30 @@ UNIT_DIRS = (
 )
 # Where `systemctl mask` puts its /dev/null link for a system unit (persistent masks).
 MASK_DIR = "/etc/systemd/system"
+# The configuration file a command reads when neither ``--config`` nor a running daemon
+# names another (watchdog.cli.common.resolve_config_path).
+DEFAULT_CONFIG = "/etc/rogue-watchdog/config.yaml"
+
+
+def config_args(source: str | None) -> str:
+    """The ``--config PATH`` a printed command needs to run under the configuration read
+    from ``source``, with a leading space; empty for the default file or no file.
+
+    A hint (``rogue-watchdog disable-source F98``) is pasted into another shell, maybe in
+    another directory, where the daemon cannot be asked which file it runs with: a
+    command found without ``--config`` would judge, guard and read history under the
+    default file's rules and state directory, not the ones that made the hint.
+
+    Args:
+        source: ``Config.source``: a path as given, or ``<defaults>`` and the like (no file).
+
+    Returns:
+        ``" --config /abs/path"`` (shell-quoted), or ``""``.
+    """
+    import os
+    import shlex
+
+    if not source or source.startswith("<"):
+        return ""
+    path = os.path.abspath(source)
+    return "" if path == DEFAULT_CONFIG else f" --config {shlex.quote(path)}"

@@ -7,6 +7,7 @@ them, policy judges them, and the CLI renders them.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import types
 import typing
@@ -60,11 +61,21 @@ FindingKind = Literal[
     "nvml-unavailable", "pid-namespace", "poisoned-weights", "proc-unavailable",
     "queue-output-malformed", "queue-unavailable", "queue-unsanctioned",
     "remediation-failed", "respawned", "rogue-job", "rogue-service", "sanctioned-changed",
-    "ship-gate-degraded",
+    "ship-gate-degraded", "unsanctioned-gpu-use",
     "state-recovered", "weights-unverified", "zombie-gpu-memory",
     "slurm-drain-failed", "slurm-node-drained", "weights-open-refused", "action-interrupted",
 ]  # fmt: skip
 FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
+
+
+# What a GPU job is, decided by watchdog.policy.workload.classify (docs/config.md,
+# "Workload classes"): only ``training`` (and ``unknown``, treated as training: it may
+# be one) is a rogue *training* job; the others outside the allowlist are
+# ``unsanctioned-gpu-use`` at their class's severity.
+WorkloadClass = Literal["training", "serving", "interactive", "system", "probe", "unknown"]
+WORKLOAD_CLASSES: tuple[WorkloadClass, ...] = get_args(WorkloadClass)
+# Classes that are not training: their findings, severities and exemptions are their own.
+NON_TRAINING_CLASSES: tuple[WorkloadClass, ...] = ("serving", "interactive", "system", "probe")
 
 
 @dataclass(frozen=True)
@@ -239,6 +250,38 @@ class PinKey:
 
 
 @dataclass(frozen=True)
+class Restarts:
+    """What starts a job again once it ends (issue 31): each origin kind answers for
+    itself (:meth:`Origin.restarts`), and the guard adds what only the lineage shows (a
+    shell loop above the job, a service's own launcher).
+
+    Attributes:
+        when: ``at once``, ``on schedule``, ``on boot``, ``on failure``, ``on demand``,
+            ``when its launcher runs it again`` or ``unknown`` (it could not be read).
+        how: The mechanism in words: ``systemd Restart=always``, ``shell loop `while
+            true` (PID 812)``, ``Docker restart policy always``.
+        stops: What stops it, as the next step: ``disable-source first``, ``stop the
+            loop first: kill -TERM 812``.
+        after_terminate: ``terminate`` leaves the mechanism in place (the job comes back);
+            False when terminating the job stops it too (a loop that runs only the job).
+    """
+
+    when: str
+    how: str
+    stops: str | None = None
+    after_terminate: bool = True
+
+    def line(self) -> str:
+        """``restarts it: at once, shell loop `while true```: one line everywhere."""
+        return f"restarts it: {self.when}, {self.how}"
+
+    def to_json(self) -> dict[str, Any]:
+        """``jobs[].advice.restarts`` of the scan JSON."""
+        return {"when": self.when, "how": self.how, "stops": self.stops,
+                "after_terminate": self.after_terminate}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Origin:
     """Where a process came from: the thing that will start it again.
 
@@ -267,6 +310,9 @@ class Origin:
     PINS: ClassVar[Mapping[str, PinKey]] = {}
     #: False for a recorded origin that could not be read back: nothing acts on it.
     READABLE: ClassVar[bool] = True
+    #: False when the by-hand ``remediation`` leaves the running job alone (``atrm``
+    #: removes queued at jobs only): the advice adds ``terminate`` after it.
+    REMEDIATION_STOPS_JOB: ClassVar[bool] = True
     evidence: tuple[str, ...] = ()
     remediation: str | None = None
 
@@ -289,6 +335,16 @@ class Origin:
         """When the source starts the job next (ISO 8601, or words such as ``when cron
         starts``); None for kinds with no schedule or when it will not run again."""
         return None
+
+    def restarts(self) -> Restarts | None:
+        """Whether this source starts the job again, when, and what stops that, from what
+        its resolver read (the kind's ``restarts`` function in :data:`ORIGIN_KINDS`);
+        None when it would not (a shell, an orphan, a transient unit)."""
+        entry = ORIGIN_KINDS.get(self.kind)
+        if entry is None or entry.restarts is None or not self.READABLE:
+            return None
+        answer: Restarts | None = load_ref(entry.restarts)(self)
+        return answer
 
     def source_key(self) -> tuple[object, ...] | None:
         """``(kind, value of each SOURCE_FIELDS key)``: two origins with equal keys name
@@ -1045,6 +1101,7 @@ class AtOrigin(Origin):
 
     kind: ClassVar[OriginKind] = "at"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("command",)
+    REMEDIATION_STOPS_JOB: ClassVar[bool] = False
     job: int | None = None
     queue: str | None = None
     user: str | None = None
@@ -1165,12 +1222,16 @@ class OriginKindEntry:
             a kind no resolver names (``unknown``).
         planner: ``"module:attribute"`` of the function planning ``disable-source`` for
             it (``watchdog.actions.disable.Planner``); None: ``disable-source`` refuses.
+        restarts: ``"module:attribute"`` of the function saying what starts a job of the
+            kind again (``(origin) -> Restarts | None``, :meth:`Origin.restarts`); None:
+            nothing does.
     """
 
     name: str
     record: str
     resolver: str | None = None
     planner: str | None = None
+    restarts: str | None = None
 
 
 class OriginKindRegistry:
@@ -1198,7 +1259,7 @@ class OriginKindRegistry:
         """
         if entry.name in self._entries:
             raise ValueError(f"origin kind {entry.name!r} is registered twice")
-        for ref in (entry.record, entry.resolver, entry.planner):
+        for ref in (entry.record, entry.resolver, entry.planner, entry.restarts):
             if ref is not None and not all(ref.partition(":")[::2]):
                 raise ValueError(f"origin kind {entry.name!r}: {ref!r} is not module:attribute")
         if before is not None and before not in self._entries:
@@ -1261,21 +1322,32 @@ for _entry in (
         "kubernetes",
         f"{__name__}:KubernetesOrigin",
         "watchdog.lineage.kubernetes:KubernetesResolver",
+        restarts="watchdog.lineage.respawn:kubernetes",
     ),
     OriginKindEntry(
-        "container", f"{__name__}:ContainerOrigin", "watchdog.lineage.container:ContainerResolver"
+        "container",
+        f"{__name__}:ContainerOrigin",
+        "watchdog.lineage.container:ContainerResolver",
+        restarts="watchdog.lineage.respawn:container",
     ),
     OriginKindEntry(
         "cron",
         f"{__name__}:CronOrigin",
         "watchdog.lineage.cron:CronResolver",
         "watchdog.actions.disable:plan_cron",
+        "watchdog.lineage.respawn:cron",
     ),
-    OriginKindEntry("at", f"{__name__}:AtOrigin", "watchdog.lineage.at:AtResolver"),
+    OriginKindEntry(
+        "at",
+        f"{__name__}:AtOrigin",
+        "watchdog.lineage.at:AtResolver",
+        restarts="watchdog.lineage.respawn:at",
+    ),
     OriginKindEntry(
         "supervisor",
         f"{__name__}:SupervisorOrigin",
         "watchdog.lineage.supervisor:SupervisorResolver",
+        restarts="watchdog.lineage.respawn:supervisor",
     ),
     OriginKindEntry("shell", f"{__name__}:ShellOrigin", "watchdog.lineage.shell:ShellResolver"),
     OriginKindEntry(
@@ -1283,6 +1355,7 @@ for _entry in (
         f"{__name__}:SystemdOrigin",
         "watchdog.lineage.systemd:SystemdResolver",
         "watchdog.actions.disable:plan_systemd",
+        "watchdog.lineage.respawn:systemd",
     ),
     OriginKindEntry(
         "orphan",
@@ -1331,6 +1404,43 @@ UNKNOWN_ORIGIN = Origin(evidence=("no resolver recognised the lineage",))
 
 
 @dataclass(frozen=True)
+class Collateral:
+    """A service that stopping a job's source would stop with it: the source (a unit, a
+    container, a supervisor program) also runs work that is not the job's, such as a
+    hub whose own process launches the trainer. It is never stopped automatically, never
+    in a ``stop:`` line without being named, and by hand only with ``--stop-service
+    NAME`` (:func:`watchdog.policy.guard.service_collateral` decides it).
+
+    Attributes:
+        name: What ``--stop-service`` must name: the unit, container or program.
+        arg: ``name`` quoted for a shell.
+        what: The source in words (``systemd unit td-hub.service``).
+        others: Its processes that are not the job's, ``PID 408 `python3 hub.py```.
+        by_hand: The by-hand command that stops the source, service and all.
+    """
+
+    name: str
+    arg: str
+    what: str
+    others: tuple[str, ...]
+    by_hand: str | None = None
+
+    def text(self) -> str:
+        """``systemd unit td-hub.service also runs PID 408 `…`, not part of the job``."""
+        return f"{self.what} also runs {', '.join(self.others)}, not part of the job"
+
+    def command(self, target: int | str, cli_args: str = "") -> str:
+        """The explicit ``disable-source`` that stops the service too (``cli_args``: as
+        :attr:`Advice.cli_args`)."""
+        return f"rogue-watchdog disable-source{cli_args} {target} --stop-service {self.arg}"
+
+    def to_json(self) -> dict[str, Any]:
+        """``jobs[].advice.collateral`` of the scan JSON."""
+        return {"name": self.name, "what": self.what, "others": list(self.others),
+                "by_hand": self.by_hand}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Advice:
     """What a person (or the daemon) may do about one job, decided by the one guard
     (:func:`watchdog.policy.guard.advise`); every text naming a target is made here.
@@ -1351,6 +1461,14 @@ class Advice:
             disabled or removed since the job started).
         stops_job: :attr:`by_hand` stops the job itself (a ``kill`` of its processes:
             shell and orphan origins name no source that would start it again).
+        cli_args: What every ``rogue-watchdog`` command the advice prints carries after
+            its verb (`` --config /srv/rw.yaml``: the configuration that judged the job,
+            when it is not the default file), so the command works as printed.
+        collateral: The job's source is a service that also runs other work: stopping
+            the source stops it (never unasked; see :class:`Collateral`).
+        restarts: What starts the job again once it ends (:class:`Restarts`), or None.
+        then_terminate: :attr:`by_hand` leaves the running job (``atrm``): the ``stop:``
+            line adds ``terminate`` after it.
     """
 
     refused: str | None = None
@@ -1361,6 +1479,14 @@ class Advice:
     disables: str | None = None
     source_gone: str | None = None
     stops_job: bool = False
+    collateral: Collateral | None = None
+    restarts: Restarts | None = None
+    then_terminate: bool = False
+    cli_args: str = ""
+
+    def _cli(self, verb: str) -> str:
+        """``rogue-watchdog VERB`` with :attr:`cli_args`."""
+        return f"rogue-watchdog {verb}{self.cli_args}"
 
     def to_json(self, pid: int) -> dict[str, Any]:
         """``jobs[].advice`` of the scan JSON (docs/scan-json-schema.md): what may be done
@@ -1372,6 +1498,8 @@ class Advice:
             "disable": self.disable,
             "source_refused": self.source_refused,
             "source_gone": self.source_gone,
+            "collateral": self.collateral.to_json() if self.collateral else None,
+            "restarts": self.restarts.to_json() if self.restarts else None,
         }
 
     def stop_source(self, target: int | str) -> str | None:
@@ -1379,9 +1507,14 @@ class Advice:
         :attr:`by_hand`). ``target`` names the job to the CLI: PID or ``F12``."""
         if self.refused is not None or self.source_refused is not None or self.stops_job:
             return None
+        if self.collateral is not None:
+            c = self.collateral
+            return (
+                f"{c.command(target, self.cli_args)} (stops the service {c.name} too: {c.text()})"
+            )
         if self.disable:
             text = (
-                f"rogue-watchdog disable-source {target} (backs up {self.disables}; "
+                f"{self._cli('disable-source')} {target} (backs up {self.disables}; "
                 "`rogue-watchdog undo` restores it)"
             )
             return f"{text}, or by hand: {self.by_hand}" if self.by_hand else text
@@ -1392,15 +1525,28 @@ class Advice:
         not disabled and how to stop this run; empty when nothing may be done."""
         if self.refused is not None:
             return ""
+        if self.restarts is not None:
+            return f"; {self.restarts.line()}" + self._finding_stop(target)
+        return self._finding_stop(target)
+
+    def _finding_stop(self, target: int | str) -> str:
+        """:meth:`finding_text` without the ``restarts it`` part."""
         if self.stops_job:
-            return f"; to stop it: {self._terminate(target)}"
+            return f"; to stop it: {self._stop_first(target)}"
+        if self.collateral is not None:
+            c = self.collateral
+            return (
+                f"; its source is a service: {c.text()}; it is never stopped unasked; to "
+                f"stop this run: {self._cli('terminate')} {target}; to stop the service "
+                f"{c.name} as well: {c.command(target, self.cli_args)}"
+            )
         stop = self.stop_source(target)
         if stop:
             return f"; to stop the source: {stop}"
         if self.source_refused is not None:
             return (
                 f"; its source is not disabled: {self.source_refused}; to stop this run: "
-                f"rogue-watchdog terminate {target}"
+                f"{self._cli('terminate')} {target}"
             )
         return ""
 
@@ -1410,26 +1556,46 @@ class Advice:
             return None
         if self.source_refused is not None:
             return (
-                f"rogue-watchdog terminate {pid} (--dry-run first to preview); its source "
+                f"{self._cli('terminate')} {pid} (--dry-run first to preview); its source "
                 f"is not disabled: {self.source_refused}"
             )
         if self.source_gone is not None:
-            return f"rogue-watchdog terminate {pid} ({self.source_gone}: only the run is left)"
+            return f"{self._cli('terminate')} {pid} ({self.source_gone}: only the run is left)"
+        if self.collateral is not None:
+            c = self.collateral
+            return (
+                f"{self._cli('terminate')} {pid} (--dry-run first to preview; stops the run "
+                f"only): its source is a service, {c.text()}, never stopped unasked; to stop "
+                f"the service {c.name} too: {c.command(pid, self.cli_args)}"
+            )
         if self.disable:
             return (
-                f"rogue-watchdog disable-source {pid} && rogue-watchdog terminate {pid}"
+                f"{self._cli('disable-source')} {pid} && {self._cli('terminate')} {pid}"
                 " (--dry-run first to preview)"
             )
         if self.stops_job:
-            return self._terminate(pid)
+            return self._stop_first(pid)
+        if self.by_hand and self.then_terminate:
+            return (
+                f"{self.by_hand} && {self._cli('terminate')} {pid} (the first stops what is "
+                "queued, not the running job)"
+            )
         if self.by_hand:
             return self.by_hand
-        return f"rogue-watchdog terminate {pid} (its origin is unknown: see explain {pid})"
+        return f"{self._cli('terminate')} {pid} (its origin is unknown: see explain {pid})"
 
     def _terminate(self, target: int | str) -> str:
         """``rogue-watchdog terminate T``, and the by-hand ``kill`` beside it."""
-        text = f"rogue-watchdog terminate {target}"
+        text = f"{self._cli('terminate')} {target}"
         return f"{text}, or by hand: {self.by_hand}" if self.by_hand else text
+
+    def _stop_first(self, target: int | str) -> str:
+        """:meth:`_terminate`, after what keeps starting the job when ``terminate`` leaves
+        it (a shell loop whose shell also runs something else)."""
+        r = self.restarts
+        if r is not None and r.after_terminate and r.stops:
+            return f"{r.stops}, then {self._terminate(target)}"
+        return self._terminate(target)
 
     def explain_line(self, target: int | str | None) -> str:
         """The ``Remediation:`` line of ``explain``: the command, or why there is none."""
@@ -1440,14 +1606,32 @@ class Advice:
                 f"none needed for the source ({self.source_gone}); "
                 "the running job must still be stopped"
             )
-            return f"{text}: rogue-watchdog terminate {target}" if target is not None else text
+            return f"{text}: {self._cli('terminate')} {target}" if target is not None else text
         if self.source_refused is not None:
             return f"its source is not disabled: {self.source_refused}" + (
-                f"; to stop this run: rogue-watchdog terminate {target}" if target else ""
+                f"; to stop this run: {self._cli('terminate')} {target}" if target else ""
+            )
+        if self.collateral is not None:
+            c = self.collateral
+            text = f"its source is a service: {c.text()}; it is never stopped unasked"
+            if target is not None:
+                text += (
+                    f"; to stop this run: {self._cli('terminate')} {target}; to stop the "
+                    f"service {c.name} as well: {c.command(target, self.cli_args)}"
+                )
+            return text + (f", or by hand: {c.by_hand}" if c.by_hand else "")
+        if self.stops_job and self.restarts is not None and self.restarts.after_terminate:
+            return f"{self.restarts.line()}; to stop it: " + (
+                self._stop_first(target) if target is not None else str(self.restarts.stops)
             )
         if self.stops_job:
+            nothing = (
+                "nothing would start it again"
+                if self.restarts is None
+                else f"{self.restarts.line()}; {self.restarts.stops}"
+            )
             return (
-                "none needed for the source (nothing would start it again); "
+                f"none needed for the source ({nothing}); "
                 + (f"to stop it: {self._terminate(target)}" if target is not None else "")
             ).rstrip("; ")
         stop = self.stop_source(target) if target is not None else self.by_hand
@@ -1487,6 +1671,10 @@ class Job:
             sorted by index then UUID.
         advice: What may be done about it, decided by the guard
             (:func:`watchdog.policy.guard.advise`); :data:`UNDECIDED` until then.
+        workload: What kind of GPU work it is (:data:`WorkloadClass`), decided by
+            :func:`watchdog.policy.workload.classify`; until then (a job rebuilt from
+            a record, a test's) ``training``, what every job was before classes.
+        workload_evidence: Why, in short phrases (``module vllm.entrypoints.openai.api_server``).
     """
 
     root_pid: int
@@ -1506,6 +1694,8 @@ class Job:
     listening: list[dict[str, Any]] = field(default_factory=list)
     gpus: list[GpuHeld] = field(default_factory=list)
     advice: Advice = UNDECIDED
+    workload: WorkloadClass = "training"
+    workload_evidence: list[str] = field(default_factory=list)
 
     @property
     def unsanctioned(self) -> bool:
@@ -1517,6 +1707,23 @@ class Job:
     def gpu_indexes(self) -> list[int]:
         """NVML indexes of the GPUs the job is on, ascending, each once."""
         return sorted({g.index for g in self.gpus})
+
+    def exemption(self) -> str:
+        """The ignore entry that would exempt this job's user and class, as YAML flow
+        text: ``ignore: [{name: alice-interactive, user: alice, class: interactive}]``."""
+        user = self.user or "-"
+        name = f"{user}-{self.workload}"
+        # A user name is host text: quoted (JSON is YAML) unless it is a plain word.
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*", user):
+            user, name = json.dumps(user), json.dumps(name)
+        return f"ignore: [{{name: {name}, user: {user}, class: {self.workload}}}]"
+
+    @property
+    def may_train(self) -> bool:
+        """True unless the job's class says it is not training (``serving``,
+        ``interactive``, ``system``, ``probe``): what the enforcer, node drains and
+        ``rogue-service`` act on."""
+        return self.workload not in NON_TRAINING_CLASSES
 
 
 class TargetGuard(Protocol):
@@ -1540,6 +1747,11 @@ class TargetGuard(Protocol):
 
     def source_refusal(self, origin: Origin) -> str | None:
         """Why ``origin``'s source must never be disabled, or None when it may be."""
+        ...
+
+    @property
+    def training(self) -> frozenset[int]:
+        """PIDs of the scan's rogue and excess jobs: stopping them is no collateral."""
         ...
 
     def process_refusal(self, proc: Proc) -> str | None:

@@ -53,6 +53,9 @@ class RunRecord:
         gpus: UUIDs of every GPU it held, sorted.
         max_gpu_bytes: The most GPU memory it held at one sighting (NVML, summed over its
             members and GPUs); None when NVML never said.
+        workload: Its workload class at its last sighting (``training``, ``serving``...);
+            None for a run recorded before classes were.
+        workload_evidence: Why, as the scan said it.
     """
 
     signature: str
@@ -68,6 +71,8 @@ class RunRecord:
     gpu_s: float = 0.0
     gpus: list[str] | None = None
     max_gpu_bytes: int | None = None
+    workload: str | None = None
+    workload_evidence: list[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,8 @@ def job_json(job: Job) -> dict[str, Any]:
         "rule": job.rule,
         "reason": job.reason,
         "evidence": list(job.evidence),
+        "workload": job.workload,
+        "workload_evidence": list(job.workload_evidence),
         "origin": job.origin.to_json(),
         "advice": job.advice.to_json(job.root_pid),
         "lineage": [{"pid": p.pid, "exe": p.exe, "cmdline": list(p.cmdline)} for p in job.lineage],
@@ -199,7 +201,8 @@ def gpu_lines(
     width: int = UNLIMITED,
 ) -> list[str]:
     """One GPU's summary line (two when narrow): memory used of total, and how much of it
-    sanctioned jobs hold, unsanctioned ones hold, and what no job accounts for.
+    sanctioned jobs hold, unsanctioned ones hold, ignored ones hold (shown when one is
+    there), and what no job accounts for.
 
     Args:
         label: ``3`` or ``3 MIG 1``.
@@ -215,19 +218,26 @@ def gpu_lines(
         Printable lines; an unknown figure is ``-`` (not attributable is unknown when
         ``used`` or any job's figure is).
     """
-    ok = bad = 0
-    unknown = False
+    ok = bad = ignored = 0
+    unknown = any_ignored = False
     for verdict, memory in held or ():
+        any_ignored = any_ignored or verdict == "ignored"
         if memory is None:
             unknown = True
-        elif verdict in ("sanctioned", "ignored"):
+        elif verdict == "sanctioned":
             ok += memory
+        elif verdict == "ignored":
+            ignored += memory
         else:
             bad += memory
-    rest = None if used is None or unknown else max(0, used - ok - bad)
+    rest = None if used is None or unknown else max(0, used - ok - bad - ignored)
     head = printable(f"  GPU {label}  {name}  {_mem(used)} used of {_mem(total)}")
+    # Ignored holders (a display server, an exempted notebook) are neither sanctioned
+    # nor unsanctioned: a holder of their own, shown where one is on the GPU.
+    also = f", ignored {fmt_bytes(ignored)}" if any_ignored else ""
     split = (
-        f"sanctioned {fmt_bytes(ok)}, unsanctioned {fmt_bytes(bad)}, not attributable {_mem(rest)}"
+        f"sanctioned {fmt_bytes(ok)}, unsanctioned {fmt_bytes(bad)}{also}, "
+        f"not attributable {_mem(rest)}"
         if held is not None
         else "sanctioned -, unsanctioned -, not attributable -"
     )
@@ -422,10 +432,25 @@ def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: 
             lines.extend(fit(text, width, " " * 9, "    from "))
         if job.verdict != "sanctioned" and job.reason:
             lines.extend(fit(printable(job.reason), width, " " * 9, "    why: "))
+        if job.workload != "training":
+            lines.extend(fit(printable(class_text(job)), width, " " * 11, "    class: "))
+        if not job.may_train and job.verdict == "rogue":
+            # Not training: no stop advice (it may serve others); how to exempt it instead.
+            lines.extend(fit(printable(job.exemption()), width, " " * 12, "    exempt: "))
+            continue
+        again = job.advice.restarts if job.unsanctioned else None
+        if again is not None:
+            lines.extend(fit(printable(again.line()), width, " " * 9, "    "))
         stop = stop_text(job) if job.unsanctioned else None
         if stop:
             lines.extend(fit(printable(stop), width, " " * 10, "    stop: "))
     return lines
+
+
+def class_text(job: Job) -> str:
+    """``serving (module vllm.entrypoints.openai.api_server)``: a job's class and why."""
+    why = "; ".join(job.workload_evidence)
+    return f"{job.workload} ({why})" if why else job.workload
 
 
 def stop_text(job: Job) -> str | None:

@@ -11,17 +11,30 @@ held it, coloured by verdict, incidents marked, and the tables below.
 from __future__ import annotations
 
 import html
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from watchdog.hosttext import safe_text
-from watchdog.model import Origin
+from watchdog.hosttext import command_text, safe_text
+from watchdog.model import GpuInfo, Origin
 from watchdog.render import fit
 from watchdog.state import ActionRecord, FindingRecord, RunRecord
 
 WIDTH = 80
+#: The ``meta`` key under which the daemon keeps every GPU it saw (UUID -> index, name,
+#: MIG index): runs record UUIDs only, and the report names each row by index and name.
+GPU_INVENTORY_KEY = "gpus"
+
+
+def gpu_inventory(known: dict[str, Any], gpus: Sequence[GpuInfo]) -> dict[str, Any] | None:
+    """``known`` with the GPUs of a scan added or updated, or None when nothing changed
+    (a GPU that left keeps its entry: last week's runs still name it)."""
+    merged = dict(known)
+    for g in gpus:
+        merged[g.uuid] = {"index": g.index, "name": g.name, "mig_index": g.mig_index}
+    return merged if merged != known else None
 
 
 @dataclass(frozen=True)
@@ -34,6 +47,8 @@ class Event:
         kind: The finding's kind or the action's kind.
         severity: The finding's severity; ``-`` for actions.
         text: One sentence (host text escaped).
+        gpus: UUIDs of the GPUs it concerns (the job's), empty when none is known: the
+            HTML timeline marks it on those rows only.
     """
 
     time: float
@@ -41,51 +56,132 @@ class Event:
     kind: str
     severity: str
     text: str
+    gpus: tuple[str, ...] = ()
 
 
 def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
+#: Finding kinds about one job's run: the run was rogue (excess) while one was open.
+JOB_FINDINGS = {
+    "rogue-job": "rogue", "excess-instances": "excess", "respawned": "rogue",
+    "remediation-failed": "rogue",
+}  # fmt: skip
+
+
+def run_of(f: FindingRecord, runs: Sequence[RunRecord]) -> RunRecord | None:
+    """The run a job finding is about: by the job identity it recorded (root PID and
+    start ticks), else the run of its root PID seen when it opened."""
+    root = f.details.get("root") if isinstance(f.details, dict) else None
+    for r in runs:
+        if root == [r.root_pid, r.start_ticks]:
+            return r
+    if f.root_pid is None:
+        return None
+    return next(
+        (
+            r
+            for r in runs
+            if r.root_pid == f.root_pid and r.started_at - 60 <= f.opened_at <= r.last_seen + 60
+        ),
+        None,
+    )
+
+
+def finding_gpus(f: FindingRecord, runs: Sequence[RunRecord]) -> tuple[str, ...]:
+    """UUIDs of the GPUs a finding concerns: those its details name, else its run's."""
+    held = f.details.get("gpus") if isinstance(f.details, dict) else None
+    named = [g.get("uuid") for g in held or [] if isinstance(g, dict)]
+    if any(isinstance(u, str) for u in named):
+        return tuple(sorted({u for u in named if isinstance(u, str)}))
+    run = run_of(f, runs) if f.kind in JOB_FINDINGS else None
+    return tuple(run.gpus or []) if run is not None else ()
+
+
 def timeline(
-    findings: Sequence[FindingRecord], actions: Sequence[ActionRecord], since: float
+    findings: Sequence[FindingRecord],
+    actions: Sequence[ActionRecord],
+    since: float,
+    runs: Sequence[RunRecord] = (),
 ) -> list[Event]:
     """Every finding opened or resolved and every action taken or undone since
-    ``since``, oldest first (ties: finding before action, by id)."""
+    ``since``, oldest first (ties: finding before action, by id), each with the GPUs it
+    concerns (:func:`finding_gpus`; an action, its finding's)."""
     out: list[tuple[float, int, int, Event]] = []
+    gpus_of = {f.id: finding_gpus(f, runs) for f in findings}
     for f in findings:
+        gpus = gpus_of[f.id]
         if f.opened_at >= since:
             text = safe_text(f"F{f.id} {f.message}")
-            out.append(
-                (f.opened_at, 0, f.id, Event(f.opened_at, "opened", f.kind, f.severity, text))
-            )
+            event = Event(f.opened_at, "opened", f.kind, f.severity, text, gpus)
+            out.append((f.opened_at, 0, f.id, event))
         if f.resolved_at is not None and f.resolved_at >= since:
             text = safe_text(f"F{f.id} resolved")
-            out.append(
-                (f.resolved_at, 0, f.id, Event(f.resolved_at, "resolved", f.kind, f.severity, text))
-            )
+            event = Event(f.resolved_at, "resolved", f.kind, f.severity, text, gpus)
+            out.append((f.resolved_at, 0, f.id, event))
     for a in actions:
         dry = " (dry run)" if a.dry_run else ""
+        gpus = gpus_of.get(a.finding_id, ()) if a.finding_id is not None else ()
         if a.created_at >= since:
             text = safe_text(f"A{a.id} {a.kind} {a.target}: {a.outcome}{dry} by {a.actor}")
-            out.append((a.created_at, 1, a.id, Event(a.created_at, "action", a.kind, "-", text)))
+            event = Event(a.created_at, "action", a.kind, "-", text, gpus)
+            out.append((a.created_at, 1, a.id, event))
         if a.undone_at is not None and a.undone_at >= since:
             text = safe_text(f"A{a.id} undone: {a.kind} {a.target}")
-            out.append((a.undone_at, 1, a.id, Event(a.undone_at, "undone", a.kind, "-", text)))
+            out.append(
+                (a.undone_at, 1, a.id, Event(a.undone_at, "undone", a.kind, "-", text, gpus))
+            )
     return [e for *_, e in sorted(out, key=lambda t: (t[0], t[1], t[2]))]
 
 
+def origin_key(r: RunRecord) -> tuple[object, ...]:
+    """What one row of the per-origin table stands for: the source the origin names
+    (a cron file and line, a unit, a Slurm account and job name...), whatever else its
+    description says at each run (a line since disabled, its schedule); for an origin that
+    names none (a shell, an orphan, unknown), the job itself: an inference server and a
+    rogue trainer both "started by hand" are two rows, not one."""
+    origin = Origin.from_json(r.origin)
+    key = origin.source_key() if origin.definite else None
+    return key if key is not None else ("job", r.signature)
+
+
+def _origin_name(r: RunRecord) -> str:
+    origin = Origin.from_json(r.origin)
+    name = origin.describe()
+    if not origin.definite or origin.source_key() is None:
+        name += f" · {command_text(r.cmdline, 60)}"
+    return safe_text(name)
+
+
 def usage(runs: Sequence[RunRecord], by: str) -> list[tuple[str, int, float]]:
-    """Runs and GPU-hours per origin (``by="origin"``: its one-line description) or per
-    user (``by="user"``), most GPU-hours first, then by name."""
-    table: dict[str, list[float]] = {}
-    for r in runs:
-        key = Origin.from_json(r.origin).describe() if by == "origin" else (r.user or "-")
-        row = table.setdefault(safe_text(key), [0, 0.0])
-        row[0] += 1
-        row[1] += r.gpu_s / 3600.0
+    """Runs and GPU-hours per origin (``by="origin"``: one row per source,
+    :func:`origin_key`, named by its latest run's description), per user (``by="user"``)
+    or per workload class (``by="class"``; ``-`` for runs recorded before classes were),
+    most GPU-hours first, then by name."""
+    return [(n, c, h) for n, c, h, _v in usage_rows(runs, by)]
+
+
+def _row_key(r: RunRecord, by: str) -> tuple[object, str]:
+    if by == "origin":
+        return origin_key(r), _origin_name(r)
+    value = (r.workload if by == "class" else r.user) or "-"
+    return value, safe_text(value)
+
+
+def usage_rows(runs: Sequence[RunRecord], by: str) -> list[tuple[str, int, float, dict[str, int]]]:
+    """:func:`usage` with the runs of each verdict (final verdicts) per row."""
+    table: dict[object, list[Any]] = {}
+    for r in runs:  # oldest start first: the latest run names the row
+        key, name = _row_key(r, by)
+        row = table.setdefault(key, [name, 0, 0.0, {}])
+        row[0] = name
+        row[1] += 1
+        row[2] += r.gpu_s / 3600.0
+        row[3][r.verdict] = row[3].get(r.verdict, 0) + 1
     return sorted(
-        ((k, int(v[0]), round(v[1], 3)) for k, v in table.items()), key=lambda t: (-t[2], t[0])
+        ((str(v[0]), int(v[1]), round(v[2], 3), dict(v[3])) for v in table.values()),
+        key=lambda t: (-t[2], t[0]),
     )
 
 
@@ -96,15 +192,23 @@ def report_json(
     since: float,
     now: float,
 ) -> dict[str, Any]:
-    """The report as plain JSON: ``since``, ``until``, ``by_origin`` and ``by_user``
-    (``{name, runs, gpu_hours}``), ``timeline`` (``{time, what, kind, severity,
-    text}``), ``open`` (``{id, kind, severity, message, opened_at}``)."""
+    """The report as plain JSON: ``since``, ``until``, ``by_origin``, ``by_user`` and
+    ``by_class`` (workload class) (``{name, runs, gpu_hours, verdicts}``, verdicts: runs
+    per final verdict), ``timeline`` (``{time, what, kind, severity, text, gpus}``),
+    ``open`` (``{id, kind, severity, message, opened_at}``)."""
     return {
         "since": since,
         "until": now,
-        "by_origin": [{"name": n, "runs": c, "gpu_hours": h} for n, c, h in usage(runs, "origin")],
-        "by_user": [{"name": n, "runs": c, "gpu_hours": h} for n, c, h in usage(runs, "user")],
-        "timeline": [e.__dict__ for e in timeline(findings, actions, since)],
+        **{
+            f"by_{by}": [
+                {"name": n, "runs": c, "gpu_hours": h, "verdicts": v}
+                for n, c, h, v in usage_rows(runs, by)
+            ]
+            for by in ("origin", "user", "class")
+        },
+        "timeline": [
+            {**e.__dict__, "gpus": list(e.gpus)} for e in timeline(findings, actions, since, runs)
+        ],
         "open": [
             {
                 "id": f.id, "kind": f.kind, "severity": f.severity,
@@ -130,8 +234,10 @@ def _table(title: str, rows: list[tuple[str, int, float]], width: int) -> list[s
 def report_text(doc: dict[str, Any], width: int = WIDTH) -> str:
     """The JSON report as text, every line at most ``width`` columns."""
     out = [f"rogue-watchdog report: {_when(doc['since'])} to {_when(doc['until'])}", ""]
-    for key, title in (("by_origin", "per origin"), ("by_user", "per user")):
-        out += _table(title, [(r["name"], r["runs"], r["gpu_hours"]) for r in doc[key]], width)
+    tables = (("by_origin", "per origin"), ("by_user", "per user"), ("by_class", "per class"))
+    for key, title in tables:
+        rows = [(r["name"], r["runs"], r["gpu_hours"]) for r in doc.get(key, [])]
+        out += _table(title, rows, width)
         out.append("")
     out.append("timeline")
     for e in doc["timeline"]:
@@ -147,59 +253,317 @@ def report_text(doc: dict[str, Any], width: int = WIDTH) -> str:
     return "\n".join(line[:width] for line in out)
 
 
-_COLOURS = {"sanctioned": "#2e7d32", "rogue": "#c62828", "excess": "#ef6c00"}
+#: Bar colours by verdict; anything else (unknown, a newer verdict) is grey.
+COLOURS = {"sanctioned": "#2e7d32", "rogue": "#c62828", "excess": "#ef6c00", "ignored": "#9e9e9e"}
+OTHER = "#757575"
+#: Incident marks: a finding opened (by severity's weight) and an action.
+MARKS = {"opened": "#4a148c", "action": "#1565c0"}
+#: Verdicts most in need of a person first (the per-origin verdict column).
+VERDICT_ORDER = ("rogue", "excess", "unknown", "ignored", "sanctioned")
+#: Timeline geometry (SVG user units; the page scales the whole to its width).
+SVG_W, LEFT, RIGHT, TOP, LANE, GAP, PAD = 1200, 210, 20, 58, 18, 3, 8
+#: Tick steps the axis chooses from, seconds.
+STEPS = (60, 300, 600, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of one run under one verdict (``start``/``end``: POSIX times)."""
+
+    start: float
+    end: float
+    verdict: str
+
+
+#: A job finding opened this soon after its run was first seen was about the run from
+#: its first sighting (the tick that saw it, or a debounce later).
+FIRST_SIGHTING_S = 120.0
+
+
+def verdict_segments(run: RunRecord, findings: Sequence[FindingRecord]) -> list[Segment]:
+    """The run's verdict over time: rogue (excess) while a job finding about it was open
+    (from the run's first sighting when the finding opened then), its last verdict
+    otherwise. A notebook paged as rogue for 8 minutes and then sanctioned by a new
+    rule shows both, not only the final green."""
+    end = max(run.last_seen, run.started_at)
+    flagged: list[tuple[float, float, str]] = []
+    for f in findings:
+        verdict = JOB_FINDINGS.get(f.kind)
+        if verdict is None or run_of(f, [run]) is None:
+            continue
+        stop = f.resolved_at if f.resolved_at is not None else end
+        opened = f.opened_at
+        if opened - run.started_at <= FIRST_SIGHTING_S:
+            opened = run.started_at
+        a, b = max(run.started_at, opened), min(end, stop)
+        if b > a:
+            flagged.append((a, b, verdict))
+    cuts = sorted({run.started_at, end, *(t for a, b, _ in flagged for t in (a, b))})
+    out: list[Segment] = []
+    for a, b in itertools.pairwise(cuts):
+        mid = (a + b) / 2
+        verdict = next((v for s, e, v in flagged if s <= mid < e), run.verdict)
+        if out and out[-1].verdict == verdict:
+            out[-1] = Segment(out[-1].start, b, verdict)
+        else:
+            out.append(Segment(a, b, verdict))
+    return out or [Segment(run.started_at, end, run.verdict)]
+
+
+def lanes(runs: Sequence[RunRecord]) -> list[int]:
+    """A lane for each run (in the order given) so that no two runs that overlap in
+    time share one: the first lane free at the run's start (interval partitioning)."""
+    order = sorted(range(len(runs)), key=lambda i: (runs[i].started_at, runs[i].root_pid))
+    ends: list[float] = []
+    out = [0] * len(runs)
+    for i in order:
+        r = runs[i]
+        lane = next((n for n, e in enumerate(ends) if e < r.started_at), len(ends))
+        if lane == len(ends):
+            ends.append(r.last_seen)
+        else:
+            ends[lane] = r.last_seen
+        out[i] = lane
+    return out
+
+
+def axis_ticks(t0: float, t1: float, most: int = 12) -> tuple[float, list[float]]:
+    """The tick step and the tick times between ``t0`` and ``t1``, on local-time
+    boundaries of the step (a day step at local midnight)."""
+    span = max(t1 - t0, 1.0)
+    step = next(
+        (s for s in STEPS if span / s <= most), STEPS[-1] * (1 + int(span // (STEPS[-1] * most)))
+    )
+    offset = datetime.fromtimestamp(t0).astimezone().utcoffset()
+    shift = offset.total_seconds() if offset is not None else 0.0
+    first = ((t0 + shift) // step + 1) * step - shift
+    ticks = []
+    t = first
+    while t <= t1:
+        ticks.append(t)
+        t += step
+    return step, ticks
+
+
+def _day(ts: float) -> str:
+    return datetime.fromtimestamp(ts).astimezone().strftime("%a %Y-%m-%d")
+
+
+def _hm(ts: float) -> str:
+    return datetime.fromtimestamp(ts).astimezone().strftime("%H:%M")
+
+
+def _verdicts_text(verdicts: dict[str, int]) -> str:
+    order = sorted(verdicts, key=lambda v: (VERDICT_ORDER.index(v) if v in VERDICT_ORDER else 2, v))
+    if len(order) == 1:
+        return order[0]
+    return ", ".join(f"{v} {verdicts[v]}" for v in order)
+
+
+def _gpu_rows(
+    runs: Sequence[RunRecord], events: Sequence[dict[str, Any]], inventory: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    """``(uuid, label, sublabel)`` per timeline row: each GPU by index (names from the
+    daemon's inventory), then ``host`` for runs that held no GPU and incidents of none."""
+    uuids = {g for r in runs for g in r.gpus or []} | {
+        g for ev in events for g in ev.get("gpus") or []
+    }
+    rows = []
+    for uuid in uuids:
+        found = inventory.get(uuid)
+        info: dict[str, Any] = found if isinstance(found, dict) else {}
+        index = info.get("index")
+        mig = info.get("mig_index")
+        label = f"GPU {index if index is not None else '?'}" + (
+            f" MIG {mig}" if mig is not None else ""
+        )
+        name = str(info.get("name") or "")
+        rows.append(((index is None, index or 0, mig or 0, uuid), uuid, f"{label}  {name}".strip()))
+    out = [(uuid, label, uuid) for _k, uuid, label in sorted(rows)]
+    if any(not r.gpus for r in runs) or any(
+        not ev.get("gpus") for ev in events if ev["what"] in ("opened", "action")
+    ):
+        out.append(("", "host", "no GPU held"))
+    return out
 
 
 def report_html(
-    doc: dict[str, Any], runs: Sequence[RunRecord], title: str = "rogue-watchdog report"
+    doc: dict[str, Any],
+    runs: Sequence[RunRecord],
+    title: str = "rogue-watchdog report",
+    *,
+    findings: Sequence[FindingRecord] = (),
+    inventory: dict[str, Any] | None = None,
 ) -> str:
-    """The report as one self-contained HTML page: an inline SVG timeline per GPU (one
-    bar per run that held it, coloured by verdict, incidents as marks) and the tables.
-    Every host text is HTML-escaped; nothing is loaded from anywhere."""
+    """The report as one self-contained HTML page: an inline SVG timeline and the tables.
+
+    The timeline has one row per GPU (its index and name; the UUID under it) and a
+    ``host`` row for runs that held no GPU; a lane per concurrent run so none hides
+    another; a time axis with ticks and dates over the span that holds data (the
+    window's start is said when it is earlier); a legend; each run's bar coloured by its
+    verdict over time (:func:`verdict_segments`) and labelled with its user and origin;
+    incidents marked on the rows of the GPUs they concern only. Every host text is
+    HTML-escaped; nothing is loaded from anywhere (no script, font or style file).
+
+    Args:
+        doc: :func:`report_json`'s document.
+        runs: The runs in the window.
+        title: The page's title.
+        findings: The window's findings (the verdict of each run over time).
+        inventory: GPUs by UUID (``index``, ``name``, ``mig_index``), as the daemon
+            recorded them (``meta`` key ``gpus``); GPUs it lacks are ``GPU ?``.
+    """
     e = html.escape
+    inventory = dict(inventory or {})
+    for f in findings:  # job findings name the index of each GPU held
+        for g in (f.details.get("gpus") if isinstance(f.details, dict) else None) or []:
+            if isinstance(g, dict) and isinstance(g.get("uuid"), str):
+                inventory.setdefault(g["uuid"], {"index": g.get("index")})
     since, until = float(doc["since"]), float(doc["until"])
-    span = max(until - since, 1.0)
-    width, left = 900, 160
-    gpus = sorted({g for r in runs for g in (r.gpus or [])})
+    events = [ev for ev in doc["timeline"] if ev["what"] in ("opened", "action")]
+    starts = [r.started_at for r in runs] + [float(ev["time"]) for ev in doc["timeline"]]
+    t0 = since
+    if starts:
+        first = min(starts)
+        t0 = max(since, first - 0.03 * max(until - first, 60.0))
+    t1 = max(until, t0 + 60.0)
+    inner = SVG_W - LEFT - RIGHT
 
     def x(ts: float) -> float:
-        return round(left + (max(since, min(ts, until)) - since) / span * (width - left - 10), 1)
+        return round(LEFT + (max(t0, min(ts, t1)) - t0) / (t1 - t0) * inner, 1)
 
-    svg = [f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{width}" '
-           f'height="{40 + 30 * max(1, len(gpus))}">']  # fmt: skip
-    for i, gpu in enumerate(gpus):
-        y = 20 + 30 * i
-        svg.append(f'<text x="4" y="{y + 15}" font-size="12">{e(gpu[:22])}</text>')
-        for r in runs:
-            if gpu not in (r.gpus or []):
-                continue
+    rows = _gpu_rows(runs, events, inventory)
+    parts: list[str] = []
+    y = TOP
+    row_y: dict[str, tuple[float, float]] = {}
+    bars: list[str] = []
+    clip = 0
+    for uuid, label, sub in rows:
+        held = [r for r in runs if (uuid in (r.gpus or [])) or (not uuid and not r.gpus)]
+        lane_of = lanes(held)
+        n_lanes = max(lane_of, default=0) + 1
+        height = PAD * 2 + n_lanes * LANE + (n_lanes - 1) * GAP
+        row_y[uuid] = (y, y + height)
+        parts.append(
+            f'<g class="gpu-row" data-gpu="{e(uuid)}" data-lanes="{n_lanes}">'
+            f'<rect x="0" y="{y}" width="{SVG_W}" height="{height}" fill="#fafafa" '
+            f'stroke="#e0e0e0"/><text x="6" y="{y + 17}" font-size="13" font-weight="bold">'
+            f'{e(label)}</text><text x="6" y="{y + 31}" font-size="9" fill="#616161">'
+            f"{e(sub)}</text></g>"
+        )
+        for r, lane in zip(held, lane_of, strict=True):
+            top = y + PAD + lane * (LANE + GAP)
             x0, x1 = x(r.started_at), x(r.last_seen)
-            colour = _COLOURS.get(r.verdict, "#757575")
-            held = (
-                f", up to {r.max_gpu_bytes / 2**30:.1f} GiB" if r.max_gpu_bytes is not None else ""
+            x1 = max(x1, x0 + 3)
+            origin = safe_text(Origin.from_json(r.origin).describe())
+            user = safe_text(r.user or "-")
+            segs = verdict_segments(r, findings)
+            held_b = f", up to {r.max_gpu_bytes / 2**30:.1f} GiB" if r.max_gpu_bytes else ""
+            story = "; ".join(f"{s.verdict} {_hm(s.start)}-{_hm(s.end)}" for s in segs)
+            tip = safe_text(
+                f"PID {r.root_pid} {r.verdict}{held_b}, user {user}, {origin}: "
+                f"{command_text(r.cmdline, 160)} ({story})"
             )
-            label = e(safe_text(f"PID {r.root_pid} {r.verdict}{held}: {' '.join(r.cmdline)}"))
-            svg.append(
-                f'<rect class="run {e(r.verdict)}" x="{x0}" y="{y}" width="{max(x1 - x0, 2)}" '
-                f'height="20" fill="{colour}"><title>{label}</title></rect>'
+            clip += 1
+            bar = [
+                f'<g class="run" data-gpu="{e(uuid)}" data-lane="{lane}" data-x0="{x0}" '
+                f'data-x1="{x1}" data-user="{e(user)}" data-origin="{e(origin)}" '
+                f'data-verdicts="{e(" ".join(s.verdict for s in segs))}"><title>{e(tip)}</title>'
+                f'<clipPath id="clip{clip}"><rect x="{x0}" y="{top}" width="{x1 - x0}" '
+                f'height="{LANE}"/></clipPath>'
+            ]
+            for s in segs:
+                # A verdict the run left (8 minutes as rogue in a day) stays visible.
+                least = 3 if s.verdict != r.verdict else 1
+                sx0, sx1 = x(s.start), min(max(x(s.end), x(s.start) + least), x1)
+                bar.append(
+                    f'<rect class="seg {e(s.verdict)}" x="{sx0}" y="{top}" width="{sx1 - sx0}" '
+                    f'height="{LANE}" fill="{COLOURS.get(s.verdict, OTHER)}"/>'
+                )
+            bar.append(
+                f'<text class="bar-label" x="{x0 + 3}" y="{top + 13}" font-size="11" '
+                f'fill="#fff" clip-path="url(#clip{clip})">{e(user)} · {e(origin)}</text></g>'
             )
-    for ev in doc["timeline"]:
-        if ev["what"] in ("opened", "action"):
-            xi = x(ev["time"])
-            svg.append(
-                f'<line class="incident" x1="{xi}" x2="{xi}" y1="10" '
-                f'y2="{30 + 30 * max(1, len(gpus))}" stroke="#212121" stroke-dasharray="3,2">'
-                f"<title>{e(ev['kind'])}: {e(ev['text'])}</title></line>"
+            bars.append("".join(bar))
+        y += height + 4
+    marks = []
+    for ev in events:
+        where = [g for g in ev.get("gpus") or [] if g in row_y] or (
+            [""] if "" in row_y and not ev.get("gpus") else []
+        )
+        xi = x(float(ev["time"]))
+        colour = MARKS["action" if ev["what"] == "action" else "opened"]
+        for g in where:
+            a, b = row_y[g]
+            marks.append(
+                f'<g class="incident {e(ev["what"])}" data-gpu="{e(g)}" data-x="{xi}">'
+                f"<title>{e(_when(float(ev['time'])))} {e(ev['kind'])}: {e(ev['text'])}</title>"
+                f'<line x1="{xi}" x2="{xi}" y1="{a + 2}" y2="{b - 2}" stroke="{colour}" '
+                f'stroke-width="1.5" stroke-dasharray="3,2"/><path d="M{xi - 4},{a} '
+                f'L{xi + 4},{a} L{xi},{a + 6} Z" fill="{colour}"/></g>'
             )
-    svg.append("</svg>")
+    bottom = y
+    _step, ticks = axis_ticks(t0, t1)
+    axis = [f'<g class="axis"><line x1="{LEFT}" x2="{SVG_W - RIGHT}" y1="{TOP - 4}" '
+            f'y2="{TOP - 4}" stroke="#9e9e9e"/>']  # fmt: skip
+    day = _day(t0)
+    # The axis' start names its date, unless the first new day's label would sit on it.
+    first_new = next((x(t) for t in ticks if _day(t) != day), SVG_W)
+    if first_new - LEFT > 150:
+        axis.append(
+            f'<text class="date" x="{LEFT}" y="{TOP - 24}" font-size="10" font-weight="bold">'
+            f"{e(day)} {_hm(t0)}</text>"
+        )
+    for t in ticks:
+        xt = x(t)
+        axis.append(
+            f'<line class="tick" x1="{xt}" x2="{xt}" y1="{TOP - 8}" y2="{bottom}" '
+            f'stroke="#e0e0e0"/><text class="tick-label" x="{xt}" y="{TOP - 11}" '
+            f'font-size="10" text-anchor="middle">{_hm(t)}</text>'
+        )
+        if _day(t) != day:
+            day = _day(t)
+            axis.append(
+                f'<text class="date" x="{xt}" y="{TOP - 24}" font-size="10" font-weight="bold" '
+                f'text-anchor="middle">{e(day)}</text>'
+            )
+    axis.append("</g>")
+    legend = ['<g id="legend">']
+    lx = LEFT
+    for name, colour in [*COLOURS.items(), ("other", OTHER)]:
+        legend.append(
+            f'<rect x="{lx}" y="4" width="12" height="12" fill="{colour}"/>'
+            f'<text x="{lx + 16}" y="14" font-size="11">{name}</text>'
+        )
+        lx += 30 + 7 * len(name)
+    for what, text in (("opened", "finding opened"), ("action", "action taken")):
+        legend.append(
+            f'<path d="M{lx},4 L{lx + 10},4 L{lx + 5},12 Z" fill="{MARKS[what]}"/>'
+            f'<text x="{lx + 14}" y="14" font-size="11">{text}</text>'
+        )
+        lx += 30 + 7 * len(text)
+    legend.append("</g>")
+    svg = (
+        f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {SVG_W} '
+        f'{bottom + 4}" width="100%" preserveAspectRatio="xMinYMin meet">'
+        + "".join(legend + axis + parts + bars + marks)
+        + "</svg>"
+    )
+    later = (
+        f"; the report's window starts {_when(since)} (nothing recorded before the axis starts)"
+        if t0 > since
+        else ""
+    )
+    window = f'<p class="span">Time axis {e(_when(t0))} to {e(_when(t1))}{e(later)}.</p>'
 
-    def rows(key: str) -> str:
+    def rows_html(key: str) -> str:
         return "".join(
-            f"<tr><td>{e(r['name'])}</td><td>{r['runs']}</td><td>{r['gpu_hours']:.2f}</td></tr>"
-            for r in doc[key]
+            f"<tr><td>{e(r['name'])}</td><td>{e(_verdicts_text(r.get('verdicts') or {}))}</td>"
+            f"<td>{r['runs']}</td><td>{r['gpu_hours']:.2f}</td></tr>"
+            for r in doc.get(key, [])
         )
 
-    events = "".join(
+    events_html = "".join(
         f"<tr><td>{e(_when(ev['time']))}</td><td>{e(ev['what'])}</td><td>{e(ev['severity'])}</td>"
         f"<td>{e(ev['kind'])}</td><td>{e(ev['text'])}</td></tr>"
         for ev in doc["timeline"]
@@ -212,18 +576,21 @@ def report_html(
     style = (
         "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #bbb;padding:2px 6px;font-size:13px;text-align:left}"
+        "svg{max-width:100%;height:auto}"
     )
     return (
         f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{e(title)}</title>'
         f"<style>{style}</style></head><body>"
         f"<h1>{e(title)}</h1><p>{e(_when(since))} to {e(_when(until))}</p>"
-        f"<h2>GPUs</h2>{''.join(svg)}"
-        '<h2>Per origin</h2><table id="by-origin"><tr><th>origin</th><th>runs</th>'
-        f"<th>GPU-hours</th></tr>{rows('by_origin')}</table>"
-        '<h2>Per user</h2><table id="by-user"><tr><th>user</th><th>runs</th>'
-        f"<th>GPU-hours</th></tr>{rows('by_user')}</table>"
+        f"<h2>GPUs</h2>{svg}{window}"
+        '<h2>Per origin</h2><table id="by-origin"><tr><th>origin</th><th>verdict</th>'
+        f"<th>runs</th><th>GPU-hours</th></tr>{rows_html('by_origin')}</table>"
+        '<h2>Per user</h2><table id="by-user"><tr><th>user</th><th>verdict</th><th>runs</th>'
+        f"<th>GPU-hours</th></tr>{rows_html('by_user')}</table>"
+        '<h2>Per class</h2><table id="by-class"><tr><th>class</th><th>verdict</th><th>runs</th>'
+        f"<th>GPU-hours</th></tr>{rows_html('by_class')}</table>"
         '<h2>Timeline</h2><table id="events"><tr><th>time</th><th>event</th>'
-        f"<th>severity</th><th>kind</th><th>what</th></tr>{events}</table>"
+        f"<th>severity</th><th>kind</th><th>what</th></tr>{events_html}</table>"
         '<h2>Still open</h2><table id="open"><tr><th>id</th><th>kind</th>'
         f"<th>severity</th><th>message</th></tr>{open_rows}</table>"
         "</body></html>\n"

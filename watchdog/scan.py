@@ -1,4 +1,4 @@
-"""One scan: sources → training jobs → origins → verdicts → findings.
+"""One scan: sources → GPU jobs → origins → classes → verdicts → findings.
 
 :class:`Scanner` keeps its process table and NVML handle between calls, so a daemon that
 calls :meth:`Scanner.scan` every few seconds inspects only new processes. The one-shot
@@ -41,9 +41,16 @@ from watchdog.policy.findings import (
     unexplained_memory_findings,
 )
 from watchdog.policy.guard import Protection, protection, with_advice
-from watchdog.policy.jobs import LauncherCache, collect_training, group_jobs, ignore_match
+from watchdog.policy.jobs import (
+    LauncherCache,
+    TrainingEvidence,
+    collect_training,
+    group_jobs,
+    ignore_match,
+)
 from watchdog.policy.nvml import DISABLED, GpuView, gpu_view
 from watchdog.policy.services import service_findings, service_scope
+from watchdog.policy.workload import WorkloadFacts, with_classes
 from watchdog.sources.devfd import DeviceFdSource
 from watchdog.sources.gpulibs import GpuLibraryCache
 from watchdog.sources.procevents import EventBatch
@@ -155,6 +162,48 @@ def resolve_origin(
                 return dataclasses.replace(origin, evidence=(*origin.evidence, *notes))
             return origin
     return Origin((*UNKNOWN_ORIGIN.evidence, *ctx.notes, *notes))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Events:
+    """What the event stage applied: PIDs an exec event caught that already exited,
+    whether every process was read again, and when the table was refreshed
+    (``time.monotonic()``)."""
+
+    exited: set[int]
+    full_sweep: bool
+    read_at: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _GpuPicture:
+    """The GPU stage's answer.
+
+    Attributes:
+        view: NVML's view, judged.
+        procs: NVML entries whose process is the one the table read.
+        visible: Of those, the ones /proc shows (job candidates).
+        blind: Some GPU's processes could not be seen.
+        health: NVML and memory findings.
+        visibility: Findings about NVML entries /proc does not show.
+    """
+
+    view: GpuView
+    procs: list[GpuProcess]
+    visible: list[GpuProcess]
+    blind: bool
+    health: list[Finding]
+    visibility: list[Finding]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Candidates:
+    """The processes that count as GPU jobs (with why), the device fds held, and which
+    of them the ignore list names."""
+
+    evidence: TrainingEvidence
+    holders: dict[int, tuple[str, ...]]
+    ignored: frozenset[int]
 
 
 class Scanner:
@@ -360,7 +409,8 @@ class Scanner:
         return self._hidepid[0] or None
 
     def scan(self, now: datetime | None = None) -> ScanResult:
-        """Run one scan.
+        """Run one scan, stage by stage: events → GPU view → candidates → jobs →
+        origins → classes → verdicts → guarded advice → findings → watch set.
 
         Args:
             now: Wall-clock time for ``next_run`` computations; defaults to the current time.
@@ -371,6 +421,50 @@ class Scanner:
         """
         started = time.monotonic()
         now = now or datetime.now(UTC).astimezone()
+        events = self._take_events(started)
+        gpu = self._gpu_picture()
+        candidates = self._candidates(gpu, events.read_at)
+        jobs = group_jobs(
+            self.table, candidates.evidence, gpu.visible, candidates.holders, candidates.ignored
+        )
+        jobs = self._with_origins(jobs, now)
+        jobs = self._with_classes(jobs, gpu, candidates, events)
+        kept = self._alive_sanctioned()
+        jobs = judge(jobs, self.config, kept)
+        jobs, guard = self._guarded(jobs, kept)
+        jobs, listens = self._with_listening(jobs, guard)
+        findings = [
+            *_mark_exited(job_findings(jobs, self.config.workloads), events.exited),
+            *self._kept_findings(jobs, kept),
+            *service_findings(jobs, listens, self.config.services, guard),
+            *gpu.visibility,
+            *gpu.health,
+            *self._visibility(),
+        ]
+        self._watch(gpu.procs, jobs)
+        return ScanResult(
+            host=self.host,
+            time=now,
+            duration_s=time.monotonic() - started,
+            nvml=gpu.view.status,
+            gpus=list(gpu.view.gpus),
+            jobs=jobs,
+            findings=findings,
+            gpu_processes=list(gpu.procs),
+            gpu_blind=gpu.blind,
+            exited=events.exited,
+            full_sweep=events.full_sweep,
+            protection=guard,
+        )
+
+    def _take_events(self, started: float) -> _Events:
+        """Stage 1: the kernel's process events since the last scan, applied to the
+        process table (re-read what exec'd, a full sweep after lost events, the exited
+        processes an exec event caught), then the table refreshed.
+
+        Args:
+            started: ``time.monotonic()`` when the scan started.
+        """
         feed = self.events
         batch = feed.drain() if feed is not None else None
         exited: set[int] = set()
@@ -385,13 +479,18 @@ class Scanner:
                 feed.swept()
             self.table.reinspect(batch.reinspect)
         self.table.refresh()
-        mono = time.monotonic()
+        read_at = time.monotonic()
         if batch is not None:
             exited = self.table.add_exited(batch.captured.values())
             for pid, (start, libs) in batch.gpu_libraries.items():
-                self.gpu_libraries.note(pid, start, libs, mono)
+                self.gpu_libraries.note(pid, start, libs, read_at)
+        return _Events(exited=exited, full_sweep=full_sweep, read_at=read_at)
+
+    def _gpu_picture(self) -> _GpuPicture:
+        """Stage 2: NVML's view judged, its entries matched to the process table, and
+        what could not be seen said as findings."""
         view = self._gpu()
-        nvml, listed, gpu_blind = view.status, list(view.processes), view.blind_to_all
+        listed = list(view.processes)
         health = [
             *view.findings,
             *unexplained_memory_findings(
@@ -401,38 +500,60 @@ class Scanner:
                 self.config.nvml.unexplained_memory_slack_bytes,
             ),
         ]
+        blind = view.blind_to_all
         ns = self.pid_ns
         if ns is not None and not ns.host_pids:
             # Another PID namespace: an NVML PID means nothing here, never look it up.
-            gpu_procs: list[GpuProcess] = []
-            gpu_blind = True
-            if nvml.available:
+            procs: list[GpuProcess] = []
+            blind = True
+            if view.status.available:
                 health.append(pid_namespace_finding(ns.own, ns.procfs, listed))
         else:
-            gpu_procs = self._same_identity(listed)
-        gpu_blind = gpu_blind or bool(view.blind_gpus)
-        missing = missing_gpu_processes(self.table, gpu_procs)
+            procs = self._same_identity(listed)
+        missing = missing_gpu_processes(self.table, procs)
         hidden = still_hidden(
             missing, self.gpu_source, self.config.paths.proc_root, self.table.pid_max()
         )
-        visible, vis_findings = gpu_visibility_findings(self.table, gpu_procs, hidden)
-        holders = self.devfd.holders(self.table, mono)
-        gpu_libs = self.gpu_libraries.holders(self.table, mono)
+        visible, visibility = gpu_visibility_findings(self.table, procs, hidden)
+        return _GpuPicture(
+            view=view,
+            procs=procs,
+            visible=visible,
+            blind=blind or bool(view.blind_gpus),
+            health=health,
+            visibility=visibility,
+        )
+
+    def _candidates(self, gpu: _GpuPicture, read_at: float) -> _Candidates:
+        """Stage 3: every process that counts as a GPU job, with why, and which of them
+        the ignore list names.
+
+        Args:
+            gpu: Stage 2's picture.
+            read_at: When the process table was refreshed (``time.monotonic()``).
+        """
+        holders = self.devfd.holders(self.table, read_at)
+        gpu_libs = self.gpu_libraries.holders(self.table, read_at)
         evidence = collect_training(
             self.table,
-            visible,
+            gpu.visible,
             holders,
             self.config.training.launchers,
             self.launcher_cache,
             self.self_pids,
             gpu_libs,
         )
-        ignored = {
+        ignored = frozenset(
             pid
             for pid in evidence.by_pid
             if ignore_match(self.table.procs[pid], self.config.ignore) is not None
-        }
-        jobs = group_jobs(self.table, evidence, visible, holders, ignored)
+        )
+        return _Candidates(evidence=evidence, holders=holders, ignored=ignored)
+
+    def _with_origins(self, jobs: Sequence[Job], now: datetime) -> list[Job]:
+        """Stage 4: each job with the origin of its root: resolved, or reused while its
+        lineage and the file naming its source are unchanged, and never changed for a
+        running process (:meth:`_keep_first`)."""
         ctx = self.context(now)
         mono = time.monotonic()
         origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin, object]] = {}
@@ -455,15 +576,53 @@ class Scanner:
             resolved.append(dataclasses.replace(job, origin=hit[1]))
         self._origins = origins
         self._pinned = pinned
-        kept = self._alive_sanctioned()
-        jobs = judge(resolved, self.config, kept)
+        return resolved
+
+    def _with_classes(
+        self, jobs: Sequence[Job], gpu: _GpuPicture, candidates: _Candidates, events: _Events
+    ) -> list[Job]:
+        """Stage 5: each job's workload class and its evidence
+        (:func:`watchdog.policy.workload.classify`): what decides a finding's kind and
+        severity, and what ignore entries naming a class match."""
+        facts = WorkloadFacts(
+            table=self.table,
+            evidence=candidates.evidence.by_pid,
+            gpu_processes=gpu.visible,
+            exited=events.exited,
+            settings=self.config.workloads,
+        )
+        return with_classes(jobs, facts)
+
+    def _guarded(
+        self, jobs: Sequence[Job], kept: dict[tuple[int, int], str]
+    ) -> tuple[list[Job], Protection]:
+        """Stage 6: what must never be targeted (the one guard), the processes that stay
+        sanctioned for their life, and each job's advice decided under that guard.
+
+        Args:
+            jobs: Judged jobs.
+            kept: Earlier sanctioned processes still alive (:meth:`_alive_sanctioned`).
+
+        Returns:
+            ``(jobs with advice, the guard)``.
+        """
         guard = protection(
             jobs, self.config, table=self.table, never=self._lineage_of_self(), kept=kept
         )
         self.sanctioned = self._sanctioned_now(jobs, guard, kept)
-        jobs = with_advice(jobs, guard, self.table, self.config)
+        return with_advice(jobs, guard, self.table, self.config), guard
+
+    def _with_listening(
+        self, jobs: Sequence[Job], guard: Protection
+    ) -> tuple[list[Job], dict[int, ListenScan]]:
+        """Stage 7: the listening sockets of every unsanctioned job's service scope, read
+        once (:func:`read_listens`), set on each job.
+
+        Returns:
+            ``(jobs with listening set, job root PID → what was read)``.
+        """
         listens = read_listens(jobs, self.table, guard, self.config.paths.proc_root)
-        jobs = [
+        out = [
             dataclasses.replace(
                 job, listening=[x.to_json() for x in listens[job.root_pid].listening]
             )
@@ -471,15 +630,11 @@ class Scanner:
             else job
             for job in jobs
         ]
-        findings = [
-            *_mark_exited(job_findings(jobs), exited),
-            *self._kept_findings(jobs, kept),
-            *service_findings(jobs, listens, self.config.services, guard),
-            *vis_findings,
-            *health,
-            *self._visibility(),
-        ]
-        # Keep parent and state of every job member, its lineage and GPU PIDs current.
+        return out, listens
+
+    def _watch(self, gpu_procs: Sequence[GpuProcess], jobs: Sequence[Job]) -> None:
+        """Last stage: keep parent and state of every job member, its lineage and GPU
+        PIDs current (the table re-reads them each scan; the event feed follows them)."""
         watched = {gp.pid for gp in gpu_procs}
         for job in jobs:
             watched.update(job.pids)
@@ -487,20 +642,6 @@ class Scanner:
         self.table.watched = watched
         if self.events is not None:
             self.events.watched = frozenset(watched)
-        return ScanResult(
-            host=self.host,
-            time=now,
-            duration_s=time.monotonic() - started,
-            nvml=nvml,
-            gpus=list(view.gpus),
-            jobs=jobs,
-            findings=findings,
-            gpu_processes=list(gpu_procs),
-            gpu_blind=gpu_blind,
-            exited=exited,
-            full_sweep=full_sweep,
-            protection=guard,
-        )
 
     def _alive_sanctioned(self) -> dict[tuple[int, int], str]:
         """The remembered sanctioned identities whose process still runs."""

@@ -42,7 +42,10 @@ class SimProc:
         label: Ground truth ``(role, key)``: role ``job`` (a job's own process),
             ``wrapper`` (exists only for that job), ``cron-child`` (cron's per-run
             child), ``shared`` (a shell that also runs something else), ``bystander``,
-            ``system``; key names the job (``pipeline#3``), empty for the rest.
+            ``service`` (a unit's own process doing other work, such as a hub that
+            launches trainers), ``system``; key names the job (``pipeline#3``), empty
+            for the rest.
+        cgroup: Its cgroup path (a unit's processes share ``/system.slice/U``).
         gpu: ``(index, memory in bytes or None)`` NVML lists it with.
         stubborn: Ignores SIGTERM (only SIGKILL ends it).
     """
@@ -60,6 +63,7 @@ class SimProc:
     env: dict[str, str] | None = None
     gpu: tuple[int, int | None] | None = None
     stubborn: bool = False
+    cgroup: str = "/"
 
 
 @dataclass
@@ -119,7 +123,7 @@ class SimEffects(RecordingEffects):
         was = self.host.was_sanctioned(pid, proc.start)
         self.signalled.append((pid, sig, proc.label, was, proc.start))
         if sig == signal.SIGKILL or (sig == signal.SIGTERM and not proc.stubborn):
-            self.host.exit(pid)
+            self.host.exit(pid, status=sig)
 
     def write_file_atomic(self, path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
         self._recorded("write", lambda d: d.get("path") == path, f"write {path}")
@@ -180,6 +184,12 @@ class SimHost:
         self.runs = 0
         self.nvml_mode = "ok"
         self.sanctioned_ever: set[tuple[int, int]] = set()
+        self.unit_mains: set[int] = set()
+        self.loops: dict[int, str] = {}  # a shell loop's PID -> its job key
+        # PID → wait(2) status of each exit since the daemon last asked (the kernel's
+        # exit events: Daemon.exit_statuses), and every identity a signal ended.
+        self.exits: dict[int, int] = {}
+        self.killed: set[tuple[int, int]] = set()
         (self.proc / "stat").write_text(f"cpu 0 0 0 0\nbtime {int(BOOT)}\n")
         self.init = self._add(1, 0, ("/sbin/init",), "/sbin/init", ("system", ""))
         self.cron = self._add(900, 1, ("/usr/sbin/cron", "-f"), "/usr/sbin/cron", ("system", ""))
@@ -226,6 +236,7 @@ class SimHost:
         kw.setdefault("pgid", parent.pgid if parent and ppid > 1 else 0)
         kw.setdefault("sid", parent.sid if parent and ppid > 1 else 0)
         kw.setdefault("uid", parent.uid if parent else 0)
+        kw.setdefault("cgroup", parent.cgroup if parent and ppid > 1 else "/")
         if parent is not None and parent.env is not None:
             kw.setdefault("env", dict(parent.env))
         return self._add(self.next_pid, ppid, argv, exe, label, **kw)
@@ -244,7 +255,7 @@ class SimHost:
         (d / "status").write_text(
             f"Name:\t{comm}\nUid:\t{p.uid}\t{p.uid}\t{p.uid}\t{p.uid}\nNSpid:\t{p.pid}\n"
         )
-        (d / "cgroup").write_text("0::/\n")
+        (d / "cgroup").write_text(f"0::{p.cgroup}\n")
         if p.env is not None:
             (d / "environ").write_bytes(
                 b"".join(f"{k}={v}".encode() + b"\0" for k, v in p.env.items())
@@ -255,12 +266,27 @@ class SimHost:
         if p.state != "Z":
             os.symlink(p.exe, exe)
 
-    def exit(self, pid: int) -> None:
-        """The process exits; its parent reaps it at once; children go to PID 1."""
+    def drain_exits(self) -> dict[int, int]:
+        """The exit statuses since the last call (what the proc connector hands on)."""
+        out, self.exits = self.exits, {}
+        return out
+
+    def exit(self, pid: int, status: int = 0) -> None:
+        """The process exits (``status``: its wait(2) status, 0 by itself, the signal
+        that ended it); its parent reaps it at once; children go to PID 1."""
         proc = self.procs.pop(pid, None)
         if proc is None:
             return
+        if proc.state != "Z":  # a zombie's exit was its own, when it became one
+            self.exits[pid] = status
+            if status & 0x7F:
+                self.killed.add((pid, proc.start))
         shutil.rmtree(self.proc / str(pid), ignore_errors=True)
+        if pid in self.unit_mains:
+            # A unit's main process ended: systemd stops the rest of its cgroup
+            # (KillMode=control-group, the default).
+            for other in [p.pid for p in self.procs.values() if p.cgroup == proc.cgroup]:
+                self.exit(other)
         for child in self.procs.values():
             if child.ppid == pid:
                 child.ppid = 1
@@ -280,10 +306,25 @@ class SimHost:
             parent.label = ("wrapper", parent.label[1])
 
     def zombie(self, pid: int) -> None:
-        """The process exits and its parent does not reap it."""
+        """The process exits and its parent does not reap it (systemd, the parent of a
+        unit's main process, always does)."""
+        if pid in self.unit_mains:
+            self.exit(pid)
+            return
         proc = self.procs[pid]
         proc.state = "Z"
+        self.exits[pid] = 0
         self.write(proc)
+        parent = self.procs.get(proc.ppid)
+        if parent is not None and parent.label[0] in ("service", "shared") and proc.gpu:
+            # Documented (docs/architecture.md, Jobs): a zombie's GPU memory counts for
+            # the parent that holds it, so a hub (or a loop's shell) holding an unreaped
+            # trainer is judged a training job itself until it reaps it, with every
+            # trainer below it.
+            parent.label = ("job", proc.label[1])
+            for kid in self.children(parent.pid):
+                if kid.label[0] == "job":
+                    kid.label = ("job", proc.label[1])
         self._unshare(proc.ppid)
         for child in self.procs.values():
             if child.ppid == pid:
@@ -308,6 +349,22 @@ class SimHost:
         shell = self.spawn(child.pid, ("/bin/sh", "-c", command), "/usr/bin/dash",
                            ("wrapper", key), pgid=0, sid=0)  # fmt: skip
         return self.spawn(shell.pid, argv, argv[0], ("job", key), **kw)
+
+    def unit_run(self, unit: str, top: tuple[str, ...], label: tuple[str, str]) -> SimProc:
+        """systemd (PID 1) starts ``unit``'s own process ``top`` in the unit's cgroup
+        (``Restart=always``: its unit file is written once)."""
+        path = self.root / "units" / unit
+        if not path.exists():
+            path.write_text(f"[Service]\nExecStart={' '.join(top)}\nRestart=always\n")
+        exe = "/usr/bin/bash" if top[0].endswith("bash") else top[0]
+        main = self.spawn(1, top, exe, label, cgroup=f"/system.slice/{unit}")
+        self.unit_mains.add(main.pid)
+        return main
+
+    def unit_procs(self, unit: str) -> list[SimProc]:
+        """The live processes of ``unit`` (not zombies)."""
+        cg = f"/system.slice/{unit}"
+        return [p for p in self.procs.values() if p.cgroup == cg and p.state != "Z"]
 
     # -- NVML ------------------------------------------------------------------------------
 

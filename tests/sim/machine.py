@@ -11,27 +11,48 @@ rogue-watchdog is never wrong in the dangerous direction:
 - I4 blindness never resolves or reopens a finding; ``respawned`` needs a new identity;
 - I5 a finding's id, root and root start name one job for its whole life;
 - I6 every live cron source named is a crontab cron really reads (mode, name);
-- I7 every side effect has a record: at the moment of each signal, file change or
+- I7 no false page: under the default configuration no finding of severity high or
+  above names a GPU user that is not training (a notebook kernel, an inference server, a
+  display server outside /usr), each is classed so, and none of them is ever signalled;
+- I8 a periodic job never pages more than once per finding: after its open, a periodic
+  finding is alerted again only by a reminder (``reminder_after_s`` apart), never
+  because a run came or went;
+- I9 a killed job's return is always paged: an unsanctioned signature that may train
+  (class training or unknown) back after one of the runs it had last was ended by a
+  signal (ours or a person's) opens ``respawned`` at that tick and spools its ``open``.
+- I10 a service is never collateral: no ``systemctl`` stop, disable or mask of a unit
+  while a process of it that is not training runs (a hub that launches trainers), no
+  ``disable-source`` plan for it without ``--stop-service``, and its jobs' ``stop:``
+  line names the service and says it is not stopped.
+- I11 a restart source is named: a job whose loop shell ``terminate`` leaves has advice
+  that says the loop restarts it and stops the loop first; the daemon records at most
+  one ``will-return`` terminate per job signature (it does not repeat a futile one);
+- I12 every side effect has a record: at the moment of each signal, file change or
   command, the newest write-ahead step in the state database is the one naming it
   (issue 32, case 4);
-- I8 never twice: no SIGTERM or SIGKILL reaches one process (PID + start time) twice,
+- I13 never twice: no SIGTERM or SIGKILL reaches one process (PID + start time) twice,
   across daemon kills and restarts; an action left half-way is taken over by the next
   start that can write its state (none stays owned by a dead daemon).
 
 The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
 overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
+hub unit whose own process launches trainers and a unit whose shell loop runs only its
+trainer, a
 trainer in an orphaned shell that also runs a web server, the workers of one launch each
 in a session of their own, processes that only name a training script, exits, zombies,
 edits and chmods of the crontab, NVML blips (NO_PERMISSION, a GPU leaving the list, the
 device count lost, unknown memory), config reloads between observe and terminate,
-daemon restarts, daemon kills between two steps of an action (at a fault point,
-watchdog/faults.py: the daemon object is dropped where it stands) and a state database
-that refuses writes for a while. ``bench/trust_sim.py`` runs it long;
+daemon restarts, a person's shell loop running a short job every 5 s (each run ends by
+itself), a person killing a process, daemon kills between two steps of an action (at a
+fault point, watchdog/faults.py: the daemon object is dropped where it stands) and a
+state database that refuses writes for a while. The daemon gets each exit status as the
+kernel's exit events would hand it on. ``bench/trust_sim.py`` runs it long;
 ``tests/unit/test_trust_sim.py`` runs it in CI with a fixed budget.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -53,10 +74,11 @@ from watchdog.actions.runner import InlineRunner
 from watchdog.actions.terminate import plan_tree
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
-from watchdog.model import CronOrigin, Job
+from watchdog.model import CronOrigin, Job, SystemdOrigin
 from watchdog.policy.signature import job_signature
 
 JOB_KINDS = ("rogue-job", "excess-instances")
+REMINDER_AFTER_S = 60.0
 # Where the daemon can be killed between two steps of an action (watchdog/faults.py).
 KILL_POINTS = (
     "terminate:begun", "terminate:freeze:intent", "terminate:freeze:sent",
@@ -118,7 +140,15 @@ class TrustMachine(RuleBasedStateMachine):
         self.lost: set[tuple[int, int]] = set()
         self.pending_sanctioned: set[tuple[int, int]] = set()
         self.pending_seen: dict[str, set[tuple[int, int]]] = {}
+        # Every label a PID had (the simulator never reuses a PID).
+        self.labels_ever: dict[int, tuple[str, str]] = {}
+        # I9: per signature, the jobs table's sightings after the last tick and the roots
+        # of its runs when it was last seen.
+        self.sightings: dict[str, int] = {}
+        self.last_roots: dict[str, set[tuple[int, int]]] = {}
+        self.loop_shell: int | None = None
         self.ticks = 0
+        self.calls_seen = 0
         self.counts["machines"] += 1
 
     def teardown(self) -> None:
@@ -137,7 +167,7 @@ class TrustMachine(RuleBasedStateMachine):
             f"training: {{device_glob: '{h.root}/nodev[0-9]*'}}\n"
             f"daemon: {{state_dir: '{h.root}/state', socket: '{h.root}/s.sock'}}\n"
             f"alerts: {{sinks: [{{type: log, path: '{h.root}/alerts.log'}}],"
-            " reminder_after_s: 60}\n"
+            f" reminder_after_s: {REMINDER_AFTER_S:g}}}\n"
             "sanctioned:\n"
             "  - name: pipeline\n"
             f"    cmdline: '{PY} {PIPELINE_SCRIPT}*'\n"
@@ -151,6 +181,7 @@ class TrustMachine(RuleBasedStateMachine):
     def _daemon(self) -> Daemon:
         config = parse_config(self.config_text(), str(self.dir / "config.yaml"))
         daemon = Daemon(config, None)
+        daemon.exit_statuses = self.host.drain_exits  # the kernel's exit events
         # Inline: a terminate's waits run in the step that starts it (deterministic).
         enf = Enforcer(config, daemon.db, self.effects, runner=InlineRunner())
         daemon.sources.append(enf)
@@ -203,6 +234,62 @@ class TrustMachine(RuleBasedStateMachine):
         h.spawn(wrapper.pid, (PY, "/home/u/train_a.py"), PY, ("job", key),
                 stubborn=stubborn, gpu=(1, None))  # fmt: skip
 
+    @rule(shared=st.booleans())
+    def shell_loop(self, shared: bool) -> None:
+        """An orphaned `bash -c 'while true; do python3 train_loop.py; sleep 5; done'`
+        (case 2 of issue 31), and, when shared, a web server it started beside it."""
+        h = self.host
+        h.now += 1.0
+        h.runs += 1
+        key = f"loop#{h.runs}"
+        text = "while true; do python3 /home/u/train_loop.py; sleep 5; done"
+        if shared:
+            text = "python3 -m http.server & " + text
+        shell = h.spawn(1, ("bash", "-c", text), "/usr/bin/bash",
+                        ("shared" if shared else "wrapper", key), uid=1000)  # fmt: skip
+        h.loops[shell.pid] = key
+        if shared:
+            h.spawn(shell.pid, (PY, "-m", "http.server"), PY, ("bystander", ""))
+        h.spawn(shell.pid, (PY, "/home/u/train_loop.py"), PY, ("job", key), gpu=(1, GIB))
+
+    @rule()
+    def loops_run_again(self) -> None:
+        """Each live loop whose run ended starts it again (5 s later)."""
+        h = self.host
+        h.now += 5.0
+        for pid, key in list(h.loops.items()):
+            shell = h.procs.get(pid)
+            if shell is None or shell.state == "Z":
+                h.loops.pop(pid)
+                continue
+            if not any(c.argv[1:2] == ("/home/u/train_loop.py",) for c in h.children(pid)):
+                h.spawn(pid, (PY, "/home/u/train_loop.py"), PY, ("job", key), gpu=(1, GIB))
+
+    @rule(hub=st.booleans())
+    def unit_launches(self, hub: bool) -> None:
+        """A unit starts a trainer: ``td-hub.service``'s own process (a hub doing other
+        work, started once and kept) launches it, or ``loop-train.service``'s shell loop
+        runs it and nothing else (that unit is the job's own)."""
+        h = self.host
+        h.now += 1.0
+        h.runs += 1
+        key = f"unit#{h.runs}"
+        if hub:
+            # A unit runs one main process: the hub, started once and kept.
+            tops = [p for p in h.unit_procs("td-hub.service") if p.pid in h.unit_mains]
+            top = tops[0] if tops else h.unit_run(
+                "td-hub.service", (PY, "/srv/hub/hub_server.py"), ("service", "")
+            )  # fmt: skip
+            if top.label[0] == "job":
+                key = top.label[1]  # a hub judged a job (it holds a zombie): its run
+            h.spawn(top.pid, (PY, "/srv/hub/train_hub.py"), PY, ("job", key), gpu=(0, GIB))
+            return
+        if h.unit_procs("loop-train.service"):
+            return  # a unit runs once: starting it while it runs does nothing
+        loop = "while true; do python3 /srv/loop/train_loop.py; sleep 5; done"
+        top = h.unit_run("loop-train.service", ("/bin/bash", "-c", loop), ("wrapper", key))
+        h.spawn(top.pid, (PY, "/srv/loop/train_loop.py"), PY, ("job", key), gpu=(1, GIB))
+
     @rule(workers=st.integers(2, 4))
     def one_launch(self, workers: int) -> None:
         """A launcher starts workers `train_w.py --rank N`, each in a session of its own,
@@ -221,6 +308,44 @@ class TrustMachine(RuleBasedStateMachine):
             w.sid = w.pgid = w.pid
         h.exit(launcher.pid)
 
+    @rule(what=st.sampled_from(["notebook", "server", "display"]))
+    def gpu_user(self, what: str) -> None:
+        """A GPU user that is not training (issue 35): a person's notebook kernel, an
+        inference server, a display server outside /usr. (A notebook that runs a training
+        script is training: tests/unit/test_workload_classes.py; here its tree would
+        regroup whenever NVML hides the kernel, which I4/I5 is not about.)"""
+        h = self.host
+        h.now += 1.0
+        h.runs += 1
+        key = f"{what}#{h.runs}"
+        kernel = (PY, "-m", "ipykernel_launcher", "-f", "/home/u/.jupyter/kernel-1.json")
+        argv, exe, gpu = {
+            "notebook": (kernel, PY, (0, 2 * GIB)),
+            "server": ((PY, "-m", "vllm.entrypoints.openai.api_server"), PY, (1, 20 * GIB)),
+            "display": (("/opt/X11/bin/Xorg", ":1"), "/opt/X11/bin/Xorg", (0, GIB // 4)),
+        }[what]
+        h.spawn(1, argv, exe, ("not-training", key), uid=1000, gpu=gpu)
+
+    @rule(gpu=st.booleans())
+    def probe_loop(self, gpu: bool) -> None:
+        """A person's shell loop runs a short job every 5 s (`while true; do python3
+        train_probe.py; sleep 5; done`): the run before ends by itself, the next starts
+        and the daemon looks at once (its exec event asks for an early tick)."""
+        h = self.host
+        shell = h.procs.get(self.loop_shell) if self.loop_shell is not None else None
+        if shell is None or shell.state == "Z":
+            shell = h.spawn(1, ("/bin/bash", "-c", "while true; do python3 "
+                                "/home/u/train_probe.py; sleep 5; done"), "/usr/bin/bash",
+                            ("wrapper", "loop"), uid=1000)  # fmt: skip
+            self.loop_shell = shell.pid
+        for run in h.children(shell.pid):
+            if run.state != "Z":
+                h.exit(run.pid)  # by itself: status 0
+        h.now += 5.0
+        h.spawn(shell.pid, (PY, "/home/u/train_probe.py"), PY, ("job", "loop"),
+                gpu=(0, GIB // 4) if gpu else None)  # fmt: skip
+        self.tick(0.2)
+
     @rule(which=st.sampled_from(["tail", "pgrep", "vim"]))
     def names_a_script(self, which: str) -> None:
         """A process that only names the training script: never a job."""
@@ -233,17 +358,23 @@ class TrustMachine(RuleBasedStateMachine):
         h.spawn(1, argv, argv[0], ("bystander", ""), uid=1000)
 
     @precondition(lambda self: len(self.host.procs) > 2)
-    @rule(data=st.data(), how=st.sampled_from(["exit", "exit", "zombie"]))
+    @rule(data=st.data(), how=st.sampled_from(["exit", "exit", "zombie", "killed"]))
     def something_ends(self, data: st.DataObject, how: str) -> None:
+        """A process exits by itself, becomes a zombie, or a person kills it (SIGTERM)."""
         h = self.host
         pids = sorted(p for p, proc in h.procs.items() if proc.label[0] != "system")
         if not pids:
             return
         pid = data.draw(st.sampled_from(pids))
-        if how == "zombie" and h.procs[pid].state != "Z" and h.procs[pid].ppid > 1:
+        parent = h.procs.get(h.procs[pid].ppid)
+        # Not modelled (open, reported with issue 31): a GPU trainer left a zombie by a
+        # shell that also runs a bystander makes that shell a job, whose tree then holds
+        # the bystander (docs/architecture.md, Jobs: a zombie's memory is its parent's).
+        shared = parent is not None and parent.label[0] == "shared" and h.procs[pid].gpu
+        if how == "zombie" and h.procs[pid].state != "Z" and h.procs[pid].ppid > 1 and not shared:
             h.zombie(pid)
         else:
-            h.exit(pid)
+            h.exit(pid, status=signal.SIGTERM if how == "killed" else 0)
 
     @rule(edit=st.sampled_from(["flock", "chmod-0666", "restore", "comment"]))
     def edit_pipeline_line(self, edit: str) -> None:
@@ -301,6 +432,7 @@ class TrustMachine(RuleBasedStateMachine):
         self.host.write_nvml()
         # What the scan will see (the enforcer may end some of it within the tick).
         self.before = {p.pid: (p.label, p.start) for p in self.host.procs.values()}
+        self.labels_ever.update((p.pid, p.label) for p in self.host.procs.values())
         point = self.kill_point
 
         def hook(name: str) -> None:
@@ -327,24 +459,24 @@ class TrustMachine(RuleBasedStateMachine):
     # -- the invariants -------------------------------------------------------------------
 
     def check_effects(self) -> None:
-        """I7 and I8's first half (see the module docstring)."""
-        assert not self.effects.unrecorded, f"I7: unrecorded: {self.effects.unrecorded}"
+        """I12 and I13's first half (see the module docstring)."""
+        assert not self.effects.unrecorded, f"I12: unrecorded: {self.effects.unrecorded}"
         twice = [
             (pid, start, sig)
             for (pid, start, sig), n in self.effects.per_identity.items()
             if n > 1 and sig in (signal.SIGTERM, signal.SIGKILL)
         ]
-        assert not twice, f"I8: signalled twice: {twice}"
+        assert not twice, f"I13: signalled twice: {twice}"
 
     def check_taken_over(self) -> None:
-        """I8's second half: after a tick that could write its state, no action is left
+        """I13's second half: after a tick that could write its state, no action is left
         to a daemon that is gone."""
         if not self.effects.storage_ok or "state" in self.daemon.degraded:
             return
         session = self.daemon.db.session
         for rec in self.daemon.db.unfinished_actions():
             owner = (rec.owner or {}).get("session")
-            assert owner == session, f"I8: action {rec.id} ({rec.kind}) left to {owner}"
+            assert owner == session, f"I13: action {rec.id} ({rec.kind}) left to {owner}"
         for rec in self.daemon.db.interrupted_since(0.0):
             if rec.id not in self.taken_over:
                 self.taken_over.add(rec.id)
@@ -395,6 +527,7 @@ class TrustMachine(RuleBasedStateMachine):
                 continue
             assert not was_sanctioned, f"I2: signal {sig} to sanctioned PID {pid} {label}"
         self.effects.signalled.clear()
+        self._check_units()
         guard = result.protection
         assert guard is not None
         remedy = Remedy(
@@ -409,6 +542,51 @@ class TrustMachine(RuleBasedStateMachine):
         touched = [c for c in self.effects.calls if str(host.pipeline) in json.dumps(c[1:2])]
         assert not touched, f"I1: the pipeline's line was acted on: {touched}"
         self._check_findings(result.gpu_blind, jobs)
+        repeated = self.daemon.db.conn.execute(
+            "SELECT signature, COUNT(*) FROM actions WHERE kind='terminate' AND "
+            "outcome='will-return' AND dry_run=0 GROUP BY signature HAVING COUNT(*) > 1"
+        ).fetchall()
+        assert not repeated, f"I11: a futile terminate repeated: {repeated}"
+        self._check_no_false_page(jobs, labels)
+        self._check_pages(jobs)
+
+    def _check_no_false_page(self, jobs: list[Job], labels: dict[int, tuple[str, str]]) -> None:
+        """I7: no high page for a GPU user that is not training, and each is classed so."""
+        for job in jobs:
+            root = labels.get(job.root_pid, ("gone", ""))
+            if root[0] == "not-training":
+                assert not job.may_train, f"I7: {job.cmdline} classed {job.workload}"
+        rows = self.daemon.db.conn.execute(
+            "SELECT id, kind, severity, root_pid FROM findings"
+            " WHERE severity IN ('high', 'critical') AND root_pid IS NOT NULL"
+        ).fetchall()
+        for fid, kind, severity, root_pid in rows:
+            label = self.labels_ever.get(root_pid)
+            assert label is None or label[0] != "not-training", (
+                f"I7: F{fid} {kind} ({severity}) pages for {label}, not training"
+            )
+
+    def _services(self, unit: str) -> list[int]:
+        """PIDs of ``unit``'s processes doing other work, as the scan saw them."""
+        cg = f"/system.slice/{unit}"
+        return [
+            pid
+            for pid, p in self.host.procs.items()
+            if p.cgroup == cg and p.label[0] == "service" and pid in self.before
+        ]
+
+    def _check_units(self) -> None:
+        """I10: no systemctl verb that stops a unit reached one with a service in it."""
+        calls = self.effects.calls[self.calls_seen :]
+        self.calls_seen = len(self.effects.calls)
+        for call in calls:
+            argv = call[1] if call[0] == "run" else ()
+            if not argv or argv[0] != "systemctl":
+                continue
+            if argv[1] in ("stop", "disable", "mask", "kill", "restart"):
+                for unit in argv[2:]:
+                    live = self._services(str(unit))
+                    assert not live, f"I10: `{' '.join(argv)}` stops service PIDs {live}"
 
     def _check_job(self, job: Job, remedy: Remedy, labels: dict[int, tuple[str, str]]) -> None:
         root = labels.get(job.root_pid, ("gone", ""))
@@ -426,9 +604,14 @@ class TrustMachine(RuleBasedStateMachine):
             disable = remedy.plan_disable(target, self.host.now)
             assert disable.refused is not None, f"I1: disable plan for {job.verdict} job"
             return
+        # A person may stop a GPU user that is not training by hand (the daemon never
+        # does: I2 above, I7): its plan signals its own processes only.
+        own = (
+            ("job", "wrapper", "not-training") if root[0] == "not-training" else ("job", "wrapper")
+        )
         for pid in allowed:
             label = labels.get(pid, ("gone", ""))
-            assert label[0] in ("job", "wrapper") and label[1] == root[1], (
+            assert label[0] in own and label[1] == root[1], (
                 f"I2: the plan for job {job.root_pid} ({root}) signals PID {pid} {label}"
             )
         assert set(advice.stop_pids) <= set(job.pids) | {
@@ -440,6 +623,26 @@ class TrustMachine(RuleBasedStateMachine):
             )
             disable = remedy.plan_disable(target, self.host.now)
             assert disable.refused is not None, f"I1: disable plan {disable.steps}"
+        loops = [p for p in job.lineage[1:] if p.pid in self.host.loops]
+        if loops and loops[0].pid not in advice.stop_pids:
+            # I11: the loop terminate leaves is named, and stopped first.
+            again = advice.restarts
+            assert again is not None and again.after_terminate, f"I11: {job.root_pid}: {advice}"
+            line = advice.stop_line(job.root_pid) or ""
+            assert f"stop the loop first: kill -TERM {loops[0].pid}" in line, f"I11: {line}"
+        unit = job.origin.unit if isinstance(job.origin, SystemdOrigin) else None
+        if unit and self._services(unit):
+            # I10: a unit that also runs a hub is never planned, offered or advised unasked.
+            assert not advice.disable and job.origin.remediation is None, (
+                f"I10: job {job.root_pid} of {unit} may disable it: {advice}"
+            )
+            assert advice.collateral is not None and advice.collateral.name == unit, (
+                f"I10: job {job.root_pid} of {unit}: no service named in {advice}"
+            )
+            line = advice.stop_line(job.root_pid) or ""
+            assert f"--stop-service {unit}" in line and "stops the run only" in line, line
+            disable = remedy.plan_disable(target, self.host.now)
+            assert disable.refused is not None, f"I10: disable plan for {unit}: {disable.steps}"
         if isinstance(job.origin, CronOrigin) and job.origin.file and not job.origin.entry_state:
             # I6: a live cron source is a file cron reads: not group/other-writable.
             mode = os.stat(job.origin.file).st_mode
@@ -482,6 +685,46 @@ class TrustMachine(RuleBasedStateMachine):
             sig = job_signature(job.user, job.cmdline, job.origin)
             seen = self.seen_roots if durable else self.pending_seen
             seen.setdefault(sig, set()).add((job.root_pid, job.start_ticks))
+
+    def _check_pages(self, jobs: list[Job]) -> None:
+        db = self.daemon.db
+        now = self.host.now
+        # I8: a periodic finding pages once; then only reminders, REMINDER_AFTER_S apart.
+        sent: dict[int, list[float]] = {}
+        for fid, at in db.conn.execute(
+            "SELECT d.finding_id, d.created_at FROM deliveries d JOIN findings f"
+            " ON f.id = d.finding_id WHERE d.event IN ('open', 'remind')"
+            " AND f.fingerprint LIKE '%:periodic:%' ORDER BY d.id"
+        ):
+            sent.setdefault(fid, []).append(at)
+        for fid, times in sent.items():
+            gaps = [b - a for a, b in itertools.pairwise(times)]
+            assert all(g >= REMINDER_AFTER_S for g in gaps), f"I8: periodic F{fid} paged {times}"
+        # I9: a return after a run killed by a signal opens respawned, and pages (a class
+        # that is not training never opens respawned: I7).
+        tracked = [j for j in jobs if j.verdict != "ignored"]
+        rows = dict(db.conn.execute("SELECT signature, sightings FROM jobs").fetchall())
+        first: dict[str, Job] = {}
+        roots: dict[str, set[tuple[int, int]]] = {}
+        for job in tracked:
+            sig = self.daemon.tracker.first_signature.get((job.root_pid, job.start_ticks))
+            sig = sig or job_signature(job.user, job.cmdline, job.origin)
+            first.setdefault(sig, job)
+            roots.setdefault(sig, set()).add((job.root_pid, job.start_ticks))
+        for sig, job in first.items():
+            was = self.sightings.get(sig)
+            back = was is not None and rows.get(sig, 0) > was
+            killed = self.last_roots.get(sig, set()) & self.host.killed
+            if back and job.unsanctioned and job.may_train and killed:
+                found = db.conn.execute(
+                    "SELECT f.id FROM findings f JOIN deliveries d ON d.finding_id = f.id"
+                    " WHERE f.kind = 'respawned' AND f.opened_at = ? AND d.event = 'open'"
+                    " AND json_extract(f.details_json, '$.signature') = ?",
+                    (now, sig),
+                ).fetchall()
+                assert found, f"I9: {sig} back as {job.root_pid} after {killed} was killed: no page"
+        self.sightings = rows
+        self.last_roots.update(roots)
 
     @invariant()
     def never_touches_real_processes(self) -> None:

@@ -13,6 +13,8 @@ Ownership rules kept here:
   random directory: a process is ours only when its argv is exactly that, and either its
   parent chain reaches the cron daemon in use, or it was re-parented to PID 1 (the
   daemonised scenario, which by design has no cron ancestor left).
+* SANDBOX is claimed for the test session (``tests/ownprocs.py``): what cron starts
+  from it inherits nothing from the test, and rogue-watchdog may signal it.
 """
 
 from __future__ import annotations
@@ -27,9 +29,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.ownprocs import claim_path, release_path
+
 PYTHON = "/usr/bin/python3"
 CRON_D = Path("/etc/cron.d")
 TRAINER_SOURCE = "import time\ntime.sleep(120)\n"
+
+
+def _mnt_ns(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return ""
 
 
 def _cmdline(pid: int) -> tuple[str, ...]:
@@ -58,6 +69,7 @@ class CronHarness:
     def __init__(self) -> None:
         self.sandbox = Path(tempfile.mkdtemp(prefix="rwtest-cron-"))
         self.sandbox.chmod(0o755)  # the throwaway users must read their trainers
+        claim_path(self.sandbox)
         self.tag = secrets.token_hex(4)
         self.started: subprocess.Popen[bytes] | None = None
         self.cron_pid = 0
@@ -73,6 +85,9 @@ class CronHarness:
         # Only the daemon itself: its CRON children share the name (comm), and one whose
         # daemon was stopped mid-job (re-parented to PID 1) runs no new jobs.
         daemons = [p for p in pids if _ppid(p) not in pids and _cmdline(p)[:1] != ("CRON",)]
+        # Only one that sees our files: a cron another suite runs in a mount namespace of
+        # its own (a private /tmp) runs our lines where the sandbox does not exist.
+        daemons = [p for p in daemons if _mnt_ns(p) == _mnt_ns(os.getpid())]
         if daemons:
             self.cron_pid = daemons[0]
             return self.cron_pid
@@ -205,3 +220,4 @@ class CronHarness:
                 self.started.kill()
                 self.started.wait(timeout=5)
         shutil.rmtree(self.sandbox, ignore_errors=True)
+        release_path(self.sandbox)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -57,7 +58,11 @@ class SlurmHarness:
 
     partition = "rwtest"
 
-    def __init__(self) -> None:
+    def __init__(self, proctrack: str = "linuxproc") -> None:
+        self.proctrack = proctrack
+        # Job ids of their own: another cluster on this host (a second harness, another
+        # session's) numbers from 1, and a job cgroup names only the number.
+        self.first_job_id = random.randrange(100_000, 900_000, 1000)
         self.root = Path(tempfile.mkdtemp(prefix="rw-slurm-", dir="/tmp"))
         self.root.chmod(0o755)
         self.conf = self.root / "slurm.conf"
@@ -65,6 +70,7 @@ class SlurmHarness:
         self.trainer = self.root / "train_fake.py"
         self.cpus = os.cpu_count() or 1
         self.daemons: list[subprocess.Popen[bytes]] = []
+        self.ctld: subprocess.Popen[bytes] | None = None
         self.job_ids: list[int] = []
         self.extra_pids: list[int] = []
 
@@ -102,8 +108,8 @@ class SlurmHarness:
                     f"SlurmctldLogFile={r}/log/slurmctld.log",
                     f"SlurmdLogFile={r}/log/slurmd.log",
                     f"PlugStackConfig={r}/plugstack.conf",
-                    "ProctrackType=proctrack/linuxproc",
-                    "TaskPlugin=task/none",
+                    f"FirstJobId={self.first_job_id}",
+                    *self._proctrack_lines(),
                     "SelectType=select/cons_tres",
                     "SelectTypeParameters=CR_CPU",
                     "SchedulerType=sched/backfill",
@@ -120,28 +126,72 @@ class SlurmHarness:
             )
         )
         (r / "plugstack.conf").write_text("")
-        for argv in (["slurmctld", "-D", "-i"], ["slurmd", "-D"]):
-            log = open(r / "log" / f"{argv[0]}.out", "wb")  # noqa: SIM115 - closed with the process
-            self.daemons.append(
-                subprocess.Popen(
-                    argv,
-                    cwd=r,
-                    env=self.env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+        if self.proctrack == "cgroup":
+            # cgroup.conf(5), next to slurm.conf: the v1 hierarchies of this host.
+            (r / "cgroup.conf").write_text(
+                "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n"
+                "ConstrainCores=no\nConstrainRAMSpace=yes\nAllowedRAMSpace=100\n"
             )
-            log.close()
-        deadline = time.monotonic() + 30
+        self.ctld = self._daemon(["slurmctld", "-D", "-i"])
+        self._daemon(["slurmd", "-D"])
+        self._wait_node({"idle"})
+
+    def _proctrack_lines(self) -> list[str]:
+        if self.proctrack == "cgroup":
+            return [
+                "ProctrackType=proctrack/cgroup",
+                "TaskPlugin=task/cgroup",
+                "PrologFlags=Contain",
+            ]
+        return ["ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none"]
+
+    def _daemon(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        r = self.root
+        with open(r / "log" / f"{argv[0]}.out", "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                cwd=r,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.daemons.append(proc)
+        return proc
+
+    def _wait_node(self, states: set[str], timeout_s: float = 30) -> None:
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self._check_daemons()
             state = self.cli("sinfo", "-h", "-o", "%t", check=False).stdout.strip()
-            if state == "idle":
+            if state in states:
                 return
             time.sleep(0.3)
-        raise RuntimeError(f"Slurm node not idle after 30 s; logs in {r / 'log'}")
+        raise RuntimeError(f"Slurm node not {states} after {timeout_s} s; logs in {self.root}/log")
+
+    def stop_controller(self) -> None:
+        """Stop slurmctld (SIGTERM, by PID): jobs keep running under slurmd, and every
+        client call fails until :meth:`start_controller`."""
+        assert self.ctld is not None
+        self.ctld.terminate()
+        self.ctld.wait(timeout=30)
+        self.daemons.remove(self.ctld)
+        self.ctld = None
+
+    def start_controller(self) -> None:
+        """Start slurmctld again from its saved state; wait until it answers and slurmd
+        has registered with it (the node is UNKNOWN until then)."""
+        assert self.ctld is None
+        self.ctld = self._daemon(["slurmctld", "-D", "-i"])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            self._check_daemons()
+            nodes = self.cli("sinfo", "-h", "-o", "%t", check=False)
+            if nodes.returncode == 0 and not nodes.stdout.strip().startswith("unk"):
+                return  # answering, and slurmd has registered again
+            time.sleep(0.3)
+        raise RuntimeError(f"slurmctld does not answer after 30 s; logs in {self.root}/log")
 
     def _start_munge(self) -> Path:
         mdir = self.root / "munge"
@@ -267,7 +317,27 @@ class SlurmHarness:
                     d.kill()
                     d.wait(timeout=5)
         self._kill_leftover_steps()
+        self._remove_job_cgroups()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _remove_job_cgroups(self) -> None:
+        """Remove the (empty) job cgroups of our jobs that slurmstepd left, deepest first;
+        the ``slurm`` and ``uid_N`` levels only when no other slurmd runs on this host
+        (another cluster may be using them)."""
+        if self.proctrack != "cgroup":
+            return
+        jobs = {f"job_{j}" for j in self.job_ids}
+        others = any(p.comm in ("slurmd", "slurmstepd") for p in ProcessTable().refresh().values())
+        for top in [
+            *Path("/sys/fs/cgroup").glob("*/slurm"),
+            *Path("/sys/fs/cgroup").glob("*/slurm_*"),
+        ]:
+            dirs = sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts))
+            for d in [*dirs, top]:
+                ours = any(part in jobs for part in d.relative_to(top).parts)
+                if ours or not others:
+                    with contextlib.suppress(OSError):
+                        d.rmdir()
 
     def _our_steps(self) -> list[int]:
         titles = tuple(f"slurmstepd: [{j}." for j in self.job_ids)
@@ -292,9 +362,7 @@ class SlurmHarness:
                     os.kill(victim, signal.SIGKILL)
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[SlurmHarness]:
-    """A running sandboxed single-node Slurm for the whole test session."""
+def _cluster(proctrack: str) -> Iterator[SlurmHarness]:
     need_root()
     need_program("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
     try:
@@ -303,9 +371,29 @@ def slurm_cluster() -> Iterator[SlurmHarness]:
         pwd.getpwnam("munge")
     except KeyError:
         need(False, "needs the munge user (apt-get install munge)")
-    harness = SlurmHarness()
+    if proctrack == "cgroup":
+        need(
+            os.path.isdir("/sys/fs/cgroup/freezer")
+            and os.access("/sys/fs/cgroup/freezer", os.W_OK),
+            "needs a writable cgroup v1 freezer hierarchy (proctrack/cgroup)",
+        )
+    harness = SlurmHarness(proctrack)
     try:
         harness.start()
         yield harness
     finally:
         harness.close()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmHarness]:
+    """A running sandboxed single-node Slurm (proctrack/linuxproc) for the whole session."""
+    yield from _cluster("linuxproc")
+
+
+@pytest.fixture(scope="session")
+def slurm_cgroup_cluster() -> Iterator[SlurmHarness]:
+    """As :func:`slurm_cluster`, with proctrack/cgroup, task/cgroup and
+    ``PrologFlags=Contain`` (cgroup v1: ``/slurm/uid_N/job_N/step_S`` in the freezer and
+    memory hierarchies)."""
+    yield from _cluster("cgroup")

@@ -118,3 +118,38 @@ def test_at_job_resolves_to_job_number(at_job: tuple[int, int, int, str]) -> Non
     assert origin.fields["command"] == command
     assert origin.fields["pending_same_command"] == [copy]
     assert origin.remediation == f"atrm {job} {copy}"
+
+
+def test_the_advice_of_a_requeuing_at_job_is_read_live_and_ends_in_terminate(
+    at_job: tuple[int, int, int, str], tmp_path: Path
+) -> None:
+    """Issue 31, case 3: the advice lists the queued copies as the queue is now (each scan
+    reads it again), and ``atrm`` is followed by ``terminate`` (it does not stop the
+    running job). BEFORE (4ec0a01): the stop line was `atrm JOB COPY` alone."""
+    from watchdog.config import parse_config
+    from watchdog.scan import Scanner
+
+    pid, job, copy, command = at_job
+
+    def advice() -> tuple[str | None, str | None]:
+        result = Scanner(parse_config("nvml: {enabled: false}\n", "t.yaml")).scan()
+        [found] = [j for j in result.jobs if j.root_pid == pid]
+        again = found.advice.restarts
+        return found.advice.stop_line(pid), again.line() if again else None
+
+    note = "(the first stops what is queued, not the running job)"
+    assert advice() == (
+        f"atrm {job} {copy} && rogue-watchdog terminate {pid} {note}",
+        f"restarts it: on schedule, at job(s) {copy} queued with the same commands (it "
+        "re-queues itself)",
+    )
+    # It queued one more meanwhile: the next advice names both.
+    later = _submit("now + 2 hours", command, tmp_path)
+    try:
+        assert advice() == (
+            f"atrm {job} {copy} {later} && rogue-watchdog terminate {pid} {note}",
+            f"restarts it: on schedule, at job(s) {copy}, {later} queued with the same "
+            "commands (it re-queues itself)",
+        )
+    finally:
+        subprocess.run(["atrm", str(later)], capture_output=True, check=False)

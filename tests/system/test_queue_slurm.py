@@ -138,9 +138,13 @@ def test_unknown_users_entries_are_reported_exactly(cluster: SlurmHarness, jobs:
     )  # fmt: skip
     assert (pend.details["job_name"], pend.details["account"]) == ("legacy-retrain", None)
     assert pend.details["fingerprint"] == f"slurm:{jobs.bad_pending}"
+    # The sandbox cluster has no GPU: the job asked for CPUs only, and is not said to wait
+    # for a GPU (issue 32, case 10d; it was "waiting for a GPU since").
     assert pend.message.startswith(
-        f"Slurm job {jobs.bad_pending} 'legacy-retrain' by user {STRANGER} waiting for a GPU since "
+        f"Slurm job {jobs.bad_pending} 'legacy-retrain' by user {STRANGER} waiting to run since "
     )
+    assert f", no GPU requested); to remove it: scancel {jobs.bad_pending}" in pend.message
+    assert pend.details["requests_gpu"] is False
     assert pend.message.endswith(f"; to remove it: scancel {jobs.bad_pending}")
     assert (run.details["state"], run.details["job_name"], run.details["account"]) == (
         "running", "old-trainer", "legacy",

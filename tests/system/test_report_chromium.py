@@ -15,7 +15,7 @@ import pytest
 import structlog
 
 from tests.conftest import need_program
-from tests.unit.test_report import week
+from tests.unit.test_report import busy_html, check_timeline, parse_timeline, week
 from watchdog.cli import main
 
 pytestmark = pytest.mark.system
@@ -75,16 +75,19 @@ def test_html_report_renders_in_headless_chromium(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     chromium = _chromium()
-    state = week(tmp_path, time.time())
-    page = tmp_path / "week.html"
+    now = time.time()
     try:
+        busy_html(tmp_path, now)  # writes tmp_path/week.html
+        state = week(tmp_path / "small", now)
+        small = tmp_path / "small.html"
         args = ["report", "--state-dir", str(state), "--since", "1h", "--format", "html"]
-        assert main([*args, "--output", str(page)]) == 0
+        assert main([*args, "--output", str(small)]) == 0
     finally:
         structlog.reset_defaults()
+    page = tmp_path / "week.html"
     base = [
         chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,900",
+        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1300,1000",
     ]  # fmt: skip
     dom = subprocess.run(
         [*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
@@ -93,15 +96,21 @@ def test_html_report_renders_in_headless_chromium(
     html = dom.stdout
     for element in ('id="timeline"', 'id="by-origin"', 'id="by-user"', 'id="events"', 'id="open"'):
         assert element in html, element
-    assert html.count('class="run ') == 3 and html.count('class="incident"') == 3
-    assert "respawned (+12m) as PID 21" in html
+    # The DOM Chromium built from the page: rows by GPU index and name, lanes that do
+    # not overlap, verdict over time, incidents on their GPU's row, axis, legend.
+    check_timeline(parse_timeline(html))
+    small_dom = subprocess.run(
+        [*base, "--dump-dom", small.as_uri()], capture_output=True, text=True, timeout=120
+    ).stdout
+    assert "respawned (+12m) as PID 21" in small_dom
     shot = tmp_path / "week.png"
     out = subprocess.run(
         [*base, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120
     )
     assert out.returncode == 0 and shot.exists(), out.stderr[-2000:]
     width, height, colours = _pixels(shot.read_bytes())
-    assert (width, height) == (1000, 900)
+    assert (width, height) == (1300, 1000)
     assert len(colours) > 10  # not blank
     assert (0xC6, 0x28, 0x28) in colours  # a rogue run's bar
     assert (0x2E, 0x7D, 0x32) in colours  # a sanctioned run's bar
+    assert (0x4A, 0x14, 0x8C) in colours  # an incident's mark

@@ -7,6 +7,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,3 +145,46 @@ def test_modes_do_not_depend_on_the_callers_umask(sandbox: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     assert writable_by_others(s / "opt") == []
     assert oct(s.joinpath("etc").stat().st_mode & 0o7777) == "0o755"
+
+
+def _fake_install(s: Path, state: Path) -> Path:
+    """An installed instance without pip: the venv marker, its interpreter (this one,
+    which imports this checkout) and a configuration naming ``state``."""
+    (s / "opt" / "bin").mkdir(parents=True)
+    (s / "opt" / ".rogue-watchdog-venv").touch()
+    python = s / "opt" / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    (s / "etc").mkdir(exist_ok=True)
+    config = s / "etc" / "config.yaml"
+    config.write_text(f"daemon: {{state_dir: '{state}', socket: '{s}/none.sock'}}\n")
+    config.chmod(0o640)
+    state.mkdir(exist_ok=True)
+    (state / "state.db").write_bytes(b"")
+    (state / "backups").mkdir(exist_ok=True)
+    return config
+
+
+def test_uninstall_names_and_purges_the_state_this_instance_used(sandbox: Path) -> None:
+    # Before (issue 33): "kept CONFIG and /var/lib/rogue-watchdog" whatever the instance
+    # used, and --purge removed /var/lib/rogue-watchdog (another instance's, maybe).
+    s = sandbox
+    state = s / "srv-state"
+    config = _fake_install(s, state)
+    res = install(s, "--uninstall", "--no-enable")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"install: kept {config} and the state in {state} (use --purge" in res.stdout
+    assert "/var/lib/rogue-watchdog" not in res.stdout
+    assert (state / "state.db").exists()
+
+    _fake_install(s, state)
+    (state / "notes.txt").write_text("the operator's")  # a shared folder: left, said
+    res = install(s, "--uninstall", "--purge", "--no-enable")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert sorted(p.name for p in state.iterdir()) == ["notes.txt"]
+    assert f"install: left {state}: it holds files rogue-watchdog did not write" in res.stdout
+    (state / "notes.txt").unlink()
+    _fake_install(s, state)
+    res = install(s, "--uninstall", "--purge", "--no-enable")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"install: removed {state}" in res.stdout and not state.exists()

@@ -220,6 +220,14 @@ def test_in_process_scheduler_inside_service(nsystemd: NamespacedSystemd) -> Non
         ev = o["evidence"]
         assert any(e.startswith(f"spawned inside sched.service by PID {main_pid} (") for e in ev)
         assert any(e.startswith(f"no crontab entry mentions {trainer}") for e in ev)
-        assert o["remediation"] == "systemctl disable --now sched.service"
+        # The unit's own process is a service, not the job: disabling the unit would stop
+        # it, so that is never advised unasked (issue 31, case 1).
+        assert o["remediation"] is None
+        assert job["advice"]["collateral"] == {
+            "name": "sched.service",
+            "what": "systemd unit sched.service",
+            "others": [f"PID {main_pid} `/usr/bin/python3 {sched}`"],
+            "by_hand": "systemctl disable --now sched.service",
+        }
     finally:
         sd.stop_units(["sched.service"])

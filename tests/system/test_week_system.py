@@ -23,9 +23,12 @@ Wall time: the wait for cron's next minute plus one more minute (about 2-2.5 min
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,7 @@ from tests.conftest import Spawned, need, need_program, need_root, poll, run_cli
 from tests.system.cronharness import PYTHON, CronHarness
 from tests.system.test_respawn_cron import DaemonProc, _check_alive, _query, _start_daemon
 from tests.weights.builders import st_array, write_safetensors
+from watchdog.cli import build_parser
 
 pytestmark = pytest.mark.system
 
@@ -90,9 +94,55 @@ def _flock_of(pid: int) -> str:
     return argv[2].decode() if len(argv) > 2 and argv[0].endswith(b"flock") else ""
 
 
+#: Everything the operator's commands printed during the week (hints are pasted from it).
+PRINTED: list[str] = []
+
+
 def _cli(config: Path, *args: str) -> tuple[int, str]:
     res = run_cli(*args, "--config", str(config), timeout=120)
+    PRINTED.append(res.stdout + res.stderr)
     return res.returncode, res.stdout + res.stderr
+
+
+# A printed command: the program, its verb, then words up to the text around it (a
+# bracket, a semicolon, a comma, a backtick); a quoted path may hold anything but '.
+VERBS = sorted(
+    next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+)
+HINT = re.compile(
+    rf"rogue-watchdog (?:{'|'.join(map(re.escape, VERBS))})(?![\w-])"
+    r"(?: (?:'[^']*'|[^\s;,()`']+))*"
+)
+#: Verbs that act: pasted with --dry-run (the hint's own words otherwise unchanged).
+ACTS = ("terminate", "disable-source", "undo")
+
+
+def hints(texts: list[str]) -> dict[str, str]:
+    """Every ``rogue-watchdog VERB ...`` command in ``texts``, once each, in order, with
+    the text that printed it; a verb named alone in backticks (```rogue-watchdog undo`
+    restores it``) is prose."""
+    found: dict[str, str] = {}
+    for text in texts:
+        for m in HINT.finditer(text):
+            cmd = m.group(0).rstrip(".:")
+            if text[m.end() : m.end() + 1] == "`" and len(cmd.split()) == 2:
+                continue
+            found.setdefault(cmd, text)
+    return found
+
+
+def paste(cmd: str) -> tuple[int, str]:
+    """Run a printed command as a person pastes it into a root shell elsewhere: from /,
+    with the installed ``rogue-watchdog`` on PATH and no test pin on which daemon to ask;
+    an acting one with ``--dry-run`` added."""
+    env = {k: v for k, v in os.environ.items() if k != "ROGUE_WATCHDOG_SOCKET"}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    assert cmd.split()[1] != "ship", cmd  # it writes a deploy directory: not pasted here
+    line = cmd + (" --dry-run" if cmd.split()[1] in ACTS else "")
+    done = subprocess.run(
+        line, shell=True, cwd="/", env=env, capture_output=True, text=True, timeout=120
+    )
+    return done.returncode, done.stdout + done.stderr
 
 
 def test_the_week(spawned: Spawned) -> None:
@@ -204,8 +254,11 @@ def test_the_week(spawned: Spawned) -> None:
         ghost_f = poll(
             "ghost finding", lambda: _one(d, "rogue-job", lambda f: f["root_pid"] == ghost), 30
         )
+        # The hint carries the daemon's --config: pasted anywhere, it acts under the
+        # configuration and on the state database that made it (issue 33).
         assert (
-            f"; to stop the source: rogue-watchdog disable-source F{ghost_f['id']} (backs up the "
+            f"; to stop the source: rogue-watchdog disable-source --config {config} "
+            f"F{ghost_f['id']} (backs up the "
             "crontab; `rogue-watchdog undo` restores it), or by hand: sed -i "
             f"'4s/^/# disabled by rogue-watchdog: /' {file_b}"
         ) in ghost_f["message"]
@@ -236,7 +289,11 @@ def test_the_week(spawned: Spawned) -> None:
         assert file_b.read_text().splitlines()[3].startswith("# disabled by rogue-watchdog at ")
         disabled_at = time.time()
         rc, out = _cli(config, "terminate", f"F{c_f['id']}")
-        assert rc == 0, out
+        # Its cron line still runs: stopped, but it will come back (issue 31, case 4).
+        assert rc == 1, out
+        assert (
+            "outcome: will-return\nwill come back: its source restarts it; disable-source first\n"
+        ) in out, out
 
         # The pipeline's next run (its first ended after 40 s) and the respawn.
         second = h.wait_for([respawner], 75 + fire_at - time.time())[respawner]
@@ -269,7 +326,7 @@ def test_the_week(spawned: Spawned) -> None:
         assert f"Origin: cron {file_b}:4 (* * * * *), entry since disabled" in out.splitlines()
         assert (
             "Remediation: none needed for the source (its crontab entry was disabled); the "
-            f"running job must still be stopped: rogue-watchdog terminate {ghost}"
+            f"running job must still be stopped: rogue-watchdog terminate --config {config} {ghost}"
         ) in out
         ghost_now = _findings(d, "rogue-job")
         ghost_open = [f for f in ghost_now if f["id"] == ghost_f["id"]]
@@ -338,6 +395,25 @@ def test_the_week(spawned: Spawned) -> None:
         text = run_cli("report", "--state-dir", str(d.state_dir), "--since", "1h")
         assert text.returncode == 0 and max(len(x) for x in text.stdout.splitlines()) <= 80
 
+        # -- every command the week printed works as printed (issue 33) ----------------
+        rc, out = _cli(config, "status")
+        assert rc in (0, 1), out
+        printed = [f["message"] for f in _findings(d)] + PRINTED
+        pasted = hints(printed)
+        verbs = {c.split()[1] for c in pasted}
+        assert {"disable-source", "terminate", "undo"} <= verbs, pasted
+        for cmd, where in pasted.items():
+            assert f" --config {config} " in f"{cmd} ", cmd  # every hint names the daemon's file
+            rc, out = paste(cmd)
+            pid = re.fullmatch(r"rogue-watchdog terminate --config \S+ (\d+)", cmd)
+            if pid and not os.path.exists(f"/proc/{pid.group(1)}"):
+                # A run the week ended since: the hint was right when printed.
+                assert rc == 2 and "is not part of a training job" in out, (cmd, out, where)
+                continue
+            assert rc in (0, 1), (cmd, rc, out, where)  # 1: refused or nothing left, said why
+            for wrong in ("no finding", "no action", "usage:", "/var/lib/rogue-watchdog"):
+                assert wrong not in out, (cmd, out, where)
+
         # -- event 3: kill and respawn ------------------------------------------------
         assert respawned["root_pid"] == second
         assert (respawned["details"]["origin"]["file"], respawned["details"]["origin"]["line"]) == (
@@ -362,7 +438,11 @@ def test_the_week(spawned: Spawned) -> None:
         assert (poison["severity"], poison["message"]) == (
             "critical",
             f"ship gate prod: {poisoned} holds non-finite weights: 224 of 224 tensors "
-            "non-finite (7168 NaN, 0 +Inf, 0 -Inf)",
+            f"non-finite (7168 NaN, 0 +Inf, 0 -Inf); next: move it out of {deploy} before "
+            "anything loads it (quarantine: true on gate prod has the daemon do that, "
+            f"undoably); deploy the last good checkpoint to {poisoned} through "
+            "`rogue-watchdog ship` (it copies only weights that verify finite; "
+            "watchdog.weights.best_checkpoint picks the best one that does)",
         )
         # -- event 7: the deploy that stopped ------------------------------------------
         assert stale["severity"] == "high"

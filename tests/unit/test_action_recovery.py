@@ -32,6 +32,7 @@ from watchdog.daemon.loop import Daemon
 STUBBORN = (
     "import signal, sys, time\n"
     "signal.signal(signal.SIGTERM, lambda *a: open(sys.argv[1], 'a').write('TERM\\n'))\n"
+    "open(sys.argv[1] + '.ready', 'w').close()\n"
     "time.sleep(120)\n"
 )
 
@@ -89,7 +90,8 @@ def stubborn(spawned: Spawned, tmp_path: Path) -> tuple[subprocess.Popen[bytes],
     script, log = tmp_path / "train_wal_ghost.py", tmp_path / "got.txt"
     script.write_text(STUBBORN)
     p = spawned.start([sys.executable, str(script), str(log)])
-    poll("it runs", lambda: (x := read_live(p.pid)) and str(script) in x.cmdline, 10)
+    # Its SIGTERM handler is installed (a SIGTERM before would end it).
+    poll("it runs", lambda: Path(f"{log}.ready").exists(), 10)
     return p, log
 
 

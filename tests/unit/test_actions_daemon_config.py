@@ -117,7 +117,9 @@ def test_disable_source_of_an_orphan_says_why_and_what_is_left(
             ": its origin (orphan) names nothing to disable, and "
             "enforcement.quarantine_unknown_exe is off"
         )
-        assert lines[1:] == [f"  to stop the running job: rogue-watchdog terminate {pid}"]
+        assert lines[1:] == [
+            f"  to stop the running job: rogue-watchdog terminate --config {config} {pid}"
+        ]
     finally:
         os.kill(pid, 9)  # our own orphan: setsid took it out of the test's process group
 

@@ -75,7 +75,8 @@ def test_killed_leader_orphans_end_to_end(spawned: Spawned, tmp_path: Path) -> N
     )
     assert (
         "Remediation: none needed for the source (nothing would start it again); to stop it: "
-        f"rogue-watchdog terminate {kids[0]}, or by hand: kill -TERM {kids[0]} {kids[1]}"
+        f"rogue-watchdog terminate --config {cfg} {kids[0]}, or by hand: "
+        f"kill -TERM {kids[0]} {kids[1]}"
     ) in member.stdout
     assert "None" not in member.stdout
 

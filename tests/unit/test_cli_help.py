@@ -20,8 +20,24 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
     return dict(subs.choices)
 
 
+def leaves(parser: argparse.ArgumentParser, name: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every command a person runs, nested verbs included (``allowlist suggest``)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return {name: parser}
+    return {
+        k: v
+        for a in subs
+        for verb, sp in a.choices.items()
+        for k, v in leaves(sp, f"{name} {verb}".strip()).items()
+    }
+
+
 def test_every_command_has_a_description_examples_and_exit_codes() -> None:
-    for name, sub in subcommands().items():
+    # Before (issue 33): `allowlist suggest --help` and `allowlist diff --help` had
+    # neither examples nor exit codes (only `allowlist --help` had).
+    assert {"allowlist suggest", "allowlist diff"} <= set(leaves(build_parser()))
+    for name, sub in leaves(build_parser()).items():
         text = sub.format_help()
         assert sub.description, name
         assert "\nexamples:\n  rogue-watchdog " in text, name

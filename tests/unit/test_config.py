@@ -111,16 +111,24 @@ def test_check_config_cli_reports_and_exits_2(tmp_path: Path) -> None:
     ok = run_cli("check-config", str(example))
     assert ok.returncode == 0, ok.stderr
     summary = f"{example}: OK: 2 sanctioned rules, 6 launcher patterns, 6 ignore entries"
+    first, *effective = ok.stdout.splitlines()
+    # The ignore list in force follows (the shipped defaults), and each class's severity.
+    assert (
+        effective[0] == "ignore (the shipped defaults kept; 'ignore_defaults: false' drops them):"
+    )
+    assert effective[1] == "  'xorg' (exe /usr/*/Xorg) (default)"
+    assert len(effective) == 8
     try:
         pwd.getpwnam("mlops")
     except KeyError:  # the example's pipeline user does not exist here: a warning only
-        assert ok.stdout == f"{summary}, 1 warning\n"
+        assert first == f"{summary}, 1 warning"
         assert ok.stderr == (
-            f"rogue-watchdog: config warning: {example}:15: sanctioned[0].user: no user "
-            "'mlops' on this host (passwd): nothing matches it until the user exists\n"
+            f"rogue-watchdog: config warning: {example}:16: sanctioned[0].user: user "
+            "'mlops' is not on this host yet (passwd): this entry matches no job until that "
+            "user exists\n"
         )
     else:
-        assert (ok.stdout, ok.stderr) == (f"{summary}\n", "")
+        assert (first, ok.stderr) == (summary, "")
 
 
 def test_origin_keys_of_two_kinds_are_refused() -> None:

@@ -49,8 +49,14 @@ def test_docker_shim_arguments(tmp_path: Path) -> None:
         "name": None,
         "restart_policy": None,
     }
-    assert origin.remediation == f"docker stop {CID}"
+    # The engine did not answer: its restart policy is unknown, and said so (issue 31,
+    # case 5; before: a bare `docker stop`).
+    assert origin.remediation == f"docker update --restart=no {CID} && docker stop {CID}"
     assert origin.evidence[0].startswith("ancestor PID 200 is containerd-shim-runc-v2: ")
+    assert (
+        "restart policy unknown: `docker inspect` did not answer; the engine may start the "
+        "container again once it stops"
+    ) in origin.evidence
 
 
 def test_image_from_the_runtime_cli(tmp_path: Path) -> None:
@@ -114,7 +120,10 @@ def test_podman_conmon(tmp_path: Path) -> None:
     origin = _resolve(ctx, 210)
     assert origin is not None
     assert (origin.fields["runtime"], origin.fields["container_id"]) == ("podman", CID)
-    assert origin.remediation == f"podman stop {CID}"
+    assert origin.remediation == (
+        f"podman stop {CID}  # restart policy unknown: podman inspect --format "
+        f"'{{{{.HostConfig.RestartPolicy.Name}}}}' {CID}"
+    )
 
 
 def test_crio_conmon(tmp_path: Path) -> None:
@@ -130,7 +139,8 @@ def test_docker_systemd_driver_cgroup_only(tmp_path: Path) -> None:
     cg = (f"0::/system.slice/docker-{CID}.scope",)
     ctx = make_context(tmp_path, [INIT, FakeProc(210, 1, TRAIN, cgroup=cg)])
     origin = _resolve(ctx, 210)
-    assert origin is not None and origin.remediation == f"docker stop {CID}"
+    assert origin is not None
+    assert origin.remediation == f"docker update --restart=no {CID} && docker stop {CID}"
     assert origin.evidence[0] == f"cgroup of PID 210 names container {CID}"
 
 
@@ -184,7 +194,7 @@ def test_real_process_under_a_shim_named_binary(tmp_path: Path, spawned: Spawned
     assert origin is not None
     assert origin.fields["container_id"] == CID
     assert origin.fields["runtime"] == "docker"
-    assert origin.remediation == f"docker stop {CID}"
+    assert origin.remediation == f"docker update --restart=no {CID} && docker stop {CID}"
     assert origin.evidence[0].startswith(f"ancestor PID {shim.pid} is containerd-shim-runc-v2:")
 
 

@@ -168,7 +168,7 @@ def test_scanner_keeps_a_running_ghost_on_its_first_origin(
     cron_d.mkdir()
     b_line = f"* * * * * root setsid {' '.join(TRAIN)} &"
     (cron_d / "b").write_text(f"# retired\n\n\n{b_line}\n")
-    config = parse_config(CONFIG.format(proc=proc_root, root=tmp_path), "t.yaml")
+    config = parse_config(CONFIG.format(proc=proc_root, root=tmp_path), f"{tmp_path}/t.yaml")
     scanner = Scanner(config)
     first = scanner.scan()
     ghost = next(j for j in first.jobs if j.root_pid == 700)
@@ -177,7 +177,8 @@ def test_scanner_keeps_a_running_ghost_on_its_first_origin(
     # The product's reversible action first, the by-hand command second.
     msg = next(f.message for f in first.findings if f.root_pid == 700)
     assert msg.endswith(
-        "; to stop the source: rogue-watchdog disable-source 700 (backs up the crontab; "
+        f"; to stop the source: rogue-watchdog disable-source --config {tmp_path}/t.yaml 700 "
+        "(backs up the crontab; "
         "`rogue-watchdog undo` restores it), or by hand: "
         f"sed -i '4s/^/# disabled by rogue-watchdog: /' {cron_d}/b"
     )

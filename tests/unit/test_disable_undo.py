@@ -49,6 +49,7 @@ def test_commands_run_in_order_and_stop_at_first_failure() -> None:
 
 def test_dry_run_describes_and_does_nothing(tmp_path: Path) -> None:
     fx = RecordingEffects()
+    (tmp_path / "a.q").write_bytes(b"w")  # there to be put back (a dry run checks it)
     op = {"op": "rename", "from": str(tmp_path / "a"), "to": str(tmp_path / "a.q")}
     res = run_undo([op], fx, dry_run=True)
     assert (res.outcome, res.done, fx.calls) == ("dry-run", [describe(op)], [])

@@ -35,10 +35,11 @@ def test_a_terminate_waits_out_its_grace_off_the_tick_and_status_says_being_stop
     script.write_text(
         "import signal, sys, time\n"
         "signal.signal(signal.SIGTERM, lambda *a: open(sys.argv[1], 'a').write('TERM\\n'))\n"
+        "open(sys.argv[1] + '.ready', 'w').close()\n"
         "time.sleep(120)\n"
     )
     p = spawned.start([sys.executable, str(script), str(log)])
-    poll("it runs", lambda: (x := read_live(p.pid)) and str(script) in x.cmdline, 10)
+    poll("its SIGTERM handler is installed", lambda: Path(f"{log}.ready").exists(), 10)
     cfg = parse_config(
         "nvml: {enabled: false}\n"
         f"daemon: {{state_dir: '{tmp_path}/state'}}\n"

@@ -118,11 +118,21 @@ def test_parse_events_decodes_fork_exec_exit_and_skips_truncated() -> None:
         + message(PROC_EVENT_EXIT, 12, 11, 0, 17, 10, 10)
     )
     assert list(parse_events(data)) == [
-        (PROC_EVENT_FORK, 11, 11),
-        (PROC_EVENT_EXEC, 11, 11),
-        (PROC_EVENT_EXIT, 12, 11),
+        (PROC_EVENT_FORK, 11, 11, None),
+        (PROC_EVENT_EXEC, 11, 11, None),
+        (PROC_EVENT_EXIT, 12, 11, 0),
     ]
-    assert list(parse_events(data[:-4])) == [(PROC_EVENT_FORK, 11, 11), (PROC_EVENT_EXEC, 11, 11)]
+    assert list(parse_events(data[:-4])) == [
+        (PROC_EVENT_FORK, 11, 11, None),
+        (PROC_EVENT_EXEC, 11, 11, None),
+    ]
+    # The exit_code is a wait(2) status: exit(3) is 3 << 8, SIGTERM is 15.
+    killed = message(PROC_EVENT_EXIT, 12, 12, 15, 17, 10, 10)
+    exited = message(PROC_EVENT_EXIT, 13, 13, 3 << 8, 17, 10, 10)
+    assert list(parse_events(killed + exited)) == [
+        (PROC_EVENT_EXIT, 12, 12, 15),
+        (PROC_EVENT_EXIT, 13, 13, 3 << 8),
+    ]
     assert list(parse_events(b"\x00" * 8)) == []
 
 

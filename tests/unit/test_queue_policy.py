@@ -36,7 +36,7 @@ def entry(job_id: str = "3", **kw: object) -> QueueEntry:
     vals: dict[str, object] = dict(
         queue="slurm", job_id=job_id, user="svc-old", account=None, partition="gpu",
         name="legacy-retrain", state="PENDING", reason="Priority", submit_time=T0,
-        priority=100,
+        priority=100, requests_gpu=True,
     )  # fmt: skip
     vals.update(kw)
     return QueueEntry(**vals)  # type: ignore[arg-type]

@@ -52,7 +52,11 @@ APPLIED: list[tuple[str, str, Callable[[Daemon], Any], Any]] = [
     ("training", "training: {launchers: ['xyz_launcher']}\n",
      lambda d: [r.pattern for r in d.scanner.config.training.launchers], ["xyz_launcher"]),
     ("ignore", "ignore: [{name: tool, exe: /usr/bin/tool}]\n",
-     lambda d: [e.name for e in d.scanner.config.ignore], ["tool"]),
+     lambda d: [e.name for e in d.scanner.config.ignore][-1:], ["tool"]),
+    ("ignore_defaults", "ignore_defaults: false\n",
+     lambda d: [e.name for e in d.scanner.config.ignore], []),
+    ("workloads", "workloads: {severity: high}\n",
+     lambda d: d.scanner.config.workloads.severity_of("serving"), "high"),
     ("nvml", "nvml: {enabled: false, unexplained_memory_slack_bytes: 12345}\n",
      lambda d: d.scanner.config.nvml.unexplained_memory_slack_bytes, 12345),
     ("paths", "paths: {cron_d: /srv/other-cron.d}\n",
@@ -65,14 +69,17 @@ APPLIED: list[tuple[str, str, Callable[[Daemon], Any], Any]] = [
      lambda d: d.scanner.config.daemon.fd_sweep_interval_s, 11.0),
     ("alerts", "alerts: {reminder_after_s: 99}\n",
      lambda d: d.tracker.alerts.reminder_after_s, 99.0),
-    ("enforcement", "enforcement: {mode: terminate}\n",
+    # The daemon sees the whole host: terminate mode as a dry run (decided and recorded,
+    # nothing signalled), or it would stop every rogue-looking process there.
+    ("enforcement", "enforcement: {mode: terminate, dry_run: true}\n",
      lambda d: d.enforcers[0].settings.mode, "terminate"),  # type: ignore[attr-defined]
     ("queue", "queue: {slurm: false, command: [/bin/true]}\n",
      lambda d: [type(s).__name__ for s in d.sources if s.name.startswith("queue")],
      ["QueueSource"]),
     ("services", "services: {sanctioned_ports: [{name: tb, port: 6006}]}\n",
      lambda d: [p.name for p in d.scanner.config.services.sanctioned_ports], ["tb"]),
-    ("slurm", "slurm: {drain_on: [rogue]}\n",
+    # A node no Slurm knows: a host's rogue job never drains a real node.
+    ("slurm", "slurm: {drain_on: [rogue], node_name: rwtest-no-such-node}\n",
      lambda d: [type(e).__name__ for e in d.enforcers][-1:], ["SlurmDrainer"]),
 ]  # fmt: skip
 

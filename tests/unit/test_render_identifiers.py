@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from watchdog.cli.top import frame
+from watchdog.cli.top import View, layout
 from watchdog.daemon.status import status_gpu_lines
 from watchdog.model import GpuHeld, GpuInfo, Job, NvmlStatus, ScanResult, SystemdOrigin
 from watchdog.render import fit, gpu_lines, result_table
@@ -94,7 +94,7 @@ def test_top_keeps_users_origins_and_finding_ids_whole() -> None:
         "findings": [{"id": 12, "severity": "high", "kind": "rogue-job",
                       "message": f"rogue job PID 4242 from systemd unit {UNIT} on {UUID}"}],
     }  # fmt: skip
-    screen = "\n".join(frame(doc, "daemon (/run/rogue-watchdog/status.sock)", 0, 80, False))
+    screen = "\n".join(layout(doc, "daemon (/run/rogue-watchdog/status.sock)", View(), 80, 40))
     for ident in (UUID, UNIT, "a-very-long-user-name", "/run/rogue-watchdog/status.sock"):
         assert ident in screen
 

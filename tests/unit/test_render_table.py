@@ -127,6 +127,7 @@ AT_80 = [
     '    from cron /etc/cron.d/legacy-retrain:3 (0 3 * * *)',
     "    why: not sanctioned: rule 'research-slurm' matches the command line but",
     "         origin must be Slurm account 'research'",
+    '    restarts it: on schedule, its cron line (0 3 * * *)',
     '    stop: rogue-watchdog disable-source 48213 && rogue-watchdog terminate 48213',
     '          (--dry-run first to preview)',
     'sanctioned   51001 research     1 3   2.0 GiB  python …/train_small.py --lr 3e-4',
@@ -150,6 +151,7 @@ AT_200 = [
     'VERDICT        PID USER     PROCS GPU GPU MEM  ORIGIN                                         COMMAND',
     'rogue        48213 alice        2 3   4.0 GiB  cron /etc/cron.d/legacy-retrain:3 (0 3 * * *)  /root/.pyenv/versions/3.11.7/bin/python /home/alice/experiments/llm/train_big.py --epochs 40',
     "    why: not sanctioned: rule 'research-slurm' matches the command line but origin must be Slurm account 'research'",
+    '    restarts it: on schedule, its cron line (0 3 * * *)',
     '    stop: rogue-watchdog disable-source 48213 && rogue-watchdog terminate 48213 (--dry-run first to preview)',
     "sanctioned   51001 research     1 3   2.0 GiB  Slurm job 812 'sweep' account research         /root/.pyenv/versions/3.11.7/bin/python /srv/research/sweeps/train_small.py --lr 3e-4",
     'rogue        61000 bob          2 -         -  orphan (parent exited)                         /root/.pyenv/versions/3.11.7/bin/python /home/bob/scratch/train_eval.py --ckpt /data/ckpt/last.pt',
@@ -190,7 +192,7 @@ def test_colour_only_on_a_tty_and_never_with_no_color(monkeypatch: pytest.Monkey
     assert use_colour(Tty()) is False
     text = result_table(fixed_result(), width=200, colour=True).splitlines()
     assert text[6].startswith("\x1b[31;1mrogue     \x1b[0m   48213 alice")
-    assert text[9].startswith("\x1b[32msanctioned\x1b[0m   51001")
+    assert text[10].startswith("\x1b[32msanctioned\x1b[0m   51001")
     assert text[-1].startswith("  \x1b[31m[high]\x1b[0m rogue-job: ")
     assert paint("x", "rogue", False) == "x"
 

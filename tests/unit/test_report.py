@@ -7,6 +7,7 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -64,22 +65,32 @@ def test_report_json_exact(tmp_path: Path) -> None:
     assert history is not None
     runs, findings, actions = history
     doc = report_json(runs, findings, actions, now - 3600, now)
+    rogue, sanctioned = {"rogue": 1}, {"sanctioned": 1}
     assert doc["by_origin"] == [
-        {"name": "cron /etc/cron.d/old:1 (*/12 * * * *)", "runs": 1, "gpu_hours": 1.0},
-        {"name": "cron /etc/cron.d/pipeline:2 (0 2 * * *)", "runs": 1, "gpu_hours": 0.5},
-        {"name": "shell 1", "runs": 1, "gpu_hours": 0.0},
-    ]
+        {"name": "cron /etc/cron.d/old:1 (*/12 * * * *)", "runs": 1, "gpu_hours": 1.0,
+         "verdicts": rogue},
+        {"name": "cron /etc/cron.d/pipeline:2 (0 2 * * *)", "runs": 1, "gpu_hours": 0.5,
+         "verdicts": sanctioned},
+        # A shell names no source: the row is the job, its command says which.
+        {"name": "shell 1 · python x.py⏎\\x1b[2J", "runs": 1, "gpu_hours": 0.0,
+         "verdicts": rogue},
+    ]  # fmt: skip
     assert doc["by_user"] == [
-        {"name": "root", "runs": 1, "gpu_hours": 1.0},
-        {"name": "mlops", "runs": 1, "gpu_hours": 0.5},
-        {"name": "eve", "runs": 1, "gpu_hours": 0.0},
+        {"name": "root", "runs": 1, "gpu_hours": 1.0, "verdicts": rogue},
+        {"name": "mlops", "runs": 1, "gpu_hours": 0.5, "verdicts": sanctioned},
+        {"name": "eve", "runs": 1, "gpu_hours": 0.0, "verdicts": rogue},
     ]
-    assert [(e["what"], e["kind"], e["text"]) for e in doc["timeline"]] == [
-        ("opened", "rogue-job", "F1 rogue PID 20"),
-        ("resolved", "rogue-job", "F1 resolved"),
-        ("action", "terminate", "A1 terminate PID 20: ok by cli"),
-        ("undone", "terminate", "A1 undone: terminate PID 20"),
-        ("opened", "respawned", "F2 respawned (+12m) as PID 21"),
+    # Runs recorded without a class (before classes were) are counted under "-".
+    assert doc["by_class"] == [
+        {"name": "-", "runs": 3, "gpu_hours": 1.5, "verdicts": {"rogue": 2, "sanctioned": 1}}
+    ]
+    both = ["GPU-0", "GPU-1"]  # F1's job (PID 20) held both; F2's run is not recorded
+    assert [(e["what"], e["kind"], e["text"], e["gpus"]) for e in doc["timeline"]] == [
+        ("opened", "rogue-job", "F1 rogue PID 20", both),
+        ("resolved", "rogue-job", "F1 resolved", both),
+        ("action", "terminate", "A1 terminate PID 20: ok by cli", both),
+        ("undone", "terminate", "A1 undone: terminate PID 20", both),
+        ("opened", "respawned", "F2 respawned (+12m) as PID 21", []),
     ]
     assert [(f["id"], f["kind"]) for f in doc["open"]] == [(2, "respawned")]
 
@@ -118,11 +129,24 @@ def test_report_text_fits_80_columns_and_html_is_self_contained(
         "  F2 respawned (high): respawned (+12m) as PID 21",
     ]
     html_doc = report_html(*_doc(state, now))
-    assert len(re.findall(r'<rect class="run ', html_doc)) == 3  # GPU-0: a, b; GPU-1: b
-    assert len(re.findall(r'<line class="incident"', html_doc)) == 3
+    # GPU-0: a, b; GPU-1: b; the host row: c (it held no GPU).
+    assert len(re.findall(r'<g class="run" data-gpu="GPU-0"', html_doc)) == 2
+    assert len(re.findall(r'<g class="run" data-gpu="GPU-1"', html_doc)) == 1
+    assert len(re.findall(r'<g class="run" data-gpu=""', html_doc)) == 1
+    # F1 and A1 on the rows of the GPUs PID 20 held; F2 (no GPU known) on the host row.
+    assert re.findall(r'<g class="incident (\w+)" data-gpu="([^"]*)"', html_doc) == [
+        ("opened", "GPU-0"), ("opened", "GPU-1"), ("action", "GPU-0"), ("action", "GPU-1"),
+        ("opened", ""),
+    ]  # fmt: skip
     assert re.search(r"(src|href)=", html_doc) is None  # nothing loaded from anywhere
     assert "<script" not in html_doc
-    assert html_doc.count("<title>PID 20 rogue, up to 8.0 GiB: python train.py</title>") == 2
+    assert (
+        html_doc.count(
+            "PID 20 rogue, up to 8.0 GiB, user root, cron /etc/cron.d/old:1 (*/12 * * * *): "
+            "python train.py (rogue "
+        )
+        == 2
+    )
     assert "\x1b" not in html_doc and "\x1b" not in text
 
 
@@ -142,3 +166,189 @@ def test_report_json_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         "opened", "resolved", "action", "undone", "opened",
     ]  # fmt: skip
     assert report_text(doc).splitlines()[0].startswith("rogue-watchdog report: ")
+
+
+H = 3600.0
+
+
+def busy_week(tmp_path: Path, now: float) -> Path:
+    """Two days on two GPUs, the handed cases of issue 33 (item 3): overlapping runs on
+    one GPU; a notebook paged as rogue for 8 minutes, then sanctioned by a rule; a cron
+    line whose description changed between runs (disabled since); an inference server
+    and a rogue trainer of one user, neither with a named origin; incidents on one GPU
+    and one on none."""
+    from watchdog.model import OrphanOrigin
+
+    state = tmp_path / "state"
+    db = StateDB(state)
+    db.set_meta(
+        "gpus",
+        json.dumps({
+            "GPU-a": {"index": 0, "name": "NVIDIA H200", "mig_index": None},
+            "GPU-b": {"index": 1, "name": "NVIDIA H100 80GB HBM3", "mig_index": None},
+        }),
+    )  # fmt: skip
+    pipe = CronOrigin(file="/etc/cron.d/pipeline", line=2, schedule="0 2 * * *").to_json()
+    ghost = CronOrigin(file="/etc/cron.d/old", line=1, schedule="*/12 * * * *").to_json()
+    ghost_off = CronOrigin(
+        file="/etc/cron.d/old", line=1, schedule="*/12 * * * *", entry_state="disabled"
+    ).to_json()
+    lab = ShellOrigin(session="7", user="alice", tmux_session="lab").to_json()
+    orphan = OrphanOrigin(message="orphan (parent exited)").to_json()
+    runs = [
+        ("pipe", 10, "mlops", ["python", "/opt/pipeline/train.py"], pipe, "sanctioned", ["GPU-a"],
+         now - 30 * H, now - 26 * H),
+        ("ghost", 20, "root", ["python", "/srv/old/train.py"], ghost, "rogue", ["GPU-a"],
+         now - 27 * H, now - 20 * H),
+        ("pipe", 11, "mlops", ["python", "/opt/pipeline/train.py"], pipe, "sanctioned", ["GPU-a"],
+         now - 6 * H, now - 2 * H),
+        ("ghost", 21, "root", ["python", "/srv/old/train.py"], ghost_off, "rogue", ["GPU-a"],
+         now - 5 * H, now - 3 * H),
+        ("nb", 30, "alice", ["python", "-m", "ipykernel_launcher"], lab, "sanctioned", ["GPU-b"],
+         now - 10 * H, now - 8 * H),
+        ("vllm", 40, "bob", ["python", "-m", "vllm.entrypoints.openai.api_server"], orphan,
+         "sanctioned", ["GPU-b"], now - 28 * H, now - 1 * H),
+        ("bobx", 41, "bob", ["python", "/home/bob/train_x.py"], orphan, "rogue", ["GPU-b"],
+         now - 7 * H, now - 6.5 * H),
+        ("wait", 50, "svc-old", ["python", "/srv/q/train.py"], orphan, "rogue", [],
+         now - 12 * H, now - 11 * H),
+    ]  # fmt: skip
+    for sig, pid, user, cmd, origin, verdict, gpus, start, end in runs:
+        rec = RunRecord(sig, pid, pid * 100, user, cmd, origin, verdict, None, 0, 0, gpus=gpus)
+        db.record_run(rec, start)
+        db.record_run(rec, end)
+    held_a = [{"uuid": "GPU-a", "index": 0, "memory_bytes": 8 << 30}]
+    f_ghost = db.insert_finding(
+        "rogue-job:ghost", "rogue-job", "high", "rogue training job PID 20", 20,
+        {"root": [20, 2000], "gpus": held_a}, now - 27 * H + 5,
+    )  # fmt: skip
+    db.resolve_finding(f_ghost, now - 20 * H)
+    f_nb = db.insert_finding(
+        "rogue-job:nb", "rogue-job", "high", "rogue training job PID 30", 30,
+        {"root": [30, 3000]}, now - 10 * H + 5,
+    )  # fmt: skip
+    db.resolve_finding(f_nb, now - 10 * H + 485)  # sanctioned by a new rule 8 min later
+    db.insert_finding(
+        "queue:17", "queue-unsanctioned", "high", "waiting GPU-queue entry 17", None, {},
+        now - 4 * H,
+    )  # fmt: skip
+    db.record_action("cli", "terminate", "PID 20", "ok", {}, now - 20 * H - 60, finding_id=f_ghost)
+    db.close()
+    return state
+
+
+def busy_html(tmp_path: Path, now: float) -> str:
+    state = busy_week(tmp_path, now)
+    page = tmp_path / "week.html"
+    args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
+    assert main([*args, "--output", str(page)]) == 0
+    return page.read_text()
+
+
+def parse_timeline(page: str) -> dict[str, Any]:
+    """The timeline's parts, read from the page (the same from Chromium's DOM)."""
+    attrs = r"(?P<a>[^>]*)"
+
+    def each(tag: str, cls: str) -> list[dict[str, str]]:
+        found = re.finditer(rf'<{tag} class="{cls}"{attrs}>', page)
+        return [dict(re.findall(r'([\w-]+)="([^"]*)"', m.group("a"))) for m in found]
+
+    rows = [
+        {**dict(re.findall(r'([\w-]+)="([^"]*)"', m.group(1))), "label": m.group(2)}
+        for m in re.finditer(
+            r'<g class="gpu-row"([^>]*)><rect[^>]*/?>(?:</rect>)?<text[^>]*>([^<]*)</text>', page
+        )
+    ]
+    return {
+        "rows": rows,
+        "runs": each("g", "run"),
+        "incidents": [
+            {"what": m.group(1), **dict(re.findall(r'([\w-]+)="([^"]*)"', m.group(2)))}
+            for m in re.finditer(r'<g class="incident (\w+)"([^>]*)>', page)
+        ],
+        "ticks": re.findall(r'<text class="tick-label"[^>]*>([^<]*)</text>', page),
+        "dates": re.findall(r'<text class="date"[^>]*>([^<]*)</text>', page),
+        "labels": re.findall(r'<text class="bar-label"[^>]*>([^<]*)</text>', page),
+        "legend": re.findall(r'<g id="legend">(.*?)</g>', page),
+    }
+
+
+def check_timeline(t: dict[str, Any]) -> None:
+    """What issue 33 asked of the timeline, on the parsed page."""
+    assert [(r["data-gpu"], r["label"], r["data-lanes"]) for r in t["rows"]] == [
+        ("GPU-a", "GPU 0  NVIDIA H200", "2"),  # the ghost overlaps the pipeline: 2 lanes
+        ("GPU-b", "GPU 1  NVIDIA H100 80GB HBM3", "2"),
+        ("", "host", "1"),
+    ]
+    for gpu in ("GPU-a", "GPU-b", ""):
+        mine = [r for r in t["runs"] if r["data-gpu"] == gpu]
+        for a in mine:
+            for b in mine:
+                if a is not b and a["data-lane"] == b["data-lane"]:
+                    overlap = float(a["data-x0"]) < float(b["data-x1"]) and float(
+                        b["data-x0"]
+                    ) < float(a["data-x1"])
+                    assert not overlap, (a, b)
+    by_user = {r["data-user"]: r for r in t["runs"] if r["data-user"] == "alice"}
+    assert by_user["alice"]["data-verdicts"] == "rogue sanctioned"  # over time, not final
+    assert any(x.startswith("alice · shell") for x in t["labels"])  # user · origin
+    assert any(x.startswith("root · cron /etc/cron.d/old:1") for x in t["labels"])
+    # Incidents on their GPU's row only; the queue entry (no GPU) on the host row.
+    assert sorted((i["what"], i["data-gpu"]) for i in t["incidents"]) == [
+        ("action", "GPU-a"), ("opened", ""), ("opened", "GPU-a"), ("opened", "GPU-b"),
+    ]  # fmt: skip
+    assert len(t["ticks"]) >= 6 and all(re.fullmatch(r"\d\d:\d\d", x) for x in t["ticks"])
+    assert len(t["dates"]) >= 2  # two days: a date at each day's first tick
+    legend = " ".join(t["legend"])
+    for word in ("sanctioned", "rogue", "excess", "finding opened", "action taken"):
+        assert f">{word}<" in legend, word
+
+
+def test_the_timeline_of_a_busy_week(tmp_path: Path) -> None:
+    # Before: bars squeezed into the right 15% (the axis was the 7-day window), rows a
+    # cut UUID, no axis, legend or users, every incident across every row, overlapping
+    # runs in one lane, the colour the final verdict only.
+    now = time.time()
+    page = busy_html(tmp_path, now)
+    t = parse_timeline(page)
+    check_timeline(t)
+    # The axis spans the data (30 h back), not the 7-day window: bars use the width.
+    xs = [float(r["data-x0"]) for r in t["runs"]]
+    assert min(xs) < 260  # LEFT is 210: the first run starts at the axis' start
+    assert "the report&#x27;s window starts" in page
+
+
+def test_the_per_origin_table_has_a_verdict_column_and_one_row_per_origin(
+    tmp_path: Path,
+) -> None:
+    # Before: one cron line as two rows (its description changed: "entry since
+    # disabled"), an inference server and a rogue trainer in one "orphan" row.
+    now = time.time()
+    page = busy_html(tmp_path, now)
+    table = page.split('<table id="by-origin">')[1].split("</table>")[0]
+    rows = re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)</td><td>(\d+)</td>", table)
+    ghost = [r for r in rows if r[0].startswith("cron /etc/cron.d/old:1")]
+    assert [(v, n) for _name, v, n in ghost] == [("rogue", "2")]
+    bob = [(name.split(" · ")[1], v) for name, v, _n in rows if name.startswith("orphan")]
+    assert sorted(bob) == [
+        ("python -m vllm.entrypoints.openai.api_server", "sanctioned"),
+        ("python /home/bob/train_x.py", "rogue"),
+        ("python /srv/q/train.py", "rogue"),
+    ]
+    assert "<th>verdict</th>" in table
+
+
+def test_the_gpu_inventory_keeps_gpus_that_left() -> None:
+    from watchdog.model import GpuInfo
+    from watchdog.report import gpu_inventory
+
+    a = GpuInfo(0, "GPU-a", "NVIDIA H200", 140 << 30, 0)
+    b = GpuInfo(1, "GPU-b", "NVIDIA H200", 140 << 30, 0, mig_index=None)
+    known = gpu_inventory({}, [a, b])
+    assert known == {
+        "GPU-a": {"index": 0, "name": "NVIDIA H200", "mig_index": None},
+        "GPU-b": {"index": 1, "name": "NVIDIA H200", "mig_index": None},
+    }
+    assert gpu_inventory(known, [a]) is None  # nothing new: nothing written
+    moved = gpu_inventory(known, [GpuInfo(2, "GPU-a", "NVIDIA H200", 140 << 30, 0)])
+    assert moved is not None and moved["GPU-a"]["index"] == 2 and "GPU-b" in moved

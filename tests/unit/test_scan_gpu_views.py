@@ -86,14 +86,17 @@ def test_scan_gpu_3_names_the_job_its_memory_and_the_split(
     assert rows[0].endswith(command)
     assert not [line for line in lines if f" {ok} " in line]  # GPU 1's job is not shown
     i = lines.index(rows[0])
-    assert lines[i + 1 : i + 3] == [
+    assert lines[i + 1 : i + 4] == [
         "    why: not sanctioned: no rule matches the command line",
-        f"    stop: rogue-watchdog terminate {rogue} (its origin is unknown: see explain {rogue})",
+        "    class: unknown (no training launcher or script, known program, listening socket or"
+        " short life seen: judged as training)",
+        f"    stop: rogue-watchdog terminate --config {cfg} {rogue} "
+        f"(its origin is unknown: see explain {rogue})",
     ]
     found = [line for line in lines if line.startswith("  [high] rogue-job: ")]
     assert len(found) == 1
     assert found[0].startswith(
-        f"  [high] rogue-job: rogue training job PID {rogue} on GPU 3 (4.0 GiB), user root, "
+        f"  [high] rogue-job: rogue GPU job PID {rogue} on GPU 3 (4.0 GiB), user root, "
     )
 
     whole = json.loads(run_cli("scan", "--json", "--config", str(cfg)).stdout)

@@ -67,8 +67,8 @@ def test_setsid_service_that_starts_the_trainer_is_a_rogue_service(
         f"service PID {svc} `{command_text([sys.executable, str(service), str(out)], 80)}` "
         f"(PID {svc} listening on 127.0.0.1:{port}/tcp), started the run: rogue job PID "
         f"{child} `{command_text([sys.executable, str(trainer)], 120)}`; to stop the service "
-        "and its run: "
-        f"kill -TERM {svc} {child}"
+        f"and its run: rogue-watchdog terminate {svc} (stops the service and its run), or by "
+        f"hand: kill -TERM {svc} {child}"
     )
     # The daemon's source computes the same finding.
     again = service_findings(

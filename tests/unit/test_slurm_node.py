@@ -184,11 +184,11 @@ def test_leftovers_are_proven_members_of_an_ended_job_owned_by_its_user(tmp_path
         (75, "child of PID 72"),
     ]
     claim = "only its environment says so: no job cgroup, not seen below slurmstepd"
-    assert [(u.pid, u.proof) for u in report.unconfirmed] == [
-        (70, claim),
-        (73, "recorded below slurmstepd while the job ran, but it runs as UID 1001 and the "
+    assert [(u.pid, u.proof) for u in report.unconfirmed] == [(70, claim), (74, claim)]
+    # Proven in the job, another user's: reported (and drained for), never signalled.
+    assert [(u.pid, u.proof) for u in report.foreign] == [
+        (73, "recorded below slurmstepd while the job ran; it runs as UID 1001 and the "
          "job's user is UID 65534"),
-        (74, claim),
     ]  # fmt: skip
     assert report.unknown_jobs == {} and report.running_jobs == {}
 
@@ -211,15 +211,17 @@ def test_a_running_job_is_never_swept(tmp_path: Path) -> None:
             recorded={(72, 200): (77, 65534)}, epilog=epilog, epilog_uid=65534,
         )  # fmt: skip
         assert (report.leftovers, report.running_jobs) == ([], {77: "RUNNING"}), epilog
-    # No answer from Slurm: `--job N` leaves it alone; the Epilog trusts slurmd's call.
+    # No answer from Slurm: neither `--job N` nor the Epilog (whose SLURM_JOB_ID is a
+    # claim too) sweeps anything; the process is reported unchecked (issue 37, case 1).
     ctx = make_context(tmp_path / "proc2", procs, run_cmd=RecordingRunner())
-    report = find_leftovers(
-        ctx.table, ctx, "/dev/nvidia[0-9]*", job_id=77, self_pid=99,
-        recorded={(72, 200): (77, 65534)},
-    )  # fmt: skip
-    assert report.leftovers == [] and list(report.unknown_jobs) == [77]
-    report = find_leftovers(
-        ctx.table, ctx, "/dev/nvidia[0-9]*", job_id=77, self_pid=99,
-        recorded={(72, 200): (77, 65534)}, epilog=True, epilog_uid=65534,
-    )  # fmt: skip
-    assert [lo.pid for lo in report.leftovers] == [72]
+    for epilog in (False, True):
+        ctx.cache.clear()
+        report = find_leftovers(
+            ctx.table, ctx, "/dev/nvidia[0-9]*", job_id=77, self_pid=99,
+            recorded={(72, 200): (77, 65534)}, epilog=epilog, epilog_uid=65534,
+        )  # fmt: skip
+        assert report.leftovers == [] and [u.pid for u in report.unchecked] == [72], epilog
+        assert report.unknown_jobs == {
+            77: "squeue did not run (No such file or directory); scontrol did not run "
+            "(No such file or directory)"
+        }

@@ -198,7 +198,8 @@ def test_no_cli_uses_the_job_environment(tmp_path: Path) -> None:
     assert origin.fields["state"] is None
     assert origin.remediation == "scancel 1"  # the job is proven by its slurmstepd
     assert origin.evidence[-1] == (
-        "Slurm not asked (squeue/scontrol not runnable); account unknown; "
+        "Slurm not asked (squeue did not run (No such file or directory); scontrol did not "
+        "run (No such file or directory)); account unknown; "
         "SLURM_JOB_ACCOUNT='ml-research' in the job's environment is not trusted "
         "(the job's user can set it)"
     )
@@ -314,7 +315,7 @@ def test_controller_down_is_unavailable(tmp_path: Path) -> None:
     ctx = make_context(tmp_path, [INIT], rec)
     job = query_job(5, ctx)
     assert job.status == "unavailable" and not job.ended
-    assert job.via == "scontrol: " + down.strip()
+    assert job.via == f"squeue failed: {down.strip()}; scontrol failed: {down.strip()}"
 
 
 # -- a Slurm origin must be proven, never taken from what the process says ---------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -246,6 +247,11 @@ def test_recheck_30s_after_terminate_opens_remediation_failed(
     spawned.procs[-1].kill()
     spawned.procs[-1].wait()
     assert Enforcer(cfg, db, clock=lambda: t + 31).findings(t + 31, empty) == []
+    # The same command back as something that is not training (a notebook kernel whose
+    # training run was stopped, restarted): not a failed remediation (issue 35).
+    kernel = dataclasses.replace(back, workload="interactive")
+    notebook = ScanResult("h", now, 0.0, NvmlStatus(True), jobs=[kernel])
+    assert Enforcer(cfg, db, clock=lambda: t + 35).findings(t + 35, notebook) == []
     result = ScanResult("h", now, 0.0, NvmlStatus(True), jobs=[back])
     [f] = Enforcer(cfg, db, clock=lambda: t + 35).findings(t + 35, result)
     assert f.details["back"] == [41] and f.root_pid == 41
@@ -291,3 +297,42 @@ def test_leftovers_of_a_gone_session_that_run_something_else_are_left_alone(
     assert [(x.pid, x.result) for x in out.procs] == [(train_pid, "exited")]
     assert out.outcome == "ok"
     assert not gone(other)
+
+
+# A launcher that starts the trainer and a helper of its own beside it.
+LAUNCHER_WITH_HELPER = (
+    "import subprocess, sys, time\n"
+    "t = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+    "h = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(61)'])\n"
+    "print(t.pid, h.pid, flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_a_launcher_is_stopped_with_its_run_only_when_it_runs_nothing_else(
+    spawned: Spawned,
+) -> None:
+    """Issue 31, case 7: a rogue service named as the run's launcher is frozen first and
+    stopped with it; one that also runs a helper the finding does not name is left."""
+    p = spawned.start([sys.executable, "-c", PARENT], stdout=subprocess.PIPE)
+    assert p.stdout is not None
+    child = identity(int(p.stdout.readline()))
+    launcher = identity(p.pid)
+    out = terminate_tree([child], Guard(), Effects(), grace_s=2.0, launchers=[launcher])
+    assert out.outcome == "ok" and not out.left
+    assert [(x.pid, x.signals[:2]) for x in out.procs] == [
+        (child.pid, ["SIGSTOP", "SIGTERM"]),
+        (launcher.pid, ["SIGSTOP", "SIGTERM"]),
+    ]
+    assert gone(child) and poll("launcher exit", lambda: p.poll() is not None, 5)
+
+    q = spawned.start([sys.executable, "-c", LAUNCHER_WITH_HELPER], stdout=subprocess.PIPE)
+    assert q.stdout is not None
+    run_pid, helper_pid = map(int, q.stdout.readline().split())
+    run, helper, svc = identity(run_pid), identity(helper_pid), identity(q.pid)
+    out = terminate_tree([run], Guard(), Effects(), grace_s=2.0, launchers=[svc])
+    assert [x.pid for x in out.procs] == [run.pid]
+    assert [(x["pid"], x["reason"].split(" (")[0]) for x in out.left] == [
+        (svc.pid, "it also runs processes the finding does not name")
+    ]
+    assert not gone(svc) and not gone(helper)

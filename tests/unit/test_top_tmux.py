@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, Spawned, need_program, poll
-from watchdog.cli.top import fit_rows
+from watchdog.cli.top import KEYS_SHORT, PANE_KEYS
 
 
 class Tmux:
@@ -107,8 +107,8 @@ def test_live_view_shows_the_job_explains_and_terminates_with_confirmation(
     screen = term.wait_for(f"exit 0: rogue-watchdog explain {pid} --config ")
     assert f"PID {pid}: {sys.executable} {tmp_path}/" in "".join(screen)  # lines wrap
     # The way back is on the screen; the command's log events are not JSON lines.
-    assert screen[1] == "q/Esc: back to the list  ↑/↓ or j/k select  t terminate  d disable-source"
-    assert "── explanation (q/Esc: back) ──" in screen
+    assert screen[1] == PANE_KEYS
+    assert any(x.startswith(f"── explanation of PID {pid} (q/Esc: back) (lines 1-") for x in screen)
     assert not any(x.lstrip().startswith('{"') for x in screen)
     term.keys("Escape")
     screen = poll(
@@ -116,12 +116,12 @@ def test_live_view_shows_the_job_explains_and_terminates_with_confirmation(
         lambda: (lines := term.screen()) and not any("explain" in x for x in lines[2:]) and lines,
         10,
     )
-    assert screen[1].startswith("↑/↓ or j/k select  e explain  t terminate")
+    assert screen[1] == KEYS_SHORT  # 100 columns: the short form, on one line
     term.keys("e")
-    term.wait_for("── explanation (q/Esc: back) ──")
+    term.wait_for(f"── explanation of PID {pid} (q/Esc: back) (lines 1-")
     term.keys("q")  # back to the list, not out of the view
     poll(
-        "the list again", lambda: ((lines := term.screen()) and "e explain" in lines[1]) or None, 10
+        "the list again", lambda: ((lines := term.screen()) and lines[1] == KEYS_SHORT) or None, 10
     )
     assert term.alive()
     term.keys("e")
@@ -136,12 +136,18 @@ def test_live_view_shows_the_job_explains_and_terminates_with_confirmation(
     assert os.path.exists(f"/proc/{pid}")  # no answer, no signal
 
     term.keys("t")
-    term.wait_for("press y to do what the dry run above says, any other key to cancel")
+    screen = term.wait_for("press y to do what the dry run above says, any other key to cancel")
+    # The view lists the whole host's jobs: say yes only to a plan for our own process.
+    assert any(f"exit 0: rogue-watchdog terminate {pid} --dry-run --config " in x for x in screen)
     term.keys("y")
     screen = term.wait_for(f"exit 0: rogue-watchdog terminate {pid} --config ")
     assert "outcome: ok" in screen
     assert spawned.procs[0].wait(timeout=10) is not None  # our own process, and only it
 
+    term.keys("q")  # the output pane closes; q again leaves the view
+    poll(
+        "the list again", lambda: ((lines := term.screen()) and lines[1] == KEYS_SHORT) or None, 10
+    )
     term.keys("q")
     poll("the view to exit", lambda: (not term.alive()) or None, 10)
 
@@ -150,36 +156,97 @@ def test_status_watch_is_the_same_view(spawned: Spawned, tmp_path: Path, term: T
     pid, _, command = setup(spawned, tmp_path)
     term.start(command.replace(" top ", " status --watch "))
     screen = term.wait_for(f" {pid} ")
-    assert screen[1].startswith("↑/↓ or j/k select  e explain  t terminate")
+    assert screen[1] == KEYS_SHORT
     term.keys("d")
     # Its origin names nothing to disable: the refusal is shown, nothing is asked.
     screen = term.wait_for(f"exit 1: rogue-watchdog disable-source {pid} --dry-run --config ")
     assert any("cannot disable the source of rogue job PID" in x for x in screen)
     assert not any("press y" in x for x in screen)
+    term.keys("q")  # the output pane closes; q again leaves the view
+    poll(
+        "the list again", lambda: ((lines := term.screen()) and lines[1] == KEYS_SHORT) or None, 10
+    )
     term.keys("q")
     poll("the view to exit", lambda: (not term.alive()) or None, 10)
     assert os.path.exists(f"/proc/{pid}")
 
 
-def test_a_frame_taller_than_the_terminal_keeps_its_keys_and_its_newest_lines() -> None:
-    """A long explanation (a long checkout path wraps every lineage row) scrolled the
-    title and the keys line off a 40-row terminal: 'q/Esc: back' was no longer shown."""
-    frame = ["title", "q/Esc: back", "", *[f"row {i}" for i in range(50)]]
-    assert fit_rows(frame, 8) == [
-        "title",
-        "q/Esc: back",
-        "… 46 line(s) hidden: the terminal has 8 rows",  # the blank one too
-        "row 45", "row 46", "row 47", "row 48", "row 49",
+@pytest.mark.parametrize(("width", "rows"), [(80, 24), (200, 50)])
+def test_a_busy_host_in_a_real_terminal(
+    spawned: Spawned, tmp_path: Path, term: Tmux, width: int, rows: int
+) -> None:
+    """110 jobs, 40 of them on 4 GPUs of the fake NVML library, at 80x24 and 200x50: the
+    GPUs and the selected job are always on the screen, PgDn/End/Home move through all
+    110, `/` filters, `U` sorts, `e` opens a pane that scrolls (issue 33, item 2)."""
+    from tests.fakenvml.fixtures import fake_nvml, library_path
+
+    token = f"busytop{uuid.uuid4().hex[:6]}"
+    pids = []
+    for i in range(110):
+        # argv[0] carries the token: a launcher the configuration names, one job each.
+        argv = ["bash", "-c", f'exec -a "{token}_{i}" sleep 300']
+        pids.append(spawned.start(argv).pid)
+    gib = 1024**3
+    devices = [
+        {"name": "NVIDIA H200", "uuid": f"GPU-{g:08d}-aaaa-bbbb-cccc-dddddddddddd",
+         "total": 140 * gib, "used": 20 * gib,
+         "processes": [{"pid": p, "mem": (1 + n % 3) * gib} for n, p in enumerate(pids[g:40:4])]}
+        for g in range(4)
     ]  # fmt: skip
-    assert fit_rows(frame, 60) == frame
-    # The hostile tester's cases: the note itself wider than the terminal, a terminal
-    # shorter than the header, no rows at all.
-    assert fit_rows(frame, 8, width=20)[2] == "… 46 line(s) hidden:"
-    assert fit_rows(frame, 3) == [
-        "q/Esc: back",
-        "… 51 line(s) hidden: the terminal has 3 rows",
-        "row 49",
-    ]
-    assert fit_rows(frame, 2) == ["… 52 line(s) hidden: the terminal has 2 rows", "row 49"]
-    assert fit_rows(frame, 0) == []
-    assert all(len(fit_rows(frame, n, 30)) <= n for n in range(0, 60))
+    lib = library_path(fake_nvml(tmp_path, {"driver": "550.54.15", "devices": devices}))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        f"nvml: {{library: '{lib}'}}\n"
+        f"training: {{launchers: ['{token}_'], device_glob: '{tmp_path}/nodev[0-9]*'}}\n"
+        f"daemon: {{state_dir: '{tmp_path}/state', socket: '{tmp_path}/none.sock'}}\n"
+    )
+    term.tmux(
+        "-f", "/dev/null", "new-session", "-d", "-s", term.name, "-x", str(width),
+        "-y", str(rows),
+        f"cd {REPO} && PYTHONPATH={REPO} NO_COLOR=1 {sys.executable} -m watchdog"
+        f" top --config {cfg} --interval 3",
+    )  # fmt: skip
+    term.tmux("set-option", "-t", term.name, "status", "off")  # all rows are the view's
+
+    def shows(text: str, pane: bool = False) -> list[str]:
+        lines = term.wait_for(text, 60)
+        assert len(lines) <= rows and all(len(x) <= width for x in lines)
+        for g in range(4):  # the GPU header, whatever the list shows
+            assert any(x.startswith(f"  GPU {g} ") for x in lines), lines
+        # The selected job: its row in the list, its PID in a pane's title.
+        assert sum(x.startswith("> " if not pane else "── ") for x in lines) == 1, lines
+        return lines
+
+    lines = shows("job 1 of 110, by GPU memory")
+    first = next(x for x in lines if x.startswith("> "))
+    assert first.split()[5] == "3.0G"  # the most GPU memory first
+    term.keys("PageDown")
+    term.keys("PageDown")
+    lines = shows(" of 110, by GPU memory")
+    term.keys("End")
+    lines = shows("job 110 of 110, by GPU memory")
+    last = int(next(x for x in lines if x.startswith("> ")).split()[2])
+    assert last in pids
+    assert any(x.startswith(f"  PID {last} from ") for x in lines)  # its origin, whole
+    term.keys("Home")
+    shows("job 1 of 110, by GPU memory")
+    term.keys("U")  # the selection follows its job into the new order
+    shows(" of 110, by user")
+    term.keys("Home")
+    lines = shows("job 1 of 110, by user")
+    assert next(x for x in lines if x.startswith("> ")).split()[3] == "root"
+    term.keys("/", "gpu2", "Enter")
+    lines = shows("job 1 of 10 matching 'gpu2' (of 110), by user")
+    rows_ = [x.split() for x in lines if x[:2] in ("> ", "  ") and x[2:12].strip() == "rogue"]
+    assert rows_ and all((r[4] if r[0] == ">" else r[3]) == "2" for r in rows_), lines  # GPU 2
+    chosen = next(x for x in lines if x.startswith("> ")).split()[2]
+    term.keys("e")
+    shows(f"── explanation of PID {chosen} (q/Esc: back) (lines 1-", pane=True)
+    term.keys("End")
+    bar = next(x for x in shows("── explanation", pane=True) if x.startswith("──"))
+    shown, total = bar.split("lines ")[1].split(" of ")
+    assert shown.split("-")[1] == total.split(")")[0]  # scrolled to its last line
+    term.keys("q")
+    shows("job 1 of 10 matching 'gpu2'")
+    term.keys("q")
+    poll("the view to exit", lambda: (not term.alive()) or None, 10)

@@ -27,6 +27,7 @@ from watchdog.actions.effects import RecordingEffects
 from watchdog.actions.guards import Expected, Guard
 from watchdog.actions.remedy import Remedy, target_from_job
 from watchdog.actions.terminate import plan_tree
+from watchdog.command import CommandResult, RecordingRunner
 from watchdog.config import load_config, parse_config
 from watchdog.config.base import Regex
 from watchdog.lineage.base import runs_program
@@ -156,11 +157,14 @@ def test_the_sweep_never_reaches_slurm_or_another_job(tmp_path: Path) -> None:
     ]
     cfg = host(tmp_path, procs)
     table = ProcessTable(str(tmp_path / "proc"))
+    ended = CommandResult(0, "JobId=41 JobName=t UserId=alice(1000) JobState=COMPLETED\n", "")
     report = sweep(
         load_config(str(cfg)), job_id=41, dry_run=True, epilog=True, epilog_uid=1000,
         recorded={(900, 8000): (41, 1000)}, table=table,
+        run=RecordingRunner({("scontrol", "show", "job", "41", "-o"): ended}),
     )  # fmt: skip
-    assert [p.pid for p in report.outcomes[41].procs if p.result == "would-signal"] == [900]
+    [outcome] = report.outcomes[41]
+    assert [p.pid for p in outcome.procs if p.result == "would-signal"] == [900]
 
 
 def test_advice_never_names_a_protected_member(tmp_path: Path) -> None:

@@ -134,7 +134,7 @@ def test_orphaned_shell_bystander_is_never_signalled(tmp_path: Path, started: St
     # `timeout` made a process group of its own holding just the two: the group is exact.
     assert job.advice.by_hand == f"kill -TERM -- -{wrapper}"
     assert job.advice.stop_line(trainer) == (
-        f"rogue-watchdog terminate {trainer}, or by hand: kill -TERM -- -{wrapper}"
+        f"rogue-watchdog terminate --config {cfg} {trainer}, or by hand: kill -TERM -- -{wrapper}"
     )
 
     done = run_cli("terminate", str(trainer), "--config", str(cfg), timeout=60)

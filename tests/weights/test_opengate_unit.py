@@ -52,7 +52,9 @@ def test_without_fanotify_the_daemon_says_so_and_keeps_the_after_the_fact_gate(
     deploy.mkdir()
     nan_model(deploy / "model.safetensors")
     cfg = parse_config(
-        f"ship_gates:\n  - name: prod\n    deploy_dir: {deploy}\n    enforce: audit\n", "t.yaml"
+        f"ship_gates:\n  - name: prod\n    deploy_dir: {deploy}\n    enforce: audit\n"
+        "    settle_s: 0\n",  # ticks 1 s apart: two polls are what this test needs
+        "t.yaml",
     )
     made: list[OpenGate] = []
 

@@ -56,6 +56,7 @@ def start(tmp: Path) -> tuple[Daemon, VerifyWorker]:
     gates = build_ship_gate_sources(cfg, db, worker)
     for g in gates:
         g.wait_s = 60.0
+        g.settle_s = 0.0  # ticks seconds apart in fake time: two polls settle a file
     enf = Enforcer(cfg, db, runner=InlineRunner())
     d = Daemon(cfg, None, db=db, sources=[*gates, enf], enforcers=[enf], workers=[worker])
     return d, worker

@@ -56,15 +56,18 @@ class Counting:
 class Rig:
     """A daemon with ship gates from ``gate_yaml`` and its state under ``tmp``."""
 
-    def __init__(self, tmp: Path, gate_yaml: str, verify: object = None) -> None:
+    def __init__(
+        self, tmp: Path, gate_yaml: str, verify: object = None, settle_s: float | None = 0.0
+    ) -> None:
         self.tmp = tmp
         cfg = parse_config(
             "nvml: {enabled: false}\n"
             f"daemon: {{state_dir: '{tmp}/state'}}\n"
             f"alerts: {{sinks: [{{type: log, path: '{tmp}/alerts.log'}}]}}\n"
             "ship_gates:\n" + gate_yaml,
-            "t.yaml",
+            f"{tmp}/t.yaml",
         )
+        self.config_path = f"{tmp}/t.yaml"
         self.db = StateDB(cfg.daemon.state_dir)
         self.counting = Counting()
         self.worker = VerifyWorker(verify or self.counting)  # type: ignore[arg-type]
@@ -75,6 +78,11 @@ class Rig:
             # (the default 0.25 s wait is what test_a_slow_verification... exercises).
             for s in self.sources:
                 s.wait_s = 60.0
+        if settle_s is not None and "settle_s" not in gate_yaml:
+            # These ticks are seconds apart in fake time: "two polls" is what they test
+            # (the default settle_s has tests of its own, in test_gate_holes.py).
+            for s in self.sources:
+                s.settle_s = settle_s
 
     @property
     def source(self) -> ShipGateSource:
@@ -113,11 +121,15 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
     return deploy, train
 
 
-def rig(tmp_path: Path, extra: str = "", verify: object = None) -> Rig:
+def rig(
+    tmp_path: Path, extra: str = "", verify: object = None, settle_s: float | None = 0.0
+) -> Rig:
+    """A rig with one gate ``prod``; ``settle_s=None`` keeps the configured default."""
     r = Rig(
         tmp_path,
         f"  - name: prod\n    deploy_dir: {tmp_path}/deploy\n" + extra,
         verify,
+        settle_s,
     )
     return r
 
@@ -163,9 +175,14 @@ def test_poisoned_weights_open_after_two_polls_and_resolve_on_finite_replacement
         [f] = r.open("poisoned-weights")
         assert f.opened_at == T0 + 5
         assert f.severity == "critical"
+        # What to do next (issue 33): before, the message stopped after the counts.
         assert f.message == (
             f"ship gate prod: {model} holds non-finite weights: 224 of 224 tensors"
-            " non-finite (7168 NaN, 0 +Inf, 0 -Inf)"
+            " non-finite (7168 NaN, 0 +Inf, 0 -Inf); next: move it out of "
+            f"{tmp_path}/deploy before anything loads it (quarantine: true on gate prod has "
+            f"the daemon do that, undoably); deploy the last good checkpoint to {model} "
+            "through `rogue-watchdog ship` (it copies only weights that verify "
+            "finite; watchdog.weights.best_checkpoint picks the best one that does)"
         )
         assert f.details["fingerprint"] == f"prod:{model}"
         assert f.details["totals"] == {
@@ -258,7 +275,7 @@ def test_truncated_file_is_weights_unverified(tmp_path: Path, dirs: tuple[Path, 
             r.tick(T0 + 5 * i)
         [f] = r.open("weights-unverified")
         assert f.severity == "high"
-        assert f.message == (
+        assert f.message.partition("; next: ")[0] == (
             f"ship gate prod: {cut} could not be verified, so it is refused:"
             " tensor 'model.layers.9.proj5.weight': offsets 14208..14272 outside the"
             " 14236-byte buffer"
@@ -317,10 +334,10 @@ def test_quarantine_moves_the_file_and_undo_restores_it(
         assert action.undo == [{"op": "rename", "from": str(model), "to": str(moved)}]  # type: ignore[comparison-overlap]
         assert action.details["moved_to"] == str(moved)
         [f] = r.open("poisoned-weights")
-        assert f.message == (
+        assert f.message.partition("; next: ")[0] == (
             f"ship gate prod: {model} holds non-finite weights: 224 of 224 tensors non-finite"
             f" (7168 NaN, 0 +Inf, 0 -Inf); moved to {moved}"
-            f" (undo: rogue-watchdog undo {action.id})"
+            f" (undo: rogue-watchdog undo --config {r.config_path} {action.id})"
         )
         assert (f.details["quarantined_to"], f.details["action_id"]) == (str(moved), action.id)
         r.tick(T0 + 10)  # gone from the deploy directory: resolved
@@ -357,7 +374,7 @@ def test_quarantine_to_another_file_system_fails_without_copying(
         assert model.exists()
         assert len(r.db.actions()) == 1  # tried once per file version, not every tick
         [f] = r.open("poisoned-weights")
-        assert f.message.endswith(
+        assert f.message.partition("; next: ")[0].endswith(
             f"; quarantine failed: quarantine folder {qdir} is on another file system than {model}"
         )
         [action] = r.db.actions()
@@ -384,7 +401,7 @@ def test_deploy_stale_names_the_newest_good_output(tmp_path: Path, dirs: tuple[P
             r.tick(T0 + i)
         [f] = r.open("deploy-stale")
         assert f.severity == "high"
-        assert f.message == (
+        assert f.message.partition("; next: ")[0] == (
             f"ship gate prod: the deploy step did not run: newest good output {out}"
             f" (2023-11-13T16:13:20+00:00) is 2 d 2 h newer than deployed {deployed}"
             " (2023-11-11T14:13:20+00:00); it has waited 1 d 6 h 3 s (limit 1 d)"
@@ -402,6 +419,34 @@ def test_deploy_stale_names_the_newest_good_output(tmp_path: Path, dirs: tuple[P
         r.close()
 
 
+def test_poisoned_weights_name_the_newest_good_output_and_how_to_ship_it(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    # Issue 33: the finding said what was wrong but not what to do next.
+    deploy, train = dirs
+    r = rig(tmp_path, f"    train_dir: {train}\n    stale_after_s: 86400\n")
+    try:
+        model = nan_model(deploy / "model.safetensors")
+        good = good_model(train / "ckpt-200.safetensors", 3)
+        os.utime(good, (T0 - 30 * 3600, T0 - 30 * 3600))
+        nan_model(train / "ckpt-300.safetensors")  # newer, but NaN: not the one to ship
+        # Training outputs are verified newest first, one a tick: ckpt-300 (NaN), then
+        # ckpt-200; the finding's message says the newest good one once it is known.
+        for i in range(4):
+            r.tick(T0 + 5 * i)
+        [f] = r.open("poisoned-weights")
+        steps = f.message.partition("; next: ")[2]
+        assert steps == (
+            f"move it out of {deploy} before anything loads it (quarantine: true on gate prod "
+            "has the daemon do that, undoably); "
+            f"the newest training output verified finite is {good} "
+            f"(2023-11-13T16:13:20+00:00); deploy it with: rogue-watchdog ship {good} {model}"
+        )
+        assert f.details["last_good"] == str(good)
+    finally:
+        r.close()
+
+
 def test_not_stale_before_the_limit_and_nothing_deployed(
     tmp_path: Path, dirs: tuple[Path, Path]
 ) -> None:
@@ -415,7 +460,7 @@ def test_not_stale_before_the_limit_and_nothing_deployed(
         assert r.open("deploy-stale") == []  # waited 1 h of 2 h
         r.tick(T0 + 3601)
         [f] = r.open("deploy-stale")
-        assert f.message == (
+        assert f.message.partition("; next: ")[0] == (
             f"ship gate prod: the deploy step did not run: newest good output {out}"
             f" (2023-11-14T21:13:20+00:00) has waited 2 h 1 s (limit 2 h) and nothing verified"
             f" finite is deployed in {deploy}"
@@ -441,7 +486,7 @@ def test_a_deployed_nan_file_does_not_count_as_deployed(
             r.tick(T0 + i)
         assert len(r.open("poisoned-weights")) == 1
         [f] = r.open("deploy-stale")
-        assert f.message == (
+        assert f.message.partition("; next: ")[0] == (
             f"ship gate prod: the deploy step did not run: newest good output {out}"
             " (2023-11-14T22:06:40+00:00) has waited 6 min 42 s (limit 5 min) and nothing"
             f" verified finite is deployed in {deploy}"
@@ -469,7 +514,7 @@ def test_index_shard_behind_a_symlinked_folder_is_gated(
             r.tick(T0 + i)
         [f] = r.open("poisoned-weights")
         shard = deploy / "shards" / "model-00002-of-00002.safetensors"
-        assert f.message == (
+        assert f.message.partition("; next: ")[0] == (
             f"ship gate prod: {shard} holds non-finite weights: 224 of 224 tensors non-finite"
             f" (7168 NaN, 0 +Inf, 0 -Inf); not moved: it lies outside {deploy}"
             " (named by a shard index)"
@@ -485,7 +530,7 @@ def test_missing_deploy_dir_is_reported_not_silent(tmp_path: Path) -> None:
     try:
         r.tick(T0)
         [f] = r.open("ship-gate-degraded")
-        assert f.message == (
+        assert f.message.partition("; next: ")[0] == (
             f"ship gate prod: deploy_dir not fully checked: {tmp_path}/deploy is not a directory"
         )
     finally:
@@ -573,7 +618,7 @@ def test_symlinked_release_folder_is_gated_and_loops_are_walked_once(
         for i in range(3):
             r.tick(T0 + i)
         [f] = r.open("poisoned-weights")
-        assert f.message == (
+        assert f.message.partition("; next: ")[0] == (
             f"ship gate prod: {model} holds non-finite weights: 224 of 224 tensors"
             f" non-finite (7168 NaN, 0 +Inf, 0 -Inf); not moved: it lies outside {deploy}"
             " (reached through a symlinked folder)"
@@ -599,7 +644,7 @@ def test_a_check_that_cannot_start_refuses_the_file_instead_of_stranding_it(
         for i in range(3):
             r.tick(T0 + 5 * i)
         [f] = r.open("weights-unverified")
-        assert f.message == (
+        assert f.message.partition("; next: ")[0] == (
             f"ship gate prod: {bad} could not be verified, so it is refused:"
             " the check could not start: ImportError: numpy is missing"
         )
@@ -631,7 +676,9 @@ def test_hugging_face_cache_link_is_quarantined_as_a_link_and_undone(tmp_path: P
         assert hashlib.sha256(blob.read_bytes()).hexdigest() == digest  # target untouched
         [action] = r.db.actions()
         [f] = r.open("poisoned-weights")
-        assert f.message.endswith(f"moved to {moved} (undo: rogue-watchdog undo {action.id})")
+        assert f.message.partition("; next: ")[0].endswith(
+            f"moved to {moved} (undo: rogue-watchdog undo --config {r.config_path} {action.id})"
+        )
         out = run_cli("undo", str(action.id), "--state-dir", str(tmp_path / "state"))
         assert out.returncode == 0, out.stdout + out.stderr
         assert os.readlink(link) == "../../blobs/0123deadbeef"

@@ -26,7 +26,8 @@ def test_defaults_and_every_key() -> None:
     prod, canary = cfg.ship_gates
     assert prod == ShipGate(name="prod", deploy_dir="/srv/models/prod")
     assert prod.quarantine_path == "/srv/models/prod/.rogue-watchdog-quarantine"
-    assert (prod.stale_after_s, prod.quarantine, prod.settle_s) == (86400.0, False, 0.0)
+    # settle_s: 10 s on the wall clock (issue 32, case 10b; it was 0: any two polls)
+    assert (prod.stale_after_s, prod.quarantine, prod.settle_s) == (86400.0, False, 10.0)
     assert "*.safetensors" in DEFAULT_PATTERNS and "*.onnx" in DEFAULT_PATTERNS
     assert "*.index.json" in DEFAULT_PATTERNS
     assert canary == ShipGate(

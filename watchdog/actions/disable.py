@@ -621,6 +621,9 @@ def _plan_systemd(
                 "gid": st.st_gid,
                 "mode": st.st_mode & 0o7777,
                 "sha256": digest,
+                # Put back as it was, times included (a crontab's restore gets a new
+                # mtime on purpose: cron reloads only a file whose mtime changed).
+                "mtime_ns": st.st_mtime_ns,
             }
         commands.append(["mask", unit])
     for c in commands:

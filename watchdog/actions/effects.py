@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +149,15 @@ class Effects:
         """Set ``path``'s times to now (cron(8) rescans a directory whose mtime changed)."""
         os.utime(path)
 
+    def set_mtime(self, path: str, mtime_ns: int) -> None:
+        """Give ``path`` the modification time ``mtime_ns`` (nanoseconds since the epoch)
+        and access time now: a restored file as it was.
+
+        Raises:
+            OSError: The file is gone or its times cannot be set.
+        """
+        os.utime(path, ns=(time.time_ns(), mtime_ns), follow_symlinks=False)
+
     def remove(self, path: str) -> None:
         """``unlink(2)`` a file (after it was backed up).
 
@@ -267,6 +277,9 @@ class RecordingEffects(Effects):
 
     def touch(self, path: str) -> None:
         self.calls.append(("touch", path))
+
+    def set_mtime(self, path: str, mtime_ns: int) -> None:
+        self.calls.append(("set_mtime", path, mtime_ns))
 
     def remove(self, path: str) -> None:
         self.calls.append(("remove", path))

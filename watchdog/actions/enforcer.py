@@ -59,6 +59,7 @@ from watchdog.hosttext import command_text
 from watchdog.logs import get_logger
 from watchdog.model import Finding, Job, ScanResult
 from watchdog.plugins import TrackResult
+from watchdog.policy.services import service_source
 from watchdog.policy.signature import job_signature
 from watchdog.sources.procfs import boot_id
 from watchdog.state import (
@@ -175,7 +176,7 @@ class Enforcer:
                 and rec.signature
                 and not rec.dry_run
                 and rec.undone_at is None
-                and rec.outcome in ("ok", "partial")
+                and rec.outcome in ("ok", "partial", "will-return")
             ):
                 out.setdefault(rec.signature, []).append(rec)
         return out
@@ -198,7 +199,9 @@ class Enforcer:
         seen: set[str] = set()
         undone: dict[str, float | None] = {}
         for job in result.jobs:
-            if not job.unsanctioned:
+            # What comes back must train to be a failed remediation: a notebook kernel
+            # restarted after its training run was stopped is only a notebook again.
+            if not job.unsanctioned or not job.may_train:
                 continue
             sig = job_signature(job.user, job.cmdline, job.origin)
             recs = remediated.get(sig)
@@ -214,7 +217,7 @@ class Enforcer:
             if (job.root_pid, job.start_ticks) in identities:
                 continue  # the very process acted on (refused, or not dead yet)
             seen.add(sig)
-            out.append(self._failed(job, sig, recs))
+            out.append(self._failed(job, sig, recs, result))
         out += self._recheck(result, seen, undone)
         try:
             out += self._interrupted(now, result)
@@ -239,7 +242,7 @@ class Enforcer:
                 rec.kind != "terminate"
                 or rec.dry_run
                 or rec.undone_at is not None
-                or rec.outcome not in ("ok", "partial")
+                or rec.outcome not in ("ok", "partial", "will-return")
                 or not RECHECK_AFTER_S <= age <= RECHECK_WINDOW_S
             ):
                 continue
@@ -260,6 +263,7 @@ class Enforcer:
                 j
                 for j in result.jobs
                 if j.unsanctioned
+                and j.may_train
                 and root_cmd
                 and tuple(j.cmdline) == root_cmd
                 and j.start_ticks > newest
@@ -300,16 +304,32 @@ class Enforcer:
         )
 
     @staticmethod
-    def _failed(job: Job, sig: str, recs: list[ActionRecord]) -> Finding:
+    def _failed(
+        job: Job, sig: str, recs: list[ActionRecord], result: ScanResult | None = None
+    ) -> Finding:
         latest = recs[0]  # newest first
         done = "; ".join(f"{_summary(r)} at {_when(r.created_at)} by {r.actor}" for r in recs[:3])
+        launcher = _service_launcher(job, result)
+        spawner = f"{service_source(launcher)}" if launcher else job.origin.describe()
         message = (
             f"remediation failed: `{command_text(job.cmdline, 120)}` is back as PID "
-            f"{job.root_pid} after rogue-watchdog {done}; spawned this time by "
-            f"{job.origin.describe()}"
+            f"{job.root_pid} after rogue-watchdog {done}; spawned this time by {spawner}"
         )
         stop = job.advice.stop_source(job.root_pid)
-        if stop:
+        said = latest.details.get("will_return") if latest.outcome == "will-return" else None
+        if isinstance(said, dict):
+            # Foretold: the terminate said its source restarts it; not repeated.
+            message += (
+                f"; as its terminate said, its source {said.get('restarts')} "
+                f"({said.get('stops')}); the daemon does not terminate it again"
+            )
+        if launcher is not None:
+            svc = launcher.details["service_pids"][0]
+            message += (
+                f"; to stop the service and its run: rogue-watchdog terminate {svc} (or by "
+                f"hand: kill -TERM {svc} {job.root_pid})"
+            )
+        elif stop:
             message += f"; to stop that source: {stop}"
         elif job.advice.source_refused is not None:
             message += f"; its source is not disabled: {job.advice.source_refused}"
@@ -353,6 +373,8 @@ class Enforcer:
         for job in sorted(result.jobs, key=lambda j: (-j.start_ticks, -j.root_pid)):
             if not job.unsanctioned:
                 continue  # (a protected job goes on: its refusal is recorded once)
+            if not job.may_train:
+                continue  # a notebook, a server, a probe: reported, never acted on
             ident = (job.root_pid, job.start_ticks)
             if ident in self._acted:
                 continue
@@ -365,7 +387,7 @@ class Enforcer:
             fid = open_ids.get(f"{_FINDING_KIND[job.verdict]}:{sig}")
             target = target_from_job(job, sig, fid, self.config.paths.proc_root)
             try:
-                self._stop(remedy, job, target, decision.auto_disable_source)
+                self._stop(remedy, job, target, decision.auto_disable_source, sig)
             except JournalError as exc:
                 # No action without a record: nothing was done; tried again next tick.
                 log.error("action-not-recorded", pid=job.root_pid, finding_id=fid, error=str(exc))
@@ -382,33 +404,60 @@ class Enforcer:
             protection=result.protection,
         )  # fmt: skip
 
-    def _stop(self, remedy: Remedy, job: Job, target: Any, auto_disable: bool) -> None:
+    def _stop(self, remedy: Remedy, job: Job, target: Any, auto_disable: bool, sig: str) -> None:
         """Disable the job's source (when asked and allowed), then terminate it: a
         refusal or a dry run at once, a real one as a task whose first step runs now.
 
         Raises:
             JournalError: An action could not be recorded (then it was not made).
         """
+        fid = target.finding_id
+        disabled = False
         if auto_disable and job.advice.refused is None:
-            if job.advice.source_refused is None:
-                remedy.disable_source(target, self.clock())
+            service = job.advice.collateral
+            if job.advice.source_refused is None and service is None:
+                _aid, _plan, done = remedy.disable_source(target, self.clock())
+                disabled = done is not None and done.outcome == "ok"
             else:
-                # The guard keeps the source (a sanctioned rule's): the run is stopped
-                # as a job, and the log says why the source was left.
+                # The guard keeps the source (a sanctioned rule's), or the source is a
+                # service that also runs other work (never stopped unasked): the run is
+                # stopped as a job, and the log says why the source was left.
+                why = job.advice.source_refused or (
+                    f"its source is a service: {service.text()}; never stopped automatically"
+                    if service is not None
+                    else ""
+                )
                 log.info(
-                    "disable-source-skipped", pid=job.root_pid, finding_id=target.finding_id,
-                    reason=job.advice.source_refused,
+                    "disable-source-skipped", pid=job.root_pid, finding_id=fid, reason=why,
                 )  # fmt: skip
-        if target.refused is not None or self.settings.dry_run:
-            remedy.terminate(target, self.clock())
+        again = job.advice.restarts
+        if again is not None and again.after_terminate and not disabled and self._futile(sig):
+            # Stopped once already and its source started it again: terminating each new
+            # run is futile; the remediation-failed finding says what stops it.
+            log.warning(
+                "terminate-futile", pid=job.root_pid, finding_id=fid,
+                restarts=again.line(), stops=again.stops,
+            )  # fmt: skip
             return
-        self._launch(remedy.begin_terminate(target, self.clock()))
+        if target.refused is not None or self.settings.dry_run:
+            remedy.terminate(target, self.clock(), source_disabled=disabled)
+            return
+        self._launch(remedy.begin_terminate(target, self.clock(), source_disabled=disabled))
 
     def _launch(self, task: TerminateTask) -> None:
         """The task's first step now (in the tick); the rest off it."""
         wait = task.step()
         if wait is not None:
             self.runner.submit(task, wait)
+
+    def _futile(self, sig: str) -> bool:
+        """True when a terminate of this signature already ended ``will-return`` (its
+        source starts it again) and was not undone."""
+        return any(
+            r.kind == "terminate" and r.outcome == "will-return" and not r.dry_run
+            and r.undone_at is None
+            for r in self.db.actions_for(sig)
+        )  # fmt: skip
 
     # -- actions left half-way -----------------------------------------------------------
 
@@ -519,9 +568,26 @@ class Enforcer:
             float(grace) if isinstance(grace, int | float) else self.settings.grace_s,
             journal=journal,
             resume=terminate_resume(steps, proceed, self.config.paths.proc_root),
+            launchers=recorded_members(rec, "launchers"),
         )  # fmt: skip
         note = dict(rec.details.get("interrupted") or {})
         self._launch(TerminateTask(run, journal, rec.details, self.actor, None, interrupted=note))
+
+
+def _service_launcher(job: Job, result: ScanResult | None) -> Finding | None:
+    """The scan's ``rogue-service`` finding saying a service launched ``job`` (its origin
+    names no spawner), or None."""
+    if result is None or job.origin.kind not in ("unknown", "orphan"):
+        return None
+    return next(
+        (
+            f
+            for f in result.findings
+            if f.kind == "rogue-service" and f.root_pid == job.root_pid
+            and f.details.get("service_pids")
+        ),
+        None,
+    )  # fmt: skip
 
 
 def _running(pid: int, start_ticks: int, proc_root: str) -> bool:

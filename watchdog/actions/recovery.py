@@ -230,10 +230,11 @@ def terminate_resume(steps: Sequence[ActionStep], proceed: bool, proc_root: str)
     return Resume(waves, grace_until, proceed)
 
 
-def recorded_members(rec: ActionRecord) -> list[Expected]:
-    """The members a terminate was begun on (root first), from its row."""
+def recorded_members(rec: ActionRecord, key: str = "members") -> list[Expected]:
+    """The members a terminate was begun on (root first), from its row (``key``
+    ``launchers``: the service ancestors to stop with them)."""
     out = []
-    for m in rec.details.get("members") or []:
+    for m in rec.details.get(key) or []:
         if isinstance(m, list) and len(m) >= 2:
             out.append(Expected(int(m[0]), int(m[1]), tuple(m[2]) if len(m) > 2 and m[2] else None))
     return out

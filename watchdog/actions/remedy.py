@@ -24,7 +24,17 @@ from watchdog.config.enforcement import EnforcementSettings
 from watchdog.faults import fault_point
 from watchdog.hosttext import command_text
 from watchdog.logs import get_logger
-from watchdog.model import UNSANCTIONED_VERDICTS, Job, Origin, TargetGuard, finding_ref
+from watchdog.model import (
+    UNSANCTIONED_VERDICTS,
+    Collateral,
+    Job,
+    Origin,
+    Restarts,
+    TargetGuard,
+    finding_ref,
+)
+from watchdog.policy.guard import service_collateral
+from watchdog.sources.procfs import ProcessTable
 from watchdog.state import ActionJournal, StateDB
 
 log = get_logger()
@@ -50,6 +60,13 @@ class JobTarget:
         reason: Why it has its verdict (recorded with every action on it).
         refused: Why the guard says it must not be a target at all (a protected
             process or origin); None when it may be stopped.
+        stop_pids: What the guard lets a by-hand stop signal (the job and its exclusive
+            wrappers): stopping them is no collateral.
+        service: The rogue service that launched the run (a ``rogue-service`` finding's
+            ``service_pids``), stopped with it by :meth:`Remedy.terminate`; empty
+            for a job named by itself.
+        service_note: Why a service the finding names is not in :attr:`service`.
+        restarts: What starts the job again once it ends (the guard's advice), or None.
     """
 
     signature: str | None
@@ -66,6 +83,10 @@ class JobTarget:
     summary: str = field(default="")
     reason: str = ""
     refused: str | None = None
+    stop_pids: tuple[int, ...] = ()
+    service: list[Expected] = field(default_factory=list)
+    service_note: str | None = None
+    restarts: Restarts | None = None
 
     @property
     def unsanctioned(self) -> bool:
@@ -110,6 +131,8 @@ def target_from_job(
         verdict=job.verdict,
         reason=job.reason,
         refused=job.advice.refused if job.unsanctioned else None,
+        stop_pids=job.advice.stop_pids,
+        restarts=job.advice.restarts if job.unsanctioned else None,
     )
 
 
@@ -194,7 +217,9 @@ class Remedy:
         log_action(action_id, self.actor, kind, what, outcome, dry_run, target)
         return action_id
 
-    def begin_terminate(self, target: JobTarget, now: float) -> TerminateTask:
+    def begin_terminate(
+        self, target: JobTarget, now: float, *, source_disabled: bool = False
+    ) -> TerminateTask:
         """Record the intent to terminate the job (before any signal) and return the
         task that does it (:meth:`TerminateTask.step` until done).
 
@@ -207,7 +232,9 @@ class Remedy:
             "user": target.user,
             "cmdline": list(target.cmdline),
             "members": members,
+            "launchers": [[e.pid, e.start_ticks, list(e.cmdline or ())] for e in target.service],
             "grace_s": self.settings.grace_s,
+            **terminate_extras(target, source_disabled),
         }
         what = f"PID {target.root_pid} ({len(target.members)} process(es))"
         journal = ActionJournal.begin(
@@ -216,16 +243,33 @@ class Remedy:
         )  # fmt: skip
         fault_point("terminate:begun")
         run = TerminateRun(
-            target.members, self.guard(), self.effects, self.settings.grace_s, journal=journal
-        )
+            target.members, self.guard(), self.effects, self.settings.grace_s, journal=journal,
+            launchers=target.service,
+        )  # fmt: skip
         return TerminateTask(run, journal, intent, self.actor, target)
 
     def terminate(
-        self, target: JobTarget, now: float, *, dry_run: bool = False
+        self,
+        target: JobTarget,
+        now: float,
+        *,
+        dry_run: bool = False,
+        source_disabled: bool = False,
     ) -> tuple[int, TerminateOutcome]:
         """SIGTERM the job's tree, SIGKILL after ``grace_s``; record the action. Waits
         out the grace period in the caller (the CLI; the daemon steps
         :meth:`begin_terminate`'s task off its tick).
+
+        A job whose source starts it again once it ends (``target.restarts``, and
+        ``terminate`` leaves that source) is stopped all the same, but the outcome is
+        ``will-return`` instead of ``ok``: it will come back until its source is stopped.
+
+        Args:
+            target: The job.
+            now: POSIX time of the action.
+            dry_run: Only say what would be signalled.
+            source_disabled: Its source was disabled just before (``terminate
+                --and-source``, the daemon's ``auto_disable_source``): nothing restarts it.
 
         Returns:
             ``(action id, outcome)``.
@@ -245,37 +289,82 @@ class Remedy:
             return aid, res
         if dry:
             run = TerminateRun(
-                target.members, self.guard(), self.effects, self.settings.grace_s, dry_run=True
-            )
+                target.members, self.guard(), self.effects, self.settings.grace_s, dry_run=True,
+                launchers=target.service,
+            )  # fmt: skip
             res = run_to_end(run)
             what = f"PID {target.root_pid} ({len(res.procs)} process(es))"
-            details = {"grace_s": self.settings.grace_s, **res.to_json()}
+            details = {
+                "grace_s": self.settings.grace_s, **res.to_json(),
+                **terminate_extras(target, source_disabled),
+            }  # fmt: skip
             return self._record(
                 "terminate", target, what, res.outcome, details, now, True, None
             ), res
-        task = self.begin_terminate(target, now)
+        task = self.begin_terminate(target, now, source_disabled=source_disabled)
         try:
             res = run_to_end(task.run)
         finally:
             task.finish()
         return task.action_id, res
 
-    def plan_disable(self, target: JobTarget, now: float) -> DisablePlan:
+    def collateral(self, target: JobTarget) -> Collateral | None:
+        """The service disabling the job's source would stop beside it, read live from
+        ``/proc`` right before acting (:func:`watchdog.policy.guard.service_collateral`):
+        the job's processes, its wrappers, the scan's other rogue runs and any process
+        running the job's command line are training; anything else is the service's."""
+        table = ProcessTable(self.proc_root)
+        table.refresh()
+        training = {m.pid for m in target.members} | set(target.stop_pids)
+        training |= self.protection.training
+        if target.cmdline:
+            training |= {pid for pid, p in table.procs.items() if p.cmdline == target.cmdline}
+        return service_collateral(target.origin, target.root_pid, table, training)
+
+    def plan_disable(
+        self, target: JobTarget, now: float, *, stop_service: str | None = None
+    ) -> DisablePlan:
         """How the job's source would be disabled (reads only).
 
         The guard is asked first: a source that a sanctioned job runs from, that the
         allowlist pins, or that ``enforcement.protect`` names is never planned (the
-        refusal says which, and names no file or unit as the plan's target).
+        refusal says which, and names no file or unit as the plan's target). A source
+        that is a service also running other work (:meth:`collateral`) is planned only
+        when ``stop_service`` names it: never by the daemon, by hand only when asked.
+
+        Args:
+            target: The job.
+            now: POSIX time for markers and backup names.
+            stop_service: The service a person asked to stop with the source
+                (``--stop-service NAME``), or None.
         """
         refused = self.protection.source_refusal(target.origin)
         if refused is not None:
             return DisablePlan("none", "-", refused=refused)
+        service = self.collateral(target)
+        if service is not None and stop_service != service.name:
+            ref = finding_ref(target.finding_id) if target.finding_id else target.root_pid
+            asked = (
+                f"--stop-service {stop_service} names another service; "
+                if stop_service is not None
+                else ""
+            )
+            return DisablePlan(
+                "none",
+                "-",
+                refused=(
+                    f"{asked}disabling it would stop a service: {service.text()}; a service is "
+                    f"never stopped unasked. To stop this run only: rogue-watchdog terminate "
+                    f"{ref}; to stop the service {service.name} as well: "
+                    f"{service.command(ref)}"
+                ),
+            )
         reason = f"{target.verdict} job"
         if target.finding_id is not None:
             reason += f", finding {finding_ref(target.finding_id)}"
         if target.signature:
             reason += f", signature {target.signature}"
-        return plan_disable(
+        plan = plan_disable(
             target.origin,
             reason=reason,
             now=now,
@@ -288,18 +377,40 @@ class Remedy:
             cmdline=target.cmdline,
             exe=target.exe,
         )
+        if service is not None and plan.refused is None:
+            plan.steps.insert(
+                0,
+                f"stops the service {service.name} with it, as asked (--stop-service): "
+                f"{service.text()}",
+            )
+            plan.data["stops_service"] = service.name
+        return plan
 
     def disable_source(
-        self, target: JobTarget, now: float, *, dry_run: bool = False
+        self,
+        target: JobTarget,
+        now: float,
+        *,
+        dry_run: bool = False,
+        stop_service: str | None = None,
     ) -> tuple[int, DisablePlan, DisableResult | None]:
         """Disable the job's source (see disable.py); record the action with its undo ops.
+
+        Args:
+            target: The job.
+            now: POSIX time of the action.
+            dry_run: Plan and record only.
+            stop_service: The service a person asked to stop with the source
+                (:meth:`plan_disable`); the daemon never passes one.
 
         Returns:
             ``(action id, plan, result)``; ``result`` is None for a dry run.
         """
         dry = dry_run or self.settings.dry_run
-        plan = self.plan_disable(target, now)
+        plan = self.plan_disable(target, now, stop_service=stop_service)
         details: dict[str, Any] = {"source": plan.kind, "steps": plan.steps}
+        if plan.data.get("stops_service"):
+            details["stops_service"] = plan.data["stops_service"]
         if plan.refused is not None:
             details["refused"] = plan.refused
             aid = self._record(
@@ -325,6 +436,21 @@ class Remedy:
             target,
         )  # fmt: skip
         return journal.action_id, plan, result
+
+
+def terminate_extras(target: JobTarget, source_disabled: bool) -> dict[str, Any]:
+    """What a terminate records beside its signals: that the job's source starts it
+    again (``will_return``: its outcome ``ok`` is then ``will-return``), the service
+    that launched it and why."""
+    out: dict[str, Any] = {}
+    again = target.restarts
+    if again is not None and again.after_terminate and not source_disabled:
+        out["will_return"] = {"restarts": again.line(), "stops": again.stops}
+    if target.service:
+        out["service_pids"] = [e.pid for e in target.service]
+    if target.service_note:
+        out["service_note"] = target.service_note
+    return out
 
 
 def job_details(target: JobTarget) -> dict[str, Any]:
@@ -440,9 +566,14 @@ class TerminateTask:
         assert res is not None
         self.finished = True
         fault_point("terminate:finishing")
+        if "will_return" in self.intent and res.outcome == "ok":
+            res.outcome = "will-return"  # stopped, but its source starts it again
         keep = ("root", "job", "origin", "reason", "user")
         details = {k: self.intent[k] for k in keep if k in self.intent}
         details.update({"grace_s": self.run.grace_s, **res.to_json()})
+        for extra in ("will_return", "service_pids", "service_note"):
+            if extra in self.intent:
+                details[extra] = self.intent[extra]
         state = "done"
         if self.interrupted is not None:
             self.interrupted["recovery"] = _recovery_words(res, self.run.waves_sent)

@@ -174,14 +174,17 @@ class SlurmDrainer:
         return self.apply(result.jobs)
 
     def apply(self, jobs: Sequence[Job]) -> list[Finding]:
-        """Drain while a job with a ``drain_on`` verdict runs; else resume our own drain.
+        """Drain while a job with a ``drain_on`` verdict runs (one that may train: not a
+        notebook, server, system program or probe); else resume our own drain.
 
         Returns:
             ``slurm-node-drained`` (info) while our drain holds, ``slurm-drain-failed``
             (warning) when Slurm could not be asked or refused.
         """
         node = self.settings.node
-        offending = [j for j in jobs if j.verdict in self.settings.drain_on]
+        # A notebook, server or probe outside the allowlist is reported, never a reason
+        # to take the node from Slurm.
+        offending = [j for j in jobs if j.verdict in self.settings.drain_on and j.may_train]
         ours = self._ours()
         if not offending and ours is None:
             return []

@@ -93,7 +93,9 @@ class TerminateOutcome:
         outcome: ``ok`` (every targeted process is gone), ``partial``, ``refused``
             (nothing was signalled), ``dry-run``, ``failed`` (its write-ahead record
             could not be written: nothing was signalled), ``interrupted`` (stopped
-            before it ended and not continued: what it stopped was continued).
+            before it ended and not continued: what it stopped was continued);
+            :meth:`Remedy.terminate <watchdog.actions.remedy.Remedy.terminate>` makes an
+            ``ok`` a ``will-return`` when the job's source starts it again.
         left: Processes next to the job that were not part of it and never signalled,
             each ``{"pid", "cmdline", "reason"}`` (a shared shell above the job).
         error: Why it stopped early (a record that could not be written, an
@@ -180,10 +182,16 @@ class JobTree:
         members: Job members with the identity the decision was made on (root first).
         guard: Never-signal rules; nothing they refuse is ever part of the tree beyond the
             members themselves (which are reported as refused).
+        launchers: Ancestors of the root that launched the run and are to be stopped
+            with it (a rogue service that starts trainers), nearest first; each only
+            when everything it runs is the job's (else it is left, with the reason).
     """
 
-    def __init__(self, members: Sequence[Expected], guard: Guard) -> None:
+    def __init__(
+        self, members: Sequence[Expected], guard: Guard, launchers: Sequence[Expected] = ()
+    ) -> None:
         self.members = list(members)
+        self.launchers = list(launchers)
         self.guard = guard
         self.by_pid = {m.pid: m for m in members}
         self.known: dict[int, Expected] = {m.pid: m for m in members}
@@ -242,6 +250,7 @@ class JobTree:
                 self.blocked.setdefault(m.pid, (m, 0))
         if self._first:
             self._wrappers(live, tree, add)
+            self._launchers(live, children, tree, add)
         # Descendants, groups, sessions and the own cgroup, to a fixpoint.
         changed = True
         while changed:
@@ -266,6 +275,57 @@ class JobTree:
                 changed |= add(self._identity(proc), self._depth(proc, live, tree))
         self._first = False
         return tree
+
+    def _launchers(
+        self,
+        live: dict[int, LiveProc],
+        children: dict[int, list[int]],
+        tree: dict[int, tuple[Expected, int]],
+        add: Callable[[Expected, int], bool],
+    ) -> None:
+        """Add each launcher above the wrappers (frozen first: it cannot start another
+        run meanwhile) when it is still the process decided on, still above the root,
+        and runs nothing but the job: a process it also runs that is not the job's
+        leaves it alone, with the reason, as a shared wrapper is left."""
+        root = live.get(self.members[0].pid) if self.members else None
+        if root is None or not self.launchers:
+            return
+        above: list[int] = []
+        cur = live.get(root.ppid)
+        while cur is not None and cur.pid > 1 and len(above) < 4096:
+            above.append(cur.pid)
+            cur = live.get(cur.ppid)
+        job = set(_descendants(root.pid, children)) | set(tree)
+        depth = min((d for _e, d in tree.values()), default=0)
+        for exp in self.launchers:
+            proc = live.get(exp.pid)
+            if proc is None or proc.start_ticks != exp.start_ticks or exp.pid not in above:
+                self.left[exp.pid] = (
+                    exp.cmdline or (),
+                    "no longer runs, or no longer launched this run: not signalled",
+                )
+                continue
+            path = set(above[: above.index(exp.pid) + 1])
+            others = [
+                d
+                for d in _descendants(exp.pid, children)
+                if d not in job and d not in path and live[d].state != "Z"
+            ]
+            if others:
+                names = ", ".join(
+                    f"PID {d} `{command_text(live[d].cmdline, 60)}`" for d in sorted(others)[:3]
+                )
+                self.left[exp.pid] = (
+                    proc.cmdline,
+                    f"it also runs processes the finding does not name ({names}): not "
+                    "signalled; stop it by hand if it must go",
+                )
+                continue
+            depth -= 1
+            if not add(exp, depth):
+                verdict = self.guard.check(exp.pid, exp)
+                why = verdict.reason if not isinstance(verdict, LiveProc) else "not added"
+                self.left[exp.pid] = (proc.cmdline, why)
 
     def _identity(self, proc: LiveProc) -> Expected:
         """The identity first seen for this process (its argv then), else as it is now."""
@@ -483,6 +543,10 @@ class TerminateRun:
         clock: Monotonic clock (deadlines within this process).
         wall: Wall clock (the grace period's end, as recorded for a later process).
         resume: What an interrupted run of the same action had done.
+        launchers: Ancestors that launched the run, stopped with it (see
+            :class:`JobTree`).
+        kill_only: Freeze and SIGKILL, no SIGTERM first (copies a leftover started when
+            it got its SIGTERM: another would only start another copy).
     """
 
     def __init__(
@@ -499,8 +563,11 @@ class TerminateRun:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         resume: Resume | None = None,
+        launchers: Sequence[Expected] = (),
+        kill_only: bool = False,
     ) -> None:
         self.members = list(members)
+        self.kill_only = kill_only
         self.guard = guard
         self.effects = effects
         self.grace_s = grace_s
@@ -532,7 +599,7 @@ class TerminateRun:
             for _wave, idents in resume.waves:
                 extra += [e for e in idents if _ident(e) not in known]
                 known |= {_ident(e) for e in idents}
-        self.tree = JobTree([*self.members, *extra], guard)
+        self.tree = JobTree([*self.members, *extra], guard, launchers)
 
     # -- resuming ----------------------------------------------------------------------
 
@@ -621,7 +688,8 @@ class TerminateRun:
         elif phase == "freeze":
             self._found = self._freeze(self._found or self.tree.collect(), "freeze")
             frozen = [e for e in self._found.values() if _ident(e[0]) in self.stopped]
-            self.termed += self._wave("term", _by_depth(frozen))
+            if not self.kill_only:
+                self.termed += self._wave("term", _by_depth(frozen))
             self.phase = "cont"
             self.deadline = self.clock() + self.grace_s
         elif phase == "cont":
@@ -816,6 +884,8 @@ def terminate_tree(
     poll_s: float = 0.1,
     kill_wait_s: float = 5.0,
     journal: ActionJournal | None = None,
+    launchers: Sequence[Expected] = (),
+    kill_only: bool = False,
 ) -> TerminateOutcome:
     """Freeze the job's tree, SIGTERM it, SIGKILL what is left after ``grace_s``, verify:
     a :class:`TerminateRun` stepped to its end, sleeping in between.
@@ -830,6 +900,10 @@ def terminate_tree(
         poll_s: Seconds between checks whether the processes are gone.
         kill_wait_s: Seconds to wait for SIGKILLed processes to disappear.
         journal: The action's write-ahead record, if any.
+        launchers: Ancestors that launched the run, stopped with it (see
+            :class:`JobTree`): a rogue service a ``rogue-service`` finding names.
+        kill_only: Freeze and SIGKILL, no SIGTERM first (copies a leftover started when
+            it got its SIGTERM: another would only start another copy).
 
     Returns:
         Per-process results (leaves first) and an overall outcome: ``ok`` only when
@@ -841,7 +915,7 @@ def terminate_tree(
     """
     run = TerminateRun(
         members, guard, effects, grace_s, journal=journal, dry_run=dry_run, poll_s=poll_s,
-        kill_wait_s=kill_wait_s,
+        kill_wait_s=kill_wait_s, launchers=launchers, kill_only=kill_only,
     )  # fmt: skip
     return run_to_end(run, sleep)
 

@@ -7,20 +7,27 @@
 - ``{"op": "restore_file", "path": P, "backup": B, "uid": U, "gid": G, "mode": M,
   "sha256": S}``: the backup must still hash to ``S``; its bytes replace ``P`` atomically
   with owner ``U:G`` and mode ``M``, and ``P``'s directory is touched so cron(8) notices.
+  With ``"mtime_ns": T`` (a unit file moved aside), ``P`` gets its modification time
+  ``T`` back.
 - ``{"op": "crontab_restore", "user": U, "backup": B}``: ``crontab -u U B`` (a
   crontab(1) header in ``B`` is left out: crontab writes its own).
 - ``{"op": "systemctl", "argv": [...]}``: ``systemctl ARGV``.
 - ``{"op": "scontrol", "argv": [...]}``: ``scontrol ARGV``.
 
 Every op goes through :class:`~watchdog.actions.effects.Effects`. The first failure
-stops the undo (later ops may depend on it) and is reported.
+stops the undo (later ops may depend on it) and is reported. Before each op the undo
+checks what it depends on (:func:`check_op`: the name to put back is free, the file to
+move back is there, on the same file system, in a folder that can be written, a backup
+still hashes to its record); a dry run runs those very checks against what the ops
+before it would have left, so it predicts the failure the undo would have. What only a
+command can tell (``systemctl``, ``scontrol``, ``crontab``) is known when it runs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,20 +122,84 @@ def _strip_header(data: bytes) -> bytes:
     return b"".join(lines[installed_header_lines(lines) :])
 
 
-def _run_op(op: dict[str, Any], effects: Effects) -> None:
+class _Overlay:
+    """What the ops before this one would have changed (a dry run runs none of them)."""
+
+    def __init__(self) -> None:
+        self.present: dict[str, bool] = {}
+
+    def lexists(self, path: str) -> bool:
+        return self.present.get(path, os.path.lexists(path))
+
+    def did(self, op: dict[str, Any]) -> None:
+        if op["op"] == "rename":
+            self.present[op["to"]] = False
+            self.present[op["from"]] = True
+        elif op["op"] == "restore_file":
+            self.present[op["path"]] = True
+
+
+def _backup(op: dict[str, Any]) -> bytes:
+    data = Path(op["backup"]).read_bytes()
+    got = hashlib.sha256(data).hexdigest()
+    if got != op["sha256"]:
+        raise OSError(
+            f"backup {op['backup']} changed (sha256 {got[:12]}…, recorded {op['sha256'][:12]}…)"
+        )
+    return data
+
+
+def _writable_folder(path: str) -> str:
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise OSError(f"folder {folder} is gone")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OSError(f"cannot write in folder {folder}")
+    return folder
+
+
+def check_op(op: dict[str, Any], lexists: Callable[[str], bool] = os.path.lexists) -> None:
+    """Check what ``op`` depends on, changing nothing: the undo runs it before each op,
+    a dry run before describing it.
+
+    Args:
+        op: One checked op (:func:`ops_of`).
+        lexists: Whether a path exists (a dry run passes what the ops before it would
+            have left).
+
+    Raises:
+        OSError: The op would fail, saying why: the name to put back is taken again,
+            the file to move back is gone, the folder is gone or read-only, the
+            quarantine folder is on another file system (``rename(2)``: ``EXDEV``), a
+            backup is unreadable or no longer hashes to its record.
+    """
     kind = op["op"]
     if kind == "rename":
-        if os.path.lexists(op["from"]):
-            raise OSError(f"{op['from']} exists again; not overwriting it with {op['to']}")
+        back, moved = op["from"], op["to"]
+        if lexists(back):
+            raise OSError(f"{back} exists again; not overwriting it with {moved}")
+        if not lexists(moved):
+            raise OSError(f"{moved} is gone: nothing to put back")
+        folder = _writable_folder(back)
+        if os.path.lexists(moved) and os.lstat(moved).st_dev != os.stat(folder).st_dev:
+            raise OSError(f"{moved} is on another file system than {folder}")
+    elif kind == "restore_file":
+        _backup(op)
+        _writable_folder(op["path"])
+    elif kind == "crontab_restore":
+        Path(op["backup"]).read_bytes()
+
+
+def _run_op(op: dict[str, Any], effects: Effects) -> None:
+    kind = op["op"]
+    check_op(op)
+    if kind == "rename":
         effects.rename(op["to"], op["from"])
     elif kind == "restore_file":
-        data = Path(op["backup"]).read_bytes()
-        got = hashlib.sha256(data).hexdigest()
-        if got != op["sha256"]:
-            raise OSError(
-                f"backup {op['backup']} changed (sha256 {got[:12]}…, recorded {op['sha256'][:12]}…)"
-            )
+        data = _backup(op)
         effects.write_file_atomic(op["path"], data, int(op["uid"]), int(op["gid"]), int(op["mode"]))
+        if isinstance(op.get("mtime_ns"), int) and not isinstance(op["mtime_ns"], bool):
+            effects.set_mtime(op["path"], op["mtime_ns"])
         effects.touch(os.path.dirname(op["path"]) or ".")
     elif kind == "crontab_restore":
         data = _strip_header(Path(op["backup"]).read_bytes())
@@ -150,14 +221,16 @@ def run_undo(
     Args:
         ops: Undo ops (see module doc).
         effects: Where the changes go.
-        dry_run: Only describe them.
+        dry_run: Only check and describe them (:func:`check_op`, each against what the
+            ops before it would have left).
 
     Returns:
         What was done; on the first failure ``outcome`` is ``failed`` and ``error`` says
-        why (ops after it are not run).
+        why (ops after it are not run). A dry run's ``outcome`` is ``dry-run``, or
+        ``would-fail`` with ``error`` naming the op that would fail and why.
     """
     if dry_run:
-        return UndoResult("dry-run", [describe(op) for op in ops])
+        return _dry_run(ops)
     res = UndoResult("ok")
     for op in ops:
         try:
@@ -171,4 +244,22 @@ def run_undo(
             res.error = f"{what}: {exc}"
             return res
         res.done.append(describe(op))
+    return res
+
+
+def _dry_run(ops: Sequence[dict[str, Any]]) -> UndoResult:
+    res = UndoResult("dry-run")
+    view = _Overlay()
+    for op in ops:
+        try:
+            check_op(op, view.lexists)
+        except (OSError, KeyError, ValueError, TypeError) as exc:
+            res.outcome = "would-fail"
+            res.error = f"{describe(op)}: {exc}"
+            return res
+        view.did(op)
+        said = describe(op)
+        if op["op"] in ("crontab_restore", "systemctl", "scontrol"):
+            said += " (its answer is known only when it runs)"
+        res.done.append(said)
     return res

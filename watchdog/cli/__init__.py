@@ -66,9 +66,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "--log-format",
         choices=LOG_FORMATS,
         default="auto",
-        help="how one-shot commands write their log events on stderr: human lines at a "
-        "terminal, JSON lines otherwise or with --json (auto, the default), or always "
-        "json or human",
+        help="how commands write their log events (one-shot commands on stderr, run on "
+        "stdout): human lines at a terminal, JSON lines otherwise (a pipe, a file, the "
+        "journal) or with --json (auto, the default), or always json or human",
     )
     real = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub: Any = real if only is None else _OnlyCommand(real, only)

@@ -17,7 +17,14 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from watchdog.cli.common import CliError, command_config_path, config_parent, emit
+from watchdog.cli.common import (
+    CliError,
+    command_daemon,
+    config_parent,
+    emit,
+    history_state_dir,
+    resolve_config_path,
+)
 from watchdog.cli.complete import completers
 from watchdog.cli.help import command_help
 from watchdog.hosttext import command_text
@@ -25,8 +32,9 @@ from watchdog.hosttext import command_text
 if TYPE_CHECKING:
     from watchdog.actions.remedy import JobTarget, Remedy
     from watchdog.config import Config
-    from watchdog.model import ScanResult
-    from watchdog.state import StateDB
+    from watchdog.model import Finding, Job, ScanResult
+    from watchdog.records import FindingRecord
+    from watchdog.state import RunRecord, StateDB
 
 # The action modules (remedy, state, scanner) load when a command runs, not when the
 # parser is built: `rogue-watchdog --help` and `status` must start fast (watchdog/cli/__init__.py).
@@ -72,17 +80,31 @@ def _limit(text: str) -> int:
     return n
 
 
-#: Where the running daemon answers when no ``--config`` names another socket.
-def _setup(args: argparse.Namespace) -> tuple[Config, StateDB]:
+def _setup(args: argparse.Namespace, *, say: bool = False) -> tuple[Config, StateDB]:
     from watchdog.config import load_config
     from watchdog.state import StateDB, StateError
 
-    config = load_config(command_config_path(args.config, acts=True))
+    daemon = None if args.config is not None else command_daemon(acts=True)
+    config = load_config(daemon.config if daemon else resolve_config_path(args.config))
+    state_dir = history_state_dir(
+        args.state_dir, daemon, config.daemon.state_dir, config.source, say=say
+    )
     try:
-        db = StateDB(args.state_dir or config.daemon.state_dir)
+        db = StateDB(state_dir)
     except StateError as exc:
         raise CliError(str(exc)) from None
     return config, db
+
+
+def _again(args: argparse.Namespace, config: Config, verb: str) -> str:
+    """``rogue-watchdog VERB`` as this command found its configuration and state: the
+    ``--config`` and ``--state-dir`` a printed follow-up needs to work as printed."""
+    import shlex
+
+    from watchdog.hostpaths import config_args
+
+    state = f" --state-dir {shlex.quote(os.path.abspath(args.state_dir))}" if args.state_dir else ""
+    return f"rogue-watchdog {verb}{config_args(config.source)}{state}"
 
 
 def parse_target(text: str) -> tuple[str, int]:
@@ -130,6 +152,15 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
     jobs = result.jobs
     if kind == "pid":
         job = next((j for j in jobs if number in j.pids), None)
+        launched = _launched_by(result, {number}) if job is None else None
+        if launched is not None:
+            # A rogue service's PID names the run it launched: the two are stopped
+            # together (the service first), as its rogue-service finding says.
+            job, service = launched
+            sig = job_signature(job.user, job.cmdline, job.origin)
+            fid = _open_finding_for(db, sig, job.root_pid, job.start_ticks)
+            target = target_from_job(job, sig, fid, config.paths.proc_root)
+            return _with_service(target, job, service), result
         if job is None:
             hint = ""
             if number <= MAX_ID and db.finding(number) is not None:
@@ -143,6 +174,8 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
     finding = db.finding(number)
     if finding is None:
         raise CliError(f"no finding {finding_ref(number)} in {db.path}")
+    if finding.kind == "rogue-service":
+        return _service_target(config, db, finding, result), result
     if finding.resolved_at is not None and finding.kind not in JOB_KINDS:
         raise CliError(f"finding {finding_ref(number)} is resolved; nothing to act on")
     details = finding.details
@@ -162,15 +195,18 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
         if [j.root_pid, j.start_ticks] == root
         or (root is None and job_signature(j.user, j.cmdline, j.origin) == sig)
     ]
+    periodic = root is None and isinstance(details.get("periodic"), dict)
     for job in same:
-        if job.root_pid == finding.root_pid and job.unsanctioned:
+        # A periodic finding names its loop, not one run: the run going now is its job.
+        if (job.root_pid == finding.root_pid or periodic) and job.unsanctioned:
             return target_from_job(job, sig, number, config.paths.proc_root), result
     if rec is not None and rec.root_pid != finding.root_pid:
         rec = None  # the signature's record is of another run: not this finding's job
     # Not running now: the source can still be disabled from the recorded origin.
     origin = details.get("origin")
+    run = _own_run(db, root, sig) if rec is None else None
     if not (isinstance(origin, dict) and origin.get("kind")):
-        origin = rec.origin if rec is not None else None
+        origin = rec.origin if rec is not None else (run.origin if run else None)
     if rec is None and origin is None:
         if finding.resolved_at is not None:
             raise CliError(
@@ -186,11 +222,89 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
     target = JobTarget(
         signature=sig, finding_id=number,
         root_pid=rec.root_pid if rec else int(finding.root_pid or 0),
-        start_ticks=rec.start_ticks if rec else 0, members=[], user=rec.user if rec else None,
-        cmdline=(), exe=None, origin=Origin.from_json(origin), verdict=verdict, running=False,
+        start_ticks=rec.start_ticks if rec else 0, members=[],
+        user=rec.user if rec else (run.user if run else None),
+        cmdline=tuple(run.cmdline) if run else (), exe=None,
+        origin=Origin.from_json(origin), verdict=verdict, running=False,
         summary=rec.summary if rec else finding.message,
     )  # fmt: skip
     return target, result
+
+
+def _own_run(db: StateDB, root: object, sig: str) -> RunRecord | None:
+    """The finding's own run (``job_runs``) with a recorded origin, asked when the
+    ``jobs`` row of its signature has moved on to a later run: a terminated job that
+    cron started again still names its source by ``disable-source F<id>`` (issue 33)."""
+    if not (isinstance(root, list) and len(root) == 2 and all(type(x) is int for x in root)):
+        return None
+    run = db.run(root[0], root[1], sig)
+    if run is None or not isinstance(run.origin, dict) or not run.origin.get("kind"):
+        return None
+    return run
+
+
+def _launched_by(result: ScanResult, pids: set[int]) -> tuple[Job, Finding] | None:
+    """The job a rogue service among ``pids`` launched, and this scan's ``rogue-service``
+    finding that names it (the newest run first), or None."""
+    found = [
+        f
+        for f in result.findings
+        if f.kind == "rogue-service" and pids & set(f.details.get("service_pids") or [])
+    ]
+    for f in sorted(found, key=lambda f: -(f.root_pid or 0)):
+        job = next((j for j in result.jobs if j.root_pid == f.root_pid and j.unsanctioned), None)
+        if job is not None:
+            return job, f
+    return None
+
+
+def _with_service(target: JobTarget, job: Job, finding: Finding) -> JobTarget:
+    """``target`` with the service processes ``finding`` names, as this scan saw them in
+    the job's lineage (the identity every signal is pinned to)."""
+    from watchdog.actions.guards import Expected
+
+    named = set(finding.details.get("service_pids") or [])
+    target.service = [
+        Expected(p.pid, p.start_ticks, p.cmdline or None) for p in job.lineage if p.pid in named
+    ]
+    return target
+
+
+def _service_target(
+    config: Config, db: StateDB, finding: FindingRecord, result: ScanResult
+) -> JobTarget:
+    """The job a ``rogue-service`` finding names, with its service: the run it names
+    when it still runs, else the run its service launched since (a service that starts
+    a new trainer after each one ends)."""
+    from watchdog.actions.remedy import target_from_job
+    from watchdog.model import finding_ref
+    from watchdog.policy.signature import job_signature
+
+    named = {p for p in finding.details.get("service_pids") or [] if isinstance(p, int)}
+    launched = _launched_by(result, named) if named else None
+    if launched is not None:
+        job, fresh = launched
+        sig = job_signature(job.user, job.cmdline, job.origin)
+        fid = finding.id if job.root_pid == finding.root_pid else None
+        target = target_from_job(job, sig, fid, config.paths.proc_root)
+        return _with_service(target, job, fresh)
+    running = next(
+        (j for j in result.jobs if j.root_pid == finding.root_pid and j.unsanctioned), None
+    )
+    if running is None:
+        raise CliError(
+            f"finding {finding_ref(finding.id)} (rogue-service): neither its run PID "
+            f"{finding.root_pid} nor a run its service launched runs now; nothing to act on"
+        )
+    sig = job_signature(running.user, running.cmdline, running.origin)
+    target = target_from_job(running, sig, finding.id, config.paths.proc_root)
+    if named:
+        pids = ", ".join(str(p) for p in sorted(named))
+        target.service_note = (
+            f"the service PID {pids} the finding names no longer launched this run "
+            "(exited, or no longer its parent): only the run is stopped"
+        )
+    return target
 
 
 def _verdict_of(finding_kind: str) -> str:
@@ -201,7 +315,8 @@ def _verdict_of(finding_kind: str) -> str:
 
 def _open_finding_for(db: StateDB, sig: str, root_pid: int, start_ticks: int) -> int | None:
     """The open job finding about the job rooted at ``root_pid`` (never one about another
-    run of the same source): by its recorded root identity, else by signature."""
+    run of the same source): by its recorded root identity, else by signature; for a run
+    of a periodic loop, the loop's finding."""
     mine = [
         f
         for f in db.open_findings()
@@ -210,7 +325,18 @@ def _open_finding_for(db: StateDB, sig: str, root_pid: int, start_ticks: int) ->
     for f in mine:
         if f.details.get("root") == [root_pid, start_ticks]:
             return f.id
-    return next((f.id for f in mine if f.fingerprint.partition(":")[2] == sig), None)
+    found = next((f.id for f in mine if f.fingerprint.partition(":")[2] == sig), None)
+    if found is None:  # a run of a periodic loop: the loop's finding
+        found = next(
+            (
+                f.id
+                for f in db.open_findings()
+                if f.kind in ("rogue-job", "excess-instances")
+                and f.fingerprint.partition(":")[2] == f"periodic:{sig}"
+            ),
+            None,
+        )
+    return found
 
 
 def _remedy(config: Config, db: StateDB, result: ScanResult) -> Remedy:
@@ -256,12 +382,26 @@ def cmd_terminate(args: argparse.Namespace) -> int:
 
     remedy = _remedy(config, db, result)
     dry = args.dry_run or config.enforcement.dry_run
+    again = target.restarts if target.restarts and target.restarts.after_terminate else None
+    disabled = False
+    if again is not None:
+        # Said before acting: stopping the run alone does not keep it stopped.
+        _out(f"its source starts it again: {again.line()}")
     try:
-        action_id, res = remedy.terminate(target, time.time(), dry_run=dry)
+        if args.and_source:
+            disabled = _disable_first(remedy, target, dry, args.stop_service)
+        action_id, res = remedy.terminate(
+            target, time.time(), dry_run=dry, source_disabled=disabled
+        )
     except JournalError as exc:
         raise CliError(f"{exc}; nothing was signalled (no action without a record)") from None
     head = "would terminate" if dry else "terminate"
     _out(f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.kind}")
+    for svc in target.service:
+        cmd = command_text(svc.cmdline or (), 100)
+        _out(f"  with the service that launched it: PID {svc.pid} `{cmd}` (rogue-service)")
+    if target.service_note:
+        _out(f"  {target.service_note}")
     for p in res.procs:
         sig = (
             "SIGSTOP (the whole tree frozen first), SIGTERM, then SIGKILL after "
@@ -281,7 +421,29 @@ def cmd_terminate(args: argparse.Namespace) -> int:
         # The real run would signal nothing: say so in the exit status, as it would.
         _out("a real run would be refused: no process of this job would be signalled")
         return 1
+    if again is not None and not disabled and res.outcome in ("will-return", "dry-run"):
+        verb = "would come back" if res.outcome == "dry-run" else "will come back"
+        _out(f"{verb}: its source restarts it; {again.stops or 'stop its source first'}")
     return 0 if res.outcome in ("ok", "dry-run") else 1
+
+
+def _disable_first(remedy: Remedy, target: JobTarget, dry: bool, stop_service: str | None) -> bool:
+    """``terminate --and-source``: disable the job's source before stopping it; True when
+    it was disabled (or, in a dry run, would be)."""
+    action_id, plan, result = remedy.disable_source(
+        target, time.time(), dry_run=dry, stop_service=stop_service
+    )
+    if plan.refused:
+        _out(f"its source is not disabled: {plan.refused}")
+        return False
+    head = "would disable" if dry else "disabled"
+    _out(f"{head} its source first ({_action_ref(action_id)}): {plan.kind} {plan.target}")
+    for step in plan.steps if dry or result is None else result.done:
+        _out(f"  {step}")
+    if result is not None and result.outcome != "ok":
+        _out(f"  disabling its source: {result.outcome}: {result.error}")
+        return False
+    return True
 
 
 def cmd_disable_source(args: argparse.Namespace) -> int:
@@ -293,10 +455,17 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
         return 1
     from watchdog.state import JournalError
 
+    source = _service_source(scan, target)
+    if source is not None:
+        # A rogue service started the run itself: a process, no file or unit to disable.
+        _out(f"cannot disable the source of {target.describe()}: its source is {source}")
+        return 1
     remedy = _remedy(config, db, scan)
     dry = args.dry_run or config.enforcement.dry_run
     try:
-        action_id, plan, result = remedy.disable_source(target, time.time(), dry_run=dry)
+        action_id, plan, result = remedy.disable_source(
+            target, time.time(), dry_run=dry, stop_service=args.stop_service
+        )
     except JournalError as exc:
         raise CliError(f"{exc}; nothing was changed (no action without a record)") from None
     head = "would disable" if dry else "disable"
@@ -304,7 +473,9 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
         # Nothing to name: no "none -" plan line, only why and what is left to do.
         _out(f"cannot disable the source of {target.describe()}: {plan.refused}")
         if target.running and target.refused is None:
-            _out(f"  to stop the running job: rogue-watchdog terminate {target.root_pid}")
+            _out(
+                f"  to stop the running job: {_again(args, config, 'terminate')} {target.root_pid}"
+            )
         return 1
     _out(
         f"{head} the source of {target.describe()} ({_action_ref(action_id)}): "
@@ -315,7 +486,17 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     if result is not None:
         if result.error:
             _out(f"  error: {result.error}")
-        _out(f"outcome: {result.outcome}; undo with: rogue-watchdog undo {action_id}")
+        if result.undo:
+            _out(
+                f"outcome: {result.outcome}; undo with: {_again(args, config, 'undo')} {action_id}"
+            )
+        else:
+            why = (
+                "a transient unit is gone once stopped, and cannot be started again"
+                if plan.data.get("transient")
+                else "what was done cannot be put back"
+            )
+            _out(f"outcome: {result.outcome}; nothing to undo ({why})")
         if not target.running:
             pass  # nothing was running: nothing to say about stopping it
         elif _still_running(
@@ -324,8 +505,35 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
             _out("the running job is not stopped by this; use `terminate` for that")
         else:
             _out("the running job has stopped too (it ended with its source)")
+        if plan.data.get("stops_service"):
+            _out(f"the service {plan.data['stops_service']} was stopped with it, as asked")
         return 0 if result.outcome == "ok" else 1
     return 0
+
+
+def _service_source(scan: ScanResult, target: JobTarget) -> str | None:
+    """What the source of a run a rogue service launched is, and how to stop it, or None
+    when no ``rogue-service`` finding of this scan says a service launched it."""
+    from watchdog.policy.services import service_source
+
+    finding = next(
+        (
+            f
+            for f in scan.findings
+            if f.kind == "rogue-service"
+            and f.root_pid == target.root_pid
+            and f.details.get("service_pids")
+        ),
+        None,
+    )
+    if finding is None or target.origin.kind not in ("unknown", "orphan"):
+        return None
+    svc = finding.details["service_pids"][0]
+    return (
+        f"{service_source(finding)}: a process, with no file or unit to disable; to stop the "
+        f"service and its run: rogue-watchdog terminate {svc} (or by hand: kill -TERM {svc} "
+        f"{target.root_pid})"
+    )
 
 
 def _still_running(target: JobTarget, proc_root: str, wait_s: float = 2.0) -> bool:
@@ -377,14 +585,17 @@ def cmd_undo(args: argparse.Namespace) -> int:
     effects = Effects(config.enforcement.command_prefix)
     journal = None
     if not args.dry_run:
-        # Written before the first op is run, each op as it goes (issue 32, case 4).
+        # Recorded before anything is restored (a daemon that sees the source start the
+        # job again meanwhile reads it as this undo's, not as a failed remediation), and
+        # each op as it goes (issue 32, case 4).
         try:
             journal = ActionJournal.begin(
                 db, default_actor(), "undo", f"action {rec.id}", {"undid": rec.id, "ops": ops},
-                finding_id=rec.finding_id, signature=rec.signature,
+                finding_id=rec.finding_id, signature=rec.signature, outcome="running",
             )  # fmt: skip
         except JournalError as exc:
             raise CliError(f"{exc}; nothing was restored (no action without a record)") from None
+        db.mark_undone(rec.id, time.time())
         effects = JournaledEffects(effects, journal)
     res = run_undo(ops, effects, dry_run=args.dry_run)
     head = "would undo" if args.dry_run else "undo"
@@ -392,11 +603,10 @@ def cmd_undo(args: argparse.Namespace) -> int:
     for step in res.done:
         _out(f"  {step}")
     if res.error:
-        _out(f"  FAILED: {res.error}")
-    now = time.time()
+        _out(f"  {'WOULD FAIL' if args.dry_run else 'FAILED'}: {res.error}")
     if journal is not None:
-        if res.outcome == "ok":
-            db.mark_undone(rec.id, now)
+        if res.outcome != "ok":
+            db.mark_undone(rec.id, None)  # not undone after all: watched as before
         journal.finish(res.outcome, {"undid": rec.id, "done": res.done, "error": res.error})
     _out(f"outcome: {res.outcome}")
     return 0 if res.outcome in ("ok", "dry-run") else 1
@@ -432,13 +642,16 @@ _STATE_FLAGS = {
 
 def cmd_actions(args: argparse.Namespace) -> int:
     """``actions [--json]``: the audit trail, newest first."""
-    _config, db = _setup(args)
+    _config, db = _setup(args, say=not args.json)
     recs = db.actions(limit=args.limit)
     if args.json:
         emit(json.dumps([action_json(r) for r in recs], indent=2))
         return 0
     if not recs:
         _out(f"no actions recorded in {db.path}")
+        return 0
+    # The header names the columns as `undo ID` and the audit trail use them.
+    _out(f"{'ID':>5} {'TIME':<19} {'ACTOR':<14} {'ACTION':<15} {'OUTCOME':<9} TARGET")
     for r in recs:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at))
         flags = (" [dry-run]" if r.dry_run else "") + (" [undone]" if r.undone_at else "")
@@ -452,7 +665,9 @@ def cmd_actions(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the action subcommands to the CLI."""
     common = argparse.ArgumentParser(add_help=False, parents=[config_parent()])
-    common.add_argument("--state-dir", help="state directory (default: daemon.state_dir)")
+    common.add_argument(
+        "--state-dir", help="state directory (default: the running daemon's, else daemon.state_dir)"
+    )
 
     p = sub.add_parser(
         "terminate",
@@ -463,14 +678,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "fork meanwhile), SIGTERM, then SIGKILL after the grace "
             "period. The job is found again by a fresh scan and every process is checked "
             "(same PID and start time, not protected, not sanctioned) before it is signalled. "
-            "Recorded in the audit trail (`actions`).",
+            "A job whose source starts it again (a systemd Restart=, a shell loop, a cron "
+            "line) is said so first and ends with outcome will-return, unless --and-source "
+            "disables that source first. Recorded in the audit trail (`actions`).",
             [
                 "rogue-watchdog terminate 48213 --dry-run   # what would be signalled, and why",
+                "rogue-watchdog terminate F12 --and-source  # disable its source, then stop it",
                 "rogue-watchdog terminate F12               # the job of open finding F12",
             ],
             [
                 (0, "done (or, with --dry-run, previewed)"),
-                (1, "refused (not rogue, not running, a guard) or failed"),
+                (
+                    1,
+                    "refused (not rogue, not running, a guard) or failed; or stopped but its "
+                    "source starts it again (outcome will-return)",
+                ),
                 (2, "usage error: an unknown finding, a PID in no training job"),
             ],
         ),
@@ -479,6 +701,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     target.complete = completers()["targets"]  # shtab reads it
     p.add_argument("--dry-run", action="store_true", help="say what would be signalled")
     p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
+    p.add_argument(
+        "--and-source",
+        action="store_true",
+        help="disable the job's source first (as disable-source), so it does not come back",
+    )
+    p.add_argument(
+        "--stop-service",
+        metavar="NAME",
+        help="with --and-source: the source is a service that also runs other work; stop it "
+        "anyway (NAME is what the refusal names)",
+    )
     p.set_defaults(func=cmd_terminate)
 
     p = sub.add_parser(
@@ -489,10 +722,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "Keep a rogue job from coming back: comment out its cron line or stop and mask "
             "its systemd unit and timer, with a backup (`undo ACTION-ID` restores it). Works "
             "for a finding whose job has exited, from the recorded origin. The running job "
-            "is not stopped: use terminate for that.",
+            "is not stopped: use terminate for that. A source that is a service also "
+            "running other work (a unit whose own process launches the trainer) is refused "
+            "unless --stop-service names it.",
             [
                 "rogue-watchdog disable-source 48213 --dry-run",
                 "rogue-watchdog disable-source F12 && rogue-watchdog terminate F12",
+                "rogue-watchdog disable-source F12 --stop-service td-hub.service",
                 "rogue-watchdog undo 7                      # put the cron line back",
             ],
             [
@@ -506,6 +742,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     target.complete = completers()["targets"]  # shtab reads it
     p.add_argument("--dry-run", action="store_true", help="say what would be changed")
     p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
+    p.add_argument(
+        "--stop-service",
+        metavar="NAME",
+        help="the source is a service that also runs other work: stop it anyway (NAME is "
+        "the unit, container or program the refusal names)",
+    )
     p.set_defaults(func=cmd_disable_source)
 
     p = sub.add_parser(
@@ -518,14 +760,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "`rogue-watchdog actions`.",
             ["rogue-watchdog undo 7 --dry-run", "rogue-watchdog undo 7"],
             [
-                (0, "restored (or previewed)"),
-                (1, "already undone, nothing to undo, or failed"),
+                (0, "restored (or, with --dry-run, previewed: every check passed)"),
+                (1, "already undone, nothing to undo, or failed (with --dry-run: would fail)"),
                 (2, "usage error: no such action, an unreadable record"),
             ],
         ),
     )
     p.add_argument("action_id", type=_action_id, metavar="ACTION-ID", help="the id `actions` lists")
-    p.add_argument("--dry-run", action="store_true", help="say what would be restored")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what would be restored, after the checks the undo makes",
+    )
     p.set_defaults(func=cmd_undo)
 
     p = sub.add_parser(

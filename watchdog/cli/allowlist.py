@@ -13,9 +13,16 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from watchdog.cli.common import CliError, command_config_path, config_parent, emit
+from watchdog.cli.common import (
+    CliError,
+    command_daemon,
+    config_parent,
+    emit,
+    history_state_dir,
+    resolve_config_path,
+)
 from watchdog.cli.help import command_help
 
 if TYPE_CHECKING:
@@ -37,17 +44,35 @@ def _min_runs(text: str) -> int:
     return int(text)
 
 
-def _runs(args: argparse.Namespace, state_dir: str | None) -> tuple[list[RunRecord], float]:
-    """The runs seen in ``--since``, read from ``--state-dir`` (else ``state_dir``, else
-    the configuration's ``daemon.state_dir``), and the window's start."""
-    from watchdog.state import read_runs
+def _state_dir(args: argparse.Namespace, config: str | None, *, candidate: bool = False) -> str:
+    """The state directory to read history from, said on stderr: ``--state-dir``, else
+    that of ``--config`` (it names the instance), else the running daemon's, else
+    ``daemon.state_dir`` of the default file.
+
+    For ``allowlist diff``, ``--config`` is a candidate (``candidate``): it names the
+    rules to replay, not whose history, and its ``state_dir`` (often the default) may
+    be another instance's: the running daemon's history comes first, the candidate's
+    only with no daemon running.
+    """
+    from watchdog.config import load_config
 
     if args.state_dir:
-        state_dir = args.state_dir
-    if state_dir is None:
-        from watchdog.config import load_config
+        return history_state_dir(args.state_dir, None, "", "")
+    if config is not None and not candidate:
+        loaded = load_config(config)
+        return history_state_dir(None, None, loaded.daemon.state_dir, loaded.source)
+    daemon = command_daemon(acts=False, quiet=True)
+    if daemon is not None and daemon.state_dir is not None:
+        return history_state_dir(None, daemon, "", "")
+    path = daemon.config if daemon else (config or resolve_config_path(None))
+    loaded = load_config(path)
+    return history_state_dir(None, None, loaded.daemon.state_dir, loaded.source)
 
-        state_dir = load_config(command_config_path(args.config, acts=False)).daemon.state_dir
+
+def _runs(args: argparse.Namespace, state_dir: str) -> tuple[list[RunRecord], float]:
+    """The runs seen in ``--since`` read from ``state_dir``, and the window's start."""
+    from watchdog.state import read_runs
+
     since = time.time() - args.since
     runs = read_runs(state_dir, since)
     if runs is None:
@@ -76,7 +101,7 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     """``allowlist suggest``: print (or write) the proposed allowlist."""
     from watchdog.policy.learn import render_yaml, source_gone_now, suggest
 
-    runs, since = _runs(args, None)
+    runs, since = _runs(args, _state_dir(args, args.config))
     found = suggest(
         runs, since, min_runs=args.min_runs, prefer=args.prefer or (), gone_now=source_gone_now
     )
@@ -94,7 +119,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from watchdog.policy.learn import render_changes, replay
 
     config = load_config(args.config)
-    runs, _ = _runs(args, config.daemon.state_dir)
+    runs, _ = _runs(args, _state_dir(args, args.config, candidate=True))
     changes = replay(runs, config)
     emit(render_changes(changes))
     return 1 if changes else 0
@@ -109,7 +134,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "suggest: from the runs the daemon recorded (daemon.learn_until), propose one "
             "rule per recurring job (per script path), pinned to its origin; jobs started "
             "by hand, orphans, sources already removed and one script run from two origins "
-            "(a person's shell included) are listed, not proposed. diff: judge the recorded "
+            "(a person's shell included) are listed, not proposed; GPU use that is not "
+            "training (notebooks, inference servers, display servers, probes) gets an ignore "
+            "entry per user and class, with its evidence. diff: judge the recorded "
             "runs again under a configuration and list those whose verdict would change, "
             "marking each run it would sanction whose script also ran from another origin. "
             "docs/first-week.md.",
@@ -127,14 +154,35 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True, help="suggest or diff")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--state-dir", help="state directory (default: daemon.state_dir)")
+    common.add_argument(
+        "--state-dir",
+        help="state directory whose history is read (default: see the description; said on stderr)",
+    )
     common.add_argument(
         "--since", type=_since, default=7 * 86400.0, metavar="DURATION",
         help="runs seen in this window: 7d, 12h, 30m or seconds (default 7d)",
     )  # fmt: skip
     s = verbs.add_parser(
-        "suggest", parents=[config_parent(), common], help="print a proposed allowlist"
-    )
+        "suggest",
+        parents=[config_parent(), common],
+        **command_help(
+            "print a proposed allowlist",
+            "From the runs the daemon recorded (daemon.learn_until), propose one rule per "
+            "recurring job (per script path), pinned to its origin; jobs started by hand, "
+            "orphans, sources already removed and one script run from two origins (a "
+            "person's shell included) are listed as comments, not proposed. The history "
+            "read is --state-dir, else that of --config's daemon.state_dir, else the "
+            "running daemon's, else the default file's; the database read is said on "
+            "stderr. docs/first-week.md.",
+            [
+                "rogue-watchdog allowlist suggest --since 7d --output /tmp/allowlist.yaml",
+                "rogue-watchdog allowlist suggest --prefer /etc/cron.d/pipeline:2",
+                "rogue-watchdog allowlist suggest --min-runs 3 --state-dir /srv/rw/state",
+            ],
+            [(0, "proposed (printed, or written to --output)"),
+             (2, "usage error, --output exists, or no readable history")],
+        ),
+    )  # fmt: skip
     s.add_argument(
         "--min-runs", type=_min_runs, default=2, metavar="N",
         help="propose only jobs that ran at least N times (default 2)",
@@ -148,8 +196,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.add_argument("--output", metavar="FILE", help="write to FILE (must not exist)")
     s.set_defaults(func=cmd_suggest)
     d = verbs.add_parser(
-        "diff", parents=[common], help="replay recorded runs under a configuration"
-    )
+        "diff",
+        parents=[common],
+        **command_help(
+            "replay recorded runs under a configuration",
+            "Judge every recorded run again under the candidate --config with the daemon's "
+            "own judging code and list the runs whose verdict would change, marking each "
+            "run it would sanction whose script also ran from another origin. The history "
+            "replayed is --state-dir, else the running daemon's, else the candidate's "
+            "daemon.state_dir (a candidate names rules, not whose history); the database "
+            "read is said on stderr. docs/first-week.md.",
+            [
+                "rogue-watchdog allowlist diff --config /tmp/candidate.yaml --since 7d",
+                "rogue-watchdog allowlist diff --config /tmp/cand.yaml --state-dir /srv/rw/state",
+            ],
+            [(0, "no recorded run would change verdict"),
+             (1, "some recorded run would change verdict"),
+             (2, "usage error, an invalid candidate, or no readable history")],
+        ),
+    )  # fmt: skip
     d.add_argument("--config", required=True, help="the candidate configuration")
     d.set_defaults(func=cmd_diff)
 
@@ -161,11 +226,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from watchdog.report import report_html, report_json, report_text
     from watchdog.state import read_history
 
-    state_dir = args.state_dir
-    if state_dir is None:
-        from watchdog.config import load_config
-
-        state_dir = load_config(command_config_path(args.config, acts=False)).daemon.state_dir
+    state_dir = _state_dir(args, args.config)
     now = time.time()
     since = now - args.since
     history = read_history(state_dir, since)
@@ -176,7 +237,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.format == "json":
         text = json.dumps(doc, indent=2, sort_keys=True)
     elif args.format == "html":
-        text = report_html(doc, runs)
+        text = report_html(doc, runs, findings=findings, inventory=_gpu_inventory(state_dir))
     else:
         text = report_text(doc)
     if args.output:
@@ -184,6 +245,21 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     emit(text.rstrip("\n"))
     return 0
+
+
+def _gpu_inventory(state_dir: str) -> dict[str, Any]:
+    """The GPUs the daemon saw, by UUID (``meta`` key ``gpus``); empty when unknown."""
+    import json
+
+    from watchdog.report import GPU_INVENTORY_KEY
+    from watchdog.state import read_meta
+
+    raw = read_meta(state_dir, GPU_INVENTORY_KEY)
+    try:
+        doc = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def register_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -204,7 +280,10 @@ def register_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
             [(0, "done"), (2, "usage error, or no readable history")],
         ),
     )
-    p.add_argument("--state-dir", help="state directory (default: daemon.state_dir)")
+    p.add_argument(
+        "--state-dir",
+        help="state directory (default: --config's daemon.state_dir, else the running daemon's)",
+    )
     p.add_argument(
         "--since", type=_since, default=7 * 86400.0, metavar="DURATION",
         help="the window: 7d, 12h, 30m or seconds (default 7d)",

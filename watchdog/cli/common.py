@@ -10,16 +10,25 @@ must start fast.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 # Here, not in watchdog.config: `--help` and `status` must not load the configuration
 # package (PyYAML, RE2, every section) just to print a default path.
-DEFAULT_CONFIG = "/etc/rogue-watchdog/config.yaml"
-# The socket asked for the running daemon's configuration; None: the default
-# (watchdog.hostpaths.DEFAULT_SOCKET). Tests point it at their own daemon.
+from watchdog.hostpaths import DEFAULT_CONFIG as DEFAULT_CONFIG
+
+# The socket asked for the running daemon's configuration; None: the environment's
+# ROGUE_WATCHDOG_SOCKET, else the default socket, else the daemons found running
+# (:func:`running_daemon_sockets`). Tests point it at their own daemon.
 DAEMON_SOCKET: str | None = None
+#: Environment variable naming the socket commands ask for the running daemon: set, no
+#: other daemon is looked for (a host running several, a test suite running its own).
+SOCKET_ENV = "ROGUE_WATCHDOG_SOCKET"
+#: ``__SO_ACCEPTCON`` in ``/proc/net/unix`` Flags: a listening socket (net/unix/af_unix.c).
+_SO_ACCEPTCON = 0x10000
 
 
 class CliError(Exception):
@@ -55,6 +64,155 @@ def resolve_config_path(path: str | None) -> str | None:
     return path
 
 
+@dataclass(frozen=True)
+class RunningDaemon:
+    """A daemon that answered on its status socket.
+
+    Attributes:
+        socket: Where it answered.
+        config: Its configuration file (absolute), None on built-in defaults.
+        state_dir: Its state directory as it reported it (``state_dir`` of the status
+            document), None when it did not say.
+    """
+
+    socket: str
+    config: str | None
+    state_dir: str | None
+
+
+def _is_daemon_argv(argv: list[bytes]) -> bool:
+    """``rogue-watchdog run ...`` or ``python -m watchdog run ...``."""
+    words = [os.path.basename(a) for a in argv[:4]]
+    if b"run" not in argv:
+        return False
+    if b"rogue-watchdog" in words:
+        return True
+    return any(argv[i : i + 2] == [b"-m", b"watchdog"] for i in range(min(len(argv), 4)))
+
+
+def running_daemon_sockets(proc_root: str = "/proc") -> list[str]:
+    """The Unix sockets that running ``rogue-watchdog run`` processes listen on.
+
+    A daemon is found wherever its socket is (``daemon.socket`` of any configuration):
+    ``/proc/net/unix`` lists the listening sockets of this network namespace by inode,
+    and a daemon process's ``/proc/PID/fd`` holds those inodes. Reading other users'
+    fds needs root, as the commands that act do.
+
+    Args:
+        proc_root: The procfs mount.
+
+    Returns:
+        Socket paths, sorted, each once; empty when none can be read.
+    """
+    listening: dict[str, str] = {}
+    try:
+        with open(f"{proc_root}/net/unix", "rb") as fh:
+            lines = fh.read().decode("utf-8", "surrogateescape").splitlines()[1:]
+    except OSError:
+        return []
+    for line in lines:
+        # Num RefCount Protocol Flags Type St Inode [Path]; a path may hold spaces.
+        parts = line.split(None, 7)
+        if len(parts) < 8 or parts[7].startswith("@"):
+            continue
+        try:
+            if int(parts[3], 16) & _SO_ACCEPTCON:
+                listening[parts[6]] = parts[7]
+        except ValueError:
+            continue
+    found: set[str] = set()
+    try:
+        entries = [e.name for e in os.scandir(proc_root) if e.name.isdigit()]
+    except OSError:
+        return []
+    for pid in entries:
+        try:
+            with open(f"{proc_root}/{pid}/cmdline", "rb") as fh:
+                argv = fh.read(4096).split(b"\0")
+            if not _is_daemon_argv(argv):
+                continue
+            fds = os.listdir(f"{proc_root}/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"{proc_root}/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in listening:
+                found.add(listening[target[8:-1]])
+    return sorted(found)
+
+
+def _ask_daemon(socket: str, timeout_s: float) -> RunningDaemon | None:
+    """The daemon answering at ``socket``, or None when none runs there.
+
+    Raises:
+        CliError: Something answers there but not usably (busy past the deadline, a
+            reply that is not a status document, no ``config.path``, a relative path):
+            guessing another configuration could judge or guard under the wrong rules.
+    """
+    from watchdog.daemon.ipc import StatusError, query_status
+
+    try:
+        doc = query_status(socket, timeout_s=timeout_s)
+    except StatusError as exc:
+        if exc.exit_code == 3:
+            return None
+        raise CliError(f"{exc}; pass --config to say which configuration to use") from None
+    config = doc.get("config")
+    path = config.get("path", "") if isinstance(config, dict) else ""
+    if path is not None and (not isinstance(path, str) or not os.path.isabs(path)):
+        raise CliError(
+            f"the daemon at {socket} did not name its configuration file (config.path); "
+            "pass --config to say which configuration to use"
+        )
+    state_dir = doc.get("state_dir")
+    state = state_dir if isinstance(state_dir, str) and os.path.isabs(state_dir) else None
+    return RunningDaemon(socket, path, state)
+
+
+def find_daemon(timeout_s: float = 2.0) -> RunningDaemon | None:
+    """The running daemon commands use without ``--config``, or None when none runs.
+
+    :data:`DAEMON_SOCKET`, else ``$ROGUE_WATCHDOG_SOCKET``: that socket alone. Else the
+    default socket, and when no daemon answers there, every socket a running
+    ``rogue-watchdog run`` listens on (:func:`running_daemon_sockets`): one daemon is
+    found wherever its socket is.
+
+    Raises:
+        CliError: A daemon answered unusably (:func:`_ask_daemon`), or several daemons
+            run and none at the default socket (naming each one's ``--config``).
+    """
+    from watchdog.hostpaths import DEFAULT_SOCKET, config_args
+
+    pinned = DAEMON_SOCKET or os.environ.get(SOCKET_ENV)
+    if pinned:
+        return _ask_daemon(pinned, timeout_s)
+    first = _ask_daemon(DEFAULT_SOCKET, timeout_s)
+    if first is not None:
+        return first
+    found: list[RunningDaemon] = []
+    for sock in running_daemon_sockets():
+        if sock == DEFAULT_SOCKET:
+            continue
+        try:
+            daemon = _ask_daemon(sock, timeout_s)
+        except CliError:
+            continue  # not a status socket (the daemon's other listeners), or wedged
+        if daemon is not None:
+            found.append(daemon)
+    if len(found) > 1:
+        which = "; ".join(
+            f"{d.socket} ({config_args(d.config).strip() or 'built-in defaults'})" for d in found
+        )
+        raise CliError(
+            f"{len(found)} rogue-watchdog daemons are running: {which}; "
+            f"pass --config (or set {SOCKET_ENV}) to say which"
+        )
+    return found[0] if found else None
+
+
 def daemon_config_path(socket: str, timeout_s: float = 2.0) -> tuple[bool, str | None]:
     """The configuration file the daemon answering at ``socket`` runs with.
 
@@ -72,24 +230,8 @@ def daemon_config_path(socket: str, timeout_s: float = 2.0) -> tuple[bool, str |
             reply that is not a status document, no ``config.path``, a relative path):
             guessing another configuration could judge or guard under the wrong rules.
     """
-    from watchdog.daemon.ipc import StatusError, query_status
-
-    try:
-        doc = query_status(socket, timeout_s=timeout_s)
-    except StatusError as exc:
-        if exc.exit_code == 3:
-            return False, None
-        raise CliError(f"{exc}; pass --config to say which configuration to use") from None
-    config = doc.get("config")
-    path = config.get("path", "") if isinstance(config, dict) else ""
-    if path is None:
-        return True, None
-    if not isinstance(path, str) or not os.path.isabs(path):
-        raise CliError(
-            f"the daemon at {socket} did not name its configuration file (config.path); "
-            "pass --config to say which configuration to use"
-        )
-    return True, path
+    daemon = _ask_daemon(socket, timeout_s)
+    return (False, None) if daemon is None else (True, daemon.config)
 
 
 def command_config_path(config: str | None, *, acts: bool) -> str | None:
@@ -111,27 +253,49 @@ def command_config_path(config: str | None, *, acts: bool) -> str | None:
         CliError: ``acts`` and the daemon answered unusably (see
             :func:`daemon_config_path`).
     """
-    from watchdog.render import printable
-
     if config is not None:
         return config
-    from watchdog.hostpaths import DEFAULT_SOCKET
+    daemon = command_daemon(acts=acts)
+    return resolve_config_path(None) if daemon is None else daemon.config
+
+
+def command_daemon(*, acts: bool, quiet: bool = False) -> RunningDaemon | None:
+    """The running daemon whose configuration a command without ``--config`` uses (said
+    on stderr unless ``quiet``: a command that reads only its history says that), or
+    None (none runs; or, for a command that only looks, none usable).
+
+    Raises:
+        CliError: ``acts`` and the daemon answered unusably, or several run
+            (:func:`find_daemon`).
+    """
+    from watchdog.render import printable
 
     try:
-        answered, path = daemon_config_path(DAEMON_SOCKET or DEFAULT_SOCKET)
+        daemon = find_daemon()
     except CliError as exc:
         if acts:
             raise
         print(printable(f"rogue-watchdog: warning: {exc}"), file=sys.stderr)
-        answered, path = False, None
-    if not answered:
-        return resolve_config_path(None)
-    shown = path if path is not None else "(built-in defaults)"
+        return None
+    if daemon is None or quiet:
+        return daemon
+    shown = daemon.config if daemon.config is not None else "(built-in defaults)"
     print(
         printable(f"rogue-watchdog: using the running daemon's configuration: {shown}"),
         file=sys.stderr,
     )
-    return path
+    return daemon
+
+
+def say_state_db(state_dir: str, why: str) -> None:
+    """Say on stderr which state database a command reads history from, and why that
+    one (``--state-dir``, the running daemon's, a configuration's ``daemon.state_dir``):
+    two instances on one host keep two histories, and reading the wrong one silently
+    looks exactly like reading the right one."""
+    from watchdog.render import printable
+
+    path = os.path.join(state_dir, "state.db")
+    print(printable(f"rogue-watchdog: reading {path} ({why})"), file=sys.stderr)
 
 
 def emit(text: str) -> None:
@@ -173,7 +337,8 @@ def seconds(text: str) -> float:
 
 
 def socket_path(args: argparse.Namespace) -> str:
-    """``--socket``, else ``daemon.socket`` from the configuration, else the default.
+    """``--socket``, else ``daemon.socket`` from ``--config`` or the default file, else
+    the running daemon's wherever it listens (:func:`find_daemon`), else the default.
 
     A configuration file that no longer validates (the daemon may be running with the
     previous one) is read leniently for ``daemon.socket`` alone.
@@ -190,7 +355,13 @@ def socket_path(args: argparse.Namespace) -> str:
 
     path = resolve_config_path(args.config)
     if path is None:
-        return DEFAULT_SOCKET
+        pinned = DAEMON_SOCKET or os.environ.get(SOCKET_ENV)
+        if pinned:
+            return pinned
+        if os.path.exists(DEFAULT_SOCKET):
+            return DEFAULT_SOCKET  # asked by the command itself: its exit code says how
+        daemon = find_daemon()
+        return daemon.socket if daemon is not None else DEFAULT_SOCKET
     import yaml
 
     from watchdog.config import MAX_CONFIG_BYTES, ConfigError, load_config
@@ -221,7 +392,9 @@ def socket_path(args: argparse.Namespace) -> str:
 LOG_FORMATS = ("auto", "json", "human")
 
 
-def configure_logging(stream: TextIO | None = None, fmt: str = "json") -> None:
+def configure_logging(
+    stream: TextIO | None = None, fmt: str = "json", *, clock: bool = False
+) -> None:
     """Log events on ``stream``: stdout for the daemon (journald under systemd); a
     one-shot command passes stderr, keeping stdout for its report.
 
@@ -230,7 +403,9 @@ def configure_logging(stream: TextIO | None = None, fmt: str = "json") -> None:
         fmt: ``json`` (structlog JSON lines, stable keys per event: what the daemon and
             any pipe or file get), ``human`` (``rogue-watchdog: warning: EVENT: message
             (key=value, ...)``, host text escaped) or ``auto`` (human when ``stream`` is
-            a terminal, else JSON).
+            a terminal, else JSON: a pipe, a file, the journal under systemd).
+        clock: Human lines start with the local time (``HH:MM:SS``): the daemon's, read
+            as they come; a one-shot command's are read at once.
     """
     import logging
 
@@ -245,7 +420,9 @@ def configure_logging(stream: TextIO | None = None, fmt: str = "json") -> None:
             fmt = "human" if out.isatty() else "json"
         except (AttributeError, ValueError):  # closed or not a file
             fmt = "json"
-    renderer: Any = human_log_line if fmt == "human" else structlog.processors.JSONRenderer()
+    renderer: Any = structlog.processors.JSONRenderer()
+    if fmt == "human":
+        renderer = functools.partial(human_log_line, clock=clock)
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -265,10 +442,17 @@ def configure_logging(stream: TextIO | None = None, fmt: str = "json") -> None:
 HUMAN_SILENT_EVENTS = frozenset({"action"})
 
 
-def human_log_line(_logger: object, _name: str, event: dict[str, Any]) -> str:
+#: Keys a person at a terminal is not shown: ids for machines (the JSON form keeps them).
+HUMAN_SILENT_KEYS = frozenset({"delivery_id", "host", "opened_at", "resolved_at", "seen_count"})
+
+
+def human_log_line(
+    _logger: object, _name: str, event: dict[str, Any], *, clock: bool = False
+) -> str:
     """structlog renderer for a person at a terminal: one line per event,
     ``rogue-watchdog: LEVEL: EVENT: MESSAGE (key=value, ...)``, host text escaped
-    (:func:`watchdog.render.printable`); the timestamp is left to the JSON form.
+    (:func:`watchdog.render.printable`); with ``clock``, ``HH:MM:SS`` (local time) first,
+    else the timestamp is left to the JSON form.
 
     Raises:
         structlog.DropEvent: For :data:`HUMAN_SILENT_EVENTS`.
@@ -284,9 +468,48 @@ def human_log_line(_logger: object, _name: str, event: dict[str, Any]) -> str:
     event.pop("timestamp", None)
     message = event.pop("message", None)
     text = f"rogue-watchdog: {level}: {name}"
+    if clock:
+        import time
+
+        text = f"{time.strftime('%H:%M:%S')} {text}"
     if message is not None:
         text += f": {message}"
-    rest = ", ".join(f"{k}={v}" for k, v in event.items() if v is not None)
+    rest = ", ".join(
+        f"{k}={v}" for k, v in event.items() if v is not None and k not in HUMAN_SILENT_KEYS
+    )
     if rest:
         text += f" ({rest})"
     return printable(text)
+
+
+def history_state_dir(
+    state_dir: str | None,
+    daemon: RunningDaemon | None,
+    config_state_dir: str,
+    source: str,
+    *,
+    say: bool = True,
+) -> str:
+    """The state directory a command reads history from: ``--state-dir``, else the
+    running daemon's (the one whose finding and action ids were printed), else
+    ``daemon.state_dir`` of the configuration read.
+
+    Args:
+        state_dir: ``--state-dir``.
+        daemon: The running daemon whose configuration is used, if any.
+        config_state_dir: ``daemon.state_dir`` of the configuration read.
+        source: That configuration's file (``Config.source``).
+        say: Say on stderr which database and why (:func:`say_state_db`); the
+            commands that act name it in their errors instead (``no finding F98 in
+            /var/lib/rogue-watchdog/state.db``).
+    """
+    if state_dir:
+        found, why = state_dir, "--state-dir"
+    elif daemon is not None and daemon.state_dir is not None:
+        found, why = daemon.state_dir, f"the running daemon's, at {daemon.socket}"
+    else:
+        shown = source if not source.startswith("<") else "the built-in defaults"
+        found, why = config_state_dir, f"daemon.state_dir of {shown}"
+    if say:
+        say_state_db(found, why)
+    return found

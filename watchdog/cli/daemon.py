@@ -13,6 +13,8 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Callable
+from functools import partial
 from typing import IO, TYPE_CHECKING, Any
 
 from watchdog.cli.common import (
@@ -191,12 +193,57 @@ def cmd_run(args: argparse.Namespace) -> int:
             print("rogue-watchdog: --daemonize needs --pidfile PATH", file=sys.stderr)
             return 2
         pidfile = os.path.abspath(args.pidfile)
+        log_file = os.path.abspath(args.log_file)
         lock_fd = preflight(config, pidfile)
-        with _detach(pidfile, os.path.abspath(args.log_file), [lock_fd]):
+        read_fd, write_fd = os.pipe()
+        child = os.fork()
+        if child > 0:
+            os.close(write_fd)
+            os.close(lock_fd)  # the daemon holds its own copy of the lock (flock)
+            return _wait_ready(child, read_fd, pidfile, log_file)
+        os.close(read_fd)
+        with _detach(pidfile, log_file, [lock_fd, write_fd]):
             write_lock_pid(lock_fd)  # the detached daemon has a new PID
-            return _serve(config, path)
+            ready = partial(_say_ready, write_fd)
+            return _serve(config, path, ready=ready, log_format=args.log_format)
     preflight(config, None)
-    return _serve(config, path)
+    return _serve(config, path, log_format=args.log_format)
+
+
+#: How long ``run --daemonize`` waits for the daemon to be ready before giving up.
+READY_TIMEOUT_S = 120.0
+
+
+def _say_ready(fd: int) -> None:
+    """Tell the waiting ``run --daemonize`` that the daemon is ready."""
+    with contextlib.suppress(OSError):  # it gave up waiting: nothing to tell
+        os.write(fd, b"1")
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _wait_ready(child: int, fd: int, pidfile: str, log_file: str) -> int:
+    """``run --daemonize`` returns when the daemon is ready, not when it has forked: its
+    pidfile written, its status socket listening and its signal handlers installed, so
+    ``kill -HUP "$(cat PIDFILE)"`` and ``status`` right after work (before, it returned
+    100-200 ms before the pidfile existed).
+
+    Returns:
+        0 ready; 2 the daemon exited first or was not ready within
+        :data:`READY_TIMEOUT_S` (said on stderr, naming its log).
+    """
+    import select
+
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(child, 0)  # the first fork exits at once (python-daemon forks again)
+    ready, _, _ = select.select([fd], [], [], READY_TIMEOUT_S)
+    said = os.read(fd, 1) if ready else b""
+    os.close(fd)
+    if said == b"1":
+        return 0
+    why = "exited before it was ready" if ready else f"was not ready in {READY_TIMEOUT_S:g} s"
+    print(f"rogue-watchdog: the daemon {why}: see {log_file} (pidfile {pidfile})", file=sys.stderr)
+    return 2
 
 
 def _log_fatal_signals() -> None:
@@ -212,7 +259,16 @@ def _log_fatal_signals() -> None:
         faulthandler.enable(file=sys.stderr, all_threads=True)
 
 
-def _serve(config: Config, path: str | None) -> int:
+def _serve(
+    config: Config,
+    path: str | None,
+    ready: Callable[[], None] | None = None,
+    log_format: str = "auto",
+) -> int:
+    """Run the daemon until it is stopped; ``ready`` is called once it answers on its
+    socket and handles its signals (``run --daemonize`` waits for that). Its events are
+    human lines at a terminal and JSON lines in a pipe, a file or the journal
+    (``log_format`` ``auto``; ``--log-format`` forces either)."""
     from watchdog.daemon.assemble import attach_parts
     from watchdog.daemon.ipc import SocketInUseError, SocketPathTakenError, StatusServer
     from watchdog.daemon.loop import Daemon
@@ -220,7 +276,7 @@ def _serve(config: Config, path: str | None) -> int:
     from watchdog.daemon.status import build_status
     from watchdog.state import StateError
 
-    configure_logging()
+    configure_logging(None, log_format, clock=True)
     _log_fatal_signals()
     try:
         daemon = Daemon(config, path)
@@ -266,6 +322,8 @@ def _serve(config: Config, path: str | None) -> int:
         sd_notify=notifier.enabled,
         watchdog_ping_s=notifier.watchdog_s,
     )
+    if ready is not None:
+        ready()
     try:
         daemon.run_forever()
     finally:
@@ -469,9 +527,12 @@ def register_top(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
             "A live, refreshing view (also `status --watch`): the GPUs with the memory "
             "sanctioned and unsanctioned jobs hold, every training job with its verdict, GPU, "
             "origin and command, and the open findings, from the daemon's status socket, or "
-            "from a local scan when no daemon runs. Keys: up/down (j/k) select a job, e "
-            "explain it, t terminate it, d disable its source (both ask to confirm and run "
-            "the ordinary commands, guards and all), r refresh, q quit.",
+            "from a local scan when no daemon runs. The GPUs and the selected job stay on "
+            "screen while the list scrolls. Keys: up/down (j/k), PgUp/PgDn, Home/End move; "
+            "M U A V P sort by GPU memory, user, age, verdict, PID (I inverts); / filters; "
+            "e explains the job in a pane that scrolls; t terminate it, d disable its "
+            "source (both show the dry run and ask y, then run the ordinary commands, "
+            "guards and all); r refresh; q quit (or back from a pane).",
             ["rogue-watchdog top", "rogue-watchdog top --interval 5 --config /etc/rw.yaml"],
             [(0, "quit with q"), (2, "usage error, or no terminal")],
         ),

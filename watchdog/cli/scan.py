@@ -98,6 +98,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         out(f"Training job{root}: {len(job.pids)} process(es), verdict {job.verdict}")
         out(f"  why: {job.reason}")
         out(f"  counted as training because: {', '.join(job.evidence)}")
+        why = "; ".join(job.workload_evidence)
+        out(f"  class: {job.workload}" + (f" ({why})" if why else ""))
         out(gpu_memory_line(job, result))
     out("Lineage (nearest first):")
     for depth, p in enumerate(lineage):
@@ -114,7 +116,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for e in origin.evidence:
         if e != said:
             out(f"  evidence: {e}")
-    out(f"Remediation: {_remediation(job)}")
+    if job is not None and job.unsanctioned:
+        again = job.advice.restarts
+        if again is None:
+            out("Restarts: nothing rogue-watchdog can see starts it again")
+        else:
+            stops = f" (what stops it: {again.stops})" if again.stops else ""
+            out(f"Restarts: {again.line()}{stops}")
+    out(f"Remediation: {_remediation(job, result)}")
     emit("\n".join(printable(line) for line in lines))
     return 0
 
@@ -144,13 +153,40 @@ def gpu_memory_line(job: Job, result: ScanResult) -> str:
     return f"  GPU memory: {fmt_bytes(job.gpu_memory_bytes)}: {each}"
 
 
-def _remediation(job: Job | None) -> str:
+def _remediation(job: Job | None, result: ScanResult | None = None) -> str:
     """The ``Remediation:`` line of ``explain``, from the guard: a job's advice; for a
     process of no job, none (its origin's command would stop or disable something that
-    is not training: the daemon itself, a shell, a service)."""
-    if job is not None:
-        return job.advice.explain_line(job.root_pid if job.unsanctioned else None)
-    return "none: not a training job (advice is only given for training jobs)"
+    is not training: the daemon itself, a shell, a service). A run a rogue service
+    launched (its origin names no spawner) names that service as its source."""
+    from watchdog.policy.services import service_source
+
+    if job is None:
+        return "none: not a training job (advice is only given for training jobs)"
+    found = next(
+        (
+            f
+            for f in (result.findings if result is not None else [])
+            if f.kind == "rogue-service" and f.root_pid == job.root_pid
+            and f.details.get("service_pids")
+        ),
+        None,
+    )  # fmt: skip
+    if (
+        found is not None
+        and job.advice.refused is None
+        and job.origin.kind
+        in (
+            "unknown",
+            "orphan",
+        )
+    ):
+        svc = found.details["service_pids"][0]
+        return (
+            f"its source is {service_source(found)}: to stop the service and its run: "
+            f"rogue-watchdog terminate {svc} (or by hand: kill -TERM {svc} {job.root_pid}); "
+            f"to stop this run only: rogue-watchdog terminate {job.root_pid}"
+        )
+    return job.advice.explain_line(job.root_pid if job.unsanctioned else None)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -160,7 +196,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     first; warnings (``config warning:``) do not change the exit code. Besides
     :func:`~watchdog.config.load_config` (syntax, values, trust of the file and of the
     files it names), it checks what only matters on the running host: each webhook
-    sink's URL can be read (:func:`~watchdog.daemon.alerts.secrets.check_sink_secrets`).
+    sink's URL can be read (:func:`~watchdog.daemon.alerts.secrets.check_sink_secrets`),
+    each ship gate's ``quarantine_dir`` is on its deploy directory's file system
+    (:func:`~watchdog.weights.quarantine.check_quarantine_dirs`).
 
     Returns:
         0 valid, 2 invalid.
@@ -169,6 +207,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from watchdog.config.base import ConfigError, errors_of
     from watchdog.daemon.alerts.secrets import check_sink_secrets
     from watchdog.render import printable
+    from watchdog.weights.quarantine import check_quarantine_dirs
 
     config: Config | None = None
     try:
@@ -180,6 +219,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     said = {e.key for e in errors}  # an untrusted url_file is already one error
     errors += [e for e in more_errors if e.key not in said]
     warnings += more_warnings
+    if config is not None:
+        errors += check_quarantine_dirs(args.file, config.ship_gates)
     for w in sorted(warnings, key=lambda e: e.line or 0):
         print(printable(f"rogue-watchdog: config warning: {w}"), file=sys.stderr)
     if errors:
@@ -197,7 +238,33 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         f"{_count(len(config.ignore), 'ignore entry', 'ignore entries')}"
         + (f", {_count(len(warnings), 'warning')}" if warnings else "")
     )
+    for line in effective_lines(config):
+        emit(printable(line))
     return 0
+
+
+def effective_lines(config: Config) -> list[str]:
+    """What ``check-config`` shows in force beyond the counts: the ignore list (the
+    shipped defaults marked, or said dropped) and the severity of each class's
+    ``unsanctioned-gpu-use`` findings."""
+    from watchdog.config import DEFAULT_IGNORE
+
+    defaults = {(e["name"], e.get("exe")) for e in DEFAULT_IGNORE}
+    kept = (
+        "the shipped defaults kept; 'ignore_defaults: false' drops them"
+        if config.ignore_defaults
+        else "the shipped defaults dropped by 'ignore_defaults: false'"
+    )
+    out = [f"ignore ({kept}):"]
+    for entry in config.ignore:
+        default = (entry.name, entry.exe) in defaults and not entry.per_job
+        mark = " (default)" if default else ""
+        out.append(f"  {entry.describe()}{mark}")
+    if not config.ignore:
+        out.append("  (none)")
+    sev = ", ".join(f"{c} {s}" for c, s in config.workloads.severity)
+    out.append(f"unsanctioned-gpu-use severity: {sev}")
+    return out
 
 
 def _count(n: int, one: str, many: str | None = None) -> str:

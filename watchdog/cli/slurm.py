@@ -2,8 +2,9 @@
 
 ``rogue-watchdog health-check --epilog`` in ``Epilog=`` (the ended job is the one in
 ``SLURM_JOB_ID``), or plain ``rogue-watchdog health-check`` in ``HealthCheckProgram=``.
-Exit codes (watchdog/actions/slurmsweep.py): 0 clean, 1 leftovers survive (node
-drained), 2 usage or configuration errors.
+Exit codes (watchdog/actions/slurmsweep.py): 0 clean, 1 something of an ended job is left
+(node drained), 2 usage or configuration errors, 3 not checked: Slurm could not be asked
+whether a job with processes here ended (nothing signalled, node drained).
 """
 
 from __future__ import annotations
@@ -63,12 +64,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         parents=[config_parent()],
         **command_help(
             "Slurm Epilog / HealthCheckProgram: stop leftovers of ended jobs, drain if stuck",
-            "Find processes of Slurm jobs that have ended (SLURM_JOB_ID in their environment, "
-            "re-parented, holding a GPU or still running), name each as an orphan of its job, "
-            "stop them with escalation (every guard of `terminate` applies) and, when any "
-            "survives, drain this node with a reason so the scheduler places nothing on a "
-            "GPU that is taken (docs/slurm.md). As Slurm's Epilog, `--epilog` sweeps the job "
-            "in $SLURM_JOB_ID.",
+            "Find processes proven to belong to Slurm jobs that Slurm confirms have ended (the "
+            "job's cgroup, recorded below its slurmstepd, or descended from such a process; "
+            "SLURM_JOB_ID in an environment is only a claim), name each as an orphan of its "
+            "job, stop them with escalation (every guard of `terminate` applies), recheck for "
+            "copies they started and, when anything is left, drain this node with a reason "
+            "naming it (docs/slurm.md). Fails closed: when Slurm cannot be asked nothing is "
+            "signalled, the node is drained and the exit code is 3. A drain is lifted only by "
+            "a check that finds everything it was for gone. As Slurm's Epilog, `--epilog` "
+            "sweeps the job in $SLURM_JOB_ID.",
             [
                 "rogue-watchdog health-check --dry-run",
                 "rogue-watchdog health-check --epilog   # Epilog=... in slurm.conf",
@@ -76,13 +80,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             ],
             [
                 (0, "nothing left over, or every leftover stopped"),
-                (1, "leftovers survived: the node was drained"),
+                (1, "something of an ended job is left: the node was drained"),
                 (2, "usage or configuration error"),
+                (3, "not checked: Slurm could not be asked; nothing signalled, node drained"),
             ],
         ),
     )
     p.add_argument("--epilog", action="store_true", help="the ended job is $SLURM_JOB_ID")
     p.add_argument("--job", type=_job_id, help="sweep this ended job id only")
-    p.add_argument("--dry-run", action="store_true", help="report only; signal and drain nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="report only; signal, record and drain nothing (same plan and exit code)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_health_check)

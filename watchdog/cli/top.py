@@ -1,10 +1,15 @@
 """``rogue-watchdog top`` (also ``status --watch``): a live view for the person at the terminal.
 
 Every refresh asks the daemon over its status socket (docs/status.md); when no daemon runs
-it scans this host itself, and says which. The screen shows the GPUs with the memory
-sanctioned and unsanctioned jobs hold, the jobs (verdict, GPU, origin, command) and the
-open findings. Keys act on the selected job through the ordinary commands, so every guard
-of ``terminate`` and ``disable-source`` applies, and both ask for confirmation first.
+it scans this host itself, and says which. The screen is laid out to the terminal, as
+nvitop and htop do: the title, the keys and the GPUs with the memory sanctioned and
+unsanctioned jobs hold stay at the top, the job list scrolls under them with the selected
+job always on screen (its origin and command whole under the list), then the open findings
+and a status line. Keys scroll (j/k, arrows, PgUp/PgDn, Home/End), sort (M GPU memory,
+U user, A age, V verdict, P PID, I invert), filter (``/``) and act on the selected job
+through the ordinary commands, so every guard of ``terminate`` and ``disable-source``
+applies and both show their dry run and ask for ``y`` first. ``e`` opens the explanation
+in a pane that scrolls with the same keys.
 
 The terminal is put in cbreak mode (no echo, keys one at a time) and drawn with plain ANSI
 sequences on the alternate screen; it is restored on exit, also on Ctrl-C.
@@ -22,15 +27,39 @@ import termios
 import time
 import tty
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog import command
 from watchdog.cli.common import configure_logging, resolve_config_path, socket_path
-from watchdog.render import paint, printable, shorten_command, use_colour
+from watchdog.render import fit, paint, printable, shorten_command, use_colour
 
-KEYS = "↑/↓ or j/k select  e explain  t terminate  d disable-source  r refresh  q quit"
-#: The keys line while an explanation is shown: q and Esc go back to the list there.
-EXPLAIN_KEYS = "q/Esc: back to the list  ↑/↓ or j/k select  t terminate  d disable-source"
+#: The keys line of the list (wrapped to the terminal's width).
+KEYS = (
+    "↑/↓ or j/k select  PgUp/PgDn Home/End  / filter  sort: M mem U user A age V verdict "
+    "P pid I invert  e explain  t terminate  d disable-source  r refresh  q quit"
+)
+#: The keys line on a terminal too narrow for :data:`KEYS` on one line.
+KEYS_SHORT = "↑↓ jk PgUp/Dn Home/End  /filter  sort M U A V P I  e explain t term d disable q"
+#: The keys line while a pane (an explanation, a command's output) is shown.
+PANE_KEYS = (
+    "q/Esc: back to the list  ↑/↓ or j/k scroll  PgUp/PgDn Home/End  t terminate  d disable-source"
+)
+#: The question under a dry run's plan.
+CONFIRM = "press y to do what the dry run above says, any other key to cancel"
+#: Sort orders: the key that picks each, and the words the list header shows.
+SORTS = {"M": "GPU memory", "U": "user", "A": "age", "V": "verdict", "P": "PID"}
+#: Verdicts from most to least in need of a person (the verdict sort).
+VERDICT_RANK = {"rogue": 0, "excess": 1, "unknown": 2, "ignored": 3, "sanctioned": 4}
+#: Escape sequences of the keys the view knows (xterm, tmux/screen and VT forms).
+SEQUENCES = {
+    "\x1b[A": "up", "\x1bOA": "up", "\x1b[B": "down", "\x1bOB": "down",
+    "\x1b[5~": "pgup", "\x1b[6~": "pgdn",
+    "\x1b[H": "home", "\x1bOH": "home", "\x1b[1~": "home", "\x1b[7~": "home",
+    "\x1b[F": "end", "\x1bOF": "end", "\x1b[4~": "end", "\x1b[8~": "end",
+}  # fmt: skip
+#: The list's columns (after the 2-column mark): verdict, PID, user, GPU, memory, age.
+_HEAD = f"{'VERDICT':<10} {'PID':>7} {'USER':<10} {'GPU':<5} {'GPU MEM':>8} {'AGE':>6}"
 
 
 def local_doc(config_path: str | None) -> dict[str, Any]:
@@ -59,6 +88,11 @@ def local_doc(config_path: str | None) -> dict[str, Any]:
                 "origin": j.origin.describe(),
                 "gpu_memory_bytes": j.gpu_memory_bytes,
                 "gpus": [g.to_json() for g in j.gpus],
+                "start_ticks": j.start_ticks,
+                "stop": j.advice.stop_line(j.root_pid) if j.unsanctioned else None,
+                "restarts": (
+                    j.advice.restarts.line() if j.unsanctioned and j.advice.restarts else None
+                ),
             }
             for j in result.jobs
         ],
@@ -81,83 +115,380 @@ def fetch(socket: str, config_path: str | None, timeout_s: float) -> tuple[dict[
     return local_doc(config_path), "local scan (no daemon running)"
 
 
-def frame(
+# -- the view's state --------------------------------------------------------------------
+
+
+@dataclass
+class Pane:
+    """Text shown instead of the list (an explanation, a plan, a command's output).
+
+    Attributes:
+        title: Its first line (what it is and how to leave it).
+        text: The text, lines not yet wrapped.
+        top: First wrapped line shown.
+        confirm: The command ``y`` runs (a dry run's plan is shown), else None.
+        what: What ``y`` would do, in words, for the question.
+    """
+
+    title: str
+    text: str
+    top: int = 0
+    confirm: list[str] | None = None
+    what: str = ""
+
+
+@dataclass
+class View:
+    """What the person chose: the selected job (by root PID, so a refresh or a new sort
+    keeps it), the first row shown, the sort, the filter and an open pane.
+
+    Attributes:
+        selected: Root PID of the selected job (None: the first one).
+        top: Index of the first job row shown.
+        sort: A key of :data:`SORTS`.
+        reverse: The sort inverted (``I``).
+        query: The filter (case-insensitive words: a job shows when it holds each).
+        typing: The filter is being typed (keys go to it).
+        pane: The pane shown, if any.
+        note: A line for the status line (a command's outcome, a cancel).
+        page: Rows of the last list or pane drawn (PgUp/PgDn move by it).
+    """
+
+    selected: int | None = None
+    top: int = 0
+    sort: str = "M"
+    reverse: bool = False
+    query: str = ""
+    typing: bool = False
+    pane: Pane | None = None
+    note: str = ""
+    page: int = 10
+    btime_s: float | None = field(default=None, repr=False)
+
+
+def keys_of(data: str) -> list[str]:
+    """The keys in what one read returned: a known escape sequence is one key named in
+    :data:`SEQUENCES`, an unknown one is dropped whole, a lone Esc is ``esc``."""
+    out: list[str] = []
+    i = 0
+    ordered = sorted(SEQUENCES, key=len, reverse=True)
+    while i < len(data):
+        if data[i] != "\x1b":
+            out.append(data[i])
+            i += 1
+            continue
+        seq = next((s for s in ordered if data.startswith(s, i)), None)
+        if seq is not None:
+            out.append(SEQUENCES[seq])
+            i += len(seq)
+        elif data[i + 1 : i + 2] in ("[", "O"):
+            j = i + 2
+            while j < len(data) and not "@" <= data[j] <= "~":
+                j += 1
+            i = j + 1  # an unknown sequence (F1, a mouse report): ignored whole
+        else:
+            out.append("esc")
+            i += 1
+    return out
+
+
+def _btime_s() -> float | None:
+    try:
+        with open("/proc/stat") as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def job_age_s(job: dict[str, Any], now: float, btime_s: float | None) -> float | None:
+    """Seconds since the job's root started (``start_ticks`` after boot), or None."""
+    ticks = job.get("start_ticks")
+    if btime_s is None or not isinstance(ticks, int):
+        return None
+    return max(0.0, now - (btime_s + ticks / os.sysconf("SC_CLK_TCK")))
+
+
+def _words(job: dict[str, Any]) -> str:
+    gpus = " ".join(f"gpu{h.get('index')}" for h in job.get("gpus") or [])
+    parts = [str(job.get("root_pid")), str(job.get("user") or ""), str(job.get("verdict"))]
+    parts += [str(job.get("origin") or ""), " ".join(map(str, job.get("cmdline") or [])), gpus]
+    return " ".join(parts).lower()
+
+
+def shown_jobs(doc: dict[str, Any], view: View, now: float) -> list[dict[str, Any]]:
+    """The jobs the list shows: those matching the filter, in the chosen order (ties by
+    root PID, so rows do not jump between refreshes)."""
+    jobs = [j for j in doc.get("jobs") or [] if isinstance(j, dict)]
+    words = view.query.lower().split()
+    if words:
+        jobs = [j for j in jobs if all(w in _words(j) for w in words)]
+
+    def key(j: dict[str, Any]) -> tuple[Any, ...]:
+        pid = j.get("root_pid") if isinstance(j.get("root_pid"), int) else 0
+        if view.sort == "U":
+            return (str(j.get("user") or "~"), pid)
+        if view.sort == "A":
+            age = job_age_s(j, now, view.btime_s)
+            return (-(age if age is not None else -1.0), pid)  # oldest first
+        if view.sort == "V":
+            return (VERDICT_RANK.get(str(j.get("verdict")), 2), pid)
+        if view.sort == "P":
+            return (pid,)
+        mem = j.get("gpu_memory_bytes")
+        return (-(mem if isinstance(mem, int) else -1), pid)  # most GPU memory first
+
+    return sorted(jobs, key=key, reverse=view.reverse)
+
+
+def _index(jobs: list[dict[str, Any]], view: View) -> int:
+    for i, j in enumerate(jobs):
+        if j.get("root_pid") == view.selected:
+            return i
+    return 0
+
+
+def move(view: View, jobs: list[dict[str, Any]], key: str) -> None:
+    """Apply a movement key to the selection (list) or the scroll position (pane)."""
+    if view.pane is not None:
+        step = {"up": -1, "k": -1, "down": 1, "j": 1, "pgup": -view.page, "pgdn": view.page}
+        if key in step:
+            view.pane.top = max(0, view.pane.top + step[key])
+        elif key in ("home", "g"):
+            view.pane.top = 0
+        elif key in ("end", "G"):
+            view.pane.top = 1 << 30  # clamped when drawn
+        return
+    if not jobs:
+        return
+    i = _index(jobs, view)
+    step = {"up": -1, "k": -1, "down": 1, "j": 1, "pgup": -view.page, "pgdn": view.page}
+    if key in step:
+        i += step[key]
+    elif key in ("home", "g"):
+        i = 0
+    elif key in ("end", "G"):
+        i = len(jobs) - 1
+    i = max(0, min(i, len(jobs) - 1))
+    view.selected = jobs[i].get("root_pid")
+
+
+MOVES = frozenset({"up", "down", "j", "k", "pgup", "pgdn", "home", "end", "g", "G"})
+
+
+# -- the screen ----------------------------------------------------------------------------
+
+
+def _age_text(age_s: float | None) -> str:
+    if age_s is None:
+        return "-"
+    s = int(age_s)
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _mem_text(n: object) -> str:
+    if not isinstance(n, int):
+        return "-"
+    value = float(n)
+    for unit in ("B", "K", "M", "G", "T"):
+        if value < 1024 or unit == "T":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    return "-"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def _gpu_block(doc: dict[str, Any], width: int, budget: int) -> list[str]:
+    """The GPUs: their full lines (memory split, UUID whole) when they fit in ``budget``
+    rows, else one line per GPU, else as many as fit and how many more there are."""
+    from watchdog.daemon.status import status_gpu_lines
+
+    gpus = [g for g in doc.get("gpus") or [] if isinstance(g, dict)]
+    if not gpus:
+        nvml = doc.get("nvml") or {}
+        return fit(printable(f"  no GPUs listed (NVML: {nvml.get('error') or 'none'})"), width)[
+            : max(1, budget)
+        ]
+    full = status_gpu_lines(doc, width)
+    if len(full) <= budget:
+        return full
+    jobs = doc.get("jobs") or []
+    lines = []
+    for g in gpus:
+        bad = sum(
+            h.get("memory_bytes") or 0
+            for j in jobs
+            if j.get("verdict") not in ("sanctioned", "ignored")
+            for h in j.get("gpus") or []
+            if h.get("uuid") == g.get("uuid")
+        )
+        mig = f" MIG {g['mig_index']}" if g.get("mig_index") is not None else ""
+        used, total = g.get("memory_used_bytes"), g.get("memory_total_bytes")
+        text = printable(
+            f"  GPU {g.get('index')}{mig} {g.get('name') or '-'}  {_mem_text(used)}/"
+            f"{_mem_text(total)}  unsanctioned {_mem_text(bad)}"
+        )
+        uuid = printable(str(g.get("uuid") or "-"))
+        # A cut UUID identifies nothing: whole, or left to `status`.
+        lines.append(f"{text}  {uuid}" if len(text) + 2 + len(uuid) <= width else _cut(text, width))
+    if len(lines) <= budget:
+        return lines
+    keep = max(1, budget - 1)
+    return [
+        *lines[:keep],
+        f"  … {len(lines) - keep} more GPU(s): `rogue-watchdog status` lists all",
+    ]
+
+
+def _row(j: dict[str, Any], mark: str, width: int, colour: bool, now: float, view: View) -> str:
+    verdict = str(j.get("verdict") or "-")
+    user = printable(str(j.get("user") or "-"))
+    on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
+    age = _age_text(job_age_s(j, now, view.btime_s))
+    cells = (
+        f"{mark} {verdict:<10} {j.get('root_pid')!s:>7} {user:<10} {on:<5} "
+        f"{_mem_text(j.get('gpu_memory_bytes')):>8} {age:>6} "
+    )
+    room = width - len(cells)
+    origin = printable(str(j.get("origin") or "-"))
+    rest = origin
+    if room > len(origin) + 8:
+        rest = f"{origin} · {shorten_command(j.get('cmdline') or [], room - len(origin) - 3)}"
+    line = _cut(cells + rest, width)
+    if colour and len(line) >= 12:  # the verdict cell, padded, never cut
+        line = line[:2] + paint(line[2:12], verdict, colour) + line[12:]
+    return line
+
+
+def _detail(j: dict[str, Any], width: int) -> list[str]:
+    """The selected job, whole: its origin (identifiers are never cut), its command and
+    what restarts it."""
+    origin = printable(str(j.get("origin") or "-"))
+    lines = fit(origin, width, "    ", f"  PID {j.get('root_pid')} from ")
+    lines.append("    " + shorten_command(j.get("cmdline") or [], max(20, width - 4)))
+    if j.get("restarts"):  # what starts it again: terminate alone will not keep it away
+        lines += fit(printable(str(j["restarts"])), width, "    ", "    ")
+    return lines
+
+
+def _findings(doc: dict[str, Any], width: int, budget: int, colour: bool) -> list[str]:
+    from watchdog.spelling import finding_ref
+
+    found = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
+    shown = found[: max(0, budget - 1)]
+    head = f"  open findings: {len(found)}"
+    if len(shown) < len(found):
+        head += f" ({len(shown)} shown; `rogue-watchdog status` lists all)"
+    lines = [_cut(head, width)]
+    for f in shown:
+        sev = str(f.get("severity") or "-")
+        ref = finding_ref(f.get("id"))
+        text = _cut(printable(f"{f.get('kind')}: {f.get('message')}"), max(10, width - 17))
+        lines.append(f"  {ref:<5} {paint(f'{sev:<8}', sev, colour)} {text}")
+    return lines
+
+
+def layout(
     doc: dict[str, Any],
     source: str,
-    selected: int,
+    view: View,
     width: int,
-    colour: bool,
-    note: str = "",
-    explaining: bool = False,
+    rows: int,
+    colour: bool = False,
+    now: float | None = None,
 ) -> list[str]:
-    """The screen's lines for one refresh; the selected job is marked ``>``.
+    """The screen for one refresh: at most ``rows`` lines of at most ``width`` columns.
+
+    The title and keys (wrapped, never cut: the socket path identifies the daemon), the
+    GPUs and the status line are always there; the list (or the pane) gets the rest and
+    scrolls so the selected job is on screen. Updates ``view.top``, ``view.page`` and
+    ``view.selected`` (a selection that left the list moves to the nearest row).
 
     Args:
         doc: The status document shown.
         source: Where it came from (the daemon's socket, or a local scan).
-        selected: Index of the selected job.
+        view: The person's choices (changed as said above).
         width: Terminal columns.
+        rows: Terminal rows.
         colour: Colour verdicts and severities.
-        note: A command's output, shown under the findings.
-        explaining: ``note`` is an explanation: the keys line and the note's first line
-            say that q and Esc go back to the list.
+        now: POSIX time for the jobs' age (default: now).
     """
-    from watchdog.daemon.status import status_gpu_lines
-    from watchdog.model import finding_ref
-    from watchdog.render import fit
-
-    # Wrapped, never cut: the host, the socket, PIDs and unit names identify things.
-    out = [
-        *fit(
-            printable(
-                f"rogue-watchdog top  host {doc.get('host') or '-'}  {time.strftime('%H:%M:%S')}"
-                f"  from {source}"
-            ),
-            width,
-            "  ",
-        ),
-        *fit(EXPLAIN_KEYS if explaining else KEYS, width, "  "),
-        "",
-    ]
-    jobs = doc.get("jobs") or []
-    out += status_gpu_lines(doc, width)
-    if not doc.get("gpus"):
-        nvml = doc.get("nvml") or {}
-        out += fit(
-            printable(f"  no GPUs listed (NVML: {nvml.get('error') or 'none'})"), width, "    "
-        )
-    out += ["", f"  {'VERDICT':<10} {'PID':>7} {'USER':<10} {'GPU':<5} ORIGIN / COMMAND"]
+    now = time.time() if now is None else now
+    width = max(20, width)
+    title = printable(
+        f"rogue-watchdog top  host {doc.get('host') or '-'}  {time.strftime('%H:%M:%S')}"
+        f"  from {source}"
+    )
+    keys = PANE_KEYS if view.pane else KEYS if len(KEYS) <= width else KEYS_SHORT
+    head = [*fit(title, width, "  "), *fit(keys, width, "  ")]
+    left = rows - len(head) - 1
+    gpus = _gpu_block(doc, width, max(1, min(left // 3, 16)))
+    left -= len(gpus)
+    if view.pane is not None:
+        status = _status_line(view, width, "")
+        return [*head, *gpus, *_pane(view, width, max(1, left)), status][: max(0, rows)]
+    jobs = shown_jobs(doc, view, now)
+    total = len(doc.get("jobs") or [])
+    order = ("inverted " if view.reverse else "") + SORTS.get(view.sort, "GPU memory")
+    where = f"job {_index(jobs, view) + 1} of {len(jobs)}" if jobs else "no job"
+    filt = f" matching '{printable(view.query)}' (of {total})" if view.query else ""
+    status = _status_line(view, width, f"{where}{filt}, by {order}")
+    header = _cut(f"  {_HEAD} ORIGIN · COMMAND", width)
+    chosen = jobs[_index(jobs, view)] if jobs else None
+    detail = _detail(chosen, width) if chosen is not None and left >= 12 else []
+    findings = _findings(doc, width, max(1, min(left // 5, 8)), colour) if left >= 8 else []
+    room = max(1, left - 1 - len(detail) - len(findings))
+    view.page = max(1, room - 1)
+    body: list[str] = [header]
     if not jobs:
-        out.append("  no training jobs")
-    for i, j in enumerate(jobs):
-        mark = ">" if i == selected else " "
-        on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
-        verdict = str(j.get("verdict") or "-")
-        user = printable(str(j.get("user") or "-"))
-        head = f"{mark} {paint(f'{verdict:<10}', verdict, colour)} {j.get('root_pid'):>7} "
-        head += f"{user:<10} {on:<5} "
-        # A long user name or GPU list shifts the origin right rather than being cut.
-        pad = 36 + max(0, len(user) - 10) + max(0, len(on) - 5)
-        room = max(20, width - pad)
-        origin = fit(printable(str(j.get("origin") or "-")), room, " " * 36)
-        out.append(head + origin[0])
-        out += [" " * 36 + x.lstrip() for x in origin[1:]]
-        out.append(" " * 36 + shorten_command(j.get("cmdline") or [], max(20, width - 36)))
-    findings = doc.get("findings") or []
-    out += ["", f"  open findings: {len(findings)}"]
-    for f in findings:
-        sev = str(f.get("severity") or "-")
-        text = fit(printable(f"{f.get('kind')}: {f.get('message')}"), max(20, width - 17))
-        out.append(f"  {finding_ref(f.get('id')):<5} {paint(f'{sev:<8}', sev, colour)} " + text[0])
-        out += [" " * 17 + x for x in text[1:]]
-    if note:  # a command's output: wrapped, never cut
-        out.append("")
-        if explaining:
-            out.append("── explanation (q/Esc: back) ──")
-        for x in note.splitlines():
-            x = printable(x)
-            out += [x[i : i + width] for i in range(0, len(x), width)] or [""]
-    return out
+        body.append("  no training jobs" + (" match the filter" if view.query else ""))
+    else:
+        i = _index(jobs, view)
+        view.selected = jobs[i].get("root_pid")
+        view.top = max(0, min(view.top, i, len(jobs) - room))
+        if i >= view.top + room:
+            view.top = i - room + 1
+        for n in range(view.top, min(len(jobs), view.top + room)):
+            body.append(_row(jobs[n], ">" if n == i else " ", width, colour, now, view))
+    body = body[: 1 + room]
+    body += [""] * (1 + room - len(body))  # the findings stay where they are
+    return [*head, *gpus, *body, *detail, *findings, status][: max(0, rows)]
+
+
+def _pane(view: View, width: int, room: int) -> list[str]:
+    pane = view.pane
+    assert pane is not None
+    lines: list[str] = []
+    for x in pane.text.splitlines():
+        x = printable(x)
+        lines += [x[i : i + width] for i in range(0, len(x), width)] or [""]
+    room_text = max(1, room - 1)
+    view.page = max(1, room_text - 1)
+    pane.top = max(0, min(pane.top, len(lines) - room_text))
+    shown = lines[pane.top : pane.top + room_text]
+    where = f"lines {pane.top + 1}-{pane.top + len(shown)} of {len(lines)}"
+    bar = _cut(f"── {pane.title} ({where}) ──", width)
+    return [bar, *shown, *[""] * (room_text - len(shown))]
+
+
+def _status_line(view: View, width: int, where: str) -> str:
+    """The last line: the filter being typed, the question under a plan, else where the
+    selection is (and the sort, the filter), and a command's outcome."""
+    if view.typing:
+        return _cut(f"/ filter: {printable(view.query)}_  (Enter: keep, Esc: clear)", width)
+    if view.pane is not None and view.pane.confirm is not None:
+        return _cut(CONFIRM, width)
+    note = printable(view.note)
+    return _cut(f"{where}  {note}" if where and note else where or note, width)
 
 
 @contextlib.contextmanager
@@ -173,53 +504,17 @@ def _cbreak(fd: int) -> Iterator[None]:
         sys.stdout.flush()
 
 
-def _key(fd: int, timeout_s: float) -> str:
+def _read_keys(fd: int, timeout_s: float) -> list[str]:
     ready, _, _ = select.select([fd], [], [], timeout_s)
     if not ready:
-        return ""
-    data = os.read(fd, 16).decode(errors="replace")
-    return {"\x1b[A": "k", "\x1b[B": "j"}.get(data, data[:1])
-
-
-def fit_rows(lines: list[str], rows: int, width: int = 80) -> list[str]:
-    """The frame cut to the terminal's ``rows``: the header (title and keys, up to the
-    first blank line) and the newest lines stay, one line says how many were left out.
-
-    A frame taller than the terminal used to scroll the header off the screen, keys and
-    all; what a person acts on (an explanation, a plan before ``y``) is at the bottom.
-    On a terminal too short for the whole header, its last line (the keys) is kept.
-
-    Args:
-        lines: :func:`frame`'s lines (already wrapped to ``width``).
-        rows: Terminal rows.
-        width: Terminal columns: the note about hidden lines is cut to fit one row.
-
-    Returns:
-        At most ``rows`` lines (none for a terminal without rows).
-    """
-    if len(lines) <= rows:
-        return lines
-    if rows <= 0:
         return []
-    head = lines.index("") if "" in lines else 0
-    header = lines[:head]
-    if len(header) + 2 > rows:
-        header = header[-1:] if rows >= 3 else []
-    keep = max(1, rows - len(header) - 1)
-    hidden = len(lines) - len(header) - keep
-    note = f"… {hidden} line(s) hidden: the terminal has {rows} rows"[: max(1, width)]
-    return [*header, note, *lines[-keep:]][-rows:]
+    return keys_of(os.read(fd, 64).decode(errors="replace"))
 
 
 def _draw(lines: list[str]) -> None:
-    size = os.get_terminal_size(sys.stdout.fileno())
-    sys.stdout.write("\x1b[H\x1b[2J" + "\r\n".join(fit_rows(lines, size.lines, size.columns)))
+    # Each line overwrites the last frame's and clears its rest; no full clear (flicker).
+    sys.stdout.write("\x1b[H" + "\x1b[K\r\n".join(lines) + "\x1b[K\x1b[J")
     sys.stdout.flush()
-
-
-def _run_command(argv: list[str]) -> str:
-    """Run one of our commands; its output (both streams) for the screen."""
-    return _run(argv)[1]
 
 
 def _run(argv: list[str]) -> tuple[int, str]:
@@ -229,6 +524,71 @@ def _run(argv: list[str]) -> tuple[int, str]:
     done = command.run([sys.executable, "-m", "watchdog", "--log-format", "human", *argv], 120)
     text = (done.stdout + done.stderr).rstrip()
     return done.returncode, f"exit {done.returncode}: rogue-watchdog {shlex.join(argv)}\n{text}"
+
+
+def handle(view: View, key: str, jobs: list[dict[str, Any]], common: list[str]) -> bool:
+    """Apply one key; False to quit. Commands run here (they block the screen briefly)."""
+    if view.typing:
+        if key in ("\r", "\n"):
+            view.typing = False
+        elif key == "esc":
+            view.query, view.typing = "", False
+        elif key in ("\x7f", "\x08"):
+            view.query = view.query[:-1]
+        elif len(key) == 1 and key.isprintable():
+            view.query += key
+        view.top = 0
+        return True
+    if view.pane is not None:
+        if key in MOVES:
+            move(view, jobs, key)
+        elif view.pane.confirm is not None and key == "y":
+            argv = view.pane.confirm
+            _code, out = _run(argv)
+            view.pane = Pane(f"{view.pane.what}: output (q/Esc: back)", out)
+        elif view.pane.confirm is not None:
+            view.note = f"{view.pane.what}: cancelled"
+            view.pane = None
+        elif key in ("q", "esc"):
+            view.pane = None
+        elif key in ("e", "t", "d"):  # act on the job explained, as from the list
+            view.pane = None
+            return handle(view, key, jobs, common)
+        return True
+    if key in ("q", "\x03"):
+        return False
+    if key in MOVES:
+        move(view, jobs, key)
+    elif key in SORTS:
+        view.sort, view.top = key, 0
+    elif key == "I":
+        view.reverse = not view.reverse
+    elif key == "/":
+        view.typing = True
+    elif key == "r":
+        view.note = ""
+    elif key in ("e", "t", "d") and jobs:
+        job = jobs[_index(jobs, view)]
+        pid = str(job.get("root_pid"))
+        if key == "e":
+            _code, out = _run(["explain", pid, *common])
+            view.pane = Pane(f"explanation of PID {pid} (q/Esc: back)", out)
+            return True
+        verb = "terminate" if key == "t" else "disable-source"
+        what = shorten_command(job.get("cmdline") or [], 60)
+        # The plan first, from the command itself (the one guard decides): a refusal
+        # is shown and nothing is asked; else the plan is what `y` does.
+        code, plan = _run([verb, pid, "--dry-run", *common])
+        if code != 0:
+            view.pane = Pane(f"{verb} PID {pid} refused (q/Esc: back)", plan)
+            return True
+        question = printable(f"{verb} the {job.get('verdict')} job PID {pid} `{what}`?")
+        view.pane = Pane(
+            f"{verb} PID {pid}: the dry run", f"{plan}\n\n{question}",
+            confirm=[verb, pid, *common],
+            what=f"{verb} PID {pid}",
+        )  # fmt: skip
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -244,59 +604,30 @@ def run(args: argparse.Namespace) -> int:
     config_path = resolve_config_path(args.config)
     common = [*(["--config", config_path] if config_path else [])]
     fd = sys.stdin.fileno()
-    selected, note, explaining = 0, "", False
+    view = View(btime_s=_btime_s())
     colour = use_colour()
+    doc: dict[str, Any] = {}
+    source = ""
+    next_fetch = 0.0
     with _cbreak(fd):
         while True:
-            try:
-                doc, source = fetch(socket, config_path, args.timeout)
-            except StatusError as exc:
-                doc, source = {}, f"nowhere: {exc}"
-            if config_path is None:
-                # The daemon's own file, named: the commands judge under it, as they
-                # would after asking the daemon, without saying so on the screen.
-                daemon_path = (doc.get("config") or {}).get("path")
-                common = ["--config", daemon_path] if daemon_path else []
-            jobs = doc.get("jobs") or []
-            selected = max(0, min(selected, len(jobs) - 1))
-            width = os.get_terminal_size(sys.stdout.fileno()).columns
-            _draw(frame(doc, source, selected, width, colour, note, explaining))
-            key = _key(fd, args.interval)
-            if explaining and key in ("q", "\x1b"):
-                note, explaining = "", False
-                continue
-            if key in ("q", "\x03"):
-                return 0
-            explaining = False
-            if key in ("j", "k"):
-                selected += 1 if key == "j" else -1
-                note = ""
-            elif key == "r":
-                note = ""
-            elif key in ("e", "t", "d") and jobs:
-                job = jobs[selected]
-                pid = str(job.get("root_pid"))
-                if key == "e":
-                    note, explaining = _run_command(["explain", pid, *common]), True
-                    continue
-                verb = "terminate" if key == "t" else "disable-source"
-                what = shorten_command(job.get("cmdline") or [], 60)
-                # The plan first, from the command itself (the one guard decides): a
-                # refusal is shown and nothing is asked; else the plan is what `y` does.
-                code, plan = _run([verb, pid, "--dry-run", *common])
-                if code != 0:
-                    note = plan
-                    continue
-                _draw(
-                    [
-                        *frame(doc, source, selected, width, colour, plan),
-                        "",
-                        printable(f"{verb} the {job.get('verdict')} job PID {pid} `{what}`?"),
-                        "press y to do what the dry run above says, any other key to cancel",
-                    ]
-                )
-                answer = _key(fd, 60.0)
-                if answer == "y":
-                    note = _run_command([verb, pid, *common])
-                else:
-                    note = f"{verb} PID {pid}: cancelled"
+            if time.monotonic() >= next_fetch:
+                try:
+                    doc, source = fetch(socket, config_path, args.timeout)
+                except StatusError as exc:
+                    doc, source = {}, f"nowhere: {exc}"
+                if config_path is None:
+                    # The daemon's own file, named: the commands judge under it, as they
+                    # would after asking the daemon, without saying so on the screen.
+                    daemon_path = (doc.get("config") or {}).get("path")
+                    common = ["--config", daemon_path] if daemon_path else []
+                next_fetch = time.monotonic() + args.interval
+            size = os.get_terminal_size(sys.stdout.fileno())
+            _draw(layout(doc, source, view, size.columns, size.lines, colour))
+            keys = _read_keys(fd, max(0.05, next_fetch - time.monotonic()))
+            for key in keys:
+                jobs = shown_jobs(doc, view, time.time())
+                if not handle(view, key, jobs, common):
+                    return 0
+                if key == "r":
+                    next_fetch = 0.0

@@ -14,6 +14,7 @@ dataclass (:mod:`.base`) with converters from :mod:`.datatypes`.
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import os
 import re
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, get_args
 
 import yaml
 
@@ -33,6 +34,7 @@ from watchdog.config.base import (
     ConfigError,
     ConfigErrors,
     ConfigRef,
+    Converter,
     NodeReader,
     Regex,
     construct,
@@ -54,6 +56,8 @@ from watchdog.config.queue import QueueSettings, parse_queue
 from watchdog.config.services import ServiceSettings, parse_services
 from watchdog.config.ship_gates import ShipGate, parse_ship_gates
 from watchdog.config.slurm import SlurmNodeSettings, parse_slurm
+from watchdog.config.workloads import WorkloadSettings, parse_workloads
+from watchdog.model import WORKLOAD_CLASSES, OriginKind
 from watchdog.safeio import read_regular, untrusted_reason
 
 __all__ = [
@@ -104,7 +108,7 @@ NOT_GPU_FDS = (
 )
 # Full paths under /usr: a basename or a command-line word is something any user can
 # choose, and an ignored job raises no finding.
-DEFAULT_IGNORE: tuple[dict[str, str], ...] = (
+DEFAULT_IGNORE: tuple[dict[str, Any], ...] = (
     {"name": "xorg", "exe": "/usr/*/Xorg"},
     {"name": "nvidia-persistenced", "exe": "/usr/*/nvidia-persistenced"},
     {"name": "dcgm", "exe": "/usr/*/nv-hostengine"},
@@ -221,32 +225,146 @@ def _sanctioned(r: NodeReader, node: yaml.Node) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+def _one_or_more(convert: Converter[str]) -> Converter[tuple[str, ...]]:
+    """One value or a list of them (each read by ``convert``)."""
+
+    def convert_all(r: NodeReader, node: yaml.Node, key: str) -> tuple[str, ...]:
+        if isinstance(node, yaml.SequenceNode):
+            values = datatypes.tuple_of(convert)(r, node, key)
+            if not values:
+                raise r.err(node, key, "must not be an empty list")
+            return values
+        return (convert(r, node, key),)
+
+    return convert_all
+
+
+_ORIGIN_KINDS: tuple[str, ...] = get_args(OriginKind)
+_ORIGIN_KIND = datatypes.choice(
+    _ORIGIN_KINDS, "must be an origin kind: " + ", ".join(_ORIGIN_KINDS) + ", got {text!r}"
+)
+
+
+_CLASS = datatypes.choice(
+    WORKLOAD_CLASSES, "must be a workload class: " + ", ".join(WORKLOAD_CLASSES) + ", got {text!r}"
+)
+
+
+def _ignore_class(r: NodeReader, node: yaml.Node, key: str) -> str:
+    """A workload class an ignore entry may name: any but ``training``."""
+    name = _CLASS(r, node, key)
+    if name == "training":
+        raise r.err(
+            node,
+            key,
+            "an ignore entry never exempts training (a class never hides it): sanction the "
+            "job with a rule under 'sanctioned:' instead",
+        )
+    return name
+
+
+def _group(r: NodeReader, node: yaml.Node, key: str) -> str:
+    """A group name; one this host's group database does not know is a warning."""
+    name = r.string(node, key)
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        r.warn(
+            node, key, f"no group {name!r} on this host (group): nothing matches it until it exists"
+        )
+    return name
+
+
 @dataclass(frozen=True)
 class IgnoreEntry:
-    """A GPU user that is not training (display server, persistence daemon, DCGM)."""
+    """A GPU user that is not a rogue training job: a display server, a persistence
+    daemon, a person's notebook. Every key given must match (docs/config.md).
+
+    Attributes:
+        name: Shown as the verdict's rule.
+        exe: fnmatch glob over the executable (a full path when it has a ``/``, else
+            the basename).
+        cmdline: fnmatch glob over the space-joined command line.
+        user: The job's owner (user name).
+        group: A group the owner belongs to (primary or supplementary, per the host's
+            group database).
+        origin_kind: Origin kinds (``shell`` is a person's login, tmux or screen).
+        workload: Workload classes (YAML key ``class``); never ``training``.
+    """
 
     name: str = required(datatypes.text)
     exe: str | None = setting(None, datatypes.glob)
     cmdline: str | None = setting(None, datatypes.glob)
+    user: str | None = setting(None, datatypes.user)
+    group: str | None = setting(None, _group)
+    origin_kind: tuple[str, ...] = setting((), _one_or_more(_ORIGIN_KIND))
+    workload: tuple[str, ...] = setting((), _one_or_more(_ignore_class))
+
+    @property
+    def per_job(self) -> bool:
+        """True when it names an origin kind or a class: it matches a whole job once its
+        origin and class are known, never a single process while jobs are grouped."""
+        return bool(self.origin_kind or self.workload)
+
+    def describe(self) -> str:
+        """``'notebooks' (user alice; class interactive)``: the entry and its keys."""
+        keys = [
+            f"{k} {', '.join(v) if isinstance(v, tuple) else v}"
+            for k, v in (
+                ("exe", self.exe),
+                ("cmdline", self.cmdline),
+                ("user", self.user),
+                ("group", self.group),
+                ("origin", self.origin_kind),
+                ("class", self.workload),
+            )
+            if v
+        ]
+        return f"{self.name!r} ({'; '.join(keys)})"
+
+
+# The YAML keys of an ignore entry: `class` is the field `workload` (a Python keyword).
+_IGNORE_KEYS = (*(k for k in keys(IgnoreEntry) if k != "workload"), "class")
 
 
 def _ignore(r: NodeReader, node: yaml.Node, key: str) -> IgnoreEntry:
     """A glob over the executable (it names the entry too), or a mapping with a name
-    and an ``exe`` and/or ``cmdline`` glob."""
+    and at least one of ``exe``, ``cmdline``, ``user``, ``group``, ``origin_kind``,
+    ``class``."""
     if isinstance(node, yaml.ScalarNode):
         name = datatypes.glob(r, node, key)
         _everything_ignored(r, node, key, name, exe=True)
         return IgnoreEntry(name=name, exe=name)
-    m = r.mapping(node, key, keys(IgnoreEntry))
+    m = r.mapping(node, key, _IGNORE_KEYS)
     require(r, node, key, m, "name")
-    if "exe" not in m and "cmdline" not in m:
-        raise r.err(node, key, "needs exe or cmdline")
-    entry = construct(IgnoreEntry, read(IgnoreEntry, r, m, key, order=keys(IgnoreEntry)))
+    if len(m) < 2:
+        raise r.err(node, key, "needs exe, cmdline, user, group, origin_kind or class")
+    given = {k: v for k, v in m.items() if k != "class"}
+    vals = read(IgnoreEntry, r, given, key, order=keys(IgnoreEntry))
+    if "class" in m:
+        vals["workload"] = _one_or_more(_ignore_class)(r, m["class"][1], f"{key}.class")
+    entry = construct(IgnoreEntry, vals)
     if entry.exe is not None:
         _everything_ignored(r, m["exe"][1], f"{key}.exe", entry.exe, exe=True)
     if entry.cmdline is not None:
         _everything_ignored(r, m["cmdline"][1], f"{key}.cmdline", entry.cmdline, exe=False)
+    if entry.exe is None and entry.cmdline is None and not entry.workload:
+        r.warn(
+            node,
+            key,
+            f"ignores every GPU job of {_whose(entry)}, training included; add 'class:' "
+            "(serving, interactive, system, probe) to exempt only what is not training",
+        )
     return entry
+
+
+def _whose(entry: IgnoreEntry) -> str:
+    parts = [
+        f"user {entry.user!r}" if entry.user else "",
+        f"group {entry.group!r}" if entry.group else "",
+        f"origin {', '.join(entry.origin_kind)}" if entry.origin_kind else "",
+    ]
+    return " and ".join(p for p in parts if p)
 
 
 def _everything_ignored(r: NodeReader, node: yaml.Node, key: str, pattern: str, exe: bool) -> None:
@@ -370,6 +488,10 @@ class Paths:
 class Config:
     """The validated configuration.
 
+    ``ignore`` is the effective list: the shipped defaults (:data:`DEFAULT_IGNORE`,
+    unless ``ignore_defaults: false``; an entry of the file with a default's name
+    replaces it) followed by the file's entries.
+
     Besides the sections: ``warnings`` are doubts that do not invalidate it (a user this
     host does not know), ``refs`` the files, programs and environment variables it names
     (checked by :func:`trust_errors` and ``check-config``).
@@ -379,6 +501,8 @@ class Config:
     sanctioned: tuple[Rule, ...] = ()
     training: Training = field(default_factory=Training)
     ignore: tuple[IgnoreEntry, ...] = tuple(IgnoreEntry(**e) for e in DEFAULT_IGNORE)
+    ignore_defaults: bool = True
+    workloads: WorkloadSettings = field(default_factory=WorkloadSettings)
     nvml: Nvml = field(default_factory=Nvml)
     paths: Paths = field(default_factory=Paths)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
@@ -396,10 +520,25 @@ def _ignore_list(r: NodeReader, node: yaml.Node) -> tuple[IgnoreEntry, ...]:
     return datatypes.each_of(_ignore)(r, node, "ignore")
 
 
+def effective_ignore(
+    given: Sequence[IgnoreEntry], keep_defaults: bool = True
+) -> tuple[IgnoreEntry, ...]:
+    """The ignore list in force: the shipped defaults (unless ``keep_defaults`` is
+    false), those a given entry names again replaced by it, then the given entries.
+
+    Args:
+        given: The file's ``ignore:`` entries.
+        keep_defaults: The file's ``ignore_defaults`` (true unless it says false).
+    """
+    names = {e.name for e in given}
+    defaults = [IgnoreEntry(**e) for e in DEFAULT_IGNORE] if keep_defaults else []
+    return (*(d for d in defaults if d.name not in names), *given)
+
+
 # In the order the released parser read them: warnings and refs come out in this order.
 TOP_LEVEL_KEYS = (
     "sanctioned", "training", "ignore", "nvml", "paths", "daemon", "alerts", "enforcement",
-    "queue", "services", "ship_gates", "slurm",
+    "queue", "services", "ship_gates", "slurm", "ignore_defaults", "workloads",
 )  # fmt: skip
 
 
@@ -454,7 +593,9 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     d = Config(source=source)
     sanctioned = section("sanctioned", _sanctioned, d.sanctioned)
     training = section("training", parser(Training, "training", order=keys(Training)), d.training)
-    ignore = section("ignore", _ignore_list, d.ignore)
+    ignore = section("ignore", _ignore_list, tuple[IgnoreEntry, ...]())
+    keep_defaults = section("ignore_defaults", lambda r, n: r.boolean(n, "ignore_defaults"), True)
+    workloads = section("workloads", parse_workloads, d.workloads)
     nvml = section("nvml", parser(Nvml, "nvml", order=_NVML_ORDER), d.nvml)
     paths = section("paths", parser(Paths, "paths"), d.paths)
     daemon = section("daemon", parse_daemon, d.daemon)
@@ -473,7 +614,9 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         source=source,
         sanctioned=sanctioned,
         training=training,
-        ignore=ignore,
+        ignore=effective_ignore(ignore, keep_defaults),
+        ignore_defaults=keep_defaults,
+        workloads=workloads,
         nvml=nvml,
         paths=paths,
         daemon=daemon,

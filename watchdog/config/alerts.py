@@ -26,6 +26,8 @@ from watchdog.model import FINDING_KINDS, SEVERITIES
 MAX_TIMEOUT_S = 600.0
 MAX_DELAY_S = 86400.0
 MAX_REMINDER_S = 365 * 86400.0
+# A settle longer than a minute is no longer "the first complete picture": it is a delay.
+MAX_SETTLE_S = 60.0
 
 
 def _sink_type(r: NodeReader, node: yaml.Node, key: str) -> str:
@@ -205,6 +207,10 @@ class AlertSettings:
         sinks: Destinations; by default one JSON log sink on stdout.
         min_lifetime_s: A finding must stay open this long before its alert is sent
             (debounce); one that resolves sooner is recorded and counted, not alerted.
+        settle_s: At most this long, the first alert of a finding about a job waits for
+            its first complete picture (the GPUs NVML lists it on, the same at two looks
+            in a row), so memory appearing a tick later is part of the open, not a
+            reminder. 0 sends the open at once.
     """
 
     reminder_after_s: float = setting(3600.0, datatypes.positive_s(MAX_REMINDER_S))
@@ -212,6 +218,7 @@ class AlertSettings:
     retry_max_s: float = setting(600.0, datatypes.positive_s(MAX_DELAY_S))
     sinks: tuple[SinkSettings, ...] = setting_factory(_default_sinks, _sinks)
     min_lifetime_s: float = setting(0.0, datatypes.non_negative_s(MAX_DELAY_S))
+    settle_s: float = setting(5.0, datatypes.non_negative_s(MAX_SETTLE_S))
 
 
 def parse_alerts(r: NodeReader, node: yaml.Node) -> AlertSettings:
@@ -222,7 +229,7 @@ def parse_alerts(r: NodeReader, node: yaml.Node) -> AlertSettings:
             cap below the retry base.
     """
     m = r.mapping(node, "alerts", keys(AlertSettings))
-    timing = ("reminder_after_s", "retry_base_s", "retry_max_s", "min_lifetime_s")
+    timing = ("reminder_after_s", "retry_base_s", "retry_max_s", "min_lifetime_s", "settle_s")
     vals = read(AlertSettings, r, m, "alerts", order=timing)
     policy = construct(AlertSettings, vals)
     if policy.retry_max_s < policy.retry_base_s:

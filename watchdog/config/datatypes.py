@@ -202,8 +202,8 @@ def user(r: NodeReader, node: yaml.Node, key: str) -> str:
         pwd.getpwnam(name)
     except KeyError:
         r.warn(
-            node, key, f"no user {name!r} on this host (passwd): nothing matches it "
-            "until the user exists"
+            node, key, f"user {name!r} is not on this host yet (passwd): this entry "
+            "matches no job until that user exists"
         )  # fmt: skip
     return name
 

@@ -7,7 +7,7 @@ Owned by the ship-gate work. Each list entry is one deploy directory the daemon 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import yaml
@@ -38,6 +38,12 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
 
 _non_negative = datatypes.non_negative_s(too_low="must be >= 0, got {text}")
 
+#: Default ``settle_s``: a file must stay unchanged this long (wall-clock seconds) before
+#: it is judged. Ticks can come milliseconds apart (process events ask for early ones),
+#: so "two polls" alone judged a file still being written (issue 32, case 10b); a writer
+#: that writes at least every 10 s looks unsettled.
+DEFAULT_SETTLE_S = 10.0
+
 #: ``enforce:`` values: the after-the-fact gate only, refusal at open, or report only.
 ENFORCE_MODES = ("off", "open", "audit")
 
@@ -66,13 +72,17 @@ class ShipGate:
             directory's file system; needs ``quarantine: true``.
         patterns: File-name globs (case-insensitive) of files to verify; a glob
             containing ``/`` is matched against the path relative to ``deploy_dir``.
-        settle_s: Minimum seconds between the two polls that must see a file's size
-            and mtime unchanged before it is verified (0: any two consecutive ticks).
+        settle_s: Seconds a file's identity (size, mtime, ctime, inode) must stay
+            unchanged, seen at two polls at least that far apart on the wall clock,
+            before it is verified (default :data:`DEFAULT_SETTLE_S`; 0: any two polls,
+            however close).
         enforce: ``off`` (default: the after-the-fact gate only), ``open`` (refuse a
             read ``open(2)`` of a version not verified finite, EPERM, through fanotify)
             or ``audit`` (report each open that would have been refused).
         open_timeout_s: Longest an opener waits while an unverified version is
             verified at open; past it the open is refused (``enforce: open``).
+        quarantine_dir_line: Line of ``quarantine_dir`` in the file, for checks of the
+            host (``check-config``); None when it is not given.
     """
 
     name: str = required(datatypes.text)
@@ -82,9 +92,10 @@ class ShipGate:
     quarantine: bool = setting(False, datatypes.boolean)
     quarantine_dir: str | None = setting(None, datatypes.normalized_path)
     patterns: tuple[str, ...] = setting(DEFAULT_PATTERNS, _patterns)
-    settle_s: float = setting(0.0, _non_negative)
+    settle_s: float = setting(DEFAULT_SETTLE_S, _non_negative)
     enforce: str = setting("off", datatypes.choice(ENFORCE_MODES, "must be off, open or audit"))
     open_timeout_s: float = setting(5.0, datatypes.positive_s(maximum=600.0))
+    quarantine_dir_line: int | None = field(default=None, compare=False)
 
     @property
     def quarantine_path(self) -> str:
@@ -123,6 +134,8 @@ def _gate(r: NodeReader, item: yaml.Node, key: str) -> ShipGate:
             "has no effect without 'enforce: open' or 'enforce: audit'",
         )
     take("open_timeout_s")
+    if "quarantine_dir" in m:
+        vals["quarantine_dir_line"] = m["quarantine_dir"][1].start_mark.line + 1
     return construct(ShipGate, vals)
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from watchdog.actions.enforcer import build_enforcers
 from watchdog.actions.slurmnode import build_slurm_enforcers
+from watchdog.actions.slurmrecord import keep_sweep_drain
 from watchdog.daemon.events import attach_events
 from watchdog.daemon.loop import Daemon
+from watchdog.hostpaths import config_args
 from watchdog.plugins import Enforcer, FindingSource
 from watchdog.queue.actions import build_queue_enforcers
 from watchdog.queue.source import build_queue_sources
@@ -52,12 +54,15 @@ def attach_parts(daemon: Daemon) -> None:
     def rebuild(d: Daemon) -> None:
         nonlocal gates
         kept = {g.gate: g for g in gates}
+        cli_args = config_args(d.config.source)
         gates = [
-            kept.get(gate) or ShipGateSource(gate, d.db, worker) for gate in d.config.ship_gates
+            kept.get(gate) or ShipGateSource(gate, d.db, worker, cli_args=cli_args)
+            for gate in d.config.ship_gates
         ]
         new_sources, new_enforcers = _rebuildable(d)
         d.sources = [*new_sources, *gates]
         d.enforcers = new_enforcers
 
     daemon.on_reload.append(rebuild)
+    daemon.on_tick.append(keep_sweep_drain(daemon))  # docs/slurm.md: the sweep's drain
     attach_events(daemon)

@@ -73,6 +73,7 @@ def attach_events(daemon: Daemon) -> ProcEventSource | None:
         wake=daemon.request_tick,
     )
     daemon.scanner.events = source
+    daemon.exit_statuses = source.exits  # how runs ended: periodic or respawned
     daemon.workers.insert(0, source)  # started before the first tick, stopped last
 
     def reattach(d: Daemon) -> None:

@@ -9,15 +9,17 @@ starts failing and one when it recovers; the loop never dies from it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from watchdog.config import Config, ConfigError, config_checksum, load_config
 from watchdog.daemon.tracker import Tracker, sink_accepts
@@ -28,6 +30,7 @@ from watchdog.model import LOG_LEVELS, Finding, Origin, ScanResult
 from watchdog.plugins import Enforcer, FindingSource, TrackResult, Worker
 from watchdog.policy.nvml import NO_LIBRARY
 from watchdog.policy.signature import job_signature
+from watchdog.report import GPU_INVENTORY_KEY, gpu_inventory
 from watchdog.scan import Scanner
 from watchdog.sources.procfs import boot_id
 from watchdog.state import FindingRecord, StateDB
@@ -97,6 +100,9 @@ CLOCK_SEEN = "clock_seen"
 # a bounded share of a core, not one scan per exec.
 EARLY_TICK_DUTY = 0.5
 EARLY_TICK_MIN_GAP_S = 0.01
+# The tick that sends an open held back by alerts.settle_s comes at least this long after
+# the one before (a settle already over when a tick ends asks for no busy loop).
+SETTLE_TICK_MIN_S = 0.1
 
 
 def early_tick_spacing_s(tick_s: float, acting_s: float) -> float:
@@ -127,13 +133,24 @@ class TickSummary:
 
 
 LEARNING_STARTED = "learning_started"
-# Findings about a job no rule sanctions: info while learning (daemon.learn_until).
-LEARNED_KINDS = frozenset({"rogue-job", "excess-instances", "queue-unsanctioned"})
+# Findings about what runs outside the allowlist: info while learning (daemon.learn_until),
+# every kind of them (issue 35, case 5: rogue-service stayed high). ``respawned`` is made
+# by the tracker, which opens it at info while learning.
+LEARNED_KINDS = frozenset(
+    {
+        "rogue-job",
+        "excess-instances",
+        "queue-unsanctioned",
+        "rogue-service",
+        "unsanctioned-gpu-use",
+    }
+)
 
 
 def learned(finding: Finding) -> Finding:
-    """``finding`` as the learning period reports it: a finding about a job no rule
-    sanctions at ``info`` (``details.learning`` true), any other unchanged."""
+    """``finding`` as the learning period reports it: a finding about what runs outside
+    the allowlist (:data:`LEARNED_KINDS`) at ``info`` (``details.learning`` true), any
+    other unchanged."""
     if finding.kind not in LEARNED_KINDS:
         return finding
     return dataclasses.replace(
@@ -199,9 +216,14 @@ class Daemon:
         # An event source asks for a tick now (request_tick); _wake ends the sleep.
         self._early = threading.Event()
         self._wake = threading.Event()
+        # PID → wait(2) status of the processes the kernel saw exit since the last call
+        # (the proc connector: events.attach_events); None when polling only. Read at the
+        # start of a tick, before its scan.
+        self.exit_statuses: Callable[[], Mapping[int, int]] | None = None
         # A sanctioned process stays sanctioned for its life, also across a restart.
         self.boot_id = boot_id(config.paths.proc_root)
         self._sanctioned_saved: dict[tuple[int, int], str] = {}
+        self._gpus_known: dict[str, Any] | None = None  # the GPU inventory in meta
         self._slurm_members: dict[tuple[int, int], tuple[int, int | None]] = {}
         self._slurm_members_saved: dict[tuple[int, int], tuple[int, int | None]] = {}
         try:
@@ -253,6 +275,23 @@ class Daemon:
                 traceback=traceback.format_exc(limit=5),
             )
         self.degraded[part] = text
+
+    def _record_gpus(self, result: ScanResult | None) -> None:
+        """Keep every GPU seen (index, name) in ``meta``: the report names its timeline
+        rows by them (runs record UUIDs). Written only when the inventory changes."""
+        if result is None or not result.gpus:
+            return
+        if self._gpus_known is None:
+            raw = self.db.meta(GPU_INVENTORY_KEY)
+            try:
+                loaded = json.loads(raw) if raw else {}
+            except ValueError:
+                loaded = {}
+            self._gpus_known = loaded if isinstance(loaded, dict) else {}
+        changed = gpu_inventory(self._gpus_known, result.gpus)
+        if changed is not None:
+            self.db.set_meta(GPU_INVENTORY_KEY, json.dumps(changed, sort_keys=True))
+            self._gpus_known = changed
 
     def _nvml_health(self, result: ScanResult) -> None:
         """An NVML library that is there but cannot be used (a garbage or overwritten
@@ -382,6 +421,7 @@ class Daemon:
         started = time.monotonic()
         self.acting_s = 0.0
         self._recheck_reload()
+        exits = self._exits()
         result: ScanResult | None = None
         try:
             result = self.scanner.scan(datetime.fromtimestamp(now).astimezone())
@@ -423,6 +463,8 @@ class Daemon:
                 blind=result is not None and result.gpu_blind,
                 alive=self._alive,
                 learning=learning,
+                exits=exits,
+                gpu_lists=result is not None and result.nvml.available,
             )
             self.unstored.note(track)
             self._prune(now)
@@ -430,6 +472,7 @@ class Daemon:
                 self.db.set_sanctioned_procs(self.scanner.sanctioned, self.boot_id, now)
                 self._sanctioned_saved = dict(self.scanner.sanctioned)
             self._record_slurm_members(now)
+            self._record_gpus(result)
             self._ok("state")
         except Exception as exc:
             self._failed("state", exc)
@@ -457,6 +500,16 @@ class Daemon:
             except Exception as exc:
                 self._failed(f"hook {getattr(hook, '__name__', hook)}", exc)
         return summary
+
+    def _exits(self) -> Mapping[int, int]:
+        """The exit statuses since the last tick (empty without kernel events)."""
+        if self.exit_statuses is None:
+            return {}
+        try:
+            return self.exit_statuses()
+        except Exception as exc:  # no evidence is the loud side: returns are respawns
+            self._failed("proc-events", exc)
+            return {}
 
     def _log_events(self, track: TrackResult) -> None:
         """One log line per finding event: a log sink on stdout writes its own
@@ -580,9 +633,11 @@ class Daemon:
         self.scanner.keep_origins_of(old_scanner)  # a reload does not re-attribute
         self.scanner.gpu_libraries.adopt(old_scanner.gpu_libraries)  # nor re-read maps
         first, clocks = self.tracker.first_signature, self.tracker.clocks
+        exits = self.tracker.exits
         self.tracker = Tracker(self.db, new.alerts, self.scanner.host)
         self.tracker.first_signature.update(first)
         self.tracker.clocks = clocks
+        self.tracker.exits = exits  # how the runs before the reload ended
         for hook in self.on_reload:
             try:
                 hook(self)
@@ -641,9 +696,14 @@ class Daemon:
             while True:
                 began = time.monotonic()
                 self._early.clear()
-                self.tick(clock())
+                now = clock()
+                self.tick(now)
                 ended = time.monotonic()
                 deadline = ended + self.config.daemon.interval_s
+                settle = self.tracker.settle_due
+                if settle is not None:
+                    # An open alert held back by alerts.settle_s is due before then.
+                    deadline = min(deadline, began + max(SETTLE_TICK_MIN_S, settle - now))
                 while not (self._stop.is_set() or self._reload.is_set()):
                     if self._early.is_set():
                         spacing = early_tick_spacing_s(ended - began, self.acting_s)

@@ -22,7 +22,7 @@ from watchdog.config.daemon import parse_listen
 from watchdog.daemon.events import EventsCollector
 from watchdog.daemon.fleetmetrics import FleetCollector
 from watchdog.logs import get_logger
-from watchdog.model import VERDICTS
+from watchdog.model import VERDICTS, WORKLOAD_CLASSES
 from watchdog.state import StateDB
 
 if TYPE_CHECKING:
@@ -70,6 +70,8 @@ class Snapshot:
             total).
         ship_gates_at_open: Gate name → ``enforcing``, ``auditing`` or ``not enforcing``
             (refusal at open, docs/weights.md).
+        jobs_by_class: ``(verdict, workload class)`` → job count (every pair present, 0
+            when none: a bounded, stable set of series).
     """
 
     tick_time: float
@@ -85,6 +87,7 @@ class Snapshot:
     instances_open: dict[str, int] = field(default_factory=dict)
     not_alerted: int = 0
     ship_gates_at_open: dict[str, str] = field(default_factory=dict)
+    jobs_by_class: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def spool_counts(db: StateDB) -> dict[str, SinkCounts]:
@@ -110,8 +113,12 @@ class MetricsCollector(Collector):
         result = summary.result
         jobs: dict[str, int] = dict.fromkeys(VERDICTS, 0)
         mem: dict[str, float] = dict.fromkeys(VERDICTS, 0)
+        by_class: dict[tuple[str, str], int] = {
+            (v, c): 0 for v in VERDICTS for c in WORKLOAD_CLASSES
+        }
         for job in result.jobs if result else []:
             jobs[job.verdict] = jobs.get(job.verdict, 0) + 1
+            by_class[(job.verdict, job.workload)] = by_class.get((job.verdict, job.workload), 0) + 1
             unknown = job.gpu_memory_bytes is None and bool(job.gpus or job.gpu_uuids)
             if unknown or any(g.memory_bytes is None for g in job.gpus):
                 mem[job.verdict] = math.nan  # unknown, never counted as 0
@@ -146,6 +153,7 @@ class MetricsCollector(Collector):
                 instances_open=instances,
                 not_alerted=not_alerted,
                 ship_gates_at_open=at_open,
+                jobs_by_class=by_class,
             )
 
     def collect(self) -> Iterator[Metric]:
@@ -176,6 +184,15 @@ class MetricsCollector(Collector):
         g = GaugeMetricFamily(f"{PREFIX}_jobs", "Training jobs by verdict.", labels=["verdict"])
         for verdict, n in s.jobs.items():
             g.add_metric([verdict], n)
+        yield g
+        g = GaugeMetricFamily(
+            f"{PREFIX}_jobs_by_class",
+            "Jobs by verdict and workload class (training, serving, interactive, system, "
+            "probe, unknown).",
+            labels=["verdict", "workload"],
+        )
+        for (verdict, workload), n in s.jobs_by_class.items():
+            g.add_metric([verdict, workload], n)
         yield g
         g = GaugeMetricFamily(
             f"{PREFIX}_job_gpu_memory_bytes", "GPU memory held by jobs, by verdict.",

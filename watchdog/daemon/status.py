@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from watchdog import __version__
 from watchdog.render import (
     PLACEMENT_BLIND_KINDS,
+    fit,
     gpu_json,
     gpu_lines,
     output_width,
@@ -182,8 +183,15 @@ def _job_entry(
         "origin_kind": j.origin.kind,
         "gpu_memory_bytes": j.gpu_memory_bytes,
         "gpus": [g.to_json() for g in j.gpus],
-        # The guard's advice (None: nothing may be done about this job).
-        "stop": j.advice.stop_line(j.root_pid) if j.unsanctioned else None,
+        "workload": j.workload,
+        "workload_evidence": list(j.workload_evidence),
+        # The root's start (/proc/PID/stat field 22, clock ticks after boot): its age.
+        "start_ticks": j.start_ticks,
+        # The guard's advice (None: nothing may be done about this job); none for a job
+        # that is not training (it may serve others: exempt it or stop it by hand).
+        "stop": j.advice.stop_line(j.root_pid) if j.unsanctioned and j.may_train else None,
+        # What starts it again, as of the last scan (never frozen at a finding's open).
+        "restarts": (j.advice.restarts.line() if j.unsanctioned and j.advice.restarts else None),
         "being_stopped": (stopping or {}).get((j.root_pid, j.start_ticks)),
     }
 
@@ -353,6 +361,42 @@ def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
     }
 
 
+def _job_lines(j: dict[str, Any], width: int, colour: bool) -> list[str]:
+    """A job of the status text: verdict, PID, user, GPUs and memory, origin, command,
+    its class when it is not training, what restarts it and the terminate stopping it
+    (host text made printable)."""
+    out: list[str] = []
+    on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
+    verdict = str(j.get("verdict") or "-")
+    stopping = j.get("being_stopped")
+    if stopping:
+        verdict = "stopping"  # a terminate is at it: not a rogue left alone
+    row = (
+        f"  {verdict:<10} pid {j.get('root_pid'):<7} {j.get('user') or '-':<10} "
+        f"GPU {on:<3} {_gib(j.get('gpu_memory_bytes')):>9}"
+    )
+    origin = f"origin: {j.get('origin') or '-'}"
+    # Colour after escaping: the escape sequences are ours, never the host's text.
+    head = printable(row).replace(
+        f"  {verdict:<10}", "  " + paint(f"{verdict:<10}", verdict, colour), 1
+    )
+    if len(row) + 2 + len(origin) <= width:
+        out.append(f"{head}  {printable(origin)}")
+    else:  # narrow: the origin gets a line of its own
+        out.append(head)
+        out.append(printable(f"    {origin}"))
+    out.append("    " + shorten_command(j.get("cmdline") or [], max(20, width - 4)))
+    workload = j.get("workload")
+    if workload and workload != "training":
+        why = "; ".join(str(e) for e in j.get("workload_evidence") or [])
+        out.append(printable(f"    class: {workload}" + (f" ({why})" if why else "")))
+    if j.get("restarts"):
+        out.extend(fit(printable(str(j["restarts"])), width, "      ", "    "))
+    if stopping:
+        out.append(printable(f"    {_stopping_line(stopping)}"))
+    return out
+
+
 def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | None = None) -> str:
     """The at-a-glance text of ``rogue-watchdog status`` (command lines made printable).
 
@@ -439,28 +483,7 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
     out.extend(status_gpu_lines(doc, width))
     line(f"jobs: {len(jobs)}")
     for j in jobs:
-        on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
-        verdict = str(j.get("verdict") or "-")
-        stopping = j.get("being_stopped")
-        if stopping:
-            verdict = "stopping"  # a terminate is at it: not a rogue left alone
-        row = (
-            f"  {verdict:<10} pid {j.get('root_pid'):<7} {j.get('user') or '-':<10} "
-            f"GPU {on:<3} {_gib(j.get('gpu_memory_bytes')):>9}"
-        )
-        origin = f"origin: {j.get('origin') or '-'}"
-        # Colour after escaping: the escape sequences are ours, never the host's text.
-        head = printable(row).replace(
-            f"  {verdict:<10}", "  " + paint(f"{verdict:<10}", verdict, colour), 1
-        )
-        if len(row) + 2 + len(origin) <= width:
-            out.append(f"{head}  {printable(origin)}")
-        else:  # narrow: the origin gets a line of its own
-            out.append(head)
-            line(f"    {origin}")
-        out.append("    " + shorten_command(j.get("cmdline") or [], max(20, width - 4)))
-        if stopping:
-            line(f"    {_stopping_line(stopping)}")
+        out.extend(_job_lines(j, width, colour))
     findings = doc.get("findings") or []
     line(f"open findings: {len(findings)}")
     for f in findings:

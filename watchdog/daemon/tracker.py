@@ -1,38 +1,46 @@
 """Remember jobs and findings across ticks and restarts; decide which alerts to send.
 
 :class:`Tracker` composes the phases of :mod:`watchdog.daemon.tracking` once per tick:
-record the jobs (a rogue signature that came back opens ``respawned``), note an undone
-source in findings' messages, fold the findings by fingerprint, decide which open, are
-seen again or resolve, name each filed finding's id in its commands, decide the alert
-each is due (the debounced open, a reminder) and spool it for every sink that accepts
-it. Only the tracker writes: each phase takes values and returns one.
+record the jobs (a rogue signature that came back after a stop opens ``respawned``;
+one whose run ended by itself is periodic), note an undone source in findings'
+messages, make the findings of a periodic loop's runs its one finding, fold the findings
+by fingerprint, decide which open, are seen again or resolve, name each filed finding's
+id in its commands, decide the alert each is due (the debounced, settled open, a
+reminder) and spool it for every sink that accepts it. Only the tracker writes: each
+phase takes values and returns one.
 
-One alert when a finding opens, a reminder after ``reminder_after_s`` while it stays
-open ("still open, seen N times"), one when it resolves. Never one message per PID of
-a job.
+One alert when a finding opens (once its picture is complete: ``alerts.settle_s``), a
+reminder after ``reminder_after_s`` while it stays open ("still open, seen N times"),
+one when it resolves. Never one message per PID of a job, nor one per run of a loop.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
 
 from watchdog.config.alerts import AlertSettings
 from watchdog.daemon.alerts.alert import AlertEvent
+from watchdog.daemon.tracking.blind import last_seen_gpus
 from watchdog.daemon.tracking.fold import fingerprint, fold, group
 from watchdog.daemon.tracking.jobs import record_jobs
 from watchdog.daemon.tracking.lifecycle import Open, Resolve, Seen, Sighting, Step, decide
 from watchdog.daemon.tracking.naming import with_own_id, with_undo_notes
-from watchdog.daemon.tracking.reminders import alert_due, alert_labels
+from watchdog.daemon.tracking.periodic import as_periodic, expected, loops, periodic_signature
+from watchdog.daemon.tracking.reminders import alert_due, alert_labels, record_labels
 from watchdog.daemon.tracking.spool import deliveries, sink_accepts
-from watchdog.model import Finding, Job
+from watchdog.model import Finding, FindingKind, Job, Severity
 from watchdog.plugins import TrackResult
 from watchdog.state import FindingRecord, SourceUndo, StateDB
 
 # The tracker's public names (the daemon loop filters log sinks with sink_accepts).
 __all__ = ["Tracker", "fingerprint", "fold", "sink_accepts"]
+
+# Exit statuses kept for runs that may come back: PIDs beyond this, oldest first, are
+# forgotten (a return without evidence is a respawn, the loud side).
+MAX_EXITS = 4096
 
 
 class Tracker:
@@ -59,7 +67,11 @@ class Tracker:
         # Finding id → (opened, last alerted) on the monotonic clock (kept across reloads).
         self.clocks: dict[int, tuple[float, float | None]] = {}
         self.alerts = alerts
+        # This tick's alert policy: ``alerts``, without the settle on a tick whose scan
+        # had no GPU list to fill a job's picture in (NVML off or unavailable).
+        self.policy = alerts
         self.host = host
+        self._blind = False  # this tick's: some GPU's processes could not be seen
         # The signature each running job root got first, by identity (PID, start ticks):
         # a job keeps it for its life, so its findings keep their fingerprint (and id)
         # when a later look names its origin otherwise (its CRON parent exited).
@@ -72,6 +84,13 @@ class Tracker:
         # By identity: the operator's undo that re-enabled the source this job started
         # from after (looked up once per job, at first sight); None when there is none.
         self.source_undos: dict[tuple[int, int], SourceUndo | None] = {}
+        # PID → wait(2) status of processes the kernel saw exit (Daemon.exit_statuses):
+        # whether a job's run ended by itself or was stopped. A PID seen running again
+        # as a job root is another process: its entry goes.
+        self.exits: dict[int, int] = {}
+        # When (tick time) the earliest open alert held back by alerts.settle_s is due:
+        # the loop ticks then instead of a whole interval later. None when none waits.
+        self.settle_due: float | None = None
 
     def update(
         self,
@@ -83,6 +102,8 @@ class Tracker:
         blind: bool = False,
         alive: Callable[[int, int], bool] | None = None,
         learning: bool = False,
+        exits: Mapping[int, int] | None = None,
+        gpu_lists: bool = True,
     ) -> TrackResult:
         """Record one tick's jobs and findings; spool the alerts they cause.
 
@@ -103,12 +124,25 @@ class Tracker:
             alive: ``(pid, start_ticks) -> bool``, whether that process still runs.
             learning: In the learning period (``daemon.learn_until``): a ``respawned``
                 finding is opened at ``info``, like the rogue finding it follows.
+            exits: PID → wait(2) status of the processes the kernel saw exit since the
+                last tick, read before this tick's scan (the proc connector's exit
+                events; None without them).
+            gpu_lists: The scan read NVML's process lists; without them nothing will
+                fill a job's GPU picture in later, so no open waits for it (the settle).
 
         Returns:
             What opened, was reminded of, and resolved; the job signatures by root PID.
         """
         self._mono_now = self.mono()
+        self._blind = blind
+        self.settle_due = None
+        self.policy = self.alerts if gpu_lists else dataclasses.replace(self.alerts, settle_s=0.0)
         clocks = dict(self.clocks)
+        for pid, status in (exits or {}).items():
+            self.exits.pop(pid, None)
+            self.exits[pid] = status
+        while len(self.exits) > MAX_EXITS:
+            self.exits.pop(next(iter(self.exits)))
         try:
             return self._update(jobs, findings, now, start_time_s, blind, alive, learning)
         except BaseException:
@@ -125,24 +159,33 @@ class Tracker:
         alive: Callable[[int, int], bool] | None,
         learning: bool,
     ) -> TrackResult:
+        tracked = [j for j in jobs if j.verdict != "ignored"]
         with self.db.transaction():
+            before = self.db.open_findings()
+            sigs = {s for s in map(periodic_signature, before) if s is not None}
             seen = record_jobs(
-                self.db, [j for j in jobs if j.verdict != "ignored"], now,
-                self.first_signature, self.source_undos, start_time_s,
-                alive if blind else None,
+                self.db, tracked, now, self.first_signature, self.source_undos,
+                start_time_s, alive if blind else None, self.exits,
             )  # fmt: skip
             self.first_signature, self.source_undos = seen.first_signature, seen.source_undos
+            for pid in seen.signatures:
+                self.exits.pop(pid, None)  # running now: an exit noted for it was another's
             respawns = seen.respawns
             if learning:
                 respawns = [dataclasses.replace(f, severity="info") for f in respawns]
-            noted = with_undo_notes(findings, self.source_undos)
+            found = loops(before, seen.returns, now)
+            noted = as_periodic(
+                with_undo_notes(findings, self.source_undos), seen.signatures,
+                {j.root_pid: j for j in tracked}, found, before,
+            )  # fmt: skip
+            present = set(seen.signatures.values())
+            between = expected(before, present, self._last_seen(sigs), now)
             steps = decide(
-                group([*noted, *respawns], seen.signatures),
-                self.db.open_findings(),
-                present=set(seen.signatures.values()),
-                held=seen.held,
-            )
+                group([*noted, *respawns], seen.signatures), before, present=present,
+                held=seen.held, expected=between,
+            )  # fmt: skip
             opened, reminded, resolved = self._apply(steps, now)
+            self._between_runs(before, steps, between, now)
         return TrackResult(
             opened=opened,
             reminded=reminded,
@@ -151,6 +194,15 @@ class Tracker:
             respawned=respawns,
             held=seen.held,
         )
+
+    def _last_seen(self, sigs: Iterable[str]) -> dict[str, float]:
+        """When a run of each signature was last seen (before this tick's record)."""
+        out = {}
+        for sig in sigs:
+            rec = self.db.job(sig)
+            if rec is not None:
+                out[sig] = rec.last_seen
+        return out
 
     # -- the findings table and the spool ------------------------------------------------
 
@@ -219,21 +271,36 @@ class Tracker:
         assert new is not None
         labels = alert_labels(self.host, fid, f)
         self.clocks[fid] = (self._mono_now, None)
-        if alert_due(None, f, s.instances, s.pids, labels, now, self.alerts) is not None:
+        if alert_due(None, f, s.instances, s.pids, labels, now, self.policy) is not None:
             self._spool("open", new, now)
             db.mark_alerted(fid, now, s.pids, labels)
             self._alerted(fid, now)
+        else:
+            self._settling(now)
         return new
+
+    def _settling(self, opened_at: float) -> None:
+        """Note when an open held back by the settle is due at the latest."""
+        if self.policy.settle_s > 0:
+            due = opened_at + self.policy.settle_s
+            self.settle_due = due if self.settle_due is None else min(self.settle_due, due)
 
     def _seen(self, step: Seen, now: float) -> FindingRecord | None:
         """Record another sighting of an open finding; spool the alert it is due.
         Returns the finding as reminded of when that alert is a reminder, else None."""
         db, rec, s = self.db, step.record, step.sighting
         f = s.finding
+        if self._blind:  # a GPU unseen is not a GPU left: keep where it was last seen
+            f = last_seen_gpus(rec, f)
         db.touch_finding(rec.id, with_own_id(f, rec.id), f.root_pid, f.details, now, s.instances)
         labels = alert_labels(self.host, rec.id, f)
-        due = alert_due(self._on_mono(rec, now), f, s.instances, s.pids, labels, now, self.alerts)
+        was = self._on_mono(rec, now)
+        due = alert_due(
+            was, f, s.instances, s.pids, labels, now, self.policy, record_labels(self.host, rec)
+        )
         if due is None:
+            if was.last_alert_at is None:
+                self._settling(was.opened_at)
             return None
         fresh = db.finding(rec.id)
         assert fresh is not None
@@ -242,15 +309,63 @@ class Tracker:
         self._alerted(rec.id, now)
         return fresh if due.event == "remind" else None
 
+    def _between_runs(
+        self, before: list[FindingRecord], steps: list[Step], between: set[str], now: float
+    ) -> None:
+        """Send the open alert of a periodic finding whose settle ended between two runs
+        of its loop (no run to look at: the picture it has is the one it gets)."""
+        stepped = {s.record.id for s in steps if isinstance(s, Seen | Resolve)}
+        for rec in before:
+            if rec.id in stepped or rec.last_alert_at is not None:
+                continue
+            if periodic_signature(rec) not in between:
+                continue
+            f = Finding(
+                cast("FindingKind", rec.kind), cast("Severity", rec.severity), rec.message,
+                rec.root_pid, rec.details,
+            )  # fmt: skip
+            labels = record_labels(self.host, rec)
+            was = self._on_mono(rec, now)
+            due = alert_due(was, f, rec.instances, [], labels, now, self.policy, labels)
+            if due is None:
+                self._settling(was.opened_at)
+                continue
+            self._spool("open", rec, now)
+            self.db.mark_alerted(rec.id, now, [], labels)
+            self._alerted(rec.id, now)
+
+    def _owes_open(self, rec: FindingRecord, now: float) -> bool:
+        """Whether a finding resolving before its first alert still gets it: one held
+        back by the settle does, unless its job ended by itself meanwhile (nothing is
+        left to act on; should it come back, its loop is paged). One shorter than the
+        debounce (``alerts.min_lifetime_s``) never does. (The configured settle, not
+        this tick's: a tick without NVML's lists sends what an earlier one held back.)"""
+        if self.alerts.settle_s <= 0 or "gpus" not in rec.details:
+            return False
+        if now - self._on_mono(rec, now).opened_at < self.alerts.min_lifetime_s:
+            return False
+        root = rec.details.get("root")
+        status = self.exits.get(root[0]) if isinstance(root, list) and root else None
+        return status is None or bool(status & 0x7F)
+
     def _resolve(self, rec: FindingRecord, now: float) -> FindingRecord:
-        """Resolve one finding and spool its ``resolve`` alert (when it was alerted)."""
+        """Resolve one finding and spool its ``resolve`` alert (when it was alerted,
+        after the open it still owes: :meth:`_owes_open`)."""
         db = self.db
+        alerted = rec.last_alert_at is not None
+        if not alerted and self._owes_open(rec, now):
+            self._spool("open", rec, now)
+            pids = [rec.root_pid] if rec.root_pid is not None else []
+            db.mark_alerted(rec.id, now, pids, record_labels(self.host, rec))
+            alerted = True
         self.clocks.pop(rec.id, None)
         db.resolve_finding(rec.id, now)
         done = db.finding(rec.id)
         assert done is not None
-        if rec.last_alert_at is None:
-            db.count("findings_not_alerted")  # shorter than alerts.min_lifetime_s
+        if not alerted:
+            # Shorter than alerts.min_lifetime_s, or its job ended by itself within
+            # the settle.
+            db.count("findings_not_alerted")
         else:
             self._spool("resolve", done, now)
         return done

@@ -233,6 +233,8 @@ def _parse_engine(stdout: str) -> EngineFacts | None:
     if not isinstance(data, list) or len(data) != 4:
         return None
     image, image_id, name, restart = (v if isinstance(v, str) and v else None for v in data)
+    # The engine answered: an empty policy (podman's, with none set) is "no".
+    restart = restart or "no"
     if name is not None:
         name = name.removeprefix("/")
     if image_id is not None and ":" not in image_id:
@@ -278,6 +280,29 @@ def container_image(runtime: str, container_id: str, pod: bool, ctx: ResolveCont
     """The image reference a container runs (see :func:`engine_facts`), or None."""
     facts = engine_facts(runtime, container_id, pod, ctx)
     return facts.image if facts is not None else None
+
+
+def restart_when(policy: str) -> str:
+    """When a Docker or Podman restart policy starts the container again, in words
+    (docker-run(1) ``--restart``, podman-run(1) ``--restart``)."""
+    if policy == "always":
+        return (
+            "the engine starts the container again at once whenever its main process ends "
+            "(and after a daemon restart or reboot), unless the policy is removed"
+        )
+    if policy == "unless-stopped":
+        return (
+            "the engine starts the container again at once whenever its main process ends, "
+            "unless it was stopped by hand (`stop`); also after a daemon restart or reboot"
+        )
+    if policy.startswith("on-failure"):
+        most = policy.partition(":")[2]
+        return (
+            "the engine starts the container again when its main process exits non-zero"
+            + (f", at most {most} times" if most else "")
+            + "; not after a clean exit or a `stop`"
+        )
+    return "the engine may start the container again (a policy not known here)"
 
 
 class ContainerResolver:
@@ -339,15 +364,24 @@ class ContainerResolver:
         if cid:
             remediation = remediation_for(runtime, cid, namespace, pod_uid is not None)
             restart = facts.restart_policy if facts else None
-            if restart not in (None, "no", ""):
+            asked = runtime in _ENGINE_TEMPLATE and pod_uid is None
+            if asked and restart is None:
                 evidence.append(
-                    f"restart policy {restart!r}: the engine starts the container again "
-                    "(after a daemon restart or reboot) unless the policy is removed"
+                    f"restart policy unknown: `{runtime} inspect` did not answer; the engine "
+                    "may start the container again once it stops"
                 )
-                if runtime == "docker" and pod_uid is None:
+            elif restart not in (None, "no", ""):
+                evidence.append(f"restart policy {restart!r}: {restart_when(restart)}")
+            if asked and restart != "no":
+                if runtime == "docker":
                     update = shlex.join(["docker", "update", "--restart=no", cid])
                     remediation = f"{update} && {remediation}"
-                elif runtime == "podman":
+                elif restart is None:
+                    remediation += (
+                        "  # restart policy unknown: podman inspect --format "
+                        f"'{{{{.HostConfig.RestartPolicy.Name}}}}' {cid}"
+                    )
+                else:
                     remediation += f"  # then recreate it without --restart={restart}"
         else:
             tool = runtime if runtime in ("docker", "podman") else "crictl"

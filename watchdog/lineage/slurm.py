@@ -36,6 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from watchdog.command import TIMED_OUT, CommandResult
 from watchdog.lineage.base import ResolveContext, exe_name, exe_path, system_daemon
 from watchdog.lineage.cgroup import parse_cgroup
 from watchdog.model import Origin, Proc, SlurmOrigin
@@ -284,14 +285,16 @@ def parse_squeue_json(text: str, job_id: int) -> SlurmJob | None:
 
     Returns:
         ``found`` with the job's fields, ``gone`` when the listing lacks the job, or None
-        when the text is not such a document.
+        when the text is not such a document or it reports errors.
     """
     try:
         doc = json.loads(text)
     except ValueError:
         return None
     jobs = doc.get("jobs") if isinstance(doc, dict) else None
-    if not isinstance(jobs, list):
+    if not isinstance(jobs, list) or squeue_errors(text):
+        # 22.05 exits 0 with {"errors": [...], "jobs": []} when slurmctld cannot be
+        # reached: an empty listing then says nothing about any job.
         return None
     for job in jobs:
         if isinstance(job, dict) and _job_id_of(job.get("job_id")) == job_id:
@@ -306,6 +309,31 @@ def parse_squeue_json(text: str, job_id: int) -> SlurmJob | None:
                 via="squeue --json",
             )
     return SlurmJob(job_id, "gone", via="squeue --json")
+
+
+def squeue_errors(text: str) -> list[str]:
+    """The ``errors`` of a ``squeue --json`` document (their descriptions), if any.
+
+    Args:
+        text: The command's stdout.
+
+    Returns:
+        One line per error, its ``description`` and ``error`` joined (``Failed while
+        looking for jobs: Unable to contact slurm controller (connect failure)``); empty
+        when there are none or the text is not such a document.
+    """
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return []
+    errors = doc.get("errors") if isinstance(doc, dict) else None
+    out = []
+    for err in errors if isinstance(errors, list) else ():
+        words = [err] if isinstance(err, str) else []
+        if isinstance(err, dict):
+            words = [v for k in ("description", "error") if isinstance(v := err.get(k), str) and v]
+        out.append(": ".join(words) or "error")
+    return out
 
 
 _SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
@@ -364,7 +392,7 @@ def _invalid_id(stderr: str) -> bool:
     return "invalid job id" in stderr.lower()
 
 
-def query_job(job_id: int, ctx: ResolveContext) -> SlurmJob:
+def query_job(job_id: int, ctx: ResolveContext, timeout_s: float = _CLI_TIMEOUT_S) -> SlurmJob:
     """Ask Slurm about a job, once per scan (cached in ``ctx.cache``).
 
     Tries ``squeue --json -j ID`` first, then ``scontrol show job ID -o`` (Slurm
@@ -373,10 +401,12 @@ def query_job(job_id: int, ctx: ResolveContext) -> SlurmJob:
     Args:
         job_id: Numeric Slurm job id.
         ctx: Provides ``run_cmd``, ``use_slurm_cli`` and the cache.
+        timeout_s: Limit for each command, seconds.
 
     Returns:
         The answer; ``status="unavailable"`` when the CLI is disabled or absent, or the
-        controller did not answer.
+        controller did not answer, with ``via`` saying what each command did (did not
+        run, timed out, failed, reported errors).
     """
     key = f"slurm:job:{job_id}"
     cached = ctx.cache.get(key)
@@ -385,13 +415,28 @@ def query_job(job_id: int, ctx: ResolveContext) -> SlurmJob:
     if not ctx.use_slurm_cli:
         answer = SlurmJob(job_id, "unavailable", via="Slurm CLI disabled (use_slurm_cli)")
     else:
-        answer = _ask(job_id, ctx)
+        answer = _ask(job_id, ctx, timeout_s)
     ctx.cache[key] = answer
     return answer
 
 
-def _ask(job_id: int, ctx: ResolveContext) -> SlurmJob:
-    res = ctx.run_cmd(["squeue", "--json", "-j", str(job_id)], _CLI_TIMEOUT_S)
+def _failed(name: str, res: CommandResult) -> str:
+    """What a command that gave no answer did: ``squeue timed out after 10 s``,
+    ``scontrol did not run (No such file or directory)``, ``scontrol failed: ...``."""
+    if not res.ran:
+        detail = (res.reason or "").split(": ", 1)[-1]
+        if res.returncode == TIMED_OUT:
+            return f"{name} {detail}"
+        return f"{name} did not run ({detail})"
+    errors = squeue_errors(res.stdout) if res.returncode == 0 else []
+    if errors:
+        return f"{name} reported errors: {'; '.join(errors)[:120]}"
+    why = (res.stderr or res.stdout).strip().splitlines()
+    return f"{name} failed: {why[0][:160] if why else f'exit {res.returncode}'}"
+
+
+def _ask(job_id: int, ctx: ResolveContext, timeout_s: float) -> SlurmJob:
+    res = ctx.run_cmd(["squeue", "--json", "-j", str(job_id)], timeout_s)
     if res.ran:
         if res.returncode == 0:
             parsed = parse_squeue_json(res.stdout, job_id)
@@ -399,17 +444,15 @@ def _ask(job_id: int, ctx: ResolveContext) -> SlurmJob:
                 return parsed
         elif _invalid_id(res.stderr):
             return SlurmJob(job_id, "gone", via="squeue")
-    res = ctx.run_cmd(["scontrol", "show", "job", str(job_id), "-o"], _CLI_TIMEOUT_S)
-    if not res.ran:
-        return SlurmJob(job_id, "unavailable", via="squeue/scontrol not runnable")
-    if res.returncode == 0:
+    first = _failed("squeue", res)
+    res = ctx.run_cmd(["scontrol", "show", "job", str(job_id), "-o"], timeout_s)
+    if res.returncode == 0 and res.ran:
         parsed = parse_scontrol_job(res.stdout, job_id)
         if parsed is not None:
             return parsed
-    elif _invalid_id(res.stderr + res.stdout):
+    elif res.ran and _invalid_id(res.stderr + res.stdout):
         return SlurmJob(job_id, "gone", via="scontrol")
-    why = (res.stderr or res.stdout).strip().splitlines()
-    return SlurmJob(job_id, "unavailable", via=f"scontrol: {why[0] if why else res.returncode}")
+    return SlurmJob(job_id, "unavailable", via=f"{first}; {_failed('scontrol', res)}")
 
 
 # -- the resolver ------------------------------------------------------------------------

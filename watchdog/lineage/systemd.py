@@ -574,7 +574,9 @@ def _remediation(
         who = user[0] if user[0] is not None else str(user[1])
         ctl = f"systemctl --user -M {quote_arg(who + '@')}"
     u = quote_arg(unit)
-    if unit.endswith(".scope"):
+    if unit.endswith(".scope") or (unit_file or "").startswith("/run/systemd/transient/"):
+        # A scope or a transient (systemd-run) unit: once stopped it is gone; a mask
+        # would only leave a link for a unit that no longer exists.
         return f"{ctl} stop {u}"
     if timer is not None:
         cmd = f"{ctl} disable --now {quote_arg(timer)} && {ctl} stop {u}"

@@ -15,7 +15,7 @@ from fnmatch import fnmatchcase
 from watchdog.config import Config, OriginPin, Rule
 from watchdog.config.origins import pin_keys
 from watchdog.model import Job, Origin, SystemdOrigin
-from watchdog.policy.jobs import ignore_match
+from watchdog.policy.jobs import ignore_match_job
 
 
 def cmdline_matches(rule: Rule, cmdline: Sequence[str]) -> bool:
@@ -130,7 +130,7 @@ def _judged(
     job: Job, config: Config, kept: Mapping[tuple[int, int], str], counts: dict[str, list[int]]
 ) -> Job:
     """One job's verdict; ``counts`` carries the instances seen so far, per rule."""
-    entry = ignore_match(job.lineage[0], config.ignore) if job.lineage else None
+    entry = ignore_match_job(job, config.ignore)
     if entry is not None:
         return replace(
             job, verdict="ignored", rule=entry.name, reason=f"ignore entry {entry.name!r}"

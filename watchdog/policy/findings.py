@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
 # fmt_bytes lives in watchdog.model (render and the `status` client need no policy).
+from watchdog.config.workloads import WorkloadSettings
 from watchdog.hosttext import command_text
 from watchdog.model import Finding, GpuHeld, GpuInfo, GpuProcess, Job, Proc, fmt_bytes
 from watchdog.policy.jobs import zombie_holder
@@ -23,28 +25,45 @@ def gpus_text(gpus: Sequence[GpuHeld]) -> str:
     return ("GPU " if len(each) == 1 else "GPUs ") + ", ".join(each)
 
 
-def job_findings(jobs: Sequence[Job]) -> list[Finding]:
-    """One finding per rogue or excess job (never one per PID)."""
+#: How a finding names each class of job (``unknown`` is judged as training).
+CLASS_NOUNS: dict[str, str] = {
+    "training": "training job",
+    "unknown": "GPU job",
+    "serving": "inference server",
+    "interactive": "interactive session",
+    "system": "system GPU program",
+    "probe": "short-lived GPU probe",
+}
+
+
+def job_findings(jobs: Sequence[Job], workloads: WorkloadSettings | None = None) -> list[Finding]:
+    """One finding per rogue or excess job (never one per PID).
+
+    A rogue job of a class that is not training (:attr:`~watchdog.model.Job.may_train`
+    false) is ``unsanctioned-gpu-use`` at its class's severity (``workloads.severity``,
+    warning by default), says what it is, and names the ignore entry that would exempt
+    it; training (and ``unknown``, which may be training) is ``rogue-job`` at high. An
+    excess run is ``excess-instances`` whatever its class: a rule matched it.
+
+    Args:
+        jobs: Judged and classed jobs.
+        workloads: The ``workloads:`` section; None uses the defaults.
+    """
+    workloads = workloads or WorkloadSettings()
     out = []
     for job in jobs:
         if not job.unsanctioned:
             continue
-        head = f"{'rogue' if job.verdict == 'rogue' else 'excess'} training job PID {job.root_pid}"
+        if job.verdict == "rogue" and not job.may_train:
+            out.append(_unsanctioned_use(job, workloads))
+            continue
+        noun = CLASS_NOUNS["unknown" if job.workload == "unknown" else "training"]
+        head = f"{'rogue' if job.verdict == 'rogue' else 'excess'} {noun} PID {job.root_pid}"
         if job.gpus:
             head += f" on {gpus_text(job.gpus)}"
-        parts = [
-            head,
-            f"user {job.user or '-'}",
-            f"`{command_text(job.cmdline, 160)}`",
-            f"from {job.origin.describe()}",
-        ]
-        # No "next run" time: the message of an open finding is kept (status, reminders)
-        # long after that time passed. `explain` (and the origin in `scan --json`) gives
-        # the next run as of its look.
-        if len(job.pids) > 1:
-            parts.append(f"{len(job.pids)} processes")
-        if job.gpu_memory_bytes is not None and not job.gpus:
-            parts.append(f"{fmt_bytes(job.gpu_memory_bytes)} GPU memory")
+        parts = [head, *_job_parts(job)]
+        if job.workload == "unknown" and job.verdict == "rogue":
+            parts.append("class unknown (no training launcher or script seen; judged as training)")
         message = ", ".join(parts) + job.advice.finding_text(job.root_pid)
         out.append(
             Finding(
@@ -52,23 +71,67 @@ def job_findings(jobs: Sequence[Job]) -> list[Finding]:
                 severity="high",
                 message=message,
                 root_pid=job.root_pid,
-                details={
-                    "reason": job.reason,
-                    # The job's identity (root PID, start ticks): a finding names one job.
-                    "root": [job.root_pid, job.start_ticks],
-                    "pids": list(job.pids),
-                    "rule": job.rule,
-                    # Bounded labels for fleet routing (Alertmanager, docs/fleet.md).
-                    "user": job.user,
-                    "origin_kind": job.origin.kind,
-                    "origin_label": job.origin.label(),
-                    "remediation": job.origin.remediation,
-                    "gpu_indexes": job.gpu_indexes,
-                    "gpus": [g.to_json() for g in job.gpus],
-                },
+                details=_job_details(job),
             )
         )
     return out
+
+
+def _job_parts(job: Job) -> list[str]:
+    """User, command, origin, process count and unplaced memory of a job finding."""
+    parts = [
+        f"user {job.user or '-'}",
+        f"`{command_text(job.cmdline, 160)}`",
+        f"from {job.origin.describe()}",
+    ]
+    # No "next run" time: the message of an open finding is kept (status, reminders)
+    # long after that time passed. `explain` (and the origin in `scan --json`) gives
+    # the next run as of its look.
+    if len(job.pids) > 1:
+        parts.append(f"{len(job.pids)} processes")
+    if job.gpu_memory_bytes is not None and not job.gpus:
+        parts.append(f"{fmt_bytes(job.gpu_memory_bytes)} GPU memory")
+    return parts
+
+
+def _job_details(job: Job) -> dict[str, Any]:
+    return {
+        "reason": job.reason,
+        # The job's identity (root PID, start ticks): a finding names one job.
+        "root": [job.root_pid, job.start_ticks],
+        "pids": list(job.pids),
+        "rule": job.rule,
+        # Bounded labels for fleet routing (Alertmanager, docs/fleet.md).
+        "user": job.user,
+        "origin_kind": job.origin.kind,
+        "origin_label": job.origin.label(),
+        "remediation": job.origin.remediation,
+        "gpu_indexes": job.gpu_indexes,
+        "gpus": [g.to_json() for g in job.gpus],
+        "workload": job.workload,
+        "workload_evidence": list(job.workload_evidence),
+    }
+
+
+def _unsanctioned_use(job: Job, workloads: WorkloadSettings) -> Finding:
+    """The ``unsanctioned-gpu-use`` finding of a rogue job that is not training."""
+    head = f"unsanctioned GPU use: {CLASS_NOUNS[job.workload]} PID {job.root_pid}"
+    if job.gpus:
+        head += f" on {gpus_text(job.gpus)}"
+    why = "; ".join(job.workload_evidence) or "-"
+    message = (
+        ", ".join([head, *_job_parts(job)])
+        + f"; class {job.workload} ({why}), not training: no rule sanctions it and no "
+        + "ignore entry exempts it; nothing is done about it. If it belongs here, exempt "
+        + f"it: {job.exemption()}"
+    )
+    return Finding(
+        kind="unsanctioned-gpu-use",
+        severity=workloads.severity_of(job.workload),
+        message=message,
+        root_pid=job.root_pid,
+        details=_job_details(job),
+    )
 
 
 def name_finding_in_commands(message: str, root_pid: int | None, finding_id: int) -> str:
@@ -84,12 +147,15 @@ def name_finding_in_commands(message: str, root_pid: int | None, finding_id: int
         finding_id: The finding's id in the state database.
 
     Returns:
-        The message with ``disable-source PID (`` replaced by ``disable-source F<id> (``.
+        The message with ``disable-source [--config P] PID (`` replaced by
+        ``disable-source [--config P] F<id> (``.
     """
     if root_pid is None:
         return message
-    by_pid = f"rogue-watchdog disable-source {root_pid} ("
-    return message.replace(by_pid, f"rogue-watchdog disable-source F{finding_id} (")
+    by_pid = re.compile(
+        r"(rogue-watchdog disable-source(?: --config (?:'[^']*'|\S+))? )" + f"{root_pid} \\("
+    )
+    return by_pid.sub(lambda m: f"{m.group(1)}F{finding_id} (", message)
 
 
 def _is_system(table: ProcessTable, pid: int) -> bool:

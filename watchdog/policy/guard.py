@@ -24,14 +24,21 @@ which rule or origin it protects, and what to change instead.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from watchdog.config import Config, OriginPin
 from watchdog.config.enforcement import Protect
-from watchdog.lineage.base import command, command_key, is_wrapper, mentions
-from watchdog.model import Advice, Job, Origin, Proc
+from watchdog.hostpaths import config_args
+from watchdog.hosttext import command_text
+from watchdog.lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
+from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
+from watchdog.lineage.respawn import DISABLE_FIRST
+from watchdog.model import Advice, Collateral, Job, Origin, Proc, Restarts
 from watchdog.policy.allowlist import origin_mismatch
+from watchdog.policy.services import launching_ancestors
 from watchdog.sources.procfs import ProcessTable
 
 Identity = tuple[int, int]
@@ -82,6 +89,9 @@ class Protection:
         protect: ``enforcement.protect`` entries naming processes.
         never: PIDs never signalled whatever they are: PID 1, rogue-watchdog and its
             ancestors as this scan saw them.
+        training: PIDs of the scan's rogue and excess jobs: stopping a source that runs
+            only these (and wrappers of them) stops no service
+            (:func:`service_collateral`).
     """
 
     identities: frozenset[Identity] = frozenset()
@@ -89,6 +99,7 @@ class Protection:
     sources: tuple[ProtectedSource, ...] = ()
     protect: tuple[Protect, ...] = ()
     never: frozenset[int] = frozenset({1})
+    training: frozenset[int] = frozenset()
 
     def protected_source(self, origin: Origin) -> ProtectedSource | None:
         """The protected source ``origin``'s source is (or covers), or None when it may
@@ -213,6 +224,7 @@ def protection(
         tuple(sources),
         tuple(e for e in protect if e.names_processes),
         frozenset({1, *never}),
+        frozenset(pid for job in jobs if job.unsanctioned for pid in job.pids) - pids,
     )
 
 
@@ -268,6 +280,145 @@ def exclusive_wrappers(job: Job, table: ProcessTable, kept: Collection[int] = ()
     return out
 
 
+# Process supervisors whose direct child is a program they run (and restart).
+_SUPERVISORS = frozenset(
+    {"supervisord", "runsv", "s6-supervise", "supervise", "circusd", "PM2", "pm2"}
+)
+#: At most this many of a service's other processes are named in its advice.
+MAX_NAMED_OTHERS = 3
+
+
+class SourceProcesses:
+    """Which processes stopping a source would stop, for one process table: every
+    process of a unit (cgroup), of a container or pod, or of a supervisor program's
+    tree. The cgroups are parsed once per table, on first use.
+
+    Args:
+        table: A refreshed process table.
+    """
+
+    def __init__(self, table: ProcessTable) -> None:
+        self.table = table
+        self._cgroups: dict[int, CgroupInfo | None] | None = None
+
+    def _info(self) -> dict[int, CgroupInfo | None]:
+        if self._cgroups is None:
+            self._cgroups = {
+                pid: parse_cgroup(p.cgroup) if p.cgroup and not p.kernel_thread else None
+                for pid, p in self.table.procs.items()
+            }
+        return self._cgroups
+
+    def stopped(self, origin: Origin, root_pid: int) -> tuple[str, list[Proc]] | None:
+        """What stopping ``origin``'s source stops: ``(its name, its processes)`` for the
+        first stop target that names running processes, or None (a crontab line, a
+        timer, a Slurm job: nothing else of theirs runs)."""
+        for target in origin.stop_targets():
+            kind = target[0]
+            if kind in ("systemd-unit", "container", "pod"):
+                pids = [pid for pid, info in self._info().items() if _in(target, info)]
+                name = str(target[1])[:12] if kind == "container" else str(target[1])
+            elif kind == "supervisor-program":
+                top = _program_process(self.table, root_pid)
+                if top is None:
+                    continue
+                pids = [top.pid, *self.table.descendants(top.pid)]
+                name = str(target[2])
+            else:
+                continue
+            procs = [p for p in map(self.table.get, pids) if p is not None]
+            if procs:
+                return name, procs
+        return None
+
+
+def _in(target: tuple[object, ...], info: CgroupInfo | None) -> bool:
+    """True when a process of cgroup ``info`` is stopped with ``target``."""
+    if info is None:
+        return False
+    kind, name = target[0], target[1]
+    if kind == "container":
+        return info.container_id is not None and info.container_id.startswith(str(name))
+    if kind == "pod":
+        return info.pod_uid == name
+    if len(target) > 2:  # a user manager's unit: ("systemd-unit", unit, "user", uid, user)
+        uid = target[3]
+        return info.user_unit == name and (
+            uid is None or info.user_uid == uid or info.unit == f"user@{uid}.service"
+        )
+    return info.user_unit is None and info.unit == name
+
+
+def _program_process(table: ProcessTable, root_pid: int) -> Proc | None:
+    """The supervisor's child the job runs under (its program's own process)."""
+    chain = table.ancestors(root_pid)
+    for proc, parent in itertools.pairwise(chain):
+        if exe_name(parent) in _SUPERVISORS:
+            return proc
+    return None
+
+
+def _only_wraps(proc: Proc, training: Collection[int], table: ProcessTable, depth: int = 0) -> bool:
+    """True when ``proc`` is a wrapper (a shell, ``nohup``, a tmux server...) that runs
+    training and nothing else: every live child is training or such a wrapper itself. A
+    shell with nothing below it, or a tmux server that also holds a person's idle shell,
+    runs something else."""
+    if not is_wrapper(proc) or depth > 32:
+        return False
+    kids = [p for p in map(table.get, table.children(proc.pid)) if p and not p.is_zombie]
+    return bool(kids) and all(
+        k.pid in training or _only_wraps(k, training, table, depth + 1) for k in kids
+    )
+
+
+def service_collateral(
+    origin: Origin,
+    root_pid: int,
+    table: ProcessTable,
+    training: Collection[int],
+    sources: SourceProcesses | None = None,
+) -> Collateral | None:
+    """The service that stopping ``origin``'s source would stop beside the job, or None.
+
+    A unit, container, pod or supervisor program whose processes are all training (the
+    job, other rogue runs of it) or wrappers that run only those is the job's own: it
+    may be disabled. One that also runs anything else (a hub whose own process launches
+    the trainer, a sidecar) is a service: stopping it is a separate, explicit decision.
+
+    Args:
+        origin: The job's origin.
+        root_pid: The job's root (a supervisor program is found above it).
+        table: A refreshed process table (the scan's, or one read right before acting).
+        training: PIDs whose stopping is no collateral: the job's, its wrappers', and the
+            other rogue and excess jobs'.
+        sources: The table's :class:`SourceProcesses` (built when None).
+
+    Returns:
+        The service with the first :data:`MAX_NAMED_OTHERS` of its other processes.
+    """
+    found = (sources or SourceProcesses(table)).stopped(origin, root_pid)
+    if found is None:
+        return None
+    name, procs = found
+    others = [
+        p
+        for p in procs
+        if p.pid not in training
+        and not p.is_zombie
+        and not p.kernel_thread
+        and not _only_wraps(p, training, table)
+    ]
+    if not others:
+        return None
+    named = tuple(
+        f"PID {p.pid} `{command_text(p.cmdline, 80) or p.args_text}`"
+        for p in sorted(others, key=lambda p: p.pid)[:MAX_NAMED_OTHERS]
+    )
+    if len(others) > MAX_NAMED_OTHERS:
+        named += (f"{len(others) - MAX_NAMED_OTHERS} more",)
+    return Collateral(name, quote_arg(name), origin.describe(), named, origin.remediation)
+
+
 def _instead(job: Job, src: ProtectedSource, config: Config | None) -> str:
     """What to change instead of disabling a protected source, for this job."""
     rule = next((r for r in config.sanctioned if r.name == src.rule), None) if config else None
@@ -296,6 +447,7 @@ def advise(
     table: ProcessTable | None = None,
     config: Config | None = None,
     groups: ProcessGroups | None = None,
+    sources: SourceProcesses | None = None,
 ) -> Advice:
     """Decide what may be done about ``job``.
 
@@ -305,9 +457,12 @@ def advise(
         table: The process table (for the exclusive wrappers and the process group of a
             by-hand ``kill``); None names the root alone.
         config: For the rule's ``max_instances`` in the words of a refusal.
+        groups: The table's process groups (built when None).
+        sources: The table's :class:`SourceProcesses` (built when None).
 
     Returns:
-        The advice; ``refused`` is set for sanctioned, ignored and protected jobs.
+        The advice; ``refused`` is set for sanctioned, ignored and protected jobs;
+        ``collateral`` when the source is a service that also runs other work.
     """
     refused = guard.job_refusal(job)
     if refused is not None:
@@ -326,17 +481,108 @@ def advise(
         # Stopped by signals: name exactly the processes the signal set has.
         if groups is None and table is not None:
             groups = ProcessGroups(table)
-        return Advice(stop_pids=stop_pids, by_hand=_kill(job, stop_pids, groups), stops_job=True)
+        return Advice(
+            stop_pids=stop_pids, by_hand=_kill(job, stop_pids, groups), stops_job=True,
+            restarts=restarts_of(job, stop_pids, protected=guard.pids | guard.never),
+        )  # fmt: skip
     gone = origin.source_gone()
     if gone is not None:
         return Advice(stop_pids=stop_pids, source_gone=gone)
+    if table is not None:
+        training = guard.training | set(job.pids) | set(stop_pids)
+        collateral = service_collateral(origin, job.root_pid, table, training, sources)
+        if collateral is not None:
+            # Stopping the source would stop a service: never offered unasked.
+            return Advice(
+                stop_pids=stop_pids, disables=origin.DISABLES, collateral=collateral,
+                restarts=restarts_of(job, stop_pids, collateral),
+            )  # fmt: skip
     handled = bool(origin.DISABLES) and _disable_handled(origin)
+    restarts = restarts_of(job, stop_pids, protected=guard.pids | guard.never)
+    if restarts is not None and restarts.stops == DISABLE_FIRST and not handled:
+        # disable-source does not act on this one: the step is the by-hand command.
+        stops = f"stop its source first: {origin.remediation}" if origin.remediation else None
+        restarts = dataclasses.replace(restarts, stops=stops)
     return Advice(
         stop_pids=stop_pids,
         disable=handled,
         by_hand=origin.remediation,
         disables=origin.DISABLES,
+        restarts=restarts,
+        then_terminate=not origin.REMEDIATION_STOPS_JOB,
     )
+
+
+# A shell loop that runs its body forever: `while true`, `while :`, `while [ 1 ]`,
+# `while sleep N`, `until false`, `for ((;;))`.
+_LOOP = re.compile(
+    r"\b(?:while\s+(?:true|:|\[\s*1\s*\]|\(\(\s*1\s*\)\)|sleep\s+[^\s;]+)|until\s+false"
+    r"|for\s*\(\(\s*;\s*;\s*\)\))(?=\s*;|\s+do\b|\s*$)"
+)
+
+
+def shell_loop(job: Job, stop_pids: Collection[int]) -> Restarts | None:
+    """A shell loop above the job that runs its command again when it ends, read from
+    the wrapper's command text (``bash -c 'while true; do python3 train.py; sleep 5;
+    done'``): ``at once``, and whether ``terminate`` stops the loop with the job (it
+    does when the loop's shell runs nothing else: it is one of ``stop_pids``)."""
+    key = command_key(job.cmdline)
+    if key is None:
+        return None
+    for proc in job.lineage[1:]:
+        if proc.pid <= 1 or not is_wrapper(proc):
+            return None
+        text = " ".join(proc.cmdline)
+        found = _LOOP.search(text)
+        if found is None or not mentions(text, key):
+            continue
+        how = f"shell loop `{found.group(0)}` in PID {proc.pid}"
+        if proc.pid in stop_pids:
+            return Restarts("at once", how, "terminate stops the loop with it", False)
+        return Restarts(
+            "at once",
+            how,
+            f"stop the loop first: kill -TERM {proc.pid} (its shell alone: what else it "
+            "started keeps running)",
+        )
+    return None
+
+
+def restarts_of(
+    job: Job,
+    stop_pids: Collection[int],
+    collateral: Collateral | None = None,
+    protected: Collection[int] = frozenset(),
+) -> Restarts | None:
+    """What starts ``job`` again once it ends: a service's own launcher (``collateral``),
+    a shell loop that ``terminate`` leaves, what its origin kind answers
+    (:meth:`~watchdog.model.Origin.restarts`), a loop ``terminate`` stops with it, or a
+    launcher that still runs (for origins that name no spawner; never one of
+    ``protected``, the guard's PIDs); None when nothing does.
+    """
+    if collateral is not None:
+        return Restarts(
+            "when its service launches it again",
+            f"{collateral.what}'s own process {collateral.others[0]} (an in-process launcher)",
+            f"disable-source --stop-service {collateral.arg} first (it stops the service)",
+        )
+    loop = shell_loop(job, stop_pids)
+    if loop is not None and loop.after_terminate:
+        return loop
+    answer = job.origin.restarts()
+    if answer is not None or loop is not None:
+        return answer or loop
+    if job.origin.kind in ("unknown", "orphan", "shell"):
+        # The walk stops at spawners of other people's work (sshd, tmux, cron...).
+        for proc in launching_ancestors(job, protected=protected)[:1]:
+            text = command_text(proc.cmdline, 80) or proc.args_text
+            return Restarts(
+                "unknown",
+                f"its launcher PID {proc.pid} `{text}` still runs and may start it again",
+                f"stop the launcher first: kill -TERM {proc.pid}",
+                False,
+            )
+    return None
 
 
 def _disable_handled(origin: Origin) -> bool:
@@ -397,11 +643,16 @@ def with_advice(
 ) -> list[Job]:
     """The jobs with their advice decided: a refused job's origin carries no
     remediation (the JSON ``origin.remediation`` is never a command that targets
-    something protected), an allowed one the guard's."""
+    something protected), an allowed one the guard's; its commands carry the
+    ``--config`` that judged it (:func:`watchdog.hostpaths.config_args`)."""
     out = []
     groups = ProcessGroups(table) if table is not None else None
+    cli_args = config_args(config.source) if config is not None else ""
+    sources = SourceProcesses(table) if table is not None else None
     for job in jobs:
-        advice = advise(job, guard, table, config, groups)
+        advice = dataclasses.replace(
+            advise(job, guard, table, config, groups, sources), cli_args=cli_args
+        )
         origin = dataclasses.replace(job.origin, remediation=advice.by_hand)
         out.append(dataclasses.replace(job, origin=origin, advice=advice))
     return out

@@ -12,7 +12,9 @@ one parent or all re-parented.
 from __future__ import annotations
 
 import functools
+import grp
 import os
+import pwd
 import re
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
@@ -89,22 +91,89 @@ def any_of(patterns: tuple[Regex, ...]) -> Regex | None:
 
 
 def ignore_match(proc: Proc, ignore: Sequence[IgnoreEntry]) -> IgnoreEntry | None:
-    """The first ignore entry matching ``proc``.
+    """The first ignore entry matching ``proc`` by its own keys (``exe``, ``cmdline``,
+    ``user``, ``group``); an entry naming an origin kind or a class matches whole jobs
+    only (:func:`ignore_match_job`).
 
     An ``exe`` pattern with a ``/`` matches the full executable path (what a user cannot
     fake outside their own directories); one without matches the basename, which any
     user can choose by copying a binary: the defaults are all full paths.
     """
-    name = exe_name(proc)
-    text = " ".join(proc.cmdline)
+    return next((e for e in ignore if not e.per_job and _proc_matches(proc, e)), None)
+
+
+def ignore_match_job(job: Job, ignore: Sequence[IgnoreEntry]) -> IgnoreEntry | None:
+    """The first ignore entry matching ``job``: its root by the process keys, its origin
+    kind and its workload class by the others; every key an entry gives must match.
+
+    A job of class ``training`` matches no entry that names a class (a class never hides
+    training: a notebook kernel running a training script is training).
+    """
+    root = job.lineage[0] if job.lineage else None
     for entry in ignore:
-        if entry.exe is not None:
-            target = proc.exe if "/" in entry.exe else name
-            if target is not None and fnmatchcase(target, entry.exe):
-                return entry
-        if entry.cmdline is not None and fnmatchcase(text, entry.cmdline):
-            return entry
+        if root is None or not _proc_matches(root, entry):
+            continue
+        if entry.origin_kind and job.origin.kind not in entry.origin_kind:
+            continue
+        if entry.workload and job.workload not in entry.workload:
+            continue
+        return entry
     return None
+
+
+def _proc_matches(proc: Proc, entry: IgnoreEntry) -> bool:
+    """True when every process key ``entry`` gives matches ``proc``."""
+    if entry.exe is not None:
+        target = proc.exe if "/" in entry.exe else exe_name(proc)
+        if target is None or not fnmatchcase(target, entry.exe):
+            return False
+    if entry.cmdline is not None and not fnmatchcase(" ".join(proc.cmdline), entry.cmdline):
+        return False
+    if entry.user is not None and proc.user != entry.user:
+        return False
+    return entry.group is None or in_group(proc.user, proc.uid, entry.group)
+
+
+@functools.lru_cache(maxsize=256)
+def _group_members(group: str) -> tuple[int | None, frozenset[str]]:
+    try:
+        g = grp.getgrnam(group)
+    except KeyError:
+        return None, frozenset()
+    return g.gr_gid, frozenset(g.gr_mem)
+
+
+def in_group(user: str | None, uid: int | None, group: str) -> bool:
+    """True when ``user`` belongs to ``group`` per the host's user and group databases:
+    its primary group (passwd) or a supplementary one (group's member list).
+
+    The databases are read once per group and user for the life of the process (a
+    daemon reload builds new scanners; group edits take effect at a restart).
+    """
+    gid, members = _group_members(group)
+    if gid is None:
+        return False
+    if user is not None and user in members:
+        return True
+    if uid is None and user is not None:
+        return _primary_gid_of(user) == gid  # a recorded run: its user's name only
+    return uid is not None and _primary_gid(uid) == gid
+
+
+@functools.lru_cache(maxsize=1024)
+def _primary_gid_of(user: str) -> int | None:
+    try:
+        return pwd.getpwnam(user).pw_gid
+    except KeyError:
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _primary_gid(uid: int) -> int | None:
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except (KeyError, OverflowError):
+        return None
 
 
 @dataclass

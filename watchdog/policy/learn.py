@@ -32,7 +32,16 @@ import yaml
 
 from watchdog.config import Config, ConfigError, parse_config
 from watchdog.hosttext import safe_text
-from watchdog.model import NOT_LIVE, CronOrigin, Job, Origin, SystemdOrigin
+from watchdog.model import (
+    NON_TRAINING_CLASSES,
+    NOT_LIVE,
+    WORKLOAD_CLASSES,
+    CronOrigin,
+    Job,
+    Origin,
+    Proc,
+    SystemdOrigin,
+)
 from watchdog.policy.allowlist import judge
 from watchdog.state import RunRecord
 
@@ -355,13 +364,45 @@ class Group:
 
 
 @dataclass
+class Exemption:
+    """An ``ignore`` entry proposed for GPU use that is not training: one user's runs of
+    one class (``serving``, ``interactive``, ``system``, ``probe``).
+
+    Attributes:
+        user: The runs' user.
+        workload: Their class.
+        runs: The runs, oldest first.
+    """
+
+    user: str | None
+    workload: str
+    runs: list[RunRecord] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The entry's name: ``alice-interactive``."""
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.user or "any").strip("-") or "user"
+        return f"{stem[:40]}-{self.workload}"
+
+    def entry(self) -> dict[str, Any]:
+        """The proposed ``ignore:`` entry."""
+        out: dict[str, Any] = {"name": self.name}
+        if self.user is not None:
+            out["user"] = self.user
+        out["class"] = self.workload
+        return out
+
+
+@dataclass
 class Suggestion:
-    """What :func:`suggest` found: the groups it proposes and those it does not."""
+    """What :func:`suggest` found: the groups it proposes and those it does not, and
+    the exemptions it proposes for GPU use that is not training."""
 
     proposed: list[Group]
     not_proposed: list[Group]
     conflicts: list[list[Group]]
     since: float
+    exemptions: list[Exemption] = field(default_factory=list)
 
 
 def _origin_key(origin: Origin) -> tuple[object, ...]:
@@ -558,6 +599,15 @@ def suggest(
     """
     groups = group_runs(runs)
     for g in groups:
+        classes = sorted({r.workload for r in g.runs if r.workload in NON_TRAINING_CLASSES})
+        if classes and all(r.workload in NON_TRAINING_CLASSES for r in g.runs):
+            # Not training: exempted by user and class below, never sanctioned as a job
+            # (its runs still count as rivals of a training script's).
+            g.why_not = (
+                f"not training (class {', '.join(classes)}): an ignore entry for user "
+                f"{g.user} is proposed instead"
+            )
+            continue
         gone = g.origin.source_gone() or (gone_now(g.origin) if gone_now else None)
         if g.why_not is None and gone is not None:
             g.why_not = f"its source is gone ({gone})"
@@ -575,7 +625,35 @@ def suggest(
     proposed = [g for g in groups if g.why_not is None]
     in_conflict = {id(g) for c in conflicts for g in c}
     not_proposed = [g for g in groups if g.why_not is not None and id(g) not in in_conflict]
-    return Suggestion(proposed, not_proposed, conflicts, since)
+    return Suggestion(proposed, not_proposed, conflicts, since, exemptions(runs))
+
+
+def exemptions(runs: Sequence[RunRecord]) -> list[Exemption]:
+    """One proposed ``ignore`` entry per user and class of the unsanctioned runs that
+    are not training (the class recorded at each run's last sighting), oldest first.
+
+    Every such class is proposed whatever the number of runs (a notebook kernel is one
+    run that lasts for days), each with its evidence for review; training never is (a
+    class never hides it), nor a run a rule or an ignore entry already covered.
+    """
+    out: dict[tuple[str | None, str], Exemption] = {}
+    for run in one_per_run(runs):
+        if run.verdict != "rogue" or run.workload not in NON_TRAINING_CLASSES:
+            continue
+        key = (run.user, run.workload)
+        out.setdefault(key, Exemption(run.user, run.workload)).runs.append(run)
+    found = sorted(out.values(), key=lambda e: (e.runs[0].started_at, e.name))
+    return [e for e in found if _exemption_loads(e)]
+
+
+def _exemption_loads(e: Exemption) -> bool:
+    """True when the proposed entry loads (host text YAML cannot carry is left out)."""
+    try:
+        text = yaml.safe_dump({"ignore": [e.entry()]}, allow_unicode=False, width=1 << 16)
+        parse_config(text, "suggested exemption")
+    except (ConfigError, yaml.YAMLError, UnicodeError):
+        return False
+    return True
 
 
 def _unloadable(g: Group) -> str | None:
@@ -684,6 +762,32 @@ def _proposal(g: Group) -> list[str]:
     return out
 
 
+def _exemption_lines(e: Exemption) -> list[str]:
+    """A proposed ignore entry with its evidence as comments above it."""
+    runs = e.runs
+    hours = sum(r.gpu_s for r in runs) / 3600.0
+    gpus = sorted({g for r in runs for g in (r.gpus or [])})
+    out = [
+        _comment(
+            f"{e.workload}, user {e.user}: {len(runs)} run(s), first seen "
+            f"{_when(runs[0].started_at)}, last seen {_when(runs[-1].last_seen)}, GPU-hours "
+            f"{hours:.2f}, GPUs: {', '.join(gpus) or 'none'}"
+        )
+    ]
+    heads: dict[tuple[str, ...], RunRecord] = {}
+    for r in runs:
+        heads.setdefault(tuple(program_and_script(r.cmdline)), r)
+    for head, r in list(heads.items())[:3]:
+        why = "; ".join(r.workload_evidence or []) or "-"
+        origin = Origin.from_json(r.origin).describe()
+        out.append(_comment(f"  {' '.join(head)} ({why}), from {origin}"))
+    if len(heads) > 3:
+        out.append(_comment(f"  and {len(heads) - 3} more program(s)"))
+    text = yaml.safe_dump([e.entry()], sort_keys=False, allow_unicode=False, width=1 << 16)
+    out.extend("  " + line for line in text.rstrip("\n").splitlines())
+    return out
+
+
 def render_yaml(s: Suggestion) -> str:
     """The suggestion as a YAML allowlist ``check-config`` accepts, with the evidence
     and what was not proposed as comments."""
@@ -691,7 +795,7 @@ def render_yaml(s: Suggestion) -> str:
         _comment(f"rogue-watchdog allowlist suggest: runs seen since {_when(s.since)}"),
         _comment("Review every rule before enforcing it (docs/first-week.md)."),
     ]
-    if not (s.proposed or s.conflicts or s.not_proposed):
+    if not (s.proposed or s.conflicts or s.not_proposed or s.exemptions):
         out.append(
             _comment(
                 "no training job was recorded in this window (the daemon records the "
@@ -718,6 +822,16 @@ def render_yaml(s: Suggestion) -> str:
                 f"{g.origin.describe()}): {g.why_not}; {_evidence(g)}"
             )
         )
+    if s.exemptions:
+        out.append(
+            _comment(
+                "GPU use that is not training, exempted by user and class (added to the "
+                "shipped ignore defaults; a class never hides training):"
+            )
+        )
+        out.append("ignore:")
+        for e in s.exemptions:
+            out.extend(_exemption_lines(e))
     return "\n".join(out) + "\n"
 
 
@@ -747,10 +861,18 @@ class Change:
 
 
 def _job(run: RunRecord) -> Job:
+    # The root as recorded (user and command line; no executable), so ignore entries
+    # by user, group, command line, origin kind and class judge the run as they would.
+    root = Proc(
+        pid=run.root_pid, ppid=0, start_ticks=run.start_ticks, state="S", comm="",
+        user=run.user, cmdline=tuple(run.cmdline),
+    )  # fmt: skip
+    workload = run.workload if run.workload in WORKLOAD_CLASSES else "training"
     return Job(
         root_pid=run.root_pid, pids=[run.root_pid], user=run.user, cmdline=tuple(run.cmdline),
         start_ticks=run.start_ticks, gpu_memory_bytes=None, gpu_uuids=list(run.gpus or []),
-        lineage=[], origin=Origin.from_json(run.origin),
+        lineage=[root], origin=Origin.from_json(run.origin), workload=workload,
+        workload_evidence=list(run.workload_evidence or []),
     )  # fmt: skip
 
 

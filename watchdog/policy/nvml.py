@@ -120,18 +120,24 @@ def _finding(problem: GpuProblem) -> Finding:
                 details={"gpu_index": problem.gpu_index, "error": problem.error},
             )
         case GpuVanished():
+            what = (
+                "is no longer in NVML's device list"
+                if problem.error is None
+                else f"cannot be queried: {problem.error}"
+            )
             return Finding(
                 kind="gpu-query-failed",
                 severity="warning",
                 message=(
-                    f"GPU {problem.gpu_index} ({problem.gpu_uuid}) is no longer in NVML's "
-                    "device list: its processes cannot be seen, so jobs on it are held open "
-                    "until their processes are seen to exit"
+                    f"GPU {problem.gpu_index} ({problem.gpu_uuid}) {what}: its processes "
+                    "cannot be seen, so jobs on it are held open until their processes are "
+                    "seen to exit"
                 ),
                 details={
                     "fingerprint": f"vanished:{problem.gpu_uuid}",
                     "gpu_index": problem.gpu_index,
                     "gpu_uuid": problem.gpu_uuid,
+                    "error": problem.error,
                 },
             )
 

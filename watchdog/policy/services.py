@@ -169,6 +169,36 @@ def _who(job: Job) -> str:
     return job.origin.describe()
 
 
+def service_stop(service: Proc, job: Job) -> str:
+    """How to stop a rogue service that launched ``job`` and the run with it:
+    ``rogue-watchdog terminate SERVICE-PID`` (the service's PID names the run it
+    launched; the guard checks both), and the by-hand ``kill``."""
+    return (
+        f"rogue-watchdog terminate {service.pid} (stops the service and its run), or by "
+        f"hand: kill -TERM {service.pid} {job.root_pid}"
+    )
+
+
+def service_source(finding: Finding) -> str:
+    """What the source of a ``rogue-service`` finding's run is, in words: the service
+    process that launched it (a process, with no file or unit to disable), or its
+    origin when no service launched it.
+
+    Args:
+        finding: A ``rogue-service`` finding (its message and ``service_pids``).
+    """
+    pids = finding.details.get("service_pids") or []
+    listening = [
+        f"{x.get('address')}:{x.get('port')}/{x.get('proto')}"
+        for x in finding.details.get("listening") or []
+        if isinstance(x, dict) and x.get("pid") in pids
+    ]
+    if not pids:
+        return f"its origin ({finding.details.get('origin_kind', 'unknown')})"
+    where = f" (listening on {', '.join(listening[:4])})" if listening else ""
+    return f"the service PID {pids[0]}{where}, which started the run itself"
+
+
 def service_finding(
     job: Job,
     listening: Sequence[Listen],
@@ -219,11 +249,10 @@ def service_finding(
         f"{'on ' + gpus_text(job.gpus) + ' ' if job.gpus else ''}`{command_text(job.cmdline, 120)}`"
     )
     stop = job.advice.finding_text(job.root_pid)
-    if stop:
+    if parents and job.advice.refused is None and job.origin.kind in ("unknown", "orphan"):
+        message += f"; to stop the service and its run: {service_stop(parents[0], job)}"
+    elif stop:
         message += stop
-    elif parents and job.advice.refused is None:
-        pids = " ".join(str(p) for p in (*(p.pid for p in parents[:1]), job.root_pid))
-        message += f"; to stop the service and its run: kill -TERM {pids}"
     details: dict[str, Any] = {
         "listening": [x.to_json() for x in listening],
         "job_root_pid": job.root_pid,
@@ -294,7 +323,9 @@ def service_findings(
     out = []
     for job in jobs:
         found = listens.get(job.root_pid)
-        if not job.unsanctioned or found is None:
+        # A server that merely serves (a class that is not training) is no rogue
+        # service: its own unsanctioned-gpu-use finding says what it is.
+        if not job.unsanctioned or not job.may_train or found is None:
             continue
         keep = [x for x in found.listening if settings.sanctioned(x) is None]
         finding = service_finding(job, keep, found.denied, protected)

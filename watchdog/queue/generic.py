@@ -76,6 +76,8 @@ def parse_json_lines(text: str, queue: str = "command") -> tuple[list[QueueEntry
             problems.append(f"line {n}: no id")
             continue
         prio = obj.get("priority")
+        gpus = obj.get("gpus")  # how many GPUs it asked for, when the queue says
+        asked = gpus > 0 if isinstance(gpus, int | float) and not isinstance(gpus, bool) else None
         entries.append(
             QueueEntry(
                 queue=queue,
@@ -90,6 +92,7 @@ def parse_json_lines(text: str, queue: str = "command") -> tuple[list[QueueEntry
                 start_time=_when(obj, "started", "start_time"),
                 priority=prio if isinstance(prio, int) and not isinstance(prio, bool) else None,
                 extra={k: v for k, v in obj.items() if k not in _KNOWN},
+                requests_gpu=asked,
             )
         )
     return entries, problems

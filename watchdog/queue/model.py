@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -13,6 +15,17 @@ PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"
 RUNNING_STATES = frozenset(
     {"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING", "RESIZING", "STAGE_OUT"}
 )
+
+
+# A GPU request in any of Slurm's spellings (gpu:1, gres:gpu:a100:2, gres/gpu=1), and the
+# GPU shares (mps, shard), which are GPUs too.
+_GPU_GRES = re.compile(r"(?:^|[,:/])(?:gpu|mps|shard)(?:[:=(,]|$)", re.IGNORECASE)
+
+
+def gpu_requested(requests: Iterable[Any]) -> bool:
+    """Does any of a job's resource requests (Slurm's ``tres_per_node``, ``tres_per_job``,
+    ``tres_per_task``, ``tres_per_socket``, ``tres_req_str``) name a GPU?"""
+    return any(isinstance(r, str) and _GPU_GRES.search(r) for r in requests)
 
 
 def phase_of(state: str | None) -> Phase:
@@ -44,6 +57,8 @@ class QueueEntry:
             Slurm's estimate), or None.
         priority: Scheduling priority; 0 means held in Slurm.
         extra: Further facts for details (command, work dir, nodes).
+        requests_gpu: Whether the job asked for a GPU (``--gres=gpu``, ``--gpus``...):
+            None when the queue did not say what it asked for (``squeue -o``).
     """
 
     queue: str
@@ -58,6 +73,7 @@ class QueueEntry:
     start_time: float | None = None
     priority: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    requests_gpu: bool | None = None
 
     @property
     def phase(self) -> Phase:
@@ -87,5 +103,6 @@ class QueueEntry:
             "start_time": self.start_time,
             "priority": self.priority,
             "held": self.held,
+            "requests_gpu": self.requests_gpu,
             **({"extra": self.extra} if self.extra else {}),
         }

@@ -20,9 +20,13 @@ from typing import Any
 
 from watchdog.command import CommandResult, CommandRunner, run
 from watchdog.lineage.slurm import parse_scontrol_record
-from watchdog.queue.model import QueueEntry
+from watchdog.queue.model import QueueEntry, gpu_requested
 
 SQUEUE_FORMAT = "%i|%u|%a|%P|%T|%V|%S|%Q|%r|%j"
+# squeue --json keys of what a job asked for (--gres, --gpus, --gpus-per-*, its TRES).
+_REQUEST_KEYS = (
+    "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "tres_req_str",
+)  # fmt: skip
 _FIELDS = 10
 
 
@@ -103,6 +107,8 @@ def parse_squeue_json(text: str) -> list[QueueEntry]:
             val = _text(job.get(key))
             if val is not None:
                 extra[name] = val
+        # What the job asked for; None when this squeue names none of the request keys.
+        asked = [job[k] for k in _REQUEST_KEYS if k in job]
         array_job = _number(job.get("array_job_id"))
         array_task = _number(job.get("array_task_id"))
         if array_job and array_task is not None:
@@ -121,6 +127,7 @@ def parse_squeue_json(text: str) -> list[QueueEntry]:
                 start_time=_time(job.get("start_time")),
                 priority=_number(job.get("priority")),
                 extra=extra,
+                requests_gpu=gpu_requested(asked) if asked else None,
             )
         )
     return out

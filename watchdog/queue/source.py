@@ -47,13 +47,18 @@ def entry_finding(entry: QueueEntry) -> Finding:
     Returns:
         E.g. ``job 3 'legacy-retrain' by user svc-old waiting for a GPU since
         2025-03-01T02:00:00+00:00 (account ml, partition gpu, reason Priority); to remove
-        it: scancel 3``. Details carry ``fingerprint`` ``slurm:3``, ``state``
-        (``pending``/``running``) and the entry's fields.
+        it: scancel 3``; a pending job that asked for no GPU, or whose queue did not say,
+        is ``waiting to run`` (the first with ``no GPU requested``). Details carry
+        ``fingerprint`` ``slurm:3``, ``state`` (``pending``/``running``) and the entry's
+        fields.
     """
     name = f"'{entry.name}'" if entry.name else "(no name)"
     who = entry.user or "unknown"
-    if entry.phase == "pending":
+    if entry.phase == "pending" and entry.requests_gpu:
         doing = f"waiting for a GPU since {_when(entry.submit_time)}"
+    elif entry.phase == "pending":
+        # A job that asked for no GPU (or did not say) is not waiting for one.
+        doing = f"waiting to run since {_when(entry.submit_time)}"
     else:
         doing = f"running since {_when(entry.start_time)}"
     facts = [
@@ -66,6 +71,8 @@ def entry_finding(entry: QueueEntry) -> Finding:
         )
         if value
     ]
+    if entry.requests_gpu is False:
+        facts.append("no GPU requested")
     prefix = "Slurm job" if entry.queue == "slurm" else f"{entry.queue} queue job"
     message = f"{prefix} {entry.job_id} {name} by user {who} {doing}"
     if facts:

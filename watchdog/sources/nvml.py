@@ -349,7 +349,16 @@ class NvmlSource:
         for uuid, index in sorted(self._seen_gpus.items(), key=lambda kv: kv[1]):
             if uuid in listed:
                 continue
-            snap.problems.append(GpuVanished(index, uuid))
+            # A GPU whose own query failed is that same event: one problem, not two.
+            whole = (index, f"GPU {index}")
+            failed = [
+                p
+                for p in snap.problems
+                if isinstance(p, QueryFailed) and (p.gpu_index, p.subject) == whole
+            ]
+            for p in failed:
+                snap.problems.remove(p)
+            snap.problems.append(GpuVanished(index, uuid, failed[0].error if failed else None))
             if index not in snap.blind_gpus:
                 snap.blind_gpus.append(index)
         self._seen_gpus.update(listed)

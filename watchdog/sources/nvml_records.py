@@ -99,10 +99,13 @@ class QueryFailed:
 
 @dataclass(frozen=True)
 class GpuVanished:
-    """A whole GPU listed before that NVML no longer lists (off the bus, reset)."""
+    """A whole GPU listed before that NVML no longer lists (off the bus, reset), or whose
+    device query now fails (``error``: NVML's, e.g. ``GPU is lost``; the one problem
+    said about that GPU, not a second ``QueryFailed`` beside it)."""
 
     gpu_index: int
     gpu_uuid: str
+    error: str | None = None
 
 
 #: What NVML could not tell, or told impossibly: observations, which

@@ -19,8 +19,11 @@ sweep reconciles anything missed):
   ``execve``, by the loader or an ``import``); a hit is captured the same way. Every
   exec'd PID is re-read in full by the next scan (same ``comm``, new program).
 * **exit**: a job member (``watched``) or a captured process that exits requests a
-  tick, so its finding resolves without waiting for the next sweep. The process's
-  maps checks still due are dropped (a storm of short programs opens no maps file).
+  tick, so its finding resolves without waiting for the next sweep, and its exit status
+  is kept for the daemon (:meth:`ProcEventSource.exits`): whether a job ended by itself
+  or was stopped by a signal decides whether its return is periodic or ``respawned``
+  (docs/respawn.md). The process's maps checks still due are dropped (a storm of short
+  programs opens no maps file).
 * **uid/sid change**: re-read at the next scan; a tick at once for a job member.
 * **fork**: counted only; a ``make -j`` or a data-loader pool costs a counter each.
 * **loss**: when the kernel drops messages because the socket buffer is full, the read
@@ -46,7 +49,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,12 +75,16 @@ _CN_ACK_OFFSET = 16 + 12  # struct cn_msg: idx, val, seq, ack (u32 each), len, f
 _DATA_OFFSET = _WHAT_OFFSET + 16
 _WHAT = struct.Struct("=I")
 _TWO = struct.Struct("=II")  # exec/uid/sid/exit: process_pid, process_tgid
+_EXIT_CODE = struct.Struct("=I")  # exit: exit_code (a wait(2) status), after pid and tgid
 _FOUR = struct.Struct("=IIII")  # fork: parent_pid, parent_tgid, child_pid, child_tgid
 
 MAPS_CHECK_DELAYS_S = (0.2, 1.0, 3.0)
 MAX_QUEUED_MAPS_CHECKS = 20000
 MAX_REINSPECT = 65536
 MAX_CAPTURED = 4096
+# Exit statuses kept between two drains by the daemon (a storm of watched exits beyond
+# this keeps the newest: an unknown status only makes a return a respawn).
+MAX_EXITS = 4096
 MAX_LINEAGE = 64
 RECV_BYTES = 1 << 16
 MAX_DATAGRAMS_PER_ROUND = 512
@@ -100,7 +107,7 @@ def _acks(data: bytes) -> Iterator[tuple[int, int]]:
         off += (length + 3) & ~3  # NLMSG_ALIGN
 
 
-def parse_events(data: bytes) -> Iterator[tuple[int, int, int]]:
+def parse_events(data: bytes) -> Iterator[tuple[int, int, int, int | None]]:
     """Decode one datagram from the proc connector.
 
     Args:
@@ -108,8 +115,10 @@ def parse_events(data: bytes) -> Iterator[tuple[int, int, int]]:
             ``struct cn_msg`` and a ``struct proc_event`` (linux/cn_proc.h).
 
     Returns:
-        ``(what, pid, tgid)`` per event: for fork the child's, for exec, uid, sid and
-        exit the process's. Truncated messages are skipped.
+        ``(what, pid, tgid, status)`` per event: for fork the child's, for exec, uid,
+        sid and exit the process's; ``status`` is an exit's ``exit_code`` (a wait(2)
+        status: ``code << 8``, or the signal that ended it in the low 7 bits), None for
+        other events and a message too short to hold it. Truncated messages are skipped.
     """
     off = 0
     end = len(data)
@@ -119,11 +128,16 @@ def parse_events(data: bytes) -> Iterator[tuple[int, int, int]]:
             return
         if length >= _DATA_OFFSET + _TWO.size:
             (what,) = _WHAT.unpack_from(data, off + _WHAT_OFFSET)
-            if what != PROC_EVENT_FORK:
-                yield (what, *_TWO.unpack_from(data, off + _DATA_OFFSET))
+            if what == PROC_EVENT_EXIT:
+                status = None
+                if length >= _DATA_OFFSET + _TWO.size + _EXIT_CODE.size:
+                    (status,) = _EXIT_CODE.unpack_from(data, off + _DATA_OFFSET + _TWO.size)
+                yield (what, *_TWO.unpack_from(data, off + _DATA_OFFSET), status)
+            elif what != PROC_EVENT_FORK:
+                yield (what, *_TWO.unpack_from(data, off + _DATA_OFFSET), None)
             elif length >= _DATA_OFFSET + _FOUR.size:
                 _, _, pid, tgid = _FOUR.unpack_from(data, off + _DATA_OFFSET)
-                yield what, pid, tgid
+                yield what, pid, tgid, None
         off += (length + 3) & ~3  # NLMSG_ALIGN
 
 
@@ -313,6 +327,9 @@ class ProcEventSource:
         self._wake_pending = False
         # Captured PIDs still running (this thread only): their exit asks for a tick.
         self._live: set[int] = set()
+        # PID → wait(2) status of watched or captured processes that exited since the
+        # daemon last asked (:meth:`exits`).
+        self._exits: dict[int, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -363,6 +380,15 @@ class ProcEventSource:
         with self._lock:
             batch, self._batch = self._batch, EventBatch()
         return batch
+
+    def exits(self) -> dict[int, int]:
+        """The exit statuses since the last call: PID → wait(2) status of each job
+        member, lineage process or captured process that exited (called by the daemon
+        at the start of a tick, before the scan: a PID the scan then sees running is a
+        new process under a reused number)."""
+        with self._lock:
+            out, self._exits = self._exits, {}
+        return out
 
     def swept(self) -> None:
         """The scan did a full sweep for lost events (counted for status and metrics)."""
@@ -435,7 +461,7 @@ class ProcEventSource:
                     raise
                 self._lost()
                 continue
-            for what, pid, tgid in parse_events(data):
+            for what, pid, tgid, status in parse_events(data):
                 kind = _KIND.get(what)
                 if kind is None:
                     continue  # the subscription's acknowledgement, ptrace, comm, coredump
@@ -448,10 +474,18 @@ class ProcEventSource:
                         if tgid in self.watched or tgid in self._live:
                             self._live.discard(tgid)
                             self._wake_pending = True
+                            if status is not None:
+                                self._exited(tgid, status)
                 elif what != PROC_EVENT_FORK:
                     self._reinspect(tgid)
                     if tgid in self.watched:
                         self._wake_pending = True
+
+    def _exited(self, pid: int, status: int) -> None:
+        with self._lock:
+            if len(self._exits) >= MAX_EXITS:
+                self._exits.pop(next(iter(self._exits)))
+            self._exits[pid] = status
 
     def _lost(self) -> None:
         self.counters.lost += 1
@@ -554,3 +588,130 @@ class ProcEventSource:
             if libraries:
                 batch.gpu_libraries[pid] = (proc.start_ticks, libraries)
         self._wake_pending = True
+
+
+def parse_lineage_events(data: bytes) -> Iterator[tuple[str, int, int]]:
+    """Decode the fork and exit events of one datagram, for following who forked whom.
+
+    Args:
+        data: What ``recv`` returned from the proc connector.
+
+    Returns:
+        ``("fork", parent_tgid, child_tgid)`` for each new process (a new thread, whose
+        ``child_pid`` differs from its ``child_tgid``, is not one) and ``("exit", tgid,
+        tgid)`` for each process that ended (a thread's exit is left out).
+    """
+    off = 0
+    end = len(data)
+    while off + _NLMSGHDR.size <= end:
+        length = _NLMSGHDR.unpack_from(data, off)[0]
+        if length < _NLMSGHDR.size or off + length > end:
+            return
+        if length >= _DATA_OFFSET + _TWO.size:
+            (what,) = _WHAT.unpack_from(data, off + _WHAT_OFFSET)
+            if what == PROC_EVENT_FORK and length >= _DATA_OFFSET + _FOUR.size:
+                _, ptgid, pid, tgid = _FOUR.unpack_from(data, off + _DATA_OFFSET)
+                if pid == tgid:
+                    yield "fork", ptgid, tgid
+            elif what == PROC_EVENT_EXIT:
+                pid, tgid = _TWO.unpack_from(data, off + _DATA_OFFSET)
+                if pid == tgid:
+                    yield "exit", tgid, tgid
+        off += (length + 3) & ~3  # NLMSG_ALIGN
+
+
+MAX_LINEAGE_EVENTS = 200_000
+
+
+class ForkWatch:
+    """Who forked whom while it is open: the lineage a process loses when its parent exits.
+
+    A process that starts a copy of itself and exits leaves the copy re-parented to PID 1,
+    in a session of its own, maybe with an emptied environment: nothing in ``/proc`` ties
+    the copy to it any more. The kernel's fork events do (``PROC_EVENT_FORK`` names the
+    parent's and the child's thread group). Events are read when asked (:meth:`poll`,
+    also from a sleep between signals), not in a thread; the socket buffer holds what
+    arrives between two reads. Where events were dropped (``ENOBUFS``), or more than
+    :data:`MAX_LINEAGE_EVENTS` arrived, the lineage is incomplete and :attr:`complete`
+    says so.
+
+    Args:
+        opener: Opens the connector socket (:func:`open_proc_connector`; tests inject
+            one that fails).
+        rcvbuf_bytes: Socket receive buffer to ask for.
+    """
+
+    def __init__(
+        self,
+        opener: Callable[[int], socket.socket] = open_proc_connector,
+        rcvbuf_bytes: int = 8 << 20,
+    ) -> None:
+        self.reason: str | None = None
+        self.lost = False
+        self._events: list[tuple[str, int, int]] = []
+        self._sock: socket.socket | None = None
+        try:
+            self._sock = opener(rcvbuf_bytes)
+        except Exception as exc:  # OSError from the kernel; anything else is no better
+            text = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+            self.reason = f"kernel process events unavailable ({text})"
+
+    @property
+    def complete(self) -> bool:
+        """True while every fork since the watch opened is known."""
+        return self._sock is not None and not self.lost
+
+    def poll(self) -> None:
+        """Read every event waiting on the socket (never blocks)."""
+        sock = self._sock
+        if sock is None:
+            return
+        while True:
+            try:
+                data = sock.recv(RECV_BYTES)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS:
+                    self.reason = f"kernel process events stopped ({exc.strerror or exc})"
+                    self.close()
+                    return
+                self.lost = True
+                self.reason = "the kernel dropped process events (socket buffer full)"
+                continue
+            self._events.extend(parse_lineage_events(data))
+            if len(self._events) > MAX_LINEAGE_EVENTS:
+                self.lost = True
+                self.reason = f"more than {MAX_LINEAGE_EVENTS} process events"
+                self._events.clear()
+
+    def forked_by(self, roots: Iterable[int]) -> dict[int, int]:
+        """Every process forked, directly or through others, by ``roots`` since the watch
+        opened: child → the parent that forked it.
+
+        A root (or a process found so) that exits stops counting: a later fork by a
+        process that reuses its PID is not its; a fork whose child has the PID of one
+        found earlier means that one is gone and the PID was reused.
+
+        Args:
+            roots: PIDs (thread group ids) to follow.
+        """
+        self.poll()
+        active = set(roots)
+        out: dict[int, int] = {}
+        for kind, a, b in self._events:
+            if kind == "exit":
+                active.discard(a)
+            elif a in active:
+                active.add(b)
+                out[b] = a
+            elif b in active:
+                active.discard(b)  # PID reused: the one we followed has gone
+                out.pop(b, None)
+        return out
+
+    def close(self) -> None:
+        """Close the socket (the events read so far are kept)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None

@@ -126,8 +126,9 @@ class ActionTable(Table):
         row = self.conn.execute("SELECT * FROM actions WHERE id=?", (action_id,)).fetchone()
         return _action(row) if row else None
 
-    def mark_undone(self, action_id: int, now: float) -> None:
-        """Record that an action was undone."""
+    def mark_undone(self, action_id: int, now: float | None) -> None:
+        """Record that an action was undone (``now``), or that it no longer is (None: an
+        undo that failed after it was recorded)."""
         self.conn.execute("UPDATE actions SET undone_at=? WHERE id=?", (now, action_id))
 
     # -- write-ahead records -------------------------------------------------------------
@@ -154,9 +155,11 @@ class ActionTable(Table):
         *,
         finding_id: int | None = None,
         signature: str | None = None,
+        outcome: str = "pending",
     ) -> int:
         """Write an action's row before its first side effect: ``state`` ``pending``,
-        ``outcome`` ``pending``, owned by this process (:func:`self_owner`).
+        ``outcome`` ``pending`` (or ``outcome``: an undo is ``running``, so what it
+        starts is read as the undo's), owned by this process (:func:`self_owner`).
 
         Args:
             actor: Who acts (``daemon``, ``cli:alice``).
@@ -177,10 +180,10 @@ class ActionTable(Table):
             cur = conn.execute(
                 "INSERT INTO actions(created_at, actor, kind, target, finding_id, signature,"
                 " dry_run, outcome, details_json, state, owner_json)"
-                " VALUES (?,?,?,?,?,?,0,'pending',?,'pending',?)",
+                " VALUES (?,?,?,?,?,?,0,?,?,'pending',?)",
                 (
-                    now, actor, kind, target, finding_id, signature, json.dumps(details),
-                    json.dumps(self_owner(self.session)),
+                    now, actor, kind, target, finding_id, signature, outcome,
+                    json.dumps(details), json.dumps(self_owner(self.session)),
                 ),
             )  # fmt: skip
         return int(cur.lastrowid or 0)
@@ -212,15 +215,17 @@ class ActionTable(Table):
         action_id: int,
         outcome: str,
         details: dict[str, Any],
-        now: float,
+        now: float | None = None,
         *,
         undo: list[dict[str, Any]] | dict[str, Any] | None = None,
         state: str = "done",
         target: str | None = None,
     ) -> None:
-        """Finish an action's row: its outcome, its details (replaced), its undo ops.
+        """Finish an action's row, recorded before it ran: its outcome, its details
+        (replaced), its undo ops.
 
         Args:
+            now: POSIX time it finished (default: now).
             state: ``done``, or ``interrupted`` for an action found half-way and
                 finished or reported by another process.
             target: What it acted on, in words, when it is known better now (kept
@@ -232,7 +237,7 @@ class ActionTable(Table):
                 " finished_at=?, target=COALESCE(?, target) WHERE id=?",
                 (
                     outcome, json.dumps(details), json.dumps(undo) if undo is not None else None,
-                    state, now, target, action_id,
+                    state, time.time() if now is None else now, target, action_id,
                 ),
             )  # fmt: skip
 
@@ -328,6 +333,7 @@ class ActionJournal:
         finding_id: int | None = None,
         signature: str | None = None,
         clock: Callable[[], float] = time.time,
+        outcome: str = "pending",
     ) -> ActionJournal:
         """Write the action's row (:meth:`ActionTable.begin_action`).
 
@@ -336,8 +342,9 @@ class ActionJournal:
         """
         try:
             aid = db.begin_action(
-                actor, kind, target, details, clock(), finding_id=finding_id, signature=signature
-            )
+                actor, kind, target, details, clock(), finding_id=finding_id,
+                signature=signature, outcome=outcome,
+            )  # fmt: skip
         except sqlite3.Error as exc:
             raise JournalError(
                 f"cannot record the {kind} action in the state database: {exc}"
@@ -460,10 +467,12 @@ def source_undo(actions: Sequence[ActionRecord]) -> SourceUndo | None:
         The undo and the ``disable-source`` it undid, when the newest disable-source that
         took effect was undone and none took effect since; else None.
     """
+    # "running": the undo is recorded before it starts what it restores, so the run it
+    # starts (a `systemctl start`) is read as the undo's, never as a return.
     undos = {
         r.details.get("undid"): r
         for r in actions
-        if r.kind == "undo" and r.outcome == "ok" and not r.dry_run
+        if r.kind == "undo" and r.outcome in ("ok", "running") and not r.dry_run
     }
     for rec in actions:
         if rec.kind != "disable-source" or rec.dry_run or rec.outcome not in ("ok", "partial"):

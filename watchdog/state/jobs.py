@@ -30,12 +30,14 @@ def _run(row: sqlite3.Row | tuple[Any, ...]) -> RunRecord:
         [str(c) for c in cmdline], _loads(row[5], dict, UnreadableRecord), str(row[6]),
         row[7], float(row[8]), float(row[9]), float(row[10]), [str(g) for g in gpus],
         row[12] if isinstance(row[12], int) else None,
+        row[13] if isinstance(row[13], str) else None,
+        [str(e) for e in _loads(row[14], list, [])] if row[14] is not None else None,
     )  # fmt: skip
 
 
 _RUN_COLUMNS = (
     "signature, root_pid, start_ticks, user, cmdline_json, origin_json, verdict, rule,"
-    " started_at, last_seen, gpu_s, gpus_json, max_gpu_bytes"
+    " started_at, last_seen, gpu_s, gpus_json, max_gpu_bytes, workload, workload_evidence_json"
 )
 
 
@@ -110,13 +112,17 @@ class JobTable(Table):
         self.conn.execute(
             f"INSERT INTO job_runs({_RUN_COLUMNS})"
             " VALUES (:signature, :root_pid, :start_ticks, :user, :cmdline_json,"
-            " :origin_json, :verdict, :rule, :now, :now, 0, :gpus_json, :gpu_bytes)"
+            " :origin_json, :verdict, :rule, :now, :now, 0, :gpus_json, :gpu_bytes,"
+            " :workload, :workload_evidence)"
             " ON CONFLICT(root_pid, start_ticks, signature) DO UPDATE SET"
             " verdict=excluded.verdict, rule=excluded.rule, origin_json=excluded.origin_json,"
             " gpu_s=job_runs.gpu_s + MAX(0, :now - job_runs.last_seen) * :n_gpus,"
             " last_seen=:now, gpus_json=:gpus_union,"
             " max_gpu_bytes=CASE WHEN :gpu_bytes IS NULL THEN job_runs.max_gpu_bytes"
-            " ELSE MAX(COALESCE(job_runs.max_gpu_bytes, 0), :gpu_bytes) END",
+            " ELSE MAX(COALESCE(job_runs.max_gpu_bytes, 0), :gpu_bytes) END,"
+            " workload=COALESCE(excluded.workload, job_runs.workload),"
+            " workload_evidence_json=COALESCE(excluded.workload_evidence_json,"
+            " job_runs.workload_evidence_json)",
             {
                 "signature": rec.signature,
                 "root_pid": rec.root_pid,
@@ -131,8 +137,24 @@ class JobTable(Table):
                 "n_gpus": len(gpus),
                 "gpus_union": json.dumps(sorted(set(gpus) | set(self._run_gpus(rec)))),
                 "gpu_bytes": rec.max_gpu_bytes,
+                "workload": rec.workload,
+                "workload_evidence": (
+                    None
+                    if rec.workload_evidence is None
+                    else json.dumps([clean(e) for e in rec.workload_evidence])
+                ),
             },
         )
+
+    def last_runs(self, signature: str, last_seen: float) -> list[RunRecord]:
+        """The runs of one signature last seen at or after ``last_seen`` (the job's
+        ``last_seen``: the instances that ran when it was last seen), oldest first."""
+        rows = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM job_runs WHERE signature=? AND last_seen>=?"
+            " ORDER BY started_at, root_pid",
+            (signature, last_seen),
+        )
+        return [_run(r) for r in rows]
 
     def _run_gpus(self, rec: RunRecord) -> list[str]:
         row = self.conn.execute(
@@ -140,6 +162,15 @@ class JobTable(Table):
             (rec.root_pid, rec.start_ticks, rec.signature),
         ).fetchone()
         return [str(g) for g in _loads(row[0], list, [])] if row else []
+
+    def run(self, root_pid: int, start_ticks: int, signature: str) -> RunRecord | None:
+        """The record of one run (its root's identity and signature), or None."""
+        row = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM job_runs"
+            " WHERE root_pid=? AND start_ticks=? AND signature=?",
+            (root_pid, start_ticks, signature),
+        ).fetchone()
+        return _run(row) if row else None
 
     def runs(self, since: float = 0.0) -> list[RunRecord]:
         """Runs last seen at or after ``since``, oldest start first."""

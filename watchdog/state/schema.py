@@ -192,7 +192,16 @@ CREATE INDEX findings_resolved ON findings(resolved_at) WHERE resolved_at IS NOT
 UPDATE meta SET value='5' WHERE key='schema_version';
 """
 
-# Version 6: write-ahead records of actions (issue 32, case 4: a terminate killed while it
+# Next version: each run's workload class and its evidence (issue 35): learning proposes
+# exemptions for the classes that are not training, and the report counts them apart.
+# Runs recorded before have none (NULL: read as no class known).
+_SCHEMA_WORKLOAD = """
+ALTER TABLE job_runs ADD COLUMN workload TEXT;
+ALTER TABLE job_runs ADD COLUMN workload_evidence_json TEXT;
+UPDATE meta SET value='6' WHERE key='schema_version';
+"""
+
+# Version 7: write-ahead records of actions (issue 32, case 4: a terminate killed while it
 # waited out its grace left no record of the signals it had sent, and the restarted
 # daemon signalled the same process again; a quarantine killed between its rename and its
 # record left a model in quarantine with no finding, no action and no undo). An action's
@@ -216,7 +225,7 @@ CREATE TABLE action_steps (
 CREATE INDEX action_steps_of ON action_steps(action_id, id);
 CREATE INDEX actions_unfinished ON actions(id) WHERE state IN ('pending', 'recovering');
 CREATE INDEX actions_interrupted ON actions(finished_at) WHERE state = 'interrupted';
-UPDATE meta SET value='6' WHERE key='schema_version';
+UPDATE meta SET value='7' WHERE key='schema_version';
 """
 
 MIGRATIONS: tuple[str, ...] = (
@@ -225,6 +234,7 @@ MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V3,
     _SCHEMA_V4,
     _SCHEMA_FINDING_IDS,
+    _SCHEMA_WORKLOAD,
     _SCHEMA_ACTION_STEPS,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

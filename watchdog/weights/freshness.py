@@ -8,6 +8,7 @@ epoch, as ``time.time()``) so the logic is testable on real files with
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,26 +20,71 @@ from watchdog.weights.api import verify
 _UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
 
 
-def human_duration(seconds: float) -> str:
+#: Most decimals of a second a duration is written with (:func:`past_limit`).
+MAX_PLACES = 3
+
+
+def _truncated(seconds: float, places: int) -> int:
+    """``seconds`` in units of ``10**-places`` s, truncated (a float's 2.3 * 10 is
+    22.999…, so the product is rounded to far below one unit first)."""
+    return math.floor(round(max(0.0, seconds) * 10.0**places, 6))
+
+
+def human_duration(seconds: float, places: int = 0) -> str:
     """A duration in days, hours, minutes and seconds, leaving out zero units.
 
     Whole seconds are kept, so a value that just passed a limit reads apart from
-    the limit ("2 h 1 s" against "2 h"), which one decimal of hours cannot ("0.1 h").
+    the limit ("2 h 1 s" against "2 h"), which one decimal of hours cannot ("0.1 h");
+    :func:`past_limit` adds the decimals a value less than a second past needs.
 
     Args:
-        seconds: Duration in seconds, truncated to whole seconds; negative values
-            are shown as ``"0 s"``.
+        seconds: Duration in seconds, truncated to ``places`` decimals (never more
+            than it was); negative values are shown as ``"0 s"``.
+        places: Decimals of a second to keep (0 to :data:`MAX_PLACES`).
 
     Returns:
-        E.g. ``"45 s"``, ``"5 min"``, ``"5 min 1 s"``, ``"1 d 6 h"``.
+        E.g. ``"45 s"``, ``"5 min"``, ``"5 min 1 s"``, ``"1 d 6 h"``, ``"2 min 0.4 s"``.
     """
-    left = max(0, int(seconds))
+    scale = 10**places
+    ticks = _truncated(seconds, places)
+    left, frac = divmod(ticks, scale)
     parts: list[str] = []
-    for unit, size in _UNITS:
+    for unit, size in _UNITS[:-1]:
         n, left = divmod(left, size)
         if n:
             parts.append(f"{n} {unit}")
+    if frac:
+        parts.append(f"{left}.{frac:0{places}d}".rstrip("0") + " s")
+    elif left:
+        parts.append(f"{left} s")
     return " ".join(parts) or "0 s"
+
+
+def past_limit(value_s: float, limit_s: float) -> tuple[str, str]:
+    """How long something lasted and the limit it passed, in words that never read as
+    equal: ``("2 min 0.4 s", "2 min")``, not ``("2 min", "2 min")``.
+
+    The limit is written exactly (to :data:`MAX_PLACES` decimals); the value with the
+    fewest decimals that tell it apart from the limit, truncated, so it never says more
+    than what lasted. A value within a thousandth of a second of the limit reads
+    ``"just over 2 min"``.
+
+    Args:
+        value_s: The duration, in seconds; more than ``limit_s``.
+        limit_s: The limit, in seconds.
+
+    Returns:
+        ``(value text, limit text)``.
+    """
+    exact = next(
+        (p for p in range(MAX_PLACES + 1) if _truncated(limit_s, p) == round(limit_s * 10**p, 6)),
+        MAX_PLACES,
+    )
+    limit = human_duration(limit_s, exact)
+    for places in range(exact, MAX_PLACES + 1):
+        if _truncated(value_s, places) > _truncated(limit_s, places):
+            return human_duration(value_s, places), limit
+    return f"just over {limit}", limit
 
 
 def verified_finite(path: Path) -> bool:

@@ -12,9 +12,12 @@ import contextlib
 import errno
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from watchdog.config.base import ConfigError
+from watchdog.config.ship_gates import ShipGate
 from watchdog.faults import fault_point
 from watchdog.state import ActionJournal, JournalError, NullJournal
 from watchdog.weights.verifyworker import FileKey
@@ -189,3 +192,58 @@ def _moved_same(dst: Path, link_text: str | None, target: Path, key: FileKey) ->
         return os.readlink(dst) == link_text and _same_version(FileKey.of(target), key)
     except OSError:
         return False
+
+
+def _device(path: str) -> int | None:
+    """The file system ``path`` is on, or would be created on (its nearest existing
+    ancestor: the gate creates a missing quarantine folder there); None when unknown."""
+    p = Path(path)
+    for candidate in (p, *p.parents):
+        try:
+            return os.stat(candidate).st_dev
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+    return None
+
+
+def check_quarantine_dirs(source: str, gates: Sequence[ShipGate]) -> list[ConfigError]:
+    """What ``check-config`` says about each gate's ``quarantine_dir`` on this host: it
+    must be on the deploy directory's file system, or every quarantine fails (a rename
+    across file systems is not atomic; :func:`quarantine_file` refuses it, ``EXDEV``).
+
+    Only a ``quarantine_dir`` given with ``quarantine: true`` beside a ``deploy_dir``
+    that exists is compared (a deploy directory still to be mounted is not judged). A
+    subfolder of the deploy directory that is a mount of its own is not looked at.
+
+    Args:
+        source: The configuration file.
+        gates: Its ship gates.
+
+    Returns:
+        One error per such gate, naming file, line and key; nothing is created.
+    """
+    out: list[ConfigError] = []
+    for i, gate in enumerate(gates):
+        if not gate.quarantine or gate.quarantine_dir is None:
+            continue
+        try:
+            deploy_dev = os.stat(gate.deploy_dir).st_dev
+        except OSError:
+            continue
+        qdev = _device(gate.quarantine_dir)
+        if qdev is None or qdev == deploy_dev:
+            continue
+        out.append(
+            ConfigError(
+                source,
+                gate.quarantine_dir_line,
+                f"ship_gates[{i}].quarantine_dir",
+                f"{gate.quarantine_dir} is on another file system than deploy_dir"
+                f" {gate.deploy_dir}: a rename across file systems is not atomic (EXDEV),"
+                " so every quarantine would fail; leave quarantine_dir out (the default"
+                " lies inside deploy_dir) or name a folder on the same file system",
+            )
+        )
+    return out

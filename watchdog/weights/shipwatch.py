@@ -5,15 +5,18 @@ Each tick, for every gate of ``ship_gates:``, :class:`ShipGateSource`:
 1. lists the weights files in the deploy directory (the gate's ``patterns``, recursively,
    skipping the quarantine folder) and, for the freshness rule, in the training directory;
 2. submits every file whose identity (:class:`FileKey`: size, mtime, ctime, inode) was
-   the same at two polls at least ``settle_s`` apart to the background
-   :class:`VerifyWorker` (a file still being written is never verified half-way);
+   the same at two polls at least ``settle_s`` apart (wall-clock seconds, default 10:
+   ticks can come milliseconds apart) to the background :class:`VerifyWorker` (a file
+   still being written is never verified half-way);
 3. waits at most ``wait_s`` (0.25 s) for results, so a big file is reported on a later
    tick instead of stalling the loop; results are cached per file version, so each
    version is read once per daemon run;
 4. reports ``poisoned-weights`` (critical) for a non-finite file and
    ``weights-unverified`` (high) for one that could not be fully verified (the gate
    fails closed), one finding per gate and path, open while the file is there; it
-   resolves when the file is replaced by a finite one, removed or quarantined;
+   resolves when the file is replaced by a finite one, removed or quarantined; a shard
+   index is judged with the versions of its shards, and one whose shard is missing
+   (quarantined included) is ``weights-unverified`` as incomplete;
 5. with ``quarantine: true`` moves a non-finite file aside (:mod:`.quarantine`) and
    records a ``quarantine-weights`` action whose undo op renames it back;
 6. with ``train_dir``, reports ``deploy-stale`` (high) when the newest finite training
@@ -26,6 +29,8 @@ from __future__ import annotations
 import fnmatch
 import os
 import queue
+import shlex
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,12 +40,13 @@ from typing import Any
 from watchdog.config import Config
 from watchdog.config.ship_gates import QUARANTINE_DIRNAME, ShipGate
 from watchdog.faults import fault_point
+from watchdog.hostpaths import config_args
 from watchdog.logs import get_logger
 from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES, Finding, ScanResult
 from watchdog.state import ActionJournal, JournalError, StateDB
 from watchdog.weights.discover import index_shards
 from watchdog.weights.fanotify import Fanotify
-from watchdog.weights.freshness import human_duration
+from watchdog.weights.freshness import human_duration, past_limit
 from watchdog.weights.opengate import Decision, OpenGate
 from watchdog.weights.quarantine import (
     QUARANTINE_SUFFIX,
@@ -73,11 +79,18 @@ class Listing:
         outside: Files that resolve outside the directory, through a symlinked folder
             or named by a shard index, with how they were reached (they
             are verified and reported, never quarantined: they are not the gate's files).
+        shards: Shard index path → every shard path it names, present or not (an
+            index's verdict depends on its shards as much as on its own bytes).
     """
 
     keys: dict[str, FileKey] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     outside: dict[str, str] = field(default_factory=dict)
+    shards: dict[str, list[str]] = field(default_factory=dict)
+
+    def basis(self, index: str) -> tuple[FileKey | None, ...]:
+        """The versions of the shards ``index`` names (None: missing), as listed now."""
+        return tuple(self.keys.get(s) for s in self.shards.get(index, ()))
 
 
 def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) -> Listing:
@@ -164,7 +177,9 @@ def _add_index_shards(root: Path, out: Listing) -> None:
     for path in [p for p in out.keys if p.endswith(INDEX_SUFFIX)]:
         # Only the index JSON is read here, every tick; the index's own verification
         # reports missing shards and tensors.
-        for shard in index_shards(Path(path)):
+        named = index_shards(Path(path))
+        out.shards[path] = [str(s) for s in named]
+        for shard in named:
             if str(shard) not in out.keys:
                 try:
                     out.keys[str(shard)] = FileKey.of(shard)
@@ -190,6 +205,8 @@ class ShipGateSource:
         wait_s: Longest a tick waits for verification results.
         open_gate: Builds the open-time gate of an ``enforce: open|audit`` gate
             (default :func:`make_open_gate`; tests and hosts without fanotify).
+        cli_args: What the commands its findings print carry after the verb (the
+            daemon's `` --config PATH``: :func:`watchdog.hostpaths.config_args`).
     """
 
     def __init__(
@@ -201,8 +218,10 @@ class ShipGateSource:
         ops: FileOps | None = None,
         wait_s: float = TICK_WAIT_S,
         open_gate: Callable[[ShipGate, Callable[[Decision], None]], OpenGate] | None = None,
+        cli_args: str = "",
     ) -> None:
         self.gate = gate
+        self.cli_args = cli_args
         self.name = f"ship-gate {gate.name}"
         self.db = db
         self.worker = worker
@@ -212,9 +231,17 @@ class ShipGateSource:
         self.train_dir = Path(gate.train_dir) if gate.train_dir else None
         self.quarantine_dir = Path(gate.quarantine_path)
         self._results: dict[FileKey, FileReport] = {}
-        self._seen: dict[str, tuple[FileKey, float]] = {}  # path -> (version, first seen)
+        self.settle_s = gate.settle_s
+        # path -> (version, first seen: tick time, monotonic time)
+        self._seen: dict[str, tuple[FileKey, float, float]] = {}
         self._refused: dict[str, Finding] = {}  # path -> finding of its last bad version
         self._quarantine_failed: dict[FileKey, str] = {}
+        # Index version → the versions of its shards its verdict was reached on, and the
+        # same for indexes being checked now.
+        self._basis: dict[FileKey, tuple[FileKey | None, ...]] = {}
+        self._inflight: dict[FileKey, tuple[FileKey | None, ...]] = {}
+        self._moved: dict[str, tuple[str, int]] = {}  # path → (where, action id) this run
+        self._absent: dict[str, tuple[float, float]] = {}  # missing shard → since when
         self._stale: Finding | None = None  # the open deploy-stale finding, if any
         self._outside: dict[str, str] = {}  # files resolving outside deploy_dir, and how
         self._make_open_gate = open_gate or make_open_gate
@@ -226,19 +253,31 @@ class ShipGateSource:
     # -- settling ----------------------------------------------------------------------
 
     def _settled(self, keys: dict[str, FileKey], now: float) -> set[FileKey]:
-        """Versions seen unchanged at two polls at least ``settle_s`` apart."""
-        seen: dict[str, tuple[FileKey, float]] = {}
+        """Versions seen unchanged at two polls at least ``settle_s`` apart.
+
+        Measured on the tick's wall clock (``now``), or on the monotonic clock when that
+        says more time passed (a wall clock set back must not keep a file unjudged for
+        as long as it went back): time, not the number of polls, since early ticks can
+        come milliseconds apart.
+        """
+        mono = time.monotonic()
+        seen: dict[str, tuple[FileKey, float, float]] = {}
         settled: set[FileKey] = set()
         for path, key in keys.items():
             prev = self._seen.get(path)
             if prev is None or prev[0] != key:
-                seen[path] = (key, now)
+                seen[path] = (key, now, mono)
                 continue
             seen[path] = prev
-            if now - prev[1] >= self.gate.settle_s:
+            if self._quiet(prev[1:], now, mono):
                 settled.add(key)
         self._seen = seen
         return settled
+
+    def _quiet(self, since: tuple[float, float], now: float, mono: float | None = None) -> bool:
+        """Has ``settle_s`` passed since ``since`` (tick time, monotonic time)?"""
+        elapsed = (mono if mono is not None else time.monotonic()) - since[1]
+        return max(now - since[0], elapsed) >= self.settle_s
 
     # -- one tick ----------------------------------------------------------------------
 
@@ -260,26 +299,97 @@ class ShipGateSource:
             train = list_files(self.train_dir, self.gate.patterns, self.quarantine_dir)
             train.keys = {p: k for p, k in train.keys.items() if _suffix(p) in WEIGHT_SUFFIXES}
         settled = self._settled({**deploy.keys, **train.keys}, now)
-        for key in deploy.keys.values():
+        self._collect(deploy)  # results finished since the last tick, before submitting
+        self._rejudge_indexes(deploy)
+        for path, key in deploy.keys.items():
             if key in settled and key not in self._results:
-                self.worker.submit(self.name, key, DEPLOY)
+                self._submit(path, key, deploy, settled)
         if self.train_dir is not None:
             self._submit_train(train, self._deployed(deploy), settled)
         if self.worker.pending():
             self.worker.wait(self.wait_s)
-        for key, report in self.worker.collect(self.name).items():
-            if report is not None:
-                self._results[key] = report
+        self._collect(deploy)
         present = {*deploy.keys.values(), *train.keys.values()}
         self._results = {k: r for k, r in self._results.items() if k in present}
+        self._basis = {k: b for k, b in self._basis.items() if k in present}
+        self._inflight = {k: b for k, b in self._inflight.items() if k in present}
         self._quarantine_failed = {k: e for k, e in self._quarantine_failed.items() if k in present}
 
-        out = self._deploy_findings(deploy, now)
+        self._moved = {p: m for p, m in self._moved.items() if p not in deploy.keys}
+
+        out = self._deploy_findings(deploy, settled, now)
         if self.train_dir is not None:
             out.extend(self._freshness(train, deploy, now))
         out.extend(self._degraded(deploy, train))
         out.extend(self._at_open(deploy, now))
         return out
+
+    # -- shard indexes -----------------------------------------------------------------
+
+    def _submit(self, path: str, key: FileKey, deploy: Listing, settled: set[FileKey]) -> None:
+        """Queue one deploy file; an index with the versions of its shards as listed now
+        (its verdict holds for those only), once each of them has settled too (a missing
+        shard is the incompleteness check's: :meth:`_deploy_findings`)."""
+        if path.endswith(INDEX_SUFFIX):
+            basis = deploy.basis(path)
+            if key in self._inflight or not all(b in settled for b in basis):
+                return  # being checked (judged against its basis), or shards in motion
+            self._inflight[key] = basis
+        self.worker.submit(self.name, key, DEPLOY)
+
+    def _collect(self, deploy: Listing) -> None:
+        """Take the worker's finished results. An index's result counts only while its
+        shards are the versions it was checked against (else it is checked again)."""
+        for key, report in self.worker.collect(self.name).items():
+            basis = self._inflight.pop(key, None)
+            if report is None:
+                continue
+            if key.path.endswith(INDEX_SUFFIX):
+                if basis is None or basis != deploy.basis(key.path):
+                    continue
+                self._basis[key] = basis
+            self._results[key] = report
+
+    def _rejudge_indexes(self, deploy: Listing) -> None:
+        """Forget the verdict of every index one of whose shards changed, appeared or went
+        (quarantined, removed, replaced): the index file is the same, its model is not."""
+        for path, key in deploy.keys.items():
+            stale = self._basis.get(key) != deploy.basis(path)
+            if key in self._results and path.endswith(INDEX_SUFFIX) and stale:
+                del self._results[key]
+
+    def _incomplete(self, key: FileKey, shards: list[str], missing: list[str]) -> Finding:
+        """``weights-unverified`` for an index some of whose shards are gone: the model it
+        describes cannot load as shipped (a quarantined shard is named with its undo)."""
+        gate = self.gate.name
+        said = []
+        for shard in missing:
+            moved = self._moved.get(shard)
+            said.append(
+                shard
+                if moved is None
+                else f"{shard} (quarantined to {moved[0]}; undo: rogue-watchdog undo {moved[1]})"
+            )
+        verb = "is" if len(missing) == 1 else "are"
+        error = f"{len(missing)} of {len(shards)} shards it names {verb} missing: " + ", ".join(
+            said
+        )
+        return Finding(
+            kind="weights-unverified",
+            severity="high",
+            message=f"ship gate {gate}: {key.path} is incomplete, so the model is refused: {error}",
+            details={
+                "fingerprint": f"{gate}:{key.path}",
+                "gate": gate,
+                "path": key.path,
+                "format": "weights-index",
+                "status": Status.NOT_VERIFIED.value,
+                "size_bytes": key.size_bytes,
+                "mtime": _when(key.mtime_ns / 1e9),
+                "missing_shards": missing,
+                "error": error,
+            },
+        )
 
     # -- enforcement at open -----------------------------------------------------------
 
@@ -368,10 +478,26 @@ class ShipGateSource:
 
     # -- deploy directory --------------------------------------------------------------
 
-    def _deploy_findings(self, deploy: Listing, now: float) -> list[Finding]:
+    def _deploy_findings(self, deploy: Listing, settled: set[FileKey], now: float) -> list[Finding]:
         out: list[Finding] = []
         refused: dict[str, Finding] = {}
-        for path, key in deploy.keys.items():
+        # Indexes last: a shard quarantined in this loop makes its index incomplete now.
+        order = sorted(deploy.keys.items(), key=lambda pk: pk[0].endswith(INDEX_SUFFIX))
+        absent: dict[str, tuple[float, float]] = {}
+        for path, key in order:
+            shards = deploy.shards.get(path, [])
+            missing = [s for s in shards if not os.path.exists(s)]
+            for s in missing:
+                absent[s] = self._absent.get(s) or absent.get(s) or (now, time.monotonic())
+            # An index still settling may be a deploy in progress (index first, shards
+            # after), and a shard gone for less than settle_s may be one being replaced
+            # (rm, then cp): judged once settled, like every file. A shard this gate
+            # quarantined is gone for good: at once.
+            gone = [s for s in missing if s in self._moved or self._quiet(absent[s], now)]
+            if missing and key in settled and (gone or path in self._refused):
+                refused[path] = self._incomplete(key, shards, missing)
+                out.append(refused[path])
+                continue
             report = self._results.get(key)
             if report is None:
                 # A new version not verified yet: a refused file stays refused until its
@@ -387,6 +513,7 @@ class ShipGateSource:
             if os.path.lexists(path):
                 refused[path] = finding
         self._refused = refused
+        self._absent = absent
         return out
 
     def _refusal(self, key: FileKey, report: FileReport, now: float) -> Finding:
@@ -421,14 +548,52 @@ class ShipGateSource:
         )
         if report.error:
             message += f" and was not fully verified: {report.error}"
+        moved = False
         if self.gate.quarantine and key.path in self._outside and not self._own_link(key.path):
             how = self._outside[key.path]
             message += f"; not moved: it lies outside {self.deploy_dir} ({how})"
         elif self.gate.quarantine:
             message += self._quarantine(key, details, now, message)
+            moved = "quarantined_to" in details
+        message += self._next_steps(key, details, moved)
         return Finding(
             kind="poisoned-weights", severity="critical", message=message, details=details
         )
+
+    def _next_steps(self, key: FileKey, details: dict[str, Any], moved: bool) -> str:
+        """What a person does next about a poisoned file, appended to the finding: move
+        it aside (unless the quarantine did), then deploy good weights through ``ship``,
+        naming the newest training output verified finite when the gate knows one."""
+        steps = []
+        if not moved:
+            steps.append(
+                f"move it out of {self.deploy_dir} before anything loads it (quarantine: true "
+                f"on gate {self.gate.name} has the daemon do that, undoably)"
+            )
+        dst = shlex.quote(key.path)
+        good = self._last_good()
+        if good is not None:
+            details["last_good"] = good.path
+            steps.append(
+                f"the newest training output verified finite is {good.path} "
+                f"({_when(good.mtime_ns / 1e9)}); deploy it with: rogue-watchdog ship "
+                f"{shlex.quote(good.path)} {dst}"
+            )
+        else:
+            steps.append(
+                f"deploy the last good checkpoint to {dst} through `rogue-watchdog ship` "
+                "(it copies only weights that verify finite; "
+                "watchdog.weights.best_checkpoint picks the best one that does)"
+            )
+        return "; next: " + "; ".join(steps)
+
+    def _last_good(self) -> FileKey | None:
+        """The newest training output (``train_dir``) this gate verified finite."""
+        if self.train_dir is None:
+            return None
+        root = str(self.train_dir).rstrip("/") + "/"
+        good = [k for k, r in self._results.items() if r.ok and k.path.startswith(root)]
+        return max(good, key=lambda k: (k.mtime_ns, k.path), default=None)
 
     def _own_link(self, path: str) -> bool:
         """Is ``path`` a symbolic link whose own entry lies in the deploy directory?
@@ -490,7 +655,11 @@ class ShipGateSource:
         journal.finish("done", {**facts, "moved_to": str(moved.moved_to)}, undo=undo)
         details["quarantined_to"] = str(moved.moved_to)
         details["action_id"] = journal.action_id
-        return f"; moved to {moved.moved_to} (undo: rogue-watchdog undo {journal.action_id})"
+        self._moved[key.path] = (str(moved.moved_to), journal.action_id)
+        return (
+            f"; moved to {moved.moved_to} (undo: rogue-watchdog undo{self.cli_args}"
+            f" {journal.action_id})"
+        )
 
     # -- freshness ---------------------------------------------------------------------
 
@@ -560,17 +729,17 @@ class ShipGateSource:
         if waited_s <= self.gate.stale_after_s:
             return None
         gate = self.gate.name
-        limit = human_duration(self.gate.stale_after_s)
+        waited, limit = past_limit(waited_s, self.gate.stale_after_s)
         if deployed is None:
             what = (
-                f"has waited {human_duration(waited_s)} (limit {limit}) and nothing verified"
+                f"has waited {waited} (limit {limit}) and nothing verified"
                 f" finite is deployed in {self.deploy_dir}"
             )
         else:
             t2 = deployed[1].mtime_ns / 1e9
             what = (
                 f"is {human_duration(t1 - t2)} newer than deployed {deployed[0]} ({_when(t2)});"
-                f" it has waited {human_duration(waited_s)} (limit {limit})"
+                f" it has waited {waited} (limit {limit})"
             )
         return Finding(
             kind="deploy-stale",
@@ -663,4 +832,5 @@ def build_ship_gate_sources(
         The sources, in configuration order (empty without gates).
     """
     shared = worker or VerifyWorker()
-    return [ShipGateSource(gate, db, shared) for gate in config.ship_gates]
+    cli_args = config_args(config.source)
+    return [ShipGateSource(gate, db, shared, cli_args=cli_args) for gate in config.ship_gates]

@@ -15,6 +15,7 @@ import json
 import os
 import stat
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
@@ -66,7 +67,9 @@ class LogSink:
         severity = str(fields.get("severity"))
         level = "info" if fields["action"] == "resolve" else LOG_LEVELS.get(severity, "warning")
         try:
-            if self.settings.path is None:
+            if self.settings.path is None and _at_terminal(sys.stdout):
+                print(_human_line(level, fields), file=sys.stdout, flush=True)
+            elif self.settings.path is None:
                 self._write(sys.stdout, level, fields)
             else:
                 with open_log_file(self.settings.path) as fh:
@@ -89,6 +92,24 @@ class LogSink:
             cache_logger_on_first_use=False,
         )
         getattr(logger, level)("finding", **fields)
+
+
+def _at_terminal(fh: Any) -> bool:
+    try:
+        return bool(fh.isatty())
+    except (AttributeError, ValueError):  # closed (detached) or not a file
+        return False
+
+
+def _human_line(level: str, fields: dict[str, Any]) -> str:
+    """An alert for a person watching the daemon at a terminal (its first run): the
+    time, the finding's id, what happened and its message; the JSON line (a pipe, a
+    file, the journal) keeps every field. ``fields`` are already made safe."""
+    ref = f"F{fields['finding_id']} " if fields.get("finding_id") is not None else ""
+    return (
+        f"{time.strftime('%H:%M:%S')} rogue-watchdog: {level}: {ref}{fields.get('action')} "
+        f"{fields.get('kind')} [{fields.get('severity')}]: {fields.get('message')}"
+    )
 
 
 def open_log_file(path: str) -> IO[str]:

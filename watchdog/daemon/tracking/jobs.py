@@ -2,23 +2,56 @@
 
 Jobs are remembered by a signature: the parts of their origin that will start them
 again (cron file and line, unit, Slurm account and job name...) plus the normalised
-command line and user. A rogue signature that disappears (killed, or exited) and appears
-again opens a ``respawned`` finding, also across a daemon restart: the seed case is a
-ghost killed by hand that came back 12 minutes later from a forgotten cron entry.
+command line and user. A rogue signature that disappears and appears again is a
+:class:`Return`. When its run was stopped (by us, by a person, by a signal) or its
+source disabled, or nothing says how it ended, the return opens a ``respawned`` finding,
+also across a daemon restart: the seed case is a ghost killed by hand that came back 12
+minutes later from a forgotten cron entry. When its run ended by itself (the kernel's
+exit event says so) the return is *periodic*: no ``respawned``; the job's findings
+become one periodic finding (:mod:`.periodic`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from watchdog.daemon.alerts.alert import local_iso
 from watchdog.model import Finding, Job
 from watchdog.policy.findings import gpus_text
 from watchdog.policy.signature import job_signature
-from watchdog.state import JobRecord, RunRecord, SourceUndo, StateDB, source_undo
+from watchdog.state import (
+    ActionRecord,
+    JobRecord,
+    RunRecord,
+    SourceUndo,
+    StateDB,
+    source_undo,
+)
 
 Ident = tuple[int, int]  # a process's identity: (PID, start ticks)
+
+# How a job's previous run ended, as far as the evidence goes (None: no evidence).
+Ended = Literal["exited", "stopped"]
+
+
+@dataclass(frozen=True)
+class Return:
+    """An unsanctioned job signature back this tick after its previous run was gone.
+
+    Attributes:
+        signature: The job signature.
+        job: The run that came back.
+        previous_start: When the previous run was first seen (tick time).
+        ended: How the previous run ended: ``exited`` by itself, ``stopped`` (a signal,
+            our terminate, its source disabled), or None without evidence.
+    """
+
+    signature: str
+    job: Job
+    previous_start: float
+    ended: Ended | None
 
 
 @dataclass(frozen=True)
@@ -29,6 +62,8 @@ class JobsSeen:
         signatures: Root PID → job signature of every job seen.
         held: Signatures of jobs not seen but not seen gone (a source was blind).
         respawns: ``respawned`` findings of rogue signatures that came back.
+        returns: Every unsanctioned signature that came back, by signature (those
+            whose runs ended by themselves open no ``respawned``).
         first_signature: By identity, the signature each running job root got first
             (kept for the next tick: a job keeps it for its life).
         source_undos: By identity, the undo that re-enabled the source the job started
@@ -38,6 +73,7 @@ class JobsSeen:
     signatures: dict[int, str] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
     respawns: list[Finding] = field(default_factory=list)
+    returns: dict[str, Return] = field(default_factory=dict)
     first_signature: dict[Ident, str] = field(default_factory=dict)
     source_undos: dict[Ident, SourceUndo | None] = field(default_factory=dict)
 
@@ -50,9 +86,15 @@ def record_jobs(
     source_undos: Mapping[Ident, SourceUndo | None],
     start_time_s: Callable[[int], float | None] | None = None,
     alive: Callable[[int, int], bool] | None = None,
+    exits: Mapping[int, int] | None = None,
 ) -> JobsSeen:
     """Record one tick's jobs in the ``runs`` and ``jobs`` tables; mark the jobs not seen
     gone (unless ``alive`` says their root still runs: held).
+
+    A signature back after every run of it that ran last ended by itself (``exits``)
+    is periodic: it opens no ``respawned``. A run stopped by a signal, our terminate or
+    a disabled source, or one nothing says how it ended (no exit event: polling only,
+    lost events, a daemon restart), opens ``respawned``: never quieter without evidence.
 
     Args:
         db: The state database (inside the tick's transaction).
@@ -64,12 +106,15 @@ def record_jobs(
             root PID under a known signature counts as a return only when it started
             after the signature was last seen (not a second instance that ran all along).
         alive: ``(pid, start_ticks) -> bool``, given while a source is blind.
+        exits: PID → wait(2) status of processes seen exiting (the kernel's exit
+            events), kept by the caller across ticks.
     """
     firsts = dict(first_signature)
     undos = dict(source_undos)
     signatures: dict[int, str] = {}
     held: set[str] = set()
     respawns = []
+    returns: dict[str, Return] = {}
     seen: set[str] = set()
     for job in jobs:
         ident = (job.root_pid, job.start_ticks)
@@ -81,6 +126,7 @@ def record_jobs(
                 sig, job.root_pid, job.start_ticks, job.user, list(job.cmdline),
                 job.origin.to_json(), job.verdict, job.rule, now, now,
                 gpus=list(job.gpu_uuids), max_gpu_bytes=job.gpu_memory_bytes,
+                workload=job.workload, workload_evidence=list(job.workload_evidence),
             ),
             now,
         )  # fmt: skip
@@ -113,7 +159,13 @@ def record_jobs(
         if ident not in undos:
             undos[ident] = _source_undo(db, job, sig, now, start_time_s)
         if back_after is not None and job.unsanctioned and undos[ident] is None:
-            respawns.append(respawned_finding(job, sig, back_after, now))
+            assert rec is not None  # only a known signature comes back
+            back = _return(db, sig, job, rec, exits or {}, now)
+            returns[sig] = back  # any class: a probe loop is one periodic finding too
+            # A notebook, server or probe that comes back is not a respawned ghost: its
+            # own unsanctioned-gpu-use finding says what it is (issue 35).
+            if back.ended != "exited" and job.may_train:
+                respawns.append(respawned_finding(job, sig, back_after, now))
     for rec in db.present_jobs():
         if rec.signature in seen:
             continue
@@ -126,9 +178,54 @@ def record_jobs(
         signatures=signatures,
         held=held,
         respawns=respawns,
+        returns=returns,
         first_signature={i: s for i, s in firsts.items() if i in here or s in held},
         source_undos={i: u for i, u in undos.items() if i in here},
     )
+
+
+def _return(
+    db: StateDB, sig: str, job: Job, previous: JobRecord, exits: Mapping[int, int], now: float
+) -> Return:
+    """``job`` back under ``sig``, with how the runs before it ended (every instance
+    that ran when the signature was last seen; not those seen now)."""
+    runs = [r for r in db.last_runs(sig, previous.last_seen) if r.last_seen < now]
+    roots = [(r.root_pid, r.start_ticks) for r in runs]
+    if (previous.root_pid, previous.start_ticks) not in roots:
+        roots.append((previous.root_pid, previous.start_ticks))
+    started = max((r.started_at for r in runs), default=previous.first_seen)
+    return Return(sig, job, started, how_ended(db.actions_for(sig), roots, exits))
+
+
+def how_ended(
+    actions: Sequence[ActionRecord], roots: Sequence[tuple[int, int]], exits: Mapping[int, int]
+) -> Ended | None:
+    """How the runs rooted at ``roots`` (PID, start ticks) ended: ``stopped`` when we
+    terminated one or disabled their source (an action that took effect and stands), or
+    an exit status says a signal ended one; ``exited`` when the exit status of every
+    one says it exited by itself (any exit code: a crash is no stop by anyone); None
+    otherwise (no evidence for some run: a return without it is a respawn).
+
+    Args:
+        actions: The signature's actions, most recent first.
+        roots: The identities of the runs that ran when the signature was last seen.
+        exits: PID → wait(2) status of processes seen exiting.
+    """
+    ours = [list(r) for r in roots]
+    for act in actions:
+        if act.dry_run or act.undone_at is not None or act.outcome not in ("ok", "partial"):
+            continue
+        if act.kind == "disable-source" or (
+            act.kind == "terminate" and act.details.get("root") in ours
+        ):
+            return "stopped"
+    statuses = [exits.get(pid) for pid, _start in roots]
+    # wait(2): the signal that ended a process is in the low 7 bits; an exit leaves 0.
+    if any(s is not None and s & 0x7F for s in statuses):
+        return "stopped"
+    if statuses and all(s is not None for s in statuses):
+        return "exited"
+    return None
 
 
 def _source_undo(

@@ -44,5 +44,10 @@ def with_undo_notes(
 
 def with_own_id(f: Finding, finding_id: int) -> str:
     """``f``'s message once it is filed as ``finding_id``: its commands name ``F<id>``,
-    which still works after the job exited (:func:`name_finding_in_commands`)."""
-    return name_finding_in_commands(f.message, f.root_pid, finding_id)
+    which still works after the job exited (:func:`name_finding_in_commands`); for a
+    periodic finding, in place of its latest run's PID."""
+    root = f.root_pid
+    periodic = f.details.get("periodic")
+    if root is None and isinstance(periodic, dict) and isinstance(periodic.get("pid"), int):
+        root = periodic["pid"]
+    return name_finding_in_commands(f.message, root, finding_id)

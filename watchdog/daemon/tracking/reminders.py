@@ -1,8 +1,12 @@
-"""Which alert a finding is due this tick: the open (after the debounce), a reminder, or
-none.
+"""Which alert a finding is due this tick: the open (after the debounce and the settle),
+a reminder, or none.
 
 One alert when a finding opens, once it has lasted ``alerts.min_lifetime_s`` (the
-debounce: a finding shorter than that is never alerted); a reminder after
+debounce: a finding shorter than that is never alerted) and, for a finding about where a
+job runs (``details.gpus``), once its picture is complete: the job on a GPU and the same
+at two looks in a row, or ``alerts.settle_s`` after it opened, whichever comes first
+(issue 35, case 4: NVML memory appearing a tick after the open was a second page, a
+``remind``; now it is part of the open). A reminder after
 ``reminder_after_s`` while it stays open ("still open, seen N times"), sooner when its
 instance count changed or a PID it named is gone (at most every :data:`CHANGE_MIN_S`),
 and at once when what the alert is identified by changed. ``info`` findings get no
@@ -60,6 +64,37 @@ def change_since_alert(
     return {"instances": instances, "was": was, "gone_pids": gone}
 
 
+def record_labels(host: str, rec: FindingRecord) -> dict[str, str]:
+    """The labels an alert about ``rec`` as last seen would carry."""
+    return routing_labels(host, rec.id, rec.kind, rec.severity, rec.details)
+
+
+def settling(
+    f: Finding,
+    labels: dict[str, str],
+    previous: dict[str, str] | None,
+    age_s: float,
+    settings: AlertSettings,
+) -> bool:
+    """True while the first alert of ``f`` still waits for its first complete picture.
+
+    Only a finding about where a job runs (``details.gpus``) waits: NVML lists a new
+    process a tick or two after it starts, and each GPU of a launch as its worker comes
+    up. The picture is complete when the job is on a GPU and its labels were the same
+    at the previous look; the wait never exceeds ``settings.settle_s``.
+
+    Args:
+        f: This tick's (folded) finding.
+        labels: Its alert labels now (:func:`alert_labels`).
+        previous: Its alert labels at the previous look; None when it opens now.
+        age_s: Seconds since it opened.
+        settings: ``alerts``: ``settle_s``.
+    """
+    if settings.settle_s <= 0 or "gpus" not in f.details or age_s >= settings.settle_s:
+        return False
+    return not ("gpu" in labels and labels == previous)
+
+
 def alert_due(
     rec: FindingRecord | None,
     f: Finding,
@@ -68,6 +103,7 @@ def alert_due(
     labels: dict[str, str],
     now: float,
     settings: AlertSettings,
+    previous: dict[str, str] | None = None,
 ) -> Due | None:
     """The alert a finding is due this tick, or None.
 
@@ -78,12 +114,19 @@ def alert_due(
         pids: The root PIDs of its instances.
         labels: What an alert about it is identified by (:func:`alert_labels`).
         now: POSIX time of the tick.
-        settings: ``alerts``: the debounce and the reminder interval.
+        settings: ``alerts``: the debounce, the settle and the reminder interval.
+        previous: The labels of ``rec`` as last seen (:func:`record_labels`), for the
+            settle; None when unknown.
     """
     if rec is None:
-        return Due("open") if settings.min_lifetime_s <= 0 else None
-    if rec.last_alert_at is None:  # not alerted yet: debounced
-        return Due("open") if now - rec.opened_at >= settings.min_lifetime_s else None
+        if settings.min_lifetime_s > 0 or settling(f, labels, None, 0.0, settings):
+            return None
+        return Due("open")
+    if rec.last_alert_at is None:  # not alerted yet: debounced, or settling
+        age = now - rec.opened_at
+        if age < settings.min_lifetime_s or settling(f, labels, previous, age, settings):
+            return None
+        return Due("open")
     due = rec.last_alert_at + settings.reminder_after_s
     change = change_since_alert(rec, instances, pids)
     relabel = rec.alerted_routing is not None and rec.alerted_routing != labels

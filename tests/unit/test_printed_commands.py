@@ -1,0 +1,248 @@
+"""Every command the product prints works as printed (issue 33, item 1).
+
+A daemon running with a configuration other than the default file prints hints that
+carry ``--config`` (its state directory, socket and rules are elsewhere); commands run
+without ``--config`` find the running daemon wherever its socket is; commands that read
+history say which state database they read, and read the running daemon's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import structlog
+
+from tests.conftest import Spawned, poll
+from tests.unit.test_allowlist_suggest import pipeline_runs
+from watchdog.cli import common as cli_common
+from watchdog.cli import main
+from watchdog.daemon.ipc import StatusServer
+from watchdog.hostpaths import DEFAULT_CONFIG, config_args
+from watchdog.model import Advice
+from watchdog.policy.findings import name_finding_in_commands
+from watchdog.state import StateDB
+
+
+@pytest.fixture(autouse=True)
+def _no_pin(monkeypatch: pytest.MonkeyPatch) -> None:
+    # conftest pins the daemon socket for every other test; these test the search.
+    monkeypatch.delenv(cli_common.SOCKET_ENV, raising=False)
+    monkeypatch.setattr(cli_common, "DAEMON_SOCKET", None)
+    yield
+    structlog.reset_defaults()  # one-shot commands point structlog at captured stderr
+
+
+def _serve(path: Path, doc: dict[str, object]) -> StatusServer:
+    server = StatusServer(str(path), lambda: dict(doc))
+    server.start()
+    return server
+
+
+def test_config_args_names_any_file_but_the_default(tmp_path: Path) -> None:
+    assert config_args("<defaults>") == ""
+    assert config_args(None) == ""
+    assert config_args(DEFAULT_CONFIG) == ""
+    assert config_args(str(tmp_path / "c.yaml")) == f" --config {tmp_path}/c.yaml"
+    # Relative to where the daemon was started: pasted elsewhere, only an absolute works.
+    assert config_args("rel.yaml") == f" --config {os.getcwd()}/rel.yaml"
+    assert config_args("/srv/my rw/c.yaml") == " --config '/srv/my rw/c.yaml'"
+
+
+def test_advice_commands_carry_the_config() -> None:
+    args = " --config '/srv/my rw/c.yaml'"
+    advice = Advice(disable=True, disables="the crontab", by_hand="sed ...", cli_args=args)
+    assert advice.stop_line(812) == (
+        f"rogue-watchdog disable-source{args} 812 && rogue-watchdog terminate{args} 812"
+        " (--dry-run first to preview)"
+    )
+    message = "rogue job PID 812" + advice.finding_text(812)
+    # Once filed, the finding's id replaces the PID, the --config stays.
+    assert name_finding_in_commands(message, 812, 98) == (
+        f"rogue job PID 812; to stop the source: rogue-watchdog disable-source{args} F98 "
+        "(backs up the crontab; `rogue-watchdog undo` restores it), or by hand: sed ..."
+    )
+    plain = dataclasses.replace(advice, cli_args="")
+    assert plain.stop_line(812) == (
+        "rogue-watchdog disable-source 812 && rogue-watchdog terminate 812"
+        " (--dry-run first to preview)"
+    )
+
+
+def test_a_daemon_on_another_socket_is_found_where_it_listens(
+    spawned: Spawned,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Before: `rogue-watchdog actions` (as the docs print it) asked only the default
+    # socket, found no daemon and read /var/lib/rogue-watchdog/state.db.
+    sock = tmp_path / f"rw-{uuid.uuid4().hex[:6]}.sock"
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "nvml: {enabled: false}\n"
+        f"daemon: {{state_dir: '{tmp_path}/state', socket: '{sock}', interval_s: 1}}\n"
+    )
+    spawned.daemon(config, tmp_path / "out.log")
+    poll("the daemon's socket", lambda: str(sock) in cli_common.running_daemon_sockets(), 30)
+    # Other suites on this host may run daemons of their own: this one alone is asked.
+    monkeypatch.setattr(cli_common, "running_daemon_sockets", lambda: [str(sock)])
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["actions"]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        f"rogue-watchdog: using the running daemon's configuration: {config}",
+        f"rogue-watchdog: reading {tmp_path}/state/state.db (the running daemon's, at {sock})",
+    ]
+    assert out.splitlines()[-1] == f"no actions recorded in {tmp_path}/state/state.db"
+    # `status` finds it too.
+    assert main(["status", "--json"]) in (0, 1)
+
+
+def test_several_daemons_stop_an_action_and_a_look_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    servers = []
+    for name in ("a", "b"):
+        doc = {"schema_version": 1, "findings": [], "config": {"path": f"/srv/{name}.yaml"}}
+        servers.append(_serve(tmp_path / f"{name}.sock", doc))
+    socks = [str(tmp_path / "a.sock"), str(tmp_path / "b.sock")]
+    monkeypatch.setattr(cli_common, "running_daemon_sockets", lambda: socks)
+    try:
+        with pytest.raises(cli_common.CliError) as err:
+            cli_common.command_config_path(None, acts=True)
+        assert str(err.value) == (
+            f"2 rogue-watchdog daemons are running: {socks[0]} (--config /srv/a.yaml); "
+            f"{socks[1]} (--config /srv/b.yaml); pass --config (or set "
+            "ROGUE_WATCHDOG_SOCKET) to say which"
+        )
+        capsys.readouterr()
+        cli_common.command_config_path(None, acts=False)
+        assert capsys.readouterr().err.startswith("rogue-watchdog: warning: 2 rogue-watchdog")
+        # The environment names one: that one alone is asked.
+        monkeypatch.setenv(cli_common.SOCKET_ENV, socks[1])
+        assert cli_common.command_config_path(None, acts=True) == "/srv/b.yaml"
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def _history(state: Path, pids: tuple[int, ...]) -> None:
+    db = StateDB(str(state))
+    now = time.time()
+    for i, r in enumerate(pipeline_runs()):
+        if r.root_pid in pids:
+            db.record_run(r, now - 600 + i * 10)
+    db.close()
+
+
+def test_allowlist_diff_reads_the_running_daemons_history_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Handed case: `allowlist diff --config candidate.yaml` read the candidate's state
+    # directory (another instance's) and printed "1 run(s) would change verdict"
+    # without saying which database it read.
+    ours, other = tmp_path / "ours", tmp_path / "other"
+    _history(ours, (101, 102, 103))
+    _history(other, (101,))
+    candidate = tmp_path / "candidate.yaml"
+    candidate.write_text(
+        "sanctioned:\n  - name: pipeline\n"
+        "    cmdline: '/opt/pipeline/venv/bin/python /opt/pipeline/train.py *'\n"
+        f"    origin: {{any: true}}\ndaemon: {{state_dir: '{other}'}}\n"
+    )
+    os.chmod(candidate, 0o600)
+    sock = tmp_path / "s.sock"
+    doc = {"schema_version": 1, "findings": [], "config": {"path": "/srv/rw.yaml"}}
+    server = _serve(sock, {**doc, "state_dir": str(ours)})
+    monkeypatch.setenv(cli_common.SOCKET_ENV, str(sock))
+    capsys.readouterr()
+    try:
+        code = main(["allowlist", "diff", "--config", str(candidate), "--since", "1h"])
+    finally:
+        server.stop()
+    out, err = capsys.readouterr()
+    assert err == f"rogue-watchdog: reading {ours}/state.db (the running daemon's, at {sock})\n"
+    # Before: 1 (the other instance's single run), and nothing said on stderr.
+    assert (code, out.splitlines()[-1]) == (1, "3 run(s) would change verdict")
+    # No daemon: the candidate's, said.
+    monkeypatch.setenv(cli_common.SOCKET_ENV, str(tmp_path / "none.sock"))
+    code = main(["allowlist", "diff", "--config", str(candidate), "--since", "1h"])
+    out, err = capsys.readouterr()
+    assert err == f"rogue-watchdog: reading {other}/state.db (daemon.state_dir of {candidate})\n"
+    assert (code, out.splitlines()[-1]) == (1, "1 run(s) would change verdict")
+
+
+def test_disable_source_by_the_id_of_a_terminated_run_that_came_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by pasting the week's hints: `disable-source F<id>` of a run that was
+    # terminated and that cron started again said "finding F51 is resolved and recorded
+    # no origin for its job; nothing to act on" (exit 2): the signature's job row had
+    # moved on to the next run, and the finding's own run (job_runs) was not asked.
+    from watchdog.config.alerts import AlertSettings
+    from watchdog.daemon.tracker import Tracker
+    from watchdog.model import CronOrigin, Job
+    from watchdog.policy.findings import job_findings
+    from watchdog.policy.guard import Protection, with_advice
+
+    origin = CronOrigin(("...",), None, file="/etc/cron.d/b", line=4, schedule="* * * * *")
+    train = ("/usr/bin/python3", "/p/train.py")
+
+    def job(pid: int, ticks: int) -> Job:
+        (j,) = with_advice([Job(pid, [pid], "root", train, ticks, None, [], [], origin, "rogue")],
+                           Protection())  # fmt: skip
+        return j
+
+    db = StateDB(str(tmp_path / "state"))
+    tracker = Tracker(db, AlertSettings(), "host")
+    first = job(812, 100)
+    tracker.update([first], job_findings([first]), 1000.0)
+    (fid,) = [f.id for f in db.open_findings()]
+    tracker.update([], [], 1010.0)  # terminated
+    again = job(913, 200)  # cron's next run of the same line
+    tracker.update([again], job_findings([again]), 1070.0)
+    assert db.finding(fid).resolved_at is not None  # type: ignore[union-attr]
+    db.close()
+    config = tmp_path / "c.yaml"
+    config.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
+    capsys.readouterr()
+    code = main(["disable-source", f"F{fid}", "--dry-run", "--config", str(config)])
+    out, err = capsys.readouterr()
+    assert "recorded no origin" not in err, err
+    # It plans against /etc/cron.d/b:4 (which this host lacks: refused, said why).
+    assert (code, out.splitlines()[0]) == (
+        1,
+        f"cannot disable the source of rogue job PID 812 `{' '.join(train)}`: no recorded "
+        "entry for /etc/cron.d/b:4 to check it against",
+    ), (out, err)
+
+
+def test_completion_offers_the_ids_of_a_daemon_wherever_its_socket_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before (issue 33): no candidates, though the docs say finding ids and PIDs are
+    # offered: completion asked the default socket only.
+    if os.path.exists(DEFAULT_CONFIG):
+        pytest.skip(f"{DEFAULT_CONFIG} exists here: its socket is asked first")
+    sock = tmp_path / "s.sock"
+    doc = {
+        "schema_version": 1, "config": {"path": "/srv/rw.yaml"},
+        "findings": [{"id": 98, "kind": "rogue-job"}],
+        "jobs": [{"root_pid": 4242, "pids": [4242, 4243], "stop": "rogue-watchdog terminate 4242"}],
+    }  # fmt: skip
+    server = _serve(sock, doc)
+    monkeypatch.setattr(cli_common, "running_daemon_sockets", lambda: [str(sock)])
+    try:
+        capsys.readouterr()
+        assert main(["_complete", "targets", "--", "terminate"]) == 0
+        assert capsys.readouterr().out.split() == ["F98", "4242"]
+        assert main(["_complete", "pids", "--", "explain"]) == 0
+        assert capsys.readouterr().out.split() == ["4242", "4243"]
+    finally:
+        server.stop()

@@ -1,0 +1,109 @@
+"""What brings a rogue back, per origin kind (issue 31): each kind's answer, exactly, as
+the record gives it (:meth:`watchdog.model.Origin.restarts`), and the shell loops the
+guard reads from a wrapper's command text. The real components are in
+tests/system/test_restart_sources.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from watchdog.model import (
+    AtOrigin,
+    ContainerOrigin,
+    CronOrigin,
+    Job,
+    KubernetesOrigin,
+    Origin,
+    OrphanOrigin,
+    Proc,
+    ShellOrigin,
+    SupervisorOrigin,
+    SystemdOrigin,
+)
+from watchdog.policy.guard import shell_loop
+
+CID = "a" * 64
+
+
+@pytest.mark.parametrize(
+    ("origin", "line"),
+    [
+        (CronOrigin(file="/etc/cron.d/x", line=2, schedule="0 2 * * 0"),
+         "restarts it: on schedule, its cron line (0 2 * * 0)"),
+        (CronOrigin(file="/etc/cron.d/x", line=2, schedule="@reboot"),
+         "restarts it: on boot, its cron line (@reboot)"),
+        (CronOrigin(file="/etc/cron.d/x", line=2, schedule="* * * * *", entry_state="disabled"),
+         None),
+        (SystemdOrigin(unit="t.service", restart="always"),
+         "restarts it: at once, systemd Restart=always"),
+        (SystemdOrigin(unit="t.service", restart="on-failure"),
+         "restarts it: on failure (not after a clean exit or SIGTERM), systemd Restart=on-failure"),
+        (SystemdOrigin(unit="t.service", restart="no", timer="t.timer", timer_schedule="daily"),
+         "restarts it: on schedule, timer t.timer (daily)"),
+        (SystemdOrigin(unit="t.service", restart="no"), None),
+        (SystemdOrigin(unit="t.service", restart="no",
+                       evidence=("also triggered by t.socket (TriggeredBy)",)),
+         "restarts it: on demand, t.socket (on demand)"),
+        (ContainerOrigin(container_id=CID, runtime="docker", restart_policy="always"),
+         "restarts it: at once, Docker restart policy always of container aaaaaaaaaaaa"),
+        (ContainerOrigin(container_id=CID, runtime="podman", restart_policy="on-failure:3"),
+         "restarts it: on failure (a non-zero exit), Podman restart policy on-failure:3 of "
+         "container aaaaaaaaaaaa"),
+        (ContainerOrigin(container_id=CID, runtime="docker", restart_policy="no"), None),
+        (ContainerOrigin(container_id=CID, runtime="docker"),
+         "restarts it: unknown, Docker restart policy unknown (the engine did not answer for "
+         "aaaaaaaaaaaa)"),
+        (KubernetesOrigin(pod_uid="u", owner_kind="Deployment", owner_name="web"),
+         "restarts it: at once, Kubernetes Deployment web recreates the pod"),
+        (KubernetesOrigin(pod_uid="u", owner_kind="Pod"), None),
+        (SupervisorOrigin(program="p", supervisor="supervisord"),
+         "restarts it: unknown, supervisord program p (its autorestart is not read; "
+         "supervisors restart their programs by default)"),
+        (AtOrigin(job=6, pending_same_command=(7,)),
+         "restarts it: on schedule, at job(s) 7 queued with the same commands (it re-queues "
+         "itself)"),
+        (AtOrigin(job=6), None),
+        (ShellOrigin(session="ssh"), None),
+        (OrphanOrigin(), None),
+        (Origin(), None),
+    ],
+)  # fmt: skip
+def test_each_kind_answers_for_itself(origin: Origin, line: str | None) -> None:
+    answer = origin.restarts()
+    assert (answer.line() if answer else None) == line
+
+
+def _job(*shells: tuple[int, tuple[str, ...]]) -> Job:
+    root = Proc(900, shells[0][0], 1, "S", "python3", cmdline=("python3", "train_loop.py"),
+                exe="/usr/bin/python3")  # fmt: skip
+    lineage = [root] + [
+        Proc(pid, 1, 1, "S", "bash", cmdline=argv, exe="/usr/bin/bash") for pid, argv in shells
+    ]
+    return Job(900, [900], "u", root.cmdline, 1, None, [], lineage)
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("while true; do python3 train_loop.py; sleep 5; done", "while true"),
+        ("while :; do python3 train_loop.py; done", "while :"),
+        ("until false; do python3 train_loop.py; done", "until false"),
+        ("for ((;;)); do python3 train_loop.py; done", "for ((;;))"),
+        ("while sleep 60; do python3 train_loop.py; done", "while sleep 60"),
+        ("python3 train_loop.py; echo done", None),  # runs it once
+        ("while true; do python3 other.py; done", None),  # a loop of something else
+    ],
+)
+def test_a_shell_loop_is_read_from_the_wrappers_command_text(text: str, found: str | None) -> None:
+    job = _job((812, ("bash", "-c", text)))
+    shared = shell_loop(job, stop_pids=(900,))
+    assert (shared.how if shared else None) == (
+        f"shell loop `{found}` in PID 812" if found else None
+    )
+    if shared is not None:
+        assert shared.after_terminate and shared.stops == (
+            "stop the loop first: kill -TERM 812 (its shell alone: what else it started "
+            "keeps running)"
+        )
+        own = shell_loop(job, stop_pids=(900, 812))
+        assert own is not None and not own.after_terminate

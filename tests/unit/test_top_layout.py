@@ -1,0 +1,195 @@
+"""The live view's screen on a busy host (issue 33, item 2): 110 jobs on 4 GPUs at 80x24
+and 200x50. The GPUs and the selected job are always on screen, the list scrolls, sorts
+and filters, and a pane scrolls.
+
+Before: "… 83 line(s) hidden: the terminal has 24 rows", the GPU header and the selected
+job off screen, j/k not scrolling, no sort, no filter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from watchdog.cli.top import (
+    KEYS,
+    KEYS_SHORT,
+    PANE_KEYS,
+    Pane,
+    View,
+    handle,
+    keys_of,
+    layout,
+    move,
+    shown_jobs,
+)
+
+GIB = 1024**3
+NOW = 1_700_100_000.0
+BTIME = 1_700_000_000.0
+USERS = ["alice", "bob", "mlops", "svc-old"]
+VERDICTS = ["rogue", "sanctioned", "excess", "sanctioned"]
+
+
+def busy(n: int = 110) -> dict[str, Any]:
+    gpus = [
+        {"index": i, "name": "NVIDIA H200", "uuid": f"GPU-{i:08d}-1111-2222-3333-444444444444",
+         "memory_used_bytes": (10 + i) * GIB, "memory_total_bytes": 140 * GIB}
+        for i in range(4)
+    ]  # fmt: skip
+    jobs = []
+    for k in range(n):
+        g = gpus[k % 4]
+        jobs.append(
+            {"root_pid": 10000 + k, "user": USERS[k % 4], "verdict": VERDICTS[k % 4],
+             "origin": f"cron /etc/cron.d/job{k}:4 (*/5 * * * *)",
+             "cmdline": ["python3", f"/srv/train_{k}.py"], "gpu_memory_bytes": (k % 7) * GIB,
+             "start_ticks": 100 * (n - k),  # the last job started first: age order differs
+             "gpus": [{"index": g["index"], "uuid": g["uuid"], "memory_bytes": (k % 7) * GIB}]}
+        )  # fmt: skip
+    findings = [
+        {"id": k, "severity": "high", "kind": "rogue-job", "message": f"rogue job PID {10000 + k}"}
+        for k in range(0, n, 4)
+    ]
+    return {"host": "gpu-07", "gpus": gpus, "jobs": jobs, "findings": findings}
+
+
+def screen(doc: dict[str, Any], view: View, width: int, rows: int) -> list[str]:
+    lines = layout(doc, "daemon (/run/rogue-watchdog/status.sock)", view, width, rows, now=NOW)
+    assert len(lines) <= rows
+    assert all(len(x) <= width for x in lines), [x for x in lines if len(x) > width]
+    return lines
+
+
+def selected_row(lines: list[str]) -> str:
+    rows = [x for x in lines if x.startswith("> ")]
+    assert len(rows) == 1, lines
+    return rows[0]
+
+
+def press(view: View, doc: dict[str, Any], *keys: str) -> None:
+    for key in keys:
+        assert handle(view, key, shown_jobs(doc, view, NOW), []) is True
+
+
+@pytest.mark.parametrize(("width", "rows"), [(80, 24), (200, 50)])
+def test_gpus_and_the_selected_job_stay_on_screen_while_the_list_scrolls(
+    width: int, rows: int
+) -> None:
+    doc, view = busy(), View(btime_s=BTIME)
+    lines = screen(doc, view, width, rows)
+    assert lines[1 if width == 200 else 2] == (KEYS if width == 200 else KEYS_SHORT)
+    for i in range(4):
+        assert any(x.startswith(f"  GPU {i} ") for x in lines), lines
+    order = [j["root_pid"] for j in shown_jobs(doc, view, NOW)]
+    assert selected_row(lines).split()[2] == str(order[0])
+    assert lines[-1] == "job 1 of 110, by GPU memory"
+    page = view.page
+    steps = {"j": 1, "down": 1, "k": -1, "up": -1, "pgdn": page, "pgup": -page}
+    seen, expected, at = [], [], 1
+    for keys in (["j"] * 57, ["pgdn"] * 3, ["down"] * 5, ["end"], ["pgup"], ["k", "up"], ["home"]):
+        press(view, doc, *keys)
+        for key in keys:
+            at = {"end": 110, "home": 1}.get(key, max(1, min(110, at + steps.get(key, 0))))
+        expected.append(at)
+        lines = screen(doc, view, width, rows)
+        pid = int(selected_row(lines).split()[2])
+        where = order.index(pid) + 1
+        assert lines[-1] == f"job {where} of 110, by GPU memory"
+        for i in range(4):
+            assert any(x.startswith(f"  GPU {i} ") for x in lines)
+        # Its origin and command whole under the list.
+        assert f"  PID {pid} from cron /etc/cron.d/job{pid - 10000}:4 (*/5 * * * *)" in lines
+        seen.append(where)
+    assert seen == expected
+    assert seen[0] == 58 and seen[3] == 110 and seen[-1] == 1
+
+
+def test_sort_keys_order_the_list_and_i_inverts() -> None:
+    doc, view = busy(), View(btime_s=BTIME)
+
+    def column(key: str, field: str) -> list[Any]:
+        press(view, doc, key)
+        return [j[field] for j in shown_jobs(doc, view, NOW)]
+
+    mem = [j["gpu_memory_bytes"] for j in shown_jobs(doc, view, NOW)]
+    assert mem == sorted(mem, reverse=True)  # M, the default: most GPU memory first
+    assert column("U", "user")[:28] == ["alice"] * 28
+    press(view, doc, "V")
+    assert [j["verdict"] for j in shown_jobs(doc, view, NOW)][:28] == ["rogue"] * 28
+    press(view, doc, "A")  # oldest first: the last job started first
+    assert shown_jobs(doc, view, NOW)[0]["root_pid"] == 10109
+    press(view, doc, "P", "I")
+    assert [j["root_pid"] for j in shown_jobs(doc, view, NOW)][:2] == [10109, 10108]
+    lines = screen(doc, view, 80, 24)
+    assert lines[-1].endswith("by inverted PID")
+    # The selection follows its job through a new order.
+    press(view, doc, "j", "j")
+    pid = view.selected
+    press(view, doc, "U")
+    assert int(selected_row(screen(doc, view, 80, 24)).split()[2]) == pid
+
+
+def test_slash_filters_as_typed_and_esc_clears() -> None:
+    doc, view = busy(), View(btime_s=BTIME)
+    press(view, doc, "/", *"svc gpu3")
+    lines = screen(doc, view, 80, 24)
+    assert lines[-1].startswith("/ filter: svc gpu3_")
+    press(view, doc, "\r")
+    lines = screen(doc, view, 80, 24)
+    shown = shown_jobs(doc, view, NOW)
+    assert len(shown) == 27 and {j["user"] for j in shown} == {"svc-old"}
+    assert lines[-1] == "job 1 of 27 matching 'svc gpu3' (of 110), by GPU memory"
+    press(view, doc, "/", "\x7f" * 4, "esc")
+    assert view.query == "" and len(shown_jobs(doc, view, NOW)) == 110
+    press(view, doc, "/", *"nothing-like-this", "\r")
+    assert "  no training jobs match the filter" in screen(doc, view, 80, 24)
+
+
+def test_a_pane_scrolls_and_keeps_its_keys() -> None:
+    doc, view = busy(), View(btime_s=BTIME)
+    text = "\n".join(f"lineage row {i}" for i in range(200))
+    view.pane = Pane("explanation (q/Esc: back)", text)
+    lines = screen(doc, view, 80, 24)
+    assert lines[2].startswith("q/Esc: back to the list") and PANE_KEYS.startswith(lines[2])
+    bar = next(x for x in lines if x.startswith("── explanation"))
+    assert "(lines 1-" in bar and "of 200)" in bar
+    assert lines[lines.index(bar) + 1] == "lineage row 0"
+    for i in range(4):
+        assert any(x.startswith(f"  GPU {i} ") for x in lines)
+    press(view, doc, "pgdn")
+    lines = screen(doc, view, 80, 24)
+    assert lines[lines.index(next(x for x in lines if x.startswith("──"))) + 1] == (
+        f"lineage row {view.page}"
+    )
+    press(view, doc, "end")
+    lines = screen(doc, view, 80, 24)
+    assert "lineage row 199" in lines and "of 200)" in next(x for x in lines if "──" in x)
+    press(view, doc, "home", "q")
+    assert view.pane is None
+
+
+def test_keys_are_read_from_their_escape_sequences() -> None:
+    data = "\x1b[A\x1b[6~jk\x1b[1~\x1b[4~\x1bOH\x1b[F\x1b[15~/\x1b"
+    assert keys_of(data) == ["up", "pgdn", "j", "k", "home", "end", "home", "end", "/", "esc"]
+
+
+def test_a_dry_run_plan_waits_for_y_and_scroll_keys_do_not_cancel_it() -> None:
+    doc, view = busy(), View(btime_s=BTIME)
+    view.pane = Pane("terminate: the dry run", "plan\n" * 100, confirm=["terminate", "1"],
+                     what="terminate PID 1")  # fmt: skip
+    assert screen(doc, view, 80, 24)[-1] == (
+        "press y to do what the dry run above says, any other key to cancel"
+    )
+    press(view, doc, "pgdn", "j")
+    assert view.pane is not None and view.pane.top > 0
+    press(view, doc, "n")
+    assert view.pane is None and view.note == "terminate PID 1: cancelled"
+
+
+def test_move_on_an_empty_list_is_harmless() -> None:
+    view = View()
+    move(view, [], "end")
+    lines = layout({"jobs": [], "gpus": []}, "local scan", view, 80, 24)
+    assert "  no training jobs" in lines and len(lines) <= 24

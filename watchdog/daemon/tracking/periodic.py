@@ -1,0 +1,235 @@
+"""Periodic runs are one finding.
+
+A job that ends by itself and comes back from the same origin (a cron line, a person's
+``while true; do …; sleep 5; done`` in tmux) is *periodic*: the findings of each of its
+runs become one open finding per kind, folded by ``<kind>:periodic:<signature>``, that
+names the loop (how many runs, about how often, since when, from where) and the latest
+run, instead of a ``rogue-job`` and a ``respawned`` per run (issue 35, case 1: 175 pages
+in 8 minutes for a 0.3 s probe run every 5 s). It names no one job (no root PID), stays
+open between runs while the next one is due, and resolves once the loop has been quiet
+for twice its cadence plus :data:`QUIET_GRACE_S`.
+
+A run stopped by a signal, by us or by a disabled source that comes back still opens
+``respawned`` (:mod:`.jobs`): that return is paged at once, the loop stays one finding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from watchdog.daemon.alerts.alert import local_iso
+from watchdog.daemon.tracking.jobs import Return
+from watchdog.model import Finding, Job
+from watchdog.state import FindingRecord
+
+# Findings about one run of a job that a periodic loop folds, ``unsanctioned-gpu-use``
+# (a non-training class) too: a probe loop is the common case.
+PERIODIC_KINDS = frozenset(
+    {"rogue-job", "excess-instances", "rogue-service", "unsanctioned-gpu-use"}
+)
+# A loop quiet for twice its cadence plus this long has stopped: its finding resolves.
+QUIET_GRACE_S = 60.0
+PREFIX = "periodic:"
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One periodic job signature.
+
+    Attributes:
+        signature: The job signature.
+        runs: Runs seen since the loop began (the first one included).
+        first_at: When its first run was first seen (tick time).
+        last_at: When its latest run was first seen.
+    """
+
+    signature: str
+    runs: int
+    first_at: float
+    last_at: float
+
+    @property
+    def cadence_s(self) -> float:
+        """The mean time from one run's start to the next, one decimal."""
+        return round((self.last_at - self.first_at) / max(1, self.runs - 1), 1)
+
+    @property
+    def quiet_s(self) -> float:
+        """How long without a run before the loop counts as stopped."""
+        return 2 * self.cadence_s + QUIET_GRACE_S
+
+    def to_json(self, pid: int | None) -> dict[str, Any]:
+        """``details.periodic`` (docs/respawn.md): ``pid`` is the latest run's root."""
+        return {
+            "runs": self.runs,
+            "cadence_s": self.cadence_s,
+            "first_at": self.first_at,
+            "last_at": self.last_at,
+            "pid": pid,
+        }
+
+    @classmethod
+    def from_details(cls, signature: str, details: Mapping[str, Any]) -> Loop | None:
+        """The loop an open periodic finding recorded, or None when it is not one (or
+        its record is damaged)."""
+        p = details.get("periodic")
+        if not isinstance(p, dict):
+            return None
+        try:
+            return cls(signature, int(p["runs"]), float(p["first_at"]), float(p["last_at"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def periodic_signature(rec: FindingRecord) -> str | None:
+    """The signature of an open periodic finding, None for any other finding."""
+    sig = rec.details.get("signature")
+    if isinstance(sig, str) and rec.fingerprint.endswith(f":{PREFIX}{sig}"):
+        return sig
+    return None
+
+
+def loops(
+    open_records: Iterable[FindingRecord], returns: Mapping[str, Return], now: float
+) -> dict[str, Loop]:
+    """Every periodic signature this tick: those with an open periodic finding, each
+    counted one run further when it came back now, and those whose run ended by itself
+    and came back now (a loop of two runs).
+
+    Args:
+        open_records: The findings open before this tick.
+        returns: This tick's returns (:attr:`~.jobs.JobsSeen.returns`).
+        now: POSIX time of the tick.
+    """
+    found: dict[str, Loop] = {}
+    for rec in open_records:
+        sig = periodic_signature(rec)
+        loop = Loop.from_details(sig, rec.details) if sig is not None else None
+        if loop is not None and (sig not in found or found[sig].runs < loop.runs):
+            found[loop.signature] = loop
+    for sig, back in returns.items():
+        if sig in found:
+            was = found[sig]
+            found[sig] = dataclasses.replace(was, runs=was.runs + 1, last_at=now)
+        elif back.ended == "exited":
+            found[sig] = Loop(sig, 2, min(back.previous_start, now), now)
+    return found
+
+
+def expected(
+    open_records: Iterable[FindingRecord],
+    present: set[str],
+    last_seen: Mapping[str, float],
+    now: float,
+) -> set[str]:
+    """Signatures of open periodic findings that stay open unreported: between two
+    runs of a loop that has not been quiet for :attr:`Loop.quiet_s`. A signature seen
+    this tick whose findings were not reported (the run is sanctioned now) is not.
+
+    Args:
+        open_records: The findings open before this tick.
+        present: Signatures of the jobs seen this tick.
+        last_seen: Signature → when a run of it was last seen.
+        now: POSIX time of the tick.
+    """
+    out = set()
+    for rec in open_records:
+        sig = periodic_signature(rec)
+        loop = Loop.from_details(sig, rec.details) if sig is not None else None
+        if loop is None or sig in present:
+            continue
+        if now - last_seen.get(loop.signature, loop.last_at) <= loop.quiet_s:
+            out.add(loop.signature)
+    return out
+
+
+def as_periodic(
+    findings: Iterable[Finding],
+    signatures: Mapping[int, str],
+    jobs: Mapping[int, Job],
+    found: Mapping[str, Loop],
+    open_records: Iterable[FindingRecord],
+) -> list[Finding]:
+    """This tick's findings with those about a run of a loop made the loop's one
+    finding of their kind: no root PID (it names no one run), ``details.periodic``
+    (runs, cadence, since, the latest run's PID), the loop's origin, and the GPUs its
+    runs held (``gpus``: up to its first alert, so its alert labels stay as they were
+    while runs come and go; ``gpu_indexes``: all).
+
+    Args:
+        findings: This tick's findings.
+        signatures: Root PID → job signature of every job seen.
+        jobs: Root PID → job of every job seen.
+        found: The periodic signatures (:func:`loops`).
+        open_records: The findings open before this tick.
+    """
+    by_fp = {rec.fingerprint: rec for rec in open_records}
+    out = []
+    for f in findings:
+        sig = signatures.get(f.root_pid) if f.root_pid is not None else None
+        loop = found.get(sig) if sig is not None else None
+        if loop is None or f.kind not in PERIODIC_KINDS:
+            out.append(f)
+            continue
+        job = jobs.get(f.root_pid) if f.root_pid is not None else None
+        out.append(_folded(f, loop, job, by_fp.get(f"{f.kind}:{PREFIX}{loop.signature}")))
+    return out
+
+
+def _folded(f: Finding, loop: Loop, job: Job | None, was: FindingRecord | None) -> Finding:
+    before = was.details if was is not None else {}
+    details = {k: v for k, v in f.details.items() if k != "root"}
+    union = _union(before.get("gpus"), f.details.get("gpus"))
+    indexes = {g["index"] for g in union if isinstance(g.get("index"), int)}
+    indexes.update(i for i in before.get("gpu_indexes") or () if isinstance(i, int))
+    details.update(
+        signature=loop.signature,
+        fingerprint=f"{PREFIX}{loop.signature}",
+        periodic=loop.to_json(f.root_pid),
+        gpu_indexes=sorted(indexes),
+    )
+    if "gpus" in f.details:
+        # The GPUs its alert is identified by grow until its first alert and then stay
+        # (a run on another GPU is the same loop, not a reason to page again);
+        # gpu_indexes keeps every GPU any run held.
+        alerted = was is not None and was.last_alert_at is not None
+        details["gpus"] = before.get("gpus", []) if alerted else union
+    if job is not None:
+        details["origin"] = job.origin.to_json()
+    message = (
+        f"periodic: {loop.runs} runs about every {gap_text(loop.cadence_s)} since "
+        f"{local_iso(loop.first_at)}; latest run: {f.message}"
+    )
+    return dataclasses.replace(f, message=message, root_pid=None, details=details)
+
+
+def _union(was: object, now: object) -> list[dict[str, Any]]:
+    """The GPUs of two sightings, each once (by UUID, else index), in first-seen order."""
+    out: list[dict[str, Any]] = []
+    keys: set[object] = set()
+    for gpus in (was, now):
+        for g in gpus if isinstance(gpus, list) else []:
+            if not isinstance(g, dict):
+                continue
+            key = g.get("uuid") or g.get("index")
+            if key not in keys:
+                keys.add(key)
+                out.append(g)
+    return out
+
+
+def gap_text(seconds: float) -> str:
+    """``5s``, ``1m``, ``2m30s``, ``1h05m``, ``7d``: a cadence as a person says it."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    minutes, sec = divmod(s, 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s" if sec else f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
+    return f"{round(hours / 24)}d"
