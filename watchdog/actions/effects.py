@@ -200,7 +200,7 @@ class JournaledEffects(Effects):
 
     def __init__(self, inner: Effects, journal: ActionJournal) -> None:
         super().__init__(inner.command_prefix, inner.timeout_s)
-        self.inner = inner
+        self.inner_effects = inner
         self.journal = journal
 
     def _do(self, op: str, detail: dict[str, Any], act: Callable[[], Any]) -> Any:
@@ -218,32 +218,34 @@ class JournaledEffects(Effects):
 
     def send_signal(self, pid: int, sig: int, start_ticks: int | None = None) -> None:
         detail = {"pid": pid, "start_ticks": start_ticks, "signal": signal.Signals(sig).name}
-        self._do("signal", detail, lambda: self.inner.send_signal(pid, sig, start_ticks))
+        self._do("signal", detail, lambda: self.inner_effects.send_signal(pid, sig, start_ticks))
 
     def write_file_atomic(self, path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
         detail = {"path": path, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-        self._do("write", detail, lambda: self.inner.write_file_atomic(path, data, uid, gid, mode))
+        inner = self.inner_effects
+        self._do("write", detail, lambda: inner.write_file_atomic(path, data, uid, gid, mode))
 
     def copy_backup(self, src: str, dst: str) -> None:
-        self._do("backup", {"from": src, "to": dst}, lambda: self.inner.copy_backup(src, dst))
+        inner = self.inner_effects
+        self._do("backup", {"from": src, "to": dst}, lambda: inner.copy_backup(src, dst))
 
     def rename(self, src: str, dst: str) -> None:
-        self._do("rename", {"from": src, "to": dst}, lambda: self.inner.rename(src, dst))
+        self._do("rename", {"from": src, "to": dst}, lambda: self.inner_effects.rename(src, dst))
 
     def touch(self, path: str) -> None:
-        self._do("touch", {"path": path}, lambda: self.inner.touch(path))
+        self._do("touch", {"path": path}, lambda: self.inner_effects.touch(path))
 
     def remove(self, path: str) -> None:
-        self._do("remove", {"path": path}, lambda: self.inner.remove(path))
+        self._do("remove", {"path": path}, lambda: self.inner_effects.remove(path))
 
     def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
         result: CommandResult = self._do(
-            "run", {"argv": list(argv)}, lambda: self.inner.run(argv, input_bytes)
+            "run", {"argv": list(argv)}, lambda: self.inner_effects.run(argv, input_bytes)
         )
         return result
 
     def query(self, argv: Sequence[str]) -> CommandResult:
-        return self.inner.query(argv)
+        return self.inner_effects.query(argv)
 
 
 @dataclass
