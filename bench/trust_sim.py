@@ -2,7 +2,9 @@
 
 Drives the real Scanner, Daemon.tick and enforcer over a simulated host
 (tests/sim/machine.py) for about STEPS rule steps, in examples of ``--per-example``
-steps, and checks the invariants I1–I11 after every tick. ``--machine slurm`` drives the
+steps, with daemon kills between action steps and storage outages injected, and checks
+the invariants I1–I13 after every tick (I12, every side effect has its write-ahead
+record, at every side effect). ``--machine slurm`` drives the
 job-end sweep (``health-check``) and the daemon's drain keeper over a simulated Slurm
 node instead (tests/sim/slurm.py: jobs, their end, an unreachable controller, the
 Epilog) and checks S1–S4. Each violation is printed with
@@ -107,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"trust_sim: {summary['steps']} steps in {examples} examples (seed {args.seed}): "
             f"{c['ticks']} ticks, {c['jobs']} jobs judged, "
-            f"{c['signals']} signals: {len(violations)} violation(s), "
+            f"{c['signals']} signals, {c.get('kills', 0)} daemon kills, "
+            f"{c.get('storage_faults', 0)} storage outages, "
+            f"{c.get('taken_over', 0)} actions taken over, "
+            f"{c.get('lost_verdicts', 0)} known-limit signals: {len(violations)} violation(s), "
             f"{summary['wall_s']} s"
         )
     return 1 if violations else 0

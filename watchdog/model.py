@@ -63,7 +63,7 @@ FindingKind = Literal[
     "remediation-failed", "respawned", "rogue-job", "rogue-service", "sanctioned-changed",
     "ship-gate-degraded", "unsanctioned-gpu-use",
     "state-recovered", "weights-unverified", "zombie-gpu-memory",
-    "slurm-drain-failed", "slurm-node-drained", "weights-open-refused",
+    "slurm-drain-failed", "slurm-node-drained", "weights-open-refused", "action-interrupted",
 ]  # fmt: skip
 FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
 

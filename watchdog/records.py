@@ -116,7 +116,19 @@ class Delivery:
 
 @dataclass(frozen=True)
 class ActionRecord:
-    """A row of ``actions``: something rogue-watchdog did (or would have done)."""
+    """A row of ``actions``: something rogue-watchdog did (or would have done).
+
+    Attributes:
+        state: ``done`` (finished), ``pending`` (its owner is still at it, or was
+            interrupted: see :attr:`owner`), ``recovering`` (found interrupted and being
+            finished or reported by another process), ``interrupted`` (found
+            interrupted, finished or reported since; ``details["interrupted"]`` says
+            what was done and what was not).
+        owner: Who is performing a ``pending`` or ``recovering`` action: ``pid``,
+            ``start_ticks``, ``boot_id`` and ``session`` (the state database handle's
+            random id), or None for rows written before write-ahead records.
+        finished_at: POSIX time the row was finished, or None.
+    """
 
     id: int
     created_at: float
@@ -130,3 +142,36 @@ class ActionRecord:
     details: dict[str, Any]
     undo: list[dict[str, Any]] | dict[str, Any] | None
     undone_at: float | None
+    state: str = "done"
+    owner: dict[str, Any] | None = None
+    finished_at: float | None = None
+
+
+@dataclass(frozen=True)
+class ActionStep:
+    """A row of ``action_steps``: one side effect of an action, written before it is
+    made (``status`` ``intent``) and marked after (``done`` or ``failed``).
+
+    An ``intent`` step of an interrupted action may or may not have taken effect: it is
+    never repeated blindly (a signal) and is checked on the host where it can be (a
+    rename: which of its two names exists).
+
+    Attributes:
+        id: Step id (increasing in the order the steps were written).
+        action_id: The action it belongs to.
+        at: POSIX time the intent was written.
+        op: What kind of side effect: ``signal`` (a wave of one signal to several
+            processes), ``rename``, ``write``, ``backup``, ``remove``, ``run``,
+            ``touch``, ``wait`` (a deadline, e.g. the end of a grace period).
+        status: ``intent``, ``done`` or ``failed``.
+        detail: What it is to do (JSON object).
+        result: What it did (``done``) or why it failed (``failed``), else None.
+    """
+
+    id: int
+    action_id: int
+    at: float
+    op: str
+    status: str
+    detail: dict[str, Any]
+    result: dict[str, Any] | None

@@ -11,9 +11,11 @@ the procfs is a directory of files, and no signal or file change leaves the sand
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,35 +69,89 @@ class SimProc:
 @dataclass
 class SimEffects(RecordingEffects):
     """Records every side effect; a SIGTERM or SIGKILL ends the simulated process (a
-    stubborn one ignores SIGTERM); files outside the sandbox are never written."""
+    stubborn one ignores SIGTERM); files outside the sandbox are never written.
+
+    With :attr:`state_db` set, every side effect checks first that the newest row of
+    ``action_steps`` in that database is the write-ahead record of this very effect (an
+    ``intent`` naming it): what is not, is listed in :attr:`unrecorded` (the
+    simulator's invariant "every side effect has a record"). A SIGCONT is exempt while
+    :attr:`storage_ok` is False: continuing what the daemon stopped is never withheld
+    for want of a record.
+    """
 
     host: Any = None
-    signalled: list[tuple[int, int, tuple[str, str], bool]] = field(default_factory=list)
+    # (pid, signal, label, was sanctioned, start ticks) of every signal since the check
+    signalled: list[tuple[int, int, tuple[str, str], bool, int]] = field(default_factory=list)
+    state_db: Path | None = None
+    storage_ok: bool = True
+    unrecorded: list[str] = field(default_factory=list)
+    # (pid, start ticks, signal) -> times sent, over the whole run
+    per_identity: dict[tuple[int, int, int], int] = field(default_factory=dict)
+
+    def _recorded(self, op: str, match: Any, what: str) -> None:
+        if self.state_db is None:
+            return
+        conn = sqlite3.connect(self.state_db, timeout=10)
+        try:
+            row = conn.execute(
+                "SELECT op, status, detail_json FROM action_steps ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+        except sqlite3.Error:
+            row = None
+        finally:
+            conn.close()
+        if row is None or row[0] != op or row[1] != "intent" or not match(json.loads(row[2])):
+            self.unrecorded.append(f"{what}: newest step {row!r}")
 
     def send_signal(self, pid: int, sig: int, start_ticks: int | None = None) -> None:
+        name = signal.Signals(sig).name
+        if sig != signal.SIGCONT or self.storage_ok:
+            self._recorded(
+                "signal",
+                lambda d: (
+                    d.get("signal") == name
+                    and [pid, start_ticks] in [p[:2] for p in d.get("procs") or []]
+                ),
+                f"{name} to PID {pid}",
+            )
         super().send_signal(pid, sig, start_ticks)
         proc = self.host.procs.get(pid)
         if proc is None or (start_ticks is not None and proc.start != start_ticks):
             raise ProcessLookupError(pid)
-        self.signalled.append((pid, sig, proc.label, self.host.was_sanctioned(pid, proc.start)))
+        key = (pid, proc.start, sig)
+        self.per_identity[key] = self.per_identity.get(key, 0) + 1
+        was = self.host.was_sanctioned(pid, proc.start)
+        self.signalled.append((pid, sig, proc.label, was, proc.start))
         if sig == signal.SIGKILL or (sig == signal.SIGTERM and not proc.stubborn):
             self.host.exit(pid, status=sig)
 
     def write_file_atomic(self, path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
+        self._recorded("write", lambda d: d.get("path") == path, f"write {path}")
         super().write_file_atomic(path, data, uid, gid, mode)
         self.host.assert_in_sandbox(path)
         Path(path).write_bytes(data)
 
     def copy_backup(self, src: str, dst: str) -> None:
+        self._recorded("backup", lambda d: d.get("to") == dst, f"backup {dst}")
         super().copy_backup(src, dst)
         self.host.assert_in_sandbox(dst)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         shutil.copy2(src, dst)
 
+    def rename(self, src: str, dst: str) -> None:
+        self._recorded("rename", lambda d: d.get("to") == dst, f"rename {src}")
+        super().rename(src, dst)
+
+    def remove(self, path: str) -> None:
+        self._recorded("remove", lambda d: d.get("path") == path, f"remove {path}")
+        super().remove(path)
+
     def touch(self, path: str) -> None:
+        self._recorded("touch", lambda d: d.get("path") == path, f"touch {path}")
         super().touch(path)
 
     def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
+        self._recorded("run", lambda d: d.get("argv") == list(argv), f"run {list(argv)}")
         self.calls.append(("run", tuple(argv), input_bytes))
         return CommandResult(0, "", "")
 

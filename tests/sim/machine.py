@@ -28,6 +28,12 @@ rogue-watchdog is never wrong in the dangerous direction:
 - I11 a restart source is named: a job whose loop shell ``terminate`` leaves has advice
   that says the loop restarts it and stops the loop first; the daemon records at most
   one ``will-return`` terminate per job signature (it does not repeat a futile one);
+- I12 every side effect has a record: at the moment of each signal, file change or
+  command, the newest write-ahead step in the state database is the one naming it
+  (issue 32, case 4);
+- I13 never twice: no SIGTERM or SIGKILL reaches one process (PID + start time) twice,
+  across daemon kills and restarts; an action left half-way is taken over by the next
+  start that can write its state (none stays owned by a dead daemon).
 
 The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
 overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
@@ -36,9 +42,11 @@ trainer, a
 trainer in an orphaned shell that also runs a web server, the workers of one launch each
 in a session of their own, processes that only name a training script, exits, zombies,
 edits and chmods of the crontab, NVML blips (NO_PERMISSION, a GPU leaving the list, the
-device count lost, unknown memory), config reloads between observe and terminate, and
+device count lost, unknown memory), config reloads between observe and terminate,
 daemon restarts, a person's shell loop running a short job every 5 s (each run ends by
-itself) and a person killing a process. The daemon gets each exit status as the
+itself), a person killing a process, daemon kills between two steps of an action (at a
+fault point, watchdog/faults.py: the daemon object is dropped where it stands) and a
+state database that refuses writes for a while. The daemon gets each exit status as the
 kernel's exit events would hand it on. ``bench/trust_sim.py`` runs it long;
 ``tests/unit/test_trust_sim.py`` runs it in CI with a fixed budget.
 """
@@ -59,9 +67,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from tests.fakenvml.build import CONFIG_NAME, build_library
 from tests.sim.host import GIB, PIPELINE_SCRIPT, PY, SimEffects, SimHost
+from watchdog import faults
 from watchdog.actions.enforcer import Enforcer
 from watchdog.actions.guards import LiveProc
 from watchdog.actions.remedy import Remedy, target_from_job
+from watchdog.actions.runner import InlineRunner
 from watchdog.actions.terminate import plan_tree
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
@@ -70,6 +80,20 @@ from watchdog.policy.signature import job_signature
 
 JOB_KINDS = ("rogue-job", "excess-instances")
 REMINDER_AFTER_S = 60.0
+# Where the daemon can be killed between two steps of an action (watchdog/faults.py).
+KILL_POINTS = (
+    "terminate:begun", "terminate:freeze:intent", "terminate:freeze:sent",
+    "terminate:term:intent", "terminate:term:sent", "terminate:cont:sent", "terminate:waiting",
+    "terminate:kill-freeze:sent", "terminate:kill:intent", "terminate:kill:sent",
+    "terminate:finishing", "disable-source:begun", "effects:backup:done",
+    "effects:write:intent", "effects:write:done", "effects:touch:done",
+)  # fmt: skip
+
+
+class SimKilled(BaseException):
+    """The simulated daemon died at a fault point (not an Exception: nothing catches it)."""
+
+
 _LIB: dict[str, Path] = {}
 
 
@@ -88,7 +112,10 @@ class TrustMachine(RuleBasedStateMachine):
 
     workdir: ClassVar[Path] = Path(tempfile.gettempdir())
     # Across every machine of a run, for the summary: steps, ticks, jobs judged.
-    counts: ClassVar[dict[str, int]] = {"machines": 0, "ticks": 0, "jobs": 0, "signals": 0}
+    counts: ClassVar[dict[str, int]] = {
+        "machines": 0, "ticks": 0, "jobs": 0, "signals": 0, "kills": 0, "storage_faults": 0,
+        "taken_over": 0, "lost_verdicts": 0,
+    }  # fmt: skip
 
     def __init__(self) -> None:
         super().__init__()
@@ -99,13 +126,21 @@ class TrustMachine(RuleBasedStateMachine):
         self.lib = lib
         self.mode = "observe"
         self.max_instances = 1
-        self.effects = SimEffects(host=self.host)
+        self.effects = SimEffects(host=self.host, state_db=self.host.root / "state" / "state.db")
+        self.kill_point: str | None = None
+        self.taken_over: set[int] = set()
         self.daemon = self._daemon()
         self.verdicts: dict[tuple[int, int], str] = {}
         self.finding_roots: dict[int, tuple[Any, Any]] = {}
         self.job_finding: dict[tuple[str, int, int], int] = {}
         self.respawns: set[int] = set()
         self.seen_roots: dict[str, set[tuple[int, int]]] = {}
+        # Seen while the state database refused writes: durable once a tick stores.
+        self.sanctioned_durable: set[tuple[int, int]] = set()
+        # Sanctioned only in the memory of a daemon that died before it could write.
+        self.lost: set[tuple[int, int]] = set()
+        self.pending_sanctioned: set[tuple[int, int]] = set()
+        self.pending_seen: dict[str, set[tuple[int, int]]] = {}
         # Every label a PID had (the simulator never reuses a PID).
         self.labels_ever: dict[int, tuple[str, str]] = {}
         # I9: per signature, the jobs table's sightings after the last tick and the roots
@@ -118,6 +153,7 @@ class TrustMachine(RuleBasedStateMachine):
         self.counts["machines"] += 1
 
     def teardown(self) -> None:
+        faults.set_hook(None)
         self.daemon.db.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -147,7 +183,8 @@ class TrustMachine(RuleBasedStateMachine):
         config = parse_config(self.config_text(), str(self.dir / "config.yaml"))
         daemon = Daemon(config, None)
         daemon.exit_statuses = self.host.drain_exits  # the kernel's exit events
-        enf = Enforcer(config, daemon.db, self.effects)
+        # Inline: a terminate's waits run in the step that starts it (deterministic).
+        enf = Enforcer(config, daemon.db, self.effects, runner=InlineRunner())
         daemon.sources.append(enf)
         daemon.enforcers.append(enf)
         return daemon
@@ -367,8 +404,28 @@ class TrustMachine(RuleBasedStateMachine):
 
     @rule()
     def restart(self) -> None:
+        self._new_daemon()
+
+    def _new_daemon(self) -> None:
+        """A restart: what the old daemon held only in memory is gone."""
         self.daemon.db.close()
         self.daemon = self._daemon()
+        self.effects.storage_ok = True
+        self.lost |= self.pending_sanctioned
+        self.pending_sanctioned, self.pending_seen = set(), {}
+
+    @rule(point=st.sampled_from(KILL_POINTS))
+    def kill_between_steps(self, point: str) -> None:
+        """The daemon is killed the next time it reaches ``point`` (an action's step)."""
+        self.kill_point = point
+
+    @rule(ok=st.booleans())
+    def storage(self, ok: bool) -> None:
+        """The state database refuses writes (full, unwritable) or takes them again."""
+        self.effects.storage_ok = ok
+        self.daemon.db.conn.execute(f"PRAGMA query_only={0 if ok else 1}")
+        if not ok:
+            self.counts["storage_faults"] += 1
 
     @rule(seconds=st.sampled_from([5.0, 5.0, 20.0, 65.0]))
     def tick(self, seconds: float) -> None:
@@ -377,14 +434,58 @@ class TrustMachine(RuleBasedStateMachine):
         # What the scan will see (the enforcer may end some of it within the tick).
         self.before = {p.pid: (p.label, p.start) for p in self.host.procs.values()}
         self.labels_ever.update((p.pid, p.label) for p in self.host.procs.values())
-        self.daemon.tick(self.host.now)
+        point = self.kill_point
+
+        def hook(name: str) -> None:
+            if name == point:
+                raise SimKilled(name)
+
+        faults.set_hook(hook if point else None)
+        try:
+            self.daemon.tick(self.host.now)
+        except SimKilled:
+            # Dead where it stood; the next start takes its action over.
+            self.counts["kills"] += 1
+            self.kill_point = None
+            faults.set_hook(None)
+            self.check_effects()
+            self._new_daemon()
+            return
+        finally:
+            faults.set_hook(None)
         self.ticks += 1
         self.counts["ticks"] += 1
         self.check()
 
     # -- the invariants -------------------------------------------------------------------
 
+    def check_effects(self) -> None:
+        """I12 and I13's first half (see the module docstring)."""
+        assert not self.effects.unrecorded, f"I12: unrecorded: {self.effects.unrecorded}"
+        twice = [
+            (pid, start, sig)
+            for (pid, start, sig), n in self.effects.per_identity.items()
+            if n > 1 and sig in (signal.SIGTERM, signal.SIGKILL)
+        ]
+        assert not twice, f"I13: signalled twice: {twice}"
+
+    def check_taken_over(self) -> None:
+        """I13's second half: after a tick that could write its state, no action is left
+        to a daemon that is gone."""
+        if not self.effects.storage_ok or "state" in self.daemon.degraded:
+            return
+        session = self.daemon.db.session
+        for rec in self.daemon.db.unfinished_actions():
+            owner = (rec.owner or {}).get("session")
+            assert owner == session, f"I13: action {rec.id} ({rec.kind}) left to {owner}"
+        for rec in self.daemon.db.interrupted_since(0.0):
+            if rec.id not in self.taken_over:
+                self.taken_over.add(rec.id)
+                self.counts["taken_over"] += 1
+
     def check(self) -> None:
+        self.check_effects()
+        self.check_taken_over()
         last = self.daemon.last
         assert last is not None
         result = last.result
@@ -392,15 +493,23 @@ class TrustMachine(RuleBasedStateMachine):
         jobs = result.jobs
         host = self.host
         labels = {pid: label for pid, (label, _start) in self.before.items()}
-        # I3: sanctioned for life.
+        # What the daemon knows only once it could write it: a tick that could not
+        # store its state keeps what it saw in memory, and a restart before the
+        # database takes writes again loses it (docs/reliability.md, limits).
+        durable = "state" not in self.daemon.degraded
+        if durable:
+            self.sanctioned_durable |= self.pending_sanctioned
+            self.pending_sanctioned = set()
+        # I3: sanctioned for life (as far as the daemon could record it).
         for job in jobs:
             for pid in job.pids:
                 if pid not in self.before:
                     continue
                 ident = (pid, self.before[pid][1])
                 if job.verdict == "sanctioned":
-                    host.sanctioned_ever.add(ident)
-                elif ident in host.sanctioned_ever and job.root_pid == pid:
+                    host.sanctioned_ever.add(ident)  # I2 holds for these whatever happens
+                    (self.sanctioned_durable if durable else self.pending_sanctioned).add(ident)
+                elif ident in self.sanctioned_durable and job.root_pid == pid:
                     raise AssertionError(
                         f"I3: PID {pid} ({labels[pid]}) was sanctioned, now {job.verdict}: "
                         f"{job.reason}"
@@ -408,8 +517,15 @@ class TrustMachine(RuleBasedStateMachine):
         # I2: every signal sent went to a rogue job's own process or exclusive wrapper.
         self.counts["jobs"] += len(jobs)
         self.counts["signals"] += len(self.effects.signalled)
-        for pid, sig, label, was_sanctioned in self.effects.signalled:
+        for pid, sig, label, was_sanctioned, start in self.effects.signalled:
             assert label[0] in ("job", "wrapper"), f"I2: signal {sig} to PID {pid} {label}"
+            if was_sanctioned and (pid, start) in self.lost - self.sanctioned_durable:
+                # Known limit (docs/reliability.md): sanctioned only while the state
+                # database refused writes, and the daemon restarted before it took them
+                # again: the verdict was never recorded, the restarted daemon judged the
+                # run afresh. Counted, kept as an xfail test (test_trust_regressions).
+                self.counts["lost_verdicts"] += 1
+                continue
             assert not was_sanctioned, f"I2: signal {sig} to sanctioned PID {pid} {label}"
         self.effects.signalled.clear()
         self._check_units()
@@ -564,9 +680,17 @@ class TrustMachine(RuleBasedStateMachine):
                     f"I4: respawned F{fid} names {root}, seen before under {sig}"
                 )
                 self.respawns.add(fid)
+        # Roots seen while the database refused writes count once a tick stores: the
+        # respawn of one of them is recorded when it does (reconciled, not a new one).
+        durable = "state" not in self.daemon.degraded
+        if durable:
+            for sig, roots in self.pending_seen.items():
+                self.seen_roots.setdefault(sig, set()).update(roots)
+            self.pending_seen = {}
         for job in jobs:
             sig = job_signature(job.user, job.cmdline, job.origin)
-            self.seen_roots.setdefault(sig, set()).add((job.root_pid, job.start_ticks))
+            seen = self.seen_roots if durable else self.pending_seen
+            seen.setdefault(sig, set()).add((job.root_pid, job.start_ticks))
 
     def _check_pages(self, jobs: list[Job]) -> None:
         db = self.daemon.db

@@ -133,6 +133,7 @@ def test_disable_undo_and_comeback_with_real_cron(tmp_path: Path) -> None:
         assert rc == 0, out
 
         d.tick(time.time())  # terminates t_ret, pretends to disable its line
+        assert enf.settle(10)  # the grace period is waited out off the tick
         ret_acts = [a for a in d.db.actions() if a.details["root"][0] == pids[t_ret]]
         assert [(a.kind, a.outcome) for a in ret_acts] == [
             ("terminate", "ok"),

@@ -64,7 +64,7 @@ def running(p: subprocess.Popen[bytes]) -> bool:
 def test_terminate_mode_kills_rogue_only_records_and_catches_the_comeback(
     spawned: Spawned, tmp_path: Path
 ) -> None:
-    d, _ = make(
+    d, enf = make(
         tmp_path,
         "  mode: observe\n  grace_s: 3\n  protect: ['*train_keep_rw.py*']\n"
         + mine(tmp_path, "terminate"),
@@ -75,6 +75,7 @@ def test_terminate_mode_kills_rogue_only_records_and_catches_the_comeback(
     t0 = 5_000_000.0
     d.tick(t0)
     assert rogue.wait(timeout=10) == -signal.SIGTERM
+    assert enf.settle(10)  # the grace period is waited out off the tick
     assert running(ok) and running(keep)
     finding = next(
         f for f in d.db.open_findings() if f.kind == "rogue-job" and f.root_pid == rogue.pid
@@ -132,7 +133,7 @@ def test_observe_rule_and_dry_run_signal_nothing(spawned: Spawned, tmp_path: Pat
 
 
 def test_global_observe_with_terminate_rule(spawned: Spawned, tmp_path: Path) -> None:
-    d, _ = make(
+    d, enf = make(
         tmp_path,
         "  mode: observe\n  grace_s: 3\n  rules:\n"
         f"    - {{name: kill-ghost, cmdline: '*{tmp_path}/train_kill_rw.py*', mode: terminate}}\n",
@@ -141,6 +142,7 @@ def test_global_observe_with_terminate_rule(spawned: Spawned, tmp_path: Path) ->
     kill = trainer(spawned, tmp_path, "train_kill_rw.py")
     d.tick(7_000_000.0)
     assert kill.wait(timeout=10) == -signal.SIGTERM
+    assert enf.settle(10)
     assert running(other)
     assert [a.details["root"][0] for a in d.db.actions()] == [kill.pid]
     assert str(tmp_path) in " ".join(d.db.actions()[0].details["procs"][0]["cmdline"])

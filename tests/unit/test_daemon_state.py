@@ -125,7 +125,7 @@ def test_a_database_of_the_previous_schema_is_migrated(tmp_path: Path) -> None:
     write_v1(tmp_path / "state.db")
     db = StateDB(tmp_path)
     assert db.recovered_from is None  # migrated, not moved aside
-    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     job = db.job("sig1")
     assert job is not None
     assert (job.root_pid, job.pids, job.sightings, job.origin["fields"]["line"]) == (
@@ -142,6 +142,8 @@ def test_a_database_of_the_previous_schema_is_migrated(tmp_path: Path) -> None:
         "hook": {"queued": 1, "delivered": 1, "failed_attempts": 2, "dead_lettered": 0}
     }
     assert [a.kind for a in db.actions()] == ["terminate"]
+    # An action recorded before write-ahead records is finished, never "interrupted".
+    assert [a.state for a in db.actions()] == ["done"] and db.unfinished_actions() == []
     # Named columns: a job written now round-trips, and opening again migrates nothing.
     db.upsert_job(job.__class__(**{**job.__dict__, "sightings": 3}))
     db.close()

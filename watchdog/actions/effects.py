@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import shutil
 import signal
@@ -25,7 +26,9 @@ from typing import Any
 
 from watchdog import command
 from watchdog.command import CommandResult, RecordingRunner
+from watchdog.faults import fault_point
 from watchdog.sources.procfs import read_proc
+from watchdog.state import ActionJournal
 
 
 class IdentityChangedError(ProcessLookupError):
@@ -180,6 +183,69 @@ class Effects:
     def query(self, argv: Sequence[str]) -> CommandResult:
         """Run a read-only command (also in dry runs); results as :meth:`run` gives them."""
         return command.run([*self.command_prefix, *argv], self.timeout_s)
+
+
+class JournaledEffects(Effects):
+    """Real (or recorded) side effects, each written to an action's write-ahead record
+    before it is made and marked after (issue 32, case 4): ``disable-source`` and
+    ``undo`` run through one. Read-only :meth:`query` calls are not written.
+
+    A step that cannot be written raises :class:`~watchdog.state.JournalError` (an
+    ``OSError``) and the side effect is not made: no action without a record.
+
+    Args:
+        inner: The effects that act.
+        journal: The action's record.
+    """
+
+    def __init__(self, inner: Effects, journal: ActionJournal) -> None:
+        super().__init__(inner.command_prefix, inner.timeout_s)
+        self.inner_effects = inner
+        self.journal = journal
+
+    def _do(self, op: str, detail: dict[str, Any], act: Callable[[], Any]) -> Any:
+        step = self.journal.intent(op, detail)
+        fault_point(f"effects:{op}:intent")
+        try:
+            out = act()
+        except OSError as exc:
+            self.journal.failed(step, f"{type(exc).__name__}: {exc}")
+            raise
+        fault_point(f"effects:{op}:done")
+        result = {"returncode": out.returncode} if isinstance(out, CommandResult) else None
+        self.journal.done(step, result)
+        return out
+
+    def send_signal(self, pid: int, sig: int, start_ticks: int | None = None) -> None:
+        detail = {"pid": pid, "start_ticks": start_ticks, "signal": signal.Signals(sig).name}
+        self._do("signal", detail, lambda: self.inner_effects.send_signal(pid, sig, start_ticks))
+
+    def write_file_atomic(self, path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
+        detail = {"path": path, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        inner = self.inner_effects
+        self._do("write", detail, lambda: inner.write_file_atomic(path, data, uid, gid, mode))
+
+    def copy_backup(self, src: str, dst: str) -> None:
+        inner = self.inner_effects
+        self._do("backup", {"from": src, "to": dst}, lambda: inner.copy_backup(src, dst))
+
+    def rename(self, src: str, dst: str) -> None:
+        self._do("rename", {"from": src, "to": dst}, lambda: self.inner_effects.rename(src, dst))
+
+    def touch(self, path: str) -> None:
+        self._do("touch", {"path": path}, lambda: self.inner_effects.touch(path))
+
+    def remove(self, path: str) -> None:
+        self._do("remove", {"path": path}, lambda: self.inner_effects.remove(path))
+
+    def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
+        result: CommandResult = self._do(
+            "run", {"argv": list(argv)}, lambda: self.inner_effects.run(argv, input_bytes)
+        )
+        return result
+
+    def query(self, argv: Sequence[str]) -> CommandResult:
+        return self.inner_effects.query(argv)
 
 
 @dataclass

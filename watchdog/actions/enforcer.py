@@ -12,9 +12,17 @@ Per tick, after tracking:
    as a rogue or excess job from any origin (a worker re-parented to PID 1 has another
    signature), opens ``remediation-failed`` too, until nothing of it is left.
 2. **Act.** In ``terminate`` mode (globally or by a matching rule) each rogue/excess job
-   is handled once per identity: its source is disabled first when
-   ``auto_disable_source`` says so (so cron or systemd cannot start it again while it is
-   being stopped), then its process tree is terminated. ``observe`` does nothing.
+   is handled once per identity (also across restarts and reloads: an identity the
+   audit trail shows terminated this boot is not acted on again): its source is
+   disabled first when ``auto_disable_source`` says so (so cron or systemd cannot start
+   it again while it is being stopped), then its process tree is terminated. The
+   terminate's first step (freeze, SIGTERM, SIGCONT) runs in the tick; the grace period
+   is waited out off it (:mod:`watchdog.actions.runner`), so the scan and ``status`` stay
+   current meanwhile. ``observe`` does nothing.
+3. **Recover.** An action left half-way by a process that is gone (a daemon killed
+   during a terminate's grace period, between a quarantine's rename and its record) is
+   found from its write-ahead record, finished or reported without repeating any signal
+   (:mod:`watchdog.actions.recovery`), and raises ``action-interrupted``.
 
 Wiring: ``Daemon(config, path, sources=[enf], enforcers=[enf])`` with ``enf`` from
 :func:`build_enforcers`. As a finding source it reports ``remediation-failed`` before
@@ -25,6 +33,7 @@ them too, per the Enforcer protocol.
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -32,7 +41,19 @@ from typing import Any
 
 from watchdog.actions.effects import Effects
 from watchdog.actions.guards import read_live
-from watchdog.actions.remedy import Remedy, target_from_job
+from watchdog.actions.recovery import (
+    INTERRUPTED_OPEN_S,
+    interrupted_finding,
+    interrupted_note,
+    owner_gone,
+    quarantine_finding,
+    recorded_members,
+    resolve,
+    terminate_resume,
+)
+from watchdog.actions.remedy import Remedy, TerminateTask, target_from_job
+from watchdog.actions.runner import Runner, ThreadRunner
+from watchdog.actions.terminate import TerminateRun
 from watchdog.config import Config
 from watchdog.hosttext import command_text
 from watchdog.logs import get_logger
@@ -40,7 +61,15 @@ from watchdog.model import Finding, Job, ScanResult
 from watchdog.plugins import TrackResult
 from watchdog.policy.services import service_source
 from watchdog.policy.signature import job_signature
-from watchdog.state import ActionRecord, StateDB, source_undo
+from watchdog.sources.procfs import boot_id
+from watchdog.state import (
+    ActionJournal,
+    ActionRecord,
+    ActionStep,
+    JournalError,
+    StateDB,
+    source_undo,
+)
 
 log = get_logger()
 
@@ -71,6 +100,9 @@ class Enforcer:
         effects: Side effects; None uses real ones with ``enforcement.command_prefix``.
         actor: Recorded as who acted.
         clock: Wall clock for action times (the tick's ``now`` is used for findings).
+        runner: Where terminates wait out their grace period after their first step
+            (default: a :class:`~watchdog.actions.runner.ThreadRunner`, off the tick;
+            the simulator passes an inline one).
     """
 
     name = "enforcement"
@@ -83,6 +115,7 @@ class Enforcer:
         *,
         actor: str = "daemon",
         clock: Callable[[], float] = time.time,
+        runner: Runner | None = None,
     ) -> None:
         self.config = config
         self.settings = config.enforcement
@@ -93,8 +126,45 @@ class Enforcer:
         self.backup_dir = self.settings.backup_dir or os.path.join(
             config.daemon.state_dir, "backups"
         )
-        self._acted: set[tuple[int, int]] = set()
+        self.runner: Runner = runner or ThreadRunner()
+        self._acted: set[tuple[int, int]] = self._acted_before()
         self._last: tuple[int, list[Finding]] | None = None
+        # Interrupted terminates taken over, to be continued by the next act() (the
+        # findings() call that took them over counts them); rows whose findings went out.
+        self._resume: dict[int, tuple[ActionRecord, list[ActionStep], int]] = {}
+        self._emitted: set[int] = set()
+        self._calls = 0
+
+    def _acted_before(self) -> set[tuple[int, int]]:
+        """Root identities the audit trail shows terminated (or refused) during this
+        boot: a restart or a reload never acts on them again."""
+        try:
+            recs = self.db.actions(limit=1000)
+        except Exception:  # an unreadable trail: the tick's own degradation says so
+            return set()
+        boot = boot_id("/proc")
+        out: set[tuple[int, int]] = set()
+        for rec in recs:
+            root = rec.details.get("root")
+            if (
+                rec.kind != "terminate"
+                or rec.dry_run
+                or not rec.owner
+                or rec.owner.get("boot_id") != boot
+                or not isinstance(root, list)
+                or len(root) != 2
+            ):
+                continue
+            try:
+                out.add((int(root[0]), int(root[1])))
+            except (TypeError, ValueError):
+                continue
+        return out
+
+    def settle(self, timeout_s: float) -> bool:
+        """Wait until no terminate is left waiting (tests); True when none is."""
+        settle = getattr(self.runner, "settle", None)
+        return bool(settle(timeout_s)) if settle is not None else not self.runner.in_flight()
 
     # -- the watch ---------------------------------------------------------------------
 
@@ -149,6 +219,12 @@ class Enforcer:
             seen.add(sig)
             out.append(self._failed(job, sig, recs, result))
         out += self._recheck(result, seen, undone)
+        try:
+            out += self._interrupted(now, result)
+        except sqlite3.Error as exc:
+            # The state database refuses writes: taken over once it takes them again
+            # (the `state` component says so); the rest of the watch still reports.
+            log.debug("action-recovery-deferred", error=str(exc))
         self._last = (id(result), out)
         return out
 
@@ -289,12 +365,10 @@ class Enforcer:
         if result.protection is None:
             return failed  # not a scan's result: nothing says what is protected
         open_ids = self.db.open_finding_ids()
-        remedy = Remedy(
-            self.settings, self.db, self.effects, actor=self.actor, backup_dir=self.backup_dir,
-            proc_root=self.config.paths.proc_root, spool_dirs=self.config.paths.cron_spool,
-            crontab=self.config.paths.crontab, cron_d=self.config.paths.cron_d,
-            protection=result.protection,
-        )  # fmt: skip
+        remedy = self._remedy(result)
+        for rec, steps, _call in self._resume.values():
+            self._continue(remedy, rec, steps, proceed=True)
+        self._resume.clear()
         # Newest first: of several runs of one source, the newest is the one too many.
         for job in sorted(result.jobs, key=lambda j: (-j.start_ticks, -j.root_pid)):
             if not job.unsanctioned:
@@ -307,41 +381,74 @@ class Enforcer:
             decision = self.settings.decide(job.cmdline, job.origin.kind, job.user)
             if decision.mode != "terminate":
                 continue
-            self._acted.add(ident)
             sig = track.signatures.get(job.root_pid) or job_signature(
                 job.user, job.cmdline, job.origin
             )
             fid = open_ids.get(f"{_FINDING_KIND[job.verdict]}:{sig}")
             target = target_from_job(job, sig, fid, self.config.paths.proc_root)
-            disabled = False
-            if decision.auto_disable_source and job.advice.refused is None:
-                service = job.advice.collateral
-                if job.advice.source_refused is None and service is None:
-                    _aid, _plan, done = remedy.disable_source(target, self.clock())
-                    disabled = done is not None and done.outcome == "ok"
-                else:
-                    # The guard keeps the source (a sanctioned rule's), or the source is
-                    # a service that also runs other work (never stopped unasked): the
-                    # run is stopped as a job, and the log says why the source was left.
-                    why = job.advice.source_refused or (
-                        f"its source is a service: {service.text()}; never stopped automatically"
-                        if service is not None
-                        else ""
-                    )
-                    log.info(
-                        "disable-source-skipped", pid=job.root_pid, finding_id=fid, reason=why,
-                    )  # fmt: skip
-            again = job.advice.restarts
-            if again is not None and again.after_terminate and not disabled and self._futile(sig):
-                # Stopped once already and its source started it again: terminating each
-                # new run is futile; the remediation-failed finding says what stops it.
-                log.warning(
-                    "terminate-futile", pid=job.root_pid, finding_id=fid,
-                    restarts=again.line(), stops=again.stops,
-                )  # fmt: skip
+            try:
+                self._stop(remedy, job, target, decision.auto_disable_source, sig)
+            except JournalError as exc:
+                # No action without a record: nothing was done; tried again next tick.
+                log.error("action-not-recorded", pid=job.root_pid, finding_id=fid, error=str(exc))
                 continue
-            remedy.terminate(target, self.clock(), source_disabled=disabled)
+            self._acted.add(ident)
         return failed
+
+    def _remedy(self, result: ScanResult) -> Remedy:
+        assert result.protection is not None
+        return Remedy(
+            self.settings, self.db, self.effects, actor=self.actor, backup_dir=self.backup_dir,
+            proc_root=self.config.paths.proc_root, spool_dirs=self.config.paths.cron_spool,
+            crontab=self.config.paths.crontab, cron_d=self.config.paths.cron_d,
+            protection=result.protection,
+        )  # fmt: skip
+
+    def _stop(self, remedy: Remedy, job: Job, target: Any, auto_disable: bool, sig: str) -> None:
+        """Disable the job's source (when asked and allowed), then terminate it: a
+        refusal or a dry run at once, a real one as a task whose first step runs now.
+
+        Raises:
+            JournalError: An action could not be recorded (then it was not made).
+        """
+        fid = target.finding_id
+        disabled = False
+        if auto_disable and job.advice.refused is None:
+            service = job.advice.collateral
+            if job.advice.source_refused is None and service is None:
+                _aid, _plan, done = remedy.disable_source(target, self.clock())
+                disabled = done is not None and done.outcome == "ok"
+            else:
+                # The guard keeps the source (a sanctioned rule's), or the source is a
+                # service that also runs other work (never stopped unasked): the run is
+                # stopped as a job, and the log says why the source was left.
+                why = job.advice.source_refused or (
+                    f"its source is a service: {service.text()}; never stopped automatically"
+                    if service is not None
+                    else ""
+                )
+                log.info(
+                    "disable-source-skipped", pid=job.root_pid, finding_id=fid, reason=why,
+                )  # fmt: skip
+        again = job.advice.restarts
+        if again is not None and again.after_terminate and not disabled and self._futile(sig):
+            # Stopped once already and its source started it again: terminating each new
+            # run is futile; the remediation-failed finding says what stops it.
+            log.warning(
+                "terminate-futile", pid=job.root_pid, finding_id=fid,
+                restarts=again.line(), stops=again.stops,
+            )  # fmt: skip
+            return
+        if target.refused is not None or self.settings.dry_run:
+            remedy.terminate(target, self.clock(), source_disabled=disabled)
+            return
+        self._launch(remedy.begin_terminate(target, self.clock(), source_disabled=disabled))
+
+    def _launch(self, task: TerminateTask) -> None:
+        """The task's first step now (in the tick); the rest off it."""
+        wait = task.step()
+        if wait is not None:
+            self.runner.submit(task, wait)
 
     def _futile(self, sig: str) -> bool:
         """True when a terminate of this signature already ended ``will-return`` (its
@@ -351,6 +458,120 @@ class Enforcer:
             and r.undone_at is None
             for r in self.db.actions_for(sig)
         )  # fmt: skip
+
+    # -- actions left half-way -----------------------------------------------------------
+
+    def _interrupted(self, now: float, result: ScanResult) -> list[Finding]:
+        """Take over actions whose owner is gone; their findings (see the module
+        docstring, step 3)."""
+        self._calls += 1
+        session = self.db.session
+        # Taken over by an earlier call but act() never ran since (learning, a tick
+        # that could not store): not continued; what they stopped is continued now.
+        for aid, (rec, steps, call) in list(self._resume.items()):
+            if call < self._calls and result.protection is not None:
+                del self._resume[aid]
+                self._continue(self._remedy(result), rec, steps, proceed=False)
+        for rec in self.db.unfinished_actions():
+            mine = bool(rec.owner) and rec.owner.get("session") == session  # type: ignore[union-attr]
+            if mine:
+                if (
+                    rec.state == "recovering"
+                    and rec.id in self._emitted
+                    and rec.kind != "terminate"
+                ):
+                    # Its findings went out last tick: the row is finished now.
+                    resolved = (rec.details.get("interrupted") or {}).get("resolved") or {}
+                    self.db.finish_action(
+                        rec.id, str(resolved.get("outcome") or "interrupted"), rec.details,
+                        self.clock(), undo=rec.undo, state="interrupted",
+                    )  # fmt: skip
+                    self._emitted.discard(rec.id)
+                continue
+            if owner_gone(rec, session):
+                self._take_over(rec, result)
+        out: list[Finding] = []
+        for rec in self.db.unfinished_actions():
+            if rec.state == "recovering" and rec.owner and rec.owner.get("session") == session:
+                out.append(interrupted_finding(rec))
+                moved = quarantine_finding(rec)
+                if moved is not None:
+                    out.append(moved)
+                self._emitted.add(rec.id)
+        for rec in self.db.interrupted_since(self.clock() - INTERRUPTED_OPEN_S):
+            if rec.undone_at is None:
+                out.append(interrupted_finding(rec))
+        return out
+
+    def _take_over(self, rec: ActionRecord, result: ScanResult) -> None:
+        steps = self.db.action_steps(rec.id)
+        note = interrupted_note(rec, steps, self.clock(), self.actor)
+        undo = rec.undo
+        if rec.kind == "terminate":
+            proceed = self._still_decided(rec) and result.protection is not None
+            note["recovery"] = (
+                "being continued from its last recorded step (no signal sent again)"
+                if proceed
+                else "continuing (SIGCONT) what it stopped; not going on"
+            )
+        else:
+            resolved = resolve(rec, steps)
+            note["recovery"] = resolved.words
+            note["resolved"] = {"outcome": resolved.outcome}
+            if resolved.moved_to:
+                note["moved_to"] = resolved.moved_to
+            undo = resolved.undo
+        if not self.db.adopt_action(rec, {**rec.details, "interrupted": note}, undo=undo):
+            return  # another process took it over first
+        log.warning(
+            "action-interrupted", action_id=rec.id, kind=rec.kind, target=rec.target,
+            actor=rec.actor, done=note["done"], unsure=note["unsure"],
+            not_done=note["not_done"], recovery=note["recovery"],
+        )  # fmt: skip
+        if rec.kind != "terminate":
+            return
+        root = rec.details.get("root")
+        if isinstance(root, list) and len(root) == 2:
+            self._acted.add((int(root[0]), int(root[1])))
+        adopted = self.db.action(rec.id) or rec
+        if proceed:
+            self._resume[rec.id] = (adopted, steps, self._calls)
+        elif result.protection is not None:
+            self._continue(self._remedy(result), adopted, steps, proceed=False)
+
+    def _still_decided(self, rec: ActionRecord) -> bool:
+        """Whether an interrupted terminate may be continued: the daemon began it and
+        its decision still stands (terminate mode for that job, not a dry run). A
+        person's (a CLI interrupted, maybe on purpose) is never continued."""
+        if rec.actor != self.actor or self.settings.dry_run:
+            return False
+        cmdline = rec.details.get("cmdline")
+        origin = rec.details.get("origin")
+        if not isinstance(cmdline, list) or not isinstance(origin, dict):
+            return False
+        kind = str(origin.get("kind") or "unknown")
+        user = rec.details.get("user")
+        decision = self.settings.decide(
+            [str(a) for a in cmdline], kind, user if isinstance(user, str) else None
+        )
+        return decision.mode == "terminate"
+
+    def _continue(
+        self, remedy: Remedy, rec: ActionRecord, steps: list[ActionStep], *, proceed: bool
+    ) -> None:
+        """Take an interrupted terminate over: a run that never sends a wave's signal
+        again, going on (``proceed``) or only continuing what it stopped."""
+        journal = ActionJournal(self.db, rec.id, clock=self.clock)
+        grace = rec.details.get("grace_s")
+        run = TerminateRun(
+            recorded_members(rec), remedy.guard(), self.effects,
+            float(grace) if isinstance(grace, int | float) else self.settings.grace_s,
+            journal=journal,
+            resume=terminate_resume(steps, proceed, self.config.paths.proc_root),
+            launchers=recorded_members(rec, "launchers"),
+        )  # fmt: skip
+        note = dict(rec.details.get("interrupted") or {})
+        self._launch(TerminateTask(run, journal, rec.details, self.actor, None, interrupted=note))
 
 
 def _service_launcher(job: Job, result: ScanResult | None) -> Finding | None:

@@ -1,7 +1,11 @@
 """Terminate a job or disable its source, and record it: shared by the daemon and the CLI.
 
 Every call appends one row to ``actions`` (who, what, when, outcome, details, undo ops;
-dry runs too, flagged) and logs one ``action`` event with the same facts.
+dry runs too, flagged) and logs one ``action`` event with the same facts. An action
+with side effects writes its row before the first of them and each of them as it goes
+(:class:`~watchdog.state.ActionJournal`, issue 32 case 4); its row is finished with
+the outcome. A terminate is a task stepped until done (:class:`TerminateTask`): the
+daemon steps it off its tick, the CLI to its end.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ from typing import Any
 
 from watchdog import hostpaths
 from watchdog.actions.disable import DisablePlan, DisableResult, plan_disable
-from watchdog.actions.effects import Effects
+from watchdog.actions.effects import Effects, JournaledEffects
 from watchdog.actions.guards import Expected, Guard
-from watchdog.actions.terminate import TerminateOutcome, terminate_tree
+from watchdog.actions.terminate import WAVE_SIGNALS, TerminateOutcome, TerminateRun, run_to_end
 from watchdog.config.enforcement import EnforcementSettings
+from watchdog.faults import fault_point
 from watchdog.hosttext import command_text
 from watchdog.logs import get_logger
 from watchdog.model import (
@@ -30,7 +35,7 @@ from watchdog.model import (
 )
 from watchdog.policy.guard import service_collateral
 from watchdog.sources.procfs import ProcessTable
-from watchdog.state import StateDB
+from watchdog.state import ActionJournal, StateDB
 
 log = get_logger()
 
@@ -199,13 +204,8 @@ class Remedy:
         dry_run: bool,
         undo: list[dict[str, Any]] | None,
     ) -> int:
-        details = {
-            "root": [target.root_pid, target.start_ticks],
-            "job": target.describe(),
-            "origin": target.origin.to_json(),
-            **({"reason": target.reason} if target.reason else {}),
-            **details,
-        }
+        """Record an action that had no side effect (a refusal, a dry run) in one row."""
+        details = {**job_details(target), **details}
         if dry_run and not self.record_dry_runs:
             action_id = 0
         else:
@@ -214,14 +214,39 @@ class Remedy:
                 finding_id=target.finding_id, signature=target.signature, dry_run=dry_run,
                 undo=undo or None,
             )  # fmt: skip
-        # A dry run or a refusal changed nothing: info; a signal sent or a file changed is
-        # worth a warning.
-        level = "info" if dry_run or outcome in ("refused", "dry-run") else "warning"
-        getattr(log, level)(
-            "action", id=action_id, actor=self.actor, kind=kind, target=what, outcome=outcome,
-            dry_run=dry_run, finding_id=target.finding_id, job=target.describe(),
-        )  # fmt: skip
+        log_action(action_id, self.actor, kind, what, outcome, dry_run, target)
         return action_id
+
+    def begin_terminate(
+        self, target: JobTarget, now: float, *, source_disabled: bool = False
+    ) -> TerminateTask:
+        """Record the intent to terminate the job (before any signal) and return the
+        task that does it (:meth:`TerminateTask.step` until done).
+
+        Raises:
+            JournalError: The record could not be written: nothing is signalled.
+        """
+        members = [[m.pid, m.start_ticks, list(m.cmdline or ())] for m in target.members]
+        intent = {
+            **job_details(target),
+            "user": target.user,
+            "cmdline": list(target.cmdline),
+            "members": members,
+            "launchers": [[e.pid, e.start_ticks, list(e.cmdline or ())] for e in target.service],
+            "grace_s": self.settings.grace_s,
+            **terminate_extras(target, source_disabled),
+        }
+        what = f"PID {target.root_pid} ({len(target.members)} process(es))"
+        journal = ActionJournal.begin(
+            self.db, self.actor, "terminate", what, intent,
+            finding_id=target.finding_id, signature=target.signature,
+        )  # fmt: skip
+        fault_point("terminate:begun")
+        run = TerminateRun(
+            target.members, self.guard(), self.effects, self.settings.grace_s, journal=journal,
+            launchers=target.service,
+        )  # fmt: skip
+        return TerminateTask(run, journal, intent, self.actor, target)
 
     def terminate(
         self,
@@ -231,7 +256,9 @@ class Remedy:
         dry_run: bool = False,
         source_disabled: bool = False,
     ) -> tuple[int, TerminateOutcome]:
-        """SIGTERM the job's tree, SIGKILL after ``grace_s``; record the action.
+        """SIGTERM the job's tree, SIGKILL after ``grace_s``; record the action. Waits
+        out the grace period in the caller (the CLI; the daemon steps
+        :meth:`begin_terminate`'s task off its tick).
 
         A job whose source starts it again once it ends (``target.restarts``, and
         ``terminate`` leaves that source) is stopped all the same, but the outcome is
@@ -246,6 +273,9 @@ class Remedy:
 
         Returns:
             ``(action id, outcome)``.
+
+        Raises:
+            JournalError: The record could not be written: nothing was signalled.
         """
         dry = dry_run or self.settings.dry_run
         if target.refused is not None:
@@ -257,24 +287,26 @@ class Remedy:
                 "terminate", target, f"PID {target.root_pid}", "refused", refusal, now, dry, None
             )
             return aid, res
-        res = terminate_tree(
-            target.members, self.guard(), self.effects, self.settings.grace_s, dry_run=dry,
-            launchers=target.service,
-        )  # fmt: skip
-        again = target.restarts
-        returns = again is not None and again.after_terminate and not source_disabled
-        if returns and res.outcome == "ok":
-            res.outcome = "will-return"  # stopped, but its source starts it again
-        what = f"PID {target.root_pid} ({len(res.procs)} process(es))"
-        details = {"grace_s": self.settings.grace_s, **res.to_json()}
-        if returns and again is not None:
-            details["will_return"] = {"restarts": again.line(), "stops": again.stops}
-        if target.service:
-            details["service_pids"] = [e.pid for e in target.service]
-        if target.service_note:
-            details["service_note"] = target.service_note
-        action_id = self._record("terminate", target, what, res.outcome, details, now, dry, None)
-        return action_id, res
+        if dry:
+            run = TerminateRun(
+                target.members, self.guard(), self.effects, self.settings.grace_s, dry_run=True,
+                launchers=target.service,
+            )  # fmt: skip
+            res = run_to_end(run)
+            what = f"PID {target.root_pid} ({len(res.procs)} process(es))"
+            details = {
+                "grace_s": self.settings.grace_s, **res.to_json(),
+                **terminate_extras(target, source_disabled),
+            }  # fmt: skip
+            return self._record(
+                "terminate", target, what, res.outcome, details, now, True, None
+            ), res
+        task = self.begin_terminate(target, now, source_disabled=source_disabled)
+        try:
+            res = run_to_end(task.run)
+        finally:
+            task.finish()
+        return task.action_id, res
 
     def collateral(self, target: JobTarget) -> Collateral | None:
         """The service disabling the job's source would stop beside it, read live from
@@ -390,12 +422,176 @@ class Remedy:
                 "disable-source", target, plan.target, "dry-run", details, now, True, None
             )
             return aid, plan, None
-        result = plan.execute(self.effects)
-        details.update({"done": result.done, "error": result.error})
-        aid = self._record(
-            "disable-source", target, plan.target, result.outcome, details, now, False, result.undo
-        )
-        return aid, plan, result
+        intent = {**job_details(target), **details, "restore": restore_plan(plan)}
+        journal = ActionJournal.begin(
+            self.db, self.actor, "disable-source", plan.target, intent,
+            finding_id=target.finding_id, signature=target.signature,
+        )  # fmt: skip
+        fault_point("disable-source:begun")
+        result = plan.execute(JournaledEffects(self.effects, journal))
+        details = {**job_details(target), **details, "done": result.done, "error": result.error}
+        journal.finish(result.outcome, details, undo=result.undo or None)
+        log_action(
+            journal.action_id, self.actor, "disable-source", plan.target, result.outcome, False,
+            target,
+        )  # fmt: skip
+        return journal.action_id, plan, result
+
+
+def terminate_extras(target: JobTarget, source_disabled: bool) -> dict[str, Any]:
+    """What a terminate records beside its signals: that the job's source starts it
+    again (``will_return``: its outcome ``ok`` is then ``will-return``), the service
+    that launched it and why."""
+    out: dict[str, Any] = {}
+    again = target.restarts
+    if again is not None and again.after_terminate and not source_disabled:
+        out["will_return"] = {"restarts": again.line(), "stops": again.stops}
+    if target.service:
+        out["service_pids"] = [e.pid for e in target.service]
+    if target.service_note:
+        out["service_note"] = target.service_note
+    return out
+
+
+def job_details(target: JobTarget) -> dict[str, Any]:
+    """What every action on a job records about it: root identity, the job in words, its
+    origin and why it has its verdict."""
+    return {
+        "root": [target.root_pid, target.start_ticks],
+        "job": target.describe(),
+        "origin": target.origin.to_json(),
+        **({"reason": target.reason} if target.reason else {}),
+    }
+
+
+def log_action(
+    action_id: int,
+    actor: str,
+    kind: str,
+    what: str,
+    outcome: str,
+    dry_run: bool,
+    target: JobTarget | None,
+) -> None:
+    """The one ``action`` log event of a finished action."""
+    # A dry run or a refusal changed nothing: info; a signal sent or a file changed is
+    # worth a warning.
+    level = "info" if dry_run or outcome in ("refused", "dry-run") else "warning"
+    getattr(log, level)(
+        "action", id=action_id, actor=actor, kind=kind, target=what, outcome=outcome,
+        dry_run=dry_run, finding_id=target.finding_id if target else None,
+        job=target.describe() if target else None,
+    )  # fmt: skip
+
+
+def restore_plan(plan: DisablePlan) -> dict[str, Any]:
+    """What undoes ``plan`` once its steps are made, recorded before the first of them:
+    an interrupted disable-source still gets its undo ops (watchdog/actions/recovery.py).
+    Only JSON values: the plan's bytes stay out."""
+    d = plan.data
+    if plan.kind in ("cron-file", "user-crontab"):
+        keys = ("path", "backup", "uid", "gid", "mode", "sha256")
+        return {"restore_file": {k: d[k] for k in keys if k in d}}
+    if plan.kind in ("run-parts", "quarantine"):
+        return {"rename": {"from": d.get("from"), "to": d.get("to")}}
+    if plan.kind == "systemd":
+        keys = ("unit", "timer", "timers", "before", "move", "transient")
+        return {"systemd": {k: d.get(k) for k in keys}}
+    return {}
+
+
+class TerminateTask:
+    """A terminate in progress: its run and its record (see
+    :meth:`Remedy.begin_terminate`); :meth:`step` until it returns None, which finishes
+    the record.
+
+    Args:
+        run: The state machine.
+        journal: The action's record.
+        intent: The details recorded at its start.
+        actor: Who acts.
+        target: The job, when known (None for one found interrupted).
+        interrupted: For a run taken over after an interruption, what it found
+            (recorded as ``details["interrupted"]``; the row ends ``interrupted``).
+    """
+
+    def __init__(
+        self,
+        run: TerminateRun,
+        journal: ActionJournal,
+        intent: dict[str, Any],
+        actor: str,
+        target: JobTarget | None,
+        interrupted: dict[str, Any] | None = None,
+    ) -> None:
+        self.run = run
+        self.journal = journal
+        self.intent = intent
+        self.actor = actor
+        self.target = target
+        self.interrupted = interrupted
+        self.finished = False
+
+    @property
+    def action_id(self) -> int:
+        """The action's row."""
+        return self.journal.action_id
+
+    @property
+    def root(self) -> tuple[int, int]:
+        """The job's root identity."""
+        root = self.intent.get("root") or [0, 0]
+        return int(root[0]), int(root[1])
+
+    def step(self) -> float | None:
+        """Step the run; on its end, finish the record. Seconds to the next step, or None."""
+        wait = self.run.step()
+        if wait is None:
+            self.finish()
+        return wait
+
+    def interrupt(self, reason: str) -> None:
+        """Stop the run (nothing left frozen) and finish the record as ``interrupted``."""
+        self.run.interrupt(reason)
+        self.finish()
+
+    def finish(self) -> None:
+        """Finish the record with the run's outcome (once)."""
+        if self.finished:
+            return
+        res = self.run.outcome
+        if res is None:
+            self.run.interrupt("stopped before it ended")
+            res = self.run.outcome
+        assert res is not None
+        self.finished = True
+        fault_point("terminate:finishing")
+        if "will_return" in self.intent and res.outcome == "ok":
+            res.outcome = "will-return"  # stopped, but its source starts it again
+        keep = ("root", "job", "origin", "reason", "user")
+        details = {k: self.intent[k] for k in keep if k in self.intent}
+        details.update({"grace_s": self.run.grace_s, **res.to_json()})
+        for extra in ("will_return", "service_pids", "service_note"):
+            if extra in self.intent:
+                details[extra] = self.intent[extra]
+        state = "done"
+        if self.interrupted is not None:
+            self.interrupted["recovery"] = _recovery_words(res, self.run.waves_sent)
+            details["interrupted"] = self.interrupted
+            state = "interrupted"
+        what = f"PID {self.root[0]} ({len(res.procs)} process(es))"
+        self.journal.finish(res.outcome, details, state=state, target=what)
+        log_action(self.action_id, self.actor, "terminate", what, res.outcome, False, self.target)
+
+
+def _recovery_words(res: TerminateOutcome, waves: list[tuple[str, int]]) -> str:
+    """What the run that took an interrupted terminate over did, in words."""
+    alive = [p.pid for p in res.procs if p.result == "survived"]
+    left = f"; still running: PID {', '.join(map(str, alive[:5]))}" if alive else ""
+    sent = ", ".join(f"{WAVE_SIGNALS[w].name} to {n} process(es) ({w})" for w, n in waves)
+    if res.outcome == "interrupted":
+        return f"not continued; sent since: {sent or 'nothing'}{left}"
+    return f"continued to its end; sent since: {sent or 'nothing'}; outcome {res.outcome}{left}"
 
 
 def default_actor() -> str:

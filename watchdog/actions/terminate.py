@@ -36,14 +36,16 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.actions.effects import Effects, IdentityChangedError
 from watchdog.actions.guards import Expected, Guard, LiveProc, read_live
+from watchdog.faults import fault_point
 from watchdog.hosttext import command_text
 from watchdog.lineage.base import command_key, mentions, program_of
+from watchdog.state import ActionJournal, JournalError, NullJournal
 
 
 @dataclass
@@ -58,7 +60,8 @@ class ProcOutcome:
         result: ``exited`` (after SIGTERM), ``killed`` (after SIGKILL), ``gone`` (exited
             before any signal), ``reused`` (the PID now belongs to another process, which
             is left alone), ``refused`` (a guard said no), ``survived`` (still
-            there after SIGKILL), ``would-signal`` (dry run), ``error``.
+            there after SIGKILL, or left running by a terminate that stopped before it
+            ended), ``would-signal`` (dry run), ``error``.
         reason: The guard's or the error's words, else empty.
     """
 
@@ -88,22 +91,29 @@ class TerminateOutcome:
     Attributes:
         procs: One entry per process, leaves first.
         outcome: ``ok`` (every targeted process is gone), ``partial``, ``refused``
-            (nothing was signalled), ``dry-run``; :meth:`Remedy.terminate
-            <watchdog.actions.remedy.Remedy.terminate>` makes an ``ok`` a
-            ``will-return`` when the job's source starts it again.
+            (nothing was signalled), ``dry-run``, ``failed`` (its write-ahead record
+            could not be written: nothing was signalled), ``interrupted`` (stopped
+            before it ended and not continued: what it stopped was continued);
+            :meth:`Remedy.terminate <watchdog.actions.remedy.Remedy.terminate>` makes an
+            ``ok`` a ``will-return`` when the job's source starts it again.
         left: Processes next to the job that were not part of it and never signalled,
             each ``{"pid", "cmdline", "reason"}`` (a shared shell above the job).
+        error: Why it stopped early (a record that could not be written, an
+            interruption), else None.
     """
 
     procs: list[ProcOutcome]
     outcome: str
     left: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict for action records."""
         out: dict[str, Any] = {"outcome": self.outcome, "procs": [p.to_json() for p in self.procs]}
         if self.left:
             out["left"] = self.left
+        if self.error:
+            out["error"] = self.error
         return out
 
 
@@ -466,6 +476,403 @@ def _alive(exp: Expected, proc_root: str) -> bool:
     return cur is not None and cur.start_ticks == exp.start_ticks and cur.state != "Z"
 
 
+#: The waves of signals of one terminate, in order; each is one write-ahead step.
+WAVE_SIGNALS: dict[str, signal.Signals] = {
+    "freeze": signal.SIGSTOP,
+    "term": signal.SIGTERM,
+    "cont": signal.SIGCONT,
+    "kill-freeze": signal.SIGSTOP,
+    "kill": signal.SIGKILL,
+    "thaw": signal.SIGCONT,
+}
+# Continuing a process this action stopped is always safe and must never be left undone
+# (nothing may stay frozen): sent even when its record cannot be written.
+_SAFE_WAVES = frozenset({"cont", "thaw"})
+
+Ident = tuple[int, int]
+
+
+def _ident(exp: Expected) -> Ident:
+    return exp.pid, exp.start_ticks
+
+
+def _by_depth(entries: Iterable[tuple[Expected, int]]) -> list[tuple[Expected, int | None]]:
+    """Top-down: parents (smaller depth) first."""
+    return [(e, d) for e, d in sorted(entries, key=lambda x: x[1])]
+
+
+@dataclass
+class Resume:
+    """What an interrupted terminate had done, read back from its write-ahead steps
+    (:func:`watchdog.actions.recovery.terminate_resume`).
+
+    Attributes:
+        waves: Each signal wave written, in order: its name (:data:`WAVE_SIGNALS`) and
+            the identities it was sent, or may have been sent, to. None of them is sent
+            that wave's signal again.
+        grace_until: Wall time the recorded grace period ends, or None.
+        proceed: Go on with the termination (SIGTERM, SIGKILL after the grace); False
+            only continues what it stopped (SIGCONT) and reports the rest.
+    """
+
+    waves: list[tuple[str, list[Expected]]]
+    grace_until: float | None = None
+    proceed: bool = True
+
+
+class TerminateRun:
+    """One terminate as a state machine (see the module docstring): :meth:`step`
+    advances it as far as it can go without waiting and says how long to wait before
+    the next step, so the grace period is waited out off the daemon's tick.
+
+    Every wave of signals is written to ``journal`` before it is sent (the identities
+    it is for) and marked after (those it reached); the grace period's end is written
+    too. A run built with ``resume`` (an interrupted one, found after a restart) never
+    sends a wave's signal again to an identity that wave named, and goes on from the
+    last wave written.
+
+    Args:
+        members: Job members with the identity the decision was made on (root first).
+        guard: Never-signal rules; asked again before each signal.
+        effects: Where signals go.
+        grace_s: Seconds between SIGTERM and SIGKILL.
+        journal: The action's write-ahead record (:class:`NullJournal`: none).
+        dry_run: Only check the guards and say what would be signalled.
+        poll_s: Seconds between checks whether the processes are gone.
+        kill_wait_s: Seconds to wait for SIGKILLed processes to disappear.
+        clock: Monotonic clock (deadlines within this process).
+        wall: Wall clock (the grace period's end, as recorded for a later process).
+        resume: What an interrupted run of the same action had done.
+        launchers: Ancestors that launched the run, stopped with it (see
+            :class:`JobTree`).
+        kill_only: Freeze and SIGKILL, no SIGTERM first (copies a leftover started when
+            it got its SIGTERM: another would only start another copy).
+    """
+
+    def __init__(
+        self,
+        members: Sequence[Expected],
+        guard: Guard,
+        effects: Effects,
+        grace_s: float,
+        *,
+        journal: ActionJournal | None = None,
+        dry_run: bool = False,
+        poll_s: float = 0.1,
+        kill_wait_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        resume: Resume | None = None,
+        launchers: Sequence[Expected] = (),
+        kill_only: bool = False,
+    ) -> None:
+        self.members = list(members)
+        self.kill_only = kill_only
+        self.guard = guard
+        self.effects = effects
+        self.grace_s = grace_s
+        self.journal = journal or NullJournal()
+        self.dry_run = dry_run
+        self.poll_s = poll_s
+        self.kill_wait_s = kill_wait_s
+        self.clock = clock
+        self.wall = wall
+        self.results: dict[int, ProcOutcome] = {}
+        self.depth_of: dict[int, int] = {}
+        self.stopped: dict[Ident, Expected] = {}
+        self.sent: set[tuple[str, int, int]] = set()
+        self.termed: list[Expected] = []
+        self.killed: list[Expected] = []
+        self.phase = "start"
+        self.deadline: float | None = None
+        self.error: str | None = None
+        self.proceed = True
+        self.outcome: TerminateOutcome | None = None
+        self._found: dict[int, tuple[Expected, int]] = {}
+        self._started = False
+        # The waves this run itself sent (name, processes reached), in order.
+        self.waves_sent: list[tuple[str, int]] = []
+        known = {_ident(m) for m in self.members}
+        extra: list[Expected] = []
+        if resume is not None:
+            self._replay(resume)
+            for _wave, idents in resume.waves:
+                extra += [e for e in idents if _ident(e) not in known]
+                known |= {_ident(e) for e in idents}
+        self.tree = JobTree([*self.members, *extra], guard, launchers)
+
+    # -- resuming ----------------------------------------------------------------------
+
+    def _replay(self, resume: Resume) -> None:
+        """Take over what the interrupted run did: its signals, who it left stopped,
+        whom it terminated and killed, and where to go on."""
+        done = set()
+        for wave, idents in resume.waves:
+            done.add(wave)
+            for exp in idents:
+                self.sent.add((wave, exp.pid, exp.start_ticks))
+                self._outcome(exp).signals.append(WAVE_SIGNALS[wave].name)
+                if wave in ("freeze", "kill-freeze"):
+                    self.stopped[_ident(exp)] = exp
+                elif wave in ("cont", "thaw"):
+                    self.stopped.pop(_ident(exp), None)
+                if wave == "term":
+                    self.termed.append(exp)
+                elif wave == "kill":
+                    self.killed.append(exp)
+        self.proceed = resume.proceed
+        if not resume.proceed:
+            self.phase = "thaw"
+        elif "kill" in done:
+            self.phase = "reap"
+            self.deadline = self.clock() + self.kill_wait_s
+        elif "kill-freeze" in done:
+            self.phase = "kill"
+        elif "term" in done:
+            self.phase = "cont"
+            left = self.grace_s
+            if resume.grace_until is not None:
+                # Never longer than the grace period from now, whatever the clock did.
+                left = min(self.grace_s, max(0.0, resume.grace_until - self.wall()))
+            self.deadline = self.clock() + left
+        elif "freeze" in done:
+            self.phase = "freeze"
+
+    # -- the steps -----------------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        """True once :attr:`outcome` is set."""
+        return self.outcome is not None
+
+    def step(self) -> float | None:
+        """Advance as far as possible without waiting.
+
+        Returns:
+            Seconds to wait before the next call, or None when finished
+            (:attr:`outcome` is set). Never raises for a process that vanished or
+            refused a signal; a write-ahead record that cannot be written stops the
+            run (nothing more is signalled, what it stopped is continued) with the
+            error in the outcome.
+        """
+        if self.outcome is not None:
+            return None
+        try:
+            if not self._started:
+                self._started = True
+                self._start()
+            while self.outcome is None:
+                wait = self._advance()
+                if wait is not None:
+                    return wait
+        except JournalError as exc:
+            self.error = str(exc)
+            self._verify()
+        return None
+
+    def interrupt(self, reason: str) -> None:
+        """Stop here: nothing more is signalled, what this run stopped is continued, and
+        the outcome is ``interrupted`` (``reason`` in the outcome)."""
+        self.proceed = False
+        self.error = reason
+        if self.outcome is None:
+            self._verify()
+
+    def _advance(self) -> float | None:
+        phase = self.phase
+        if phase == "start":
+            if self.dry_run:
+                self._dry()
+                return None
+            self.phase = "freeze"
+        elif phase == "freeze":
+            self._found = self._freeze(self._found or self.tree.collect(), "freeze")
+            frozen = [e for e in self._found.values() if _ident(e[0]) in self.stopped]
+            if not self.kill_only:
+                self.termed += self._wave("term", _by_depth(frozen))
+            self.phase = "cont"
+            self.deadline = self.clock() + self.grace_s
+        elif phase == "cont":
+            # Continued bottom-up: a child is continued while its parent is still
+            # stopped, so no parent reaps (or replaces) it in between.
+            conts = [e for e in reversed(self.termed) if _ident(e) in self.stopped]
+            self._wave("cont", [(e, None) for e in conts])
+            for exp in conts:
+                self.stopped.pop(_ident(exp), None)
+            self._wait_step()
+            self.phase = "grace"
+        elif phase == "grace":
+            root = self.guard.proc_root
+            self.termed = [e for e in self.termed if _alive(e, root)]
+            now = self.clock()
+            deadline = self.deadline if self.deadline is not None else now
+            if self.termed and now < deadline:
+                return min(self.poll_s, deadline - now)
+            self.phase = "kill"
+        elif phase == "kill":
+            # What is left now, with anything forked during the grace period.
+            left = self._freeze(self.tree.collect(), "kill-freeze")
+            self.killed += self._wave("kill", _by_depth(left.values()))
+            self.deadline = self.clock() + self.kill_wait_s
+            self.phase = "reap"
+        elif phase == "reap":
+            now = self.clock()
+            alive = any(_alive(e, self.guard.proc_root) for e in self.killed)
+            if alive and self.deadline is not None and now < self.deadline:
+                return min(self.poll_s, self.deadline - now)
+            self._verify()
+        else:  # "thaw": an interrupted run not to be continued
+            self._verify()
+        return None
+
+    def _outcome(self, exp: Expected, depth: int | None = None) -> ProcOutcome:
+        res = self.results.get(exp.pid)
+        if res is None or res.start_ticks != exp.start_ticks:
+            res = ProcOutcome(exp.pid, exp.start_ticks, exp.cmdline or ())
+            self.results[exp.pid] = res
+        if depth is not None:
+            self.depth_of[exp.pid] = depth
+        return res
+
+    def _start(self) -> None:
+        """The first look: members the guard refuses, or gone already, are said so."""
+        found = self.tree.collect()
+        self._found = found
+        for exp, depth in self.tree.blocked.values():
+            if exp.pid in found:
+                continue
+            res = self._outcome(exp, depth)
+            verdict = self.guard.check(exp.pid, exp)
+            if isinstance(verdict, LiveProc) or res.signals:
+                continue
+            if verdict.guard in ("invisible", "zombie"):
+                res.result, res.reason = "gone", verdict.reason
+            elif verdict.guard == "identity":
+                res.result, res.reason = "reused", verdict.reason
+            else:
+                res.result, res.reason = "refused", verdict.reason
+        for m in self.members:
+            if m.pid not in found and m.pid not in self.results:
+                self._outcome(m, 0).result = "gone"
+
+    def _dry(self) -> None:
+        for exp, depth in self._found.values():
+            res = self._outcome(exp, depth)
+            res.result = "would-signal"
+            res.signals.append("SIGTERM")
+        self.phase = "done"
+        self.outcome = TerminateOutcome(self._ordered(), "dry-run", _left(self.tree))
+
+    def _wait_step(self) -> None:
+        """Record when the grace period ends (a later process goes on from there)."""
+        if self.deadline is None:
+            return
+        until = self.wall() + max(0.0, self.deadline - self.clock())
+        try:
+            step = self.journal.intent("wait", {"until": until, "grace_s": self.grace_s})
+            self.journal.done(step)
+        except JournalError:
+            pass  # not a side effect: a later process waits a whole grace_s instead
+        fault_point("terminate:waiting")
+
+    def _freeze(
+        self, found: dict[int, tuple[Expected, int]], wave: str
+    ) -> dict[int, tuple[Expected, int]]:
+        """SIGSTOP ``found`` top-down and look again until no new process appeared (a
+        stopped process cannot fork). Returns the frozen tree."""
+        for _ in range(16):
+            fresh = [e for e in found.values() if _ident(e[0]) not in self.stopped]
+            fresh = [e for e in fresh if (wave, e[0].pid, e[0].start_ticks) not in self.sent]
+            if not fresh:
+                break
+            for exp in self._wave(wave, _by_depth(fresh)):
+                self.stopped[_ident(exp)] = exp
+            found = self.tree.collect()
+        return {pid: e for pid, e in found.items() if _ident(e[0]) in self.stopped}
+
+    def _wave(self, wave: str, entries: Sequence[tuple[Expected, int | None]]) -> list[Expected]:
+        """Send one wave's signal to ``entries`` (in that order), each identity at most
+        once ever; written before it is sent and marked after. Returns those reached."""
+        sig = WAVE_SIGNALS[wave]
+        todo = [(e, d) for e, d in entries if (wave, e.pid, e.start_ticks) not in self.sent]
+        if not todo:
+            return []
+        detail = {
+            "wave": wave,
+            "signal": sig.name,
+            "procs": [[e.pid, e.start_ticks, list(e.cmdline or ())] for e, _d in todo],
+        }
+        try:
+            step: int | None = self.journal.intent("signal", detail)
+        except JournalError:
+            if wave not in _SAFE_WAVES:
+                raise
+            step = None
+        fault_point(f"terminate:{wave}:intent")
+        sent: list[Expected] = []
+        for exp, depth in todo:
+            self.sent.add((wave, exp.pid, exp.start_ticks))
+            res = self._outcome(exp, depth)
+            if wave in _SAFE_WAVES:
+                if _resume(self.effects, res, exp):
+                    sent.append(exp)
+            elif _send(self.effects, res, sig, self.guard, exp):
+                sent.append(exp)
+        fault_point(f"terminate:{wave}:sent")
+        if sent:
+            self.waves_sent.append((wave, len(sent)))
+        if step is not None:
+            self.journal.done(step, {"sent": [[e.pid, e.start_ticks] for e in sent]})
+        return sent
+
+    def _verify(self) -> None:
+        """Look a last time; continue whatever this run left stopped; the outcome."""
+        root = self.guard.proc_root
+        survivors = self.tree.collect()
+        thaw = [e for e in reversed(list(self.stopped.values())) if _alive(e, root)]
+        self._wave("thaw", [(e, None) for e in thaw])  # a safe wave: never refused
+        for exp, depth in survivors.values():
+            res = self._outcome(exp, depth)
+            res.result = "survived"
+            if not res.reason:
+                if not self.proceed or self.error:
+                    res.reason = "left running: the terminate stopped before it ended"
+                elif res.signals:
+                    res.reason = "still running after SIGKILL"
+                else:
+                    res.reason = "appeared after the kill"
+        for res in self.results.values():
+            if res.result:
+                continue
+            if "SIGKILL" in res.signals:
+                res.result = "killed"
+            elif "SIGTERM" in res.signals:
+                res.result = "exited"
+            else:
+                res.result = "gone"
+        procs = self._ordered()
+        signalled = [r for r in procs if r.signals]
+        if not self.proceed:
+            outcome = "interrupted"
+        elif self.error is not None and not signalled:
+            outcome = "failed"
+        elif not signalled and not survivors:
+            outcome = "refused" if any(r.result == "refused" for r in procs) else "ok"
+        elif (
+            survivors
+            or self.error is not None
+            or any(r.result in ("refused", "error", "survived") for r in procs)
+        ):
+            outcome = "partial"
+        else:
+            outcome = "ok"
+        self.phase = "done"
+        self.outcome = TerminateOutcome(procs, outcome, _left(self.tree), error=self.error)
+
+    def _ordered(self) -> list[ProcOutcome]:
+        return _ordered(self.results, self.depth_of)
+
+
 def terminate_tree(
     members: Sequence[Expected],
     guard: Guard,
@@ -476,10 +883,12 @@ def terminate_tree(
     sleep: Callable[[float], None] = time.sleep,
     poll_s: float = 0.1,
     kill_wait_s: float = 5.0,
+    journal: ActionJournal | None = None,
     launchers: Sequence[Expected] = (),
     kill_only: bool = False,
 ) -> TerminateOutcome:
-    """Freeze the job's tree, SIGTERM it, SIGKILL what is left after ``grace_s``, verify.
+    """Freeze the job's tree, SIGTERM it, SIGKILL what is left after ``grace_s``, verify:
+    a :class:`TerminateRun` stepped to its end, sleeping in between.
 
     Args:
         members: Job members with the identity the decision was made on.
@@ -490,6 +899,7 @@ def terminate_tree(
         sleep: Sleep function (tests may pass a fake).
         poll_s: Seconds between checks whether the processes are gone.
         kill_wait_s: Seconds to wait for SIGKILLed processes to disappear.
+        journal: The action's write-ahead record, if any.
         launchers: Ancestors that launched the run, stopped with it (see
             :class:`JobTree`): a rogue service a ``rogue-service`` finding names.
         kill_only: Freeze and SIGKILL, no SIGTERM first (copies a leftover started when
@@ -499,104 +909,32 @@ def terminate_tree(
         Per-process results (leaves first) and an overall outcome: ``ok`` only when
         nothing of the tree is left. Never raises for a process that vanished or refused
         a signal.
+
+    Raises:
+        KeyboardInterrupt: Interrupted (Ctrl-C): what it stopped was continued first.
     """
-    tree = JobTree(members, guard, launchers)
-    results: dict[int, ProcOutcome] = {}
-    depth_of: dict[int, int] = {}
+    run = TerminateRun(
+        members, guard, effects, grace_s, journal=journal, dry_run=dry_run, poll_s=poll_s,
+        kill_wait_s=kill_wait_s, launchers=launchers, kill_only=kill_only,
+    )  # fmt: skip
+    return run_to_end(run, sleep)
 
-    def outcome_for(exp: Expected, depth: int | None = None) -> ProcOutcome:
-        res = results.get(exp.pid)
-        if res is None or res.start_ticks != exp.start_ticks:
-            res = ProcOutcome(exp.pid, exp.start_ticks, exp.cmdline or ())
-            results[exp.pid] = res
-        if depth is not None:
-            depth_of[exp.pid] = depth
-        return res
 
-    found = tree.collect()
-    for exp, depth in tree.blocked.values():
-        if exp.pid in found:
-            continue
-        res = outcome_for(exp, depth)
-        verdict = guard.check(exp.pid, exp)
-        if isinstance(verdict, LiveProc):
-            continue
-        if verdict.guard in ("invisible", "zombie"):
-            res.result, res.reason = "gone", verdict.reason
-        elif verdict.guard == "identity":
-            res.result, res.reason = "reused", verdict.reason
-        else:
-            res.result, res.reason = "refused", verdict.reason
-    for m in members:
-        if m.pid not in found and m.pid not in results:
-            outcome_for(m, 0).result = "gone"
-    if dry_run:
-        for exp, depth in found.values():
-            res = outcome_for(exp, depth)
-            res.result = "would-signal"
-            res.signals.append("SIGTERM")
-        return TerminateOutcome(_ordered(results, depth_of), "dry-run", _left(tree))
+def run_to_end(run: TerminateRun, sleep: Callable[[float], None] = time.sleep) -> TerminateOutcome:
+    """Step ``run`` until it finishes, sleeping in between.
 
-    stopped: dict[int, Expected] = {}
-    found = _freeze(tree, found, effects, stopped, outcome_for)
-    termed = []
-    for exp, depth in sorted(found.values(), key=lambda e: e[1]) if not kill_only else ():
-        res = outcome_for(exp, depth)
-        if exp.pid in stopped and _send(effects, res, signal.SIGTERM, guard, exp):
-            termed.append(exp)
-    # Continued bottom-up: a child is continued while its parent is still stopped, so
-    # no parent reaps (or replaces) it in between.
-    for exp in reversed(termed):
-        _resume(effects, outcome_for(exp), exp)
-        stopped.pop(exp.pid, None)
-    deadline = time.monotonic() + grace_s
-    while termed:
-        termed = [e for e in termed if _alive(e, guard.proc_root)]
-        if not termed or time.monotonic() >= deadline:
-            break
-        sleep(poll_s)
-
-    # What is left now, with anything forked during the grace period: freeze, SIGKILL.
-    left = _freeze(tree, tree.collect(), effects, stopped, outcome_for)
-    killed = []
-    for exp, depth in sorted(left.values(), key=lambda e: e[1]):
-        res = outcome_for(exp, depth)
-        if _send(effects, res, signal.SIGKILL, guard, exp):
-            killed.append(exp)
-    kill_deadline = time.monotonic() + kill_wait_s
-    while any(_alive(e, guard.proc_root) for e in killed):
-        if time.monotonic() >= kill_deadline:
-            break
-        sleep(poll_s)
-
-    # Verify; never leave anything stopped.
-    survivors = tree.collect()
-    for exp in reversed(list(stopped.values())):
-        if _alive(exp, guard.proc_root):
-            _resume(effects, outcome_for(exp), exp)
-    for exp, depth in survivors.values():
-        res = outcome_for(exp, depth)
-        res.result = "survived"
-        if not res.reason:
-            res.reason = "still running after SIGKILL" if res.signals else "appeared after the kill"
-    for res in results.values():
-        if res.result:
-            continue
-        if "SIGKILL" in res.signals:
-            res.result = "killed"
-        elif res.signals:
-            res.result = "exited"
-        else:
-            res.result = "gone"
-    procs = _ordered(results, depth_of)
-    signalled = [r for r in procs if r.signals]
-    if not signalled and not survivors:
-        outcome = "refused" if any(r.result == "refused" for r in procs) else "ok"
-    elif survivors or any(r.result in ("refused", "error", "survived") for r in procs):
-        outcome = "partial"
-    else:
-        outcome = "ok"
-    return TerminateOutcome(procs, outcome, _left(tree))
+    Raises:
+        KeyboardInterrupt: Interrupted (Ctrl-C): the run was stopped first
+            (:meth:`TerminateRun.interrupt`: nothing left frozen).
+    """
+    try:
+        while (wait := run.step()) is not None:
+            sleep(wait)
+    except KeyboardInterrupt:
+        run.interrupt("interrupted (Ctrl-C)")
+        raise
+    assert run.outcome is not None
+    return run.outcome
 
 
 def _left(tree: JobTree) -> list[dict[str, Any]]:
@@ -610,36 +948,17 @@ def _ordered(results: dict[int, ProcOutcome], depth: dict[int, int]) -> list[Pro
     return sorted(results.values(), key=lambda r: (-depth.get(r.pid, 0), r.pid))
 
 
-def _freeze(
-    tree: JobTree,
-    found: dict[int, tuple[Expected, int]],
-    effects: Effects,
-    stopped: dict[int, Expected],
-    outcome_for: Callable[[Expected, int | None], ProcOutcome],
-) -> dict[int, tuple[Expected, int]]:
-    """SIGSTOP ``found`` top-down and look again until no new process appeared (a
-    stopped process cannot fork). Returns the frozen tree."""
-    for _ in range(16):
-        fresh = [e for e in found.values() if e[0].pid not in stopped]
-        if not fresh:
-            break
-        for exp, depth in sorted(fresh, key=lambda e: e[1]):
-            if _send(effects, outcome_for(exp, depth), signal.SIGSTOP, tree.guard, exp):
-                stopped[exp.pid] = exp
-        found = tree.collect()
-    return {pid: e for pid, e in found.items() if pid in stopped}
-
-
-def _resume(effects: Effects, res: ProcOutcome, exp: Expected) -> None:
+def _resume(effects: Effects, res: ProcOutcome, exp: Expected) -> bool:
     """SIGCONT a process this run stopped. Only its pinned identity is checked (no guard:
     it passed them when it was stopped, and continuing is harmless): a process that a
     SIGTERM is already ending (a default-fatal signal ends even a stopped process) still
-    gets it while its pidfd can be opened."""
+    gets it while its pidfd can be opened. True if sent."""
     try:
         effects.send_signal(exp.pid, int(signal.SIGCONT), exp.start_ticks)
         res.signals.append(signal.SIGCONT.name)
+        return True
     except OSError:
-        pass  # reaped already, or the PID was reused: nothing of ours to continue
+        return False  # reaped already, or the PID was reused: nothing of ours to continue
 
 
 def _send(

@@ -378,6 +378,8 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     if target.refused is not None:
         _out(f"{target.describe()} is protected: refusing ({target.refused})")
         return 1
+    from watchdog.state import JournalError
+
     remedy = _remedy(config, db, result)
     dry = args.dry_run or config.enforcement.dry_run
     again = target.restarts if target.restarts and target.restarts.after_terminate else None
@@ -385,9 +387,14 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     if again is not None:
         # Said before acting: stopping the run alone does not keep it stopped.
         _out(f"its source starts it again: {again.line()}")
-    if args.and_source:
-        disabled = _disable_first(remedy, target, dry, args.stop_service)
-    action_id, res = remedy.terminate(target, time.time(), dry_run=dry, source_disabled=disabled)
+    try:
+        if args.and_source:
+            disabled = _disable_first(remedy, target, dry, args.stop_service)
+        action_id, res = remedy.terminate(
+            target, time.time(), dry_run=dry, source_disabled=disabled
+        )
+    except JournalError as exc:
+        raise CliError(f"{exc}; nothing was signalled (no action without a record)") from None
     head = "would terminate" if dry else "terminate"
     _out(f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.kind}")
     for svc in target.service:
@@ -446,6 +453,8 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     if not target.unsanctioned and not args.force:
         _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
         return 1
+    from watchdog.state import JournalError
+
     source = _service_source(scan, target)
     if source is not None:
         # A rogue service started the run itself: a process, no file or unit to disable.
@@ -453,9 +462,12 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
         return 1
     remedy = _remedy(config, db, scan)
     dry = args.dry_run or config.enforcement.dry_run
-    action_id, plan, result = remedy.disable_source(
-        target, time.time(), dry_run=dry, stop_service=args.stop_service
-    )
+    try:
+        action_id, plan, result = remedy.disable_source(
+            target, time.time(), dry_run=dry, stop_service=args.stop_service
+        )
+    except JournalError as exc:
+        raise CliError(f"{exc}; nothing was changed (no action without a record)") from None
     head = "would disable" if dry else "disable"
     if plan.refused:
         # Nothing to name: no "none -" plan line, only why and what is left to do.
@@ -548,9 +560,10 @@ def _still_running(target: JobTarget, proc_root: str, wait_s: float = 2.0) -> bo
 
 def cmd_undo(args: argparse.Namespace) -> int:
     """``undo ACTION-ID [--dry-run]``."""
-    from watchdog.actions.effects import Effects
+    from watchdog.actions.effects import Effects, JournaledEffects
     from watchdog.actions.remedy import default_actor
     from watchdog.actions.undo import UndoError, ops_of, run_undo
+    from watchdog.state import ActionJournal, JournalError
 
     config, db = _setup(args)
     try:
@@ -570,16 +583,20 @@ def cmd_undo(args: argparse.Namespace) -> int:
     except UndoError as exc:
         raise CliError(f"action {rec.id} has an unreadable undo record: {exc}") from None
     effects = Effects(config.enforcement.command_prefix)
-    undo_id = 0
+    journal = None
     if not args.dry_run:
-        # Recorded before anything is restored: a daemon that sees the source start the
-        # job again meanwhile reads it as this undo's, not as a failed remediation.
-        now = time.time()
-        undo_id = db.record_action(
-            default_actor(), "undo", f"action {rec.id}", "running", {"undid": rec.id}, now,
-            finding_id=rec.finding_id, signature=rec.signature,
-        )  # fmt: skip
-        db.mark_undone(rec.id, now)
+        # Recorded before anything is restored (a daemon that sees the source start the
+        # job again meanwhile reads it as this undo's, not as a failed remediation), and
+        # each op as it goes (issue 32, case 4).
+        try:
+            journal = ActionJournal.begin(
+                db, default_actor(), "undo", f"action {rec.id}", {"undid": rec.id, "ops": ops},
+                finding_id=rec.finding_id, signature=rec.signature, outcome="running",
+            )  # fmt: skip
+        except JournalError as exc:
+            raise CliError(f"{exc}; nothing was restored (no action without a record)") from None
+        db.mark_undone(rec.id, time.time())
+        effects = JournaledEffects(effects, journal)
     res = run_undo(ops, effects, dry_run=args.dry_run)
     head = "would undo" if args.dry_run else "undo"
     _out(f"{head} action {rec.id} ({rec.kind} {rec.target}):")
@@ -587,12 +604,10 @@ def cmd_undo(args: argparse.Namespace) -> int:
         _out(f"  {step}")
     if res.error:
         _out(f"  {'WOULD FAIL' if args.dry_run else 'FAILED'}: {res.error}")
-    if not args.dry_run:
+    if journal is not None:
         if res.outcome != "ok":
             db.mark_undone(rec.id, None)  # not undone after all: watched as before
-        db.finish_action(
-            undo_id, res.outcome, {"undid": rec.id, "done": res.done, "error": res.error}
-        )
+        journal.finish(res.outcome, {"undid": rec.id, "done": res.done, "error": res.error})
     _out(f"outcome: {res.outcome}")
     return 0 if res.outcome in ("ok", "dry-run") else 1
 
@@ -612,7 +627,17 @@ def action_json(rec: Any) -> dict[str, Any]:
         "details": rec.details,
         "undo": rec.undo,
         "undone_at": rec.undone_at,
+        "state": rec.state,
+        "finished_at": rec.finished_at,
     }
+
+
+#: How ``actions`` marks a row not simply finished (docs/reliability.md).
+_STATE_FLAGS = {
+    "pending": " [in progress, or interrupted: see status]",
+    "recovering": " [interrupted, being finished]",
+    "interrupted": " [interrupted]",
+}
 
 
 def cmd_actions(args: argparse.Namespace) -> int:
@@ -630,6 +655,7 @@ def cmd_actions(args: argparse.Namespace) -> int:
     for r in recs:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at))
         flags = (" [dry-run]" if r.dry_run else "") + (" [undone]" if r.undone_at else "")
+        flags += _STATE_FLAGS.get(r.state, "")
         unreadable = isinstance(r.undo, dict) and "unreadable" in r.undo
         undo = " (undo available)" if r.undo and not r.undone_at and not unreadable else ""
         _out(f"{r.id:>5} {when} {r.actor:<14} {r.kind:<15} {r.outcome:<9} {r.target}{flags}{undo}")

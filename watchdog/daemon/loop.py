@@ -109,10 +109,10 @@ def early_tick_spacing_s(tick_s: float, acting_s: float) -> float:
     """Seconds from a tick's start to an early tick asked for during it.
 
     The duty limit spaces early ticks by the scan's own cost: the time the tick spent
-    acting (a ``terminate`` waiting out ``grace_s``) is no scan cost, and counting it
-    made the daemon blind for twice the grace after one (issue 32, case 3: a 60 s
-    grace put the next scan 120 s after the tick began). The wait itself still runs
-    inside the tick (docs/operations.md).
+    acting is no scan cost, and counting it made the daemon blind for twice the grace
+    after a ``terminate`` that waited out ``grace_s`` in the tick (issue 32, case 3: a
+    60 s grace put the next scan 120 s after the tick began). The grace period itself is
+    now waited out off the tick (:mod:`watchdog.actions.runner`).
 
     Args:
         tick_s: The tick's duration (monotonic seconds).

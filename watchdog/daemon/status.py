@@ -51,6 +51,7 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
     now = time.time()
     last = daemon.last
     result = last.result if last else None
+    stopping = _being_stopped(daemon)
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "version": __version__,
@@ -73,7 +74,7 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
             else None
         ),
         "gpus": [gpu_json(g) for g in result.gpus] if result else [],
-        "jobs": [_job_entry(j) for j in (result.jobs if result else [])],
+        "jobs": [_job_entry(j, stopping) for j in (result.jobs if result else [])],
         "degraded": _copy(daemon.degraded),
         "events": events_status(daemon),
     }
@@ -139,8 +140,38 @@ def _config_section(daemon: Daemon) -> dict[str, Any]:
     }
 
 
-def _job_entry(j: Job) -> dict[str, Any]:
-    """One ``jobs`` entry: the job, its verdict and its origin in words."""
+def _being_stopped(daemon: Daemon) -> dict[tuple[int, int], dict[str, Any]]:
+    """Jobs a terminate is stopping now (begun, not finished: waiting out its grace
+    period, say), by root identity: the action, who runs it, since when and when
+    SIGKILL follows. From the audit trail, so a terminate run by the CLI shows too."""
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    try:
+        rows = daemon.db.unfinished_actions()
+        for rec in rows:
+            root = rec.details.get("root")
+            if rec.kind != "terminate" or not isinstance(root, list) or len(root) != 2:
+                continue
+            kill_at = None
+            for step in daemon.db.action_steps(rec.id):
+                if step.op == "wait" and isinstance(step.detail.get("until"), int | float):
+                    kill_at = float(step.detail["until"])
+            out[(int(root[0]), int(root[1]))] = {
+                "action_id": rec.id,
+                "by": rec.actor,
+                "since": rec.created_at,
+                "kill_at": kill_at,
+                "interrupted": rec.state == "recovering",
+            }
+    except Exception:  # the state database may be unreadable: the job shows as it is
+        return {}
+    return out
+
+
+def _job_entry(
+    j: Job, stopping: dict[tuple[int, int], dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """One ``jobs`` entry: the job, its verdict and its origin in words, and the
+    terminate stopping it, if one is (``being_stopped``)."""
     return {
         "root_pid": j.root_pid,
         "pids": j.pids,
@@ -161,6 +192,7 @@ def _job_entry(j: Job) -> dict[str, Any]:
         "stop": j.advice.stop_line(j.root_pid) if j.unsanctioned and j.may_train else None,
         # What starts it again, as of the last scan (never frozen at a finding's open).
         "restarts": (j.advice.restarts.line() if j.unsanctioned and j.advice.restarts else None),
+        "being_stopped": (stopping or {}).get((j.root_pid, j.start_ticks)),
     }
 
 
@@ -246,6 +278,18 @@ def _when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
+def _stopping_line(s: dict[str, Any]) -> str:
+    """``being stopped: action 7 (terminate by daemon since 10:00:01), SIGKILL at
+    10:00:31 if still running``."""
+    kill = s.get("kill_at")
+    then = f", SIGKILL at {_when(kill)} if still running" if kill else ""
+    how = ", taken over after an interruption" if s.get("interrupted") else ""
+    return (
+        f"being stopped: action {s.get('action_id')} (terminate by {s.get('by')} since "
+        f"{_when(s.get('since'))}{how}){then}"
+    )
+
+
 def _took(duration_s: float) -> str:
     """A scan's duration: milliseconds under a second (a 2 ms scan is not "0.00s")."""
     return f"{duration_s * 1000:.0f} ms" if duration_s < 1 else f"{duration_s:.2f}s"
@@ -319,10 +363,14 @@ def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
 
 def _job_lines(j: dict[str, Any], width: int, colour: bool) -> list[str]:
     """A job of the status text: verdict, PID, user, GPUs and memory, origin, command,
-    its class when it is not training and what restarts it (host text made printable)."""
+    its class when it is not training, what restarts it and the terminate stopping it
+    (host text made printable)."""
     out: list[str] = []
     on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
     verdict = str(j.get("verdict") or "-")
+    stopping = j.get("being_stopped")
+    if stopping:
+        verdict = "stopping"  # a terminate is at it: not a rogue left alone
     row = (
         f"  {verdict:<10} pid {j.get('root_pid'):<7} {j.get('user') or '-':<10} "
         f"GPU {on:<3} {_gib(j.get('gpu_memory_bytes')):>9}"
@@ -344,6 +392,8 @@ def _job_lines(j: dict[str, Any], width: int, colour: bool) -> list[str]:
         out.append(printable(f"    class: {workload}" + (f" ({why})" if why else "")))
     if j.get("restarts"):
         out.extend(fit(printable(str(j["restarts"])), width, "      ", "    "))
+    if stopping:
+        out.append(printable(f"    {_stopping_line(stopping)}"))
     return out
 
 

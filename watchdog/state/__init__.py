@@ -21,8 +21,9 @@ One concern per module, behind one owner of the connection:
   its methods are typed against, and the column codecs).
 - one module per table, each a mixin of :class:`StateDB`: :mod:`~watchdog.state.jobs`
   (jobs and runs), :mod:`~watchdog.state.findings`, :mod:`~watchdog.state.deliveries`
-  (the alert spool and sink totals), :mod:`~watchdog.state.actions` (the audit trail
-  and :func:`source_undo`), :mod:`~watchdog.state.meta` (meta values and counters),
+  (the alert spool and sink totals), :mod:`~watchdog.state.actions` (the audit trail,
+  its write-ahead records and :func:`source_undo`), :mod:`~watchdog.state.meta` (meta
+  values and counters),
   :mod:`~watchdog.state.procs` (sanctioned processes and Slurm job members) and
   :mod:`~watchdog.state.prune` (retention across them).
 - :mod:`~watchdog.state.readonly`: the database read by one-shot commands without
@@ -34,8 +35,24 @@ The records themselves (:class:`JobRecord`, :class:`FindingRecord` ...) are plai
 
 from __future__ import annotations
 
-from watchdog.records import ActionRecord, Delivery, FindingRecord, JobRecord, RunRecord
-from watchdog.state.actions import ActionTable, SourceUndo, source_undo
+from watchdog.records import (
+    ActionRecord,
+    ActionStep,
+    Delivery,
+    FindingRecord,
+    JobRecord,
+    RunRecord,
+)
+from watchdog.state.actions import (
+    UNFINISHED_STATES,
+    ActionJournal,
+    ActionTable,
+    JournalError,
+    NullJournal,
+    SourceUndo,
+    self_owner,
+    source_undo,
+)
 from watchdog.state.deliveries import DeliveryTable, delivery_row
 from watchdog.state.findings import FindingTable
 from watchdog.state.jobs import JobTable
@@ -57,10 +74,15 @@ __all__ = [
     "LOCK_NAME",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "UNFINISHED_STATES",
+    "ActionJournal",
     "ActionRecord",
+    "ActionStep",
     "Delivery",
     "FindingRecord",
     "JobRecord",
+    "JournalError",
+    "NullJournal",
     "RunRecord",
     "SourceUndo",
     "StateDB",
@@ -75,6 +97,7 @@ __all__ = [
     "read_sanctioned_procs",
     "read_slurm_members",
     "schema_version",
+    "self_owner",
     "source_undo",
     "write_lock_pid",
 ]

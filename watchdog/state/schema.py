@@ -201,6 +201,33 @@ ALTER TABLE job_runs ADD COLUMN workload_evidence_json TEXT;
 UPDATE meta SET value='6' WHERE key='schema_version';
 """
 
+# Version 7: write-ahead records of actions (issue 32, case 4: a terminate killed while it
+# waited out its grace left no record of the signals it had sent, and the restarted
+# daemon signalled the same process again; a quarantine killed between its rename and its
+# record left a model in quarantine with no finding, no action and no undo). An action's
+# row is written before its first side effect (``state`` 'pending', ``owner_json`` the
+# process doing it), each side effect is written as a step before it is made and marked
+# when it was, and the row is finished last. A row left 'pending' or 'recovering' whose
+# owner is gone was interrupted half-way: the steps say what was done and what was not.
+_SCHEMA_ACTION_STEPS = """
+ALTER TABLE actions ADD COLUMN state TEXT NOT NULL DEFAULT 'done';
+ALTER TABLE actions ADD COLUMN owner_json TEXT;
+ALTER TABLE actions ADD COLUMN finished_at REAL;
+CREATE TABLE action_steps (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    action_id INTEGER NOT NULL,
+    at REAL NOT NULL,
+    op TEXT NOT NULL,
+    status TEXT NOT NULL,
+    detail_json TEXT NOT NULL,
+    result_json TEXT
+);
+CREATE INDEX action_steps_of ON action_steps(action_id, id);
+CREATE INDEX actions_unfinished ON actions(id) WHERE state IN ('pending', 'recovering');
+CREATE INDEX actions_interrupted ON actions(finished_at) WHERE state = 'interrupted';
+UPDATE meta SET value='7' WHERE key='schema_version';
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -208,6 +235,7 @@ MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V4,
     _SCHEMA_FINDING_IDS,
     _SCHEMA_WORKLOAD,
+    _SCHEMA_ACTION_STEPS,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

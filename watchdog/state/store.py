@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import sqlite3
 import threading
 import time
@@ -153,6 +154,7 @@ class Store:
         self.recovered_from: str | None = None
         self.recovered_reason: str | None = None
         self.recreated: list[str] = []
+        self._session = secrets.token_hex(8)
         self._local = threading.local()
         self._generation = 0
         self._ident: tuple[int, int, int, int] | None = None
@@ -224,6 +226,13 @@ class Store:
                 ) from None
         self.recovered_from = str(target)
         self.recovered_reason = reason
+
+    @property
+    def session(self) -> str:
+        """A random id of this handle on the database, recorded as the owner of the
+        actions it begins: a row begun under another session, in this very process, was
+        begun by an earlier daemon (a restart in one process: tests, the simulator)."""
+        return self._session
 
     @property
     def conn(self) -> sqlite3.Connection:

@@ -25,6 +25,11 @@ class Table(Protocol):
         """This thread's connection (see :attr:`watchdog.state.store.Store.conn`)."""
         ...
 
+    @property
+    def session(self) -> str:
+        """This handle's random id (see :attr:`watchdog.state.store.Store.session`)."""
+        ...
+
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` … ``COMMIT`` (see :meth:`watchdog.state.store.Store.transaction`)."""
         ...

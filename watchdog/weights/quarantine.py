@@ -18,6 +18,8 @@ from pathlib import Path
 
 from watchdog.config.base import ConfigError
 from watchdog.config.ship_gates import ShipGate
+from watchdog.faults import fault_point
+from watchdog.state import ActionJournal, JournalError, NullJournal
 from watchdog.weights.verifyworker import FileKey
 
 #: Suffix of every quarantined file.
@@ -98,7 +100,12 @@ def _same_version(a: FileKey, b: FileKey) -> bool:
 
 
 def quarantine_file(
-    key: FileKey, deploy_dir: Path, qdir: Path, now: float, ops: FileOps
+    key: FileKey,
+    deploy_dir: Path,
+    qdir: Path,
+    now: float,
+    ops: FileOps,
+    journal: ActionJournal | None = None,
 ) -> Quarantined:
     """Move the verified version ``key`` of a file into ``qdir``.
 
@@ -114,6 +121,8 @@ def quarantine_file(
         qdir: Quarantine folder; created if missing. Must be on the same file system.
         now: POSIX time (for the name).
         ops: The side-effect object.
+        journal: The quarantine action's write-ahead record: the rename (and a put-back)
+            is written before it is made and marked after (issue 32, case 4).
 
     Returns:
         Where the file (or the link) went.
@@ -124,6 +133,7 @@ def quarantine_file(
             none is attempted), or another ``OSError`` (permissions, read-only mount).
     """
     src = Path(key.path)
+    journal = journal or NullJournal()
     try:
         if not _same_version(FileKey.of(src), key):
             raise QuarantineError(errno.ESTALE, "file changed since it was verified")
@@ -132,9 +142,19 @@ def quarantine_file(
         dst = quarantine_target(src, deploy_dir, qdir, now)
         ops.makedirs(qdir)  # first, so that the folder itself gets mode 0700
         ops.makedirs(dst.parent)
-        ops.rename(src, dst)
+        step = journal.intent("rename", {"from": str(src), "to": str(dst), "link": link_text})
+        fault_point("quarantine:intent")
+        try:
+            ops.rename(src, dst)
+        except OSError as exc:
+            journal.failed(step, f"{type(exc).__name__}: {exc}")
+            raise
+        fault_point("quarantine:renamed")
+        journal.done(step)
     except QuarantineError:
         raise
+    except JournalError as exc:
+        raise QuarantineError(errno.EIO, f"not moved: {exc}") from None
     except OSError as exc:
         if exc.errno == errno.EXDEV:
             raise QuarantineError(
@@ -145,11 +165,13 @@ def quarantine_file(
     # different version was moved, put it back (never clobbering a newer one).
     if not _moved_same(dst, link_text, target, key):
         try:
+            back = journal.intent("rename", {"from": str(dst), "to": str(src), "put_back": True})
             if link_text is not None or os.path.islink(dst):
                 ops.symlink(os.readlink(dst), src)
             else:
                 ops.link(dst, src)
             ops.unlink(dst)
+            journal.done(back)
         except OSError as exc:
             raise QuarantineError(
                 exc.errno, f"a newer {src} was moved to {dst} by mistake and could not be put back"

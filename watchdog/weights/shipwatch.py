@@ -39,10 +39,11 @@ from typing import Any
 
 from watchdog.config import Config
 from watchdog.config.ship_gates import QUARANTINE_DIRNAME, ShipGate
+from watchdog.faults import fault_point
 from watchdog.hostpaths import config_args
 from watchdog.logs import get_logger
 from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES, Finding, ScanResult
-from watchdog.state import StateDB
+from watchdog.state import ActionJournal, JournalError, StateDB
 from watchdog.weights.discover import index_shards
 from watchdog.weights.fanotify import Fanotify
 from watchdog.weights.freshness import human_duration, past_limit
@@ -552,7 +553,7 @@ class ShipGateSource:
             how = self._outside[key.path]
             message += f"; not moved: it lies outside {self.deploy_dir} ({how})"
         elif self.gate.quarantine:
-            message += self._quarantine(key, details, now)
+            message += self._quarantine(key, details, now, message)
             moved = "quarantined_to" in details
         message += self._next_steps(key, details, moved)
         return Finding(
@@ -607,46 +608,58 @@ class ShipGateSource:
         parent = os.path.realpath(os.path.dirname(path))
         return os.path.commonpath([parent, real_root]) == real_root
 
-    def _quarantine(self, key: FileKey, details: dict[str, Any], now: float) -> str:
-        """Move ``key`` aside once; returns the text appended to the finding's message."""
+    def _quarantine(
+        self, key: FileKey, details: dict[str, Any], now: float, message: str = ""
+    ) -> str:
+        """Move ``key`` aside once; returns the text appended to the finding's message
+        (``message``: the finding's message so far, recorded with the action)."""
         failed = self._quarantine_failed.get(key)
         if failed is not None:
             details["quarantine_error"] = failed
             return f"; quarantine failed: {failed}"
+        facts = {
+            "gate": self.gate.name, "path": key.path, "size_bytes": key.size_bytes,
+            "totals": details["totals"], "fingerprint": details["fingerprint"],
+            "message": message,
+        }  # fmt: skip
         try:
-            moved = quarantine_file(key, self.deploy_dir, self.quarantine_dir, now, self.ops)
+            # Written before the move (issue 32, case 4: a daemon killed between the
+            # rename and its record left a model in quarantine with no finding, no
+            # alert and no undo; the next start finds this record and finishes it).
+            journal = ActionJournal.begin(self.db, "daemon", "quarantine-weights", key.path, facts)
+        except JournalError as exc:
+            # No action without a record: the file stays (and stays refused).
+            text = f"not moved: {exc}"
+            details["quarantine_error"] = text
+            log.error("weights-quarantine-failed", gate=self.gate.name, path=key.path, error=text)
+            return f"; quarantine failed: {text}"
+        fault_point("quarantine:begun")
+        try:
+            moved = quarantine_file(
+                key, self.deploy_dir, self.quarantine_dir, now, self.ops, journal
+            )
         except QuarantineError as exc:
             text = exc.strerror or str(exc)
             self._quarantine_failed[key] = text
             details["quarantine_error"] = text
             log.error("weights-quarantine-failed", gate=self.gate.name, path=key.path, error=text)
-            self.db.record_action(
-                "daemon", "quarantine-weights", key.path, "failed",
-                {"gate": self.gate.name, "error": text, "fingerprint": details["fingerprint"]},
-                now,
-            )  # fmt: skip
+            journal.finish("failed", {**facts, "error": text})
             return f"; quarantine failed: {text}"
-        # Logged before the audit record, so the journal says where the file went even
-        # if recording fails.
+        # Logged before the audit record is finished, so the log says where the file
+        # went even if recording fails.
         log.warning(
             "weights-quarantined", gate=self.gate.name, path=key.path,
             moved_to=str(moved.moved_to),
         )  # fmt: skip
         undo = [{"op": "rename", "from": str(moved.original), "to": str(moved.moved_to)}]
-        action_id = self.db.record_action(
-            "daemon", "quarantine-weights", key.path, "done",
-            {
-                "gate": self.gate.name, "path": key.path, "moved_to": str(moved.moved_to),
-                "size_bytes": key.size_bytes, "totals": details["totals"],
-                "fingerprint": details["fingerprint"],
-            },
-            now,
-            undo=undo,
-        )  # fmt: skip
+        journal.finish("done", {**facts, "moved_to": str(moved.moved_to)}, undo=undo)
         details["quarantined_to"] = str(moved.moved_to)
-        details["action_id"] = action_id
-        self._moved[key.path] = (str(moved.moved_to), action_id)
-        return f"; moved to {moved.moved_to} (undo: rogue-watchdog undo{self.cli_args} {action_id})"
+        details["action_id"] = journal.action_id
+        self._moved[key.path] = (str(moved.moved_to), journal.action_id)
+        return (
+            f"; moved to {moved.moved_to} (undo: rogue-watchdog undo{self.cli_args}"
+            f" {journal.action_id})"
+        )
 
     # -- freshness ---------------------------------------------------------------------
 

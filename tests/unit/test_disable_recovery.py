@@ -1,0 +1,147 @@
+"""disable-source and undo interrupted half-way (issue 32, case 4): each file change is
+written before it is made; the next daemon start finds the row, says what changed, and
+gives the action the undo ops of what changed (the restore plan was written first)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from watchdog import faults
+from watchdog.actions.effects import Effects
+from watchdog.actions.enforcer import Enforcer
+from watchdog.actions.remedy import JobTarget, Remedy
+from watchdog.actions.runner import InlineRunner
+from watchdog.config import parse_config
+from watchdog.daemon.loop import Daemon
+from watchdog.model import Origin
+from watchdog.policy.guard import Protection
+from watchdog.state import StateDB
+
+ENTRY = "0 2 * * 0 root /usr/bin/python3 /opt/legacy/train_weekly.py"
+TAB = f"SHELL=/bin/sh\n# weekly\n{ENTRY}\n".encode()
+
+
+class Killed(BaseException):
+    """The process died here."""
+
+
+@pytest.fixture(autouse=True)
+def no_hook() -> object:
+    yield
+    faults.set_hook(None)
+
+
+def kill_at(point: str) -> None:
+    def hook(name: str) -> None:
+        if name == point:
+            raise Killed(name)
+
+    faults.set_hook(hook)
+
+
+def config(tmp: Path) -> object:
+    return parse_config(
+        "nvml: {enabled: false}\n"
+        f"paths: {{cron_d: '{tmp}/cron.d'}}\n"
+        f"daemon: {{state_dir: '{tmp}/state'}}\n"
+        f"alerts: {{sinks: [{{type: log, path: '{tmp}/alerts.log'}}]}}\n"
+        f"enforcement: {{backup_dir: '{tmp}/bk'}}\n",
+        "t.yaml",
+    )
+
+
+def disable(tmp: Path, db: StateDB) -> None:
+    cfg = config(tmp)
+    remedy = Remedy(
+        cfg.enforcement, db, Effects(), actor="daemon", backup_dir=str(tmp / "bk"),  # type: ignore[attr-defined]
+        cron_d=str(tmp / "cron.d"), protection=Protection(),
+    )  # fmt: skip
+    origin = {"kind": "cron", "file": str(tmp / "cron.d" / "legacy"), "line": 3, "entry": ENTRY,
+              "user": "root"}  # fmt: skip
+    target = JobTarget(
+        signature="sig", finding_id=None, root_pid=4242, start_ticks=7, members=[], user="root",
+        cmdline=(), exe=None, origin=Origin.from_json(origin), verdict="rogue", running=False,
+    )  # fmt: skip
+    remedy.disable_source(target, 1_800_000_000.0)
+
+
+def restart(tmp: Path) -> Daemon:
+    cfg = config(tmp)
+    d = Daemon(cfg, None)  # type: ignore[arg-type]
+    enf = Enforcer(cfg, d.db, runner=InlineRunner())  # type: ignore[arg-type]
+    d.sources.append(enf)
+    d.enforcers.append(enf)
+    d.tick(2_000_000.0)
+    return d
+
+
+@pytest.mark.parametrize(
+    ("point", "changed"),
+    [
+        ("disable-source:begun", False),
+        ("effects:backup:done", False),
+        ("effects:write:intent", True),  # written, maybe made: the undo restores the backup
+        ("effects:write:done", True),
+        ("effects:touch:intent", True),
+    ],
+)
+def test_a_disable_source_killed_mid_way_gets_its_account_and_undo(
+    tmp_path: Path, point: str, changed: bool
+) -> None:
+    (tmp_path / "cron.d").mkdir()
+    tab = tmp_path / "cron.d" / "legacy"
+    tab.write_bytes(TAB)
+    db = StateDB(tmp_path / "state")
+    kill_at(point)
+    with pytest.raises(Killed):
+        disable(tmp_path, db)
+    faults.set_hook(None)
+    db.close()
+    d = restart(tmp_path)
+    [act] = d.db.actions()
+    [f] = [f for f in d.last.findings if f.kind == "action-interrupted"]  # type: ignore[union-attr]
+    assert act.kind == "disable-source" and f.severity == "warning"
+    if changed:
+        assert act.undo is not None and act.undo[0]["op"] == "restore_file"  # type: ignore[index]
+        assert f"undo: rogue-watchdog undo {act.id}" in f.message
+        out = run_cli("undo", str(act.id), "--state-dir", str(tmp_path / "state"))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert tab.read_bytes() == TAB
+    else:
+        assert act.undo is None and tab.read_bytes() == TAB
+        assert "nothing was changed" in f.message
+    d.tick(2_000_005.0)
+    assert [a.state for a in d.db.actions() if a.id == act.id] == ["interrupted"]
+
+
+def test_an_undo_killed_mid_way_is_reported_with_what_it_restored(tmp_path: Path) -> None:
+    (tmp_path / "cron.d").mkdir()
+    tab = tmp_path / "cron.d" / "legacy"
+    tab.write_bytes(TAB)
+    db = StateDB(tmp_path / "state")
+    disable(tmp_path, db)
+    [act] = db.actions()
+    assert tab.read_bytes() != TAB and act.state == "done"
+    db.close()
+    # `undo` in a process of its own, killed (SIGKILL, by its fault point) once the
+    # file is restored and before its record is finished.
+    out = run_cli(
+        "undo", str(act.id), "--state-dir", str(tmp_path / "state"),
+        env={"ROGUE_WATCHDOG_FAULT": "effects:touch:done", "PYTHONPATH": str(Path.cwd())},
+    )  # fmt: skip
+    assert out.returncode == -9, out.stdout + out.stderr
+    assert tab.read_bytes() == TAB
+    d = restart(tmp_path)
+    undo = next(a for a in d.db.actions() if a.kind == "undo")
+    assert undo.state == "recovering" and undo.undo is None
+    [f] = [f for f in d.last.findings if f.kind == "action-interrupted"]  # type: ignore[union-attr]
+    # Its steps are the side effects, in words: the file was rewritten (done), the
+    # directory touched (done, not marked: the kill came first, so "may have been").
+    assert f"done: rewrite {tab}" in f.message
+    assert f"may have been done (recorded before, never repeated): touch {tab.parent}" in (
+        f.message
+    )
+    assert "reported only" in f.message

@@ -1,0 +1,91 @@
+"""Counterexamples the lifecycle simulator found once it killed the daemon between
+action steps and made the state database refuse writes (issue 32), each replayed as a
+plain test of its exact value. Each runs the simulator's own steps in a process of its
+own (pynvml loads one NVML library per process: the simulator's fake one).
+
+1. (seed 1, 4,000 steps) A storage outage, a second run of a rogue command, storage
+   back: the respawn seen in memory is recorded when the database takes writes again,
+   naming the run seen during the outage, once (the simulator's bookkeeping had counted
+   the outage's sighting as recorded; I4 holds).
+2. (seed 1, 4,000 steps) Known limit, kept as a strict xfail: a run judged sanctioned
+   only while the database refused writes, then a restart before it took them again:
+   the verdict was never recorded, the restarted daemon judged the run afresh (the
+   sanctioned line had been edited meanwhile) and terminated it. docs/reliability.md.
+3. A daemon killed between SIGTERM and its record, restarted: the terminate is taken
+   over and finished, every side effect had its record first (I7), nothing twice (I8).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, need_program
+
+PRELUDE = (
+    "import json, sys, tempfile\n"
+    "from pathlib import Path\n"
+    "from tests.sim.machine import TrustMachine\n"
+    "TrustMachine.workdir = Path(tempfile.mkdtemp())\n"
+    "m = TrustMachine()\n"
+)
+
+
+def replay(steps: str) -> dict[str, int]:
+    need_program("gcc")
+    code = (
+        PRELUDE
+        + "try:\n"
+        + "".join(f"    {s}\n" for s in steps.split(";"))
+        + ("finally:\n    m.teardown()\nprint(json.dumps(TrustMachine.counts))\n")
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-4000:]
+    counts: dict[str, int] = json.loads(out.stdout.strip().splitlines()[-1])
+    return counts
+
+
+def test_a_respawn_seen_during_a_storage_outage_is_recorded_once_it_ends() -> None:
+    counts = replay(
+        "m.ghost_fires();m.orphaned_shell(shared=False, stubborn=False);"
+        "m.reload(cap=1, mode='terminate');m.restart();m.tick(5.0);m.storage(ok=False);"
+        "m.orphaned_shell(shared=False, stubborn=False);m.tick(5.0);m.storage(ok=True);"
+        "m.tick(5.0)"
+    )
+    assert counts["storage_faults"] == 1 and counts["ticks"] == 3
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit: a verdict held only in memory during a storage outage is lost by "
+    "a restart before the outage ends (docs/reliability.md)",
+)
+def test_a_run_sanctioned_during_an_outage_stays_sanctioned_across_a_restart() -> None:
+    counts = replay(
+        "m.ghost_fires();m.orphaned_shell(shared=True, stubborn=True);"
+        "m.reload(cap=2, mode='terminate');m.restart();m.tick(5.0);m.storage(ok=False);"
+        "m.tick(5.0);m.ghost_fires();m.ghost_fires();m.ghost_fires();m.tick(5.0);"
+        "m.one_launch(workers=4);m.one_launch(workers=4);m.pipeline_fires();"
+        "m.nvml_view(mode='count-lost');m.edit_pipeline_line(edit='flock');m.restart();"
+        "m.ghost_fires();m.tick(20.0)"
+    )
+    assert counts["lost_verdicts"] == 0  # 2: SIGSTOP and SIGKILL to the ghost it sanctioned
+
+
+def test_a_daemon_killed_after_sigterm_is_taken_over_with_every_effect_recorded() -> None:
+    counts = replay(
+        "m.orphaned_shell(shared=False, stubborn=True);m.reload(cap=1, mode='terminate');"
+        "m.restart();m.kill_between_steps(point='terminate:term:sent');m.tick(5.0);m.tick(5.0);"
+        "m.tick(5.0)"
+    )
+    # Killed once; the next start took the action over and finished it (SIGKILL to the
+    # stubborn trainer); I7 and I8 were checked at every effect and after every tick.
+    assert (counts["kills"], counts["taken_over"]) == (1, 1)
+    assert counts["signals"] > 0
