@@ -226,8 +226,6 @@ class TrustMachine(RuleBasedStateMachine):
             top = tops[0] if tops else h.unit_run(
                 "td-hub.service", (PY, "/srv/hub/hub_server.py"), ("service", "")
             )  # fmt: skip
-            if top.label[0] == "job":
-                key = top.label[1]  # a hub judged a job (it holds a zombie): its run
             h.spawn(top.pid, (PY, "/srv/hub/train_hub.py"), PY, ("job", key), gpu=(0, GIB))
             return
         if h.unit_procs("loop-train.service"):
@@ -291,12 +289,7 @@ class TrustMachine(RuleBasedStateMachine):
         if not pids:
             return
         pid = data.draw(st.sampled_from(pids))
-        parent = h.procs.get(h.procs[pid].ppid)
-        # Not modelled (open, reported with issue 31): a GPU trainer left a zombie by a
-        # shell that also runs a bystander makes that shell a job, whose tree then holds
-        # the bystander (docs/architecture.md, Jobs: a zombie's memory is its parent's).
-        shared = parent is not None and parent.label[0] == "shared" and h.procs[pid].gpu
-        if how == "zombie" and h.procs[pid].state != "Z" and h.procs[pid].ppid > 1 and not shared:
+        if how == "zombie" and h.procs[pid].state != "Z" and h.procs[pid].ppid > 1:
             h.zombie(pid)
         else:
             h.exit(pid)
