@@ -27,7 +27,8 @@ overlap), the retired line that runs the pipeline's own script (the seed's ghost
 hub unit whose own process launches trainers and a unit whose shell loop runs only its
 trainer, a
 trainer in an orphaned shell that also runs a web server, the workers of one launch each
-in a session of their own, processes that only name a training script, exits, zombies,
+in a session of their own, processes that only name a training script, exits, zombies
+(a trainer its shared shell or hub has not reaped among them: issue 31, seed 3131),
 edits and chmods of the crontab, NVML blips (NO_PERMISSION, a GPU leaving the list, the
 device count lost, unknown memory), config reloads between observe and terminate, and
 daemon restarts. ``bench/trust_sim.py`` runs it long; ``tests/unit/test_trust_sim.py``

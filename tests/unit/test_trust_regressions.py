@@ -28,6 +28,11 @@ found, each kept as a plain test of its exact right value.
    root the ``jobs`` row names (one per signature: the sanctioned run), not for the
    excess copy beside it: rogue under the edit, excess again under a new id once
    restored. Every run of a present job keeps its recorded origin across a restart.
+8. I2 (seed 3131, issue 31): a trainer left a zombie by a shell that also runs a web
+   server made the shell a job (a zombie's memory counted for its parent), the web
+   server one of its members: planned, advised and, in terminate mode, signalled. A
+   zombie's memory makes its parent a job only when it trains or is an exclusive
+   wrapper of training.
 """
 
 from __future__ import annotations
