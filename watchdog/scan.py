@@ -544,6 +544,7 @@ class Scanner:
             self.launcher_cache,
             self.self_pids,
             gpu_libs,
+            self.sanctioned,
         )
         ignored = frozenset(
             pid
@@ -665,8 +666,14 @@ class Scanner:
         self, jobs: Sequence[Job], guard: Protection, kept: dict[tuple[int, int], str]
     ) -> dict[tuple[int, int], str]:
         """Every process of this scan's sanctioned jobs with its rule, and the earlier
-        ones still alive: what stays sanctioned for its life."""
+        ones still alive: what stays sanctioned for its life. One that exited and is not
+        reaped yet is kept while it is a zombie: a wrapper holding it is no job for it
+        (:func:`~watchdog.policy.jobs.collect_training`)."""
         out = dict(kept)
+        for (pid, start), rule in self.sanctioned.items():
+            proc = self.table.get(pid)
+            if proc is not None and proc.start_ticks == start and proc.is_zombie:
+                out.setdefault((pid, start), rule)
         for job in jobs:
             if job.verdict != "sanctioned" or job.rule is None:
                 continue

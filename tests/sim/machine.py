@@ -443,6 +443,13 @@ class TrustMachine(RuleBasedStateMachine):
             disable = remedy.plan_disable(target, self.host.now)
             assert disable.refused is not None, f"I1: disable plan for {job.verdict} job"
             return
+        # I1: the wrapper of a sanctioned run (the pipeline's `sh -c`) holding it
+        # unreaped is never judged a job of its own.
+        sanctioned = {self.labels_ever[p][1] for p, _s in self.host.sanctioned_ever
+                      if p in self.labels_ever}  # fmt: skip
+        assert not (root[0] == "wrapper" and root[1] in sanctioned), (
+            f"I1: the wrapper {job.root_pid} of sanctioned run {root[1]} is {job.verdict}"
+        )
         # A person may stop a GPU user that is not training by hand (the daemon never
         # does: I2 above, I7): its plan signals its own processes only.
         own = (

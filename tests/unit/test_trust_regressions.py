@@ -32,7 +32,8 @@ found, each kept as a plain test of its exact right value.
    server made the shell a job (a zombie's memory counted for its parent), the web
    server one of its members: planned, advised and, in terminate mode, signalled. A
    zombie's memory makes its parent a job only when it trains or is an exclusive
-   wrapper of training.
+   wrapper of training. Beside it: the pipeline's cron ``sh -c`` holding its sanctioned
+   run unreaped was a rogue job of its own; a wrapper of a sanctioned run is none.
 """
 
 from __future__ import annotations
@@ -416,5 +417,42 @@ def test_terminate_mode_never_signals_the_web_server_of_a_shell_holding_a_zombie
             for pid in (4000019, 4000015, 4000012, 4000009, 4000006)
         ]
         assert sorted(p for p in state.host.procs if p >= 4000020) == [4000020, 4000021, 4000022]
+    finally:
+        state.teardown()
+
+
+def test_the_wrapper_of_a_sanctioned_run_holding_it_unreaped_is_no_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found beside seed 3131 (issue 31): the pipeline's cron `sh -c` (PID 4000002) holding
+    its sanctioned run 4000003, exited and not reaped. Before: the shell, an exclusive
+    wrapper, was made a job judged by its own command line: rogue, [4000002, 4000003],
+    stop PIDs both (a rogue-job page and a terminate target for the sanctioned pipeline).
+    After: no job, now, later and after a daemon restart; the zombie-gpu-memory finding
+    says the wrapper wraps a sanctioned run. The simulator checks it (I1)."""
+    from tests.sim.machine import TrustMachine
+
+    monkeypatch.setattr(TrustMachine, "workdir", tmp_path)  # never the host's /tmp
+    state = TrustMachine()
+    try:
+        state.pipeline_fires()
+        state.tick(seconds=5.0)
+        state.host.zombie(4000003)
+        for step in ("tick", "tick", "restart"):
+            if step == "restart":
+                state.restart()
+            state.tick(seconds=65.0)
+            assert _plans(state) == {}
+        last = state.daemon.last
+        assert last is not None and last.result is not None
+        [zombie] = [f for f in last.result.findings if f.kind == "zombie-gpu-memory"]
+        assert (zombie.root_pid, zombie.message) == (
+            None,
+            "zombie PID 4000003 holds 4.0 GiB on GPU 0; it has exited, not reaped by its "
+            "parent PID 4000002 `/bin/sh -c /usr/bin/python3 /srv/pipeline/train.py`: the "
+            "memory is freed when PID 4000002 reaps it (wait(2)) or exits. PID 4000002 is "
+            "no job for it: it wraps a run that rule 'pipeline' sanctioned; nothing is "
+            "signalled for it (signalling the zombie does nothing)",
+        )
     finally:
         state.teardown()

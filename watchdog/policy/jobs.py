@@ -296,6 +296,7 @@ def collect_training(
     launcher_cache: LauncherCache | None = None,
     exclude: frozenset[int] = frozenset(),
     gpu_libraries: Mapping[int, Sequence[str]] | None = None,
+    sanctioned: Mapping[tuple[int, int], str] | None = None,
 ) -> TrainingEvidence:
     """Find every training process visible in ``table``.
 
@@ -314,6 +315,9 @@ def collect_training(
         gpu_libraries: PID → CUDA libraries it has mapped
             (:class:`watchdog.sources.gpulibs.GpuLibraryCache`): GPU-capable before it
             touches a GPU. Wrappers never count (a shell has nothing to run on a GPU).
+        sanctioned: ``(PID, start ticks) -> rule`` of processes sanctioned while they
+            ran: a wrapper holding such a zombie (the pipeline's cron ``sh -c``) is no
+            job for it (it would be judged by its own command line: rogue).
 
     Returns:
         Evidence per training PID.
@@ -345,12 +349,16 @@ def collect_training(
         if pid <= 1 or (proc is not None and proc.kernel_thread):
             del ev.by_pid[pid]  # init and kernel threads are never jobs (see findings)
     ev.own &= set(ev.by_pid)
-    _unreaped(table, zombies, ev, exclude)
+    _unreaped(table, zombies, ev, exclude, sanctioned or {})
     return ev
 
 
 def _unreaped(
-    table: ProcessTable, zombies: Sequence[Proc], ev: TrainingEvidence, exclude: Set[int]
+    table: ProcessTable,
+    zombies: Sequence[Proc],
+    ev: TrainingEvidence,
+    exclude: Set[int],
+    sanctioned: Mapping[tuple[int, int], str],
 ) -> None:
     """Decide, for each zombie NVML lists, whether its parent's job counts it (``held``;
     the parent becomes a job when it is not one already) or why not (``unheld``)."""
@@ -360,11 +368,15 @@ def _unreaped(
         if holder is None or holder.pid in exclude:
             continue
         why = holder_refusal(holder, table, trainers, zombie)
+        training = any(p.pid in trainers for p in table.ancestors(holder.pid))
+        rule = sanctioned.get((zombie.pid, zombie.start_ticks))
+        if why is None and not training and rule is not None:
+            why = f"it wraps a run that rule {rule!r} sanctioned"
         if why is not None:
             ev.unheld[zombie.pid] = why
             continue
         ev.held[zombie.pid] = holder.pid
-        if not any(p.pid in trainers for p in table.ancestors(holder.pid)):
+        if not training:
             ev.add(holder.pid, "nvml", own=False)  # an exclusive wrapper of training
 
 
