@@ -11,7 +11,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,6 +39,7 @@ from watchdog.policy.findings import (
     missing_gpu_processes,
     pid_namespace_finding,
     unexplained_memory_findings,
+    zombie_findings,
 )
 from watchdog.policy.guard import Protection, protection, with_advice
 from watchdog.policy.jobs import (
@@ -431,13 +432,14 @@ class Scanner:
         jobs = self._with_classes(jobs, gpu, candidates, events)
         kept = self._alive_sanctioned()
         jobs = judge(jobs, self.config, kept)
-        jobs, guard = self._guarded(jobs, kept)
+        jobs, guard = self._guarded(jobs, kept, candidates.evidence.own)
         jobs, listens = self._with_listening(jobs, guard)
         findings = [
             *_mark_exited(job_findings(jobs, self.config.workloads), events.exited),
             *self._kept_findings(jobs, kept),
             *service_findings(jobs, listens, self.config.services, guard),
             *gpu.visibility,
+            *zombie_findings(self.table, gpu.visible, candidates.evidence),
             *gpu.health,
             *self._visibility(),
         ]
@@ -542,6 +544,7 @@ class Scanner:
             self.launcher_cache,
             self.self_pids,
             gpu_libs,
+            self.sanctioned,
         )
         ignored = frozenset(
             pid
@@ -594,7 +597,7 @@ class Scanner:
         return with_classes(jobs, facts)
 
     def _guarded(
-        self, jobs: Sequence[Job], kept: dict[tuple[int, int], str]
+        self, jobs: Sequence[Job], kept: dict[tuple[int, int], str], trainers: Set[int]
     ) -> tuple[list[Job], Protection]:
         """Stage 6: what must never be targeted (the one guard), the processes that stay
         sanctioned for their life, and each job's advice decided under that guard.
@@ -602,12 +605,19 @@ class Scanner:
         Args:
             jobs: Judged jobs.
             kept: Earlier sanctioned processes still alive (:meth:`_alive_sanctioned`).
+            trainers: PIDs training by what they do themselves (not for a zombie's
+                memory): a job root outside them must be an exclusive wrapper.
 
         Returns:
             ``(jobs with advice, the guard)``.
         """
         guard = protection(
-            jobs, self.config, table=self.table, never=self._lineage_of_self(), kept=kept
+            jobs,
+            self.config,
+            table=self.table,
+            never=self._lineage_of_self(),
+            kept=kept,
+            trainers=trainers,
         )
         self.sanctioned = self._sanctioned_now(jobs, guard, kept)
         return with_advice(jobs, guard, self.table, self.config), guard
@@ -656,8 +666,14 @@ class Scanner:
         self, jobs: Sequence[Job], guard: Protection, kept: dict[tuple[int, int], str]
     ) -> dict[tuple[int, int], str]:
         """Every process of this scan's sanctioned jobs with its rule, and the earlier
-        ones still alive: what stays sanctioned for its life."""
+        ones still alive: what stays sanctioned for its life. One that exited and is not
+        reaped yet is kept while it is a zombie: a wrapper holding it is no job for it
+        (:func:`~watchdog.policy.jobs.collect_training`)."""
         out = dict(kept)
+        for (pid, start), rule in self.sanctioned.items():
+            proc = self.table.get(pid)
+            if proc is not None and proc.start_ticks == start and proc.is_zombie:
+                out.setdefault((pid, start), rule)
         for job in jobs:
             if job.verdict != "sanctioned" or job.rule is None:
                 continue

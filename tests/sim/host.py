@@ -315,16 +315,10 @@ class SimHost:
         proc.state = "Z"
         self.exits[pid] = 0
         self.write(proc)
-        parent = self.procs.get(proc.ppid)
-        if parent is not None and parent.label[0] in ("service", "shared") and proc.gpu:
-            # Documented (docs/architecture.md, Jobs): a zombie's GPU memory counts for
-            # the parent that holds it, so a hub (or a loop's shell) holding an unreaped
-            # trainer is judged a training job itself until it reaps it, with every
-            # trainer below it.
-            parent.label = ("job", proc.label[1])
-            for kid in self.children(parent.pid):
-                if kid.label[0] == "job":
-                    kid.label = ("job", proc.label[1])
+        # A hub or a shared shell holding an unreaped trainer keeps its label: a zombie's
+        # GPU memory counts for its parent's job only when that parent is training or
+        # an exclusive wrapper of it (docs/architecture.md, Jobs), so it never becomes a
+        # job that holds what else it runs.
         self._unshare(proc.ppid)
         for child in self.procs.values():
             if child.ppid == pid:

@@ -40,7 +40,8 @@ overlap), the retired line that runs the pipeline's own script (the seed's ghost
 hub unit whose own process launches trainers and a unit whose shell loop runs only its
 trainer, a
 trainer in an orphaned shell that also runs a web server, the workers of one launch each
-in a session of their own, processes that only name a training script, exits, zombies,
+in a session of their own, processes that only name a training script, exits, zombies
+(a trainer its shared shell or hub has not reaped among them: issue 31, seed 3131),
 edits and chmods of the crontab, NVML blips (NO_PERMISSION, a GPU leaving the list, the
 device count lost, unknown memory), config reloads between observe and terminate,
 daemon restarts, a person's shell loop running a short job every 5 s (each run ends by
@@ -281,8 +282,6 @@ class TrustMachine(RuleBasedStateMachine):
             top = tops[0] if tops else h.unit_run(
                 "td-hub.service", (PY, "/srv/hub/hub_server.py"), ("service", "")
             )  # fmt: skip
-            if top.label[0] == "job":
-                key = top.label[1]  # a hub judged a job (it holds a zombie): its run
             h.spawn(top.pid, (PY, "/srv/hub/train_hub.py"), PY, ("job", key), gpu=(0, GIB))
             return
         if h.unit_procs("loop-train.service"):
@@ -367,12 +366,7 @@ class TrustMachine(RuleBasedStateMachine):
         if not pids:
             return
         pid = data.draw(st.sampled_from(pids))
-        parent = h.procs.get(h.procs[pid].ppid)
-        # Not modelled (open, reported with issue 31): a GPU trainer left a zombie by a
-        # shell that also runs a bystander makes that shell a job, whose tree then holds
-        # the bystander (docs/architecture.md, Jobs: a zombie's memory is its parent's).
-        shared = parent is not None and parent.label[0] == "shared" and h.procs[pid].gpu
-        if how == "zombie" and h.procs[pid].state != "Z" and h.procs[pid].ppid > 1 and not shared:
+        if how == "zombie" and h.procs[pid].state != "Z" and h.procs[pid].ppid > 1:
             h.zombie(pid)
         else:
             h.exit(pid, status=signal.SIGTERM if how == "killed" else 0)
@@ -605,6 +599,13 @@ class TrustMachine(RuleBasedStateMachine):
             disable = remedy.plan_disable(target, self.host.now)
             assert disable.refused is not None, f"I1: disable plan for {job.verdict} job"
             return
+        # I1: the wrapper of a sanctioned run (the pipeline's `sh -c`) holding it
+        # unreaped is never judged a job of its own.
+        sanctioned = {self.labels_ever[p][1] for p, _s in self.host.sanctioned_ever
+                      if p in self.labels_ever}  # fmt: skip
+        assert not (root[0] == "wrapper" and root[1] in sanctioned), (
+            f"I1: the wrapper {job.root_pid} of sanctioned run {root[1]} is {job.verdict}"
+        )
         # A person may stop a GPU user that is not training by hand (the daemon never
         # does: I2 above, I7): its plan signals its own processes only.
         own = (

@@ -139,9 +139,10 @@ def test_most_pids_invisible_means_a_pid_namespace(spawned: Spawned, tmp_path: P
     assert not [f for f in doc["findings"] if f["kind"] == "gpu-pid-invisible"]
 
 
-def test_zombie_memory_is_attributed_to_its_parent(spawned: Spawned, tmp_path: Path) -> None:
-    need_program("gcc")
-    script = tmp_path / "reaper_never.py"
+def _unreaped_child(spawned: Spawned, tmp_path: Path, name: str) -> tuple[int, int]:
+    """A python program ``name`` that forks a child which exits at once and is never
+    reaped: ``(parent PID, zombie PID)``."""
+    script = tmp_path / name
     kid_file = tmp_path / "kid"
     script.write_text(
         "import os, sys, time\n"
@@ -154,20 +155,21 @@ def test_zombie_memory_is_attributed_to_its_parent(spawned: Spawned, tmp_path: P
     deadline = time.time() + 5
     while not (kid_file.exists() and kid_file.read_text()) and time.time() < deadline:
         time.sleep(0.05)
-    zombie = int(kid_file.read_text())
-    lib = fake_nvml(
-        tmp_path,
-        {
-            "devices": [
-                {
-                    "uuid": "GPU-aaaa",
-                    "total": 80 * GIB,
-                    "processes": [{"pid": zombie, "mem": 3 * GIB}],
-                }
-            ]
-        },
+    return parent, int(kid_file.read_text())
+
+
+def _zombie_lib(tmp_path: Path, zombie: int) -> Path:
+    procs = [{"pid": zombie, "mem": 3 * GIB}]
+    return fake_nvml(
+        tmp_path, {"devices": [{"uuid": "GPU-aaaa", "total": 80 * GIB, "processes": procs}]}
     )
-    _, doc = scan(tmp_path, lib)
+
+
+def test_zombie_memory_of_a_trainer_counts_for_its_job(spawned: Spawned, tmp_path: Path) -> None:
+    """The parent is training itself (a launcher's command): its job holds the memory."""
+    need_program("gcc")
+    parent, zombie = _unreaped_child(spawned, tmp_path, "train_reaper.py")
+    _, doc = scan(tmp_path, _zombie_lib(tmp_path, zombie))
     job = next(j for j in doc["jobs"] if j["root_pid"] == parent)
     assert job["pids"] == [parent, zombie]
     assert job["gpu_memory_bytes"] == 3 * GIB
@@ -175,6 +177,27 @@ def test_zombie_memory_is_attributed_to_its_parent(spawned: Spawned, tmp_path: P
     assert len(z) == 1 and z[0]["root_pid"] == parent
     assert z[0]["message"].startswith(
         f"zombie PID {zombie} holds 3.0 GiB on GPU 0; its parent PID {parent}"
+    )
+
+
+def test_zombie_memory_makes_no_job_of_a_program_that_is_no_trainer(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """Issue 31 (sim seed 3131): the parent is no training process and no wrapper of one
+    (a hub that launches trainers does other work): a zombie it has not reaped makes it
+    no job; the finding says who holds the memory and that nothing is signalled."""
+    need_program("gcc")
+    parent, zombie = _unreaped_child(spawned, tmp_path, "hub_reaper.py")
+    _, doc = scan(tmp_path, _zombie_lib(tmp_path, zombie))
+    assert not [j for j in doc["jobs"] if {parent, zombie} & set(j["pids"])]
+    [z] = [f for f in doc["findings"] if f["kind"] == "zombie-gpu-memory"]
+    assert z["root_pid"] is None and z["details"]["holder_pid"] is None
+    assert z["message"] == (
+        f"zombie PID {zombie} holds 3.0 GiB on GPU 0; it has exited, not reaped by its "
+        f"parent PID {parent} `{Path(sys.executable).name} …/hub_reaper.py`: the memory "
+        f"is freed when PID {parent} reaps it (wait(2)) or exits. PID {parent} is no job for "
+        "it: it is no training process and no wrapper of one (it may do other work); "
+        "nothing is signalled for it (signalling the zombie does nothing)"
     )
 
 

@@ -28,6 +28,12 @@ found, each kept as a plain test of its exact right value.
    root the ``jobs`` row names (one per signature: the sanctioned run), not for the
    excess copy beside it: rogue under the edit, excess again under a new id once
    restored. Every run of a present job keeps its recorded origin across a restart.
+8. I2 (seed 3131, issue 31): a trainer left a zombie by a shell that also runs a web
+   server made the shell a job (a zombie's memory counted for its parent), the web
+   server one of its members: planned, advised and, in terminate mode, signalled. A
+   zombie's memory makes its parent a job only when it trains or is an exclusive
+   wrapper of training. Beside it: the pipeline's cron ``sh -c`` holding its sanctioned
+   run unreaped was a rogue job of its own; a wrapper of a sanctioned run is none.
 """
 
 from __future__ import annotations
@@ -291,5 +297,162 @@ def test_a_restart_keeps_the_first_look_of_every_copy_of_a_job(
         state.edit_pipeline_line(edit="restore")
         state.tick(seconds=5.0)
         assert _findings(state) == [(1, "excess-instances", ghost.root_pid, None)]
+    finally:
+        state.teardown()
+
+
+def _plans(state: Any) -> dict[int, tuple[list[int], tuple[int, ...], list[int], str | None]]:
+    """Each unsanctioned job of the last tick: root -> (members, advised stop PIDs,
+    planned signals (the terminate plan's PIDs the live guard lets through), the by-hand
+    command)."""
+    from watchdog.actions.guards import LiveProc
+    from watchdog.actions.remedy import Remedy, target_from_job
+    from watchdog.actions.terminate import plan_tree
+
+    last = state.daemon.last
+    assert last is not None and last.result is not None
+    host = state.host
+    remedy = Remedy(
+        state.daemon.config.enforcement, state.daemon.db, state.effects, actor="test",
+        backup_dir=str(host.root / "backups"), proc_root=str(host.proc),
+        spool_dirs=(str(host.spool),), crontab=str(host.etc / "crontab"),
+        cron_d=str(host.cron_d), protection=last.result.protection, record_dry_runs=False,
+    )  # fmt: skip
+    out = {}
+    for job in last.result.jobs:
+        if job.unsanctioned:
+            target = target_from_job(job, None, None, str(host.proc))
+            guard = remedy.guard()
+            plan = plan_tree(target.members, guard)
+            planned = sorted(e.pid for e, _d in plan if isinstance(guard.check(e.pid, e), LiveProc))
+            out[job.root_pid] = (job.pids, job.advice.stop_pids, planned, job.advice.by_hand)
+    return out
+
+
+def test_a_trainer_left_a_zombie_by_a_shared_shell_makes_no_job_of_the_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The simulator's shrunk counterexample (seed 3131, issue 31), replayed step by step.
+
+    An orphaned `bash -c 'python3 -m http.server & while true; do python3 train_loop.py;
+    sleep 5; done'` (PID 4000020, web server 4000021) whose trainer 4000022 exited and
+    is not reaped yet. Before: the zombie's memory made the shell a rogue job of
+    [4000020, 4000021, 4000022]; advice `kill -TERM -- -4000020`, stop PIDs all three,
+    planned signals [4000020, 4000021], the web server included. After: no job holds
+    any of them; the
+    zombie-gpu-memory finding names the shell, says it runs other work and that nothing
+    is signalled. Once the web server is gone the shell runs only the trainer's zombie:
+    an exclusive wrapper, a job again as before (plan: the shell).
+    """
+    from tests.sim.machine import TrustMachine
+
+    monkeypatch.setattr(TrustMachine, "workdir", tmp_path)  # never the host's /tmp
+    state = TrustMachine()
+    try:
+        for _ in range(6):
+            state.ghost_fires()
+        state.gpu_user(what="notebook")
+        state.shell_loop(shared=True)
+        state.host.zombie(4000022)  # something_ends(how="zombie") drew the trainer
+        state.tick(seconds=5.0)
+        ghosts = {p: ([p], (), [p - 1, p], None) for p in range(4000006, 4000019, 3)}
+        assert _plans(state) == {
+            **ghosts,
+            4000019: ([4000019], (4000019,), [4000019], "kill -TERM -- -4000019"),
+        }
+        last = state.daemon.last
+        assert last is not None and last.result is not None
+        [zombie] = [f for f in last.result.findings if f.kind == "zombie-gpu-memory"]
+        assert (zombie.root_pid, zombie.details["holder_pid"]) == (None, None)
+        assert zombie.message == (
+            "zombie PID 4000022 holds 1.0 GiB on GPU 1; it has exited, not reaped by its "
+            "parent PID 4000020 `bash -c …/train_loop.py; sleep 5; done`: the memory is "
+            "freed when PID 4000020 reaps it (wait(2)) or exits. PID 4000020 is no job for "
+            "it: it runs other work: PID 4000021 `/usr/bin/python3 -m http.server`; nothing "
+            "is signalled for it (signalling the zombie does nothing)"
+        )
+        state.host.exit(4000021)  # the web server ends: the shell exists only for the run
+        state.tick(seconds=5.0)
+        assert _plans(state)[4000020] == (
+            [4000020, 4000022],
+            (4000020, 4000022),
+            [4000020],
+            "kill -TERM -- -4000020",
+        )
+    finally:
+        state.teardown()
+
+
+def test_terminate_mode_never_signals_the_web_server_of_a_shell_holding_a_zombie(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other shrunk counterexample of seed 3131: the same shell in terminate mode.
+    Before: the daemon terminated the shell as a rogue job: SIGSTOP, SIGTERM, SIGCONT to
+    the shell 4000020 and its web server 4000021 (terminate `ok`, "PID 4000020 (3
+    process(es))", after a refused disable-source). After: nothing is signalled
+    and no terminate is recorded (the ghosts' runs are refused: their line may be the
+    sanctioned one)."""
+    from tests.sim.machine import TrustMachine
+
+    monkeypatch.setattr(TrustMachine, "workdir", tmp_path)  # never the host's /tmp
+    state = TrustMachine()
+    try:
+        for _ in range(4):
+            state.ghost_fires()
+        state.loops_run_again()
+        state.ghost_fires()
+        state.gpu_user(what="notebook")
+        state.ghost_fires()
+        state.shell_loop(shared=True)
+        state.host.zombie(4000022)
+        state.reload(cap=1, mode="terminate")
+        state.restart()
+        state.tick(seconds=5.0)
+        assert state.effects.signals() == []
+        rows = state.daemon.db.conn.execute(
+            "SELECT kind, outcome, target FROM actions ORDER BY id"
+        ).fetchall()
+        assert [tuple(r) for r in rows] == [
+            ("terminate", "refused", f"PID {pid}")
+            for pid in (4000019, 4000015, 4000012, 4000009, 4000006)
+        ]
+        assert sorted(p for p in state.host.procs if p >= 4000020) == [4000020, 4000021, 4000022]
+    finally:
+        state.teardown()
+
+
+def test_the_wrapper_of_a_sanctioned_run_holding_it_unreaped_is_no_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found beside seed 3131 (issue 31): the pipeline's cron `sh -c` (PID 4000002) holding
+    its sanctioned run 4000003, exited and not reaped. Before: the shell, an exclusive
+    wrapper, was made a job judged by its own command line: rogue, [4000002, 4000003],
+    stop PIDs both (a rogue-job page and a terminate target for the sanctioned pipeline).
+    After: no job, now, later and after a daemon restart; the zombie-gpu-memory finding
+    says the wrapper wraps a sanctioned run. The simulator checks it (I1)."""
+    from tests.sim.machine import TrustMachine
+
+    monkeypatch.setattr(TrustMachine, "workdir", tmp_path)  # never the host's /tmp
+    state = TrustMachine()
+    try:
+        state.pipeline_fires()
+        state.tick(seconds=5.0)
+        state.host.zombie(4000003)
+        for step in ("tick", "tick", "restart"):
+            if step == "restart":
+                state.restart()
+            state.tick(seconds=65.0)
+            assert _plans(state) == {}
+        last = state.daemon.last
+        assert last is not None and last.result is not None
+        [zombie] = [f for f in last.result.findings if f.kind == "zombie-gpu-memory"]
+        assert (zombie.root_pid, zombie.message) == (
+            None,
+            "zombie PID 4000003 holds 4.0 GiB on GPU 0; it has exited, not reaped by its "
+            "parent PID 4000002 `/bin/sh -c /usr/bin/python3 /srv/pipeline/train.py`: the "
+            "memory is freed when PID 4000002 reaps it (wait(2)) or exits. PID 4000002 is "
+            "no job for it: it wraps a run that rule 'pipeline' sanctioned; nothing is "
+            "signalled for it (signalling the zombie does nothing)",
+        )
     finally:
         state.teardown()

@@ -10,7 +10,7 @@ from typing import Any
 from watchdog.config.workloads import WorkloadSettings
 from watchdog.hosttext import command_text
 from watchdog.model import Finding, GpuHeld, GpuInfo, GpuProcess, Job, Proc, fmt_bytes
-from watchdog.policy.jobs import zombie_holder
+from watchdog.policy.jobs import TrainingEvidence
 from watchdog.sources.procfs import INITIAL_PID_NS, ProcessTable
 
 
@@ -163,7 +163,32 @@ def _is_system(table: ProcessTable, pid: int) -> bool:
     return pid == 1 or (proc is not None and proc.kernel_thread)
 
 
-def _zombie_finding(table: ProcessTable, gp: GpuProcess, proc: Proc) -> Finding:
+def zombie_findings(
+    table: ProcessTable, visible: Sequence[GpuProcess], evidence: TrainingEvidence
+) -> list[Finding]:
+    """One ``zombie-gpu-memory`` finding per zombie NVML still lists: who holds its
+    memory, what frees it, and whether a job counts it (never the zombie: it exited).
+
+    Args:
+        table: The refreshed process table.
+        visible: NVML entries visible in ``table`` (:func:`gpu_visibility_findings`).
+        evidence: :func:`~watchdog.policy.jobs.collect_training`'s, which decided whose
+            job counts each zombie (``held``) and why a parent is none (``unheld``).
+
+    Returns:
+        The findings, in NVML's order.
+    """
+    out = []
+    for gp in visible:
+        proc = table.get(gp.pid)
+        if proc is not None and proc.is_zombie:
+            out.append(_zombie_finding(table, gp, proc, evidence))
+    return out
+
+
+def _zombie_finding(
+    table: ProcessTable, gp: GpuProcess, proc: Proc, evidence: TrainingEvidence
+) -> Finding:
     """Who holds a zombie's GPU memory and what frees it (never the zombie: it exited)."""
     parent = table.get(proc.ppid)
     who = (
@@ -178,7 +203,7 @@ def _zombie_finding(table: ProcessTable, gp: GpuProcess, proc: Proc) -> Finding:
         "gpu_uuid": gp.gpu_uuid,
         "used_memory_bytes": gp.used_memory_bytes,
     }
-    holder = zombie_holder(proc, table)
+    holder = evidence.held.get(gp.pid)
     if holder is not None:
         return Finding(
             kind="zombie-gpu-memory",
@@ -188,8 +213,27 @@ def _zombie_finding(table: ProcessTable, gp: GpuProcess, proc: Proc) -> Finding:
                 "parent reaps it (wait(2)) or exits, so it is counted in the parent's job; "
                 "signalling the zombie does nothing"
             ),
-            root_pid=holder.pid,
-            details={**details, "holder_pid": holder.pid},
+            root_pid=holder,
+            details={**details, "holder_pid": holder},
+        )
+    why = evidence.unheld.get(gp.pid)
+    if why is not None:
+        # The parent runs other work (a hub, a shell with a web server): it is no job,
+        # and nothing is ever signalled for a memory it alone can free.
+        return Finding(
+            kind="zombie-gpu-memory",
+            severity="warning",
+            message=(
+                f"{head}; it has exited, not reaped by its parent {who}: the memory is freed "
+                f"when PID {proc.ppid} reaps it (wait(2)) or exits. PID {proc.ppid} is no "
+                f"job for it: {why}; nothing is signalled for it (signalling the zombie "
+                "does nothing)"
+            ),
+            details={
+                **details,
+                "holder_pid": None,
+                "fingerprint": f"zombie:{gp.pid}:{proc.start_ticks}:{gp.gpu_uuid}",
+            },
         )
     role = "init" if proc.ppid == 1 else "the init of its PID namespace or a subreaper"
     return Finding(
@@ -228,7 +272,8 @@ def gpu_visibility_findings(
     the NVML call and the /proc read: NVML no longer lists it on a second look) or
     invisible (another PID namespace, or a driver/binding disagreement). Only the
     invisible ones (``hidden``) are reported, and never signalled. Reads nothing: the
-    second look is the caller's.
+    second look is the caller's. A visible zombie's finding comes later
+    (:func:`zombie_findings`), once the training evidence says whose job counts it.
 
     Args:
         table: Refreshed process table.
@@ -288,10 +333,6 @@ def gpu_visibility_findings(
                     },
                 )
             )
-    for gp in visible:
-        proc = table.get(gp.pid)
-        if proc is not None and proc.is_zombie:
-            findings.append(_zombie_finding(table, gp, proc))
     return visible, findings
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence, Set
 from dataclasses import dataclass
 
 from watchdog.config import Config, OriginPin
@@ -38,6 +38,7 @@ from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
 from watchdog.lineage.respawn import DISABLE_FIRST
 from watchdog.model import Advice, Collateral, Job, Origin, Proc, Restarts
 from watchdog.policy.allowlist import origin_mismatch
+from watchdog.policy.jobs import holder_refusal
 from watchdog.policy.services import launching_ancestors
 from watchdog.sources.procfs import ProcessTable
 
@@ -92,6 +93,9 @@ class Protection:
         training: PIDs of the scan's rogue and excess jobs: stopping a source that runs
             only these (and wrappers of them) stops no service
             (:func:`service_collateral`).
+        shared_roots: ``((PID, start ticks), why)`` of job roots that are jobs only for
+            an unreaped zombie's GPU memory and run other work (a hub, a shell with a web
+            server beside the trainer): never a target, whatever grouped them.
     """
 
     identities: frozenset[Identity] = frozenset()
@@ -100,6 +104,7 @@ class Protection:
     protect: tuple[Protect, ...] = ()
     never: frozenset[int] = frozenset({1})
     training: frozenset[int] = frozenset()
+    shared_roots: tuple[tuple[Identity, str], ...] = ()
 
     def protected_source(self, origin: Origin) -> ProtectedSource | None:
         """The protected source ``origin``'s source is (or covers), or None when it may
@@ -141,6 +146,9 @@ class Protection:
             return f"the job is {job.verdict}" + (f" (rule {job.rule!r})" if job.rule else "")
         if (job.root_pid, job.start_ticks) in self.identities:
             return f"PID {job.root_pid} belongs to a sanctioned job"
+        for ident, shared in self.shared_roots:
+            if ident == (job.root_pid, job.start_ticks):
+                return shared
         root = job.lineage[0] if job.lineage else None
         if root is not None:
             why = self.process_refusal(root)
@@ -165,6 +173,7 @@ def protection(
     table: ProcessTable | None = None,
     never: Collection[int] = (),
     kept: Iterable[Identity] = (),
+    trainers: Set[int] | None = None,
 ) -> Protection:
     """Compute what this scan must never target.
 
@@ -176,6 +185,12 @@ def protection(
         never: rogue-watchdog's own PID and its ancestors, as this scan saw them.
         kept: Identities of processes sanctioned earlier and still alive (a
             sanctioned process stays sanctioned for its life, also across restarts).
+        trainers: PIDs training by what they do themselves
+            (:attr:`~watchdog.policy.jobs.TrainingEvidence.own`): a rogue job whose root
+            is none of them (a job only for a zombie it has not reaped) is a target only
+            when the root is an exclusive wrapper of training
+            (:func:`~watchdog.policy.jobs.holder_refusal`). None (with ``table``) skips
+            the check.
 
     Returns:
         The protection for this scan.
@@ -225,7 +240,33 @@ def protection(
         tuple(e for e in protect if e.names_processes),
         frozenset({1, *never}),
         frozenset(pid for job in jobs if job.unsanctioned for pid in job.pids) - pids,
+        _shared_roots(jobs, table, trainers),
     )
+
+
+def _shared_roots(
+    jobs: Sequence[Job], table: ProcessTable | None, trainers: Set[int] | None
+) -> tuple[tuple[Identity, str], ...]:
+    """The rogue job roots that are jobs only for a zombie's memory and run other work,
+    each with the refusal's words (see :attr:`Protection.shared_roots`)."""
+    if table is None or trainers is None:
+        return ()
+    out: list[tuple[Identity, str]] = []
+    for job in jobs:
+        root = table.get(job.root_pid)
+        if not job.unsanctioned or job.root_pid in trainers or root is None:
+            continue
+        why = holder_refusal(root, table, trainers)
+        if why is not None:
+            out.append(
+                (
+                    (job.root_pid, job.start_ticks),
+                    f"PID {job.root_pid} is a job only for the GPU memory of a zombie it has "
+                    f"not reaped, and {why}: never signalled for it (the memory is freed "
+                    "when it reaps the zombie or exits)",
+                )
+            )
+    return tuple(out)
 
 
 def _identities(job: Job, table: ProcessTable | None) -> set[Identity]:

@@ -22,7 +22,8 @@ from fnmatch import fnmatchcase
 
 from watchdog.config import IgnoreEntry
 from watchdog.config.base import Regex, RegexError
-from watchdog.lineage.base import exe_name, is_wrapper, runs_program
+from watchdog.hosttext import command_text
+from watchdog.lineage.base import command_key, exe_name, is_wrapper, mentions, runs_program
 from watchdog.model import GpuHeld, GpuProcess, Job, Proc
 from watchdog.sources.procfs import ProcessTable
 
@@ -38,9 +39,12 @@ REAPERS = frozenset(
 
 def zombie_holder(zombie: Proc, table: ProcessTable) -> Proc | None:
     """The parent that holds a zombie's resources and would free them by reaping it, when
-    that parent can be a job: a visible ordinary process. None when the parent is PID 1,
-    the init of a PID namespace (``NSpid`` ends in 1, a container's PID 1), a kernel
-    thread or a known reaper (:data:`REAPERS`): those reap, and are never jobs.
+    that parent is a visible ordinary process. None when the parent is PID 1, the init of
+    a PID namespace (``NSpid`` ends in 1, a container's PID 1), a kernel thread or a
+    known reaper (:data:`REAPERS`): those reap, and are never jobs.
+
+    Holding a zombie does not make the parent a job: :func:`holder_refusal` says when its
+    job may count the zombie's GPU memory.
     """
     parent = table.get(zombie.ppid)
     if parent is None or zombie.ppid <= 1 or parent.kernel_thread:
@@ -48,6 +52,89 @@ def zombie_holder(zombie: Proc, table: ProcessTable) -> Proc | None:
     if parent.nspid[-1:] == (1,) or exe_name(parent) in REAPERS:
         return None
     return parent
+
+
+# Terminal multiplexers hold other sessions: never anyone's exclusive wrapper.
+_MULTIPLEXERS = frozenset({"tmux", "screen", "SCREEN", "dtach", "abduco"})
+# At most this many processes of a holder's tree are looked at, and named in words.
+_MAX_WALK = 4096
+_MAX_NAMED = 3
+
+
+def other_work(proc: Proc, table: ProcessTable, trainers: Set[int]) -> list[Proc]:
+    """The live processes below ``proc`` that are not training: neither one of
+    ``trainers`` nor below one, nor a wrapper with such a process below it (a wrapper
+    with nothing live below it is an idle shell: other work too). Zombies are gone
+    already and never count.
+
+    Args:
+        proc: A process, usually a wrapper holding a zombie.
+        table: The refreshed process table.
+        trainers: PIDs training by what they do themselves (:attr:`TrainingEvidence.own`).
+
+    Returns:
+        The other work, ascending by PID (empty when ``proc`` runs only training).
+    """
+    out: list[Proc] = []
+    stack = list(table.children(proc.pid))
+    seen = {proc.pid}
+    while stack and len(seen) < _MAX_WALK:
+        cur = table.get(stack.pop())
+        if cur is None or cur.pid in seen or cur.is_zombie or cur.pid in trainers:
+            continue
+        seen.add(cur.pid)
+        kids = [k for k in table.children(cur.pid) if (p := table.get(k)) and not p.is_zombie]
+        if is_wrapper(cur) and kids:
+            stack.extend(kids)  # a wrapper is judged by what runs below it
+        else:
+            out.append(cur)
+    return sorted(out, key=lambda p: p.pid)
+
+
+def holder_refusal(
+    proc: Proc, table: ProcessTable, trainers: Set[int], zombie: Proc | None = None
+) -> str | None:
+    """Why ``proc``, not training by what it does itself, must not be a job for an
+    unreaped zombie's GPU memory; None when it may (NVML lists a dead process until its
+    parent reaps it, and that parent frees the memory by reaping it or exiting).
+
+    It may when it is training itself or below a training process (then it is a job, or
+    a member of one, anyway), or when it is an exclusive wrapper of training: a shell,
+    ``timeout``, ``nohup``... (never a multiplexer) whose command line carries the
+    zombie's command and that runs nothing but training (``bash -c 'while true; do
+    python3 train.py; done'``). A program that is no wrapper (a hub that launches
+    trainers: it does other work), a person's shell, or a shell that also runs a web
+    server never is: their job would hold what they run besides.
+
+    Args:
+        proc: The zombie's parent (:func:`zombie_holder`), or a job root to check.
+        table: The refreshed process table.
+        trainers: PIDs training by what they do themselves.
+        zombie: The zombie it holds; None checks ``proc`` as a wrapper alone (the guard,
+            which does not know which zombie made a root a job).
+
+    Returns:
+        Why not, in words (``it runs other work: PID 51 `python3 -m http.server```).
+    """
+    if any(p.pid in trainers for p in table.ancestors(proc.pid)):
+        return None
+    if not is_wrapper(proc):
+        return "it is no training process and no wrapper of one (it may do other work)"
+    if exe_name(proc) in _MULTIPLEXERS or proc.comm.startswith("tmux"):
+        return "it is a terminal multiplexer (it holds other sessions)"
+    if zombie is not None:
+        key = command_key(zombie.cmdline) or zombie.comm
+        if not key or not mentions(" ".join(proc.cmdline), key):
+            return f"its command line does not run the trainer's ({key or 'unknown'})"
+    others = other_work(proc, table, trainers)
+    if others:
+        named = ", ".join(
+            f"PID {p.pid} `{command_text(p.cmdline, 60) or p.args_text}`"
+            for p in others[:_MAX_NAMED]
+        )
+        more = f" and {len(others) - _MAX_NAMED} more" if len(others) > _MAX_NAMED else ""
+        return f"it runs other work: {named}{more}"
+    return None
 
 
 def is_launcher(proc: Proc, launchers: Sequence[Regex]) -> bool:
@@ -179,12 +266,26 @@ def _primary_gid(uid: int) -> int | None:
 @dataclass
 class TrainingEvidence:
     """Why each PID counts as training: ``nvml``, ``device-fd``, ``launcher``,
-    ``gpu-library``."""
+    ``gpu-library``.
+
+    Attributes:
+        by_pid: PID -> why it counts.
+        own: PIDs that count by what they do themselves; the rest of ``by_pid`` counts
+            only for the GPU memory of a zombie it has not reaped (see ``held``).
+        held: Zombie PID -> the PID whose job counts its NVML listing (its parent).
+        unheld: Zombie PID -> why its parent is no job for it (:func:`holder_refusal`).
+    """
 
     by_pid: dict[int, set[str]] = field(default_factory=dict)
+    own: set[int] = field(default_factory=set)
+    held: dict[int, int] = field(default_factory=dict)
+    unheld: dict[int, str] = field(default_factory=dict)
 
-    def add(self, pid: int, why: str) -> None:
+    def add(self, pid: int, why: str, own: bool = True) -> None:
+        """Record that ``pid`` counts as training for ``why`` (``own``: by itself)."""
         self.by_pid.setdefault(pid, set()).add(why)
+        if own:
+            self.own.add(pid)
 
 
 def collect_training(
@@ -195,6 +296,7 @@ def collect_training(
     launcher_cache: LauncherCache | None = None,
     exclude: frozenset[int] = frozenset(),
     gpu_libraries: Mapping[int, Sequence[str]] | None = None,
+    sanctioned: Mapping[tuple[int, int], str] | None = None,
 ) -> TrainingEvidence:
     """Find every training process visible in ``table``.
 
@@ -202,7 +304,9 @@ def collect_training(
         table: Refreshed process table.
         gpu_procs: NVML entries whose PIDs are visible in ``table``. A zombie is never
             training itself (it has exited); its entry counts for the parent that holds
-            it (:func:`zombie_holder`), or for nobody when that parent is an init or reaper.
+            it (:func:`zombie_holder`) when that parent is training or an exclusive
+            wrapper of training (:func:`holder_refusal`), else for nobody (an init or
+            reaper, a hub, a shell that also runs other work: ``unheld`` says why).
         fd_holders: PID → device paths held open.
         launchers: Launcher patterns (RE2, linear time in the command line).
         launcher_cache: Reused across scans so unchanged processes are not re-matched.
@@ -211,20 +315,22 @@ def collect_training(
         gpu_libraries: PID → CUDA libraries it has mapped
             (:class:`watchdog.sources.gpulibs.GpuLibraryCache`): GPU-capable before it
             touches a GPU. Wrappers never count (a shell has nothing to run on a GPU).
+        sanctioned: ``(PID, start ticks) -> rule`` of processes sanctioned while they
+            ran: a wrapper holding such a zombie (the pipeline's cron ``sh -c``) is no
+            job for it (it would be judged by its own command line: rogue).
 
     Returns:
         Evidence per training PID.
     """
     launcher_cache = launcher_cache or LauncherCache()
     ev = TrainingEvidence()
+    zombies: list[Proc] = []
     for gp in gpu_procs:
         proc = table.get(gp.pid)
         if proc is None:
             continue
         if proc.is_zombie:
-            holder = zombie_holder(proc, table)
-            if holder is not None:
-                ev.add(holder.pid, "nvml")
+            zombies.append(proc)
             continue
         ev.add(gp.pid, "nvml")
     for pid in fd_holders:
@@ -242,7 +348,36 @@ def collect_training(
         proc = table.get(pid)
         if pid <= 1 or (proc is not None and proc.kernel_thread):
             del ev.by_pid[pid]  # init and kernel threads are never jobs (see findings)
+    ev.own &= set(ev.by_pid)
+    _unreaped(table, zombies, ev, exclude, sanctioned or {})
     return ev
+
+
+def _unreaped(
+    table: ProcessTable,
+    zombies: Sequence[Proc],
+    ev: TrainingEvidence,
+    exclude: Set[int],
+    sanctioned: Mapping[tuple[int, int], str],
+) -> None:
+    """Decide, for each zombie NVML lists, whether its parent's job counts it (``held``;
+    the parent becomes a job when it is not one already) or why not (``unheld``)."""
+    trainers = frozenset(ev.own)
+    for zombie in zombies:
+        holder = zombie_holder(zombie, table)
+        if holder is None or holder.pid in exclude:
+            continue
+        why = holder_refusal(holder, table, trainers, zombie)
+        training = any(p.pid in trainers for p in table.ancestors(holder.pid))
+        rule = sanctioned.get((zombie.pid, zombie.start_ticks))
+        if why is None and not training and rule is not None:
+            why = f"it wraps a run that rule {rule!r} sanctioned"
+        if why is not None:
+            ev.unheld[zombie.pid] = why
+            continue
+        ev.held[zombie.pid] = holder.pid
+        if not training:
+            ev.add(holder.pid, "nvml", own=False)  # an exclusive wrapper of training
 
 
 class LauncherCache:
@@ -307,7 +442,7 @@ def group_jobs(
     alias = _merged_leaders(table, set(roots.values()) - set(ignored))
     alias = _merged_launches(table, set(roots.values()) - set(ignored) - set(alias), alias)
     trees = _trees(table, roots, alias, ignored)
-    holdings = _gpu_holdings(table, gpu_procs)
+    holdings = _gpu_holdings(table, gpu_procs, evidence.held)
     jobs = [_job(table, root, tree, evidence, fd_holders, holdings) for root, tree in trees.items()]
     jobs.sort(key=lambda j: (j.start_ticks, j.root_pid))
     return jobs
@@ -460,7 +595,8 @@ def _trees(
 
 @dataclass
 class _GpuHoldings:
-    """What NVML says each PID holds, a zombie's share moved to the parent holding it.
+    """What NVML says each PID holds, a zombie's share moved to the parent whose job
+    counts it (``TrainingEvidence.held``).
 
     Attributes:
         memory_bytes: PID -> GPU memory summed over devices (only figures NVML gave).
@@ -473,17 +609,20 @@ class _GpuHoldings:
     per_device: dict[int, dict[str, tuple[int, int | None]]] = field(default_factory=dict)
 
 
-def _gpu_holdings(table: ProcessTable, gpu_procs: Sequence[GpuProcess]) -> _GpuHoldings:
-    """Sum the NVML entries per owning PID (:func:`zombie_holder` for zombies)."""
+def _gpu_holdings(
+    table: ProcessTable, gpu_procs: Sequence[GpuProcess], held: Mapping[int, int]
+) -> _GpuHoldings:
+    """Sum the NVML entries per owning PID: a zombie's for the parent ``held`` names
+    (:func:`collect_training`), or for nobody."""
     out = _GpuHoldings()
     for gp in gpu_procs:
         owner = gp.pid
         proc = table.get(gp.pid)
         if proc is not None and proc.is_zombie:
-            holder = zombie_holder(proc, table)
+            holder = held.get(gp.pid)
             if holder is None:
-                continue  # held by an init or reaper: no job's memory
-            owner = holder.pid
+                continue  # an init, a reaper, or a parent that runs other work: no job's
+            owner = holder
         if gp.used_memory_bytes is not None:
             out.memory_bytes[owner] = out.memory_bytes.get(owner, 0) + gp.used_memory_bytes
         out.uuids.setdefault(owner, set()).add(gp.gpu_uuid)
