@@ -62,7 +62,10 @@ d.scanner.gpu_source.retry_first_s = 0.0
 w = DeliveryWorker(d.db, lambda: d.config.alerts, jitter=0.0)
 steps = []
 finding = None
-for label, lost in [("seen", False)] + [("lost", True)] * 3 + [("back", False)] * 2:
+# The first tick opens the finding; its first alert waits for a second look that is the
+# same (alerts.settle_s), so the alert is active from the second tick on.
+plan = [("settle", False), ("seen", False)] + [("lost", True)] * 3 + [("back", False)] * 2
+for label, lost in plan:
     write_config(Path(conf), devices(lost))
     d.tick(time.time())
     w.deliver_due()
@@ -118,7 +121,8 @@ def test_a_lost_gpu_leaves_one_alert_under_one_set_of_labels(tmp_path: Path) -> 
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
         doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-        seen = {tuple(active) for _label, active in doc["steps"]}
+        assert doc["steps"][0] == ["settle", []], doc["steps"]
+        seen = {tuple(active) for label, active in doc["steps"] if label != "settle"}
         assert len(seen) == 1, doc["steps"]  # one alert, one set of labels, throughout
         [(labels_json,)] = seen
         labels = json.loads(labels_json)

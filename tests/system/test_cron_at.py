@@ -127,6 +127,7 @@ def test_the_advice_of_a_requeuing_at_job_is_read_live_and_ends_in_terminate(
     reads it again), and ``atrm`` is followed by ``terminate`` (it does not stop the
     running job). BEFORE (4ec0a01): the stop line was `atrm JOB COPY` alone."""
     from watchdog.config import parse_config
+    from watchdog.hostpaths import config_args
     from watchdog.scan import Scanner
 
     pid, job, copy, command = at_job
@@ -138,8 +139,10 @@ def test_the_advice_of_a_requeuing_at_job_is_read_live_and_ends_in_terminate(
         return found.advice.stop_line(pid), again.line() if again else None
 
     note = "(the first stops what is queued, not the running job)"
+    cli = config_args("t.yaml")  # printed commands carry the --config that judged the job
+    assert cli.startswith(" --config /")
     assert advice() == (
-        f"atrm {job} {copy} && rogue-watchdog terminate {pid} {note}",
+        f"atrm {job} {copy} && rogue-watchdog terminate{cli} {pid} {note}",
         f"restarts it: on schedule, at job(s) {copy} queued with the same commands (it "
         "re-queues itself)",
     )
@@ -147,7 +150,7 @@ def test_the_advice_of_a_requeuing_at_job_is_read_live_and_ends_in_terminate(
     later = _submit("now + 2 hours", command, tmp_path)
     try:
         assert advice() == (
-            f"atrm {job} {copy} {later} && rogue-watchdog terminate {pid} {note}",
+            f"atrm {job} {copy} {later} && rogue-watchdog terminate{cli} {pid} {note}",
             f"restarts it: on schedule, at job(s) {copy}, {later} queued with the same "
             "commands (it re-queues itself)",
         )
