@@ -12,7 +12,15 @@ own (pynvml loads one NVML library per process: the simulator's fake one).
    the verdict was never recorded, the restarted daemon judged the run afresh (the
    sanctioned line had been edited meanwhile) and terminated it. docs/reliability.md.
 3. A daemon killed between SIGTERM and its record, restarted: the terminate is taken
-   over and finished, every side effect had its record first (I7), nothing twice (I8).
+   over and finished, every side effect had its record first (I12), nothing twice (I13).
+4. (seed 20261206, 10,000 steps, after the merge of main) Open, strict xfail: a storage
+   outage, then a GPU leaving NVML's list and storage back: the finding kept in memory
+   during the outage is resolved while the daemon is blind to its job, which still runs
+   (I4). Reproduces on main alone (the outage made with ``PRAGMA query_only``).
+5. (same run) Open, strict xfail, no fault injected: a shell loop whose run is left a
+   zombie, four ghost runs, a probe loop, a GPU leaving the list, a reload: the
+   rogue-job finding of the loop's run is reopened under a new id (I4/I5). Reproduces
+   on main alone.
 """
 
 from __future__ import annotations
@@ -35,7 +43,8 @@ PRELUDE = (
 )
 
 
-def replay(steps: str) -> dict[str, int]:
+def run(steps: str) -> subprocess.CompletedProcess[str]:
+    """The simulator's steps (``;``-separated calls on ``m``) in a process of their own."""
     need_program("gcc")
     code = (
         PRELUDE
@@ -43,13 +52,25 @@ def replay(steps: str) -> dict[str, int]:
         + "".join(f"    {s}\n" for s in steps.split(";"))
         + ("finally:\n    m.teardown()\nprint(json.dumps(TrustMachine.counts))\n")
     )
-    out = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
+
+
+def replay(steps: str) -> dict[str, int]:
+    out = run(steps)
     assert out.returncode == 0, out.stderr[-4000:]
     counts: dict[str, int] = json.loads(out.stdout.strip().splitlines()[-1])
     return counts
+
+
+def violation(steps: str) -> str:
+    """The invariant the steps break (``AssertionError: I4: ...``), or ""."""
+    out = run(steps)
+    lines = [ln.strip() for ln in out.stderr.splitlines() if "AssertionError: I" in ln]
+    assert lines or out.returncode == 0, out.stderr[-4000:]  # a crash is no answer
+    return lines[-1] if lines else ""
 
 
 def test_a_respawn_seen_during_a_storage_outage_is_recorded_once_it_ends() -> None:
@@ -89,3 +110,28 @@ def test_a_daemon_killed_after_sigterm_is_taken_over_with_every_effect_recorded(
     # stubborn trainer); I7 and I8 were checked at every effect and after every tick.
     assert (counts["kills"], counts["taken_over"]) == (1, 1)
     assert counts["signals"] > 0
+
+
+@pytest.mark.xfail(
+    strict=True, reason="open: main's unstored findings resolve while blind (reported)"
+)
+def test_a_finding_kept_in_memory_is_not_resolved_while_blind() -> None:
+    broken = violation(
+        "m.shell_loop(shared=False);"
+        "m.something_ends(data=type('D', (), {'draw': lambda self, s: 4000002})(), how='zombie');"
+        "m.storage(ok=False);m.tick(5.0);m.nvml_view(mode='vanish1');m.storage(ok=True);"
+        "m.probe_loop(gpu=False)"
+    )
+    assert broken == "", broken
+
+
+@pytest.mark.xfail(strict=True, reason="open: a loop's run reopened under a new id (reported)")
+def test_a_loop_run_left_a_zombie_keeps_its_finding() -> None:
+    broken = violation(
+        "m.shell_loop(shared=False);"
+        "m.something_ends(data=type('D', (), {'draw': lambda self, s: 4000002})(), how='zombie');"
+        "m.ghost_fires();m.ghost_fires();m.ghost_fires();m.ghost_fires();"
+        "m.probe_loop(gpu=False);m.nvml_view(mode='vanish1');"
+        "m.reload(cap=1, mode='observe');m.tick(5.0);m.nvml_view(mode='ok');m.tick(5.0)"
+    )
+    assert broken == "", broken
