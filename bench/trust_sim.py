@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print a JSON summary line")
     p.add_argument(
         "--machine", choices=("trust", "slurm"), default="trust",
-        help="trust: the daemon over cron/shell/launch lifecycles (I1-I6); slurm: the "
+        help="trust: the daemon over cron/shell/launch lifecycles (I1-I13); slurm: the "
         "job-end sweep over a Slurm node (S1-S4)",
     )  # fmt: skip
     args = p.parse_args(argv)
