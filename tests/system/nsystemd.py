@@ -273,9 +273,11 @@ class NamespacedSystemd:
         """
         if self.pid is None:
             raise NamespacedSystemdError("not started")
-        prefix = ["nsenter", "-t", str(self.pid), "-p", "-m"]
+        # The tests' pinned socket (tests/conftest.py) is the host's: a command inside the
+        # namespace finds the namespace's own daemon, as it would on that host.
+        prefix = ["nsenter", "-t", str(self.pid), "-p", "-m", "env", "-u", "ROGUE_WATCHDOG_SOCKET"]
         if env is not None:
-            prefix += ["env", *(f"{k}={v}" for k, v in env.items())]
+            prefix += [f"{k}={v}" for k, v in env.items()]
         return subprocess.run(
             [*prefix, *argv],
             capture_output=True,

@@ -135,11 +135,12 @@ def test_a_hub_unit_is_never_stopped_unasked(sd: NamespacedSystemd, hub: tuple[P
         "others": [other],
         "by_hand": f"systemctl disable --now {HUB} && systemctl mask {HUB}",
     }
+    cfg = f" --config {sd.sandbox / 'config.yaml'}"  # printed commands carry the config
     assert advice["stop"] == (
-        f"rogue-watchdog terminate {pid} (--dry-run first to preview; stops the run only): "
-        f"its source is a service, systemd unit {HUB} also runs {other}, not part of the job, "
-        f"never stopped unasked; to stop the service {HUB} too: rogue-watchdog "
-        f"disable-source {pid} --stop-service {HUB}"
+        f"rogue-watchdog terminate{cfg} {pid} (--dry-run first to preview; stops the run "
+        f"only): its source is a service, systemd unit {HUB} also runs {other}, not part of "
+        f"the job, never stopped unasked; to stop the service {HUB} too: rogue-watchdog "
+        f"disable-source{cfg} {pid} --stop-service {HUB}"
     )
 
     rc, out = cli(sd, "disable-source", str(pid))
@@ -317,7 +318,8 @@ def test_a_shell_loop_that_terminate_leaves_is_named_and_stopped_first(
     rc, out = run("explain", str(pid))
     assert (
         f"Remediation: restarts it: at once, shell loop `while true` in PID {shell}; to stop "
-        f"it: {kill}, then rogue-watchdog terminate {pid}, or by hand: kill -TERM {pid}\n"
+        f"it: {kill}, then rogue-watchdog terminate --config {config} {pid}, or by hand: "
+        f"kill -TERM {pid}\n"
     ) in out
     rc, out = run("terminate", str(pid))
     assert rc == 1

@@ -89,8 +89,9 @@ def test_a_rogue_service_is_named_as_the_source_and_stopped_with_its_run(
     svc = json.loads(details)["service_pids"][0]
     port = json.loads(details)["listening"][0]["port"]
     py = sys.executable
+    cfg = f" --config {config}"  # printed commands carry the daemon's configuration
     assert message.endswith(
-        f"; to stop the service and its run: rogue-watchdog terminate {svc} (stops the "
+        f"; to stop the service and its run: rogue-watchdog terminate{cfg} {svc} (stops the "
         f"service and its run), or by hand: kill -TERM {svc} {run}"
     )
     source = f"the service PID {svc} (listening on 127.0.0.1:{port}/tcp), which started the run"
@@ -106,8 +107,8 @@ def test_a_rogue_service_is_named_as_the_source_and_stopped_with_its_run(
     rc, out = cli("explain", str(run))
     assert (
         f"Remediation: its source is {source} itself: to stop the service and its run: "
-        f"rogue-watchdog terminate {svc} (or by hand: kill -TERM {svc} {run}); to stop this "
-        f"run only: rogue-watchdog terminate {run}\n"
+        f"rogue-watchdog terminate{cfg} {svc} (or by hand: kill -TERM {svc} {run}); to stop "
+        f"this run only: rogue-watchdog terminate{cfg} {run}\n"
     ) in out
 
     # The run alone: the service starts another, and remediation-failed names it.
@@ -121,7 +122,7 @@ def test_a_rogue_service_is_named_as_the_source_and_stopped_with_its_run(
     back = int(failed.split(" is back as PID ")[1].split()[0])
     assert failed.endswith(
         f"; spawned this time by {source} itself; to stop the service and its run: "
-        f"rogue-watchdog terminate {svc} (or by hand: kill -TERM {svc} {back})"
+        f"rogue-watchdog terminate{cfg} {svc} (or by hand: kill -TERM {svc} {back})"
     ), failed
 
     # terminate F<id> of the rogue-service finding stops exactly what it names.

@@ -12,6 +12,7 @@ from pathlib import Path
 from tests.conftest import Spawned
 from watchdog.config import parse_config
 from watchdog.config.services import ServiceSettings
+from watchdog.hostpaths import config_args
 from watchdog.hosttext import command_text
 from watchdog.policy.services import service_findings
 from watchdog.scan import Scanner, read_listens
@@ -67,7 +68,8 @@ def test_setsid_service_that_starts_the_trainer_is_a_rogue_service(
         f"service PID {svc} `{command_text([sys.executable, str(service), str(out)], 80)}` "
         f"(PID {svc} listening on 127.0.0.1:{port}/tcp), started the run: rogue job PID "
         f"{child} `{command_text([sys.executable, str(trainer)], 120)}`; to stop the service "
-        f"and its run: rogue-watchdog terminate {svc} (stops the service and its run), or by "
+        f"and its run: rogue-watchdog terminate{config_args('t.yaml')} {svc} (stops the "
+        "service and its run), or by "
         f"hand: kill -TERM {svc} {child}"
     )
     # The daemon's source computes the same finding.

@@ -326,7 +326,8 @@ class Enforcer:
         if launcher is not None:
             svc = launcher.details["service_pids"][0]
             message += (
-                f"; to stop the service and its run: rogue-watchdog terminate {svc} (or by "
+                f"; to stop the service and its run: rogue-watchdog "
+                f"terminate{job.advice.cli_args} {svc} (or by "
                 f"hand: kill -TERM {svc} {job.root_pid})"
             )
         elif stop:

@@ -183,8 +183,9 @@ def _remediation(job: Job | None, result: ScanResult | None = None) -> str:
         svc = found.details["service_pids"][0]
         return (
             f"its source is {service_source(found)}: to stop the service and its run: "
-            f"rogue-watchdog terminate {svc} (or by hand: kill -TERM {svc} {job.root_pid}); "
-            f"to stop this run only: rogue-watchdog terminate {job.root_pid}"
+            f"rogue-watchdog terminate{job.advice.cli_args} {svc} (or by hand: kill -TERM "
+            f"{svc} {job.root_pid}); to stop this run only: rogue-watchdog "
+            f"terminate{job.advice.cli_args} {job.root_pid}"
         )
     return job.advice.explain_line(job.root_pid if job.unsanctioned else None)
 

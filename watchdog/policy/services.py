@@ -174,7 +174,8 @@ def service_stop(service: Proc, job: Job) -> str:
     ``rogue-watchdog terminate SERVICE-PID`` (the service's PID names the run it
     launched; the guard checks both), and the by-hand ``kill``."""
     return (
-        f"rogue-watchdog terminate {service.pid} (stops the service and its run), or by "
+        f"rogue-watchdog terminate{job.advice.cli_args} {service.pid} (stops the service "
+        f"and its run), or by "
         f"hand: kill -TERM {service.pid} {job.root_pid}"
     )
 
