@@ -102,7 +102,7 @@ def test_a_rogue_service_is_named_as_the_source_and_stopped_with_its_run(
         f"cannot disable the source of rogue job PID {run} "
         f"`{command_text([py, str(trainer)], 120)}`: its source is {source} itself: a "
         f"process, with no file or unit to disable; to stop the service and its run: "
-        f"rogue-watchdog terminate {svc} (or by hand: kill -TERM {svc} {run})\n",
+        f"rogue-watchdog terminate{cfg} {svc} (or by hand: kill -TERM {svc} {run})\n",
     )
     rc, out = cli("explain", str(run))
     assert (

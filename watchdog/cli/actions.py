@@ -455,7 +455,7 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
         return 1
     from watchdog.state import JournalError
 
-    source = _service_source(scan, target)
+    source = _service_source(scan, target, _again(args, config, "terminate"))
     if source is not None:
         # A rogue service started the run itself: a process, no file or unit to disable.
         _out(f"cannot disable the source of {target.describe()}: its source is {source}")
@@ -511,9 +511,10 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     return 0
 
 
-def _service_source(scan: ScanResult, target: JobTarget) -> str | None:
-    """What the source of a run a rogue service launched is, and how to stop it, or None
-    when no ``rogue-service`` finding of this scan says a service launched it."""
+def _service_source(scan: ScanResult, target: JobTarget, terminate: str) -> str | None:
+    """What the source of a run a rogue service launched is, and how to stop it (with
+    ``terminate``, the command as it works here), or None when no ``rogue-service``
+    finding of this scan says a service launched it."""
     from watchdog.policy.services import service_source
 
     finding = next(
@@ -531,7 +532,7 @@ def _service_source(scan: ScanResult, target: JobTarget) -> str | None:
     svc = finding.details["service_pids"][0]
     return (
         f"{service_source(finding)}: a process, with no file or unit to disable; to stop the "
-        f"service and its run: rogue-watchdog terminate {svc} (or by hand: kill -TERM {svc} "
+        f"service and its run: {terminate} {svc} (or by hand: kill -TERM {svc} "
         f"{target.root_pid})"
     )
 
