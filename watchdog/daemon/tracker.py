@@ -314,6 +314,8 @@ class Tracker:
             rec = dataclasses.replace(rec, fingerprint=s.fingerprint, alerted_pids=named)
         if self._blind:  # a GPU unseen is not a GPU left: keep where it was last seen
             f = last_seen_gpus(rec, f)
+        elif rec.last_alert_at is not None:  # a paged alert keeps the GPUs it named
+            f = last_seen_gpus(rec, f, released=True)
         db.touch_finding(rec.id, with_own_id(f, rec.id), f.root_pid, f.details, now, s.instances)
         labels = alert_labels(self.host, rec.id, f)
         was = self._on_mono(rec, now)
