@@ -149,8 +149,8 @@ def test_a_hub_unit_is_never_stopped_unasked(sd: NamespacedSystemd, hub: tuple[P
         f"cannot disable the source of rogue job PID {pid} `/usr/bin/python3 {trainer} "
         f"--from-hub`: disabling it would stop a service: systemd unit {HUB} also runs "
         f"{other}, not part of the job; a service is never stopped unasked. To stop this run "
-        f"only: rogue-watchdog terminate {pid}; to stop the service {HUB} as well: "
-        f"rogue-watchdog disable-source {pid} --stop-service {HUB}"
+        f"only: rogue-watchdog terminate{cfg} {pid}; to stop the service {HUB} as well: "
+        f"rogue-watchdog disable-source{cfg} {pid} --stop-service {HUB}"
     )
     assert hub_state(sd) == ("active", str(main))
     rc, out = cli(sd, "disable-source", str(pid), "--stop-service", "other.service")

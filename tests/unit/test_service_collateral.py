@@ -97,12 +97,18 @@ def test_advice_and_plan_name_the_service_and_act_only_when_asked(tmp_path: Path
     effects = SimEffects(host=h)
     remedy = Remedy(config.enforcement, None, effects, actor="test",  # type: ignore[arg-type]
                     backup_dir=str(tmp_path / "b"), proc_root=str(h.proc),
-                    protection=guard)  # fmt: skip
+                    protection=guard, cli_args=" --config /etc/rw/a.yaml")  # fmt: skip
     target = target_from_job(job, None, None, str(h.proc))
     refused = remedy.plan_disable(target, h.now)
     assert refused.refused is not None
     assert refused.refused.startswith(
         f"disabling it would stop a service: systemd unit {HUB} also runs PID {hub.pid} "
+    )
+    # The refusal's commands act on the same daemon's state (issue 33).
+    assert refused.refused.endswith(
+        f"To stop this run only: rogue-watchdog terminate --config /etc/rw/a.yaml "
+        f"{proc.pid}; to stop the service {HUB} as well: rogue-watchdog disable-source "
+        f"--config /etc/rw/a.yaml {proc.pid} --stop-service {HUB}"
     )
     assert remedy.plan_disable(target, h.now, stop_service="x.service").refused is not None
     plan = remedy.plan_disable(target, h.now, stop_service=HUB)

@@ -55,6 +55,7 @@ from watchdog.actions.remedy import Remedy, TerminateTask, target_from_job
 from watchdog.actions.runner import Runner, ThreadRunner
 from watchdog.actions.terminate import TerminateRun
 from watchdog.config import Config
+from watchdog.hostpaths import config_args
 from watchdog.hosttext import command_text
 from watchdog.logs import get_logger
 from watchdog.model import Finding, Job, ScanResult
@@ -402,7 +403,7 @@ class Enforcer:
             self.settings, self.db, self.effects, actor=self.actor, backup_dir=self.backup_dir,
             proc_root=self.config.paths.proc_root, spool_dirs=self.config.paths.cron_spool,
             crontab=self.config.paths.crontab, cron_d=self.config.paths.cron_d,
-            protection=result.protection,
+            protection=result.protection, cli_args=config_args(self.config.source),
         )  # fmt: skip
 
     def _stop(self, remedy: Remedy, job: Job, target: Any, auto_disable: bool, sig: str) -> None:

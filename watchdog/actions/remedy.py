@@ -155,6 +155,10 @@ class Remedy:
         record_dry_runs: Write a dry run to the audit trail. The daemon does (observe mode
             shows what it would have done); a person's ``--dry-run`` only looks, and is
             logged without an action row (its action id is 0).
+        cli_args: What every ``rogue-watchdog`` command a refusal prints carries after
+            the verb (`` --config PATH`` for a daemon with its own configuration:
+            :func:`watchdog.hostpaths.config_args`), so a pasted hint acts on the same
+            daemon's state.
     """
 
     def __init__(
@@ -171,6 +175,7 @@ class Remedy:
         cron_d: str = hostpaths.CRON_D,
         protection: TargetGuard,
         record_dry_runs: bool = True,
+        cli_args: str = "",
     ) -> None:
         self.settings = settings
         self.db = db
@@ -183,6 +188,7 @@ class Remedy:
         self.cron_d = cron_d
         self.protection = protection
         self.record_dry_runs = record_dry_runs
+        self.cli_args = cli_args
 
     def guard(self) -> Guard:
         """The never-signal rules for this moment."""
@@ -354,9 +360,9 @@ class Remedy:
                 "-",
                 refused=(
                     f"{asked}disabling it would stop a service: {service.text()}; a service is "
-                    f"never stopped unasked. To stop this run only: rogue-watchdog terminate "
-                    f"{ref}; to stop the service {service.name} as well: "
-                    f"{service.command(ref)}"
+                    f"never stopped unasked. To stop this run only: rogue-watchdog "
+                    f"terminate{self.cli_args} {ref}; to stop the service {service.name} as "
+                    f"well: {service.command(ref, self.cli_args)}"
                 ),
             )
         reason = f"{target.verdict} job"

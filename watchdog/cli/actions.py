@@ -342,6 +342,7 @@ def _open_finding_for(db: StateDB, sig: str, root_pid: int, start_ticks: int) ->
 def _remedy(config: Config, db: StateDB, result: ScanResult) -> Remedy:
     from watchdog.actions.effects import Effects
     from watchdog.actions.remedy import Remedy, default_actor
+    from watchdog.hostpaths import config_args
 
     s = config.enforcement
     assert result.protection is not None  # a scan's result always carries it
@@ -351,6 +352,7 @@ def _remedy(config: Config, db: StateDB, result: ScanResult) -> Remedy:
         proc_root=config.paths.proc_root, spool_dirs=config.paths.cron_spool,
         crontab=config.paths.crontab, cron_d=config.paths.cron_d,
         protection=result.protection, record_dry_runs=False,
+        cli_args=config_args(config.source),
     )  # fmt: skip
 
 
