@@ -66,6 +66,32 @@ class SimProc:
     cgroup: str = "/"
 
 
+def unrecorded(state_db: Path, op: str, match: Any, what: str) -> str | None:
+    """None when the newest row of ``action_steps`` in ``state_db`` is the write-ahead
+    record of the side effect about to be made (an ``intent`` of ``op`` that ``match``
+    accepts); else what was found instead."""
+    conn = sqlite3.connect(state_db, timeout=10)
+    try:
+        row = conn.execute(
+            "SELECT op, status, detail_json FROM action_steps ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+    except sqlite3.Error:
+        row = None
+    finally:
+        conn.close()
+    if row is None or row[0] != op or row[1] != "intent" or not match(json.loads(row[2])):
+        return f"{what}: newest step {row!r}"
+    return None
+
+
+def names_signal(pid: int, start_ticks: int | None, name: str) -> Any:
+    """A matcher for :func:`unrecorded`: a ``signal`` step's detail naming ``name`` to
+    ``(pid, start_ticks)``."""
+    return lambda d: (
+        d.get("signal") == name and [pid, start_ticks] in [p[:2] for p in d.get("procs") or []]
+    )
+
+
 @dataclass
 class SimEffects(RecordingEffects):
     """Records every side effect; a SIGTERM or SIGKILL ends the simulated process (a
@@ -91,29 +117,14 @@ class SimEffects(RecordingEffects):
     def _recorded(self, op: str, match: Any, what: str) -> None:
         if self.state_db is None:
             return
-        conn = sqlite3.connect(self.state_db, timeout=10)
-        try:
-            row = conn.execute(
-                "SELECT op, status, detail_json FROM action_steps ORDER BY id DESC LIMIT 1"
-            ).fetchone()
-        except sqlite3.Error:
-            row = None
-        finally:
-            conn.close()
-        if row is None or row[0] != op or row[1] != "intent" or not match(json.loads(row[2])):
-            self.unrecorded.append(f"{what}: newest step {row!r}")
+        missing = unrecorded(self.state_db, op, match, what)
+        if missing is not None:
+            self.unrecorded.append(missing)
 
     def send_signal(self, pid: int, sig: int, start_ticks: int | None = None) -> None:
         name = signal.Signals(sig).name
         if sig != signal.SIGCONT or self.storage_ok:
-            self._recorded(
-                "signal",
-                lambda d: (
-                    d.get("signal") == name
-                    and [pid, start_ticks] in [p[:2] for p in d.get("procs") or []]
-                ),
-                f"{name} to PID {pid}",
-            )
+            self._recorded("signal", names_signal(pid, start_ticks, name), f"{name} to PID {pid}")
         super().send_signal(pid, sig, start_ticks)
         proc = self.host.procs.get(pid)
         if proc is None or (start_ticks is not None and proc.start != start_ticks):

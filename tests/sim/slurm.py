@@ -27,7 +27,10 @@ after every step:
 - S3 "not checked" is never 0: a sweep of job N run while Slurm cannot be asked, with a
   proven process of N outside slurmstepd, does not exit 0;
 - S4 a dry run and the real run that follows agree: the same processes planned, and the
-  same exit code unless a signal did not do what it should (a survivor, a copy).
+  same exit code unless a signal did not do what it should (a survivor, a copy);
+- S5 every signal has its write-ahead record: at the moment of each signal the newest
+  step in the state database is the ``intent`` naming it (the sweep's ``slurm-sweep``
+  action); while the database refuses writes, no SIGTERM or SIGKILL is sent at all.
 
 Nothing here reaches a real process: PIDs start at 4,100,000 and signals go to the model.
 """
@@ -47,12 +50,14 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from tests.sim.host import names_signal, unrecorded
 from watchdog.actions.effects import RecordingEffects
 from watchdog.actions.slurmrecord import SweepDrainKeeper, record_path
-from watchdog.actions.slurmsweep import SweepReport, sweep
+from watchdog.actions.slurmsweep import SweepJournal, SweepReport, sweep
 from watchdog.command import CommandResult
 from watchdog.config import Config, parse_config
 from watchdog.sources.procfs import ProcessTable
+from watchdog.state import StateDB
 
 FIRST_PID = 4_100_000
 NODE = "simnode"
@@ -141,13 +146,25 @@ class SimForks:
 
 @dataclass
 class SimSlurmEffects(RecordingEffects):
-    """Signals applied to the model; every one checked against S1."""
+    """Signals applied to the model; every one checked against S1 and S5."""
 
     host: Any = None
     violations: list[str] = field(default_factory=list)
     seen: list[tuple[int, int]] = field(default_factory=list)  # every signal, kept
+    state_db: Path | None = None
+    storage_ok: bool = True
 
     def send_signal(self, pid: int, sig: int, start_ticks: int | None = None) -> None:
+        name = signal.Signals(sig).name
+        if not self.storage_ok and sig in (signal.SIGTERM, signal.SIGKILL):
+            self.violations.append(f"S5: {name} to PID {pid} while nothing can be recorded")
+        elif self.state_db is not None and (sig != signal.SIGCONT or self.storage_ok):
+            missing = unrecorded(
+                self.state_db, "signal", names_signal(pid, start_ticks, name),
+                f"{name} to PID {pid}",
+            )  # fmt: skip
+            if missing is not None:
+                self.violations.append(f"S5: unrecorded: {missing}")
         super().send_signal(pid, sig, start_ticks)
         self.seen.append((pid, sig))
         host: SlurmSimHost = self.host
@@ -497,13 +514,18 @@ class SlurmMachine(RuleBasedStateMachine):
         self.counts["machines"] += 1
 
     def _host(self, plugin: str) -> SlurmSimHost:
+        if getattr(self, "db", None) is not None:
+            self.db.close()
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
         host = SlurmSimHost(self.dir, plugin)
-        self.effects = SimSlurmEffects(host=host)
+        (host.root / "state").mkdir(parents=True, exist_ok=True)
+        self.db = StateDB(str(host.root / "state"))
+        self.effects = SimSlurmEffects(host=host, state_db=self.db.path)
         return host
 
     def teardown(self) -> None:
+        self.db.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def config(self) -> Config:
@@ -730,8 +752,16 @@ class SlurmMachine(RuleBasedStateMachine):
         return sweep(
             config, job_id=job, dry_run=dry_run, run=h.run, effects=self.effects,
             epilog=epilog, epilog_uid=h.jobs[job].uid if job in h.jobs else None,
-            recorded=recorded, forks=self._forks,
+            recorded=recorded, forks=self._forks, journal=SweepJournal(self.db, "sim"),
         )  # fmt: skip
+
+    @rule(ok=st.booleans())
+    def storage(self, ok: bool) -> None:
+        """The state database refuses writes (full, unwritable) or takes them again."""
+        self.effects.storage_ok = ok
+        self.db.conn.execute(f"PRAGMA query_only={0 if ok else 1}")
+        if not ok:
+            self.counts["storage_faults"] = self.counts.get("storage_faults", 0) + 1
 
     def _forks(self, _config: Config) -> SimForks | None:
         return None if self.events == "off" else SimForks(self.host, self.events == "complete")
@@ -762,7 +792,9 @@ class SlurmMachine(RuleBasedStateMachine):
         out = set()
         for outcomes in report.outcomes.values():
             first = outcomes[0]
-            out |= {p.pid for p in first.procs if p.result == "would-signal" or p.signals}
+            # A wave whose record could not be written was planned, and not made.
+            failed = first.outcome == "failed"
+            out |= {p.pid for p in first.procs if p.result == "would-signal" or p.signals or failed}
         return out
 
     def _agree(self, dry: SweepReport, real: SweepReport) -> None:

@@ -509,8 +509,15 @@ class Enforcer:
         steps = self.db.action_steps(rec.id)
         note = interrupted_note(rec, steps, self.clock(), self.actor)
         undo = rec.undo
-        if rec.kind == "terminate":
-            proceed = self._still_decided(rec) and result.protection is not None
+        stops = rec.kind in ("terminate", "slurm-sweep")
+        if stops:
+            # A sweep's decision rests on what Slurm answered then: never gone on with
+            # here (the next Epilog or health check decides again), only undone.
+            proceed = (
+                rec.kind == "terminate"
+                and self._still_decided(rec)
+                and result.protection is not None
+            )
             note["recovery"] = (
                 "being continued from its last recorded step (no signal sent again)"
                 if proceed
@@ -530,7 +537,7 @@ class Enforcer:
             actor=rec.actor, done=note["done"], unsure=note["unsure"],
             not_done=note["not_done"], recovery=note["recovery"],
         )  # fmt: skip
-        if rec.kind != "terminate":
+        if not stops:
             return
         root = rec.details.get("root")
         if isinstance(root, list) and len(root) == 2:

@@ -20,8 +20,10 @@ Then, by kind:
   gets its outcome and its undo op, and the ``poisoned-weights`` finding it never got.
 - ``disable-source``: what changed, by its steps, with the undo ops of what changed (the
   restore plan was recorded before the first change).
-- ``undo`` and any other kind (the Slurm sweep, when it records): reported from its
-  steps.
+- ``slurm-sweep`` (the job-end sweep's waves, watchdog/actions/slurmsweep.py): what it
+  stopped is continued (SIGCONT), never gone on with (Slurm's answer it acted on is
+  not the daemon's to reuse), and the rest reported.
+- ``undo`` and any other kind: reported from its steps.
 
 Each raises one ``action-interrupted`` finding naming what was done, what may have
 been, what was not, and how it was finished.
@@ -145,7 +147,7 @@ def account(rec: ActionRecord, steps: Sequence[ActionStep]) -> Account:
             out.failed.append(f"{text}: {(step.result or {}).get('error', '')}".rstrip(": "))
         else:
             out.unsure.append(text)
-    if rec.kind == "terminate":
+    if rec.kind in ("terminate", "slurm-sweep"):
         waves = [s.detail.get("wave") for s in steps if s.op == "signal"]
         last = max((_PLAN.index(w) for w in waves if w in _PLAN), default=-1)
         words = {

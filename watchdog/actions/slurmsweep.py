@@ -78,17 +78,21 @@ from watchdog.actions.slurmrecord import (
     settle,
     wanted_reason,
 )
-from watchdog.actions.terminate import TerminateOutcome, terminate_tree
+from watchdog.actions.terminate import ProcOutcome, TerminateOutcome, terminate_tree
 from watchdog.command import CommandRunner
 from watchdog.config import Config
 from watchdog.hosttext import command_text
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.slurm import query_job
+from watchdog.logs import get_logger
 from watchdog.model import Proc
 from watchdog.sources.devfd import DeviceFdSource
 from watchdog.sources.procevents import ForkWatch
 from watchdog.sources.procfs import ProcessTable, boot_id
-from watchdog.state import read_slurm_members
+from watchdog.state import ActionJournal, JournalError, read_slurm_members
+from watchdog.state.actions import ActionTable
+
+log = get_logger(__name__)
 
 _JOB_KEYS = ("SLURM_JOB_ID", "SLURM_JOBID")
 CLAIM_PROOF = "only its environment says so: no job cgroup, not seen below slurmstepd"
@@ -556,6 +560,53 @@ def open_fork_watch(config: Config) -> ForkLineage | None:
     return ForkWatch() if config.daemon.events != "off" else None
 
 
+@dataclass
+class SweepJournal:
+    """Where the sweep writes its write-ahead records: one ``slurm-sweep`` action per
+    job and wave (its leftovers, then each round of copies), whose every signal is
+    written before it is sent (:class:`~watchdog.state.ActionJournal`, the same steps as
+    ``terminate``). A sweep killed half-way is then found by the daemon and reported
+    (``action-interrupted``); what it had frozen is continued (SIGCONT) and nothing is
+    signalled again: the next Epilog or health check decides afresh.
+
+    Attributes:
+        db: The daemon's state database; None when it could not be opened.
+        actor: Who acts (``slurm-epilog``, ``cli:root``...).
+        error: Why ``db`` could not be opened. Then nothing is signalled: an action that
+            cannot be recorded is not made, what it was for is left running, and the
+            node is drained for it (fail closed, as when Slurm cannot be asked).
+    """
+
+    db: ActionTable | None
+    actor: str
+    error: str | None = None
+
+    def begin(
+        self, job_id: int, procs: Sequence[Leftover], kill_only: bool, grace_s: float
+    ) -> ActionJournal:
+        """The action's row for stopping ``procs`` of ``job_id`` (``grace_s``: seconds
+        between SIGTERM and SIGKILL; ``kill_only``: a wave of copies, SIGKILL only).
+
+        Raises:
+            JournalError: Not written (or no database): do not signal.
+        """
+        if self.db is None:
+            raise JournalError(self.error or "no state database")
+        details = {**self.details(job_id, procs), "copies": kill_only, "grace_s": grace_s}
+        return ActionJournal.begin(
+            self.db, self.actor, "slurm-sweep", f"leftovers of Slurm job {job_id}", details
+        )
+
+    @staticmethod
+    def details(job_id: int, procs: Sequence[Leftover]) -> dict[str, Any]:
+        """What a row names: the job, and its members as terminate's rows name them
+        (``[pid, start_ticks, argv]``: what a daemon that finds it half-way continues)."""
+        return {
+            "job": job_id,
+            "members": [[lo.pid, lo.start_ticks, list(lo.cmdline)] for lo in procs],
+        }
+
+
 def sweep(
     config: Config,
     *,
@@ -568,6 +619,7 @@ def sweep(
     epilog_uid: int | None = None,
     recorded: Mapping[tuple[int, int], tuple[int, int | None]] | None = None,
     forks: Callable[[Config], ForkLineage | None] = open_fork_watch,
+    journal: SweepJournal | None = None,
 ) -> SweepReport:
     """Find leftovers of ended jobs, stop them, recheck, record and drain what is left.
 
@@ -586,6 +638,9 @@ def sweep(
         epilog_uid: The Epilog's ``SLURM_JOB_UID``.
         recorded: The record of Slurm job members; None reads it from the state dir.
         forks: Opens the fork watch for a real run (tests pass a double).
+        journal: Where each wave of signals is recorded before it is sent (the CLI
+            passes the daemon's state database); None records nothing (tests of the
+            decisions alone).
 
     Returns:
         The report; :attr:`SweepReport.exit_code` is the command's exit code.
@@ -612,12 +667,13 @@ def sweep(
         elif watch is None and not dry_run:
             report.lineage_note = "kernel process events are off (daemon.events: off)"
         guard = _guard(config, table, report, rec)
-        _stop(report, guard, effects or Effects(), settings.sweep_grace_s, dry_run)
+        _stop(report, guard, effects or Effects(), settings.sweep_grace_s, dry_run, journal=journal)
         after = table
         if report.leftovers and not dry_run:
             after = _recheck(
-                config, recorded, rec, report, before, watch, guard, effects or Effects()
-            )
+                config, recorded, rec, report, before, watch, guard, effects or Effects(),
+                journal,
+            )  # fmt: skip
         elif dry_run:
             # What the real run would leave: what it would not signal.
             by_pid = {lo.pid: lo for lo in report.leftovers}
@@ -679,16 +735,46 @@ def _stop(
     members: Sequence[Leftover] | None = None,
     kill_only: bool = False,
     sleep: Callable[[float], None] = time.sleep,
+    journal: SweepJournal | None = None,
 ) -> None:
     by_job: dict[int, list[Leftover]] = {}
     for lo in report.leftovers if members is None else members:
         by_job.setdefault(lo.job_id, []).append(lo)
     for jid, procs in sorted(by_job.items()):
+        record = None
+        if journal is not None and not dry_run:
+            try:
+                record = journal.begin(jid, procs, kill_only, grace_s)
+            except JournalError as exc:
+                report.outcomes.setdefault(jid, []).append(_unrecorded(procs, str(exc)))
+                continue
         outcome = terminate_tree(
             [Expected(lo.pid, lo.start_ticks, lo.cmdline or None) for lo in procs],
             guard, effects, grace_s, dry_run=dry_run, kill_only=kill_only, sleep=sleep,
+            journal=record,
         )  # fmt: skip
+        if record is not None:
+            try:
+                record.finish(
+                    outcome.outcome, {**SweepJournal.details(jid, procs), **outcome.to_json()}
+                )
+            except JournalError as exc:
+                # Its steps are written: the daemon's next start reports it from them.
+                log.warning("slurm-sweep-unfinished", action_id=record.action_id, error=str(exc))
         report.outcomes.setdefault(jid, []).append(outcome)
+
+
+def _unrecorded(procs: Sequence[Leftover], error: str) -> TerminateOutcome:
+    """What a wave whose record could not be written did: nothing."""
+    why = f"not signalled: the action could not be recorded ({error})"
+    return TerminateOutcome(
+        [
+            ProcOutcome(lo.pid, lo.start_ticks, lo.cmdline, result="error", reason=why)
+            for lo in procs
+        ],
+        "failed",
+        error=error,
+    )
 
 
 def _recheck(
@@ -700,6 +786,7 @@ def _recheck(
     watch: ForkLineage | None,
     guard: Guard,
     effects: Effects,
+    journal: SweepJournal | None = None,
 ) -> ProcessTable:
     """What is left of the swept jobs now, stopping proven copies on the way.
 
@@ -734,7 +821,7 @@ def _recheck(
         report.copies.extend(fresh)
         if not fresh or round_ == COPY_ROUNDS:
             break  # the last round's copies stay: survivors
-        _stop(report, guard, effects, 0.0, False, fresh, kill_only=True)
+        _stop(report, guard, effects, 0.0, False, fresh, kill_only=True, journal=journal)
     first = {
         lo.pid: Evidence(lo.job_id, lo.proof, lo.uid)
         for lo in [*report.leftovers, *copies.values()]
