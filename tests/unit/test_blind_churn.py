@@ -1,4 +1,5 @@
-"""Issue 32, case 7: blindness never resolves nor re-labels. A rogue job seen by its
+"""Issue 32, case 7: blindness never resolves nor re-labels; nor does a GPU released after
+the page (busy-box CI, 2026-12-06). A rogue job seen by its
 command line holds GPU 0; GPU 0 is lost for 30 s (the fake libnvidia-ml: the device's
 handle query fails, NVML_ERROR_GPU_IS_LOST), then comes back. The daemon's tick, in a
 fresh interpreter (pynvml keeps its library per process)."""
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import need_program
 from tests.fakenvml.fixtures import REPO, fake_nvml, library_path
@@ -19,7 +21,9 @@ from watchdog.daemon.tracking.reminders import alert_labels
 from watchdog.model import Finding
 from watchdog.state import FindingRecord
 
-SCRIPT = r"""
+# A real worker process and a real Daemon over the fake libnvidia-ml, one tick at a
+# time: the start of each test's script (test_gpu_released.py uses it too).
+HEADER = r"""
 import json, subprocess, sys, time
 from pathlib import Path
 from tests.fakenvml.build import write_config
@@ -32,12 +36,8 @@ script.write_text("import time\ntime.sleep(120)\n")
 worker = subprocess.Popen([sys.executable, str(script)])
 time.sleep(0.3)
 GIB = 1 << 30
-def devices(lost):
-    dev = {"uuid": "GPU-lost-0", "total": 80 * GIB, "used": 4 * GIB,
-           "processes": [{"pid": worker.pid, "mem": 4 * GIB}]}
-    if lost:
-        dev["handle_error"] = 15  # NVML_ERROR_GPU_IS_LOST: the device query fails
-    return {"devices": [dev]}
+"""
+DAEMON = r"""
 cfg = parse_config(
     f"nvml: {{library: '{lib}'}}\n"
     f"training: {{launchers: ['{token}'], device_glob: '{tmp}/nodev[0-9]*'}}\n"
@@ -49,6 +49,19 @@ cfg = parse_config(
 d = Daemon(cfg, None)
 d.scanner.gpu_source.retry_first_s = 0.0
 t = 5_000_000.0
+"""
+SCRIPT = (
+    HEADER
+    + r"""
+def devices(lost):
+    dev = {"uuid": "GPU-lost-0", "total": 80 * GIB, "used": 4 * GIB,
+           "processes": [{"pid": worker.pid, "mem": 4 * GIB}]}
+    if lost:
+        dev["handle_error"] = 15  # NVML_ERROR_GPU_IS_LOST: the device query fails
+    return {"devices": [dev]}
+"""
+    + DAEMON
+    + r"""
 for i, lost in enumerate([False] * 2 + [True] * 7 + [False] * 3):  # lost for 30 s
     write_config(Path(conf), devices(lost))
     d.tick(t + 5 * i)
@@ -66,6 +79,24 @@ for fid, ev, payload in d.db.conn.execute(
 worker.kill(); worker.wait()
 print(json.dumps({"mine": mine, "notes": notes, "sent": sent}))
 """
+)
+
+
+def run_daemon_script(tmp_path: Path, script: str, prefix: str) -> dict[str, Any]:
+    """Run ``script`` in a fresh interpreter over the fake libnvidia-ml; its last
+    stdout line, parsed."""
+    need_program("gcc")
+    lib = fake_nvml(tmp_path, {"devices": []})
+    token = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(library_path(lib)), str(lib / "fake_nvml.conf"),
+         str(tmp_path), token],
+        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return doc
 
 
 def test_a_gpu_lost_for_30_s_neither_relabels_nor_resolves(tmp_path: Path) -> None:
@@ -76,17 +107,7 @@ def test_a_gpu_lost_for_30_s_neither_relabels_nor_resolves(tmp_path: Path) -> No
     made two ``gpu-query-failed`` notes (``cannot query GPU 0`` and ``no longer in
     NVML's device list``). Now: one ``open``, nothing else for the rogue (its GPU labels
     kept while GPU 0 cannot be seen), and one degraded note (open, then resolve)."""
-    need_program("gcc")
-    lib = fake_nvml(tmp_path, {"devices": []})
-    token = f"blindchurn_{uuid.uuid4().hex[:8]}"
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(library_path(lib)), str(lib / "fake_nvml.conf"),
-         str(tmp_path), token],
-        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    doc = run_daemon_script(tmp_path, SCRIPT, "blindchurn")
     [(_rogue, kind, still_open)] = doc["mine"]
     assert (kind, still_open) == ("rogue-job", True)
     assert doc["sent"] == [
@@ -133,3 +154,54 @@ def test_labels_are_those_of_the_last_sighting_while_blind() -> None:
     )
     same = _sighting([_gpu(0), _gpu(1)])
     assert last_seen_gpus(both, same) is same
+
+
+RELEASED = (
+    HEADER
+    + r"""
+def devices(held):
+    procs = [{"pid": worker.pid, "mem": 6 * GIB}] if held else []
+    return {"devices": [{"uuid": "GPU-rel-0", "total": 80 * GIB, "used": 6 * GIB,
+                         "processes": procs}]}
+"""
+    + DAEMON
+    + r"""
+# On GPU 0 for two ticks (paged), then off it for 100 s while the process lives on.
+for i, held in enumerate([True] * 2 + [False] * 20):
+    write_config(Path(conf), devices(held))
+    d.tick(t + 5 * i)
+message = d.db.conn.execute(
+    "SELECT message FROM findings WHERE root_pid = ?", (worker.pid,)).fetchone()[0]
+worker.kill(); worker.wait()
+d.tick(t + 5 * 22)
+d.tick(t + 5 * 23)
+sent = []
+for fid, ev, payload in d.db.conn.execute(
+        "SELECT finding_id, event, payload_json FROM deliveries ORDER BY id"):
+    f = json.loads(payload)["finding"]
+    if f.get("root_pid") == worker.pid:
+        sent.append([f["kind"], ev, [g.get("index") for g in f["details"].get("gpus", [])]])
+print(json.dumps({"sent": sent, "message": message}))
+"""
+)
+
+
+def test_a_job_off_its_gpu_after_its_page_is_not_paged_again(tmp_path: Path) -> None:
+    """CI of 2026-12-06, busy box: a cron ghost's run, seen between its CUDA teardown
+    and its exit, was a ``remind`` at high whose labels had lost ``gpu``. Before
+    (bd663fe): ``open`` on GPU 0, then a ``remind`` with no GPU (Alertmanager resolved
+    the page and fired another), then the resolve. Now: the ``open`` and the
+    ``resolve``, both on GPU 0, and the message says where the job was last seen."""
+    doc = run_daemon_script(tmp_path, RELEASED, "gpurel")
+    assert doc["sent"] == [["rogue-job", "open", [0]], ["rogue-job", "resolve", [0]]]
+    assert doc["message"].endswith("; last seen on GPU 0 (6.0 GiB), not held now")
+
+
+def test_released_gpus_are_named_as_released_not_unseen() -> None:
+    kept = last_seen_gpus(_rec([_gpu(0), _gpu(1)]), _sighting([_gpu(1)]), released=True)
+    assert kept.details["gpus_released"] == [0]
+    assert "gpus_unseen" not in kept.details
+    assert [g["index"] for g in kept.details["gpus"]] == [0, 1]
+    assert kept.message == (
+        "rogue training job PID 42, user bob; last seen on GPU 0 (4.0 GiB), not held now"
+    )

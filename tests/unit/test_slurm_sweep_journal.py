@@ -8,33 +8,23 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import Spawned, poll
 from tests.sim.slurm import SlurmMachine
-from tests.unit.test_slurm_sweep_failclosed import drained, leftover, sweep
+
+__all__ = ["sim"]  # the fixture, shared
+from tests.unit.test_action_recovery import Counting, Killed
+from tests.unit.test_slurm_sweep_failclosed import drained, leftover, sim, sweep
 from watchdog import faults
-from watchdog.actions.effects import Effects
 from watchdog.actions.enforcer import Enforcer
 from watchdog.actions.guards import Guard, read_live
 from watchdog.actions.runner import InlineRunner
 from watchdog.actions.slurmsweep import Leftover, SweepJournal, SweepReport, _stop
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
-
-
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SlurmMachine]:
-    SlurmMachine.workdir = tmp_path
-    machine = SlurmMachine()
-    try:
-        yield machine
-    finally:
-        machine.teardown()
 
 
 def test_each_wave_of_the_sweep_is_recorded_before_it_is_sent(sim: SlurmMachine) -> None:
@@ -75,20 +65,6 @@ def test_a_sweep_that_cannot_record_signals_nothing_and_drains(sim: SlurmMachine
     sim.storage(True)
     report = sweep(sim, job, epilog=True)
     assert (report.exit_code, worker in h.procs, drained(h)[0]) == (0, False, False)
-
-
-class Killed(BaseException):
-    """The sweep died here (not an Exception: nothing catches it)."""
-
-
-class Counting(Effects):
-    def __init__(self) -> None:
-        super().__init__()
-        self.sent: Counter[tuple[int, int]] = Counter()
-
-    def send_signal(self, pid: int, sig: int, start_ticks: int | None = None) -> None:
-        super().send_signal(pid, sig, start_ticks)
-        self.sent[(pid, sig)] += 1
 
 
 def test_a_sweep_killed_after_freezing_is_continued_by_the_daemon_never_repeated(
