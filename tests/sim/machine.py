@@ -20,7 +20,9 @@ rogue-watchdog is never wrong in the dangerous direction:
   because a run came or went;
 - I9 a killed job's return is always paged: an unsanctioned signature that may train
   (class training or unknown) back after one of the runs it had last was ended by a
-  signal (ours or a person's) opens ``respawned`` at that tick and spools its ``open``.
+  signal (ours or a person's) opens ``respawned`` at that tick and spools its ``open``
+  (or did at a tick the daemon was killed in after storing it, before the action it
+  died in: a kill leaves that tick unchecked).
 - I10 a service is never collateral: no ``systemctl`` stop, disable or mask of a unit
   while a process of it that is not training runs (a hub that launches trainers), no
   ``disable-source`` plan for it without ``--stop-service``, and its jobs' ``stop:``
@@ -148,6 +150,9 @@ class TrustMachine(RuleBasedStateMachine):
         # of its runs when it was last seen.
         self.sightings: dict[str, int] = {}
         self.last_roots: dict[str, set[tuple[int, int]]] = {}
+        # The time of the last tick whose invariants were checked: a tick the daemon was
+        # killed in stored its findings (and pages) before its action began, unchecked.
+        self.checked_at = -1.0
         self.loop_shell: int | None = None
         self.ticks = 0
         self.calls_seen = 0
@@ -723,15 +728,24 @@ class TrustMachine(RuleBasedStateMachine):
             back = was is not None and rows.get(sig, 0) > was
             killed = self.last_roots.get(sig, set()) & self.host.killed
             if back and job.unsanctioned and job.may_train and killed:
-                found = db.conn.execute(
-                    "SELECT f.id FROM findings f JOIN deliveries d ON d.finding_id = f.id"
-                    " WHERE f.kind = 'respawned' AND f.opened_at = ? AND d.event = 'open'"
-                    " AND json_extract(f.details_json, '$.signature') = ?",
-                    (now, sig),
-                ).fetchall()
+                # Paged at this tick, or at a tick since the last checked one that the
+                # daemon was killed in (its findings were stored before its action
+                # began: seed 61207), naming a run that is here now.
+                found = [
+                    fid
+                    for fid, root in db.conn.execute(
+                        "SELECT f.id, json_extract(f.details_json, '$.root') FROM findings f"
+                        " JOIN deliveries d ON d.finding_id = f.id WHERE f.kind = 'respawned'"
+                        " AND f.opened_at > ? AND f.opened_at <= ? AND d.event = 'open'"
+                        " AND json_extract(f.details_json, '$.signature') = ?",
+                        (self.checked_at, now, sig),
+                    )
+                    if root is not None and tuple(json.loads(root)) in roots[sig]
+                ]
                 assert found, f"I9: {sig} back as {job.root_pid} after {killed} was killed: no page"
         self.sightings = rows
         self.last_roots.update(roots)
+        self.checked_at = now
 
     @invariant()
     def never_touches_real_processes(self) -> None:
