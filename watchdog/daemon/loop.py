@@ -93,6 +93,9 @@ def keep_restart_only(running: Config, new: Config) -> tuple[Config, list[str]]:
 PRUNE_EVERY_S = 300.0
 # ``meta`` key: the latest wall time (POSIX seconds) the daemon saw, written at each prune.
 CLOCK_SEEN = "clock_seen"
+# meta: the whole GPUs NVML listed during this boot ({"boot_id", "gpus": UUID -> index}):
+# a restart while one is out of the list knows it is blind there, not empty.
+SEEN_GPUS = "nvml_seen_gpus"
 
 # Early ticks (kernel events) keep the loop busy at most this fraction of the time: the
 # next one starts no sooner than the last one's duration divided by it after the last
@@ -224,6 +227,7 @@ class Daemon:
         self.boot_id = boot_id(config.paths.proc_root)
         self._sanctioned_saved: dict[tuple[int, int], str] = {}
         self._gpus_known: dict[str, Any] | None = None  # the GPU inventory in meta
+        self._seen_gpus_written: dict[str, int] = {}  # meta SEEN_GPUS as last written
         self._slurm_members: dict[tuple[int, int], tuple[int, int | None]] = {}
         self._slurm_members_saved: dict[tuple[int, int], tuple[int, int | None]] = {}
         try:
@@ -239,6 +243,7 @@ class Daemon:
                 origins.setdefault(ident, Origin.from_json(recorded))
             self.scanner.keep_origins(origins)
             self._slurm_members_saved = dict(self._slurm_members)
+            self.scanner.remember_gpus(self._seen_gpus_saved())
         except Exception as exc:  # a damaged table must not stop the daemon
             self._failed("state", exc)
         # The latest wall time a previous run of this daemon saw (meta CLOCK_SEEN):
@@ -275,6 +280,35 @@ class Daemon:
                 traceback=traceback.format_exc(limit=5),
             )
         self.degraded[part] = text
+
+    def _seen_gpus_saved(self) -> dict[str, int]:
+        """The whole GPUs an earlier run of this daemon saw NVML list during this boot
+        (meta :data:`SEEN_GPUS`); empty when none, another boot's, or unreadable."""
+        raw = self.db.meta(SEEN_GPUS)
+        try:
+            saved = json.loads(raw) if raw else {}
+        except ValueError:
+            return {}
+        if not isinstance(saved, dict) or saved.get("boot_id") != self.boot_id:
+            return {}
+        gpus = saved.get("gpus")
+        if not isinstance(gpus, dict):
+            return {}
+        out = {str(u): i for u, i in gpus.items() if isinstance(i, int)}
+        self._seen_gpus_written = dict(out)
+        return out
+
+    def _record_seen_gpus(self) -> None:
+        """Keep the whole GPUs NVML listed during this boot in ``meta`` (written when
+        they change): a restart while one of them is out of the list then holds its
+        jobs and findings instead of resolving them (they would reopen under new ids
+        when it comes back)."""
+        seen = self.scanner.seen_gpus()
+        if seen and seen != self._seen_gpus_written:
+            self.db.set_meta(
+                SEEN_GPUS, json.dumps({"boot_id": self.boot_id, "gpus": seen}, sort_keys=True)
+            )
+            self._seen_gpus_written = seen
 
     def _record_gpus(self, result: ScanResult | None) -> None:
         """Keep every GPU seen (index, name) in ``meta``: the report names its timeline
@@ -473,6 +507,7 @@ class Daemon:
                 self._sanctioned_saved = dict(self.scanner.sanctioned)
             self._record_slurm_members(now)
             self._record_gpus(result)
+            self._record_seen_gpus()
             self._ok("state")
         except Exception as exc:
             self._failed("state", exc)
