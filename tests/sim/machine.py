@@ -117,7 +117,7 @@ class TrustMachine(RuleBasedStateMachine):
     # Across every machine of a run, for the summary: steps, ticks, jobs judged.
     counts: ClassVar[dict[str, int]] = {
         "machines": 0, "ticks": 0, "jobs": 0, "signals": 0, "kills": 0, "storage_faults": 0,
-        "taken_over": 0, "lost_verdicts": 0,
+        "taken_over": 0,
     }  # fmt: skip
 
     def __init__(self) -> None:
@@ -138,11 +138,10 @@ class TrustMachine(RuleBasedStateMachine):
         self.job_finding: dict[tuple[str, int, int], int] = {}
         self.respawns: set[int] = set()
         self.seen_roots: dict[str, set[tuple[int, int]]] = {}
-        # Seen while the state database refused writes: durable once a tick stores.
+        # Every identity the daemon judged sanctioned: for life, also when the state
+        # database refused writes then (the file beside the socket keeps it).
         self.sanctioned_durable: set[tuple[int, int]] = set()
-        # Sanctioned only in the memory of a daemon that died before it could write.
-        self.lost: set[tuple[int, int]] = set()
-        self.pending_sanctioned: set[tuple[int, int]] = set()
+        # Seen while the state database refused writes: durable once a tick stores.
         self.pending_seen: dict[str, set[tuple[int, int]]] = {}
         # Every label a PID had (the simulator never reuses a PID).
         self.labels_ever: dict[int, tuple[str, str]] = {}
@@ -410,8 +409,7 @@ class TrustMachine(RuleBasedStateMachine):
         self.daemon.db.close()
         self.daemon = self._daemon()
         self.effects.storage_ok = True
-        self.lost |= self.pending_sanctioned
-        self.pending_sanctioned, self.pending_seen = set(), {}
+        self.pending_seen = {}
 
     @rule(point=st.sampled_from(KILL_POINTS))
     def kill_between_steps(self, point: str) -> None:
@@ -492,14 +490,8 @@ class TrustMachine(RuleBasedStateMachine):
         jobs = result.jobs
         host = self.host
         labels = {pid: label for pid, (label, _start) in self.before.items()}
-        # What the daemon knows only once it could write it: a tick that could not
-        # store its state keeps what it saw in memory, and a restart before the
-        # database takes writes again loses it (docs/reliability.md, limits).
-        durable = "state" not in self.daemon.degraded
-        if durable:
-            self.sanctioned_durable |= self.pending_sanctioned
-            self.pending_sanctioned = set()
-        # I3: sanctioned for life (as far as the daemon could record it).
+        # I3: sanctioned for life, also when judged so while the state database refused
+        # writes and the daemon restarted before it took them again (issue 32).
         for job in jobs:
             for pid in job.pids:
                 if pid not in self.before:
@@ -507,7 +499,7 @@ class TrustMachine(RuleBasedStateMachine):
                 ident = (pid, self.before[pid][1])
                 if job.verdict == "sanctioned":
                     host.sanctioned_ever.add(ident)  # I2 holds for these whatever happens
-                    (self.sanctioned_durable if durable else self.pending_sanctioned).add(ident)
+                    self.sanctioned_durable.add(ident)
                 elif ident in self.sanctioned_durable and job.root_pid == pid:
                     raise AssertionError(
                         f"I3: PID {pid} ({labels[pid]}) was sanctioned, now {job.verdict}: "
@@ -516,15 +508,8 @@ class TrustMachine(RuleBasedStateMachine):
         # I2: every signal sent went to a rogue job's own process or exclusive wrapper.
         self.counts["jobs"] += len(jobs)
         self.counts["signals"] += len(self.effects.signalled)
-        for pid, sig, label, was_sanctioned, start in self.effects.signalled:
+        for pid, sig, label, was_sanctioned, _start in self.effects.signalled:
             assert label[0] in ("job", "wrapper"), f"I2: signal {sig} to PID {pid} {label}"
-            if was_sanctioned and (pid, start) in self.lost - self.sanctioned_durable:
-                # Known limit (docs/reliability.md): sanctioned only while the state
-                # database refused writes, and the daemon restarted before it took them
-                # again: the verdict was never recorded, the restarted daemon judged the
-                # run afresh. Counted, kept as an xfail test (test_trust_regressions).
-                self.counts["lost_verdicts"] += 1
-                continue
             assert not was_sanctioned, f"I2: signal {sig} to sanctioned PID {pid} {label}"
         self.effects.signalled.clear()
         self._check_units()

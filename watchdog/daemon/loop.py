@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from watchdog.config import Config, ConfigError, config_checksum, load_config
+from watchdog.daemon.sanctionedfile import read_sanctioned, sanctioned_path, write_sanctioned
 from watchdog.daemon.tracker import Tracker, sink_accepts
 from watchdog.daemon.unstored import UnstoredFindings
 from watchdog.lineage.slurm import stepd_members
@@ -226,6 +227,12 @@ class Daemon:
         # A sanctioned process stays sanctioned for its life, also across a restart.
         self.boot_id = boot_id(config.paths.proc_root)
         self._sanctioned_saved: dict[tuple[int, int], str] = {}
+        # The same identities beside the socket (daemon/sanctionedfile.py): a restart
+        # while state.db refused writes keeps what was sanctioned meanwhile.
+        self._sanctioned_file = sanctioned_path(config.daemon.socket)
+        self._sanctioned_written = read_sanctioned(self._sanctioned_file, self.boot_id)
+        self._sanctioned_file_error: str | None = None
+        self.scanner.keep_sanctioned(self._sanctioned_written)
         self._gpus_known: dict[str, Any] | None = None  # the GPU inventory in meta
         self._seen_gpus_written: dict[str, int] = {}  # meta SEEN_GPUS as last written
         self._slurm_members: dict[tuple[int, int], tuple[int, int | None]] = {}
@@ -280,6 +287,24 @@ class Daemon:
                 traceback=traceback.format_exc(limit=5),
             )
         self.degraded[part] = text
+
+    def _write_sanctioned_file(self) -> None:
+        """Mirror the sanctioned identities to the file beside the socket when they
+        changed (before anything is acted on this tick). A failure is logged once per
+        error and retried next tick: the database still holds them when it can."""
+        now = self.scanner.sanctioned
+        if now == self._sanctioned_written:
+            return
+        try:
+            write_sanctioned(self._sanctioned_file, now, self.boot_id)
+        except OSError as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            if text != self._sanctioned_file_error:
+                log.warning("sanctioned-file-unwritable", path=self._sanctioned_file, error=text)
+                self._sanctioned_file_error = text
+            return
+        self._sanctioned_written = dict(now)
+        self._sanctioned_file_error = None
 
     def _seen_gpus_saved(self) -> dict[str, int]:
         """The whole GPUs an earlier run of this daemon saw NVML list during this boot
@@ -463,6 +488,8 @@ class Daemon:
             self._nvml_health(result)
         except Exception as exc:
             self._failed("scan", exc)
+        if result is not None:
+            self._write_sanctioned_file()
         findings: list[Finding] = list(result.findings) if result else []
         if result is not None:
             for source in self.sources:
