@@ -78,6 +78,7 @@ from watchdog.actions.runner import InlineRunner
 from watchdog.actions.terminate import plan_tree
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
+from watchdog.daemon.sanctionedfile import sanctioned_path
 from watchdog.model import CronOrigin, Job, SystemdOrigin
 from watchdog.policy.signature import job_signature
 
@@ -186,7 +187,8 @@ class TrustMachine(RuleBasedStateMachine):
 
     def _daemon(self) -> Daemon:
         config = parse_config(self.config_text(), str(self.dir / "config.yaml"))
-        daemon = Daemon(config, None)
+        # The sanctioned identities beside the socket, as `run` keeps them.
+        daemon = Daemon(config, None, sanctioned_file=sanctioned_path(config.daemon.socket))
         daemon.exit_statuses = self.host.drain_exits  # the kernel's exit events
         # Inline: a terminate's waits run in the step that starts it (deterministic).
         enf = Enforcer(config, daemon.db, self.effects, runner=InlineRunner())

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from watchdog.config import Config, ConfigError, config_checksum, load_config
-from watchdog.daemon.sanctionedfile import read_sanctioned, sanctioned_path, write_sanctioned
+from watchdog.daemon.sanctionedfile import read_sanctioned, write_sanctioned
 from watchdog.daemon.tracker import Tracker, sink_accepts
 from watchdog.daemon.unstored import UnstoredFindings
 from watchdog.lineage.slurm import stepd_members
@@ -173,6 +173,9 @@ class Daemon:
         sources: Extra finding sources.
         enforcers: Actions after tracking.
         workers: Background threads started and stopped with the loop.
+        sanctioned_file: Where to keep the sanctioned identities besides the database
+            (:mod:`watchdog.daemon.sanctionedfile`; ``run`` passes the file beside the
+            status socket); None keeps them in the database only.
     """
 
     def __init__(
@@ -185,6 +188,7 @@ class Daemon:
         sources: Sequence[FindingSource] = (),
         enforcers: Sequence[Enforcer] = (),
         workers: Sequence[Worker] = (),
+        sanctioned_file: str | None = None,
     ) -> None:
         self.config = config
         self.config_path = config_path
@@ -229,8 +233,10 @@ class Daemon:
         self._sanctioned_saved: dict[tuple[int, int], str] = {}
         # The same identities beside the socket (daemon/sanctionedfile.py): a restart
         # while state.db refused writes keeps what was sanctioned meanwhile.
-        self._sanctioned_file = sanctioned_path(config.daemon.socket)
-        self._sanctioned_written = read_sanctioned(self._sanctioned_file, self.boot_id)
+        self._sanctioned_file = sanctioned_file
+        self._sanctioned_written = (
+            read_sanctioned(sanctioned_file, self.boot_id) if sanctioned_file else {}
+        )
         self._sanctioned_file_error: str | None = None
         self.scanner.keep_sanctioned(self._sanctioned_written)
         self._gpus_known: dict[str, Any] | None = None  # the GPU inventory in meta
@@ -293,7 +299,7 @@ class Daemon:
         changed (before anything is acted on this tick). A failure is logged once per
         error and retried next tick: the database still holds them when it can."""
         now = self.scanner.sanctioned
-        if now == self._sanctioned_written:
+        if self._sanctioned_file is None or now == self._sanctioned_written:
             return
         try:
             write_sanctioned(self._sanctioned_file, now, self.boot_id)
