@@ -547,6 +547,8 @@ class Daemon:
         stored = track is not None
         if track is None:
             track = self._track_unstored(result, findings, now)
+            # An open held back by the settle in memory is due as one in the database is.
+            self.tracker.settle_due = self.unstored.settle_due
         if track is not None:
             self._log_events(track)
         if result is not None and stored and track is not None and not learning:
@@ -611,6 +613,8 @@ class Daemon:
                 alerts=self.config.alerts,
                 host=self.scanner.host,
                 blind=result is None or result.gpu_blind,
+                exits=self.tracker.exits,
+                gpu_lists=result is not None and result.nvml.available,
             )
         except Exception as exc:
             self._failed("unstored-alerts", exc)
