@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{c['ticks']} ticks, {c['jobs']} jobs judged, "
             f"{c['signals']} signals, {c.get('kills', 0)} daemon kills, "
             f"{c.get('storage_faults', 0)} storage outages, "
-            f"{c.get('taken_over', 0)} actions taken over, "
-            f"{c.get('lost_verdicts', 0)} known-limit signals: {len(violations)} violation(s), "
+            f"{c.get('taken_over', 0)} actions taken over: "
+            f"{len(violations)} violation(s), "
             f"{summary['wall_s']} s"
         )
     return 1 if violations else 0

@@ -11,9 +11,9 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Sequence, Set
+from collections.abc import Mapping, Sequence, Set
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from watchdog.config import Config
 from watchdog.hosttext import command_text
@@ -75,6 +75,21 @@ class GpuSource(Protocol):
 
     def snapshot(self, pid_max: int) -> NvmlSnapshot:
         """What NVML lists now (devices, processes, problems)."""
+        ...
+
+
+@runtime_checkable
+class RemembersGpus(Protocol):
+    """A GPU source that knows which whole GPUs it saw listed (a GPU that drops out of
+    the list is blind, not empty: :class:`watchdog.sources.nvml.NvmlSource`)."""
+
+    @property
+    def seen_gpus(self) -> dict[str, int]:
+        """UUID -> last index of every whole GPU seen listed."""
+        ...
+
+    def remember_gpus(self, gpus: Mapping[str, int]) -> None:
+        """Count ``gpus`` as seen listed before."""
         ...
 
 
@@ -291,6 +306,26 @@ class Scanner:
         """
         self._pinned = dict(previous._pinned)
         self.sanctioned = dict(previous.sanctioned)
+        # Nor does it make a GPU that drops out of NVML's list next look never listed.
+        self.remember_gpus(previous.seen_gpus())
+
+    def seen_gpus(self) -> dict[str, int]:
+        """UUID -> last index of every whole GPU NVML listed (empty without NVML)."""
+        src = self.gpu_source
+        return src.seen_gpus if isinstance(src, RemembersGpus) else {}
+
+    def remember_gpus(self, gpus: Mapping[str, int]) -> None:
+        """Count ``gpus`` (UUID -> index) as listed before this Scanner existed: one
+        missing from NVML's list is blind (its jobs are held), not a GPU whose processes
+        all ended (issue 32: a reload or restart during a GPU's absence resolved its
+        findings and reopened them under new ids when it came back).
+
+        Args:
+            gpus: UUID -> index of whole GPUs seen listed before.
+        """
+        src = self.gpu_source
+        if isinstance(src, RemembersGpus) and gpus:
+            src.remember_gpus(gpus)
 
     def keep_origins(self, origins: dict[tuple[int, int], Origin]) -> None:
         """Origins of running job roots resolved before this Scanner existed (a daemon

@@ -20,7 +20,9 @@ rogue-watchdog is never wrong in the dangerous direction:
   because a run came or went;
 - I9 a killed job's return is always paged: an unsanctioned signature that may train
   (class training or unknown) back after one of the runs it had last was ended by a
-  signal (ours or a person's) opens ``respawned`` at that tick and spools its ``open``.
+  signal (ours or a person's) opens ``respawned`` at that tick and spools its ``open``
+  (or did at a tick the daemon was killed in after storing it, before the action it
+  died in: a kill leaves that tick unchecked).
 - I10 a service is never collateral: no ``systemctl`` stop, disable or mask of a unit
   while a process of it that is not training runs (a hub that launches trainers), no
   ``disable-source`` plan for it without ``--stop-service``, and its jobs' ``stop:``
@@ -76,6 +78,7 @@ from watchdog.actions.runner import InlineRunner
 from watchdog.actions.terminate import plan_tree
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
+from watchdog.daemon.sanctionedfile import sanctioned_path
 from watchdog.model import CronOrigin, Job, SystemdOrigin
 from watchdog.policy.signature import job_signature
 
@@ -115,7 +118,7 @@ class TrustMachine(RuleBasedStateMachine):
     # Across every machine of a run, for the summary: steps, ticks, jobs judged.
     counts: ClassVar[dict[str, int]] = {
         "machines": 0, "ticks": 0, "jobs": 0, "signals": 0, "kills": 0, "storage_faults": 0,
-        "taken_over": 0, "lost_verdicts": 0,
+        "taken_over": 0,
     }  # fmt: skip
 
     def __init__(self) -> None:
@@ -136,11 +139,10 @@ class TrustMachine(RuleBasedStateMachine):
         self.job_finding: dict[tuple[str, int, int], int] = {}
         self.respawns: set[int] = set()
         self.seen_roots: dict[str, set[tuple[int, int]]] = {}
-        # Seen while the state database refused writes: durable once a tick stores.
+        # Every identity the daemon judged sanctioned: for life, also when the state
+        # database refused writes then (the file beside the socket keeps it).
         self.sanctioned_durable: set[tuple[int, int]] = set()
-        # Sanctioned only in the memory of a daemon that died before it could write.
-        self.lost: set[tuple[int, int]] = set()
-        self.pending_sanctioned: set[tuple[int, int]] = set()
+        # Seen while the state database refused writes: durable once a tick stores.
         self.pending_seen: dict[str, set[tuple[int, int]]] = {}
         # Every label a PID had (the simulator never reuses a PID).
         self.labels_ever: dict[int, tuple[str, str]] = {}
@@ -148,6 +150,9 @@ class TrustMachine(RuleBasedStateMachine):
         # of its runs when it was last seen.
         self.sightings: dict[str, int] = {}
         self.last_roots: dict[str, set[tuple[int, int]]] = {}
+        # The time of the last tick whose invariants were checked: a tick the daemon was
+        # killed in stored its findings (and pages) before its action began, unchecked.
+        self.checked_at = -1.0
         self.loop_shell: int | None = None
         self.ticks = 0
         self.calls_seen = 0
@@ -182,7 +187,8 @@ class TrustMachine(RuleBasedStateMachine):
 
     def _daemon(self) -> Daemon:
         config = parse_config(self.config_text(), str(self.dir / "config.yaml"))
-        daemon = Daemon(config, None)
+        # The sanctioned identities beside the socket, as `run` keeps them.
+        daemon = Daemon(config, None, sanctioned_file=sanctioned_path(config.daemon.socket))
         daemon.exit_statuses = self.host.drain_exits  # the kernel's exit events
         # Inline: a terminate's waits run in the step that starts it (deterministic).
         enf = Enforcer(config, daemon.db, self.effects, runner=InlineRunner())
@@ -405,8 +411,7 @@ class TrustMachine(RuleBasedStateMachine):
         self.daemon.db.close()
         self.daemon = self._daemon()
         self.effects.storage_ok = True
-        self.lost |= self.pending_sanctioned
-        self.pending_sanctioned, self.pending_seen = set(), {}
+        self.pending_seen = {}
 
     @rule(point=st.sampled_from(KILL_POINTS))
     def kill_between_steps(self, point: str) -> None:
@@ -487,14 +492,8 @@ class TrustMachine(RuleBasedStateMachine):
         jobs = result.jobs
         host = self.host
         labels = {pid: label for pid, (label, _start) in self.before.items()}
-        # What the daemon knows only once it could write it: a tick that could not
-        # store its state keeps what it saw in memory, and a restart before the
-        # database takes writes again loses it (docs/reliability.md, limits).
-        durable = "state" not in self.daemon.degraded
-        if durable:
-            self.sanctioned_durable |= self.pending_sanctioned
-            self.pending_sanctioned = set()
-        # I3: sanctioned for life (as far as the daemon could record it).
+        # I3: sanctioned for life, also when judged so while the state database refused
+        # writes and the daemon restarted before it took them again (issue 32).
         for job in jobs:
             for pid in job.pids:
                 if pid not in self.before:
@@ -502,7 +501,7 @@ class TrustMachine(RuleBasedStateMachine):
                 ident = (pid, self.before[pid][1])
                 if job.verdict == "sanctioned":
                     host.sanctioned_ever.add(ident)  # I2 holds for these whatever happens
-                    (self.sanctioned_durable if durable else self.pending_sanctioned).add(ident)
+                    self.sanctioned_durable.add(ident)
                 elif ident in self.sanctioned_durable and job.root_pid == pid:
                     raise AssertionError(
                         f"I3: PID {pid} ({labels[pid]}) was sanctioned, now {job.verdict}: "
@@ -511,15 +510,8 @@ class TrustMachine(RuleBasedStateMachine):
         # I2: every signal sent went to a rogue job's own process or exclusive wrapper.
         self.counts["jobs"] += len(jobs)
         self.counts["signals"] += len(self.effects.signalled)
-        for pid, sig, label, was_sanctioned, start in self.effects.signalled:
+        for pid, sig, label, was_sanctioned, _start in self.effects.signalled:
             assert label[0] in ("job", "wrapper"), f"I2: signal {sig} to PID {pid} {label}"
-            if was_sanctioned and (pid, start) in self.lost - self.sanctioned_durable:
-                # Known limit (docs/reliability.md): sanctioned only while the state
-                # database refused writes, and the daemon restarted before it took them
-                # again: the verdict was never recorded, the restarted daemon judged the
-                # run afresh. Counted, kept as an xfail test (test_trust_regressions).
-                self.counts["lost_verdicts"] += 1
-                continue
             assert not was_sanctioned, f"I2: signal {sig} to sanctioned PID {pid} {label}"
         self.effects.signalled.clear()
         self._check_units()
@@ -723,15 +715,24 @@ class TrustMachine(RuleBasedStateMachine):
             back = was is not None and rows.get(sig, 0) > was
             killed = self.last_roots.get(sig, set()) & self.host.killed
             if back and job.unsanctioned and job.may_train and killed:
-                found = db.conn.execute(
-                    "SELECT f.id FROM findings f JOIN deliveries d ON d.finding_id = f.id"
-                    " WHERE f.kind = 'respawned' AND f.opened_at = ? AND d.event = 'open'"
-                    " AND json_extract(f.details_json, '$.signature') = ?",
-                    (now, sig),
-                ).fetchall()
+                # Paged at this tick, or at a tick since the last checked one that the
+                # daemon was killed in (its findings were stored before its action
+                # began: seed 61207), naming a run that is here now.
+                found = [
+                    fid
+                    for fid, root in db.conn.execute(
+                        "SELECT f.id, json_extract(f.details_json, '$.root') FROM findings f"
+                        " JOIN deliveries d ON d.finding_id = f.id WHERE f.kind = 'respawned'"
+                        " AND f.opened_at > ? AND f.opened_at <= ? AND d.event = 'open'"
+                        " AND json_extract(f.details_json, '$.signature') = ?",
+                        (self.checked_at, now, sig),
+                    )
+                    if root is not None and tuple(json.loads(root)) in roots[sig]
+                ]
                 assert found, f"I9: {sig} back as {job.root_pid} after {killed} was killed: no page"
         self.sightings = rows
         self.last_roots.update(roots)
+        self.checked_at = now
 
     @invariant()
     def never_touches_real_processes(self) -> None:

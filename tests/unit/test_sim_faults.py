@@ -7,23 +7,26 @@ own (pynvml loads one NVML library per process: the simulator's fake one).
    back: the respawn seen in memory is recorded when the database takes writes again,
    naming the run seen during the outage, once (the simulator's bookkeeping had counted
    the outage's sighting as recorded; I4 holds).
-2. (seed 1, 4,000 steps) Known limit, kept as a strict xfail: a run judged sanctioned
-   only while the database refused writes, then a restart before it took them again:
-   the verdict was never recorded, the restarted daemon judged the run afresh (the
-   sanctioned line had been edited meanwhile) and terminated it. docs/reliability.md.
+2. (seed 1, 4,000 steps) A run judged sanctioned only while the database refused
+   writes, then a restart before it took them again: the verdict was never recorded,
+   the restarted daemon judged the run afresh (the sanctioned line had been edited
+   meanwhile) and terminated it. The sanctioned identities are now also kept in a file
+   beside the socket (watchdog/daemon/sanctionedfile.py).
 3. A daemon killed between SIGTERM and its record, restarted: the terminate is taken
    over and finished, every side effect had its record first (I12), nothing twice (I13).
-4. (seed 20261206, 10,000 steps, after the merge of main) Open, strict xfail: a storage
-   outage, then a GPU leaving NVML's list and storage back: the finding kept in memory
-   during the outage is resolved while the daemon is blind to its job, which still runs
-   (I4). Reproduces on main alone (the outage made with ``PRAGMA query_only``).
-5. (same run) Open, strict xfail, no fault injected: a shell loop whose run is left a
-   zombie, four ghost runs, a probe loop, a GPU leaving the list, a reload: the
-   rogue-job finding of the loop's run is reopened under a new id (I4/I5). Reproduces
-   on main alone.
-6. (seed 61207, 100,000 steps, this stop's merged main) Open, strict xfail: terminate
-   mode, the daemon killed at ``terminate:begun`` of a probe loop's run, the loop's next
-   run: no ``respawned`` page for the return of a run that was killed (I9).
+4. (seed 20261206, 10,000 steps) A storage outage, then a GPU leaving NVML's list and
+   storage back: the finding kept in memory during the outage was resolved while the
+   daemon was blind to its job, which still ran (I4): the tracker held only the jobs its
+   table had recorded. Blind, a finding whose root process runs now stays open.
+5. (same run) No fault injected: a shell loop whose run is left a zombie, four ghost
+   runs, a probe loop, a GPU leaving the list, a reload (or a restart): the new NVML
+   source had never seen that GPU listed, so it was not blind there, the job looked
+   ended and its rogue-job finding was reopened under a new id when the GPU came back
+   (I4/I5). The GPUs seen now survive a reload and, within one boot, a restart.
+6. (seed 61207, 100,000 steps) Terminate mode, the daemon killed at ``terminate:begun``
+   of a probe loop's second run: the return was paged (``respawned``) in the tick the
+   daemon died in, which stored its findings before the action began; the simulator
+   checked I9 only at the next tick and for a page at that tick alone (fixed there).
 """
 
 from __future__ import annotations
@@ -86,21 +89,24 @@ def test_a_respawn_seen_during_a_storage_outage_is_recorded_once_it_ends() -> No
     assert counts["storage_faults"] == 1 and counts["ticks"] == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit: a verdict held only in memory during a storage outage is lost by "
-    "a restart before the outage ends (docs/reliability.md)",
-)
 def test_a_run_sanctioned_during_an_outage_stays_sanctioned_across_a_restart() -> None:
+    # The ghost's runs were judged sanctioned only while state.db refused writes, the
+    # sanctioned line was edited, the daemon restarted before the outage ended: it had
+    # judged them afresh and sent SIGSTOP and SIGKILL to one (2 signals). The
+    # identities are now also kept in a file beside the socket (this boot only): no
+    # signal reaches a process it sanctioned (I2 and I3 hold strictly, checked at every
+    # tick of the replay).
     counts = replay(
         "m.ghost_fires();m.orphaned_shell(shared=True, stubborn=True);"
         "m.reload(cap=2, mode='terminate');m.restart();m.tick(5.0);m.storage(ok=False);"
         "m.tick(5.0);m.ghost_fires();m.ghost_fires();m.ghost_fires();m.tick(5.0);"
         "m.one_launch(workers=4);m.one_launch(workers=4);m.pipeline_fires();"
         "m.nvml_view(mode='count-lost');m.edit_pipeline_line(edit='flock');m.restart();"
-        "m.ghost_fires();m.tick(20.0)"
+        "m.ghost_fires();m.tick(20.0);"
+        "TrustMachine.counts['to_sanctioned'] = sum(n for (p, t, _g), n in "
+        "m.effects.per_identity.items() if (p, t) in m.host.sanctioned_ever)"
     )
-    assert counts["lost_verdicts"] == 0  # 2: SIGSTOP and SIGKILL to the ghost it sanctioned
+    assert counts["to_sanctioned"] == 0  # was 2 (SIGSTOP, SIGKILL)
 
 
 def test_a_daemon_killed_after_sigterm_is_taken_over_with_every_effect_recorded() -> None:
@@ -115,40 +121,58 @@ def test_a_daemon_killed_after_sigterm_is_taken_over_with_every_effect_recorded(
     assert counts["signals"] > 0
 
 
-@pytest.mark.xfail(
-    strict=True, reason="open: main's unstored findings resolve while blind (reported)"
-)
 def test_a_finding_kept_in_memory_is_not_resolved_while_blind() -> None:
-    broken = violation(
+    # F1 (the loop's rogue-job) was opened in memory during the outage, so the jobs
+    # table never had its job; storage back while GPU 1 was out of NVML's list: the
+    # tracker held only jobs it had recorded and resolved F1 while its job ran (I4).
+    # Blind, a finding whose root process still runs stays open, recorded or not.
+    counts = replay(
         "m.shell_loop(shared=False);"
         "m.something_ends(data=type('D', (), {'draw': lambda self, s: 4000002})(), how='zombie');"
         "m.storage(ok=False);m.tick(5.0);m.nvml_view(mode='vanish1');m.storage(ok=True);"
-        "m.probe_loop(gpu=False)"
+        "m.probe_loop(gpu=False);m.nvml_view(mode='ok');m.tick(5.0);"
+        "TrustMachine.counts['f1'] = m.daemon.db.conn.execute("
+        '"SELECT COUNT(*) FROM findings WHERE id = 1 AND resolved_at IS NULL").fetchone()[0]'
     )
-    assert broken == "", broken
+    assert counts["f1"] == 1  # was resolved at the tick storage came back, GPU 1 unseen
 
 
-@pytest.mark.xfail(strict=True, reason="open: a loop's run reopened under a new id (reported)")
-def test_a_loop_run_left_a_zombie_keeps_its_finding() -> None:
-    broken = violation(
-        "m.shell_loop(shared=False);"
-        "m.something_ends(data=type('D', (), {'draw': lambda self, s: 4000002})(), how='zombie');"
-        "m.ghost_fires();m.ghost_fires();m.ghost_fires();m.ghost_fires();"
-        "m.probe_loop(gpu=False);m.nvml_view(mode='vanish1');"
-        "m.reload(cap=1, mode='observe');m.tick(5.0);m.nvml_view(mode='ok');m.tick(5.0)"
-    )
-    assert broken == "", broken
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a probe loop's run killed after a daemon died at terminate:begun comes "
-    "back without a respawned page (I9; bench/trust_sim.py --steps 100000 --seed 61207)",
+ZOMBIE_LOOP = (
+    "m.shell_loop(shared=False);"
+    "m.something_ends(data=type('D', (), {'draw': lambda self, s: 4000002})(), how='zombie');"
+    "m.ghost_fires();m.ghost_fires();m.ghost_fires();m.ghost_fires();"
+    "m.probe_loop(gpu=False);m.nvml_view(mode='vanish1');"
 )
+
+
+@pytest.mark.parametrize("new_daemon", ["m.reload(cap=1, mode='observe')", "m.restart()"])
+def test_a_loop_run_left_a_zombie_keeps_its_finding(new_daemon: str) -> None:
+    # The loop's job exists only through its zombie's memory on GPU 1. A reload (a new
+    # Scanner, a new NVML source) or a restart while GPU 1 was out of NVML's list forgot
+    # it had been listed: the job looked ended, F1 resolved, and reopened as F5 when the
+    # GPU came back (I4/I5). The GPUs seen are carried over (reload) or read back from
+    # meta for this boot (restart): the GPU is blind, F1 stays open, one id throughout.
+    counts = replay(
+        ZOMBIE_LOOP + new_daemon + ";m.tick(5.0);m.nvml_view(mode='ok');m.tick(5.0);"
+        "TrustMachine.counts['rogue_job_ids'] = m.daemon.db.conn.execute("
+        "\"SELECT COUNT(*) FROM findings WHERE kind = 'rogue-job' AND root_pid = 4000001\""
+        ").fetchone()[0]"
+    )
+    assert counts["rogue_job_ids"] == 1  # was 2 (F1, then F5)
+
+
 def test_a_return_after_a_kill_across_an_interrupted_terminate_is_paged() -> None:
-    broken = violation(
+    # The daemon was killed at terminate:begun of the loop's second run, after that
+    # tick had stored its findings: the return was paged then (respawned, spooled
+    # once), and the next start finished the terminate. The simulator checked I9 only
+    # at the tick after the kill (a killed tick is not checked) and looked for a page
+    # at that tick alone: a bookkeeping error of the simulator, not of the daemon.
+    counts = replay(
         "m.reload(cap=1, mode='terminate');m.edit_pipeline_line(edit='flock');m.restart();"
         "m.probe_loop(gpu=False);m.kill_between_steps(point='terminate:begun');"
-        "m.probe_loop(gpu=False);m.tick(5.0)"
+        "m.probe_loop(gpu=False);m.tick(5.0);"
+        "TrustMachine.counts['respawned_opens'] = m.daemon.db.conn.execute("
+        '"SELECT COUNT(*) FROM deliveries d JOIN findings f ON f.id = d.finding_id"'
+        "\" WHERE f.kind = 'respawned' AND d.event = 'open'\").fetchone()[0]"
     )
-    assert broken == "", broken
+    assert (counts["kills"], counts["taken_over"], counts["respawned_opens"]) == (1, 1, 1)

@@ -273,13 +273,16 @@ def _serve(
     from watchdog.daemon.ipc import SocketInUseError, SocketPathTakenError, StatusServer
     from watchdog.daemon.loop import Daemon
     from watchdog.daemon.notify import Notifier
+    from watchdog.daemon.sanctionedfile import sanctioned_path
     from watchdog.daemon.status import build_status
     from watchdog.state import StateError
 
     configure_logging(None, log_format, clock=True)
     _log_fatal_signals()
     try:
-        daemon = Daemon(config, path)
+        # The sanctioned identities also beside the socket: a restart while state.db
+        # refuses writes keeps them (docs/reliability.md, limits).
+        daemon = Daemon(config, path, sanctioned_file=sanctioned_path(config.daemon.socket))
     except StateError as exc:
         print(f"rogue-watchdog: {exc}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from watchdog.config import Config, ConfigError, config_checksum, load_config
+from watchdog.daemon.sanctionedfile import read_sanctioned, write_sanctioned
 from watchdog.daemon.tracker import Tracker, sink_accepts
 from watchdog.daemon.unstored import UnstoredFindings
 from watchdog.lineage.slurm import stepd_members
@@ -93,6 +94,9 @@ def keep_restart_only(running: Config, new: Config) -> tuple[Config, list[str]]:
 PRUNE_EVERY_S = 300.0
 # ``meta`` key: the latest wall time (POSIX seconds) the daemon saw, written at each prune.
 CLOCK_SEEN = "clock_seen"
+# meta: the whole GPUs NVML listed during this boot ({"boot_id", "gpus": UUID -> index}):
+# a restart while one is out of the list knows it is blind there, not empty.
+SEEN_GPUS = "nvml_seen_gpus"
 
 # Early ticks (kernel events) keep the loop busy at most this fraction of the time: the
 # next one starts no sooner than the last one's duration divided by it after the last
@@ -169,6 +173,9 @@ class Daemon:
         sources: Extra finding sources.
         enforcers: Actions after tracking.
         workers: Background threads started and stopped with the loop.
+        sanctioned_file: Where to keep the sanctioned identities besides the database
+            (:mod:`watchdog.daemon.sanctionedfile`; ``run`` passes the file beside the
+            status socket); None keeps them in the database only.
     """
 
     def __init__(
@@ -181,6 +188,7 @@ class Daemon:
         sources: Sequence[FindingSource] = (),
         enforcers: Sequence[Enforcer] = (),
         workers: Sequence[Worker] = (),
+        sanctioned_file: str | None = None,
     ) -> None:
         self.config = config
         self.config_path = config_path
@@ -223,7 +231,16 @@ class Daemon:
         # A sanctioned process stays sanctioned for its life, also across a restart.
         self.boot_id = boot_id(config.paths.proc_root)
         self._sanctioned_saved: dict[tuple[int, int], str] = {}
+        # The same identities beside the socket (daemon/sanctionedfile.py): a restart
+        # while state.db refused writes keeps what was sanctioned meanwhile.
+        self._sanctioned_file = sanctioned_file
+        self._sanctioned_written = (
+            read_sanctioned(sanctioned_file, self.boot_id) if sanctioned_file else {}
+        )
+        self._sanctioned_file_error: str | None = None
+        self.scanner.keep_sanctioned(self._sanctioned_written)
         self._gpus_known: dict[str, Any] | None = None  # the GPU inventory in meta
+        self._seen_gpus_written: dict[str, int] = {}  # meta SEEN_GPUS as last written
         self._slurm_members: dict[tuple[int, int], tuple[int, int | None]] = {}
         self._slurm_members_saved: dict[tuple[int, int], tuple[int, int | None]] = {}
         try:
@@ -239,6 +256,7 @@ class Daemon:
                 origins.setdefault(ident, Origin.from_json(recorded))
             self.scanner.keep_origins(origins)
             self._slurm_members_saved = dict(self._slurm_members)
+            self.scanner.remember_gpus(self._seen_gpus_saved())
         except Exception as exc:  # a damaged table must not stop the daemon
             self._failed("state", exc)
         # The latest wall time a previous run of this daemon saw (meta CLOCK_SEEN):
@@ -275,6 +293,53 @@ class Daemon:
                 traceback=traceback.format_exc(limit=5),
             )
         self.degraded[part] = text
+
+    def _write_sanctioned_file(self) -> None:
+        """Mirror the sanctioned identities to the file beside the socket when they
+        changed (before anything is acted on this tick). A failure is logged once per
+        error and retried next tick: the database still holds them when it can."""
+        now = self.scanner.sanctioned
+        if self._sanctioned_file is None or now == self._sanctioned_written:
+            return
+        try:
+            write_sanctioned(self._sanctioned_file, now, self.boot_id)
+        except OSError as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            if text != self._sanctioned_file_error:
+                log.warning("sanctioned-file-unwritable", path=self._sanctioned_file, error=text)
+                self._sanctioned_file_error = text
+            return
+        self._sanctioned_written = dict(now)
+        self._sanctioned_file_error = None
+
+    def _seen_gpus_saved(self) -> dict[str, int]:
+        """The whole GPUs an earlier run of this daemon saw NVML list during this boot
+        (meta :data:`SEEN_GPUS`); empty when none, another boot's, or unreadable."""
+        raw = self.db.meta(SEEN_GPUS)
+        try:
+            saved = json.loads(raw) if raw else {}
+        except ValueError:
+            return {}
+        if not isinstance(saved, dict) or saved.get("boot_id") != self.boot_id:
+            return {}
+        gpus = saved.get("gpus")
+        if not isinstance(gpus, dict):
+            return {}
+        out = {str(u): i for u, i in gpus.items() if isinstance(i, int)}
+        self._seen_gpus_written = dict(out)
+        return out
+
+    def _record_seen_gpus(self) -> None:
+        """Keep the whole GPUs NVML listed during this boot in ``meta`` (written when
+        they change): a restart while one of them is out of the list then holds its
+        jobs and findings instead of resolving them (they would reopen under new ids
+        when it comes back)."""
+        seen = self.scanner.seen_gpus()
+        if seen and seen != self._seen_gpus_written:
+            self.db.set_meta(
+                SEEN_GPUS, json.dumps({"boot_id": self.boot_id, "gpus": seen}, sort_keys=True)
+            )
+            self._seen_gpus_written = seen
 
     def _record_gpus(self, result: ScanResult | None) -> None:
         """Keep every GPU seen (index, name) in ``meta``: the report names its timeline
@@ -429,6 +494,8 @@ class Daemon:
             self._nvml_health(result)
         except Exception as exc:
             self._failed("scan", exc)
+        if result is not None:
+            self._write_sanctioned_file()
         findings: list[Finding] = list(result.findings) if result else []
         if result is not None:
             for source in self.sources:
@@ -473,12 +540,15 @@ class Daemon:
                 self._sanctioned_saved = dict(self.scanner.sanctioned)
             self._record_slurm_members(now)
             self._record_gpus(result)
+            self._record_seen_gpus()
             self._ok("state")
         except Exception as exc:
             self._failed("state", exc)
         stored = track is not None
         if track is None:
             track = self._track_unstored(result, findings, now)
+            # An open held back by the settle in memory is due as one in the database is.
+            self.tracker.settle_due = self.unstored.settle_due
         if track is not None:
             self._log_events(track)
         if result is not None and stored and track is not None and not learning:
@@ -543,6 +613,8 @@ class Daemon:
                 alerts=self.config.alerts,
                 host=self.scanner.host,
                 blind=result is None or result.gpu_blind,
+                exits=self.tracker.exits,
+                gpu_lists=result is not None and result.nvml.available,
             )
         except Exception as exc:
             self._failed("unstored-alerts", exc)

@@ -51,6 +51,42 @@ __all__ = ["Tracker", "fingerprint", "fold", "sink_accepts"]
 MAX_EXITS = 4096
 
 
+def held_by_root(
+    open_records: Iterable[FindingRecord],
+    jobs: Iterable[Job],
+    alive: Callable[[int, int], bool] | None,
+) -> set[str]:
+    """While a source is blind: the signatures of open findings about a job not seen
+    this tick whose root process (``details.root``: PID, start ticks) still runs. The
+    ``jobs`` table holds such a job too (:func:`~.tracking.jobs.record_jobs`), but not
+    one it never recorded: a finding kept in memory while the database refused writes
+    and stored since (issue 32) was resolved while its job ran on a GPU NVML had lost.
+
+    Args:
+        open_records: The findings open before this tick.
+        jobs: This tick's tracked jobs.
+        alive: ``(pid, start_ticks) -> bool``, whether that process still runs.
+    """
+    if alive is None:
+        return set()
+    here = {(j.root_pid, j.start_ticks) for j in jobs}
+    out: set[str] = set()
+    for rec in open_records:
+        root = rec.details.get("root")
+        if not (
+            isinstance(root, list) and len(root) == 2 and all(isinstance(x, int) for x in root)
+        ):
+            continue
+        ident = (root[0], root[1])
+        if ident in here or not alive(*ident):
+            continue
+        out.add(rec.fingerprint.partition(":")[2])
+        sig = rec.details.get("signature")
+        if isinstance(sig, str):
+            out.add(sig)
+    return out
+
+
 class Tracker:
     """Keeps the ``jobs`` and ``findings`` tables in step with each scan.
 
@@ -196,9 +232,10 @@ class Tracker:
             awaiting = {fp for fp, g in waiting.items() if blind or now - g <= RETURN_WINDOW_S}
             by_fp = {rec.fingerprint: rec.id for rec in before}
             self._ended_alone = {by_fp[fp]: g for fp, g in waiting.items() if fp not in awaiting}
+            held = seen.held | (held_by_root(before, tracked, alive) if blind else set())
             steps = decide(
                 group([*noted, *respawns], seen.signatures), before, present=present,
-                held=seen.held, expected=between, awaiting=awaiting,
+                held=held, expected=between, awaiting=awaiting,
             )  # fmt: skip
             opened, reminded, resolved = self._apply(steps, now)
             self._between_runs(before, steps, between, now)
@@ -208,7 +245,7 @@ class Tracker:
             resolved=resolved,
             signatures=seen.signatures,
             respawned=respawns,
-            held=seen.held,
+            held=held,
         )
 
     def _last_seen(self, sigs: Iterable[str]) -> dict[str, float]:

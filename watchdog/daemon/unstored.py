@@ -6,11 +6,23 @@ case 1: on a full or unwritable state directory 96 of 100 rogues were never aler
 on any sink, the log sink included). When the tick's transaction fails, the daemon
 hands this tick's findings here instead: a finding no stored open finding has the
 fingerprint of is opened in memory under the id the database would have given it,
-its ``open`` alert (after the debounce) and its ``resolve`` alert go to every
-accepting sink through the :class:`~watchdog.daemon.alerts.memory.MemorySpool`, each
-sink once, and ``status`` lists it as not persisted. When a tick can write again,
-:meth:`UnstoredFindings.store` writes these findings with their alert state first, so
-the tracker takes each for one it already alerted on: no second ``open``.
+its ``open`` alert and its ``resolve`` alert go to every accepting sink through the
+:class:`~watchdog.daemon.alerts.memory.MemorySpool`, each sink once, and ``status``
+lists it as not persisted.
+
+The page-once rules of the stored findings hold here too (issue 35): the ``open``
+waits for the debounce and for the job's first complete picture (``alerts.settle_s``,
+:func:`~watchdog.daemon.tracking.reminders.alert_due`), and one held back that resolves
+still gets it unless its job ended by itself; the finding of a run that ended by itself
+(its exit status says so) stays open for
+:data:`~watchdog.daemon.tracking.periodic.RETURN_WINDOW_S`, and a run of the same job
+back within it continues that finding (same id, no second open), as a loop's runs do;
+a run stopped by a signal whose job is back is resolved, and the run back is a finding
+of its own (paged).
+
+When a tick can write again, :meth:`UnstoredFindings.store` writes these findings with
+their alert state first, so the tracker takes each for one it already alerted on: no
+second ``open``.
 
 What is not done from memory: reminders, ``respawned`` findings (they need the jobs
 table), the findings already stored (their alerts wait for the database), and actions
@@ -20,14 +32,15 @@ table), the findings already stored (their alerts wait for the database), and ac
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from watchdog.config.alerts import AlertSettings
-from watchdog.daemon.alerts.alert import AlertEvent
+from watchdog.daemon.alerts.alert import AlertEvent, local_iso
 from watchdog.daemon.alerts.memory import MemorySpool
-from watchdog.daemon.tracking.fold import fold, group
+from watchdog.daemon.tracking.fold import fold, group, same_job
 from watchdog.daemon.tracking.naming import with_own_id
-from watchdog.daemon.tracking.reminders import alert_labels
+from watchdog.daemon.tracking.periodic import PERIODIC_KINDS, RETURN_WINDOW_S, gap_text
+from watchdog.daemon.tracking.reminders import alert_due, alert_labels, record_labels
 from watchdog.daemon.tracking.spool import deliveries
 from watchdog.model import Finding, Job
 from watchdog.plugins import TrackResult
@@ -45,6 +58,11 @@ class UnstoredFindings:
             database gave, as last read).
         stored_open: The stored open findings (fingerprint → id) as last known: used
             when the database cannot even be read.
+        gone: Fingerprint → when the job of an open finding kept in memory was first
+            not seen, and whether its run had ended by itself then (it waits for the
+            job to come back).
+        settle_due: When the earliest open held back by the settle is due (tick time);
+            None when none waits.
     """
 
     def __init__(self) -> None:
@@ -53,6 +71,8 @@ class UnstoredFindings:
         self.resolved: list[FindingRecord] = []
         self.next_id = 1
         self.stored_open: dict[str, int] = {}
+        self.gone: dict[str, tuple[float, bool]] = {}
+        self.settle_due: float | None = None
 
     def pending(self) -> bool:
         """Whether findings wait to be stored."""
@@ -87,6 +107,8 @@ class UnstoredFindings:
         alerts: AlertSettings,
         host: str,
         blind: bool,
+        exits: Mapping[int, int] | None = None,
+        gpu_lists: bool = True,
     ) -> TrackResult:
         """Track one tick's findings in memory and queue the alerts they are due.
 
@@ -96,14 +118,21 @@ class UnstoredFindings:
             findings: Every finding of this tick.
             now: POSIX time of the tick.
             signature: A job's signature (the tracker's: a job keeps its first).
-            alerts: The debounce (``min_lifetime_s``) and the sinks.
+            alerts: The debounce (``min_lifetime_s``), the settle and the sinks.
             host: Host name put into alert payloads.
             blind: Some GPU's processes could not be seen: nothing resolves.
+            exits: PID → wait(2) status of the processes seen exiting (the tracker's,
+                kept across ticks): whether a job's run ended by itself.
+            gpu_lists: The scan read NVML's process lists; without them no open waits
+                for a GPU picture (the settle).
 
         Returns:
             The findings alerted (``opened``) and resolved in memory this tick.
         """
         self.read(db)
+        exits = exits or {}
+        policy = alerts if gpu_lists else dataclasses.replace(alerts, settle_s=0.0)
+        self.settle_due = None
         signatures = {j.root_pid: signature(j) for j in jobs if j.verdict != "ignored"}
         groups = group(findings, signatures)
         opened: list[FindingRecord] = []
@@ -111,26 +140,105 @@ class UnstoredFindings:
         for fp, found in groups.items():
             if fp in self.stored_open:
                 continue  # a stored finding: its alerts wait for the database
+            was = self.open.get(fp)
+            gone = self.gone.pop(fp, None)  # a run of it is here (a loop's next run)
+            ended = gone[1] if gone is not None else self._ended_by_itself(was, exits)
+            if was is not None and not same_job(was, found) and not ended:
+                # Its run was stopped (or nothing says how it ended) and another is here:
+                # that one is a finding of its own and pages, as a stored one would.
+                self.open.pop(fp)
+                self._resolve(was, now, alerts, host, False, now, opened, resolved)
+                was = None
             rec = self._sighting(fp, found, now)
-            if rec.last_alert_at is None and now - rec.opened_at >= alerts.min_lifetime_s:
-                f = fold(found, rec)[0]
-                rec = dataclasses.replace(
-                    rec,
-                    last_alert_at=now,
-                    alerted_instances=rec.instances,
-                    alerted_pids=sorted({x.root_pid for x in found if x.root_pid is not None}),
-                    alerted_routing=alert_labels(host, rec.id, f),
-                )
-                self._queue("open", rec, now, alerts, host)
-                opened.append(rec)
+            if rec.last_alert_at is None:
+                f = fold(found, was)[0]
+                pids = sorted({x.root_pid for x in found if x.root_pid is not None})
+                labels = alert_labels(host, rec.id, f)
+                previous = record_labels(host, was) if was is not None else None
+                if alert_due(was, f, len(found), pids, labels, now, policy, previous) is None:
+                    self._settling(rec.opened_at, policy)
+                else:
+                    rec = self._alerted(rec, now, pids, labels)
+                    self._queue("open", rec, now, alerts, host)
+                    opened.append(rec)
             self.open[fp] = rec
         for fp in [fp for fp in self.open if fp not in groups and not blind]:
-            rec = dataclasses.replace(self.open.pop(fp), resolved_at=now)
-            if rec.last_alert_at is not None:
-                self._queue("resolve", rec, now, alerts, host)
-            self.resolved.append(rec)
-            resolved.append(rec)
+            rec = self.open[fp]
+            gone_at, ended = self.gone.setdefault(fp, (now, self._ended_by_itself(rec, exits)))
+            if ended and now - gone_at <= RETURN_WINDOW_S:
+                continue  # its job may come back (a loop): the same finding then
+            self.gone.pop(fp)
+            self.open.pop(fp)
+            self._resolve(rec, now, alerts, host, ended, gone_at, opened, resolved)
         return TrackResult(opened=opened, resolved=resolved, signatures=signatures)
+
+    def _resolve(
+        self,
+        rec: FindingRecord,
+        now: float,
+        alerts: AlertSettings,
+        host: str,
+        ended: bool,
+        gone_at: float,
+        opened: list[FindingRecord],
+        resolved: list[FindingRecord],
+    ) -> None:
+        """Resolve one finding kept in memory; queue its ``resolve`` (after the open it
+        still owes: :meth:`_owes_open`) when it was alerted."""
+        rec = dataclasses.replace(rec, resolved_at=now)
+        if ended:
+            rec = dataclasses.replace(
+                rec,
+                message=f"{rec.message}; ended by itself at {local_iso(gone_at)}, not "
+                f"back within {gap_text(RETURN_WINDOW_S)}",
+            )
+        if rec.last_alert_at is None and self._owes_open(rec, now, alerts, ended):
+            pids = [rec.root_pid] if rec.root_pid is not None else []
+            rec = self._alerted(rec, now, pids, record_labels(host, rec))
+            self._queue("open", rec, now, alerts, host)
+            opened.append(rec)
+        if rec.last_alert_at is not None:
+            self._queue("resolve", rec, now, alerts, host)
+        self.resolved.append(rec)
+        resolved.append(rec)
+
+    @staticmethod
+    def _alerted(
+        rec: FindingRecord, now: float, pids: list[int], labels: dict[str, str]
+    ) -> FindingRecord:
+        return dataclasses.replace(
+            rec,
+            last_alert_at=now,
+            alerted_instances=rec.instances,
+            alerted_pids=pids,
+            alerted_routing=labels,
+        )
+
+    def _settling(self, opened_at: float, policy: AlertSettings) -> None:
+        """Note when an open held back by the settle is due at the latest."""
+        if policy.settle_s > 0:
+            due = opened_at + policy.settle_s
+            self.settle_due = due if self.settle_due is None else min(self.settle_due, due)
+
+    @staticmethod
+    def _ended_by_itself(rec: FindingRecord | None, exits: Mapping[int, int]) -> bool:
+        """Whether the run a finding (a kind a loop folds) is about exited by itself:
+        its exit status says so (no signal); no evidence is no."""
+        if rec is None or rec.kind not in PERIODIC_KINDS or rec.root_pid is None:
+            return False
+        root = rec.details.get("root")
+        pid = root[0] if isinstance(root, list) and root else rec.root_pid
+        status = exits.get(pid) if isinstance(pid, int) else None
+        return status is not None and not status & 0x7F
+
+    @staticmethod
+    def _owes_open(rec: FindingRecord, now: float, alerts: AlertSettings, ended: bool) -> bool:
+        """Whether a finding resolving before its first alert still gets it: one held
+        back by the settle does, unless its job ended by itself (nothing is left to act
+        on), as the tracker's; one shorter than the debounce never does."""
+        if alerts.settle_s <= 0 or "gpus" not in rec.details:
+            return False
+        return now - rec.opened_at >= alerts.min_lifetime_s and not ended
 
     def _sighting(self, fp: str, found: list[Finding], now: float) -> FindingRecord:
         """The memory record of one fingerprint after this tick's sighting."""
@@ -179,7 +287,7 @@ class UnstoredFindings:
                     continue  # opened in the database meanwhile: that one stands
                 fid = db.store_finding(rec)
                 lines.append(f"F{rec.id}" if fid == rec.id else f"F{rec.id} as F{fid}")
-        self.open, self.resolved = {}, []
+        self.open, self.resolved, self.gone = {}, [], {}
         return lines
 
     def status_records(self) -> list[FindingRecord]:

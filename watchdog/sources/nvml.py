@@ -14,7 +14,7 @@ import functools
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -268,6 +268,22 @@ class NvmlSource:
         # Whole GPUs seen listed, UUID -> last index: one that drops out of the device
         # list is a blind spot (its processes cannot be seen), never "nothing running".
         self._seen_gpus: dict[str, int] = {}
+
+    @property
+    def seen_gpus(self) -> dict[str, int]:
+        """The whole GPUs seen listed so far, UUID -> last index (a copy)."""
+        return dict(self._seen_gpus)
+
+    def remember_gpus(self, gpus: Mapping[str, int]) -> None:
+        """Count ``gpus`` (UUID -> index) as seen listed before this source existed (a
+        reload builds a new source; a restart reads them back): one of them missing from
+        NVML's list is a blind GPU, not a GPU whose processes all ended.
+
+        Args:
+            gpus: UUID -> index of whole GPUs an earlier source saw.
+        """
+        for uuid, index in gpus.items():
+            self._seen_gpus.setdefault(uuid, index)
 
     def close(self) -> None:
         """Call ``nvmlShutdown`` if this source initialised NVML; never raises or blocks

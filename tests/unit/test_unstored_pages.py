@@ -1,0 +1,140 @@
+"""Findings kept in memory while the state database refuses writes follow the page-once
+rules of stored ones (issue 35 on top of issue 32): the settle (``alerts.settle_s``),
+the open owed by a finding held back by it, and the 5-minute return window of a run
+that ended by itself. Each rule's case is driven through
+:meth:`~watchdog.daemon.unstored.UnstoredFindings.track` directly, with the findings a
+scan would give (no processes, no NVML)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from watchdog.config import parse_config
+from watchdog.config.alerts import AlertSettings
+from watchdog.daemon.unstored import UnstoredFindings
+from watchdog.model import Finding
+from watchdog.state import StateDB
+
+SIG = "0123456789abcdef"
+T0 = 2_000_000.0
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> StateDB:
+    return StateDB(str(tmp_path / "state"))
+
+
+def alerts(tmp_path: Path, settle_s: float = 5.0) -> AlertSettings:
+    cfg = parse_config(
+        f"alerts:\n  settle_s: {settle_s}\n  sinks: [{{type: log, path: '{tmp_path}/a.log'}}]\n",
+        "t.yaml",
+    )
+    return cfg.alerts
+
+
+def rogue(pid: int, gpu: int | None) -> Finding:
+    """A rogue-job finding as the scan makes it: on GPU ``gpu`` or none yet."""
+    # The fold key of a job's finding is its signature (``fingerprint``: as the scan's
+    # job would give it).
+    details: dict[str, Any] = {"root": [pid, pid * 10], "fingerprint": SIG, "gpus": []}
+    if gpu is not None:
+        details["gpus"] = [{"index": gpu, "uuid": f"GPU-{gpu}"}]
+    return Finding("rogue-job", "high", f"rogue training job PID {pid}", pid, details)
+
+
+def track(
+    u: UnstoredFindings,
+    db: StateDB,
+    settings: AlertSettings,
+    now: float,
+    *found: Finding,
+    exits: dict[int, int] | None = None,
+) -> tuple[list[int], list[int]]:
+    """One tick in memory: the ids opened and resolved."""
+    out = u.track(
+        db, [], list(found), now, signature=lambda _j: SIG, alerts=settings, host="h",
+        blind=False, exits=exits or {},
+    )  # fmt: skip
+    return [r.id for r in out.opened], [r.id for r in out.resolved]
+
+
+def events(u: UnstoredFindings) -> list[tuple[str, int]]:
+    return [(d.event, d.finding_id) for d in u.spool.pending("log")]
+
+
+def test_the_open_waits_for_the_picture(db: StateDB, tmp_path: Path) -> None:
+    """The job is listed on GPU 0 one tick after it is first seen: one open, naming the
+    GPU. Before: the open went out at the first sighting, without the GPU (the stored
+    finding's settle: issue 35, case 4)."""
+    u, a = UnstoredFindings(), alerts(tmp_path)
+    assert track(u, db, a, T0, rogue(7, None)) == ([], [])
+    assert u.settle_due == T0 + 5.0  # the loop ticks then at the latest
+    assert track(u, db, a, T0 + 1, rogue(7, 0)) == ([], [])  # first look on the GPU
+    assert track(u, db, a, T0 + 2, rogue(7, 0)) == ([1], [])  # the same twice: complete
+    assert events(u) == [("open", 1)]
+    assert u.open[f"rogue-job:{SIG}"].alerted_routing["gpu"] == "0"
+
+
+def test_the_settle_is_bounded(db: StateDB, tmp_path: Path) -> None:
+    u, a = UnstoredFindings(), alerts(tmp_path)
+    track(u, db, a, T0, rogue(7, None))
+    assert track(u, db, a, T0 + 5, rogue(7, None)) == ([1], [])  # settle_s over: as it is
+
+
+def test_a_held_back_open_is_owed_unless_the_job_ended_by_itself(
+    db: StateDB, tmp_path: Path
+) -> None:
+    """Killed within the settle: the open it owes, then the resolve. Ended by itself
+    within the settle (a probe): nothing (and no return window: it was never paged)."""
+    u, a = UnstoredFindings(), alerts(tmp_path)
+    track(u, db, a, T0, rogue(7, None))
+    assert track(u, db, a, T0 + 1, exits={7: signal.SIGKILL}) == ([1], [1])
+    assert events(u) == [("open", 1), ("resolve", 1)]
+
+    u = UnstoredFindings()
+    track(u, db, a, T0, rogue(8, None))
+    track(u, db, a, T0 + 1, exits={8: 0})
+    # Held for the window like a paged one (it may come back as a loop) ...
+    assert track(u, db, a, T0 + 302) == ([], [1])  # ... and resolved unpaged after it
+    assert events(u) == []
+
+
+def test_a_run_back_within_the_return_window_continues_its_finding(
+    db: StateDB, tmp_path: Path
+) -> None:
+    """A loop's run ends by itself (exit status 0) and its next run comes 5 s later:
+    the same finding, one open. Before: resolved at once, then a second finding and a
+    second page per run."""
+    u, a = UnstoredFindings(), alerts(tmp_path, settle_s=0)
+    assert track(u, db, a, T0, rogue(7, 0)) == ([1], [])
+    assert track(u, db, a, T0 + 5, exits={7: 0}) == ([], [])  # gone, by itself: held
+    assert track(u, db, a, T0 + 10, rogue(9, 0)) == ([], [])  # back: the same finding
+    assert u.open[f"rogue-job:{SIG}"].id == 1
+    assert u.open[f"rogue-job:{SIG}"].root_pid == 9
+    assert events(u) == [("open", 1)]
+
+
+def test_no_return_within_the_window_resolves_saying_so(db: StateDB, tmp_path: Path) -> None:
+    u, a = UnstoredFindings(), alerts(tmp_path, settle_s=0)
+    track(u, db, a, T0, rogue(7, 0))
+    track(u, db, a, T0 + 5, exits={7: 0})
+    assert track(u, db, a, T0 + 300) == ([], [])  # 295 s gone: within the window
+    assert track(u, db, a, T0 + 306) == ([], [1])
+    assert "ended by itself at" in u.resolved[0].message
+    assert u.resolved[0].message.endswith("not back within 5m")
+    assert events(u) == [("open", 1), ("resolve", 1)]
+
+
+def test_a_killed_run_back_is_paged_again(db: StateDB, tmp_path: Path) -> None:
+    """Stopped by a signal: no window; its return is a finding of its own, paged."""
+    u, a = UnstoredFindings(), alerts(tmp_path, settle_s=0)
+    track(u, db, a, T0, rogue(7, 0))
+    assert track(u, db, a, T0 + 5, exits={7: signal.SIGTERM}) == ([], [1])
+    assert track(u, db, a, T0 + 10, rogue(9, 0)) == ([2], [])
+    # Back in the very tick its run was killed: the same.
+    assert track(u, db, a, T0 + 15, rogue(11, 0), exits={9: signal.SIGKILL}) == ([3], [2])
+    assert events(u) == [("open", 1), ("resolve", 1), ("open", 2), ("resolve", 2), ("open", 3)]
