@@ -12,4 +12,5 @@ export ROGUE_WATCHDOG_REQUIRE_SYSTEM=${ROGUE_WATCHDOG_REQUIRE_SYSTEM:-$([ "$(id 
 # Layers point one way (.importlinter): sources → lineage → policy → scan → actions/daemon → cli.
 .venv/bin/lint-imports --no-cache
 .venv/bin/python -m watchdog --help >/dev/null
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# The slowest tests are listed at the end: where the suite's time goes (CI budget).
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"
