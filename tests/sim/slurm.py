@@ -792,9 +792,9 @@ class SlurmMachine(RuleBasedStateMachine):
         out = set()
         for outcomes in report.outcomes.values():
             first = outcomes[0]
+            out |= {p.pid for p in first.procs if p.result == "would-signal" or p.signals}
             # A wave whose record could not be written was planned, and not made.
-            failed = first.outcome == "failed"
-            out |= {p.pid for p in first.procs if p.result == "would-signal" or p.signals or failed}
+            out |= {p.pid for p in first.procs if "could not be recorded" in p.reason}
         return out
 
     def _agree(self, dry: SweepReport, real: SweepReport) -> None:

@@ -123,3 +123,20 @@ def test_a_sweep_killed_after_freezing_is_continued_by_the_daemon_never_repeated
     assert len(found) == 1 and "slurm-sweep" in found[0].message, found
     d.db.close()
     assert isinstance(p, subprocess.Popen)
+
+
+def test_unrecorded_wave_still_says_what_the_guard_refused(sim: SlurmMachine) -> None:
+    """Seed 62002 (100,000 steps), shrunk: the database refuses writes and the leftover
+    is protected (``enforcement.protect``). Before: the dry run planned nothing (the
+    guard refuses it) but the real run reported it "not signalled: could not be
+    recorded", a plan the dry run never had (S4). Now both say refused, by the guard."""
+    h = sim.host
+    job, worker = leftover(h, protected=True)
+    sim.storage(False)
+    sim._sweep(job, epilog=False, dry_first=True)
+    sim.never_wrong_in_the_dangerous_direction()
+    assert worker in h.procs and sim.effects.signals() == []
+    report = sweep(sim, job)
+    [outcome] = report.outcomes[job]
+    assert outcome.outcome == "failed"
+    assert [(p.pid, p.result) for p in outcome.procs] == [(worker, "refused")]

@@ -78,7 +78,7 @@ from watchdog.actions.slurmrecord import (
     settle,
     wanted_reason,
 )
-from watchdog.actions.terminate import ProcOutcome, TerminateOutcome, terminate_tree
+from watchdog.actions.terminate import TerminateOutcome, terminate_tree
 from watchdog.command import CommandRunner
 from watchdog.config import Config
 from watchdog.hosttext import command_text
@@ -746,7 +746,11 @@ def _stop(
             try:
                 record = journal.begin(jid, procs, kill_only, grace_s)
             except JournalError as exc:
-                report.outcomes.setdefault(jid, []).append(_unrecorded(procs, str(exc)))
+                plan = terminate_tree(
+                    [Expected(lo.pid, lo.start_ticks, lo.cmdline or None) for lo in procs],
+                    guard, effects, grace_s, dry_run=True, kill_only=kill_only,
+                )  # fmt: skip
+                report.outcomes.setdefault(jid, []).append(_unrecorded(plan, str(exc)))
                 continue
         outcome = terminate_tree(
             [Expected(lo.pid, lo.start_ticks, lo.cmdline or None) for lo in procs],
@@ -764,13 +768,15 @@ def _stop(
         report.outcomes.setdefault(jid, []).append(outcome)
 
 
-def _unrecorded(procs: Sequence[Leftover], error: str) -> TerminateOutcome:
-    """What a wave whose record could not be written did: nothing."""
+def _unrecorded(plan: TerminateOutcome, error: str) -> TerminateOutcome:
+    """What a wave whose record could not be written did: nothing. ``plan`` is its dry
+    run: what the guards refused stays refused (with their reason); what they would
+    have signalled is an error, not signalled."""
     why = f"not signalled: the action could not be recorded ({error})"
     return TerminateOutcome(
         [
-            ProcOutcome(lo.pid, lo.start_ticks, lo.cmdline, result="error", reason=why)
-            for lo in procs
+            p if p.result != "would-signal" else replace(p, signals=[], result="error", reason=why)
+            for p in plan.procs
         ],
         "failed",
         error=error,
