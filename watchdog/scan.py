@@ -140,6 +140,7 @@ class EventFeed(Protocol):
     :class:`watchdog.sources.procevents.ProcEventSource`)."""
 
     watched: frozenset[int]
+    roots: frozenset[int]
 
     def drain(self) -> EventBatch:
         """Everything gathered since the last call."""
@@ -686,6 +687,7 @@ class Scanner:
             watched.update(p.pid for p in job.lineage)
         self.table.watched = watched
         if self.events is not None:
+            self.events.roots = frozenset(job.root_pid for job in jobs)
             self.events.watched = frozenset(watched)
 
     def _alive_sanctioned(self) -> dict[tuple[int, int], str]:

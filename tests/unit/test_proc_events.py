@@ -62,6 +62,7 @@ class FakeFeed:
     def __init__(self, batch: EventBatch) -> None:
         self.batch = batch
         self.watched: frozenset[int] = frozenset()
+        self.roots: frozenset[int] = frozenset()
         self.sweeps = 0
 
     def drain(self) -> EventBatch:
@@ -583,3 +584,33 @@ def test_the_exec_candidate_answer_is_kept_per_command_and_per_launchers(
     long = Proc(7, 0, 0, "R", "", exe="/usr/bin/tail", cmdline=("tail", "-f", "x" * 600))
     assert source.is_candidate(long) is True
     d.db.close()
+
+
+def test_a_storm_of_member_exits_keeps_how_the_root_ended(tmp_path: Path) -> None:
+    """Fresh-user hour, 2026-12-06: a 4,096-process job ended in the same tick as a cron
+    ghost's 20 s run; the members' exit statuses evicted the ghost root's (the newest
+    4,096 were kept), so its next run had no evidence of how the first ended and was
+    paged as ``respawned``, every minute. Before: the root's status was lost (``{}``).
+    Now only roots (and captured processes) are kept: the root's ``exited`` status
+    stays, whatever its members do."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    theirs.setblocking(False)
+    woke = threading.Event()
+    source = ProcEventSource(
+        "/proc", lambda _p: False, gpu_libraries=(), wake=woke.set, opener=lambda _n: theirs
+    )
+    root, members = 4_000_000, range(4_000_001, 4_005_001)
+    source.roots = frozenset({root})
+    source.watched = frozenset({root, *members})
+    source.start()
+    try:
+        ours.send(message(PROC_EVENT_EXIT, root, root, 0, 17, 1, 1))
+        batch = list(members)
+        for i in range(0, len(batch), 50):
+            ours.send(b"".join(message(PROC_EVENT_EXIT, p, p, 9, 17, root, root)
+                               for p in batch[i : i + 50]))  # fmt: skip
+        poll("every exit read", lambda: source.counters.events.get("exit", 0) >= 5001, 20, 0.02)
+        assert source.exits() == {root: 0}
+    finally:
+        source.stop()
+        ours.close()

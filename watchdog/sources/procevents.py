@@ -310,6 +310,8 @@ class ProcEventSource:
         self.counters = EventCounters()
         # Job members and their lineage, set by the scanner after each scan.
         self.watched: frozenset[int] = frozenset()
+        # The jobs' root PIDs, among them: whose exit statuses are kept.
+        self.roots: frozenset[int] = frozenset()
         self._reader = ProcessTable(proc_root)
         self._lock = threading.Lock()
         self._batch = EventBatch()
@@ -327,7 +329,7 @@ class ProcEventSource:
         self._wake_pending = False
         # Captured PIDs still running (this thread only): their exit asks for a tick.
         self._live: set[int] = set()
-        # PID → wait(2) status of watched or captured processes that exited since the
+        # PID → wait(2) status of job roots or captured processes that exited since the
         # daemon last asked (:meth:`exits`).
         self._exits: dict[int, int] = {}
 
@@ -383,7 +385,7 @@ class ProcEventSource:
 
     def exits(self) -> dict[int, int]:
         """The exit statuses since the last call: PID → wait(2) status of each job
-        member, lineage process or captured process that exited (called by the daemon
+        root (:attr:`roots`) or captured process that exited (called by the daemon
         at the start of a tick, before the scan: a PID the scan then sees running is a
         new process under a reused number)."""
         with self._lock:
@@ -472,9 +474,14 @@ class ProcEventSource:
                     if pid == tgid:
                         self._maps_pending.pop(tgid, None)
                         if tgid in self.watched or tgid in self._live:
+                            captured = tgid in self._live
                             self._live.discard(tgid)
                             self._wake_pending = True
-                            if status is not None:
+                            # Only how a job's root ended is asked (periodic or
+                            # respawned): a 4,096-process job's members ending together
+                            # evicted a cron ghost's root status, and its next run was
+                            # paged as a respawn (fresh-user hour, 2026-12-06).
+                            if status is not None and (captured or tgid in self.roots):
                                 self._exited(tgid, status)
                 elif what != PROC_EVENT_FORK:
                     self._reinspect(tgid)
