@@ -156,3 +156,28 @@ def test_the_advice_of_a_requeuing_at_job_is_read_live_and_ends_in_terminate(
         )
     finally:
         subprocess.run(["atrm", str(later)], capture_output=True, check=False)
+
+
+def test_a_running_scanner_reads_the_queue_again_as_soon_as_it_changes(
+    at_job: tuple[int, int, int, str], tmp_path: Path
+) -> None:
+    """Issue 31, case 3, in the daemon's Scanner (kept across ticks): the origin it
+    resolved is reused for 30 s while the lineage is the same, but not past a change of
+    the at spool. BEFORE: the second look still said `atrm JOB COPY` (cached)."""
+    from watchdog.config import parse_config
+    from watchdog.scan import Scanner
+
+    pid, job, copy, command = at_job
+    scanner = Scanner(parse_config("nvml: {enabled: false}\n", "t.yaml"))
+
+    def remediation() -> str | None:
+        [found] = [j for j in scanner.scan().jobs if j.root_pid == pid]
+        return found.origin.remediation
+
+    assert remediation() == f"atrm {job} {copy}"
+    later = _submit("now + 2 hours", command, tmp_path)
+    try:
+        assert remediation() == f"atrm {job} {copy} {later}"
+    finally:
+        subprocess.run(["atrm", str(later)], capture_output=True, check=False)
+    assert remediation() == f"atrm {job} {copy}"
