@@ -1133,6 +1133,16 @@ class SupervisorOrigin(Origin):
         supervisor: Which supervisor.
         supervisor_pid: The supervisor's PID.
         config: The configuration file naming it, when found.
+        section: supervisord: the program's section (``program:train``), when read.
+        section_file: supervisord: the file holding that section.
+        autostart: supervisord: ``autostart`` as configured (``true`` by default).
+        autostart_at: Where it was set: ``FILE:LINE``, or ``default``.
+        autorestart: supervisord: ``autorestart`` (``unexpected`` by default).
+        autorestart_at: Where it was set: ``FILE:LINE``, or ``default``.
+        startretries: supervisord: ``startretries`` (``3`` by default).
+        exitcodes: supervisord: ``exitcodes`` (``0`` by default).
+        settings_unread: supervisord: why its configuration could not be read (then
+            the settings above are None).
     """
 
     kind: ClassVar[OriginKind] = "supervisor"
@@ -1141,6 +1151,15 @@ class SupervisorOrigin(Origin):
     supervisor: str | None = None
     supervisor_pid: int | None = None
     config: str | None = None
+    section: str | None = field(default=None, metadata=_OPTIONAL)
+    section_file: str | None = field(default=None, metadata=_OPTIONAL)
+    autostart: str | None = field(default=None, metadata=_OPTIONAL)
+    autostart_at: str | None = field(default=None, metadata=_OPTIONAL)
+    autorestart: str | None = field(default=None, metadata=_OPTIONAL)
+    autorestart_at: str | None = field(default=None, metadata=_OPTIONAL)
+    startretries: str | None = field(default=None, metadata=_OPTIONAL)
+    exitcodes: str | None = field(default=None, metadata=_OPTIONAL)
+    settings_unread: str | None = field(default=None, metadata=_OPTIONAL)
 
     def describe(self) -> str:
         """See :meth:`Origin.describe`."""
