@@ -898,6 +898,7 @@ class ContainerOrigin(Origin):
 
     kind: ClassVar[OriginKind] = "container"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("image", "pod_uid")
+    DISABLES: ClassVar[str | None] = "the restart policy and running state"
     PINS: ClassVar[Mapping[str, PinKey]] = {
         "container_image": PinKey("container image", field="image"),
         "container_image_digest": PinKey("container image digest", field="image_id"),
@@ -1101,6 +1102,7 @@ class AtOrigin(Origin):
 
     kind: ClassVar[OriginKind] = "at"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("command",)
+    DISABLES: ClassVar[str | None] = "the queued jobs' scripts"
     REMEDIATION_STOPS_JOB: ClassVar[bool] = False
     job: int | None = None
     queue: str | None = None
@@ -1147,6 +1149,7 @@ class SupervisorOrigin(Origin):
 
     kind: ClassVar[OriginKind] = "supervisor"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("program",)
+    DISABLES: ClassVar[str | None] = "the supervisord config"
     program: str | None = None
     supervisor: str | None = None
     supervisor_pid: int | None = None
@@ -1347,7 +1350,8 @@ for _entry in (
         "container",
         f"{__name__}:ContainerOrigin",
         "watchdog.lineage.container:ContainerResolver",
-        restarts="watchdog.lineage.respawn:container",
+        "watchdog.actions.sources:plan_container",
+        "watchdog.lineage.respawn:container",
     ),
     OriginKindEntry(
         "cron",
@@ -1360,13 +1364,15 @@ for _entry in (
         "at",
         f"{__name__}:AtOrigin",
         "watchdog.lineage.at:AtResolver",
-        restarts="watchdog.lineage.respawn:at",
+        "watchdog.actions.sources:plan_at",
+        "watchdog.lineage.respawn:at",
     ),
     OriginKindEntry(
         "supervisor",
         f"{__name__}:SupervisorOrigin",
         "watchdog.lineage.supervisor:SupervisorResolver",
-        restarts="watchdog.lineage.respawn:supervisor",
+        "watchdog.actions.sources:plan_supervisor",
+        "watchdog.lineage.respawn:supervisor",
     ),
     OriginKindEntry("shell", f"{__name__}:ShellOrigin", "watchdog.lineage.shell:ShellResolver"),
     OriginKindEntry(

@@ -10,12 +10,16 @@ script name; it sleeps). Only those programs, by the PIDs supervisorctl gives, a
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.system.supervisorharness import Supervisord
+from tests.system.supervisorharness import BIN, Supervisord
 from watchdog.config import parse_config
 from watchdog.model import Job
 from watchdog.scan import Scanner
@@ -74,3 +78,64 @@ def test_what_brings_each_program_back_is_read_from_its_config(sup: Supervisord)
         f"return: autorestart=false (supervisord program:train_once, {d}/once.conf:5); "
         "autostart=true (default) starts it when supervisord starts",
     }
+
+
+def _cli(sup: Supervisord, *args: str) -> tuple[int, str]:
+    """``python -m watchdog ARGS --config`` with this supervisord's supervisorctl on PATH."""
+    config = sup.root / "config.yaml"
+    if not config.exists():
+        config.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{sup.root}/state'}}\n")
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "watchdog", *args, "--config", str(config)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    return done.returncode, done.stdout
+
+
+def test_disable_source_turns_autorestart_off_and_undo_puts_it_back(sup: Supervisord) -> None:
+    """Issue 31, item 4: disable-source of a supervisord program stops it, sets
+    autostart/autorestart=false in the file that set them (a backup kept), and has
+    supervisord reread it; it stays stopped. Undo restores the file byte for byte and the
+    program runs again. BEFORE (bd663fe): "cannot disable the source of …: disabling a
+    supervisor source is not supported; run the remediation by hand: …" (exit 1)."""
+    conf = sup.root / "conf.d" / "always.conf"
+    before = conf.read_bytes()
+    pid = sup.program_pid("train_always")
+    ctl = f"supervisorctl -c {sup.conf}"
+    rc, out = _cli(sup, "disable-source", str(pid), "--dry-run")
+    plan = out.splitlines()
+    assert (rc, plan[0].split(": ")[-1], plan[1:3], plan[-3:]) == (
+        0,
+        "supervisord program train_always",
+        [
+            "  before: [program:train_always] autostart=true (default), autorestart=true "
+            f"({conf}:5), running",
+            f"  {ctl} stop train_always",
+        ],
+        [
+            f"  set autorestart=false in {conf} (line 5; was true)",
+            f"  {ctl} reread",
+            f"  {ctl} update train_always",
+        ],
+    ), out
+    assert plan[4] == (
+        f"  set autostart=false in {conf} (a new line after [program:train_always]; was true)"
+    )
+    assert conf.read_bytes() == before  # a dry run changes nothing
+    rc, out = _cli(sup, "disable-source", str(pid))
+    assert rc == 0, out
+    assert out.splitlines()[-1] == "the running job has stopped too (it ended with its source)"
+    lines = conf.read_text().splitlines()
+    assert [ln.split(" ; ")[0] for ln in lines if ln.startswith("auto")] == [
+        "autostart=false", "autorestart=false",
+    ]  # fmt: skip
+    assert lines[5].split(" ; ")[1].startswith("rogue-watchdog: was true (rogue job, signature ")
+    assert "STOPPED" in sup.ctl("status", "train_always")
+    aid = re.search(r"undo with: rogue-watchdog undo --config \S+ (\d+)", out)
+    assert aid is not None, out
+    rc, out = _cli(sup, "undo", aid.group(1))
+    assert (rc, out.splitlines()[-1]) == (0, "outcome: ok"), out
+    assert conf.read_bytes() == before
+    assert sup.program_pid("train_always", other_than=pid) != pid  # running again

@@ -103,15 +103,18 @@ def container(origin: Origin) -> Restarts | None:
         )
     if policy == "no":
         return None
+    stops = (
+        DISABLE_FIRST
+        if origin.runtime in ("docker", "podman")
+        else f"stop it and remove the policy first: {origin.remediation}"
+    )
     when = {"always": "at once", "unless-stopped": "at once (until stopped by hand)"}.get(
         policy, "on failure (a non-zero exit)" if policy.startswith("on-failure") else "unknown"
     )
     return Restarts(
-        when,
-        f"{engine} restart policy {policy} of container {cid}",
-        f"stop it and remove the policy first: {origin.remediation}",
+        when, f"{engine} restart policy {policy} of container {cid}", stops,
         when.startswith("at once"),
-    )
+    )  # fmt: skip
 
 
 def kubernetes(origin: Origin) -> Restarts | None:
@@ -147,6 +150,7 @@ def supervisor(origin: Origin) -> Restarts | None:
     who = origin.supervisor or "supervisor"
     stops = f"stop it in the supervisor first: {origin.remediation}"
     if who == "supervisord" and origin.autorestart is not None:
+        stops = DISABLE_FIRST
         src = f"supervisord {origin.section or 'program:' + str(origin.program)}"
         setting = f"autorestart={origin.autorestart}"
         at = f"{src}, {origin.autorestart_at}"
@@ -196,5 +200,5 @@ def at(origin: Origin) -> Restarts | None:
     return Restarts(
         "on schedule",
         f"at job(s) {jobs} queued with the same commands (it re-queues itself)",
-        f"remove the queued jobs first: {origin.remediation}",
+        DISABLE_FIRST,
     )

@@ -108,16 +108,19 @@ class _Program:
     settings: dict[str, str | None] = field(default_factory=dict)
 
 
-def _settings(
-    sup: Proc, group: str | None, name: str, ctx: ResolveContext
-) -> dict[str, str | None]:
-    """The program's supervisord settings (:mod:`~watchdog.lineage.supervisorconf`), as
-    SupervisorOrigin fields; ``settings_unread`` says why when they could not be read."""
+def _config(sup: Proc, ctx: ResolveContext) -> str | None:
+    """The configuration file this supervisord reads, as an absolute path
+    (:func:`~watchdog.lineage.supervisorconf.config_file`)."""
     try:
         cwd: str | None = os.readlink(f"{ctx.table.proc_root}/{sup.pid}/cwd")
     except OSError:
         cwd = None
-    path = config_file(list(sup.cmdline), cwd)
+    return config_file(list(sup.cmdline), cwd)
+
+
+def _settings(path: str | None, group: str | None, name: str) -> dict[str, str | None]:
+    """The program's supervisord settings (:mod:`~watchdog.lineage.supervisorconf`), as
+    SupervisorOrigin fields; ``settings_unread`` says why when they could not be read."""
     read = read_program(path, group, name)
     if read.section is None:
         return {"settings_unread": read.unread}
@@ -134,7 +137,9 @@ def _settings(
 
 
 def _supervisord(sup: Proc, child: Proc, job: Proc, ctx: ResolveContext) -> _Program:
-    config = _option(sup.cmdline, "-c", "--configuration")
+    # The file it reads, absolute (its -c relative to its working directory, or the
+    # first of its search path); the -c text as given when that cannot be told.
+    config = _config(sup, ctx) or _option(sup.cmdline, "-c", "--configuration")
     for proc in (child, job):
         env = ctx.table.environ(proc.pid) or {}
         name = env.get("SUPERVISOR_PROCESS_NAME")
@@ -142,7 +147,7 @@ def _supervisord(sup: Proc, child: Proc, job: Proc, ctx: ResolveContext) -> _Pro
             group = env.get("SUPERVISOR_GROUP_NAME")
             target = f"{group}:{name}" if group and group != name else name
             ctl = ["supervisorctl", "-c", config] if config else ["supervisorctl"]
-            settings = _settings(sup, group, name, ctx)
+            settings = _settings(config, group, name)
             where = settings.get("section_file") or config or "the supervisord config"
             return _Program(
                 name=name,
