@@ -131,7 +131,7 @@ def test_the_advice_of_a_requeuing_at_job_is_read_live_and_ends_in_terminate(
     from watchdog.hostpaths import config_args
     from watchdog.scan import Scanner
 
-    pid, job, copy, command = at_job
+    pid, _job, copy, command = at_job
 
     def advice() -> tuple[str | None, str | None]:
         result = Scanner(parse_config("nvml: {enabled: false}\n", "t.yaml")).scan()
@@ -204,7 +204,7 @@ def test_disable_source_removes_the_queued_copies_and_undo_queues_them_again(
     time in the same queue. BEFORE (bd663fe): "disabling a at source is not supported"."""
     import sys
 
-    pid, job, copy, command = at_job
+    pid, _job, copy, _command = at_job
     config = tmp_path / "c.yaml"
     config.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
 
@@ -230,7 +230,8 @@ def test_disable_source_removes_the_queued_copies_and_undo_queues_them_again(
     rc, out = cli("disable-source", str(pid))
     assert rc == 0, out
     assert copy not in _atq()
-    assert out.splitlines()[-1] == "the running job is not stopped by this; use `terminate` for that"
+    last = out.splitlines()[-1]
+    assert last == "the running job is not stopped by this; use `terminate` for that", out
     assert os.path.exists(f"/proc/{pid}")
     m = re.search(r"undo with: rogue-watchdog undo --config \S+ (\d+)", out)
     assert m is not None, out
@@ -239,7 +240,7 @@ def test_disable_source_removes_the_queued_copies_and_undo_queues_them_again(
     again = set(_atq()) - before
     try:
         assert (rc, out.splitlines()[-1]) == (0, "outcome: ok"), out
-        assert out.splitlines()[1].startswith(f"  at -q a -t "), out
+        assert out.splitlines()[1].startswith("  at -q a -t "), out
         [new] = again
         assert _atq()[new] == queued  # the same time, queue and owner
         # The same commands: the re-queued job is one of its copies again.

@@ -18,8 +18,10 @@ from watchdog.model import ContainerOrigin, SupervisorOrigin
 from watchdog.records import ActionStep
 
 CID = "c" * 64
-INSPECT = ("{{json .Id}} {{json .HostConfig.RestartPolicy.Name}} "
-           "{{json .HostConfig.RestartPolicy.MaximumRetryCount}} {{json .State.Running}}")  # fmt: skip
+INSPECT = (
+    "{{json .Id}} {{json .HostConfig.RestartPolicy.Name}} "
+    "{{json .HostConfig.RestartPolicy.MaximumRetryCount}} {{json .State.Running}}"
+)
 
 
 def _req(effects: RecordingEffects, tmp_path: Path) -> PlanRequest:
