@@ -139,3 +139,24 @@ def test_disable_source_turns_autorestart_off_and_undo_puts_it_back(sup: Supervi
     assert (rc, out.splitlines()[-1]) == (0, "outcome: ok"), out
     assert conf.read_bytes() == before
     assert sup.program_pid("train_always", other_than=pid) != pid  # running again
+
+
+def test_terminate_says_whether_supervisord_brings_it_back(sup: Supervisord) -> None:
+    """Issue 31, case 4 and item 2 with supervisord: `terminate` of a program whose
+    autorestart is the default (unexpected: a death by signal is unexpected) ends
+    `will-return` and supervisord starts it again; of one with autorestart=false it ends
+    `ok` and the program stays stopped. BEFORE (bd663fe): the first ended `will-return`
+    on an "unknown" answer; the second too, though nothing starts it again."""
+    pid = sup.program_pid("train_default")
+    rc, out = _cli(sup, "terminate", str(pid))
+    assert (rc, out.splitlines()[-2:]) == (
+        1,
+        ["outcome: will-return", "will come back: its source restarts it; disable-source first"],
+    ), out
+    assert sup.program_pid("train_default", other_than=pid) != pid  # back
+    once = sup.program_pid("train_once")
+    rc, out = _cli(sup, "terminate", str(once))
+    assert (rc, out.splitlines()[-1]) == (0, "outcome: ok"), out
+    assert "EXITED" in sup.ctl("status", "train_once") or "STOPPED" in sup.ctl(
+        "status", "train_once"
+    )

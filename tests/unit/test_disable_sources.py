@@ -19,7 +19,7 @@ from watchdog.records import ActionStep
 
 CID = "c" * 64
 INSPECT = (
-    "{{json .Id}} {{json .HostConfig.RestartPolicy.Name}} "
+    "{{json .%s}} {{json .HostConfig.RestartPolicy.Name}} "
     "{{json .HostConfig.RestartPolicy.MaximumRetryCount}} {{json .State.Running}}"
 )
 
@@ -29,7 +29,8 @@ def _req(effects: RecordingEffects, tmp_path: Path) -> PlanRequest:
 
 
 def _engine(runtime: str, answer: str, rc: int = 0) -> RecordingEffects:
-    argv = (runtime, "inspect", "--format", INSPECT, CID)
+    field = {"docker": "Id", "podman": "ID"}[runtime]
+    argv = (runtime, "inspect", "--format", INSPECT % field, CID)
     return RecordingEffects(answers={argv: CommandResult(rc, answer, "" if rc == 0 else "down")})
 
 

@@ -57,10 +57,12 @@ from watchdog.safeio import unread_reason
 
 _CID = re.compile(r"[0-9a-f]{64}")
 # docker-inspect(1) / podman-inspect(1): JSON values, so hostile text arrives escaped.
+# Go field names: Docker's container JSON has ``Id``, podman's Go struct ``ID``.
 _INSPECT = (
-    "{{json .Id}} {{json .HostConfig.RestartPolicy.Name}} "
+    "{{json .%s}} {{json .HostConfig.RestartPolicy.Name}} "
     "{{json .HostConfig.RestartPolicy.MaximumRetryCount}} {{json .State.Running}}"
 )
+_ID_FIELD = {"docker": "Id", "podman": "ID"}
 #: at(1) spool directories (Debian's, and the upstream default).
 AT_SPOOLS = ("/var/spool/cron/atjobs", "/var/spool/at")
 _MAX_CONF_BYTES = 1 << 20
@@ -95,7 +97,7 @@ def plan_container(origin: Origin, req: PlanRequest) -> DisablePlan:
         return _refuse(cid[:12], f"disabling a {runtime} container is not supported", origin)
     if not _CID.fullmatch(cid):
         return _refuse("-", f"the recorded container id {cid!r} is not 64 hex digits", origin)
-    out = req.effects.query([runtime, "inspect", "--format", _INSPECT, cid])
+    out = req.effects.query([runtime, "inspect", "--format", _INSPECT % _ID_FIELD[runtime], cid])
     try:
         got_id, name, retries, running = (json.loads(t) for t in out.stdout.split())
     except ValueError:
