@@ -109,3 +109,22 @@ def test_a_requeued_saved_job_runs_the_same_commands() -> None:
     )
     again = saved.replace("X=1", "Y=2").replace("/usr/bin/python3 /srv/train.py\n", saved)
     assert job_commands(saved) == job_commands(again) == "/usr/bin/python3 /srv/train.py"
+
+
+def test_a_program_in_a_group_with_others_is_refused(tmp_path: Path) -> None:
+    # `supervisorctl update GROUP` re-adds the whole group: the others would restart.
+    conf = tmp_path / "s.conf"
+    conf.write_text(
+        "[supervisord]\n[group:pool]\nprograms=train,web\n"
+        "[program:train]\ncommand=/usr/bin/python3 /srv/train.py\n"
+        "[program:web]\ncommand=/usr/bin/python3 /srv/web.py\n"
+    )
+    origin = SupervisorOrigin(
+        program="pool:train", supervisor="supervisord", config=str(conf),
+        section="program:train", remediation="x",
+    )  # fmt: skip
+    plan = plan_supervisor(origin, _req(RecordingEffects(), tmp_path))
+    assert plan.refused == (
+        "pool:train runs in supervisord group pool ([program:train] is one of its programs): "
+        "`supervisorctl update pool` would restart the group's other programs too; by hand: x"
+    )

@@ -234,6 +234,16 @@ def plan_supervisor(origin: Origin, req: PlanRequest) -> DisablePlan:
             f"{live.unread or f'the program is now in [{live.section}]'}",
             origin,
         )
+    if live.section.partition(":")[2] != group:
+        # `update GROUP` re-adds the whole group: its other programs would be stopped and
+        # started again with it (bystanders).
+        return _refuse(
+            program,
+            f"{program} runs in supervisord group {group} ([{live.section}] is one of its "
+            f"programs): `supervisorctl update {group}` would restart the group's other "
+            "programs too",
+            origin,
+        )
     conf = origin.config
     ctl = ["supervisorctl", "-c", conf]
     status = req.effects.query([*ctl, "status", ctl_name])
