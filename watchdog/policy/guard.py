@@ -643,7 +643,9 @@ def _disable_handled(origin: Origin) -> bool:
     if isinstance(origin, ContainerOrigin):
         return origin.pod_uid is None and origin.runtime in ("docker", "podman")
     if isinstance(origin, SupervisorOrigin):
-        return origin.supervisor == "supervisord" and origin.section is not None
+        # A program in a group with others is refused (update GROUP restarts them).
+        grouped = ":" in (origin.program or "")
+        return origin.supervisor == "supervisord" and origin.section is not None and not grouped
     if isinstance(origin, AtOrigin):
         return bool(origin.pending_same_command)
     if origin.kind == "cron":
