@@ -51,6 +51,7 @@ from watchdog.actions.disable import (
 )
 from watchdog.actions.effects import Effects
 from watchdog.lineage.at import job_commands, parse_job_name
+from watchdog.lineage.base import command
 from watchdog.lineage.supervisorconf import read_program
 from watchdog.model import AtOrigin, ContainerOrigin, Origin, SupervisorOrigin
 from watchdog.safeio import unread_reason
@@ -266,7 +267,7 @@ def plan_supervisor(origin: Origin, req: PlanRequest) -> DisablePlan:
         f"{'running' if running else 'not running'}"
     ]
     pre: list[list[str]] = [[*ctl, "stop", ctl_name]] if running else []
-    steps += [" ".join(c) for c in pre]
+    steps += [command(*c) for c in pre]  # host text (names, paths): quoted
     for path, lines in per_file.items():
         try:
             data = safeio.read_regular(path, _MAX_CONF_BYTES)
@@ -276,8 +277,11 @@ def plan_supervisor(origin: Origin, req: PlanRequest) -> DisablePlan:
         text = data.decode("utf-8", "surrogateescape")
         setting = {opt: f"{opt}=false ; {marker % was[opt]}" for opt in lines.values()}
         changes = {n: setting[opt] for n, opt in lines.items() if n > 0}
-        if any(n > len(text.splitlines()) for n in changes):
-            return _refuse(program, f"{path} changed since it was read", origin)
+        had = text.splitlines()
+        for n, opt in lines.items():
+            m = _OPTION.match(had[n - 1]) if 0 < n <= len(had) else None
+            if n and (m is None or m.group("name").strip().lower() != opt):
+                return _refuse(program, f"{path} changed since it was read (line {n})", origin)
         new = _edit(text, live.section, changes, [setting[o] for n, o in lines.items() if n == 0])
         backup = backup_path(req.backup_dir, path, req.now)
         files.append(
@@ -297,7 +301,7 @@ def plan_supervisor(origin: Origin, req: PlanRequest) -> DisablePlan:
             where = f"line {n}" if n else f"a new line after [{live.section}]"
             steps.append(f"set {opt}=false in {path} ({where}; was {was[opt]})")
     post = [[*ctl, "reread"], [*ctl, "update", group]]
-    steps += [" ".join(c) for c in post]
+    steps += [command(*c) for c in post]
     data_out = {
         "conf": conf,
         "group": group,
