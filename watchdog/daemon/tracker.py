@@ -24,7 +24,7 @@ from typing import Any, cast
 from watchdog.config.alerts import AlertSettings
 from watchdog.daemon.alerts.alert import AlertEvent, local_iso
 from watchdog.daemon.tracking.blind import last_seen_gpus
-from watchdog.daemon.tracking.current import current_message
+from watchdog.daemon.tracking.current import RUN_ENDED, current_message
 from watchdog.daemon.tracking.fold import fingerprint, fold, group
 from watchdog.daemon.tracking.jobs import record_jobs
 from watchdog.daemon.tracking.lifecycle import Open, Resolve, Seen, Sighting, Step, decide
@@ -409,9 +409,10 @@ class Tracker:
         db = self.db
         gone_at = self._ended_alone.get(rec.id)
         if gone_at is not None:
+            head = rec.message.split(RUN_ENDED, 1)[0]  # said again here, finally
             rec = dataclasses.replace(
                 rec,
-                message=f"{rec.message}; ended by itself at {local_iso(gone_at)}, not back "
+                message=f"{head}; ended by itself at {local_iso(gone_at)}, not back "
                 f"within {gap_text(RETURN_WINDOW_S)}",
             )
             db.set_finding_message(rec.id, rec.message)
