@@ -898,6 +898,7 @@ class ContainerOrigin(Origin):
 
     kind: ClassVar[OriginKind] = "container"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("image", "pod_uid")
+    DISABLES: ClassVar[str | None] = "the restart policy and running state"
     PINS: ClassVar[Mapping[str, PinKey]] = {
         "container_image": PinKey("container image", field="image"),
         "container_image_digest": PinKey("container image digest", field="image_id"),
@@ -1101,6 +1102,7 @@ class AtOrigin(Origin):
 
     kind: ClassVar[OriginKind] = "at"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("command",)
+    DISABLES: ClassVar[str | None] = "the queued jobs' scripts"
     REMEDIATION_STOPS_JOB: ClassVar[bool] = False
     job: int | None = None
     queue: str | None = None
@@ -1133,14 +1135,34 @@ class SupervisorOrigin(Origin):
         supervisor: Which supervisor.
         supervisor_pid: The supervisor's PID.
         config: The configuration file naming it, when found.
+        section: supervisord: the program's section (``program:train``), when read.
+        section_file: supervisord: the file holding that section.
+        autostart: supervisord: ``autostart`` as configured (``true`` by default).
+        autostart_at: Where it was set: ``FILE:LINE``, or ``default``.
+        autorestart: supervisord: ``autorestart`` (``unexpected`` by default).
+        autorestart_at: Where it was set: ``FILE:LINE``, or ``default``.
+        startretries: supervisord: ``startretries`` (``3`` by default).
+        exitcodes: supervisord: ``exitcodes`` (``0`` by default).
+        settings_unread: supervisord: why its configuration could not be read (then
+            the settings above are None).
     """
 
     kind: ClassVar[OriginKind] = "supervisor"
     SOURCE_FIELDS: ClassVar[tuple[str, ...]] = ("program",)
+    DISABLES: ClassVar[str | None] = "the supervisord config"
     program: str | None = None
     supervisor: str | None = None
     supervisor_pid: int | None = None
     config: str | None = None
+    section: str | None = field(default=None, metadata=_OPTIONAL)
+    section_file: str | None = field(default=None, metadata=_OPTIONAL)
+    autostart: str | None = field(default=None, metadata=_OPTIONAL)
+    autostart_at: str | None = field(default=None, metadata=_OPTIONAL)
+    autorestart: str | None = field(default=None, metadata=_OPTIONAL)
+    autorestart_at: str | None = field(default=None, metadata=_OPTIONAL)
+    startretries: str | None = field(default=None, metadata=_OPTIONAL)
+    exitcodes: str | None = field(default=None, metadata=_OPTIONAL)
+    settings_unread: str | None = field(default=None, metadata=_OPTIONAL)
 
     def describe(self) -> str:
         """See :meth:`Origin.describe`."""
@@ -1328,7 +1350,8 @@ for _entry in (
         "container",
         f"{__name__}:ContainerOrigin",
         "watchdog.lineage.container:ContainerResolver",
-        restarts="watchdog.lineage.respawn:container",
+        "watchdog.actions.sources:plan_container",
+        "watchdog.lineage.respawn:container",
     ),
     OriginKindEntry(
         "cron",
@@ -1341,13 +1364,15 @@ for _entry in (
         "at",
         f"{__name__}:AtOrigin",
         "watchdog.lineage.at:AtResolver",
-        restarts="watchdog.lineage.respawn:at",
+        "watchdog.actions.sources:plan_at",
+        "watchdog.lineage.respawn:at",
     ),
     OriginKindEntry(
         "supervisor",
         f"{__name__}:SupervisorOrigin",
         "watchdog.lineage.supervisor:SupervisorResolver",
-        restarts="watchdog.lineage.respawn:supervisor",
+        "watchdog.actions.sources:plan_supervisor",
+        "watchdog.lineage.respawn:supervisor",
     ),
     OriginKindEntry("shell", f"{__name__}:ShellOrigin", "watchdog.lineage.shell:ShellResolver"),
     OriginKindEntry(

@@ -23,6 +23,7 @@ from watchdog.lineage.cron import entry_state, with_entry_state
 from watchdog.model import (
     NOT_LIVE,
     UNKNOWN_ORIGIN,
+    AtOrigin,
     CronOrigin,
     Finding,
     GpuProcess,
@@ -30,6 +31,7 @@ from watchdog.model import (
     Origin,
     Proc,
     ScanResult,
+    SupervisorOrigin,
     TargetGuard,
 )
 from watchdog.policy.allowlist import judge, not_sanctioned_now
@@ -779,9 +781,15 @@ def _with_first_also(fresh: CronOrigin, also: tuple[str, ...]) -> CronOrigin:
 
 def _file_stamp(origin: Origin) -> object:
     """``(mtime_ns, size)`` of the file an origin's source lives in (a crontab, a unit
-    file), None when it names none or it cannot be read."""
+    file, the at spool, a supervisord config), None when it names none or it cannot be read."""
     path = getattr(origin, "file", None) if isinstance(origin, CronOrigin) else None
     path = path or getattr(origin, "unit_file", None)
+    if isinstance(origin, AtOrigin) and origin.file:
+        # The queue is the source (issue 31, case 3): the spool directory changes when a
+        # job is queued, starts or is removed, and the queued copies are read again.
+        path = os.path.dirname(origin.file)
+    if isinstance(origin, SupervisorOrigin) and origin.config:
+        path = origin.config
     if not isinstance(path, str):
         return None
     try:

@@ -132,3 +132,43 @@ def test_docker_without_restart_policy_is_only_stopped(docker: Engine) -> None:
     origin, _ = _origin(docker.pid(cid))
     assert origin.fields["restart_policy"] == "no"
     assert origin.remediation == f"docker stop {cid}"
+
+
+def test_podman_disable_source_stops_it_and_undo_starts_it(podman: Engine, tmp_path: Path) -> None:
+    """Issue 31, item 4 on real podman 4 (no `update --restart`): disable-source stops the
+    container, after which its always policy does not act (podman-run(1)); undo starts it.
+    BEFORE (bd663fe): "disabling a container source is not supported"."""
+    import re
+    import sys
+
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "train_pm.py").write_text("import time\ntime.sleep(10**6)\n")
+    cid = podman.cli(
+        "run", "-d", "--network", "none", "--name", "train-pm", "--restart=always",
+        "--stop-timeout", "1", "-v", "/usr:/usr:ro", "-v", "/lib:/lib:ro",
+        "-v", "/lib64:/lib64:ro", "-v", f"{tmp_path}/w:/w:ro", IMAGE,
+        "/usr/bin/python3", "/w/train_pm.py",
+    )  # fmt: skip
+    pid = podman.pid(cid)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
+
+    def cli(*args: str) -> tuple[int, str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "watchdog", *args, "--config", str(config)],
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert done.returncode in (0, 1), done.stderr[-3000:]
+        return done.returncode, done.stdout
+
+    rc, out = cli("disable-source", str(pid))
+    lines = out.splitlines()
+    assert (rc, lines[1:3]) == (0, [f"  podman stop {cid}", "outcome: ok; undo with: "
+                                    f"rogue-watchdog undo --config {config} 1"]), out  # fmt: skip
+    state = "{{.State.Running}} {{.HostConfig.RestartPolicy.Name}}"
+    assert podman.cli("inspect", "--format", state, cid) == "false always"
+    m = re.search(r"undo --config \S+ (\d+)", out)
+    assert m is not None
+    rc, out = cli("undo", m.group(1))
+    assert (rc, out.splitlines()[1:]) == (0, [f"  podman start {cid}", "outcome: ok"]), out
+    assert podman.cli("inspect", "--format", state, cid) == "true always"

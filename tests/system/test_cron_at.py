@@ -124,13 +124,14 @@ def test_the_advice_of_a_requeuing_at_job_is_read_live_and_ends_in_terminate(
     at_job: tuple[int, int, int, str], tmp_path: Path
 ) -> None:
     """Issue 31, case 3: the advice lists the queued copies as the queue is now (each scan
-    reads it again), and ``atrm`` is followed by ``terminate`` (it does not stop the
-    running job). BEFORE (4ec0a01): the stop line was `atrm JOB COPY` alone."""
+    reads it again), and stopping the source is followed by ``terminate`` (atrm does not
+    stop the running job). BEFORE (4ec0a01): the stop line was `atrm JOB COPY` alone; then
+    `atrm JOB COPY && rogue-watchdog terminate PID`; now disable-source does it (item 4)."""
     from watchdog.config import parse_config
     from watchdog.hostpaths import config_args
     from watchdog.scan import Scanner
 
-    pid, job, copy, command = at_job
+    pid, _job, copy, command = at_job
 
     def advice() -> tuple[str | None, str | None]:
         result = Scanner(parse_config("nvml: {enabled: false}\n", "t.yaml")).scan()
@@ -138,11 +139,16 @@ def test_the_advice_of_a_requeuing_at_job_is_read_live_and_ends_in_terminate(
         again = found.advice.restarts
         return found.advice.stop_line(pid), again.line() if again else None
 
-    note = "(the first stops what is queued, not the running job)"
     cli = config_args("t.yaml")  # printed commands carry the --config that judged the job
+    # disable-source acts on at jobs (issue 31, item 4): it removes the queued copies,
+    # read live when it runs, and terminate stops the running one.
+    stop = (
+        f"rogue-watchdog disable-source{cli} {pid} && rogue-watchdog terminate{cli} {pid} "
+        "(--dry-run first to preview)"
+    )
     assert cli.startswith(" --config /")
     assert advice() == (
-        f"atrm {job} {copy} && rogue-watchdog terminate{cli} {pid} {note}",
+        stop,
         f"restarts it: on schedule, at job(s) {copy} queued with the same commands (it "
         "re-queues itself)",
     )
@@ -150,9 +156,96 @@ def test_the_advice_of_a_requeuing_at_job_is_read_live_and_ends_in_terminate(
     later = _submit("now + 2 hours", command, tmp_path)
     try:
         assert advice() == (
-            f"atrm {job} {copy} {later} && rogue-watchdog terminate{cli} {pid} {note}",
+            stop,
             f"restarts it: on schedule, at job(s) {copy}, {later} queued with the same "
             "commands (it re-queues itself)",
         )
     finally:
         subprocess.run(["atrm", str(later)], capture_output=True, check=False)
+
+
+def test_a_running_scanner_reads_the_queue_again_as_soon_as_it_changes(
+    at_job: tuple[int, int, int, str], tmp_path: Path
+) -> None:
+    """Issue 31, case 3, in the daemon's Scanner (kept across ticks): the origin it
+    resolved is reused for 30 s while the lineage is the same, but not past a change of
+    the at spool. BEFORE: the second look still said `atrm JOB COPY` (cached)."""
+    from watchdog.config import parse_config
+    from watchdog.scan import Scanner
+
+    pid, job, copy, command = at_job
+    scanner = Scanner(parse_config("nvml: {enabled: false}\n", "t.yaml"))
+
+    def remediation() -> str | None:
+        [found] = [j for j in scanner.scan().jobs if j.root_pid == pid]
+        return found.origin.remediation
+
+    assert remediation() == f"atrm {job} {copy}"
+    later = _submit("now + 2 hours", command, tmp_path)
+    try:
+        assert remediation() == f"atrm {job} {copy} {later}"
+    finally:
+        subprocess.run(["atrm", str(later)], capture_output=True, check=False)
+    assert remediation() == f"atrm {job} {copy}"
+
+
+def _atq() -> dict[int, str]:
+    """Queued jobs: number → the rest of its atq line (time, queue, user)."""
+    out = subprocess.run(["atq"], capture_output=True, text=True, check=True).stdout
+    return {int(ln.split()[0]): " ".join(ln.split()[1:]) for ln in out.splitlines() if ln}
+
+
+def test_disable_source_removes_the_queued_copies_and_undo_queues_them_again(
+    at_job: tuple[int, int, int, str], tmp_path: Path
+) -> None:
+    """Issue 31, item 4 with a real atd: disable-source of a job that re-queues itself
+    saves each queued copy's script from the spool and removes it with atrm (read live);
+    the running job is left to terminate. Undo queues the saved script again at the same
+    time in the same queue. BEFORE (bd663fe): "disabling a at source is not supported"."""
+    import sys
+
+    pid, _job, copy, _command = at_job
+    config = tmp_path / "c.yaml"
+    config.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
+
+    def cli(*args: str) -> tuple[int, str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "watchdog", *args, "--config", str(config)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode in (0, 1), done.stderr[-3000:]
+        return done.returncode, done.stdout
+
+    queued = _atq()[copy]
+    rc, out = cli("disable-source", str(pid), "--dry-run")
+    lines = out.splitlines()
+    assert rc == 0, out
+    assert lines[0].endswith(f": at job(s) {copy}"), out
+    assert lines[1].startswith(f"  save /var/spool/cron/atjobs/a{copy:05x}"), out
+    assert lines[2:] == [
+        f"  atrm {copy}",
+        "  (the running job is left to terminate: atrm does not stop it)",
+    ], out
+    assert copy in _atq()
+    rc, out = cli("disable-source", str(pid))
+    assert rc == 0, out
+    assert copy not in _atq()
+    last = out.splitlines()[-1]
+    assert last == "the running job is not stopped by this; use `terminate` for that", out
+    assert os.path.exists(f"/proc/{pid}")
+    m = re.search(r"undo with: rogue-watchdog undo --config \S+ (\d+)", out)
+    assert m is not None, out
+    before = set(_atq())
+    rc, out = cli("undo", m.group(1))
+    again = set(_atq()) - before
+    try:
+        assert (rc, out.splitlines()[-1]) == (0, "outcome: ok"), out
+        assert out.splitlines()[1].startswith("  at -q a -t "), out
+        [new] = again
+        assert _atq()[new] == queued  # the same time, queue and owner
+        # The same commands: the re-queued job is one of its copies again.
+        rc, out = cli("disable-source", str(pid), "--dry-run")
+        assert out.splitlines()[0].endswith(f": at job(s) {new}"), out
+    finally:
+        for n in again:
+            subprocess.run(["atrm", str(n)], capture_output=True, check=False)

@@ -11,7 +11,10 @@ no word on the policy, remediation a bare `docker stop ID`.
 from __future__ import annotations
 
 import os
+import re
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +23,7 @@ import pytest
 
 from tests.conftest import need_program, poll
 from tests.system.containerharness import (
+    IMAGE,
     Engine,
     container_sandbox,  # noqa: F401
     docker_engine,
@@ -69,7 +73,7 @@ def test_restart_always_is_at_once_and_unknown_when_the_engine_does_not_answer(
     )
     stop = f"docker update --restart=no {cid} && docker stop {cid}"
     assert origin.remediation == stop
-    assert again.stops == f"stop it and remove the policy first: {stop}"
+    assert again.stops == "disable-source first"  # it acts on Docker (issue 31, item 4)
     # "At once" is what the engine does: our container's main process, killed, is back.
     os.kill(pid, signal.SIGKILL)
     back = poll("the container back", lambda: (p := docker.pid(cid)) != pid and p, 20)
@@ -86,3 +90,73 @@ def test_restart_always_is_at_once_and_unknown_when_the_engine_does_not_answer(
         f"restarts it: unknown, Docker restart policy unknown (the engine did not answer for "
         f"{cid[:12]})"
     )
+
+
+def _cli(tmp_path: Path, *args: str) -> tuple[int, str]:
+    """``python -m watchdog ARGS --config`` (the engine through this process's env)."""
+    config = tmp_path / "config.yaml"
+    if not config.exists():
+        config.write_text(
+            f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n"
+            "enforcement: {grace_s: 2}\n"
+        )
+    done = subprocess.run(
+        [sys.executable, "-m", "watchdog", *args, "--config", str(config)],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    return done.returncode, done.stdout
+
+
+def _state(engine: Engine, cid: str) -> str:
+    return engine.cli(
+        "inspect", "--format", "{{.HostConfig.RestartPolicy.Name}} {{.State.Running}}", cid
+    )
+
+
+def test_terminate_says_it_comes_back_and_disable_source_removes_the_policy(
+    docker: Engine, tmp_path: Path
+) -> None:
+    """Issue 31, items 4 and 2 on a real dockerd. `terminate` of a --restart=always
+    container's trainer ends `will-return` (it is back at once); `disable-source` sets the
+    policy to no and stops the container; `undo` puts the policy back and starts it.
+    BEFORE (bd663fe): disable-source said "disabling a container source is not supported"."""
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "train_ctr.py").write_text("import time\ntime.sleep(10**6)\n")
+    cid = docker.cli(
+        "run", "-d", "--network", "none", "--name", "train-dk", "--restart=always",
+        # The host's python, read-only, running a trainer by its script name.
+        "-v", "/usr:/usr:ro", "-v", "/lib:/lib:ro", "-v", "/lib64:/lib64:ro",
+        "-v", f"{tmp_path}/w:/w:ro", IMAGE, "/usr/bin/python3", "/w/train_ctr.py",
+    )  # fmt: skip
+    pid = docker.pid(cid)
+    rc, out = _cli(tmp_path, "terminate", str(pid))
+    lines = out.splitlines()
+    assert rc == 1, out
+    assert lines[-2:] == [
+        "outcome: will-return",
+        "will come back: its source restarts it; disable-source first",
+    ], out
+    pid = poll("the container back", lambda: (p := docker.pid(cid)) not in (0, pid) and p, 30)
+    rc, out = _cli(tmp_path, "disable-source", str(pid), "--dry-run")
+    assert (rc, out.splitlines()[1:]) == (
+        0,
+        [
+            "  before: restart policy always, running",
+            f"  docker update --restart=no {cid}",
+            f"  docker stop {cid}",
+        ],
+    ), out
+    assert _state(docker, cid) == "always true"
+    rc, out = _cli(tmp_path, "disable-source", str(pid))
+    assert rc == 0, out
+    assert out.splitlines()[-1] == "the running job has stopped too (it ended with its source)"
+    assert _state(docker, cid) == "no false"
+    m = re.search(r"undo with: rogue-watchdog undo --config \S+ (\d+)", out)
+    assert m is not None, out
+    rc, out = _cli(tmp_path, "undo", m.group(1))
+    assert (rc, out.splitlines()[1:]) == (
+        0,
+        [f"  docker update --restart=always {cid}", f"  docker start {cid}", "outcome: ok"],
+    ), out
+    assert _state(docker, cid) == "always true"

@@ -56,9 +56,36 @@ CID = "a" * 64
         (KubernetesOrigin(pod_uid="u", owner_kind="Deployment", owner_name="web"),
          "restarts it: at once, Kubernetes Deployment web recreates the pod"),
         (KubernetesOrigin(pod_uid="u", owner_kind="Pod"), None),
-        (SupervisorOrigin(program="p", supervisor="supervisord"),
-         "restarts it: unknown, supervisord program p (its autorestart is not read; "
-         "supervisors restart their programs by default)"),
+        # Issue 31, case 6. BEFORE (bd663fe): every supervisord program was "restarts it:
+        # unknown, supervisord program p (its autorestart is not read; supervisors restart
+        # their programs by default)".
+        (SupervisorOrigin(program="p", supervisor="supervisord",
+                          settings_unread="/etc/s.conf could not be read: no such file"),
+         "restarts it: unknown, supervisord program p (autorestart unknown: /etc/s.conf could "
+         "not be read: no such file; autorestart=unexpected, the default, restarts it after a "
+         "signal)"),
+        (SupervisorOrigin(program="p", supervisor="supervisord", section="program:p",
+                          autostart="true", autostart_at="default", autorestart="true",
+                          autorestart_at="/etc/s.conf:4", exitcodes="0"),
+         "restarts it: at once, will return: autorestart=true (supervisord program:p, "
+         "/etc/s.conf:4)"),
+        (SupervisorOrigin(program="p", supervisor="supervisord", section="program:p",
+                          autostart="true", autostart_at="default", autorestart="unexpected",
+                          autorestart_at="default", exitcodes="0,2"),
+         "restarts it: at once after a signal or an exit code not in exitcodes=0,2, will "
+         "return: autorestart=unexpected (supervisord program:p, default)"),
+        (SupervisorOrigin(program="p", supervisor="supervisord", section="program:p",
+                          autostart="true", autostart_at="default", autorestart="false",
+                          autorestart_at="/etc/s.conf:5"),
+         "restarts it: when supervisord starts (not after it ends), won't return: "
+         "autorestart=false (supervisord program:p, /etc/s.conf:5); autostart=true (default) "
+         "starts it when supervisord starts"),
+        (SupervisorOrigin(program="p", supervisor="supervisord", section="program:p",
+                          autostart="no", autostart_at="/etc/s.conf:6", autorestart="off",
+                          autorestart_at="/etc/s.conf:5"), None),
+        (SupervisorOrigin(program="p", supervisor="runsv"),
+         "restarts it: unknown, runsv program p (its autorestart is not read; supervisors "
+         "restart their programs by default)"),
         (AtOrigin(job=6, pending_same_command=(7,)),
          "restarts it: on schedule, at job(s) 7 queued with the same commands (it re-queues "
          "itself)"),

@@ -54,6 +54,8 @@ def test_supervisord_program_from_environment(tmp_path: Path) -> None:
         "supervisor": "supervisord",
         "supervisor_pid": 80,
         "config": CONF,
+        # This test's tree is fake; the config it names is not on this host.
+        "settings_unread": f"{CONF} could not be read: no such file or directory",
     }
     assert origin.remediation == (
         f"supervisorctl -c {CONF} stop retrain  # then delete [program:retrain] from {CONF} "
@@ -235,6 +237,15 @@ def test_killed_supervisord_orphan_and_second_copy(sandbox: Path, spawned: Spawn
             "supervisor": "supervisord",
             "supervisor_pid": sup2,
             "config": str(sandbox / "supervisord.conf"),
+            # The config names none of these: supervisord's defaults (issue 31, case 6).
+            "section": "program:retrain",
+            "section_file": str(sandbox / "supervisord.conf"),
+            "autostart": "true",
+            "autostart_at": "default",
+            "autorestart": "unexpected",
+            "autorestart_at": "default",
+            "startretries": "3",
+            "exitcodes": "0",
         }
     finally:
         # sup1 is already reaped, so the fixture skips its group: end child1 by PID.

@@ -24,6 +24,8 @@ Sources:
   are recorded, then ``disable --now`` the timer and ``stop`` the service (or ``disable
   --now`` the service without a timer), and ``mask`` it when ``Restart=`` would bring it
   back. Undo re-applies the recorded enablement and activity.
+- **Docker/Podman containers, supervisord programs, queued at jobs**:
+  :mod:`watchdog.actions.sources`.
 - **orphan / unknown** (only with ``quarantine_unknown_exe``): the job's script (for an
   interpreter) or executable is renamed with a marker suffix; system directories are
   never touched.
@@ -85,7 +87,8 @@ class DisablePlan:
 
     Attributes:
         kind: ``cron-file``, ``user-crontab``, ``run-parts``, ``systemd``,
-            ``quarantine`` or ``none``.
+            ``quarantine``, ``container``, ``supervisord``, ``at`` (those three:
+            :mod:`watchdog.actions.sources`) or ``none``.
         target: What is changed (``FILE:LINE``, a unit, a path).
         steps: What would be changed and why, one line each.
         refused: Why nothing can be done (then ``steps`` is empty).
@@ -103,7 +106,12 @@ class DisablePlan:
         says what failed and which steps were done (with their undo ops)."""
         if self.refused is not None:
             return DisableResult("failed", error=self.refused)
+        from watchdog.actions import sources  # its planners import this module
+
         runner = {
+            "container": sources.exec_container,
+            "supervisord": sources.exec_supervisor,
+            "at": sources.exec_at,
             "cron-file": _exec_cron_file,
             "user-crontab": _exec_user_crontab,
             "run-parts": _exec_rename,

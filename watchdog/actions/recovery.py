@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from watchdog.actions import sources
 from watchdog.actions.disable import _undo_systemd
 from watchdog.actions.guards import Expected, read_live
 from watchdog.actions.terminate import WAVE_SIGNALS, Resume
@@ -348,6 +349,18 @@ def disable_undo(restore: dict[str, Any], made: Sequence[ActionStep]) -> list[di
         moved = any(s.op == "remove" for s in made)
         try:
             return _undo_systemd(d, done, moved)
+        except (KeyError, TypeError):
+            return []
+    if "sources" in restore:
+        ran = [
+            list(s.detail.get("argv") or [])
+            for s in made
+            if s.op == "run" and (s.status == "intent" or (s.result or {}).get("returncode") == 0)
+        ]
+        written = [str(s.detail.get("path")) for s in made if s.op == "write"]
+        try:
+            src = restore["sources"]
+            return sources.undo_ops(src["kind"], src["data"], ran, written)
         except (KeyError, TypeError):
             return []
     return []

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog import hostpaths
+from watchdog.actions import sources
 from watchdog.actions.disable import DisablePlan, DisableResult, plan_disable
 from watchdog.actions.effects import Effects, JournaledEffects
 from watchdog.actions.guards import Expected, Guard
@@ -503,6 +504,8 @@ def restore_plan(plan: DisablePlan) -> dict[str, Any]:
     if plan.kind == "systemd":
         keys = ("unit", "timer", "timers", "before", "move", "transient")
         return {"systemd": {k: d.get(k) for k in keys}}
+    if plan.kind in ("container", "supervisord", "at"):
+        return sources.restore_plan(plan)
     return {}
 
 

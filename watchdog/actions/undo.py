@@ -11,8 +11,13 @@
   ``T`` back.
 - ``{"op": "crontab_restore", "user": U, "backup": B}``: ``crontab -u U B`` (a
   crontab(1) header in ``B`` is left out: crontab writes its own).
-- ``{"op": "systemctl", "argv": [...]}``: ``systemctl ARGV``.
-- ``{"op": "scontrol", "argv": [...]}``: ``scontrol ARGV``.
+- ``{"op": "systemctl", "argv": [...]}``: ``systemctl ARGV``; likewise ``scontrol``,
+  ``docker``, ``podman`` and ``supervisorctl`` (a container's restart policy and running
+  state, a supervisord program: :mod:`watchdog.actions.sources`).
+- ``{"op": "at_requeue", "backup": B, "sha256": S, "queue": Q, "time": T, "user": U,
+  "path": P}``: the saved at job script ``B`` (still hashing to ``S``) queued again with
+  ``at -q Q -t T``, as ``U`` (``runuser``) when not root; refused while the job's own
+  spool file ``P`` still exists (it was never removed).
 
 Every op goes through :class:`~watchdog.actions.effects.Effects`. The first failure
 stops the undo (later ops may depend on it) and is reported. Before each op the undo
@@ -33,9 +38,15 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.actions.effects import Effects
+from watchdog.actions.sources import requeue_argv
 from watchdog.lineage.crontab import installed_header_lines
 
-OP_KINDS = ("rename", "restore_file", "crontab_restore", "systemctl", "scontrol")
+OP_KINDS = (
+    "rename", "restore_file", "crontab_restore", "systemctl", "scontrol", "docker", "podman",
+    "supervisorctl", "at_requeue",
+)  # fmt: skip
+# The ops that run a command: ``[op, *argv]``.
+_COMMANDS = ("systemctl", "scontrol", "docker", "podman", "supervisorctl")
 
 
 class UndoError(ValueError):
@@ -51,6 +62,10 @@ _SHAPES: dict[str, dict[str, str]] = {
     "crontab_restore": {"user": "str", "backup": "str"},
     "systemctl": {"argv": "argv"},
     "scontrol": {"argv": "argv"},
+    "docker": {"argv": "argv"},
+    "podman": {"argv": "argv"},
+    "supervisorctl": {"argv": "argv"},
+    "at_requeue": {"backup": "str", "sha256": "str", "queue": "str", "time": "str", "user": "str"},
 }  # fmt: skip
 
 
@@ -105,6 +120,8 @@ def describe(op: dict[str, Any]) -> str:
         )
     if kind == "crontab_restore":
         return f"crontab -u {op['user']} {op['backup']}"
+    if kind == "at_requeue":
+        return f"{' '.join(requeue_argv(op))} < {op['backup']}"
     return f"{kind} {' '.join(op['argv'])}"
 
 
@@ -188,6 +205,11 @@ def check_op(op: dict[str, Any], lexists: Callable[[str], bool] = os.path.lexist
         _writable_folder(op["path"])
     elif kind == "crontab_restore":
         Path(op["backup"]).read_bytes()
+    elif kind == "at_requeue":
+        _backup(op)
+        path = op.get("path")
+        if isinstance(path, str) and lexists(path):
+            raise OSError(f"{path} is still queued: it was never removed")
 
 
 def _run_op(op: dict[str, Any], effects: Effects) -> None:
@@ -206,6 +228,11 @@ def _run_op(op: dict[str, Any], effects: Effects) -> None:
         out = effects.run(["crontab", "-u", op["user"], "-"], data)
         if out.returncode != 0:
             raise OSError(f"crontab -u {op['user']} exited {out.returncode}: {out.stderr.strip()}")
+    elif kind == "at_requeue":
+        argv = requeue_argv(op)
+        out = effects.run(argv, _backup(op))
+        if out.returncode != 0:
+            raise OSError(f"{' '.join(argv)} exited {out.returncode}: {out.stderr.strip()}")
     else:
         argv = [kind, *op["argv"]]
         out = effects.run(argv)
@@ -259,7 +286,7 @@ def _dry_run(ops: Sequence[dict[str, Any]]) -> UndoResult:
             return res
         view.did(op)
         said = describe(op)
-        if op["op"] in ("crontab_restore", "systemctl", "scontrol"):
+        if op["op"] in ("crontab_restore", "at_requeue", *_COMMANDS):
             said += " (its answer is known only when it runs)"
         res.done.append(said)
     return res

@@ -502,7 +502,9 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
         if not target.running:
             pass  # nothing was running: nothing to say about stopping it
         elif _still_running(
-            target, config.paths.proc_root, wait_s=2.0 if plan.kind == "systemd" else 0.0
+            target,
+            config.paths.proc_root,
+            wait_s=2.0 if plan.kind in ("systemd", "container", "supervisord") else 0.0,
         ):
             _out("the running job is not stopped by this; use `terminate` for that")
         else:

@@ -24,6 +24,7 @@ from typing import Any, cast
 from watchdog.config.alerts import AlertSettings
 from watchdog.daemon.alerts.alert import AlertEvent, local_iso
 from watchdog.daemon.tracking.blind import last_seen_gpus
+from watchdog.daemon.tracking.current import RUN_ENDED, current_message
 from watchdog.daemon.tracking.fold import fingerprint, fold, group
 from watchdog.daemon.tracking.jobs import record_jobs
 from watchdog.daemon.tracking.lifecycle import Open, Resolve, Seen, Sighting, Step, decide
@@ -239,6 +240,7 @@ class Tracker:
             )  # fmt: skip
             opened, reminded, resolved = self._apply(steps, now)
             self._between_runs(before, steps, between, now)
+            self._as_of_now(before, steps, tracked, seen.signatures)
         return TrackResult(
             opened=opened,
             reminded=reminded,
@@ -256,6 +258,37 @@ class Tracker:
             if rec is not None:
                 out[sig] = rec.last_seen
         return out
+
+    def _as_of_now(
+        self,
+        before: list[FindingRecord],
+        steps: list[Step],
+        jobs: list[Job],
+        signatures: Mapping[int, str],
+    ) -> None:
+        """Build the message of each open finding not reported this tick from what is
+        known now (:func:`~watchdog.daemon.tracking.current.current_message`): never
+        an alert by itself."""
+        stepped = {s.record.id for s in steps if isinstance(s, Seen | Resolve)}
+        by_sig: dict[str, Job] = {}
+        for job in jobs:
+            sig = signatures.get(job.root_pid)
+            if sig is not None:
+                by_sig.setdefault(sig, job)
+        running = {(j.root_pid, j.start_ticks) for j in jobs}
+        for rec in before:
+            if rec.id in stepped:
+                continue
+            root = rec.details.get("root")
+            sig = rec.details.get("signature") or rec.fingerprint.partition(":")[2]
+            own = next((j for j in jobs if [j.root_pid, j.start_ticks] == root), None)
+            job_rec = self.db.job(sig) if sig else None
+            message = current_message(
+                rec, own or by_sig.get(sig), running, self.db.actions_for(sig) if sig else [],
+                self.exits, job_rec.gone_at if job_rec is not None else None,
+            )  # fmt: skip
+            if message is not None and message != rec.message:
+                self.db.set_finding_message(rec.id, message)
 
     # -- the findings table and the spool ------------------------------------------------
 
@@ -415,9 +448,10 @@ class Tracker:
         db = self.db
         gone_at = self._ended_alone.get(rec.id)
         if gone_at is not None:
+            head = rec.message.split(RUN_ENDED, 1)[0]  # said again here, finally
             rec = dataclasses.replace(
                 rec,
-                message=f"{rec.message}; ended by itself at {local_iso(gone_at)}, not back "
+                message=f"{head}; ended by itself at {local_iso(gone_at)}, not back "
                 f"within {gap_text(RETURN_WINDOW_S)}",
             )
             db.set_finding_message(rec.id, rec.message)

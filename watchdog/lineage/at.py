@@ -47,14 +47,22 @@ def job_commands(text: str) -> str:
         text: The job file (a shell script written by at(1)).
 
     Returns:
-        The commands, stripped; the whole text when the block is not found.
+        The commands, stripped; the whole text when the block is not found. A job file
+        whose commands are a whole saved job file (``#!/bin/sh`` then ``# atrun``) gives
+        the commands of that one.
     """
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("cd ") and line.rstrip().endswith("|| {"):
             for j in range(i + 1, len(lines)):
                 if lines[j].strip() == "}":
-                    return "\n".join(lines[j + 1 :]).strip()
+                    rest = "\n".join(lines[j + 1 :]).strip()
+                    # A saved job file queued again whole (disable-source's undo): its own
+                    # preamble restores its environment and directory; the commands are
+                    # the ones inside it.
+                    if rest.startswith("#!/bin/sh\n# atrun "):
+                        return job_commands(rest)
+                    return rest
     return text.strip()
 
 

@@ -12,6 +12,7 @@ on failure, on demand, unknown), how, and what stops it (``disable-source first`
 
 from __future__ import annotations
 
+from watchdog.lineage.supervisorconf import FALSY, TRUTHY
 from watchdog.model import (
     NOT_LIVE,
     AtOrigin,
@@ -102,15 +103,18 @@ def container(origin: Origin) -> Restarts | None:
         )
     if policy == "no":
         return None
+    stops = (
+        DISABLE_FIRST
+        if origin.runtime in ("docker", "podman")
+        else f"stop it and remove the policy first: {origin.remediation}"
+    )
     when = {"always": "at once", "unless-stopped": "at once (until stopped by hand)"}.get(
         policy, "on failure (a non-zero exit)" if policy.startswith("on-failure") else "unknown"
     )
     return Restarts(
-        when,
-        f"{engine} restart policy {policy} of container {cid}",
-        f"stop it and remove the policy first: {origin.remediation}",
+        when, f"{engine} restart policy {policy} of container {cid}", stops,
         when.startswith("at once"),
-    )
+    )  # fmt: skip
 
 
 def kubernetes(origin: Origin) -> Restarts | None:
@@ -131,15 +135,59 @@ def kubernetes(origin: Origin) -> Restarts | None:
 
 
 def supervisor(origin: Origin) -> Restarts | None:
-    """A supervisor restarts its program when it exits (supervisord ``autorestart``,
-    runit, s6, PM2); what its configuration says is not read here."""
+    """supervisord: the program's ``autorestart`` (and ``autostart``, ``exitcodes``) as
+    its configuration says (supervisord docs, "[program:x] Section Settings"):
+
+    * ``true``: started again at once whenever it exits;
+    * ``unexpected`` (the default): at once after an exit code not in ``exitcodes``, or
+      a signal (supervisord counts a death by signal as unexpected, so the SIGTERM of a
+      ``terminate`` brings it back);
+    * ``false``: not after it ends; ``autostart=true`` starts it when supervisord starts.
+
+    Other supervisors (runit, s6, PM2...) and an unreadable configuration: ``unknown``.
+    """
     assert isinstance(origin, SupervisorOrigin)
     who = origin.supervisor or "supervisor"
+    stops = f"stop it in the supervisor first: {origin.remediation}"
+    if who == "supervisord" and origin.autorestart is not None:
+        stops = DISABLE_FIRST
+        src = f"supervisord {origin.section or 'program:' + str(origin.program)}"
+        setting = f"autorestart={origin.autorestart}"
+        at = f"{src}, {origin.autorestart_at}"
+        value = origin.autorestart
+        if value in TRUTHY:
+            return Restarts("at once", f"will return: {setting} ({at})", stops)
+        if value in FALSY:
+            if origin.autostart in TRUTHY:
+                return Restarts(
+                    "when supervisord starts (not after it ends)",
+                    f"won't return: {setting} ({at}); autostart={origin.autostart} "
+                    f"({origin.autostart_at}) starts it when supervisord starts",
+                    stops,
+                    False,
+                )
+            return None
+        if value == "unexpected":
+            codes = origin.exitcodes or "0"
+            return Restarts(
+                f"at once after a signal or an exit code not in exitcodes={codes}",
+                f"will return: {setting} ({at})",
+                stops,
+            )
+        return Restarts("unknown", f"{src}: autorestart={value!r} is not a value it takes", stops)
+    if who == "supervisord":
+        why = origin.settings_unread or "its configuration was not read"
+        return Restarts(
+            "unknown",
+            f"supervisord program {origin.program} (autorestart unknown: {why}; "
+            "autorestart=unexpected, the default, restarts it after a signal)",
+            stops,
+        )
     return Restarts(
         "unknown",
         f"{who} program {origin.program} (its autorestart is not read; supervisors "
         "restart their programs by default)",
-        f"stop it in the supervisor first: {origin.remediation}",
+        stops,
     )
 
 
@@ -152,5 +200,5 @@ def at(origin: Origin) -> Restarts | None:
     return Restarts(
         "on schedule",
         f"at job(s) {jobs} queued with the same commands (it re-queues itself)",
-        f"remove the queued jobs first: {origin.remediation}",
+        DISABLE_FIRST,
     )

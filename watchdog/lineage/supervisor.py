@@ -16,10 +16,12 @@ is an interpreter (supervisord and circusd are Python scripts, so their exe is p
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from watchdog.lineage.base import ResolveContext, command, comment, exe_name
+from watchdog.lineage.supervisorconf import config_file, read_program
 from watchdog.model import Origin, Proc, SupervisorOrigin
 
 _INTERPRETERS = ("python", "node", "perl", "ruby", "sh", "bash", "dash")
@@ -103,10 +105,41 @@ class _Program:
     config: str | None
     remediation: str
     evidence: tuple[str, ...]
+    settings: dict[str, str | None] = field(default_factory=dict)
+
+
+def _config(sup: Proc, ctx: ResolveContext) -> str | None:
+    """The configuration file this supervisord reads, as an absolute path
+    (:func:`~watchdog.lineage.supervisorconf.config_file`)."""
+    try:
+        cwd: str | None = os.readlink(f"{ctx.table.proc_root}/{sup.pid}/cwd")
+    except OSError:
+        cwd = None
+    return config_file(list(sup.cmdline), cwd)
+
+
+def _settings(path: str | None, group: str | None, name: str) -> dict[str, str | None]:
+    """The program's supervisord settings (:mod:`~watchdog.lineage.supervisorconf`), as
+    SupervisorOrigin fields; ``settings_unread`` says why when they could not be read."""
+    read = read_program(path, group, name)
+    if read.section is None:
+        return {"settings_unread": read.unread}
+    return {
+        "section": read.section,
+        "section_file": read.file,
+        "autostart": read.value("autostart"),
+        "autostart_at": read.where("autostart"),
+        "autorestart": read.value("autorestart"),
+        "autorestart_at": read.where("autorestart"),
+        "startretries": read.value("startretries"),
+        "exitcodes": read.value("exitcodes"),
+    }
 
 
 def _supervisord(sup: Proc, child: Proc, job: Proc, ctx: ResolveContext) -> _Program:
-    config = _option(sup.cmdline, "-c", "--configuration")
+    # The file it reads, absolute (its -c relative to its working directory, or the
+    # first of its search path); the -c text as given when that cannot be told.
+    config = _config(sup, ctx) or _option(sup.cmdline, "-c", "--configuration")
     for proc in (child, job):
         env = ctx.table.environ(proc.pid) or {}
         name = env.get("SUPERVISOR_PROCESS_NAME")
@@ -114,7 +147,8 @@ def _supervisord(sup: Proc, child: Proc, job: Proc, ctx: ResolveContext) -> _Pro
             group = env.get("SUPERVISOR_GROUP_NAME")
             target = f"{group}:{name}" if group and group != name else name
             ctl = ["supervisorctl", "-c", config] if config else ["supervisorctl"]
-            where = config or "the supervisord config"
+            settings = _settings(config, group, name)
+            where = settings.get("section_file") or config or "the supervisord config"
             return _Program(
                 name=name,
                 known=True,
@@ -125,6 +159,7 @@ def _supervisord(sup: Proc, child: Proc, job: Proc, ctx: ResolveContext) -> _Pro
                     f"{comment(command(*ctl, 'update'))}"
                 ),
                 evidence=(f"SUPERVISOR_PROCESS_NAME={name} in the environment of PID {proc.pid}",),
+                settings=settings,
             )
     ctl = ["supervisorctl", "-c", config] if config else ["supervisorctl"]
     return _Program(
@@ -136,6 +171,7 @@ def _supervisord(sup: Proc, child: Proc, job: Proc, ctx: ResolveContext) -> _Pro
             f"{comment(repr(child.args_text))}, stop it and delete its [program:NAME] section"
         ),
         evidence=("no SUPERVISOR_PROCESS_NAME readable: program named by its command line",),
+        settings={"settings_unread": "the program's name could not be read"},
     )
 
 
@@ -238,4 +274,5 @@ class SupervisorResolver:
             supervisor=kind,
             supervisor_pid=sup.pid,
             config=prog.config,
+            **prog.settings,
         )

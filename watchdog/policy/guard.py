@@ -36,7 +36,17 @@ from watchdog.hosttext import command_text
 from watchdog.lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
 from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
 from watchdog.lineage.respawn import DISABLE_FIRST
-from watchdog.model import Advice, Collateral, Job, Origin, Proc, Restarts
+from watchdog.model import (
+    Advice,
+    AtOrigin,
+    Collateral,
+    ContainerOrigin,
+    Job,
+    Origin,
+    Proc,
+    Restarts,
+    SupervisorOrigin,
+)
 from watchdog.policy.allowlist import origin_mismatch
 from watchdog.policy.jobs import holder_refusal
 from watchdog.policy.services import launching_ancestors
@@ -630,6 +640,14 @@ def _disable_handled(origin: Origin) -> bool:
     """True when ``disable-source`` acts on this origin (a live crontab line, a system
     unit); the plan checks the rest against the files and systemd."""
     targets = origin.stop_targets()
+    if isinstance(origin, ContainerOrigin):
+        return origin.pod_uid is None and origin.runtime in ("docker", "podman")
+    if isinstance(origin, SupervisorOrigin):
+        # A program in a group with others is refused (update GROUP restarts them).
+        grouped = ":" in (origin.program or "")
+        return origin.supervisor == "supervisord" and origin.section is not None and not grouped
+    if isinstance(origin, AtOrigin):
+        return bool(origin.pending_same_command)
     if origin.kind == "cron":
         return any(t[0] == "cron-line" and t[2] is not None for t in targets)
     return any(t[0] == "systemd-unit" and len(t) == 2 for t in targets)

@@ -1,0 +1,111 @@
+"""A finding's message as of now, for an open finding not reported this tick (issue 31,
+case 3: advice that goes stale).
+
+A finding reported again this tick gets the scan's message, built from what the scan
+knows now. One that stays open without being reported kept the message of its last
+sighting: a ``respawned`` finding while its ghost runs (it is reported only on the
+tick of the return), and a job's finding whose run is gone while it waits for the job
+to come back (or between two runs of its loop, or held by a blind source). Its advice
+then named a run that no longer exists, or queued at jobs that since ran. Here each is
+built again from what is known this tick: the ghost's job as scanned now, or the run's
+end (how, when) after its last message.
+
+A changed message is never a page by itself (:mod:`.reminders` decides alerts from the
+labels, the instances and the reminder interval only); the next reminder, ``status``,
+``findings`` and ``explain`` carry the current one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from watchdog.daemon.alerts.alert import local_iso
+from watchdog.daemon.tracking.jobs import respawned_finding
+from watchdog.daemon.tracking.naming import with_own_id
+from watchdog.model import Job
+from watchdog.records import ActionRecord, FindingRecord
+
+# Starts the part of a message that says how its run ended: replaced at each refresh.
+RUN_ENDED = "; now: its run PID "
+# A terminate's outcomes that stopped the run (will-return: stopped, and it comes back).
+STOPPED = ("ok", "partial", "will-return")
+_JOB_KINDS = ("rogue-job", "excess-instances", "unsanctioned-gpu-use")
+
+
+def _signature(rec: FindingRecord) -> str | None:
+    sig = rec.details.get("signature")
+    if isinstance(sig, str):
+        return sig
+    return rec.fingerprint.partition(":")[2] or None
+
+
+def how_run_ended(
+    root: Sequence[int], actions: Sequence[ActionRecord], exits: Mapping[int, int]
+) -> str:
+    """How the run rooted at ``root`` (PID, start ticks) ended, as far as it is known.
+
+    Args:
+        root: The run's identity.
+        actions: Its signature's actions, most recent first.
+        exits: PID → wait(2) status of the processes the kernel saw exit.
+
+    Returns:
+        E.g. ``stopped by rogue-watchdog terminate (action 4)``, ``killed by signal 9``,
+        ``exited with status 0``, or ``ended (how is not known)``.
+    """
+    ours = [act for act in actions if act.kind == "terminate" and not act.dry_run]
+    for act in ours:
+        if act.details.get("root") == list(root) and act.outcome in STOPPED:
+            return f"stopped by rogue-watchdog terminate (action {act.id})"
+    status = exits.get(root[0])
+    if status is not None and status & 0x7F:
+        return f"killed by signal {status & 0x7F}"
+    if status is not None:
+        return f"exited with status {(status >> 8) & 0xFF}"
+    return "ended (how is not known)"
+
+
+def current_message(
+    rec: FindingRecord,
+    job: Job | None,
+    running: set[tuple[int, int]],
+    actions: Sequence[ActionRecord],
+    exits: Mapping[int, int],
+    gone_at: float | None,
+) -> str | None:
+    """The message ``rec`` (open, not reported this tick) has as of now, or None to
+    keep it.
+
+    Args:
+        rec: The open finding.
+        job: This tick's run of the finding's job signature (its own root when that
+            runs), or None.
+        running: The identities (PID, start ticks) of this tick's job roots.
+        actions: The actions of the finding's signature, most recent first.
+        exits: PID → wait(2) status of the processes the kernel saw exit.
+        gone_at: When the finding's job was seen gone, when known.
+
+    Returns:
+        A ``respawned`` finding whose ghost runs: its message built from the ghost as
+        scanned now. A job's finding whose run is gone: its last message, with how and
+        when the run ended (``; now: its run PID N ended …``). Else None.
+    """
+    sig = _signature(rec)
+    root = rec.details.get("root")
+    if rec.kind == "respawned" and sig is not None and job is not None:
+        gap = rec.details.get("gap_s")
+        if not isinstance(gap, int | float):
+            return None
+        fresh = respawned_finding(job, sig, rec.opened_at - gap, rec.opened_at)
+        return with_own_id(fresh, rec.id)
+    if rec.kind not in _JOB_KINDS or not isinstance(root, list) or len(root) != 2:
+        return None
+    if tuple(root) in running:
+        return None
+    head = rec.message.split(RUN_ENDED, 1)[0]
+    when = f" at {local_iso(gone_at)}" if gone_at is not None else ""
+    how = how_run_ended(root, actions, exits)
+    return (
+        f"{head}{RUN_ENDED}{root[0]} {how}{when}; a command naming PID {root[0]} has "
+        "nothing left to stop"
+    )
