@@ -21,7 +21,6 @@ ALLOWED_LONG: dict[str, str] = {
     "daemon/status.py:render_status": "TEMP: being split on this branch",
     "daemon/tracking/jobs.py:record_jobs": "TEMP: being split on this branch",
     "actions/slurmsweep.py:sweep": "TEMP: being split on this branch",
-    "daemon/loop.py:Daemon.__init__": "TEMP: being split on this branch",
 }
 
 

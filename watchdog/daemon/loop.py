@@ -162,6 +162,32 @@ def learned(finding: Finding) -> Finding:
     )
 
 
+def recorded_origins(db: StateDB) -> dict[tuple[int, int], Origin]:
+    """The origins the state database holds for the jobs present at the last stop, by
+    ``(pid, start_ticks)``: each job's root and every run of it.
+
+    Raises:
+        Exception: Whatever a damaged table raises (the daemon degrades ``state``).
+    """
+    origins = {
+        (rec.root_pid, rec.start_ticks): Origin.from_json(rec.origin) for rec in db.present_jobs()
+    }
+    # Every run of those jobs too: copies of one job share its jobs row.
+    for ident, recorded in db.present_run_origins().items():
+        origins.setdefault(ident, Origin.from_json(recorded))
+    return origins
+
+
+def clock_seen_before(db: StateDB) -> float | None:
+    """The latest wall time (epoch seconds) a previous run of this daemon saw (meta
+    ``CLOCK_SEEN``); None when there is none to trust."""
+    try:
+        seen = db.meta(CLOCK_SEEN)
+        return float(seen) if seen is not None else None
+    except Exception:  # unreadable or not a number: no earlier clock to trust
+        return None
+
+
 class Daemon:
     """The long-running watchdog.
 
@@ -247,14 +273,7 @@ class Daemon:
             self._sanctioned_saved = self.db.sanctioned_procs(self.boot_id)
             self.scanner.keep_sanctioned(self._sanctioned_saved)
             self._slurm_members = self.db.slurm_members(self.boot_id)
-            origins = {
-                (rec.root_pid, rec.start_ticks): Origin.from_json(rec.origin)
-                for rec in self.db.present_jobs()
-            }
-            # Every run of those jobs too: copies of one job share its jobs row.
-            for ident, recorded in self.db.present_run_origins().items():
-                origins.setdefault(ident, Origin.from_json(recorded))
-            self.scanner.keep_origins(origins)
+            self.scanner.keep_origins(recorded_origins(self.db))
             self._slurm_members_saved = dict(self._slurm_members)
             self.scanner.remember_gpus(self._seen_gpus_saved())
         except Exception as exc:  # a damaged table must not stop the daemon
@@ -262,12 +281,7 @@ class Daemon:
         # The latest wall time a previous run of this daemon saw (meta CLOCK_SEEN):
         # retention trusts no clock that runs ahead of it (issue 32, case 5).
         self._started_mono = time.monotonic()
-        self._clock_before: float | None = None
-        try:
-            seen = self.db.meta(CLOCK_SEEN)
-            self._clock_before = float(seen) if seen is not None else None
-        except Exception:  # unreadable or not a number: no earlier clock to trust
-            self._clock_before = None
+        self._clock_before = clock_seen_before(self.db)
         self.learning_started: float | None = None
         try:
             self._start_learning()
