@@ -20,7 +20,6 @@ ALLOWED_LONG: dict[str, str] = {
     "cli/actions.py:register": "TEMP: being split on this branch",
     "daemon/status.py:render_status": "TEMP: being split on this branch",
     "daemon/tracking/jobs.py:record_jobs": "TEMP: being split on this branch",
-    "actions/slurmsweep.py:sweep": "TEMP: being split on this branch",
 }
 
 
