@@ -19,7 +19,6 @@ ALLOWED_LONG: dict[str, str] = {
     "weights/gguf.py:read_tensor_infos": "TEMP: being split on this branch",
     "cli/actions.py:register": "TEMP: being split on this branch",
     "daemon/status.py:render_status": "TEMP: being split on this branch",
-    "daemon/tracking/jobs.py:record_jobs": "TEMP: being split on this branch",
 }
 
 
