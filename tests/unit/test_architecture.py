@@ -18,7 +18,6 @@ ALLOWED_LONG: dict[str, str] = {
     "report.py:report_html": "TEMP: being split on this branch",
     "weights/gguf.py:read_tensor_infos": "TEMP: being split on this branch",
     "cli/actions.py:register": "TEMP: being split on this branch",
-    "daemon/status.py:render_status": "TEMP: being split on this branch",
 }
 
 
