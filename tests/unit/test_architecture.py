@@ -17,7 +17,6 @@ ALLOWED_LONG: dict[str, str] = {
     "actions/disable.py:_plan_systemd": "split on another branch (disable plans, issue 30)",
     "report.py:report_html": "TEMP: being split on this branch",
     "weights/gguf.py:read_tensor_infos": "TEMP: being split on this branch",
-    "cli/actions.py:register": "TEMP: being split on this branch",
 }
 
 
