@@ -484,8 +484,7 @@ class Daemon:
 
     def _alive(self, pid: int, start_ticks: int) -> bool:
         """Whether the process ``pid`` with this start time still runs (last refresh)."""
-        proc = self.scanner.table.get(pid)
-        return proc is not None and proc.start_ticks == start_ticks and not proc.is_zombie
+        return self.scanner.table.alive((pid, start_ticks))
 
     def tick(self, now: float) -> TickSummary:
         """Scan, gather findings, track them and spool alerts, then act.
@@ -639,13 +638,7 @@ class Daemon:
         ``health-check`` needs to prove a leftover was its job's. Written only when it
         changes; costs a walk of the slurmstepd trees per tick (none on other hosts)."""
         table = self.scanner.table
-        alive = {
-            ident: job
-            for ident, job in self._slurm_members.items()
-            if (p := table.get(ident[0])) is not None
-            and p.start_ticks == ident[1]
-            and not p.is_zombie
-        }
+        alive = {ident: job for ident, job in self._slurm_members.items() if table.alive(ident)}
         ctx = self.scanner.context(datetime.fromtimestamp(now).astimezone())
         alive.update(stepd_members(table, ctx))
         if alive != self._slurm_members_saved:
