@@ -413,31 +413,87 @@ def report_html(
         inventory: GPUs by UUID (``index``, ``name``, ``mig_index``), as the daemon
             recorded them (``meta`` key ``gpus``); GPUs it lacks are ``GPU ?``.
     """
+    inventory = _with_finding_gpus(inventory, findings)
+    since, until = float(doc["since"]), float(doc["until"])
+    events = [ev for ev in doc["timeline"] if ev["what"] in ("opened", "action")]
+    t0, t1 = _axis_span(doc, runs, since, until)
+    x = _TimeScale(t0, t1)
+    parts, bars, row_y, bottom = _rows_and_bars(
+        _gpu_rows(runs, events, inventory), runs, findings, x
+    )
+    legend, axis = _legend_svg(), _axis_svg(x, bottom)
+    marks = _incident_marks(events, row_y, x)
+    svg = (
+        f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {SVG_W} '
+        f'{bottom + 4}" width="100%" preserveAspectRatio="xMinYMin meet">'
+        + "".join(legend + axis + parts + bars + marks)
+        + "</svg>"
+    )
+    later = (
+        f"; the report's window starts {_when(since)} (nothing recorded before the axis starts)"
+        if t0 > since
+        else ""
+    )
     e = html.escape
-    inventory = dict(inventory or {})
+    window = f'<p class="span">Time axis {e(_when(t0))} to {e(_when(t1))}{e(later)}.</p>'
+    return _page(doc, title, since, until, svg + window)
+
+
+def _with_finding_gpus(
+    inventory: dict[str, Any] | None, findings: Sequence[FindingRecord]
+) -> dict[str, Any]:
+    """``inventory`` and the GPUs the findings name that it lacks (their index only)."""
+    known = dict(inventory or {})
     for f in findings:  # job findings name the index of each GPU held
         for g in (f.details.get("gpus") if isinstance(f.details, dict) else None) or []:
             if isinstance(g, dict) and isinstance(g.get("uuid"), str):
-                inventory.setdefault(g["uuid"], {"index": g.get("index")})
-    since, until = float(doc["since"]), float(doc["until"])
-    events = [ev for ev in doc["timeline"] if ev["what"] in ("opened", "action")]
+                known.setdefault(g["uuid"], {"index": g.get("index")})
+    return known
+
+
+def _axis_span(
+    doc: dict[str, Any], runs: Sequence[RunRecord], since: float, until: float
+) -> tuple[float, float]:
+    """The time axis' start and end (POSIX seconds): the span that holds data, a little
+    before the first run or event, at least a minute long."""
     starts = [r.started_at for r in runs] + [float(ev["time"]) for ev in doc["timeline"]]
     t0 = since
     if starts:
         first = min(starts)
         t0 = max(since, first - 0.03 * max(until - first, 60.0))
-    t1 = max(until, t0 + 60.0)
-    inner = SVG_W - LEFT - RIGHT
+    return t0, max(until, t0 + 60.0)
 
-    def x(ts: float) -> float:
+
+@dataclass(frozen=True)
+class _TimeScale:
+    """Maps a time on the axis ``t0``..``t1`` to its x coordinate in the SVG."""
+
+    t0: float
+    t1: float
+
+    def __call__(self, ts: float) -> float:
+        inner = SVG_W - LEFT - RIGHT
+        t0, t1 = self.t0, self.t1
         return round(LEFT + (max(t0, min(ts, t1)) - t0) / (t1 - t0) * inner, 1)
 
-    rows = _gpu_rows(runs, events, inventory)
+
+def _rows_and_bars(
+    rows: Sequence[tuple[str, str, str]],
+    runs: Sequence[RunRecord],
+    findings: Sequence[FindingRecord],
+    x: _TimeScale,
+) -> tuple[list[str], list[str], dict[str, tuple[float, float]], float]:
+    """The GPU rows (one lane per concurrent run) and the run bars on them.
+
+    Returns:
+        The rows' SVG, the bars' SVG, each row's top and bottom y by GPU UUID (``""``:
+        the host row) and the y below the last row.
+    """
+    e = html.escape
     parts: list[str] = []
-    y = TOP
-    row_y: dict[str, tuple[float, float]] = {}
     bars: list[str] = []
-    clip = 0
+    row_y: dict[str, tuple[float, float]] = {}
+    y: float = TOP
     for uuid, label, sub in rows:
         held = [r for r in runs if (uuid in (r.gpus or [])) or (not uuid and not r.gpus)]
         lane_of = lanes(held)
@@ -453,39 +509,63 @@ def report_html(
         )
         for r, lane in zip(held, lane_of, strict=True):
             top = y + PAD + lane * (LANE + GAP)
-            x0, x1 = x(r.started_at), x(r.last_seen)
-            x1 = max(x1, x0 + 3)
-            origin = safe_text(Origin.from_json(r.origin).describe())
-            user = safe_text(r.user or "-")
-            segs = verdict_segments(r, findings)
-            held_b = f", up to {r.max_gpu_bytes / 2**30:.1f} GiB" if r.max_gpu_bytes else ""
-            story = "; ".join(f"{s.verdict} {_hm(s.start)}-{_hm(s.end)}" for s in segs)
-            tip = safe_text(
-                f"PID {r.root_pid} {r.verdict}{held_b}, user {user}, {origin}: "
-                f"{command_text(r.cmdline, 160)} ({story})"
-            )
-            clip += 1
-            bar = [
-                f'<g class="run" data-gpu="{e(uuid)}" data-lane="{lane}" data-x0="{x0}" '
-                f'data-x1="{x1}" data-user="{e(user)}" data-origin="{e(origin)}" '
-                f'data-verdicts="{e(" ".join(s.verdict for s in segs))}"><title>{e(tip)}</title>'
-                f'<clipPath id="clip{clip}"><rect x="{x0}" y="{top}" width="{x1 - x0}" '
-                f'height="{LANE}"/></clipPath>'
-            ]
-            for s in segs:
-                # A verdict the run left (8 minutes as rogue in a day) stays visible.
-                least = 3 if s.verdict != r.verdict else 1
-                sx0, sx1 = x(s.start), min(max(x(s.end), x(s.start) + least), x1)
-                bar.append(
-                    f'<rect class="seg {e(s.verdict)}" x="{sx0}" y="{top}" width="{sx1 - sx0}" '
-                    f'height="{LANE}" fill="{COLOURS.get(s.verdict, OTHER)}"/>'
-                )
-            bar.append(
-                f'<text class="bar-label" x="{x0 + 3}" y="{top + 13}" font-size="11" '
-                f'fill="#fff" clip-path="url(#clip{clip})">{e(user)} · {e(origin)}</text></g>'
-            )
-            bars.append("".join(bar))
+            # Each bar clips its label to itself: clip ids number the bars across rows.
+            bars.append(_run_bar(r, uuid, lane, top, findings, x, clip=len(bars) + 1))
         y += height + 4
+    return parts, bars, row_y, y
+
+
+def _run_bar(
+    r: RunRecord,
+    uuid: str,
+    lane: int,
+    top: float,
+    findings: Sequence[FindingRecord],
+    x: _TimeScale,
+    clip: int,
+) -> str:
+    """One run's bar: coloured by its verdict over time, labelled with its user and
+    origin, its tooltip the whole story (host text escaped)."""
+    e = html.escape
+    x0, x1 = x(r.started_at), x(r.last_seen)
+    x1 = max(x1, x0 + 3)
+    origin = safe_text(Origin.from_json(r.origin).describe())
+    user = safe_text(r.user or "-")
+    segs = verdict_segments(r, findings)
+    held_b = f", up to {r.max_gpu_bytes / 2**30:.1f} GiB" if r.max_gpu_bytes else ""
+    story = "; ".join(f"{s.verdict} {_hm(s.start)}-{_hm(s.end)}" for s in segs)
+    tip = safe_text(
+        f"PID {r.root_pid} {r.verdict}{held_b}, user {user}, {origin}: "
+        f"{command_text(r.cmdline, 160)} ({story})"
+    )
+    bar = [
+        f'<g class="run" data-gpu="{e(uuid)}" data-lane="{lane}" data-x0="{x0}" '
+        f'data-x1="{x1}" data-user="{e(user)}" data-origin="{e(origin)}" '
+        f'data-verdicts="{e(" ".join(s.verdict for s in segs))}"><title>{e(tip)}</title>'
+        f'<clipPath id="clip{clip}"><rect x="{x0}" y="{top}" width="{x1 - x0}" '
+        f'height="{LANE}"/></clipPath>'
+    ]
+    for s in segs:
+        # A verdict the run left (8 minutes as rogue in a day) stays visible.
+        least = 3 if s.verdict != r.verdict else 1
+        sx0, sx1 = x(s.start), min(max(x(s.end), x(s.start) + least), x1)
+        bar.append(
+            f'<rect class="seg {e(s.verdict)}" x="{sx0}" y="{top}" width="{sx1 - sx0}" '
+            f'height="{LANE}" fill="{COLOURS.get(s.verdict, OTHER)}"/>'
+        )
+    bar.append(
+        f'<text class="bar-label" x="{x0 + 3}" y="{top + 13}" font-size="11" '
+        f'fill="#fff" clip-path="url(#clip{clip})">{e(user)} · {e(origin)}</text></g>'
+    )
+    return "".join(bar)
+
+
+def _incident_marks(
+    events: Sequence[dict[str, Any]], row_y: dict[str, tuple[float, float]], x: _TimeScale
+) -> list[str]:
+    """A mark per incident on the row of each GPU it concerns (the host row for an
+    incident that names none)."""
+    e = html.escape
     marks = []
     for ev in events:
         where = [g for g in ev.get("gpus") or [] if g in row_y] or (
@@ -502,7 +582,13 @@ def report_html(
                 f'stroke-width="1.5" stroke-dasharray="3,2"/><path d="M{xi - 4},{a} '
                 f'L{xi + 4},{a} L{xi},{a + 6} Z" fill="{colour}"/></g>'
             )
-    bottom = y
+    return marks
+
+
+def _axis_svg(x: _TimeScale, bottom: float) -> list[str]:
+    """The time axis: ticks down to ``bottom``, and each new day's date."""
+    e = html.escape
+    t0, t1 = x.t0, x.t1
     _step, ticks = axis_ticks(t0, t1)
     axis = [f'<g class="axis"><line x1="{LEFT}" x2="{SVG_W - RIGHT}" y1="{TOP - 4}" '
             f'y2="{TOP - 4}" stroke="#9e9e9e"/>']  # fmt: skip
@@ -528,6 +614,11 @@ def report_html(
                 f'text-anchor="middle">{e(day)}</text>'
             )
     axis.append("</g>")
+    return axis
+
+
+def _legend_svg() -> list[str]:
+    """The legend: a swatch per verdict, a mark per incident kind."""
     legend = ['<g id="legend">']
     lx = LEFT
     for name, colour in [*COLOURS.items(), ("other", OTHER)]:
@@ -543,18 +634,12 @@ def report_html(
         )
         lx += 30 + 7 * len(text)
     legend.append("</g>")
-    svg = (
-        f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {SVG_W} '
-        f'{bottom + 4}" width="100%" preserveAspectRatio="xMinYMin meet">'
-        + "".join(legend + axis + parts + bars + marks)
-        + "</svg>"
-    )
-    later = (
-        f"; the report's window starts {_when(since)} (nothing recorded before the axis starts)"
-        if t0 > since
-        else ""
-    )
-    window = f'<p class="span">Time axis {e(_when(t0))} to {e(_when(t1))}{e(later)}.</p>'
+    return legend
+
+
+def _page(doc: dict[str, Any], title: str, since: float, until: float, timeline: str) -> str:
+    """The HTML page: ``timeline`` (finished HTML) and the tables of ``doc``."""
+    e = html.escape
 
     def rows_html(key: str) -> str:
         return "".join(
@@ -582,7 +667,7 @@ def report_html(
         f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{e(title)}</title>'
         f"<style>{style}</style></head><body>"
         f"<h1>{e(title)}</h1><p>{e(_when(since))} to {e(_when(until))}</p>"
-        f"<h2>GPUs</h2>{svg}{window}"
+        f"<h2>GPUs</h2>{timeline}"
         '<h2>Per origin</h2><table id="by-origin"><tr><th>origin</th><th>verdict</th>'
         f"<th>runs</th><th>GPU-hours</th></tr>{rows_html('by_origin')}</table>"
         '<h2>Per user</h2><table id="by-user"><tr><th>user</th><th>verdict</th><th>runs</th>'

@@ -25,9 +25,10 @@ import pytest
 from tests.conftest import Spawned, _group_alive
 from tests.httpreceiver import Receiver
 from watchdog.config import parse_config
-from watchdog.daemon.alerts import DeliveryWorker, build_alert_workers
+from watchdog.daemon.alerts import DeliveryWorker
 from watchdog.daemon.alerts.alert import Outgoing
 from watchdog.daemon.alerts.render import webhook_body as render_webhook_body
+from watchdog.daemon.assemble import build_alert_workers
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.status import build_status
 from watchdog.state import Delivery

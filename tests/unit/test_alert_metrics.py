@@ -17,8 +17,9 @@ from tests.conftest import Spawned
 from tests.httpreceiver import Receiver
 from watchdog.config import ConfigError, parse_config
 from watchdog.daemon.alerts import DeliveryWorker
+from watchdog.daemon.assemble import build_metrics_workers
 from watchdog.daemon.loop import Daemon
-from watchdog.daemon.metrics import MetricsWorker, build_metrics_workers
+from watchdog.daemon.metrics import MetricsWorker
 
 
 def make(tmp_path: Path, token: str, listen: str | None) -> Daemon:

@@ -18,8 +18,8 @@ from watchdog.config import ConfigError, ConfigErrors, parse_config
 from watchdog.config.base import Regex, glob_problem
 from watchdog.config.enforcement import Protect
 from watchdog.daemon.alerts import DeliveryWorker
+from watchdog.daemon.assemble import build_metrics_workers
 from watchdog.daemon.loop import Daemon
-from watchdog.daemon.metrics import build_metrics_workers
 from watchdog.daemon.status import build_status, render_status
 from watchdog.model import Proc
 from watchdog.policy.allowlist import cmdline_matches

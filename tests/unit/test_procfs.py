@@ -102,6 +102,22 @@ def test_pid_reuse_is_a_new_identity(tmp_path: Path) -> None:
     assert procs[40].cmdline == ("python3", "train.py") and procs[40].start_ticks == 555
 
 
+def test_alive_is_the_same_start_time_and_not_a_zombie(tmp_path: Path) -> None:
+    write_proc(tmp_path, 1, ppid=0, start=1, comm="init", argv=["/sbin/init"])
+    write_proc(tmp_path, 40, ppid=1, start=100, comm="python3", argv=["python3", "train.py"])
+    write_proc(tmp_path, 41, ppid=1, start=200, comm="python3", argv=[])
+    stat = tmp_path / "41" / "stat"
+    stat.write_text(stat.read_text().replace(") S ", ") Z ", 1))
+    table = ProcessTable(str(tmp_path))
+    table.refresh()
+    zombie = table.get(41)
+    assert zombie is not None and zombie.is_zombie
+    assert table.alive((40, 100))
+    assert not table.alive((40, 101))  # the PID reused by another process
+    assert not table.alive((41, 200))  # exited, not reaped yet
+    assert not table.alive((42, 100))  # gone
+
+
 def test_real_process_exec_is_reinspected(spawned: Spawned, tmp_path: Path) -> None:
     # The process execs from a plain sleep loop into a differently named program: same PID
     # and start time, new comm and cmdline.

@@ -662,10 +662,7 @@ def sweep(
             swept=rec.proven(), epilog=epilog, epilog_uid=epilog_uid,
             timeout_s=settings.command_timeout_s, report=SweepReport(dry_run=dry_run),
         )  # fmt: skip
-        if watch is not None and not watch.complete:
-            report.lineage_note = watch.reason
-        elif watch is None and not dry_run:
-            report.lineage_note = "kernel process events are off (daemon.events: off)"
+        report.lineage_note = _lineage_note(watch, dry_run)
         guard = _guard(config, table, report, rec)
         _stop(report, guard, effects or Effects(), settings.sweep_grace_s, dry_run, journal=journal)
         after = table
@@ -675,15 +672,7 @@ def sweep(
                 journal,
             )  # fmt: skip
         elif dry_run:
-            # What the real run would leave: what it would not signal.
-            by_pid = {lo.pid: lo for lo in report.leftovers}
-            report.survivor_items = [
-                by_pid.get(p.pid) or _member(table, p.pid, jid, "in the leftover's tree")
-                for jid, outcomes in sorted(report.outcomes.items())
-                for o in outcomes
-                for p in o.procs
-                if p.result in ("refused", "error") and table.get(p.pid) is not None
-            ]
+            report.survivor_items = _would_survive(report, table)
             report.survivors = sorted({lo.pid for lo in report.survivor_items})
     finally:
         if watch is not None:
@@ -691,13 +680,7 @@ def sweep(
     if dry_run:
         _update_record(rec, report, after, _scope(report, rec, job_id))
         report.other_jobs = sorted(j for j in rec.jobs if j not in _scope(report, rec, job_id))
-        want = wanted_reason(rec)
-        if want is not None and want == rec.applied:
-            report.would = f"node would stay drained: {want}"
-        elif want is not None:
-            report.would = f"would drain the node: {want}"
-        elif rec.applied is not None:
-            report.would = "would resume the node: nothing is left of what it was drained for"
+        report.would = _would(rec)
         return report
     # Epilogs of jobs that end together run at once: the record is read again, changed
     # and Slurm told under one lock, so that no sweep writes over another's entries.
@@ -710,6 +693,41 @@ def sweep(
         _settled(report, done)
         save_record(config.daemon.state_dir, rec)
     return report
+
+
+def _lineage_note(watch: ForkLineage | None, dry_run: bool) -> str | None:
+    """Why copies can only be told by start time and owner in this sweep; None when
+    the fork watch saw every fork (or a dry run opened none)."""
+    if watch is not None and not watch.complete:
+        return watch.reason
+    if watch is None and not dry_run:
+        return "kernel process events are off (daemon.events: off)"
+    return None
+
+
+def _would_survive(report: SweepReport, table: ProcessTable) -> list[Leftover]:
+    """What a real run would leave alive: what it would refuse to signal, or fail to."""
+    by_pid = {lo.pid: lo for lo in report.leftovers}
+    return [
+        by_pid.get(p.pid) or _member(table, p.pid, jid, "in the leftover's tree")
+        for jid, outcomes in sorted(report.outcomes.items())
+        for o in outcomes
+        for p in o.procs
+        if p.result in ("refused", "error") and table.get(p.pid) is not None
+    ]
+
+
+def _would(rec: SweepRecord) -> str | None:
+    """For a dry run: what a real run would do about the node, given the updated
+    record; None when the node is neither drained nor to be drained."""
+    want = wanted_reason(rec)
+    if want is not None and want == rec.applied:
+        return f"node would stay drained: {want}"
+    if want is not None:
+        return f"would drain the node: {want}"
+    if rec.applied is not None:
+        return "would resume the node: nothing is left of what it was drained for"
+    return None
 
 
 def _guard(config: Config, table: ProcessTable, report: SweepReport, rec: SweepRecord) -> Guard:

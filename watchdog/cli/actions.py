@@ -673,7 +673,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     common.add_argument(
         "--state-dir", help="state directory (default: the running daemon's, else daemon.state_dir)"
     )
+    _add_terminate(sub, common)
+    _add_disable_source(sub, common)
+    _add_undo(sub, common)
+    _add_actions(sub, common)
 
+
+def _add_terminate(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    """The ``terminate`` subcommand."""
     p = sub.add_parser(
         "terminate",
         parents=[common],
@@ -719,6 +726,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.set_defaults(func=cmd_terminate)
 
+
+def _add_disable_source(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    """The ``disable-source`` subcommand."""
     p = sub.add_parser(
         "disable-source",
         parents=[common],
@@ -755,6 +765,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.set_defaults(func=cmd_disable_source)
 
+
+def _add_undo(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    """The ``undo`` subcommand."""
     p = sub.add_parser(
         "undo",
         parents=[common],
@@ -779,6 +792,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.set_defaults(func=cmd_undo)
 
+
+def _add_actions(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    """The ``actions`` subcommand (the audit trail)."""
     p = sub.add_parser(
         "actions",
         parents=[common],

@@ -50,8 +50,7 @@ def extra_workers(daemon: Daemon) -> list[Worker]:
     """Background workers besides the status socket and sd_notify: alert delivery
     (docs/alerts.md) and, when ``daemon.metrics_listen`` is set, Prometheus metrics
     (docs/metrics.md). Both add their own tick hooks."""
-    from watchdog.daemon.alerts import build_alert_workers
-    from watchdog.daemon.metrics import build_metrics_workers
+    from watchdog.daemon.assemble import build_alert_workers, build_metrics_workers
 
     return [*build_alert_workers(daemon), *build_metrics_workers(daemon)]
 

@@ -6,6 +6,10 @@ services are part of every scan, so they need no source here. On SIGHUP the queu
 sources, the enforcers and the ship gates are rebuilt from the new configuration: a gate
 whose settings did not change keeps its source (what it has verified), a new or changed
 one gets a new source, and all share the one verification thread.
+
+Workers that need the assembled daemon (alert delivery, the Alertmanager re-send worker,
+metrics) are built here too, not in their own modules: a module below the loop that
+named ``Daemon`` closed an import cycle (issue 30).
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ from __future__ import annotations
 from watchdog.actions.enforcer import build_enforcers
 from watchdog.actions.slurmnode import build_slurm_enforcers
 from watchdog.actions.slurmrecord import keep_sweep_drain
+from watchdog.daemon.alerts.alertmanager import AlertmanagerKeeper
+from watchdog.daemon.alerts.delivery import DeliveryWorker
 from watchdog.daemon.events import attach_events
 from watchdog.daemon.loop import Daemon
+from watchdog.daemon.metrics import MetricsWorker
 from watchdog.hostpaths import config_args
-from watchdog.plugins import Enforcer, FindingSource
+from watchdog.plugins import Enforcer, FindingSource, Worker
 from watchdog.queue.actions import build_queue_enforcers
 from watchdog.queue.source import build_queue_sources
 from watchdog.weights.shipwatch import ShipGateSource, build_ship_gate_sources
@@ -66,3 +73,42 @@ def attach_parts(daemon: Daemon) -> None:
     daemon.on_reload.append(rebuild)
     daemon.on_tick.append(keep_sweep_drain(daemon))  # docs/slurm.md: the sweep's drain
     attach_events(daemon)
+
+
+def build_alert_workers(daemon: Daemon) -> list[Worker]:
+    """The alert worker for ``daemon``, wired to its state db, its configuration (read
+    again after each reload) and its ``on_tick`` hooks (a tick wakes the worker).
+
+    Call before :meth:`Daemon.run_forever`, which starts and stops it::
+
+        daemon.workers.extend(build_alert_workers(daemon))
+
+    Returns:
+        The :class:`DeliveryWorker` (always: the default configuration has a log sink)
+        and the Alertmanager re-send worker (idle without an ``alertmanager`` sink).
+    """
+    worker = DeliveryWorker(
+        daemon.db,
+        lambda: daemon.config.alerts,
+        degraded=daemon.degraded,
+        memory=daemon.unstored.spool,
+    )
+    daemon.on_tick.append(worker.on_tick)
+    return [worker, *build_alertmanager_workers(daemon)]
+
+
+def build_alertmanager_workers(daemon: Daemon) -> list[Worker]:
+    """The re-send worker, always (it idles while no ``alertmanager`` sink is configured,
+    so a reload that adds one needs no restart)."""
+    return [AlertmanagerKeeper(daemon.db, lambda: daemon.config.alerts)]
+
+
+def build_metrics_workers(daemon: Daemon) -> list[Worker]:
+    """The metrics worker when ``daemon.metrics_listen`` is set, else nothing.
+
+    Call before :meth:`Daemon.run_forever`::
+
+        daemon.workers.extend(build_metrics_workers(daemon))
+    """
+    listen = daemon.config.daemon.metrics_listen
+    return [MetricsWorker(daemon, listen)] if listen else []

@@ -162,6 +162,32 @@ def learned(finding: Finding) -> Finding:
     )
 
 
+def recorded_origins(db: StateDB) -> dict[tuple[int, int], Origin]:
+    """The origins the state database holds for the jobs present at the last stop, by
+    ``(pid, start_ticks)``: each job's root and every run of it.
+
+    Raises:
+        Exception: Whatever a damaged table raises (the daemon degrades ``state``).
+    """
+    origins = {
+        (rec.root_pid, rec.start_ticks): Origin.from_json(rec.origin) for rec in db.present_jobs()
+    }
+    # Every run of those jobs too: copies of one job share its jobs row.
+    for ident, recorded in db.present_run_origins().items():
+        origins.setdefault(ident, Origin.from_json(recorded))
+    return origins
+
+
+def clock_seen_before(db: StateDB) -> float | None:
+    """The latest wall time (epoch seconds) a previous run of this daemon saw (meta
+    ``CLOCK_SEEN``); None when there is none to trust."""
+    try:
+        seen = db.meta(CLOCK_SEEN)
+        return float(seen) if seen is not None else None
+    except Exception:  # unreadable or not a number: no earlier clock to trust
+        return None
+
+
 class Daemon:
     """The long-running watchdog.
 
@@ -247,14 +273,7 @@ class Daemon:
             self._sanctioned_saved = self.db.sanctioned_procs(self.boot_id)
             self.scanner.keep_sanctioned(self._sanctioned_saved)
             self._slurm_members = self.db.slurm_members(self.boot_id)
-            origins = {
-                (rec.root_pid, rec.start_ticks): Origin.from_json(rec.origin)
-                for rec in self.db.present_jobs()
-            }
-            # Every run of those jobs too: copies of one job share its jobs row.
-            for ident, recorded in self.db.present_run_origins().items():
-                origins.setdefault(ident, Origin.from_json(recorded))
-            self.scanner.keep_origins(origins)
+            self.scanner.keep_origins(recorded_origins(self.db))
             self._slurm_members_saved = dict(self._slurm_members)
             self.scanner.remember_gpus(self._seen_gpus_saved())
         except Exception as exc:  # a damaged table must not stop the daemon
@@ -262,12 +281,7 @@ class Daemon:
         # The latest wall time a previous run of this daemon saw (meta CLOCK_SEEN):
         # retention trusts no clock that runs ahead of it (issue 32, case 5).
         self._started_mono = time.monotonic()
-        self._clock_before: float | None = None
-        try:
-            seen = self.db.meta(CLOCK_SEEN)
-            self._clock_before = float(seen) if seen is not None else None
-        except Exception:  # unreadable or not a number: no earlier clock to trust
-            self._clock_before = None
+        self._clock_before = clock_seen_before(self.db)
         self.learning_started: float | None = None
         try:
             self._start_learning()
@@ -470,8 +484,7 @@ class Daemon:
 
     def _alive(self, pid: int, start_ticks: int) -> bool:
         """Whether the process ``pid`` with this start time still runs (last refresh)."""
-        proc = self.scanner.table.get(pid)
-        return proc is not None and proc.start_ticks == start_ticks and not proc.is_zombie
+        return self.scanner.table.alive((pid, start_ticks))
 
     def tick(self, now: float) -> TickSummary:
         """Scan, gather findings, track them and spool alerts, then act.
@@ -625,13 +638,7 @@ class Daemon:
         ``health-check`` needs to prove a leftover was its job's. Written only when it
         changes; costs a walk of the slurmstepd trees per tick (none on other hosts)."""
         table = self.scanner.table
-        alive = {
-            ident: job
-            for ident, job in self._slurm_members.items()
-            if (p := table.get(ident[0])) is not None
-            and p.start_ticks == ident[1]
-            and not p.is_zombie
-        }
+        alive = {ident: job for ident, job in self._slurm_members.items() if table.alive(ident)}
         ctx = self.scanner.context(datetime.fromtimestamp(now).astimezone())
         alive.update(stepd_members(table, ctx))
         if alive != self._slurm_members_saved:

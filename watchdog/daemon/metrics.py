@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from watchdog.daemon.loop import Daemon, TickSummary
-    from watchdog.plugins import Worker
 
 log = get_logger()
 
@@ -335,14 +334,3 @@ class MetricsWorker:
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
-
-
-def build_metrics_workers(daemon: Daemon) -> list[Worker]:
-    """The metrics worker when ``daemon.metrics_listen`` is set, else nothing.
-
-    Call before :meth:`Daemon.run_forever`::
-
-        daemon.workers.extend(build_metrics_workers(daemon))
-    """
-    listen = daemon.config.daemon.metrics_listen
-    return [MetricsWorker(daemon, listen)] if listen else []

@@ -408,18 +408,51 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
     width = output_width() if width is None else width
     colour = use_colour() if colour is None else colour
     now = float(doc.get("now") or time.time())
-    out: list[str] = []
+    gpus = doc.get("gpus") or []
+    jobs = doc.get("jobs") or []
+    # The GPU and job lines come made printable (and fitted to ``width``) already.
+    out = [printable(text) for text in _daemon_lines(doc, now)]
+    out.append(printable(f"GPUs: {len(gpus)}"))
+    if doc.get("gpu_view_note"):
+        out.append(printable(f"  {doc['gpu_view_note']}"))
+    out.extend(status_gpu_lines(doc, width))
+    out.append(printable(f"jobs: {len(jobs)}"))
+    for j in jobs:
+        out.extend(_job_lines(j, width, colour))
+    out.extend(printable(text) for text in _outcome_lines(doc))
+    return "\n".join(out)
 
-    def line(text: str) -> None:
-        out.append(printable(text))
 
+def _daemon_lines(doc: dict[str, Any], now: float) -> list[str]:
+    """The lines about the daemon itself: since when, its configuration, ship gates,
+    learning, the last scan, process events and NVML."""
     started = doc.get("started_at")
-    line(
+    head = (
         f"rogue-watchdog {doc.get('version') or '-'} on {doc.get('host') or '-'}: running since "
         f"{_when(started)} (up {_age(now - started) if started else '-'}, "
         f"pid {doc.get('pid') or '-'})"
     )
-    cfg = doc.get("config") or {}
+    gates = [
+        f"ship gate {g.get('name')}: {g.get('at_open')} at open"
+        + (f" ({g.get('why')})" if g.get("why") else "")
+        for g in doc.get("ship_gates") or []
+        if isinstance(g, dict) and g.get("enforce") not in (None, "off")
+    ]
+    learning = _learning_line(doc.get("learning"))
+    events = _events_line(doc.get("events"))
+    return [
+        head,
+        _config_line(doc.get("config") or {}),
+        *gates,
+        *([learning] if learning is not None else []),
+        _scan_line(doc, now),
+        *([events] if events is not None else []),
+        _nvml_line(doc.get("nvml")),
+    ]
+
+
+def _config_line(cfg: dict[str, Any]) -> str:
+    """The configuration in force, and what of the file on disk is not."""
     text = f"config: {cfg.get('path') or '(built-in defaults)'}"
     if cfg.get("checksum"):
         text += f" sha256:{cfg.get('checksum')}"
@@ -430,82 +463,79 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
         )
     if cfg.get("needs_restart"):
         text += f" (in force but for {', '.join(cfg['needs_restart'])}: those wait for a restart)"
-    line(text)
-    for g in doc.get("ship_gates") or []:
-        if isinstance(g, dict) and g.get("enforce") not in (None, "off"):
-            why = f" ({g.get('why')})" if g.get("why") else ""
-            line(f"ship gate {g.get('name')}: {g.get('at_open')} at open{why}")
-    learning = doc.get("learning")
-    if isinstance(learning, dict) and isinstance(learning.get("until"), int | float):
-        n = learning.get("candidate_rules")
-        rules = (
-            f"{n} candidate rule{'s' if n != 1 else ''}"
-            if isinstance(n, int)
-            else "candidate rules unknown"
+    return text
+
+
+def _learning_line(learning: object) -> str | None:
+    """The learning period's line; None when the daemon never learned."""
+    if not (isinstance(learning, dict) and isinstance(learning.get("until"), int | float)):
+        return None
+    n = learning.get("candidate_rules")
+    rules = (
+        f"{n} candidate rule{'s' if n != 1 else ''}"
+        if isinstance(n, int)
+        else "candidate rules unknown"
+    )
+    if learning.get("active"):
+        return (
+            f"learning until {_when(learning['until'])}, {rules} (rogue-watchdog "
+            "allowlist suggest): unsanctioned jobs alerted at info, not acted on"
         )
-        if learning.get("active"):
-            line(
-                f"learning until {_when(learning['until'])}, {rules} (rogue-watchdog "
-                "allowlist suggest): unsanctioned jobs alerted at info, not acted on"
-            )
-        else:
-            line(f"learning ended {_when(learning['until'])}, {rules}")
+    return f"learning ended {_when(learning['until'])}, {rules}"
+
+
+def _scan_line(doc: dict[str, Any], now: float) -> str:
+    """When the last scan ran and what it took."""
     scan = doc.get("last_scan")
-    if scan:
-        line(
-            f"last scan: {_when(scan['time'])} ({_age(now - scan['time'])} ago), took "
-            f"{_took(scan['duration_s'])}, every {doc.get('interval_s')}s"
+    if not scan:
+        return "last scan: none yet"
+    return (
+        f"last scan: {_when(scan['time'])} ({_age(now - scan['time'])} ago), took "
+        f"{_took(scan['duration_s'])}, every {doc.get('interval_s')}s"
+    )
+
+
+def _events_line(events: object) -> str | None:
+    """How processes are noticed; None in a document without the section."""
+    if not isinstance(events, dict):
+        return None
+    if events.get("mode") == "events":
+        counts = events.get("events") or {}
+        return (
+            f"process events: kernel proc connector ({counts.get('exec', 0)} execs, "
+            f"{events.get('lost', 0)} losses, {events.get('full_sweeps', 0)} full sweeps)"
         )
-    else:
-        line("last scan: none yet")
-    events = doc.get("events")
-    if isinstance(events, dict):
-        if events.get("mode") == "events":
-            counts = events.get("events") or {}
-            line(
-                f"process events: kernel proc connector ({counts.get('exec', 0)} execs, "
-                f"{events.get('lost', 0)} losses, {events.get('full_sweeps', 0)} full sweeps)"
-            )
-        else:
-            line(f"process events: unavailable, polling only ({events.get('reason')})")
-    nvml = doc.get("nvml")
+    return f"process events: unavailable, polling only ({events.get('reason')})"
+
+
+def _nvml_line(nvml: dict[str, Any] | None) -> str:
+    """Whether the GPU library answers."""
     if nvml is None:
-        line("NVML: not probed yet")
-    elif nvml.get("available"):
-        line(f"NVML: ok, driver {nvml.get('driver_version') or '-'}")
-    else:
-        line(f"NVML: unavailable ({nvml.get('error') or 'disabled'})")
-    gpus = doc.get("gpus") or []
-    jobs = doc.get("jobs") or []
-    line(f"GPUs: {len(gpus)}")
-    if doc.get("gpu_view_note"):
-        line(f"  {doc['gpu_view_note']}")
-    out.extend(status_gpu_lines(doc, width))
-    line(f"jobs: {len(jobs)}")
-    for j in jobs:
-        out.extend(_job_lines(j, width, colour))
+        return "NVML: not probed yet"
+    if nvml.get("available"):
+        return f"NVML: ok, driver {nvml.get('driver_version') or '-'}"
+    return f"NVML: unavailable ({nvml.get('error') or 'disabled'})"
+
+
+def _outcome_lines(doc: dict[str, Any]) -> list[str]:
+    """The open findings, the alerts' delivery and the degraded components."""
     findings = doc.get("findings") or []
-    line(f"open findings: {len(findings)}")
-    for f in findings:
-        line(f"  {_finding_head(f)}: {f.get('message')}")
+    out = [f"open findings: {len(findings)}"]
+    out.extend(f"  {_finding_head(f)}: {f.get('message')}" for f in findings)
     alerts = doc.get("alerts") or {}
-    line(
+    out.append(
         f"alerts: {alerts.get('queued', 0)} queued, {alerts.get('failed_attempts', 0)} "
         f"retrying, last error: {alerts.get('last_error') or 'none'}"
     )
     if alerts.get("dead_lettered"):
-        line(
+        out.append(
             f"alerts set aside (could never be sent): {alerts['dead_lettered']}, last: "
             f"{alerts.get('last_dead_letter') or '?'}"
         )
     degraded = doc.get("degraded") or {}
-    if degraded:
-        line("degraded:")
-        for part, error in sorted(degraded.items()):
-            line(f"  {part}: {error}")
-    else:
-        line("degraded: none")
-    return "\n".join(out)
+    if not degraded:
+        return [*out, "degraded: none"]
+    return [*out, "degraded:", *(f"  {part}: {error}" for part, error in sorted(degraded.items()))]
 
 
 def status_gpu_lines(doc: dict[str, Any], width: int) -> list[str]:

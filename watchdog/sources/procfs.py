@@ -646,6 +646,14 @@ class ProcessTable:
                 self._pid_max = 4194304
         return self._pid_max
 
+    def alive(self, identity: tuple[int, int]) -> bool:
+        """Whether the process ``(pid, start_ticks)`` still ran at the last refresh: the
+        same PID with the same start time (a reused PID is another process), not a
+        zombie (it exited; only its parent's wait is missing)."""
+        pid, start_ticks = identity
+        proc = self._procs.get(pid)
+        return proc is not None and proc.start_ticks == start_ticks and not proc.is_zombie
+
 
 def boot_id(proc_root: str) -> str | None:
     """This boot's id (``/proc/sys/kernel/random/boot_id``, random(4)), or None when it

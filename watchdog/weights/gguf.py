@@ -278,41 +278,48 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
             dims, or tensor data laid out other than ggml lays it out.
     """
     cur = _Cursor(mf)
+    n_tensors, n_kv = _header_counts(cur, mf.size)
+    alignment = _metadata_alignment(cur, n_kv)
+    raw = _tensor_table(cur, n_tensors)
+    # Padding is (a - pos % a) % a (ggml GGML_PAD): none when the tensor table ends
+    # exactly on a boundary, never a whole extra block.
+    data_start = cur.pos + _pad(cur.pos, alignment)
+    return _laid_out(raw, data_start, alignment, mf.size)
+
+
+# One tensor table entry as read: name, type, dims, offset into the data section.
+_RawTensor = tuple[str, GgmlType, tuple[int, ...], int]
+
+
+def _header_counts(cur: _Cursor, size_bytes: int) -> tuple[int, int]:
+    """Read the magic and version; returns the tensor and metadata counts.
+
+    Raises:
+        NotVerifiedError: Not GGUF, a version other than 2 or 3, or counts the file
+            (``size_bytes``) cannot hold.
+    """
     if cur.take(4) != MAGIC:
         raise NotVerifiedError("not a GGUF file")
     version = cur.u32()
     if version not in (2, 3):
         raise NotVerifiedError(f"unsupported GGUF version {version} (big-endian or v1?)")
     n_tensors, n_kv = cur.u64(), cur.u64()
-    if n_tensors > mf.size // 24 or n_kv > mf.size // 12:
+    if n_tensors > size_bytes // 24 or n_kv > size_bytes // 12:
         raise NotVerifiedError("GGUF counts larger than the file can hold")
+    return n_tensors, n_kv
+
+
+def _metadata_alignment(cur: _Cursor, n_kv: int) -> int:
+    """Read the ``n_kv`` metadata pairs; returns the data alignment they set.
+
+    Raises:
+        NotVerifiedError: A key ggml and gguf-py read differently or refuse, a bad
+            value, or a bad ``general.alignment``.
+    """
     alignment = DEFAULT_ALIGNMENT
     keys: set[bytes] = set()
     for _ in range(n_kv):
-        key = cur.string()
-        if not key:
-            raise NotVerifiedError("GGUF metadata key is empty")
-        try:
-            key.decode("utf-8")
-        except UnicodeDecodeError:
-            # gguf-py decodes every key as UTF-8 and fails; ggml keeps the bytes.
-            raise NotVerifiedError(
-                f"GGUF metadata key {key.decode('utf-8', 'replace')!r} is not UTF-8:"
-                " gguf-py refuses it, ggml reads it; readers disagree"
-            ) from None
-        if b"\0" in key:
-            # ggml's gguf_find_key compares C strings (up to the NUL), gguf-py whole keys:
-            # b"general.alignment\0x" sets the alignment for ggml only.
-            raise NotVerifiedError(
-                f"GGUF metadata key {key.decode('utf-8', 'replace')!r} holds a NUL byte:"
-                " ggml reads it up to the NUL, gguf-py whole; readers disagree"
-            )
-        if key in keys:
-            # ggml's gguf.cpp and gguf-py both refuse a repeated key: no loader reads it.
-            raise NotVerifiedError(
-                f"GGUF metadata key {key.decode('utf-8', 'replace')!r} appears more than"
-                " once: ggml and gguf-py refuse the file"
-            )
+        key = _metadata_key(cur, keys)
         keys.add(key)
         vtype = cur.u32()
         try:
@@ -326,31 +333,53 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
             if vtype != 4 or val is None or val == 0 or val & (val - 1):
                 raise NotVerifiedError(f"bad general.alignment {val!r}: must be a u32 power of two")
             alignment = val
-    raw: list[tuple[str, GgmlType, tuple[int, ...], int]] = []
+    return alignment
+
+
+def _metadata_key(cur: _Cursor, keys: set[bytes]) -> bytes:
+    """Read one metadata key that every reader reads alike and none of ``keys``.
+
+    Raises:
+        NotVerifiedError: An empty key, not UTF-8, a NUL byte, or a repeated key.
+    """
+    key = cur.string()
+    if not key:
+        raise NotVerifiedError("GGUF metadata key is empty")
+    try:
+        key.decode("utf-8")
+    except UnicodeDecodeError:
+        # gguf-py decodes every key as UTF-8 and fails; ggml keeps the bytes.
+        raise NotVerifiedError(
+            f"GGUF metadata key {key.decode('utf-8', 'replace')!r} is not UTF-8:"
+            " gguf-py refuses it, ggml reads it; readers disagree"
+        ) from None
+    if b"\0" in key:
+        # ggml's gguf_find_key compares C strings (up to the NUL), gguf-py whole keys:
+        # b"general.alignment\0x" sets the alignment for ggml only.
+        raise NotVerifiedError(
+            f"GGUF metadata key {key.decode('utf-8', 'replace')!r} holds a NUL byte:"
+            " ggml reads it up to the NUL, gguf-py whole; readers disagree"
+        )
+    if key in keys:
+        # ggml's gguf.cpp and gguf-py both refuse a repeated key: no loader reads it.
+        raise NotVerifiedError(
+            f"GGUF metadata key {key.decode('utf-8', 'replace')!r} appears more than"
+            " once: ggml and gguf-py refuse the file"
+        )
+    return key
+
+
+def _tensor_table(cur: _Cursor, n_tensors: int) -> list[_RawTensor]:
+    """Read the ``n_tensors`` entries of the tensor table, in file order.
+
+    Raises:
+        NotVerifiedError: A name readers disagree on or repeated, bad dims, or a type
+            this gate does not verify.
+    """
+    raw: list[_RawTensor] = []
     names: set[str] = set()
     for _ in range(n_tensors):
-        name_bytes = cur.string()
-        try:
-            name = name_bytes.decode("utf-8")
-        except UnicodeDecodeError:
-            # ggml keeps the bytes, gguf-py cannot read the file.
-            raise NotVerifiedError(
-                f"tensor name {name_bytes.decode('utf-8', 'replace')!r} is not UTF-8:"
-                " readers disagree"
-            ) from None
-        if b"\0" in name_bytes:
-            # ggml copies names as C strings: "w\0a" becomes "w" (and may collide).
-            raise NotVerifiedError(
-                f"tensor name {name!r} holds a NUL byte: ggml cuts it there, gguf-py keeps"
-                " it; readers disagree"
-            )
-        if len(name_bytes) >= GGML_MAX_NAME:
-            raise NotVerifiedError(
-                f"tensor name {name!r} is {len(name_bytes)} bytes: ggml allows fewer than"
-                f" {GGML_MAX_NAME}"
-            )
-        if name in names:
-            raise NotVerifiedError(f"tensor {name!r} appears more than once")
+        name = _tensor_name(cur, names)
         names.add(name)
         n_dims = cur.u32()
         if n_dims > MAX_DIMS:
@@ -370,9 +399,50 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
             known = GGML_UNVERIFIED_NAMES.get(type_id, "unknown to this gate")
             raise NotVerifiedError(f"tensor {name!r}: ggml type {type_id} ({known}) not verified")
         raw.append((name, gtype, dims, offset))
-    # Padding is (a - pos % a) % a (ggml GGML_PAD): none when the tensor table ends
-    # exactly on a boundary, never a whole extra block.
-    data_start = cur.pos + _pad(cur.pos, alignment)
+    return raw
+
+
+def _tensor_name(cur: _Cursor, names: set[str]) -> str:
+    """Read one tensor name that ggml and gguf-py read alike and none of ``names``.
+
+    Raises:
+        NotVerifiedError: Not UTF-8, a NUL byte, ``GGML_MAX_NAME`` bytes or more, or a
+            repeated name.
+    """
+    name_bytes = cur.string()
+    try:
+        name = name_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        # ggml keeps the bytes, gguf-py cannot read the file.
+        raise NotVerifiedError(
+            f"tensor name {name_bytes.decode('utf-8', 'replace')!r} is not UTF-8: readers disagree"
+        ) from None
+    if b"\0" in name_bytes:
+        # ggml copies names as C strings: "w\0a" becomes "w" (and may collide).
+        raise NotVerifiedError(
+            f"tensor name {name!r} holds a NUL byte: ggml cuts it there, gguf-py keeps"
+            " it; readers disagree"
+        )
+    if len(name_bytes) >= GGML_MAX_NAME:
+        raise NotVerifiedError(
+            f"tensor name {name!r} is {len(name_bytes)} bytes: ggml allows fewer than"
+            f" {GGML_MAX_NAME}"
+        )
+    if name in names:
+        raise NotVerifiedError(f"tensor {name!r} appears more than once")
+    return name
+
+
+def _laid_out(
+    raw: list[_RawTensor], data_start: int, alignment: int, size_bytes: int
+) -> list[TensorInfo]:
+    """The tensors of ``raw`` placed in the file (data section at ``data_start``), each
+    checked to lie where ggml expects it.
+
+    Raises:
+        NotVerifiedError: A row that is not whole blocks, a tensor not right after the
+            previous one (padded to ``alignment``), or data past ``size_bytes``.
+    """
     infos: list[TensorInfo] = []
     expected = 0
     for name, gtype, dims, offset in raw:
@@ -390,16 +460,16 @@ def read_tensor_infos(mf: MappedFile) -> list[TensorInfo]:
                 " (each tensor right after the previous one, padded to the alignment)"
             )
         nbytes = n // gtype.block_elems * gtype.block_bytes
-        if data_start + offset + nbytes > mf.size:
+        if data_start + offset + nbytes > size_bytes:
             raise NotVerifiedError(f"tensor {name!r}: data outside the file")
         infos.append(TensorInfo(name, gtype, dims, data_start + offset, nbytes))
         expected = offset + nbytes + _pad(nbytes, alignment)
-    if raw and data_start + expected > mf.size:
+    if raw and data_start + expected > size_bytes:
         # ggml reads the whole padded data section; a file cut inside the padding of
         # its last tensor loads in gguf-py and fails in ggml.
         raise NotVerifiedError(
             f"GGUF data section ends at {data_start + expected} with the last tensor's"
-            f" padding, past the end of the file ({mf.size})"
+            f" padding, past the end of the file ({size_bytes})"
         )
     return infos
 

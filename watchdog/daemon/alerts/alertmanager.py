@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from watchdog.config.alerts import AlertSettings, SinkSettings
 from watchdog.daemon.alerts import http
@@ -38,10 +38,6 @@ from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.hosttext import safe_json
 from watchdog.logs import get_logger
 from watchdog.state import StateDB
-
-if TYPE_CHECKING:
-    from watchdog.daemon.loop import Daemon
-    from watchdog.plugins import Worker
 
 log = get_logger()
 
@@ -369,9 +365,3 @@ class AlertmanagerKeeper:
             if thread.is_alive():
                 return
         self.client.close()
-
-
-def build_alertmanager_workers(daemon: Daemon) -> list[Worker]:
-    """The re-send worker, always (it idles while no ``alertmanager`` sink is configured,
-    so a reload that adds one needs no restart)."""
-    return [AlertmanagerKeeper(daemon.db, lambda: daemon.config.alerts)]

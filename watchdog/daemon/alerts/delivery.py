@@ -49,7 +49,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import httpx
 
@@ -64,9 +63,6 @@ from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from watchdog.logs import get_logger
 from watchdog.model import load_ref
 from watchdog.state import Delivery, StateDB, delivery_row
-
-if TYPE_CHECKING:
-    from watchdog.daemon.loop import TickSummary
 
 log = get_logger()
 # Degraded-component name of a sink whose URL cannot be read: ``alert-sink:NAME``.
@@ -566,7 +562,7 @@ class DeliveryWorker:
         for event in events:
             event.set()
 
-    def on_tick(self, summary: TickSummary) -> None:
+    def on_tick(self, summary: object) -> None:
         """``Daemon.on_tick`` hook: a tick may have spooled alerts, send them now."""
         self.wake()
 

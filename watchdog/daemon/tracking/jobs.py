@@ -115,7 +115,6 @@ def record_jobs(
     firsts = dict(first_signature)
     undos = dict(source_undos)
     signatures: dict[int, str] = {}
-    held: set[str] = set()
     respawns = []
     returns: dict[str, Return] = {}
     seen: set[str] = set()
@@ -124,34 +123,16 @@ def record_jobs(
         sig = firsts.get(ident) or job_signature(job.user, job.cmdline, job.origin)
         firsts[ident] = sig
         signatures[job.root_pid] = sig
-        db.record_run(
-            RunRecord(
-                sig, job.root_pid, job.start_ticks, job.user, list(job.cmdline),
-                job.origin.to_json(), job.verdict, job.rule, now, now,
-                gpus=list(job.gpu_uuids), max_gpu_bytes=job.gpu_memory_bytes,
-                workload=job.workload, workload_evidence=list(job.workload_evidence),
-            ),
-            now,
-        )  # fmt: skip
+        db.record_run(_run_record(job, sig, now), now)
         if sig in seen:
             continue  # a second instance of the same signature: one record
         seen.add(sig)
         rec = db.job(sig)
-        back_after: float | None = None
+        back_after = _back_after(rec, job, start_time_s)
         sightings = 1
         first_seen = now
         if rec is not None:
             first_seen, sightings = rec.first_seen, rec.sightings
-            if (rec.root_pid, rec.start_ticks) == ident:
-                back_after = None  # the same process seen again: never a respawn
-            elif rec.gone_at is not None:
-                back_after = rec.gone_at
-            else:
-                # Killed and back while we were not looking (e.g. across a restart),
-                # unless this instance was already running then (overlapping runs).
-                started = start_time_s(job.start_ticks) if start_time_s else None
-                if started is None or started > rec.last_seen:
-                    back_after = rec.last_seen
             if back_after is not None:
                 sightings += 1
         record = JobRecord(
@@ -169,13 +150,7 @@ def record_jobs(
             # own unsanctioned-gpu-use finding says what it is (issue 35).
             if back.ended != "exited" and job.may_train:
                 respawns.append(respawned_finding(job, sig, back_after, now))
-    for rec in db.present_jobs():
-        if rec.signature in seen:
-            continue
-        if alive is not None and alive(rec.root_pid, rec.start_ticks):
-            held.add(rec.signature)  # unseen, not seen gone: a source is blind
-            continue
-        db.mark_gone(rec.signature, now)
+    held = _held_or_gone(db, seen, now, alive)
     here = {(j.root_pid, j.start_ticks) for j in jobs}
     return JobsSeen(
         signatures=signatures,
@@ -185,6 +160,49 @@ def record_jobs(
         first_signature={i: s for i, s in firsts.items() if i in here or s in held},
         source_undos={i: u for i, u in undos.items() if i in here},
     )
+
+
+def _run_record(job: Job, sig: str, now: float) -> RunRecord:
+    """The ``runs`` row of ``job`` seen at ``now`` under signature ``sig``."""
+    return RunRecord(
+        sig, job.root_pid, job.start_ticks, job.user, list(job.cmdline),
+        job.origin.to_json(), job.verdict, job.rule, now, now,
+        gpus=list(job.gpu_uuids), max_gpu_bytes=job.gpu_memory_bytes,
+        workload=job.workload, workload_evidence=list(job.workload_evidence),
+    )  # fmt: skip
+
+
+def _back_after(
+    rec: JobRecord | None, job: Job, start_time_s: Callable[[int], float | None] | None
+) -> float | None:
+    """When ``job``'s signature (recorded as ``rec``) was last seen before this run
+    came back; None when it is no return (a new signature, the same process)."""
+    if rec is None or (rec.root_pid, rec.start_ticks) == (job.root_pid, job.start_ticks):
+        return None  # the same process seen again: never a respawn
+    if rec.gone_at is not None:
+        return rec.gone_at
+    # Killed and back while we were not looking (e.g. across a restart), unless this
+    # instance was already running then (overlapping runs).
+    started = start_time_s(job.start_ticks) if start_time_s else None
+    if started is None or started > rec.last_seen:
+        return rec.last_seen
+    return None
+
+
+def _held_or_gone(
+    db: StateDB, seen: set[str], now: float, alive: Callable[[int, int], bool] | None
+) -> set[str]:
+    """Mark the present jobs not ``seen`` this tick gone; returns the signatures held
+    instead (their root still runs while a source is blind)."""
+    held: set[str] = set()
+    for rec in db.present_jobs():
+        if rec.signature in seen:
+            continue
+        if alive is not None and alive(rec.root_pid, rec.start_ticks):
+            held.add(rec.signature)  # unseen, not seen gone: a source is blind
+            continue
+        db.mark_gone(rec.signature, now)
+    return held
 
 
 def _return(
