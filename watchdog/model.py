@@ -1576,38 +1576,39 @@ class Advice:
         return ""
 
     def stop_line(self, pid: int) -> str | None:
-        """The ``stop:`` line of a scan table row, or None for a job with none."""
+        """The ``stop:`` line of a scan table row, or None for a job with none: a command
+        that pastes as printed, what to know about it after ``  # `` (a shell comment)."""
         if self.refused is not None:
             return None
         if self.source_refused is not None:
             return (
-                f"{self._cli('terminate')} {pid} (--dry-run first to preview); its source "
+                f"{self._cli('terminate')} {pid}  # --dry-run first to preview; its source "
                 f"is not disabled: {self.source_refused}"
             )
         if self.source_gone is not None:
-            return f"{self._cli('terminate')} {pid} ({self.source_gone}: only the run is left)"
+            return f"{self._cli('terminate')} {pid}  # {self.source_gone}: only the run is left"
         if self.collateral is not None:
             c = self.collateral
             return (
-                f"{self._cli('terminate')} {pid} (--dry-run first to preview; stops the run "
-                f"only): its source is a service, {c.text()}, never stopped unasked; to stop "
+                f"{self._cli('terminate')} {pid}  # --dry-run first to preview; stops the run "
+                f"only: its source is a service, {c.text()}, never stopped unasked; to stop "
                 f"the service {c.name} too: {c.command(pid, self.cli_args)}"
             )
         if self.disable:
             return (
                 f"{self._cli('disable-source')} {pid} && {self._cli('terminate')} {pid}"
-                " (--dry-run first to preview)"
+                "  # --dry-run first to preview"
             )
         if self.stops_job:
             return self._stop_first(pid)
         if self.by_hand and self.then_terminate:
             return (
-                f"{self.by_hand} && {self._cli('terminate')} {pid} (the first stops what is "
-                "queued, not the running job)"
+                f"{self.by_hand} && {self._cli('terminate')} {pid}  # the first stops what is "
+                "queued, not the running job"
             )
         if self.by_hand:
             return self.by_hand
-        return f"{self._cli('terminate')} {pid} (its origin is unknown: see explain {pid})"
+        return f"{self._cli('terminate')} {pid}  # its origin is unknown: see explain {pid}"
 
     def _terminate(self, target: int | str) -> str:
         """``rogue-watchdog terminate T``, and the by-hand ``kill`` beside it."""

@@ -443,7 +443,16 @@ def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: 
             lines.extend(fit(printable(again.line()), width, " " * 9, "    "))
         stop = stop_text(job) if job.unsanctioned else None
         if stop:
-            lines.extend(fit(printable(stop), width, " " * 10, "    stop: "))
+            # The command stays whole on its line and the note is comment lines: what a
+            # person pastes runs as printed (a wrapped "(--dry-run …)" was a syntax error).
+            command, sep, note = stop.partition("  # ")
+            if len("    stop: ") + len(printable(stop)) <= width:
+                lines.append("    stop: " + printable(stop))
+                sep = ""  # all on one line: the note is a comment there too
+            else:
+                lines.append("    stop: " + printable(command))
+            if sep:
+                lines.extend(fit(printable(note), width, " " * 10 + "# ", " " * 10 + "# "))
     return lines
 
 

@@ -143,8 +143,8 @@ def test_the_advice_of_a_requeuing_at_job_is_read_live_and_ends_in_terminate(
     # disable-source acts on at jobs (issue 31, item 4): it removes the queued copies,
     # read live when it runs, and terminate stops the running one.
     stop = (
-        f"rogue-watchdog disable-source{cli} {pid} && rogue-watchdog terminate{cli} {pid} "
-        "(--dry-run first to preview)"
+        f"rogue-watchdog disable-source{cli} {pid} && rogue-watchdog terminate{cli} {pid}"
+        "  # --dry-run first to preview"
     )
     assert cli.startswith(" --config /")
     assert advice() == (

@@ -137,8 +137,8 @@ def test_a_hub_unit_is_never_stopped_unasked(sd: NamespacedSystemd, hub: tuple[P
     }
     cfg = f" --config {sd.sandbox / 'config.yaml'}"  # printed commands carry the config
     assert advice["stop"] == (
-        f"rogue-watchdog terminate{cfg} {pid} (--dry-run first to preview; stops the run "
-        f"only): its source is a service, systemd unit {HUB} also runs {other}, not part of "
+        f"rogue-watchdog terminate{cfg} {pid}  # --dry-run first to preview; stops the run "
+        f"only: its source is a service, systemd unit {HUB} also runs {other}, not part of "
         f"the job, never stopped unasked; to stop the service {HUB} too: rogue-watchdog "
         f"disable-source{cfg} {pid} --stop-service {HUB}"
     )

@@ -58,7 +58,7 @@ def test_advice_commands_carry_the_config() -> None:
     advice = Advice(disable=True, disables="the crontab", by_hand="sed ...", cli_args=args)
     assert advice.stop_line(812) == (
         f"rogue-watchdog disable-source{args} 812 && rogue-watchdog terminate{args} 812"
-        " (--dry-run first to preview)"
+        "  # --dry-run first to preview"
     )
     message = "rogue job PID 812" + advice.finding_text(812)
     # Once filed, the finding's id replaces the PID, the --config stays.
@@ -69,7 +69,7 @@ def test_advice_commands_carry_the_config() -> None:
     plain = dataclasses.replace(advice, cli_args="")
     assert plain.stop_line(812) == (
         "rogue-watchdog disable-source 812 && rogue-watchdog terminate 812"
-        " (--dry-run first to preview)"
+        "  # --dry-run first to preview"
     )
 
 
@@ -178,6 +178,46 @@ def test_allowlist_diff_reads_the_running_daemons_history_and_says_so(
     assert (code, out.splitlines()[-1]) == (1, "1 run(s) would change verdict")
 
 
+def test_allowlist_diff_with_several_daemons_asks_whose_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fresh-user hour, 2026-12-06: with two daemons running, `allowlist diff --config
+    candidate.yaml` warned "pass --config … to say which" (it had), read the default
+    state directory, printed "No recorded run would change verdict" and exited 0: a
+    false all-clear. Now exit 2, naming --state-dir; with it, the history it names."""
+    ours = tmp_path / "ours"
+    _history(ours, (101, 102, 103))
+    candidate = tmp_path / "candidate.yaml"
+    candidate.write_text(
+        "sanctioned:\n  - name: pipeline\n"
+        "    cmdline: '/opt/pipeline/venv/bin/python /opt/pipeline/train.py *'\n"
+        "    origin: {any: true}\n"
+    )
+    os.chmod(candidate, 0o600)
+    servers = []
+    for name in ("a", "b"):
+        doc = {"schema_version": 1, "findings": [], "config": {"path": f"/srv/{name}.yaml"}}
+        servers.append(_serve(tmp_path / f"{name}.sock", doc))
+    socks = [str(tmp_path / "a.sock"), str(tmp_path / "b.sock")]
+    monkeypatch.setattr(cli_common, "running_daemon_sockets", lambda: socks)
+    capsys.readouterr()
+    try:
+        code = main(["allowlist", "diff", "--config", str(candidate), "--since", "1h"])
+        out, err = capsys.readouterr()
+        assert (code, out) == (2, "")
+        assert err.strip().endswith(
+            "for allowlist diff, --config names the candidate: pass --state-dir to say whose "
+            "history to replay it against"
+        )
+        argv = ["allowlist", "diff", "--config", str(candidate), "--since", "1h"]
+        code = main([*argv, "--state-dir", str(ours)])
+        out, _err = capsys.readouterr()
+        assert (code, out.splitlines()[-1]) == (1, "3 run(s) would change verdict")
+    finally:
+        for s in servers:
+            s.stop()
+
+
 def test_disable_source_by_the_id_of_a_terminated_run_that_came_back(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -249,3 +289,20 @@ def test_completion_offers_the_ids_of_a_daemon_wherever_its_socket_is(
         assert capsys.readouterr().out.split() == ["4242", "4243"]
     finally:
         server.stop()
+
+
+def test_status_and_top_hints_carry_the_daemons_config() -> None:
+    """Fresh-user hour, 2026-12-06: `status` printed `(rogue-watchdog allowlist
+    suggest)` and `top` "`rogue-watchdog status` lists all" without `--config`; pasted
+    with several daemons running they failed (exit 2) or read another instance."""
+    from watchdog.cli.top import _status_cmd
+    from watchdog.daemon.status import _learning_line
+
+    line = _learning_line(
+        {"until": time.time() + 3600, "active": True, "candidate_rules": 1}, " --config /srv/a.yaml"
+    )
+    assert line is not None and "(rogue-watchdog allowlist suggest --config /srv/a.yaml)" in line
+    assert _status_cmd({"config": {"path": "/srv/a.yaml"}}) == (
+        "rogue-watchdog status --config /srv/a.yaml"
+    )
+    assert _status_cmd({"config": {"path": None}}) == "rogue-watchdog status"

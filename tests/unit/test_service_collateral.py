@@ -87,8 +87,8 @@ def test_advice_and_plan_name_the_service_and_act_only_when_asked(tmp_path: Path
     assert advice.disable is False and advice.by_hand is None
     assert advice.collateral is not None and advice.collateral.name == HUB
     assert advice.stop_line(proc.pid) == (
-        f"rogue-watchdog terminate {proc.pid} (--dry-run first to preview; stops the run "
-        f"only): its source is a service, systemd unit {HUB} also runs PID {hub.pid} "
+        f"rogue-watchdog terminate {proc.pid}  # --dry-run first to preview; stops the run "
+        f"only: its source is a service, systemd unit {HUB} also runs PID {hub.pid} "
         f"`/usr/bin/python3 /srv/hub/hub_server.py`, not part of the job, never stopped "
         f"unasked; to stop the service {HUB} too: rogue-watchdog disable-source {proc.pid} "
         f"--stop-service {HUB}"

@@ -61,7 +61,17 @@ def _state_dir(args: argparse.Namespace, config: str | None, *, candidate: bool 
     if config is not None and not candidate:
         loaded = load_config(config)
         return history_state_dir(None, None, loaded.daemon.state_dir, loaded.source)
-    daemon = command_daemon(acts=False, quiet=True)
+    try:
+        daemon = command_daemon(acts=True, quiet=True)
+    except CliError as exc:
+        # Several daemons, or one that answers unusably: whose history is unknown, and a
+        # guess (the default state directory) answered a false "no run would change".
+        if candidate:
+            raise CliError(
+                f"{exc}; for allowlist diff, --config names the candidate: pass --state-dir "
+                "to say whose history to replay it against"
+            ) from None
+        raise CliError(f"{exc}; or pass --state-dir to say whose history to read") from None
     if daemon is not None and daemon.state_dir is not None:
         return history_state_dir(None, daemon, "", "")
     path = daemon.config if daemon else (config or resolve_config_path(None))

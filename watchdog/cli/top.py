@@ -303,6 +303,14 @@ def _mem_text(n: object) -> str:
     return "-"
 
 
+def _status_cmd(doc: dict[str, Any]) -> str:
+    """``rogue-watchdog status`` as it finds this daemon when pasted (its ``--config``)."""
+    from watchdog.hostpaths import config_args
+
+    path = (doc.get("config") or {}).get("path")
+    return f"rogue-watchdog status{config_args(path if isinstance(path, str) else None)}"
+
+
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
@@ -345,7 +353,7 @@ def _gpu_block(doc: dict[str, Any], width: int, budget: int) -> list[str]:
     keep = max(1, budget - 1)
     return [
         *lines[:keep],
-        f"  … {len(lines) - keep} more GPU(s): `rogue-watchdog status` lists all",
+        f"  … {len(lines) - keep} more GPU(s): `{_status_cmd(doc)}` lists all",
     ]
 
 
@@ -387,7 +395,7 @@ def _findings(doc: dict[str, Any], width: int, budget: int, colour: bool) -> lis
     shown = found[: max(0, budget - 1)]
     head = f"  open findings: {len(found)}"
     if len(shown) < len(found):
-        head += f" ({len(shown)} shown; `rogue-watchdog status` lists all)"
+        head += f" ({len(shown)} shown; `{_status_cmd(doc)}` lists all)"
     lines = [_cut(head, width)]
     for f in shown:
         sev = str(f.get("severity") or "-")

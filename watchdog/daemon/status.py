@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
+from watchdog.hostpaths import config_args
 from watchdog.render import (
     PLACEMENT_BLIND_KINDS,
     fit,
@@ -438,7 +439,8 @@ def _daemon_lines(doc: dict[str, Any], now: float) -> list[str]:
         for g in doc.get("ship_gates") or []
         if isinstance(g, dict) and g.get("enforce") not in (None, "off")
     ]
-    learning = _learning_line(doc.get("learning"))
+    cfg_path = (doc.get("config") or {}).get("path")
+    learning = _learning_line(doc.get("learning"), config_args(cfg_path))
     events = _events_line(doc.get("events"))
     return [
         head,
@@ -466,8 +468,9 @@ def _config_line(cfg: dict[str, Any]) -> str:
     return text
 
 
-def _learning_line(learning: object) -> str | None:
-    """The learning period's line; None when the daemon never learned."""
+def _learning_line(learning: object, cli_args: str = "") -> str | None:
+    """The learning period's line; None when the daemon never learned. ``cli_args``:
+    what its ``allowlist suggest`` hint carries (`` --config PATH``)."""
     if not (isinstance(learning, dict) and isinstance(learning.get("until"), int | float)):
         return None
     n = learning.get("candidate_rules")
@@ -479,7 +482,7 @@ def _learning_line(learning: object) -> str | None:
     if learning.get("active"):
         return (
             f"learning until {_when(learning['until'])}, {rules} (rogue-watchdog "
-            "allowlist suggest): unsanctioned jobs alerted at info, not acted on"
+            f"allowlist suggest{cli_args}): unsanctioned jobs alerted at info, not acted on"
         )
     return f"learning ended {_when(learning['until'])}, {rules}"
 
