@@ -437,8 +437,8 @@ def test_the_settle_waits_for_a_gpu_seen_twice_alike_at_most_settle_s() -> None:
 
 
 def test_gap_text() -> None:
-    assert [gap_text(x) for x in (4.6, 60, 61, 150, 3600, 3900, 86400, 7 * 86400)] == [
-        "5s", "1m", "1m01s", "2m30s", "1h", "1h05m", "24h", "7d",
+    assert [gap_text(x) for x in (0.3, 4.6, 60, 61, 150, 3600, 3900, 86400, 7 * 86400)] == [
+        "under 1s", "5s", "1m", "1m01s", "2m30s", "1h", "1h05m", "24h", "7d",
     ]  # fmt: skip
 
 

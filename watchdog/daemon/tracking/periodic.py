@@ -291,8 +291,11 @@ def _union(was: object, now: object) -> list[dict[str, Any]]:
 
 
 def gap_text(seconds: float) -> str:
-    """``5s``, ``1m``, ``2m30s``, ``1h05m``, ``7d``: a cadence as a person says it."""
+    """``under 1s``, ``5s``, ``1m``, ``2m30s``, ``1h05m``, ``7d``: a cadence as a person
+    says it ("about every 0s" said nothing of a loop of sub-second runs)."""
     s = round(seconds)
+    if s < 1:
+        return "under 1s"
     if s < 60:
         return f"{s}s"
     minutes, sec = divmod(s, 60)
