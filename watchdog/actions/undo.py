@@ -13,6 +13,9 @@
   crontab(1) header in ``B`` is left out: crontab writes its own).
 - ``{"op": "systemctl", "argv": [...]}``: ``systemctl ARGV``.
 - ``{"op": "scontrol", "argv": [...]}``: ``scontrol ARGV``.
+- ``{"op": "cgroup_lift", "cgroup": D}``: lift a GPU denial (watchdog/actions/gpudeny.py):
+  every process in the cgroup ``D`` moves back to the cgroup above it, then ``D`` is
+  removed (refused for a directory that is no denial's).
 
 Every op goes through :class:`~watchdog.actions.effects.Effects`. The first failure
 stops the undo (later ops may depend on it) and is reported. Before each op the undo
@@ -33,9 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.actions.effects import Effects
+from watchdog.actions.gpudeny import is_denial, lift
 from watchdog.lineage.crontab import installed_header_lines
 
-OP_KINDS = ("rename", "restore_file", "crontab_restore", "systemctl", "scontrol")
+OP_KINDS = ("rename", "restore_file", "crontab_restore", "systemctl", "scontrol", "cgroup_lift")
 
 
 class UndoError(ValueError):
@@ -51,6 +55,7 @@ _SHAPES: dict[str, dict[str, str]] = {
     "crontab_restore": {"user": "str", "backup": "str"},
     "systemctl": {"argv": "argv"},
     "scontrol": {"argv": "argv"},
+    "cgroup_lift": {"cgroup": "str"},
 }  # fmt: skip
 
 
@@ -105,6 +110,11 @@ def describe(op: dict[str, Any]) -> str:
         )
     if kind == "crontab_restore":
         return f"crontab -u {op['user']} {op['backup']}"
+    if kind == "cgroup_lift":
+        return (
+            f"lift the GPU denial: move the processes in {op['cgroup']} back to "
+            f"{os.path.dirname(op['cgroup'].rstrip('/'))} and remove it"
+        )
     return f"{kind} {' '.join(op['argv'])}"
 
 
@@ -188,6 +198,11 @@ def check_op(op: dict[str, Any], lexists: Callable[[str], bool] = os.path.lexist
         _writable_folder(op["path"])
     elif kind == "crontab_restore":
         Path(op["backup"]).read_bytes()
+    elif kind == "cgroup_lift":
+        if not is_denial(op["cgroup"]):
+            raise OSError(f"{op['cgroup']} is not a GPU denial's cgroup: left alone")
+        if not os.path.isdir(op["cgroup"]):
+            raise OSError(f"{op['cgroup']} is gone: the denial was lifted already")
 
 
 def _run_op(op: dict[str, Any], effects: Effects) -> None:
@@ -201,6 +216,8 @@ def _run_op(op: dict[str, Any], effects: Effects) -> None:
         if isinstance(op.get("mtime_ns"), int) and not isinstance(op["mtime_ns"], bool):
             effects.set_mtime(op["path"], op["mtime_ns"])
         effects.touch(os.path.dirname(op["path"]) or ".")
+    elif kind == "cgroup_lift":
+        lift(op["cgroup"], effects)
     elif kind == "crontab_restore":
         data = _strip_header(Path(op["backup"]).read_bytes())
         out = effects.run(["crontab", "-u", op["user"], "-"], data)

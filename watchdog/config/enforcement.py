@@ -13,6 +13,8 @@ Example::
         - {exe: "/usr/bin/Xorg"}
         - {user: postgres}
         - {origin: {cron_file: /etc/cron.d/pipeline}}   # its jobs and the source itself
+      gpu_open: off              # audit | enforce: deny a rogue training job the GPU nodes
+      gpu_devices: [/dev/nvidia[0-9]*, /dev/nvidiactl, /dev/nvidia-uvm]
       rules:                     # first match wins; overrides the defaults above
         - name: legacy-cron
           origin_kind: cron
@@ -47,8 +49,29 @@ from watchdog.model import ORIGIN_KINDS
 Mode = Literal["observe", "terminate"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 MAX_GRACE_S = 3600.0
+GpuOpen = Literal["off", "audit", "enforce"]
+GPU_OPEN_MODES: tuple[GpuOpen, ...] = get_args(GpuOpen)
+#: The NVIDIA device nodes a CUDA initialisation opens (docs/operations.md, "GPU open").
+DEFAULT_GPU_DEVICES = ("/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/nvidia-uvm")
 
 _mode = datatypes.choice(MODES, "must be observe or terminate")
+_gpu_open = datatypes.choice(GPU_OPEN_MODES, "must be off, audit or enforce")
+
+
+def _device_glob(r: NodeReader, node: yaml.Node, key: str) -> str:
+    """An absolute path or glob naming device nodes (``/dev/nvidia[0-9]*``)."""
+    pattern = datatypes.glob(r, node, key)
+    if not pattern.startswith("/"):
+        raise r.err(node, key, f"must be an absolute path or glob (/dev/nvidia0), got {pattern!r}")
+    return pattern
+
+
+def _device_globs(r: NodeReader, node: yaml.Node, key: str) -> tuple[str, ...]:
+    """A non-empty list of device paths or globs: an empty one would deny nothing."""
+    out = datatypes.tuple_of(_device_glob)(r, node, key)
+    if not out:
+        raise r.err(node, key, "must name at least one device node (an empty list denies nothing)")
+    return out
 
 
 @dataclass(frozen=True)
@@ -195,6 +218,10 @@ class EnforcementSettings:
             (e.g. ``[nsenter, -t, PID, -p, -m]`` to reach a manager in a namespace).
         backup_dir: Where backups of changed files go; None means
             ``<daemon.state_dir>/backups``.
+        gpu_open: ``off``, ``audit`` (record each would-be denial) or ``enforce``: a
+            rogue training job's processes are put under a device rule that denies
+            them :attr:`gpu_devices` (watchdog/actions/gpudeny.py).
+        gpu_devices: Absolute paths or globs of the device nodes denied.
     """
 
     mode: Mode = setting("observe", _mode)
@@ -208,6 +235,8 @@ class EnforcementSettings:
     dry_run: bool = setting(False, datatypes.boolean)
     command_prefix: tuple[str, ...] = setting((), datatypes.texts)
     backup_dir: str | None = setting(None, datatypes.text)
+    gpu_open: GpuOpen = setting("off", _gpu_open)
+    gpu_devices: tuple[str, ...] = setting(DEFAULT_GPU_DEVICES, _device_globs)
 
     def decide(self, cmdline: Sequence[str], origin_kind: str, user: str | None) -> Decision:
         """The mode and source-disabling choice for one job (first matching rule wins)."""
