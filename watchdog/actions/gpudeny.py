@@ -418,15 +418,31 @@ class GpuOpenGate:
 
     @property
     def mode(self) -> str:
-        """``off``, ``audit`` or ``enforce`` (``enforcement.dry_run`` makes it audit)."""
-        mode = self.settings.gpu_open
+        """The default ``off``, ``audit`` or ``enforce`` (``enforcement.dry_run`` makes
+        an ``enforce`` ``audit``); a rule may say otherwise for its jobs."""
+        return self._effective(self.settings.gpu_open)
+
+    def _effective(self, mode: str) -> str:
         return "audit" if mode == "enforce" and self.settings.dry_run else mode
 
-    def state(self) -> tuple[str, str | None]:
-        """``(state, why)``: ``off``, ``auditing``, ``enforcing`` or ``not enforcing``."""
-        if self.mode == "off":
+    def mode_for(self, cmdline: Sequence[str], origin_kind: str, user: str | None) -> str:
+        """``gpu_open`` for one job: the first matching rule's, else the default."""
+        return self._effective(self.settings.decide(cmdline, origin_kind, user).gpu_open)
+
+    @property
+    def in_use(self) -> bool:
+        """True when the default or any rule asks for audit or enforce."""
+        return self.settings.gpu_open != "off" or any(
+            r.gpu_open not in (None, "off") for r in self.settings.rules
+        )
+
+    def state(self, mode: str | None = None) -> tuple[str, str | None]:
+        """``(state, why)`` of ``mode`` (default: the default mode): ``off``,
+        ``auditing``, ``enforcing`` or ``not enforcing``."""
+        mode = self.mode if mode is None else mode
+        if mode == "off":
             return "off", None
-        if self.mode == "audit":
+        if mode == "audit":
             return "auditing", None if self.controller.usable else self.controller.why
         if not self.controller.usable:
             return "not enforcing", self.controller.why
@@ -450,6 +466,8 @@ class GpuOpenGate:
     def status(self) -> dict[str, Any]:
         """``gpu_open`` in status: mode, state, why, controller and active denials."""
         state, why = self.state()
+        if why is None and self.in_use and not self.controller.usable:
+            why = self.controller.why  # a rule asks for it; the host cannot
         denied = []
         try:
             for rec in self.active():
@@ -460,8 +478,12 @@ class GpuOpenGate:
                 })  # fmt: skip
         except Exception as exc:  # status never fails on an unreadable trail
             why = why or f"denials unknown: {exc}"
+        rules = [
+            {"rule": r.name, "gpu_open": r.gpu_open, "state": self.state(self._effective(mode))[0]}
+            for r in self.settings.rules if (mode := r.gpu_open) is not None
+        ]  # fmt: skip
         return {
-            "mode": self.settings.gpu_open, "state": state, "why": why,
+            "mode": self.settings.gpu_open, "state": state, "why": why, "rules": rules,
             "controller": self.controller.kind, "devices": list(self.settings.gpu_devices),
             "denied": denied,
         }  # fmt: skip
@@ -475,34 +497,40 @@ class GpuOpenGate:
         ]  # fmt: skip
 
     def tick(self, result: ScanResult, guard: Guard, open_ids: dict[str, int]) -> None:
-        """Deny (or audit) each rogue training job not handled yet, then lift what no
-        longer holds. A record that cannot be written leaves the job to the next tick.
+        """Deny (or audit) each rogue training job not handled yet whose ``gpu_open``
+        (the default or its rule's) is not ``off``, then lift what no longer holds. A
+        record that cannot be written leaves the job to the next tick.
         """
-        if self.mode == "off":
+        if not self.in_use:
             if not self._swept_off:
                 self.sweep(guard)  # denials made before gpu_open was turned off
                 self._swept_off = True
             return
         self._swept_off = False
-        state, why = self.state()
-        if why is not None and why != self._said:
-            self._said = why
-            log.warning("gpu-open-not-enforcing", state=state, why=why)
         for job in sorted(result.jobs, key=lambda j: (-j.start_ticks, -j.root_pid)):
             if job.verdict != "rogue" or not job.may_train:
                 continue
             ident = (job.root_pid, job.start_ticks)
             if ident in self.handled:
                 continue
+            mode = self.mode_for(job.cmdline, job.origin.kind, job.user)
+            if mode == "off":
+                continue
+            state, why = self.state(mode)
+            if why is not None and why != self._said:
+                self._said = why
+                log.warning("gpu-open-not-enforcing", state=state, why=why)
             try:
-                self.deny(job, guard, open_ids)
+                self.deny(job, guard, open_ids, mode)
             except JournalError as exc:
                 log.error("action-not-recorded", pid=job.root_pid, error=str(exc))
                 continue
             self.handled.add(ident)
         self.sweep(guard)
 
-    def deny(self, job: Job, guard: Guard, open_ids: dict[str, int]) -> int | None:
+    def deny(
+        self, job: Job, guard: Guard, open_ids: dict[str, int], mode: str = "enforce"
+    ) -> int | None:
         """Deny (``enforce``) or record (``audit``, ``not enforcing``) one job.
 
         Returns:
@@ -525,7 +553,7 @@ class GpuOpenGate:
             return None
         rules = self.rules(self.settings.gpu_devices)
         what = f"PID {target.root_pid} ({len(plan.procs)} process(es))"
-        state, why = self.state()
+        state, why = self.state(mode)
         if not rules:
             why = "no device node matches enforcement.gpu_devices: nothing to deny"
             state = "auditing" if state == "auditing" else "not enforcing"
@@ -585,8 +613,13 @@ class GpuOpenGate:
                     break
             if why is None and not pids:
                 why = "the job ended: nothing is left in its cgroup"
-            if why is None and self.mode != "enforce":
-                why = f"enforcement.gpu_open is {self.mode} now"
+            if why is None:
+                cmdline = [str(a) for a in rec.details.get("cmdline") or []]
+                kind = str((rec.details.get("origin") or {}).get("kind") or "unknown")
+                user = rec.details.get("user")
+                mode = self.mode_for(cmdline, kind, user if isinstance(user, str) else None)
+                if mode != "enforce":
+                    why = f"enforcement.gpu_open is {mode} for this job now"
             if why is None:
                 continue
             try:

@@ -21,6 +21,7 @@ Example::
           cmdline: "*train_weekly.py*"
           mode: terminate
           auto_disable_source: true
+        - {name: gpu-audit, user: alice, gpu_open: audit}
 """
 
 from __future__ import annotations
@@ -130,6 +131,8 @@ class EnforcementRule:
         user: The job's user.
         mode: ``observe`` or ``terminate``; None keeps the default.
         auto_disable_source: Override of the default; None keeps it.
+        gpu_open: ``off``, ``audit`` or ``enforce`` for the jobs it matches; None keeps
+            the default.
     """
 
     name: str = required(datatypes.text)
@@ -139,6 +142,7 @@ class EnforcementRule:
     user: str | None = setting(None, datatypes.user)
     mode: Mode | None = setting(None, _mode)
     auto_disable_source: bool | None = setting(None, datatypes.boolean)
+    gpu_open: GpuOpen | None = setting(None, _gpu_open)
 
     def matches(self, cmdline: Sequence[str], origin_kind: str, user: str | None) -> bool:
         """True when every match field that is set matches the job."""
@@ -159,6 +163,7 @@ class Decision:
     mode: Mode
     auto_disable_source: bool
     rule: str | None
+    gpu_open: GpuOpen = "off"
 
 
 def _protect(r: NodeReader, node: yaml.Node, key: str) -> Protect:
@@ -189,8 +194,10 @@ def _rule(r: NodeReader, node: yaml.Node, key: str) -> EnforcementRule:
         raise r.err(node, key, "needs a name")
     if not any(k in m for k in ("cmdline", "cmdline_regex", "origin_kind", "user")):
         raise r.err(node, key, "needs at least one of cmdline, cmdline_regex, origin_kind, user")
-    if not any(k in m for k in ("mode", "auto_disable_source")):
-        raise r.err(node, key, "needs mode or auto_disable_source (else it changes nothing)")
+    if not any(k in m for k in ("mode", "auto_disable_source", "gpu_open")):
+        raise r.err(
+            node, key, "needs mode, auto_disable_source or gpu_open (else it changes nothing)"
+        )
     rule = construct(EnforcementRule, read(EnforcementRule, r, m, key))
     # Checked after every value was read, as the released parser did (same first error).
     if rule.origin_kind is not None and rule.origin_kind not in ORIGIN_KINDS:
@@ -239,7 +246,8 @@ class EnforcementSettings:
     gpu_devices: tuple[str, ...] = setting(DEFAULT_GPU_DEVICES, _device_globs)
 
     def decide(self, cmdline: Sequence[str], origin_kind: str, user: str | None) -> Decision:
-        """The mode and source-disabling choice for one job (first matching rule wins)."""
+        """The mode, source-disabling and GPU-open choice for one job (first matching
+        rule wins)."""
         for rule in self.rules:
             if rule.matches(cmdline, origin_kind, user):
                 return Decision(
@@ -248,8 +256,9 @@ class EnforcementSettings:
                     if rule.auto_disable_source is None
                     else rule.auto_disable_source,
                     rule.name,
+                    rule.gpu_open or self.gpu_open,
                 )
-        return Decision(self.mode, self.auto_disable_source, None)
+        return Decision(self.mode, self.auto_disable_source, None, self.gpu_open)
 
 
 def parse_enforcement(r: NodeReader, node: yaml.Node) -> EnforcementSettings:

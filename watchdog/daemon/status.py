@@ -86,7 +86,20 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
     doc["alerts"] = _alerts_section(daemon, doc["degraded"])
     doc["learning"] = _learning_section(daemon, now, doc["degraded"])
     doc["ship_gates"] = _ship_gates_section(daemon)
+    doc["gpu_open"] = _gpu_open_section(daemon)
     return doc
+
+
+def _gpu_open_section(daemon: Daemon) -> dict[str, Any] | None:
+    """``gpu_open``: whether rogue training jobs are denied the GPU device nodes
+    (``enforcing``, ``auditing``, ``not enforcing`` and why, ``off``) and the denials in
+    force (docs/operations.md, "GPU open"); None without an enforcer."""
+    for enforcer in daemon.enforcers:
+        gate = getattr(enforcer, "gpu", None)
+        if gate is not None:
+            section: dict[str, Any] = gate.status()
+            return section
+    return None
 
 
 def _ship_gates_section(daemon: Daemon) -> list[dict[str, str]]:
@@ -435,6 +448,17 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
         if isinstance(g, dict) and g.get("enforce") not in (None, "off"):
             why = f" ({g.get('why')})" if g.get("why") else ""
             line(f"ship gate {g.get('name')}: {g.get('at_open')} at open{why}")
+    gpu = doc.get("gpu_open")
+    if isinstance(gpu, dict) and (gpu.get("mode") != "off" or gpu.get("rules")):
+        why = f" ({gpu.get('why')})" if gpu.get("why") else ""
+        line(f"GPU open: {gpu.get('state')} by default{why}")
+        for d in gpu.get("denied") or []:
+            if isinstance(d, dict):
+                pids = ", ".join(str(p) for p in d.get("pids") or [])
+                line(
+                    f"  denied the GPU: {d.get('job')} (PID {pids}; action {d.get('action')}, "
+                    f"undo with: rogue-watchdog undo {d.get('action')})"
+                )
     learning = doc.get("learning")
     if isinstance(learning, dict) and isinstance(learning.get("until"), int | float):
         n = learning.get("candidate_rules")
