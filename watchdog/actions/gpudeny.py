@@ -529,9 +529,15 @@ class GpuOpenGate:
         self.sweep(guard)
 
     def deny(
-        self, job: Job, guard: Guard, open_ids: dict[str, int], mode: str = "enforce"
+        self, job: Job, guard: Guard, open_ids: dict[str, int], mode: str | None = None
     ) -> int | None:
         """Deny (``enforce``) or record (``audit``, ``not enforcing``) one job.
+
+        Args:
+            job: A job of the scan.
+            guard: The never-signal rules of this moment (the scan's protection).
+            open_ids: Open finding ids by fingerprint (the action names its finding).
+            mode: ``enforce`` or ``audit``; None: the default mode.
 
         Returns:
             The action id, or None when nothing was recorded (the guard refuses the
