@@ -34,6 +34,13 @@ rogue-watchdog is never wrong in the dangerous direction:
 - I13 never twice: no SIGTERM or SIGKILL reaches one process (PID + start time) twice,
   across daemon kills and restarts; an action left half-way is taken over by the next
   start that can write its state (none stays owned by a dead daemon).
+- I14 no sanctioned or protected process is ever denied the GPU
+  (``enforcement.gpu_open``, issue 36): every move into a denial's device cgroup reaches
+  a rogue job's own process or exclusive wrapper, never one ever sanctioned, never the
+  system, a service, a shared shell or a bystander; and after every tick no process the
+  scan judges sanctioned or ignored is left in a denial (a rule that sanctions a denied
+  job lifts it in the tick that judges so; a lift is never withheld for want of a
+  record).
 
 The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
 overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
@@ -88,6 +95,8 @@ KILL_POINTS = (
     "terminate:kill-freeze:sent", "terminate:kill:intent", "terminate:kill:sent",
     "terminate:finishing", "disable-source:begun", "effects:backup:done",
     "effects:write:intent", "effects:write:done", "effects:touch:done",
+    "gpu-deny:begun", "gpu-deny:move", "effects:cgroup-mkdir:done",
+    "effects:cgroup-move:intent", "effects:cgroup-rmdir:intent",
 )  # fmt: skip
 
 
@@ -115,7 +124,7 @@ class TrustMachine(RuleBasedStateMachine):
     # Across every machine of a run, for the summary: steps, ticks, jobs judged.
     counts: ClassVar[dict[str, int]] = {
         "machines": 0, "ticks": 0, "jobs": 0, "signals": 0, "kills": 0, "storage_faults": 0,
-        "taken_over": 0, "lost_verdicts": 0,
+        "taken_over": 0, "lost_verdicts": 0, "gpu_denied": 0, "gpu_lifted": 0,
     }  # fmt: skip
 
     def __init__(self) -> None:
@@ -127,6 +136,7 @@ class TrustMachine(RuleBasedStateMachine):
         self.lib = lib
         self.mode = "observe"
         self.max_instances = 1
+        self.gpu_open = "enforce"
         self.effects = SimEffects(host=self.host, state_db=self.host.root / "state" / "state.db")
         self.kill_point: str | None = None
         self.taken_over: set[int] = set()
@@ -165,7 +175,8 @@ class TrustMachine(RuleBasedStateMachine):
         return (
             f"nvml: {{library: '{self.lib}', call_timeout_s: 5}}\n"
             f"paths: {{proc_root: '{h.proc}', crontab: '{h.etc}/crontab', cron_d: '{h.cron_d}',"
-            f" cron_spool: ['{h.spool}'], unit_dirs: ['{h.root}/units']}}\n"
+            f" cron_spool: ['{h.spool}'], unit_dirs: ['{h.root}/units'],"
+            f" cgroup_root: '{h.root}/cgroup'}}\n"
             f"training: {{device_glob: '{h.root}/nodev[0-9]*'}}\n"
             f"daemon: {{state_dir: '{h.root}/state', socket: '{h.root}/s.sock'}}\n"
             f"alerts: {{sinks: [{{type: log, path: '{h.root}/alerts.log'}}],"
@@ -177,7 +188,7 @@ class TrustMachine(RuleBasedStateMachine):
             f"    origin: {{cron_file: '{h.pipeline}', cron_line: 2}}\n"
             f"    max_instances: {self.max_instances}\n"
             f"enforcement: {{mode: {self.mode}, auto_disable_source: true, grace_s: 0,"
-            f" backup_dir: '{h.root}/backups'}}\n"
+            f" backup_dir: '{h.root}/backups', gpu_open: {self.gpu_open}}}\n"
         )
 
     def _daemon(self) -> Daemon:
@@ -185,7 +196,10 @@ class TrustMachine(RuleBasedStateMachine):
         daemon = Daemon(config, None)
         daemon.exit_statuses = self.host.drain_exits  # the kernel's exit events
         # Inline: a terminate's waits run in the step that starts it (deterministic).
-        enf = Enforcer(config, daemon.db, self.effects, runner=InlineRunner())
+        enf = Enforcer(
+            config, daemon.db, self.effects, runner=InlineRunner(),
+            gpu_rules=lambda _globs: ["c 195:0 rwm"],  # the simulated nodes are no devices
+        )  # fmt: skip
         daemon.sources.append(enf)
         daemon.enforcers.append(enf)
         return daemon
@@ -388,10 +402,14 @@ class TrustMachine(RuleBasedStateMachine):
         self.host.nvml_mode = mode
         self.host.write_nvml()
 
-    @rule(mode=st.sampled_from(["observe", "terminate"]), cap=st.integers(1, 2))
-    def reload(self, mode: str, cap: int) -> None:
-        """A config reload (SIGHUP): enforcement mode and the rule's max_instances."""
-        self.mode, self.max_instances = mode, cap
+    @rule(
+        mode=st.sampled_from(["observe", "terminate"]), cap=st.integers(1, 2),
+        gpu=st.sampled_from(["enforce", "enforce", "audit", "off"]),
+    )  # fmt: skip
+    def reload(self, mode: str, cap: int, gpu: str = "enforce") -> None:
+        """A config reload (SIGHUP): enforcement mode, the rule's max_instances and
+        ``gpu_open``."""
+        self.mode, self.max_instances, self.gpu_open = mode, cap, gpu
         (self.dir / "config.yaml").write_text(self.config_text())
         self.daemon.config_path = str(self.dir / "config.yaml")
         assert self.daemon.reload()
@@ -522,6 +540,7 @@ class TrustMachine(RuleBasedStateMachine):
                 continue
             assert not was_sanctioned, f"I2: signal {sig} to sanctioned PID {pid} {label}"
         self.effects.signalled.clear()
+        self._check_gpu_denials(jobs)
         self._check_units()
         guard = result.protection
         assert guard is not None
@@ -559,6 +578,29 @@ class TrustMachine(RuleBasedStateMachine):
             label = self.labels_ever.get(root_pid)
             assert label is None or label[0] != "not-training", (
                 f"I7: F{fid} {kind} ({severity}) pages for {label}, not training"
+            )
+
+    def _check_gpu_denials(self, jobs: list[Job]) -> None:
+        """I14 (see the module docstring)."""
+        self.counts["gpu_denied"] += len(self.effects.denied)
+        self.counts["gpu_lifted"] += self.effects.lifted
+        self.effects.lifted = 0
+        for pid, label, was_sanctioned, start in self.effects.denied:
+            assert label[0] in ("job", "wrapper"), f"I14: PID {pid} {label} denied the GPU"
+            if was_sanctioned and (pid, start) in self.lost - self.sanctioned_durable:
+                self.counts["lost_verdicts"] += 1  # the known limit I2 names
+                continue
+            assert not was_sanctioned, f"I14: sanctioned PID {pid} {label} denied the GPU"
+        self.effects.denied.clear()
+        kept = {pid for job in jobs if not job.unsanctioned for pid in job.pids}
+        for proc in self.host.procs.values():
+            if "rogue-watchdog-gpu-deny." not in proc.devices or proc.state == "Z":
+                continue
+            assert proc.label[0] in ("job", "wrapper"), (
+                f"I14: PID {proc.pid} {proc.label} is in a denial ({proc.devices})"
+            )
+            assert proc.pid not in kept, (
+                f"I14: PID {proc.pid} {proc.label} judged sanctioned or ignored, still denied"
             )
 
     def _services(self, unit: str) -> list[int]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sqlite3
 import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -634,31 +635,51 @@ class GpuOpenGate:
                 log.error("action-not-recorded", action_id=rec.id, error=str(exc))
 
     def _lift(self, rec: ActionRecord, cgroups: list[str], why: str) -> None:
-        journal = ActionJournal.begin(
-            self.db, self.actor, "gpu-lift", f"action {rec.id}",
-            {"lifted": rec.id, "why": why, "cgroups": cgroups}, signature=rec.signature,
-            clock=self.clock,
-        )  # fmt: skip
-        effects = JournaledEffects(self.effects, journal)
+        """Lift one denial and record it. A lift is never withheld for want of a
+        record (it only gives back what the denial took): a state database that
+        refuses writes leaves it unrecorded, and the next tick that can write finds its
+        cgroups gone and records the lift then."""
+        effects: Effects = self.effects
+        journal: ActionJournal | None = None
+        try:
+            journal = ActionJournal.begin(
+                self.db, self.actor, "gpu-lift", f"action {rec.id}",
+                {"lifted": rec.id, "why": why, "cgroups": cgroups}, signature=rec.signature,
+                clock=self.clock,
+            )  # fmt: skip
+            effects = JournaledEffects(self.effects, journal)
+        except JournalError as exc:
+            log.warning("gpu-lift-unrecorded", lifted=rec.id, why=why, error=str(exc))
         moved: list[int] = []
         errors: list[str] = []
         for cg in cgroups:
             try:
                 moved += lift(cg, effects)
-            except JournalError:
-                raise
             except FileNotFoundError:
-                continue  # lifted already (by hand, or an earlier lift)
+                continue  # lifted already (by hand, or a lift that could not be recorded)
+            except JournalError:
+                # A step's record failed mid-way: finish the lift without records.
+                try:
+                    moved += lift(cg, self.effects)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    errors.append(f"{cg}: {exc}")
             except OSError as exc:
                 errors.append(f"{cg}: {exc}")
         outcome = "failed" if errors else "ok"
         details = {"lifted": rec.id, "why": why, "cgroups": cgroups, "moved_back": moved}
         if errors:
             details["error"] = "; ".join(errors)
-        journal.finish(outcome, details)
-        if not errors:
-            self.db.mark_undone(rec.id, self.clock())
+        if journal is not None:
+            try:
+                journal.finish(outcome, details)
+                if not errors:
+                    self.db.mark_undone(rec.id, self.clock())
+            except (JournalError, sqlite3.Error) as exc:
+                log.warning("gpu-lift-unrecorded", lifted=rec.id, error=str(exc))
         log.warning(
-            "gpu-lift", action_id=journal.action_id, lifted=rec.id, why=why, outcome=outcome,
-            moved_back=moved, job=command_text(rec.details.get("cmdline") or [], 80),
+            "gpu-lift", action_id=journal.action_id if journal else 0, lifted=rec.id, why=why,
+            outcome=outcome, moved_back=moved,
+            job=command_text(rec.details.get("cmdline") or [], 80),
         )  # fmt: skip
