@@ -14,7 +14,7 @@ Example::
         - {user: postgres}
         - {origin: {cron_file: /etc/cron.d/pipeline}}   # its jobs and the source itself
       gpu_open: off              # audit | enforce: deny a rogue training job the GPU nodes
-      gpu_devices: [/dev/nvidia[0-9]*, /dev/nvidiactl, /dev/nvidia-uvm]
+      gpu_devices: ['/dev/nvidia[0-9]*', /dev/nvidiactl, /dev/nvidia-uvm]
       rules:                     # first match wins; overrides the defaults above
         - name: legacy-cron
           origin_kind: cron
