@@ -352,3 +352,23 @@ def test_the_lift_op_refuses_a_cgroup_that_is_no_denials(tmp_path: Path) -> None
     gone = tmp_path / f"{DENY_PREFIX}.x.1"
     with pytest.raises(OSError, match="is gone: the denial was lifted already"):
         check_op({"op": "cgroup_lift", "cgroup": str(gone)})
+
+
+def test_check_config_says_what_gpu_open_does_on_this_host(tmp_path: Path) -> None:
+    from watchdog.cli.scan import gpu_open_lines
+
+    cg = hierarchy(tmp_path, "v2")
+    config = parse_config(
+        "enforcement:\n  gpu_open: audit\n"
+        f"  gpu_devices: ['{tmp_path}/nvidia[0-9]*']\n"
+        "  rules:\n    - {name: legacy, cmdline: '*legacy*', gpu_open: enforce}\n"
+        f"paths: {{cgroup_root: '{cg}'}}\n",
+        "c.yaml",
+    )
+    assert gpu_open_lines(config) == [
+        "gpu_open: audit by default, enforce by rule 'legacy'",
+        f"  devices {tmp_path}/nvidia[0-9]*: no device node matches on this host",
+        "  this host: not enforcing: cgroup v2 device program not implemented (this host has "
+        "no cgroup v1 devices hierarchy; a BPF_CGROUP_DEVICE program would be needed)",
+    ]
+    assert gpu_open_lines(parse_config("", "c.yaml")) == []
