@@ -186,7 +186,9 @@ def test_enforce_denies_the_rogue_only_and_undo_lifts_it(box: Path, spawned: Spa
             {"action": deny.id, "job": deny.details["job"], "pids": [rogue.pid],
              "cgroups": [str(cg[0])]}
         ]  # fmt: skip
-        assert f"undo with: rogue-watchdog undo {deny.id}" in render_status(doc, 200, False)
+        text = render_status(doc, 200, False)
+        assert "GPU open: off by default; enforcing by rule 'mine'" in text
+        assert f"undo with: rogue-watchdog undo {deny.id}" in text
         # Undo (the CLI, as a person runs it): the rogue opens again as before.
         out = subprocess.run(
             [sys.executable, "-m", "watchdog", "undo", str(deny.id), "--config", str(config)],

@@ -451,7 +451,12 @@ def render_status(doc: dict[str, Any], width: int | None = None, colour: bool | 
     gpu = doc.get("gpu_open")
     if isinstance(gpu, dict) and (gpu.get("mode") != "off" or gpu.get("rules")):
         why = f" ({gpu.get('why')})" if gpu.get("why") else ""
-        line(f"GPU open: {gpu.get('state')} by default{why}")
+        rules = "".join(
+            f"; {r.get('state')} by rule {r.get('rule')!r}"
+            for r in gpu.get("rules") or []
+            if isinstance(r, dict)
+        )
+        line(f"GPU open: {gpu.get('state')} by default{rules}{why}")
         for d in gpu.get("denied") or []:
             if isinstance(d, dict):
                 pids = ", ".join(str(p) for p in d.get("pids") or [])
