@@ -372,3 +372,25 @@ def test_check_config_says_what_gpu_open_does_on_this_host(tmp_path: Path) -> No
         "no cgroup v1 devices hierarchy; a BPF_CGROUP_DEVICE program would be needed)",
     ]
     assert gpu_open_lines(parse_config("", "c.yaml")) == []
+
+
+def test_an_interrupted_denial_is_resolved_with_the_lift_of_what_it_made() -> None:
+    from watchdog.actions.recovery import resolve
+    from watchdog.records import ActionRecord, ActionStep
+
+    rec = ActionRecord(
+        7, 0.0, "daemon", "gpu-deny", "PID 42 (1 process(es))", None, "sig", False, "pending",
+        {"root": [42, 1]}, None, None, state="pending",
+    )  # fmt: skip
+    made = f"/sys/fs/cgroup/devices/{DENY_PREFIX}.s.7"
+    steps = [
+        ActionStep(1, 7, 0.0, "cgroup-mkdir", "done", {"path": made}, None),
+        ActionStep(2, 7, 0.0, "cgroup-write", "intent", {"path": f"{made}/devices.deny"}, None),
+    ]
+    got = resolve(rec, steps)
+    assert (got.outcome, got.undo) == ("partial", [{"op": "cgroup_lift", "cgroup": made}])
+    assert got.words == f"the denial may hold for the processes moved into {made}; undo lifts it"
+    none = resolve(rec, [])
+    assert (none.outcome, none.undo, none.words) == (
+        "interrupted", None, "nothing was changed (no cgroup made)",
+    )  # fmt: skip

@@ -367,6 +367,18 @@ def lift(cgroup: str, effects: Effects, rounds: int = 5) -> list[int]:
     return moved
 
 
+def _boot_time() -> float:
+    """This boot's time (``btime`` of ``/proc/stat``), or 0 when unreadable."""
+    try:
+        with open("/proc/stat") as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
 def denial_cgroups(rec: ActionRecord) -> list[str]:
     """The cgroups a ``gpu-deny`` action made: from its details, or (one found
     interrupted and resolved) from its undo ops."""
@@ -450,14 +462,20 @@ class GpuOpenGate:
         return "enforcing", None
 
     def _handled_before(self) -> set[tuple[int, int]]:
+        """Root identities a ``gpu-deny`` row names since this boot (PID and start time
+        mean another process after a reboot): a restart or reload never denies them
+        again, nor a denial someone undid."""
         out: set[tuple[int, int]] = set()
         try:
             recs = self.db.actions(limit=1000)
         except Exception:  # an unreadable trail: the tick's own degradation says so
             return out
+        booted = _boot_time()
         for rec in recs:
             root = rec.details.get("root")
-            if rec.kind == "gpu-deny" and isinstance(root, list) and len(root) == 2:
+            if rec.kind != "gpu-deny" or rec.created_at < booted:
+                continue
+            if isinstance(root, list) and len(root) == 2:
                 try:
                     out.add((int(root[0]), int(root[1])))
                 except (TypeError, ValueError):
