@@ -20,7 +20,9 @@ rogue-watchdog is never wrong in the dangerous direction:
   because a run came or went;
 - I9 a killed job's return is always paged: an unsanctioned signature that may train
   (class training or unknown) back after one of the runs it had last was ended by a
-  signal (ours or a person's) opens ``respawned`` at that tick and spools its ``open``.
+  signal (ours or a person's) opens ``respawned`` at that tick and spools its ``open``
+  (or at the tick before it, when the daemon was killed during that tick's actions,
+  after it had stored and spooled its findings).
 - I10 a service is never collateral: no ``systemctl`` stop, disable or mask of a unit
   while a process of it that is not training runs (a hub that launches trainers), no
   ``disable-source`` plan for it without ``--stop-service``, and its jobs' ``stop:``
@@ -159,6 +161,10 @@ class TrustMachine(RuleBasedStateMachine):
         self.sightings: dict[str, int] = {}
         self.last_roots: dict[str, set[tuple[int, int]]] = {}
         self.loop_shell: int | None = None
+        # I9: the host time of the last tick checked. A daemon killed inside a tick
+        # after it stored and spooled that tick's findings (during an action) paged
+        # then: the next check counts what was opened since, not only at its own time.
+        self.paged_since = float("-inf")
         self.ticks = 0
         self.calls_seen = 0
         self.counts["machines"] += 1
@@ -767,12 +773,14 @@ class TrustMachine(RuleBasedStateMachine):
             if back and job.unsanctioned and job.may_train and killed:
                 found = db.conn.execute(
                     "SELECT f.id FROM findings f JOIN deliveries d ON d.finding_id = f.id"
-                    " WHERE f.kind = 'respawned' AND f.opened_at = ? AND d.event = 'open'"
+                    " WHERE f.kind = 'respawned' AND f.opened_at > ? AND f.opened_at <= ?"
+                    " AND d.event = 'open'"
                     " AND json_extract(f.details_json, '$.signature') = ?",
-                    (now, sig),
+                    (self.paged_since, now, sig),
                 ).fetchall()
                 assert found, f"I9: {sig} back as {job.root_pid} after {killed} was killed: no page"
         self.sightings = rows
+        self.paged_since = now
         self.last_roots.update(roots)
 
     @invariant()

@@ -21,9 +21,14 @@ own (pynvml loads one NVML library per process: the simulator's fake one).
    zombie, four ghost runs, a probe loop, a GPU leaving the list, a reload: the
    rogue-job finding of the loop's run is reopened under a new id (I4/I5). Reproduces
    on main alone.
-6. (seed 61207, 100,000 steps, this stop's merged main) Open, strict xfail: terminate
+6. (seed 61207, 100,000 steps, this stop's merged main) Was a strict xfail: terminate
    mode, the daemon killed at ``terminate:begun`` of a probe loop's run, the loop's next
-   run: no ``respawned`` page for the return of a run that was killed (I9).
+   run: "no ``respawned`` page" (I9). The simulator's mistake (issue 36, the same shape
+   found again with a daemon killed during a GPU lift, seed 36201): the killed tick had
+   stored ``respawned`` and spooled its ``open`` before the action (opened_at and the
+   delivery at host time 1800086440.4), and I9 looked for it only at the next tick's
+   time (1800086445.4). I9 now counts what was opened since the last tick checked; both
+   are plain regression tests.
 """
 
 from __future__ import annotations
@@ -140,15 +145,38 @@ def test_a_loop_run_left_a_zombie_keeps_its_finding() -> None:
     assert broken == "", broken
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a probe loop's run killed after a daemon died at terminate:begun comes "
-    "back without a respawned page (I9; bench/trust_sim.py --steps 100000 --seed 61207)",
-)
 def test_a_return_after_a_kill_across_an_interrupted_terminate_is_paged() -> None:
-    broken = violation(
+    steps = (
         "m.reload(cap=1, mode='terminate');m.edit_pipeline_line(edit='flock');m.restart();"
         "m.probe_loop(gpu=False);m.kill_between_steps(point='terminate:begun');"
         "m.probe_loop(gpu=False);m.tick(5.0)"
     )
-    assert broken == "", broken
+    assert violation(steps) == ""
+    counts = replay(steps)
+    assert (counts["kills"], counts["ticks"]) == (1, 2)
+
+
+def test_a_return_paged_by_a_daemon_killed_during_a_gpu_lift_counts() -> None:
+    """Seed 36201 (20,000 steps, issue 36), shrunk: the daemon is killed at the
+    ``cgroup-rmdir`` of a GPU lift in the tick that opened and spooled ``respawned``."""
+    steps = (
+        "m.unit_launches(hub=False);" + "m.ghost_fires();" * 6 + "m.loops_run_again();"
+        "m.ghost_fires();m.reload(cap=2, gpu='enforce', mode='terminate');"
+        + "m.ghost_fires();" * 3
+        + "m.restart();m.unit_launches(hub=False);"
+        + "m.ghost_fires();" * 2
+        + "m.unit_launches(hub=True);"
+        + "m.ghost_fires();" * 3
+        + "m.reload(cap=2, gpu='enforce', mode='observe');"
+        + "m.ghost_fires();" * 2
+        + "m.one_launch(workers=2);m.tick(seconds=5.0);m.restart();"
+        "m.reload(cap=2, gpu='enforce', mode='observe');"
+        "m.kill_between_steps(point='effects:cgroup-rmdir:intent');"
+        + "m.ghost_fires();"
+        * 2
+        + "m.one_launch(workers=3);m.ghost_fires();"
+        "m.tick(seconds=5.0);" + "m.ghost_fires();" * 2 + "m.tick(seconds=5.0)"
+    )
+    assert violation(steps) == ""
+    counts = replay(steps)
+    assert (counts["kills"], counts["gpu_lifted"]) == (1, 3)

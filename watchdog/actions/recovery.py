@@ -280,6 +280,10 @@ def resolve(rec: ActionRecord, steps: Sequence[ActionStep]) -> Resolved:
         return _resolve_disable(rec, steps)
     if rec.kind == "gpu-deny":
         return _resolve_gpu_deny(steps)
+    if rec.kind == "gpu-lift":
+        # The denial it lifted is still in force in the trail: the next tick's sweep
+        # lifts it again (moving back what is left, removing what is there: safe twice).
+        return Resolved("interrupted", None, "the daemon lifts the denial again at its next tick")
     made = [s for s in steps if s.status != "failed"]
     if not made:
         return Resolved("interrupted", None, "nothing was changed")
