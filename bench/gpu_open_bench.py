@@ -9,9 +9,8 @@ time from just before ``posix_spawn`` to its first EPERM, and how many opens got
 through before (ENXIO). A sanctioned opener (``train_pipeline.py``) opens the node
 every 10 ms throughout: its EPERM count must stay 0.
 
-For scale: a framework's CUDA initialisation opens ``/dev/nvidiactl`` after the
-interpreter and the framework are imported (``import torch`` alone takes about a second
-on these machines).
+For scale: a framework opens ``/dev/nvidiactl`` at its CUDA initialisation, after the
+interpreter has started and imported it; this rogue opens the node from its first line.
 
 Usage (root, a cgroup v1 devices hierarchy; run it alone):
     python bench/gpu_open_bench.py [--launches 50] [--json]
