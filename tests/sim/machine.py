@@ -127,6 +127,7 @@ class TrustMachine(RuleBasedStateMachine):
     counts: ClassVar[dict[str, int]] = {
         "machines": 0, "ticks": 0, "jobs": 0, "signals": 0, "kills": 0, "storage_faults": 0,
         "taken_over": 0, "lost_verdicts": 0, "gpu_denied": 0, "gpu_lifted": 0,
+        "gpu_lost_verdicts": 0,
     }  # fmt: skip
 
     def __init__(self) -> None:
@@ -595,6 +596,7 @@ class TrustMachine(RuleBasedStateMachine):
             assert label[0] in ("job", "wrapper"), f"I14: PID {pid} {label} denied the GPU"
             if was_sanctioned and (pid, start) in self.lost - self.sanctioned_durable:
                 self.counts["lost_verdicts"] += 1  # the known limit I2 names
+                self.counts["gpu_lost_verdicts"] += 1
                 continue
             assert not was_sanctioned, f"I14: sanctioned PID {pid} {label} denied the GPU"
         self.effects.denied.clear()
