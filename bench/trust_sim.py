@@ -3,7 +3,7 @@
 Drives the real Scanner, Daemon.tick and enforcer over a simulated host
 (tests/sim/machine.py) for about STEPS rule steps, in examples of ``--per-example``
 steps, with daemon kills between action steps and storage outages injected, and checks
-the invariants I1–I13 after every tick (I12, every side effect has its write-ahead
+the invariants I1–I14 after every tick (I12, every side effect has its write-ahead
 record, at every side effect). ``--machine slurm`` drives the
 job-end sweep (``health-check``) and the daemon's drain keeper over a simulated Slurm
 node instead (tests/sim/slurm.py: jobs, their end, an unreachable controller, the
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print a JSON summary line")
     p.add_argument(
         "--machine", choices=("trust", "slurm"), default="trust",
-        help="trust: the daemon over cron/shell/launch lifecycles (I1-I13); slurm: the "
+        help="trust: the daemon over cron/shell/launch lifecycles (I1-I14); slurm: the "
         "job-end sweep over a Slurm node (S1-S4)",
     )  # fmt: skip
     args = p.parse_args(argv)

@@ -10,6 +10,8 @@ spool ``/var/spool/cron/crontabs``; ``/var/spool/cron`` for cronie), systemd.uni
 from __future__ import annotations
 
 PROC_ROOT = "/proc"
+#: Where the cgroup hierarchies are mounted (the v1 ``devices`` one at ``devices/``).
+CGROUP_ROOT = "/sys/fs/cgroup"
 # Where ``daemon.socket`` defaults to; ``rogue-watchdog status`` without a configuration
 # file finds it without loading the config parser.
 DEFAULT_SOCKET = "/run/rogue-watchdog/status.sock"

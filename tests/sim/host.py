@@ -46,6 +46,8 @@ class SimProc:
             launches trainers), ``system``; key names the job (``pipeline#3``), empty
             for the rest.
         cgroup: Its cgroup path (a unit's processes share ``/system.slice/U``).
+        devices: Its v1 ``devices`` cgroup path (a GPU denial moves it into a child);
+            a child is born in its parent's.
         gpu: ``(index, memory in bytes or None)`` NVML lists it with.
         stubborn: Ignores SIGTERM (only SIGKILL ends it).
     """
@@ -64,6 +66,7 @@ class SimProc:
     gpu: tuple[int, int | None] | None = None
     stubborn: bool = False
     cgroup: str = "/"
+    devices: str = "/"
 
 
 def unrecorded(state_db: Path, op: str, match: Any, what: str) -> str | None:
@@ -113,6 +116,10 @@ class SimEffects(RecordingEffects):
     unrecorded: list[str] = field(default_factory=list)
     # (pid, start ticks, signal) -> times sent, over the whole run
     per_identity: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    # (pid, label, was sanctioned, start ticks) of every move into a GPU denial since
+    # the check; denials lifted (their cgroup removed) are counted only
+    denied: list[tuple[int, tuple[str, str], bool, int]] = field(default_factory=list)
+    lifted: int = 0
 
     def _recorded(self, op: str, match: Any, what: str) -> None:
         if self.state_db is None:
@@ -161,6 +168,60 @@ class SimEffects(RecordingEffects):
         self._recorded("touch", lambda d: d.get("path") == path, f"touch {path}")
         super().touch(path)
 
+    def _hierarchy(self) -> Path:
+        return Path(self.host.root) / "cgroup" / "devices"
+
+    def _relative(self, cgroup: str) -> str:
+        """The cgroup path a directory of the simulated hierarchy stands for."""
+        self.host.assert_in_sandbox(cgroup)
+        rel = os.path.relpath(cgroup, self._hierarchy())
+        assert not rel.startswith(".."), f"{cgroup} is outside the devices hierarchy"
+        return "/" if rel == "." else "/" + rel
+
+    def make_cgroup(self, path: str) -> None:
+        self._recorded("cgroup-mkdir", lambda d: d.get("path") == path, f"mkdir {path}")
+        super().make_cgroup(path)
+        self._relative(path)
+        os.makedirs(path)
+
+    def write_control(self, path: str, text: str) -> None:
+        self._recorded("cgroup-write", lambda d: d.get("path") == path, f"write {path}")
+        super().write_control(path, text)
+        self.host.assert_in_sandbox(path)
+
+    def move_to_cgroup(self, pid: int, start_ticks: int | None, cgroup: str) -> None:
+        into = os.path.basename(cgroup).startswith("rogue-watchdog-gpu-deny.")
+        if into or self.storage_ok:  # a lift is never withheld for want of a record
+            self._recorded(
+                "cgroup-move",
+                lambda d: d.get("pid") == pid and d.get("cgroup") == cgroup,
+                f"move PID {pid} to {cgroup}",
+            )
+        super().move_to_cgroup(pid, start_ticks, cgroup)
+        proc = self.host.procs.get(pid)
+        if proc is None or (start_ticks is not None and proc.start != start_ticks):
+            raise ProcessLookupError(pid)
+        proc.devices = self._relative(cgroup)
+        self.host.write(proc)
+        if into:
+            was = self.host.was_sanctioned(pid, proc.start)
+            self.denied.append((pid, proc.label, was, proc.start))
+
+    def remove_cgroup(self, path: str) -> None:
+        if self.storage_ok:
+            self._recorded("cgroup-rmdir", lambda d: d.get("path") == path, f"rmdir {path}")
+        self.lifted += 1
+        super().remove_cgroup(path)
+        rel = self._relative(path)
+        assert not self.cgroup_pids(path), f"rmdir of {rel} with processes in it"
+        os.rmdir(path)
+
+    def cgroup_pids(self, path: str) -> list[int]:
+        rel = self._relative(path)
+        if not os.path.isdir(path):
+            raise FileNotFoundError(path)
+        return sorted(p.pid for p in self.host.procs.values() if p.devices == rel)
+
     def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
         self._recorded("run", lambda d: d.get("argv") == list(argv), f"run {list(argv)}")
         self.calls.append(("run", tuple(argv), input_bytes))
@@ -187,6 +248,9 @@ class SimHost:
         self.spool = root / "spool"
         for d in (self.proc, self.cron_d, self.spool, root / "units"):
             d.mkdir(parents=True, exist_ok=True)
+        # A cgroup v1 devices hierarchy: GPU denials are made in it (SimEffects).
+        (root / "cgroup" / "devices").mkdir(parents=True)
+        (root / "cgroup" / "devices" / "devices.deny").write_text("")
         (self.etc / "crontab").write_text("")
         self.nvml_conf = nvml_conf
         self.now = BOOT + 86400.0 + 30.0
@@ -248,6 +312,7 @@ class SimHost:
         kw.setdefault("sid", parent.sid if parent and ppid > 1 else 0)
         kw.setdefault("uid", parent.uid if parent else 0)
         kw.setdefault("cgroup", parent.cgroup if parent and ppid > 1 else "/")
+        kw.setdefault("devices", parent.devices if parent and ppid > 1 else "/")
         if parent is not None and parent.env is not None:
             kw.setdefault("env", dict(parent.env))
         return self._add(self.next_pid, ppid, argv, exe, label, **kw)
@@ -266,7 +331,7 @@ class SimHost:
         (d / "status").write_text(
             f"Name:\t{comm}\nUid:\t{p.uid}\t{p.uid}\t{p.uid}\t{p.uid}\nNSpid:\t{p.pid}\n"
         )
-        (d / "cgroup").write_text(f"0::{p.cgroup}\n")
+        (d / "cgroup").write_text(f"5:devices:{p.devices}\n0::{p.cgroup}\n")
         if p.env is not None:
             (d / "environ").write_bytes(
                 b"".join(f"{k}={v}".encode() + b"\0" for k, v in p.env.items())

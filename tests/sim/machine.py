@@ -36,6 +36,13 @@ rogue-watchdog is never wrong in the dangerous direction:
 - I13 never twice: no SIGTERM or SIGKILL reaches one process (PID + start time) twice,
   across daemon kills and restarts; an action left half-way is taken over by the next
   start that can write its state (none stays owned by a dead daemon).
+- I14 no sanctioned or protected process is ever denied the GPU
+  (``enforcement.gpu_open``, issue 36): every move into a denial's device cgroup reaches
+  a rogue job's own process or exclusive wrapper, never one ever sanctioned, never the
+  system, a service, a shared shell or a bystander; and after every tick no process the
+  scan judges sanctioned or ignored is left in a denial (a rule that sanctions a denied
+  job lifts it in the tick that judges so; a lift is never withheld for want of a
+  record).
 
 The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
 overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
@@ -91,6 +98,8 @@ KILL_POINTS = (
     "terminate:kill-freeze:sent", "terminate:kill:intent", "terminate:kill:sent",
     "terminate:finishing", "disable-source:begun", "effects:backup:done",
     "effects:write:intent", "effects:write:done", "effects:touch:done",
+    "gpu-deny:begun", "gpu-deny:move", "effects:cgroup-mkdir:done",
+    "effects:cgroup-move:intent", "effects:cgroup-rmdir:intent",
 )  # fmt: skip
 
 
@@ -118,7 +127,7 @@ class TrustMachine(RuleBasedStateMachine):
     # Across every machine of a run, for the summary: steps, ticks, jobs judged.
     counts: ClassVar[dict[str, int]] = {
         "machines": 0, "ticks": 0, "jobs": 0, "signals": 0, "kills": 0, "storage_faults": 0,
-        "taken_over": 0,
+        "taken_over": 0, "gpu_denied": 0, "gpu_lifted": 0,
     }  # fmt: skip
 
     def __init__(self) -> None:
@@ -130,6 +139,7 @@ class TrustMachine(RuleBasedStateMachine):
         self.lib = lib
         self.mode = "observe"
         self.max_instances = 1
+        self.gpu_open = "enforce"
         self.effects = SimEffects(host=self.host, state_db=self.host.root / "state" / "state.db")
         self.kill_point: str | None = None
         self.taken_over: set[int] = set()
@@ -154,6 +164,10 @@ class TrustMachine(RuleBasedStateMachine):
         # killed in stored its findings (and pages) before its action began, unchecked.
         self.checked_at = -1.0
         self.loop_shell: int | None = None
+        # I9: the host time of the last tick checked. A daemon killed inside a tick
+        # after it stored and spooled that tick's findings (during an action) paged
+        # then: the next check counts what was opened since, not only at its own time.
+        self.paged_since = float("-inf")
         self.ticks = 0
         self.calls_seen = 0
         self.counts["machines"] += 1
@@ -170,7 +184,8 @@ class TrustMachine(RuleBasedStateMachine):
         return (
             f"nvml: {{library: '{self.lib}', call_timeout_s: 5}}\n"
             f"paths: {{proc_root: '{h.proc}', crontab: '{h.etc}/crontab', cron_d: '{h.cron_d}',"
-            f" cron_spool: ['{h.spool}'], unit_dirs: ['{h.root}/units']}}\n"
+            f" cron_spool: ['{h.spool}'], unit_dirs: ['{h.root}/units'],"
+            f" cgroup_root: '{h.root}/cgroup'}}\n"
             f"training: {{device_glob: '{h.root}/nodev[0-9]*'}}\n"
             f"daemon: {{state_dir: '{h.root}/state', socket: '{h.root}/s.sock'}}\n"
             f"alerts: {{sinks: [{{type: log, path: '{h.root}/alerts.log'}}],"
@@ -182,7 +197,7 @@ class TrustMachine(RuleBasedStateMachine):
             f"    origin: {{cron_file: '{h.pipeline}', cron_line: 2}}\n"
             f"    max_instances: {self.max_instances}\n"
             f"enforcement: {{mode: {self.mode}, auto_disable_source: true, grace_s: 0,"
-            f" backup_dir: '{h.root}/backups'}}\n"
+            f" backup_dir: '{h.root}/backups', gpu_open: {self.gpu_open}}}\n"
         )
 
     def _daemon(self) -> Daemon:
@@ -191,7 +206,10 @@ class TrustMachine(RuleBasedStateMachine):
         daemon = Daemon(config, None, sanctioned_file=sanctioned_path(config.daemon.socket))
         daemon.exit_statuses = self.host.drain_exits  # the kernel's exit events
         # Inline: a terminate's waits run in the step that starts it (deterministic).
-        enf = Enforcer(config, daemon.db, self.effects, runner=InlineRunner())
+        enf = Enforcer(
+            config, daemon.db, self.effects, runner=InlineRunner(),
+            gpu_rules=lambda _globs: ["c 195:0 rwm"],  # the simulated nodes are no devices
+        )  # fmt: skip
         daemon.sources.append(enf)
         daemon.enforcers.append(enf)
         return daemon
@@ -394,10 +412,14 @@ class TrustMachine(RuleBasedStateMachine):
         self.host.nvml_mode = mode
         self.host.write_nvml()
 
-    @rule(mode=st.sampled_from(["observe", "terminate"]), cap=st.integers(1, 2))
-    def reload(self, mode: str, cap: int) -> None:
-        """A config reload (SIGHUP): enforcement mode and the rule's max_instances."""
-        self.mode, self.max_instances = mode, cap
+    @rule(
+        mode=st.sampled_from(["observe", "terminate"]), cap=st.integers(1, 2),
+        gpu=st.sampled_from(["enforce", "enforce", "audit", "off"]),
+    )  # fmt: skip
+    def reload(self, mode: str, cap: int, gpu: str = "enforce") -> None:
+        """A config reload (SIGHUP): enforcement mode, the rule's max_instances and
+        ``gpu_open``."""
+        self.mode, self.max_instances, self.gpu_open = mode, cap, gpu
         (self.dir / "config.yaml").write_text(self.config_text())
         self.daemon.config_path = str(self.dir / "config.yaml")
         assert self.daemon.reload()
@@ -514,6 +536,7 @@ class TrustMachine(RuleBasedStateMachine):
             assert label[0] in ("job", "wrapper"), f"I2: signal {sig} to PID {pid} {label}"
             assert not was_sanctioned, f"I2: signal {sig} to sanctioned PID {pid} {label}"
         self.effects.signalled.clear()
+        self._check_gpu_denials(jobs)
         self._check_units()
         guard = result.protection
         assert guard is not None
@@ -551,6 +574,26 @@ class TrustMachine(RuleBasedStateMachine):
             label = self.labels_ever.get(root_pid)
             assert label is None or label[0] != "not-training", (
                 f"I7: F{fid} {kind} ({severity}) pages for {label}, not training"
+            )
+
+    def _check_gpu_denials(self, jobs: list[Job]) -> None:
+        """I14 (see the module docstring)."""
+        self.counts["gpu_denied"] += len(self.effects.denied)
+        self.counts["gpu_lifted"] += self.effects.lifted
+        self.effects.lifted = 0
+        for pid, label, was_sanctioned, _start in self.effects.denied:
+            assert label[0] in ("job", "wrapper"), f"I14: PID {pid} {label} denied the GPU"
+            assert not was_sanctioned, f"I14: sanctioned PID {pid} {label} denied the GPU"
+        self.effects.denied.clear()
+        kept = {pid for job in jobs if not job.unsanctioned for pid in job.pids}
+        for proc in self.host.procs.values():
+            if "rogue-watchdog-gpu-deny." not in proc.devices or proc.state == "Z":
+                continue
+            assert proc.label[0] in ("job", "wrapper"), (
+                f"I14: PID {proc.pid} {proc.label} is in a denial ({proc.devices})"
+            )
+            assert proc.pid not in kept, (
+                f"I14: PID {proc.pid} {proc.label} judged sanctioned or ignored, still denied"
             )
 
     def _services(self, unit: str) -> list[int]:
@@ -731,6 +774,7 @@ class TrustMachine(RuleBasedStateMachine):
                 ]
                 assert found, f"I9: {sig} back as {job.root_pid} after {killed} was killed: no page"
         self.sightings = rows
+        self.paged_since = now
         self.last_roots.update(roots)
         self.checked_at = now
 

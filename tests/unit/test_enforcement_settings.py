@@ -61,7 +61,7 @@ def test_defaults() -> None:
         ),
         (
             "enforcement:\n  rules:\n    - {name: x, user: bob}",
-            "c.yaml:3: enforcement.rules[0]: needs mode or auto_disable_source "
+            "c.yaml:3: enforcement.rules[0]: needs mode, auto_disable_source or gpu_open "
             "(else it changes nothing)",
         ),
         (

@@ -27,6 +27,8 @@ own (pynvml loads one NVML library per process: the simulator's fake one).
    of a probe loop's second run: the return was paged (``respawned``) in the tick the
    daemon died in, which stored its findings before the action began; the simulator
    checked I9 only at the next tick and for a page at that tick alone (fixed there).
+7. (seed 36201, 20,000 steps, issue 36) The same shape as 6, the daemon killed during a
+   GPU lift in the tick that opened and spooled ``respawned``: a plain regression test.
 """
 
 from __future__ import annotations
@@ -176,3 +178,29 @@ def test_a_return_after_a_kill_across_an_interrupted_terminate_is_paged() -> Non
         "\" WHERE f.kind = 'respawned' AND d.event = 'open'\").fetchone()[0]"
     )
     assert (counts["kills"], counts["taken_over"], counts["respawned_opens"]) == (1, 1, 1)
+
+
+def test_a_return_paged_by_a_daemon_killed_during_a_gpu_lift_counts() -> None:
+    """Seed 36201 (20,000 steps, issue 36), shrunk: the daemon is killed at the
+    ``cgroup-rmdir`` of a GPU lift in the tick that opened and spooled ``respawned``."""
+    steps = (
+        "m.unit_launches(hub=False);" + "m.ghost_fires();" * 6 + "m.loops_run_again();"
+        "m.ghost_fires();m.reload(cap=2, gpu='enforce', mode='terminate');"
+        + "m.ghost_fires();" * 3
+        + "m.restart();m.unit_launches(hub=False);"
+        + "m.ghost_fires();" * 2
+        + "m.unit_launches(hub=True);"
+        + "m.ghost_fires();" * 3
+        + "m.reload(cap=2, gpu='enforce', mode='observe');"
+        + "m.ghost_fires();" * 2
+        + "m.one_launch(workers=2);m.tick(seconds=5.0);m.restart();"
+        "m.reload(cap=2, gpu='enforce', mode='observe');"
+        "m.kill_between_steps(point='effects:cgroup-rmdir:intent');"
+        + "m.ghost_fires();"
+        * 2
+        + "m.one_launch(workers=3);m.ghost_fires();"
+        "m.tick(seconds=5.0);" + "m.ghost_fires();" * 2 + "m.tick(seconds=5.0)"
+    )
+    assert violation(steps) == ""
+    counts = replay(steps)
+    assert (counts["kills"], counts["gpu_lifted"]) == (1, 3)

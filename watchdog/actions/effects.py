@@ -1,7 +1,8 @@
 """The one object through which every enforcement side effect passes.
 
-Signals, file rewrites, backups, renames and commands (``systemctl``, ``crontab``,
-``scontrol``) all go through an :class:`Effects`. Tests replace it with
+Signals, file rewrites, backups, renames, commands (``systemctl``, ``crontab``,
+``scontrol``) and cgroup changes (a GPU denial's device rule) all go through an
+:class:`Effects`. Tests replace it with
 :class:`RecordingEffects`, which records each call and changes nothing, to prove what
 would have been done (or that nothing was sent at all).
 
@@ -166,6 +167,72 @@ class Effects:
         """
         os.unlink(path)
 
+    def make_cgroup(self, path: str) -> None:
+        """``mkdir(2)`` a child cgroup (the device rule's, watchdog/actions/gpudeny.py).
+
+        Raises:
+            FileExistsError: It exists already (never taken over: it may be another's).
+            OSError: Any other failure (no such hierarchy, no permission).
+        """
+        os.mkdir(path, 0o755)
+
+    def write_control(self, path: str, text: str) -> None:
+        """Write ``text`` to a cgroup control file (``devices.deny``) in one ``write(2)``.
+
+        Raises:
+            OSError: The kernel refused the value or the file is gone.
+        """
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+    def move_to_cgroup(self, pid: int, start_ticks: int | None, cgroup: str) -> None:
+        """Move one process (every thread of it) into ``cgroup`` through its
+        ``cgroup.procs``, pinned to its identity as :meth:`send_signal` is: a pidfd
+        taken first keeps the PID from being reused until the write is done.
+
+        Args:
+            pid: PID in our PID namespace.
+            start_ticks: The identity decided on; None moves whatever has the PID (only
+                for a lift, which moves what is in the denial's own cgroup).
+            cgroup: The cgroup's directory.
+
+        Raises:
+            IdentityChangedError: The PID now belongs to another process (not moved).
+            ProcessLookupError: It no longer exists.
+            OSError: The kernel refused the move.
+        """
+        fd = os.pidfd_open(pid)
+        try:
+            if start_ticks is not None:
+                proc = read_proc(pid)
+                if proc is None:
+                    raise ProcessLookupError(errno.ESRCH, f"PID {pid} exited")
+                if proc.start_ticks != start_ticks:
+                    raise IdentityChangedError(pid, start_ticks, proc.start_ticks)
+            self.write_control(os.path.join(cgroup, "cgroup.procs"), str(pid))
+        finally:
+            os.close(fd)
+
+    def remove_cgroup(self, path: str) -> None:
+        """``rmdir(2)`` an empty child cgroup.
+
+        Raises:
+            OSError: It still holds processes (EBUSY) or is gone.
+        """
+        os.rmdir(path)
+
+    def cgroup_pids(self, path: str) -> list[int]:
+        """The PIDs in a cgroup's ``cgroup.procs`` (read-only: also in dry runs).
+
+        Raises:
+            OSError: The cgroup is gone.
+        """
+        with open(os.path.join(path, "cgroup.procs")) as fh:
+            return [int(x) for x in fh.read().split()]
+
     def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
         """Run a command that changes something (``systemctl mask``, ``crontab -``).
 
@@ -238,6 +305,25 @@ class JournaledEffects(Effects):
     def remove(self, path: str) -> None:
         self._do("remove", {"path": path}, lambda: self.inner_effects.remove(path))
 
+    def make_cgroup(self, path: str) -> None:
+        self._do("cgroup-mkdir", {"path": path}, lambda: self.inner_effects.make_cgroup(path))
+
+    def write_control(self, path: str, text: str) -> None:
+        inner = self.inner_effects
+        detail = {"path": path, "text": text}
+        self._do("cgroup-write", detail, lambda: inner.write_control(path, text))
+
+    def move_to_cgroup(self, pid: int, start_ticks: int | None, cgroup: str) -> None:
+        detail = {"pid": pid, "start_ticks": start_ticks, "cgroup": cgroup}
+        inner = self.inner_effects
+        self._do("cgroup-move", detail, lambda: inner.move_to_cgroup(pid, start_ticks, cgroup))
+
+    def remove_cgroup(self, path: str) -> None:
+        self._do("cgroup-rmdir", {"path": path}, lambda: self.inner_effects.remove_cgroup(path))
+
+    def cgroup_pids(self, path: str) -> list[int]:
+        return self.inner_effects.cgroup_pids(path)
+
     def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
         result: CommandResult = self._do(
             "run", {"argv": list(argv)}, lambda: self.inner_effects.run(argv, input_bytes)
@@ -285,6 +371,22 @@ class RecordingEffects(Effects):
 
     def remove(self, path: str) -> None:
         self.calls.append(("remove", path))
+
+    def make_cgroup(self, path: str) -> None:
+        self.calls.append(("make_cgroup", path))
+
+    def write_control(self, path: str, text: str) -> None:
+        self.calls.append(("write_control", path, text))
+
+    def move_to_cgroup(self, pid: int, start_ticks: int | None, cgroup: str) -> None:
+        self.calls.append(("move_to_cgroup", pid, start_ticks, cgroup))
+
+    def remove_cgroup(self, path: str) -> None:
+        self.calls.append(("remove_cgroup", path))
+
+    def cgroup_pids(self, path: str) -> list[int]:
+        self.calls.append(("cgroup_pids", path))
+        return []
 
     def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
         self.calls.append(("run", tuple(argv), input_bytes))

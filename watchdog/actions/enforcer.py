@@ -19,6 +19,9 @@ Per tick, after tracking:
    terminate's first step (freeze, SIGTERM, SIGCONT) runs in the tick; the grace period
    is waited out off it (:mod:`watchdog.actions.runner`), so the scan and ``status`` stay
    current meanwhile. ``observe`` does nothing.
+   ``enforcement.gpu_open`` (audit or enforce) first puts each rogue training job
+   under a device rule that denies it the GPU nodes, in every mode, and lifts the
+   rules that no longer hold (:mod:`watchdog.actions.gpudeny`).
 3. **Recover.** An action left half-way by a process that is gone (a daemon killed
    during a terminate's grace period, between a quarantine's rename and its record) is
    found from its write-ahead record, finished or reported without repeating any signal
@@ -35,11 +38,12 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from watchdog.actions.effects import Effects
+from watchdog.actions.gpudeny import GpuOpenGate, device_rules
 from watchdog.actions.guards import read_live
 from watchdog.actions.recovery import (
     INTERRUPTED_OPEN_S,
@@ -104,6 +108,9 @@ class Enforcer:
         runner: Where terminates wait out their grace period after their first step
             (default: a :class:`~watchdog.actions.runner.ThreadRunner`, off the tick;
             the simulator passes an inline one).
+        gpu_rules: Turns ``enforcement.gpu_devices`` into device rules
+            (:func:`~watchdog.actions.gpudeny.device_rules`; the simulator's nodes are
+            plain files).
     """
 
     name = "enforcement"
@@ -117,6 +124,7 @@ class Enforcer:
         actor: str = "daemon",
         clock: Callable[[], float] = time.time,
         runner: Runner | None = None,
+        gpu_rules: Callable[[Sequence[str]], list[str]] = device_rules,
     ) -> None:
         self.config = config
         self.settings = config.enforcement
@@ -128,6 +136,10 @@ class Enforcer:
             config.daemon.state_dir, "backups"
         )
         self.runner: Runner = runner or ThreadRunner()
+        self.gpu = GpuOpenGate(
+            self.settings, config.paths.cgroup_root, db, self.effects, actor=actor,
+            clock=clock, rules=gpu_rules,
+        )  # fmt: skip
         self._acted: set[tuple[int, int]] = self._acted_before()
         self._last: tuple[int, list[Finding]] | None = None
         # Interrupted terminates taken over, to be continued by the next act() (the
@@ -371,6 +383,8 @@ class Enforcer:
         for rec, steps, _call in self._resume.values():
             self._continue(remedy, rec, steps, proceed=True)
         self._resume.clear()
+        # First the GPU: a denial is milliseconds and holds before CUDA initialises.
+        self.gpu.tick(result, remedy.guard(), open_ids)
         # Newest first: of several runs of one source, the newest is the one too many.
         for job in sorted(result.jobs, key=lambda j: (-j.start_ticks, -j.root_pid)):
             if not job.unsanctioned:

@@ -281,12 +281,32 @@ def resolve(rec: ActionRecord, steps: Sequence[ActionStep]) -> Resolved:
         return _resolve_quarantine(steps)
     if rec.kind == "disable-source":
         return _resolve_disable(rec, steps)
+    if rec.kind == "gpu-deny":
+        return _resolve_gpu_deny(steps)
+    if rec.kind == "gpu-lift":
+        # The denial it lifted is still in force in the trail: the next tick's sweep
+        # lifts it again (moving back what is left, removing what is there: safe twice).
+        return Resolved("interrupted", None, "the daemon lifts the denial again at its next tick")
     made = [s for s in steps if s.status != "failed"]
     if not made:
         return Resolved("interrupted", None, "nothing was changed")
     return Resolved(
         "partial", None, "reported only: check what was done and finish it by hand if needed"
     )
+
+
+def _resolve_gpu_deny(steps: Sequence[ActionStep]) -> Resolved:
+    """A GPU denial cut short: every cgroup it may have made is lifted by its undo."""
+    made = [str(s.detail.get("path")) for s in steps if s.op == "cgroup-mkdir"
+            and s.status != "failed" and s.detail.get("path")]  # fmt: skip
+    if not made:
+        return Resolved("interrupted", None, "nothing was changed (no cgroup made)")
+    undo = [{"op": "cgroup_lift", "cgroup": c} for c in made]
+    return Resolved(
+        "partial", undo,
+        f"the denial may hold for the processes moved into {', '.join(made)}; "
+        "undo lifts it",
+    )  # fmt: skip
 
 
 def _resolve_quarantine(steps: Sequence[ActionStep]) -> Resolved:

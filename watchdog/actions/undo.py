@@ -18,6 +18,9 @@
   "path": P}``: the saved at job script ``B`` (still hashing to ``S``) queued again with
   ``at -q Q -t T``, as ``U`` (``runuser``) when not root; refused while the job's own
   spool file ``P`` still exists (it was never removed).
+- ``{"op": "cgroup_lift", "cgroup": D}``: lift a GPU denial (watchdog/actions/gpudeny.py):
+  every process in the cgroup ``D`` moves back to the cgroup above it, then ``D`` is
+  removed (refused for a directory that is no denial's).
 
 Every op goes through :class:`~watchdog.actions.effects.Effects`. The first failure
 stops the undo (later ops may depend on it) and is reported. Before each op the undo
@@ -38,12 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.actions.effects import Effects
+from watchdog.actions.gpudeny import is_denial, lift
 from watchdog.actions.sources import requeue_argv
 from watchdog.lineage.crontab import installed_header_lines
 
 OP_KINDS = (
     "rename", "restore_file", "crontab_restore", "systemctl", "scontrol", "docker", "podman",
-    "supervisorctl", "at_requeue",
+    "supervisorctl", "at_requeue", "cgroup_lift",
 )  # fmt: skip
 # The ops that run a command: ``[op, *argv]``.
 _COMMANDS = ("systemctl", "scontrol", "docker", "podman", "supervisorctl")
@@ -66,6 +70,7 @@ _SHAPES: dict[str, dict[str, str]] = {
     "podman": {"argv": "argv"},
     "supervisorctl": {"argv": "argv"},
     "at_requeue": {"backup": "str", "sha256": "str", "queue": "str", "time": "str", "user": "str"},
+    "cgroup_lift": {"cgroup": "str"},
 }  # fmt: skip
 
 
@@ -122,6 +127,11 @@ def describe(op: dict[str, Any]) -> str:
         return f"crontab -u {op['user']} {op['backup']}"
     if kind == "at_requeue":
         return f"{' '.join(requeue_argv(op))} < {op['backup']}"
+    if kind == "cgroup_lift":
+        return (
+            f"lift the GPU denial: move the processes in {op['cgroup']} back to "
+            f"{os.path.dirname(op['cgroup'].rstrip('/'))} and remove it"
+        )
     return f"{kind} {' '.join(op['argv'])}"
 
 
@@ -210,6 +220,11 @@ def check_op(op: dict[str, Any], lexists: Callable[[str], bool] = os.path.lexist
         path = op.get("path")
         if isinstance(path, str) and lexists(path):
             raise OSError(f"{path} is still queued: it was never removed")
+    elif kind == "cgroup_lift":
+        if not is_denial(op["cgroup"]):
+            raise OSError(f"{op['cgroup']} is not a GPU denial's cgroup: left alone")
+        if not os.path.isdir(op["cgroup"]):
+            raise OSError(f"{op['cgroup']} is gone: the denial was lifted already")
 
 
 def _run_op(op: dict[str, Any], effects: Effects) -> None:
@@ -223,6 +238,8 @@ def _run_op(op: dict[str, Any], effects: Effects) -> None:
         if isinstance(op.get("mtime_ns"), int) and not isinstance(op["mtime_ns"], bool):
             effects.set_mtime(op["path"], op["mtime_ns"])
         effects.touch(os.path.dirname(op["path"]) or ".")
+    elif kind == "cgroup_lift":
+        lift(op["cgroup"], effects)
     elif kind == "crontab_restore":
         data = _strip_header(Path(op["backup"]).read_bytes())
         out = effects.run(["crontab", "-u", op["user"], "-"], data)

@@ -244,10 +244,34 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def gpu_open_lines(config: Config) -> list[str]:
+    """``enforcement.gpu_open`` when the default or a rule is not ``off``: the mode, the
+    rules that set it, the device rules its globs give on this host, and whether this
+    host can enforce it (docs/operations.md, "GPU open")."""
+    from watchdog.actions.gpudeny import device_rules, find_controller
+
+    s = config.enforcement
+    rules = [r for r in s.rules if r.gpu_open is not None]
+    if s.gpu_open == "off" and all(r.gpu_open == "off" for r in rules):
+        return []
+    by_rule = "".join(f", {r.gpu_open} by rule {r.name!r}" for r in rules)
+    out = [
+        f"gpu_open: {s.gpu_open} by default{by_rule}" + (" (dry_run: audit)" if s.dry_run else "")
+    ]
+    nodes = device_rules(s.gpu_devices)
+    out.append(
+        f"  devices {', '.join(s.gpu_devices)}: "
+        + ("; ".join(nodes) if nodes else "no device node matches on this host")
+    )
+    ctl = find_controller(config.paths.cgroup_root)
+    out.append(f"  this host: {ctl.why or f'can enforce ({ctl.kind} devices controller)'}")
+    return out
+
+
 def effective_lines(config: Config) -> list[str]:
     """What ``check-config`` shows in force beyond the counts: the ignore list (the
-    shipped defaults marked, or said dropped) and the severity of each class's
-    ``unsanctioned-gpu-use`` findings."""
+    shipped defaults marked, or said dropped), the severity of each class's
+    ``unsanctioned-gpu-use`` findings and ``enforcement.gpu_open`` when it is on."""
     from watchdog.config import DEFAULT_IGNORE
 
     defaults = {(e["name"], e.get("exe")) for e in DEFAULT_IGNORE}
@@ -265,6 +289,7 @@ def effective_lines(config: Config) -> list[str]:
         out.append("  (none)")
     sev = ", ".join(f"{c} {s}" for c, s in config.workloads.severity)
     out.append(f"unsanctioned-gpu-use severity: {sev}")
+    out += gpu_open_lines(config)
     return out
 
 

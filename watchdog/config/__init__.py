@@ -482,6 +482,7 @@ class Paths:
     cron_d: str = setting(hostpaths.CRON_D, datatypes.text)
     cron_spool: tuple[str, ...] = setting(hostpaths.CRON_SPOOL_DIRS, datatypes.texts)
     unit_dirs: tuple[str, ...] = setting(hostpaths.UNIT_DIRS, datatypes.texts)
+    cgroup_root: str = setting(hostpaths.CGROUP_ROOT, datatypes.text)
 
 
 @dataclass(frozen=True)

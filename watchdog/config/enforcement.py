@@ -13,12 +13,15 @@ Example::
         - {exe: "/usr/bin/Xorg"}
         - {user: postgres}
         - {origin: {cron_file: /etc/cron.d/pipeline}}   # its jobs and the source itself
+      gpu_open: off              # audit | enforce: deny a rogue training job the GPU nodes
+      gpu_devices: ['/dev/nvidia[0-9]*', /dev/nvidiactl, /dev/nvidia-uvm]
       rules:                     # first match wins; overrides the defaults above
         - name: legacy-cron
           origin_kind: cron
           cmdline: "*train_weekly.py*"
           mode: terminate
           auto_disable_source: true
+        - {name: gpu-audit, user: alice, gpu_open: audit}
 """
 
 from __future__ import annotations
@@ -47,8 +50,29 @@ from watchdog.model import ORIGIN_KINDS
 Mode = Literal["observe", "terminate"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 MAX_GRACE_S = 3600.0
+GpuOpen = Literal["off", "audit", "enforce"]
+GPU_OPEN_MODES: tuple[GpuOpen, ...] = get_args(GpuOpen)
+#: The NVIDIA device nodes a CUDA initialisation opens (docs/operations.md, "GPU open").
+DEFAULT_GPU_DEVICES = ("/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/nvidia-uvm")
 
 _mode = datatypes.choice(MODES, "must be observe or terminate")
+_gpu_open = datatypes.choice(GPU_OPEN_MODES, "must be off, audit or enforce")
+
+
+def _device_glob(r: NodeReader, node: yaml.Node, key: str) -> str:
+    """An absolute path or glob naming device nodes (``/dev/nvidia[0-9]*``)."""
+    pattern = datatypes.glob(r, node, key)
+    if not pattern.startswith("/"):
+        raise r.err(node, key, f"must be an absolute path or glob (/dev/nvidia0), got {pattern!r}")
+    return pattern
+
+
+def _device_globs(r: NodeReader, node: yaml.Node, key: str) -> tuple[str, ...]:
+    """A non-empty list of device paths or globs: an empty one would deny nothing."""
+    out = datatypes.tuple_of(_device_glob)(r, node, key)
+    if not out:
+        raise r.err(node, key, "must name at least one device node (an empty list denies nothing)")
+    return out
 
 
 @dataclass(frozen=True)
@@ -107,6 +131,8 @@ class EnforcementRule:
         user: The job's user.
         mode: ``observe`` or ``terminate``; None keeps the default.
         auto_disable_source: Override of the default; None keeps it.
+        gpu_open: ``off``, ``audit`` or ``enforce`` for the jobs it matches; None keeps
+            the default.
     """
 
     name: str = required(datatypes.text)
@@ -116,6 +142,7 @@ class EnforcementRule:
     user: str | None = setting(None, datatypes.user)
     mode: Mode | None = setting(None, _mode)
     auto_disable_source: bool | None = setting(None, datatypes.boolean)
+    gpu_open: GpuOpen | None = setting(None, _gpu_open)
 
     def matches(self, cmdline: Sequence[str], origin_kind: str, user: str | None) -> bool:
         """True when every match field that is set matches the job."""
@@ -136,6 +163,7 @@ class Decision:
     mode: Mode
     auto_disable_source: bool
     rule: str | None
+    gpu_open: GpuOpen = "off"
 
 
 def _protect(r: NodeReader, node: yaml.Node, key: str) -> Protect:
@@ -166,8 +194,10 @@ def _rule(r: NodeReader, node: yaml.Node, key: str) -> EnforcementRule:
         raise r.err(node, key, "needs a name")
     if not any(k in m for k in ("cmdline", "cmdline_regex", "origin_kind", "user")):
         raise r.err(node, key, "needs at least one of cmdline, cmdline_regex, origin_kind, user")
-    if not any(k in m for k in ("mode", "auto_disable_source")):
-        raise r.err(node, key, "needs mode or auto_disable_source (else it changes nothing)")
+    if not any(k in m for k in ("mode", "auto_disable_source", "gpu_open")):
+        raise r.err(
+            node, key, "needs mode, auto_disable_source or gpu_open (else it changes nothing)"
+        )
     rule = construct(EnforcementRule, read(EnforcementRule, r, m, key))
     # Checked after every value was read, as the released parser did (same first error).
     if rule.origin_kind is not None and rule.origin_kind not in ORIGIN_KINDS:
@@ -195,6 +225,10 @@ class EnforcementSettings:
             (e.g. ``[nsenter, -t, PID, -p, -m]`` to reach a manager in a namespace).
         backup_dir: Where backups of changed files go; None means
             ``<daemon.state_dir>/backups``.
+        gpu_open: ``off``, ``audit`` (record each would-be denial) or ``enforce``: a
+            rogue training job's processes are put under a device rule that denies
+            them :attr:`gpu_devices` (watchdog/actions/gpudeny.py).
+        gpu_devices: Absolute paths or globs of the device nodes denied.
     """
 
     mode: Mode = setting("observe", _mode)
@@ -208,9 +242,12 @@ class EnforcementSettings:
     dry_run: bool = setting(False, datatypes.boolean)
     command_prefix: tuple[str, ...] = setting((), datatypes.texts)
     backup_dir: str | None = setting(None, datatypes.text)
+    gpu_open: GpuOpen = setting("off", _gpu_open)
+    gpu_devices: tuple[str, ...] = setting(DEFAULT_GPU_DEVICES, _device_globs)
 
     def decide(self, cmdline: Sequence[str], origin_kind: str, user: str | None) -> Decision:
-        """The mode and source-disabling choice for one job (first matching rule wins)."""
+        """The mode, source-disabling and GPU-open choice for one job (first matching
+        rule wins)."""
         for rule in self.rules:
             if rule.matches(cmdline, origin_kind, user):
                 return Decision(
@@ -219,8 +256,9 @@ class EnforcementSettings:
                     if rule.auto_disable_source is None
                     else rule.auto_disable_source,
                     rule.name,
+                    rule.gpu_open or self.gpu_open,
                 )
-        return Decision(self.mode, self.auto_disable_source, None)
+        return Decision(self.mode, self.auto_disable_source, None, self.gpu_open)
 
 
 def parse_enforcement(r: NodeReader, node: yaml.Node) -> EnforcementSettings:

@@ -87,7 +87,20 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
     doc["alerts"] = _alerts_section(daemon, doc["degraded"])
     doc["learning"] = _learning_section(daemon, now, doc["degraded"])
     doc["ship_gates"] = _ship_gates_section(daemon)
+    doc["gpu_open"] = _gpu_open_section(daemon)
     return doc
+
+
+def _gpu_open_section(daemon: Daemon) -> dict[str, Any] | None:
+    """``gpu_open``: whether rogue training jobs are denied the GPU device nodes
+    (``enforcing``, ``auditing``, ``not enforcing`` and why, ``off``) and the denials in
+    force (docs/operations.md, "GPU open"); None without an enforcer."""
+    for enforcer in daemon.enforcers:
+        gate = getattr(enforcer, "gpu", None)
+        if gate is not None:
+            section: dict[str, Any] = gate.status()
+            return section
+    return None
 
 
 def _ship_gates_section(daemon: Daemon) -> list[dict[str, str]]:
@@ -440,17 +453,41 @@ def _daemon_lines(doc: dict[str, Any], now: float) -> list[str]:
         if isinstance(g, dict) and g.get("enforce") not in (None, "off")
     ]
     cfg_path = (doc.get("config") or {}).get("path")
-    learning = _learning_line(doc.get("learning"), config_args(cfg_path))
+    cli_args = config_args(cfg_path if isinstance(cfg_path, str) else None)
+    learning = _learning_line(doc.get("learning"), cli_args)
     events = _events_line(doc.get("events"))
     return [
         head,
         _config_line(doc.get("config") or {}),
         *gates,
+        *_gpu_open_lines(doc.get("gpu_open"), cli_args),
         *([learning] if learning is not None else []),
         _scan_line(doc, now),
         *([events] if events is not None else []),
         _nvml_line(doc.get("nvml")),
     ]
+
+
+def _gpu_open_lines(gpu: object, cli_args: str) -> list[str]:
+    """Whether GPU opens are denied (``enforcement.gpu_open``), by rule, and each job
+    denied now with the ``undo`` that lifts it (``cli_args``: its `` --config PATH``)."""
+    if not isinstance(gpu, dict) or (gpu.get("mode") == "off" and not gpu.get("rules")):
+        return []
+    why = f" ({gpu.get('why')})" if gpu.get("why") else ""
+    rules = "".join(
+        f"; {r.get('state')} by rule {r.get('rule')!r}"
+        for r in gpu.get("rules") or []
+        if isinstance(r, dict)
+    )
+    out = [f"GPU open: {gpu.get('state')} by default{rules}{why}"]
+    for d in gpu.get("denied") or []:
+        if isinstance(d, dict):
+            pids = ", ".join(str(p) for p in d.get("pids") or [])
+            out.append(
+                f"  denied the GPU: {d.get('job')} (PID {pids}; action {d.get('action')}, "
+                f"undo with: rogue-watchdog undo{cli_args} {d.get('action')})"
+            )
+    return out
 
 
 def _config_line(cfg: dict[str, Any]) -> str:
