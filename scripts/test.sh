@@ -12,5 +12,14 @@ export ROGUE_WATCHDOG_REQUIRE_SYSTEM=${ROGUE_WATCHDOG_REQUIRE_SYSTEM:-$([ "$(id 
 # Layers point one way (.importlinter): sources → lineage → policy → scan → actions/daemon → cli.
 .venv/bin/lint-imports --no-cache
 .venv/bin/python -m watchdog --help >/dev/null
-# The slowest tests are listed at the end: where the suite's time goes (CI budget).
-.venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"
+PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider)
+if [ "$#" -gt 0 ]; then
+  exec "${PYTEST[@]}" "$@"
+fi
+# The unit and weights tests first, alone: some read the whole host's process table.
+# Then the system tests in two workers (pytest-xdist): most of their time is waiting on
+# real daemons, and the suite stays well under CI's budget. A file runs in one worker;
+# files sharing something host-wide share one (tests/conftest.py). The slowest tests are
+# listed after each part: where the time goes.
+"${PYTEST[@]}" --durations=15 --ignore=tests/system tests
+"${PYTEST[@]}" --durations=25 -n 2 --dist loadgroup tests/system

@@ -54,6 +54,28 @@ def _signals_reach_only_own_processes() -> Iterator[None]:
         )
 
 
+# Under pytest-xdist (scripts/test.sh runs tests/system in two workers, `--dist
+# loadgroup`): a test file is one group, so its module fixtures (the busy box's 3-minute
+# window, a booted systemd) are built once; files that share something host-wide share a
+# group and never run at once: the container engines (podman's /var/lib/containers blob
+# cache, made and removed by whichever test found it absent) and dpkg/apt (one lock).
+_SHARED_GROUPS = {
+    "containers": (
+        "test_containers_real.py", "test_restart_containers.py", "test_kubernetes_cgroup.py",
+    ),
+    "dpkg": ("test_deb_package.py", "test_prerequisites.py"),
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its xdist group (see :data:`_SHARED_GROUPS`)."""
+    del config
+    for item in items:
+        name = item.path.name
+        group = next((g for g, files in _SHARED_GROUPS.items() if name in files), None)
+        item.add_marker(pytest.mark.xdist_group(group or str(item.path)))
+
+
 def need(condition: bool, reason: str) -> None:
     """Skip (or, under ROGUE_WATCHDOG_REQUIRE_SYSTEM=1, fail) unless ``condition`` holds."""
     if condition:
