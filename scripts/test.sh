@@ -21,5 +21,8 @@ fi
 # real daemons, and the suite stays well under CI's budget. A file runs in one worker;
 # files sharing something host-wide share one (tests/conftest.py). The slowest tests are
 # listed after each part: where the time goes.
-"${PYTEST[@]}" --durations=15 --ignore=tests/system tests
-"${PYTEST[@]}" --durations=25 -n 2 --dist loadgroup tests/system
+# Both parts run whatever the first gives: a failure shows with the whole picture.
+status=0
+"${PYTEST[@]}" --durations=15 --ignore=tests/system tests || status=$?
+"${PYTEST[@]}" --durations=25 -n 2 --dist loadgroup tests/system || status=$?
+exit "$status"
