@@ -47,7 +47,7 @@ from watchdog.policy.jobs import (
     TrainingEvidence,
     collect_training,
     group_jobs,
-    ignore_match,
+    ignored_pids,
 )
 from watchdog.policy.nvml import DISABLED, GpuView, gpu_view
 from watchdog.policy.services import service_findings, service_scope
@@ -365,7 +365,8 @@ class Scanner:
         root = self.config.paths.proc_root
         for gp in gpu_procs:
             proc = self.table.get(gp.pid)
-            if proc is not None:
+            # The same inode is the same task (one stat); else its stat line decides.
+            if proc is not None and not self.table.still_same(gp.pid):
                 now = read_identity(gp.pid, root)
                 if now is None or now[0] != proc.start_ticks:
                     continue
@@ -546,11 +547,8 @@ class Scanner:
             gpu_libs,
             self.sanctioned,
         )
-        ignored = frozenset(
-            pid
-            for pid in evidence.by_pid
-            if ignore_match(self.table.procs[pid], self.config.ignore) is not None
-        )
+        procs = self.table.procs
+        ignored = ignored_pids((procs[pid] for pid in evidence.by_pid), self.config.ignore)
         return _Candidates(evidence=evidence, holders=holders, ignored=ignored)
 
     def _with_origins(self, jobs: Sequence[Job], now: datetime) -> list[Job]:

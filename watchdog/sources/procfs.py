@@ -533,6 +533,20 @@ class ProcessTable:
         """The process with this PID, or None when it was not visible at the last refresh."""
         return self._procs.get(pid)
 
+    def still_same(self, pid: int) -> bool:
+        """True when ``/proc/PID`` is still the task the last refresh read: its inode is
+        the one recorded then (one ``stat``, the check :meth:`refresh` trusts). False
+        when it cannot be told this way (not procfs, not read, gone, another inode):
+        the caller then reads the identity itself.
+        """
+        ino = self._inodes.get(pid) if self.trust_inodes else None
+        if ino is None or pid not in self._procs:
+            return False
+        try:
+            return os.stat(f"{self.proc_root}/{pid}").st_ino == ino
+        except OSError:
+            return False
+
     def children(self, pid: int) -> list[int]:
         """Direct children of ``pid`` at the last refresh, ascending."""
         if self._children is None:
