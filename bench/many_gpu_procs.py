@@ -204,6 +204,18 @@ def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -
 
     for _ in range(3):
         tick()
+    # A warm-up job of 8 workers comes and goes first: what one finding costs once (lazy
+    # imports, the alert path, the state tables) is in the "before" RSS, not in the kept.
+    warm = Launcher(rogue_bin, 8)
+    try:
+        write_nvml(conf, warm.workers)
+        for _ in range(3):
+            tick()
+    finally:
+        warm.stop()
+    write_nvml(conf, [])
+    for _ in range(3):
+        tick()
     trace = os.environ.get("MANY_TRACEMALLOC")  # what the "after" RSS still holds
     if trace:
         import tracemalloc

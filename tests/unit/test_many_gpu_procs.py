@@ -10,11 +10,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Spawned, need_program, run_cli
+from tests.conftest import Spawned, need_program, poll, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
 from watchdog.config import parse_config
 from watchdog.model import Proc
 from watchdog.policy.jobs import TrainingEvidence, _roots, ignore_match, ignored_pids
+from watchdog.scan import release_memory
 from watchdog.sources.procfs import ProcessTable
 
 MIB = 1 << 20
@@ -202,3 +203,37 @@ def test_a_4096_process_job_is_its_small_twin_scaled(spawned: Spawned, tmp_path:
     assert _shape(big, big_root, big_workers, "256.0 GiB") == _shape(
         small, small_root, small_workers, "256.0 MiB"
     )
+
+
+def test_processes_alike_share_their_values_and_drop_them_when_gone(spawned: Spawned) -> None:
+    """Three ``sleep`` processes with one command line hold one tuple of it (and one
+    executable and cgroup text); once they are gone, no value is kept for them beyond
+    what live processes hold (bounded: twice the table plus 256)."""
+    argv = ["sleep", "3600.25"]
+    pids = [spawned.start(argv).pid for _ in range(3)]
+    # Each exec'd (a table read between fork and exec would see the parent's line).
+    poll("sleep exec'd", lambda: all(_argv(p) == argv for p in pids), 10)
+    table = ProcessTable("/proc")
+    table.refresh()
+    procs = [table.procs[p] for p in pids]
+    assert procs[0].cmdline == ("sleep", "3600.25")
+    assert procs[1].cmdline is procs[0].cmdline and procs[2].cmdline is procs[0].cmdline
+    assert procs[1].exe is procs[0].exe and procs[1].cgroup is procs[0].cgroup
+    for p in spawned.procs:
+        p.kill()
+        p.wait()
+    table.refresh()
+    assert not set(pids) & set(table.procs)
+    assert len(table._values) <= 2 * len(table.procs) + 256
+    table._values = {**table._values, **{(str(i),): (str(i),) for i in range(5000)}}
+    table._drop_unshared()
+    assert ("sleep", "3600.25") not in table._values
+    assert ("0",) not in table._values
+
+
+def _argv(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+def test_release_memory_never_raises() -> None:
+    assert release_memory() in (True, False)
