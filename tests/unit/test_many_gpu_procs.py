@@ -225,7 +225,8 @@ def test_processes_alike_share_their_values_and_drop_them_when_gone(spawned: Spa
     table.refresh()
     assert not set(pids) & set(table.procs)
     assert len(table._values) <= 2 * len(table.procs) + 256
-    table._values = {**table._values, **{(str(i),): (str(i),) for i in range(5000)}}
+    stale = {(str(i),): (str(i),) for i in range(2 * len(table.procs) + 300)}
+    table._values = {**table._values, **stale}
     table._drop_unshared()
     assert ("sleep", "3600.25") not in table._values
     assert ("0",) not in table._values
