@@ -225,6 +225,8 @@ def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -
     if trace:
         snap0 = tracemalloc.take_snapshot()
     out["rss_before_mib"] = rss_kib() / 1024
+    if os.environ.get("MANY_WHERE"):  # pymalloc's arenas and pools, on stderr
+        sys._debugmallocstats()
     out["blocks_before"] = sys.getallocatedblocks()
 
     launchers = []
@@ -285,6 +287,7 @@ def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -
 
         gc.collect()
         out["rss_after_gc_mib"] = rss_kib() / 1024
+        sys._debugmallocstats()
         from watchdog.model import Proc
 
         dead = [o for o in gc.get_objects() if isinstance(o, Proc) and o.pid in gone]

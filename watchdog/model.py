@@ -149,7 +149,7 @@ class GpuInfo:
     mig_index: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per listed process per tick, no dict each
 class GpuProcess:
     """One entry of an NVML running-process list.
 
