@@ -2,7 +2,8 @@
 N processes on one GPU, and its RSS before, during and after they end.
 
 A launcher (a small C program hard-linked as ``SANDBOX/train_many.py``, so the default
-launcher pattern makes it a job) forks N sleeping worker children; the stand-in NVML
+launcher pattern makes it a job) maps a stand-in ``libcuda.so.1`` (as workers that hold
+GPU memory have CUDA mapped) and forks N sleeping worker children; the stand-in NVML
 (``tests/fakenvml``) lists every worker on GPU 0 with 64 MiB each. The daemon
 (``Daemon`` with the parts ``rogue-watchdog run`` attaches: sources, enforcers, kernel
 events) runs in a child interpreter (``--code DIR`` is the checkout measured), driven tick
@@ -44,13 +45,16 @@ MIB = 1 << 20
 GIB = 1 << 30
 
 LAUNCHER_C = r"""
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-/* train_many.py N: fork N workers that sleep; print their PIDs, one a line, then "ready". */
+/* train_many.py N [LIB]: map LIB (a stand-in libcuda.so.1: GPU workers have CUDA mapped),
+   fork N workers that sleep; print their PIDs, one a line, then "ready". */
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 1;
+    if (argc > 2 && !dlopen(argv[2], RTLD_NOW)) { fprintf(stderr, "%s\n", dlerror()); return 1; }
     for (int i = 0; i < n; i++) {
         pid_t pid = fork();
         if (pid == 0) { for (;;) pause(); }
@@ -96,8 +100,9 @@ class Launcher:
     """One launcher and its N forked workers (own session, killed as a group)."""
 
     def __init__(self, path: Path, n: int) -> None:
+        cuda = path.parent / "libcuda.so.1"
         self.proc = subprocess.Popen(
-            [str(path), str(n)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            [str(path), str(n), str(cuda)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
             start_new_session=True, text=True,
         )  # fmt: skip
         assert self.proc.stdout is not None
@@ -259,6 +264,10 @@ def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -
         out["jobs"] = sorted(
             (j.cmdline[0].rsplit("/", 1)[-1], j.verdict, len(j.pids)) for j in jobs
         )
+        out["evidence"] = sorted(
+            {e for j in jobs if j.cmdline[0].rsplit("/", 1)[-1].startswith("train_")
+             for e in j.evidence}
+        )  # fmt: skip
         out["findings"] = sorted(
             f"{f.kind}:{f.severity}" for f in summary.findings if f.root_pid is not None
         )
@@ -343,8 +352,12 @@ def measure(
         src = sandbox / "launcher.c"
         src.write_text(LAUNCHER_C)
         subprocess.run(
-            [compiler, "-O2", "-o", str(sandbox / "train_many.py"), str(src)], check=True
+            [compiler, "-O2", "-o", str(sandbox / "train_many.py"), str(src), "-ldl"], check=True
         )
+        stub = sandbox / "cuda.c"
+        stub.write_text("int cuInit(unsigned int flags) { (void)flags; return 0; }\n")
+        lib = sandbox / "libcuda.so.1"
+        subprocess.run([compiler, "-shared", "-fPIC", "-o", str(lib), str(stub)], check=True)
         sys.path.insert(0, str(REPO))
         from tests.fakenvml.build import build_library  # this checkout's: 65,536 processes
 
