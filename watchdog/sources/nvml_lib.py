@@ -1,6 +1,5 @@
 """Low-level NVML access that nvidia-ml-py does not offer: library loading from a path and
-the process listings (every version: pynvml's ``_v3``/``_v2`` wrappers build an object
-with a dict per entry, which a listing of thousands of processes a tick cannot afford).
+the v1 process listing.
 
 nvidia-ml-py (``pynvml``) wires its unversioned ``nvmlDevice*RunningProcesses`` wrappers
 to the ``_v3`` symbols, so on a driver that only exports the unversioned (v1) symbols there
