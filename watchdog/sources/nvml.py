@@ -23,11 +23,10 @@ import pynvml
 from watchdog.logs import get_logger
 from watchdog.model import GpuInfo, GpuProcess
 from watchdog.sources.nvml_lib import (
-    ProcessInfoV2,
     RawProcess,
-    list_processes,
     list_processes_v1,
     load_library,
+    memory_or_none,
 )
 from watchdog.sources.nvml_records import (
     LIST_KINDS,
@@ -209,12 +208,18 @@ def _text(fn: Callable[..., Any], *args: Any) -> str:
     return str(raw)
 
 
+def _from_pynvml(fn: Callable[[Any], list[Any]]) -> Callable[[Any], list[RawProcess]]:
+    def call(handle: Any) -> list[RawProcess]:
+        return [RawProcess(int(p.pid), memory_or_none(p.usedGpuMemory)) for p in fn(handle)]
+
+    return call
+
+
 def _listers(kind: ListKind) -> dict[str, Callable[[Any], list[RawProcess]]]:
     stem = _STEMS[kind]
-    # The same calls as pynvml's *_v3/*_v2 wrappers, without an object per entry.
     return {
-        "v3": lambda handle: list_processes(handle, stem + "_v3", ProcessInfoV2),
-        "v2": lambda handle: list_processes(handle, stem + "_v2", ProcessInfoV2),
+        "v3": _from_pynvml(getattr(pynvml, stem + "_v3")),
+        "v2": _from_pynvml(getattr(pynvml, stem + "_v2")),
         "v1": lambda handle: list_processes_v1(handle, stem),
     }
 

@@ -26,19 +26,6 @@ class ProcessInfoV1(ctypes.Structure):
     _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
 
 
-class ProcessInfoV2(ctypes.Structure):
-    """``nvmlProcessInfo_v2_t`` of nvml.h (the ``_v3`` listings take the same layout):
-    ``{unsigned int pid; unsigned long long usedGpuMemory; unsigned int gpuInstanceId;
-    unsigned int computeInstanceId;}``, 24 bytes."""
-
-    _fields_ = [
-        ("pid", ctypes.c_uint),
-        ("usedGpuMemory", ctypes.c_ulonglong),
-        ("gpuInstanceId", ctypes.c_uint),
-        ("computeInstanceId", ctypes.c_uint),
-    ]
-
-
 @dataclass(frozen=True, slots=True)  # slots: one per listed process per tick, no dict each
 class RawProcess:
     """One entry of a running-process list, before any sanity check.
@@ -67,30 +54,7 @@ def memory_or_none(value: int | None) -> int | None:
 
 
 def list_processes_v1(handle: object, symbol: str) -> list[RawProcess]:
-    """Call an unversioned ``nvmlDevice*RunningProcesses`` symbol with v1 structs
-    (:func:`list_processes`).
-
-    Args:
-        handle: A pynvml device handle (``c_nvmlDevice_t``).
-        symbol: e.g. ``nvmlDeviceGetComputeRunningProcesses``.
-
-    Returns:
-        The entries, in driver order.
-
-    Raises:
-        pynvml.NVMLError: As :func:`list_processes`.
-    """
-    return list_processes(handle, symbol, ProcessInfoV1)
-
-
-def list_processes(
-    handle: object, symbol: str, struct: type[ctypes.Structure] = ProcessInfoV2
-) -> list[RawProcess]:
-    """Call a ``nvmlDevice*RunningProcesses*`` symbol with ``struct`` entries.
-
-    What pynvml's ``*_v3``/``*_v2`` wrappers do, without building a Python object per
-    entry with a dict of every field: one listing of 4,096 processes a tick made 4,096
-    of them, only for the PID and the memory to be read (issue 34, item 3).
+    """Call an unversioned ``nvmlDevice*RunningProcesses`` symbol with v1 structs.
 
     Follows the two-call protocol of nvml.h: a first call with ``*infoCount == 0`` and a
     NULL array returns ``NVML_SUCCESS`` when nothing runs, or
@@ -98,9 +62,7 @@ def list_processes(
 
     Args:
         handle: A pynvml device handle (``c_nvmlDevice_t``).
-        symbol: e.g. ``nvmlDeviceGetComputeRunningProcesses_v3``.
-        struct: The entry layout the symbol takes (:class:`ProcessInfoV2` for ``_v3`` and
-            ``_v2``, :class:`ProcessInfoV1` for the unversioned symbols).
+        symbol: e.g. ``nvmlDeviceGetComputeRunningProcesses``.
 
     Returns:
         The entries, in driver order.
@@ -118,12 +80,13 @@ def list_processes(
         raise pynvml.NVMLError(ret)
     # Room for processes that start between the two calls, as pynvml does.
     count.value = count.value * 2 + 5
-    array = (struct * count.value)()
+    array = (ProcessInfoV1 * count.value)()
     ret = fn(handle, ctypes.byref(count), array)
     if ret != pynvml.NVML_SUCCESS:
         raise pynvml.NVMLError(ret)
     return [
-        RawProcess(int(e.pid), memory_or_none(int(e.usedGpuMemory))) for e in array[: count.value]
+        RawProcess(int(array[i].pid), memory_or_none(int(array[i].usedGpuMemory)))
+        for i in range(count.value)
     ]
 
 
