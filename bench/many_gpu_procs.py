@@ -142,6 +142,28 @@ def write_nvml(conf: Path, pids: list[int]) -> None:
     os.replace(tmp, conf)
 
 
+class _Notes:
+    """The child's results, kept as JSON text in a buffer allocated before the job (by
+    malloc, not pymalloc): a Python object the bench kept from the job's ticks would pin
+    a pymalloc arena of the daemon's heap, and the RSS it holds would count as the
+    daemon's."""
+
+    def __init__(self, **first: Any) -> None:
+        self._buf = bytearray(1 << 20)
+        self._used = 0
+        for key, value in first.items():
+            self[key] = value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        data = (json.dumps([key, value]) + "\n").encode()
+        self._buf[self._used : self._used + len(data)] = data
+        self._used += len(data)
+
+    def result(self) -> dict[str, Any]:
+        text = bytes(self._buf[: self._used]).decode()
+        return {k: v for k, v in (json.loads(line) for line in text.splitlines())}
+
+
 def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -> dict[str, Any]:
     """In a fresh interpreter: the daemon, ticked before, during and after."""
     from watchdog.config import parse_config
@@ -164,7 +186,7 @@ def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -
     )
     d = Daemon(cfg, None)
     attach_parts(d)
-    out: dict[str, Any] = {"procs": procs, "case": case}
+    out = _Notes(procs=procs, case=case)
     verbose = bool(os.environ.get("MANY_VERBOSE"))
     clock = [time.time()]
     due = [time.monotonic()]
@@ -243,7 +265,8 @@ def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -
     else:
         launchers = [Launcher(rogue_bin, procs)]
     try:
-        gone.update(p for la in launchers for p in la.workers)
+        if os.environ.get("MANY_WHERE"):  # else the bench keeps nothing born in the job
+            gone.update(p for la in launchers for p in la.workers)
         write_nvml(conf, [p for la in launchers for p in la.workers])
         time.sleep(0.5)
         w, c, summary = tick()
@@ -319,7 +342,7 @@ def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -
             out["dead_proc_owners"] = owners(dead[0], 6)
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         out["rss_after_trim_mib"] = rss_kib() / 1024
-    return out
+    return out.result()
 
 
 def row(r: dict[str, Any]) -> str:
