@@ -13,6 +13,11 @@ the same run, is ``ps -e -o pid,ppid,args`` (wall and CPU from ``wait4``). RSS i
 child's ``VmRSS``: before (after warm-up ticks with no GPU process), during, and after the
 workers ended (SIGKILL, reaped) and NVML lists nothing again.
 
+Diagnosis switches (environment): ``MANY_PROFILE=FILE`` (cProfile of the steady ticks),
+``MANY_TRACEMALLOC=DEPTH``, ``MANY_WHERE=1`` (gc, ``malloc_trim``, pymalloc's arena stats,
+dead workers' records still alive), ``MANY_EVENTS=off``, ``MANY_SCAN_ONLY=1`` (the scan
+without the tracker and state), ``MANY_VERBOSE=1`` (each tick on stderr).
+
 ``--case mixed`` splits N between a rogue launcher and a sanctioned one (an allowlist rule
 with ``origin: {any: true}``), both on GPU 0.
 
@@ -37,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
@@ -178,7 +184,7 @@ def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -
     cfg = parse_config(
         f"nvml: {{library: '{nvml_dir / 'libnvidia-ml.so.1'}'}}\n"
         f"daemon: {{interval_s: {interval_s}, state_dir: '{sandbox / 'state'}',"
-        f" socket: '{sandbox / 'sock'}'}}\n"
+        f" socket: '{sandbox / 'sock'}', events: {os.environ.get('MANY_EVENTS', 'auto')}}}\n"
         "sanctioned:\n"
         f"  - {{name: bench-ok, cmdline: '{ok_bin} *', origin: {{any: true}}}}\n"
         f"alerts: {{sinks: [{{type: log, path: '{sandbox / 'alerts.log'}'}}]}}\n",
@@ -188,6 +194,7 @@ def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -
     attach_parts(d)
     out = _Notes(procs=procs, case=case)
     verbose = bool(os.environ.get("MANY_VERBOSE"))
+    scan_only = bool(os.environ.get("MANY_SCAN_ONLY"))
     clock = [time.time()]
     due = [time.monotonic()]
 
@@ -197,7 +204,11 @@ def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -
         due[0] = max(due[0], time.monotonic() - interval_s) + interval_s
         clock[0] += interval_s
         c0, t0 = cpu_s(), time.perf_counter()
-        summary = d.tick(clock[0])
+        if scan_only:  # the scan alone, no tracker nor state (where RSS is kept)
+            result = d.scanner.scan()
+            summary = SimpleNamespace(result=result, findings=result.findings)
+        else:
+            summary = d.tick(clock[0])
         if verbose:
             print(
                 f"tick {time.perf_counter() - t0:.3f} s wall, {cpu_s() - c0:.3f} s CPU",
