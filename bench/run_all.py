@@ -31,6 +31,9 @@ Rows:
   often an unreaped zombie by the tick that judges it).
 * exec storm: ``/bin/true`` vfork+exec'd at 500/s; the daemon's CPU and the events the
   kernel dropped (``status`` ``events.lost``).
+* 4,096 processes of one job on one GPU (``bench/many_gpu_procs.py``): the daemon's tick
+  (wall and CPU, p50 and p95 over 12 ticks at a 1 s interval) beside ``ps -e -o
+  pid,ppid,args``, and its RSS before, during and after the processes end.
 * ``verify-weights`` warm (in process) vs a read-only pass over the same bytes with the
   same threads (F32, F16, BF16); BF16 vs safetensors + numpy and + torch when installed;
   cold (``POSIX_FADV_DONTNEED`` on the file before each run: only this file leaves the
@@ -43,7 +46,7 @@ e.g. an older commit unpacked with ``git archive``): every watchdog child gets
 
 Usage (root: the proc connector and every process's /proc)::
 
-    python bench/run_all.py [--quick] [--only cli,status,scan,daemon,weights]
+    python bench/run_all.py [--quick] [--only cli,status,scan,daemon,weights,many]
                             [--out docs/performance.md] [--code DIR]
 
 ``--quick`` (small counts, well under a minute) is the smoke test. The table is printed
@@ -647,6 +650,39 @@ def section_scan(ctx: Ctx, extra: int) -> None:
         )
 
 
+def section_many(ctx: Ctx) -> None:
+    """4,096 processes of one job on one GPU (issue 32 case 8, issue 34 item 3): the
+    daemon's tick and RSS through ``bench/many_gpu_procs.py``, beside ``ps``."""
+    from many_gpu_procs import measure
+
+    procs = ctx.n(4096, 256)
+    r = measure(procs, "one", ctx.n(12, 4), ctx.code)
+    d = r["during"]
+    before, after = r["rss_before_mib"], r["rss_after_mib"]
+    p95 = d["tick_wall_p95_s"]
+    kept = after / before - 1
+    ctx.rows.append(
+        Row(
+            f"{procs} processes of one job on one GPU, 1 s interval",
+            f"tick wall p50 {d['tick_wall_p50_s']:.3f} s, p95 {p95:.3f} s (CPU p50 "
+            f"{d['tick_cpu_p50_s']:.3f} s); RSS {before:.1f} -> {r['rss_during_mib']:.1f} -> "
+            f"{after:.1f} MiB after they end ({kept:+.0%})",
+            f"`ps -e -o pid,ppid,args` {d['ps_wall_p50_s']:.3f} s wall, "
+            f"{d['ps_cpu_p50_s']:.3f} s CPU",
+            "a tick <= 0.5 s (p95); RSS back within 10%",
+            p95 <= 0.5 and kept <= 0.10,
+            ", ".join(
+                x
+                for x in (
+                    f"tick {p95 / 0.5:.2f}x over" if p95 > 0.5 else "",
+                    f"RSS {kept:+.0%} kept" if kept > 0.10 else "",
+                )
+                if x
+            ),
+        )
+    )
+
+
 def child_scan(config: str, rounds: int, wait_s: float) -> dict[str, Any]:
     """In a fresh process: one Scanner, its cold cycle, then steady and sweep cycles
     taking turns with ``ps``."""
@@ -823,7 +859,7 @@ def child_weights(path: Path, dtype: str, size: int, rounds: int) -> dict[str, A
 
 # -- main --------------------------------------------------------------------------------
 
-SECTIONS = ("cli", "status", "daemon", "scan", "weights")
+SECTIONS = ("cli", "status", "daemon", "scan", "weights", "many")
 
 
 def header(ctx: Ctx, sleeping: int, started: float) -> str:
@@ -916,6 +952,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 steps.append(("daemon", with_daemon))
             if "weights" in only:
                 steps.append(("weights", lambda: section_weights(ctx)))
+            if "many" in only:
+                steps.append(("many", lambda: section_many(ctx)))
             for name, step in steps:
                 t0 = time.monotonic()
                 ctx.say(f"[{name}] ...")

@@ -78,7 +78,7 @@ WORKLOAD_CLASSES: tuple[WorkloadClass, ...] = get_args(WorkloadClass)
 NON_TRAINING_CLASSES: tuple[WorkloadClass, ...] = ("serving", "interactive", "system", "probe")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a table of 4,096 workers, no dict each
 class Proc:
     """One process as read from procfs.
 
@@ -149,7 +149,7 @@ class GpuInfo:
     mig_index: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per listed process per tick, no dict each
 class GpuProcess:
     """One entry of an NVML running-process list.
 

@@ -49,7 +49,7 @@ from watchdog.policy.jobs import (
     TrainingEvidence,
     collect_training,
     group_jobs,
-    ignore_match,
+    ignored_pids,
 )
 from watchdog.policy.nvml import DISABLED, GpuView, gpu_view
 from watchdog.policy.services import service_findings, service_scope
@@ -67,6 +67,10 @@ if TYPE_CHECKING:  # pynvml is imported only when NVML is used
 # How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
 # are re-read after this; `next_run` may lag by as much).
 ORIGIN_TTL_S = 30.0
+# Once the process table is this many processes below its size at the last release, the
+# next scan hands the memory their records held back to the system (release_memory):
+# 4,096 workers of a job that ended left ~20 MiB resident otherwise (issue 32, case 8).
+RELEASE_AFTER_REMOVED = 512
 # Full sweeps after lost kernel events (every process read again, like the first scan)
 # start at least this far apart, so sustained loss costs a bounded share of a core.
 FULL_SWEEP_MIN_GAP_S = 2.0
@@ -119,6 +123,26 @@ def still_hidden(
         for gp in missing
         if (gp.pid, gp.gpu_uuid) in still and not os.path.exists(f"{proc_root}/{gp.pid}")
     ]
+
+
+def release_memory() -> bool:
+    """Return the C heap's free pages to the system (glibc ``malloc_trim(0)``): objects
+    Python freed stay resident in the heap otherwise, so the daemon's RSS kept the peak
+    of a job of thousands of processes after it ended.
+
+    Returns:
+        True when glibc trimmed something; False when nothing was released or the C
+        library has no ``malloc_trim`` (musl).
+    """
+    import ctypes  # only here: most scans never release, and start-up time counts
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return bool(trim(0))
 
 
 def read_listens(
@@ -274,6 +298,7 @@ class Scanner:
         self._hidepid: tuple[str] | None = None
         self._sweep_due = False
         self._last_sweep = -FULL_SWEEP_MIN_GAP_S
+        self._peak_procs = 0  # the table's largest size since memory was last released
         # Processes of sanctioned jobs, (PID, start ticks) -> rule: sanctioned for life.
         # A one-shot command starts from what the daemon recorded (read only), so it never
         # calls rogue what the daemon sanctioned when it started.
@@ -403,7 +428,8 @@ class Scanner:
         root = self.config.paths.proc_root
         for gp in gpu_procs:
             proc = self.table.get(gp.pid)
-            if proc is not None:
+            # The same inode is the same task (one stat); else its stat line decides.
+            if proc is not None and not self.table.still_same(gp.pid):
                 now = read_identity(gp.pid, root)
                 if now is None or now[0] != proc.start_ticks:
                     continue
@@ -460,7 +486,14 @@ class Scanner:
         """
         started = time.monotonic()
         now = now or datetime.now(UTC).astimezone()
+        size = len(self.table.procs)
+        if self._peak_procs - size >= RELEASE_AFTER_REMOVED:
+            # Many processes ended since the table was largest (in one tick or over
+            # several); what held their records is gone by now.
+            release_memory()
+            self._peak_procs = size
         events = self._take_events(started)
+        self._peak_procs = max(self._peak_procs, len(self.table.procs))
         gpu = self._gpu_picture()
         candidates = self._candidates(gpu, events.read_at)
         jobs = group_jobs(
@@ -584,11 +617,8 @@ class Scanner:
             gpu_libs,
             self.sanctioned,
         )
-        ignored = frozenset(
-            pid
-            for pid in evidence.by_pid
-            if ignore_match(self.table.procs[pid], self.config.ignore) is not None
-        )
+        procs = self.table.procs
+        ignored = ignored_pids((procs[pid] for pid in evidence.by_pid), self.config.ignore)
         return _Candidates(evidence=evidence, holders=holders, ignored=ignored)
 
     def _with_origins(self, jobs: Sequence[Job], now: datetime) -> list[Job]:

@@ -72,7 +72,7 @@ typedef struct {
 enum { KIND_COMPUTE, KIND_GRAPHICS, KIND_MPS, KIND_COUNT };
 
 #define MAX_DEVS 64
-#define MAX_PROCS 1024
+#define MAX_PROCS 65536 /* bench/many_gpu_procs.py lists 4,096 and more on one GPU */
 
 struct fake_dev {
     char name[96];

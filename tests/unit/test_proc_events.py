@@ -446,15 +446,16 @@ def test_gpu_library_cache_rechecks_only_what_was_young_when_first_seen(
     assert started is not None and started < time.time() - 12  # this host's oldest
     cache.holders(table, 101.5)
     seen = cache._seen
-    assert seen[(old.pid, old.start_ticks)][1] == 100.0  # read once, at its first sighting
+    # pid -> (start ticks, first seen, last read, libraries)
+    assert seen[old.pid][::2] == (old.start_ticks, 100.0)  # read once, at its first sighting
     mine = table.procs[young.pid]
-    assert seen[(young.pid, mine.start_ticks)][1] == 101.5  # re-read a second later
+    assert seen[young.pid][::2] == (mine.start_ticks, 101.5)  # re-read a second later
     # After that first scan, a new identity gets its 10 s whatever its age (a tick gap,
     # a clock step or a reload must not shorten anyone's window).
-    del seen[(old.pid, old.start_ticks)]
+    del seen[old.pid]
     cache.holders(table, 103.0)
     cache.holders(table, 104.5)
-    assert cache._seen[(old.pid, old.start_ticks)][:2] == (103.0, 104.5)
+    assert cache._seen[old.pid][:3] == (old.start_ticks, 103.0, 104.5)
     # A reload's new scanner adopts the cache: nothing is new to it, nothing is re-read.
     reloaded = GpuLibraryCache(("libcudart.so",), recheck_s=10.0)
     reloaded.adopt(cache)

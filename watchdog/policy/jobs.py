@@ -189,6 +189,33 @@ def ignore_match(proc: Proc, ignore: Sequence[IgnoreEntry]) -> IgnoreEntry | Non
     return next((e for e in ignore if not e.per_job and _proc_matches(proc, e)), None)
 
 
+def ignored_pids(procs: Iterable[Proc], ignore: Sequence[IgnoreEntry]) -> frozenset[int]:
+    """The PIDs of ``procs`` that :func:`ignore_match` matches.
+
+    Processes alike in every key an entry reads (executable, command line, user, uid,
+    comm) are matched once: 4,096 forked workers of one launcher cost one match.
+
+    Args:
+        procs: Processes to check.
+        ignore: The ignore list.
+
+    Returns:
+        The matching PIDs.
+    """
+    if not any(not e.per_job for e in ignore):
+        return frozenset()
+    seen: dict[tuple[object, ...], bool] = {}
+    out: set[int] = set()
+    for proc in procs:
+        key = (proc.exe, proc.cmdline, proc.user, proc.uid, proc.comm)
+        hit = seen.get(key)
+        if hit is None:
+            hit = seen[key] = ignore_match(proc, ignore) is not None
+        if hit:
+            out.add(proc.pid)
+    return frozenset(out)
+
+
 def ignore_match_job(job: Job, ignore: Sequence[IgnoreEntry]) -> IgnoreEntry | None:
     """The first ignore entry matching ``job``: its root by the process keys, its origin
     kind and its workload class by the others; every key an entry gives must match.
@@ -453,19 +480,61 @@ def _roots(table: ProcessTable, evidence: TrainingEvidence, ignored: Set[int]) -
 
     An ignored process is a root of its own, unless it sits inside a training tree: then
     it is just a member of that tree and has no entry.
+
+    Each parent chain is walked once (:func:`_top_training`), however many processes
+    share it: 4,096 workers of one launcher cost one walk, not 4,096 (issue 34, item 3).
     """
     training = set(evidence.by_pid) - set(ignored)
     roots: dict[int, int] = {pid: pid for pid in ignored if pid in evidence.by_pid}
+    above: dict[int, int | None] = {}
     for pid in training:
-        root = pid
-        for anc in table.ancestors(pid)[1:]:
-            if anc.pid in training and anc.pid > 1:
-                root = anc.pid
-        roots[pid] = root
+        proc = table.get(pid)
+        top = _top_training(table, proc.ppid, training, above) if proc is not None else None
+        if top is _LOOP:  # a parent loop (a fixture tree): walk as ancestors() stops
+            top = None
+            for anc in table.ancestors(pid)[1:]:
+                if anc.pid in training and anc.pid > 1:
+                    top = anc.pid
+        roots[pid] = pid if top is None else top
     for pid in list(roots):
         if pid in ignored and any(a.pid in training for a in table.ancestors(pid)[1:]):
             del roots[pid]
     return roots
+
+
+_LOOP = -1  # _top_training's answer for a chain that comes back on itself
+
+
+def _top_training(
+    table: ProcessTable, pid: int, training: Set[int], above: dict[int, int | None]
+) -> int | None:
+    """The topmost PID of ``training`` (PID 1 excluded) among ``pid`` and its ancestors,
+    walked as :meth:`ProcessTable.ancestors` walks them; None when there is none, and
+    :data:`_LOOP` when the chain comes back on itself (only a fixture tree can: the
+    answer then depends on where the walk starts, so nothing is kept).
+
+    ``above`` keeps each PID's answer: a chain shared by many processes is walked once.
+    """
+    chain: list[int] = []
+    seen: set[int] = set()
+    cur = table.get(pid) if pid > 0 else None
+    top: int | None = None
+    while cur is not None:
+        if cur.pid in above:
+            top = above[cur.pid]
+            break
+        if cur.pid in seen:
+            return _LOOP
+        chain.append(cur.pid)
+        seen.add(cur.pid)
+        if cur.ppid <= 0:
+            break
+        cur = table.get(cur.ppid)
+    for p in reversed(chain):  # from the top down: the first trainer met is the topmost
+        if top is None and p in training and p > 1:
+            top = p
+        above[p] = top
+    return top if not chain else above[chain[0]]
 
 
 def _merged_leaders(table: ProcessTable, roots: Set[int]) -> dict[int, int]:

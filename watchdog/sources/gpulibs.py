@@ -89,8 +89,11 @@ class GpuLibraryCache:
         self.pattern = library_pattern(self.names)
         self.recheck_s = recheck_s
         self.reads = 0
-        # (pid, start_ticks) -> (first seen, last read, libraries found)
-        self._seen: dict[tuple[int, int], tuple[float, float, tuple[str, ...]]] = {}
+        # pid -> (start_ticks, first seen, last read, libraries found). Keyed by PID with
+        # the start in the entry, so a tick keeps an unchanged entry as it is instead of
+        # allocating a key per process: 4,096 workers' worth of one-tick objects a tick
+        # fragmented the heap that their end should have given back (issue 32, case 8).
+        self._seen: dict[int, tuple[int, float, float, tuple[str, ...]]] = {}
         self._primed = False  # the first scan (every process at once) is done
 
     def adopt(self, other: GpuLibraryCache) -> None:
@@ -103,7 +106,7 @@ class GpuLibraryCache:
     def note(self, pid: int, start_ticks: int, libraries: Sequence[str], now: float) -> None:
         """Record a hit found elsewhere (the event source reads maps after ``execve``)."""
         if libraries:
-            self._seen[(pid, start_ticks)] = (now, now, tuple(libraries))
+            self._seen[pid] = (start_ticks, now, now, tuple(libraries))
 
     def holders(self, table: ProcessTable, now: float) -> dict[int, tuple[str, ...]]:
         """PID → mapped GPU libraries, for every process in ``table`` that has any.
@@ -122,31 +125,31 @@ class GpuLibraryCache:
             boot_s = time.clock_gettime(time.CLOCK_BOOTTIME)
         self._primed = True
         hz = os.sysconf("SC_CLK_TCK")
-        alive: dict[tuple[int, int], tuple[float, float, tuple[str, ...]]] = {}
+        alive: dict[int, tuple[int, float, float, tuple[str, ...]]] = {}
         out: dict[int, tuple[str, ...]] = {}
         for pid, proc in table.procs.items():
             if proc.kernel_thread or proc.is_zombie:
                 continue
-            key = (pid, proc.start_ticks)
-            entry = seen.get(key)
-            if entry is None:
-                young = boot_s is None or boot_s - proc.start_ticks / hz < self.recheck_s
+            start = proc.start_ticks
+            entry = seen.get(pid)
+            if entry is None or entry[0] != start:
+                young = boot_s is None or boot_s - start / hz < self.recheck_s
                 # An old process's window is over at once: it was read, nothing more.
                 entry = self._read(
-                    table.proc_root, pid, now if young else now - self.recheck_s, now
+                    table.proc_root, pid, start, now if young else now - self.recheck_s, now
                 )
-            elif not entry[2] and now - entry[0] < self.recheck_s and now - entry[1] >= 1.0:
-                entry = self._read(table.proc_root, pid, entry[0], now)
-            alive[key] = entry
-            if entry[2]:
-                out[pid] = entry[2]
+            elif not entry[3] and now - entry[1] < self.recheck_s and now - entry[2] >= 1.0:
+                entry = self._read(table.proc_root, pid, start, entry[1], now)
+            alive[pid] = entry
+            if entry[3]:
+                out[pid] = entry[3]
         self._seen = alive
         return out
 
     def _read(
-        self, proc_root: str, pid: int, first: float, now: float
-    ) -> tuple[float, float, tuple[str, ...]]:
+        self, proc_root: str, pid: int, start: int, first: float, now: float
+    ) -> tuple[int, float, float, tuple[str, ...]]:
         assert self.pattern is not None
         self.reads += 1
         libs = mapped_libraries(proc_root, pid, self.pattern) or ()
-        return (first, now, libs)
+        return (start, first, now, libs)

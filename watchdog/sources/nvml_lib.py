@@ -26,7 +26,7 @@ class ProcessInfoV1(ctypes.Structure):
     _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per listed process per tick, no dict each
 class RawProcess:
     """One entry of a running-process list, before any sanity check.
 

@@ -21,6 +21,7 @@ import os
 import pwd
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 from watchdog.model import Proc
 
@@ -340,6 +341,8 @@ class ProcessTable:
         self._stat_raw: dict[int, bytes] = {}
         self._children: dict[int, list[int]] | None = None
         self._users: dict[int, str] = {}
+        # Command lines, executables and cgroups, each value once (_shared).
+        self._values: dict[Any, Any] = {}
         self._force: set[int] = set()
         self.new_pids: set[int] = set()
         # What the last refresh changed, for caches kept beside the table: PIDs whose
@@ -432,6 +435,8 @@ class ProcessTable:
             del procs[pid]
             raws.pop(pid, None)
             inodes.pop(pid, None)
+        if removed:
+            self._drop_unshared()
         self.changed = changed | new
         self.removed = removed
         self._force = set()
@@ -517,10 +522,35 @@ class ProcessTable:
         flags: int,
         start: int,
     ) -> Proc | None:
-        return read_details(
+        proc = read_details(
             f"{self.proc_root}/{pid}", pid, comm, state, ppid, pgid, sid, flags, start,
             self.user_name,
         )  # fmt: skip
+        return self._shared(proc)
+
+    def _shared(self, proc: Proc) -> Proc:
+        """``proc`` holding the command line, executable and cgroup values of an earlier
+        process alike instead of its own copies: the 4,096 workers of one launcher keep
+        one of each (issue 34, item 3). Values no live process holds are dropped
+        (:meth:`_drop_unshared`)."""
+        values = self._values
+        cmdline = values.setdefault(proc.cmdline, proc.cmdline)
+        cgroup = values.setdefault(proc.cgroup, proc.cgroup)
+        exe = values.setdefault(proc.exe, proc.exe) if proc.exe is not None else None
+        if cmdline is proc.cmdline and cgroup is proc.cgroup and exe is proc.exe:
+            return proc
+        return replace(proc, cmdline=cmdline, cgroup=cgroup, exe=exe)
+
+    def _drop_unshared(self) -> None:
+        """Keep only the shared values live processes hold, once most are stale."""
+        if len(self._values) <= 2 * len(self._procs) + 256:
+            return
+        live: dict[object, object] = {}
+        for proc in self._procs.values():
+            for value in (proc.cmdline, proc.cgroup, proc.exe):
+                if value is not None:
+                    live[value] = value
+        self._values = live
 
     # -- queries -------------------------------------------------------------------
 
@@ -532,6 +562,20 @@ class ProcessTable:
     def get(self, pid: int) -> Proc | None:
         """The process with this PID, or None when it was not visible at the last refresh."""
         return self._procs.get(pid)
+
+    def still_same(self, pid: int) -> bool:
+        """True when ``/proc/PID`` is still the task the last refresh read: its inode is
+        the one recorded then (one ``stat``, the check :meth:`refresh` trusts). False
+        when it cannot be told this way (not procfs, not read, gone, another inode):
+        the caller then reads the identity itself.
+        """
+        ino = self._inodes.get(pid) if self.trust_inodes else None
+        if ino is None or pid not in self._procs:
+            return False
+        try:
+            return os.stat(f"{self.proc_root}/{pid}").st_ino == ino
+        except OSError:
+            return False
 
     def children(self, pid: int) -> list[int]:
         """Direct children of ``pid`` at the last refresh, ascending."""

@@ -135,25 +135,38 @@ def parse_socket_table(
 
 
 def _socket_inodes(proc_root: str, pid: int) -> list[int] | None:
-    """Socket inodes among ``/proc/PID/fd``; None when unreadable for permission."""
-    base = f"{proc_root}/{pid}/fd"
+    """Socket inodes among ``/proc/PID/fd``; None when unreadable for permission.
+
+    Each link is read relative to the open directory (``readlinkat``), not by its full
+    path: a job of 4,096 processes has this read for each every tick, and resolving
+    ``/proc/PID/fd/N`` from the root each time was most of its cost (issue 34, item 3).
+    """
     try:
-        names = os.listdir(base)
+        fd = os.open(f"{proc_root}/{pid}/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except PermissionError:
         return None
     except OSError:  # exited
         return []
     out = []
-    for name in names:
+    try:
         try:
-            target = os.readlink(f"{base}/{name}")
-        except OSError:
-            continue
-        if target.startswith("socket:[") and target.endswith("]"):
+            names = os.listdir(fd)
+        except PermissionError:
+            return None
+        except OSError:  # exited
+            return []
+        for name in names:
             try:
-                out.append(int(target[8:-1]))
-            except ValueError:
+                target = os.readlink(name, dir_fd=fd)
+            except OSError:
                 continue
+            if target.startswith("socket:[") and target.endswith("]"):
+                try:
+                    out.append(int(target[8:-1]))
+                except ValueError:
+                    continue
+    finally:
+        os.close(fd)
     return out
 
 
