@@ -132,7 +132,7 @@ def test_scan_at_80_columns_fits_and_keeps_the_script_name(
     lines = done.stdout.splitlines()
     # A stop: command stays whole however long (the terminal soft-wraps it; a hard wrap
     # breaks the paste); everything else fits.
-    wide = [x for x in lines if len(x) > 80 and not x.startswith("    stop: rogue-watchdog ")]
+    wide = [x for x in lines if len(x) > 80 and not x.startswith("    stop: ")]
     assert wide == []
     row = next(line for line in lines if line.split()[1:2] == [str(rogue)])
     assert row.endswith(" …/mystery_train.py") or row.endswith(f" {tmp_path}/mystery_train.py")
