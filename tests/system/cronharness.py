@@ -7,7 +7,8 @@ runs as ``cron`` → ``CRON`` → ``/bin/sh -c CMD`` → command, dash staying a
 Ownership rules kept here:
 * cron is started (``cron -f``, as this process's child) only when none runs; only that
   one is stopped. A cron that was already running is used and left alone.
-* Files: ``/etc/cron.d/rwtest-<hex>`` (no dots), user crontabs of throwaway users
+* Files: ``/etc/cron.d/rwtest-<hex>-p<PID>s<ticks>-<n>`` (no dots; those of a test
+  process that is gone are removed by the next harness), user crontabs of throwaway users
   ``rwt<hex>`` made with ``useradd -M``; all removed in :meth:`CronHarness.close`.
 * Trainers are ``/usr/bin/python3 SANDBOX/<name>/train_fake.py`` where SANDBOX is a fresh
   random directory: a process is ours only when its argv is exactly that, and either its
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -61,6 +63,35 @@ def _ppid(pid: int) -> int:
 
 def _pids() -> list[int]:
     return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+
+
+_OWNED = re.compile(r"rwtest-[0-9a-f]+-p(\d+)s(\d+)-\d+")
+
+
+def _start_ticks(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def remove_orphaned_entries() -> list[Path]:
+    """Remove ``/etc/cron.d/rwtest-*`` files whose name says their test process is gone
+    (a session killed before its teardown: its ghost line would fire every minute for
+    every later test on the host). Names without an owner are left alone: whose they
+    are cannot be told. Returns what was removed."""
+    removed = []
+    for path in CRON_D.glob("rwtest-*"):
+        m = _OWNED.fullmatch(path.name)
+        if m is None or _start_ticks(int(m.group(1))) == m.group(2):
+            continue  # not marked, or its owner runs
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path)
+    if removed:
+        os.utime(CRON_D)
+    return removed
 
 
 class CronHarness:
@@ -123,8 +154,12 @@ class CronHarness:
         return folder, script
 
     def add_cron_d(self, lines: list[str]) -> Path:
-        """Write ``/etc/cron.d/rwtest-<hex>`` (mode 0644, root) and nudge cron."""
-        path = CRON_D / f"rwtest-{self.tag}-{len(self.cron_d_files)}"
+        """Write ``/etc/cron.d/rwtest-<hex>-p<PID>s<start ticks>-<n>`` (mode 0644, root;
+        the name says which test process owns it: :func:`remove_orphaned_entries`) and
+        nudge cron."""
+        remove_orphaned_entries()
+        me = f"p{os.getpid()}s{_start_ticks(os.getpid())}"
+        path = CRON_D / f"rwtest-{self.tag}-{me}-{len(self.cron_d_files)}"
         self.cron_d_files.append(path)
         path.write_text("\n".join(lines) + "\n")
         path.chmod(0o644)
