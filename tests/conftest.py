@@ -57,13 +57,24 @@ def _signals_reach_only_own_processes() -> Iterator[None]:
 # Under pytest-xdist (scripts/test.sh runs tests/system in two workers, `--dist
 # loadgroup`): a test file is one group, so its module fixtures (the busy box's 3-minute
 # window, a booted systemd) are built once; files that share something host-wide share a
-# group and never run at once: the container engines (podman's /var/lib/containers blob
-# cache, made and removed by whichever test found it absent) and dpkg/apt (one lock).
+# group and never run at once. Found by running them side by side (2026-12-06):
+# - cron and atd: a harness uses the cron (atd) that runs, and the one that started it
+#   stops it at its teardown, under the other's test ("cron to start the trainer again"
+#   timed out); two of them would run every /etc/cron.d line twice;
+# - the container engines: podman's /var/lib/containers blob cache, made and removed by
+#   whichever test found it absent;
+# - the package builds and dpkg/apt: setuptools builds in the checkout's build/ and
+#   *.egg-info (install.sh's wheel broke beside build-deb.sh's), and one dpkg lock.
 _SHARED_GROUPS = {
+    "cron-atd": (
+        "test_cron_at.py", "test_cron_system.py", "test_enforce_cron.py", "test_learn_cron.py",
+        "test_proc_events.py", "test_respawn_cron.py", "test_trust_cron.py",
+        "test_week_system.py",
+    ),
     "containers": (
         "test_containers_real.py", "test_restart_containers.py", "test_kubernetes_cgroup.py",
     ),
-    "dpkg": ("test_deb_package.py", "test_prerequisites.py"),
+    "build-dpkg": ("test_deb_package.py", "test_prerequisites.py", "test_service_install.py"),
 }  # fmt: skip
 
 

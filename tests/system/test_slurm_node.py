@@ -27,6 +27,7 @@ from watchdog.command import run
 from watchdog.config import load_config
 from watchdog.config.slurm import SlurmNodeSettings
 from watchdog.daemon.loop import Daemon
+from watchdog.hosttext import command_text
 from watchdog.model import CronOrigin, Job
 from watchdog.sources.procfs import ProcessTable
 
@@ -172,10 +173,13 @@ def test_health_check_stops_a_setsid_orphan_that_ignores_sigterm(
         res = run_cli("health-check", "--config", str(_config(tmp_path)), env=env)
         assert res.returncode == 0, res.stdout + res.stderr
         lines = res.stdout.splitlines()
+        # The command as every report line shows it: cut at 160 characters, which a long
+        # temporary path (pytest-xdist's popen-gwN/ level) reaches.
+        argv = (PYTHON, f"{cluster.root}/orphan_a.py", f"{tmp_path}/nvidia0",
+                f"{cluster.root}/orphan_a.pid", "4")  # fmt: skip
         assert lines[0] == (
             f"PID {pid} (root) is an orphan of Slurm job {job}, holds {tmp_path}/nvidia0 "
-            f"(recorded below slurmstepd while the job ran): {PYTHON} "
-            f"{cluster.root}/orphan_a.py {tmp_path}/nvidia0 {cluster.root}/orphan_a.pid 4"
+            f"(recorded below slurmstepd while the job ran): {command_text(argv, 160)}"
         )
         assert f"job {job}: PID {pid} killed after SIGTERM+SIGKILL" in lines
         assert not _alive(pid)
