@@ -20,7 +20,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,32 @@ class IdentityChangedError(ProcessLookupError):
         self.pid = pid
         self.expected_ticks = expected_ticks
         self.found_ticks = found_ticks
+
+
+@contextlib.contextmanager
+def pinned(pid: int, start_ticks: int | None) -> Iterator[int]:
+    """A pidfd of the process that has ``pid`` now (``pidfd_open(2)``), checked to be the
+    one started at ``start_ticks`` (``/proc/PID/stat`` field 22; None: whichever it is).
+
+    Yields:
+        The pidfd, closed on exit: a signal sent through it reaches that process or
+        fails (ESRCH), even if the PID were reused meanwhile.
+
+    Raises:
+        IdentityChangedError: The PID now belongs to another process.
+        ProcessLookupError: It no longer exists.
+    """
+    fd = os.pidfd_open(pid)
+    try:
+        if start_ticks is not None:
+            proc = read_proc(pid)
+            if proc is None:
+                raise ProcessLookupError(errno.ESRCH, f"PID {pid} exited")
+            if proc.start_ticks != start_ticks:
+                raise IdentityChangedError(pid, start_ticks, proc.start_ticks)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 class Effects:
@@ -85,17 +111,8 @@ class Effects:
             ProcessLookupError: It no longer exists.
             PermissionError: Not allowed to signal it.
         """
-        fd = os.pidfd_open(pid)
-        try:
-            if start_ticks is not None:
-                proc = read_proc(pid)
-                if proc is None:
-                    raise ProcessLookupError(errno.ESRCH, f"PID {pid} exited")
-                if proc.start_ticks != start_ticks:
-                    raise IdentityChangedError(pid, start_ticks, proc.start_ticks)
+        with pinned(pid, start_ticks) as fd:
             signal.pidfd_send_signal(fd, sig)
-        finally:
-            os.close(fd)
 
     def write_file_atomic(self, path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
         """Replace ``path`` with ``data`` in one ``rename(2)``: a temporary file in the same
@@ -204,17 +221,9 @@ class Effects:
             ProcessLookupError: It no longer exists.
             OSError: The kernel refused the move.
         """
-        fd = os.pidfd_open(pid)
-        try:
-            if start_ticks is not None:
-                proc = read_proc(pid)
-                if proc is None:
-                    raise ProcessLookupError(errno.ESRCH, f"PID {pid} exited")
-                if proc.start_ticks != start_ticks:
-                    raise IdentityChangedError(pid, start_ticks, proc.start_ticks)
+        # cgroup.procs takes a number: the identity is checked right before it is written.
+        with pinned(pid, start_ticks):
             self.write_control(os.path.join(cgroup, "cgroup.procs"), str(pid))
-        finally:
-            os.close(fd)
 
     def remove_cgroup(self, path: str) -> None:
         """``rmdir(2)`` an empty child cgroup.

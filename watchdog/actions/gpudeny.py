@@ -52,6 +52,7 @@ from watchdog.hosttext import command_text
 from watchdog.logs import get_logger
 from watchdog.model import Job, ScanResult
 from watchdog.policy.signature import job_signature
+from watchdog.sources.procfs import boot_time_s
 from watchdog.state import ActionJournal, ActionRecord, JournalError, StateDB
 
 log = get_logger()
@@ -367,18 +368,6 @@ def lift(cgroup: str, effects: Effects, rounds: int = 5) -> list[int]:
     return moved
 
 
-def _boot_time() -> float:
-    """This boot's time (``btime`` of ``/proc/stat``), or 0 when unreadable."""
-    try:
-        with open("/proc/stat") as fh:
-            for line in fh:
-                if line.startswith("btime "):
-                    return float(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0.0
-
-
 def denial_cgroups(rec: ActionRecord) -> list[str]:
     """The cgroups a ``gpu-deny`` action made: from its details, or (one found
     interrupted and resolved) from its undo ops."""
@@ -470,7 +459,7 @@ class GpuOpenGate:
             recs = self.db.actions(limit=1000)
         except Exception:  # an unreadable trail: the tick's own degradation says so
             return out
-        booted = _boot_time()
+        booted = boot_time_s() or 0.0
         for rec in recs:
             root = rec.details.get("root")
             if rec.kind != "gpu-deny" or rec.created_at < booted:

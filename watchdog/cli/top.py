@@ -33,6 +33,7 @@ from typing import Any
 from watchdog import command
 from watchdog.cli.common import configure_logging, resolve_config_path, socket_path
 from watchdog.render import fit, paint, printable, shorten_command, use_colour
+from watchdog.sources.procfs import boot_time_s
 
 #: The keys line of the list (wrapped to the terminal's width).
 KEYS = (
@@ -190,17 +191,6 @@ def keys_of(data: str) -> list[str]:
             out.append("esc")
             i += 1
     return out
-
-
-def _btime_s() -> float | None:
-    try:
-        with open("/proc/stat") as fh:
-            for line in fh:
-                if line.startswith("btime "):
-                    return float(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 def job_age_s(job: dict[str, Any], now: float, btime_s: float | None) -> float | None:
@@ -612,7 +602,7 @@ def run(args: argparse.Namespace) -> int:
     config_path = resolve_config_path(args.config)
     common = [*(["--config", config_path] if config_path else [])]
     fd = sys.stdin.fileno()
-    view = View(btime_s=_btime_s())
+    view = View(btime_s=boot_time_s())
     colour = use_colour()
     doc: dict[str, Any] = {}
     source = ""

@@ -708,3 +708,16 @@ def boot_id(proc_root: str) -> str | None:
             return fh.read().strip() or None
     except OSError:
         return None
+
+
+def boot_time_s(proc_root: str = "/proc") -> float | None:
+    """When this host booted, POSIX seconds (``btime`` of ``PROC/stat``, proc(5)), or
+    None when it cannot be read."""
+    try:
+        with open(os.path.join(proc_root, "stat")) as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
