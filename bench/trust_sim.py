@@ -111,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{c['ticks']} ticks, {c['jobs']} jobs judged, "
             f"{c['signals']} signals, {c.get('kills', 0)} daemon kills, "
             f"{c.get('storage_faults', 0)} storage outages, "
-            f"{c.get('taken_over', 0)} actions taken over: "
+            f"{c.get('taken_over', 0)} actions taken over, "
+            f"{c.get('engine_restarts', 0)} containers restarted by their policy, "
+            f"{c.get('at_runs', 0)} at job runs, {c.get('will_return', 0)} will-return "
+            "terminates: "
             f"{len(violations)} violation(s), "
             f"{summary['wall_s']} s"
         )

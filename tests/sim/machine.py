@@ -29,13 +29,19 @@ rogue-watchdog is never wrong in the dangerous direction:
   line names the service and says it is not stopped.
 - I11 a restart source is named: a job whose loop shell ``terminate`` leaves has advice
   that says the loop restarts it and stops the loop first; the daemon records at most
-  one ``will-return`` terminate per job signature (it does not repeat a futile one);
+  one ``will-return`` terminate per job signature (it does not repeat a futile one); a
+  container's restart policy (``unknown`` when the engine did not answer) and an at job
+  that re-queued itself are named as what starts the job again after ``terminate``;
 - I12 every side effect has a record: at the moment of each signal, file change or
   command, the newest write-ahead step in the state database is the one naming it
   (issue 32, case 4);
 - I13 never twice: no SIGTERM or SIGKILL reaches one process (PID + start time) twice,
   across daemon kills and restarts; an action left half-way is taken over by the next
   start that can write its state (none stays owned by a dead daemon).
+- I14 a terminate never says ``ok`` to a job that will come back: when its container's
+  restart policy started it again, or a queued run of its re-queuing at job waits, the
+  outcome is ``will-return`` (or not ``ok``), unless ``disable-source`` stopped that
+  source first (issue 31, case 4).
 
 The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
 overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
@@ -46,7 +52,9 @@ in a session of their own, processes that only name a training script, exits, zo
 (a trainer its shared shell or hub has not reaped among them: issue 31, seed 3131),
 edits and chmods of the crontab, NVML blips (NO_PERMISSION, a GPU leaving the list, the
 device count lost, unknown memory), config reloads between observe and terminate,
-daemon restarts, a person's shell loop running a short job every 5 s (each run ends by
+daemon restarts, Docker containers whose main process is a trainer under each restart
+policy (an engine that stops answering), an at job that re-queues itself, a person's
+shell loop running a short job every 5 s (each run ends by
 itself), a person killing a process, daemon kills between two steps of an action (at a
 fault point, watchdog/faults.py: the daemon object is dropped where it stands) and a
 state database that refuses writes for a while. The daemon gets each exit status as the
@@ -69,8 +77,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tests.fakenvml.build import CONFIG_NAME, build_library
-from tests.sim.host import GIB, PIPELINE_SCRIPT, PY, SimEffects, SimHost
+from tests.sim.host import GIB, PIPELINE_SCRIPT, PY, SimContainer, SimEffects, SimHost
 from watchdog import faults
+from watchdog.actions import sources as disable_sources
 from watchdog.actions.enforcer import Enforcer
 from watchdog.actions.guards import LiveProc
 from watchdog.actions.remedy import Remedy, target_from_job
@@ -79,8 +88,9 @@ from watchdog.actions.terminate import plan_tree
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.sanctionedfile import sanctioned_path
-from watchdog.model import CronOrigin, Job, SystemdOrigin
+from watchdog.model import AtOrigin, ContainerOrigin, CronOrigin, Job, SystemdOrigin
 from watchdog.policy.signature import job_signature
+from watchdog.scan import Scanner
 
 JOB_KINDS = ("rogue-job", "excess-instances")
 REMINDER_AFTER_S = 60.0
@@ -92,6 +102,22 @@ KILL_POINTS = (
     "terminate:finishing", "disable-source:begun", "effects:backup:done",
     "effects:write:intent", "effects:write:done", "effects:touch:done",
 )  # fmt: skip
+
+
+# The at spools disable-source accepts; the simulator adds its sandbox's for a machine's life.
+_AT_SPOOLS = disable_sources.AT_SPOOLS
+
+
+def answered_by(scanner: Scanner, host: SimHost) -> None:
+    """The scan's commands (``docker inspect``, ``systemctl``) answered by ``host``."""
+    context = scanner.context
+
+    def answered(now: Any) -> Any:
+        ctx = context(now)
+        ctx.run_cmd = host.run_cmd
+        return ctx
+
+    scanner.context = answered  # type: ignore[method-assign]
 
 
 class SimKilled(BaseException):
@@ -118,7 +144,7 @@ class TrustMachine(RuleBasedStateMachine):
     # Across every machine of a run, for the summary: steps, ticks, jobs judged.
     counts: ClassVar[dict[str, int]] = {
         "machines": 0, "ticks": 0, "jobs": 0, "signals": 0, "kills": 0, "storage_faults": 0,
-        "taken_over": 0,
+        "taken_over": 0, "engine_restarts": 0, "at_runs": 0, "will_return": 0,
     }  # fmt: skip
 
     def __init__(self) -> None:
@@ -127,6 +153,7 @@ class TrustMachine(RuleBasedStateMachine):
         lib = fake_library(self.workdir / "trust-sim-lib")
         conf = lib.parent / CONFIG_NAME
         self.host = SimHost(self.dir, conf)
+        disable_sources.AT_SPOOLS = (*_AT_SPOOLS, str(self.host.atspool))
         self.lib = lib
         self.mode = "observe"
         self.max_instances = 1
@@ -156,10 +183,14 @@ class TrustMachine(RuleBasedStateMachine):
         self.loop_shell: int | None = None
         self.ticks = 0
         self.calls_seen = 0
+        self.actions_seen = 0
+        self.at_before: list[int] = []
         self.counts["machines"] += 1
 
     def teardown(self) -> None:
         faults.set_hook(None)
+        disable_sources.AT_SPOOLS = _AT_SPOOLS
+        self.counts["engine_restarts"] += self.host.engine_restarts
         self.daemon.db.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -190,6 +221,7 @@ class TrustMachine(RuleBasedStateMachine):
         # The sanctioned identities beside the socket, as `run` keeps them.
         daemon = Daemon(config, None, sanctioned_file=sanctioned_path(config.daemon.socket))
         daemon.exit_statuses = self.host.drain_exits  # the kernel's exit events
+        answered_by(daemon.scanner, self.host)
         # Inline: a terminate's waits run in the step that starts it (deterministic).
         enf = Enforcer(config, daemon.db, self.effects, runner=InlineRunner())
         daemon.sources.append(enf)
@@ -296,6 +328,37 @@ class TrustMachine(RuleBasedStateMachine):
         top = h.unit_run("loop-train.service", ("/bin/bash", "-c", loop), ("wrapper", key))
         h.spawn(top.pid, (PY, "/srv/loop/train_loop.py"), PY, ("job", key), gpu=(1, GIB))
 
+    @rule(policy=st.sampled_from(["always", "always", "unless-stopped", "on-failure", "no"]))
+    def container_runs(self, policy: str) -> None:
+        """`docker run -d --restart=POLICY` of an image whose main process is a trainer
+        (the container is the job's own); the engine starts it again as its policy says
+        (issue 31, case 5)."""
+        h = self.host
+        h.now += 1.0
+        n = len(h.containers)
+        cid = f"{n + 1:04x}" * 16
+        c = SimContainer(cid, f"ctr-{n + 1}", policy)
+        h.containers[cid] = c
+        h.container_start(c)
+
+    @rule(up=st.booleans())
+    def engine(self, up: bool) -> None:
+        """dockerd stops answering (its socket gone) or answers again; its containers
+        run on under their shims."""
+        self.host.engine_up = up
+
+    @rule()
+    def at_job_runs(self) -> None:
+        """atd runs the soonest queued at job (a person queues the first): it queues its
+        next run, then trains (issue 31, case 3)."""
+        h = self.host
+        h.now += 1.0
+        pending = h.at_pending() or [h.at_queue(h.now + 60)]
+        path = pending[0]
+        h.now = max(h.now, int(path.name[6:], 16) * 60 + 1.0)
+        h.at_run(path)
+        self.counts["at_runs"] += 1
+
     @rule(workers=st.integers(2, 4))
     def one_launch(self, workers: int) -> None:
         """A launcher starts workers `train_w.py --rank N`, each in a session of its own,
@@ -401,6 +464,7 @@ class TrustMachine(RuleBasedStateMachine):
         (self.dir / "config.yaml").write_text(self.config_text())
         self.daemon.config_path = str(self.dir / "config.yaml")
         assert self.daemon.reload()
+        answered_by(self.daemon.scanner, self.host)
 
     @rule()
     def restart(self) -> None:
@@ -432,6 +496,7 @@ class TrustMachine(RuleBasedStateMachine):
         self.host.write_nvml()
         # What the scan will see (the enforcer may end some of it within the tick).
         self.before = {p.pid: (p.label, p.start) for p in self.host.procs.values()}
+        self.at_before = [int(f.name[1:6], 16) for f in self.host.at_pending()]
         self.labels_ever.update((p.pid, p.label) for p in self.host.procs.values())
         point = self.kill_point
 
@@ -534,6 +599,7 @@ class TrustMachine(RuleBasedStateMachine):
             "outcome='will-return' AND dry_run=0 GROUP BY signature HAVING COUNT(*) > 1"
         ).fetchall()
         assert not repeated, f"I11: a futile terminate repeated: {repeated}"
+        self._check_terminates()
         self._check_no_false_page(jobs, labels)
         self._check_pages(jobs)
 
@@ -624,6 +690,7 @@ class TrustMachine(RuleBasedStateMachine):
             assert again is not None and again.after_terminate, f"I11: {job.root_pid}: {advice}"
             line = advice.stop_line(job.root_pid) or ""
             assert f"stop the loop first: kill -TERM {loops[0].pid}" in line, f"I11: {line}"
+        self._check_restart_source(job)
         unit = job.origin.unit if isinstance(job.origin, SystemdOrigin) else None
         if unit and self._services(unit):
             # I10: a unit that also runs a hub is never planned, offered or advised unasked.
@@ -641,6 +708,61 @@ class TrustMachine(RuleBasedStateMachine):
             # I6: a live cron source is a file cron reads: not group/other-writable.
             mode = os.stat(job.origin.file).st_mode
             assert not mode & 0o022, f"I6: {job.origin.file} mode {mode:o} named live"
+
+    def _check_restart_source(self, job: Job) -> None:
+        """I11 for a restart policy and a re-queuing at job: named, with what stops it."""
+        h = self.host
+        again = job.advice.restarts
+        cid = h.container_mains.get(job.root_pid)
+        if cid is not None:
+            origin = job.origin
+            assert isinstance(origin, ContainerOrigin) and origin.container_id == cid, (
+                f"I11: container {cid[:12]}'s job {job.root_pid} from {origin.describe()}"
+            )
+            policy = origin.restart_policy
+            if policy is None:  # the engine did not answer when it was first seen
+                assert again is not None and again.when == "unknown", f"I11: {again}"
+            elif policy != "no":
+                had = h.containers[cid].policies
+                assert policy in had, f"I11: policy {policy} named, the container had {had}"
+                # Every policy but `no` starts it again after terminate's signal: the
+                # container's exit status is then non-zero (128 + the signal).
+                assert again is not None and again.after_terminate, (
+                    f"I11: container {cid[:12]} (--restart={policy}): {again}"
+                )
+                assert f"restart policy {policy}" in again.how, f"I11: {again.how}"
+        proc = h.procs.get(job.root_pid)
+        shell = h.at_shells.get(proc.ppid) if proc is not None else None
+        at_child = h.procs.get(shell[0]) if shell is not None else None
+        if self.at_before and at_child is not None and at_child.ppid == h.atd.pid:
+            # Its shell still atd's child's (a person may have killed that one).
+            assert isinstance(job.origin, AtOrigin), f"I11: at job {job.root_pid}: {job.origin}"
+            assert again is not None and again.after_terminate, f"I11: at job: {again}"
+
+    def _check_terminates(self) -> None:
+        """I14: a terminate never ends ``ok`` when its job's source has started it
+        again: a container's restart policy, a queued run of a re-queuing at job."""
+        h = self.host
+        rows = self.daemon.db.conn.execute(
+            "SELECT id, outcome, json_extract(details_json, '$.root[0]') FROM actions"
+            " WHERE kind = 'terminate' AND dry_run = 0 AND id > ?",
+            (self.actions_seen,),
+        ).fetchall()
+        for aid, outcome, root in rows:
+            self.actions_seen = max(self.actions_seen, aid)
+            self.counts["will_return"] += outcome == "will-return"
+            if outcome != "ok" or root is None:
+                continue
+            cid = h.container_mains.get(root)
+            if cid is not None:
+                c = h.containers[cid]
+                assert c.main is None, (
+                    f"I14: terminate {aid} of PID {root} said ok; container {cid[:12]} "
+                    f"(--restart={c.policy}) runs it again as PID {c.main}"
+                )
+            if root in h.at_jobs:
+                pending = [f.name for f in h.at_pending()]
+                assert not pending, f"I14: terminate {aid} of at job {root} ok; queued {pending}"
 
     def _check_findings(self, blind: bool, jobs: list[Job]) -> None:
         rows = self.daemon.db.conn.execute(
