@@ -732,10 +732,10 @@ class TrustMachine(RuleBasedStateMachine):
                 )
                 assert f"restart policy {policy}" in again.how, f"I11: {again.how}"
         proc = h.procs.get(job.root_pid)
-        shell = h.at_shells.get(proc.ppid) if proc is not None else None
-        at_child = h.procs.get(shell[0]) if shell is not None else None
-        if self.at_before and at_child is not None and at_child.ppid == h.atd.pid:
-            # Its shell still atd's child's (a person may have killed that one).
+        shell = h.procs.get(proc.ppid) if proc is not None else None
+        child = h.procs.get(shell.ppid) if shell is not None and shell.pid in h.at_shells else None
+        if self.at_before and child is not None and child.ppid == h.atd.pid and child.state != "Z":
+            # Its lineage still reaches atd (a person may have ended atd's child).
             assert isinstance(job.origin, AtOrigin), f"I11: at job {job.root_pid}: {job.origin}"
             assert again is not None and again.after_terminate, f"I11: at job: {again}"
 
