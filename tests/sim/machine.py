@@ -29,7 +29,8 @@ rogue-watchdog is never wrong in the dangerous direction:
   line names the service and says it is not stopped.
 - I11 a restart source is named: a job whose loop shell ``terminate`` leaves has advice
   that says the loop restarts it and stops the loop first; the daemon records at most
-  one ``will-return`` terminate per job signature (it does not repeat a futile one); a
+  one terminate per job signature that said the job will return (``will-return``, or
+  ``partial`` when the source restarted it at once): it does not repeat a futile one; a
   container's restart policy (``unknown`` when the engine did not answer) and an at job
   that re-queued itself are named as what starts the job again after ``terminate``;
 - I12 every side effect has a record: at the moment of each signal, file change or
@@ -157,6 +158,7 @@ class TrustMachine(RuleBasedStateMachine):
         self.lib = lib
         self.mode = "observe"
         self.max_instances = 1
+        self.auto_disable = True
         self.effects = SimEffects(host=self.host, state_db=self.host.root / "state" / "state.db")
         self.kill_point: str | None = None
         self.taken_over: set[int] = set()
@@ -212,7 +214,8 @@ class TrustMachine(RuleBasedStateMachine):
             "    user: root\n"
             f"    origin: {{cron_file: '{h.pipeline}', cron_line: 2}}\n"
             f"    max_instances: {self.max_instances}\n"
-            f"enforcement: {{mode: {self.mode}, auto_disable_source: true, grace_s: 0,"
+            f"enforcement: {{mode: {self.mode}, auto_disable_source:"
+            f" {str(self.auto_disable).lower()}, grace_s: 0,"
             f" backup_dir: '{h.root}/backups'}}\n"
         )
 
@@ -226,6 +229,15 @@ class TrustMachine(RuleBasedStateMachine):
         enf = Enforcer(config, daemon.db, self.effects, runner=InlineRunner())
         daemon.sources.append(enf)
         daemon.enforcers.append(enf)
+
+        def rebuild(d: Daemon) -> None:
+            # As `run`'s reload hook does (watchdog/daemon/assemble.py): the enforcer is
+            # built again from the new configuration (its mode, auto_disable_source).
+            new = Enforcer(d.config, d.db, self.effects, runner=InlineRunner())
+            d.sources = [s for s in d.sources if not isinstance(s, Enforcer)] + [new]
+            d.enforcers = [new]
+
+        daemon.on_reload.append(rebuild)
         return daemon
 
     # -- steps: what happens on the host --------------------------------------------------
@@ -359,6 +371,12 @@ class TrustMachine(RuleBasedStateMachine):
         h.at_run(path)
         self.counts["at_runs"] += 1
 
+    @rule()
+    def person_atrm(self) -> None:
+        """A person removes the queued at jobs (`atrm N`) while a run goes on."""
+        for path in self.host.at_pending():
+            self.host.command(["atrm", str(int(path.name[1:6], 16))])
+
     @rule(workers=st.integers(2, 4))
     def one_launch(self, workers: int) -> None:
         """A launcher starts workers `train_w.py --rank N`, each in a session of its own,
@@ -457,10 +475,14 @@ class TrustMachine(RuleBasedStateMachine):
         self.host.nvml_mode = mode
         self.host.write_nvml()
 
-    @rule(mode=st.sampled_from(["observe", "terminate"]), cap=st.integers(1, 2))
-    def reload(self, mode: str, cap: int) -> None:
-        """A config reload (SIGHUP): enforcement mode and the rule's max_instances."""
-        self.mode, self.max_instances = mode, cap
+    @rule(
+        mode=st.sampled_from(["observe", "terminate"]), cap=st.integers(1, 2),
+        auto=st.sampled_from([True, True, False]),
+    )  # fmt: skip
+    def reload(self, mode: str, cap: int, auto: bool = True) -> None:
+        """A config reload (SIGHUP): enforcement mode, auto_disable_source and the rule's
+        max_instances (the enforcer is built again, as `run`'s reload hook does)."""
+        self.mode, self.max_instances, self.auto_disable = mode, cap, auto
         (self.dir / "config.yaml").write_text(self.config_text())
         self.daemon.config_path = str(self.dir / "config.yaml")
         assert self.daemon.reload()
@@ -594,9 +616,13 @@ class TrustMachine(RuleBasedStateMachine):
         touched = [c for c in self.effects.calls if str(host.pipeline) in json.dumps(c[1:2])]
         assert not touched, f"I1: the pipeline's line was acted on: {touched}"
         self._check_findings(result.gpu_blind, jobs)
+        # A terminate that said its source restarts the job (will_return) is futile
+        # once; repeated, whatever it ended (a restart at once leaves it partial).
         repeated = self.daemon.db.conn.execute(
-            "SELECT signature, COUNT(*) FROM actions WHERE kind='terminate' AND "
-            "outcome='will-return' AND dry_run=0 GROUP BY signature HAVING COUNT(*) > 1"
+            "SELECT signature, COUNT(*) FROM actions WHERE kind='terminate' AND dry_run=0"
+            " AND (outcome='will-return' OR (outcome='partial' AND"
+            " json_extract(details_json, '$.will_return') IS NOT NULL))"
+            " GROUP BY signature HAVING COUNT(*) > 1"
         ).fetchall()
         assert not repeated, f"I11: a futile terminate repeated: {repeated}"
         self._check_terminates()
@@ -738,6 +764,13 @@ class TrustMachine(RuleBasedStateMachine):
             # Its lineage still reaches atd (a person may have ended atd's child).
             assert isinstance(job.origin, AtOrigin), f"I11: at job {job.root_pid}: {job.origin}"
             assert again is not None and again.after_terminate, f"I11: at job: {again}"
+        if isinstance(job.origin, AtOrigin):
+            # Read live (issue 31, case 3): the queued jobs named are queued now.
+            named = set(job.origin.pending_same_command)
+            assert named <= set(self.at_before), (
+                f"I11: at job {job.origin.job} names queued {sorted(named)}; queued now: "
+                f"{self.at_before}"
+            )
 
     def _check_terminates(self) -> None:
         """I14: a terminate never ends ``ok`` when its job's source has started it

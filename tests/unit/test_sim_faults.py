@@ -27,6 +27,16 @@ own (pynvml loads one NVML library per process: the simulator's fake one).
    of a probe loop's second run: the return was paged (``respawned``) in the tick the
    daemon died in, which stored its findings before the action began; the simulator
    checked I9 only at the next tick and for a page at that tick alone (fixed there).
+
+Restart sources (issue 31: Docker restart policies, a re-queuing at job):
+
+7. (seed 777, 1,000 steps) A container run with ``--restart=on-failure``: its advice said
+   terminate ends it (``after_terminate`` False), but terminate's SIGTERM is a non-zero
+   exit (143), which the policy restarts (I11).
+8. (by hand, then the sim's own steps) That container in terminate mode without
+   ``auto_disable_source``: each tick terminated it again. The engine restarts it at
+   once, while the terminate still looks at its tree, so each ended ``partial`` (not
+   ``will-return``), which the enforcer did not count as futile (I11).
 """
 
 from __future__ import annotations
@@ -176,3 +186,22 @@ def test_a_return_after_a_kill_across_an_interrupted_terminate_is_paged() -> Non
         "\" WHERE f.kind = 'respawned' AND d.event = 'open'\").fetchone()[0]"
     )
     assert (counts["kills"], counts["taken_over"], counts["respawned_opens"]) == (1, 1, 1)
+
+
+def test_an_on_failure_container_is_named_as_coming_back_after_terminate() -> None:
+    # BEFORE (9794354^ product code): "AssertionError: I11: container 000100010001
+    # (--restart=on-failure): Restarts(when='on failure (a non-zero exit)', ...,
+    # after_terminate=False)". AFTER: no violation; it says a kill by a signal is one.
+    assert violation("m.container_runs(policy='on-failure');m.tick(5.0)") == ""
+
+
+def test_a_container_its_policy_restarts_is_terminated_once() -> None:
+    counts = replay(
+        "m.container_runs(policy='always');m.reload(cap=1, mode='terminate', auto=False);"
+        "m.tick(5.0);m.tick(5.0);m.tick(5.0);"
+        "TrustMachine.counts['terminates'] = m.daemon.db.conn.execute("
+        "\"SELECT COUNT(*) FROM actions WHERE kind = 'terminate'\").fetchone()[0]"
+    )
+    # BEFORE (9794354 product code): "I11: a futile terminate repeated" at the second
+    # tick (a `partial` terminate each tick); AFTER: 1, then terminate-futile.
+    assert counts["terminates"] == 1 and counts["engine_restarts"] >= 1
