@@ -3,7 +3,7 @@
 Drives the real Scanner, Daemon.tick and enforcer over a simulated host
 (tests/sim/machine.py) for about STEPS rule steps, in examples of ``--per-example``
 steps, with daemon kills between action steps and storage outages injected, and checks
-the invariants I1–I13 after every tick (I12, every side effect has its write-ahead
+the invariants I1–I14 after every tick (I12, every side effect has its write-ahead
 record, at every side effect). ``--machine slurm`` drives the
 job-end sweep (``health-check``) and the daemon's drain keeper over a simulated Slurm
 node instead (tests/sim/slurm.py: jobs, their end, an unreachable controller, the
@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print a JSON summary line")
     p.add_argument(
         "--machine", choices=("trust", "slurm"), default="trust",
-        help="trust: the daemon over cron/shell/launch lifecycles (I1-I13); slurm: the "
-        "job-end sweep over a Slurm node (S1-S4)",
+        help="trust: the daemon over cron/shell/launch lifecycles and restart sources "
+        "(I1-I14); slurm: the job-end sweep over a Slurm node (S1-S4)",
     )  # fmt: skip
     args = p.parse_args(argv)
     examples = max(1, args.steps // args.per_example)
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{c.get('storage_faults', 0)} storage outages, "
             f"{c.get('taken_over', 0)} actions taken over, "
             f"{c.get('engine_restarts', 0)} containers restarted by their policy, "
+            f"{c.get('program_restarts', 0)} supervisord restarts, "
             f"{c.get('at_runs', 0)} at job runs, {c.get('will_return', 0)} will-return "
             "terminates: "
             f"{len(violations)} violation(s), "

@@ -99,6 +99,28 @@ AT_HEADER = (
 )
 
 
+SUP_CONF = (
+    "[supervisord]\nnodaemon=true\n\n[program:trainer]\n"
+    "command=/usr/bin/python3 /srv/sup/train_sup.py\nautostart=true\nautorestart=true\n"
+)
+
+
+def read_sup(conf: Path) -> dict[str, str]:
+    """``autostart``/``autorestart`` of ``[program:trainer]`` in ``conf`` (supervisord's
+    defaults where unset: true, unexpected)."""
+    out = {"autostart": "true", "autorestart": "unexpected"}
+    section = ""
+    for line in conf.read_text().splitlines():
+        text = line.split(";")[0].strip()
+        if text.startswith("["):
+            section = text
+        elif section == "[program:trainer]" and "=" in text:
+            key, _, value = text.partition("=")
+            if key.strip() in out:
+                out[key.strip()] = value.strip().lower()
+    return out
+
+
 def unrecorded(state_db: Path, op: str, match: Any, what: str) -> str | None:
     """None when the newest row of ``action_steps`` in ``state_db`` is the write-ahead
     record of the side effect about to be made (an ``intent`` of ``op`` that ``match``
@@ -197,13 +219,13 @@ class SimEffects(RecordingEffects):
     def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
         self._recorded("run", lambda d: d.get("argv") == list(argv), f"run {list(argv)}")
         self.calls.append(("run", tuple(argv), input_bytes))
-        if argv and argv[0] in ("docker", "atrm"):
+        if argv and argv[0] in ("docker", "atrm", "supervisorctl"):
             return self.host.command(argv)
         return CommandResult(0, "", "")
 
     def query(self, argv: Sequence[str]) -> CommandResult:
         self.calls.append(("query", tuple(argv)))
-        if argv and argv[0] == "docker":
+        if argv and argv[0] in ("docker", "supervisorctl"):
             return self.host.command(argv)
         return CommandResult(1, "", "no systemd here")
 
@@ -243,6 +265,14 @@ class SimHost:
         self.container_mains: dict[int, str] = {}  # every container main PID -> its id
         self.at_jobs: set[int] = set()  # every at job's trainer PID
         self.engine_restarts = 0  # containers a restart policy started again
+        self.sup_conf = root / "supervisord.conf"
+        self.sup_conf.write_text(SUP_CONF)
+        self.supervisord: SimProc | None = None
+        self.sup_main: int | None = None  # the program's running process
+        self.sup_stopped = False  # `supervisorctl stop`
+        self.sup_settings = read_sup(self.sup_conf)  # as supervisord last loaded them
+        self.sup_mains: set[int] = set()  # every run of the program
+        self.sup_restarts = 0
         # PID → wait(2) status of each exit since the daemon last asked (the kernel's
         # exit events: Daemon.exit_statuses), and every identity a signal ended.
         self.exits: dict[int, int] = {}
@@ -355,6 +385,7 @@ class SimHost:
         self._unshare(proc.ppid)
         self._container_ended(pid, status)
         self._at_ended(pid, proc.ppid, status)
+        self._program_ended(pid)
         self.write_nvml()
 
     def _unshare(self, pid: int) -> None:
@@ -371,8 +402,12 @@ class SimHost:
     def zombie(self, pid: int) -> None:
         """The process exits and its parent does not reap it (systemd, the parent of a
         unit's main process, always does)."""
-        if pid in self.unit_mains or any(c.main == pid for c in self.containers.values()):
-            self.exit(pid)  # systemd, a container's shim: they reap at once
+        if (
+            pid in self.unit_mains
+            or pid == self.sup_main
+            or any(c.main == pid for c in self.containers.values())
+        ):
+            self.exit(pid)  # systemd, a container's shim, supervisord: they reap at once
             return
         proc = self.procs[pid]
         proc.state = "Z"
@@ -458,8 +493,10 @@ class SimHost:
             self.container_start(c)
 
     def command(self, argv: Sequence[str]) -> CommandResult:
-        """``docker inspect|update|stop|start`` and ``atrm`` as the engine and atd
-        answer them (never a real command)."""
+        """``docker inspect|update|stop|start``, ``atrm`` and ``supervisorctl`` as the
+        engine, atd and supervisord answer them (never a real command)."""
+        if argv[0] == "supervisorctl":
+            return self._supervisorctl(argv[3:] if list(argv[1:2]) == ["-c"] else argv[1:])
         if argv[0] == "atrm":
             gone = [f for f in self.atspool.iterdir() if f.name[1:6] == f"{int(argv[1]):05x}"
                     and not f.name.startswith("=")]  # fmt: skip
@@ -505,6 +542,67 @@ class SimHost:
                 "Can't operate.\nFailed to connect to bus: Host is down\n",
             )  # fmt: skip
         return CommandResult.not_runnable(argv[0] if argv else "?")
+
+    # -- supervisord ------------------------------------------------------------------------
+
+    def program_start(self) -> SimProc:
+        """supervisord (started once, kept) starts ``[program:trainer]``: the trainer in a
+        process group of its own, named in its environment."""
+        if self.supervisord is None or self.supervisord.pid not in self.procs:
+            self.supervisord = self.spawn(
+                1, (PY, "/usr/bin/supervisord", "-n", "-c", str(self.sup_conf)), PY,
+                ("system", ""),
+            )  # fmt: skip
+        self.runs += 1
+        env = {"SUPERVISOR_ENABLED": "1", "SUPERVISOR_PROCESS_NAME": "trainer",
+               "SUPERVISOR_GROUP_NAME": "trainer"}  # fmt: skip
+        main = self.spawn(self.supervisord.pid, (PY, "/srv/sup/train_sup.py"), PY,
+                          ("job", f"sup#{self.runs}"), pgid=0, env=env, gpu=(1, GIB))  # fmt: skip
+        self.sup_main, self.sup_stopped = main.pid, False
+        self.sup_mains.add(main.pid)
+        return main
+
+    def _program_ended(self, pid: int) -> None:
+        """The program's process ended: autorestart=true starts it again at once, as does
+        the default (unexpected) after a signal; not after `supervisorctl stop`."""
+        if pid != self.sup_main:
+            return
+        self.sup_main = None
+        again = self.sup_settings["autorestart"] in ("true", "unexpected")
+        if again and not self.sup_stopped:
+            self.sup_restarts += 1
+            self.program_start()
+
+    def _supervisorctl(self, args: Sequence[str]) -> CommandResult:
+        verb, rest = args[0], list(args[1:])
+        if verb == "status":
+            main = self.sup_main
+            state = f"RUNNING   pid {main}, uptime 0:00:05" if main else "STOPPED"
+            return CommandResult(0 if self.sup_main else 3, f"trainer    {state}\n", "")
+        if verb == "stop" and rest == ["trainer"]:
+            self.sup_stopped = True
+            if self.sup_main is not None:
+                self.exit(self.sup_main, status=signal.SIGTERM)
+            return CommandResult(0, "trainer: stopped\n", "")
+        if verb == "start" and rest == ["trainer"]:
+            if self.sup_main is None:
+                self.program_start()
+            return CommandResult(0, "trainer: started\n", "")
+        if verb == "reread":
+            return CommandResult(0, "trainer: changed\n", "")
+        if verb == "update":
+            # A changed group is removed (its process stopped) and added again, started
+            # when autostart says so.
+            new = read_sup(self.sup_conf)
+            if new != self.sup_settings:
+                self.sup_settings = new
+                if self.sup_main is not None:
+                    self.sup_stopped = True
+                    self.exit(self.sup_main, status=signal.SIGTERM)
+                if new["autostart"] == "true" and self.supervisord is not None:
+                    self.program_start()
+            return CommandResult(0, "trainer: updated process group\n", "")
+        return CommandResult(1, "", f"*** Unknown syntax: {' '.join(args)}\n")
 
     # -- at -------------------------------------------------------------------------------
 

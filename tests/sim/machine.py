@@ -31,8 +31,9 @@ rogue-watchdog is never wrong in the dangerous direction:
   that says the loop restarts it and stops the loop first; the daemon records at most
   one terminate per job signature that said the job will return (``will-return``, or
   ``partial`` when the source restarted it at once): it does not repeat a futile one; a
-  container's restart policy (``unknown`` when the engine did not answer) and an at job
-  that re-queued itself are named as what starts the job again after ``terminate``;
+  container's restart policy (``unknown`` when the engine did not answer), a supervisord
+  program's ``autorestart`` and an at job that re-queued itself are named as what starts
+  the job again after ``terminate``;
 - I12 every side effect has a record: at the moment of each signal, file change or
   command, the newest write-ahead step in the state database is the one naming it
   (issue 32, case 4);
@@ -40,9 +41,9 @@ rogue-watchdog is never wrong in the dangerous direction:
   across daemon kills and restarts; an action left half-way is taken over by the next
   start that can write its state (none stays owned by a dead daemon).
 - I14 a terminate never says ``ok`` to a job that will come back: when its container's
-  restart policy started it again, or a queued run of its re-queuing at job waits, the
-  outcome is ``will-return`` (or not ``ok``), unless ``disable-source`` stopped that
-  source first (issue 31, case 4).
+  restart policy or supervisord's autorestart started it again, or a queued run of its
+  re-queuing at job waits, the outcome is ``will-return`` (or not ``ok``), unless
+  ``disable-source`` stopped that source first (issue 31, case 4).
 
 The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
 overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
@@ -54,7 +55,8 @@ in a session of their own, processes that only name a training script, exits, zo
 edits and chmods of the crontab, NVML blips (NO_PERMISSION, a GPU leaving the list, the
 device count lost, unknown memory), config reloads between observe and terminate,
 daemon restarts, Docker containers whose main process is a trainer under each restart
-policy (an engine that stops answering), an at job that re-queues itself, a person's
+policy (an engine that stops answering), a supervisord program with ``autorestart=true``
+(its configuration a real file), an at job that re-queues itself, a person's
 shell loop running a short job every 5 s (each run ends by
 itself), a person killing a process, daemon kills between two steps of an action (at a
 fault point, watchdog/faults.py: the daemon object is dropped where it stands) and a
@@ -89,7 +91,14 @@ from watchdog.actions.terminate import plan_tree
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.sanctionedfile import sanctioned_path
-from watchdog.model import AtOrigin, ContainerOrigin, CronOrigin, Job, SystemdOrigin
+from watchdog.model import (
+    AtOrigin,
+    ContainerOrigin,
+    CronOrigin,
+    Job,
+    SupervisorOrigin,
+    SystemdOrigin,
+)
 from watchdog.policy.signature import job_signature
 from watchdog.scan import Scanner
 
@@ -146,6 +155,7 @@ class TrustMachine(RuleBasedStateMachine):
     counts: ClassVar[dict[str, int]] = {
         "machines": 0, "ticks": 0, "jobs": 0, "signals": 0, "kills": 0, "storage_faults": 0,
         "taken_over": 0, "engine_restarts": 0, "at_runs": 0, "will_return": 0,
+        "program_restarts": 0,
     }  # fmt: skip
 
     def __init__(self) -> None:
@@ -193,6 +203,7 @@ class TrustMachine(RuleBasedStateMachine):
         faults.set_hook(None)
         disable_sources.AT_SPOOLS = _AT_SPOOLS
         self.counts["engine_restarts"] += self.host.engine_restarts
+        self.counts["program_restarts"] += self.host.sup_restarts
         self.daemon.db.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -370,6 +381,15 @@ class TrustMachine(RuleBasedStateMachine):
         h.now = max(h.now, int(path.name[6:], 16) * 60 + 1.0)
         h.at_run(path)
         self.counts["at_runs"] += 1
+
+    @rule()
+    def program_runs(self) -> None:
+        """supervisord's ``[program:trainer]`` (``autorestart=true``) runs a trainer;
+        a person starts it when it is stopped (issue 31, case 6)."""
+        h = self.host
+        h.now += 1.0
+        if h.sup_main is None:
+            h.program_start()
 
     @rule()
     def person_atrm(self) -> None:
@@ -757,6 +777,12 @@ class TrustMachine(RuleBasedStateMachine):
                     f"I11: container {cid[:12]} (--restart={policy}): {again}"
                 )
                 assert f"restart policy {policy}" in again.how, f"I11: {again.how}"
+        if job.root_pid in h.sup_mains and isinstance(job.origin, SupervisorOrigin):
+            value = job.origin.autorestart
+            assert value is not None, f"I11: supervisord's settings unread: {job.origin}"
+            if value in ("true", "unexpected"):
+                assert again is not None and again.after_terminate, f"I11: {again}"
+                assert f"autorestart={value}" in again.how, f"I11: {again.how}"
         proc = h.procs.get(job.root_pid)
         shell = h.procs.get(proc.ppid) if proc is not None else None
         child = h.procs.get(shell.ppid) if shell is not None and shell.pid in h.at_shells else None
@@ -792,6 +818,11 @@ class TrustMachine(RuleBasedStateMachine):
                 assert c.main is None, (
                     f"I14: terminate {aid} of PID {root} said ok; container {cid[:12]} "
                     f"(--restart={c.policy}) runs it again as PID {c.main}"
+                )
+            if root in h.sup_mains:
+                assert h.sup_main is None, (
+                    f"I14: terminate {aid} of PID {root} said ok; supervisord runs "
+                    f"[program:trainer] again as PID {h.sup_main}"
                 )
             if root in h.at_jobs:
                 pending = [f.name for f in h.at_pending()]

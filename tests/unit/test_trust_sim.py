@@ -1,6 +1,6 @@
 """The lifecycle simulator in CI: a fixed budget of steps, one fixed seed (derandomized),
 over the real Scanner, Daemon.tick and enforcer (tests/sim/machine.py). Any invariant
-I1–I13 broken fails the test with hypothesis's shrunk steps; ``bench/trust_sim.py
+I1–I14 broken fails the test with hypothesis's shrunk steps; ``bench/trust_sim.py
 --steps 100000`` runs the same machine long. Its own process: pynvml loads one NVML
 library per process (the fake one, built from tests/fakenvml).
 """
