@@ -37,6 +37,13 @@ Restart sources (issue 31: Docker restart policies, a re-queuing at job):
    ``auto_disable_source``: each tick terminated it again. The engine restarts it at
    once, while the terminate still looks at its tree, so each ended ``partial`` (not
    ``will-return``), which the enforcer did not count as futile (I11).
+9. (seed 6502, 20,000 steps) Seven runs of a re-queuing at job, the shell of the second
+   left a zombie (its trainer re-parented to PID 1), terminate mode: disable-source
+   removed queued job 8, and job 2's origin, kept for its running trainer, still named
+   8 (``atrm 2 8``): a kept at origin is now read live from the spool (I11).
+10. (seed 6502, 20,000 steps; not fixed: strict xfail) A probe loop's return after its
+   run was killed, in a run with at jobs, a unit's loop, two shells, a restart and a
+   daemon killed at ``terminate:begun``: no ``respawned`` page (I9).
 """
 
 from __future__ import annotations
@@ -205,3 +212,38 @@ def test_a_container_its_policy_restarts_is_terminated_once() -> None:
     # BEFORE (9794354 product code): "I11: a futile terminate repeated" at the second
     # tick (a `partial` terminate each tick); AFTER: 1, then terminate-futile.
     assert counts["terminates"] == 1 and counts["engine_restarts"] >= 1
+
+
+def _d(pid: int) -> str:
+    return f"type('D', (), {{'draw': lambda self, s: {pid}}})()"
+
+
+def test_a_kept_at_origin_reads_its_queue_live() -> None:
+    steps = (
+        "m.at_job_runs();"
+        * 7
+        + "m.reload(auto=True, cap=1, mode='terminate');m.probe_loop(gpu=False);"
+        f"m.loops_run_again();m.nvml_view(mode='ok');m.something_ends(data={_d(4000005)},"
+        " how='zombie');m.kill_between_steps(point='terminate:begun');m.tick(seconds=5.0)"
+    )
+    # BEFORE (54a7ff6): "I11: at job 2 names queued [8]; queued now: []".
+    assert violation(steps) == ""
+
+
+@pytest.mark.xfail(strict=True, reason="seed 6502: a probe loop's return is not paged (I9)")
+def test_a_probe_loop_return_after_a_kill_is_paged_among_restart_sources() -> None:
+    steps = (
+        "m.unit_launches(hub=False);m.at_job_runs();m.at_job_runs();m.at_job_runs();"
+        "m.at_job_runs();m.reload(auto=True, cap=1, mode='terminate');"
+        f"m.something_ends(data={_d(4000004)}, how='exit');m.probe_loop(gpu=False);"
+        "m.engine(up=False);m.loops_run_again();m.restart();m.unit_launches(hub=False);"
+        "m.orphaned_shell(shared=True, stubborn=True);"
+        "m.orphaned_shell(shared=False, stubborn=True);m.loops_run_again();"
+        "m.one_launch(workers=2);m.reload(auto=False, cap=1, mode='terminate');"
+        "m.nvml_view(mode='no-permission');m.gpu_user(what='display');"
+        "m.kill_between_steps(point='terminate:begun');"
+        "m.orphaned_shell(shared=True, stubborn=True);m.probe_loop(gpu=False);"
+        "m.nvml_view(mode='ok');m.pipeline_fires();m.probe_loop(gpu=True)"
+    )
+    # "I9: d0c8da31d6c876eb back as 4000039 after {(4000016, 8736600)} was killed: no page"
+    assert violation(steps) == ""

@@ -18,7 +18,7 @@ from tests.conftest import REPO, need_program
 def test_lifecycles_keep_every_invariant() -> None:
     need_program("gcc")
     out = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "trust_sim.py"), "--steps", "800", "--seed", "4",
+        [sys.executable, str(REPO / "bench" / "trust_sim.py"), "--steps", "800", "--seed", "6",
          "--json"],
         capture_output=True, text=True, timeout=600, check=False, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -30,9 +30,14 @@ def test_lifecycles_keep_every_invariant() -> None:
     # (The seed picks the example stream: with the GPU users that are not training added
     # (issue 35), seed 0's 800 steps ran 13 ticks; seed 1's run 54, 361 jobs, 25 signals.
     # With daemon kills and storage outages added (issue 32), seed 1 sent no signal; seed
-    # 4 runs 61 ticks, 393 jobs, 42 signals, 2 daemons killed mid-action, 2 taken over.)
+    # 4 runs 61 ticks, 393 jobs, 42 signals, 2 daemons killed mid-action, 2 taken over.
+    # With restart sources added (issue 31: containers, supervisord, at) seed 4 killed no
+    # daemon; seed 6 runs 117 ticks, 532 jobs, 378 signals, 2 kills, 2 taken over, 2
+    # container and 2 supervisord restarts, 137 at runs, 16 will-return terminates.)
     assert summary["ticks"] > 20 and summary["jobs"] > 50 and summary["signals"] > 0, summary
     assert summary["kills"] > 0 and summary["taken_over"] > 0, summary
+    assert summary["engine_restarts"] > 0 and summary["program_restarts"] > 0, summary
+    assert summary["at_runs"] > 0 and summary["will_return"] > 0, summary
 
 
 def test_slurm_lifecycles_keep_every_invariant() -> None:
