@@ -41,6 +41,8 @@ Restart sources (issue 31: Docker restart policies, a re-queuing at job):
    left a zombie (its trainer re-parented to PID 1), terminate mode: disable-source
    removed queued job 8, and job 2's origin, kept for its running trainer, still named
    8 (``atrm 2 8``): a kept at origin is now read live from the spool (I11).
+   The same class, shorter (seed 5, 800 steps): two runs, a person ends the first's
+   atd child: job 1 still named job 2, which was running, with job 3 queued.
 10. (seed 6502, 20,000 steps; not fixed: strict xfail) A probe loop's return after its
    run was killed, in a run with at jobs, a unit's loop, two shells, a restart and a
    daemon killed at ``terminate:begun``: no ``respawned`` page (I9).
@@ -227,6 +229,15 @@ def test_a_kept_at_origin_reads_its_queue_live() -> None:
         " how='zombie');m.kill_between_steps(point='terminate:begun');m.tick(seconds=5.0)"
     )
     # BEFORE (54a7ff6): "I11: at job 2 names queued [8]; queued now: []".
+    assert violation(steps) == ""
+
+
+def test_an_at_job_whose_atd_child_ended_names_the_queue_as_it_is() -> None:
+    steps = (
+        "m.at_job_runs();m.tick(seconds=5.0);m.at_job_runs();"
+        f"m.something_ends(data={_d(4000001)}, how='exit');m.tick(seconds=5.0)"
+    )
+    # BEFORE (54a7ff6): "I11: at job 1 names queued [2]; queued now: [3]".
     assert violation(steps) == ""
 
 
