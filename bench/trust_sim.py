@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print a JSON summary line")
     p.add_argument(
         "--machine", choices=("trust", "slurm"), default="trust",
-        help="trust: the daemon over cron/shell/launch lifecycles (I1-I14); slurm: the "
-        "job-end sweep over a Slurm node (S1-S4)",
+        help="trust: the daemon over cron/shell/launch lifecycles and restart sources "
+        "(I1-I15); slurm: the job-end sweep over a Slurm node (S1-S5)",
     )  # fmt: skip
     args = p.parse_args(argv)
     examples = max(1, args.steps // args.per_example)
@@ -111,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{c['ticks']} ticks, {c['jobs']} jobs judged, "
             f"{c['signals']} signals, {c.get('kills', 0)} daemon kills, "
             f"{c.get('storage_faults', 0)} storage outages, "
-            f"{c.get('taken_over', 0)} actions taken over: "
+            f"{c.get('taken_over', 0)} actions taken over, "
+            f"{c.get('engine_restarts', 0)} containers restarted by their policy, "
+            f"{c.get('program_restarts', 0)} supervisord restarts, "
+            f"{c.get('at_runs', 0)} at job runs, {c.get('will_return', 0)} will-return "
+            "terminates: "
             f"{len(violations)} violation(s), "
             f"{summary['wall_s']} s"
         )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from watchdog.config import Config
 from watchdog.hosttext import command_text
 from watchdog.lineage import default_resolvers
+from watchdog.lineage.at import with_live_queue
 from watchdog.lineage.base import OriginResolver, ResolveContext
 from watchdog.lineage.cron import entry_state, with_entry_state
 from watchdog.model import (
@@ -403,6 +404,10 @@ class Scanner:
             # (slurm_job_id and state, supervisor_program) and says so.
             return fresh
         kept = first
+        if isinstance(first, AtOrigin):
+            # Its queue is read live (issue 31, case 3), also once its shell has ended
+            # (trust simulator, seed 6502: a kept origin still named a removed job).
+            kept = with_live_queue(first)
         if isinstance(first, CronOrigin) and first.entry_state is None:
             state = entry_state(first, ctx)
             if state in NOT_LIVE:

@@ -41,7 +41,8 @@ class SimProc:
     Attributes:
         label: Ground truth ``(role, key)``: role ``job`` (a job's own process),
             ``wrapper`` (exists only for that job), ``cron-child`` (cron's per-run
-            child), ``shared`` (a shell that also runs something else), ``bystander``,
+            child; atd's too), ``shared`` (a shell that also runs something else),
+            ``bystander``,
             ``service`` (a unit's own process doing other work, such as a hub that
             launches trainers), ``system``; key names the job (``pipeline#3``), empty
             for the rest.
@@ -50,6 +51,8 @@ class SimProc:
             a child is born in its parent's.
         gpu: ``(index, memory in bytes or None)`` NVML lists it with.
         stubborn: Ignores SIGTERM (only SIGKILL ends it).
+        fd0: Where its standard input points (``/proc/PID/fd/0``): an at job's shell
+            reads its job file there.
     """
 
     pid: int
@@ -67,6 +70,58 @@ class SimProc:
     stubborn: bool = False
     cgroup: str = "/"
     devices: str = "/"
+    fd0: str | None = None
+
+
+@dataclass
+class SimContainer:
+    """A Docker container whose main process is a trainer, under its restart policy.
+
+    Attributes:
+        cid: The 64-hex container id (its cgroup is ``/docker/<cid>``).
+        policy: ``always``, ``unless-stopped``, ``on-failure`` or ``no``
+            (``docker update --restart`` changes it).
+        stopped: Stopped by ``docker stop``: no policy starts it again (docker-run(1)).
+        main: The PID of its main process while it runs.
+        shim: The PID of its ``containerd-shim-runc-v2`` while it runs.
+    """
+
+    cid: str
+    name: str
+    policy: str
+    stopped: bool = False
+    main: int | None = None
+    shim: int | None = None
+    policies: set[str] = field(default_factory=set)  # every policy it had
+
+
+AT_COMMANDS = "at -f /home/u/train_at.sh now + 5 minutes\npython3 /home/u/train_at.py"
+AT_HEADER = (
+    "#!/bin/sh\n# atrun uid=1000 gid=1000\n# mail u 0\numask 22\n"
+    "cd /home/u || {\n\t echo 'Execution directory inaccessible' >&2\n\t exit 1\n}\n"
+)
+
+
+SUP_CONF = (
+    "[supervisord]\nnodaemon=true\n\n[program:trainer]\n"
+    "command=/usr/bin/python3 /srv/sup/train_sup.py\nautostart=true\nautorestart=true\n"
+)
+
+
+def read_sup(conf: Path) -> dict[str, str]:
+    """``autostart``/``autorestart`` of ``[program:trainer]`` in ``conf`` (supervisord's
+    defaults where unset: true, unexpected)."""
+    out = {"autostart": "true", "autorestart": "unexpected"}
+    section = ""
+    for line in conf.read_text().splitlines():
+        text = line.split(";")[0].strip()
+        if text.startswith("["):
+            section = text
+        elif section == "[program:trainer]" and "=" in text:
+            key, _, value = text.partition("=")
+            if key.strip() in out:
+                out[key.strip()] = value.strip().lower()
+    return out
 
 
 def unrecorded(state_db: Path, op: str, match: Any, what: str) -> str | None:
@@ -225,10 +280,14 @@ class SimEffects(RecordingEffects):
     def run(self, argv: Sequence[str], input_bytes: bytes | None = None) -> CommandResult:
         self._recorded("run", lambda d: d.get("argv") == list(argv), f"run {list(argv)}")
         self.calls.append(("run", tuple(argv), input_bytes))
+        if argv and argv[0] in ("docker", "atrm", "supervisorctl"):
+            return self.host.command(argv)
         return CommandResult(0, "", "")
 
     def query(self, argv: Sequence[str]) -> CommandResult:
         self.calls.append(("query", tuple(argv)))
+        if argv and argv[0] in ("docker", "supervisorctl"):
+            return self.host.command(argv)
         return CommandResult(1, "", "no systemd here")
 
 
@@ -261,6 +320,23 @@ class SimHost:
         self.sanctioned_ever: set[tuple[int, int]] = set()
         self.unit_mains: set[int] = set()
         self.loops: dict[int, str] = {}  # a shell loop's PID -> its job key
+        self.containers: dict[str, SimContainer] = {}
+        self.engine_up = True  # dockerd answers
+        self.atspool = root / "atjobs"
+        self.atspool.mkdir()
+        self.at_next = 1
+        self.at_shells: dict[int, tuple[int, Path]] = {}  # shell -> (atd child, = file)
+        self.container_mains: dict[int, str] = {}  # every container main PID -> its id
+        self.at_jobs: set[int] = set()  # every at job's trainer PID
+        self.engine_restarts = 0  # containers a restart policy started again
+        self.sup_conf = root / "supervisord.conf"
+        self.sup_conf.write_text(SUP_CONF)
+        self.supervisord: SimProc | None = None
+        self.sup_main: int | None = None  # the program's running process
+        self.sup_stopped = False  # `supervisorctl stop`
+        self.sup_settings = read_sup(self.sup_conf)  # as supervisord last loaded them
+        self.sup_mains: set[int] = set()  # every run of the program
+        self.sup_restarts = 0
         # PID → wait(2) status of each exit since the daemon last asked (the kernel's
         # exit events: Daemon.exit_statuses), and every identity a signal ended.
         self.exits: dict[int, int] = {}
@@ -268,6 +344,7 @@ class SimHost:
         (self.proc / "stat").write_text(f"cpu 0 0 0 0\nbtime {int(BOOT)}\n")
         self.init = self._add(1, 0, ("/sbin/init",), "/sbin/init", ("system", ""))
         self.cron = self._add(900, 1, ("/usr/sbin/cron", "-f"), "/usr/sbin/cron", ("system", ""))
+        self.atd = self._add(901, 1, ("/usr/sbin/atd", "-f"), "/usr/sbin/atd", ("system", ""))
         self.pipeline = self.cron_d / "pipeline"
         self.legacy = self.cron_d / "legacy"
         self.pipeline_line = f"* * * * * root {PY} {PIPELINE_SCRIPT}"
@@ -341,6 +418,9 @@ class SimHost:
             exe.unlink()
         if p.state != "Z":
             os.symlink(p.exe, exe)
+        if p.fd0 is not None and p.state != "Z" and not (d / "fd").exists():
+            (d / "fd").mkdir()
+            os.symlink(p.fd0, d / "fd" / "0")
 
     def drain_exits(self) -> dict[int, int]:
         """The exit statuses since the last call (what the proc connector hands on)."""
@@ -368,6 +448,9 @@ class SimHost:
                 child.ppid = 1
                 self.write(child)
         self._unshare(proc.ppid)
+        self._container_ended(pid, status)
+        self._at_ended(pid, proc.ppid, status)
+        self._program_ended(pid)
         self.write_nvml()
 
     def _unshare(self, pid: int) -> None:
@@ -384,8 +467,12 @@ class SimHost:
     def zombie(self, pid: int) -> None:
         """The process exits and its parent does not reap it (systemd, the parent of a
         unit's main process, always does)."""
-        if pid in self.unit_mains:
-            self.exit(pid)
+        if (
+            pid in self.unit_mains
+            or pid == self.sup_main
+            or any(c.main == pid for c in self.containers.values())
+        ):
+            self.exit(pid)  # systemd, a container's shim, supervisord: they reap at once
             return
         proc = self.procs[pid]
         proc.state = "Z"
@@ -435,6 +522,196 @@ class SimHost:
         """The live processes of ``unit`` (not zombies)."""
         cg = f"/system.slice/{unit}"
         return [p for p in self.procs.values() if p.cgroup == cg and p.state != "Z"]
+
+    # -- Docker -------------------------------------------------------------------------
+
+    def container_start(self, c: SimContainer) -> SimProc:
+        """The engine starts ``c``: a shim (containerd's, in the ``moby`` namespace) and
+        the container's main process, the trainer, in cgroup ``/docker/<cid>``."""
+        self.runs += 1
+        shim = self.spawn(
+            1, ("/usr/bin/containerd-shim-runc-v2", "-namespace", "moby", "-id", c.cid,
+                "-address", "/run/containerd/containerd.sock"),
+            "/usr/bin/containerd-shim-runc-v2", ("system", ""),
+        )  # fmt: skip
+        main = self.spawn(shim.pid, (PY, "/srv/ctr/train_ctr.py"), PY, ("job", f"ctr#{self.runs}"),
+                          cgroup=f"/docker/{c.cid}", pgid=0, sid=0, gpu=(0, GIB))  # fmt: skip
+        c.main, c.shim, c.stopped = main.pid, shim.pid, False
+        c.policies.add(c.policy)
+        self.container_mains[main.pid] = c.cid
+        return main
+
+    def _container_ended(self, pid: int, status: int) -> None:
+        """A container's main process ended: its shim exits, and the restart policy
+        starts it again at once unless ``docker stop`` stopped it (docker-run(1))."""
+        c = next((c for c in self.containers.values() if c.main == pid), None)
+        if c is None:
+            return
+        shim, c.main, c.shim = c.shim, None, None
+        if shim is not None:
+            self.exit(shim)
+        again = c.policy in ("always", "unless-stopped") or (
+            c.policy == "on-failure" and status != 0
+        )
+        if again and not c.stopped:
+            self.engine_restarts += 1
+            self.container_start(c)
+
+    def command(self, argv: Sequence[str]) -> CommandResult:
+        """``docker inspect|update|stop|start``, ``atrm`` and ``supervisorctl`` as the
+        engine, atd and supervisord answer them (never a real command)."""
+        if argv[0] == "supervisorctl":
+            return self._supervisorctl(argv[3:] if list(argv[1:2]) == ["-c"] else argv[1:])
+        if argv[0] == "atrm":
+            gone = [f for f in self.atspool.iterdir() if f.name[1:6] == f"{int(argv[1]):05x}"
+                    and not f.name.startswith("=")]  # fmt: skip
+            for f in gone:
+                f.unlink()
+            return CommandResult(0, "", "") if gone else CommandResult(
+                1, "", f"Cannot find jobid {argv[1]}\n"
+            )  # fmt: skip
+        if not self.engine_up:
+            return CommandResult(
+                1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock."
+            )
+        c = self.containers.get(argv[-1])
+        if c is None:
+            return CommandResult(1, "", f"Error: No such container: {argv[-1]}\n")
+        verb = argv[1]
+        if verb == "inspect":
+            fmt = argv[3]
+            if fmt.startswith("[{{json .Config.Image}}"):  # the scan's
+                out = json.dumps(["sim/train:1", "sha256:" + "ab" * 32, "/" + c.name, c.policy])
+            else:  # disable-source's: id, policy name, retries, running
+                policy = c.policy
+                out = f'"{c.cid}" "{policy}" 0 {json.dumps(c.main is not None)}'
+            return CommandResult(0, out + "\n", "")
+        if verb == "update":
+            c.policy = argv[2].removeprefix("--restart=")
+        elif verb == "stop":
+            c.stopped = True
+            if c.main is not None:
+                self.exit(c.main, status=signal.SIGTERM)
+        elif verb == "start" and c.main is None:
+            self.container_start(c)
+        return CommandResult(0, c.cid + "\n", "")
+
+    def run_cmd(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        """The scan's command runner: ``docker`` as the engine answers, ``systemctl`` as
+        a host without systemd as PID 1 does (never a real command)."""
+        if argv and argv[0] == "docker":
+            return self.command(argv)
+        if argv and argv[0] == "systemctl":
+            return CommandResult(
+                1, "", "System has not been booted with systemd as init system (PID 1). "
+                "Can't operate.\nFailed to connect to bus: Host is down\n",
+            )  # fmt: skip
+        return CommandResult.not_runnable(argv[0] if argv else "?")
+
+    # -- supervisord ------------------------------------------------------------------------
+
+    def program_start(self) -> SimProc:
+        """supervisord (started once, kept) starts ``[program:trainer]``: the trainer in a
+        process group of its own, named in its environment."""
+        if self.supervisord is None or self.supervisord.pid not in self.procs:
+            self.supervisord = self.spawn(
+                1, (PY, "/usr/bin/supervisord", "-n", "-c", str(self.sup_conf)), PY,
+                ("system", ""),
+            )  # fmt: skip
+        self.runs += 1
+        env = {"SUPERVISOR_ENABLED": "1", "SUPERVISOR_PROCESS_NAME": "trainer",
+               "SUPERVISOR_GROUP_NAME": "trainer"}  # fmt: skip
+        main = self.spawn(self.supervisord.pid, (PY, "/srv/sup/train_sup.py"), PY,
+                          ("job", f"sup#{self.runs}"), pgid=0, env=env, gpu=(1, GIB))  # fmt: skip
+        self.sup_main, self.sup_stopped = main.pid, False
+        self.sup_mains.add(main.pid)
+        return main
+
+    def _program_ended(self, pid: int) -> None:
+        """The program's process ended: autorestart=true starts it again at once, as does
+        the default (unexpected) after a signal; not after `supervisorctl stop`."""
+        if pid != self.sup_main:
+            return
+        self.sup_main = None
+        again = self.sup_settings["autorestart"] in ("true", "unexpected")
+        if again and not self.sup_stopped:
+            self.sup_restarts += 1
+            self.program_start()
+
+    def _supervisorctl(self, args: Sequence[str]) -> CommandResult:
+        verb, rest = args[0], list(args[1:])
+        if verb == "status":
+            main = self.sup_main
+            state = f"RUNNING   pid {main}, uptime 0:00:05" if main else "STOPPED"
+            return CommandResult(0 if self.sup_main else 3, f"trainer    {state}\n", "")
+        if verb == "stop" and rest == ["trainer"]:
+            self.sup_stopped = True
+            if self.sup_main is not None:
+                self.exit(self.sup_main, status=signal.SIGTERM)
+            return CommandResult(0, "trainer: stopped\n", "")
+        if verb == "start" and rest == ["trainer"]:
+            if self.sup_main is None:
+                self.program_start()
+            return CommandResult(0, "trainer: started\n", "")
+        if verb == "reread":
+            return CommandResult(0, "trainer: changed\n", "")
+        if verb == "update":
+            # A changed group is removed (its process stopped) and added again, started
+            # when autostart says so.
+            new = read_sup(self.sup_conf)
+            if new != self.sup_settings:
+                self.sup_settings = new
+                if self.sup_main is not None:
+                    self.sup_stopped = True
+                    self.exit(self.sup_main, status=signal.SIGTERM)
+                if new["autostart"] == "true" and self.supervisord is not None:
+                    self.program_start()
+            return CommandResult(0, "trainer: updated process group\n", "")
+        return CommandResult(1, "", f"*** Unknown syntax: {' '.join(args)}\n")
+
+    # -- at -------------------------------------------------------------------------------
+
+    def at_queue(self, when_s: float) -> Path:
+        """at(1) queues :data:`AT_COMMANDS` (it re-queues itself) at ``when_s``."""
+        name = f"a{self.at_next:05x}{int(when_s) // 60:08x}"
+        self.at_next += 1
+        path = self.atspool / name
+        path.write_text(AT_HEADER + AT_COMMANDS + "\n")
+        return path
+
+    def at_pending(self) -> list[Path]:
+        """The queued jobs, soonest first."""
+        return sorted(
+            (f for f in self.atspool.iterdir() if not f.name.startswith("=")),
+            key=lambda f: (f.name[6:], f.name),
+        )
+
+    def at_run(self, path: Path) -> SimProc:
+        """atd runs the job: renames its file ``=...``, forks a child that runs ``/bin/sh``
+        reading the file on fd 0; the commands queue the next run, then train."""
+        running = path.with_name("=" + path.name[1:])
+        path.rename(running)
+        self.runs += 1
+        key = f"at#{self.runs}"
+        child = self.spawn(self.atd.pid, ("/usr/sbin/atd", "-f"), "/usr/sbin/atd",
+                           ("cron-child", key))  # fmt: skip
+        shell = self.spawn(child.pid, ("/bin/sh",), "/usr/bin/dash", ("wrapper", key),
+                           uid=1000, pgid=0, sid=0, fd0=f"{path} (deleted)")  # fmt: skip
+        self.at_shells[shell.pid] = (child.pid, running)
+        self.at_queue(self.now + 300)
+        job = self.spawn(shell.pid, (PY, "/home/u/train_at.py"), PY, ("job", key), gpu=(1, GIB))
+        self.at_jobs.add(job.pid)
+        return job
+
+    def _at_ended(self, pid: int, ppid: int, status: int) -> None:
+        """The job's last command ended: its shell exits, atd's child removes the job
+        file and exits."""
+        if ppid in self.at_shells and not any(c.state != "Z" for c in self.children(ppid)):
+            self.exit(ppid, status=0)
+        if pid in self.at_shells:
+            child, running = self.at_shells.pop(pid)
+            running.unlink(missing_ok=True)
+            self.exit(child)
 
     # -- NVML ------------------------------------------------------------------------------
 

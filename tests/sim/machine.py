@@ -29,7 +29,11 @@ rogue-watchdog is never wrong in the dangerous direction:
   line names the service and says it is not stopped.
 - I11 a restart source is named: a job whose loop shell ``terminate`` leaves has advice
   that says the loop restarts it and stops the loop first; the daemon records at most
-  one ``will-return`` terminate per job signature (it does not repeat a futile one);
+  one terminate per job signature that said the job will return (``will-return``, or
+  ``partial`` when the source restarted it at once): it does not repeat a futile one; a
+  container's restart policy (``unknown`` when the engine did not answer), a supervisord
+  program's ``autorestart`` and an at job that re-queued itself are named as what starts
+  the job again after ``terminate``;
 - I12 every side effect has a record: at the moment of each signal, file change or
   command, the newest write-ahead step in the state database is the one naming it
   (issue 32, case 4);
@@ -43,6 +47,10 @@ rogue-watchdog is never wrong in the dangerous direction:
   scan judges sanctioned or ignored is left in a denial (a rule that sanctions a denied
   job lifts it in the tick that judges so; a lift is never withheld for want of a
   record).
+- I15 a terminate never says ``ok`` to a job that will come back: when its container's
+  restart policy or supervisord's autorestart started it again, or a queued run of its
+  re-queuing at job waits, the outcome is ``will-return`` (or not ``ok``), unless
+  ``disable-source`` stopped that source first (issue 31, case 4).
 
 The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
 overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
@@ -53,7 +61,10 @@ in a session of their own, processes that only name a training script, exits, zo
 (a trainer its shared shell or hub has not reaped among them: issue 31, seed 3131),
 edits and chmods of the crontab, NVML blips (NO_PERMISSION, a GPU leaving the list, the
 device count lost, unknown memory), config reloads between observe and terminate,
-daemon restarts, a person's shell loop running a short job every 5 s (each run ends by
+daemon restarts, Docker containers whose main process is a trainer under each restart
+policy (an engine that stops answering), a supervisord program with ``autorestart=true``
+(its configuration a real file), an at job that re-queues itself, a person's
+shell loop running a short job every 5 s (each run ends by
 itself), a person killing a process, daemon kills between two steps of an action (at a
 fault point, watchdog/faults.py: the daemon object is dropped where it stands) and a
 state database that refuses writes for a while. The daemon gets each exit status as the
@@ -76,8 +87,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tests.fakenvml.build import CONFIG_NAME, build_library
-from tests.sim.host import GIB, PIPELINE_SCRIPT, PY, SimEffects, SimHost
+from tests.sim.host import GIB, PIPELINE_SCRIPT, PY, SimContainer, SimEffects, SimHost
 from watchdog import faults
+from watchdog.actions import sources as disable_sources
 from watchdog.actions.enforcer import Enforcer
 from watchdog.actions.guards import LiveProc
 from watchdog.actions.remedy import Remedy, target_from_job
@@ -86,8 +98,16 @@ from watchdog.actions.terminate import plan_tree
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.sanctionedfile import sanctioned_path
-from watchdog.model import CronOrigin, Job, SystemdOrigin
+from watchdog.model import (
+    AtOrigin,
+    ContainerOrigin,
+    CronOrigin,
+    Job,
+    SupervisorOrigin,
+    SystemdOrigin,
+)
 from watchdog.policy.signature import job_signature
+from watchdog.scan import Scanner
 
 JOB_KINDS = ("rogue-job", "excess-instances")
 REMINDER_AFTER_S = 60.0
@@ -101,6 +121,22 @@ KILL_POINTS = (
     "gpu-deny:begun", "gpu-deny:move", "effects:cgroup-mkdir:done",
     "effects:cgroup-move:intent", "effects:cgroup-rmdir:intent",
 )  # fmt: skip
+
+
+# The at spools disable-source accepts; the simulator adds its sandbox's for a machine's life.
+_AT_SPOOLS = disable_sources.AT_SPOOLS
+
+
+def answered_by(scanner: Scanner, host: SimHost) -> None:
+    """The scan's commands (``docker inspect``, ``systemctl``) answered by ``host``."""
+    context = scanner.context
+
+    def answered(now: Any) -> Any:
+        ctx = context(now)
+        ctx.run_cmd = host.run_cmd
+        return ctx
+
+    scanner.context = answered  # type: ignore[method-assign]
 
 
 class SimKilled(BaseException):
@@ -127,7 +163,8 @@ class TrustMachine(RuleBasedStateMachine):
     # Across every machine of a run, for the summary: steps, ticks, jobs judged.
     counts: ClassVar[dict[str, int]] = {
         "machines": 0, "ticks": 0, "jobs": 0, "signals": 0, "kills": 0, "storage_faults": 0,
-        "taken_over": 0, "gpu_denied": 0, "gpu_lifted": 0,
+        "taken_over": 0, "gpu_denied": 0, "gpu_lifted": 0, "engine_restarts": 0, "at_runs": 0,
+        "will_return": 0, "program_restarts": 0,
     }  # fmt: skip
 
     def __init__(self) -> None:
@@ -136,10 +173,12 @@ class TrustMachine(RuleBasedStateMachine):
         lib = fake_library(self.workdir / "trust-sim-lib")
         conf = lib.parent / CONFIG_NAME
         self.host = SimHost(self.dir, conf)
+        disable_sources.AT_SPOOLS = (*_AT_SPOOLS, str(self.host.atspool))
         self.lib = lib
         self.mode = "observe"
         self.max_instances = 1
         self.gpu_open = "enforce"
+        self.auto_disable = True
         self.effects = SimEffects(host=self.host, state_db=self.host.root / "state" / "state.db")
         self.kill_point: str | None = None
         self.taken_over: set[int] = set()
@@ -170,10 +209,15 @@ class TrustMachine(RuleBasedStateMachine):
         self.paged_since = float("-inf")
         self.ticks = 0
         self.calls_seen = 0
+        self.actions_seen = 0
+        self.at_before: list[int] = []
         self.counts["machines"] += 1
 
     def teardown(self) -> None:
         faults.set_hook(None)
+        disable_sources.AT_SPOOLS = _AT_SPOOLS
+        self.counts["engine_restarts"] += self.host.engine_restarts
+        self.counts["program_restarts"] += self.host.sup_restarts
         self.daemon.db.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -196,7 +240,8 @@ class TrustMachine(RuleBasedStateMachine):
             "    user: root\n"
             f"    origin: {{cron_file: '{h.pipeline}', cron_line: 2}}\n"
             f"    max_instances: {self.max_instances}\n"
-            f"enforcement: {{mode: {self.mode}, auto_disable_source: true, grace_s: 0,"
+            f"enforcement: {{mode: {self.mode}, auto_disable_source:"
+            f" {str(self.auto_disable).lower()}, grace_s: 0,"
             f" backup_dir: '{h.root}/backups', gpu_open: {self.gpu_open}}}\n"
         )
 
@@ -205,6 +250,7 @@ class TrustMachine(RuleBasedStateMachine):
         # The sanctioned identities beside the socket, as `run` keeps them.
         daemon = Daemon(config, None, sanctioned_file=sanctioned_path(config.daemon.socket))
         daemon.exit_statuses = self.host.drain_exits  # the kernel's exit events
+        answered_by(daemon.scanner, self.host)
         # Inline: a terminate's waits run in the step that starts it (deterministic).
         enf = Enforcer(
             config, daemon.db, self.effects, runner=InlineRunner(),
@@ -212,6 +258,15 @@ class TrustMachine(RuleBasedStateMachine):
         )  # fmt: skip
         daemon.sources.append(enf)
         daemon.enforcers.append(enf)
+
+        def rebuild(d: Daemon) -> None:
+            # As `run`'s reload hook does (watchdog/daemon/assemble.py): the enforcer is
+            # built again from the new configuration (its mode, auto_disable_source).
+            new = Enforcer(d.config, d.db, self.effects, runner=InlineRunner())
+            d.sources = [s for s in d.sources if not isinstance(s, Enforcer)] + [new]
+            d.enforcers = [new]
+
+        daemon.on_reload.append(rebuild)
         return daemon
 
     # -- steps: what happens on the host --------------------------------------------------
@@ -314,6 +369,52 @@ class TrustMachine(RuleBasedStateMachine):
         top = h.unit_run("loop-train.service", ("/bin/bash", "-c", loop), ("wrapper", key))
         h.spawn(top.pid, (PY, "/srv/loop/train_loop.py"), PY, ("job", key), gpu=(1, GIB))
 
+    @rule(policy=st.sampled_from(["always", "always", "unless-stopped", "on-failure", "no"]))
+    def container_runs(self, policy: str) -> None:
+        """`docker run -d --restart=POLICY` of an image whose main process is a trainer
+        (the container is the job's own); the engine starts it again as its policy says
+        (issue 31, case 5)."""
+        h = self.host
+        h.now += 1.0
+        n = len(h.containers)
+        cid = f"{n + 1:04x}" * 16
+        c = SimContainer(cid, f"ctr-{n + 1}", policy)
+        h.containers[cid] = c
+        h.container_start(c)
+
+    @rule(up=st.booleans())
+    def engine(self, up: bool) -> None:
+        """dockerd stops answering (its socket gone) or answers again; its containers
+        run on under their shims."""
+        self.host.engine_up = up
+
+    @rule()
+    def at_job_runs(self) -> None:
+        """atd runs the soonest queued at job (a person queues the first): it queues its
+        next run, then trains (issue 31, case 3)."""
+        h = self.host
+        h.now += 1.0
+        pending = h.at_pending() or [h.at_queue(h.now + 60)]
+        path = pending[0]
+        h.now = max(h.now, int(path.name[6:], 16) * 60 + 1.0)
+        h.at_run(path)
+        self.counts["at_runs"] += 1
+
+    @rule()
+    def program_runs(self) -> None:
+        """supervisord's ``[program:trainer]`` (``autorestart=true``) runs a trainer;
+        a person starts it when it is stopped (issue 31, case 6)."""
+        h = self.host
+        h.now += 1.0
+        if h.sup_main is None:
+            h.program_start()
+
+    @rule()
+    def person_atrm(self) -> None:
+        """A person removes the queued at jobs (`atrm N`) while a run goes on."""
+        for path in self.host.at_pending():
+            self.host.command(["atrm", str(int(path.name[1:6], 16))])
+
     @rule(workers=st.integers(2, 4))
     def one_launch(self, workers: int) -> None:
         """A launcher starts workers `train_w.py --rank N`, each in a session of its own,
@@ -415,14 +516,17 @@ class TrustMachine(RuleBasedStateMachine):
     @rule(
         mode=st.sampled_from(["observe", "terminate"]), cap=st.integers(1, 2),
         gpu=st.sampled_from(["enforce", "enforce", "audit", "off"]),
+        auto=st.sampled_from([True, True, False]),
     )  # fmt: skip
-    def reload(self, mode: str, cap: int, gpu: str = "enforce") -> None:
-        """A config reload (SIGHUP): enforcement mode, the rule's max_instances and
-        ``gpu_open``."""
-        self.mode, self.max_instances, self.gpu_open = mode, cap, gpu
+    def reload(self, mode: str, cap: int, gpu: str = "enforce", auto: bool = True) -> None:
+        """A config reload (SIGHUP): enforcement mode, ``gpu_open``, auto_disable_source
+        and the rule's max_instances (the enforcer is built again, as `run`'s reload hook
+        does)."""
+        self.mode, self.max_instances, self.gpu_open, self.auto_disable = mode, cap, gpu, auto
         (self.dir / "config.yaml").write_text(self.config_text())
         self.daemon.config_path = str(self.dir / "config.yaml")
         assert self.daemon.reload()
+        answered_by(self.daemon.scanner, self.host)
 
     @rule()
     def restart(self) -> None:
@@ -454,6 +558,7 @@ class TrustMachine(RuleBasedStateMachine):
         self.host.write_nvml()
         # What the scan will see (the enforcer may end some of it within the tick).
         self.before = {p.pid: (p.label, p.start) for p in self.host.procs.values()}
+        self.at_before = [int(f.name[1:6], 16) for f in self.host.at_pending()]
         self.labels_ever.update((p.pid, p.label) for p in self.host.procs.values())
         point = self.kill_point
 
@@ -552,11 +657,16 @@ class TrustMachine(RuleBasedStateMachine):
         touched = [c for c in self.effects.calls if str(host.pipeline) in json.dumps(c[1:2])]
         assert not touched, f"I1: the pipeline's line was acted on: {touched}"
         self._check_findings(result.gpu_blind, jobs)
+        # A terminate that said its source restarts the job (will_return) is futile
+        # once; repeated, whatever it ended (a restart at once leaves it partial).
         repeated = self.daemon.db.conn.execute(
-            "SELECT signature, COUNT(*) FROM actions WHERE kind='terminate' AND "
-            "outcome='will-return' AND dry_run=0 GROUP BY signature HAVING COUNT(*) > 1"
+            "SELECT signature, COUNT(*) FROM actions WHERE kind='terminate' AND dry_run=0"
+            " AND (outcome='will-return' OR (outcome='partial' AND"
+            " json_extract(details_json, '$.will_return') IS NOT NULL))"
+            " GROUP BY signature HAVING COUNT(*) > 1"
         ).fetchall()
         assert not repeated, f"I11: a futile terminate repeated: {repeated}"
+        self._check_terminates()
         self._check_no_false_page(jobs, labels)
         self._check_pages(jobs)
 
@@ -667,6 +777,7 @@ class TrustMachine(RuleBasedStateMachine):
             assert again is not None and again.after_terminate, f"I11: {job.root_pid}: {advice}"
             line = advice.stop_line(job.root_pid) or ""
             assert f"stop the loop first: kill -TERM {loops[0].pid}" in line, f"I11: {line}"
+        self._check_restart_source(job)
         unit = job.origin.unit if isinstance(job.origin, SystemdOrigin) else None
         if unit and self._services(unit):
             # I10: a unit that also runs a hub is never planned, offered or advised unasked.
@@ -684,6 +795,81 @@ class TrustMachine(RuleBasedStateMachine):
             # I6: a live cron source is a file cron reads: not group/other-writable.
             mode = os.stat(job.origin.file).st_mode
             assert not mode & 0o022, f"I6: {job.origin.file} mode {mode:o} named live"
+
+    def _check_restart_source(self, job: Job) -> None:
+        """I11 for a restart policy and a re-queuing at job: named, with what stops it."""
+        h = self.host
+        again = job.advice.restarts
+        cid = h.container_mains.get(job.root_pid)
+        if cid is not None:
+            origin = job.origin
+            assert isinstance(origin, ContainerOrigin) and origin.container_id == cid, (
+                f"I11: container {cid[:12]}'s job {job.root_pid} from {origin.describe()}"
+            )
+            policy = origin.restart_policy
+            if policy is None:  # the engine did not answer when it was first seen
+                assert again is not None and again.when == "unknown", f"I11: {again}"
+            elif policy != "no":
+                had = h.containers[cid].policies
+                assert policy in had, f"I11: policy {policy} named, the container had {had}"
+                # Every policy but `no` starts it again after terminate's signal: the
+                # container's exit status is then non-zero (128 + the signal).
+                assert again is not None and again.after_terminate, (
+                    f"I11: container {cid[:12]} (--restart={policy}): {again}"
+                )
+                assert f"restart policy {policy}" in again.how, f"I11: {again.how}"
+        if job.root_pid in h.sup_mains and isinstance(job.origin, SupervisorOrigin):
+            value = job.origin.autorestart
+            assert value is not None, f"I11: supervisord's settings unread: {job.origin}"
+            if value in ("true", "unexpected"):
+                assert again is not None and again.after_terminate, f"I11: {again}"
+                assert f"autorestart={value}" in again.how, f"I11: {again.how}"
+        proc = h.procs.get(job.root_pid)
+        shell = h.procs.get(proc.ppid) if proc is not None else None
+        child = h.procs.get(shell.ppid) if shell is not None and shell.pid in h.at_shells else None
+        if self.at_before and child is not None and child.ppid == h.atd.pid and child.state != "Z":
+            # Its lineage still reaches atd (a person may have ended atd's child).
+            assert isinstance(job.origin, AtOrigin), f"I11: at job {job.root_pid}: {job.origin}"
+            assert again is not None and again.after_terminate, f"I11: at job: {again}"
+        if isinstance(job.origin, AtOrigin):
+            # Read live (issue 31, case 3): the queued jobs named are queued now.
+            named = set(job.origin.pending_same_command)
+            assert named <= set(self.at_before), (
+                f"I11: at job {job.origin.job} names queued {sorted(named)}; queued now: "
+                f"{self.at_before}"
+            )
+
+    def _check_terminates(self) -> None:
+        """I15: a terminate never ends ``ok`` when its job's source has started it
+        again: a container's restart policy, a queued run of a re-queuing at job."""
+        h = self.host
+        rows = self.daemon.db.conn.execute(
+            "SELECT id, outcome, json_extract(details_json, '$.root[0]'),"
+            " json_extract(details_json, '$.origin.kind') FROM actions"
+            " WHERE kind = 'terminate' AND dry_run = 0 AND id > ?",
+            (self.actions_seen,),
+        ).fetchall()
+        for aid, outcome, root, kind in rows:
+            self.actions_seen = max(self.actions_seen, aid)
+            self.counts["will_return"] += outcome == "will-return"
+            if outcome != "ok" or root is None:
+                continue
+            cid = h.container_mains.get(root)
+            if cid is not None:
+                c = h.containers[cid]
+                assert c.main is None, (
+                    f"I15: terminate {aid} of PID {root} said ok; container {cid[:12]} "
+                    f"(--restart={c.policy}) runs it again as PID {c.main}"
+                )
+            if root in h.sup_mains:
+                assert h.sup_main is None, (
+                    f"I15: terminate {aid} of PID {root} said ok; supervisord runs "
+                    f"[program:trainer] again as PID {h.sup_main}"
+                )
+            if root in h.at_jobs and kind == "at":
+                # (A person who ended atd's child left an orphan: no lineage to atd.)
+                pending = [f.name for f in h.at_pending()]
+                assert not pending, f"I15: terminate {aid} of at job {root} ok; queued {pending}"
 
     def _check_findings(self, blind: bool, jobs: list[Job]) -> None:
         rows = self.daemon.db.conn.execute(
@@ -758,19 +944,21 @@ class TrustMachine(RuleBasedStateMachine):
             back = was is not None and rows.get(sig, 0) > was
             killed = self.last_roots.get(sig, set()) & self.host.killed
             if back and job.unsanctioned and job.may_train and killed:
-                # Paged at this tick, or at a tick since the last checked one that the
-                # daemon was killed in (its findings were stored before its action
-                # began: seed 61207), naming a run that is here now.
+                # Paged at this tick, naming a run that is here now; or at a tick since
+                # the last checked one that the daemon was killed in (its findings were
+                # stored before its action began: seed 61207), naming a run of that
+                # tick, which may have ended since (a probe's: CI seed 6 with restart
+                # sources, 2026-12-06).
                 found = [
                     fid
-                    for fid, root in db.conn.execute(
-                        "SELECT f.id, json_extract(f.details_json, '$.root') FROM findings f"
-                        " JOIN deliveries d ON d.finding_id = f.id WHERE f.kind = 'respawned'"
-                        " AND f.opened_at > ? AND f.opened_at <= ? AND d.event = 'open'"
-                        " AND json_extract(f.details_json, '$.signature') = ?",
+                    for fid, root, opened in db.conn.execute(
+                        "SELECT f.id, json_extract(f.details_json, '$.root'), f.opened_at"
+                        " FROM findings f JOIN deliveries d ON d.finding_id = f.id"
+                        " WHERE f.kind = 'respawned' AND f.opened_at > ? AND f.opened_at <= ?"
+                        " AND d.event = 'open' AND json_extract(f.details_json, '$.signature') = ?",
                         (self.checked_at, now, sig),
                     )
-                    if root is not None and tuple(json.loads(root)) in roots[sig]
+                    if opened < now or (root is not None and tuple(json.loads(root)) in roots[sig])
                 ]
                 assert found, f"I9: {sig} back as {job.root_pid} after {killed} was killed: no page"
         self.sightings = rows

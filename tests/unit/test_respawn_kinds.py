@@ -47,8 +47,11 @@ CID = "a" * 64
         (ContainerOrigin(container_id=CID, runtime="docker", restart_policy="always"),
          "restarts it: at once, Docker restart policy always of container aaaaaaaaaaaa"),
         (ContainerOrigin(container_id=CID, runtime="podman", restart_policy="on-failure:3"),
-         "restarts it: on failure (a non-zero exit), Podman restart policy on-failure:3 of "
-         "container aaaaaaaaaaaa"),
+         # The trust simulator (issue 31, seed 777): terminate's SIGTERM is a non-zero
+         # exit (143), so on-failure brings it back too. BEFORE: "on failure (a non-zero
+         # exit)", after_terminate False (terminate said ok, the container came back).
+         "restarts it: on failure (a non-zero exit; a kill by a signal is one), Podman "
+         "restart policy on-failure:3 of container aaaaaaaaaaaa"),
         (ContainerOrigin(container_id=CID, runtime="docker", restart_policy="no"), None),
         (ContainerOrigin(container_id=CID, runtime="docker"),
          "restarts it: unknown, Docker restart policy unknown (the engine did not answer for "

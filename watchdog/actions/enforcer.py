@@ -468,10 +468,14 @@ class Enforcer:
 
     def _futile(self, sig: str) -> bool:
         """True when a terminate of this signature already ended ``will-return`` (its
-        source starts it again) and was not undone."""
+        source starts it again) and was not undone; also one that said so and ended
+        ``partial``: a source that restarts at once (a container's restart policy) runs
+        the job again while the terminate still looks at its tree, which it then leaves
+        (trust simulator, issue 31: each tick terminated the container again)."""
         return any(
-            r.kind == "terminate" and r.outcome == "will-return" and not r.dry_run
-            and r.undone_at is None
+            r.kind == "terminate" and not r.dry_run and r.undone_at is None
+            and (r.outcome == "will-return"
+                 or (r.outcome == "partial" and bool(r.details.get("will_return"))))
             for r in self.db.actions_for(sig)
         )  # fmt: skip
 

@@ -10,6 +10,7 @@ deleted because atd renames a running job to ``=NNNNNMMMMMMMM``. The job output 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Sequence
@@ -106,10 +107,7 @@ class AtResolver:
         evidence.append(f"job shell PID {shell.pid} reads at job {job} (queue {queue})")
         pending = _pending_same(spool, command) if command else []
         if pending:
-            evidence.append(
-                f"queued jobs {', '.join(map(str, pending))} run the same commands: "
-                "the job re-schedules itself"
-            )
+            evidence.append(_queued(pending))
         remediation = "atrm " + " ".join(str(n) for n in [job, *pending])
         return AtOrigin(
             evidence=tuple(evidence),
@@ -122,6 +120,42 @@ class AtResolver:
             file=running,
             pending_same_command=tuple(pending),
         )
+
+
+def _queued(pending: Sequence[int]) -> str:
+    return (
+        f"queued jobs {', '.join(map(str, pending))} run the same commands: "
+        "the job re-schedules itself"
+    )
+
+
+def with_live_queue(origin: AtOrigin) -> AtOrigin:
+    """``origin`` with its queued jobs of the same commands read again from the spool
+    now (issue 31, case 3: advice is read live, never frozen), for an origin kept for a
+    running job whose lineage no longer reaches atd (its shell or atd's child ended).
+
+    Args:
+        origin: The at origin found when the job's lineage still reached atd.
+
+    Returns:
+        The same origin when the queue is as it was (or its job file or commands are
+        unknown); else one with ``pending_same_command``, the evidence line and the
+        ``atrm`` remediation of the queue as it is now.
+    """
+    if not origin.file or not origin.command:
+        return origin
+    pending = tuple(_pending_same(os.path.dirname(origin.file), origin.command))
+    if pending == origin.pending_same_command:
+        return origin
+    evidence = tuple(e for e in origin.evidence if not e.startswith("queued jobs "))
+    if pending:
+        evidence = (*evidence, _queued(pending))
+    remediation = origin.remediation
+    if origin.job is not None:
+        remediation = "atrm " + " ".join(str(n) for n in [origin.job, *pending])
+    return dataclasses.replace(
+        origin, evidence=evidence, remediation=remediation, pending_same_command=pending
+    )
 
 
 def _job_file(ctx: ResolveContext, pid: int) -> tuple[str, str] | None:

@@ -298,7 +298,8 @@ def restart_when(policy: str) -> str:
     if policy.startswith("on-failure"):
         most = policy.partition(":")[2]
         return (
-            "the engine starts the container again when its main process exits non-zero"
+            "the engine starts the container again when its main process exits non-zero "
+            "(a kill by a signal included: exit 128+N)"
             + (f", at most {most} times" if most else "")
             + "; not after a clean exit or a `stop`"
         )

@@ -108,13 +108,15 @@ def container(origin: Origin) -> Restarts | None:
         if origin.runtime in ("docker", "podman")
         else f"stop it and remove the policy first: {origin.remediation}"
     )
+    # A main process ended by a signal exits 128+N, non-zero: on-failure starts it again
+    # after terminate's SIGTERM as always does (only the engine's own `stop` is exempt).
     when = {"always": "at once", "unless-stopped": "at once (until stopped by hand)"}.get(
-        policy, "on failure (a non-zero exit)" if policy.startswith("on-failure") else "unknown"
+        policy,
+        "on failure (a non-zero exit; a kill by a signal is one)"
+        if policy.startswith("on-failure")
+        else "unknown",
     )
-    return Restarts(
-        when, f"{engine} restart policy {policy} of container {cid}", stops,
-        when.startswith("at once"),
-    )  # fmt: skip
+    return Restarts(when, f"{engine} restart policy {policy} of container {cid}", stops)
 
 
 def kubernetes(origin: Origin) -> Restarts | None:
