@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import need, need_program, need_root
-from tests.system.cronharness import PYTHON, TRAINER_SOURCE, _cmdline, _pids, _ppid
+from tests.system.cronharness import PYTHON, TRAINER_SOURCE, _cmdline, _mnt_ns, _pids, _ppid
 from watchdog.lineage.at import AtResolver
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
@@ -66,6 +66,9 @@ def at_job() -> Iterator[tuple[int, int, int, str]]:
         running = subprocess.run(["pgrep", "-x", "atd"], capture_output=True, text=True)
         pids = [int(p) for p in running.stdout.split()]
         daemons = [p for p in pids if _ppid(p) not in pids]
+        # Only an atd that sees this spool: one in a mount namespace of its own (another
+        # suite's, a sandbox's) never runs what is queued here.
+        daemons = [p for p in daemons if _mnt_ns(p) == _mnt_ns(os.getpid())]
         if daemons:
             atd_pid = daemons[0]
         else:
@@ -81,6 +84,10 @@ def at_job() -> Iterator[tuple[int, int, int, str]]:
         # The copy first, an hour out: the pattern of a job that re-queues itself.
         jobs.append(_submit("now + 1 hour", command, sandbox))
         jobs.append(_submit("now", command, sandbox))
+        if started is not None:
+            # at(1) wakes the atd named in /run/atd.pid; ours in the foreground may not be
+            # that one (atd(8): SIGHUP makes it look at the queue now).
+            started.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 30
         found = 0
         while not found and time.monotonic() < deadline:
