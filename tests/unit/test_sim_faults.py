@@ -290,3 +290,20 @@ def test_a_probe_loop_return_after_a_kill_is_paged_among_restart_sources() -> No
     )
     # "I9: d0c8da31d6c876eb back as 4000039 after {(4000016, 8736600)} was killed: no page"
     assert violation(steps) == ""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 35): a page sent while NVML was blind is sent again when the GPU shows",
+)
+def test_a_run_paged_while_nvml_was_blind_is_not_paged_again_when_its_gpu_shows() -> None:
+    # Seed 62301, 100,000 steps (2026-12-06), shrunk. NVML's device count is lost; a
+    # probe run on GPU 0 is paged with no GPU (nothing can be seen); NVML comes back and
+    # shows it on GPU 0: the alert's labels gain ``gpu``, which the tracker sends as a
+    # relabelled reminder, 5 s after the open; the run's loop folds it into its periodic
+    # finding, paged twice (I8: "periodic F1 paged [1800086435.2, 1800086440.2]").
+    steps = (
+        "m.nvml_view(mode='count-lost');m.probe_loop(gpu=True);m.nvml_view(mode='ok');"
+        "m.tick(seconds=5.0);m.probe_loop(gpu=False)"
+    )
+    assert violation(steps) == ""
