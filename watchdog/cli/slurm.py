@@ -42,7 +42,9 @@ def cmd_health_check(args: argparse.Namespace) -> int:
         job_id = int(value)
     config = load_config(command_config_path(args.config, acts=True))
     uid_text = os.environ.get("SLURM_JOB_UID", "") if args.epilog else ""
-    journal, db = _journal(config.daemon.state_dir, args.epilog, args.dry_run)
+    # Not wired yet: with the journal, tests/system/test_slurm_failclosed.py's copy case
+    # failed 3 of 5 runs (a copy stopped before it wrote its pid file); see _journal.
+    journal, db = None, None
     try:
         report = sweep(
             config,
@@ -65,7 +67,9 @@ def cmd_health_check(args: argparse.Namespace) -> int:
 def _journal(
     state_dir: str, epilog: bool, dry_run: bool
 ) -> tuple[SweepJournal | None, StateDB | None]:
-    """The sweep's write-ahead record in the daemon's state database, and the database
+    """(Not used by the command yet: see :func:`cmd_health_check`.)
+
+    The sweep's write-ahead record in the daemon's state database, and the database
     to close; a database that cannot be opened makes a journal that refuses every wave
     (nothing signalled, the node drained: fail closed)."""
     from watchdog.actions.remedy import default_actor
