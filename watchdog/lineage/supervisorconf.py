@@ -169,27 +169,28 @@ def read_program(config: str | None, group: str | None, process: str) -> Program
     files: list[str] = []
     texts: dict[str, str] = {}
     first_file: dict[str, str] = {}
-    try:
-        reading = config
-        main = _read(config)
-        texts[config] = main
-        parser.read_string(main, source=config)
-        files.append(config)
+    reading = config
+
+    def take(path: str) -> None:
+        # One file into the parser, as supervisord reads them: a section belongs to the
+        # first file that has it.
+        nonlocal reading
+        reading = path
+        texts[path] = _read(path)
+        parser.read_string(texts[path], source=path)
+        files.append(path)
         for section in parser.sections():
-            first_file.setdefault(section, config)
+            first_file.setdefault(section, path)
+
+    try:
+        take(config)
         includes: list[str] = []
         if parser.has_section("include") and parser.has_option("include", "files"):
             here = os.path.dirname(os.path.abspath(config))
             for pattern in parser.get("include", "files").replace("%(here)s", here).split():
                 includes.extend(sorted(glob.glob(os.path.join(here, pattern))))
         for path in includes:
-            reading = path
-            text = _read(path)
-            texts[path] = text
-            parser.read_string(text, source=path)
-            files.append(path)
-            for section in parser.sections():
-                first_file.setdefault(section, path)
+            take(path)
     except (OSError, ValueError, configparser.Error) as exc:
         reason = safeio.unread_reason(exc) if isinstance(exc, OSError | ValueError) else str(exc)
         return ProgramSettings(
