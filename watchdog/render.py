@@ -445,13 +445,12 @@ def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: 
         if stop:
             # The command stays whole on its line and the note is comment lines: what a
             # person pastes runs as printed (a wrapped "(--dry-run …)" was a syntax error).
+            whole = "    stop: " + printable(stop)
             command, sep, note = stop.partition("  # ")
-            if len("    stop: ") + len(printable(stop)) <= width:
-                lines.append("    stop: " + printable(stop))
-                sep = ""  # all on one line: the note is a comment there too
+            if len(whole) <= width or not sep:
+                lines.append(whole)  # all on one line: the note is a comment there too
             else:
                 lines.append("    stop: " + printable(command))
-            if sep:
                 lines.extend(fit(printable(note), width, " " * 10 + "# ", " " * 10 + "# "))
     return lines
 
