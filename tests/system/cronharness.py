@@ -5,8 +5,9 @@ within a minute (touching the directory helps); file names with dots are ignored
 runs as ``cron`` → ``CRON`` → ``/bin/sh -c CMD`` → command, dash staying as the parent.
 
 Ownership rules kept here:
-* cron is started (``cron -f``, as this process's child) only when none runs; only that
-  one is stopped. A cron that was already running is used and left alone.
+* cron is shared (:class:`tests.system.hostdaemon.DaemonLease`): the one that runs is
+  used and left alone; one started for the tests is stopped by the last test process
+  that uses it, never under another's test.
 * Files: ``/etc/cron.d/rwtest-<hex>-p<PID>s<ticks>-<n>`` (no dots; those of a test
   process that is gone are removed by the next harness), user crontabs of throwaway users
   ``rwt<hex>`` made with ``useradd -M``; all removed in :meth:`CronHarness.close`.
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 
 from tests.ownprocs import claim_path, release_path
+from tests.system.hostdaemon import DaemonLease
 
 PYTHON = "/usr/bin/python3"
 CRON_D = Path("/etc/cron.d")
@@ -102,7 +104,7 @@ class CronHarness:
         self.sandbox.chmod(0o755)  # the throwaway users must read their trainers
         claim_path(self.sandbox)
         self.tag = secrets.token_hex(4)
-        self.started: subprocess.Popen[bytes] | None = None
+        self.lease: DaemonLease | None = None
         self.cron_pid = 0
         self.cron_d_files: list[Path] = []
         self.users: list[str] = []
@@ -110,29 +112,11 @@ class CronHarness:
     # -- setup ----------------------------------------------------------------------
 
     def ensure_cron(self) -> int:
-        """Use the running cron, or start one in the foreground as our child."""
-        found = subprocess.run(["pgrep", "-x", "cron"], capture_output=True, text=True)
-        pids = [int(p) for p in found.stdout.split()]
-        # Only the daemon itself: its CRON children share the name (comm), and one whose
-        # daemon was stopped mid-job (re-parented to PID 1) runs no new jobs.
-        daemons = [p for p in pids if _ppid(p) not in pids and _cmdline(p)[:1] != ("CRON",)]
-        # Only one that sees our files: a cron another suite runs in a mount namespace of
-        # its own (a private /tmp) runs our lines where the sandbox does not exist.
-        daemons = [p for p in daemons if _mnt_ns(p) == _mnt_ns(os.getpid())]
-        if daemons:
-            self.cron_pid = daemons[0]
-            return self.cron_pid
-        self.started = subprocess.Popen(
-            ["cron", "-f"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        self.cron_pid = self.started.pid
-        time.sleep(0.5)
-        if self.started.poll() is not None:
-            raise RuntimeError(f"cron -f exited with {self.started.returncode}")
+        """Take a share of the host's cron (tests/system/hostdaemon.py): the one that runs,
+        or one started for the tests and stopped by the last test process using it."""
+        if self.lease is None:
+            self.lease = DaemonLease("cron", ["cron", "-f"])
+            self.cron_pid = self.lease.acquire()
         return self.cron_pid
 
     def trainer(self, name: str) -> Path:
@@ -247,12 +231,7 @@ class CronHarness:
                 if subprocess.run(["userdel", user], capture_output=True).returncode == 0:
                     break
                 time.sleep(0.5)
-        if self.started is not None:
-            self.started.terminate()
-            try:
-                self.started.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.started.kill()
-                self.started.wait(timeout=5)
+        if self.lease is not None:
+            self.lease.release()
         shutil.rmtree(self.sandbox, ignore_errors=True)
         release_path(self.sandbox)

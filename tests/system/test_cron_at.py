@@ -1,9 +1,10 @@
 """Real atd runs a fake trainer; the at resolver must name the job and its queued copy.
 
-atd is used when running, else started in the foreground as this test's child and
-stopped afterwards. The jobs queued here are removed with atrm; the trainer is killed only
-when its argv is exactly ``/usr/bin/python3 SANDBOX/at/train_fake.py`` (random SANDBOX)
-and its parent chain reaches the atd in use.
+atd is shared with every test process (tests/system/hostdaemon.py): the one that runs,
+or one started for the tests and stopped by the last that uses it. The jobs queued here
+are removed with atrm; the trainer is killed only when its argv is exactly
+``/usr/bin/python3 SANDBOX/at/train_fake.py`` (random SANDBOX) and its parent chain
+reaches the atd in use.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import need, need_program, need_root
-from tests.system.cronharness import PYTHON, TRAINER_SOURCE, _cmdline, _mnt_ns, _pids, _ppid
+from tests.system.cronharness import PYTHON, TRAINER_SOURCE, _cmdline, _pids, _ppid
+from tests.system.hostdaemon import DaemonLease
 from watchdog.lineage.at import AtResolver
 from watchdog.lineage.base import ResolveContext
 from watchdog.lineage.cron import CronResolver
@@ -58,36 +60,23 @@ def at_job() -> Iterator[tuple[int, int, int, str]]:
     need_program("atd", "at", "atrm", "pgrep")
     need(Path(PYTHON).exists(), f"needs {PYTHON}")
     sandbox = Path(tempfile.mkdtemp(prefix="rwtest-at-"))
-    started: subprocess.Popen[bytes] | None = None
+    lease: DaemonLease | None = None
     jobs: list[int] = []
     trainer = sandbox / "at" / "train_fake.py"
     atd_pid = 0
     try:
-        running = subprocess.run(["pgrep", "-x", "atd"], capture_output=True, text=True)
-        pids = [int(p) for p in running.stdout.split()]
-        daemons = [p for p in pids if _ppid(p) not in pids]
-        # Only an atd that sees this spool: one in a mount namespace of its own (another
-        # suite's, a sandbox's) never runs what is queued here.
-        daemons = [p for p in daemons if _mnt_ns(p) == _mnt_ns(os.getpid())]
-        if daemons:
-            atd_pid = daemons[0]
-        else:
-            started = subprocess.Popen(
-                ["atd", "-f"], stdin=subprocess.DEVNULL, start_new_session=True
-            )
-            atd_pid = started.pid
-            time.sleep(0.5)
-            assert started.poll() is None, "atd -f exited"
+        lease = DaemonLease("atd", ["atd", "-f"])
+        atd_pid = lease.acquire()
         trainer.parent.mkdir()
         trainer.write_text(TRAINER_SOURCE)
         command = f"{PYTHON} {trainer}"
         # The copy first, an hour out: the pattern of a job that re-queues itself.
         jobs.append(_submit("now + 1 hour", command, sandbox))
         jobs.append(_submit("now", command, sandbox))
-        if started is not None:
-            # at(1) wakes the atd named in /run/atd.pid; ours in the foreground may not be
-            # that one (atd(8): SIGHUP makes it look at the queue now).
-            started.send_signal(signal.SIGHUP)
+        if lease.ours:
+            # at(1) wakes the atd named in /run/atd.pid; one started for the tests may not
+            # be that one (atd(8): SIGHUP makes it look at the queue now).
+            os.kill(atd_pid, signal.SIGHUP)
         deadline = time.monotonic() + 30
         found = 0
         while not found and time.monotonic() < deadline:
@@ -104,9 +93,8 @@ def at_job() -> Iterator[tuple[int, int, int, str]]:
             if _cmdline(pid) == (PYTHON, str(trainer)) and _chain_has(pid, atd_pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-        if started is not None:
-            started.terminate()
-            started.wait(timeout=10)
+        if lease is not None:
+            lease.release()
         shutil.rmtree(sandbox, ignore_errors=True)
 
 
