@@ -510,6 +510,9 @@ class Daemon:
         if result is not None:
             self._write_sanctioned_file()
         findings: list[Finding] = list(result.findings) if result else []
+        # Sources that could not be read: what they had open stays open (blindness
+        # never resolves, and a resolve now would page again when they answer).
+        unread: list[Callable[[str], bool]] = []
         if result is not None:
             for source in self.sources:
                 try:
@@ -517,6 +520,9 @@ class Daemon:
                     self._ok(source.name)
                 except Exception as exc:
                     self._failed(source.name, exc)
+                    covers = getattr(source, "covers", None)
+                    if covers is not None:
+                        unread.append(covers)
         learning = self.learning(now)
         if learning:
             # Jobs no rule sanctions are what the learning period is for: recorded and
@@ -545,6 +551,7 @@ class Daemon:
                 learning=learning,
                 exits=exits,
                 gpu_lists=result is not None and result.nvml.available,
+                unread=(lambda fp: any(c(fp) for c in unread)) if unread else None,
             )
             self.unstored.note(track)
             self._prune(now)
