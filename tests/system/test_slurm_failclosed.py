@@ -133,7 +133,7 @@ def _use(c: SlurmHarness, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmHarn
     finally:
         if c.ctld is None:
             c.start_controller()
-        _kill(*c.extra_pids[started:])
+        c.extra_pids.kill(c.extra_pids[started:])
         c.cli("scontrol", "update", f"nodename={HOST}", "state=resume", check=False)
 
 
