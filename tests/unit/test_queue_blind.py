@@ -95,3 +95,40 @@ def test_slurmctld_down_keeps_queue_findings_open_and_says_so_once(
         ("component-degraded:queue:slurm", "open"),
         ("component-degraded:queue:slurm", "resolve"),
     ]
+
+
+def test_with_the_database_unwritable_too_queue_findings_stay_open_in_memory(
+    tmp_path: Path,
+) -> None:
+    """The same, while the state database refuses every write (findings kept and
+    alerted from memory, issue 32): before this change the in-memory tracking resolved
+    ``slurm:1`` and ``slurm:2`` at the first blind tick (two resolves) and opened them
+    again when Slurm answered (two more opens). Now: two opens, nothing else."""
+    doc = {"down": False}
+
+    def answer(argv: Sequence[str]) -> CommandResult:
+        if list(argv[:2]) == ["squeue", "--json"]:
+            return CommandResult(0, DOWN if doc["down"] else UP, "")
+        return CommandResult(1, "", CONNECT + "\n")
+
+    cfg = parse_config(
+        f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n", "t.yaml"
+    )
+    queue = QueueSource(SlurmQueue(RecordingRunner(answer=answer)), cfg.queue)
+    d = Daemon(cfg, None, sources=[queue])
+    d.db.conn.execute("PRAGMA query_only=ON")  # every write refused, as on a full disk
+    events = []
+    try:
+        for i, down in enumerate([False, False, True, True, False, False]):
+            doc["down"] = down
+            d.tick(5_000_000.0 + 5 * i)
+            assert d.last is not None and d.last.track is not None
+            events += [("open", r.fingerprint) for r in d.last.track.opened]
+            events += [("resolve", r.fingerprint) for r in d.last.track.resolved]
+        assert d.degraded["state"].startswith("OperationalError: attempt to write a readonly")
+    finally:
+        d.db.close()
+    assert [e for e in events if e[1].startswith("queue-unsanctioned:")] == [
+        ("open", "queue-unsanctioned:slurm:1"),
+        ("open", "queue-unsanctioned:slurm:2"),
+    ]

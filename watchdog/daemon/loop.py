@@ -232,6 +232,8 @@ class Daemon:
         self.started_at = time.time()
         self.last: TickSummary | None = None
         self.degraded: dict[str, str] = {}
+        # This tick's: whether an open finding's source could not be read (it stays open).
+        self._unread: Callable[[str], bool] | None = None
         # Seconds the last tick's enforcers took (early-tick spacing leaves them out).
         self.acting_s = 0.0
         # The checksum of the configuration in force (status shows it beside the file's);
@@ -513,6 +515,7 @@ class Daemon:
         # Sources that could not be read: what they had open stays open (blindness
         # never resolves, and a resolve now would page again when they answer).
         unread: list[Callable[[str], bool]] = []
+        self._unread = None
         if result is not None:
             for source in self.sources:
                 try:
@@ -523,6 +526,8 @@ class Daemon:
                     covers = getattr(source, "covers", None)
                     if covers is not None:
                         unread.append(covers)
+        if unread:
+            self._unread = lambda fp: any(c(fp) for c in unread)
         learning = self.learning(now)
         if learning:
             # Jobs no rule sanctions are what the learning period is for: recorded and
@@ -551,7 +556,7 @@ class Daemon:
                 learning=learning,
                 exits=exits,
                 gpu_lists=result is not None and result.nvml.available,
-                unread=(lambda fp: any(c(fp) for c in unread)) if unread else None,
+                unread=self._unread,
             )
             self.unstored.note(track)
             self._prune(now)
@@ -635,6 +640,7 @@ class Daemon:
                 blind=result is None or result.gpu_blind,
                 exits=self.tracker.exits,
                 gpu_lists=result is not None and result.nvml.available,
+                unread=self._unread,
             )
         except Exception as exc:
             self._failed("unstored-alerts", exc)
