@@ -17,7 +17,12 @@ from watchdog.records import FindingRecord
 
 class FindingSource(Protocol):
     """Something besides the process scan that produces findings each tick
-    (the GPU queue, ship gates, remediations that did not hold)."""
+    (the GPU queue, ship gates, remediations that did not hold).
+
+    A source may also have ``covers(fingerprint: str) -> bool``: True for the stored
+    fingerprint of a finding it makes. While :meth:`findings` raises, the open findings
+    it covers stay open instead of resolving (:class:`watchdog.queue.source.QueueSource`).
+    """
 
     name: str
 

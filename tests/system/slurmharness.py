@@ -26,7 +26,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,53 @@ from watchdog.sources.procfs import ProcessTable
 
 PYTHON = "/usr/bin/python3"
 TRAINER = "import sys, time\ntime.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 600)\n"
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The start time of PID (clock ticks after boot), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class StartedPids(list[int]):
+    """PIDs the tests started beside Slurm's own, each pinned to its start time when
+    added. :meth:`kill` signals only a process that is still the one added: a PID that
+    ended (a copy the sweep killed) and was reused since, by another test or another
+    engineer's process, is never signalled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.starts: dict[int, int | None] = {}
+
+    def append(self, pid: int) -> None:
+        self.starts[pid] = _start_ticks(pid)
+        super().append(pid)
+
+    def extend(self, pids: Iterable[int]) -> None:
+        for pid in pids:
+            self.append(pid)
+
+    def kill(self, pids: Iterable[int] | None = None) -> None:
+        """SIGKILL ``pids`` (default: all) that are still the processes added."""
+        for pid in list(self if pids is None else pids):
+            start = self.starts.get(pid)
+            if start is None:
+                continue  # gone when added: nothing of ours to stop
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            try:
+                # Checked through the pidfd: the number cannot be reused under it.
+                if _start_ticks(pid) == start:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
 
 def _free_port() -> int:
@@ -72,7 +119,7 @@ class SlurmHarness:
         self.daemons: list[subprocess.Popen[bytes]] = []
         self.ctld: subprocess.Popen[bytes] | None = None
         self.job_ids: list[int] = []
-        self.extra_pids: list[int] = []
+        self.extra_pids = StartedPids()
 
     # -- start ---------------------------------------------------------------------
 
@@ -304,9 +351,7 @@ class SlurmHarness:
             with contextlib.suppress(Exception):
                 self.cli("scancel", *map(str, self.job_ids), check=False)
                 self._wait_steps_gone(15)
-        for pid in self.extra_pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        self.extra_pids.kill()
         # slurmd, slurmctld, then munged (reverse start order).
         for d in reversed(self.daemons):
             if d.poll() is None:

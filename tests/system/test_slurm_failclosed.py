@@ -52,6 +52,10 @@ NOBODY = 65534
 # holds the "GPU" open. MODE stubborn: ignores SIGTERM. respawn-empty / respawn-env: on
 # SIGTERM starts a copy of itself in a new session (with an empty environment, or its
 # own) that writes PIDFILE.copy, and exits; a copy does the same (copy-empty, copy-env).
+# Before exiting, the process that starts a copy writes the copy's PID to
+# PIDFILE.spawned: the sweep may freeze and kill a copy before its interpreter has
+# started (tens of ms), i.e. before it could write PIDFILE.copy itself, so the test
+# learns the copy's PID from its parent, never from the copy (issue 32).
 WORKER = """\
 import os, signal, subprocess, sys, time
 gpu, pidfile, wait, mode = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
@@ -59,8 +63,10 @@ def again(*_):
     env = {} if mode.endswith("empty") else dict(os.environ)
     kind = "copy-" + mode.rsplit("-", 1)[1]
     base = pidfile.removesuffix(".copy")
-    subprocess.Popen([sys.executable, sys.argv[0], gpu, base + ".copy", "0", kind],
-                     env=env, start_new_session=True)
+    p = subprocess.Popen([sys.executable, sys.argv[0], gpu, base + ".copy", "0", kind],
+                         env=env, start_new_session=True)
+    open(base + ".spawning", "w").write(str(p.pid))
+    os.rename(base + ".spawning", base + ".spawned")
     os._exit(0)
 if mode == "stubborn":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -127,7 +133,7 @@ def _use(c: SlurmHarness, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmHarn
     finally:
         if c.ctld is None:
             c.start_controller()
-        _kill(*c.extra_pids[started:])
+        c.extra_pids.kill(c.extra_pids[started:])
         c.cli("scontrol", "update", f"nodename={HOST}", "state=resume", check=False)
 
 
@@ -304,14 +310,37 @@ def _copy_cmd(lo: Leftover, tag: str, mode: str) -> list[str]:
 
 
 def _copy_pid(lo: Leftover, missing: int | None = None) -> int:
-    """The PID the (latest) copy wrote; ``missing`` when given and none appears."""
-    f = lo.dir / "w0.pid.copy"
+    """The PID of the (latest) copy, as the process that started it wrote it;
+    ``missing`` when given and none appears."""
+    f = lo.dir / "w0.pid.spawned"
     try:
-        return int(poll("the copy's pid file", lambda: f.exists() and f.read_text(), 10))
+        return int(poll("the copy's PID from its parent", lambda: f.exists() and f.read_text(), 10))
     except AssertionError:
         if missing is None:
             raise
         return missing
+
+
+def _sweep_rows(cfg: Path) -> list[list[object]]:
+    """The ``slurm-sweep`` rows the real command wrote (issue 32), oldest first: actor,
+    target, outcome, state, whether a wave of copies, and the PIDs it was for."""
+    res = run_cli("actions", "--json", "--config", str(cfg))
+    assert res.returncode == 0, res.stderr
+    return [
+        [r["actor"], r["target"], r["outcome"], r["state"], r["details"]["copies"],
+         [m[0] for m in r["details"]["members"]]]
+        for r in reversed(json.loads(res.stdout))
+        if r["kind"] == "slurm-sweep"
+    ]  # fmt: skip
+
+
+def _copies_alive(lo: Leftover) -> list[int]:
+    """Live processes whose command line is a copy's of ``lo`` (its ``w0.pid.copy``
+    argument, unique to the test's directory): whatever their PID, none may survive."""
+    marker = f"{lo.dir}/w0.pid.copy"
+    return sorted(
+        p.pid for p in ProcessTable().refresh().values() if marker in p.cmdline and not p.is_zombie
+    )
 
 
 # -- case 1: --epilog never sweeps what Slurm has not confirmed ended --------------------
@@ -609,7 +638,18 @@ def test_a_copy_in_a_new_session_with_an_empty_environment_is_stopped(
             ],
         ),
     )
-    _expect("leftover and copy gone", [_alive(pid), _alive(copy)], [False, False])
+    _expect(
+        "leftover and copy gone", [_alive(pid), _alive(copy), _copies_alive(lo)], [False, False, []]
+    )
+    target = f"leftovers of Slurm job {lo.job}"
+    _expect(
+        "each wave recorded",
+        _sweep_rows(cfg),
+        [
+            ["slurm-epilog", target, "ok", "done", False, [pid]],
+            ["slurm-epilog", target, "ok", "done", True, [copy]],
+        ],
+    )
     _idle()
 
 
@@ -676,7 +716,7 @@ def test_a_recorded_copy_stays_proven_for_the_next_sweep(
         [res.returncode, doc["survivors"], doc["drained"]],
         [1, [copy], reason],
     )
-    (lo.dir / "w0.pid.copy").unlink()
+    (lo.dir / "w0.pid.spawned").unlink()
     res = _sweep(_config(tmp_path, lo.dir), c, "--job", str(lo.job))
     second = _copy_pid(lo, None if not RECORD else 0)
     c.extra_pids.append(second)
@@ -697,7 +737,9 @@ def test_a_recorded_copy_stays_proven_for_the_next_sweep(
             ],
         ),
     )
-    _expect("both copies gone", [_alive(copy), _alive(second)], [False, False])
+    _expect(
+        "both copies gone", [_alive(copy), _alive(second), _copies_alive(lo)], [False, False, []]
+    )
     _idle()
 
 

@@ -51,8 +51,10 @@ ORPHAN = (
 RESPAWNER = (
     "import os, signal, subprocess, sys, time\n"
     "def again(*_):\n"
-    "    subprocess.Popen([sys.executable, sys.argv[0], sys.argv[1], sys.argv[2] + '.copy',\n"
-    "                      '0', 'copy'], start_new_session=True)\n"
+    "    p = subprocess.Popen([sys.executable, sys.argv[0], sys.argv[1], sys.argv[2] + '.copy',\n"
+    "                          '0', 'copy'], start_new_session=True)\n"
+    "    open(sys.argv[2] + '.spawning', 'w').write(str(p.pid))\n"
+    "    os.rename(sys.argv[2] + '.spawning', sys.argv[2] + '.spawned')\n"
     "    os._exit(0)\n"
     "signal.signal(signal.SIGTERM, again)\n"
     "if len(sys.argv) < 5 and os.fork():\n"
@@ -296,7 +298,9 @@ def test_a_leftover_that_starts_a_copy_is_not_clean(cluster: SlurmHarness, tmp_p
     kernel's fork events tie the copy to the leftover; it is frozen and SIGKILLed (no
     SIGTERM to copy itself again) and only then is the node clean."""
     job, pid = _orphan_job(cluster, tmp_path, "r", source=RESPAWNER)
-    copyfile = cluster.root / "orphan_r.pid.copy"
+    # The copy's PID as the leftover that started it wrote it: the sweep may kill the
+    # copy before its interpreter has started, before it could write a pid file itself.
+    copyfile = cluster.root / "orphan_r.pid.spawned"
     copy = 0
     try:
         cfg = _config(tmp_path)
@@ -304,9 +308,7 @@ def test_a_leftover_that_starts_a_copy_is_not_clean(cluster: SlurmHarness, tmp_p
         res = run_cli("health-check", "--job", str(job), "--json", "--config", str(cfg), env=env)
         assert res.returncode == 0, res.stdout + res.stderr
         doc = json.loads(res.stdout)
-        copy = int(
-            poll("the copy's pid file", lambda: copyfile.exists() and copyfile.read_text(), 10)
-        )
+        copy = int(poll("the copy's PID", lambda: copyfile.exists() and copyfile.read_text(), 10))
         cluster.extra_pids.append(copy)
         assert [lo["pid"] for lo in doc["leftovers"]] == [pid]
         assert [c["pid"] for c in doc["copies"]] == [copy]
@@ -316,7 +318,7 @@ def test_a_leftover_that_starts_a_copy_is_not_clean(cluster: SlurmHarness, tmp_p
         assert not _alive(pid) and not _alive(copy)
         assert _state() == ("idle", None)
     finally:
-        _kill(pid, *([copy] if copy else []))
+        cluster.extra_pids.kill([pid, *([copy] if copy else [])])
 
 
 def test_a_long_reason_reads_back_whole(cluster: SlurmHarness, tmp_path: Path) -> None:

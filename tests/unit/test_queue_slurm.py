@@ -135,6 +135,29 @@ def test_no_controller_raises_with_both_reasons() -> None:
     )
 
 
+DOWN = (FIX / "squeue-22.05-controller-down.json").read_text()
+CONNECT = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+REFUSED = "squeue --json reported errors: Failed while looking for jobs: Unspecified error"
+
+
+def test_squeue_json_with_slurmctld_down_is_no_answer_never_an_empty_queue() -> None:
+    """Issue 37, noticed: 22.05's squeue --json exits 0 with {"errors": [...], "jobs":
+    []} when slurmctld is down (the real output, captured on the harness). Before
+    (4456053): read as an empty queue, 0 entries. Now: no answer, with the errors said
+    as the health-check's job lookups say them (one reading: squeue_refused)."""
+    with pytest.raises(QueueError) as exc:
+        parse_squeue_json(DOWN)
+    assert str(exc.value) == REFUSED
+    err = CommandResult(1, "", CONNECT + "\n")
+    run = canned({"squeue --json": CommandResult(0, DOWN, ""), "squeue -h": err})
+    q = SlurmQueue(run)
+    with pytest.raises(QueueError) as exc:
+        q.entries()
+    assert str(exc.value) == f"{REFUSED}; squeue -o: exit 1: {CONNECT}"
+    assert q.json_ok is None  # a squeue that speaks JSON: asked again next time
+    assert run.calls == [("squeue", "--json"), ("squeue", "-h", "-a", "-o", SQUEUE_FORMAT)]
+
+
 def test_show_distinguishes_gone_from_failure() -> None:
     gone = CommandResult(1, "", "slurm_load_jobs error: Invalid job id specified\n")
     assert SlurmQueue(canned({"scontrol show": gone})).show("9") is None

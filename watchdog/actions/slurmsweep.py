@@ -592,18 +592,23 @@ class SweepJournal:
         """
         if self.db is None:
             raise JournalError(self.error or "no state database")
-        details = {**self.details(job_id, procs), "copies": kill_only, "grace_s": grace_s}
+        details = self.details(job_id, procs, kill_only, grace_s)
         return ActionJournal.begin(
             self.db, self.actor, "slurm-sweep", f"leftovers of Slurm job {job_id}", details
         )
 
     @staticmethod
-    def details(job_id: int, procs: Sequence[Leftover]) -> dict[str, Any]:
-        """What a row names: the job, and its members as terminate's rows name them
-        (``[pid, start_ticks, argv]``: what a daemon that finds it half-way continues)."""
+    def details(
+        job_id: int, procs: Sequence[Leftover], kill_only: bool, grace_s: float
+    ) -> dict[str, Any]:
+        """What a row names, begun or finished: the job, its members as terminate's rows
+        name them (``[pid, start_ticks, argv]``: what a daemon that finds it half-way
+        continues), whether it is a wave of copies, and the grace in seconds."""
         return {
             "job": job_id,
             "members": [[lo.pid, lo.start_ticks, list(lo.cmdline)] for lo in procs],
+            "copies": kill_only,
+            "grace_s": grace_s,
         }
 
 
@@ -778,7 +783,8 @@ def _stop(
         if record is not None:
             try:
                 record.finish(
-                    outcome.outcome, {**SweepJournal.details(jid, procs), **outcome.to_json()}
+                    outcome.outcome,
+                    {**SweepJournal.details(jid, procs, kill_only, grace_s), **outcome.to_json()},
                 )
             except JournalError as exc:
                 # Its steps are written: the daemon's next start reports it from them.

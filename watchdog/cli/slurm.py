@@ -13,9 +13,14 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from watchdog.cli.common import command_config_path, config_parent, emit
 from watchdog.cli.help import command_help
+
+if TYPE_CHECKING:
+    from watchdog.actions.slurmsweep import SweepJournal
+    from watchdog.state import StateDB
 
 
 def cmd_health_check(args: argparse.Namespace) -> int:
@@ -37,21 +42,44 @@ def cmd_health_check(args: argparse.Namespace) -> int:
         job_id = int(value)
     config = load_config(command_config_path(args.config, acts=True))
     uid_text = os.environ.get("SLURM_JOB_UID", "") if args.epilog else ""
-    # The sweep's write-ahead record (slurmsweep.SweepJournal) is not passed yet: with it,
-    # tests/system/test_slurm_failclosed.py's copy case failed 3 of 5 runs (a copy
-    # stopped before it wrote its pid file). docs/slurm.md says so.
-    report = sweep(
-        config,
-        job_id=job_id,
-        dry_run=args.dry_run,
-        epilog=args.epilog,
-        epilog_uid=int(uid_text) if uid_text.isascii() and uid_text.isdigit() else None,
-    )
+    journal, db = _journal(config.daemon.state_dir, args.epilog, args.dry_run)
+    try:
+        report = sweep(
+            config,
+            job_id=job_id,
+            dry_run=args.dry_run,
+            epilog=args.epilog,
+            epilog_uid=int(uid_text) if uid_text.isascii() and uid_text.isdigit() else None,
+            journal=journal,
+        )
+    finally:
+        if db is not None:
+            db.close()
     if args.json:
         emit(json.dumps(report_json(report), indent=2))
     else:
         emit("\n".join(printable(line) for line in report.lines()))
     return report.exit_code
+
+
+def _journal(
+    state_dir: str, epilog: bool, dry_run: bool
+) -> tuple[SweepJournal | None, StateDB | None]:
+    """The sweep's write-ahead record in the daemon's state database, and the database
+    to close; a database that cannot be opened makes a journal that refuses every wave
+    (nothing signalled, the node drained: fail closed)."""
+    from watchdog.actions.remedy import default_actor
+    from watchdog.actions.slurmsweep import SweepJournal
+    from watchdog.state import StateDB, StateError
+
+    if dry_run:
+        return None, None
+    actor = "slurm-epilog" if epilog else default_actor()
+    try:
+        db = StateDB(state_dir)
+    except StateError as exc:
+        return SweepJournal(None, actor, error=str(exc)), None
+    return SweepJournal(db, actor), db
 
 
 def _job_id(text: str) -> int:

@@ -232,6 +232,8 @@ class Daemon:
         self.started_at = time.time()
         self.last: TickSummary | None = None
         self.degraded: dict[str, str] = {}
+        # This tick's: whether an open finding's source could not be read (it stays open).
+        self._unread: Callable[[str], bool] | None = None
         # Seconds the last tick's enforcers took (early-tick spacing leaves them out).
         self.acting_s = 0.0
         # The checksum of the configuration in force (status shows it beside the file's);
@@ -510,6 +512,10 @@ class Daemon:
         if result is not None:
             self._write_sanctioned_file()
         findings: list[Finding] = list(result.findings) if result else []
+        # Sources that could not be read: what they had open stays open (blindness
+        # never resolves, and a resolve now would page again when they answer).
+        unread: list[Callable[[str], bool]] = []
+        self._unread = None
         if result is not None:
             for source in self.sources:
                 try:
@@ -517,6 +523,11 @@ class Daemon:
                     self._ok(source.name)
                 except Exception as exc:
                     self._failed(source.name, exc)
+                    covers = getattr(source, "covers", None)
+                    if covers is not None:
+                        unread.append(covers)
+        if unread:
+            self._unread = lambda fp: any(c(fp) for c in unread)
         learning = self.learning(now)
         if learning:
             # Jobs no rule sanctions are what the learning period is for: recorded and
@@ -545,6 +556,7 @@ class Daemon:
                 learning=learning,
                 exits=exits,
                 gpu_lists=result is not None and result.nvml.available,
+                unread=self._unread,
             )
             self.unstored.note(track)
             self._prune(now)
@@ -628,6 +640,7 @@ class Daemon:
                 blind=result is None or result.gpu_blind,
                 exits=self.tracker.exits,
                 gpu_lists=result is not None and result.nvml.available,
+                unread=self._unread,
             )
         except Exception as exc:
             self._failed("unstored-alerts", exc)

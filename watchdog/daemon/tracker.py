@@ -152,6 +152,7 @@ class Tracker:
         learning: bool = False,
         exits: Mapping[int, int] | None = None,
         gpu_lists: bool = True,
+        unread: Callable[[str], bool] | None = None,
     ) -> TrackResult:
         """Record one tick's jobs and findings; spool the alerts they cause.
 
@@ -177,6 +178,10 @@ class Tracker:
                 events; None without them).
             gpu_lists: The scan read NVML's process lists; without them nothing will
                 fill a job's GPU picture in later, so no open waits for it (the settle).
+            unread: True for the fingerprint of an open finding whose source could not
+                be read this tick (the queue, when Slurm gives no answer): it stays
+                open, neither seen nor resolved; blindness never resolves, so the
+                source's return re-opens and pages nothing.
 
         Returns:
             What opened, was reminded of, and resolved; the job signatures by root PID.
@@ -192,7 +197,7 @@ class Tracker:
         while len(self.exits) > MAX_EXITS:
             self.exits.pop(next(iter(self.exits)))
         try:
-            return self._update(jobs, findings, now, start_time_s, blind, alive, learning)
+            return self._update(jobs, findings, now, start_time_s, blind, alive, learning, unread)
         except BaseException:
             self.clocks = clocks  # rolled back: nothing was alerted
             raise
@@ -206,6 +211,7 @@ class Tracker:
         blind: bool,
         alive: Callable[[int, int], bool] | None,
         learning: bool,
+        unread: Callable[[str], bool] | None = None,
     ) -> TrackResult:
         tracked = [j for j in jobs if j.verdict != "ignored"]
         with self.db.transaction():
@@ -234,9 +240,10 @@ class Tracker:
             by_fp = {rec.fingerprint: rec.id for rec in before}
             self._ended_alone = {by_fp[fp]: g for fp, g in waiting.items() if fp not in awaiting}
             held = seen.held | (held_by_root(before, tracked, alive) if blind else set())
+            unseen = {r.fingerprint for r in before if unread is not None and unread(r.fingerprint)}
             steps = decide(
                 group([*noted, *respawns], seen.signatures), before, present=present,
-                held=held, expected=between, awaiting=awaiting,
+                held=held, expected=between, awaiting=awaiting, unread=unseen,
             )  # fmt: skip
             opened, reminded, resolved = self._apply(steps, now)
             self._between_runs(before, steps, between, now)

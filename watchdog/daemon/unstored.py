@@ -109,6 +109,7 @@ class UnstoredFindings:
         blind: bool,
         exits: Mapping[int, int] | None = None,
         gpu_lists: bool = True,
+        unread: Callable[[str], bool] | None = None,
     ) -> TrackResult:
         """Track one tick's findings in memory and queue the alerts they are due.
 
@@ -125,6 +126,8 @@ class UnstoredFindings:
                 kept across ticks): whether a job's run ended by itself.
             gpu_lists: The scan read NVML's process lists; without them no open waits
                 for a GPU picture (the settle).
+            unread: True for the fingerprint of a finding whose source could not be
+                read this tick: it stays open (the tracker's ``unread``).
 
         Returns:
             The findings alerted (``opened``) and resolved in memory this tick.
@@ -162,7 +165,11 @@ class UnstoredFindings:
                     self._queue("open", rec, now, alerts, host)
                     opened.append(rec)
             self.open[fp] = rec
-        for fp in [fp for fp in self.open if fp not in groups and not blind]:
+        for fp in [
+            fp
+            for fp in self.open
+            if fp not in groups and not blind and not (unread is not None and unread(fp))
+        ]:
             rec = self.open[fp]
             gone_at, ended = self.gone.setdefault(fp, (now, self._ended_by_itself(rec, exits)))
             if ended and now - gone_at <= RETURN_WINDOW_S:

@@ -292,9 +292,7 @@ def parse_squeue_json(text: str, job_id: int) -> SlurmJob | None:
     except ValueError:
         return None
     jobs = doc.get("jobs") if isinstance(doc, dict) else None
-    if not isinstance(jobs, list) or squeue_errors(text):
-        # 22.05 exits 0 with {"errors": [...], "jobs": []} when slurmctld cannot be
-        # reached: an empty listing then says nothing about any job.
+    if not isinstance(jobs, list) or squeue_refused(text) is not None:
         return None
     for job in jobs:
         if isinstance(job, dict) and _job_id_of(job.get("job_id")) == job_id:
@@ -334,6 +332,25 @@ def squeue_errors(text: str) -> list[str]:
             words = [v for k in ("description", "error") if isinstance(v := err.get(k), str) and v]
         out.append(": ".join(words) or "error")
     return out
+
+
+def squeue_refused(text: str) -> str | None:
+    """Why a ``squeue --json`` document is no answer although squeue exited 0.
+
+    Slurm 22.05 exits 0 with ``{"errors": [...], "jobs": []}`` when slurmctld cannot be
+    reached (tests/fixtures/slurm/squeue-22.05-controller-down.json): an empty listing
+    then says nothing about any job. The one reading of that case, for the sweep's job
+    lookups and the queue check alike.
+
+    Args:
+        text: The command's stdout.
+
+    Returns:
+        ``reported errors: Failed while looking for jobs: Unspecified error`` (the
+        errors joined, at most 120 characters of them); None when it reports none.
+    """
+    errors = squeue_errors(text)
+    return f"reported errors: {'; '.join(errors)[:120]}" if errors else None
 
 
 _SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
@@ -428,9 +445,9 @@ def _failed(name: str, res: CommandResult) -> str:
         if res.returncode == TIMED_OUT:
             return f"{name} {detail}"
         return f"{name} did not run ({detail})"
-    errors = squeue_errors(res.stdout) if res.returncode == 0 else []
-    if errors:
-        return f"{name} reported errors: {'; '.join(errors)[:120]}"
+    refused = squeue_refused(res.stdout) if res.returncode == 0 else None
+    if refused is not None:
+        return f"{name} {refused}"
     why = (res.stderr or res.stdout).strip().splitlines()
     return f"{name} failed: {why[0][:160] if why else f'exit {res.returncode}'}"
 

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from watchdog.command import CommandResult, CommandRunner, run
-from watchdog.lineage.slurm import parse_scontrol_record
+from watchdog.lineage.slurm import parse_scontrol_record, squeue_refused
 from watchdog.queue.model import QueueEntry, gpu_requested
 
 SQUEUE_FORMAT = "%i|%u|%a|%P|%T|%V|%S|%Q|%r|%j"
@@ -81,7 +81,10 @@ def parse_squeue_json(text: str) -> list[QueueEntry]:
         One entry per job with a numeric ``job_id``, in the document's order.
 
     Raises:
-        QueueError: Not JSON, or no ``jobs`` list.
+        QueueError: Not JSON, no ``jobs`` list, or a document that reports errors:
+            22.05 exits 0 with an ``errors`` list and no jobs when slurmctld cannot be
+            reached, which is no answer, never an empty queue
+            (:func:`watchdog.lineage.slurm.squeue_refused`).
     """
     try:
         doc = json.loads(text)
@@ -90,6 +93,9 @@ def parse_squeue_json(text: str) -> list[QueueEntry]:
     jobs = doc.get("jobs") if isinstance(doc, dict) else None
     if not isinstance(jobs, list):
         raise QueueError("squeue --json: no 'jobs' list")
+    refused = squeue_refused(text)
+    if refused is not None:
+        raise QueueError(f"squeue --json {refused}")
     out = []
     for job in jobs:
         if not isinstance(job, dict):

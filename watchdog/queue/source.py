@@ -126,6 +126,14 @@ class QueueSource:
         """
         return self.read()
 
+    def covers(self, fingerprint: str) -> bool:
+        """True for the stored fingerprint of a finding this source makes
+        (``queue-unsanctioned:QUEUE:JOBID``, ``queue-output-malformed:queue:QUEUE``):
+        while the queue gives no answer they stay open (the daemon's loop)."""
+        return fingerprint.startswith(f"queue-unsanctioned:{self.backend.name}:") or (
+            fingerprint == f"queue-output-malformed:{self.name}"
+        )
+
     def read(self) -> list[Finding]:
         """Read the queue now: one finding per unsanctioned entry, plus
         ``queue-output-malformed`` when lines of the output were ignored.

@@ -72,6 +72,7 @@ def decide(
     held: set[str],
     expected: Collection[str] = (),
     awaiting: Collection[str] = (),
+    unread: Collection[str] = (),
 ) -> list[Step]:
     """Every finding's step this tick, in the order they are to be applied.
 
@@ -85,6 +86,8 @@ def decide(
         awaiting: Fingerprints of findings about a run that ended by itself, within
             their window for the job to come back (:func:`~.periodic.awaiting_return`):
             each stays open, and its loop's finding continues it.
+        unread: Fingerprints of open findings whose source could not be read this
+            tick: each stays open (not seen gone) unless this tick reports it.
 
     Returns:
         Per fingerprint in ``groups``' order, the resolve of an open finding whose job
@@ -111,7 +114,7 @@ def decide(
     steps.extend(
         Resolve(rec)
         for fp, rec in open_by_fp.items()
-        if not _stays_open(fp, rec, present, held, expected, awaiting)
+        if fp not in unread and not _stays_open(fp, rec, present, held, expected, awaiting)
     )
     return steps
 
