@@ -15,6 +15,7 @@ the kernel's exit event says (``Daemon.exit_statuses``, fed here from ``wait``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -701,3 +702,27 @@ def test_learning_downgrades_remediation_failed(spawned: Spawned, tmp_path: Path
     # was remediation-failed critical beside them
     assert mine == [("remediation-failed", "info"), ("rogue-job", "info")]
     assert [p for p in pages(d, str(script), [first, back]) if p[2] != "info"] == []
+
+
+def test_a_gpu_a_job_comes_to_hold_after_its_page_is_named_not_paged_again(
+    tmp_path: Path,
+) -> None:
+    """Trust IV case 7 under the page-once rule: a job seen by its command line with no
+    GPU for longer than the settle is paged without one; when it comes to hold GPU 0
+    later, the alert keeps its labels (no relabelled ``remind``: before, one 10 s after
+    the open, ``labels_were`` set), and the finding's message and ``gpu_indexes`` name
+    GPU 0 (``gpus_gained``)."""
+    from watchdog.model import GpuHeld
+    from watchdog.policy.findings import job_findings
+
+    d = _daemon(tmp_path)
+    job = _classed("training", 7000, 700)
+    for k in range(3):  # 0 … 10 s: no GPU yet, the settle (5 s) ends and it is paged
+        d.tracker.update([job], job_findings([job]), T0 + 5 * k)
+    held = dataclasses.replace(job, gpu_uuids=["GPU-0"], gpus=[GpuHeld("GPU-0", 0, 4 << 30)])
+    for k in range(3, 5):
+        d.tracker.update([held], job_findings([held]), T0 + 5 * k)
+    assert pages(d, "probe.py") == [("open", "rogue-job", "high")]  # was open, remind
+    (f,) = [f for f in d.db.open_findings() if f.root_pid == 7000]
+    assert "on GPU 0 (4.0 GiB)" in f.message
+    assert (f.details["gpus"], f.details["gpu_indexes"], f.details["gpus_gained"]) == ([], [0], [0])
