@@ -208,6 +208,9 @@ class TrustMachine(RuleBasedStateMachine):
         # The time of the last tick whose invariants were checked: a tick the daemon was
         # killed in stored its findings (and pages) before its action began, unchecked.
         self.checked_at = -1.0
+        # The time of the last checked tick that could store: a return paged from
+        # memory during a storage outage is stored (opened then) when writes come back.
+        self.stored_at = -1.0
         self.loop_shell: int | None = None
         # I9: the host time of the last tick checked. A daemon killed inside a tick
         # after it stored and spooled that tick's findings (during an action) paged
@@ -956,14 +959,18 @@ class TrustMachine(RuleBasedStateMachine):
                 # stored before its action began: seed 61207), naming a run of that
                 # tick, which may have ended since (a probe's: CI seed 6 with restart
                 # sources, 2026-12-06).
+                # Or paged from memory at a tick the database refused writes in (the
+                # run back during the outage: stored with its alert state, no spool row).
                 found = [
                     fid
                     for fid, root, opened in db.conn.execute(
                         "SELECT f.id, json_extract(f.details_json, '$.root'), f.opened_at"
-                        " FROM findings f JOIN deliveries d ON d.finding_id = f.id"
-                        " WHERE f.kind = 'respawned' AND f.opened_at > ? AND f.opened_at <= ?"
-                        " AND d.event = 'open' AND json_extract(f.details_json, '$.signature') = ?",
-                        (self.checked_at, now, sig),
+                        " FROM findings f WHERE f.kind = 'respawned' AND f.opened_at > ?"
+                        " AND f.opened_at <= ? AND json_extract(f.details_json, '$.signature') = ?"
+                        " AND (EXISTS (SELECT 1 FROM deliveries d WHERE d.finding_id = f.id"
+                        " AND d.event = 'open') OR (f.last_alert_at IS NOT NULL AND NOT EXISTS"
+                        " (SELECT 1 FROM deliveries d WHERE d.finding_id = f.id)))",
+                        (min(self.checked_at, self.stored_at), now, sig),
                     )
                     if opened < now or (root is not None and tuple(json.loads(root)) in roots[sig])
                 ]
@@ -972,6 +979,8 @@ class TrustMachine(RuleBasedStateMachine):
         self.paged_since = now
         self.last_roots.update(roots)
         self.checked_at = now
+        if "state" not in self.daemon.degraded:
+            self.stored_at = now
 
     def _check_failed_pages(self, now: float) -> None:
         """I8/I13 for ``remediation-failed``: a terminate that did not hold is paged once

@@ -6,7 +6,9 @@ own (pynvml loads one NVML library per process: the simulator's fake one).
 1. (seed 1, 4,000 steps) A storage outage, a second run of a rogue command, storage
    back: the respawn seen in memory is recorded when the database takes writes again,
    naming the run seen during the outage, once (the simulator's bookkeeping had counted
-   the outage's sighting as recorded; I4 holds).
+   the outage's sighting as recorded; I4 holds). Since issue 35 it is also paged from
+   memory at the outage tick (``respawned``, not only a new ``rogue-job``), and I9
+   counts that page.
 2. (seed 1, 4,000 steps) A run judged sanctioned only while the database refused
    writes, then a restart before it took them again: the verdict was never recorded,
    the restarted daemon judged the run afresh (the sanctioned line had been edited

@@ -632,6 +632,7 @@ class Daemon:
                 blind=result is None or result.gpu_blind,
                 exits=self.tracker.exits,
                 gpu_lists=result is not None and result.nvml.available,
+                learning=self.learning(now),
             )
         except Exception as exc:
             self._failed("unstored-alerts", exc)
