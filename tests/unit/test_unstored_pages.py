@@ -7,6 +7,7 @@ scan would give (no processes, no NVML)."""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from pathlib import Path
 from typing import Any
@@ -178,3 +179,36 @@ def test_a_killed_run_back_during_an_outage_is_paged_as_respawned_once(
         )
     ]
     assert later == []  # was ["respawned"]: paged when storage came back
+
+
+def test_a_gpu_shown_during_an_outage_after_the_page_is_no_page_once_stored(
+    db: StateDB, tmp_path: Path
+) -> None:
+    """NVML blind (no process lists) and the database refusing writes: a rogue run is
+    paged from memory with no GPU; NVML shows it on GPU 0 while writes are still
+    refused; storage back. The alert keeps the labels it was paged with (its GPUs are
+    settled by its first page), so the tracker sends no relabelled ``remind``."""
+    from tests.unit.test_pages import _classed
+    from watchdog.daemon.tracker import Tracker
+    from watchdog.model import GpuHeld
+    from watchdog.policy.findings import job_findings
+    from watchdog.policy.signature import job_signature
+
+    a = alerts(tmp_path)
+    u = UnstoredFindings()
+    u.read(db)
+    job = _classed("training", 7300, 730)
+    held = dataclasses.replace(job, gpu_uuids=["GPU-0"], gpus=[GpuHeld("GPU-0", 0, 4 << 30)])
+    for k, (j, lists) in enumerate([(job, False), (held, True), (held, True)]):
+        u.track(
+            db, [j], job_findings([j]), T0 + 5 * k, alerts=a, host="h", blind=not lists,
+            signature=lambda x: job_signature(x.user, x.cmdline, x.origin), gpu_lists=lists,
+        )  # fmt: skip
+    assert events(u) == [("open", 1)]
+    u.store(db)
+    tracker = Tracker(db, a, "h")
+    tracker.update([held], job_findings([held]), T0 + 15)
+    sent = [e for (e,) in db.conn.execute("SELECT event FROM deliveries")]
+    assert sent == []  # the open went out from memory; no remind now
+    (f,) = db.open_findings()
+    assert (f.details["gpus"], f.details["gpu_indexes"]) == ([], [0])

@@ -80,29 +80,41 @@ def last_seen_gpus(rec: FindingRecord, f: Finding, released: bool = False) -> Fi
     return dataclasses.replace(f, message=message, details=details)
 
 
+def _label(g: dict[str, Any]) -> str:
+    """How a GPU is named in an alert's ``gpu`` label (its index, ``?`` for none)."""
+    index = g.get("index")
+    return "?" if index is None else str(index)
+
+
 def alerted_gpus(rec: FindingRecord, f: Finding) -> Finding:
     """``f`` whose ``details.gpus`` (what its alert is identified by) are those ``rec``
     was alerted with, when the job holds a GPU now that its alert did not name.
 
+    The alert's own ``gpu`` label says which (``rec.alerted_routing``): a finding paged
+    from memory during a storage outage kept its sightings' GPUs in ``details`` after
+    its page. Without it (alerted before labels were kept), ``rec.details.gpus``.
+
     Args:
-        rec: The open finding as it was before this tick, already alerted (its
-            ``details.gpus`` are those of its alert: each tick since keeps them).
+        rec: The open finding as it was before this tick, already alerted.
         f: This tick's sighting of it (after :func:`last_seen_gpus`).
 
     Returns:
-        ``f`` unchanged when it names no GPU the alert did not; else ``f`` whose
+        ``f`` unchanged when its GPUs are those alerted; else ``f`` whose
         ``details.gpus`` are the alerted ones (this tick's memory where held),
-        ``gpu_indexes`` every GPU, and ``details.gpus_gained`` the indexes gained. Its
-        message, from this tick's sighting, already names every GPU held now.
+        ``gpu_indexes`` every GPU, and ``details.gpus_gained`` the indexes the alert
+        does not name. Its message, from this tick's sighting, names every GPU held now.
     """
     was, now = _held(rec.details.get("gpus")), _held(f.details.get("gpus"))
-    alerted = {_key(g) for g in was}
-    gained = [g for g in now if _key(g) not in alerted]
-    if not gained:
+    pool = {_label(g): g for g in [*was, *now]}
+    label = (rec.alerted_routing or {}).get("gpu")
+    named = label.split(",") if label else []
+    if rec.alerted_routing is None or any(n not in pool for n in named):
+        named = [_label(g) for g in was]
+    gpus = [pool[n] for n in named if n in pool]
+    if [_key(g) for g in gpus] == [_key(g) for g in now]:
         return f
-    fresh = {_key(g): g for g in now}
-    gpus = [fresh.get(_key(g), g) for g in was]
-    indexes = {_index(g) for g in [*gpus, *gained]}
+    gained = [g for g in now if _label(g) not in named]
+    indexes = {_index(g) for g in [*gpus, *now]}
     indexes.update(i for i in f.details.get("gpu_indexes") or () if isinstance(i, int))
     details = {
         **f.details,
