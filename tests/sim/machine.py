@@ -17,7 +17,10 @@ rogue-watchdog is never wrong in the dangerous direction:
   display server outside /usr), each is classed so, and none of them is ever signalled;
 - I8 a periodic job never pages more than once per finding: after its open, a periodic
   finding is alerted again only by a reminder (``reminder_after_s`` apart), never
-  because a run came or went;
+  because a run came or went; and a terminate that did not hold is paged once
+  (``remediation-failed`` naming the same newest action opens again only after its job
+  was quiet longer than ``RETURN_WINDOW_S`` or a run of it was killed since: I13's
+  "never twice" for pages);
 - I9 a killed job's return is always paged: an unsanctioned signature that may train
   (class training or unknown) back after one of the runs it had last was ended by a
   signal (ours or a person's) opens ``respawned`` at that tick and spools its ``open``
@@ -98,6 +101,7 @@ from watchdog.actions.terminate import plan_tree
 from watchdog.config import parse_config
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.sanctionedfile import sanctioned_path
+from watchdog.daemon.tracking.periodic import RETURN_WINDOW_S
 from watchdog.model import (
     AtOrigin,
     ContainerOrigin,
@@ -199,9 +203,14 @@ class TrustMachine(RuleBasedStateMachine):
         # of its runs when it was last seen.
         self.sightings: dict[str, int] = {}
         self.last_roots: dict[str, set[tuple[int, int]]] = {}
+        # I8: when each killed run (PID, start) was first seen killed, at a check.
+        self.kill_seen: dict[tuple[int, int], float] = {}
         # The time of the last tick whose invariants were checked: a tick the daemon was
         # killed in stored its findings (and pages) before its action began, unchecked.
         self.checked_at = -1.0
+        # The time of the last checked tick that could store: a return paged from
+        # memory during a storage outage is stored (opened then) when writes come back.
+        self.stored_at = -1.0
         self.loop_shell: int | None = None
         # I9: the host time of the last tick checked. A daemon killed inside a tick
         # after it stored and spooled that tick's findings (during an action) paged
@@ -928,6 +937,7 @@ class TrustMachine(RuleBasedStateMachine):
         for fid, times in sent.items():
             gaps = [b - a for a, b in itertools.pairwise(times)]
             assert all(g >= REMINDER_AFTER_S for g in gaps), f"I8: periodic F{fid} paged {times}"
+        self._check_failed_pages(now)
         # I9: a return after a run killed by a signal opens respawned, and pages (a class
         # that is not training never opens respawned: I7).
         tracked = [j for j in jobs if j.verdict != "ignored"]
@@ -949,14 +959,18 @@ class TrustMachine(RuleBasedStateMachine):
                 # stored before its action began: seed 61207), naming a run of that
                 # tick, which may have ended since (a probe's: CI seed 6 with restart
                 # sources, 2026-12-06).
+                # Or paged from memory at a tick the database refused writes in (the
+                # run back during the outage: stored with its alert state, no spool row).
                 found = [
                     fid
                     for fid, root, opened in db.conn.execute(
                         "SELECT f.id, json_extract(f.details_json, '$.root'), f.opened_at"
-                        " FROM findings f JOIN deliveries d ON d.finding_id = f.id"
-                        " WHERE f.kind = 'respawned' AND f.opened_at > ? AND f.opened_at <= ?"
-                        " AND d.event = 'open' AND json_extract(f.details_json, '$.signature') = ?",
-                        (self.checked_at, now, sig),
+                        " FROM findings f WHERE f.kind = 'respawned' AND f.opened_at > ?"
+                        " AND f.opened_at <= ? AND json_extract(f.details_json, '$.signature') = ?"
+                        " AND (EXISTS (SELECT 1 FROM deliveries d WHERE d.finding_id = f.id"
+                        " AND d.event = 'open') OR (f.last_alert_at IS NOT NULL AND NOT EXISTS"
+                        " (SELECT 1 FROM deliveries d WHERE d.finding_id = f.id)))",
+                        (min(self.checked_at, self.stored_at), now, sig),
                     )
                     if opened < now or (root is not None and tuple(json.loads(root)) in roots[sig])
                 ]
@@ -965,6 +979,39 @@ class TrustMachine(RuleBasedStateMachine):
         self.paged_since = now
         self.last_roots.update(roots)
         self.checked_at = now
+        if "state" not in self.daemon.degraded:
+            self.stored_at = now
+
+    def _check_failed_pages(self, now: float) -> None:
+        """I8/I13 for ``remediation-failed``: a terminate that did not hold is paged once
+        while its job's runs follow one another (a loop's next run is the same failure,
+        not a new one). Paged again only after the job was quiet longer than the window
+        a run's finding waits for it (a slow loop, as for ``rogue-job``), or after a
+        run of it was killed since (its return is news: ``respawned``)."""
+        for pid, start in self.host.killed:
+            self.kill_seen.setdefault((pid, start), now)
+        paged: dict[tuple[str, int], list[tuple[int, float, float]]] = {}
+        for fid, details_json, opened, last_seen in self.daemon.db.conn.execute(
+            "SELECT f.id, f.details_json, MIN(d.created_at), f.last_seen FROM findings f"
+            " JOIN deliveries d ON d.finding_id = f.id WHERE f.kind = 'remediation-failed'"
+            " AND d.event = 'open' GROUP BY f.id ORDER BY MIN(d.created_at)"
+        ):
+            details = json.loads(details_json)
+            sig, actions = details.get("signature"), details.get("actions") or []
+            if not isinstance(sig, str) or not actions:
+                continue  # a terminate's tree still running: identified by its action
+            paged.setdefault((sig, max(actions)), []).append((fid, opened, last_seen))
+        for (sig, action), pages in paged.items():
+            roots = self.seen_roots.get(sig, set()) | self.pending_seen.get(sig, set())
+            for (fa, opened_a, seen_a), (fb, opened_b, _s) in itertools.pairwise(pages):
+                quiet = opened_b - seen_a > RETURN_WINDOW_S
+                killed = any(
+                    opened_a <= t <= opened_b for r, t in self.kill_seen.items() if r in roots
+                )
+                assert quiet or killed, (
+                    f"I8/I13: remediation-failed of action {action} paged twice: F{fa} at "
+                    f"{opened_a}, F{fb} at {opened_b}, no kill between, not quiet"
+                )
 
     @invariant()
     def never_touches_real_processes(self) -> None:

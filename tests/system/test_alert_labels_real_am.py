@@ -1,9 +1,13 @@
 """Trust IV case 7 on a real Alertmanager (Debian's ``prometheus-alertmanager``, on a
 loopback port with its own data directory): a job first seen by its command line (no GPU
-yet) fires without ``gpu`` labels; when it comes to hold GPU memory (the fake NVML,
-through the real pynvml path) the alert is updated, and the alert under the old labels is
-resolved explicitly, so when the job ends nothing of it is left firing. Before, the
-first alert stayed active until its endsAt, minutes after the job had ended.
+yet) that comes to hold GPU memory a tick later (the fake NVML, through the real pynvml
+path) leaves nothing of it firing once it ended. Before, the first alert (no ``gpu``
+label) stayed active until its endsAt, minutes after the job had ended.
+
+Since issue 35 the open waits for its first complete picture (``alerts.settle_s``): it
+goes out with the GPU, and an alert's GPU labels are those of its first page for its
+whole life (a GPU held only after the page is named in its message, not a relabel:
+docs/alerts.md). The assertion is unchanged: one finding, nothing of it left active.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ the kernel's exit event says (``Daemon.exit_statuses``, fed here from ``wait``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -329,7 +330,7 @@ def test_learning_downgrades_every_kind_about_what_runs_and_nothing_else() -> No
     one side or the other here."""
     about_jobs = {
         "rogue-job", "excess-instances", "queue-unsanctioned", "rogue-service",
-        "unsanctioned-gpu-use",
+        "unsanctioned-gpu-use", "remediation-failed",
     } & set(FINDING_KINDS)  # fmt: skip
     downgraded = {k for k in FINDING_KINDS if learned(Finding(k, "high", "m")).severity == "info"}
     assert downgraded == about_jobs
@@ -640,3 +641,88 @@ def test_a_return_after_the_window_is_a_new_finding(tmp_path: Path) -> None:
         rec.fingerprint.startswith("rogue-job:periodic:") and rec.details["periodic"]["runs"] == 2
     )
     assert not _alerts(d, "respawned")
+
+
+def test_sim_a_loop_back_after_a_terminate_pages_remediation_failed_once(tmp_path: Path) -> None:
+    """A loop's run terminated (terminate mode, its loop shell not disabled), then
+    observe: the loop's next run is back (``remediation-failed``, critical, and
+    ``respawned``); each run after it ended by itself and the next came. Before, the
+    tracker tied ``remediation-failed`` to the run's root PID: resolved and opened again
+    for each run, the one terminate paged critical three times. Now it is the loop's
+    one finding (``remediation-failed:periodic:…``), paged once."""
+    steps = "\n".join(
+        [
+            "state.reload(mode='terminate', cap=1, auto=False)",
+            "state.probe_loop(gpu=True)",
+            "state.tick(5.0)",
+            "state.reload(mode='observe', cap=1)",
+            *["state.probe_loop(gpu=True)\nstate.tick(5.0)"] * 3,
+        ]
+    )
+    failed = [r for r in replay(tmp_path, steps) if r[0] == "remediation-failed"]
+    assert failed == [["remediation-failed", 1, "open"]]  # was 3 opens
+
+
+def test_learning_downgrades_remediation_failed(spawned: Spawned, tmp_path: Path) -> None:
+    """During ``daemon.learn_until`` a job outside the allowlist is info, and so is its
+    return after an operator's terminate (taken with the CLI: the daemon acts on nothing
+    while learning): the run that came back may well be the pipeline the allowlist does
+    not list yet. Before, its ``remediation-failed`` paged critical while its
+    ``rogue-job`` was info."""
+    from watchdog.actions.enforcer import build_enforcers
+    from watchdog.policy.signature import job_signature
+
+    cfg = parse_config(
+        "nvml: {enabled: false}\n"
+        f"daemon: {{state_dir: '{tmp_path}/state', learn_until: '2033-05-18T03:33:20+00:00'}}\n"
+        f"alerts:\n  sinks: [{{type: log, path: '{tmp_path}/alerts.log'}}]\n",
+        "t.yaml",
+    )
+    db = Daemon(cfg, None).db
+    enf = build_enforcers(cfg, db)
+    d = Daemon(cfg, None, db=db, sources=enf, enforcers=enf)
+    script = tmp_path / "train_comeback.py"
+    script.write_text("import time\ntime.sleep(120)\n")
+    run = spawned.start([sys.executable, str(script)])
+    first = run.pid
+    summary = d.tick(T0)
+    assert summary.result is not None
+    (job,) = [j for j in summary.result.jobs if j.root_pid == first]
+    sig = job_signature(job.user, job.cmdline, job.origin)
+    # An operator's `rogue-watchdog terminate` of the first run, as recorded.
+    db.record_action(
+        "cli", "terminate", f"PID {first}", "ok",
+        {"root": [first, job.start_ticks], "procs": []}, T0 + 1, signature=sig,
+    )  # fmt: skip
+    run.kill()
+    run.wait()
+    back = spawned.start([sys.executable, str(script)]).pid
+    d.tick(T0 + 5)
+    mine = sorted((f.kind, f.severity) for f in d.db.open_findings() if f.root_pid == back)
+    # was remediation-failed critical beside them
+    assert mine == [("remediation-failed", "info"), ("rogue-job", "info")]
+    assert [p for p in pages(d, str(script), [first, back]) if p[2] != "info"] == []
+
+
+def test_a_gpu_a_job_comes_to_hold_after_its_page_is_named_not_paged_again(
+    tmp_path: Path,
+) -> None:
+    """Trust IV case 7 under the page-once rule: a job seen by its command line with no
+    GPU for longer than the settle is paged without one; when it comes to hold GPU 0
+    later, the alert keeps its labels (no relabelled ``remind``: before, one 10 s after
+    the open, ``labels_were`` set), and the finding's message and ``gpu_indexes`` name
+    GPU 0 (``gpus_gained``)."""
+    from watchdog.model import GpuHeld
+    from watchdog.policy.findings import job_findings
+
+    d = _daemon(tmp_path)
+    job = _classed("training", 7000, 700)
+    for k in range(3):  # 0 … 10 s: no GPU yet, the settle (5 s) ends and it is paged
+        d.tracker.update([job], job_findings([job]), T0 + 5 * k)
+    held = dataclasses.replace(job, gpu_uuids=["GPU-0"], gpus=[GpuHeld("GPU-0", 0, 4 << 30)])
+    for k in range(3, 5):
+        d.tracker.update([held], job_findings([held]), T0 + 5 * k)
+    assert pages(d, "probe.py") == [("open", "rogue-job", "high")]  # was open, remind
+    (f,) = [f for f in d.db.open_findings() if f.root_pid == 7000]
+    assert "on GPU 0 (4.0 GiB)" in f.message
+    assert (f.details["gpus"], f.details["gpu_indexes"], f.details["gpus_gained"]) == ([], [0], [0])

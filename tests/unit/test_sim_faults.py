@@ -6,7 +6,9 @@ own (pynvml loads one NVML library per process: the simulator's fake one).
 1. (seed 1, 4,000 steps) A storage outage, a second run of a rogue command, storage
    back: the respawn seen in memory is recorded when the database takes writes again,
    naming the run seen during the outage, once (the simulator's bookkeeping had counted
-   the outage's sighting as recorded; I4 holds).
+   the outage's sighting as recorded; I4 holds). Since issue 35 it is also paged from
+   memory at the outage tick (``respawned``, not only a new ``rogue-job``), and I9
+   counts that page.
 2. (seed 1, 4,000 steps) A run judged sanctioned only while the database refused
    writes, then a restart before it took them again: the verdict was never recorded,
    the restarted daemon judged the run afresh (the sanctioned line had been edited
@@ -292,18 +294,23 @@ def test_a_probe_loop_return_after_a_kill_is_paged_among_restart_sources() -> No
     assert violation(steps) == ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 35): a page sent while NVML was blind is sent again when the GPU shows",
-)
 def test_a_run_paged_while_nvml_was_blind_is_not_paged_again_when_its_gpu_shows() -> None:
     # Seed 62301, 100,000 steps (2026-12-06), shrunk. NVML's device count is lost; a
     # probe run on GPU 0 is paged with no GPU (nothing can be seen); NVML comes back and
-    # shows it on GPU 0: the alert's labels gain ``gpu``, which the tracker sends as a
+    # shows it on GPU 0: the alert's labels gained ``gpu``, which the tracker sent as a
     # relabelled reminder, 5 s after the open; the run's loop folds it into its periodic
     # finding, paged twice (I8: "periodic F1 paged [1800086435.2, 1800086440.2]").
-    steps = (
+    # Now the alert keeps the GPUs of its first page; the message and gpu_indexes name
+    # GPU 0 (docs/alerts.md, "Labels"): one page. Every invariant holds at every tick.
+    counts = replay(
         "m.nvml_view(mode='count-lost');m.probe_loop(gpu=True);m.nvml_view(mode='ok');"
-        "m.tick(seconds=5.0);m.probe_loop(gpu=False)"
+        "m.tick(seconds=5.0);m.probe_loop(gpu=False);"
+        "TrustMachine.counts['pages'] = [[k, e] for k, e in m.daemon.db.conn.execute("
+        '"SELECT f.kind, d.event FROM deliveries d JOIN findings f ON f.id = d.finding_id"'
+        "\" WHERE d.event IN ('open', 'remind') AND f.severity = 'high' ORDER BY d.id\")];"
+        "TrustMachine.counts['gpus'] = [[k, json.loads(d).get('gpu_indexes')] for k, d in "
+        'm.daemon.db.conn.execute("SELECT kind, details_json FROM findings"'
+        "\" WHERE kind = 'rogue-job'\")]"
     )
-    assert violation(steps) == ""
+    assert counts["pages"] == [["rogue-job", "open"]]  # was open, remind (5 s later)
+    assert counts["gpus"] == [["rogue-job", [0]]]  # named, not a label

@@ -7,6 +7,7 @@ scan would give (no processes, no NVML)."""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from pathlib import Path
 from typing import Any
@@ -138,3 +139,76 @@ def test_a_killed_run_back_is_paged_again(db: StateDB, tmp_path: Path) -> None:
     # Back in the very tick its run was killed: the same.
     assert track(u, db, a, T0 + 15, rogue(11, 0), exits={9: signal.SIGKILL}) == ([3], [2])
     assert events(u) == [("open", 1), ("resolve", 1), ("open", 2), ("resolve", 2), ("open", 3)]
+
+
+def test_a_killed_run_back_during_an_outage_is_paged_as_respawned_once(
+    db: StateDB, tmp_path: Path
+) -> None:
+    """A rogue run recorded, then killed (SIGTERM); the state database refuses writes
+    and the job is back: before, the run back was paged from memory as a new
+    ``rogue-job`` only, and its ``respawned`` was opened and paged when storage came
+    back, 10 s later. Now the return is ``respawned`` at once, from memory, as a
+    stored tick would page it, and once storage is back the tracker takes the stored
+    one for the respawn it records: no second page."""
+    from tests.unit.test_pages import _classed
+    from watchdog.daemon.tracker import Tracker
+    from watchdog.policy.findings import job_findings
+    from watchdog.policy.signature import job_signature
+
+    a = alerts(tmp_path, settle_s=0)
+    tracker = Tracker(db, a, "h")
+    first = _classed("training", 7100, 710)
+    tracker.update([first], job_findings([first]), T0)
+    tracker.update([], [], T0 + 5, exits={7100: signal.SIGTERM})  # stopped, seen gone
+    back = _classed("training", 7200, 720)
+    u = UnstoredFindings()
+    u.read(db)
+    out = u.track(
+        db, [back], job_findings([back]), T0 + 10, alerts=a, host="h", blind=False,
+        signature=lambda j: job_signature(j.user, j.cmdline, j.origin), exits=tracker.exits,
+    )  # fmt: skip
+    assert sorted(r.kind for r in out.opened) == ["respawned", "rogue-job"]  # was rogue-job
+    u.store(db)
+    tracker.update([back], job_findings([back]), T0 + 20)
+    later = [
+        kind
+        for (kind,) in db.conn.execute(
+            "SELECT f.kind FROM deliveries d JOIN findings f ON f.id = d.finding_id"
+            " WHERE d.event IN ('open', 'remind') AND d.created_at > ?",
+            (T0 + 5,),
+        )
+    ]
+    assert later == []  # was ["respawned"]: paged when storage came back
+
+
+def test_a_gpu_shown_during_an_outage_after_the_page_is_no_page_once_stored(
+    db: StateDB, tmp_path: Path
+) -> None:
+    """NVML blind (no process lists) and the database refusing writes: a rogue run is
+    paged from memory with no GPU; NVML shows it on GPU 0 while writes are still
+    refused; storage back. The alert keeps the labels it was paged with (its GPUs are
+    settled by its first page), so the tracker sends no relabelled ``remind``."""
+    from tests.unit.test_pages import _classed
+    from watchdog.daemon.tracker import Tracker
+    from watchdog.model import GpuHeld
+    from watchdog.policy.findings import job_findings
+    from watchdog.policy.signature import job_signature
+
+    a = alerts(tmp_path)
+    u = UnstoredFindings()
+    u.read(db)
+    job = _classed("training", 7300, 730)
+    held = dataclasses.replace(job, gpu_uuids=["GPU-0"], gpus=[GpuHeld("GPU-0", 0, 4 << 30)])
+    for k, (j, lists) in enumerate([(job, False), (held, True), (held, True)]):
+        u.track(
+            db, [j], job_findings([j]), T0 + 5 * k, alerts=a, host="h", blind=not lists,
+            signature=lambda x: job_signature(x.user, x.cmdline, x.origin), gpu_lists=lists,
+        )  # fmt: skip
+    assert events(u) == [("open", 1)]
+    u.store(db)
+    tracker = Tracker(db, a, "h")
+    tracker.update([held], job_findings([held]), T0 + 15)
+    sent = [e for (e,) in db.conn.execute("SELECT event FROM deliveries")]
+    assert sent == []  # the open went out from memory; no remind now
+    (f,) = db.open_findings()
+    assert (f.details["gpus"], f.details["gpu_indexes"]) == ([], [0])

@@ -139,7 +139,10 @@ class TickSummary:
 LEARNING_STARTED = "learning_started"
 # Findings about what runs outside the allowlist: info while learning (daemon.learn_until),
 # every kind of them (issue 35, case 5: rogue-service stayed high). ``respawned`` is made
-# by the tracker, which opens it at info while learning.
+# by the tracker, which opens it at info while learning. ``remediation-failed`` too: the
+# daemon acts on nothing while learning, so it follows an operator's terminate, and the
+# run back may be a pipeline the allowlist does not list yet (it paged critical beside
+# its run's rogue-job and respawned at info).
 LEARNED_KINDS = frozenset(
     {
         "rogue-job",
@@ -147,6 +150,7 @@ LEARNED_KINDS = frozenset(
         "queue-unsanctioned",
         "rogue-service",
         "unsanctioned-gpu-use",
+        "remediation-failed",
     }
 )
 
@@ -641,6 +645,7 @@ class Daemon:
                 exits=self.tracker.exits,
                 gpu_lists=result is not None and result.nvml.available,
                 unread=self._unread,
+                learning=self.learning(now),
             )
         except Exception as exc:
             self._failed("unstored-alerts", exc)

@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from watchdog.config.alerts import AlertSettings
 from watchdog.daemon.alerts.alert import AlertEvent, local_iso
-from watchdog.daemon.tracking.blind import last_seen_gpus
+from watchdog.daemon.tracking.blind import alerted_gpus, last_seen_gpus
 from watchdog.daemon.tracking.current import RUN_ENDED, current_message
 from watchdog.daemon.tracking.fold import fingerprint, fold, group
 from watchdog.daemon.tracking.jobs import record_jobs
@@ -393,6 +393,8 @@ class Tracker:
             f = last_seen_gpus(rec, f)
         elif rec.last_alert_at is not None:  # a paged alert keeps the GPUs it named
             f = last_seen_gpus(rec, f, released=True)
+        if rec.last_alert_at is not None:  # and gains none: no relabel, no second page
+            f = alerted_gpus(rec, f)
         db.touch_finding(rec.id, with_own_id(f, rec.id), f.root_pid, f.details, now, s.instances)
         labels = alert_labels(self.host, rec.id, f)
         was = self._on_mono(rec, now)

@@ -18,15 +18,19 @@ still gets it unless its job ended by itself; the finding of a run that ended by
 :data:`~watchdog.daemon.tracking.periodic.RETURN_WINDOW_S`, and a run of the same job
 back within it continues that finding (same id, no second open), as a loop's runs do;
 a run stopped by a signal whose job is back is resolved, and the run back is a finding
-of its own (paged).
+of its own (paged), and opens ``respawned`` as a stored tick would
+(:meth:`UnstoredFindings._returns`): before, a killed run back during an outage was
+paged as a new ``rogue-job`` only, and its ``respawned`` came when storage did.
 
 When a tick can write again, :meth:`UnstoredFindings.store` writes these findings with
 their alert state first, so the tracker takes each for one it already alerted on: no
 second ``open``.
 
-What is not done from memory: reminders, ``respawned`` findings (they need the jobs
-table), the findings already stored (their alerts wait for the database), and actions
-(nothing is acted on without a record: the enforcers do not run on such a tick).
+What is not done from memory: reminders, the findings already stored (their alerts wait
+for the database), and actions (nothing is acted on without a record: the enforcers do
+not run on such a tick). A ``respawned`` opened in memory is stored with its alert
+state like the rest: the tracker, recording the return once it can write, takes it for
+the one it would open (same fingerprint and run), so it is not paged again.
 """
 
 from __future__ import annotations
@@ -38,13 +42,14 @@ from watchdog.config.alerts import AlertSettings
 from watchdog.daemon.alerts.alert import AlertEvent, local_iso
 from watchdog.daemon.alerts.memory import MemorySpool
 from watchdog.daemon.tracking.fold import fold, group, same_job
+from watchdog.daemon.tracking.jobs import how_ended, respawned_finding
 from watchdog.daemon.tracking.naming import with_own_id
 from watchdog.daemon.tracking.periodic import PERIODIC_KINDS, RETURN_WINDOW_S, gap_text
 from watchdog.daemon.tracking.reminders import alert_due, alert_labels, record_labels
 from watchdog.daemon.tracking.spool import deliveries
 from watchdog.model import Finding, Job
 from watchdog.plugins import TrackResult
-from watchdog.state import FindingRecord, StateDB
+from watchdog.state import FindingRecord, StateDB, source_undo
 
 
 class UnstoredFindings:
@@ -73,6 +78,9 @@ class UnstoredFindings:
         self.stored_open: dict[str, int] = {}
         self.gone: dict[str, tuple[float, bool]] = {}
         self.settle_due: float | None = None
+        # Signature → the runs (PID, start ticks) of it seen at the last tick in memory
+        # that saw it, and when: the run a return in memory is compared with.
+        self.last_runs: dict[str, tuple[frozenset[tuple[int, int]], float]] = {}
 
     def pending(self) -> bool:
         """Whether findings wait to be stored."""
@@ -95,6 +103,7 @@ class UnstoredFindings:
         for rec in track.resolved:
             if self.stored_open.get(rec.fingerprint) == rec.id:
                 del self.stored_open[rec.fingerprint]
+        self.last_runs = {}  # the jobs table is current again
 
     def track(
         self,
@@ -110,6 +119,7 @@ class UnstoredFindings:
         exits: Mapping[int, int] | None = None,
         gpu_lists: bool = True,
         unread: Callable[[str], bool] | None = None,
+        learning: bool = False,
     ) -> TrackResult:
         """Track one tick's findings in memory and queue the alerts they are due.
 
@@ -128,6 +138,7 @@ class UnstoredFindings:
                 for a GPU picture (the settle).
             unread: True for the fingerprint of a finding whose source could not be
                 read this tick: it stays open (the tracker's ``unread``).
+            learning: In the learning period: a ``respawned`` opens at ``info``.
 
         Returns:
             The findings alerted (``opened``) and resolved in memory this tick.
@@ -137,7 +148,10 @@ class UnstoredFindings:
         policy = alerts if gpu_lists else dataclasses.replace(alerts, settle_s=0.0)
         self.settle_due = None
         signatures = {j.root_pid: signature(j) for j in jobs if j.verdict != "ignored"}
-        groups = group(findings, signatures)
+        respawns = self._returns(db, jobs, signature, exits, now)
+        if learning:
+            respawns = [dataclasses.replace(f, severity="info") for f in respawns]
+        groups = group([*findings, *respawns], signatures)
         opened: list[FindingRecord] = []
         resolved: list[FindingRecord] = []
         for fp, found in groups.items():
@@ -165,12 +179,15 @@ class UnstoredFindings:
                     self._queue("open", rec, now, alerts, host)
                     opened.append(rec)
             self.open[fp] = rec
+        present = set(signatures.values())
         for fp in [
             fp
             for fp in self.open
             if fp not in groups and not blind and not (unread is not None and unread(fp))
         ]:
             rec = self.open[fp]
+            if rec.kind == "respawned" and rec.details.get("signature") in present:
+                continue  # open while the ghost that came back runs, as a stored one
             gone_at, ended = self.gone.setdefault(fp, (now, self._ended_by_itself(rec, exits)))
             if ended and now - gone_at <= RETURN_WINDOW_S:
                 continue  # its job may come back (a loop): the same finding then
@@ -178,6 +195,48 @@ class UnstoredFindings:
             self.open.pop(fp)
             self._resolve(rec, now, alerts, host, ended, gone_at, opened, resolved)
         return TrackResult(opened=opened, resolved=resolved, signatures=signatures)
+
+    def _returns(
+        self,
+        db: StateDB,
+        jobs: Iterable[Job],
+        signature: Callable[[Job], str],
+        exits: Mapping[int, int],
+        now: float,
+    ) -> list[Finding]:
+        """The ``respawned`` findings of this tick's returns, as :func:`record_jobs`
+        would open them: a rogue job that may train whose runs seen last (in memory, or
+        as the ``jobs`` table recorded them) are all gone and were not each seen to
+        exit by themselves (a signal, our terminate, no evidence). Nothing is written.
+
+        Args:
+            db: The state database (read where it can be).
+            jobs: This scan's jobs.
+            signature: A job's signature (the tracker's).
+            exits: PID → wait(2) status of the processes seen exiting.
+            now: POSIX time of the tick.
+        """
+        by_sig: dict[str, list[Job]] = {}
+        for job in jobs:
+            if job.verdict != "ignored":
+                by_sig.setdefault(signature(job), []).append(job)
+        out = []
+        for sig, runs in by_sig.items():
+            here = frozenset((j.root_pid, j.start_ticks) for j in runs)
+            before = self.last_runs.get(sig) or _recorded_runs(db, sig)
+            self.last_runs[sig] = (here, now)
+            job = runs[0]
+            if before is None or before[0] & here or not (job.unsanctioned and job.may_train):
+                continue
+            try:
+                actions = db.actions_for(sig)
+            except Exception:  # unreadable: no evidence of a stop of ours, nor of an undo
+                actions = []
+            if source_undo(actions) is not None:
+                continue  # an operator re-enabled its source: the rogue finding says so
+            if how_ended(actions, sorted(before[0]), exits) != "exited":
+                out.append(respawned_finding(job, sig, before[1], now))
+        return out
 
     def _resolve(
         self,
@@ -294,9 +353,22 @@ class UnstoredFindings:
                     continue  # opened in the database meanwhile: that one stands
                 fid = db.store_finding(rec)
                 lines.append(f"F{rec.id}" if fid == rec.id else f"F{rec.id} as F{fid}")
-        self.open, self.resolved, self.gone = {}, [], {}
+        self.open, self.resolved, self.gone, self.last_runs = {}, [], {}, {}
         return lines
 
     def status_records(self) -> list[FindingRecord]:
         """The open findings kept in memory, oldest first (``status``: not persisted)."""
         return sorted(self.open.values(), key=lambda r: r.id)
+
+
+def _recorded_runs(db: StateDB, sig: str) -> tuple[frozenset[tuple[int, int]], float] | None:
+    """The run of ``sig`` the ``jobs`` table recorded last, and when it was seen gone
+    (or last seen); None for a signature it never recorded, or when it cannot be read."""
+    try:
+        rec = db.job(sig)
+    except Exception:
+        return None
+    if rec is None:
+        return None
+    gone = rec.gone_at if rec.gone_at is not None else rec.last_seen
+    return frozenset({(rec.root_pid, rec.start_ticks)}), gone

@@ -13,6 +13,13 @@ its memory between phases. The alert a person was paged with stays identified by
 GPUs it named (no relabel, so no second page); the message says the GPU is not held now
 (busy-box CI, 2026-12-06: a cron ghost's run seen between its context teardown and its
 exit was a ``remind`` at high).
+
+A GPU gained after the alert is the same again (:func:`alerted_gpus`): the alert stays
+identified by the GPUs it was sent with, and the message and ``gpu_indexes`` name the
+GPUs the job holds now, as a periodic finding's do (issue 35: a probe paged while NVML's
+device count was lost, with no GPU, was paged again 5 s later when NVML showed it on
+GPU 0, as a relabelled ``remind``). An alert's GPU labels are settled once, by its first
+page: the settle (``alerts.settle_s``) gives the GPU picture time to fill in before it.
 """
 
 from __future__ import annotations
@@ -71,3 +78,48 @@ def last_seen_gpus(rec: FindingRecord, f: Finding, released: bool = False) -> Fi
     why = "not held now" if released else "which cannot be seen now"
     message = f"{f.message}; last seen on {gpus_text(shown)}, {why}"
     return dataclasses.replace(f, message=message, details=details)
+
+
+def _label(g: dict[str, Any]) -> str:
+    """How a GPU is named in an alert's ``gpu`` label (its index, ``?`` for none)."""
+    index = g.get("index")
+    return "?" if index is None else str(index)
+
+
+def alerted_gpus(rec: FindingRecord, f: Finding) -> Finding:
+    """``f`` whose ``details.gpus`` (what its alert is identified by) are those ``rec``
+    was alerted with, when the job holds a GPU now that its alert did not name.
+
+    The alert's own ``gpu`` label says which (``rec.alerted_routing``): a finding paged
+    from memory during a storage outage kept its sightings' GPUs in ``details`` after
+    its page. Without it (alerted before labels were kept), ``rec.details.gpus``.
+
+    Args:
+        rec: The open finding as it was before this tick, already alerted.
+        f: This tick's sighting of it (after :func:`last_seen_gpus`).
+
+    Returns:
+        ``f`` unchanged when its GPUs are those alerted; else ``f`` whose
+        ``details.gpus`` are the alerted ones (this tick's memory where held),
+        ``gpu_indexes`` every GPU, and ``details.gpus_gained`` the indexes the alert
+        does not name. Its message, from this tick's sighting, names every GPU held now.
+    """
+    was, now = _held(rec.details.get("gpus")), _held(f.details.get("gpus"))
+    pool = {_label(g): g for g in [*was, *now]}
+    label = (rec.alerted_routing or {}).get("gpu")
+    named = label.split(",") if label else []
+    if rec.alerted_routing is None or any(n not in pool for n in named):
+        named = [_label(g) for g in was]
+    gpus = [pool[n] for n in named if n in pool]
+    if [_key(g) for g in gpus] == [_key(g) for g in now]:
+        return f
+    gained = [g for g in now if _label(g) not in named]
+    indexes = {_index(g) for g in [*gpus, *now]}
+    indexes.update(i for i in f.details.get("gpu_indexes") or () if isinstance(i, int))
+    details = {
+        **f.details,
+        "gpus": gpus,
+        "gpu_indexes": sorted(indexes),
+        "gpus_gained": sorted({_index(g) for g in gained}),
+    }
+    return dataclasses.replace(f, details=details)

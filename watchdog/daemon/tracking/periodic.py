@@ -34,10 +34,14 @@ from watchdog.model import Finding, Job
 from watchdog.state import FindingRecord, StateDB
 
 # Findings about one run of a job that a periodic loop folds, ``unsanctioned-gpu-use``
-# (a non-training class) too: a probe loop is the common case.
+# (a non-training class) too: a probe loop is the common case. ``remediation-failed``
+# about a job back after a terminate (its ``details.signature``) too: the loop's next run
+# is the same failed remediation, not a new one (a loop's run back after a terminate
+# paged it critical again at each run, the tracker tying it to the run's root PID).
 PERIODIC_KINDS = frozenset(
-    {"rogue-job", "excess-instances", "rogue-service", "unsanctioned-gpu-use"}
-)
+    {"rogue-job", "excess-instances", "rogue-service", "unsanctioned-gpu-use",
+     "remediation-failed"}
+)  # fmt: skip
 # A loop quiet for twice its cadence plus this long has stopped: its finding resolves.
 QUIET_GRACE_S = 60.0
 PREFIX = "periodic:"
@@ -236,7 +240,7 @@ def as_periodic(
     for f in findings:
         sig = signatures.get(f.root_pid) if f.root_pid is not None else None
         loop = found.get(sig) if sig is not None else None
-        if loop is None or f.kind not in PERIODIC_KINDS:
+        if loop is None or f.kind not in PERIODIC_KINDS or not _about_a_run(f):
             out.append(f)
             continue
         job = jobs.get(f.root_pid) if f.root_pid is not None else None
@@ -246,6 +250,12 @@ def as_periodic(
         )
         out.append(_folded(f, loop, job, was))
     return out
+
+
+def _about_a_run(f: Finding) -> bool:
+    """False for a ``remediation-failed`` about a terminate's tree (``terminate-<id>``:
+    identified by its action already), True for every other finding a loop folds."""
+    return f.kind != "remediation-failed" or "signature" in f.details
 
 
 def _folded(f: Finding, loop: Loop, job: Job | None, was: FindingRecord | None) -> Finding:
