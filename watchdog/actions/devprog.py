@@ -237,7 +237,17 @@ def attach(cgroup: str, rules: Sequence[str]) -> int:
             attr = _attr(
                 (0, "I", fd), (4, "I", prog), (8, "I", _CGROUP_DEVICE), (12, "I", _F_ALLOW_MULTI)
             )
-            _bpf(_PROG_ATTACH, attr)
+            try:
+                _bpf(_PROG_ATTACH, attr)
+            except DeviceProgramError as exc:
+                if exc.errno != errno.EPERM:
+                    raise
+                raise DeviceProgramError(
+                    errno.EPERM,
+                    f"the kernel refused to attach to {cgroup}: a cgroup above attached a "
+                    "device program that allows no other (neither BPF_F_ALLOW_MULTI nor "
+                    "BPF_F_ALLOW_OVERRIDE), or no CAP_SYS_ADMIN",
+                ) from None
             after = set(query(cgroup, effective=True))
             if prog_id not in after or not before <= after:
                 _bpf(_PROG_DETACH, _attr((0, "I", fd), (4, "I", prog), (8, "I", _CGROUP_DEVICE)))

@@ -346,9 +346,18 @@ def apply_deny(
                 except JournalError:
                     raise
                 except OSError as exc:
-                    # A cgroup without its rule would deny nothing: never moved into.
+                    # A cgroup without its rule would deny nothing: never moved into,
+                    # and removed now (empty); one that cannot be is left to the undo.
                     made[where] = None
-                    out.error = f"cannot write the rule in {deny}: {exc}"
+                    out.error = f"cannot set the rule of {deny}: {exc}"
+                    try:
+                        effects.remove_cgroup(deny)
+                    except JournalError:
+                        raise
+                    except OSError:
+                        pass
+                    else:
+                        out.cgroups.remove(deny)
         deny_dir = made[where]
         if deny_dir is None:
             out.procs.append(_entry(exp, where, "error", out.error or ""))
