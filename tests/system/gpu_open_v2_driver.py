@@ -130,9 +130,10 @@ def config_text(box: Path, mode: str, sanctioned: str = "") -> str:
     )
 
 
-def make(box: Path, mode: str) -> tuple[Daemon, Path]:
+def make(box: Path, mode: str, keep: bool = False) -> tuple[Daemon, Path]:
     config = box / "config.yaml"
-    config.write_text(config_text(box, mode))
+    if not keep:
+        config.write_text(config_text(box, mode))
     cfg = parse_config(config.read_text(), str(config))
     d = Daemon(cfg, str(config))
     enf = Enforcer(cfg, d.db)
@@ -219,12 +220,14 @@ def scenario(
     out["after_undo"] = {n: op.gpu() for n, op in o.items()}
     out["rogue_cgroup_after_undo"] = cgroup_of(o["rogue"].pid).removeprefix(rel)
     out["undo_steps"] = {
-        a.kind: [s.op for s in d.db.action_steps(a.id)]
+        a.kind: steps_of(d, a.id)
         for a in d.db.actions() if a.kind not in ("gpu-deny", "gpu-lift")
     }  # fmt: skip
     # The job ends: the next tick lifts its denial.
     o["rogue_ends"].stop()
-    # A reload sanctions the other: the same tick lifts it.
+    # The daemon restarts (a new process would see the same: the programs live in the
+    # kernel, their ids in the state database) with a config that sanctions the other:
+    # its first tick lifts both, each by the program id the old daemon recorded.
     config.write_text(
         config_text(
             box, mode,
@@ -232,16 +235,24 @@ def scenario(
             "origin: {any: true}}\n",
         )
     )  # fmt: skip
-    assert d.reload()
+    d.db.close()
+    d, config = make(box, mode, keep=True)
+    out["restarted_session"] = d.db.session[:12]
     d.tick(time.time())
     out["lifts"] = sorted(
         [name_of[lifted_root(d, a)], a.outcome, a.details["why"], a.details["moved_back"]]
         for a in actions(d, "gpu-lift")
     )
-    out["lift_steps"] = [[s.op for s in d.db.action_steps(a.id)] for a in actions(d, "gpu-lift")]
+    out["lift_steps"] = [steps_of(d, a.id) for a in actions(d, "gpu-lift")]
     out["after_lifts"] = {n: op.gpu() for n, op in o.items() if n != "rogue_ends"}
     out["left"] = sorted(p.name for p in test_cg.rglob(f"{DENY_PREFIX}*"))
     d.db.close()
+
+
+def steps_of(d: Daemon, action_id: int) -> list[Any]:
+    """Each step's op; a detach's with its result (whether the id was found attached)."""
+    steps = d.db.action_steps(action_id)
+    return [[s.op, s.result] if s.op == "bpf-detach" else s.op for s in steps]
 
 
 def lifted_root(d: Daemon, lift: Any) -> int:

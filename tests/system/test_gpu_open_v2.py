@@ -107,20 +107,23 @@ def test_v2_denies_the_rogue_only_and_undo_job_end_and_sanction_lift_it(tmp_path
         assert (deny["attached"], deny["effective_has_it"]) == ({cg: [prog]}, {cg: True})
     # The CLI undo detaches the recorded program, moves the rogue back, removes its cgroup.
     assert out["undo_rc"] == 0
-    assert out["undo_steps"] == {"undo": ["bpf-detach", "cgroup-move", "cgroup-rmdir"]}
+    detached = ["bpf-detach", {"detached": True}]  # found by its recorded id
+    assert out["undo_steps"] == {"undo": [detached, "cgroup-move", "cgroup-rmdir"]}
     assert out["after_undo"] == {
         "rogue": "ENXIO", "pipeline": "ENXIO", "ignored": "ENXIO",
         "rogue_ends": "EPERM", "rogue_later_ok": "EPERM",
     }  # fmt: skip
     assert out["rogue_cgroup_after_undo"] == ""
-    # The job that ended and the one a reload sanctioned: lifted by the next tick.
+    # After a restart (a new daemon session), the job that ended and the one the new
+    # config sanctions: lifted by its first tick, by the ids the first daemon recorded.
+    assert out["restarted_session"] != s
     assert [lift[:3] for lift in out["lifts"]] == [
         ["rogue_ends", "ok", "the job ended: nothing is left in its cgroup"],
         ["rogue_later_ok", "ok",
          f"the guard now refuses it: PID {out['lifts'][1][3][0]} belongs to a sanctioned job"],
     ]  # fmt: skip
     assert sorted(out["lift_steps"]) == [
-        ["bpf-detach", "cgroup-move", "cgroup-rmdir"], ["bpf-detach", "cgroup-rmdir"],
+        [detached, "cgroup-move", "cgroup-rmdir"], [detached, "cgroup-rmdir"],
     ]  # fmt: skip
     assert out["after_lifts"] == dict.fromkeys(
         ["rogue", "pipeline", "ignored", "rogue_later_ok"], "ENXIO"
