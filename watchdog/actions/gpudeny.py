@@ -495,10 +495,19 @@ class GpuOpenGate:
         self.actor = actor
         self.clock = clock
         self.rules = rules
-        self.controller = find_controller(cgroup_root, probe)
+        self._probe = probe
+        self._controller: Controller | None = None
         self.handled: set[tuple[int, int]] = self._handled_before()
         self._said: str | None = None
         self._swept_off = False
+
+    @property
+    def controller(self) -> Controller:
+        """The host's device controller, looked up at first use: a daemon that never
+        uses ``gpu_open`` (nor shows it) never loads the cgroup v2 probe program."""
+        if self._controller is None:
+            self._controller = find_controller(self.cgroup_root, self._probe)
+        return self._controller
 
     @property
     def mode(self) -> str:
