@@ -421,6 +421,11 @@ def test_check_config_says_what_gpu_open_does_on_this_host(tmp_path: Path) -> No
         ),
     ]
     assert gpu_open_lines(parse_config("", "c.yaml")) == []
+    v1 = hierarchy(tmp_path / "v1", "v1")
+    text = f"enforcement: {{gpu_open: enforce}}\npaths: {{cgroup_root: '{v1}'}}\n"
+    assert gpu_open_lines(parse_config(text, "c.yaml"))[-1] == (
+        f"  this host: can enforce (cgroup v1 devices controller under {v1}/devices)"
+    )
 
 
 def test_an_interrupted_denial_is_resolved_with_the_lift_of_what_it_made() -> None:
