@@ -12,8 +12,8 @@ every program the cgroups above attached (a container's device list, systemd's
 The program is assembled here, a handful of instructions, and loaded through the
 ``bpf(2)`` system call as systemd does (src/core/bpf-devices.c): no compiler, no
 libbpf, nothing to install. Python binding libraries for BPF (bcc, libbpf wrappers)
-need a C compiler or a shared library on the host for what is six instructions and four
-system calls here.
+need a C compiler or a shared library on the host for what is six instructions plus five
+per device node and a few ``bpf(2)`` commands here.
 
 Liveness: the kernel keeps an attached program alive as long as it is attached (the
 cgroup holds a reference), so the file descriptor is closed after the attach and
