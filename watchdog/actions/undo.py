@@ -20,7 +20,9 @@
   spool file ``P`` still exists (it was never removed).
 - ``{"op": "cgroup_lift", "cgroup": D}``: lift a GPU denial (watchdog/actions/gpudeny.py):
   every process in the cgroup ``D`` moves back to the cgroup above it, then ``D`` is
-  removed (refused for a directory that is no denial's).
+  removed (refused for a directory that is no denial's). With ``"programs": [ID...]``
+  (cgroup v2) those device programs are detached from ``D`` first, each only when it is
+  attached to ``D`` itself and is a denial's.
 
 Every op goes through :class:`~watchdog.actions.effects.Effects`. The first failure
 stops the undo (later ops may depend on it) and is reported. Before each op the undo
@@ -227,6 +229,14 @@ def check_op(op: dict[str, Any], lexists: Callable[[str], bool] = os.path.lexist
             raise OSError(f"{op['cgroup']} is gone: the denial was lifted already")
 
 
+def _program_ids(op: dict[str, Any]) -> list[int]:
+    """A ``cgroup_lift``'s recorded device program ids (cgroup v2); none for v1."""
+    ids = op.get("programs")
+    if not isinstance(ids, list):
+        return []
+    return [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+
+
 def _run_op(op: dict[str, Any], effects: Effects) -> None:
     kind = op["op"]
     check_op(op)
@@ -239,7 +249,7 @@ def _run_op(op: dict[str, Any], effects: Effects) -> None:
             effects.set_mtime(op["path"], op["mtime_ns"])
         effects.touch(os.path.dirname(op["path"]) or ".")
     elif kind == "cgroup_lift":
-        lift(op["cgroup"], effects)
+        lift(op["cgroup"], effects, programs=_program_ids(op))
     elif kind == "crontab_restore":
         data = _strip_header(Path(op["backup"]).read_bytes())
         out = effects.run(["crontab", "-u", op["user"], "-"], data)

@@ -264,7 +264,11 @@ def gpu_open_lines(config: Config) -> list[str]:
         + ("; ".join(nodes) if nodes else "no device node matches on this host")
     )
     ctl = find_controller(config.paths.cgroup_root)
-    out.append(f"  this host: {ctl.why or f'can enforce ({ctl.kind} devices controller)'}")
+    how = {
+        "cgroup-v1": "cgroup v1 devices controller",
+        "cgroup-v2": "cgroup v2 device program, BPF_CGROUP_DEVICE",
+    }.get(ctl.kind, ctl.kind)
+    out.append(f"  this host: {ctl.why or f'can enforce ({how} under {ctl.hierarchy})'}")
     return out
 
 
