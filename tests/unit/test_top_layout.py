@@ -250,3 +250,19 @@ def test_the_explain_pane_wraps_at_words_under_its_indent() -> None:
         "  origin: " + " ".join(f"word{i:02d}" for i in range(10)),
         "    " + " ".join(f"word{i:02d}" for i in range(10, 20)),
     ]
+
+
+def test_rows_at_80_columns_keep_the_end_of_an_origins_path() -> None:
+    # Fresh-user hour: both cron rows read `cron /work/fresh-try/cron…` until selected.
+    from watchdog.cli.top import _row
+
+    rows = []
+    for name in ("ghost:1", "pipeline:2"):
+        j = {"root_pid": 21706, "user": "root", "verdict": "rogue", "gpus": [],
+             "origin": f"cron /work/fresh-try/cron.d/{name} (* * * * *)",
+             "cmdline": ["python3", "/work/fresh-try/train.py"]}  # fmt: skip
+        rows.append(_row(j, " ", 80, False, NOW, View()))
+    assert rows == [
+        "  rogue        21706 root       -            -      - cron …/ghost:1 (* * * * *)",
+        "  rogue        21706 root       -            -      - cron …/pipeline:2 (* * * …",
+    ]

@@ -32,7 +32,14 @@ from typing import Any
 
 from watchdog import command
 from watchdog.cli.common import configure_logging, resolve_config_path, socket_path
-from watchdog.render import fit, paint, printable, shorten_command, use_colour
+from watchdog.render import (
+    fit,
+    paint,
+    printable,
+    shorten_command,
+    shorten_path_words,
+    use_colour,
+)
 from watchdog.sources.procfs import boot_time_s
 from watchdog.spelling import finding_ref
 
@@ -365,7 +372,9 @@ def _row(j: dict[str, Any], mark: str, width: int, colour: bool, now: float, vie
     )
     room = width - len(cells)
     origin = printable(str(j.get("origin") or "-"))
-    rest = origin
+    # Path words keep their last part (`cron …/ghost:1`): cut from the right, two cron
+    # lines of one directory read the same (`cron /work/fresh-try/cron…`).
+    rest = shorten_path_words(origin, room)
     if room > len(origin) + 8:
         rest = f"{origin} · {shorten_command(j.get('cmdline') or [], room - len(origin) - 3)}"
     line = _cut(cells + rest, width)
