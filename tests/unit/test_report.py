@@ -352,3 +352,91 @@ def test_the_gpu_inventory_keeps_gpus_that_left() -> None:
     assert gpu_inventory(known, [a]) is None  # nothing new: nothing written
     moved = gpu_inventory(known, [GpuInfo(2, "GPU-a", "NVIDIA H200", 140 << 30, 0)])
     assert moved is not None and moved["GPU-a"]["index"] == 2 and "GPU-b" in moved
+
+
+def burst_week(tmp_path: Path, now: float) -> Path:
+    """The fresh-user hour's history in small (2026-12-06): a burst of 55 probes of
+    unknown origin at once (another suite's), each its own job with a finding, and 12
+    users' notebooks at once on GPU 0."""
+    from watchdog.model import Origin
+
+    state = tmp_path / "state"
+    db = StateDB(state)
+    db.set_meta("gpus", json.dumps({"GPU-a": {"index": 0, "name": "NVIDIA H200"}}))
+    unknown = Origin().to_json()
+    for i in range(55):
+        pid = 20000 + i
+        cmd = [
+            "/usr/bin/python3",
+            "-S",
+            f"/tmp/pytest-of-root/pytest-9{i:02d}/probe0/train_probe.py",
+        ]
+        rec = RunRecord(f"p{i}", pid, pid, "root", cmd, unknown, "rogue", None, 0, 0, gpus=[])
+        db.record_run(rec, now - 3600 + i)
+        db.record_run(rec, now - 3000)
+        db.insert_finding(
+            f"rogue-job:p{i}", "rogue-job", "info", f"rogue training job PID {pid}", pid,
+            {"root": [pid, pid]}, now - 3600 + i + 1,
+        )  # fmt: skip
+    for i in range(12):
+        pid = 30000 + i
+        lab = ShellOrigin(session=str(i), user=f"u{i:02d}", tmux_session="lab").to_json()
+        cmd = ["python", "-m", "ipykernel_launcher"]
+        rec = RunRecord(f"n{i}", pid, pid, f"u{i:02d}", cmd, lab, "sanctioned", None, 0, 0,
+                        gpus=["GPU-a"])  # fmt: skip
+        db.record_run(rec, now - 7200 + 60 * i)
+        db.record_run(rec, now - 600)
+    db.close()
+    return state
+
+
+def test_a_burst_keeps_rows_short_and_names_each_command_whole(tmp_path: Path) -> None:
+    """Fresh-user hour: one 55-process burst made a timeline row about 1,000 px tall and a
+    wall of finding marks; about 40 per-origin rows read `unknown origin · python -S
+    …/train_probe.py`. Before (4456053), on this history: host row 55 lanes (1,168 units
+    tall), GPU 0 12 lanes (265), 55 marks on the host row, 55 origin rows all reading
+    `unknown origin · python3 -S …/train_probe.py`."""
+    now = time.time()
+    state = burst_week(tmp_path, now)
+    page_path = tmp_path / "week.html"
+    args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
+    assert main([*args, "--output", str(page_path)]) == 0
+    page = page_path.read_text()
+    t = parse_timeline(page)
+    assert [(r["data-gpu"], r["data-lanes"]) for r in t["rows"]] == [("GPU-a", "8"), ("", "1")]
+    heights = re.findall(r'<g class="gpu-row"[^>]*><rect [^>]*height="([\d.]+)"', page)
+    assert heights == ["181", "34"]  # 8 lanes at most; the burst is one bar
+    host = [r for r in t["runs"] if r["data-gpu"] == ""]
+    assert [(r["data-runs"], r["data-user"], r["data-origin"]) for r in host] == [
+        ("55", "root", "unknown origin")
+    ]
+    assert "root · unknown origin ×55" in t["labels"]
+    more = re.findall(r'<g class="more" data-gpu="GPU-a" data-runs="(\d+)">', page)
+    assert more == ["5"] and ">+5 more run(s)</text>" in page
+    # The 55 findings opened within a minute: one mark per few units, each counting.
+    counts = [int(i["data-count"]) for i in t["incidents"] if i["data-gpu"] == ""]
+    assert sum(counts) == 55 and len(counts) < 20, counts
+    table = page.split('<table id="by-origin">')[1].split("</table>")[0]
+    names = re.findall(r"<tr><td>(unknown origin[^<]*)</td>", table)
+    assert len(set(names)) == 55
+    assert sorted(names)[0] == (
+        "unknown origin · /usr/bin/python3 -S /tmp/pytest-of-root/pytest-900/probe0/train_probe.py"
+    )
+    # The text report wraps such a name, never cuts it.
+    assert main(["report", "--state-dir", str(state), "--since", "7d"]) == 0
+
+
+def test_the_text_report_wraps_long_origin_names(tmp_path: Path) -> None:
+    from watchdog.report import report_text
+
+    name = (
+        "unknown origin · /usr/bin/python3 -S /tmp/pytest-of-root/pytest-900/probe0/train_probe.py"
+    )
+    doc = {"since": 0.0, "until": 60.0, "by_origin": [{"name": name, "runs": 1, "gpu_hours": 0.5}],
+           "timeline": [], "open": []}  # fmt: skip
+    lines = report_text(doc).splitlines()
+    at = lines.index("per origin")
+    assert lines[at + 2 : at + 4] == [
+        "  unknown origin · /usr/bin/python3 -S                            1        0.50",
+        "    /tmp/pytest-of-root/pytest-900/probe0/train_probe.py",
+    ]
