@@ -1540,8 +1540,8 @@ class Advice:
         if self.disable:
             text = (
                 # The action's id does not exist yet: say where it will be printed.
-                f"{self._cli('disable-source')} {target} (backs up {self.disables} and "
-                "prints the `rogue-watchdog undo ID` that restores it)"
+                f"{self._cli('disable-source')} {target} (backs up {self.disables}; "
+                "the `rogue-watchdog undo` it prints, with the action id, restores it)"
             )
             return f"{text}, or by hand: {self.by_hand}" if self.by_hand else text
         return self.by_hand

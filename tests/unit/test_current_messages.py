@@ -54,7 +54,8 @@ def test_a_respawned_finding_follows_the_queue_of_its_ghost_without_a_page(
     assert resp.message.endswith(
         "at job(s) 8 queued with the same commands (it re-queues itself); to stop the "
         f"source: rogue-watchdog disable-source F{resp.id} (backs up the queued jobs' "
-        "scripts and prints the `rogue-watchdog undo ID` that restores it), or by hand: atrm 7 8"
+        "scripts; the `rogue-watchdog undo` it prints, "
+        "with the action id, restores it), or by hand: atrm 7 8"
     ), resp.message
     sent = _deliveries(db, rec.id)
     later = _job(913, 200, 7, 8, 9)  # it queued 9 meanwhile
