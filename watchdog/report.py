@@ -284,8 +284,12 @@ SVG_W, LEFT, RIGHT, TOP, LANE, GAP, PAD = 1200, 210, 20, 58, 18, 3, 8
 #: Most lanes of one timeline row (a row at most about 190 units tall); bars beyond
 #: them share the last lane, counted (:func:`_more_bar`).
 MAX_LANES = 8
-#: Incident marks of one row closer than this (SVG units) are one mark that counts them.
-MARK_MERGE = 4.0
+#: Width of one character of a bar label (font-size 11, sans-serif), generous: a label
+#: drawn beside its bar must not run into the next bar.
+LABEL_CHAR_W = 6.5
+#: Incident marks of one row closer than this (SVG units, about a count label's width)
+#: are one mark that counts them.
+MARK_MERGE = 16.0
 #: Tick steps the axis chooses from, seconds.
 STEPS = (60, 300, 600, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400)
 
@@ -585,12 +589,19 @@ def _rows_and_bars(
             f'{e(label)}</text><text x="6" y="{y + 31}" font-size="9" fill="#616161">'
             f"{e(sub)}</text></g>"
         )
+        # Where the next bar of each lane starts: a label too long for its bar goes
+        # beside it when the lane is free that far.
+        starts: dict[int, list[float]] = {}
+        for b, lane in zip(held, lane_of, strict=True):
+            starts.setdefault(lane, []).append(x(b.started_at))
         for b, lane in zip(held, lane_of, strict=True):
             if more and lane >= MAX_LANES - 1:
                 continue
             top = y + PAD + lane * (LANE + GAP)
+            x1 = x(b.last_seen)
+            free = min((s for s in starts[lane] if s > x1), default=float(SVG_W - RIGHT))
             # Each bar clips its label to itself: clip ids number the bars across rows.
-            bars.append(_run_bar(b, uuid, lane, top, findings, x, clip=len(bars) + 1))
+            bars.append(_run_bar(b, uuid, lane, top, findings, x, len(bars) + 1, free))
         if more:
             top = y + PAD + (MAX_LANES - 1) * (LANE + GAP)
             bars.append(_more_bar(more, uuid, top, x))
@@ -632,10 +643,12 @@ def _run_bar(
     findings: Sequence[FindingRecord],
     x: _TimeScale,
     clip: int,
+    free: float = SVG_W - RIGHT,
 ) -> str:
     """One bar: a run (or a burst of runs) coloured by verdict over time, labelled with
     its user and origin (and how many runs), its tooltip the whole story (host text
-    escaped)."""
+    escaped). A label longer than its bar is drawn beside it, dark, when its lane is
+    free up to ``free`` (x), else clipped to the bar."""
     e = html.escape
     r = b.runs[0]
     x0, x1 = x(b.started_at), x(b.last_seen)
@@ -681,10 +694,18 @@ def _run_bar(
             f'<rect class="seg {e(s.verdict)}" x="{sx0}" y="{top}" width="{sx1 - sx0}" '
             f'height="{LANE}" fill="{COLOURS.get(s.verdict, OTHER)}"/>'
         )
-    bar.append(
-        f'<text class="bar-label" x="{x0 + 3}" y="{top + 13}" font-size="11" '
-        f'fill="#fff" clip-path="url(#clip{clip})">{e(user)} · {e(origin)}{count}</text></g>'
-    )
+    label = f"{user} · {origin}{count}"
+    wide = LABEL_CHAR_W * len(label) + 6
+    if wide > x1 - x0 and x1 + wide <= free - 2:
+        bar.append(
+            f'<text class="bar-label" x="{x1 + 3}" y="{top + 13}" font-size="11" '
+            f'fill="#212121">{e(label)}</text></g>'
+        )
+    else:
+        bar.append(
+            f'<text class="bar-label" x="{x0 + 3}" y="{top + 13}" font-size="11" '
+            f'fill="#fff" clip-path="url(#clip{clip})">{e(label)}</text></g>'
+        )
     return "".join(bar)
 
 
