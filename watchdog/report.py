@@ -385,13 +385,15 @@ class Burst:
 
 
 def bursts(runs: Sequence[RunRecord]) -> list[Burst]:
-    """``runs`` as bars: overlapping runs with the same bar label (user and origin) make
-    one; the others one each. A burst of 55 processes is one bar that says 55, not 55
-    lanes that make one GPU's row a thousand pixels tall."""
-    open_: dict[tuple[str, str], list[RunRecord]] = {}
+    """``runs`` as bars: overlapping runs of one user and one origin (:func:`origin_key`:
+    the source, or the job itself where the origin names none) make one; the others one
+    each. A burst of 55 copies is one bar that says 55, not 55 lanes that make one GPU's
+    row a thousand pixels tall; an inference server and a rogue trainer both orphans stay
+    two bars."""
+    open_: dict[tuple[str, tuple[object, ...]], list[RunRecord]] = {}
     done: list[list[RunRecord]] = []
     for r in sorted(runs, key=lambda r: (r.started_at, r.root_pid)):
-        key = (r.user or "-", Origin.from_json(r.origin).describe())
+        key = (r.user or "-", origin_key(r))
         group = open_.get(key)
         if group is not None and r.started_at <= max(x.last_seen for x in group):
             group.append(r)
