@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import html
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from watchdog.hosttext import command_text, safe_text
 from watchdog.model import GpuInfo, Origin
@@ -23,6 +23,9 @@ from watchdog.render import fit
 from watchdog.state import ActionRecord, FindingRecord, RunRecord
 
 WIDTH = 80
+#: Most characters of a command in a per-origin row's name (longer ones shorten their
+#: paths first, :func:`watchdog.hosttext.command_text`).
+NAME_MAX = 300
 #: The ``meta`` key under which the daemon keeps every GPU it saw (UUID -> index, name,
 #: MIG index): runs record UUIDs only, and the report names each row by index and name.
 GPU_INVENTORY_KEY = "gpus"
@@ -150,7 +153,9 @@ def _origin_name(r: RunRecord) -> str:
     origin = Origin.from_json(r.origin)
     name = origin.describe()
     if not origin.definite or origin.source_key() is None:
-        name += f" · {command_text(r.cmdline, 60)}"
+        # The whole command (up to a long one's NAME_MAX): the job is what tells these
+        # rows apart (40 rows of `unknown origin · python -S …/train_probe.py` did not).
+        name += f" · {command_text(r.cmdline, NAME_MAX)}"
     return safe_text(name)
 
 
@@ -174,11 +179,19 @@ def usage_rows(runs: Sequence[RunRecord], by: str) -> list[tuple[str, int, float
     table: dict[object, list[Any]] = {}
     for r in runs:  # oldest start first: the latest run names the row
         key, name = _row_key(r, by)
-        row = table.setdefault(key, [name, 0, 0.0, {}])
+        row = table.setdefault(key, [name, 0, 0.0, {}, set()])
         row[0] = name
         row[1] += 1
         row[2] += r.gpu_s / 3600.0
         row[3][r.verdict] = row[3].get(r.verdict, 0) + 1
+        row[4].add(r.user or "-")
+    named: dict[str, int] = {}
+    for v in table.values():
+        named[v[0]] = named.get(v[0], 0) + 1
+    for v in table.values():
+        # Two jobs of one command line by different users: each row says whose.
+        if by == "origin" and named[v[0]] > 1:
+            v[0] += f" (user {safe_text(', '.join(sorted(v[4])))})"
     return sorted(
         ((str(v[0]), int(v[1]), round(v[2], 3), dict(v[3])) for v in table.values()),
         key=lambda t: (-t[2], t[0]),
@@ -224,8 +237,14 @@ def _table(title: str, rows: list[tuple[str, int, float]], width: int) -> list[s
     name_w = width - 22
     out = [title, f"  {'':<{name_w}}{'runs':>7} {'GPU-hours':>11}"]
     for name, n, hours in rows:
-        shown = name if len(name) <= name_w else name[: name_w - 1] + "…"
-        out.append(f"  {shown:<{name_w}}{n:>7} {hours:>11.2f}")
+        # Wrapped, never cut: a cut path (`…/train_probe.py`) tells rows apart no more.
+        lines = [
+            part[i : i + name_w]
+            for part in fit(name, name_w, "  ")
+            for i in range(0, max(1, len(part)), name_w)
+        ]
+        out.append(f"  {lines[0]:<{name_w}}{n:>7} {hours:>11.2f}")
+        out += [f"  {more}" for more in lines[1:]]
     if not rows:
         out.append("  (none)")
     return out
@@ -262,6 +281,15 @@ MARKS = {"opened": "#4a148c", "action": "#1565c0"}
 VERDICT_ORDER = ("rogue", "excess", "unknown", "ignored", "sanctioned")
 #: Timeline geometry (SVG user units; the page scales the whole to its width).
 SVG_W, LEFT, RIGHT, TOP, LANE, GAP, PAD = 1200, 210, 20, 58, 18, 3, 8
+#: Most lanes of one timeline row (a row at most about 190 units tall); bars beyond
+#: them share the last lane, counted (:func:`_more_bar`).
+MAX_LANES = 8
+#: Width of one character of a bar label (font-size 11, sans-serif), generous: a label
+#: drawn beside its bar must not run into the next bar.
+LABEL_CHAR_W = 6.5
+#: Incident marks of one row closer than this (SVG units, about a count label's width)
+#: are one mark that counts them.
+MARK_MERGE = 16.0
 #: Tick steps the axis chooses from, seconds.
 STEPS = (60, 300, 600, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400)
 
@@ -310,7 +338,18 @@ def verdict_segments(run: RunRecord, findings: Sequence[FindingRecord]) -> list[
     return out or [Segment(run.started_at, end, run.verdict)]
 
 
-def lanes(runs: Sequence[RunRecord]) -> list[int]:
+class Span(Protocol):
+    """What :func:`lanes` reads of a run (or of a burst of runs)."""
+
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def last_seen(self) -> float: ...
+    @property
+    def root_pid(self) -> int: ...
+
+
+def lanes(runs: Sequence[Span]) -> list[int]:
     """A lane for each run (in the order given) so that no two runs that overlap in
     time share one: the first lane free at the run's start (interval partitioning)."""
     order = sorted(range(len(runs)), key=lambda i: (runs[i].started_at, runs[i].root_pid))
@@ -325,6 +364,46 @@ def lanes(runs: Sequence[RunRecord]) -> list[int]:
             ends[lane] = r.last_seen
         out[i] = lane
     return out
+
+
+@dataclass(frozen=True)
+class Burst:
+    """Runs of one user and origin that overlap in time (55 copies started at once), or
+    one run alone: one bar of the timeline, its label counting them.
+
+    Attributes:
+        runs: The runs, oldest start first.
+        started_at: The first one's start (POSIX time).
+        last_seen: The last one's end (POSIX time).
+        root_pid: The first one's root PID (ties of :func:`lanes`).
+    """
+
+    runs: tuple[RunRecord, ...]
+    started_at: float
+    last_seen: float
+    root_pid: int
+
+
+def bursts(runs: Sequence[RunRecord]) -> list[Burst]:
+    """``runs`` as bars: overlapping runs of one user and one origin (:func:`origin_key`:
+    the source, or the job itself where the origin names none) make one; the others one
+    each. A burst of 55 copies is one bar that says 55, not 55 lanes that make one GPU's
+    row a thousand pixels tall; an inference server and a rogue trainer both orphans stay
+    two bars."""
+    open_: dict[tuple[str, tuple[object, ...]], list[RunRecord]] = {}
+    done: list[list[RunRecord]] = []
+    for r in sorted(runs, key=lambda r: (r.started_at, r.root_pid)):
+        key = (r.user or "-", origin_key(r))
+        group = open_.get(key)
+        if group is not None and r.started_at <= max(x.last_seen for x in group):
+            group.append(r)
+            continue
+        group = [r]
+        open_[key] = group
+        done.append(group)
+    return [
+        Burst(tuple(g), g[0].started_at, max(x.last_seen for x in g), g[0].root_pid) for g in done
+    ]
 
 
 def axis_ticks(t0: float, t1: float, most: int = 12) -> tuple[float, list[float]]:
@@ -483,7 +562,9 @@ def _rows_and_bars(
     findings: Sequence[FindingRecord],
     x: _TimeScale,
 ) -> tuple[list[str], list[str], dict[str, tuple[float, float]], float]:
-    """The GPU rows (one lane per concurrent run) and the run bars on them.
+    """The GPU rows (one lane per concurrent bar, at most :data:`MAX_LANES`) and the
+    run bars on them (:func:`bursts`); bars beyond the lanes are drawn together in one
+    more lane that counts them.
 
     Returns:
         The rows' SVG, the bars' SVG, each row's top and bottom y by GPU UUID (``""``:
@@ -495,9 +576,12 @@ def _rows_and_bars(
     row_y: dict[str, tuple[float, float]] = {}
     y: float = TOP
     for uuid, label, sub in rows:
-        held = [r for r in runs if (uuid in (r.gpus or [])) or (not uuid and not r.gpus)]
+        held = bursts([r for r in runs if (uuid in (r.gpus or [])) or (not uuid and not r.gpus)])
         lane_of = lanes(held)
-        n_lanes = max(lane_of, default=0) + 1
+        more = [b for b, lane in zip(held, lane_of, strict=True) if lane >= MAX_LANES - 1]
+        if max(lane_of, default=0) < MAX_LANES:
+            more = []
+        n_lanes = min(max(lane_of, default=0) + 1, MAX_LANES)
         height = PAD * 2 + n_lanes * LANE + (n_lanes - 1) * GAP
         row_y[uuid] = (y, y + height)
         parts.append(
@@ -507,81 +591,178 @@ def _rows_and_bars(
             f'{e(label)}</text><text x="6" y="{y + 31}" font-size="9" fill="#616161">'
             f"{e(sub)}</text></g>"
         )
-        for r, lane in zip(held, lane_of, strict=True):
+        # Where the next bar of each lane starts: a label too long for its bar goes
+        # beside it when the lane is free that far.
+        starts: dict[int, list[float]] = {}
+        for b, lane in zip(held, lane_of, strict=True):
+            starts.setdefault(lane, []).append(x(b.started_at))
+        for b, lane in zip(held, lane_of, strict=True):
+            if more and lane >= MAX_LANES - 1:
+                continue
             top = y + PAD + lane * (LANE + GAP)
+            x1 = x(b.last_seen)
+            free = min((s for s in starts[lane] if s > x1), default=float(SVG_W - RIGHT))
             # Each bar clips its label to itself: clip ids number the bars across rows.
-            bars.append(_run_bar(r, uuid, lane, top, findings, x, clip=len(bars) + 1))
+            bars.append(_run_bar(b, uuid, lane, top, findings, x, len(bars) + 1, free))
+        if more:
+            top = y + PAD + (MAX_LANES - 1) * (LANE + GAP)
+            bars.append(_more_bar(more, uuid, top, x))
         y += height + 4
     return parts, bars, row_y, y
 
 
+def _more_bar(more: Sequence[Burst], uuid: str, top: float, x: _TimeScale) -> str:
+    """The last lane of a row with more concurrent bars than lanes: each grey, and a
+    label that counts the runs (the tables below list them)."""
+    e = html.escape
+    n = sum(len(b.runs) for b in more)
+    tip = f"{n} more run(s) at once than this row has lanes for: the tables below list them"
+    out = [f'<g class="more" data-gpu="{e(uuid)}" data-runs="{n}"><title>{e(tip)}</title>']
+    for b in more:
+        x0, x1 = x(b.started_at), x(b.last_seen)
+        out.append(
+            f'<rect x="{x0}" y="{top}" width="{max(x1 - x0, 2)}" height="{LANE}" '
+            f'fill="{OTHER}" fill-opacity="0.35"/>'
+        )
+    x0 = min(x(b.started_at) for b in more)
+    out.append(
+        f'<text class="more-label" x="{x0 + 3}" y="{top + 13}" font-size="11">'
+        f"+{n} more run(s)</text></g>"
+    )
+    return "".join(out)
+
+
+#: Verdicts drawn last (on top) where the runs of one burst overlap: the one a person
+#: must see wins.
+_DRAW_ORDER = {"sanctioned": 0, "ignored": 1, "unknown": 2, "excess": 3, "rogue": 4}
+
+
 def _run_bar(
-    r: RunRecord,
+    b: Burst,
     uuid: str,
     lane: int,
     top: float,
     findings: Sequence[FindingRecord],
     x: _TimeScale,
     clip: int,
+    free: float = SVG_W - RIGHT,
 ) -> str:
-    """One run's bar: coloured by its verdict over time, labelled with its user and
-    origin, its tooltip the whole story (host text escaped)."""
+    """One bar: a run (or a burst of runs) coloured by verdict over time, labelled with
+    its user and origin (and how many runs), its tooltip the whole story (host text
+    escaped). A label longer than its bar is drawn beside it, dark, when its lane is
+    free up to ``free`` (x), else clipped to the bar."""
     e = html.escape
-    x0, x1 = x(r.started_at), x(r.last_seen)
+    r = b.runs[0]
+    x0, x1 = x(b.started_at), x(b.last_seen)
     x1 = max(x1, x0 + 3)
     origin = safe_text(Origin.from_json(r.origin).describe())
     user = safe_text(r.user or "-")
-    segs = verdict_segments(r, findings)
-    held_b = f", up to {r.max_gpu_bytes / 2**30:.1f} GiB" if r.max_gpu_bytes else ""
-    story = "; ".join(f"{s.verdict} {_hm(s.start)}-{_hm(s.end)}" for s in segs)
-    tip = safe_text(
-        f"PID {r.root_pid} {r.verdict}{held_b}, user {user}, {origin}: "
-        f"{command_text(r.cmdline, 160)} ({story})"
-    )
+    segs = [(run, s) for run in b.runs for s in verdict_segments(run, findings)]
+    if len(b.runs) == 1:
+        held_b = f", up to {r.max_gpu_bytes / 2**30:.1f} GiB" if r.max_gpu_bytes else ""
+        story = "; ".join(f"{s.verdict} {_hm(s.start)}-{_hm(s.end)}" for _run, s in segs)
+        tip = safe_text(
+            f"PID {r.root_pid} {r.verdict}{held_b}, user {user}, {origin}: "
+            f"{command_text(r.cmdline, 160)} ({story})"
+        )
+        count = ""
+    else:
+        pids = ", ".join(str(run.root_pid) for run in b.runs[:12])
+        pids += f" and {len(b.runs) - 12} more" if len(b.runs) > 12 else ""
+        verdicts = _verdicts_text(_tally(run.verdict for run in b.runs))
+        tip = safe_text(
+            f"{len(b.runs)} runs at once ({verdicts}), user {user}, {origin}, "
+            f"{_hm(b.started_at)}-{_hm(b.last_seen)}: PIDs {pids}; first "
+            f"{command_text(r.cmdline, 160)}"
+        )
+        count = f" ×{len(b.runs)}"
+    seen: list[str] = []
+    for _run, s in sorted(segs, key=lambda t: t[1].start):
+        if s.verdict not in seen:
+            seen.append(s.verdict)
     bar = [
         f'<g class="run" data-gpu="{e(uuid)}" data-lane="{lane}" data-x0="{x0}" '
         f'data-x1="{x1}" data-user="{e(user)}" data-origin="{e(origin)}" '
-        f'data-verdicts="{e(" ".join(s.verdict for s in segs))}"><title>{e(tip)}</title>'
+        f'data-runs="{len(b.runs)}" data-verdicts="{e(" ".join(seen))}">'
+        f"<title>{e(tip)}</title>"
         f'<clipPath id="clip{clip}"><rect x="{x0}" y="{top}" width="{x1 - x0}" '
         f'height="{LANE}"/></clipPath>'
     ]
-    for s in segs:
+    for run, s in sorted(segs, key=lambda t: _DRAW_ORDER.get(t[1].verdict, 2)):
         # A verdict the run left (8 minutes as rogue in a day) stays visible.
-        least = 3 if s.verdict != r.verdict else 1
+        least = 3 if s.verdict != run.verdict else 1
         sx0, sx1 = x(s.start), min(max(x(s.end), x(s.start) + least), x1)
         bar.append(
             f'<rect class="seg {e(s.verdict)}" x="{sx0}" y="{top}" width="{sx1 - sx0}" '
             f'height="{LANE}" fill="{COLOURS.get(s.verdict, OTHER)}"/>'
         )
-    bar.append(
-        f'<text class="bar-label" x="{x0 + 3}" y="{top + 13}" font-size="11" '
-        f'fill="#fff" clip-path="url(#clip{clip})">{e(user)} · {e(origin)}</text></g>'
-    )
+    label = f"{user} · {origin}{count}"
+    wide = LABEL_CHAR_W * len(label) + 6
+    if wide > x1 - x0 and x1 + wide <= free - 2:
+        bar.append(
+            f'<text class="bar-label" x="{x1 + 3}" y="{top + 13}" font-size="11" '
+            f'fill="#212121">{e(label)}</text></g>'
+        )
+    else:
+        bar.append(
+            f'<text class="bar-label" x="{x0 + 3}" y="{top + 13}" font-size="11" '
+            f'fill="#fff" clip-path="url(#clip{clip})">{e(label)}</text></g>'
+        )
     return "".join(bar)
+
+
+def _tally(verdicts: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in verdicts:
+        out[v] = out.get(v, 0) + 1
+    return out
 
 
 def _incident_marks(
     events: Sequence[dict[str, Any]], row_y: dict[str, tuple[float, float]], x: _TimeScale
 ) -> list[str]:
     """A mark per incident on the row of each GPU it concerns (the host row for an
-    incident that names none)."""
+    incident that names none); incidents of one kind closer on a row than
+    :data:`MARK_MERGE` are one mark that counts them (55 findings of one burst are not a
+    wall of 55 lines), its tooltip naming each (the first 20)."""
     e = html.escape
-    marks = []
-    for ev in events:
+    groups: list[tuple[str, str, float, list[dict[str, Any]]]] = []
+    last: dict[tuple[str, str], int] = {}
+    for ev in sorted(events, key=lambda ev: float(ev["time"])):
         where = [g for g in ev.get("gpus") or [] if g in row_y] or (
             [""] if "" in row_y and not ev.get("gpus") else []
         )
         xi = x(float(ev["time"]))
-        colour = MARKS["action" if ev["what"] == "action" else "opened"]
+        what = "action" if ev["what"] == "action" else "opened"
         for g in where:
-            a, b = row_y[g]
-            marks.append(
-                f'<g class="incident {e(ev["what"])}" data-gpu="{e(g)}" data-x="{xi}">'
-                f"<title>{e(_when(float(ev['time'])))} {e(ev['kind'])}: {e(ev['text'])}</title>"
-                f'<line x1="{xi}" x2="{xi}" y1="{a + 2}" y2="{b - 2}" stroke="{colour}" '
-                f'stroke-width="1.5" stroke-dasharray="3,2"/><path d="M{xi - 4},{a} '
-                f'L{xi + 4},{a} L{xi},{a + 6} Z" fill="{colour}"/></g>'
+            at = last.get((g, what))
+            if at is not None and xi - groups[at][2] < MARK_MERGE:
+                groups[at][3].append(ev)
+                continue
+            last[(g, what)] = len(groups)
+            groups.append((g, what, xi, [ev]))
+    marks = []
+    for g, what, xi, evs in groups:
+        a, b = row_y[g]
+        colour = MARKS[what]
+        tip = "\n".join(
+            f"{_when(float(ev['time']))} {ev['kind']}: {ev['text']}" for ev in evs[:20]
+        ) + (f"\nand {len(evs) - 20} more" if len(evs) > 20 else "")
+        count = f" ×{len(evs)}" if len(evs) > 1 else ""
+        marks.append(
+            f'<g class="incident {e(evs[0]["what"])}" data-gpu="{e(g)}" data-x="{xi}" '
+            f'data-count="{len(evs)}"><title>{e(tip)}</title>'
+            f'<line x1="{xi}" x2="{xi}" y1="{a + 2}" y2="{b - 2}" stroke="{colour}" '
+            f'stroke-width="1.5" stroke-dasharray="3,2"/><path d="M{xi - 4},{a} '
+            f'L{xi + 4},{a} L{xi},{a + 6} Z" fill="{colour}"/>'
+            + (
+                f'<text class="mark-count" x="{xi + 5}" y="{a + 8}" font-size="9" '
+                f'fill="{colour}">{e(count.strip())}</text>'
+                if count
+                else ""
             )
+            + "</g>"
+        )
     return marks
 
 

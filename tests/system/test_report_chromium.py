@@ -4,6 +4,8 @@ verdict colours of the GPU timeline are on it)."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import struct
 import subprocess
@@ -15,7 +17,7 @@ import pytest
 import structlog
 
 from tests.conftest import need_program
-from tests.unit.test_report import busy_html, check_timeline, parse_timeline, week
+from tests.unit.test_report import burst_week, busy_html, check_timeline, parse_timeline, week
 from watchdog.cli import main
 
 pytestmark = pytest.mark.system
@@ -114,3 +116,39 @@ def test_html_report_renders_in_headless_chromium(
     assert (0xC6, 0x28, 0x28) in colours  # a rogue run's bar
     assert (0x2E, 0x7D, 0x32) in colours  # a sanctioned run's bar
     assert (0x4A, 0x14, 0x8C) in colours  # an incident's mark
+
+
+def test_a_burst_keeps_the_timeline_short_in_headless_chromium(tmp_path: Path) -> None:
+    """Fresh-user hour (2026-12-06): one 55-process burst made a timeline row about
+    1,000 px tall, so the tables were below the first screen. Before (4456053) on this
+    history: the SVG 1,503 units tall (about 1,590 px at 1300 wide). After: 285."""
+    chromium = _chromium()
+    try:
+        state = burst_week(tmp_path, time.time())
+        page = tmp_path / "burst.html"
+        args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
+        assert main([*args, "--output", str(page)]) == 0
+    finally:
+        structlog.reset_defaults()
+    base = [
+        chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1300,1000",
+    ]  # fmt: skip
+    dom = subprocess.run(
+        [*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    t = parse_timeline(dom.stdout)
+    assert [(r["data-gpu"], r["data-lanes"]) for r in t["rows"]] == [("GPU-a", "8"), ("", "1")]
+    assert re.search(r'<svg id="timeline"[^>]*viewBox="0 0 1200 285"', dom.stdout)
+    shot = tmp_path / "burst.png"
+    out = subprocess.run(
+        [*base, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120
+    )
+    assert out.returncode == 0 and shot.exists(), out.stderr[-2000:]
+    keep = os.environ.get("ROGUE_WATCHDOG_SCREENSHOTS")  # for a closing note
+    if keep:
+        shutil.copy(shot, Path(keep) / "report-burst.png")
+    _width, _height, colours = _pixels(shot.read_bytes())
+    assert (0xC6, 0x28, 0x28) in colours  # the burst's bar (rogue)
+    assert (0x2E, 0x7D, 0x32) in colours  # the notebooks (sanctioned)

@@ -141,3 +141,25 @@ def test_man_page_sections_say_what_the_code_does() -> None:
     for name in subcommands():
         assert f".SS rogue\\-watchdog {name.replace('-', chr(92) + '-')}\n" in status, name
     assert sections["SEE ALSO"].startswith("\\fBsystemd.service\\fR(5),\n\\fBsystemctl\\fR(1),")
+
+
+def test_every_help_example_parses_as_printed() -> None:
+    """Issue 33, item 5 re-checked: `explain $(pgrep -f train_big.py)` gave two PIDs on a
+    cron host (cron's `sh -c` wrapper matches too): "unrecognized arguments". Every
+    example's words (a `$(...)` as the one word it stands for, a redirection or pipe
+    dropped) parse with the parser that prints them."""
+    import re
+    import shlex
+
+    for name, sub in leaves(build_parser()).items():
+        examples = (sub.epilog or "").split("examples:\n")[1].split("\nexit codes:")[0]
+        for line in examples.splitlines():
+            command = re.split(r"\s(?:>|\||&&|#)\s?", line.strip())[0]
+            if not command.startswith("rogue-watchdog "):
+                continue
+            assert "$(" not in command or command.count('"$(') == command.count("$("), line
+            words = shlex.split(re.sub(r'"\$\([^)]*\)"', "4242", command))
+            try:
+                build_parser().parse_args(words[1:])
+            except SystemExit as exc:
+                raise AssertionError(f"{name}: {line}") from exc

@@ -76,6 +76,9 @@ def test_piped_or_asked_for_the_log_is_json_lines(spawned: Spawned, tmp_path: Pa
         assert [(e["event"], e["kind"], e["outcome"]) for e in events] == [
             ("action", "terminate", "dry-run")
         ], (tty, err)
+        # Before (issue 33, fresh-user hour): `"id": 0`, an action `undo` and `actions`
+        # do not know; a person's dry run writes no row, and the line says so.
+        assert ("id" in events[0], events[0]["recorded"]) == (False, False), events[0]
 
 
 def test_human_lines_name_level_event_and_message() -> None:

@@ -54,7 +54,8 @@ def test_a_respawned_finding_follows_the_queue_of_its_ghost_without_a_page(
     assert resp.message.endswith(
         "at job(s) 8 queued with the same commands (it re-queues itself); to stop the "
         f"source: rogue-watchdog disable-source F{resp.id} (backs up the queued jobs' "
-        "scripts; `rogue-watchdog undo` restores it), or by hand: atrm 7 8"
+        "scripts; the `rogue-watchdog undo` it prints, "
+        "with the action id, restores it), or by hand: atrm 7 8"
     ), resp.message
     sent = _deliveries(db, rec.id)
     later = _job(913, 200, 7, 8, 9)  # it queued 9 meanwhile
@@ -98,3 +99,50 @@ def test_a_changed_message_alone_is_not_due_an_alert() -> None:
     )  # fmt: skip
     f = Finding("rogue-job", "high", "atrm 6 7 8 (changed)", 10, {"root": [10, 5]})
     assert alert_due(sent, f, 1, [10], labels, 59.0, AlertSettings()) is None
+
+
+def test_a_loop_whose_source_was_disabled_between_runs_offers_no_disable() -> None:
+    """Fresh-user hour (issue 33, 2026-12-06): F194, a cron loop's periodic finding (open
+    between runs until the loop is quiet), still offered `disable-source F194` and the
+    `sed` by hand after that line was disabled: nothing left to do. BEFORE (4456053): the
+    refreshed message kept that advice; AFTER: it is gone and the disable is named."""
+    from watchdog.daemon.alerts.alert import local_iso
+    from watchdog.daemon.tracking.current import current_message
+    from watchdog.records import ActionRecord
+
+    advice = (
+        "; to stop the source: rogue-watchdog disable-source --config /w/c.yaml F194 (backs up "
+        "the crontab; the `rogue-watchdog undo` it prints, with the action id, restores it), "
+        "or by hand: sed -i '1s/^/# disabled by rogue-watchdog: /' /w/cron.d/other-ghost"
+    )
+    head = (
+        "periodic: 2 runs about every 1m since 2026-12-06T06:57:01+00:00; latest run: rogue "
+        "training job PID 812, user root, `/usr/bin/python3 /w/ghost/train_other.py`, from "
+        "cron /w/cron.d/other-ghost:1 (* * * * *); restarts it: on schedule, its cron line "
+        "(* * * * *)"
+    )
+    rec = FindingRecord(
+        194, "rogue-job:periodic:abc", "rogue-job", "high", head + advice, None,
+        {"root": [812, 100], "signature": "abc"}, 1000.0, 1000.0, 2, None, None,
+    )  # fmt: skip
+    disable = ActionRecord(
+        7, 1090.0, "cli:root", "disable-source", "/w/cron.d/other-ghost:1", 194, "abc", False,
+        "ok", {}, [{"op": "noop"}], None, "done", None, 1090.0,
+    )  # fmt: skip
+    assert current_message(rec, None, set(), [], {812: 0}, 1040.0) == (
+        f"{head}{advice}; now: its run PID 812 exited with status 0 at {local_iso(1040.0)}; "
+        "a command naming PID 812 has nothing left to stop"
+    )  # before the disable: the advice stands
+    assert current_message(rec, None, set(), [disable], {812: 0}, 1040.0) == (
+        f"{head}; now: its run PID 812 exited with status 0 at {local_iso(1040.0)}; a "
+        "command naming PID 812 has nothing left to stop; its source was disabled by "
+        f"rogue-watchdog disable-source (action 7 at {local_iso(1090.0)})"
+    )
+    undone = ActionRecord(**{**disable.__dict__, "undone_at": 1100.0})
+    assert current_message(rec, None, set(), [undone], {}, None) == (
+        f"{head}; now: its run PID 812 ended (how is not known); a command naming PID 812 "
+        "has nothing left to stop; its source, disabled by action 7, was re-enabled by "
+        f"rogue-watchdog undo at {local_iso(1100.0)}"
+    )
+    dry = ActionRecord(**{**disable.__dict__, "dry_run": True})
+    assert "; to stop the source: " in str(current_message(rec, None, set(), [dry], {}, None))

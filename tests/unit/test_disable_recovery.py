@@ -4,6 +4,7 @@ gives the action the undo ops of what changed (the restore plan was written firs
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -106,7 +107,8 @@ def test_a_disable_source_killed_mid_way_gets_its_account_and_undo(
     assert act.kind == "disable-source" and f.severity == "warning"
     if changed:
         assert act.undo is not None and act.undo[0]["op"] == "restore_file"  # type: ignore[index]
-        assert f"undo: rogue-watchdog undo {act.id}" in f.message
+        cfg = os.path.abspath("t.yaml")  # not the default file: the pasted undo names it
+        assert f"undo: rogue-watchdog undo --config {cfg} {act.id}" in f.message
         out = run_cli("undo", str(act.id), "--state-dir", str(tmp_path / "state"))
         assert out.returncode == 0, out.stdout + out.stderr
         assert tab.read_bytes() == TAB

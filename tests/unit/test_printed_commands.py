@@ -64,7 +64,9 @@ def test_advice_commands_carry_the_config() -> None:
     # Once filed, the finding's id replaces the PID, the --config stays.
     assert name_finding_in_commands(message, 812, 98) == (
         f"rogue job PID 812; to stop the source: rogue-watchdog disable-source{args} F98 "
-        "(backs up the crontab; `rogue-watchdog undo` restores it), or by hand: sed ..."
+        "(backs up the crontab; the `rogue-watchdog undo` it prints, "
+        "with the action id, restores it), "
+        "or by hand: sed ..."
     )
     plain = dataclasses.replace(advice, cli_args="")
     assert plain.stop_line(812) == (
@@ -306,3 +308,25 @@ def test_status_and_top_hints_carry_the_daemons_config() -> None:
         "rogue-watchdog status --config /srv/a.yaml"
     )
     assert _status_cmd({"config": {"path": None}}) == "rogue-watchdog status"
+
+
+def test_undo_hints_of_recovered_actions_carry_the_config(tmp_path: Path) -> None:
+    """Found re-checking item 1 (issue 33): an interrupted action's finding and a
+    quarantine recorded after a restart printed `rogue-watchdog undo 1` without the
+    daemon's `--config`, so pasted it read the default state database."""
+    from watchdog.actions.recovery import interrupted_finding, quarantine_finding
+
+    db = StateDB(str(tmp_path / "state"))
+    moved = {"gate": "g", "path": "/d/m.safetensors", "moved_to": "/q/m.safetensors"}
+    undo = [{"op": "rename", "from": "/q/m.safetensors", "to": "/d/m.safetensors"}]
+    aid = db.record_action("daemon", "quarantine-weights", "/d/m", "done", moved, 1.0, undo=undo)
+    rec = db.action(aid)
+    assert rec is not None
+    args = " --config /srv/a.yaml"
+    assert f"; undo: rogue-watchdog undo --config /srv/a.yaml {aid}" in (
+        interrupted_finding(rec, args).message
+    )
+    found = quarantine_finding(rec, args)
+    assert found is not None
+    assert f"(undo: rogue-watchdog undo --config /srv/a.yaml {aid});" in found.message
+    db.close()

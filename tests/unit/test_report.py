@@ -352,3 +352,100 @@ def test_the_gpu_inventory_keeps_gpus_that_left() -> None:
     assert gpu_inventory(known, [a]) is None  # nothing new: nothing written
     moved = gpu_inventory(known, [GpuInfo(2, "GPU-a", "NVIDIA H200", 140 << 30, 0)])
     assert moved is not None and moved["GPU-a"]["index"] == 2 and "GPU-b" in moved
+
+
+def burst_week(tmp_path: Path, now: float) -> Path:
+    """The fresh-user hour's history in small (2026-12-06): 55 copies of one orphaned
+    `train_many.py` at once, each with a finding; 40 probes of unknown origin one after
+    another, each from its own pytest directory; 12 users' notebooks at once on GPU 0."""
+    from watchdog.model import Origin, OrphanOrigin
+
+    state = tmp_path / "state"
+    db = StateDB(state)
+    db.set_meta("gpus", json.dumps({"GPU-a": {"index": 0, "name": "NVIDIA H200"}}))
+    orphan = OrphanOrigin(message="orphan (parent exited)").to_json()
+    many = ["/usr/bin/python3", "/tmp/rw-many-ttqz7s31/train_many.py"]
+    for i in range(55):
+        pid = 20000 + i
+        rec = RunRecord("many", pid, pid, "root", many, orphan, "rogue", None, 0, 0, gpus=[])
+        db.record_run(rec, now - 3600 + i)
+        db.record_run(rec, now - 3000)
+        db.insert_finding(
+            f"rogue-job:many{i}", "rogue-job", "info", f"rogue training job PID {pid}", pid,
+            {"root": [pid, pid]}, now - 3600 + i + 1,
+        )  # fmt: skip
+    unknown = Origin().to_json()
+    for i in range(40):
+        pid = 25000 + i
+        cmd = [
+            "/usr/bin/python3",
+            "-S",
+            f"/tmp/pytest-of-root/pytest-9{i:02d}/probe0/train_probe.py",
+        ]
+        rec = RunRecord(f"p{i}", pid, pid, "root", cmd, unknown, "rogue", None, 0, 0, gpus=[])
+        db.record_run(rec, now - 1200 + 29 * i)
+        db.record_run(rec, now - 1200 + 29 * i + 5)
+    for i in range(12):
+        pid = 30000 + i
+        lab = ShellOrigin(session=str(i), user=f"u{i:02d}", tmux_session="lab").to_json()
+        cmd = ["python", "-m", "ipykernel_launcher"]
+        rec = RunRecord(f"n{i}", pid, pid, f"u{i:02d}", cmd, lab, "sanctioned", None, 0, 0,
+                        gpus=["GPU-a"])  # fmt: skip
+        db.record_run(rec, now - 7200 + 60 * i)
+        db.record_run(rec, now - 600)
+    db.close()
+    return state
+
+
+def test_a_burst_keeps_rows_short_and_names_each_command_whole(tmp_path: Path) -> None:
+    """Fresh-user hour: one 55-process burst made a timeline row about 1,000 px tall and a
+    wall of finding marks; about 40 per-origin rows read `unknown origin · python -S
+    …/train_probe.py`. Before (4456053), on this history: host row 55 lanes (1,168 units
+    tall), GPU 0 12 lanes (265), 55 marks on the host row, the 40 probe rows all reading
+    `unknown origin · python3 -S …/train_probe.py`."""
+    now = time.time()
+    state = burst_week(tmp_path, now)
+    page_path = tmp_path / "week.html"
+    args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
+    assert main([*args, "--output", str(page_path)]) == 0
+    page = page_path.read_text()
+    t = parse_timeline(page)
+    assert [(r["data-gpu"], r["data-lanes"]) for r in t["rows"]] == [("GPU-a", "8"), ("", "1")]
+    heights = re.findall(r'<g class="gpu-row"[^>]*><rect [^>]*height="([\d.]+)"', page)
+    assert heights == ["181", "34"]  # 8 lanes at most; the burst one bar, then the probes
+    host = [r for r in t["runs"] if r["data-gpu"] == "" and r["data-runs"] != "1"]
+    assert [(r["data-runs"], r["data-user"], r["data-origin"]) for r in host] == [
+        ("55", "root", "orphan (parent exited)")
+    ]
+    assert "root · orphan (parent exited) ×55" in t["labels"]
+    # Its bar is 10 minutes of a 2-hour axis: the label beside it, dark, not cut by it.
+    beside = re.search(
+        r'<text class="bar-label" x="([\d.]+)"[^>]*fill="#212121">root · orphan', page
+    )
+    assert beside is not None and float(beside.group(1)) == float(host[0]["data-x1"]) + 3
+    more = re.findall(r'<g class="more" data-gpu="GPU-a" data-runs="(\d+)">', page)
+    assert more == ["5"] and ">+5 more run(s)</text>" in page
+    # The 55 findings opened within a minute: one mark that counts them.
+    assert [int(i["data-count"]) for i in t["incidents"] if i["data-gpu"] == ""] == [55]
+    table = page.split('<table id="by-origin">')[1].split("</table>")[0]
+    names = re.findall(r"<tr><td>(unknown origin[^<]*)</td>", table)
+    assert len(names) == len(set(names)) == 40
+    assert sorted(names)[0] == (
+        "unknown origin · /usr/bin/python3 -S /tmp/pytest-of-root/pytest-900/probe0/train_probe.py"
+    )
+
+
+def test_the_text_report_wraps_long_origin_names(tmp_path: Path) -> None:
+    from watchdog.report import report_text
+
+    name = (
+        "unknown origin · /usr/bin/python3 -S /tmp/pytest-of-root/pytest-900/probe0/train_probe.py"
+    )
+    doc = {"since": 0.0, "until": 60.0, "by_origin": [{"name": name, "runs": 1, "gpu_hours": 0.5}],
+           "timeline": [], "open": []}  # fmt: skip
+    lines = report_text(doc).splitlines()
+    at = lines.index("per origin")
+    assert lines[at + 2 : at + 4] == [
+        "  unknown origin · /usr/bin/python3 -S                            1        0.50",
+        "    /tmp/pytest-of-root/pytest-900/probe0/train_probe.py",
+    ]

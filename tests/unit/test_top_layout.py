@@ -49,7 +49,13 @@ def busy(n: int = 110) -> dict[str, Any]:
              "gpus": [{"index": g["index"], "uuid": g["uuid"], "memory_bytes": (k % 7) * GIB}]}
         )  # fmt: skip
     findings = [
-        {"id": k, "severity": "high", "kind": "rogue-job", "message": f"rogue job PID {10000 + k}"}
+        {
+            "id": k,
+            "severity": "high",
+            "kind": "rogue-job",
+            "message": f"rogue job PID {10000 + k}",
+            "root_pid": 10000 + k,
+        }
         for k in range(0, n, 4)
     ]
     return {"host": "gpu-07", "gpus": gpus, "jobs": jobs, "findings": findings}
@@ -193,3 +199,70 @@ def test_move_on_an_empty_list_is_harmless() -> None:
     move(view, [], "end")
     lines = layout({"jobs": [], "gpus": []}, "local scan", view, 80, 24)
     assert "  no training jobs" in lines and len(lines) <= 24
+
+
+def test_the_findings_follow_the_filter_and_the_selection() -> None:
+    """Fresh-user hour (2026-12-06): `/` filtered the jobs but not the findings, and the
+    selected ghost's finding never showed (2 of 14 shown at 80x24). Before, at 80x24 with
+    job 10100 selected: `F0`, `F4` shown, "open findings: 28 (2 shown; ...)"; filtered
+    by 'train_100.', the same 28."""
+    doc, view = busy(), View(btime_s=BTIME, selected=10100)
+    lines = screen(doc, view, 80, 24)
+    at = next(i for i, x in enumerate(lines) if x.startswith("  open findings:"))
+    assert lines[at] == ("  open findings: 28 (2 shown; `rogue-watchdog status` lists all)")
+    assert lines[at + 1].startswith("* F100  high     rogue-job: rogue job PID 10100")
+    assert lines[at + 2].startswith("  F0    high     rogue-job: rogue job PID 10000")
+    press(view, doc, "/", *"train_104.", "\r")
+    lines = screen(doc, view, 80, 24)
+    at = next(i for i, x in enumerate(lines) if x.startswith("  open findings:"))
+    assert lines[at : at + 2] == [
+        "  open findings: 1 matching 'train_104.' (of 28)",
+        "* F104  high     rogue-job: rogue job PID 10104",
+    ]
+    # A finding's own words match too (an id, a kind); a job-less one is not hidden by it.
+    doc["findings"].append(
+        {"id": 900, "severity": "critical", "kind": "gpu-blind", "message": "GPU 3 unreadable"}
+    )
+    press(view, doc, "/", "esc", "/", *"blind", "\r")
+    lines = screen(doc, view, 200, 50)
+    at = next(i for i, x in enumerate(lines) if x.startswith("  open findings:"))
+    assert lines[at : at + 2] == [
+        "  open findings: 1 matching 'blind' (of 29)",
+        "  F900  critical gpu-blind: GPU 3 unreadable",
+    ]
+    press(view, doc, "/", "esc")
+    lines = screen(doc, view, 200, 50)
+    at = next(i for i, x in enumerate(lines) if x.startswith("  open findings:"))
+    # The selected job's finding first, then the rest by severity (critical first).
+    assert [x[:16] for x in lines[at + 1 : at + 4]] == [
+        "* F104  high    ", "  F900  critical", "  F0    high    ",
+    ]  # fmt: skip
+
+
+def test_the_explain_pane_wraps_at_words_under_its_indent() -> None:
+    # Fresh-user hour: at 80 columns the pane cut lines mid-word.
+    doc, view = busy(), View(btime_s=BTIME)
+    text = "  origin: " + " ".join(f"word{i:02d}" for i in range(20))
+    view.pane = Pane("explanation (q/Esc: back)", text)
+    lines = screen(doc, view, 80, 24)
+    bar = next(i for i, x in enumerate(lines) if x.startswith("── explanation"))
+    assert lines[bar + 1 : bar + 3] == [
+        "  origin: " + " ".join(f"word{i:02d}" for i in range(10)),
+        "    " + " ".join(f"word{i:02d}" for i in range(10, 20)),
+    ]
+
+
+def test_rows_at_80_columns_keep_the_end_of_an_origins_path() -> None:
+    # Fresh-user hour: both cron rows read `cron /work/fresh-try/cron…` until selected.
+    from watchdog.cli.top import _row
+
+    rows = []
+    for name in ("ghost:1", "pipeline:2"):
+        j = {"root_pid": 21706, "user": "root", "verdict": "rogue", "gpus": [],
+             "origin": f"cron /work/fresh-try/cron.d/{name} (* * * * *)",
+             "cmdline": ["python3", "/work/fresh-try/train.py"]}  # fmt: skip
+        rows.append(_row(j, " ", 80, False, NOW, View()))
+    assert rows == [
+        "  rogue        21706 root       -            -      - cron …/ghost:1 (* * * * *)",
+        "  rogue        21706 root       -            -      - cron …/pipeline:2 (* * * …",
+    ]

@@ -104,8 +104,9 @@ def test_live_view_shows_the_job_explains_and_terminates_with_confirmation(
     assert row.split()[:3] == [">", "rogue", str(pid)]  # selected: the only job
 
     term.keys("e")
-    screen = term.wait_for(f"exit 0: rogue-watchdog explain {pid} --config ")
-    assert f"PID {pid}: {sys.executable} {tmp_path}/" in "".join(screen)  # lines wrap
+    screen = term.wait_for(f"exit 0: rogue-watchdog explain {pid} --config")
+    # Lines wrap at words, under their indent (issue 33: they broke mid-word).
+    assert f"PID {pid}: {sys.executable} {tmp_path}/" in " ".join(x.strip() for x in screen)
     # The way back is on the screen; the command's log events are not JSON lines.
     assert screen[1] == PANE_KEYS
     assert any(x.startswith(f"── explanation of PID {pid} (q/Esc: back) (lines 1-") for x in screen)
@@ -125,12 +126,12 @@ def test_live_view_shows_the_job_explains_and_terminates_with_confirmation(
     )
     assert term.alive()
     term.keys("e")
-    term.wait_for(f"exit 0: rogue-watchdog explain {pid} --config ")
+    term.wait_for(f"exit 0: rogue-watchdog explain {pid} --config")
 
     term.keys("t")
     # The dry run's plan first (the one guard decides), then the question.
     screen = term.wait_for("press y to do what the dry run above says, any other key to cancel")
-    assert any(f"exit 0: rogue-watchdog terminate {pid} --dry-run --config " in x for x in screen)
+    assert any(f"exit 0: rogue-watchdog terminate {pid} --dry-run --config" in x for x in screen)
     term.keys("n")
     term.wait_for(f"terminate PID {pid}: cancelled")
     assert os.path.exists(f"/proc/{pid}")  # no answer, no signal
@@ -138,9 +139,9 @@ def test_live_view_shows_the_job_explains_and_terminates_with_confirmation(
     term.keys("t")
     screen = term.wait_for("press y to do what the dry run above says, any other key to cancel")
     # The view lists the whole host's jobs: say yes only to a plan for our own process.
-    assert any(f"exit 0: rogue-watchdog terminate {pid} --dry-run --config " in x for x in screen)
+    assert any(f"exit 0: rogue-watchdog terminate {pid} --dry-run --config" in x for x in screen)
     term.keys("y")
-    screen = term.wait_for(f"exit 0: rogue-watchdog terminate {pid} --config ")
+    screen = term.wait_for(f"exit 0: rogue-watchdog terminate {pid} --config")
     assert "outcome: ok" in screen
     assert spawned.procs[0].wait(timeout=10) is not None  # our own process, and only it
 
@@ -159,7 +160,7 @@ def test_status_watch_is_the_same_view(spawned: Spawned, tmp_path: Path, term: T
     assert screen[1] == KEYS_SHORT
     term.keys("d")
     # Its origin names nothing to disable: the refusal is shown, nothing is asked.
-    screen = term.wait_for(f"exit 1: rogue-watchdog disable-source {pid} --dry-run --config ")
+    screen = term.wait_for(f"exit 1: rogue-watchdog disable-source {pid} --dry-run --config")
     assert any("cannot disable the source of rogue job PID" in x for x in screen)
     assert not any("press y" in x for x in screen)
     term.keys("q")  # the output pane closes; q again leaves the view

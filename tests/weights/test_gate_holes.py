@@ -55,8 +55,8 @@ def test_an_index_whose_shard_was_quarantined_is_reported_incomplete(tmp_path: P
         assert f.message == (
             f"ship gate prod: {index} is incomplete, so the model is refused: 1 of 2 shards"
             f" it names is missing: {shard} (quarantined to {moved};"
-            f" undo: rogue-watchdog undo {action.id})"
-        )
+            f" undo: rogue-watchdog undo --config {r.config_path} {action.id})"
+        )  # the daemon's own config (issue 33): pasted, the undo reads its state
         assert f.details["fingerprint"] == f"prod:{index}"
         assert f.details["missing_shards"] == [str(shard)]
         assert r.events("weights-unverified") == ["open"]

@@ -122,7 +122,8 @@ def test_a_quarantine_killed_mid_way_gets_its_finding_alert_and_undo(
         assert alerts(tmp_path, "poisoned-weights") == ["open", "resolve"]
         assert alerts(tmp_path, "action-interrupted") == ["open"]
         assert f.severity == "critical"
-        assert f"undo: rogue-watchdog undo {act.id}" in f.message
+        cfg = os.path.abspath("t.yaml")  # not the default file: the pasted undo names it
+        assert f"undo: rogue-watchdog undo --config {cfg} {act.id}" in f.message
         out = run_cli("undo", str(act.id), "--state-dir", str(tmp_path / "state"))
         assert out.returncode == 0, out.stdout + out.stderr
         assert model.exists()

@@ -511,16 +511,17 @@ class Enforcer:
             if owner_gone(rec, session):
                 self._take_over(rec, result)
         out: list[Finding] = []
+        args = config_args(self.config.source)  # the undo each finding prints
         for rec in self.db.unfinished_actions():
             if rec.state == "recovering" and rec.owner and rec.owner.get("session") == session:
-                out.append(interrupted_finding(rec))
-                moved = quarantine_finding(rec)
+                out.append(interrupted_finding(rec, args))
+                moved = quarantine_finding(rec, args)
                 if moved is not None:
                     out.append(moved)
                 self._emitted.add(rec.id)
         for rec in self.db.interrupted_since(self.clock() - INTERRUPTED_OPEN_S):
             if rec.undone_at is None:
-                out.append(interrupted_finding(rec))
+                out.append(interrupted_finding(rec, args))
         return out
 
     def _take_over(self, rec: ActionRecord, result: ScanResult) -> None:

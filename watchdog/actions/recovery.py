@@ -426,9 +426,10 @@ def _outcome(rec: ActionRecord) -> str:
     return str(resolved.get("outcome") or rec.outcome)
 
 
-def interrupted_finding(rec: ActionRecord) -> Finding:
+def interrupted_finding(rec: ActionRecord, cli_args: str = "") -> Finding:
     """The ``action-interrupted`` finding of an action taken over after an
-    interruption (warning; critical for a quarantine that did move a model)."""
+    interruption (warning; critical for a quarantine that did move a model); its undo
+    command carries ``cli_args`` (the daemon's `` --config PATH``, or empty)."""
     note = rec.details.get("interrupted") or {}
     owner = note.get("owner") or {}
     parts = [
@@ -446,7 +447,7 @@ def interrupted_finding(rec: ActionRecord) -> Finding:
             parts.append(f"{label}: {_listed([str(x) for x in note[key]])}")
     parts.append(f"after the restart: {note.get('recovery', 'being finished')}")
     if rec.undo and rec.undone_at is None:
-        parts.append(f"undo: rogue-watchdog undo {rec.id}")
+        parts.append(f"undo: rogue-watchdog undo{cli_args} {rec.id}")
     moved = rec.kind == "quarantine-weights" and _outcome(rec) == "done"
     return Finding(
         kind="action-interrupted",
@@ -463,9 +464,10 @@ def interrupted_finding(rec: ActionRecord) -> Finding:
     )
 
 
-def quarantine_finding(rec: ActionRecord) -> Finding | None:
+def quarantine_finding(rec: ActionRecord, cli_args: str = "") -> Finding | None:
     """The ``poisoned-weights`` finding a quarantine interrupted between its move and
-    its record never raised (as its ship gate words it), or None when nothing moved."""
+    its record never raised (as its ship gate words it), or None when nothing moved;
+    its undo command carries ``cli_args`` (as :func:`interrupted_finding`'s)."""
     d = rec.details
     moved = (d.get("interrupted") or {}).get("moved_to") or d.get("moved_to")
     if _outcome(rec) != "done" or not moved:
@@ -477,8 +479,8 @@ def quarantine_finding(rec: ActionRecord) -> Finding | None:
         kind="poisoned-weights",
         severity="critical",
         message=(
-            f"{head}; moved to {moved} (undo: rogue-watchdog undo {rec.id}); recorded after a"
-            " restart: the daemon stopped between the move and its record"
+            f"{head}; moved to {moved} (undo: rogue-watchdog undo{cli_args} {rec.id}); recorded"
+            " after a restart: the daemon stopped between the move and its record"
         ),
         details={
             "fingerprint": d.get("fingerprint") or f"{d.get('gate')}:{d.get('path')}",

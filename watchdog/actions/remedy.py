@@ -214,13 +214,15 @@ class Remedy:
         """Record an action that had no side effect (a refusal, a dry run) in one row."""
         details = {**job_details(target), **details}
         if dry_run and not self.record_dry_runs:
-            action_id = 0
-        else:
-            action_id = self.db.record_action(
-                self.actor, kind, what, outcome, details, now,
-                finding_id=target.finding_id, signature=target.signature, dry_run=dry_run,
-                undo=undo or None,
-            )  # fmt: skip
+            # 0 stays the callers' "not recorded"; the log names no id at all: an id
+            # printed there would be one `undo` and `actions` do not know.
+            log_action(None, self.actor, kind, what, outcome, dry_run, target)
+            return 0
+        action_id = self.db.record_action(
+            self.actor, kind, what, outcome, details, now,
+            finding_id=target.finding_id, signature=target.signature, dry_run=dry_run,
+            undo=undo or None,
+        )  # fmt: skip
         log_action(action_id, self.actor, kind, what, outcome, dry_run, target)
         return action_id
 
@@ -472,7 +474,7 @@ def job_details(target: JobTarget) -> dict[str, Any]:
 
 
 def log_action(
-    action_id: int,
+    action_id: int | None,
     actor: str,
     kind: str,
     what: str,
@@ -480,12 +482,24 @@ def log_action(
     dry_run: bool,
     target: JobTarget | None,
 ) -> None:
-    """The one ``action`` log event of a finished action."""
+    """The one ``action`` log event of a finished action.
+
+    Args:
+        action_id: Its row in the audit trail; None for a dry run that wrote none (a
+            person's): the event then says ``recorded: false`` and carries no ``id``.
+        actor: Who acted.
+        kind: ``terminate``, ``disable-source``...
+        what: Its target, as recorded.
+        outcome: ``ok``, ``refused``, ``dry-run``...
+        dry_run: Whether it changed nothing by design.
+        target: The job, when there is one.
+    """
     # A dry run or a refusal changed nothing: info; a signal sent or a file changed is
     # worth a warning.
     level = "info" if dry_run or outcome in ("refused", "dry-run") else "warning"
+    ref: dict[str, Any] = {"id": action_id} if action_id is not None else {"recorded": False}
     getattr(log, level)(
-        "action", id=action_id, actor=actor, kind=kind, target=what, outcome=outcome,
+        "action", **ref, actor=actor, kind=kind, target=what, outcome=outcome,
         dry_run=dry_run, finding_id=target.finding_id if target else None,
         job=target.describe() if target else None,
     )  # fmt: skip

@@ -344,7 +344,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "The parent chain of one process up to PID 1, the training job it belongs to "
             "(verdict, why it counts as training) and its origin with the evidence and the "
             "command that stops the source.",
-            ["rogue-watchdog explain 48213", "rogue-watchdog explain $(pgrep -f train_big.py)"],
+            ["rogue-watchdog explain 48213", 'rogue-watchdog explain "$(pgrep -nf train_big.py)"'],
             [(0, "explained"), (2, "the PID is not visible, or a configuration error")],
         ),
     )

@@ -32,8 +32,16 @@ from typing import Any
 
 from watchdog import command
 from watchdog.cli.common import configure_logging, resolve_config_path, socket_path
-from watchdog.render import fit, paint, printable, shorten_command, use_colour
+from watchdog.render import (
+    fit,
+    paint,
+    printable,
+    shorten_command,
+    shorten_path_words,
+    use_colour,
+)
 from watchdog.sources.procfs import boot_time_s
+from watchdog.spelling import finding_ref
 
 #: The keys line of the list (wrapped to the terminal's width).
 KEYS = (
@@ -98,7 +106,13 @@ def local_doc(config_path: str | None) -> dict[str, Any]:
             for j in result.jobs
         ],
         "findings": [
-            {"id": None, "severity": f.severity, "kind": f.kind, "message": f.message}
+            {
+                "id": None,
+                "severity": f.severity,
+                "kind": f.kind,
+                "message": f.message,
+                "root_pid": f.root_pid,
+            }
             for f in result.findings
         ],
     }
@@ -358,7 +372,9 @@ def _row(j: dict[str, Any], mark: str, width: int, colour: bool, now: float, vie
     )
     room = width - len(cells)
     origin = printable(str(j.get("origin") or "-"))
-    rest = origin
+    # Path words keep their last part (`cron …/ghost:1`): cut from the right, two cron
+    # lines of one directory read the same (`cron /work/fresh-try/cron…`).
+    rest = shorten_path_words(origin, room)
     if room > len(origin) + 8:
         rest = f"{origin} · {shorten_command(j.get('cmdline') or [], room - len(origin) - 3)}"
     line = _cut(cells + rest, width)
@@ -378,20 +394,76 @@ def _detail(j: dict[str, Any], width: int) -> list[str]:
     return lines
 
 
-def _findings(doc: dict[str, Any], width: int, budget: int, colour: bool) -> list[str]:
-    from watchdog.spelling import finding_ref
+#: Severities from most to least urgent (the findings under the list).
+SEVERITY_RANK = {"critical": 0, "high": 1, "warning": 2, "info": 3}
 
+
+def _finding_pids(f: dict[str, Any]) -> set[int]:
+    pids = {p for p in f.get("root_pids") or [] if isinstance(p, int)}
+    return pids | ({f["root_pid"]} if isinstance(f.get("root_pid"), int) else set())
+
+
+def shown_findings(
+    doc: dict[str, Any], view: View, jobs: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], int]:
+    """The open findings under the list, and how many there are in all.
+
+    They follow the list: with a filter, only the findings about a job it shows or whose
+    own text holds each word; those about the selected job first, then by severity
+    (critical first), then as the daemon lists them.
+
+    Args:
+        doc: The status document.
+        view: The person's choices (the filter, the selected job).
+        jobs: The jobs the list shows (:func:`shown_jobs`).
+    """
     found = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
+    words = view.query.lower().split()
+    if words:
+        listed = {j.get("root_pid") for j in jobs}
+
+        def matches(f: dict[str, Any]) -> bool:
+            text = f"{finding_ref(f.get('id'))} {f.get('kind')} {f.get('message')}".lower()
+            return bool(_finding_pids(f) & listed) or all(w in text for w in words)
+
+        shown = [f for f in found if matches(f)]
+    else:
+        shown = found
+    order = sorted(
+        range(len(shown)),
+        key=lambda i: (
+            view.selected not in _finding_pids(shown[i]),
+            SEVERITY_RANK.get(str(shown[i].get("severity")), 4),
+            i,
+        ),
+    )
+    return [shown[i] for i in order], len(found)
+
+
+def _findings(
+    doc: dict[str, Any],
+    width: int,
+    budget: int,
+    colour: bool,
+    view: View,
+    jobs: list[dict[str, Any]],
+) -> list[str]:
+    """The findings block: a head line, then one line per finding (``*`` marks those
+    about the selected job) while ``budget`` lasts."""
+    found, total = shown_findings(doc, view, jobs)
     shown = found[: max(0, budget - 1)]
     head = f"  open findings: {len(found)}"
+    if view.query:
+        head += f" matching '{printable(view.query)}' (of {total})"
     if len(shown) < len(found):
         head += f" ({len(shown)} shown; `{_status_cmd(doc)}` lists all)"
-    lines = [_cut(head, width)]
+    lines = fit(head, width, "    ")[:2]
     for f in shown:
         sev = str(f.get("severity") or "-")
         ref = finding_ref(f.get("id"))
+        mark = "*" if view.selected is not None and view.selected in _finding_pids(f) else " "
         text = _cut(printable(f"{f.get('kind')}: {f.get('message')}"), max(10, width - 17))
-        lines.append(f"  {ref:<5} {paint(f'{sev:<8}', sev, colour)} {text}")
+        lines.append(f"{mark} {ref:<5} {paint(f'{sev:<8}', sev, colour)} {text}")
     return lines
 
 
@@ -443,7 +515,10 @@ def layout(
     header = _cut(f"  {_HEAD} ORIGIN · COMMAND", width)
     chosen = jobs[_index(jobs, view)] if jobs else None
     detail = _detail(chosen, width) if chosen is not None and left >= 12 else []
-    findings = _findings(doc, width, max(1, min(left // 5, 8)), colour) if left >= 8 else []
+    if chosen is not None:
+        view.selected = chosen.get("root_pid")  # the findings follow the selection
+    budget = max(1, min(left // 5, 8))
+    findings = _findings(doc, width, budget, colour, view, jobs) if left >= 8 else []
     room = max(1, left - 1 - len(detail) - len(findings))
     view.page = max(1, room - 1)
     body: list[str] = [header]
@@ -468,7 +543,11 @@ def _pane(view: View, width: int, room: int) -> list[str]:
     lines: list[str] = []
     for x in pane.text.splitlines():
         x = printable(x)
-        lines += [x[i : i + width] for i in range(0, len(x), width)] or [""]
+        # At word boundaries, under the line's own indent (an explanation's tree); only a
+        # word longer than the line is cut, its rest on the next.
+        lead = x[: len(x) - len(x.lstrip())][: width // 2]
+        wrapped = fit(x.lstrip(), width, lead + "  ", lead) if x.strip() else [""]
+        lines += [w[i : i + width] for w in wrapped for i in range(0, max(1, len(w)), width)]
     room_text = max(1, room - 1)
     view.page = max(1, room_text - 1)
     pane.top = max(0, min(pane.top, len(lines) - room_text))

@@ -368,7 +368,8 @@ class ShipGateSource:
             said.append(
                 shard
                 if moved is None
-                else f"{shard} (quarantined to {moved[0]}; undo: rogue-watchdog undo {moved[1]})"
+                else f"{shard} (quarantined to {moved[0]}; undo: rogue-watchdog undo{self.cli_args}"
+                f" {moved[1]})"
             )
         verb = "is" if len(missing) == 1 else "are"
         error = f"{len(missing)} of {len(shards)} shards it names {verb} missing: " + ", ".join(

@@ -27,6 +27,11 @@ from watchdog.records import ActionRecord, FindingRecord
 
 # Starts the part of a message that says how its run ended: replaced at each refresh.
 RUN_ENDED = "; now: its run PID "
+# Starts a job finding's advice on its source (the last part of the scan's message,
+# :meth:`watchdog.model.Advice.finding_text`), and the undo note that may follow it
+# (:meth:`watchdog.state.actions.SourceUndo.note`).
+SOURCE_ADVICE = "; to stop the source: "
+REENABLED = "; its source was re-enabled by "
 # A terminate's outcomes that stopped the run (will-return: stopped, and it comes back).
 STOPPED = ("ok", "partial", "will-return")
 _JOB_KINDS = ("rogue-job", "excess-instances", "unsanctioned-gpu-use")
@@ -102,10 +107,52 @@ def current_message(
         return None
     if tuple(root) in running:
         return None
-    head = rec.message.split(RUN_ENDED, 1)[0]
+    head, source = source_note(rec.message.split(RUN_ENDED, 1)[0], rec.opened_at, actions)
     when = f" at {local_iso(gone_at)}" if gone_at is not None else ""
     how = how_run_ended(root, actions, exits)
     return (
         f"{head}{RUN_ENDED}{root[0]} {how}{when}; a command naming PID {root[0]} has "
-        "nothing left to stop"
+        f"nothing left to stop{source}"
+    )
+
+
+def source_note(head: str, opened_at: float, actions: Sequence[ActionRecord]) -> tuple[str, str]:
+    """``head`` without its ``to stop the source`` advice once a ``disable-source`` done
+    since the finding opened stopped that source, and what to say instead (empty when
+    none did).
+
+    Fresh-user hour (issue 33): a loop's finding, open between two runs when its line
+    was disabled (it stays open until the loop is quiet, about 3 minutes for a cron line
+    every minute), kept offering ``disable-source F194`` and the ``sed`` by hand, both
+    with nothing left to do. The advice stays out after an undo too: the job's next run
+    is reported with fresh advice.
+
+    Args:
+        head: The finding's message without its run's end.
+        opened_at: When the finding opened (older disables are another episode's).
+        actions: Its signature's actions, most recent first.
+    """
+    done = next(
+        (
+            a
+            for a in actions
+            if a.kind == "disable-source" and not a.dry_run and a.outcome == "ok"
+            and a.created_at >= opened_at
+        ),
+        None,
+    )  # fmt: skip
+    if done is None:
+        return head, ""
+    at = head.find(SOURCE_ADVICE)
+    if at >= 0:
+        later = head.find(REENABLED, at)  # an undo note after the advice stays
+        head = head[:at] + (head[later:] if later >= 0 else "")
+    if done.undone_at is None:
+        return head, (
+            f"; its source was disabled by rogue-watchdog disable-source (action {done.id}"
+            f" at {local_iso(done.created_at)})"
+        )
+    return head, (
+        f"; its source, disabled by action {done.id}, was re-enabled by rogue-watchdog undo"
+        f" at {local_iso(done.undone_at)}"
     )

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Try the cron flow (a ghost cron line found, disabled, undone) without the host's real
+# crontabs: a private Debian cron in its own mount namespace, with DIR's cron.d, crontab,
+# spool and /run bind-mounted over the real ones inside that namespace only. The host's
+# cron, crontabs and /run are not touched; the daemon runs outside, told by DIR/config.yaml
+# where the sandbox's cron files are (paths.cron_d, paths.crontab, paths.cron_spool).
+#
+#   bash scripts/try-cron.sh start DIR   # DIR (absolute, new or empty) and the private cron
+#   bash scripts/try-cron.sh stop DIR    # stop that cron and every job it started
+#
+# docs/first-week.md, "Try the cron flow in a sandbox", walks it; tests/system/
+# test_try_cron.py runs those steps as printed. Needs root, unshare(1) and cron(8).
+set -euo pipefail
+
+usage() { echo "usage: bash scripts/try-cron.sh start|stop DIR (an absolute path)" >&2; exit 2; }
+[ $# -eq 2 ] || usage
+cmd=$1 dir=$2
+case "$dir" in /*) ;; *) usage ;; esac
+dir=${dir%/}
+marker="$dir/.rogue-watchdog-try-cron"
+
+# Every process in the private cron's mount namespace: that cron and what it started.
+in_namespace() {
+  local ns pid
+  ns=$(readlink "/proc/$1/ns/mnt" 2>/dev/null) || return 0
+  [ "$ns" != "$(readlink /proc/self/ns/mnt)" ] || return 0  # never our own namespace
+  for pid in /proc/[0-9]*; do
+    pid=${pid#/proc/}
+    [ "$(readlink "/proc/$pid/ns/mnt" 2>/dev/null)" = "$ns" ] && echo "$pid"
+  done
+  return 0
+}
+
+cron_pid() {
+  # The pid file names our cron only while that process is cron in another namespace.
+  local pid
+  pid=$(cat "$dir/cron.pid" 2>/dev/null) || return 1
+  [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = cron ] || return 1
+  [ "$(readlink "/proc/$pid/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ] || return 1
+  echo "$pid"
+}
+
+case "$cmd" in
+start)
+  [ "$(id -u)" = 0 ] || { echo "try-cron: needs root (mount namespaces, cron)" >&2; exit 2; }
+  for tool in unshare cron; do
+    command -v "$tool" >/dev/null || { echo "try-cron: $tool not found (apt-get install cron util-linux)" >&2; exit 2; }
+  done
+  if [ -e "$dir" ] && [ ! -e "$marker" ] && [ -n "$(ls -A "$dir")" ]; then
+    echo "try-cron: $dir exists and is not empty: pick a new directory" >&2
+    exit 2
+  fi
+  if cron_pid >/dev/null; then
+    echo "try-cron: the sandbox cron of $dir runs already (PID $(cron_pid))" >&2
+    exit 2
+  fi
+  mkdir -p "$dir"/{cron.d,crontabs,run,ghost}
+  touch "$marker"
+  chmod 755 "$dir" "$dir/cron.d"
+  : >"$dir/crontab"
+  chmod 644 "$dir/crontab"
+  # A stand-in trainer: a training-shaped name that sleeps 40 seconds.
+  printf 'import time\ntime.sleep(40)\n' >"$dir/ghost/train_ghost.py"
+  cat >"$dir/config.yaml" <<EOF
+# rogue-watchdog in the try-cron sandbox (scripts/try-cron.sh): its cron files, state,
+# socket and alert log live in $dir; everything else is the defaults (observe mode).
+paths:
+  crontab: $dir/crontab
+  cron_d: $dir/cron.d
+  cron_spool: [$dir/crontabs]
+daemon:
+  state_dir: $dir/state
+  socket: $dir/status.sock
+alerts:
+  sinks:
+    - type: log
+      path: $dir/alerts.log
+      min_severity: info
+EOF
+  # In a new mount namespace (private propagation: nothing leaks back to the host), the
+  # sandbox replaces cron's files and /run (cron's pid file: the host's cron keeps its
+  # own); then cron runs in the foreground of that namespace, detached from this shell.
+  setsid unshare --mount --propagation private bash -c '
+    set -e
+    d=$1
+    mount --bind "$d/cron.d" /etc/cron.d
+    mount --bind "$d/crontab" /etc/crontab
+    mount --bind "$d/crontabs" /var/spool/cron/crontabs
+    mount --bind "$d/run" /run
+    echo $$ >"$d/cron.pid"
+    exec cron -f
+  ' try-cron "$dir" </dev/null >"$dir/cron.log" 2>&1 &
+  for _ in $(seq 50); do
+    cron_pid >/dev/null && break
+    sleep 0.1
+  done
+  pid=$(cron_pid) || { echo "try-cron: cron did not start; see $dir/cron.log" >&2; cat "$dir/cron.log" >&2; exit 1; }
+  # cron notices a new cron.d file by the directory's mtime, in whole seconds: a line
+  # written in the second cron read the directory would wait for a later change.
+  sleep 2
+  echo "try-cron: sandbox cron PID $pid reads $dir/cron.d, $dir/crontab and $dir/crontabs"
+  echo "try-cron: daemon configuration $dir/config.yaml"
+  ;;
+stop)
+  [ -e "$marker" ] || { echo "try-cron: $dir is not a try-cron sandbox" >&2; exit 2; }
+  if pid=$(cron_pid); then
+    pids=$(in_namespace "$pid")
+    # shellcheck disable=SC2086  # one PID a word
+    kill $pids 2>/dev/null || true
+    echo "try-cron: stopped the sandbox cron (PID $pid) and what it ran:" $pids
+  else
+    echo "try-cron: no sandbox cron of $dir runs"
+  fi
+  rm -f "$dir/cron.pid"
+  ;;
+*) usage ;;
+esac

@@ -1,0 +1,95 @@
+"""docs/first-week.md's cron sandbox, run as printed (issue 33): the documented steps start a
+private cron (scripts/try-cron.sh) and the daemon; the ghost line is found with its file
+and line; the `disable-source` the finding prints and the `undo` that prints work pasted;
+the documented stop ends the sandbox's cron, its jobs and the daemon.
+
+Before (4456053): the docs had no such steps; the fresh-user hour (2026-12-06) built its
+own `unshare -m` sandbox. The host's cron and crontabs are never touched: everything is
+in a fresh directory, the private cron sees it in its own mount namespace only. Wall
+time: cron's next minute plus a scan (about 1-1.5 minutes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, need_program, need_root, poll
+
+pytestmark = pytest.mark.system
+
+
+def documented_blocks() -> list[str]:
+    """The two ``sh`` blocks of "Try the cron flow in a sandbox first"."""
+    text = (REPO / "docs" / "first-week.md").read_text()
+    section = text.split("### Try the cron flow in a sandbox first", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)```", section, re.S)
+
+
+def sh(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_the_documented_cron_sandbox_works_as_printed(tmp_path: Path) -> None:
+    need_root()
+    need_program("cron", "unshare")
+    start, stop = documented_blocks()
+    box = tmp_path / "rw-try"
+    # The one change: the sandbox's directory (the docs' /tmp/rw-try) is this test's.
+    start = start.replace("DIR=/tmp/rw-try", f"DIR={box}")
+    stop = f"DIR={box}\n" + stop
+    env = {k: v for k, v in os.environ.items() if k != "ROGUE_WATCHDOG_SOCKET"}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    config = box / "config.yaml"
+    try:
+        done = sh(start, env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        cron_pid = int((box / "cron.pid").read_text())
+        daemon = int((box / "daemon.pid").read_text())  # there before `run` returned
+        assert os.readlink(f"/proc/{cron_pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+
+        def ghost() -> dict[str, object] | None:
+            out = sh(f"rogue-watchdog status --json --config {config}", env)
+            if out.returncode not in (0, 1):
+                return None
+            found = json.loads(out.stdout).get("findings") or []
+            return next((f for f in found if "legacy-retrain:1" in str(f.get("message"))), None)
+
+        finding = poll("the ghost's finding", ghost, timeout_s=150, interval_s=2)
+        message = str(finding["message"])
+        assert f"from cron {box}/cron.d/legacy-retrain:1 (* * * * *)" in message, message
+        hint = re.search(r"to stop the source: (rogue-watchdog disable-source [^(]*?) \(", message)
+        assert hint is not None, message
+        assert hint.group(1) == (
+            f"rogue-watchdog disable-source --config {config} F{finding['id']}"
+        )
+        dry = sh(hint.group(1) + " --dry-run", env)
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        done = sh(hint.group(1), env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        line = (box / "cron.d" / "legacy-retrain").read_text()
+        assert line.startswith("# disabled by rogue-watchdog at "), line
+        undo = re.search(r"undo with: (rogue-watchdog undo .*)$", done.stdout, re.M)
+        assert undo is not None, done.stdout
+        assert undo.group(1) == f"rogue-watchdog undo --config {config} 1"
+        back = sh(undo.group(1), env)
+        assert back.returncode == 0, back.stdout + back.stderr
+        assert (box / "cron.d" / "legacy-retrain").read_text() == (
+            f"* * * * * root /usr/bin/python3 {box}/ghost/train_ghost.py --epochs 40\n"
+        )
+    finally:
+        if (box / "cron.pid").exists() or (box / "daemon.pid").exists():
+            done = sh(stop, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "try-cron: stopped the sandbox cron" in done.stdout
+    poll("the sandbox cron gone", lambda: not os.path.exists(f"/proc/{cron_pid}"), 10)
+    poll("the daemon gone", lambda: not os.path.exists(f"/proc/{daemon}"), 30)
