@@ -16,12 +16,14 @@ PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider)
 if [ "$#" -gt 0 ]; then
   exec "${PYTEST[@]}" "$@"
 fi
-# The unit and weights tests first, then the system tests, one after another: run side
-# by side in two pytest-xdist workers (`-n 2 --dist loadgroup`, grouped by
-# tests/conftest.py) cron and atd jobs were not started in time (2026-12-06), so CI does
-# not yet. The slowest tests are listed after each part: where the time goes. Both parts
-# run whatever the first gives: a failure shows with the whole picture.
+# The unit and weights tests first, then the system tests, each part side by side in
+# pytest-xdist workers. The system tests mostly wait (for cron's minute, a timer, a grace
+# period), so three workers share two CPUs well: 31 min one after another, 13 min in three
+# (2026-12-06). Files that share something host-wide run in one worker, one after another
+# (tests/conftest.py groups them); one cron and one atd serve every worker
+# (tests/system/hostdaemon.py). The slowest tests are listed after each part: where the
+# time goes. Both parts run whatever the first gives: a failure shows with the whole picture.
 status=0
-"${PYTEST[@]}" --durations=15 --ignore=tests/system tests || status=$?
-"${PYTEST[@]}" --durations=25 tests/system || status=$?
+"${PYTEST[@]}" -n 2 --durations=15 --ignore=tests/system tests || status=$?
+"${PYTEST[@]}" -n 3 --dist loadgroup --durations=25 tests/system || status=$?
 exit "$status"

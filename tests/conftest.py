@@ -30,6 +30,11 @@ REQUIRE_SYSTEM = os.environ.get("ROGUE_WATCHDOG_REQUIRE_SYSTEM") == "1"
 # own, a test's command would find one of theirs. Pinned to a socket nobody listens on;
 # tests of that discovery unset it.
 os.environ["ROGUE_WATCHDOG_SOCKET"] = "/nonexistent/rogue-watchdog-tests/status.sock"
+# pytest-xdist's workers are started with COLUMNS=80 LINES=24: the commands tests run
+# would lay their tables out 80 wide, where piped output keeps whole lines (render.py).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
 
 # Before any test starts a process: what tests start carries the session's marker, and
 # rogue-watchdog signals nothing else (tests/ownprocs.py).
@@ -54,13 +59,15 @@ def _signals_reach_only_own_processes() -> Iterator[None]:
         )
 
 
-# Under pytest-xdist (scripts/test.sh runs tests/system in two workers, `--dist
+# Under pytest-xdist (scripts/test.sh runs tests/system in three workers, `--dist
 # loadgroup`): a test file is one group, so its module fixtures (the busy box's 3-minute
 # window, a booted systemd) are built once; files that share something host-wide share a
 # group and never run at once. Found by running them side by side (2026-12-06):
-# - cron and atd: a harness uses the cron (atd) that runs, and the one that started it
-#   stops it at its teardown, under the other's test ("cron to start the trainer again"
-#   timed out); two of them would run every /etc/cron.d line twice;
+# - cron and atd: a harness used the cron (atd) that ran, and the one that started it
+#   stopped it at its teardown, under the other's test ("cron to start the trainer again"
+#   timed out). One cron and one atd now serve every test process
+#   (tests/system/hostdaemon.py); the files stay one group because every daemon they
+#   start sees every /etc/cron.d line and trainer on the host, theirs and the others';
 # - the container engines: podman's /var/lib/containers blob cache, made and removed by
 #   whichever test found it absent;
 # - the package builds and dpkg/apt: setuptools builds in the checkout's build/ and
@@ -75,6 +82,8 @@ _SHARED_GROUPS = {
         "test_containers_real.py", "test_restart_containers.py", "test_kubernetes_cgroup.py",
     ),
     "build-dpkg": ("test_deb_package.py", "test_prerequisites.py", "test_service_install.py"),
+    # Both GPU denials move test processes between cgroups of the devices hierarchy.
+    "gpu-open": ("test_gpu_open.py", "test_gpu_open_v2.py"),
 }  # fmt: skip
 
 

@@ -158,7 +158,8 @@ def test_disable_source_of_an_exited_cron_job_uses_the_recorded_origin(
     assert [(e["event"], e["level"], e["dry_run"], e["outcome"]) for e in events] == [
         ("action", "info", True, "dry-run")
     ]
-    assert events[0]["id"] == 0 and "timestamp" in events[0]
+    # No action id for what was not recorded (issue 33: "id": 0 named no action).
+    assert "id" not in events[0] and events[0]["recorded"] is False and "timestamp" in events[0]
 
 
 def test_respawned_finding_carries_its_origin_without_a_job_row(

@@ -516,22 +516,10 @@ class Daemon:
         if result is not None:
             self._write_sanctioned_file()
         findings: list[Finding] = list(result.findings) if result else []
-        # Sources that could not be read: what they had open stays open (blindness
-        # never resolves, and a resolve now would page again when they answer).
-        unread: list[Callable[[str], bool]] = []
-        self._unread = None
         if result is not None:
-            for source in self.sources:
-                try:
-                    findings.extend(source.findings(now, result))
-                    self._ok(source.name)
-                except Exception as exc:
-                    self._failed(source.name, exc)
-                    covers = getattr(source, "covers", None)
-                    if covers is not None:
-                        unread.append(covers)
-        if unread:
-            self._unread = lambda fp: any(c(fp) for c in unread)
+            findings.extend(self._source_findings(now, result))
+        else:
+            self._unread = None
         learning = self.learning(now)
         if learning:
             # Jobs no rule sanctions are what the learning period is for: recorded and
@@ -599,6 +587,27 @@ class Daemon:
             except Exception as exc:
                 self._failed(f"hook {getattr(hook, '__name__', hook)}", exc)
         return summary
+
+    def _source_findings(self, now: float, result: ScanResult) -> list[Finding]:
+        """The findings of the extra sources (queue, ship watch…) for this tick.
+
+        A source that raises is said degraded, and what it had open stays open through
+        :attr:`_unread` (blindness never resolves, and a resolve now would page again
+        when it answers).
+        """
+        findings: list[Finding] = []
+        unread: list[Callable[[str], bool]] = []
+        for source in self.sources:
+            try:
+                findings.extend(source.findings(now, result))
+                self._ok(source.name)
+            except Exception as exc:
+                self._failed(source.name, exc)
+                covers = getattr(source, "covers", None)
+                if covers is not None:
+                    unread.append(covers)
+        self._unread = (lambda fp: any(c(fp) for c in unread)) if unread else None
+        return findings
 
     def _exits(self) -> Mapping[int, int]:
         """The exit statuses since the last tick (empty without kernel events)."""
