@@ -33,11 +33,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from watchdog.actions.effects import Effects  # noqa: E402
-from watchdog.actions.enforcer import Enforcer  # noqa: E402
-from watchdog.actions.gpudeny import device_rules, find_controller, lift  # noqa: E402
-from watchdog.config import parse_config  # noqa: E402
-from watchdog.daemon.loop import Daemon  # noqa: E402
+from rogue_watchdog.actions.effects import Effects  # noqa: E402
+from rogue_watchdog.actions.enforcer import Enforcer  # noqa: E402
+from rogue_watchdog.actions.gpudeny import device_rules, find_controller, lift  # noqa: E402
+from rogue_watchdog.config import parse_config  # noqa: E402
+from rogue_watchdog.daemon.loop import Daemon  # noqa: E402
 
 CUINIT = """
 import ctypes, os, sys, time

@@ -172,9 +172,9 @@ class _Notes:
 
 def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -> dict[str, Any]:
     """In a fresh interpreter: the daemon, ticked before, during and after."""
-    from watchdog.config import parse_config
-    from watchdog.daemon.assemble import attach_parts
-    from watchdog.daemon.loop import Daemon
+    from rogue_watchdog.config import parse_config
+    from rogue_watchdog.daemon.assemble import attach_parts
+    from rogue_watchdog.daemon.loop import Daemon
 
     nvml_dir = sandbox / "nvml"
     conf = nvml_dir / "fake_nvml.conf"
@@ -331,7 +331,7 @@ def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -
         gc.collect()
         out["rss_after_gc_mib"] = rss_kib() / 1024
         sys._debugmallocstats()
-        from watchdog.model import Proc
+        from rogue_watchdog.model import Proc
 
         dead = [o for o in gc.get_objects() if isinstance(o, Proc) and o.pid in gone]
         out["dead_procs_alive"] = len(dead)

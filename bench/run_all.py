@@ -688,8 +688,8 @@ def child_scan(config: str, rounds: int, wait_s: float) -> dict[str, Any]:
     taking turns with ``ps``."""
     import resource
 
-    from watchdog.config import load_config
-    from watchdog.scan import Scanner
+    from rogue_watchdog.config import load_config
+    from rogue_watchdog.scan import Scanner
 
     def cpu() -> float:
         r = resource.getrusage(resource.RUSAGE_SELF)
@@ -807,10 +807,9 @@ def child_weights(path: Path, dtype: str, size: int, rounds: int) -> dict[str, A
     """In a fresh process: write the file, then verify and a read-only pass take turns."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from rogue_watchdog.weights import verify
+    from rogue_watchdog.weights.scan import ScanContext
     from weights_bench import make_safetensors, read_only_pass, safetensors_isfinite, torch_isfinite
-
-    from watchdog.weights import verify
-    from watchdog.weights.scan import ScanContext
 
     make_safetensors(path, size, dtype)
     with path.open("rb+") as fh:

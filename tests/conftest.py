@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 REQUIRE_SYSTEM = os.environ.get("ROGUE_WATCHDOG_REQUIRE_SYSTEM") == "1"
 # Commands run without --config look for a running daemon wherever its socket is
-# (watchdog.cli.common.find_daemon): on a host where other suites run daemons of their
+# (rogue_watchdog.cli.common.find_daemon): on a host where other suites run daemons of their
 # own, a test's command would find one of theirs. Pinned to a socket nobody listens on;
 # tests of that discovery unset it.
 os.environ["ROGUE_WATCHDOG_SOCKET"] = "/nonexistent/rogue-watchdog-tests/status.sock"
@@ -119,10 +119,10 @@ class Spawned:
         return p
 
     def daemon(self, config: Path, log: Path) -> subprocess.Popen[bytes]:
-        """``python -m watchdog run --config CONFIG`` of this checkout, output to ``log``."""
+        """``python -m rogue_watchdog run --config CONFIG`` of this checkout, output to ``log``."""
         with open(log, "wb") as fh:
             return self.start(
-                [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
+                [sys.executable, "-m", "rogue_watchdog", "run", "--config", str(config)],
                 env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=fh, stderr=subprocess.STDOUT,
             )  # fmt: skip
 
@@ -177,12 +177,12 @@ def poll(what: str, probe: Callable[[], T | None], timeout_s: float, interval_s:
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m watchdog ARGS`` in a subprocess, as a user would."""
+    """Run ``python -m rogue_watchdog ARGS`` in a subprocess, as a user would."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
     return subprocess.run(
-        [sys.executable, "-m", "watchdog", *args],
+        [sys.executable, "-m", "rogue_watchdog", *args],
         capture_output=True,
         text=True,
         errors="surrogateescape",  # the host's command lines may hold any bytes

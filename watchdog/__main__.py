@@ -3,7 +3,7 @@
 import sys
 
 try:
-    from watchdog.cli import main
+    from .cli import main
 except Exception as exc:  # a broken installation must not exit 1 ("non-finite", "rogue")
     print(f"rogue-watchdog: internal error (exit 70): cannot load: {exc!r}", file=sys.stderr)
     sys.exit(70)

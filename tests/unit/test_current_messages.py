@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from watchdog.config.alerts import AlertSettings, SinkSettings
-from watchdog.daemon.tracker import Tracker
-from watchdog.daemon.tracking.reminders import alert_due
-from watchdog.model import AtOrigin, Finding, Job
-from watchdog.policy.findings import job_findings
-from watchdog.policy.guard import Protection, with_advice
-from watchdog.state import FindingRecord, StateDB
+from rogue_watchdog.config.alerts import AlertSettings, SinkSettings
+from rogue_watchdog.daemon.tracker import Tracker
+from rogue_watchdog.daemon.tracking.reminders import alert_due
+from rogue_watchdog.model import AtOrigin, Finding, Job
+from rogue_watchdog.policy.findings import job_findings
+from rogue_watchdog.policy.guard import Protection, with_advice
+from rogue_watchdog.state import FindingRecord, StateDB
 
 TRAIN = ("/usr/bin/python3", "/srv/at/train.py")
 

@@ -60,7 +60,7 @@ def test_wheel_builds_with_the_entry_point(tmp_path: Path) -> None:
         meta = z.read(info.replace("entry_points.txt", "METADATA")).decode()
     assert {"watchdog/fleet.py", "watchdog/daemon/alerts/alertmanager.py"} <= names
     assert not any(n.startswith("tests/") for n in names)
-    assert "rogue-watchdog = watchdog.cli:main" in entry
+    assert "rogue-watchdog = rogue_watchdog.cli:main" in entry
     requires = sorted(
         canonicalize_name(Requirement(line.split(":", 1)[1].strip()).name)
         for line in meta.splitlines()

@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 import structlog
-
-from watchdog.cli import main
-from watchdog.model import CronOrigin, ShellOrigin
-from watchdog.report import report_html, report_json, report_text
-from watchdog.state import RunRecord, StateDB, read_history
+from rogue_watchdog.cli import main
+from rogue_watchdog.model import CronOrigin, ShellOrigin
+from rogue_watchdog.report import report_html, report_json, report_text
+from rogue_watchdog.state import RunRecord, StateDB, read_history
 
 
 @pytest.fixture(autouse=True)
@@ -177,7 +176,7 @@ def busy_week(tmp_path: Path, now: float) -> Path:
     line whose description changed between runs (disabled since); an inference server
     and a rogue trainer of one user, neither with a named origin; incidents on one GPU
     and one on none."""
-    from watchdog.model import OrphanOrigin
+    from rogue_watchdog.model import OrphanOrigin
 
     state = tmp_path / "state"
     db = StateDB(state)
@@ -339,8 +338,8 @@ def test_the_per_origin_table_has_a_verdict_column_and_one_row_per_origin(
 
 
 def test_the_gpu_inventory_keeps_gpus_that_left() -> None:
-    from watchdog.model import GpuInfo
-    from watchdog.report import gpu_inventory
+    from rogue_watchdog.model import GpuInfo
+    from rogue_watchdog.report import gpu_inventory
 
     a = GpuInfo(0, "GPU-a", "NVIDIA H200", 140 << 30, 0)
     b = GpuInfo(1, "GPU-b", "NVIDIA H200", 140 << 30, 0, mig_index=None)

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from watchdog.cli.top import (
+from rogue_watchdog.cli.top import (
     KEYS,
     KEYS_SHORT,
     PANE_KEYS,

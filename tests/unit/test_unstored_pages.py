@@ -2,7 +2,7 @@
 rules of stored ones (issue 35 on top of issue 32): the settle (``alerts.settle_s``),
 the open owed by a finding held back by it, and the 5-minute return window of a run
 that ended by itself. Each rule's case is driven through
-:meth:`~watchdog.daemon.unstored.UnstoredFindings.track` directly, with the findings a
+:meth:`~rogue_watchdog.daemon.unstored.UnstoredFindings.track` directly, with the findings a
 scan would give (no processes, no NVML)."""
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from watchdog.config import parse_config
-from watchdog.config.alerts import AlertSettings
-from watchdog.daemon.unstored import UnstoredFindings
-from watchdog.model import Finding
-from watchdog.state import StateDB
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.config.alerts import AlertSettings
+from rogue_watchdog.daemon.unstored import UnstoredFindings
+from rogue_watchdog.model import Finding
+from rogue_watchdog.state import StateDB
 
 SIG = "0123456789abcdef"
 T0 = 2_000_000.0

@@ -11,10 +11,10 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from rogue_watchdog.weights import verify
 from safetensors.numpy import save_file
 
 from tests.conftest import run_cli
-from watchdog.weights import verify
 
 # numpy dtype -> the safetensors dtype name the writer records
 DTYPES = [

@@ -64,8 +64,8 @@ def _pid(value: object) -> bool:
 
 def main(argv: Sequence[str]) -> int:
     """Print one candidate a line for ``KIND -- WORDS...``; always exit 0 (see module)."""
-    from watchdog.cli.common import CliError, emit, socket_path
-    from watchdog.daemon.ipc import StatusError, query_status
+    from ..daemon.ipc import StatusError, query_status
+    from .common import CliError, emit, socket_path
 
     if not argv or argv[0] not in KINDS:
         return 0

@@ -14,15 +14,15 @@ import json
 import os
 import sys
 
-from watchdog.cli.common import command_config_path, config_parent, emit
-from watchdog.cli.help import command_help
+from .common import command_config_path, config_parent, emit
+from .help import command_help
 
 
 def cmd_health_check(args: argparse.Namespace) -> int:
     """Run the sweep and print what it found and did."""
-    from watchdog.actions.slurmsweep import report_json, sweep
-    from watchdog.config import load_config
-    from watchdog.render import printable
+    from ..actions.slurmsweep import report_json, sweep
+    from ..config import load_config
+    from ..render import printable
 
     job_id: int | None = args.job
     if args.epilog and job_id is None:

@@ -30,10 +30,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog import command
-from watchdog.cli.common import configure_logging, resolve_config_path, socket_path
-from watchdog.render import fit, paint, printable, shorten_command, use_colour
-from watchdog.sources.procfs import boot_time_s
+from .. import command
+from ..render import fit, paint, printable, shorten_command, use_colour
+from ..sources.procfs import boot_time_s
+from .common import configure_logging, resolve_config_path, socket_path
 
 #: The keys line of the list (wrapped to the terminal's width).
 KEYS = (
@@ -69,9 +69,9 @@ def local_doc(config_path: str | None) -> dict[str, Any]:
     Raises:
         ConfigError: The configuration does not validate.
     """
-    from watchdog.config import load_config
-    from watchdog.render import gpu_json
-    from watchdog.scan import Scanner
+    from ..config import load_config
+    from ..render import gpu_json
+    from ..scan import Scanner
 
     config = load_config(config_path)
     result = Scanner(config).scan()
@@ -106,7 +106,7 @@ def local_doc(config_path: str | None) -> dict[str, Any]:
 
 def fetch(socket: str, config_path: str | None, timeout_s: float) -> tuple[dict[str, Any], str]:
     """The daemon's status document, else a local scan's; and where it came from."""
-    from watchdog.daemon.ipc import StatusError, query_status
+    from ..daemon.ipc import StatusError, query_status
 
     try:
         return query_status(socket, timeout_s=timeout_s), f"daemon ({socket})"
@@ -295,7 +295,7 @@ def _mem_text(n: object) -> str:
 
 def _status_cmd(doc: dict[str, Any]) -> str:
     """``rogue-watchdog status`` as it finds this daemon when pasted (its ``--config``)."""
-    from watchdog.hostpaths import config_args
+    from ..hostpaths import config_args
 
     path = (doc.get("config") or {}).get("path")
     return f"rogue-watchdog status{config_args(path if isinstance(path, str) else None)}"
@@ -308,7 +308,7 @@ def _cut(text: str, width: int) -> str:
 def _gpu_block(doc: dict[str, Any], width: int, budget: int) -> list[str]:
     """The GPUs: their full lines (memory split, UUID whole) when they fit in ``budget``
     rows, else one line per GPU, else as many as fit and how many more there are."""
-    from watchdog.daemon.status import status_gpu_lines
+    from ..daemon.status import status_gpu_lines
 
     gpus = [g for g in doc.get("gpus") or [] if isinstance(g, dict)]
     if not gpus:
@@ -379,7 +379,7 @@ def _detail(j: dict[str, Any], width: int) -> list[str]:
 
 
 def _findings(doc: dict[str, Any], width: int, budget: int, colour: bool) -> list[str]:
-    from watchdog.spelling import finding_ref
+    from ..spelling import finding_ref
 
     found = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
     shown = found[: max(0, budget - 1)]
@@ -591,7 +591,7 @@ def handle(view: View, key: str, jobs: list[dict[str, Any]], common: list[str]) 
 
 def run(args: argparse.Namespace) -> int:
     """The live view's loop; returns the exit code (0 on ``q``, 2 without a terminal)."""
-    from watchdog.daemon.ipc import StatusError
+    from ..daemon.ipc import StatusError
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print("rogue-watchdog: the live view needs a terminal; use `status`", file=sys.stderr)

@@ -11,16 +11,16 @@ Public API:
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from watchdog.weights.api import require_finite, verify
-    from watchdog.weights.errors import (
+    from .api import require_finite, verify
+    from .errors import (
         NonFiniteWeightsError,
         NothingToShip,
         NotVerifiedError,
         UnverifiedWeightsError,
         WeightsRefusedError,
     )
-    from watchdog.weights.fallback import best_checkpoint
-    from watchdog.weights.report import FileReport, Report, Status, TensorReport
+    from .fallback import best_checkpoint
+    from .report import FileReport, Report, Status, TensorReport
 
 # Loaded on first use (PEP 562): importing a submodule such as ``watchdog.cli.weights`` or
 # ``watchdog.config.ship_gates`` must not pull in numpy for commands that never verify.
