@@ -396,7 +396,9 @@ def measure(
         from tests.fakenvml.build import build_library  # this checkout's: 65,536 processes
 
         build_library(sandbox / "nvml")
-        env = dict(os.environ, PYTHONPATH=str(code))
+        from codepath import import_path  # bench/ is sys.path[0]
+
+        env = dict(os.environ, PYTHONPATH=import_path(code))
         done = subprocess.run(
             [sys.executable, __file__, "--code", str(code), "--child", str(sandbox), str(procs),
              case, str(ticks), str(interval_s)],
@@ -417,7 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        sys.path[:0] = [args.code]
+        from codepath import import_path  # bench/ is sys.path[0]
+
+        sys.path[:0] = import_path(Path(args.code)).split(os.pathsep)
         sandbox, procs, case, ticks, interval = args.child
         res = child(Path(sandbox), int(procs), case, int(ticks), float(interval))
         print(json.dumps(res))

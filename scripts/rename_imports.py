@@ -125,7 +125,7 @@ def main(argv: list[str]) -> int:
     seen: set[Path] = set()
     for path, in_pkg in files:
         rel = path.relative_to(REPO).as_posix()
-        if path in seen or rel in KEEP or "/fixtures/" in rel or ".venv" in path.parts:
+        if path in seen or rel in KEEP or ".venv" in path.parts:
             continue
         seen.add(path)
         try:

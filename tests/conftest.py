@@ -210,7 +210,9 @@ def nobody_python(*modules: str) -> Iterator[list[str]]:
     venv and (through the venv) its interpreter. So the command runs in a private mount
     namespace (``unshare --mount``: the host's mounts are untouched) where the checkout
     and each site-packages directory are bound onto empty folders of a mode-0755 view
-    under /var/tmp, and ``PYTHONPATH`` names those; the interpreter is the venv's base
+    under /var/tmp, and ``PYTHONPATH`` names those; the checkout's ``watchdog/`` is bound
+    as ``rogue_watchdog`` too (PYTHONPATH does not run the editable install's .pth
+    finder that maps the import name to the folder); the interpreter is the venv's base
     interpreter (``/usr/bin/python3.11`` on Debian), which loads the venv's packages.
     Only the view's mount points are new; every other path, and every permission the
     test is about, is the host's own. Append ``-c CODE`` or ``-m MODULE`` and arguments.
@@ -240,14 +242,17 @@ def nobody_python(*modules: str) -> Iterator[list[str]]:
     view = Path(tempfile.mkdtemp(prefix="rwtest-nobody-", dir="/var/tmp"))
     try:
         view.chmod(0o755)
-        binds: list[str] = []
+        pkg = view / "pkg"
+        pkg.mkdir(mode=0o755)
+        (pkg / "rogue_watchdog").mkdir(mode=0o755)
+        binds: list[str] = [str(REPO / "watchdog"), str(pkg / "rogue_watchdog")]
         targets: list[str] = []
         for i, src in enumerate([*sources, *([base] if relocate else [])]):
             dst = view / str(i)
             dst.mkdir(mode=0o755)
             binds += [src, str(dst)]
             targets.append(str(dst))
-        env = [f"PYTHONPATH={os.pathsep.join(targets[: len(sources)])}"]
+        env = [f"PYTHONPATH={os.pathsep.join([str(pkg), *targets[: len(sources)]])}"]
         if relocate:
             env.append(f"LD_LIBRARY_PATH={targets[-1]}/lib")
             python = targets[-1] + python[len(base) :]
@@ -256,7 +261,7 @@ def nobody_python(*modules: str) -> Iterator[list[str]]:
             "sh", *binds, "--", "env", *env, python,
         ]  # fmt: skip
         probe = subprocess.run(
-            [*argv, "-c", f"import {', '.join(('watchdog', *modules))}"],
+            [*argv, "-c", f"import {', '.join(('rogue_watchdog', *modules))}"],
             capture_output=True, text=True, timeout=60, check=False, cwd="/",
         )  # fmt: skip
         if probe.returncode != 0:

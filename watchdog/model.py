@@ -1220,6 +1220,10 @@ def load_ref(ref: str) -> Any:
     """The object a ``"module:attribute"`` reference names (registries name what they
     hold this way, so the bottom layer can list what upper layers implement).
 
+    A module written with a leading dot (``".lineage.cron:CronResolver"``) is one of
+    rogue-watchdog's own, found whatever name the package is installed under
+    (``rogue_watchdog``; the source folder is ``watchdog/``).
+
     Raises:
         ValueError: ``ref`` is not written ``module:attribute``.
         ImportError, AttributeError: The module or attribute does not exist.
@@ -1229,7 +1233,8 @@ def load_ref(ref: str) -> Any:
     module, _, attr = ref.partition(":")
     if not module or not attr:
         raise ValueError(f"{ref!r} is not module:attribute")
-    return getattr(importlib.import_module(module), attr)
+    package = __name__.rpartition(".")[0] if module.startswith(".") else None
+    return getattr(importlib.import_module(module, package), attr)
 
 
 @dataclass(frozen=True)

@@ -333,7 +333,8 @@ def test_kill_9_at_each_step_of_a_quarantine(spawned: Spawned, tmp_path: Path, f
         if moved:
             assert len(rows) == 1 and outcome == "done" and json.loads(undo)[0]["op"] == "rename"
             out = subprocess.run(
-                [sys.executable, "-m", "rogue_watchdog", "undo", str(aid), "--config", str(host.config)],
+                [sys.executable, "-m", "rogue_watchdog", "undo", str(aid),
+                 "--config", str(host.config)],
                 capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
                 check=False, timeout=60,
             )  # fmt: skip

@@ -42,5 +42,5 @@ def test_importing_the_config_loads_no_upper_layer() -> None:
         timeout=60,
         check=True,
     )
-    loaded = [m for m in json.loads(done.stdout) if m.startswith("watchdog.")]
+    loaded = [m for m in json.loads(done.stdout) if m.startswith("rogue_watchdog.")]
     assert [m for m in loaded if not _allowed(m)] == []

@@ -379,7 +379,8 @@ def as_nobody(argv: list[str]) -> subprocess.CompletedProcess[str]:
     code = (
         "import os, sys\n"
         "from rogue_watchdog.cli import build_parser, main\n"
-        "import rogue_watchdog.daemon.ipc, rogue_watchdog.daemon.status, rogue_watchdog.config.daemon\n"
+        "import rogue_watchdog.daemon.ipc, rogue_watchdog.daemon.status\n"
+        "import rogue_watchdog.config.daemon\n"
         "build_parser().format_help()\n"
         "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
         "sys.exit(main(sys.argv[1:]))\n"

@@ -240,9 +240,9 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _is_config_error(exc: BaseException) -> bool:
-    # Only a command that loaded watchdog.config.base can raise its ConfigError; importing
-    # it (and PyYAML) up front would cost every `status` and `--help` its start-up time.
-    base = sys.modules.get("watchdog.config.base")
+    # Only a command that loaded config.base can raise its ConfigError; importing it (and
+    # PyYAML) up front would cost every `status` and `--help` its start-up time.
+    base = sys.modules.get(f"{__name__.rpartition('.')[0]}.config.base")
     return base is not None and isinstance(exc, base.ConfigError)
 
 

@@ -81,13 +81,15 @@ class RunningDaemon:
 
 
 def _is_daemon_argv(argv: list[bytes]) -> bool:
-    """``rogue-watchdog run ...`` or ``python -m watchdog run ...``."""
+    """``rogue-watchdog run ...`` or ``python -m rogue_watchdog run ...`` (or ``-m
+    watchdog``: a daemon started before the package was installed as ``rogue_watchdog``)."""
     words = [os.path.basename(a) for a in argv[:4]]
     if b"run" not in argv:
         return False
     if b"rogue-watchdog" in words:
         return True
-    return any(argv[i : i + 2] == [b"-m", b"watchdog"] for i in range(min(len(argv), 4)))
+    modules = ([b"-m", b"rogue_watchdog"], [b"-m", b"watchdog"])
+    return any(argv[i : i + 2] in modules for i in range(min(len(argv), 4)))
 
 
 def running_daemon_sockets(proc_root: str = "/proc") -> list[str]:

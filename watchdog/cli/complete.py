@@ -82,8 +82,8 @@ def main(argv: Sequence[str]) -> int:
         return 0
     except Exception as exc:
         # A configuration file that is not YAML (socket_path's ConfigError): no
-        # candidates. Only a loaded watchdog.config.base can have raised one.
-        base = sys.modules.get("watchdog.config.base")
+        # candidates. Only a loaded config.base can have raised one.
+        base = sys.modules.get(f"{__name__.rsplit('.', 2)[0]}.config.base")
         if base is not None and isinstance(exc, base.ConfigError):
             return 0
         raise

@@ -515,11 +515,16 @@ def _draw(lines: list[str]) -> None:
     sys.stdout.flush()
 
 
+# The installed import name (rogue_watchdog), for `python -m`: never written out
+# (docs/dependencies.md).
+_PACKAGE = __name__.rsplit(".", 2)[0]
+
+
 def _run(argv: list[str]) -> tuple[int, str]:
     """Run one of our commands: its exit status, and its output for the screen."""
     # Its stderr is a pipe here but its reader is a person: human log lines. Its stdin
     # is /dev/null: the terminal's keys are the live view's.
-    done = command.run([sys.executable, "-m", "watchdog", "--log-format", "human", *argv], 120)
+    done = command.run([sys.executable, "-m", _PACKAGE, "--log-format", "human", *argv], 120)
     text = (done.stdout + done.stderr).rstrip()
     return done.returncode, f"exit {done.returncode}: rogue-watchdog {shlex.join(argv)}\n{text}"
 

@@ -42,7 +42,7 @@ def _verifier(fmt: str) -> Callable[[Path, ScanContext, FileReport], None] | Non
         return None
     module, name = where
     fn: Callable[[Path, ScanContext, FileReport], None] = getattr(
-        importlib.import_module(f"watchdog.weights.{module}"), name
+        importlib.import_module(f".{module}", __package__), name
     )
     return fn
 

@@ -583,7 +583,7 @@ class ShipGateSource:
             steps.append(
                 f"deploy the last good checkpoint to {dst} through `rogue-watchdog ship` "
                 "(it copies only weights that verify finite; "
-                "watchdog.weights.best_checkpoint picks the best one that does)"
+                "rogue_watchdog.weights.best_checkpoint picks the best one that does)"
             )
         return "; next: " + "; ".join(steps)
 
