@@ -45,3 +45,17 @@ def test_python_m_watchdog_that_cannot_load_exits_70(tmp_path: Path) -> None:
     )
     assert done.returncode == 70, done.stderr
     assert "broken yaml" in done.stderr
+
+
+def test_console_script_that_cannot_load_exits_70(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before (issue 33): the ``rogue-watchdog`` script imported the command line itself;
+    when that failed (PyPI's ``watchdog`` over ours) it exited 1, "non-finite"."""
+    from rogue_watchdog.__main__ import entry
+
+    monkeypatch.setitem(sys.modules, "rogue_watchdog.cli", None)  # import raises
+    assert entry() == 70
+    assert "internal error (exit 70): cannot load" in capsys.readouterr().err
+    script = Path(sys.executable).parent / "rogue-watchdog"
+    assert "from rogue_watchdog.__main__ import entry" in script.read_text()
