@@ -810,9 +810,10 @@ def child_weights(path: Path, dtype: str, size: int, rounds: int) -> dict[str, A
     """In a fresh process: write the file, then verify and a read-only pass take turns."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from weights_bench import make_safetensors, read_only_pass, safetensors_isfinite, torch_isfinite
+
     from rogue_watchdog.weights import verify
     from rogue_watchdog.weights.scan import ScanContext
-    from weights_bench import make_safetensors, read_only_pass, safetensors_isfinite, torch_isfinite
 
     make_safetensors(path, size, dtype)
     with path.open("rb+") as fh:

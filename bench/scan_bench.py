@@ -27,9 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil
+from sleepers import sleepers  # bench/ is sys.path[0] for this script
+
 from rogue_watchdog.config import Config
 from rogue_watchdog.scan import Scanner
-from sleepers import sleepers  # bench/ is sys.path[0] for this script
 
 
 def cpu_self() -> float:

@@ -20,6 +20,7 @@ sys.path.insert(0, str(REPO))
 def render() -> str:
     """The man page text (roff), reproducible: dated by the version, not the clock."""
     from argparse_manpage.manpage import Manpage
+
     from rogue_watchdog import __version__
     from rogue_watchdog.cli import build_parser
 

@@ -23,7 +23,6 @@ from typing import Any
 
 from rogue_watchdog.actions.effects import RecordingEffects
 from rogue_watchdog.command import CommandResult
-
 from tests.fakenvml.build import write_config
 
 CLK = os.sysconf("SC_CLK_TCK")

@@ -85,6 +85,7 @@ from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
 from rogue_watchdog import faults
 from rogue_watchdog.actions import sources as disable_sources
 from rogue_watchdog.actions.enforcer import Enforcer
@@ -105,7 +106,6 @@ from rogue_watchdog.model import (
 )
 from rogue_watchdog.policy.signature import job_signature
 from rogue_watchdog.scan import Scanner
-
 from tests.fakenvml.build import CONFIG_NAME, build_library
 from tests.sim.host import GIB, PIPELINE_SCRIPT, PY, SimContainer, SimEffects, SimHost
 

@@ -49,6 +49,7 @@ from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
 from rogue_watchdog.actions.effects import RecordingEffects
 from rogue_watchdog.actions.slurmrecord import SweepDrainKeeper, record_path
 from rogue_watchdog.actions.slurmsweep import SweepJournal, SweepReport, sweep
@@ -56,7 +57,6 @@ from rogue_watchdog.command import CommandResult
 from rogue_watchdog.config import Config, parse_config
 from rogue_watchdog.sources.procfs import ProcessTable
 from rogue_watchdog.state import StateDB
-
 from tests.sim.host import names_signal, unrecorded
 
 FIRST_PID = 4_100_000

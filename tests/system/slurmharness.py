@@ -30,8 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rogue_watchdog.sources.procfs import ProcessTable
 
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import need, need_program, need_root
 
 PYTHON = "/usr/bin/python3"

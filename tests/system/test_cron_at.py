@@ -21,11 +21,11 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.lineage.at import AtResolver
 from rogue_watchdog.lineage.base import ResolveContext
 from rogue_watchdog.lineage.cron import CronResolver
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.conftest import need, need_program, need_root
 from tests.system.cronharness import PYTHON, TRAINER_SOURCE, _cmdline, _mnt_ns, _pids, _ppid
 

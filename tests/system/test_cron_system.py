@@ -14,12 +14,12 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.lineage.base import ResolveContext
 from rogue_watchdog.lineage.cron import CronResolver
 from rogue_watchdog.lineage.crontab import DISABLE_PREFIX
 from rogue_watchdog.model import Origin
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.conftest import need, need_program, need_root, run_cli
 from tests.system.cronharness import PYTHON, CronHarness
 

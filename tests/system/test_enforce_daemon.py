@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.enforcer import Enforcer
 from rogue_watchdog.actions.guards import read_live
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
-
 from tests.conftest import Spawned
 
 pytestmark = pytest.mark.system

@@ -21,13 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.enforcer import Enforcer
 from rogue_watchdog.actions.gpudeny import DENY_PREFIX, find_controller
 from rogue_watchdog.actions.guards import read_live
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.daemon.status import build_status, render_status
-
 from tests.conftest import REPO, Spawned, need, need_root
 
 pytestmark = pytest.mark.system

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+
 from rogue_watchdog.lineage import default_resolvers
 from rogue_watchdog.lineage.base import ResolveContext
 from rogue_watchdog.lineage.kubernetes import KubeApi, KubernetesResolver
 from rogue_watchdog.scan import resolve_origin
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.conftest import need_program
 from tests.kubeapi import FIX, serve
 from tests.system.containerharness import (

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.numpy import save_file
+
 from rogue_watchdog.config.ship_gates import DEFAULT_PATTERNS
 from rogue_watchdog.weights.api import verify_file
 from rogue_watchdog.weights.fanotify import Fanotify, FanotifyUnavailable
 from rogue_watchdog.weights.opengate import Decision, OpenGate
 from rogue_watchdog.weights.report import FileReport
 from rogue_watchdog.weights.scan import ScanContext
-from safetensors.numpy import save_file
-
 from tests.conftest import need, need_program, need_root
 
 pytestmark = pytest.mark.system

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.command import RecordingRunner, run
 from rogue_watchdog.config.queue import QueueRule, QueueSettings
 from rogue_watchdog.model import NvmlStatus, ScanResult
@@ -29,7 +30,6 @@ from rogue_watchdog.queue.slurm import SQUEUE_FORMAT, SlurmQueue, parse_squeue_f
 from rogue_watchdog.queue.source import QueueSource
 from rogue_watchdog.sources.procfs import ProcessTable
 from rogue_watchdog.state import StateDB
-
 from tests.conftest import Spawned, need, need_program, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401

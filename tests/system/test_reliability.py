@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rogue_watchdog.daemon.ipc import StatusError, query_status
 
+from rogue_watchdog.daemon.ipc import StatusError, query_status
 from tests.conftest import Spawned, need, need_program, poll
 from tests.fakenvml.build import write_config
 from tests.fakenvml.fixtures import fake_nvml, library_path

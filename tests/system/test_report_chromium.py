@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import structlog
-from rogue_watchdog.cli import main
 
+from rogue_watchdog.cli import main
 from tests.conftest import need_program
 from tests.unit.test_report import busy_html, check_timeline, parse_timeline, week
 

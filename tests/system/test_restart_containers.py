@@ -20,12 +20,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.lineage import default_resolvers
 from rogue_watchdog.lineage.base import ResolveContext
 from rogue_watchdog.model import Origin
 from rogue_watchdog.scan import resolve_origin
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.conftest import need_program, poll
 from tests.system.containerharness import (
     IMAGE,

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rogue_watchdog.hosttext import command_text
 
+from rogue_watchdog.hosttext import command_text
 from tests.conftest import REPO, Spawned, need_root, poll
 
 pytestmark = pytest.mark.system

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.slurmnode import node_state
 from rogue_watchdog.command import run
 from rogue_watchdog.config import load_config
@@ -35,7 +36,6 @@ from rogue_watchdog.daemon.assemble import attach_parts
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.hosttext import command_text
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.conftest import poll, run_cli
 from tests.system.slurmharness import (  # noqa: F401
     PYTHON,

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.slurmnode import SlurmDrainer, node_state
 from rogue_watchdog.command import run
 from rogue_watchdog.config import load_config
@@ -27,7 +28,6 @@ from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.hosttext import command_text
 from rogue_watchdog.model import CronOrigin, Job
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.conftest import poll, run_cli
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401
 

@@ -17,12 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.lineage.base import ResolveContext
 from rogue_watchdog.lineage.orphan import OrphanResolver
 from rogue_watchdog.lineage.slurm import SlurmResolver
 from rogue_watchdog.model import Origin
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.conftest import run_cli
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401
 

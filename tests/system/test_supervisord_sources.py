@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.model import Job
 from rogue_watchdog.scan import Scanner
-
 from tests.system.supervisorharness import BIN, Supervisord
 
 pytestmark = pytest.mark.system

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.actions.enforcer import Enforcer
 from rogue_watchdog.config import load_config, parse_config
 from rogue_watchdog.daemon.loop import Daemon
-
 from tests.conftest import need, need_program, need_root, poll, run_cli
 from tests.system.cronharness import PYTHON, CronHarness
 

@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from rogue_watchdog.cli import build_parser
 
+from rogue_watchdog.cli import build_parser
 from tests.conftest import Spawned, need, need_program, need_root, poll, run_cli
 from tests.system.cronharness import PYTHON, CronHarness
 from tests.system.test_respawn_cron import DaemonProc, _check_alive, _query, _start_daemon

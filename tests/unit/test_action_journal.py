@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.state import ActionJournal, JournalError, NullJournal, StateDB, self_owner
 
 

@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog import faults
 from rogue_watchdog.actions.effects import Effects
 from rogue_watchdog.actions.enforcer import Enforcer
@@ -26,7 +27,6 @@ from rogue_watchdog.actions.guards import read_live
 from rogue_watchdog.actions.runner import InlineRunner
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
-
 from tests.conftest import Spawned, poll
 
 STUBBORN = (

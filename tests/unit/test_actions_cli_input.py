@@ -11,9 +11,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.cli.actions import CliError, parse_target
 from rogue_watchdog.state import JobRecord, StateDB
-
 from tests.conftest import run_cli
 
 HUGE = "99999999999999999999"  # > 2**63 - 1: SQLite raised OverflowError on it

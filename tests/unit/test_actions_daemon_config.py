@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 import structlog
+
 from rogue_watchdog.cli import common as cli_common
 from rogue_watchdog.cli import main
 from rogue_watchdog.daemon.ipc import StatusError, StatusServer, query_status
-
 from tests.conftest import Spawned, poll, run_cli
 
 

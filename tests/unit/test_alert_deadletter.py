@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.alerts import DeliveryWorker
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.daemon.metrics import spool_counts
 from rogue_watchdog.daemon.status import build_status, render_status
-
 from tests.conftest import Spawned, poll
 from tests.httpreceiver import Receiver
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.alerts import DeliveryWorker
 from rogue_watchdog.daemon.alerts.alert import Outgoing
@@ -29,7 +30,6 @@ from rogue_watchdog.daemon.assemble import build_alert_workers
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.daemon.status import build_status
 from rogue_watchdog.state import Delivery
-
 from tests.conftest import Spawned, _group_alive
 from tests.httpreceiver import Receiver
 

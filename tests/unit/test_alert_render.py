@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.config.alerts import SinkSettings
 from rogue_watchdog.daemon.alerts import render
 from rogue_watchdog.daemon.alerts.alert import Alert, Outgoing

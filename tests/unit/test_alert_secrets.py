@@ -6,6 +6,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from rogue_watchdog.config.alerts import SinkSettings
 from rogue_watchdog.daemon.alerts.alert import Outgoing
 from rogue_watchdog.daemon.alerts.backoff import Backoff
@@ -13,7 +14,6 @@ from rogue_watchdog.daemon.alerts.base import SinkContext
 from rogue_watchdog.daemon.alerts.secrets import SecretError, read_url, redact
 from rogue_watchdog.daemon.alerts.sinks import SendError, slack
 from rogue_watchdog.state import Delivery
-
 from tests.httpreceiver import Receiver
 
 TOKEN = "XyZ-very-secret-token-0042"

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.daemon.alerts import DeliveryWorker
 from rogue_watchdog.daemon.alerts.alertmanager import AlertmanagerKeeper, alertname
 from rogue_watchdog.daemon.loop import Daemon
-
 from tests.conftest import Spawned
 from tests.httpreceiver import Receiver
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import structlog
+
 from rogue_watchdog.cli import main
 from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.model import (

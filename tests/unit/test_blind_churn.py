@@ -18,7 +18,6 @@ from rogue_watchdog.daemon.tracking.blind import last_seen_gpus
 from rogue_watchdog.daemon.tracking.reminders import alert_labels
 from rogue_watchdog.model import Finding
 from rogue_watchdog.state import FindingRecord
-
 from tests.conftest import need_program
 from tests.fakenvml.fixtures import REPO, fake_nvml, library_path
 

@@ -10,6 +10,7 @@ The ``SYSTEMD_*`` vectors are ported with their exact expected values from syste
 from __future__ import annotations
 
 import pytest
+
 from rogue_watchdog.lineage.cgroup import (
     ROOT_SLICE,
     CgroupInfo,

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from rogue_watchdog.cli import build_parser
 
+from rogue_watchdog.cli import build_parser
 from tests.conftest import REPO, run_cli
 
 

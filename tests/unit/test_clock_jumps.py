@@ -13,7 +13,6 @@ from pathlib import Path
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.state import StateDB
-
 from tests.conftest import Spawned
 
 TOKEN = f"train_clock_{uuid.uuid4().hex[:8]}"

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.effects import Effects, RecordingEffects
 from rogue_watchdog.command import (
     NOT_RUNNABLE,

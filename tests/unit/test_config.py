@@ -6,8 +6,8 @@ import pwd
 from pathlib import Path
 
 import pytest
-from rogue_watchdog.config import DEFAULT_LAUNCHERS, ConfigError, load_config, parse_config
 
+from rogue_watchdog.config import DEFAULT_LAUNCHERS, ConfigError, load_config, parse_config
 from tests.conftest import REPO, run_cli
 
 

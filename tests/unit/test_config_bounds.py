@@ -9,6 +9,7 @@ would sanction, ignore or launch everything.
 from __future__ import annotations
 
 import pytest
+
 from rogue_watchdog.config import DEFAULT_IGNORE, ConfigError, parse_config
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from rogue_watchdog.config import ConfigError, ConfigErrors, parse_config
 from rogue_watchdog.config.base import Regex, glob_problem
 from rogue_watchdog.config.enforcement import Protect
@@ -22,7 +23,6 @@ from rogue_watchdog.daemon.status import build_status, render_status
 from rogue_watchdog.model import Proc
 from rogue_watchdog.policy.allowlist import cmdline_matches
 from rogue_watchdog.policy.jobs import is_launcher
-
 from tests.conftest import Spawned, run_cli
 
 HOSTILE = ["python3", "train.py", "a" * 40 + "!"]

@@ -12,11 +12,11 @@ import signal
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.config import ConfigError, load_config
 from rogue_watchdog.config.alerts import SinkSettings
 from rogue_watchdog.daemon.alerts.secrets import SecretError, read_url
 from rogue_watchdog.safeio import untrusted_reason
-
 from tests.conftest import Spawned, run_cli
 from tests.unit.test_status import config_file
 from tests.unit.test_status_run import events, status, wait_for

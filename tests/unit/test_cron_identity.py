@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
 import rogue_watchdog.scan as scan_mod
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.lineage.base import ResolveContext
@@ -22,7 +23,6 @@ from rogue_watchdog.model import Job, Proc
 from rogue_watchdog.policy.guard import Protection, advise, with_advice
 from rogue_watchdog.scan import Scanner
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.fixtures.proc.fakeproc import FakeProc, root_owned, write_tree
 
 TRAIN = ("/usr/bin/python3", "/p/train.py")

@@ -12,12 +12,12 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+
 from rogue_watchdog.lineage.at import AtResolver, job_commands, parse_job_name
 from rogue_watchdog.lineage.base import ResolveContext
 from rogue_watchdog.lineage.cron import CronResolver
 from rogue_watchdog.model import Origin, Proc
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.conftest import nobody_python
 from tests.fixtures.proc.fakeproc import root_owned
 

@@ -16,7 +16,6 @@ from rogue_watchdog.actions.effects import Effects
 from rogue_watchdog.lineage import default_resolvers
 from rogue_watchdog.lineage.cron import CronResolver
 from rogue_watchdog.scan import resolve_origin
-
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
 
 TRAIN = ["/usr/bin/python3", "/root/x/train_job.py", "--epochs", "3"]

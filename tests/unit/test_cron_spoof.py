@@ -15,13 +15,13 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+
 from rogue_watchdog.command import RecordingRunner
 from rogue_watchdog.lineage import default_resolvers
 from rogue_watchdog.lineage.base import ResolveContext
 from rogue_watchdog.lineage.cron import CronResolver
 from rogue_watchdog.model import Origin
 from rogue_watchdog.scan import resolve_origin
-
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
 
 UTC = ZoneInfo("UTC")

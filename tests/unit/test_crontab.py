@@ -7,6 +7,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+
 from rogue_watchdog.lineage.crontab import (
     REBOOT_NEXT_RUN,
     CronEntry,

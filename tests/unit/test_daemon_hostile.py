@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from rogue_watchdog.config import ConfigError, load_config
 from rogue_watchdog.config.alerts import SinkSettings
 from rogue_watchdog.daemon.alerts.alert import Outgoing
@@ -30,7 +31,6 @@ from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.daemon.status import build_status, exit_code
 from rogue_watchdog.model import FINDING_KINDS, ORIGIN_KINDS
 from rogue_watchdog.state import Delivery, StateDB, StateError, lock_state_dir
-
 from tests.conftest import REPO, run_cli
 from tests.unit.test_status import DOC, config_file
 

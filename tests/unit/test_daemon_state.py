@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.daemon.status import build_status, render_status
@@ -24,7 +25,6 @@ from rogue_watchdog.state import (
     StateError,
     lock_state_dir,
 )
-
 from tests.conftest import Spawned
 
 # The schema as rogue-watchdog wrote it before schema versions (copied verbatim from the

@@ -10,7 +10,6 @@ from pathlib import Path
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.state import StateDB
-
 from tests.conftest import Spawned
 
 

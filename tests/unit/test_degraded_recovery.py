@@ -9,7 +9,6 @@ from pathlib import Path
 
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.alerts import DeliveryWorker
-
 from tests.conftest import REPO
 
 

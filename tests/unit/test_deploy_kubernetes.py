@@ -8,6 +8,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+
 from rogue_watchdog.config import parse_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.actions.disable import DisablePlan, marker_line, plan_disable
 from rogue_watchdog.actions.effects import Effects, RecordingEffects
 from rogue_watchdog.actions.undo import ops_of, run_undo

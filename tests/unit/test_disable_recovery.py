@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog import faults
 from rogue_watchdog.actions.effects import Effects
 from rogue_watchdog.actions.enforcer import Enforcer
@@ -17,7 +18,6 @@ from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.model import Origin
 from rogue_watchdog.policy.guard import Protection
 from rogue_watchdog.state import StateDB
-
 from tests.conftest import run_cli
 
 ENTRY = "0 2 * * 0 root /usr/bin/python3 /opt/legacy/train_weekly.py"

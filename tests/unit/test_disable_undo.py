@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.effects import Effects, RecordingEffects
 from rogue_watchdog.actions.undo import UndoError, describe, ops_of, run_undo
 from rogue_watchdog.command import CommandResult

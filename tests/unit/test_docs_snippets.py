@@ -35,8 +35,8 @@ from typing import Any
 
 import pytest
 import yaml
-from rogue_watchdog.config import TOP_LEVEL_KEYS
 
+from rogue_watchdog.config import TOP_LEVEL_KEYS
 from tests.conftest import REPO, need_program, run_cli
 
 DOCS = (*sorted((REPO / "docs").glob("*.md")), REPO / "README.md")

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from rogue_watchdog.cli import EXIT_INTERNAL_ERROR, main
 
+from rogue_watchdog.cli import EXIT_INTERNAL_ERROR, main
 from tests.conftest import REPO
 
 

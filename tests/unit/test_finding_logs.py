@@ -69,7 +69,6 @@ def test_without_a_sink_that_takes_it_the_loop_logs_the_event(
 def test_log_sink_level_follows_the_severity(tmp_path: Path, severity: str, level: str) -> None:
     from rogue_watchdog.config.alerts import SinkSettings
     from rogue_watchdog.daemon.alerts.sinks import LogSink
-
     from tests.unit.test_alert_render import delivery, payload
 
     path = tmp_path / "alerts.log"

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 from rogue_watchdog.state import StateDB
-
 from tests.conftest import REPO, run_cli
 
 

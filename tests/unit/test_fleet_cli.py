@@ -7,7 +7,6 @@ from __future__ import annotations
 import socket
 
 from rogue_watchdog.fleet import Host, Picture, RogueJob, picture_json, picture_text
-
 from tests.conftest import run_cli
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
-from rogue_watchdog.model import MAX_ORIGIN_LABEL_CHARS, Origin, SystemdOrigin
 
+from rogue_watchdog.model import MAX_ORIGIN_LABEL_CHARS, Origin, SystemdOrigin
 from tests.conftest import REPO, need_program, poll
 from tests.fakenvml.build import CONFIG_NAME, write_config
 from tests.fakenvml.fixtures import fake_nvml, library_path

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.effects import RecordingEffects
 from rogue_watchdog.actions.gpudeny import (
     DENY_PREFIX,
@@ -29,7 +30,6 @@ from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.config.enforcement import Protect
 from rogue_watchdog.model import OrphanOrigin
 from rogue_watchdog.state import StateDB
-
 from tests.conftest import Spawned
 
 PARENT = (

@@ -14,7 +14,6 @@ from rogue_watchdog.model import Finding, GpuProcess
 from rogue_watchdog.policy.findings import gpu_visibility_findings, missing_gpu_processes
 from rogue_watchdog.scan import still_hidden
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.unit.test_procfs import write_proc
 
 

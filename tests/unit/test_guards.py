@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.effects import Effects, IdentityChangedError, RecordingEffects
 from rogue_watchdog.actions.guards import Expected, Guard, LiveProc, Refusal, read_live
 from rogue_watchdog.actions.terminate import terminate_tree
 from rogue_watchdog.config.enforcement import Protect
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.conftest import Spawned, poll
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]

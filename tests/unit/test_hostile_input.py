@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.config import ConfigError, load_config, parse_config
 from rogue_watchdog.scan import Scanner
-
 from tests.conftest import REPO, Spawned, need_program, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
 from tests.unit.test_procfs import write_proc

@@ -13,7 +13,6 @@ from pathlib import Path
 from rogue_watchdog.config import Config, parse_config
 from rogue_watchdog.model import Job
 from rogue_watchdog.scan import Scanner
-
 from tests.conftest import Spawned
 
 WORKER_TREE = """

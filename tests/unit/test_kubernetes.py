@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.lineage import default_resolvers
 from rogue_watchdog.lineage.cgroup import parse_cgroup
@@ -27,7 +28,6 @@ from rogue_watchdog.lineage.kubernetes import (
 )
 from rogue_watchdog.model import Job, Origin
 from rogue_watchdog.policy.allowlist import judge
-
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
 from tests.kubeapi import FIX, FakeApiServer, serve
 

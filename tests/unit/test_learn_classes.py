@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 import yaml
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.model import CronOrigin, ShellOrigin
 from rogue_watchdog.policy.learn import render_yaml, replay, suggest

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from rogue_watchdog.lineage.base import is_interpreter, script_argument
 
 

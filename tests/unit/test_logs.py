@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import structlog
-from rogue_watchdog import logs
 
+from rogue_watchdog import logs
 from tests.conftest import REPO
 
 

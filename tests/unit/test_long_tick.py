@@ -11,7 +11,6 @@ from rogue_watchdog.actions.guards import read_live
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import EARLY_TICK_MIN_GAP_S, Daemon, early_tick_spacing_s
 from rogue_watchdog.daemon.status import build_status, render_status
-
 from tests.conftest import Spawned, poll
 
 

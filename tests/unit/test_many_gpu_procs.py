@@ -15,7 +15,6 @@ from rogue_watchdog.model import Proc
 from rogue_watchdog.policy.jobs import TrainingEvidence, _roots, ignore_match, ignored_pids
 from rogue_watchdog.scan import release_memory
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.conftest import Spawned, need_program, poll, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
 

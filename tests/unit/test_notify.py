@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon, TickSummary
 from rogue_watchdog.daemon.notify import Notifier, notify_address, status_line, watchdog_interval_s
-
 from tests.conftest import REPO, Spawned
 from tests.unit.test_status import quiet_proc_root
 

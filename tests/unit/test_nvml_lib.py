@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 
 from rogue_watchdog.sources.nvml_lib import ProcessInfoV1, memory_or_none
-
 from tests.fakenvml.build import config_text
 
 

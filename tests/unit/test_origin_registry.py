@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+
 from rogue_watchdog.actions.disable import plan_disable
 from rogue_watchdog.actions.effects import RecordingEffects
 from rogue_watchdog.config import ConfigError, parse_config
@@ -22,7 +23,6 @@ from rogue_watchdog.lineage.base import ResolveContext
 from rogue_watchdog.model import ORIGIN_KINDS, Origin, OriginKindEntry, PinKey, Proc
 from rogue_watchdog.policy.allowlist import origin_mismatch
 from rogue_watchdog.scan import Scanner
-
 from tests.conftest import Spawned
 from tests.unit.test_jobs import WORKER_TREE, config_for, make_dev, wait_for
 

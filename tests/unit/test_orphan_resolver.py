@@ -23,7 +23,6 @@ from rogue_watchdog.lineage.orphan import OrphanResolver
 from rogue_watchdog.lineage.slurm import SlurmResolver
 from rogue_watchdog.model import Origin
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
 from tests.unit.test_slurm_resolver import SQUEUE_1_2
 
@@ -203,7 +202,6 @@ def test_slurm_orphan_text_names_the_job_and_its_state(tmp_path: Path) -> None:
     """Message, table cell and finding carry what the JSON knows."""
     from rogue_watchdog.model import Job
     from rogue_watchdog.policy.findings import job_findings
-
     from tests.unit.test_slurm_resolver import SQUEUE_CANCELLED
 
     cg = ("4:memory:/slurm/uid_1000/job_1/step_batch",)

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.effects import Effects
 from rogue_watchdog.actions.guards import Expected, Guard, LiveProc, read_live
 from rogue_watchdog.actions.terminate import terminate_tree
-
 from tests import ownprocs
 from tests.conftest import REPO, Spawned, poll
 

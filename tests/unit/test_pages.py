@@ -34,7 +34,6 @@ from rogue_watchdog.daemon.tracking.periodic import RETURN_WINDOW_S, Loop, expec
 from rogue_watchdog.daemon.tracking.reminders import settling
 from rogue_watchdog.model import FINDING_KINDS, Finding, Job
 from rogue_watchdog.state import ActionRecord, FindingRecord
-
 from tests.conftest import Spawned, need_program, poll
 from tests.fakenvml.fixtures import REPO, fake_nvml, library_path
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import structlog
+
 from rogue_watchdog.cli import common as cli_common
 from rogue_watchdog.cli import main
 from rogue_watchdog.daemon.ipc import StatusServer
@@ -23,7 +24,6 @@ from rogue_watchdog.hostpaths import DEFAULT_CONFIG, config_args
 from rogue_watchdog.model import Advice
 from rogue_watchdog.policy.findings import name_finding_in_commands
 from rogue_watchdog.state import StateDB
-
 from tests.conftest import Spawned, poll
 from tests.unit.test_allowlist_suggest import pipeline_runs
 

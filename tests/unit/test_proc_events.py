@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.config import Config, ConfigError, parse_config
 from rogue_watchdog.daemon.events import EventsCollector, attach_events, events_status
 from rogue_watchdog.daemon.loop import Daemon
@@ -34,7 +35,6 @@ from rogue_watchdog.sources.procevents import (
     parse_events,
 )
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.conftest import Spawned, need_program, poll
 
 

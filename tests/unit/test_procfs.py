@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from rogue_watchdog.sources.procfs import ProcessTable, StatParseError, parse_stat
 
+from rogue_watchdog.sources.procfs import ProcessTable, StatParseError, parse_stat
 from tests.conftest import Spawned
 
 # A stat line whose comm holds spaces and a ')' (proc(5): split at the last ')').

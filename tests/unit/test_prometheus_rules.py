@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 
 import yaml
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.daemon.metrics import MetricsWorker
-
 from tests.conftest import REPO, need_program
 
 RULES_DIR = REPO / "deploy" / "prometheus"

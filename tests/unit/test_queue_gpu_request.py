@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.queue.generic import parse_json_lines
 from rogue_watchdog.queue.model import gpu_requested
 from rogue_watchdog.queue.slurm import parse_squeue_formatted, parse_squeue_json

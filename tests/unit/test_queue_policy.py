@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.command import CommandResult, RecordingRunner
 from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.config.queue import QueueRule, QueueSettings

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.command import CommandResult, RecordingRunner
 from rogue_watchdog.queue.slurm import (
     SQUEUE_FORMAT,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.actions.disable import plan_disable
 from rogue_watchdog.actions.effects import RecordingEffects
 from rogue_watchdog.model import CronOrigin, Origin, SystemdOrigin, UnreadableOrigin

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.config import config_checksum, load_config
 from rogue_watchdog.daemon.assemble import attach_parts
 from rogue_watchdog.daemon.loop import RESTART_ONLY, Daemon

@@ -11,6 +11,7 @@ import io
 from datetime import UTC, datetime
 
 import pytest
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.model import (
     CronOrigin,

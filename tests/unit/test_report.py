@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import structlog
+
 from rogue_watchdog.cli import main
 from rogue_watchdog.model import CronOrigin, ShellOrigin
 from rogue_watchdog.report import report_html, report_json, report_text

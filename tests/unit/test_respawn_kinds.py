@@ -6,6 +6,7 @@ tests/system/test_restart_sources.py."""
 from __future__ import annotations
 
 import pytest
+
 from rogue_watchdog.model import (
     AtOrigin,
     ContainerOrigin,

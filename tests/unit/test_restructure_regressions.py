@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from rogue_watchdog.cli import build_parser, command_word
 from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.model import CronOrigin

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.safeio import (
     FileTooLargeError,
     NotRegularFileError,

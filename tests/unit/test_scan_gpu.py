@@ -20,7 +20,6 @@ from rogue_watchdog.hosttext import command_text
 from rogue_watchdog.model import GpuInfo, GpuProcess
 from rogue_watchdog.scan import Scanner
 from rogue_watchdog.sources.nvml import NvmlSnapshot
-
 from tests.conftest import REPO, Spawned, need_program, poll, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
 

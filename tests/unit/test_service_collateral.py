@@ -13,7 +13,6 @@ from rogue_watchdog.config import parse_config
 from rogue_watchdog.model import Job, SystemdOrigin
 from rogue_watchdog.policy.guard import Protection, advise, service_collateral
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.sim.host import PY, SimEffects, SimHost
 
 HUB = "td-hub.service"

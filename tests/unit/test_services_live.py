@@ -16,7 +16,6 @@ from rogue_watchdog.policy.services import (
 )
 from rogue_watchdog.scan import Scanner, read_listens
 from rogue_watchdog.sources.sockets import Listen, listening_for
-
 from tests.conftest import Spawned
 
 # The trainer listens on TCP 127.0.0.1 and UDP ::1 (when the host has IPv6), starts a

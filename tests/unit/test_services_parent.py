@@ -15,7 +15,6 @@ from rogue_watchdog.hostpaths import config_args
 from rogue_watchdog.hosttext import command_text
 from rogue_watchdog.policy.services import service_findings
 from rogue_watchdog.scan import Scanner, read_listens
-
 from tests.conftest import Spawned
 
 # Listens on 127.0.0.1, starts the train_job.py beside it as its child, reports both to argv[1].

@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.config import ConfigError
 from rogue_watchdog.config.base import NodeReader
 from rogue_watchdog.config.services import SanctionedPort, ServiceSettings
@@ -112,6 +113,7 @@ def test_sanctioned_port_matching() -> None:
 
 def _parse(text: str) -> ServiceSettings:
     import yaml
+
     from rogue_watchdog.config.services import parse_services
 
     node = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -9,12 +9,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.command import CommandResult, RecordingRunner
 from rogue_watchdog.lineage.base import ResolveContext
 from rogue_watchdog.lineage.shell import ShellResolver, tty_name
 from rogue_watchdog.model import Origin
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.conftest import Spawned
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
 

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+
 from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.config.alerts import SinkSettings
 from rogue_watchdog.config.sinks import SINK_KINDS, SinkKind, SinkRegistry
 from rogue_watchdog.daemon.alerts.alert import Alert, Outgoing
 from rogue_watchdog.daemon.alerts.base import Sink, SinkContext
 from rogue_watchdog.daemon.alerts.delivery import make_sink
-
 from tests.conftest import Spawned
 from tests.unit.test_alert_delivery import Job, make, rows, worker
 

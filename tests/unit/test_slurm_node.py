@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.slurmnode import SlurmDrainer, clean_reason
 from rogue_watchdog.command import CommandResult, RecordingRunner
 from rogue_watchdog.config import ConfigError, parse_config
@@ -154,7 +155,6 @@ def test_leftovers_are_proven_members_of_an_ended_job_owned_by_its_user(tmp_path
     membership. Only a process seen below the job's slurmstepd (or in its cgroup) and
     owned by the job's user is a leftover; the others are reported and left alone."""
     from rogue_watchdog.actions.slurmsweep import find_leftovers
-
     from tests.fixtures.proc.fakeproc import FakeProc, make_context
 
     env = {"SLURM_JOB_ID": "77"}
@@ -196,7 +196,6 @@ def test_leftovers_are_proven_members_of_an_ended_job_owned_by_its_user(tmp_path
 def test_a_running_job_is_never_swept(tmp_path: Path) -> None:
     """Trust IV case 8: `--job N` and `--epilog` for a job still RUNNING planned kills."""
     from rogue_watchdog.actions.slurmsweep import find_leftovers
-
     from tests.fixtures.proc.fakeproc import FakeProc, make_context
 
     env = {"SLURM_JOB_ID": "77"}

@@ -21,7 +21,6 @@ from rogue_watchdog.lineage.slurm import (
     query_job,
 )
 from rogue_watchdog.model import Proc
-
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.slurmrecord import (
     JobEntry,
     RecordedProc,
@@ -29,7 +30,6 @@ from rogue_watchdog.command import CommandResult, RecordingRunner
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.lineage.slurm import parse_squeue_json, query_job
 from rogue_watchdog.sources.procevents import ForkWatch, parse_lineage_events
-
 from tests.conftest import REPO
 from tests.fixtures.proc.fakeproc import FakeProc, make_context
 from tests.sim.slurm import NODE, PY, SlurmMachine, SlurmSimHost

@@ -23,7 +23,6 @@ from rogue_watchdog.actions.runner import InlineRunner
 from rogue_watchdog.actions.slurmsweep import Leftover, SweepJournal, SweepReport, _stop
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
-
 from tests.unit.test_action_recovery import Counting, Killed
 from tests.unit.test_slurm_sweep_failclosed import drained, leftover, sim, sweep
 

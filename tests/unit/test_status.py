@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.config import load_config
 from rogue_watchdog.daemon.ipc import (
     SocketInUseError,
@@ -30,7 +31,6 @@ from rogue_watchdog.daemon.ipc import (
 )
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.daemon.status import build_status, exit_code, render_status
-
 from tests.conftest import REPO, need_root
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rogue_watchdog.daemon.ipc import BUSY_REPLY, MAX_CLIENTS, StatusServer, query_status
 
+from rogue_watchdog.daemon.ipc import BUSY_REPLY, MAX_CLIENTS, StatusServer, query_status
 from tests.unit.test_status import DOC
 
 

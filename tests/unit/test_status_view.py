@@ -6,7 +6,6 @@ import copy
 from typing import Any
 
 from rogue_watchdog.daemon.status import exit_code, filter_gpu, render_status
-
 from tests.unit.test_status import DOC
 
 

@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.command import RecordingRunner
 from rogue_watchdog.lineage import default_resolvers
 from rogue_watchdog.lineage.base import ResolveContext
 from rogue_watchdog.lineage.supervisor import SupervisorResolver, supervisor_kind
 from rogue_watchdog.model import Origin
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.conftest import Spawned
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
 

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.lineage.supervisorconf import config_file, read_program
 
 MAIN = """\

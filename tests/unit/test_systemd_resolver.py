@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.command import CommandResult, RecordingRunner
 from rogue_watchdog.lineage.base import ResolveContext
 from rogue_watchdog.lineage.systemd import (

@@ -13,7 +13,6 @@ from pathlib import Path
 from rogue_watchdog.actions.effects import Effects, RecordingEffects
 from rogue_watchdog.actions.guards import Expected, Guard, read_live
 from rogue_watchdog.actions.terminate import plan_tree, terminate_tree
-
 from tests.conftest import Spawned, poll
 
 STUBBORN = (

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.cli.top import (
     KEYS,
     KEYS_SHORT,

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rogue_watchdog.cli.top import KEYS_SHORT, PANE_KEYS
 
+from rogue_watchdog.cli.top import KEYS_SHORT, PANE_KEYS
 from tests.conftest import REPO, Spawned, need_program, poll
 
 

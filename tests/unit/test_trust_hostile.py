@@ -33,7 +33,6 @@ from rogue_watchdog.lineage.base import runs_program
 from rogue_watchdog.scan import Scanner
 from rogue_watchdog.sources.procfs import ProcessTable
 from rogue_watchdog.state import StateDB
-
 from tests.fixtures.proc.fakeproc import FakeProc, write_tree
 
 PY = "/usr/bin/python3"

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.guards import read_live
 from rogue_watchdog.config import load_config
 from rogue_watchdog.model import OrphanOrigin
 from rogue_watchdog.scan import Scanner
-
 from tests.conftest import need_program, poll, run_cli
 
 PY = sys.executable

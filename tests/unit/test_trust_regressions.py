@@ -42,13 +42,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.lineage.cron import CronResolver, entry_state
 from rogue_watchdog.lineage.cronfiles import cron_skips, list_crontabs
 from rogue_watchdog.model import CronOrigin
 from rogue_watchdog.policy.jobs import TrainingEvidence, group_jobs
-
 from tests.fixtures.proc.fakeproc import FakeProc, make_context, write_tree
 
 PY = "/usr/bin/python3"

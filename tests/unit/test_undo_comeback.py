@@ -14,10 +14,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.enforcer import build_enforcers
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
-
 from tests.conftest import Spawned
 
 T0 = 2_000_000.0

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.actions.effects import Effects, RecordingEffects
 from rogue_watchdog.actions.undo import describe, run_undo
 

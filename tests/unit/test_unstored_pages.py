@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.config.alerts import AlertSettings
 from rogue_watchdog.daemon.unstored import UnstoredFindings

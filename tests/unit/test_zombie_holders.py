@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.model import GpuProcess
 from rogue_watchdog.policy.guard import advise, protection
 from rogue_watchdog.policy.jobs import TrainingEvidence, collect_training, group_jobs
 from rogue_watchdog.sources.procfs import ProcessTable
-
 from tests.fixtures.proc.fakeproc import FakeProc, make_context
 
 PY = "/usr/bin/python3"

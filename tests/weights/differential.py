@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from rogue_watchdog.weights import verify
 
 from .loaders import Reading

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from rogue_watchdog.weights import NothingToShip, best_checkpoint
 from safetensors.numpy import save_file
+
+from rogue_watchdog.weights import NothingToShip, best_checkpoint
 
 
 def _st(path: Path, value: float) -> Path:

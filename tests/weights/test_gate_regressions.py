@@ -16,6 +16,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+
 from rogue_watchdog.weights import Status, verify
 
 from .builders import _gstr, gguf_bytes

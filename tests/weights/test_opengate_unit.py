@@ -7,6 +7,7 @@ import errno
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.state import StateDB
 from rogue_watchdog.weights.fanotify import Fanotify, FanotifyUnavailable

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog import faults
 from rogue_watchdog.actions.enforcer import Enforcer
 from rogue_watchdog.actions.runner import InlineRunner
@@ -23,7 +24,6 @@ from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.state import StateDB
 from rogue_watchdog.weights.shipwatch import build_ship_gate_sources
 from rogue_watchdog.weights.verifyworker import VerifyWorker
-
 from tests.conftest import run_cli
 
 from .test_shipwatch import T0, nan_model

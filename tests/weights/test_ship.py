@@ -14,9 +14,9 @@ import gguf
 import numpy as np
 import pytest
 import torch
-from rogue_watchdog.weights.ship import ship
 from safetensors.numpy import save_file
 
+from rogue_watchdog.weights.ship import ship
 from tests.conftest import run_cli
 
 

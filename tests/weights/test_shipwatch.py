@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.numpy import save_file
+
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.config.ship_gates import DEFAULT_PATTERNS
 from rogue_watchdog.daemon.loop import Daemon
@@ -23,8 +25,6 @@ from rogue_watchdog.weights.report import FileReport
 from rogue_watchdog.weights.scan import ScanContext
 from rogue_watchdog.weights.shipwatch import ShipGateSource, build_ship_gate_sources, list_files
 from rogue_watchdog.weights.verifyworker import VerifyWorker, verify_one
-from safetensors.numpy import save_file
-
 from tests.conftest import run_cli
 
 from .builders import write_torch_zip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.config.ship_gates import DEFAULT_PATTERNS, ShipGate
 

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import ml_dtypes
 import numpy as np
 import pytest
+
 from rogue_watchdog.weights import dtypes
 from rogue_watchdog.weights.finite import any_nonfinite, count_nonfinite
 from rogue_watchdog.weights.scan import Field, MappedFile, ScanContext, scan_mapped, scan_stream

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from rogue_watchdog.cli.weights import register
 from rogue_watchdog.weights import (
     NonFiniteWeightsError,

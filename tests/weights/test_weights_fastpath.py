@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from rogue_watchdog.weights import finite, verify
 from rogue_watchdog.weights.dtypes import F32, F64
 from rogue_watchdog.weights.finite import SUM_COLUMNS, any_nonfinite, scan_values

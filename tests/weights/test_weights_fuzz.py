@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from rogue_watchdog.weights import Status
 from rogue_watchdog.weights.api import verify_file
 from rogue_watchdog.weights.report import FileReport

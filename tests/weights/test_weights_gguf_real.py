@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import quants
+
 from rogue_watchdog.weights import verify
 from rogue_watchdog.weights.gguf import GGML_TYPES
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+
 from rogue_watchdog.weights import Status, verify
 from rogue_watchdog.weights.api import verify_file
 from rogue_watchdog.weights.scan import ScanContext

@@ -11,9 +11,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from rogue_watchdog.weights import verify
 from safetensors.numpy import save_file
 
+from rogue_watchdog.weights import verify
 from tests.conftest import run_cli
 
 # numpy dtype -> the safetensors dtype name the writer records

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from rogue_watchdog.weights import regular
 from rogue_watchdog.weights.regular import NotRegularError, open_regular
-
 from tests.conftest import run_cli
 
 from .builders import st_array, write_safetensors

@@ -13,10 +13,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from rogue_watchdog.weights import Status, verify
 from rogue_watchdog.weights.errors import NotVerifiedError
 from rogue_watchdog.weights.torchzip import load_restricted
-
 from tests.conftest import run_cli
 
 FIX = Path(__file__).resolve().parent / "fixtures"

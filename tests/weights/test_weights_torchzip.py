@@ -10,6 +10,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+
 from rogue_watchdog.weights import Status, verify
 from rogue_watchdog.weights.errors import NotVerifiedError
 from rogue_watchdog.weights.torchzip import load_restricted

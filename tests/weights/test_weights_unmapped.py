@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
+
 from rogue_watchdog.weights.api import verify_file
 from rogue_watchdog.weights.scan import ScanContext
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rogue_watchdog.weights import verify
 
+from rogue_watchdog.weights import verify
 from tests.conftest import nobody_python, run_cli
 
 from .builders import ordered_dict, pickle_bytes, st_array, tensor, write_safetensors
