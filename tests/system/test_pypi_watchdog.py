@@ -56,8 +56,8 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for name in ("pyproject.toml", "README.md", "watchdog", "man"):
         copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy2
         copy(REPO / name, src / name)
-    _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", d, src)  # fmt: skip
+    # Built as pip builds it for a user (isolated: pyproject's build requirements).
+    _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", d, src)
     got = _run(sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary",
                ":all:", "-d", d, "watchdog", check=False)  # fmt: skip
     need(got.returncode == 0, f"pip download watchdog failed (no index?): {got.stderr[-500:]}")
