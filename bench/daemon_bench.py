@@ -66,8 +66,8 @@ def status_kib(field: str) -> int:
 
 
 def make_daemon(variant: str, tmp: Path, interval_s: float = 5.0) -> Any:
-    from watchdog.config import parse_config
-    from watchdog.daemon.loop import Daemon
+    from rogue_watchdog.config import parse_config
+    from rogue_watchdog.daemon.loop import Daemon
 
     cfg = parse_config(
         VARIANTS[variant] + "daemon:\n"
@@ -115,7 +115,7 @@ class Stages:
 
 def instrument(d: Any) -> Stages:
     """Time the parts of a tick: the scan's stages, tracking, the rest of the tick."""
-    import watchdog.scan as scan_mod
+    import rogue_watchdog.scan as scan_mod
 
     st = Stages()
     sc = d.scanner
@@ -139,7 +139,7 @@ def child(
     restat_every: int | None = None,
 ) -> dict[str, Any]:
     """One daemon, ``ticks`` ticks ``interval_s`` apart; returns the measurements."""
-    from watchdog.cli.daemon import configure_logging
+    from rogue_watchdog.cli.daemon import configure_logging
 
     # The daemon's own JSON logging (its cost counts), discarded: stdout carries the
     # result, and on a shared host other people's test jobs would flood the report.

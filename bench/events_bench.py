@@ -95,7 +95,7 @@ class Daemon:
         self.stdout = self.root / "stdout"
         with self.stdout.open("wb") as fh:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
+                [sys.executable, "-m", "rogue_watchdog", "run", "--config", str(config)],
                 stdin=subprocess.DEVNULL,
                 stdout=fh,
                 stderr=subprocess.STDOUT,
@@ -110,7 +110,7 @@ class Daemon:
 
     def status(self) -> dict[str, Any] | None:
         res = subprocess.run(
-            [sys.executable, "-m", "watchdog", "status", "--json", "--socket",
+            [sys.executable, "-m", "rogue_watchdog", "status", "--json", "--socket",
              str(self.root / "status.sock")],
             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
             check=False,

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     log = open(box / "daemon.log", "wb")  # noqa: SIM115 (closed in finally)
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
+        [sys.executable, "-m", "rogue_watchdog", "run", "--config", str(config)],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     pipeline = subprocess.Popen(

@@ -45,17 +45,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from watchdog.actions.effects import Effects  # noqa: E402
-from watchdog.actions.enforcer import Enforcer  # noqa: E402
-from watchdog.actions.gpudeny import (  # noqa: E402
+from rogue_watchdog.actions.effects import Effects  # noqa: E402
+from rogue_watchdog.actions.enforcer import Enforcer  # noqa: E402
+from rogue_watchdog.actions.gpudeny import (  # noqa: E402
     denial_cgroups,
     denial_programs,
     device_rules,
     find_controller,
     lift,
 )
-from watchdog.config import parse_config  # noqa: E402
-from watchdog.daemon.loop import Daemon  # noqa: E402
+from rogue_watchdog.config import parse_config  # noqa: E402
+from rogue_watchdog.daemon.loop import Daemon  # noqa: E402
 
 DEVICES = ("/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/nvidia-uvm")
 # go1: cuInit here, and in a child forked now; go2: cuInit in a child forked now.

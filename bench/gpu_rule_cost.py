@@ -2,7 +2,7 @@
 
 Per round, in a child cgroup of this benchmark's own: v1 ``mkdir`` + one ``devices.deny``
 write + ``rmdir`` (in the host's v1 ``devices`` hierarchy, when it has one) and v2
-``mkdir`` + :func:`watchdog.actions.devprog.attach` (load, the check of the programs in
+``mkdir`` + :func:`rogue_watchdog.actions.devprog.attach` (load, the check of the programs in
 force before and after, attach) + ``detach`` + ``rmdir`` (on a cgroup2 mount of its own
 in a private mount namespace: it runs itself again under ``unshare -m``). No process is
 moved. Prints p50/p99 in ms of each.
@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from watchdog.actions import devprog  # noqa: E402
+from rogue_watchdog.actions import devprog  # noqa: E402
 
 
 def pcts(ms: list[float]) -> dict[str, float]:

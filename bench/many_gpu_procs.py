@@ -172,9 +172,9 @@ class _Notes:
 
 def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -> dict[str, Any]:
     """In a fresh interpreter: the daemon, ticked before, during and after."""
-    from watchdog.config import parse_config
-    from watchdog.daemon.assemble import attach_parts
-    from watchdog.daemon.loop import Daemon
+    from rogue_watchdog.config import parse_config
+    from rogue_watchdog.daemon.assemble import attach_parts
+    from rogue_watchdog.daemon.loop import Daemon
 
     nvml_dir = sandbox / "nvml"
     conf = nvml_dir / "fake_nvml.conf"
@@ -331,7 +331,7 @@ def child(sandbox: Path, procs: int, case: str, ticks: int, interval_s: float) -
         gc.collect()
         out["rss_after_gc_mib"] = rss_kib() / 1024
         sys._debugmallocstats()
-        from watchdog.model import Proc
+        from rogue_watchdog.model import Proc
 
         dead = [o for o in gc.get_objects() if isinstance(o, Proc) and o.pid in gone]
         out["dead_procs_alive"] = len(dead)
@@ -396,7 +396,9 @@ def measure(
         from tests.fakenvml.build import build_library  # this checkout's: 65,536 processes
 
         build_library(sandbox / "nvml")
-        env = dict(os.environ, PYTHONPATH=str(code))
+        from codepath import import_path  # bench/ is sys.path[0]
+
+        env = dict(os.environ, PYTHONPATH=import_path(code))
         done = subprocess.run(
             [sys.executable, __file__, "--code", str(code), "--child", str(sandbox), str(procs),
              case, str(ticks), str(interval_s)],
@@ -417,7 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        sys.path[:0] = [args.code]
+        from codepath import import_path  # bench/ is sys.path[0]
+
+        sys.path[:0] = import_path(Path(args.code)).split(os.pathsep)
         sandbox, procs, case, ticks, interval = args.child
         res = child(Path(sandbox), int(procs), case, int(ticks), float(interval))
         print(json.dumps(res))

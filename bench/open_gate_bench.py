@@ -29,10 +29,10 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
 
-from watchdog.config.ship_gates import DEFAULT_PATTERNS  # noqa: E402
-from watchdog.weights.api import verify_file  # noqa: E402
-from watchdog.weights.opengate import OpenGate  # noqa: E402
-from watchdog.weights.scan import ScanContext  # noqa: E402
+from rogue_watchdog.config.ship_gates import DEFAULT_PATTERNS  # noqa: E402
+from rogue_watchdog.weights.api import verify_file  # noqa: E402
+from rogue_watchdog.weights.opengate import OpenGate  # noqa: E402
+from rogue_watchdog.weights.scan import ScanContext  # noqa: E402
 
 _CHILD = """
 import os, sys, time, json

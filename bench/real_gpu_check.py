@@ -1,7 +1,7 @@
 """Manual check on a host with a real NVIDIA GPU (not part of CI: CI has no GPU).
 
 Starts a real CUDA process (PyTorch) as a given user that allocates a known amount of
-GPU memory, runs ``python -m watchdog scan --json`` as root, and compares what the scan
+GPU memory, runs ``python -m rogue_watchdog scan --json`` as root, and compares what the scan
 reports for that process (PID, user, GPU memory) with the process itself and with
 ``nvidia-smi --query-compute-apps``. Prints one line per check and exits 1 on a mismatch.
 
@@ -46,7 +46,7 @@ def daemon_checks(
         f"alerts: {{sinks: [{{type: log, path: '{work}/alerts.log'}}]}}\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "watchdog", "run", "--config", str(cfg)],
+        [sys.executable, "-m", "rogue_watchdog", "run", "--config", str(cfg)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -55,7 +55,7 @@ def daemon_checks(
     try:
         time.sleep(4)
         done = subprocess.run(
-            [sys.executable, "-m", "watchdog", "status", "--json", "--socket", str(sock)],
+            [sys.executable, "-m", "rogue_watchdog", "status", "--json", "--socket", str(sock)],
             capture_output=True,
             text=True,
             env=env,
@@ -125,7 +125,7 @@ def main() -> int:
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         t0 = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "watchdog", "scan", "--json", "--config", str(cfg)],
+            [sys.executable, "-m", "rogue_watchdog", "scan", "--json", "--config", str(cfg)],
             capture_output=True,
             text=True,
             env=env,

@@ -1,5 +1,5 @@
 """Benchmark: a catastrophic configured regex against a hostile command line, RE2 (what the
-product uses, :class:`watchdog.config.base.Regex`) beside Python's ``re`` (what it used).
+product uses, :class:`rogue_watchdog.config.base.Regex`) beside Python's ``re`` (what it used).
 
 The pattern is ``(a+)+$``, the case of docs/config.md; the command line is
 ``python3 train.py`` followed by N ``a`` and a ``!``, which any user can start. Python's
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from watchdog.config.base import Regex
+from rogue_watchdog.config.base import Regex
 
 PATTERN = "(a+)+$"
 _CHILD = (

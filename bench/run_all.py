@@ -40,8 +40,9 @@ Rows:
   page cache) whole process vs ``cat FILE > /dev/null``.
 
 The watchdog under test is the checkout this script sits in (``--code DIR`` names another,
-e.g. an older commit unpacked with ``git archive``): every watchdog child gets
-``PYTHONPATH=DIR`` (the venv's editable install may point elsewhere), and
+e.g. an older commit unpacked with ``git archive``): every watchdog child imports
+``rogue_watchdog`` from DIR (bench/codepath.py: the venv's editable install may point
+elsewhere), and
 ``PYTHONDONTWRITEBYTECODE`` is dropped so start-up is that of an installed package.
 
 Usage (root: the proc connector and every process's /proc)::
@@ -606,7 +607,9 @@ def reap(pids: Sequence[int]) -> None:
 
 def child_json(ctx: Ctx, *argv: str) -> dict[str, Any]:
     """Run this script as a child (``--child ...``) against ``--code``; its JSON answer."""
-    env = dict(ctx.env, PYTHONPATH=f"{ctx.code}{os.pathsep}{REPO}")
+    from codepath import import_path  # bench/ is sys.path[0]
+
+    env = dict(ctx.env, PYTHONPATH=f"{import_path(ctx.code)}{os.pathsep}{REPO}")
     done = subprocess.run(
         [sys.executable, __file__, "--code", str(ctx.code), "--child", *argv],
         stdout=subprocess.PIPE, text=True, env=env, check=True,
@@ -688,8 +691,8 @@ def child_scan(config: str, rounds: int, wait_s: float) -> dict[str, Any]:
     taking turns with ``ps``."""
     import resource
 
-    from watchdog.config import load_config
-    from watchdog.scan import Scanner
+    from rogue_watchdog.config import load_config
+    from rogue_watchdog.scan import Scanner
 
     def cpu() -> float:
         r = resource.getrusage(resource.RUSAGE_SELF)
@@ -809,8 +812,8 @@ def child_weights(path: Path, dtype: str, size: int, rounds: int) -> dict[str, A
 
     from weights_bench import make_safetensors, read_only_pass, safetensors_isfinite, torch_isfinite
 
-    from watchdog.weights import verify
-    from watchdog.weights.scan import ScanContext
+    from rogue_watchdog.weights import verify
+    from rogue_watchdog.weights.scan import ScanContext
 
     make_safetensors(path, size, dtype)
     with path.open("rb+") as fh:
@@ -900,7 +903,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        sys.path[:0] = [args.code, str(BENCH)]
+        from codepath import import_path  # bench/ is sys.path[0]
+
+        sys.path[:0] = [*import_path(Path(args.code)).split(os.pathsep), str(BENCH)]
         kind, *rest = args.child
         if kind == "scan":
             res = child_scan(rest[0], int(rest[1]), float(rest[2]))
@@ -920,7 +925,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if exe is None:
         raise SystemExit("rogue-watchdog is not installed next to this Python")
     code = Path(args.code).resolve()
-    env = dict(os.environ, PYTHONPATH=str(code))
+    from codepath import import_path  # bench/ is sys.path[0]
+
+    env = dict(os.environ, PYTHONPATH=import_path(code))
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # start-up as installed: bytecode cached
     started = time.monotonic()
     sandbox = Path(tempfile.mkdtemp(prefix="rw-run-all-"))

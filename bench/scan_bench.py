@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil
 from sleepers import sleepers  # bench/ is sys.path[0] for this script
 
-from watchdog.config import Config
-from watchdog.scan import Scanner
+from rogue_watchdog.config import Config
+from rogue_watchdog.scan import Scanner
 
 
 def cpu_self() -> float:

@@ -1,8 +1,8 @@
 """Benchmark: the state database over a simulated month of churn, with and without
 retention.
 
-Drives the real :class:`~watchdog.daemon.tracker.Tracker` and
-:class:`~watchdog.state.StateDB` (temp state dir) with synthetic jobs: a few
+Drives the real :class:`~rogue_watchdog.daemon.tracker.Tracker` and
+:class:`~rogue_watchdog.state.StateDB` (temp state dir) with synthetic jobs: a few
 long-lived rogue jobs that stay all month, and a stream of short rogue jobs (each its own
 command line, so each a new job signature and a new finding) that live one to three ticks.
 Every tick spools open/resolve alerts for two sinks; a stand-in for the delivery worker
@@ -38,12 +38,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from watchdog.config.alerts import AlertSettings, SinkSettings
-from watchdog.daemon.metrics import spool_counts
-from watchdog.daemon.tracker import Tracker
-from watchdog.model import Job, Origin
-from watchdog.policy.findings import job_findings
-from watchdog.state import StateDB
+from rogue_watchdog.config.alerts import AlertSettings, SinkSettings
+from rogue_watchdog.daemon.metrics import spool_counts
+from rogue_watchdog.daemon.tracker import Tracker
+from rogue_watchdog.model import Job, Origin
+from rogue_watchdog.policy.findings import job_findings
+from rogue_watchdog.state import StateDB
 
 SINKS = ("hook", "slack")
 PRUNE_EVERY_S = 300.0

@@ -1,4 +1,4 @@
-"""Benchmark of ``watchdog.weights.verify`` on large F16, BF16 and F32 safetensors files.
+"""Benchmark of ``rogue_watchdog.weights.verify`` on large F16, BF16 and F32 safetensors files.
 
 Everything is measured side by side in one run, on a warm page cache, best of
 ``--repeat`` interleaved runs, per dtype:
@@ -44,8 +44,8 @@ REPO = Path(__file__).resolve().parents[1]
 if not any((Path(entry or ".") / "watchdog" / "__init__.py").is_file() for entry in sys.path):
     sys.path.insert(0, str(REPO))
 
-from watchdog.weights import verify  # noqa: E402
-from watchdog.weights.scan import CHUNK_BYTES, ScanContext  # noqa: E402
+from rogue_watchdog.weights import verify  # noqa: E402
+from rogue_watchdog.weights.scan import CHUNK_BYTES, ScanContext  # noqa: E402
 
 TENSOR_BYTES = 64 << 20
 #: Bits per element and the first non-finite magnitude of each benchmarked dtype.
@@ -165,7 +165,7 @@ def bench_dtype(path: Path, repeat: int) -> dict[str, object]:
     ctx = ScanContext.default()  # the pool verify() uses, kept for the yardstick
     threads = getattr(ctx.executor, "_max_workers", 1)
     pool = ctx.executor if isinstance(ctx.executor, ThreadPoolExecutor) else None
-    cli = [sys.executable, "-m", "watchdog", "verify-weights", "--no-progress", str(path)]
+    cli = [sys.executable, "-m", "rogue_watchdog", "verify-weights", "--no-progress", str(path)]
     try:
         t = interleaved(
             {
@@ -249,7 +249,7 @@ def peak_rss_mib(path: Path) -> tuple[float, int]:
     """
     code = (
         "import sys; sys.path.insert(0, sys.argv[2]);"
-        "from watchdog.weights import verify; r = verify(sys.argv[1]);"
+        "from rogue_watchdog.weights import verify; r = verify(sys.argv[1]);"
         "hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM')][0];"
         "print(r.exit_code, hwm.split()[1])"
     )

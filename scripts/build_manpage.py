@@ -21,8 +21,8 @@ def render() -> str:
     """The man page text (roff), reproducible: dated by the version, not the clock."""
     from argparse_manpage.manpage import Manpage
 
-    from watchdog import __version__
-    from watchdog.cli import build_parser
+    from rogue_watchdog import __version__
+    from rogue_watchdog.cli import build_parser
 
     parser = build_parser()
     page = Manpage(
@@ -74,7 +74,7 @@ def _exit_status(parser: argparse.ArgumentParser) -> str:
 
 
 def _environment() -> str:
-    from watchdog.daemon.notify import ENV_KEYS
+    from rogue_watchdog.daemon.notify import ENV_KEYS
 
     entries = [
         (
@@ -96,9 +96,9 @@ def _environment() -> str:
 
 
 def _files() -> str:
-    from watchdog.cli.common import DEFAULT_CONFIG
-    from watchdog.config.daemon import DaemonSettings
-    from watchdog.hostpaths import DEFAULT_SOCKET
+    from rogue_watchdog.cli.common import DEFAULT_CONFIG
+    from rogue_watchdog.config.daemon import DaemonSettings
+    from rogue_watchdog.hostpaths import DEFAULT_SOCKET
 
     config_dir = str(Path(DEFAULT_CONFIG).parent)
     state_dir = DaemonSettings().state_dir
@@ -161,7 +161,7 @@ def _subcommands(
 
 
 def _exit_codes(epilog: str) -> list[tuple[str, str]]:
-    """The ``(code, meaning)`` lines under ``exit codes:`` (watchdog.cli.help's layout)."""
+    """The ``(code, meaning)`` lines under ``exit codes:`` (rogue_watchdog.cli.help's layout)."""
     lines = epilog.splitlines()
     if "exit codes:" not in lines:
         return []

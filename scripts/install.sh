@@ -66,8 +66,8 @@ instance_state_dir() {
   [ -x "$py" ] || return 0
   "$py" - "$CONFIG" <<'PY' 2>/dev/null || true
 import os, sys
-from watchdog.config import Config, load_config
-from watchdog.daemon.ipc import StatusError, query_status
+from rogue_watchdog.config import Config, load_config
+from rogue_watchdog.daemon.ipc import StatusError, query_status
 config = load_config(sys.argv[1]) if os.path.exists(sys.argv[1]) else Config()
 try:
     doc = query_status(config.daemon.socket, timeout_s=2.0)

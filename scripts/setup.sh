@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Creates .venv (the product's own virtual environment: PyPI's `watchdog` shares the import
-# name) and installs rogue-watchdog into it. With --test, also the test tools, the system
-# packages the system tests drive and the build dependencies of debian/control
-# (scripts/setup-packages.sh --test), and the llama-cpp-python sdist, whose vendored ggml
-# the weights tests compile into llama.cpp's C GGUF reader.
+# Creates .venv (the product's own virtual environment, for its pinned dependencies) and
+# installs rogue-watchdog into it: editable with --test (the folder watchdog/ imported as
+# rogue_watchdog through setuptools' editable finder, docs/dependencies.md). With --test,
+# also the test tools, the system packages the system tests drive and the build
+# dependencies of debian/control (scripts/setup-packages.sh --test), and the
+# llama-cpp-python sdist, whose vendored ggml the weights tests compile into llama.cpp's C
+# GGUF reader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -11,7 +11,7 @@ export ROGUE_WATCHDOG_REQUIRE_SYSTEM=${ROGUE_WATCHDOG_REQUIRE_SYSTEM:-$([ "$(id 
 .venv/bin/mypy
 # Layers point one way (.importlinter): sources → lineage → policy → scan → actions/daemon → cli.
 .venv/bin/lint-imports --no-cache
-.venv/bin/python -m watchdog --help >/dev/null
+.venv/bin/python -m rogue_watchdog --help >/dev/null
 PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider)
 if [ "$#" -gt 0 ]; then
   exec "${PYTEST[@]}" "$@"

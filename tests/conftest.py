@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 REQUIRE_SYSTEM = os.environ.get("ROGUE_WATCHDOG_REQUIRE_SYSTEM") == "1"
 # Commands run without --config look for a running daemon wherever its socket is
-# (watchdog.cli.common.find_daemon): on a host where other suites run daemons of their
+# (rogue_watchdog.cli.common.find_daemon): on a host where other suites run daemons of their
 # own, a test's command would find one of theirs. Pinned to a socket nobody listens on;
 # tests of that discovery unset it.
 os.environ["ROGUE_WATCHDOG_SOCKET"] = "/nonexistent/rogue-watchdog-tests/status.sock"
@@ -128,10 +128,10 @@ class Spawned:
         return p
 
     def daemon(self, config: Path, log: Path) -> subprocess.Popen[bytes]:
-        """``python -m watchdog run --config CONFIG`` of this checkout, output to ``log``."""
+        """``python -m rogue_watchdog run --config CONFIG`` of this checkout, output to ``log``."""
         with open(log, "wb") as fh:
             return self.start(
-                [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
+                [sys.executable, "-m", "rogue_watchdog", "run", "--config", str(config)],
                 env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=fh, stderr=subprocess.STDOUT,
             )  # fmt: skip
 
@@ -186,12 +186,12 @@ def poll(what: str, probe: Callable[[], T | None], timeout_s: float, interval_s:
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m watchdog ARGS`` in a subprocess, as a user would."""
+    """Run ``python -m rogue_watchdog ARGS`` in a subprocess, as a user would."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
     return subprocess.run(
-        [sys.executable, "-m", "watchdog", *args],
+        [sys.executable, "-m", "rogue_watchdog", *args],
         capture_output=True,
         text=True,
         errors="surrogateescape",  # the host's command lines may hold any bytes
@@ -219,7 +219,9 @@ def nobody_python(*modules: str) -> Iterator[list[str]]:
     venv and (through the venv) its interpreter. So the command runs in a private mount
     namespace (``unshare --mount``: the host's mounts are untouched) where the checkout
     and each site-packages directory are bound onto empty folders of a mode-0755 view
-    under /var/tmp, and ``PYTHONPATH`` names those; the interpreter is the venv's base
+    under /var/tmp, and ``PYTHONPATH`` names those; the checkout's ``watchdog/`` is bound
+    as ``rogue_watchdog`` too (PYTHONPATH does not run the editable install's .pth
+    finder that maps the import name to the folder); the interpreter is the venv's base
     interpreter (``/usr/bin/python3.11`` on Debian), which loads the venv's packages.
     Only the view's mount points are new; every other path, and every permission the
     test is about, is the host's own. Append ``-c CODE`` or ``-m MODULE`` and arguments.
@@ -249,14 +251,17 @@ def nobody_python(*modules: str) -> Iterator[list[str]]:
     view = Path(tempfile.mkdtemp(prefix="rwtest-nobody-", dir="/var/tmp"))
     try:
         view.chmod(0o755)
-        binds: list[str] = []
+        pkg = view / "pkg"
+        pkg.mkdir(mode=0o755)
+        (pkg / "rogue_watchdog").mkdir(mode=0o755)
+        binds: list[str] = [str(REPO / "watchdog"), str(pkg / "rogue_watchdog")]
         targets: list[str] = []
         for i, src in enumerate([*sources, *([base] if relocate else [])]):
             dst = view / str(i)
             dst.mkdir(mode=0o755)
             binds += [src, str(dst)]
             targets.append(str(dst))
-        env = [f"PYTHONPATH={os.pathsep.join(targets[: len(sources)])}"]
+        env = [f"PYTHONPATH={os.pathsep.join([str(pkg), *targets[: len(sources)]])}"]
         if relocate:
             env.append(f"LD_LIBRARY_PATH={targets[-1]}/lib")
             python = targets[-1] + python[len(base) :]
@@ -265,7 +270,7 @@ def nobody_python(*modules: str) -> Iterator[list[str]]:
             "sh", *binds, "--", "env", *env, python,
         ]  # fmt: skip
         probe = subprocess.run(
-            [*argv, "-c", f"import {', '.join(('watchdog', *modules))}"],
+            [*argv, "-c", f"import {', '.join(('rogue_watchdog', *modules))}"],
             capture_output=True, text=True, timeout=60, check=False, cwd="/",
         )  # fmt: skip
         if probe.returncode != 0:

@@ -4,7 +4,7 @@ A test on the real process table sees the whole host: a daemon in terminate mode
 enforcer or a ``terminate_tree`` acts on every rogue-looking process there, another
 engineer's or a system test's throwaway users' included (a root unit-test run once
 SIGTERMed the busy box's ``train_sneaky.py``). So every signal rogue-watchdog sends, and it
-sends them all through :meth:`watchdog.actions.effects.Effects.send_signal`
+sends them all through :meth:`rogue_watchdog.actions.effects.Effects.send_signal`
 (tests/unit/test_own_processes.py checks that this stays the only way), is checked here
 first: :func:`install` replaces that method for the whole session with one that sends
 nothing to a process that is not ours (``PermissionError``, which the product reports
@@ -155,7 +155,7 @@ def refusal(pid: int, sig: int, start_ticks: int | None = None) -> str | None:
 
 def install() -> None:
     """Guard :meth:`Effects.send_signal` for the rest of the session (idempotent)."""
-    from watchdog.actions.effects import Effects
+    from rogue_watchdog.actions.effects import Effects
 
     original: Callable[..., None] = Effects.send_signal
     if getattr(original, "rwtest_guarded", False):

@@ -240,7 +240,7 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 def picture_text(pic: Picture) -> str:
     """Tables for people; every label from the hosts is made printable first."""
-    from watchdog.render import printable
+    from .render import printable
 
     p = printable
     lines = [f"{len(pic.hosts)} hosts in {p(pic.prometheus)}"]

@@ -18,11 +18,11 @@ from typing import Any, ClassVar, Literal, Protocol, get_args
 
 # Re-exported: how outputs spell severities, sizes and finding ids lives in a module the
 # status client can import without this one's dataclasses.
-from watchdog.spelling import REPORTED_SEVERITIES as REPORTED_SEVERITIES
-from watchdog.spelling import SEVERITIES as SEVERITIES
-from watchdog.spelling import Severity as Severity
-from watchdog.spelling import finding_ref as finding_ref
-from watchdog.spelling import fmt_bytes as fmt_bytes
+from .spelling import REPORTED_SEVERITIES as REPORTED_SEVERITIES
+from .spelling import SEVERITIES as SEVERITIES
+from .spelling import Severity as Severity
+from .spelling import finding_ref as finding_ref
+from .spelling import fmt_bytes as fmt_bytes
 
 Verdict = Literal["sanctioned", "rogue", "excess", "ignored"]
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
@@ -1220,6 +1220,10 @@ def load_ref(ref: str) -> Any:
     """The object a ``"module:attribute"`` reference names (registries name what they
     hold this way, so the bottom layer can list what upper layers implement).
 
+    A module written with a leading dot (``".lineage.cron:CronResolver"``) is one of
+    rogue-watchdog's own, found whatever name the package is installed under
+    (``rogue_watchdog``; the source folder is ``watchdog/``).
+
     Raises:
         ValueError: ``ref`` is not written ``module:attribute``.
         ImportError, AttributeError: The module or attribute does not exist.
@@ -1229,7 +1233,8 @@ def load_ref(ref: str) -> Any:
     module, _, attr = ref.partition(":")
     if not module or not attr:
         raise ValueError(f"{ref!r} is not module:attribute")
-    return getattr(importlib.import_module(module), attr)
+    package = __name__.rpartition(".")[0] if module.startswith(".") else None
+    return getattr(importlib.import_module(module, package), attr)
 
 
 @dataclass(frozen=True)
@@ -1339,58 +1344,56 @@ ORIGIN_KINDS = OriginKindRegistry()
 # Slurm job inside a unit is a Slurm job; a cron job living on in cron.service's cgroup
 # is a cron job); systemd last but for orphan, since every process sits in some unit.
 for _entry in (
-    OriginKindEntry("slurm", f"{__name__}:SlurmOrigin", "watchdog.lineage.slurm:SlurmResolver"),
+    OriginKindEntry("slurm", f"{__name__}:SlurmOrigin", ".lineage.slurm:SlurmResolver"),
     OriginKindEntry(
         "kubernetes",
         f"{__name__}:KubernetesOrigin",
-        "watchdog.lineage.kubernetes:KubernetesResolver",
-        restarts="watchdog.lineage.respawn:kubernetes",
+        ".lineage.kubernetes:KubernetesResolver",
+        restarts=".lineage.respawn:kubernetes",
     ),
     OriginKindEntry(
         "container",
         f"{__name__}:ContainerOrigin",
-        "watchdog.lineage.container:ContainerResolver",
-        "watchdog.actions.sources:plan_container",
-        "watchdog.lineage.respawn:container",
+        ".lineage.container:ContainerResolver",
+        ".actions.sources:plan_container",
+        ".lineage.respawn:container",
     ),
     OriginKindEntry(
         "cron",
         f"{__name__}:CronOrigin",
-        "watchdog.lineage.cron:CronResolver",
-        "watchdog.actions.disable:plan_cron",
-        "watchdog.lineage.respawn:cron",
+        ".lineage.cron:CronResolver",
+        ".actions.disable:plan_cron",
+        ".lineage.respawn:cron",
     ),
     OriginKindEntry(
         "at",
         f"{__name__}:AtOrigin",
-        "watchdog.lineage.at:AtResolver",
-        "watchdog.actions.sources:plan_at",
-        "watchdog.lineage.respawn:at",
+        ".lineage.at:AtResolver",
+        ".actions.sources:plan_at",
+        ".lineage.respawn:at",
     ),
     OriginKindEntry(
         "supervisor",
         f"{__name__}:SupervisorOrigin",
-        "watchdog.lineage.supervisor:SupervisorResolver",
-        "watchdog.actions.sources:plan_supervisor",
-        "watchdog.lineage.respawn:supervisor",
+        ".lineage.supervisor:SupervisorResolver",
+        ".actions.sources:plan_supervisor",
+        ".lineage.respawn:supervisor",
     ),
-    OriginKindEntry("shell", f"{__name__}:ShellOrigin", "watchdog.lineage.shell:ShellResolver"),
+    OriginKindEntry("shell", f"{__name__}:ShellOrigin", ".lineage.shell:ShellResolver"),
     OriginKindEntry(
         "systemd",
         f"{__name__}:SystemdOrigin",
-        "watchdog.lineage.systemd:SystemdResolver",
-        "watchdog.actions.disable:plan_systemd",
-        "watchdog.lineage.respawn:systemd",
+        ".lineage.systemd:SystemdResolver",
+        ".actions.disable:plan_systemd",
+        ".lineage.respawn:systemd",
     ),
     OriginKindEntry(
         "orphan",
         f"{__name__}:OrphanOrigin",
-        "watchdog.lineage.orphan:OrphanResolver",
-        "watchdog.actions.disable:plan_quarantine",
+        ".lineage.orphan:OrphanResolver",
+        ".actions.disable:plan_quarantine",
     ),
-    OriginKindEntry(
-        "unknown", f"{__name__}:Origin", None, "watchdog.actions.disable:plan_quarantine"
-    ),
+    OriginKindEntry("unknown", f"{__name__}:Origin", None, ".actions.disable:plan_quarantine"),
 ):
     ORIGIN_KINDS.register(_entry)
 

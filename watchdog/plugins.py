@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from watchdog.model import Finding, ScanResult
-from watchdog.records import FindingRecord
+from .model import Finding, ScanResult
+from .records import FindingRecord
 
 
 class FindingSource(Protocol):

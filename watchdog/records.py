@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.model import UnreadableRecord
+from .model import UnreadableRecord
 
 
 @dataclass(frozen=True)

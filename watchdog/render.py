@@ -12,11 +12,11 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from watchdog.hosttext import command_text
-from watchdog.spelling import fmt_bytes
+from .hosttext import command_text
+from .spelling import fmt_bytes
 
 if TYPE_CHECKING:
-    from watchdog.model import Finding, GpuHeld, GpuInfo, Job, ScanResult
+    from .model import Finding, GpuHeld, GpuInfo, Job, ScanResult
 
 SCHEMA_VERSION = 1
 

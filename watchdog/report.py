@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from watchdog.hosttext import command_text, safe_text
-from watchdog.model import GpuInfo, Origin
-from watchdog.render import fit
-from watchdog.state import ActionRecord, FindingRecord, RunRecord
+from .hosttext import command_text, safe_text
+from .model import GpuInfo, Origin
+from .render import fit
+from .state import ActionRecord, FindingRecord, RunRecord
 
 WIDTH = 80
 #: Most characters of a command in a per-origin row's name (longer ones shorten their

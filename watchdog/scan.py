@@ -15,13 +15,13 @@ from collections.abc import Mapping, Sequence, Set
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from watchdog.config import Config
-from watchdog.hosttext import command_text
-from watchdog.lineage import default_resolvers
-from watchdog.lineage.at import with_live_queue
-from watchdog.lineage.base import OriginResolver, ResolveContext
-from watchdog.lineage.cron import entry_state, with_entry_state
-from watchdog.model import (
+from .config import Config
+from .hosttext import command_text
+from .lineage import default_resolvers
+from .lineage.at import with_live_queue
+from .lineage.base import OriginResolver, ResolveContext
+from .lineage.cron import entry_state, with_entry_state
+from .model import (
     NOT_LIVE,
     UNKNOWN_ORIGIN,
     AtOrigin,
@@ -35,8 +35,8 @@ from watchdog.model import (
     SupervisorOrigin,
     TargetGuard,
 )
-from watchdog.policy.allowlist import judge, not_sanctioned_now
-from watchdog.policy.findings import (
+from .policy.allowlist import judge, not_sanctioned_now
+from .policy.findings import (
     gpu_visibility_findings,
     job_findings,
     missing_gpu_processes,
@@ -44,26 +44,26 @@ from watchdog.policy.findings import (
     unexplained_memory_findings,
     zombie_findings,
 )
-from watchdog.policy.guard import Protection, protection, with_advice
-from watchdog.policy.jobs import (
+from .policy.guard import Protection, protection, with_advice
+from .policy.jobs import (
     LauncherCache,
     TrainingEvidence,
     collect_training,
     group_jobs,
     ignored_pids,
 )
-from watchdog.policy.nvml import DISABLED, GpuView, gpu_view
-from watchdog.policy.services import service_findings, service_scope
-from watchdog.policy.workload import WorkloadFacts, with_classes
-from watchdog.sources.devfd import DeviceFdSource
-from watchdog.sources.gpulibs import GpuLibraryCache
-from watchdog.sources.procevents import EventBatch
-from watchdog.sources.procfs import ProcessTable, boot_id, pid_namespaces, read_identity
-from watchdog.sources.sockets import ListenScan, scan_listening
-from watchdog.state import read_sanctioned_procs
+from .policy.nvml import DISABLED, GpuView, gpu_view
+from .policy.services import service_findings, service_scope
+from .policy.workload import WorkloadFacts, with_classes
+from .sources.devfd import DeviceFdSource
+from .sources.gpulibs import GpuLibraryCache
+from .sources.procevents import EventBatch
+from .sources.procfs import ProcessTable, boot_id, pid_namespaces, read_identity
+from .sources.sockets import ListenScan, scan_listening
+from .state import read_sanctioned_procs
 
 if TYPE_CHECKING:  # pynvml is imported only when NVML is used
-    from watchdog.sources.nvml_records import NvmlSnapshot
+    from .sources.nvml_records import NvmlSnapshot
 
 # How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
 # are re-read after this; `next_run` may lag by as much).
@@ -280,7 +280,7 @@ class Scanner:
         self.devfd = DeviceFdSource(config.training.device_glob, fd_sweep_interval_s)
         self.resolvers = list(resolvers) if resolvers is not None else default_resolvers()
         if gpu_source is None and config.nvml.enabled:
-            from watchdog.sources.nvml import NvmlSource
+            from .sources.nvml import NvmlSource
 
             gpu_source = NvmlSource(config.nvml.library, config.nvml.call_timeout_s)
         self.gpu_source = gpu_source

@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 _SNAPSHOT_CODE = """
 import json, sys
-from watchdog.policy.nvml import nvml_snapshot_json
-from watchdog.sources.nvml import NvmlSource
+from rogue_watchdog.policy.nvml import nvml_snapshot_json
+from rogue_watchdog.sources.nvml import NvmlSource
 lib, pid_max, rounds = sys.argv[1] or None, int(sys.argv[2]), int(sys.argv[3])
 source = NvmlSource(lib)
 snaps = [nvml_snapshot_json(source.snapshot(pid_max)) for _ in range(rounds)]

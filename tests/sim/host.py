@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rogue_watchdog.actions.effects import RecordingEffects
+from rogue_watchdog.command import CommandResult
 from tests.fakenvml.build import write_config
-from watchdog.actions.effects import RecordingEffects
-from watchdog.command import CommandResult
 
 CLK = os.sysconf("SC_CLK_TCK")
 BOOT = 1_800_000_000.0  # the simulated host's boot time (btime)

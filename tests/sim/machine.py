@@ -1,5 +1,5 @@
 """The lifecycle simulator: a hypothesis ``RuleBasedStateMachine`` that drives the real
-:class:`~watchdog.scan.Scanner`, :meth:`~watchdog.daemon.loop.Daemon.tick` and the
+:class:`~rogue_watchdog.scan.Scanner`, :meth:`~rogue_watchdog.daemon.loop.Daemon.tick` and the
 enforcer over a simulated host (:mod:`tests.sim.host`), and checks after every tick that
 rogue-watchdog is never wrong in the dangerous direction:
 
@@ -89,20 +89,18 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from tests.fakenvml.build import CONFIG_NAME, build_library
-from tests.sim.host import GIB, PIPELINE_SCRIPT, PY, SimContainer, SimEffects, SimHost
-from watchdog import faults
-from watchdog.actions import sources as disable_sources
-from watchdog.actions.enforcer import Enforcer
-from watchdog.actions.guards import LiveProc
-from watchdog.actions.remedy import Remedy, target_from_job
-from watchdog.actions.runner import InlineRunner
-from watchdog.actions.terminate import plan_tree
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.sanctionedfile import sanctioned_path
-from watchdog.daemon.tracking.periodic import RETURN_WINDOW_S
-from watchdog.model import (
+from rogue_watchdog import faults
+from rogue_watchdog.actions import sources as disable_sources
+from rogue_watchdog.actions.enforcer import Enforcer
+from rogue_watchdog.actions.guards import LiveProc
+from rogue_watchdog.actions.remedy import Remedy, target_from_job
+from rogue_watchdog.actions.runner import InlineRunner
+from rogue_watchdog.actions.terminate import plan_tree
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.sanctionedfile import sanctioned_path
+from rogue_watchdog.daemon.tracking.periodic import RETURN_WINDOW_S
+from rogue_watchdog.model import (
     AtOrigin,
     ContainerOrigin,
     CronOrigin,
@@ -110,8 +108,10 @@ from watchdog.model import (
     SupervisorOrigin,
     SystemdOrigin,
 )
-from watchdog.policy.signature import job_signature
-from watchdog.scan import Scanner
+from rogue_watchdog.policy.signature import job_signature
+from rogue_watchdog.scan import Scanner
+from tests.fakenvml.build import CONFIG_NAME, build_library
+from tests.sim.host import GIB, PIPELINE_SCRIPT, PY, SimContainer, SimEffects, SimHost
 
 JOB_KINDS = ("rogue-job", "excess-instances")
 REMINDER_AFTER_S = 60.0

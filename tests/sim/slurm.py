@@ -3,7 +3,7 @@ Epilog, and the job-end sweep (``health-check``) with the daemon's per-tick keep
 
 :class:`SlurmSimHost` is a node written as files: a procfs tree (``stat``, ``cmdline``,
 ``status``, ``cgroup``, ``environ``, ``exe``, ``fd``) for the real
-:class:`~watchdog.sources.procfs.ProcessTable`, a stand-in GPU device file, and a Slurm
+:class:`~rogue_watchdog.sources.procfs.ProcessTable`, a stand-in GPU device file, and a Slurm
 CLI double (:meth:`SlurmSimHost.run`: ``squeue --json``, ``scontrol show job``,
 ``sinfo``, ``scontrol update``) answering from the model, or timing out, missing, or
 answering with errors as an unreachable controller does. Jobs run under proctrack
@@ -14,8 +14,8 @@ new session, with its environment or an empty one), or be protected
 (``enforcement.protect``). The daemon's record of what runs below slurmstepd is kept as
 ``Daemon._record_slurm_members`` keeps it.
 
-:class:`SlurmMachine` drives the real :func:`~watchdog.actions.slurmsweep.sweep` and
-:class:`~watchdog.actions.slurmrecord.SweepDrainKeeper` over it with hypothesis and checks,
+:class:`SlurmMachine` drives the real :func:`~rogue_watchdog.actions.slurmsweep.sweep` and
+:class:`~rogue_watchdog.actions.slurmrecord.SweepDrainKeeper` over it with hypothesis and checks,
 after every step:
 
 - S1 no signal to a process of a job not confirmed ended: every signal the product sends
@@ -50,14 +50,14 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from rogue_watchdog.actions.effects import RecordingEffects
+from rogue_watchdog.actions.slurmrecord import SweepDrainKeeper, record_path
+from rogue_watchdog.actions.slurmsweep import SweepJournal, SweepReport, sweep
+from rogue_watchdog.command import CommandResult
+from rogue_watchdog.config import Config, parse_config
+from rogue_watchdog.sources.procfs import ProcessTable
+from rogue_watchdog.state import StateDB
 from tests.sim.host import names_signal, unrecorded
-from watchdog.actions.effects import RecordingEffects
-from watchdog.actions.slurmrecord import SweepDrainKeeper, record_path
-from watchdog.actions.slurmsweep import SweepJournal, SweepReport, sweep
-from watchdog.command import CommandResult
-from watchdog.config import Config, parse_config
-from watchdog.sources.procfs import ProcessTable
-from watchdog.state import StateDB
 
 FIRST_PID = 4_100_000
 NODE = "simnode"

@@ -639,7 +639,7 @@ class BusyBox:
             env = dict(os.environ, PYTHONPATH=str(REPO))
             with log.open("wb") as fh:
                 self.daemons[name] = self._popen(
-                    [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
+                    [sys.executable, "-m", "rogue_watchdog", "run", "--config", str(config)],
                     stdout=fh, stderr=subprocess.STDOUT, env=env,
                 )  # fmt: skip
         for name in self.configs:
@@ -759,7 +759,7 @@ class BusyBox:
         out.lost = lost
         learn = self.configs["learning"]
         done = subprocess.run(
-            [sys.executable, "-m", "watchdog", "allowlist", "suggest", "--config", str(learn),
+            [sys.executable, "-m", "rogue_watchdog", "allowlist", "suggest", "--config", str(learn),
              "--since", "1h"],
             capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)),
         )  # fmt: skip

@@ -24,14 +24,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from watchdog.actions import devprog
-from watchdog.actions.enforcer import Enforcer
-from watchdog.actions.gpudeny import DENY_PREFIX, devices_cgroup
-from watchdog.actions.guards import read_live
-from watchdog.cli.scan import gpu_open_lines
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.status import build_status
+from rogue_watchdog.actions import devprog
+from rogue_watchdog.actions.enforcer import Enforcer
+from rogue_watchdog.actions.gpudeny import DENY_PREFIX, devices_cgroup
+from rogue_watchdog.actions.guards import read_live
+from rogue_watchdog.cli.scan import gpu_open_lines
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.status import build_status
 
 # Serves numbered requests (a file whose text says what to do) until its parent is gone.
 OPENER = """
@@ -213,7 +213,7 @@ def scenario(
     # Undo (the CLI, as a person runs it) of the rogue's denial.
     undo_id = by_pid[o["rogue"].pid].id
     run = subprocess.run(
-        [sys.executable, "-m", "watchdog", "undo", str(undo_id), "--config", str(config)],
+        [sys.executable, "-m", "rogue_watchdog", "undo", str(undo_id), "--config", str(config)],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     out["undo_rc"] = run.returncode

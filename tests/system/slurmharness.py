@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import need, need_program, need_root
-from watchdog.sources.procfs import ProcessTable
 
 PYTHON = "/usr/bin/python3"
 TRAINER = "import sys, time\ntime.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 600)\n"

@@ -1,7 +1,7 @@
 """kill -9 of the real daemon at each step of a terminate and of a quarantine (issue 32,
 case 4 and build item 8).
 
-The daemon runs as ``python -m watchdog run`` with the fake NVML library listing the
+The daemon runs as ``python -m rogue_watchdog run`` with the fake NVML library listing the
 rogue, a log sink and a webhook sink (tests/httpreceiver.py). It is killed with SIGKILL
 by its own fault point (``ROGUE_WATCHDOG_FAULT``, watchdog/faults.py: exactly what kill
 -9 does, at a chosen step), or from outside while a terminate waits out its grace
@@ -111,7 +111,7 @@ class Host:
             env["ROGUE_WATCHDOG_FAULT"] = fault
         with open(self.log, "ab") as fh:
             self.daemon = self.spawned.start(
-                [sys.executable, "-m", "watchdog", "run", "--config", str(self.config)],
+                [sys.executable, "-m", "rogue_watchdog", "run", "--config", str(self.config)],
                 env=env, stdout=fh, stderr=subprocess.STDOUT,
             )  # fmt: skip
         poll("daemon answers", lambda: Path(self.socket).exists() or self.daemon.poll(), 30)  # type: ignore[union-attr]
@@ -333,7 +333,8 @@ def test_kill_9_at_each_step_of_a_quarantine(spawned: Spawned, tmp_path: Path, f
         if moved:
             assert len(rows) == 1 and outcome == "done" and json.loads(undo)[0]["op"] == "rename"
             out = subprocess.run(
-                [sys.executable, "-m", "watchdog", "undo", str(aid), "--config", str(host.config)],
+                [sys.executable, "-m", "rogue_watchdog", "undo", str(aid),
+                 "--config", str(host.config)],
                 capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
                 check=False, timeout=60,
             )  # fmt: skip

@@ -34,9 +34,9 @@ import json, subprocess, sys, time
 import httpx
 from pathlib import Path
 from tests.fakenvml.build import write_config
-from watchdog.config import parse_config
-from watchdog.daemon.alerts import DeliveryWorker
-from watchdog.daemon.loop import Daemon
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.alerts import DeliveryWorker
+from rogue_watchdog.daemon.loop import Daemon
 
 lib, conf, tmp, am, token = sys.argv[1:6]
 script = Path(tmp) / f"{token}.py"

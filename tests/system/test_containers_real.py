@@ -17,6 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.lineage import default_resolvers
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.model import Origin
+from rogue_watchdog.scan import resolve_origin
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import need_program, poll
 from tests.system.containerharness import (
     IMAGE,
@@ -25,11 +30,6 @@ from tests.system.containerharness import (
     docker_engine,
     podman_engine,
 )
-from watchdog.lineage import default_resolvers
-from watchdog.lineage.base import ResolveContext
-from watchdog.model import Origin
-from watchdog.scan import resolve_origin
-from watchdog.sources.procfs import ProcessTable
 
 pytestmark = pytest.mark.system
 
@@ -155,7 +155,7 @@ def test_podman_disable_source_stops_it_and_undo_starts_it(podman: Engine, tmp_p
 
     def cli(*args: str) -> tuple[int, str]:
         done = subprocess.run(
-            [sys.executable, "-m", "watchdog", *args, "--config", str(config)],
+            [sys.executable, "-m", "rogue_watchdog", *args, "--config", str(config)],
             capture_output=True, text=True, timeout=180,
         )  # fmt: skip
         assert done.returncode in (0, 1), done.stderr[-3000:]

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.lineage.at import AtResolver
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.cron import CronResolver
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import need, need_program, need_root
 from tests.system.cronharness import PYTHON, TRAINER_SOURCE, _cmdline, _pids, _ppid
 from tests.system.hostdaemon import DaemonLease
-from watchdog.lineage.at import AtResolver
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.cron import CronResolver
-from watchdog.sources.procfs import ProcessTable
 
 pytestmark = pytest.mark.system
 
@@ -122,9 +122,9 @@ def test_the_advice_of_a_requeuing_at_job_is_read_live_and_ends_in_terminate(
     reads it again), and stopping the source is followed by ``terminate`` (atrm does not
     stop the running job). BEFORE (4ec0a01): the stop line was `atrm JOB COPY` alone; then
     `atrm JOB COPY && rogue-watchdog terminate PID`; now disable-source does it (item 4)."""
-    from watchdog.config import parse_config
-    from watchdog.hostpaths import config_args
-    from watchdog.scan import Scanner
+    from rogue_watchdog.config import parse_config
+    from rogue_watchdog.hostpaths import config_args
+    from rogue_watchdog.scan import Scanner
 
     pid, _job, copy, command = at_job
 
@@ -165,8 +165,8 @@ def test_a_running_scanner_reads_the_queue_again_as_soon_as_it_changes(
     """Issue 31, case 3, in the daemon's Scanner (kept across ticks): the origin it
     resolved is reused for 30 s while the lineage is the same, but not past a change of
     the at spool. BEFORE: the second look still said `atrm JOB COPY` (cached)."""
-    from watchdog.config import parse_config
-    from watchdog.scan import Scanner
+    from rogue_watchdog.config import parse_config
+    from rogue_watchdog.scan import Scanner
 
     pid, job, copy, command = at_job
     scanner = Scanner(parse_config("nvml: {enabled: false}\n", "t.yaml"))
@@ -205,7 +205,7 @@ def test_disable_source_removes_the_queued_copies_and_undo_queues_them_again(
 
     def cli(*args: str) -> tuple[int, str]:
         done = subprocess.run(
-            [sys.executable, "-m", "watchdog", *args, "--config", str(config)],
+            [sys.executable, "-m", "rogue_watchdog", *args, "--config", str(config)],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert done.returncode in (0, 1), done.stderr[-3000:]

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.cron import CronResolver
+from rogue_watchdog.lineage.crontab import DISABLE_PREFIX
+from rogue_watchdog.model import Origin
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import need, need_program, need_root, run_cli
 from tests.system.cronharness import PYTHON, CronHarness
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.cron import CronResolver
-from watchdog.lineage.crontab import DISABLE_PREFIX
-from watchdog.model import Origin
-from watchdog.sources.procfs import ProcessTable
 
 pytestmark = pytest.mark.system
 

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.actions.effects import Effects
+from rogue_watchdog.actions.enforcer import Enforcer
+from rogue_watchdog.command import CommandResult
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
 from tests.conftest import need, need_program, need_root, run_cli
 from tests.system.cronharness import PYTHON, CronHarness
-from watchdog.actions.effects import Effects
-from watchdog.actions.enforcer import Enforcer
-from watchdog.command import CommandResult
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
 
 pytestmark = pytest.mark.system
 

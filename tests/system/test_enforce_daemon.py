@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.actions.enforcer import Enforcer
+from rogue_watchdog.actions.guards import read_live
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
 from tests.conftest import Spawned
-from watchdog.actions.enforcer import Enforcer
-from watchdog.actions.guards import read_live
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
 
 pytestmark = pytest.mark.system
 

@@ -58,7 +58,7 @@ def states(sd: NamespacedSystemd) -> dict[str, tuple[str, str]]:
 
 def cli(sd: NamespacedSystemd, *args: str) -> tuple[int, str]:
     res = sd.nsenter(
-        sys.executable, "-m", "watchdog", *args, "--config", str(sd.sandbox / "config.yaml"),
+        sys.executable, "-m", "rogue_watchdog", *args, "--config", str(sd.sandbox / "config.yaml"),
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, check=False,
     )  # fmt: skip
     return res.returncode, res.stdout + res.stderr

@@ -169,7 +169,7 @@ def _run(tmp_path: Path, spawned: Spawned, procs: Procs, lib: Path, rx: Receiver
         procs.start(
             host,
             ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', host,
-             sys.executable, "-m", "watchdog", "run", "--config", str(d / "config.yaml")],
+             sys.executable, "-m", "rogue_watchdog", "run", "--config", str(d / "config.yaml")],
             env,
         )  # fmt: skip
 

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.actions.enforcer import Enforcer
+from rogue_watchdog.actions.gpudeny import DENY_PREFIX, find_controller
+from rogue_watchdog.actions.guards import read_live
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.status import build_status, render_status
 from tests.conftest import REPO, Spawned, need, need_root
-from watchdog.actions.enforcer import Enforcer
-from watchdog.actions.gpudeny import DENY_PREFIX, find_controller
-from watchdog.actions.guards import read_live
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.status import build_status, render_status
 
 pytestmark = pytest.mark.system
 
@@ -191,7 +191,7 @@ def test_enforce_denies_the_rogue_only_and_undo_lifts_it(box: Path, spawned: Spa
         assert f"undo with: rogue-watchdog undo {deny.id}" in text
         # Undo (the CLI, as a person runs it): the rogue opens again as before.
         out = subprocess.run(
-            [sys.executable, "-m", "watchdog", "undo", str(deny.id), "--config", str(config)],
+            [sys.executable, "-m", "rogue_watchdog", "undo", str(deny.id), "--config", str(config)],
             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
             check=False,
         )  # fmt: skip

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.actions import devprog
 from tests.conftest import REPO, need, need_program, need_root
-from watchdog.actions import devprog
 
 pytestmark = pytest.mark.system
 

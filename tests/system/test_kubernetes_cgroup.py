@@ -19,6 +19,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from rogue_watchdog.lineage import default_resolvers
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.kubernetes import KubeApi, KubernetesResolver
+from rogue_watchdog.scan import resolve_origin
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import need_program
 from tests.kubeapi import FIX, serve
 from tests.system.containerharness import (
@@ -26,11 +31,6 @@ from tests.system.containerharness import (
     container_sandbox,  # noqa: F401
     docker_engine,
 )
-from watchdog.lineage import default_resolvers
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.kubernetes import KubeApi, KubernetesResolver
-from watchdog.scan import resolve_origin
-from watchdog.sources.procfs import ProcessTable
 
 pytestmark = pytest.mark.system
 CGROUP_ROOT = Path("/sys/fs/cgroup")

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.config import Rule, parse_config
+from rogue_watchdog.daemon.loop import Daemon
 from tests.conftest import need, need_program, need_root, run_cli
 from tests.system.cronharness import PYTHON, CronHarness
-from watchdog.config import Rule, parse_config
-from watchdog.daemon.loop import Daemon
 
 pytestmark = pytest.mark.system
 

@@ -34,7 +34,7 @@ def _commands(sandbox: Path) -> dict[str, str]:
         schedule, user, command = " ".join(words[:-2]), words[-2], words[-1]
         assert user == "root", line
         for installed, here in (
-            ("/opt/rogue-watchdog/bin/rogue-watchdog", f"{sys.executable} -m watchdog"),
+            ("/opt/rogue-watchdog/bin/rogue-watchdog", f"{sys.executable} -m rogue_watchdog"),
             ("/etc/rogue-watchdog/config.yaml", str(sandbox / "config.yaml")),
             ("/run/rogue-watchdog.pid", str(sandbox / "rw.pid")),
             ("/var/log/rogue-watchdog.log", str(sandbox / "rw.log")),

@@ -79,7 +79,9 @@ def test_the_checkout_runs_inside_whatever_its_path(nsystemd: NamespacedSystemd)
     # and only it; the staging mount of the host's /tmp is gone once systemd runs.
     sd = nsystemd
     res = sd.nsenter(
-        sys.executable, "-c", "import watchdog, sys; print(watchdog.__file__, sys.prefix)"
+        sys.executable,
+        "-c",
+        "import rogue_watchdog, sys; print(rogue_watchdog.__file__, sys.prefix)",
     )
     assert res.stdout == f"{REPO / 'watchdog' / '__init__.py'} {sys.prefix}\n"
     staged = sd.nsenter("findmnt", "-n", "--mountpoint", str(sd.sandbox / "host-tmp"), check=False)

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from rogue_watchdog.config.ship_gates import DEFAULT_PATTERNS
+from rogue_watchdog.weights.api import verify_file
+from rogue_watchdog.weights.fanotify import Fanotify, FanotifyUnavailable
+from rogue_watchdog.weights.opengate import Decision, OpenGate
+from rogue_watchdog.weights.report import FileReport
+from rogue_watchdog.weights.scan import ScanContext
 from tests.conftest import need, need_program, need_root
-from watchdog.config.ship_gates import DEFAULT_PATTERNS
-from watchdog.weights.api import verify_file
-from watchdog.weights.fanotify import Fanotify, FanotifyUnavailable
-from watchdog.weights.opengate import Decision, OpenGate
-from watchdog.weights.report import FileReport
-from watchdog.weights.scan import ScanContext
 
 pytestmark = pytest.mark.system
 
@@ -226,11 +226,11 @@ def test_a_stopped_listener_is_not_enforcing_and_the_kernel_fails_open(
 def test_daemon_gate_with_enforce_open(tmp_path: Path) -> None:
     # The daemon's ship gate: enforcing at its first tick, a refused reader becomes a
     # weights-open-refused finding naming it, and a stopped listener says so.
-    from watchdog.config import parse_config
-    from watchdog.daemon.loop import Daemon
-    from watchdog.state import StateDB
-    from watchdog.weights.shipwatch import build_ship_gate_sources
-    from watchdog.weights.verifyworker import VerifyWorker, verify_one
+    from rogue_watchdog.config import parse_config
+    from rogue_watchdog.daemon.loop import Daemon
+    from rogue_watchdog.state import StateDB
+    from rogue_watchdog.weights.shipwatch import build_ship_gate_sources
+    from rogue_watchdog.weights.verifyworker import VerifyWorker, verify_one
 
     _fanotify_here()
     deploy = tmp_path / "deploy"
@@ -249,7 +249,7 @@ def test_daemon_gate_with_enforce_open(tmp_path: Path) -> None:
     try:
         daemon.tick(1000.0)
         assert sources[0].enforcement() == ("enforcing", "")
-        from watchdog.daemon.status import build_status, render_status
+        from rogue_watchdog.daemon.status import build_status, render_status
 
         doc = build_status(daemon)
         assert doc["ship_gates"] == [
@@ -268,7 +268,7 @@ def test_daemon_gate_with_enforce_open(tmp_path: Path) -> None:
         daemon.tick(1002.0)
         assert sources[0].enforcement()[0] == "not enforcing"
         assert build_status(daemon)["ship_gates"][0]["at_open"] == "not enforcing"
-        from watchdog.daemon.metrics import MetricsCollector
+        from rogue_watchdog.daemon.metrics import MetricsCollector
 
         collector = MetricsCollector()
         assert daemon.last is not None

@@ -1,6 +1,6 @@
 """Kernel process events (proc connector) drive the real daemon.
 
-Every test runs ``python -m watchdog run`` as a subprocess with a sandboxed state dir,
+Every test runs ``python -m rogue_watchdog run`` as a subprocess with a sandboxed state dir,
 socket and alerts log, and reads its JSON log events (``finding-opened`` with kind and
 root_pid), its state database and ``rogue-watchdog status --json``. The processes are
 real: a real cron line, a real ``exec`` under the same PID, a real fork/exec flood, a
@@ -114,7 +114,7 @@ def start_daemon(
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     with (root / "stdout").open("wb") as fh:
         proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "watchdog", "run", "--config", str(config)],
+            [*prefix, sys.executable, "-m", "rogue_watchdog", "run", "--config", str(config)],
             stdin=subprocess.DEVNULL,
             stdout=fh,
             stderr=subprocess.STDOUT,
@@ -433,7 +433,7 @@ def test_hidepid_hides_nothing_with_ptrace_and_is_reported_without(sandbox: Path
     need_program("unshare", "capsh", "mount")
     mnt = sandbox / "proc"
     mnt.mkdir()
-    probe = f"from watchdog.scan import hidepid_blind; print(hidepid_blind({str(mnt)!r}))"
+    probe = f"from rogue_watchdog.scan import hidepid_blind; print(hidepid_blind({str(mnt)!r}))"
     py = f"{sys.executable} -c {shlex.quote(probe)}"
     script = (
         f"mount -t proc -o hidepid=invisible proc {mnt} && {py} && "

@@ -21,18 +21,18 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.command import RecordingRunner, run
+from rogue_watchdog.config.queue import QueueRule, QueueSettings
+from rogue_watchdog.model import NvmlStatus, ScanResult
+from rogue_watchdog.policy.guard import Protection
+from rogue_watchdog.queue.actions import QueueEnforcer
+from rogue_watchdog.queue.slurm import SQUEUE_FORMAT, SlurmQueue, parse_squeue_formatted
+from rogue_watchdog.queue.source import QueueSource
+from rogue_watchdog.sources.procfs import ProcessTable
+from rogue_watchdog.state import StateDB
 from tests.conftest import Spawned, need, need_program, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401
-from watchdog.command import RecordingRunner, run
-from watchdog.config.queue import QueueRule, QueueSettings
-from watchdog.model import NvmlStatus, ScanResult
-from watchdog.policy.guard import Protection
-from watchdog.queue.actions import QueueEnforcer
-from watchdog.queue.slurm import SQUEUE_FORMAT, SlurmQueue, parse_squeue_formatted
-from watchdog.queue.source import QueueSource
-from watchdog.sources.procfs import ProcessTable
-from watchdog.state import StateDB
 
 pytestmark = pytest.mark.system
 
@@ -114,7 +114,7 @@ def jobs(cluster: SlurmHarness, stranger: str) -> Iterator[Jobs]:
 
 
 def _show(c: SlurmHarness, job: int) -> dict[str, str]:
-    from watchdog.lineage.slurm import parse_scontrol_record
+    from rogue_watchdog.lineage.slurm import parse_scontrol_record
 
     return parse_scontrol_record(c.cli("scontrol", "show", "job", "-o", str(job)).stdout)
 

@@ -1,7 +1,7 @@
 """Faults on the real daemon process (issue 32): a full state directory (a small tmpfs,
 filled), an unwritable one (``chattr +i``), a socket path taken by something else.
 
-The daemon runs as ``python -m watchdog run`` with the fake NVML library listing the
+The daemon runs as ``python -m rogue_watchdog run`` with the fake NVML library listing the
 rogue jobs on a GPU, a log sink (a file outside the state directory) and a webhook
 sink (tests/httpreceiver.py). Each fault checks alerts delivered against expected:
 exactly one ``open`` per rogue on each sink while the database cannot be written,
@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.daemon.ipc import StatusError, query_status
 from tests.conftest import Spawned, need, need_program, poll
 from tests.fakenvml.build import write_config
 from tests.fakenvml.fixtures import fake_nvml, library_path
 from tests.httpreceiver import Receiver
-from watchdog.daemon.ipc import StatusError, query_status
 
 pytestmark = pytest.mark.system
 
@@ -114,7 +114,7 @@ class Host:
         )
         with open(self.log, "ab") as fh:
             self.daemon = self.spawned.start(
-                [sys.executable, "-m", "watchdog", "run", "--config", str(self.config)],
+                [sys.executable, "-m", "rogue_watchdog", "run", "--config", str(self.config)],
                 env=env, stdout=fh, stderr=subprocess.STDOUT,
             )  # fmt: skip
         return self.daemon

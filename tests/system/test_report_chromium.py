@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import structlog
 
+from rogue_watchdog.cli import main
 from tests.conftest import need_program
 from tests.unit.test_report import burst_week, busy_html, check_timeline, parse_timeline, week
-from watchdog.cli import main
 
 pytestmark = pytest.mark.system
 

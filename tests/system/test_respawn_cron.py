@@ -9,7 +9,7 @@ serve two scenarios at once, so the module costs about two cron minutes, not thr
   process (B2) is started on the same state dir before cron's next minute: B2 has never
   seen the trainer, yet opens ``respawned`` from the state B left behind.
 
-Both daemons are ``python -m watchdog run --config FILE`` subprocesses with their own
+Both daemons are ``python -m rogue_watchdog run --config FILE`` subprocesses with their own
 state dir, socket path and alerts log in a sandbox. Their stdout carries the structlog
 JSON events the loop writes (``finding-opened`` with kind, message and root_pid); the
 finding's details (the origin with cron file and line) are read from the state database.
@@ -121,7 +121,7 @@ def _start_daemon(sandbox: Path, name: str, config: Path) -> DaemonProc:
     out = sandbox / f"{name}.stdout"
     with out.open("wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
+            [sys.executable, "-m", "rogue_watchdog", "run", "--config", str(config)],
             stdin=subprocess.DEVNULL,
             stdout=fh,
             stderr=subprocess.STDOUT,

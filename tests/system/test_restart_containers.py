@@ -21,6 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.lineage import default_resolvers
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.model import Origin
+from rogue_watchdog.scan import resolve_origin
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import need_program, poll
 from tests.system.containerharness import (
     IMAGE,
@@ -28,11 +33,6 @@ from tests.system.containerharness import (
     container_sandbox,  # noqa: F401
     docker_engine,
 )
-from watchdog.lineage import default_resolvers
-from watchdog.lineage.base import ResolveContext
-from watchdog.model import Origin
-from watchdog.scan import resolve_origin
-from watchdog.sources.procfs import ProcessTable
 
 pytestmark = pytest.mark.system
 
@@ -93,7 +93,7 @@ def test_restart_always_is_at_once_and_unknown_when_the_engine_does_not_answer(
 
 
 def _cli(tmp_path: Path, *args: str) -> tuple[int, str]:
-    """``python -m watchdog ARGS --config`` (the engine through this process's env)."""
+    """``python -m rogue_watchdog ARGS --config`` (the engine through this process's env)."""
     config = tmp_path / "config.yaml"
     if not config.exists():
         config.write_text(
@@ -101,7 +101,7 @@ def _cli(tmp_path: Path, *args: str) -> tuple[int, str]:
             "enforcement: {grace_s: 2}\n"
         )
     done = subprocess.run(
-        [sys.executable, "-m", "watchdog", *args, "--config", str(config)],
+        [sys.executable, "-m", "rogue_watchdog", *args, "--config", str(config)],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stderr[-3000:]

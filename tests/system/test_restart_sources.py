@@ -54,9 +54,9 @@ def sd() -> Iterator[NamespacedSystemd]:
 
 
 def cli(sd: NamespacedSystemd, *args: str, config: str = "config.yaml") -> tuple[int, str]:
-    """``python -m watchdog ARGS --config`` inside the namespace: (exit code, stdout)."""
+    """``python -m rogue_watchdog ARGS --config`` inside the namespace: (exit code, stdout)."""
     res = sd.nsenter(
-        sys.executable, "-m", "watchdog", *args, "--config", str(sd.sandbox / config),
+        sys.executable, "-m", "rogue_watchdog", *args, "--config", str(sd.sandbox / config),
         env=ENV, check=False,
     )  # fmt: skip
     assert res.returncode in (0, 1), res.stderr[-3000:]
@@ -183,7 +183,7 @@ def test_the_daemon_in_terminate_mode_never_disables_a_hub_unit(
     with log.open("wb") as fh:
         proc = subprocess.Popen(
             ["nsenter", "-t", str(sd.pid), "-p", "-m", "env", *(f"{k}={v}" for k, v in
-             ENV.items()), sys.executable, "-m", "watchdog", "run", "--config",
+             ENV.items()), sys.executable, "-m", "rogue_watchdog", "run", "--config",
              str(sd.sandbox / "daemon.yaml")],
             stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -292,7 +292,7 @@ def test_a_shell_loop_that_terminate_leaves_is_named_and_stopped_first(
 
     def run(*args: str) -> tuple[int, str]:
         res = subprocess.run(
-            [sys.executable, "-m", "watchdog", *args, "--config", str(config)],
+            [sys.executable, "-m", "rogue_watchdog", *args, "--config", str(config)],
             env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
             check=False,
         )  # fmt: skip

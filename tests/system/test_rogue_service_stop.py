@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.hosttext import command_text
 from tests.conftest import REPO, Spawned, need_root, poll
-from watchdog.hosttext import command_text
 
 pytestmark = pytest.mark.system
 
@@ -75,7 +75,7 @@ def test_a_rogue_service_is_named_as_the_source_and_stopped_with_its_run(
 
     def cli(*args: str) -> tuple[int, str]:
         res = subprocess.run(
-            [sys.executable, "-m", "watchdog", *args, "--config", str(config)],
+            [sys.executable, "-m", "rogue_watchdog", *args, "--config", str(config)],
             env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
             check=False,
         )  # fmt: skip

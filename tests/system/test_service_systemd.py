@@ -58,7 +58,7 @@ def test_unit(sandbox: Path, config: Path) -> str:
     text = replace_line(
         text,
         "ExecStart=",
-        f"ExecStart={sys.executable} -m watchdog run --config {config}\n"
+        f"ExecStart={sys.executable} -m rogue_watchdog run --config {config}\n"
         f"Environment=PYTHONPATH={REPO}\n"
         f"StandardOutput=append:{sandbox}/daemon.log\n"
         f"StandardError=append:{sandbox}/daemon.log\n"
@@ -80,7 +80,7 @@ def wait_for(what: str, probe: Callable[[], Any], timeout_s: float = 30) -> Any:
 
 def status_inside(sd: NamespacedSystemd, *args: str) -> tuple[int, str, str]:
     """``rogue-watchdog status ARGS`` run inside the namespace (its /run is a tmpfs)."""
-    res = sd.nsenter(sys.executable, "-m", "watchdog", "status", *args, env=ENV, check=False)
+    res = sd.nsenter(sys.executable, "-m", "rogue_watchdog", "status", *args, env=ENV, check=False)
     return res.returncode, res.stdout, res.stderr
 
 

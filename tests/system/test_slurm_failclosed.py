@@ -9,7 +9,7 @@ parentage only); under cgroup the test moves it out of the freezer hierarchy tha
 proctrack/cgroup kills by, while it stays in task/cgroup's memory cgroup of the job (as a
 process of a root job could do itself). The daemon's tick records what runs below
 slurmstepd while the job runs, and keeps the sweep's drain current (the real
-:class:`~watchdog.daemon.loop.Daemon` with its parts attached). Every sweep is scoped
+:class:`~rogue_watchdog.daemon.loop.Daemon` with its parts attached). Every sweep is scoped
 (``--job N`` or ``--epilog``): another session's cluster on this host is never swept.
 """
 
@@ -29,6 +29,13 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.actions.slurmnode import node_state
+from rogue_watchdog.command import run
+from rogue_watchdog.config import load_config
+from rogue_watchdog.daemon.assemble import attach_parts
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.hosttext import command_text
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import poll, run_cli
 from tests.system.slurmharness import (  # noqa: F401
     PYTHON,
@@ -36,13 +43,6 @@ from tests.system.slurmharness import (  # noqa: F401
     slurm_cgroup_cluster,
     slurm_cluster,
 )
-from watchdog.actions.slurmnode import node_state
-from watchdog.command import run
-from watchdog.config import load_config
-from watchdog.daemon.assemble import attach_parts
-from watchdog.daemon.loop import Daemon
-from watchdog.hosttext import command_text
-from watchdog.sources.procfs import ProcessTable
 
 pytestmark = pytest.mark.system
 HOST = socket.gethostname().split(".")[0]

@@ -20,16 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.actions.slurmnode import SlurmDrainer, node_state
+from rogue_watchdog.command import run
+from rogue_watchdog.config import load_config
+from rogue_watchdog.config.slurm import SlurmNodeSettings
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.hosttext import command_text
+from rogue_watchdog.model import CronOrigin, Job
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import poll, run_cli
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401
-from watchdog.actions.slurmnode import SlurmDrainer, node_state
-from watchdog.command import run
-from watchdog.config import load_config
-from watchdog.config.slurm import SlurmNodeSettings
-from watchdog.daemon.loop import Daemon
-from watchdog.hosttext import command_text
-from watchdog.model import CronOrigin, Job
-from watchdog.sources.procfs import ProcessTable
 
 pytestmark = pytest.mark.system
 HOST = socket.gethostname().split(".")[0]

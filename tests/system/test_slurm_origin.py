@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.orphan import OrphanResolver
+from rogue_watchdog.lineage.slurm import SlurmResolver
+from rogue_watchdog.model import Origin
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import run_cli
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.orphan import OrphanResolver
-from watchdog.lineage.slurm import SlurmResolver
-from watchdog.model import Origin
-from watchdog.sources.procfs import ProcessTable
 
 pytestmark = pytest.mark.system
 
@@ -171,7 +171,7 @@ def _scan_origin(cluster: SlurmHarness, tmp_path: Path, pid: int) -> dict[str, o
 
 
 def test_scan_json_names_the_slurm_job(cluster: SlurmHarness, tmp_path: Path) -> None:
-    """End to end: ``python -m watchdog scan --json`` on a real Slurm batch job."""
+    """End to end: ``python -m rogue_watchdog scan --json`` on a real Slurm batch job."""
     job = cluster.sbatch(
         "-J", "retrain-weekly", "-A", "ml-research", wrap=f"{PYTHON} {cluster.trainer} e2e"
     )

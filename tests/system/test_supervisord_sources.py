@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.model import Job
+from rogue_watchdog.scan import Scanner
 from tests.system.supervisorharness import BIN, Supervisord
-from watchdog.config import parse_config
-from watchdog.model import Job
-from watchdog.scan import Scanner
 
 pytestmark = pytest.mark.system
 
@@ -81,13 +81,13 @@ def test_what_brings_each_program_back_is_read_from_its_config(sup: Supervisord)
 
 
 def _cli(sup: Supervisord, *args: str) -> tuple[int, str]:
-    """``python -m watchdog ARGS --config`` with this supervisord's supervisorctl on PATH."""
+    """``python -m rogue_watchdog ARGS --config`` with this supervisord's supervisorctl on PATH."""
     config = sup.root / "config.yaml"
     if not config.exists():
         config.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{sup.root}/state'}}\n")
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     done = subprocess.run(
-        [sys.executable, "-m", "watchdog", *args, "--config", str(config)],
+        [sys.executable, "-m", "rogue_watchdog", *args, "--config", str(config)],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stderr[-3000:]

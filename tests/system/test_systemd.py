@@ -34,10 +34,10 @@ def next_sunday_0200(now: datetime) -> datetime:
 
 
 def scan_inside(sd: NamespacedSystemd, config: str) -> dict[str, Any]:
-    """Run ``python -m watchdog scan --json`` in the namespace, as an operator there would."""
+    """Run ``python -m rogue_watchdog scan --json`` in the namespace, as an operator there would."""
     cfg = sd.write_file("config.yaml", config)
     res = sd.nsenter(
-        sys.executable, "-m", "watchdog", "scan", "--json", "--config", str(cfg),
+        sys.executable, "-m", "rogue_watchdog", "scan", "--json", "--config", str(cfg),
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "TZ": "UTC"},
         check=False,
     )  # fmt: skip

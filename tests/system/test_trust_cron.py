@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.actions.enforcer import Enforcer
+from rogue_watchdog.config import load_config, parse_config
+from rogue_watchdog.daemon.loop import Daemon
 from tests.conftest import need, need_program, need_root, poll, run_cli
 from tests.system.cronharness import PYTHON, CronHarness
-from watchdog.actions.enforcer import Enforcer
-from watchdog.config import load_config, parse_config
-from watchdog.daemon.loop import Daemon
 
 pytestmark = pytest.mark.system
 

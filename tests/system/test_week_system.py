@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from rogue_watchdog.cli import build_parser
 from tests.conftest import Spawned, need, need_program, need_root, poll, run_cli
 from tests.system.cronharness import PYTHON, CronHarness
 from tests.system.test_respawn_cron import DaemonProc, _check_alive, _query, _start_daemon
 from tests.weights.builders import st_array, write_safetensors
-from watchdog.cli import build_parser
 
 pytestmark = pytest.mark.system
 
@@ -443,7 +443,7 @@ def test_the_week(spawned: Spawned) -> None:
             "anything loads it (quarantine: true on gate prod has the daemon do that, "
             f"undoably); deploy the last good checkpoint to {poisoned} through "
             "`rogue-watchdog ship` (it copies only weights that verify finite; "
-            "watchdog.weights.best_checkpoint picks the best one that does)",
+            "rogue_watchdog.weights.best_checkpoint picks the best one that does)",
         )
         # -- event 7: the deploy that stopped ------------------------------------------
         assert stale["severity"] == "high"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.state import ActionJournal, JournalError, NullJournal, StateDB, self_owner
+from rogue_watchdog.state import ActionJournal, JournalError, NullJournal, StateDB, self_owner
 
 
 def test_an_action_is_recorded_before_its_first_side_effect_and_step_by_step(

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog import faults
+from rogue_watchdog.actions.effects import Effects
+from rogue_watchdog.actions.enforcer import Enforcer
+from rogue_watchdog.actions.guards import read_live
+from rogue_watchdog.actions.runner import InlineRunner
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
 from tests.conftest import Spawned, poll
-from watchdog import faults
-from watchdog.actions.effects import Effects
-from watchdog.actions.enforcer import Enforcer
-from watchdog.actions.guards import read_live
-from watchdog.actions.runner import InlineRunner
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
 
 STUBBORN = (
     "import signal, sys, time\n"
@@ -215,7 +215,7 @@ def test_a_cli_terminate_interrupted_is_never_continued(spawned: Spawned, tmp_pa
     p, _log = stubborn(spawned, tmp_path)
     fx = Counting()
     d, _ = daemon(tmp_path, fx)
-    from watchdog.state import ActionJournal
+    from rogue_watchdog.state import ActionJournal
 
     live = read_live(p.pid)
     assert live is not None
@@ -240,7 +240,7 @@ def test_a_terminate_in_progress_here_is_not_taken_over(spawned: Spawned, tmp_pa
     p, _log = stubborn(spawned, tmp_path)
     fx = Counting()
     d, enf = daemon(tmp_path, fx)
-    from watchdog.actions.runner import ThreadRunner
+    from rogue_watchdog.actions.runner import ThreadRunner
 
     enf.runner = ThreadRunner()
     d.tick(1_000_000.0)

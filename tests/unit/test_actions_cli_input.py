@@ -1,7 +1,7 @@
 """Action CLI input a tester broke: huge or non-ASCII ids, malformed undo records, and
 ``disable-source`` for a finding whose job has exited (the documented cron case).
 
-Every case runs ``python -m watchdog`` in a subprocess against a real state database.
+Every case runs ``python -m rogue_watchdog`` in a subprocess against a real state database.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.cli.actions import CliError, parse_target
+from rogue_watchdog.state import JobRecord, StateDB
 from tests.conftest import run_cli
-from watchdog.cli.actions import CliError, parse_target
-from watchdog.state import JobRecord, StateDB
 
 HUGE = "99999999999999999999"  # > 2**63 - 1: SQLite raised OverflowError on it
 NOW = 1_800_000_000.0

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import structlog
 
+from rogue_watchdog.cli import common as cli_common
+from rogue_watchdog.cli import main
+from rogue_watchdog.daemon.ipc import StatusError, StatusServer, query_status
 from tests.conftest import Spawned, poll, run_cli
-from watchdog.cli import common as cli_common
-from watchdog.cli import main
-from watchdog.daemon.ipc import StatusError, StatusServer, query_status
 
 
 def run_daemon(spawned: Spawned, tmp_path: Path, token: str, extra: str = "") -> tuple[Path, Path]:
@@ -39,7 +39,7 @@ def run_daemon(spawned: Spawned, tmp_path: Path, token: str, extra: str = "") ->
 
 
 def open_finding(sock: Path, pid: int) -> int | None:
-    from watchdog.daemon.ipc import StatusError, query_status
+    from rogue_watchdog.daemon.ipc import StatusError, query_status
 
     try:
         doc = query_status(str(sock), timeout_s=1)
@@ -153,7 +153,7 @@ def test_explain_judges_under_the_daemons_allowlist(
     job = spawned.start([sys.executable, str(script)])
 
     def daemon_sees_it() -> bool:
-        from watchdog.daemon.ipc import StatusError, query_status
+        from rogue_watchdog.daemon.ipc import StatusError, query_status
 
         try:
             doc = query_status(str(sock), timeout_s=1)

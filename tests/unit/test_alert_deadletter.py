@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.alerts import DeliveryWorker
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.metrics import spool_counts
+from rogue_watchdog.daemon.status import build_status, render_status
 from tests.conftest import Spawned, poll
 from tests.httpreceiver import Receiver
-from watchdog.config import parse_config
-from watchdog.daemon.alerts import DeliveryWorker
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.metrics import spool_counts
-from watchdog.daemon.status import build_status, render_status
 
 SECRET = "T0KEN-5ecret-abcdef123456"
 

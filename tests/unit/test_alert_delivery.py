@@ -22,16 +22,16 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.alerts import DeliveryWorker
+from rogue_watchdog.daemon.alerts.alert import Outgoing
+from rogue_watchdog.daemon.alerts.render import webhook_body as render_webhook_body
+from rogue_watchdog.daemon.assemble import build_alert_workers
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.status import build_status
+from rogue_watchdog.state import Delivery
 from tests.conftest import Spawned, _group_alive
 from tests.httpreceiver import Receiver
-from watchdog.config import parse_config
-from watchdog.daemon.alerts import DeliveryWorker
-from watchdog.daemon.alerts.alert import Outgoing
-from watchdog.daemon.alerts.render import webhook_body as render_webhook_body
-from watchdog.daemon.assemble import build_alert_workers
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.status import build_status
-from watchdog.state import Delivery
 
 SECRET = "T0KEN-5ecret-abcdef123456"
 HOST_KEYS = ("RW_HOOK_URL", "RW_SLACK_URL", "RW_CRIT_URL", "RW_RESP_URL")
@@ -155,7 +155,7 @@ def worker(d: Daemon, env: dict[str, str], **kw: Any) -> DeliveryWorker:
 
 
 def rows(d: Daemon, sink: str | None = None) -> list[Delivery]:
-    from watchdog.daemon.alerts.delivery import _row
+    from rogue_watchdog.daemon.alerts.delivery import _row
 
     q = "SELECT * FROM deliveries" + (" WHERE sink=?" if sink else "") + " ORDER BY id"
     return [_row(r) for r in d.db.conn.execute(q, (sink,) if sink else ())]

@@ -13,13 +13,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rogue_watchdog.config import ConfigError, parse_config
+from rogue_watchdog.daemon.alerts import DeliveryWorker
+from rogue_watchdog.daemon.assemble import build_metrics_workers
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.metrics import MetricsWorker
 from tests.conftest import Spawned
 from tests.httpreceiver import Receiver
-from watchdog.config import ConfigError, parse_config
-from watchdog.daemon.alerts import DeliveryWorker
-from watchdog.daemon.assemble import build_metrics_workers
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.metrics import MetricsWorker
 
 
 def make(tmp_path: Path, token: str, listen: str | None) -> Daemon:

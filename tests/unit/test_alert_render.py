@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from watchdog.config.alerts import SinkSettings
-from watchdog.daemon.alerts import render
-from watchdog.daemon.alerts.alert import Alert, Outgoing
-from watchdog.daemon.alerts.render import (
+from rogue_watchdog.config.alerts import SinkSettings
+from rogue_watchdog.daemon.alerts import render
+from rogue_watchdog.daemon.alerts.alert import Alert, Outgoing
+from rogue_watchdog.daemon.alerts.render import (
     discord_body,
     slack_body,
     webhook_body,
 )
-from watchdog.daemon.alerts.sinks import LogSink, SendError
-from watchdog.state import Delivery
+from rogue_watchdog.daemon.alerts.sinks import LogSink, SendError
+from rogue_watchdog.state import Delivery
 
 
 def payload(event: str = "open", message: str = "rogue training job PID 42", **f: Any) -> Any:
@@ -224,7 +224,7 @@ def test_log_sink_unwritable_file_is_a_send_error(tmp_path: Path) -> None:
 
 
 def test_host_text_rule_one_function_for_every_sink_and_the_store() -> None:
-    from watchdog.hosttext import safe_json, safe_text
+    from rogue_watchdog.hosttext import safe_json, safe_text
 
     hostile = "grp\udcff\n[RESOLVED]\x1b[31m\x07\r\t\u202eevil\u2028é"
     want = "grp\\xff⏎[RESOLVED]\\x1b[31m\\x07\\r\\t\\u202eevil\\u2028é"

@@ -7,14 +7,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rogue_watchdog.config.alerts import SinkSettings
+from rogue_watchdog.daemon.alerts.alert import Outgoing
+from rogue_watchdog.daemon.alerts.backoff import Backoff
+from rogue_watchdog.daemon.alerts.base import SinkContext
+from rogue_watchdog.daemon.alerts.secrets import SecretError, read_url, redact
+from rogue_watchdog.daemon.alerts.sinks import SendError, slack
+from rogue_watchdog.state import Delivery
 from tests.httpreceiver import Receiver
-from watchdog.config.alerts import SinkSettings
-from watchdog.daemon.alerts.alert import Outgoing
-from watchdog.daemon.alerts.backoff import Backoff
-from watchdog.daemon.alerts.base import SinkContext
-from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
-from watchdog.daemon.alerts.sinks import SendError, slack
-from watchdog.state import Delivery
 
 TOKEN = "XyZ-very-secret-token-0042"
 SLACK = f"https://hooks.slack.com/services/T0001/B0002/{TOKEN}"

@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.alerts import DeliveryWorker
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.metrics import MetricsCollector
+from rogue_watchdog.daemon.status import build_status, render_status
 from tests.conftest import Spawned, _group_alive
 from tests.httpreceiver import Receiver
-from watchdog.config import parse_config
-from watchdog.daemon.alerts import DeliveryWorker
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.metrics import MetricsCollector
-from watchdog.daemon.status import build_status, render_status
 
 
 def when(ts: float) -> str:
@@ -265,7 +265,7 @@ def test_min_lifetime_debounces_short_findings_which_are_still_recorded_and_coun
     ],
 )
 def test_new_keys_refused(text: str, error: str) -> None:
-    from watchdog.config import ConfigError
+    from rogue_watchdog.config import ConfigError
 
     with pytest.raises(ConfigError) as info:
         parse_config(text + "\n", "t.yaml")

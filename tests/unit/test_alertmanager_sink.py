@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.config import ConfigError, parse_config
+from rogue_watchdog.daemon.alerts import DeliveryWorker
+from rogue_watchdog.daemon.alerts.alertmanager import AlertmanagerKeeper, alertname
+from rogue_watchdog.daemon.loop import Daemon
 from tests.conftest import Spawned
 from tests.httpreceiver import Receiver
-from watchdog.config import ConfigError, parse_config
-from watchdog.daemon.alerts import DeliveryWorker
-from watchdog.daemon.alerts.alertmanager import AlertmanagerKeeper, alertname
-from watchdog.daemon.loop import Daemon
 
 HOST = socket.gethostname()
 

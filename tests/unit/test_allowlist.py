@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from watchdog.config import parse_config
-from watchdog.model import Job, Origin, Proc
-from watchdog.policy.allowlist import judge
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.model import Job, Origin, Proc
+from rogue_watchdog.policy.allowlist import judge
 
 CFG = parse_config(
     """

@@ -1,4 +1,4 @@
-"""``allowlist suggest`` and ``allowlist diff`` on recorded runs (watchdog.policy.learn)."""
+"""``allowlist suggest`` and ``allowlist diff`` on recorded runs (rogue_watchdog.policy.learn)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import structlog
 
-from watchdog.cli import main
-from watchdog.config import ConfigError, parse_config
-from watchdog.model import (
+from rogue_watchdog.cli import main
+from rogue_watchdog.config import ConfigError, parse_config
+from rogue_watchdog.model import (
     CronOrigin,
     Origin,
     ShellOrigin,
@@ -23,8 +23,8 @@ from watchdog.model import (
     SupervisorOrigin,
     SystemdOrigin,
 )
-from watchdog.policy.allowlist import origin_mismatch
-from watchdog.policy.learn import (
+from rogue_watchdog.policy.allowlist import origin_mismatch
+from rogue_watchdog.policy.learn import (
     Script,
     head_regex,
     max_concurrent,
@@ -39,7 +39,7 @@ from watchdog.policy.learn import (
     strongest_pin,
     suggest,
 )
-from watchdog.state import RunRecord, StateDB
+from rogue_watchdog.state import RunRecord, StateDB
 
 T0 = 1_700_000_000.0
 PY = "/opt/pipeline/venv/bin/python"

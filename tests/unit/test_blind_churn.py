@@ -14,12 +14,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from rogue_watchdog.daemon.tracking.blind import last_seen_gpus
+from rogue_watchdog.daemon.tracking.reminders import alert_labels
+from rogue_watchdog.model import Finding
+from rogue_watchdog.state import FindingRecord
 from tests.conftest import need_program
 from tests.fakenvml.fixtures import REPO, fake_nvml, library_path
-from watchdog.daemon.tracking.blind import last_seen_gpus
-from watchdog.daemon.tracking.reminders import alert_labels
-from watchdog.model import Finding
-from watchdog.state import FindingRecord
 
 # A real worker process and a real Daemon over the fake libnvidia-ml, one tick at a
 # time: the start of each test's script (test_gpu_released.py uses it too).
@@ -27,8 +27,8 @@ HEADER = r"""
 import json, subprocess, sys, time
 from pathlib import Path
 from tests.fakenvml.build import write_config
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
 
 lib, conf, tmp, token = sys.argv[1:5]
 script = Path(tmp) / f"{token}.py"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.lineage.cgroup import (
+from rogue_watchdog.lineage.cgroup import (
     ROOT_SLICE,
     CgroupInfo,
     parse_cgroup,

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.cli.complete import candidates
 from tests.conftest import REPO, Spawned, need_program, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
 from tests.unit.test_status_run import events, wait_for
-from watchdog.cli.complete import candidates
 
 GIB = 1024**3
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.cli import build_parser
 from tests.conftest import REPO, run_cli
-from watchdog.cli import build_parser
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -120,9 +120,9 @@ def test_man_page_is_generated_from_the_parser_and_current(tmp_path: Path) -> No
 
 
 def test_man_page_sections_say_what_the_code_does() -> None:
-    from watchdog.cli.common import DEFAULT_CONFIG
-    from watchdog.daemon.notify import ENV_KEYS
-    from watchdog.hostpaths import DEFAULT_SOCKET
+    from rogue_watchdog.cli.common import DEFAULT_CONFIG
+    from rogue_watchdog.daemon.notify import ENV_KEYS
+    from rogue_watchdog.hostpaths import DEFAULT_SOCKET
 
     page = (REPO / "man" / "rogue-watchdog.1").read_text()
     sections = dict(

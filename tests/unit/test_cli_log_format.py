@@ -16,18 +16,18 @@ from tests.conftest import REPO, Spawned
 
 
 def run_at(tty: bool, *args: str) -> tuple[int, str, str]:
-    """``python -m watchdog ARGS`` with stderr a pseudo-terminal (``tty``) or a pipe."""
+    """``python -m rogue_watchdog ARGS`` with stderr a pseudo-terminal (``tty``) or a pipe."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if not tty:
         done = subprocess.run(
-            [sys.executable, "-m", "watchdog", *args],
+            [sys.executable, "-m", "rogue_watchdog", *args],
             capture_output=True, text=True, env=env, timeout=60, check=False,
         )  # fmt: skip
         return done.returncode, done.stdout, done.stderr
     leader, follower = os.openpty()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "watchdog", *args],
+            [sys.executable, "-m", "rogue_watchdog", *args],
             stdout=subprocess.PIPE, stderr=follower, text=True, env=env, timeout=60,
             check=False,
         )  # fmt: skip
@@ -82,7 +82,7 @@ def test_piped_or_asked_for_the_log_is_json_lines(spawned: Spawned, tmp_path: Pa
 
 
 def test_human_lines_name_level_event_and_message() -> None:
-    from watchdog.cli.common import human_log_line
+    from rogue_watchdog.cli.common import human_log_line
 
     line = human_log_line(
         None, "warning",

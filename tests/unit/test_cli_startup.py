@@ -22,19 +22,19 @@ HEAVY = (
     "httpx",
     "structlog",
     "yaml",
-    "watchdog.weights.api",
-    "watchdog.weights.safetensors",
-    "watchdog.scan",
-    "watchdog.config",
-    "watchdog.daemon.loop",
-    "watchdog.state",
-    "watchdog.actions.remedy",
-    "watchdog.lineage.cron",
+    "rogue_watchdog.weights.api",
+    "rogue_watchdog.weights.safetensors",
+    "rogue_watchdog.scan",
+    "rogue_watchdog.config",
+    "rogue_watchdog.daemon.loop",
+    "rogue_watchdog.state",
+    "rogue_watchdog.actions.remedy",
+    "rogue_watchdog.lineage.cron",
 )
 
 PROBE = """
 import json, sys
-from watchdog.cli import main
+from rogue_watchdog.cli import main
 try:
     code = main(sys.argv[1:])
 except SystemExit as exc:
@@ -65,7 +65,7 @@ def test_importing_the_cli_loads_no_command_modules(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import json, sys, watchdog.cli; watchdog.cli.build_parser(); "
+            "import json, sys, rogue_watchdog.cli; rogue_watchdog.cli.build_parser(); "
             "print(json.dumps(sorted(sys.modules)))",
         ],
         capture_output=True,
@@ -75,7 +75,7 @@ def test_importing_the_cli_loads_no_command_modules(tmp_path: Path) -> None:
         check=True,
     )
     modules = json.loads(done.stdout)
-    assert "watchdog.cli" in modules
+    assert "rogue_watchdog.cli" in modules
     assert [m for m in HEAVY if m in modules] == []
 
 

@@ -10,10 +10,10 @@ import time
 import uuid
 from pathlib import Path
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.state import StateDB
 from tests.conftest import Spawned
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
-from watchdog.state import StateDB
 
 TOKEN = f"train_clock_{uuid.uuid4().hex[:8]}"
 DAY = 86400.0

@@ -1,4 +1,4 @@
-"""The one command runner (watchdog.command.run) and its recording double."""
+"""The one command runner (rogue_watchdog.command.run) and its recording double."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.actions.effects import Effects, RecordingEffects
-from watchdog.command import (
+from rogue_watchdog.actions.effects import Effects, RecordingEffects
+from rogue_watchdog.command import (
     NOT_RUNNABLE,
     TIMED_OUT,
     CommandResult,

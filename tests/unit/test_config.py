@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.config import DEFAULT_LAUNCHERS, ConfigError, load_config, parse_config
 from tests.conftest import REPO, run_cli
-from watchdog.config import DEFAULT_LAUNCHERS, ConfigError, load_config, parse_config
 
 
 def error(text: str) -> ConfigError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.config import DEFAULT_IGNORE, ConfigError, parse_config
+from rogue_watchdog.config import DEFAULT_IGNORE, ConfigError, parse_config
 
 
 def _error(text: str) -> str:

@@ -13,17 +13,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rogue_watchdog.config import ConfigError, ConfigErrors, parse_config
+from rogue_watchdog.config.base import Regex, glob_problem
+from rogue_watchdog.config.enforcement import Protect
+from rogue_watchdog.daemon.alerts import DeliveryWorker
+from rogue_watchdog.daemon.assemble import build_metrics_workers
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.status import build_status, render_status
+from rogue_watchdog.model import Proc
+from rogue_watchdog.policy.allowlist import cmdline_matches
+from rogue_watchdog.policy.jobs import is_launcher
 from tests.conftest import Spawned, run_cli
-from watchdog.config import ConfigError, ConfigErrors, parse_config
-from watchdog.config.base import Regex, glob_problem
-from watchdog.config.enforcement import Protect
-from watchdog.daemon.alerts import DeliveryWorker
-from watchdog.daemon.assemble import build_metrics_workers
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.status import build_status, render_status
-from watchdog.model import Proc
-from watchdog.policy.allowlist import cmdline_matches
-from watchdog.policy.jobs import is_launcher
 
 HOSTILE = ["python3", "train.py", "a" * 40 + "!"]
 RE2_REFUSAL = (

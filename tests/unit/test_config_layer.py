@@ -1,4 +1,4 @@
-"""``watchdog.config`` is the bottom layer: importing it loads nothing above it.
+"""``rogue_watchdog.config`` is the bottom layer: importing it loads nothing above it.
 
 The configuration is read by every layer (sources, lineage, policy, actions, daemon), so
 it may import only the standard library, third-party libraries and the plain modules
@@ -16,12 +16,12 @@ import sys
 from tests.conftest import REPO
 
 ALLOWED = (
-    "watchdog.config",
-    "watchdog.model",
-    "watchdog.safeio",
-    "watchdog.hosttext",
-    "watchdog.hostpaths",
-    "watchdog.spelling",
+    "rogue_watchdog.config",
+    "rogue_watchdog.model",
+    "rogue_watchdog.safeio",
+    "rogue_watchdog.hosttext",
+    "rogue_watchdog.hostpaths",
+    "rogue_watchdog.spelling",
 )
 
 
@@ -34,7 +34,7 @@ def test_importing_the_config_loads_no_upper_layer() -> None:
         [
             sys.executable,
             "-c",
-            "import json, sys, watchdog.config; print(json.dumps(sorted(sys.modules)))",
+            "import json, sys, rogue_watchdog.config; print(json.dumps(sorted(sys.modules)))",
         ],
         capture_output=True,
         text=True,
@@ -42,5 +42,5 @@ def test_importing_the_config_loads_no_upper_layer() -> None:
         timeout=60,
         check=True,
     )
-    loaded = [m for m in json.loads(done.stdout) if m.startswith("watchdog.")]
+    loaded = [m for m in json.loads(done.stdout) if m.startswith("rogue_watchdog.")]
     assert [m for m in loaded if not _allowed(m)] == []

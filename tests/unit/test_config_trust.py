@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.config import ConfigError, load_config
+from rogue_watchdog.config.alerts import SinkSettings
+from rogue_watchdog.daemon.alerts.secrets import SecretError, read_url
+from rogue_watchdog.safeio import untrusted_reason
 from tests.conftest import Spawned, run_cli
 from tests.unit.test_status import config_file
 from tests.unit.test_status_run import events, status, wait_for
-from watchdog.config import ConfigError, load_config
-from watchdog.config.alerts import SinkSettings
-from watchdog.daemon.alerts.secrets import SecretError, read_url
-from watchdog.safeio import untrusted_reason
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown test files")
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.command import CommandResult, RecordingRunner
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.container import ContainerResolver, cgroup_container
+from rogue_watchdog.model import Origin
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import Spawned
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
-from watchdog.command import CommandResult, RecordingRunner
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.container import ContainerResolver, cgroup_container
-from watchdog.model import Origin
-from watchdog.sources.procfs import ProcessTable
 
 CID = "3f4e8c0b5a6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f"
 POD = "5f1c0a2e-7b3d-4c8e-9f10-1a2b3c4d5e6f"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from watchdog.config import parse_config
-from watchdog.model import Job, Origin
-from watchdog.policy.allowlist import judge
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.model import Job, Origin
+from rogue_watchdog.policy.allowlist import judge
 
 DIGEST = "sha256:" + "ab" * 32
 CONFIG = f"""

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-import watchdog.scan as scan_mod
+import rogue_watchdog.scan as scan_mod
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.cron import CronResolver
+from rogue_watchdog.model import Job, Proc
+from rogue_watchdog.policy.guard import Protection, advise, with_advice
+from rogue_watchdog.scan import Scanner
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.fixtures.proc.fakeproc import FakeProc, root_owned, write_tree
-from watchdog.config import parse_config
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.cron import CronResolver
-from watchdog.model import Job, Proc
-from watchdog.policy.guard import Protection, advise, with_advice
-from watchdog.scan import Scanner
-from watchdog.sources.procfs import ProcessTable
 
 TRAIN = ("/usr/bin/python3", "/p/train.py")
 CMD_A = "flock -n /run/a.lock /usr/bin/python3 /p/train.py"
@@ -254,7 +254,7 @@ def test_a_config_reload_keeps_the_first_origin(tmp_path: Path) -> None:
 def test_an_ended_slurm_job_hands_its_worker_to_the_orphan_origin(tmp_path: Path) -> None:
     """Pinning keeps *who started* a process; a Slurm job that ended is still named by the
     orphan origin (with its state), not frozen as a live job with `scancel` advice."""
-    from watchdog.model import OrphanOrigin, SlurmOrigin, SystemdOrigin
+    from rogue_watchdog.model import OrphanOrigin, SlurmOrigin, SystemdOrigin
 
     scanner = Scanner(parse_config("nvml: {enabled: false}\n", "t.yaml"))
     ctx = scanner.context(datetime(2026, 11, 29, 12, 0, tzinfo=UTC))
@@ -274,7 +274,7 @@ def test_an_ended_slurm_job_hands_its_worker_to_the_orphan_origin(tmp_path: Path
 def test_the_lines_that_can_have_started_a_run_are_those_of_its_first_look() -> None:
     """Which crontab lines were identical (``also``) is a fact of the start: a later look
     neither drops one that was edited since nor adds one that became identical."""
-    from watchdog.model import CronOrigin
+    from rogue_watchdog.model import CronOrigin
 
     scanner = Scanner(parse_config("nvml: {enabled: false}\n", "t.yaml"))
     ctx = scanner.context(datetime(2026, 11, 29, 12, 0, tzinfo=UTC))
@@ -303,11 +303,11 @@ def test_the_lines_that_can_have_started_a_run_are_those_of_its_first_look() -> 
 
 def test_daemon_findings_offer_disable_source_by_finding_id(tmp_path: Path) -> None:
     """A filed finding names itself (F<id>): it still works once the job has exited."""
-    from watchdog.config.alerts import AlertSettings
-    from watchdog.daemon.tracker import Tracker
-    from watchdog.model import CronOrigin, Job
-    from watchdog.policy.findings import job_findings
-    from watchdog.state import StateDB
+    from rogue_watchdog.config.alerts import AlertSettings
+    from rogue_watchdog.daemon.tracker import Tracker
+    from rogue_watchdog.model import CronOrigin, Job
+    from rogue_watchdog.policy.findings import job_findings
+    from rogue_watchdog.state import StateDB
 
     origin = CronOrigin(
         ("...",),

@@ -13,13 +13,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from rogue_watchdog.lineage.at import AtResolver, job_commands, parse_job_name
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.cron import CronResolver
+from rogue_watchdog.model import Origin, Proc
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import nobody_python
 from tests.fixtures.proc.fakeproc import root_owned
-from watchdog.lineage.at import AtResolver, job_commands, parse_job_name
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.cron import CronResolver
-from watchdog.model import Origin, Proc
-from watchdog.sources.procfs import ProcessTable
 
 HOST = Path(__file__).resolve().parent.parent / "fixtures" / "cron" / "host"
 NOW = datetime(2026, 11, 29, 22, 0, 0, tzinfo=ZoneInfo("UTC"))
@@ -361,10 +361,10 @@ _RESOLVE_AS_NOBODY = """
 import json, sys
 from datetime import datetime
 from zoneinfo import ZoneInfo
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.cron import CronResolver
-from watchdog.model import Proc
-from watchdog.sources.procfs import ProcessTable
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.cron import CronResolver
+from rogue_watchdog.model import Proc
+from rogue_watchdog.sources.procfs import ProcessTable
 root = sys.argv[1]
 def p(pid, ppid, argv, exe, user="alice"):
     return Proc(pid, ppid, 1000, "S", exe.rsplit("/", 1)[-1][:15], pid, pid, 0, user, exe,
@@ -394,7 +394,7 @@ def test_spool_dir_unreadable_for_a_non_root_scan() -> None:
         for d in (root / "var", root / "var/spool", root / "var/spool/cron"):
             os.chmod(d, 0o755)
         os.chmod(spool, 0o1730)
-        with nobody_python("cronsim", "watchdog.lineage.cron") as as_nobody:
+        with nobody_python("cronsim", "rogue_watchdog.lineage.cron") as as_nobody:
             res = subprocess.run(
                 [*as_nobody, "-c", _RESOLVE_AS_NOBODY, str(root)],
                 cwd="/",

@@ -11,12 +11,12 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rogue_watchdog.actions.disable import plan_disable
+from rogue_watchdog.actions.effects import Effects
+from rogue_watchdog.lineage import default_resolvers
+from rogue_watchdog.lineage.cron import CronResolver
+from rogue_watchdog.scan import resolve_origin
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
-from watchdog.actions.disable import plan_disable
-from watchdog.actions.effects import Effects
-from watchdog.lineage import default_resolvers
-from watchdog.lineage.cron import CronResolver
-from watchdog.scan import resolve_origin
 
 TRAIN = ["/usr/bin/python3", "/root/x/train_job.py", "--epochs", "3"]
 CRON_ENV = {"HOME": "/root", "LOGNAME": "root", "PATH": "/usr/bin:/bin", "SHELL": "/bin/sh"}

@@ -16,13 +16,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from rogue_watchdog.command import RecordingRunner
+from rogue_watchdog.lineage import default_resolvers
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.cron import CronResolver
+from rogue_watchdog.model import Origin
+from rogue_watchdog.scan import resolve_origin
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
-from watchdog.command import RecordingRunner
-from watchdog.lineage import default_resolvers
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.cron import CronResolver
-from watchdog.model import Origin
-from watchdog.scan import resolve_origin
 
 UTC = ZoneInfo("UTC")
 CMD = "/usr/bin/python3 /opt/pipe/train_x.py --cron"
@@ -196,8 +196,8 @@ def test_reparented_job_at_its_tick_as_its_user_is_the_entry(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("case", ["fake-daemon", "wrong-user", "wrong-time"])
 def test_disable_source_never_targets_the_real_line_for_a_spoof(tmp_path: Path, case: str) -> None:
-    from watchdog.actions.disable import plan_disable
-    from watchdog.actions.effects import Effects
+    from rogue_watchdog.actions.disable import plan_disable
+    from rogue_watchdog.actions.effects import Effects
 
     chain, started = {
         "fake-daemon": (_chain(cron_exe="/work/advtest/fake/cron"), FIRED),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from watchdog.lineage.cronfiles import CrontabFile, list_crontabs
-from watchdog.safeio import FileTooLargeError, NotRegularFileError, unread_reason
+from rogue_watchdog.lineage.cronfiles import CrontabFile, list_crontabs
+from rogue_watchdog.safeio import FileTooLargeError, NotRegularFileError, unread_reason
 
 
 def test_listing_follows_cron_naming_rules(tmp_path: Path) -> None:

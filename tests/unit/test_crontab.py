@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from watchdog.lineage.crontab import (
+from rogue_watchdog.lineage.crontab import (
     REBOOT_NEXT_RUN,
     CronEntry,
     cron_d_name_ok,

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from watchdog.config.alerts import AlertSettings, SinkSettings
-from watchdog.daemon.tracker import Tracker
-from watchdog.daemon.tracking.reminders import alert_due
-from watchdog.model import AtOrigin, Finding, Job
-from watchdog.policy.findings import job_findings
-from watchdog.policy.guard import Protection, with_advice
-from watchdog.state import FindingRecord, StateDB
+from rogue_watchdog.config.alerts import AlertSettings, SinkSettings
+from rogue_watchdog.daemon.tracker import Tracker
+from rogue_watchdog.daemon.tracking.reminders import alert_due
+from rogue_watchdog.model import AtOrigin, Finding, Job
+from rogue_watchdog.policy.findings import job_findings
+from rogue_watchdog.policy.guard import Protection, with_advice
+from rogue_watchdog.state import FindingRecord, StateDB
 
 TRAIN = ("/usr/bin/python3", "/srv/at/train.py")
 
@@ -106,9 +106,9 @@ def test_a_loop_whose_source_was_disabled_between_runs_offers_no_disable() -> No
     between runs until the loop is quiet), still offered `disable-source F194` and the
     `sed` by hand after that line was disabled: nothing left to do. BEFORE (4456053): the
     refreshed message kept that advice; AFTER: it is gone and the disable is named."""
-    from watchdog.daemon.alerts.alert import local_iso
-    from watchdog.daemon.tracking.current import current_message
-    from watchdog.records import ActionRecord
+    from rogue_watchdog.daemon.alerts.alert import local_iso
+    from rogue_watchdog.daemon.tracking.current import current_message
+    from rogue_watchdog.records import ActionRecord
 
     advice = (
         "; to stop the source: rogue-watchdog disable-source --config /w/c.yaml F194 (backs up "

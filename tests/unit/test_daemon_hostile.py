@@ -20,19 +20,19 @@ from typing import Any
 import httpx
 import pytest
 
+from rogue_watchdog.config import ConfigError, load_config
+from rogue_watchdog.config.alerts import SinkSettings
+from rogue_watchdog.daemon.alerts.alert import Outgoing
+from rogue_watchdog.daemon.alerts.base import SinkContext
+from rogue_watchdog.daemon.alerts.secrets import SecretError, read_url, redact
+from rogue_watchdog.daemon.alerts.sinks import LogSink, SendError, slack, webhook
+from rogue_watchdog.daemon.ipc import StatusError, StatusServer, query_status
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.status import build_status, exit_code
+from rogue_watchdog.model import FINDING_KINDS, ORIGIN_KINDS
+from rogue_watchdog.state import Delivery, StateDB, StateError, lock_state_dir
 from tests.conftest import REPO, run_cli
 from tests.unit.test_status import DOC, config_file
-from watchdog.config import ConfigError, load_config
-from watchdog.config.alerts import SinkSettings
-from watchdog.daemon.alerts.alert import Outgoing
-from watchdog.daemon.alerts.base import SinkContext
-from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
-from watchdog.daemon.alerts.sinks import LogSink, SendError, slack, webhook
-from watchdog.daemon.ipc import StatusError, StatusServer, query_status
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.status import build_status, exit_code
-from watchdog.model import FINDING_KINDS, ORIGIN_KINDS
-from watchdog.state import Delivery, StateDB, StateError, lock_state_dir
 
 SECRET_URL = "https://hooks.slack.com/services/T000/B000/XXXXSECRETXXXX"
 
@@ -186,8 +186,8 @@ def test_fifo_url_file_fails_the_sink_without_hanging(tmp_path: Path) -> None:
     fifo = tmp_path / "url.fifo"
     os.mkfifo(fifo)
     out = run_isolated(
-        "from watchdog.daemon.alerts.secrets import read_url, SecretError\n"
-        "from watchdog.config.alerts import SinkSettings\n"
+        "from rogue_watchdog.daemon.alerts.secrets import read_url, SecretError\n"
+        "from rogue_watchdog.config.alerts import SinkSettings\n"
         f"s = SinkSettings(type='slack', name='s', url_file={str(fifo)!r})\n"
         "try:\n    read_url(s)\nexcept SecretError as e:\n    print(e)\n"
     )
@@ -206,10 +206,10 @@ def test_fifo_log_sink_fails_without_hanging(tmp_path: Path) -> None:
     fifo = tmp_path / "log.fifo"
     os.mkfifo(fifo)
     out = run_isolated(
-        "from watchdog.daemon.alerts.sinks import LogSink, SendError\n"
-        "from watchdog.config.alerts import SinkSettings\n"
-        "from watchdog.state import Delivery\n"
-        "from watchdog.daemon.alerts.alert import Outgoing\n"
+        "from rogue_watchdog.daemon.alerts.sinks import LogSink, SendError\n"
+        "from rogue_watchdog.config.alerts import SinkSettings\n"
+        "from rogue_watchdog.state import Delivery\n"
+        "from rogue_watchdog.daemon.alerts.alert import Outgoing\n"
         "d = Outgoing.from_delivery(Delivery(1, 1, 's', 'open', {'kind': 'rogue-job', "
         "'severity': 'high', 'message': 'm', 'action': 'open'}, 0.0, 0, 0.0, None, None))\n"
         f"s = LogSink(SinkSettings(type='log', name='l', path={str(fifo)!r}))\n"
@@ -325,7 +325,7 @@ def test_second_lock_on_state_dir_names_the_holder(tmp_path: Path) -> None:
     fd = lock_state_dir(tmp_path)
     try:
         out = run_isolated(
-            "from watchdog.state import lock_state_dir, StateError\n"
+            "from rogue_watchdog.state import lock_state_dir, StateError\n"
             f"try:\n    lock_state_dir({str(tmp_path)!r})\nexcept StateError as e:\n    print(e)\n"
         )
         assert f"in use by PID {os.getpid()}" in out

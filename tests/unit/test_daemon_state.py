@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Spawned
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.status import build_status, render_status
-from watchdog.model import Origin, UnreadableOrigin
-from watchdog.state import (
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.status import build_status, render_status
+from rogue_watchdog.model import Origin, UnreadableOrigin
+from rogue_watchdog.state import (
     LOCK_NAME,
     SCHEMA_VERSION,
     StateDB,
     StateError,
     lock_state_dir,
 )
+from tests.conftest import Spawned
 
 # The schema as rogue-watchdog wrote it before schema versions (copied verbatim from the
 # release: ``state.py``'s SCHEMA and its ``meta`` row). Never edit: it is the past.

@@ -7,10 +7,10 @@ import sys
 import time
 from pathlib import Path
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.state import StateDB
 from tests.conftest import Spawned
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
-from watchdog.state import StateDB
 
 
 def make(tmp_path: Path, extra: str = "") -> Daemon:
@@ -166,7 +166,7 @@ def test_config_checksum_never_blocks_on_a_fifo(tmp_path: Path) -> None:
     import hashlib
     import os
 
-    from watchdog.config import config_checksum
+    from rogue_watchdog.config import config_checksum
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("sanctioned: []\n")

@@ -7,9 +7,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.alerts import DeliveryWorker
 from tests.conftest import REPO
-from watchdog.config import parse_config
-from watchdog.daemon.alerts import DeliveryWorker
 
 
 def test_alerts_degraded_clears_when_rounds_succeed_again(tmp_path: Path) -> None:
@@ -17,7 +17,7 @@ def test_alerts_degraded_clears_when_rounds_succeed_again(tmp_path: Path) -> Non
     succeeded again."""
     cfg = parse_config(f"daemon: {{state_dir: '{tmp_path}'}}\n", "t.yaml")
     degraded: dict[str, str] = {}
-    from watchdog.state import StateDB
+    from rogue_watchdog.state import StateDB
 
     w = DeliveryWorker(StateDB(tmp_path), lambda: cfg.alerts, degraded=degraded)
     w._round_failed("log", RuntimeError("database is locked"))
@@ -35,8 +35,8 @@ def test_an_unusable_nvml_library_at_start_is_degraded(tmp_path: Path) -> None:
     lib.write_bytes(b"this is not an ELF file\n" * 10)
     code = textwrap.dedent(
         f"""
-        from watchdog.config import parse_config
-        from watchdog.daemon.loop import Daemon
+        from rogue_watchdog.config import parse_config
+        from rogue_watchdog.daemon.loop import Daemon
         cfg = parse_config(
             "nvml: {{library: '{lib}'}}\\n"
             "daemon: {{state_dir: '{tmp_path}/state'}}\\n", "t.yaml")

@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from watchdog.config import parse_config
+from rogue_watchdog.config import parse_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 READ_VERBS = {"get", "list", "watch"}

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from watchdog.actions.disable import DisablePlan, marker_line, plan_disable
-from watchdog.actions.effects import Effects, RecordingEffects
-from watchdog.actions.undo import ops_of, run_undo
-from watchdog.model import Origin
+from rogue_watchdog.actions.disable import DisablePlan, marker_line, plan_disable
+from rogue_watchdog.actions.effects import Effects, RecordingEffects
+from rogue_watchdog.actions.undo import ops_of, run_undo
+from rogue_watchdog.model import Origin
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 TAB = (
@@ -164,14 +164,14 @@ def test_user_crontab_with_leading_comments_of_its_own_keeps_them(tmp_path: Path
 
 
 def test_marker_and_remediation_share_one_prefix() -> None:
-    from watchdog.lineage.crontab import DISABLE_PREFIX, DISABLED_MARK
+    from rogue_watchdog.lineage.crontab import DISABLE_PREFIX, DISABLED_MARK
 
     assert DISABLE_PREFIX == "# disabled by rogue-watchdog: "
     assert marker_line(ENTRY, NOW, "r").startswith(f"{DISABLED_MARK} at 2027-01-15T08:00:00Z")
 
 
 def test_failed_crontab_install_changes_nothing_and_has_no_undo(tmp_path: Path) -> None:
-    from watchdog.command import CommandResult
+    from rogue_watchdog.command import CommandResult
 
     spool = tmp_path / "crontabs"
     spool.mkdir()

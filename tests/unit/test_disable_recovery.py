@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog import faults
+from rogue_watchdog.actions.effects import Effects
+from rogue_watchdog.actions.enforcer import Enforcer
+from rogue_watchdog.actions.remedy import JobTarget, Remedy
+from rogue_watchdog.actions.runner import InlineRunner
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.model import Origin
+from rogue_watchdog.policy.guard import Protection
+from rogue_watchdog.state import StateDB
 from tests.conftest import run_cli
-from watchdog import faults
-from watchdog.actions.effects import Effects
-from watchdog.actions.enforcer import Enforcer
-from watchdog.actions.remedy import JobTarget, Remedy
-from watchdog.actions.runner import InlineRunner
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
-from watchdog.model import Origin
-from watchdog.policy.guard import Protection
-from watchdog.state import StateDB
 
 ENTRY = "0 2 * * 0 root /usr/bin/python3 /opt/legacy/train_weekly.py"
 TAB = f"SHELL=/bin/sh\n# weekly\n{ENTRY}\n".encode()

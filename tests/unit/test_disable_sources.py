@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from watchdog.actions.disable import PlanRequest
-from watchdog.actions.effects import RecordingEffects
-from watchdog.actions.recovery import disable_undo
-from watchdog.actions.remedy import restore_plan
-from watchdog.actions.sources import plan_container, plan_supervisor, undo_ops
-from watchdog.command import CommandResult
-from watchdog.lineage.at import job_commands
-from watchdog.model import ContainerOrigin, SupervisorOrigin
-from watchdog.records import ActionStep
+from rogue_watchdog.actions.disable import PlanRequest
+from rogue_watchdog.actions.effects import RecordingEffects
+from rogue_watchdog.actions.recovery import disable_undo
+from rogue_watchdog.actions.remedy import restore_plan
+from rogue_watchdog.actions.sources import plan_container, plan_supervisor, undo_ops
+from rogue_watchdog.command import CommandResult
+from rogue_watchdog.lineage.at import job_commands
+from rogue_watchdog.model import ContainerOrigin, SupervisorOrigin
+from rogue_watchdog.records import ActionStep
 
 CID = "c" * 64
 INSPECT = (

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from watchdog.actions.disable import plan_disable
-from watchdog.actions.effects import RecordingEffects
-from watchdog.command import CommandResult
-from watchdog.model import Origin, SystemdOrigin
+from rogue_watchdog.actions.disable import plan_disable
+from rogue_watchdog.actions.effects import RecordingEffects
+from rogue_watchdog.command import CommandResult
+from rogue_watchdog.model import Origin, SystemdOrigin
 
 STATES = {
     ("systemctl", "is-enabled", "retrain.timer"): CommandResult(0, "enabled\n", ""),

@@ -36,8 +36,8 @@ from typing import Any
 import pytest
 import yaml
 
+from rogue_watchdog.config import TOP_LEVEL_KEYS
 from tests.conftest import REPO, need_program, run_cli
-from watchdog.config import TOP_LEVEL_KEYS
 
 DOCS = (*sorted((REPO / "docs").glob("*.md")), REPO / "README.md")
 KINDS = ("rogue-watchdog", "prometheus", "alertmanager-route")

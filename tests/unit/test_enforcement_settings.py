@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.config import ConfigError, parse_config
+from rogue_watchdog.config import ConfigError, parse_config
 
 GOOD = """
 enforcement:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.cli import EXIT_INTERNAL_ERROR, main
 from tests.conftest import REPO
-from watchdog.cli import EXIT_INTERNAL_ERROR, main
 
 
 def test_a_crashing_verifier_exits_70_not_1(
@@ -18,7 +18,7 @@ def test_a_crashing_verifier_exits_70_not_1(
 ) -> None:
     """Before: a crash of verify-weights (an import error) exited 1, "non-finite": a
     healthy file reported poisoned."""
-    import watchdog.weights.api as api
+    import rogue_watchdog.weights.api as api
 
     def broken(*args: object, **kwargs: object) -> None:
         raise ImportError("cannot import name 'frombuffer' from 'numpy'")
@@ -36,7 +36,7 @@ def test_python_m_watchdog_that_cannot_load_exits_70(tmp_path: Path) -> None:
     (tmp_path / "yaml").mkdir()  # a broken installation: PyYAML shadowed by a broken one
     (tmp_path / "yaml" / "__init__.py").write_text("raise ImportError('broken yaml')\n")
     done = subprocess.run(
-        [sys.executable, "-m", "watchdog", "check-config", str(tmp_path / "c.yaml")],
+        [sys.executable, "-m", "rogue_watchdog", "check-config", str(tmp_path / "c.yaml")],
         cwd=REPO,
         env={"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"},
         capture_output=True,
@@ -45,3 +45,17 @@ def test_python_m_watchdog_that_cannot_load_exits_70(tmp_path: Path) -> None:
     )
     assert done.returncode == 70, done.stderr
     assert "broken yaml" in done.stderr
+
+
+def test_console_script_that_cannot_load_exits_70(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before (issue 33): the ``rogue-watchdog`` script imported the command line itself;
+    when that failed (PyPI's ``watchdog`` over ours) it exited 1, "non-finite"."""
+    from rogue_watchdog.__main__ import entry
+
+    monkeypatch.setitem(sys.modules, "rogue_watchdog.cli", None)  # import raises
+    assert entry() == 70
+    assert "internal error (exit 70): cannot load" in capsys.readouterr().err
+    script = Path(sys.executable).parent / "rogue-watchdog"
+    assert "from rogue_watchdog.__main__ import entry" in script.read_text()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from watchdog.daemon.alerts.alert import Alert
-from watchdog.daemon.alerts.render import alert_text
-from watchdog.model import GpuHeld, Job, Origin
-from watchdog.policy.findings import gpus_text, job_findings
-from watchdog.state import FindingRecord
+from rogue_watchdog.daemon.alerts.alert import Alert
+from rogue_watchdog.daemon.alerts.render import alert_text
+from rogue_watchdog.model import GpuHeld, Job, Origin
+from rogue_watchdog.policy.findings import gpus_text, job_findings
+from rogue_watchdog.state import FindingRecord
 
 GIB = 1024**3
 
@@ -57,7 +57,7 @@ def test_without_nvml_the_message_is_unchanged() -> None:
 
 
 def test_a_respawned_job_says_which_gpu_it_came_back_on() -> None:
-    from watchdog.daemon.tracking.jobs import respawned_finding
+    from rogue_watchdog.daemon.tracking.jobs import respawned_finding
 
     job = rogue([GpuHeld("GPU-3", 3, 4 * GIB)], 4 * GIB)
     f = respawned_finding(job, "sig", 1_700_000_000.0, 1_700_000_720.0)

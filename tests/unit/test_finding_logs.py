@@ -67,9 +67,9 @@ def test_without_a_sink_that_takes_it_the_loop_logs_the_event(
     [("info", "info"), ("warning", "warning"), ("high", "error"), ("critical", "critical")],
 )
 def test_log_sink_level_follows_the_severity(tmp_path: Path, severity: str, level: str) -> None:
+    from rogue_watchdog.config.alerts import SinkSettings
+    from rogue_watchdog.daemon.alerts.sinks import LogSink
     from tests.unit.test_alert_render import delivery, payload
-    from watchdog.config.alerts import SinkSettings
-    from watchdog.daemon.alerts.sinks import LogSink
 
     path = tmp_path / "alerts.log"
     sink = LogSink(SinkSettings(type="log", name="log", path=str(path)))

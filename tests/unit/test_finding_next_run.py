@@ -4,11 +4,11 @@ reminders) long after such a time has passed. Before: ``..., next run
 
 from __future__ import annotations
 
-from watchdog.config import parse_config
-from watchdog.daemon.tracking.jobs import respawned_finding
-from watchdog.model import CronOrigin, Job
-from watchdog.policy.findings import job_findings
-from watchdog.policy.guard import protection, with_advice
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.tracking.jobs import respawned_finding
+from rogue_watchdog.model import CronOrigin, Job
+from rogue_watchdog.policy.findings import job_findings
+from rogue_watchdog.policy.guard import protection, with_advice
 
 CRON = CronOrigin(
     file="/etc/cron.d/legacy-retrain",

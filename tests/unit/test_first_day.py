@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from rogue_watchdog.state import StateDB
 from tests.conftest import REPO, run_cli
-from watchdog.state import StateDB
 
 
 def test_actions_table_has_a_header_row(tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ def _daemon_lines(tmp_path: Path, tty: bool) -> list[str]:
     )
     main_fd, out_fd = pty.openpty() if tty else os.pipe()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "watchdog", "run", "--config", str(config)],
+        [sys.executable, "-m", "rogue_watchdog", "run", "--config", str(config)],
         stdin=subprocess.DEVNULL, stdout=out_fd, stderr=out_fd,
         env=dict(os.environ, PYTHONPATH=str(REPO)), start_new_session=True,
     )  # fmt: skip

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import socket
 
+from rogue_watchdog.fleet import Host, Picture, RogueJob, picture_json, picture_text
 from tests.conftest import run_cli
-from watchdog.fleet import Host, Picture, RogueJob, picture_json, picture_text
 
 
 def test_not_a_url_is_a_usage_error() -> None:
@@ -50,7 +50,7 @@ def test_host_text_is_escaped_and_stale_hosts_listed() -> None:
 
 
 def test_the_parser_default_stale_after_is_the_library_default() -> None:
-    import watchdog.cli.fleet as cli_fleet
-    import watchdog.fleet as fleet
+    import rogue_watchdog.cli.fleet as cli_fleet
+    import rogue_watchdog.fleet as fleet
 
     assert cli_fleet.DEFAULT_STALE_AFTER_S == fleet.DEFAULT_STALE_AFTER_S == 300.0

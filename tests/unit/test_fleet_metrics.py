@@ -1,6 +1,6 @@
 """Fleet labels on /metrics: a real daemon process, real processes, the fake NVML.
 
-The daemon (``python -m watchdog run``) reads the fake libnvidia-ml.so.1 through the real
+The daemon (``python -m rogue_watchdog run``) reads the fake libnvidia-ml.so.1 through the real
 pynvml path with ``FAKE_NVML_RELOAD`` set, so the GPU process lists follow the processes
 this test starts and kills.
 """
@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 import pytest
 
+from rogue_watchdog.model import MAX_ORIGIN_LABEL_CHARS, Origin, SystemdOrigin
 from tests.conftest import REPO, need_program, poll
 from tests.fakenvml.build import CONFIG_NAME, write_config
 from tests.fakenvml.fixtures import fake_nvml, library_path
-from watchdog.model import MAX_ORIGIN_LABEL_CHARS, Origin, SystemdOrigin
 
 GIB = 1024**3
 MIB = 1024**2
@@ -86,7 +86,7 @@ class Daemon:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         self.log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "watchdog", "run", "--config", str(cfg)],
+            [sys.executable, "-m", "rogue_watchdog", "run", "--config", str(cfg)],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

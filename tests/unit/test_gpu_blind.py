@@ -21,8 +21,8 @@ import structlog
 structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 from pathlib import Path
 from tests.fakenvml.build import write_config
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
 
 lib, conf, state, tmp = sys.argv[1:5]
 worker = subprocess.Popen([sys.executable, f"{tmp}/worker.py"])
@@ -132,8 +132,8 @@ _VANISH = r"""
 import json, subprocess, sys, time
 from pathlib import Path
 from tests.fakenvml.build import write_config
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
 
 lib, conf, state, tmp = sys.argv[1:5]
 worker = subprocess.Popen([sys.executable, f"{tmp}/worker.py"])

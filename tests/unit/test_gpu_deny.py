@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Spawned
-from watchdog.actions import devprog
-from watchdog.actions.effects import RecordingEffects
-from watchdog.actions.gpudeny import (
+from rogue_watchdog.actions import devprog
+from rogue_watchdog.actions.effects import RecordingEffects
+from rogue_watchdog.actions.gpudeny import (
     DENY_PREFIX,
     GpuOpenGate,
     apply_deny,
@@ -25,13 +24,14 @@ from watchdog.actions.gpudeny import (
     find_controller,
     plan_deny,
 )
-from watchdog.actions.guards import Expected, Guard, read_live
-from watchdog.actions.remedy import JobTarget
-from watchdog.actions.undo import UndoError, check_op, ops_of
-from watchdog.config import ConfigError, parse_config
-from watchdog.config.enforcement import Protect
-from watchdog.model import OrphanOrigin
-from watchdog.state import StateDB
+from rogue_watchdog.actions.guards import Expected, Guard, read_live
+from rogue_watchdog.actions.remedy import JobTarget
+from rogue_watchdog.actions.undo import UndoError, check_op, ops_of
+from rogue_watchdog.config import ConfigError, parse_config
+from rogue_watchdog.config.enforcement import Protect
+from rogue_watchdog.model import OrphanOrigin
+from rogue_watchdog.state import StateDB
+from tests.conftest import Spawned
 
 PARENT = (
     "import subprocess, sys, time\n"
@@ -398,7 +398,7 @@ def test_the_lift_op_refuses_a_cgroup_that_is_no_denials(tmp_path: Path) -> None
 
 
 def test_check_config_says_what_gpu_open_does_on_this_host(tmp_path: Path) -> None:
-    from watchdog.cli.scan import gpu_open_lines
+    from rogue_watchdog.cli.scan import gpu_open_lines
 
     cg = hierarchy(tmp_path, "v2")
     config = parse_config(
@@ -429,8 +429,8 @@ def test_check_config_says_what_gpu_open_does_on_this_host(tmp_path: Path) -> No
 
 
 def test_an_interrupted_denial_is_resolved_with_the_lift_of_what_it_made() -> None:
-    from watchdog.actions.recovery import resolve
-    from watchdog.records import ActionRecord, ActionStep
+    from rogue_watchdog.actions.recovery import resolve
+    from rogue_watchdog.records import ActionRecord, ActionStep
 
     rec = ActionRecord(
         7, 0.0, "daemon", "gpu-deny", "PID 42 (1 process(es))", None, "sig", False, "pending",
@@ -480,8 +480,8 @@ def test_the_device_program_denies_each_rule_and_allows_the_rest() -> None:
 
 
 def test_an_interrupted_v2_denial_is_lifted_with_the_program_it_attached() -> None:
-    from watchdog.actions.recovery import resolve
-    from watchdog.records import ActionRecord, ActionStep
+    from rogue_watchdog.actions.recovery import resolve
+    from rogue_watchdog.records import ActionRecord, ActionStep
 
     rec = ActionRecord(
         8, 0.0, "daemon", "gpu-deny", "PID 42 (1 process(es))", None, "sig", False, "pending",
@@ -503,7 +503,7 @@ def test_an_interrupted_v2_denial_is_lifted_with_the_program_it_attached() -> No
 
 
 def test_the_undo_op_detaches_the_recorded_program_first(tmp_path: Path) -> None:
-    from watchdog.actions.undo import _run_op
+    from rogue_watchdog.actions.undo import _run_op
 
     made = tmp_path / f"{DENY_PREFIX}.s.9"
     made.mkdir()

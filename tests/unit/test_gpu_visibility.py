@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rogue_watchdog.model import Finding, GpuProcess
+from rogue_watchdog.policy.findings import gpu_visibility_findings, missing_gpu_processes
+from rogue_watchdog.scan import still_hidden
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.unit.test_procfs import write_proc
-from watchdog.model import Finding, GpuProcess
-from watchdog.policy.findings import gpu_visibility_findings, missing_gpu_processes
-from watchdog.scan import still_hidden
-from watchdog.sources.procfs import ProcessTable
 
 
 @dataclass

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.actions.effects import Effects, IdentityChangedError, RecordingEffects
+from rogue_watchdog.actions.guards import Expected, Guard, LiveProc, Refusal, read_live
+from rogue_watchdog.actions.terminate import terminate_tree
+from rogue_watchdog.config.enforcement import Protect
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import Spawned, poll
-from watchdog.actions.effects import Effects, IdentityChangedError, RecordingEffects
-from watchdog.actions.guards import Expected, Guard, LiveProc, Refusal, read_live
-from watchdog.actions.terminate import terminate_tree
-from watchdog.config.enforcement import Protect
-from watchdog.sources.procfs import ProcessTable
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -212,7 +212,7 @@ def test_pid_2_in_a_pid_namespace_is_not_a_kernel_thread(tmp_path: Path) -> None
     kernel thread means PF_KTHREAD, never `ppid == 2` or `pid == 2`."""
     script = (
         "import subprocess, sys\n"
-        "from watchdog.actions.guards import Guard, Refusal, read_live\n"
+        "from rogue_watchdog.actions.guards import Guard, Refusal, read_live\n"
         "kid = subprocess.Popen(['sleep', '30'])\n"  # PID 2 in the new namespace
         "import time\n"
         "for _ in range(200):\n"
@@ -239,7 +239,7 @@ def test_host_proc_seen_from_a_child_pid_namespace_refuses_every_signal() -> Non
     here takes numbers of our own namespace. Nothing may be signalled."""
     script = (
         "import os, sys\n"
-        "from watchdog.actions.guards import Guard, Refusal\n"
+        "from rogue_watchdog.actions.guards import Guard, Refusal\n"
         "g = Guard(self_pid=os.getpid()).check(int(sys.argv[1]))\n"  # a host PID
         "print(g.guard if isinstance(g, Refusal) else 'allowed')\n"
     )

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.config import ConfigError, load_config, parse_config
+from rogue_watchdog.scan import Scanner
 from tests.conftest import REPO, Spawned, need_program, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
 from tests.unit.test_procfs import write_proc
-from watchdog.config import ConfigError, load_config, parse_config
-from watchdog.scan import Scanner
 
 
 @pytest.mark.parametrize(
@@ -113,7 +113,7 @@ def test_output_failures_exit_2_and_a_closed_pipe_keeps_the_code(
     cfg = tmp_path / "c.yaml"
     cfg.write_text("nvml: {enabled: false}\n")
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    base = [sys.executable, "-m", "watchdog", "scan", "--config", str(cfg)]
+    base = [sys.executable, "-m", "rogue_watchdog", "scan", "--config", str(cfg)]
     with open("/dev/full", "w") as full:
         done = subprocess.run(base, stdout=full, stderr=subprocess.PIPE, env=env, check=False)
     assert done.returncode == 2
@@ -152,7 +152,7 @@ def test_every_report_fails_loudly_when_stdout_cannot_take_it(
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
     fill = {"npy": str(tmp_path / "w.npy"), "cfg": str(cfg), "sock": str(tmp_path / "no.sock")}
-    cmd = [sys.executable, "-m", "watchdog", *(a.format(**fill) for a in argv)]
+    cmd = [sys.executable, "-m", "rogue_watchdog", *(a.format(**fill) for a in argv)]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     with open("/dev/full", "w") as full:
         done = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, env=env, check=False)

@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+from rogue_watchdog.config import Config, parse_config
+from rogue_watchdog.model import Job
+from rogue_watchdog.scan import Scanner
 from tests.conftest import Spawned
-from watchdog.config import Config, parse_config
-from watchdog.model import Job
-from watchdog.scan import Scanner
 
 WORKER_TREE = """
 import os, sys, time

@@ -15,21 +15,21 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
-from tests.kubeapi import FIX, FakeApiServer, serve
-from watchdog.config import parse_config
-from watchdog.lineage import default_resolvers
-from watchdog.lineage.cgroup import parse_cgroup
-from watchdog.lineage.container import cgroup_container
-from watchdog.lineage.kubernetes import (
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.lineage import default_resolvers
+from rogue_watchdog.lineage.cgroup import parse_cgroup
+from rogue_watchdog.lineage.container import cgroup_container
+from rogue_watchdog.lineage.kubernetes import (
     KubeApi,
     KubernetesResolver,
     PodMeta,
     cgroup_pod,
     remediation_for_pod,
 )
-from watchdog.model import Job, Origin
-from watchdog.policy.allowlist import judge
+from rogue_watchdog.model import Job, Origin
+from rogue_watchdog.policy.allowlist import judge
+from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
+from tests.kubeapi import FIX, FakeApiServer, serve
 
 UID = "5f1c0a2e-7b3d-4c8e-9f10-1a2b3c4d5e6f"
 UID_ = UID.replace("-", "_")

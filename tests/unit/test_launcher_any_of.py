@@ -1,6 +1,6 @@
 """is_launcher's one alternation answers as its patterns one by one do.
 
-The alternation (watchdog.policy.jobs.any_of) is a speed-up of the launcher check on
+The alternation (rogue_watchdog.policy.jobs.any_of) is a speed-up of the launcher check on
 every process of a first scan and every exec event; these cases compare it with the
 pattern-by-pattern answer on command lines where the program span decides.
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from itertools import product
 
-from watchdog.config import DEFAULT_LAUNCHERS
-from watchdog.config.base import Regex
-from watchdog.model import Proc
-from watchdog.policy.jobs import any_of, is_launcher
+from rogue_watchdog.config import DEFAULT_LAUNCHERS
+from rogue_watchdog.config.base import Regex
+from rogue_watchdog.model import Proc
+from rogue_watchdog.policy.jobs import any_of, is_launcher
 
 PATTERN_SETS = [
     tuple(Regex(p) for p in DEFAULT_LAUNCHERS),
@@ -37,7 +37,7 @@ EXES = [None, "/usr/bin/python3", "/srv/bin/train_fast.py", "/usr/bin/vim"]
 
 
 def one_by_one(proc: Proc, launchers: tuple[Regex, ...]) -> bool:
-    from watchdog.lineage.base import is_wrapper, runs_program
+    from rogue_watchdog.lineage.base import is_wrapper, runs_program
 
     if proc.kernel_thread or not proc.cmdline or is_wrapper(proc):
         return False

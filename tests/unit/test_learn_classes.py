@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from watchdog.config import parse_config
-from watchdog.model import CronOrigin, ShellOrigin
-from watchdog.policy.learn import render_yaml, replay, suggest
-from watchdog.state import RunRecord
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.model import CronOrigin, ShellOrigin
+from rogue_watchdog.policy.learn import render_yaml, replay, suggest
+from rogue_watchdog.state import RunRecord
 
 T0 = 1_700_000_000.0
 PIPELINE = ["/usr/bin/python3", "/opt/pipeline/train.py"]

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.config import ConfigError, parse_config
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.status import build_status, render_status
+from rogue_watchdog.model import Finding, ScanResult
+from rogue_watchdog.plugins import TrackResult
 from tests.conftest import Spawned
-from watchdog.config import ConfigError, parse_config
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.status import build_status, render_status
-from watchdog.model import Finding, ScanResult
-from watchdog.plugins import TrackResult
 
 END = 2_000_000_000.0  # 2033-05-18T03:33:20Z
 

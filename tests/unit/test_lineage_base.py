@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.lineage.base import is_interpreter, script_argument
+from rogue_watchdog.lineage.base import is_interpreter, script_argument
 
 
 @pytest.mark.parametrize(

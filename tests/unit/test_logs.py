@@ -1,4 +1,4 @@
-"""watchdog.logs: structlog is imported, and a deferred configuration applied, on the
+"""rogue_watchdog.logs: structlog is imported, and a deferred configuration applied, on the
 first event, once; a command that logs nothing imports neither."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 
 import structlog
 
+from rogue_watchdog import logs
 from tests.conftest import REPO
-from watchdog import logs
 
 
 def test_the_deferred_configuration_is_applied_before_the_first_event_once() -> None:
@@ -52,7 +52,7 @@ def test_a_dropped_configuration_is_never_applied() -> None:
 def test_a_scan_that_logs_nothing_imports_no_structlog(tmp_path: object) -> None:
     code = (
         "import sys\n"
-        "from watchdog.cli import main\n"
+        "from rogue_watchdog.cli import main\n"
         "rc = main(['scan', '--config', sys.argv[1]])\n"
         "print(rc, 'structlog' in sys.modules, file=sys.stderr)\n"
     )

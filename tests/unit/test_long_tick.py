@@ -6,12 +6,12 @@ import signal
 import sys
 from pathlib import Path
 
+from rogue_watchdog.actions.enforcer import Enforcer
+from rogue_watchdog.actions.guards import read_live
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import EARLY_TICK_MIN_GAP_S, Daemon, early_tick_spacing_s
+from rogue_watchdog.daemon.status import build_status, render_status
 from tests.conftest import Spawned, poll
-from watchdog.actions.enforcer import Enforcer
-from watchdog.actions.guards import read_live
-from watchdog.config import parse_config
-from watchdog.daemon.loop import EARLY_TICK_MIN_GAP_S, Daemon, early_tick_spacing_s
-from watchdog.daemon.status import build_status, render_status
 
 
 def test_time_spent_acting_does_not_space_the_next_early_tick() -> None:

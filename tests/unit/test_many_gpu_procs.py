@@ -10,13 +10,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.model import Proc
+from rogue_watchdog.policy.jobs import TrainingEvidence, _roots, ignore_match, ignored_pids
+from rogue_watchdog.scan import release_memory
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import Spawned, need_program, poll, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
-from watchdog.config import parse_config
-from watchdog.model import Proc
-from watchdog.policy.jobs import TrainingEvidence, _roots, ignore_match, ignored_pids
-from watchdog.scan import release_memory
-from watchdog.sources.procfs import ProcessTable
 
 MIB = 1 << 20
 

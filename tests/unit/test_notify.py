@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon, TickSummary
+from rogue_watchdog.daemon.notify import Notifier, notify_address, status_line, watchdog_interval_s
 from tests.conftest import REPO, Spawned
 from tests.unit.test_status import quiet_proc_root
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon, TickSummary
-from watchdog.daemon.notify import Notifier, notify_address, status_line, watchdog_interval_s
 
 
 @pytest.fixture
@@ -168,7 +168,7 @@ def test_run_notifies_ready_watchdog_stopping(
     env.pop("WATCHDOG_PID", None)
     log = open(tmp_path / "out.log", "wb")  # noqa: SIM115
     p = spawned.start(
-        [sys.executable, "-m", "watchdog", "run", "--config", str(cfg)],
+        [sys.executable, "-m", "rogue_watchdog", "run", "--config", str(cfg)],
         env=env, stdout=log, stderr=log,
     )  # fmt: skip
     log.close()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ctypes
 
+from rogue_watchdog.sources.nvml_lib import ProcessInfoV1, memory_or_none
 from tests.fakenvml.build import config_text
-from watchdog.sources.nvml_lib import ProcessInfoV1, memory_or_none
 
 
 def test_v1_struct_is_16_bytes_with_memory_at_offset_8() -> None:

@@ -14,17 +14,17 @@ from typing import ClassVar
 
 import pytest
 
+from rogue_watchdog.actions.disable import plan_disable
+from rogue_watchdog.actions.effects import RecordingEffects
+from rogue_watchdog.config import ConfigError, parse_config
+from rogue_watchdog.config.origins import pin_keys
+from rogue_watchdog.lineage import default_resolvers
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.model import ORIGIN_KINDS, Origin, OriginKindEntry, PinKey, Proc
+from rogue_watchdog.policy.allowlist import origin_mismatch
+from rogue_watchdog.scan import Scanner
 from tests.conftest import Spawned
 from tests.unit.test_jobs import WORKER_TREE, config_for, make_dev, wait_for
-from watchdog.actions.disable import plan_disable
-from watchdog.actions.effects import RecordingEffects
-from watchdog.config import ConfigError, parse_config
-from watchdog.config.origins import pin_keys
-from watchdog.lineage import default_resolvers
-from watchdog.lineage.base import ResolveContext
-from watchdog.model import ORIGIN_KINDS, Origin, OriginKindEntry, PinKey, Proc
-from watchdog.policy.allowlist import origin_mismatch
-from watchdog.scan import Scanner
 
 MARK = "nomad-job="
 

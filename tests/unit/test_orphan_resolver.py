@@ -16,15 +16,15 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rogue_watchdog.command import CommandResult, RecordingRunner
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.container import ContainerResolver
+from rogue_watchdog.lineage.orphan import OrphanResolver
+from rogue_watchdog.lineage.slurm import SlurmResolver
+from rogue_watchdog.model import Origin
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
 from tests.unit.test_slurm_resolver import SQUEUE_1_2
-from watchdog.command import CommandResult, RecordingRunner
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.container import ContainerResolver
-from watchdog.lineage.orphan import OrphanResolver
-from watchdog.lineage.slurm import SlurmResolver
-from watchdog.model import Origin
-from watchdog.sources.procfs import ProcessTable
 
 INIT = FakeProc(1, 0, ["/sbin/init"])
 WORKER_ARGV = ["/usr/bin/python3", "-c", "from multiprocessing.spawn import spawn_main"]
@@ -200,9 +200,9 @@ def test_real_double_forked_worker_is_an_orphan(tmp_path: Path) -> None:
 
 def test_slurm_orphan_text_names_the_job_and_its_state(tmp_path: Path) -> None:
     """Message, table cell and finding carry what the JSON knows."""
+    from rogue_watchdog.model import Job
+    from rogue_watchdog.policy.findings import job_findings
     from tests.unit.test_slurm_resolver import SQUEUE_CANCELLED
-    from watchdog.model import Job
-    from watchdog.policy.findings import job_findings
 
     cg = ("4:memory:/slurm/uid_1000/job_1/step_batch",)
     worker = FakeProc(4243, 1, WORKER_ARGV, uid=1000, cgroup=cg)

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.actions.effects import Effects
+from rogue_watchdog.actions.guards import Expected, Guard, LiveProc, read_live
+from rogue_watchdog.actions.terminate import terminate_tree
 from tests import ownprocs
 from tests.conftest import REPO, Spawned, poll
-from watchdog.actions.effects import Effects
-from watchdog.actions.guards import Expected, Guard, LiveProc, read_live
-from watchdog.actions.terminate import terminate_tree
 
 BARE = {"PATH": "/usr/bin:/bin"}
 

@@ -15,6 +15,7 @@ from packaging.utils import canonicalize_name
 from tests.conftest import REPO
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+PACKAGE = REPO / "watchdog"
 LOCK = REPO / "requirements.lock"
 PIN = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+) \\$")
 
@@ -58,9 +59,11 @@ def test_wheel_builds_with_the_entry_point(tmp_path: Path) -> None:
         info = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         entry = z.read(info).decode()
         meta = z.read(info.replace("entry_points.txt", "METADATA")).decode()
-    assert {"watchdog/fleet.py", "watchdog/daemon/alerts/alertmanager.py"} <= names
-    assert not any(n.startswith("tests/") for n in names)
-    assert "rogue-watchdog = watchdog.cli:main" in entry
+    # Installed as rogue_watchdog (PyPI's watchdog owns watchdog/: issue 33), every module.
+    sources = {f"rogue_watchdog/{p.relative_to(PACKAGE).as_posix()}" for p in PACKAGE.rglob("*.py")}
+    assert sources <= names, sorted(sources - names)
+    assert not any(n.startswith(("tests/", "watchdog/")) for n in names)
+    assert "rogue-watchdog = rogue_watchdog.__main__:entry" in entry
     requires = sorted(
         canonicalize_name(Requirement(line.split(":", 1)[1].strip()).name)
         for line in meta.splitlines()
@@ -69,3 +72,15 @@ def test_wheel_builds_with_the_entry_point(tmp_path: Path) -> None:
     assert requires == sorted(
         canonicalize_name(Requirement(d).name) for d in PYPROJECT["project"]["dependencies"]
     )
+
+
+def test_every_package_folder_is_listed_under_the_installed_name() -> None:
+    """pyproject.toml lists the packages by hand (the folder watchdog/ is mapped to
+    rogue_watchdog, which setuptools' find cannot rename): a new subpackage is listed."""
+    folders = {
+        ".".join(("rogue_watchdog", *p.parent.relative_to(PACKAGE).parts))
+        for p in PACKAGE.rglob("__init__.py")
+    }
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    assert setuptools["package-dir"] == {"rogue_watchdog": "watchdog"}
+    assert sorted(setuptools["packages"]) == sorted(folders)

@@ -26,17 +26,17 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, cast
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.config.alerts import AlertSettings
+from rogue_watchdog.daemon.loop import Daemon, learned
+from rogue_watchdog.daemon.tracking.jobs import Return, how_ended
+from rogue_watchdog.daemon.tracking.lifecycle import Resolve, decide
+from rogue_watchdog.daemon.tracking.periodic import RETURN_WINDOW_S, Loop, expected, gap_text, loops
+from rogue_watchdog.daemon.tracking.reminders import settling
+from rogue_watchdog.model import FINDING_KINDS, Finding, Job
+from rogue_watchdog.state import ActionRecord, FindingRecord
 from tests.conftest import Spawned, need_program, poll
 from tests.fakenvml.fixtures import REPO, fake_nvml, library_path
-from watchdog.config import parse_config
-from watchdog.config.alerts import AlertSettings
-from watchdog.daemon.loop import Daemon, learned
-from watchdog.daemon.tracking.jobs import Return, how_ended
-from watchdog.daemon.tracking.lifecycle import Resolve, decide
-from watchdog.daemon.tracking.periodic import RETURN_WINDOW_S, Loop, expected, gap_text, loops
-from watchdog.daemon.tracking.reminders import settling
-from watchdog.model import FINDING_KINDS, Finding, Job
-from watchdog.state import ActionRecord, FindingRecord
 
 T0 = 1_900_000_000.0
 
@@ -69,8 +69,8 @@ _LOOP = r"""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 from tests.fakenvml.build import write_config
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon, learned
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon, learned
 
 lib, conf, tmp, runs, kill_at, feed, period, quiet = sys.argv[1:9]
 runs, kill_at, feed = int(runs), int(kill_at), feed == "1"
@@ -225,8 +225,8 @@ _CASE4 = r"""
 import json, subprocess, sys, time
 from pathlib import Path
 from tests.fakenvml.build import write_config
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon, learned
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon, learned
 
 lib, conf, state, tmp = sys.argv[1:5]
 script = Path(tmp) / "train_settle.py"
@@ -488,7 +488,7 @@ def test_sim_i8_a_loop_whose_later_runs_hold_a_gpu_is_not_paged_again(tmp_path: 
 
 
 def _classed(workload: str, pid: int, start: int) -> Job:
-    from watchdog.model import Proc, ShellOrigin
+    from rogue_watchdog.model import Proc, ShellOrigin
 
     root = Proc(pid=pid, ppid=1, start_ticks=start, state="S", comm="python3", uid=0, user="root")
     return Job(
@@ -509,7 +509,7 @@ def _runs(tmp_path: Path, workload: str, statuses: list[int]) -> tuple[Daemon, l
     """Runs of one job signature of class ``workload`` 5 s apart, each ended with the
     wait(2) status given (the kernel's exit event), tracked tick by tick; the tracker's
     result of each return."""
-    from watchdog.policy.findings import job_findings
+    from rogue_watchdog.policy.findings import job_findings
 
     d = _daemon(tmp_path)
     results = []
@@ -551,7 +551,7 @@ def _ghost(tmp_path: Path, statuses: list[int], period: float = 60.0) -> tuple[D
     """A training job run every ``period`` s for 20 s, each run ended with the wait(2)
     status given (the kernel's exit event), ticked every 5 s while it runs and once
     after it ended; returns the daemon and when the last run was seen gone."""
-    from watchdog.policy.findings import job_findings
+    from rogue_watchdog.policy.findings import job_findings
 
     d = _daemon(tmp_path)
     gone = T0
@@ -669,8 +669,8 @@ def test_learning_downgrades_remediation_failed(spawned: Spawned, tmp_path: Path
     while learning): the run that came back may well be the pipeline the allowlist does
     not list yet. Before, its ``remediation-failed`` paged critical while its
     ``rogue-job`` was info."""
-    from watchdog.actions.enforcer import build_enforcers
-    from watchdog.policy.signature import job_signature
+    from rogue_watchdog.actions.enforcer import build_enforcers
+    from rogue_watchdog.policy.signature import job_signature
 
     cfg = parse_config(
         "nvml: {enabled: false}\n"
@@ -712,8 +712,8 @@ def test_a_gpu_a_job_comes_to_hold_after_its_page_is_named_not_paged_again(
     later, the alert keeps its labels (no relabelled ``remind``: before, one 10 s after
     the open, ``labels_were`` set), and the finding's message and ``gpu_indexes`` name
     GPU 0 (``gpus_gained``)."""
-    from watchdog.model import GpuHeld
-    from watchdog.policy.findings import job_findings
+    from rogue_watchdog.model import GpuHeld
+    from rogue_watchdog.policy.findings import job_findings
 
     d = _daemon(tmp_path)
     job = _classed("training", 7000, 700)

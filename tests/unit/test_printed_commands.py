@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 import structlog
 
+from rogue_watchdog.cli import common as cli_common
+from rogue_watchdog.cli import main
+from rogue_watchdog.daemon.ipc import StatusServer
+from rogue_watchdog.hostpaths import DEFAULT_CONFIG, config_args
+from rogue_watchdog.model import Advice
+from rogue_watchdog.policy.findings import name_finding_in_commands
+from rogue_watchdog.state import StateDB
 from tests.conftest import Spawned, poll
 from tests.unit.test_allowlist_suggest import pipeline_runs
-from watchdog.cli import common as cli_common
-from watchdog.cli import main
-from watchdog.daemon.ipc import StatusServer
-from watchdog.hostpaths import DEFAULT_CONFIG, config_args
-from watchdog.model import Advice
-from watchdog.policy.findings import name_finding_in_commands
-from watchdog.state import StateDB
 
 
 @pytest.fixture(autouse=True)
@@ -227,11 +227,11 @@ def test_disable_source_by_the_id_of_a_terminated_run_that_came_back(
     # terminated and that cron started again said "finding F51 is resolved and recorded
     # no origin for its job; nothing to act on" (exit 2): the signature's job row had
     # moved on to the next run, and the finding's own run (job_runs) was not asked.
-    from watchdog.config.alerts import AlertSettings
-    from watchdog.daemon.tracker import Tracker
-    from watchdog.model import CronOrigin, Job
-    from watchdog.policy.findings import job_findings
-    from watchdog.policy.guard import Protection, with_advice
+    from rogue_watchdog.config.alerts import AlertSettings
+    from rogue_watchdog.daemon.tracker import Tracker
+    from rogue_watchdog.model import CronOrigin, Job
+    from rogue_watchdog.policy.findings import job_findings
+    from rogue_watchdog.policy.guard import Protection, with_advice
 
     origin = CronOrigin(("...",), None, file="/etc/cron.d/b", line=4, schedule="* * * * *")
     train = ("/usr/bin/python3", "/p/train.py")
@@ -297,8 +297,8 @@ def test_status_and_top_hints_carry_the_daemons_config() -> None:
     """Fresh-user hour, 2026-12-06: `status` printed `(rogue-watchdog allowlist
     suggest)` and `top` "`rogue-watchdog status` lists all" without `--config`; pasted
     with several daemons running they failed (exit 2) or read another instance."""
-    from watchdog.cli.top import _status_cmd
-    from watchdog.daemon.status import _learning_line
+    from rogue_watchdog.cli.top import _status_cmd
+    from rogue_watchdog.daemon.status import _learning_line
 
     line = _learning_line(
         {"until": time.time() + 3600, "active": True, "candidate_rules": 1}, " --config /srv/a.yaml"
@@ -314,7 +314,7 @@ def test_undo_hints_of_recovered_actions_carry_the_config(tmp_path: Path) -> Non
     """Found re-checking item 1 (issue 33): an interrupted action's finding and a
     quarantine recorded after a restart printed `rogue-watchdog undo 1` without the
     daemon's `--config`, so pasted it read the default state database."""
-    from watchdog.actions.recovery import interrupted_finding, quarantine_finding
+    from rogue_watchdog.actions.recovery import interrupted_finding, quarantine_finding
 
     db = StateDB(str(tmp_path / "state"))
     moved = {"gate": "g", "path": "/d/m.safetensors", "moved_to": "/q/m.safetensors"}

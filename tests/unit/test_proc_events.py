@@ -17,15 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Spawned, need_program, poll
-from watchdog.config import Config, ConfigError, parse_config
-from watchdog.daemon.events import EventsCollector, attach_events, events_status
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.status import build_status, render_status
-from watchdog.model import Proc
-from watchdog.policy.jobs import is_launcher
-from watchdog.sources.gpulibs import GpuLibraryCache, library_pattern
-from watchdog.sources.procevents import (
+from rogue_watchdog.config import Config, ConfigError, parse_config
+from rogue_watchdog.daemon.events import EventsCollector, attach_events, events_status
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.status import build_status, render_status
+from rogue_watchdog.model import Proc
+from rogue_watchdog.policy.jobs import is_launcher
+from rogue_watchdog.sources.gpulibs import GpuLibraryCache, library_pattern
+from rogue_watchdog.sources.procevents import (
     PROC_EVENT_EXEC,
     PROC_EVENT_EXIT,
     PROC_EVENT_FORK,
@@ -35,7 +34,8 @@ from watchdog.sources.procevents import (
     _await_ack,
     parse_events,
 )
-from watchdog.sources.procfs import ProcessTable
+from rogue_watchdog.sources.procfs import ProcessTable
+from tests.conftest import Spawned, need_program, poll
 
 
 def message(what: int, *fields: int) -> bytes:
@@ -543,7 +543,7 @@ def test_an_exit_drops_the_maps_checks_of_its_exec(
 ) -> None:
     # A storm of short programs (a shell loop, make) must not cost three maps opens per
     # exec after each has exited; a process still running is checked as before.
-    monkeypatch.setattr("watchdog.sources.procevents.MAPS_CHECK_DELAYS_S", (0.2, 0.4))
+    monkeypatch.setattr("rogue_watchdog.sources.procevents.MAPS_CHECK_DELAYS_S", (0.2, 0.4))
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     theirs.setblocking(False)
     source = ProcEventSource(

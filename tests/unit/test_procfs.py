@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.sources.procfs import ProcessTable, StatParseError, parse_stat
 from tests.conftest import Spawned
-from watchdog.sources.procfs import ProcessTable, StatParseError, parse_stat
 
 # A stat line whose comm holds spaces and a ')' (proc(5): split at the last ')').
 STAT = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 0 0 0 0 7 3 0 0 20 0 1 0 987654 0 0"
@@ -184,7 +184,7 @@ def test_steady_refresh_reads_a_slice_of_stat_files() -> None:
 
 
 def test_parse_status_reads_the_kernels_rows_not_a_name_that_looks_like_one() -> None:
-    from watchdog.sources.procfs import parse_status
+    from rogue_watchdog.sources.procfs import parse_status
 
     real = "Name:\tx\x1cUid:\t0\t0\t0\t0\x1cNSpid:\t1\nUmask:\t0022\nUid:\t1000\t1000\t1000\t1000\n"
     assert parse_status(real + "NSpid:\t4242\t7\nNSpgid:\t4242\t7\n") == (1000, (4242, 7))

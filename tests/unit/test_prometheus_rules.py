@@ -10,10 +10,10 @@ from pathlib import Path
 
 import yaml
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.metrics import MetricsWorker
 from tests.conftest import REPO, need_program
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.metrics import MetricsWorker
 
 RULES_DIR = REPO / "deploy" / "prometheus"
 RULES = RULES_DIR / "rogue-watchdog.rules.yml"

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.command import CommandResult, RecordingRunner
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
-from watchdog.queue.slurm import SlurmQueue
-from watchdog.queue.source import QueueSource
+from rogue_watchdog.command import CommandResult, RecordingRunner
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.queue.slurm import SlurmQueue
+from rogue_watchdog.queue.source import QueueSource
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
 UP = (FIX / "squeue-22.05-running-and-pending.json").read_text()

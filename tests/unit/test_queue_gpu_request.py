@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.queue.generic import parse_json_lines
-from watchdog.queue.model import gpu_requested
-from watchdog.queue.slurm import parse_squeue_formatted, parse_squeue_json
-from watchdog.queue.source import entry_finding
+from rogue_watchdog.queue.generic import parse_json_lines
+from rogue_watchdog.queue.model import gpu_requested
+from rogue_watchdog.queue.slurm import parse_squeue_formatted, parse_squeue_json
+from rogue_watchdog.queue.source import entry_finding
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 

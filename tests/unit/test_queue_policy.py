@@ -8,23 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.command import CommandResult, RecordingRunner
-from watchdog.config import ConfigError, parse_config
-from watchdog.config.queue import QueueRule, QueueSettings
-from watchdog.model import NvmlStatus, ScanResult
-from watchdog.policy.guard import Protection
-from watchdog.queue.actions import QueueEnforcer, build_queue_enforcers
-from watchdog.queue.generic import CommandQueue, parse_json_lines
-from watchdog.queue.model import QueueEntry
-from watchdog.queue.slurm import QueueError, SlurmQueue
-from watchdog.queue.source import (
+from rogue_watchdog.command import CommandResult, RecordingRunner
+from rogue_watchdog.config import ConfigError, parse_config
+from rogue_watchdog.config.queue import QueueRule, QueueSettings
+from rogue_watchdog.model import NvmlStatus, ScanResult
+from rogue_watchdog.policy.guard import Protection
+from rogue_watchdog.queue.actions import QueueEnforcer, build_queue_enforcers
+from rogue_watchdog.queue.generic import CommandQueue, parse_json_lines
+from rogue_watchdog.queue.model import QueueEntry
+from rogue_watchdog.queue.slurm import QueueError, SlurmQueue
+from rogue_watchdog.queue.source import (
     QueueSource,
     build_queue_sources,
     entry_finding,
     one_shot_queue_findings,
     queue_findings,
 )
-from watchdog.state import StateDB
+from rogue_watchdog.state import StateDB
 
 T0 = 1_700_000_000.0
 
@@ -254,8 +254,8 @@ def test_the_guard_keeps_a_sanctioned_jobs_slurm_job_and_pinned_accounts(tmp_pat
     """Trust IV: queue actions take their targets from the one guard. The Slurm job a
     sanctioned training job runs in, and an entry of an account the allowlist pins, are
     never cancelled, whatever the queue rules say."""
-    from watchdog.model import Job, SlurmOrigin
-    from watchdog.policy.guard import protection
+    from rogue_watchdog.model import Job, SlurmOrigin
+    from rogue_watchdog.policy.guard import protection
 
     running = entry("8", state="RUNNING")
     pinned = entry("9", state="RUNNING", account="research")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.command import CommandResult, RecordingRunner
-from watchdog.queue.slurm import (
+from rogue_watchdog.command import CommandResult, RecordingRunner
+from rogue_watchdog.queue.slurm import (
     SQUEUE_FORMAT,
     QueueError,
     SlurmQueue,
@@ -172,7 +172,7 @@ def test_slurm_auto_needs_squeue_and_a_slurm_conf(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """docs/queue.md: `auto` = squeue on PATH and Slurm configured on this host."""
-    from watchdog.queue.slurm import SlurmQueue
+    from rogue_watchdog.queue.slurm import SlurmQueue
 
     bindir = tmp_path / "bin"
     bindir.mkdir()

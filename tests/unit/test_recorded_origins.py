@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from watchdog.actions.disable import plan_disable
-from watchdog.actions.effects import RecordingEffects
-from watchdog.model import CronOrigin, Origin, SystemdOrigin, UnreadableOrigin
+from rogue_watchdog.actions.disable import plan_disable
+from rogue_watchdog.actions.effects import RecordingEffects
+from rogue_watchdog.model import CronOrigin, Origin, SystemdOrigin, UnreadableOrigin
 
 CRON = "the recorded cron origin is unreadable: "
 UNIT = "the recorded systemd origin is unreadable: "

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from watchdog.config import config_checksum, load_config
-from watchdog.daemon.assemble import attach_parts
-from watchdog.daemon.loop import RESTART_ONLY, Daemon
-from watchdog.daemon.status import build_status, render_status
-from watchdog.weights.shipwatch import ShipGateSource
+from rogue_watchdog.config import config_checksum, load_config
+from rogue_watchdog.daemon.assemble import attach_parts
+from rogue_watchdog.daemon.loop import RESTART_ONLY, Daemon
+from rogue_watchdog.daemon.status import build_status, render_status
+from rogue_watchdog.weights.shipwatch import ShipGateSource
 
 T0 = 3_000_000.0
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from watchdog.cli.top import View, layout
-from watchdog.daemon.status import status_gpu_lines
-from watchdog.model import GpuHeld, GpuInfo, Job, NvmlStatus, ScanResult, SystemdOrigin
-from watchdog.render import fit, gpu_lines, result_table
+from rogue_watchdog.cli.top import View, layout
+from rogue_watchdog.daemon.status import status_gpu_lines
+from rogue_watchdog.model import GpuHeld, GpuInfo, Job, NvmlStatus, ScanResult, SystemdOrigin
+from rogue_watchdog.render import fit, gpu_lines, result_table
 
 GIB = 1024**3
 UUID = "GPU-00000000-0000-0000-0000-000000000000"
@@ -100,7 +100,7 @@ def test_top_keeps_users_origins_and_finding_ids_whole() -> None:
 
 
 def test_a_short_pid_list_says_how_many_it_leaves_out() -> None:
-    from watchdog.actions.slurmsweep import _some_pids
+    from rogue_watchdog.actions.slurmsweep import _some_pids
 
     assert _some_pids([11, 12, 13, 14, 15, 16, 17]) == "11, 12, 13, 14, 15 and 2 more"
     assert _some_pids([11, 12]) == "11, 12"
@@ -111,8 +111,8 @@ def test_a_finding_message_keeps_the_script_and_its_arguments_behind_a_long_inte
     from a checkout with a long path, the interpreter filled the room and the script and
     its arguments (what tells jobs apart) were lost, with no sign of the cut. Now the
     command is shortened from the left and clipped with an ellipsis only last."""
-    from watchdog.hosttext import command_text
-    from watchdog.policy.findings import job_findings
+    from rogue_watchdog.hosttext import command_text
+    from rogue_watchdog.policy.findings import job_findings
 
     python = (
         "/srv/rw-ci3/a-long-directory-name-for-the-checkout-path/rogue-watchdog/.venv/bin/python"

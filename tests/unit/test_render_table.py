@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from watchdog.config import parse_config
-from watchdog.model import (
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.model import (
     CronOrigin,
     Finding,
     GpuHeld,
@@ -24,8 +24,8 @@ from watchdog.model import (
     ScanResult,
     SlurmOrigin,
 )
-from watchdog.policy.guard import protection, with_advice
-from watchdog.render import (
+from rogue_watchdog.policy.guard import protection, with_advice
+from rogue_watchdog.render import (
     filter_gpu,
     output_width,
     paint,

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import structlog
 
-from watchdog.cli import main
-from watchdog.model import CronOrigin, ShellOrigin
-from watchdog.report import report_html, report_json, report_text
-from watchdog.state import RunRecord, StateDB, read_history
+from rogue_watchdog.cli import main
+from rogue_watchdog.model import CronOrigin, ShellOrigin
+from rogue_watchdog.report import report_html, report_json, report_text
+from rogue_watchdog.state import RunRecord, StateDB, read_history
 
 
 @pytest.fixture(autouse=True)
@@ -177,7 +177,7 @@ def busy_week(tmp_path: Path, now: float) -> Path:
     line whose description changed between runs (disabled since); an inference server
     and a rogue trainer of one user, neither with a named origin; incidents on one GPU
     and one on none."""
-    from watchdog.model import OrphanOrigin
+    from rogue_watchdog.model import OrphanOrigin
 
     state = tmp_path / "state"
     db = StateDB(state)
@@ -339,8 +339,8 @@ def test_the_per_origin_table_has_a_verdict_column_and_one_row_per_origin(
 
 
 def test_the_gpu_inventory_keeps_gpus_that_left() -> None:
-    from watchdog.model import GpuInfo
-    from watchdog.report import gpu_inventory
+    from rogue_watchdog.model import GpuInfo
+    from rogue_watchdog.report import gpu_inventory
 
     a = GpuInfo(0, "GPU-a", "NVIDIA H200", 140 << 30, 0)
     b = GpuInfo(1, "GPU-b", "NVIDIA H200", 140 << 30, 0, mig_index=None)
@@ -358,7 +358,7 @@ def burst_week(tmp_path: Path, now: float) -> Path:
     """The fresh-user hour's history in small (2026-12-06): 55 copies of one orphaned
     `train_many.py` at once, each with a finding; 40 probes of unknown origin one after
     another, each from its own pytest directory; 12 users' notebooks at once on GPU 0."""
-    from watchdog.model import Origin, OrphanOrigin
+    from rogue_watchdog.model import Origin, OrphanOrigin
 
     state = tmp_path / "state"
     db = StateDB(state)
@@ -436,7 +436,7 @@ def test_a_burst_keeps_rows_short_and_names_each_command_whole(tmp_path: Path) -
 
 
 def test_the_text_report_wraps_long_origin_names(tmp_path: Path) -> None:
-    from watchdog.report import report_text
+    from rogue_watchdog.report import report_text
 
     name = (
         "unknown origin · /usr/bin/python3 -S /tmp/pytest-of-root/pytest-900/probe0/train_probe.py"

@@ -1,5 +1,5 @@
 """What brings a rogue back, per origin kind (issue 31): each kind's answer, exactly, as
-the record gives it (:meth:`watchdog.model.Origin.restarts`), and the shell loops the
+the record gives it (:meth:`rogue_watchdog.model.Origin.restarts`), and the shell loops the
 guard reads from a wrapper's command text. The real components are in
 tests/system/test_restart_sources.py."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.model import (
+from rogue_watchdog.model import (
     AtOrigin,
     ContainerOrigin,
     CronOrigin,
@@ -20,7 +20,7 @@ from watchdog.model import (
     SupervisorOrigin,
     SystemdOrigin,
 )
-from watchdog.policy.guard import shell_loop
+from rogue_watchdog.policy.guard import shell_loop
 
 CID = "a" * 64
 

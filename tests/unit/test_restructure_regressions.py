@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.cli import build_parser, command_word
-from watchdog.config import ConfigError, parse_config
-from watchdog.model import CronOrigin
+from rogue_watchdog.cli import build_parser, command_word
+from rogue_watchdog.config import ConfigError, parse_config
+from rogue_watchdog.model import CronOrigin
 
 PIN = "sanctioned:\n  - name: a\n    cmdline: x\n    origin:\n"
 

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.safeio import FileTooLargeError, NotRegularFileError, open_regular_fd, read_regular
+from rogue_watchdog.safeio import (
+    FileTooLargeError,
+    NotRegularFileError,
+    open_regular_fd,
+    read_regular,
+)
 
 
 def test_reads_a_regular_file_and_follows_symlinks(tmp_path: Path) -> None:

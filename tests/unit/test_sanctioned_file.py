@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from watchdog.daemon.sanctionedfile import read_sanctioned, sanctioned_path, write_sanctioned
+from rogue_watchdog.daemon.sanctionedfile import read_sanctioned, sanctioned_path, write_sanctioned
 
 
 def test_read_back_for_this_boot_only(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The whole scan against the fake libnvidia-ml.so.1, loaded through the real pynvml path.
 
 These tests give GPU memory to real processes the test started and run
-``python -m watchdog scan --json`` as a user would.
+``python -m rogue_watchdog scan --json`` as a user would.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rogue_watchdog.config import Config
+from rogue_watchdog.hosttext import command_text
+from rogue_watchdog.model import GpuInfo, GpuProcess
+from rogue_watchdog.scan import Scanner
+from rogue_watchdog.sources.nvml import NvmlSnapshot
 from tests.conftest import REPO, Spawned, need_program, poll, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
-from watchdog.config import Config
-from watchdog.hosttext import command_text
-from watchdog.model import GpuInfo, GpuProcess
-from watchdog.scan import Scanner
-from watchdog.sources.nvml import NvmlSnapshot
 
 GIB = 1024**3
 
@@ -261,7 +261,7 @@ def test_own_pid_namespace_never_matches_nvml_pids_by_number(tmp_path: Path) -> 
     sleeper = tmp_path / "sleeper.pid"
     script = (
         "echo 15671 > /proc/sys/kernel/ns_last_pid; sleep 600 & "
-        f'echo $! > {sleeper}; exec "$0" -m watchdog scan --json --config "$1"'
+        f'echo $! > {sleeper}; exec "$0" -m rogue_watchdog scan --json --config "$1"'
     )
     done = subprocess.run(
         ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", script,

@@ -1,7 +1,7 @@
 """ "An unknown job is eating GPU 3": the human views answer it against the fake NVML.
 
 Real processes the test started get GPU memory from the fake ``libnvidia-ml.so.1``
-(tests/fakenvml), loaded through the real pynvml path; ``python -m watchdog scan`` runs as
+(tests/fakenvml), loaded through the real pynvml path; ``python -m rogue_watchdog scan`` runs as
 a user would run it.
 """
 

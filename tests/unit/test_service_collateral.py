@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rogue_watchdog.actions.remedy import Remedy, target_from_job
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.model import Job, SystemdOrigin
+from rogue_watchdog.policy.guard import Protection, advise, service_collateral
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.sim.host import PY, SimEffects, SimHost
-from watchdog.actions.remedy import Remedy, target_from_job
-from watchdog.config import parse_config
-from watchdog.model import Job, SystemdOrigin
-from watchdog.policy.guard import Protection, advise, service_collateral
-from watchdog.sources.procfs import ProcessTable
 
 HUB = "td-hub.service"
 

@@ -7,16 +7,16 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import Spawned
-from watchdog.config import parse_config
-from watchdog.config.services import SanctionedPort, ServiceSettings
-from watchdog.model import Finding, ScanResult
-from watchdog.policy.services import (
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.config.services import SanctionedPort, ServiceSettings
+from rogue_watchdog.model import Finding, ScanResult
+from rogue_watchdog.policy.services import (
     service_findings,
     service_pids,
 )
-from watchdog.scan import Scanner, read_listens
-from watchdog.sources.sockets import Listen, listening_for
+from rogue_watchdog.scan import Scanner, read_listens
+from rogue_watchdog.sources.sockets import Listen, listening_for
+from tests.conftest import Spawned
 
 # The trainer listens on TCP 127.0.0.1 and UDP ::1 (when the host has IPv6), starts a
 # non-training helper that listens on its own TCP port, and writes all ports to argv[1].

@@ -9,13 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.config.services import ServiceSettings
+from rogue_watchdog.hostpaths import config_args
+from rogue_watchdog.hosttext import command_text
+from rogue_watchdog.policy.services import service_findings
+from rogue_watchdog.scan import Scanner, read_listens
 from tests.conftest import Spawned
-from watchdog.config import parse_config
-from watchdog.config.services import ServiceSettings
-from watchdog.hostpaths import config_args
-from watchdog.hosttext import command_text
-from watchdog.policy.services import service_findings
-from watchdog.scan import Scanner, read_listens
 
 # Listens on 127.0.0.1, starts the train_job.py beside it as its child, reports both to argv[1].
 SERVICE = """import json, os, socket, subprocess, sys, time
@@ -82,13 +82,13 @@ def test_setsid_service_that_starts_the_trainer_is_a_rogue_service(
 def test_a_sanctioned_runs_launcher_is_never_named_a_rogue_service() -> None:
     """An excess run started by the same listening launcher as the sanctioned run: the
     launcher is the pipeline's, so no "started the run" and no kill advice for it."""
-    from watchdog.model import Job, Proc
-    from watchdog.policy.services import (
+    from rogue_watchdog.model import Job, Proc
+    from rogue_watchdog.policy.services import (
         launching_ancestors,
         protected_pids,
         service_finding,
     )
-    from watchdog.sources.sockets import Listen
+    from rogue_watchdog.sources.sockets import Listen
 
     init = Proc(1, 0, 1, "S", "init", exe="/sbin/init", cmdline=("/sbin/init",))
     svc = Proc(812, 1, 5, "S", "python3", exe="/usr/bin/python3", cmdline=("python3", "svc.py"))

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.config import ConfigError
-from watchdog.config.base import NodeReader
-from watchdog.config.services import SanctionedPort, ServiceSettings
-from watchdog.sources.sockets import (
+from rogue_watchdog.config import ConfigError
+from rogue_watchdog.config.base import NodeReader
+from rogue_watchdog.config.services import SanctionedPort, ServiceSettings
+from rogue_watchdog.sources.sockets import (
     Listen,
     decode_address,
     listening_for,
@@ -114,7 +114,7 @@ def test_sanctioned_port_matching() -> None:
 def _parse(text: str) -> ServiceSettings:
     import yaml
 
-    from watchdog.config.services import parse_services
+    from rogue_watchdog.config.services import parse_services
 
     node = yaml.compose(text, Loader=yaml.SafeLoader)
     assert node is not None

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.command import CommandResult, RecordingRunner
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.shell import ShellResolver, tty_name
+from rogue_watchdog.model import Origin
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import Spawned
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
-from watchdog.command import CommandResult, RecordingRunner
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.shell import ShellResolver, tty_name
-from watchdog.model import Origin
-from watchdog.sources.procfs import ProcessTable
 
 INIT = FakeProc(1, 0, ["/sbin/init"])
 SSHD = FakeProc(90, 1, ["/usr/sbin/sshd", "-D"])

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.actions.slurmnode import SlurmDrainer, clean_reason
-from watchdog.command import CommandResult, RecordingRunner
-from watchdog.config import ConfigError, parse_config
-from watchdog.config.slurm import SlurmNodeSettings
-from watchdog.model import Job, OrphanOrigin
+from rogue_watchdog.actions.slurmnode import SlurmDrainer, clean_reason
+from rogue_watchdog.command import CommandResult, RecordingRunner
+from rogue_watchdog.config import ConfigError, parse_config
+from rogue_watchdog.config.slurm import SlurmNodeSettings
+from rogue_watchdog.model import Job, OrphanOrigin
 
 
 def test_settings_parse() -> None:
@@ -46,7 +46,7 @@ def test_reason_is_one_printable_line() -> None:
 
 
 class Sinfo:
-    """Scripted sinfo/scontrol (a :data:`~watchdog.command.CommandRunner`): keeps a node
+    """Scripted sinfo/scontrol (a :data:`~rogue_watchdog.command.CommandRunner`): keeps a node
     state, records every call. Not a RecordingRunner: its answers change with the calls."""
 
     def __init__(self, state: str = "idle", reason: str = "none", fail: bool = False) -> None:
@@ -122,8 +122,8 @@ def test_drain_survives_a_daemon_restart(tmp_path: Path) -> None:
 
 
 def test_daemon_gets_the_drainer_only_when_configured(tmp_path: Path) -> None:
-    from watchdog.daemon.assemble import attach_parts
-    from watchdog.daemon.loop import Daemon
+    from rogue_watchdog.daemon.assemble import attach_parts
+    from rogue_watchdog.daemon.loop import Daemon
 
     for text, want in (("slurm: {drain_on: [rogue]}\n", ["slurm-drain"]), ("", [])):
         cfg = parse_config(
@@ -154,8 +154,8 @@ def test_leftovers_are_proven_members_of_an_ended_job_owned_by_its_user(tmp_path
     """Trust IV case 8 on a fixture tree: SLURM_JOB_ID in an environment is a claim, not
     membership. Only a process seen below the job's slurmstepd (or in its cgroup) and
     owned by the job's user is a leftover; the others are reported and left alone."""
+    from rogue_watchdog.actions.slurmsweep import find_leftovers
     from tests.fixtures.proc.fakeproc import FakeProc, make_context
-    from watchdog.actions.slurmsweep import find_leftovers
 
     env = {"SLURM_JOB_ID": "77"}
     nobody = 65534
@@ -195,8 +195,8 @@ def test_leftovers_are_proven_members_of_an_ended_job_owned_by_its_user(tmp_path
 
 def test_a_running_job_is_never_swept(tmp_path: Path) -> None:
     """Trust IV case 8: `--job N` and `--epilog` for a job still RUNNING planned kills."""
+    from rogue_watchdog.actions.slurmsweep import find_leftovers
     from tests.fixtures.proc.fakeproc import FakeProc, make_context
-    from watchdog.actions.slurmsweep import find_leftovers
 
     env = {"SLURM_JOB_ID": "77"}
     procs = [

@@ -11,17 +11,17 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
-from watchdog.command import CommandResult, RecordingRunner
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.slurm import (
+from rogue_watchdog.command import CommandResult, RecordingRunner
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.slurm import (
     SlurmResolver,
     parse_scontrol_job,
     parse_scontrol_record,
     parse_squeue_json,
     query_job,
 )
-from watchdog.model import Proc
+from rogue_watchdog.model import Proc
+from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
 SQUEUE_1_2 = (FIX / "squeue-22.05-running-and-pending.json").read_text()
@@ -353,10 +353,10 @@ def test_environment_naming_a_running_job_is_still_only_a_claim(tmp_path: Path) 
 
 
 def test_scan_never_sanctions_an_environment_claim(tmp_path: Path) -> None:
-    from watchdog.config import OriginPin
-    from watchdog.lineage import default_resolvers
-    from watchdog.policy.allowlist import origin_mismatch
-    from watchdog.scan import resolve_origin
+    from rogue_watchdog.config import OriginPin
+    from rogue_watchdog.lineage import default_resolvers
+    from rogue_watchdog.policy.allowlist import origin_mismatch
+    from rogue_watchdog.scan import resolve_origin
 
     ctx = make_context(tmp_path, _user_shell_tree(CLAIM_ENV), RecordingRunner())
     origin = resolve_origin(lineage(ctx, 60), ctx, default_resolvers())
@@ -451,8 +451,8 @@ def test_v1_job_cgroup_of_another_uid_is_not_this_process_job(tmp_path: Path) ->
 def test_exe_owner_reads_the_executable_file_through_proc(tmp_path: Path) -> None:
     import os
 
-    from watchdog.lineage.base import exe_owner
-    from watchdog.sources.procfs import ProcessTable
+    from rogue_watchdog.lineage.base import exe_owner
+    from rogue_watchdog.sources.procfs import ProcessTable
 
     target = tmp_path / "bin" / "slurmstepd"
     target.parent.mkdir()

@@ -15,10 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.fixtures.proc.fakeproc import FakeProc, make_context
-from tests.sim.slurm import NODE, PY, SlurmMachine, SlurmSimHost
-from watchdog.actions.slurmrecord import (
+from rogue_watchdog.actions.slurmrecord import (
     JobEntry,
     RecordedProc,
     SweepRecord,
@@ -28,11 +25,14 @@ from watchdog.actions.slurmrecord import (
     save_record,
     settle,
 )
-from watchdog.actions.slurmsweep import SweepReport
-from watchdog.command import CommandResult, RecordingRunner
-from watchdog.config import parse_config
-from watchdog.lineage.slurm import parse_squeue_json, query_job
-from watchdog.sources.procevents import ForkWatch, parse_lineage_events
+from rogue_watchdog.actions.slurmsweep import SweepReport
+from rogue_watchdog.command import CommandResult, RecordingRunner
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.lineage.slurm import parse_squeue_json, query_job
+from rogue_watchdog.sources.procevents import ForkWatch, parse_lineage_events
+from tests.conftest import REPO
+from tests.fixtures.proc.fakeproc import FakeProc, make_context
+from tests.sim.slurm import NODE, PY, SlurmMachine, SlurmSimHost
 
 DOWN = (REPO / "tests/fixtures/slurm/squeue-22.05-controller-down.json").read_text()
 CONNECT = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
@@ -456,7 +456,7 @@ def test_a_reused_pid_is_not_followed() -> None:
 
 
 def test_the_report_json_names_every_list(sim: SlurmMachine) -> None:
-    from watchdog.actions.slurmsweep import report_json
+    from rogue_watchdog.actions.slurmsweep import report_json
 
     h = sim.host
     job, _worker = leftover(h, protected=True)

@@ -16,15 +16,15 @@ from tests.conftest import Spawned, poll
 from tests.sim.slurm import SlurmMachine
 
 __all__ = ["sim"]  # the fixture, shared
+from rogue_watchdog import faults
+from rogue_watchdog.actions.enforcer import Enforcer
+from rogue_watchdog.actions.guards import Guard, read_live
+from rogue_watchdog.actions.runner import InlineRunner
+from rogue_watchdog.actions.slurmsweep import Leftover, SweepJournal, SweepReport, _stop
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
 from tests.unit.test_action_recovery import Counting, Killed
 from tests.unit.test_slurm_sweep_failclosed import drained, leftover, sim, sweep
-from watchdog import faults
-from watchdog.actions.enforcer import Enforcer
-from watchdog.actions.guards import Guard, read_live
-from watchdog.actions.runner import InlineRunner
-from watchdog.actions.slurmsweep import Leftover, SweepJournal, SweepReport, _stop
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
 
 
 def test_each_wave_of_the_sweep_is_recorded_before_it_is_sent(sim: SlurmMachine) -> None:

@@ -22,16 +22,16 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, need_root
-from watchdog.config import load_config
-from watchdog.daemon.ipc import (
+from rogue_watchdog.config import load_config
+from rogue_watchdog.daemon.ipc import (
     SocketInUseError,
     StatusError,
     StatusServer,
     query_status,
 )
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.status import build_status, exit_code, render_status
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.status import build_status, exit_code, render_status
+from tests.conftest import REPO, need_root
 
 
 def quiet_proc_root(tmp_path: Path) -> Path:
@@ -378,8 +378,9 @@ def as_nobody(argv: list[str]) -> subprocess.CompletedProcess[str]:
     """
     code = (
         "import os, sys\n"
-        "from watchdog.cli import build_parser, main\n"
-        "import watchdog.daemon.ipc, watchdog.daemon.status, watchdog.config.daemon\n"
+        "from rogue_watchdog.cli import build_parser, main\n"
+        "import rogue_watchdog.daemon.ipc, rogue_watchdog.daemon.status\n"
+        "import rogue_watchdog.config.daemon\n"
         "build_parser().format_help()\n"
         "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
         "sys.exit(main(sys.argv[1:]))\n"
@@ -478,7 +479,7 @@ def test_status_says_when_another_daemon_answers(
 ) -> None:
     """Issue 32, case 6: through a socket path leading to another daemon's socket,
     `status` reported that other daemon as this one (exit 0/1); now exit 4, saying so."""
-    from watchdog.cli import main
+    from rogue_watchdog.cli import main
 
     sock = tempfile.mktemp(prefix="rw-other-", suffix=".sock", dir="/tmp")
     cfg = tmp_path / "mine.yaml"

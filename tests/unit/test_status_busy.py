@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.daemon.ipc import BUSY_REPLY, MAX_CLIENTS, StatusServer, query_status
 from tests.unit.test_status import DOC
-from watchdog.daemon.ipc import BUSY_REPLY, MAX_CLIENTS, StatusServer, query_status
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from rogue_watchdog.daemon.status import exit_code, filter_gpu, render_status
 from tests.unit.test_status import DOC
-from watchdog.daemon.status import exit_code, filter_gpu, render_status
 
 
 def two_gpus() -> dict[str, Any]:

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.command import RecordingRunner
+from rogue_watchdog.lineage import default_resolvers
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.supervisor import SupervisorResolver, supervisor_kind
+from rogue_watchdog.model import Origin
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import Spawned
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
-from watchdog.command import RecordingRunner
-from watchdog.lineage import default_resolvers
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.supervisor import SupervisorResolver, supervisor_kind
-from watchdog.model import Origin
-from watchdog.sources.procfs import ProcessTable
 
 INIT = FakeProc(1, 0, ["/sbin/init"])
 TRAIN = ["/usr/bin/python3", "/srv/retrain/train.py"]

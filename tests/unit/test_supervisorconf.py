@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.lineage.supervisorconf import config_file, read_program
+from rogue_watchdog.lineage.supervisorconf import config_file, read_program
 
 MAIN = """\
 [supervisord]

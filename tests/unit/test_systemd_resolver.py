@@ -21,16 +21,16 @@ from typing import Any
 
 import pytest
 
-from watchdog.command import CommandResult, RecordingRunner
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.systemd import (
+from rogue_watchdog.command import CommandResult, RecordingRunner
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.systemd import (
     SystemdResolver,
     parse_show,
     parse_timespan_s,
     parse_timestamp,
 )
-from watchdog.model import Origin, SystemdOrigin
-from watchdog.sources.procfs import ProcessTable
+from rogue_watchdog.model import Origin, SystemdOrigin
+from rogue_watchdog.sources.procfs import ProcessTable
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "systemd"
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -460,9 +460,9 @@ def test_helpers() -> None:
 _RESOLVE_IN_CHILD = """
 import json, sys
 from datetime import UTC, datetime
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.systemd import SystemdResolver
-from watchdog.sources.procfs import ProcessTable
+from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.systemd import SystemdResolver
+from rogue_watchdog.sources.procfs import ProcessTable
 proc_root, user_dirs, spool = sys.argv[1:4]
 table = ProcessTable(proc_root)
 table.refresh()
@@ -526,7 +526,7 @@ def test_fifo_timer_and_dev_zero_dropin_in_user_unit_dir(proc: FakeProc, tmp_pat
 def test_remediation_for_a_unit_file_in_etc_moves_it_before_the_mask() -> None:
     """`systemctl mask` fails ("already exists") for a unit file in /etc/systemd/system:
     the offered command moves it aside first; elsewhere the plain mask is offered."""
-    from watchdog.lineage.systemd import _remediation
+    from rogue_watchdog.lineage.systemd import _remediation
 
     assert _remediation(
         "retrain.service", None, "always", None, "/etc/systemd/system/retrain.service"

@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+from rogue_watchdog.actions.effects import Effects, RecordingEffects
+from rogue_watchdog.actions.guards import Expected, Guard, read_live
+from rogue_watchdog.actions.terminate import plan_tree, terminate_tree
 from tests.conftest import Spawned, poll
-from watchdog.actions.effects import Effects, RecordingEffects
-from watchdog.actions.guards import Expected, Guard, read_live
-from watchdog.actions.terminate import plan_tree, terminate_tree
 
 STUBBORN = (
     "import signal, sys, time\n"
@@ -211,10 +211,10 @@ def test_recheck_30s_after_terminate_opens_remediation_failed(
     under another origin (a worker re-parented to PID 1): `remediation-failed`."""
     from datetime import UTC, datetime
 
-    from watchdog.actions.enforcer import Enforcer
-    from watchdog.config import parse_config
-    from watchdog.model import Job, NvmlStatus, OrphanOrigin, ScanResult
-    from watchdog.state import StateDB
+    from rogue_watchdog.actions.enforcer import Enforcer
+    from rogue_watchdog.config import parse_config
+    from rogue_watchdog.model import Job, NvmlStatus, OrphanOrigin, ScanResult
+    from rogue_watchdog.state import StateDB
 
     left = identity_of(spawned.start([sys.executable, "-c", "import time; time.sleep(60)"]).pid)
     cfg = parse_config(f"daemon: {{state_dir: '{tmp_path}/state'}}\n", "t.yaml")
@@ -262,7 +262,7 @@ def test_recheck_30s_after_terminate_opens_remediation_failed(
 
 
 def describe_orphan() -> str:
-    from watchdog.model import OrphanOrigin
+    from rogue_watchdog.model import OrphanOrigin
 
     return OrphanOrigin().describe()
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from watchdog.cli.top import (
+from rogue_watchdog.cli.top import (
     KEYS,
     KEYS_SHORT,
     PANE_KEYS,
@@ -254,7 +254,7 @@ def test_the_explain_pane_wraps_at_words_under_its_indent() -> None:
 
 def test_rows_at_80_columns_keep_the_end_of_an_origins_path() -> None:
     # Fresh-user hour: both cron rows read `cron /work/fresh-try/cron…` until selected.
-    from watchdog.cli.top import _row
+    from rogue_watchdog.cli.top import _row
 
     rows = []
     for name in ("ghost:1", "pipeline:2"):

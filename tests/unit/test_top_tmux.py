@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.cli.top import KEYS_SHORT, PANE_KEYS
 from tests.conftest import REPO, Spawned, need_program, poll
-from watchdog.cli.top import KEYS_SHORT, PANE_KEYS
 
 
 class Tmux:
@@ -87,7 +87,7 @@ def setup(spawned: Spawned, tmp_path: Path) -> tuple[int, Path, str]:
         f"daemon: {{state_dir: '{tmp_path}/state', socket: '{tmp_path}/none.sock'}}\n"
     )
     command = (
-        f"cd {REPO} && PYTHONPATH={REPO} NO_COLOR=1 {sys.executable} -m watchdog"
+        f"cd {REPO} && PYTHONPATH={REPO} NO_COLOR=1 {sys.executable} -m rogue_watchdog"
         f" top --config {cfg} --interval 0.5"
     )
     return pid, cfg, command
@@ -204,7 +204,7 @@ def test_a_busy_host_in_a_real_terminal(
     term.tmux(
         "-f", "/dev/null", "new-session", "-d", "-s", term.name, "-x", str(width),
         "-y", str(rows),
-        f"cd {REPO} && PYTHONPATH={REPO} NO_COLOR=1 {sys.executable} -m watchdog"
+        f"cd {REPO} && PYTHONPATH={REPO} NO_COLOR=1 {sys.executable} -m rogue_watchdog"
         f" top --config {cfg} --interval 3",
     )  # fmt: skip
     term.tmux("set-option", "-t", term.name, "status", "off")  # all rows are the view's

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from watchdog.config.alerts import AlertSettings, SinkSettings
-from watchdog.daemon.tracking.fold import group
-from watchdog.daemon.tracking.lifecycle import Open, Resolve, Seen, decide
-from watchdog.daemon.tracking.reminders import CHANGE_MIN_S, Due, alert_due
-from watchdog.daemon.tracking.spool import deliveries
-from watchdog.model import Finding
-from watchdog.state import FindingRecord
+from rogue_watchdog.config.alerts import AlertSettings, SinkSettings
+from rogue_watchdog.daemon.tracking.fold import group
+from rogue_watchdog.daemon.tracking.lifecycle import Open, Resolve, Seen, decide
+from rogue_watchdog.daemon.tracking.reminders import CHANGE_MIN_S, Due, alert_due
+from rogue_watchdog.daemon.tracking.spool import deliveries
+from rogue_watchdog.model import Finding
+from rogue_watchdog.state import FindingRecord
 
 T0 = 1_800_000_000.0
 

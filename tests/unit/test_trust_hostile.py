@@ -22,18 +22,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rogue_watchdog.actions.effects import RecordingEffects
+from rogue_watchdog.actions.guards import Expected, Guard
+from rogue_watchdog.actions.remedy import Remedy, target_from_job
+from rogue_watchdog.actions.terminate import plan_tree
+from rogue_watchdog.command import CommandResult, RecordingRunner
+from rogue_watchdog.config import load_config, parse_config
+from rogue_watchdog.config.base import Regex
+from rogue_watchdog.lineage.base import runs_program
+from rogue_watchdog.scan import Scanner
+from rogue_watchdog.sources.procfs import ProcessTable
+from rogue_watchdog.state import StateDB
 from tests.fixtures.proc.fakeproc import FakeProc, write_tree
-from watchdog.actions.effects import RecordingEffects
-from watchdog.actions.guards import Expected, Guard
-from watchdog.actions.remedy import Remedy, target_from_job
-from watchdog.actions.terminate import plan_tree
-from watchdog.command import CommandResult, RecordingRunner
-from watchdog.config import load_config, parse_config
-from watchdog.config.base import Regex
-from watchdog.lineage.base import runs_program
-from watchdog.scan import Scanner
-from watchdog.sources.procfs import ProcessTable
-from watchdog.state import StateDB
 
 PY = "/usr/bin/python3"
 BTIME = 1_800_000_000
@@ -130,7 +130,7 @@ def test_a_login_session_scope_is_not_the_jobs_cgroup(tmp_path: Path) -> None:
 
 
 def test_the_sweep_never_reaches_slurm_or_another_job(tmp_path: Path) -> None:
-    from watchdog.actions.slurmsweep import sweep
+    from rogue_watchdog.actions.slurmsweep import sweep
 
     unit = ("0::/system.slice/slurmd.service",)
     procs = [

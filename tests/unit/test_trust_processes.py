@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.actions.guards import read_live
+from rogue_watchdog.config import load_config
+from rogue_watchdog.model import OrphanOrigin
+from rogue_watchdog.scan import Scanner
 from tests.conftest import need_program, poll, run_cli
-from watchdog.actions.guards import read_live
-from watchdog.config import load_config
-from watchdog.model import OrphanOrigin
-from watchdog.scan import Scanner
 
 PY = sys.executable
 SLEEP = "import time\ntime.sleep(300)\n"

@@ -43,13 +43,13 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.lineage.cron import CronResolver, entry_state
+from rogue_watchdog.lineage.cronfiles import cron_skips, list_crontabs
+from rogue_watchdog.model import CronOrigin
+from rogue_watchdog.policy.jobs import TrainingEvidence, group_jobs
 from tests.fixtures.proc.fakeproc import FakeProc, make_context, write_tree
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
-from watchdog.lineage.cron import CronResolver, entry_state
-from watchdog.lineage.cronfiles import cron_skips, list_crontabs
-from watchdog.model import CronOrigin
-from watchdog.policy.jobs import TrainingEvidence, group_jobs
 
 PY = "/usr/bin/python3"
 SCRIPT = "/srv/pipeline/train.py"
@@ -174,7 +174,7 @@ def test_a_job_keeps_its_first_signature_and_its_finding(tmp_path: Path) -> None
 
 
 def test_a_login_shell_is_never_the_jobs_wrapper(tmp_path: Path) -> None:
-    from watchdog.policy.guard import exclusive_wrappers
+    from rogue_watchdog.policy.guard import exclusive_wrappers
 
     procs = [
         FakeProc(1, 0, ["/sbin/init"]),
@@ -196,7 +196,7 @@ def test_a_zombie_it_has_not_reaped_leaves_a_shell_the_jobs(tmp_path: Path) -> N
     """Sim (seed 20261201): a shared shell's web server became a zombie the shell had not
     reaped. terminate took the shell as the job's (the zombie is gone already) while the
     advice still called it shared; both now agree: it exists only for the job."""
-    from watchdog.policy.guard import exclusive_wrappers
+    from rogue_watchdog.policy.guard import exclusive_wrappers
 
     procs = [
         FakeProc(1, 0, ["/sbin/init"]),
@@ -305,9 +305,9 @@ def _plans(state: Any) -> dict[int, tuple[list[int], tuple[int, ...], list[int],
     """Each unsanctioned job of the last tick: root -> (members, advised stop PIDs,
     planned signals (the terminate plan's PIDs the live guard lets through), the by-hand
     command)."""
-    from watchdog.actions.guards import LiveProc
-    from watchdog.actions.remedy import Remedy, target_from_job
-    from watchdog.actions.terminate import plan_tree
+    from rogue_watchdog.actions.guards import LiveProc
+    from rogue_watchdog.actions.remedy import Remedy, target_from_job
+    from rogue_watchdog.actions.terminate import plan_tree
 
     last = state.daemon.last
     assert last is not None and last.result is not None

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.actions.enforcer import build_enforcers
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
 from tests.conftest import Spawned
-from watchdog.actions.enforcer import build_enforcers
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
 
 T0 = 2_000_000.0
 

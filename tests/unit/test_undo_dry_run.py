@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.actions.effects import Effects, RecordingEffects
-from watchdog.actions.undo import describe, run_undo
+from rogue_watchdog.actions.effects import Effects, RecordingEffects
+from rogue_watchdog.actions.undo import describe, run_undo
 
 
 def _both(ops: list[dict[str, object]]) -> tuple[tuple[str, str | None], tuple[str, str | None]]:

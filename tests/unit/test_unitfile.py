@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from watchdog.lineage.unitfile import (
+from rogue_watchdog.lineage.unitfile import (
     MAX_UNIT_FILE_BYTES,
     find_dropins,
     find_fragment,
@@ -172,7 +172,7 @@ def test_fifo_timer_in_unit_dir_is_skipped_not_opened(tmp_path: Path) -> None:
     (tmp_path / "train.timer").write_text("[Timer]\nOnCalendar=daily\n")
     os.mkfifo(tmp_path / "evil.timer")
     code = (
-        "import json; from watchdog.lineage.unitfile import find_timers\n"
+        "import json; from rogue_watchdog.lineage.unitfile import find_timers\n"
         "skipped = []\n"
         f"timers = find_timers('train.service', [{str(tmp_path)!r}], skipped)\n"
         "print(json.dumps([[t.name for t in timers], skipped]))\n"
@@ -191,7 +191,7 @@ def test_fifo_fragment_falls_through_to_the_next_dir(tmp_path: Path) -> None:
     os.mkfifo(first / "train.service")
     (second / "train.service").write_text("[Service]\nExecStart=/lib/train\n")
     code = (
-        "import json; from watchdog.lineage.unitfile import load_unit\n"
+        "import json; from rogue_watchdog.lineage.unitfile import load_unit\n"
         f"u = load_unit('train.service', [{str(first)!r}, {str(second)!r}])\n"
         "print(json.dumps([u.path, u.exec_start(), u.skipped]))\n"
     )
@@ -209,7 +209,7 @@ def test_dropin_symlink_to_dev_zero_is_skipped(tmp_path: Path) -> None:
     (tmp_path / "train.service.d" / "aa.conf").write_text("[Service]\nRestart=always\n")
     os.symlink("/dev/zero", tmp_path / "train.service.d" / "zz.conf")
     code = (
-        "import json; from watchdog.lineage.unitfile import load_unit\n"
+        "import json; from rogue_watchdog.lineage.unitfile import load_unit\n"
         f"u = load_unit('train.service', [{str(tmp_path)!r}])\n"
         "print(json.dumps([u.dropins, u.restart(), u.skipped]))\n"
     )

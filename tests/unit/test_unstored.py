@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.alerts import DeliveryWorker
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.status import build_status, render_status
+from rogue_watchdog.state import StateDB
 from tests.conftest import Spawned
-from watchdog.config import parse_config
-from watchdog.daemon.alerts import DeliveryWorker
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.status import build_status, render_status
-from watchdog.state import StateDB
 
 TOKEN = f"train_unstored_{uuid.uuid4().hex[:8]}"
 

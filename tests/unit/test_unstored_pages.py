@@ -2,7 +2,7 @@
 rules of stored ones (issue 35 on top of issue 32): the settle (``alerts.settle_s``),
 the open owed by a finding held back by it, and the 5-minute return window of a run
 that ended by itself. Each rule's case is driven through
-:meth:`~watchdog.daemon.unstored.UnstoredFindings.track` directly, with the findings a
+:meth:`~rogue_watchdog.daemon.unstored.UnstoredFindings.track` directly, with the findings a
 scan would give (no processes, no NVML)."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from watchdog.config import parse_config
-from watchdog.config.alerts import AlertSettings
-from watchdog.daemon.unstored import UnstoredFindings
-from watchdog.model import Finding
-from watchdog.state import StateDB
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.config.alerts import AlertSettings
+from rogue_watchdog.daemon.unstored import UnstoredFindings
+from rogue_watchdog.model import Finding
+from rogue_watchdog.state import StateDB
 
 SIG = "0123456789abcdef"
 T0 = 2_000_000.0
@@ -150,10 +150,10 @@ def test_a_killed_run_back_during_an_outage_is_paged_as_respawned_once(
     back, 10 s later. Now the return is ``respawned`` at once, from memory, as a
     stored tick would page it, and once storage is back the tracker takes the stored
     one for the respawn it records: no second page."""
+    from rogue_watchdog.daemon.tracker import Tracker
+    from rogue_watchdog.policy.findings import job_findings
+    from rogue_watchdog.policy.signature import job_signature
     from tests.unit.test_pages import _classed
-    from watchdog.daemon.tracker import Tracker
-    from watchdog.policy.findings import job_findings
-    from watchdog.policy.signature import job_signature
 
     a = alerts(tmp_path, settle_s=0)
     tracker = Tracker(db, a, "h")
@@ -188,11 +188,11 @@ def test_a_gpu_shown_during_an_outage_after_the_page_is_no_page_once_stored(
     paged from memory with no GPU; NVML shows it on GPU 0 while writes are still
     refused; storage back. The alert keeps the labels it was paged with (its GPUs are
     settled by its first page), so the tracker sends no relabelled ``remind``."""
+    from rogue_watchdog.daemon.tracker import Tracker
+    from rogue_watchdog.model import GpuHeld
+    from rogue_watchdog.policy.findings import job_findings
+    from rogue_watchdog.policy.signature import job_signature
     from tests.unit.test_pages import _classed
-    from watchdog.daemon.tracker import Tracker
-    from watchdog.model import GpuHeld
-    from watchdog.policy.findings import job_findings
-    from watchdog.policy.signature import job_signature
 
     a = alerts(tmp_path)
     u = UnstoredFindings()

@@ -3,7 +3,7 @@ and a display server are GPU users, not rogue training jobs; exemptions fit how 
 hosts are run; the GPU memory split has an ``ignored`` holder.
 
 Real processes the test started hold GPU memory through the fake ``libnvidia-ml.so.1``
-(tests/fakenvml); ``python -m watchdog scan --json`` runs as a user would run it. The host
+(tests/fakenvml); ``python -m rogue_watchdog scan --json`` runs as a user would run it. The host
 may run other GPU-shaped processes: only the findings of this test's PIDs are compared.
 """
 
@@ -232,7 +232,7 @@ def test_case3_exemptions_by_user_and_class_keep_the_defaults(
 def test_case9_gpu_split_has_an_ignored_holder() -> None:
     """Case 9. Before (4ec0a01): ``sanctioned 3.0 GiB, unsanctioned 0 B, not attributable
     1.0 GiB`` (the ignored 1 GiB counted as sanctioned)."""
-    from watchdog.render import gpu_lines
+    from rogue_watchdog.render import gpu_lines
 
     held = [("sanctioned", 2 * GIB), ("ignored", GIB)]
     (line,) = gpu_lines("0", "NVIDIA H100", 4 * GIB, 80 * GIB, "GPU-0", held)
@@ -263,7 +263,7 @@ def test_case9_gpu_split_has_an_ignored_holder() -> None:
     ],
 )
 def test_exemption_and_class_keys_are_checked(text: str, error: str) -> None:
-    from watchdog.config import ConfigError, parse_config
+    from rogue_watchdog.config import ConfigError, parse_config
 
     with pytest.raises(ConfigError) as exc:
         parse_config(text, "c")
@@ -271,7 +271,7 @@ def test_exemption_and_class_keys_are_checked(text: str, error: str) -> None:
 
 
 def test_ignore_defaults_and_a_user_alone_is_a_warning() -> None:
-    from watchdog.config import parse_config
+    from rogue_watchdog.config import parse_config
 
     dropped = parse_config("ignore_defaults: false\nignore: [{name: x, exe: /opt/X}]\n", "c")
     assert [e.name for e in dropped.ignore] == ["x"]
@@ -287,7 +287,7 @@ def test_ignore_defaults_and_a_user_alone_is_a_warning() -> None:
 
 
 def _job(workload: str, kind: str = "shell", user: str = "root") -> Any:
-    from watchdog.model import Job, OrphanOrigin, Proc, ShellOrigin
+    from rogue_watchdog.model import Job, OrphanOrigin, Proc, ShellOrigin
 
     uid = pwd.getpwnam(user).pw_uid
     root = Proc(pid=4242, ppid=1, start_ticks=7, state="S", comm="python3", uid=uid, user=user)
@@ -307,8 +307,8 @@ def _job(workload: str, kind: str = "shell", user: str = "root") -> Any:
 
 
 def test_ignore_by_origin_kind_group_and_class_on_jobs() -> None:
-    from watchdog.config import parse_config
-    from watchdog.policy.jobs import ignore_match_job
+    from rogue_watchdog.config import parse_config
+    from rogue_watchdog.policy.jobs import ignore_match_job
 
     c = parse_config(
         "ignore:\n"
@@ -344,8 +344,8 @@ def test_ignore_by_origin_kind_group_and_class_on_jobs() -> None:
     ],
 )
 def test_named_classes(argv: list[str], exe: str | None, cls: str, evidence: str) -> None:
-    from watchdog.model import Proc
-    from watchdog.policy.workload import _named
+    from rogue_watchdog.model import Proc
+    from rogue_watchdog.policy.workload import _named
 
     proc = Proc(pid=9, ppid=1, start_ticks=1, state="S", comm="x", exe=exe, cmdline=tuple(argv))
     got = _named(proc)
@@ -363,8 +363,8 @@ def test_named_classes(argv: list[str], exe: str | None, cls: str, evidence: str
     ],
 )
 def test_only_what_runs_names_a_class(argv: list[str]) -> None:
-    from watchdog.model import Proc
-    from watchdog.policy.workload import _named
+    from rogue_watchdog.model import Proc
+    from rogue_watchdog.policy.workload import _named
 
     proc = Proc(pid=9, ppid=1, start_ticks=1, state="S", comm="x", cmdline=tuple(argv))
     assert _named(proc) is None
@@ -374,9 +374,9 @@ def test_probe_training_env_and_listening_classes(spawned: Spawned, tmp_path: Pa
     """The classes decided from what a process does: a distributed worker's environment
     is training; a GPU process listening on a socket serves; a young one holding no GPU
     memory, or one already exited when first scanned, is a probe; else unknown."""
-    from watchdog.model import Job
-    from watchdog.policy.workload import WorkloadFacts, classify
-    from watchdog.sources.procfs import ProcessTable
+    from rogue_watchdog.model import Job
+    from rogue_watchdog.policy.workload import WorkloadFacts, classify
+    from rogue_watchdog.sources.procfs import ProcessTable
 
     sleep = "import time\ntime.sleep(120)\n"
     worker = spawned.start(
@@ -418,13 +418,13 @@ def test_probe_training_env_and_listening_classes(spawned: Spawned, tmp_path: Pa
 
 
 def _listens(pid: int) -> bool:
-    from watchdog.sources.sockets import scan_listening
+    from rogue_watchdog.sources.sockets import scan_listening
 
     return bool(scan_listening([pid]).listening)
 
 
 def _listening_text(pid: int) -> str:
-    from watchdog.sources.sockets import scan_listening
+    from rogue_watchdog.sources.sockets import scan_listening
 
     (x,) = scan_listening([pid]).listening
     return f"listens on {x.endpoint}/{x.proto}"

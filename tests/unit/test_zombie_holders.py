@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.model import GpuProcess
+from rogue_watchdog.policy.guard import advise, protection
+from rogue_watchdog.policy.jobs import TrainingEvidence, collect_training, group_jobs
+from rogue_watchdog.sources.procfs import ProcessTable
 from tests.fixtures.proc.fakeproc import FakeProc, make_context
-from watchdog.config import parse_config
-from watchdog.model import GpuProcess
-from watchdog.policy.guard import advise, protection
-from watchdog.policy.jobs import TrainingEvidence, collect_training, group_jobs
-from watchdog.sources.procfs import ProcessTable
 
 PY = "/usr/bin/python3"
 TRAIN = "/u/train_loop.py"

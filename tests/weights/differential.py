@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from watchdog.weights import verify
+from rogue_watchdog.weights import verify
 
 from .loaders import Reading
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
-from watchdog.weights import NothingToShip, best_checkpoint
+from rogue_watchdog.weights import NothingToShip, best_checkpoint
 
 
 def _st(path: Path, value: float) -> Path:

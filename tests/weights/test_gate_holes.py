@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from rogue_watchdog.weights import shipwatch
+from rogue_watchdog.weights.freshness import past_limit
 from tests.conftest import run_cli
 from tests.weights.test_shipwatch import NAMES, T0, good_model, nan_model, rig
 from tests.weights.test_shipwatch import utc as utc  # autouse: local times in UTC
-from watchdog.weights import shipwatch
-from watchdog.weights.freshness import past_limit
 
 
 def sharded(deploy: Path, second: object) -> Path:

@@ -17,7 +17,7 @@ import gguf
 import numpy as np
 import pytest
 
-from watchdog.weights import Status, verify
+from rogue_watchdog.weights import Status, verify
 
 from .builders import _gstr, gguf_bytes
 from .differential import judge

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.config import parse_config
-from watchdog.state import StateDB
-from watchdog.weights.fanotify import Fanotify, FanotifyUnavailable
-from watchdog.weights.opengate import OpenGate, opener_writes
-from watchdog.weights.shipwatch import ShipGateSource, make_open_gate
-from watchdog.weights.verifyworker import VerifyWorker, verify_one
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.state import StateDB
+from rogue_watchdog.weights.fanotify import Fanotify, FanotifyUnavailable
+from rogue_watchdog.weights.opengate import OpenGate, opener_writes
+from rogue_watchdog.weights.shipwatch import ShipGateSource, make_open_gate
+from rogue_watchdog.weights.verifyworker import VerifyWorker, verify_one
 
 from .test_shipwatch import nan_model
 
@@ -114,8 +114,8 @@ def test_verify_through_a_descriptor_takes_the_format_from_the_listed_name(
     # format, so a polyglot cannot pass as whatever its content sniffs as.
     import os
 
-    from watchdog.weights.api import verify_file
-    from watchdog.weights.scan import ScanContext
+    from rogue_watchdog.weights.api import verify_file
+    from rogue_watchdog.weights.scan import ScanContext
 
     p = nan_model(tmp_path / "model.safetensors")
     fd = os.open(p, os.O_RDONLY)

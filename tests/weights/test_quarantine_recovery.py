@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog import faults
+from rogue_watchdog.actions.enforcer import Enforcer
+from rogue_watchdog.actions.runner import InlineRunner
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.state import StateDB
+from rogue_watchdog.weights.shipwatch import build_ship_gate_sources
+from rogue_watchdog.weights.verifyworker import VerifyWorker
 from tests.conftest import run_cli
-from watchdog import faults
-from watchdog.actions.enforcer import Enforcer
-from watchdog.actions.runner import InlineRunner
-from watchdog.config import parse_config
-from watchdog.daemon.loop import Daemon
-from watchdog.state import StateDB
-from watchdog.weights.shipwatch import build_ship_gate_sources
-from watchdog.weights.verifyworker import VerifyWorker
 
 from .test_shipwatch import T0, nan_model
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
+from rogue_watchdog.weights.ship import ship
 from tests.conftest import run_cli
-from watchdog.weights.ship import ship
 
 
 def _st(path: Path, value: float, n: int = 64) -> Path:
@@ -123,7 +123,7 @@ def test_source_rewritten_during_the_copy_ships_nothing(
             t.start()
             t.join()
 
-    monkeypatch.setattr("watchdog.weights.ship._CHUNK_BYTES", 4096)  # many chunks
+    monkeypatch.setattr("rogue_watchdog.weights.ship._CHUNK_BYTES", 4096)  # many chunks
     r = ship(src, dest / "model.safetensors", progress=progress)
     assert r.exit_code in (1, 2) and r.destination is None
     assert not (dest / "model.safetensors").exists()

@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from rogue_watchdog.config import parse_config
+from rogue_watchdog.config.ship_gates import DEFAULT_PATTERNS
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.state import FindingRecord, StateDB
+from rogue_watchdog.weights.report import FileReport
+from rogue_watchdog.weights.scan import ScanContext
+from rogue_watchdog.weights.shipwatch import ShipGateSource, build_ship_gate_sources, list_files
+from rogue_watchdog.weights.verifyworker import VerifyWorker, verify_one
 from tests.conftest import run_cli
-from watchdog.config import parse_config
-from watchdog.config.ship_gates import DEFAULT_PATTERNS
-from watchdog.daemon.loop import Daemon
-from watchdog.state import FindingRecord, StateDB
-from watchdog.weights.report import FileReport
-from watchdog.weights.scan import ScanContext
-from watchdog.weights.shipwatch import ShipGateSource, build_ship_gate_sources, list_files
-from watchdog.weights.verifyworker import VerifyWorker, verify_one
 
 from .builders import write_torch_zip
 
@@ -182,7 +182,7 @@ def test_poisoned_weights_open_after_two_polls_and_resolve_on_finite_replacement
             f"{tmp_path}/deploy before anything loads it (quarantine: true on gate prod has "
             f"the daemon do that, undoably); deploy the last good checkpoint to {model} "
             "through `rogue-watchdog ship` (it copies only weights that verify "
-            "finite; watchdog.weights.best_checkpoint picks the best one that does)"
+            "finite; rogue_watchdog.weights.best_checkpoint picks the best one that does)"
         )
         assert f.details["fingerprint"] == f"prod:{model}"
         assert f.details["totals"] == {
@@ -636,7 +636,7 @@ def test_a_check_that_cannot_start_refuses_the_file_instead_of_stranding_it(
     def broken(*_a: object, **_k: object) -> object:
         raise ImportError("numpy is missing")
 
-    monkeypatch.setattr("watchdog.weights.scan.ScanContext.default", broken)
+    monkeypatch.setattr("rogue_watchdog.weights.scan.ScanContext.default", broken)
     deploy, _ = dirs
     r = rig(tmp_path)
     try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.config import ConfigError, parse_config
-from watchdog.config.ship_gates import DEFAULT_PATTERNS, ShipGate
+from rogue_watchdog.config import ConfigError, parse_config
+from rogue_watchdog.config.ship_gates import DEFAULT_PATTERNS, ShipGate
 
 
 def test_defaults_and_every_key() -> None:

@@ -8,9 +8,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from watchdog.weights import dtypes
-from watchdog.weights.finite import any_nonfinite, count_nonfinite
-from watchdog.weights.scan import Field, MappedFile, ScanContext, scan_mapped, scan_stream
+from rogue_watchdog.weights import dtypes
+from rogue_watchdog.weights.finite import any_nonfinite, count_nonfinite
+from rogue_watchdog.weights.scan import Field, MappedFile, ScanContext, scan_mapped, scan_stream
 
 EIGHT_AND_SIXTEEN = [
     (dtypes.BF16, ml_dtypes.bfloat16, np.uint16),

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from watchdog.cli.weights import register
-from watchdog.weights import (
+from rogue_watchdog.cli.weights import register
+from rogue_watchdog.weights import (
     NonFiniteWeightsError,
     UnverifiedWeightsError,
     WeightsRefusedError,
@@ -132,7 +132,7 @@ def test_gate_returns_command_status_and_handles_missing_command(clean: Path) ->
 
 def test_cli_in_a_subprocess(tmp_path: Path, clean: Path, poisoned: Path) -> None:
     code = (
-        "import argparse, sys; from watchdog.cli.weights import register; "
+        "import argparse, sys; from rogue_watchdog.cli.weights import register; "
         "p = argparse.ArgumentParser(); register(p.add_subparsers(dest='c', required=True)); "
         "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))"
     )
@@ -170,7 +170,7 @@ def test_an_unverifiable_format_is_named_alike_alone_or_in_a_folder(tmp_path: Pa
     line = f"NOT VERIFIED {tmp_path / 'm.onnx'}: .onnx weights format not verified"
     for target in (tmp_path / "m.onnx", tmp_path):
         done = subprocess.run(
-            [sys.executable, "-m", "watchdog", "verify-weights", str(target)],
+            [sys.executable, "-m", "rogue_watchdog", "verify-weights", str(target)],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         assert done.returncode == 2, done.stderr

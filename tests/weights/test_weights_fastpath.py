@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from watchdog.weights import finite, verify
-from watchdog.weights.dtypes import F32, F64
-from watchdog.weights.finite import SUM_COLUMNS, any_nonfinite, scan_values
+from rogue_watchdog.weights import finite, verify
+from rogue_watchdog.weights.dtypes import F32, F64
+from rogue_watchdog.weights.finite import SUM_COLUMNS, any_nonfinite, scan_values
 
 from .builders import st_array, write_safetensors
 

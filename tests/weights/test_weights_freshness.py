@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from watchdog.weights.freshness import StableFileTracker, check_deploy_stale, human_duration
+from rogue_watchdog.weights.freshness import StableFileTracker, check_deploy_stale, human_duration
 
 from .builders import safetensors_bytes, st_array
 

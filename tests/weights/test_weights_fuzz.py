@@ -10,10 +10,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from watchdog.weights import Status
-from watchdog.weights.api import verify_file
-from watchdog.weights.report import FileReport
-from watchdog.weights.scan import ScanContext
+from rogue_watchdog.weights import Status
+from rogue_watchdog.weights.api import verify_file
+from rogue_watchdog.weights.report import FileReport
+from rogue_watchdog.weights.scan import ScanContext
 
 from .builders import (
     gguf_bytes,

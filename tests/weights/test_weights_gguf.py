@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from watchdog.weights import Status, verify
+from rogue_watchdog.weights import Status, verify
 
 from .builders import f16_bits, gguf_bytes, q2_k_blocks, q8_0_blocks
 

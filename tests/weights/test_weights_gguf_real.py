@@ -16,8 +16,8 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import quants
 
-from watchdog.weights import verify
-from watchdog.weights.gguf import GGML_TYPES
+from rogue_watchdog.weights import verify
+from rogue_watchdog.weights.gguf import GGML_TYPES
 
 from .builders import gguf_bytes
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from watchdog.weights import Status, verify
+from rogue_watchdog.weights import Status, verify
 
 
 def one(path: Path):  # type: ignore[no-untyped-def]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from watchdog.weights.progress import MIN_BYTES, ProgressBar
+from rogue_watchdog.weights.progress import MIN_BYTES, ProgressBar
 
 
 class FakeTTY(io.StringIO):

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from rogue_watchdog.weights.api import verify_file
+from rogue_watchdog.weights.report import Report
+from rogue_watchdog.weights.scan import ScanContext
 from tests.conftest import run_cli
-from watchdog.weights.api import verify_file
-from watchdog.weights.report import Report
-from watchdog.weights.scan import ScanContext
 
 from .builders import (
     Global,

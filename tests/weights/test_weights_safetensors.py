@@ -10,9 +10,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from watchdog.weights import Status, verify
-from watchdog.weights.api import verify_file
-from watchdog.weights.scan import ScanContext
+from rogue_watchdog.weights import Status, verify
+from rogue_watchdog.weights.api import verify_file
+from rogue_watchdog.weights.scan import ScanContext
 
 from .builders import safetensors_bytes, st_array, write_safetensors
 

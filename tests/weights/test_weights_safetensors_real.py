@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from rogue_watchdog.weights import verify
 from tests.conftest import run_cli
-from watchdog.weights import verify
 
 # numpy dtype -> the safetensors dtype name the writer records
 DTYPES = [

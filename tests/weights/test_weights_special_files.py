@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rogue_watchdog.weights import regular
+from rogue_watchdog.weights.regular import NotRegularError, open_regular
 from tests.conftest import run_cli
-from watchdog.weights import regular
-from watchdog.weights.regular import NotRegularError, open_regular
 
 from .builders import st_array, write_safetensors
 from .test_shipwatch import NAMES, T0, Rig, good_model, nan_model

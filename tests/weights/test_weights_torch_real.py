@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.weights import Status, verify
+from rogue_watchdog.weights.errors import NotVerifiedError
+from rogue_watchdog.weights.torchzip import load_restricted
 from tests.conftest import run_cli
-from watchdog.weights import Status, verify
-from watchdog.weights.errors import NotVerifiedError
-from watchdog.weights.torchzip import load_restricted
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 FLOATS = ["float32", "float16", "bfloat16", "float64"]

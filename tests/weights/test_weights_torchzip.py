@@ -11,9 +11,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from watchdog.weights import Status, verify
-from watchdog.weights.errors import NotVerifiedError
-from watchdog.weights.torchzip import load_restricted
+from rogue_watchdog.weights import Status, verify
+from rogue_watchdog.weights.errors import NotVerifiedError
+from rogue_watchdog.weights.torchzip import load_restricted
 
 from .builders import (
     Global,

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
-from watchdog.weights.api import verify_file
-from watchdog.weights.scan import ScanContext
+from rogue_watchdog.weights.api import verify_file
+from rogue_watchdog.weights.scan import ScanContext
 
 from .fuzzgen import STRATEGIES, Case
 
@@ -52,8 +52,8 @@ SHRINK = textwrap.dedent(
     import os, sys
     sys.path.insert(0, {repo!r})
     from pathlib import Path
-    from watchdog.weights.api import verify_file
-    from watchdog.weights.scan import ScanContext
+    from rogue_watchdog.weights.api import verify_file
+    from rogue_watchdog.weights.scan import ScanContext
     path = Path({path!r})
     cut = []
     def progress(n):

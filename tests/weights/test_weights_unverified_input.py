@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rogue_watchdog.weights import verify
 from tests.conftest import nobody_python, run_cli
-from watchdog.weights import verify
 
 from .builders import ordered_dict, pickle_bytes, st_array, tensor, write_safetensors
 
@@ -101,7 +101,7 @@ def test_truncated_bin_says_truncated(tmp_path: Path) -> None:
 def as_nobody() -> Iterator[list[str]]:
     """This checkout's Python as user nobody (root's mode 000 is no barrier), from any
     checkout path (:func:`tests.conftest.nobody_python`)."""
-    with nobody_python("numpy", "watchdog.weights") as argv:
+    with nobody_python("numpy", "rogue_watchdog.weights") as argv:
         yield argv
 
 
@@ -121,7 +121,7 @@ def public_tmp() -> Iterator[Path]:
 
 def _as_nobody(cmd: list[str], *paths: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*cmd, "-m", "watchdog", "verify-weights", "--no-progress", *map(str, paths)],
+        [*cmd, "-m", "rogue_watchdog", "verify-weights", "--no-progress", *map(str, paths)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -41,19 +41,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog import hostpaths, safeio
-from watchdog.actions.effects import Effects
-from watchdog.lineage.base import is_interpreter
-from watchdog.lineage.cronfiles import MAX_CRONTAB_BYTES
-from watchdog.lineage.crontab import (
+from .. import hostpaths, safeio
+from ..lineage.base import is_interpreter
+from ..lineage.cronfiles import MAX_CRONTAB_BYTES
+from ..lineage.crontab import (
     DISABLED_MARK,
     cron_d_name_ok,
     hidden_header_lines,
     installed_header_lines,
 )
-from watchdog.lineage.unitfile import MAX_UNIT_FILE_BYTES
-from watchdog.model import ORIGIN_KINDS, CronOrigin, Origin, SystemdOrigin, load_ref
-from watchdog.safeio import unread_reason
+from ..lineage.unitfile import MAX_UNIT_FILE_BYTES
+from ..model import ORIGIN_KINDS, CronOrigin, Origin, SystemdOrigin, load_ref
+from ..safeio import unread_reason
+from .effects import Effects
 
 SUFFIX = ".rogue-watchdog-disabled-"
 _SYSTEM_DIRS = ("/usr/bin/", "/usr/sbin/", "/bin/", "/sbin/", "/usr/lib/", "/lib/", "/lib64/")
@@ -106,7 +106,7 @@ class DisablePlan:
         says what failed and which steps were done (with their undo ops)."""
         if self.refused is not None:
             return DisableResult("failed", error=self.refused)
-        from watchdog.actions import sources  # its planners import this module
+        from . import sources  # its planners import this module
 
         runner = {
             "container": sources.exec_container,

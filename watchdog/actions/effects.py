@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from watchdog import command
-from watchdog.actions import devprog
-from watchdog.command import CommandResult, RecordingRunner
-from watchdog.faults import fault_point
-from watchdog.sources.procfs import read_proc
-from watchdog.state import ActionJournal
+from .. import command
+from ..command import CommandResult, RecordingRunner
+from ..faults import fault_point
+from ..sources.procfs import read_proc
+from ..state import ActionJournal
+from . import devprog
 
 
 class IdentityChangedError(ProcessLookupError):

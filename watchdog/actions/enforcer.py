@@ -42,10 +42,27 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from watchdog.actions.effects import Effects
-from watchdog.actions.gpudeny import GpuOpenGate, device_rules
-from watchdog.actions.guards import read_live
-from watchdog.actions.recovery import (
+from ..config import Config
+from ..hostpaths import config_args
+from ..hosttext import command_text
+from ..logs import get_logger
+from ..model import Finding, Job, ScanResult
+from ..plugins import TrackResult
+from ..policy.services import service_source
+from ..policy.signature import job_signature
+from ..sources.procfs import boot_id
+from ..state import (
+    ActionJournal,
+    ActionRecord,
+    ActionStep,
+    JournalError,
+    StateDB,
+    source_undo,
+)
+from .effects import Effects
+from .gpudeny import GpuOpenGate, device_rules
+from .guards import read_live
+from .recovery import (
     INTERRUPTED_OPEN_S,
     interrupted_finding,
     interrupted_note,
@@ -55,26 +72,9 @@ from watchdog.actions.recovery import (
     resolve,
     terminate_resume,
 )
-from watchdog.actions.remedy import Remedy, TerminateTask, target_from_job
-from watchdog.actions.runner import Runner, ThreadRunner
-from watchdog.actions.terminate import TerminateRun
-from watchdog.config import Config
-from watchdog.hostpaths import config_args
-from watchdog.hosttext import command_text
-from watchdog.logs import get_logger
-from watchdog.model import Finding, Job, ScanResult
-from watchdog.plugins import TrackResult
-from watchdog.policy.services import service_source
-from watchdog.policy.signature import job_signature
-from watchdog.sources.procfs import boot_id
-from watchdog.state import (
-    ActionJournal,
-    ActionRecord,
-    ActionStep,
-    JournalError,
-    StateDB,
-    source_undo,
-)
+from .remedy import Remedy, TerminateTask, target_from_job
+from .runner import Runner, ThreadRunner
+from .terminate import TerminateRun
 
 log = get_logger()
 

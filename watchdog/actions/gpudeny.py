@@ -53,19 +53,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.actions import devprog
-from watchdog.actions.effects import Effects, IdentityChangedError, JournaledEffects
-from watchdog.actions.guards import Expected, Guard, LiveProc, Refusal, read_live
-from watchdog.actions.remedy import JobTarget, job_details, log_action, target_from_job
-from watchdog.actions.terminate import JobTree
-from watchdog.config.enforcement import EnforcementSettings
-from watchdog.faults import fault_point
-from watchdog.hosttext import command_text
-from watchdog.logs import get_logger
-from watchdog.model import Job, ScanResult
-from watchdog.policy.signature import job_signature
-from watchdog.sources.procfs import boot_time_s
-from watchdog.state import ActionJournal, ActionRecord, JournalError, StateDB
+from ..config.enforcement import EnforcementSettings
+from ..faults import fault_point
+from ..hosttext import command_text
+from ..logs import get_logger
+from ..model import Job, ScanResult
+from ..policy.signature import job_signature
+from ..sources.procfs import boot_time_s
+from ..state import ActionJournal, ActionRecord, JournalError, StateDB
+from . import devprog
+from .effects import Effects, IdentityChangedError, JournaledEffects
+from .guards import Expected, Guard, LiveProc, Refusal, read_live
+from .remedy import JobTarget, job_details, log_action, target_from_job
+from .terminate import JobTree
 
 log = get_logger()
 

@@ -22,10 +22,10 @@ import pwd
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from watchdog.config.enforcement import Protect
-from watchdog.hosttext import command_text
-from watchdog.model import TargetGuard
-from watchdog.sources.procfs import pid_namespaces, read_proc
+from ..config.enforcement import Protect
+from ..hosttext import command_text
+from ..model import TargetGuard
+from ..sources.procfs import pid_namespaces, read_proc
 
 
 @dataclass(frozen=True)

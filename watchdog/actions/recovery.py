@@ -39,14 +39,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from watchdog.actions import sources
-from watchdog.actions.disable import _undo_systemd
-from watchdog.actions.gpudeny import lift_op
-from watchdog.actions.guards import Expected, read_live
-from watchdog.actions.terminate import WAVE_SIGNALS, Resume
-from watchdog.model import Finding
-from watchdog.sources.procfs import boot_id, read_proc
-from watchdog.state import ActionRecord, ActionStep
+from ..model import Finding
+from ..sources.procfs import boot_id, read_proc
+from ..state import ActionRecord, ActionStep
+from . import sources
+from .disable import _undo_systemd
+from .gpudeny import lift_op
+from .guards import Expected, read_live
+from .terminate import WAVE_SIGNALS, Resume
 
 #: Seconds an ``action-interrupted`` finding stays open once the action was finished
 #: (or until it is undone).

@@ -15,17 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog import hostpaths
-from watchdog.actions import sources
-from watchdog.actions.disable import DisablePlan, DisableResult, plan_disable
-from watchdog.actions.effects import Effects, JournaledEffects
-from watchdog.actions.guards import Expected, Guard
-from watchdog.actions.terminate import WAVE_SIGNALS, TerminateOutcome, TerminateRun, run_to_end
-from watchdog.config.enforcement import EnforcementSettings
-from watchdog.faults import fault_point
-from watchdog.hosttext import command_text
-from watchdog.logs import get_logger
-from watchdog.model import (
+from .. import hostpaths
+from ..config.enforcement import EnforcementSettings
+from ..faults import fault_point
+from ..hosttext import command_text
+from ..logs import get_logger
+from ..model import (
     UNSANCTIONED_VERDICTS,
     Collateral,
     Job,
@@ -34,9 +29,14 @@ from watchdog.model import (
     TargetGuard,
     finding_ref,
 )
-from watchdog.policy.guard import service_collateral
-from watchdog.sources.procfs import ProcessTable
-from watchdog.state import ActionJournal, StateDB
+from ..policy.guard import service_collateral
+from ..sources.procfs import ProcessTable
+from ..state import ActionJournal, StateDB
+from . import sources
+from .disable import DisablePlan, DisableResult, plan_disable
+from .effects import Effects, JournaledEffects
+from .guards import Expected, Guard
+from .terminate import WAVE_SIGNALS, TerminateOutcome, TerminateRun, run_to_end
 
 log = get_logger()
 
@@ -111,7 +111,7 @@ def target_from_job(
     for pid in job.pids:
         proc = by_pid.get(pid)
         if proc is None:
-            from watchdog.actions.guards import read_live
+            from .guards import read_live
 
             live = read_live(pid, proc_root)
             if live is None:

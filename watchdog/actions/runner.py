@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from watchdog.logs import get_logger
+from ..logs import get_logger
 
 log = get_logger()
 

@@ -22,13 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from watchdog.command import CommandResult, CommandRunner, run
-from watchdog.config.slurm import SlurmNodeSettings
-from watchdog.model import UNSANCTIONED_VERDICTS, Finding, Job
+from ..command import CommandResult, CommandRunner, run
+from ..config.slurm import SlurmNodeSettings
+from ..model import UNSANCTIONED_VERDICTS, Finding, Job
 
 if TYPE_CHECKING:
-    from watchdog.model import ScanResult
-    from watchdog.plugins import TrackResult
+    from ..model import ScanResult
+    from ..plugins import TrackResult
 
 REASON_PREFIX = "rogue-watchdog: "
 MAX_REASON_CHARS = 200

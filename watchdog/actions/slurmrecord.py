@@ -39,16 +39,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from watchdog import command
-from watchdog.actions.slurmnode import REASON_PREFIX, clean_reason, drain, node_state, resume
-from watchdog.command import CommandRunner
-from watchdog.config import Config
-from watchdog.config.slurm import SlurmNodeSettings
-from watchdog.lineage.cgroup import parse_cgroup
-from watchdog.lineage.slurm import is_slurmstepd
-from watchdog.logs import get_logger
-from watchdog.model import Proc
-from watchdog.sources.procfs import ProcessTable, boot_id
+from .. import command
+from ..command import CommandRunner
+from ..config import Config
+from ..config.slurm import SlurmNodeSettings
+from ..lineage.cgroup import parse_cgroup
+from ..lineage.slurm import is_slurmstepd
+from ..logs import get_logger
+from ..model import Proc
+from ..sources.procfs import ProcessTable, boot_id
+from .slurmnode import REASON_PREFIX, clean_reason, drain, node_state, resume
 
 log = get_logger()
 

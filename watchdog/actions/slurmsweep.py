@@ -56,10 +56,22 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from watchdog import command
-from watchdog.actions.effects import Effects
-from watchdog.actions.guards import Expected, Guard
-from watchdog.actions.slurmrecord import (
+from .. import command
+from ..command import CommandRunner
+from ..config import Config
+from ..hosttext import command_text
+from ..lineage.base import ResolveContext
+from ..lineage.slurm import query_job
+from ..logs import get_logger
+from ..model import Proc
+from ..sources.devfd import DeviceFdSource
+from ..sources.procevents import ForkWatch
+from ..sources.procfs import ProcessTable, boot_id
+from ..state import ActionJournal, JournalError, read_slurm_members
+from ..state.actions import ActionTable
+from .effects import Effects
+from .guards import Expected, Guard
+from .slurmrecord import (
     MAX_PROCS_PER_JOB,
     UNCHECKED_KINDS,
     JobEntry,
@@ -78,19 +90,7 @@ from watchdog.actions.slurmrecord import (
     settle,
     wanted_reason,
 )
-from watchdog.actions.terminate import TerminateOutcome, terminate_tree
-from watchdog.command import CommandRunner
-from watchdog.config import Config
-from watchdog.hosttext import command_text
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.slurm import query_job
-from watchdog.logs import get_logger
-from watchdog.model import Proc
-from watchdog.sources.devfd import DeviceFdSource
-from watchdog.sources.procevents import ForkWatch
-from watchdog.sources.procfs import ProcessTable, boot_id
-from watchdog.state import ActionJournal, JournalError, read_slurm_members
-from watchdog.state.actions import ActionTable
+from .terminate import TerminateOutcome, terminate_tree
 
 log = get_logger(__name__)
 

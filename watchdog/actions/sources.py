@@ -39,8 +39,13 @@ from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
-from watchdog import safeio
-from watchdog.actions.disable import (
+from .. import safeio
+from ..lineage.at import job_commands, parse_job_name
+from ..lineage.base import command
+from ..lineage.supervisorconf import read_program
+from ..model import AtOrigin, ContainerOrigin, Origin, SupervisorOrigin
+from ..safeio import unread_reason
+from .disable import (
     DisablePlan,
     DisableResult,
     PlanRequest,
@@ -49,12 +54,7 @@ from watchdog.actions.disable import (
     one_line,
     sha256,
 )
-from watchdog.actions.effects import Effects
-from watchdog.lineage.at import job_commands, parse_job_name
-from watchdog.lineage.base import command
-from watchdog.lineage.supervisorconf import read_program
-from watchdog.model import AtOrigin, ContainerOrigin, Origin, SupervisorOrigin
-from watchdog.safeio import unread_reason
+from .effects import Effects
 
 _CID = re.compile(r"[0-9a-f]{64}")
 # docker-inspect(1) / podman-inspect(1): JSON values, so hostile text arrives escaped.

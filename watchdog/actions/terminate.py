@@ -40,12 +40,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.actions.effects import Effects, IdentityChangedError
-from watchdog.actions.guards import Expected, Guard, LiveProc, read_live
-from watchdog.faults import fault_point
-from watchdog.hosttext import command_text
-from watchdog.lineage.base import command_key, mentions, program_of
-from watchdog.state import ActionJournal, JournalError, NullJournal
+from ..faults import fault_point
+from ..hosttext import command_text
+from ..lineage.base import command_key, mentions, program_of
+from ..state import ActionJournal, JournalError, NullJournal
+from .effects import Effects, IdentityChangedError
+from .guards import Expected, Guard, LiveProc, read_live
 
 
 @dataclass

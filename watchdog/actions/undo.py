@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from watchdog.actions.effects import Effects
-from watchdog.actions.gpudeny import is_denial, lift
-from watchdog.actions.sources import requeue_argv
-from watchdog.lineage.crontab import installed_header_lines
+from ..lineage.crontab import installed_header_lines
+from .effects import Effects
+from .gpudeny import is_denial, lift
+from .sources import requeue_argv
 
 OP_KINDS = (
     "rename", "restore_file", "crontab_restore", "systemctl", "scontrol", "docker", "podman",

@@ -18,10 +18,10 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from watchdog import __version__, logs
-from watchdog.cli import actions, allowlist, complete, daemon, fleet, scan, slurm, weights
-from watchdog.cli.common import LOG_FORMATS, CliError, emit
-from watchdog.cli.help import command_help
+from .. import __version__, logs
+from . import actions, allowlist, complete, daemon, fleet, scan, slurm, weights
+from .common import LOG_FORMATS, CliError, emit
+from .help import command_help
 
 MAIN_EPILOG = """\
 common questions:
@@ -206,7 +206,7 @@ def _main(argv: Sequence[str] | None) -> int:
         # file or a --json run. Configured when the first event is logged
         # (watchdog.logs): importing structlog is a sixth of a `scan` that logs nothing.
         # (`status` never logs.)
-        from watchdog.cli.common import configure_logging
+        from .common import configure_logging
 
         fmt = args.log_format
         if fmt == "auto" and getattr(args, "json", False):
@@ -226,8 +226,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except Exception as exc:
         if not _is_config_error(exc):
             raise
-        from watchdog.config.base import ConfigError, errors_of
-        from watchdog.render import printable
+        from ..config.base import ConfigError, errors_of
+        from ..render import printable
 
         assert isinstance(exc, ConfigError)
         for error in errors_of(exc):
@@ -240,9 +240,9 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _is_config_error(exc: BaseException) -> bool:
-    # Only a command that loaded watchdog.config.base can raise its ConfigError; importing
-    # it (and PyYAML) up front would cost every `status` and `--help` its start-up time.
-    base = sys.modules.get("watchdog.config.base")
+    # Only a command that loaded config.base can raise its ConfigError; importing it (and
+    # PyYAML) up front would cost every `status` and `--help` its start-up time.
+    base = sys.modules.get(f"{__name__.rpartition('.')[0]}.config.base")
     return base is not None and isinstance(exc, base.ConfigError)
 
 

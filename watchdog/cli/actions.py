@@ -17,7 +17,8 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from watchdog.cli.common import (
+from ..hosttext import command_text
+from .common import (
     CliError,
     command_daemon,
     config_parent,
@@ -25,16 +26,15 @@ from watchdog.cli.common import (
     history_state_dir,
     resolve_config_path,
 )
-from watchdog.cli.complete import completers
-from watchdog.cli.help import command_help
-from watchdog.hosttext import command_text
+from .complete import completers
+from .help import command_help
 
 if TYPE_CHECKING:
-    from watchdog.actions.remedy import JobTarget, Remedy
-    from watchdog.config import Config
-    from watchdog.model import Finding, Job, ScanResult
-    from watchdog.records import FindingRecord
-    from watchdog.state import RunRecord, StateDB
+    from ..actions.remedy import JobTarget, Remedy
+    from ..config import Config
+    from ..model import Finding, Job, ScanResult
+    from ..records import FindingRecord
+    from ..state import RunRecord, StateDB
 
 # The action modules (remedy, state, scanner) load when a command runs, not when the
 # parser is built: `rogue-watchdog --help` and `status` must start fast (watchdog/cli/__init__.py).
@@ -81,8 +81,8 @@ def _limit(text: str) -> int:
 
 
 def _setup(args: argparse.Namespace, *, say: bool = False) -> tuple[Config, StateDB]:
-    from watchdog.config import load_config
-    from watchdog.state import StateDB, StateError
+    from ..config import load_config
+    from ..state import StateDB, StateError
 
     daemon = None if args.config is not None else command_daemon(acts=True)
     config = load_config(daemon.config if daemon else resolve_config_path(args.config))
@@ -101,7 +101,7 @@ def _again(args: argparse.Namespace, config: Config, verb: str) -> str:
     ``--config`` and ``--state-dir`` a printed follow-up needs to work as printed."""
     import shlex
 
-    from watchdog.hostpaths import config_args
+    from ..hostpaths import config_args
 
     state = f" --state-dir {shlex.quote(os.path.abspath(args.state_dir))}" if args.state_dir else ""
     return f"rogue-watchdog {verb}{config_args(config.source)}{state}"
@@ -125,7 +125,7 @@ def parse_target(text: str) -> tuple[str, int]:
 
 
 def _scan(config: Config) -> ScanResult:
-    from watchdog.scan import Scanner
+    from ..scan import Scanner
 
     return Scanner(config).scan()
 
@@ -141,9 +141,9 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
         CliError: Unknown finding, a finding not about a job, a resolved finding that
             recorded no origin, a PID in no training job.
     """
-    from watchdog.actions.remedy import JobTarget, target_from_job
-    from watchdog.model import Origin, finding_ref
-    from watchdog.policy.signature import job_signature
+    from ..actions.remedy import JobTarget, target_from_job
+    from ..model import Origin, finding_ref
+    from ..policy.signature import job_signature
 
     kind, number = parse_target(text)
     if kind == "finding" and number > MAX_ID:
@@ -261,7 +261,7 @@ def _launched_by(result: ScanResult, pids: set[int]) -> tuple[Job, Finding] | No
 def _with_service(target: JobTarget, job: Job, finding: Finding) -> JobTarget:
     """``target`` with the service processes ``finding`` names, as this scan saw them in
     the job's lineage (the identity every signal is pinned to)."""
-    from watchdog.actions.guards import Expected
+    from ..actions.guards import Expected
 
     named = set(finding.details.get("service_pids") or [])
     target.service = [
@@ -276,9 +276,9 @@ def _service_target(
     """The job a ``rogue-service`` finding names, with its service: the run it names
     when it still runs, else the run its service launched since (a service that starts
     a new trainer after each one ends)."""
-    from watchdog.actions.remedy import target_from_job
-    from watchdog.model import finding_ref
-    from watchdog.policy.signature import job_signature
+    from ..actions.remedy import target_from_job
+    from ..model import finding_ref
+    from ..policy.signature import job_signature
 
     named = {p for p in finding.details.get("service_pids") or [] if isinstance(p, int)}
     launched = _launched_by(result, named) if named else None
@@ -340,9 +340,9 @@ def _open_finding_for(db: StateDB, sig: str, root_pid: int, start_ticks: int) ->
 
 
 def _remedy(config: Config, db: StateDB, result: ScanResult) -> Remedy:
-    from watchdog.actions.effects import Effects
-    from watchdog.actions.remedy import Remedy, default_actor
-    from watchdog.hostpaths import config_args
+    from ..actions.effects import Effects
+    from ..actions.remedy import Remedy, default_actor
+    from ..hostpaths import config_args
 
     s = config.enforcement
     assert result.protection is not None  # a scan's result always carries it
@@ -357,7 +357,7 @@ def _remedy(config: Config, db: StateDB, result: ScanResult) -> Remedy:
 
 
 def _out(line: str) -> None:
-    from watchdog.render import printable
+    from ..render import printable
 
     emit(printable(line))
 
@@ -380,7 +380,7 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     if target.refused is not None:
         _out(f"{target.describe()} is protected: refusing ({target.refused})")
         return 1
-    from watchdog.state import JournalError
+    from ..state import JournalError
 
     remedy = _remedy(config, db, result)
     dry = args.dry_run or config.enforcement.dry_run
@@ -455,7 +455,7 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     if not target.unsanctioned and not args.force:
         _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
         return 1
-    from watchdog.state import JournalError
+    from ..state import JournalError
 
     source = _service_source(scan, target, _again(args, config, "terminate"))
     if source is not None:
@@ -519,7 +519,7 @@ def _service_source(scan: ScanResult, target: JobTarget, terminate: str) -> str 
     """What the source of a run a rogue service launched is, and how to stop it (with
     ``terminate``, the command as it works here), or None when no ``rogue-service``
     finding of this scan says a service launched it."""
-    from watchdog.policy.services import service_source
+    from ..policy.services import service_source
 
     finding = next(
         (
@@ -545,7 +545,7 @@ def _still_running(target: JobTarget, proc_root: str, wait_s: float = 2.0) -> bo
     """True while a process of the job (same PID and start time) is alive and not a
     zombie. A ``systemctl disable --now`` returns once the unit stopped, but give
     the kernel a moment to finish exits before saying the job is still there."""
-    from watchdog.actions.guards import read_live
+    from ..actions.guards import read_live
 
     idents = [(m.pid, m.start_ticks) for m in target.members] or [
         (target.root_pid, target.start_ticks)
@@ -565,10 +565,10 @@ def _still_running(target: JobTarget, proc_root: str, wait_s: float = 2.0) -> bo
 
 def cmd_undo(args: argparse.Namespace) -> int:
     """``undo ACTION-ID [--dry-run]``."""
-    from watchdog.actions.effects import Effects, JournaledEffects
-    from watchdog.actions.remedy import default_actor
-    from watchdog.actions.undo import UndoError, ops_of, run_undo
-    from watchdog.state import ActionJournal, JournalError
+    from ..actions.effects import Effects, JournaledEffects
+    from ..actions.remedy import default_actor
+    from ..actions.undo import UndoError, ops_of, run_undo
+    from ..state import ActionJournal, JournalError
 
     config, db = _setup(args)
     try:

@@ -15,7 +15,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from watchdog.cli.common import (
+from .common import (
     CliError,
     command_daemon,
     config_parent,
@@ -23,14 +23,14 @@ from watchdog.cli.common import (
     history_state_dir,
     resolve_config_path,
 )
-from watchdog.cli.help import command_help
+from .help import command_help
 
 if TYPE_CHECKING:
-    from watchdog.state import RunRecord
+    from ..state import RunRecord
 
 
 def _since(text: str) -> float:
-    from watchdog.config.daemon import parse_duration_s
+    from ..config.daemon import parse_duration_s
 
     try:
         return parse_duration_s(text)
@@ -54,7 +54,7 @@ def _state_dir(args: argparse.Namespace, config: str | None, *, candidate: bool 
     be another instance's: the running daemon's history comes first, the candidate's
     only with no daemon running.
     """
-    from watchdog.config import load_config
+    from ..config import load_config
 
     if args.state_dir:
         return history_state_dir(args.state_dir, None, "", "")
@@ -81,7 +81,7 @@ def _state_dir(args: argparse.Namespace, config: str | None, *, candidate: bool 
 
 def _runs(args: argparse.Namespace, state_dir: str) -> tuple[list[RunRecord], float]:
     """The runs seen in ``--since`` read from ``state_dir``, and the window's start."""
-    from watchdog.state import read_runs
+    from ..state import read_runs
 
     since = time.time() - args.since
     runs = read_runs(state_dir, since)
@@ -109,7 +109,7 @@ def _write_new(path: str, text: str) -> None:
 
 def cmd_suggest(args: argparse.Namespace) -> int:
     """``allowlist suggest``: print (or write) the proposed allowlist."""
-    from watchdog.policy.learn import render_yaml, source_gone_now, suggest
+    from ..policy.learn import render_yaml, source_gone_now, suggest
 
     runs, since = _runs(args, _state_dir(args, args.config))
     found = suggest(
@@ -125,8 +125,8 @@ def cmd_suggest(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """``allowlist diff --config CFG``: the recorded runs whose verdict would change."""
-    from watchdog.config import load_config
-    from watchdog.policy.learn import render_changes, replay
+    from ..config import load_config
+    from ..policy.learn import render_changes, replay
 
     config = load_config(args.config)
     runs, _ = _runs(args, _state_dir(args, args.config, candidate=True))
@@ -233,8 +233,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     """``report``: the window as text, JSON or one HTML file."""
     import json
 
-    from watchdog.report import report_html, report_json, report_text
-    from watchdog.state import read_history
+    from ..report import report_html, report_json, report_text
+    from ..state import read_history
 
     state_dir = _state_dir(args, args.config)
     now = time.time()
@@ -261,8 +261,8 @@ def _gpu_inventory(state_dir: str) -> dict[str, Any]:
     """The GPUs the daemon saw, by UUID (``meta`` key ``gpus``); empty when unknown."""
     import json
 
-    from watchdog.report import GPU_INVENTORY_KEY
-    from watchdog.state import read_meta
+    from ..report import GPU_INVENTORY_KEY
+    from ..state import read_meta
 
     raw = read_meta(state_dir, GPU_INVENTORY_KEY)
     try:

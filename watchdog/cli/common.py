@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 # Here, not in watchdog.config: `--help` and `status` must not load the configuration
 # package (PyYAML, RE2, every section) just to print a default path.
-from watchdog.hostpaths import DEFAULT_CONFIG as DEFAULT_CONFIG
+from ..hostpaths import DEFAULT_CONFIG as DEFAULT_CONFIG
 
 # The socket asked for the running daemon's configuration; None: the environment's
 # ROGUE_WATCHDOG_SOCKET, else the default socket, else the daemons found running
@@ -81,13 +81,15 @@ class RunningDaemon:
 
 
 def _is_daemon_argv(argv: list[bytes]) -> bool:
-    """``rogue-watchdog run ...`` or ``python -m watchdog run ...``."""
+    """``rogue-watchdog run ...`` or ``python -m rogue_watchdog run ...`` (or ``-m
+    watchdog``: a daemon started before the package was installed as ``rogue_watchdog``)."""
     words = [os.path.basename(a) for a in argv[:4]]
     if b"run" not in argv:
         return False
     if b"rogue-watchdog" in words:
         return True
-    return any(argv[i : i + 2] == [b"-m", b"watchdog"] for i in range(min(len(argv), 4)))
+    modules = ([b"-m", b"rogue_watchdog"], [b"-m", b"watchdog"])
+    return any(argv[i : i + 2] in modules for i in range(min(len(argv), 4)))
 
 
 def running_daemon_sockets(proc_root: str = "/proc") -> list[str]:
@@ -152,7 +154,7 @@ def _ask_daemon(socket: str, timeout_s: float) -> RunningDaemon | None:
             reply that is not a status document, no ``config.path``, a relative path):
             guessing another configuration could judge or guard under the wrong rules.
     """
-    from watchdog.daemon.ipc import StatusError, query_status
+    from ..daemon.ipc import StatusError, query_status
 
     try:
         doc = query_status(socket, timeout_s=timeout_s)
@@ -184,7 +186,7 @@ def find_daemon(timeout_s: float = 2.0) -> RunningDaemon | None:
         CliError: A daemon answered unusably (:func:`_ask_daemon`), or several daemons
             run and none at the default socket (naming each one's ``--config``).
     """
-    from watchdog.hostpaths import DEFAULT_SOCKET, config_args
+    from ..hostpaths import DEFAULT_SOCKET, config_args
 
     pinned = DAEMON_SOCKET or os.environ.get(SOCKET_ENV)
     if pinned:
@@ -268,7 +270,7 @@ def command_daemon(*, acts: bool, quiet: bool = False) -> RunningDaemon | None:
         CliError: ``acts`` and the daemon answered unusably, or several run
             (:func:`find_daemon`).
     """
-    from watchdog.render import printable
+    from ..render import printable
 
     try:
         daemon = find_daemon()
@@ -292,7 +294,7 @@ def say_state_db(state_dir: str, why: str) -> None:
     one (``--state-dir``, the running daemon's, a configuration's ``daemon.state_dir``):
     two instances on one host keep two histories, and reading the wrong one silently
     looks exactly like reading the right one."""
-    from watchdog.render import printable
+    from ..render import printable
 
     path = os.path.join(state_dir, "state.db")
     print(printable(f"rogue-watchdog: reading {path} ({why})"), file=sys.stderr)
@@ -351,7 +353,7 @@ def socket_path(args: argparse.Namespace) -> str:
         if not args.socket:
             raise CliError("--socket needs a path")
         return str(args.socket)
-    from watchdog.hostpaths import DEFAULT_SOCKET
+    from ..hostpaths import DEFAULT_SOCKET
 
     path = resolve_config_path(args.config)
     if path is None:
@@ -364,9 +366,9 @@ def socket_path(args: argparse.Namespace) -> str:
         return daemon.socket if daemon is not None else DEFAULT_SOCKET
     import yaml
 
-    from watchdog.config import MAX_CONFIG_BYTES, ConfigError, load_config
-    from watchdog.config.daemon import DaemonSettings
-    from watchdog.safeio import read_regular
+    from ..config import MAX_CONFIG_BYTES, ConfigError, load_config
+    from ..config.daemon import DaemonSettings
+    from ..safeio import read_regular
 
     try:
         return load_config(path).daemon.socket
@@ -411,7 +413,7 @@ def configure_logging(
 
     import structlog
 
-    from watchdog.logs import defer_configure
+    from ..logs import defer_configure
 
     defer_configure(None)  # this one replaces any still deferred
     out = sys.stdout if stream is None else stream
@@ -459,7 +461,7 @@ def human_log_line(
     """
     import structlog
 
-    from watchdog.render import printable
+    from ..render import printable
 
     level = str(event.pop("level", "info"))
     name = str(event.pop("event", ""))

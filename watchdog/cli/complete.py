@@ -64,8 +64,8 @@ def _pid(value: object) -> bool:
 
 def main(argv: Sequence[str]) -> int:
     """Print one candidate a line for ``KIND -- WORDS...``; always exit 0 (see module)."""
-    from watchdog.cli.common import CliError, emit, socket_path
-    from watchdog.daemon.ipc import StatusError, query_status
+    from ..daemon.ipc import StatusError, query_status
+    from .common import CliError, emit, socket_path
 
     if not argv or argv[0] not in KINDS:
         return 0
@@ -82,8 +82,8 @@ def main(argv: Sequence[str]) -> int:
         return 0
     except Exception as exc:
         # A configuration file that is not YAML (socket_path's ConfigError): no
-        # candidates. Only a loaded watchdog.config.base can have raised one.
-        base = sys.modules.get("watchdog.config.base")
+        # candidates. Only a loaded config.base can have raised one.
+        base = sys.modules.get(f"{__name__.rsplit('.', 2)[0]}.config.base")
         if base is not None and isinstance(exc, base.ConfigError):
             return 0
         raise

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import IO, TYPE_CHECKING, Any
 
-from watchdog.cli.common import (
+from ..logs import get_logger
+from .common import (
     CliError,
     config_parent,
     configure_logging,
@@ -26,13 +27,12 @@ from watchdog.cli.common import (
     seconds,
     socket_path,
 )
-from watchdog.cli.help import command_help
-from watchdog.logs import get_logger
+from .help import command_help
 
 if TYPE_CHECKING:
-    from watchdog.config import Config
-    from watchdog.daemon.loop import Daemon, TickSummary
-    from watchdog.plugins import Worker
+    from ..config import Config
+    from ..daemon.loop import Daemon, TickSummary
+    from ..plugins import Worker
 
 # The daemon's modules (loop, state, alerts, httpx, structlog) are imported by the
 # command that runs: `status` and `--help` must start fast (see watchdog/cli/__init__.py).
@@ -50,7 +50,7 @@ def extra_workers(daemon: Daemon) -> list[Worker]:
     """Background workers besides the status socket and sd_notify: alert delivery
     (docs/alerts.md) and, when ``daemon.metrics_listen`` is set, Prometheus metrics
     (docs/metrics.md). Both add their own tick hooks."""
-    from watchdog.daemon.assemble import build_alert_workers, build_metrics_workers
+    from ..daemon.assemble import build_alert_workers, build_metrics_workers
 
     return [*build_alert_workers(daemon), *build_metrics_workers(daemon)]
 
@@ -150,8 +150,8 @@ def preflight(config: Config, pidfile: str | None) -> int:
     Raises:
         SystemExit: Exit 2 with the reason on stderr.
     """
-    from watchdog.daemon.ipc import socket_in_use, socket_path_taken
-    from watchdog.state import StateError, lock_state_dir
+    from ..daemon.ipc import socket_in_use, socket_path_taken
+    from ..state import StateError, lock_state_dir
 
     if pidfile is not None:
         owner = _pidfile_owner(pidfile)
@@ -179,9 +179,9 @@ def preflight(config: Config, pidfile: str | None) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``run``: the daemon, in the foreground unless ``--daemonize``."""
-    from watchdog.cli.common import resolve_config_path
-    from watchdog.config import load_config
-    from watchdog.state import write_lock_pid
+    from ..config import load_config
+    from ..state import write_lock_pid
+    from .common import resolve_config_path
 
     path = resolve_config_path(args.config)
     if path is not None:
@@ -268,13 +268,13 @@ def _serve(
     socket and handles its signals (``run --daemonize`` waits for that). Its events are
     human lines at a terminal and JSON lines in a pipe, a file or the journal
     (``log_format`` ``auto``; ``--log-format`` forces either)."""
-    from watchdog.daemon.assemble import attach_parts
-    from watchdog.daemon.ipc import SocketInUseError, SocketPathTakenError, StatusServer
-    from watchdog.daemon.loop import Daemon
-    from watchdog.daemon.notify import Notifier
-    from watchdog.daemon.sanctionedfile import sanctioned_path
-    from watchdog.daemon.status import build_status
-    from watchdog.state import StateError
+    from ..daemon.assemble import attach_parts
+    from ..daemon.ipc import SocketInUseError, SocketPathTakenError, StatusServer
+    from ..daemon.loop import Daemon
+    from ..daemon.notify import Notifier
+    from ..daemon.sanctionedfile import sanctioned_path
+    from ..daemon.status import build_status
+    from ..state import StateError
 
     configure_logging(None, log_format, clock=True)
     _log_fatal_signals()
@@ -341,10 +341,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     """``status``: what the running daemon sees; exit 0/1/3/4 (docs/status.md), 2 on
     usage errors."""
     if args.watch:
-        from watchdog.cli.top import run
+        from .top import run
 
         return run(args)
-    from watchdog.daemon.ipc import StatusError, query_status
+    from ..daemon.ipc import StatusError, query_status
 
     path = socket_path(args)
     try:
@@ -362,7 +362,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             emit(json.dumps({"state": state, "socket": path, "error": str(exc)}))
         print(f"rogue-watchdog: {message}", file=sys.stderr)
         return exc.exit_code
-    from watchdog.daemon.status import exit_code, filter_gpu, render_status
+    from ..daemon.status import exit_code, filter_gpu, render_status
 
     other = _other_daemon(args, doc, path)
     if other is not None:
@@ -386,8 +386,8 @@ def _other_daemon(args: argparse.Namespace, doc: dict[str, object], path: str) -
     alone, no configuration file, or a daemon too old to say. A socket path that
     leads to another daemon's socket (a symlink) must not pass for this one
     (issue 32, case 6)."""
-    from watchdog.cli.common import resolve_config_path
-    from watchdog.config import ConfigError, load_config
+    from ..config import ConfigError, load_config
+    from .common import resolve_config_path
 
     if args.socket is not None and args.config is None:
         return None
@@ -514,7 +514,7 @@ def add_watch_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_top(args: argparse.Namespace) -> int:
     """``top``: the live view (watchdog/cli/top.py)."""
-    from watchdog.cli.top import run
+    from .top import run
 
     return run(args)
 

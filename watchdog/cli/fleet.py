@@ -10,8 +10,8 @@ import argparse
 import json
 import sys
 
-from watchdog.cli.common import emit
-from watchdog.cli.help import command_help
+from .common import emit
+from .help import command_help
 
 #: watchdog.fleet.DEFAULT_STALE_AFTER_S, spelled here: importing watchdog.fleet to build
 #: the parser cost every `--help` and `status` its dataclasses (tests/unit/test_fleet_cli.py
@@ -25,7 +25,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         print(f"rogue-watchdog: --prometheus must be an http(s) URL, got {args.prometheus!r}",
               file=sys.stderr)  # fmt: skip
         return 2
-    from watchdog.fleet import FleetError, picture, picture_json, picture_text
+    from ..fleet import FleetError, picture, picture_json, picture_text
 
     try:
         pic = picture(args.prometheus, stale_after_s=args.stale_after, timeout_s=args.timeout)

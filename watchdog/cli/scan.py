@@ -6,18 +6,18 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from watchdog.cli.common import DEFAULT_CONFIG, command_config_path, config_parent, emit, gpu_index
-from watchdog.cli.complete import completers
-from watchdog.cli.help import command_help
-from watchdog.hosttext import command_text
+from ..hosttext import command_text
+from .common import DEFAULT_CONFIG, command_config_path, config_parent, emit, gpu_index
+from .complete import completers
+from .help import command_help
 
 if TYPE_CHECKING:
-    from watchdog.config import Config
-    from watchdog.model import Job, ScanResult
+    from ..config import Config
+    from ..model import Job, ScanResult
 
 
 def _config(path: str | None) -> Config:
-    from watchdog.config import load_config
+    from ..config import load_config
 
     return load_config(command_config_path(path, acts=False))
 
@@ -37,11 +37,11 @@ def cmd_scan(args: argparse.Namespace) -> int:
     """``scan``: one pass over the host; exit 1 when a finding of warning or above is open."""
     import json
 
-    from watchdog.config import load_config
-    from watchdog.model import REPORTED_SEVERITIES
-    from watchdog.queue.source import one_shot_queue_findings
-    from watchdog.render import filter_gpu, gpu_view_note, result_json, result_table
-    from watchdog.scan import Scanner
+    from ..config import load_config
+    from ..model import REPORTED_SEVERITIES
+    from ..queue.source import one_shot_queue_findings
+    from ..render import filter_gpu, gpu_view_note, result_json, result_table
+    from ..scan import Scanner
 
     path = command_config_path(args.config, acts=False)
     config = load_config(path)
@@ -66,8 +66,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     When the PID belongs to a training job, the job's verdict is shown and the origin is
     the job root's (a worker's own parent is the launcher, not the spawner).
     """
-    from watchdog.render import printable
-    from watchdog.scan import Scanner, resolve_origin
+    from ..render import printable
+    from ..scan import Scanner, resolve_origin
 
     config = _config(args.config)
     scanner = Scanner(config)
@@ -140,8 +140,8 @@ def gpu_memory_line(job: Job, result: ScanResult) -> str:
         ``  GPU memory: 5.0 GiB: GPU 0 GPU-aaaa 4.0 GiB, GPU 1 GPU-bbbb 1.0 GiB``; an
         unknown figure is ``unknown``; without NVML, why none is known.
     """
-    from watchdog.model import fmt_bytes
-    from watchdog.render import gpu_label
+    from ..model import fmt_bytes
+    from ..render import gpu_label
 
     if not result.nvml.available:
         return f"  GPU memory: unknown (NVML unavailable: {result.nvml.error or '-'})"
@@ -158,7 +158,7 @@ def _remediation(job: Job | None, result: ScanResult | None = None) -> str:
     process of no job, none (its origin's command would stop or disable something that
     is not training: the daemon itself, a shell, a service). A run a rogue service
     launched (its origin names no spawner) names that service as its source."""
-    from watchdog.policy.services import service_source
+    from ..policy.services import service_source
 
     if job is None:
         return "none: not a training job (advice is only given for training jobs)"
@@ -204,11 +204,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     Returns:
         0 valid, 2 invalid.
     """
-    from watchdog.config import load_config
-    from watchdog.config.base import ConfigError, errors_of
-    from watchdog.daemon.alerts.secrets import check_sink_secrets
-    from watchdog.render import printable
-    from watchdog.weights.quarantine import check_quarantine_dirs
+    from ..config import load_config
+    from ..config.base import ConfigError, errors_of
+    from ..daemon.alerts.secrets import check_sink_secrets
+    from ..render import printable
+    from ..weights.quarantine import check_quarantine_dirs
 
     config: Config | None = None
     try:
@@ -248,7 +248,7 @@ def gpu_open_lines(config: Config) -> list[str]:
     """``enforcement.gpu_open`` when the default or a rule is not ``off``: the mode, the
     rules that set it, the device rules its globs give on this host, and whether this
     host can enforce it (docs/operations.md, "GPU open")."""
-    from watchdog.actions.gpudeny import device_rules, find_controller
+    from ..actions.gpudeny import device_rules, find_controller
 
     s = config.enforcement
     rules = [r for r in s.rules if r.gpu_open is not None]
@@ -276,7 +276,7 @@ def effective_lines(config: Config) -> list[str]:
     """What ``check-config`` shows in force beyond the counts: the ignore list (the
     shipped defaults marked, or said dropped), the severity of each class's
     ``unsanctioned-gpu-use`` findings and ``enforcement.gpu_open`` when it is on."""
-    from watchdog.config import DEFAULT_IGNORE
+    from ..config import DEFAULT_IGNORE
 
     defaults = {(e["name"], e.get("exe")) for e in DEFAULT_IGNORE}
     kept = (

@@ -15,19 +15,19 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from watchdog.cli.common import command_config_path, config_parent, emit
-from watchdog.cli.help import command_help
+from .common import command_config_path, config_parent, emit
+from .help import command_help
 
 if TYPE_CHECKING:
-    from watchdog.actions.slurmsweep import SweepJournal
-    from watchdog.state import StateDB
+    from ..actions.slurmsweep import SweepJournal
+    from ..state import StateDB
 
 
 def cmd_health_check(args: argparse.Namespace) -> int:
     """Run the sweep and print what it found and did."""
-    from watchdog.actions.slurmsweep import report_json, sweep
-    from watchdog.config import load_config
-    from watchdog.render import printable
+    from ..actions.slurmsweep import report_json, sweep
+    from ..config import load_config
+    from ..render import printable
 
     job_id: int | None = args.job
     if args.epilog and job_id is None:
@@ -68,9 +68,9 @@ def _journal(
     """The sweep's write-ahead record in the daemon's state database, and the database
     to close; a database that cannot be opened makes a journal that refuses every wave
     (nothing signalled, the node drained: fail closed)."""
-    from watchdog.actions.remedy import default_actor
-    from watchdog.actions.slurmsweep import SweepJournal
-    from watchdog.state import StateDB, StateError
+    from ..actions.remedy import default_actor
+    from ..actions.slurmsweep import SweepJournal
+    from ..state import StateDB, StateError
 
     if dry_run:
         return None, None

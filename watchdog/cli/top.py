@@ -30,9 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog import command
-from watchdog.cli.common import configure_logging, resolve_config_path, socket_path
-from watchdog.render import (
+from .. import command
+from ..render import (
     fit,
     paint,
     printable,
@@ -40,8 +39,9 @@ from watchdog.render import (
     shorten_path_words,
     use_colour,
 )
-from watchdog.sources.procfs import boot_time_s
-from watchdog.spelling import finding_ref
+from ..sources.procfs import boot_time_s
+from ..spelling import finding_ref
+from .common import configure_logging, resolve_config_path, socket_path
 
 #: The keys line of the list (wrapped to the terminal's width).
 KEYS = (
@@ -70,6 +70,10 @@ SEQUENCES = {
 #: The list's columns (after the 2-column mark): verdict, PID, user, GPU, memory, age.
 _HEAD = f"{'VERDICT':<10} {'PID':>7} {'USER':<10} {'GPU':<5} {'GPU MEM':>8} {'AGE':>6}"
 
+# The installed import name (rogue_watchdog), for `python -m`: never written out
+# (docs/dependencies.md).
+_PACKAGE = __name__.rsplit(".", 2)[0]
+
 
 def local_doc(config_path: str | None) -> dict[str, Any]:
     """A status-shaped document from one local scan (no daemon running).
@@ -77,9 +81,9 @@ def local_doc(config_path: str | None) -> dict[str, Any]:
     Raises:
         ConfigError: The configuration does not validate.
     """
-    from watchdog.config import load_config
-    from watchdog.render import gpu_json
-    from watchdog.scan import Scanner
+    from ..config import load_config
+    from ..render import gpu_json
+    from ..scan import Scanner
 
     config = load_config(config_path)
     result = Scanner(config).scan()
@@ -120,7 +124,7 @@ def local_doc(config_path: str | None) -> dict[str, Any]:
 
 def fetch(socket: str, config_path: str | None, timeout_s: float) -> tuple[dict[str, Any], str]:
     """The daemon's status document, else a local scan's; and where it came from."""
-    from watchdog.daemon.ipc import StatusError, query_status
+    from ..daemon.ipc import StatusError, query_status
 
     try:
         return query_status(socket, timeout_s=timeout_s), f"daemon ({socket})"
@@ -309,7 +313,7 @@ def _mem_text(n: object) -> str:
 
 def _status_cmd(doc: dict[str, Any]) -> str:
     """``rogue-watchdog status`` as it finds this daemon when pasted (its ``--config``)."""
-    from watchdog.hostpaths import config_args
+    from ..hostpaths import config_args
 
     path = (doc.get("config") or {}).get("path")
     return f"rogue-watchdog status{config_args(path if isinstance(path, str) else None)}"
@@ -322,7 +326,7 @@ def _cut(text: str, width: int) -> str:
 def _gpu_block(doc: dict[str, Any], width: int, budget: int) -> list[str]:
     """The GPUs: their full lines (memory split, UUID whole) when they fit in ``budget``
     rows, else one line per GPU, else as many as fit and how many more there are."""
-    from watchdog.daemon.status import status_gpu_lines
+    from ..daemon.status import status_gpu_lines
 
     gpus = [g for g in doc.get("gpus") or [] if isinstance(g, dict)]
     if not gpus:
@@ -598,7 +602,7 @@ def _run(argv: list[str]) -> tuple[int, str]:
     """Run one of our commands: its exit status, and its output for the screen."""
     # Its stderr is a pipe here but its reader is a person: human log lines. Its stdin
     # is /dev/null: the terminal's keys are the live view's.
-    done = command.run([sys.executable, "-m", "watchdog", "--log-format", "human", *argv], 120)
+    done = command.run([sys.executable, "-m", _PACKAGE, "--log-format", "human", *argv], 120)
     text = (done.stdout + done.stderr).rstrip()
     return done.returncode, f"exit {done.returncode}: rogue-watchdog {shlex.join(argv)}\n{text}"
 
@@ -670,7 +674,7 @@ def handle(view: View, key: str, jobs: list[dict[str, Any]], common: list[str]) 
 
 def run(args: argparse.Namespace) -> int:
     """The live view's loop; returns the exit code (0 on ``q``, 2 without a terminal)."""
-    from watchdog.daemon.ipc import StatusError
+    from ..daemon.ipc import StatusError
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print("rogue-watchdog: the live view needs a terminal; use `status`", file=sys.stderr)

@@ -19,18 +19,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from watchdog.cli.common import emit
-from watchdog.cli.help import command_help
+from .common import emit
+from .help import command_help
 
 if TYPE_CHECKING:
-    from watchdog.weights.progress import ProgressBar
+    from ..weights.progress import ProgressBar
 
 # The verifier (numpy) loads when a command runs, not when the parser is built.
 
 
 def _progress(paths: list[Path], enabled: bool) -> ProgressBar | None:
-    from watchdog.weights.discover import discover
-    from watchdog.weights.progress import ProgressBar
+    from ..weights.discover import discover
+    from ..weights.progress import ProgressBar
 
     files = discover(paths).files
     total = 0
@@ -55,7 +55,7 @@ def _run_with_bar(
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """``verify-weights``: print the report (text or ``--json``) and return the exit code."""
-    from watchdog.weights.api import verify
+    from ..weights.api import verify
 
     paths = [Path(p) for p in args.paths]
 
@@ -71,7 +71,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """``gate``: verify ``--weights`` then run the command after ``--`` only if all finite."""
-    from watchdog.weights.gate import GATE_REFUSED_UNVERIFIED, run_gate
+    from ..weights.gate import GATE_REFUSED_UNVERIFIED, run_gate
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -95,8 +95,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 def cmd_ship(args: argparse.Namespace) -> int:
     """``ship``: copy SRC to DST only if the copied bytes verify finite (no check-use window)."""
-    from watchdog.weights.gate import log_refusals
-    from watchdog.weights.ship import ship
+    from ..weights.gate import log_refusals
+    from ..weights.ship import ship
 
     src, dst = Path(args.src), Path(args.dst)
 

@@ -27,10 +27,12 @@ from typing import Any, TypeVar, get_args
 
 import yaml
 
-from watchdog import hostpaths
-from watchdog.config import datatypes
-from watchdog.config.alerts import AlertSettings, parse_alerts
-from watchdog.config.base import (
+from .. import hostpaths
+from ..model import WORKLOAD_CLASSES, OriginKind
+from ..safeio import read_regular, untrusted_reason
+from . import datatypes
+from .alerts import AlertSettings, parse_alerts
+from .base import (
     ConfigError,
     ConfigErrors,
     ConfigRef,
@@ -49,16 +51,14 @@ from watchdog.config.base import (
     required,
     setting,
 )
-from watchdog.config.daemon import DaemonSettings, parse_daemon
-from watchdog.config.enforcement import EnforcementSettings, parse_enforcement
-from watchdog.config.origins import OriginPin, parse_origin_pin
-from watchdog.config.queue import QueueSettings, parse_queue
-from watchdog.config.services import ServiceSettings, parse_services
-from watchdog.config.ship_gates import ShipGate, parse_ship_gates
-from watchdog.config.slurm import SlurmNodeSettings, parse_slurm
-from watchdog.config.workloads import WorkloadSettings, parse_workloads
-from watchdog.model import WORKLOAD_CLASSES, OriginKind
-from watchdog.safeio import read_regular, untrusted_reason
+from .daemon import DaemonSettings, parse_daemon
+from .enforcement import EnforcementSettings, parse_enforcement
+from .origins import OriginPin, parse_origin_pin
+from .queue import QueueSettings, parse_queue
+from .services import ServiceSettings, parse_services
+from .ship_gates import ShipGate, parse_ship_gates
+from .slurm import SlurmNodeSettings, parse_slurm
+from .workloads import WorkloadSettings, parse_workloads
 
 __all__ = [
     "Config",

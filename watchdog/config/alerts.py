@@ -8,8 +8,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from watchdog.config import datatypes
-from watchdog.config.base import (
+from ..model import FINDING_KINDS, SEVERITIES
+from . import datatypes
+from .base import (
     NodeReader,
     construct,
     keys,
@@ -18,8 +19,7 @@ from watchdog.config.base import (
     setting,
     setting_factory,
 )
-from watchdog.config.sinks import SINK_KINDS
-from watchdog.model import FINDING_KINDS, SEVERITIES
+from .sinks import SINK_KINDS
 
 # Upper bounds: a timeout or a retry step past a day has stopped delivering; a reminder
 # past a year is a typo.

@@ -436,7 +436,7 @@ def _kind(node: yaml.Node) -> str:
 #: Reads one value node: ``convert(reader, node, dotted_key)``; raises :class:`ConfigError`.
 Converter = Callable[[NodeReader, yaml.Node, str], T]
 # Field metadata key of the converter; the YAML key is the field's name.
-_CONVERT = "watchdog.config.convert"
+_CONVERT = f"{__name__}:convert"  # a dataclass metadata key of our own
 
 
 def setting(default: T, convert: Converter[T]) -> T:

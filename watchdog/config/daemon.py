@@ -9,9 +9,9 @@ from typing import Literal, get_args
 
 import yaml
 
-from watchdog.config import datatypes
-from watchdog.config.base import MAX_DURATION_S, NodeReader, build, setting
-from watchdog.hostpaths import DEFAULT_SOCKET
+from ..hostpaths import DEFAULT_SOCKET
+from . import datatypes
+from .base import MAX_DURATION_S, NodeReader, build, setting
 
 MIN_INTERVAL_S = 0.1
 # A scan interval past an hour has stopped watching the host.

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import yaml
 
-from watchdog.config.base import (
+from .base import (
     MAX_DURATION_S,
     Converter,
     NodeReader,

@@ -33,8 +33,9 @@ from typing import Literal, get_args
 
 import yaml
 
-from watchdog.config import datatypes
-from watchdog.config.base import (
+from ..model import ORIGIN_KINDS
+from . import datatypes
+from .base import (
     NodeReader,
     Regex,
     build,
@@ -44,8 +45,7 @@ from watchdog.config.base import (
     required,
     setting,
 )
-from watchdog.config.origins import OriginPin, parse_origin_pin
-from watchdog.model import ORIGIN_KINDS
+from .origins import OriginPin, parse_origin_pin
 
 Mode = Literal["observe", "terminate"]
 MODES: tuple[Mode, ...] = get_args(Mode)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import yaml
 
-from watchdog.config import datatypes
-from watchdog.config.base import Converter, NodeReader
-from watchdog.model import ORIGIN_KINDS, Origin
+from ..model import ORIGIN_KINDS, Origin
+from . import datatypes
+from .base import Converter, NodeReader
 
 # Unit types (systemd.unit(5)): a pin without one of these suffixes names no unit.
 UNIT_SUFFIXES = (

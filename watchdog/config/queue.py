@@ -21,8 +21,8 @@ from typing import Literal, Protocol, get_args
 
 import yaml
 
-from watchdog.config import datatypes
-from watchdog.config.base import (
+from . import datatypes
+from .base import (
     NodeReader,
     build,
     construct,

@@ -17,8 +17,8 @@ from typing import Literal, Protocol, get_args
 
 import yaml
 
-from watchdog.config import datatypes
-from watchdog.config.base import NodeReader, build, keys, required, setting
+from . import datatypes
+from .base import NodeReader, build, keys, required, setting
 
 Proto = Literal["tcp", "udp"]
 PROTOS: tuple[Proto, ...] = get_args(Proto)

@@ -12,8 +12,9 @@ from functools import partial
 
 import yaml
 
-from watchdog.config import datatypes
-from watchdog.config.base import (
+from ..model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
+from . import datatypes
+from .base import (
     NodeReader,
     construct,
     keys,
@@ -22,7 +23,6 @@ from watchdog.config.base import (
     required,
     setting,
 )
-from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
 
 #: Name of the default quarantine folder, created inside the deploy directory so that a
 #: rename into it never crosses a file system (``rename(2)`` fails with ``EXDEV`` there).

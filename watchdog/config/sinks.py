@@ -104,14 +104,14 @@ class SinkRegistry:
 SINK_KINDS = SinkRegistry()
 # Every sink kind, once. Slack allows about one message per second per incoming webhook,
 # Discord about 30 per minute per channel: their default rate limits.
-SINK_KINDS.register(SinkKind("log", "watchdog.daemon.alerts.sinks:LogSink", receiver="none"))
-SINK_KINDS.register(SinkKind("slack", "watchdog.daemon.alerts.sinks:slack", min_interval_s=1.0))
-SINK_KINDS.register(SinkKind("discord", "watchdog.daemon.alerts.sinks:discord", min_interval_s=2.0))
-SINK_KINDS.register(SinkKind("webhook", "watchdog.daemon.alerts.sinks:webhook"))
+SINK_KINDS.register(SinkKind("log", ".daemon.alerts.sinks:LogSink", receiver="none"))
+SINK_KINDS.register(SinkKind("slack", ".daemon.alerts.sinks:slack", min_interval_s=1.0))
+SINK_KINDS.register(SinkKind("discord", ".daemon.alerts.sinks:discord", min_interval_s=2.0))
+SINK_KINDS.register(SinkKind("webhook", ".daemon.alerts.sinks:webhook"))
 SINK_KINDS.register(
     SinkKind(
         "alertmanager",
-        "watchdog.daemon.alerts.alertmanager:AlertmanagerSink",
+        ".daemon.alerts.alertmanager:AlertmanagerSink",
         receiver="secret-or-urls",
         own_keys=("urls", "resend_s"),
     )

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from watchdog.config import datatypes
-from watchdog.config.base import NodeReader, build, keys, setting
+from . import datatypes
+from .base import NodeReader, build, keys, setting
 
 DRAIN_VERDICTS = ("rogue", "excess")
 

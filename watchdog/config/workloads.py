@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import yaml
 
-from watchdog.config import datatypes
-from watchdog.config.base import NodeReader, build, keys, setting
-from watchdog.model import NON_TRAINING_CLASSES, WORKLOAD_CLASSES, WorkloadClass
-from watchdog.spelling import SEVERITIES, Severity
+from ..model import NON_TRAINING_CLASSES, WORKLOAD_CLASSES, WorkloadClass
+from ..spelling import SEVERITIES, Severity
+from . import datatypes
+from .base import NodeReader, build, keys, setting
 
 #: Severity of ``unsanctioned-gpu-use`` per class unless configured: a shared box has
 #: notebooks, inference servers, display servers and probes, none of which a person must

@@ -14,20 +14,20 @@ named ``Daemon`` closed an import cycle (issue 30).
 
 from __future__ import annotations
 
-from watchdog.actions.enforcer import build_enforcers
-from watchdog.actions.slurmnode import build_slurm_enforcers
-from watchdog.actions.slurmrecord import keep_sweep_drain
-from watchdog.daemon.alerts.alertmanager import AlertmanagerKeeper
-from watchdog.daemon.alerts.delivery import DeliveryWorker
-from watchdog.daemon.events import attach_events
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.metrics import MetricsWorker
-from watchdog.hostpaths import config_args
-from watchdog.plugins import Enforcer, FindingSource, Worker
-from watchdog.queue.actions import build_queue_enforcers
-from watchdog.queue.source import build_queue_sources
-from watchdog.weights.shipwatch import ShipGateSource, build_ship_gate_sources
-from watchdog.weights.verifyworker import VerifyWorker
+from ..actions.enforcer import build_enforcers
+from ..actions.slurmnode import build_slurm_enforcers
+from ..actions.slurmrecord import keep_sweep_drain
+from ..hostpaths import config_args
+from ..plugins import Enforcer, FindingSource, Worker
+from ..queue.actions import build_queue_enforcers
+from ..queue.source import build_queue_sources
+from ..weights.shipwatch import ShipGateSource, build_ship_gate_sources
+from ..weights.verifyworker import VerifyWorker
+from .alerts.alertmanager import AlertmanagerKeeper
+from .alerts.delivery import DeliveryWorker
+from .events import attach_events
+from .loop import Daemon
+from .metrics import MetricsWorker
 
 
 def _rebuildable(daemon: Daemon) -> tuple[list[FindingSource], list[Enforcer]]:

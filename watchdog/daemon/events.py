@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from watchdog.model import Proc
-from watchdog.policy.jobs import is_launcher
-from watchdog.sources.gpulibs import library_pattern
-from watchdog.sources.procevents import ProcEventSource
+from ..model import Proc
+from ..policy.jobs import is_launcher
+from ..sources.gpulibs import library_pattern
+from ..sources.procevents import ProcEventSource
 
 if TYPE_CHECKING:
-    from watchdog.daemon.loop import Daemon
+    from .loop import Daemon
 
 PREFIX = "rogue_watchdog"
 # Commands whose launcher answer is kept (cleared whole when full), and the longest

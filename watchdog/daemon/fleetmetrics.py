@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from watchdog.daemon.loop import Daemon, TickSummary
+    from .loop import Daemon, TickSummary
 
 PREFIX = "rogue_watchdog"
 # Who holds a GPU's memory, in ``rogue_watchdog_gpu_memory_held_bytes{holder}``.

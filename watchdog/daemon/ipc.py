@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from watchdog.logs import get_logger
+from ..logs import get_logger
 
 # structlog is imported on the first event: only the server logs, and the client
 # (``rogue-watchdog status``) must start fast.

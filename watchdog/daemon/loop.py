@@ -21,20 +21,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from watchdog.config import Config, ConfigError, config_checksum, load_config
-from watchdog.daemon.sanctionedfile import read_sanctioned, write_sanctioned
-from watchdog.daemon.tracker import Tracker, sink_accepts
-from watchdog.daemon.unstored import UnstoredFindings
-from watchdog.lineage.slurm import stepd_members
-from watchdog.logs import get_logger
-from watchdog.model import LOG_LEVELS, Finding, Origin, ScanResult
-from watchdog.plugins import Enforcer, FindingSource, TrackResult, Worker
-from watchdog.policy.nvml import NO_LIBRARY
-from watchdog.policy.signature import job_signature
-from watchdog.report import GPU_INVENTORY_KEY, gpu_inventory
-from watchdog.scan import Scanner
-from watchdog.sources.procfs import boot_id
-from watchdog.state import FindingRecord, StateDB
+from ..config import Config, ConfigError, config_checksum, load_config
+from ..lineage.slurm import stepd_members
+from ..logs import get_logger
+from ..model import LOG_LEVELS, Finding, Origin, ScanResult
+from ..plugins import Enforcer, FindingSource, TrackResult, Worker
+from ..policy.nvml import NO_LIBRARY
+from ..policy.signature import job_signature
+from ..report import GPU_INVENTORY_KEY, gpu_inventory
+from ..scan import Scanner
+from ..sources.procfs import boot_id
+from ..state import FindingRecord, StateDB
+from .sanctionedfile import read_sanctioned, write_sanctioned
+from .tracker import Tracker, sink_accepts
+from .unstored import UnstoredFindings
 
 log = get_logger()
 # Degraded-component name while the configuration file on disk was refused by a reload.

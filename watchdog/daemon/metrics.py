@@ -18,17 +18,17 @@ from prometheus_client import CollectorRegistry, ProcessCollector, start_http_se
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from watchdog.config.daemon import parse_listen
-from watchdog.daemon.events import EventsCollector
-from watchdog.daemon.fleetmetrics import FleetCollector
-from watchdog.logs import get_logger
-from watchdog.model import VERDICTS, WORKLOAD_CLASSES
-from watchdog.state import StateDB
+from ..config.daemon import parse_listen
+from ..logs import get_logger
+from ..model import VERDICTS, WORKLOAD_CLASSES
+from ..state import StateDB
+from .events import EventsCollector
+from .fleetmetrics import FleetCollector
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from watchdog.daemon.loop import Daemon, TickSummary
+    from .loop import Daemon, TickSummary
 
 log = get_logger()
 

@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
-from watchdog.logs import get_logger
+from ..logs import get_logger
 
 if TYPE_CHECKING:
-    from watchdog.daemon.loop import Daemon, TickSummary
+    from .loop import Daemon, TickSummary
 
 log = get_logger()
 

@@ -22,7 +22,7 @@ import json
 import os
 import tempfile
 
-from watchdog.safeio import read_regular, untrusted_reason
+from ..safeio import read_regular, untrusted_reason
 
 FILE_NAME = "sanctioned.json"
 # One identity is about 60 bytes: this holds tens of thousands.

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from watchdog import __version__
-from watchdog.hostpaths import config_args
-from watchdog.render import (
+from .. import __version__
+from ..hostpaths import config_args
+from ..render import (
     PLACEMENT_BLIND_KINDS,
     fit,
     gpu_json,
@@ -23,12 +23,12 @@ from watchdog.render import (
     use_colour,
     view_note,
 )
-from watchdog.spelling import REPORTED_SEVERITIES, finding_ref
+from ..spelling import REPORTED_SEVERITIES, finding_ref
 
 if TYPE_CHECKING:
-    from watchdog.daemon.loop import Daemon
-    from watchdog.model import Finding, Job
-    from watchdog.state import FindingRecord
+    from ..model import Finding, Job
+    from ..state import FindingRecord
+    from .loop import Daemon
 
 SCHEMA_VERSION = 1
 
@@ -47,7 +47,7 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
         None, ``nvml``, ``gpus``, ``jobs``, ``findings`` (open, with ``age_s``), ``alerts``
         (delivery health), ``degraded`` (component → error).
     """
-    from watchdog.daemon.events import events_status
+    from .events import events_status
 
     now = time.time()
     last = daemon.last
@@ -125,7 +125,7 @@ def _learning_section(
     until = daemon.learning_until()
     if until is None:
         return None
-    from watchdog.policy.learn import candidate_count
+    from ..policy.learn import candidate_count
 
     started = daemon.learning_started or 0.0
     try:
@@ -141,7 +141,7 @@ def _config_section(daemon: Daemon) -> dict[str, Any]:
     the keys of the file that wait for a restart (the rest of it is in force)."""
     # Imported here, in the daemon: the `status` client renders with this module, and
     # watchdog.config (PyYAML, every section's dataclasses) was half its start-up.
-    from watchdog.config import config_checksum
+    from ..config import config_checksum
 
     on_disk = config_checksum(daemon.config_path)
     in_force = daemon.config_in_force

@@ -21,15 +21,18 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
-from watchdog.config.alerts import AlertSettings
-from watchdog.daemon.alerts.alert import AlertEvent, local_iso
-from watchdog.daemon.tracking.blind import alerted_gpus, last_seen_gpus
-from watchdog.daemon.tracking.current import RUN_ENDED, current_message
-from watchdog.daemon.tracking.fold import fingerprint, fold, group
-from watchdog.daemon.tracking.jobs import record_jobs
-from watchdog.daemon.tracking.lifecycle import Open, Resolve, Seen, Sighting, Step, decide
-from watchdog.daemon.tracking.naming import with_own_id, with_undo_notes
-from watchdog.daemon.tracking.periodic import (
+from ..config.alerts import AlertSettings
+from ..model import Finding, FindingKind, Job, Severity
+from ..plugins import TrackResult
+from ..state import FindingRecord, SourceUndo, StateDB
+from .alerts.alert import AlertEvent, local_iso
+from .tracking.blind import alerted_gpus, last_seen_gpus
+from .tracking.current import RUN_ENDED, current_message
+from .tracking.fold import fingerprint, fold, group
+from .tracking.jobs import record_jobs
+from .tracking.lifecycle import Open, Resolve, Seen, Sighting, Step, decide
+from .tracking.naming import with_own_id, with_undo_notes
+from .tracking.periodic import (
     RETURN_WINDOW_S,
     as_periodic,
     awaiting_return,
@@ -38,11 +41,8 @@ from watchdog.daemon.tracking.periodic import (
     loops,
     periodic_signature,
 )
-from watchdog.daemon.tracking.reminders import alert_due, alert_labels, record_labels
-from watchdog.daemon.tracking.spool import deliveries, sink_accepts
-from watchdog.model import Finding, FindingKind, Job, Severity
-from watchdog.plugins import TrackResult
-from watchdog.state import FindingRecord, SourceUndo, StateDB
+from .tracking.reminders import alert_due, alert_labels, record_labels
+from .tracking.spool import deliveries, sink_accepts
 
 # The tracker's public names (the daemon loop filters log sinks with sink_accepts).
 __all__ = ["Tracker", "fingerprint", "fold", "sink_accepts"]

@@ -38,18 +38,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 
-from watchdog.config.alerts import AlertSettings
-from watchdog.daemon.alerts.alert import AlertEvent, local_iso
-from watchdog.daemon.alerts.memory import MemorySpool
-from watchdog.daemon.tracking.fold import fold, group, same_job
-from watchdog.daemon.tracking.jobs import how_ended, respawned_finding
-from watchdog.daemon.tracking.naming import with_own_id
-from watchdog.daemon.tracking.periodic import PERIODIC_KINDS, RETURN_WINDOW_S, gap_text
-from watchdog.daemon.tracking.reminders import alert_due, alert_labels, record_labels
-from watchdog.daemon.tracking.spool import deliveries
-from watchdog.model import Finding, Job
-from watchdog.plugins import TrackResult
-from watchdog.state import FindingRecord, StateDB, source_undo
+from ..config.alerts import AlertSettings
+from ..model import Finding, Job
+from ..plugins import TrackResult
+from ..state import FindingRecord, StateDB, source_undo
+from .alerts.alert import AlertEvent, local_iso
+from .alerts.memory import MemorySpool
+from .tracking.fold import fold, group, same_job
+from .tracking.jobs import how_ended, respawned_finding
+from .tracking.naming import with_own_id
+from .tracking.periodic import PERIODIC_KINDS, RETURN_WINDOW_S, gap_text
+from .tracking.reminders import alert_due, alert_labels, record_labels
+from .tracking.spool import deliveries
 
 
 class UnstoredFindings:

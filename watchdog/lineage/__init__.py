@@ -8,8 +8,8 @@ job living on in ``cron.service``'s cgroup is a cron job.
 
 from __future__ import annotations
 
-from watchdog.lineage.base import OriginResolver
-from watchdog.model import ORIGIN_KINDS, load_ref
+from ..model import ORIGIN_KINDS, load_ref
+from .base import OriginResolver
 
 
 def default_resolvers() -> list[OriginResolver]:

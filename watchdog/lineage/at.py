@@ -16,9 +16,9 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from watchdog import safeio
-from watchdog.lineage.base import ResolveContext, exe_name
-from watchdog.model import AtOrigin, Origin, Proc
+from .. import safeio
+from ..model import AtOrigin, Origin, Proc
+from .base import ResolveContext, exe_name
 
 _JOB_NAME = re.compile(r"([A-Za-z=])([0-9a-f]{5})([0-9a-f]{8})")
 _MAX_JOB_BYTES = 1 << 20

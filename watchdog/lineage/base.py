@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from watchdog import hostpaths
-from watchdog.command import CommandRunner, run
-from watchdog.model import Origin, Proc
-from watchdog.sources.procfs import ProcessTable
+from .. import hostpaths
+from ..command import CommandRunner, run
+from ..model import Origin, Proc
+from ..sources.procfs import ProcessTable
 
 
 @dataclass

@@ -24,7 +24,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from watchdog.lineage.base import (
+from ..model import ContainerOrigin, Origin, Proc
+from .base import (
     ResolveContext,
     command,
     comment,
@@ -32,8 +33,7 @@ from watchdog.lineage.base import (
     exe_owner,
     exe_path,
 )
-from watchdog.lineage.cgroup import parse_cgroup
-from watchdog.model import ContainerOrigin, Origin, Proc
+from .cgroup import parse_cgroup
 
 # Runtime by the name the container's cgroup carries (the id itself is parsed by cgroup.py).
 _RUNTIME_MARKERS: tuple[tuple[str, str], ...] = (

@@ -32,8 +32,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from watchdog import safeio
-from watchdog.lineage.base import (
+from .. import safeio
+from ..model import CronOrigin, Origin, Proc
+from .base import (
     ResolveContext,
     command,
     comment,
@@ -43,8 +44,8 @@ from watchdog.lineage.base import (
     script_argument,
     system_daemon,
 )
-from watchdog.lineage.cronfiles import MAX_CRONTAB_BYTES, cron_skips, list_crontabs
-from watchdog.lineage.crontab import (
+from .cronfiles import MAX_CRONTAB_BYTES, cron_skips, list_crontabs
+from .crontab import (
     DISABLE_PREFIX,
     CronEntry,
     Crontab,
@@ -54,7 +55,6 @@ from watchdog.lineage.crontab import (
     parse_anacrontab,
     parse_crontab,
 )
-from watchdog.model import CronOrigin, Origin, Proc
 
 CRON_DAEMONS = frozenset({"cron", "crond", "anacron"})
 # Where distributions install the daemons (Debian/Ubuntu cron, cronie, anacron; with and

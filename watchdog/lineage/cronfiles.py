@@ -32,8 +32,8 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from watchdog.lineage.crontab import cron_d_name_ok
-from watchdog.safeio import unread_reason
+from ..safeio import unread_reason
+from .crontab import cron_d_name_ok
 
 # Largest crontab read, in bytes. Cron sets no limit, but no real crontab comes near
 # 1 MiB, and a root scan must not read a giant someone put in a spool directory.

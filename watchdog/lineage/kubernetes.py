@@ -34,10 +34,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from watchdog.lineage.base import ResolveContext
-from watchdog.lineage.cgroup import parse_cgroup
-from watchdog.lineage.container import ContainerResolver, cgroup_container
-from watchdog.model import ContainerOrigin, KubernetesOrigin, Origin, Proc
+from ..model import ContainerOrigin, KubernetesOrigin, Origin, Proc
+from .base import ResolveContext
+from .cgroup import parse_cgroup
+from .container import ContainerResolver, cgroup_container
 
 API_TIMEOUT_S = 5.0
 # A failed API call is not retried for this long: one scan per interval would otherwise

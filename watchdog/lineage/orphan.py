@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from watchdog.lineage.base import ResolveContext, exe_name, is_wrapper
-from watchdog.lineage.cgroup import parse_cgroup, systemd_path
-from watchdog.lineage.slurm import cgroup_clue, environ_clue, query_job, unconfirmed_text
-from watchdog.lineage.supervisor import command_names
-from watchdog.model import Origin, OrphanOrigin, Proc
+from ..model import Origin, OrphanOrigin, Proc
+from .base import ResolveContext, exe_name, is_wrapper
+from .cgroup import parse_cgroup, systemd_path
+from .slurm import cgroup_clue, environ_clue, query_job, unconfirmed_text
+from .supervisor import command_names
 
 MESSAGE = "orphan (parent exited)"
 # Processes that set PR_SET_CHILD_SUBREAPER and so adopt orphans below them.

@@ -12,8 +12,7 @@ on failure, on demand, unknown), how, and what stops it (``disable-source first`
 
 from __future__ import annotations
 
-from watchdog.lineage.supervisorconf import FALSY, TRUTHY
-from watchdog.model import (
+from ..model import (
     NOT_LIVE,
     AtOrigin,
     ContainerOrigin,
@@ -24,6 +23,7 @@ from watchdog.model import (
     SupervisorOrigin,
     SystemdOrigin,
 )
+from .supervisorconf import FALSY, TRUTHY
 
 #: The step that stops a source ``disable-source`` acts on.
 DISABLE_FIRST = "disable-source first"

@@ -21,10 +21,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from watchdog.command import CommandResult
-from watchdog.lineage.base import ResolveContext, exe_name
-from watchdog.lineage.cgroup import parse_cgroup
-from watchdog.model import Origin, Proc, ShellOrigin
+from ..command import CommandResult
+from ..model import Origin, Proc, ShellOrigin
+from .base import ResolveContext, exe_name
+from .cgroup import parse_cgroup
 
 _REMOTE = frozenset({"sshd", "dropbear", "mosh-server"})
 _TMUX = frozenset({"tmux", "tmux: server"})

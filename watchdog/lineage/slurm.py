@@ -36,11 +36,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from watchdog.command import TIMED_OUT, CommandResult
-from watchdog.lineage.base import ResolveContext, exe_name, exe_path, system_daemon
-from watchdog.lineage.cgroup import parse_cgroup
-from watchdog.model import Origin, Proc, SlurmOrigin
-from watchdog.sources.procfs import ProcessTable
+from ..command import TIMED_OUT, CommandResult
+from ..model import Origin, Proc, SlurmOrigin
+from ..sources.procfs import ProcessTable
+from .base import ResolveContext, exe_name, exe_path, system_daemon
+from .cgroup import parse_cgroup
 
 _STEPD_TITLE = re.compile(r"^slurmstepd:\s*\[(?P<job>\d+)(?:\.(?P<step>[^\]\s]+))?\]")
 _STEP_AFTER_JOB = r"/job_{job}/step_(?P<step>[^/]+)"

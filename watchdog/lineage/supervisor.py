@@ -20,9 +20,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from watchdog.lineage.base import ResolveContext, command, comment, exe_name
-from watchdog.lineage.supervisorconf import config_file, read_program
-from watchdog.model import Origin, Proc, SupervisorOrigin
+from ..model import Origin, Proc, SupervisorOrigin
+from .base import ResolveContext, command, comment, exe_name
+from .supervisorconf import config_file, read_program
 
 _INTERPRETERS = ("python", "node", "perl", "ruby", "sh", "bash", "dash")
 _KINDS = {

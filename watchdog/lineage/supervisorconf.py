@@ -30,7 +30,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from watchdog import safeio
+from .. import safeio
 
 _MAX_BYTES = 1 << 20
 _SECTION = re.compile(r"\[(?P<header>.+)\]")

@@ -25,19 +25,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from watchdog import hostpaths
-from watchdog.lineage.base import (
+from .. import hostpaths
+from ..model import Origin, Proc, SystemdOrigin
+from .base import (
     ResolveContext,
     command,
     exe_name,
     quote_arg,
     script_argument,
 )
-from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
-from watchdog.lineage.cronfiles import list_crontabs
-from watchdog.lineage.shell import tmux_session
-from watchdog.lineage.unitfile import UnitFile, find_timers, load_unit, read_text_or_reason
-from watchdog.model import Origin, Proc, SystemdOrigin
+from .cgroup import CgroupInfo, parse_cgroup
+from .cronfiles import list_crontabs
+from .shell import tmux_session
+from .unitfile import UnitFile, find_timers, load_unit, read_text_or_reason
 
 # Units whose processes other resolvers own or that say nothing about a job's source.
 PASS_UNITS = frozenset(

@@ -16,7 +16,7 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from watchdog import safeio
+from .. import safeio
 
 # Timer settings that schedule a start (systemd.timer(5)); order is display order.
 TIMER_KEYS = (

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from fnmatch import fnmatchcase
 
-from watchdog.config import Config, OriginPin, Rule
-from watchdog.config.origins import pin_keys
-from watchdog.model import Job, Origin, SystemdOrigin
-from watchdog.policy.jobs import ignore_match_job
+from ..config import Config, OriginPin, Rule
+from ..config.origins import pin_keys
+from ..model import Job, Origin, SystemdOrigin
+from .jobs import ignore_match_job
 
 
 def cmdline_matches(rule: Rule, cmdline: Sequence[str]) -> bool:

@@ -7,11 +7,11 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 # fmt_bytes lives in watchdog.model (render and the `status` client need no policy).
-from watchdog.config.workloads import WorkloadSettings
-from watchdog.hosttext import command_text
-from watchdog.model import Finding, GpuHeld, GpuInfo, GpuProcess, Job, Proc, fmt_bytes
-from watchdog.policy.jobs import TrainingEvidence
-from watchdog.sources.procfs import INITIAL_PID_NS, ProcessTable
+from ..config.workloads import WorkloadSettings
+from ..hosttext import command_text
+from ..model import Finding, GpuHeld, GpuInfo, GpuProcess, Job, Proc, fmt_bytes
+from ..sources.procfs import INITIAL_PID_NS, ProcessTable
+from .jobs import TrainingEvidence
 
 
 def gpus_text(gpus: Sequence[GpuHeld]) -> str:

@@ -29,14 +29,14 @@ import re
 from collections.abc import Collection, Iterable, Sequence, Set
 from dataclasses import dataclass
 
-from watchdog.config import Config, OriginPin
-from watchdog.config.enforcement import Protect
-from watchdog.hostpaths import config_args
-from watchdog.hosttext import command_text
-from watchdog.lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
-from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
-from watchdog.lineage.respawn import DISABLE_FIRST
-from watchdog.model import (
+from ..config import Config, OriginPin
+from ..config.enforcement import Protect
+from ..hostpaths import config_args
+from ..hosttext import command_text
+from ..lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
+from ..lineage.cgroup import CgroupInfo, parse_cgroup
+from ..lineage.respawn import DISABLE_FIRST
+from ..model import (
     Advice,
     AtOrigin,
     Collateral,
@@ -47,10 +47,10 @@ from watchdog.model import (
     Restarts,
     SupervisorOrigin,
 )
-from watchdog.policy.allowlist import origin_mismatch
-from watchdog.policy.jobs import holder_refusal
-from watchdog.policy.services import launching_ancestors
-from watchdog.sources.procfs import ProcessTable
+from ..sources.procfs import ProcessTable
+from .allowlist import origin_mismatch
+from .jobs import holder_refusal
+from .services import launching_ancestors
 
 Identity = tuple[int, int]
 

@@ -20,12 +20,12 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from watchdog.config import IgnoreEntry
-from watchdog.config.base import Regex, RegexError
-from watchdog.hosttext import command_text
-from watchdog.lineage.base import command_key, exe_name, is_wrapper, mentions, runs_program
-from watchdog.model import GpuHeld, GpuProcess, Job, Proc
-from watchdog.sources.procfs import ProcessTable
+from ..config import IgnoreEntry
+from ..config.base import Regex, RegexError
+from ..hosttext import command_text
+from ..lineage.base import command_key, exe_name, is_wrapper, mentions, runs_program
+from ..model import GpuHeld, GpuProcess, Job, Proc
+from ..sources.procfs import ProcessTable
 
 # Programs that adopt and reap orphans (init systems, container inits and shims): a
 # zombie below one of them is not that program's doing, and the program is never a job.

@@ -30,9 +30,9 @@ from typing import Any
 
 import yaml
 
-from watchdog.config import Config, ConfigError, parse_config
-from watchdog.hosttext import safe_text
-from watchdog.model import (
+from ..config import Config, ConfigError, parse_config
+from ..hosttext import safe_text
+from ..model import (
     NON_TRAINING_CLASSES,
     NOT_LIVE,
     WORKLOAD_CLASSES,
@@ -42,8 +42,8 @@ from watchdog.model import (
     Proc,
     SystemdOrigin,
 )
-from watchdog.policy.allowlist import judge
-from watchdog.state import RunRecord
+from ..state import RunRecord
+from .allowlist import judge
 
 # Interpreters and launchers whose first non-option argument is the script that names
 # the job (the rest of the line is the run's arguments).
@@ -554,9 +554,9 @@ def source_gone_now(origin: Origin) -> str | None:
         /etc/systemd/system/x.service is gone``, or None.
     """
     # Only the command reads the host: the daemon's candidate count never gets here.
-    from watchdog.lineage.base import ResolveContext
-    from watchdog.lineage.cron import entry_state
-    from watchdog.sources.procfs import ProcessTable
+    from ..lineage.base import ResolveContext
+    from ..lineage.cron import entry_state
+    from ..sources.procfs import ProcessTable
 
     if isinstance(origin, CronOrigin):
         ctx = ResolveContext(table=ProcessTable(), now=datetime.now(UTC))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from watchdog.model import Finding, GpuInfo, GpuProcess, NvmlStatus
-from watchdog.sources.nvml_records import (
+from ..model import Finding, GpuInfo, GpuProcess, NvmlStatus
+from ..sources.nvml_records import (
     LIST_KINDS,
     CallHung,
     GpuProblem,

@@ -13,15 +13,15 @@ import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from watchdog.config.services import ServiceSettings
-from watchdog.hosttext import command_text
-from watchdog.lineage.base import exe_name, is_wrapper
-from watchdog.lineage.cgroup import CgroupInfo, parse_cgroup
-from watchdog.lineage.slurm import is_slurmstepd
-from watchdog.model import Finding, Job, Proc, SystemdOrigin, TargetGuard
-from watchdog.policy.findings import gpus_text
-from watchdog.sources.procfs import ProcessTable
-from watchdog.sources.sockets import Listen, ListenScan
+from ..config.services import ServiceSettings
+from ..hosttext import command_text
+from ..lineage.base import exe_name, is_wrapper
+from ..lineage.cgroup import CgroupInfo, parse_cgroup
+from ..lineage.slurm import is_slurmstepd
+from ..model import Finding, Job, Proc, SystemdOrigin, TargetGuard
+from ..sources.procfs import ProcessTable
+from ..sources.sockets import Listen, ListenScan
+from .findings import gpus_text
 
 _CRON_DAEMONS = frozenset({"cron", "crond"})
 _MAX_ENDPOINTS_IN_MESSAGE = 4

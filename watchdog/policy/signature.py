@@ -11,7 +11,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-from watchdog.model import Origin
+from ..model import Origin
 
 _LONG_NUMBER = re.compile(r"\d{5,}")
 

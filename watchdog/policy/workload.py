@@ -34,12 +34,12 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from watchdog.config.workloads import WorkloadSettings
-from watchdog.hosttext import command_text
-from watchdog.lineage.base import is_interpreter, program_span
-from watchdog.model import GpuProcess, Job, Proc, WorkloadClass
-from watchdog.sources.procfs import ProcessTable
-from watchdog.sources.sockets import Listen, scan_listening
+from ..config.workloads import WorkloadSettings
+from ..hosttext import command_text
+from ..lineage.base import is_interpreter, program_span
+from ..model import GpuProcess, Job, Proc, WorkloadClass
+from ..sources.procfs import ProcessTable
+from ..sources.sockets import Listen, scan_listening
 
 #: Programs (basename of what runs: the executable, or an interpreter's script) and
 #: Python modules (``-m``, prefix before a dot) of each named class. A program

@@ -19,15 +19,15 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from watchdog.command import CommandRunner, run
-from watchdog.config import Config
-from watchdog.config.queue import QueueSettings
-from watchdog.model import Finding, ScanResult, SlurmOrigin
-from watchdog.plugins import TrackResult
-from watchdog.queue.model import QueueEntry
-from watchdog.queue.slurm import QueueError, SlurmQueue
-from watchdog.queue.source import QueueSource
-from watchdog.state import StateDB
+from ..command import CommandRunner, run
+from ..config import Config
+from ..config.queue import QueueSettings
+from ..model import Finding, ScanResult, SlurmOrigin
+from ..plugins import TrackResult
+from ..state import StateDB
+from .model import QueueEntry
+from .slurm import QueueError, SlurmQueue
+from .source import QueueSource
 
 # Seconds ``scontrol hold``/``scancel`` may take: the limit the daemon has always given
 # them (``Effects``' default, through which it ran them).

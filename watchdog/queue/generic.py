@@ -17,9 +17,9 @@ import json
 from datetime import datetime
 from typing import Any
 
-from watchdog.command import CommandRunner, run
-from watchdog.queue.model import QueueEntry
-from watchdog.queue.slurm import QueueError
+from ..command import CommandRunner, run
+from .model import QueueEntry
+from .slurm import QueueError
 
 _KNOWN = {
     "id", "job_id", "user", "account", "partition", "pool", "name", "job_name", "state",

@@ -18,9 +18,9 @@ import shutil
 from datetime import datetime
 from typing import Any
 
-from watchdog.command import CommandResult, CommandRunner, run
-from watchdog.lineage.slurm import parse_scontrol_record, squeue_refused
-from watchdog.queue.model import QueueEntry, gpu_requested
+from ..command import CommandResult, CommandRunner, run
+from ..lineage.slurm import parse_scontrol_record, squeue_refused
+from .model import QueueEntry, gpu_requested
 
 SQUEUE_FORMAT = "%i|%u|%a|%P|%T|%V|%S|%Q|%r|%j"
 # squeue --json keys of what a job asked for (--gres, --gpus, --gpus-per-*, its TRES).

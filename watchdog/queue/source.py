@@ -12,14 +12,14 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
-from watchdog.command import CommandRunner, run
-from watchdog.config import Config
-from watchdog.config.queue import QueueSettings
-from watchdog.lineage.base import command
-from watchdog.model import Finding, ScanResult
-from watchdog.queue.generic import CommandQueue
-from watchdog.queue.model import QueueEntry
-from watchdog.queue.slurm import SlurmQueue
+from ..command import CommandRunner, run
+from ..config import Config
+from ..config.queue import QueueSettings
+from ..lineage.base import command
+from ..model import Finding, ScanResult
+from .generic import CommandQueue
+from .model import QueueEntry
+from .slurm import SlurmQueue
 
 
 class QueueBackend(Protocol):

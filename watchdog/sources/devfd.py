@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
-from watchdog.sources.procfs import ProcessTable
+from .procfs import ProcessTable
 
 
 class DeviceFdSource:

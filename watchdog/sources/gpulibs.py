@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Sequence
 
-from watchdog.sources.procfs import ProcessTable
+from .procfs import ProcessTable
 
 # A maps file is read up to this size; the libraries a process maps first sit near the
 # top, and an unbounded read of a pathological maps file would stall the scan.

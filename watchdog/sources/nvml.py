@@ -20,15 +20,15 @@ from typing import Any
 
 import pynvml
 
-from watchdog.logs import get_logger
-from watchdog.model import GpuInfo, GpuProcess
-from watchdog.sources.nvml_lib import (
+from ..logs import get_logger
+from ..model import GpuInfo, GpuProcess
+from .nvml_lib import (
     RawProcess,
     list_processes_v1,
     load_library,
     memory_or_none,
 )
-from watchdog.sources.nvml_records import (
+from .nvml_records import (
     LIST_KINDS,
     CallHung,
     GpuVanished,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from watchdog.model import GpuInfo, GpuProcess
+from ..model import GpuInfo, GpuProcess
 
 ListKind = Literal["compute", "graphics", "mps"]
 LIST_KINDS: tuple[ListKind, ...] = get_args(ListKind)

@@ -53,10 +53,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.logs import get_logger
-from watchdog.model import Proc
-from watchdog.sources.gpulibs import library_pattern, mapped_libraries
-from watchdog.sources.procfs import ProcessTable
+from ..logs import get_logger
+from ..model import Proc
+from .gpulibs import library_pattern, mapped_libraries
+from .procfs import ProcessTable
 
 log = get_logger()
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from watchdog.model import Proc
+from ..model import Proc
 
 PF_KTHREAD = 0x00200000  # include/linux/sched.h
 

@@ -35,7 +35,7 @@ The records themselves (:class:`JobRecord`, :class:`FindingRecord` ...) are plai
 
 from __future__ import annotations
 
-from watchdog.records import (
+from ..records import (
     ActionRecord,
     ActionStep,
     Delivery,
@@ -43,7 +43,7 @@ from watchdog.records import (
     JobRecord,
     RunRecord,
 )
-from watchdog.state.actions import (
+from .actions import (
     UNFINISHED_STATES,
     ActionJournal,
     ActionTable,
@@ -53,22 +53,22 @@ from watchdog.state.actions import (
     self_owner,
     source_undo,
 )
-from watchdog.state.deliveries import DeliveryTable, delivery_row
-from watchdog.state.findings import FindingTable
-from watchdog.state.jobs import JobTable
-from watchdog.state.meta import MetaTable
-from watchdog.state.procs import ProcTable
-from watchdog.state.prune import Retention
-from watchdog.state.readonly import (
+from .deliveries import DeliveryTable, delivery_row
+from .findings import FindingTable
+from .jobs import JobTable
+from .meta import MetaTable
+from .procs import ProcTable
+from .prune import Retention
+from .readonly import (
     read_history,
     read_meta,
     read_runs,
     read_sanctioned_procs,
     read_slurm_members,
 )
-from watchdog.state.schema import MIGRATIONS, SCHEMA_VERSION, migrate, schema_version
-from watchdog.state.store import LOCK_NAME, StateError, Store, lock_state_dir, write_lock_pid
-from watchdog.state.table import clean
+from .schema import MIGRATIONS, SCHEMA_VERSION, migrate, schema_version
+from .store import LOCK_NAME, StateError, Store, lock_state_dir, write_lock_pid
+from .table import clean
 
 __all__ = [
     "LOCK_NAME",

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from watchdog.logs import get_logger
-from watchdog.records import ActionRecord, ActionStep
-from watchdog.state.table import Table, _details, _loads
+from ..logs import get_logger
+from ..records import ActionRecord, ActionStep
+from .table import Table, _details, _loads
 
 #: ``actions.state`` values of a row not finished yet.
 UNFINISHED_STATES = ("pending", "recovering")

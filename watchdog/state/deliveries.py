@@ -8,9 +8,9 @@ import json
 import sqlite3
 from typing import Any
 
-from watchdog.hosttext import safe_json
-from watchdog.records import Delivery
-from watchdog.state.table import Table, _details
+from ..hosttext import safe_json
+from ..records import Delivery
+from .table import Table, _details
 
 
 def delivery_row(row: sqlite3.Row) -> Delivery:

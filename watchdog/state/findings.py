@@ -8,8 +8,8 @@ import json
 import sqlite3
 from typing import Any
 
-from watchdog.records import FindingRecord
-from watchdog.state.table import Table, _details, _loads, clean
+from ..records import FindingRecord
+from .table import Table, _details, _loads, clean
 
 
 def _finding(row: sqlite3.Row) -> FindingRecord:

@@ -8,9 +8,9 @@ import json
 import sqlite3
 from typing import Any
 
-from watchdog.model import UnreadableRecord
-from watchdog.records import JobRecord, RunRecord
-from watchdog.state.table import Table, _loads, clean
+from ..model import UnreadableRecord
+from ..records import JobRecord, RunRecord
+from .table import Table, _loads, clean
 
 
 def _job(row: sqlite3.Row) -> JobRecord:

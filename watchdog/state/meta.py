@@ -4,7 +4,7 @@ restarts and retention).
 
 from __future__ import annotations
 
-from watchdog.state.table import Table
+from .table import Table
 
 
 class MetaTable(Table):

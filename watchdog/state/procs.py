@@ -5,7 +5,7 @@ jobs (``sanctioned_procs``) and the processes seen below a slurmstepd
 
 from __future__ import annotations
 
-from watchdog.state.table import Table, _int_or_none, clean
+from .table import Table, _int_or_none, clean
 
 
 class ProcTable(Table):

@@ -4,7 +4,7 @@ a time, across the tables that keep history (findings, deliveries, jobs, runs).
 
 from __future__ import annotations
 
-from watchdog.state.table import Table
+from .table import Table
 
 
 class Retention(Table):

@@ -10,11 +10,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from watchdog.records import ActionRecord, FindingRecord, RunRecord
-from watchdog.state.actions import _action
-from watchdog.state.findings import _finding
-from watchdog.state.jobs import _RUN_COLUMNS, _run
-from watchdog.state.table import _int_or_none
+from ..records import ActionRecord, FindingRecord, RunRecord
+from .actions import _action
+from .findings import _finding
+from .jobs import _RUN_COLUMNS, _run
+from .table import _int_or_none
 
 
 def _read_only(state_dir: str, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:

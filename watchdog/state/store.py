@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from watchdog.state.schema import _NewerSchema, migrate
+from .schema import _NewerSchema, migrate
 
 
 class StateError(RuntimeError):

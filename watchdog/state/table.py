@@ -14,7 +14,7 @@ import sqlite3
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from watchdog.hosttext import safe_text
+from ..hosttext import safe_text
 
 
 class Table(Protocol):

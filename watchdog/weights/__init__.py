@@ -11,19 +11,19 @@ Public API:
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from watchdog.weights.api import require_finite, verify
-    from watchdog.weights.errors import (
+    from .api import require_finite, verify
+    from .errors import (
         NonFiniteWeightsError,
         NothingToShip,
         NotVerifiedError,
         UnverifiedWeightsError,
         WeightsRefusedError,
     )
-    from watchdog.weights.fallback import best_checkpoint
-    from watchdog.weights.report import FileReport, Report, Status, TensorReport
+    from .fallback import best_checkpoint
+    from .report import FileReport, Report, Status, TensorReport
 
-# Loaded on first use (PEP 562): importing a submodule such as ``watchdog.cli.weights`` or
-# ``watchdog.config.ship_gates`` must not pull in numpy for commands that never verify.
+# Loaded on first use (PEP 562): importing a submodule such as ``rogue_watchdog.cli.weights``
+# or ``rogue_watchdog.config.ship_gates`` must not pull in numpy for commands that never verify.
 _HOME = {
     "best_checkpoint": "fallback",
     "NothingToShip": "errors",
@@ -46,7 +46,7 @@ def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"watchdog.weights.{home}"), name)
+    return getattr(importlib.import_module(f".{home}", __name__), name)
 
 
 __all__ = [

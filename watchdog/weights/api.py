@@ -8,18 +8,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from watchdog.model import UNVERIFIABLE_SUFFIXES
-from watchdog.weights.discover import discover, sniff
-from watchdog.weights.errors import (
+from ..model import UNVERIFIABLE_SUFFIXES
+from .discover import discover, sniff
+from .errors import (
     NonFiniteWeightsError,
     NotVerifiedError,
     UnverifiedWeightsError,
 )
-from watchdog.weights.regular import open_regular
-from watchdog.weights.report import FileReport, Report
+from .regular import open_regular
+from .report import FileReport, Report
 
 if TYPE_CHECKING:
-    from watchdog.weights.scan import ProgressFn, ScanContext
+    from .scan import ProgressFn, ScanContext
 
 PathLike = str | os.PathLike[str]
 
@@ -42,7 +42,7 @@ def _verifier(fmt: str) -> Callable[[Path, ScanContext, FileReport], None] | Non
         return None
     module, name = where
     fn: Callable[[Path, ScanContext, FileReport], None] = getattr(
-        importlib.import_module(f"watchdog.weights.{module}"), name
+        importlib.import_module(f".{module}", __package__), name
     )
     return fn
 
@@ -174,7 +174,7 @@ def verify(
     if ctx is None:
         # Here, not at import: the daemon imports this module for its ship gates and
         # needs numpy (the scan kernels) only when it verifies a file.
-        from watchdog.weights.scan import ScanContext
+        from .scan import ScanContext
 
         ctx = ScanContext.default(progress)
     try:

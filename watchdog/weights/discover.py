@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
-from watchdog.weights.errors import NotVerifiedError
-from watchdog.weights.regular import not_regular_message, open_regular, open_zip
-from watchdog.weights.report import FileReport
+from ..model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
+from .errors import NotVerifiedError
+from .regular import not_regular_message, open_regular, open_zip
+from .report import FileReport
 
 
 def sniff(path: Path) -> str:
@@ -297,7 +297,7 @@ def check_index(index: Path) -> tuple[list[FileReport], list[Path]]:
         if sp.suffix == ".safetensors":
             # Imported here: the reader pulls in numpy, and the suffix constants above are
             # read by every configuration load (ship gates).
-            from watchdog.weights import safetensors
+            from . import safetensors
 
             try:
                 missing = tensors - safetensors.tensor_names(sp)

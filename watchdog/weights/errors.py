@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from watchdog.weights.fallback import Candidate
-    from watchdog.weights.report import Report
+    from .fallback import Candidate
+    from .report import Report
 
 
 class NotVerifiedError(Exception):

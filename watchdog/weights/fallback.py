@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, SupportsFloat
 
-from watchdog.weights.errors import NothingToShip
+from .errors import NothingToShip
 
 if TYPE_CHECKING:
-    from watchdog.weights.scan import ScanContext
+    from .scan import ScanContext
 
 PathLike = str | os.PathLike[str]
 
@@ -51,7 +51,7 @@ def _as_metric(value: object) -> float | None:
 
 def _judge(path: Path, raw_metric: object, ctx: ScanContext | None) -> Candidate:
     """A :class:`Candidate` for one pair; every failure becomes a skip reason."""
-    from watchdog.weights.api import verify
+    from .api import verify
 
     metric = _as_metric(raw_metric)
     if metric is None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from watchdog.weights.dtypes import F32, F64, FloatCode
+from .dtypes import F32, F64, FloatCode
 
 UIntArray = npt.NDArray[np.unsignedinteger]
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from watchdog.model import UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
-from watchdog.weights.api import verify
+from ..model import UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES
+from .api import verify
 
 _UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
 

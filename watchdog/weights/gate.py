@@ -21,9 +21,9 @@ from typing import Any, TextIO
 
 import structlog
 
-from watchdog.weights.api import verify
-from watchdog.weights.report import Report, Status
-from watchdog.weights.scan import ProgressFn
+from .api import verify
+from .report import Report, Status
+from .scan import ProgressFn
 
 
 def event_logger(stream: TextIO) -> Any:

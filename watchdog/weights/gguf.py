@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from watchdog.weights.dtypes import BF16, F16, F32, F64, FloatCode
-from watchdog.weights.errors import NotVerifiedError
-from watchdog.weights.finite import UIntArray
-from watchdog.weights.report import FileReport, TensorReport
-from watchdog.weights.scan import (
+from .dtypes import BF16, F16, F32, F64, FloatCode
+from .errors import NotVerifiedError
+from .finite import UIntArray
+from .report import FileReport, TensorReport
+from .scan import (
     Field,
     MappedFile,
     PendingCounts,

@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npy_format
 
-from watchdog.weights.dtypes import NUMPY_FLOATS, DType
-from watchdog.weights.errors import NotVerifiedError
-from watchdog.weights.regular import open_zip
-from watchdog.weights.report import FileReport, TensorReport
-from watchdog.weights.scan import MappedFile, ScanContext, element_layout, scan_mapped
-from watchdog.weights.zipmember import (
+from .dtypes import NUMPY_FLOATS, DType
+from .errors import NotVerifiedError
+from .regular import open_zip
+from .report import FileReport, TensorReport
+from .scan import MappedFile, ScanContext, element_layout, scan_mapped
+from .zipmember import (
     MemberReader,
     require_plain_layout,
     require_unique_members,

@@ -40,9 +40,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from watchdog import hosttext
-from watchdog.weights.fanotify import FAN_OPEN_PERM, Event, Fanotify
-from watchdog.weights.report import FileReport
+from .. import hosttext
+from .fanotify import FAN_OPEN_PERM, Event, Fanotify
+from .report import FileReport
 
 Identity = tuple[int, int, int, int, int]
 

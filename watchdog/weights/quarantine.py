@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from watchdog.config.base import ConfigError
-from watchdog.config.ship_gates import ShipGate
-from watchdog.faults import fault_point
-from watchdog.state import ActionJournal, JournalError, NullJournal
-from watchdog.weights.verifyworker import FileKey
+from ..config.base import ConfigError
+from ..config.ship_gates import ShipGate
+from ..faults import fault_point
+from ..state import ActionJournal, JournalError, NullJournal
+from .verifyworker import FileKey
 
 #: Suffix of every quarantined file.
 QUARANTINE_SUFFIX = ".quarantined"

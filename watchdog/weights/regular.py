@@ -18,8 +18,8 @@ import zipfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from watchdog import safeio
-from watchdog.weights.errors import NotVerifiedError
+from .. import safeio
+from .errors import NotVerifiedError
 
 PathLike = str | os.PathLike[str]
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from watchdog.weights.dtypes import SAFETENSORS_DTYPES, DType
-from watchdog.weights.errors import NotVerifiedError
-from watchdog.weights.report import FileReport, TensorReport
-from watchdog.weights.scan import (
+from .dtypes import SAFETENSORS_DTYPES, DType
+from .errors import NotVerifiedError
+from .report import FileReport, TensorReport
+from .scan import (
     MappedFile,
     PendingCounts,
     ScanContext,

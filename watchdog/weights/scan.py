@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from watchdog.weights.dtypes import FloatCode
-from watchdog.weights.errors import NotVerifiedError
-from watchdog.weights.finite import Counts, UIntArray, any_nonfinite, scan_values, uint_dtype
-from watchdog.weights.regular import open_regular
+from .dtypes import FloatCode
+from .errors import NotVerifiedError
+from .finite import Counts, UIntArray, any_nonfinite, scan_values, uint_dtype
+from .regular import open_regular
 
 #: Bytes checked per chunk; a few MiB keeps a chunk cache-resident between the
 #: two reductions of the fast path.

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from watchdog import safeio
-from watchdog.weights.report import FileReport, Report
+from .. import safeio
+from .report import FileReport, Report
 
 if TYPE_CHECKING:
-    from watchdog.weights.scan import ProgressFn, ScanContext
+    from .scan import ProgressFn, ScanContext
 
 PathLike = str | os.PathLike[str]
 
@@ -121,7 +121,7 @@ def ship(
         Nothing for bad input: a missing source, a special file, an unwritable
         destination folder or an I/O error is an exit-2 report naming the path.
     """
-    from watchdog.weights.api import verify
+    from .api import verify
 
     src_p, dst_p = Path(src), _destination(Path(src), Path(dst))
     try:

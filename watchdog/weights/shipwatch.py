@@ -37,25 +37,25 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from watchdog.config import Config
-from watchdog.config.ship_gates import QUARANTINE_DIRNAME, ShipGate
-from watchdog.faults import fault_point
-from watchdog.hostpaths import config_args
-from watchdog.logs import get_logger
-from watchdog.model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES, Finding, ScanResult
-from watchdog.state import ActionJournal, JournalError, StateDB
-from watchdog.weights.discover import index_shards
-from watchdog.weights.fanotify import Fanotify
-from watchdog.weights.freshness import human_duration, past_limit
-from watchdog.weights.opengate import Decision, OpenGate
-from watchdog.weights.quarantine import (
+from ..config import Config
+from ..config.ship_gates import QUARANTINE_DIRNAME, ShipGate
+from ..faults import fault_point
+from ..hostpaths import config_args
+from ..logs import get_logger
+from ..model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES, Finding, ScanResult
+from ..state import ActionJournal, JournalError, StateDB
+from .discover import index_shards
+from .fanotify import Fanotify
+from .freshness import human_duration, past_limit
+from .opengate import Decision, OpenGate
+from .quarantine import (
     QUARANTINE_SUFFIX,
     FileOps,
     QuarantineError,
     quarantine_file,
 )
-from watchdog.weights.report import FileReport, Status
-from watchdog.weights.verifyworker import DEPLOY, TRAIN, FileKey, VerifyWorker
+from .report import FileReport, Status
+from .verifyworker import DEPLOY, TRAIN, FileKey, VerifyWorker
 
 log = get_logger()
 
@@ -584,7 +584,7 @@ class ShipGateSource:
             steps.append(
                 f"deploy the last good checkpoint to {dst} through `rogue-watchdog ship` "
                 "(it copies only weights that verify finite; "
-                "watchdog.weights.best_checkpoint picks the best one that does)"
+                "rogue_watchdog.weights.best_checkpoint picks the best one that does)"
             )
         return "; next: " + "; ".join(steps)
 
@@ -801,8 +801,8 @@ def make_open_gate(
         on_decision: Called with each refusal (from the listener's threads).
         kernel: The fanotify group's factory (a host without it: tests).
     """
-    from watchdog.weights.api import verify_file
-    from watchdog.weights.scan import ScanContext
+    from .api import verify_file
+    from .scan import ScanContext
 
     ctx = ScanContext.default(None, mapped=False)  # pread: a file cut short is not a SIGBUS
     return OpenGate(

@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from watchdog.weights.dtypes import TORCH_DTYPES, TORCH_STORAGES, DType
-from watchdog.weights.errors import NotVerifiedError
-from watchdog.weights.finite import Counts, count_nonfinite, uint_dtype
-from watchdog.weights.regular import open_zip
-from watchdog.weights.report import FileReport, TensorReport
-from watchdog.weights.scan import (
+from .dtypes import TORCH_DTYPES, TORCH_STORAGES, DType
+from .errors import NotVerifiedError
+from .finite import Counts, count_nonfinite, uint_dtype
+from .regular import open_zip
+from .report import FileReport, TensorReport
+from .scan import (
     Field,
     MappedFile,
     PendingCounts,
@@ -46,7 +46,7 @@ from watchdog.weights.scan import (
     gather,
     gather_quietly,
 )
-from watchdog.weights.zipmember import (
+from .zipmember import (
     MemberReader,
     require_plain_layout,
     require_unique_members,

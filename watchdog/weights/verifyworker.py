@@ -16,14 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from watchdog.logs import get_logger
-from watchdog.model import INDEX_SUFFIX
-from watchdog.weights.api import verify_file
-from watchdog.weights.discover import check_index
-from watchdog.weights.report import FileReport
+from ..logs import get_logger
+from ..model import INDEX_SUFFIX
+from .api import verify_file
+from .discover import check_index
+from .report import FileReport
 
 if TYPE_CHECKING:
-    from watchdog.weights.scan import ScanContext
+    from .scan import ScanContext
 
 log = get_logger()
 
@@ -160,7 +160,7 @@ class VerifyWorker:
                 report: FileReport | None = None
                 try:
                     if ctx is None:
-                        from watchdog.weights.scan import ScanContext
+                        from .scan import ScanContext
 
                         # Read, not mapped: a file cut short under the check must be a
                         # report, never SIGBUS for the whole daemon.

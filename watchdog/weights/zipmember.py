@@ -11,9 +11,9 @@ import zipfile
 from collections.abc import Callable, Sequence
 from typing import IO
 
-from watchdog.weights.errors import NotVerifiedError
-from watchdog.weights.finite import Counts
-from watchdog.weights.scan import (
+from .errors import NotVerifiedError
+from .finite import Counts
+from .scan import (
     Field,
     MappedFile,
     PendingCounts,

@@ -10,6 +10,6 @@ the sink kinds registered in :data:`watchdog.config.sinks.SINK_KINDS`
 
 from __future__ import annotations
 
-from watchdog.daemon.alerts.delivery import DeliveryWorker
+from .delivery import DeliveryWorker
 
 __all__ = ["DeliveryWorker"]

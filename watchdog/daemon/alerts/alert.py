@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from watchdog.model import Origin
+from ...model import Origin
 
 if TYPE_CHECKING:
-    from watchdog.state import Delivery, FindingRecord
+    from ...state import Delivery, FindingRecord
 
 AlertEvent = Literal["open", "remind", "resolve"]
 ALERT_EVENTS: tuple[AlertEvent, ...] = get_args(AlertEvent)

@@ -30,14 +30,14 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from watchdog.config.alerts import AlertSettings, SinkSettings
-from watchdog.daemon.alerts import http
-from watchdog.daemon.alerts.alert import Alert, Outgoing, Routing
-from watchdog.daemon.alerts.base import SendError, SinkContext
-from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
-from watchdog.hosttext import safe_json
-from watchdog.logs import get_logger
-from watchdog.state import StateDB
+from ...config.alerts import AlertSettings, SinkSettings
+from ...hosttext import safe_json
+from ...logs import get_logger
+from ...state import StateDB
+from . import http
+from .alert import Alert, Outgoing, Routing
+from .base import SendError, SinkContext
+from .secrets import SecretError, read_url, redact
 
 log = get_logger()
 

@@ -14,8 +14,8 @@ from typing import Protocol, runtime_checkable
 
 import httpx
 
-from watchdog.config.alerts import SinkSettings
-from watchdog.daemon.alerts.alert import Outgoing
+from ...config.alerts import SinkSettings
+from .alert import Outgoing
 
 
 class SendError(Exception):

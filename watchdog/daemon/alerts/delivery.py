@@ -52,17 +52,17 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from watchdog.config.alerts import AlertSettings, SinkSettings
-from watchdog.config.sinks import SINK_KINDS
-from watchdog.daemon.alerts import http
-from watchdog.daemon.alerts.alert import Outgoing
-from watchdog.daemon.alerts.backoff import Backoff
-from watchdog.daemon.alerts.base import BatchSink, SendError, Sink, SinkContext, SinkFactory
-from watchdog.daemon.alerts.memory import MemorySpool
-from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
-from watchdog.logs import get_logger
-from watchdog.model import load_ref
-from watchdog.state import Delivery, StateDB, delivery_row
+from ...config.alerts import AlertSettings, SinkSettings
+from ...config.sinks import SINK_KINDS
+from ...logs import get_logger
+from ...model import load_ref
+from ...state import Delivery, StateDB, delivery_row
+from . import http
+from .alert import Outgoing
+from .backoff import Backoff
+from .base import BatchSink, SendError, Sink, SinkContext, SinkFactory
+from .memory import MemorySpool
+from .secrets import SecretError, read_url, redact
 
 log = get_logger()
 # Degraded-component name of a sink whose URL cannot be read: ``alert-sink:NAME``.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from watchdog.daemon.alerts.secrets import redact
+from .secrets import redact
 
 # httpx logs every request URL at INFO ("HTTP Request: POST https://hooks…"): a webhook
 # URL is a secret, so keep httpx/httpcore quiet even if someone turns on INFO logging.

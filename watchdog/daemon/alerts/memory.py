@@ -15,8 +15,8 @@ import dataclasses
 import threading
 from typing import Any
 
-from watchdog.hosttext import safe_json
-from watchdog.records import Delivery
+from ...hosttext import safe_json
+from ...records import Delivery
 
 
 class MemorySpool:

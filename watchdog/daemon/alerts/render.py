@@ -14,9 +14,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from watchdog.daemon.alerts.alert import Alert, AlertFinding, Outgoing, batch_id
-from watchdog.hosttext import safe_json, safe_text
-from watchdog.model import finding_ref
+from ...hosttext import safe_json, safe_text
+from ...model import finding_ref
+from .alert import Alert, AlertFinding, Outgoing, batch_id
 
 DISCORD_MAX_CHARS = 2000
 # Slack accepts far longer messages but truncates past 40 000 characters and advises

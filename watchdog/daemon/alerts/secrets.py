@@ -15,9 +15,9 @@ import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import unquote, unquote_plus, urlsplit
 
-from watchdog.config.alerts import SinkSettings
-from watchdog.config.base import ConfigError, ConfigRef
-from watchdog.safeio import read_regular, untrusted_reason
+from ...config.alerts import SinkSettings
+from ...config.base import ConfigError, ConfigRef
+from ...safeio import read_regular, untrusted_reason
 
 REDACTED = "<redacted>"
 _ANY_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
@@ -187,7 +187,7 @@ def check_sink_secrets(
     Returns:
         ``(errors, warnings)``, each naming file, line and key; never a secret's value.
     """
-    from watchdog.config import SECRETS_ENV
+    from ...config import SECRETS_ENV
 
     env = dict(os.environ if environ is None else environ)
     env_file = os.path.join(os.path.dirname(os.path.abspath(source)), SECRETS_ENV)

@@ -21,11 +21,13 @@ from typing import IO, Any
 
 import structlog
 
-from watchdog.config.alerts import SinkSettings
-from watchdog.daemon.alerts import http
-from watchdog.daemon.alerts.alert import Outgoing, batch_id
-from watchdog.daemon.alerts.base import SendError, SinkContext
-from watchdog.daemon.alerts.render import (
+from ...config.alerts import SinkSettings
+from ...model import LOG_LEVELS
+from ...safeio import NotRegularFileError, kind_of
+from . import http
+from .alert import Outgoing, batch_id
+from .base import SendError, SinkContext
+from .render import (
     discord_batch_body,
     discord_body,
     log_fields,
@@ -34,9 +36,7 @@ from watchdog.daemon.alerts.render import (
     webhook_batch_body,
     webhook_body,
 )
-from watchdog.daemon.alerts.secrets import SecretError, read_url, redact
-from watchdog.model import LOG_LEVELS
-from watchdog.safeio import NotRegularFileError, kind_of
+from .secrets import SecretError, read_url, redact
 
 __all__ = ["LogSink", "SendError", "WebhookSink", "discord", "open_log_file", "slack", "webhook"]
 

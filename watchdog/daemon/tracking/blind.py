@@ -27,9 +27,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from watchdog.model import Finding, GpuHeld
-from watchdog.policy.findings import gpus_text
-from watchdog.state import FindingRecord
+from ...model import Finding, GpuHeld
+from ...policy.findings import gpus_text
+from ...state import FindingRecord
 
 
 def _held(entries: Any) -> list[dict[str, Any]]:

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from watchdog.daemon.alerts.alert import local_iso
-from watchdog.daemon.tracking.jobs import respawned_finding
-from watchdog.daemon.tracking.naming import with_own_id
-from watchdog.model import Job
-from watchdog.records import ActionRecord, FindingRecord
+from ...model import Job
+from ...records import ActionRecord, FindingRecord
+from ..alerts.alert import local_iso
+from .jobs import respawned_finding
+from .naming import with_own_id
 
 # Starts the part of a message that says how its run ended: replaced at each refresh.
 RUN_ENDED = "; now: its run PID "

@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from watchdog.model import Finding
-from watchdog.state import FindingRecord, clean
+from ...model import Finding
+from ...state import FindingRecord, clean
 
 # PIDs named in a folded finding's message; ``details.root_pids`` lists every one.
 NAMED_PIDS = 10

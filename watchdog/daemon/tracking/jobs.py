@@ -17,11 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from watchdog.daemon.alerts.alert import local_iso
-from watchdog.model import Finding, Job
-from watchdog.policy.findings import gpus_text
-from watchdog.policy.signature import job_signature
-from watchdog.state import (
+from ...model import Finding, Job
+from ...policy.findings import gpus_text
+from ...policy.signature import job_signature
+from ...state import (
     ActionRecord,
     JobRecord,
     RunRecord,
@@ -29,6 +28,7 @@ from watchdog.state import (
     StateDB,
     source_undo,
 )
+from ..alerts.alert import local_iso
 
 Ident = tuple[int, int]  # a process's identity: (PID, start ticks)
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from watchdog.daemon.tracking.fold import fold, same_job
-from watchdog.daemon.tracking.periodic import first_run_fingerprint, periodic_signature
-from watchdog.model import Finding
-from watchdog.state import FindingRecord
+from ...model import Finding
+from ...state import FindingRecord
+from .fold import fold, same_job
+from .periodic import first_run_fingerprint, periodic_signature
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from watchdog.model import Finding
-from watchdog.policy.findings import name_finding_in_commands
-from watchdog.state import SourceUndo
+from ...model import Finding
+from ...policy.findings import name_finding_in_commands
+from ...state import SourceUndo
 
 
 def with_undo_notes(

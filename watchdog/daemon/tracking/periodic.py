@@ -28,10 +28,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.daemon.alerts.alert import local_iso
-from watchdog.daemon.tracking.jobs import Return, last_ended
-from watchdog.model import Finding, Job
-from watchdog.state import FindingRecord, StateDB
+from ...model import Finding, Job
+from ...state import FindingRecord, StateDB
+from ..alerts.alert import local_iso
+from .jobs import Return, last_ended
 
 # Findings about one run of a job that a periodic loop folds, ``unsanctioned-gpu-use``
 # (a non-training class) too: a probe loop is the common case. ``remediation-failed``

@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.config.alerts import AlertSettings
-from watchdog.daemon.alerts.alert import AlertEvent
-from watchdog.daemon.alerts.alertmanager import routing_labels
-from watchdog.model import Finding
-from watchdog.state import FindingRecord
+from ...config.alerts import AlertSettings
+from ...model import Finding
+from ...state import FindingRecord
+from ..alerts.alert import AlertEvent
+from ..alerts.alertmanager import routing_labels
 
 # A changed instance count (or the named PID gone) is alerted at most this often per
 # finding, so a job whose copies churn every tick cannot turn into an alert per tick.

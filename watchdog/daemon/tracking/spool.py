@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from watchdog.config.alerts import SinkSettings
-from watchdog.daemon.alerts.alert import Alert, AlertEvent
-from watchdog.model import SEVERITIES
-from watchdog.state import FindingRecord
+from ...config.alerts import SinkSettings
+from ...model import SEVERITIES
+from ...state import FindingRecord
+from ..alerts.alert import Alert, AlertEvent
 
 
 def sink_accepts(sink: SinkSettings, finding: FindingRecord) -> bool:
