@@ -63,20 +63,26 @@ def _signals_reach_only_own_processes() -> Iterator[None]:
 # loadgroup`): a test file is one group, so its module fixtures (the busy box's 3-minute
 # window, a booted systemd) are built once; files that share something host-wide share a
 # group and never run at once. Found by running them side by side (2026-12-06):
-# - cron and atd: a harness used the cron (atd) that ran, and the one that started it
-#   stopped it at its teardown, under the other's test ("cron to start the trainer again"
-#   timed out). One cron and one atd now serve every test process
-#   (tests/system/hostdaemon.py); the files stay one group because every daemon they
-#   start sees every /etc/cron.d line and trainer on the host, theirs and the others';
+# - "host-wide": the files whose daemon acts on what it sees on the whole host
+#   (terminate mode, auto_disable_source), and the files whose jobs such a daemon would
+#   take for rogues: cron and atd lines (another file's daemon ran `atrm` on the at test's
+#   queued copy), Slurm jobs (one sweep saw another file's Slurm jobs and cgroups: both
+#   private Slurms use the same `slurm_<host>` cgroup). One cron and one atd serve every
+#   worker (tests/system/hostdaemon.py);
 # - the container engines: podman's /var/lib/containers blob cache, made and removed by
 #   whichever test found it absent;
 # - the package builds and dpkg/apt: setuptools builds in the checkout's build/ and
 #   *.egg-info (install.sh's wheel broke beside build-deb.sh's), and one dpkg lock.
 _SHARED_GROUPS = {
-    "cron-atd": (
+    "host-wide": (
         "test_cron_at.py", "test_cron_system.py", "test_enforce_cron.py", "test_learn_cron.py",
         "test_proc_events.py", "test_respawn_cron.py", "test_trust_cron.py",
         "test_week_system.py",
+        "test_queue_slurm.py", "test_slurm_failclosed.py", "test_slurm_node.py",
+        "test_slurm_origin.py",
+        "test_action_faults.py", "test_enforce_daemon.py", "test_open_gate.py",
+        "test_restart_sources.py", "test_rogue_service_stop.py",
+        "test_supervisord_sources.py", "test_zombie_holder.py",
     ),
     "containers": (
         "test_containers_real.py", "test_restart_containers.py", "test_kubernetes_cgroup.py",

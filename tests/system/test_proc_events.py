@@ -337,7 +337,9 @@ def test_flood_loss_counted_swept_and_rogue_found(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
     assert ev["mode"] == "events"
-    assert ev["events"]["exec"] > 1000
+    # A flood was seen (four /bin/true loops: thousands of execs a second on an idle host,
+    # several hundred beside two other test workers on two CPUs).
+    assert ev["events"]["exec"] > 300
     assert d.named("proc-events-lost")
 
 
