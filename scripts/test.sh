@@ -16,14 +16,15 @@ PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider)
 if [ "$#" -gt 0 ]; then
   exec "${PYTEST[@]}" "$@"
 fi
-# The unit and weights tests first, then the system tests, each part side by side in
-# pytest-xdist workers. The system tests mostly wait (for cron's minute, a timer, a grace
-# period), so three workers share two CPUs well: 31 min one after another, 13 min in three
-# (2026-12-06). Files that share something host-wide run in one worker, one after another
-# (tests/conftest.py groups them); one cron and one atd serve every worker
-# (tests/system/hostdaemon.py). The slowest tests are listed after each part: where the
-# time goes. Both parts run whatever the first gives: a failure shows with the whole picture.
+# The unit and weights tests first, in two pytest-xdist workers. Then the system tests:
+# those whose daemon acts on whatever it sees on the host (marked host_actor) would act
+# on the others' jobs, so the others run first, side by side in three workers (they
+# mostly wait: cron's minute, a timer, a grace period), grouped where they share
+# something host-wide (tests/conftest.py); then the actors, one after another. The
+# slowest tests are listed after each part: where the time goes. Every part runs whatever
+# the one before gives: a failure shows with the whole picture.
 status=0
 "${PYTEST[@]}" -n 2 --durations=15 --ignore=tests/system tests || status=$?
-"${PYTEST[@]}" -n 3 --dist loadgroup --durations=25 tests/system || status=$?
+"${PYTEST[@]}" -n 3 --dist loadgroup --durations=20 -m "not host_actor" tests/system || status=$?
+"${PYTEST[@]}" --durations=15 -m host_actor tests/system || status=$?
 exit "$status"
