@@ -434,7 +434,10 @@ def configure_logging(
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         logger_factory=structlog.PrintLoggerFactory(out),
-        cache_logger_on_first_use=True,
+        # Not cached: a logger bound on first use would keep writing to the stream of
+        # the first configure, also after a later one (in-process runs, as tests make,
+        # wrote to a closed capture: "I/O operation on closed file").
+        cache_logger_on_first_use=False,
     )
 
 
