@@ -395,7 +395,7 @@ class Scanner:
         first = self._pinned.get(ident)
         if first is None or not first.definite:
             return fresh
-        if fresh.definite and first.compatible(fresh):
+        if fresh.definite and first.compatible(fresh) and not _knows_less(fresh, first):
             if isinstance(first, CronOrigin) and isinstance(fresh, CronOrigin):
                 return _with_first_also(fresh, first.also)
             return fresh
@@ -416,6 +416,11 @@ class Scanner:
             f"kept for this process's lifetime: a later look matched "
             f"{fresh.describe()}, but a running process does not change who started it"
         )
+        if fresh.definite and first.compatible(fresh):
+            note = (
+                "kept for this process's lifetime: a later look could not read all of "
+                f"its source ({fresh.describe()})"
+            )
         evidence = (*(e for e in kept.evidence if not e.startswith("kept for this")), note)
         return dataclasses.replace(kept, evidence=evidence)
 
@@ -798,6 +803,15 @@ class Scanner:
                 )
             )
         return out
+
+
+def _knows_less(fresh: Origin, first: Origin) -> bool:
+    """True when ``fresh`` lacks a source field ``first`` knew (a container's image with
+    its engine down): its signature would be that of every source that reads alike, so
+    two containers of different images became one job across a daemon restart (trust
+    simulator, seed 64101)."""
+    known, now = first.source_key() or (), fresh.source_key() or ()
+    return any(a is not None and b is None for a, b in zip(known, now, strict=False))
 
 
 def _with_first_also(fresh: CronOrigin, also: tuple[str, ...]) -> CronOrigin:

@@ -314,3 +314,21 @@ def test_a_run_paged_while_nvml_was_blind_is_not_paged_again_when_its_gpu_shows(
     )
     assert counts["pages"] == [["rogue-job", "open"]]  # was open, remind (5 s later)
     assert counts["gpus"] == [["rogue-job", [0]]]  # named, not a label
+
+
+def test_a_container_seen_with_its_engine_down_keeps_its_origin_across_a_restart() -> None:
+    # Seed 64101, 100,000 steps (2026-12-06), shrunk from 33 steps. Two containers of
+    # different images in terminate mode, both back after their terminate; the engine
+    # goes down and the daemon restarts. The restarted daemon kept the first container's
+    # recorded origin only while a new look knew as much: with the engine down its image
+    # was None, the new look won, and its signature became the other container's (image
+    # unknown). Its remediation-failed moved to the other's terminate: paged again.
+    steps = (
+        "m.reload(auto=False, cap=2, gpu='enforce', mode='terminate');"
+        "m.container_runs(policy='always');m.tick(seconds=5.0);m.tick(seconds=5.0);"
+        "m.container_runs(policy='always');m.engine(up=False);m.tick(seconds=5.0);"
+        "m.tick(seconds=5.0);m.restart();m.tick(seconds=5.0)"
+    )
+    # BEFORE (ed3f72c): "I8/I13: remediation-failed of action 5 paged twice: F6 at
+    # 1800086452.0, F7 at 1800086457.0, no kill between, not quiet".
+    assert violation(steps) == ""
