@@ -122,3 +122,41 @@ def test_learning_and_info_fold_too(tmp_path: Path) -> None:
         fs = [learned(f) for f in job_findings([back])]
         d.tracker.update([back], fs, T0 + 60 + 5 * k, learning=True)
     assert _sent(d, T0 + 60) == [("open", "respawned", "info")]
+
+
+def test_a_remediation_failed_of_the_return_makes_its_one_page_critical(tmp_path: Path) -> None:
+    """The one page is never quieter than its loudest part: a return whose terminate did
+    not hold pages respawned at critical, once; the remediation-failed is named in it.
+    Stored or from memory (a storage outage), the same."""
+    from rogue_watchdog.daemon.unstored import UnstoredFindings
+    from rogue_watchdog.model import Finding
+    from rogue_watchdog.policy.findings import job_findings
+    from rogue_watchdog.policy.signature import job_signature
+
+    def failed(job: Job) -> Finding:
+        sig = job_signature(job.user, job.cmdline, job.origin)
+        details = {"fingerprint": sig, "signature": sig, "actions": [1]}
+        return Finding("remediation-failed", "critical", "failed", job.root_pid, details)
+
+    for stored in (True, False):
+        d = _daemon(tmp_path / str(stored))
+        first, back = _job(6400, 640), _job(6401, 641)
+        d.tracker.update([first], job_findings([first]), T0)
+        d.tracker.update([], [], T0 + 5, exits={6400: signal.SIGTERM})
+        fs = [*job_findings([back]), failed(back)]
+        if stored:
+            for k in range(3):
+                d.tracker.update([back], fs, T0 + 60 + 5 * k)
+            assert _sent(d, T0 + 60) == [("open", "respawned", "critical")]  # was 3 pages
+            (resp,) = [r for r in d.db.open_findings() if r.kind == "respawned"]
+            kinds = sorted(f["kind"] for f in resp.details["folded"])
+            assert kinds == ["remediation-failed", "rogue-job"]
+        else:
+            u = UnstoredFindings()
+            u.read(d.db)
+            out = u.track(
+                d.db, [back], fs, T0 + 60, alerts=d.tracker.alerts, host="h", blind=False,
+                signature=lambda j: job_signature(j.user, j.cmdline, j.origin),
+                exits=d.tracker.exits,
+            )  # fmt: skip
+            assert [(r.kind, r.severity) for r in out.opened] == [("respawned", "critical")]

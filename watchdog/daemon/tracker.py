@@ -312,13 +312,16 @@ class Tracker:
         for step in steps:
             if isinstance(step, Resolve) and step.record.id in holding:
                 continue  # a finding folded into it stays open: it does too
-            if isinstance(step, Open) and step.sighting.finding.kind == "respawned":
+            if isinstance(step, Open | Seen) and step.sighting.finding.kind == "respawned":
                 f = step.sighting.finding
                 sig = return_signature(f.kind, step.sighting.fingerprint)
                 loud = louder(f.severity, loudest.get(sig or "", f.severity))
+                if isinstance(step, Seen):  # the same return: never quieter than it was
+                    loud = louder(loud, step.record.severity)
                 if loud != f.severity:
                     f = dataclasses.replace(f, severity=cast("Severity", loud))
-                    step = Open(dataclasses.replace(step.sighting, finding=f))
+                    sighting = dataclasses.replace(step.sighting, finding=f)
+                    step = Open(sighting) if isinstance(step, Open) else Seen(step.record, sighting)
             out.append(step)
         return out
 
