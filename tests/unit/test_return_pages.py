@@ -160,3 +160,17 @@ def test_a_remediation_failed_of_the_return_makes_its_one_page_critical(tmp_path
                 exits=d.tracker.exits,
             )  # fmt: skip
             assert [(r.kind, r.severity) for r in out.opened] == [("respawned", "critical")]
+
+
+def test_a_loop_folded_into_a_return_moves_to_the_next_return(tmp_path: Path) -> None:
+    """A ghost killed and back (paged), its run ending by itself and coming back (its
+    loop, folded into that return), then a run killed again and back: a new incident,
+    paged once more; the first respawned resolves and the loop's finding is folded into
+    the new one (one open respawned, never two)."""
+    d, _gone = _ghost(tmp_path, [signal.SIGTERM, 0, signal.SIGTERM, 0])
+    assert _sent(d, T0 + 60) == [("open", "respawned", "high"), ("open", "respawned", "high")]
+    open_now = d.db.open_findings()
+    (resp,) = [r for r in open_now if r.kind == "respawned"]
+    (loop,) = [r for r in open_now if r.kind == "rogue-job"]
+    assert loop.fingerprint.startswith("rogue-job:periodic:") and loop.last_alert_at is None
+    assert resp.details["folded"] == [{"id": loop.id, "kind": "rogue-job", "severity": "high"}]

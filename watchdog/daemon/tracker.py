@@ -303,11 +303,15 @@ class Tracker:
             if sig is not None:
                 loudest[sig] = louder(sev, loudest.get(sig, "info"))
         resolving = {s.record.id for s in steps if isinstance(s, Resolve)}
+        # A respawned resolved because another return of its job opens one (a new
+        # incident) is not held: that one takes what was folded into it.
+        opening = {s.sighting.fingerprint for s in steps if isinstance(s, Open)}
         holding: set[int] = set()
         for rec in before:
             anchor = self._folded(rec)
             if anchor is not None and rec.id not in resolving:
                 holding.add(anchor.finding_id)
+        holding -= {r.id for r in before if r.fingerprint in opening}
         out: list[Step] = []
         for step in steps:
             if isinstance(step, Resolve) and step.record.id in holding:
