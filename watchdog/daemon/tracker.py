@@ -30,6 +30,7 @@ from .tracking.blind import alerted_gpus, last_seen_gpus
 from .tracking.current import RUN_ENDED, current_message
 from .tracking.fold import fingerprint, fold, group
 from .tracking.incident import (
+    FOLDED_NOTE,
     Anchor,
     anchors,
     folded_details,
@@ -332,6 +333,8 @@ class Tracker:
     def _name_folded(self) -> None:
         """Name in each open ``respawned`` finding the findings folded into it
         (``details.folded``, its message): never an alert by itself."""
+        if not self._anchors:
+            return  # no respawned finding open: nothing to name
         open_now = self.db.open_findings()
         folded: dict[int, list[FindingRecord]] = {}
         for rec in open_now:
@@ -382,7 +385,8 @@ class Tracker:
                 rec, own or by_sig.get(sig), running, self.db.actions_for(sig) if sig else [],
                 self.exits, job_rec.gone_at if job_rec is not None else None,
             )  # fmt: skip
-            if message is not None and message != rec.message:
+            # (A respawned finding's note on what is folded into it is _name_folded's.)
+            if message is not None and message != rec.message.split(FOLDED_NOTE, 1)[0]:
                 self.db.set_finding_message(rec.id, message)
 
     # -- the findings table and the spool ------------------------------------------------
