@@ -174,3 +174,33 @@ def test_a_loop_folded_into_a_return_moves_to_the_next_return(tmp_path: Path) ->
     (loop,) = [r for r in open_now if r.kind == "rogue-job"]
     assert loop.fingerprint.startswith("rogue-job:periodic:") and loop.last_alert_at is None
     assert resp.details["folded"] == [{"id": loop.id, "kind": "rogue-job", "severity": "high"}]
+
+
+def test_in_memory_a_return_and_its_folded_run_resolve_together(tmp_path: Path) -> None:
+    """A storage outage: the return's respawned is paged from memory, its run's rogue-job
+    folded into it; the run ends by itself (its finding waits for the job), and the
+    respawned stays open with it; both resolve together when the window ends."""
+    from rogue_watchdog.daemon.unstored import UnstoredFindings
+    from rogue_watchdog.policy.findings import job_findings
+    from rogue_watchdog.policy.signature import job_signature
+
+    d = _daemon(tmp_path)
+    first, back = _job(6500, 650), _job(6501, 651)
+    d.tracker.update([first], job_findings([first]), T0)
+    d.tracker.update([], [], T0 + 5, exits={6500: signal.SIGTERM})
+    u = UnstoredFindings()
+
+    def track(jobs: list[Job], now: float, exits: dict[int, int]) -> tuple[list[str], list[str]]:
+        out = u.track(
+            d.db, jobs, job_findings(jobs), now, alerts=d.tracker.alerts, host="h",
+            blind=False, signature=lambda j: job_signature(j.user, j.cmdline, j.origin),
+            exits=exits,
+        )  # fmt: skip
+        return [r.kind for r in out.opened], [r.kind for r in out.resolved]
+
+    assert track([back], T0 + 60, {}) == (["respawned"], [])
+    assert track([back], T0 + 70, {}) == ([], [])  # past the settle: still folded
+    assert track([], T0 + 80, {6501: 0}) == ([], [])  # ended by itself: both wait
+    assert sorted(r.kind for r in u.status_records()) == ["respawned", "rogue-job"]
+    opened, resolved = track([], T0 + 80 + 301, {})
+    assert (opened, sorted(resolved)) == ([], ["respawned", "rogue-job"])
