@@ -11,7 +11,9 @@ phase takes values and returns one.
 
 One alert when a finding opens (once its picture is complete: ``alerts.settle_s``), a
 reminder after ``reminder_after_s`` while it stays open ("still open, seen N times"),
-one when it resolves. Never one message per PID of a job, nor one per run of a loop.
+one when it resolves. Never one message per PID of a job, nor one per run of a loop,
+nor one per finding about a job's return: its ``respawned`` is the one page
+(:mod:`.tracking.incident`).
 """
 
 from __future__ import annotations
