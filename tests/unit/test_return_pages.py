@@ -204,3 +204,38 @@ def test_in_memory_a_return_and_its_folded_run_resolve_together(tmp_path: Path) 
     assert sorted(r.kind for r in u.status_records()) == ["respawned", "rogue-job"]
     opened, resolved = track([], T0 + 80 + 301, {})
     assert (opened, sorted(resolved)) == ([], ["respawned", "rogue-job"])
+
+
+def test_a_sink_that_takes_rogue_job_but_not_respawned_still_gets_the_run(
+    tmp_path: Path,
+) -> None:
+    """Never quieter on a sink: with a sink whose ``kinds`` lets ``rogue-job`` through but
+    keeps ``respawned`` out, the return's rogue-job is not folded (that sink would get no
+    page at all): it pages as before, there and on every sink that takes it."""
+    from rogue_watchdog.config.alerts import AlertSettings, SinkSettings
+    from rogue_watchdog.daemon.tracker import Tracker
+    from rogue_watchdog.policy.findings import job_findings
+    from rogue_watchdog.state import StateDB
+
+    db = StateDB(str(tmp_path / "state"))
+    sinks = (
+        SinkSettings(name="jobs", type="log", path=str(tmp_path / "a.log"), kinds=("rogue-job",)),
+        SinkSettings(name="all", type="log", path=str(tmp_path / "b.log")),
+    )
+    tracker = Tracker(db, AlertSettings(sinks=sinks), "h")
+    first, back = _job(6600, 660), _job(6601, 661)
+    tracker.update([first], job_findings([first]), T0)
+    tracker.update([], [], T0 + 5, exits={6600: signal.SIGTERM})
+    for k in range(3):
+        tracker.update([back], job_findings([back]), T0 + 60 + 5 * k)
+    rows = db.conn.execute(
+        "SELECT d.sink, f.kind FROM deliveries d JOIN findings f ON f.id = d.finding_id"
+        " WHERE d.event = 'open' AND d.created_at >= ? ORDER BY d.id",
+        (T0 + 60,),
+    ).fetchall()
+    assert [(s, k) for s, k in rows] == [
+        ("all", "respawned"),
+        ("jobs", "rogue-job"),
+        ("all", "rogue-job"),
+    ]
+    db.close()

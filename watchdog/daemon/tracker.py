@@ -35,6 +35,7 @@ from .tracking.incident import (
     FOLDED_NOTE,
     Anchor,
     anchors,
+    foldable_kinds,
     folded_details,
     folded_into,
     louder,
@@ -153,6 +154,7 @@ class Tracker:
         # This tick's: signature → its open respawned finding, which the findings about
         # its return are folded into (one incident, one page: tracking/incident.py).
         self._anchors: dict[str, Anchor] = {}
+        self._foldable = foldable_kinds(alerts.sinks)
 
     def update(
         self,
@@ -262,6 +264,7 @@ class Tracker:
                 held=held, expected=between, awaiting=awaiting, unread=unseen,
             )  # fmt: skip
             self._anchors = anchors(before)
+            self._foldable = foldable_kinds(self.alerts.sinks)
             steps = self._one_page_per_return(steps, before)
             opened, reminded, resolved = self._apply(steps, now)
             self._between_runs(before, steps, between, now)
@@ -280,9 +283,12 @@ class Tracker:
         """The open respawned finding ``rec`` is folded into (no page of its own)."""
         if isinstance(rec, Sighting):
             f = rec.finding
-            return folded_into(f.kind, rec.fingerprint, f.severity, False, self._anchors)
+            return folded_into(
+                f.kind, rec.fingerprint, f.severity, False, self._anchors, self._foldable
+            )
+        alerted = rec.last_alert_at is not None
         return folded_into(
-            rec.kind, rec.fingerprint, rec.severity, rec.last_alert_at is not None, self._anchors
+            rec.kind, rec.fingerprint, rec.severity, alerted, self._anchors, self._foldable
         )
 
     def _one_page_per_return(self, steps: list[Step], before: list[FindingRecord]) -> list[Step]:

@@ -46,7 +46,14 @@ from ..state import FindingRecord, StateDB, source_undo
 from .alerts.alert import AlertEvent, local_iso
 from .alerts.memory import MemorySpool
 from .tracking.fold import fold, group, same_job
-from .tracking.incident import Anchor, folded_into, louder, return_signature
+from .tracking.incident import (
+    FOLDED_KINDS,
+    Anchor,
+    foldable_kinds,
+    folded_into,
+    louder,
+    return_signature,
+)
 from .tracking.jobs import how_ended, respawned_finding
 from .tracking.naming import with_own_id
 from .tracking.periodic import PERIODIC_KINDS, RETURN_WINDOW_S, gap_text
@@ -82,6 +89,7 @@ class UnstoredFindings:
         self.settle_due: float | None = None
         # This tick's: signature → its open respawned finding (in memory or stored).
         self.anchors: dict[str, Anchor] = {}
+        self.foldable: frozenset[str] = FOLDED_KINDS
         # Signature → the runs (PID, start ticks) of it seen at the last tick in memory
         # that saw it, and when: the run a return in memory is compared with.
         self.last_runs: dict[str, tuple[frozenset[tuple[int, int]], float]] = {}
@@ -161,6 +169,7 @@ class UnstoredFindings:
         respawns = self._loudest(respawns, findings, signatures)
         groups = group([*respawns, *findings], signatures)
         self.anchors = self._anchors()
+        self.foldable = foldable_kinds(alerts.sinks)
         opened: list[FindingRecord] = []
         resolved: list[FindingRecord] = []
         for fp, found in groups.items():
@@ -235,8 +244,9 @@ class UnstoredFindings:
 
     def _folded(self, rec: FindingRecord) -> Anchor | None:
         """The open ``respawned`` finding ``rec`` is folded into (no page of its own)."""
+        alerted = rec.last_alert_at is not None
         return folded_into(
-            rec.kind, rec.fingerprint, rec.severity, rec.last_alert_at is not None, self.anchors
+            rec.kind, rec.fingerprint, rec.severity, alerted, self.anchors, self.foldable
         )
 
     @staticmethod

@@ -17,15 +17,17 @@ highest severity of the findings folded into it at that tick (a ``remediation-fa
 is critical: the one page is never quieter than its loudest part). A finding louder than
 an open ``respawned`` it would fold into, one already paged, or one about another
 signature pages as before; a run back after the ``respawned`` finding resolved is a new
-incident (a new page).
+incident (a new page). So does a kind that a sink's ``kinds`` filter lets through while it
+keeps ``respawned`` out (:func:`foldable_kinds`): that sink would get no page at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...config.alerts import SinkSettings
 from ...state import FindingRecord
 from .periodic import PREFIX
 
@@ -78,6 +80,17 @@ def anchors(open_records: Iterable[FindingRecord]) -> dict[str, Anchor]:
     return out
 
 
+def foldable_kinds(sinks: Iterable[SinkSettings]) -> frozenset[str]:
+    """The kinds of :data:`FOLDED_KINDS` folded under this sink configuration: not one
+    that a sink's ``kinds`` filter lets through while it keeps ``respawned`` out (that
+    sink would get no page for the return: it pages on its own, as before)."""
+    out = set(FOLDED_KINDS)
+    for sink in sinks:
+        if sink.kinds and "respawned" not in sink.kinds:
+            out -= set(sink.kinds)
+    return frozenset(out)
+
+
 def louder(a: str, b: str) -> str:
     """The louder of two severities."""
     return a if RANK.get(a, 3) >= RANK.get(b, 3) else b
@@ -89,6 +102,7 @@ def folded_into(
     severity: str,
     alerted: bool,
     open_anchors: Mapping[str, Anchor],
+    kinds: Collection[str] = FOLDED_KINDS,
 ) -> Anchor | None:
     """The open ``respawned`` finding a finding is folded into, or None when it pages
     on its own.
@@ -100,8 +114,9 @@ def folded_into(
         alerted: Whether it was ever paged on its own (then it stays its own page).
         open_anchors: This tick's open ``respawned`` findings (:func:`anchors`, and
             those opened this tick).
+        kinds: The kinds folded under the sink configuration (:func:`foldable_kinds`).
     """
-    if kind not in FOLDED_KINDS or alerted:
+    if kind not in kinds or alerted:
         return None
     sig = return_signature(kind, fingerprint)
     anchor = open_anchors.get(sig) if sig is not None else None
