@@ -308,7 +308,7 @@ class Tracker:
                 sev = step.sighting.finding.severity
             else:
                 continue
-            sig = return_signature(kind, fp) if kind != "respawned" else None
+            sig = return_signature(kind, fp) if kind in self._foldable else None
             if sig is not None:
                 loudest[sig] = louder(sev, loudest.get(sig, "info"))
         resolving = {s.record.id for s in steps if isinstance(s, Resolve)}

@@ -166,10 +166,10 @@ class UnstoredFindings:
             respawns = [dataclasses.replace(f, severity="info") for f in respawns]
         # A return's respawned first: the findings about it are folded into it (one
         # incident, one page: tracking/incident.py), as the tracker does.
-        respawns = self._loudest(respawns, findings, signatures)
+        self.foldable = foldable_kinds(alerts.sinks)
+        respawns = self._loudest(respawns, findings, signatures, self.foldable)
         groups = group([*respawns, *findings], signatures)
         self.anchors = self._anchors()
-        self.foldable = foldable_kinds(alerts.sinks)
         opened: list[FindingRecord] = []
         resolved: list[FindingRecord] = []
         for fp, found in groups.items():
@@ -251,13 +251,16 @@ class UnstoredFindings:
 
     @staticmethod
     def _loudest(
-        respawns: list[Finding], findings: list[Finding], signatures: Mapping[int, str]
+        respawns: list[Finding],
+        findings: list[Finding],
+        signatures: Mapping[int, str],
+        foldable: frozenset[str],
     ) -> list[Finding]:
         """Each ``respawned`` at the highest severity of this tick's findings about its
         return (those folded into it), as the tracker opens it."""
         loudest: dict[str, str] = {}
         for fp, found in group(findings, dict(signatures)).items():
-            sig = return_signature(found[0].kind, fp) if found[0].kind != "respawned" else None
+            sig = return_signature(found[0].kind, fp) if found[0].kind in foldable else None
             for f in found if sig is not None else ():
                 loudest[sig or ""] = louder(f.severity, loudest.get(sig or "", "info"))
         out = []
