@@ -20,7 +20,9 @@ rogue-watchdog is never wrong in the dangerous direction:
   because a run came or went; and a terminate that did not hold is paged once
   (``remediation-failed`` naming the same newest action opens again only after its job
   was quiet longer than ``RETURN_WINDOW_S`` or a run of it was killed since: I13's
-  "never twice" for pages);
+  "never twice" for pages); and a job's return is one page: no ``rogue-job`` or
+  ``remediation-failed`` about a signature that opens while its ``respawned`` finding is
+  open pages on its own, unless it is louder than that page;
 - I9 a killed job's return is always paged: an unsanctioned signature that may train
   (class training or unknown) back after one of the runs it had last was ended by a
   signal (ours or a person's) opens ``respawned`` at that tick and spools its ``open``
@@ -99,6 +101,7 @@ from rogue_watchdog.actions.terminate import plan_tree
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.daemon.sanctionedfile import sanctioned_path
+from rogue_watchdog.daemon.tracking.incident import FOLDED_KINDS, RANK, return_signature
 from rogue_watchdog.daemon.tracking.periodic import RETURN_WINDOW_S
 from rogue_watchdog.model import (
     AtOrigin,
@@ -938,6 +941,7 @@ class TrustMachine(RuleBasedStateMachine):
             gaps = [b - a for a, b in itertools.pairwise(times)]
             assert all(g >= REMINDER_AFTER_S for g in gaps), f"I8: periodic F{fid} paged {times}"
         self._check_failed_pages(now)
+        self._check_return_pages()
         # I9: a return after a run killed by a signal opens respawned, and pages (a class
         # that is not training never opens respawned: I7).
         tracked = [j for j in jobs if j.verdict != "ignored"]
@@ -981,6 +985,35 @@ class TrustMachine(RuleBasedStateMachine):
         self.checked_at = now
         if "state" not in self.daemon.degraded:
             self.stored_at = now
+
+    def _check_return_pages(self) -> None:
+        """I8 for a return (issue 35, "one incident, one page"): the findings about a
+        job's run that opened while the job's ``respawned`` finding was open are folded
+        into its page: none of them is paged on its own, unless louder than it."""
+        db = self.daemon.db
+        returns: dict[str, list[tuple[int, float, float, str]]] = {}
+        for fid, fp, opened, resolved, severity in db.conn.execute(
+            "SELECT id, fingerprint, opened_at, resolved_at, severity FROM findings"
+            " WHERE kind = 'respawned'"
+        ):
+            sig = return_signature("respawned", fp)
+            if sig is not None:
+                end = float("inf") if resolved is None else resolved
+                returns.setdefault(sig, []).append((fid, opened, end, severity))
+        marks = ",".join("?" * len(FOLDED_KINDS))
+        for fid, kind, fp, opened, severity in db.conn.execute(
+            "SELECT f.id, f.kind, f.fingerprint, f.opened_at, f.severity FROM findings f"
+            f" WHERE f.kind IN ({marks}) AND EXISTS (SELECT 1 FROM deliveries d"
+            " WHERE d.finding_id = f.id AND d.event = 'open')",
+            sorted(FOLDED_KINDS),
+        ):
+            sig = return_signature(kind, fp)
+            for rid, r_opened, r_end, r_severity in returns.get(sig or "", []):
+                louder = RANK.get(severity, 3) > RANK.get(r_severity, 3)
+                assert not (r_opened <= opened < r_end) or louder, (
+                    f"I8: a return paged twice: respawned F{rid} (opened {r_opened}) and "
+                    f"{kind} F{fid} (opened {opened})"
+                )
 
     def _check_failed_pages(self, now: float) -> None:
         """I8/I13 for ``remediation-failed``: a terminate that did not hold is paged once

@@ -56,6 +56,8 @@ def test_a_respawned_finding_follows_the_queue_of_its_ghost_without_a_page(
         f"source: rogue-watchdog disable-source F{resp.id} (backs up the queued jobs' "
         "scripts; the `rogue-watchdog undo` it prints, "
         "with the action id, restores it), or by hand: atrm 7 8"
+        # The return's own rogue-job is folded into its page (issue 35).
+        f"; paged as part of this return: rogue-job F{resp.id + 1}"
     ), resp.message
     sent = _deliveries(db, rec.id)
     later = _job(913, 200, 7, 8, 9)  # it queued 9 meanwhile

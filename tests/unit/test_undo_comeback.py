@@ -81,9 +81,16 @@ def test_the_next_run_after_an_undo_is_one_finding_naming_it(
     second = _ghost(spawned, script)
     d.tick(T0 + 60)  # its next run
     if not undone:  # the remediation watch as before: the fix did not hold
+        # All three recorded; one page, the return's respawned, at the loudest of them
+        # (issue 35, one incident, one page: it is filed first, the others fold into it).
         assert _opened(d, second) == [
-            ("rogue-job", "high"), ("remediation-failed", "critical"), ("respawned", "high"),
+            ("respawned", "critical"), ("rogue-job", "high"), ("remediation-failed", "critical"),
         ]  # fmt: skip
+        paged = d.db.conn.execute(
+            "SELECT f.kind FROM deliveries d JOIN findings f ON f.id = d.finding_id"
+            " WHERE f.root_pid=? AND d.event = 'open'", (second,),
+        ).fetchall()  # fmt: skip
+        assert [k for (k,) in paged] == ["respawned"]
         return
     assert _opened(d, second) == [("rogue-job", "high")]
     [f] = [f for f in d.db.open_findings() if f.root_pid == second]

@@ -11,7 +11,9 @@ phase takes values and returns one.
 
 One alert when a finding opens (once its picture is complete: ``alerts.settle_s``), a
 reminder after ``reminder_after_s`` while it stays open ("still open, seen N times"),
-one when it resolves. Never one message per PID of a job, nor one per run of a loop.
+one when it resolves. Never one message per PID of a job, nor one per run of a loop,
+nor one per finding about a job's return: its ``respawned`` is the one page
+(:mod:`.tracking.incident`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,16 @@ from .alerts.alert import AlertEvent, local_iso
 from .tracking.blind import alerted_gpus, last_seen_gpus
 from .tracking.current import RUN_ENDED, current_message
 from .tracking.fold import fingerprint, fold, group
+from .tracking.incident import (
+    FOLDED_NOTE,
+    Anchor,
+    anchors,
+    foldable_kinds,
+    folded_details,
+    folded_into,
+    louder,
+    return_signature,
+)
 from .tracking.jobs import record_jobs
 from .tracking.lifecycle import Open, Resolve, Seen, Sighting, Step, decide
 from .tracking.naming import with_own_id, with_undo_notes
@@ -139,6 +151,10 @@ class Tracker:
         # This tick's: finding id → when its job was seen gone, of each finding about a
         # run that ended by itself whose window for the job to come back ran out.
         self._ended_alone: dict[int, float] = {}
+        # This tick's: signature → its open respawned finding, which the findings about
+        # its return are folded into (one incident, one page: tracking/incident.py).
+        self._anchors: dict[str, Anchor] = {}
+        self._foldable = foldable_kinds(alerts.sinks)
 
     def update(
         self,
@@ -241,13 +257,19 @@ class Tracker:
             self._ended_alone = {by_fp[fp]: g for fp, g in waiting.items() if fp not in awaiting}
             held = seen.held | (held_by_root(before, tracked, alive) if blind else set())
             unseen = {r.fingerprint for r in before if unread is not None and unread(r.fingerprint)}
+            # A return's respawned first: the findings about the run that came back are
+            # folded into it (tracking/incident.py), so it is filed before them.
             steps = decide(
-                group([*noted, *respawns], seen.signatures), before, present=present,
+                group([*respawns, *noted], seen.signatures), before, present=present,
                 held=held, expected=between, awaiting=awaiting, unread=unseen,
             )  # fmt: skip
+            self._anchors = anchors(before)
+            self._foldable = foldable_kinds(self.alerts.sinks)
+            steps = self._one_page_per_return(steps, before)
             opened, reminded, resolved = self._apply(steps, now)
             self._between_runs(before, steps, between, now)
             self._as_of_now(before, steps, tracked, seen.signatures)
+            self._name_folded()
         return TrackResult(
             opened=opened,
             reminded=reminded,
@@ -256,6 +278,83 @@ class Tracker:
             respawned=respawns,
             held=held,
         )
+
+    def _folded(self, rec: FindingRecord | Sighting) -> Anchor | None:
+        """The open respawned finding ``rec`` is folded into (no page of its own)."""
+        if isinstance(rec, Sighting):
+            f = rec.finding
+            return folded_into(
+                f.kind, rec.fingerprint, f.severity, False, self._anchors, self._foldable
+            )
+        alerted = rec.last_alert_at is not None
+        return folded_into(
+            rec.kind, rec.fingerprint, rec.severity, alerted, self._anchors, self._foldable
+        )
+
+    def _one_page_per_return(self, steps: list[Step], before: list[FindingRecord]) -> list[Step]:
+        """This tick's steps with each ``respawned`` that opens at the highest severity of
+        the findings about its return (they are folded into it: it is their one page),
+        and without the resolve of an open ``respawned`` that a folded finding staying
+        open holds (they resolve together)."""
+        loudest: dict[str, str] = {}
+        kind: str
+        sev: str
+        for step in steps:
+            if isinstance(step, Open):
+                kind, fp = step.sighting.finding.kind, step.sighting.fingerprint
+                sev = step.sighting.finding.severity
+            elif isinstance(step, Seen) and step.record.last_alert_at is None:
+                kind, fp = step.record.kind, step.sighting.fingerprint
+                sev = step.sighting.finding.severity
+            else:
+                continue
+            sig = return_signature(kind, fp) if kind in self._foldable else None
+            if sig is not None:
+                loudest[sig] = louder(sev, loudest.get(sig, "info"))
+        resolving = {s.record.id for s in steps if isinstance(s, Resolve)}
+        # A respawned resolved because another return of its job opens one (a new
+        # incident) is not held: that one takes what was folded into it.
+        opening = {s.sighting.fingerprint for s in steps if isinstance(s, Open)}
+        holding: set[int] = set()
+        for rec in before:
+            anchor = self._folded(rec)
+            if anchor is not None and rec.id not in resolving:
+                holding.add(anchor.finding_id)
+        holding -= {r.id for r in before if r.fingerprint in opening}
+        out: list[Step] = []
+        for step in steps:
+            if isinstance(step, Resolve) and step.record.id in holding:
+                continue  # a finding folded into it stays open: it does too
+            if isinstance(step, Open | Seen) and step.sighting.finding.kind == "respawned":
+                f = step.sighting.finding
+                sig = return_signature(f.kind, step.sighting.fingerprint)
+                loud = louder(f.severity, loudest.get(sig or "", f.severity))
+                if isinstance(step, Seen):  # the same return: never quieter than it was
+                    loud = louder(loud, step.record.severity)
+                if loud != f.severity:
+                    f = dataclasses.replace(f, severity=cast("Severity", loud))
+                    sighting = dataclasses.replace(step.sighting, finding=f)
+                    step = Open(sighting) if isinstance(step, Open) else Seen(step.record, sighting)
+            out.append(step)
+        return out
+
+    def _name_folded(self) -> None:
+        """Name in each open ``respawned`` finding the findings folded into it
+        (``details.folded``, its message): never an alert by itself."""
+        if not self._anchors:
+            return  # no respawned finding open: nothing to name
+        open_now = self.db.open_findings()
+        folded: dict[int, list[FindingRecord]] = {}
+        for rec in open_now:
+            anchor = self._folded(rec)
+            if anchor is not None:
+                folded.setdefault(anchor.finding_id, []).append(rec)
+        for rec in open_now:
+            if rec.kind != "respawned":
+                continue
+            details, message = folded_details(rec.details, rec.message, folded.get(rec.id, []))
+            if details != rec.details or message != rec.message:
+                self.db.set_finding_details(rec.id, details, message)
 
     def _last_seen(self, sigs: Iterable[str]) -> dict[str, float]:
         """When a run of each signature was last seen (before this tick's record)."""
@@ -294,7 +393,8 @@ class Tracker:
                 rec, own or by_sig.get(sig), running, self.db.actions_for(sig) if sig else [],
                 self.exits, job_rec.gone_at if job_rec is not None else None,
             )  # fmt: skip
-            if message is not None and message != rec.message:
+            # (A respawned finding's note on what is folded into it is _name_folded's.)
+            if message is not None and message != rec.message.split(FOLDED_NOTE, 1)[0]:
                 self.db.set_finding_message(rec.id, message)
 
     # -- the findings table and the spool ------------------------------------------------
@@ -364,7 +464,13 @@ class Tracker:
         assert new is not None
         labels = alert_labels(self.host, fid, f)
         self.clocks[fid] = (self._mono_now, None)
-        if alert_due(None, f, s.instances, s.pids, labels, now, self.policy) is not None:
+        if f.kind == "respawned":
+            sig = return_signature(f.kind, s.fingerprint)
+            if sig is not None:
+                self._anchors[sig] = Anchor(fid, f.severity)
+        if self._folded(s) is not None:
+            pass  # its return's respawned is its page
+        elif alert_due(None, f, s.instances, s.pids, labels, now, self.policy) is not None:
             self._spool("open", new, now)
             db.mark_alerted(fid, now, s.pids, labels)
             self._alerted(fid, now)
@@ -398,6 +504,8 @@ class Tracker:
         db.touch_finding(rec.id, with_own_id(f, rec.id), f.root_pid, f.details, now, s.instances)
         labels = alert_labels(self.host, rec.id, f)
         was = self._on_mono(rec, now)
+        if self._folded(dataclasses.replace(rec, severity=f.severity)) is not None:
+            return None  # its return's respawned is its page
         due = alert_due(
             was, f, s.instances, s.pids, labels, now, self.policy, record_labels(self.host, rec)
         )
@@ -421,7 +529,7 @@ class Tracker:
         for rec in before:
             if rec.id in stepped or rec.last_alert_at is not None:
                 continue
-            if periodic_signature(rec) not in between:
+            if periodic_signature(rec) not in between or self._folded(rec) is not None:
                 continue
             f = Finding(
                 cast("FindingKind", rec.kind), cast("Severity", rec.severity), rec.message,
@@ -465,7 +573,7 @@ class Tracker:
             )
             db.set_finding_message(rec.id, rec.message)
         alerted = rec.last_alert_at is not None
-        if not alerted and self._owes_open(rec, now):
+        if not alerted and self._folded(rec) is None and self._owes_open(rec, now):
             self._spool("open", rec, now)
             pids = [rec.root_pid] if rec.root_pid is not None else []
             db.mark_alerted(rec.id, now, pids, record_labels(self.host, rec))

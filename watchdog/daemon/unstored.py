@@ -37,14 +37,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
+from typing import cast
 
 from ..config.alerts import AlertSettings
-from ..model import Finding, Job
+from ..model import Finding, Job, Severity
 from ..plugins import TrackResult
 from ..state import FindingRecord, StateDB, source_undo
 from .alerts.alert import AlertEvent, local_iso
 from .alerts.memory import MemorySpool
 from .tracking.fold import fold, group, same_job
+from .tracking.incident import (
+    FOLDED_KINDS,
+    Anchor,
+    foldable_kinds,
+    folded_into,
+    louder,
+    return_signature,
+)
 from .tracking.jobs import how_ended, respawned_finding
 from .tracking.naming import with_own_id
 from .tracking.periodic import PERIODIC_KINDS, RETURN_WINDOW_S, gap_text
@@ -78,6 +87,9 @@ class UnstoredFindings:
         self.stored_open: dict[str, int] = {}
         self.gone: dict[str, tuple[float, bool]] = {}
         self.settle_due: float | None = None
+        # This tick's: signature → its open respawned finding (in memory or stored).
+        self.anchors: dict[str, Anchor] = {}
+        self.foldable: frozenset[str] = FOLDED_KINDS
         # Signature → the runs (PID, start ticks) of it seen at the last tick in memory
         # that saw it, and when: the run a return in memory is compared with.
         self.last_runs: dict[str, tuple[frozenset[tuple[int, int]], float]] = {}
@@ -144,6 +156,7 @@ class UnstoredFindings:
             The findings alerted (``opened``) and resolved in memory this tick.
         """
         self.read(db)
+        findings = list(findings)
         exits = exits or {}
         policy = alerts if gpu_lists else dataclasses.replace(alerts, settle_s=0.0)
         self.settle_due = None
@@ -151,7 +164,12 @@ class UnstoredFindings:
         respawns = self._returns(db, jobs, signature, exits, now)
         if learning:
             respawns = [dataclasses.replace(f, severity="info") for f in respawns]
-        groups = group([*findings, *respawns], signatures)
+        # A return's respawned first: the findings about it are folded into it (one
+        # incident, one page: tracking/incident.py), as the tracker does.
+        self.foldable = foldable_kinds(alerts.sinks)
+        respawns = self._loudest(respawns, findings, signatures, self.foldable)
+        groups = group([*respawns, *findings], signatures)
+        self.anchors = self._anchors()
         opened: list[FindingRecord] = []
         resolved: list[FindingRecord] = []
         for fp, found in groups.items():
@@ -167,7 +185,9 @@ class UnstoredFindings:
                 self._resolve(was, now, alerts, host, False, now, opened, resolved)
                 was = None
             rec = self._sighting(fp, found, now)
-            if rec.last_alert_at is None:
+            if rec.kind == "respawned" and (sig := return_signature(rec.kind, fp)) is not None:
+                self.anchors[sig] = Anchor(rec.id, rec.severity)
+            if rec.last_alert_at is None and self._folded(rec) is None:
                 f = fold(found, was)[0]
                 pids = sorted({x.root_pid for x in found if x.root_pid is not None})
                 labels = alert_labels(host, rec.id, f)
@@ -180,6 +200,7 @@ class UnstoredFindings:
                     opened.append(rec)
             self.open[fp] = rec
         present = set(signatures.values())
+        leaving: list[tuple[str, float, bool]] = []
         for fp in [
             fp
             for fp in self.open
@@ -191,10 +212,64 @@ class UnstoredFindings:
             gone_at, ended = self.gone.setdefault(fp, (now, self._ended_by_itself(rec, exits)))
             if ended and now - gone_at <= RETURN_WINDOW_S:
                 continue  # its job may come back (a loop): the same finding then
+            leaving.append((fp, gone_at, ended))
+        going = {fp for fp, _g, _e in leaving}
+        holding = {
+            anchor.finding_id
+            for fp, rec in self.open.items()
+            if fp not in going and (anchor := self._folded(rec)) is not None
+        }
+        for fp, gone_at, ended in leaving:
+            rec = self.open[fp]
+            if rec.id in holding:
+                continue  # a finding folded into it stays open: it does too
             self.gone.pop(fp)
             self.open.pop(fp)
             self._resolve(rec, now, alerts, host, ended, gone_at, opened, resolved)
         return TrackResult(opened=opened, resolved=resolved, signatures=signatures)
+
+    def _anchors(self) -> dict[str, Anchor]:
+        """Signature → its open ``respawned`` finding, in memory or stored (a stored
+        one's severity is not known here: taken as ``high``, its default)."""
+        out: dict[str, Anchor] = {}
+        for fp, fid in self.stored_open.items():
+            sig = return_signature("respawned", fp) if fp.startswith("respawned:") else None
+            if sig is not None:
+                out[sig] = Anchor(fid, "high")
+        for fp, rec in self.open.items():
+            sig = return_signature(rec.kind, fp) if rec.kind == "respawned" else None
+            if sig is not None:
+                out[sig] = Anchor(rec.id, rec.severity)
+        return out
+
+    def _folded(self, rec: FindingRecord) -> Anchor | None:
+        """The open ``respawned`` finding ``rec`` is folded into (no page of its own)."""
+        alerted = rec.last_alert_at is not None
+        return folded_into(
+            rec.kind, rec.fingerprint, rec.severity, alerted, self.anchors, self.foldable
+        )
+
+    @staticmethod
+    def _loudest(
+        respawns: list[Finding],
+        findings: list[Finding],
+        signatures: Mapping[int, str],
+        foldable: frozenset[str],
+    ) -> list[Finding]:
+        """Each ``respawned`` at the highest severity of this tick's findings about its
+        return (those folded into it), as the tracker opens it."""
+        loudest: dict[str, str] = {}
+        for fp, found in group(findings, dict(signatures)).items():
+            sig = return_signature(found[0].kind, fp) if found[0].kind in foldable else None
+            for f in found if sig is not None else ():
+                loudest[sig or ""] = louder(f.severity, loudest.get(sig or "", "info"))
+        out = []
+        for r in respawns:
+            sig = r.details.get("signature")
+            was = loudest.get(sig, r.severity) if isinstance(sig, str) else r.severity
+            loud = louder(r.severity, was)
+            out.append(dataclasses.replace(r, severity=cast("Severity", loud)))
+        return out
 
     def _returns(
         self,
@@ -258,7 +333,11 @@ class UnstoredFindings:
                 message=f"{rec.message}; ended by itself at {local_iso(gone_at)}, not "
                 f"back within {gap_text(RETURN_WINDOW_S)}",
             )
-        if rec.last_alert_at is None and self._owes_open(rec, now, alerts, ended):
+        if (
+            rec.last_alert_at is None
+            and self._folded(rec) is None
+            and self._owes_open(rec, now, alerts, ended)
+        ):
             pids = [rec.root_pid] if rec.root_pid is not None else []
             rec = self._alerted(rec, now, pids, record_labels(host, rec))
             self._queue("open", rec, now, alerts, host)

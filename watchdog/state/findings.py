@@ -114,6 +114,14 @@ class FindingTable(Table):
         """Replace a finding's message (e.g. to name the finding's own id in a command)."""
         self.conn.execute("UPDATE findings SET message=? WHERE id=?", (clean(message), finding_id))
 
+    def set_finding_details(self, finding_id: int, details: dict[str, Any], message: str) -> None:
+        """Replace a finding's details and message (a ``respawned`` finding naming the
+        findings folded into it); no sighting is counted."""
+        self.conn.execute(
+            "UPDATE findings SET details_json=?, message=? WHERE id=?",
+            (json.dumps(details), clean(message), finding_id),
+        )
+
     def resolve_finding(self, finding_id: int, now: float) -> None:
         """Mark a finding resolved."""
         self.conn.execute("UPDATE findings SET resolved_at=? WHERE id=?", (now, finding_id))

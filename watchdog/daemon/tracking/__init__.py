@@ -7,6 +7,8 @@ composes them once per tick.
   undo that re-enabled its source, the finding's own id in its commands);
 - :mod:`.fold`: one finding per fingerprint, naming every instance of the job;
 - :mod:`.lifecycle`: which findings open, are seen again, or resolve;
+- :mod:`.incident`: a job's return is one page, its ``respawned``: the findings about
+  the run that came back are folded into it;
 - :mod:`.reminders`: which alert (if any) a finding is due: the debounced open, a
   reminder, a change of its instances or of what the alert is identified by;
 - :mod:`.spool`: the alert document and the sinks that accept it.

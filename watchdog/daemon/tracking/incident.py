@@ -1,0 +1,142 @@
+"""One incident, one page: a job's return is paged once, as its ``respawned`` finding.
+
+A killed job that comes back opens ``respawned`` (paged at once) and, for the run that
+came back, its own ``rogue-job`` (paged after the settle); after a terminate, the
+enforcer's ``remediation-failed`` too. Each was a page of its own: two high pages for a
+cron ghost back after a kill, three (``respawned``, ``remediation-failed``, the loop's
+``rogue-job``) for a loop's run back after a terminate (issue 35, "one incident, one
+page").
+
+The rule: while a ``respawned`` finding is open for a job signature, a finding of a
+kind in :data:`FOLDED_KINDS` about that signature that was never paged on its own is
+*folded* into it: recorded, shown and tracked as before, but it sends no alert of its
+own (no open, no reminder, no resolve); the ``respawned`` finding names it (its
+``details.folded`` and message) and stays open while any finding folded into it does, so
+they resolve together. The ``respawned`` finding that opens with the return takes the
+highest severity of the findings folded into it at that tick (a ``remediation-failed``
+is critical: the one page is never quieter than its loudest part). A finding louder than
+an open ``respawned`` it would fold into, one already paged, or one about another
+signature pages as before; a run back after the ``respawned`` finding resolved is a new
+incident (a new page). So does a kind that a sink's ``kinds`` filter lets through while it
+keeps ``respawned`` out (:func:`foldable_kinds`): that sink would get no page at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...config.alerts import SinkSettings
+from ...state import FindingRecord
+from .periodic import PREFIX
+
+# The findings about a job's return that its ``respawned`` page stands for: the run's own
+# ``rogue-job`` (a loop's too) and the ``remediation-failed`` of the terminate that did
+# not hold (only the one about the job, ``details.signature``; the recheck's
+# ``terminate-<id>`` names an action, not a job).
+FOLDED_KINDS = frozenset({"rogue-job", "remediation-failed"})
+RANK = {"info": 0, "warning": 1, "high": 2, "critical": 3}
+# Starts the part of a ``respawned`` message that names the findings folded into it.
+FOLDED_NOTE = "; paged as part of this return: "
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """The open ``respawned`` finding of one job signature this tick.
+
+    Attributes:
+        finding_id: Its id.
+        severity: Its severity (a folded finding is never louder).
+    """
+
+    finding_id: int
+    severity: str
+
+
+def return_signature(kind: str, fingerprint: str) -> str | None:
+    """The job signature a finding of a kind a return folds (or ``respawned``) is
+    about, read from its fingerprint (``<kind>:<signature>`` or
+    ``<kind>:periodic:<signature>``, as stored); None for any other finding."""
+    if kind not in FOLDED_KINDS and kind != "respawned":
+        return None
+    rest = fingerprint.partition(":")[2]
+    if rest.startswith(PREFIX):
+        rest = rest[len(PREFIX) :]
+    if not rest or rest.startswith("terminate-"):
+        return None
+    return rest
+
+
+def anchors(open_records: Iterable[FindingRecord]) -> dict[str, Anchor]:
+    """Signature → its open ``respawned`` finding, of the findings open before this tick."""
+    out: dict[str, Anchor] = {}
+    for rec in open_records:
+        if rec.kind != "respawned":
+            continue
+        sig = return_signature(rec.kind, rec.fingerprint)
+        if sig is not None:
+            out[sig] = Anchor(rec.id, rec.severity)
+    return out
+
+
+def foldable_kinds(sinks: Iterable[SinkSettings]) -> frozenset[str]:
+    """The kinds of :data:`FOLDED_KINDS` folded under this sink configuration: not one
+    that a sink's ``kinds`` filter lets through while it keeps ``respawned`` out (that
+    sink would get no page for the return: it pages on its own, as before)."""
+    out = set(FOLDED_KINDS)
+    for sink in sinks:
+        if sink.kinds and "respawned" not in sink.kinds:
+            out -= set(sink.kinds)
+    return frozenset(out)
+
+
+def louder(a: str, b: str) -> str:
+    """The louder of two severities."""
+    return a if RANK.get(a, 3) >= RANK.get(b, 3) else b
+
+
+def folded_into(
+    kind: str,
+    fingerprint: str,
+    severity: str,
+    alerted: bool,
+    open_anchors: Mapping[str, Anchor],
+    kinds: Collection[str] = FOLDED_KINDS,
+) -> Anchor | None:
+    """The open ``respawned`` finding a finding is folded into, or None when it pages
+    on its own.
+
+    Args:
+        kind: The finding's kind.
+        fingerprint: Its fingerprint (as stored).
+        severity: Its severity.
+        alerted: Whether it was ever paged on its own (then it stays its own page).
+        open_anchors: This tick's open ``respawned`` findings (:func:`anchors`, and
+            those opened this tick).
+        kinds: The kinds folded under the sink configuration (:func:`foldable_kinds`).
+    """
+    if kind not in kinds or alerted:
+        return None
+    sig = return_signature(kind, fingerprint)
+    anchor = open_anchors.get(sig) if sig is not None else None
+    if anchor is None or RANK.get(severity, 3) > RANK.get(anchor.severity, 3):
+        return None
+    return anchor
+
+
+def folded_details(
+    details: Mapping[str, Any], message: str, folded: list[FindingRecord]
+) -> tuple[dict[str, Any], str]:
+    """A ``respawned`` finding's details and message naming the findings folded into
+    it (``details.folded``: id, kind, severity of each; the message ends "paged as part
+    of this return: rogue-job F12, remediation-failed F13 (critical)")."""
+    head = message.split(FOLDED_NOTE, 1)[0]
+    out = {k: v for k, v in details.items() if k != "folded"}
+    if not folded:
+        return out, head
+    out["folded"] = [{"id": r.id, "kind": r.kind, "severity": r.severity} for r in folded]
+    named = ", ".join(
+        f"{r.kind} F{r.id}" + ("" if r.severity == "high" else f" ({r.severity})") for r in folded
+    )
+    return out, f"{head}{FOLDED_NOTE}{named}"
