@@ -199,7 +199,28 @@ class UnstoredFindings:
                     self._queue("open", rec, now, alerts, host)
                     opened.append(rec)
             self.open[fp] = rec
-        present = set(signatures.values())
+        self._resolve_gone(
+            groups, set(signatures.values()), now, blind, unread, exits, alerts, host,
+            opened, resolved,
+        )  # fmt: skip
+        return TrackResult(opened=opened, resolved=resolved, signatures=signatures)
+
+    def _resolve_gone(
+        self,
+        groups: Mapping[str, list[Finding]],
+        present: set[str],
+        now: float,
+        blind: bool,
+        unread: Callable[[str], bool] | None,
+        exits: Mapping[int, int],
+        alerts: AlertSettings,
+        host: str,
+        opened: list[FindingRecord],
+        resolved: list[FindingRecord],
+    ) -> None:
+        """Resolve the open findings no finding of this tick is about (not while blind,
+        nor one whose source could not be read, one a loop may bring back, or one a
+        finding folded into it holds open), appending to ``opened``/``resolved``."""
         leaving: list[tuple[str, float, bool]] = []
         for fp in [
             fp
@@ -226,7 +247,6 @@ class UnstoredFindings:
             self.gone.pop(fp)
             self.open.pop(fp)
             self._resolve(rec, now, alerts, host, ended, gone_at, opened, resolved)
-        return TrackResult(opened=opened, resolved=resolved, signatures=signatures)
 
     def _anchors(self) -> dict[str, Anchor]:
         """Signature → its open ``respawned`` finding, in memory or stored (a stored
