@@ -17,14 +17,28 @@ if [ "$#" -gt 0 ]; then
   exec "${PYTEST[@]}" "$@"
 fi
 # The unit and weights tests first, in two pytest-xdist workers. Then the system tests:
-# those whose daemon acts on whatever it sees on the host (marked host_actor) would act
-# on the others' jobs, so the others run first, side by side in three workers (they
-# mostly wait: cron's minute, a timer, a grace period), grouped where they share
-# something host-wide (tests/conftest.py); then the actors, one after another. The
-# slowest tests are listed after each part: where the time goes. Every part runs whatever
-# the one before gives: a failure shows with the whole picture.
+# three lanes at once, each lane's files one after another, then the files whose daemon
+# acts on whatever it sees on the host, one after another (tests/system/lanes.py says
+# which and why). The slowest tests are listed after each part: where the time goes.
+# Every part runs whatever the one before gives: a failure shows with the whole picture.
 status=0
 "${PYTEST[@]}" -n 2 --durations=15 --ignore=tests/system tests || status=$?
-"${PYTEST[@]}" -n 3 --dist loadgroup --durations=20 -m "not host_actor" tests/system || status=$?
-"${PYTEST[@]}" --durations=15 -m host_actor tests/system || status=$?
+logs=$(mktemp -d)
+pids=()
+for lane in cron box build; do
+  mapfile -t files < <(.venv/bin/python -m tests.system.lanes "$lane")
+  "${PYTEST[@]}" --durations=10 "${files[@]}" >"$logs/$lane.log" 2>&1 &
+  pids+=("$!")
+done
+for i in 0 1 2; do
+  wait "${pids[$i]}" || status=1
+done
+for lane in cron box build; do
+  echo "== system tests, lane $lane"
+  cat "$logs/$lane.log"
+done
+rm -rf "$logs"
+mapfile -t files < <(.venv/bin/python -m tests.system.lanes actors)
+echo "== system tests, actors"
+"${PYTEST[@]}" --durations=15 "${files[@]}" || status=$?
 exit "$status"

@@ -59,52 +59,6 @@ def _signals_reach_only_own_processes() -> Iterator[None]:
         )
 
 
-# Under pytest-xdist (scripts/test.sh): a test file is one group, so its module fixtures
-# (the busy box's 3-minute window, a booted systemd) are built once; files that share
-# something host-wide share a group and never run at once. Found by running them side by
-# side (2026-12-06):
-# - a daemon that acts on what it sees on the whole host (terminate mode,
-#   auto_disable_source, gpu_open enforce) acts on every other file's rogue-shaped jobs:
-#   one ran `atrm` on the at test's queued copy. Those files are marked ``host_actor``;
-#   scripts/test.sh runs them after the others, one after another, as before;
-# - cron and atd: the files share the host's /etc/cron.d and at queue (one cron and one
-#   atd serve every worker: tests/system/hostdaemon.py);
-# - Slurm: both private Slurms use the same `slurm_<host>` cgroups, and one sweep saw the
-#   other file's jobs;
-# - the container engines: podman's /var/lib/containers blob cache, made and removed by
-#   whichever test found it absent;
-# - the package builds and dpkg/apt: setuptools builds in the checkout's build/ and
-#   *.egg-info (install.sh's wheel broke beside build-deb.sh's), and one dpkg lock.
-HOST_ACTORS = (
-    "test_action_faults.py", "test_enforce_cron.py", "test_enforce_daemon.py",
-    "test_gpu_open.py", "test_gpu_open_v2.py", "test_open_gate.py", "test_queue_slurm.py",
-    "test_restart_containers.py", "test_restart_sources.py", "test_rogue_service_stop.py",
-    "test_supervisord_sources.py", "test_trust_cron.py", "test_week_system.py",
-    "test_zombie_holder.py",
-)  # fmt: skip
-_SHARED_GROUPS = {
-    "cron-atd": (
-        "test_cron_at.py", "test_cron_system.py", "test_learn_cron.py", "test_proc_events.py",
-        "test_respawn_cron.py", "test_try_cron.py",
-    ),
-    "slurm": ("test_slurm_failclosed.py", "test_slurm_node.py", "test_slurm_origin.py"),
-    "containers": ("test_containers_real.py", "test_kubernetes_cgroup.py"),
-    "build-dpkg": ("test_deb_package.py", "test_prerequisites.py", "test_service_install.py"),
-}  # fmt: skip
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its xdist group (:data:`_SHARED_GROUPS`), and those of
-    :data:`HOST_ACTORS` as ``host_actor``."""
-    del config
-    for item in items:
-        name = item.path.name
-        group = next((g for g, files in _SHARED_GROUPS.items() if name in files), None)
-        item.add_marker(pytest.mark.xdist_group(group or str(item.path)))
-        if name in HOST_ACTORS:
-            item.add_marker(pytest.mark.host_actor)
-
-
 def need(condition: bool, reason: str) -> None:
     """Skip (or, under ROGUE_WATCHDOG_REQUIRE_SYSTEM=1, fail) unless ``condition`` holds."""
     if condition:
