@@ -33,6 +33,13 @@ def trainer(spawned: Spawned, tmp_path: Path) -> tuple[Path, int]:
     return script, pid
 
 
+def ours(spawned: Spawned, findings: list, kind: str) -> list:  # type: ignore[type-arg]
+    """The ``kind`` findings about this test's processes: the daemon sees the whole host,
+    another test's ghost killed and back beside this one included (two xdist workers)."""
+    pids = {p.pid for p in spawned.procs}
+    return [f for f in findings if f.kind == kind and f.root_pid in pids]
+
+
 def mine(d: Daemon, script: Path) -> list:  # type: ignore[type-arg]
     assert d.last is not None and d.last.result is not None
     return [j for j in d.last.result.jobs if str(script) in j.cmdline]
@@ -88,7 +95,7 @@ def test_respawn_after_kill_and_across_a_restart(spawned: Spawned, tmp_path: Pat
     d.tick(t0 + 60)  # gone
     _, pid2 = trainer(spawned, tmp_path)
     d.tick(t0 + 720)  # back 12 minutes later
-    resp = [f for f in d.db.open_findings() if f.kind == "respawned"]
+    resp = ours(spawned, d.db.open_findings(), "respawned")
     assert len(resp) == 1
     assert resp[0].root_pid == pid2
     assert "(+11m)" in resp[0].message and f"as PID {pid2}" in resp[0].message
@@ -101,7 +108,7 @@ def test_respawn_after_kill_and_across_a_restart(spawned: Spawned, tmp_path: Pat
     d2 = make(tmp_path)
     _, pid3 = trainer(spawned, tmp_path)
     d2.tick(t0 + 1500)
-    resp = [f for f in d2.db.open_findings() if f.kind == "respawned"]
+    resp = ours(spawned, d2.db.open_findings(), "respawned")
     assert [f.root_pid for f in resp] == [pid3]
 
 
@@ -133,7 +140,7 @@ def test_overlapping_instance_is_not_a_respawn(spawned: Spawned, tmp_path: Path)
     spawned.procs[0].wait()
     d.tick(t0 + 2)
     assert [j.root_pid for j in mine(d, script)] == [b]
-    assert not [f for f in d.db.open_findings() if f.kind == "respawned"]
+    assert not ours(spawned, d.db.open_findings(), "respawned")
 
 
 def test_respawned_stays_open_while_the_ghost_runs(spawned: Spawned, tmp_path: Path) -> None:
@@ -148,13 +155,13 @@ def test_respawned_stays_open_while_the_ghost_runs(spawned: Spawned, tmp_path: P
     d.tick(t0 + 10)
     d.tick(t0 + 15)
     d.tick(t0 + 20)
-    resp = [f for f in d.db.open_findings() if f.kind == "respawned"]
+    resp = ours(spawned, d.db.open_findings(), "respawned")
     assert [f.root_pid for f in resp] == [back]
     assert [e for e in events(d, back) if e[1] == "respawned"] == [("open", "respawned")]
     spawned.procs[-1].kill()
     spawned.procs[-1].wait()
     d.tick(t0 + 25)
-    assert not [f for f in d.db.open_findings() if f.kind == "respawned"]
+    assert not ours(spawned, d.db.open_findings(), "respawned")
     assert [e for e in events(d, back) if e[1] == "respawned"] == [
         ("open", "respawned"),
         ("resolve", "respawned"),

@@ -332,3 +332,19 @@ def test_a_container_seen_with_its_engine_down_keeps_its_origin_across_a_restart
     # BEFORE (ed3f72c): "I8/I13: remediation-failed of action 5 paged twice: F6 at
     # 1800086452.0, F7 at 1800086457.0, no kill between, not quiet".
     assert violation(steps) == ""
+
+
+def test_a_gpu_denial_of_a_job_sanctioned_during_a_storage_outage_is_lifted() -> None:
+    # Seed 64201, 100,000 steps (2026-12-06), 7 steps. The pipeline's line is edited
+    # (to run under flock) before the daemon first sees the run it started: judged rogue,
+    # denied its GPU; the line is restored; the state database refuses writes; with the
+    # next look the run is sanctioned again. The daemon acted on nothing without a
+    # record, and so left a sanctioned job denied its GPU until storage came back.
+    steps = (
+        "m.pipeline_fires();m.edit_pipeline_line(edit='flock');m.probe_loop(gpu=False);"
+        "m.edit_pipeline_line(edit='restore');m.storage(ok=False);"
+        "m.reload(auto=True, cap=1, gpu='enforce', mode='observe');m.probe_loop(gpu=False)"
+    )
+    # BEFORE (29ff807): "I14: PID 4000003 ('job', 'pipeline#1') judged sanctioned or
+    # ignored, still denied".
+    assert violation(steps) == ""

@@ -411,6 +411,17 @@ class Enforcer:
             self._acted.add(ident)
         return failed
 
+    def relieve(self, result: ScanResult) -> None:
+        """Only what gives back, for a tick whose findings could not be stored (the
+        daemon acts on nothing then): lift the GPU denials whose job the guard now
+        refuses (a rule sanctions it) or that ended. Never withheld for want of a
+        record: a sanctioned job kept from its GPU is the dangerous direction (trust
+        simulator, seed 64201: a pipeline denied while its line read otherwise stayed
+        denied once sanctioned, through a storage outage)."""
+        if result.protection is None or not self.gpu.in_use:
+            return
+        self.gpu.sweep(self._remedy(result).guard())
+
     def _remedy(self, result: ScanResult) -> Remedy:
         assert result.protection is not None
         return Remedy(

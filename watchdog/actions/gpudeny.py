@@ -500,6 +500,9 @@ class GpuOpenGate:
         self.handled: set[tuple[int, int]] = self._handled_before()
         self._said: str | None = None
         self._swept_off = False
+        # The denials in force at the last read: a lift while the state database cannot
+        # be read still knows what to give back.
+        self._active: list[ActionRecord] = []
 
     @property
     def controller(self) -> Controller:
@@ -588,12 +591,17 @@ class GpuOpenGate:
         }  # fmt: skip
 
     def active(self) -> list[ActionRecord]:
-        """Denials in force: made, not dry runs, not undone or lifted."""
-        return [
+        """Denials in force: made, not dry runs, not undone or lifted.
+
+        Raises:
+            sqlite3.Error: The state database cannot be read (see :meth:`sweep`).
+        """
+        self._active = [
             r for r in self.db.actions(limit=1000)
             if r.kind == "gpu-deny" and not r.dry_run and r.undone_at is None
             and r.outcome in ("ok", "partial") and denial_cgroups(r)
         ]  # fmt: skip
+        return self._active
 
     def tick(self, result: ScanResult, guard: Guard, open_ids: dict[str, int]) -> None:
         """Deny (or audit) each rogue training job not handled yet whose ``gpu_open``
@@ -702,8 +710,10 @@ class GpuOpenGate:
         try:
             recs = self.active()
         except Exception as exc:
-            log.debug("gpu-lift-deferred", error=str(exc))
-            return
+            # Not withheld for want of the database: a sanctioned job kept from its GPU
+            # is the dangerous direction (trust simulator, seed 64201, I14).
+            log.debug("gpu-lift-from-memory", error=str(exc))
+            recs = list(self._active)
         for rec in recs:
             cgroups = denial_cgroups(rec)
             why: str | None = None
@@ -733,6 +743,7 @@ class GpuOpenGate:
                 self._lift(rec, cgroups, why)
             except JournalError as exc:
                 log.error("action-not-recorded", action_id=rec.id, error=str(exc))
+            self._active = [r for r in self._active if r.id != rec.id]
 
     def _lift(self, rec: ActionRecord, cgroups: list[str], why: str) -> None:
         """Lift one denial and record it. A lift is never withheld for want of a

@@ -579,6 +579,8 @@ class Daemon:
                 except Exception as exc:
                     self._failed(enforcer.name, exc)
             self.acting_s = time.monotonic() - acting
+        elif result is not None and not stored:
+            self._relieve(result)
         summary = TickSummary(now, time.monotonic() - started, result, track, findings)
         self.last = summary
         for hook in self.on_tick:
@@ -587,6 +589,18 @@ class Daemon:
             except Exception as exc:
                 self._failed(f"hook {getattr(hook, '__name__', hook)}", exc)
         return summary
+
+    def _relieve(self, result: ScanResult) -> None:
+        """Without a record nothing is acted on, but what only gives back is not
+        withheld: each enforcer's ``relieve`` (the GPU denial of a job now sanctioned)."""
+        for enforcer in self.enforcers:
+            relieve = getattr(enforcer, "relieve", None)
+            if relieve is None:
+                continue
+            try:
+                relieve(result)
+            except Exception as exc:
+                self._failed(enforcer.name, exc)
 
     def _source_findings(self, now: float, result: ScanResult) -> list[Finding]:
         """The findings of the extra sources (queue, ship watch…) for this tick.
