@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from tests.ownprocs import claim_path, release_path
-from tests.system.hostdaemon import DaemonLease
+from tests.system.hostdaemon import DaemonLease, _start_ticks
 
 PYTHON = "/usr/bin/python3"
 CRON_D = Path("/etc/cron.d")
@@ -68,14 +68,6 @@ def _pids() -> list[int]:
 
 
 _OWNED = re.compile(r"rwtest-[0-9a-f]+-p(\d+)s(\d+)-\d+")
-
-
-def _start_ticks(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def remove_orphaned_entries() -> list[Path]:
