@@ -964,7 +964,9 @@ class TrustMachine(RuleBasedStateMachine):
                 # tick, which may have ended since (a probe's: CI seed 6 with restart
                 # sources, 2026-12-06).
                 # Or paged from memory at a tick the database refused writes in (the
-                # run back during the outage: stored with its alert state, no spool row).
+                # run back during the outage: stored with its alert state, no spool row
+                # for its open; a later remind, its folded remediation-failed making it
+                # critical, is spooled: seed 64301).
                 found = [
                     fid
                     for fid, root, opened in db.conn.execute(
@@ -973,7 +975,8 @@ class TrustMachine(RuleBasedStateMachine):
                         " AND f.opened_at <= ? AND json_extract(f.details_json, '$.signature') = ?"
                         " AND (EXISTS (SELECT 1 FROM deliveries d WHERE d.finding_id = f.id"
                         " AND d.event = 'open') OR (f.last_alert_at IS NOT NULL AND NOT EXISTS"
-                        " (SELECT 1 FROM deliveries d WHERE d.finding_id = f.id)))",
+                        " (SELECT 1 FROM deliveries d WHERE d.finding_id = f.id"
+                        " AND d.event = 'open')))",
                         (min(self.checked_at, self.stored_at), now, sig),
                     )
                     if opened < now or (root is not None and tuple(json.loads(root)) in roots[sig])

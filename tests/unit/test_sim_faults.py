@@ -348,3 +348,19 @@ def test_a_gpu_denial_of_a_job_sanctioned_during_a_storage_outage_is_lifted() ->
     # BEFORE (29ff807): "I14: PID 4000003 ('job', 'pipeline#1') judged sanctioned or
     # ignored, still denied".
     assert violation(steps) == ""
+
+
+def test_a_return_paged_from_memory_counts_after_a_later_remind() -> None:
+    # Seed 64301, 100,000 steps (2026-12-06), shrunk to 8 steps. A probe loop's run comes
+    # back after its terminate while the state database refuses writes: its respawned is
+    # paged from memory (high). Storage returns; the folded remediation-failed makes it
+    # critical, sent as a remind, which is spooled. I9 took a page from memory only when
+    # the finding had no spool row at all: the simulator's error, not the daemon's.
+    steps = (
+        "m.reload(auto=True, cap=1, gpu='enforce', mode='terminate');"
+        "m.probe_loop(gpu=False);m.at_job_runs();m.storage(ok=False);"
+        "m.probe_loop(gpu=False);m.storage(ok=True);m.at_job_runs();m.tick(seconds=5.0)"
+    )
+    # BEFORE (35ffd22): "I9: d0c8da31d6c876eb back as 4000007 after {(4000007, 8646600)}
+    # was killed: no page".
+    assert violation(steps) == ""
