@@ -30,6 +30,23 @@ def _chromium() -> str:
     return path
 
 
+def _headless(chromium: str, tmp_path: Path) -> list[str]:
+    """Headless Chromium's command line at 1300x1000, with a profile of this test's."""
+    return [
+        chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1300,1000",
+    ]  # fmt: skip
+
+
+def _dump_dom(base: list[str], page: Path) -> str:
+    """The DOM Chromium built from ``page``."""
+    dom = subprocess.run(
+        [*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    return dom.stdout
+
+
 def _pixels(png: bytes) -> tuple[int, int, set[tuple[int, int, int]]]:
     """Width, height and the set of RGB colours of an 8-bit non-interlaced PNG."""
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
@@ -87,15 +104,9 @@ def test_html_report_renders_in_headless_chromium(
     finally:
         structlog.reset_defaults()
     page = tmp_path / "week.html"
-    base = [
-        chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1300,1000",
-    ]  # fmt: skip
-    dom = subprocess.run(
-        [*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
-    )
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    html = dom.stdout
+    base = _headless(chromium, tmp_path)
+    dom = _dump_dom(base, page)
+    html = dom
     for element in ('id="timeline"', 'id="by-origin"', 'id="by-user"', 'id="events"', 'id="open"'):
         assert element in html, element
     # The DOM Chromium built from the page: rows by GPU index and name, lanes that do
@@ -130,17 +141,11 @@ def test_a_burst_keeps_the_timeline_short_in_headless_chromium(tmp_path: Path) -
         assert main([*args, "--output", str(page)]) == 0
     finally:
         structlog.reset_defaults()
-    base = [
-        chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1300,1000",
-    ]  # fmt: skip
-    dom = subprocess.run(
-        [*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
-    )
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    t = parse_timeline(dom.stdout)
+    base = _headless(chromium, tmp_path)
+    dom = _dump_dom(base, page)
+    t = parse_timeline(dom)
     assert [(r["data-gpu"], r["data-lanes"]) for r in t["rows"]] == [("GPU-a", "8"), ("", "1")]
-    assert re.search(r'<svg id="timeline"[^>]*viewBox="0 0 1200 285"', dom.stdout)
+    assert re.search(r'<svg id="timeline"[^>]*viewBox="0 0 1200 285"', dom)
     shot = tmp_path / "burst.png"
     out = subprocess.run(
         [*base, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120
