@@ -192,6 +192,8 @@ class TrustMachine(RuleBasedStateMachine):
         self.daemon = self._daemon()
         self.verdicts: dict[tuple[int, int], str] = {}
         self.finding_roots: dict[int, tuple[Any, Any]] = {}
+        # Finding id -> the identities of the copies of its job it named (instance_roots).
+        self.finding_copies: dict[int, set[tuple[Any, ...]]] = {}
         self.job_finding: dict[tuple[str, int, int], int] = {}
         self.respawns: set[int] = set()
         self.seen_roots: dict[str, set[tuple[int, int]]] = {}
@@ -900,7 +902,18 @@ class TrustMachine(RuleBasedStateMachine):
             if ":periodic:" in fp and (root_pid, root) == (None, None):
                 self.finding_roots[fid] = (None, None)
             first = self.finding_roots.setdefault(fid, (root_pid, root))
+            if (
+                first != (root_pid, root)
+                and first[1] not in seen
+                and root in self.finding_copies.get(fid, ())
+            ):
+                # The run it named ended; it goes on about a copy of its job it already
+                # named as an instance (paged for it then: no second page, issue 35).
+                self.finding_roots[fid] = first = (root_pid, root)
             assert first == (root_pid, root), f"I5: F{fid} named {first}, now {root_pid, root}"
+            copies = details.get("instance_roots")
+            if isinstance(copies, list):
+                self.finding_copies[fid] = {tuple(c) for c in copies if isinstance(c, list)}
             if kind in JOB_KINDS and root is not None:
                 key = (kind, root[0], root[1])
                 had = self.job_finding.setdefault(key, fid)

@@ -51,6 +51,10 @@ Restart sources (issue 31: Docker restart policies, a re-queuing at job):
    with at jobs, a unit's loop, two shells, a restart and a daemon killed at
    ``terminate:begun``: "no ``respawned`` page" (I9). It was paged in the killed tick,
    naming a run that had ended by the next checked tick: the simulator's error.
+12. (seed 64401, 100,000 steps, issue 35) Two runs of a re-queuing at job at once after a
+   terminate of others: ``remediation-failed`` named only the first; when it ended, the
+   finding resolved and the other run's paged the same failure again (I8/I13). Every run
+   back is reported; one finding names each copy and goes on about one when its run ends.
 """
 
 from __future__ import annotations
@@ -363,4 +367,25 @@ def test_a_return_paged_from_memory_counts_after_a_later_remind() -> None:
     )
     # BEFORE (35ffd22): "I9: d0c8da31d6c876eb back as 4000007 after {(4000007, 8646600)}
     # was killed: no page".
+    assert violation(steps) == ""
+
+
+def test_a_failed_terminate_of_two_copies_is_paged_once_when_the_named_run_ends() -> None:
+    # 12. (seed 64401, 100,000 steps, issue 35) Terminate mode; an at job that re-queues
+    # itself ran twice at once (runs of at jobs 2 and 3), each back after the terminate of
+    # other runs: remediation-failed paged for the first run only (one per signature).
+    # That run ended, the other went on: its finding resolved and a new one paged the same
+    # failure again (F5, then F9, no kill between). The enforcer now reports every run
+    # back; they fold into one finding naming each copy, which goes on about a copy once
+    # the run it names ends (the rogue-job finding the same way).
+    steps = (
+        "m.at_job_runs();m.shell_loop(shared=False);"
+        f"m.something_ends(data={_d(4000003)}, how='zombie');m.shell_loop(shared=True);"
+        "m.at_job_runs();m.at_job_runs();m.at_job_runs();m.at_job_runs();"
+        "m.reload(auto=True, cap=1, gpu='enforce', mode='terminate');m.probe_loop(gpu=False);"
+        f"m.tick(seconds=5.0);m.something_ends(data={_d(4000011)}, how='exit');"
+        "m.probe_loop(gpu=False)"
+    )
+    # BEFORE (de597f7): "I8/I13: remediation-failed of action 13 paged twice: F5 at
+    # 1800087671.2, F9 at 1800087676.4, no kill between, not quiet".
     assert violation(steps) == ""

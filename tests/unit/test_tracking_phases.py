@@ -91,3 +91,24 @@ def test_deliveries_go_to_the_sinks_that_accept_the_finding() -> None:
     out = deliveries("open", rec, "host", T0, sinks)
     assert [name for name, _ in out] == ["all"]
     assert out[0][1]["event"] == "open" and out[0][1]["finding"]["id"] == 7
+
+
+def test_a_finding_goes_on_about_a_copy_it_named_once_its_run_ends() -> None:
+    # Issue 35 (seed 64401): two runs of one at job's command, one finding naming both.
+    # The run it named ends; the copy goes on: the same finding, not a resolve and a
+    # second page. A run it never named, or a PID it named now reused, is another job.
+    sigs = {11: "sigA", 14: "sigA", 99: "sigB"}
+    both = group([_rogue(11, 5), _rogue(14, 6)], sigs)
+    opened = decide(both, [], present={"sigA"}, held=set())
+    assert isinstance(opened[0], Open)
+    named = opened[0].sighting.finding.details
+    assert (named["root"], named["instance_roots"]) == ([11, 5], [[11, 5], [14, 6]])
+    rec = _rec(1, "rogue-job:sigA", [11, 5], details=named)
+
+    later = decide(group([_rogue(14, 6)], sigs), [rec], present={"sigA"}, held=set())
+    assert [(type(s).__name__, s.sighting.finding.details["root"]) for s in later] == [
+        ("Seen", [14, 6])
+    ]
+    for other in ([_rogue(15, 8)], [_rogue(14, 7)]):  # a new run; PID 14 reused
+        steps = decide(group(other, {15: "sigA", 14: "sigA"}), [rec], {"sigA"}, set())
+        assert [type(s).__name__ for s in steps] == ["Resolve", "Open"]

@@ -218,7 +218,7 @@ class Enforcer:
                 continue
             sig = job_signature(job.user, job.cmdline, job.origin)
             recs = remediated.get(sig)
-            if not recs or sig in seen:
+            if not recs:
                 continue
             undo_at = self._undone_at(sig, undone)
             if undo_at is not None:
@@ -230,6 +230,8 @@ class Enforcer:
             if (job.root_pid, job.start_ticks) in identities:
                 continue  # the very process acted on (refused, or not dead yet)
             seen.add(sig)
+            # One per run back: the tracker folds them (one fingerprint) into one finding
+            # naming every copy, which goes on about a copy when the run it names ends.
             out.append(self._failed(job, sig, recs, result))
         out += self._recheck(result, seen, undone)
         try:
@@ -355,6 +357,7 @@ class Enforcer:
             details={
                 "fingerprint": sig,
                 "signature": sig,
+                "root": [job.root_pid, job.start_ticks],
                 "actions": [r.id for r in recs],
                 "last_action_at": _when(latest.created_at),
                 "done": [_summary(r) for r in recs],

@@ -36,10 +36,36 @@ def group(findings: Iterable[Finding], signatures: dict[int, str]) -> dict[str, 
     return groups
 
 
+def _identity(f: Finding) -> tuple[int | None, int | None]:
+    """A finding's job identity: root PID and start ticks (None where not recorded)."""
+    root = f.details.get("root")
+    if isinstance(root, list) and len(root) == 2 and all(isinstance(x, int) for x in root):
+        return root[0], root[1]
+    return f.root_pid, None
+
+
+def _named(rec: FindingRecord) -> set[tuple[int, int | None]]:
+    """The identities of the instances an open finding named (``details.instance_roots``,
+    written by :func:`fold`): the copies of its job it already stands for."""
+    out: set[tuple[int, int | None]] = set()
+    for item in rec.details.get("instance_roots") or []:
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], int):
+            out.add((item[0], item[1] if isinstance(item[1], int) else None))
+    return out
+
+
+def _among(ident: tuple[int | None, int | None], named: set[tuple[int, int | None]]) -> bool:
+    pid, start = ident
+    return any(pid == p and (start is None or s is None or start == s) for p, s in named)
+
+
 def same_job(rec: FindingRecord, group: list[Finding]) -> bool:
     """True when the job an open finding is about is among this tick's findings of its
     fingerprint: the same root PID, and the same start time where both record one (a
-    reused PID is another job). Findings about no job always are."""
+    reused PID is another job); or, once that run ended, a copy of the job the finding
+    already named as one of its instances and that still runs (the finding goes on
+    about it: it was paged for that copy too, so no second page). Findings about no job
+    always are."""
     if rec.root_pid is None:
         return True
     was = rec.details.get("root")
@@ -50,7 +76,8 @@ def same_job(rec: FindingRecord, group: list[Finding]) -> bool:
         if isinstance(was, list) and isinstance(now, list) and was != now:
             continue
         return True
-    return False
+    named = _named(rec)
+    return any(_among(_identity(f), named) for f in group)
 
 
 def fold(group: list[Finding], rec: FindingRecord | None) -> tuple[Finding, list[int]]:
@@ -58,8 +85,10 @@ def fold(group: list[Finding], rec: FindingRecord | None) -> tuple[Finding, list
     command line from the same source, each its own process tree).
 
     The finding names every instance: ``details.instances`` and ``details.root_pids``,
-    and the message ends "N instances of this job: PIDs a, b, …". It keeps naming the
-    PID it named before while that PID runs, so its root PID never switches silently.
+    and the message ends "N instances of this job: PIDs a, b, …"; ``details.instance_roots``
+    keeps each instance's identity (root PID, start ticks), so that the finding goes on
+    about a copy it named once the run it named ends (:func:`same_job`). It keeps naming
+    the PID it named before while that PID runs, so its root PID never switches silently.
 
     Returns:
         The folded finding and the root PIDs of its instances (sorted).
@@ -67,12 +96,20 @@ def fold(group: list[Finding], rec: FindingRecord | None) -> tuple[Finding, list
     pids = sorted({f.root_pid for f in group if f.root_pid is not None})
     rep = group[0]
     if rec is not None and rec.root_pid is not None:
-        rep = next((f for f in group if f.root_pid == rec.root_pid), rep)
+        copies = _named(rec)
+        # The PID it named while that runs; else a copy it named before (not a new run).
+        rep = next(
+            (f for f in group if f.root_pid == rec.root_pid),
+            next((f for f in group if _among(_identity(f), copies)), rep),
+        )
     if len(group) == 1:
         return rep, pids
     details = dict(rep.details)
     details["instances"] = len(group)
     details["root_pids"] = pids
+    details["instance_roots"] = sorted(
+        [p, s] for p, s in {_identity(f) for f in group} if p is not None
+    )
     named = ", ".join(str(p) for p in pids[:NAMED_PIDS])
     more = f" and {len(pids) - NAMED_PIDS} more" if len(pids) > NAMED_PIDS else ""
     message = f"{rep.message}; {len(group)} instances of this job: PIDs {named}{more}"
