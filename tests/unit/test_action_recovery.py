@@ -12,6 +12,7 @@ row for the job, and one ``action-interrupted`` finding naming what was done.
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -251,3 +252,32 @@ def test_a_terminate_in_progress_here_is_not_taken_over(spawned: Spawned, tmp_pa
     assert enf.settle(10)
     assert p.wait(5) == -signal.SIGKILL
     assert [(a.state, a.outcome) for a in d.db.actions()] == [("done", "ok")]
+
+
+def test_an_enforcer_that_fails_keeps_its_findings_open(
+    spawned: Spawned, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 32, noticed and left alone then: the enforcer's own findings resolved in a
+    # tick where reading them raised (blindness read as "fixed"), and opened (paged) again
+    # when it answered. It now declares them (covers): they stay open, said degraded.
+    p, _log = stubborn(spawned, tmp_path)
+    fx = Counting()
+    d, _ = daemon(tmp_path, fx)
+    kill_at("terminate:term:sent")
+    with pytest.raises(Killed):
+        d.tick(1_000_000.0)
+    d.db.close()
+    faults.set_hook(None)
+    again, enf = daemon(tmp_path, fx)
+    again.tick(1_000_010.0)
+    poll("the job is stopped", lambda: p.poll() is not None, 10)
+    [f] = [r for r in again.db.open_findings() if r.kind == "action-interrupted"]
+    assert enf.covers(f.fingerprint) and not enf.covers("rogue-job:" + f.fingerprint)
+
+    def broken(now: float, result: object) -> list[object]:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(enf, "findings", broken)
+    again.tick(1_000_020.0)
+    assert enf.name in again.degraded
+    assert [r.id for r in again.db.open_findings() if r.kind == "action-interrupted"] == [f.id]

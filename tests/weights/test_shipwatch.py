@@ -20,6 +20,7 @@ from safetensors.numpy import save_file
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.config.ship_gates import DEFAULT_PATTERNS
 from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.model import Finding
 from rogue_watchdog.state import FindingRecord, StateDB
 from rogue_watchdog.weights.report import FileReport
 from rogue_watchdog.weights.scan import ScanContext
@@ -708,5 +709,38 @@ def test_file_link_to_a_training_output_is_quarantined_by_renaming_the_link(
         assert f"moved to {moved}" in f.message
         assert not os.path.lexists(link) and os.readlink(moved) == str(out)
         assert out.exists()  # the training output itself is never touched
+    finally:
+        r.close()
+
+
+def test_a_gate_that_fails_keeps_its_findings_open_and_pages_nothing_again(
+    tmp_path: Path, dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 32, noticed and left alone then: a gate whose tick raised had its open
+    # findings resolved (read as a fixed file), then opened and paged again when it
+    # answered. The gate now declares the findings it makes (covers): they stay open.
+    deploy, _ = dirs
+    r = rig(tmp_path)
+    try:
+        model = nan_model(deploy / "model.safetensors")
+        r.tick(T0)
+        r.tick(T0 + 5)
+        [f] = r.open("poisoned-weights")
+        assert r.source.covers(f.fingerprint)
+        assert f.fingerprint == f"poisoned-weights:prod:{model}"
+        assert not r.source.covers(f"poisoned-weights:production:{model}")
+        assert not r.source.covers("remediation-failed:prod:x")
+
+        def broken(now: float, result: object = None) -> list[Finding]:
+            raise OSError("the gate's disk went away")
+
+        monkeypatch.setattr(r.source, "findings", broken)
+        r.daemon.tick(T0 + 10)
+        assert "ship-gate prod" in r.daemon.degraded
+        assert [x.id for x in r.open("poisoned-weights")] == [f.id]
+        monkeypatch.undo()
+        r.tick(T0 + 15)
+        assert [x.id for x in r.open("poisoned-weights")] == [f.id]
+        assert r.events("poisoned-weights") == ["open"]
     finally:
         r.close()

@@ -202,6 +202,12 @@ class Enforcer:
             cache[sig] = undo.undo.created_at if undo is not None else None
         return cache[sig]
 
+    def covers(self, fingerprint: str) -> bool:
+        """True for the stored fingerprint of a finding this source makes
+        (``remediation-failed:…``, ``action-interrupted:…``): while :meth:`findings`
+        raises they stay open instead of resolving (the daemon's loop)."""
+        return fingerprint.startswith(("remediation-failed:", "action-interrupted:"))
+
     def findings(self, now: float, result: ScanResult) -> list[Finding]:
         """``remediation-failed`` findings for jobs that came back (FindingSource).
 

@@ -194,6 +194,13 @@ def _suffix(path: str) -> str:
     return os.path.splitext(path)[1].lower()
 
 
+#: The kinds of finding a gate makes (its :meth:`ShipGateSource.covers`).
+GATE_KINDS = frozenset(
+    {"poisoned-weights", "weights-unverified", "deploy-stale", "ship-gate-degraded",
+     "weights-open-refused"}
+)  # fmt: skip
+
+
 class ShipGateSource:
     """The daemon's finding source for one ``ship_gates:`` entry.
 
@@ -278,6 +285,14 @@ class ShipGateSource:
         """Has ``settle_s`` passed since ``since`` (tick time, monotonic time)?"""
         elapsed = (mono if mono is not None else time.monotonic()) - since[1]
         return max(now - since[0], elapsed) >= self.settle_s
+
+    def covers(self, fingerprint: str) -> bool:
+        """True for the stored fingerprint of a finding this gate makes
+        (``poisoned-weights:GATE:PATH`` and the like): while its tick raises they stay
+        open instead of resolving (the daemon's loop), so a gate that fails never reads as
+        a fixed file, nor pages again when it answers."""
+        kind, _, rest = fingerprint.partition(":")
+        return kind in GATE_KINDS and rest.startswith(f"{self.gate.name}:")
 
     # -- one tick ----------------------------------------------------------------------
 
