@@ -902,13 +902,11 @@ class TrustMachine(RuleBasedStateMachine):
             if ":periodic:" in fp and (root_pid, root) == (None, None):
                 self.finding_roots[fid] = (None, None)
             first = self.finding_roots.setdefault(fid, (root_pid, root))
-            if (
-                first != (root_pid, root)
-                and first[1] not in seen
-                and root in self.finding_copies.get(fid, ())
-            ):
-                # The run it named ended; it goes on about a copy of its job it already
-                # named as an instance (paged for it then: no second page, issue 35).
+            if first != (root_pid, root) and root in self.finding_copies.get(fid, ()):
+                # The run it named ended (or is no longer one of what it is about: within
+                # a raised cap); it goes on about a copy of its job it already named as an
+                # instance (paged for it then: no second page, issue 35, seeds 64401 and
+                # 64601).
                 self.finding_roots[fid] = first = (root_pid, root)
             assert first == (root_pid, root), f"I5: F{fid} named {first}, now {root_pid, root}"
             copies = details.get("instance_roots")

@@ -55,6 +55,8 @@ Restart sources (issue 31: Docker restart policies, a re-queuing at job):
    terminate of others: ``remediation-failed`` named only the first; when it ended, the
    finding resolved and the other run's paged the same failure again (I8/I13). Every run
    back is reported; one finding names each copy and goes on about one when its run ends.
+13. (seed 64601, 100,000 steps) The same hand-over when a raised cap leaves the copy an
+   ``excess-instances`` finding named first within it: the simulator's I5 was too strict.
 """
 
 from __future__ import annotations
@@ -388,4 +390,20 @@ def test_a_failed_terminate_of_two_copies_is_paged_once_when_the_named_run_ends(
     )
     # BEFORE (de597f7): "I8/I13: remediation-failed of action 13 paged twice: F5 at
     # 1800087671.2, F9 at 1800087676.4, no kill between, not quiet".
+    assert violation(steps) == ""
+
+
+def test_an_excess_instances_finding_goes_on_about_its_copy_when_the_cap_is_raised() -> None:
+    # 13. (seed 64601, 100,000 steps, issue 35) Three runs of the sanctioned pipeline with
+    # ``max_instances: 1``: one excess-instances finding naming the two copies beyond it.
+    # A reload raises the cap to 2: the copy it named first is now within the cap, the
+    # other is still one too many. The finding goes on about that copy (the same id, no
+    # second page); the simulator's I5 had allowed the hand-over only once the named run
+    # ended (before 6bd778a the daemon resolved it and paged a new one).
+    steps = (
+        "m.pipeline_fires();m.pipeline_fires();m.pipeline_fires();m.probe_loop(gpu=False);"
+        "m.reload(auto=True, cap=2, gpu='enforce', mode='observe');m.tick(seconds=5.0)"
+    )
+    # BEFORE (6bd778a's simulator): "I5: F1 named (4000006, (4000006, 8652100)), now
+    # (4000009, (4000009, 8658100))".
     assert violation(steps) == ""

@@ -62,10 +62,10 @@ def _among(ident: tuple[int | None, int | None], named: set[tuple[int, int | Non
 def same_job(rec: FindingRecord, group: list[Finding]) -> bool:
     """True when the job an open finding is about is among this tick's findings of its
     fingerprint: the same root PID, and the same start time where both record one (a
-    reused PID is another job); or, once that run ended, a copy of the job the finding
-    already named as one of its instances and that still runs (the finding goes on
-    about it: it was paged for that copy too, so no second page). Findings about no job
-    always are."""
+    reused PID is another job); or, once that run is no longer among them (it ended, or
+    a raised cap leaves it within), a copy of the job the finding already named as one of
+    its instances (the finding goes on about it: it was paged for that copy too, so no
+    second page). Findings about no job always are."""
     if rec.root_pid is None:
         return True
     was = rec.details.get("root")
