@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +38,19 @@ def sh(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         ["bash", "-euo", "pipefail", "-c", script],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
+
+
+def host_view_origin(tmp_path: Path, env: dict[str, str], program: str) -> dict[str, Any]:
+    """The origin `scan --json` gives the job running ``program``, under a configuration
+    with the built-in (host) cron paths; it only reads them."""
+    config = tmp_path / "host-view.yaml"
+    config.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/hv'}}\n")
+    out = sh(f"rogue-watchdog scan --json --config {config}", env)
+    assert out.returncode in (0, 1), out.stderr
+    jobs = json.loads(out.stdout)["jobs"]
+    (job,) = [j for j in jobs if program in " ".join(j.get("cmdline") or [])]
+    origin: dict[str, Any] = job["origin"]
+    return origin
 
 
 def test_the_documented_cron_sandbox_works_as_printed(tmp_path: Path) -> None:
@@ -66,6 +80,20 @@ def test_the_documented_cron_sandbox_works_as_printed(tmp_path: Path) -> None:
 
         finding = poll("the ghost's finding", ghost, timeout_s=150, interval_s=2)
         message = str(finding["message"])
+        # A daemon configured with the host's cron paths (the README's, beside the
+        # sandbox) judges the same run by the files that cron reads, as it sees them.
+        # Before (b2ad21f): "entry_state": "removed", "no live entry matches ... nothing
+        # will start it again from this line" of a line that runs every minute.
+        origin = host_view_origin(tmp_path, env, f"{box}/ghost/train_ghost.py")
+        assert (origin["file"], origin["line"], origin.get("entry_state")) == (
+            f"/proc/{cron_pid}/root/etc/cron.d/legacy-retrain",
+            1,
+            None,
+        )
+        assert (
+            f"the cron daemon (PID {cron_pid}) runs in another mount namespace and reads other"
+            f" crontabs than /etc/cron.d: read as it sees them, under /proc/{cron_pid}/root"
+        ) in origin["evidence"]
         assert f"from cron {box}/cron.d/legacy-retrain:1 (* * * * *)" in message, message
         hint = re.search(r"to stop the source: (rogue-watchdog disable-source [^(]*?) \(", message)
         assert hint is not None, message

@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from .. import safeio
+from .. import hostpaths, safeio
 from ..model import CronOrigin, Origin, Proc
 from .base import (
     ResolveContext,
@@ -138,6 +138,10 @@ class CronResolver:
             daemon_top = above
         daemon_name = exe_name(daemon).lower()
         evidence = [f"ancestor PID {daemon.pid} runs {daemon.exe or daemon.args_text}"]
+        view = _cron_view(daemon_top, ctx)
+        if view is not None:
+            ctx, seen_as = view
+            evidence.append(seen_as)
         read = _anacrontabs(ctx) if daemon_name == "anacron" else _live_crontabs(ctx)
         entries = [e for t in read.tabs for e in t.entries]
         cmd = _shell_command(shell)
@@ -614,6 +618,59 @@ def _listdir(path: str) -> list[str]:
         return sorted(os.listdir(path))
     except OSError:
         return []
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _cron_view(daemon: Proc, ctx: ResolveContext) -> tuple[ResolveContext, str] | None:
+    """The crontabs a cron daemon in another mount namespace reads, when they are not
+    the files this context names; None when they are (or it cannot be told).
+
+    cron(8) reads fixed paths (``/etc/crontab``, ``/etc/cron.d``, the spool) as *it*
+    sees them. A cron in a container or in a private mount namespace (``unshare -m``
+    with its own files bound over those paths) reads other files than the host's, and
+    judging its job against the host's crontabs says "entry removed" of a line that
+    runs every minute. Its view is reachable here under ``/proc/PID/root``
+    (proc_pid_root(5)); where that view's ``/etc/cron.d`` or ``/etc/crontab`` is the
+    very file this context reads (a daemon in a container given the host's files under
+    ``/host``, say), nothing changes.
+
+    Returns:
+        The context with the cron paths under ``/proc/PID/root``, and the evidence
+        sentence that says so; or None.
+    """
+    proc_root = getattr(ctx.table, "proc_root", None)
+    if not isinstance(proc_root, str) or not proc_root:
+        return None
+    theirs, ours = _identity(f"{proc_root}/{daemon.pid}/ns/mnt"), _identity(
+        f"{proc_root}/self/ns/mnt"
+    )
+    if theirs is None or ours is None or theirs == ours:
+        return None
+    root = f"{proc_root}/{daemon.pid}/root"
+    pairs = [(hostpaths.CRON_D, ctx.cron_d_dir)]
+    if ctx.cron_files:
+        pairs.append((hostpaths.CRONTAB, ctx.cron_files[0]))
+    compared = [(_identity(root + cron_path), _identity(path)) for cron_path, path in pairs]
+    if not any(c is not None for c, _ in compared) or all(c == o for c, o in compared):
+        return None  # nothing it reads is visible, or it reads our very files
+    view = replace(
+        ctx,
+        cron_files=(root + hostpaths.CRONTAB,),
+        cron_d_dir=root + hostpaths.CRON_D,
+        cron_spool_dirs=tuple(root + p for p in hostpaths.CRON_SPOOL_DIRS),
+    )
+    said = (
+        f"the cron daemon (PID {daemon.pid}) runs in another mount namespace and reads "
+        f"other crontabs than {ctx.cron_d_dir}: read as it sees them, under {root}"
+    )
+    return view, said
 
 
 def _live_crontabs(ctx: ResolveContext) -> _Tabs:
