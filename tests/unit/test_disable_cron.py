@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from rogue_watchdog.actions.disable import DisablePlan, marker_line, plan_disable
+from rogue_watchdog.actions.disable import (
+    DisablePlan,
+    _crontab_problem,
+    marker_line,
+    plan_disable,
+)
 from rogue_watchdog.actions.effects import Effects, RecordingEffects
 from rogue_watchdog.actions.undo import ops_of, run_undo
 from rogue_watchdog.model import Origin
@@ -293,3 +298,23 @@ def test_a_recorded_cron_origin_only_ever_names_a_crontab_or_a_run_parts_script(
     )  # fmt: skip
     assert (plan.kind, plan.refused) == ("none", refused.format(**names))
     assert fx.calls == []
+
+
+def test_a_crontab_of_another_mount_namespace_reached_through_a_symlink_is_never_edited(
+    tmp_path: Path,
+) -> None:
+    # The crontabs of a cron in another mount namespace are read under /proc/PID/root
+    # (issue 33). There an absolute symlink resolves against this host's root: a
+    # container's /etc/cron.d/evil -> /etc/crontab would have the host's file edited.
+    root = tmp_path / "proc" / "4242" / "root"
+    (root / "etc" / "cron.d").mkdir(parents=True)
+    host_crontab = tmp_path / "host-crontab"
+    host_crontab.write_text("* * * * * root /usr/bin/python3 /srv/pipeline/train.py\n")
+    (root / "etc" / "cron.d" / "evil").symlink_to(host_crontab)
+    (root / "etc" / "cron.d" / "plain").write_text("* * * * * root true\n")
+    places = (str(root / "etc" / "crontab"), str(root / "etc" / "cron.d"), ())
+    evil = f"{root}/etc/cron.d/evil"
+    assert _crontab_problem(evil, places) == (
+        f"{evil} is reached through a symlink under another mount namespace's root"
+    )
+    assert _crontab_problem(f"{root}/etc/cron.d/plain", places) is None

@@ -298,6 +298,20 @@ def plan_systemd(origin: Origin, req: PlanRequest) -> DisablePlan:
 # -- cron --------------------------------------------------------------------------------
 
 
+def _linked_in_other_root(path: str) -> bool:
+    """True when a component of ``path`` after ``/proc/PID/root`` is a symlink (the
+    crontabs of a cron in another mount namespace, read as it sees them)."""
+    m = re.match(r"^(/.*?/[0-9]+/root)(/.+)$", path)
+    if m is None:
+        return False
+    cur = m.group(1)
+    for part in m.group(2).strip("/").split("/"):
+        cur = f"{cur}/{part}"
+        if os.path.islink(cur):
+            return True
+    return False
+
+
 def _crontab_problem(path: str, places: tuple[str, str, Sequence[str]]) -> str | None:
     """Why ``path`` is not a crontab cron reads (so never edited), or None.
 
@@ -306,6 +320,10 @@ def _crontab_problem(path: str, places: tuple[str, str, Sequence[str]]) -> str |
     directory (cron(8) file-name rules), or a file directly in a user crontab spool.
     """
     crontab, cron_d, spool_dirs = places
+    if _linked_in_other_root(path):
+        # Under /proc/PID/root an absolute symlink resolves against *our* root: the file
+        # edited would be one of this host's, not the one that cron reads.
+        return f"{path} is reached through a symlink under another mount namespace's root"
     real = os.path.realpath(path)
     parent, name = os.path.split(real)
     if real == os.path.realpath(crontab):

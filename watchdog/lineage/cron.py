@@ -648,8 +648,9 @@ def _cron_view(daemon: Proc, ctx: ResolveContext) -> tuple[ResolveContext, str] 
     proc_root = getattr(ctx.table, "proc_root", None)
     if not isinstance(proc_root, str) or not proc_root:
         return None
-    theirs, ours = _identity(f"{proc_root}/{daemon.pid}/ns/mnt"), _identity(
-        f"{proc_root}/self/ns/mnt"
+    theirs, ours = (
+        _identity(f"{proc_root}/{daemon.pid}/ns/mnt"),
+        _identity(f"{proc_root}/self/ns/mnt"),
     )
     if theirs is None or ours is None or theirs == ours:
         return None
