@@ -11,7 +11,7 @@ import json
 import re
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol, get_args
@@ -37,7 +37,7 @@ LOG_LEVELS: dict[str, str] = {
     "high": "error",
     "critical": "critical",
 }
-# The built-in origin kinds; a kind registered later (:data:`ORIGIN_KINDS`) adds its own.
+# The built-in origin kinds (:data:`ORIGIN_KINDS`); a kind added later brings its own name.
 OriginKind = Literal[
     "cron",
     "systemd",
@@ -287,7 +287,7 @@ class Origin:
 
     The base class is the ``unknown`` origin; each other kind is a subclass holding that
     kind's fields (:class:`CronOrigin`, :class:`SystemdOrigin`...), so readers narrow
-    with ``isinstance`` and read attributes. :data:`ORIGIN_KINDS` maps kinds to classes.
+    with ``isinstance`` and read attributes. :data:`ORIGIN_KINDS` lists the kinds.
 
     Attributes:
         kind: The kind's name, one of :data:`ORIGIN_KINDS` (a class attribute: the
@@ -338,13 +338,9 @@ class Origin:
 
     def restarts(self) -> Restarts | None:
         """Whether this source starts the job again, when, and what stops that, from what
-        its resolver read (the kind's ``restarts`` function in :data:`ORIGIN_KINDS`);
-        None when it would not (a shell, an orphan, a transient unit)."""
-        entry = ORIGIN_KINDS.get(self.kind)
-        if entry is None or entry.restarts is None or not self.READABLE:
-            return None
-        answer: Restarts | None = load_ref(entry.restarts)(self)
-        return answer
+        its resolver read (each kind answers for itself); None when it would not (a
+        shell, an orphan, a transient unit)."""
+        return None
 
     def source_key(self) -> tuple[object, ...] | None:
         """``(kind, value of each SOURCE_FIELDS key)``: two origins with equal keys name
@@ -463,7 +459,7 @@ class Origin:
         return out
 
     @staticmethod
-    def from_json(doc: object) -> Origin:
+    def from_json(doc: object, kinds: Sequence[type[Origin]] | None = None) -> Origin:
         """The origin a scan JSON ``origin`` object describes (state DB rows, IPC).
 
         The inverse of :meth:`to_json`: unknown keys are ignored, missing ones take the
@@ -475,6 +471,10 @@ class Origin:
         A recorded origin is read back, not trusted: one that is not an object, or has a
         field of the wrong type (a list for ``unit``, a number for ``script``), gives the
         ``unknown`` origin with evidence saying so, which names nothing to act on.
+
+        Args:
+            doc: The decoded ``origin`` object.
+            kinds: The kinds it may be (default :func:`origin_kinds`).
         """
         if isinstance(doc, UnreadableRecord):
             return UnreadableOrigin(evidence=(f"the recorded origin is unreadable: {doc.reason}",))
@@ -482,7 +482,7 @@ class Origin:
             return UnreadableOrigin(
                 evidence=(f"the recorded origin is not an object ({_json_type(doc)})",)
             )
-        cls = ORIGIN_KINDS.record(str(doc.get("kind"))) or Origin
+        cls = origin_kind(str(doc.get("kind")), kinds) or Origin
         hints = _field_types(cls)
         kw: dict[str, Any] = {}
         for key, value in doc.items():
@@ -582,6 +582,27 @@ def _fits(value: object, hint: object) -> bool:
         item = typing.get_args(hint)[0]
         return isinstance(value, list | tuple) and all(_fits(v, item) for v in value)
     return False
+
+
+#: The step that stops a source ``disable-source`` acts on.
+DISABLE_FIRST = "disable-source first"
+# When each systemd Restart= value starts the service again (systemd.service(5)), and
+# whether the SIGTERM a terminate sends first is among them (on-success: a clean signal).
+_SYSTEMD_WHEN = {
+    "always": ("at once", True),
+    "on-success": ("at once after a clean exit or SIGTERM", True),
+    "on-failure": ("on failure (not after a clean exit or SIGTERM)", False),
+    "on-abnormal": ("on a signal other than SIGTERM, or a timeout", False),
+    "on-abort": ("on an uncaught signal other than SIGTERM", False),
+    "on-watchdog": ("on a watchdog timeout", False),
+}
+_ENGINES = {"docker": "Docker", "podman": "Podman"}
+
+
+# supervisord's boolean spellings (supervisor/datatypes.py: boolean() and auto_restart());
+# lineage/supervisorconf.py reads the configuration with them.
+TRUTHY = ("yes", "true", "on", "1")
+FALSY = ("no", "false", "off", "0")
 
 
 # Entry states of a cron origin whose line no longer starts anything.
@@ -713,6 +734,18 @@ class CronOrigin(Origin):
             f"file {self.file}, line {self.line}, schedule {self.schedule}" if self.file else None
         )
 
+    def restarts(self) -> Restarts | None:
+        """A live crontab line starts it on its schedule (``@reboot``: on boot)."""
+        if self.entry_state in NOT_LIVE:
+            return None
+        if not self.file:
+            return Restarts("unknown", "cron (the line that started it was not found)")
+        where = f"its cron line ({self.schedule})"
+        if self.schedule == "@reboot":
+            return Restarts("on boot", where, DISABLE_FIRST)
+        # No next run time: a finding's message outlives it (explain gives it, as of its look).
+        return Restarts("on schedule", where, DISABLE_FIRST)
+
 
 @dataclass(frozen=True)
 class SystemdOrigin(Origin):
@@ -816,6 +849,36 @@ class SystemdOrigin(Origin):
     def names(self) -> frozenset[str]:
         """Also the unit's name."""
         return super().names() | ({self.unit} if self.unit else set())
+
+    def restarts(self) -> Restarts | None:
+        """``Restart=`` starts the unit's main process again; a timer starts the unit on
+        its schedule; a socket or path unit on demand (systemd.service(5), .timer(5))."""
+        if not self.unit:
+            return None
+        stops = DISABLE_FIRST if not self.user_unit else f"stop it first: {self.remediation}"
+        parts: list[str] = []
+        when: str | None = None
+        again = False
+        if self.restart in _SYSTEMD_WHEN:
+            when, again = _SYSTEMD_WHEN[self.restart]
+            parts.append(f"systemd Restart={self.restart}")
+        if self.timer:
+            sched = f" ({self.timer_schedule})" if self.timer_schedule else ""
+            parts.append(f"timer {self.timer}{sched}")
+            when = when or "on schedule"
+            again = True
+        triggers = [
+            e.removeprefix("also triggered by ").removesuffix(" (TriggeredBy)")
+            for e in self.evidence
+            if e.startswith("also triggered by ") and e.endswith("(TriggeredBy)")
+        ]
+        if triggers:
+            parts.append(f"{', '.join(triggers)} (on demand)")
+            when = when or "on demand"
+            again = True
+        if when is None:
+            return None
+        return Restarts(when, "; ".join(parts), stops, again)
 
 
 @dataclass(frozen=True)
@@ -936,6 +999,37 @@ class ContainerOrigin(Origin):
             return {"container_image_digest": self.image_id}
         return {"container_image": self.image} if self.image else None
 
+    def restarts(self) -> Restarts | None:
+        """The engine's restart policy (Docker, Podman: ``docker inspect``); ``unknown``
+        when the engine could not be asked."""
+        if self.pod_uid is not None or not self.container_id:
+            return None  # a pod's container: the Kubernetes origin answers for its owner
+        engine = _ENGINES.get(self.runtime or "", self.runtime or "the engine")
+        policy = self.restart_policy
+        cid = self.container_id[:12]
+        if policy is None:
+            return Restarts(
+                "unknown",
+                f"{engine} restart policy unknown (the engine did not answer for {cid})",
+                f"stop it and remove the policy first: {self.remediation}",
+            )
+        if policy == "no":
+            return None
+        stops = (
+            DISABLE_FIRST
+            if self.runtime in ("docker", "podman")
+            else f"stop it and remove the policy first: {self.remediation}"
+        )
+        # A main process ended by a signal exits 128+N, non-zero: on-failure starts it again
+        # after terminate's SIGTERM as always does (only the engine's own `stop` is exempt).
+        when = {"always": "at once", "unless-stopped": "at once (until stopped by hand)"}.get(
+            policy,
+            "on failure (a non-zero exit; a kill by a signal is one)"
+            if policy.startswith("on-failure")
+            else "unknown",
+        )
+        return Restarts(when, f"{engine} restart policy {policy} of container {cid}", stops)
+
 
 @dataclass(frozen=True)
 class KubernetesOrigin(Origin):
@@ -1041,6 +1135,23 @@ class KubernetesOrigin(Origin):
             pin["k8s_service_account"] = self.service_account
         return pin
 
+    def restarts(self) -> Restarts | None:
+        """A pod's owner recreates it: a Deployment/ReplicaSet/StatefulSet/DaemonSet at once,
+        a Job on failure, a CronJob on its schedule."""
+        kind, name = self.owner_kind, self.owner_name
+        if kind in (None, "Pod"):
+            return None
+        stops = "scale down or delete its owner first: " + (self.remediation or "kubectl")
+        if kind == "CronJob":
+            if self.suspended:
+                return None
+            return Restarts("on schedule", f"Kubernetes CronJob {name} ({self.schedule})", stops)
+        if kind == "Job":
+            return Restarts(
+                "on failure", f"Kubernetes Job {name} retries a failed pod", stops, False
+            )
+        return Restarts("at once", f"Kubernetes {kind} {name} recreates the pod", stops)
+
 
 @dataclass(frozen=True)
 class ShellOrigin(Origin):
@@ -1125,6 +1236,17 @@ class AtOrigin(Origin):
         """The at job and the queued jobs running the same commands."""
         return tuple(("at-job", j) for j in (self.job, *self.pending_same_command) if j)
 
+    def restarts(self) -> Restarts | None:
+        """An at job that queued another run of the same commands (it re-queues itself)."""
+        if not self.pending_same_command:
+            return None
+        jobs = ", ".join(str(j) for j in self.pending_same_command)
+        return Restarts(
+            "on schedule",
+            f"at job(s) {jobs} queued with the same commands (it re-queues itself)",
+            DISABLE_FIRST,
+        )
+
 
 @dataclass(frozen=True)
 class SupervisorOrigin(Origin):
@@ -1181,6 +1303,63 @@ class SupervisorOrigin(Origin):
         """The supervisor's program."""
         return (("supervisor-program", self.supervisor, self.program),)
 
+    def restarts(self) -> Restarts | None:
+        """supervisord: the program's ``autorestart`` (and ``autostart``, ``exitcodes``) as
+        its configuration says (supervisord docs, "[program:x] Section Settings"):
+
+        * ``true``: started again at once whenever it exits;
+        * ``unexpected`` (the default): at once after an exit code not in ``exitcodes``, or
+          a signal (supervisord counts a death by signal as unexpected, so the SIGTERM of a
+          ``terminate`` brings it back);
+        * ``false``: not after it ends; ``autostart=true`` starts it when supervisord starts.
+
+        Other supervisors (runit, s6, PM2...) and an unreadable configuration: ``unknown``.
+        """
+        who = self.supervisor or "supervisor"
+        stops = f"stop it in the supervisor first: {self.remediation}"
+        if who == "supervisord" and self.autorestart is not None:
+            stops = DISABLE_FIRST
+            src = f"supervisord {self.section or 'program:' + str(self.program)}"
+            setting = f"autorestart={self.autorestart}"
+            at = f"{src}, {self.autorestart_at}"
+            value = self.autorestart
+            if value in TRUTHY:
+                return Restarts("at once", f"will return: {setting} ({at})", stops)
+            if value in FALSY:
+                if self.autostart in TRUTHY:
+                    return Restarts(
+                        "when supervisord starts (not after it ends)",
+                        f"won't return: {setting} ({at}); autostart={self.autostart} "
+                        f"({self.autostart_at}) starts it when supervisord starts",
+                        stops,
+                        False,
+                    )
+                return None
+            if value == "unexpected":
+                codes = self.exitcodes or "0"
+                return Restarts(
+                    f"at once after a signal or an exit code not in exitcodes={codes}",
+                    f"will return: {setting} ({at})",
+                    stops,
+                )
+            return Restarts(
+                "unknown", f"{src}: autorestart={value!r} is not a value it takes", stops
+            )
+        if who == "supervisord":
+            why = self.settings_unread or "its configuration was not read"
+            return Restarts(
+                "unknown",
+                f"supervisord program {self.program} (autorestart unknown: {why}; "
+                "autorestart=unexpected, the default, restarts it after a signal)",
+                stops,
+            )
+        return Restarts(
+            "unknown",
+            f"{who} program {self.program} (its autorestart is not read; supervisors "
+            "restart their programs by default)",
+            stops,
+        )
+
 
 @dataclass(frozen=True)
 class OrphanOrigin(Origin):
@@ -1216,186 +1395,39 @@ class OrphanOrigin(Origin):
         return "an orphan: what started it is gone"
 
 
-def load_ref(ref: str) -> Any:
-    """The object a ``"module:attribute"`` reference names (registries name what they
-    hold this way, so the bottom layer can list what upper layers implement).
-
-    A module written with a leading dot (``".lineage.cron:CronResolver"``) is one of
-    rogue-watchdog's own, found whatever name the package is installed under
-    (``rogue_watchdog``; the source folder is ``watchdog/``).
-
-    Raises:
-        ValueError: ``ref`` is not written ``module:attribute``.
-        ImportError, AttributeError: The module or attribute does not exist.
-    """
-    import importlib
-
-    module, _, attr = ref.partition(":")
-    if not module or not attr:
-        raise ValueError(f"{ref!r} is not module:attribute")
-    package = __name__.rpartition(".")[0] if module.startswith(".") else None
-    return getattr(importlib.import_module(module, package), attr)
-
-
-@dataclass(frozen=True)
-class OriginKindEntry:
-    """One origin kind: the record that answers for it and who finds and disables it.
-
-    Attributes:
-        name: The kind (the record's :attr:`Origin.kind`), e.g. ``cron``.
-        record: ``"module:attribute"`` of its record class, a subclass of :class:`Origin`.
-        resolver: ``"module:attribute"`` of its resolver class
-            (``watchdog.lineage.base.OriginResolver``, built with no arguments); None for
-            a kind no resolver names (``unknown``).
-        planner: ``"module:attribute"`` of the function planning ``disable-source`` for
-            it (``watchdog.actions.disable.Planner``); None: ``disable-source`` refuses.
-        restarts: ``"module:attribute"`` of the function saying what starts a job of the
-            kind again (``(origin) -> Restarts | None``, :meth:`Origin.restarts`); None:
-            nothing does.
-    """
-
-    name: str
-    record: str
-    resolver: str | None = None
-    planner: str | None = None
-    restarts: str | None = None
+#: Every origin kind's record, once, in resolver priority order (the typed list;
+#: docs/architecture.md, "Origin kinds"): more specific spawners first (a Slurm job inside
+#: a unit is a Slurm job; a cron job living on in cron.service's cgroup is a cron job);
+#: systemd last but for orphan, since every process sits in some unit. ``Origin`` itself
+#: is the ``unknown`` kind. lineage.RESOLVERS and actions.planners.PLANNERS list the
+#: kinds' resolvers and disable-source planners in their layers.
+ORIGIN_KINDS: tuple[type[Origin], ...] = (
+    SlurmOrigin,
+    KubernetesOrigin,
+    ContainerOrigin,
+    CronOrigin,
+    AtOrigin,
+    SupervisorOrigin,
+    ShellOrigin,
+    SystemdOrigin,
+    OrphanOrigin,
+    Origin,
+)
 
 
-class OriginKindRegistry:
-    """The origin kinds in resolver priority order (the first resolver to answer wins);
-    a name registers once (prometheus client_python's ``CollectorRegistry`` refuses a
-    duplicate the same way)."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, OriginKindEntry] = {}
-        self._records: dict[str, type[Origin]] = {}
-        #: Bumped by every register and unregister, so what is derived from the kinds
-        #: (the allowlist's origin keys) is cached until the kinds change.
-        self.version = 0
-
-    def register(self, entry: OriginKindEntry, *, before: str | None = None) -> OriginKindEntry:
-        """Add ``entry`` last, or just ahead of the kind ``before`` (a more specific
-        spawner resolves first: a Slurm job inside a unit is a Slurm job).
-
-        Returns:
-            ``entry``.
-
-        Raises:
-            ValueError: A kind of that name is registered already, a reference is not
-                ``module:attribute``, or ``before`` names no registered kind.
-        """
-        if entry.name in self._entries:
-            raise ValueError(f"origin kind {entry.name!r} is registered twice")
-        for ref in (entry.record, entry.resolver, entry.planner, entry.restarts):
-            if ref is not None and not all(ref.partition(":")[::2]):
-                raise ValueError(f"origin kind {entry.name!r}: {ref!r} is not module:attribute")
-        if before is not None and before not in self._entries:
-            raise ValueError(f"origin kind {entry.name!r}: no kind {before!r} to go before")
-        items = list(self._entries.items())
-        at = len(items) if before is None else list(self._entries).index(before)
-        items.insert(at, (entry.name, entry))
-        self._entries = dict(items)
-        self.version += 1
-        return entry
-
-    def unregister(self, name: str) -> None:
-        """Remove the kind called ``name`` (a test's throwaway kind); absent is fine."""
-        self._entries.pop(name, None)
-        self.version += 1
-        self._records.pop(name, None)
-
-    def get(self, name: str) -> OriginKindEntry | None:
-        """The kind called ``name``, or None."""
-        return self._entries.get(name)
-
-    def names(self) -> tuple[str, ...]:
-        """Every kind's name, in priority order."""
-        return tuple(self._entries)
-
-    def record(self, name: str) -> type[Origin] | None:
-        """The record class of the kind ``name`` (imported on first use), or None.
-
-        Raises:
-            TypeError: The registered record is not an :class:`Origin` of that kind.
-        """
-        known = self._records.get(name)
-        entry = self._entries.get(name)
-        if known is not None or entry is None:
-            return known
-        cls = load_ref(entry.record)
-        if not (isinstance(cls, type) and issubclass(cls, Origin) and cls.kind == name):
-            raise TypeError(f"origin kind {name!r}: {entry.record} is not its Origin record")
-        self._records[name] = cls
-        return cls
-
-    def records(self) -> tuple[type[Origin], ...]:
-        """Every kind's record class, in priority order."""
-        return tuple(c for c in map(self.record, self._entries) if c is not None)
-
-    def __iter__(self) -> Iterator[OriginKindEntry]:
-        return iter(list(self._entries.values()))
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
+def origin_kinds() -> tuple[type[Origin], ...]:
+    """The kinds in force: :data:`ORIGIN_KINDS` (a test adds a throwaway kind by handing
+    in a longer tuple in its place)."""
+    return ORIGIN_KINDS
 
 
-ORIGIN_KINDS = OriginKindRegistry()
-# Every origin kind, once, in resolver priority order: more specific spawners first (a
-# Slurm job inside a unit is a Slurm job; a cron job living on in cron.service's cgroup
-# is a cron job); systemd last but for orphan, since every process sits in some unit.
-for _entry in (
-    OriginKindEntry("slurm", f"{__name__}:SlurmOrigin", ".lineage.slurm:SlurmResolver"),
-    OriginKindEntry(
-        "kubernetes",
-        f"{__name__}:KubernetesOrigin",
-        ".lineage.kubernetes:KubernetesResolver",
-        restarts=".lineage.respawn:kubernetes",
-    ),
-    OriginKindEntry(
-        "container",
-        f"{__name__}:ContainerOrigin",
-        ".lineage.container:ContainerResolver",
-        ".actions.sources:plan_container",
-        ".lineage.respawn:container",
-    ),
-    OriginKindEntry(
-        "cron",
-        f"{__name__}:CronOrigin",
-        ".lineage.cron:CronResolver",
-        ".actions.disable:plan_cron",
-        ".lineage.respawn:cron",
-    ),
-    OriginKindEntry(
-        "at",
-        f"{__name__}:AtOrigin",
-        ".lineage.at:AtResolver",
-        ".actions.sources:plan_at",
-        ".lineage.respawn:at",
-    ),
-    OriginKindEntry(
-        "supervisor",
-        f"{__name__}:SupervisorOrigin",
-        ".lineage.supervisor:SupervisorResolver",
-        ".actions.sources:plan_supervisor",
-        ".lineage.respawn:supervisor",
-    ),
-    OriginKindEntry("shell", f"{__name__}:ShellOrigin", ".lineage.shell:ShellResolver"),
-    OriginKindEntry(
-        "systemd",
-        f"{__name__}:SystemdOrigin",
-        ".lineage.systemd:SystemdResolver",
-        ".actions.disable:plan_systemd",
-        ".lineage.respawn:systemd",
-    ),
-    OriginKindEntry(
-        "orphan",
-        f"{__name__}:OrphanOrigin",
-        ".lineage.orphan:OrphanResolver",
-        ".actions.disable:plan_quarantine",
-    ),
-    OriginKindEntry("unknown", f"{__name__}:Origin", None, ".actions.disable:plan_quarantine"),
-):
-    ORIGIN_KINDS.register(_entry)
+def origin_kind(name: str, kinds: Sequence[type[Origin]] | None = None) -> type[Origin] | None:
+    """The record class of the kind called ``name`` among ``kinds`` (default
+    :data:`ORIGIN_KINDS`), or None."""
+    for cls in origin_kinds() if kinds is None else kinds:
+        if cls.kind == name:
+            return cls
+    return None
 
 
 # Longest origin label kept (a unit or file name is host text of any length; a label

@@ -98,21 +98,19 @@ def test_codemod_has_nothing_left_to_change() -> None:
     assert done.returncode == 0, f"{FIX}:\n{done.stdout}{done.stderr}"
 
 
-def test_registry_references_load_through_the_installed_name() -> None:
-    from rogue_watchdog.config.sinks import SINK_KINDS
-    from rogue_watchdog.model import ORIGIN_KINDS, load_ref
+def test_the_registries_hold_the_installed_packages_own_objects() -> None:
+    # Typed lists of imported objects (issue 30): no "module:attribute" names to load.
+    from rogue_watchdog.actions.planners import PLANNERS
+    from rogue_watchdog.daemon.alerts.delivery import SINK_FACTORIES
+    from rogue_watchdog.lineage import RESOLVERS
+    from rogue_watchdog.model import ORIGIN_KINDS
+    from rogue_watchdog.weights.api import _VERIFIERS
 
-    refs = [
-        ref
-        for kind in ORIGIN_KINDS
-        for ref in (kind.record, kind.resolver, kind.planner, kind.restarts)
-        if ref is not None
-    ]
-    refs += [kind.implementation for kind in SINK_KINDS]
-    assert len(refs) > 20
-    for ref in refs:
-        obj = load_ref(ref)
-        assert obj.__module__.startswith("rogue_watchdog."), (ref, obj.__module__)
+    objs: list[object] = [*ORIGIN_KINDS, *RESOLVERS, *PLANNERS, *PLANNERS.values()]
+    objs += [*SINK_FACTORIES.values(), *_VERIFIERS.values()]
+    assert len(objs) > 30
+    for obj in objs:
+        assert obj.__module__.startswith("rogue_watchdog."), (obj, obj.__module__)
     assert "watchdog" not in sys.modules or not str(
         getattr(sys.modules["watchdog"], "__file__", "") or ""
     ).startswith(str(PACKAGE)), "the source folder was imported as `watchdog` beside it"

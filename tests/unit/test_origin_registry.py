@@ -1,8 +1,9 @@
-"""An origin kind is one file plus one registry line (docs/architecture.md, "Adding an
-origin kind"): a throwaway kind defined here (its record and its resolver, in no module
-of the package), registered with one line, is found by a real scan of real processes,
-sanctioned or judged rogue by its own allowlist key, read back from its JSON, described
-in findings, and refused by ``disable-source``, no other module edited."""
+"""An origin kind is one file plus a line in each typed list (docs/architecture.md,
+"Adding an origin kind"): a throwaway kind defined here (its record and its resolver, in
+no module of the package), handed in through the same typed lists the package's own
+kinds are in (``model.ORIGIN_KINDS``, ``lineage.RESOLVERS``), is found by a real scan
+of real processes, sanctioned or judged rogue by its own allowlist key, read back from
+its JSON, described in findings, and refused by ``disable-source``, no other module edited."""
 
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ from typing import ClassVar
 
 import pytest
 
+from rogue_watchdog import lineage, model
 from rogue_watchdog.actions.disable import plan_disable
 from rogue_watchdog.actions.effects import RecordingEffects
+from rogue_watchdog.actions.planners import PLANNERS
 from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.config.origins import pin_keys
-from rogue_watchdog.lineage import default_resolvers
+from rogue_watchdog.lineage import RESOLVERS, default_resolvers
 from rogue_watchdog.lineage.base import ResolveContext
-from rogue_watchdog.model import ORIGIN_KINDS, Origin, OriginKindEntry, PinKey, Proc
+from rogue_watchdog.model import ORIGIN_KINDS, Origin, PinKey, Proc
 from rogue_watchdog.policy.allowlist import origin_mismatch
 from rogue_watchdog.scan import Scanner
 from tests.conftest import Spawned
@@ -68,41 +71,28 @@ class NomadResolver:
 
 
 @pytest.fixture
-def nomad() -> Iterator[None]:
-    # The one registry line a new kind needs (ahead of slurm: the most specific spawner).
-    ORIGIN_KINDS.register(
-        OriginKindEntry("nomad", f"{__name__}:NomadOrigin", f"{__name__}:NomadResolver"),
-        before="slurm",
-    )
-    try:
-        yield
-    finally:
-        ORIGIN_KINDS.unregister("nomad")
+def nomad(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # The lines a new kind adds, one in each typed list (ahead of slurm: the most
+    # specific spawner first), handed in in place of the package's own lists.
+    monkeypatch.setattr(model, "ORIGIN_KINDS", (NomadOrigin, *ORIGIN_KINDS))
+    monkeypatch.setattr(lineage, "RESOLVERS", (NomadResolver, *RESOLVERS))
+    yield
 
 
-def test_the_built_in_kinds_are_registered_once_in_priority_order() -> None:
-    assert ORIGIN_KINDS.names() == (
+def test_the_built_in_kinds_are_listed_once_in_priority_order() -> None:
+    names = tuple(cls.kind for cls in ORIGIN_KINDS)
+    assert names == (
         "slurm", "kubernetes", "container", "cron", "at", "supervisor", "shell", "systemd",
         "orphan", "unknown",
     )  # fmt: skip
-    assert [r.name for r in default_resolvers()] == list(ORIGIN_KINDS.names()[:-1])
-    for entry in ORIGIN_KINDS:
-        cls = ORIGIN_KINDS.record(entry.name)
-        assert cls is not None and cls.kind == entry.name
-    with pytest.raises(ValueError, match="origin kind 'cron' is registered twice"):
-        ORIGIN_KINDS.register(OriginKindEntry("cron", "somewhere:Else"))
-    with pytest.raises(ValueError, match="'nowhere' is not module:attribute"):
-        ORIGIN_KINDS.register(OriginKindEntry("x", "nowhere"))
-    assert "x" not in ORIGIN_KINDS
-
-
-def test_a_record_of_another_kind_is_refused() -> None:
-    ORIGIN_KINDS.register(OriginKindEntry("liar", f"{__name__}:NomadOrigin"))
-    try:
-        with pytest.raises(TypeError, match="is not its Origin record"):
-            ORIGIN_KINDS.record("liar")
-    finally:
-        ORIGIN_KINDS.unregister("liar")
+    assert len(set(ORIGIN_KINDS)) == len(ORIGIN_KINDS)
+    # Each resolver answers for the kind at its place; the unknown kind has none.
+    assert [r.name for r in default_resolvers()] == list(names[:-1])
+    # Every planner is for a listed kind; a kind without one is refused by disable-source.
+    assert set(PLANNERS) <= set(ORIGIN_KINDS)
+    assert {cls.kind for cls in PLANNERS} == {
+        "container", "cron", "at", "supervisor", "systemd", "orphan", "unknown",
+    }  # fmt: skip
 
 
 def test_a_registered_kind_answers_for_itself_everywhere(nomad: None) -> None:

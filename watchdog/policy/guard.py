@@ -35,8 +35,8 @@ from ..hostpaths import config_args
 from ..hosttext import command_text
 from ..lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
 from ..lineage.cgroup import CgroupInfo, parse_cgroup
-from ..lineage.respawn import DISABLE_FIRST
 from ..model import (
+    DISABLE_FIRST,
     Advice,
     AtOrigin,
     Collateral,
