@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol, get_args
@@ -429,6 +430,39 @@ class Origin:
         schedule S``), or None."""
         return None
 
+    def watched_path(self) -> str | None:
+        """The file or directory whose change means the source must be read again (a
+        crontab, a unit file, the at spool, a supervisord config), or None."""
+        return None
+
+    def keeps_first(self, fresh: Origin) -> Origin:
+        """``fresh``, a later look at the same start compatible with this first one, with
+        what only the first look can know kept (a cron line's identical ``also`` lines:
+        which lines were identical when it started is a fact of its start)."""
+        return fresh
+
+    def disable_handled(self) -> bool:
+        """True when ``disable-source`` acts on this origin (a live crontab line, a system
+        unit); the plan checks the rest against the files and systemd."""
+        return any(t[0] == "systemd-unit" and len(t) == 2 for t in self.stop_targets())
+
+    def owner_pin(self, keys: Collection[str]) -> tuple[str | None, str] | None:
+        """``(owner, why)`` when a rule pinning ``keys`` sanctions this origin only with
+        ``user:`` naming its owner (a user's own unit: anyone can write one), else None."""
+        return None
+
+    def service_name(self) -> str | None:
+        """The service's own name where the kind has one (a unit), for messages."""
+        return None
+
+    #: Scan-JSON keys :meth:`from_json` leaves to :meth:`_read_back`.
+    READ_BACK_KEYS: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def _read_back(cls, doc: Mapping[str, object], kw: dict[str, Any]) -> None:
+        """Fill ``kw`` from what :attr:`READ_BACK_KEYS` of ``doc`` say (a kind whose
+        recorded keys changed spelling over versions)."""
+
     @property
     def fields(self) -> dict[str, Any]:
         """The kind-specific keys of the scan JSON ``origin`` object, in schema order
@@ -486,7 +520,7 @@ class Origin:
         hints = _field_types(cls)
         kw: dict[str, Any] = {}
         for key, value in doc.items():
-            if key not in hints or (key == "user_unit" and cls is SystemdOrigin):
+            if key not in hints or key in cls.READ_BACK_KEYS:
                 continue
             if (
                 isinstance(value, str)
@@ -505,12 +539,7 @@ class Origin:
                     )
                 )
             kw[key] = tuple(value) if isinstance(value, list) else value
-        if cls is SystemdOrigin:
-            # Said outright (true, or the unit's name as early records spelled it), or
-            # implied by the keys to_json writes for a user unit: any doubt is a user unit,
-            # which disable-source refuses rather than disabling a system unit's name.
-            said = doc.get("user_unit")
-            kw["user_unit"] = bool(said) or "uid" in doc or "user" in doc
+        cls._read_back(doc, kw)
         return cls(**kw)
 
 
@@ -746,6 +775,30 @@ class CronOrigin(Origin):
         # No next run time: a finding's message outlives it (explain gives it, as of its look).
         return Restarts("on schedule", where, DISABLE_FIRST)
 
+    def watched_path(self) -> str | None:
+        """The crontab."""
+        return self.file or None
+
+    def keeps_first(self, fresh: Origin) -> Origin:
+        """``fresh`` with the ``also`` lines this first look found; a line no longer
+        identical says why it is still named (an identical line edited after the start,
+        to run under ``flock``, a mode cron skips, did not stop being one that can have
+        started it, and one that becomes identical later cannot have)."""
+        if not isinstance(fresh, CronOrigin) or fresh.also == self.also:
+            return fresh
+        notes = tuple(
+            f"ambiguous: {where} had the same command when this process was first seen "
+            "(kept for its lifetime: a later edit of that line does not change what can "
+            "have started it)"
+            for where in self.also
+            if where not in fresh.also
+        )
+        return replace(fresh, also=self.also, evidence=(*fresh.evidence, *notes))
+
+    def disable_handled(self) -> bool:
+        """A crontab line that was found."""
+        return any(t[0] == "cron-line" and t[2] is not None for t in self.stop_targets())
+
 
 @dataclass(frozen=True)
 class SystemdOrigin(Origin):
@@ -879,6 +932,35 @@ class SystemdOrigin(Origin):
         if when is None:
             return None
         return Restarts(when, "; ".join(parts), stops, again)
+
+    READ_BACK_KEYS: ClassVar[frozenset[str]] = frozenset({"user_unit"})
+
+    @classmethod
+    def _read_back(cls, doc: Mapping[str, object], kw: dict[str, Any]) -> None:
+        """``user_unit``: said outright (true, or the unit's name as early records spelled
+        it), or implied by the keys to_json writes for a user unit: any doubt is a user
+        unit, which disable-source refuses rather than disabling a system unit's name."""
+        said = doc.get("user_unit")
+        kw["user_unit"] = bool(said) or "uid" in doc or "user" in doc
+
+    def watched_path(self) -> str | None:
+        """The unit file."""
+        return self.unit_file
+
+    def owner_pin(self, keys: Collection[str]) -> tuple[str | None, str] | None:
+        """A user unit is its owner's to name: anyone can write
+        ``~/.config/systemd/user/train.service``. Only a rule that also pins that user may
+        sanction it by ``systemd_unit``."""
+        if "systemd_unit" not in keys or not self.user_unit:
+            return None
+        return self.user, (
+            f"origin is user {self.user!r}'s own unit {self.unit!r}; "
+            "a unit pin matches a user unit only with 'user:' naming its owner"
+        )
+
+    def service_name(self) -> str | None:
+        """The unit."""
+        return self.unit
 
 
 @dataclass(frozen=True)
@@ -1029,6 +1111,10 @@ class ContainerOrigin(Origin):
             else "unknown",
         )
         return Restarts(when, f"{engine} restart policy {policy} of container {cid}", stops)
+
+    def disable_handled(self) -> bool:
+        """A Docker or Podman container of no pod (a pod's owner recreates it)."""
+        return self.pod_uid is None and self.runtime in ("docker", "podman")
 
 
 @dataclass(frozen=True)
@@ -1247,6 +1333,15 @@ class AtOrigin(Origin):
             DISABLE_FIRST,
         )
 
+    def watched_path(self) -> str | None:
+        """The spool directory (issue 31, case 3): it changes when a job is queued, starts
+        or is removed, and the queued copies are read again."""
+        return os.path.dirname(self.file) if self.file else None
+
+    def disable_handled(self) -> bool:
+        """Queued runs of the same commands to remove."""
+        return bool(self.pending_same_command)
+
 
 @dataclass(frozen=True)
 class SupervisorOrigin(Origin):
@@ -1359,6 +1454,16 @@ class SupervisorOrigin(Origin):
             "restart their programs by default)",
             stops,
         )
+
+    def watched_path(self) -> str | None:
+        """The supervisord configuration file."""
+        return self.config or None
+
+    def disable_handled(self) -> bool:
+        """A supervisord program of its own section; one in a group with others is
+        refused (``update GROUP`` restarts them)."""
+        grouped = ":" in (self.program or "")
+        return self.supervisor == "supervisord" and self.section is not None and not grouped
 
 
 @dataclass(frozen=True)

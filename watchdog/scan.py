@@ -18,21 +18,15 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .config import Config
 from .hosttext import command_text
 from .lineage import default_resolvers
-from .lineage.at import with_live_queue
-from .lineage.base import OriginResolver, ResolveContext
-from .lineage.cron import entry_state, with_entry_state
+from .lineage.base import OriginResolver, ResolveContext, recheck
 from .model import (
-    NOT_LIVE,
     UNKNOWN_ORIGIN,
-    AtOrigin,
-    CronOrigin,
     Finding,
     GpuProcess,
     Job,
     Origin,
     Proc,
     ScanResult,
-    SupervisorOrigin,
     TargetGuard,
 )
 from .policy.allowlist import judge, not_sanctioned_now
@@ -396,22 +390,14 @@ class Scanner:
         if first is None or not first.definite:
             return fresh
         if fresh.definite and first.compatible(fresh) and not _knows_less(fresh, first):
-            if isinstance(first, CronOrigin) and isinstance(fresh, CronOrigin):
-                return _with_first_also(fresh, first.also)
-            return fresh
+            return first.keeps_first(fresh)
         if fresh.kind == "orphan" and first.kind in ("slurm", "supervisor"):
             # The Slurm job or supervisord ended: the orphan origin keeps its clue
             # (slurm_job_id and state, supervisor_program) and says so.
             return fresh
-        kept = first
-        if isinstance(first, AtOrigin):
-            # Its queue is read live (issue 31, case 3), also once its shell has ended
-            # (trust simulator, seed 6502: a kept origin still named a removed job).
-            kept = with_live_queue(first)
-        if isinstance(first, CronOrigin) and first.entry_state is None:
-            state = entry_state(first, ctx)
-            if state in NOT_LIVE:
-                kept = with_entry_state(first, state)
+        # What its source says now (an at queue read live, a crontab line since commented
+        # out): the kind's resolver reads it.
+        kept = recheck(first, ctx, self.resolvers)
         note = (
             f"kept for this process's lifetime: a later look matched "
             f"{fresh.describe()}, but a running process does not change who started it"
@@ -814,32 +800,11 @@ def _knows_less(fresh: Origin, first: Origin) -> bool:
     return any(a is not None and b is None for a, b in zip(known, now, strict=False))
 
 
-def _with_first_also(fresh: CronOrigin, also: tuple[str, ...]) -> CronOrigin:
-    """``fresh`` with the ``also`` lines the first look found (see ``_keep_first``); a
-    line no longer identical says why it is still named."""
-    if fresh.also == also:
-        return fresh
-    notes = tuple(
-        f"ambiguous: {where} had the same command when this process was first seen (kept for its "
-        "lifetime: a later edit of that line does not change what can have started it)"
-        for where in also
-        if where not in fresh.also
-    )
-    return dataclasses.replace(fresh, also=also, evidence=(*fresh.evidence, *notes))
-
-
 def _file_stamp(origin: Origin) -> object:
     """``(mtime_ns, size)`` of the file an origin's source lives in (a crontab, a unit
     file, the at spool, a supervisord config), None when it names none or it cannot be read."""
-    path = getattr(origin, "file", None) if isinstance(origin, CronOrigin) else None
-    path = path or getattr(origin, "unit_file", None)
-    if isinstance(origin, AtOrigin) and origin.file:
-        # The queue is the source (issue 31, case 3): the spool directory changes when a
-        # job is queued, starts or is removed, and the queued copies are read again.
-        path = os.path.dirname(origin.file)
-    if isinstance(origin, SupervisorOrigin) and origin.config:
-        path = origin.config
-    if not isinstance(path, str):
+    path = origin.watched_path()
+    if path is None:
         return None
     try:
         st = os.stat(path)

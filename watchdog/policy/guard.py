@@ -38,14 +38,11 @@ from ..lineage.cgroup import CgroupInfo, parse_cgroup
 from ..model import (
     DISABLE_FIRST,
     Advice,
-    AtOrigin,
     Collateral,
-    ContainerOrigin,
     Job,
     Origin,
     Proc,
     Restarts,
-    SupervisorOrigin,
 )
 from ..sources.procfs import ProcessTable
 from .allowlist import origin_mismatch
@@ -548,7 +545,7 @@ def advise(
                 stop_pids=stop_pids, disables=origin.DISABLES, collateral=collateral,
                 restarts=restarts_of(job, stop_pids, collateral),
             )  # fmt: skip
-    handled = bool(origin.DISABLES) and _disable_handled(origin)
+    handled = bool(origin.DISABLES) and origin.disable_handled()
     restarts = restarts_of(job, stop_pids, protected=guard.pids | guard.never)
     if restarts is not None and restarts.stops == DISABLE_FIRST and not handled:
         # disable-source does not act on this one: the step is the by-hand command.
@@ -634,23 +631,6 @@ def restarts_of(
                 False,
             )
     return None
-
-
-def _disable_handled(origin: Origin) -> bool:
-    """True when ``disable-source`` acts on this origin (a live crontab line, a system
-    unit); the plan checks the rest against the files and systemd."""
-    targets = origin.stop_targets()
-    if isinstance(origin, ContainerOrigin):
-        return origin.pod_uid is None and origin.runtime in ("docker", "podman")
-    if isinstance(origin, SupervisorOrigin):
-        # A program in a group with others is refused (update GROUP restarts them).
-        grouped = ":" in (origin.program or "")
-        return origin.supervisor == "supervisord" and origin.section is not None and not grouped
-    if isinstance(origin, AtOrigin):
-        return bool(origin.pending_same_command)
-    if origin.kind == "cron":
-        return any(t[0] == "cron-line" and t[2] is not None for t in targets)
-    return any(t[0] == "systemd-unit" and len(t) == 2 for t in targets)
 
 
 def _protected_member(pid: int, job: Job, guard: Protection, table: ProcessTable | None) -> bool:

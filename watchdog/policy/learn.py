@@ -34,13 +34,10 @@ from ..config import Config, ConfigError, parse_config
 from ..hosttext import safe_text
 from ..model import (
     NON_TRAINING_CLASSES,
-    NOT_LIVE,
     WORKLOAD_CLASSES,
-    CronOrigin,
     Job,
     Origin,
     Proc,
-    SystemdOrigin,
 )
 from ..state import RunRecord
 from .allowlist import judge
@@ -554,21 +551,12 @@ def source_gone_now(origin: Origin) -> str | None:
         /etc/systemd/system/x.service is gone``, or None.
     """
     # Only the command reads the host: the daemon's candidate count never gets here.
-    from ..lineage.base import ResolveContext
-    from ..lineage.cron import entry_state
+    from ..lineage import default_resolvers
+    from ..lineage.base import ResolveContext, gone_now
     from ..sources.procfs import ProcessTable
 
-    if isinstance(origin, CronOrigin):
-        ctx = ResolveContext(table=ProcessTable(), now=datetime.now(UTC))
-        state = entry_state(origin, ctx)
-        return f"its crontab entry is {state} now" if state in NOT_LIVE else None
-    if (
-        isinstance(origin, SystemdOrigin)
-        and origin.unit_file
-        and not os.path.lexists(origin.unit_file)
-    ):
-        return f"its unit file {origin.unit_file} is gone"
-    return None
+    ctx = ResolveContext(table=ProcessTable(), now=datetime.now(UTC))
+    return gone_now(origin, ctx, default_resolvers())
 
 
 def suggest(

@@ -18,7 +18,7 @@ from ..hosttext import command_text
 from ..lineage.base import exe_name, is_wrapper
 from ..lineage.cgroup import CgroupInfo, parse_cgroup
 from ..lineage.slurm import is_slurmstepd
-from ..model import Finding, Job, Proc, SystemdOrigin, TargetGuard
+from ..model import Finding, Job, Proc, TargetGuard
 from ..sources.procfs import ProcessTable
 from ..sources.sockets import Listen, ListenScan
 from .findings import gpus_text
@@ -164,9 +164,7 @@ def service_pids(
 
 
 def _who(job: Job) -> str:
-    if isinstance(job.origin, SystemdOrigin) and job.origin.unit:
-        return job.origin.unit
-    return job.origin.describe()
+    return job.origin.service_name() or job.origin.describe()
 
 
 def service_stop(service: Proc, job: Job) -> str:
