@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import pytest
 
-from rogue_watchdog import lineage, model
+from rogue_watchdog import lineage
 from rogue_watchdog.actions.disable import plan_disable
 from rogue_watchdog.actions.effects import RecordingEffects
 from rogue_watchdog.actions.planners import PLANNERS
@@ -23,7 +23,7 @@ from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.config.origins import pin_keys
 from rogue_watchdog.lineage import RESOLVERS, default_resolvers
 from rogue_watchdog.lineage.base import ResolveContext
-from rogue_watchdog.model import ORIGIN_KINDS, Origin, PinKey, Proc
+from rogue_watchdog.model import ORIGIN_KINDS, Origin, PinKey, Proc, origin_from_json, origins
 from rogue_watchdog.policy.allowlist import origin_mismatch
 from rogue_watchdog.scan import Scanner
 from tests.conftest import Spawned
@@ -74,7 +74,7 @@ class NomadResolver:
 def nomad(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # The lines a new kind adds, one in each typed list (ahead of slurm: the most
     # specific spawner first), handed in in place of the package's own lists.
-    monkeypatch.setattr(model, "ORIGIN_KINDS", (NomadOrigin, *ORIGIN_KINDS))
+    monkeypatch.setattr(origins, "ORIGIN_KINDS", (NomadOrigin, *ORIGIN_KINDS))
     monkeypatch.setattr(lineage, "RESOLVERS", (NomadResolver, *RESOLVERS))
     yield
 
@@ -100,7 +100,7 @@ def test_a_registered_kind_answers_for_itself_everywhere(nomad: None) -> None:
     assert pin_keys()["nomad_job"] is NomadOrigin
     # Read back from its JSON (the state store, the status socket).
     seen = NomadOrigin(job="train", evidence=("e",), remediation="nomad job stop train")
-    assert Origin.from_json(seen.to_json()) == seen
+    assert origin_from_json(seen.to_json()) == seen
     # Its allowlist key loads and judges; two kinds in one pin never match.
     cfg = parse_config(
         "sanctioned:\n  - name: n\n    cmdline: '*'\n    origin: {nomad_job: 'tr*'}\n", "c.yaml"
@@ -130,7 +130,7 @@ def test_unregistered_its_key_is_unknown_and_its_record_reads_as_unknown() -> No
         parse_config(
             "sanctioned:\n  - name: n\n    cmdline: '*'\n    origin: {nomad_job: a}\n", "c.yaml"
         )
-    assert type(Origin.from_json({"kind": "nomad", "job": "train"})) is Origin
+    assert type(origin_from_json({"kind": "nomad", "job": "train"})) is Origin
 
 
 def test_a_real_scan_finds_judges_and_guards_the_new_kind(

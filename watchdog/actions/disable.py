@@ -181,7 +181,7 @@ def plan_disable(
     """Plan how to disable the source named by ``origin``.
 
     Args:
-        origin: The job's origin (:meth:`Origin.from_json` of a recorded one).
+        origin: The job's origin (:func:`~watchdog.model.origin_from_json` of a recorded one).
         reason: Why (goes into markers and records), e.g. ``rogue-job finding 12``.
         now: POSIX time for markers and backup names.
         backup_dir: Where backups go.
