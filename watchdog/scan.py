@@ -26,8 +26,8 @@ from .model import (
     Job,
     Origin,
     Proc,
+    Protection,
     ScanResult,
-    TargetGuard,
 )
 from .policy.allowlist import judge, not_sanctioned_now
 from .policy.findings import (
@@ -38,7 +38,7 @@ from .policy.findings import (
     unexplained_memory_findings,
     zombie_findings,
 )
-from .policy.guard import Protection, protection, with_advice
+from .policy.guard import ScanProtection, protection, with_advice
 from .policy.jobs import (
     LauncherCache,
     TrainingEvidence,
@@ -141,7 +141,7 @@ def release_memory() -> bool:
 
 
 def read_listens(
-    jobs: Sequence[Job], table: ProcessTable, guard: TargetGuard | None, proc_root: str
+    jobs: Sequence[Job], table: ProcessTable, guard: Protection | None, proc_root: str
 ) -> dict[int, ListenScan]:
     """Read the listening sockets of every rogue or excess job's service scope once
     (:func:`watchdog.policy.services.service_scope`): the scan JSON's ``listening`` and
@@ -662,7 +662,7 @@ class Scanner:
 
     def _guarded(
         self, jobs: Sequence[Job], kept: dict[tuple[int, int], str], trainers: Set[int]
-    ) -> tuple[list[Job], Protection]:
+    ) -> tuple[list[Job], ScanProtection]:
         """Stage 6: what must never be targeted (the one guard), the processes that stay
         sanctioned for their life, and each job's advice decided under that guard.
 
@@ -687,7 +687,7 @@ class Scanner:
         return with_advice(jobs, guard, self.table, self.config), guard
 
     def _with_listening(
-        self, jobs: Sequence[Job], guard: Protection
+        self, jobs: Sequence[Job], guard: ScanProtection
     ) -> tuple[list[Job], dict[int, ListenScan]]:
         """Stage 7: the listening sockets of every unsanctioned job's service scope, read
         once (:func:`read_listens`), set on each job.
@@ -728,7 +728,7 @@ class Scanner:
         return out
 
     def _sanctioned_now(
-        self, jobs: Sequence[Job], guard: Protection, kept: dict[tuple[int, int], str]
+        self, jobs: Sequence[Job], guard: ScanProtection, kept: dict[tuple[int, int], str]
     ) -> dict[tuple[int, int], str]:
         """Every process of this scan's sanctioned jobs with its rule, and the earlier
         ones still alive: what stays sanctioned for its life. One that exited and is not

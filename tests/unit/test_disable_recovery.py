@@ -17,7 +17,7 @@ from rogue_watchdog.actions.runner import InlineRunner
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.model import origin_from_json
-from rogue_watchdog.policy.guard import Protection
+from rogue_watchdog.policy.guard import ScanProtection
 from rogue_watchdog.state import StateDB
 from tests.conftest import run_cli
 
@@ -58,7 +58,7 @@ def disable(tmp: Path, db: StateDB) -> None:
     cfg = config(tmp)
     remedy = Remedy(
         cfg.enforcement, db, Effects(), actor="daemon", backup_dir=str(tmp / "bk"),  # type: ignore[attr-defined]
-        cron_d=str(tmp / "cron.d"), protection=Protection(),
+        cron_d=str(tmp / "cron.d"), protection=ScanProtection(),
     )  # fmt: skip
     origin = {"kind": "cron", "file": str(tmp / "cron.d" / "legacy"), "line": 3, "entry": ENTRY,
               "user": "root"}  # fmt: skip

@@ -53,7 +53,7 @@ from .gpu import (
 )
 from .job import (
     Job,
-    TargetGuard,
+    Protection,
 )
 from .origin import (
     DISABLE_FIRST,
@@ -140,6 +140,7 @@ __all__ = [
     "PinKey",
     "PinType",
     "Proc",
+    "Protection",
     "Restarts",
     "ScanResult",
     "Severity",
@@ -147,7 +148,6 @@ __all__ = [
     "SlurmOrigin",
     "SupervisorOrigin",
     "SystemdOrigin",
-    "TargetGuard",
     "UnreadableOrigin",
     "UnreadableRecord",
     "UnsanctionedVerdict",

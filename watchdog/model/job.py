@@ -96,9 +96,9 @@ class Job:
         return self.workload not in NON_TRAINING_CLASSES
 
 
-class TargetGuard(Protocol):
+class Protection(Protocol):
     """What one scan must never target, as the actions ask it (the one guard,
-    :class:`watchdog.policy.guard.Protection`, implements it).
+    :class:`watchdog.policy.guard.ScanProtection`, implements it).
 
     Attributes:
         identities: ``(PID, start ticks)`` of every process of a sanctioned or ignored job.

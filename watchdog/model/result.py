@@ -7,7 +7,7 @@ from datetime import datetime
 
 from .finding import Finding
 from .gpu import GpuInfo, GpuProcess, NvmlStatus
-from .job import Job, TargetGuard
+from .job import Job, Protection
 
 
 @dataclass
@@ -45,4 +45,4 @@ class ScanResult:
     gpu_blind: bool = False
     exited: set[int] = field(default_factory=set)
     full_sweep: bool = False
-    protection: TargetGuard | None = None
+    protection: Protection | None = None

@@ -86,7 +86,7 @@ class ProtectedSource:
 
 
 @dataclass(frozen=True)
-class Protection:
+class ScanProtection:
     """What must never be a target, for one scan.
 
     Attributes:
@@ -181,7 +181,7 @@ def protection(
     never: Collection[int] = (),
     kept: Iterable[Identity] = (),
     trainers: Set[int] | None = None,
-) -> Protection:
+) -> ScanProtection:
     """Compute what this scan must never target.
 
     Args:
@@ -240,7 +240,7 @@ def protection(
                 )
             )
     pids = frozenset(pid for pid, _start in identities)
-    return Protection(
+    return ScanProtection(
         frozenset(identities),
         pids,
         tuple(sources),
@@ -255,7 +255,7 @@ def _shared_roots(
     jobs: Sequence[Job], table: ProcessTable | None, trainers: Set[int] | None
 ) -> tuple[tuple[Identity, str], ...]:
     """The rogue job roots that are jobs only for a zombie's memory and run other work,
-    each with the refusal's words (see :attr:`Protection.shared_roots`)."""
+    each with the refusal's words (see :attr:`ScanProtection.shared_roots`)."""
     if table is None or trainers is None:
         return ()
     out: list[tuple[Identity, str]] = []
@@ -491,7 +491,7 @@ def _instead(job: Job, src: ProtectedSource, config: Config | None) -> str:
 
 def advise(
     job: Job,
-    guard: Protection,
+    guard: ScanProtection,
     table: ProcessTable | None = None,
     config: Config | None = None,
     groups: ProcessGroups | None = None,
@@ -501,7 +501,7 @@ def advise(
 
     Args:
         job: A judged job of this scan.
-        guard: This scan's :class:`Protection`.
+        guard: This scan's :class:`ScanProtection`.
         table: The process table (for the exclusive wrappers and the process group of a
             by-hand ``kill``); None names the root alone.
         config: For the rule's ``max_instances`` in the words of a refusal.
@@ -633,7 +633,9 @@ def restarts_of(
     return None
 
 
-def _protected_member(pid: int, job: Job, guard: Protection, table: ProcessTable | None) -> bool:
+def _protected_member(
+    pid: int, job: Job, guard: ScanProtection, table: ProcessTable | None
+) -> bool:
     by_pid = {p.pid: p for p in job.lineage}
     proc = by_pid.get(pid) or (table.get(pid) if table is not None else None)
     return proc is not None and guard.process_refusal(proc) is not None
@@ -676,7 +678,7 @@ def _kill(job: Job, stop_pids: Sequence[int], groups: ProcessGroups | None) -> s
 
 def with_advice(
     jobs: Sequence[Job],
-    guard: Protection,
+    guard: ScanProtection,
     table: ProcessTable | None = None,
     config: Config | None = None,
 ) -> list[Job]:
