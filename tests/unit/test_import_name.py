@@ -8,6 +8,7 @@ every ``"module:attribute"`` registry reference starts with a dot; outside, code
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 import subprocess
 import sys
@@ -111,6 +112,23 @@ def test_the_registries_hold_the_installed_packages_own_objects() -> None:
     assert len(objs) > 30
     for obj in objs:
         assert obj.__module__.startswith("rogue_watchdog."), (obj, obj.__module__)
+    # Nor does any string in the package name its code as "module:attribute" (a dotted
+    # or relative module, or ``{__name__}:X``; fault points are named "area:step").
+    refs = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            text = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(text, str) and re.fullmatch(r"(\.|\w+\.)[\w.]*:[A-Za-z_]\w*", text):
+                refs.append(f"{path}: {text}")
+            parts = node.values if isinstance(node, ast.JoinedStr) else []
+            for named, after in itertools.pairwise(parts):
+                if (
+                    isinstance(named, ast.FormattedValue)
+                    and ast.unparse(named.value) == "__name__"
+                    and re.match(r":[A-Z]", str(getattr(after, "value", "")))
+                ):
+                    refs.append(f"{path}: {ast.unparse(node)}")
+    assert refs == []
     assert "watchdog" not in sys.modules or not str(
         getattr(sys.modules["watchdog"], "__file__", "") or ""
     ).startswith(str(PACKAGE)), "the source folder was imported as `watchdog` beside it"

@@ -171,3 +171,18 @@ def test_a_real_scan_finds_judges_and_guards_the_new_kind(
     assert ghost.advice.refused is None
     assert sorted(ghost.advice.stop_pids) == sorted(ghost.pids)
     assert ghost.advice.disable is False
+
+
+def test_the_recipe_names_the_lists_the_fixture_hands_in() -> None:
+    # docs/architecture.md, "Adding an origin kind": the files and lists it names are the
+    # ones this module's fixture extends (and the planner list, for a kind it disables).
+    text = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+    recipe = text.split("### Adding an origin kind", 1)[1].split("\n## ", 1)[0]
+    for named in (
+        "watchdog/model/origins.py", "`ORIGIN_KINDS`", "watchdog/lineage/nomad.py",
+        "`lineage.RESOLVERS`", "`actions/planners.PLANNERS`",
+    ):  # fmt: skip
+        assert named in recipe, named
+    assert origins.ORIGIN_KINDS is ORIGIN_KINDS and lineage.RESOLVERS is RESOLVERS
+    assert all(isinstance(c, type) and issubclass(c, Origin) for c in ORIGIN_KINDS)
+    assert all(cls in ORIGIN_KINDS for cls in PLANNERS)

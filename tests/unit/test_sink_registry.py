@@ -128,3 +128,16 @@ def test_the_record_reads_back_the_spooled_document_exactly(
     alert = Alert.from_json(old)
     assert alert.to_json() == old and alert.finding.instances is None
     assert (alert.finding.severity, alert.finding.seen_count) == (None, None)
+
+
+def test_the_recipe_names_the_lists_the_fixture_hands_in() -> None:
+    # docs/architecture.md, "Adding a sink": the files and lists it names are the ones
+    # this module's fixture extends.
+    text = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+    recipe = text.split("### Adding a sink", 1)[1].split("\n## ", 1)[0]
+    for named in (
+        "watchdog/daemon/alerts/teams.py", "watchdog/config/sinks.py", "`SINK_KINDS`",
+        "watchdog/daemon/alerts/delivery.py", "`SINK_FACTORIES`",
+    ):  # fmt: skip
+        assert named in recipe, named
+    assert sinks.SINK_KINDS is SINK_KINDS and delivery.SINK_FACTORIES is SINK_FACTORIES
