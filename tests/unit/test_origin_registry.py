@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, get_args
 
 import pytest
 
@@ -23,7 +23,15 @@ from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.config.origins import pin_keys
 from rogue_watchdog.lineage import RESOLVERS, default_resolvers
 from rogue_watchdog.lineage.base import ResolveContext
-from rogue_watchdog.model import ORIGIN_KINDS, Origin, PinKey, Proc, origin_from_json, origins
+from rogue_watchdog.model import (
+    ORIGIN_KINDS,
+    Origin,
+    OriginKind,
+    PinKey,
+    Proc,
+    origin_from_json,
+    origins,
+)
 from rogue_watchdog.policy.allowlist import origin_mismatch
 from rogue_watchdog.scan import Scanner
 from tests.conftest import Spawned
@@ -86,6 +94,8 @@ def test_the_built_in_kinds_are_listed_once_in_priority_order() -> None:
         "orphan", "unknown",
     )  # fmt: skip
     assert len(set(ORIGIN_KINDS)) == len(ORIGIN_KINDS)
+    # The Literal the built-in kinds are typed with (``ignore[].origin_kind``) names them.
+    assert set(get_args(OriginKind)) == set(names)
     # Each resolver answers for the kind at its place; the unknown kind has none.
     assert [r.name for r in default_resolvers()] == list(names[:-1])
     # Every planner is for a listed kind; a kind without one is refused by disable-source.

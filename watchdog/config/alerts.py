@@ -31,8 +31,8 @@ MAX_SETTLE_S = 60.0
 
 
 def _sink_type(r: NodeReader, node: yaml.Node, key: str) -> str:
-    """A registered sink kind's name (:data:`~watchdog.config.sinks.SINK_KINDS`, read
-    when the file is, so a kind registered after import is known)."""
+    """A listed sink kind's name (:func:`~watchdog.config.sinks.sink_names`, read when the
+    file is, so a list handed in after import is known)."""
     return datatypes.choice(sink_names(), "unknown sink type {text!r}")(r, node, key)
 
 
@@ -85,7 +85,7 @@ class SinkSettings:
     """One alert destination.
 
     Attributes:
-        type: A registered sink kind (:data:`~watchdog.config.sinks.SINK_KINDS`):
+        type: A listed sink kind (:data:`~watchdog.config.sinks.SINK_KINDS`):
             ``log``, ``slack``, ``discord``, ``webhook`` or ``alertmanager``.
         name: Name used in status and logs (defaults to the type).
         path: For ``log``: a file to append JSON lines to; None means stdout.
@@ -144,7 +144,7 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
         raise r.err(node, f"{key}.type", f"required key missing ({', '.join(sink_names())})")
     sink_type = _sink_type(r, m["type"][1], f"{key}.type")
     kind = sink_kind(sink_type)
-    assert kind is not None  # _sink_type took only a registered name
+    assert kind is not None  # _sink_type took only a listed name
     vals: dict[str, object] = {"name": sink_type}
     claimed = sink_own_keys()
     for name in m:  # in file order, refusing another kind's own keys where they stand

@@ -22,16 +22,20 @@ OriginKind = Literal[
     "orphan",
     "unknown",
 ]
-_OPTIONAL = {"show": "unless-none"}
-_UNLESS_EMPTY = {"show": "unless-empty"}
-_HIDDEN = {"show": "never"}
+# Field metadata of origin records: when :attr:`Origin.fields` shows a field in the scan
+# JSON (a record's field without any is always shown).
+UNLESS_NONE = {"show": "unless-none"}
+UNLESS_EMPTY = {"show": "unless-empty"}
+HIDDEN = {"show": "never"}
 
 
-def _shown_with(name: str) -> dict[str, str]:
+def shown_with(name: str) -> dict[str, str]:
+    """Field metadata: shown only while the field ``name`` is not None."""
     return {"show": "with", "with": name}
 
 
-def _shown_if(flag: str) -> dict[str, str]:
+def shown_if(flag: str) -> dict[str, str]:
+    """Field metadata: shown only while the field ``flag`` is true."""
     return {"show": "if", "if": flag}
 
 

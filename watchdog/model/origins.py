@@ -9,17 +9,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from .origin import (
-    _HIDDEN,
-    _OPTIONAL,
-    _UNLESS_EMPTY,
     DISABLE_FIRST,
+    HIDDEN,
+    UNLESS_EMPTY,
+    UNLESS_NONE,
     Origin,
     OriginKind,
     PinKey,
     Restarts,
-    _shown_if,
-    _shown_with,
     bounded_label,
+    shown_if,
+    shown_with,
     unit_label,
 )
 
@@ -81,11 +81,11 @@ class CronOrigin(Origin):
     user: str | None = None
     schedule: str | None = None
     next_run: str | None = None
-    script: str | None = field(default=None, metadata=_OPTIONAL)
-    launch_script: str | None = field(default=None, metadata=_OPTIONAL)
-    confidence: str | None = field(default=None, metadata=_OPTIONAL)
-    entry_state: str | None = field(default=None, metadata=_OPTIONAL)
-    also: tuple[str, ...] = field(default=(), metadata=_UNLESS_EMPTY)
+    script: str | None = field(default=None, metadata=UNLESS_NONE)
+    launch_script: str | None = field(default=None, metadata=UNLESS_NONE)
+    confidence: str | None = field(default=None, metadata=UNLESS_NONE)
+    entry_state: str | None = field(default=None, metadata=UNLESS_NONE)
+    also: tuple[str, ...] = field(default=(), metadata=UNLESS_EMPTY)
 
     def alternatives(self) -> tuple[Origin, ...]:
         """The other crontab lines that can have started it (``also``): an identical
@@ -244,13 +244,13 @@ class SystemdOrigin(Origin):
     timer_schedule: str | None = None
     next_run: str | None = None
     restart: str | None = None
-    user_unit: bool = field(default=False, metadata=_HIDDEN)
-    user: str | None = field(default=None, metadata=_shown_if("user_unit"))
-    uid: int | None = field(default=None, metadata=_shown_if("user_unit"))
-    in_tmux: bool = field(default=False, metadata=_HIDDEN)
-    tmux_socket: str | None = field(default=None, metadata=_shown_if("in_tmux"))
-    tmux_session: str | None = field(default=None, metadata=_shown_if("in_tmux"))
-    tmux_session_id: str | None = field(default=None, metadata=_shown_if("in_tmux"))
+    user_unit: bool = field(default=False, metadata=HIDDEN)
+    user: str | None = field(default=None, metadata=shown_if("user_unit"))
+    uid: int | None = field(default=None, metadata=shown_if("user_unit"))
+    in_tmux: bool = field(default=False, metadata=HIDDEN)
+    tmux_socket: str | None = field(default=None, metadata=shown_if("in_tmux"))
+    tmux_session: str | None = field(default=None, metadata=shown_if("in_tmux"))
+    tmux_session_id: str | None = field(default=None, metadata=shown_if("in_tmux"))
 
     def describe(self) -> str:
         """See :meth:`Origin.describe`."""
@@ -573,10 +573,10 @@ class KubernetesOrigin(Origin):
     image: str | None = None
     image_id: str | None = None
     api: str | None = None
-    schedule: str | None = field(default=None, metadata=_shown_with("suspended"))
-    time_zone: str | None = field(default=None, metadata=_shown_with("suspended"))
-    next_run: str | None = field(default=None, metadata=_shown_with("suspended"))
-    suspended: bool | None = field(default=None, metadata=_OPTIONAL)
+    schedule: str | None = field(default=None, metadata=shown_with("suspended"))
+    time_zone: str | None = field(default=None, metadata=shown_with("suspended"))
+    next_run: str | None = field(default=None, metadata=shown_with("suspended"))
+    suspended: bool | None = field(default=None, metadata=UNLESS_NONE)
 
     def describe(self) -> str:
         """See :meth:`Origin.describe`."""
@@ -779,15 +779,15 @@ class SupervisorOrigin(Origin):
     supervisor: str | None = None
     supervisor_pid: int | None = None
     config: str | None = None
-    section: str | None = field(default=None, metadata=_OPTIONAL)
-    section_file: str | None = field(default=None, metadata=_OPTIONAL)
-    autostart: str | None = field(default=None, metadata=_OPTIONAL)
-    autostart_at: str | None = field(default=None, metadata=_OPTIONAL)
-    autorestart: str | None = field(default=None, metadata=_OPTIONAL)
-    autorestart_at: str | None = field(default=None, metadata=_OPTIONAL)
-    startretries: str | None = field(default=None, metadata=_OPTIONAL)
-    exitcodes: str | None = field(default=None, metadata=_OPTIONAL)
-    settings_unread: str | None = field(default=None, metadata=_OPTIONAL)
+    section: str | None = field(default=None, metadata=UNLESS_NONE)
+    section_file: str | None = field(default=None, metadata=UNLESS_NONE)
+    autostart: str | None = field(default=None, metadata=UNLESS_NONE)
+    autostart_at: str | None = field(default=None, metadata=UNLESS_NONE)
+    autorestart: str | None = field(default=None, metadata=UNLESS_NONE)
+    autorestart_at: str | None = field(default=None, metadata=UNLESS_NONE)
+    startretries: str | None = field(default=None, metadata=UNLESS_NONE)
+    exitcodes: str | None = field(default=None, metadata=UNLESS_NONE)
+    settings_unread: str | None = field(default=None, metadata=UNLESS_NONE)
 
     def describe(self) -> str:
         """See :meth:`Origin.describe`."""
