@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .hosttext import command_text, safe_text
-from .model import GpuInfo, Origin
+from .model import GpuInfo, origin_from_json
 from .render import fit
 from .state import ActionRecord, FindingRecord, RunRecord
 
@@ -144,13 +144,13 @@ def origin_key(r: RunRecord) -> tuple[object, ...]:
     description says at each run (a line since disabled, its schedule); for an origin that
     names none (a shell, an orphan, unknown), the job itself: an inference server and a
     rogue trainer both "started by hand" are two rows, not one."""
-    origin = Origin.from_json(r.origin)
+    origin = origin_from_json(r.origin)
     key = origin.source_key() if origin.definite else None
     return key if key is not None else ("job", r.signature)
 
 
 def _origin_name(r: RunRecord) -> str:
-    origin = Origin.from_json(r.origin)
+    origin = origin_from_json(r.origin)
     name = origin.describe()
     if not origin.definite or origin.source_key() is None:
         # The whole command (up to a long one's NAME_MAX): the job is what tells these
@@ -655,7 +655,7 @@ def _run_bar(
     r = b.runs[0]
     x0, x1 = x(b.started_at), x(b.last_seen)
     x1 = max(x1, x0 + 3)
-    origin = safe_text(Origin.from_json(r.origin).describe())
+    origin = safe_text(origin_from_json(r.origin).describe())
     user = safe_text(r.user or "-")
     segs = [(run, s) for run in b.runs for s in verdict_segments(run, findings)]
     if len(b.runs) == 1:

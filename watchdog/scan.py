@@ -18,22 +18,16 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .config import Config
 from .hosttext import command_text
 from .lineage import default_resolvers
-from .lineage.at import with_live_queue
-from .lineage.base import OriginResolver, ResolveContext
-from .lineage.cron import entry_state, with_entry_state
+from .lineage.base import OriginResolver, ResolveContext, recheck
 from .model import (
-    NOT_LIVE,
     UNKNOWN_ORIGIN,
-    AtOrigin,
-    CronOrigin,
     Finding,
     GpuProcess,
     Job,
     Origin,
     Proc,
+    Protection,
     ScanResult,
-    SupervisorOrigin,
-    TargetGuard,
 )
 from .policy.allowlist import judge, not_sanctioned_now
 from .policy.findings import (
@@ -44,7 +38,7 @@ from .policy.findings import (
     unexplained_memory_findings,
     zombie_findings,
 )
-from .policy.guard import Protection, protection, with_advice
+from .policy.guard import ScanProtection, protection, with_advice
 from .policy.jobs import (
     LauncherCache,
     TrainingEvidence,
@@ -147,7 +141,7 @@ def release_memory() -> bool:
 
 
 def read_listens(
-    jobs: Sequence[Job], table: ProcessTable, guard: TargetGuard | None, proc_root: str
+    jobs: Sequence[Job], table: ProcessTable, guard: Protection | None, proc_root: str
 ) -> dict[int, ListenScan]:
     """Read the listening sockets of every rogue or excess job's service scope once
     (:func:`watchdog.policy.services.service_scope`): the scan JSON's ``listening`` and
@@ -396,22 +390,14 @@ class Scanner:
         if first is None or not first.definite:
             return fresh
         if fresh.definite and first.compatible(fresh) and not _knows_less(fresh, first):
-            if isinstance(first, CronOrigin) and isinstance(fresh, CronOrigin):
-                return _with_first_also(fresh, first.also)
-            return fresh
+            return first.keeps_first(fresh)
         if fresh.kind == "orphan" and first.kind in ("slurm", "supervisor"):
             # The Slurm job or supervisord ended: the orphan origin keeps its clue
             # (slurm_job_id and state, supervisor_program) and says so.
             return fresh
-        kept = first
-        if isinstance(first, AtOrigin):
-            # Its queue is read live (issue 31, case 3), also once its shell has ended
-            # (trust simulator, seed 6502: a kept origin still named a removed job).
-            kept = with_live_queue(first)
-        if isinstance(first, CronOrigin) and first.entry_state is None:
-            state = entry_state(first, ctx)
-            if state in NOT_LIVE:
-                kept = with_entry_state(first, state)
+        # What its source says now (an at queue read live, a crontab line since commented
+        # out): the kind's resolver reads it.
+        kept = recheck(first, ctx, self.resolvers)
         note = (
             f"kept for this process's lifetime: a later look matched "
             f"{fresh.describe()}, but a running process does not change who started it"
@@ -676,7 +662,7 @@ class Scanner:
 
     def _guarded(
         self, jobs: Sequence[Job], kept: dict[tuple[int, int], str], trainers: Set[int]
-    ) -> tuple[list[Job], Protection]:
+    ) -> tuple[list[Job], ScanProtection]:
         """Stage 6: what must never be targeted (the one guard), the processes that stay
         sanctioned for their life, and each job's advice decided under that guard.
 
@@ -701,7 +687,7 @@ class Scanner:
         return with_advice(jobs, guard, self.table, self.config), guard
 
     def _with_listening(
-        self, jobs: Sequence[Job], guard: Protection
+        self, jobs: Sequence[Job], guard: ScanProtection
     ) -> tuple[list[Job], dict[int, ListenScan]]:
         """Stage 7: the listening sockets of every unsanctioned job's service scope, read
         once (:func:`read_listens`), set on each job.
@@ -742,7 +728,7 @@ class Scanner:
         return out
 
     def _sanctioned_now(
-        self, jobs: Sequence[Job], guard: Protection, kept: dict[tuple[int, int], str]
+        self, jobs: Sequence[Job], guard: ScanProtection, kept: dict[tuple[int, int], str]
     ) -> dict[tuple[int, int], str]:
         """Every process of this scan's sanctioned jobs with its rule, and the earlier
         ones still alive: what stays sanctioned for its life. One that exited and is not
@@ -814,32 +800,11 @@ def _knows_less(fresh: Origin, first: Origin) -> bool:
     return any(a is not None and b is None for a, b in zip(known, now, strict=False))
 
 
-def _with_first_also(fresh: CronOrigin, also: tuple[str, ...]) -> CronOrigin:
-    """``fresh`` with the ``also`` lines the first look found (see ``_keep_first``); a
-    line no longer identical says why it is still named."""
-    if fresh.also == also:
-        return fresh
-    notes = tuple(
-        f"ambiguous: {where} had the same command when this process was first seen (kept for its "
-        "lifetime: a later edit of that line does not change what can have started it)"
-        for where in also
-        if where not in fresh.also
-    )
-    return dataclasses.replace(fresh, also=also, evidence=(*fresh.evidence, *notes))
-
-
 def _file_stamp(origin: Origin) -> object:
     """``(mtime_ns, size)`` of the file an origin's source lives in (a crontab, a unit
     file, the at spool, a supervisord config), None when it names none or it cannot be read."""
-    path = getattr(origin, "file", None) if isinstance(origin, CronOrigin) else None
-    path = path or getattr(origin, "unit_file", None)
-    if isinstance(origin, AtOrigin) and origin.file:
-        # The queue is the source (issue 31, case 3): the spool directory changes when a
-        # job is queued, starts or is removed, and the queued copies are read again.
-        path = os.path.dirname(origin.file)
-    if isinstance(origin, SupervisorOrigin) and origin.config:
-        path = origin.config
-    if not isinstance(path, str):
+    path = origin.watched_path()
+    if path is None:
         return None
     try:
         st = os.stat(path)

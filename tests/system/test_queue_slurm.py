@@ -24,7 +24,7 @@ import pytest
 from rogue_watchdog.command import RecordingRunner, run
 from rogue_watchdog.config.queue import QueueRule, QueueSettings
 from rogue_watchdog.model import NvmlStatus, ScanResult
-from rogue_watchdog.policy.guard import Protection
+from rogue_watchdog.policy.guard import ScanProtection
 from rogue_watchdog.queue.actions import QueueEnforcer
 from rogue_watchdog.queue.slurm import SQUEUE_FORMAT, SlurmQueue, parse_squeue_formatted
 from rogue_watchdog.queue.source import QueueSource
@@ -40,7 +40,7 @@ STRANGER = "rwq-svcold"
 RULES = (QueueRule("pipeline", user="root", account="ml-research"),)
 
 # A scan whose guard protects nothing (no sanctioned job, no pin): queue rules decide.
-SCAN = ScanResult("h", datetime.now(UTC), 0.0, NvmlStatus(False), protection=Protection())
+SCAN = ScanResult("h", datetime.now(UTC), 0.0, NvmlStatus(False), protection=ScanProtection())
 
 
 @dataclass

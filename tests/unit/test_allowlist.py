@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rogue_watchdog.config import parse_config
-from rogue_watchdog.model import Job, Origin, Proc
+from rogue_watchdog.model import Job, Origin, Proc, origin_from_json
 from rogue_watchdog.policy.allowlist import judge
 
 CFG = parse_config(
@@ -24,8 +24,8 @@ sanctioned:
     "t.yaml",
 )
 
-UNIT = Origin.from_json({"kind": "systemd", "unit": "train-pipeline.service"})
-CRON = Origin.from_json({"kind": "cron", "file": "/etc/cron.d/legacy", "line": 7})
+UNIT = origin_from_json({"kind": "systemd", "unit": "train-pipeline.service"})
+CRON = origin_from_json({"kind": "cron", "file": "/etc/cron.d/legacy", "line": 7})
 
 
 def job(pid: int, cmd: str, user: str, origin: Origin) -> Job:
@@ -62,12 +62,12 @@ def test_wrong_user_is_rogue() -> None:
 
 
 def test_cron_line_pin_and_slurm_pins() -> None:
-    right = Origin.from_json({"kind": "cron", "file": "/etc/cron.d/retrain", "line": 4})
-    wrong = Origin.from_json({"kind": "cron", "file": "/etc/cron.d/retrain", "line": 5})
-    slurm = Origin.from_json(
+    right = origin_from_json({"kind": "cron", "file": "/etc/cron.d/retrain", "line": 4})
+    wrong = origin_from_json({"kind": "cron", "file": "/etc/cron.d/retrain", "line": 5})
+    slurm = origin_from_json(
         {"kind": "slurm", "job_id": "7", "account": "research", "job_name": "exp-3"}
     )
-    other = Origin.from_json(
+    other = origin_from_json(
         {"kind": "slurm", "job_id": "8", "account": "research", "job_name": "legacy"}
     )
     jobs = [
@@ -101,11 +101,11 @@ def test_unit_pin_never_sanctions_another_users_unit_of_that_name() -> None:
         "  - name: mlops-own\n    cmdline: '*/own.py'\n    user: mlops\n"
         "    origin: {systemd_unit: own.service}\n"
     )
-    user_unit = Origin.from_json(
+    user_unit = origin_from_json(
         {"kind": "systemd", "unit": "train.service", "user": "eve", "uid": 1001}
     )
-    system_unit = Origin.from_json({"kind": "systemd", "unit": "train.service"})
-    own = Origin.from_json({"kind": "systemd", "unit": "own.service", "user": "mlops", "uid": 1002})
+    system_unit = origin_from_json({"kind": "systemd", "unit": "train.service"})
+    own = origin_from_json({"kind": "systemd", "unit": "own.service", "user": "mlops", "uid": 1002})
     jobs = [
         job(10, "/usr/bin/python3 /srv/train.py", "eve", user_unit),
         job(11, "/usr/bin/python3 /srv/train.py", "svc", system_unit),

@@ -17,11 +17,11 @@ from rogue_watchdog.cli import main
 from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.model import (
     CronOrigin,
-    Origin,
     ShellOrigin,
     SlurmOrigin,
     SupervisorOrigin,
     SystemdOrigin,
+    origin_from_json,
 )
 from rogue_watchdog.policy.allowlist import origin_mismatch
 from rogue_watchdog.policy.learn import (
@@ -98,10 +98,10 @@ def test_program_and_script_leave_out_the_runs_arguments() -> None:
 
 
 def test_strongest_pin_per_origin() -> None:
-    assert strongest_pin(Origin.from_json(cron())) == {
+    assert strongest_pin(origin_from_json(cron())) == {
         "cron_file": "/etc/cron.d/pipeline", "cron_line": 2,
     }  # fmt: skip
-    assert strongest_pin(Origin.from_json(tmux())) is None
+    assert strongest_pin(origin_from_json(tmux())) is None
 
 
 def test_a_timer_started_unit_is_pinned_to_unit_and_timer() -> None:
@@ -820,7 +820,7 @@ def test_a_removed_ghost_is_still_a_rival() -> None:
 
 
 def test_script_of_resolves_what_the_record_allows() -> None:
-    shell = Origin.from_json(tmux())
+    shell = origin_from_json(tmux())
     assert script_of((PY, "//opt/p/./x.py"), shell) == Script("x", "/opt/p/x.py")
     assert script_of(("/opt/bin/trainer",), shell) == Script("trainer", "/opt/bin/trainer")
     assert script_of(("python3", "x.py"), shell) == Script(
@@ -840,7 +840,7 @@ def test_script_of_resolves_what_the_record_allows() -> None:
         "*/5 * * * * mlops cd /srv/p && python3 train.py --x",
         "@daily cd /srv/p; /usr/bin/python3 -u train.py",
     ):
-        origin = Origin.from_json(cron(entry=entry))
+        origin = origin_from_json(cron(entry=entry))
         head = program_and_script(entry.split(" && ")[-1].split("; ")[-1].split())
         assert script_of(head, origin) == Script("train", "/srv/p/train.py"), entry
     # ... but not a cd to two folders, nor one before a wrapper that runs the script.
@@ -848,7 +848,7 @@ def test_script_of_resolves_what_the_record_allows() -> None:
         "* * * * * u cd /a && cd /b && python3 train.py",
         "* * * * * u cd /srv/p && ./run.sh",
     ):
-        assert script_of(("python3", "train.py"), Origin.from_json(cron(entry=entry))).path is None
+        assert script_of(("python3", "train.py"), origin_from_json(cron(entry=entry))).path is None
 
 
 def test_an_unresolved_script_is_a_rival_of_any_script_of_its_name() -> None:

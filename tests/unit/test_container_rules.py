@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rogue_watchdog.config import parse_config
-from rogue_watchdog.model import Job, Origin
+from rogue_watchdog.model import Job, origin_from_json
 from rogue_watchdog.policy.allowlist import judge
 
 DIGEST = "sha256:" + "ab" * 32
@@ -19,7 +19,7 @@ def _judge(fields: dict[str, str | None], kind: str = "container") -> Job:
     job = Job(
         root_pid=9, pids=[9], user="root", cmdline=("python3", "train.py"), start_ticks=1,
         gpu_memory_bytes=None, gpu_uuids=[], lineage=[],
-        origin=Origin.from_json({"kind": kind, **fields}),
+        origin=origin_from_json({"kind": kind, **fields}),
     )  # fmt: skip
     (job,) = judge([job], parse_config(CONFIG, "c.yaml"))
     return job

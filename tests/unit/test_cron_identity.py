@@ -20,7 +20,7 @@ from rogue_watchdog.config import parse_config
 from rogue_watchdog.lineage.base import ResolveContext
 from rogue_watchdog.lineage.cron import CronResolver
 from rogue_watchdog.model import Job, Proc
-from rogue_watchdog.policy.guard import Protection, advise, with_advice
+from rogue_watchdog.policy.guard import ScanProtection, advise, with_advice
 from rogue_watchdog.scan import Scanner
 from rogue_watchdog.sources.procfs import ProcessTable
 from tests.fixtures.proc.fakeproc import FakeProc, root_owned, write_tree
@@ -79,7 +79,7 @@ def test_ghost_stays_with_its_disabled_line(tmp_path: Path) -> None:
     assert ghost.fields["next_run"] is None
     assert ghost.remediation is None
     job = Job(512, [512], "root", (), 0, None, [], [], origin=ghost, verdict="rogue")
-    assert advise(job, Protection()).explain_line(512) == (
+    assert advise(job, ScanProtection()).explain_line(512) == (
         "none needed for the source (its crontab entry was disabled); the running job must "
         "still be stopped: rogue-watchdog terminate 512"
     )
@@ -317,7 +317,7 @@ def test_daemon_findings_offer_disable_source_by_finding_id(tmp_path: Path) -> N
         schedule="* * * * *",
     )
     (job,) = with_advice(
-        [Job(812, [812], "root", TRAIN, 100, None, [], [], origin, "rogue")], Protection()
+        [Job(812, [812], "root", TRAIN, 100, None, [], [], origin, "rogue")], ScanProtection()
     )
     findings = job_findings([job])
     assert "rogue-watchdog disable-source 812 (" in findings[0].message  # a scan's view

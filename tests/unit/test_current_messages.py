@@ -10,7 +10,7 @@ from rogue_watchdog.daemon.tracker import Tracker
 from rogue_watchdog.daemon.tracking.reminders import alert_due
 from rogue_watchdog.model import AtOrigin, Finding, Job
 from rogue_watchdog.policy.findings import job_findings
-from rogue_watchdog.policy.guard import Protection, with_advice
+from rogue_watchdog.policy.guard import ScanProtection, with_advice
 from rogue_watchdog.state import FindingRecord, StateDB
 
 TRAIN = ("/usr/bin/python3", "/srv/at/train.py")
@@ -23,7 +23,7 @@ def _job(pid: int, ticks: int, job: int, *queued: int) -> Job:
         pending_same_command=queued,
     )  # fmt: skip
     (j,) = with_advice(
-        [Job(pid, [pid], "root", TRAIN, ticks, None, [], [], origin, "rogue")], Protection()
+        [Job(pid, [pid], "root", TRAIN, ticks, None, [], [], origin, "rogue")], ScanProtection()
     )
     return j
 

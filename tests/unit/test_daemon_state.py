@@ -17,7 +17,7 @@ import pytest
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.daemon.status import build_status, render_status
-from rogue_watchdog.model import Origin, UnreadableOrigin
+from rogue_watchdog.model import UnreadableOrigin, origin_from_json
 from rogue_watchdog.state import (
     LOCK_NAME,
     SCHEMA_VERSION,
@@ -336,7 +336,7 @@ def test_damaged_json_columns_read_back_as_unreadable_not_a_crash(tmp_path: Path
                               "a JSON array from a unicode string"}  # fmt: skip
     job = db.job("sig")
     assert job is not None and job.pids == []
-    origin = Origin.from_json(job.origin)
+    origin = origin_from_json(job.origin)
     assert isinstance(origin, UnreadableOrigin)
     assert origin.evidence[0].startswith("the recorded origin is unreadable: maximum recursion")
     db.close()

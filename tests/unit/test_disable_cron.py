@@ -17,7 +17,7 @@ from rogue_watchdog.actions.disable import (
 )
 from rogue_watchdog.actions.effects import Effects, RecordingEffects
 from rogue_watchdog.actions.undo import ops_of, run_undo
-from rogue_watchdog.model import Origin
+from rogue_watchdog.model import origin_from_json
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 TAB = (
@@ -33,7 +33,7 @@ def _plan(origin: dict[str, Any], **kw: Any) -> DisablePlan:
     """plan_disable of an origin as the state DB records it (scan-JSON shape). Each test's
     own directory plays /etc/cron.d unless it says otherwise."""
     kw.setdefault("cron_d", os.path.dirname(str(origin.get("file") or "/etc/cron.d/x")))
-    return plan_disable(Origin.from_json(origin), **kw)
+    return plan_disable(origin_from_json(origin), **kw)
 
 
 def origin(path: Path, line: int = 3, entry: str | None = ENTRY) -> dict[str, object]:

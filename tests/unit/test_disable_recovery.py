@@ -16,8 +16,8 @@ from rogue_watchdog.actions.remedy import JobTarget, Remedy
 from rogue_watchdog.actions.runner import InlineRunner
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
-from rogue_watchdog.model import Origin
-from rogue_watchdog.policy.guard import Protection
+from rogue_watchdog.model import origin_from_json
+from rogue_watchdog.policy.guard import ScanProtection
 from rogue_watchdog.state import StateDB
 from tests.conftest import run_cli
 
@@ -58,13 +58,13 @@ def disable(tmp: Path, db: StateDB) -> None:
     cfg = config(tmp)
     remedy = Remedy(
         cfg.enforcement, db, Effects(), actor="daemon", backup_dir=str(tmp / "bk"),  # type: ignore[attr-defined]
-        cron_d=str(tmp / "cron.d"), protection=Protection(),
+        cron_d=str(tmp / "cron.d"), protection=ScanProtection(),
     )  # fmt: skip
     origin = {"kind": "cron", "file": str(tmp / "cron.d" / "legacy"), "line": 3, "entry": ENTRY,
               "user": "root"}  # fmt: skip
     target = JobTarget(
         signature="sig", finding_id=None, root_pid=4242, start_ticks=7, members=[], user="root",
-        cmdline=(), exe=None, origin=Origin.from_json(origin), verdict="rogue", running=False,
+        cmdline=(), exe=None, origin=origin_from_json(origin), verdict="rogue", running=False,
     )  # fmt: skip
     remedy.disable_source(target, 1_800_000_000.0)
 

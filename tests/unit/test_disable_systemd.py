@@ -6,7 +6,7 @@ from __future__ import annotations
 from rogue_watchdog.actions.disable import plan_disable
 from rogue_watchdog.actions.effects import RecordingEffects
 from rogue_watchdog.command import CommandResult
-from rogue_watchdog.model import Origin, SystemdOrigin
+from rogue_watchdog.model import SystemdOrigin, origin_from_json
 
 STATES = {
     ("systemctl", "is-enabled", "retrain.timer"): CommandResult(0, "enabled\n", ""),
@@ -37,7 +37,7 @@ STATES = {
 
 def plan(fields: dict[str, object], fx: RecordingEffects):  # type: ignore[no-untyped-def]
     return plan_disable(
-        Origin.from_json({"kind": "systemd", **fields}),
+        origin_from_json({"kind": "systemd", **fields}),
         reason="r",
         now=0.0,
         backup_dir="/nonexistent",
@@ -111,7 +111,7 @@ def test_user_unit_of_unknown_uid_is_refused_not_disabled_system_wide() -> None:
     # to null. It was once judged by "uid" alone (and a "user_unit" key nobody wrote), so
     # `systemctl disable --now sched.service` would have hit the system manager's unit.
     fx = RecordingEffects()
-    origin = Origin.from_json(
+    origin = origin_from_json(
         {"kind": "systemd", "unit": "sched.service", "user": None, "uid": None,
          "remediation": "systemctl --user -M 1000@ stop sched.service"}
     )  # fmt: skip
@@ -126,7 +126,7 @@ def test_user_unit_of_unknown_uid_is_refused_not_disabled_system_wide() -> None:
     # Written back, it stays a user unit: the keys, not their values, say so.
     assert origin.to_json()["uid"] is None and "user" in origin.to_json()
     system = SystemdOrigin(unit="sched.service")
-    assert "uid" not in system.to_json() and not Origin.from_json(system.to_json()).user_unit
+    assert "uid" not in system.to_json() and not origin_from_json(system.to_json()).user_unit
 
 
 def test_user_units_are_refused() -> None:
@@ -207,7 +207,7 @@ def test_recorded_user_unit_flag_is_honoured() -> None:
     # (false here), and disable-source planned `systemctl disable --now` on the system
     # manager's unit of that name.
     fx = RecordingEffects()
-    origin = Origin.from_json({"kind": "systemd", "unit": "rw-adv.service", "user_unit": True})
+    origin = origin_from_json({"kind": "systemd", "unit": "rw-adv.service", "user_unit": True})
     assert isinstance(origin, SystemdOrigin) and origin.user_unit
     p = plan_disable(origin, reason="r", now=0.0, backup_dir="/nonexistent", effects=fx)
     assert p.refused == "user units are not disabled automatically"

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rogue_watchdog.model import MAX_ORIGIN_LABEL_CHARS, Origin, SystemdOrigin
+from rogue_watchdog.model import MAX_ORIGIN_LABEL_CHARS, SystemdOrigin, origin_from_json
 from tests.conftest import REPO, need_program, poll
 from tests.fakenvml.build import CONFIG_NAME, write_config
 from tests.fakenvml.fixtures import fake_nvml, library_path
@@ -293,7 +293,7 @@ def test_unknown_memory_is_nan_and_counted_never_zero(
 def test_origin_label_names_the_source_never_an_instance(
     kind: str, fields: dict[str, Any], label: str
 ) -> None:
-    assert Origin.from_json({"kind": kind, **fields}).label() == label
+    assert origin_from_json({"kind": kind, **fields}).label() == label
 
 
 def test_origin_label_is_cut() -> None:

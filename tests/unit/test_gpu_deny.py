@@ -24,7 +24,7 @@ from rogue_watchdog.actions.gpudeny import (
     find_controller,
     plan_deny,
 )
-from rogue_watchdog.actions.guards import Expected, Guard, read_live
+from rogue_watchdog.actions.guards import Expected, SignalGuard, read_live
 from rogue_watchdog.actions.remedy import JobTarget
 from rogue_watchdog.actions.undo import UndoError, check_op, ops_of
 from rogue_watchdog.config import ConfigError, parse_config
@@ -76,7 +76,7 @@ def test_a_rogue_jobs_processes_are_planned_in_their_own_devices_cgroup(
     spawned: Spawned,
 ) -> None:
     root, kid = job(spawned)
-    plan = plan_deny(target([root, kid]), Guard())
+    plan = plan_deny(target([root, kid]), SignalGuard())
     where = read_live(root.pid)
     assert where is not None
     cg = devices_cgroup(where.cgroup)
@@ -87,7 +87,7 @@ def test_a_rogue_jobs_processes_are_planned_in_their_own_devices_cgroup(
 
 def test_a_sanctioned_member_is_never_planned(spawned: Spawned) -> None:
     root, kid = job(spawned)
-    plan = plan_deny(target([root, kid]), Guard(sanctioned_pids={kid.pid}))
+    plan = plan_deny(target([root, kid]), SignalGuard(sanctioned_pids={kid.pid}))
     assert [e.pid for e, _w in plan.procs] == [root.pid]
     assert [(r["pid"], r["guard"]) for r in plan.refused] == [(kid.pid, "sanctioned")]
 
@@ -95,14 +95,16 @@ def test_a_sanctioned_member_is_never_planned(spawned: Spawned) -> None:
 def test_a_sanctioned_or_ignored_root_means_nothing_is_denied(spawned: Spawned) -> None:
     root, kid = job(spawned)
     # The guard's sanctioned set holds the members of sanctioned and ignored jobs alike.
-    plan = plan_deny(target([root, kid]), Guard(sanctioned_pids={root.pid, kid.pid}))
+    plan = plan_deny(target([root, kid]), SignalGuard(sanctioned_pids={root.pid, kid.pid}))
     assert plan.procs == []
     assert plan.whole == f"PID {root.pid} belongs to a sanctioned job"
 
 
 def test_a_protected_process_is_never_planned(spawned: Spawned) -> None:
     root, kid = job(spawned, "protected-by-entry")
-    guard = Guard(protect=(Protect(cmdline="*protected-by-entry*", text="*protected-by-entry*"),))
+    guard = SignalGuard(
+        protect=(Protect(cmdline="*protected-by-entry*", text="*protected-by-entry*"),)
+    )
     plan = plan_deny(target([root, kid]), guard)
     assert plan.procs == []
     assert plan.whole == (
@@ -115,11 +117,11 @@ def test_a_protected_process_is_never_planned(spawned: Spawned) -> None:
 
 def test_a_protected_origin_and_an_excess_run_are_never_denied(spawned: Spawned) -> None:
     root, kid = job(spawned)
-    refused = plan_deny(target([root, kid], refused="its origin is protected"), Guard())
+    refused = plan_deny(target([root, kid], refused="its origin is protected"), SignalGuard())
     assert (refused.procs, refused.whole) == ([], "its origin is protected")
-    excess = plan_deny(target([root, kid], verdict="excess"), Guard())
+    excess = plan_deny(target([root, kid], verdict="excess"), SignalGuard())
     assert (excess.procs, excess.whole) == ([], "a excess job is never denied the GPU")
-    sanctioned = plan_deny(target([root, kid], verdict="sanctioned"), Guard())
+    sanctioned = plan_deny(target([root, kid], verdict="sanctioned"), SignalGuard())
     assert (sanctioned.procs, sanctioned.whole) == (
         [], "a sanctioned job is never denied the GPU"
     )  # fmt: skip
@@ -133,9 +135,9 @@ def test_the_other_members_of_a_shared_cgroup_are_never_moved(spawned: Spawned) 
     by = identity(bystander.pid)
     live = read_live(by.pid)
     assert live is not None and devices_cgroup(live.cgroup) == my_devices_cgroup()
-    plan = plan_deny(target([root, kid]), Guard())
+    plan = plan_deny(target([root, kid]), SignalGuard())
     fx = RecordingEffects()
-    out = apply_deny(plan, ["c 195:0 rwm"], "/h", "t1", Guard(), fx)
+    out = apply_deny(plan, ["c 195:0 rwm"], "/h", "t1", SignalGuard(), fx)
     deny = f"/h/{my_devices_cgroup().strip('/')}/{DENY_PREFIX}.t1".replace("//", "/")
     assert fx.calls == [
         ("make_cgroup", deny),
@@ -151,10 +153,10 @@ def test_the_other_members_of_a_shared_cgroup_are_never_moved(spawned: Spawned) 
 
 def test_the_guard_is_asked_again_right_before_each_move(spawned: Spawned) -> None:
     root, kid = job(spawned)
-    plan = plan_deny(target([root, kid]), Guard())
+    plan = plan_deny(target([root, kid]), SignalGuard())
     fx = RecordingEffects()
     # Sanctioned between the plan and the move (a reload): the kid is not moved.
-    out = apply_deny(plan, ["c 195:0 rwm"], "/h", "t2", Guard(sanctioned_pids={kid.pid}), fx)
+    out = apply_deny(plan, ["c 195:0 rwm"], "/h", "t2", SignalGuard(sanctioned_pids={kid.pid}), fx)
     moved = [c[1] for c in fx.calls if c[0] == "move_to_cgroup"]
     assert moved == [root.pid]
     assert [(p["pid"], p["result"]) for p in out.procs] == [
@@ -244,7 +246,7 @@ def test_enforce_records_before_and_undo_ops_after(tmp_path: Path, spawned: Spaw
     root, kid = job(spawned)
     g, db = gate(tmp_path, "enforce")
     assert g.state() == ("enforcing", None)
-    aid = g.deny(_Job([root, kid]), Guard(), {})  # type: ignore[arg-type]
+    aid = g.deny(_Job([root, kid]), SignalGuard(), {})  # type: ignore[arg-type]
     assert aid is not None
     rec = db.action(aid)
     assert rec is not None
@@ -271,7 +273,7 @@ def test_audit_records_each_would_be_denial_and_changes_nothing(
 ) -> None:
     root, kid = job(spawned)
     g, db = gate(tmp_path, "audit")
-    aid = g.deny(_Job([root, kid]), Guard(), {})  # type: ignore[arg-type]
+    aid = g.deny(_Job([root, kid]), SignalGuard(), {})  # type: ignore[arg-type]
     assert aid is not None
     rec = db.action(aid)
     assert rec is not None
@@ -289,7 +291,7 @@ def test_v2_attaches_a_device_program_before_any_move_and_records_its_id(
     root, kid = job(spawned)
     g, db = gate(tmp_path, "enforce", "v2")
     assert (g.state(), g.controller.kind) == (("enforcing", None), "cgroup-v2")
-    aid = g.deny(_Job([root, kid]), Guard(), {})  # type: ignore[arg-type]
+    aid = g.deny(_Job([root, kid]), SignalGuard(), {})  # type: ignore[arg-type]
     assert aid is not None
     rec = db.action(aid)
     assert rec is not None
@@ -326,7 +328,7 @@ def test_a_v2_host_that_cannot_load_a_program_says_not_enforcing(
     assert (state, why) == (
         "not enforcing", f"not enforcing: cgroup v2 and {NO_BPF} (needs CAP_SYS_ADMIN)",
     )  # fmt: skip
-    aid = g.deny(_Job([root, kid]), Guard(), {})  # type: ignore[arg-type]
+    aid = g.deny(_Job([root, kid]), SignalGuard(), {})  # type: ignore[arg-type]
     rec = db.action(aid or 0)
     assert rec is not None and (rec.outcome, rec.dry_run) == ("not-enforcing", True)
     assert rec.details["why"] == why
@@ -336,7 +338,7 @@ def test_a_v2_host_that_cannot_load_a_program_says_not_enforcing(
 def test_a_sanctioned_job_gets_no_record_at_all(tmp_path: Path, spawned: Spawned) -> None:
     root, kid = job(spawned)
     g, db = gate(tmp_path, "enforce")
-    guard = Guard(sanctioned_pids={root.pid, kid.pid})
+    guard = SignalGuard(sanctioned_pids={root.pid, kid.pid})
     assert g.deny(_Job([root, kid]), guard, {}) is None  # type: ignore[arg-type]
     assert db.actions() == []
     assert isinstance(g.effects, RecordingEffects) and g.effects.calls == []

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rogue_watchdog.actions.effects import Effects, IdentityChangedError, RecordingEffects
-from rogue_watchdog.actions.guards import Expected, Guard, LiveProc, Refusal, read_live
+from rogue_watchdog.actions.guards import Expected, LiveProc, Refusal, SignalGuard, read_live
 from rogue_watchdog.actions.terminate import terminate_tree
 from rogue_watchdog.config.enforcement import Protect
 from rogue_watchdog.sources.procfs import ProcessTable
@@ -47,8 +47,8 @@ def test_pid_1_is_refused_and_never_signalled() -> None:
     fx = RecordingEffects()
     init = read_live(1)
     assert init is not None
-    assert refused(Guard().check(1, Expected(1, init.start_ticks))) == "pid-1"
-    out = terminate_tree([Expected(1, init.start_ticks)], Guard(), fx, 0.0, kill_wait_s=0)
+    assert refused(SignalGuard().check(1, Expected(1, init.start_ticks))) == "pid-1"
+    out = terminate_tree([Expected(1, init.start_ticks)], SignalGuard(), fx, 0.0, kill_wait_s=0)
     assert fx.calls == []
     assert [(p.pid, p.result) for p in out.procs] == [(1, "refused")]
     assert out.outcome == "refused"
@@ -57,7 +57,7 @@ def test_pid_1_is_refused_and_never_signalled() -> None:
 def test_kernel_threads_are_refused_and_never_signalled() -> None:
     kthreadd = read_live(2)
     assert kthreadd is not None and kthreadd.kernel_thread
-    assert refused(Guard().check(2, Expected(2, kthreadd.start_ticks))) == "kernel-thread"
+    assert refused(SignalGuard().check(2, Expected(2, kthreadd.start_ticks))) == "kernel-thread"
     kids = [
         int(n)
         for n in os.listdir("/proc")
@@ -67,7 +67,9 @@ def test_kernel_threads_are_refused_and_never_signalled() -> None:
     kid = read_live(kids[0])
     assert kid is not None
     fx = RecordingEffects()
-    out = terminate_tree([Expected(kid.pid, kid.start_ticks)], Guard(), fx, 0.0, kill_wait_s=0)
+    out = terminate_tree(
+        [Expected(kid.pid, kid.start_ticks)], SignalGuard(), fx, 0.0, kill_wait_s=0
+    )
     assert fx.calls == []
     assert out.procs[0].result == "refused" and "kernel thread" in out.procs[0].reason
 
@@ -76,19 +78,21 @@ def test_self_and_ancestors_are_refused() -> None:
     me = read_live(os.getpid())
     parent = read_live(os.getppid())
     assert me is not None and parent is not None
-    assert refused(Guard().check(os.getpid(), Expected(me.pid, me.start_ticks))) == "self"
+    assert refused(SignalGuard().check(os.getpid(), Expected(me.pid, me.start_ticks))) == "self"
     # Run from a detached shell, the test's parent is init, which has its own refusal.
     why = "pid-1" if parent.pid == 1 else "ancestor"
-    assert refused(Guard().check(parent.pid, Expected(parent.pid, parent.start_ticks))) == why
+    assert refused(SignalGuard().check(parent.pid, Expected(parent.pid, parent.start_ticks))) == why
     fx = RecordingEffects()
-    terminate_tree([Expected(parent.pid, parent.start_ticks)], Guard(), fx, 0.0, kill_wait_s=0)
+    terminate_tree(
+        [Expected(parent.pid, parent.start_ticks)], SignalGuard(), fx, 0.0, kill_wait_s=0
+    )
     assert fx.calls == []
 
 
 def test_invisible_pid_is_refused() -> None:
     with open("/proc/sys/kernel/pid_max") as fh:
         pid = int(fh.read()) + 1  # can never exist
-    assert refused(Guard().check(pid, Expected(pid, 1))) == "invisible"
+    assert refused(SignalGuard().check(pid, Expected(pid, 1))) == "invisible"
 
 
 def test_zombie_is_refused_and_its_parent_reported(spawned: Spawned) -> None:
@@ -98,14 +102,14 @@ def test_zombie_is_refused_and_its_parent_reported(spawned: Spawned) -> None:
         if live is not None and live.state == "Z":
             break
         time.sleep(0.05)
-    res = Guard().check(p.pid, Expected(p.pid, live.start_ticks) if live else None)
+    res = SignalGuard().check(p.pid, Expected(p.pid, live.start_ticks) if live else None)
     assert isinstance(res, Refusal) and res.guard == "zombie"
     assert res.report_pid == os.getpid()
 
 
 def test_sanctioned_member_is_not_signalled_with_real_effects(spawned: Spawned) -> None:
     pid, start_ticks = start(spawned)
-    guard = Guard(sanctioned_pids={pid})
+    guard = SignalGuard(sanctioned_pids={pid})
     assert refused(guard.check(pid, Expected(pid, start_ticks))) == "sanctioned"
     out = terminate_tree([Expected(pid, start_ticks)], guard, Effects(), 0.2)
     assert out.procs[0].result == "refused" and out.procs[0].signals == []
@@ -114,7 +118,7 @@ def test_sanctioned_member_is_not_signalled_with_real_effects(spawned: Spawned) 
 
 def test_protect_list_wins_with_real_effects(spawned: Spawned) -> None:
     pid, start_ticks = start(spawned, "keep-me-rwtest")
-    guard = Guard(protect=(Protect(cmdline="*keep-me-rwtest*", text="*keep-me-rwtest*"),))
+    guard = SignalGuard(protect=(Protect(cmdline="*keep-me-rwtest*", text="*keep-me-rwtest*"),))
     res = guard.check(pid, Expected(pid, start_ticks))
     assert isinstance(res, Refusal) and res.guard == "protected"
     assert "'*keep-me-rwtest*'" in res.reason
@@ -124,19 +128,19 @@ def test_protect_list_wins_with_real_effects(spawned: Spawned) -> None:
     # exe and user entries
     me = read_live(pid)
     assert me is not None
-    assert refused(Guard(protect=(Protect(exe=me.exe),)).check(pid)) == "protected"
-    assert refused(Guard(protect=(Protect(user=me.user),)).check(pid)) == "protected"
-    assert isinstance(Guard(protect=(Protect(user="no-such-user-rw"),)).check(pid), LiveProc)
+    assert refused(SignalGuard(protect=(Protect(exe=me.exe),)).check(pid)) == "protected"
+    assert refused(SignalGuard(protect=(Protect(user=me.user),)).check(pid)) == "protected"
+    assert isinstance(SignalGuard(protect=(Protect(user="no-such-user-rw"),)).check(pid), LiveProc)
 
 
 def test_reused_pid_is_not_hit(spawned: Spawned) -> None:
     """The decision recorded a start time the live PID no longer has: a different process."""
     pid, start_ticks = start(spawned)
     stale = Expected(pid, start_ticks - 1, None)
-    res = Guard().check(pid, stale)
+    res = SignalGuard().check(pid, stale)
     assert isinstance(res, Refusal) and res.guard == "identity"
     assert f"start time {start_ticks}, not {start_ticks - 1}" in res.reason
-    out = terminate_tree([stale], Guard(), Effects(), 0.2)
+    out = terminate_tree([stale], SignalGuard(), Effects(), 0.2)
     assert out.procs[0].signals == [] and out.procs[0].result == "reused"
     assert alive(pid, start_ticks)
 
@@ -144,15 +148,15 @@ def test_reused_pid_is_not_hit(spawned: Spawned) -> None:
 def test_exec_into_another_command_is_not_hit(spawned: Spawned) -> None:
     pid, start_ticks = start(spawned)
     decided_on = Expected(pid, start_ticks, ("/usr/bin/python3", "train_other.py"))
-    assert refused(Guard().check(pid, decided_on)) == "identity"
+    assert refused(SignalGuard().check(pid, decided_on)) == "identity"
     assert alive(pid, start_ticks)
 
 
 def test_a_plain_rogue_passes_and_dies(spawned: Spawned) -> None:
     pid, start_ticks = start(spawned)
-    res = Guard().check(pid, Expected(pid, start_ticks))
+    res = SignalGuard().check(pid, Expected(pid, start_ticks))
     assert isinstance(res, LiveProc) and res.pid == pid
-    out = terminate_tree([Expected(pid, start_ticks)], Guard(), Effects(), 5.0)
+    out = terminate_tree([Expected(pid, start_ticks)], SignalGuard(), Effects(), 5.0)
     assert [(p.pid, p.signals, p.result) for p in out.procs] == [
         (pid, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited")
     ]
@@ -183,7 +187,7 @@ def test_retitled_process_without_trailing_nul_is_protected(
     table.refresh()
     scanned = table.get(p.pid)
     assert scanned is not None and scanned.cmdline == live.cmdline
-    guard = Guard(protect=(Protect(cmdline="postgres: *", text="postgres: *"),))
+    guard = SignalGuard(protect=(Protect(cmdline="postgres: *", text="postgres: *"),))
     exp = Expected(p.pid, live.start_ticks, scanned.cmdline)
     assert refused(guard.check(p.pid, exp)) == "protected"
     out = terminate_tree([exp], guard, Effects(), 0.2, kill_wait_s=0)
@@ -212,7 +216,7 @@ def test_pid_2_in_a_pid_namespace_is_not_a_kernel_thread(tmp_path: Path) -> None
     kernel thread means PF_KTHREAD, never `ppid == 2` or `pid == 2`."""
     script = (
         "import subprocess, sys\n"
-        "from rogue_watchdog.actions.guards import Guard, Refusal, read_live\n"
+        "from rogue_watchdog.actions.guards import SignalGuard, Refusal, read_live\n"
         "kid = subprocess.Popen(['sleep', '30'])\n"  # PID 2 in the new namespace
         "import time\n"
         "for _ in range(200):\n"
@@ -221,7 +225,7 @@ def test_pid_2_in_a_pid_namespace_is_not_a_kernel_thread(tmp_path: Path) -> None
         "        break\n"
         "    time.sleep(0.02)\n"
         "print(kid.pid, two.kernel_thread, two.cmdline)\n"
-        "g = Guard(self_pid=1).check(2)\n"
+        "g = SignalGuard(self_pid=1).check(2)\n"
         "print(g.guard if isinstance(g, Refusal) else 'allowed')\n"
         "kid.kill()\n"
     )
@@ -239,8 +243,8 @@ def test_host_proc_seen_from_a_child_pid_namespace_refuses_every_signal() -> Non
     here takes numbers of our own namespace. Nothing may be signalled."""
     script = (
         "import os, sys\n"
-        "from rogue_watchdog.actions.guards import Guard, Refusal\n"
-        "g = Guard(self_pid=os.getpid()).check(int(sys.argv[1]))\n"  # a host PID
+        "from rogue_watchdog.actions.guards import SignalGuard, Refusal\n"
+        "g = SignalGuard(self_pid=os.getpid()).check(int(sys.argv[1]))\n"  # a host PID
         "print(g.guard if isinstance(g, Refusal) else 'allowed')\n"
     )
     res = subprocess.run(

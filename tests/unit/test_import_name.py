@@ -8,6 +8,7 @@ every ``"module:attribute"`` registry reference starts with a dot; outside, code
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 import subprocess
 import sys
@@ -98,21 +99,36 @@ def test_codemod_has_nothing_left_to_change() -> None:
     assert done.returncode == 0, f"{FIX}:\n{done.stdout}{done.stderr}"
 
 
-def test_registry_references_load_through_the_installed_name() -> None:
-    from rogue_watchdog.config.sinks import SINK_KINDS
-    from rogue_watchdog.model import ORIGIN_KINDS, load_ref
+def test_the_registries_hold_the_installed_packages_own_objects() -> None:
+    # Typed lists of imported objects (issue 30): no "module:attribute" names to load.
+    from rogue_watchdog.actions.planners import PLANNERS
+    from rogue_watchdog.daemon.alerts.delivery import SINK_FACTORIES
+    from rogue_watchdog.lineage import RESOLVERS
+    from rogue_watchdog.model import ORIGIN_KINDS
+    from rogue_watchdog.weights.api import _VERIFIERS
 
-    refs = [
-        ref
-        for kind in ORIGIN_KINDS
-        for ref in (kind.record, kind.resolver, kind.planner, kind.restarts)
-        if ref is not None
-    ]
-    refs += [kind.implementation for kind in SINK_KINDS]
-    assert len(refs) > 20
-    for ref in refs:
-        obj = load_ref(ref)
-        assert obj.__module__.startswith("rogue_watchdog."), (ref, obj.__module__)
+    objs: list[object] = [*ORIGIN_KINDS, *RESOLVERS, *PLANNERS, *PLANNERS.values()]
+    objs += [*SINK_FACTORIES.values(), *_VERIFIERS.values()]
+    assert len(objs) > 30
+    for obj in objs:
+        assert obj.__module__.startswith("rogue_watchdog."), (obj, obj.__module__)
+    # Nor does any string in the package name its code as "module:attribute" (a dotted
+    # or relative module, or ``{__name__}:X``; fault points are named "area:step").
+    refs = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            text = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(text, str) and re.fullmatch(r"(\.|\w+\.)[\w.]*:[A-Za-z_]\w*", text):
+                refs.append(f"{path}: {text}")
+            parts = node.values if isinstance(node, ast.JoinedStr) else []
+            for named, after in itertools.pairwise(parts):
+                if (
+                    isinstance(named, ast.FormattedValue)
+                    and ast.unparse(named.value) == "__name__"
+                    and re.match(r":[A-Z]", str(getattr(after, "value", "")))
+                ):
+                    refs.append(f"{path}: {ast.unparse(node)}")
+    assert refs == []
     assert "watchdog" not in sys.modules or not str(
         getattr(sys.modules["watchdog"], "__file__", "") or ""
     ).startswith(str(PACKAGE)), "the source folder was imported as `watchdog` beside it"

@@ -26,7 +26,7 @@ from rogue_watchdog.lineage.kubernetes import (
     cgroup_pod,
     remediation_for_pod,
 )
-from rogue_watchdog.model import Job, Origin
+from rogue_watchdog.model import Job, Origin, origin_from_json
 from rogue_watchdog.policy.allowlist import judge
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
 from tests.kubeapi import FIX, FakeApiServer, serve
@@ -324,7 +324,7 @@ def test_allowlist_k8s_keys(tmp_path: Path, apiserver: FakeApiServer) -> None:
     job = _job(origin)
     (job,) = judge([job], cfg)
     assert (job.verdict, job.rule) == ("sanctioned", "nightly")
-    other = Origin.from_json({**origin.to_json(), "owner_name": "adhoc"})
+    other = origin_from_json({**origin.to_json(), "owner_name": "adhoc"})
     job = _job(other)
     (job,) = judge([job], cfg)
     assert job.verdict == "rogue"
@@ -336,7 +336,7 @@ def test_allowlist_k8s_keys(tmp_path: Path, apiserver: FakeApiServer) -> None:
 
 def test_allowlist_says_when_the_api_was_blind(tmp_path: Path) -> None:
     cfg = parse_config(CONFIG, "c.yaml")
-    blind = Origin.from_json({"kind": "kubernetes", "pod_uid": UID, "api": "unavailable: HTTP 503"})
+    blind = origin_from_json({"kind": "kubernetes", "pod_uid": UID, "api": "unavailable: HTTP 503"})
     job = _job(blind)
     (job,) = judge([job], cfg)
     assert job.reason.endswith(

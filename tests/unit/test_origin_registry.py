@@ -1,8 +1,9 @@
-"""An origin kind is one file plus one registry line (docs/architecture.md, "Adding an
-origin kind"): a throwaway kind defined here (its record and its resolver, in no module
-of the package), registered with one line, is found by a real scan of real processes,
-sanctioned or judged rogue by its own allowlist key, read back from its JSON, described
-in findings, and refused by ``disable-source``, no other module edited."""
+"""An origin kind is one file plus a line in each typed list (docs/architecture.md,
+"Adding an origin kind"): a throwaway kind defined here (its record and its resolver, in
+no module of the package), handed in through the same typed lists the package's own
+kinds are in (``model.ORIGIN_KINDS``, ``lineage.RESOLVERS``), is found by a real scan
+of real processes, sanctioned or judged rogue by its own allowlist key, read back from
+its JSON, described in findings, and refused by ``disable-source``, no other module edited."""
 
 from __future__ import annotations
 
@@ -10,17 +11,27 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, get_args
 
 import pytest
 
+from rogue_watchdog import lineage
 from rogue_watchdog.actions.disable import plan_disable
 from rogue_watchdog.actions.effects import RecordingEffects
+from rogue_watchdog.actions.planners import PLANNERS
 from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.config.origins import pin_keys
-from rogue_watchdog.lineage import default_resolvers
+from rogue_watchdog.lineage import RESOLVERS, default_resolvers
 from rogue_watchdog.lineage.base import ResolveContext
-from rogue_watchdog.model import ORIGIN_KINDS, Origin, OriginKindEntry, PinKey, Proc
+from rogue_watchdog.model import (
+    ORIGIN_KINDS,
+    Origin,
+    OriginKind,
+    PinKey,
+    Proc,
+    origin_from_json,
+    origins,
+)
 from rogue_watchdog.policy.allowlist import origin_mismatch
 from rogue_watchdog.scan import Scanner
 from tests.conftest import Spawned
@@ -68,41 +79,30 @@ class NomadResolver:
 
 
 @pytest.fixture
-def nomad() -> Iterator[None]:
-    # The one registry line a new kind needs (ahead of slurm: the most specific spawner).
-    ORIGIN_KINDS.register(
-        OriginKindEntry("nomad", f"{__name__}:NomadOrigin", f"{__name__}:NomadResolver"),
-        before="slurm",
-    )
-    try:
-        yield
-    finally:
-        ORIGIN_KINDS.unregister("nomad")
+def nomad(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # The lines a new kind adds, one in each typed list (ahead of slurm: the most
+    # specific spawner first), handed in in place of the package's own lists.
+    monkeypatch.setattr(origins, "ORIGIN_KINDS", (NomadOrigin, *ORIGIN_KINDS))
+    monkeypatch.setattr(lineage, "RESOLVERS", (NomadResolver, *RESOLVERS))
+    yield
 
 
-def test_the_built_in_kinds_are_registered_once_in_priority_order() -> None:
-    assert ORIGIN_KINDS.names() == (
+def test_the_built_in_kinds_are_listed_once_in_priority_order() -> None:
+    names = tuple(cls.kind for cls in ORIGIN_KINDS)
+    assert names == (
         "slurm", "kubernetes", "container", "cron", "at", "supervisor", "shell", "systemd",
         "orphan", "unknown",
     )  # fmt: skip
-    assert [r.name for r in default_resolvers()] == list(ORIGIN_KINDS.names()[:-1])
-    for entry in ORIGIN_KINDS:
-        cls = ORIGIN_KINDS.record(entry.name)
-        assert cls is not None and cls.kind == entry.name
-    with pytest.raises(ValueError, match="origin kind 'cron' is registered twice"):
-        ORIGIN_KINDS.register(OriginKindEntry("cron", "somewhere:Else"))
-    with pytest.raises(ValueError, match="'nowhere' is not module:attribute"):
-        ORIGIN_KINDS.register(OriginKindEntry("x", "nowhere"))
-    assert "x" not in ORIGIN_KINDS
-
-
-def test_a_record_of_another_kind_is_refused() -> None:
-    ORIGIN_KINDS.register(OriginKindEntry("liar", f"{__name__}:NomadOrigin"))
-    try:
-        with pytest.raises(TypeError, match="is not its Origin record"):
-            ORIGIN_KINDS.record("liar")
-    finally:
-        ORIGIN_KINDS.unregister("liar")
+    assert len(set(ORIGIN_KINDS)) == len(ORIGIN_KINDS)
+    # The Literal the built-in kinds are typed with (``ignore[].origin_kind``) names them.
+    assert set(get_args(OriginKind)) == set(names)
+    # Each resolver answers for the kind at its place; the unknown kind has none.
+    assert [r.name for r in default_resolvers()] == list(names[:-1])
+    # Every planner is for a listed kind; a kind without one is refused by disable-source.
+    assert set(PLANNERS) <= set(ORIGIN_KINDS)
+    assert {cls.kind for cls in PLANNERS} == {
+        "container", "cron", "at", "supervisor", "systemd", "orphan", "unknown",
+    }  # fmt: skip
 
 
 def test_a_registered_kind_answers_for_itself_everywhere(nomad: None) -> None:
@@ -110,7 +110,7 @@ def test_a_registered_kind_answers_for_itself_everywhere(nomad: None) -> None:
     assert pin_keys()["nomad_job"] is NomadOrigin
     # Read back from its JSON (the state store, the status socket).
     seen = NomadOrigin(job="train", evidence=("e",), remediation="nomad job stop train")
-    assert Origin.from_json(seen.to_json()) == seen
+    assert origin_from_json(seen.to_json()) == seen
     # Its allowlist key loads and judges; two kinds in one pin never match.
     cfg = parse_config(
         "sanctioned:\n  - name: n\n    cmdline: '*'\n    origin: {nomad_job: 'tr*'}\n", "c.yaml"
@@ -140,7 +140,7 @@ def test_unregistered_its_key_is_unknown_and_its_record_reads_as_unknown() -> No
         parse_config(
             "sanctioned:\n  - name: n\n    cmdline: '*'\n    origin: {nomad_job: a}\n", "c.yaml"
         )
-    assert type(Origin.from_json({"kind": "nomad", "job": "train"})) is Origin
+    assert type(origin_from_json({"kind": "nomad", "job": "train"})) is Origin
 
 
 def test_a_real_scan_finds_judges_and_guards_the_new_kind(
@@ -181,3 +181,18 @@ def test_a_real_scan_finds_judges_and_guards_the_new_kind(
     assert ghost.advice.refused is None
     assert sorted(ghost.advice.stop_pids) == sorted(ghost.pids)
     assert ghost.advice.disable is False
+
+
+def test_the_recipe_names_the_lists_the_fixture_hands_in() -> None:
+    # docs/architecture.md, "Adding an origin kind": the files and lists it names are the
+    # ones this module's fixture extends (and the planner list, for a kind it disables).
+    text = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+    recipe = text.split("### Adding an origin kind", 1)[1].split("\n## ", 1)[0]
+    for named in (
+        "watchdog/model/origins.py", "`ORIGIN_KINDS`", "watchdog/lineage/nomad.py",
+        "`lineage.RESOLVERS`", "`actions/planners.PLANNERS`",
+    ):  # fmt: skip
+        assert named in recipe, named
+    assert origins.ORIGIN_KINDS is ORIGIN_KINDS and lineage.RESOLVERS is RESOLVERS
+    assert all(isinstance(c, type) and issubclass(c, Origin) for c in ORIGIN_KINDS)
+    assert all(cls in ORIGIN_KINDS for cls in PLANNERS)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from rogue_watchdog.actions.effects import Effects
-from rogue_watchdog.actions.guards import Expected, Guard, LiveProc, read_live
+from rogue_watchdog.actions.guards import Expected, LiveProc, SignalGuard, read_live
 from rogue_watchdog.actions.terminate import terminate_tree
 from tests import ownprocs
 from tests.conftest import REPO, Spawned, poll
@@ -79,7 +79,7 @@ def test_a_process_this_session_did_not_start_gets_no_signal(orphans: Orphans) -
     assert ownprocs.owner_of(pid) is None
     with pytest.raises(PermissionError, match="test guard, nothing sent"):
         Effects().send_signal(pid, signal.SIGTERM, start)
-    out = terminate_tree([Expected(pid, start)], Guard(), Effects(), 0.2, kill_wait_s=0)
+    out = terminate_tree([Expected(pid, start)], SignalGuard(), Effects(), 0.2, kill_wait_s=0)
     assert [(p.pid, p.signals, p.result) for p in out.procs] == [(pid, [], "survived")]
     assert out.outcome == "partial"
     assert alive(pid, start)

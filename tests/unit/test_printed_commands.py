@@ -231,14 +231,14 @@ def test_disable_source_by_the_id_of_a_terminated_run_that_came_back(
     from rogue_watchdog.daemon.tracker import Tracker
     from rogue_watchdog.model import CronOrigin, Job
     from rogue_watchdog.policy.findings import job_findings
-    from rogue_watchdog.policy.guard import Protection, with_advice
+    from rogue_watchdog.policy.guard import ScanProtection, with_advice
 
     origin = CronOrigin(("...",), None, file="/etc/cron.d/b", line=4, schedule="* * * * *")
     train = ("/usr/bin/python3", "/p/train.py")
 
     def job(pid: int, ticks: int) -> Job:
         (j,) = with_advice([Job(pid, [pid], "root", train, ticks, None, [], [], origin, "rogue")],
-                           Protection())  # fmt: skip
+                           ScanProtection())  # fmt: skip
         return j
 
     db = StateDB(str(tmp_path / "state"))

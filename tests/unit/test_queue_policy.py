@@ -12,7 +12,7 @@ from rogue_watchdog.command import CommandResult, RecordingRunner
 from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.config.queue import QueueRule, QueueSettings
 from rogue_watchdog.model import NvmlStatus, ScanResult
-from rogue_watchdog.policy.guard import Protection
+from rogue_watchdog.policy.guard import ScanProtection
 from rogue_watchdog.queue.actions import QueueEnforcer, build_queue_enforcers
 from rogue_watchdog.queue.generic import CommandQueue, parse_json_lines
 from rogue_watchdog.queue.model import QueueEntry
@@ -29,7 +29,7 @@ from rogue_watchdog.state import StateDB
 T0 = 1_700_000_000.0
 
 # A scan whose guard protects nothing (no sanctioned job, no pin): queue rules decide.
-SCAN = ScanResult("h", datetime.now(UTC), 0.0, NvmlStatus(False), protection=Protection())
+SCAN = ScanResult("h", datetime.now(UTC), 0.0, NvmlStatus(False), protection=ScanProtection())
 
 
 def entry(job_id: str = "3", **kw: object) -> QueueEntry:

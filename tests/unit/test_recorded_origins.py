@@ -12,7 +12,13 @@ import pytest
 
 from rogue_watchdog.actions.disable import plan_disable
 from rogue_watchdog.actions.effects import RecordingEffects
-from rogue_watchdog.model import CronOrigin, Origin, SystemdOrigin, UnreadableOrigin
+from rogue_watchdog.model import (
+    CronOrigin,
+    Origin,
+    SystemdOrigin,
+    UnreadableOrigin,
+    origin_from_json,
+)
 
 CRON = "the recorded cron origin is unreadable: "
 UNIT = "the recorded systemd origin is unreadable: "
@@ -40,7 +46,7 @@ SLURM = "the recorded slurm origin is unreadable: "
 def test_a_recorded_origin_of_the_wrong_shape_is_unreadable_and_refused(
     doc: Any, evidence: str
 ) -> None:
-    origin = Origin.from_json(doc)
+    origin = origin_from_json(doc)
     assert type(origin) is UnreadableOrigin
     assert (origin.kind, origin.evidence) == ("unknown", (evidence,))
     fx = RecordingEffects()
@@ -55,7 +61,7 @@ def test_a_recorded_origin_of_the_wrong_shape_is_unreadable_and_refused(
 
 def test_well_formed_records_read_back_as_written() -> None:
     cron = CronOrigin(file="/etc/cron.d/retrain", line=7, entry="0 2 * * 0 root x", user="root")
-    assert Origin.from_json(cron.to_json()) == cron
+    assert origin_from_json(cron.to_json()) == cron
     unit = SystemdOrigin(unit="t.service", timer="t.timer", evidence=("cgroup",))
-    assert Origin.from_json(unit.to_json()) == unit
-    assert type(Origin.from_json({"kind": "no-such-kind"})) is Origin
+    assert origin_from_json(unit.to_json()) == unit
+    assert type(origin_from_json({"kind": "no-such-kind"})) is Origin

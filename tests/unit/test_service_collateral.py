@@ -11,7 +11,7 @@ from pathlib import Path
 from rogue_watchdog.actions.remedy import Remedy, target_from_job
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.model import Job, SystemdOrigin
-from rogue_watchdog.policy.guard import Protection, advise, service_collateral
+from rogue_watchdog.policy.guard import ScanProtection, advise, service_collateral
 from rogue_watchdog.sources.procfs import ProcessTable
 from tests.sim.host import PY, SimEffects, SimHost
 
@@ -82,7 +82,7 @@ def test_advice_and_plan_name_the_service_and_act_only_when_asked(tmp_path: Path
     lineage = table.ancestors(proc.pid)
     job = Job(proc.pid, [proc.pid], "root", proc.argv, proc.start, None, [], lineage,
               _origin(HUB), "rogue")  # fmt: skip
-    guard = Protection(training=frozenset({proc.pid}))
+    guard = ScanProtection(training=frozenset({proc.pid}))
     advice = advise(job, guard, table)
     assert advice.disable is False and advice.by_hand is None
     assert advice.collateral is not None and advice.collateral.name == HUB

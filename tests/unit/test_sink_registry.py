@@ -1,5 +1,7 @@
-"""A sink kind is one factory plus one registry line (docs/architecture.md, "Adding a
-sink"): a throwaway kind defined here, registered with one line, gets the daemon's alerts
+"""A sink kind is one factory plus a line in each of two typed lists (docs/architecture.md,
+"Adding a sink"): a throwaway kind defined here, handed in through the same lists the
+package's own kinds are in (``config.sinks.SINK_KINDS``, ``delivery.SINK_FACTORIES``),
+gets the daemon's alerts
 through the real path (tracker → spool → delivery worker), no other module edited. The
 typed alert record reads back exactly the document the tracker spooled."""
 
@@ -12,12 +14,13 @@ from typing import ClassVar
 
 import pytest
 
-from rogue_watchdog.config import ConfigError, parse_config
+from rogue_watchdog.config import ConfigError, parse_config, sinks
 from rogue_watchdog.config.alerts import SinkSettings
-from rogue_watchdog.config.sinks import SINK_KINDS, SinkKind, SinkRegistry
+from rogue_watchdog.config.sinks import SINK_KINDS, SinkKind, sink_kind, sink_names
+from rogue_watchdog.daemon.alerts import delivery
 from rogue_watchdog.daemon.alerts.alert import Alert, Outgoing
 from rogue_watchdog.daemon.alerts.base import Sink, SinkContext
-from rogue_watchdog.daemon.alerts.delivery import make_sink
+from rogue_watchdog.daemon.alerts.delivery import SINK_FACTORIES, make_sink
 from tests.conftest import Spawned
 from tests.unit.test_alert_delivery import Job, make, rows, worker
 
@@ -35,36 +38,26 @@ class Throwaway:
 
 
 @pytest.fixture
-def throwaway() -> Iterator[type[Throwaway]]:
+def throwaway(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[Throwaway]]:
     Throwaway.got = []
-    SINK_KINDS.register(SinkKind("throwaway", f"{__name__}:Throwaway", receiver="none"))
-    try:
-        yield Throwaway
-    finally:
-        SINK_KINDS.unregister("throwaway")
+    # The two lines a new kind adds, handed in in place of the package's own lists.
+    monkeypatch.setattr(sinks, "SINK_KINDS", (*SINK_KINDS, SinkKind("throwaway", receiver="none")))
+    monkeypatch.setattr(delivery, "SINK_FACTORIES", {**SINK_FACTORIES, "throwaway": Throwaway})
+    yield Throwaway
 
 
-def test_every_built_in_kind_is_registered_once_and_builds_a_sink() -> None:
-    assert SINK_KINDS.names() == ("log", "slack", "discord", "webhook", "alertmanager")
+def test_every_built_in_kind_is_listed_once_and_builds_a_sink() -> None:
+    assert sink_names() == ("log", "slack", "discord", "webhook", "alertmanager")
+    assert list(SINK_FACTORIES) == list(sink_names())
     for kind in SINK_KINDS:
         settings = SinkSettings(type=kind.name, name=kind.name, urls=("http://127.0.0.1:9",))
         sink = make_sink(settings, client=None)  # type: ignore[arg-type]  # none posts here
         assert isinstance(sink, Sink) and sink.settings is settings
+    assert sink_kind("slack") == SinkKind("slack", min_interval_s=1.0)
 
 
-def test_a_name_registers_once() -> None:
-    with pytest.raises(ValueError, match="sink kind 'slack' is registered twice"):
-        SINK_KINDS.register(SinkKind("slack", "somewhere.else:Slack"))
-    assert SINK_KINDS.get("slack") is not None
-    # The package's own sinks are referenced relative to it (docs/dependencies.md).
-    assert SINK_KINDS.get("slack").implementation == ".daemon.alerts.sinks:slack"  # type: ignore[union-attr]
-    fresh = SinkRegistry()
-    with pytest.raises(ValueError, match="is not module:attribute"):
-        fresh.register(SinkKind("x", "no_colon"))
-
-
-def test_the_configuration_knows_a_registered_kind_and_its_rules(
-    tmp_path: Path, throwaway: type[Throwaway]
+def test_the_configuration_knows_a_listed_kind_and_its_rules(
+    tmp_path: Path, throwaway: type[Throwaway], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg = parse_config("alerts:\n  sinks:\n    - {type: throwaway, name: tw}\n")
     (sink,) = cfg.alerts.sinks
@@ -73,7 +66,7 @@ def test_the_configuration_knows_a_registered_kind_and_its_rules(
         parse_config("alerts:\n  sinks:\n    - {type: throwaway, urls: ['http://a:1']}\n")
     with pytest.raises(ConfigError, match="a throwaway sink takes path, not url_env"):
         parse_config("alerts:\n  sinks:\n    - {type: throwaway, url_env: X}\n")
-    SINK_KINDS.unregister("throwaway")
+    monkeypatch.setattr(sinks, "SINK_KINDS", SINK_KINDS)
     with pytest.raises(ConfigError, match="unknown sink type 'throwaway'"):
         parse_config("alerts:\n  sinks:\n    - {type: throwaway}\n")
 
@@ -135,3 +128,16 @@ def test_the_record_reads_back_the_spooled_document_exactly(
     alert = Alert.from_json(old)
     assert alert.to_json() == old and alert.finding.instances is None
     assert (alert.finding.severity, alert.finding.seen_count) == (None, None)
+
+
+def test_the_recipe_names_the_lists_the_fixture_hands_in() -> None:
+    # docs/architecture.md, "Adding a sink": the files and lists it names are the ones
+    # this module's fixture extends.
+    text = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+    recipe = text.split("### Adding a sink", 1)[1].split("\n## ", 1)[0]
+    for named in (
+        "watchdog/daemon/alerts/teams.py", "watchdog/config/sinks.py", "`SINK_KINDS`",
+        "watchdog/daemon/alerts/delivery.py", "`SINK_FACTORIES`",
+    ):  # fmt: skip
+        assert named in recipe, named
+    assert sinks.SINK_KINDS is SINK_KINDS and delivery.SINK_FACTORIES is SINK_FACTORIES

@@ -18,7 +18,7 @@ from tests.sim.slurm import SlurmMachine
 __all__ = ["sim"]  # the fixture, shared
 from rogue_watchdog import faults
 from rogue_watchdog.actions.enforcer import Enforcer
-from rogue_watchdog.actions.guards import Guard, read_live
+from rogue_watchdog.actions.guards import SignalGuard, read_live
 from rogue_watchdog.actions.runner import InlineRunner
 from rogue_watchdog.actions.slurmsweep import Leftover, SweepJournal, SweepReport, _stop
 from rogue_watchdog.config import parse_config
@@ -101,7 +101,7 @@ def test_a_sweep_killed_after_freezing_is_continued_by_the_daemon_never_repeated
     faults.set_hook(hook)
     try:
         with pytest.raises(Killed):
-            _stop(SweepReport(), Guard(), fx, 5.0, False, [lo],
+            _stop(SweepReport(), SignalGuard(), fx, 5.0, False, [lo],
                   journal=SweepJournal(d.db, "slurm-epilog"))  # fmt: skip
     finally:
         faults.set_hook(None)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from rogue_watchdog.actions.effects import Effects, RecordingEffects
-from rogue_watchdog.actions.guards import Expected, Guard, read_live
+from rogue_watchdog.actions.guards import Expected, SignalGuard, read_live
 from rogue_watchdog.actions.terminate import plan_tree, terminate_tree
 from tests.conftest import Spawned, poll
 
@@ -49,7 +49,7 @@ def test_grace_then_sigkill_for_a_process_ignoring_sigterm(spawned: Spawned) -> 
     p = spawned.start([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE)
     assert p.stdout is not None and p.stdout.readline() == b"ready\n"
     exp = identity(p.pid)
-    out = terminate_tree([exp], Guard(), Effects(), grace_s=1.0)
+    out = terminate_tree([exp], SignalGuard(), Effects(), grace_s=1.0)
     assert [(x.pid, x.signals, x.result) for x in out.procs] == [
         (p.pid, ["SIGSTOP", "SIGTERM", "SIGCONT", "SIGSTOP", "SIGKILL"], "killed")
     ]
@@ -65,9 +65,9 @@ def test_whole_tree_leaves_first(spawned: Spawned) -> None:
     child = int(p.stdout.readline())
     root = identity(p.pid)
     kid = identity(child)
-    plan = plan_tree([root], Guard())
+    plan = plan_tree([root], SignalGuard())
     assert [(e.pid, depth) for e, depth in plan] == [(child, 1), (p.pid, 0)]
-    out = terminate_tree([root], Guard(), Effects(), grace_s=5.0)
+    out = terminate_tree([root], SignalGuard(), Effects(), grace_s=5.0)
     assert [(x.pid, x.signals, x.result) for x in out.procs] == [
         (child, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited"),
         (p.pid, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited"),
@@ -79,7 +79,7 @@ def test_dry_run_sends_nothing(spawned: Spawned) -> None:
     p = spawned.start([sys.executable, "-c", "import time; time.sleep(60)"])
     exp = identity(p.pid)
     fx = RecordingEffects()
-    out = terminate_tree([exp], Guard(), fx, 1.0, dry_run=True)
+    out = terminate_tree([exp], SignalGuard(), fx, 1.0, dry_run=True)
     assert fx.calls == []
     assert out.outcome == "dry-run"
     assert [(x.pid, x.result) for x in out.procs] == [(p.pid, "would-signal")]
@@ -91,7 +91,7 @@ def test_recorded_signals_are_term_then_kill(spawned: Spawned) -> None:
     p = spawned.start([sys.executable, "-c", "import time; time.sleep(60)"])
     exp = identity(p.pid)
     fx = RecordingEffects()
-    out = terminate_tree([exp], Guard(), fx, 0.0, kill_wait_s=0.0)
+    out = terminate_tree([exp], SignalGuard(), fx, 0.0, kill_wait_s=0.0)
     # Frozen, TERM and continued; frozen again and KILLed; continued since it "survived".
     sent = [signal.SIGSTOP, signal.SIGTERM, signal.SIGCONT, signal.SIGSTOP, signal.SIGKILL]
     assert fx.signals() == [(p.pid, sig) for sig in [*sent, signal.SIGCONT]]
@@ -104,7 +104,7 @@ def test_member_that_already_exited_is_gone_not_signalled(spawned: Spawned) -> N
     p.kill()
     p.wait()
     fx = RecordingEffects()
-    out = terminate_tree([exp], Guard(), fx, 0.0, kill_wait_s=0.0)
+    out = terminate_tree([exp], SignalGuard(), fx, 0.0, kill_wait_s=0.0)
     assert fx.calls == []
     assert [(x.pid, x.result) for x in out.procs] == [(p.pid, "gone")]
     assert out.outcome == "ok"
@@ -153,7 +153,7 @@ def test_launcher_ignoring_sigterm_that_respawns_its_worker_is_stopped_whole(
         return not ignored & (1 << (signal.SIGTERM - 1))
 
     poll("the worker to take SIGTERM", handles_sigterm, 10, 0.02)
-    out = terminate_tree([launcher, worker], Guard(), Effects(), grace_s=1.0)
+    out = terminate_tree([launcher, worker], SignalGuard(), Effects(), grace_s=1.0)
     by_pid = {x.pid: (x.signals, x.result) for x in out.procs}
     assert by_pid[worker.pid] == (["SIGSTOP", "SIGTERM", "SIGCONT"], "exited")
     assert by_pid[launcher.pid] == (
@@ -187,8 +187,8 @@ def test_wrapper_loop_is_stopped_with_its_job(spawned: Spawned, tmp_path: Path) 
     job = poll("the python below the loop", python, 10, 0.02)
     root = identity_of(job)
     bash = identity_of(p.pid)
-    assert [(e.pid, d) for e, d in plan_tree([root], Guard())] == [(job, 0), (p.pid, -1)]
-    out = terminate_tree([root], Guard(), Effects(), grace_s=5.0)
+    assert [(e.pid, d) for e, d in plan_tree([root], SignalGuard())] == [(job, 0), (p.pid, -1)]
+    out = terminate_tree([root], SignalGuard(), Effects(), grace_s=5.0)
     assert [(x.pid, x.signals, x.result) for x in out.procs] == [
         (job, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited"),
         (bash.pid, ["SIGSTOP", "SIGTERM", "SIGCONT"], "exited"),
@@ -293,7 +293,7 @@ def test_leftovers_of_a_gone_session_that_run_something_else_are_left_alone(
         0.02,
     )
     assert read_live(sleep_pid).sid == read_live(train_pid).sid == p.pid  # type: ignore[union-attr]
-    out = terminate_tree([train], Guard(), Effects(), grace_s=5.0)
+    out = terminate_tree([train], SignalGuard(), Effects(), grace_s=5.0)
     assert [(x.pid, x.result) for x in out.procs] == [(train_pid, "exited")]
     assert out.outcome == "ok"
     assert not gone(other)
@@ -318,7 +318,7 @@ def test_a_launcher_is_stopped_with_its_run_only_when_it_runs_nothing_else(
     assert p.stdout is not None
     child = identity(int(p.stdout.readline()))
     launcher = identity(p.pid)
-    out = terminate_tree([child], Guard(), Effects(), grace_s=2.0, launchers=[launcher])
+    out = terminate_tree([child], SignalGuard(), Effects(), grace_s=2.0, launchers=[launcher])
     assert out.outcome == "ok" and not out.left
     assert [(x.pid, x.signals[:2]) for x in out.procs] == [
         (child.pid, ["SIGSTOP", "SIGTERM"]),
@@ -330,7 +330,7 @@ def test_a_launcher_is_stopped_with_its_run_only_when_it_runs_nothing_else(
     assert q.stdout is not None
     run_pid, helper_pid = map(int, q.stdout.readline().split())
     run, helper, svc = identity(run_pid), identity(helper_pid), identity(q.pid)
-    out = terminate_tree([run], Guard(), Effects(), grace_s=2.0, launchers=[svc])
+    out = terminate_tree([run], SignalGuard(), Effects(), grace_s=2.0, launchers=[svc])
     assert [x.pid for x in out.procs] == [run.pid]
     assert [(x["pid"], x["reason"].split(" (")[0]) for x in out.left] == [
         (svc.pid, "it also runs processes the finding does not name")

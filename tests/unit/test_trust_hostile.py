@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rogue_watchdog.actions.effects import RecordingEffects
-from rogue_watchdog.actions.guards import Expected, Guard
+from rogue_watchdog.actions.guards import Expected, SignalGuard
 from rogue_watchdog.actions.remedy import Remedy, target_from_job
 from rogue_watchdog.actions.terminate import plan_tree
 from rogue_watchdog.command import CommandResult, RecordingRunner
@@ -63,7 +63,7 @@ def planned(tmp_path: Path, root: int, members: list[int], **guard: object) -> l
     table = ProcessTable(str(tmp_path / "proc"))
     table.refresh()
     exp = [Expected(p, table.procs[p].start_ticks, table.procs[p].cmdline) for p in members]
-    g = Guard(proc_root=str(tmp_path / "proc"), **guard)  # type: ignore[arg-type]
+    g = SignalGuard(proc_root=str(tmp_path / "proc"), **guard)  # type: ignore[arg-type]
     return sorted(e.pid for e, _ in plan_tree(exp, g) if g.check(e.pid, e).__class__.__name__
                   == "LiveProc")  # fmt: skip
 

@@ -51,7 +51,7 @@ from ..lineage.crontab import (
     installed_header_lines,
 )
 from ..lineage.unitfile import MAX_UNIT_FILE_BYTES
-from ..model import ORIGIN_KINDS, CronOrigin, Origin, SystemdOrigin, load_ref
+from ..model import CronOrigin, Origin, SystemdOrigin
 from ..safeio import unread_reason
 from .effects import Effects
 
@@ -181,7 +181,7 @@ def plan_disable(
     """Plan how to disable the source named by ``origin``.
 
     Args:
-        origin: The job's origin (:meth:`Origin.from_json` of a recorded one).
+        origin: The job's origin (:func:`~watchdog.model.origin_from_json` of a recorded one).
         reason: Why (goes into markers and records), e.g. ``rogue-job finding 12``.
         now: POSIX time for markers and backup names.
         backup_dir: Where backups go.
@@ -202,15 +202,16 @@ def plan_disable(
     """
     if not origin.READABLE:
         return DisablePlan("none", "-", refused="; ".join(origin.evidence))
-    entry = ORIGIN_KINDS.get(origin.kind)
-    if entry is None or entry.planner is None:
+    from .planners import PLANNERS  # its planners import this module
+
+    planner = PLANNERS.get(type(origin))
+    if planner is None:
         return DisablePlan(
             "none",
             "-",
             refused=f"disabling a {origin.kind} source is not supported; run the remediation "
             f"by hand: {origin.remediation or 'none known'}",
         )
-    planner: Planner = load_ref(entry.planner)
     return planner(
         origin,
         PlanRequest(

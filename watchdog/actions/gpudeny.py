@@ -63,7 +63,7 @@ from ..sources.procfs import boot_time_s
 from ..state import ActionJournal, ActionRecord, JournalError, StateDB
 from . import devprog
 from .effects import Effects, IdentityChangedError, JournaledEffects
-from .guards import Expected, Guard, LiveProc, Refusal, read_live
+from .guards import Expected, LiveProc, Refusal, SignalGuard, read_live
 from .remedy import JobTarget, job_details, log_action, target_from_job
 from .terminate import JobTree
 
@@ -197,7 +197,7 @@ def _refusal(pid: int, verdict: Refusal | LiveProc, fallback: str) -> dict[str, 
     return {"pid": pid, "guard": "not-in-tree", "reason": fallback}
 
 
-def plan_deny(target: JobTarget, guard: Guard, kind: str = "cgroup-v1") -> DenyPlan:
+def plan_deny(target: JobTarget, guard: SignalGuard, kind: str = "cgroup-v1") -> DenyPlan:
     """Decide which processes of ``target`` a denial moves (see the module docstring).
 
     Args:
@@ -296,7 +296,7 @@ def apply_deny(
     rules: Sequence[str],
     hierarchy: str,
     tag: str,
-    guard: Guard,
+    guard: SignalGuard,
     effects: Effects,
     kind: str = "cgroup-v1",
 ) -> DenyOutcome:
@@ -603,7 +603,7 @@ class GpuOpenGate:
         ]  # fmt: skip
         return self._active
 
-    def tick(self, result: ScanResult, guard: Guard, open_ids: dict[str, int]) -> None:
+    def tick(self, result: ScanResult, guard: SignalGuard, open_ids: dict[str, int]) -> None:
         """Deny (or audit) each rogue training job not handled yet whose ``gpu_open``
         (the default or its rule's) is not ``off``, then lift what no longer holds. A
         record that cannot be written leaves the job to the next tick.
@@ -636,7 +636,7 @@ class GpuOpenGate:
         self.sweep(guard)
 
     def deny(
-        self, job: Job, guard: Guard, open_ids: dict[str, int], mode: str | None = None
+        self, job: Job, guard: SignalGuard, open_ids: dict[str, int], mode: str | None = None
     ) -> int | None:
         """Deny (``enforce``) or record (``audit``, ``not enforcing``) one job.
 
@@ -703,7 +703,7 @@ class GpuOpenGate:
         log_action(journal.action_id, self.actor, "gpu-deny", what, res.outcome, False, target)
         return journal.action_id
 
-    def sweep(self, guard: Guard) -> None:
+    def sweep(self, guard: SignalGuard) -> None:
         """Lift each denial in force whose cgroups hold nothing (the job ended) or hold a
         process the guard now refuses (a rule sanctions it, ``protect`` names it); every
         one when ``gpu_open`` is no longer ``enforce``."""

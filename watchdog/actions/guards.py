@@ -10,7 +10,7 @@ PID namespace PID 2 is an ordinary process, not kthreadd).
 
 Identity is PID + start time (``/proc/PID/stat`` field 22, proc(5)). A decision is made
 on one scan; the signal goes out later. In between the process may exit and its PID be
-reused, or it may ``execve(2)`` into something else: :meth:`Guard.check` re-reads
+reused, or it may ``execve(2)`` into something else: :meth:`SignalGuard.check` re-reads
 ``/proc`` right before the signal and refuses unless start time and command line are
 still the ones the decision was made on.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ..config.enforcement import Protect
 from ..hosttext import command_text
-from ..model import TargetGuard
+from ..model import Protection
 from ..sources.procfs import pid_namespaces, read_proc
 
 
@@ -136,7 +136,7 @@ class Refusal:
 
 
 @dataclass
-class Guard:
+class SignalGuard:
     """The never-signal rules.
 
     Args:
@@ -144,7 +144,7 @@ class Guard:
         protect: ``enforcement.protect`` entries.
         sanctioned_pids: Members of sanctioned or ignored jobs in the latest scan.
         self_pid: rogue-watchdog's own PID (its ancestors are computed live).
-        protection: The scan's one guard (:class:`watchdog.policy.guard.Protection`):
+        protection: The scan's one guard (:class:`watchdog.policy.guard.ScanProtection`):
             a process it names by identity (PID + start time) is sanctioned, whatever
             ``sanctioned_pids`` says.
     """
@@ -153,7 +153,7 @@ class Guard:
     protect: Sequence[Protect] = ()
     sanctioned_pids: Collection[int] = frozenset()
     self_pid: int = field(default_factory=os.getpid)
-    protection: TargetGuard | None = None
+    protection: Protection | None = None
 
     def check(self, pid: int, expected: Expected | None = None) -> Refusal | LiveProc:
         """Decide whether ``pid`` may be signalled right now.

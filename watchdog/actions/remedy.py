@@ -25,8 +25,8 @@ from ..model import (
     Collateral,
     Job,
     Origin,
+    Protection,
     Restarts,
-    TargetGuard,
     finding_ref,
 )
 from ..policy.guard import service_collateral
@@ -35,7 +35,7 @@ from ..state import ActionJournal, StateDB
 from . import sources
 from .disable import DisablePlan, DisableResult, plan_disable
 from .effects import Effects, JournaledEffects
-from .guards import Expected, Guard
+from .guards import Expected, SignalGuard
 from .terminate import WAVE_SIGNALS, TerminateOutcome, TerminateRun, run_to_end
 
 log = get_logger()
@@ -174,7 +174,7 @@ class Remedy:
         spool_dirs: Sequence[str] = hostpaths.CRON_SPOOL_DIRS,
         crontab: str = hostpaths.CRONTAB,
         cron_d: str = hostpaths.CRON_D,
-        protection: TargetGuard,
+        protection: Protection,
         record_dry_runs: bool = True,
         cli_args: str = "",
     ) -> None:
@@ -191,9 +191,9 @@ class Remedy:
         self.record_dry_runs = record_dry_runs
         self.cli_args = cli_args
 
-    def guard(self) -> Guard:
+    def guard(self) -> SignalGuard:
         """The never-signal rules for this moment."""
-        return Guard(
+        return SignalGuard(
             self.proc_root,
             self.settings.protect,
             self.protection.pids,

@@ -70,7 +70,7 @@ from ..sources.procfs import ProcessTable, boot_id
 from ..state import ActionJournal, JournalError, read_slurm_members
 from ..state.actions import ActionTable
 from .effects import Effects
-from .guards import Expected, Guard
+from .guards import Expected, SignalGuard
 from .slurmrecord import (
     MAX_PROCS_PER_JOB,
     UNCHECKED_KINDS,
@@ -735,14 +735,16 @@ def _would(rec: SweepRecord) -> str | None:
     return None
 
 
-def _guard(config: Config, table: ProcessTable, report: SweepReport, rec: SweepRecord) -> Guard:
+def _guard(
+    config: Config, table: ProcessTable, report: SweepReport, rec: SweepRecord
+) -> SignalGuard:
     # Never signalled, whatever a tree's scope reaches: slurmd, every slurmstepd and what
     # runs below them (running jobs are Slurm's), the claims, another user's processes,
     # what could not be checked, and what an earlier sweep could not tell from a copy.
     keep = {pid for pid in table.procs if managed(table.ancestors(pid))}
     keep |= {u.pid for u in [*report.unconfirmed, *report.foreign, *report.unchecked]}
     keep |= {rp.pid for e in rec.jobs.values() for rp in e.procs if rp.kind == "uncertain"}
-    return Guard(
+    return SignalGuard(
         proc_root=config.paths.proc_root,
         protect=config.enforcement.protect,
         sanctioned_pids=frozenset(keep),
@@ -751,7 +753,7 @@ def _guard(config: Config, table: ProcessTable, report: SweepReport, rec: SweepR
 
 def _stop(
     report: SweepReport,
-    guard: Guard,
+    guard: SignalGuard,
     effects: Effects,
     grace_s: float,
     dry_run: bool,
@@ -814,7 +816,7 @@ def _recheck(
     report: SweepReport,
     before: set[tuple[int, int]],
     watch: ForkLineage | None,
-    guard: Guard,
+    guard: SignalGuard,
     effects: Effects,
     journal: SweepJournal | None = None,
 ) -> ProcessTable:

@@ -45,7 +45,7 @@ from ..hosttext import command_text
 from ..lineage.base import command_key, mentions, program_of
 from ..state import ActionJournal, JournalError, NullJournal
 from .effects import Effects, IdentityChangedError
-from .guards import Expected, Guard, LiveProc, read_live
+from .guards import Expected, LiveProc, SignalGuard, read_live
 
 
 @dataclass
@@ -188,7 +188,7 @@ class JobTree:
     """
 
     def __init__(
-        self, members: Sequence[Expected], guard: Guard, launchers: Sequence[Expected] = ()
+        self, members: Sequence[Expected], guard: SignalGuard, launchers: Sequence[Expected] = ()
     ) -> None:
         self.members = list(members)
         self.launchers = list(launchers)
@@ -450,7 +450,7 @@ class JobTree:
         return 0
 
 
-def plan_tree(members: Sequence[Expected], guard: Guard) -> list[tuple[Expected, int]]:
+def plan_tree(members: Sequence[Expected], guard: SignalGuard) -> list[tuple[Expected, int]]:
     """The processes to stop (see :class:`JobTree`), each with its depth below the root
     (wrappers above it are negative).
 
@@ -552,7 +552,7 @@ class TerminateRun:
     def __init__(
         self,
         members: Sequence[Expected],
-        guard: Guard,
+        guard: SignalGuard,
         effects: Effects,
         grace_s: float,
         *,
@@ -875,7 +875,7 @@ class TerminateRun:
 
 def terminate_tree(
     members: Sequence[Expected],
-    guard: Guard,
+    guard: SignalGuard,
     effects: Effects,
     grace_s: float,
     *,
@@ -962,7 +962,7 @@ def _resume(effects: Effects, res: ProcOutcome, exp: Expected) -> bool:
 
 
 def _send(
-    effects: Effects, res: ProcOutcome, sig: signal.Signals, guard: Guard, exp: Expected
+    effects: Effects, res: ProcOutcome, sig: signal.Signals, guard: SignalGuard, exp: Expected
 ) -> bool:
     """Guard-check ``exp`` again, then signal it through its pinned identity; True if sent."""
     verdict = guard.check(exp.pid, exp)  # again: it may have gone and been reused

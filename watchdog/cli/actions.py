@@ -142,7 +142,7 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
             recorded no origin, a PID in no training job.
     """
     from ..actions.remedy import JobTarget, target_from_job
-    from ..model import Origin, finding_ref
+    from ..model import finding_ref, origin_from_json
     from ..policy.signature import job_signature
 
     kind, number = parse_target(text)
@@ -225,7 +225,7 @@ def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, S
         start_ticks=rec.start_ticks if rec else 0, members=[],
         user=rec.user if rec else (run.user if run else None),
         cmdline=tuple(run.cmdline) if run else (), exe=None,
-        origin=Origin.from_json(origin), verdict=verdict, running=False,
+        origin=origin_from_json(origin), verdict=verdict, running=False,
         summary=rec.summary if rec else finding.message,
     )  # fmt: skip
     return target, result

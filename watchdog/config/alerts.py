@@ -19,7 +19,7 @@ from .base import (
     setting,
     setting_factory,
 )
-from .sinks import SINK_KINDS
+from .sinks import sink_key_owners, sink_kind, sink_names, sink_own_keys
 
 # Upper bounds: a timeout or a retry step past a day has stopped delivering; a reminder
 # past a year is a typo.
@@ -31,9 +31,9 @@ MAX_SETTLE_S = 60.0
 
 
 def _sink_type(r: NodeReader, node: yaml.Node, key: str) -> str:
-    """A registered sink kind's name (:data:`~watchdog.config.sinks.SINK_KINDS`, read
-    when the file is, so a kind registered after import is known)."""
-    return datatypes.choice(SINK_KINDS.names(), "unknown sink type {text!r}")(r, node, key)
+    """A listed sink kind's name (:func:`~watchdog.config.sinks.sink_names`, read when the
+    file is, so a list handed in after import is known)."""
+    return datatypes.choice(sink_names(), "unknown sink type {text!r}")(r, node, key)
 
 
 # Keys that would put the secret URL itself in the file.
@@ -85,7 +85,7 @@ class SinkSettings:
     """One alert destination.
 
     Attributes:
-        type: A registered sink kind (:data:`~watchdog.config.sinks.SINK_KINDS`):
+        type: A listed sink kind (:data:`~watchdog.config.sinks.SINK_KINDS`):
             ``log``, ``slack``, ``discord``, ``webhook`` or ``alertmanager``.
         name: Name used in status and logs (defaults to the type).
         path: For ``log``: a file to append JSON lines to; None means stdout.
@@ -124,7 +124,7 @@ class SinkSettings:
         """The rate limit in force: ``min_interval_s`` or the type's default."""
         if self.min_interval_s is not None:
             return self.min_interval_s
-        kind = SINK_KINDS.get(self.type)
+        kind = sink_kind(self.type)
         return kind.min_interval_s if kind is not None else 0.0
 
 
@@ -141,15 +141,15 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
                 )
     m = r.mapping(node, key, keys(SinkSettings))
     if "type" not in m:
-        raise r.err(node, f"{key}.type", f"required key missing ({', '.join(SINK_KINDS.names())})")
+        raise r.err(node, f"{key}.type", f"required key missing ({', '.join(sink_names())})")
     sink_type = _sink_type(r, m["type"][1], f"{key}.type")
-    kind = SINK_KINDS.get(sink_type)
-    assert kind is not None  # _sink_type took only a registered name
+    kind = sink_kind(sink_type)
+    assert kind is not None  # _sink_type took only a listed name
     vals: dict[str, object] = {"name": sink_type}
-    claimed = SINK_KINDS.own_keys()
+    claimed = sink_own_keys()
     for name in m:  # in file order, refusing another kind's own keys where they stand
         if name in claimed and name not in kind.own_keys:
-            owners = " or ".join(SINK_KINDS.owners(name))
+            owners = " or ".join(sink_key_owners(name))
             article = "an" if owners[:1] in "aeiou" else "a"
             raise r.err(m[name][1], f"{key}.{name}", f"only {article} {owners} sink takes this key")
         vals.update(read(SinkSettings, r, m, key, order=(name,)))

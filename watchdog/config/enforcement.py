@@ -33,7 +33,7 @@ from typing import Literal, get_args
 
 import yaml
 
-from ..model import ORIGIN_KINDS
+from ..model import origin_kinds
 from . import datatypes
 from .base import (
     NodeReader,
@@ -200,10 +200,9 @@ def _rule(r: NodeReader, node: yaml.Node, key: str) -> EnforcementRule:
         )
     rule = construct(EnforcementRule, read(EnforcementRule, r, m, key))
     # Checked after every value was read, as the released parser did (same first error).
-    if rule.origin_kind is not None and rule.origin_kind not in ORIGIN_KINDS:
-        raise r.err(
-            m["origin_kind"][1], f"{key}.origin_kind", f"one of {', '.join(ORIGIN_KINDS.names())}"
-        )
+    names = [cls.kind for cls in origin_kinds()]
+    if rule.origin_kind is not None and rule.origin_kind not in names:
+        raise r.err(m["origin_kind"][1], f"{key}.origin_kind", f"one of {', '.join(names)}")
     return rule
 
 

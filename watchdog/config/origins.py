@@ -4,7 +4,7 @@ origins ``enforcement.protect`` keeps from every action (docs/config.md).
 Each key names one field of one origin kind; the kind answers for itself which keys it
 has (:meth:`watchdog.model.Origin.pin_values`) and how each is read
 (:attr:`~watchdog.model.Origin.PINS`), so
-a kind registered in :data:`watchdog.model.ORIGIN_KINDS` brings its keys with it and this
+a kind listed in :data:`watchdog.model.ORIGIN_KINDS` brings its keys with it and this
 module lists none by hand.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from ..model import ORIGIN_KINDS, Origin
+from ..model import Origin, origin_kinds
 from . import datatypes
 from .base import Converter, NodeReader
 
@@ -49,28 +49,25 @@ def _timer_pin(r: NodeReader, node: yaml.Node, key: str) -> str:
 
 def pin_keys() -> dict[str, type[Origin]]:
     """Every origin key → the record class of the kind whose field it names, in the
-    registry's kind order and each kind's own key order.
+    kinds' order (:func:`watchdog.model.origin_kinds`) and each kind's own key order.
 
     Raises:
-        ValueError: Two registered kinds claim one key (a rule could never tell which
-            kind it names).
+        ValueError: Two kinds claim one key (a rule could never tell which kind it
+            names).
     """
     # Asked for every job and rule of every scan (origin_mismatch): derived once per
-    # set of registered kinds, not per call.
-    cached = _PIN_KEYS.get(ORIGIN_KINDS.version)
-    if cached is not None:
-        return dict(cached)
+    # tuple of kinds (a tuple of classes is its own cache key), not per call.
+    return dict(_pin_keys(origin_kinds()))
+
+
+@functools.lru_cache(maxsize=4)
+def _pin_keys(kinds: tuple[type[Origin], ...]) -> dict[str, type[Origin]]:
     out: dict[str, type[Origin]] = {}
-    for cls in ORIGIN_KINDS.records():
+    for cls in kinds:
         for key in cls.PINS:
             if out.setdefault(key, cls) is not cls:
                 raise ValueError(f"origin key {key!r} is claimed by {out[key].kind} and {cls.kind}")
-    _PIN_KEYS.clear()
-    _PIN_KEYS[ORIGIN_KINDS.version] = out
-    return dict(out)
-
-
-_PIN_KEYS: dict[int, dict[str, type[Origin]]] = {}
+    return out
 
 
 # How each PinKey.type is read.

@@ -24,7 +24,7 @@ from typing import Any
 from ..config import Config, ConfigError, config_checksum, load_config
 from ..lineage.slurm import stepd_members
 from ..logs import get_logger
-from ..model import LOG_LEVELS, Finding, Origin, ScanResult
+from ..model import LOG_LEVELS, Finding, Origin, ScanResult, origin_from_json
 from ..plugins import Enforcer, FindingSource, TrackResult, Worker
 from ..policy.nvml import NO_LIBRARY
 from ..policy.signature import job_signature
@@ -174,11 +174,11 @@ def recorded_origins(db: StateDB) -> dict[tuple[int, int], Origin]:
         Exception: Whatever a damaged table raises (the daemon degrades ``state``).
     """
     origins = {
-        (rec.root_pid, rec.start_ticks): Origin.from_json(rec.origin) for rec in db.present_jobs()
+        (rec.root_pid, rec.start_ticks): origin_from_json(rec.origin) for rec in db.present_jobs()
     }
     # Every run of those jobs too: copies of one job share its jobs row.
     for ident, recorded in db.present_run_origins().items():
-        origins.setdefault(ident, Origin.from_json(recorded))
+        origins.setdefault(ident, origin_from_json(recorded))
     return origins
 
 

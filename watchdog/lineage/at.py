@@ -121,6 +121,16 @@ class AtResolver:
             pending_same_command=tuple(pending),
         )
 
+    def recheck(self, origin: Origin, ctx: ResolveContext) -> Origin | None:
+        """A kept at origin with its queue read live (issue 31, case 3), also once its
+        shell has ended (trust simulator, seed 6502: a kept origin still named a removed
+        job); None for other kinds."""
+        return with_live_queue(origin) if isinstance(origin, AtOrigin) else None
+
+    def gone_now(self, origin: Origin, ctx: ResolveContext) -> str | None:
+        """Never: an at job's record answers for itself."""
+        return None
+
 
 def _queued(pending: Sequence[int]) -> str:
     return (

@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from .. import hostpaths
 from ..command import CommandRunner, run
@@ -147,6 +147,45 @@ class OriginResolver(Protocol):
         Resolvers must not raise for unreadable files or vanished processes; they pass.
         """
         ...
+
+
+@runtime_checkable
+class Rechecks(Protocol):
+    """A resolver that can read its kind's source again for an origin found earlier (a
+    running job's kept origin, a recorded run's): the kind's own host reads, asked of
+    every resolver so that no caller names a kind."""
+
+    def recheck(self, origin: Origin, ctx: ResolveContext) -> Origin | None:
+        """``origin`` as its source stands now (a crontab line since commented out, an at
+        queue read again), or None when ``origin`` is not this resolver's kind."""
+        ...
+
+    def gone_now(self, origin: Origin, ctx: ResolveContext) -> str | None:
+        """Why a recorded origin's source no longer exists (``its crontab entry is
+        removed now``, ``its unit file F is gone``), or None."""
+        ...
+
+
+def recheck(origin: Origin, ctx: ResolveContext, resolvers: Sequence[object]) -> Origin:
+    """``origin`` as its kind's resolver among ``resolvers`` reads it now; unchanged when
+    none rechecks its kind."""
+    for resolver in resolvers:
+        if isinstance(resolver, Rechecks):
+            now = resolver.recheck(origin, ctx)
+            if now is not None:
+                return now
+    return origin
+
+
+def gone_now(origin: Origin, ctx: ResolveContext, resolvers: Sequence[object]) -> str | None:
+    """Why ``origin``'s source no longer exists, as its kind's resolver among
+    ``resolvers`` reads it now, or None."""
+    for resolver in resolvers:
+        if isinstance(resolver, Rechecks):
+            why = resolver.gone_now(origin, ctx)
+            if why is not None:
+                return why
+    return None
 
 
 # Programs that run another command and keep its command line in their own: shells

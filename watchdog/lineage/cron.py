@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from .. import hostpaths, safeio
-from ..model import CronOrigin, Origin, Proc
+from ..model import NOT_LIVE, CronOrigin, Origin, Proc
 from .base import (
     ResolveContext,
     command,
@@ -243,6 +243,23 @@ class CronResolver:
             evidence.append(timing)
         evidence.extend(_unread_notes(read))
         return _origin(matches, lineage, None, evidence, ctx, None)
+
+    def recheck(self, origin: Origin, ctx: ResolveContext) -> Origin | None:
+        """A kept cron origin whose line no longer runs (commented out, removed, in a file
+        cron no longer loads) marked so (:func:`with_entry_state`); None for other kinds."""
+        if not isinstance(origin, CronOrigin):
+            return None
+        if origin.entry_state is not None:
+            return origin
+        state = entry_state(origin, ctx)
+        return with_entry_state(origin, state) if state in NOT_LIVE else origin
+
+    def gone_now(self, origin: Origin, ctx: ResolveContext) -> str | None:
+        """``its crontab entry is removed now`` (``disabled``, ``ignored``), or None."""
+        if not isinstance(origin, CronOrigin):
+            return None
+        state = entry_state(origin, ctx)
+        return f"its crontab entry is {state} now" if state in NOT_LIVE else None
 
 
 # -- building the answer ----------------------------------------------------------------

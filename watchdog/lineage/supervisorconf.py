@@ -31,12 +31,11 @@ import re
 from dataclasses import dataclass, field
 
 from .. import safeio
+from ..model import FALSY as FALSY
+from ..model import TRUTHY as TRUTHY
 
 _MAX_BYTES = 1 << 20
 _SECTION = re.compile(r"\[(?P<header>.+)\]")
-# supervisor/datatypes.py: boolean() and auto_restart().
-TRUTHY = ("yes", "true", "on", "1")
-FALSY = ("no", "false", "off", "0")
 #: The options read, with supervisord's defaults (supervisor/options.py).
 DEFAULTS = {"autostart": "true", "autorestart": "unexpected", "startretries": "3", "exitcodes": "0"}
 

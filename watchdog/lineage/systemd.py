@@ -542,6 +542,15 @@ class SystemdResolver:
             tmux_session_id=tmux.session_id if tmux else None,
         )
 
+    def recheck(self, origin: Origin, ctx: ResolveContext) -> Origin | None:
+        """None: a unit's kept origin is not read again."""
+        return None
+
+    def gone_now(self, origin: Origin, ctx: ResolveContext) -> str | None:
+        """``its unit file F is gone`` when its recorded unit file no longer exists."""
+        path = origin.unit_file if isinstance(origin, SystemdOrigin) else None
+        return f"its unit file {path} is gone" if path and not os.path.lexists(path) else None
+
 
 def _has_tmux(lineage: Sequence[Proc], ctx: ResolveContext) -> bool:
     if any("tmux" in exe_name(p) for p in lineage[1:]):

@@ -14,7 +14,7 @@ from fnmatch import fnmatchcase
 
 from ..config import Config, OriginPin, Rule
 from ..config.origins import pin_keys
-from ..model import Job, Origin, SystemdOrigin
+from ..model import Job, Origin
 from .jobs import ignore_match_job
 
 
@@ -86,19 +86,12 @@ def rule_mismatch(rule: Rule, job: Job) -> list[str]:
         miss = None
     if miss is not None:
         why.append(miss)
-    elif (
-        rule.origin.get("systemd_unit") is not None
-        and isinstance(job.origin, SystemdOrigin)
-        and job.origin.user_unit
-    ):
-        # A user unit is its owner's to name: anyone can write ~/.config/systemd/user/
-        # train.service. Only a rule that also pins that user may sanction it.
-        owner = job.origin.user
+    elif (owned := job.origin.owner_pin(rule.origin.set_keys())) is not None:
+        # A source its owner alone can name (a user unit): only a rule that also pins
+        # that user may sanction it.
+        owner, refusal = owned
         if rule.user is None or owner != rule.user:
-            why.append(
-                f"origin is user {owner!r}'s own unit {job.origin.unit!r}; "
-                "a unit pin matches a user unit only with 'user:' naming its owner"
-            )
+            why.append(refusal)
     return why
 
 

@@ -35,17 +35,14 @@ from ..hostpaths import config_args
 from ..hosttext import command_text
 from ..lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
 from ..lineage.cgroup import CgroupInfo, parse_cgroup
-from ..lineage.respawn import DISABLE_FIRST
 from ..model import (
+    DISABLE_FIRST,
     Advice,
-    AtOrigin,
     Collateral,
-    ContainerOrigin,
     Job,
     Origin,
     Proc,
     Restarts,
-    SupervisorOrigin,
 )
 from ..sources.procfs import ProcessTable
 from .allowlist import origin_mismatch
@@ -89,7 +86,7 @@ class ProtectedSource:
 
 
 @dataclass(frozen=True)
-class Protection:
+class ScanProtection:
     """What must never be a target, for one scan.
 
     Attributes:
@@ -184,7 +181,7 @@ def protection(
     never: Collection[int] = (),
     kept: Iterable[Identity] = (),
     trainers: Set[int] | None = None,
-) -> Protection:
+) -> ScanProtection:
     """Compute what this scan must never target.
 
     Args:
@@ -243,7 +240,7 @@ def protection(
                 )
             )
     pids = frozenset(pid for pid, _start in identities)
-    return Protection(
+    return ScanProtection(
         frozenset(identities),
         pids,
         tuple(sources),
@@ -258,7 +255,7 @@ def _shared_roots(
     jobs: Sequence[Job], table: ProcessTable | None, trainers: Set[int] | None
 ) -> tuple[tuple[Identity, str], ...]:
     """The rogue job roots that are jobs only for a zombie's memory and run other work,
-    each with the refusal's words (see :attr:`Protection.shared_roots`)."""
+    each with the refusal's words (see :attr:`ScanProtection.shared_roots`)."""
     if table is None or trainers is None:
         return ()
     out: list[tuple[Identity, str]] = []
@@ -494,7 +491,7 @@ def _instead(job: Job, src: ProtectedSource, config: Config | None) -> str:
 
 def advise(
     job: Job,
-    guard: Protection,
+    guard: ScanProtection,
     table: ProcessTable | None = None,
     config: Config | None = None,
     groups: ProcessGroups | None = None,
@@ -504,7 +501,7 @@ def advise(
 
     Args:
         job: A judged job of this scan.
-        guard: This scan's :class:`Protection`.
+        guard: This scan's :class:`ScanProtection`.
         table: The process table (for the exclusive wrappers and the process group of a
             by-hand ``kill``); None names the root alone.
         config: For the rule's ``max_instances`` in the words of a refusal.
@@ -548,7 +545,7 @@ def advise(
                 stop_pids=stop_pids, disables=origin.DISABLES, collateral=collateral,
                 restarts=restarts_of(job, stop_pids, collateral),
             )  # fmt: skip
-    handled = bool(origin.DISABLES) and _disable_handled(origin)
+    handled = bool(origin.DISABLES) and origin.disable_handled()
     restarts = restarts_of(job, stop_pids, protected=guard.pids | guard.never)
     if restarts is not None and restarts.stops == DISABLE_FIRST and not handled:
         # disable-source does not act on this one: the step is the by-hand command.
@@ -636,24 +633,9 @@ def restarts_of(
     return None
 
 
-def _disable_handled(origin: Origin) -> bool:
-    """True when ``disable-source`` acts on this origin (a live crontab line, a system
-    unit); the plan checks the rest against the files and systemd."""
-    targets = origin.stop_targets()
-    if isinstance(origin, ContainerOrigin):
-        return origin.pod_uid is None and origin.runtime in ("docker", "podman")
-    if isinstance(origin, SupervisorOrigin):
-        # A program in a group with others is refused (update GROUP restarts them).
-        grouped = ":" in (origin.program or "")
-        return origin.supervisor == "supervisord" and origin.section is not None and not grouped
-    if isinstance(origin, AtOrigin):
-        return bool(origin.pending_same_command)
-    if origin.kind == "cron":
-        return any(t[0] == "cron-line" and t[2] is not None for t in targets)
-    return any(t[0] == "systemd-unit" and len(t) == 2 for t in targets)
-
-
-def _protected_member(pid: int, job: Job, guard: Protection, table: ProcessTable | None) -> bool:
+def _protected_member(
+    pid: int, job: Job, guard: ScanProtection, table: ProcessTable | None
+) -> bool:
     by_pid = {p.pid: p for p in job.lineage}
     proc = by_pid.get(pid) or (table.get(pid) if table is not None else None)
     return proc is not None and guard.process_refusal(proc) is not None
@@ -696,7 +678,7 @@ def _kill(job: Job, stop_pids: Sequence[int], groups: ProcessGroups | None) -> s
 
 def with_advice(
     jobs: Sequence[Job],
-    guard: Protection,
+    guard: ScanProtection,
     table: ProcessTable | None = None,
     config: Config | None = None,
 ) -> list[Job]:

@@ -34,13 +34,11 @@ from ..config import Config, ConfigError, parse_config
 from ..hosttext import safe_text
 from ..model import (
     NON_TRAINING_CLASSES,
-    NOT_LIVE,
     WORKLOAD_CLASSES,
-    CronOrigin,
     Job,
     Origin,
     Proc,
-    SystemdOrigin,
+    origin_from_json,
 )
 from ..state import RunRecord
 from .allowlist import judge
@@ -432,11 +430,11 @@ def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
     kept = [r for r in runs if r.verdict != "ignored"]
     read_as: dict[tuple[int, int], dict[tuple[object, ...], str]] = {}
     for r in kept:
-        o = Origin.from_json(r.origin)
+        o = origin_from_json(r.origin)
         read_as.setdefault((r.root_pid, r.start_ticks), {})[_origin_key(o)] = o.describe()
     groups: dict[tuple[object, ...], Group] = {}
     for run in one_per_run(kept):
-        origin = Origin.from_json(run.origin)
+        origin = origin_from_json(run.origin)
         seen_as = read_as[(run.root_pid, run.start_ticks)]
         head = program_and_script(run.cmdline)
         key = (_origin_key(origin), run.user, head)
@@ -554,21 +552,12 @@ def source_gone_now(origin: Origin) -> str | None:
         /etc/systemd/system/x.service is gone``, or None.
     """
     # Only the command reads the host: the daemon's candidate count never gets here.
-    from ..lineage.base import ResolveContext
-    from ..lineage.cron import entry_state
+    from ..lineage import default_resolvers
+    from ..lineage.base import ResolveContext, gone_now
     from ..sources.procfs import ProcessTable
 
-    if isinstance(origin, CronOrigin):
-        ctx = ResolveContext(table=ProcessTable(), now=datetime.now(UTC))
-        state = entry_state(origin, ctx)
-        return f"its crontab entry is {state} now" if state in NOT_LIVE else None
-    if (
-        isinstance(origin, SystemdOrigin)
-        and origin.unit_file
-        and not os.path.lexists(origin.unit_file)
-    ):
-        return f"its unit file {origin.unit_file} is gone"
-    return None
+    ctx = ResolveContext(table=ProcessTable(), now=datetime.now(UTC))
+    return gone_now(origin, ctx, default_resolvers())
 
 
 def suggest(
@@ -779,7 +768,7 @@ def _exemption_lines(e: Exemption) -> list[str]:
         heads.setdefault(tuple(program_and_script(r.cmdline)), r)
     for head, r in list(heads.items())[:3]:
         why = "; ".join(r.workload_evidence or []) or "-"
-        origin = Origin.from_json(r.origin).describe()
+        origin = origin_from_json(r.origin).describe()
         out.append(_comment(f"  {' '.join(head)} ({why}), from {origin}"))
     if len(heads) > 3:
         out.append(_comment(f"  and {len(heads) - 3} more program(s)"))
@@ -871,7 +860,7 @@ def _job(run: RunRecord) -> Job:
     return Job(
         root_pid=run.root_pid, pids=[run.root_pid], user=run.user, cmdline=tuple(run.cmdline),
         start_ticks=run.start_ticks, gpu_memory_bytes=None, gpu_uuids=list(run.gpus or []),
-        lineage=[root], origin=Origin.from_json(run.origin), workload=workload,
+        lineage=[root], origin=origin_from_json(run.origin), workload=workload,
         workload_evidence=list(run.workload_evidence or []),
     )  # fmt: skip
 
@@ -910,7 +899,7 @@ def render_changes(changes: Sequence[Change]) -> str:
         return "no recorded run would change verdict"
     lines = []
     for c in changes:
-        o = Origin.from_json(c.run.origin)
+        o = origin_from_json(c.run.origin)
         lines.append(
             safe_text(
                 f"{_when(c.run.started_at)} PID {c.run.root_pid} {c.was} -> {c.would}: "

@@ -18,7 +18,7 @@ from ..hosttext import command_text
 from ..lineage.base import exe_name, is_wrapper
 from ..lineage.cgroup import CgroupInfo, parse_cgroup
 from ..lineage.slurm import is_slurmstepd
-from ..model import Finding, Job, Proc, SystemdOrigin, TargetGuard
+from ..model import Finding, Job, Proc, Protection
 from ..sources.procfs import ProcessTable
 from ..sources.sockets import Listen, ListenScan
 from .findings import gpus_text
@@ -164,9 +164,7 @@ def service_pids(
 
 
 def _who(job: Job) -> str:
-    if isinstance(job.origin, SystemdOrigin) and job.origin.unit:
-        return job.origin.unit
-    return job.origin.describe()
+    return job.origin.service_name() or job.origin.describe()
 
 
 def service_stop(service: Proc, job: Job) -> str:
@@ -269,7 +267,7 @@ def service_finding(
 
 
 def service_scope(
-    jobs: Iterable[Job], table: ProcessTable, guard: TargetGuard | None = None
+    jobs: Iterable[Job], table: ProcessTable, guard: Protection | None = None
 ) -> dict[int, list[int]]:
     """Whose listening sockets to read for each rogue or excess job: its processes and
     those of its origin (:func:`service_pids`), never a process the sanctioned jobs or
@@ -288,7 +286,7 @@ def service_scope(
     return {j.root_pid: service_pids(j, table, protected) for j in jobs if j.unsanctioned}
 
 
-def _protected(jobs: Sequence[Job], guard: TargetGuard | None) -> frozenset[int]:
+def _protected(jobs: Sequence[Job], guard: Protection | None) -> frozenset[int]:
     protected = protected_pids(jobs)
     if guard is None:
         return protected
@@ -301,7 +299,7 @@ def service_findings(
     jobs: Iterable[Job],
     listens: Mapping[int, ListenScan],
     settings: ServiceSettings,
-    guard: TargetGuard | None = None,
+    guard: Protection | None = None,
 ) -> list[Finding]:
     """One ``rogue-service`` finding per rogue/excess job with unsanctioned listeners.
 

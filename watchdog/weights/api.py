@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,28 +22,56 @@ if TYPE_CHECKING:
 
 PathLike = str | os.PathLike[str]
 
-#: Module and function that verify each format, imported on first use: a run over
-#: safetensors files never loads the pickle reader of torch checkpoints, the GGUF
-#: block tables or numpy's ``.npy`` header parser (part of ``verify-weights`` start-up).
-_VERIFIERS = {
-    "safetensors": ("safetensors", "verify_safetensors"),
-    "torch-zip": ("torchzip", "verify_torchzip"),
-    "npy": ("numpy_format", "verify_npy"),
-    "npz": ("numpy_format", "verify_npz"),
-    "gguf": ("gguf", "verify_gguf"),
+Verifier = Callable[[Path, "ScanContext", FileReport], None]
+
+
+# Each format's reader is imported when a file of that format is first verified: a run
+# over safetensors files never loads the pickle reader of torch checkpoints, the GGUF
+# block tables or numpy's ``.npy`` header parser (part of ``verify-weights`` start-up).
+def _safetensors(path: Path, ctx: ScanContext, report: FileReport) -> None:
+    from .safetensors import verify_safetensors  # imported on first use
+
+    verify_safetensors(path, ctx, report)
+
+
+def _torchzip(path: Path, ctx: ScanContext, report: FileReport) -> None:
+    from .torchzip import verify_torchzip  # imported on first use
+
+    verify_torchzip(path, ctx, report)
+
+
+def _npy(path: Path, ctx: ScanContext, report: FileReport) -> None:
+    from .numpy_format import verify_npy  # imported on first use
+
+    verify_npy(path, ctx, report)
+
+
+def _npz(path: Path, ctx: ScanContext, report: FileReport) -> None:
+    from .numpy_format import verify_npz  # imported on first use
+
+    verify_npz(path, ctx, report)
+
+
+def _gguf(path: Path, ctx: ScanContext, report: FileReport) -> None:
+    from .gguf import verify_gguf  # imported on first use
+
+    verify_gguf(path, ctx, report)
+
+
+#: Every weights format, once: its name (as :func:`~watchdog.weights.discover.sniff`
+#: gives it) → the function verifying a file of it (the typed list; no names in strings).
+_VERIFIERS: dict[str, Verifier] = {
+    "safetensors": _safetensors,
+    "torch-zip": _torchzip,
+    "npy": _npy,
+    "npz": _npz,
+    "gguf": _gguf,
 }
 
 
-def _verifier(fmt: str) -> Callable[[Path, ScanContext, FileReport], None] | None:
-    """The verify function of format ``fmt`` (its module imported now), or None."""
-    where = _VERIFIERS.get(fmt)
-    if where is None:
-        return None
-    module, name = where
-    fn: Callable[[Path, ScanContext, FileReport], None] = getattr(
-        importlib.import_module(f".{module}", __package__), name
-    )
-    return fn
+def _verifier(fmt: str) -> Verifier | None:
+    """The verify function of format ``fmt``, or None."""
+    return _VERIFIERS.get(fmt)
 
 
 #: The format a loader uses for a file of this suffix (``safetensors.load_file`` reads

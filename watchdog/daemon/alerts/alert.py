@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from ...model import Origin
+from ...model import origin_from_json
 
 if TYPE_CHECKING:
     from ...state import Delivery, FindingRecord
@@ -129,7 +129,7 @@ class Routing:
         remediation = details.get("remediation")
         if isinstance(origin, dict):  # respawned: the whole origin object
             origin_kind = str(origin.get("kind", ""))
-            label = Origin.from_json(origin).label()
+            label = origin_from_json(origin).label()
             if remediation is None:
                 remediation = origin.get("remediation")
         if details.get("origin_kind"):

@@ -1,8 +1,9 @@
 """What every sink is: the :class:`Sink` Protocol, what a sink is built with, how it fails.
 
-A sink kind is registered once in :data:`watchdog.config.sinks.SINK_KINDS`; its
-``implementation`` names a factory ``(SinkSettings, SinkContext) -> Sink`` (a class or a
-function), which :func:`watchdog.daemon.alerts.delivery.make_sink` calls.
+A sink kind is listed once in :data:`watchdog.config.sinks.SINK_KINDS` (what the
+configuration reads) and once in :data:`watchdog.daemon.alerts.delivery.SINK_FACTORIES`:
+its factory ``(SinkSettings, SinkContext) -> Sink`` (a class or a function), which
+:func:`watchdog.daemon.alerts.delivery.make_sink` calls.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ A sink's :meth:`~watchdog.daemon.alerts.base.Sink.send` returns on success and r
 about retries. The log sink writes one structlog JSON line; the webhook sinks POST JSON
 (:func:`watchdog.daemon.alerts.http.post`): ``slack`` ``{"text"}``, ``discord``
 ``{"content"}``, ``webhook`` the alert's document as is, counting only a 2xx answer as
-delivered. Each is registered once in :data:`watchdog.config.sinks.SINK_KINDS`.
+delivered. Each is listed once in :data:`watchdog.config.sinks.SINK_KINDS` and
+:data:`watchdog.daemon.alerts.delivery.SINK_FACTORIES`.
 """
 
 from __future__ import annotations
