@@ -196,3 +196,18 @@ def test_the_recipe_names_the_lists_the_fixture_hands_in() -> None:
     assert origins.ORIGIN_KINDS is ORIGIN_KINDS and lineage.RESOLVERS is RESOLVERS
     assert all(isinstance(c, type) and issubclass(c, Origin) for c in ORIGIN_KINDS)
     assert all(cls in ORIGIN_KINDS for cls in PLANNERS)
+
+
+def test_kind_knowledge_the_guard_and_services_ask_the_record_for() -> None:
+    # Once `kind == "cron"` and `kind in (...)` ladders in policy/ (issue 30): the same
+    # answers, from the records.
+    from rogue_watchdog.model import CronOrigin, OrphanOrigin, ShellOrigin, SystemdOrigin
+
+    assert CronOrigin().one_at_a_time() == (
+        "run the line's command under `flock -n LOCKFILE` so a run never starts while one "
+        "is running"
+    )
+    assert SystemdOrigin().one_at_a_time() == "make the source start one run at a time"
+    no_source = {c.kind for c in ORIGIN_KINDS if not c.SOURCE_FIELDS}
+    assert no_source == {"shell", "orphan", "unknown"}
+    assert [o.by_hand for o in (ShellOrigin(), OrphanOrigin(), Origin())] == [True, False, False]

@@ -263,6 +263,11 @@ class Origin:
         ``user:`` naming its owner (a user's own unit: anyone can write one), else None."""
         return None
 
+    def one_at_a_time(self) -> str:
+        """How to make this source start one run at a time (a rule's ``max_instances``
+        exceeded by a run it started), as a step for a person."""
+        return "make the source start one run at a time"
+
     def service_name(self) -> str | None:
         """The service's own name where the kind has one (a unit), for messages."""
         return None

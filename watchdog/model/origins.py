@@ -203,6 +203,14 @@ class CronOrigin(Origin):
         )
         return replace(fresh, also=self.also, evidence=(*fresh.evidence, *notes))
 
+    def one_at_a_time(self) -> str:
+        """``flock -n`` around the line's command (cron starts a run on schedule whether
+        or not the last one ended)."""
+        return (
+            "run the line's command under `flock -n LOCKFILE` so a run never starts while "
+            "one is running"
+        )
+
     def disable_handled(self) -> bool:
         """A crontab line that was found."""
         return any(t[0] == "cron-line" and t[2] is not None for t in self.stop_targets())

@@ -472,12 +472,7 @@ def _instead(job: Job, src: ProtectedSource, config: Config | None) -> str:
     rule = next((r for r in config.sanctioned if r.name == src.rule), None) if config else None
     if job.verdict == "excess" and rule is not None:
         cap = rule.max_instances
-        fix = (
-            "run the line's command under `flock -n LOCKFILE` so a run never starts while "
-            "one is running"
-            if job.origin.kind == "cron"
-            else "make the source start one run at a time"
-        )
+        fix = job.origin.one_at_a_time()
         return (
             f"this run is one more than rule {rule.name!r} allows (max_instances {cap}): "
             f"stop it as a job (newest run first); to keep runs from overlapping, {fix}, "
@@ -620,7 +615,8 @@ def restarts_of(
     answer = job.origin.restarts()
     if answer is not None or loop is not None:
         return answer or loop
-    if job.origin.kind in ("unknown", "orphan", "shell"):
+    if not job.origin.SOURCE_FIELDS:
+        # Nothing known starts it (a shell, an orphan, unknown): what launched it may.
         # The walk stops at spawners of other people's work (sshd, tmux, cron...).
         for proc in launching_ancestors(job, protected=protected)[:1]:
             text = command_text(proc.cmdline, 80) or proc.args_text

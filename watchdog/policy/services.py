@@ -238,7 +238,9 @@ def service_finding(
     else:
         how = "started its own training run" if own else "beside its training run"
     who = _who(job)
-    if parents and job.origin.kind in ("unknown", "orphan"):
+    # Nothing known started it and no person did (unknown, an orphan): the service did.
+    unowned = not job.origin.SOURCE_FIELDS and not job.origin.by_hand
+    if parents and unowned:
         # The service is what keeps starting runs; name it, not an origin nobody knows.
         service = parents[0]
         text = command_text(service.cmdline, 80) or service.args_text
@@ -248,7 +250,7 @@ def service_finding(
         f"{'on ' + gpus_text(job.gpus) + ' ' if job.gpus else ''}`{command_text(job.cmdline, 120)}`"
     )
     stop = job.advice.finding_text(job.root_pid)
-    if parents and job.advice.refused is None and job.origin.kind in ("unknown", "orphan"):
+    if parents and job.advice.refused is None and unowned:
         message += f"; to stop the service and its run: {service_stop(parents[0], job)}"
     elif stop:
         message += stop
