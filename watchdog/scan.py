@@ -736,8 +736,7 @@ class Scanner:
         """The remembered sanctioned identities whose process still runs."""
         out = {}
         for (pid, start), rule in self.sanctioned.items():
-            proc = self.table.get(pid)
-            if proc is not None and proc.start_ticks == start and not proc.is_zombie:
+            if self.table.alive((pid, start)):
                 out[(pid, start)] = rule
         return out
 

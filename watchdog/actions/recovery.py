@@ -40,7 +40,7 @@ from datetime import datetime
 from typing import Any
 
 from ..model import Finding
-from ..sources.procfs import boot_id, read_proc
+from ..sources.procfs import alive_now, boot_id
 from ..state import ActionRecord, ActionStep
 from . import sources
 from .disable import _undo_systemd
@@ -80,8 +80,7 @@ def owner_gone(rec: ActionRecord, session: str, proc_root: str = "/proc") -> boo
         return True
     if boot and boot != boot_id(proc_root):
         return True
-    live = read_proc(pid, proc_root)
-    return live is None or live.start_ticks != start or live.state == "Z"
+    return not alive_now((pid, start), proc_root)
 
 
 @dataclass

@@ -545,19 +545,14 @@ def _still_running(target: JobTarget, proc_root: str, wait_s: float = 2.0) -> bo
     """True while a process of the job (same PID and start time) is alive and not a
     zombie. A ``systemctl disable --now`` returns once the unit stopped, but give
     the kernel a moment to finish exits before saying the job is still there."""
-    from ..actions.guards import read_live
+    from ..sources.procfs import alive_now
 
     idents = [(m.pid, m.start_ticks) for m in target.members] or [
         (target.root_pid, target.start_ticks)
     ]
     deadline = time.monotonic() + wait_s
     while True:
-        alive = False
-        for pid, start in idents:
-            live = read_live(pid, proc_root)
-            if live is not None and live.start_ticks == start and live.state != "Z":
-                alive = True
-                break
+        alive = any(alive_now(ident, proc_root) for ident in idents)
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.1)
