@@ -301,7 +301,7 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
         else:
             why = (
                 "a transient unit is gone once stopped, and cannot be started again"
-                if plan.data.get("transient")
+                if getattr(plan.data, "transient", False)
                 else "what was done cannot be put back"
             )
             _out(f"outcome: {result.outcome}; nothing to undo ({why})")
@@ -315,8 +315,8 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
             _out("the running job is not stopped by this; use `terminate` for that")
         else:
             _out("the running job has stopped too (it ended with its source)")
-        if plan.data.get("stops_service"):
-            _out(f"the service {plan.data['stops_service']} was stopped with it, as asked")
+        if plan.stops_service:
+            _out(f"the service {plan.stops_service} was stopped with it, as asked")
         return 0 if result.outcome == "ok" else 1
     return 0
 
