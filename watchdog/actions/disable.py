@@ -40,7 +40,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from .. import hostpaths, safeio
 from ..lineage.base import is_interpreter
@@ -82,6 +82,40 @@ class DisableResult:
     error: str | None = None
 
 
+class FileCopyJson(TypedDict):
+    """The stored form of a :class:`FileCopy` (the keys of a ``restore_file`` op)."""
+
+    path: str
+    backup: str
+    uid: int
+    gid: int
+    mode: int
+    sha256: str
+    mtime_ns: NotRequired[int]
+
+
+#: The stored form of a :class:`Rename` (``from`` is a keyword, hence this spelling).
+RenameJson = TypedDict("RenameJson", {"from": str, "to": str})
+
+
+class UnitStateJson(TypedDict):
+    """The stored form of a :class:`UnitState`."""
+
+    enabled: str
+    active: str
+
+
+class SystemdJson(TypedDict):
+    """The restore plan of a :class:`SystemdChange` as recorded before the first change."""
+
+    unit: str
+    timer: str | None
+    timers: list[str]
+    before: dict[str, UnitStateJson]
+    move: FileCopyJson | None
+    transient: bool
+
+
 @dataclass(frozen=True)
 class FileCopy:
     """A file saved before it is changed, and how to put it back: the ``restore_file``
@@ -107,9 +141,9 @@ class FileCopy:
     sha256: str
     mtime_ns: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FileCopyJson:
         """The stored form (``mtime_ns`` only when there is one)."""
-        out: dict[str, Any] = {
+        out: FileCopyJson = {
             "path": self.path, "backup": self.backup, "uid": self.uid, "gid": self.gid,
             "mode": self.mode, "sha256": self.sha256,
         }  # fmt: skip
@@ -165,7 +199,7 @@ class Rename:
     from_path: str
     to_path: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RenameJson:
         """The stored form (restore plan and ``rename`` undo op keys)."""
         return {"from": self.from_path, "to": self.to_path}
 
@@ -177,7 +211,7 @@ class UnitState:
     enabled: str
     active: str
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> UnitStateJson:
         """The stored form."""
         return {"enabled": self.enabled, "active": self.active}
 
@@ -203,7 +237,7 @@ class SystemdChange:
     move: FileCopy | None = None
     transient: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SystemdJson:
         """The restore plan recorded before the first change (the commands left out;
         ``timer`` is the first timer, as plans recorded before ``timers`` had)."""
         return {
