@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .config import Config
 from .hosttext import command_text
 from .lineage import default_resolvers
-from .lineage.base import OriginResolver, ResolveContext, recheck
+from .lineage.base import OriginResolver, ResolveContext, recheck, split_answer
 from .model import (
     UNKNOWN_ORIGIN,
     Finding,
@@ -184,22 +184,23 @@ def resolve_origin(
     A resolver that raises is a bug, not a reason to lose the scan: its error becomes
     evidence and the next resolver is asked.
     """
-    notes: list[str] = []
     # What a resolver refused to believe (a Slurm job id only the environment claims, a
     # process that only looks like cron) goes with whichever origin wins.
-    ctx.notes.clear()
+    said: list[str] = []
+    failed: list[str] = []
     for resolver in resolvers:
         try:
-            origin = resolver.resolve(lineage, ctx)
+            origin, notes = split_answer(resolver.resolve(lineage, ctx))
         except Exception as exc:  # a broken resolver must not stop the scan
-            notes.append(f"resolver {resolver.name} failed: {type(exc).__name__}: {exc}")
+            failed.append(f"resolver {resolver.name} failed: {type(exc).__name__}: {exc}")
             continue
+        said.extend(notes)
         if origin is not None:
-            notes = [n for n in (*ctx.notes, *notes) if n not in origin.evidence]
-            if notes:
-                return dataclasses.replace(origin, evidence=(*origin.evidence, *notes))
+            extra = [n for n in (*said, *failed) if n not in origin.evidence]
+            if extra:
+                return dataclasses.replace(origin, evidence=(*origin.evidence, *extra))
             return origin
-    return Origin((*UNKNOWN_ORIGIN.evidence, *ctx.notes, *notes))
+    return Origin((*UNKNOWN_ORIGIN.evidence, *said, *failed))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -722,8 +723,7 @@ class Scanner:
         """The remembered sanctioned identities whose process still runs."""
         out = {}
         for (pid, start), rule in self.sanctioned.items():
-            proc = self.table.get(pid)
-            if proc is not None and proc.start_ticks == start and not proc.is_zombie:
+            if self.table.alive((pid, start)):
                 out[(pid, start)] = rule
         return out
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rogue_watchdog.command import CommandResult, RecordingRunner
-from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.base import ResolveContext, split_answer
 from rogue_watchdog.lineage.container import ContainerResolver, cgroup_container
 from rogue_watchdog.model import Origin
 from rogue_watchdog.sources.procfs import ProcessTable
@@ -221,8 +221,9 @@ def test_shim_look_alike_does_not_name_someone_elses_container(
     fake = FakeProc(200, 1, argv, exe=exe, exe_uid=exe_uid, uid=uid)
     rec = RecordingRunner()
     ctx = make_context(tmp_path, [INIT, fake, FakeProc(210, 200, TRAIN, uid=uid)], rec)
-    assert _resolve(ctx, 210) is None
-    assert ctx.notes == [
+    origin, notes = split_answer(_resolve(ctx, 210))
+    assert origin is None
+    assert list(notes) == [
         "ancestor PID 200 looks like a container shim (/usr/bin/containerd-shim-runc-v2 "
         f"-namespace moby -id {CID}) but is not: {why}"
     ]

@@ -63,7 +63,7 @@ def test_system_file_line_commented_backup_and_undo_byte_for_byte(tmp_path: Path
     assert tab.read_bytes() == TAB.replace(ENTRY.encode(), expected_line.encode())
     st1 = tab.stat()
     assert (st1.st_uid, st1.st_gid, st1.st_mode & 0o7777) == (st0.st_uid, st0.st_gid, 0o640)
-    backup = Path(plan.data["backup"])
+    backup = Path(plan.data.copy.backup)
     assert backup.parent == tmp_path / "bk"
     assert backup.name == "20270115T080000Z" + str(tab).replace("/", "_")
     assert backup.read_bytes() == TAB
@@ -107,7 +107,7 @@ def test_crlf_line_keeps_its_ending(tmp_path: Path) -> None:
         origin(tab, 4, "*/5 * * * * root /usr/bin/true"), reason="r", now=NOW,
         backup_dir=str(tmp_path / "bk"), effects=Effects(),
     )  # fmt: skip
-    assert plan.data["new"].endswith(b": */5 * * * * root /usr/bin/true\r\n")
+    assert plan.data.new.endswith(b": */5 * * * * root /usr/bin/true\r\n")
 
 
 def test_user_crontab_goes_through_crontab_without_header(tmp_path: Path) -> None:
@@ -135,13 +135,13 @@ def test_user_crontab_goes_through_crontab_without_header(tmp_path: Path) -> Non
     assert res.outcome == "ok"
     marker = marker_line("*/10 * * * * /usr/bin/python3 /home/alice/train.py", NOW, "rogue job")
     assert fx.calls == [
-        ("copy_backup", str(tab), plan.data["backup"]),
+        ("copy_backup", str(tab), plan.data.copy.backup),
         ("run", ("crontab", "-u", "alice", "-"), b'MAILTO=""\n' + marker.encode() + b"\n"),
     ]
     assert res.undo == [
-        {"op": "restore_file", "path": str(tab), "backup": plan.data["backup"],
+        {"op": "restore_file", "path": str(tab), "backup": plan.data.copy.backup,
          "uid": tab.stat().st_uid, "gid": tab.stat().st_gid, "mode": 0o600,
-         "sha256": plan.data["sha256"]},
+         "sha256": plan.data.copy.sha256},
     ]  # fmt: skip
 
 
@@ -244,7 +244,7 @@ def test_undo_refuses_a_tampered_backup(tmp_path: Path) -> None:
         origin(tab), reason="r", now=NOW, backup_dir=str(tmp_path / "bk"), effects=Effects()
     )
     res = plan.execute(Effects())
-    Path(plan.data["backup"]).write_bytes(b"evil\n")
+    Path(plan.data.copy.backup).write_bytes(b"evil\n")
     out = run_undo(res.undo, Effects())
     assert out.outcome == "failed" and "changed (sha256" in (out.error or "")
     assert tab.read_bytes() != TAB and tab.read_bytes() != b"evil\n"

@@ -112,6 +112,6 @@ def test_advice_and_plan_name_the_service_and_act_only_when_asked(tmp_path: Path
     )
     assert remedy.plan_disable(target, h.now, stop_service="x.service").refused is not None
     plan = remedy.plan_disable(target, h.now, stop_service=HUB)
-    assert plan.refused is None and plan.data["stops_service"] == HUB
+    assert plan.refused is None and plan.stops_service == HUB
     assert f"systemctl disable --now {HUB}" in plan.steps
     assert not [c for c in effects.calls if c[0] == "run"]  # planned, never run

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rogue_watchdog.command import CommandResult, RecordingRunner
-from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.base import ResolveContext, split_answer
 from rogue_watchdog.lineage.slurm import (
     SlurmResolver,
     parse_scontrol_job,
@@ -280,7 +280,7 @@ def test_environment_clue_for_completed_job_passes(tmp_path: Path) -> None:
     ]
     rec = RecordingRunner(_squeue_ok(1, SQUEUE_CANCELLED))
     ctx = make_context(tmp_path, procs, rec)
-    assert _resolve(ctx, 60) is None
+    assert split_answer(_resolve(ctx, 60))[0] is None  # its claim is only a note
 
 
 def test_no_clue_no_origin(tmp_path: Path) -> None:
@@ -338,8 +338,9 @@ def _user_shell_tree(env: dict[str, str], uid: int = 1000) -> list[FakeProc]:
 def test_environment_alone_is_a_claim_not_a_slurm_origin(tmp_path: Path) -> None:
     # SLURM_JOB_ID=4242 SLURM_JOB_ACCOUNT=research python3 train_x.py, Slurm CLI failing.
     ctx = make_context(tmp_path, _user_shell_tree(CLAIM_ENV), RecordingRunner())
-    assert _resolve(ctx, 60) is None
-    assert ctx.notes == [CLAIM_NOTE]
+    origin, notes = split_answer(_resolve(ctx, 60))
+    assert origin is None
+    assert list(notes) == [CLAIM_NOTE]
 
 
 def test_environment_naming_a_running_job_is_still_only_a_claim(tmp_path: Path) -> None:
@@ -347,8 +348,9 @@ def test_environment_naming_a_running_job_is_still_only_a_claim(tmp_path: Path) 
     env = {"SLURM_JOB_ID": "1"}
     rec = RecordingRunner(_squeue_ok(1))
     ctx = make_context(tmp_path, _user_shell_tree(env, uid=0), rec)
-    assert _resolve(ctx, 60) is None
-    assert ctx.notes == [CLAIM_NOTE.replace("4242", "1")]
+    origin, notes = split_answer(_resolve(ctx, 60))
+    assert origin is None
+    assert list(notes) == [CLAIM_NOTE.replace("4242", "1")]
     assert rec.calls == []  # nothing to confirm against: Slurm is not even asked
 
 
@@ -375,8 +377,9 @@ def test_title_set_with_exec_a_is_not_slurmstepd(tmp_path: Path) -> None:
     procs = [INIT, fake, FakeProc(60, 400, ["/usr/bin/python3", "/tmp/t.py"], uid=1000)]
     rec = RecordingRunner(_squeue_ok(4242))
     ctx = make_context(tmp_path, procs, rec)
-    assert _resolve(ctx, 60) is None
-    assert ctx.notes == [
+    origin, notes = split_answer(_resolve(ctx, 60))
+    assert origin is None
+    assert list(notes) == [
         "ancestor PID 400 looks like slurmstepd ('slurmstepd: [4242.0]') but is not: its "
         "executable /usr/bin/python3 is not a known binary of that daemon"
     ]
@@ -387,8 +390,9 @@ def test_slurmstepd_binary_not_owned_by_root_is_refused(tmp_path: Path) -> None:
     stepd = FakeProc(400, 1, ["slurmstepd: [1.0]"], exe="/home/u/slurmstepd", exe_uid=1000)
     procs = [INIT, stepd, FakeProc(60, 400, ["/usr/bin/python3", "/tmp/t.py"])]
     ctx = make_context(tmp_path, procs, RecordingRunner(_squeue_ok(1)))
-    assert _resolve(ctx, 60) is None
-    assert ctx.notes == [
+    origin, notes = split_answer(_resolve(ctx, 60))
+    assert origin is None
+    assert list(notes) == [
         "ancestor PID 400 looks like slurmstepd ('slurmstepd: [1.0]') but is not: the owner "
         "of its executable /home/u/slurmstepd is UID 1000, not root"
     ]
@@ -398,8 +402,9 @@ def test_slurmstepd_not_running_as_root_is_refused(tmp_path: Path) -> None:
     stepd = FakeProc(400, 1, ["slurmstepd: [1.0]"], exe="/usr/sbin/slurmstepd", uid=1000)
     procs = [INIT, stepd, FakeProc(60, 400, ["/usr/bin/python3", "/tmp/t.py"], uid=1000)]
     ctx = make_context(tmp_path, procs, RecordingRunner(_squeue_ok(1)))
-    assert _resolve(ctx, 60) is None
-    assert ctx.notes[0].endswith("but is not: it runs as UID 1000, not root")
+    origin, notes = split_answer(_resolve(ctx, 60))
+    assert origin is None
+    assert notes[0].endswith("but is not: it runs as UID 1000, not root")
 
 
 def test_real_slurmstepd_but_job_of_another_user_is_not_confirmed(tmp_path: Path) -> None:
@@ -407,8 +412,9 @@ def test_real_slurmstepd_but_job_of_another_user_is_not_confirmed(tmp_path: Path
     procs = _batch_tree()
     procs[-1] = FakeProc(411, 410, ["/usr/bin/python3", "/srv/train_fake.py"], uid=4321)
     ctx = make_context(tmp_path, procs, RecordingRunner(_squeue_ok(1)))
-    assert _resolve(ctx, 411) is None
-    assert ctx.notes == [
+    origin, notes = split_answer(_resolve(ctx, 411))
+    assert origin is None
+    assert list(notes) == [
         "ancestor PID 400 is slurmstepd: [1.batch], but squeue --json says job 1 belongs "
         "to 'root' and PID 411 runs as '4321': not Slurm job 1's, not confirmed"
     ]

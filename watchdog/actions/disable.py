@@ -33,13 +33,14 @@ Sources:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from .. import hostpaths, safeio
 from ..lineage.base import is_interpreter
@@ -81,6 +82,197 @@ class DisableResult:
     error: str | None = None
 
 
+class FileCopyJson(TypedDict):
+    """The stored form of a :class:`FileCopy` (the keys of a ``restore_file`` op)."""
+
+    path: str
+    backup: str
+    uid: int
+    gid: int
+    mode: int
+    sha256: str
+    mtime_ns: NotRequired[int]
+
+
+#: The stored form of a :class:`Rename` (``from`` is a keyword, hence this spelling).
+RenameJson = TypedDict("RenameJson", {"from": str, "to": str})
+
+
+class UnitStateJson(TypedDict):
+    """The stored form of a :class:`UnitState`."""
+
+    enabled: str
+    active: str
+
+
+class SystemdJson(TypedDict):
+    """The restore plan of a :class:`SystemdChange` as recorded before the first change."""
+
+    unit: str
+    timer: str | None
+    timers: list[str]
+    before: dict[str, UnitStateJson]
+    move: FileCopyJson | None
+    transient: bool
+
+
+@dataclass(frozen=True)
+class FileCopy:
+    """A file saved before it is changed, and how to put it back: the ``restore_file``
+    undo op (:mod:`watchdog.actions.undo`) and the restore plan recorded before the
+    first change hold exactly these keys.
+
+    Attributes:
+        path: The file.
+        backup: Its copy.
+        uid: Owner to restore.
+        gid: Group to restore.
+        mode: Permission bits to restore.
+        sha256: Hex digest of the saved bytes (the backup must still hash to it).
+        mtime_ns: Modification time to restore (a unit file moved aside); None keeps
+            the new one (cron reloads only a crontab whose mtime changed).
+    """
+
+    path: str
+    backup: str
+    uid: int
+    gid: int
+    mode: int
+    sha256: str
+    mtime_ns: int | None = None
+
+    def to_json(self) -> FileCopyJson:
+        """The stored form (``mtime_ns`` only when there is one)."""
+        out: FileCopyJson = {
+            "path": self.path, "backup": self.backup, "uid": self.uid, "gid": self.gid,
+            "mode": self.mode, "sha256": self.sha256,
+        }  # fmt: skip
+        if self.mtime_ns is not None:
+            out["mtime_ns"] = self.mtime_ns
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> FileCopy:
+        """Read a stored copy back.
+
+        Raises:
+            KeyError: A key is missing.
+            TypeError: ``d`` is not a mapping of those keys.
+        """
+        return cls(
+            d["path"], d["backup"], d["uid"], d["gid"], d["mode"], d["sha256"], d.get("mtime_ns")
+        )
+
+    def restore_op(self) -> dict[str, Any]:
+        """The ``restore_file`` undo op."""
+        return {"op": "restore_file", **self.to_json()}
+
+
+@dataclass(frozen=True)
+class CronEdit:
+    """A ``cron-file`` or ``user-crontab`` plan: one crontab line commented out.
+
+    Attributes:
+        copy: The crontab's backup and how to restore it.
+        line: The line (1-based, as the file numbers it).
+        new: The whole new file.
+        original_line: The line as it read.
+        new_line: The marker line that replaces it.
+        user: The spool file's owner (a user crontab, installed through ``crontab -u``).
+        install: What goes through ``crontab -u USER -`` (the file without the header
+            crontab(1) writes itself).
+    """
+
+    copy: FileCopy
+    line: int
+    new: bytes
+    original_line: str
+    new_line: str
+    user: str | None = None
+    install: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Rename:
+    """A ``run-parts`` or ``quarantine`` plan: ``from_path`` renamed to ``to_path``."""
+
+    from_path: str
+    to_path: str
+
+    def to_json(self) -> RenameJson:
+        """The stored form (restore plan and ``rename`` undo op keys)."""
+        return {"from": self.from_path, "to": self.to_path}
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """``systemctl is-enabled`` and ``is-active`` of a unit before the change."""
+
+    enabled: str
+    active: str
+
+    def to_json(self) -> UnitStateJson:
+        """The stored form."""
+        return {"enabled": self.enabled, "active": self.active}
+
+
+@dataclass(frozen=True)
+class SystemdChange:
+    """A ``systemd`` plan: the unit, its timers, their state before, the ``systemctl``
+    commands in order and the unit file moved aside for the mask.
+
+    Attributes:
+        unit: The service or scope.
+        timers: Every timer that can start it (the origin's first).
+        before: ``is-enabled``/``is-active`` of each timer and the unit.
+        commands: ``systemctl`` argv without the program, in order.
+        move: The unit file in the mask directory, moved aside before ``mask``.
+        transient: A transient unit (gone once stopped: never started again).
+    """
+
+    unit: str
+    timers: tuple[str, ...]
+    before: dict[str, UnitState]
+    commands: tuple[tuple[str, ...], ...] = ()
+    move: FileCopy | None = None
+    transient: bool = False
+
+    def to_json(self) -> SystemdJson:
+        """The restore plan recorded before the first change (the commands left out;
+        ``timer`` is the first timer, as plans recorded before ``timers`` had)."""
+        return {
+            "unit": self.unit,
+            "timer": self.timers[0] if self.timers else None,
+            "timers": list(self.timers),
+            "before": {u: s.to_json() for u, s in self.before.items()},
+            "move": self.move.to_json() if self.move is not None else None,
+            "transient": self.transient,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SystemdChange:
+        """Read a recorded restore plan back (one with only ``timer`` too).
+
+        Raises:
+            KeyError: A key undo needs is missing.
+            TypeError: A value is not of the recorded shape.
+        """
+        timers = d.get("timers") or ([d["timer"]] if d.get("timer") else [])
+        move = d.get("move")
+        return cls(
+            unit=d["unit"],
+            timers=tuple(timers),
+            before={u: UnitState(s["enabled"], s["active"]) for u, s in d["before"].items()},
+            move=FileCopy.from_json(move) if move is not None else None,
+            transient=bool(d.get("transient")),
+        )
+
+
+#: The kind-specific facts of a plan: typed for the kinds of this module, a mapping for
+#: those of :mod:`watchdog.actions.sources`.
+PlanData = CronEdit | Rename | SystemdChange | dict[str, Any]
+
+
 @dataclass
 class DisablePlan:
     """What disabling a source would do.
@@ -92,14 +284,16 @@ class DisablePlan:
         target: What is changed (``FILE:LINE``, a unit, a path).
         steps: What would be changed and why, one line each.
         refused: Why nothing can be done (then ``steps`` is empty).
-        data: Kind-specific facts for :meth:`execute`.
+        data: Kind-specific facts for :meth:`execute` (:data:`PlanData`).
+        stops_service: The service a person asked to stop with the source.
     """
 
     kind: str
     target: str
     steps: list[str] = field(default_factory=list)
     refused: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
+    data: PlanData = field(default_factory=dict)
+    stops_service: str | None = None
 
     def execute(self, effects: Effects) -> DisableResult:
         """Perform the plan. Never raises for an OS or command failure: the result
@@ -384,82 +578,61 @@ def _plan_cron(
     lines[line - 1] = new_line.encode("utf-8", "surrogateescape") + ending
     user_tab = os.path.dirname(os.path.abspath(path)) in {os.path.abspath(d) for d in spool_dirs}
     backup = backup_path(backup_dir, path, now)
-    data_out = {
-        "path": path,
-        "line": line,
-        "backup": backup,
-        "uid": st.st_uid,
-        "gid": st.st_gid,
-        "mode": st.st_mode & 0o7777,
-        "sha256": sha256(data),
-        "new": b"".join(lines),
-        "original_line": current,
-        "new_line": new_line,
-    }
+    copy = FileCopy(path, backup, st.st_uid, st.st_gid, st.st_mode & 0o7777, sha256(data))
+    edit = CronEdit(copy, line, b"".join(lines), current, new_line)
     steps = [
         f"copy {path} to {backup} (owner {st.st_uid}:{st.st_gid}, mode {st.st_mode & 0o7777:04o})"
     ]
     if user_tab:
         owner = os.path.basename(path)
-        data_out["user"] = owner
         # crontab(1) writes its own header anew; every other line, a leading comment
         # `crontab -l` hides included, is the user's and goes back in.
-        data_out["install"] = b"".join(lines[installed_header_lines(lines) :])
+        install = b"".join(lines[installed_header_lines(lines) :])
+        edit = dataclasses.replace(edit, user=owner, install=install)
         steps += [
             f"comment out line {line} ({shown} in `crontab -l`): {current!r}",
             f"as {new_line!r}",
             f"install through `crontab -u {owner} -` so cron reloads it",
         ]
-        return DisablePlan("user-crontab", target, steps, data=data_out)
+        return DisablePlan("user-crontab", target, steps, data=edit)
     steps += [
         f"comment out line {line}: {current!r}",
         f"as {new_line!r}",
         f"replace {path} atomically (same owner and mode) and touch "
         f"{os.path.dirname(path)} so cron rescans",
     ]
-    return DisablePlan("cron-file", target, steps, data=data_out)
-
-
-def _restore_op(d: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "op": "restore_file",
-        "path": d["path"],
-        "backup": d["backup"],
-        "uid": d["uid"],
-        "gid": d["gid"],
-        "mode": d["mode"],
-        "sha256": d["sha256"],
-    }
+    return DisablePlan("cron-file", target, steps, data=edit)
 
 
 def _exec_cron_file(plan: DisablePlan, effects: Effects) -> DisableResult:
     d = plan.data
-    effects.copy_backup(d["path"], d["backup"])
-    res = DisableResult("ok", [f"backup {d['backup']}"], [_restore_op(d)])
-    effects.write_file_atomic(d["path"], d["new"], d["uid"], d["gid"], d["mode"])
-    res.done.append(f"commented out {d['path']}:{d['line']}")
-    effects.touch(os.path.dirname(d["path"]) or ".")
+    assert isinstance(d, CronEdit)  # execute() runs each kind's own plan
+    c = d.copy
+    effects.copy_backup(c.path, c.backup)
+    res = DisableResult("ok", [f"backup {c.backup}"], [c.restore_op()])
+    effects.write_file_atomic(c.path, d.new, c.uid, c.gid, c.mode)
+    res.done.append(f"commented out {c.path}:{d.line}")
+    effects.touch(os.path.dirname(c.path) or ".")
     return res
 
 
 def _exec_user_crontab(plan: DisablePlan, effects: Effects) -> DisableResult:
     d = plan.data
-    effects.copy_backup(d["path"], d["backup"])
-    out = effects.run(["crontab", "-u", d["user"], "-"], d["install"])
+    assert isinstance(d, CronEdit) and d.user is not None and d.install is not None
+    c = d.copy
+    effects.copy_backup(c.path, c.backup)
+    out = effects.run(["crontab", "-u", d.user, "-"], d.install)
     if out.returncode != 0:
         return DisableResult(
             "failed",
-            [f"backup {d['backup']}"],
+            [f"backup {c.backup}"],
             [],
-            f"crontab -u {d['user']} - exited {out.returncode}: {one_line(out.stderr)}",
+            f"crontab -u {d.user} - exited {out.returncode}: {one_line(out.stderr)}",
         )
     return DisableResult(
         "ok",
-        [
-            f"backup {d['backup']}",
-            f"commented out {d['path']}:{d['line']} via crontab -u {d['user']}",
-        ],
-        [_restore_op(d)],
+        [f"backup {c.backup}", f"commented out {c.path}:{d.line} via crontab -u {d.user}"],
+        [c.restore_op()],
     )
 
 
@@ -487,17 +660,16 @@ def _plan_rename(kind: str, path: str, now: float, reason: str) -> DisablePlan:
             f"rename {path} to {new} (mode {st.st_mode & 0o7777:04o} kept; {why})"
             f" [{one_line(reason)}]"
         ],
-        data={"from": path, "to": new},
+        data=Rename(path, new),
     )
 
 
 def _exec_rename(plan: DisablePlan, effects: Effects) -> DisableResult:
     d = plan.data
-    effects.rename(d["from"], d["to"])
+    assert isinstance(d, Rename)
+    effects.rename(d.from_path, d.to_path)
     return DisableResult(
-        "ok",
-        [f"renamed {d['from']} to {d['to']}"],
-        [{"op": "rename", "from": d["from"], "to": d["to"]}],
+        "ok", [f"renamed {d.from_path} to {d.to_path}"], [{"op": "rename", **d.to_json()}]
     )
 
 
@@ -570,26 +742,31 @@ def unit_name_problem(name: str, suffixes: Sequence[str]) -> str | None:
     return None
 
 
+def _systemd_refusal(origin: SystemdOrigin, unit: str) -> str | None:
+    """Why the recorded systemd origin (of ``unit``) is never acted on, or None."""
+    # A user manager's unit, even one whose owner's uid is unknown: `systemctl` here
+    # would act on the system manager's unit of the same name.
+    if origin.user_unit or origin.uid is not None:
+        return "user units are not disabled automatically" + (
+            f"; run: {origin.remediation}" if origin.remediation else ""
+        )
+    problem = unit_name_problem(unit, (".service", ".scope"))
+    if problem is None and origin.timer is not None:
+        problem = unit_name_problem(origin.timer, (".timer",))
+    if problem is not None:
+        return f"the recorded origin names {problem}"
+    return None
+
+
 def _plan_systemd(
     origin: SystemdOrigin, effects: Effects, backup_dir: str, now: float
 ) -> DisablePlan:
     unit = origin.unit
     if not unit:
         return DisablePlan("none", "-", refused="no unit named")
-    # A user manager's unit, even one whose owner's uid is unknown: `systemctl` here
-    # would act on the system manager's unit of the same name.
-    if origin.user_unit or origin.uid is not None:
-        return DisablePlan(
-            "none",
-            unit,
-            refused="user units are not disabled automatically"
-            + (f"; run: {origin.remediation}" if origin.remediation else ""),
-        )
-    problem = unit_name_problem(unit, (".service", ".scope"))
-    if problem is None and origin.timer is not None:
-        problem = unit_name_problem(origin.timer, (".timer",))
-    if problem is not None:
-        return DisablePlan("none", unit, refused=f"the recorded origin names {problem}")
+    refused = _systemd_refusal(origin, unit)
+    if refused is not None:
+        return DisablePlan("none", unit, refused=refused)
     restart = origin.restart or "no"
     info = _show(effects, unit, "FragmentPath", "Transient", "TriggeredBy")
     if origin.timer and origin.timer not in info.get("TriggeredBy", "").split():
@@ -607,26 +784,14 @@ def _plan_systemd(
     timers = [origin.timer] if origin.timer else []
     timers += [t for t in info.get("TriggeredBy", "").split() if t.endswith(".timer")]
     timers = list(dict.fromkeys(timers))
-    units = [*timers, unit]
     before = {
-        u: {"enabled": _state(effects, "is-enabled", u), "active": _state(effects, "is-active", u)}
-        for u in units
+        u: UnitState(_state(effects, "is-enabled", u), _state(effects, "is-active", u))
+        for u in [*timers, unit]
     }
-    commands: list[list[str]] = []
-    for t in timers:
-        idle = before[t]["enabled"] in ("disabled", "masked") and before[t]["active"] == "inactive"
-        if t == origin.timer or not idle:
-            commands.append(["disable", "--now", t])
-    if unit.endswith(".scope") or transient or timers:
-        commands.append(["stop", unit])
-    else:
-        commands.append(["disable", "--now", unit])
+    commands = _stop_commands(unit, origin.timer, timers, before, transient)
     mask = restart != "no" and not unit.endswith(".scope") and not transient
-    move: dict[str, Any] | None = None
-    steps = [
-        f"before: {u} is-enabled={s['enabled']} is-active={s['active']}" for u, s in before.items()
-    ]
-    if mask and before[unit]["enabled"] != "masked":
+    move: FileCopy | None = None
+    if mask and before[unit].enabled != "masked":
         if (
             os.path.dirname(fragment) == MASK_DIR
             and os.path.isfile(fragment)
@@ -634,97 +799,128 @@ def _plan_systemd(
         ):
             # `systemctl mask` refuses ("already exists") when the unit file itself lives
             # where the mask link goes (systemd #27965): move it to the backup first.
-            try:
-                st = os.stat(fragment)
-                digest = sha256(safeio.read_regular(fragment, MAX_UNIT_FILE_BYTES))
-            except (OSError, ValueError) as exc:
-                return DisablePlan(
-                    "none", unit, refused=f"cannot read {fragment}: {unread_reason(exc)}"
-                )
-            move = {
-                "path": fragment,
-                "backup": backup_path(backup_dir, fragment, now),
-                "uid": st.st_uid,
-                "gid": st.st_gid,
-                "mode": st.st_mode & 0o7777,
-                "sha256": digest,
-                # Put back as it was, times included (a crontab's restore gets a new
-                # mtime on purpose: cron reloads only a file whose mtime changed).
-                "mtime_ns": st.st_mtime_ns,
-            }
-        commands.append(["mask", unit])
-    for c in commands:
+            moved = _unit_file_copy(fragment, backup_dir, now)
+            if isinstance(moved, str):
+                return DisablePlan("none", unit, refused=moved)
+            move = moved
+        commands.append(("mask", unit))
+    change = SystemdChange(unit, tuple(timers), before, tuple(commands), move, transient)
+    steps = _systemd_steps(change, mask, restart)
+    return DisablePlan("systemd", " ".join([*timers, unit]), steps, data=change)
+
+
+def _stop_commands(
+    unit: str,
+    named_timer: str | None,
+    timers: Sequence[str],
+    before: dict[str, UnitState],
+    transient: bool,
+) -> list[tuple[str, ...]]:
+    """The ``systemctl`` commands that stop ``unit`` and keep its timers from starting
+    it (an idle timer the origin did not name is left alone)."""
+    commands: list[tuple[str, ...]] = []
+    for t in timers:
+        idle = before[t].enabled in ("disabled", "masked") and before[t].active == "inactive"
+        if t == named_timer or not idle:
+            commands.append(("disable", "--now", t))
+    if unit.endswith(".scope") or transient or timers:
+        commands.append(("stop", unit))
+    else:
+        commands.append(("disable", "--now", unit))
+    return commands
+
+
+def _unit_file_copy(fragment: str, backup_dir: str, now: float) -> FileCopy | str:
+    """Where the unit file in the mask directory goes aside, or why it cannot be read."""
+    try:
+        st = os.stat(fragment)
+        digest = sha256(safeio.read_regular(fragment, MAX_UNIT_FILE_BYTES))
+    except (OSError, ValueError) as exc:
+        return f"cannot read {fragment}: {unread_reason(exc)}"
+    # Put back as it was, times included (a crontab's restore gets a new mtime on
+    # purpose: cron reloads only a file whose mtime changed).
+    return FileCopy(
+        fragment, backup_path(backup_dir, fragment, now), st.st_uid, st.st_gid,
+        st.st_mode & 0o7777, digest, st.st_mtime_ns,
+    )  # fmt: skip
+
+
+def _systemd_steps(change: SystemdChange, mask: bool, restart: str) -> list[str]:
+    """What a systemd plan would do, in words."""
+    unit, move = change.unit, change.move
+    steps = [
+        f"before: {u} is-enabled={s.enabled} is-active={s.active}" for u, s in change.before.items()
+    ]
+    for c in change.commands:
         if c[0] == "mask" and move is not None:
             steps.append(
-                f"move {move['path']} to {move['backup']} (systemctl mask cannot replace a "
+                f"move {move.path} to {move.backup} (systemctl mask cannot replace a "
                 f"unit file in {MASK_DIR}; undo puts it back)"
             )
         steps.append(f"systemctl {' '.join(c)}")
     if mask:
         steps.append(f"(mask because Restart={restart} would start {unit} again)")
         steps.append(f"verify: systemctl show -p LoadState {unit} says masked")
-    if transient:
+    if change.transient:
         steps.append(
             f"({unit} is a transient unit: once stopped it is gone, and undo cannot start it "
             "again; it is recorded without enable or start)"
         )
-    return DisablePlan(
-        "systemd",
-        " ".join(units),
-        steps,
-        data={
-            "unit": unit, "timer": timers[0] if timers else None, "timers": timers,
-            "before": before, "commands": commands, "move": move, "transient": transient,
-        },
-    )  # fmt: skip
+    return steps
 
 
-def _undo_systemd(d: dict[str, Any], done: list[list[str]], moved: bool) -> list[dict[str, Any]]:
+def undo_systemd(
+    change: SystemdChange, done: Sequence[Sequence[str]], moved: bool
+) -> list[dict[str, Any]]:
     """Ops that bring back the recorded ``before`` state of what ``done`` changed.
 
     Nothing that cannot work is recorded: a transient unit is not enabled or started
     again (it no longer exists once stopped).
+
+    Args:
+        change: The plan, or its restore plan read back (:meth:`SystemdChange.from_json`).
+        done: The ``systemctl`` argv (without the program) that ran, or may have.
+        moved: The unit file was moved aside.
     """
-    before: dict[str, dict[str, str]] = d["before"]
     ops: list[dict[str, Any]] = []
-    unit = d["unit"]
-    timers: list[str] = d.get("timers") or ([d["timer"]] if d.get("timer") else [])
-    if ["mask", unit] in done:
+    unit, before = change.unit, change.before
+    if ["mask", unit] in [list(c) for c in done]:
         ops.append({"op": "systemctl", "argv": ["unmask", unit]})
-    move = d.get("move")
-    if moved and move is not None:
-        ops.append({"op": "restore_file", **move})
+    if moved and change.move is not None:
+        ops.append(change.move.restore_op())
         ops.append({"op": "systemctl", "argv": ["daemon-reload"]})
-    again = [*timers, *([] if d.get("transient") else [unit])]
+    again = [*change.timers, *([] if change.transient else [unit])]
     for u in again:
-        state = before[u]["enabled"]
+        state = before[u].enabled
         if state == "enabled":
             ops.append({"op": "systemctl", "argv": ["enable", u]})
         elif state == "enabled-runtime":
             ops.append({"op": "systemctl", "argv": ["enable", "--runtime", u]})
     for u in again:
-        if before[u]["active"] in ("active", "activating", "reloading"):
+        if before[u].active in ("active", "activating", "reloading"):
             ops.append({"op": "systemctl", "argv": ["start", u]})
     return ops
 
 
 def _exec_systemd(plan: DisablePlan, effects: Effects) -> DisableResult:
     d = plan.data
+    assert isinstance(d, SystemdChange)
     res = DisableResult("ok")
     done: list[list[str]] = []
     moved = False
-    move = d.get("move")
-    for argv in d["commands"]:
+    move = d.move
+    for command in d.commands:
+        argv = list(command)
         if argv[0] == "mask" and move is not None:
             try:
-                effects.copy_backup(move["path"], move["backup"])
-                effects.remove(move["path"])
+                effects.copy_backup(move.path, move.backup)
+                effects.remove(move.path)
             except OSError as exc:
-                res.error = res.error or f"cannot move {move['path']} aside: {exc}"
-                res.done.append(f"FAILED move {move['path']} to {move['backup']}: {exc}")
+                res.error = res.error or f"cannot move {move.path} aside: {exc}"
+                res.done.append(f"FAILED move {move.path} to {move.backup}: {exc}")
                 continue  # the mask would fail ("already exists"): not attempted
             moved = True
-            res.done.append(f"moved {move['path']} to {move['backup']}")
+            res.done.append(f"moved {move.path} to {move.backup}")
         out = effects.run(["systemctl", *argv])
         if out.returncode != 0:
             res.error = res.error or (
@@ -735,13 +931,13 @@ def _exec_systemd(plan: DisablePlan, effects: Effects) -> DisableResult:
         done.append(argv)
         res.done.append(f"systemctl {' '.join(argv)}")
         if argv[0] == "mask":
-            state = _show(effects, d["unit"], "LoadState").get("LoadState", "unknown")
+            state = _show(effects, d.unit, "LoadState").get("LoadState", "unknown")
             if state == "masked":
-                res.done.append(f"verified: {d['unit']} LoadState=masked")
+                res.done.append(f"verified: {d.unit} LoadState=masked")
             else:
-                res.error = res.error or f"{d['unit']} LoadState={state} after mask, not masked"
-                res.done.append(f"FAILED verify: {d['unit']} LoadState={state}, not masked")
-    res.undo = _undo_systemd(d, done, moved)
+                res.error = res.error or f"{d.unit} LoadState={state} after mask, not masked"
+                res.done.append(f"FAILED verify: {d.unit} LoadState={state}, not masked")
+    res.undo = undo_systemd(d, done, moved)
     if res.error is not None:
         res.outcome = "partial" if done or moved else "failed"
     return res

@@ -50,7 +50,7 @@ from ..model import Finding, Job, ScanResult
 from ..plugins import TrackResult
 from ..policy.services import service_source
 from ..policy.signature import job_signature
-from ..sources.procfs import boot_id
+from ..sources.procfs import alive_now, boot_id
 from ..state import (
     ActionJournal,
     ActionRecord,
@@ -61,7 +61,6 @@ from ..state import (
 )
 from .effects import Effects
 from .gpudeny import GpuOpenGate, device_rules
-from .guards import read_live
 from .recovery import (
     INTERRUPTED_OPEN_S,
     interrupted_finding,
@@ -639,8 +638,7 @@ def _service_launcher(job: Job, result: ScanResult | None) -> Finding | None:
 
 
 def _running(pid: int, start_ticks: int, proc_root: str) -> bool:
-    live = read_live(pid, proc_root)
-    return live is not None and live.start_ticks == start_ticks and live.state != "Z"
+    return alive_now((pid, start_ticks), proc_root)
 
 
 def build_enforcers(config: Config, db: StateDB) -> list[Enforcer]:

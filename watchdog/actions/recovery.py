@@ -40,10 +40,10 @@ from datetime import datetime
 from typing import Any
 
 from ..model import Finding
-from ..sources.procfs import boot_id, read_proc
+from ..sources.procfs import alive_now, boot_id
 from ..state import ActionRecord, ActionStep
 from . import sources
-from .disable import _undo_systemd
+from .disable import SystemdChange, undo_systemd
 from .gpudeny import lift_op
 from .guards import Expected, read_live
 from .terminate import WAVE_SIGNALS, Resume
@@ -80,8 +80,7 @@ def owner_gone(rec: ActionRecord, session: str, proc_root: str = "/proc") -> boo
         return True
     if boot and boot != boot_id(proc_root):
         return True
-    live = read_proc(pid, proc_root)
-    return live is None or live.start_ticks != start or live.state == "Z"
+    return not alive_now((pid, start), proc_root)
 
 
 @dataclass
@@ -376,9 +375,9 @@ def disable_undo(restore: dict[str, Any], made: Sequence[ActionStep]) -> list[di
         ]
         moved = any(s.op == "remove" for s in made)
         try:
-            return _undo_systemd(d, done, moved)
-        except (KeyError, TypeError):
-            return []
+            return undo_systemd(SystemdChange.from_json(d), done, moved)
+        except (KeyError, TypeError, AttributeError):
+            return []  # a malformed record: no undo op is better than a wrong one
     if "sources" in restore:
         ran = [
             list(s.detail.get("argv") or [])

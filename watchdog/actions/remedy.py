@@ -33,7 +33,7 @@ from ..policy.guard import service_collateral
 from ..sources.procfs import ProcessTable
 from ..state import ActionJournal, StateDB
 from . import sources
-from .disable import DisablePlan, DisableResult, plan_disable
+from .disable import CronEdit, DisablePlan, DisableResult, Rename, SystemdChange, plan_disable
 from .effects import Effects, JournaledEffects
 from .guards import Expected, SignalGuard
 from .terminate import WAVE_SIGNALS, TerminateOutcome, TerminateRun, run_to_end
@@ -392,7 +392,7 @@ class Remedy:
                 f"stops the service {service.name} with it, as asked (--stop-service): "
                 f"{service.text()}",
             )
-            plan.data["stops_service"] = service.name
+            plan.stops_service = service.name
         return plan
 
     def disable_source(
@@ -418,8 +418,8 @@ class Remedy:
         dry = dry_run or self.settings.dry_run
         plan = self.plan_disable(target, now, stop_service=stop_service)
         details: dict[str, Any] = {"source": plan.kind, "steps": plan.steps}
-        if plan.data.get("stops_service"):
-            details["stops_service"] = plan.data["stops_service"]
+        if plan.stops_service:
+            details["stops_service"] = plan.stops_service
         if plan.refused is not None:
             details["refused"] = plan.refused
             aid = self._record(
@@ -510,14 +510,12 @@ def restore_plan(plan: DisablePlan) -> dict[str, Any]:
     an interrupted disable-source still gets its undo ops (watchdog/actions/recovery.py).
     Only JSON values: the plan's bytes stay out."""
     d = plan.data
-    if plan.kind in ("cron-file", "user-crontab"):
-        keys = ("path", "backup", "uid", "gid", "mode", "sha256")
-        return {"restore_file": {k: d[k] for k in keys if k in d}}
-    if plan.kind in ("run-parts", "quarantine"):
-        return {"rename": {"from": d.get("from"), "to": d.get("to")}}
-    if plan.kind == "systemd":
-        keys = ("unit", "timer", "timers", "before", "move", "transient")
-        return {"systemd": {k: d.get(k) for k in keys}}
+    if isinstance(d, CronEdit):
+        return {"restore_file": d.copy.to_json()}
+    if isinstance(d, Rename):
+        return {"rename": d.to_json()}
+    if isinstance(d, SystemdChange):
+        return {"systemd": d.to_json()}
     if plan.kind in ("container", "supervisord", "at"):
         return sources.restore_plan(plan)
     return {}

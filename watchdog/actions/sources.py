@@ -178,6 +178,7 @@ def _run_all(
 def exec_container(plan: DisablePlan, effects: Effects) -> DisableResult:
     """Run a container plan (see the module doc)."""
     d = plan.data
+    assert isinstance(d, dict)  # this module's kinds keep their facts in a mapping
     res = DisableResult("ok")
     done: list[list[str]] = []
     _run_all(d["commands"], effects, res, done)
@@ -341,6 +342,7 @@ def _supervisor_undo(
 def exec_supervisor(plan: DisablePlan, effects: Effects) -> DisableResult:
     """Run a supervisord plan (see the module doc)."""
     d = plan.data
+    assert isinstance(d, dict)  # this module's kinds keep their facts in a mapping
     res = DisableResult("ok")
     done: list[list[str]] = []
     written: list[str] = []
@@ -441,6 +443,7 @@ def _at_undo(d: dict[str, Any], done: Sequence[list[str]]) -> list[dict[str, Any
 def exec_at(plan: DisablePlan, effects: Effects) -> DisableResult:
     """Run an at plan (see the module doc)."""
     d = plan.data
+    assert isinstance(d, dict)  # this module's kinds keep their facts in a mapping
     res = DisableResult("ok")
     done: list[list[str]] = []
     for j in d["jobs"]:
@@ -468,7 +471,10 @@ def requeue_argv(op: dict[str, Any]) -> list[str]:
 def restore_plan(plan: DisablePlan) -> dict[str, Any]:
     """The JSON part of a plan of these kinds (its file bytes left out), recorded before
     its first change: :func:`undo_ops` works from it."""
+    assert isinstance(plan.data, dict)  # this module's kinds keep their facts in a mapping
     d = dict(plan.data)
+    if plan.stops_service:
+        d["stops_service"] = plan.stops_service  # as recorded before it was a field
     if plan.kind == "supervisord":
         d["files"] = [{k: v for k, v in f.items() if k != "new"} for f in d["files"]]
     return {"sources": {"kind": plan.kind, "data": d}}

@@ -43,6 +43,7 @@ from typing import Any
 from ..faults import fault_point
 from ..hosttext import command_text
 from ..lineage.base import command_key, mentions, program_of
+from ..sources.procfs import alive_now, is_alive
 from ..state import ActionJournal, JournalError, NullJournal
 from .effects import Effects, IdentityChangedError
 from .guards import Expected, LiveProc, SignalGuard, read_live
@@ -226,9 +227,7 @@ class JobTree:
 
         def same(exp: Expected) -> LiveProc | None:
             cur = live.get(exp.pid)
-            if cur is None or cur.start_ticks != exp.start_ticks or cur.state == "Z":
-                return None
-            return cur
+            return cur if is_alive(cur, exp.start_ticks) else None
 
         def add(exp: Expected, depth: int) -> bool:
             if exp.pid in tree and tree[exp.pid][1] <= depth:
@@ -472,8 +471,7 @@ def plan_tree(members: Sequence[Expected], guard: SignalGuard) -> list[tuple[Exp
 
 
 def _alive(exp: Expected, proc_root: str) -> bool:
-    cur = read_live(exp.pid, proc_root)
-    return cur is not None and cur.start_ticks == exp.start_ticks and cur.state != "Z"
+    return alive_now((exp.pid, exp.start_ticks), proc_root)
 
 
 #: The waves of signals of one terminate, in order; each is one write-ahead step.

@@ -32,22 +32,16 @@ from .help import command_help
 if TYPE_CHECKING:
     from ..actions.remedy import JobTarget, Remedy
     from ..config import Config
-    from ..model import Finding, Job, ScanResult
-    from ..records import FindingRecord
-    from ..state import RunRecord, StateDB
+    from ..model import ScanResult
+    from ..state import StateDB
 
 # The action modules (remedy, state, scanner) load when a command runs, not when the
 # parser is built: `rogue-watchdog --help` and `status` must start fast (watchdog/cli/__init__.py).
 
-
-MAX_ID = 2**63 - 1
 #: Bounds of ``actions --limit``.
 MAX_LIMIT = 10_000
 #: ASCII digits only: ``str.isdigit`` also accepts "²" and other Unicode digits.
 _DIGITS = re.compile(r"[0-9]+")
-
-#: Finding kinds about one job whose source can still be disabled after the job is gone.
-JOB_KINDS = ("rogue-job", "excess-instances", "respawned", "remediation-failed")
 
 
 def parse_id(text: str) -> int:
@@ -131,212 +125,24 @@ def _scan(config: Config) -> ScanResult:
 
 
 def resolve_target(config: Config, db: StateDB, text: str) -> tuple[JobTarget, ScanResult]:
-    """Find the job named on the command line.
-
-    A resolved finding about a job (the job has exited) still names its source: the
-    origin recorded in the finding's details or in the job's row, so ``disable-source``
-    works for a cron job between runs.
+    """Find the job named on the command line (:func:`~watchdog.actions.target.find_target`
+    in a fresh scan).
 
     Raises:
-        CliError: Unknown finding, a finding not about a job, a resolved finding that
-            recorded no origin, a PID in no training job.
+        CliError: Neither a PID nor a finding id; unknown finding, a finding not about a
+            job, a resolved finding that recorded no origin, a PID in no training job.
     """
-    from ..actions.remedy import JobTarget, target_from_job
-    from ..model import finding_ref, origin_from_json
-    from ..policy.signature import job_signature
+    from ..actions.target import MAX_ID, TargetError, find_target
+    from ..model import finding_ref
 
     kind, number = parse_target(text)
     if kind == "finding" and number > MAX_ID:
         raise CliError(f"no finding {finding_ref(number)} in {db.path}")
     result = _scan(config)
-    jobs = result.jobs
-    if kind == "pid":
-        job = next((j for j in jobs if number in j.pids), None)
-        launched = _launched_by(result, {number}) if job is None else None
-        if launched is not None:
-            # A rogue service's PID names the run it launched: the two are stopped
-            # together (the service first), as its rogue-service finding says.
-            job, service = launched
-            sig = job_signature(job.user, job.cmdline, job.origin)
-            fid = _open_finding_for(db, sig, job.root_pid, job.start_ticks)
-            target = target_from_job(job, sig, fid, config.paths.proc_root)
-            return _with_service(target, job, service), result
-        if job is None:
-            hint = ""
-            if number <= MAX_ID and db.finding(number) is not None:
-                hint = f"; for finding {number} write {finding_ref(number)}"
-            raise CliError(
-                f"PID {number} is not part of a training job (see `explain {number}`){hint}"
-            )
-        sig = job_signature(job.user, job.cmdline, job.origin)
-        fid = _open_finding_for(db, sig, job.root_pid, job.start_ticks)
-        return target_from_job(job, sig, fid, config.paths.proc_root), result
-    finding = db.finding(number)
-    if finding is None:
-        raise CliError(f"no finding {finding_ref(number)} in {db.path}")
-    if finding.kind == "rogue-service":
-        return _service_target(config, db, finding, result), result
-    if finding.resolved_at is not None and finding.kind not in JOB_KINDS:
-        raise CliError(f"finding {finding_ref(number)} is resolved; nothing to act on")
-    details = finding.details
-    recorded_sig = details.get("signature")
-    sig = (
-        recorded_sig
-        if isinstance(recorded_sig, str) and recorded_sig
-        else finding.fingerprint.partition(":")[2]
-    )
-    rec = db.job(sig)
-    # The finding names one job: the one rooted at its root PID. Another run of the same
-    # source (a sanctioned one, an other excess run) is never what F<id> acts on.
-    root = details.get("root")
-    same = [
-        j
-        for j in jobs
-        if [j.root_pid, j.start_ticks] == root
-        or (root is None and job_signature(j.user, j.cmdline, j.origin) == sig)
-    ]
-    periodic = root is None and isinstance(details.get("periodic"), dict)
-    for job in same:
-        # A periodic finding names its loop, not one run: the run going now is its job.
-        if (job.root_pid == finding.root_pid or periodic) and job.unsanctioned:
-            return target_from_job(job, sig, number, config.paths.proc_root), result
-    if rec is not None and rec.root_pid != finding.root_pid:
-        rec = None  # the signature's record is of another run: not this finding's job
-    # Not running now: the source can still be disabled from the recorded origin.
-    origin = details.get("origin")
-    run = _own_run(db, root, sig) if rec is None else None
-    if not (isinstance(origin, dict) and origin.get("kind")):
-        origin = rec.origin if rec is not None else (run.origin if run else None)
-    if rec is None and origin is None:
-        if finding.resolved_at is not None:
-            raise CliError(
-                f"finding {finding_ref(number)} is resolved and recorded no origin for its job;"
-                " nothing to act on"
-            )
-        raise CliError(f"finding {finding_ref(number)} ({finding.kind}) is not about a tracked job")
-    if not origin:
-        raise CliError(
-            f"finding {finding_ref(number)}: no origin was recorded for its job; nothing to act on"
-        )
-    verdict = rec.verdict if rec is not None else _verdict_of(finding.kind)
-    target = JobTarget(
-        signature=sig, finding_id=number,
-        root_pid=rec.root_pid if rec else int(finding.root_pid or 0),
-        start_ticks=rec.start_ticks if rec else 0, members=[],
-        user=rec.user if rec else (run.user if run else None),
-        cmdline=tuple(run.cmdline) if run else (), exe=None,
-        origin=origin_from_json(origin), verdict=verdict, running=False,
-        summary=rec.summary if rec else finding.message,
-    )  # fmt: skip
-    return target, result
-
-
-def _own_run(db: StateDB, root: object, sig: str) -> RunRecord | None:
-    """The finding's own run (``job_runs``) with a recorded origin, asked when the
-    ``jobs`` row of its signature has moved on to a later run: a terminated job that
-    cron started again still names its source by ``disable-source F<id>`` (issue 33)."""
-    if not (isinstance(root, list) and len(root) == 2 and all(type(x) is int for x in root)):
-        return None
-    run = db.run(root[0], root[1], sig)
-    if run is None or not isinstance(run.origin, dict) or not run.origin.get("kind"):
-        return None
-    return run
-
-
-def _launched_by(result: ScanResult, pids: set[int]) -> tuple[Job, Finding] | None:
-    """The job a rogue service among ``pids`` launched, and this scan's ``rogue-service``
-    finding that names it (the newest run first), or None."""
-    found = [
-        f
-        for f in result.findings
-        if f.kind == "rogue-service" and pids & set(f.details.get("service_pids") or [])
-    ]
-    for f in sorted(found, key=lambda f: -(f.root_pid or 0)):
-        job = next((j for j in result.jobs if j.root_pid == f.root_pid and j.unsanctioned), None)
-        if job is not None:
-            return job, f
-    return None
-
-
-def _with_service(target: JobTarget, job: Job, finding: Finding) -> JobTarget:
-    """``target`` with the service processes ``finding`` names, as this scan saw them in
-    the job's lineage (the identity every signal is pinned to)."""
-    from ..actions.guards import Expected
-
-    named = set(finding.details.get("service_pids") or [])
-    target.service = [
-        Expected(p.pid, p.start_ticks, p.cmdline or None) for p in job.lineage if p.pid in named
-    ]
-    return target
-
-
-def _service_target(
-    config: Config, db: StateDB, finding: FindingRecord, result: ScanResult
-) -> JobTarget:
-    """The job a ``rogue-service`` finding names, with its service: the run it names
-    when it still runs, else the run its service launched since (a service that starts
-    a new trainer after each one ends)."""
-    from ..actions.remedy import target_from_job
-    from ..model import finding_ref
-    from ..policy.signature import job_signature
-
-    named = {p for p in finding.details.get("service_pids") or [] if isinstance(p, int)}
-    launched = _launched_by(result, named) if named else None
-    if launched is not None:
-        job, fresh = launched
-        sig = job_signature(job.user, job.cmdline, job.origin)
-        fid = finding.id if job.root_pid == finding.root_pid else None
-        target = target_from_job(job, sig, fid, config.paths.proc_root)
-        return _with_service(target, job, fresh)
-    running = next(
-        (j for j in result.jobs if j.root_pid == finding.root_pid and j.unsanctioned), None
-    )
-    if running is None:
-        raise CliError(
-            f"finding {finding_ref(finding.id)} (rogue-service): neither its run PID "
-            f"{finding.root_pid} nor a run its service launched runs now; nothing to act on"
-        )
-    sig = job_signature(running.user, running.cmdline, running.origin)
-    target = target_from_job(running, sig, finding.id, config.paths.proc_root)
-    if named:
-        pids = ", ".join(str(p) for p in sorted(named))
-        target.service_note = (
-            f"the service PID {pids} the finding names no longer launched this run "
-            "(exited, or no longer its parent): only the run is stopped"
-        )
-    return target
-
-
-def _verdict_of(finding_kind: str) -> str:
-    """The job verdict a finding kind implies (``respawned`` etc. are only raised for
-    rogue or excess jobs)."""
-    return "excess" if finding_kind == "excess-instances" else "rogue"
-
-
-def _open_finding_for(db: StateDB, sig: str, root_pid: int, start_ticks: int) -> int | None:
-    """The open job finding about the job rooted at ``root_pid`` (never one about another
-    run of the same source): by its recorded root identity, else by signature; for a run
-    of a periodic loop, the loop's finding."""
-    mine = [
-        f
-        for f in db.open_findings()
-        if f.kind in ("rogue-job", "excess-instances") and f.root_pid == root_pid
-    ]
-    for f in mine:
-        if f.details.get("root") == [root_pid, start_ticks]:
-            return f.id
-    found = next((f.id for f in mine if f.fingerprint.partition(":")[2] == sig), None)
-    if found is None:  # a run of a periodic loop: the loop's finding
-        found = next(
-            (
-                f.id
-                for f in db.open_findings()
-                if f.kind in ("rogue-job", "excess-instances")
-                and f.fingerprint.partition(":")[2] == f"periodic:{sig}"
-            ),
-            None,
-        )
-    return found
+    try:
+        return find_target(config, db, kind, number, result), result
+    except TargetError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _remedy(config: Config, db: StateDB, result: ScanResult) -> Remedy:
@@ -495,7 +301,7 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
         else:
             why = (
                 "a transient unit is gone once stopped, and cannot be started again"
-                if plan.data.get("transient")
+                if getattr(plan.data, "transient", False)
                 else "what was done cannot be put back"
             )
             _out(f"outcome: {result.outcome}; nothing to undo ({why})")
@@ -509,8 +315,8 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
             _out("the running job is not stopped by this; use `terminate` for that")
         else:
             _out("the running job has stopped too (it ended with its source)")
-        if plan.data.get("stops_service"):
-            _out(f"the service {plan.data['stops_service']} was stopped with it, as asked")
+        if plan.stops_service:
+            _out(f"the service {plan.stops_service} was stopped with it, as asked")
         return 0 if result.outcome == "ok" else 1
     return 0
 
@@ -545,19 +351,14 @@ def _still_running(target: JobTarget, proc_root: str, wait_s: float = 2.0) -> bo
     """True while a process of the job (same PID and start time) is alive and not a
     zombie. A ``systemctl disable --now`` returns once the unit stopped, but give
     the kernel a moment to finish exits before saying the job is still there."""
-    from ..actions.guards import read_live
+    from ..sources.procfs import alive_now
 
     idents = [(m.pid, m.start_ticks) for m in target.members] or [
         (target.root_pid, target.start_ticks)
     ]
     deadline = time.monotonic() + wait_s
     while True:
-        alive = False
-        for pid, start in idents:
-            live = read_live(pid, proc_root)
-            if live is not None and live.start_ticks == start and live.state != "Z":
-                alive = True
-                break
+        alive = any(alive_now(ident, proc_root) for ident in idents)
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.1)
@@ -567,6 +368,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
     """``undo ACTION-ID [--dry-run]``."""
     from ..actions.effects import Effects, JournaledEffects
     from ..actions.remedy import default_actor
+    from ..actions.target import MAX_ID
     from ..actions.undo import UndoError, ops_of, run_undo
     from ..state import ActionJournal, JournalError
 

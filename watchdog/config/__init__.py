@@ -536,11 +536,32 @@ def effective_ignore(
     return (*(d for d in defaults if d.name not in names), *given)
 
 
-# In the order the released parser read them: warnings and refs come out in this order.
-TOP_LEVEL_KEYS = (
-    "sanctioned", "training", "ignore", "nvml", "paths", "daemon", "alerts", "enforcement",
-    "queue", "services", "ship_gates", "slurm", "ignore_defaults", "workloads",
-)  # fmt: skip
+def _ignore_defaults(r: NodeReader, node: yaml.Node) -> bool:
+    return r.boolean(node, "ignore_defaults")
+
+
+#: The top-level sections, each named here only: its key in the file (the field of
+#: :class:`Config` it fills) and its parser, in the order the released parser read them
+#: (warnings and refs come out in this order). ``ignore`` parses the file's own entries;
+#: :func:`parse_config` adds the shipped defaults.
+SECTIONS: tuple[tuple[str, Callable[[NodeReader, yaml.Node], Any]], ...] = (
+    ("sanctioned", _sanctioned),
+    ("training", parser(Training, "training", order=keys(Training))),
+    ("ignore", _ignore_list),
+    ("nvml", parser(Nvml, "nvml", order=_NVML_ORDER)),
+    ("paths", parser(Paths, "paths")),
+    ("daemon", parse_daemon),
+    ("alerts", parse_alerts),
+    ("enforcement", parse_enforcement),
+    ("queue", parse_queue),
+    ("services", parse_services),
+    ("ship_gates", parse_ship_gates),
+    ("slurm", parse_slurm),
+    ("ignore_defaults", _ignore_defaults),
+    ("workloads", parse_workloads),
+)
+#: The keys a configuration file may have at its top.
+TOP_LEVEL_KEYS = tuple(name for name, _ in SECTIONS)
 
 
 def parse_config(text: str, source: str = "<string>") -> Config:
@@ -592,44 +613,17 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         return default if value is None else value
 
     d = Config(source=source)
-    sanctioned = section("sanctioned", _sanctioned, d.sanctioned)
-    training = section("training", parser(Training, "training", order=keys(Training)), d.training)
-    ignore = section("ignore", _ignore_list, tuple[IgnoreEntry, ...]())
-    keep_defaults = section("ignore_defaults", lambda r, n: r.boolean(n, "ignore_defaults"), True)
-    workloads = section("workloads", parse_workloads, d.workloads)
-    nvml = section("nvml", parser(Nvml, "nvml", order=_NVML_ORDER), d.nvml)
-    paths = section("paths", parser(Paths, "paths"), d.paths)
-    daemon = section("daemon", parse_daemon, d.daemon)
-    alerts = section("alerts", parse_alerts, d.alerts)
-    enforcement = section("enforcement", parse_enforcement, d.enforcement)
-    queue = section("queue", parse_queue, d.queue)
-    services = section("services", parse_services, d.services)
-    ship_gates = section("ship_gates", parse_ship_gates, d.ship_gates)
-    slurm = section("slurm", parse_slurm, d.slurm)
+    values: dict[str, Any] = {
+        name: section(name, parse, () if name == "ignore" else getattr(d, name))
+        for name, parse in SECTIONS
+    }
     try:
         raise_all(r.errors)
     except ConfigError as exc:
         exc.warnings, exc.refs = tuple(r.warnings), tuple(r.refs)
         raise
-    return Config(
-        source=source,
-        sanctioned=sanctioned,
-        training=training,
-        ignore=effective_ignore(ignore, keep_defaults),
-        ignore_defaults=keep_defaults,
-        workloads=workloads,
-        nvml=nvml,
-        paths=paths,
-        daemon=daemon,
-        alerts=alerts,
-        enforcement=enforcement,
-        queue=queue,
-        services=services,
-        ship_gates=ship_gates,
-        warnings=tuple(r.warnings),
-        refs=tuple(r.refs),
-        slurm=slurm,
-    )
+    values["ignore"] = effective_ignore(values["ignore"], values["ignore_defaults"])
+    return Config(source=source, warnings=tuple(r.warnings), refs=tuple(r.refs), **values)
 
 
 def _file_trust(path: str) -> list[ConfigError]:

@@ -44,15 +44,28 @@ RELOAD_COMPONENT = "config-reload"
 # the running value, logs `config-change-needs-restart` and holds a `needs-restart`
 # finding naming it. Every other key takes effect at the reload
 # (tests/unit/test_reload_sections.py goes through each section).
-RESTART_ONLY: tuple[tuple[str, Callable[[Config], object]], ...] = (
-    ("daemon.state_dir", lambda c: c.daemon.state_dir),  # the state database is open
-    ("daemon.socket", lambda c: c.daemon.socket),  # the status socket is bound
-    ("daemon.socket_group", lambda c: c.daemon.socket_group),  # ...and chowned
-    ("daemon.metrics_listen", lambda c: c.daemon.metrics_listen),  # the listener is bound
-    ("daemon.events", lambda c: c.daemon.events),  # the proc connector opened at start
-    ("daemon.events_rcvbuf_bytes", lambda c: c.daemon.events_rcvbuf_bytes),  # its buffer
-    ("paths.proc_root", lambda c: c.paths.proc_root),  # the boot id, the event source
-    ("nvml.library", lambda c: c.nvml.library),  # pynvml loads one library per process
+# Each is a dotted ``section.key`` of :class:`Config`, named here only: the getters and
+# the replacement in :func:`keep_restart_only` are derived from it.
+RESTART_ONLY_KEYS: tuple[str, ...] = (
+    "daemon.state_dir",  # the state database is open
+    "daemon.socket",  # the status socket is bound
+    "daemon.socket_group",  # ...and chowned
+    "daemon.metrics_listen",  # the listener is bound
+    "daemon.events",  # the proc connector opened at start
+    "daemon.events_rcvbuf_bytes",  # its buffer
+    "paths.proc_root",  # the boot id, the event source
+    "nvml.library",  # pynvml loads one library per process
+)
+
+
+def _getter(key: str) -> Callable[[Config], object]:
+    section, _, name = key.partition(".")
+    return lambda c: getattr(getattr(c, section), name)
+
+
+#: :data:`RESTART_ONLY_KEYS` with the getter of each, in that order.
+RESTART_ONLY: tuple[tuple[str, Callable[[Config], object]], ...] = tuple(
+    (key, _getter(key)) for key in RESTART_ONLY_KEYS
 )
 # Finding kind while a reload left restart-only keys at their running values.
 NEEDS_RESTART = "needs-restart"
@@ -73,19 +86,17 @@ def keep_restart_only(running: Config, new: Config) -> tuple[Config, list[str]]:
     changed = [key for key, get in RESTART_ONLY if get(running) != get(new)]
     if not changed:
         return new, []
+    # Every restart-only key keeps its running value, changed or not.
+    running_values: dict[str, dict[str, object]] = {}
+    for key in RESTART_ONLY_KEYS:
+        section, _, name = key.partition(".")
+        running_values.setdefault(section, {})[name] = getattr(getattr(running, section), name)
     kept = dataclasses.replace(
         new,
-        daemon=dataclasses.replace(
-            new.daemon,
-            state_dir=running.daemon.state_dir,
-            socket=running.daemon.socket,
-            socket_group=running.daemon.socket_group,
-            metrics_listen=running.daemon.metrics_listen,
-            events=running.daemon.events,
-            events_rcvbuf_bytes=running.daemon.events_rcvbuf_bytes,
-        ),
-        paths=dataclasses.replace(new.paths, proc_root=running.paths.proc_root),
-        nvml=dataclasses.replace(new.nvml, library=running.nvml.library),
+        **{
+            section: dataclasses.replace(getattr(new, section), **values)
+            for section, values in running_values.items()
+        },
     )
     return kept, changed
 

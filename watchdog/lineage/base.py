@@ -1,7 +1,8 @@
 """The origin-resolver protocol and the context every resolver reads from.
 
 A resolver looks at a process and its ancestors (the lineage) and answers "I know who
-started this" with an :class:`~watchdog.model.Origin`, or None to pass. Resolvers run in
+started this" with an :class:`~watchdog.model.Origin`, or None to pass; an answer that
+also carries notes for whichever origin wins is a :class:`Resolved`. Resolvers run in
 registry order; the first answer wins, so more specific spawners (Slurm, containers, cron)
 come before generic ones (systemd unit, orphan).
 """
@@ -44,9 +45,6 @@ class ResolveContext:
         exe_owner: Owner UID of a process's executable file, or None when it cannot be
             read; None here stats ``/proc/PID/exe`` under the table's ``proc_root``
             (see :func:`exe_owner`). Fixture trees pass their own.
-        notes: Evidence a resolver leaves for whichever origin wins (a refused Slurm
-            claim, a process that only looks like cron); emptied for every lineage by
-            :func:`watchdog.scan.resolve_origin`.
     """
 
     table: ProcessTable
@@ -61,7 +59,43 @@ class ResolveContext:
     cache: dict[str, object] = field(default_factory=dict)
     persistent: dict[str, object] = field(default_factory=dict)
     exe_owner: Callable[[Proc], int | None] | None = None
-    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A resolver's answer with the notes it leaves for whichever origin wins: what it
+    refused to believe (a Slurm job id only the environment claims, a process that only
+    looks like cron), so a person reading the winning origin sees the doubt.
+
+    Attributes:
+        origin: The origin, or None when this resolver passes.
+        notes: Evidence lines, in the order found.
+    """
+
+    origin: Origin | None
+    notes: tuple[str, ...] = ()
+
+
+#: What :meth:`OriginResolver.resolve` answers: an origin, a pass (None), or either with
+#: notes (:class:`Resolved`).
+Answer = Origin | Resolved | None
+
+
+def with_notes(answer: Answer, notes: Sequence[str]) -> Answer:
+    """``answer`` with ``notes`` before the notes it already carries (the order they
+    were found in); ``answer`` itself when there are none."""
+    if not notes:
+        return answer
+    if isinstance(answer, Resolved):
+        return Resolved(answer.origin, (*notes, *answer.notes))
+    return Resolved(answer, tuple(notes))
+
+
+def split_answer(answer: Answer) -> tuple[Origin | None, tuple[str, ...]]:
+    """The origin (or None) and the notes of a resolver's answer."""
+    if isinstance(answer, Resolved):
+        return answer.origin, answer.notes
+    return answer, ()
 
 
 def exe_owner(proc: Proc, ctx: ResolveContext) -> int | None:
@@ -133,7 +167,7 @@ class OriginResolver(Protocol):
 
     name: str
 
-    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Answer:
         """Name the origin of ``lineage[0]``.
 
         Args:
@@ -142,7 +176,8 @@ class OriginResolver(Protocol):
             ctx: Shared read-only context.
 
         Returns:
-            The origin, or None when this resolver does not recognise the lineage.
+            The origin, or None when this resolver does not recognise the lineage;
+            either as a :class:`Resolved` when it leaves notes for whichever origin wins.
 
         Resolvers must not raise for unreadable files or vanished processes; they pass.
         """

@@ -26,12 +26,14 @@ from dataclasses import dataclass
 
 from ..model import ContainerOrigin, Origin, Proc
 from .base import (
+    Answer,
     ResolveContext,
     command,
     comment,
     exe_name,
     exe_owner,
     exe_path,
+    with_notes,
 )
 from .cgroup import parse_cgroup
 
@@ -317,8 +319,15 @@ class ContainerResolver:
 
     name = "container"
 
-    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
-        """See :class:`~watchdog.lineage.base.OriginResolver`."""
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Answer:
+        """See :class:`~watchdog.lineage.base.OriginResolver`; with notes for an
+        ancestor that only looks like one of its kind, or a claim it does not confirm."""
+        notes: list[str] = []
+        return with_notes(self._resolve(lineage, ctx, notes), notes)
+
+    def _resolve(
+        self, lineage: Sequence[Proc], ctx: ResolveContext, notes: list[str]
+    ) -> Origin | None:
         if not lineage:
             return None
         # lineage[0] itself is never its own shim; look at its ancestors.
@@ -328,7 +337,7 @@ class ContainerResolver:
             if why is not None:
                 # Its arguments name a container it does not run (``exec -a``, a user's
                 # copy): believing them would pin the job to someone else's image.
-                ctx.notes.append(
+                notes.append(
                     f"ancestor PID {shim.pid} looks like a container shim "
                     f"({comment(shim.args_text[:200])}) but is not: {why}"
                 )

@@ -35,6 +35,7 @@ from cronsim import CronSim, CronSimError
 from .. import hostpaths, safeio
 from ..model import NOT_LIVE, CronOrigin, Origin, Proc
 from .base import (
+    Answer,
     ResolveContext,
     command,
     comment,
@@ -43,6 +44,7 @@ from .base import (
     quote_arg,
     script_argument,
     system_daemon,
+    with_notes,
 )
 from .cronfiles import MAX_CRONTAB_BYTES, cron_skips, list_crontabs
 from .crontab import (
@@ -98,7 +100,7 @@ class CronResolver:
 
     name = "cron"
 
-    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Answer:
         """Name the crontab entry that started ``lineage[0]``.
 
         Args:
@@ -109,21 +111,24 @@ class CronResolver:
             An origin of kind ``cron`` with ``file``, ``line``, ``entry``, ``user``,
             ``schedule``, ``next_run`` (and ``script`` for a run-parts chain), or None
             when no ancestor is a cron daemon and the re-parented top process matches no
-            live entry.
+            live entry; with notes (:class:`~watchdog.lineage.base.Resolved`) for an
+            ancestor that only looks like a cron daemon, or a line of the same command
+            that could not have started it.
         """
         if not lineage:
             return None
+        notes: list[str] = []
         for idx in range(1, len(lineage)):
             if exe_name(lineage[idx]).lower() not in CRON_DAEMONS:
                 continue
             why = not_cron_daemon(lineage[idx], ctx)
             if why is None:
-                return self._from_daemon(lineage, idx, ctx)
-            ctx.notes.append(
+                return with_notes(self._from_daemon(lineage, idx, ctx), notes)
+            notes.append(
                 f"ancestor PID {lineage[idx].pid} is named like a cron daemon "
                 f"({comment(exe_name(lineage[idx]))}) but is not one: {why}"
             )
-        return self._from_orphan(lineage, ctx)
+        return with_notes(self._from_orphan(lineage, ctx), notes)
 
     # -- a cron daemon is an ancestor -----------------------------------------------
 
@@ -205,7 +210,7 @@ class CronResolver:
 
     # -- no cron ancestor: a daemonised job -----------------------------------------
 
-    def _from_orphan(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
+    def _from_orphan(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Answer:
         reparented = len(lineage) >= 2 and lineage[-1].pid == 1
         top = lineage[-2] if reparented else lineage[-1]
         in_cron_unit = any(_CRON_UNIT.search(line) for line in top.cgroup)
@@ -222,8 +227,9 @@ class CronResolver:
             matches, refused = _could_start(matches, top, None, ctx, _SCRIPT_LAG_S)
             if not matches:
                 # Same command line, but the wrong user or the wrong time: not that line's.
-                ctx.notes.extend(refused)
-                return _from_script(top, lineage, entries, read, ctx, in_cron_unit)
+                return with_notes(
+                    _from_script(top, lineage, entries, read, ctx, in_cron_unit), refused
+                )
             evidence.extend(refused)
         matches = _prefer_user(matches, top.user)
         if not matches:

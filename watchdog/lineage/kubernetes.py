@@ -35,7 +35,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from ..model import ContainerOrigin, KubernetesOrigin, Origin, Proc
-from .base import ResolveContext
+from .base import Answer, ResolveContext, split_answer, with_notes
 from .cgroup import parse_cgroup
 from .container import ContainerResolver, cgroup_container
 
@@ -474,14 +474,22 @@ class KubernetesResolver:
         cache.pods[uid] = full
         return full, "ok"
 
-    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
-        """See :class:`~watchdog.lineage.base.OriginResolver`."""
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Answer:
+        """See :class:`~watchdog.lineage.base.OriginResolver`; with the container
+        resolver's notes (it is asked about the pod's container)."""
+        notes: list[str] = []
+        return with_notes(self._resolve(lineage, ctx, notes), notes)
+
+    def _resolve(
+        self, lineage: Sequence[Proc], ctx: ResolveContext, notes: list[str]
+    ) -> Origin | None:
         if not lineage:
             return None
         clue = cgroup_pod(lineage[0].cgroup)
         if clue is None:
             return None
-        base = self._containers.resolve(lineage, ctx)
+        base, said = split_answer(self._containers.resolve(lineage, ctx))
+        notes.extend(said)
         bf = base if isinstance(base, ContainerOrigin) else ContainerOrigin()
         cid = clue.container_id or bf.container_id
         # The container resolver weighs the shim ancestor against the cgroup (a bare id

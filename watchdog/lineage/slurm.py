@@ -39,7 +39,7 @@ from typing import Any, Literal
 from ..command import TIMED_OUT, CommandResult
 from ..model import Origin, Proc, SlurmOrigin
 from ..sources.procfs import ProcessTable
-from .base import ResolveContext, exe_name, exe_path, system_daemon
+from .base import Answer, ResolveContext, exe_name, exe_path, system_daemon, with_notes
 from .cgroup import parse_cgroup
 
 _STEPD_TITLE = re.compile(r"^slurmstepd:\s*\[(?P<job>\d+)(?:\.(?P<step>[^\]\s]+))?\]")
@@ -492,8 +492,15 @@ class SlurmResolver:
 
     name = "slurm"
 
-    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Origin | None:
-        """See :class:`~watchdog.lineage.base.OriginResolver`."""
+    def resolve(self, lineage: Sequence[Proc], ctx: ResolveContext) -> Answer:
+        """See :class:`~watchdog.lineage.base.OriginResolver`; with notes for an
+        ancestor that only looks like one of its kind, or a claim it does not confirm."""
+        notes: list[str] = []
+        return with_notes(self._resolve(lineage, ctx, notes), notes)
+
+    def _resolve(
+        self, lineage: Sequence[Proc], ctx: ResolveContext, notes: list[str]
+    ) -> Origin | None:
         if not lineage:
             return None
         stepd: Proc | None = None
@@ -504,7 +511,7 @@ class SlurmResolver:
             if why is None:
                 stepd = p
                 break
-            ctx.notes.append(
+            notes.append(
                 f"ancestor PID {p.pid} looks like slurmstepd ({_title(p)}) but is not: {why}"
             )
         below = lineage if stepd is None else lineage[: lineage.index(stepd)]
@@ -513,7 +520,7 @@ class SlurmResolver:
         env_found = environ_clue(below, ctx)
         if clue is None:
             if env_found is not None:
-                ctx.notes.append(unconfirmed_text(env_found[0]))
+                notes.append(unconfirmed_text(env_found[0]))
             return None
         # The environment only describes the job when it names the proven job.
         env = env_found[1] if env_found and env_found[0].job_id == clue.job_id else {}
@@ -530,7 +537,7 @@ class SlurmResolver:
             evidence.append(f"ancestor PID {stepd.pid} is {exe_name(stepd)}")
         proc = lineage[0]
         if job.status == "found" and job.user and proc.user and job.user != proc.user:
-            ctx.notes.append(
+            notes.append(
                 f"{_clue_text(clue)}, but {job.via} says job {clue.job_id} belongs to "
                 f"{job.user!r} and PID {proc.pid} runs as {proc.user!r}: not Slurm job "
                 f"{clue.job_id}'s, not confirmed"

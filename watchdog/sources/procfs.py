@@ -21,7 +21,7 @@ import os
 import pwd
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from ..model import Proc
 
@@ -231,6 +231,41 @@ def read_proc(pid: int, proc_root: str = "/proc") -> Proc | None:
         return None
     comm, state, ppid, pgid, sid, flags, start = fields
     return read_details(f"{proc_root}/{pid}", pid, comm, state, ppid, pgid, sid, flags, start)
+
+
+class Seen(Protocol):
+    """What :func:`is_alive` reads of a process: a :class:`~watchdog.model.Proc` or the
+    hands' live read (:class:`watchdog.actions.guards.LiveProc`)."""
+
+    @property
+    def start_ticks(self) -> int:
+        """Start time, clock ticks after boot."""
+        ...
+
+    @property
+    def state(self) -> str:
+        """One-letter state (``Z`` for a zombie)."""
+        ...
+
+
+def is_alive(seen: Seen | None, start_ticks: object) -> bool:
+    """The one rule of "this process still runs": the process seen under the PID has the
+    start time recorded with it (another one is a reused PID) and is not a zombie (it
+    exited; only its parent's wait is missing).
+
+    Args:
+        seen: The process under the PID, or None when there is none (it vanished).
+        start_ticks: The start time recorded with the PID (a value read back from a
+            record that is not an int is no match).
+    """
+    return seen is not None and seen.start_ticks == start_ticks and seen.state != "Z"
+
+
+def alive_now(identity: tuple[int, object], proc_root: str = "/proc") -> bool:
+    """Whether ``(pid, start_ticks)`` runs at this instant, read from procfs uncached
+    (:func:`read_proc`, :func:`is_alive`): the hands' check before and after acting."""
+    pid, start_ticks = identity
+    return is_alive(read_proc(pid, proc_root), start_ticks)
 
 
 def read_identity(pid: int, proc_root: str = "/proc") -> tuple[int, str] | None:
@@ -691,12 +726,10 @@ class ProcessTable:
         return self._pid_max
 
     def alive(self, identity: tuple[int, int]) -> bool:
-        """Whether the process ``(pid, start_ticks)`` still ran at the last refresh: the
-        same PID with the same start time (a reused PID is another process), not a
-        zombie (it exited; only its parent's wait is missing)."""
+        """Whether the process ``(pid, start_ticks)`` still ran at the last refresh
+        (:func:`is_alive`)."""
         pid, start_ticks = identity
-        proc = self._procs.get(pid)
-        return proc is not None and proc.start_ticks == start_ticks and not proc.is_zombie
+        return is_alive(self._procs.get(pid), start_ticks)
 
 
 def boot_id(proc_root: str) -> str | None:
