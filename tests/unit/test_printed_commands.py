@@ -143,12 +143,15 @@ def _history(state: Path, pids: tuple[int, ...]) -> None:
     db.close()
 
 
-def test_allowlist_diff_reads_the_running_daemons_history_and_says_so(
+def test_allowlist_diff_reads_the_candidates_instance_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Handed case: `allowlist diff --config candidate.yaml` read the candidate's state
-    # directory (another instance's) and printed "1 run(s) would change verdict"
-    # without saying which database it read.
+    """Fresh user D (issue 33): `allowlist diff --config $DIR/candidate.yaml --since 7d`,
+    as docs/first-week.md writes it, read `/var/lib/rogue-watchdog/state.db (the running
+    daemon's, at /run/rogue-watchdog/status.sock)`, another instance's, and printed `4
+    run(s) would change verdict` (other people's probes). With --config the history is
+    the instance that file names: its daemon.state_dir, never a daemon on another
+    socket; `suggest` writes the state directory it read into the file it proposes."""
     ours, other = tmp_path / "ours", tmp_path / "other"
     _history(ours, (101, 102, 103))
     _history(other, (101,))
@@ -156,12 +159,12 @@ def test_allowlist_diff_reads_the_running_daemons_history_and_says_so(
     candidate.write_text(
         "sanctioned:\n  - name: pipeline\n"
         "    cmdline: '/opt/pipeline/venv/bin/python /opt/pipeline/train.py *'\n"
-        f"    origin: {{any: true}}\ndaemon: {{state_dir: '{other}'}}\n"
+        f"    origin: {{any: true}}\ndaemon: {{state_dir: '{ours}'}}\n"
     )
     os.chmod(candidate, 0o600)
     sock = tmp_path / "s.sock"
     doc = {"schema_version": 1, "findings": [], "config": {"path": "/srv/rw.yaml"}}
-    server = _serve(sock, {**doc, "state_dir": str(ours)})
+    server = _serve(sock, {**doc, "state_dir": str(other)})
     monkeypatch.setenv(cli_common.SOCKET_ENV, str(sock))
     capsys.readouterr()
     try:
@@ -169,24 +172,42 @@ def test_allowlist_diff_reads_the_running_daemons_history_and_says_so(
     finally:
         server.stop()
     out, err = capsys.readouterr()
-    assert err == f"rogue-watchdog: reading {ours}/state.db (the running daemon's, at {sock})\n"
-    # Before: 1 (the other instance's single run), and nothing said on stderr.
+    # Before: `reading {other}/state.db (the running daemon's, at {sock})`, 1 run.
+    assert err == f"rogue-watchdog: reading {ours}/state.db (daemon.state_dir of {candidate})\n"
     assert (code, out.splitlines()[-1]) == (1, "3 run(s) would change verdict")
-    # No daemon: the candidate's, said.
+
+
+def test_suggest_writes_the_instance_it_read_so_diff_replays_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The first-week flow as written: suggest --config X --output candidate.yaml, then
+    # diff --config candidate.yaml: the candidate carries X's state directory.
+    ours = tmp_path / "ours"
+    _history(ours, (101, 102, 103))
+    config = tmp_path / "config.yaml"
+    config.write_text(f"daemon: {{state_dir: '{ours}', socket: '{tmp_path}/s.sock'}}\n")
+    os.chmod(config, 0o600)
     monkeypatch.setenv(cli_common.SOCKET_ENV, str(tmp_path / "none.sock"))
+    candidate = tmp_path / "candidate.yaml"
+    argv = ["allowlist", "suggest", "--config", str(config), "--since", "1h"]
+    assert main([*argv, "--output", str(candidate)]) == 0
+    assert capsys.readouterr().err == (
+        f"rogue-watchdog: reading {ours}/state.db (daemon.state_dir of {config})\n"
+    )
+    assert candidate.read_text().endswith(f'daemon:\n  state_dir: "{ours}"\n')
     code = main(["allowlist", "diff", "--config", str(candidate), "--since", "1h"])
     out, err = capsys.readouterr()
-    assert err == f"rogue-watchdog: reading {other}/state.db (daemon.state_dir of {candidate})\n"
-    assert (code, out.splitlines()[-1]) == (1, "1 run(s) would change verdict")
+    assert err == f"rogue-watchdog: reading {ours}/state.db (daemon.state_dir of {candidate})\n"
+    assert (code, out.strip()) == (0, "no recorded run would change verdict")
 
 
-def test_allowlist_diff_with_several_daemons_asks_whose_history(
+def test_allowlist_diff_with_several_daemons_reads_the_candidates_instance(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Fresh-user hour, 2026-12-06: with two daemons running, `allowlist diff --config
-    candidate.yaml` warned "pass --config … to say which" (it had), read the default
-    state directory, printed "No recorded run would change verdict" and exited 0: a
-    false all-clear. Now exit 2, naming --state-dir; with it, the history it names."""
+    candidate.yaml` read the default state directory without saying so. A candidate
+    that names no state directory describes the default instance: that database is
+    read and said (never one of the daemons on other sockets); --state-dir names another."""
     ours = tmp_path / "ours"
     _history(ours, (101, 102, 103))
     candidate = tmp_path / "candidate.yaml"
@@ -199,17 +220,16 @@ def test_allowlist_diff_with_several_daemons_asks_whose_history(
     servers = []
     for name in ("a", "b"):
         doc = {"schema_version": 1, "findings": [], "config": {"path": f"/srv/{name}.yaml"}}
-        servers.append(_serve(tmp_path / f"{name}.sock", doc))
+        servers.append(_serve(tmp_path / f"{name}.sock", {**doc, "state_dir": str(ours)}))
     socks = [str(tmp_path / "a.sock"), str(tmp_path / "b.sock")]
     monkeypatch.setattr(cli_common, "running_daemon_sockets", lambda: socks)
     capsys.readouterr()
     try:
-        code = main(["allowlist", "diff", "--config", str(candidate), "--since", "1h"])
-        out, err = capsys.readouterr()
-        assert (code, out) == (2, "")
-        assert err.strip().endswith(
-            "for allowlist diff, --config names the candidate: pass --state-dir to say whose "
-            "history to replay it against"
+        main(["allowlist", "diff", "--config", str(candidate), "--since", "1h"])
+        _out, err = capsys.readouterr()
+        assert err.splitlines()[0] == (
+            "rogue-watchdog: reading /var/lib/rogue-watchdog/state.db (daemon.state_dir of "
+            f"{candidate}, the default: the candidate sets none)"
         )
         argv = ["allowlist", "diff", "--config", str(candidate), "--since", "1h"]
         code = main([*argv, "--state-dir", str(ours)])

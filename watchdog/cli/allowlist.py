@@ -49,32 +49,35 @@ def _state_dir(args: argparse.Namespace, config: str | None, *, candidate: bool 
     that of ``--config`` (it names the instance), else the running daemon's, else
     ``daemon.state_dir`` of the default file.
 
-    For ``allowlist diff``, ``--config`` is a candidate (``candidate``): it names the
-    rules to replay, not whose history, and its ``state_dir`` (often the default) may
-    be another instance's: the running daemon's history comes first, the candidate's
-    only with no daemon running.
+    With ``--config`` the history is that configuration's instance, never a daemon that
+    answers on another socket (issue 33: ``allowlist diff --config candidate.yaml``
+    replayed the default socket's daemon's history, another instance's). For ``allowlist
+    diff`` (``candidate``) that is the candidate's ``daemon.state_dir``: ``suggest``
+    writes the one it read into the file it proposes.
+
+    Raises:
+        CliError: No ``--config`` and several daemons run, or one answers unusably.
     """
     from ..config import load_config
+    from ..config.daemon import DaemonSettings
 
     if args.state_dir:
         return history_state_dir(args.state_dir, None, "", "")
-    if config is not None and not candidate:
+    if config is not None:
         loaded = load_config(config)
-        return history_state_dir(None, None, loaded.daemon.state_dir, loaded.source)
+        source = loaded.source
+        if candidate and loaded.daemon.state_dir == DaemonSettings().state_dir:
+            source += ", the default: the candidate sets none"
+        return history_state_dir(None, None, loaded.daemon.state_dir, source)
     try:
         daemon = command_daemon(acts=True, quiet=True)
     except CliError as exc:
         # Several daemons, or one that answers unusably: whose history is unknown, and a
         # guess (the default state directory) answered a false "no run would change".
-        if candidate:
-            raise CliError(
-                f"{exc}; for allowlist diff, --config names the candidate: pass --state-dir "
-                "to say whose history to replay it against"
-            ) from None
         raise CliError(f"{exc}; or pass --state-dir to say whose history to read") from None
     if daemon is not None and daemon.state_dir is not None:
         return history_state_dir(None, daemon, "", "")
-    path = daemon.config if daemon else (config or resolve_config_path(None))
+    path = daemon.config if daemon else resolve_config_path(None)
     loaded = load_config(path)
     return history_state_dir(None, None, loaded.daemon.state_dir, loaded.source)
 
@@ -111,11 +114,12 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     """``allowlist suggest``: print (or write) the proposed allowlist."""
     from ..policy.learn import render_yaml, source_gone_now, suggest
 
-    runs, since = _runs(args, _state_dir(args, args.config))
+    state_dir = _state_dir(args, args.config)
+    runs, since = _runs(args, state_dir)
     found = suggest(
         runs, since, min_runs=args.min_runs, prefer=args.prefer or (), gone_now=source_gone_now
     )
-    text = render_yaml(found)
+    text = render_yaml(found, state_dir)
     if args.output:
         _write_new(args.output, text)
         return 0
@@ -213,9 +217,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "Judge every recorded run again under the candidate --config with the daemon's "
             "own judging code and list the runs whose verdict would change, marking each "
             "run it would sanction whose script also ran from another origin. The history "
-            "replayed is --state-dir, else the running daemon's, else the candidate's "
-            "daemon.state_dir (a candidate names rules, not whose history); the database "
-            "read is said on stderr. docs/first-week.md.",
+            "replayed is --state-dir, else the candidate's daemon.state_dir (allowlist "
+            "suggest writes the one it read into the file it proposes), never a daemon "
+            "on another socket; the database read is said on stderr. docs/first-week.md.",
             [
                 "rogue-watchdog allowlist diff --config /tmp/candidate.yaml --since 7d",
                 "rogue-watchdog allowlist diff --config /tmp/cand.yaml --state-dir /srv/rw/state",

@@ -21,6 +21,7 @@ never proposed.
 from __future__ import annotations
 
 import heapq
+import json
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -788,9 +789,16 @@ def _exemption_lines(e: Exemption) -> list[str]:
     return out
 
 
-def render_yaml(s: Suggestion) -> str:
+def render_yaml(s: Suggestion, state_dir: str | None = None) -> str:
     """The suggestion as a YAML allowlist ``check-config`` accepts, with the evidence
-    and what was not proposed as comments."""
+    and what was not proposed as comments.
+
+    Args:
+        s: What :func:`suggest` found.
+        state_dir: The state directory whose history was read: written as
+            ``daemon.state_dir``, so ``allowlist diff --config`` with this file replays
+            that instance's history, not the default one's (issue 33).
+    """
     out = [
         _comment(f"rogue-watchdog allowlist suggest: runs seen since {_when(s.since)}"),
         _comment("Review every rule before enforcing it (docs/first-week.md)."),
@@ -832,6 +840,16 @@ def render_yaml(s: Suggestion) -> str:
         out.append("ignore:")
         for e in s.exemptions:
             out.extend(_exemption_lines(e))
+    if state_dir is not None:
+        out.append(
+            _comment(
+                "the instance whose history this was learned from: `rogue-watchdog "
+                "allowlist diff --config THIS-FILE` replays it (copy only the rules above "
+                "into the configuration)"
+            )
+        )
+        # JSON's string form is a YAML double-quoted scalar: any path stays one value.
+        out.extend(["daemon:", f"  state_dir: {json.dumps(os.path.abspath(state_dir))}"])
     return "\n".join(out) + "\n"
 
 
