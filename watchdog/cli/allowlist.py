@@ -26,7 +26,7 @@ from .common import (
 from .help import command_help
 
 if TYPE_CHECKING:
-    from ..state import RunRecord
+    from ..state import ActionRecord, RunRecord
 
 
 def _since(text: str) -> float:
@@ -82,18 +82,34 @@ def _state_dir(args: argparse.Namespace, config: str | None, *, candidate: bool 
     return history_state_dir(None, None, loaded.daemon.state_dir, loaded.source)
 
 
-def _runs(args: argparse.Namespace, state_dir: str) -> tuple[list[RunRecord], float]:
-    """The runs seen in ``--since`` read from ``state_dir``, and the window's start."""
-    from ..state import read_runs
+def _runs(
+    args: argparse.Namespace, state_dir: str
+) -> tuple[list[RunRecord], list[ActionRecord], float]:
+    """The runs seen in ``--since`` read from ``state_dir``, the actions taken or undone
+    in it, and the window's start."""
+    from ..state import read_history
 
     since = time.time() - args.since
-    runs = read_runs(state_dir, since)
-    if runs is None:
+    history = read_history(state_dir, since)
+    if history is None:
         raise CliError(
             f"no job history in {state_dir}/state.db (no database, unreadable, or written "
             "before runs were recorded); run the daemon with daemon.learn_until first"
         )
-    return runs, since
+    runs, _findings, actions = history
+    return runs, actions, since
+
+
+def _learning_started(state_dir: str) -> float | None:
+    """When the learning period began (the daemon's ``meta`` ``learning_started``)."""
+    from ..daemon.loop import LEARNING_STARTED
+    from ..state import read_meta
+
+    raw = read_meta(state_dir, LEARNING_STARTED)
+    try:
+        return float(raw) if raw is not None else None
+    except ValueError:
+        return None
 
 
 def _write_new(path: str, text: str) -> None:
@@ -115,10 +131,12 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     from ..policy.learn import render_yaml, source_gone_now, suggest
 
     state_dir = _state_dir(args, args.config)
-    runs, since = _runs(args, state_dir)
+    runs, actions, since = _runs(args, state_dir)
     found = suggest(
-        runs, since, min_runs=args.min_runs, prefer=args.prefer or (), gone_now=source_gone_now
-    )
+        runs, since, min_runs=args.min_runs, prefer=args.prefer or (), gone_now=source_gone_now,
+        actions=actions, include_acted=args.include_acted,
+        learning_started=_learning_started(state_dir),
+    )  # fmt: skip
     text = render_yaml(found, state_dir)
     if args.output:
         _write_new(args.output, text)
@@ -133,8 +151,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from ..policy.learn import render_changes, replay
 
     config = load_config(args.config)
-    runs, _ = _runs(args, _state_dir(args, args.config, candidate=True))
-    changes = replay(runs, config)
+    runs, actions, _ = _runs(args, _state_dir(args, args.config, candidate=True))
+    changes = replay(runs, config, actions)
     emit(render_changes(changes))
     return 1 if changes else 0
 
@@ -183,7 +201,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "print a proposed allowlist",
             "From the runs the daemon recorded (daemon.learn_until), propose one rule per "
             "recurring job (per script path), pinned to its origin; jobs started by hand, "
-            "orphans, sources already removed and one script run from two origins (a "
+            "orphans, sources already removed, jobs rogue-watchdog acted against (said with "
+            "the action ids; --include-acted) and one script run from two origins (a "
             "person's shell included) are listed as comments, not proposed. The history "
             "read is --state-dir, else that of --config's daemon.state_dir, else the "
             "running daemon's, else the default file's; the database read is said on "
@@ -206,6 +225,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="of one script run from several origins, propose this one (FILE:LINE, FILE or "
         "a unit), listing the others as suspects (scheduled ones as suspected ghosts); "
         "repeatable",
+    )  # fmt: skip
+    s.add_argument(
+        "--include-acted", action="store_true",
+        help="propose also jobs rogue-watchdog acted against (terminated, their source "
+        "disabled...), even when undone since, the actions said above the rule; by "
+        "default they are listed, not proposed",
     )  # fmt: skip
     s.add_argument("--output", metavar="FILE", help="write to FILE (must not exist)")
     s.set_defaults(func=cmd_suggest)
