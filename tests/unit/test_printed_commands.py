@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -35,6 +37,112 @@ def _no_pin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli_common, "DAEMON_SOCKET", None)
     yield
     structlog.reset_defaults()  # one-shot commands point structlog at captured stderr
+
+
+#: The verbs a printed command may name (each takes --config).
+_VERBS = (
+    "allowlist suggest|allowlist diff|run|scan|status|top|explain|terminate|disable-source|"
+    "undo|actions|report|health-check|check-config"
+)
+
+
+def unconfigured_commands(text: str, cli_args: str) -> list[str]:
+    """Every ``rogue-watchdog VERB`` in ``text`` that does not carry ``cli_args`` (the
+    instance's `` --config PATH``) right after its verb: pasted, it would act on or read
+    another instance (issue 33). Prose that names a recorded action (``stopped by
+    rogue-watchdog terminate (action 4)``, ``… undo at T``) is not a command."""
+    out = []
+    for m in re.finditer(rf"rogue-watchdog ({_VERBS})\b", text):
+        rest = text[m.end() :]
+        if rest.startswith(cli_args) or rest.startswith((" (action", " at ")):
+            continue
+        out.append(text[m.start() : m.end() + 40])
+    return out
+
+
+def test_the_check_finds_a_command_without_the_config() -> None:
+    args = " --config /srv/a.yaml"
+    assert unconfigured_commands("run `rogue-watchdog undo 3`", args) == ["rogue-watchdog undo 3`"]
+    assert unconfigured_commands("`rogue-watchdog undo --config /srv/a.yaml 3`", args) == []
+    assert unconfigured_commands("stopped by rogue-watchdog terminate (action 4)", args) == []
+    assert unconfigured_commands("rogue-watchdog allowlist suggest)", args) == [
+        "rogue-watchdog allowlist suggest)"
+    ]
+
+
+def test_status_of_a_stopped_daemon_offers_its_own_commands(tmp_path: Path) -> None:
+    """Fresh user D (issue 33): `status --config $DIR/config.yaml` with that daemon down
+    printed "Start it with `systemctl start rogue-watchdog` (or `rogue-watchdog run`), or
+    look once with `rogue-watchdog scan`": no systemd as PID 1 (rc 1), `run` found the
+    other instance's state dir locked (rc 2), `scan` used the other daemon's config."""
+    from rogue_watchdog.cli.daemon import not_running_hint
+
+    config = str(tmp_path / "config.yaml")
+    no_systemd = str(tmp_path / "no-run-systemd")
+    text = not_running_hint(config, no_systemd)
+    assert text == (
+        f"The rogue-watchdog daemon is not running. Start it with `rogue-watchdog run "
+        f"--config {config}`, or look once with `rogue-watchdog scan --config {config}`."
+    )
+    assert not unconfigured_commands(text, f" --config {config}")
+    # The default file, no systemd as PID 1: no systemctl either.
+    assert not_running_hint(DEFAULT_CONFIG, no_systemd) == (
+        "The rogue-watchdog daemon is not running. Start it with `rogue-watchdog run`, or "
+        "look once with `rogue-watchdog scan`."
+    )
+
+
+def test_systemctl_is_offered_only_for_the_units_instance_under_systemd(tmp_path: Path) -> None:
+    from rogue_watchdog.hostpaths import systemctl_offered
+
+    run_dir, units = tmp_path / "run-systemd", tmp_path / "units"
+    units.mkdir()
+    dirs = (str(units),)
+    assert not systemctl_offered(DEFAULT_CONFIG, str(run_dir), dirs)  # systemd not PID 1
+    run_dir.mkdir()
+    assert not systemctl_offered(DEFAULT_CONFIG, str(run_dir), dirs)  # no unit installed
+    (units / "rogue-watchdog.service").write_text("[Service]\n")
+    assert systemctl_offered(DEFAULT_CONFIG, str(run_dir), dirs)
+    assert systemctl_offered(None, str(run_dir), dirs)
+    # Another instance's file: the unit runs the default one.
+    assert not systemctl_offered(str(tmp_path / "c.yaml"), str(run_dir), dirs)
+
+
+def test_every_command_a_daemon_prints_carries_its_config(spawned: Spawned, tmp_path: Path) -> None:
+    """The class of items 1 and 6 (issue 33): a daemon run with a file other than the
+    default prints no `rogue-watchdog VERB` without that file's --config, in its
+    findings, its status and its restart hint."""
+    from rogue_watchdog.config import load_config
+    from rogue_watchdog.daemon.loop import Daemon
+    from rogue_watchdog.daemon.status import build_status, render_status
+
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state', "
+        f"socket: '{tmp_path}/s.sock'}}\n"
+    )
+    script = tmp_path / "train_printed.py"
+    script.write_text("import time\ntime.sleep(120)\n")
+    pid = spawned.start([sys.executable, str(script)]).pid
+    time.sleep(0.3)
+    d = Daemon(load_config(str(path)), str(path))
+    try:
+        d.tick(time.time())
+        path.write_text(path.read_text().replace("s.sock", "s2.sock"))
+        d.reload()  # daemon.socket is restart-only: a needs-restart finding with its hint
+        d.tick(time.time())
+        texts = [f.message for f in d.db.open_findings()]
+        assert any(f"PID {pid}" in t for t in texts)
+        assert any(t.startswith("the configuration was reloaded") for t in texts), texts
+        texts.append(render_status(build_status(d), width=400, colour=False))
+    finally:
+        d.db.close()
+    args = f" --config {path}"
+    assert sum(t.count(f"`rogue-watchdog run{args}`") for t in texts) >= 1  # not vacuous
+    assert [c for t in texts for c in unconfigured_commands(t, args)] == []
+    # Before: "restart the daemon (systemctl restart rogue-watchdog)": the unit runs the
+    # default file, not this one.
+    assert [t for t in texts if "systemctl" in t] == []
 
 
 def _serve(path: Path, doc: dict[str, object]) -> StatusServer:

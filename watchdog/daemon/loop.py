@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from ..config import Config, ConfigError, config_checksum, load_config
+from ..hostpaths import config_args, systemctl_offered
 from ..lineage.slurm import stepd_members
 from ..logs import get_logger
 from ..model import LOG_LEVELS, Finding, Origin, ScanResult
@@ -162,6 +163,15 @@ def first_started(db: StateDB, now: float) -> float:
     return first
 
 
+def restart_hint(source: str | None) -> str:
+    """How to restart the daemon configured by ``source``, as a hint says it:
+    ``systemctl restart rogue-watchdog`` only for the unit's own instance on a host
+    where systemd runs it (:func:`watchdog.hostpaths.systemctl_offered`)."""
+    if systemctl_offered(source):
+        return "systemctl restart rogue-watchdog"
+    return f"stop it and start `rogue-watchdog run{config_args(source)}` again"
+
+
 def learning_started_at(first: float | None, recorded: str | None) -> float | None:
     """When the learning period began: ``meta`` ``learning_started`` (``recorded``) when
     it is a number, else the first start with this state directory (``first``)."""
@@ -260,7 +270,9 @@ class Daemon:
         self.scanner = scanner or Scanner(
             config, fd_sweep_interval_s=config.daemon.fd_sweep_interval_s
         )
-        self.tracker = Tracker(self.db, config.alerts, self.scanner.host)
+        self.tracker = Tracker(
+            self.db, config.alerts, self.scanner.host, cli_args=config_args(config.source)
+        )
         # Findings the tick could not store, alerted from memory (watchdog.daemon.unstored).
         self.unstored = UnstoredFindings()
         self.unstored.read(self.db)
@@ -489,7 +501,7 @@ class Daemon:
                 message=(
                     f"the configuration was reloaded, but {', '.join(self.needs_restart)} "
                     f"take(s) effect only at a restart ({each}); restart the daemon "
-                    "(systemctl restart rogue-watchdog)"
+                    f"({restart_hint(self.config.source)})"
                 ),
                 details={"fingerprint": NEEDS_RESTART, "keys": list(self.needs_restart)},
             )
@@ -789,7 +801,9 @@ class Daemon:
         self.scanner.gpu_libraries.adopt(old_scanner.gpu_libraries)  # nor re-read maps
         first, clocks = self.tracker.first_signature, self.tracker.clocks
         exits = self.tracker.exits
-        self.tracker = Tracker(self.db, new.alerts, self.scanner.host)
+        self.tracker = Tracker(
+            self.db, new.alerts, self.scanner.host, cli_args=config_args(new.source)
+        )
         self.tracker.first_signature.update(first)
         self.tracker.clocks = clocks
         self.tracker.exits = exits  # how the runs before the reload ended
