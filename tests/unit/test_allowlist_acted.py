@@ -21,7 +21,7 @@ from rogue_watchdog.cli import main
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import LEARNING_STARTED
 from rogue_watchdog.model import CronOrigin
-from rogue_watchdog.policy.learn import acted_notes, group_runs, suggest
+from rogue_watchdog.policy.learn import acted_notes, candidate_count, group_runs, suggest
 from rogue_watchdog.state import ActionRecord, RunRecord, StateDB
 
 
@@ -166,3 +166,5 @@ def test_what_counts_as_acted_against() -> None:
                            origin.to_json(), "rogue", None, 3.0, 4.0)]  # fmt: skip
     assert [g.rule for g in suggest(runs, 0.0).proposed] == ["cron-g-1"]
     assert suggest(runs, 0.0, actions=actions).proposed == []
+    # `status`'s "N candidate rules" counts as `suggest` proposes.
+    assert (candidate_count(runs, 0.0), candidate_count(runs, 0.0, actions)) == (1, 0)

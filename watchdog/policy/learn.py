@@ -973,9 +973,12 @@ def render_yaml(s: Suggestion, state_dir: str | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def candidate_count(runs: Sequence[RunRecord], since: float) -> int:
-    """How many rules :func:`suggest` would propose now (default options)."""
-    return len(suggest(runs, since).proposed)
+def candidate_count(
+    runs: Sequence[RunRecord], since: float, actions: Sequence[ActionRecord] = ()
+) -> int:
+    """How many rules :func:`suggest` would propose now (default options: a job
+    rogue-watchdog acted against, in ``actions``, is not one)."""
+    return len(suggest(runs, since, actions=actions).proposed)
 
 
 @dataclass(frozen=True)
