@@ -337,7 +337,7 @@ def test_allowlist_diff_with_several_daemons_reads_the_candidates_instance(
         _out, err = capsys.readouterr()
         assert err.splitlines()[0] == (
             "rogue-watchdog: reading /var/lib/rogue-watchdog/state.db (daemon.state_dir of "
-            f"{candidate}, the default: the candidate sets none)"
+            f"{candidate}: the default; --state-dir names another)"
         )
         argv = ["allowlist", "diff", "--config", str(candidate), "--since", "1h"]
         code = main([*argv, "--state-dir", str(ours)])

@@ -67,7 +67,7 @@ def _state_dir(args: argparse.Namespace, config: str | None, *, candidate: bool 
         loaded = load_config(config)
         source = loaded.source
         if candidate and loaded.daemon.state_dir == DaemonSettings().state_dir:
-            source += ", the default: the candidate sets none"
+            source += ": the default; --state-dir names another"
         return history_state_dir(None, None, loaded.daemon.state_dir, source)
     try:
         daemon = command_daemon(acts=True, quiet=True)
