@@ -56,3 +56,33 @@ def config_args(source: str | None) -> str:
         return ""
     path = os.path.abspath(source)
     return "" if path == DEFAULT_CONFIG else f" --config {shlex.quote(path)}"
+
+
+#: The unit scripts/install.sh and the Debian package install (systemd/).
+UNIT_NAME = "rogue-watchdog.service"
+#: Exists while systemd is PID 1 (sd_booted(3)).
+SYSTEMD_RUN_DIR = "/run/systemd/system"
+
+
+def systemctl_offered(
+    source: str | None,
+    run_dir: str = SYSTEMD_RUN_DIR,
+    unit_dirs: tuple[str, ...] = UNIT_DIRS,
+) -> bool:
+    """Whether a printed hint may say ``systemctl … rogue-watchdog`` for the instance
+    configured by ``source``: systemd is PID 1, the unit is installed, and the instance is
+    the unit's (the default file, which the unit runs with). Elsewhere the command fails
+    (`System has not been booted with systemd as init system`) or acts on another
+    instance (issue 33, fresh user D).
+
+    Args:
+        source: ``Config.source`` (or the ``--config`` given); None or ``<defaults>``
+            for built-in defaults.
+        run_dir: ``/run/systemd/system`` (tests pass their own).
+        unit_dirs: Where unit files are looked for (:data:`UNIT_DIRS`).
+    """
+    import os
+
+    if config_args(source) or not os.path.isdir(run_dir):
+        return False
+    return any(os.path.exists(os.path.join(d, UNIT_NAME)) for d in unit_dirs)

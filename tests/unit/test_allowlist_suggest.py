@@ -530,7 +530,9 @@ def test_cli_suggest_and_diff_read_the_state_dir(
     assert main(args) == 2  # never overwrites
     assert "cannot create" in capsys.readouterr().err
     candidate = tmp_path / "candidate.yaml"
-    candidate.write_text(out + f"daemon: {{state_dir: '{tmp_path}/state'}}\n")
+    # The proposal names the history it was learned from: diff replays that one.
+    assert out.endswith(f'daemon:\n  state_dir: "{tmp_path}/state"\n')
+    candidate.write_text(out)
     os.chmod(candidate, 0o600)
     assert main(["allowlist", "diff", "--config", str(candidate), "--since", "1h"]) == 1
     lines = capsys.readouterr().out.splitlines()

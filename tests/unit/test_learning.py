@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -136,3 +137,84 @@ def test_a_respawn_while_learning_is_info(spawned: Spawned, tmp_path: Path) -> N
     back = [f for f in d.db.open_findings() if f.kind == "respawned" and f.root_pid == again]
     assert [f.severity for f in back] == ["info"]
     assert pid != again
+
+
+def test_a_duration_added_by_a_reload_counts_from_the_first_start(tmp_path: Path) -> None:
+    """Fresh user D (issue 33): the daemon started at 12:59:33 with this state dir,
+    `learn_until: 7d` added and reloaded with SIGHUP at 13:01:44 showed `learning until
+    2026-12-13 13:01:44` (the reload + 7d); docs/first-week.md says the period counts
+    from the daemon's first start with this state directory: 2026-12-13 12:59:33."""
+    from rogue_watchdog.daemon.loop import FIRST_STARTED, LEARNING_STARTED
+
+    path = tmp_path / "c.yaml"
+    base = f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'"
+    path.write_text(base + "}\n")
+    from rogue_watchdog.config import load_config
+
+    d = Daemon(load_config(str(path)), str(path))
+    first = float(d.db.meta(FIRST_STARTED) or "nan")
+    assert abs(first - time.time()) < 60
+    # The first start as the report had it, 131 s before the reload.
+    d.db.set_meta(FIRST_STARTED, repr(first - 131))
+    assert d.learning_until() is None
+    path.write_text(base + ", learn_until: 7d}\n")
+    assert d.reload()
+    # Before: first + 7 d (the reload's time), 131 s late.
+    assert d.learning_until() == first - 131 + 7 * 86400
+    assert d.db.meta(LEARNING_STARTED) == repr(first - 131)
+    d.db.close()
+    # A restart keeps it.
+    again = Daemon(load_config(str(path)), str(path))
+    assert again.learning_until() == first - 131 + 7 * 86400
+    again.db.close()
+
+
+def test_a_state_dir_from_before_the_key_starts_at_its_oldest_record(tmp_path: Path) -> None:
+    from rogue_watchdog.daemon.loop import FIRST_STARTED, first_started
+    from rogue_watchdog.state import StateDB
+
+    db = StateDB(str(tmp_path / "state"))
+    db.record_action("cli:root", "terminate", "PID 1", "ok", {}, 1_000.0)
+    assert first_started(db, 5_000.0) == 1_000.0
+    assert db.meta(FIRST_STARTED) == "1000.0"
+    assert first_started(db, 9_000.0) == 1_000.0  # recorded once
+    db.close()
+    fresh = StateDB(str(tmp_path / "fresh"))
+    assert first_started(fresh, 5_000.0) == 5_000.0
+    fresh.close()
+
+
+def test_scan_during_learning_judges_like_the_daemon(spawned: Spawned, tmp_path: Path) -> None:
+    """Fresh user D (issue 33): during learning, `scan --config X` printed `[high]
+    rogue-job` and exited 1 while `status` showed the same jobs at `info`."""
+    from tests.conftest import run_cli
+
+    pid = start(spawned, tmp_path, "train_looked.py")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state', learn_until: 7d}}\n"
+    )
+    # No daemon ever started with this state dir: the period would begin now.
+    done = run_cli("scan", "--config", str(cfg))
+    rows = [line for line in done.stdout.splitlines() if f"job PID {pid}," in line]
+    # Before: rc 1, `[high] rogue-job ...`.
+    assert (done.returncode, [r.split("]")[0].strip() for r in rows]) == (0, ["[info"]), done.stdout
+    until = [line for line in done.stdout.splitlines() if line.startswith("learning until ")]
+    assert len(until) == 1 and until[0].endswith(
+        "(daemon.learn_until): findings about unsanctioned jobs at info, as the daemon reports them"
+    )
+    doc = json.loads(run_cli("scan", "--json", "--config", str(cfg)).stdout)
+    mine = [f for f in doc["findings"] if f["root_pid"] == pid]
+    assert [(f["kind"], f["severity"], f["details"]["learning"]) for f in mine] == [
+        ("rogue-job", "info", True)
+    ]
+    # The period over (counted from the first start recorded in the state dir): high.
+    from rogue_watchdog.daemon.loop import FIRST_STARTED
+    from rogue_watchdog.state import StateDB
+
+    db = StateDB(str(tmp_path / "state"))
+    db.set_meta(FIRST_STARTED, repr(time.time() - 8 * 86400))
+    db.close()
+    done = run_cli("scan", "--config", str(cfg))
+    assert done.returncode == 1
+    assert not any(line.startswith("learning until ") for line in done.stdout.splitlines())

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -35,6 +37,112 @@ def _no_pin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli_common, "DAEMON_SOCKET", None)
     yield
     structlog.reset_defaults()  # one-shot commands point structlog at captured stderr
+
+
+#: The verbs a printed command may name (each takes --config).
+_VERBS = (
+    "allowlist suggest|allowlist diff|run|scan|status|top|explain|terminate|disable-source|"
+    "undo|actions|report|health-check|check-config"
+)
+
+
+def unconfigured_commands(text: str, cli_args: str) -> list[str]:
+    """Every ``rogue-watchdog VERB`` in ``text`` that does not carry ``cli_args`` (the
+    instance's `` --config PATH``) right after its verb: pasted, it would act on or read
+    another instance (issue 33). Prose that names a recorded action (``stopped by
+    rogue-watchdog terminate (action 4)``, ``… undo at T``) is not a command."""
+    out = []
+    for m in re.finditer(rf"rogue-watchdog ({_VERBS})\b", text):
+        rest = text[m.end() :]
+        if rest.startswith(cli_args) or rest.startswith((" (action", " at ")):
+            continue
+        out.append(text[m.start() : m.end() + 40])
+    return out
+
+
+def test_the_check_finds_a_command_without_the_config() -> None:
+    args = " --config /srv/a.yaml"
+    assert unconfigured_commands("run `rogue-watchdog undo 3`", args) == ["rogue-watchdog undo 3`"]
+    assert unconfigured_commands("`rogue-watchdog undo --config /srv/a.yaml 3`", args) == []
+    assert unconfigured_commands("stopped by rogue-watchdog terminate (action 4)", args) == []
+    assert unconfigured_commands("rogue-watchdog allowlist suggest)", args) == [
+        "rogue-watchdog allowlist suggest)"
+    ]
+
+
+def test_status_of_a_stopped_daemon_offers_its_own_commands(tmp_path: Path) -> None:
+    """Fresh user D (issue 33): `status --config $DIR/config.yaml` with that daemon down
+    printed "Start it with `systemctl start rogue-watchdog` (or `rogue-watchdog run`), or
+    look once with `rogue-watchdog scan`": no systemd as PID 1 (rc 1), `run` found the
+    other instance's state dir locked (rc 2), `scan` used the other daemon's config."""
+    from rogue_watchdog.cli.daemon import not_running_hint
+
+    config = str(tmp_path / "config.yaml")
+    no_systemd = str(tmp_path / "no-run-systemd")
+    text = not_running_hint(config, no_systemd)
+    assert text == (
+        f"The rogue-watchdog daemon is not running. Start it with `rogue-watchdog run "
+        f"--config {config}`, or look once with `rogue-watchdog scan --config {config}`."
+    )
+    assert not unconfigured_commands(text, f" --config {config}")
+    # The default file, no systemd as PID 1: no systemctl either.
+    assert not_running_hint(DEFAULT_CONFIG, no_systemd) == (
+        "The rogue-watchdog daemon is not running. Start it with `rogue-watchdog run`, or "
+        "look once with `rogue-watchdog scan`."
+    )
+
+
+def test_systemctl_is_offered_only_for_the_units_instance_under_systemd(tmp_path: Path) -> None:
+    from rogue_watchdog.hostpaths import systemctl_offered
+
+    run_dir, units = tmp_path / "run-systemd", tmp_path / "units"
+    units.mkdir()
+    dirs = (str(units),)
+    assert not systemctl_offered(DEFAULT_CONFIG, str(run_dir), dirs)  # systemd not PID 1
+    run_dir.mkdir()
+    assert not systemctl_offered(DEFAULT_CONFIG, str(run_dir), dirs)  # no unit installed
+    (units / "rogue-watchdog.service").write_text("[Service]\n")
+    assert systemctl_offered(DEFAULT_CONFIG, str(run_dir), dirs)
+    assert systemctl_offered(None, str(run_dir), dirs)
+    # Another instance's file: the unit runs the default one.
+    assert not systemctl_offered(str(tmp_path / "c.yaml"), str(run_dir), dirs)
+
+
+def test_every_command_a_daemon_prints_carries_its_config(spawned: Spawned, tmp_path: Path) -> None:
+    """The class of items 1 and 6 (issue 33): a daemon run with a file other than the
+    default prints no `rogue-watchdog VERB` without that file's --config, in its
+    findings, its status and its restart hint."""
+    from rogue_watchdog.config import load_config
+    from rogue_watchdog.daemon.loop import Daemon
+    from rogue_watchdog.daemon.status import build_status, render_status
+
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state', "
+        f"socket: '{tmp_path}/s.sock'}}\n"
+    )
+    script = tmp_path / "train_printed.py"
+    script.write_text("import time\ntime.sleep(120)\n")
+    pid = spawned.start([sys.executable, str(script)]).pid
+    time.sleep(0.3)
+    d = Daemon(load_config(str(path)), str(path))
+    try:
+        d.tick(time.time())
+        path.write_text(path.read_text().replace("s.sock", "s2.sock"))
+        d.reload()  # daemon.socket is restart-only: a needs-restart finding with its hint
+        d.tick(time.time())
+        texts = [f.message for f in d.db.open_findings()]
+        assert any(f"PID {pid}" in t for t in texts)
+        assert any(t.startswith("the configuration was reloaded") for t in texts), texts
+        texts.append(render_status(build_status(d), width=400, colour=False))
+    finally:
+        d.db.close()
+    args = f" --config {path}"
+    assert sum(t.count(f"`rogue-watchdog run{args}`") for t in texts) >= 1  # not vacuous
+    assert [c for t in texts for c in unconfigured_commands(t, args)] == []
+    # Before: "restart the daemon (systemctl restart rogue-watchdog)": the unit runs the
+    # default file, not this one.
+    assert [t for t in texts if "systemctl" in t] == []
 
 
 def _serve(path: Path, doc: dict[str, object]) -> StatusServer:
@@ -143,12 +251,15 @@ def _history(state: Path, pids: tuple[int, ...]) -> None:
     db.close()
 
 
-def test_allowlist_diff_reads_the_running_daemons_history_and_says_so(
+def test_allowlist_diff_reads_the_candidates_instance_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Handed case: `allowlist diff --config candidate.yaml` read the candidate's state
-    # directory (another instance's) and printed "1 run(s) would change verdict"
-    # without saying which database it read.
+    """Fresh user D (issue 33): `allowlist diff --config $DIR/candidate.yaml --since 7d`,
+    as docs/first-week.md writes it, read `/var/lib/rogue-watchdog/state.db (the running
+    daemon's, at /run/rogue-watchdog/status.sock)`, another instance's, and printed `4
+    run(s) would change verdict` (other people's probes). With --config the history is
+    the instance that file names: its daemon.state_dir, never a daemon on another
+    socket; `suggest` writes the state directory it read into the file it proposes."""
     ours, other = tmp_path / "ours", tmp_path / "other"
     _history(ours, (101, 102, 103))
     _history(other, (101,))
@@ -156,12 +267,12 @@ def test_allowlist_diff_reads_the_running_daemons_history_and_says_so(
     candidate.write_text(
         "sanctioned:\n  - name: pipeline\n"
         "    cmdline: '/opt/pipeline/venv/bin/python /opt/pipeline/train.py *'\n"
-        f"    origin: {{any: true}}\ndaemon: {{state_dir: '{other}'}}\n"
+        f"    origin: {{any: true}}\ndaemon: {{state_dir: '{ours}'}}\n"
     )
     os.chmod(candidate, 0o600)
     sock = tmp_path / "s.sock"
     doc = {"schema_version": 1, "findings": [], "config": {"path": "/srv/rw.yaml"}}
-    server = _serve(sock, {**doc, "state_dir": str(ours)})
+    server = _serve(sock, {**doc, "state_dir": str(other)})
     monkeypatch.setenv(cli_common.SOCKET_ENV, str(sock))
     capsys.readouterr()
     try:
@@ -169,24 +280,42 @@ def test_allowlist_diff_reads_the_running_daemons_history_and_says_so(
     finally:
         server.stop()
     out, err = capsys.readouterr()
-    assert err == f"rogue-watchdog: reading {ours}/state.db (the running daemon's, at {sock})\n"
-    # Before: 1 (the other instance's single run), and nothing said on stderr.
+    # Before: `reading {other}/state.db (the running daemon's, at {sock})`, 1 run.
+    assert err == f"rogue-watchdog: reading {ours}/state.db (daemon.state_dir of {candidate})\n"
     assert (code, out.splitlines()[-1]) == (1, "3 run(s) would change verdict")
-    # No daemon: the candidate's, said.
+
+
+def test_suggest_writes_the_instance_it_read_so_diff_replays_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The first-week flow as written: suggest --config X --output candidate.yaml, then
+    # diff --config candidate.yaml: the candidate carries X's state directory.
+    ours = tmp_path / "ours"
+    _history(ours, (101, 102, 103))
+    config = tmp_path / "config.yaml"
+    config.write_text(f"daemon: {{state_dir: '{ours}', socket: '{tmp_path}/s.sock'}}\n")
+    os.chmod(config, 0o600)
     monkeypatch.setenv(cli_common.SOCKET_ENV, str(tmp_path / "none.sock"))
+    candidate = tmp_path / "candidate.yaml"
+    argv = ["allowlist", "suggest", "--config", str(config), "--since", "1h"]
+    assert main([*argv, "--output", str(candidate)]) == 0
+    assert capsys.readouterr().err == (
+        f"rogue-watchdog: reading {ours}/state.db (daemon.state_dir of {config})\n"
+    )
+    assert candidate.read_text().endswith(f'daemon:\n  state_dir: "{ours}"\n')
     code = main(["allowlist", "diff", "--config", str(candidate), "--since", "1h"])
     out, err = capsys.readouterr()
-    assert err == f"rogue-watchdog: reading {other}/state.db (daemon.state_dir of {candidate})\n"
-    assert (code, out.splitlines()[-1]) == (1, "1 run(s) would change verdict")
+    assert err == f"rogue-watchdog: reading {ours}/state.db (daemon.state_dir of {candidate})\n"
+    assert (code, out.strip()) == (0, "no recorded run would change verdict")
 
 
-def test_allowlist_diff_with_several_daemons_asks_whose_history(
+def test_allowlist_diff_with_several_daemons_reads_the_candidates_instance(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Fresh-user hour, 2026-12-06: with two daemons running, `allowlist diff --config
-    candidate.yaml` warned "pass --config … to say which" (it had), read the default
-    state directory, printed "No recorded run would change verdict" and exited 0: a
-    false all-clear. Now exit 2, naming --state-dir; with it, the history it names."""
+    candidate.yaml` read the default state directory without saying so. A candidate
+    that names no state directory describes the default instance: that database is
+    read and said (never one of the daemons on other sockets); --state-dir names another."""
     ours = tmp_path / "ours"
     _history(ours, (101, 102, 103))
     candidate = tmp_path / "candidate.yaml"
@@ -199,17 +328,16 @@ def test_allowlist_diff_with_several_daemons_asks_whose_history(
     servers = []
     for name in ("a", "b"):
         doc = {"schema_version": 1, "findings": [], "config": {"path": f"/srv/{name}.yaml"}}
-        servers.append(_serve(tmp_path / f"{name}.sock", doc))
+        servers.append(_serve(tmp_path / f"{name}.sock", {**doc, "state_dir": str(ours)}))
     socks = [str(tmp_path / "a.sock"), str(tmp_path / "b.sock")]
     monkeypatch.setattr(cli_common, "running_daemon_sockets", lambda: socks)
     capsys.readouterr()
     try:
-        code = main(["allowlist", "diff", "--config", str(candidate), "--since", "1h"])
-        out, err = capsys.readouterr()
-        assert (code, out) == (2, "")
-        assert err.strip().endswith(
-            "for allowlist diff, --config names the candidate: pass --state-dir to say whose "
-            "history to replay it against"
+        main(["allowlist", "diff", "--config", str(candidate), "--since", "1h"])
+        _out, err = capsys.readouterr()
+        assert err.splitlines()[0] == (
+            "rogue-watchdog: reading /var/lib/rogue-watchdog/state.db (daemon.state_dir of "
+            f"{candidate}: the default; --state-dir names another)"
         )
         argv = ["allowlist", "diff", "--config", str(candidate), "--since", "1h"]
         code = main([*argv, "--state-dir", str(ours)])

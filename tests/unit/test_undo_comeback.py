@@ -19,6 +19,7 @@ from rogue_watchdog.actions.enforcer import build_enforcers
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
 from tests.conftest import Spawned
+from tests.unit.test_printed_commands import unconfigured_commands
 
 T0 = 2_000_000.0
 
@@ -48,7 +49,7 @@ def test_the_next_run_after_an_undo_is_one_finding_naming_it(
     cfg = parse_config(
         f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n"
         f"alerts: {{sinks: [{{type: log, path: '{tmp_path}/alerts.log'}}]}}\n",
-        "t.yaml",
+        f"{tmp_path}/config.yaml",
     )
     d = Daemon(cfg, None)
     enf = build_enforcers(cfg, d.db)
@@ -94,8 +95,12 @@ def test_the_next_run_after_an_undo_is_one_finding_naming_it(
         return
     assert _opened(d, second) == [("rogue-job", "high")]
     [f] = [f for f in d.db.open_findings() if f.root_pid == second]
+    # Fresh user D (issue 33): `rogue-watchdog undo 1`, without the daemon's --config:
+    # pasted, `no action 1 in /var/lib/rogue-watchdog/state.db` (rc 2).
+    assert not unconfigured_commands(f.message, f" --config {tmp_path}/config.yaml")
     assert f.message.endswith(
-        f"; its source was re-enabled by `rogue-watchdog undo {disable}` (action {undo}) at "
+        f"; its source was re-enabled by `rogue-watchdog undo --config {tmp_path}/config.yaml "
+        f"{disable}` (action {undo}) at "
         f"{_when(T0 + 30)} by cli:root, undoing disable-source action {disable}: an "
         "operator's undo, not a failed remediation"
     )

@@ -26,7 +26,7 @@ from .common import (
 from .help import command_help
 
 if TYPE_CHECKING:
-    from ..state import RunRecord
+    from ..state import ActionRecord, RunRecord
 
 
 def _since(text: str) -> float:
@@ -49,48 +49,67 @@ def _state_dir(args: argparse.Namespace, config: str | None, *, candidate: bool 
     that of ``--config`` (it names the instance), else the running daemon's, else
     ``daemon.state_dir`` of the default file.
 
-    For ``allowlist diff``, ``--config`` is a candidate (``candidate``): it names the
-    rules to replay, not whose history, and its ``state_dir`` (often the default) may
-    be another instance's: the running daemon's history comes first, the candidate's
-    only with no daemon running.
+    With ``--config`` the history is that configuration's instance, never a daemon that
+    answers on another socket (issue 33: ``allowlist diff --config candidate.yaml``
+    replayed the default socket's daemon's history, another instance's). For ``allowlist
+    diff`` (``candidate``) that is the candidate's ``daemon.state_dir``: ``suggest``
+    writes the one it read into the file it proposes.
+
+    Raises:
+        CliError: No ``--config`` and several daemons run, or one answers unusably.
     """
     from ..config import load_config
+    from ..config.daemon import DaemonSettings
 
     if args.state_dir:
         return history_state_dir(args.state_dir, None, "", "")
-    if config is not None and not candidate:
+    if config is not None:
         loaded = load_config(config)
-        return history_state_dir(None, None, loaded.daemon.state_dir, loaded.source)
+        source = loaded.source
+        if candidate and loaded.daemon.state_dir == DaemonSettings().state_dir:
+            source += ": the default; --state-dir names another"
+        return history_state_dir(None, None, loaded.daemon.state_dir, source)
     try:
         daemon = command_daemon(acts=True, quiet=True)
     except CliError as exc:
         # Several daemons, or one that answers unusably: whose history is unknown, and a
         # guess (the default state directory) answered a false "no run would change".
-        if candidate:
-            raise CliError(
-                f"{exc}; for allowlist diff, --config names the candidate: pass --state-dir "
-                "to say whose history to replay it against"
-            ) from None
         raise CliError(f"{exc}; or pass --state-dir to say whose history to read") from None
     if daemon is not None and daemon.state_dir is not None:
         return history_state_dir(None, daemon, "", "")
-    path = daemon.config if daemon else (config or resolve_config_path(None))
+    path = daemon.config if daemon else resolve_config_path(None)
     loaded = load_config(path)
     return history_state_dir(None, None, loaded.daemon.state_dir, loaded.source)
 
 
-def _runs(args: argparse.Namespace, state_dir: str) -> tuple[list[RunRecord], float]:
-    """The runs seen in ``--since`` read from ``state_dir``, and the window's start."""
-    from ..state import read_runs
+def _runs(
+    args: argparse.Namespace, state_dir: str
+) -> tuple[list[RunRecord], list[ActionRecord], float]:
+    """The runs seen in ``--since`` read from ``state_dir``, the actions taken or undone
+    in it, and the window's start."""
+    from ..state import read_history
 
     since = time.time() - args.since
-    runs = read_runs(state_dir, since)
-    if runs is None:
+    history = read_history(state_dir, since)
+    if history is None:
         raise CliError(
             f"no job history in {state_dir}/state.db (no database, unreadable, or written "
             "before runs were recorded); run the daemon with daemon.learn_until first"
         )
-    return runs, since
+    runs, _findings, actions = history
+    return runs, actions, since
+
+
+def _learning_started(state_dir: str) -> float | None:
+    """When the learning period began (the daemon's ``meta`` ``learning_started``)."""
+    from ..daemon.loop import LEARNING_STARTED
+    from ..state import read_meta
+
+    raw = read_meta(state_dir, LEARNING_STARTED)
+    try:
+        return float(raw) if raw is not None else None
+    except ValueError:
+        return None
 
 
 def _write_new(path: str, text: str) -> None:
@@ -111,11 +130,14 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     """``allowlist suggest``: print (or write) the proposed allowlist."""
     from ..policy.learn import render_yaml, source_gone_now, suggest
 
-    runs, since = _runs(args, _state_dir(args, args.config))
+    state_dir = _state_dir(args, args.config)
+    runs, actions, since = _runs(args, state_dir)
     found = suggest(
-        runs, since, min_runs=args.min_runs, prefer=args.prefer or (), gone_now=source_gone_now
-    )
-    text = render_yaml(found)
+        runs, since, min_runs=args.min_runs, prefer=args.prefer or (), gone_now=source_gone_now,
+        actions=actions, include_acted=args.include_acted,
+        learning_started=_learning_started(state_dir),
+    )  # fmt: skip
+    text = render_yaml(found, state_dir)
     if args.output:
         _write_new(args.output, text)
         return 0
@@ -129,8 +151,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from ..policy.learn import render_changes, replay
 
     config = load_config(args.config)
-    runs, _ = _runs(args, _state_dir(args, args.config, candidate=True))
-    changes = replay(runs, config)
+    runs, actions, _ = _runs(args, _state_dir(args, args.config, candidate=True))
+    changes = replay(runs, config, actions)
     emit(render_changes(changes))
     return 1 if changes else 0
 
@@ -179,7 +201,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "print a proposed allowlist",
             "From the runs the daemon recorded (daemon.learn_until), propose one rule per "
             "recurring job (per script path), pinned to its origin; jobs started by hand, "
-            "orphans, sources already removed and one script run from two origins (a "
+            "orphans, sources already removed, jobs rogue-watchdog acted against (said with "
+            "the action ids; --include-acted) and one script run from two origins (a "
             "person's shell included) are listed as comments, not proposed. The history "
             "read is --state-dir, else that of --config's daemon.state_dir, else the "
             "running daemon's, else the default file's; the database read is said on "
@@ -203,6 +226,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "a unit), listing the others as suspects (scheduled ones as suspected ghosts); "
         "repeatable",
     )  # fmt: skip
+    s.add_argument(
+        "--include-acted", action="store_true",
+        help="propose also jobs rogue-watchdog acted against (terminated, their source "
+        "disabled...), even when undone since, the actions said above the rule; by "
+        "default they are listed, not proposed",
+    )  # fmt: skip
     s.add_argument("--output", metavar="FILE", help="write to FILE (must not exist)")
     s.set_defaults(func=cmd_suggest)
     d = verbs.add_parser(
@@ -213,9 +242,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "Judge every recorded run again under the candidate --config with the daemon's "
             "own judging code and list the runs whose verdict would change, marking each "
             "run it would sanction whose script also ran from another origin. The history "
-            "replayed is --state-dir, else the running daemon's, else the candidate's "
-            "daemon.state_dir (a candidate names rules, not whose history); the database "
-            "read is said on stderr. docs/first-week.md.",
+            "replayed is --state-dir, else the candidate's daemon.state_dir (allowlist "
+            "suggest writes the one it read into the file it proposes), never a daemon "
+            "on another socket; the database read is said on stderr. docs/first-week.md.",
             [
                 "rogue-watchdog allowlist diff --config /tmp/candidate.yaml --since 7d",
                 "rogue-watchdog allowlist diff --config /tmp/cand.yaml --state-dir /srv/rw/state",

@@ -24,6 +24,7 @@ from .common import (
     configure_logging,
     emit,
     gpu_index,
+    resolve_config_path,
     seconds,
     socket_path,
 )
@@ -337,6 +338,32 @@ def _serve(
 # -- status ------------------------------------------------------------------------------
 
 
+def not_running_hint(config: str | None, run_dir: str | None = None) -> str:
+    """What ``status`` says when the daemon of ``config`` is not running: the commands
+    that start it or look once, each with the ``--config`` of that instance, and
+    ``systemctl`` only where systemd runs the unit of that instance
+    (:func:`watchdog.hostpaths.systemctl_offered`). Issue 33: ``status --config X``
+    offered `systemctl start rogue-watchdog` on a host without systemd as PID 1, and a
+    `rogue-watchdog run` and `scan` that found another instance.
+
+    Args:
+        config: The configuration file named (``--config``, else the default if present).
+        run_dir: ``/run/systemd/system`` (tests pass their own).
+    """
+    from ..hostpaths import SYSTEMD_RUN_DIR, config_args, systemctl_offered
+
+    args = config_args(config)
+    run = f"`rogue-watchdog run{args}`"
+    if systemctl_offered(config, run_dir or SYSTEMD_RUN_DIR):
+        start = f"`systemctl start rogue-watchdog` (or {run})"
+    else:
+        start = run
+    return (
+        f"The rogue-watchdog daemon is not running. Start it with {start}, or look once "
+        f"with `rogue-watchdog scan{args}`."
+    )
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """``status``: what the running daemon sees; exit 0/1/3/4 (docs/status.md), 2 on
     usage errors."""
@@ -352,11 +379,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     except StatusError as exc:
         message = str(exc)
         if exc.exit_code == 3:
-            message += (
-                "\nThe rogue-watchdog daemon is not running. Start it with "
-                "`systemctl start rogue-watchdog` (or `rogue-watchdog run`), or look once "
-                "with `rogue-watchdog scan`."
-            )
+            message += "\n" + not_running_hint(resolve_config_path(args.config))
         if args.json:
             state = "not-running" if exc.exit_code == 3 else "unknown"
             emit(json.dumps({"state": state, "socket": path, "error": str(exc)}))

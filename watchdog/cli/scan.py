@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from ..hosttext import command_text
@@ -33,6 +35,39 @@ def config_line(path: str | None, config: Config) -> str:
     return f"config: {path} ({n} sanctioned rule{'' if n == 1 else 's'})"
 
 
+def learning_note(config: Config, now: float) -> str | None:
+    """While the instance of ``config`` is in its learning period (``daemon.learn_until``,
+    counted as the daemon counts it: from ``meta`` ``learning_started``, else its first
+    start with the state directory, else now: no daemon started with it yet), the line a
+    one-shot look says it under; None otherwise.
+
+    Args:
+        config: The configuration the look judges under.
+        now: POSIX time.
+    """
+    learn = config.daemon.learn_until
+    if learn is None:
+        return None
+    from ..daemon.loop import FIRST_STARTED, LEARNING_STARTED, learning_started_at
+    from ..state import read_meta
+
+    state_dir = config.daemon.state_dir
+    try:
+        first_raw = read_meta(state_dir, FIRST_STARTED)
+        first = float(first_raw) if first_raw is not None else None
+    except ValueError:
+        first = None
+    started = learning_started_at(first, read_meta(state_dir, LEARNING_STARTED))
+    end = learn.end(now if started is None else started)
+    if now >= end:
+        return None
+    until = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(end))
+    return (
+        f"learning until {until} (daemon.learn_until): findings about unsanctioned jobs "
+        "at info, as the daemon reports them"
+    )
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     """``scan``: one pass over the host; exit 1 when a finding of warning or above is open."""
     import json
@@ -48,9 +83,17 @@ def cmd_scan(args: argparse.Namespace) -> int:
     result = Scanner(config).scan()
     result.findings.extend(one_shot_queue_findings(config))
     notes: list[str] = []
+    learning = learning_note(config, time.time())
+    if learning is not None:
+        # Judged as the daemon reports them: a look during learning pages nothing the
+        # daemon would not (issue 33: `scan` said [high] rogue-job, `status` info).
+        from ..daemon.loop import learned
+
+        result = dataclasses.replace(result, findings=[learned(f) for f in result.findings])
+        notes.append(learning)
     if args.gpu is not None:
         note = gpu_view_note(result, args.gpu)
-        notes = [note] if note else []
+        notes += [note] if note else []
         result = filter_gpu(result, args.gpu)
     code = 1 if any(f.severity in REPORTED_SEVERITIES for f in result.findings) else 0
     if args.json:
@@ -322,7 +365,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             ],
             [
                 (0, "nothing to report"),
-                (1, "a finding of severity warning or above (a rogue training job, say)"),
+                (
+                    1,
+                    "a finding of severity warning or above (a rogue training job, say; "
+                    "during the learning period such findings are info, as the daemon's)",
+                ),
                 (2, "usage or configuration error"),
             ],
         ),

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from ..config import Config, ConfigError, config_checksum, load_config
+from ..hostpaths import config_args, systemctl_offered
 from ..lineage.slurm import stepd_members
 from ..logs import get_logger
 from ..model import LOG_LEVELS, Finding, Origin, ScanResult, origin_from_json
@@ -148,6 +149,49 @@ class TickSummary:
 
 
 LEARNING_STARTED = "learning_started"
+#: ``meta`` key: POSIX time this daemon first started with this state directory (a
+#: database written before the key: its oldest record). A learning period written as a
+#: duration counts from it, whenever ``learn_until`` was added (docs/first-week.md).
+FIRST_STARTED = "first_started"
+
+
+def first_started(db: StateDB, now: float) -> float:
+    """When a daemon first started with ``db``'s state directory: ``meta``
+    ``first_started``, recorded now (as ``now``, or the oldest record of a database
+    written before the key) when absent.
+
+    Raises:
+        sqlite3.Error: The database cannot be read or written.
+    """
+    was = db.meta(FIRST_STARTED)
+    try:
+        if was is not None:
+            return float(was)
+    except ValueError:
+        pass  # damaged: recorded again
+    first = min(now, db.earliest_record() or now)
+    db.set_meta(FIRST_STARTED, repr(first))
+    return first
+
+
+def restart_hint(source: str | None) -> str:
+    """How to restart the daemon configured by ``source``, as a hint says it:
+    ``systemctl restart rogue-watchdog`` only for the unit's own instance on a host
+    where systemd runs it (:func:`watchdog.hostpaths.systemctl_offered`)."""
+    if systemctl_offered(source):
+        return "systemctl restart rogue-watchdog"
+    return f"stop it and start `rogue-watchdog run{config_args(source)}` again"
+
+
+def learning_started_at(first: float | None, recorded: str | None) -> float | None:
+    """When the learning period began: ``meta`` ``learning_started`` (``recorded``) when
+    it is a number, else the first start with this state directory (``first``)."""
+    try:
+        return float(recorded) if recorded is not None else first
+    except ValueError:
+        return first
+
+
 # Findings about what runs outside the allowlist: info while learning (daemon.learn_until),
 # every kind of them (issue 35, case 5: rogue-service stayed high). ``respawned`` is made
 # by the tracker, which opens it at info while learning. ``remediation-failed`` too: the
@@ -237,7 +281,9 @@ class Daemon:
         self.scanner = scanner or Scanner(
             config, fd_sweep_interval_s=config.daemon.fd_sweep_interval_s
         )
-        self.tracker = Tracker(self.db, config.alerts, self.scanner.host)
+        self.tracker = Tracker(
+            self.db, config.alerts, self.scanner.host, cli_args=config_args(config.source)
+        )
         # Findings the tick could not store, alerted from memory (watchdog.daemon.unstored).
         self.unstored = UnstoredFindings()
         self.unstored.read(self.db)
@@ -301,6 +347,7 @@ class Daemon:
         self._clock_before = clock_seen_before(self.db)
         self.learning_started: float | None = None
         try:
+            first_started(self.db, time.time())
             self._start_learning()
         except Exception as exc:
             self._failed("state", exc)
@@ -465,7 +512,7 @@ class Daemon:
                 message=(
                     f"the configuration was reloaded, but {', '.join(self.needs_restart)} "
                     f"take(s) effect only at a restart ({each}); restart the daemon "
-                    "(systemctl restart rogue-watchdog)"
+                    f"({restart_hint(self.config.source)})"
                 ),
                 details={"fingerprint": NEEDS_RESTART, "keys": list(self.needs_restart)},
             )
@@ -479,12 +526,12 @@ class Daemon:
         if self.config.daemon.learn_until is None:
             return
         was = self.db.meta(LEARNING_STARTED)
-        try:
-            self.learning_started = float(was) if was is not None else None
-        except ValueError:
-            self.learning_started = None
+        self.learning_started = learning_started_at(None, was)
         if self.learning_started is None:
-            self.learning_started = time.time()
+            # Added by a reload (or first set at a restart): the period still counts from
+            # the first start with this state directory, as docs/first-week.md says
+            # (issue 33: "learning until" was the reload's time + 7d).
+            self.learning_started = first_started(self.db, time.time())
             self.db.set_meta(LEARNING_STARTED, repr(self.learning_started))
 
     def learning_until(self) -> float | None:
@@ -765,7 +812,9 @@ class Daemon:
         self.scanner.gpu_libraries.adopt(old_scanner.gpu_libraries)  # nor re-read maps
         first, clocks = self.tracker.first_signature, self.tracker.clocks
         exits = self.tracker.exits
-        self.tracker = Tracker(self.db, new.alerts, self.scanner.host)
+        self.tracker = Tracker(
+            self.db, new.alerts, self.scanner.host, cli_args=config_args(new.source)
+        )
         self.tracker.first_signature.update(first)
         self.tracker.clocks = clocks
         self.tracker.exits = exits  # how the runs before the reload ended

@@ -129,7 +129,9 @@ def _learning_section(
 
     started = daemon.learning_started or 0.0
     try:
-        count: int | None = candidate_count(daemon.db.runs(started), started)
+        # The audit trail too: `suggest` does not propose what was acted against.
+        acted = daemon.db.actions(limit=10_000)
+        count: int | None = candidate_count(daemon.db.runs(started), started, acted)
     except Exception as exc:  # the state database may be unreadable
         degraded["state"] = f"learning history unreadable: {exc}"
         count = None

@@ -107,6 +107,9 @@ class Tracker:
         db: The state database.
         alerts: Reminder interval and sinks (to spool one delivery per accepting sink).
         host: Host name put into alert payloads.
+        mono: The monotonic clock.
+        cli_args: What a command its findings print carries after the verb: the
+            daemon's `` --config PATH`` (:func:`watchdog.hostpaths.config_args`).
     """
 
     def __init__(
@@ -115,8 +118,11 @@ class Tracker:
         alerts: AlertSettings,
         host: str,
         mono: Callable[[], float] = time.monotonic,
+        *,
+        cli_args: str = "",
     ) -> None:
         self.db = db
+        self.cli_args = cli_args
         # The debounce and reminders count on this clock (issue 32, case 5): a wall clock
         # set back left last_alert_at 172,533 s in the future and no reminder came.
         self.mono = mono
@@ -245,7 +251,7 @@ class Tracker:
                 respawns = [dataclasses.replace(f, severity="info") for f in respawns]
             found = loops(before, seen.returns, now)
             noted = as_periodic(
-                with_undo_notes(findings, self.source_undos), seen.signatures,
+                with_undo_notes(findings, self.source_undos, self.cli_args), seen.signatures,
                 {j.root_pid: j for j in tracked}, found, before,
             )  # fmt: skip
             present = set(seen.signatures.values())

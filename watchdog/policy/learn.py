@@ -21,6 +21,7 @@ never proposed.
 from __future__ import annotations
 
 import heapq
+import json
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -40,7 +41,7 @@ from ..model import (
     Proc,
     origin_from_json,
 )
-from ..state import RunRecord
+from ..state import ActionRecord, RunRecord
 from .allowlist import judge
 
 # Interpreters and launchers whose first non-option argument is the script that names
@@ -332,6 +333,10 @@ class Group:
             origin of the same script), the label of that origin.
         rivals: The groups running the same script from another origin (by hand too).
         namesakes: The groups running a script of the same name at another path.
+        acted: What rogue-watchdog did against its runs or its source, and what a person
+            undid of it (:func:`acted_notes`): ``terminated it (action 2)``.
+        before_learning: How many of its runs started before the learning period
+            began (not counted towards ``--min-runs``).
     """
 
     origin: Origin
@@ -344,6 +349,8 @@ class Group:
     ghost_of: str | None = None
     rivals: list[Group] = field(default_factory=list)
     namesakes: list[Group] = field(default_factory=list)
+    acted: list[str] = field(default_factory=list)
+    before_learning: int = 0
 
     @property
     def gpu_hours(self) -> float:
@@ -401,6 +408,7 @@ class Suggestion:
     conflicts: list[list[Group]]
     since: float
     exemptions: list[Exemption] = field(default_factory=list)
+    learning_started: float | None = None
 
 
 def _origin_key(origin: Origin) -> tuple[object, ...]:
@@ -560,6 +568,79 @@ def source_gone_now(origin: Origin) -> str | None:
     return gone_now(origin, ctx, default_resolvers())
 
 
+#: What an action did, as a proposal says it (``rogue-watchdog terminated it``).
+_ACTED = {
+    "terminate": "terminated it",
+    "disable-source": "disabled its source",
+    "gpu-deny": "denied it the GPU",
+    "quarantine": "quarantined its files",
+}
+#: How a diff marks a run whose job or source was acted against.
+_ACTED_SUSPECT = "suspect: rogue-watchdog "
+#: Outcomes of an action that did nothing to the job (``undo`` itself is said with the
+#: action it undid).
+_NOT_ACTED = frozenset({"refused", "dry-run"})
+
+
+def acted_notes(groups: Sequence[Group], actions: Sequence[ActionRecord]) -> None:
+    """Fill each group's :attr:`Group.acted`: every action recorded against one of its
+    runs (by job signature or root identity) or against its source (the same origin
+    pin), with the undo that reversed it: ``terminated it (action 2)``, ``disabled its
+    source (action 1, undone by action 3)``. A dry run or a refusal did nothing and is
+    not said.
+
+    ``suggest`` proposed a cron ghost that rogue-watchdog had terminated and whose line
+    it had disabled minutes before (issue 33, fresh user D): whatever was acted against
+    is never proposed silently.
+
+    Args:
+        groups: :func:`group_runs`.
+        actions: The audit trail of the window (:func:`watchdog.state.read_history`).
+    """
+    undone_by = {
+        r.details.get("undid"): r.id
+        for r in actions
+        if r.kind == "undo" and not r.dry_run and r.outcome in ("ok", "partial", "running")
+    }
+    acted = [a for a in actions if a.kind != "undo" and not a.dry_run]
+    acted = [a for a in acted if a.outcome not in _NOT_ACTED]
+    for g in groups:
+        sigs = {r.signature for r in g.runs}
+        roots = {(r.root_pid, r.start_ticks) for r in g.runs}
+        key = _origin_key(g.origin)
+        for a in sorted(acted, key=lambda a: a.id):
+            root = a.details.get("root")
+            origin = a.details.get("origin")
+            hit = a.signature in sigs or (
+                isinstance(root, list) and len(root) == 2 and tuple(root) in roots
+            )
+            if not hit and isinstance(origin, dict):
+                try:
+                    hit = _origin_key(Origin.from_json(origin)) == key
+                except (KeyError, TypeError, ValueError):
+                    hit = False
+            if not hit:
+                continue
+            what = _ACTED.get(a.kind, f"recorded a {a.kind} against it")
+            undo = undone_by.get(a.id)
+            if undo is not None:
+                g.acted.append(f"{what} (action {a.id}, undone by action {undo})")
+            elif a.undone_at is not None:
+                g.acted.append(f"{what} (action {a.id}, undone)")
+            else:
+                g.acted.append(f"{what} (action {a.id})")
+
+
+def acted_text(g: Group) -> str:
+    """``rogue-watchdog terminated it (action 2) and disabled its source (action 1,
+    undone by action 3)``; empty when nothing was done against it."""
+    if not g.acted:
+        return ""
+    if len(g.acted) == 1:
+        return f"rogue-watchdog {g.acted[0]}"
+    return f"rogue-watchdog {', '.join(g.acted[:-1])} and {g.acted[-1]}"
+
+
 def suggest(
     runs: Sequence[RunRecord],
     since: float,
@@ -567,6 +648,9 @@ def suggest(
     min_runs: int = 2,
     prefer: Sequence[str] = (),
     gone_now: GoneNow | None = None,
+    actions: Sequence[ActionRecord] = (),
+    include_acted: bool = False,
+    learning_started: float | None = None,
 ) -> Suggestion:
     """Group the recorded runs into jobs and decide which to propose.
 
@@ -585,9 +669,25 @@ def suggest(
         prefer: Origins (``FILE``, ``FILE:LINE``, a unit) the admin chose.
         gone_now: Why an origin's source is gone now (:func:`source_gone_now`), or
             None to trust the records alone.
+        actions: The audit trail of the window: a job rogue-watchdog acted against
+            (terminated, its source disabled...: :func:`acted_notes`), undone or not,
+            is not proposed, and says so.
+        include_acted: Propose such a job all the same, the actions said above it.
+        learning_started: When the learning period began (``meta``
+            ``learning_started``): runs that started before it do not count towards
+            ``min_runs``, and the evidence says how many there were.
     """
     groups = group_runs(runs)
+    acted_notes(groups, actions)
     for g in groups:
+        if learning_started is not None:
+            g.before_learning = sum(1 for r in g.runs if r.started_at < learning_started)
+        if g.acted:
+            said = f"{acted_text(g)}; --include-acted proposes it all the same"
+            if g.why_not is not None:
+                g.why_not = f"{g.why_not}; {said}"
+            elif not include_acted:
+                g.why_not = said
         classes = sorted({r.workload for r in g.runs if r.workload in NON_TRAINING_CLASSES})
         if classes and all(r.workload in NON_TRAINING_CLASSES for r in g.runs):
             # Not training: exempted by user and class below, never sanctioned as a job
@@ -603,8 +703,11 @@ def suggest(
         if g.why_not is None and g.sanctioned:
             rules = sorted({r.rule or "?" for r in g.runs})
             g.why_not = f"already sanctioned by rule {', '.join(rules)}"
-        if g.why_not is None and len(g.runs) < min_runs:
-            g.why_not = f"ran {len(g.runs)} time(s), fewer than --min-runs {min_runs}"
+        counted = len(g.runs) - g.before_learning
+        if g.why_not is None and counted < min_runs:
+            g.why_not = f"ran {counted} time(s), fewer than --min-runs {min_runs}"
+            if g.before_learning:
+                g.why_not += " (runs before the learning period began are not counted)"
     conflicts = _judge_rivals(groups, prefer)
     taken: set[str] = set()
     for g in groups:
@@ -614,7 +717,7 @@ def suggest(
     proposed = [g for g in groups if g.why_not is None]
     in_conflict = {id(g) for c in conflicts for g in c}
     not_proposed = [g for g in groups if g.why_not is not None and id(g) not in in_conflict]
-    return Suggestion(proposed, not_proposed, conflicts, since, exemptions(runs))
+    return Suggestion(proposed, not_proposed, conflicts, since, exemptions(runs), learning_started)
 
 
 def exemptions(runs: Sequence[RunRecord]) -> list[Exemption]:
@@ -666,8 +769,14 @@ def _comment(text: str) -> str:
 
 
 def _evidence(g: Group) -> str:
+    runs = f"runs: {len(g.runs)}"
+    if g.before_learning:
+        runs = (
+            f"runs: {len(g.runs) - g.before_learning} (and {g.before_learning} before the "
+            "learning period began, not counted)"
+        )
     text = (
-        f"runs: {len(g.runs)}, first seen {_when(g.runs[0].started_at)}, last seen "
+        f"{runs}, first seen {_when(g.runs[0].started_at)}, last seen "
         f"{_when(g.runs[-1].last_seen)}, GPU-hours {g.gpu_hours:.2f}"
     )
     gpus = g.gpus
@@ -722,6 +831,8 @@ def _origin_evidence(g: Group) -> list[str]:
         lines.append(f"    {detail or f'file {path}'}, last edit {edited}")
     if g.why_not is not None and g.why_not.startswith("its source is gone"):
         lines.append(f"    {g.why_not}")
+    elif g.acted:
+        lines.append(f"    {acted_text(g)}")
     unresolved = _unresolved_text(g)
     if unresolved is not None:
         lines.append(f"    {unresolved}")
@@ -741,6 +852,8 @@ def rule_of(g: Group) -> dict[str, Any]:
 def _proposal(g: Group) -> list[str]:
     """A proposed rule with its evidence, suspects and warnings as comments above it."""
     out = [_comment(f"{g.origin.describe()}: {_evidence(g)}")]
+    if g.acted:
+        out.append(_comment(f"suspect: {acted_text(g)}; proposed by --include-acted"))
     out.extend(_comment(rival_text(h)) for h in g.rivals)
     out.extend(_comment(namesake_text(h)) for h in g.namesakes)
     unresolved = _unresolved_text(g)
@@ -777,13 +890,28 @@ def _exemption_lines(e: Exemption) -> list[str]:
     return out
 
 
-def render_yaml(s: Suggestion) -> str:
+def render_yaml(s: Suggestion, state_dir: str | None = None) -> str:
     """The suggestion as a YAML allowlist ``check-config`` accepts, with the evidence
-    and what was not proposed as comments."""
+    and what was not proposed as comments.
+
+    Args:
+        s: What :func:`suggest` found.
+        state_dir: The state directory whose history was read: written as
+            ``daemon.state_dir``, so ``allowlist diff --config`` with this file replays
+            that instance's history, not the default one's (issue 33).
+    """
     out = [
         _comment(f"rogue-watchdog allowlist suggest: runs seen since {_when(s.since)}"),
         _comment("Review every rule before enforcing it (docs/first-week.md)."),
     ]
+    early = sum(g.before_learning for g in [*s.proposed, *s.not_proposed])
+    if s.learning_started is not None and early:
+        out.append(
+            _comment(
+                f"the learning period began {_when(s.learning_started)}: {early} run(s) "
+                "seen before it are not counted towards --min-runs"
+            )
+        )
     if not (s.proposed or s.conflicts or s.not_proposed or s.exemptions):
         out.append(
             _comment(
@@ -821,12 +949,25 @@ def render_yaml(s: Suggestion) -> str:
         out.append("ignore:")
         for e in s.exemptions:
             out.extend(_exemption_lines(e))
+    if state_dir is not None:
+        out.append(
+            _comment(
+                "the instance whose history this was learned from: `rogue-watchdog "
+                "allowlist diff --config THIS-FILE` replays it (copy only the rules above "
+                "into the configuration)"
+            )
+        )
+        # JSON's string form is a YAML double-quoted scalar: any path stays one value.
+        out.extend(["daemon:", f"  state_dir: {json.dumps(os.path.abspath(state_dir))}"])
     return "\n".join(out) + "\n"
 
 
-def candidate_count(runs: Sequence[RunRecord], since: float) -> int:
-    """How many rules :func:`suggest` would propose now (default options)."""
-    return len(suggest(runs, since).proposed)
+def candidate_count(
+    runs: Sequence[RunRecord], since: float, actions: Sequence[ActionRecord] = ()
+) -> int:
+    """How many rules :func:`suggest` would propose now (default options: a job
+    rogue-watchdog acted against, in ``actions``, is not one)."""
+    return len(suggest(runs, since, actions=actions).proposed)
 
 
 @dataclass(frozen=True)
@@ -865,7 +1006,9 @@ def _job(run: RunRecord) -> Job:
     )  # fmt: skip
 
 
-def replay(runs: Sequence[RunRecord], config: Config) -> list[Change]:
+def replay(
+    runs: Sequence[RunRecord], config: Config, actions: Sequence[ActionRecord] = ()
+) -> list[Change]:
     """Judge each recorded run again under ``config`` (with the daemon's
     :func:`~watchdog.policy.allowlist.judge`, beside the runs that were running when it
     started, oldest first, so ``max_instances`` counts as it would have), and list the
@@ -873,11 +1016,16 @@ def replay(runs: Sequence[RunRecord], config: Config) -> list[Change]:
     (:func:`one_per_run`). A run it would sanction carries its suspects: the other
     origins that ran the same script (:func:`group_runs`), a person's shell included.
 
+    A run it would sanction whose job or source rogue-watchdog acted against
+    (``actions``: :func:`acted_notes`) is marked suspect too.
+
     The ignore list is not replayed (a run does not record its process's exe); ignored
     runs are left out.
     """
     groups = group_runs(runs)
+    acted_notes(groups, actions)
     rivals = {(r.root_pid, r.start_ticks): g.rivals for g in groups for r in g.runs}
+    acted = {(r.root_pid, r.start_ticks): acted_text(g) for g in groups for r in g.runs}
     ordered = [r for g in groups for r in g.runs]
     ordered.sort(key=lambda r: (r.started_at, r.root_pid))
     out = []
@@ -887,7 +1035,10 @@ def replay(runs: Sequence[RunRecord], config: Config) -> list[Change]:
         if mine.verdict != run.verdict:
             suspects: tuple[str, ...] = ()
             if mine.verdict == "sanctioned":
-                suspects = tuple(rival_text(h) for h in rivals[(run.root_pid, run.start_ticks)])
+                key = (run.root_pid, run.start_ticks)
+                suspects = tuple(rival_text(h) for h in rivals[key])
+                if acted[key]:
+                    suspects = (f"suspect: {acted[key]}", *suspects)
             out.append(Change(run, run.verdict, mine.verdict, mine.reason, suspects))
     return out
 
@@ -908,11 +1059,17 @@ def render_changes(changes: Sequence[Change]) -> str:
         )
         lines.extend("    " + safe_text(s) for s in c.suspects)
     total = f"{len(changes)} run(s) would change verdict"
-    marked = sum(1 for c in changes if c.suspects)
+    acted = sum(1 for c in changes if any(s.startswith(_ACTED_SUSPECT) for s in c.suspects))
+    marked = sum(1 for c in changes if any(not s.startswith(_ACTED_SUSPECT) for s in c.suspects))
     if marked:
         total += (
             f"; {marked} would be sanctioned although the same script also ran from "
             "another origin (suspect: review before enforcing)"
+        )
+    if acted:
+        total += (
+            f"; {acted} would be sanctioned although rogue-watchdog acted against its job "
+            "or source (suspect: review before enforcing)"
         )
     lines.append(total)
     return "\n".join(lines)

@@ -446,14 +446,20 @@ class SourceUndo:
     undo: ActionRecord
     disable: ActionRecord
 
-    def note(self) -> str:
-        """``its source was re-enabled by `rogue-watchdog undo 7` (action 9) at T by ACTOR``."""
+    def note(self, cli_args: str = "") -> str:
+        """``its source was re-enabled by `rogue-watchdog undo 7` (action 9) at T by ACTOR``.
+
+        Args:
+            cli_args: What the printed ``undo`` carries after its verb: the daemon's
+                `` --config PATH`` (:func:`watchdog.hostpaths.config_args`), so pasted it
+                reads that instance's actions, not the default state database's.
+        """
         when = datetime.fromtimestamp(self.undo.created_at).astimezone()
         return (
-            f"its source was re-enabled by `rogue-watchdog undo {self.disable.id}` (action "
-            f"{self.undo.id}) at {when.isoformat(timespec='seconds')} by {self.undo.actor}, "
-            f"undoing disable-source action {self.disable.id}: an operator's undo, not a "
-            "failed remediation"
+            f"its source was re-enabled by `rogue-watchdog undo{cli_args} {self.disable.id}` "
+            f"(action {self.undo.id}) at {when.isoformat(timespec='seconds')} by "
+            f"{self.undo.actor}, undoing disable-source action {self.disable.id}: an "
+            "operator's undo, not a failed remediation"
         )
 
 

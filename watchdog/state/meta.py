@@ -4,6 +4,8 @@ restarts and retention).
 
 from __future__ import annotations
 
+import sqlite3
+
 from .table import Table
 
 
@@ -22,6 +24,24 @@ class MetaTable(Table):
             " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
             (key, value),
         )
+
+    def earliest_record(self) -> float | None:
+        """POSIX time of the oldest thing recorded (a run's start, a finding opened, an
+        action taken), or None when nothing is: when a state database written before
+        ``meta`` ``first_started`` was kept began to be used."""
+        found: list[float] = []
+        for sql in (
+            "SELECT MIN(started_at) FROM job_runs",
+            "SELECT MIN(opened_at) FROM findings",
+            "SELECT MIN(created_at) FROM actions",
+        ):
+            try:
+                row = self.conn.execute(sql).fetchone()
+            except sqlite3.Error:  # a table an older schema lacks
+                continue
+            if row and isinstance(row[0], int | float):
+                found.append(float(row[0]))
+        return min(found) if found else None
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to a named counter (it survives restarts and retention)."""

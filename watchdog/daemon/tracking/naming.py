@@ -12,7 +12,9 @@ from ...state import SourceUndo
 
 
 def with_undo_notes(
-    findings: Iterable[Finding], undos: Mapping[tuple[int, int], SourceUndo | None]
+    findings: Iterable[Finding],
+    undos: Mapping[tuple[int, int], SourceUndo | None],
+    cli_args: str = "",
 ) -> list[Finding]:
     """A rogue job that runs because an operator undid the disabling of its source
     says so in its one finding (no ``respawned`` beside it, and the enforcer opens no
@@ -22,6 +24,8 @@ def with_undo_notes(
         findings: This tick's findings.
         undos: By job root identity (PID, start ticks): the undo that re-enabled the
             source the job started from after, or None.
+        cli_args: The daemon's `` --config PATH`` for the printed ``undo``
+            (:meth:`SourceUndo.note`).
     """
     out = []
     for f in findings:
@@ -32,7 +36,7 @@ def with_undo_notes(
         if undo is not None:
             f = dataclasses.replace(
                 f,
-                message=f"{f.message}; {undo.note()}",
+                message=f"{f.message}; {undo.note(cli_args)}",
                 details={
                     **f.details,
                     "source_undo": {"undo_action": undo.undo.id, "undid": undo.disable.id},
