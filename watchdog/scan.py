@@ -262,6 +262,9 @@ class Scanner:
             always inspected).
         remember: Start from the sanctioned processes the daemon recorded in
             ``daemon.state_dir`` (read only; nothing when there is no database).
+        one_shot: A single look (``rogue-watchdog scan``): while NVML sees every GPU,
+            only the fd tables of GPU candidates' family lines are read
+            (:meth:`DeviceFdSource.holders` ``seeds``), not every process's.
     """
 
     def __init__(
@@ -272,8 +275,10 @@ class Scanner:
         fd_sweep_interval_s: float = 60.0,
         *,
         remember: bool = True,
+        one_shot: bool = False,
     ) -> None:
         self.config = config
+        self.one_shot = one_shot
         # Re-read every stat file about every 30 s (catches exec under the same PID).
         restat_every = max(1, round(30.0 / config.daemon.interval_s))
         self.table = ProcessTable(config.paths.proc_root, restat_every=restat_every)
@@ -615,8 +620,8 @@ class Scanner:
             gpu: Stage 2's picture.
             read_at: When the process table was refreshed (``time.monotonic()``).
         """
-        holders = self.devfd.holders(self.table, read_at)
         gpu_libs = self.gpu_libraries.holders(self.table, read_at)
+        holders = self.devfd.holders(self.table, read_at, self._fd_seeds(gpu, gpu_libs))
         evidence = collect_training(
             self.table,
             gpu.visible,
@@ -630,6 +635,17 @@ class Scanner:
         procs = self.table.procs
         ignored = ignored_pids((procs[pid] for pid in evidence.by_pid), self.config.ignore)
         return _Candidates(evidence=evidence, holders=holders, ignored=ignored)
+
+    def _fd_seeds(self, gpu: _GpuPicture, gpu_libs: Mapping[int, object]) -> set[int] | None:
+        """The GPU candidates whose family lines alone a one-shot scan reads fd tables of
+        (issue 34, item 2), or None to read them as a daemon does. Only while NVML sees
+        every GPU: then a process holding a device with a CUDA context is listed, and an
+        orphaned worker holding one has CUDA mapped (it forked from a CUDA process).
+        What is left unread is a holder with neither, unrelated to any candidate."""
+        if not self.one_shot or gpu.blind or not gpu.view.status.available:
+            return None
+        launchers = self.launcher_cache.matching(self.table, self.config.training.launchers)
+        return {*(gp.pid for gp in gpu.view.processes), *gpu_libs, *launchers}
 
     def _with_origins(self, jobs: Sequence[Job], now: datetime) -> list[Job]:
         """Stage 4: each job with the origin of its root: resolved, or reused while its

@@ -422,6 +422,8 @@ class LauncherCache:
         A zombie never matches: it has exited, and its old command line launches nothing.
         """
         procs = table.procs
+        if self._table == id(table) and self._generation == table.generation:
+            return sorted(self._hits)  # asked again after the same refresh
         incremental = self._table == id(table) and self._generation == table.generation - 1
         if incremental:
             self._hits -= table.removed
