@@ -19,7 +19,7 @@ from .config import Config
 from .hosttext import command_text
 from .lineage import default_resolvers
 from .lineage.at import with_live_queue
-from .lineage.base import OriginResolver, ResolveContext
+from .lineage.base import OriginResolver, ResolveContext, is_wrapper
 from .lineage.cron import entry_state, with_entry_state
 from .model import (
     NOT_LIVE,
@@ -620,7 +620,7 @@ class Scanner:
             gpu: Stage 2's picture.
             read_at: When the process table was refreshed (``time.monotonic()``).
         """
-        gpu_libs = self.gpu_libraries.holders(self.table, read_at)
+        gpu_libs = self.gpu_libraries.holders(self.table, read_at, skip=is_wrapper)
         holders = self.devfd.holders(self.table, read_at, self._fd_seeds(gpu, gpu_libs))
         evidence = collect_training(
             self.table,

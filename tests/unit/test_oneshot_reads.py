@@ -5,14 +5,17 @@ and always in the daemon. Real processes, device fds on plain files, the stand-i
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from rogue_watchdog.config import Config, parse_config
+from rogue_watchdog.lineage.base import is_wrapper
 from rogue_watchdog.model import Job
 from rogue_watchdog.scan import Scanner
 from rogue_watchdog.sources.devfd import DeviceFdSource, related
+from rogue_watchdog.sources.gpulibs import GpuLibraryCache
 from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import Spawned, need_program
 from tests.fakenvml.fixtures import fake_nvml, library_path
@@ -145,3 +148,39 @@ def test_related_is_seeds_ancestors_and_descendants(spawned: Spawned, tmp_path: 
     # An ancestor found holding the device roots the job: its other children are read.
     holders = DeviceFdSource(f"{tmp_path}/nvidia[0-9]*").holders(table, 0.0, seeds={kid})
     assert set(holders) == {parent, keeper}
+
+
+def test_wrappers_maps_are_not_read_until_they_exec(spawned: Spawned, tmp_path: Path) -> None:
+    # A shell's maps cannot change the answer (the scan counts no library a wrapper
+    # maps), so they are not read; once it execs a program, that program's are.
+    need_program("gcc")
+    (tmp_path / "cuda.c").write_text("int cuInit(unsigned int f) { (void)f; return 0; }\n")
+    lib = tmp_path / "libcuda.so.1"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "cuda.c")], check=True
+    )
+    go = tmp_path / "go"
+    # bash holds the stand-in library mapped (LD_PRELOAD) while it waits, then execs
+    # python, which maps it too.
+    then = f'exec {sys.executable} -c "import time; time.sleep(60)"'
+    shell = spawned.start(
+        ["bash", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; {then}"],
+        env={"LD_PRELOAD": str(lib), "PATH": "/usr/bin:/bin"},
+    )
+    cache = GpuLibraryCache(("libcuda.so",), recheck_s=0.0)
+    table = ProcessTable()
+    deadline = time.time() + 10
+    while time.time() < deadline and (
+        table.get(shell.pid) is None or not is_wrapper(table.procs[shell.pid])
+    ):
+        table.refresh()
+    assert is_wrapper(table.procs[shell.pid])
+    assert shell.pid not in cache.holders(table, 1.0, skip=is_wrapper)
+    assert cache.holders(table, 1.0)[shell.pid] == ("libcuda.so",)  # mapped all along
+    cache = GpuLibraryCache(("libcuda.so",), recheck_s=0.0)
+    cache.holders(table, 1.0, skip=is_wrapper)
+    go.write_text("")
+    while time.time() < deadline and is_wrapper(table.procs[shell.pid]):
+        table.refresh()
+    assert not is_wrapper(table.procs[shell.pid])
+    assert cache.holders(table, 2.0, skip=is_wrapper)[shell.pid] == ("libcuda.so",)
