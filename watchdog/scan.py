@@ -57,13 +57,12 @@ from .policy.services import service_findings, service_scope
 from .policy.workload import WorkloadFacts, with_classes
 from .sources.devfd import DeviceFdSource
 from .sources.gpulibs import GpuLibraryCache
-from .sources.procevents import EventBatch
 from .sources.procfs import ProcessTable, boot_id, pid_namespaces, read_identity
 from .sources.sockets import ListenScan, scan_listening
-from .state import read_sanctioned_procs
 
 if TYPE_CHECKING:  # pynvml is imported only when NVML is used
     from .sources.nvml_records import NvmlSnapshot
+    from .sources.procevents import EventBatch
 
 # How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
 # are re-read after this; `next_run` may lag by as much).
@@ -144,6 +143,27 @@ def release_memory() -> bool:
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
     return bool(trim(0))
+
+
+def remembered_sanctioned(state_dir: str, proc_root: str) -> dict[tuple[int, int], str]:
+    """The sanctioned processes the daemon recorded (:func:`watchdog.state.read_sanctioned_procs`).
+
+    The state package (SQLite and every table's code) is imported only when the daemon's
+    database exists: a one-shot scan on a host without the daemon does not pay for it
+    (issue 34, item 2).
+
+    Args:
+        state_dir: ``daemon.state_dir``.
+        proc_root: procfs mount (this boot's id).
+
+    Returns:
+        ``(PID, start ticks) -> rule``; empty without a database.
+    """
+    if not os.path.isfile(os.path.join(state_dir, "state.db")):  # state/store.py's name
+        return {}
+    from .state import read_sanctioned_procs
+
+    return read_sanctioned_procs(state_dir, boot_id(proc_root))
 
 
 def read_listens(
@@ -309,7 +329,7 @@ class Scanner:
         # A one-shot command starts from what the daemon recorded (read only), so it never
         # calls rogue what the daemon sanctioned when it started.
         self.sanctioned: dict[tuple[int, int], str] = (
-            read_sanctioned_procs(config.daemon.state_dir, boot_id(config.paths.proc_root))
+            remembered_sanctioned(config.daemon.state_dir, config.paths.proc_root)
             if remember
             else {}
         )

@@ -184,3 +184,20 @@ def test_wrappers_maps_are_not_read_until_they_exec(spawned: Spawned, tmp_path: 
         table.refresh()
     assert not is_wrapper(table.procs[shell.pid])
     assert cache.holders(table, 2.0, skip=is_wrapper)[shell.pid] == ("libcuda.so",)
+
+
+def test_the_daemons_sanctioned_record_is_read_when_it_exists(tmp_path: Path) -> None:
+    # The state package is imported only when the database exists (start-up), and then
+    # the one-shot starts from what the daemon sanctioned, as before.
+    from rogue_watchdog.scan import remembered_sanctioned
+    from rogue_watchdog.sources.procfs import boot_id
+    from rogue_watchdog.state import StateDB
+
+    state = tmp_path / "state"
+    assert remembered_sanctioned(str(state), "/proc") == {}
+    db = StateDB(state)
+    db.set_sanctioned_procs({(4242, 1000): "pipeline"}, boot_id("/proc"), 0.0)
+    db.close()
+    assert remembered_sanctioned(str(state), "/proc") == {(4242, 1000): "pipeline"}
+    cfg = config(tmp_path, "{enabled: false}")
+    assert Scanner(cfg, resolvers=[], one_shot=True).sanctioned == {(4242, 1000): "pipeline"}
