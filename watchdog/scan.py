@@ -58,7 +58,7 @@ from .policy.workload import WorkloadFacts, with_classes
 from .sources.devfd import DeviceFdSource
 from .sources.gpulibs import GpuLibraryCache
 from .sources.procfs import ProcessTable, boot_id, pid_namespaces, read_identity
-from .sources.sockets import ListenScan, scan_listening
+from .sources.sockets import ListenScan, SocketReads, scan_listening
 
 if TYPE_CHECKING:  # pynvml is imported only when NVML is used
     from .sources.nvml_records import NvmlSnapshot
@@ -176,8 +176,9 @@ def read_listens(
     Returns:
         Job root PID → what its scope's sockets showed.
     """
+    seen = SocketReads()  # jobs below one origin share its processes: each read once
     return {
-        root: scan_listening(pids, proc_root)
+        root: scan_listening(pids, proc_root, seen)
         for root, pids in service_scope(jobs, table, guard).items()
     }
 

@@ -5,6 +5,7 @@ and always in the daemon. Real processes, device fds on plain files, the stand-i
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -201,3 +202,37 @@ def test_the_daemons_sanctioned_record_is_read_when_it_exists(tmp_path: Path) ->
     assert remembered_sanctioned(str(state), "/proc") == {(4242, 1000): "pipeline"}
     cfg = config(tmp_path, "{enabled: false}")
     assert Scanner(cfg, resolvers=[], one_shot=True).sanctioned == {(4242, 1000): "pipeline"}
+
+
+def test_socket_reads_are_shared_by_the_scopes_of_one_moment(spawned: Spawned) -> None:
+    # Jobs started by one parent share their origin's processes: with one SocketReads,
+    # each fd table is read once however many scopes name it, and the answers are those
+    # of reads that share nothing.
+    import socket
+
+    from rogue_watchdog.sources import sockets
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    child = spawned.start(["sleep", "60"])
+    scopes = [[os.getpid(), child.pid], [os.getpid()], [child.pid, os.getpid()]]
+    alone = [sockets.scan_listening(s) for s in scopes]
+    reads: list[int] = []
+    real = sockets._socket_inodes
+
+    def counted(proc_root: str, pid: int) -> list[int] | None:
+        reads.append(pid)
+        return real(proc_root, pid)
+
+    sockets._socket_inodes = counted  # type: ignore[assignment]
+    try:
+        seen = sockets.SocketReads()
+        shared = [sockets.scan_listening(s, "/proc", seen) for s in scopes]
+    finally:
+        sockets._socket_inodes = real  # type: ignore[assignment]
+        server.close()
+    assert [r.listening for r in shared] == [r.listening for r in alone]
+    assert any(x.port == port and x.pid == os.getpid() for x in shared[1].listening)
+    assert sorted(reads) == sorted({os.getpid(), child.pid})  # each read once
