@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .config import Config
 from .hosttext import command_text
 from .lineage import default_resolvers
-from .lineage.base import OriginResolver, ResolveContext, recheck, split_answer
+from .lineage.base import OriginResolver, ResolveContext, is_wrapper, recheck, split_answer
 from .model import (
     UNKNOWN_ORIGIN,
     Finding,
@@ -51,13 +51,12 @@ from .policy.services import service_findings, service_scope
 from .policy.workload import WorkloadFacts, with_classes
 from .sources.devfd import DeviceFdSource
 from .sources.gpulibs import GpuLibraryCache
-from .sources.procevents import EventBatch
 from .sources.procfs import ProcessTable, boot_id, pid_namespaces, read_identity
-from .sources.sockets import ListenScan, scan_listening
-from .state import read_sanctioned_procs
+from .sources.sockets import ListenScan, SocketReads, scan_listening
 
 if TYPE_CHECKING:  # pynvml is imported only when NVML is used
     from .sources.nvml_records import NvmlSnapshot
+    from .sources.procevents import EventBatch
 
 # How long a resolved origin is reused for an unchanged lineage (crontabs and unit files
 # are re-read after this; `next_run` may lag by as much).
@@ -140,6 +139,27 @@ def release_memory() -> bool:
     return bool(trim(0))
 
 
+def remembered_sanctioned(state_dir: str, proc_root: str) -> dict[tuple[int, int], str]:
+    """The sanctioned processes the daemon recorded (:func:`watchdog.state.read_sanctioned_procs`).
+
+    The state package (SQLite and every table's code) is imported only when the daemon's
+    database exists: a one-shot scan on a host without the daemon does not pay for it
+    (issue 34, item 2).
+
+    Args:
+        state_dir: ``daemon.state_dir``.
+        proc_root: procfs mount (this boot's id).
+
+    Returns:
+        ``(PID, start ticks) -> rule``; empty without a database.
+    """
+    if not os.path.isfile(os.path.join(state_dir, "state.db")):  # state/store.py's name
+        return {}
+    from .state import read_sanctioned_procs
+
+    return read_sanctioned_procs(state_dir, boot_id(proc_root))
+
+
 def read_listens(
     jobs: Sequence[Job], table: ProcessTable, guard: Protection | None, proc_root: str
 ) -> dict[int, ListenScan]:
@@ -150,8 +170,9 @@ def read_listens(
     Returns:
         Job root PID → what its scope's sockets showed.
     """
+    seen = SocketReads()  # jobs below one origin share its processes: each read once
     return {
-        root: scan_listening(pids, proc_root)
+        root: scan_listening(pids, proc_root, seen)
         for root, pids in service_scope(jobs, table, guard).items()
     }
 
@@ -257,6 +278,9 @@ class Scanner:
             always inspected).
         remember: Start from the sanctioned processes the daemon recorded in
             ``daemon.state_dir`` (read only; nothing when there is no database).
+        one_shot: A single look (``rogue-watchdog scan``): while NVML sees every GPU,
+            only the fd tables of GPU candidates' family lines are read
+            (:meth:`DeviceFdSource.holders` ``seeds``), not every process's.
     """
 
     def __init__(
@@ -267,8 +291,10 @@ class Scanner:
         fd_sweep_interval_s: float = 60.0,
         *,
         remember: bool = True,
+        one_shot: bool = False,
     ) -> None:
         self.config = config
+        self.one_shot = one_shot
         # Re-read every stat file about every 30 s (catches exec under the same PID).
         restat_every = max(1, round(30.0 / config.daemon.interval_s))
         self.table = ProcessTable(config.paths.proc_root, restat_every=restat_every)
@@ -299,7 +325,7 @@ class Scanner:
         # A one-shot command starts from what the daemon recorded (read only), so it never
         # calls rogue what the daemon sanctioned when it started.
         self.sanctioned: dict[tuple[int, int], str] = (
-            read_sanctioned_procs(config.daemon.state_dir, boot_id(config.paths.proc_root))
+            remembered_sanctioned(config.daemon.state_dir, config.paths.proc_root)
             if remember
             else {}
         )
@@ -602,8 +628,8 @@ class Scanner:
             gpu: Stage 2's picture.
             read_at: When the process table was refreshed (``time.monotonic()``).
         """
-        holders = self.devfd.holders(self.table, read_at)
-        gpu_libs = self.gpu_libraries.holders(self.table, read_at)
+        gpu_libs = self.gpu_libraries.holders(self.table, read_at, skip=is_wrapper)
+        holders = self.devfd.holders(self.table, read_at, self._fd_seeds(gpu, gpu_libs))
         evidence = collect_training(
             self.table,
             gpu.visible,
@@ -617,6 +643,17 @@ class Scanner:
         procs = self.table.procs
         ignored = ignored_pids((procs[pid] for pid in evidence.by_pid), self.config.ignore)
         return _Candidates(evidence=evidence, holders=holders, ignored=ignored)
+
+    def _fd_seeds(self, gpu: _GpuPicture, gpu_libs: Mapping[int, object]) -> set[int] | None:
+        """The GPU candidates whose family lines alone a one-shot scan reads fd tables of
+        (issue 34, item 2), or None to read them as a daemon does. Only while NVML sees
+        every GPU: then a process holding a device with a CUDA context is listed, and an
+        orphaned worker holding one has CUDA mapped (it forked from a CUDA process).
+        What is left unread is a holder with neither, unrelated to any candidate."""
+        if not self.one_shot or gpu.blind or not gpu.view.status.available:
+            return None
+        launchers = self.launcher_cache.matching(self.table, self.config.training.launchers)
+        return {*(gp.pid for gp in gpu.view.processes), *gpu_libs, *launchers}
 
     def _with_origins(self, jobs: Sequence[Job], now: datetime) -> list[Job]:
         """Stage 4: each job with the origin of its root: resolved, or reused while its

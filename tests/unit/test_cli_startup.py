@@ -107,3 +107,18 @@ def test_status_as_typed_loads_no_config_parser(tmp_path: Path) -> None:
     code, modules = loaded("status", tmp_path=tmp_path)
     assert code == 3
     assert [m for m in HEAVY if m in modules] == []
+
+
+def test_scan_loads_only_what_a_scan_needs(tmp_path: Path) -> None:
+    # issue 34, item 2: without the daemon's database nothing of the state package is
+    # imported, and a one-shot has no kernel events, daemon, actions or weights to load.
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path / 'state'}'}}\n")
+    code, modules = loaded("scan", "--json", "--config", str(cfg), tmp_path=tmp_path)
+    assert code in (0, 1)
+    unneeded = ("rogue_watchdog.state", "rogue_watchdog.sources.procevents", "numpy", "httpx")
+    assert [m for m in modules if m.startswith(unneeded)] == []
+    assert [
+        m for m in modules if m.startswith(("rogue_watchdog.daemon", "rogue_watchdog.actions"))
+    ] == []
+    assert "rogue_watchdog.scan" in modules

@@ -238,3 +238,21 @@ def _argv(pid: int) -> list[str]:
 
 def test_release_memory_never_raises() -> None:
     assert release_memory() in (True, False)
+
+
+def test_training_evidence_is_one_set_per_combination() -> None:
+    # The workers of one job share their reasons' set: no set per PID per tick.
+    from rogue_watchdog.policy.jobs import TrainingEvidence
+
+    ev = TrainingEvidence()
+    for pid in range(100, 4196):
+        ev.add(pid, "nvml")
+        ev.add(pid, "gpu-library")
+    ev.add(7, "gpu-library")
+    ev.add(7, "nvml")  # the same reasons in another order
+    ev.add(8, "launcher")
+    assert len({id(v) for v in ev.by_pid.values()}) == 2
+    assert ev.by_pid[100] is ev.by_pid[7] == {"nvml", "gpu-library"}
+    assert ev.by_pid[8] == {"launcher"}
+    ev.add(9, "nvml", own=False)
+    assert 9 not in ev.own and {100, 7, 8} <= ev.own

@@ -80,7 +80,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
     path = command_config_path(args.config, acts=False)
     config = load_config(path)
-    result = Scanner(config).scan()
+    result = Scanner(config, one_shot=True).scan()
     result.findings.extend(one_shot_queue_findings(config))
     notes: list[str] = []
     learning = learning_note(config, time.time())

@@ -20,6 +20,7 @@ then never claims that no entry starts the job.
 
 from __future__ import annotations
 
+import functools
 import os
 import pwd
 import re
@@ -28,6 +29,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
+from typing import cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -394,6 +396,14 @@ def _norm(text: str) -> str:
     return " ".join(text.split())
 
 
+@functools.lru_cache(maxsize=1024)
+def _entry_tokens(command: str) -> tuple[str, ...]:
+    """:func:`_tokens` of a crontab entry's command, kept: every job's lineage is matched
+    against every entry each scan, and the same few lines were split again for each
+    (issue 34, item 3: 38 jobs cost 228 splits)."""
+    return tuple(_tokens(command))
+
+
 def _tokens(command: str) -> list[str]:
     try:
         lex = shlex.shlex(command, posix=True, punctuation_chars=True)
@@ -423,7 +433,7 @@ def _contained(procs: Sequence[Proc], entries: Sequence[CronEntry]) -> list[_Mat
             argvs.append(list(proc.cmdline[1:]))
         argvs = [a for a in argvs if len(a) >= 2 or (a and "/" in a[0])]
         for entry in entries:
-            words = _tokens(entry.run_command)
+            words = _entry_tokens(entry.run_command)
             if any(_has_run(words, argv) for argv in argvs):
                 how = f"the command line of PID {proc.pid} ({proc.args_text}) is part of it"
                 out.append(_Match(entry, False, how))
@@ -792,12 +802,25 @@ def _fired_before(entry: CronEntry, start_s: float, ctx: ResolveContext) -> floa
     """Seconds between the entry's last fire time and ``start_s``, or None."""
     if entry.expression is None:
         return None
+    zone = _entry_zone(entry, ctx)
+    # One answer per schedule and start time in a scan: the jobs below one parent share
+    # the ancestor that is matched against every entry (issue 34, item 3).
+    memo = cast(dict[tuple[str, tzinfo, float], float | None], ctx.cache.setdefault(_FIRED, {}))
+    key = (entry.expression, zone, start_s)
+    if key in memo:
+        return memo[key]
+    lag: float | None
     try:
-        started = datetime.fromtimestamp(start_s, _entry_zone(entry, ctx))
+        started = datetime.fromtimestamp(start_s, zone)
         fired = next(CronSim(entry.expression, started + timedelta(seconds=2), reverse=True))
+        lag = (started - fired).total_seconds()
     except (ValueError, OSError, OverflowError, StopIteration, CronSimError):
-        return None
-    return (started - fired).total_seconds()
+        lag = None
+    memo[key] = lag
+    return lag
+
+
+_FIRED = "cron.fired_before"  # ResolveContext.cache key of _fired_before's answers
 
 
 @dataclass(frozen=True)
@@ -948,7 +971,7 @@ _CRON_DEFAULT_PATH = "/usr/bin:/bin"
 
 def _scripts_of(entry: CronEntry) -> list[str]:
     """Absolute paths among the words of the entry's command (the scripts it runs)."""
-    return list(dict.fromkeys(w for w in _tokens(entry.run_command) if w.startswith("/")))
+    return list(dict.fromkeys(w for w in _entry_tokens(entry.run_command) if w.startswith("/")))
 
 
 def _script_mentions(path: str, program: str, ctx: ResolveContext) -> int | None:

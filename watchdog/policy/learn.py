@@ -616,7 +616,7 @@ def acted_notes(groups: Sequence[Group], actions: Sequence[ActionRecord]) -> Non
             )
             if not hit and isinstance(origin, dict):
                 try:
-                    hit = _origin_key(Origin.from_json(origin)) == key
+                    hit = _origin_key(origin_from_json(origin)) == key
                 except (KeyError, TypeError, ValueError):
                     hit = False
             if not hit:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from ..model import Proc
 from .procfs import ProcessTable
 
 # A maps file is read up to this size; the libraries a process maps first sit near the
@@ -108,12 +109,18 @@ class GpuLibraryCache:
         if libraries:
             self._seen[pid] = (start_ticks, now, now, tuple(libraries))
 
-    def holders(self, table: ProcessTable, now: float) -> dict[int, tuple[str, ...]]:
+    def holders(
+        self, table: ProcessTable, now: float, skip: Callable[[Proc], bool] | None = None
+    ) -> dict[int, tuple[str, ...]]:
         """PID → mapped GPU libraries, for every process in ``table`` that has any.
 
         Args:
             table: Refreshed process table.
             now: Monotonic seconds.
+            skip: Processes whose maps cannot change the answer, never read (a wrapper:
+                a shell has nothing to run on a GPU, and the scan counts no library it
+                maps, issue 34 item 2). Nothing is kept for them, so one that execs into
+                another program is read at its next sighting.
         """
         if self.pattern is None:
             return {}
@@ -128,7 +135,7 @@ class GpuLibraryCache:
         alive: dict[int, tuple[int, float, float, tuple[str, ...]]] = {}
         out: dict[int, tuple[str, ...]] = {}
         for pid, proc in table.procs.items():
-            if proc.kernel_thread or proc.is_zombie:
+            if proc.kernel_thread or proc.is_zombie or (skip is not None and skip(proc)):
                 continue
             start = proc.start_ticks
             entry = seen.get(pid)

@@ -194,7 +194,28 @@ def _tables(proc_root: str, pid: int) -> dict[int, tuple[Literal["tcp", "udp"], 
     return out
 
 
-def scan_listening(pids: Iterable[int], proc_root: str = "/proc") -> ListenScan:
+_UNREAD: list[int] = []  # SocketReads.inodes has no entry for the PID yet
+
+
+@dataclass
+class SocketReads:
+    """What :func:`scan_listening` read, kept for later calls of the same moment (one
+    scan's service scopes): a process's socket inodes and a namespace's socket tables.
+
+    Attributes:
+        inodes: PID -> its socket inodes; None when unreadable (permission).
+        tables: Network namespace -> its listening sockets by inode; None when unreadable.
+    """
+
+    inodes: dict[int, list[int] | None] = field(default_factory=dict)
+    tables: dict[str, dict[int, tuple[Literal["tcp", "udp"], str, int]] | None] = field(
+        default_factory=dict
+    )
+
+
+def scan_listening(
+    pids: Iterable[int], proc_root: str = "/proc", seen: SocketReads | None = None
+) -> ListenScan:
     """Listening sockets held by ``pids``.
 
     Socket tables are read once per network namespace. Vanished processes are skipped;
@@ -203,15 +224,21 @@ def scan_listening(pids: Iterable[int], proc_root: str = "/proc") -> ListenScan:
     Args:
         pids: Processes to inspect (duplicates ignored).
         proc_root: procfs mount; fixture trees in tests pass their own.
+        seen: What earlier calls of the same moment read (:class:`SocketReads`): jobs
+            started by one parent share their origin's processes, whose fd tables and
+            socket tables are then read once, not once per job (issue 34, item 3).
 
     Returns:
         The sockets found and the PIDs that could not be inspected.
     """
     result = ListenScan()
-    by_ns: dict[str, dict[int, tuple[Literal["tcp", "udp"], str, int]] | None] = {}
+    seen = seen if seen is not None else SocketReads()
+    by_ns = seen.tables
     found: set[Listen] = set()
     for pid in sorted(set(pids)):
-        inodes = _socket_inodes(proc_root, pid)
+        inodes = seen.inodes.get(pid, _UNREAD)
+        if inodes is _UNREAD:
+            inodes = seen.inodes[pid] = _socket_inodes(proc_root, pid)
         if inodes is None:
             result.denied.append(pid)
             continue
