@@ -69,6 +69,7 @@ PRELUDE = (
     "from pathlib import Path\n"
     "from tests.sim.machine import TrustMachine\n"
     "TrustMachine.workdir = Path(tempfile.mkdtemp())\n"
+    "TrustMachine.events = False\n"  # found while the simulated daemon polled
     "m = TrustMachine()\n"
 )
 
