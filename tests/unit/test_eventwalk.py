@@ -11,7 +11,7 @@ from pathlib import Path
 from rogue_watchdog.sources.eventwalk import EventWalk
 from rogue_watchdog.sources.procevents import EventBatch
 from rogue_watchdog.sources.procfs import ProcessTable
-from tests.conftest import Spawned
+from tests.conftest import Spawned, poll
 
 
 def write(root: Path, pid: int, ppid: int, argv: list[str], *, state: str = "S",
@@ -142,6 +142,10 @@ def test_on_procfs_a_process_read_by_event_keeps_its_inode(spawned: Spawned) -> 
     walk = EventWalk()
     walk.refresh(table, EventBatch(complete=True), 0.0)
     child = spawned.start(["sleep", "60"])
+    # Its fork event came before its exec: read once the exec is done (the exec event
+    # would name it again otherwise).
+    cmdline = Path(f"/proc/{child.pid}/cmdline")
+    poll("its exec", lambda: cmdline.read_bytes().startswith(b"sleep"), 10, 0.01)
     assert not walk.refresh(table, EventBatch(forked={child.pid}, complete=True), 1.0)
     assert table.procs[child.pid].cmdline == ("sleep", "60")
     assert table.still_same(child.pid)

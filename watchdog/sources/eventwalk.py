@@ -100,8 +100,10 @@ class EventWalk:
             return True
         assert batch is not None
         named = batch.forked | batch.ended | batch.reinspect
-        for pid in batch.ended:
-            named.update(table.children(pid))  # re-parented: no event says so
+        if ended := batch.ended:
+            # Re-parented: no event says so. One pass, not the children index (sorted,
+            # rebuilt after every refresh).
+            named.update(p for p, proc in table.procs.items() if proc.ppid in ended)
         only = named | self._pending | table.watched
         table.refresh(only)
         self.event_walks += 1
