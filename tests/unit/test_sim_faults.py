@@ -365,3 +365,26 @@ def test_a_return_paged_from_memory_counts_after_a_later_remind() -> None:
     # BEFORE (35ffd22): "I9: d0c8da31d6c876eb back as 4000007 after {(4000007, 8646600)}
     # was killed: no page".
     assert violation(steps) == ""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 34): a container run the daemon's own terminate ended again, "
+    "seen only at its exec, is a job of its own and pages remediation-failed again",
+)
+def test_with_events_a_container_run_seen_only_at_its_exec_is_not_paged_twice() -> None:
+    """Case 8's steps with the daemon following kernel events (issue 34): terminate of a
+    ``--restart=always`` container's trainer; the engine restarts it at once, the
+    terminate ends that run too, the engine starts a third. The second run, captured at
+    its exec and gone by the next tick, is judged as a job of its own (``already
+    exited``) and its ``remediation-failed`` pages a second time with no kill between
+    (I8/I13). Found when the simulator began to send kernel events; the twin that walks
+    every process agrees (I16 holds): it is the exec-capture path, not the event walk.
+    BEFORE/AFTER (ce25914): "I8/I13: remediation-failed of action 2 paged twice: F3 at
+    1800086441.0, F5 at 1800086446.0, no kill between, not quiet"."""
+    steps = (
+        "TrustMachine.events = True;m.teardown();m = TrustMachine();"
+        "m.container_runs(policy='always');m.reload(cap=1, mode='terminate', auto=False);"
+        "m.tick(5.0);m.tick(5.0);m.tick(5.0)"
+    )
+    assert violation(steps) == ""
