@@ -367,11 +367,6 @@ def test_a_return_paged_from_memory_counts_after_a_later_remind() -> None:
     assert violation(steps) == ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 34): a container run the daemon's own terminate ended again, "
-    "seen only at its exec, is a job of its own and pages remediation-failed again",
-)
 def test_with_events_a_container_run_seen_only_at_its_exec_is_not_paged_twice() -> None:
     """Case 8's steps with the daemon following kernel events (issue 34): terminate of a
     ``--restart=always`` container's trainer; the engine restarts it at once, the
@@ -380,8 +375,10 @@ def test_with_events_a_container_run_seen_only_at_its_exec_is_not_paged_twice() 
     exited``) and its ``remediation-failed`` pages a second time with no kill between
     (I8/I13). Found when the simulator began to send kernel events; the twin that walks
     every process agrees (I16 holds): it is the exec-capture path, not the event walk.
-    BEFORE/AFTER (ce25914): "I8/I13: remediation-failed of action 2 paged twice: F3 at
-    1800086441.0, F5 at 1800086446.0, no kill between, not quiet"."""
+    The finding named the gone run as its root, the next tick the live one: another
+    finding. Now a run still here names it (watchdog/actions/enforcer.py).
+    BEFORE (80ed886): "I8/I13: remediation-failed of action 2 paged twice: F3 at
+    1800086441.0, F5 at 1800086446.0, no kill between, not quiet"; AFTER: none."""
     steps = (
         "TrustMachine.events = True;m.teardown();m = TrustMachine();"
         "m.container_runs(policy='always');m.reload(cap=1, mode='terminate', auto=False);"
