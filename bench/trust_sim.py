@@ -2,8 +2,9 @@
 
 Drives the real Scanner, Daemon.tick and enforcer over a simulated host
 (tests/sim/machine.py) for about STEPS rule steps, in examples of ``--per-example``
-steps, with daemon kills between action steps and storage outages injected, and checks
-the invariants I1–I14 after every tick (I12, every side effect has its write-ahead
+steps, with daemon kills between action steps, storage outages and kernel process
+events (lost, late, out of order) injected, and checks
+the invariants I1–I16 after every tick (I12, every side effect has its write-ahead
 record, at every side effect). ``--machine slurm`` drives the
 job-end sweep (``health-check``) and the daemon's drain keeper over a simulated Slurm
 node instead (tests/sim/slurm.py: jobs, their end, an unreachable controller, the
@@ -45,7 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--machine", choices=("trust", "slurm"), default="trust",
         help="trust: the daemon over cron/shell/launch lifecycles and restart sources "
-        "(I1-I15); slurm: the job-end sweep over a Slurm node (S1-S5)",
+        "(I1-I16); slurm: the job-end sweep over a Slurm node (S1-S5)",
+    )  # fmt: skip
+    p.add_argument(
+        "--events", choices=("on", "off"), default="on",
+        help="on: the first daemon follows the simulated kernel's process events and each "
+        "scan is checked against a full-walk twin (I16; a restart draws on or off); "
+        "off: the first daemon polls",
     )  # fmt: skip
     args = p.parse_args(argv)
     examples = max(1, args.steps // args.per_example)
@@ -61,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         # The keeper logs every drain and resume it makes: thousands in a long run.
         structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     machine.workdir = work
+    if machine is TrustMachine:
+        TrustMachine.events = args.events == "on"
     machine._hypothesis_internal_use_seed = args.seed  # type: ignore[union-attr]
     phases = [Phase.generate] if args.no_shrink else [Phase.generate, Phase.shrink]
     conf = settings(
@@ -115,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{c.get('engine_restarts', 0)} containers restarted by their policy, "
             f"{c.get('program_restarts', 0)} supervisord restarts, "
             f"{c.get('at_runs', 0)} at job runs, {c.get('will_return', 0)} will-return "
-            "terminates: "
+            f"terminates, {c.get('compared', 0)} scans checked against a full walk "
+            f"({c.get('event_walks', 0)} by events, {c.get('events_lost', 0)} losses): "
             f"{len(violations)} violation(s), "
             f"{summary['wall_s']} s"
         )

@@ -50,6 +50,7 @@ from .policy.nvml import DISABLED, GpuView, gpu_view
 from .policy.services import service_findings, service_scope
 from .policy.workload import WorkloadFacts, with_classes
 from .sources.devfd import DeviceFdSource
+from .sources.eventwalk import EventWalk
 from .sources.gpulibs import GpuLibraryCache
 from .sources.procfs import ProcessTable, boot_id, pid_namespaces, read_identity
 from .sources.sockets import ListenScan, SocketReads, scan_listening
@@ -308,8 +309,10 @@ class Scanner:
         self.host = socket.gethostname()
         self.launcher_cache = LauncherCache()
         self.gpu_libraries = GpuLibraryCache(config.training.gpu_libraries)
-        # Kernel process events (the daemon attaches them; a one-shot scan has none).
+        # Kernel process events (the daemon attaches them; a one-shot scan has none),
+        # and whether each scan walks /proc or re-reads only what they named.
         self.events: EventFeed | None = None
+        self.walk = EventWalk(config.daemon.reconcile_interval_s)
         self._origins: dict[tuple[tuple[int, int], ...], tuple[float, Origin, object]] = {}
         # The origin first resolved for each job root identity (PID, start ticks).
         self._pinned: dict[tuple[int, int], Origin] = {}
@@ -518,6 +521,7 @@ class Scanner:
         events = self._take_events(started)
         self._peak_procs = max(self._peak_procs, len(self.table.procs))
         gpu = self._gpu_picture()
+        self.walk.after_gpu(gpu.blind, (gp.pid for gp in gpu.procs), self.table)
         candidates = self._candidates(gpu, events.read_at)
         jobs = group_jobs(
             self.table, candidates.evidence, gpu.visible, candidates.holders, candidates.ignored
@@ -574,10 +578,11 @@ class Scanner:
                 self.table.reinspect(list(self.table.procs))
                 feed.swept()
             self.table.reinspect(batch.reinspect)
-        self.table.refresh()
+        self.walk.refresh(self.table, batch, started)
         read_at = time.monotonic()
         if batch is not None:
             exited = self.table.add_exited(batch.captured.values())
+            self.walk.kept(exited)
             for pid, (start, libs) in batch.gpu_libraries.items():
                 self.gpu_libraries.note(pid, start, libs, read_at)
         return _Events(exited=exited, full_sweep=full_sweep, read_at=read_at)

@@ -302,6 +302,9 @@ class SimHost:
     def __init__(self, root: Path, nvml_conf: Path) -> None:
         self.root = root
         self.proc = root / "proc"
+        # The proc connector (tests/sim/events.py: SimKernel.attach); None sends nothing.
+        self.kernel: Any = None
+        self.ended: dict[int, tuple[str, str]] = {}  # the last label of each PID that exited
         self.etc = root / "etc"
         self.cron_d = self.etc / "cron.d"
         self.spool = root / "spool"
@@ -421,6 +424,9 @@ class SimHost:
         if p.fd0 is not None and p.state != "Z" and not (d / "fd").exists():
             (d / "fd").mkdir()
             os.symlink(p.fd0, d / "fd" / "0")
+        if self.kernel is not None and p.state != "Z":
+            # After the files: the exec event's reader finds the new program.
+            self.kernel.wrote(p.pid, p.ppid, p.argv, p.exe, p.uid, p.sid)
 
     def drain_exits(self) -> dict[int, int]:
         """The exit statuses since the last call (what the proc connector hands on)."""
@@ -433,8 +439,11 @@ class SimHost:
         proc = self.procs.pop(pid, None)
         if proc is None:
             return
+        self.ended[pid] = proc.label
         if proc.state != "Z":  # a zombie's exit was its own, when it became one
             self.exits[pid] = status
+            if self.kernel is not None:
+                self.kernel.exited(pid, status)
             if status & 0x7F:
                 self.killed.add((pid, proc.start))
         shutil.rmtree(self.proc / str(pid), ignore_errors=True)
@@ -478,6 +487,8 @@ class SimHost:
         proc.state = "Z"
         self.exits[pid] = 0
         self.write(proc)
+        if self.kernel is not None:
+            self.kernel.exited(pid, 0)
         # A hub or a shared shell holding an unreaped trainer keeps its label: a zombie's
         # GPU memory counts for its parent's job only when that parent is training or
         # an exclusive wrapper of it (docs/architecture.md, Jobs), so it never becomes a

@@ -56,6 +56,12 @@ rogue-watchdog is never wrong in the dangerous direction:
   restart policy or supervisord's autorestart started it again, or a queued run of its
   re-queuing at job waits, the outcome is ``will-return`` (or not ``ok``), unless
   ``disable-source`` stopped that source first (issue 31, case 4).
+- I16 the event-driven scan is a full walk's equal (issue 34): the daemon follows the
+  simulated kernel's process events (tests/sim/events.py: fork, exec, exit, uid, sid;
+  none for re-parenting; dropped with ``ENOBUFS``; held until the tick and read in
+  another order, a quick trainer then gone before its exec is read) and re-reads only
+  what they named; a twin scanner fed the same events walks every process at every
+  scan, and both must give identical jobs, verdicts, origins, advice and findings.
 
 The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
 overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
@@ -114,6 +120,7 @@ from rogue_watchdog.model import (
 from rogue_watchdog.policy.signature import job_signature
 from rogue_watchdog.scan import Scanner
 from tests.fakenvml.build import CONFIG_NAME, build_library
+from tests.sim.events import Differential, SimKernel
 from tests.sim.host import GIB, PIPELINE_SCRIPT, PY, SimContainer, SimEffects, SimHost
 
 JOB_KINDS = ("rogue-job", "excess-instances")
@@ -167,11 +174,15 @@ class TrustMachine(RuleBasedStateMachine):
     raises, so hypothesis shrinks the steps that led to it)."""
 
     workdir: ClassVar[Path] = Path(tempfile.gettempdir())
+    # Whether the first daemon follows the simulated kernel's events (a restart draws
+    # anew); the replays of counterexamples found while it polled set it False.
+    events: ClassVar[bool] = True
     # Across every machine of a run, for the summary: steps, ticks, jobs judged.
     counts: ClassVar[dict[str, int]] = {
         "machines": 0, "ticks": 0, "jobs": 0, "signals": 0, "kills": 0, "storage_faults": 0,
         "taken_over": 0, "gpu_denied": 0, "gpu_lifted": 0, "engine_restarts": 0, "at_runs": 0,
-        "will_return": 0, "program_restarts": 0,
+        "will_return": 0, "program_restarts": 0, "compared": 0, "event_walks": 0,
+        "events_lost": 0,
     }  # fmt: skip
 
     def __init__(self) -> None:
@@ -180,6 +191,12 @@ class TrustMachine(RuleBasedStateMachine):
         lib = fake_library(self.workdir / "trust-sim-lib")
         conf = lib.parent / CONFIG_NAME
         self.host = SimHost(self.dir, conf)
+        # The kernel's process events (issue 34): the daemon's scans re-read only what
+        # they name, and a twin that walks every process checks each scan (I16).
+        self.kernel = SimKernel()
+        self.kernel.attach(self.host)
+        self.events_on = self.events
+        self.diffs: list[Differential] = []
         disable_sources.AT_SPOOLS = (*_AT_SPOOLS, str(self.host.atspool))
         self.lib = lib
         self.mode = "observe"
@@ -232,6 +249,9 @@ class TrustMachine(RuleBasedStateMachine):
         disable_sources.AT_SPOOLS = _AT_SPOOLS
         self.counts["engine_restarts"] += self.host.engine_restarts
         self.counts["program_restarts"] += self.host.sup_restarts
+        self.counts["compared"] += sum(d.compared for d in self.diffs)
+        self.counts["event_walks"] += sum(d.incremental for d in self.diffs)
+        self.counts["events_lost"] += self.kernel.sent["lost"]
         self.daemon.db.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -265,6 +285,10 @@ class TrustMachine(RuleBasedStateMachine):
         daemon = Daemon(config, None, sanctioned_file=sanctioned_path(config.daemon.socket))
         daemon.exit_statuses = self.host.drain_exits  # the kernel's exit events
         answered_by(daemon.scanner, self.host)
+        if self.events_on:
+            self._events(daemon, new=True)
+        else:
+            self.kernel.source = None  # polling: the kernel's messages reach no one
         # Inline: a terminate's waits run in the step that starts it (deterministic).
         enf = Enforcer(
             config, daemon.db, self.effects, runner=InlineRunner(),
@@ -541,9 +565,29 @@ class TrustMachine(RuleBasedStateMachine):
         self.daemon.config_path = str(self.dir / "config.yaml")
         assert self.daemon.reload()
         answered_by(self.daemon.scanner, self.host)
+        if self.events_on:
+            self._events(self.daemon, new=False)
 
-    @rule()
-    def restart(self) -> None:
+    def _events(self, daemon: Daemon, *, new: bool) -> None:
+        """The daemon's scanner follows the simulated kernel's events (a new daemon
+        subscribes anew; a reload keeps the source, as `run` does), checked against a
+        twin that walks every process (I16)."""
+        source = self.kernel.source
+        if new or source is None:
+            source = self.kernel.subscribe(daemon.config)
+        daemon.scanner.events = source
+        twin = Scanner(
+            daemon.config, fd_sweep_interval_s=daemon.config.daemon.fd_sweep_interval_s,
+            remember=False,
+        )  # fmt: skip
+        answered_by(twin, self.host)
+        self.diffs.append(Differential(daemon.scanner, twin))
+
+    @rule(events=st.booleans())
+    def restart(self, events: bool = True) -> None:
+        """A restart; with ``events`` false the new daemon cannot open the proc
+        connector (a container, no CAP_NET_ADMIN) and polls: every scan walks."""
+        self.events_on = events
         self._new_daemon()
 
     def _new_daemon(self) -> None:
@@ -566,10 +610,37 @@ class TrustMachine(RuleBasedStateMachine):
         if not ok:
             self.counts["storage_faults"] += 1
 
+    @rule()
+    def events_lost(self) -> None:
+        """The kernel drops process events (the socket buffer is full): ``ENOBUFS``."""
+        self.kernel.lose_next = True
+
+    @rule(late=st.booleans())
+    def events_behind(self, late: bool) -> None:
+        """The event reader falls behind: messages wait until the tick and are read in
+        another order (an exec'd process is often gone by then), or it catches up."""
+        self.kernel.late = late
+
+    @rule()
+    def quick_trainer(self) -> None:
+        """A trainer that lives under a second: exec'd by a person's shell and gone
+        before the next tick (seen at its exec, or missed when the reader is behind)."""
+        h = self.host
+        h.now += 1.0
+        h.runs += 1
+        key = f"quick#{h.runs}"
+        shell = h.spawn(1, ("/bin/bash", "-c", "python3 /home/u/train_quick.py"), "/bin/bash",
+                        ("wrapper", key), uid=1000)  # fmt: skip
+        run = h.spawn(shell.pid, (PY, "/home/u/train_quick.py"), PY, ("job", key))
+        self.labels_ever.update({shell.pid: shell.label, run.pid: run.label})
+        h.exit(run.pid)
+        h.exit(shell.pid)
+
     @rule(seconds=st.sampled_from([5.0, 5.0, 20.0, 65.0]))
     def tick(self, seconds: float) -> None:
         self.host.now += seconds
         self.host.write_nvml()
+        self.kernel.flush()  # the reader caught up before the scan
         # What the scan will see (the enforcer may end some of it within the tick).
         self.before = {p.pid: (p.label, p.start) for p in self.host.procs.values()}
         self.at_before = [int(f.name[1:6], 16) for f in self.host.at_pending()]
@@ -633,6 +704,11 @@ class TrustMachine(RuleBasedStateMachine):
         jobs = result.jobs
         host = self.host
         labels = {pid: label for pid, (label, _start) in self.before.items()}
+        for pid in result.exited:
+            # Seen only at its exec (kernel events), gone before the tick (PIDs are never
+            # reused here): what it was when it exited.
+            labels.setdefault(pid, host.ended.get(pid, ("gone", "")))
+            self.labels_ever.setdefault(pid, labels[pid])
         # I3: sanctioned for life, also when judged so while the state database refused
         # writes and the daemon restarted before it took them again (issue 32).
         for job in jobs:
@@ -832,7 +908,13 @@ class TrustMachine(RuleBasedStateMachine):
                     f"I11: container {cid[:12]} (--restart={policy}): {again}"
                 )
                 assert f"restart policy {policy}" in again.how, f"I11: {again.how}"
-        if job.root_pid in h.sup_mains and isinstance(job.origin, SupervisorOrigin):
+        if (
+            job.root_pid in h.sup_mains
+            and isinstance(job.origin, SupervisorOrigin)
+            and job.root_pid in h.procs
+        ):
+            # (A run seen only at its exec and gone by the tick (kernel events) has no
+            # environment left to name its program by; there is nothing to terminate.)
             value = job.origin.autorestart
             assert value is not None, f"I11: supervisord's settings unread: {job.origin}"
             if value in ("true", "unexpected"):

@@ -450,6 +450,7 @@ import json, sys, tempfile
 from pathlib import Path
 from tests.sim.machine import TrustMachine
 TrustMachine.workdir = Path(sys.argv[1])
+TrustMachine.events = False  # found while the simulated daemon polled
 state = TrustMachine()
 exec(sys.argv[2])
 rows = state.daemon.db.conn.execute(

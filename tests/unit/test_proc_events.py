@@ -335,6 +335,11 @@ def test_unavailable_connector_polls_and_says_so_once(tmp_path: Path) -> None:
         "candidates": 0,
         "early_ticks_requested": 0,
         "exec_missed": 0,
+        # Polling: every scan walks /proc, none counts as the event path's full walk.
+        "reconcile_interval_s": 30.0,
+        "full_walks": 0,
+        "event_walks": 0,
+        "last_full_walk_reason": None,
     }
     assert (
         "process events: unavailable, polling only (kernel process events unavailable "

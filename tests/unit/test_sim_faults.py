@@ -75,6 +75,7 @@ PRELUDE = (
     "from pathlib import Path\n"
     "from tests.sim.machine import TrustMachine\n"
     "TrustMachine.workdir = Path(tempfile.mkdtemp())\n"
+    "TrustMachine.events = False\n"  # found while the simulated daemon polled
     "m = TrustMachine()\n"
 )
 
@@ -406,4 +407,24 @@ def test_an_excess_instances_finding_goes_on_about_its_copy_when_the_cap_is_rais
     )
     # BEFORE (6bd778a's simulator): "I5: F1 named (4000006, (4000006, 8652100)), now
     # (4000009, (4000009, 8658100))".
+    assert violation(steps) == ""
+
+
+def test_with_events_a_container_run_seen_only_at_its_exec_is_not_paged_twice() -> None:
+    """Case 8's steps with the daemon following kernel events (issue 34): terminate of a
+    ``--restart=always`` container's trainer; the engine restarts it at once, the
+    terminate ends that run too, the engine starts a third. The second run, captured at
+    its exec and gone by the next tick, is judged as a job of its own (``already
+    exited``) and its ``remediation-failed`` pages a second time with no kill between
+    (I8/I13). Found when the simulator began to send kernel events; the twin that walks
+    every process agrees (I16 holds): it is the exec-capture path, not the event walk.
+    The finding named the gone run as its root, the next tick the live one: another
+    finding. Now a run still here names it (watchdog/actions/enforcer.py).
+    BEFORE (80ed886): "I8/I13: remediation-failed of action 2 paged twice: F3 at
+    1800086441.0, F5 at 1800086446.0, no kill between, not quiet"; AFTER: none."""
+    steps = (
+        "TrustMachine.events = True;m.teardown();m = TrustMachine();"
+        "m.container_runs(policy='always');m.reload(cap=1, mode='terminate', auto=False);"
+        "m.tick(5.0);m.tick(5.0);m.tick(5.0)"
+    )
     assert violation(steps) == ""

@@ -247,6 +247,8 @@ def test_an_edited_then_restored_line_keeps_the_ghosts_excess_finding(
     from tests.sim.machine import TrustMachine
 
     monkeypatch.setattr(TrustMachine, "workdir", tmp_path)  # never the host's /tmp
+
+    monkeypatch.setattr(TrustMachine, "events", False)  # found while it polled
     state = TrustMachine()
     try:
         state.ghost_fires()
@@ -280,6 +282,8 @@ def test_a_restart_keeps_the_first_look_of_every_copy_of_a_job(
     from tests.sim.machine import TrustMachine
 
     monkeypatch.setattr(TrustMachine, "workdir", tmp_path)  # never the host's /tmp
+
+    monkeypatch.setattr(TrustMachine, "events", False)  # found while it polled
     state = TrustMachine()
     try:
         state.ghost_fires()
@@ -347,6 +351,8 @@ def test_a_trainer_left_a_zombie_by_a_shared_shell_makes_no_job_of_the_shell(
     from tests.sim.machine import TrustMachine
 
     monkeypatch.setattr(TrustMachine, "workdir", tmp_path)  # never the host's /tmp
+
+    monkeypatch.setattr(TrustMachine, "events", False)  # found while it polled
     state = TrustMachine()
     try:
         for _ in range(6):
@@ -395,6 +401,8 @@ def test_terminate_mode_never_signals_the_web_server_of_a_shell_holding_a_zombie
     from tests.sim.machine import TrustMachine
 
     monkeypatch.setattr(TrustMachine, "workdir", tmp_path)  # never the host's /tmp
+
+    monkeypatch.setattr(TrustMachine, "events", False)  # found while it polled
     state = TrustMachine()
     try:
         for _ in range(4):
@@ -433,6 +441,8 @@ def test_the_wrapper_of_a_sanctioned_run_holding_it_unreaped_is_no_job(
     from tests.sim.machine import TrustMachine
 
     monkeypatch.setattr(TrustMachine, "workdir", tmp_path)  # never the host's /tmp
+
+    monkeypatch.setattr(TrustMachine, "events", False)  # found while it polled
     state = TrustMachine()
     try:
         state.pipeline_fires()

@@ -216,7 +216,10 @@ class Enforcer:
         out: list[Finding] = []
         seen: set[str] = set()
         undone: dict[str, float | None] = {}
-        for job in result.jobs:
+        # A run still here names the finding before one seen only at its exec and gone
+        # already (kernel events): the gone one is not there at the next tick, and a
+        # finding whose root changed is another page (trust simulator, I8/I13).
+        for job in sorted(result.jobs, key=lambda j: j.root_pid in result.exited):
             # What comes back must train to be a failed remediation: a notebook kernel
             # restarted after its training run was stopped is only a notebook again.
             if not job.unsanctioned or not job.may_train:
@@ -292,6 +295,7 @@ class Enforcer:
                 <= rec.created_at
             ]
             if left or back:
+                back.sort(key=lambda j: j.root_pid in result.exited)  # (as in findings)
                 out.append(self._not_held(rec, left, back))
         return out
 

@@ -164,6 +164,9 @@ class DaemonSettings:
         events_rcvbuf_bytes: Receive buffer of the proc connector socket
             (``SO_RCVBUF``); events beyond it are dropped by the kernel (``ENOBUFS``)
             and a full sweep follows.
+        reconcile_interval_s: With events up, a scan re-reads only the processes they
+            named; every process is walked at least this often (and at once after
+            lost events or a blind source). Seconds.
         learn_until: The learning period (docs/first-week.md): until then, jobs no rule
             sanctions are recorded and shown but alerted at ``info`` only and never
             acted on. None: no learning period.
@@ -183,6 +186,7 @@ class DaemonSettings:
         4 << 20,
         datatypes.integer(4096, 1 << 30, too_high="must be at most {maximum} (1 GiB), got {value}"),
     )
+    reconcile_interval_s: float = setting(30.0, _interval)
     learn_until: LearnUntil | None = setting(None, _learn_until)
 
 

@@ -94,7 +94,8 @@ def events_status(daemon: Daemon) -> dict[str, Any]:
             "reason": "kernel process events are off (daemon.events: off, or a "
             "paths.proc_root other than /proc)",
         }
-    return feed.status()
+    # With the walk's counters: how many scans re-read only what events named.
+    return {**feed.status(), **daemon.scanner.walk.status()}
 
 
 class EventsCollector(Collector):

@@ -543,10 +543,16 @@ def _events_line(events: object) -> str | None:
         return None
     if events.get("mode") == "events":
         counts = events.get("events") or {}
-        return (
+        line = (
             f"process events: kernel proc connector ({counts.get('exec', 0)} execs, "
-            f"{events.get('lost', 0)} losses, {events.get('full_sweeps', 0)} full sweeps)"
+            f"{events.get('lost', 0)} losses, {events.get('full_sweeps', 0)} full sweeps"
         )
+        if "event_walks" in events:  # scans that re-read only what events named
+            line += (
+                f"; {events['event_walks']} scans by events, {events.get('full_walks', 0)} "
+                f"full walks, last: {events.get('last_full_walk_reason') or '-'}"
+            )
+        return line + ")"
     return f"process events: unavailable, polling only ({events.get('reason')})"
 
 

@@ -316,6 +316,11 @@ def exclusive_wrappers(job: Job, table: ProcessTable, kept: Collection[int] = ()
     for proc in job.lineage[1:]:
         if proc.pid <= 1 or not is_wrapper(proc) or proc.comm.startswith("tmux"):
             break
+        if proc.state == "X":
+            # Its record was kept from an exec event; it has exited since, and the other
+            # children it had are re-parented: what else it ran cannot be seen, and its
+            # process group may hold them (trust simulator with kernel events, seed 11).
+            break
         # It carries the job's command (cron's `sh -c CMD`, `timeout 300 CMD`): a login
         # shell (`-bash`) the trainer runs in is the person's session, never the job's.
         if key is None or not mentions(" ".join(proc.cmdline), key):

@@ -8,8 +8,8 @@ from a duplicate of its descriptor in this module's thread and decoded with ``st
 (pyroute2's generic message parser costs about 50 µs per event, four times the whole
 handling here, and a fork/exec storm brings thousands per second).
 
-What each event does (the scan stays the safety net: every ``daemon.interval_s`` a
-sweep reconciles anything missed):
+What each event does (a full walk of ``/proc`` every ``daemon.reconcile_interval_s``
+reconciles anything missed):
 
 * **exec**: ``/proc/PID/cmdline`` and ``exe`` are read at once. A launcher (the
   injected ``is_candidate``) is captured right away: the process and each ancestor up
@@ -25,7 +25,9 @@ sweep reconciles anything missed):
   (docs/respawn.md). The process's maps checks still due are dropped (a storm of short
   programs opens no maps file).
 * **uid/sid change**: re-read at the next scan; a tick at once for a job member.
-* **fork**: counted only; a ``make -j`` or a data-loader pool costs a counter each.
+* **fork**: the child (not a new thread) is handed to the next scan to read
+  (``EventBatch.forked``), as is each process that exited (``ended``): with the
+  connector complete a scan re-reads only what events named (watchdog/sources/eventwalk.py).
 * **loss**: when the kernel drops messages because the socket buffer is full, the read
   fails with ``ENOBUFS``: counted, and a full sweep (every stat file re-read) is
   requested at once.
@@ -241,14 +243,22 @@ class EventBatch:
         candidates: PIDs captured as launchers or GPU-library mappers.
         reinspect: PIDs that exec'd or changed uid/sid: re-read in full.
         gpu_libraries: PID → (start ticks, libraries) found in maps after exec.
+        forked: New processes (a fork's child; a new thread is none).
+        ended: Processes that exited (a thread's exit is none).
         full_sweep: Events were lost (or a queue overflowed): re-read everything.
+        complete: Every event since the subscription was read, by a reader still
+            running: only then may a scan re-read just what the events named
+            (watchdog/sources/eventwalk.py). False for a source that polls.
     """
 
     captured: dict[int, Proc] = field(default_factory=dict)
     candidates: set[int] = field(default_factory=set)
     reinspect: set[int] = field(default_factory=set)
     gpu_libraries: dict[int, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
+    forked: set[int] = field(default_factory=set)
+    ended: set[int] = field(default_factory=set)
     full_sweep: bool = False
+    complete: bool = False
 
 
 @dataclass
@@ -381,6 +391,9 @@ class ProcEventSource:
         """Everything gathered since the last call (called by the scan, main thread)."""
         with self._lock:
             batch, self._batch = self._batch, EventBatch()
+        # Read after the swap: a reader that broke after it is seen in the next batch
+        # (full_sweep); ``available`` is True only from a subscription that succeeded.
+        batch.complete = self.available is True
         return batch
 
     def exits(self) -> dict[int, int]:
@@ -448,6 +461,24 @@ class ProcEventSource:
             self.wake()
 
     def _read_all(self, sock: socket.socket) -> None:
+        # New and ended processes of this round, handed on under one lock at its end
+        # (a fork storm costs a set insertion per event, not a lock round trip).
+        forked: set[int] = set()
+        ended: set[int] = set()
+        try:
+            self._read_round(sock, forked, ended)
+        finally:
+            if forked or ended:
+                with self._lock:
+                    batch = self._batch
+                    batch.forked |= forked
+                    batch.ended |= ended
+                    if len(batch.forked) + len(batch.ended) > MAX_REINSPECT:
+                        batch.forked.clear()
+                        batch.ended.clear()
+                        batch.full_sweep = True
+
+    def _read_round(self, sock: socket.socket, forked: set[int], ended: set[int]) -> None:
         counts = self.counters.events
         # Bounded, so that a storm that never lets the socket run dry still leaves room
         # for the wake request and the due maps checks between rounds.
@@ -470,8 +501,12 @@ class ProcEventSource:
                 counts[kind] += 1
                 if what == PROC_EVENT_EXEC:
                     self._on_exec(tgid)
+                elif what == PROC_EVENT_FORK:
+                    if pid == tgid:
+                        forked.add(tgid)
                 elif what == PROC_EVENT_EXIT:
                     if pid == tgid:
+                        ended.add(tgid)
                         self._maps_pending.pop(tgid, None)
                         if tgid in self.watched or tgid in self._live:
                             captured = tgid in self._live
@@ -483,7 +518,7 @@ class ProcEventSource:
                             # paged as a respawn (fresh-user hour, 2026-12-06).
                             if status is not None and (captured or tgid in self.roots):
                                 self._exited(tgid, status)
-                elif what != PROC_EVENT_FORK:
+                else:
                     self._reinspect(tgid)
                     if tgid in self.watched:
                         self._wake_pending = True

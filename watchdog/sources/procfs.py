@@ -391,8 +391,14 @@ class ProcessTable:
 
     # -- refresh -----------------------------------------------------------------
 
-    def refresh(self) -> dict[int, Proc]:
+    def refresh(self, only: Iterable[int] | None = None) -> dict[int, Proc]:
         """Re-read the process list.
+
+        Args:
+            only: Re-read just these PIDs (and any marked by :meth:`reinspect`, and the
+                parents of new ones that the table lacks) instead of listing
+                ``proc_root``: kernel events named them (watchdog/sources/eventwalk.py).
+                Every other record is kept as it is. None lists every process.
 
         Returns:
             Mapping PID → :class:`Proc` for every process visible now. ``new_pids`` is
@@ -409,23 +415,30 @@ class ProcessTable:
         every = self.restat_every
         self._round = rnd = (self._round + 1) % every
         watched = self.watched
-        try:
-            entries = [
-                (e.name, e.inode())
-                for e in os.scandir(root)
-                if e.name.isascii() and e.name.isdigit()
-            ]
-            self.error = None
-        except OSError as exc:
-            entries = []
-            self.error = f"cannot list {root}: {exc.strerror}"
+        entries: list[tuple[str, int | None]]
+        if only is not None:
+            # No inode from a listing: the stat line and start time decide alone.
+            entries = [(str(pid), None) for pid in sorted({*only, *self._force})]
+        else:
+            try:
+                entries = [
+                    (e.name, e.inode())
+                    for e in os.scandir(root)
+                    if e.name.isascii() and e.name.isdigit()
+                ]
+                self.error = None
+            except OSError as exc:
+                entries = []
+                self.error = f"cannot list {root}: {exc.strerror}"
         seen: set[int] = set()
         changed: set[int] = set()
         for name, ino in entries:
             pid = int(name)
             seen.add(pid)
             prev = procs.get(pid)
-            if (
+            if ino is None:
+                pass  # named by an event: read it
+            elif (
                 prev is not None
                 and trust
                 and inodes.get(pid) == ino
@@ -433,7 +446,8 @@ class ProcessTable:
                 and pid not in watched
             ):
                 continue  # same inode: same task, nothing to re-read now
-            inodes[pid] = ino
+            else:
+                inodes[pid] = ino
             self.stat_reads += 1
             raw = _read_bytes(f"{root}/{name}/stat")
             if raw is None:
@@ -463,9 +477,21 @@ class ProcessTable:
             if proc is None:
                 seen.discard(pid)
                 continue
+            if ino is None:
+                if prev is None or prev.start_ticks != start:
+                    inodes.pop(pid, None)  # another task's inode: still_same trusts it
+                if trust and pid not in inodes:
+                    with contextlib.suppress(OSError):
+                        inodes[pid] = os.stat(f"{root}/{name}").st_ino
+                if ppid > 0 and ppid not in procs and ppid not in seen:
+                    entries.append((str(ppid), None))  # its lineage must be in the table
             procs[pid] = proc
             new.add(pid)
-        removed = procs.keys() - seen
+        if only is not None:
+            removed = {pid for name, _ in entries if (pid := int(name)) not in seen}
+            removed &= procs.keys()
+        else:
+            removed = procs.keys() - seen
         for pid in removed:
             del procs[pid]
             raws.pop(pid, None)
@@ -482,6 +508,12 @@ class ProcessTable:
         return fresh
 
     # -- event hooks (watchdog/sources/procevents.py) -----------------------------
+
+    def restat_all(self) -> None:
+        """Read every stat line at the next full :meth:`refresh`, not only new inodes,
+        watched PIDs and a rotating slice: the event path's reconcile walk
+        (watchdog/sources/eventwalk.py) catches then what no event reports."""
+        self._inodes.clear()
 
     def reinspect(self, pids: Iterable[int]) -> None:
         """Read these PIDs in full at the next :meth:`refresh`, whatever their inode,
