@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -384,16 +385,34 @@ class Burst:
     root_pid: int
 
 
+#: Digit runs, folded in :func:`burst_key`: `train_fake_7.py --epochs 7` and
+#: `train_fake_12.py --epochs 12` are one command started 30 times over.
+_DIGITS = re.compile(r"\d+")
+
+
+def burst_key(r: RunRecord) -> tuple[object, ...]:
+    """What the runs of one burst share: the source the origin names (:func:`origin_key`);
+    where it names none (a shell, an orphan, unknown), the origin as described (one tmux
+    session, one orphaning) and the command with every number folded. 30 copies from one
+    tmux session, each `train_fake_N.py --epochs N`, were 30 bars (5 lanes and "+27
+    more run(s)", issue 33); an inference server and a rogue trainer stay two."""
+    key = origin_key(r)
+    if key[:1] != ("job",):
+        return key
+    origin = Origin.from_json(r.origin)
+    return ("burst", origin.describe(), _DIGITS.sub("#", " ".join(r.cmdline)))
+
+
 def bursts(runs: Sequence[RunRecord]) -> list[Burst]:
-    """``runs`` as bars: overlapping runs of one user and one origin (:func:`origin_key`:
-    the source, or the job itself where the origin names none) make one; the others one
-    each. A burst of 55 copies is one bar that says 55, not 55 lanes that make one GPU's
-    row a thousand pixels tall; an inference server and a rogue trainer both orphans stay
-    two bars."""
+    """``runs`` as bars: overlapping runs of one user and one origin (:func:`burst_key`:
+    the source, or the origin and the command up to its numbers where the origin names
+    no source) make one; the others one each. A burst of 55 copies is one bar that says
+    55, not 55 lanes that make one GPU's row a thousand pixels tall; an inference server
+    and a rogue trainer both orphans stay two bars."""
     open_: dict[tuple[str, tuple[object, ...]], list[RunRecord]] = {}
     done: list[list[RunRecord]] = []
     for r in sorted(runs, key=lambda r: (r.started_at, r.root_pid)):
-        key = (r.user or "-", origin_key(r))
+        key = (r.user or "-", burst_key(r))
         group = open_.get(key)
         if group is not None and r.started_at <= max(x.last_seen for x in group):
             group.append(r)

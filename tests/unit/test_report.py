@@ -449,3 +449,42 @@ def test_the_text_report_wraps_long_origin_names(tmp_path: Path) -> None:
         "  unknown origin · /usr/bin/python3 -S                            1        0.50",
         "    /tmp/pytest-of-root/pytest-900/probe0/train_probe.py",
     ]
+
+
+def test_copies_from_one_tmux_session_are_one_bar(tmp_path: Path) -> None:
+    """Issue 33, fresh user D: 30 fakes started at once from one tmux session, each
+    `python3 …/fake/train_fake_N.py --epochs N`, drew 5 lanes and `+27 more run(s)` (before,
+    0f0df4a: `data-runs` 1 on each bar, a `more` mark of 27); the orphan burst was one
+    `×55` bar. After: one bar `×30`, like any burst of one origin's same command."""
+    from rogue_watchdog.model import OrphanOrigin
+
+    now = time.time()
+    state = tmp_path / "state"
+    db = StateDB(state)
+    tmux = ShellOrigin(
+        session="tmux session 'fd-fakes' ($2) on /tmp/tmux-0/default", user="root",
+        tmux_session="fd-fakes", tmux_session_id="$2",
+    ).to_json()  # fmt: skip
+    py = "/root/.pyenv/versions/3.11.7/bin/python3"
+    for i in range(1, 31):
+        cmd = [py, f"/tmp/tmp.5padkcTgpa/fake/train_fake_{i}.py", "--epochs", str(i)]
+        rec = RunRecord(f"f{i}", 24000 + i, 24000 + i, "root", cmd, tmux, "rogue", None, 0, 0,
+                        gpus=[])  # fmt: skip
+        db.record_run(rec, now - 600 + i / 10)
+        db.record_run(rec, now - 60)
+    # Two orphans of different commands at the same time stay two bars.
+    orphan = OrphanOrigin(message="orphan (parent exited)").to_json()
+    for i, cmd in enumerate((["vllm", "serve"], [py, "/srv/train.py"])):
+        rec = RunRecord(f"o{i}", 26000 + i, 26000 + i, "root", cmd, orphan, "rogue", None, 0, 0,
+                        gpus=[])  # fmt: skip
+        db.record_run(rec, now - 500)
+        db.record_run(rec, now - 100)
+    db.close()
+    page_path = tmp_path / "week.html"
+    args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
+    assert main([*args, "--output", str(page_path)]) == 0
+    page = page_path.read_text()
+    t = parse_timeline(page)
+    assert sorted(r["data-runs"] for r in t["runs"]) == ["1", "1", "30"]
+    assert '<g class="more"' not in page
+    assert any(x.endswith(" ×30") and "fd-fakes" in x for x in t["labels"]), t["labels"]
