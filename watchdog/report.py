@@ -103,6 +103,32 @@ def finding_gpus(f: FindingRecord, runs: Sequence[RunRecord]) -> tuple[str, ...]
     return tuple(run.gpus or []) if run is not None else ()
 
 
+#: The cron file a finding's message names (``from cron FILE:LINE``).
+_CRON_FILE = re.compile(r"\bcron (\S+):\d+\b")
+#: How a refreshed message says its cron line was commented out after the run started.
+SINCE_DISABLED = ", entry since disabled"
+
+
+def when_disabled(f: FindingRecord, actions: Sequence[ActionRecord]) -> str:
+    """``f``'s message, its ``entry since disabled`` saying when and by what where an
+    action did it: ``entry disabled at 13:00:10 (A1)``. The message is refreshed as the
+    source changes, and the timeline shows it at the finding's opening: `opened 13:00:01
+    ... entry since disabled` read as if the line was already off then (issue 33)."""
+    if SINCE_DISABLED not in f.message:
+        return f.message
+    named = _CRON_FILE.search(f.message)
+    done = [
+        a for a in actions
+        if a.kind == "disable-source" and a.outcome == "ok" and not a.dry_run
+        and (a.finding_id == f.id or (named is not None and a.target == named.group(1)))
+    ]  # fmt: skip
+    if not done:
+        return f.message
+    first = min(done, key=lambda a: a.created_at)
+    at = datetime.fromtimestamp(first.created_at).astimezone().strftime("%H:%M:%S")
+    return f.message.replace(SINCE_DISABLED, f", entry disabled at {at} (A{first.id})")
+
+
 def timeline(
     findings: Sequence[FindingRecord],
     actions: Sequence[ActionRecord],
@@ -117,7 +143,7 @@ def timeline(
     for f in findings:
         gpus = gpus_of[f.id]
         if f.opened_at >= since:
-            text = safe_text(f"F{f.id} {f.message}")
+            text = safe_text(f"F{f.id} {when_disabled(f, actions)}")
             event = Event(f.opened_at, "opened", f.kind, f.severity, text, gpus)
             out.append((f.opened_at, 0, f.id, event))
         if f.resolved_at is not None and f.resolved_at >= since:
@@ -226,7 +252,7 @@ def report_json(
         "open": [
             {
                 "id": f.id, "kind": f.kind, "severity": f.severity,
-                "message": safe_text(f.message), "opened_at": f.opened_at,
+                "message": safe_text(when_disabled(f, actions)), "opened_at": f.opened_at,
             }
             for f in findings
             if f.resolved_at is None
@@ -234,29 +260,40 @@ def report_json(
     }  # fmt: skip
 
 
-def _table(title: str, rows: list[tuple[str, int, float]], width: int) -> list[str]:
-    name_w = width - 22
-    out = [title, f"  {'':<{name_w}}{'runs':>7} {'GPU-hours':>11}"]
-    for name, n, hours in rows:
-        # Wrapped, never cut: a cut path (`…/train_probe.py`) tells rows apart no more.
-        lines = [
-            part[i : i + name_w]
-            for part in fit(name, name_w, "  ")
-            for i in range(0, max(1, len(part)), name_w)
-        ]
-        out.append(f"  {lines[0]:<{name_w}}{n:>7} {hours:>11.2f}")
-        out += [f"  {more}" for more in lines[1:]]
+def _table(title: str, rows: list[tuple[str, int, float, dict[str, int]]], width: int) -> list[str]:
+    """A usage table: name, verdict (runs per final verdict, as the HTML page's column),
+    runs, GPU-hours. Names wrap at words, never inside one (`/tmp/t` / `mp.5pad…` was
+    not a path any more); a word wider than its column starts a line of its own, whole,
+    and the row's numbers follow it on the next."""
+    verdicts = [_verdicts_text(v) if v else "-" for *_, v in rows]
+    verdict_w = max([len("verdict"), *(len(v) for v in verdicts)])
+    name_w = max(20, width - 2 - verdict_w - 1 - 7 - 12)
+    head = f"  {'':<{name_w}} {'verdict':<{verdict_w}}{'runs':>7} {'GPU-hours':>11}"
+    out = [title, head.rstrip()]
+    for (name, n, hours, _v), verdict in zip(rows, verdicts, strict=True):
+        names = fit(name, name_w, "  ")
+        cells = f"{verdict:<{verdict_w}}{n:>7} {hours:>11.2f}"
+        if len(names[0]) > name_w:  # a whole word wider than the column: its own line
+            names.append("")
+            out += [f"  {x}" for x in names[:-1]]
+            names = names[-1:]
+        out.append(f"  {names[0]:<{name_w}} {cells}")
+        out += [f"  {x}" for x in names[1:]]
     if not rows:
         out.append("  (none)")
     return out
 
 
 def report_text(doc: dict[str, Any], width: int = WIDTH) -> str:
-    """The JSON report as text, every line at most ``width`` columns."""
+    """The JSON report as text, lines at most ``width`` columns but for a word or a
+    command wider than a line, which has a line of its own, whole (never broken inside)."""
     out = [f"rogue-watchdog report: {_when(doc['since'])} to {_when(doc['until'])}", ""]
     tables = (("by_origin", "per origin"), ("by_user", "per user"), ("by_class", "per class"))
     for key, title in tables:
-        rows = [(r["name"], r["runs"], r["gpu_hours"]) for r in doc.get(key, [])]
+        rows = [
+            (r["name"], r["runs"], r["gpu_hours"], r.get("verdicts") or {})
+            for r in doc.get(key, [])
+        ]
         out += _table(title, rows, width)
         out.append("")
     out.append("timeline")
@@ -270,7 +307,7 @@ def report_text(doc: dict[str, Any], width: int = WIDTH) -> str:
         out += fit(f"F{f['id']} {f['kind']} ({f['severity']}): {f['message']}", width, "    ", "  ")
     if not doc["open"]:
         out.append("  (nothing)")
-    return "\n".join(line[:width] for line in out)
+    return "\n".join(out)
 
 
 #: Bar colours by verdict; anything else (unknown, a newer verdict) is grey.
