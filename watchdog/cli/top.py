@@ -484,12 +484,15 @@ def _findings(
     if len(shown) < len(found):
         head += f" ({len(shown)} shown; `{_status_cmd(doc)}` lists all)"
     lines = fit(head, width, "    ")[:2]
+    # The id column as wide as its widest (F12345 kept the severities in line too).
+    ref_w = max([5, *(len(finding_ref(f.get("id"))) for f in shown)])
     for f in shown:
         sev = str(f.get("severity") or "-")
         ref = finding_ref(f.get("id"))
         mark = "*" if view.selected is not None and view.selected in _finding_pids(f) else " "
-        text = _cut(printable(f"{f.get('kind')}: {f.get('message')}"), max(10, width - 17))
-        lines.append(f"{mark} {ref:<5} {paint(f'{sev:<8}', sev, colour)} {text}")
+        room = max(10, width - 12 - ref_w)
+        text = _cut(printable(f"{f.get('kind')}: {f.get('message')}"), room)
+        lines.append(f"{mark} {ref:<{ref_w}} {paint(f'{sev:<8}', sev, colour)} {text}")
     return lines
 
 
