@@ -371,6 +371,27 @@ _ATOM = re.compile(r"`[^`\n]+`|\([^()\n]{1,22}\)")
 _GLUE = "\x00"
 
 
+#: Words after a program's name that make it prose ("its crontab entry was removed").
+_PROSE_NEXT = frozenset(
+    {"a", "an", "the", "is", "was", "are", "entry", "line", "lines", "unit", "job", "jobs",
+     "container", "containers", "and", "or", "of", "to", "in", "on", "it", "its", "will"}
+)  # fmt: skip
+
+
+def _looks_like_a_command(span: str) -> bool:
+    """A program's name with arguments (a flag, a path, a number, or a subcommand of
+    ``rogue-watchdog``), not the name used as a word of prose."""
+    words = span.split()
+    if len(words) < 2 or words[1].rstrip(";,") in _PROSE_NEXT:
+        return False
+    if words[0] == "rogue-watchdog":
+        return re.fullmatch(r"[a-z][a-z-]*[;,]?", words[1]) is not None
+    return any(
+        w.startswith("-") or "/" in w or w.rstrip(";,").isdigit() or re.search(r"\w\.\w", w)
+        for w in words[1:]
+    )
+
+
 def _glue_commands(text: str) -> str:
     """``text`` with each unwrappable span's spaces glued (:data:`_GLUE`)."""
     text = _ATOM.sub(lambda m: m.group(0).replace(" ", _GLUE), text)
@@ -390,8 +411,11 @@ def _glue_commands(text: str) -> str:
             end = w.end()
             if w.group(0)[-1] in ";,":
                 break
+        span = text[m.start() : end]
+        if not _looks_like_a_command(span):
+            continue
         out.append(text[pos : m.start()])
-        out.append(text[m.start() : end].replace(" ", _GLUE))
+        out.append(span.replace(" ", _GLUE))
         pos = end
     out.append(text[pos:])
     return "".join(out)
