@@ -364,8 +364,9 @@ COMMAND_WORDS = frozenset(
 
 #: A shell word: quoted parts and bare characters, up to unquoted whitespace.
 _SHELL_WORD = re.compile(r"""(?:'[^']*'|"[^"]*"|[^\s'"])+""")
-#: Spans never wrapped inside: a quoted command (`...`), and a short group in parentheses
-#: such as a cron schedule `(* * * * *)` (was wrapped to `(* * * *` / `*)`).
+#: Spans never wrapped inside: a quoted command (`rogue-watchdog ...`, see
+#: :func:`_glue_atom`), and a short group in parentheses such as a cron schedule
+#: `(* * * * *)` (was wrapped to `(* * * *` / `*)`).
 _ATOM = re.compile(r"`[^`\n]+`|\([^()\n]{1,22}\)")
 #: Stands for a space inside an atom while textwrap splits at the others.
 _GLUE = "\x00"
@@ -392,9 +393,21 @@ def _looks_like_a_command(span: str) -> bool:
     )
 
 
+def _glue_atom(m: re.Match[str]) -> str:
+    """A short group in parentheses, or a backtick-quoted command the product advises
+    (`rogue-watchdog status --config ...`), glued; a quoted job's command line (`python3
+    /long/path/train.py ...`) is what ran, not advice: it wraps at its spaces."""
+    span = m.group(0)
+    if span.startswith("`") and not (
+        span[1:].split(" ", 1)[0] in COMMAND_WORDS and _looks_like_a_command(span[1:-1])
+    ):
+        return span
+    return span.replace(" ", _GLUE)
+
+
 def _glue_commands(text: str) -> str:
     """``text`` with each unwrappable span's spaces glued (:data:`_GLUE`)."""
-    text = _ATOM.sub(lambda m: m.group(0).replace(" ", _GLUE), text)
+    text = _ATOM.sub(_glue_atom, text)
     out: list[str] = []
     pos = 0
     for m in re.finditer(r"(?:(?<=\s)|^)([\w.-]+)(?=\s)", text):
