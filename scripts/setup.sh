@@ -17,6 +17,11 @@ want_test=0
 # for covers every program the system tests need and every build dependency.
 apt_install() { bash scripts/setup-packages.sh "$@"; }
 
+# pip, its stderr filtered by scripts/pip-quiet.awk: a host whose pip configuration names a
+# local index directory (extra-index-url = file:///...) warns once per package that
+# directory lacks; pip's exit status is kept (pipefail).
+pip_quiet() { { .venv/bin/python -m pip "$@" 2>&1 1>&3 3>&- | awk -f scripts/pip-quiet.awk >&2; } 3>&1; }
+
 PY=${PYTHON:-python3}
 if ! command -v "$PY" >/dev/null 2>&1 || ! "$PY" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null \
    || ! "$PY" -m venv --help >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip' 2>/dev/null; then
@@ -30,14 +35,14 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 if [ "$want_test" = 1 ]; then
   bash scripts/setup-packages.sh --test
-  .venv/bin/python -m pip install -q -e '.[test]'
+  pip_quiet install -q -e '.[test]'
   # llama.cpp's C GGUF reader for the ship gate's differential tests, from the sources the
   # llama-cpp-python sdist vendors (tests/weights/ggml/build.py compiles it per test run).
   sdist_dir=.venv/share/rogue-watchdog-tests
   if [ ! -f "$sdist_dir/llama_cpp_python-0.3.36.tar.gz" ]; then
     mkdir -p "$sdist_dir"
-    .venv/bin/python -m pip download -q --no-deps --no-binary :all: 'llama-cpp-python==0.3.36' -d "$sdist_dir"
+    pip_quiet download -q --no-deps --no-binary :all: 'llama-cpp-python==0.3.36' -d "$sdist_dir"
   fi
 else
-  .venv/bin/python -m pip install -q .
+  pip_quiet install -q .
 fi

@@ -6,6 +6,7 @@ The JSON shape is specified in docs/scan-json-schema.md; its key names are a con
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -353,8 +354,92 @@ def filter_gpu(result: ScanResult, index: int) -> ScanResult:
     return replace(result, gpus=gpus, jobs=jobs, findings=findings)
 
 
+#: Programs whose invocations the product prints as advice (hints, stop lines, undo lines):
+#: from one of these words a command runs to the end of its clause and is never wrapped
+#: inside itself (a pasted half of `sed -i '1s/^/...' FILE` ran `-i: command not found`).
+COMMAND_WORDS = frozenset(
+    {"rogue-watchdog", "sed", "kill", "systemctl", "crontab", "scancel", "atrm", "docker",
+     "podman", "kubectl", "sudo", "journalctl"}
+)  # fmt: skip
+
+#: A shell word: quoted parts and bare characters, up to unquoted whitespace.
+_SHELL_WORD = re.compile(r"""(?:'[^']*'|"[^"]*"|[^\s'"])+""")
+#: Spans never wrapped inside: a quoted command (`rogue-watchdog ...`, see
+#: :func:`_glue_atom`), and a short group in parentheses such as a cron schedule
+#: `(* * * * *)` (was wrapped to `(* * * *` / `*)`).
+_ATOM = re.compile(r"`[^`\n]+`|\([^()\n]{1,22}\)")
+#: Stands for a space inside an atom while textwrap splits at the others.
+_GLUE = "\x00"
+
+
+#: Words after a program's name that make it prose ("its crontab entry was removed").
+_PROSE_NEXT = frozenset(
+    {"a", "an", "the", "is", "was", "are", "entry", "line", "lines", "unit", "job", "jobs",
+     "container", "containers", "and", "or", "of", "to", "in", "on", "it", "its", "will"}
+)  # fmt: skip
+
+
+def _looks_like_a_command(span: str) -> bool:
+    """A program's name with arguments (a flag, a path, a number, or a subcommand of
+    ``rogue-watchdog``), not the name used as a word of prose."""
+    words = span.split()
+    if len(words) < 2 or words[1].rstrip(";,") in _PROSE_NEXT:
+        return False
+    if words[0] == "rogue-watchdog":
+        return re.fullmatch(r"[a-z][a-z-]*[;,]?", words[1]) is not None
+    return any(
+        w.startswith("-") or "/" in w or w.rstrip(";,").isdigit() or re.search(r"\w\.\w", w)
+        for w in words[1:]
+    )
+
+
+def _glue_atom(m: re.Match[str]) -> str:
+    """A short group in parentheses, or a backtick-quoted command the product advises
+    (`rogue-watchdog status --config ...`), glued; a quoted job's command line (`python3
+    /long/path/train.py ...`) is what ran, not advice: it wraps at its spaces."""
+    span = m.group(0)
+    if span.startswith("`") and not (
+        span[1:].split(" ", 1)[0] in COMMAND_WORDS and _looks_like_a_command(span[1:-1])
+    ):
+        return span
+    return span.replace(" ", _GLUE)
+
+
+def _glue_commands(text: str) -> str:
+    """``text`` with each unwrappable span's spaces glued (:data:`_GLUE`)."""
+    text = _ATOM.sub(_glue_atom, text)
+    out: list[str] = []
+    pos = 0
+    for m in re.finditer(r"(?:(?<=\s)|^)([\w.-]+)(?=\s)", text):
+        if m.start() < pos or m.group(1) not in COMMAND_WORDS:
+            continue
+        # The command's words up to the end of its clause: a word ending in `;` or `,`
+        # (kept), a `(` or `#` that begins an aside, or the end of the text.
+        end = m.end()
+        for w in _SHELL_WORD.finditer(text, m.end()):
+            if text[end : w.start()].strip():
+                break
+            if w.group(0)[0] in "(#" or w.group(0) in ("or", "and"):
+                break
+            end = w.end()
+            if w.group(0)[-1] in ";,":
+                break
+        span = text[m.start() : end]
+        if not _looks_like_a_command(span):
+            continue
+        out.append(text[pos : m.start()])
+        out.append(span.replace(" ", _GLUE))
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def fit(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
-    """Prose (a finding, a reason) wrapped to ``width`` columns; whole when it fits.
+    """Prose (a finding, a reason) wrapped to ``width`` columns at spaces only; whole when
+    it fits. A command in it (from a word of :data:`COMMAND_WORDS`, or quoted in
+    backticks), a short parenthesised group and any word are never broken: one that does
+    not fit the rest of a line starts the next, and one longer than a line has that line
+    to itself, longer than ``width`` (the caller shows it whole or cuts it visibly).
 
     Args:
         text: Already made printable.
@@ -364,15 +449,17 @@ def fit(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
     """
     if len(first) + len(text) <= width:
         return [first + text]
-    return textwrap.wrap(
-        text,
+    lines = textwrap.wrap(
+        _glue_commands(text),
         width=max(len(indent) + 20, width),
         initial_indent=first,
         subsequent_indent=indent,
-        # Never at a hyphen (UUIDs, unit names): a word goes whole onto the next line, and
-        # only one longer than a whole line continues on the next (nothing is dropped).
+        # Never at a hyphen (UUIDs, unit names), never inside a word: a path or a
+        # command pasted from two lines does not work.
         break_on_hyphens=False,
+        break_long_words=False,
     ) or [first]
+    return [line.replace(_GLUE, " ") for line in lines]
 
 
 def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: bool) -> list[str]:

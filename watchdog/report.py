@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -102,6 +103,32 @@ def finding_gpus(f: FindingRecord, runs: Sequence[RunRecord]) -> tuple[str, ...]
     return tuple(run.gpus or []) if run is not None else ()
 
 
+#: The cron file a finding's message names (``from cron FILE:LINE``).
+_CRON_FILE = re.compile(r"\bcron (\S+):\d+\b")
+#: How a refreshed message says its cron line was commented out after the run started.
+SINCE_DISABLED = ", entry since disabled"
+
+
+def when_disabled(f: FindingRecord, actions: Sequence[ActionRecord]) -> str:
+    """``f``'s message, its ``entry since disabled`` saying when and by what where an
+    action did it: ``entry disabled at 13:00:10 (A1)``. The message is refreshed as the
+    source changes, and the timeline shows it at the finding's opening: `opened 13:00:01
+    ... entry since disabled` read as if the line was already off then (issue 33)."""
+    if SINCE_DISABLED not in f.message:
+        return f.message
+    named = _CRON_FILE.search(f.message)
+    done = [
+        a for a in actions
+        if a.kind == "disable-source" and a.outcome == "ok" and not a.dry_run
+        and (a.finding_id == f.id or (named is not None and a.target == named.group(1)))
+    ]  # fmt: skip
+    if not done:
+        return f.message
+    first = min(done, key=lambda a: a.created_at)
+    at = datetime.fromtimestamp(first.created_at).astimezone().strftime("%H:%M:%S")
+    return f.message.replace(SINCE_DISABLED, f", entry disabled at {at} (A{first.id})")
+
+
 def timeline(
     findings: Sequence[FindingRecord],
     actions: Sequence[ActionRecord],
@@ -116,7 +143,7 @@ def timeline(
     for f in findings:
         gpus = gpus_of[f.id]
         if f.opened_at >= since:
-            text = safe_text(f"F{f.id} {f.message}")
+            text = safe_text(f"F{f.id} {when_disabled(f, actions)}")
             event = Event(f.opened_at, "opened", f.kind, f.severity, text, gpus)
             out.append((f.opened_at, 0, f.id, event))
         if f.resolved_at is not None and f.resolved_at >= since:
@@ -225,7 +252,7 @@ def report_json(
         "open": [
             {
                 "id": f.id, "kind": f.kind, "severity": f.severity,
-                "message": safe_text(f.message), "opened_at": f.opened_at,
+                "message": safe_text(when_disabled(f, actions)), "opened_at": f.opened_at,
             }
             for f in findings
             if f.resolved_at is None
@@ -233,29 +260,40 @@ def report_json(
     }  # fmt: skip
 
 
-def _table(title: str, rows: list[tuple[str, int, float]], width: int) -> list[str]:
-    name_w = width - 22
-    out = [title, f"  {'':<{name_w}}{'runs':>7} {'GPU-hours':>11}"]
-    for name, n, hours in rows:
-        # Wrapped, never cut: a cut path (`…/train_probe.py`) tells rows apart no more.
-        lines = [
-            part[i : i + name_w]
-            for part in fit(name, name_w, "  ")
-            for i in range(0, max(1, len(part)), name_w)
-        ]
-        out.append(f"  {lines[0]:<{name_w}}{n:>7} {hours:>11.2f}")
-        out += [f"  {more}" for more in lines[1:]]
+def _table(title: str, rows: list[tuple[str, int, float, dict[str, int]]], width: int) -> list[str]:
+    """A usage table: name, verdict (runs per final verdict, as the HTML page's column),
+    runs, GPU-hours. Names wrap at words, never inside one (`/tmp/t` / `mp.5pad…` was
+    not a path any more); a word wider than its column starts a line of its own, whole,
+    and the row's numbers follow it on the next."""
+    verdicts = [_verdicts_text(v) if v else "-" for *_, v in rows]
+    verdict_w = max([len("verdict"), *(len(v) for v in verdicts)])
+    name_w = max(20, width - 2 - verdict_w - 1 - 7 - 12)
+    head = f"  {'':<{name_w}} {'verdict':<{verdict_w}}{'runs':>7} {'GPU-hours':>11}"
+    out = [title, head.rstrip()]
+    for (name, n, hours, _v), verdict in zip(rows, verdicts, strict=True):
+        names = fit(name, name_w, "  ")
+        cells = f"{verdict:<{verdict_w}}{n:>7} {hours:>11.2f}"
+        if len(names[0]) > name_w:  # a whole word wider than the column: its own line
+            names.append("")
+            out += [f"  {x}" for x in names[:-1]]
+            names = names[-1:]
+        out.append(f"  {names[0]:<{name_w}} {cells}")
+        out += [f"  {x}" for x in names[1:]]
     if not rows:
         out.append("  (none)")
     return out
 
 
 def report_text(doc: dict[str, Any], width: int = WIDTH) -> str:
-    """The JSON report as text, every line at most ``width`` columns."""
+    """The JSON report as text, lines at most ``width`` columns but for a word or a
+    command wider than a line, which has a line of its own, whole (never broken inside)."""
     out = [f"rogue-watchdog report: {_when(doc['since'])} to {_when(doc['until'])}", ""]
     tables = (("by_origin", "per origin"), ("by_user", "per user"), ("by_class", "per class"))
     for key, title in tables:
-        rows = [(r["name"], r["runs"], r["gpu_hours"]) for r in doc.get(key, [])]
+        rows = [
+            (r["name"], r["runs"], r["gpu_hours"], r.get("verdicts") or {})
+            for r in doc.get(key, [])
+        ]
         out += _table(title, rows, width)
         out.append("")
     out.append("timeline")
@@ -269,7 +307,7 @@ def report_text(doc: dict[str, Any], width: int = WIDTH) -> str:
         out += fit(f"F{f['id']} {f['kind']} ({f['severity']}): {f['message']}", width, "    ", "  ")
     if not doc["open"]:
         out.append("  (nothing)")
-    return "\n".join(line[:width] for line in out)
+    return "\n".join(out)
 
 
 #: Bar colours by verdict; anything else (unknown, a newer verdict) is grey.
@@ -384,16 +422,34 @@ class Burst:
     root_pid: int
 
 
+#: Digit runs, folded in :func:`burst_key`: `train_fake_7.py --epochs 7` and
+#: `train_fake_12.py --epochs 12` are one command started 30 times over.
+_DIGITS = re.compile(r"\d+")
+
+
+def burst_key(r: RunRecord) -> tuple[object, ...]:
+    """What the runs of one burst share: the source the origin names (:func:`origin_key`);
+    where it names none (a shell, an orphan, unknown), the origin as described (one tmux
+    session, one orphaning) and the command with every number folded. 30 copies from one
+    tmux session, each `train_fake_N.py --epochs N`, were 30 bars (5 lanes and "+27
+    more run(s)", issue 33); an inference server and a rogue trainer stay two."""
+    key = origin_key(r)
+    if key[:1] != ("job",):
+        return key
+    origin = Origin.from_json(r.origin)
+    return ("burst", origin.describe(), _DIGITS.sub("#", " ".join(r.cmdline)))
+
+
 def bursts(runs: Sequence[RunRecord]) -> list[Burst]:
-    """``runs`` as bars: overlapping runs of one user and one origin (:func:`origin_key`:
-    the source, or the job itself where the origin names none) make one; the others one
-    each. A burst of 55 copies is one bar that says 55, not 55 lanes that make one GPU's
-    row a thousand pixels tall; an inference server and a rogue trainer both orphans stay
-    two bars."""
+    """``runs`` as bars: overlapping runs of one user and one origin (:func:`burst_key`:
+    the source, or the origin and the command up to its numbers where the origin names
+    no source) make one; the others one each. A burst of 55 copies is one bar that says
+    55, not 55 lanes that make one GPU's row a thousand pixels tall; an inference server
+    and a rogue trainer both orphans stay two bars."""
     open_: dict[tuple[str, tuple[object, ...]], list[RunRecord]] = {}
     done: list[list[RunRecord]] = []
     for r in sorted(runs, key=lambda r: (r.started_at, r.root_pid)):
-        key = (r.user or "-", origin_key(r))
+        key = (r.user or "-", burst_key(r))
         group = open_.get(key)
         if group is not None and r.started_at <= max(x.last_seen for x in group):
             group.append(r)

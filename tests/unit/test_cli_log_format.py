@@ -92,3 +92,28 @@ def test_human_lines_name_level_event_and_message() -> None:
     assert line == (
         "rogue-watchdog: warning: nvml-recovered: back (after_s=1.5, last_error=x\\x1b[2J)"
     )
+
+
+def test_at_a_terminal_no_action_command_prints_a_json_line(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """Issue 33 item 8 (fresh user D): `disable-source`, `terminate` and their `--dry-run`
+    each printed `{"recorded": false, "actor": "cli:root", "kind": "disable-source", ...
+    "event": "action", ...}` beside the human text. The decision is the daemon's (`run`:
+    ``configure_logging`` ``auto``: human at a terminal, JSON lines in a pipe, a file or
+    the journal); at a terminal no command of the class prints a JSON line. (The user's
+    lines came from a captured, not a terminal, stderr: JSON there is by design.)"""
+    pid, cfg = setup(spawned, tmp_path)
+    for argv in (
+        ("disable-source", str(pid), "--dry-run"),
+        ("disable-source", str(pid)),
+        ("terminate", str(pid)),
+    ):
+        _code, out, err = run_at(True, *argv, "--config", str(cfg))
+        assert not [x for x in err.splitlines() if x.lstrip().startswith("{")], (argv, err)
+        assert out.strip(), argv  # the human answer is on stdout
+    _code, _out, err = run_at(False, "disable-source", str(pid), "--dry-run", "--config", str(cfg))
+    assert [json.loads(x)["event"] for x in err.splitlines() if x.startswith("{")] in (
+        [],
+        ["action"],
+    )

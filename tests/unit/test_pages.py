@@ -31,7 +31,14 @@ from rogue_watchdog.config.alerts import AlertSettings
 from rogue_watchdog.daemon.loop import Daemon, learned
 from rogue_watchdog.daemon.tracking.jobs import Return, how_ended
 from rogue_watchdog.daemon.tracking.lifecycle import Resolve, decide
-from rogue_watchdog.daemon.tracking.periodic import RETURN_WINDOW_S, Loop, expected, gap_text, loops
+from rogue_watchdog.daemon.tracking.periodic import (
+    RETURN_WINDOW_S,
+    Loop,
+    cadence_text,
+    expected,
+    gap_text,
+    loops,
+)
 from rogue_watchdog.daemon.tracking.reminders import settling
 from rogue_watchdog.model import FINDING_KINDS, Finding, Job
 from rogue_watchdog.state import ActionRecord, FindingRecord
@@ -440,6 +447,15 @@ def test_the_settle_waits_for_a_gpu_seen_twice_alike_at_most_settle_s() -> None:
 def test_gap_text() -> None:
     assert [gap_text(x) for x in (0.3, 4.6, 60, 61, 150, 3600, 3900, 86400, 7 * 86400)] == [
         "under 1s", "5s", "1m", "1m01s", "2m30s", "1h", "1h05m", "24h", "7d",
+    ]  # fmt: skip
+
+
+def test_cadence_text_for_sub_second_loops_and_two_runs() -> None:
+    """Issue 33, fresh user D: a finding read `periodic: 2 runs about every under 1s`
+    (before: `about every {gap_text}` whatever the gap and the count)."""
+    assert [cadence_text(n, s) for n, s in ((2, 0.3), (5, 0.2), (2, 72), (12, 4.6))] == [
+        "2 runs less than 1s apart", "5 runs less than 1s apart", "2 runs 1m12s apart",
+        "12 runs about every 5s",
     ]  # fmt: skip
 
 

@@ -77,10 +77,10 @@ def test_scan_table_keeps_unit_names_users_and_uuids_whole() -> None:
 
 def test_prose_moves_a_word_whole_to_the_next_line_and_drops_nothing() -> None:
     assert fit(f"GPU 0 is {UUID} now", 48, "  ") == ["GPU 0 is", f"  {UUID} now"]
-    # Longer than any line: it continues on the next one, every character kept.
-    lines = fit(f"unit {UNIT} failed", 40, "  ")
-    assert "".join(lines).replace(" ", "") == f"unit{UNIT}failed"
-    assert all(len(x) <= 40 for x in lines)
+    # Longer than any line: a line of its own, whole (issue 33: a unit, a path or a
+    # command broken across two lines is not one any more when pasted); the caller shows
+    # it whole or cuts it visibly (top's panes: », ←/→).
+    assert fit(f"unit {UNIT} failed", 40, "  ") == ["unit", f"  {UNIT}", "  failed"]
 
 
 def test_top_keeps_users_origins_and_finding_ids_whole() -> None:
@@ -130,3 +130,25 @@ def test_a_finding_message_keeps_the_script_and_its_arguments_behind_a_long_inte
     job = Job(7, [7], "root", argv, 1, None, [], [])
     [finding] = job_findings([job])
     assert f"`python {script} epoch\udcff`" in finding.message
+
+
+def test_a_printed_command_is_never_wrapped_inside_itself() -> None:
+    """Issue 33 item 4 (fresh user D): `... or by hand: sed` / `-i '1s/^/...` ran
+    `-i: command not found`; `rogue-watchdog status --config` / `/tmp/.../config.yaml`
+    failed `--config: expected one argument`; a cron schedule broke `(* * * *` / `*)`.
+    Prose around them still wraps at words, and a program's name used as a word of
+    prose glues nothing."""
+    d = "/tmp/tmp.5padkcTgpa"
+    sed = f"sed -i '1s/^/# disabled by rogue-watchdog: /' {d}/cron.d/legacy-retrain"
+    status = f"`rogue-watchdog status --config {d}/config.yaml`"
+    text = (
+        f"from cron {d}/cron.d/legacy-retrain:1 (* * * * *); its crontab entry was removed "
+        f"from the file a while ago; {status} lists all, or by hand: {sed}"
+    )
+    assert fit(text, 80, "    ", "  ") == [
+        f"  from cron {d}/cron.d/legacy-retrain:1 (* * * * *); its crontab",
+        "    entry was removed from the file a while ago;",
+        f"    {status} lists all,",
+        "    or by hand:",
+        f"    {sed}",  # wider than 80: a line of its own, whole
+    ]

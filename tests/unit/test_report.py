@@ -13,7 +13,7 @@ import pytest
 import structlog
 
 from rogue_watchdog.cli import main
-from rogue_watchdog.model import CronOrigin, ShellOrigin
+from rogue_watchdog.model import CronOrigin, Origin, ShellOrigin
 from rogue_watchdog.report import report_html, report_json, report_text
 from rogue_watchdog.state import RunRecord, StateDB, read_history
 
@@ -117,8 +117,13 @@ def test_report_text_fits_80_columns_and_html_is_self_contained(
     text = capsys.readouterr().out
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 80
-    assert lines[3] == "  " + " " * 58 + "   runs   GPU-hours"
-    assert lines[4] == "  cron /etc/cron.d/old:1 (*/12 * * * *)" + " " * 21 + "      1        1.00"
+    # The verdict column, as the HTML page's (issue 33, fresh user D: the text had none).
+    assert lines[3] == "  " + " " * 49 + "verdict      runs   GPU-hours"
+    assert lines[4:7] == [
+        "  cron /etc/cron.d/old:1 (*/12 * * * *)            rogue           1        1.00",
+        "  cron /etc/cron.d/pipeline:2 (0 2 * * *)          sanctioned      1        0.50",
+        "  shell 1 · python x.py⏎\\x1b[2J                    rogue           1        0.00",
+    ]
     assert lines[-7:] == [
         f"  {_when(now - 1500)} action   -        terminate: A1 terminate PID 20: ok by",
         "    cli",
@@ -446,6 +451,88 @@ def test_the_text_report_wraps_long_origin_names(tmp_path: Path) -> None:
     lines = report_text(doc).splitlines()
     at = lines.index("per origin")
     assert lines[at + 2 : at + 4] == [
-        "  unknown origin · /usr/bin/python3 -S                            1        0.50",
+        "  unknown origin · /usr/bin/python3 -S                -            1        0.50",
         "    /tmp/pytest-of-root/pytest-900/probe0/train_probe.py",
     ]
+
+
+def test_copies_from_one_tmux_session_are_one_bar(tmp_path: Path) -> None:
+    """Issue 33, fresh user D: 30 fakes started at once from one tmux session, each
+    `python3 …/fake/train_fake_N.py --epochs N`, drew 5 lanes and `+27 more run(s)` (before,
+    0f0df4a: `data-runs` 1 on each bar, a `more` mark of 27); the orphan burst was one
+    `×55` bar. After: one bar `×30`, like any burst of one origin's same command."""
+    from rogue_watchdog.model import OrphanOrigin
+
+    now = time.time()
+    state = tmp_path / "state"
+    db = StateDB(state)
+    tmux = ShellOrigin(
+        session="tmux session 'fd-fakes' ($2) on /tmp/tmux-0/default", user="root",
+        tmux_session="fd-fakes", tmux_session_id="$2",
+    ).to_json()  # fmt: skip
+    py = "/root/.pyenv/versions/3.11.7/bin/python3"
+    for i in range(1, 31):
+        cmd = [py, f"/tmp/tmp.5padkcTgpa/fake/train_fake_{i}.py", "--epochs", str(i)]
+        rec = RunRecord(f"f{i}", 24000 + i, 24000 + i, "root", cmd, tmux, "rogue", None, 0, 0,
+                        gpus=[])  # fmt: skip
+        db.record_run(rec, now - 600 + i / 10)
+        db.record_run(rec, now - 60)
+    # Two orphans of different commands at the same time stay two bars.
+    orphan = OrphanOrigin(message="orphan (parent exited)").to_json()
+    for i, cmd in enumerate((["vllm", "serve"], [py, "/srv/train.py"])):
+        rec = RunRecord(f"o{i}", 26000 + i, 26000 + i, "root", cmd, orphan, "rogue", None, 0, 0,
+                        gpus=[])  # fmt: skip
+        db.record_run(rec, now - 500)
+        db.record_run(rec, now - 100)
+    db.close()
+    page_path = tmp_path / "week.html"
+    args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
+    assert main([*args, "--output", str(page_path)]) == 0
+    page = page_path.read_text()
+    t = parse_timeline(page)
+    assert sorted(r["data-runs"] for r in t["runs"]) == ["1", "1", "30"]
+    assert '<g class="more"' not in page
+    assert any(x.endswith(" ×30") and "fd-fakes" in x for x in t["labels"]), t["labels"]
+
+
+def test_the_text_report_never_breaks_a_word_and_says_when_a_line_was_disabled(
+    tmp_path: Path,
+) -> None:
+    """Issue 33, fresh user D. Before (0f0df4a), at 80 columns: `A1 disable-source /tmp/t`
+    / `mp.5padkcTgpa/...`, `(* * * *` / `*)`, `/tmp/pytest-of-root/p` / `ytest-938`; F15
+    read `opened 13:00:01 ... entry since disabled` though A1 disabled it 9 s later."""
+    from rogue_watchdog.report import report_text
+
+    d = "/tmp/tmp.5padkcTgpa"
+    t0 = time.mktime((2026, 12, 6, 13, 0, 1, 0, 0, -1))
+    cron = CronOrigin(file=f"{d}/cron.d/legacy-retrain", line=1, schedule="* * * * *").to_json()
+    state = tmp_path / "state"
+    db = StateDB(state)
+    cmd = ["/usr/bin/python3", f"{d}/ghost/train_legacy.py"]
+    rec = RunRecord("g", 9314, 9314, "root", cmd, cron, "rogue", None, 0, 0, gpus=[])
+    db.record_run(rec, t0)
+    db.record_run(rec, t0 + 40)
+    long_path = "/tmp/pytest-of-root/pytest-938/test_separate_background_jobs_0/train_a.py"
+    probe = ["/work/wt4-oneshot/.venv/bin/python", long_path]
+    rec = RunRecord("p", 9400, 9400, "root", probe, Origin().to_json(), "rogue", None, 0, 0,
+                    gpus=[])  # fmt: skip
+    db.record_run(rec, t0)
+    db.record_run(rec, t0 + 5)
+    message = (
+        f"rogue training job PID 9314, user root, `/usr/bin/python3 {d}/ghost/train_legacy.py`, "
+        f"from cron {d}/cron.d/legacy-retrain:1 (* * * * *), entry since disabled"
+    )
+    f15 = db.insert_finding("rogue-job:g", "rogue-job", "high", message, 9314, {}, t0)
+    db.record_action("cli:root", "disable-source", f"{d}/cron.d/legacy-retrain", "ok", {},
+                     t0 + 9, finding_id=f15)  # fmt: skip
+    db.close()
+    history = read_history(str(state), t0 - 60)
+    assert history is not None
+    doc = report_json(*history, t0 - 60, t0 + 60)
+    text = report_text(doc)
+    lines = text.splitlines()
+    for word in (f"{d}/cron.d/legacy-retrain:1", long_path, "(* * * * *)"):
+        assert any(word in x for x in lines), (word, text)
+    assert f"{d}/cron.d/legacy-retrain: ok by cli:root" in text
+    assert "entry since disabled" not in text
+    assert "(* * * * *), entry disabled at 13:00:10 (A1)" in " ".join(x.strip() for x in lines)

@@ -105,3 +105,21 @@ def test_a_gpu_view_says_why_it_lists_more_than_that_gpu() -> None:
     assert lines[lines.index("GPUs: 0") + 1] == f"  {note}"
     assert filter_gpu(DOC, 0)["gpu_view_note"] is None
     assert filter_gpu(DOC, 5)["gpu_view_note"] == "GPU 5: NVML lists no such GPU here (GPUs: 0)"
+
+
+def test_finding_rows_line_up_whatever_the_id_width() -> None:
+    """Issue 33, fresh user D: `F1 info     nvml...` and `F15 high     rogue-job` did not
+    line up (before, 0f0df4a: the id was never padded)."""
+    from rogue_watchdog.daemon.status import _outcome_lines
+
+    findings = [
+        {"id": i, "severity": sev, "kind": kind, "message": "m", "age_s": 60, "seen_count": 2}
+        for i, sev, kind in ((1, "info", "nvml-unavailable"), (15, "high", "rogue-job"),
+                             (None, "warning", "unsanctioned-gpu-use"))
+    ]  # fmt: skip
+    lines = _outcome_lines({"findings": findings})[1:4]
+    assert lines == [
+        "  F1  info     nvml-unavailable (open 60s, seen 2x): m",
+        "  F15 high     rogue-job (open 60s, seen 2x): m",
+        "  -   warning  unsanctioned-gpu-use (seen in the last scan; not in the state database): m",
+    ]

@@ -266,3 +266,55 @@ def test_rows_at_80_columns_keep_the_end_of_an_origins_path() -> None:
         "  rogue        21706 root       -            -      - cron …/ghost:1 (* * * * *)",
         "  rogue        21706 root       -            -      - cron …/pipeline:2 (* * * …",
     ]
+
+
+# -- printed commands are never wrapped inside themselves (issue 33 item 4, fresh user D) --
+
+D = "/tmp/tmp.5padkcTgpa"
+SED = f"sed -i '1s/^/# disabled by rogue-watchdog: /' {D}/cron.d/legacy-retrain"
+DISABLE = f"rogue-watchdog disable-source --config {D}/config.yaml F15"
+TERMINATE = f"rogue-watchdog terminate --config {D}/config.yaml 24604"
+STATUS = f"rogue-watchdog status --config {D}/config.yaml"
+# Padded ("seen; " x23) so that the base commit (0f0df4a) wrapped it at 200 columns as
+# fresh user D saw it: `... or by hand: sed` / `    -i '1s/^/...` (`-i: command not found`).
+EXPLAIN = (
+    "restarts it: on schedule, its cron line (* * * * *) " + "; ".join(["seen"] * 23)
+    + f"; to stop the source: {DISABLE} (backs up the crontab; the `rogue-watchdog undo` it "
+    f"prints, with the action id, restores it), or by hand: {SED}"
+)  # fmt: skip
+REFUSAL = (
+    "disable-source PID 24604: refused: its origin (shell) names nothing to disable; stop "
+    f"the run with `{TERMINATE}`"
+)
+
+
+def pane_screen(text: str, width: int, rows: int, *keys: str) -> list[str]:
+    doc, view = busy(), View(btime_s=BTIME)
+    view.pane = Pane("explanation (q/Esc: back)", "  " + text)
+    press(view, doc, *keys)
+    return screen(doc, view, width, rows)
+
+
+@pytest.mark.parametrize(("width", "rows"), [(80, 24), (200, 50)])
+def test_commands_in_panes_and_footers_are_whole_on_one_line(width: int, rows: int) -> None:
+    """Before (0f0df4a): at 200x50 the explain pane broke `sed` / `-i '1s/^/...`; at 80x24
+    the refusal pane broke `rogue-watchdog terminate --config` / `/tmp/.../config.yaml
+    24604` and the footer `rogue-watchdog status --config` / `/tmp/.../config.yaml`."""
+    lines = pane_screen(EXPLAIN, width, rows)
+    assert any(DISABLE in x for x in lines), lines
+    if width == 200:
+        assert f"    {SED}" in lines, lines
+    else:
+        # Wider than the terminal: a line of its own, cut visibly; → shows its end.
+        assert f"    {SED}"[:79] + "»" in lines, lines
+        right = pane_screen(EXPLAIN, width, rows, "right")
+        assert "«" + f"    {SED}"[13:] in right, right
+        bar = next(x for x in right if x.startswith("── explanation"))
+        assert bar.endswith(", columns 13-91 of 91: ←/→) ──"), bar
+    lines = pane_screen(REFUSAL, width, rows)
+    assert any(f"`{TERMINATE}`" in x for x in lines), lines
+    doc, view = busy(), View(btime_s=BTIME)
+    doc["config"] = {"path": f"{D}/config.yaml"}
+    doc["findings"] = doc["findings"] * 8
+    lines = screen(doc, view, width, rows)
+    assert any(f"`{STATUS}` lists all" in x for x in lines), lines

@@ -52,7 +52,8 @@ KEYS = (
 KEYS_SHORT = "↑↓ jk PgUp/Dn Home/End  /filter  sort M U A V P I  e explain t term d disable q"
 #: The keys line while a pane (an explanation, a command's output) is shown.
 PANE_KEYS = (
-    "q/Esc: back to the list  ↑/↓ or j/k scroll  PgUp/PgDn Home/End  t terminate  d disable-source"
+    "q/Esc: back to the list  ↑/↓ or j/k scroll  ←/→ or h/l wide lines  PgUp/PgDn Home/End  "
+    "t terminate  d disable-source"
 )
 #: The question under a dry run's plan.
 CONFIRM = "press y to do what the dry run above says, any other key to cancel"
@@ -66,7 +67,10 @@ SEQUENCES = {
     "\x1b[5~": "pgup", "\x1b[6~": "pgdn",
     "\x1b[H": "home", "\x1bOH": "home", "\x1b[1~": "home", "\x1b[7~": "home",
     "\x1b[F": "end", "\x1bOF": "end", "\x1b[4~": "end", "\x1b[8~": "end",
+    "\x1b[D": "left", "\x1bOD": "left", "\x1b[C": "right", "\x1bOC": "right",
 }  # fmt: skip
+#: Columns ←/→ scroll a pane's wide lines by.
+SIDE_STEP = 20
 #: The list's columns (after the 2-column mark): verdict, PID, user, GPU, memory, age.
 _HEAD = f"{'VERDICT':<10} {'PID':>7} {'USER':<10} {'GPU':<5} {'GPU MEM':>8} {'AGE':>6}"
 
@@ -145,6 +149,8 @@ class Pane:
         title: Its first line (what it is and how to leave it).
         text: The text, lines not yet wrapped.
         top: First wrapped line shown.
+        left: First column shown (a command wider than the pane is never wrapped inside
+            itself: it is cut with ``»`` and ←/→ scroll to its rest).
         confirm: The command ``y`` runs (a dry run's plan is shown), else None.
         what: What ``y`` would do, in words, for the question.
     """
@@ -152,6 +158,7 @@ class Pane:
     title: str
     text: str
     top: int = 0
+    left: int = 0
     confirm: list[str] | None = None
     what: str = ""
 
@@ -268,6 +275,10 @@ def move(view: View, jobs: list[dict[str, Any]], key: str) -> None:
             view.pane.top = 0
         elif key in ("end", "G"):
             view.pane.top = 1 << 30  # clamped when drawn
+        elif key in ("left", "h"):
+            view.pane.left = max(0, view.pane.left - SIDE_STEP)
+        elif key in ("right", "l"):
+            view.pane.left += SIDE_STEP  # clamped when drawn
         return
     if not jobs:
         return
@@ -283,7 +294,9 @@ def move(view: View, jobs: list[dict[str, Any]], key: str) -> None:
     view.selected = jobs[i].get("root_pid")
 
 
-MOVES = frozenset({"up", "down", "j", "k", "pgup", "pgdn", "home", "end", "g", "G"})
+MOVES = frozenset(
+    {"up", "down", "j", "k", "pgup", "pgdn", "home", "end", "g", "G", "left", "right", "h", "l"}
+)
 
 
 # -- the screen ----------------------------------------------------------------------------
@@ -323,6 +336,15 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
+def side_cut(line: str, left: int, width: int) -> str:
+    """``line`` from column ``left``, at most ``width`` columns: ``«`` first where columns
+    are hidden to the left, ``»`` last where more follow (a pane's command wider than the
+    terminal, shown whole by scrolling instead of wrapped inside itself)."""
+    if left > 0 and line:
+        line = "«" + line[left + 1 :] if len(line) > left else ""
+    return line if len(line) <= width else line[: max(0, width - 1)] + "»"
+
+
 def _gpu_block(doc: dict[str, Any], width: int, budget: int) -> list[str]:
     """The GPUs: their full lines (memory split, UUID whole) when they fit in ``budget``
     rows, else one line per GPU, else as many as fit and how many more there are."""
@@ -358,11 +380,11 @@ def _gpu_block(doc: dict[str, Any], width: int, budget: int) -> list[str]:
         lines.append(f"{text}  {uuid}" if len(text) + 2 + len(uuid) <= width else _cut(text, width))
     if len(lines) <= budget:
         return lines
-    keep = max(1, budget - 1)
-    return [
-        *lines[:keep],
-        f"  … {len(lines) - keep} more GPU(s): `{_status_cmd(doc)}` lists all",
-    ]
+    # The command on a line of its own when the line is narrow: never wrapped inside.
+    tail = fit(f"… {len(lines)} more GPU(s): `{_status_cmd(doc)}` lists all", width, "    ", "  ")
+    keep = max(1, budget - len(tail))
+    more = f"… {len(lines) - keep} more GPU(s): `{_status_cmd(doc)}` lists all"
+    return [*lines[:keep], *fit(more, width, "    ", "  ")]
 
 
 def _row(j: dict[str, Any], mark: str, width: int, colour: bool, now: float, view: View) -> str:
@@ -462,12 +484,15 @@ def _findings(
     if len(shown) < len(found):
         head += f" ({len(shown)} shown; `{_status_cmd(doc)}` lists all)"
     lines = fit(head, width, "    ")[:2]
+    # The id column as wide as its widest (F12345 kept the severities in line too).
+    ref_w = max([5, *(len(finding_ref(f.get("id"))) for f in shown)])
     for f in shown:
         sev = str(f.get("severity") or "-")
         ref = finding_ref(f.get("id"))
         mark = "*" if view.selected is not None and view.selected in _finding_pids(f) else " "
-        text = _cut(printable(f"{f.get('kind')}: {f.get('message')}"), max(10, width - 17))
-        lines.append(f"{mark} {ref:<5} {paint(f'{sev:<8}', sev, colour)} {text}")
+        room = max(10, width - 12 - ref_w)
+        text = _cut(printable(f"{f.get('kind')}: {f.get('message')}"), room)
+        lines.append(f"{mark} {ref:<{ref_w}} {paint(f'{sev:<8}', sev, colour)} {text}")
     return lines
 
 
@@ -538,7 +563,9 @@ def layout(
             body.append(_row(jobs[n], ">" if n == i else " ", width, colour, now, view))
     body = body[: 1 + room]
     body += [""] * (1 + room - len(body))  # the findings stay where they are
-    return [*head, *gpus, *body, *detail, *findings, status][: max(0, rows)]
+    screen = [*head, *gpus, *body, *detail, *findings, status][: max(0, rows)]
+    # A line wider than the terminal would wrap there and push the frame down.
+    return [x if "\x1b" in x else side_cut(x, 0, width) for x in screen]
 
 
 def _pane(view: View, width: int, room: int) -> list[str]:
@@ -547,16 +574,20 @@ def _pane(view: View, width: int, room: int) -> list[str]:
     lines: list[str] = []
     for x in pane.text.splitlines():
         x = printable(x)
-        # At word boundaries, under the line's own indent (an explanation's tree); only a
-        # word longer than the line is cut, its rest on the next.
+        # At word boundaries, under the line's own indent (an explanation's tree); a
+        # command or a word longer than the line keeps a line of its own, whole: cut
+        # visibly at the edge, ←/→ show the rest (a wrapped half pasted did not run).
         lead = x[: len(x) - len(x.lstrip())][: width // 2]
-        wrapped = fit(x.lstrip(), width, lead + "  ", lead) if x.strip() else [""]
-        lines += [w[i : i + width] for w in wrapped for i in range(0, max(1, len(w)), width)]
+        lines += fit(x.lstrip(), width, lead + "  ", lead) if x.strip() else [""]
     room_text = max(1, room - 1)
     view.page = max(1, room_text - 1)
     pane.top = max(0, min(pane.top, len(lines) - room_text))
-    shown = lines[pane.top : pane.top + room_text]
+    wide = max((len(x) for x in lines), default=0)
+    pane.left = max(0, min(pane.left, wide - width + 1)) if wide > width else 0
+    shown = [side_cut(x, pane.left, width) for x in lines[pane.top : pane.top + room_text]]
     where = f"lines {pane.top + 1}-{pane.top + len(shown)} of {len(lines)}"
+    if wide > width:
+        where += f", columns {pane.left + 1}-{min(wide, pane.left + width)} of {wide}: ←/→"
     bar = _cut(f"── {pane.title} ({where}) ──", width)
     return [bar, *shown, *[""] * (room_text - len(shown))]
 

@@ -326,18 +326,19 @@ def _gib(n: int | None) -> str:
     return "-" if n is None else f"{n / 2**30:.1f} GiB"
 
 
-def _finding_head(f: dict[str, Any]) -> str:
-    """``F12 high     rogue-job (open 5m, seen 61x, 3 instances)``; a finding the state
-    database could not return (no id) says so instead of printing placeholders."""
+def _finding_head(f: dict[str, Any], ref_w: int = 3) -> str:
+    """``F12 high     rogue-job (open 5m, seen 61x, 3 instances)``, the id padded to
+    ``ref_w`` columns (the widest of the list: `F1` and `F15` rows line up); a finding the
+    state database could not return (no id) says so instead of printing placeholders."""
     sev, kind = f.get("severity") or "?", f.get("kind") or "?"
     if f.get("id") is None:
-        return f"-   {sev:<8} {kind} (seen in the last scan; not in the state database)"
+        return f"{'-':<{ref_w}} {sev:<8} {kind} (seen in the last scan; not in the state database)"
     parts = [f"open {_age(float(f.get('age_s') or 0))}", f"seen {f.get('seen_count')}x"]
     if (f.get("instances") or 1) > 1:
         parts.append(f"{f['instances']} instances")
     if f.get("persisted") is False:
         parts.append("NOT PERSISTED: the state database cannot be written")
-    return f"{finding_ref(f['id'])} {sev:<8} {kind} ({', '.join(parts)})"
+    return f"{finding_ref(f['id']):<{ref_w}} {sev:<8} {kind} ({', '.join(parts)})"
 
 
 def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
@@ -569,7 +570,8 @@ def _outcome_lines(doc: dict[str, Any]) -> list[str]:
     """The open findings, the alerts' delivery and the degraded components."""
     findings = doc.get("findings") or []
     out = [f"open findings: {len(findings)}"]
-    out.extend(f"  {_finding_head(f)}: {f.get('message')}" for f in findings)
+    ref_w = max((len(finding_ref(f.get("id"))) for f in findings), default=1)
+    out.extend(f"  {_finding_head(f, ref_w)}: {f.get('message')}" for f in findings)
     alerts = doc.get("alerts") or {}
     out.append(
         f"alerts: {alerts.get('queued', 0)} queued, {alerts.get('failed_attempts', 0)} "

@@ -279,7 +279,7 @@ def _folded(f: Finding, loop: Loop, job: Job | None, was: FindingRecord | None) 
     if job is not None:
         details["origin"] = job.origin.to_json()
     message = (
-        f"periodic: {loop.runs} runs about every {gap_text(loop.cadence_s)} since "
+        f"periodic: {cadence_text(loop.runs, loop.cadence_s)} since "
         f"{local_iso(loop.first_at)}; latest run: {f.message}"
     )
     return dataclasses.replace(f, message=message, root_pid=None, details=details)
@@ -298,6 +298,22 @@ def _union(was: object, now: object) -> list[dict[str, Any]]:
                 keys.add(key)
                 out.append(g)
     return out
+
+
+def cadence_text(runs: int, cadence_s: float) -> str:
+    """``12 runs about every 5s``; ``2 runs 1m apart`` (two runs make one gap, not a
+    rhythm); ``5 runs less than 1s apart`` (was ``2 runs about every under 1s``, issue 33).
+
+    Args:
+        runs: How many runs the loop has had.
+        cadence_s: The typical gap between their starts, in seconds.
+    """
+    gap = gap_text(cadence_s)
+    if gap == "under 1s":
+        return f"{runs} runs less than 1s apart"
+    if runs <= 2:
+        return f"{runs} runs {gap} apart"
+    return f"{runs} runs about every {gap}"
 
 
 def gap_text(seconds: float) -> str:
