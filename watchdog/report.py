@@ -436,7 +436,7 @@ def burst_key(r: RunRecord) -> tuple[object, ...]:
     key = origin_key(r)
     if key[:1] != ("job",):
         return key
-    origin = Origin.from_json(r.origin)
+    origin = origin_from_json(r.origin)
     return ("burst", origin.describe(), _DIGITS.sub("#", " ".join(r.cmdline)))
 
 
