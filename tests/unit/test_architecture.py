@@ -1,5 +1,5 @@
 """Shape of the code a newcomer reads (issue 30): no function in ``watchdog/`` over 100
-lines. The import layers and the daemon's acyclic inside are `lint-imports`'s
+lines. The import layers and the package's acyclic inside are `lint-imports`'s
 (``.importlinter``); this checks what import-linter cannot."""
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rogue_watchdog.actions.disable import plan_disable
 from rogue_watchdog.actions.effects import Effects
+from rogue_watchdog.actions.planners import plan_disable
 from rogue_watchdog.lineage import default_resolvers
 from rogue_watchdog.lineage.cron import CronResolver
 from rogue_watchdog.scan import resolve_origin

@@ -196,8 +196,8 @@ def test_reparented_job_at_its_tick_as_its_user_is_the_entry(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("case", ["fake-daemon", "wrong-user", "wrong-time"])
 def test_disable_source_never_targets_the_real_line_for_a_spoof(tmp_path: Path, case: str) -> None:
-    from rogue_watchdog.actions.disable import plan_disable
     from rogue_watchdog.actions.effects import Effects
+    from rogue_watchdog.actions.planners import plan_disable
 
     chain, started = {
         "fake-daemon": (_chain(cron_exe="/work/advtest/fake/cron"), FIRED),

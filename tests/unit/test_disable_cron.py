@@ -9,13 +9,9 @@ from typing import Any
 
 import pytest
 
-from rogue_watchdog.actions.disable import (
-    DisablePlan,
-    _crontab_problem,
-    marker_line,
-    plan_disable,
-)
+from rogue_watchdog.actions.disable import DisablePlan, _crontab_problem, marker_line
 from rogue_watchdog.actions.effects import Effects, RecordingEffects
+from rogue_watchdog.actions.planners import plan_disable
 from rogue_watchdog.actions.undo import ops_of, run_undo
 from rogue_watchdog.model import origin_from_json
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from rogue_watchdog.actions.disable import plan_disable
 from rogue_watchdog.actions.effects import RecordingEffects
+from rogue_watchdog.actions.planners import plan_disable
 from rogue_watchdog.command import CommandResult
 from rogue_watchdog.model import SystemdOrigin, origin_from_json
 

@@ -16,9 +16,8 @@ from typing import ClassVar, get_args
 import pytest
 
 from rogue_watchdog import lineage
-from rogue_watchdog.actions.disable import plan_disable
 from rogue_watchdog.actions.effects import RecordingEffects
-from rogue_watchdog.actions.planners import PLANNERS
+from rogue_watchdog.actions.planners import PLANNERS, plan_disable
 from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.config.origins import pin_keys
 from rogue_watchdog.lineage import RESOLVERS, default_resolvers

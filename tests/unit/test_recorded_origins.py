@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from rogue_watchdog.actions.disable import plan_disable
 from rogue_watchdog.actions.effects import RecordingEffects
+from rogue_watchdog.actions.planners import plan_disable
 from rogue_watchdog.model import (
     CronOrigin,
     Origin,

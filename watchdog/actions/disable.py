@@ -286,6 +286,8 @@ class DisablePlan:
         refused: Why nothing can be done (then ``steps`` is empty).
         data: Kind-specific facts for :meth:`execute` (:data:`PlanData`).
         stops_service: The service a person asked to stop with the source.
+        runner: What performs the plan, for a kind planned outside this module
+            (:mod:`watchdog.actions.sources` hands its own; this module imports none).
     """
 
     kind: str
@@ -294,24 +296,25 @@ class DisablePlan:
     refused: str | None = None
     data: PlanData = field(default_factory=dict)
     stops_service: str | None = None
+    runner: Callable[[DisablePlan, Effects], DisableResult] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def execute(self, effects: Effects) -> DisableResult:
         """Perform the plan. Never raises for an OS or command failure: the result
         says what failed and which steps were done (with their undo ops)."""
         if self.refused is not None:
             return DisableResult("failed", error=self.refused)
-        from . import sources  # its planners import this module
-
-        runner = {
-            "container": sources.exec_container,
-            "supervisord": sources.exec_supervisor,
-            "at": sources.exec_at,
-            "cron-file": _exec_cron_file,
-            "user-crontab": _exec_user_crontab,
-            "run-parts": _exec_rename,
-            "quarantine": _exec_rename,
-            "systemd": _exec_systemd,
-        }[self.kind]
+        runner = (
+            self.runner
+            or {
+                "cron-file": _exec_cron_file,
+                "user-crontab": _exec_user_crontab,
+                "run-parts": _exec_rename,
+                "quarantine": _exec_rename,
+                "systemd": _exec_systemd,
+            }[self.kind]
+        )
         try:
             return runner(self, effects)
         except OSError as exc:
@@ -356,69 +359,6 @@ def backup_path(backup_dir: str, original: str, now: float) -> str:
 def marker_line(original: str, now: float, reason: str) -> str:
     """The comment that replaces a disabled crontab line (keeps the original text)."""
     return f"{DISABLED_MARK} at {iso(now)} ({one_line(reason)}): {original}"
-
-
-def plan_disable(
-    origin: Origin,
-    *,
-    reason: str,
-    now: float,
-    backup_dir: str,
-    effects: Effects,
-    spool_dirs: Sequence[str] = hostpaths.CRON_SPOOL_DIRS,
-    crontab: str = hostpaths.CRONTAB,
-    cron_d: str = hostpaths.CRON_D,
-    quarantine_unknown_exe: bool = False,
-    cmdline: Sequence[str] = (),
-    exe: str | None = None,
-) -> DisablePlan:
-    """Plan how to disable the source named by ``origin``.
-
-    Args:
-        origin: The job's origin (:func:`~watchdog.model.origin_from_json` of a recorded one).
-        reason: Why (goes into markers and records), e.g. ``rogue-job finding 12``.
-        now: POSIX time for markers and backup names.
-        backup_dir: Where backups go.
-        effects: Used for read-only queries (``systemctl is-enabled``).
-        spool_dirs: User crontab directories (``paths.cron_spool``).
-        crontab: The system crontab (``paths.crontab``).
-        cron_d: The crontab directory (``paths.cron_d``). A recorded cron line is only
-            ever edited in ``crontab``, a cron-readable file directly in ``cron_d`` or a
-            file directly in a spool directory; a run-parts script only in a
-            ``cron.hourly``/``daily``/``weekly``/``monthly``/``yearly`` directory.
-        quarantine_unknown_exe: Allow renaming the script/executable of an orphan or
-            unknown-origin job.
-        cmdline: The job root's argv (for quarantine).
-        exe: The job root's executable (for quarantine).
-
-    Returns:
-        A plan; ``refused`` says why when nothing can be done.
-    """
-    if not origin.READABLE:
-        return DisablePlan("none", "-", refused="; ".join(origin.evidence))
-    from .planners import PLANNERS  # its planners import this module
-
-    planner = PLANNERS.get(type(origin))
-    if planner is None:
-        return DisablePlan(
-            "none",
-            "-",
-            refused=f"disabling a {origin.kind} source is not supported; run the remediation "
-            f"by hand: {origin.remediation or 'none known'}",
-        )
-    return planner(
-        origin,
-        PlanRequest(
-            reason,
-            now,
-            backup_dir,
-            effects,
-            (crontab, cron_d, spool_dirs),
-            quarantine_unknown_exe,
-            tuple(cmdline),
-            exe,
-        ),
-    )
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,10 @@ from ..policy.guard import service_collateral
 from ..sources.procfs import ProcessTable
 from ..state import ActionJournal, StateDB
 from . import sources
-from .disable import CronEdit, DisablePlan, DisableResult, Rename, SystemdChange, plan_disable
+from .disable import CronEdit, DisablePlan, DisableResult, Rename, SystemdChange
 from .effects import Effects, JournaledEffects
 from .guards import Expected, SignalGuard
+from .planners import plan_disable
 from .terminate import WAVE_SIGNALS, TerminateOutcome, TerminateRun, run_to_end
 
 log = get_logger()

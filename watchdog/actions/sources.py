@@ -145,7 +145,7 @@ def plan_container(origin: Origin, req: PlanRequest) -> DisablePlan:
         "running": running is True,
         "commands": commands,
     }
-    return DisablePlan("container", target, steps, data=data)
+    return DisablePlan("container", target, steps, data=data, runner=exec_container)
 
 
 def _container_undo(d: dict[str, Any], done: Sequence[list[str]]) -> list[dict[str, Any]]:
@@ -313,7 +313,9 @@ def plan_supervisor(origin: Origin, req: PlanRequest) -> DisablePlan:
         "files": files,
         "post": post,
     }
-    return DisablePlan("supervisord", f"program {ctl_name}", steps, data=data_out)
+    return DisablePlan(
+        "supervisord", f"program {ctl_name}", steps, data=data_out, runner=exec_supervisor
+    )
 
 
 def _restore(f: dict[str, Any]) -> dict[str, Any]:
@@ -428,7 +430,7 @@ def plan_at(origin: Origin, req: PlanRequest) -> DisablePlan:
         steps.append(f"atrm {j['job']}")
     steps.append("(the running job is left to terminate: atrm does not stop it)")
     target = "job(s) " + " ".join(str(j["job"]) for j in jobs)
-    return DisablePlan("at", target, steps, data={"jobs": jobs})
+    return DisablePlan("at", target, steps, data={"jobs": jobs}, runner=exec_at)
 
 
 def _requeue(j: dict[str, Any]) -> dict[str, Any]:

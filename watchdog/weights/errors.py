@@ -1,11 +1,12 @@
-"""Exceptions of the weights gate."""
+"""Exceptions of the weights gate, and the checkpoint record :class:`NothingToShip` carries."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .fallback import Candidate
     from .report import Report
 
 
@@ -49,3 +50,18 @@ class NothingToShip(RuntimeError):
     def __init__(self, message: str, considered: tuple[Candidate, ...]) -> None:
         super().__init__(message)
         self.considered = considered
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One checkpoint that was considered, and why it was or was not a candidate.
+
+    Attributes:
+        path: The checkpoint file or folder, as given.
+        metric: The monitored metric as a float, or None when it is not a number.
+        reason: "" for a candidate; else why it was skipped.
+    """
+
+    path: Path
+    metric: float | None
+    reason: str = ""

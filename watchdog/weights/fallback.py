@@ -12,31 +12,15 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, SupportsFloat
 
-from .errors import NothingToShip
+from .errors import Candidate, NothingToShip
 
 if TYPE_CHECKING:
     from .scan import ScanContext
 
 PathLike = str | os.PathLike[str]
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One checkpoint that was considered, and why it was or was not a candidate.
-
-    Attributes:
-        path: The checkpoint file or folder, as given.
-        metric: The monitored metric as a float, or None when it is not a number.
-        reason: "" for a candidate; else why it was skipped.
-    """
-
-    path: Path
-    metric: float | None
-    reason: str = ""
 
 
 def _as_metric(value: object) -> float | None:
