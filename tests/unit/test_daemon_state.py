@@ -263,8 +263,8 @@ def test_status_never_prints_placeholders_for_findings_not_in_the_database(
     text = render_status(build_status(d))
     d.db.close()
     assert "#None" not in text and "Nonex" not in text and "open 0s" not in text
-    assert (
-        f"-   high     rogue-job (seen in the last scan; not in the state database): "
+    assert (  # the id column is as wide as its widest id (issue 33): here only "-"
+        f"  - high     rogue-job (seen in the last scan; not in the state database): "
         f"rogue training job PID {pid}" in text
     )
 

@@ -27,10 +27,12 @@ misses for longer than the reconcile interval what a full walk would see.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .procevents import EventBatch
 from .procfs import ProcessTable
+
+if TYPE_CHECKING:
+    from .procevents import EventBatch
 
 #: Default of ``daemon.reconcile_interval_s``.
 RECONCILE_INTERVAL_S = 30.0
