@@ -409,7 +409,7 @@ def test_the_week(spawned: Spawned) -> None:
             pid = re.fullmatch(r"rogue-watchdog terminate --config \S+ (\d+)", cmd)
             if pid and not os.path.exists(f"/proc/{pid.group(1)}"):
                 # A run the week ended since: the hint was right when printed.
-                assert rc == 2 and "is not part of a training job" in out, (cmd, out, where)
+                assert rc == 2 and "is not running (it exited)" in out, (cmd, out, where)
                 continue
             assert rc in (0, 1), (cmd, rc, out, where)  # 1: refused or nothing left, said why
             for wrong in ("no finding", "no action", "usage:", "/var/lib/rogue-watchdog"):

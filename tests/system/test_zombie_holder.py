@@ -113,7 +113,8 @@ def test_a_shell_that_also_runs_sleep_is_no_job_for_its_zombie_trainer(
     done = run_cli("terminate", str(shell), "--dry-run", "--config", str(cfg))
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.splitlines()[-1] == (
-        f"rogue-watchdog: PID {shell} is not part of a training job (see `explain {shell}`)"
+        f"rogue-watchdog: PID {shell} is not part of a training job "
+        f"(see `rogue-watchdog explain --config {cfg} {shell}`)"
     )
     assert (_state(shell), _state(sleeper), _state(zombie)) == ("T", "S", "Z")
 

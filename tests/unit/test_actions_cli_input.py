@@ -227,6 +227,7 @@ def test_bare_number_that_is_a_finding_id_hints_the_spelling(config: Path) -> No
     rc, _, err = cli(config, "terminate", "1", "--dry-run")
     assert rc == 2
     assert err == (
-        "rogue-watchdog: PID 1 is not part of a training job (see `explain 1`); "
+        f"rogue-watchdog: PID 1 is not part of a training job (see `rogue-watchdog explain "
+        f"--config {config} 1`); "
         "for finding 1 write F1\n"
     )

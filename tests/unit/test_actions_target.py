@@ -52,9 +52,18 @@ def test_a_pid_in_no_job_is_refused_with_the_finding_hint(db: StateDB) -> None:
     fid = _gone(db, job_row=False, details={})
     with pytest.raises(TargetError) as exc:
         find_target(Config(), db, "pid", fid, _empty_scan())
+    # PID 1 (the finding's id) runs: no training job; a PID not running says it exited
+    # (issue 33: a pasted hint for a run that had ended read "not a training job").
     assert str(exc.value) == (
-        f"PID {fid} is not part of a training job (see `explain {fid}`);"
+        f"PID {fid} is not part of a training job (see `rogue-watchdog explain {fid}`);"
         f" for finding {fid} write F{fid}"
+    )
+    gone = 4_194_305  # above PID_MAX_LIMIT (include/linux/threads.h): never a PID
+    with pytest.raises(TargetError) as exc:
+        find_target(Config(), db, "pid", gone, _empty_scan())
+    assert str(exc.value) == (
+        f"PID {gone} is not running (it exited): nothing to terminate; a job's finding still"
+        " names what starts it (`rogue-watchdog status`)"
     )
 
 

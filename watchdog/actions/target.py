@@ -7,7 +7,10 @@ job is gone, builds the target from the origin the finding or the job's records 
 
 from __future__ import annotations
 
+import os
+
 from ..config import Config
+from ..hostpaths import config_args
 from ..model import Finding, Job, ScanResult, finding_ref, origin_from_json
 from ..policy.signature import job_signature
 from ..records import FindingRecord
@@ -67,8 +70,17 @@ def _pid_target(config: Config, db: StateDB, number: int, result: ScanResult) ->
         hint = ""
         if number <= MAX_ID and db.finding(number) is not None:
             hint = f"; for finding {number} write {finding_ref(number)}"
+        args = config_args(config.source)
+        if not os.path.exists(f"{config.paths.proc_root}/{number}"):
+            # The run a pasted hint named has ended (a cron ghost lives seconds): say so,
+            # and where its source is still named, not "not a training job".
+            raise TargetError(
+                f"PID {number} is not running (it exited): nothing to terminate; a job's "
+                f"finding still names what starts it (`rogue-watchdog status{args}`){hint}"
+            )
         raise TargetError(
-            f"PID {number} is not part of a training job (see `explain {number}`){hint}"
+            f"PID {number} is not part of a training job "
+            f"(see `rogue-watchdog explain{args} {number}`){hint}"
         )
     sig = job_signature(job.user, job.cmdline, job.origin)
     fid = _open_finding_for(db, sig, job.root_pid, job.start_ticks)
