@@ -85,7 +85,9 @@ class EventWalk:
             reason = "process events unavailable"
         elif batch.full_sweep:
             reason = reason or "process events lost"
-        elif self._last_full is None or now - self._last_full >= self.reconcile_interval_s:
+        elif self._last_full is None:
+            reason = reason or "events back"
+        elif now - self._last_full >= self.reconcile_interval_s:
             reason = reason or "reconcile"
         if reason is not None:
             if reason != "process events unavailable" and self._last_full is not None:
@@ -93,10 +95,13 @@ class EventWalk:
                 # caught now: every stat line is read, not a rotating slice of them.
                 table.restat_all()
             table.refresh()
+            if reason == "process events unavailable":
+                # Polling: every scan walks, as without events; should a complete feed
+                # follow, its first scan walks too (the zombies are gathered then).
+                self._last_full, self._pending = None, set()
+                return False
             self._last_full, self._due = now, None
             self._pending = {p for p, proc in table.procs.items() if proc.state in _GONE}
-            if reason == "process events unavailable":
-                return False  # polling: every scan walks, as without events
             self.last_full_reason = reason
             self.full_walks += 1
             return True
