@@ -415,21 +415,7 @@ class ProcessTable:
         every = self.restat_every
         self._round = rnd = (self._round + 1) % every
         watched = self.watched
-        entries: list[tuple[str, int | None]]
-        if only is not None:
-            # No inode from a listing: the stat line and start time decide alone.
-            entries = [(str(pid), None) for pid in sorted({*only, *self._force})]
-        else:
-            try:
-                entries = [
-                    (e.name, e.inode())
-                    for e in os.scandir(root)
-                    if e.name.isascii() and e.name.isdigit()
-                ]
-                self.error = None
-            except OSError as exc:
-                entries = []
-                self.error = f"cannot list {root}: {exc.strerror}"
+        entries = self._entries(only)
         seen: set[int] = set()
         changed: set[int] = set()
         for name, ino in entries:
@@ -492,12 +478,7 @@ class ProcessTable:
             removed &= procs.keys()
         else:
             removed = procs.keys() - seen
-        for pid in removed:
-            del procs[pid]
-            raws.pop(pid, None)
-            inodes.pop(pid, None)
-        if removed:
-            self._drop_unshared()
+        self._forget(removed)
         self.changed = changed | new
         self.removed = removed
         self._force = set()
@@ -506,6 +487,33 @@ class ProcessTable:
         self._children = None
         self.new_pids = new
         return fresh
+
+    def _entries(self, only: Iterable[int] | None) -> list[tuple[str, int | None]]:
+        """What :meth:`refresh` reads: (PID text, inode) of every process listed in
+        ``proc_root``, or of the PIDs events named (no inode: the stat line and start
+        time decide alone). Sets :attr:`error` when the listing fails."""
+        if only is not None:
+            return [(str(pid), None) for pid in sorted({*only, *self._force})]
+        try:
+            entries: list[tuple[str, int | None]] = [
+                (e.name, e.inode())
+                for e in os.scandir(self.proc_root)
+                if e.name.isascii() and e.name.isdigit()
+            ]
+        except OSError as exc:
+            self.error = f"cannot list {self.proc_root}: {exc.strerror}"
+            return []
+        self.error = None
+        return entries
+
+    def _forget(self, removed: set[int]) -> None:
+        """Drop the records of processes that are gone."""
+        for pid in removed:
+            del self._procs[pid]
+            self._stat_raw.pop(pid, None)
+            self._inodes.pop(pid, None)
+        if removed:
+            self._drop_unshared()
 
     # -- event hooks (watchdog/sources/procevents.py) -----------------------------
 
