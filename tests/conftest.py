@@ -59,6 +59,22 @@ def _signals_reach_only_own_processes() -> Iterator[None]:
         )
 
 
+@pytest.fixture(autouse=True)
+def _no_nvml_left_initialised() -> Iterator[None]:
+    """Each test starts with no NVML initialised in this process. pynvml keeps one
+    library per process and refuses another while ``nvmlInit`` calls are outstanding
+    (watchdog/sources/nvml_lib.py): a test that left its stand-in initialised (the trust
+    simulator's machines never shut theirs down) made a later test of the same xdist
+    worker that loads another stand-in see "another NVML library ... is in use" and
+    report NVML unavailable. Only pynvml's count is reset: calling ``nvmlShutdown``
+    could block on a stand-in a test told to hang."""
+    yield
+    pynvml = sys.modules.get("pynvml")
+    if pynvml is not None and getattr(pynvml, "_nvmlLib_refcount", 0) > 0:
+        with pynvml.libLoadLock:
+            pynvml._nvmlLib_refcount = 0
+
+
 def need(condition: bool, reason: str) -> None:
     """Skip (or, under ROGUE_WATCHDOG_REQUIRE_SYSTEM=1, fail) unless ``condition`` holds."""
     if condition:

@@ -107,10 +107,20 @@ def test_family_lines_only_while_nvml_sees_every_gpu(spawned: Spawned, tmp_path:
     cfg = config(tmp_path, seeing_nvml(tmp_path))
     ours = {parent, kid, keeper, lone}
     one = Scanner(cfg, resolvers=[], remember=False, one_shot=True)
+    full = Scanner(cfg, resolvers=[], remember=False)
     one.table = CountingTable()
-    once = one.scan()
+    try:
+        once = one.scan()
+        daemon = full.scan()
+    finally:
+        # nvmlShutdown: a test leaving NVML initialised makes every later test of this
+        # process that loads another stand-in library see "another NVML library ... is
+        # in use" (the trust simulator's replays, in the same xdist worker).
+        for scanner in (one, full):
+            close = getattr(scanner.gpu_source, "close", None)
+            if close is not None:
+                close()
     assert once.nvml.available and not once.gpu_blind
-    daemon = Scanner(cfg, resolvers=[], remember=False).scan()
     # The family is the same job either way: the parent holds the device (a trainer
     # above the launcher), its members and devices as a full sweep finds them.
     family = (
