@@ -179,7 +179,7 @@ def test_scanner_keeps_a_running_ghost_on_its_first_origin(
     assert msg.endswith(
         f"; to stop the source: rogue-watchdog disable-source --config {tmp_path}/t.yaml 700 "
         "(backs up the crontab; "
-        "the `rogue-watchdog undo` it prints, with the action id, restores it), or by hand: "
+        "the undo command it prints, with the action id, restores it), or by hand: "
         f"sed -i '4s/^/# disabled by rogue-watchdog: /' {cron_d}/b"
     )
 
@@ -328,7 +328,7 @@ def test_daemon_findings_offer_disable_source_by_finding_id(tmp_path: Path) -> N
     (rec,) = db.open_findings()
     assert rec.message.endswith(
         f"; to stop the source: rogue-watchdog disable-source F{rec.id} (backs up the "
-        "crontab; the `rogue-watchdog undo` it prints, "
+        "crontab; the undo command it prints, "
         "with the action id, restores it), or by hand: "
         "sed -i '4s/^/# disabled by rogue-watchdog: /' /etc/cron.d/b"
     )

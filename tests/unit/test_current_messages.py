@@ -54,7 +54,7 @@ def test_a_respawned_finding_follows_the_queue_of_its_ghost_without_a_page(
     assert resp.message.endswith(
         "at job(s) 8 queued with the same commands (it re-queues itself); to stop the "
         f"source: rogue-watchdog disable-source F{resp.id} (backs up the queued jobs' "
-        "scripts; the `rogue-watchdog undo` it prints, "
+        "scripts; the undo command it prints, "
         "with the action id, restores it), or by hand: atrm 7 8"
         # The return's own rogue-job is folded into its page (issue 35).
         f"; paged as part of this return: rogue-job F{resp.id + 1}"
@@ -114,7 +114,7 @@ def test_a_loop_whose_source_was_disabled_between_runs_offers_no_disable() -> No
 
     advice = (
         "; to stop the source: rogue-watchdog disable-source --config /w/c.yaml F194 (backs up "
-        "the crontab; the `rogue-watchdog undo` it prints, with the action id, restores it), "
+        "the crontab; the undo command it prints, with the action id, restores it), "
         "or by hand: sed -i '1s/^/# disabled by rogue-watchdog: /' /w/cron.d/other-ghost"
     )
     head = (

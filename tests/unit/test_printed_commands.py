@@ -172,7 +172,7 @@ def test_advice_commands_carry_the_config() -> None:
     # Once filed, the finding's id replaces the PID, the --config stays.
     assert name_finding_in_commands(message, 812, 98) == (
         f"rogue job PID 812; to stop the source: rogue-watchdog disable-source{args} F98 "
-        "(backs up the crontab; the `rogue-watchdog undo` it prints, "
+        "(backs up the crontab; the undo command it prints, "
         "with the action id, restores it), "
         "or by hand: sed ..."
     )

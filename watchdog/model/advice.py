@@ -121,7 +121,7 @@ class Advice:
             text = (
                 # The action's id does not exist yet: say where it will be printed.
                 f"{self._cli('disable-source')} {target} (backs up {self.disables}; "
-                "the `rogue-watchdog undo` it prints, with the action id, restores it)"
+                "the undo command it prints, with the action id, restores it)"
             )
             return f"{text}, or by hand: {self.by_hand}" if self.by_hand else text
         return self.by_hand
