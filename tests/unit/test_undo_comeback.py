@@ -114,3 +114,32 @@ def test_the_next_run_after_an_undo_is_one_finding_naming_it(
         " WHERE f.root_pid=?", (second,),
     ).fetchone()[0]  # fmt: skip
     assert sent == 1  # one alert
+
+    # The line put back runs every minute: each run ends by itself and the next starts.
+    # The loop is one finding, as for any periodic job (the new user's hour, issue 33:
+    # after an undo each run opened, and paged, a rogue-job of its own: the return was
+    # never computed once an undo had re-enabled the source).
+    pending: dict[int, int] = {}
+
+    def exits() -> dict[int, int]:
+        out = dict(pending)
+        pending.clear()
+        return out
+
+    d.exit_statuses = exits
+    spawned.procs[-1].kill()
+    spawned.procs[-1].wait()
+    pending[second] = 0  # what the proc connector reports for a run that exited by itself
+    d.tick(T0 + 101)
+    third = _ghost(spawned, script)
+    d.tick(T0 + 120)
+    assert any(j.root_pid == third for j in d.last.result.jobs)  # type: ignore[union-attr]
+    mine = [x for x in d.db.open_findings() if x.kind == "rogue-job" and sig in x.fingerprint]
+    assert [x.id for x in mine] == [f.id]  # the second run's finding goes on as the loop's
+    assert mine[0].details["periodic"]["runs"] == 2
+    opened = d.db.conn.execute(
+        "SELECT COUNT(*) FROM deliveries WHERE event = 'open' AND finding_id IN"
+        " (SELECT id FROM findings WHERE kind = 'rogue-job' AND id >= ? AND fingerprint LIKE ?)",
+        (f.id, f"%{sig}"),
+    ).fetchone()[0]  # fmt: skip
+    assert opened == 1  # the second run's open; none for the third

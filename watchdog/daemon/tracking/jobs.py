@@ -142,13 +142,17 @@ def record_jobs(
         db.upsert_job(record)
         if ident not in undos:
             undos[ident] = _source_undo(db, job, sig, now, start_time_s)
-        if back_after is not None and job.unsanctioned and undos[ident] is None:
+        if back_after is not None and job.unsanctioned:
             assert rec is not None  # only a known signature comes back
             back = _return(db, sig, job, rec, exits or {}, now, back_after)
-            returns[sig] = back  # any class: a probe loop is one periodic finding too
+            # Any class: a probe loop is one periodic finding too; and after an undo as
+            # well (a cron line put back runs every minute: one loop, not a page per run;
+            # the new user's hour, issue 33).
+            returns[sig] = back
             # A notebook, server or probe that comes back is not a respawned ghost: its
-            # own unsanctioned-gpu-use finding says what it is (issue 35).
-            if back.ended != "exited" and job.may_train:
+            # own unsanctioned-gpu-use finding says what it is (issue 35); nor is a run
+            # an operator's undo of its source started (its finding names the undo).
+            if back.ended != "exited" and job.may_train and undos[ident] is None:
                 respawns.append(respawned_finding(job, sig, back_after, now))
     held = _held_or_gone(db, seen, now, alive)
     here = {(j.root_pid, j.start_ticks) for j in jobs}
