@@ -226,7 +226,11 @@ def test_disable_source_removes_the_queued_copies_and_undo_queues_them_again(
     assert rc == 0, out
     assert copy not in _atq()
     last = out.splitlines()[-1]
-    assert last == "the running job is not stopped by this; use `terminate` for that", out
+    assert re.fullmatch(  # the command itself (issue 33: "use `terminate`" was no command)
+        rf"the running job is not stopped by this; to stop it: rogue-watchdog terminate "
+        rf"--config \S+ {pid}",
+        last,
+    ), out
     assert os.path.exists(f"/proc/{pid}")
     m = re.search(r"undo with: rogue-watchdog undo --config \S+ (\d+)", out)
     assert m is not None, out

@@ -312,7 +312,10 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
             config.paths.proc_root,
             wait_s=2.0 if plan.kind in ("systemd", "container", "supervisord") else 0.0,
         ):
-            _out("the running job is not stopped by this; use `terminate` for that")
+            _out(
+                "the running job is not stopped by this; to stop it: "
+                f"{_again(args, config, 'terminate')} {target.root_pid}"
+            )
         else:
             _out("the running job has stopped too (it ended with its source)")
         if plan.stops_service:
