@@ -135,6 +135,12 @@ def test_sort_keys_order_the_list_and_i_inverts() -> None:
     pid = view.selected
     press(view, doc, "U")
     assert int(selected_row(screen(doc, view, 80, 24)).split()[2]) == pid
+    # Another key sorts in its own order; the key in force again inverts it (as nvitop).
+    # Before: I then M read "by inverted GPU memory" (the new user's hour, issue 33).
+    press(view, doc, "I", "M")
+    assert screen(doc, view, 80, 24)[-1].endswith("by GPU memory")
+    press(view, doc, "M")
+    assert screen(doc, view, 80, 24)[-1].endswith("by inverted GPU memory")
 
 
 def test_slash_filters_as_typed_and_esc_clears() -> None:

@@ -672,6 +672,10 @@ def handle(view: View, key: str, jobs: list[dict[str, Any]], common: list[str]) 
     if key in MOVES:
         move(view, jobs, key)
     elif key in SORTS:
+        # As nvitop: the key of the sort in force inverts it; another key sorts by that,
+        # in its own order (an inversion kept across keys read "by inverted GPU memory"
+        # after M: the new user's hour, issue 33).
+        view.reverse = not view.reverse if key == view.sort else False
         view.sort, view.top = key, 0
     elif key == "I":
         view.reverse = not view.reverse
