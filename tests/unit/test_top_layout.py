@@ -274,6 +274,26 @@ def test_rows_at_80_columns_keep_the_end_of_an_origins_path() -> None:
     ]
 
 
+def test_rows_of_one_origin_at_80_columns_differ_by_their_script() -> None:
+    # Fresh user E: thirty jobs from one tmux session, every row at 80x24 read
+    # `rogue 23948 root - - 0m04s shell tmux session 'fe-fa…`: nothing told them apart.
+    from rogue_watchdog.cli.top import _row
+
+    origin = "shell tmux session 'fe-fakes' ($0) on /dev/pts/3"
+    rows = [
+        _row(
+            {"root_pid": 23948 + i, "user": "root", "verdict": "rogue", "gpus": [],
+             "origin": origin, "cmdline": ["python3", f"/tmp/fe/fake_{i}.py", "--epochs", "3"]},
+            " ", 80, False, NOW, View(), shared=True,
+        )  # fmt: skip
+        for i in (7, 8)
+    ]
+    assert [r[54:] for r in rows] == [
+        "shell tmux s… · fake_7.py…",
+        "shell tmux s… · fake_8.py…",
+    ]
+
+
 # -- printed commands are never wrapped inside themselves (issue 33 item 4, fresh user D) --
 
 D = "/tmp/tmp.5padkcTgpa"

@@ -26,11 +26,13 @@ import sys
 import termios
 import time
 import tty
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import command
+from ..lineage.base import is_interpreter, script_argument
 from ..render import (
     fit,
     paint,
@@ -387,7 +389,18 @@ def _gpu_block(doc: dict[str, Any], width: int, budget: int) -> list[str]:
     return [*lines[:keep], *fit(more, width, "    ", "  ")]
 
 
-def _row(j: dict[str, Any], mark: str, width: int, colour: bool, now: float, view: View) -> str:
+def _row(
+    j: dict[str, Any],
+    mark: str,
+    width: int,
+    colour: bool,
+    now: float,
+    view: View,
+    *,
+    shared: bool = False,
+) -> str:
+    """One job's line of the list; ``shared``: another listed job has the same origin
+    (then a row too narrow for both shows the command beside a cut origin)."""
     verdict = str(j.get("verdict") or "-")
     user = printable(str(j.get("user") or "-"))
     on = ",".join(str(h.get("index")) for h in j.get("gpus") or []) or "-"
@@ -401,8 +414,20 @@ def _row(j: dict[str, Any], mark: str, width: int, colour: bool, now: float, vie
     # Path words keep their last part (`cron …/ghost:1`): cut from the right, two cron
     # lines of one directory read the same (`cron /work/fresh-try/cron…`).
     rest = shorten_path_words(origin, room)
+    cmdline = j.get("cmdline") or []
     if room > len(origin) + 8:
-        rest = f"{origin} · {shorten_command(j.get('cmdline') or [], room - len(origin) - 3)}"
+        rest = f"{origin} · {shorten_command(cmdline, room - len(origin) - 3)}"
+    elif shared and cmdline and room >= 24:
+        # Too narrow for both, and the origin tells it from no other listed job: half
+        # each, the command by what tells runs apart (the script an interpreter runs,
+        # else the program): thirty runs from one tmux session read the same (the new
+        # user's hour, issue 33).
+        argv = [str(a) for a in cmdline]
+        script = script_argument(argv) if is_interpreter(argv[0]) else None
+        start = argv.index(script) if script is not None else 0
+        words = " ".join(printable(a) for a in [argv[start].rsplit("/", 1)[-1], *argv[start + 1 :]])
+        head = _cut(shorten_path_words(origin, room // 2), room // 2)
+        rest = f"{head} · {_cut(words, room - len(head) - 3)}"
     line = _cut(cells + rest, width)
     if colour and len(line) >= 12:  # the verdict cell, padded, never cut
         line = line[:2] + paint(line[2:12], verdict, colour) + line[12:]
@@ -559,8 +584,11 @@ def layout(
         view.top = max(0, min(view.top, i, len(jobs) - room))
         if i >= view.top + room:
             view.top = i - room + 1
+        origins = Counter(str(j.get("origin") or "-") for j in jobs)
         for n in range(view.top, min(len(jobs), view.top + room)):
-            body.append(_row(jobs[n], ">" if n == i else " ", width, colour, now, view))
+            shared = origins[str(jobs[n].get("origin") or "-")] > 1
+            mark = ">" if n == i else " "
+            body.append(_row(jobs[n], mark, width, colour, now, view, shared=shared))
     body = body[: 1 + room]
     body += [""] * (1 + room - len(body))  # the findings stay where they are
     screen = [*head, *gpus, *body, *detail, *findings, status][: max(0, rows)]
