@@ -280,14 +280,12 @@ def test_rows_of_one_origin_at_80_columns_differ_by_their_script() -> None:
     from rogue_watchdog.cli.top import _row
 
     origin = "shell tmux session 'fe-fakes' ($0) on /dev/pts/3"
-    rows = [
-        _row(
-            {"root_pid": 23948 + i, "user": "root", "verdict": "rogue", "gpus": [],
-             "origin": origin, "cmdline": ["python3", f"/tmp/fe/fake_{i}.py", "--epochs", "3"]},
-            " ", 80, False, NOW, View(), shared=True,
-        )  # fmt: skip
-        for i in (7, 8)
-    ]
+    rows = []
+    for i in (7, 8):
+        argv = ["python3", f"/tmp/fe/fake_{i}.py", "--epochs", "3"]
+        j = {"root_pid": 23948 + i, "user": "root", "verdict": "rogue", "gpus": [],
+             "origin": origin, "cmdline": argv}  # fmt: skip
+        rows.append(_row(j, " ", 80, False, NOW, View(), shared=True))
     assert [r[54:] for r in rows] == [
         "shell tmux s… · fake_7.py…",
         "shell tmux s… · fake_8.py…",
