@@ -660,6 +660,7 @@ class TrustMachine(RuleBasedStateMachine):
             self.kill_point = None
             faults.set_hook(None)
             self.check_effects()
+            self._note_copies()  # what the killed tick stored is what the next start reads
             self._new_daemon()
             return
         finally:
@@ -967,6 +968,20 @@ class TrustMachine(RuleBasedStateMachine):
                 pending = [f.name for f in h.at_pending()]
                 assert not pending, f"I15: terminate {aid} of at job {root} ok; queued {pending}"
 
+    def _note_copy_list(self, fid: int, details: dict[str, Any]) -> None:
+        copies = details.get("instance_roots")
+        if isinstance(copies, list):
+            named = {tuple(c) for c in copies if isinstance(c, list)}
+            self.finding_copies[fid] = self.finding_copies.get(fid, set()) | named
+
+    def _note_copies(self) -> None:
+        """The copies each stored finding names (``instance_roots``), also for a tick
+        that was not checked (the daemon was killed in it, after storing its findings)."""
+        for fid, details_json in self.daemon.db.conn.execute(
+            "SELECT id, details_json FROM findings WHERE resolved_at IS NULL"
+        ):
+            self._note_copy_list(fid, json.loads(details_json))
+
     def _check_findings(self, blind: bool, jobs: list[Job]) -> None:
         rows = self.daemon.db.conn.execute(
             "SELECT id, kind, root_pid, details_json, resolved_at, last_seen, fingerprint"
@@ -991,9 +1006,7 @@ class TrustMachine(RuleBasedStateMachine):
                 # 64601).
                 self.finding_roots[fid] = first = (root_pid, root)
             assert first == (root_pid, root), f"I5: F{fid} named {first}, now {root_pid, root}"
-            copies = details.get("instance_roots")
-            if isinstance(copies, list):
-                self.finding_copies[fid] = {tuple(c) for c in copies if isinstance(c, list)}
+            self._note_copy_list(fid, details)
             if kind in JOB_KINDS and root is not None:
                 key = (kind, root[0], root[1])
                 had = self.job_finding.setdefault(key, fid)

@@ -57,6 +57,8 @@ Restart sources (issue 31: Docker restart policies, a re-queuing at job):
    back is reported; one finding names each copy and goes on about one when its run ends.
 13. (seed 64601, 100,000 steps) The same hand-over when a raised cap leaves the copy an
    ``excess-instances`` finding named first within it: the simulator's I5 was too strict.
+14. (seed 64901, 100,000 steps, events on) The same hand-over to a copy named in a tick
+   the daemon was killed in: the simulator had not recorded that tick's copies.
 """
 
 from __future__ import annotations
@@ -427,4 +429,22 @@ def test_with_events_a_container_run_seen_only_at_its_exec_is_not_paged_twice() 
         "m.container_runs(policy='always');m.reload(cap=1, mode='terminate', auto=False);"
         "m.tick(5.0);m.tick(5.0);m.tick(5.0)"
     )
+    assert violation(steps) == ""
+
+
+def test_a_copy_named_in_a_tick_the_daemon_died_in_may_carry_the_finding_on() -> None:
+    # 14. (seed 64901, 100,000 steps, kernel events on; shrunk without them) A hub unit's
+    # run (F2), a second run of it folded in at the next tick, in which the daemon was
+    # killed (at ``gpu-deny:begun``, after storing F2 naming both copies); the first run
+    # ends; the restarted daemon's F2 goes on about the second, as it should (the copy was
+    # named). The simulator had recorded the copies only at the ticks it checked, not at
+    # a killed one: its own error. It reads them from the database before the restart.
+    steps = (
+        "m.gpu_user(what='notebook');m.gpu_user(what='notebook');m.unit_launches(hub=True);"
+        "m.tick(seconds=5.0);m.unit_launches(hub=True);"
+        "m.kill_between_steps(point='gpu-deny:begun');m.tick(seconds=5.0);"
+        f"m.something_ends(data={_d(4000004)}, how='exit');m.tick(seconds=5.0)"
+    )
+    # BEFORE (2442c2d's simulator): "I5: F2 named (4000004, (4000004, 8643300)), now
+    # (4000005, (4000005, 8643900))".
     assert violation(steps) == ""
