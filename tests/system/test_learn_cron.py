@@ -50,6 +50,14 @@ def _ticks(d: Daemon, n: int) -> None:
         time.sleep(0.5)
 
 
+def rules_only(suggested: str, state: object) -> str:
+    """The rules of a `suggest` file, as docs/first-week.md says to copy them: its closing
+    ``daemon: state_dir`` (the history it read, for `allowlist diff`) is checked and cut."""
+    head, sep, tail = suggested.partition("\ndaemon:\n")
+    assert sep and tail.strip() == f'state_dir: "{state}"', suggested[-300:]
+    return head + "\n"
+
+
 def test_learn_suggest_enforce_and_diff_on_real_cron(tmp_path: Path) -> None:
     need_root()
     need_program("cron", "tmux", "pgrep")
@@ -106,7 +114,9 @@ def test_learn_suggest_enforce_and_diff_on_real_cron(tmp_path: Path) -> None:
         ]
         assert any(str(adhoc) in line for line in not_proposed), out.stdout
         cfg_file = h.sandbox / "allowlist.yaml"
-        cfg_file.write_text(out.stdout + base + f"daemon: {{state_dir: '{state}'}}\n")
+        cfg_file.write_text(
+            rules_only(out.stdout, state) + base + f"daemon: {{state_dir: '{state}'}}\n"
+        )
         cfg_file.chmod(0o600)
         check = run_cli("check-config", str(cfg_file))
         assert check.returncode == 0, check.stderr
@@ -268,7 +278,9 @@ def test_case6_and_7_ghost_run_by_hand_namesake_and_removed_line_on_real_cron(
         chosen = run_cli(*args, "--min-runs", "1", "--prefer", f"{ghost_d}:2")
         assert chosen.returncode == 0, chosen.stderr
         cfg_file = h.sandbox / "candidate.yaml"
-        cfg_file.write_text(chosen.stdout + f"daemon: {{state_dir: '{state}'}}\n")
+        cfg_file.write_text(
+            rules_only(chosen.stdout, state) + f"daemon: {{state_dir: '{state}'}}\n"
+        )
         cfg_file.chmod(0o600)
         diff = run_cli("allowlist", "diff", "--config", str(cfg_file), "--since", "1h")
         assert diff.returncode == 1, diff.stdout + diff.stderr

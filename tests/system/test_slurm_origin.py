@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rogue_watchdog.lineage.base import ResolveContext
+from rogue_watchdog.lineage.base import ResolveContext, split_answer
 from rogue_watchdog.lineage.orphan import OrphanResolver
 from rogue_watchdog.lineage.slurm import SlurmResolver
 from rogue_watchdog.model import Origin
@@ -40,7 +40,8 @@ def _resolve(pid: int, resolver: SlurmResolver | OrphanResolver) -> Origin | Non
     table = ProcessTable()
     table.refresh()
     ctx = ResolveContext(table=table, now=datetime.now(UTC))
-    return resolver.resolve(table.ancestors(pid), ctx)
+    # A resolver answers with its notes beside the origin (lineage.base.Resolved).
+    return split_answer(resolver.resolve(table.ancestors(pid), ctx))[0]
 
 
 def _stepd_pid(trainer: int) -> int:

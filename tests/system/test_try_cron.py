@@ -90,9 +90,11 @@ def test_the_documented_cron_sandbox_works_as_printed(tmp_path: Path) -> None:
             1,
             None,
         )
+        root = f"/proc/{cron_pid}/root"
         assert (
             f"the cron daemon (PID {cron_pid}) runs in another mount namespace and reads other"
-            f" crontabs than /etc/cron.d: read as it sees them, under /proc/{cron_pid}/root"
+            f" crontabs than the configured ones: {root}/etc/cron.d, {root}/etc/crontab read"
+            " as it sees them"
         ) in origin["evidence"]
         assert f"from cron {box}/cron.d/legacy-retrain:1 (* * * * *)" in message, message
         hint = re.search(r"to stop the source: (rogue-watchdog disable-source [^(]*?) \(", message)

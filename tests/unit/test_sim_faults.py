@@ -59,6 +59,9 @@ Restart sources (issue 31: Docker restart policies, a re-queuing at job):
    ``excess-instances`` finding named first within it: the simulator's I5 was too strict.
 14. (seed 64901, 100,000 steps, events on) The same hand-over to a copy named in a tick
    the daemon was killed in: the simulator had not recorded that tick's copies.
+15. (seed 65001, 100,000 steps) A supervisord program restarted the moment its run
+   exited, at the very time of the daemon's last look: not taken for a return, so its
+   remediation-failed paged twice.
 """
 
 from __future__ import annotations
@@ -447,4 +450,22 @@ def test_a_copy_named_in_a_tick_the_daemon_died_in_may_carry_the_finding_on() ->
     )
     # BEFORE (2442c2d's simulator): "I5: F2 named (4000004, (4000004, 8643300)), now
     # (4000005, (4000005, 8643900))".
+    assert violation(steps) == ""
+
+
+def test_a_program_supervisord_restarts_the_moment_it_exits_is_a_return() -> None:
+    # 15. (seed 65001, 100,000 steps, kernel events on; the same without them) Terminate
+    # mode; supervisord's program terminated (it says it will return), back (paged
+    # remediation-failed), that run exits and supervisord starts the next at once, at the
+    # very time of the daemon's last look. A run not seen then counted as a return only
+    # when it started strictly after that look: this one was taken for an overlapping
+    # instance, no return, and its remediation-failed paged a second time.
+    steps = (
+        "m.reload(auto=False, cap=1, gpu='enforce', mode='terminate');"
+        + "m.program_runs();" * 6
+        + "m.tick(seconds=5.0);m.program_runs();m.tick(seconds=5.0);"
+        f"m.something_ends(data={_d(4000003)}, how='exit');m.program_runs();m.tick(seconds=5.0)"
+    )
+    # BEFORE (0b0e2b9): "I8/I13: remediation-failed of action 2 paged twice: F3 at
+    # 1800086447.0, F5 at 1800086453.0, no kill between, not quiet".
     assert violation(steps) == ""

@@ -670,9 +670,11 @@ def _cron_view(daemon: Proc, ctx: ResolveContext) -> tuple[ResolveContext, str] 
     with its own files bound over those paths) reads other files than the host's, and
     judging its job against the host's crontabs says "entry removed" of a line that
     runs every minute. Its view is reachable here under ``/proc/PID/root``
-    (proc_pid_root(5)); where that view's ``/etc/cron.d`` or ``/etc/crontab`` is the
-    very file this context reads (a daemon in a container given the host's files under
-    ``/host``, say), nothing changes.
+    (proc_pid_root(5)). Per file: where cron's ``/etc/cron.d``, ``/etc/crontab`` or
+    spool is the very file this context names (bound over cron's path, or a daemon in a
+    container given the host's files under ``/host``), the configured path stays, so a
+    rule naming it still matches; only the files cron reads and we were not told of are
+    read under ``/proc/PID/root``.
 
     Returns:
         The context with the cron paths under ``/proc/PID/root``, and the evidence
@@ -688,21 +690,33 @@ def _cron_view(daemon: Proc, ctx: ResolveContext) -> tuple[ResolveContext, str] 
     if theirs is None or ours is None or theirs == ours:
         return None
     root = f"{proc_root}/{daemon.pid}/root"
-    pairs = [(hostpaths.CRON_D, ctx.cron_d_dir)]
-    if ctx.cron_files:
-        pairs.append((hostpaths.CRONTAB, ctx.cron_files[0]))
-    compared = [(_identity(root + cron_path), _identity(path)) for cron_path, path in pairs]
-    if not any(c is not None for c, _ in compared) or all(c == o for c, o in compared):
-        return None  # nothing it reads is visible, or it reads our very files
+
+    def theirs_if_other(cron_paths: Sequence[str], ours: Sequence[str]) -> tuple[str, ...]:
+        # Per file: ours where it is the very file cron reads (a bind mount, a daemon
+        # given the host's files under /host) or cron's cannot be seen; else cron's own.
+        # A sanctioned line keeps the path its rule names whenever cron reads that file.
+        seen = [p for p in (root + c for c in cron_paths) if _identity(p) is not None]
+        if not seen or {_identity(p) for p in seen} & {_identity(o) for o in ours}:
+            return tuple(ours)
+        return tuple(root + c for c in cron_paths)
+
+    cron_d = theirs_if_other([hostpaths.CRON_D], [ctx.cron_d_dir])[0]
+    files = theirs_if_other([hostpaths.CRONTAB], list(ctx.cron_files[:1]))
+    spools = theirs_if_other(hostpaths.CRON_SPOOL_DIRS, ctx.cron_spool_dirs)
+    changed = [p for p, o in ((cron_d, ctx.cron_d_dir),) if p != o]
+    changed += [p for p, o in zip(files, ctx.cron_files[:1], strict=False) if p != o]
+    changed += [spools[0]] if tuple(spools) != tuple(ctx.cron_spool_dirs) else []
+    if not changed:
+        return None
     view = replace(
         ctx,
-        cron_files=(root + hostpaths.CRONTAB,),
-        cron_d_dir=root + hostpaths.CRON_D,
-        cron_spool_dirs=tuple(root + p for p in hostpaths.CRON_SPOOL_DIRS),
+        cron_files=(*files, *ctx.cron_files[1:]) if files else ctx.cron_files,
+        cron_d_dir=cron_d,
+        cron_spool_dirs=spools,
     )
     said = (
         f"the cron daemon (PID {daemon.pid}) runs in another mount namespace and reads "
-        f"other crontabs than {ctx.cron_d_dir}: read as it sees them, under {root}"
+        f"other crontabs than the configured ones: {', '.join(changed)} read as it sees them"
     )
     return view, said
 

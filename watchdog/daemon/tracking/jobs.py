@@ -186,9 +186,12 @@ def _back_after(
     if rec.gone_at is not None:
         return rec.gone_at
     # Killed and back while we were not looking (e.g. across a restart), unless this
-    # instance was already running then (overlapping runs).
+    # instance was already running then (overlapping runs). A run that started at the
+    # very time of that look (the tick's clock, read before /proc was) was not there
+    # when it looked: supervisord restarting a program the moment it exits (trust
+    # simulator seed 65001: its return paged remediation-failed a second time).
     started = start_time_s(job.start_ticks) if start_time_s else None
-    if started is None or started > rec.last_seen:
+    if started is None or started >= rec.last_seen:
         return rec.last_seen
     return None
 
