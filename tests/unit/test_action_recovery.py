@@ -65,6 +65,16 @@ def kill_at(point: str) -> None:
     faults.set_hook(hook)
 
 
+def killed_tick(d: Daemon, point: str) -> None:
+    """One tick of ``d`` killed at ``point`` (an action's step), its database closed as
+    a killed process leaves it, the fault hook removed for the restart."""
+    kill_at(point)
+    with pytest.raises(Killed):
+        d.tick(1_000_000.0)
+    d.db.close()
+    faults.set_hook(None)
+
+
 @pytest.fixture(autouse=True)
 def no_hook() -> object:
     yield
@@ -123,11 +133,7 @@ def test_a_terminate_killed_at_each_step_is_finished_after_the_restart_never_rep
     p, log = stubborn(spawned, tmp_path)
     fx = Counting()
     d, _ = daemon(tmp_path, fx)
-    kill_at(point)
-    with pytest.raises(Killed):
-        d.tick(1_000_000.0)
-    d.db.close()
-    faults.set_hook(None)
+    killed_tick(d, point)
     [row] = [a for a in Daemon(d.config, None).db.actions() if a.kind == "terminate"]
     assert row.state == "pending"  # recorded before its first side effect, not finished
 
@@ -160,11 +166,7 @@ def test_killed_during_the_grace_period_sigterm_is_not_sent_again(
     p, log = stubborn(spawned, tmp_path)
     fx = Counting()
     d, _ = daemon(tmp_path, fx)
-    kill_at("terminate:waiting")
-    with pytest.raises(Killed):
-        d.tick(1_000_000.0)
-    d.db.close()
-    faults.set_hook(None)
+    killed_tick(d, "terminate:waiting")
     poll("SIGTERM received", lambda: log.exists() and log.read_text(), 5)
     assert state(p.pid) in ("S", "R")  # not left frozen
     [row] = Daemon(d.config, None).db.actions()
@@ -192,11 +194,7 @@ def test_an_interrupted_terminate_is_not_continued_once_the_mode_is_observe(
     p, _log = stubborn(spawned, tmp_path)
     fx = Counting()
     d, _ = daemon(tmp_path, fx)
-    kill_at("terminate:term:sent")  # frozen, SIGTERM (ignored) pending, not continued
-    with pytest.raises(Killed):
-        d.tick(1_000_000.0)
-    d.db.close()
-    faults.set_hook(None)
+    killed_tick(d, "terminate:term:sent")  # frozen, SIGTERM (ignored) pending, not continued
     assert state(p.pid) == "T"  # left frozen by the dead daemon
     again, _ = daemon(tmp_path, fx, mode="observe")
     again.tick(1_000_010.0)
@@ -263,11 +261,7 @@ def test_an_enforcer_that_fails_keeps_its_findings_open(
     p, _log = stubborn(spawned, tmp_path)
     fx = Counting()
     d, _ = daemon(tmp_path, fx)
-    kill_at("terminate:term:sent")
-    with pytest.raises(Killed):
-        d.tick(1_000_000.0)
-    d.db.close()
-    faults.set_hook(None)
+    killed_tick(d, "terminate:term:sent")
     again, enf = daemon(tmp_path, fx)
     again.tick(1_000_010.0)
     poll("the job is stopped", lambda: p.poll() is not None, 10)

@@ -20,6 +20,7 @@ from rogue_watchdog.sources.gpulibs import GpuLibraryCache
 from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import Spawned, need_program
 from tests.fakenvml.fixtures import fake_nvml, library_path
+from tests.unit.test_jobs import wait_for
 
 # A parent holding the device forks a launcher-named child that drops it (exec'd under
 # a launcher name) and a plain child that keeps it.
@@ -40,15 +41,6 @@ time.sleep(120)
 """
 # Holds the device, maps no CUDA library, is no launcher and is related to no candidate.
 LONE = "import sys, time\ndev = open(sys.argv[1], 'rb')\ntime.sleep(120)\n"
-
-
-def wait_for(path: Path, timeout_s: float = 10) -> str:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if path.exists() and path.read_text():
-            return path.read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} was not written")
 
 
 class CountingTable(ProcessTable):
