@@ -695,8 +695,8 @@ def _cron_view(daemon: Proc, ctx: ResolveContext) -> tuple[ResolveContext, str] 
         # Per file: ours where it is the very file cron reads (a bind mount, a daemon
         # given the host's files under /host) or cron's cannot be seen; else cron's own.
         # A sanctioned line keeps the path its rule names whenever cron reads that file.
-        seen = [p for p in (root + c for c in cron_paths) if _identity(p) is not None]
-        if not seen or {_identity(p) for p in seen} & {_identity(o) for o in ours}:
+        seen = {i for i in (_identity(root + c) for c in cron_paths) if i is not None}
+        if not seen or seen & {_identity(o) for o in ours}:
             return tuple(ours)
         return tuple(root + c for c in cron_paths)
 
