@@ -883,3 +883,8 @@ def test_a_line_recorded_disabled_and_re_enabled_since_is_read_as_it_stands(
     assert [g.rule for g in s.proposed] == ["cron-pipeline-2"]
     assert s.proposed[0].origin.describe() == f"cron {tab}:2 (*/5 * * * *)"
     assert origin_from_json(off).describe() == f"cron {tab}:2 (*/5 * * * *), entry since disabled"
+    tab.unlink()  # read now, a line gone now says so as before
+    s = suggest(runs, T0 - 1, gone_now=source_gone_now, now=origin_now)
+    assert [g.why_not for g in s.not_proposed] == [
+        "its source is gone (its crontab entry is removed now)"
+    ]

@@ -723,7 +723,8 @@ def suggest(
                 f"{g.user} is proposed instead"
             )
             continue
-        gone = g.origin.source_gone() or (gone_now(g.origin) if gone_now else None)
+        # As read now first (`is removed now`), else as recorded.
+        gone = (gone_now(g.origin) if gone_now else None) or g.origin.source_gone()
         if g.why_not is None and gone is not None:
             g.why_not = f"its source is gone ({gone})"
         if g.why_not is None and g.sanctioned:
