@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 
 from rogue_watchdog.config import parse_config
+from rogue_watchdog.daemon.alerts.adopt import adopted
+from rogue_watchdog.daemon.alerts.alert import Alert, Outgoing
 from rogue_watchdog.daemon.assemble import build_alert_workers
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.daemon.tracking.spool import deliveries
@@ -61,7 +63,7 @@ def test_alerts_queued_under_another_config_name_the_one_that_sends_them(
     # Before: both sent as spooled, `--config {cfg_d}` (the dead end).
     expected = (
         f"rogue job PID 24609; to stop it: rogue-watchdog terminate --config {cfg_e} 24609; "
-        f"(`rogue-watchdog status --config {cfg_e}`); [spooled under the configuration "
+        f"(`rogue-watchdog status --config {cfg_e}`); [written under the configuration "
         f"{cfg_d} (another install sharing this state directory, or this daemon before a "
         "reload): the commands in it name this daemon's configuration "
         f"({cfg_e}), which reads the same state database]"
@@ -88,3 +90,43 @@ def test_its_own_alerts_are_sent_as_spooled(tmp_path: Path) -> None:
     assert _sent(tmp_path, "d") == [hint]
     worker.stop()  # type: ignore[attr-defined]
     d.db.close()
+
+
+def _out(message: str, config: str | None) -> Outgoing:
+    doc = {"schema_version": 1, "event": "resolve", "host": "h", "time": None,
+           "finding": {"id": 1, "message": message}}  # fmt: skip
+    if config is not None:
+        doc["config"] = config
+    return Outgoing(Alert.from_json(doc), "log", 1, T0)
+
+
+def test_which_commands_are_renamed() -> None:
+    d, e = "/work/fresh-d/config/example.yaml", "/work/fresh-e/config/example.yaml"
+    note = (
+        f"; [written under the configuration {d} (another install sharing this state "
+        "directory, or this daemon before a reload): the commands in it name this daemon's "
+        f"configuration ({e}), which reads the same state database]"
+    )
+    # This daemon resolving a finding the other one opened: the message is the other's.
+    msg = f"F3 ghost; to stop it: rogue-watchdog terminate --config {d} 24609"
+    got = adopted(_out(msg, e), e).alert.finding.message
+    assert got == f"F3 ghost; to stop it: rogue-watchdog terminate --config {e} 24609{note}"
+    # A candidate of the operator's is never renamed; our own commands stay as they are.
+    mine = (
+        f"learning: `rogue-watchdog allowlist diff --config /srv/candidate.yaml`, "
+        f"`rogue-watchdog check-config --config /srv/candidate.yaml`, "
+        f"`rogue-watchdog status --config {e}`"
+    )
+    assert adopted(_out(mine, e), e).alert.finding.message == mine
+    assert adopted(_out(mine, None), e).alert.finding.message == mine
+    # The other install ran with the default file (no --config in its commands).
+    plain = "to stop it: rogue-watchdog terminate 24609 (`rogue-watchdog status`)"
+    got = adopted(_out(plain, "/etc/rogue-watchdog/config.yaml"), e).alert.finding.message
+    assert got.startswith(
+        f"to stop it: rogue-watchdog terminate --config {e} 24609 "
+        f"(`rogue-watchdog status --config {e}`); [written under the configuration "
+        "/etc/rogue-watchdog/config.yaml "
+    )
+    # And the other way round: this daemon runs with the default file.
+    got = adopted(_out(msg, d), "/etc/rogue-watchdog/config.yaml").alert.finding.message
+    assert got.startswith("F3 ghost; to stop it: rogue-watchdog terminate 24609; [written")

@@ -31,13 +31,23 @@ def _path(arg: str) -> str:
     return arg[1:-1].replace("'\"'\"'", "'") if arg.startswith("'") else arg
 
 
-def adopted(out: Outgoing, ours: str | None) -> Outgoing:
-    """``out`` as this daemon sends it: unchanged when its configuration wrote it (or
-    nothing tells that another did); else with each printed ``rogue-watchdog`` command
-    naming ``ours`` and a note saying which configuration spooled it.
+def _acts(m: re.Match[str]) -> bool:
+    """Whether the command runs against the daemon or its state database (so it must
+    name the configuration that reads it); ``allowlist`` and ``check-config`` name a
+    candidate file of the operator's, never rewritten."""
+    return m.group(1) is None and m.group(2) != "check-config"
 
-    A row spooled before rows recorded their configuration counts as another's when a
-    command in it names another ``--config``.
+
+def adopted(out: Outgoing, ours: str | None) -> Outgoing:
+    """``out`` as this daemon sends it: unchanged when nothing in it was written under
+    another configuration; else with each printed ``rogue-watchdog`` command that acts
+    on the daemon or the state database naming ``ours``, and a note saying which
+    configuration wrote it.
+
+    Written under another configuration: the row records another one (another
+    install's daemon spooled it), or a command in it names another absolute
+    ``--config`` (a row spooled before rows recorded theirs, or this daemon resolving a
+    finding the other one opened: its message is the other's).
 
     Args:
         out: A spooled alert on its way to a sink.
@@ -51,21 +61,27 @@ def adopted(out: Outgoing, ours: str | None) -> Outgoing:
     message = finding.get("message") if isinstance(finding, dict) else None
     if not isinstance(finding, dict) or not isinstance(message, str):
         return out
-    writer = out.alert.config
-    named = {_path(m.group(4)) for m in _COMMAND.finditer(message) if m.group(4)}
-    foreign = writer != ours if writer is not None else any(p != ours for p in named)
-    if not foreign:
+    writer = out.alert.config if out.alert.config != ours else None
+    named = {
+        p for m in _COMMAND.finditer(message)
+        if m.group(4) and _acts(m) and (p := _path(m.group(4))).startswith("/") and p != ours
+    }  # fmt: skip
+    if writer is None and not named:
         return out
     mine = config_args(ours)
 
     def rename(m: re.Match[str]) -> str:
+        if not _acts(m):
+            return m.group(0)
         if m.group(4) is None and writer is None:
-            return m.group(0)  # an older row's command without --config: left as written
+            return m.group(0)  # no --config, and nothing says whose: left as written
+        if m.group(4) is not None and _path(m.group(4)) not in named | {writer}:
+            return m.group(0)  # ours already, or a relative path of the operator's
         return f"rogue-watchdog {m.group(1) or ''}{m.group(2)}{mine}"
 
-    whose = writer or ", ".join(sorted(named))
+    whose = ", ".join(sorted(named | ({writer} if writer else set())))
     note = (
-        f"; [spooled under the configuration {whose} (another install sharing this state "
+        f"; [written under the configuration {whose} (another install sharing this state "
         "directory, or this daemon before a reload): the commands in it name this "
         f"daemon's configuration ({ours or 'the built-in defaults'}), which reads the same "
         "state database]"
