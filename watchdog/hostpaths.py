@@ -58,6 +58,21 @@ def config_args(source: str | None) -> str:
     return "" if path == DEFAULT_CONFIG else f" --config {shlex.quote(path)}"
 
 
+def config_file(source: str | None) -> str | None:
+    """The absolute path of the configuration file read from ``source``, or None when
+    none was read (``<defaults>`` and the like): what a spooled alert records as the
+    configuration that wrote it (:func:`watchdog.daemon.alerts.adopt.adopted`).
+
+    Args:
+        source: ``Config.source``.
+    """
+    import os
+
+    if not source or source.startswith("<"):
+        return None
+    return os.path.abspath(source)
+
+
 #: The unit scripts/install.sh and the Debian package install (systemd/).
 UNIT_NAME = "rogue-watchdog.service"
 #: Exists while systemd is PID 1 (sd_booted(3)).

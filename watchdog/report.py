@@ -13,8 +13,8 @@ from __future__ import annotations
 import html
 import itertools
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -325,9 +325,18 @@ MAX_LANES = 8
 #: Width of one character of a bar label (font-size 11, sans-serif), generous: a label
 #: drawn beside its bar must not run into the next bar.
 LABEL_CHAR_W = 6.5
-#: Incident marks of one row closer than this (SVG units, about a count label's width)
-#: are one mark that counts them.
+#: Incident marks of one row and kind closer than this (SVG units, about a count label's
+#: width) are one mark that counts them.
 MARK_MERGE = 16.0
+#: Height of one line of incident marks at the top of a GPU row (SVG units): marks sit
+#: in that band, above the lanes, stacked on up to :data:`MARK_LEVELS` lines where one
+#: would touch the next.
+MARK_ROW = 11
+MARK_LEVELS = 3
+#: Width of one character of a mark's count (font-size 9), generous.
+MARK_CHAR_W = 5.5
+#: Space kept between two marks, and between an incident's line and a label (SVG units).
+MARK_GAP = 2.0
 #: Tick steps the axis chooses from, seconds.
 STEPS = (60, 300, 600, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400)
 
@@ -553,11 +562,12 @@ def report_html(
     events = [ev for ev in doc["timeline"] if ev["what"] in ("opened", "action")]
     t0, t1 = _axis_span(doc, runs, since, until)
     x = _TimeScale(t0, t1)
-    parts, bars, row_y, bottom = _rows_and_bars(
-        _gpu_rows(runs, events, inventory), runs, findings, x
-    )
+    rows = _gpu_rows(runs, events, inventory)
+    placed = _place_marks(events, {uuid for uuid, _l, _s in rows}, x)
+    bands = {g: MARK_ROW * (max(m.level for m in ms) + 1) for g, ms in placed.items() if ms}
+    parts, bars, geometry, bottom = _rows_and_bars(rows, runs, findings, x, bands)
     legend, axis = _legend_svg(), _axis_svg(x, bottom)
-    marks = _incident_marks(events, row_y, x)
+    marks = _incident_marks(placed, geometry)
     svg = (
         f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {SVG_W} '
         f'{bottom + 4}" width="100%" preserveAspectRatio="xMinYMin meet">'
@@ -612,24 +622,47 @@ class _TimeScale:
         return round(LEFT + (max(t0, min(ts, t1)) - t0) / (t1 - t0) * inner, 1)
 
 
+@dataclass(frozen=True)
+class _Box:
+    """A rectangle of the timeline (SVG units): a bar's label, an incident mark."""
+
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+
+
+@dataclass
+class _RowGeometry:
+    """Where a GPU row is: its top and bottom, where its lanes start, and the boxes of
+    its bar labels (an incident's line goes around them)."""
+
+    top: float
+    bottom: float
+    lanes_top: float
+    labels: list[_Box] = field(default_factory=list)
+
+
 def _rows_and_bars(
     rows: Sequence[tuple[str, str, str]],
     runs: Sequence[RunRecord],
     findings: Sequence[FindingRecord],
     x: _TimeScale,
-) -> tuple[list[str], list[str], dict[str, tuple[float, float]], float]:
+    bands: Mapping[str, float],
+) -> tuple[list[str], list[str], dict[str, _RowGeometry], float]:
     """The GPU rows (one lane per concurrent bar, at most :data:`MAX_LANES`) and the
     run bars on them (:func:`bursts`); bars beyond the lanes are drawn together in one
-    more lane that counts them.
+    more lane that counts them. A row with incidents keeps a band of ``bands[uuid]``
+    units above its lanes for their marks (:func:`_place_marks`).
 
     Returns:
-        The rows' SVG, the bars' SVG, each row's top and bottom y by GPU UUID (``""``:
-        the host row) and the y below the last row.
+        The rows' SVG, the bars' SVG, each row's geometry by GPU UUID (``""``: the host
+        row) and the y below the last row.
     """
     e = html.escape
     parts: list[str] = []
     bars: list[str] = []
-    row_y: dict[str, tuple[float, float]] = {}
+    geometry: dict[str, _RowGeometry] = {}
     y: float = TOP
     for uuid, label, sub in rows:
         held = bursts([r for r in runs if (uuid in (r.gpus or [])) or (not uuid and not r.gpus)])
@@ -638,8 +671,9 @@ def _rows_and_bars(
         if max(lane_of, default=0) < MAX_LANES:
             more = []
         n_lanes = min(max(lane_of, default=0) + 1, MAX_LANES)
-        height = PAD * 2 + n_lanes * LANE + (n_lanes - 1) * GAP
-        row_y[uuid] = (y, y + height)
+        band = bands.get(uuid, 0)
+        height = PAD * 2 + band + n_lanes * LANE + (n_lanes - 1) * GAP
+        row = geometry[uuid] = _RowGeometry(y, y + height, y + PAD + band)
         parts.append(
             f'<g class="gpu-row" data-gpu="{e(uuid)}" data-lanes="{n_lanes}">'
             f'<rect x="0" y="{y}" width="{SVG_W}" height="{height}" fill="#fafafa" '
@@ -655,21 +689,25 @@ def _rows_and_bars(
         for b, lane in zip(held, lane_of, strict=True):
             if more and lane >= MAX_LANES - 1:
                 continue
-            top = y + PAD + lane * (LANE + GAP)
+            top = row.lanes_top + lane * (LANE + GAP)
             x1 = x(b.last_seen)
             free = min((s for s in starts[lane] if s > x1), default=float(SVG_W - RIGHT))
             # Each bar clips its label to itself: clip ids number the bars across rows.
-            bars.append(_run_bar(b, uuid, lane, top, findings, x, len(bars) + 1, free))
+            svg, box = _run_bar(b, uuid, lane, top, findings, x, len(bars) + 1, free)
+            bars.append(svg)
+            row.labels.append(box)
         if more:
-            top = y + PAD + (MAX_LANES - 1) * (LANE + GAP)
-            bars.append(_more_bar(more, uuid, top, x))
+            top = row.lanes_top + (MAX_LANES - 1) * (LANE + GAP)
+            svg, box = _more_bar(more, uuid, top, x)
+            bars.append(svg)
+            row.labels.append(box)
         y += height + 4
-    return parts, bars, row_y, y
+    return parts, bars, geometry, y
 
 
-def _more_bar(more: Sequence[Burst], uuid: str, top: float, x: _TimeScale) -> str:
+def _more_bar(more: Sequence[Burst], uuid: str, top: float, x: _TimeScale) -> tuple[str, _Box]:
     """The last lane of a row with more concurrent bars than lanes: each grey, and a
-    label that counts the runs (the tables below list them)."""
+    label that counts the runs (the tables below list them); the label's box."""
     e = html.escape
     n = sum(len(b.runs) for b in more)
     tip = f"{n} more run(s) at once than this row has lanes for: the tables below list them"
@@ -681,11 +719,11 @@ def _more_bar(more: Sequence[Burst], uuid: str, top: float, x: _TimeScale) -> st
             f'fill="{OTHER}" fill-opacity="0.35"/>'
         )
     x0 = min(x(b.started_at) for b in more)
+    text = f"+{n} more run(s)"
     out.append(
-        f'<text class="more-label" x="{x0 + 3}" y="{top + 13}" font-size="11">'
-        f"+{n} more run(s)</text></g>"
+        f'<text class="more-label" x="{x0 + 3}" y="{top + 13}" font-size="11">{text}</text></g>'
     )
-    return "".join(out)
+    return "".join(out), _Box(x0 + 3, x0 + 3 + LABEL_CHAR_W * len(text), top, top + LANE)
 
 
 #: Verdicts drawn last (on top) where the runs of one burst overlap: the one a person
@@ -702,11 +740,12 @@ def _run_bar(
     x: _TimeScale,
     clip: int,
     free: float = SVG_W - RIGHT,
-) -> str:
+) -> tuple[str, _Box]:
     """One bar: a run (or a burst of runs) coloured by verdict over time, labelled with
     its user and origin (and how many runs), its tooltip the whole story (host text
     escaped). A label longer than its bar is drawn beside it, dark, when its lane is
-    free up to ``free`` (x), else clipped to the bar."""
+    free up to ``free`` (x), else clipped to the bar. Returns the SVG and the box the
+    label takes (clipped: no wider than the bar)."""
     e = html.escape
     r = b.runs[0]
     x0, x1 = x(b.started_at), x(b.last_seen)
@@ -759,12 +798,14 @@ def _run_bar(
             f'<text class="bar-label" x="{x1 + 3}" y="{top + 13}" font-size="11" '
             f'fill="#212121">{e(label)}</text></g>'
         )
+        box = _Box(x1 + 3, x1 + wide, top, top + LANE)
     else:
         bar.append(
             f'<text class="bar-label" x="{x0 + 3}" y="{top + 13}" font-size="11" '
             f'fill="#fff" clip-path="url(#clip{clip})">{e(label)}</text></g>'
         )
-    return "".join(bar)
+        box = _Box(x0 + 3, min(x0 + wide, x1), top, top + LANE)
+    return "".join(bar), box
 
 
 def _tally(verdicts: Iterable[str]) -> dict[str, int]:
@@ -774,52 +815,133 @@ def _tally(verdicts: Iterable[str]) -> dict[str, int]:
     return out
 
 
-def _incident_marks(
-    events: Sequence[dict[str, Any]], row_y: dict[str, tuple[float, float]], x: _TimeScale
-) -> list[str]:
-    """A mark per incident on the row of each GPU it concerns (the host row for an
-    incident that names none); incidents of one kind closer on a row than
-    :data:`MARK_MERGE` are one mark that counts them (55 findings of one burst are not a
-    wall of 55 lines), its tooltip naming each (the first 20)."""
-    e = html.escape
-    groups: list[tuple[str, str, float, list[dict[str, Any]]]] = []
-    last: dict[tuple[str, str], int] = {}
+@dataclass
+class _Mark:
+    """One incident mark on a GPU row: the incidents it counts, where its triangle is
+    (``x``), how far right its count reaches, and which line of the row's band."""
+
+    what: str
+    x: float
+    last_x: float
+    level: int
+    events: list[dict[str, Any]]
+    seq: int = 0  # the order marks were made in: the page lists them in time order
+
+    @property
+    def right(self) -> float:
+        """The right end of the triangle and its count (SVG units)."""
+        n = len(self.events)
+        count = 5 + MARK_CHAR_W * len(f"×{n}") if n > 1 else 4
+        return max(self.x + count, self.last_x + 4)
+
+    def box(self, top: float) -> _Box:
+        """The mark's box, its row's band starting at ``top``."""
+        y = top + 2 + self.level * MARK_ROW
+        return _Box(self.x - 4, self.right, y, y + MARK_ROW - 1)
+
+
+def _place_marks(
+    events: Sequence[dict[str, Any]], rows: set[str], x: _TimeScale
+) -> dict[str, list[_Mark]]:
+    """Each row's incident marks, laid out of each other's way: a mark per incident on
+    the row of each GPU it concerns (the host row for one that names none); incidents
+    of one kind closer than :data:`MARK_MERGE` are one mark that counts them (55
+    findings of one burst are not a wall of 55 lines); a mark that would touch the last
+    one on its line goes on the next line of the row's band (at most
+    :data:`MARK_LEVELS`, then it joins the rightmost mark of its kind, counted)."""
+    placed: dict[str, list[_Mark]] = {}
     for ev in sorted(events, key=lambda ev: float(ev["time"])):
-        where = [g for g in ev.get("gpus") or [] if g in row_y] or (
-            [""] if "" in row_y and not ev.get("gpus") else []
+        where = [g for g in ev.get("gpus") or [] if g in rows] or (
+            [""] if "" in rows and not ev.get("gpus") else []
         )
         xi = x(float(ev["time"]))
         what = "action" if ev["what"] == "action" else "opened"
         for g in where:
-            at = last.get((g, what))
-            if at is not None and xi - groups[at][2] < MARK_MERGE:
-                groups[at][3].append(ev)
+            marks = placed.setdefault(g, [])
+            last: dict[int, _Mark] = {}
+            for m in marks:  # in x order: the last of each line is the rightmost
+                last[m.level] = m
+            # One instant (closer than MARK_MERGE) is one mark; else the first line of
+            # the band where it touches nothing; else the touching mark of its kind.
+            near = [m for m in last.values() if m.what == what and xi - m.x < MARK_MERGE]
+            free = [
+                lv for lv in range(MARK_LEVELS)
+                if lv not in last or last[lv].right + MARK_GAP <= xi - 4
+            ]  # fmt: skip
+            if not near and not free:
+                near = sorted(
+                    last.values(), key=lambda m: (m.what != what, -m.right)
+                )  # fmt: skip
+            if near:
+                near[0].events.append(ev)
+                near[0].last_x = xi
                 continue
-            last[(g, what)] = len(groups)
-            groups.append((g, what, xi, [ev]))
-    marks = []
-    for g, what, xi, evs in groups:
-        a, b = row_y[g]
-        colour = MARKS[what]
-        tip = "\n".join(
-            f"{_when(float(ev['time']))} {ev['kind']}: {ev['text']}" for ev in evs[:20]
-        ) + (f"\nand {len(evs) - 20} more" if len(evs) > 20 else "")
-        count = f" ×{len(evs)}" if len(evs) > 1 else ""
-        marks.append(
-            f'<g class="incident {e(evs[0]["what"])}" data-gpu="{e(g)}" data-x="{xi}" '
-            f'data-count="{len(evs)}"><title>{e(tip)}</title>'
-            f'<line x1="{xi}" x2="{xi}" y1="{a + 2}" y2="{b - 2}" stroke="{colour}" '
-            f'stroke-width="1.5" stroke-dasharray="3,2"/><path d="M{xi - 4},{a} '
-            f'L{xi + 4},{a} L{xi},{a + 6} Z" fill="{colour}"/>'
-            + (
+            seq = sum(len(ms) for ms in placed.values())
+            marks.append(_Mark(what, xi, xi, free[0], [ev], seq))
+    return placed
+
+
+def _line_around(
+    xi: float, y0: float, y1: float, boxes: Sequence[_Box]
+) -> list[tuple[float, float]]:
+    """The stretches of the vertical line at ``xi`` from ``y0`` to ``y1`` that cross none
+    of ``boxes`` (each widened by :data:`MARK_GAP`)."""
+    cuts = sorted(
+        (b.y0 - MARK_GAP, b.y1 + MARK_GAP)
+        for b in boxes
+        if b.x0 - MARK_GAP <= xi <= b.x1 + MARK_GAP
+    )
+    out, at = [], y0
+    for a, b in cuts:
+        if a > at + 1:
+            out.append((at, min(a, y1)))
+        at = max(at, b)
+        if at >= y1:
+            break
+    if at < y1 - 1:
+        out.append((at, y1))
+    return [(a, b) for a, b in out if b - a >= 1]
+
+
+def _incident_marks(
+    placed: Mapping[str, Sequence[_Mark]], geometry: Mapping[str, _RowGeometry]
+) -> list[str]:
+    """The marks (:func:`_place_marks`) in their rows' bands, each with its count and a
+    dashed line down through the row's lanes that goes around every bar label and every
+    other mark (no label is ever crossed by a line); tooltips name each incident (the
+    first 20)."""
+    e = html.escape
+    out: list[tuple[int, str]] = []
+    for g, marks in placed.items():
+        row = geometry[g]
+        boxes = [m.box(row.top) for m in marks]
+        for m, own in zip(marks, boxes, strict=True):
+            evs, xi, colour = m.events, m.x, MARKS[m.what]
+            tip = "\n".join(
+                f"{_when(float(ev['time']))} {ev['kind']}: {ev['text']}" for ev in evs[:20]
+            ) + (f"\nand {len(evs) - 20} more" if len(evs) > 20 else "")
+            a = own.y0
+            others = [b for b in boxes if b is not own] + row.labels
+            lines = "".join(
+                f'<line x1="{xi}" x2="{xi}" y1="{round(y0, 1)}" y2="{round(y1, 1)}" '
+                f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="3,2"/>'
+                for y0, y1 in _line_around(xi, a + 6, row.bottom - 2, others)
+            )
+            count = (
                 f'<text class="mark-count" x="{xi + 5}" y="{a + 8}" font-size="9" '
-                f'fill="{colour}">{e(count.strip())}</text>'
-                if count
+                f'fill="{colour}">×{len(evs)}</text>'
+                if len(evs) > 1
                 else ""
             )
-            + "</g>"
-        )
-    return marks
+            svg = (
+                f'<g class="incident {e(evs[0]["what"])}" data-gpu="{e(g)}" data-x="{xi}" '
+                f'data-count="{len(evs)}" data-level="{m.level}" data-box="{own.x0} '
+                f'{own.y0} {own.x1} {own.y1}"><title>{e(tip)}</title>{lines}'
+                f'<path d="M{xi - 4},{a} L{xi + 4},{a} L{xi},{a + 6} Z" fill="{colour}"/>'
+                f"{count}</g>"
+            )
+            out.append((m.seq, svg))
+    return [svg for _seq, svg in sorted(out)]
 
 
 def _axis_svg(x: _TimeScale, bottom: float) -> list[str]:

@@ -132,7 +132,7 @@ def test_html_report_renders_in_headless_chromium(
 def test_a_burst_keeps_the_timeline_short_in_headless_chromium(tmp_path: Path) -> None:
     """Fresh-user hour (2026-12-06): one 55-process burst made a timeline row about
     1,000 px tall, so the tables were below the first screen. Before (4456053) on this
-    history: the SVG 1,503 units tall (about 1,590 px at 1300 wide). After: 285."""
+    history: the SVG 1,503 units tall (about 1,590 px at 1300 wide). After: 296."""
     chromium = _chromium()
     try:
         state = burst_week(tmp_path, time.time())
@@ -145,7 +145,8 @@ def test_a_burst_keeps_the_timeline_short_in_headless_chromium(tmp_path: Path) -
     dom = _dump_dom(base, page)
     t = parse_timeline(dom)
     assert [(r["data-gpu"], r["data-lanes"]) for r in t["rows"]] == [("GPU-a", "8"), ("", "1")]
-    assert re.search(r'<svg id="timeline"[^>]*viewBox="0 0 1200 285"', dom)
+    # 296: 11 more for the band the host row's incident marks sit in (issue 33).
+    assert re.search(r'<svg id="timeline"[^>]*viewBox="0 0 1200 296"', dom)
     shot = tmp_path / "burst.png"
     out = subprocess.run(
         [*base, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120
@@ -157,3 +158,74 @@ def test_a_burst_keeps_the_timeline_short_in_headless_chromium(tmp_path: Path) -
     _width, _height, colours = _pixels(shot.read_bytes())
     assert (0xC6, 0x28, 0x28) in colours  # the burst's bar (rogue)
     assert (0x2E, 0x7D, 0x32) in colours  # the notebooks (sanctioned)
+
+
+#: Appended to a copy of the page (the report itself has no script): each label's,
+#: mark's and incident line's box as Chromium laid it out, into the DOM it dumps.
+_MEASURE = """<script>
+const box = (r) => [r.x, r.x + r.width, r.y, r.y + r.height];
+const out = {labels: [], marks: [], lines: []};
+for (const t of document.querySelectorAll("text.bar-label, text.more-label")) {
+  let b = box(t.getBBox());
+  const clip = t.getAttribute("clip-path");
+  if (clip) {
+    const c = box(document.querySelector(clip.slice(4, -1) + " rect").getBBox());
+    b = [Math.max(b[0], c[0]), Math.min(b[1], c[1]), b[2], b[3]];
+  }
+  out.labels.push(b);
+}
+for (const g of document.querySelectorAll("g.incident")) {
+  const parts = [...g.querySelectorAll("path, text.mark-count")].map((e) => box(e.getBBox()));
+  out.marks.push([Math.min(...parts.map((p) => p[0])), Math.max(...parts.map((p) => p[1])),
+                  Math.min(...parts.map((p) => p[2])), Math.max(...parts.map((p) => p[3]))]);
+  for (const l of g.querySelectorAll("line")) {
+    const x = +l.getAttribute("x1");
+    out.lines.push([x, x, +l.getAttribute("y1"), +l.getAttribute("y2")]);
+  }
+}
+const pre = document.createElement("pre");
+pre.id = "geometry";
+pre.textContent = JSON.stringify(out);
+document.body.appendChild(pre);
+</script>"""
+
+
+def test_labels_and_marks_keep_out_of_each_others_way_in_headless_chromium(
+    tmp_path: Path,
+) -> None:
+    """Fresh user E (issue 33): incident lines through bar labels, count marks of one
+    minute touching. Checked on the boxes Chromium laid out (the real glyphs, not the
+    report's estimate of them): no line crosses a label or another mark, no two labels
+    and no two marks touch. Before (f415060): 3 lines through labels, 14 mark pairs
+    touching (by the report's own estimate, test_report)."""
+    import json
+
+    from tests.unit.test_report import crowded_hour, overlaps
+
+    chromium = _chromium()
+    try:
+        state = crowded_hour(tmp_path, time.time())
+        page = tmp_path / "hour.html"
+        args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
+        assert main([*args, "--output", str(page)]) == 0
+    finally:
+        structlog.reset_defaults()
+    measured = tmp_path / "measured.html"
+    measured.write_text(page.read_text().replace("</body>", _MEASURE + "</body>"))
+    base = _headless(chromium, tmp_path)
+    dom = _dump_dom(base, measured)
+    found = re.search(r'<pre id="geometry">(.*?)</pre>', dom, re.S)
+    assert found is not None, dom[-2000:]
+    boxes = json.loads(found.group(1).replace("&quot;", '"'))
+    assert len(boxes["labels"]) >= 3 and boxes["marks"] and boxes["lines"]
+    assert overlaps(boxes) == {
+        "line x label": 0, "line x other mark": 0, "label x label": 0, "mark x mark": 0,
+    }  # fmt: skip
+    shot = tmp_path / "hour.png"
+    out = subprocess.run(
+        [*base, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120
+    )
+    assert out.returncode == 0 and shot.exists(), out.stderr[-2000:]
+    keep = os.environ.get("ROGUE_WATCHDOG_SCREENSHOTS")  # for a closing note
+    if keep:
+        shutil.copy(shot, Path(keep) / "report-crowded-hour.png")

@@ -29,6 +29,7 @@ from rogue_watchdog.policy.learn import (
     head_regex,
     max_concurrent,
     one_per_run,
+    origin_now,
     program_and_script,
     render_changes,
     render_yaml,
@@ -859,3 +860,31 @@ def test_an_unresolved_script_is_a_rival_of_any_script_of_its_name() -> None:
     runs = [*pipeline_runs(), run(201, T0 + 50, T0 + 90, tmux(), ["python3", "train.py"], "bob")]
     s = suggest(runs, T0 - 1)
     assert s.proposed == [] and len(s.conflicts) == 1
+
+
+def test_a_line_recorded_disabled_and_re_enabled_since_is_read_as_it_stands(
+    tmp_path: Path,
+) -> None:
+    """Fresh user E (issue 33): `suggest`, 5 s after `undo` had put the ghost's line back,
+    labelled it `cron …, entry since disabled`. Before: not proposed, `its source is gone
+    (its crontab entry was disabled)`, labelled `…, entry since disabled`. After: the
+    line as it stands now."""
+
+    tab = tmp_path / "pipeline"
+    entry = f"*/5 * * * * mlops {PY} {SCRIPT}"
+    tab.write_text(f"# pipeline\n{entry}\n")
+    off = {**cron(str(tab), 2, entry), "entry_state": "disabled", "next_run": None}
+    runs = [run(100 + i, T0 + 300 * i, T0 + 300 * i + 9, off) for i in range(2)]
+    kept = suggest(runs, T0 - 1, gone_now=source_gone_now)  # the records alone
+    assert [g.why_not for g in kept.not_proposed] == [
+        "its source is gone (its crontab entry was disabled)"
+    ]
+    s = suggest(runs, T0 - 1, gone_now=source_gone_now, now=origin_now)
+    assert [g.rule for g in s.proposed] == ["cron-pipeline-2"]
+    assert s.proposed[0].origin.describe() == f"cron {tab}:2 (*/5 * * * *)"
+    assert origin_from_json(off).describe() == f"cron {tab}:2 (*/5 * * * *), entry since disabled"
+    tab.unlink()  # read now, a line gone now says so as before
+    s = suggest(runs, T0 - 1, gone_now=source_gone_now, now=origin_now)
+    assert [g.why_not for g in s.not_proposed] == [
+        "its source is gone (its crontab entry is removed now)"
+    ]

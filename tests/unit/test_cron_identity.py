@@ -203,6 +203,37 @@ def test_scanner_keeps_a_running_ghost_on_its_first_origin(
     msg = next(f.message for f in later.findings if f.root_pid == 700)
     assert f"from cron {cron_d}/b:4 (* * * * *), entry since disabled" in msg
     assert "to stop the source" not in msg
+    # Fresh user E (issue 33): `status` gave this finding no next step (before: the
+    # message ended `entry since disabled`), though `scan`'s `stop:` line had one.
+    assert msg.endswith(
+        "; its crontab entry was disabled: only the run is left; to stop it: "
+        f"rogue-watchdog terminate --config {tmp_path}/t.yaml 700"
+    )
+    stop = ghost.advice.stop_line(700)
+    assert stop is not None and stop.startswith(
+        f"rogue-watchdog terminate --config {tmp_path}/t.yaml 700  # its crontab entry was"
+    )
+
+    # `undo` restores b byte for byte: the run's line is live again, and says so now
+    # (before: `entry since disabled` kept, no advice on the source).
+    (cron_d / "b").write_text(f"# retired\n\n\n{b_line}\n")
+    again = scanner.scan()
+    ghost = next(j for j in again.jobs if j.root_pid == 700)
+    assert (ghost.origin.fields["file"], ghost.origin.fields["line"]) == (f"{cron_d}/b", 4)
+    assert "entry_state" not in ghost.origin.fields
+    assert ghost.origin.describe() == f"cron {cron_d}/b:4 (* * * * *)"
+    assert ghost.origin.evidence[0] == (
+        f"started by {cron_d}/b:4; the line was disabled while this process ran and is "
+        "live again now: cron starts it on its schedule"
+    )
+    msg = next(f.message for f in again.findings if f.root_pid == 700)
+    assert "entry since" not in msg
+    assert msg.endswith(
+        f"; to stop the source: rogue-watchdog disable-source --config {tmp_path}/t.yaml 700 "
+        "(backs up the crontab; "
+        "the undo command it prints, with the action id, restores it), or by hand: "
+        f"sed -i '4s/^/# disabled by rogue-watchdog: /' {cron_d}/b"
+    )
 
 
 def test_bash_exec_of_python_c_is_matched_by_containment(tmp_path: Path) -> None:

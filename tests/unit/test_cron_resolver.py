@@ -480,3 +480,46 @@ def test_at_spool_fifo_is_skipped_without_blocking(tmp_path: Path) -> None:
     origin, _ = _resolve_at_job(tmp_path, spool)
     assert origin is not None
     assert origin.fields["pending_same_command"] == [3]
+
+
+@pytest.mark.parametrize("how", ["undo", "by hand"])
+def test_a_line_re_enabled_reads_live_again(tmp_path: Path, how: str) -> None:
+    """Fresh user E (issue 33): the run whose line `disable-source` commented out kept
+    `entry since disabled` after `undo` restored the line (the recheck was sticky), next
+    to `its source was re-enabled by rogue-watchdog undo`. Before: the rechecked origin
+    read `cron …/legacy-retrain:5 (0 2 * * 0), entry since disabled`, no next run, no
+    remediation. After: the line's state now, the disabled spell kept as history."""
+    from rogue_watchdog.actions.disable import marker_line
+    from rogue_watchdog.model import CronOrigin
+
+    root = tmp_path / "host"
+    shutil.copytree(HOST, root)
+    ctx = ctx_for(root, tmp_path)
+    resolver = CronResolver()
+    live = resolver.resolve(cron_chain(LEGACY_ARGV, LEGACY_CMD, "mlops"), ctx)
+    assert isinstance(live, CronOrigin) and live.entry_state is None
+    path = root / "etc/cron.d/legacy-retrain"
+    text = path.read_text()
+    raw = live.entry
+    assert raw is not None
+    off = marker_line(raw, 1_800_000_000.0, "rogue job") if how == "undo" else f"#{raw}"
+    path.write_text(text.replace(raw, off))
+    disabled = resolver.recheck(live, ctx)
+    assert isinstance(disabled, CronOrigin)
+    where = f"cron {root}/etc/cron.d/legacy-retrain:5 ({live.schedule})"
+    assert disabled.describe() == f"{where}, entry since disabled"
+    assert disabled.next_run is None and disabled.remediation is None
+    assert resolver.recheck(disabled, ctx) == disabled  # still off: unchanged
+    path.write_text(text)  # `rogue-watchdog undo` restores the file byte for byte
+    again = resolver.recheck(disabled, ctx)
+    assert isinstance(again, CronOrigin)
+    assert again.describe() == where
+    assert again.entry_state is None and again.source_gone() is None
+    assert (again.next_run, again.remediation) == (live.next_run, live.remediation)
+    assert again.restarts() == live.restarts()
+    assert again.evidence[0] == (
+        f"started by {root}/etc/cron.d/legacy-retrain:5; the line was disabled while this "
+        "process ran and is live again now: cron starts it on its schedule"
+    )
+    path.unlink()
+    assert resolver.recheck(again, ctx).describe() == f"{where}, entry since removed"

@@ -148,3 +148,25 @@ def test_a_loop_whose_source_was_disabled_between_runs_offers_no_disable() -> No
     )
     dry = ActionRecord(**{**disable.__dict__, "dry_run": True})
     assert "; to stop the source: " in str(current_message(rec, None, set(), [dry], {}, None))
+
+
+def test_a_disabled_lines_run_once_gone_drops_its_terminate() -> None:
+    """Issue 33 (fresh user E): a disabled line's finding names `terminate PID` as its next
+    step; once that run ended the command would fail as printed, so it is dropped."""
+    from rogue_watchdog.daemon.alerts.alert import local_iso
+    from rogue_watchdog.daemon.tracking.current import current_message
+
+    head = (
+        "rogue training job PID 812, user root, `/usr/bin/python3 /w/ghost/train.py`, from "
+        "cron /w/cron.d/ghost:1 (* * * * *), entry since disabled; its crontab entry was "
+        "disabled"
+    )
+    stop = ": only the run is left; to stop it: rogue-watchdog terminate --config /w/c.yaml 812"
+    rec = FindingRecord(
+        9, "rogue-job:abc", "rogue-job", "high", head + stop, 812,
+        {"root": [812, 100], "signature": "abc"}, 1000.0, 1000.0, 1, None, None,
+    )  # fmt: skip
+    assert current_message(rec, None, set(), [], {812: 0}, 1040.0) == (
+        f"{head}; now: its run PID 812 exited with status 0 at {local_iso(1040.0)}; "
+        "a command naming PID 812 has nothing left to stop"
+    )

@@ -417,7 +417,9 @@ def test_a_burst_keeps_rows_short_and_names_each_command_whole(tmp_path: Path) -
     t = parse_timeline(page)
     assert [(r["data-gpu"], r["data-lanes"]) for r in t["rows"]] == [("GPU-a", "8"), ("", "1")]
     heights = re.findall(r'<g class="gpu-row"[^>]*><rect [^>]*height="([\d.]+)"', page)
-    assert heights == ["181", "34"]  # 8 lanes at most; the burst one bar, then the probes
+    # 8 lanes at most; the burst one bar, then the probes (their row 11 units more for
+    # the band its incident marks sit in, above the lanes: issue 33, fresh user E)
+    assert heights == ["181", "45"]
     host = [r for r in t["runs"] if r["data-gpu"] == "" and r["data-runs"] != "1"]
     assert [(r["data-runs"], r["data-user"], r["data-origin"]) for r in host] == [
         ("55", "root", "orphan (parent exited)")
@@ -536,3 +538,130 @@ def test_the_text_report_never_breaks_a_word_and_says_when_a_line_was_disabled(
     assert f"{d}/cron.d/legacy-retrain: ok by cli:root" in text
     assert "entry since disabled" not in text
     assert "(* * * * *), entry disabled at 13:00:10 (A1)" in " ".join(x.strip() for x in lines)
+
+
+def crowded_hour(tmp_path: Path, now: float) -> Path:
+    """Fresh user E's hour in small (2026-12-06, issue 33): 30 copies of one tmux
+    session's jobs at once and a run of unknown origin on the host row, a cron ghost on
+    GPU 0 every minute, and findings opened minute after minute in bursts of 3, 5, 5, 3,
+    4, 2, 8, 3 (on the host row and on GPU 0), an hour of data on the axis."""
+    state = tmp_path / "state"
+    db = StateDB(state)
+    db.set_meta("gpus", json.dumps({"GPU-a": {"index": 0, "name": "NVIDIA H200"}}))
+    tmux = ShellOrigin(session="9", user="root", tmux_session="fe-fakes").to_json()
+    for i in range(30):
+        pid = 23940 + i
+        cmd = ["python3", f"/tmp/fe/fake_{i}.py"]
+        rec = RunRecord(f"t{i}", pid, pid, "root", cmd, tmux, "rogue", None, 0, 0, gpus=[])
+        db.record_run(rec, now - 900 + i)
+        db.record_run(rec, now - 30)
+    rec = RunRecord("u", 25782, 25782, "root", ["python3", "/tmp/pytest-of-root/train_x.py"],
+                    Origin().to_json(), "rogue", None, 0, 0, gpus=[])  # fmt: skip
+    db.record_run(rec, now - 3300)
+    db.record_run(rec, now - 60)
+    ghost = CronOrigin(
+        file="/tmp/rw-try-e/cron.d/legacy-retrain", line=1, entry="* * * * * root ghost",
+        user="root", schedule="* * * * *",
+    ).to_json()  # fmt: skip
+    gpu = {"gpus": [{"uuid": "GPU-a", "index": 0}]}
+    for m in range(50):
+        pid = 22000 + m
+        rec = RunRecord(f"g{m}", pid, pid, "root", ["python3", "/opt/ghost/train_ghost.py"],
+                        ghost, "rogue", None, 0, 0, gpus=["GPU-a"])  # fmt: skip
+        db.record_run(rec, now - 3300 + 60 * m)
+        db.record_run(rec, now - 3300 + 60 * m + 40)
+    for k, n in enumerate((3, 5, 5, 3, 4, 2, 8, 3)):
+        at = now - 600 + 60 * k
+        for j in range(n):
+            for row, details in (("host", {}), ("gpu", gpu)):
+                db.insert_finding(
+                    f"rogue-job:{row}{k}.{j}", "rogue-job", "high", f"rogue job {k}.{j}",
+                    None, details, at + j,
+                )  # fmt: skip
+    db.close()
+    return state
+
+
+def timeline_boxes(page: str) -> dict[str, list[tuple[float, float, float, float]]]:
+    """The timeline's label boxes, incident mark boxes and incident lines (as boxes of
+    no width), read from the SVG: a label is as wide as :data:`LABEL_CHAR_W` a
+    character, cut to its bar when clipped; a mark is its triangle and its count."""
+    from rogue_watchdog.report import LABEL_CHAR_W, MARK_CHAR_W
+
+    num = r"(-?[\d.]+)"
+    labels = []
+    for m in re.finditer(r'<g class="run"[^>]*>.*?</g>', page):
+        g = m.group(0)
+        clip = re.search(rf'<clipPath[^>]*><rect x="{num}" y="{num}" width="{num}"', g)
+        t = re.search(rf'<text class="bar-label" x="{num}" y="{num}"([^>]*)>([^<]*)</text>', g)
+        assert clip is not None and t is not None
+        x, y, text = float(t.group(1)), float(t.group(2)), html_unescape(t.group(4))
+        x1 = x + LABEL_CHAR_W * len(text)
+        if "clip-path" in t.group(3):
+            x1 = min(x1, float(clip.group(1)) + float(clip.group(3)))
+        labels.append((x, x1, y - 11, y + 3))
+    for t in re.finditer(rf'<text class="more-label" x="{num}" y="{num}"[^>]*>([^<]*)<', page):
+        x, y = float(t.group(1)), float(t.group(2))
+        labels.append((x, x + LABEL_CHAR_W * len(t.group(3)), y - 11, y + 3))
+    marks, lines = [], []
+    for m in re.finditer(r"<g class=\"incident[^>]*data-x=\"([\d.]+)\"[^>]*>(.*?)</g>", page, re.S):
+        x, body = float(m.group(1)), m.group(2)
+        top = float(re.search(rf'<path d="M[\d.]+,{num}', body).group(1))  # type: ignore[union-attr]
+        count = re.search(r'<text class="mark-count"[^>]*>([^<]*)<', body)
+        right = x + 5 + MARK_CHAR_W * len(count.group(1)) if count else x + 4
+        marks.append((x - 4, right, top, top + 9))
+        for ln in re.finditer(rf'<line x1="{num}" x2="[\d.]+" y1="{num}" y2="{num}"', body):
+            lx, y0, y1 = (float(v) for v in ln.groups())
+            lines.append((lx, lx, y0, y1))
+    return {"labels": labels, "marks": marks, "lines": lines}
+
+
+def html_unescape(text: str) -> str:
+    import html
+
+    return html.unescape(text)
+
+
+def overlaps(
+    boxes: dict[str, list[tuple[float, float, float, float]]],
+) -> dict[str, int]:
+    """How many pairs cross: a line and a label, a line and another mark, two labels,
+    two marks (boxes touching count: they read as one)."""
+
+    def hit(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+        return a[0] <= b[1] and b[0] <= a[1] and a[2] < b[3] and b[2] < a[3]
+
+    labels, marks, lines = boxes["labels"], boxes["marks"], boxes["lines"]
+    pairs = lambda xs: [(a, b) for i, a in enumerate(xs) for b in xs[i + 1 :]]  # noqa: E731
+    return {
+        "line x label": sum(hit(ln, lb) for ln in lines for lb in labels),
+        "line x other mark": sum(
+            hit(ln, mk) for ln in lines for mk in marks if not (mk[0] <= ln[0] <= mk[0] + 8)
+        ),
+        "label x label": sum(hit(a, b) for a, b in pairs(labels)),
+        "mark x mark": sum(hit(a, b) for a, b in pairs(marks)),
+    }
+
+
+def test_labels_and_marks_keep_out_of_each_others_way(tmp_path: Path) -> None:
+    """Fresh user E (issue 33): dashed incident lines ran through the bar labels (`root ·
+    shell tmux session 'fe-fakes' … ×30`, `root · unknown origin`) and the count marks of
+    one minute (`×3 ×5 ×5 ×3 ×4 ×2 ×8 ×3`) touched each other. Before (f415060) on this
+    history: 3 line/label crossings, 14 touching mark pairs. After: none; marks of one
+    instant are merged with their count or stacked, lines go around every label."""
+    now = time.time()
+    state = crowded_hour(tmp_path, now)
+    page_path = tmp_path / "hour.html"
+    args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
+    assert main([*args, "--output", str(page_path)]) == 0
+    page = page_path.read_text()
+    boxes = timeline_boxes(page)
+    assert len(boxes["labels"]) >= 3 and boxes["marks"] and boxes["lines"]
+    assert overlaps(boxes) == {
+        "line x label": 0, "line x other mark": 0, "label x label": 0, "mark x mark": 0,
+    }  # fmt: skip
+    t = parse_timeline(page)
+    # Every finding is still counted, on its own row.
+    for gpu in ("", "GPU-a"):
+        assert sum(int(i["data-count"]) for i in t["incidents"] if i["data-gpu"] == gpu) == 33
+    assert {"root · shell 9 ×30", "root · unknown origin"} <= set(t["labels"])

@@ -112,7 +112,9 @@ def test_the_record_reads_back_the_spooled_document_exactly(
     (row,) = rows(d, "tw")
     (stored,) = d.db.conn.execute("SELECT payload_json FROM deliveries").fetchone()
     doc = json.loads(stored)
-    assert list(doc) == ["schema_version", "event", "host", "time", "finding"]
+    # `config`: the configuration that spooled it (issue 33: a shared state directory).
+    assert list(doc) == ["schema_version", "event", "host", "time", "config", "finding"]
+    assert doc["config"] == str(tmp_path / "config.yaml")
     assert list(doc["finding"]) == [
         "id", "kind", "severity", "message", "root_pid", "details", "opened_at",
         "last_seen", "seen_count", "resolved_at", "instances",

@@ -128,12 +128,13 @@ def _write_new(path: str, text: str) -> None:
 
 def cmd_suggest(args: argparse.Namespace) -> int:
     """``allowlist suggest``: print (or write) the proposed allowlist."""
-    from ..policy.learn import render_yaml, source_gone_now, suggest
+    from ..policy.learn import origin_now, render_yaml, source_gone_now, suggest
 
     state_dir = _state_dir(args, args.config)
     runs, actions, since = _runs(args, state_dir)
     found = suggest(
         runs, since, min_runs=args.min_runs, prefer=args.prefer or (), gone_now=source_gone_now,
+        now=origin_now,
         actions=actions, include_acted=args.include_acted,
         learning_started=_learning_started(state_dir),
     )  # fmt: skip

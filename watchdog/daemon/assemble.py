@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..actions.enforcer import build_enforcers
 from ..actions.slurmnode import build_slurm_enforcers
 from ..actions.slurmrecord import keep_sweep_drain
-from ..hostpaths import config_args
+from ..hostpaths import config_args, config_file
 from ..plugins import Enforcer, FindingSource, Worker
 from ..queue.actions import build_queue_enforcers
 from ..queue.source import build_queue_sources
@@ -92,6 +92,7 @@ def build_alert_workers(daemon: Daemon) -> list[Worker]:
         lambda: daemon.config.alerts,
         degraded=daemon.degraded,
         memory=daemon.unstored.spool,
+        config_file=lambda: config_file(daemon.config.source),
     )
     daemon.on_tick.append(worker.on_tick)
     return [worker, *build_alertmanager_workers(daemon)]

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from ..config import Config, ConfigError, config_checksum, load_config
-from ..hostpaths import config_args, systemctl_offered
+from ..hostpaths import config_args, config_file, systemctl_offered
 from ..lineage.slurm import stepd_members
 from ..logs import get_logger
 from ..model import LOG_LEVELS, Finding, Origin, ScanResult, origin_from_json
@@ -282,7 +282,11 @@ class Daemon:
             config, fd_sweep_interval_s=config.daemon.fd_sweep_interval_s
         )
         self.tracker = Tracker(
-            self.db, config.alerts, self.scanner.host, cli_args=config_args(config.source)
+            self.db,
+            config.alerts,
+            self.scanner.host,
+            cli_args=config_args(config.source),
+            config=config_file(config.source),
         )
         # Findings the tick could not store, alerted from memory (watchdog.daemon.unstored).
         self.unstored = UnstoredFindings()
@@ -813,7 +817,11 @@ class Daemon:
         first, clocks = self.tracker.first_signature, self.tracker.clocks
         exits = self.tracker.exits
         self.tracker = Tracker(
-            self.db, new.alerts, self.scanner.host, cli_args=config_args(new.source)
+            self.db,
+            new.alerts,
+            self.scanner.host,
+            cli_args=config_args(new.source),
+            config=config_file(new.source),
         )
         self.tracker.first_signature.update(first)
         self.tracker.clocks = clocks

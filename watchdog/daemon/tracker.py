@@ -110,6 +110,8 @@ class Tracker:
         mono: The monotonic clock.
         cli_args: What a command its findings print carries after the verb: the
             daemon's `` --config PATH`` (:func:`watchdog.hostpaths.config_args`).
+        config: The daemon's configuration file (:func:`watchdog.hostpaths.config_file`),
+            recorded in each alert it spools.
     """
 
     def __init__(
@@ -120,9 +122,11 @@ class Tracker:
         mono: Callable[[], float] = time.monotonic,
         *,
         cli_args: str = "",
+        config: str | None = None,
     ) -> None:
         self.db = db
         self.cli_args = cli_args
+        self.config = config
         # The debounce and reminders count on this clock (issue 32, case 5): a wall clock
         # set back left last_alert_at 172,533 s in the future and no reminder came.
         self.mono = mono
@@ -603,5 +607,6 @@ class Tracker:
         now: float,
         change: dict[str, Any] | None = None,
     ) -> None:
-        for sink, payload in deliveries(event, finding, self.host, now, self.alerts.sinks, change):
+        sinks = self.alerts.sinks
+        for sink, payload in deliveries(event, finding, self.host, now, sinks, change, self.config):
             self.db.enqueue(finding.id, sink, event, payload, now)

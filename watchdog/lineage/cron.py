@@ -257,10 +257,16 @@ class CronResolver:
         cron no longer loads) marked so (:func:`with_entry_state`); None for other kinds."""
         if not isinstance(origin, CronOrigin):
             return None
-        if origin.entry_state is not None:
-            return origin
+        if origin.entry_state not in (None, *NOT_LIVE):
+            return origin  # unattributed: no line to read again
+        # The state now, not the first one seen: a line disabled and then re-enabled (by
+        # `rogue-watchdog undo` or by hand) runs again (issue 33, fresh user E).
         state = entry_state(origin, ctx)
-        return with_entry_state(origin, state) if state in NOT_LIVE else origin
+        if state in NOT_LIVE:
+            return origin if state == origin.entry_state else with_entry_state(origin, state)
+        if state == "live" and origin.entry_state is not None:
+            return live_again(origin, ctx)
+        return origin
 
     def gone_now(self, origin: Origin, ctx: ResolveContext) -> str | None:
         """``its crontab entry is removed now`` (``disabled``, ``ignored``), or None."""
@@ -968,6 +974,46 @@ def with_entry_state(origin: CronOrigin, state: str) -> CronOrigin:
     )
     evidence = (note, *(e for e in origin.evidence if not e.startswith("started by ")))
     return replace(origin, evidence=evidence, remediation=None, entry_state=state, next_run=None)
+
+
+def live_again(origin: CronOrigin, ctx: ResolveContext) -> CronOrigin:
+    """``origin``, once marked no longer live, as its line stands again (re-enabled by
+    ``rogue-watchdog undo`` or by hand): its next run and the command that disables it
+    back, the evidence saying it was off for a while (history, not the state now).
+
+    Args:
+        origin: A cron origin whose ``entry_state`` is ``disabled``, ``removed`` or
+            ``ignored`` and whose line reads as it was first seen again.
+        ctx: Paths and the parse cache.
+    """
+    path, line = origin.file, origin.line
+    if path is None or line is None:
+        return origin
+    system = path in ctx.cron_files or os.path.dirname(path) == ctx.cron_d_dir
+    owner = None if system else os.path.basename(path)
+    tab = _read_tab(ctx, path, system=system, owner=owner)
+    entry = next(
+        (e for e in (tab.entries if tab else ()) if e.line == line and e.raw == origin.entry),
+        None,
+    )
+    if entry is None:
+        return origin
+    was = origin.entry_state
+    note = (
+        f"started by {path}:{line}; the line was {was} while this process ran and is "
+        "live again now: cron starts it on its schedule"
+    )
+    evidence = (note, *(e for e in origin.evidence if not e.startswith("started by ")))
+    remediation = (
+        command("chmod", "-x", origin.script) if origin.script else _disable_command(entry, ctx)
+    )
+    return replace(
+        origin,
+        evidence=evidence,
+        remediation=remediation,
+        entry_state=None,
+        next_run=next_run(entry, ctx.now, _zone(ctx)),
+    )
 
 
 # -- daemonised by a script that a crontab line runs ------------------------------------

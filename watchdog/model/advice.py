@@ -7,6 +7,10 @@ from typing import Any
 
 from .origin import Restarts
 
+#: Between a job finding's "its crontab entry was disabled" and the ``terminate`` that
+#: stops the run left: the part a finding drops once that run is gone.
+RUN_ONLY = ": only the run is left; to stop it: "
+
 
 @dataclass(frozen=True)
 class Collateral:
@@ -149,6 +153,10 @@ class Advice:
         stop = self.stop_source(target)
         if stop:
             return f"; to stop the source: {stop}"
+        if self.source_gone is not None:
+            # The same next step as the scan's ``stop:`` line (:meth:`stop_line`): `status`
+            # gave a disabled line's run none (issue 33, fresh user E).
+            return f"; {self.source_gone}{RUN_ONLY}{self._cli('terminate')} {target}"
         if self.source_refused is not None:
             return (
                 f"; its source is not disabled: {self.source_refused}; to stop this run: "

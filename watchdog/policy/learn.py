@@ -568,6 +568,26 @@ def source_gone_now(origin: Origin) -> str | None:
     return gone_now(origin, ctx, default_resolvers())
 
 
+def origin_now(origin: Origin) -> Origin:
+    """A recorded origin as its source reads now, where its kind's resolver can read it
+    again (:func:`watchdog.lineage.base.recheck`): a crontab line recorded disabled and
+    re-enabled since (by ``rogue-watchdog undo`` or by hand) is live again; other kinds
+    as recorded.
+
+    Fresh user E (issue 33): ``suggest``, 5 s after ``undo`` had put the ghost's line
+    back, labelled it ``cron …/legacy-retrain:1 (* * * * *), entry since disabled``.
+
+    Args:
+        origin: A recorded origin.
+    """
+    from ..lineage import default_resolvers
+    from ..lineage.base import ResolveContext, recheck
+    from ..sources.procfs import ProcessTable
+
+    ctx = ResolveContext(table=ProcessTable(), now=datetime.now(UTC))
+    return recheck(origin, ctx, default_resolvers())
+
+
 #: What an action did, as a proposal says it (``rogue-watchdog terminated it``).
 _ACTED = {
     "terminate": "terminated it",
@@ -648,6 +668,7 @@ def suggest(
     min_runs: int = 2,
     prefer: Sequence[str] = (),
     gone_now: GoneNow | None = None,
+    now: Callable[[Origin], Origin] | None = None,
     actions: Sequence[ActionRecord] = (),
     include_acted: bool = False,
     learning_started: float | None = None,
@@ -669,6 +690,9 @@ def suggest(
         prefer: Origins (``FILE``, ``FILE:LINE``, a unit) the admin chose.
         gone_now: Why an origin's source is gone now (:func:`source_gone_now`), or
             None to trust the records alone.
+        now: Each group's origin as its source reads now (:func:`origin_now`), or
+            None to trust the records alone: a line recorded disabled that runs again
+            is named, and judged, as it stands.
         actions: The audit trail of the window: a job rogue-watchdog acted against
             (terminated, its source disabled...: :func:`acted_notes`), undone or not,
             is not proposed, and says so.
@@ -680,6 +704,8 @@ def suggest(
     groups = group_runs(runs)
     acted_notes(groups, actions)
     for g in groups:
+        if now is not None:
+            g.origin = now(g.origin)
         if learning_started is not None:
             g.before_learning = sum(1 for r in g.runs if r.started_at < learning_started)
         if g.acted:
@@ -697,7 +723,8 @@ def suggest(
                 f"{g.user} is proposed instead"
             )
             continue
-        gone = g.origin.source_gone() or (gone_now(g.origin) if gone_now else None)
+        # As read now first (`is removed now`), else as recorded.
+        gone = (gone_now(g.origin) if gone_now else None) or g.origin.source_gone()
         if g.why_not is None and gone is not None:
             g.why_not = f"its source is gone ({gone})"
         if g.why_not is None and g.sanctioned:

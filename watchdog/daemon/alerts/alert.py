@@ -199,6 +199,10 @@ class Alert:
         time: When the alert was raised (spooled), ISO 8601 in the host's time zone.
         finding: The finding it is about.
         schema_version: Version of the JSON document (docs/alerts.md).
+        config: The configuration file of the daemon that spooled it (None: none, the
+            built-in defaults, or a row spooled before this was recorded): a state
+            directory shared by two installs replays the other's rows, whose printed
+            commands name that configuration (:mod:`.adopt`).
     """
 
     event: AlertEvent
@@ -206,6 +210,7 @@ class Alert:
     time: str | None
     finding: AlertFinding
     schema_version: int = SCHEMA_VERSION
+    config: str | None = None
     # The spooled document this record was read from, kept only to be written back
     # unchanged by :meth:`to_json` (the webhook body is "the document as is", a row
     # spooled by an earlier version included); no sink reads it.
@@ -219,6 +224,7 @@ class Alert:
         host: str,
         now: float,
         change: Mapping[str, Any] | None = None,
+        config: str | None = None,
     ) -> Alert:
         """The alert the tracker spools for ``finding``.
 
@@ -229,11 +235,13 @@ class Alert:
             now: POSIX time the alert is raised.
             change: For a reminder caused by a change: ``{"instances": now, "was": at
                 the last alert, "gone_pids": [...]}`` and/or ``{"labels_were": {...}}``.
+            config: The spooling daemon's configuration file (:attr:`config`).
         """
         return cls(
             event=event,
             host=host,
             time=local_iso(now),
+            config=config,
             finding=AlertFinding(
                 id=finding.id,
                 kind=finding.kind,
@@ -269,6 +277,7 @@ class Alert:
             host=_text(doc.get("host")),
             time=_text(doc.get("time")),
             schema_version=_int(doc.get("schema_version")) or SCHEMA_VERSION,
+            config=_text(doc.get("config")),
             finding=AlertFinding(
                 id=_int(f.get("id")),
                 kind=_text(f.get("kind")),
@@ -308,13 +317,16 @@ class Alert:
         }
         if f.change is not None:
             finding["change"] = f.change.to_json()
-        return {
+        doc: dict[str, Any] = {
             "schema_version": self.schema_version,
             "event": self.event,
             "host": self.host,
             "time": self.time,
-            "finding": finding,
         }
+        if self.config is not None:
+            doc["config"] = self.config
+        doc["finding"] = finding
+        return doc
 
 
 @dataclass(frozen=True)

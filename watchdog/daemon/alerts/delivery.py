@@ -57,6 +57,7 @@ from ...config.sinks import sink_kind
 from ...logs import get_logger
 from ...state import Delivery, StateDB, delivery_row
 from . import http
+from .adopt import adopted
 from .alert import Outgoing
 from .alertmanager import AlertmanagerSink
 from .backoff import Backoff
@@ -158,6 +159,9 @@ class DeliveryWorker:
             database unreadable) is recorded there as ``alerts`` until a round succeeds.
         memory: Alerts the tick could not spool in ``state.db`` (the daemon's
             ``unstored.spool``); sent before the database's rows.
+        config_file: Returns this daemon's configuration file: a row another install's
+            daemon spooled into a shared state directory is sent with its commands
+            naming it (:func:`.adopt.adopted`).
 
     Attributes:
         name: ``alerts`` (for degrade messages).
@@ -178,8 +182,12 @@ class DeliveryWorker:
         batch: int = 200,
         degraded: dict[str, str] | None = None,
         memory: MemorySpool | None = None,
+        config_file: Callable[[], str | None] | None = None,
     ) -> None:
         self.db = db
+        # This daemon's configuration file: a row another install's daemon spooled into
+        # a shared state directory is sent with its commands naming it (.adopt).
+        self.config_file = config_file
         self.memory = memory if memory is not None else MemorySpool()
         self._unmarked: dict[str, _Unmarked] = {}  # by sink
         # Row id → retry time of a failed attempt whose record could not be written.
@@ -312,6 +320,8 @@ class DeliveryWorker:
                 waiting.add(d.finding_id)
                 continue
             typed[d.id] = Outgoing.from_delivery(d)
+            if self.config_file is not None:  # unknown (a bare worker): sent as spooled
+                typed[d.id] = adopted(typed[d.id], self.config_file())
             due.append(d)
         return due
 

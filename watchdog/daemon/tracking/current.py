@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ...model import Job
+from ...model.advice import RUN_ONLY
 from ...records import ActionRecord, FindingRecord
 from ..alerts.alert import local_iso
 from .jobs import respawned_finding
@@ -108,6 +109,10 @@ def current_message(
     if tuple(root) in running:
         return None
     head, source = source_note(rec.message.split(RUN_ENDED, 1)[0], rec.opened_at, actions)
+    cut = head.find(RUN_ONLY)
+    if cut >= 0:  # its `terminate` names the run that ended: nothing left to stop
+        later = head.find(REENABLED, cut)
+        head = head[:cut] + (head[later:] if later >= 0 else "")
     when = f" at {local_iso(gone_at)}" if gone_at is not None else ""
     how = how_run_ended(root, actions, exits)
     return (

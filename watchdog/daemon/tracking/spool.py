@@ -27,7 +27,9 @@ def deliveries(
     now: float,
     sinks: Iterable[SinkSettings],
     change: dict[str, Any] | None = None,
+    config: str | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
-    """``(sink name, payload)`` of each delivery one alert event spools."""
-    payload = Alert.from_record(event, finding, host, now, change).to_json()
+    """``(sink name, payload)`` of each delivery one alert event spools (``config``: the
+    spooling daemon's configuration file, :attr:`Alert.config`)."""
+    payload = Alert.from_record(event, finding, host, now, change, config).to_json()
     return [(sink.name, payload) for sink in sinks if sink_accepts(sink, finding)]

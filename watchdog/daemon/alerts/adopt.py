@@ -1,0 +1,90 @@
+"""Spooled alerts another install wrote into a shared state directory (issue 33).
+
+Two checkouts (or a package and a checkout) may run their daemons with the same
+``daemon.state_dir`` (the host's ``/var/lib/rogue-watchdog``). The alert spool is in
+that directory, so the daemon started last replays the rows the other one queued, and
+their printed commands name the other's ``--config``: pasted, ``status --config
+OTHER`` answers that the daemon on the socket "is another daemon", a dead end. Each row
+records the configuration that wrote it (:attr:`~.alert.Alert.config`); a row written
+under another one is sent with its commands naming this daemon's configuration (which
+reads the same state database, so the same finding and action ids), and a note says
+whose it was.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...hostpaths import config_args
+from .alert import Alert, Outgoing
+
+# `rogue-watchdog VERB` (or `GROUP VERB`), and the `--config PATH` after it when there is
+# one: a path as config_args writes it (plain, or in single quotes), ending before the
+# punctuation around a command in a message (`…`, (…), a comma, a semicolon).
+_COMMAND = re.compile(
+    r"\brogue-watchdog ((?:allowlist|weights|fleet|slurm) )?([a-z][a-z-]*)"
+    r"( --config ('[^']*'|[^\s`'\"(),;]+))?"
+)
+
+
+def _path(arg: str) -> str:
+    return arg[1:-1].replace("'\"'\"'", "'") if arg.startswith("'") else arg
+
+
+def _acts(m: re.Match[str]) -> bool:
+    """Whether the command runs against the daemon or its state database (so it must
+    name the configuration that reads it); ``allowlist`` and ``check-config`` name a
+    candidate file of the operator's, never rewritten."""
+    return m.group(1) is None and m.group(2) != "check-config"
+
+
+def adopted(out: Outgoing, ours: str | None) -> Outgoing:
+    """``out`` as this daemon sends it: unchanged when nothing in it was written under
+    another configuration; else with each printed ``rogue-watchdog`` command that acts
+    on the daemon or the state database naming ``ours``, and a note saying which
+    configuration wrote it.
+
+    Written under another configuration: the row records another one (another
+    install's daemon spooled it), or a command in it names another absolute
+    ``--config`` (a row spooled before rows recorded theirs, or this daemon resolving a
+    finding the other one opened: its message is the other's).
+
+    Args:
+        out: A spooled alert on its way to a sink.
+        ours: This daemon's configuration file (:func:`watchdog.hostpaths.config_file`).
+
+    Returns:
+        The alert to send.
+    """
+    doc = out.alert.to_json()
+    finding = doc.get("finding")
+    message = finding.get("message") if isinstance(finding, dict) else None
+    if not isinstance(finding, dict) or not isinstance(message, str):
+        return out
+    writer = out.alert.config if out.alert.config != ours else None
+    named = {
+        p for m in _COMMAND.finditer(message)
+        if m.group(4) and _acts(m) and (p := _path(m.group(4))).startswith("/") and p != ours
+    }  # fmt: skip
+    if writer is None and not named:
+        return out
+    mine = config_args(ours)
+
+    def rename(m: re.Match[str]) -> str:
+        if not _acts(m):
+            return m.group(0)
+        if m.group(4) is None and writer is None:
+            return m.group(0)  # no --config, and nothing says whose: left as written
+        if m.group(4) is not None and _path(m.group(4)) not in named | {writer}:
+            return m.group(0)  # ours already, or a relative path of the operator's
+        return f"rogue-watchdog {m.group(1) or ''}{m.group(2)}{mine}"
+
+    whose = ", ".join(sorted(named | ({writer} if writer else set())))
+    note = (
+        f"; [written under the configuration {whose} (another install sharing this state "
+        "directory, or this daemon before a reload): the commands in it name this "
+        f"daemon's configuration ({ours or 'the built-in defaults'}), which reads the same "
+        "state database]"
+    )
+    finding["message"] = _COMMAND.sub(rename, message) + note
+    return Outgoing(Alert.from_json(doc), out.sink, out.row, out.created_at)
