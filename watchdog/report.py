@@ -565,7 +565,8 @@ def report_html(
     rows = _gpu_rows(runs, events, inventory)
     placed = _place_marks(events, {uuid for uuid, _l, _s in rows}, x)
     bands = {g: MARK_ROW * (max(m.level for m in ms) + 1) for g, ms in placed.items() if ms}
-    parts, bars, geometry, bottom = _rows_and_bars(rows, runs, findings, x, bands)
+    tags: dict[str, str] = {}
+    parts, bars, geometry, bottom = _rows_and_bars(rows, runs, findings, x, bands, tags)
     legend, axis = _legend_svg(), _axis_svg(x, bottom)
     marks = _incident_marks(placed, geometry)
     svg = (
@@ -581,7 +582,48 @@ def report_html(
     )
     e = html.escape
     window = f'<p class="span">Time axis {e(_when(t0))} to {e(_when(t1))}{e(later)}.</p>'
-    return _page(doc, title, since, until, svg + window)
+    return _page(doc, title, since, until, svg + window + _key_html(tags))
+
+
+def _key_html(tags: dict[str, str]) -> str:
+    """The key of the bars too narrow for their label: each tag and the label it
+    stands for (whole: a label is never cut)."""
+    if not tags:
+        return ""
+    e = html.escape
+    items = "".join(
+        f'<li><b class="tag">{e(tag)}</b> {e(label)}</li>' for label, tag in tags.items()
+    )
+    return (
+        '<p class="key-intro">Bars too narrow for their label carry a letter:</p>'
+        f'<ul id="bar-key">{items}</ul>'
+    )
+
+
+#: Rows of a per-origin, per-user or per-class table in view; the rest fold under a
+#: ``<details>`` (one click away, still in the page and its text search).
+TABLE_ROWS = 25
+
+
+def _nth_row_end(rows: str, n: int) -> int | None:
+    """Where the ``n``-th ``<tr>…</tr>`` of ``rows`` ends, or None with ``n`` or fewer."""
+    at = 0
+    for _ in range(n):
+        at = rows.find("</tr>", at)
+        if at < 0:
+            return None
+        at += len("</tr>")
+    return at if rows.find("<tr>", at) >= 0 else None
+
+
+def _tag(n: int) -> str:
+    """``A`` … ``Z``, ``AA``, ``AB`` …: the ``n``-th (from 0) tag of the bar key."""
+    out = ""
+    n += 1
+    while n:
+        n, r = divmod(n - 1, 26)
+        out = chr(65 + r) + out
+    return out
 
 
 def _with_finding_gpus(
@@ -649,6 +691,7 @@ def _rows_and_bars(
     findings: Sequence[FindingRecord],
     x: _TimeScale,
     bands: Mapping[str, float],
+    tags: dict[str, str],
 ) -> tuple[list[str], list[str], dict[str, _RowGeometry], float]:
     """The GPU rows (one lane per concurrent bar, at most :data:`MAX_LANES`) and the
     run bars on them (:func:`bursts`); bars beyond the lanes are drawn together in one
@@ -692,10 +735,10 @@ def _rows_and_bars(
             top = row.lanes_top + lane * (LANE + GAP)
             x1 = x(b.last_seen)
             free = min((s for s in starts[lane] if s > x1), default=float(SVG_W - RIGHT))
-            # Each bar clips its label to itself: clip ids number the bars across rows.
-            svg, box = _run_bar(b, uuid, lane, top, findings, x, len(bars) + 1, free)
+            svg, box = _run_bar(b, uuid, lane, top, findings, x, tags, free)
             bars.append(svg)
-            row.labels.append(box)
+            if box is not None:
+                row.labels.append(box)
         if more:
             top = row.lanes_top + (MAX_LANES - 1) * (LANE + GAP)
             svg, box = _more_bar(more, uuid, top, x)
@@ -738,14 +781,17 @@ def _run_bar(
     top: float,
     findings: Sequence[FindingRecord],
     x: _TimeScale,
-    clip: int,
+    tags: dict[str, str],
     free: float = SVG_W - RIGHT,
-) -> tuple[str, _Box]:
+) -> tuple[str, _Box | None]:
     """One bar: a run (or a burst of runs) coloured by verdict over time, labelled with
     its user and origin (and how many runs), its tooltip the whole story (host text
-    escaped). A label longer than its bar is drawn beside it, dark, when its lane is
-    free up to ``free`` (x), else clipped to the bar. Returns the SVG and the box the
-    label takes (clipped: no wider than the bar)."""
+    escaped). A label is never cut (a cut one reads ``root · cr``: issue 33): it is
+    drawn in the bar when it fits, else beside it, dark, when its lane is free up to
+    ``free`` (x); else the bar carries the label's tag from ``tags`` (a letter, given
+    at first use; the key under the timeline spells it out) in the same places, or
+    nothing where even that does not fit (its tooltip and the key still name it).
+    Returns the SVG and the box the label takes (None: none drawn)."""
     e = html.escape
     r = b.runs[0]
     x0, x1 = x(b.started_at), x(b.last_seen)
@@ -780,8 +826,6 @@ def _run_bar(
         f'data-x1="{x1}" data-user="{e(user)}" data-origin="{e(origin)}" '
         f'data-runs="{len(b.runs)}" data-verdicts="{e(" ".join(seen))}">'
         f"<title>{e(tip)}</title>"
-        f'<clipPath id="clip{clip}"><rect x="{x0}" y="{top}" width="{x1 - x0}" '
-        f'height="{LANE}"/></clipPath>'
     ]
     for run, s in sorted(segs, key=lambda t: _DRAW_ORDER.get(t[1].verdict, 2)):
         # A verdict the run left (8 minutes as rogue in a day) stays visible.
@@ -792,20 +836,34 @@ def _run_bar(
             f'height="{LANE}" fill="{COLOURS.get(s.verdict, OTHER)}"/>'
         )
     label = f"{user} · {origin}{count}"
-    wide = LABEL_CHAR_W * len(label) + 6
-    if wide > x1 - x0 and x1 + wide <= free - 2:
-        bar.append(
-            f'<text class="bar-label" x="{x1 + 3}" y="{top + 13}" font-size="11" '
-            f'fill="#212121">{e(label)}</text></g>'
-        )
-        box = _Box(x1 + 3, x1 + wide, top, top + LANE)
-    else:
-        bar.append(
-            f'<text class="bar-label" x="{x0 + 3}" y="{top + 13}" font-size="11" '
-            f'fill="#fff" clip-path="url(#clip{clip})">{e(label)}</text></g>'
-        )
-        box = _Box(x0 + 3, min(x0 + wide, x1), top, top + LANE)
-    return "".join(bar), box
+    texts = [label]
+    if LABEL_CHAR_W * len(label) + 6 > max(x1 - x0, free - 2 - x1):
+        tag = tags.setdefault(f"{user} · {origin}", _tag(len(tags)))
+        texts.append(f"{tag}{count}")
+    for text in texts:
+        wide = LABEL_CHAR_W * len(text) + 6
+        if wide <= x1 - x0:
+            bar.append(
+                f'<text class="bar-label" x="{x0 + 3}" y="{top + 13}" font-size="11" '
+                f'fill="#fff">{e(text)}</text></g>'
+            )
+            return "".join(bar), _Box(x0 + 3, x0 + wide - 3, top, top + LANE)
+        if text is not label and wide - 4 <= x1 - x0:  # a tag, centred, fits with 1 each side
+            mid = round((x0 + x1) / 2, 1)
+            half = LABEL_CHAR_W * len(text) / 2
+            bar.append(
+                f'<text class="bar-label" x="{mid}" y="{top + 13}" font-size="11" '
+                f'text-anchor="middle" fill="#fff">{e(text)}</text></g>'
+            )
+            return "".join(bar), _Box(mid - half, mid + half, top, top + LANE)
+        if x1 + wide <= free - 2:
+            bar.append(
+                f'<text class="bar-label" x="{x1 + 3}" y="{top + 13}" font-size="11" '
+                f'fill="#212121">{e(text)}</text></g>'
+            )
+            return "".join(bar), _Box(x1 + 3, x1 + wide, top, top + LANE)
+    bar.append("</g>")
+    return "".join(bar), None
 
 
 def _tally(verdicts: Iterable[str]) -> dict[str, int]:
@@ -1007,6 +1065,20 @@ def _page(doc: dict[str, Any], title: str, since: float, until: float, timeline:
             for r in doc.get(key, [])
         )
 
+    def table(key: str, ident: str, what: str) -> str:
+        head = f"<tr><th>{what}</th><th>verdict</th><th>runs</th><th>GPU-hours</th></tr>"
+        rows = rows_html(key)
+        cut = _nth_row_end(rows, TABLE_ROWS)
+        if cut is None:
+            return f'<table id="{ident}">{head}{rows}</table>'
+        # A busy host's week has hundreds of origins (fresh user F: about 800 rows); the
+        # first ones (the doc's order: most GPU-hours and runs first) stay in view.
+        more = rows[cut:].count("<tr>")
+        return (
+            f'<table id="{ident}">{head}{rows[:cut]}</table><details class="more-rows">'
+            f"<summary>{more} more row(s)</summary><table>{head}{rows[cut:]}</table></details>"
+        )
+
     events_html = "".join(
         f"<tr><td>{e(_when(ev['time']))}</td><td>{e(ev['what'])}</td><td>{e(ev['severity'])}</td>"
         f"<td>{e(ev['kind'])}</td><td>{e(ev['text'])}</td></tr>"
@@ -1027,12 +1099,9 @@ def _page(doc: dict[str, Any], title: str, since: float, until: float, timeline:
         f"<style>{style}</style></head><body>"
         f"<h1>{e(title)}</h1><p>{e(_when(since))} to {e(_when(until))}</p>"
         f"<h2>GPUs</h2>{timeline}"
-        '<h2>Per origin</h2><table id="by-origin"><tr><th>origin</th><th>verdict</th>'
-        f"<th>runs</th><th>GPU-hours</th></tr>{rows_html('by_origin')}</table>"
-        '<h2>Per user</h2><table id="by-user"><tr><th>user</th><th>verdict</th><th>runs</th>'
-        f"<th>GPU-hours</th></tr>{rows_html('by_user')}</table>"
-        '<h2>Per class</h2><table id="by-class"><tr><th>class</th><th>verdict</th><th>runs</th>'
-        f"<th>GPU-hours</th></tr>{rows_html('by_class')}</table>"
+        f"<h2>Per origin</h2>{table('by_origin', 'by-origin', 'origin')}"
+        f"<h2>Per user</h2>{table('by_user', 'by-user', 'user')}"
+        f"<h2>Per class</h2>{table('by_class', 'by-class', 'class')}"
         '<h2>Timeline</h2><table id="events"><tr><th>time</th><th>event</th>'
         f"<th>severity</th><th>kind</th><th>what</th></tr>{events_html}</table>"
         '<h2>Still open</h2><table id="open"><tr><th>id</th><th>kind</th>'

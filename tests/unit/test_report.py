@@ -274,6 +274,8 @@ def parse_timeline(page: str) -> dict[str, Any]:
         "ticks": re.findall(r'<text class="tick-label"[^>]*>([^<]*)</text>', page),
         "dates": re.findall(r'<text class="date"[^>]*>([^<]*)</text>', page),
         "labels": re.findall(r'<text class="bar-label"[^>]*>([^<]*)</text>', page),
+        # A bar too narrow for its label carries a tag the key under the timeline spells out.
+        "key": dict(re.findall(r'<li><b class="tag">([^<]*)</b> ([^<]*)</li>', page)),
         "legend": re.findall(r'<g id="legend">(.*?)</g>', page),
     }
 
@@ -296,8 +298,9 @@ def check_timeline(t: dict[str, Any]) -> None:
                     assert not overlap, (a, b)
     by_user = {r["data-user"]: r for r in t["runs"] if r["data-user"] == "alice"}
     assert by_user["alice"]["data-verdicts"] == "rogue sanctioned"  # over time, not final
-    assert any(x.startswith("alice · shell") for x in t["labels"])  # user · origin
-    assert any(x.startswith("root · cron /etc/cron.d/old:1") for x in t["labels"])
+    named = [t["key"].get(x.split(" ×")[0], x) for x in t["labels"]]  # a tag: its label
+    assert any(x.startswith("alice · shell") for x in named)  # user · origin
+    assert any(x.startswith("root · cron /etc/cron.d/old:1") for x in named)
     # Incidents on their GPU's row only; the queue entry (no GPU) on the host row.
     assert sorted((i["what"], i["data-gpu"]) for i in t["incidents"]) == [
         ("action", "GPU-a"), ("opened", ""), ("opened", "GPU-a"), ("opened", "GPU-b"),
@@ -434,7 +437,8 @@ def test_a_burst_keeps_rows_short_and_names_each_command_whole(tmp_path: Path) -
     assert more == ["5"] and ">+5 more run(s)</text>" in page
     # The 55 findings opened within a minute: one mark that counts them.
     assert [int(i["data-count"]) for i in t["incidents"] if i["data-gpu"] == ""] == [55]
-    table = page.split('<table id="by-origin">')[1].split("</table>")[0]
+    # The table and the rows folded under it (more than TABLE_ROWS).
+    table = page.split('<table id="by-origin">')[1].split("</details>")[0]
     names = re.findall(r"<tr><td>(unknown origin[^<]*)</td>", table)
     assert len(names) == len(set(names)) == 40
     assert sorted(names)[0] == (
@@ -585,21 +589,21 @@ def crowded_hour(tmp_path: Path, now: float) -> Path:
 def timeline_boxes(page: str) -> dict[str, list[tuple[float, float, float, float]]]:
     """The timeline's label boxes, incident mark boxes and incident lines (as boxes of
     no width), read from the SVG: a label is as wide as :data:`LABEL_CHAR_W` a
-    character, cut to its bar when clipped; a mark is its triangle and its count."""
+    character (never cut); a mark is its triangle and its count."""
     from rogue_watchdog.report import LABEL_CHAR_W, MARK_CHAR_W
 
     num = r"(-?[\d.]+)"
     labels = []
     for m in re.finditer(r'<g class="run"[^>]*>.*?</g>', page):
         g = m.group(0)
-        clip = re.search(rf'<clipPath[^>]*><rect x="{num}" y="{num}" width="{num}"', g)
+        assert "clip" not in g  # a label is never cut
         t = re.search(rf'<text class="bar-label" x="{num}" y="{num}"([^>]*)>([^<]*)</text>', g)
-        assert clip is not None and t is not None
+        if t is None:
+            continue  # too narrow even for its tag: the key names it
         x, y, text = float(t.group(1)), float(t.group(2)), html_unescape(t.group(4))
-        x1 = x + LABEL_CHAR_W * len(text)
-        if "clip-path" in t.group(3):
-            x1 = min(x1, float(clip.group(1)) + float(clip.group(3)))
-        labels.append((x, x1, y - 11, y + 3))
+        w = LABEL_CHAR_W * len(text)
+        x -= w / 2 if 'text-anchor="middle"' in t.group(3) else 0  # a tag, centred
+        labels.append((x, x + w, y - 11, y + 3))
     for t in re.finditer(rf'<text class="more-label" x="{num}" y="{num}"[^>]*>([^<]*)<', page):
         x, y = float(t.group(1)), float(t.group(2))
         labels.append((x, x + LABEL_CHAR_W * len(t.group(3)), y - 11, y + 3))
@@ -665,3 +669,53 @@ def test_labels_and_marks_keep_out_of_each_others_way(tmp_path: Path) -> None:
     for gpu in ("", "GPU-a"):
         assert sum(int(i["data-count"]) for i in t["incidents"] if i["data-gpu"] == gpu) == 33
     assert {"root · shell 9 ×30", "root · unknown origin"} <= set(t["labels"])
+
+
+def test_a_bar_label_is_never_cut_a_narrow_bar_carries_a_tag_the_key_spells_out(
+    tmp_path: Path,
+) -> None:
+    """Fresh user F (issue 33): on a busy hour the bar labels were cut to their bars
+    (``root · unkno``, ``root · cron /tmp/rw-try-f/c``): the ghost could not be picked
+    out without hovering. Before (132b2a1) on the crowded hour: 52 labels cut to their
+    bar (``clip-path``), 50 of them the ghost's, whole nowhere. After: no label is cut; a bar
+    too narrow for its label (and with no room beside it) carries a letter, and the key
+    under the timeline spells out each letter's label whole."""
+    now = time.time()
+    state = crowded_hour(tmp_path, now)
+    page_path = tmp_path / "hour.html"
+    args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
+    assert main([*args, "--output", str(page_path)]) == 0
+    page = page_path.read_text()
+    assert "clip-path" not in page
+    t = parse_timeline(page)
+    ghost = "root · cron /tmp/rw-try-e/cron.d/legacy-retrain:1 (* * * * *)"
+    assert ghost in t["key"].values()
+    tag = next(k for k, v in t["key"].items() if v == ghost)
+    ghost_bars = [r for r in t["runs"] if r["data-origin"].startswith("cron /tmp/rw-try-e")]
+    assert len(ghost_bars) == 50
+    assert t["labels"].count(tag) >= 40  # most of the 40 s bars carry their letter
+    # Every letter drawn is in the key, and every label drawn is whole or a letter.
+    for text in t["labels"]:
+        head = text.split(" ×")[0]
+        assert head in t["key"] or " · " in head, text
+    assert page.index('id="bar-key"') > page.index("</svg>")
+
+
+def test_a_long_per_origin_table_keeps_its_first_rows_in_view(tmp_path: Path) -> None:
+    """Fresh user F (issue 33): on a busy host the per-origin table was about 800 rows,
+    the ghost one of them. The first :data:`TABLE_ROWS` rows (most GPU-hours first: the
+    ghost) stay in view; the rest fold under one ``<details>``, still in the page."""
+    from rogue_watchdog.report import TABLE_ROWS
+
+    state = crowded_hour(tmp_path, time.time())
+    page_path = tmp_path / "hour.html"
+    args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
+    assert main([*args, "--output", str(page_path)]) == 0
+    page = page_path.read_text()
+    table = page.split('<table id="by-origin">')[1].split("</table>")[0]
+    rows = re.findall(r"<tr><td>([^<]*)</td>", table)
+    assert len(rows) == TABLE_ROWS == 25
+    assert rows[0] == "cron /tmp/rw-try-e/cron.d/legacy-retrain:1 (* * * * *)"
+    rest = page.split('<table id="by-origin">')[1].split("</details>")[0]
+    assert "<summary>7 more row(s)</summary>" in rest  # 32 origins in all
+    assert len(re.findall(r"<tr><td>", rest)) == 32
