@@ -175,6 +175,7 @@ def read_details(
     flags: int,
     start: int,
     user_name: Callable[[int], str] | None = None,
+    share: Callable[[Any], Any] | None = None,
 ) -> Proc:
     """Complete a parsed stat line with cmdline, exe, status and cgroup of ``base``.
 
@@ -186,6 +187,8 @@ def read_details(
         base: ``/proc/PID`` (under any procfs mount or fixture root).
         pid, comm, state, ppid, pgid, sid, flags, start: Fields of :func:`parse_stat`.
         user_name: UID → name; None leaves ``user`` unset.
+        share: Value → an equal value to hold instead (the table's one copy of a
+            command line, executable or cgroup); None keeps the values read.
 
     Returns:
         The process; unreadable fields are None or empty (permission, or it exited).
@@ -199,6 +202,13 @@ def read_details(
         exe = None
     uid, nspid = parse_status(_read_text(f"{base}/status"))
     cgroup_text = _read_text(f"{base}/cgroup")
+    cgroup = tuple(cgroup_text.splitlines()) if cgroup_text else ()
+    if share is not None:
+        # Shared before the record is built: one frozen record per process, not a
+        # second one made by dataclasses.replace (2,000 of them at a one-shot's start).
+        cmdline, cgroup = share(cmdline), share(cgroup)
+        if exe is not None:
+            exe = share(exe)
     return Proc(
         pid=pid,
         ppid=ppid,
@@ -211,7 +221,7 @@ def read_details(
         user=user_name(uid) if uid is not None and user_name is not None else None,
         exe=exe,
         cmdline=cmdline,
-        cgroup=tuple(cgroup_text.splitlines()) if cgroup_text else (),
+        cgroup=cgroup,
         nspid=nspid,
     )
 
@@ -597,24 +607,15 @@ class ProcessTable:
         flags: int,
         start: int,
     ) -> Proc | None:
-        proc = read_details(
-            f"{self.proc_root}/{pid}", pid, comm, state, ppid, pgid, sid, flags, start,
-            self.user_name,
-        )  # fmt: skip
-        return self._shared(proc)
-
-    def _shared(self, proc: Proc) -> Proc:
-        """``proc`` holding the command line, executable and cgroup values of an earlier
-        process alike instead of its own copies: the 4,096 workers of one launcher keep
-        one of each (issue 34, item 3). Values no live process holds are dropped
-        (:meth:`_drop_unshared`)."""
+        # Processes alike hold the command line, executable and cgroup values of an
+        # earlier one instead of their own copies: the 4,096 workers of one launcher keep
+        # one of each (issue 34, item 3). Values no live process holds are dropped
+        # (:meth:`_drop_unshared`).
         values = self._values
-        cmdline = values.setdefault(proc.cmdline, proc.cmdline)
-        cgroup = values.setdefault(proc.cgroup, proc.cgroup)
-        exe = values.setdefault(proc.exe, proc.exe) if proc.exe is not None else None
-        if cmdline is proc.cmdline and cgroup is proc.cgroup and exe is proc.exe:
-            return proc
-        return replace(proc, cmdline=cmdline, cgroup=cgroup, exe=exe)
+        return read_details(
+            f"{self.proc_root}/{pid}", pid, comm, state, ppid, pgid, sid, flags, start,
+            self.user_name, lambda v: values.setdefault(v, v),
+        )  # fmt: skip
 
     def _drop_unshared(self) -> None:
         """Keep only the shared values live processes hold, once most are stale."""
