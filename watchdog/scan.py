@@ -516,6 +516,7 @@ class Scanner:
         if self._peak_procs - size >= RELEASE_AFTER_REMOVED:
             # Many processes ended since the table was largest (in one tick or over
             # several); what held their records is gone by now.
+            self.table.compact()
             release_memory()
             self._peak_procs = size
         events = self._take_events(started)
