@@ -298,7 +298,11 @@ class Scanner:
         self.one_shot = one_shot
         # Re-read every stat file about every 30 s (catches exec under the same PID).
         restat_every = max(1, round(30.0 / config.daemon.interval_s))
-        self.table = ProcessTable(config.paths.proc_root, restat_every=restat_every)
+        # A one-shot reads a cgroup where one is asked for (jobs' lineages; every
+        # process's only where a job's unit or container is looked up): issue 34, item 2.
+        self.table = ProcessTable(
+            config.paths.proc_root, restat_every=restat_every, late_cgroups=one_shot
+        )
         self.devfd = DeviceFdSource(config.training.device_glob, fd_sweep_interval_s)
         self.resolvers = list(resolvers) if resolvers is not None else default_resolvers()
         if gpu_source is None and config.nvml.enabled:

@@ -201,7 +201,8 @@ def test_compact_keeps_every_record_and_gives_back_the_peak_tables() -> None:
     table.refresh()
     before = dict(table.procs)
     raws, inodes = dict(table._stat_raw), dict(table._inodes)
-    fake = range(10_000_000, 10_004_096)  # a job's worth of records that then ended
+    # A job's worth of records that then ended, several times the host's own.
+    fake = range(10_000_000, 10_000_000 + 4 * len(before) + 4096)
     for pid in fake:
         table._procs[pid] = before[next(iter(before))]
         table._stat_raw[pid] = b""

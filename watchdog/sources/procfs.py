@@ -176,6 +176,7 @@ def read_details(
     start: int,
     user_name: Callable[[int], str] | None = None,
     share: Callable[[Any], Any] | None = None,
+    late_cgroup: ProcessTable | None = None,
 ) -> Proc:
     """Complete a parsed stat line with cmdline, exe, status and cgroup of ``base``.
 
@@ -189,6 +190,8 @@ def read_details(
         user_name: UID → name; None leaves ``user`` unset.
         share: Value → an equal value to hold instead (the table's one copy of a
             command line, executable or cgroup); None keeps the values read.
+        late_cgroup: The table that reads ``cgroup`` when it is first asked for
+            (:class:`LateCgroupProc`) instead of now; None reads it now.
 
     Returns:
         The process; unreadable fields are None or empty (permission, or it exited).
@@ -201,14 +204,28 @@ def read_details(
     except OSError:
         exe = None
     uid, nspid = parse_status(_read_text(f"{base}/status"))
-    cgroup_text = _read_text(f"{base}/cgroup")
-    cgroup = tuple(cgroup_text.splitlines()) if cgroup_text else ()
+    if late_cgroup is not None:
+        cgroup: tuple[str, ...] = _UNREAD
+    else:
+        cgroup_text = _read_text(f"{base}/cgroup")
+        cgroup = tuple(cgroup_text.splitlines()) if cgroup_text else ()
     if share is not None:
         # Shared before the record is built: one frozen record per process, not a
         # second one made by dataclasses.replace (2,000 of them at a one-shot's start).
-        cmdline, cgroup = share(cmdline), share(cgroup)
+        cmdline = share(cmdline)
+        if cgroup is not _UNREAD:
+            cgroup = share(cgroup)
         if exe is not None:
             exe = share(exe)
+    if late_cgroup is not None:
+        late = LateCgroupProc(
+            pid, ppid, start, state, comm, pgid, sid,
+            uid=uid,
+            user=user_name(uid) if uid is not None and user_name is not None else None,
+            exe=exe, cmdline=cmdline, cgroup=cgroup, nspid=nspid,
+        )  # fmt: skip
+        object.__setattr__(late, "_table", late_cgroup)
+        return late
     return Proc(
         pid=pid,
         ppid=ppid,
@@ -224,6 +241,39 @@ def read_details(
         cgroup=cgroup,
         nspid=nspid,
     )
+
+
+# The cgroup of a LateCgroupProc not read yet (compared by identity, never shown).
+_UNREAD: tuple[str, ...] = ("0::(not read yet)",)
+_CGROUP = Proc.__dict__["cgroup"]  # the slot's own descriptor, under the property below
+
+
+class LateCgroupProc(Proc):
+    """A :class:`Proc` whose ``/proc/PID/cgroup`` is read when ``cgroup`` is first asked
+    for: the one-shot's table (issue 34, item 2), where the cgroups that decide are
+    those of jobs' lineages, and every process's only where a job's unit or container
+    is looked up (the guard, the service scope). It equals the record read at once.
+
+    The read is kept only if ``/proc/PID`` is still the process the table read (its
+    inode, or else its start time, checked after the read); a process gone by then has
+    no cgroup (``()``), as one that exits while the table reads it.
+    """
+
+    __slots__ = ("_table",)
+    _table: ProcessTable
+
+    @property
+    def cgroup(self) -> tuple[str, ...]:
+        """Lines of ``/proc/PID/cgroup``, read at the first call."""
+        value: tuple[str, ...] = _CGROUP.__get__(self, Proc)
+        if value is _UNREAD:
+            value = self._table.late_cgroup(self)
+            _CGROUP.__set__(self, value)
+        return value
+
+    @cgroup.setter
+    def cgroup(self, value: tuple[str, ...]) -> None:  # the dataclass __init__ only
+        _CGROUP.__set__(self, value)
 
 
 def read_proc(pid: int, proc_root: str = "/proc") -> Proc | None:
@@ -369,13 +419,20 @@ class ProcessTable:
 
     Args:
         proc_root: Where procfs is mounted; fixture trees in tests pass their own.
+        restat_every: Every this many refreshes a process's stat line is read even
+            when its inode is unchanged.
+        late_cgroups: Read each process's cgroup when it is first asked for
+            (:class:`LateCgroupProc`), not with the rest: the one-shot ``scan``.
 
     The table never raises for a process that vanishes or is unreadable mid-read: that
     process is dropped (vanished) or kept with ``None`` fields (permission).
     """
 
-    def __init__(self, proc_root: str = "/proc", restat_every: int = 6) -> None:
+    def __init__(
+        self, proc_root: str = "/proc", restat_every: int = 6, late_cgroups: bool = False
+    ) -> None:
         self.proc_root = proc_root
+        self.late_cgroups = late_cgroups
         self.restat_every = max(1, restat_every)
         self.trust_inodes = _is_procfs(proc_root)
         self.watched: set[int] = set()
@@ -636,7 +693,19 @@ class ProcessTable:
         return read_details(
             f"{self.proc_root}/{pid}", pid, comm, state, ppid, pgid, sid, flags, start,
             self.user_name, lambda v: values.setdefault(v, v),
+            self if self.late_cgroups else None,
         )  # fmt: skip
+
+    def late_cgroup(self, proc: Proc) -> tuple[str, ...]:
+        """``proc``'s cgroup lines read now (:class:`LateCgroupProc`); ``()`` when the
+        process is gone or ``/proc/PID`` is another process by now."""
+        text = _read_text(f"{self.proc_root}/{proc.pid}/cgroup")
+        if not self.still_same(proc.pid):
+            now = _stat_now(proc.pid, self.proc_root)
+            if now is None or now[6] != proc.start_ticks:
+                return ()
+        lines = tuple(text.splitlines()) if text else ()
+        return self._values.setdefault(lines, lines)  # type: ignore[no-any-return]
 
     def _drop_unshared(self) -> None:
         """Keep only the shared values live processes hold, once most are stale."""
