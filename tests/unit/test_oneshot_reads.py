@@ -269,3 +269,49 @@ def test_maps_without_a_name_are_not_searched_and_answer_the_same(tmp_path: Path
         "libcudart.so",
         "libnccl.so",
     )
+
+
+def test_maps_read_ahead_are_the_maps_the_scan_reads(spawned: Spawned, tmp_path: Path) -> None:
+    # MapsAhead (started before the one-shot's imports) finds what the scan's own read
+    # finds, for every process it read that is still the same process; kernel threads
+    # and zombies are left to the scan (which reads neither).
+    from rogue_watchdog.config import DEFAULT_GPU_LIBRARIES
+    from rogue_watchdog.sources.gpulibs import library_pattern, mapped_libraries
+    from rogue_watchdog.sources.mapsahead import NAMES, MapsAhead
+
+    assert NAMES == DEFAULT_GPU_LIBRARIES  # else every one-shot reads the maps again
+    need_program("gcc")
+    (tmp_path / "cuda.c").write_text("int cuInit(unsigned int f) { (void)f; return 0; }\n")
+    lib = tmp_path / "libcuda.so.1"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "cuda.c")], check=True
+    )
+    cuda = spawned.start(["sleep", "60"], env={"LD_PRELOAD": str(lib), "PATH": "/usr/bin:/bin"})
+    time.sleep(0.2)
+    ahead = MapsAhead("/proc")
+    found = ahead.result("/proc", DEFAULT_GPU_LIBRARIES)
+    assert found is not None and found[cuda.pid][1] == ("libcuda.so",)
+    table = ProcessTable()
+    table.refresh()
+    pattern = library_pattern(DEFAULT_GPU_LIBRARIES)
+    assert pattern is not None
+    compared = 0
+    for pid, (start, libs) in found.items():
+        proc = table.get(pid)
+        if proc is None or proc.start_ticks != start:
+            continue  # gone, or another process by now: the scan reads it itself
+        assert not proc.kernel_thread and not proc.is_zombie
+        now = mapped_libraries("/proc", pid, pattern)
+        if now is not None:
+            assert libs == now, pid
+            compared += 1
+    assert compared > 10
+    assert not [p for p in table.procs.values() if p.kernel_thread and p.pid in found]
+    # Another mount or other names: nothing is used.
+    assert ahead.result("/proc", ("libcuda.so",)) is None
+    assert ahead.result(str(tmp_path), DEFAULT_GPU_LIBRARIES) is None
+    # The cache takes what was read ahead for the same process, and reads the rest.
+    cache = GpuLibraryCache(DEFAULT_GPU_LIBRARIES)
+    got = cache.holders(table, 1.0, skip=is_wrapper, ahead=found)
+    assert got.get(cuda.pid) == ("libcuda.so",)
+    assert cache.reads < len(table.procs) - len(found) + 50
