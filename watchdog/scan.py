@@ -56,7 +56,6 @@ from .sources.procfs import ProcessTable, boot_id, pid_namespaces, read_identity
 from .sources.sockets import ListenScan, SocketReads, scan_listening
 
 if TYPE_CHECKING:  # pynvml is imported only when NVML is used
-    from .sources.mapsahead import MapsAhead
     from .sources.nvml_records import NvmlSnapshot
     from .sources.procevents import EventBatch
 
@@ -283,8 +282,6 @@ class Scanner:
         one_shot: A single look (``rogue-watchdog scan``): while NVML sees every GPU,
             only the fd tables of GPU candidates' family lines are read
             (:meth:`DeviceFdSource.holders` ``seeds``), not every process's.
-        maps_ahead: GPU libraries read by a thread started before the imports (the
-            one-shot); used by the first scan where the process, procfs and names match.
     """
 
     def __init__(
@@ -296,11 +293,9 @@ class Scanner:
         *,
         remember: bool = True,
         one_shot: bool = False,
-        maps_ahead: MapsAhead | None = None,
     ) -> None:
         self.config = config
         self.one_shot = one_shot
-        self._maps_ahead = maps_ahead
         # Re-read every stat file about every 30 s (catches exec under the same PID).
         restat_every = max(1, round(30.0 / config.daemon.interval_s))
         # A one-shot reads a cgroup where one is asked for (jobs' lineages; every
@@ -643,11 +638,7 @@ class Scanner:
             gpu: Stage 2's picture.
             read_at: When the process table was refreshed (``time.monotonic()``).
         """
-        ahead = None
-        if self._maps_ahead is not None:
-            ahead = self._maps_ahead.result(self.table.proc_root, self.gpu_libraries.names)
-            self._maps_ahead = None  # one look: a later scan reads what it needs
-        gpu_libs = self.gpu_libraries.holders(self.table, read_at, skip=is_wrapper, ahead=ahead)
+        gpu_libs = self.gpu_libraries.holders(self.table, read_at, skip=is_wrapper)
         holders = self.devfd.holders(self.table, read_at, self._fd_seeds(gpu, gpu_libs))
         evidence = collect_training(
             self.table,

@@ -70,11 +70,6 @@ def learning_note(config: Config, now: float) -> str | None:
 
 def cmd_scan(args: argparse.Namespace) -> int:
     """``scan``: one pass over the host; exit 1 when a finding of warning or above is open."""
-    from ..sources.mapsahead import MapsAhead
-
-    # Every process's maps read while the rest is imported (issue 34, item 2): the
-    # default procfs mount and library names; the scan checks both before using them.
-    ahead = MapsAhead("/proc")
     import json
 
     from ..config import load_config
@@ -85,7 +80,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
     path = command_config_path(args.config, acts=False)
     config = load_config(path)
-    result = Scanner(config, one_shot=True, maps_ahead=ahead).scan()
+    result = Scanner(config, one_shot=True).scan()
     result.findings.extend(one_shot_queue_findings(config))
     notes: list[str] = []
     learning = learning_note(config, time.time())

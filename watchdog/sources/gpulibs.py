@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from ..model import Proc
 from .procfs import ProcessTable
@@ -122,11 +122,7 @@ class GpuLibraryCache:
             self._seen[pid] = (start_ticks, now, now, tuple(libraries))
 
     def holders(
-        self,
-        table: ProcessTable,
-        now: float,
-        skip: Callable[[Proc], bool] | None = None,
-        ahead: Mapping[int, tuple[int, tuple[str, ...]]] | None = None,
+        self, table: ProcessTable, now: float, skip: Callable[[Proc], bool] | None = None
     ) -> dict[int, tuple[str, ...]]:
         """PID → mapped GPU libraries, for every process in ``table`` that has any.
 
@@ -137,10 +133,6 @@ class GpuLibraryCache:
                 a shell has nothing to run on a GPU, and the scan counts no library it
                 maps, issue 34 item 2). Nothing is kept for them, so one that execs into
                 another program is read at its next sighting.
-            ahead: PID → (start ticks, libraries) read moments ago for this table's
-                procfs and :attr:`names` (:class:`~watchdog.sources.mapsahead.MapsAhead`,
-                the one-shot): a new process found there with the same start time is
-                not read again.
         """
         if self.pattern is None:
             return {}
@@ -162,12 +154,9 @@ class GpuLibraryCache:
             if entry is None or entry[0] != start:
                 young = boot_s is None or boot_s - start / hz < self.recheck_s
                 # An old process's window is over at once: it was read, nothing more.
-                first = now if young else now - self.recheck_s
-                early = ahead.get(pid) if ahead is not None else None
-                if early is not None and early[0] == start:
-                    entry = (start, first, now, early[1])
-                else:
-                    entry = self._read(table.proc_root, pid, start, first, now)
+                entry = self._read(
+                    table.proc_root, pid, start, now if young else now - self.recheck_s, now
+                )
             elif not entry[3] and now - entry[1] < self.recheck_s and now - entry[2] >= 1.0:
                 entry = self._read(table.proc_root, pid, start, entry[1], now)
             alive[pid] = entry
