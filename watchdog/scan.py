@@ -298,10 +298,11 @@ class Scanner:
         self.one_shot = one_shot
         # Re-read every stat file about every 30 s (catches exec under the same PID).
         restat_every = max(1, round(30.0 / config.daemon.interval_s))
-        # A one-shot reads a cgroup where one is asked for (jobs' lineages; every
-        # process's only where a job's unit or container is looked up): issue 34, item 2.
+        # A one-shot reads a status and a cgroup where one is asked for (candidates and
+        # jobs' lineages; every process's only where something looks at every process,
+        # e.g. a job's unit or container): issue 34, item 2.
         self.table = ProcessTable(
-            config.paths.proc_root, restat_every=restat_every, late_cgroups=one_shot
+            config.paths.proc_root, restat_every=restat_every, late_reads=one_shot
         )
         self.devfd = DeviceFdSource(config.training.device_glob, fd_sweep_interval_s)
         self.resolvers = list(resolvers) if resolvers is not None else default_resolvers()

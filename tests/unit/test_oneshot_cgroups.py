@@ -1,9 +1,10 @@
-"""The one-shot reads a process's cgroup only when something asks for it (issue 34,
-item 2): the lineages of jobs, and every process's only where a job's unit or container
-is looked up (the guard's "stopping its source stops what", the service scope). Its
-answer is the answer of a table that reads every cgroup at once, on a simulated procfs
-(tests/sim/host.py) with a rogue job in a service's unit beside the service's own
-process, one in a container, one under cron, and processes that are no job at all."""
+"""The one-shot reads a process's status and cgroup only when something asks for them
+(issue 34, item 2): candidates and the lineages of jobs, and every process's only where
+something looks at every process (for a job's unit or container: the guard's "stopping
+its source stops what", the service scope). Its answer is the answer of a table that
+reads them at once, on a simulated procfs (tests/sim/host.py) with a rogue job in a
+service's unit beside the service's own process, one in a container, one under cron,
+and processes that are no job at all."""
 
 from __future__ import annotations
 
@@ -17,7 +18,14 @@ from pathlib import Path
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.render import result_json
 from rogue_watchdog.scan import Scanner
-from rogue_watchdog.sources.procfs import _CGROUP, _UNREAD, LateCgroupProc, ProcessTable
+from rogue_watchdog.sources.procfs import (
+    _CGROUP,
+    _UID,
+    _UNREAD,
+    _UNREAD_UID,
+    LateProc,
+    ProcessTable,
+)
 from tests.sim.host import PY, SimContainer, SimHost
 
 
@@ -25,12 +33,17 @@ class CountingLate(ProcessTable):
     """A late-cgroup table that records whose cgroup was read."""
 
     def __init__(self, proc_root: str) -> None:
-        super().__init__(proc_root, late_cgroups=True)
+        super().__init__(proc_root, late_reads=True)
         self.cgroup_reads: list[int] = []
+        self.status_reads: list[int] = []
 
     def late_cgroup(self, proc: object) -> tuple[str, ...]:
         self.cgroup_reads.append(proc.pid)  # type: ignore[attr-defined]
         return super().late_cgroup(proc)  # type: ignore[arg-type]
+
+    def late_status(self, proc: object) -> tuple[int | None, tuple[int, ...]]:
+        self.status_reads.append(proc.pid)  # type: ignore[attr-defined]
+        return super().late_status(proc)  # type: ignore[arg-type]
 
 
 def _host(tmp_path: Path) -> SimHost:
@@ -58,7 +71,7 @@ def _scan(h: SimHost, table: ProcessTable) -> dict[str, object]:
     return out
 
 
-def test_late_cgroups_give_the_answer_of_cgroups_read_at_once(tmp_path: Path) -> None:
+def test_late_reads_give_the_answer_of_reads_at_once(tmp_path: Path) -> None:
     h = _host(tmp_path)
     hub = h.unit_run("td-hub.service", (PY, "/srv/hub/hub_server.py"), ("service", ""))
     h.spawn(hub.pid, (PY, "/srv/hub/train_hub.py"), PY, ("job", "hub"))
@@ -82,17 +95,20 @@ def test_only_what_is_asked_is_read(tmp_path: Path) -> None:
     # A cron job's origin asks its lineage's cgroups, not the 40 bystanders'.
     assert job.pid in late.procs
     assert 0 < len(late.cgroup_reads) < len(late.procs) / 2
+    assert 0 < len(late.status_reads) < len(late.procs) / 2
+    assert len(late.status_reads) == len(set(late.status_reads))  # one read each
 
 
 def test_a_process_gone_before_its_cgroup_is_read_has_none() -> None:
     # A real process: read by a late table, killed and reaped, then asked.
     child = subprocess.Popen(["sleep", "60"])
     try:
-        table = ProcessTable(late_cgroups=True)
+        table = ProcessTable(late_reads=True)
         table.refresh()
         proc = table.procs[child.pid]
-        assert isinstance(proc, LateCgroupProc)
+        assert isinstance(proc, LateProc)
         assert _CGROUP.__get__(proc, type(proc)) is _UNREAD
+        assert _UID.__get__(proc, type(proc)) == _UNREAD_UID
         mine = ProcessTable().read(os.getpid())
         assert mine is not None and table.procs[os.getpid()] == mine  # read when compared
     finally:
@@ -100,3 +116,4 @@ def test_a_process_gone_before_its_cgroup_is_read_has_none() -> None:
         child.wait()
     time.sleep(0.01)
     assert proc.cgroup == ()
+    assert (proc.uid, proc.user, proc.nspid) == (None, None, ())

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-# slots: a table of 4,096 workers, no dict each. eq by hand: a record whose cgroup is read
-# when first asked (watchdog/sources/procfs.py: LateCgroupProc) equals one read at once.
+# slots: a table of 4,096 workers, no dict each. eq by hand: a record whose status and
+# cgroup are read when first asked (watchdog/sources/procfs.py: LateProc) equals one read at once.
 @dataclass(frozen=True, slots=True, eq=False)
 class Proc:
     """One process as read from procfs.
