@@ -298,7 +298,12 @@ class Scanner:
         self.one_shot = one_shot
         # Re-read every stat file about every 30 s (catches exec under the same PID).
         restat_every = max(1, round(30.0 / config.daemon.interval_s))
-        self.table = ProcessTable(config.paths.proc_root, restat_every=restat_every)
+        # A one-shot reads a status and a cgroup where one is asked for (candidates and
+        # jobs' lineages; every process's only where something looks at every process,
+        # e.g. a job's unit or container): issue 34, item 2.
+        self.table = ProcessTable(
+            config.paths.proc_root, restat_every=restat_every, late_reads=one_shot
+        )
         self.devfd = DeviceFdSource(config.training.device_glob, fd_sweep_interval_s)
         self.resolvers = list(resolvers) if resolvers is not None else default_resolvers()
         if gpu_source is None and config.nvml.enabled:
@@ -516,6 +521,7 @@ class Scanner:
         if self._peak_procs - size >= RELEASE_AFTER_REMOVED:
             # Many processes ended since the table was largest (in one tick or over
             # several); what held their records is gone by now.
+            self.table.compact()
             release_memory()
             self._peak_procs = size
         events = self._take_events(started)

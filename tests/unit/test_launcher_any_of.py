@@ -64,3 +64,34 @@ def test_no_pattern_matches_nothing_and_an_uncompilable_join_falls_back() -> Non
     flagged = (Regex(r"(?i)TRAIN\.py"), Regex(r"torchrun"))
     assert any_of(flagged) is None
     assert is_launcher(proc, flagged) is True
+
+
+class _Table:
+    """What LauncherCache.matching reads of a process table."""
+
+    def __init__(self, procs: list[Proc]) -> None:
+        self.procs = {p.pid: p for p in procs}
+        self.generation = 1
+        self.changed: set[int] = set()
+        self.removed: set[int] = set()
+
+
+def test_processes_alike_are_matched_once_with_each_ones_answer() -> None:
+    # matching() answers once per (command line, executable, kernel thread): every
+    # combination here, each on several PIDs, a zombie and a kernel thread among them,
+    # must get the answer is_launcher gives that process alone.
+    from rogue_watchdog.policy.jobs import LauncherCache
+
+    launchers = PATTERN_SETS[1]
+    procs: list[Proc] = []
+    pid = 100
+    for cmdline, exe in product(COMMAND_LINES, EXES):
+        for state, kthread in (("S", False), ("S", False), ("Z", False), ("S", True)):
+            procs.append(
+                Proc(pid, 1, pid, state, "x", exe=exe, cmdline=cmdline, kernel_thread=kthread)
+            )
+            pid += 1
+    table = _Table(procs)
+    want = sorted(p.pid for p in procs if not p.is_zombie and is_launcher(p, launchers))
+    assert want  # the case has launchers, and processes alike that are not
+    assert LauncherCache().matching(table, launchers) == want  # type: ignore[arg-type]

@@ -238,3 +238,34 @@ def test_socket_reads_are_shared_by_the_scopes_of_one_moment(spawned: Spawned) -
     assert [r.listening for r in shared] == [r.listening for r in alone]
     assert any(x.port == port and x.pid == os.getpid() for x in shared[1].listening)
     assert sorted(reads) == sorted({os.getpid(), child.pid})  # each read once
+
+
+def test_maps_without_a_name_are_not_searched_and_answer_the_same(tmp_path: Path) -> None:
+    # The substring pre-test (library_needles) gives the pattern's answer on maps texts
+    # with and without a listed library, near misses, versions and deleted files.
+    from rogue_watchdog.sources.gpulibs import library_needles, library_pattern, mapped_libraries
+
+    names = ("libcuda.so", "libcudart.so", "libtorch_cuda.so", "libnccl.so")
+    row = "7f00-7f10 r-xp 00000000 08:01 1234 "
+    texts = [
+        "",
+        row + "/usr/lib/x86_64-linux-gnu/libc.so.6\n",
+        row + "/usr/lib/libcuda.so.1\n",
+        row + "/usr/lib/libcuda.so\n",
+        row + "/opt/libcudart.so.12 (deleted)\n" + row + "/opt/x/libnccl.so.2\n",
+        row + "/opt/libcuda.so_backup/libz.so\n",  # a directory named like one
+        row + "/opt/libcudaXso.1\n" + row + "/opt/mylibcuda.so.1\n",
+        row + "/opt/torch/lib/libtorch_cuda.so",  # no final newline
+        "libcuda.so.1 without a slash\n",
+    ]
+    pattern = library_pattern(names)
+    assert pattern is not None
+    for i, text in enumerate(texts):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "maps").write_text(text)
+        quick = mapped_libraries(str(tmp_path), i, pattern, library_needles(names))
+        assert quick == mapped_libraries(str(tmp_path), i, pattern), text
+    assert mapped_libraries(str(tmp_path), 4, pattern, library_needles(names)) == (
+        "libcudart.so",
+        "libnccl.so",
+    )

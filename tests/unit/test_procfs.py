@@ -192,3 +192,28 @@ def test_parse_status_reads_the_kernels_rows_not_a_name_that_looks_like_one() ->
     assert parse_status("Name:\tsleep\nUid:\nNSpid:\t9 x\n") == (None, ())
     assert parse_status("") == (None, ())
     assert parse_status(None) == (None, ())
+
+
+def test_compact_keeps_every_record_and_gives_back_the_peak_tables() -> None:
+    # After a job of thousands of processes ends, the PID-keyed maps are rebuilt at their
+    # live size, every record kept (issue 34, item 3).
+    table = ProcessTable()
+    table.refresh()
+    before = dict(table.procs)
+    raws, inodes = dict(table._stat_raw), dict(table._inodes)
+    # A job's worth of records that then ended, several times the host's own.
+    fake = range(10_000_000, 10_000_000 + 4 * len(before) + 4096)
+    for pid in fake:
+        table._procs[pid] = before[next(iter(before))]
+        table._stat_raw[pid] = b""
+        table._inodes[pid] = 0
+    peak = sys.getsizeof(table._procs)
+    table._forget(set(fake))
+    assert sys.getsizeof(table._procs) == peak  # a dict keeps its largest table
+    table.compact()
+    assert sys.getsizeof(table._procs) < peak
+    assert table.procs == before
+    assert table._stat_raw == raws and table._inodes == inodes
+    assert all(p.cmdline is table._values[p.cmdline] for p in table.procs.values())
+    table.refresh()  # and it goes on as before
+    assert set(table.procs) & set(before)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)  # slots: a table of 4,096 workers, no dict each
+# slots: a table of 4,096 workers, no dict each. eq by hand: a record whose status and
+# cgroup are read when first asked (watchdog/sources/procfs.py: LateProc) equals one read at once.
+@dataclass(frozen=True, slots=True, eq=False)
 class Proc:
     """One process as read from procfs.
 
@@ -43,6 +45,21 @@ class Proc:
     cgroup: tuple[str, ...] = ()
     nspid: tuple[int, ...] = ()
     kernel_thread: bool = False
+
+    def _key(self) -> tuple[object, ...]:
+        return (
+            self.pid, self.ppid, self.start_ticks, self.state, self.comm, self.pgid,
+            self.sid, self.uid, self.user, self.exe, self.cmdline, self.cgroup, self.nspid,
+            self.kernel_thread,
+        )  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Proc):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     @property
     def is_zombie(self) -> bool:

@@ -445,9 +445,20 @@ class LauncherCache:
         else:
             self._hits = set()
             todo = procs
+        # is_launcher reads only the command line, the executable and the kernel-thread
+        # flag: processes alike (2,000 sleepers, a launcher's workers; the table shares
+        # their values) are matched once per refresh.
+        known: dict[tuple[tuple[str, ...], str | None, bool], bool] = {}
         for pid in todo:
             proc = procs.get(pid)
-            if proc is not None and not proc.is_zombie and is_launcher(proc, launchers):
+            if proc is None or proc.is_zombie:
+                self._hits.discard(pid)
+                continue
+            key = (proc.cmdline, proc.exe, proc.kernel_thread)
+            hit = known.get(key)
+            if hit is None:
+                hit = known[key] = is_launcher(proc, launchers)
+            if hit:
                 self._hits.add(pid)
             else:
                 self._hits.discard(pid)

@@ -175,6 +175,8 @@ def read_details(
     flags: int,
     start: int,
     user_name: Callable[[int], str] | None = None,
+    share: Callable[[Any], Any] | None = None,
+    late: ProcessTable | None = None,
 ) -> Proc:
     """Complete a parsed stat line with cmdline, exe, status and cgroup of ``base``.
 
@@ -186,6 +188,11 @@ def read_details(
         base: ``/proc/PID`` (under any procfs mount or fixture root).
         pid, comm, state, ppid, pgid, sid, flags, start: Fields of :func:`parse_stat`.
         user_name: UID → name; None leaves ``user`` unset.
+        share: Value → an equal value to hold instead (the table's one copy of a
+            command line, executable or cgroup); None keeps the values read.
+        late: The table that reads ``status`` (``uid``, ``user``, ``nspid``) and
+            ``cgroup`` when they are first asked for (:class:`LateProc`) instead of
+            now; None reads them now.
 
     Returns:
         The process; unreadable fields are None or empty (permission, or it exited).
@@ -197,8 +204,29 @@ def read_details(
         exe: str | None = os.readlink(f"{base}/exe")
     except OSError:
         exe = None
-    uid, nspid = parse_status(_read_text(f"{base}/status"))
-    cgroup_text = _read_text(f"{base}/cgroup")
+    uid: int | None
+    if late is not None:
+        uid, nspid = _UNREAD_UID, _UNREAD_NSPID
+        cgroup: tuple[str, ...] = _UNREAD
+    else:
+        uid, nspid = parse_status(_read_text(f"{base}/status"))
+        cgroup_text = _read_text(f"{base}/cgroup")
+        cgroup = tuple(cgroup_text.splitlines()) if cgroup_text else ()
+    if share is not None:
+        # Shared before the record is built: one frozen record per process, not a
+        # second one made by dataclasses.replace (2,000 of them at a one-shot's start).
+        cmdline = share(cmdline)
+        if cgroup is not _UNREAD:
+            cgroup = share(cgroup)
+        if exe is not None:
+            exe = share(exe)
+    if late is not None:
+        record = LateProc(
+            pid, ppid, start, state, comm, pgid, sid, uid=uid, user=_UNREAD_USER, exe=exe,
+            cmdline=cmdline, cgroup=cgroup, nspid=nspid,
+        )  # fmt: skip
+        object.__setattr__(record, "_table", late)
+        return record
     return Proc(
         pid=pid,
         ppid=ppid,
@@ -211,9 +239,88 @@ def read_details(
         user=user_name(uid) if uid is not None and user_name is not None else None,
         exe=exe,
         cmdline=cmdline,
-        cgroup=tuple(cgroup_text.splitlines()) if cgroup_text else (),
+        cgroup=cgroup,
         nspid=nspid,
     )
+
+
+# What a LateProc has not read yet (compared by identity or value, never shown).
+_UNREAD: tuple[str, ...] = ("0::(not read yet)",)
+_UNREAD_NSPID: tuple[int, ...] = (-1,)
+_UNREAD_UID = -2  # no UID is negative
+_UNREAD_USER = "(not read yet)"
+# The slots' own descriptors, under the properties below.
+_CGROUP, _UID, _USER, _NSPID = (Proc.__dict__[n] for n in ("cgroup", "uid", "user", "nspid"))
+
+
+class LateProc(Proc):
+    """A :class:`Proc` whose ``/proc/PID/status`` (``uid``, ``user``, ``nspid``) and
+    ``/proc/PID/cgroup`` are read when first asked for: the one-shot's table (issue 34,
+    item 2). What decides is read for the processes that are looked at (candidates,
+    jobs' lineages), and every process's only where something looks at every process
+    (the guard and the service scope for a job in a unit or container). It equals the
+    record read at once.
+
+    A read is kept only if ``/proc/PID`` is still the process the table read (its
+    inode, or else its start time, checked after the read); a process gone by then reads
+    as one that exits while the table reads it: no UID, no cgroup.
+    """
+
+    __slots__ = ("_table",)
+    _table: ProcessTable
+
+    @property
+    def cgroup(self) -> tuple[str, ...]:
+        """Lines of ``/proc/PID/cgroup``, read at the first call."""
+        value: tuple[str, ...] = _CGROUP.__get__(self, Proc)
+        if value is _UNREAD:
+            value = self._table.late_cgroup(self)
+            _CGROUP.__set__(self, value)
+        return value
+
+    @cgroup.setter
+    def cgroup(self, value: tuple[str, ...]) -> None:  # the dataclass __init__ only
+        _CGROUP.__set__(self, value)
+
+    def _status(self) -> None:
+        if _UID.__get__(self, Proc) == _UNREAD_UID:
+            uid, nspid = self._table.late_status(self)
+            _UID.__set__(self, uid)
+            _NSPID.__set__(self, nspid)
+            _USER.__set__(self, self._table.user_name(uid) if uid is not None else None)
+
+    @property
+    def uid(self) -> int | None:
+        """Real UID from ``/proc/PID/status``, read at the first call."""
+        self._status()
+        value: int | None = _UID.__get__(self, Proc)
+        return value
+
+    @uid.setter
+    def uid(self, value: int | None) -> None:
+        _UID.__set__(self, value)
+
+    @property
+    def user(self) -> str | None:
+        """The name of :attr:`uid`."""
+        self._status()
+        value: str | None = _USER.__get__(self, Proc)
+        return value
+
+    @user.setter
+    def user(self, value: str | None) -> None:
+        _USER.__set__(self, value)
+
+    @property
+    def nspid(self) -> tuple[int, ...]:
+        """The ``NSpid`` row of ``/proc/PID/status``, read at the first call."""
+        self._status()
+        value: tuple[int, ...] = _NSPID.__get__(self, Proc)
+        return value
+
+    @nspid.setter
+    def nspid(self, value: tuple[int, ...]) -> None:
+        _NSPID.__set__(self, value)
 
 
 def read_proc(pid: int, proc_root: str = "/proc") -> Proc | None:
@@ -359,13 +466,20 @@ class ProcessTable:
 
     Args:
         proc_root: Where procfs is mounted; fixture trees in tests pass their own.
+        restat_every: Every this many refreshes a process's stat line is read even
+            when its inode is unchanged.
+        late_reads: Read each process's ``status`` and ``cgroup`` when first asked
+            for (:class:`LateProc`), not with the rest: the one-shot ``scan``.
 
     The table never raises for a process that vanishes or is unreadable mid-read: that
     process is dropped (vanished) or kept with ``None`` fields (permission).
     """
 
-    def __init__(self, proc_root: str = "/proc", restat_every: int = 6) -> None:
+    def __init__(
+        self, proc_root: str = "/proc", restat_every: int = 6, late_reads: bool = False
+    ) -> None:
         self.proc_root = proc_root
+        self.late_reads = late_reads
         self.restat_every = max(1, restat_every)
         self.trust_inodes = _is_procfs(proc_root)
         self.watched: set[int] = set()
@@ -515,6 +629,23 @@ class ProcessTable:
         if removed:
             self._drop_unshared()
 
+    def compact(self) -> None:
+        """Rebuild the PID-keyed maps after many processes ended (issue 34, item 3): a
+        dict keeps the table of its largest size after its keys are deleted, and the
+        three of a table that held 4,096 workers kept ~290 KiB each after the job. The
+        records are kept as they are (copying them would not move them out of a pymalloc
+        arena the job pinned: a block comes from the partly used pool met last)."""
+        self._procs = dict(self._procs)
+        self._stat_raw = dict(self._stat_raw)
+        self._inodes = dict(self._inodes)
+        self._children = None
+        live: dict[object, object] = {}
+        for proc in self._procs.values():
+            for value in (proc.cmdline, proc.cgroup, proc.exe):
+                if value is not None:
+                    live[value] = value
+        self._values = live
+
     # -- event hooks (watchdog/sources/procevents.py) -----------------------------
 
     def restat_all(self) -> None:
@@ -597,24 +728,38 @@ class ProcessTable:
         flags: int,
         start: int,
     ) -> Proc | None:
-        proc = read_details(
-            f"{self.proc_root}/{pid}", pid, comm, state, ppid, pgid, sid, flags, start,
-            self.user_name,
-        )  # fmt: skip
-        return self._shared(proc)
-
-    def _shared(self, proc: Proc) -> Proc:
-        """``proc`` holding the command line, executable and cgroup values of an earlier
-        process alike instead of its own copies: the 4,096 workers of one launcher keep
-        one of each (issue 34, item 3). Values no live process holds are dropped
-        (:meth:`_drop_unshared`)."""
+        # Processes alike hold the command line, executable and cgroup values of an
+        # earlier one instead of their own copies: the 4,096 workers of one launcher keep
+        # one of each (issue 34, item 3). Values no live process holds are dropped
+        # (:meth:`_drop_unshared`).
         values = self._values
-        cmdline = values.setdefault(proc.cmdline, proc.cmdline)
-        cgroup = values.setdefault(proc.cgroup, proc.cgroup)
-        exe = values.setdefault(proc.exe, proc.exe) if proc.exe is not None else None
-        if cmdline is proc.cmdline and cgroup is proc.cgroup and exe is proc.exe:
-            return proc
-        return replace(proc, cmdline=cmdline, cgroup=cgroup, exe=exe)
+        return read_details(
+            f"{self.proc_root}/{pid}", pid, comm, state, ppid, pgid, sid, flags, start,
+            self.user_name, lambda v: values.setdefault(v, v),
+            self if self.late_reads else None,
+        )  # fmt: skip
+
+    def _late_read(self, proc: Proc, name: str) -> str | None:
+        """``/proc/PID/NAME`` of ``proc`` read now (:class:`LateProc`); None when the
+        process is gone or ``/proc/PID`` is another process by now."""
+        text = _read_text(f"{self.proc_root}/{proc.pid}/{name}")
+        if not self.still_same(proc.pid):
+            now = _stat_now(proc.pid, self.proc_root)
+            if now is None or now[6] != proc.start_ticks:
+                return None
+        return text
+
+    def late_cgroup(self, proc: Proc) -> tuple[str, ...]:
+        """``proc``'s cgroup lines read now (:class:`LateProc`); ``()`` when the
+        process is gone or ``/proc/PID`` is another process by now."""
+        text = self._late_read(proc, "cgroup")
+        lines = tuple(text.splitlines()) if text else ()
+        return self._values.setdefault(lines, lines)  # type: ignore[no-any-return]
+
+    def late_status(self, proc: Proc) -> tuple[int | None, tuple[int, ...]]:
+        """``proc``'s UID and ``NSpid`` read now (:class:`LateProc`, :func:`parse_status`);
+        ``(None, ())`` when the process is gone or another by now."""
+        return parse_status(self._late_read(proc, "status"))
 
     def _drop_unshared(self) -> None:
         """Keep only the shared values live processes hold, once most are stale."""
