@@ -184,6 +184,8 @@ class EventFeed(Protocol):
 
     watched: frozenset[int]
     roots: frozenset[int]
+    # A wake asked for a whole tick (not only for captures); the daemon's tick clears it.
+    full_wanted: bool
 
     def drain(self) -> EventBatch:
         """Everything gathered since the last call."""

@@ -26,7 +26,8 @@ from typing import Any, cast
 from ..config.alerts import AlertSettings
 from ..model import Finding, FindingKind, Job, Severity
 from ..plugins import TrackResult
-from ..state import FindingRecord, SourceUndo, StateDB
+from ..policy.signature import job_signature
+from ..state import FindingRecord, JobRecord, SourceUndo, StateDB
 from .alerts.alert import AlertEvent, local_iso
 from .tracking.blind import alerted_gpus, last_seen_gpus
 from .tracking.current import RUN_ENDED, current_message
@@ -41,7 +42,7 @@ from .tracking.incident import (
     louder,
     return_signature,
 )
-from .tracking.jobs import record_jobs
+from .tracking.jobs import record_jobs, run_record, source_undo_of
 from .tracking.lifecycle import Open, Resolve, Seen, Sighting, Step, decide
 from .tracking.naming import with_own_id, with_undo_notes
 from .tracking.periodic import (
@@ -223,6 +224,98 @@ class Tracker:
         except BaseException:
             self.clocks = clocks  # rolled back: nothing was alerted
             raise
+
+    def open_new(
+        self,
+        jobs: Iterable[Job],
+        findings: Iterable[Finding],
+        now: float,
+        start_time_s: Callable[[int], float | None] | None = None,
+        *,
+        learning: bool = False,
+        gpu_lists: bool = True,
+    ) -> TrackResult:
+        """The exec path (issue 34): file the findings of jobs first seen now, between
+        two ticks, as :meth:`update` would file them, and touch nothing else.
+
+        Only a job that is new in every sense is taken: its identity (PID, start ticks)
+        was not tracked before, its signature has no ``jobs`` row (so no return, no
+        loop, no respawn can be involved) and no operator's undo of a source started
+        it. Each of its findings whose fingerprint no open finding has is opened by
+        the same code as a tick's (:meth:`_open`: the settle, the debounce and the
+        fold rules hold, and its page waits for them); a fingerprint already open is
+        left to the next tick, as is every other job and finding: nothing is seen
+        again, reminded or resolved here. The next tick finds the job recorded under
+        the same signature and its findings open: it continues them as if it had
+        opened them itself.
+
+        Args:
+            jobs: Jobs of a scan (only those new as above are taken).
+            findings: That scan's findings (only those about a taken job's root).
+            now: POSIX time of the scan.
+            start_time_s: As for :meth:`update`.
+            learning: As for :meth:`update` (the findings are already ``learned``).
+            gpu_lists: As for :meth:`update`.
+
+        Returns:
+            The findings opened and the signatures of the jobs taken.
+        """
+        self._mono_now = self.mono()
+        self.policy = self.alerts if gpu_lists else dataclasses.replace(self.alerts, settle_s=0.0)
+        clocks = dict(self.clocks)
+        settle_due = self.settle_due
+        try:
+            return self._open_new(list(jobs), list(findings), now, start_time_s, learning)
+        except BaseException:
+            self.clocks, self.settle_due = clocks, settle_due  # rolled back: nothing alerted
+            raise
+
+    def _open_new(
+        self,
+        jobs: list[Job],
+        findings: list[Finding],
+        now: float,
+        start_time_s: Callable[[int], float | None] | None,
+        learning: bool,
+    ) -> TrackResult:
+        db = self.db
+        with db.transaction():
+            taken: dict[int, str] = {}
+            firsts: dict[tuple[int, int], str] = {}
+            for job in jobs:
+                ident = (job.root_pid, job.start_ticks)
+                if job.verdict == "ignored" or ident in self.first_signature:
+                    continue
+                sig = job_signature(job.user, job.cmdline, job.origin)
+                if sig in taken.values() or db.job(sig) is not None:
+                    continue  # a known signature: a return or a second instance
+                if source_undo_of(db, job, sig, now, start_time_s) is not None:
+                    continue  # its finding names the undo: the tick's to file
+                db.record_run(run_record(job, sig, now), now)
+                db.upsert_job(
+                    JobRecord(
+                        sig, " ".join(job.cmdline), job.user, job.verdict,
+                        job.origin.to_json(), now, now, job.root_pid, job.start_ticks,
+                        job.pids, None, 1,
+                    )
+                )  # fmt: skip
+                taken[job.root_pid] = sig
+                firsts[ident] = sig
+            if not taken:
+                return TrackResult()
+            ours = [f for f in findings if f.root_pid is not None and f.root_pid in taken]
+            groups = group(ours, taken)
+            already = db.open_finding_ids()
+            self._foldable = foldable_kinds(self.alerts.sinks)
+            opened: list[FindingRecord] = []
+            for fp, found in groups.items():
+                if fp in already:
+                    continue  # an open finding continues: the tick's to see again
+                finding, pids = fold(found, None)
+                opened.append(self._open(Sighting(fp, finding, pids, len(found)), now))
+            # Kept only once written: the next tick's record_jobs continues them.
+            self.first_signature.update(firsts)
+        return TrackResult(opened=opened, signatures=taken)
 
     def _update(
         self,

@@ -1,0 +1,102 @@
+"""Issue 34, item 1: the exec path files a new job's findings between two ticks, and
+the state that follows is the one a tick alone would have left (differential check).
+
+The exec path (``Daemon.exec_tick`` → ``Tracker.open_new``) opens the findings of jobs
+first seen now and touches nothing else; the next tick continues them. Each case runs
+the same scans through two daemons, one with the exec path before the tick and one
+without, and compares every finding (kind, severity, message, details, instances,
+alerted or not), every job row and every alert spooled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.model import Job
+from rogue_watchdog.policy.findings import job_findings
+from tests.unit.test_pages import T0, _classed, _daemon
+
+
+def _state(d: Daemon) -> dict[str, Any]:
+    findings = [
+        (r.kind, r.severity, r.message, r.details, r.instances, r.resolved_at, r.last_alert_at)
+        for r in sorted(d.db.open_findings(), key=lambda r: r.fingerprint)
+    ]
+    resolved = d.db.conn.execute(
+        "SELECT kind, severity, resolved_at FROM findings ORDER BY fingerprint"
+    ).fetchall()
+    deliveries = d.db.conn.execute(
+        "SELECT d.event, f.kind, f.severity, d.created_at FROM deliveries d"
+        " JOIN findings f ON f.id = d.finding_id ORDER BY d.created_at, f.fingerprint"
+    ).fetchall()
+    jobs = sorted(
+        (r.signature, r.verdict, r.root_pid, r.sightings, r.gone_at)
+        for r in map(d.db.job, [s for (s,) in d.db.conn.execute("SELECT signature FROM jobs")])
+        if r is not None
+    )
+    return {"open": findings, "all": resolved, "sent": deliveries, "jobs": jobs}
+
+
+def _job(pid: int, start: int, script: str) -> Job:
+    return dataclasses.replace(_classed("training", pid, start), cmdline=("python3", script))
+
+
+def _run(tmp_path: Path, exec_path: bool) -> dict[str, Any]:
+    d = _daemon(tmp_path)
+    old = _job(7000, 100, "/srv/a/train.py")
+    d.tracker.update([old], job_findings([old]), T0)
+    new = _job(7100, 200, "/srv/b/train.py")
+    again = _job(7200, 300, "/srv/a/train.py")  # a second instance of a known signature
+    jobs = [old, new, again]
+    if exec_path:
+        track = d.tracker.open_new(jobs, job_findings(jobs), T0 + 0.5)
+        # Only the new signature is filed; the known one waits for the tick.
+        assert [r.root_pid for r in track.opened] == [7100]
+    for k in range(1, 8):
+        d.tracker.update(jobs, job_findings(jobs), T0 + 0.5 + k)
+    d.tracker.update([old], job_findings([old]), T0 + 20)  # the new job ended
+    d.tracker.update([old], job_findings([old]), T0 + 21)
+    return _state(d)
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> None:
+    # The exec path files first: its records are stamped when it ran (T0 + 0.5), a
+    # tick's one second later; every other value is the same.
+    assert [x[:5] for x in a["open"]] == [x[:5] for x in b["open"]]
+    assert [x[:2] for x in a["all"]] == [x[:2] for x in b["all"]]
+    assert [x[:3] for x in a["sent"]] == [x[:3] for x in b["sent"]]
+    assert a["jobs"] == b["jobs"]
+
+
+def test_the_exec_path_then_ticks_leave_what_ticks_alone_leave(tmp_path: Path) -> None:
+    """Default alerts (settle 5 s): the new job's rogue-job opens at the exec path,
+    is paged after the settle by a tick, as it is without the exec path."""
+    with_exec = _run(tmp_path / "a", exec_path=True)
+    without = _run(tmp_path / "b", exec_path=False)
+    _same(with_exec, without)
+    assert ("open", "rogue-job", "high") in [x[:3] for x in with_exec["sent"]]
+
+
+def test_the_exec_path_never_pages_before_the_settle(tmp_path: Path) -> None:
+    """A page is a promise: the exec path spools nothing while alerts.settle_s runs."""
+    d = _daemon(tmp_path)
+    new = _job(7100, 200, "/srv/b/train.py")
+    track = d.tracker.open_new([new], job_findings([new]), T0)
+    assert [r.kind for r in track.opened] == ["rogue-job"]
+    assert tuple(d.db.conn.execute("SELECT COUNT(*) FROM deliveries").fetchone()) == (0,)
+    assert d.tracker.settle_due == T0 + d.config.alerts.settle_s
+
+
+def test_a_known_signature_and_a_tracked_job_are_left_to_the_tick(tmp_path: Path) -> None:
+    """A return (known signature) or a job already tracked opens nothing here: the
+    tick's respawn and return rules decide them."""
+    d = _daemon(tmp_path)
+    old = _job(7000, 100, "/srv/a/train.py")
+    d.tracker.update([old], job_findings([old]), T0)
+    d.tracker.update([], [], T0 + 5)  # gone
+    back = _job(7300, 400, "/srv/a/train.py")
+    track = d.tracker.open_new([old, back], job_findings([old, back]), T0 + 60)
+    assert track.opened == [] and track.signatures == {}
