@@ -100,3 +100,61 @@ def test_a_known_signature_and_a_tracked_job_are_left_to_the_tick(tmp_path: Path
     back = _job(7300, 400, "/srv/a/train.py")
     track = d.tracker.open_new([old, back], job_findings([old, back]), T0 + 60)
     assert track.opened == [] and track.signatures == {}
+
+
+def test_the_exec_path_judges_a_captured_trainer_as_a_tick_does(tmp_path: Path) -> None:
+    """Differential, on this host: one trainer captured at exec, handed to two daemons
+    that saw the same host before; one judges it by the exec path, the other by a
+    tick. The job (verdict, origin, advice, listening, class) and the finding filed
+    (kind, severity, message, details) are the same; the exec path files nothing else."""
+    import subprocess
+    import sys
+
+    from rogue_watchdog.sources.procevents import EventBatch
+    from tests.conftest import poll as wait_for
+    from tests.unit.test_proc_events import FakeFeed, _capture_chain, config
+
+    a = Daemon(config(tmp_path / "a"), None)
+    b = Daemon(config(tmp_path / "b"), None)
+    script = tmp_path / "train_exec_path.py"
+    script.write_text("import sys\nsys.stdin.read()\n")
+    t0 = 1_000_000.0
+    a.tick(t0)
+    b.tick(t0)
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE)
+    try:
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        wait_for("the exec", lambda: str(script) in cmdline.read_text(errors="replace"), 10)
+        chain = _capture_chain(proc.pid)
+        for d in (a, b):
+            d.scanner.events = FakeFeed(EventBatch(captured=dict(chain), candidates={proc.pid}))
+        track = a.exec_tick(t0 + 1)
+        summary = b.tick(t0 + 1)
+        assert track is not None and summary.result is not None and summary.track is not None
+        opened = {(r.kind, r.root_pid): r for r in track.opened}
+        assert list(opened) == [("rogue-job", proc.pid)]
+        [twin] = [r for r in summary.track.opened if r.root_pid == proc.pid]
+        mine = opened[("rogue-job", proc.pid)]
+        assert (mine.kind, mine.severity, mine.fingerprint) == (
+            twin.kind, twin.severity, twin.fingerprint,
+        )  # fmt: skip
+        # The message names the finding's id, which each database numbers its own way.
+        assert mine.message.replace(f"F{mine.id}", "F?") == twin.message.replace(
+            f"F{twin.id}", "F?"
+        )
+        assert {k: v for k, v in mine.details.items() if k != "id"} == {
+            k: v for k, v in twin.details.items() if k != "id"
+        }
+        # The next tick of each leaves the same findings open.
+        a.scanner.events = b.scanner.events = None
+        a.tick(t0 + 2)
+        b.tick(t0 + 2)
+        assert [(r.kind, r.fingerprint, r.severity) for r in a.db.open_findings()] == [
+            (r.kind, r.fingerprint, r.severity) for r in b.db.open_findings()
+        ]
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(10)
+        a.db.close()
+        b.db.close()

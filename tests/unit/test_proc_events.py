@@ -64,6 +64,7 @@ class FakeFeed:
         self.watched: frozenset[int] = frozenset()
         self.roots: frozenset[int] = frozenset()
         self.sweeps = 0
+        self.full_wanted = False
 
     def drain(self) -> EventBatch:
         batch, self.batch = self.batch, EventBatch()

@@ -658,11 +658,12 @@ class Daemon:
         """The exec path (issue 34): judge what kernel events captured at exec (a
         launcher, a process that mapped CUDA libraries) without a whole tick.
 
-        The scan is the daemon's own (:meth:`Scanner.scan`: the same lineage, origin,
-        class, verdict and guard a tick would give), but only the findings of jobs
-        first seen now are filed (:meth:`Tracker.open_new`: the same settle, debounce
-        and fold rules; their pages wait for them as a tick's would). Everything else
-        (findings seen again or resolved, the extra sources, health, the enforcers,
+        The scan is the daemon's own (:meth:`Scanner.scan` with ``known``: the same
+        lineage, origin, class, verdict and guard a tick would give; advice, listening
+        sockets and findings only for the captured jobs not tracked yet), and only the
+        findings of jobs first seen now are filed (:meth:`Tracker.open_new`: the same
+        settle, debounce and fold rules; their pages wait for them as a tick's would).
+        Everything else (findings seen again or resolved, the extra sources, health, the enforcers,
         the state kept per tick) waits for the next tick, which is not moved.
 
         Args:
@@ -674,7 +675,9 @@ class Daemon:
         """
         started = time.monotonic()
         try:
-            result = self.scanner.scan(datetime.fromtimestamp(now).astimezone())
+            result = self.scanner.scan(
+                datetime.fromtimestamp(now).astimezone(), known=self.tracker.first_signature.keys()
+            )
         except Exception:
             return None  # the tick says why (degraded "scan")
         learning = self.learning(now)
