@@ -341,6 +341,7 @@ def test_unavailable_connector_polls_and_says_so_once(tmp_path: Path) -> None:
         "full_walks": 0,
         "event_walks": 0,
         "last_full_walk_reason": None,
+        "exec_passes": 0,
     }
     assert (
         "process events: unavailable, polling only (kernel process events unavailable "

@@ -700,15 +700,16 @@ class Daemon:
 
     def _exec_only(self) -> bool:
         """Whether the early tick asked for can be the exec path: only captures asked
-        (no watched exit, no lost events), a tick has run, and nothing is degraded that
-        a tick would report or recover (a failed scan, state database, reload)."""
+        (no watched exit, no lost events), a tick has run and stored its findings, and
+        neither the scan nor the state database failed since (a tick reports and
+        recovers those)."""
         feed = self.scanner.events
         return (
             feed is not None
             and not feed.full_wanted
             and self.last is not None
             and self.last.track is not None
-            and not self.degraded
+            and not {"scan", "state"} & self.degraded.keys()
         )
 
     def _relieve(self, result: ScanResult) -> None:
