@@ -158,3 +158,12 @@ def test_the_exec_path_judges_a_captured_trainer_as_a_tick_does(tmp_path: Path) 
         proc.wait(10)
         a.db.close()
         b.db.close()
+
+
+def test_two_new_instances_of_one_signature_are_left_to_the_tick(tmp_path: Path) -> None:
+    """Instances fold into one finding: filing one now would page a partial picture
+    (without a settle) that the tick then changes. The tick files them together."""
+    d = _daemon(tmp_path)
+    a, b = _job(7400, 500, "/srv/c/train.py"), _job(7401, 501, "/srv/c/train.py")
+    track = d.tracker.open_new([a, b], job_findings([a, b]), T0)
+    assert track.opened == [] and not d.db.open_findings()

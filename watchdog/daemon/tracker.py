@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
@@ -240,14 +241,16 @@ class Tracker:
 
         Only a job that is new in every sense is taken: its identity (PID, start ticks)
         was not tracked before, its signature has no ``jobs`` row (so no return, no
-        loop, no respawn can be involved) and no operator's undo of a source started
-        it. Each of its findings whose fingerprint no open finding has is opened by
-        the same code as a tick's (:meth:`_open`: the settle, the debounce and the
-        fold rules hold, and its page waits for them); a fingerprint already open is
-        left to the next tick, as is every other job and finding: nothing is seen
-        again, reminded or resolved here. The next tick finds the job recorded under
-        the same signature and its findings open: it continues them as if it had
-        opened them itself.
+        loop, no respawn can be involved) and no other new job shares it (instances
+        fold into one finding), and no operator's undo of a source started it; and
+        only its findings fingerprinted by its signature (one with a fingerprint of
+        its own may fold other jobs' in). Each of those whose fingerprint no open
+        finding has is opened by the same code as a tick's (:meth:`_open`: the
+        settle, the debounce and the fold rules hold, and its page waits for them); a
+        fingerprint already open is left to the next tick, as is every other job and
+        finding: nothing is seen again, reminded or resolved here. The next tick finds
+        the job recorded under the same signature and its findings open: it continues
+        them as if it had opened them itself.
 
         Args:
             jobs: Jobs of a scan (only those new as above are taken).
@@ -282,13 +285,19 @@ class Tracker:
         with db.transaction():
             taken: dict[int, str] = {}
             firsts: dict[tuple[int, int], str] = {}
-            for job in jobs:
+            new = [
+                (job, job_signature(job.user, job.cmdline, job.origin))
+                for job in jobs
+                if job.verdict != "ignored"
+                and (job.root_pid, job.start_ticks) not in self.first_signature
+            ]
+            # Instances of one signature fold into one finding: the tick files them
+            # together (a partial picture paged now would change at the next look).
+            count = Counter(sig for _job, sig in new)
+            for job, sig in new:
                 ident = (job.root_pid, job.start_ticks)
-                if job.verdict == "ignored" or ident in self.first_signature:
-                    continue
-                sig = job_signature(job.user, job.cmdline, job.origin)
-                if sig in taken.values() or db.job(sig) is not None:
-                    continue  # a known signature: a return or a second instance
+                if count[sig] > 1 or db.job(sig) is not None:
+                    continue  # a known signature (a return, another instance), or several
                 if source_undo_of(db, job, sig, now, start_time_s) is not None:
                     continue  # its finding names the undo: the tick's to file
                 db.record_run(run_record(job, sig, now), now)
@@ -303,7 +312,12 @@ class Tracker:
                 firsts[ident] = sig
             if not taken:
                 return TrackResult()
-            ours = [f for f in findings if f.root_pid is not None and f.root_pid in taken]
+            # A finding with a fingerprint of its own may fold others' in: the tick's.
+            ours = [
+                f
+                for f in findings
+                if f.root_pid is not None and f.root_pid in taken and "fingerprint" not in f.details
+            ]
             groups = group(ours, taken)
             already = db.open_finding_ids()
             self._foldable = foldable_kinds(self.alerts.sinks)
