@@ -678,8 +678,9 @@ class Daemon:
             result = self.scanner.scan(
                 datetime.fromtimestamp(now).astimezone(), known=self.tracker.first_signature.keys()
             )
-        except Exception:
-            return None  # the tick says why (degraded "scan")
+        except Exception as exc:
+            log.warning("exec-path-failed", part="scan", error=repr(exc))
+            return None  # the tick that follows says why (degraded "scan")
         learning = self.learning(now)
         findings = [learned(f) for f in result.findings] if learning else result.findings
         try:
@@ -691,7 +692,8 @@ class Daemon:
                 learning=learning,
                 gpu_lists=result.nvml.available,
             )
-        except Exception:
+        except Exception as exc:
+            log.warning("exec-path-failed", part="state", error=repr(exc))
             return None  # nothing was filed (rolled back): the tick stores or keeps it
         self._log_events(track)
         self.exec_ticks += 1
