@@ -191,6 +191,10 @@ class EventFeed(Protocol):
         """Everything gathered since the last call."""
         ...
 
+    def captures_pending(self) -> bool:
+        """Processes captured at exec wait for the next scan (and no event was lost)."""
+        ...
+
     def status(self) -> dict[str, Any]:
         """Mode, reason and counters for ``status`` and metrics."""
         ...

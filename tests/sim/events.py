@@ -273,6 +273,17 @@ class _Recorder:
         self.diff._batch = copy.deepcopy(batch)
         return batch
 
+    def captures_pending(self) -> bool:
+        return bool(self.source.captures_pending())
+
+    @property
+    def full_wanted(self) -> bool:
+        return bool(self.source.full_wanted)
+
+    @full_wanted.setter
+    def full_wanted(self, wanted: bool) -> None:
+        self.source.full_wanted = wanted
+
     def status(self) -> dict[str, Any]:
         return dict(self.source.status())
 
@@ -287,11 +298,15 @@ class _Replay:
         self.diff = diff
         self.watched: frozenset[int] = frozenset()
         self.roots: frozenset[int] = frozenset()
+        self.full_wanted = False
 
     def drain(self) -> EventBatch:
         batch = self.diff._batch or EventBatch()
         self.diff._batch = None
         return batch
+
+    def captures_pending(self) -> bool:
+        return False
 
     def status(self) -> dict[str, Any]:
         return {}

@@ -70,6 +70,9 @@ class FakeFeed:
         batch, self.batch = self.batch, EventBatch()
         return batch
 
+    def captures_pending(self) -> bool:
+        return bool(self.batch.candidates)
+
     def status(self) -> dict[str, object]:
         return {"mode": "events", "available": True}
 

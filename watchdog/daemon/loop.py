@@ -700,18 +700,17 @@ class Daemon:
         self.exec_tick_s = time.monotonic() - started
         return track
 
-    def _exec_only(self) -> bool:
-        """Whether the early tick asked for can be the exec path: only captures asked
-        (no watched exit, no lost events), a tick has run and stored its findings, and
-        neither the scan nor the state database failed since (a tick reports and
-        recovers those)."""
+    def _exec_ready(self) -> bool:
+        """Whether the exec path may answer a wake first: captures wait (and no lost
+        events with them), a tick has run and stored its findings, and neither the scan
+        nor the state database failed since (a tick reports and recovers those)."""
         feed = self.scanner.events
         return (
             feed is not None
-            and not feed.full_wanted
             and self.last is not None
             and self.last.track is not None
             and not {"scan", "state"} & self.degraded.keys()
+            and feed.captures_pending()
         )
 
     def _relieve(self, result: ScanResult) -> None:
@@ -942,10 +941,16 @@ class Daemon:
             deadline = -math.inf
             while True:
                 began = time.monotonic()
-                exec_only = self._early.is_set() and began < deadline and self._exec_only()
+                exec_first = self._early.is_set() and began < deadline and self._exec_ready()
                 self._early.clear()
                 now = clock()
-                if not (exec_only and self.exec_tick(now) is not None):
+                if exec_first and self.exec_tick(now) is not None:
+                    feed = self.scanner.events
+                    if feed is not None and feed.full_wanted:
+                        # A watched exit or the like asked too: that whole tick follows,
+                        # spaced like any early tick, after the captures were judged.
+                        self._early.set()
+                else:
                     self.tick(now)
                     # The next tick an interval after this one; the exec path moves none.
                     deadline = time.monotonic() + self.config.daemon.interval_s

@@ -401,6 +401,12 @@ class ProcEventSource:
         batch.complete = self.available is True
         return batch
 
+    def captures_pending(self) -> bool:
+        """Whether processes captured at exec wait for the next scan, with no event lost
+        since the last (the daemon's exec path judges them first: Daemon.exec_tick)."""
+        with self._lock:
+            return bool(self._batch.candidates) and not self._batch.full_sweep
+
     def exits(self) -> dict[int, int]:
         """The exit statuses since the last call: PID → wait(2) status of each job
         root (:attr:`roots`) or captured process that exited (called by the daemon
