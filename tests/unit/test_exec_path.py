@@ -174,3 +174,53 @@ def test_two_new_instances_of_one_signature_are_left_to_the_tick(tmp_path: Path)
     a, b = _job(7400, 500, "/srv/c/train.py"), _job(7401, 501, "/srv/c/train.py")
     track = d.tracker.open_new([a, b], job_findings([a, b]), T0)
     assert track.opened == [] and not d.db.open_findings()
+
+
+def test_the_loop_answers_a_capture_by_the_exec_path_and_a_watched_exit_by_a_tick(
+    tmp_path: Path,
+) -> None:
+    """run_forever: a wake with a capture waiting runs the exec path, not a whole tick
+    (the interval's tick is not moved); a wake that also asks for a whole tick (a
+    watched process exited) gets it right after."""
+    import subprocess
+    import sys
+    import threading
+
+    from rogue_watchdog.sources.procevents import EventBatch
+    from tests.conftest import poll as wait_for
+    from tests.unit.test_proc_events import FakeFeed, _capture_chain, config
+
+    d = Daemon(config(tmp_path), None)  # interval 60 s
+    feed = FakeFeed(EventBatch())
+    d.scanner.events = feed
+    ticks: list[object] = []
+    d.on_tick.append(ticks.append)
+    script = tmp_path / "train_loop_exec.py"
+    script.write_text("import sys\nsys.stdin.read()\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE)
+    loop = threading.Thread(target=d.run_forever)
+    try:
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        wait_for("the exec", lambda: str(script) in cmdline.read_text(errors="replace"), 10)
+        chain = _capture_chain(proc.pid)
+        loop.start()
+        wait_for("the first tick", lambda: len(ticks) == 1, 30)
+        feed.batch = EventBatch(captured=chain, candidates={proc.pid})
+        d.request_tick()
+        wait_for("the exec path", lambda: d.exec_ticks == 1, 30)
+        assert len(ticks) == 1  # no whole tick
+        opened = [r for r in d.db.open_findings() if r.root_pid == proc.pid]
+        assert [r.kind for r in opened] == ["rogue-job"]
+        # Both at once: the capture first, then the whole tick.
+        feed.batch = EventBatch(captured=chain, candidates={proc.pid})
+        feed.full_wanted = True
+        d.request_tick()
+        wait_for("the whole tick", lambda: len(ticks) == 2, 30)
+        assert d.exec_ticks == 2 and not feed.full_wanted
+    finally:
+        d.request_stop()
+        loop.join(30)
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(10)
+        d.db.close()
