@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.sim.machine import TrustMachine
+from tests.sim.machine import ExecPathMachine, TrustMachine
 from tests.sim.slurm import SlurmMachine
 
 
@@ -54,11 +54,20 @@ def main(argv: list[str] | None = None) -> int:
         "scan is checked against a full-walk twin (I16; a restart draws on or off); "
         "off: the first daemon polls",
     )  # fmt: skip
+    p.add_argument(
+        "--exec-path", choices=("on", "off"), default="on",
+        help="on: the daemon's exec path (captures judged between ticks) is a step too, "
+        "each of its scans checked against the twin's whole scan (I16); off: ticks only",
+    )  # fmt: skip
     args = p.parse_args(argv)
     examples = max(1, args.steps // args.per_example)
     work = Path(tempfile.mkdtemp(prefix="trust-sim-run-", dir=os.environ.get("TMPDIR")))
     machine: type[TrustMachine] | type[SlurmMachine] = (
-        SlurmMachine if args.machine == "slurm" else TrustMachine
+        SlurmMachine
+        if args.machine == "slurm"
+        else ExecPathMachine
+        if args.exec_path == "on"
+        else TrustMachine
     )
     if args.machine == "slurm":
         import logging
@@ -68,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         # The keeper logs every drain and resume it makes: thousands in a long run.
         structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     machine.workdir = work
-    if machine is TrustMachine:
+    if issubclass(machine, TrustMachine):
         TrustMachine.events = args.events == "on"
     machine._hypothesis_internal_use_seed = args.seed  # type: ignore[union-attr]
     phases = [Phase.generate] if args.no_shrink else [Phase.generate, Phase.shrink]
@@ -125,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{c.get('program_restarts', 0)} supervisord restarts, "
             f"{c.get('at_runs', 0)} at job runs, {c.get('will_return', 0)} will-return "
             f"terminates, {c.get('compared', 0)} scans checked against a full walk "
-            f"({c.get('event_walks', 0)} by events, {c.get('events_lost', 0)} losses): "
+            f"({c.get('event_walks', 0)} by events, {c.get('events_lost', 0)} losses; "
+            f"{c.get('exec_compared', 0)} by the exec path, judging "
+            f"{c.get('exec_jobs', 0)} new jobs, {c.get('exec_passes', 0)} passes filed): "
             f"{len(violations)} violation(s), "
             f"{summary['wall_s']} s"
         )

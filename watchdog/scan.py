@@ -184,9 +184,15 @@ class EventFeed(Protocol):
 
     watched: frozenset[int]
     roots: frozenset[int]
+    # A wake asked for a whole tick (not only for captures); the daemon's tick clears it.
+    full_wanted: bool
 
     def drain(self) -> EventBatch:
         """Everything gathered since the last call."""
+        ...
+
+    def captures_pending(self) -> bool:
+        """Processes captured at exec wait for the next scan (and no event was lost)."""
         ...
 
     def status(self) -> dict[str, Any]:
@@ -234,6 +240,7 @@ class _Events:
     exited: set[int]
     full_sweep: bool
     read_at: float
+    captured: frozenset[int] = frozenset()  # candidates an exec event captured
 
 
 @dataclasses.dataclass(frozen=True)
@@ -504,12 +511,21 @@ class Scanner:
             self._hidepid = (hidepid_blind(self.config.paths.proc_root) or "",)
         return self._hidepid[0] or None
 
-    def scan(self, now: datetime | None = None) -> ScanResult:
+    def scan(
+        self, now: datetime | None = None, known: Set[tuple[int, int]] | None = None
+    ) -> ScanResult:
         """Run one scan, stage by stage: events → GPU view → candidates → jobs →
         origins → classes → verdicts → guarded advice → findings → watch set.
 
         Args:
             now: Wall-clock time for ``next_run`` computations; defaults to the current time.
+            known: The exec path (issue 34): the identities (root PID, start ticks) of
+                the jobs already tracked. Every stage up to the guard runs as always
+                (the guard needs every job's verdict), then only the jobs not among
+                them that hold a process captured at exec by this scan's events are
+                advised, read for listening sockets and judged into findings; the
+                result holds only those jobs and their findings, and the watch set
+                only grows. None: the whole scan.
 
         Returns:
             The scan result. Never raises for vanished processes, unreadable files or
@@ -536,18 +552,28 @@ class Scanner:
         jobs = self._with_classes(jobs, gpu, candidates, events)
         kept = self._alive_sanctioned()
         jobs = judge(jobs, self.config, kept)
-        jobs, guard = self._guarded(jobs, kept, candidates.evidence.own)
+        only = None
+        if known is not None:
+            only = {
+                (j.root_pid, j.start_ticks)
+                for j in jobs
+                if (j.root_pid, j.start_ticks) not in known and events.captured.intersection(j.pids)
+            }
+        jobs, guard = self._guarded(jobs, kept, candidates.evidence.own, only)
         jobs, listens = self._with_listening(jobs, guard)
         findings = [
             *_mark_exited(job_findings(jobs, self.config.workloads), events.exited),
             *self._kept_findings(jobs, kept),
             *service_findings(jobs, listens, self.config.services, guard),
-            *gpu.visibility,
-            *zombie_findings(self.table, gpu.visible, candidates.evidence),
-            *gpu.health,
-            *self._visibility(),
         ]
-        self._watch(gpu.procs, jobs)
+        if only is None:
+            findings += [
+                *gpu.visibility,
+                *zombie_findings(self.table, gpu.visible, candidates.evidence),
+                *gpu.health,
+                *self._visibility(),
+            ]
+        self._watch(gpu.procs, jobs, grow=only is not None)
         return ScanResult(
             host=self.host,
             time=now,
@@ -591,7 +617,8 @@ class Scanner:
             self.walk.kept(exited)
             for pid, (start, libs) in batch.gpu_libraries.items():
                 self.gpu_libraries.note(pid, start, libs, read_at)
-        return _Events(exited=exited, full_sweep=full_sweep, read_at=read_at)
+        captured = frozenset(batch.candidates) if batch is not None else frozenset()
+        return _Events(exited=exited, full_sweep=full_sweep, read_at=read_at, captured=captured)
 
     def _gpu_picture(self) -> _GpuPicture:
         """Stage 2: NVML's view judged, its entries matched to the process table, and
@@ -710,7 +737,11 @@ class Scanner:
         return with_classes(jobs, facts)
 
     def _guarded(
-        self, jobs: Sequence[Job], kept: dict[tuple[int, int], str], trainers: Set[int]
+        self,
+        jobs: Sequence[Job],
+        kept: dict[tuple[int, int], str],
+        trainers: Set[int],
+        only: Set[tuple[int, int]] | None = None,
     ) -> tuple[list[Job], ScanProtection]:
         """Stage 6: what must never be targeted (the one guard), the processes that stay
         sanctioned for their life, and each job's advice decided under that guard.
@@ -720,6 +751,8 @@ class Scanner:
             kept: Earlier sanctioned processes still alive (:meth:`_alive_sanctioned`).
             trainers: PIDs training by what they do themselves (not for a zombie's
                 memory): a job root outside them must be an exclusive wrapper.
+            only: The exec path's jobs (:meth:`scan` ``known``): the guard is built
+                from every job, the advice given to these alone.
 
         Returns:
             ``(jobs with advice, the guard)``.
@@ -733,6 +766,8 @@ class Scanner:
             trainers=trainers,
         )
         self.sanctioned = self._sanctioned_now(jobs, guard, kept)
+        if only is not None:  # the exec path: only the new jobs are advised (and kept)
+            jobs = [j for j in jobs if (j.root_pid, j.start_ticks) in only]
         return with_advice(jobs, guard, self.table, self.config), guard
 
     def _with_listening(
@@ -755,16 +790,23 @@ class Scanner:
         ]
         return out, listens
 
-    def _watch(self, gpu_procs: Sequence[GpuProcess], jobs: Sequence[Job]) -> None:
+    def _watch(
+        self, gpu_procs: Sequence[GpuProcess], jobs: Sequence[Job], grow: bool = False
+    ) -> None:
         """Last stage: keep parent and state of every job member, its lineage and GPU
-        PIDs current (the table re-reads them each scan; the event feed follows them)."""
+        PIDs current (the table re-reads them each scan; the event feed follows them).
+        ``grow``: the exec path's few jobs are added to what the last scan watched."""
         watched = {gp.pid for gp in gpu_procs}
         for job in jobs:
             watched.update(job.pids)
             watched.update(p.pid for p in job.lineage)
+        roots = frozenset(job.root_pid for job in jobs)
+        if grow:
+            watched |= self.table.watched
+            roots |= self.events.roots if self.events is not None else frozenset()
         self.table.watched = watched
         if self.events is not None:
-            self.events.roots = frozenset(job.root_pid for job in jobs)
+            self.events.roots = roots
             self.events.watched = frozenset(watched)
 
     def _alive_sanctioned(self) -> dict[tuple[int, int], str]:

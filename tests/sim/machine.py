@@ -61,7 +61,9 @@ rogue-watchdog is never wrong in the dangerous direction:
   none for re-parenting; dropped with ``ENOBUFS``; held until the tick and read in
   another order, a quick trainer then gone before its exec is read) and re-reads only
   what they named; a twin scanner fed the same events walks every process at every
-  scan, and both must give identical jobs, verdicts, origins, advice and findings.
+  scan, and both must give identical jobs, verdicts, origins, advice and findings; an
+  exec-path scan (``exec_pass``: captures judged between ticks) must give the whole
+  scan's jobs and findings for the new jobs it judged.
 
 The steps are what happens on an ordinary host: the pipeline's cron line firing (its runs
 overlap), the retired line that runs the pipeline's own script (the seed's ghost), a
@@ -182,7 +184,7 @@ class TrustMachine(RuleBasedStateMachine):
         "machines": 0, "ticks": 0, "jobs": 0, "signals": 0, "kills": 0, "storage_faults": 0,
         "taken_over": 0, "gpu_denied": 0, "gpu_lifted": 0, "engine_restarts": 0, "at_runs": 0,
         "will_return": 0, "program_restarts": 0, "compared": 0, "event_walks": 0,
-        "events_lost": 0,
+        "events_lost": 0, "exec_passes": 0, "exec_compared": 0, "exec_jobs": 0,
     }  # fmt: skip
 
     def __init__(self) -> None:
@@ -251,6 +253,8 @@ class TrustMachine(RuleBasedStateMachine):
         self.counts["program_restarts"] += self.host.sup_restarts
         self.counts["compared"] += sum(d.compared for d in self.diffs)
         self.counts["event_walks"] += sum(d.incremental for d in self.diffs)
+        self.counts["exec_compared"] += sum(d.exec_compared for d in self.diffs)
+        self.counts["exec_jobs"] += sum(d.exec_jobs for d in self.diffs)
         self.counts["events_lost"] += self.kernel.sent["lost"]
         self.daemon.db.close()
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -1159,3 +1163,23 @@ class TrustMachine(RuleBasedStateMachine):
     def never_touches_real_processes(self) -> None:
         for pid, _sig in self.effects.signals():
             assert pid >= 4_000_000, f"a real PID {pid} was signalled"
+
+
+class ExecPathMachine(TrustMachine):
+    """The trust machine with the daemon's exec path (issue 34) among its steps: a
+    subclass, so that the plain machine's example stream (CI's fixed seed) stays as it
+    was."""
+
+    @rule()
+    def exec_pass(self) -> None:
+        """The event reader woke the daemon for captures alone: the exec path
+        (``Daemon.exec_tick``, issue 34) judges them between two ticks. Its scan is
+        compared with the twin's whole scan (I16: the same jobs and findings for what
+        it judged); what it filed is checked with the next tick's."""
+        if not self.events_on:
+            return
+        self.host.now += 0.2
+        self.host.write_nvml()
+        self.kernel.flush()
+        if self.daemon.exec_tick(self.host.now) is not None:
+            self.counts["exec_passes"] += 1

@@ -64,10 +64,14 @@ class FakeFeed:
         self.watched: frozenset[int] = frozenset()
         self.roots: frozenset[int] = frozenset()
         self.sweeps = 0
+        self.full_wanted = False
 
     def drain(self) -> EventBatch:
         batch, self.batch = self.batch, EventBatch()
         return batch
+
+    def captures_pending(self) -> bool:
+        return bool(self.batch.candidates)
 
     def status(self) -> dict[str, object]:
         return {"mode": "events", "available": True}
@@ -340,6 +344,7 @@ def test_unavailable_connector_polls_and_says_so_once(tmp_path: Path) -> None:
         "full_walks": 0,
         "event_walks": 0,
         "last_full_walk_reason": None,
+        "exec_passes": 0,
     }
     assert (
         "process events: unavailable, polling only (kernel process events unavailable "

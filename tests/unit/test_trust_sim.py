@@ -19,7 +19,7 @@ def test_lifecycles_keep_every_invariant() -> None:
     need_program("gcc")
     out = subprocess.run(
         [sys.executable, str(REPO / "bench" / "trust_sim.py"), "--steps", "800", "--seed", "4",
-         "--json"],
+         "--exec-path", "off", "--json"],
         capture_output=True, text=True, timeout=600, check=False, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
@@ -57,6 +57,24 @@ def test_lifecycles_keep_every_invariant() -> None:
     # terminates, 30 scans compared of which 7 by events, 9 losses.)
     assert summary["compared"] > 0 and summary["event_walks"] > 0, summary
     assert summary["events_lost"] > 0, summary
+
+
+def test_the_exec_path_keeps_every_invariant() -> None:
+    """The same machine with the daemon's exec path among its steps (issue 34): each
+    exec-path scan equals the twin's whole scan for the new jobs it judged (I16), and
+    what it filed keeps every invariant at the ticks that follow."""
+    need_program("gcc")
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "trust_sim.py"), "--steps", "400", "--seed", "4",
+         "--exec-path", "on", "--json"],
+        capture_output=True, text=True, timeout=600, check=False, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["violations"] == 0, out.stderr[-6000:]
+    assert out.returncode == 0
+    assert summary["exec_compared"] > 0 and summary["exec_jobs"] > 0, summary
+    assert summary["exec_passes"] > 0 and summary["ticks"] > 0, summary
 
 
 def test_slurm_lifecycles_keep_every_invariant() -> None:

@@ -95,7 +95,8 @@ def events_status(daemon: Daemon) -> dict[str, Any]:
             "paths.proc_root other than /proc)",
         }
     # With the walk's counters: how many scans re-read only what events named.
-    return {**feed.status(), **daemon.scanner.walk.status()}
+    # And the exec path's passes (Daemon.exec_tick): captures judged between ticks.
+    return {**feed.status(), **daemon.scanner.walk.status(), "exec_passes": daemon.exec_ticks}
 
 
 class EventsCollector(Collector):

@@ -317,6 +317,9 @@ class Daemon:
         # An event source asks for a tick now (request_tick); _wake ends the sleep.
         self._early = threading.Event()
         self._wake = threading.Event()
+        # The exec path's passes (exec_tick) and how long the last one took, seconds.
+        self.exec_ticks = 0
+        self.exec_tick_s = 0.0
         # PID → wait(2) status of the processes the kernel saw exit since the last call
         # (the proc connector: events.attach_events); None when polling only. Read at the
         # start of a tick, before its scan.
@@ -566,6 +569,9 @@ class Daemon:
         """
         started = time.monotonic()
         self.acting_s = 0.0
+        feed = self.scanner.events
+        if feed is not None:
+            feed.full_wanted = False  # this tick answers every wake so far
         self._recheck_reload()
         exits = self._exits()
         result: ScanResult | None = None
@@ -651,6 +657,65 @@ class Daemon:
             except Exception as exc:
                 self._failed(f"hook {getattr(hook, '__name__', hook)}", exc)
         return summary
+
+    def exec_tick(self, now: float) -> TrackResult | None:
+        """The exec path (issue 34): judge what kernel events captured at exec (a
+        launcher, a process that mapped CUDA libraries) without a whole tick.
+
+        The scan is the daemon's own (:meth:`Scanner.scan` with ``known``: the same
+        lineage, origin, class, verdict and guard a tick would give; advice, listening
+        sockets and findings only for the captured jobs not tracked yet), and only the
+        findings of jobs first seen now are filed (:meth:`Tracker.open_new`: the same
+        settle, debounce and fold rules; their pages wait for them as a tick's would).
+        Everything else (findings seen again or resolved, the extra sources, health, the enforcers,
+        the state kept per tick) waits for the next tick, which is not moved.
+
+        Args:
+            now: POSIX time of this pass.
+
+        Returns:
+            What was filed; None when the scan or the state database failed (a whole
+            tick is then due: :meth:`run_forever` runs one).
+        """
+        started = time.monotonic()
+        try:
+            result = self.scanner.scan(
+                datetime.fromtimestamp(now).astimezone(), known=self.tracker.first_signature.keys()
+            )
+        except Exception as exc:
+            log.warning("exec-path-failed", part="scan", error=repr(exc))
+            return None  # the tick that follows says why (degraded "scan")
+        learning = self.learning(now)
+        findings = [learned(f) for f in result.findings] if learning else result.findings
+        try:
+            track = self.tracker.open_new(
+                result.jobs,
+                findings,
+                now,
+                self.scanner.table.start_time_s,
+                learning=learning,
+                gpu_lists=result.nvml.available,
+            )
+        except Exception as exc:
+            log.warning("exec-path-failed", part="state", error=repr(exc))
+            return None  # nothing was filed (rolled back): the tick stores or keeps it
+        self._log_events(track)
+        self.exec_ticks += 1
+        self.exec_tick_s = time.monotonic() - started
+        return track
+
+    def _exec_ready(self) -> bool:
+        """Whether the exec path may answer a wake first: captures wait (and no lost
+        events with them), a tick has run and stored its findings, and neither the scan
+        nor the state database failed since (a tick reports and recovers those)."""
+        feed = self.scanner.events
+        return (
+            feed is not None
+            and self.last is not None
+            and self.last.track is not None
+            and not {"scan", "state"} & self.degraded.keys()
+            and feed.captures_pending()
+        )
 
     def _relieve(self, result: ScanResult) -> None:
         """Without a record nothing is acted on, but what only gives back is not
@@ -881,13 +946,23 @@ class Daemon:
         for w in self.workers:
             w.start()
         try:
+            deadline = -math.inf
             while True:
                 began = time.monotonic()
+                exec_first = self._early.is_set() and began < deadline and self._exec_ready()
                 self._early.clear()
                 now = clock()
-                self.tick(now)
+                if exec_first and self.exec_tick(now) is not None:
+                    feed = self.scanner.events
+                    if feed is not None and feed.full_wanted:
+                        # A watched exit or the like asked too: that whole tick follows,
+                        # spaced like any early tick, after the captures were judged.
+                        self._early.set()
+                else:
+                    self.tick(now)
+                    # The next tick an interval after this one; the exec path moves none.
+                    deadline = time.monotonic() + self.config.daemon.interval_s
                 ended = time.monotonic()
-                deadline = ended + self.config.daemon.interval_s
                 settle = self.tracker.settle_due
                 if settle is not None:
                     # An open alert held back by alerts.settle_s is due before then.
@@ -908,6 +983,7 @@ class Daemon:
                 if self._reload.is_set():
                     self._reload.clear()
                     self.reload()
+                    deadline = -math.inf  # a whole tick first, with the new scanner
                     continue
                 if self._stop.is_set():
                     break

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from ..config.alerts import AlertSettings
 from ..model import Finding, FindingKind, Job, Severity
 from ..plugins import TrackResult
-from ..state import FindingRecord, SourceUndo, StateDB
+from ..policy.signature import job_signature
+from ..state import FindingRecord, JobRecord, SourceUndo, StateDB
 from .alerts.alert import AlertEvent, local_iso
 from .tracking.blind import alerted_gpus, last_seen_gpus
 from .tracking.current import RUN_ENDED, current_message
@@ -41,7 +43,7 @@ from .tracking.incident import (
     louder,
     return_signature,
 )
-from .tracking.jobs import record_jobs
+from .tracking.jobs import record_jobs, run_record, source_undo_of
 from .tracking.lifecycle import Open, Resolve, Seen, Sighting, Step, decide
 from .tracking.naming import with_own_id, with_undo_notes
 from .tracking.periodic import (
@@ -227,6 +229,111 @@ class Tracker:
         except BaseException:
             self.clocks = clocks  # rolled back: nothing was alerted
             raise
+
+    def open_new(
+        self,
+        jobs: Iterable[Job],
+        findings: Iterable[Finding],
+        now: float,
+        start_time_s: Callable[[int], float | None] | None = None,
+        *,
+        learning: bool = False,
+        gpu_lists: bool = True,
+    ) -> TrackResult:
+        """The exec path (issue 34): file the findings of jobs first seen now, between
+        two ticks, as :meth:`update` would file them, and touch nothing else.
+
+        Only a job that is new in every sense is taken: its identity (PID, start ticks)
+        was not tracked before, its signature has no ``jobs`` row (so no return, no
+        loop, no respawn can be involved) and no other new job shares it (instances
+        fold into one finding), and no operator's undo of a source started it; and
+        only its findings fingerprinted by its signature (one with a fingerprint of
+        its own may fold other jobs' in). Each of those whose fingerprint no open
+        finding has is opened by the same code as a tick's (:meth:`_open`: the
+        settle, the debounce and the fold rules hold, and its page waits for them); a
+        fingerprint already open is left to the next tick, as is every other job and
+        finding: nothing is seen again, reminded or resolved here. The next tick finds
+        the job recorded under the same signature and its findings open: it continues
+        them as if it had opened them itself.
+
+        Args:
+            jobs: Jobs of a scan (only those new as above are taken).
+            findings: That scan's findings (only those about a taken job's root).
+            now: POSIX time of the scan.
+            start_time_s: As for :meth:`update`.
+            learning: As for :meth:`update` (the findings are already ``learned``).
+            gpu_lists: As for :meth:`update`.
+
+        Returns:
+            The findings opened and the signatures of the jobs taken.
+        """
+        self._mono_now = self.mono()
+        self.policy = self.alerts if gpu_lists else dataclasses.replace(self.alerts, settle_s=0.0)
+        clocks = dict(self.clocks)
+        settle_due = self.settle_due
+        try:
+            return self._open_new(list(jobs), list(findings), now, start_time_s, learning)
+        except BaseException:
+            self.clocks, self.settle_due = clocks, settle_due  # rolled back: nothing alerted
+            raise
+
+    def _open_new(
+        self,
+        jobs: list[Job],
+        findings: list[Finding],
+        now: float,
+        start_time_s: Callable[[int], float | None] | None,
+        learning: bool,
+    ) -> TrackResult:
+        db = self.db
+        with db.transaction():
+            taken: dict[int, str] = {}
+            firsts: dict[tuple[int, int], str] = {}
+            new = [
+                (job, job_signature(job.user, job.cmdline, job.origin))
+                for job in jobs
+                if job.verdict != "ignored"
+                and (job.root_pid, job.start_ticks) not in self.first_signature
+            ]
+            # Instances of one signature fold into one finding: the tick files them
+            # together (a partial picture paged now would change at the next look).
+            count = Counter(sig for _job, sig in new)
+            for job, sig in new:
+                ident = (job.root_pid, job.start_ticks)
+                if count[sig] > 1 or db.job(sig) is not None:
+                    continue  # a known signature (a return, another instance), or several
+                if source_undo_of(db, job, sig, now, start_time_s) is not None:
+                    continue  # its finding names the undo: the tick's to file
+                db.record_run(run_record(job, sig, now), now)
+                db.upsert_job(
+                    JobRecord(
+                        sig, " ".join(job.cmdline), job.user, job.verdict,
+                        job.origin.to_json(), now, now, job.root_pid, job.start_ticks,
+                        job.pids, None, 1,
+                    )
+                )  # fmt: skip
+                taken[job.root_pid] = sig
+                firsts[ident] = sig
+            if not taken:
+                return TrackResult()
+            # A finding with a fingerprint of its own may fold others' in: the tick's.
+            ours = [
+                f
+                for f in findings
+                if f.root_pid is not None and f.root_pid in taken and "fingerprint" not in f.details
+            ]
+            groups = group(ours, taken)
+            already = db.open_finding_ids()
+            self._foldable = foldable_kinds(self.alerts.sinks)
+            opened: list[FindingRecord] = []
+            for fp, found in groups.items():
+                if fp in already:
+                    continue  # an open finding continues: the tick's to see again
+                finding, pids = fold(found, None)
+                opened.append(self._open(Sighting(fp, finding, pids, len(found)), now))
+            # Kept only once written: the next tick's record_jobs continues them.
+            self.first_signature.update(firsts)
+        return TrackResult(opened=opened, signatures=taken)
 
     def _update(
         self,

@@ -337,6 +337,11 @@ class ProcEventSource:
         self._pipe: tuple[int, int] | None = None
         self._stopping = False
         self._wake_pending = False
+        # Set with a wake request that only a whole tick answers (a watched process
+        # exited or changed owner, events were lost, the reader stopped); cleared by the
+        # daemon when a tick starts. A wake without it is for captures alone: the
+        # daemon's exec path judges them (watchdog/daemon/loop.py: Daemon.exec_tick).
+        self.full_wanted = False
         # Captured PIDs still running (this thread only): their exit asks for a tick.
         self._live: set[int] = set()
         # PID → wait(2) status of job roots or captured processes that exited since the
@@ -395,6 +400,12 @@ class ProcEventSource:
         # (full_sweep); ``available`` is True only from a subscription that succeeded.
         batch.complete = self.available is True
         return batch
+
+    def captures_pending(self) -> bool:
+        """Whether processes captured at exec wait for the next scan, with no event lost
+        since the last (the daemon's exec path judges them first: Daemon.exec_tick)."""
+        with self._lock:
+            return bool(self._batch.candidates) and not self._batch.full_sweep
 
     def exits(self) -> dict[int, int]:
         """The exit statuses since the last call: PID → wait(2) status of each job
@@ -457,6 +468,7 @@ class ProcEventSource:
         log.error("proc-events-unavailable", error=str(exc), message=self.reason)
         with self._lock:
             self._batch.full_sweep = True
+        self.full_wanted = True
         if self.wake is not None:
             self.wake()
 
@@ -511,7 +523,7 @@ class ProcEventSource:
                         if tgid in self.watched or tgid in self._live:
                             captured = tgid in self._live
                             self._live.discard(tgid)
-                            self._wake_pending = True
+                            self._wake_pending = self.full_wanted = True
                             # Only how a job's root ended is asked (periodic or
                             # respawned): a 4,096-process job's members ending together
                             # evicted a cron ghost's root status, and its next run was
@@ -521,7 +533,7 @@ class ProcEventSource:
                 else:
                     self._reinspect(tgid)
                     if tgid in self.watched:
-                        self._wake_pending = True
+                        self._wake_pending = self.full_wanted = True
 
     def _exited(self, pid: int, status: int) -> None:
         with self._lock:
@@ -540,7 +552,7 @@ class ProcEventSource:
                 message="the kernel dropped process events (socket buffer full); "
                 "a full sweep follows",
             )
-        self._wake_pending = True
+        self._wake_pending = self.full_wanted = True
 
     def _reinspect(self, pid: int) -> None:
         with self._lock:

@@ -123,7 +123,7 @@ def record_jobs(
         sig = firsts.get(ident) or job_signature(job.user, job.cmdline, job.origin)
         firsts[ident] = sig
         signatures[job.root_pid] = sig
-        db.record_run(_run_record(job, sig, now), now)
+        db.record_run(run_record(job, sig, now), now)
         if sig in seen:
             continue  # a second instance of the same signature: one record
         seen.add(sig)
@@ -141,7 +141,7 @@ def record_jobs(
         )  # fmt: skip
         db.upsert_job(record)
         if ident not in undos:
-            undos[ident] = _source_undo(db, job, sig, now, start_time_s)
+            undos[ident] = source_undo_of(db, job, sig, now, start_time_s)
         if back_after is not None and job.unsanctioned:
             assert rec is not None  # only a known signature comes back
             back = _return(db, sig, job, rec, exits or {}, now, back_after)
@@ -166,7 +166,7 @@ def record_jobs(
     )
 
 
-def _run_record(job: Job, sig: str, now: float) -> RunRecord:
+def run_record(job: Job, sig: str, now: float) -> RunRecord:
     """The ``runs`` row of ``job`` seen at ``now`` under signature ``sig``."""
     return RunRecord(
         sig, job.root_pid, job.start_ticks, job.user, list(job.cmdline),
@@ -280,7 +280,7 @@ def how_ended(
     return None
 
 
-def _source_undo(
+def source_undo_of(
     db: StateDB,
     job: Job,
     sig: str,
