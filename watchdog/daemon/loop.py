@@ -339,6 +339,17 @@ class Daemon:
         self._seen_gpus_written: dict[str, int] = {}  # meta SEEN_GPUS as last written
         self._slurm_members: dict[tuple[int, int], tuple[int, int | None]] = {}
         self._slurm_members_saved: dict[tuple[int, int], tuple[int, int | None]] = {}
+        # The latest wall time a previous run of this daemon saw (meta CLOCK_SEEN):
+        # retention trusts no clock that runs ahead of it (issue 32, case 5).
+        self._started_mono = time.monotonic()
+        self._clock_before = clock_seen_before(self.db)
+        self.learning_started: float | None = None
+        self._restore()
+
+    def _restore(self) -> None:
+        """What a previous run of this daemon left in the state database: sanctioned
+        identities, Slurm members, recorded origins, GPUs seen, the first start (for
+        learning). A damaged table degrades ``state`` and never stops the daemon."""
         try:
             self._sanctioned_saved = self.db.sanctioned_procs(self.boot_id)
             self.scanner.keep_sanctioned(self._sanctioned_saved)
@@ -348,11 +359,6 @@ class Daemon:
             self.scanner.remember_gpus(self._seen_gpus_saved())
         except Exception as exc:  # a damaged table must not stop the daemon
             self._failed("state", exc)
-        # The latest wall time a previous run of this daemon saw (meta CLOCK_SEEN):
-        # retention trusts no clock that runs ahead of it (issue 32, case 5).
-        self._started_mono = time.monotonic()
-        self._clock_before = clock_seen_before(self.db)
-        self.learning_started: float | None = None
         try:
             first_started(self.db, time.time())
             self._start_learning()
