@@ -233,7 +233,7 @@ def log_fields(out: Outgoing) -> dict[str, Any]:
     """Keyword fields of the log sink's ``finding`` event (stable keys, docs/alerts.md),
     made safe."""
     a, f = out.alert, out.alert.finding
-    fields = {
+    fields: dict[str, Any] = {
         "action": a.event,
         "kind": f.kind,
         "severity": f.severity,

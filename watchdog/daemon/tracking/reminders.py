@@ -166,5 +166,5 @@ def paged_severity(rec: FindingRecord, f: Finding) -> Finding:
     """
     was = (rec.alerted_routing or {}).get("severity")
     if was in SEVERITIES and SEVERITIES.index(was) > SEVERITIES.index(f.severity):
-        return dataclasses.replace(f, severity=was)  # type: ignore[arg-type]
+        return dataclasses.replace(f, severity=was)
     return f
