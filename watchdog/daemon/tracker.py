@@ -592,9 +592,7 @@ class Tracker:
             db.set_finding_message(rec.id, rec.message)
         alerted = rec.last_alert_at is not None
         if not alerted and self._folded(rec) is None and self._owes_open(rec, now):
-            # The open says what ran, not that it is gone (its resolve, next, does):
-            # an open never reads "nothing left to stop".
-            self._spool("open", as_opened(rec), now)
+            self._spool("open", rec, now)
             pids = [rec.root_pid] if rec.root_pid is not None else []
             db.mark_alerted(rec.id, now, pids, record_labels(self.host, rec))
             alerted = True
@@ -621,5 +619,10 @@ class Tracker:
         change: dict[str, Any] | None = None,
     ) -> None:
         sinks = self.alerts.sinks
+        if event == "open":
+            # An open says what runs, never that its run is gone ("nothing left to
+            # stop"): a late open (owed at its resolve, or a loop's between two runs)
+            # is sent without that tail, which the record keeps (issue 33).
+            finding = as_opened(finding)
         for sink, payload in deliveries(event, finding, self.host, now, sinks, change, self.config):
             self.db.enqueue(finding.id, sink, event, payload, now)
