@@ -360,9 +360,9 @@ def test_quarantine_moves_the_file_and_undo_restores_it(
             "holds non-finite values (tensor "
         ), out.stdout
         assert out.stdout.rstrip().endswith(
-            "put back, it would be quarantined again at the gate's next look, with another "
-            "critical page. Inspect it where it is; to put it back anyway: rogue-watchdog "
-            f"undo --state-dir {tmp_path / 'state'} --force {action.id}"
+            "put back, it would be quarantined again at the gate's next look. Inspect it "
+            "where it is; to put it back anyway (quarantined again, recorded, not paged "
+            f"again): rogue-watchdog undo --state-dir {tmp_path / 'state'} --force {action.id}"
         ), out.stdout
         assert moved.exists() and not model.exists()
         kept = r.db.action(action.id)
@@ -374,6 +374,23 @@ def test_quarantine_moves_the_file_and_undo_restores_it(
         assert not moved.exists()
         undone = r.db.action(action.id)
         assert undone is not None and undone.undone_at is not None
+        # The gate quarantines it again (as it must), recorded, but pages no more: the
+        # one who forced it back was told. Before: another critical open (and resolve).
+        r.tick(T0 + 20)
+        r.tick(T0 + 25)
+        assert not model.exists()
+        again = r.ever("poisoned-weights")[-1]
+        assert again.id != f.id and again.severity == "info"
+        assert "put back by `rogue-watchdog undo --force` (action " in again.message
+        sent = [
+            (e, json.loads(p)["finding"]["severity"])
+            for e, p in r.db.conn.execute("SELECT event, payload_json FROM deliveries")
+            if json.loads(p)["finding"]["kind"] == "poisoned-weights"
+        ]
+        assert [x for x in sent if x[1] == "critical"] == [
+            ("open", "critical"),
+            ("resolve", "critical"),
+        ]
     finally:
         r.close()
 

@@ -392,16 +392,15 @@ def cmd_undo(args: argparse.Namespace) -> int:
         ops = ops_of(rec.undo)
     except UndoError as exc:
         raise CliError(f"action {rec.id} has an unreadable undo record: {exc}") from None
-    if rec.kind == "quarantine-weights" and not args.force:
-        why = _still_refused(rec.details)
-        if why is not None:
-            _out(
-                f"action {rec.id} ({rec.kind} {rec.target}): refusing: {why}; put back, it "
-                "would be quarantined again at the gate's next look, with another "
-                "critical page. Inspect it where it is; to put it back anyway: "
-                f"{_again(args, config, 'undo')} --force {rec.id}"
-            )
-            return 1
+    why = _still_refused(rec.details) if rec.kind == "quarantine-weights" else None
+    if not args.force and why is not None:
+        _out(
+            f"action {rec.id} ({rec.kind} {rec.target}): refusing: {why}; put back, it "
+            "would be quarantined again at the gate's next look. Inspect it where it is; "
+            "to put it back anyway (quarantined again, recorded, not paged again): "
+            f"{_again(args, config, 'undo')} --force {rec.id}"
+        )
+        return 1
     effects = Effects(config.enforcement.command_prefix)
     journal = None
     if not args.dry_run:
@@ -409,8 +408,11 @@ def cmd_undo(args: argparse.Namespace) -> int:
         # job again meanwhile reads it as this undo's, not as a failed remediation), and
         # each op as it goes (issue 32, case 4).
         try:
+            facts: dict[str, Any] = {"undid": rec.id, "ops": ops}
+            if why is not None:  # put back with --force: the gate pages it no more
+                facts["forced"] = why
             journal = ActionJournal.begin(
-                db, default_actor(), "undo", f"action {rec.id}", {"undid": rec.id, "ops": ops},
+                db, default_actor(), "undo", f"action {rec.id}", facts,
                 finding_id=rec.finding_id, signature=rec.signature, outcome="running",
             )  # fmt: skip
         except JournalError as exc:
@@ -427,7 +429,10 @@ def cmd_undo(args: argparse.Namespace) -> int:
     if journal is not None:
         if res.outcome != "ok":
             db.mark_undone(rec.id, None)  # not undone after all: watched as before
-        journal.finish(res.outcome, {"undid": rec.id, "done": res.done, "error": res.error})
+        done = {"undid": rec.id, "done": res.done, "error": res.error}
+        if why is not None:
+            done["forced"] = why
+        journal.finish(res.outcome, done)
     _out(f"outcome: {res.outcome}")
     return 0 if res.outcome in ("ok", "dry-run") else 1
 
@@ -645,7 +650,7 @@ def _add_undo(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
         "--force",
         action="store_true",
         help="put a quarantined weights file back although it still fails its gate "
-        "(it is quarantined again at the gate's next look)",
+        "(it is quarantined again at the gate's next look, recorded, not paged again)",
     )
     p.set_defaults(func=cmd_undo)
 
