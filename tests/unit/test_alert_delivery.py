@@ -114,7 +114,12 @@ def _group_size(pgid: int) -> int:
 
 
 def config_text(tmp_path: Path, token: str, sinks: str, **alerts: float) -> str:
-    knobs = {"reminder_after_s": 600, "retry_base_s": 5, "retry_max_s": 600, **alerts}
+    # settle_s 0: NVML is off, and a job's first page waits the settle without NVML too
+    # (issue 33); these tests are about delivery, the open goes at the first look.
+    knobs = {
+        "reminder_after_s": 600, "retry_base_s": 5, "retry_max_s": 600, "settle_s": 0,
+        **alerts,
+    }  # fmt: skip
     return (
         "nvml: {enabled: false}\n"
         f"training: {{launchers: ['{token}']}}\n"

@@ -348,13 +348,70 @@ def test_quarantine_moves_the_file_and_undo_restores_it(
         r.tick(T0 + 15)
         assert r.ever("poisoned-weights") == [r.db.finding(f.id)]  # not picked up again
 
-        # The generic undo (the enforcement CLI) renames it back, byte for byte.
-        out = run_cli("undo", str(action.id), "--state-dir", str(tmp_path / "state"))
+        # Issue 33, fresh user F: undo put the NaN file back with no warning; the gate
+        # quarantined it again 5 s later, with another critical page. Before (132b2a1):
+        # rc 0, the file back. Now: refused (rc 1), saying why and how to insist; the
+        # file stays where it is, the action not undone.
+        state = ["--state-dir", str(tmp_path / "state")]
+        out = run_cli("undo", str(action.id), *state)
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert out.stdout.startswith(
+            f"action {action.id} (quarantine-weights {model}): refusing: {moved} still "
+            "holds non-finite values (tensor "
+        ), out.stdout
+        assert out.stdout.rstrip().endswith(
+            "put back, it would be quarantined again at the gate's next look. Inspect it "
+            "where it is; to put it back anyway (quarantined again, recorded, not paged "
+            f"again): rogue-watchdog undo --state-dir {tmp_path / 'state'} --force {action.id}"
+        ), out.stdout
+        assert moved.exists() and not model.exists()
+        kept = r.db.action(action.id)
+        assert kept is not None and kept.undone_at is None
+        # --force: the generic undo (the enforcement CLI) renames it back, byte for byte.
+        out = run_cli("undo", str(action.id), *state, "--force")
         assert out.returncode == 0, out.stdout + out.stderr
         assert hashlib.sha256(model.read_bytes()).hexdigest() == digest
         assert not moved.exists()
         undone = r.db.action(action.id)
         assert undone is not None and undone.undone_at is not None
+        # The gate quarantines it again (as it must), recorded, but pages no more: the
+        # one who forced it back was told. Before: another critical open (and resolve).
+        r.tick(T0 + 20)
+        r.tick(T0 + 25)
+        assert not model.exists()
+        again = r.ever("poisoned-weights")[-1]
+        assert again.id != f.id and again.severity == "info"
+        assert "put back by `rogue-watchdog undo --force` (action " in again.message
+        sent = [
+            (e, json.loads(p)["finding"]["severity"])
+            for e, p in r.db.conn.execute("SELECT event, payload_json FROM deliveries")
+            if json.loads(p)["finding"]["kind"] == "poisoned-weights"
+        ]
+        assert [x for x in sent if x[1] == "critical"] == [
+            ("open", "critical"),
+            ("resolve", "critical"),
+        ]
+    finally:
+        r.close()
+
+
+def test_undo_of_a_quarantine_whose_file_was_repaired_needs_no_force(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    """The refusal is about the file as it is now: once the quarantined copy verifies
+    finite (repaired where it lies), ``undo`` puts it back without ``--force``."""
+    deploy, _ = dirs
+    r = rig(tmp_path, "    quarantine: true\n")
+    try:
+        model = nan_model(deploy / "model.safetensors")
+        r.tick(T0)
+        r.tick(T0 + 5)
+        [action] = r.db.actions()
+        moved = Path(action.details["moved_to"])
+        good_model(moved.with_name("fixed.safetensors")).replace(moved)
+        out = run_cli("undo", str(action.id), "--state-dir", str(tmp_path / "state"))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert model.exists() and not moved.exists()
     finally:
         r.close()
 
@@ -680,7 +737,8 @@ def test_hugging_face_cache_link_is_quarantined_as_a_link_and_undone(tmp_path: P
         assert f.message.partition("; next: ")[0].endswith(
             f"moved to {moved} (undo: rogue-watchdog undo --config {r.config_path} {action.id})"
         )
-        out = run_cli("undo", str(action.id), "--state-dir", str(tmp_path / "state"))
+        # --force: the blob it names is still NaN (without it, undo refuses: issue 33).
+        out = run_cli("undo", str(action.id), "--state-dir", str(tmp_path / "state"), "--force")
         assert out.returncode == 0, out.stdout + out.stderr
         assert os.readlink(link) == "../../blobs/0123deadbeef"
         assert hashlib.sha256(link.read_bytes()).hexdigest() == digest

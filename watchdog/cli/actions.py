@@ -17,7 +17,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..hosttext import command_text
+from ..hosttext import command_text, safe_text
 from .common import (
     CliError,
     command_daemon,
@@ -392,6 +392,15 @@ def cmd_undo(args: argparse.Namespace) -> int:
         ops = ops_of(rec.undo)
     except UndoError as exc:
         raise CliError(f"action {rec.id} has an unreadable undo record: {exc}") from None
+    why = _still_refused(rec.details) if rec.kind == "quarantine-weights" else None
+    if not args.force and why is not None:
+        _out(
+            f"action {rec.id} ({rec.kind} {rec.target}): refusing: {why}; put back, it "
+            "would be quarantined again at the gate's next look. Inspect it where it is; "
+            "to put it back anyway (quarantined again, recorded, not paged again): "
+            f"{_again(args, config, 'undo')} --force {rec.id}"
+        )
+        return 1
     effects = Effects(config.enforcement.command_prefix)
     journal = None
     if not args.dry_run:
@@ -399,8 +408,11 @@ def cmd_undo(args: argparse.Namespace) -> int:
         # job again meanwhile reads it as this undo's, not as a failed remediation), and
         # each op as it goes (issue 32, case 4).
         try:
+            facts: dict[str, Any] = {"undid": rec.id, "ops": ops}
+            if why is not None:  # put back with --force: the gate pages it no more
+                facts["forced"] = why
             journal = ActionJournal.begin(
-                db, default_actor(), "undo", f"action {rec.id}", {"undid": rec.id, "ops": ops},
+                db, default_actor(), "undo", f"action {rec.id}", facts,
                 finding_id=rec.finding_id, signature=rec.signature, outcome="running",
             )  # fmt: skip
         except JournalError as exc:
@@ -417,9 +429,48 @@ def cmd_undo(args: argparse.Namespace) -> int:
     if journal is not None:
         if res.outcome != "ok":
             db.mark_undone(rec.id, None)  # not undone after all: watched as before
-        journal.finish(res.outcome, {"undid": rec.id, "done": res.done, "error": res.error})
+        done = {"undid": rec.id, "done": res.done, "error": res.error}
+        if why is not None:
+            done["forced"] = why
+        journal.finish(res.outcome, done)
     _out(f"outcome: {res.outcome}")
     return 0 if res.outcome in ("ok", "dry-run") else 1
+
+
+def _still_refused(details: dict[str, Any]) -> str | None:
+    """Why the file a ``quarantine-weights`` action moved would fail its gate again, or
+    None when it now verifies finite (or is gone: the undo's own checks say so).
+
+    Fresh-user hour (issue 33, F item 10): ``undo`` put the NaN file back with no
+    warning, and 5 s later the gate quarantined it again with another critical page.
+    """
+    from pathlib import Path
+
+    from ..weights.api import verify_file
+    from ..weights.report import Status
+    from ..weights.scan import ScanContext
+
+    moved, original = details.get("moved_to"), details.get("path")
+    if not isinstance(moved, str) or not isinstance(original, str):
+        return None
+    read = moved
+    if os.path.islink(moved):
+        # A moved link (a Hugging Face cache entry) dangles where it lies, on purpose:
+        # what it would name once back is what the gate would read.
+        read = os.path.join(os.path.dirname(original), os.readlink(moved))
+    if not os.path.exists(read):
+        return None  # nothing to read: the undo's own checks speak
+    ctx = ScanContext.default(None)
+    try:
+        # Read as the format its original name says (the quarantined name adds a suffix).
+        report = verify_file(Path(read), ctx, name=Path(original))
+    finally:
+        ctx.close()
+    if report.status is not Status.NON_FINITE:
+        return None  # finite now (repaired), or not verifiable: not this refusal's call
+    bad = report.bad_tensors
+    names = ", ".join(safe_text(t.name) for t in bad[:3]) + (" …" if len(bad) > 3 else "")
+    return f"{safe_text(moved)} still holds non-finite values (tensor {names})"
 
 
 def action_json(rec: Any) -> dict[str, Any]:
@@ -594,6 +645,12 @@ def _add_undo(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
         "--dry-run",
         action="store_true",
         help="say what would be restored, after the checks the undo makes",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="put a quarantined weights file back although it still fails its gate "
+        "(it is quarantined again at the gate's next look, recorded, not paged again)",
     )
     p.set_defaults(func=cmd_undo)
 

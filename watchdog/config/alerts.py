@@ -210,7 +210,8 @@ class AlertSettings:
         settle_s: At most this long, the first alert of a finding about a job waits for
             its first complete picture (the GPUs NVML lists it on, the same at two looks
             in a row), so memory appearing a tick later is part of the open, not a
-            reminder. 0 sends the open at once.
+            reminder. Without NVML's process lists the open waits all of it, to see
+            the job still running. 0 sends the open at once.
     """
 
     reminder_after_s: float = setting(3600.0, datatypes.positive_s(MAX_REMINDER_S))

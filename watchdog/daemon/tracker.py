@@ -31,7 +31,7 @@ from ..policy.signature import job_signature
 from ..state import FindingRecord, JobRecord, SourceUndo, StateDB
 from .alerts.alert import AlertEvent, local_iso
 from .tracking.blind import alerted_gpus, last_seen_gpus
-from .tracking.current import RUN_ENDED, current_message
+from .tracking.current import RUN_ENDED, as_opened, current_message, without_run_commands
 from .tracking.fold import fingerprint, fold, group
 from .tracking.incident import (
     FOLDED_NOTE,
@@ -55,7 +55,7 @@ from .tracking.periodic import (
     loops,
     periodic_signature,
 )
-from .tracking.reminders import alert_due, alert_labels, record_labels
+from .tracking.reminders import alert_due, alert_labels, paged_severity, record_labels
 from .tracking.spool import deliveries, sink_accepts
 
 # The tracker's public names (the daemon loop filters log sinks with sink_accepts).
@@ -204,8 +204,9 @@ class Tracker:
             exits: PID → wait(2) status of the processes the kernel saw exit since the
                 last tick, read before this tick's scan (the proc connector's exit
                 events; None without them).
-            gpu_lists: The scan read NVML's process lists; without them nothing will
-                fill a job's GPU picture in later, so no open waits for it (the settle).
+            gpu_lists: The scan read NVML's process lists. Without them the settle
+                still holds a job's first page (its whole ``alerts.settle_s``: no GPU
+                picture completes it), to see the job still running.
             unread: True for the fingerprint of an open finding whose source could not
                 be read this tick (the queue, when Slurm gives no answer): it stays
                 open, neither seen nor resolved; blindness never resolves, so the
@@ -217,7 +218,10 @@ class Tracker:
         self._mono_now = self.mono()
         self._blind = blind
         self.settle_due = None
-        self.policy = self.alerts if gpu_lists else dataclasses.replace(self.alerts, settle_s=0.0)
+        # The settle holds a job's first page without NVML's process lists too: there
+        # it waits to see the job still running (a busy shared host's 1-3 s bench runs
+        # were paged at once, 180 of 536 opens naming a run already gone: issue 33).
+        self.policy = self.alerts
         clocks = dict(self.clocks)
         for pid, status in (exits or {}).items():
             self.exits.pop(pid, None)
@@ -617,7 +621,7 @@ class Tracker:
         elif rec.last_alert_at is not None:  # a paged alert keeps the GPUs it named
             f = last_seen_gpus(rec, f, released=True)
         if rec.last_alert_at is not None:  # and gains none: no relabel, no second page
-            f = alerted_gpus(rec, f)
+            f = paged_severity(rec, alerted_gpus(rec, f))  # nor a lowered severity
         db.touch_finding(rec.id, with_own_id(f, rec.id), f.root_pid, f.details, now, s.instances)
         labels = alert_labels(self.host, rec.id, f)
         was = self._on_mono(rec, now)
@@ -674,7 +678,11 @@ class Tracker:
             return False
         root = rec.details.get("root")
         status = self.exits.get(root[0]) if isinstance(root, list) and root else None
-        return status is None or bool(status & 0x7F)
+        if status is None:
+            # Seen only at its exec, already gone: no evidence it was stopped, and
+            # nothing was ever there to act on.
+            return not rec.details.get("exited")
+        return bool(status & 0x7F)
 
     def _resolve(self, rec: FindingRecord, now: float) -> FindingRecord:
         """Resolve one finding and spool its ``resolve`` alert (when it was alerted,
@@ -695,6 +703,9 @@ class Tracker:
             pids = [rec.root_pid] if rec.root_pid is not None else []
             db.mark_alerted(rec.id, now, pids, record_labels(self.host, rec))
             alerted = True
+        ended = without_run_commands(rec.message)
+        if ended != rec.message:  # a resolve is no promise to act: no command on the run
+            db.set_finding_message(rec.id, ended)
         self.clocks.pop(rec.id, None)
         db.resolve_finding(rec.id, now)
         done = db.finding(rec.id)
@@ -715,5 +726,10 @@ class Tracker:
         change: dict[str, Any] | None = None,
     ) -> None:
         sinks = self.alerts.sinks
+        if event == "open":
+            # An open says what runs, never that its run is gone ("nothing left to
+            # stop"): a late open (owed at its resolve, or a loop's between two runs)
+            # is sent without that tail, which the record keeps (issue 33).
+            finding = as_opened(finding)
         for sink, payload in deliveries(event, finding, self.host, now, sinks, change, self.config):
             self.db.enqueue(finding.id, sink, event, payload, now)

@@ -45,6 +45,7 @@ from ..plugins import TrackResult
 from ..state import FindingRecord, StateDB, source_undo
 from .alerts.alert import AlertEvent, local_iso
 from .alerts.memory import MemorySpool
+from .tracking.current import as_opened, without_run_commands
 from .tracking.fold import fold, group, same_job
 from .tracking.incident import (
     FOLDED_KINDS,
@@ -146,8 +147,8 @@ class UnstoredFindings:
             blind: Some GPU's processes could not be seen: nothing resolves.
             exits: PID → wait(2) status of the processes seen exiting (the tracker's,
                 kept across ticks): whether a job's run ended by itself.
-            gpu_lists: The scan read NVML's process lists; without them no open waits
-                for a GPU picture (the settle).
+            gpu_lists: The scan read NVML's process lists. Without them the settle
+                still holds a job's first page (its whole ``alerts.settle_s``).
             unread: True for the fingerprint of a finding whose source could not be
                 read this tick: it stays open (the tracker's ``unread``).
             learning: In the learning period: a ``respawned`` opens at ``info``.
@@ -158,7 +159,7 @@ class UnstoredFindings:
         self.read(db)
         findings = list(findings)
         exits = exits or {}
-        policy = alerts if gpu_lists else dataclasses.replace(alerts, settle_s=0.0)
+        policy = alerts  # the settle holds a first page without NVML's lists too
         self.settle_due = None
         signatures = {j.root_pid: signature(j) for j in jobs if j.verdict != "ignored"}
         respawns = self._returns(db, jobs, signature, exits, now)
@@ -360,8 +361,9 @@ class UnstoredFindings:
         ):
             pids = [rec.root_pid] if rec.root_pid is not None else []
             rec = self._alerted(rec, now, pids, record_labels(host, rec))
-            self._queue("open", rec, now, alerts, host)
+            self._queue("open", as_opened(rec), now, alerts, host)
             opened.append(rec)
+        rec = dataclasses.replace(rec, message=without_run_commands(rec.message))
         if rec.last_alert_at is not None:
             self._queue("resolve", rec, now, alerts, host)
         self.resolved.append(rec)
@@ -401,7 +403,7 @@ class UnstoredFindings:
         """Whether a finding resolving before its first alert still gets it: one held
         back by the settle does, unless its job ended by itself (nothing is left to act
         on), as the tracker's; one shorter than the debounce never does."""
-        if alerts.settle_s <= 0 or "gpus" not in rec.details:
+        if alerts.settle_s <= 0 or "gpus" not in rec.details or rec.details.get("exited"):
             return False
         return now - rec.opened_at >= alerts.min_lifetime_s and not ended
 

@@ -65,6 +65,12 @@ TICK_WAIT_S = 0.25
 MAX_NAMED_TENSORS = 10
 
 
+def _version(key: FileKey) -> list[int]:
+    """What stays of a file's identity across a rename (into quarantine and back):
+    size, mtime and inode (the rename changes its ctime)."""
+    return [key.size_bytes, key.mtime_ns, key.ino]
+
+
 def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
 
@@ -565,6 +571,7 @@ class ShipGateSource:
         if report.error:
             message += f" and was not fully verified: {report.error}"
         moved = False
+        forced = self._forced_back(key)
         if self.gate.quarantine and key.path in self._outside and not self._own_link(key.path):
             how = self._outside[key.path]
             message += f"; not moved: it lies outside {self.deploy_dir} ({how})"
@@ -572,9 +579,48 @@ class ShipGateSource:
             message += self._quarantine(key, details, now, message)
             moved = "quarantined_to" in details
         message += self._next_steps(key, details, moved)
+        if forced is not None:
+            # Put back by `undo --force` past its refusal, as it was: the person who
+            # did it was told it would be quarantined again. Recorded, not paged twice.
+            details["forced_back_by"] = forced
+            message += (
+                f"; this very file was put back by `rogue-watchdog undo --force` (action "
+                f"{forced}) although it failed this gate: not paged again"
+            )
         return Finding(
-            kind="poisoned-weights", severity="critical", message=message, details=details
+            kind="poisoned-weights",
+            severity="info" if forced is not None else "critical",
+            message=message,
+            details=details,
         )
+
+    def _forced_back(self, key: FileKey) -> int | None:
+        """The id of the ``undo --force`` that put this very version of ``key`` back
+        from this gate's quarantine past the undo's refusal, or None.
+
+        Fresh-user hour (issue 33, F): undoing a quarantine put the NaN file back and
+        the gate paged it again, critical, 5 s later. ``undo`` now refuses that; one
+        who insists has been told, and is not paged for the same file version again.
+        """
+        try:
+            recent = self.db.actions(200)
+        except Exception:  # an unreadable trail: page as always
+            return None
+        forced = {
+            a.details.get("undid"): a.id
+            for a in recent
+            if a.kind == "undo" and a.outcome == "ok" and a.details.get("forced")
+        }
+        for a in recent:
+            if (
+                a.kind == "quarantine-weights"
+                and a.target == key.path
+                and a.undone_at is not None
+                and a.details.get("version") == _version(key)
+                and a.id in forced
+            ):
+                return forced[a.id]
+        return None
 
     def _next_steps(self, key: FileKey, details: dict[str, Any], moved: bool) -> str:
         """What a person does next about a poisoned file, appended to the finding: move
@@ -636,7 +682,7 @@ class ShipGateSource:
         facts = {
             "gate": self.gate.name, "path": key.path, "size_bytes": key.size_bytes,
             "totals": details["totals"], "fingerprint": details["fingerprint"],
-            "message": message,
+            "message": message, "version": _version(key),
         }  # fmt: skip
         try:
             # Written before the move (issue 32, case 4: a daemon killed between the

@@ -58,6 +58,9 @@ def _instances(f: AlertFinding) -> str:
     if change.instances is None:
         # Only what identifies the alert changed (the job came to hold a GPU).
         changed = change.labels_were
+        if changed and changed.get("severity") not in (None, f.severity):
+            # Say what a person must know (issue 33: a reload's remind gave no reason).
+            return f"severity now {f.severity} (was {changed['severity']}), "
         return "updated (its labels changed: GPU, user or origin), " if changed else ""
     text = f"now {change.instances} instances (was {change.was}"
     gone = change.gone_pids
@@ -230,7 +233,7 @@ def log_fields(out: Outgoing) -> dict[str, Any]:
     """Keyword fields of the log sink's ``finding`` event (stable keys, docs/alerts.md),
     made safe."""
     a, f = out.alert, out.alert.finding
-    fields = {
+    fields: dict[str, Any] = {
         "action": a.event,
         "kind": f.kind,
         "severity": f.severity,
@@ -243,4 +246,6 @@ def log_fields(out: Outgoing) -> dict[str, Any]:
         "resolved_at": f.resolved_at,
         "delivery_id": out.delivery_id,
     }
+    if a.event == "remind" and f.change is not None:
+        fields["change"] = f.change.to_json()  # why this reminder (issue 33)
     return dict(safe_json(fields))

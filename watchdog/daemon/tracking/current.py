@@ -17,6 +17,7 @@ labels, the instances and the reminder interval only); the next reminder, ``stat
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from ...model import Job
@@ -28,6 +29,8 @@ from .naming import with_own_id
 
 # Starts the part of a message that says how its run ended: replaced at each refresh.
 RUN_ENDED = "; now: its run PID "
+#: What scan.py adds to a job seen only at its exec, already exited.
+SEEN_AT_EXEC = " (already exited: seen at its exec)"
 # Starts a job finding's advice on its source (the last part of the scan's message,
 # :meth:`watchdog.model.Advice.finding_text`), and the undo note that may follow it
 # (:meth:`watchdog.state.actions.SourceUndo.note`).
@@ -113,6 +116,7 @@ def current_message(
     if cut >= 0:  # its `terminate` names the run that ended: nothing left to stop
         later = head.find(REENABLED, cut)
         head = head[:cut] + (head[later:] if later >= 0 else "")
+    head = without_run_commands(head)
     when = f" at {local_iso(gone_at)}" if gone_at is not None else ""
     how = how_run_ended(root, actions, exits)
     return (
@@ -161,3 +165,45 @@ def source_note(head: str, opened_at: float, actions: Sequence[ActionRecord]) ->
         f"; its source, disabled by action {done.id}, was re-enabled by rogue-watchdog undo"
         f" at {local_iso(done.undone_at)}"
     )
+
+
+def as_opened(rec: FindingRecord) -> FindingRecord:
+    """``rec`` as its (owed, late) open alert tells it: what ran, without the tail
+    saying its run is gone (``; now: its run PID N …``, ``already exited``). The
+    resolve that follows at once says how it ended.
+
+    Args:
+        rec: A finding resolving before its first page.
+
+    Returns:
+        ``rec`` with that tail cut from its message (the record itself keeps it).
+    """
+    head = rec.message.split(RUN_ENDED, 1)[0].replace(SEEN_AT_EXEC, "")
+    return dataclasses.replace(rec, message=head) if head != rec.message else rec
+
+
+#: The clauses of a job finding's message whose command acts on the run itself (its PID:
+#: ``terminate``, ``--stop-service``, a Slurm job's ``scancel``): moot once it ended.
+_RUN_CLAUSES = ("to stop it: ", "to stop this run: ", "to stop the service ")
+
+
+def without_run_commands(message: str) -> str:
+    """``message`` without the commands that act on its run, for a run that ended.
+
+    Fresh-user hour (issue 33, F item 3): ``terminate --config … 20297`` pasted from a
+    ``resolve`` alert gave exit 2, ``PID 20297 is not running … nothing to terminate``.
+    A source-level hint (``to stop the source: disable-source F85``) stays: it names the
+    finding, and the source may start the job again (``source_note`` drops it once a
+    ``disable-source`` stopped that source).
+
+    Args:
+        message: A finding's message (clauses joined by ``"; "``).
+
+    Returns:
+        The message without those clauses; ``only the run is left`` reads ``the run
+        ended``.
+    """
+    parts = message.split("; ")
+    kept = [parts[0]] + [p for p in parts[1:] if not p.startswith(_RUN_CLAUSES)]
+    out = "; ".join(kept)
+    return out.replace(RUN_ONLY.split(";", 1)[0], ": the run ended")

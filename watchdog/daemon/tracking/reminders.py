@@ -15,11 +15,12 @@ reminders.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from ...config.alerts import AlertSettings
-from ...model import Finding
+from ...model import SEVERITIES, Finding
 from ...state import FindingRecord
 from ..alerts.alert import AlertEvent
 from ..alerts.alertmanager import routing_labels
@@ -118,6 +119,10 @@ def alert_due(
         previous: The labels of ``rec`` as last seen (:func:`record_labels`), for the
             settle; None when unknown.
     """
+    if f.details.get("exited") and (rec is None or rec.last_alert_at is None):
+        # Seen only at its exec, already gone: nothing to act on, never an open (its
+        # resolve decides whether it still owes one: it does only when a signal ended it).
+        return None
     if rec is None:
         if settings.min_lifetime_s > 0 or settling(f, labels, None, 0.0, settings):
             return None
@@ -140,3 +145,26 @@ def alert_due(
     ):
         return Due("remind", change)
     return None
+
+
+def paged_severity(rec: FindingRecord, f: Finding) -> Finding:
+    """``f`` at the severity its page went out with, when this tick's is lower.
+
+    Fresh-user hour (issue 33, F item 4): ``kill -HUP`` adding ``daemon.learn_until``
+    lowered 13 paged ``high`` findings to ``info``; their alert labels changed, and each
+    was sent again 3 s after its open, as a ``remind`` whose text was the open's. A
+    lower severity asks nothing of anyone: the page stands as sent (the learning period
+    applies to findings that open from then on). A higher one is a real change: it
+    re-labels, and its ``remind`` says so (``change.labels_were``).
+
+    Args:
+        rec: The finding as it was before this tick (paged: ``alerted_routing`` set).
+        f: This tick's finding.
+
+    Returns:
+        ``f``, with the paged severity when that is higher.
+    """
+    was = (rec.alerted_routing or {}).get("severity")
+    if was in SEVERITIES and SEVERITIES.index(was) > SEVERITIES.index(f.severity):
+        return dataclasses.replace(f, severity=was)
+    return f
