@@ -50,6 +50,7 @@ from .tracking.periodic import (
     awaiting_return,
     expected,
     gap_text,
+    loop_returns,
     loops,
     periodic_signature,
 )
@@ -250,7 +251,8 @@ class Tracker:
             self.first_signature, self.source_undos = seen.first_signature, seen.source_undos
             for pid in seen.signatures:
                 self.exits.pop(pid, None)  # running now: an exit noted for it was another's
-            respawns = seen.respawns
+            # A run an open periodic finding covers is the loop's, also after a restart.
+            respawns = loop_returns(seen.respawns, before, seen.returns, now)
             if learning:
                 respawns = [dataclasses.replace(f, severity="info") for f in respawns]
             found = loops(before, seen.returns, now)

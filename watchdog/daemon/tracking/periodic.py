@@ -188,6 +188,45 @@ def loops(
     return found
 
 
+def loop_returns(
+    respawns: Iterable[Finding],
+    open_records: Iterable[FindingRecord],
+    returns: Mapping[str, Return],
+    now: float,
+) -> list[Finding]:
+    """``respawns`` without those about a run an open periodic finding already covers:
+    its loop is in the database (restored after a restart), not quiet yet, and nothing
+    says the run before was stopped (``ended`` None: the exit statuses of the runs seen
+    before a restart are in the old process's memory only). That run is the loop's, not
+    a ghost's return: before (fresh user F, issue 33), a daemon restart opened a high
+    ``respawned`` beside the cron ghost's open ``periodic: 3 runs`` finding. A run
+    stopped by a signal or an action of ours (evidence in the database or the kernel's
+    exit events) still opens ``respawned``.
+
+    Args:
+        respawns: This tick's ``respawned`` findings (:attr:`~.jobs.JobsSeen.respawns`).
+        open_records: The findings open before this tick.
+        returns: This tick's returns (:attr:`~.jobs.JobsSeen.returns`).
+        now: POSIX time of the tick.
+    """
+    open_loops: dict[str, Loop] = {}
+    for rec in open_records:
+        sig = periodic_signature(rec)
+        loop = Loop.from_details(sig, rec.details) if sig is not None else None
+        if loop is not None:
+            open_loops[loop.signature] = loop
+    out = []
+    for f in respawns:
+        sig = f.details.get("signature")
+        loop = open_loops.get(sig) if isinstance(sig, str) else None
+        back = returns.get(sig) if isinstance(sig, str) else None
+        covered = loop is not None and now - loop.last_at <= loop.quiet_s
+        if covered and back is not None and back.ended is None:
+            continue  # the loop's run: its periodic finding goes on about it
+        out.append(f)
+    return out
+
+
 def expected(
     open_records: Iterable[FindingRecord],
     present: set[str],
