@@ -15,6 +15,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.model import CronOrigin, Job, Proc
 from rogue_watchdog.policy.findings import job_findings
@@ -39,10 +41,10 @@ def _run(pid: int, start: int) -> Job:
     )  # fmt: skip
 
 
-def _runs(d: Daemon, job: Job, start: float, gone: float, status: int) -> None:
+def _runs(d: Daemon, job: Job, start: float, gone: float, status: int | None) -> None:
     for now in (start, start + 5, start + 10):
         d.tracker.update([job], job_findings([job]), now)
-    d.tracker.update([], [], gone, exits={job.root_pid: status})
+    d.tracker.update([], [], gone, exits={job.root_pid: status} if status is not None else None)
 
 
 def _open(d: Daemon) -> list[tuple[str, str]]:
@@ -73,12 +75,16 @@ def test_a_run_an_open_periodic_finding_covers_is_the_loops_after_a_restart(
     assert opens[0] == 1  # the loop's open only (was 2: + respawned)
 
 
-def test_a_loops_run_stopped_by_a_signal_still_opens_respawned(tmp_path: Path) -> None:
-    """With evidence of a stop (the kernel's exit event before the restart was lost,
-    but a kill seen now): the return is news, as before."""
+@pytest.mark.parametrize("status", [signal.SIGKILL, None])
+def test_a_loops_run_that_ended_while_watched_unlike_itself_still_opens_respawned(
+    tmp_path: Path, status: int | None
+) -> None:
+    """No restart: a run killed (its exit status says a signal), or one whose exit this
+    process did not see (events lost), and back: news, as before (never quieter without
+    evidence)."""
     d = _daemon(tmp_path)
     _runs(d, _run(2334, 4900642), T_RUN3, T_GONE3, 0)
-    _runs(d, _run(17325, 4918648), T_RUN4, T_GONE4, signal.SIGKILL)
+    _runs(d, _run(17325, 4918648), T_RUN4, T_GONE4, status)
     job = _run(22472, 4924652)
     d.tracker.update([job], job_findings([job]), T_RUN5)
     assert [k for k, _fp in _open(d)] == ["respawned", "rogue-job"]
