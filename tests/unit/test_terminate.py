@@ -243,7 +243,9 @@ def test_recheck_30s_after_terminate_opens_remediation_failed(
         "fingerprint": f"terminate-{aid}", "actions": [aid],
         "left": [{"pid": left.pid, "start_ticks": left.start_ticks}], "back": [],
     }  # fmt: skip
-    assert f"1 process(es) of its tree still run: PID {left.pid} `" in f.message
+    assert f"1 process(es) of its tree still run 30 s or more after it: PID {left.pid} `" in (
+        f.message
+    )
     spawned.procs[-1].kill()
     spawned.procs[-1].wait()
     assert Enforcer(cfg, db, clock=lambda: t + 31).findings(t + 31, empty) == []

@@ -11,6 +11,9 @@ Per tick, after tracking:
    process of the terminated tree still running, or the terminated command running again
    as a rogue or excess job from any origin (a worker re-parented to PID 1 has another
    signature), opens ``remediation-failed`` too, until nothing of it is left.
+   A run back is judged once, against the newest action on an earlier run that stands:
+   an operator's later undo, an action on that run itself, or its cron line re-enabled
+   by hand since the action found or left it disabled supersede it (no failure).
 2. **Act.** In ``terminate`` mode (globally or by a matching rule) each rogue/excess job
    is handled once per identity (also across restarts and reloads: an identity the
    audit trail shows terminated this boot is not acted on again): its source is
@@ -40,13 +43,14 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..config import Config
 from ..hostpaths import config_args
 from ..hosttext import command_text
 from ..logs import get_logger
-from ..model import Finding, Job, ScanResult
+from ..model import CronOrigin, Finding, Job, ScanResult
+from ..model.origins import NOT_LIVE
 from ..plugins import TrackResult
 from ..policy.services import service_source
 from ..policy.signature import job_signature
@@ -57,7 +61,6 @@ from ..state import (
     ActionStep,
     JournalError,
     StateDB,
-    source_undo,
 )
 from .effects import Effects
 from .gpudeny import GpuOpenGate, device_rules
@@ -194,11 +197,18 @@ class Enforcer:
         return out
 
     def _undone_at(self, sig: str, cache: dict[str, float | None]) -> float | None:
-        """When an operator's undo re-enabled the source of ``sig`` (it stands so), or
-        None: what was done to that job before then no longer holds by their choice."""
+        """When an operator's undo last re-enabled a source of ``sig`` (whatever was done
+        since), or None: what was done to that job before then no longer holds by their
+        choice, also once the source is disabled again (a later action is judged on its
+        own; fresh user F, issue 33: a disable after the undo revived the claim of a
+        terminate made before it, a critical page 135 s later)."""
         if sig not in cache:
-            undo = source_undo(self.db.actions_for(sig))
-            cache[sig] = undo.undo.created_at if undo is not None else None
+            undos = [
+                r.created_at
+                for r in self.db.actions_for(sig)
+                if r.kind == "undo" and r.outcome in ("ok", "running") and not r.dry_run
+            ]
+            cache[sig] = max(undos, default=None)
         return cache[sig]
 
     def covers(self, fingerprint: str) -> bool:
@@ -210,12 +220,17 @@ class Enforcer:
     def findings(self, now: float, result: ScanResult) -> list[Finding]:
         """``remediation-failed`` findings for jobs that came back (FindingSource).
 
-        A job back because an operator undid the disabling of its source (and nothing
-        was done to it since) is no failure: its rogue-job finding names the undo."""
+        Each run back is judged once, against the newest action taken on an earlier run
+        of it (its signature's, or a recent terminate of the same command), and only
+        while that action stands: an operator's later undo, a person's action on the run
+        itself (a disable-source from ``top``), or a source re-enabled by hand since the
+        action found it disabled supersede it: no failure, its ``rogue-job`` says what
+        runs (docs/operations.md, "Watching that it held")."""
         remediated = self._remediated()
+        terms = self._recheckable()
         out: list[Finding] = []
-        seen: set[str] = set()
         undone: dict[str, float | None] = {}
+        back: dict[int, list[Job]] = {}
         # A run still here names the finding before one seen only at its exec and gone
         # already (kernel events): the gone one is not there at the next tick, and a
         # finding whose root changed is another page (trust simulator, I8/I13).
@@ -225,23 +240,35 @@ class Enforcer:
             if not job.unsanctioned or not job.may_train:
                 continue
             sig = job_signature(job.user, job.cmdline, job.origin)
-            recs = remediated.get(sig)
-            if not recs:
+            recs = remediated.get(sig, [])
+            ident = (job.root_pid, job.start_ticks)
+            if any(tuple(r.details.get("root") or ()) == ident for r in recs):
+                # The very process acted on (refused, not dead yet, or its source
+                # disabled while it runs): what was done is about it, no return.
                 continue
-            undo_at = self._undone_at(sig, undone)
-            if undo_at is not None:
-                recs = [r for r in recs if r.created_at > undo_at]
-                if not recs:
-                    seen.add(sig)  # nor does the terminate recheck count it
-                    continue
-            identities = {tuple(r.details.get("root") or ()) for r in recs}
-            if (job.root_pid, job.start_ticks) in identities:
-                continue  # the very process acted on (refused, or not dead yet)
-            seen.add(sig)
-            # One per run back: the tracker folds them (one fingerprint) into one finding
-            # naming every copy, which goes on about a copy when the run it names ends.
-            out.append(self._failed(job, sig, recs, result))
-        out += self._recheck(result, seen, undone)
+            own = {r.id for r in recs}
+            others = [
+                t.rec
+                for t in terms
+                if t.rec.id not in own
+                and t.root_cmd == tuple(job.cmdline)
+                and job.start_ticks > t.newest
+            ]
+            if not recs and not others:
+                continue
+            judged = max([*recs, *others], key=lambda r: (r.created_at, r.id))
+            if self._superseded(judged, sig, job, undone):
+                continue
+            if judged.id in own:
+                since = self._undone_at(sig, undone) or 0.0
+                # One per run back: the tracker folds them (one fingerprint) into one
+                # finding naming every copy, which goes on about a copy when the run it
+                # names ends.
+                live = [r for r in recs if r.created_at > since]
+                out.append(self._failed(job, sig, live, result))
+            else:
+                back.setdefault(judged.id, []).append(job)
+        out += self._recheck(terms, back)
         try:
             out += self._interrupted(now, result)
         except sqlite3.Error as exc:
@@ -251,12 +278,22 @@ class Enforcer:
         self._last = (id(result), out)
         return out
 
-    def _recheck(
-        self, result: ScanResult, seen: set[str], undone: dict[str, float | None]
-    ) -> list[Finding]:
-        """Terminations that did not hold: part of the tree still runs, or its command
-        is back as a rogue job under any origin (see the module docstring), unless an
-        operator's undo re-enabled that job's source after the termination."""
+    def _superseded(
+        self, rec: ActionRecord, sig: str, job: Job, undone: dict[str, float | None]
+    ) -> bool:
+        """Whether an operator acted on the source of ``job`` after ``rec``: an undo (of
+        this signature or of the one ``rec`` acted on), or the source re-enabled by hand
+        since ``rec`` found or left it disabled. Then a run back is theirs to judge, not
+        a failure of ``rec``."""
+        for s in {sig, rec.signature or sig}:
+            undo_at = self._undone_at(s, undone)
+            if undo_at is not None and undo_at > rec.created_at:
+                return True
+        return _reenabled_since(rec, job)
+
+    def _recheckable(self) -> list[_Recheck]:
+        """The terminates between ``RECHECK_AFTER_S`` and ``RECHECK_WINDOW_S`` old that
+        stand, with their tree as recorded."""
         now = self.clock()
         out = []
         for rec in self.db.actions(limit=200):
@@ -275,28 +312,25 @@ class Enforcer:
                 root_pid = int((rec.details.get("root") or [0])[0])
             except (KeyError, TypeError, ValueError):
                 continue  # a malformed record: nothing to compare with
-            left = [
-                p for pid, start, p in tree if _running(pid, start, self.config.paths.proc_root)
-            ]
-            newest = max((start for _pid, start, _p in tree), default=0)
             root_cmd = next(
                 (tuple(p.get("cmdline") or ()) for pid, _s, p in tree if pid == root_pid), ()
             )
-            back = [
-                j
-                for j in result.jobs
-                if j.unsanctioned
-                and j.may_train
-                and root_cmd
-                and tuple(j.cmdline) == root_cmd
-                and j.start_ticks > newest
-                and job_signature(j.user, j.cmdline, j.origin) not in seen
-                and (self._undone_at(job_signature(j.user, j.cmdline, j.origin), undone) or 0)
-                <= rec.created_at
+            newest = max((start for _pid, start, _p in tree), default=0)
+            out.append(_Recheck(rec, tree, root_cmd, newest))
+        return out
+
+    def _recheck(self, terms: list[_Recheck], back: dict[int, list[Job]]) -> list[Finding]:
+        """Terminations that did not hold: part of the tree still runs, or its command
+        is back as a rogue job under any origin with this terminate as the newest action
+        before it (see the module docstring and :meth:`findings`)."""
+        out = []
+        for t in terms:
+            left = [
+                p for pid, start, p in t.tree if _running(pid, start, self.config.paths.proc_root)
             ]
-            if left or back:
-                back.sort(key=lambda j: j.root_pid in result.exited)  # (as in findings)
-                out.append(self._not_held(rec, left, back))
+            came = back.get(t.rec.id, [])
+            if left or came:
+                out.append(self._not_held(t.rec, left, came))
         return out
 
     @staticmethod
@@ -307,7 +341,10 @@ class Enforcer:
             names = ", ".join(
                 f"PID {p['pid']} `{command_text(p.get('cmdline') or [], 80)}`" for p in left[:5]
             )
-            parts.append(f"{len(left)} process(es) of its tree still run: {names}")
+            parts.append(
+                f"{len(left)} process(es) of its tree still run {RECHECK_AFTER_S:.0f} s or "
+                f"more after it: {names}"
+            )
         for job in back[:3]:
             parts.append(
                 f"`{command_text(job.cmdline, 120)}` is back as PID {job.root_pid}, spawned by "
@@ -316,8 +353,9 @@ class Enforcer:
         return Finding(
             kind="remediation-failed",
             severity="critical",
-            message=f"remediation failed: {RECHECK_AFTER_S:.0f} s after rogue-watchdog {what}, "
-            + "; ".join(parts),
+            # What was done and what did not hold, not a time since it: the finding can
+            # open long after the recheck began (fresh user F: "30 s after" at 135 s).
+            message=f"remediation failed: rogue-watchdog {what}; " + "; ".join(parts),
             root_pid=back[0].root_pid if back else None,
             details={
                 "fingerprint": f"terminate-{rec.id}",
@@ -639,6 +677,33 @@ def _service_launcher(job: Job, result: ScanResult | None) -> Finding | None:
         ),
         None,
     )  # fmt: skip
+
+
+class _Recheck(NamedTuple):
+    """A terminate being rechecked: its record, the tree it signalled (PID, start
+    ticks, recorded member), its root's command line and the newest start in it."""
+
+    rec: ActionRecord
+    tree: list[tuple[int, int, dict[str, Any]]]
+    root_cmd: tuple[str, ...]
+    newest: int
+
+
+def _reenabled_since(rec: ActionRecord, job: Job) -> bool:
+    """True when ``job`` runs from the cron line ``rec`` found disabled (a terminate of
+    a run whose line was already off) or disabled itself (a disable-source), and the line
+    reads live now: someone put it back by hand after ``rec`` (an operator's edit, such
+    as re-enabling what the printed ``sed`` hint commented out), not a failure of
+    ``rec`` (fresh user F, issue 33: F438 opened critical beside the run's own finding)."""
+    origin = job.origin
+    was = rec.details.get("origin")
+    if not isinstance(origin, CronOrigin) or not isinstance(was, dict):
+        return False
+    if was.get("kind") != "cron" or origin.file is None or origin.entry_state in NOT_LIVE:
+        return False
+    if (was.get("file"), was.get("line")) != (origin.file, origin.line):
+        return False
+    return rec.kind == "disable-source" or was.get("entry_state") in NOT_LIVE
 
 
 def _running(pid: int, start_ticks: int, proc_root: str) -> bool:

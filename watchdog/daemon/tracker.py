@@ -52,6 +52,7 @@ from .tracking.periodic import (
     awaiting_return,
     expected,
     gap_text,
+    loop_returns,
     loops,
     periodic_signature,
 )
@@ -157,6 +158,9 @@ class Tracker:
         # whether a job's run ended by itself or was stopped. A PID seen running again
         # as a job root is another process: its entry goes.
         self.exits: dict[int, int] = {}
+        # This process's first tick: how a run that ended before it ended (its exit
+        # status) is known only to the process that ran then.
+        self.first_tick: float | None = None
         # When (tick time) the earliest open alert held back by alerts.settle_s is due:
         # the loop ticks then instead of a whole interval later. None when none waits.
         self.settle_due: float | None = None
@@ -361,7 +365,10 @@ class Tracker:
             self.first_signature, self.source_undos = seen.first_signature, seen.source_undos
             for pid in seen.signatures:
                 self.exits.pop(pid, None)  # running now: an exit noted for it was another's
-            respawns = seen.respawns
+            if self.first_tick is None:
+                self.first_tick = now
+            # A run an open periodic finding covers is the loop's, also after a restart.
+            respawns = loop_returns(seen.respawns, before, seen.returns, now, self.first_tick)
             if learning:
                 respawns = [dataclasses.replace(f, severity="info") for f in respawns]
             found = loops(before, seen.returns, now)

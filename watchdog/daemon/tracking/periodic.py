@@ -188,6 +188,49 @@ def loops(
     return found
 
 
+def loop_returns(
+    respawns: Iterable[Finding],
+    open_records: Iterable[FindingRecord],
+    returns: Mapping[str, Return],
+    now: float,
+    first_tick: float,
+) -> list[Finding]:
+    """``respawns`` without those about a run an open periodic finding already covers
+    after a restart: its loop is in the database, not quiet yet, the run before ended
+    before this process's first tick, and nothing says it was stopped (``ended`` None:
+    the exit statuses of the runs seen before a restart were the old process's, in its
+    memory only). That run is the loop's, not a ghost's return: before (fresh user F,
+    issue 33), a daemon restart opened a high ``respawned`` beside the cron ghost's open
+    ``periodic: 3 runs`` finding. A run stopped by an action of ours (in the database),
+    and any run that ended while this process watched without an exit status saying how
+    (events lost: never quieter without evidence), still open ``respawned``.
+
+    Args:
+        respawns: This tick's ``respawned`` findings (:attr:`~.jobs.JobsSeen.respawns`).
+        open_records: The findings open before this tick.
+        returns: This tick's returns (:attr:`~.jobs.JobsSeen.returns`).
+        now: POSIX time of the tick.
+        first_tick: POSIX time of this process's first tick.
+    """
+    open_loops: dict[str, Loop] = {}
+    for rec in open_records:
+        sig = periodic_signature(rec)
+        loop = Loop.from_details(sig, rec.details) if sig is not None else None
+        if loop is not None:
+            open_loops[loop.signature] = loop
+    out = []
+    for f in respawns:
+        sig = f.details.get("signature")
+        loop = open_loops.get(sig) if isinstance(sig, str) else None
+        back = returns.get(sig) if isinstance(sig, str) else None
+        covered = loop is not None and now - loop.last_at <= loop.quiet_s
+        before_us = back is not None and back.gone_at is not None and back.gone_at <= first_tick
+        if covered and before_us and back is not None and back.ended is None:
+            continue  # the loop's run: its periodic finding goes on about it
+        out.append(f)
+    return out
+
+
 def expected(
     open_records: Iterable[FindingRecord],
     present: set[str],
