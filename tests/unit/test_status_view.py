@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from rogue_watchdog.daemon.status import exit_code, filter_gpu, render_status
 from tests.unit.test_status import DOC
@@ -123,3 +127,38 @@ def test_finding_rows_line_up_whatever_the_id_width() -> None:
         "  F15 high     rogue-job (open 60s, seen 2x): m",
         "  -   warning  unsanctioned-gpu-use (seen in the last scan; not in the state database): m",
     ]
+
+
+def test_status_gpu_that_is_not_here_is_an_error_naming_those_that_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fresh user F (issue 33): `status --gpu 3` on a host with GPUs 0 and 1 exited 0 with
+    the note `GPU 3: NVML lists no such GPU here` (before, 132b2a1: exit 0); now exit 2,
+    the error naming the GPUs NVML lists, as `scan --gpu` does. While NVML is down, a GPU
+    it does not list may be there: the view is shown with its note, as before."""
+    from rogue_watchdog.cli import main
+    from rogue_watchdog.daemon.ipc import StatusServer
+
+    doc = copy.deepcopy(DOC)
+    doc["gpus"].append(dict(doc["gpus"][0], index=1, uuid="GPU-2"))
+    s = StatusServer(str(tmp_path / "s.sock"), lambda: doc)
+    s.start()
+    capsys.readouterr()  # the server's own log line
+    try:
+        code = main(["status", "--socket", s.path, "--gpu", "3"])
+        out, err = capsys.readouterr()
+        assert (code, out, err) == (
+            2, "", "rogue-watchdog: GPU 3: NVML lists no such GPU here (GPUs: 0, 1)\n"
+        )  # fmt: skip
+        code = main(["status", "--socket", s.path, "--gpu", "1", "--json"])
+        assert code == exit_code(filter_gpu(doc, 1)) != 2
+        assert json.loads(capsys.readouterr().out)["gpu_view_note"] is None
+        doc["nvml"] = {"available": False, "driver_version": None, "error": "no library"}
+        code = main(["status", "--socket", s.path, "--gpu", "3", "--json"])
+        assert code == exit_code(filter_gpu(doc, 3)) != 2
+        assert json.loads(capsys.readouterr().out)["gpu_view_note"] == (
+            "GPU 3: NVML is unavailable, so no job can be placed on a GPU: every training job"
+            " is listed"
+        )
+    finally:
+        s.stop()

@@ -385,7 +385,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             emit(json.dumps({"state": state, "socket": path, "error": str(exc)}))
         print(f"rogue-watchdog: {message}", file=sys.stderr)
         return exc.exit_code
-    from ..daemon.status import exit_code, filter_gpu, render_status
+    from ..daemon.status import exit_code, filter_gpu, missing_gpu, render_status
 
     other = _other_daemon(args, doc, path)
     if other is not None:
@@ -394,6 +394,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"rogue-watchdog: {other}", file=sys.stderr)
         return 4
     if args.gpu is not None:
+        missing = missing_gpu(doc, args.gpu)
+        if missing is not None:  # a typo is not an empty view
+            print(f"rogue-watchdog: {missing}", file=sys.stderr)
+            return 2
         doc = filter_gpu(doc, args.gpu)
     if args.json:
         emit(json.dumps(doc, indent=2, sort_keys=True))
@@ -490,7 +494,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             [
                 (0, "running, nothing open"),
                 (1, "running, with open findings of severity warning or above, or degraded"),
-                (2, "usage error"),
+                (
+                    2,
+                    "usage error; --gpu N names a GPU NVML does not list (the error names "
+                    "those it lists)",
+                ),
                 (3, "not running"),
                 (4, "state unknown: permission denied, timeout or a garbled answer"),
             ],

@@ -15,6 +15,7 @@ from ..render import (
     fit,
     gpu_json,
     gpu_lines,
+    no_such_gpu,
     output_width,
     paint,
     placement_blind,
@@ -339,6 +340,19 @@ def _finding_head(f: dict[str, Any], ref_w: int = 3) -> str:
     if f.get("persisted") is False:
         parts.append("NOT PERSISTED: the state database cannot be written")
     return f"{finding_ref(f['id']):<{ref_w}} {sev:<8} {kind} ({', '.join(parts)})"
+
+
+def missing_gpu(doc: dict[str, Any], index: int) -> str | None:
+    """Why ``status --gpu index`` names no GPU the daemon's NVML lists (the rule of
+    :func:`watchdog.render.no_such_gpu`), or None."""
+    return no_such_gpu(
+        index,
+        nvml_available=bool((doc.get("nvml") or {}).get("available")),
+        blind=placement_blind(f.get("kind") or "" for f in doc.get("findings") or []),
+        gpu_indexes={
+            g.get("index") for g in doc.get("gpus") or [] if isinstance(g.get("index"), int)
+        },
+    )
 
 
 def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
