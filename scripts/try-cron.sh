@@ -26,18 +26,17 @@ marker="$dir/.rogue-watchdog-try-cron"
 # with 2,259 processes (fresh user F, 2026-12-06), long enough for cron to start a job
 # behind the listing.
 sandbox_pids() {
-  local want ours ns pid seeds='' seen=' '
+  local want ours ns pid id seeds='' seen=' '
   want=$(stat -c %d:%i "$dir/cron.d" 2>/dev/null) || return 0
   ours=$(readlink /proc/self/ns/mnt)
   while read -r pid ns; do
     pid=${pid#/proc/} pid=${pid%/ns/mnt}
-    [ "$ns" != "$ours" ] || continue  # never our own namespace
+    [ -n "$ns" ] && [ "$ns" != "$ours" ] || continue  # never our own namespace
     case "$seen" in *" $ns:"*) ;; *)
-      # One identity check per namespace, through one of its processes' root.
-      if [ "$(stat -L -c %d:%i "/proc/$pid/root/etc/cron.d" 2>/dev/null)" = "$want" ]; then
-        seen="$seen$ns:yes "
-      else
-        seen="$seen$ns:no "
+      # One identity check per namespace, through one of its processes' root (one that
+      # just exited decides nothing: the next process of that namespace is asked).
+      if id=$(stat -L -c %d:%i "/proc/$pid/root/etc/cron.d" 2>/dev/null); then
+        if [ "$id" = "$want" ]; then seen="$seen$ns:yes "; else seen="$seen$ns:no "; fi
       fi ;;
     esac
     case "$seen" in *" $ns:yes "*) seeds="$seeds $pid" ;; esac
