@@ -6,7 +6,7 @@
 # where the sandbox's cron files are (paths.cron_d, paths.crontab, paths.cron_spool).
 #
 #   bash scripts/try-cron.sh start DIR   # DIR (absolute, new or empty) and the private cron
-#   bash scripts/try-cron.sh stop DIR    # stop that cron and every job it started
+#   bash scripts/try-cron.sh stop DIR    # stop that cron and every job it started, and say which
 #
 # docs/first-week.md, "Try the cron flow in a sandbox", walks it; tests/system/
 # test_try_cron.py runs those steps as printed. Needs root, unshare(1) and cron(8).
@@ -19,16 +19,49 @@ case "$dir" in /*) ;; *) usage ;; esac
 dir=${dir%/}
 marker="$dir/.rogue-watchdog-try-cron"
 
-# Every process in the private cron's mount namespace: that cron and what it started.
-in_namespace() {
-  local ns pid
-  ns=$(readlink "/proc/$1/ns/mnt" 2>/dev/null) || return 0
-  [ "$ns" != "$(readlink /proc/self/ns/mnt)" ] || return 0  # never our own namespace
-  for pid in /proc/[0-9]*; do
-    pid=${pid#/proc/}
-    [ "$(readlink "/proc/$pid/ns/mnt" 2>/dev/null)" = "$ns" ] && echo "$pid"
-  done
+# The sandbox's processes: every process in a mount namespace that sees DIR's cron.d at
+# /etc/cron.d (the private cron's and its jobs', identified by the directory itself, so
+# a job whose cron is already gone is still found), and every descendant of one. One
+# `find` reads every process's namespace: a `readlink` per process took 20 s on a host
+# with 2,259 processes (fresh user F, 2026-12-06), long enough for cron to start a job
+# behind the listing.
+sandbox_pids() {
+  local want ours ns pid id seeds='' seen=' '
+  want=$(stat -c %d:%i "$dir/cron.d" 2>/dev/null) || return 0
+  ours=$(readlink /proc/self/ns/mnt)
+  while read -r pid ns; do
+    pid=${pid#/proc/} pid=${pid%/ns/mnt}
+    [ -n "$ns" ] && [ "$ns" != "$ours" ] || continue  # never our own namespace
+    case "$seen" in *" $ns:"*) ;; *)
+      # One identity check per namespace, through one of its processes' root (one that
+      # just exited decides nothing: the next process of that namespace is asked).
+      if id=$(stat -L -c %d:%i "/proc/$pid/root/etc/cron.d" 2>/dev/null); then
+        if [ "$id" = "$want" ]; then seen="$seen$ns:yes "; else seen="$seen$ns:no "; fi
+      fi ;;
+    esac
+    case "$seen" in *" $ns:yes "*) seeds="$seeds $pid" ;; esac
+  done < <(find /proc/[0-9]*/ns/mnt -maxdepth 0 -printf '%p %l\n' 2>/dev/null)
+  [ -n "$seeds" ] || return 0
+  # Descendants (a job that made its own namespace is still the sandbox's): the PPid
+  # lines of every process, one grep; never this script's own shell.
+  grep -H '^PPid:' /proc/[0-9]*/status 2>/dev/null | awk -v seeds="$seeds" -v self="$$" '
+    { split($1, p, "/"); parent[p[3]] = $2 }
+    END {
+      n = split(seeds, s, " "); for (i = 1; i <= n; i++) in_box[s[i]] = 1
+      do { grew = 0
+        for (c in parent) if (!(c in in_box) && (parent[c] in in_box)) { in_box[c] = 1; grew = 1 }
+      } while (grew)
+      for (c in in_box) if (c != self) print c
+    }' | sort -n
   return 0
+}
+
+# One line for a stopped process: its PID and command line (host text: made printable).
+describe() {
+  local cmd
+  cmd=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | LC_ALL=C tr -c '[:print:]' '?') || true
+  cmd=${cmd% }
+  echo "$1 ${cmd:-?}"
 }
 
 cron_pid() {
@@ -103,15 +136,48 @@ EOF
   ;;
 stop)
   [ -e "$marker" ] || { echo "try-cron: $dir is not a try-cron sandbox" >&2; exit 2; }
-  if pid=$(cron_pid); then
-    pids=$(in_namespace "$pid")
-    # shellcheck disable=SC2086  # one PID a word
-    kill $pids 2>/dev/null || true
-    echo "try-cron: stopped the sandbox cron (PID $pid) and what it ran:" $pids
+  # First cron itself, so it starts nothing more; then freeze every sandbox process until
+  # a listing finds none that is not frozen (a stopped process forks nothing, so the set
+  # is then complete), and only then kill them all; then wait until none is left.
+  frozen=' ' lines=()
+  if pid=$(cron_pid) && kill -STOP "$pid" 2>/dev/null; then
+    frozen=" $pid " lines=("$(describe "$pid")")
   else
-    echo "try-cron: no sandbox cron of $dir runs"
+    pid=''
   fi
+  for _ in $(seq 50); do
+    new=''
+    for p in $(sandbox_pids); do
+      case "$frozen" in *" $p "*) continue ;; esac
+      kill -STOP "$p" 2>/dev/null || continue
+      frozen="$frozen$p " new=1
+      lines+=("$(describe "$p")")
+    done
+    [ -n "$new" ] || break
+  done
+  # shellcheck disable=SC2086  # one PID a word
+  [ "$frozen" = ' ' ] || kill -KILL $frozen 2>/dev/null || true
+  left=''
+  for _ in $(seq 50); do
+    left=$(sandbox_pids)
+    [ -n "$left" ] || break
+    # shellcheck disable=SC2086
+    kill -KILL $left 2>/dev/null || true
+    sleep 0.1
+  done
   rm -f "$dir/cron.pid"
+  if [ -n "$pid" ]; then
+    echo "try-cron: stopped the sandbox cron (PID $pid) and what it ran:" $frozen
+  elif [ "$frozen" != ' ' ]; then
+    echo "try-cron: no sandbox cron of $dir runs; stopped what it had started:" $frozen
+  else
+    echo "try-cron: no sandbox cron of $dir runs, and nothing it started is left"
+  fi
+  for line in "${lines[@]}"; do echo "try-cron:   $line"; done
+  if [ -n "$left" ]; then
+    echo "try-cron: still running after SIGKILL:" $left >&2
+    exit 1
+  fi
   ;;
 *) usage ;;
 esac

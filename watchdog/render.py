@@ -299,6 +299,16 @@ def gpu_view_note(result: ScanResult, index: int) -> str | None:
     )
 
 
+def missing_gpu(result: ScanResult, index: int) -> str | None:
+    """Why a scan's ``--gpu index`` names no GPU here (:func:`no_such_gpu`), or None."""
+    return no_such_gpu(
+        index,
+        nvml_available=result.nvml.available,
+        blind=placement_blind(f.kind for f in result.findings),
+        gpu_indexes={g.index for g in result.gpus},
+    )
+
+
 def view_note(
     index: int, *, nvml_available: bool, blind: bool, gpu_indexes: set[int]
 ) -> str | None:
@@ -321,10 +331,26 @@ def view_note(
             f"GPU {index}: NVML cannot list every GPU process here (see the findings): "
             "jobs it places on no GPU are listed too"
         )
-    if index not in gpu_indexes:
-        listed = ", ".join(str(i) for i in sorted(gpu_indexes)) or "none"
-        return f"GPU {index}: NVML lists no such GPU here (GPUs: {listed})"
-    return None
+    return no_such_gpu(index, nvml_available=nvml_available, blind=blind, gpu_indexes=gpu_indexes)
+
+
+def no_such_gpu(
+    index: int, *, nvml_available: bool, blind: bool, gpu_indexes: set[int]
+) -> str | None:
+    """Why ``--gpu index`` names a GPU that is not here (``scan`` and ``status`` refuse it,
+    exit 2), or None. Only said when NVML answered and placed every process: while it is
+    unavailable or blind, a GPU it does not list may still be there.
+
+    Args:
+        index: The GPU asked for (NVML index).
+        nvml_available: NVML answered.
+        blind: Some GPU processes could not be placed (:func:`placement_blind`).
+        gpu_indexes: The NVML indexes of the GPUs listed.
+    """
+    if not nvml_available or blind or index in gpu_indexes:
+        return None
+    listed = ", ".join(str(i) for i in sorted(gpu_indexes)) or "none"
+    return f"GPU {index}: NVML lists no such GPU here (GPUs: {listed})"
 
 
 def on_gpu(job: Job, index: int) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, need_program, need_root, poll
+from tests.conftest import REPO, Spawned, need_program, need_root, poll
 
 pytestmark = pytest.mark.system
 
@@ -123,3 +123,94 @@ def test_the_documented_cron_sandbox_works_as_printed(tmp_path: Path) -> None:
     assert "try-cron: stopped the sandbox cron" in done.stdout
     poll("the sandbox cron gone", lambda: not os.path.exists(f"/proc/{cron_pid}"), 10)
     poll("the daemon gone", lambda: not os.path.exists(f"/proc/{daemon}"), 30)
+
+
+def namespace_members(ns: str) -> list[int]:
+    """The PIDs whose mount namespace is ``ns`` (a ``mnt:[N]`` link text)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/ns/mnt") == ns:
+                    found.append(int(name))
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def test_stop_ends_every_sandbox_process_even_those_started_during_stop(
+    tmp_path: Path, spawned: Spawned
+) -> None:
+    """`stop` freezes cron first, then every process of the sandbox until none it has not
+    frozen is left, kills them, and names each; a process outside the sandbox running the
+    sandbox's own ghost is not signalled.
+
+    Before (132b2a1, fresh user F 2026-12-06): stop listed the namespace with a `readlink`
+    per process (21 s on a busy host), killed that list once and printed `stopped the
+    sandbox cron (PID 13313) and what it ran: 13313`; a cron job started during the
+    listing (`CRON -f` → `/bin/sh -c ...train_ghost.py` → `python3 ...`) was left running.
+    Here a job that keeps starting processes stands for it: 73 processes were left in the
+    sandbox's namespace. After: 0 left, each stopped one named with its command line.
+    """
+    need_root()
+    need_program("cron", "unshare")
+    box = tmp_path / "rw-try"
+    script = str(REPO / "scripts" / "try-cron.sh")
+    env = dict(os.environ)
+    cron_pid = 0
+    try:
+        start = subprocess.run(["bash", script, "start", str(box)], env=env, capture_output=True,
+                               text=True, timeout=60, check=False)  # fmt: skip
+        assert start.returncode == 0, start.stdout + start.stderr
+        cron_pid = int((box / "cron.pid").read_text())
+        ns = os.readlink(f"/proc/{cron_pid}/ns/mnt")
+        ghost = f"{box}/ghost/train_ghost.py"
+        # A job that starts a process every 0.2 s: whatever the listing takes, something
+        # is started behind it.
+        (box / "ghost" / "spawn.sh").write_text(
+            f"/usr/bin/python3 {ghost} --epochs 40 &\nwhile :; do sleep 600 & sleep 0.2; done\n"
+        )
+        (box / "cron.d" / "legacy-retrain").write_text(
+            f"* * * * * root /bin/sh {box}/ghost/spawn.sh\n"
+        )
+
+        def ghost_pid() -> int | None:
+            for pid in namespace_members(ns):
+                try:
+                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if argv[:2] == [b"/usr/bin/python3", ghost.encode()]:
+                    return pid
+            return None
+
+        job = poll("cron running the job", ghost_pid, timeout_s=90, interval_s=0.5)
+        # The same ghost run by hand on the host, outside the sandbox (it sleeps 40 s):
+        # never signalled.
+        decoy = spawned.start(["/usr/bin/python3", ghost, "--by-hand"])
+        stop = subprocess.run(["bash", script, "stop", str(box)], env=env, capture_output=True,
+                              text=True, timeout=120, check=False)  # fmt: skip
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        left = namespace_members(ns)
+        assert left == [], stop.stdout
+        lines = stop.stdout.splitlines()
+        said = f"try-cron: stopped the sandbox cron (PID {cron_pid}) and what it ran: {cron_pid} "
+        assert lines[0].startswith(said), lines[0]
+        # Each stopped PID, then a line each: cron first, with its command line.
+        stopped = lines[0][len(said) - len(f"{cron_pid} ") :].split()
+        assert job in [int(p) for p in stopped], lines[0]
+        assert [line.split()[1] for line in lines[1:]] == stopped
+        assert lines[1] == f"try-cron:   {cron_pid} cron -f"
+        assert f"try-cron:   {job} /usr/bin/python3 {ghost} --epochs 40" in lines
+        assert decoy.poll() is None
+        assert not (box / "cron.pid").exists()
+        again = subprocess.run(["bash", script, "stop", str(box)], env=env, capture_output=True,
+                               text=True, timeout=60, check=False)  # fmt: skip
+        assert (again.returncode, again.stdout) == (
+            0, f"try-cron: no sandbox cron of {box} runs, and nothing it started is left\n"
+        )  # fmt: skip
+    finally:
+        if cron_pid and os.path.exists(f"/proc/{cron_pid}"):
+            subprocess.run(
+                ["bash", script, "stop", str(box)], capture_output=True, timeout=120, check=False
+            )

@@ -888,3 +888,23 @@ def test_a_line_recorded_disabled_and_re_enabled_since_is_read_as_it_stands(
     assert [g.why_not for g in s.not_proposed] == [
         "its source is gone (its crontab entry is removed now)"
     ]
+
+
+def test_diff_calls_a_run_what_the_daemon_reported_it_as() -> None:
+    """Fresh user F (issue 33): `rogue -> ignored: sleep 0.05 ... ignore entry
+    'root-probe'` for runs the daemon had reported as `unsanctioned-gpu-use` (warning),
+    not as rogue (before, 132b2a1). A rogue run of a class that is not training reads
+    `unsanctioned-gpu-use`, as its finding did; a training one stays `rogue`."""
+    probe = dataclasses.replace(
+        run(201, T0, T0 + 1, tmux(), cmdline=["sleep", "0.05"], user="root"),
+        workload="probe", workload_evidence=["ran 1 s"],
+    )  # fmt: skip
+    trainer = dataclasses.replace(
+        run(202, T0 + 5, T0 + 9, tmux(), cmdline=["sleep", "0.05"], user="root"),
+        workload="training",
+    )
+    cfg = parse_config("ignore:\n- {name: root-probe, user: root}\n", "c.yaml")
+    lines = render_changes(replay([probe, trainer], cfg)).splitlines()
+    assert [line.split(": ")[0].split(" ", 2)[2] for line in lines[:-1]] == [
+        "201 unsanctioned-gpu-use -> ignored", "202 rogue -> ignored",
+    ]  # fmt: skip

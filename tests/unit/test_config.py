@@ -162,3 +162,24 @@ def test_a_boolean_that_is_no_choice_names_what_was_written() -> None:
     assert str(error("enforcement:\n  mode: off\n")) == (
         "/etc/rw/config.yaml:2: enforcement.mode: must be observe or terminate"
     )
+
+
+def test_the_example_ship_gates_entry_uncomments_in_place(tmp_path: Path) -> None:
+    """Fresh user F (issue 33): the example shipped `ship_gates: []` with its entry
+    commented out under it. Uncommented in place, that entry was a YAML syntax error
+    (before, 132b2a1: `config/example.yaml:186: YAML syntax error: expected <block end>`);
+    a `ship_gates:` block appended as docs/weights.md shows was `duplicate key`. Now the
+    key is empty (no gates) and its entry uncomments into one gate."""
+    lines = (REPO / "config" / "example.yaml").read_text().splitlines()
+    at = lines.index("ship_gates:")
+    body = []
+    for line in lines[at + 1 :]:
+        if not line.startswith("#  "):
+            break
+        body.append(line[1:])
+    assert body and body[0].strip().startswith("- name: prod")
+    assert load_config(REPO / "config" / "example.yaml").ship_gates == ()
+    edited = tmp_path / "config.yaml"
+    edited.write_text("\n".join([*lines[: at + 1], *body, *lines[at + 1 + len(body) :]]) + "\n")
+    gates = load_config(edited).ship_gates
+    assert [(g.name, g.deploy_dir) for g in gates] == [("prod", "/srv/models/prod")]

@@ -34,6 +34,36 @@ def test_actions_table_has_a_header_row(tmp_path: Path) -> None:
     assert done.stderr == f"rogue-watchdog: reading {tmp_path}/state/state.db (--state-dir)\n"
 
 
+def test_actions_columns_fit_the_longest_kind_and_help_says_which_dry_runs_are_listed(
+    tmp_path: Path,
+) -> None:
+    # Before (132b2a1, fresh user F): `    3 2026-12-06 10:00:00 daemon         quarantine-
+    # weights done      /w/bad.npy`: the 18-character kind pushed OUTCOME and TARGET out of
+    # line; `actions --help` said "(dry runs included)" though a person's --dry-run prints
+    # `dry run, not recorded` and is never listed.
+    db = StateDB(str(tmp_path / "state"))
+    when = time.mktime((2026, 12, 6, 10, 0, 0, 0, 0, -1))
+    db.record_action("cli:root", "terminate", "PID 42", "will-return", {}, when)
+    db.record_action("daemon", "quarantine-weights", "/w/bad.npy", "done", {}, when)
+    db.record_action("daemon", "terminate", "PID 43", "dry-run", {}, when, dry_run=True)
+    db.close()
+    done = run_cli("actions", "--state-dir", str(tmp_path / "state"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "   ID TIME                ACTOR          ACTION              OUTCOME      TARGET",
+        "    3 2026-12-06 10:00:00 daemon         terminate           dry-run      PID 43"
+        " [dry-run]",
+        "    2 2026-12-06 10:00:00 daemon         quarantine-weights  done         /w/bad.npy",
+        "    1 2026-12-06 10:00:00 cli:root       terminate           will-return  PID 42",
+    ]
+    helped = " ".join(run_cli("actions", "--help").stdout.split())
+    assert "dry runs included" not in helped
+    assert (
+        "The daemon's dry runs (enforcement.dry_run) are listed, marked [dry-run]; a --dry-run"
+        " you run only looks and is not recorded (it prints `dry run, not recorded`)."
+    ) in helped
+
+
 def _daemon_lines(tmp_path: Path, tty: bool) -> list[str]:
     """The daemon's first lines of output, its stdout a terminal or a pipe."""
     tmp_path.mkdir()

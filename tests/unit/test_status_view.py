@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from rogue_watchdog.daemon.status import exit_code, filter_gpu, render_status
 from tests.unit.test_status import DOC
@@ -123,3 +127,95 @@ def test_finding_rows_line_up_whatever_the_id_width() -> None:
         "  F15 high     rogue-job (open 60s, seen 2x): m",
         "  -   warning  unsanctioned-gpu-use (seen in the last scan; not in the state database): m",
     ]
+
+
+def test_status_gpu_that_is_not_here_is_an_error_naming_those_that_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fresh user F (issue 33): `status --gpu 3` on a host with GPUs 0 and 1 exited 0 with
+    the note `GPU 3: NVML lists no such GPU here` (before, 132b2a1: exit 0); now exit 2,
+    the error naming the GPUs NVML lists, as `scan --gpu` does. While NVML is down, a GPU
+    it does not list may be there: the view is shown with its note, as before."""
+    from rogue_watchdog.cli import main
+    from rogue_watchdog.daemon.ipc import StatusServer
+
+    doc = copy.deepcopy(DOC)
+    doc["gpus"].append(dict(doc["gpus"][0], index=1, uuid="GPU-2"))
+    s = StatusServer(str(tmp_path / "s.sock"), lambda: doc)
+    s.start()
+    capsys.readouterr()  # the server's own log line
+    try:
+        code = main(["status", "--socket", s.path, "--gpu", "3"])
+        out, err = capsys.readouterr()
+        assert (code, out, err) == (
+            2, "", "rogue-watchdog: GPU 3: NVML lists no such GPU here (GPUs: 0, 1)\n"
+        )  # fmt: skip
+        code = main(["status", "--socket", s.path, "--gpu", "1", "--json"])
+        assert code == exit_code(filter_gpu(doc, 1)) != 2
+        assert json.loads(capsys.readouterr().out)["gpu_view_note"] is None
+        doc["nvml"] = {"available": False, "driver_version": None, "error": "no library"}
+        code = main(["status", "--socket", s.path, "--gpu", "3", "--json"])
+        assert code == exit_code(filter_gpu(doc, 3)) != 2
+        assert json.loads(capsys.readouterr().out)["gpu_view_note"] == (
+            "GPU 3: NVML is unavailable, so no job can be placed on a GPU: every training job"
+            " is listed"
+        )
+    finally:
+        s.stop()
+
+
+def test_status_severity_and_limit_put_the_critical_finding_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fresh user F (issue 33): 221 open findings printed in full, the one critical
+    `remediation-failed` among them, and no way to narrow them (before, 132b2a1:
+    `status --severity critical` was a usage error, exit 2). Now `--severity LEVEL` keeps
+    that severity and above, `--limit N` the N most severe, most severe first; the exit
+    code follows those shown, as with --gpu."""
+    from rogue_watchdog.cli import main
+    from rogue_watchdog.daemon.ipc import StatusServer
+
+    doc = copy.deepcopy(DOC)
+    doc["degraded"] = {}
+    base = doc["findings"][0]
+    doc["findings"] = [
+        dict(base, id=10 + k, severity="high" if k % 2 else "info", message=f"job {k}")
+        for k in range(220)
+    ]
+    doc["findings"].insert(
+        150, dict(base, id=440, severity="critical", kind="remediation-failed", message="back")
+    )
+    s = StatusServer(str(tmp_path / "s.sock"), lambda: doc)
+    s.start()
+    capsys.readouterr()  # the server's own log line
+    try:
+        assert main(["status", "--socket", s.path, "--severity", "critical"]) == 1
+        lines = capsys.readouterr().out.splitlines()
+        at = next(i for i, x in enumerate(lines) if x.startswith("open findings:"))
+        assert lines[at : at + 3] == [
+            "open findings: 221 (1 shown: at least critical, most severe first)",
+            "  F440 critical remediation-failed (open 10m, seen 120x): back",
+            "alerts: 2 queued, 1 retrying, last error: slack: HTTP 500",
+        ]
+        assert main(["status", "--socket", s.path, "--limit", "3", "--json"]) == 1
+        got = json.loads(capsys.readouterr().out)
+        assert [(f["id"], f["severity"]) for f in got["findings"]] == [
+            (440, "critical"), (11, "high"), (13, "high"),
+        ]  # fmt: skip
+        assert got["findings_selected"] == {"open": 221, "severity": None, "limit": 3}
+        # Only info left: nothing at warning or above is shown, exit 0.
+        doc["findings"] = [f for f in doc["findings"] if f["severity"] == "info"]
+        assert main(["status", "--socket", s.path, "--severity", "warning"]) == 0
+        assert "open findings: 110 (0 shown: at least warning, most severe first)" in (
+            capsys.readouterr().out.splitlines()
+        )
+        for bad, said in (
+            (["--severity", "bad"], "argument --severity: invalid choice: 'bad'"),
+            (["--limit", "0"], "argument --limit: '0': expected a number from 1 to 100000"),
+        ):
+            with pytest.raises(SystemExit) as exc:
+                main(["status", "--socket", s.path, *bad])
+            assert exc.value.code == 2
+            assert said in capsys.readouterr().err
+    finally:
+        s.stop()

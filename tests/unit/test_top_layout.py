@@ -239,10 +239,40 @@ def test_the_findings_follow_the_filter_and_the_selection() -> None:
     press(view, doc, "/", "esc")
     lines = screen(doc, view, 200, 50)
     at = next(i for i, x in enumerate(lines) if x.startswith("  open findings:"))
-    # The selected job's finding first, then the rest by severity (critical first).
+    # A critical one first, then the selected job's, then the rest by severity. Before
+    # (132b2a1): `* F104`, `F900 critical`, `F0`: with 2 shown, a selection pushed the
+    # critical one off (fresh user F, 221 open).
     assert [x[:16] for x in lines[at + 1 : at + 4]] == [
-        "* F104  high    ", "  F900  critical", "  F0    high    ",
+        "  F900  critical", "* F104  high    ", "  F0    high    ",
     ]  # fmt: skip
+
+
+def test_a_critical_finding_is_first_and_a_short_list_leaves_its_rows_to_the_findings() -> None:
+    """Fresh user F (issue 33): `open findings: 221 (2 shown; ...)` at 80x24; at 200x50
+    about 33 blank rows under the job list while 7 of 221 were shown. Before (132b2a1),
+    200x50 with 3 jobs and 222 findings: 7 shown; after: 33, the critical one first."""
+    doc, view = busy(3), View(btime_s=BTIME, selected=10001)
+    doc["findings"] = [
+        {"id": 1000 + k, "severity": "warning", "kind": "rogue-job", "message": f"job {k}",
+         "root_pid": 20000 + k}
+        for k in range(220)
+    ]  # fmt: skip
+    doc["findings"].insert(
+        150, {"id": 99, "severity": "critical", "kind": "remediation-failed", "message": "back"}
+    )
+    doc["findings"].append(
+        {"id": 5, "severity": "high", "kind": "rogue-job", "message": "x", "root_pid": 10001}
+    )
+    lines = screen(doc, view, 200, 50)
+    at = next(i for i, x in enumerate(lines) if x.startswith("  open findings:"))
+    assert lines[at] == "  open findings: 222 (33 shown; `rogue-watchdog status` lists all)"
+    assert [x[:16] for x in lines[at + 1 : at + 4]] == [
+        "  F99   critical", "* F5    high    ", "  F1000 warning ",
+    ]  # fmt: skip
+    assert lines[-1] == screen(doc, view, 200, 50)[-1]  # the status line stays last
+    small = screen(doc, view, 80, 24)
+    at = next(i for i, x in enumerate(small) if x.startswith("  open findings:"))
+    assert small[at + 1].startswith("  F99   critical remediation-failed: back")
 
 
 def test_the_explain_pane_wraps_at_words_under_its_indent() -> None:

@@ -153,3 +153,43 @@ def test_destination_that_is_a_link_is_replaced_not_written_through(tmp_path: Pa
     r = ship(src, live)
     assert r.exit_code == 0 and not live.is_symlink()
     assert live.read_bytes() == src.read_bytes() and target.read_bytes() == before
+
+
+def test_ship_names_a_tensor_as_verify_weights_does(tmp_path: Path) -> None:
+    """Fresh user F (issue 33): `ship bad.npy dst/model.npy` named the tensor `model`
+    (the destination's stem: the staged copy was named as DST) where `verify-weights
+    bad.npy` calls it `bad`. One rule now, the source's: both say `bad`."""
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.array([1.0, float("nan"), 3.0], np.float32))
+    dest = tmp_path / "dst"
+    dest.mkdir()
+    verified = run_cli("verify-weights", "--no-progress", str(bad))
+    shipped = run_cli("ship", "--no-progress", str(bad), str(dest / "model.npy"))
+    assert (verified.returncode, shipped.returncode) == (1, 1)
+
+    def tensor_rows(out: str) -> list[str]:
+        return [x.split("\t")[0].strip() for x in out.splitlines() if x.count("\t") >= 6]
+
+    assert tensor_rows(verified.stdout)[-1:] == tensor_rows(shipped.stdout)[-1:] == ["bad"]
+    assert not (dest / "model.npy").exists() and _leftovers(dest) == []
+
+
+def test_gate_says_the_command_was_not_run(tmp_path: Path) -> None:
+    """Fresh user F (issue 33): `gate` printed REFUSED and exited 124 but never said in
+    words that the command was not run (before, 132b2a1: no such line)."""
+    bad = _st(tmp_path / "bad.safetensors", float("nan"))
+    marker = tmp_path / "deployed"
+    cp = run_cli("gate", "--no-progress", "--weights", str(bad), "--", "touch", str(marker))
+    assert cp.returncode == 124 and not marker.exists()
+    assert f"gate: the command was not run (a NaN or infinity found; exit 124): touch {marker}" in (
+        cp.stderr.splitlines()
+    )
+    odd = tmp_path / "odd.onnx"
+    odd.write_bytes(b"\x08\x07")
+    cp = run_cli("gate", "--no-progress", "--weights", str(odd), "--", "echo", "a\nb")
+    assert cp.returncode == 125
+    assert "gate: the command was not run (not verified; exit 125): echo 'a⏎b'" in (
+        cp.stderr.splitlines()
+    )
+    cp = run_cli("gate", "--json", "--no-progress", "--weights", str(bad), "--", "true")
+    assert "not run" not in cp.stderr  # JSON stays JSON: the events carry the command

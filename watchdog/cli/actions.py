@@ -511,15 +511,26 @@ def cmd_actions(args: argparse.Namespace) -> int:
     if not recs:
         _out(f"no actions recorded in {db.path}")
         return 0
-    # The header names the columns as `undo ID` and the audit trail use them.
-    _out(f"{'ID':>5} {'TIME':<19} {'ACTOR':<14} {'ACTION':<15} {'OUTCOME':<9} TARGET")
+    # The header names the columns as `undo ID` and the audit trail use them. A column
+    # is as wide as its longest value (`quarantine-weights`, `will-return`), at least the
+    # usual width, so the next column stays in line.
+    actor_w = max([14, *(len(r.actor) + 1 for r in recs)])
+    kind_w = max([15, *(len(r.kind) + 1 for r in recs)])
+    outcome_w = max([9, *(len(r.outcome) + 1 for r in recs)])
+    _out(
+        f"{'ID':>5} {'TIME':<19} {'ACTOR':<{actor_w}} {'ACTION':<{kind_w}} "
+        f"{'OUTCOME':<{outcome_w}} TARGET"
+    )
     for r in recs:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at))
         flags = (" [dry-run]" if r.dry_run else "") + (" [undone]" if r.undone_at else "")
         flags += _STATE_FLAGS.get(r.state, "")
         unreadable = isinstance(r.undo, dict) and "unreadable" in r.undo
         undo = " (undo available)" if r.undo and not r.undone_at and not unreadable else ""
-        _out(f"{r.id:>5} {when} {r.actor:<14} {r.kind:<15} {r.outcome:<9} {r.target}{flags}{undo}")
+        _out(
+            f"{r.id:>5} {when} {r.actor:<{actor_w}} {r.kind:<{kind_w}} "
+            f"{r.outcome:<{outcome_w}} {r.target}{flags}{undo}"
+        )
     return 0
 
 
@@ -662,8 +673,11 @@ def _add_actions(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         parents=[common],
         **command_help(
             "list recorded actions",
-            "The audit trail, newest first: every terminate, disable-source and undo (dry "
-            "runs included), who ran it, its outcome and whether it can be undone.",
+            "The audit trail, newest first: every terminate, disable-source, undo, "
+            "quarantine-weights, slurm-sweep, gpu-deny and gpu-lift, who ran it, its outcome "
+            "and whether it can be undone. The daemon's dry runs (enforcement.dry_run) are "
+            "listed, marked [dry-run]; a --dry-run you run only looks and is not recorded "
+            "(it prints `dry run, not recorded`).",
             ["rogue-watchdog actions", "rogue-watchdog actions --limit 5 --json"],
             [(0, "listed"), (2, "usage error or an unreadable state directory")],
         ),

@@ -18,6 +18,7 @@ from functools import partial
 from typing import IO, TYPE_CHECKING, Any
 
 from ..logs import get_logger
+from ..spelling import SEVERITIES
 from .common import (
     CliError,
     config_parent,
@@ -364,10 +365,25 @@ def not_running_hint(config: str | None, run_dir: str | None = None) -> str:
     )
 
 
+def finding_limit(text: str) -> int:
+    """argparse type for ``status --limit N``: 1 to 100000 (ASCII digits)."""
+    t = text.strip()
+    if not (t.isascii() and t.isdigit()) or not 1 <= int(t) <= 100_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number from 1 to 100000")
+    return int(t)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """``status``: what the running daemon sees; exit 0/1/3/4 (docs/status.md), 2 on
     usage errors."""
     if args.watch:
+        if args.severity is not None or args.limit is not None:
+            print(
+                "rogue-watchdog: status: --severity and --limit are for the printed status, "
+                "not --watch (its findings are listed most severe first)",
+                file=sys.stderr,
+            )
+            return 2
         from .top import run
 
         return run(args)
@@ -385,7 +401,13 @@ def cmd_status(args: argparse.Namespace) -> int:
             emit(json.dumps({"state": state, "socket": path, "error": str(exc)}))
         print(f"rogue-watchdog: {message}", file=sys.stderr)
         return exc.exit_code
-    from ..daemon.status import exit_code, filter_gpu, render_status
+    from ..daemon.status import (
+        exit_code,
+        filter_gpu,
+        missing_gpu,
+        render_status,
+        select_findings,
+    )
 
     other = _other_daemon(args, doc, path)
     if other is not None:
@@ -394,7 +416,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"rogue-watchdog: {other}", file=sys.stderr)
         return 4
     if args.gpu is not None:
+        missing = missing_gpu(doc, args.gpu)
+        if missing is not None:  # a typo is not an empty view
+            print(f"rogue-watchdog: {missing}", file=sys.stderr)
+            return 2
         doc = filter_gpu(doc, args.gpu)
+    if args.severity is not None or args.limit is not None:
+        doc = select_findings(doc, args.severity, args.limit)
     if args.json:
         emit(json.dumps(doc, indent=2, sort_keys=True))
     else:
@@ -484,13 +512,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             [
                 "rogue-watchdog status",
                 "rogue-watchdog status --gpu 3",
+                "rogue-watchdog status --severity critical   # only what is critical",
+                "rogue-watchdog status --severity high --limit 10   # the 10 most severe",
                 "rogue-watchdog status --json | jq '.findings[] | {id, kind, message}'",
                 "rogue-watchdog status --socket /run/rogue-watchdog/status.sock --timeout 2",
             ],
             [
                 (0, "running, nothing open"),
-                (1, "running, with open findings of severity warning or above, or degraded"),
-                (2, "usage error"),
+                (
+                    1,
+                    "running, with open findings of severity warning or above (with --gpu, "
+                    "--severity or --limit: among those shown), or degraded",
+                ),
+                (
+                    2,
+                    "usage error; --gpu N names a GPU NVML does not list (the error names "
+                    "those it lists)",
+                ),
                 (3, "not running"),
                 (4, "state unknown: permission denied, timeout or a garbled answer"),
             ],
@@ -503,6 +541,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         type=gpu_index,
         metavar="N",
         help="only GPU N (NVML index): that GPU, the jobs on it and their open findings",
+    )
+    p.add_argument(
+        "--severity",
+        choices=SEVERITIES,
+        metavar="LEVEL",
+        help="only findings of LEVEL or above (info, warning, high, critical), most severe first",
+    )
+    p.add_argument(
+        "--limit",
+        type=finding_limit,
+        metavar="N",
+        help="at most N findings (1..100000), most severe first, then oldest first",
     )
     p.add_argument(
         "--timeout", type=seconds, default=5.0, help="seconds to wait for an answer (default 5)"

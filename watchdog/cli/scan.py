@@ -75,7 +75,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     from ..config import load_config
     from ..model import REPORTED_SEVERITIES
     from ..queue.source import one_shot_queue_findings
-    from ..render import filter_gpu, gpu_view_note, result_json, result_table
+    from ..render import filter_gpu, gpu_view_note, missing_gpu, result_json, result_table
     from ..scan import Scanner
 
     path = command_config_path(args.config, acts=False)
@@ -92,6 +92,10 @@ def cmd_scan(args: argparse.Namespace) -> int:
         result = dataclasses.replace(result, findings=[learned(f) for f in result.findings])
         notes.append(learning)
     if args.gpu is not None:
+        missing = missing_gpu(result, args.gpu)
+        if missing is not None:  # a typo is not an empty view
+            print(f"rogue-watchdog: {missing}", file=sys.stderr)
+            return 2
         note = gpu_view_note(result, args.gpu)
         notes += [note] if note else []
         result = filter_gpu(result, args.gpu)
@@ -370,7 +374,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "a finding of severity warning or above (a rogue training job, say; "
                     "during the learning period such findings are info, as the daemon's)",
                 ),
-                (2, "usage or configuration error"),
+                (
+                    2,
+                    "usage or configuration error; --gpu N names a GPU NVML does not list "
+                    "(the error names those it lists)",
+                ),
             ],
         ),
     )

@@ -460,8 +460,9 @@ def shown_findings(
     """The open findings under the list, and how many there are in all.
 
     They follow the list: with a filter, only the findings about a job it shows or whose
-    own text holds each word; those about the selected job first, then by severity
-    (critical first), then as the daemon lists them.
+    own text holds each word. Critical ones first (a selection never pushes one off the
+    screen: fresh user F, issue 33), then those about the selected job, then by severity,
+    then as the daemon lists them.
 
     Args:
         doc: The status document.
@@ -483,6 +484,7 @@ def shown_findings(
     order = sorted(
         range(len(shown)),
         key=lambda i: (
+            shown[i].get("severity") != "critical",
             view.selected not in _finding_pids(shown[i]),
             SEVERITY_RANK.get(str(shown[i].get("severity")), 4),
             i,
@@ -572,6 +574,10 @@ def layout(
     if chosen is not None:
         view.selected = chosen.get("root_pid")  # the findings follow the selection
     budget = max(1, min(left // 5, 8))
+    # Rows the job list does not need go to the findings (at 200x50, 33 blank rows sat
+    # under a short list while 7 of 221 findings were shown: fresh user F).
+    spare = left - 1 - len(detail) - (1 + max(1, len(jobs))) - 2
+    budget = max(budget, spare)
     findings = _findings(doc, width, budget, colour, view, jobs) if left >= 8 else []
     room = max(1, left - 1 - len(detail) - len(findings))
     view.page = max(1, room - 1)

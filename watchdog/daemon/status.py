@@ -15,6 +15,7 @@ from ..render import (
     fit,
     gpu_json,
     gpu_lines,
+    no_such_gpu,
     output_width,
     paint,
     placement_blind,
@@ -23,7 +24,7 @@ from ..render import (
     use_colour,
     view_note,
 )
-from ..spelling import REPORTED_SEVERITIES, finding_ref
+from ..spelling import REPORTED_SEVERITIES, SEVERITIES, finding_ref
 
 if TYPE_CHECKING:
     from ..model import Finding, Job
@@ -341,6 +342,47 @@ def _finding_head(f: dict[str, Any], ref_w: int = 3) -> str:
     return f"{finding_ref(f['id']):<{ref_w}} {sev:<8} {kind} ({', '.join(parts)})"
 
 
+def select_findings(
+    doc: dict[str, Any], severity: str | None = None, limit: int | None = None
+) -> dict[str, Any]:
+    """The status document with its findings narrowed to ``severity`` or above and at most
+    ``limit`` of them, most severe first (then oldest first, as the daemon lists them);
+    ``findings_selected`` says how many were open and what was asked, for the text
+    (``open findings: 221 (3 shown: at least critical, most severe first)``).
+
+    Args:
+        doc: A status document (``build_status``), possibly narrowed by :func:`filter_gpu`.
+        severity: The least severity kept (``info`` ... ``critical``); None keeps all.
+        limit: The most findings kept; None keeps all.
+    """
+    found = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
+
+    def rank(f: dict[str, Any]) -> int:
+        sev = f.get("severity")
+        return SEVERITIES.index(sev) if sev in SEVERITIES else -1  # an unknown one last
+
+    least = SEVERITIES.index(severity) if severity in SEVERITIES else -1
+    kept = sorted((f for f in found if rank(f) >= least), key=lambda f: -rank(f))
+    return {
+        **doc,
+        "findings": kept[:limit] if limit is not None else kept,
+        "findings_selected": {"open": len(found), "severity": severity, "limit": limit},
+    }
+
+
+def missing_gpu(doc: dict[str, Any], index: int) -> str | None:
+    """Why ``status --gpu index`` names no GPU the daemon's NVML lists (the rule of
+    :func:`watchdog.render.no_such_gpu`), or None."""
+    return no_such_gpu(
+        index,
+        nvml_available=bool((doc.get("nvml") or {}).get("available")),
+        blind=placement_blind(f.get("kind") or "" for f in doc.get("findings") or []),
+        gpu_indexes={
+            g.get("index") for g in doc.get("gpus") or [] if isinstance(g.get("index"), int)
+        },
+    )
+
+
 def filter_gpu(doc: dict[str, Any], index: int) -> dict[str, Any]:
     """The status document narrowed to GPU ``index``: that GPU (and its MIG instances),
     the jobs on it and their open findings, and those about what the daemon cannot see at
@@ -570,6 +612,14 @@ def _outcome_lines(doc: dict[str, Any]) -> list[str]:
     """The open findings, the alerts' delivery and the degraded components."""
     findings = doc.get("findings") or []
     out = [f"open findings: {len(findings)}"]
+    asked = doc.get("findings_selected")
+    if isinstance(asked, dict):  # status --severity/--limit: say what is left out
+        what = [f"at least {asked['severity']}"] if asked.get("severity") else []
+        what += [f"at most {asked['limit']}"] if asked.get("limit") else []
+        out = [
+            f"open findings: {asked.get('open')} ({len(findings)} shown: {', '.join(what)}, "
+            "most severe first)"
+        ]
     ref_w = max((len(finding_ref(f.get("id"))) for f in findings), default=1)
     out.extend(f"  {_finding_head(f, ref_w)}: {f.get('message')}" for f in findings)
     alerts = doc.get("alerts") or {}

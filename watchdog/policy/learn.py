@@ -1070,6 +1070,15 @@ def replay(
     return out
 
 
+def verdict_word(verdict: str, workload: str | None) -> str:
+    """A recorded or replayed verdict as the daemon reported it: a rogue run of a class
+    that is not training (``serving``, ``probe``...) was an ``unsanctioned-gpu-use``
+    finding (:func:`watchdog.policy.findings.job_findings`), never called rogue."""
+    if verdict == "rogue" and workload in NON_TRAINING_CLASSES:
+        return "unsanctioned-gpu-use"
+    return verdict
+
+
 def render_changes(changes: Sequence[Change]) -> str:
     """One line per changed run, each followed by its suspects, indented (host text
     escaped); the last line counts them."""
@@ -1078,9 +1087,10 @@ def render_changes(changes: Sequence[Change]) -> str:
     lines = []
     for c in changes:
         o = origin_from_json(c.run.origin)
+        was, would = (verdict_word(v, c.run.workload) for v in (c.was, c.would))
         lines.append(
             safe_text(
-                f"{_when(c.run.started_at)} PID {c.run.root_pid} {c.was} -> {c.would}: "
+                f"{_when(c.run.started_at)} PID {c.run.root_pid} {was} -> {would}: "
                 f"{' '.join(c.run.cmdline)} (user {c.run.user}, {o.describe()}): {c.reason}"
             )
         )

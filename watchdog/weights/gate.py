@@ -13,6 +13,7 @@ copies the verified bytes themselves and has none.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from typing import Any, TextIO
 
 import structlog
 
+from ..hosttext import safe_text
 from .api import verify
 from .report import Report, Status
 from .scan import ProgressFn
@@ -115,8 +117,15 @@ def run_gate(
     out.write((report.to_json() if json_output else report.render_text()) + "\n")
     out.flush()
     if report.exit_code != 0:
+        code = _REFUSED.get(report.exit_code, GATE_REFUSED_UNVERIFIED)
+        if not json_output:  # the JSON stream stays JSON: its events carry `command`
+            why = "a NaN or infinity found" if code == GATE_REFUSED_NONFINITE else "not verified"
+            out.write(
+                f"gate: the command was not run ({why}; exit {code}): "
+                f"{safe_text(shlex.join(command))}\n"
+            )
         log_refusals(report, command, out)
-        return _REFUSED.get(report.exit_code, GATE_REFUSED_UNVERIFIED)
+        return code
     try:
         return subprocess.run(list(command), check=False).returncode
     except OSError as exc:

@@ -135,7 +135,9 @@ def ship(
             stage = tempfile.mkdtemp(prefix=f".{dst_p.name}.ship-", dir=dst_p.parent)
         except OSError as exc:
             return _refused(dst_p, "unknown", f"cannot stage beside the destination: {exc}")
-        staged = Path(stage) / dst_p.name
+        # Named as the source (its stem, DST's suffix choosing the format): a tensor a
+        # file names after itself (.npy) reads as `verify-weights SRC` calls it.
+        staged = Path(stage) / f"{src_p.stem}{dst_p.suffix}"
         out_fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             copied = _copy_fd(src_fd, out_fd, progress)
