@@ -25,7 +25,8 @@ rogue-watchdog is never wrong in the dangerous direction:
   open pages on its own, unless it is louder than that page;
 - I9 a killed job's return is always paged: an unsanctioned signature that may train
   (class training or unknown) back after one of the runs it had last was ended by a
-  signal (ours or a person's) opens ``respawned`` at that tick and spools its ``open``
+  signal (ours or a person's; before the tick's scan, not by that tick's own action)
+  opens ``respawned`` at that tick and spools its ``open``
   (or did at a tick the daemon was killed in after storing it, before the action it
   died in: a kill leaves that tick unchecked).
 - I10 a service is never collateral: no ``systemctl`` stop, disable or mask of a unit
@@ -1066,7 +1067,14 @@ class TrustMachine(RuleBasedStateMachine):
         for sig, job in first.items():
             was = self.sightings.get(sig)
             back = was is not None and rows.get(sig, 0) > was
-            killed = self.last_roots.get(sig, set()) & self.host.killed
+            # A run killed in this very tick (the enforcer acts after the scan) was alive
+            # when the scan saw it: the job is not back after that kill (seed 33063, a
+            # sighting stored late after a storage outage made it look back).
+            killed = {
+                (pid, start)
+                for pid, start in self.last_roots.get(sig, set()) & self.host.killed
+                if self.before.get(pid, (None, None))[1] != start
+            }
             if back and job.unsanctioned and job.may_train and killed:
                 # Paged at this tick, naming a run that is here now; or at a tick since
                 # the last checked one that the daemon was killed in (its findings were

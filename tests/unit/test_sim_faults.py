@@ -62,6 +62,11 @@ Restart sources (issue 31: Docker restart policies, a re-queuing at job):
 15. (seed 65001, 100,000 steps) A supervisord program restarted the moment its run
    exited, at the very time of the daemon's last look: not taken for a return, so its
    remediation-failed paged twice.
+16. (seed 33063, 3,000 steps) A probe loop's next run seen only in memory during a storage
+   outage, terminate mode, storage back: the tick that stored the outage's sighting also
+   terminated that run, and the simulator took it for "back as the run just killed, no
+   page" (I9). A kill after the tick's scan is not one before it: the simulator's error;
+   the loop's next run, a real return, is paged.
 """
 
 from __future__ import annotations
@@ -469,3 +474,41 @@ def test_a_program_supervisord_restarts_the_moment_it_exits_is_a_return() -> Non
     # BEFORE (0b0e2b9): "I8/I13: remediation-failed of action 2 paged twice: F3 at
     # 1800086447.0, F5 at 1800086453.0, no kill between, not quiet".
     assert violation(steps) == ""
+
+
+I9_SHRUNK = (
+    "m.probe_loop(gpu=False);m.storage(ok=False);"
+    "m.reload(auto=True, cap=1, gpu='enforce', mode='terminate');m.probe_loop(gpu=False);"
+    "m.storage(ok=True);m.tick(seconds=5.0)"
+)
+
+
+def test_a_run_terminated_in_the_tick_that_stores_its_sighting_is_not_back() -> None:
+    # 16. (seed 33063, 3,000 steps, kernel events off) A probe loop's run, a storage
+    # outage, terminate mode, the next run (the one before ended by itself) seen only in
+    # memory, storage back: that tick stores the outage's sighting and the enforcer
+    # terminates the run the scan saw. The simulator read the sighting as a return and
+    # the kill after the scan as one before it: "back" as the very run just killed. A run
+    # alive at the tick's start was not killed before that tick's scan.
+    # BEFORE (81940e1's simulator; also ad42f19): "I9: d0c8da31d6c876eb back as 4000003
+    # after {(4000003, 8644020)} was killed: no page".
+    assert violation(I9_SHRUNK) == ""
+    # The seed's own steps (with its at jobs): the same shape.
+    steps = (
+        "m.gpu_user(what='display');" + "m.at_job_runs();" * 3 + "m.probe_loop(gpu=False);"
+        "m.storage(ok=False);m.reload(auto=True, cap=1, gpu='enforce', mode='terminate');"
+        + "m.at_job_runs();" * 6
+        + "m.probe_loop(gpu=False);m.storage(ok=True);m.tick(seconds=5.0)"
+    )
+    # BEFORE: "I9: d0c8da31d6c876eb back as 4000031 after {(4000031, 8886600)} was
+    # killed: no page".
+    assert violation(steps) == ""
+
+
+def test_a_return_after_a_kill_in_the_tick_that_stored_the_outage_still_pages() -> None:
+    # 16, the other side: the loop's next run after that terminate is a return after a
+    # kill; the daemon pages it (respawned, critical) and I9 checks it.
+    out = run(I9_SHRUNK + ";m.probe_loop(gpu=False)")
+    assert out.returncode == 0, out.stderr[-4000:]
+    opened = [ln for ln in out.stdout.splitlines() if "finding-opened" in ln]
+    assert any("kind=respawned" in ln and "as PID 4000005" in ln for ln in opened), opened
