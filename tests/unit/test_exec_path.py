@@ -224,3 +224,64 @@ def test_the_loop_answers_a_capture_by_the_exec_path_and_a_watched_exit_by_a_tic
         proc.stdin.close()
         proc.wait(10)
         d.db.close()
+
+
+def test_a_new_run_the_exec_path_leaves_to_the_tick_gets_that_tick_at_once(
+    tmp_path: Path,
+) -> None:
+    """A run of a known signature (a cron loop's next run) is the tick's to judge (its
+    return, its periodic fold): the pass leaves it, and the whole tick follows at once,
+    as before the exec path, not an interval later. Found by
+    tests/system/test_proc_events.py (a 300 ms cron trainer): its second run ended
+    before the 60 s tick and was never seen; no ``periodic: 2 runs``."""
+    import subprocess
+    import sys
+    import threading
+
+    from rogue_watchdog.sources.procevents import EventBatch
+    from tests.conftest import poll as wait_for
+    from tests.unit.test_proc_events import FakeFeed, _capture_chain, config
+
+    d = Daemon(config(tmp_path), None)  # interval 60 s
+    feed = FakeFeed(EventBatch())
+    d.scanner.events = feed
+    ticks: list[object] = []
+    d.on_tick.append(ticks.append)
+    script = tmp_path / "train_loop_again.py"
+    script.write_text("import sys\nsys.stdin.read()\n")
+
+    def start() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE)
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        wait_for("the exec", lambda: str(script) in cmdline.read_text(errors="replace"), 10)
+        return proc
+
+    def stop(proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(10)
+
+    first = start()
+    loop = threading.Thread(target=d.run_forever)
+    second = None
+    try:
+        loop.start()
+        wait_for("the first tick", lambda: len(ticks) == 1, 30)
+        assert [r.root_pid for r in d.db.open_findings() if r.kind == "rogue-job"] == [first.pid]
+        # The tick at the end of its settle (alerts.settle_s) too: then none is due.
+        wait_for("the settle's tick", lambda: d.tracker.settle_due is None, 30)
+        base = len(ticks)
+        stop(first)
+        second = start()
+        feed.batch = EventBatch(captured=_capture_chain(second.pid), candidates={second.pid})
+        d.request_tick()
+        wait_for("the exec path", lambda: d.exec_ticks == 1, 30)
+        # Before: no tick until the interval's (60 s); now the whole tick follows.
+        wait_for("the whole tick after the pass", lambda: len(ticks) == base + 1, 30)
+        assert d.exec_left == []
+    finally:
+        d.request_stop()
+        loop.join(30)
+        if second is not None:
+            stop(second)
+        d.db.close()

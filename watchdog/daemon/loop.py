@@ -320,6 +320,8 @@ class Daemon:
         # The exec path's passes (exec_tick) and how long the last one took, seconds.
         self.exec_ticks = 0
         self.exec_tick_s = 0.0
+        # The new runs the last exec pass left to the tick (identities): a tick follows.
+        self.exec_left: list[tuple[int, int]] = []
         # PID → wait(2) status of the processes the kernel saw exit since the last call
         # (the proc connector: events.attach_events); None when polling only. Read at the
         # start of a tick, before its scan.
@@ -693,6 +695,12 @@ class Daemon:
             return None  # the tick that follows says why (degraded "scan")
         learning = self.learning(now)
         findings = [learned(f) for f in result.findings] if learning else result.findings
+        first = self.tracker.first_signature
+        fresh = [
+            (j.root_pid, j.start_ticks)
+            for j in result.jobs
+            if j.verdict != "ignored" and (j.root_pid, j.start_ticks) not in first
+        ]
         try:
             track = self.tracker.open_new(
                 result.jobs,
@@ -708,6 +716,11 @@ class Daemon:
         self._log_events(track)
         self.exec_ticks += 1
         self.exec_tick_s = time.monotonic() - started
+        # A new run the pass left to the tick (a return of a known signature, several
+        # instances, an undo to name) is judged by a whole tick at once, as before the
+        # exec path: a 300 ms cron run gone before the next interval's tick was never
+        # seen (test_proc_events, a periodic loop's second run).
+        self.exec_left = [i for i in fresh if i not in self.tracker.first_signature]
         return track
 
     def _exec_ready(self) -> bool:
@@ -955,16 +968,25 @@ class Daemon:
             deadline = -math.inf
             while True:
                 began = time.monotonic()
-                exec_first = self._early.is_set() and began < deadline and self._exec_ready()
+                # A run the last pass left to the tick gets that tick next, also while
+                # more captures come (an exec storm must not hold it off).
+                exec_first = (
+                    self._early.is_set()
+                    and began < deadline
+                    and not self.exec_left
+                    and self._exec_ready()
+                )
                 self._early.clear()
                 now = clock()
                 if exec_first and self.exec_tick(now) is not None:
                     feed = self.scanner.events
-                    if feed is not None and feed.full_wanted:
-                        # A watched exit or the like asked too: that whole tick follows,
-                        # spaced like any early tick, after the captures were judged.
+                    if self.exec_left or (feed is not None and feed.full_wanted):
+                        # A watched exit or the like asked too, or the pass left a new
+                        # run to the tick: that whole tick follows, spaced like any
+                        # early tick, after the captures were judged.
                         self._early.set()
                 else:
+                    self.exec_left = []
                     self.tick(now)
                     # The next tick an interval after this one; the exec path moves none.
                     deadline = time.monotonic() + self.config.daemon.interval_s
