@@ -267,7 +267,8 @@ def test_a_new_run_the_exec_path_leaves_to_the_tick_gets_that_tick_at_once(
     try:
         loop.start()
         wait_for("the first tick", lambda: len(ticks) == 1, 30)
-        assert [r.root_pid for r in d.db.open_findings() if r.kind == "rogue-job"] == [first.pid]
+        # (other processes on this host may have findings too: only ours is asserted)
+        assert first.pid in [r.root_pid for r in d.db.open_findings() if r.kind == "rogue-job"]
         # The tick at the end of its settle (alerts.settle_s) too: then none is due.
         wait_for("the settle's tick", lambda: d.tracker.settle_due is None, 30)
         base = len(ticks)

@@ -714,6 +714,12 @@ class Daemon:
             log.warning("exec-path-failed", part="state", error=repr(exc))
             return None  # nothing was filed (rolled back): the tick stores or keeps it
         self._log_events(track)
+        last = self.last
+        if last is not None and last.result is not None:
+            # `status` lists the jobs this pass saw (a finding it filed names a job that
+            # `status` shows); the last whole scan's time and findings stay.
+            seen = dataclasses.replace(result, findings=last.result.findings)
+            self.last = dataclasses.replace(last, result=seen)
         self.exec_ticks += 1
         self.exec_tick_s = time.monotonic() - started
         # A new run the pass left to the tick (a return of a known signature, several
