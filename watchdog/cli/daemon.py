@@ -467,6 +467,11 @@ def _other_daemon(args: argparse.Namespace, doc: dict[str, object], path: str) -
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``run`` and ``status`` to the CLI."""
+    _register_run(sub)
+    _register_status(sub)
+
+
+def _register_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "run",
         parents=[config_parent(daemon_first=False)],
@@ -500,6 +505,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.set_defaults(func=cmd_run)
 
+
+def _register_status(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "status",
         parents=[config_parent(daemon_first=False)],
