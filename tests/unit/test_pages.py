@@ -321,14 +321,16 @@ def test_a_lone_short_run_that_ends_by_itself_within_the_settle_is_recorded_not_
 ) -> None:
     """A job that ended by itself before its picture settled left nothing to act on:
     its finding is recorded (and counted), not paged (it waits RETURN_WINDOW_S for the
-    job to come back, then resolves); a run stopped by a signal within the settle still
-    gets its open (and its resolve)."""
+    job to come back, then resolves); so did a run a signal from someone else stopped
+    within the settle (fresh user G, issue 33: before, its open and resolve were sent;
+    should it come back, ``respawned`` pages it). Only this product's own action owes
+    the open (tests/unit/test_pages_without_nvml.py)."""
     waiting = run_loop(tmp_path / "waiting", 1)
     assert waiting["pages"] == [] and [f["kind"] for f in waiting["open"]] == ["rogue-job"]
     quiet = run_loop(tmp_path / "quiet", 1, quiet=RETURN_WINDOW_S + 1)
     assert quiet["pages"] == [] and quiet["open"] == []
     killed = run_loop(tmp_path / "killed", 1, kill_at=0)
-    assert [tuple(p) for p in killed["pages"]] == [("open", "rogue-job", "high")]
+    assert killed["pages"] == []
 
 
 def test_learning_downgrades_every_kind_about_what_runs_and_nothing_else() -> None:

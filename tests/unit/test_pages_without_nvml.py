@@ -49,7 +49,7 @@ script = Path(tmp) / f"{token}.py"
 script.write_text("import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n"
                   "    time.sleep(0.005)\n")
 t0, pids, sent = 1_900_000_000.0, [], []
-# plan: [(how it ends: "alone" | "TERM" | "runs", tick offsets (s) while it runs)]
+# plan: [(how it ends: "alone" | "TERM" | "OURS" | "runs", tick offsets (s) while it runs)]
 for n, (how, ticks) in enumerate(plan):
     go = Path(tmp) / f"go-{n}"
     p = subprocess.Popen([sys.executable, "-S", str(script), str(go)])
@@ -62,7 +62,11 @@ for n, (how, ticks) in enumerate(plan):
         d.tick(t0 + dt)
     if how == "runs":
         p.kill(); p.wait(); continue
-    if how == "TERM":
+    if how == "OURS":  # this product's terminate names the finding, then signals
+        [fid] = [r.id for r in d.db.open_findings() if r.root_pid == p.pid]
+        d.db.record_action("daemon", "terminate", f"PID {p.pid}", "ok", {},
+                           t0 + ticks[-1], finding_id=fid)
+    if how in ("TERM", "OURS"):
         p.send_signal(signal.SIGTERM)
     else:
         go.touch()
@@ -101,19 +105,25 @@ def test_without_nvml_a_run_that_ended_by_itself_within_the_settle_is_not_paged(
     """Before (132b2a1): a bench trainer seen at one tick and gone 1 s later by itself
     was paged (``open`` high at once, then ``resolve``): 2 alerts per 1 s run. After:
     none; a rogue that keeps running is paged once, at its settle's end (5 s), not at
-    its first look, and never again; one stopped by a signal within the settle gets its
-    open (saying what ran, not "nothing left to stop") and its resolve."""
+    its first look, and never again. One stopped by this product's own terminate within
+    the settle gets its open (saying what ran, not "nothing left to stop") and its
+    resolve; one a signal from anyone else stopped sends nothing (fresh user G: 46 of
+    76 high opens were another engineer's test processes its teardown killed, opened
+    and resolved in the same second; before 5f6d1db: an open and a resolve)."""
     doc = _run(
         tmp_path,
-        [("alone", [0.0]), ("runs", [0.0, 2.0, 4.0, 5.0, 7.0, 60.0]), ("TERM", [0.0])],
-    )
+        [
+            ("alone", [0.0]), ("runs", [0.0, 2.0, 4.0, 5.0, 7.0, 60.0]), ("OURS", [0.0]),
+            ("TERM", [0.0]),
+        ],
+    )  # fmt: skip
     assert doc["nvml"] == ["nvml-unavailable"]  # no process lists, as on that host
-    assert doc["not_alerted"] == 1, doc  # the run that ended by itself: recorded, counted
+    assert doc["not_alerted"] == 2, doc  # ended by itself, or by another's signal: counted
     sent = [(n, ev, sev) for n, ev, sev, _m in doc["sent"]]
     assert sent == [
         (1, "open", "high"),  # at t=5, the settle's end
         (1, "resolve", "high"),  # seen gone at the next job's first tick
-        (2, "open", "high"),
+        (2, "open", "high"),  # our terminate: the record of what ran and was stopped
         (2, "resolve", "high"),
     ]
     assert not any("nothing left to stop" in m for _n, ev, _s, m in doc["sent"] if ev == "open")

@@ -689,7 +689,13 @@ class Tracker:
             # Seen only at its exec, already gone: no evidence it was stopped, and
             # nothing was ever there to act on.
             return not rec.details.get("exited")
-        return bool(status & 0x7F)
+        # A signal ended it: the open is owed only when this product's own action (the
+        # enforcer's terminate, a person's `terminate F…`) sent it, so the record of
+        # what ran and was stopped goes out. A signal from anyone else (a test
+        # harness's teardown, an admin's kill, the OOM killer) left nothing to act on
+        # (issue 33, fresh user G: 46 of 76 high opens were resolved in the same
+        # second); should the job come back, `respawned` pages it.
+        return bool(status & 0x7F) and self.db.acted_on(rec.id)
 
     def _resolve(self, rec: FindingRecord, now: float) -> FindingRecord:
         """Resolve one finding and spool its ``resolve`` alert (when it was alerted,

@@ -114,6 +114,13 @@ class ActionTable(Table):
         rows = self.conn.execute("SELECT * FROM actions ORDER BY id DESC LIMIT ?", (limit,))
         return [_action(r) for r in rows]
 
+    def acted_on(self, finding_id: int) -> bool:
+        """Whether an action (not a dry run) names finding ``finding_id``."""
+        row = self.conn.execute(
+            "SELECT 1 FROM actions WHERE finding_id = ? AND dry_run = 0 LIMIT 1", (finding_id,)
+        ).fetchone()
+        return row is not None
+
     def actions_for(self, signature: str, limit: int = 200) -> list[ActionRecord]:
         """The actions on one job signature, most recent first."""
         rows = self.conn.execute(
