@@ -183,3 +183,25 @@ def test_the_example_ship_gates_entry_uncomments_in_place(tmp_path: Path) -> Non
     edited.write_text("\n".join([*lines[: at + 1], *body, *lines[at + 1 + len(body) :]]) + "\n")
     gates = load_config(edited).ship_gates
     assert [(g.name, g.deploy_dir) for g in gates] == [("prod", "/srv/models/prod")]
+
+
+def test_check_config_names_the_ship_gates_in_force(tmp_path: Path) -> None:
+    """Fresh user G (issue 33): after adding a ``ship_gates:`` entry, ``check-config``
+    said only ``OK: 0 sanctioned rules, 6 launcher patterns, 6 ignore entries``; the
+    gate was not named. Now each gate, its folder and what it does."""
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "ship_gates:\n"
+        f"  - {{name: prod, deploy_dir: {deploy}, quarantine: true}}\n"
+        f"  - {{name: staging, deploy_dir: {deploy}/staging}}\n"
+    )
+    ok = run_cli("check-config", str(cfg))
+    assert ok.returncode == 0, ok.stderr
+    lines = ok.stdout.splitlines()
+    at = lines.index("ship_gates: 2")
+    assert lines[at + 1 : at + 3] == [
+        f"  prod: {deploy} (quarantine)",
+        f"  staging: {deploy}/staging (alert only)",
+    ]

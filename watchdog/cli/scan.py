@@ -340,7 +340,22 @@ def effective_lines(config: Config) -> list[str]:
         out.append("  (none)")
     sev = ", ".join(f"{c} {s}" for c, s in config.workloads.severity)
     out.append(f"unsanctioned-gpu-use severity: {sev}")
+    out += ship_gate_lines(config)
     out += gpu_open_lines(config)
+    return out
+
+
+def ship_gate_lines(config: Config) -> list[str]:
+    """``ship_gates``: each gate's folder and what it does (a gate added to the file is
+    said in force, fresh user G, issue 33: check-config named only rules, launchers and
+    ignore entries)."""
+    if not config.ship_gates:
+        return []
+    out = [f"ship_gates: {len(config.ship_gates)}"]
+    for g in config.ship_gates:
+        does = "quarantine" if g.quarantine else "alert only"
+        at_open = f", enforce at open: {g.enforce}" if g.enforce != "off" else ""
+        out.append(f"  {g.name}: {g.deploy_dir} ({does}{at_open})")
     return out
 
 
