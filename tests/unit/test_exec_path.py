@@ -286,3 +286,53 @@ def test_a_new_run_the_exec_path_leaves_to_the_tick_gets_that_tick_at_once(
         if second is not None:
             stop(second)
         d.db.close()
+
+
+def test_status_after_an_exec_pass_keeps_every_known_jobs_entry(tmp_path: Path) -> None:
+    """The pass gives advice for its new jobs only: `status` shows those, and every other
+    job as the last whole scan did, its `stop` line kept. Before (5f6d1db): the pass's
+    job list replaced the tick's and a known rogue's entry was gone (``ValueError: not
+    enough values to unpack (expected 1, got 0)`` here), so `terminate`'s completion
+    lost its PID (test_cli_complete under load: ``['F2'] == ['F2', '9401']``)."""
+    import subprocess
+    import sys
+
+    from rogue_watchdog.daemon.status import build_status
+    from rogue_watchdog.sources.procevents import EventBatch
+    from tests.conftest import poll as wait_for
+    from tests.unit.test_proc_events import FakeFeed, _capture_chain, config
+
+    d = Daemon(config(tmp_path), None)
+    feed = FakeFeed(EventBatch())
+    d.scanner.events = feed
+    procs = []
+
+    def start(name: str) -> subprocess.Popen[bytes]:
+        script = tmp_path / name
+        script.write_text("import sys\nsys.stdin.read()\n")
+        proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE)
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        wait_for("the exec", lambda: str(script) in cmdline.read_text(errors="replace"), 10)
+        procs.append(proc)
+        return proc
+
+    try:
+        known = start("train_known.py")
+        d.tick(T0)
+
+        def entry(pid: int) -> dict[str, Any]:
+            [j] = [j for j in build_status(d)["jobs"] if j["root_pid"] == pid]
+            return j
+
+        assert entry(known.pid).get("stop")
+        new = start("train_new.py")
+        feed.batch = EventBatch(captured=_capture_chain(new.pid), candidates={new.pid})
+        assert d.exec_tick(T0 + 1) is not None
+        assert entry(known.pid).get("stop")  # before: no entry at all
+        assert entry(new.pid)["verdict"] == "rogue"
+    finally:
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.close()
+            p.wait(10)
+        d.db.close()

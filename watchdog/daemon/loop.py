@@ -716,10 +716,15 @@ class Daemon:
         self._log_events(track)
         last = self.last
         if last is not None and last.result is not None:
-            # `status` lists the jobs this pass saw (a finding it filed names a job that
-            # `status` shows); the last whole scan's time and findings stay.
-            seen = dataclasses.replace(result, findings=last.result.findings)
-            self.last = dataclasses.replace(last, result=seen)
+            # `status` lists the jobs this pass saw first (a finding it filed names a job
+            # that `status` shows); every other entry stays the last whole scan's (the
+            # pass gives advice and sockets for its new jobs only: a known job's entry
+            # from it would lose its advice, and `terminate` completion its PID).
+            had = {(j.root_pid, j.start_ticks) for j in last.result.jobs}
+            new = [j for j in result.jobs if (j.root_pid, j.start_ticks) not in had]
+            if new:
+                shown = dataclasses.replace(last.result, jobs=[*last.result.jobs, *new])
+                self.last = dataclasses.replace(last, result=shown)
         self.exec_ticks += 1
         self.exec_tick_s = time.monotonic() - started
         # A new run the pass left to the tick (a return of a known signature, several
