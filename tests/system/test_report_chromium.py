@@ -203,14 +203,11 @@ def test_labels_and_marks_keep_out_of_each_others_way_in_headless_chromium(
     touching (by the report's own estimate, test_report)."""
     import json
 
-    from tests.unit.test_report import crowded_hour, overlaps
+    from tests.unit.test_report import crowded_hour_page, overlaps
 
     chromium = _chromium()
     try:
-        state = crowded_hour(tmp_path, time.time())
-        page = tmp_path / "hour.html"
-        args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
-        assert main([*args, "--output", str(page)]) == 0
+        page = crowded_hour_page(tmp_path)
     finally:
         structlog.reset_defaults()
     measured = tmp_path / "measured.html"

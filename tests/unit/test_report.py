@@ -586,6 +586,15 @@ def crowded_hour(tmp_path: Path, now: float) -> Path:
     return state
 
 
+def crowded_hour_page(tmp_path: Path) -> Path:
+    """:func:`crowded_hour` as the HTML page ``report --format html`` writes; its path."""
+    state = crowded_hour(tmp_path, time.time())
+    page_path = tmp_path / "hour.html"
+    args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
+    assert main([*args, "--output", str(page_path)]) == 0
+    return page_path
+
+
 def timeline_boxes(page: str) -> dict[str, list[tuple[float, float, float, float]]]:
     """The timeline's label boxes, incident mark boxes and incident lines (as boxes of
     no width), read from the SVG: a label is as wide as :data:`LABEL_CHAR_W` a
@@ -653,12 +662,7 @@ def test_labels_and_marks_keep_out_of_each_others_way(tmp_path: Path) -> None:
     one minute (`×3 ×5 ×5 ×3 ×4 ×2 ×8 ×3`) touched each other. Before (f415060) on this
     history: 3 line/label crossings, 14 touching mark pairs. After: none; marks of one
     instant are merged with their count or stacked, lines go around every label."""
-    now = time.time()
-    state = crowded_hour(tmp_path, now)
-    page_path = tmp_path / "hour.html"
-    args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
-    assert main([*args, "--output", str(page_path)]) == 0
-    page = page_path.read_text()
+    page = crowded_hour_page(tmp_path).read_text()
     boxes = timeline_boxes(page)
     assert len(boxes["labels"]) >= 3 and boxes["marks"] and boxes["lines"]
     assert overlaps(boxes) == {
@@ -680,12 +684,7 @@ def test_a_bar_label_is_never_cut_a_narrow_bar_carries_a_tag_the_key_spells_out(
     bar (``clip-path``), 50 of them the ghost's, whole nowhere. After: no label is cut; a bar
     too narrow for its label (and with no room beside it) carries a letter, and the key
     under the timeline spells out each letter's label whole."""
-    now = time.time()
-    state = crowded_hour(tmp_path, now)
-    page_path = tmp_path / "hour.html"
-    args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
-    assert main([*args, "--output", str(page_path)]) == 0
-    page = page_path.read_text()
+    page = crowded_hour_page(tmp_path).read_text()
     assert "clip-path" not in page
     t = parse_timeline(page)
     ghost = "root · cron /tmp/rw-try-e/cron.d/legacy-retrain:1 (* * * * *)"
@@ -707,11 +706,7 @@ def test_a_long_per_origin_table_keeps_its_first_rows_in_view(tmp_path: Path) ->
     ghost) stay in view; the rest fold under one ``<details>``, still in the page."""
     from rogue_watchdog.report import TABLE_ROWS
 
-    state = crowded_hour(tmp_path, time.time())
-    page_path = tmp_path / "hour.html"
-    args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "html"]
-    assert main([*args, "--output", str(page_path)]) == 0
-    page = page_path.read_text()
+    page = crowded_hour_page(tmp_path).read_text()
     table = page.split('<table id="by-origin">')[1].split("</table>")[0]
     rows = re.findall(r"<tr><td>([^<]*)</td>", table)
     assert len(rows) == TABLE_ROWS == 25
