@@ -11,6 +11,8 @@ alerted or not), every job row and every alert spooled.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,26 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> None:
     assert [x[:2] for x in a["all"]] == [x[:2] for x in b["all"]]
     assert [x[:3] for x in a["sent"]] == [x[:3] for x in b["sent"]]
     assert a["jobs"] == b["jobs"]
+
+
+def _trainer(script: Path) -> subprocess.Popen[bytes]:
+    """A trainer at ``script`` that lives until its stdin closes (:func:`_end`),
+    returned once its exec is seen."""
+    from tests.conftest import poll as wait_for
+
+    if not script.exists():  # a second run of the same script is the same file
+        script.write_text("import sys\nsys.stdin.read()\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE)
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    wait_for("the exec", lambda: str(script) in cmdline.read_text(errors="replace"), 10)
+    return proc
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """End a :func:`_trainer` (its stdin closed) and reap it."""
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(10)
 
 
 def test_the_exec_path_then_ticks_leave_what_ticks_alone_leave(tmp_path: Path) -> None:
@@ -160,9 +182,7 @@ def test_the_exec_path_judges_a_captured_trainer_as_a_tick_does(tmp_path: Path) 
 
         assert about(a) == about(b) == [("rogue-job", mine.fingerprint, "high", 1)]
     finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(10)
+        _end(proc)
         a.db.close()
         b.db.close()
 
@@ -220,9 +240,7 @@ def test_the_loop_answers_a_capture_by_the_exec_path_and_a_watched_exit_by_a_tic
     finally:
         d.request_stop()
         loop.join(30)
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(10)
+        _end(proc)
         d.db.close()
 
 
@@ -234,8 +252,6 @@ def test_a_new_run_the_exec_path_leaves_to_the_tick_gets_that_tick_at_once(
     as before the exec path, not an interval later. Found by
     tests/system/test_proc_events.py (a 300 ms cron trainer): its second run ended
     before the 60 s tick and was never seen; no ``periodic: 2 runs``."""
-    import subprocess
-    import sys
     import threading
 
     from rogue_watchdog.sources.procevents import EventBatch
@@ -248,20 +264,7 @@ def test_a_new_run_the_exec_path_leaves_to_the_tick_gets_that_tick_at_once(
     ticks: list[object] = []
     d.on_tick.append(ticks.append)
     script = tmp_path / "train_loop_again.py"
-    script.write_text("import sys\nsys.stdin.read()\n")
-
-    def start() -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE)
-        cmdline = Path(f"/proc/{proc.pid}/cmdline")
-        wait_for("the exec", lambda: str(script) in cmdline.read_text(errors="replace"), 10)
-        return proc
-
-    def stop(proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(10)
-
-    first = start()
+    first = _trainer(script)
     loop = threading.Thread(target=d.run_forever)
     second = None
     try:
@@ -272,8 +275,8 @@ def test_a_new_run_the_exec_path_leaves_to_the_tick_gets_that_tick_at_once(
         # The tick at the end of its settle (alerts.settle_s) too: then none is due.
         wait_for("the settle's tick", lambda: d.tracker.settle_due is None, 30)
         base = len(ticks)
-        stop(first)
-        second = start()
+        _end(first)
+        second = _trainer(script)
         feed.batch = EventBatch(captured=_capture_chain(second.pid), candidates={second.pid})
         d.request_tick()
         wait_for("the exec path", lambda: d.exec_ticks == 1, 30)
@@ -284,7 +287,7 @@ def test_a_new_run_the_exec_path_leaves_to_the_tick_gets_that_tick_at_once(
         d.request_stop()
         loop.join(30)
         if second is not None:
-            stop(second)
+            _end(second)
         d.db.close()
 
 
@@ -294,12 +297,9 @@ def test_status_after_an_exec_pass_keeps_every_known_jobs_entry(tmp_path: Path) 
     job list replaced the tick's and a known rogue's entry was gone (``ValueError: not
     enough values to unpack (expected 1, got 0)`` here), so `terminate`'s completion
     lost its PID (test_cli_complete under load: ``['F2'] == ['F2', '9401']``)."""
-    import subprocess
-    import sys
 
     from rogue_watchdog.daemon.status import build_status
     from rogue_watchdog.sources.procevents import EventBatch
-    from tests.conftest import poll as wait_for
     from tests.unit.test_proc_events import FakeFeed, _capture_chain, config
 
     d = Daemon(config(tmp_path), None)
@@ -308,13 +308,8 @@ def test_status_after_an_exec_pass_keeps_every_known_jobs_entry(tmp_path: Path) 
     procs = []
 
     def start(name: str) -> subprocess.Popen[bytes]:
-        script = tmp_path / name
-        script.write_text("import sys\nsys.stdin.read()\n")
-        proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE)
-        cmdline = Path(f"/proc/{proc.pid}/cmdline")
-        wait_for("the exec", lambda: str(script) in cmdline.read_text(errors="replace"), 10)
-        procs.append(proc)
-        return proc
+        procs.append(_trainer(tmp_path / name))
+        return procs[-1]
 
     try:
         known = start("train_known.py")
@@ -332,7 +327,5 @@ def test_status_after_an_exec_pass_keeps_every_known_jobs_entry(tmp_path: Path) 
         assert entry(new.pid)["verdict"] == "rogue"
     finally:
         for p in procs:
-            assert p.stdin is not None
-            p.stdin.close()
-            p.wait(10)
+            _end(p)
         d.db.close()
