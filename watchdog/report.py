@@ -605,17 +605,6 @@ def _key_html(tags: dict[str, str]) -> str:
 TABLE_ROWS = 25
 
 
-def _nth_row_end(rows: str, n: int) -> int | None:
-    """Where the ``n``-th ``<tr>…</tr>`` of ``rows`` ends, or None with ``n`` or fewer."""
-    at = 0
-    for _ in range(n):
-        at = rows.find("</tr>", at)
-        if at < 0:
-            return None
-        at += len("</tr>")
-    return at if rows.find("<tr>", at) >= 0 else None
-
-
 def _tag(n: int) -> str:
     """``A`` … ``Z``, ``AA``, ``AB`` …: the ``n``-th (from 0) tag of the bar key."""
     out = ""
@@ -1058,25 +1047,25 @@ def _page(doc: dict[str, Any], title: str, since: float, until: float, timeline:
     """The HTML page: ``timeline`` (finished HTML) and the tables of ``doc``."""
     e = html.escape
 
-    def rows_html(key: str) -> str:
-        return "".join(
+    def rows_html(key: str) -> list[str]:
+        return [
             f"<tr><td>{e(r['name'])}</td><td>{e(_verdicts_text(r.get('verdicts') or {}))}</td>"
             f"<td>{r['runs']}</td><td>{r['gpu_hours']:.2f}</td></tr>"
             for r in doc.get(key, [])
-        )
+        ]
 
     def table(key: str, ident: str, what: str) -> str:
         head = f"<tr><th>{what}</th><th>verdict</th><th>runs</th><th>GPU-hours</th></tr>"
         rows = rows_html(key)
-        cut = _nth_row_end(rows, TABLE_ROWS)
-        if cut is None:
-            return f'<table id="{ident}">{head}{rows}</table>'
+        if len(rows) <= TABLE_ROWS:
+            return f'<table id="{ident}">{head}{"".join(rows)}</table>'
         # A busy host's week has hundreds of origins (fresh user F: about 800 rows); the
         # first ones (the doc's order: most GPU-hours and runs first) stay in view.
-        more = rows[cut:].count("<tr>")
+        shown, more = "".join(rows[:TABLE_ROWS]), rows[TABLE_ROWS:]
         return (
-            f'<table id="{ident}">{head}{rows[:cut]}</table><details class="more-rows">'
-            f"<summary>{more} more row(s)</summary><table>{head}{rows[cut:]}</table></details>"
+            f'<table id="{ident}">{head}{shown}</table><details class="more-rows">'
+            f"<summary>{len(more)} more row(s)</summary><table>{head}{''.join(more)}</table>"
+            "</details>"
         )
 
     events_html = "".join(
