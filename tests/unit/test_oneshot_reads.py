@@ -165,14 +165,18 @@ def test_wrappers_maps_are_not_read_until_they_exec(spawned: Spawned, tmp_path: 
     go = tmp_path / "go"
     # bash holds the stand-in library mapped (LD_PRELOAD) while it waits, then execs
     # python, which maps it too.
-    then = f'exec {sys.executable} -c "import time; time.sleep(60)"'
+    up = tmp_path / "up"
+    # python says when it runs: the loader maps LD_PRELOAD after the exec, so the
+    # name changing is no sign the library is mapped yet (a KeyError under load).
+    code = f"import pathlib, time; pathlib.Path({str(up)!r}).touch(); time.sleep(60)"
+    then = f'exec {sys.executable} -c "{code}"'
     shell = spawned.start(
         ["bash", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; {then}"],
         env={"LD_PRELOAD": str(lib), "PATH": "/usr/bin:/bin"},
     )
     cache = GpuLibraryCache(("libcuda.so",), recheck_s=0.0)
     table = ProcessTable()
-    deadline = time.time() + 10
+    deadline = time.time() + 30
     while time.time() < deadline and (
         table.get(shell.pid) is None or not is_wrapper(table.procs[shell.pid])
     ):
@@ -183,7 +187,7 @@ def test_wrappers_maps_are_not_read_until_they_exec(spawned: Spawned, tmp_path: 
     cache = GpuLibraryCache(("libcuda.so",), recheck_s=0.0)
     cache.holders(table, 1.0, skip=is_wrapper)
     go.write_text("")
-    while time.time() < deadline and is_wrapper(table.procs[shell.pid]):
+    while time.time() < deadline and (is_wrapper(table.procs[shell.pid]) or not up.exists()):
         table.refresh()
     assert not is_wrapper(table.procs[shell.pid])
     assert cache.holders(table, 2.0, skip=is_wrapper)[shell.pid] == ("libcuda.so",)
