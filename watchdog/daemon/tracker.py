@@ -34,14 +34,18 @@ from .tracking.blind import alerted_gpus, last_seen_gpus
 from .tracking.current import RUN_ENDED, as_opened, current_message, without_run_commands
 from .tracking.fold import fingerprint, fold, group
 from .tracking.incident import (
-    FOLDED_NOTE,
+    FANOUT_KIND,
     Anchor,
     anchors,
+    fanned_into,
+    fanout_anchors,
     foldable_kinds,
     folded_details,
     folded_into,
+    incident_of,
     louder,
     return_signature,
+    without_notes,
 )
 from .tracking.jobs import record_jobs, run_record, source_undo_of
 from .tracking.lifecycle import Open, Resolve, Seen, Sighting, Step, decide
@@ -171,6 +175,9 @@ class Tracker:
         # its return are folded into (one incident, one page: tracking/incident.py).
         self._anchors: dict[str, Anchor] = {}
         self._foldable = foldable_kinds(alerts.sinks)
+        # This tick's: incident (one launcher's jobs, one source's) → its first paged
+        # rogue-job finding, which the incident's other jobs are folded into.
+        self._fanout: dict[str, Anchor] = {}
 
     def update(
         self,
@@ -392,6 +399,7 @@ class Tracker:
                 held=held, expected=between, awaiting=awaiting, unread=unseen,
             )  # fmt: skip
             self._anchors = anchors(before)
+            self._fanout = fanout_anchors(before)
             self._foldable = foldable_kinds(self.alerts.sinks)
             steps = self._one_page_per_return(steps, before)
             opened, reminded, resolved = self._apply(steps, now)
@@ -408,16 +416,24 @@ class Tracker:
         )
 
     def _folded(self, rec: FindingRecord | Sighting) -> Anchor | None:
-        """The open respawned finding ``rec`` is folded into (no page of its own)."""
+        """The finding ``rec`` is folded into (no page of its own): its return's open
+        respawned finding, else the first paged finding of its incident (one
+        launcher's, one source's jobs: tracking/incident.py)."""
         if isinstance(rec, Sighting):
             f = rec.finding
             return folded_into(
                 f.kind, rec.fingerprint, f.severity, False, self._anchors, self._foldable
-            )
+            ) or fanned_into(f.kind, None, f.details, f.severity, False, self._fanout)
         alerted = rec.last_alert_at is not None
         return folded_into(
             rec.kind, rec.fingerprint, rec.severity, alerted, self._anchors, self._foldable
-        )
+        ) or fanned_into(rec.kind, rec.id, rec.details, rec.severity, alerted, self._fanout)
+
+    def _first_page(self, rec: FindingRecord, severity: str) -> None:
+        """Note a job finding paged now as its incident's page, when it has none yet."""
+        key = incident_of(rec.details) if rec.kind == FANOUT_KIND else None
+        if key is not None and key not in self._fanout:
+            self._fanout[key] = Anchor(rec.id, severity)
 
     def _one_page_per_return(self, steps: list[Step], before: list[FindingRecord]) -> list[Step]:
         """This tick's steps with each ``respawned`` that opens at the highest severity of
@@ -467,10 +483,11 @@ class Tracker:
         return out
 
     def _name_folded(self) -> None:
-        """Name in each open ``respawned`` finding the findings folded into it
-        (``details.folded``, its message): never an alert by itself."""
-        if not self._anchors:
-            return  # no respawned finding open: nothing to name
+        """Name in each open ``respawned`` finding, and each incident's first paged
+        ``rogue-job``, the findings folded into it (``details.folded``, its message):
+        never an alert by itself."""
+        if not self._anchors and not self._fanout:
+            return  # no respawned finding open, no incident paged: nothing to name
         open_now = self.db.open_findings()
         folded: dict[int, list[FindingRecord]] = {}
         for rec in open_now:
@@ -478,9 +495,11 @@ class Tracker:
             if anchor is not None:
                 folded.setdefault(anchor.finding_id, []).append(rec)
         for rec in open_now:
-            if rec.kind != "respawned":
+            if rec.kind != "respawned" and rec.kind != FANOUT_KIND:
                 continue
-            details, message = folded_details(rec.details, rec.message, folded.get(rec.id, []))
+            details, message = folded_details(
+                rec.details, rec.message, folded.get(rec.id, []), rec.kind
+            )
             if details != rec.details or message != rec.message:
                 self.db.set_finding_details(rec.id, details, message)
 
@@ -521,8 +540,8 @@ class Tracker:
                 rec, own or by_sig.get(sig), running, self.db.actions_for(sig) if sig else [],
                 self.exits, job_rec.gone_at if job_rec is not None else None,
             )  # fmt: skip
-            # (A respawned finding's note on what is folded into it is _name_folded's.)
-            if message is not None and message != rec.message.split(FOLDED_NOTE, 1)[0]:
+            # (An anchor's note on what is folded into it is _name_folded's.)
+            if message is not None and message != without_notes(rec.message):
                 self.db.set_finding_message(rec.id, message)
 
     # -- the findings table and the spool ------------------------------------------------
@@ -597,11 +616,12 @@ class Tracker:
             if sig is not None:
                 self._anchors[sig] = Anchor(fid, f.severity)
         if self._folded(s) is not None:
-            pass  # its return's respawned is its page
+            pass  # its return's respawned, or its incident's first page, is its page
         elif alert_due(None, f, s.instances, s.pids, labels, now, self.policy) is not None:
             self._spool("open", new, now)
             db.mark_alerted(fid, now, s.pids, labels)
             self._alerted(fid, now)
+            self._first_page(new, f.severity)
         else:
             self._settling(now)
         return new
@@ -646,6 +666,8 @@ class Tracker:
         self._spool(due.event, fresh, now, due.change)
         db.mark_alerted(rec.id, now, s.pids, labels)
         self._alerted(rec.id, now)
+        if due.event == "open":
+            self._first_page(fresh, f.severity)
         return fresh if due.event == "remind" else None
 
     def _between_runs(
@@ -672,6 +694,7 @@ class Tracker:
             self._spool("open", rec, now)
             self.db.mark_alerted(rec.id, now, [], labels)
             self._alerted(rec.id, now)
+            self._first_page(rec, rec.severity)
 
     def _owes_open(self, rec: FindingRecord, now: float) -> bool:
         """Whether a finding resolving before its first alert still gets it: one held

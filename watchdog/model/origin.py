@@ -77,12 +77,16 @@ class Restarts:
             loop first: kill -TERM 812``.
         after_terminate: ``terminate`` leaves the mechanism in place (the job comes back);
             False when terminating the job stops it too (a loop that runs only the job).
+        launcher: The launcher process that may start it again (PID, start ticks),
+            for origins that name no spawner: the jobs one launcher started are one
+            incident (one page: ``details.incident``, issue 33).
     """
 
     when: str
     how: str
     stops: str | None = None
     after_terminate: bool = True
+    launcher: tuple[int, int] | None = None
 
     def line(self) -> str:
         """``restarts it: at once, shell loop `while true```: one line everywhere."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -110,7 +111,29 @@ def _job_details(job: Job) -> dict[str, Any]:
         "gpus": [g.to_json() for g in job.gpus],
         "workload": job.workload,
         "workload_evidence": list(job.workload_evidence),
+        "incident": incident_key(job),
     }
+
+
+def incident_key(job: Job) -> str | None:
+    """What one incident's jobs share: the launcher that started them (PID and start
+    ticks, where the origin names no spawner and the launcher still runs), else their
+    origin's source (a crontab line, a unit, a Slurm job name) when every field of it
+    is known; None when neither is (each such job is its own incident).
+
+    A sweep's launcher starting 40 different training scripts is one thing a person
+    must act on (stop the launcher), not 40 (issue 33, fresh user H: 40 high pages in
+    4 s); the tracker pages the first and names the others in it
+    (``watchdog/daemon/tracking/incident.py``).
+    """
+    restarts = job.advice.restarts
+    if restarts is not None and restarts.launcher is not None:
+        pid, start = restarts.launcher
+        return f"launcher {pid} {start}"
+    key = job.origin.source_key() if job.origin.definite else None
+    if key is None or any(v is None or v == "" for v in key[1:]):
+        return None
+    return "source " + json.dumps([str(v) for v in key])
 
 
 def _unsanctioned_use(job: Job, workloads: WorkloadSettings) -> Finding:

@@ -630,6 +630,7 @@ def restarts_of(
                 f"its launcher PID {proc.pid} `{text}` still runs and may start it again",
                 f"stop the launcher first: kill -TERM {proc.pid}",
                 False,
+                (proc.pid, proc.start_ticks),
             )
     return None
 

@@ -39,6 +39,12 @@ FOLDED_KINDS = frozenset({"rogue-job", "remediation-failed"})
 RANK = {"info": 0, "warning": 1, "high": 2, "critical": 3}
 # Starts the part of a ``respawned`` message that names the findings folded into it.
 FOLDED_NOTE = "; paged as part of this return: "
+# The kind whose first paged finding of an incident its other jobs fold into.
+FANOUT_KIND = "rogue-job"
+# Starts the part of such a finding's message that names them.
+FANOUT_NOTE = "; this page stands for the incident's other jobs too: "
+# At most this many folded findings are named in a message (``details.folded`` has all).
+NAMED = 10
 
 
 @dataclass(frozen=True)
@@ -125,18 +131,85 @@ def folded_into(
     return anchor
 
 
+def without_notes(message: str) -> str:
+    """A message without the note naming the findings folded into it."""
+    return message.split(FOLDED_NOTE, 1)[0].split(FANOUT_NOTE, 1)[0]
+
+
+def incident_of(details: Mapping[str, Any]) -> str | None:
+    """The incident a job finding belongs to (``details.incident``: its launcher, or
+    its origin's source; :func:`watchdog.policy.findings.incident_key`), or None."""
+    key = details.get("incident")
+    return key if isinstance(key, str) and key else None
+
+
+def fanout_anchors(open_records: Iterable[FindingRecord]) -> dict[str, Anchor]:
+    """Incident → the first paged ``rogue-job`` finding of it, of the findings open
+    before this tick: the page the incident's other jobs fold into."""
+    out: dict[str, Anchor] = {}
+    for rec in sorted(open_records, key=lambda r: r.id):
+        if rec.kind != FANOUT_KIND or rec.last_alert_at is None:
+            continue
+        key = incident_of(rec.details)
+        if key is not None and key not in out:
+            out[key] = Anchor(rec.id, rec.severity)
+    return out
+
+
+def fanned_into(
+    kind: str,
+    finding_id: int | None,
+    details: Mapping[str, Any],
+    severity: str,
+    alerted: bool,
+    open_anchors: Mapping[str, Anchor],
+) -> Anchor | None:
+    """The paged ``rogue-job`` finding of the same incident (one launcher's jobs, one
+    source's) a job finding is folded into, or None when it pages on its own.
+
+    Only into one already paged: a page that went out named the launcher or the source
+    and what stops it (a person was told); a job louder than that page, or one already
+    paged itself, pages as before.
+
+    Args:
+        kind: The finding's kind (only ``rogue-job`` folds).
+        finding_id: Its id (None before it is filed).
+        details: Its details (``incident``).
+        severity: Its severity.
+        alerted: Whether it was ever paged on its own.
+        open_anchors: This tick's anchors (:func:`fanout_anchors`, and those paged
+            this tick).
+    """
+    if kind != FANOUT_KIND or alerted:
+        return None
+    key = incident_of(details)
+    anchor = open_anchors.get(key) if key is not None else None
+    if anchor is None or anchor.finding_id == finding_id:
+        return None
+    if RANK.get(severity, 3) > RANK.get(anchor.severity, 3):
+        return None
+    return anchor
+
+
 def folded_details(
-    details: Mapping[str, Any], message: str, folded: list[FindingRecord]
+    details: Mapping[str, Any], message: str, folded: list[FindingRecord], kind: str = "respawned"
 ) -> tuple[dict[str, Any], str]:
-    """A ``respawned`` finding's details and message naming the findings folded into
-    it (``details.folded``: id, kind, severity of each; the message ends "paged as part
-    of this return: rogue-job F12, remediation-failed F13 (critical)")."""
-    head = message.split(FOLDED_NOTE, 1)[0]
+    """An anchor's details and message naming the findings folded into it
+    (``details.folded``: id, kind, severity of each); ``kind`` is the anchor's. A
+    ``respawned`` finding's message
+    ends "paged as part of this return: rogue-job F12, remediation-failed F13
+    (critical)"; a ``rogue-job``'s (one incident's other jobs) "this page stands for the
+    incident's other jobs too: rogue-job F13, F14" (at most :data:`NAMED` named)."""
+    head = without_notes(message)
     out = {k: v for k, v in details.items() if k != "folded"}
     if not folded:
         return out, head
     out["folded"] = [{"id": r.id, "kind": r.kind, "severity": r.severity} for r in folded]
     named = ", ".join(
-        f"{r.kind} F{r.id}" + ("" if r.severity == "high" else f" ({r.severity})") for r in folded
+        f"{r.kind} F{r.id}" + ("" if r.severity == "high" else f" ({r.severity})")
+        for r in folded[:NAMED]
     )
-    return out, f"{head}{FOLDED_NOTE}{named}"
+    if len(folded) > NAMED:
+        named += f" and {len(folded) - NAMED} more"
+    note = FANOUT_NOTE if kind == FANOUT_KIND else FOLDED_NOTE
+    return out, f"{head}{note}{named}"
