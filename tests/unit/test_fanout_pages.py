@@ -78,6 +78,10 @@ t0 = 1_900_000_000.0
 for dt in plan["ticks"]:
     d.tick(t0 + dt)
 opened = {r.id: r for r in d.db.open_findings() if r.kind == "rogue-job"}
+from rogue_watchdog.daemon.status import build_status, render_status
+doc = build_status(d)
+status = {f["id"]: f.get("paged_with") for f in doc["findings"] if f["id"] in opened}
+text = render_status(doc)
 stop.touch()
 for p in launchers:
     p.wait(30)
@@ -91,6 +95,8 @@ print(json.dumps({
     "open": {str(k): [r.message, r.details.get("folded"), r.details.get("incident")]
              for k, r in opened.items() if token in r.message},
     "left": [r.id for r in d.db.open_findings() if token in r.message],
+    "paged_with": {str(k): v for k, v in status.items()},
+    "status_text": text,
 }))
 """
 
@@ -127,6 +133,12 @@ def test_one_launchers_forty_jobs_are_one_page(tmp_path: Path) -> None:
         int(k) for k in doc["open"] if int(k) != anchor
     )
     assert FANOUT_NOTE in message and message.endswith(" and 29 more")
+    # `status` says whose page each stands for: "F6 high rogue-job (open 8s, seen 5x,
+    # paged with F5)"; the page itself names none.
+    others = {k: v for k, v in doc["paged_with"].items() if int(k) != anchor}
+    assert set(others.values()) == {anchor} and len(others) == 39
+    assert doc["paged_with"][str(anchor)] is None
+    assert doc["status_text"].count(f"paged with F{anchor})") == 39
     assert doc["left"] == []
 
 

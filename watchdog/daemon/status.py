@@ -225,7 +225,15 @@ def _findings_section(
     # open all the same: listed, marked "persisted": false (issue 32, case 1).
     unstored = [{**_entry(f, now), "persisted": False} for f in daemon.unstored.status_records()]
     try:
-        return [_entry(f, now) for f in daemon.db.open_findings()] + unstored
+        open_now = daemon.db.open_findings()
+        # A finding folded into another's page (a return's, an incident's) says whose.
+        paged_with = {
+            item["id"]: f.id
+            for f in open_now
+            for item in f.details.get("folded") or []
+            if isinstance(item, dict) and isinstance(item.get("id"), int)
+        }
+        return [_entry(f, now, paged_with.get(f.id)) for f in open_now] + unstored
     except Exception as exc:  # sqlite3.DatabaseError and whatever a broken file raises
         degraded["state"] = f"open findings unreadable: {type(exc).__name__}: {exc}"
         return [
@@ -245,8 +253,8 @@ def _findings_section(
         ] + unstored
 
 
-def _entry(f: FindingRecord, now: float) -> dict[str, Any]:
-    return {
+def _entry(f: FindingRecord, now: float, paged_with: int | None = None) -> dict[str, Any]:
+    out = {
         "id": f.id,
         "kind": f.kind,
         "severity": f.severity,
@@ -258,6 +266,9 @@ def _entry(f: FindingRecord, now: float) -> dict[str, Any]:
         "instances": f.instances,
         "root_pids": f.details.get("root_pids") or ([f.root_pid] if f.root_pid is not None else []),
     }
+    if paged_with is not None:
+        out["paged_with"] = paged_with
+    return out
 
 
 def _alerts_section(daemon: Daemon, degraded: dict[str, str]) -> dict[str, Any]:
@@ -337,6 +348,8 @@ def _finding_head(f: dict[str, Any], ref_w: int = 3) -> str:
     parts = [f"open {_age(float(f.get('age_s') or 0))}", f"seen {f.get('seen_count')}x"]
     if (f.get("instances") or 1) > 1:
         parts.append(f"{f['instances']} instances")
+    if isinstance(f.get("paged_with"), int):
+        parts.append(f"paged with {finding_ref(f['paged_with'])}")
     if f.get("persisted") is False:
         parts.append("NOT PERSISTED: the state database cannot be written")
     return f"{finding_ref(f['id']):<{ref_w}} {sev:<8} {kind} ({', '.join(parts)})"
