@@ -79,6 +79,7 @@ class Rig:
             # (the default 0.25 s wait is what test_a_slow_verification... exercises).
             for s in self.sources:
                 s.wait_s = 60.0
+                s.last_good_wait_s = 60.0
         if settle_s is not None and "settle_s" not in gate_yaml:
             # These ticks are seconds apart in fake time: "two polls" is what they test
             # (the default settle_s has tests of its own, in test_gate_holes.py).
@@ -488,11 +489,13 @@ def test_poisoned_weights_name_the_newest_good_output_and_how_to_ship_it(
         good = good_model(train / "ckpt-200.safetensors", 3)
         os.utime(good, (T0 - 30 * 3600, T0 - 30 * 3600))
         nan_model(train / "ckpt-300.safetensors")  # newer, but NaN: not the one to ship
-        # Training outputs are verified newest first, one a tick: ckpt-300 (NaN), then
-        # ckpt-200; the finding's message says the newest good one once it is known.
+        # When the finding opens, training outputs are verified newest first: ckpt-300
+        # (NaN), then ckpt-200, so the page itself names the newest good one.
         for i in range(4):
             r.tick(T0 + 5 * i)
         [f] = r.open("poisoned-weights")
+        [page] = paged(r, "poisoned-weights")
+        assert page == f.message
         steps = f.message.partition("; next: ")[2]
         assert steps == (
             f"move it out of {deploy} before anything loads it (quarantine: true on gate prod "
@@ -501,6 +504,56 @@ def test_poisoned_weights_name_the_newest_good_output_and_how_to_ship_it(
             f"(2023-11-13T16:13:20+00:00); deploy it with: rogue-watchdog ship {good} {model}"
         )
         assert f.details["last_good"] == str(good)
+    finally:
+        r.close()
+
+
+def paged(r: Rig, kind: str) -> list[str]:
+    """The messages of the ``open`` alerts of ``kind`` (what a person was sent), in order."""
+    rows = r.db.conn.execute("SELECT event, payload_json FROM deliveries ORDER BY id")
+    found = [(e, json.loads(p)["finding"]) for e, p in rows]
+    return [f["message"] for e, f in found if e == "open" and f["kind"] == kind]
+
+
+def h_shape(tmp_path: Path, dirs: tuple[Path, Path], extra: str = "") -> tuple[Rig, Path, Path]:
+    """Fresh user H's gate (issue 33, trip 2): train_dir holds good.safetensors and, newer,
+    bad.safetensors (NaN), both older than the deployed copy of the good one; returns the
+    rig, ticked until everything there is judged, with good.safetensors and model2's path."""
+    deploy, train = dirs
+    r = rig(tmp_path, f"    train_dir: {train}\n    quarantine: true\n" + extra)
+    good = good_model(train / "good.safetensors", 3)
+    bad = nan_model(train / "bad.safetensors")
+    os.utime(good, (T0 - 3600, T0 - 3600))
+    os.utime(bad, (T0 - 3599, T0 - 3599))  # the newest training output is the NaN one
+    shutil.copyfile(good, deploy / "model.safetensors")
+    os.utime(deploy / "model.safetensors", (T0 - 3598, T0 - 3598))  # deployed after both
+    for i in range(3):
+        r.tick(T0 + i)
+    assert r.open("poisoned-weights") == []
+    return r, good, deploy / "model2.safetensors"
+
+
+def test_the_page_names_the_good_output_when_the_newest_output_is_the_nan_file_itself(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    # Fresh user H (issue 33, trip 2): `cp train/bad.safetensors prod/model2.safetensors`;
+    # the critical page (quarantined, resolved 5 s later: the only message) said only
+    # "deploy the last good checkpoint ... through `rogue-watchdog ship`". Outputs older
+    # than the deployed good file were never verified, so no tick would have named it.
+    r, good, model2 = h_shape(tmp_path, dirs)
+    try:
+        shutil.copyfile(tmp_path / "train" / "bad.safetensors", model2)  # cp: a new mtime
+        os.utime(model2, (T0 + 10, T0 + 10))
+        for i in range(3):
+            r.tick(T0 + 10 + i)
+        [page] = paged(r, "poisoned-weights")
+        assert page.partition("; next: ")[2] == (
+            f"the newest training output verified finite is {good} "
+            f"(2023-11-14T21:13:20+00:00); deploy it with: rogue-watchdog ship {good} {model2}"
+        )
+        [f] = r.ever("poisoned-weights")
+        assert f.details["last_good"] == str(good)
+        assert f.details["quarantined_to"]
     finally:
         r.close()
 
