@@ -281,6 +281,7 @@ class ShipGateSource:
         # and the refused deploy versions whose last good output was searched for already.
         self._tick: tuple[Listing, Listing, set[FileKey]] = (Listing(), Listing(), set())
         self._searched: set[FileKey] = set()
+        self._budget: list[float] | None = None  # this tick's [deadline, bytes left]
 
     # -- settling ----------------------------------------------------------------------
 
@@ -340,6 +341,7 @@ class ShipGateSource:
             train.keys = {p: k for p, k in train.keys.items() if _suffix(p) in WEIGHT_SUFFIXES}
         settled = self._settled({**deploy.keys, **train.keys}, now)
         self._tick = (deploy, train, settled)
+        self._budget = None
         self._collect(deploy)  # results finished since the last tick, before submitting
         self._rejudge_indexes(deploy)
         for path, key in deploy.keys.items():
@@ -705,7 +707,8 @@ class ShipGateSource:
 
         With ``verify_now`` an undecided, settled output is verified on the spot through
         the verification thread (its results are the gate's cache: nothing is verified
-        twice), as long as ``last_good_wait_s`` and ``last_good_bytes`` last; otherwise
+        twice), as long as the tick's ``last_good_wait_s`` and ``last_good_bytes`` last
+        (one budget per tick, shared by the findings opening in it); otherwise
         (or once they are spent) the newest undecided one is queued for the background,
         so a later tick knows it. A file still being written is never verified.
 
@@ -717,17 +720,20 @@ class ShipGateSource:
         if self.train_dir is None:
             return None, [], 0
         deploy, train, settled = self._tick
-        deadline = time.monotonic() + (self.last_good_wait_s if verify_now else 0.0)
-        spent = 0
+        if verify_now and self._budget is None:
+            # One budget a tick, however many files open findings in it (ten poisoned
+            # shards must not hold the tick ten times as long).
+            self._budget = [time.monotonic() + self.last_good_wait_s, self.last_good_bytes]
+        budget = self._budget if verify_now and self._budget is not None else [0.0, 0]
         queued = False
         undecided: list[FileKey] = []
         bad = 0
         for key in sorted(train.keys.values(), key=lambda k: (k.mtime_ns, k.path), reverse=True):
             report = self._results.get(key)
             if report is None and key in settled:
-                left = deadline - time.monotonic()
-                if left > 0 and spent + key.size_bytes <= self.last_good_bytes:
-                    spent += key.size_bytes
+                left = budget[0] - time.monotonic()
+                if left > 0 and key.size_bytes <= budget[1]:
+                    budget[1] -= key.size_bytes
                     self.worker.submit(self.name, key, DEPLOY)
                     self.worker.wait_for(self.name, key, left)
                     self._collect(deploy)
