@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import pickle
+import shlex
 import shutil
 import threading
 import time
@@ -557,6 +558,12 @@ def test_the_page_names_the_good_output_when_the_newest_output_is_the_nan_file_i
         [f] = r.ever("poisoned-weights")
         assert f.details["last_good"] == str(good)
         assert f.details["quarantined_to"]
+        # The command works as printed: the good weights are deployed where the bad were.
+        cmd = shlex.split(page.partition("deploy it with: ")[2])
+        assert cmd[0] == "rogue-watchdog"
+        out = run_cli(*cmd[1:])
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert model2.read_bytes() == good.read_bytes()
     finally:
         r.close()
 

@@ -16,7 +16,9 @@ Each tick, for every gate of ``ship_gates:``, :class:`ShipGateSource`:
    fails closed), one finding per gate and path, open while the file is there; it
    resolves when the file is replaced by a finite one, removed or quarantined; a shard
    index is judged with the versions of its shards, and one whose shard is missing
-   (quarantined included) is ``weights-unverified`` as incomplete;
+   (quarantined included) is ``weights-unverified`` as incomplete; a ``poisoned-weights``
+   message names the newest training output verified finite, verifying undecided ones
+   when it opens, within :data:`LAST_GOOD_WAIT_S` and :data:`LAST_GOOD_BYTES` a tick;
 5. with ``quarantine: true`` moves a non-finite file aside (:mod:`.quarantine`) and
    records a ``quarantine-weights`` action whose undo op renames it back;
 6. with ``train_dir``, reports ``deploy-stale`` (high) when the newest finite training
