@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import pickle
+import shlex
 import shutil
 import threading
 import time
@@ -79,6 +80,7 @@ class Rig:
             # (the default 0.25 s wait is what test_a_slow_verification... exercises).
             for s in self.sources:
                 s.wait_s = 60.0
+                s.last_good_wait_s = 60.0
         if settle_s is not None and "settle_s" not in gate_yaml:
             # These ticks are seconds apart in fake time: "two polls" is what they test
             # (the default settle_s has tests of its own, in test_gate_holes.py).
@@ -488,11 +490,13 @@ def test_poisoned_weights_name_the_newest_good_output_and_how_to_ship_it(
         good = good_model(train / "ckpt-200.safetensors", 3)
         os.utime(good, (T0 - 30 * 3600, T0 - 30 * 3600))
         nan_model(train / "ckpt-300.safetensors")  # newer, but NaN: not the one to ship
-        # Training outputs are verified newest first, one a tick: ckpt-300 (NaN), then
-        # ckpt-200; the finding's message says the newest good one once it is known.
+        # When the finding opens, training outputs are verified newest first: ckpt-300
+        # (NaN), then ckpt-200, so the page itself names the newest good one.
         for i in range(4):
             r.tick(T0 + 5 * i)
         [f] = r.open("poisoned-weights")
+        [page] = paged(r, "poisoned-weights")
+        assert page == f.message
         steps = f.message.partition("; next: ")[2]
         assert steps == (
             f"move it out of {deploy} before anything loads it (quarantine: true on gate prod "
@@ -501,6 +505,199 @@ def test_poisoned_weights_name_the_newest_good_output_and_how_to_ship_it(
             f"(2023-11-13T16:13:20+00:00); deploy it with: rogue-watchdog ship {good} {model}"
         )
         assert f.details["last_good"] == str(good)
+    finally:
+        r.close()
+
+
+def paged(r: Rig, kind: str) -> list[str]:
+    """The messages of the ``open`` alerts of ``kind`` (what a person was sent), in order."""
+    rows = r.db.conn.execute("SELECT event, payload_json FROM deliveries ORDER BY id")
+    found = [(e, json.loads(p)["finding"]) for e, p in rows]
+    return [f["message"] for e, f in found if e == "open" and f["kind"] == kind]
+
+
+def h_shape(
+    tmp_path: Path, dirs: tuple[Path, Path], quarantine: bool = True, verify: object = None
+) -> tuple[Rig, Path, Path]:
+    """Fresh user H's gate (issue 33, trip 2): train_dir holds good.safetensors and, newer,
+    bad.safetensors (NaN), both older than the deployed copy of the good one; returns the
+    rig, ticked until everything there is judged, with good.safetensors and model2's path."""
+    deploy, train = dirs
+    q = str(quarantine).lower()
+    r = rig(tmp_path, f"    train_dir: {train}\n    quarantine: {q}\n", verify)
+    good = good_model(train / "good.safetensors", 3)
+    bad = nan_model(train / "bad.safetensors")
+    os.utime(good, (T0 - 3600, T0 - 3600))
+    os.utime(bad, (T0 - 3599, T0 - 3599))  # the newest training output is the NaN one
+    shutil.copyfile(good, deploy / "model.safetensors")
+    os.utime(deploy / "model.safetensors", (T0 - 3598, T0 - 3598))  # deployed after both
+    for i in range(3):
+        r.tick(T0 + i)
+    assert r.open("poisoned-weights") == []
+    return r, good, deploy / "model2.safetensors"
+
+
+def test_the_page_names_the_good_output_when_the_newest_output_is_the_nan_file_itself(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    # Fresh user H (issue 33, trip 2): `cp train/bad.safetensors prod/model2.safetensors`;
+    # the critical page (quarantined, resolved 5 s later: the only message) said only
+    # "deploy the last good checkpoint ... through `rogue-watchdog ship`". Outputs older
+    # than the deployed good file were never verified, so no tick would have named it.
+    r, good, model2 = h_shape(tmp_path, dirs)
+    try:
+        shutil.copyfile(tmp_path / "train" / "bad.safetensors", model2)  # cp: a new mtime
+        os.utime(model2, (T0 + 10, T0 + 10))
+        for i in range(3):
+            r.tick(T0 + 10 + i)
+        [page] = paged(r, "poisoned-weights")
+        assert page.partition("; next: ")[2] == (
+            f"the newest training output verified finite is {good} "
+            f"(2023-11-14T21:13:20+00:00); deploy it with: rogue-watchdog ship {good} {model2}"
+        )
+        [f] = r.ever("poisoned-weights")
+        assert f.details["last_good"] == str(good)
+        assert f.details["quarantined_to"]
+        # The command works as printed: the good weights are deployed where the bad were.
+        cmd = shlex.split(page.partition("deploy it with: ")[2])
+        assert cmd[0] == "rogue-watchdog"
+        out = run_cli(*cmd[1:])
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert model2.read_bytes() == good.read_bytes()
+    finally:
+        r.close()
+
+
+def test_outputs_past_the_byte_bound_are_said_unverified_then_verified_in_the_background(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    # good.safetensors is past the bound (last_good_bytes): the page says what is not
+    # verified and how to check it, never a guess; later ticks verify it in the
+    # background and the open finding (status) names it. (bad.safetensors was verified
+    # at the first ticks, before the deployed file was known good.)
+    r, good, model2 = h_shape(tmp_path, dirs, quarantine=False)
+    train = tmp_path / "train"
+    try:
+        assert r.counting.calls.count("bad.safetensors") == 1
+        r.source.last_good_bytes = good.stat().st_size - 1
+        shutil.copyfile(train / "bad.safetensors", model2)
+        os.utime(model2, (T0 + 10, T0 + 10))
+        r.tick(T0 + 10)
+        r.tick(T0 + 11)
+        [page] = paged(r, "poisoned-weights")
+        assert page.partition("; next: ")[2] == (
+            f"move it out of {tmp_path}/deploy before anything loads it (quarantine: true on "
+            f"gate prod has the daemon do that, undoably); deploy the last good checkpoint to "
+            f"{model2} through `rogue-watchdog ship` (it copies only weights that verify "
+            "finite; rogue_watchdog.weights.best_checkpoint picks the best one that does); "
+            f"1 training output in {train} is not verified yet, so none is named; "
+            f"check: rogue-watchdog verify-weights {good}"
+        )
+        r.tick(T0 + 12)
+        r.tick(T0 + 13)
+        [f] = r.open("poisoned-weights")
+        assert f.details["last_good"] == str(good)
+        assert f.message.partition("; next: ")[2].endswith(
+            f"the newest training output verified finite is {good} "
+            f"(2023-11-14T21:13:20+00:00); deploy it with: rogue-watchdog ship {good} {model2}"
+        )
+        assert paged(r, "poisoned-weights") == [page]  # one page
+        calls = r.counting.calls
+        assert calls.count("good.safetensors") == calls.count("bad.safetensors") == 1
+    finally:
+        r.close()
+
+
+def test_an_older_good_output_is_named_with_the_newer_ones_not_verified_yet(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    # big.safetensors, newer than good.safetensors, is past the byte bound: good is
+    # named as the newest verified "so far", and big as not verified, with the command.
+    r, good, model2 = h_shape(tmp_path, dirs)
+    train = tmp_path / "train"
+    try:
+        big = train / "big.safetensors"
+        arr = np.zeros((64, 64), dtype=np.float32)
+        save_file({n: arr for n in NAMES}, str(big))
+        os.utime(big, (T0 - 3599.5, T0 - 3599.5))  # between good and bad
+        r.source.last_good_bytes = good.stat().st_size
+        shutil.copyfile(train / "bad.safetensors", model2)
+        os.utime(model2, (T0 + 10, T0 + 10))
+        r.tick(T0 + 10)
+        r.tick(T0 + 11)
+        [page] = paged(r, "poisoned-weights")
+        assert page.partition("; next: ")[2] == (
+            f"the newest training output verified finite so far is {good} "
+            f"(2023-11-14T21:13:20+00:00); deploy it with: rogue-watchdog ship {good} {model2}; "
+            f"1 newer training output in {train} is not verified yet, so it may not be the "
+            f"newest good one; check: rogue-watchdog verify-weights {big}"
+        )
+        [f] = r.ever("poisoned-weights")
+        assert f.details["train_unverified"] == [str(big)]
+    finally:
+        r.close()
+
+
+def test_outputs_past_the_time_bound_are_said_unverified(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    # A training output too slow to verify within last_good_wait_s (held here until
+    # released): the page opens anyway, saying it is not verified yet.
+    release, armed = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def held(path: Path, ctx: ScanContext) -> FileReport:
+        calls.append(path.name)
+        if path.parent.name == "train" and armed.is_set():
+            release.wait(60)  # a huge checkpoint on a slow disk
+        return verify_one(path, ctx)
+
+    r, good, model2 = h_shape(tmp_path, dirs, quarantine=False, verify=held)
+    train = tmp_path / "train"
+    try:
+        r.source.wait_s = 60.0  # the deploy file itself is verified within its tick
+        r.source.last_good_wait_s = 0.2
+        armed.set()
+        shutil.copyfile(train / "bad.safetensors", model2)
+        os.utime(model2, (T0 + 10, T0 + 10))
+        r.tick(T0 + 10)
+        r.tick(T0 + 11)
+        [page] = paged(r, "poisoned-weights")
+        assert page.partition("; next: ")[2].endswith(
+            "picks the best one that does); "
+            f"1 training output in {train} is not verified yet, so none is named; "
+            f"check: rogue-watchdog verify-weights {good}"
+        )
+        release.set()
+        for i in range(2, 5):
+            r.tick(T0 + 10 + i)
+        [f] = r.open("poisoned-weights")
+        assert f.details["last_good"] == str(good)
+        assert "train_unverified" not in f.details
+        assert sorted(calls) == ["bad.safetensors", "good.safetensors", "model.safetensors",
+                                 "model2.safetensors"]  # fmt: skip
+    finally:
+        release.set()
+        r.close()
+
+
+def test_when_no_training_output_is_finite_the_page_says_so(
+    tmp_path: Path, dirs: tuple[Path, Path]
+) -> None:
+    deploy, train = dirs
+    r = rig(tmp_path, f"    train_dir: {train}\n    quarantine: true\n")
+    try:
+        nan_model(train / "ckpt-1.safetensors")
+        nan_model(train / "ckpt-2.safetensors")
+        model = nan_model(deploy / "model.safetensors")
+        for i in range(3):
+            r.tick(T0 + i)
+        [page] = paged(r, "poisoned-weights")
+        assert page.partition("; next: ")[2] == (
+            f"no training output in {train} verifies finite (2 checked); deploy the last good "
+            f"checkpoint to {model} through `rogue-watchdog ship` (it copies only weights that "
+            "verify finite; rogue_watchdog.weights.best_checkpoint picks the best one that does)"
+        )
     finally:
         r.close()
 

@@ -16,7 +16,9 @@ Each tick, for every gate of ``ship_gates:``, :class:`ShipGateSource`:
    fails closed), one finding per gate and path, open while the file is there; it
    resolves when the file is replaced by a finite one, removed or quarantined; a shard
    index is judged with the versions of its shards, and one whose shard is missing
-   (quarantined included) is ``weights-unverified`` as incomplete;
+   (quarantined included) is ``weights-unverified`` as incomplete; a ``poisoned-weights``
+   message names the newest training output verified finite, verifying undecided ones
+   when it opens, within :data:`LAST_GOOD_WAIT_S` and :data:`LAST_GOOD_BYTES` a tick;
 5. with ``quarantine: true`` moves a non-finite file aside (:mod:`.quarantine`) and
    records a ``quarantine-weights`` action whose undo op renames it back;
 6. with ``train_dir``, reports ``deploy-stale`` (high) when the newest finite training
@@ -63,6 +65,14 @@ log = get_logger()
 TICK_WAIT_S = 0.25
 #: Bad tensor names listed in a finding's details.
 MAX_NAMED_TENSORS = 10
+#: Longest the opening of a ``poisoned-weights`` finding waits for training outputs to be
+#: verified, newest first, so that its page names the newest good one (seconds) ...
+LAST_GOOD_WAIT_S = 5.0
+#: ... and the most bytes of training outputs it has verified for that (4 GiB: about
+#: 0.5-2 s from the page cache here). What is left is verified in the background.
+LAST_GOOD_BYTES = 4 << 30
+#: Unverified training outputs a message names in its ``verify-weights`` command.
+MAX_NAMED_OUTPUTS = 3
 
 
 def _version(key: FileKey) -> list[int]:
@@ -220,6 +230,9 @@ class ShipGateSource:
             (default :func:`make_open_gate`; tests and hosts without fanotify).
         cli_args: What the commands its findings print carry after the verb (the
             daemon's `` --config PATH``: :func:`watchdog.hostpaths.config_args`).
+        last_good_wait_s: Longest the opening of a ``poisoned-weights`` finding waits
+            for training outputs to be verified so it can name the newest good one.
+        last_good_bytes: The most bytes of training outputs verified for that.
     """
 
     def __init__(
@@ -232,8 +245,12 @@ class ShipGateSource:
         wait_s: float = TICK_WAIT_S,
         open_gate: Callable[[ShipGate, Callable[[Decision], None]], OpenGate] | None = None,
         cli_args: str = "",
+        last_good_wait_s: float = LAST_GOOD_WAIT_S,
+        last_good_bytes: int = LAST_GOOD_BYTES,
     ) -> None:
         self.gate = gate
+        self.last_good_wait_s = last_good_wait_s
+        self.last_good_bytes = last_good_bytes
         self.cli_args = cli_args
         self.name = f"ship-gate {gate.name}"
         self.db = db
@@ -262,6 +279,11 @@ class ShipGateSource:
         self._open_said: tuple[str, str] | None = None  # the state last logged
         self._decisions: queue.SimpleQueue[Decision] = queue.SimpleQueue()
         self._open_refused: dict[str, tuple[Decision, Finding]] = {}  # path -> last refusal
+        # This tick's listings and settled versions (what _last_good walks and verifies),
+        # and the refused deploy versions whose last good output was searched for already.
+        self._tick: tuple[Listing, Listing, set[FileKey]] = (Listing(), Listing(), set())
+        self._searched: set[FileKey] = set()
+        self._budget: list[float] | None = None  # this tick's [deadline, bytes left]
 
     # -- settling ----------------------------------------------------------------------
 
@@ -320,6 +342,8 @@ class ShipGateSource:
             train = list_files(self.train_dir, self.gate.patterns, self.quarantine_dir)
             train.keys = {p: k for p, k in train.keys.items() if _suffix(p) in WEIGHT_SUFFIXES}
         settled = self._settled({**deploy.keys, **train.keys}, now)
+        self._tick = (deploy, train, settled)
+        self._budget = None
         self._collect(deploy)  # results finished since the last tick, before submitting
         self._rejudge_indexes(deploy)
         for path, key in deploy.keys.items():
@@ -339,6 +363,7 @@ class ShipGateSource:
         self._moved = {p: m for p, m in self._moved.items() if p not in deploy.keys}
 
         out = self._deploy_findings(deploy, settled, now)
+        self._searched &= set(deploy.keys.values())
         if self.train_dir is not None:
             out.extend(self._freshness(train, deploy, now))
         out.extend(self._degraded(deploy, train))
@@ -578,7 +603,7 @@ class ShipGateSource:
         elif self.gate.quarantine:
             message += self._quarantine(key, details, now, message)
             moved = "quarantined_to" in details
-        message += self._next_steps(key, details, moved)
+        message += self._next_steps(key, details, moved, paged=forced is None)
         if forced is not None:
             # Put back by `undo --force` past its refusal, as it was: the person who
             # did it was told it would be quarantined again. Recorded, not paged twice.
@@ -622,10 +647,18 @@ class ShipGateSource:
                 return forced[a.id]
         return None
 
-    def _next_steps(self, key: FileKey, details: dict[str, Any], moved: bool) -> str:
+    def _next_steps(
+        self, key: FileKey, details: dict[str, Any], moved: bool, *, paged: bool = True
+    ) -> str:
         """What a person does next about a poisoned file, appended to the finding: move
         it aside (unless the quarantine did), then deploy good weights through ``ship``,
-        naming the newest training output verified finite when the gate knows one."""
+        naming the newest training output verified finite when the gate knows one.
+
+        The page is the person's only prompt (fresh user H, issue 33: it resolved 5 s
+        after it opened, quarantined, and never named the good output), so when the
+        finding opens, undecided training outputs are verified now, within a bound
+        (:meth:`_last_good`); what the bound leaves is said, never guessed.
+        """
         steps = []
         if not moved:
             steps.append(
@@ -633,29 +666,91 @@ class ShipGateSource:
                 f"on gate {self.gate.name} has the daemon do that, undoably)"
             )
         dst = shlex.quote(key.path)
-        good = self._last_good()
+        first = paged and key not in self._searched
+        self._searched.add(key)
+        good, undecided, bad = self._last_good(first)
+        if undecided:
+            details["train_unverified"] = [k.path for k in undecided]
         if good is not None:
             details["last_good"] = good.path
+            so_far = " so far" if undecided else ""
             steps.append(
-                f"the newest training output verified finite is {good.path} "
+                f"the newest training output verified finite{so_far} is {good.path} "
                 f"({_when(good.mtime_ns / 1e9)}); deploy it with: rogue-watchdog ship "
                 f"{shlex.quote(good.path)} {dst}"
             )
         else:
+            none_good = (
+                f"no training output in {self.train_dir} verifies finite ({bad} checked); "
+                if bad and not undecided
+                else ""
+            )
             steps.append(
-                f"deploy the last good checkpoint to {dst} through `rogue-watchdog ship` "
-                "(it copies only weights that verify finite; "
+                f"{none_good}deploy the last good checkpoint to {dst} through `rogue-watchdog "
+                "ship` (it copies only weights that verify finite; "
                 "rogue_watchdog.weights.best_checkpoint picks the best one that does)"
+            )
+        if undecided:
+            n = len(undecided)
+            newer = "newer " if good is not None else ""
+            named = " ".join(shlex.quote(k.path) for k in undecided[:MAX_NAMED_OUTPUTS])
+            more = f" (and {n - MAX_NAMED_OUTPUTS} more)" if n > MAX_NAMED_OUTPUTS else ""
+            steps.append(
+                f"{n} {newer}training output{'s' if n > 1 else ''} in {self.train_dir} "
+                f"{'are' if n > 1 else 'is'} not verified yet, so "
+                f"{'it may not be the newest good one' if good else 'none is named'}; "
+                f"check: rogue-watchdog verify-weights {named}{more}"
             )
         return "; next: " + "; ".join(steps)
 
-    def _last_good(self) -> FileKey | None:
-        """The newest training output (``train_dir``) this gate verified finite."""
+    def _last_good(self, verify_now: bool) -> tuple[FileKey | None, list[FileKey], int]:
+        """The newest training output (``train_dir``) verified finite, walking them newest
+        first from the gate's results.
+
+        With ``verify_now`` an undecided, settled output is verified on the spot through
+        the verification thread (its results are the gate's cache: nothing is verified
+        twice), as long as the tick's ``last_good_wait_s`` and ``last_good_bytes`` last
+        (one budget per tick, shared by the findings opening in it); otherwise
+        (or once they are spent) the newest undecided one is queued for the background,
+        so a later tick knows it. A file still being written is never verified.
+
+        Returns:
+            ``(good, undecided, bad)``: the newest output verified finite (None: none
+            known), the outputs newer than it not verified yet, newest first, and how
+            many newer than it were verified not finite.
+        """
         if self.train_dir is None:
-            return None
-        root = str(self.train_dir).rstrip("/") + "/"
-        good = [k for k, r in self._results.items() if r.ok and k.path.startswith(root)]
-        return max(good, key=lambda k: (k.mtime_ns, k.path), default=None)
+            return None, [], 0
+        deploy, train, settled = self._tick
+        if verify_now and self._budget is None:
+            # One budget a tick, however many files open findings in it (ten poisoned
+            # shards must not hold the tick ten times as long).
+            self._budget = [time.monotonic() + self.last_good_wait_s, self.last_good_bytes]
+        budget = self._budget if verify_now and self._budget is not None else [0.0, 0]
+        queued = False
+        undecided: list[FileKey] = []
+        bad = 0
+        for key in sorted(train.keys.values(), key=lambda k: (k.mtime_ns, k.path), reverse=True):
+            report = self._results.get(key)
+            if report is None and key in settled:
+                left = budget[0] - time.monotonic()
+                if left > 0 and key.size_bytes <= budget[1]:
+                    budget[1] -= key.size_bytes
+                    self.worker.submit(self.name, key, DEPLOY)
+                    self.worker.wait_for(self.name, key, left)
+                    self._collect(deploy)
+                    report = self._results.get(key)
+                    queued = queued or report is None  # still being verified
+                elif not queued:
+                    self.worker.submit(self.name, key, TRAIN)
+                    queued = True
+            if report is None:
+                undecided.append(key)
+            elif report.ok:
+                return key, undecided, bad
+            else:
+                bad += 1
+        return None, undecided, bad
 
     def _own_link(self, path: str) -> bool:
         """Is ``path`` a symbolic link whose own entry lies in the deploy directory?

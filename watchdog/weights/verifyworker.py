@@ -142,6 +142,16 @@ class VerifyWorker:
         with self._cond:
             return self._cond.wait_for(lambda: not self._pending, timeout=timeout_s)
 
+    def wait_for(self, owner: str, key: FileKey, timeout_s: float) -> bool:
+        """Wait until ``owner``'s ``key`` is no longer queued or being verified (its result
+        awaits :meth:`collect`, or it was never submitted), or ``timeout_s`` passes.
+
+        Returns:
+            True when it is no longer pending.
+        """
+        with self._cond:
+            return self._cond.wait_for(lambda: (owner, key) not in self._pending, timeout=timeout_s)
+
     def collect(self, owner: str) -> dict[FileKey, FileReport | None]:
         """Take ``owner``'s finished results: a report, or None when the file changed or
         vanished while it was read (it must settle again)."""
