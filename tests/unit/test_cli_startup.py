@@ -122,3 +122,26 @@ def test_scan_loads_only_what_a_scan_needs(tmp_path: Path) -> None:
         m for m in modules if m.startswith(("rogue_watchdog.daemon", "rogue_watchdog.actions"))
     ] == []
     assert "rogue_watchdog.scan" in modules
+
+
+def test_scan_beside_the_daemons_database_loads_one_query(tmp_path: Path) -> None:
+    # issue 34, item 2: where the daemon runs (its state.db exists) a one-shot reads the
+    # sanctioned processes through state.query and SQLite alone: not the tables, records or
+    # the store; nor hashlib (the config checksum is status's) or socket (a job's sockets).
+    from rogue_watchdog.sources.procfs import boot_id
+    from rogue_watchdog.state import StateDB
+
+    state = tmp_path / "state"
+    db = StateDB(state)
+    db.set_sanctioned_procs({(4242, 1000): "pipeline"}, boot_id("/proc"), 0.0)
+    db.close()
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{state}'}}\n")
+    code, modules = loaded("scan", "--json", "--config", str(cfg), tmp_path=tmp_path)
+    assert code in (0, 1)
+    assert sorted(m for m in modules if m.startswith("rogue_watchdog.state")) == [
+        "rogue_watchdog.state",
+        "rogue_watchdog.state.query",
+    ]
+    assert "sqlite3" in modules
+    assert [m for m in modules if m in ("rogue_watchdog.records", "hashlib", "socket")] == []
