@@ -127,7 +127,8 @@ def test_scan_loads_only_what_a_scan_needs(tmp_path: Path) -> None:
 def test_scan_beside_the_daemons_database_loads_one_query(tmp_path: Path) -> None:
     # issue 34, item 2: where the daemon runs (its state.db exists) a one-shot reads the
     # sanctioned processes through state.query and SQLite alone: not the tables, records or
-    # the store; nor hashlib (the config checksum is status's) or socket (a job's sockets).
+    # the store; nor hashlib (the config checksum is status's), socket (a job's sockets)
+    # or configparser (a supervisord program's configuration).
     from rogue_watchdog.sources.procfs import boot_id
     from rogue_watchdog.state import StateDB
 
@@ -144,4 +145,5 @@ def test_scan_beside_the_daemons_database_loads_one_query(tmp_path: Path) -> Non
         "rogue_watchdog.state.query",
     ]
     assert "sqlite3" in modules
-    assert [m for m in modules if m in ("rogue_watchdog.records", "hashlib", "socket")] == []
+    late = ("rogue_watchdog.records", "hashlib", "socket", "configparser")
+    assert [m for m in modules if m in late] == []
