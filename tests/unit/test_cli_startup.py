@@ -122,3 +122,62 @@ def test_scan_loads_only_what_a_scan_needs(tmp_path: Path) -> None:
         m for m in modules if m.startswith(("rogue_watchdog.daemon", "rogue_watchdog.actions"))
     ] == []
     assert "rogue_watchdog.scan" in modules
+
+
+def test_scan_beside_the_daemons_database_loads_one_query(tmp_path: Path) -> None:
+    # issue 34, item 2: where the daemon runs (its state.db exists) a one-shot reads the
+    # sanctioned processes through state.query and SQLite alone: not the tables, records or
+    # the store, nor hashlib (the config checksum is status's).
+    from rogue_watchdog.sources.procfs import boot_id
+    from rogue_watchdog.state import StateDB
+
+    state = tmp_path / "state"
+    db = StateDB(state)
+    db.set_sanctioned_procs({(4242, 1000): "pipeline"}, boot_id("/proc"), 0.0)
+    db.close()
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{state}'}}\n")
+    code, modules = loaded("scan", "--json", "--config", str(cfg), tmp_path=tmp_path)
+    assert code in (0, 1)
+    assert sorted(m for m in modules if m.startswith("rogue_watchdog.state")) == [
+        "rogue_watchdog.state",
+        "rogue_watchdog.state.query",
+    ]
+    assert "sqlite3" in modules
+    assert [m for m in modules if m in ("rogue_watchdog.records", "hashlib")] == []
+
+
+def test_the_scans_modules_import_socket_and_configparser_late() -> None:
+    # What the one-shot imports loads neither: socket only decodes a listening job's
+    # addresses, configparser only reads a supervisord program's file (which of those the
+    # host has decides whether a scan gets there, so this imports without scanning).
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    probe = (
+        "import json, sys, rogue_watchdog.cli.scan, rogue_watchdog.scan, rogue_watchdog.config, "
+        "rogue_watchdog.render, rogue_watchdog.queue.source, rogue_watchdog.sources.nvml; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60,
+        check=True,
+    )  # fmt: skip
+    modules = json.loads(done.stdout)
+    assert "rogue_watchdog.sources.sockets" in modules
+    assert "rogue_watchdog.lineage.supervisorconf" in modules
+    assert [m for m in modules if m in ("socket", "configparser", "hashlib")] == []
+
+
+def test_the_state_packages_names_resolve_on_first_use() -> None:
+    # PEP 562: each public name is its defining module's object; anything else is an
+    # AttributeError, and dir() lists the names not imported yet.
+    import importlib
+
+    import rogue_watchdog.state as state
+
+    for name in state.__all__:
+        module = importlib.import_module(state._WHERE[name], "rogue_watchdog.state")
+        assert getattr(state, name) is getattr(module, name)
+    assert state.StateDB.__module__ == "rogue_watchdog.state.db"
+    assert set(state.__all__) <= set(dir(state))
+    with pytest.raises(AttributeError):
+        _ = state.NoSuchName  # type: ignore[attr-defined]

@@ -244,10 +244,11 @@ def test_socket_reads_are_shared_by_the_scopes_of_one_moment(spawned: Spawned) -
     assert sorted(reads) == sorted({os.getpid(), child.pid})  # each read once
 
 
-def test_maps_without_a_name_are_not_searched_and_answer_the_same(tmp_path: Path) -> None:
-    # The substring pre-test (library_needles) gives the pattern's answer on maps texts
-    # with and without a listed library, near misses, versions and deleted files.
-    from rogue_watchdog.sources.gpulibs import library_needles, library_pattern, mapped_libraries
+def test_maps_searched_once_answer_as_every_match(tmp_path: Path) -> None:
+    # mapped_libraries' single search before going through the matches gives the answer
+    # of every match of the pattern on maps texts with and without a listed library, near
+    # misses, versions and deleted files.
+    from rogue_watchdog.sources.gpulibs import library_pattern, mapped_libraries
 
     names = ("libcuda.so", "libcudart.so", "libtorch_cuda.so", "libnccl.so")
     row = "7f00-7f10 r-xp 00000000 08:01 1234 "
@@ -267,9 +268,9 @@ def test_maps_without_a_name_are_not_searched_and_answer_the_same(tmp_path: Path
     for i, text in enumerate(texts):
         (tmp_path / str(i)).mkdir()
         (tmp_path / str(i) / "maps").write_text(text)
-        quick = mapped_libraries(str(tmp_path), i, pattern, library_needles(names))
-        assert quick == mapped_libraries(str(tmp_path), i, pattern), text
-    assert mapped_libraries(str(tmp_path), 4, pattern, library_needles(names)) == (
+        every = tuple(sorted({m.group(1).decode() for m in pattern.finditer(text.encode())}))
+        assert mapped_libraries(str(tmp_path), i, pattern) == every, text
+    assert mapped_libraries(str(tmp_path), 4, pattern) == (
         "libcudart.so",
         "libnccl.so",
     )

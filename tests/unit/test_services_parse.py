@@ -51,6 +51,16 @@ def test_decode_address_round_trips_v4_and_v6() -> None:
         decode_address("0100", socket.AF_INET)
 
 
+def test_tables_families_are_the_socket_modules() -> None:
+    # sockets.py spells the families out to import socket late; they must be its values,
+    # and the hostname the scan names must be gethostname()'s.
+    from rogue_watchdog.sources import sockets
+
+    assert {f for _, _, f in sockets._TABLES} == {socket.AF_INET, socket.AF_INET6}
+    assert (sockets._AF_INET, sockets._AF_INET6) == (socket.AF_INET, socket.AF_INET6)
+    assert os.uname().nodename == socket.gethostname()
+
+
 def test_tcp_table_keeps_only_listen_state() -> None:
     text = HEADER + "".join(
         [

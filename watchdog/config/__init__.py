@@ -15,7 +15,6 @@ dataclass (:mod:`.base`) with converters from :mod:`.datatypes`.
 from __future__ import annotations
 
 import grp
-import hashlib
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -721,6 +720,9 @@ def config_checksum(path: str | None) -> str | None:
     """
     if path is None:
         return None
+    # Imported here: OpenSSL's hashlib is ~2 ms of every `scan`, which never asks.
+    import hashlib
+
     try:
         return hashlib.sha256(read_regular(path, MAX_CONFIG_BYTES)).hexdigest()[:16]
     except (OSError, ValueError):

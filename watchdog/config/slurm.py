@@ -11,7 +11,7 @@ Example::
 
 from __future__ import annotations
 
-import socket
+import os
 from dataclasses import dataclass
 
 import yaml
@@ -51,7 +51,8 @@ class SlurmNodeSettings:
     @property
     def node(self) -> str:
         """The NodeName to drain: ``node_name`` or the short host name."""
-        return self.node_name or socket.gethostname().split(".", 1)[0]
+        # gethostname(2) is uname(2)'s nodename on Linux (no socket import at start-up).
+        return self.node_name or os.uname().nodename.split(".", 1)[0]
 
 
 def parse_slurm(r: NodeReader, node: yaml.Node) -> SlurmNodeSettings:

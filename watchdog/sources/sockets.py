@@ -16,7 +16,6 @@ non-zero local port with no remote address: a UDP socket that waits for datagram
 from __future__ import annotations
 
 import os
-import socket
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,11 +24,15 @@ from typing import Any, Literal
 # /proc/net/tcp "st" column values (include/net/tcp_states.h).
 _TCP_LISTEN = "0A"
 _UDP_UNCONNECTED = "07"
+# socket.AF_INET and AF_INET6 on Linux (include/linux/socket.h). Spelled out so that the
+# socket module (its enums are ~2.5 ms of a one-shot scan's start-up) is imported only
+# when an address is decoded: a job holding a socket.
+_AF_INET, _AF_INET6 = 2, 10
 _TABLES: tuple[tuple[str, Literal["tcp", "udp"], int], ...] = (
-    ("tcp", "tcp", socket.AF_INET),
-    ("tcp6", "tcp", socket.AF_INET6),
-    ("udp", "udp", socket.AF_INET),
-    ("udp6", "udp", socket.AF_INET6),
+    ("tcp", "tcp", _AF_INET),
+    ("tcp6", "tcp", _AF_INET6),
+    ("udp", "udp", _AF_INET),
+    ("udp6", "udp", _AF_INET6),
 )
 
 
@@ -92,7 +95,9 @@ def decode_address(hex_addr: str, family: int) -> str:
     Raises:
         ValueError: Not hex, or the wrong length for ``family``.
     """
-    want = 8 if family == socket.AF_INET else 32
+    import socket
+
+    want = 8 if family == _AF_INET else 32
     if len(hex_addr) != want:
         raise ValueError(f"address {hex_addr!r} is not {want} hex digits")
     raw = b"".join(struct.pack("=I", int(hex_addr[i : i + 8], 16)) for i in range(0, want, 8))
