@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.model import Job
 from rogue_watchdog.policy.findings import job_findings
@@ -102,11 +104,15 @@ def test_the_exec_path_then_ticks_leave_what_ticks_alone_leave(tmp_path: Path) -
     assert ("open", "rogue-job", "high") in [x[:3] for x in with_exec["sent"]]
 
 
-def test_the_exec_path_never_pages_before_the_settle(tmp_path: Path) -> None:
-    """A page is a promise: the exec path spools nothing while alerts.settle_s runs."""
+@pytest.mark.parametrize("gpu_lists", [True, False])
+def test_the_exec_path_never_pages_before_the_settle(tmp_path: Path, gpu_lists: bool) -> None:
+    """A page is a promise: the exec path spools nothing while alerts.settle_s runs,
+    also without NVML's process lists (fresh user I, issue 33: before, 27 of a GPU-less
+    sandbox's opens were paged at the exec, most of the runs gone 1-4 s later; this test
+    with ``gpu_lists=False`` gave 1 delivery, now 0)."""
     d = _daemon(tmp_path)
     new = _job(7100, 200, "/srv/b/train.py")
-    track = d.tracker.open_new([new], job_findings([new]), T0)
+    track = d.tracker.open_new([new], job_findings([new]), T0, gpu_lists=gpu_lists)
     assert [r.kind for r in track.opened] == ["rogue-job"]
     assert tuple(d.db.conn.execute("SELECT COUNT(*) FROM deliveries").fetchone()) == (0,)
     assert d.tracker.settle_due == T0 + d.config.alerts.settle_s

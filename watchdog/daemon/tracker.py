@@ -283,7 +283,11 @@ class Tracker:
             The findings opened and the signatures of the jobs taken.
         """
         self._mono_now = self.mono()
-        self.policy = self.alerts if gpu_lists else dataclasses.replace(self.alerts, settle_s=0.0)
+        # The settle holds the first page with or without NVML's process lists, as in
+        # update(): the exec path had kept the rule before it (no lists, no settle), and
+        # paged 27 runs at their exec on a GPU-less shared host, most of them gone 1-4 s
+        # later (issue 33, fresh user I).
+        self.policy = self.alerts
         clocks = dict(self.clocks)
         settle_due = self.settle_due
         try:
