@@ -11,7 +11,8 @@ L trainers are started ``--gap-s`` apart, each a C program exec'd under a launch
 * exec -> finding: the wall time the daemon logged each trainer's ``rogue-job`` as
   opened (its ``finding-opened`` log call) minus the time just before ``posix_spawn``;
 * what answered each wake: the wall time of every exec pass (``Daemon.exec_tick``) and
-  of every whole tick in the same window.
+  of every whole tick in the same window, and the exec -> finding of the trainers a
+  whole tick judged (their capture came while a tick ran, or was left to one).
 
 p50 / p99 / max of each, with the load average before and after (a shared host's
 neighbours move every figure). ``--profile FILE`` writes a cProfile of the exec passes
@@ -120,6 +121,8 @@ def main() -> int:
                 print("kernel process events are off", file=sys.stderr)
                 return 2
             opened: dict[int, float] = {}
+            by_tick: set[int] = set()  # opened by a whole tick, not by an exec pass
+            in_tick = threading.Event()
             passes: list[float] = []
             ticks: list[float] = []
             log_events = d._log_events
@@ -129,6 +132,8 @@ def main() -> int:
                 for rec in track.opened:
                     if rec.kind == "rogue-job" and rec.root_pid is not None:
                         opened.setdefault(rec.root_pid, at)
+                        if in_tick.is_set():
+                            by_tick.add(rec.root_pid)
                 log_events(track)
 
             d._log_events = logged  # type: ignore[method-assign]
@@ -154,9 +159,11 @@ def main() -> int:
 
             def timed_tick(now: float) -> Any:
                 t = time.perf_counter()
+                in_tick.set()
                 try:
                     return tick(now)
                 finally:
+                    in_tick.clear()
                     if measuring.is_set():
                         ticks.append(time.perf_counter() - t)
 
@@ -192,6 +199,9 @@ def main() -> int:
         "launches": args.launches,
         "found": len(lat),
         "exec_to_finding": summary(lat),
+        "opened_by_tick": summary(
+            [opened[p] - t for p, t in launched.items() if p in opened and p in by_tick]
+        ),
         "exec_pass": summary(passes),
         "whole_tick": summary(ticks),
         "load_before": [round(x, 2) for x in load_before],
