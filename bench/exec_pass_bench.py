@@ -16,13 +16,14 @@ L trainers are started ``--gap-s`` apart, each a C program exec'd under a launch
 
 p50 / p99 / max of each, with the load average before and after (a shared host's
 neighbours move every figure). ``--profile FILE`` writes a cProfile of the exec passes
-alone. ``--code DIR`` measures another checkout (bench/codepath.py), e.g. an older
+alone, ``--profile-ticks FILE`` one of the whole ticks. ``--code DIR`` measures another checkout (bench/codepath.py), e.g. an older
 commit unpacked with ``git archive``.
 
 Usage (root: the proc connector)::
 
     nice -n 5 python bench/exec_pass_bench.py [--sleepers 2000] [--launches 40]
-        [--gap-s 0.1] [--life-ms 3000] [--code DIR] [--profile FILE] [--json]
+        [--gap-s 0.1] [--life-ms 3000] [--code DIR] [--profile FILE]
+        [--profile-ticks FILE] [--json]
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def main() -> int:
     ap.add_argument("--life-ms", type=int, default=3000)
     ap.add_argument("--code", type=Path, help="measure this checkout instead")
     ap.add_argument("--profile", type=Path, help="write a cProfile of the exec passes")
+    ap.add_argument("--profile-ticks", type=Path, help="write a cProfile of the whole ticks")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = ap.parse_args()
     if args.code is not None:
@@ -137,11 +139,10 @@ def main() -> int:
                 log_events(track)
 
             d._log_events = logged  # type: ignore[method-assign]
-            profiler = None
-            if args.profile is not None:
-                import cProfile
+            import cProfile
 
-                profiler = cProfile.Profile()
+            profiler = cProfile.Profile() if args.profile is not None else None
+            tick_profiler = cProfile.Profile() if args.profile_ticks is not None else None
             exec_tick, tick = d.exec_tick, d.tick
             measuring = threading.Event()
 
@@ -160,9 +161,13 @@ def main() -> int:
             def timed_tick(now: float) -> Any:
                 t = time.perf_counter()
                 in_tick.set()
+                if tick_profiler is not None and measuring.is_set():
+                    tick_profiler.enable()
                 try:
                     return tick(now)
                 finally:
+                    if tick_profiler is not None:
+                        tick_profiler.disable()
                     in_tick.clear()
                     if measuring.is_set():
                         ticks.append(time.perf_counter() - t)
@@ -209,6 +214,8 @@ def main() -> int:
     }
     if profiler is not None and args.profile is not None:
         profiler.dump_stats(str(args.profile))
+    if tick_profiler is not None and args.profile_ticks is not None:
+        tick_profiler.dump_stats(str(args.profile_ticks))
     if args.json:
         print(json.dumps(out))
     else:
