@@ -12,12 +12,13 @@ L trainers are started ``--gap-s`` apart, each a C program exec'd under a launch
   opened (its ``finding-opened`` log call) minus the time just before ``posix_spawn``;
 * what answered each wake: the wall time of every exec pass (``Daemon.exec_tick``) and
   of every whole tick in the same window, and the exec -> finding of the trainers a
-  whole tick judged (their capture came while a tick ran, or was left to one).
+  whole tick judged (their capture came while a tick ran, or was left to one); each
+  pass's and tick's CPU time too (``time.thread_time``, what neighbours move least).
 
 p50 / p99 / max of each, with the load average before and after (a shared host's
 neighbours move every figure). ``--profile FILE`` writes a cProfile of the exec passes
-alone, ``--profile-ticks FILE`` one of the whole ticks. ``--code DIR`` measures another checkout (bench/codepath.py), e.g. an older
-commit unpacked with ``git archive``.
+alone, ``--profile-ticks FILE`` one of the whole ticks. ``--code DIR`` measures another
+checkout (bench/codepath.py), e.g. an older commit unpacked with ``git archive``.
 
 Usage (root: the proc connector)::
 
@@ -127,6 +128,9 @@ def main() -> int:
             in_tick = threading.Event()
             passes: list[float] = []
             ticks: list[float] = []
+            # The same, in CPU time of the loop's thread: what neighbours move least.
+            pass_cpu: list[float] = []
+            tick_cpu: list[float] = []
             log_events = d._log_events
 
             def logged(track: Any) -> None:
@@ -147,7 +151,7 @@ def main() -> int:
             measuring = threading.Event()
 
             def timed_exec(now: float) -> Any:
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 if profiler is not None and measuring.is_set():
                     profiler.enable()
                 try:
@@ -157,9 +161,10 @@ def main() -> int:
                         profiler.disable()
                     if measuring.is_set():
                         passes.append(time.perf_counter() - t)
+                        pass_cpu.append(time.thread_time() - c)
 
             def timed_tick(now: float) -> Any:
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 in_tick.set()
                 if tick_profiler is not None and measuring.is_set():
                     tick_profiler.enable()
@@ -171,6 +176,7 @@ def main() -> int:
                     in_tick.clear()
                     if measuring.is_set():
                         ticks.append(time.perf_counter() - t)
+                        tick_cpu.append(time.thread_time() - c)
 
             d.exec_tick = timed_exec  # type: ignore[method-assign]
             d.tick = timed_tick  # type: ignore[method-assign]
@@ -209,6 +215,8 @@ def main() -> int:
         ),
         "exec_pass": summary(passes),
         "whole_tick": summary(ticks),
+        "exec_pass_cpu": summary(pass_cpu),
+        "whole_tick_cpu": summary(tick_cpu),
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
     }
