@@ -525,7 +525,12 @@ class Scanner:
                 them that hold a process captured at exec by this scan's events are
                 advised, read for listening sockets and judged into findings; the
                 result holds only those jobs and their findings, and the watch set
-                only grows. None: the whole scan.
+                only grows. None: the whole scan. Nothing of an earlier scan's picture
+                is reused for the rest of the host: the stages that looked at every
+                process keep their answers current from what the refresh changed
+                (the GPU-library holders, the children index: the answer a whole loop
+                gives), so the guard a pass builds is as whole as a tick's; only the
+                periodic device-fd sweep is left to the next tick (:meth:`_candidates`).
 
         Returns:
             The scan result. Never raises for vanished processes, unreadable files or
