@@ -525,7 +525,12 @@ class Scanner:
                 them that hold a process captured at exec by this scan's events are
                 advised, read for listening sockets and judged into findings; the
                 result holds only those jobs and their findings, and the watch set
-                only grows. None: the whole scan.
+                only grows. None: the whole scan. Nothing of an earlier scan's picture
+                is reused for the rest of the host: the stages that looked at every
+                process keep their answers current from what the refresh changed
+                (the GPU-library holders, the children index: the answer a whole loop
+                gives), so the guard a pass builds is as whole as a tick's; only the
+                periodic device-fd sweep is left to the next tick (:meth:`_candidates`).
 
         Returns:
             The scan result. Never raises for vanished processes, unreadable files or
@@ -544,7 +549,7 @@ class Scanner:
         self._peak_procs = max(self._peak_procs, len(self.table.procs))
         gpu = self._gpu_picture()
         self.walk.after_gpu(gpu.blind, (gp.pid for gp in gpu.procs), self.table)
-        candidates = self._candidates(gpu, events.read_at)
+        candidates = self._candidates(gpu, events.read_at, whole=known is None)
         jobs = group_jobs(
             self.table, candidates.evidence, gpu.visible, candidates.holders, candidates.ignored
         )
@@ -658,16 +663,27 @@ class Scanner:
             visibility=visibility,
         )
 
-    def _candidates(self, gpu: _GpuPicture, read_at: float) -> _Candidates:
+    def _candidates(self, gpu: _GpuPicture, read_at: float, whole: bool = True) -> _Candidates:
         """Stage 3: every process that counts as a GPU job, with why, and which of them
         the ignore list names.
+
+        The GPU-library answer and the launcher matches are kept between scans and
+        brought up to date from what the refresh changed (with kernel events: what they
+        named), not from every process: the same answer as a whole loop.
 
         Args:
             gpu: Stage 2's picture.
             read_at: When the process table was refreshed (``time.monotonic()``).
+            whole: False for the exec path: no full device-fd sweep starts here (about
+                30 µs per process); the next whole tick runs it when due. Without it the
+                pass sees what every scan between two sweeps sees (new processes and
+                known holders), so its picture, and the guard built from it, is as
+                whole as any such tick's.
         """
         gpu_libs = self.gpu_libraries.holders(self.table, read_at, skip=is_wrapper)
-        holders = self.devfd.holders(self.table, read_at, self._fd_seeds(gpu, gpu_libs))
+        holders = self.devfd.holders(
+            self.table, read_at, self._fd_seeds(gpu, gpu_libs), sweep=whole
+        )
         evidence = collect_training(
             self.table,
             gpu.visible,

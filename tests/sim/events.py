@@ -183,6 +183,11 @@ class Differential:
         self.scanner = scanner
         self.twin = twin
         twin.walk = EventWalk(reconcile_interval_s=0.0)  # a full walk every scan
+        # ...and every whole-table answer the scanner keeps current from what changed
+        # (the children index, the GPU-library holders) computed anew each scan: the
+        # oracle the daemon's incremental answers are compared with.
+        twin.table.keep_index = False
+        twin.gpu_libraries.incremental = False
         self.compared = 0
         self.incremental = 0
         self.exec_compared = 0  # exec-path scans compared (and the jobs they judged)

@@ -335,3 +335,36 @@ def test_status_after_an_exec_pass_keeps_every_known_jobs_entry(tmp_path: Path) 
         for p in procs:
             _end(p)
         d.db.close()
+
+
+def test_an_exec_pass_is_spaced_by_its_own_cost_not_the_ticks(tmp_path: Path) -> None:
+    """A capture that comes during a whole tick waits for the tick, then for as long as
+    the last pass took (the duty limit, by the pass's own cost), not for twice the
+    tick: a 20-60 ms tick so spaced was most of exec -> finding's p99 (issue 34)."""
+    from rogue_watchdog.daemon.loop import (
+        EARLY_TICK_DUTY,
+        early_tick_spacing_s,
+        exec_pass_gap_s,
+    )
+    from rogue_watchdog.sources.procevents import EventBatch
+    from tests.unit.test_proc_events import FakeFeed, config
+
+    assert exec_pass_gap_s(0.0) == 0.0
+    assert exec_pass_gap_s(0.004) == 0.004 * (1 / EARLY_TICK_DUTY - 1)
+    assert early_tick_spacing_s(0.04, 0.0) == 0.04 / EARLY_TICK_DUTY  # a tick's, as before
+    d = Daemon(config(tmp_path), None)
+    feed = FakeFeed(EventBatch())
+    d.scanner.events = feed
+    try:
+        deadline = 1e18
+        assert not d._pass_next(deadline)  # no tick stored yet: the tick answers
+        d.tick(T0)
+        assert not d._pass_next(deadline)  # nothing captured
+        feed.batch = EventBatch(captured={}, candidates={2**22 + 9})
+        assert d._pass_next(deadline)
+        d.exec_left = [(2**22 + 9, 1)]  # a run left to the tick: the tick is next
+        assert not d._pass_next(deadline)
+        d.exec_left = []
+        assert not d._pass_next(-1.0)  # the interval's tick is due: it answers
+    finally:
+        d.db.close()

@@ -137,6 +137,21 @@ def early_tick_spacing_s(tick_s: float, acting_s: float) -> float:
     return max(EARLY_TICK_MIN_GAP_S, max(0.0, tick_s - acting_s) / EARLY_TICK_DUTY)
 
 
+def exec_pass_gap_s(pass_s: float) -> float:
+    """Seconds from the end of a tick or pass to an exec pass asked for meanwhile.
+
+    The same duty limit, by the pass's own cost: the pass is idle-spaced by what the
+    last one took, so passes keep the loop busy at most ``EARLY_TICK_DUTY`` of the time
+    however many captures come. A whole tick's cost no longer spaces them: 2x a 20-60 ms
+    tick was most of exec -> finding for a capture that came during one (issue 34,
+    item 1), while a pass costs a few milliseconds.
+
+    Args:
+        pass_s: The last exec pass's duration (monotonic seconds; 0 before the first).
+    """
+    return max(0.0, pass_s) * (1.0 / EARLY_TICK_DUTY - 1.0)
+
+
 @dataclass
 class TickSummary:
     """What the last tick saw, for ``status`` and metrics."""
@@ -734,6 +749,11 @@ class Daemon:
         self.exec_left = [i for i in fresh if i not in self.tracker.first_signature]
         return track
 
+    def _pass_next(self, deadline: float) -> bool:
+        """Whether the wake now waiting is answered by an exec pass (as
+        :meth:`run_forever` decides it), not by a whole tick."""
+        return time.monotonic() < deadline and not self.exec_left and self._exec_ready()
+
     def _exec_ready(self) -> bool:
         """Whether the exec path may answer a wake first: captures wait (and no lost
         events with them), a tick has run and stored its findings, and neither the scan
@@ -1008,8 +1028,17 @@ class Daemon:
                     deadline = min(deadline, began + max(SETTLE_TICK_MIN_S, settle - now))
                 while not (self._stop.is_set() or self._reload.is_set()):
                     if self._early.is_set():
-                        spacing = early_tick_spacing_s(ended - began, self.acting_s)
-                        gap = began + spacing - time.monotonic()
+                        if self._pass_next(deadline):
+                            gap = (
+                                max(
+                                    ended + exec_pass_gap_s(self.exec_tick_s),
+                                    began + EARLY_TICK_MIN_GAP_S,
+                                )
+                                - time.monotonic()
+                            )
+                        else:
+                            spacing = early_tick_spacing_s(ended - began, self.acting_s)
+                            gap = began + spacing - time.monotonic()
                         if gap <= 0:
                             break
                         self._stop.wait(gap)

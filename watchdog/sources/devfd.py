@@ -31,7 +31,12 @@ class DeviceFdSource:
         self._last_sweep_s: float | None = None
 
     def holders(
-        self, table: ProcessTable, now_s: float, seeds: Collection[int] | None = None
+        self,
+        table: ProcessTable,
+        now_s: float,
+        seeds: Collection[int] | None = None,
+        *,
+        sweep: bool = True,
     ) -> dict[int, tuple[str, ...]]:
         """Map PID → device paths it holds open.
 
@@ -43,6 +48,9 @@ class DeviceFdSource:
                 descendants (:func:`related`), and the descendants of any ancestor found
                 holding a device (its job's members). This is no sweep: the next call
                 without ``seeds`` that is due sweeps.
+            sweep: False never starts a full sweep (the daemon's exec path: one is left
+                to the next whole tick, whose picture it joins); new processes and known
+                holders are inspected as always.
 
         Returns:
             Holders visible now; a PID that exited is dropped.
@@ -56,8 +64,8 @@ class DeviceFdSource:
             found.update(self._inspect(table, more))
             self._holders = found
             return found
-        sweep = self._last_sweep_s is None or now_s - self._last_sweep_s >= self.sweep_interval_s
-        if sweep:
+        due = self._last_sweep_s is None or now_s - self._last_sweep_s >= self.sweep_interval_s
+        if due and sweep:
             self._last_sweep_s = now_s
             candidates: Iterable[int] = list(table.procs)
         else:

@@ -108,9 +108,11 @@ class EventWalk:
         assert batch is not None
         named = batch.forked | batch.ended | batch.reinspect
         if ended := batch.ended:
-            # Re-parented: no event says so. One pass, not the children index (sorted,
-            # rebuilt after every refresh).
-            named.update(p for p, proc in table.procs.items() if proc.ppid in ended)
+            # Re-parented: no event says so. The children index is kept current from
+            # what each refresh changed (ProcessTable.children), so this reads the
+            # ended processes' children, not every record (issue 34, item 1).
+            for pid in ended:
+                named.update(table.children(pid))
         only = named | self._pending | table.watched
         table.refresh(only)
         self.event_walks += 1

@@ -29,6 +29,7 @@ from .procfs import ProcessTable
 # A maps file is read up to this size; the libraries a process maps first sit near the
 # top, and an unbounded read of a pathological maps file would stall the scan.
 MAX_MAPS_BYTES = 8 << 20
+_HZ = os.sysconf("SC_CLK_TCK")  # the unit of a stat file's start time (proc(5))
 
 
 def library_pattern(names: Sequence[str]) -> re.Pattern[bytes] | None:
@@ -103,6 +104,19 @@ class GpuLibraryCache:
         # fragmented the heap that their end should have given back (issue 32, case 8).
         self._seen: dict[int, tuple[int, float, float, tuple[str, ...]]] = {}
         self._primed = False  # the first scan (every process at once) is done
+        # Kept between calls so that a call after a refresh looks only at what changed
+        # (issue 34, item 1: an exec pass costs what the events named, not the host's
+        # process count): PID -> libraries of every holder; the PIDs still inside their
+        # re-read window with nothing found; the table and refresh last looked at.
+        self._hits: dict[int, tuple[str, ...]] = {}
+        self._young: set[int] = set()
+        self._noted: set[int] = set()
+        self._table: ProcessTable | None = None
+        self._skip: Callable[[Proc], bool] | None = None
+        self._generation = -1
+        # False: every call loops over the whole table (the trust simulator's twin
+        # scanner, the oracle the incremental answer is compared with).
+        self.incremental = True
 
     def adopt(self, other: GpuLibraryCache) -> None:
         """Carry over what ``other`` knows (a reload builds a new scanner: its processes
@@ -110,11 +124,13 @@ class GpuLibraryCache:
         if other.names == self.names:
             self._seen = dict(other._seen)
             self._primed = other._primed
+            # (the table is new to this cache: its first call looks at every process)
 
     def note(self, pid: int, start_ticks: int, libraries: Sequence[str], now: float) -> None:
         """Record a hit found elsewhere (the event source reads maps after ``execve``)."""
         if libraries:
             self._seen[pid] = (start_ticks, now, now, tuple(libraries))
+            self._noted.add(pid)  # looked at again by the next call, as a changed PID
 
     def holders(
         self, table: ProcessTable, now: float, skip: Callable[[Proc], bool] | None = None
@@ -131,6 +147,25 @@ class GpuLibraryCache:
         """
         if self.pattern is None:
             return {}
+        if (
+            self.incremental
+            and self._primed
+            and self._table is table
+            and self._skip is skip
+            and table.generation - self._generation in (0, 1)
+        ):
+            # Every record the last call saw and the table did not replace since is the
+            # same object: what the loop below would decide for it is decided already,
+            # but for a re-read falling due (the young ones). So only the PIDs the
+            # refresh changed or removed, the events' hits and the young are looked at:
+            # the same answer as the whole loop, for the same ``skip`` (a record is all
+            # it reads; tests/unit/test_incremental_scan.py compares them).
+            todo = table.changed | table.removed | self._noted | self._young
+            self._noted = set()
+            self._generation = table.generation
+            for pid in todo:
+                self._look(table, pid, table.procs.get(pid), now, None, skip)
+            return dict(self._hits)
         seen = self._seen
         # Ages matter only at the first scan; CLOCK_BOOTTIME is the clock of the stat
         # file's start time (boot-relative, in clock ticks), immune to wall-clock steps.
@@ -138,27 +173,58 @@ class GpuLibraryCache:
         if not self._primed and table.trust_inodes:
             boot_s = time.clock_gettime(time.CLOCK_BOOTTIME)
         self._primed = True
-        hz = os.sysconf("SC_CLK_TCK")
-        alive: dict[int, tuple[int, float, float, tuple[str, ...]]] = {}
-        out: dict[int, tuple[str, ...]] = {}
+        self._table, self._generation, self._skip = table, table.generation, skip
+        self._noted, self._young, self._hits = set(), set(), {}
+        self._seen = {}
         for pid, proc in table.procs.items():
-            if proc.kernel_thread or proc.is_zombie or (skip is not None and skip(proc)):
-                continue
-            start = proc.start_ticks
-            entry = seen.get(pid)
-            if entry is None or entry[0] != start:
-                young = boot_s is None or boot_s - start / hz < self.recheck_s
-                # An old process's window is over at once: it was read, nothing more.
-                entry = self._read(
-                    table.proc_root, pid, start, now if young else now - self.recheck_s, now
-                )
-            elif not entry[3] and now - entry[1] < self.recheck_s and now - entry[2] >= 1.0:
-                entry = self._read(table.proc_root, pid, start, entry[1], now)
-            alive[pid] = entry
-            if entry[3]:
-                out[pid] = entry[3]
-        self._seen = alive
-        return out
+            self._look(table, pid, proc, now, boot_s, skip, seen)
+        return dict(self._hits)
+
+    def _look(
+        self,
+        table: ProcessTable,
+        pid: int,
+        proc: Proc | None,
+        now: float,
+        boot_s: float | None,
+        skip: Callable[[Proc], bool] | None,
+        seen: dict[int, tuple[int, float, float, tuple[str, ...]]] | None = None,
+    ) -> None:
+        """Decide one PID: its entry read, re-read, kept or dropped, and whether it
+        holds libraries. ``seen``: the entries of the last call (a whole loop builds
+        ``_seen`` anew from it); None updates ``_seen`` in place."""
+        if seen is None:
+            seen = self._seen
+        if (
+            proc is None
+            or proc.kernel_thread
+            or proc.is_zombie
+            or (skip is not None and skip(proc))
+        ):
+            self._seen.pop(pid, None)
+            self._hits.pop(pid, None)
+            self._young.discard(pid)
+            return
+        start = proc.start_ticks
+        entry = seen.get(pid)
+        if entry is None or entry[0] != start:
+            young = boot_s is None or boot_s - start / _HZ < self.recheck_s
+            # An old process's window is over at once: it was read, nothing more.
+            entry = self._read(
+                table.proc_root, pid, start, now if young else now - self.recheck_s, now
+            )
+        elif not entry[3] and now - entry[1] < self.recheck_s and now - entry[2] >= 1.0:
+            entry = self._read(table.proc_root, pid, start, entry[1], now)
+        self._seen[pid] = entry
+        if entry[3]:
+            self._hits[pid] = entry[3]
+            self._young.discard(pid)
+        else:
+            self._hits.pop(pid, None)
+            if now - entry[1] < self.recheck_s:
+                self._young.add(pid)
+            else:
+                self._young.discard(pid)
 
     def _read(
         self, proc_root: str, pid: int, start: int, first: float, now: float

@@ -16,6 +16,7 @@ are re-read. A fixture tree is not procfs, so there every stat file is read each
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import pwd
@@ -488,7 +489,15 @@ class ProcessTable:
         self._inodes: dict[int, int] = {}
         self._procs: dict[int, Proc] = {}
         self._stat_raw: dict[int, bytes] = {}
+        # Parent PID -> its children, ascending, built at the first children() and then
+        # kept current from what changed (issue 34, item 1: an exec pass must not sort
+        # the whole table again); _moves: PID -> the parent the index files it under,
+        # for each record replaced, added or dropped since.
         self._children: dict[int, list[int]] | None = None
+        self._moves: dict[int, int | None] = {}
+        # False: the index is rebuilt after any change instead (the trust simulator's
+        # twin scanner, the oracle the kept index is compared with).
+        self.keep_index = True
         self._users: dict[int, str] = {}
         # Command lines, executables and cgroups, each value once (_shared).
         self._values: dict[Any, Any] = {}
@@ -570,6 +579,8 @@ class ProcessTable:
                 and pid not in self._force
             ):
                 if prev.ppid != ppid or prev.state != state:
+                    if prev.ppid != ppid:
+                        self._moving(pid, prev)
                     procs[pid] = replace(prev, ppid=ppid, state=state, pgid=pgid, sid=sid)
                     changed.add(pid)
                 continue
@@ -585,6 +596,7 @@ class ProcessTable:
                         inodes[pid] = os.stat(f"{root}/{name}").st_ino
                 if ppid > 0 and ppid not in procs and ppid not in seen:
                     entries.append((str(ppid), None))  # its lineage must be in the table
+            self._moving(pid, prev)
             procs[pid] = proc
             new.add(pid)
         if only is not None:
@@ -598,7 +610,6 @@ class ProcessTable:
         self._force = set()
         self.generation += 1
         fresh = procs
-        self._children = None
         self.new_pids = new
         return fresh
 
@@ -623,6 +634,7 @@ class ProcessTable:
     def _forget(self, removed: set[int]) -> None:
         """Drop the records of processes that are gone."""
         for pid in removed:
+            self._moving(pid, self._procs[pid])
             del self._procs[pid]
             self._stat_raw.pop(pid, None)
             self._inodes.pop(pid, None)
@@ -638,7 +650,7 @@ class ProcessTable:
         self._procs = dict(self._procs)
         self._stat_raw = dict(self._stat_raw)
         self._inodes = dict(self._inodes)
-        self._children = None
+        self._children, self._moves = None, {}
         live: dict[object, object] = {}
         for proc in self._procs.values():
             for value in (proc.cmdline, proc.cgroup, proc.exe):
@@ -693,11 +705,11 @@ class ProcessTable:
             ):
                 if shown is not None:
                     self.reinspect((proc.pid,))  # the next refresh reads the zombie again
+                self._moving(proc.pid, shown)
                 self._procs[proc.pid] = replace(proc, state="X")
                 added.add(proc.pid)
         if added:
             self.changed |= added
-            self._children = None
         return added
 
     def read(self, pid: int) -> Proc | None:
@@ -797,14 +809,38 @@ class ProcessTable:
         except OSError:
             return False
 
+    def _moving(self, pid: int, prev: Proc | None) -> None:
+        """``pid``'s record is replaced, added (``prev`` None) or dropped: the children
+        index moves it at the next :meth:`children` (from the parent it was filed
+        under, the first time it moves since)."""
+        if not self.keep_index:
+            self._children = None
+        elif self._children is not None and pid not in self._moves:
+            self._moves[pid] = None if prev is None else prev.ppid
+
     def children(self, pid: int) -> list[int]:
-        """Direct children of ``pid`` at the last refresh, ascending."""
-        if self._children is None:
-            kids: dict[int, list[int]] = {}
+        """Direct children of ``pid`` at the last refresh, ascending (the list is the
+        index's own: read it, do not keep it across a refresh)."""
+        kids = self._children
+        if kids is None:
+            kids = {}
             for p in sorted(self._procs):
                 kids.setdefault(self._procs[p].ppid, []).append(p)
-            self._children = kids
-        return self._children.get(pid, [])
+            self._children, self._moves = kids, {}
+        elif self._moves:
+            # What the refreshes since changed: the same lists a rebuild would make.
+            procs = self._procs
+            for moved, was in self._moves.items():
+                if was is not None and (siblings := kids.get(was)) is not None:
+                    with contextlib.suppress(ValueError):
+                        siblings.remove(moved)
+                    if not siblings:
+                        del kids[was]
+                proc = procs.get(moved)
+                if proc is not None:
+                    bisect.insort(kids.setdefault(proc.ppid, []), moved)
+            self._moves = {}
+        return kids.get(pid, [])
 
     def descendants(self, pid: int) -> Iterator[int]:
         """Every descendant of ``pid`` (not ``pid`` itself), depth first."""
