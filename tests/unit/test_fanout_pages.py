@@ -180,3 +180,50 @@ def test_only_a_paged_finding_is_an_incidents_page() -> None:
     assert fanned_into("rogue-job", 5, {"incident": "source x"}, "high", False, got) is None
     assert fanned_into("rogue-job", 5, {}, "high", False, got) is None  # no incident
     assert fanned_into("excess-instances", 5, same, "high", False, got) is None
+
+
+def _service_tick_plan(tmp_path: Path, ticks: list[float], gone_at: float) -> list[tuple[str, str]]:
+    """A rogue job and the rogue service that started it (the scan's two findings about
+    one run), ticked until ``gone_at``, then gone; the alerts spooled."""
+    import dataclasses
+
+    from rogue_watchdog.model import Finding
+    from rogue_watchdog.policy.findings import incident_key, job_findings
+    from tests.unit.test_pages import T0, _classed, _daemon
+
+    d = _daemon(tmp_path)
+    job = dataclasses.replace(_classed("training", 7100, 200), cmdline=("python3", "/srv/t.py"))
+    service = Finding(
+        "rogue-service", "high", "service PID 7000 (listening on 127.0.0.1:8080/tcp), "
+        "started the run: rogue job PID 7100 `python3 /srv/t.py`", root_pid=7100,
+        details={"listening": [], "job_root_pid": 7100, "verdict": "rogue",
+                 "origin_kind": "shell", "gpu_indexes": [], "incident": incident_key(job)},
+    )  # fmt: skip
+    for dt in ticks:
+        if dt < gone_at:
+            d.tracker.update([job], [*job_findings([job]), service], T0 + dt)
+        else:  # it ended by itself (the kernel's exit event: status 0)
+            d.tracker.update([], [], T0 + dt, exits={7100: 0})
+    return [
+        (event, kind)
+        for event, kind in d.db.conn.execute(
+            "SELECT d.event, f.kind FROM deliveries d JOIN findings f ON f.id = d.finding_id"
+            " ORDER BY d.id"
+        )
+    ]
+
+
+def test_a_service_and_the_run_it_started_are_one_page(tmp_path: Path) -> None:
+    """Fresh user I (issue 33): a test's listening trainer made a rogue-service page at
+    once and its rogue-job page after the settle, two pages for one run (F7 + F8, F11 +
+    F12). Before: two opens (the service's at t=0, the run's after the settle); after:
+    one open, after the settle, for the one incident."""
+    sent = _service_tick_plan(tmp_path, [0.0, 2.0, 4.0, 5.0, 7.0, 60.0], gone_at=1e9)
+    assert [e for e, _k in sent] == ["open"]
+
+
+def test_a_service_gone_within_the_settle_is_not_paged(tmp_path: Path) -> None:
+    """Before: the rogue-service open went at its first look and a resolve 2 s later
+    (a 1.9 s test service, fresh user I F12): before, ``[("open", "rogue-service")]``;
+    after, nothing is sent."""
+    assert _service_tick_plan(tmp_path, [0.0, 1.0, 2.0, 8.0], gone_at=2.0) == []

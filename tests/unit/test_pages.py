@@ -434,7 +434,8 @@ def test_a_loop_stays_open_between_runs_until_quiet() -> None:
 def test_the_settle_waits_for_a_gpu_seen_twice_alike_at_most_settle_s() -> None:
     s = AlertSettings(settle_s=5.0)
     job = Finding("rogue-job", "high", "m", 10, {"root": [10, 5], "gpus": []})
-    other = Finding("rogue-service", "high", "m", 10, {"root": [10, 5]})
+    other = Finding("excess-instances", "high", "m", 10, {"root": [10, 5]})
+    service = Finding("rogue-service", "high", "m", 10, {"job_root_pid": 10})
     bare = {"alertname": "RogueJob"}
     gpu = {"alertname": "RogueJob", "gpu": "0"}
     assert settling(job, bare, None, 0.0, s)
@@ -443,6 +444,10 @@ def test_the_settle_waits_for_a_gpu_seen_twice_alike_at_most_settle_s() -> None:
     assert not settling(job, gpu, gpu, 4.0, s)  # the same at two looks: complete
     assert not settling(job, bare, bare, 5.0, s)  # never longer than settle_s
     assert not settling(other, bare, None, 0.0, s)  # not about where a job runs
+    # A rogue service is about the run it started: it waits with it (fresh user I,
+    # issue 33: before, it was paged at once, beside the run's own page).
+    assert settling(service, bare, None, 0.0, s)
+    assert not settling(service, bare, bare, 5.0, s)
     assert not settling(job, bare, None, 0.0, AlertSettings(settle_s=0.0))
 
 

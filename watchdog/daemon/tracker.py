@@ -34,7 +34,7 @@ from .tracking.blind import alerted_gpus, last_seen_gpus
 from .tracking.current import RUN_ENDED, as_opened, current_message, without_run_commands
 from .tracking.fold import fingerprint, fold, group
 from .tracking.incident import (
-    FANOUT_KIND,
+    FANOUT_KINDS,
     Anchor,
     anchors,
     fanned_into,
@@ -435,7 +435,7 @@ class Tracker:
 
     def _first_page(self, rec: FindingRecord, severity: str) -> None:
         """Note a job finding paged now as its incident's page, when it has none yet."""
-        key = incident_of(rec.details) if rec.kind == FANOUT_KIND else None
+        key = incident_of(rec.details) if rec.kind in FANOUT_KINDS else None
         if key is not None and key not in self._fanout:
             self._fanout[key] = Anchor(rec.id, severity)
 
@@ -499,7 +499,7 @@ class Tracker:
             if anchor is not None:
                 folded.setdefault(anchor.finding_id, []).append(rec)
         for rec in open_now:
-            if rec.kind != "respawned" and rec.kind != FANOUT_KIND:
+            if rec.kind != "respawned" and rec.kind not in FANOUT_KINDS:
                 continue
             details, message = folded_details(
                 rec.details, rec.message, folded.get(rec.id, []), rec.kind

@@ -115,11 +115,12 @@ def _job_details(job: Job) -> dict[str, Any]:
     }
 
 
-def incident_key(job: Job) -> str | None:
+def incident_key(job: Job) -> str:
     """What one incident's jobs share: the launcher that started them (PID and start
     ticks, where the origin names no spawner and the launcher still runs), else their
     origin's source (a crontab line, a unit, a Slurm job name) when every field of it
-    is known; None when neither is (each such job is its own incident).
+    is known, else the job itself (PID and start ticks: its own incident, which its
+    service's ``rogue-service`` finding shares).
 
     A sweep's launcher starting 40 different training scripts is one thing a person
     must act on (stop the launcher), not 40 (issue 33, fresh user H: 40 high pages in
@@ -132,7 +133,8 @@ def incident_key(job: Job) -> str | None:
         return f"launcher {pid} {start}"
     key = job.origin.source_key() if job.origin.definite else None
     if key is None or any(v is None or v == "" for v in key[1:]):
-        return None
+        # The job alone: its rogue-job and its service's rogue-service are one incident.
+        return f"job {job.root_pid} {job.start_ticks}"
     return "source " + json.dumps([str(v) for v in key])
 
 

@@ -21,7 +21,7 @@ from ..lineage.slurm import is_slurmstepd
 from ..model import Finding, Job, Proc, Protection
 from ..sources.procfs import ProcessTable
 from ..sources.sockets import Listen, ListenScan
-from .findings import gpus_text
+from .findings import gpus_text, incident_key
 
 _CRON_DAEMONS = frozenset({"cron", "crond"})
 _MAX_ENDPOINTS_IN_MESSAGE = 4
@@ -263,6 +263,8 @@ def service_finding(
     }
     if parents:
         details["service_pids"] = [p.pid for p in parents]
+    # One incident with its run's rogue-job (and the launcher's other runs): one page.
+    details["incident"] = incident_key(job)
     if denied:
         details["unreadable_pids"] = sorted(denied)
     return Finding("rogue-service", "high", message, root_pid=job.root_pid, details=details)

@@ -39,8 +39,9 @@ FOLDED_KINDS = frozenset({"rogue-job", "remediation-failed"})
 RANK = {"info": 0, "warning": 1, "high": 2, "critical": 3}
 # Starts the part of a ``respawned`` message that names the findings folded into it.
 FOLDED_NOTE = "; paged as part of this return: "
-# The kind whose first paged finding of an incident its other jobs fold into.
-FANOUT_KIND = "rogue-job"
+# The kinds about one incident's jobs: the first paged of them stands for the others
+# (a service's rogue-service and the rogue-job of the run it started are one incident).
+FANOUT_KINDS = frozenset({"rogue-job", "rogue-service"})
 # Starts the part of such a finding's message that names them.
 FANOUT_NOTE = "; this page stands for the incident's other jobs too: "
 # At most this many folded findings are named in a message (``details.folded`` has all).
@@ -144,11 +145,11 @@ def incident_of(details: Mapping[str, Any]) -> str | None:
 
 
 def fanout_anchors(open_records: Iterable[FindingRecord]) -> dict[str, Anchor]:
-    """Incident → the first paged ``rogue-job`` finding of it, of the findings open
-    before this tick: the page the incident's other jobs fold into."""
+    """Incident → the first paged ``rogue-job`` or ``rogue-service`` finding of it, of
+    the findings open before this tick: the page the incident's others fold into."""
     out: dict[str, Anchor] = {}
     for rec in sorted(open_records, key=lambda r: r.id):
-        if rec.kind != FANOUT_KIND or rec.last_alert_at is None:
+        if rec.kind not in FANOUT_KINDS or rec.last_alert_at is None:
             continue
         key = incident_of(rec.details)
         if key is not None and key not in out:
@@ -164,15 +165,16 @@ def fanned_into(
     alerted: bool,
     open_anchors: Mapping[str, Anchor],
 ) -> Anchor | None:
-    """The paged ``rogue-job`` finding of the same incident (one launcher's jobs, one
-    source's) a job finding is folded into, or None when it pages on its own.
+    """The paged finding of the same incident (one launcher's jobs, one source's, one
+    job's ``rogue-job`` and ``rogue-service``) a finding is folded into, or None when it
+    pages on its own.
 
     Only into one already paged: a page that went out named the launcher or the source
     and what stops it (a person was told); a job louder than that page, or one already
     paged itself, pages as before.
 
     Args:
-        kind: The finding's kind (only ``rogue-job`` folds).
+        kind: The finding's kind (only those of :data:`FANOUT_KINDS` fold).
         finding_id: Its id (None before it is filed).
         details: Its details (``incident``).
         severity: Its severity.
@@ -180,7 +182,7 @@ def fanned_into(
         open_anchors: This tick's anchors (:func:`fanout_anchors`, and those paged
             this tick).
     """
-    if kind != FANOUT_KIND or alerted:
+    if kind not in FANOUT_KINDS or alerted:
         return None
     key = incident_of(details)
     anchor = open_anchors.get(key) if key is not None else None
@@ -211,5 +213,5 @@ def folded_details(
     )
     if len(folded) > NAMED:
         named += f" and {len(folded) - NAMED} more"
-    note = FANOUT_NOTE if kind == FANOUT_KIND else FOLDED_NOTE
+    note = FANOUT_NOTE if kind in FANOUT_KINDS else FOLDED_NOTE
     return out, f"{head}{note}{named}"

@@ -79,7 +79,8 @@ def settling(
 ) -> bool:
     """True while the first alert of ``f`` still waits for its first complete picture.
 
-    Only a finding about where a job runs (``details.gpus``) waits: NVML lists a new
+    Only a finding about where a job runs (``details.gpus``) waits, and a rogue
+    service's (about the run it started): NVML lists a new
     process a tick or two after it starts, and each GPU of a launch as its worker comes
     up. The picture is complete when the job is on a GPU and its labels were the same
     at the previous look; the wait never exceeds ``settings.settle_s``.
@@ -91,7 +92,10 @@ def settling(
         age_s: Seconds since it opened.
         settings: ``alerts``: ``settle_s``.
     """
-    if settings.settle_s <= 0 or "gpus" not in f.details or age_s >= settings.settle_s:
+    # A rogue service is about a run too (the one it started): paged with it, after
+    # the same settle (issue 33, fresh user I: 2-5 s test services were paged at once).
+    about_a_run = "gpus" in f.details or f.kind == "rogue-service"
+    if settings.settle_s <= 0 or not about_a_run or age_s >= settings.settle_s:
         return False
     return not ("gpu" in labels and labels == previous)
 
