@@ -372,3 +372,28 @@ def test_commands_in_panes_and_footers_are_whole_on_one_line(width: int, rows: i
     doc["findings"] = doc["findings"] * 8
     lines = screen(doc, view, width, rows)
     assert any(f"`{STATUS}` lists all" in x for x in lines), lines
+
+
+def test_the_selected_jobs_periodic_finding_is_shown_with_it() -> None:
+    """Fresh user I (issue 33): at 80x24, "open findings: 301 (7 shown; …)" showed F9-F20
+    in id order while the selected ghost's loop finding (F323, periodic: it names no run,
+    root_pid None) was off screen. Its status entry now names its latest run's root
+    (``details.periodic.pid``), so it follows the selection. Before: `root_pids` [] and
+    the finding not among those shown; after: first, marked ``*``."""
+    from rogue_watchdog.daemon.status import _entry
+    from rogue_watchdog.state import FindingRecord
+
+    rec = FindingRecord(
+        id=323, fingerprint="rogue-job:periodic:abc", kind="rogue-job", severity="high",
+        message="periodic: 4 runs about every 1m; latest run: rogue job PID 10105",
+        root_pid=None, details={"periodic": {"runs": 4, "cadence_s": 60.0, "pid": 10105}},
+        opened_at=NOW - 300, last_seen=NOW, seen_count=9, resolved_at=None,
+        last_alert_at=NOW - 295,
+    )  # fmt: skip
+    entry = _entry(rec, NOW)
+    assert entry["root_pids"] == [10105]
+    doc = busy()
+    doc["findings"].append(entry)
+    lines = screen(doc, View(btime_s=BTIME, selected=10105), 80, 24)
+    at = next(i for i, x in enumerate(lines) if x.startswith("  open findings:"))
+    assert lines[at + 1].startswith("* F323  high     rogue-job: periodic: 4 runs")

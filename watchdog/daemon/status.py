@@ -254,6 +254,13 @@ def _findings_section(
 
 
 def _entry(f: FindingRecord, now: float, paged_with: int | None = None) -> dict[str, Any]:
+    roots = f.details.get("root_pids") or ([f.root_pid] if f.root_pid is not None else [])
+    latest = (f.details.get("periodic") or {}).get("pid") if not roots else None
+    if isinstance(latest, int):
+        # A periodic finding names no run of its own: its latest run's root is the job
+        # `top` selects (fresh user I, issue 33: the ghost's loop finding was off screen
+        # while the ghost was selected).
+        roots = [latest]
     out = {
         "id": f.id,
         "kind": f.kind,
@@ -264,7 +271,7 @@ def _entry(f: FindingRecord, now: float, paged_with: int | None = None) -> dict[
         "age_s": round(now - f.opened_at, 1),
         "seen_count": f.seen_count,
         "instances": f.instances,
-        "root_pids": f.details.get("root_pids") or ([f.root_pid] if f.root_pid is not None else []),
+        "root_pids": roots,
     }
     if paged_with is not None:
         out["paged_with"] = paged_with
