@@ -9,8 +9,11 @@ system time of that thread alone, nanosecond resolution) is read before and afte
 storm generator of ``bench/events_bench.py`` (``/bin/true`` vfork+exec'd at RATE/s).
 
 Printed per run: the thread's CPU seconds, the execs it saw (every exec on the host, the
-neighbours' included), CPU per exec (µs), the thread's share of a core, the events lost
-(``ENOBUFS``) and the execs missed (gone before their ``cmdline`` was read). With
+neighbours' included), CPU per exec (µs), the thread's share of a core, its user and
+system time (``/proc/self/task/TID/stat``), its reading rounds (wake-ups) per exec, the
+events lost (``ENOBUFS``) and the execs missed (gone before their ``cmdline`` was read:
+``/bin/true`` lives well under a millisecond, so how many are missed depends on how soon
+the thread runs, and a missed exec costs only a failing ``open``). With
 ``--base DIR`` the runs alternate between DIR's watchdog and this checkout's (or
 ``--code``'s), pair by pair, and the load average is printed beside each pair.
 
@@ -83,6 +86,14 @@ def child(rate: int, seconds: float, storm: str, profile: bool) -> dict[str, Any
                 profiler.disable()
 
         source._run = profiled  # type: ignore[method-assign]
+    rounds = [0]
+    read_all = source._read_all
+
+    def counted(*args: Any) -> Any:
+        rounds[0] += 1
+        return read_all(*args)
+
+    source._read_all = counted  # type: ignore[method-assign]  # the thread's wake-ups
     source.start()
     if not source.available:
         raise SystemExit(f"no proc connector: {source.reason}")
@@ -94,10 +105,10 @@ def child(rate: int, seconds: float, storm: str, profile: bool) -> dict[str, Any
     lost0, missed0 = source.counters.lost, source.counters.missed
     stat = f"/proc/self/task/{thread.native_id}/stat"
     u0, s0 = ticks(stat)
-    c0, w0 = time.clock_gettime(clock), time.monotonic()
+    r0, c0, w0 = rounds[0], time.clock_gettime(clock), time.monotonic()
     subprocess.run([storm, str(rate), str(seconds)], check=True)
     time.sleep(0.2)  # the last datagrams of the storm
-    c1, w1 = time.clock_gettime(clock), time.monotonic()
+    r1, c1, w1 = rounds[0], time.clock_gettime(clock), time.monotonic()
     u1, s1 = ticks(stat)
     events = {k: v - events0.get(k, 0) for k, v in source.counters.events.items()}
     lost = source.counters.lost - lost0
@@ -110,6 +121,7 @@ def child(rate: int, seconds: float, storm: str, profile: bool) -> dict[str, Any
         "execs": execs,
         "events": events,
         "lost": lost,
+        "rounds": r1 - r0,
         "missed": missed,
         "us_per_exec": (c1 - c0) / max(execs, 1) * 1e6,
         "share": (c1 - c0) / (w1 - w0) * 100,
@@ -166,7 +178,7 @@ def line(label: str, r: dict[str, Any]) -> str:
     return (
         f"| {label} | {r['cpu_s'] * 1000:.0f} ms | {r['execs']} | {r['us_per_exec']:.1f} µs "
         f"| {r['share']:.2f} % | {r['user_s']:.2f} / {r['system_s']:.2f} s "
-        f"| {r['lost']} | {r['missed']} |"
+        f"| {r['rounds'] / max(r['execs'], 1):.2f} | {r['lost']} | {r['missed']} |"
     )
 
 

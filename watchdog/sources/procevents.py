@@ -32,11 +32,13 @@ reconciles anything missed):
   fails with ``ENOBUFS``: counted, and a full sweep (every stat file re-read) is
   requested at once.
 
-Bursts are coalesced: one wake request per batch of datagrams read, the daemon's loop
-spaces early ticks, the re-read and maps queues are bounded (overflow turns into a full
-sweep). Where the connector cannot be opened (no CAP_NET_ADMIN on kernels before 6.6,
-outside the initial network, PID or user namespace, a container) :meth:`ProcEventSource.start`
-records why, logs it once and the daemon polls as before.
+Bursts are coalesced: in a storm (reading rounds less than ``2 * ROUND_SPACING_S``
+apart) rounds begin at most every :data:`ROUND_SPACING_S`, so one wake-up of the thread
+reads many datagrams; one wake request per round, the daemon's loop spaces early ticks,
+the re-read and maps queues are bounded (overflow turns into a full sweep). Where the
+connector cannot be opened (no CAP_NET_ADMIN on kernels before 6.6, outside the initial
+network, PID or user namespace, a container) :meth:`ProcEventSource.start` records why,
+logs it once and the daemon polls as before.
 """
 
 from __future__ import annotations
