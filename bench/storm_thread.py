@@ -17,9 +17,13 @@ the thread runs, and a missed exec costs only a failing ``open``). With
 ``--base DIR`` the runs alternate between DIR's watchdog and this checkout's (or
 ``--code``'s), pair by pair, and the load average is printed beside each pair.
 
+With ``--daemon`` the child runs the daemon itself in process (``Daemon.run_forever``
+with ``attach_events``: the daemon's own launcher check and wake-ups, NVML off, 2 s
+interval) and the loop thread's CPU is printed beside the event thread's.
+
 Usage (root; run niced, alone):
     nice -n 5 python bench/storm_thread.py [--rate 500] [--seconds 10] [--pairs 3]
-        [--base DIR] [--code DIR] [--profile]
+        [--base DIR] [--code DIR] [--profile | --daemon]
 """
 
 from __future__ import annotations
@@ -139,7 +143,56 @@ def child(rate: int, seconds: float, storm: str, profile: bool) -> dict[str, Any
     return out
 
 
-def run_child(code: Path, rate: int, seconds: float, storm: Path, profile: bool) -> dict[str, Any]:
+def child_daemon(rate: int, seconds: float, storm: str) -> dict[str, Any]:
+    """In a fresh process: the daemon itself (``Daemon.run_forever`` with
+    ``attach_events``, NVML off, 2 s interval, a log sink in a temporary directory), its
+    loop thread's and its event thread's CPU over one storm."""
+    from rogue_watchdog.config import parse_config
+    from rogue_watchdog.daemon.events import attach_events
+    from rogue_watchdog.daemon.loop import Daemon
+
+    tmp = Path(tempfile.mkdtemp(prefix="rwbench-storm-daemon-"))
+    try:
+        cfg = parse_config(
+            "nvml: {enabled: false}\n"
+            f"daemon: {{state_dir: '{tmp}/state', interval_s: 2}}\n"
+            f"alerts:\n  sinks: [{{type: log, path: '{tmp}/alerts.log'}}]\n",
+            "storm.yaml",
+        )
+        d = Daemon(cfg, None)
+        source = attach_events(d)
+        assert source is not None
+        loop = threading.Thread(target=d.run_forever, name="loop")
+        loop.start()
+        time.sleep(6)  # the first ticks and the subscription
+        if not source.available or source._thread is None:
+            raise SystemExit(f"no proc connector: {source.reason}")
+        threads = {"loop": loop, "events": source._thread}
+        clocks = {k: time.pthread_getcpuclockid(t.ident or 0) for k, t in threads.items()}
+        execs0 = source.counters.events["exec"]
+        lost0, missed0 = source.counters.lost, source.counters.missed
+        c0 = {k: time.clock_gettime(c) for k, c in clocks.items()}
+        w0 = time.monotonic()
+        subprocess.run([storm, str(rate), str(seconds)], check=True)
+        c1 = {k: time.clock_gettime(c) for k, c in clocks.items()}
+        w1 = time.monotonic()
+        execs = source.counters.events["exec"] - execs0
+        d.request_stop()
+        loop.join(30)
+        return {
+            "share": {k: (c1[k] - c0[k]) / (w1 - w0) * 100 for k in clocks},
+            "us_per_exec": (c1["events"] - c0["events"]) / max(execs, 1) * 1e6,
+            "execs": execs,
+            "lost": source.counters.lost - lost0,
+            "missed": source.counters.missed - missed0,
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_child(
+    code: Path, rate: int, seconds: float, storm: Path, profile: bool, daemon: bool = False
+) -> dict[str, Any]:
     """This script as a child importing ``rogue_watchdog`` from ``code``."""
     sys.path.insert(0, str(BENCH))
     from codepath import import_path
@@ -147,7 +200,7 @@ def run_child(code: Path, rate: int, seconds: float, storm: Path, profile: bool)
     env = dict(os.environ, PYTHONPATH=f"{import_path(code)}{os.pathsep}{BENCH}")
     argv = [sys.executable, __file__, "--child", str(rate), str(seconds), str(storm)]
     res = subprocess.run(
-        [*argv, *(["--profile"] if profile else [])],
+        [*argv, *(["--profile"] if profile else []), *(["--daemon"] if daemon else [])],
         env=env,
         capture_output=True,
         text=True,
@@ -182,6 +235,24 @@ def line(label: str, r: dict[str, Any]) -> str:
     )
 
 
+def daemon_pairs(
+    kinds: list[tuple[str, Path]], rate: int, seconds: float, pairs: int, storm: Path
+) -> None:
+    """``--daemon``: the daemon's loop and event threads, taking turns with ``--base``."""
+    print(f"exec storm, {rate} execs/s for {seconds:.0f} s, the daemon in process")
+    print("| run | loop thread | event thread | event thread per exec | execs | lost | missed |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for i in range(pairs):
+        for label, path in kinds if i % 2 == 0 else kinds[::-1]:
+            r = run_child(path, rate, seconds, storm, False, daemon=True)
+            print(
+                f"| {label} #{i + 1} (load {os.getloadavg()[0]:.1f}) "
+                f"| {r['share']['loop']:.2f} % | {r['share']['events']:.2f} % "
+                f"| {r['us_per_exec']:.1f} µs | {r['execs']} | {r['lost']} | {r['missed']} |",
+                flush=True,
+            )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rate", type=int, default=500)
@@ -190,11 +261,17 @@ def main() -> int:
     ap.add_argument("--code", default=str(REPO), help="the watchdog checkout to measure")
     ap.add_argument("--base", default=None, help="a checkout to compare with, run by run")
     ap.add_argument("--profile", action="store_true", help="cProfile the thread (one run)")
+    ap.add_argument(
+        "--daemon", action="store_true", help="the daemon in process: its loop and event threads"
+    )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         rate, seconds, storm = args.child
-        print(json.dumps(child(int(rate), float(seconds), storm, args.profile)))
+        if args.daemon:
+            print(json.dumps(child_daemon(int(rate), float(seconds), storm)))
+        else:
+            print(json.dumps(child(int(rate), float(seconds), storm, args.profile)))
         return 0
     if os.geteuid() != 0:
         raise SystemExit("run as root (the proc connector)")
@@ -210,6 +287,9 @@ def main() -> int:
         kinds = [("after", code)]
         if args.base:
             kinds.insert(0, ("before", Path(args.base).resolve()))
+        if args.daemon:
+            daemon_pairs(kinds, args.rate, args.seconds, args.pairs, storm)
+            return 0
         print(f"exec storm, {args.rate} execs/s for {args.seconds:.0f} s, event thread only")
         print(
             "| run | thread CPU | execs seen | CPU per exec | share of a core "
