@@ -53,7 +53,8 @@ def message(what: int, *fields: int) -> bytes:
 
 
 class SimSocket:
-    """What ``recv`` returns: queued datagrams, an ``ENOBUFS`` where one was dropped."""
+    """What ``recv`` (and ``recv_into``, the reader's) returns: queued datagrams, an
+    ``ENOBUFS`` where one was dropped."""
 
     def __init__(self) -> None:
         self.queue: deque[bytes | OSError] = deque()
@@ -65,6 +66,11 @@ class SimSocket:
         if isinstance(item, OSError):
             raise item
         return item
+
+    def recv_into(self, buf: bytearray) -> int:
+        data = self.recv(len(buf))
+        buf[: len(data)] = data
+        return len(data)
 
 
 class SimKernel:

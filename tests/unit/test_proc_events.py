@@ -141,6 +141,40 @@ def test_parse_events_decodes_fork_exec_exit_and_skips_truncated() -> None:
     assert list(parse_events(b"\x00" * 8)) == []
 
 
+def test_the_reader_decodes_full_short_and_truncated_messages_alike() -> None:
+    """The reader's one-unpack decoder (issue 34: exec storm) hands on the same events as
+    parse_events: a message shorter than the kernel's (here an exec of 60 bytes) and
+    what follows it go through the careful decoder, a truncated tail is dropped."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    theirs.setblocking(False)
+    source = ProcEventSource("/proc", lambda _p: False, gpu_libraries=())
+    gone = 4_000_000  # no such process: its exec is counted as missed
+    data = struct.pack("=IIQII", PROC_EVENT_EXEC, 0, 123, gone + 1, gone + 1)
+    cn = struct.pack("=IIIIHH", 1, 1, 0, 0, len(data), 0)
+    short = struct.pack("=IHHII", 16 + len(cn) + len(data), 3, 0, 0, 0) + cn + data
+    try:
+        ours.send(
+            message(PROC_EVENT_FORK, 10, 10, gone, gone)
+            + message(PROC_EVENT_FORK, gone, gone, gone + 7, gone)  # a thread: no process
+            + message(PROC_EVENT_EXEC, gone, gone)
+            + short
+            + message(PROC_EVENT_EXIT, gone + 2, gone + 2, 0, 17, 1, 1)
+            + message(PROC_EVENT_EXIT, gone, gone, 0, 17, 1, 1)[:-4]
+        )
+        ours.send(message(PROC_EVENT_EXIT, gone, gone, 0, 17, 1, 1))
+        assert source._read_all(theirs) == 2  # both datagrams, then the socket is dry
+        assert source.counters.events == {"fork": 2, "exec": 2, "exit": 2, "uid": 0, "sid": 0}
+        assert source.counters.missed == 2
+        batch = source.drain()
+        assert batch.forked == {gone}
+        assert batch.ended == {gone + 2, gone}
+        assert batch.reinspect == {gone, gone + 1}
+        assert not batch.full_sweep
+    finally:
+        ours.close()
+        theirs.close()
+
+
 def _capture_chain(pid: int) -> dict[int, Proc]:
     reader = ProcessTable("/proc")
     chain: dict[int, Proc] = {}

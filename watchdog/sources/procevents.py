@@ -32,11 +32,13 @@ reconciles anything missed):
   fails with ``ENOBUFS``: counted, and a full sweep (every stat file re-read) is
   requested at once.
 
-Bursts are coalesced: one wake request per batch of datagrams read, the daemon's loop
-spaces early ticks, the re-read and maps queues are bounded (overflow turns into a full
-sweep). Where the connector cannot be opened (no CAP_NET_ADMIN on kernels before 6.6,
-outside the initial network, PID or user namespace, a container) :meth:`ProcEventSource.start`
-records why, logs it once and the daemon polls as before.
+Bursts are coalesced: in a storm (reading rounds less than ``2 * ROUND_SPACING_S``
+apart) rounds begin at most every :data:`ROUND_SPACING_S`, so one wake-up of the thread
+reads many datagrams; one wake request per round, the daemon's loop spaces early ticks,
+the re-read and maps queues are bounded (overflow turns into a full sweep). Where the
+connector cannot be opened (no CAP_NET_ADMIN on kernels before 6.6, outside the initial
+network, PID or user namespace, a container) :meth:`ProcEventSource.start` records why,
+logs it once and the daemon polls as before.
 """
 
 from __future__ import annotations
@@ -79,6 +81,12 @@ _WHAT = struct.Struct("=I")
 _TWO = struct.Struct("=II")  # exec/uid/sid/exit: process_pid, process_tgid
 _EXIT_CODE = struct.Struct("=I")  # exit: exit_code (a wait(2) status), after pid and tgid
 _FOUR = struct.Struct("=IIII")  # fork: parent_pid, parent_tgid, child_pid, child_tgid
+# The reader's decoder: one unpack per message for nlmsghdr.len, proc_event.what and the
+# union's first four u32 (fork: parent_pid, parent_tgid, child_pid, child_tgid; exec,
+# uid, sid: process_pid, process_tgid, ...; exit: process_pid, process_tgid,
+# exit_code, ...). The kernel sends every event at sizeof(struct proc_event); a shorter
+# message goes through parse_events, which checks each field's bounds.
+_EVENT = struct.Struct("=I32xI12xIIII")
 
 MAPS_CHECK_DELAYS_S = (0.2, 1.0, 3.0)
 MAX_QUEUED_MAPS_CHECKS = 20000
@@ -90,6 +98,15 @@ MAX_EXITS = 4096
 MAX_LINEAGE = 64
 RECV_BYTES = 1 << 16
 MAX_DATAGRAMS_PER_ROUND = 512
+# In a storm (two rounds that read events began less than twice this apart), rounds
+# of reading begin at most this often: each wake-up of the thread costs more than the
+# events it reads (a context switch and the interpreter on cold caches, tens of µs on a
+# loaded VM against about 3 µs per datagram read warm), and a storm sends three
+# datagrams per program (fork, exec, exit), each waking the thread on its own. Events
+# after a quiet spell are read at once; in a storm an exec is read at most this much
+# later, far less than any training run lives, and a program that has exited by then
+# is counted in ``exec_missed`` as before (docs/performance.md: exec storm).
+ROUND_SPACING_S = 0.002
 
 
 def _acks(data: bytes) -> Iterator[tuple[int, int]]:
@@ -443,6 +460,9 @@ class ProcEventSource:
         poller = select.poll()
         poller.register(sock.fileno(), select.POLLIN)
         poller.register(pipe[0], select.POLLIN)
+        buf = bytearray(RECV_BYTES)  # every datagram is read into this one buffer
+        spacing = ROUND_SPACING_S
+        busy = -1.0  # when the last round that read events began
         while not self._stopping:
             timeout_ms = -1
             if self._maps_queue:
@@ -450,7 +470,8 @@ class ProcEventSource:
                 timeout_ms = max(0, int(due * 1000) + 1)
             try:
                 poller.poll(timeout_ms)
-                self._read_all(sock)
+                started = time.monotonic()
+                read = self._read_all(sock, buf)
                 self._maps_due()
             except Exception as exc:  # a dead thread must not pass for a live source
                 self._broken(exc)
@@ -460,6 +481,15 @@ class ProcEventSource:
                 self.counters.wakes += 1
                 if self.wake is not None:
                     self.wake()
+            if read:
+                storm = started - busy < 2 * spacing
+                busy = started
+                if storm and read < MAX_DATAGRAMS_PER_ROUND:
+                    # Let the storm's next events gather for the rest of the spacing
+                    # (the socket ran dry; a full round goes on at once).
+                    left = started + spacing - time.monotonic()
+                    if left > 0:
+                        time.sleep(left)
 
     def _broken(self, exc: Exception) -> None:
         text = (exc.strerror if isinstance(exc, OSError) else None) or repr(exc)
@@ -472,13 +502,16 @@ class ProcEventSource:
         if self.wake is not None:
             self.wake()
 
-    def _read_all(self, sock: socket.socket) -> None:
+    def _read_all(self, sock: socket.socket, buf: bytearray | None = None) -> int:
+        """Read what the socket holds (at most a round's worth); the datagrams read."""
         # New and ended processes of this round, handed on under one lock at its end
         # (a fork storm costs a set insertion per event, not a lock round trip).
         forked: set[int] = set()
         ended: set[int] = set()
         try:
-            self._read_round(sock, forked, ended)
+            return self._read_round(
+                sock, bytearray(RECV_BYTES) if buf is None else buf, forked, ended
+            )
         finally:
             if forked or ended:
                 with self._lock:
@@ -490,50 +523,86 @@ class ProcEventSource:
                         batch.ended.clear()
                         batch.full_sweep = True
 
-    def _read_round(self, sock: socket.socket, forked: set[int], ended: set[int]) -> None:
+    def _read_round(
+        self, sock: socket.socket, buf: bytearray, forked: set[int], ended: set[int]
+    ) -> int:
         counts = self.counters.events
+        recv_into = sock.recv_into
+        unpack = _EVENT.unpack_from
+        least = _EVENT.size
         # Bounded, so that a storm that never lets the socket run dry still leaves room
         # for the wake request and the due maps checks between rounds.
-        for _ in range(MAX_DATAGRAMS_PER_ROUND):
+        for read in range(MAX_DATAGRAMS_PER_ROUND):
             if self._stopping:
-                return
+                return read
             try:
-                data = sock.recv(RECV_BYTES)
+                n = recv_into(buf)
             except BlockingIOError:
-                return
+                return read
             except OSError as exc:
                 if exc.errno != errno.ENOBUFS:
                     raise
                 self._lost()
                 continue
-            for what, pid, tgid, status in parse_events(data):
-                kind = _KIND.get(what)
-                if kind is None:
-                    continue  # the subscription's acknowledgement, ptrace, comm, coredump
-                counts[kind] += 1
-                if what == PROC_EVENT_EXEC:
-                    self._on_exec(tgid)
-                elif what == PROC_EVENT_FORK:
-                    if pid == tgid:
-                        forked.add(tgid)
+            off = 0
+            while off + least <= n:
+                length, what, a, b, c, d = unpack(buf, off)
+                if length < least or off + length > n:
+                    break  # short or truncated: the careful decoder below
+                off += (length + 3) & ~3  # NLMSG_ALIGN
+                if what == PROC_EVENT_FORK:
+                    counts["fork"] += 1
+                    if c == d:  # child_pid == child_tgid: a process, not a thread
+                        forked.add(d)
+                elif what == PROC_EVENT_EXEC:
+                    counts["exec"] += 1
+                    self._on_exec(b)
                 elif what == PROC_EVENT_EXIT:
-                    if pid == tgid:
-                        ended.add(tgid)
-                        self._maps_pending.pop(tgid, None)
-                        if tgid in self.watched or tgid in self._live:
-                            captured = tgid in self._live
-                            self._live.discard(tgid)
-                            self._wake_pending = self.full_wanted = True
-                            # Only how a job's root ended is asked (periodic or
-                            # respawned): a 4,096-process job's members ending together
-                            # evicted a cron ghost's root status, and its next run was
-                            # paged as a respawn (fresh-user hour, 2026-12-06).
-                            if status is not None and (captured or tgid in self.roots):
-                                self._exited(tgid, status)
+                    self._on_exit(a, b, c, counts, ended)
                 else:
-                    self._reinspect(tgid)
-                    if tgid in self.watched:
-                        self._wake_pending = self.full_wanted = True
+                    self._on_other(what, b, counts)
+            if off + _NLMSGHDR.size <= n:
+                for what, pid, tgid, status in parse_events(bytes(buf[off:n])):
+                    if what == PROC_EVENT_FORK:
+                        counts["fork"] += 1
+                        if pid == tgid:
+                            forked.add(tgid)
+                    elif what == PROC_EVENT_EXEC:
+                        counts["exec"] += 1
+                        self._on_exec(tgid)
+                    elif what == PROC_EVENT_EXIT:
+                        self._on_exit(pid, tgid, status, counts, ended)
+                    else:
+                        self._on_other(what, tgid, counts)
+        return MAX_DATAGRAMS_PER_ROUND
+
+    def _on_exit(
+        self, pid: int, tgid: int, status: int | None, counts: dict[str, int], ended: set[int]
+    ) -> None:
+        counts["exit"] += 1
+        if pid != tgid:
+            return  # a thread
+        ended.add(tgid)
+        self._maps_pending.pop(tgid, None)
+        if tgid in self.watched or tgid in self._live:
+            captured = tgid in self._live
+            self._live.discard(tgid)
+            self._wake_pending = self.full_wanted = True
+            # Only how a job's root ended is asked (periodic or respawned): a
+            # 4,096-process job's members ending together evicted a cron ghost's root
+            # status, and its next run was paged as a respawn (fresh-user hour,
+            # 2026-12-06).
+            if status is not None and (captured or tgid in self.roots):
+                self._exited(tgid, status)
+
+    def _on_other(self, what: int, tgid: int, counts: dict[str, int]) -> None:
+        kind = _KIND.get(what)
+        if kind is None:
+            return  # the subscription's acknowledgement, ptrace, comm, coredump
+        counts[kind] += 1
+        self._reinspect(tgid)  # uid or sid
+        if tgid in self.watched:
+            self._wake_pending = self.full_wanted = True
 
     def _exited(self, pid: int, status: int) -> None:
         with self._lock:
