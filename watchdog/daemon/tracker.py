@@ -43,6 +43,7 @@ from .tracking.incident import (
     folded_details,
     folded_into,
     incident_of,
+    kept_incident,
     louder,
     return_signature,
     without_notes,
@@ -649,6 +650,7 @@ class Tracker:
             f = last_seen_gpus(rec, f, released=True)
         if rec.last_alert_at is not None:  # and gains none: no relabel, no second page
             f = paged_severity(rec, alerted_gpus(rec, f))  # nor a lowered severity
+        f = kept_incident(rec, f)
         db.touch_finding(rec.id, with_own_id(f, rec.id), f.root_pid, f.details, now, s.instances)
         labels = alert_labels(self.host, rec.id, f)
         was = self._on_mono(rec, now)
