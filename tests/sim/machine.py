@@ -1236,18 +1236,23 @@ class TrustMachine(RuleBasedStateMachine):
                  self.incidents[fid])
             )  # fmt: skip
         # One incident, one page.
+        opens = dict(db.conn.execute(
+            "SELECT id, created_at FROM deliveries WHERE event = 'open'"
+        ).fetchall())  # fmt: skip
         paged = [
-            (first_open, opened, fid, end, severity, key)
+            (first_open, opens[first_open], opened, fid, end, severity, key)
             for fid, _fp, _d, opened, end, severity, _a, first_open, key in jobs_rows
             if first_open is not None and isinstance(key, str) and key
         ]
         paged.sort()
-        for n, (_did, opened, fid, _end, severity, key) in enumerate(paged):
-            # Paged before it, and not resolved before it opened.
+        for n, (_did, _at, opened, fid, _end, severity, key) in enumerate(paged):
+            # Paged before it and open after both its page and its open: a finding paged
+            # only as it resolved (the record of a job terminate stopped, its open owed:
+            # tracker._owes_open) was never a page to fold into.
             earlier = [
                 (a_fid, a_sev)
-                for _d, _o, a_fid, a_end, a_sev, a_key in paged[:n]
-                if a_key == key and a_end >= opened
+                for _d, a_at, _o, a_fid, a_end, a_sev, a_key in paged[:n]
+                if a_key == key and a_end > opened and a_end > a_at
             ]
             if not earlier:
                 continue

@@ -79,6 +79,11 @@ found by its first hand-driven steps, before any seed):
    the first and the launcher starts it again: its ``respawned`` pages (I9), its page
    resolves (a new run of its signature opens), and the others, folded into a page that
    is gone, paged on their own a tick later (I8). They fold into the return's page.
+19. (seed 4, 800 steps, CI's budget) Terminate mode: the launcher's first trainer is
+   terminated at its first look and paged only as it resolves (the record of what was
+   stopped), in the tick its second trainer is first seen; the second, stopped too, is
+   paged as it resolves. A page sent as its finding resolved is no page to fold into:
+   the simulator's error ("one incident paged twice").
 """
 
 from __future__ import annotations
@@ -545,5 +550,15 @@ def test_a_killed_job_back_keeps_its_incident_one_page() -> None:
     steps = (
         f"m.sweep_launcher({ONE_STUB}, n=3, from_shell=False, spread=False,"
         " twist='killed-back');m.tick(5.0)"
+    )
+    assert violation(steps) == ""
+
+
+def test_a_page_sent_as_its_finding_resolves_is_no_incident_page() -> None:
+    # 19. BEFORE (cd1cca9's simulator): "AssertionError: I8: one incident paged twice:
+    # rogue-job F1 and F2 (launcher 4000001 8643100)".
+    steps = (
+        "m.reload(auto=True, cap=1, gpu='enforce', mode='terminate');"
+        f"m.sweep_launcher({ONE_STUB}, n=3, from_shell=False, spread=True, twist='none')"
     )
     assert violation(steps) == ""
