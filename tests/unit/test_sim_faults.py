@@ -84,6 +84,11 @@ found by its first hand-driven steps, before any seed):
    stopped), in the tick its second trainer is first seen; the second, stopped too, is
    paged as it resolves. A page sent as its finding resolved is no page to fold into:
    the simulator's error ("one incident paged twice").
+20. (seed 71102, 5,000 steps, events on) Not fixed: with the exec path before it, a
+   launcher's trainer killed by a person and started again opens no ``respawned`` (I9 does
+   not flag it: the simulator's kill bookkeeping did not count it); the paged first
+   trainer's finding resolves as its new run opens (the same fingerprint), and the
+   trainer folded into it pages on its own at the next tick: "one incident paged twice".
 """
 
 from __future__ import annotations
@@ -562,3 +567,19 @@ def test_a_page_sent_as_its_finding_resolves_is_no_incident_page() -> None:
         f"m.sweep_launcher({ONE_STUB}, n=3, from_shell=False, spread=True, twist='none')"
     )
     assert violation(steps) == ""
+
+
+SEED_71102 = (
+    "from tests.sim.machine import ExecPathMachine;m.teardown();TrustMachine.events = True;"
+    "m = ExecPathMachine();m.probe_loop(gpu=False);m.exec_pass();m.probe_loop(gpu=False);"
+    f"m.sweep_launcher({ONE_STUB}, n=2, from_shell=False, spread=False, twist='killed-back');"
+    f"m.at_job_runs();m.sweep_launcher({ONE_STUB}, n=2, from_shell=False, spread=False,"
+    " twist='none')"
+)
+
+
+@pytest.mark.xfail(strict=True, reason="20: not fixed (a return with no respawned, issue 33)")
+def test_a_killed_job_back_without_its_respawned_keeps_one_page() -> None:
+    # 20. NOW (86c1f39): "AssertionError: I8: one incident paged twice: rogue-job F2 and F3
+    # (launcher 4000004 8644160)".
+    assert violation(SEED_71102) == ""
