@@ -227,3 +227,33 @@ def test_a_service_gone_within_the_settle_is_not_paged(tmp_path: Path) -> None:
     (a 1.9 s test service, fresh user I F12): before, ``[("open", "rogue-service")]``;
     after, nothing is sent."""
     assert _service_tick_plan(tmp_path, [0.0, 1.0, 2.0, 8.0], gone_at=2.0) == []
+
+
+def test_a_return_pages_for_its_incident_and_an_incident_is_kept() -> None:
+    """The lifecycle simulator's sweep (tests/unit/test_sim_faults.py, cases 17 and 18):
+    an incident whose page resolved as its job was killed and started again folds into
+    that return's ``respawned``; a finding keeps the incident it was filed in once its
+    launcher exits."""
+    import dataclasses
+
+    from rogue_watchdog.daemon.tracking.incident import kept_incident
+    from rogue_watchdog.model import Finding
+
+    back = dataclasses.replace(
+        _rec(5, alerted=False, incident="launcher 9 1"), fingerprint="rogue-job:sig"
+    )
+    respawned = dataclasses.replace(
+        _rec(6), kind="respawned", fingerprint="respawned:sig", details={}
+    )
+    got = fanout_anchors([_rec(2, alerted=False, incident="launcher 9 1"), back, respawned])
+    assert {k: a.finding_id for k, a in got.items()} == {"launcher 9 1": 6}
+    # A paged rogue-job of the incident is still its page first.
+    got = fanout_anchors([_rec(1, incident="launcher 9 1"), back, respawned])
+    assert {k: a.finding_id for k, a in got.items()} == {"launcher 9 1": 1}
+    # Unpaged, its return's respawned is no page: nothing to fold into.
+    quiet = dataclasses.replace(respawned, last_alert_at=None)
+    assert fanout_anchors([back, quiet]) == {}
+    gone = Finding("rogue-job", "high", "m", 107, {"incident": None, "root": [107, 1]})
+    kept = kept_incident(_rec(7, incident="launcher 9 1"), gone)
+    assert kept.details == {"incident": "launcher 9 1", "root": [107, 1]}
+    assert kept_incident(_rec(7), gone) is gone  # filed in none: none

@@ -67,6 +67,28 @@ Restart sources (issue 31: Docker restart policies, a re-queuing at job):
    terminated that run, and the simulator took it for "back as the run just killed, no
    page" (I9). A kill after the tick's scan is not one before it: the simulator's error;
    the loop's next run, a real return, is paged.
+
+One launcher's jobs, one page (issue 33, fresh user H; the simulator's ``sweep_launcher``,
+found by its first hand-driven steps, before any seed):
+
+17. A launcher starts three trainers over two ticks, then exits before its last one is
+   first seen: the first two were one incident (the second folded into the first's page);
+   once the launcher was gone each finding's ``details.incident`` became none and the
+   folded one paged on its own (I8). A finding keeps the incident it was filed in.
+18. A launcher's three trainers, the first paged, the others folded into it; a person kills
+   the first and the launcher starts it again: its ``respawned`` pages (I9), its page
+   resolves (a new run of its signature opens), and the others, folded into a page that
+   is gone, paged on their own a tick later (I8). They fold into the return's page.
+19. (seed 4, 800 steps, CI's budget) Terminate mode: the launcher's first trainer is
+   terminated at its first look and paged only as it resolves (the record of what was
+   stopped), in the tick its second trainer is first seen; the second, stopped too, is
+   paged as it resolves. A page sent as its finding resolved is no page to fold into:
+   the simulator's error ("one incident paged twice").
+20. (seed 71102, 5,000 steps, events on) Not fixed: with the exec path before it, a
+   launcher's trainer killed by a person and started again opens no ``respawned`` (I9 does
+   not flag it: the simulator's kill bookkeeping did not count it); the paged first
+   trainer's finding resolves as its new run opens (the same fingerprint), and the
+   trainer folded into it pages on its own at the next tick: "one incident paged twice".
 """
 
 from __future__ import annotations
@@ -512,3 +534,52 @@ def test_a_return_after_a_kill_in_the_tick_that_stored_the_outage_still_pages() 
     assert out.returncode == 0, out.stderr[-4000:]
     opened = [ln for ln in out.stdout.splitlines() if "finding-opened" in ln]
     assert any("kind=respawned" in ln and "as PID 4000005" in ln for ln in opened), opened
+
+
+ONE_STUB = "data=type('D', (), {'draw': lambda self, s: 0})()"
+
+
+def test_a_launcher_that_exits_leaves_its_jobs_one_incident() -> None:
+    # 17. BEFORE (5e439e3): "AssertionError: I8: one incident paged twice: rogue-job F1 and
+    # F2 (launcher 4000002 8643100)".
+    steps = (
+        f"m.sweep_launcher({ONE_STUB}, n=3, from_shell=True, spread=True,"
+        " twist='launcher-exits');m.tick(5.0)"
+    )
+    assert violation(steps) == ""
+
+
+def test_a_killed_job_back_keeps_its_incident_one_page() -> None:
+    # 18. BEFORE (5e439e3): "AssertionError: I8: one incident paged twice: rogue-job F1 and
+    # F2 (launcher 4000001 8643100)".
+    steps = (
+        f"m.sweep_launcher({ONE_STUB}, n=3, from_shell=False, spread=False,"
+        " twist='killed-back');m.tick(5.0)"
+    )
+    assert violation(steps) == ""
+
+
+def test_a_page_sent_as_its_finding_resolves_is_no_incident_page() -> None:
+    # 19. BEFORE (cd1cca9's simulator): "AssertionError: I8: one incident paged twice:
+    # rogue-job F1 and F2 (launcher 4000001 8643100)".
+    steps = (
+        "m.reload(auto=True, cap=1, gpu='enforce', mode='terminate');"
+        f"m.sweep_launcher({ONE_STUB}, n=3, from_shell=False, spread=True, twist='none')"
+    )
+    assert violation(steps) == ""
+
+
+SEED_71102 = (
+    "from tests.sim.machine import ExecPathMachine;m.teardown();TrustMachine.events = True;"
+    "m = ExecPathMachine();m.probe_loop(gpu=False);m.exec_pass();m.probe_loop(gpu=False);"
+    f"m.sweep_launcher({ONE_STUB}, n=2, from_shell=False, spread=False, twist='killed-back');"
+    f"m.at_job_runs();m.sweep_launcher({ONE_STUB}, n=2, from_shell=False, spread=False,"
+    " twist='none')"
+)
+
+
+@pytest.mark.xfail(strict=True, reason="20: not fixed (a return with no respawned, issue 33)")
+def test_a_killed_job_back_without_its_respawned_keeps_one_page() -> None:
+    # 20. NOW (86c1f39): "AssertionError: I8: one incident paged twice: rogue-job F2 and F3
+    # (launcher 4000004 8644160)".
+    assert violation(SEED_71102) == ""

@@ -43,6 +43,7 @@ from .tracking.incident import (
     folded_details,
     folded_into,
     incident_of,
+    kept_incident,
     louder,
     return_signature,
     without_notes,
@@ -427,17 +428,21 @@ class Tracker:
             f = rec.finding
             return folded_into(
                 f.kind, rec.fingerprint, f.severity, False, self._anchors, self._foldable
-            ) or fanned_into(f.kind, None, f.details, f.severity, False, self._fanout)
+            ) or fanned_into(
+                f.kind, None, f.details, f.severity, False, self._fanout, self._foldable
+            )
         alerted = rec.last_alert_at is not None
         return folded_into(
             rec.kind, rec.fingerprint, rec.severity, alerted, self._anchors, self._foldable
-        ) or fanned_into(rec.kind, rec.id, rec.details, rec.severity, alerted, self._fanout)
+        ) or fanned_into(
+            rec.kind, rec.id, rec.details, rec.severity, alerted, self._fanout, self._foldable
+        )
 
     def _first_page(self, rec: FindingRecord, severity: str) -> None:
         """Note a job finding paged now as its incident's page, when it has none yet."""
         key = incident_of(rec.details) if rec.kind in FANOUT_KINDS else None
         if key is not None and key not in self._fanout:
-            self._fanout[key] = Anchor(rec.id, severity)
+            self._fanout[key] = Anchor(rec.id, severity, rec.kind)
 
     def _one_page_per_return(self, steps: list[Step], before: list[FindingRecord]) -> list[Step]:
         """This tick's steps with each ``respawned`` that opens at the highest severity of
@@ -653,6 +658,7 @@ class Tracker:
             f = last_seen_gpus(rec, f, released=True)
         if rec.last_alert_at is not None:  # and gains none: no relabel, no second page
             f = paged_severity(rec, alerted_gpus(rec, f))  # nor a lowered severity
+        f = kept_incident(rec, f)
         db.touch_finding(rec.id, with_own_id(f, rec.id), f.root_pid, f.details, now, s.instances)
         labels = alert_labels(self.host, rec.id, f)
         was = self._on_mono(rec, now)

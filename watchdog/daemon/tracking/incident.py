@@ -23,11 +23,13 @@ keeps ``respawned`` out (:func:`foldable_kinds`): that sink would get no page at
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ...config.alerts import SinkSettings
+from ...model import Finding
 from ...state import FindingRecord
 from .periodic import PREFIX
 
@@ -50,15 +52,19 @@ NAMED = 10
 
 @dataclass(frozen=True)
 class Anchor:
-    """The open ``respawned`` finding of one job signature this tick.
+    """The paged finding others fold into this tick: the open ``respawned`` finding of
+    one job signature, or an incident's first page.
 
     Attributes:
         finding_id: Its id.
         severity: Its severity (a folded finding is never louder).
+        kind: Its kind (a fold into a ``respawned`` keeps the sinks' ``kinds`` rule:
+            :func:`foldable_kinds`).
     """
 
     finding_id: int
     severity: str
+    kind: str = "respawned"
 
 
 def return_signature(kind: str, fingerprint: str) -> str | None:
@@ -144,16 +150,47 @@ def incident_of(details: Mapping[str, Any]) -> str | None:
     return key if isinstance(key, str) and key else None
 
 
+def kept_incident(rec: FindingRecord, f: Finding) -> Finding:
+    """``f`` with the incident ``rec`` first recorded, where it recorded one.
+
+    A job's launcher that exits leaves its jobs the incident they were started in
+    (issue 33; the lifecycle simulator's sweep: a launcher that exited once its
+    trainers ran made each of them an incident of none, and each one folded into the
+    first page was paged again on its own); a job first seen after the launcher
+    exited is in none from the start, as before.
+    """
+    key = incident_of(rec.details)
+    if key is None or incident_of(f.details) == key:
+        return f
+    return dataclasses.replace(f, details={**f.details, "incident": key})
+
+
 def fanout_anchors(open_records: Iterable[FindingRecord]) -> dict[str, Anchor]:
     """Incident → the first paged ``rogue-job`` or ``rogue-service`` finding of it, of
-    the findings open before this tick: the page the incident's others fold into."""
+    the findings open before this tick: the page the incident's others fold into. An
+    incident with
+    none whose job came back (killed, started again by its launcher: its first page
+    resolved as the run it named ended) folds into that return's paged ``respawned``
+    (issue 33; the lifecycle simulator's sweep: else its other jobs, silent under a
+    page that resolved, paged one tick later on their own)."""
+    records = sorted(open_records, key=lambda r: r.id)
     out: dict[str, Anchor] = {}
-    for rec in sorted(open_records, key=lambda r: r.id):
+    for rec in records:
         if rec.kind not in FANOUT_KINDS or rec.last_alert_at is None:
             continue
         key = incident_of(rec.details)
         if key is not None and key not in out:
-            out[key] = Anchor(rec.id, rec.severity)
+            out[key] = Anchor(rec.id, rec.severity, rec.kind)
+    returns: dict[str, Anchor] = {}
+    for rec in records:
+        sig = return_signature(rec.kind, rec.fingerprint) if rec.kind == "respawned" else None
+        if sig is not None and rec.last_alert_at is not None:
+            returns.setdefault(sig, Anchor(rec.id, rec.severity))
+    for rec in records:
+        key = incident_of(rec.details) if rec.kind in FANOUT_KINDS else None
+        sig = return_signature(rec.kind, rec.fingerprint) if key is not None else None
+        if key is not None and key not in out and sig in returns:
+            out[key] = returns[sig]
     return out
 
 
@@ -164,6 +201,7 @@ def fanned_into(
     severity: str,
     alerted: bool,
     open_anchors: Mapping[str, Anchor],
+    foldable: Collection[str] = FOLDED_KINDS,
 ) -> Anchor | None:
     """The paged finding of the same incident (one launcher's jobs, one source's, one
     job's ``rogue-job`` and ``rogue-service``) a finding is folded into, or None when it
@@ -181,6 +219,9 @@ def fanned_into(
         alerted: Whether it was ever paged on its own.
         open_anchors: This tick's anchors (:func:`fanout_anchors`, and those paged
             this tick).
+        foldable: The kinds folded into a ``respawned`` under the sink configuration
+            (:func:`foldable_kinds`): a sink that takes the kind but not ``respawned``
+            would get no page for it.
     """
     if kind not in FANOUT_KINDS or alerted:
         return None
@@ -189,6 +230,8 @@ def fanned_into(
     if anchor is None or anchor.finding_id == finding_id:
         return None
     if RANK.get(severity, 3) > RANK.get(anchor.severity, 3):
+        return None
+    if anchor.kind == "respawned" and kind not in foldable:
         return None
     return anchor
 
