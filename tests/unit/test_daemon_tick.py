@@ -137,10 +137,13 @@ def test_overlapping_instance_is_not_a_respawn(spawned: Spawned, tmp_path: Path)
     d.tick(t0)
     assert [j.root_pid for j in mine(d, script)] == [a]
     _, b = trainer(spawned, tmp_path)
-    d.tick(t0 + 1)
+    # The ticks' clock is real time: B started before the look that saw both (a fake
+    # t0 + 1 could fall before B's real start under load, making B "back": flaky).
+    t1 = max(time.time(), t0 + 1)
+    d.tick(t1)
     spawned.procs[0].kill()
     spawned.procs[0].wait()
-    d.tick(t0 + 2)
+    d.tick(t1 + 1)
     assert [j.root_pid for j in mine(d, script)] == [b]
     assert not ours(spawned, d.db.open_findings(), "respawned")
 

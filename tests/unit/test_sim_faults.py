@@ -84,11 +84,14 @@ found by its first hand-driven steps, before any seed):
    stopped), in the tick its second trainer is first seen; the second, stopped too, is
    paged as it resolves. A page sent as its finding resolved is no page to fold into:
    the simulator's error ("one incident paged twice").
-20. (seed 71102, 5,000 steps, events on) Not fixed: with the exec path before it, a
-   launcher's trainer killed by a person and started again opens no ``respawned`` (I9 does
-   not flag it: the simulator's kill bookkeeping did not count it); the paged first
-   trainer's finding resolves as its new run opens (the same fingerprint), and the
-   trainer folded into it pages on its own at the next tick: "one incident paged twice".
+20. (seed 71102, 5,000 steps, events on) A launcher's trainer killed by a person and
+   started again at the very time of the last look (after an exec pass moved the clock
+   off whole ticks) opened no ``respawned``: its start time, truncated to clock ticks,
+   read before the look, so it was taken for a run already there (I9 did not flag it:
+   the simulator's kill bookkeeping did not count a person's kill); the paged first
+   trainer's finding resolved as its new run opened, and the trainer folded into it paged
+   on its own: "one incident paged twice". A start within a tick of the look is now a
+   return (``tracking/jobs.py: _back_after``).
 """
 
 from __future__ import annotations
@@ -578,8 +581,10 @@ SEED_71102 = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason="20: not fixed (a return with no respawned, issue 33)")
-def test_a_killed_job_back_without_its_respawned_keeps_one_page() -> None:
-    # 20. NOW (86c1f39): "AssertionError: I8: one incident paged twice: rogue-job F2 and F3
-    # (launcher 4000004 8644160)".
+def test_a_killed_job_back_at_the_looks_time_opens_its_respawned() -> None:
+    # 20. BEFORE (86c1f39): "AssertionError: I8: one incident paged twice: rogue-job F2 and
+    # F3 (launcher 4000004 8644160)": the return, started at the very time of the last
+    # look, read a clock tick before it (start times are truncated to ticks) and was
+    # taken for a run already there: no respawned, and the page it would have folded
+    # into resolved. Now a start within a tick of the look is a return.
     assert violation(SEED_71102) == ""

@@ -13,6 +13,7 @@ become one periodic finding (:mod:`.periodic`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -29,6 +30,9 @@ from ...state import (
     source_undo,
 )
 from ..alerts.alert import local_iso
+
+# One clock tick (proc(5): a process's start time is in whole ticks, truncated).
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 Ident = tuple[int, int]  # a process's identity: (PID, start ticks)
 
@@ -190,8 +194,13 @@ def _back_after(
     # very time of that look (the tick's clock, read before /proc was) was not there
     # when it looked: supervisord restarting a program the moment it exits (trust
     # simulator seed 65001: its return paged remediation-failed a second time).
+    # A start time is truncated to whole clock ticks: a run that started at the very
+    # time of that look (after /proc was listed) can read up to a tick before it. Not
+    # seen then, it was not there: a return (never quieter without evidence; the
+    # simulator's sweep, tests/unit/test_sim_faults.py case 20: a trainer a person
+    # killed and its launcher started again at the look's time opened no respawned).
     started = start_time_s(job.start_ticks) if start_time_s else None
-    if started is None or started >= rec.last_seen:
+    if started is None or started + _TICK_S > rec.last_seen:
         return rec.last_seen
     return None
 
