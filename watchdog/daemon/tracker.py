@@ -719,9 +719,14 @@ class Tracker:
         root = rec.details.get("root")
         status = self.exits.get(root[0]) if isinstance(root, list) and root else None
         if status is None:
-            # Seen only at its exec, already gone: no evidence it was stopped, and
-            # nothing was ever there to act on.
-            return not rec.details.get("exited")
+            # How it ended is unknown (events lost, polling only, or it ended before
+            # this process's first tick: a restart): the open is owed only where this
+            # product's own action stopped it, as below. Before, an unknown end owed it:
+            # a restart re-sent an open and a resolve for every finding the last process
+            # had held back (issue 33, fresh user J: 97 opens and 99 resolves at high in
+            # the restart's first second, about other people's runs gone minutes ago).
+            # Seen only at its exec, already gone: nothing was ever there to act on.
+            return not rec.details.get("exited") and self.db.acted_on(rec.id)
         # A signal ended it: the open is owed only when this product's own action (the
         # enforcer's terminate, a person's `terminate F…`) sent it, so the record of
         # what ran and was stopped goes out. A signal from anyone else (a test
