@@ -170,3 +170,28 @@ def test_a_disabled_lines_run_once_gone_drops_its_terminate() -> None:
         f"{head}; now: its run PID 812 exited with status 0 at {local_iso(1040.0)}; "
         "a command naming PID 812 has nothing left to stop"
     )
+
+
+def test_a_loops_finding_between_runs_offers_no_command_on_the_ended_run() -> None:
+    """Fresh user J (issue 33): 40 s after `terminate` stopped the ghost's run, `status`
+    still said `…only the run is left; to stop it: rogue-watchdog terminate --config …
+    7237` for the loop's finding (pasted: exit 2, "not running"). Before: the message
+    kept (None); after: the run's command gone, the rest kept."""
+    from rogue_watchdog.daemon.tracking.current import current_message
+    from rogue_watchdog.state import FindingRecord
+
+    head = (
+        "periodic: 2 runs about every 1m since 2026-12-06T20:16:01+00:00; latest run: rogue "
+        "training job PID 7237, user root, `python3 /t/ghost.py`, from cron /t/cron.d/g:1 "
+        "(* * * * *), entry since disabled; restarts it: on schedule, its cron line"
+    )
+    rec = FindingRecord(
+        id=2, fingerprint="rogue-job:periodic:90e8", kind="rogue-job", severity="high",
+        message=f"{head}; its crontab entry was disabled: only the run is left; to stop it: "
+        "rogue-watchdog terminate --config /t/config.yaml 7237",
+        root_pid=None, details={"signature": "90e8", "periodic": {"runs": 2, "pid": 7237}},
+        opened_at=0.0, last_seen=0.0, seen_count=3, resolved_at=None, last_alert_at=1.0,
+    )  # fmt: skip
+    assert current_message(rec, None, set(), [], {}, None) == (
+        f"{head}; its crontab entry was disabled: the run ended"
+    )

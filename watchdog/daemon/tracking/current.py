@@ -97,7 +97,9 @@ def current_message(
     Returns:
         A ``respawned`` finding whose ghost runs: its message built from the ghost as
         scanned now. A job's finding whose run is gone: its last message, with how and
-        when the run ended (``; now: its run PID N ended …``). Else None.
+        when the run ended (``; now: its run PID N ended …``). A loop's (periodic)
+        finding between two runs: its message without commands on the ended run. Else
+        None.
     """
     sig = _signature(rec)
     root = rec.details.get("root")
@@ -107,6 +109,13 @@ def current_message(
             return None
         fresh = respawned_finding(job, sig, rec.opened_at - gap, rec.opened_at)
         return with_own_id(fresh, rec.id)
+    loop = rec.details.get("periodic")
+    if rec.kind in _JOB_KINDS and isinstance(loop, dict) and root is None and job is None:
+        # A loop's finding between two runs: its latest run ended, so no command acts on
+        # it (issue 33, fresh user J: `terminate … 7237` from `status`, 40 s after the
+        # terminate stopped that run: exit 2, "not running"); the next run brings its own.
+        ended = without_run_commands(rec.message)
+        return ended if ended != rec.message else None
     if rec.kind not in _JOB_KINDS or not isinstance(root, list) or len(root) != 2:
         return None
     if tuple(root) in running:
