@@ -171,6 +171,7 @@ def _shape(seen: dict[str, Any], root: int, workers: list[int], memory_text: str
 
     text = json.dumps(norm({"job": seen["job"], "findings": seen["findings"]}), sort_keys=True)
     for old, name in (
+        (f"{root} {start}", "ROOT START"),  # details.incident: the job (PID, start ticks)
         (str(root), "ROOT"), (f"train_many.py {n}", "train_many.py N"),
         (f"/{seen['case']}/", "/CASE/"),
         (f"{n + 1} processes", "N+1 processes"), (memory_text, "MEM"),
