@@ -1202,7 +1202,8 @@ class TrustMachine(RuleBasedStateMachine):
         One page: no two ``rogue-job`` findings of one incident (``details.incident`` as
         first recorded: a launcher that exits later does not make its jobs another
         incident) both page while the first one paged is open, unless the later one is
-        louder than that first page. Pages are the ``open`` deliveries; one sent from
+        louder than that first page (once that page resolved, a job of the incident still
+        running pages again: never silent). Pages are the ``open`` deliveries; one sent from
         memory during a storage outage has none (the in-memory path does not fold:
         docs/alerts.md), so an outage's pages are not counted here.
 
@@ -1245,14 +1246,17 @@ class TrustMachine(RuleBasedStateMachine):
             if first_open is not None and isinstance(key, str) and key
         ]
         paged.sort()
-        for n, (_did, _at, opened, fid, _end, severity, key) in enumerate(paged):
-            # Paged before it and open after both its page and its open: a finding paged
-            # only as it resolved (the record of a job terminate stopped, its open owed:
-            # tracker._owes_open) was never a page to fold into.
+        for n, (_did, at, _opened, fid, _end, severity, key) in enumerate(paged):
+            # Paged before it and still open when it paged: a finding paged only as it
+            # resolved (the record of a job terminate stopped, its open owed:
+            # tracker._owes_open) was never a page to fold into; and once the first page
+            # resolved (its resolve sent: a new run of its own job elsewhere took its
+            # fingerprint), a job of the incident still running pages again, never silent
+            # (seed 67401, tests/unit/test_sim_faults.py case 21).
             earlier = [
                 (a_fid, a_sev)
                 for _d, a_at, _o, a_fid, a_end, a_sev, a_key in paged[:n]
-                if a_key == key and a_end > opened and a_end > a_at
+                if a_key == key and a_end > at and a_end > a_at
             ]
             if not earlier:
                 continue

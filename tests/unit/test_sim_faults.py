@@ -92,6 +92,17 @@ found by its first hand-driven steps, before any seed):
    trainer's finding resolved as its new run opened, and the trainer folded into it paged
    on its own: "one incident paged twice". A start within a tick of the look is now a
    return (``tracking/jobs.py: _back_after``).
+21. (seed 67401, 100,000 steps, events on) After a restart with events off, a new run of
+   a paged trainer's script from another launcher took that finding's fingerprint: the
+   first page resolved (its resolve sent) while the trainer folded into it still ran,
+   which then paged on its own. Never silent, and after a resolve the person was told:
+   the check now counts "one incident, one page" while the first page is open when the
+   second goes out (it used the second's open): the simulator's error.
+22. (seed 67401) A loop's page (a periodic finding of one script) was sent again as a
+   relabelled ``remind`` 14 s later because a run came from another origin (a person's
+   shell, after an orphaned launcher's): ``I8: periodic F2 paged [1800086441.0,
+   1800086455.0]``. A paged finding keeps the user and origin labels it went out with
+   (``tracking/reminders.py: paged_routing``), as it keeps its GPUs.
 """
 
 from __future__ import annotations
@@ -588,3 +599,34 @@ def test_a_killed_job_back_at_the_looks_time_opens_its_respawned() -> None:
     # taken for a run already there: no respawned, and the page it would have folded
     # into resolved. Now a start within a tick of the look is a return.
     assert violation(SEED_71102) == ""
+
+
+def test_a_first_page_resolved_lets_a_still_running_job_of_its_incident_page() -> None:
+    # 21. BEFORE (520ed5f's simulator): "AssertionError: I8: one incident paged twice:
+    # rogue-job F1 and F2 (launcher 4000001 8643100)".
+    steps = (
+        "from tests.sim.machine import ExecPathMachine;m.teardown();TrustMachine.events = True;"
+        f"m = ExecPathMachine();m.events_lost();m.sweep_launcher({ONE_STUB}, n=2,"
+        " from_shell=False, spread=True, twist='ends');m.restart(events=False);"
+        f"m.sweep_launcher({ONE_STUB}, n=2, from_shell=False, spread=False, twist='ends')"
+    )
+    assert violation(steps) == ""
+
+
+def test_a_loops_run_from_another_origin_does_not_relabel_its_page() -> None:
+    # 22. BEFORE (520ed5f): "AssertionError: I8: periodic F2 paged [1800086441.0,
+    # 1800086455.0]" (a remind with change.labels_were origin_kind unknown -> shell).
+    pick = "data=type('D', (), {{'draw': lambda self, s: {}}})()"
+    steps = (
+        "from tests.sim.machine import ExecPathMachine;m.teardown();TrustMachine.events = True;"
+        "m = ExecPathMachine();m.events_lost();m.events_lost();m.events_lost();"
+        "m.events_lost();m.events_lost();m.events_lost();m.restart(events=False);"
+        f"m.sweep_launcher({pick.format(0)}, from_shell=False, n=2, spread=False,"
+        " twist='ends');m.shell_loop(shared=False);"
+        "m.reload(auto=False, cap=2, gpu='audit', mode='observe');"
+        "m.orphaned_shell(shared=True, stubborn=True);m.unit_launches(hub=True);"
+        f"m.something_ends({pick.format(4000007)}, how='killed');"
+        f"m.something_ends({pick.format(4000003)}, how='exit');"
+        f"m.sweep_launcher({pick.format(0)}, from_shell=True, n=4, spread=True, twist='ends')"
+    )
+    assert violation(steps) == ""

@@ -61,7 +61,13 @@ from .tracking.periodic import (
     loops,
     periodic_signature,
 )
-from .tracking.reminders import alert_due, alert_labels, paged_severity, record_labels
+from .tracking.reminders import (
+    alert_due,
+    alert_labels,
+    paged_routing,
+    paged_severity,
+    record_labels,
+)
 from .tracking.spool import deliveries, sink_accepts
 
 # The tracker's public names (the daemon loop filters log sinks with sink_accepts).
@@ -657,7 +663,8 @@ class Tracker:
         elif rec.last_alert_at is not None:  # a paged alert keeps the GPUs it named
             f = last_seen_gpus(rec, f, released=True)
         if rec.last_alert_at is not None:  # and gains none: no relabel, no second page
-            f = paged_severity(rec, alerted_gpus(rec, f))  # nor a lowered severity
+            # nor a lowered severity, nor another origin's labels (a loop's runs)
+            f = paged_routing(rec, paged_severity(rec, alerted_gpus(rec, f)))
         f = kept_incident(rec, f)
         db.touch_finding(rec.id, with_own_id(f, rec.id), f.root_pid, f.details, now, s.instances)
         labels = alert_labels(self.host, rec.id, f)

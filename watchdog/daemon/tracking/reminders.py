@@ -172,3 +172,35 @@ def paged_severity(rec: FindingRecord, f: Finding) -> Finding:
     if was in SEVERITIES and SEVERITIES.index(was) > SEVERITIES.index(f.severity):
         return dataclasses.replace(f, severity=was)
     return f
+
+
+# Alert labels of a job finding → the detail each is read from (Routing.from_details).
+_SETTLED_LABELS = (("user", "user"), ("origin_kind", "origin_kind"), ("origin", "origin_label"))
+
+
+def paged_routing(rec: FindingRecord, f: Finding) -> Finding:
+    """``f`` with the user and origin labels its page went out with, where this tick's
+    differ.
+
+    A loop's runs may come from another origin than its first (the same script run by a
+    person's shell, then by an orphaned launcher: one job signature, one periodic
+    finding); its page is identified by the labels it went out with, as its GPUs are
+    (:func:`~watchdog.daemon.tracking.blind.alerted_gpus`): a new origin is in the
+    message and ``status``, not a relabelled ``remind`` (issue 33: the lifecycle
+    simulator's sweep, seed 67401, ``I8: periodic F2 paged`` twice 14 s apart).
+
+    Args:
+        rec: The finding as it was before this tick (paged: ``alerted_routing`` set).
+        f: This tick's finding.
+
+    Returns:
+        ``f``, its ``user``, ``origin_kind`` and ``origin_label`` details those its page
+        was labelled with where both name one and they differ.
+    """
+    was = rec.alerted_routing or {}
+    details = dict(f.details)
+    for label, key in _SETTLED_LABELS:
+        before, now = was.get(label), details.get(key)
+        if isinstance(before, str) and before and now and str(now)[: len(before)] != before:
+            details[key] = before
+    return f if details == f.details else dataclasses.replace(f, details=details)
