@@ -146,8 +146,13 @@ respawned = [pid for (pid,) in d.db.conn.execute(
 events = [list(r) for r in d.db.conn.execute(
     "SELECT d.event, f.root_pid IS NULL FROM deliveries d JOIN findings f ON f.id = d.finding_id"
     " WHERE f.kind = 'rogue-job' AND f.message LIKE ? ORDER BY d.id", (f"%{script}%",))]
+from rogue_watchdog.daemon.status import build_status, exit_code, render_status
+ids = {f.id for f in d.db.open_findings() if str(script) in f.message or f.root_pid in pids}
+doc = build_status(d)
+doc["findings"] = [f for f in doc["findings"] if f["id"] in ids]  # not the host's others
+status = {"findings": doc["findings"], "exit": exit_code(doc), "text": render_status(doc)}
 print(json.dumps({"pids": pids, "pages": pages, "open": mine, "respawned": respawned,
-                  "events": events}))
+                  "events": events, "status": status}))
 """
 
 
@@ -331,6 +336,33 @@ def test_a_lone_short_run_that_ends_by_itself_within_the_settle_is_recorded_not_
     assert quiet["pages"] == [] and quiet["open"] == []
     killed = run_loop(tmp_path / "killed", 1, kill_at=0)
     assert killed["pages"] == []
+
+
+def test_status_lists_a_run_that_ended_before_its_page_apart_and_exits_0_for_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 33, fresh user K: `open findings: 92`, nearly all other people's test runs
+    that had exited within the settle (never paged, open 5 minutes in case they come
+    back), listed one by one and making `status` exit 1, hid the two pages that asked
+    for action. Such a finding is marked ``ended_before_page``, summed up in one line,
+    and not counted in the exit code; a paged one is. Before (7f5f2b2): the finding
+    listed as `F1 high rogue-job (open 0s, seen 1x): rogue training job …; now: its run
+    PID … exited with status 0 …`, exit 1; after: one line, exit 0."""
+    waiting = run_loop(tmp_path / "waiting", 1)
+    (entry,) = waiting["status"]["findings"]
+    assert entry["kind"] == "rogue-job" and entry["ended_before_page"] is True
+    assert waiting["status"]["exit"] == 0
+    text = waiting["status"]["text"]
+    assert "  + 1 about runs that ended before any page (nothing left to act on; open a " \
+        f"while in case the job comes back; --json lists them): F{entry['id']}" in text
+    assert f"F{entry['id']} high" not in text
+    # A loop of such runs is paged (one periodic finding): listed, counted, between
+    # two runs too.
+    loop = run_loop(tmp_path / "loop", 4)
+    assert loop["pages"] == [["open", "rogue-job", "high"]]
+    (paged,) = loop["status"]["findings"]
+    assert "ended_before_page" not in paged and loop["status"]["exit"] == 1
+    assert f"F{paged['id']} high     rogue-job" in loop["status"]["text"]
 
 
 def test_learning_downgrades_every_kind_about_what_runs_and_nothing_else() -> None:

@@ -233,7 +233,13 @@ def _findings_section(
             for item in f.details.get("folded") or []
             if isinstance(item, dict) and isinstance(item.get("id"), int)
         }
-        return [_entry(f, now, paged_with.get(f.id)) for f in open_now] + unstored
+        # One about a run our own action stopped still owes its page (at its resolve).
+        ended = {
+            f.id
+            for f in open_now
+            if f.id not in paged_with and ended_before_page(f) and not daemon.db.acted_on(f.id)
+        }
+        return [_entry(f, now, paged_with.get(f.id), f.id in ended) for f in open_now] + unstored
     except Exception as exc:  # sqlite3.DatabaseError and whatever a broken file raises
         degraded["state"] = f"open findings unreadable: {type(exc).__name__}: {exc}"
         return [
@@ -253,7 +259,9 @@ def _findings_section(
         ] + unstored
 
 
-def _entry(f: FindingRecord, now: float, paged_with: int | None = None) -> dict[str, Any]:
+def _entry(
+    f: FindingRecord, now: float, paged_with: int | None = None, ended: bool = False
+) -> dict[str, Any]:
     roots = f.details.get("root_pids") or ([f.root_pid] if f.root_pid is not None else [])
     latest = (f.details.get("periodic") or {}).get("pid") if not roots else None
     if isinstance(latest, int):
@@ -275,7 +283,26 @@ def _entry(f: FindingRecord, now: float, paged_with: int | None = None) -> dict[
     }
     if paged_with is not None:
         out["paged_with"] = paged_with
+    elif ended:
+        out["ended_before_page"] = True
     return out
+
+
+def ended_before_page(f: FindingRecord) -> bool:
+    """Whether ``f`` is about a run that ended before any page went out about it: never
+    alerted, its run gone (``; now: its run PID N ended …``, or seen only at its exec).
+
+    Such a finding stays open for a while in case its job comes back (then it is about
+    a run again), but nothing is left to act on: ``status`` lists it apart and does not
+    count it in its exit code (issue 33, fresh user K: 92 open findings, nearly all of
+    other people's test runs that had exited unpaged, made ``status`` exit 1 and hid the
+    two that were paged). A finding folded into another's page is that page's, not this.
+    """
+    from .tracking.current import RUN_ENDED
+
+    if f.last_alert_at is not None:
+        return False
+    return RUN_ENDED in f.message or bool(f.details.get("exited"))
 
 
 def _alerts_section(daemon: Daemon, degraded: dict[str, str]) -> dict[str, Any]:
@@ -299,12 +326,20 @@ def _copy(d: dict[str, str]) -> dict[str, str]:
 
 def exit_code(doc: dict[str, Any]) -> int:
     """``status`` exit code for a daemon that answered: 1 with open findings of
-    severity warning or above, or with any degraded part (a warning too: e.g. findings
+    severity warning or above (but those about a run that ended before any page:
+    ``ended_before_page``), or with any degraded part (a warning too: e.g. findings
     cannot be stored), else 0 (docs/status.md)."""
     if doc.get("degraded"):
         return 1
     open_ = doc.get("findings") or []
-    return 1 if any(f.get("severity") in REPORTED_SEVERITIES for f in open_) else 0
+    return (
+        1
+        if any(
+            f.get("severity") in REPORTED_SEVERITIES and not f.get("ended_before_page")
+            for f in open_
+        )
+        else 0
+    )
 
 
 def _when(ts: float | None) -> str:
@@ -628,6 +663,10 @@ def _nvml_line(nvml: dict[str, Any] | None) -> str:
     return f"NVML: unavailable ({nvml.get('error') or 'disabled'})"
 
 
+#: Findings about runs that ended before any page named one by one in the text form.
+ENDED_REFS = 8
+
+
 def _outcome_lines(doc: dict[str, Any]) -> list[str]:
     """The open findings, the alerts' delivery and the degraded components."""
     findings = doc.get("findings") or []
@@ -640,8 +679,19 @@ def _outcome_lines(doc: dict[str, Any]) -> list[str]:
             f"open findings: {asked.get('open')} ({len(findings)} shown: {', '.join(what)}, "
             "most severe first)"
         ]
-    ref_w = max((len(finding_ref(f.get("id"))) for f in findings), default=1)
-    out.extend(f"  {_finding_head(f, ref_w)}: {f.get('message')}" for f in findings)
+    ended = [f for f in findings if f.get("ended_before_page")]
+    listed = [f for f in findings if not f.get("ended_before_page")]
+    ref_w = max((len(finding_ref(f.get("id"))) for f in listed), default=1)
+    out.extend(f"  {_finding_head(f, ref_w)}: {f.get('message')}" for f in listed)
+    if ended:
+        # Nothing to act on, kept open in case the job comes back: one line, so the
+        # findings that were paged are not lost among other people's ended runs.
+        refs = ", ".join(finding_ref(f.get("id")) for f in ended[:ENDED_REFS])
+        more = f" and {len(ended) - ENDED_REFS} more" if len(ended) > ENDED_REFS else ""
+        out.append(
+            f"  + {len(ended)} about runs that ended before any page (nothing left to act "
+            f"on; open a while in case the job comes back; --json lists them): {refs}{more}"
+        )
     alerts = doc.get("alerts") or {}
     out.append(
         f"alerts: {alerts.get('queued', 0)} queued, {alerts.get('failed_attempts', 0)} "
