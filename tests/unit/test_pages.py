@@ -353,8 +353,10 @@ def test_status_lists_a_run_that_ended_before_its_page_apart_and_exits_0_for_it(
     assert entry["kind"] == "rogue-job" and entry["ended_before_page"] is True
     assert waiting["status"]["exit"] == 0
     text = waiting["status"]["text"]
-    assert "  + 1 about runs that ended before any page (nothing left to act on; open a " \
+    assert (
+        "  + 1 about runs that ended before any page (nothing left to act on; open a "
         f"while in case the job comes back; --json lists them): F{entry['id']}" in text
+    )
     assert f"F{entry['id']} high" not in text
     # A loop of such runs is paged (one periodic finding): listed, counted, between
     # two runs too.
