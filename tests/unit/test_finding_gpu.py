@@ -61,5 +61,10 @@ def test_a_respawned_job_says_which_gpu_it_came_back_on() -> None:
 
     job = rogue([GpuHeld("GPU-3", 3, 4 * GIB)], 4 * GIB)
     f = respawned_finding(job, "sig", 1_700_000_000.0, 1_700_000_720.0)
-    assert " as PID 48213 on GPU 3 (4.0 GiB), started by unknown origin" in f.message
+    # and which command (issue 33, fresh user K: "… as PID 25746, started by unknown
+    # origin" named nothing a person could tell the return by).
+    assert (
+        " as PID 48213 on GPU 3 (4.0 GiB), user -, `python3 train.py`, started by unknown origin"
+        in f.message
+    )
     assert f.details["gpu_indexes"] == [3]

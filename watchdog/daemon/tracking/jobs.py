@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ...hosttext import command_text
 from ...model import Finding, Job
 from ...policy.findings import gpus_text
 from ...policy.signature import job_signature
@@ -321,9 +322,12 @@ def respawned_finding(job: Job, sig: str, gone_at: float, now: float) -> Finding
     message = (
         f"respawned: gone at {local_iso(gone_at)}, back at {local_iso(now)} "
         f"(+{_gap(now - gone_at)}) as PID {job.root_pid}"
-        f"{' on ' + gpus_text(job.gpus) if job.gpus else ''}, started by "
-        f"{job.origin.describe()}"
+        f"{' on ' + gpus_text(job.gpus) if job.gpus else ''}, user {job.user or '-'}, "
+        f"`{command_text(job.cmdline, 160)}`, started by {job.origin.describe()}"
     )
+    # The command that came back, as the job's own finding names it: a return of an
+    # unknown origin named nothing else a person could tell it by (issue 33, fresh
+    # user K: "respawned … as PID 25746, started by unknown origin").
     # No "next run" time: the finding stays open while the ghost runs, so a time in
     # its text would soon be past (see job_findings).
     message += job.advice.finding_text(job.root_pid)
