@@ -177,6 +177,31 @@ def test_suggest_proposes_the_cron_pipeline_and_lists_the_tmux_one_off() -> None
     ), text
 
 
+def test_many_jobs_not_proposed_for_one_reason_are_a_few_lines_and_a_count() -> None:
+    """Issue 33, fresh user K: another engineer's fan-out (40 different scripts, one run
+    each, of unknown origin) printed 49 ``# seen, not proposed`` lines, and the one a
+    person needed to read was lost among them. Now the first three of one reason (most
+    runs first) and ``and N more … for the same reason: …``; a reason of its own is
+    still a line of its own. Before (7f5f2b2): 41 such lines; after: 5."""
+    unknown = {"kind": "unknown", "reason": "no parent"}
+    fan = [
+        run(1000 + i, T0 + i, T0 + i + 2, unknown, cmdline=[PY, f"/tmp/t/train_fan_{i}.py"],
+            user="bob")
+        for i in range(40)
+    ]  # fmt: skip
+    fan.append(run(2000, T0 + 50, T0 + 60, unknown, cmdline=[PY, "/tmp/t/train_fan_7.py"],
+                   user="bob"))  # fmt: skip
+    hand = run(3000, T0, T0 + 9, tmux(), cmdline=[PY, "/home/alice/exp.py"], user="alice")
+    text = render_yaml(suggest([*fan, hand], T0 - 1))
+    seen = [line for line in text.splitlines() if line.startswith("# seen, not proposed: ")]
+    assert len(seen) == 4, text
+    fans = [line for line in seen if "/tmp/t/train_fan_" in line]
+    assert len(fans) == 3 and "train_fan_7.py (user bob" in fans[0] and "runs: 2" in fans[0]
+    assert any("/home/alice/exp.py (user alice, shell" in line for line in seen)
+    (more,) = [line for line in text.splitlines() if line.startswith("# and ")]
+    assert more.startswith("# and 37 more job(s) seen, not proposed for the same reason: ")
+
+
 def test_a_one_off_from_cron_is_not_proposed_below_min_runs() -> None:
     s = suggest(pipeline_runs()[:1], T0 - 1, min_runs=2)
     assert s.proposed == []

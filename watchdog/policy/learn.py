@@ -917,6 +917,12 @@ def _exemption_lines(e: Exemption) -> list[str]:
     return out
 
 
+#: More jobs than this not proposed for one reason are shown as the first
+#: ``SHOWN_ALIKE`` of them (most runs first) and a count.
+MANY_ALIKE = 5
+SHOWN_ALIKE = 3
+
+
 def render_yaml(s: Suggestion, state_dir: str | None = None) -> str:
     """The suggestion as a YAML allowlist ``check-config`` accepts, with the evidence
     and what was not proposed as comments.
@@ -959,13 +965,30 @@ def render_yaml(s: Suggestion, state_dir: str | None = None) -> str:
         for g in same:
             out.extend(_comment(line) for line in _origin_evidence(g))
         out.append(_comment("  choose the legitimate one: --prefer FILE:LINE (or the unit)"))
+    alike: dict[str | None, list[Group]] = {}
     for g in s.not_proposed:
-        out.append(
-            _comment(
-                f"seen, not proposed: {' '.join(g.head)} (user {g.user}, "
-                f"{g.origin.describe()}): {g.why_not}; {_evidence(g)}"
+        alike.setdefault(g.why_not, []).append(g)
+    for why, groups in alike.items():
+        # Many jobs not proposed for one reason (another engineer's 40-job fan-out, each
+        # of unknown origin) are a few lines and a count: the reason that needs reading
+        # (a job this product acted on) is not lost among 49 alike (issue 33, fresh
+        # user K). The first ones shown are those that ran most.
+        if len(groups) > MANY_ALIKE:
+            groups = sorted(groups, key=lambda g: -len(g.runs))
+        for g in groups[: SHOWN_ALIKE if len(groups) > MANY_ALIKE else None]:
+            out.append(
+                _comment(
+                    f"seen, not proposed: {' '.join(g.head)} (user {g.user}, "
+                    f"{g.origin.describe()}): {g.why_not}; {_evidence(g)}"
+                )
             )
-        )
+        if len(groups) > MANY_ALIKE:
+            out.append(
+                _comment(
+                    f"and {len(groups) - SHOWN_ALIKE} more job(s) seen, not proposed for the "
+                    f"same reason: {why}"
+                )
+            )
     if s.exemptions:
         out.append(
             _comment(
