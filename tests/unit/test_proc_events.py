@@ -33,6 +33,7 @@ from rogue_watchdog.sources.procevents import (
     ProcEventSource,
     _await_ack,
     parse_events,
+    subscribe_message,
 )
 from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import Spawned, need_program, poll
@@ -114,6 +115,45 @@ def test_an_unacknowledged_subscription_times_out_instead_of_hanging() -> None:
         with pytest.raises(OSError) as refused:
             _await_ack(ours, 5, 41)
         assert refused.value.errno == errno.EINVAL
+
+
+@pytest.mark.parametrize("nonce", [0, 1, 41, 0x12345678, (1 << 31) - 1])
+def test_the_subscription_is_byte_for_byte_pyroute2s(nonce: int) -> None:
+    """The 40-byte PROC_CN_MCAST_LISTEN request the daemon packs itself (issue 34: the
+    daemon no longer imports pyroute2's package, 196 modules and 7 MiB resident, for
+    it) is exactly what pyroute2's ``proc_event_control`` encodes, as the daemon
+    sent it before (header NLMSG_DONE, flags 0, sequence 0, port 0; idx and val
+    CN_IDX_PROC/CN_VAL_PROC, ack the nonce, len 4, action PROC_CN_MCAST_LISTEN)."""
+    from pyroute2.netlink import NLMSG_DONE
+    from pyroute2.netlink.connector.cn_proc import (
+        CN_IDX_PROC,
+        CN_VAL_PROC,
+        PROC_CN_MCAST_LISTEN,
+        proc_event_control,
+    )
+
+    msg = proc_event_control()
+    msg["action"] = PROC_CN_MCAST_LISTEN
+    msg["idx"], msg["val"], msg["len"] = CN_IDX_PROC, CN_VAL_PROC, 4
+    msg["ack"] = nonce
+    msg["header"].update(type=NLMSG_DONE, flags=0, sequence_number=0, pid=0)
+    msg.encode()
+    assert subscribe_message(nonce) == bytes(msg.data)
+    assert len(subscribe_message(nonce)) == 40
+
+
+def test_the_daemon_does_not_import_pyroute2() -> None:
+    """What the daemon loads to run, with events on: no pyroute2 module (its package
+    import builds ndb, ipdb, psutil: 7 MiB of the daemon's resident memory)."""
+    code = (
+        "import sys\n"
+        "import rogue_watchdog.daemon.loop, rogue_watchdog.sources.procevents\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyroute2'))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
 
 
 def test_parse_events_decodes_fork_exec_exit_and_skips_truncated() -> None:

@@ -2,11 +2,11 @@
 
 The kernel's proc connector (``NETLINK_CONNECTOR``, group ``CN_IDX_PROC``;
 include/uapi/linux/cn_proc.h) multicasts one message per fork, exec, exit and uid/sid
-change of every task on the host. pyroute2's ``ProcEventSocket`` opens the socket, binds
+change of every task on the host. :func:`open_proc_connector` opens the socket, binds
 the group and sends the ``PROC_CN_MCAST_LISTEN`` subscription; the messages are then read
-from a duplicate of its descriptor in this module's thread and decoded with ``struct``
-(pyroute2's generic message parser costs about 50 µs per event, four times the whole
-handling here, and a fork/exec storm brings thousands per second).
+in this module's thread and decoded with ``struct`` (pyroute2's generic message parser
+costs about 50 µs per event, four times the whole handling here, and a fork/exec storm
+brings thousands per second).
 
 What each event does (a full walk of ``/proc`` every ``daemon.reconcile_interval_s``
 reconciles anything missed):
@@ -64,7 +64,7 @@ from .procfs import ProcessTable
 
 log = get_logger()
 
-# include/uapi/linux/cn_proc.h, enum proc_cn_event (pyroute2 names them PROC_EVENT_*).
+# include/uapi/linux/cn_proc.h, enum proc_cn_event.
 PROC_EVENT_NONE = 0x00000000  # the acknowledgement; event_data.ack.err follows what
 PROC_EVENT_FORK = 0x00000001
 PROC_EVENT_EXEC = 0x00000002
@@ -160,25 +160,59 @@ def parse_events(data: bytes) -> Iterator[tuple[int, int, int, int | None]]:
         off += (length + 3) & ~3  # NLMSG_ALIGN
 
 
+# include/uapi/linux/netlink.h, connector.h and cn_proc.h: the protocol, the group and
+# the subscription's values.
+NETLINK_CONNECTOR = 11
+CN_IDX_PROC = 0x1
+CN_VAL_PROC = 0x1
+PROC_CN_MCAST_LISTEN = 1
+NLMSG_DONE = 0x3
+# struct nlmsghdr (len u32, type u16, flags u16, seq u32, pid u32), struct cn_msg
+# (id.idx u32, id.val u32, seq u32, ack u32, len u16, flags u16), then the u32
+# enum proc_cn_mcast_op: 40 bytes, no padding.
+_SUBSCRIBE = struct.Struct("=IHHIIIIIIHHI")
+
+
+def subscribe_message(nonce: int) -> bytes:
+    """The ``PROC_CN_MCAST_LISTEN`` request to the proc connector, as one netlink
+    datagram (40 bytes; include/uapi/linux/connector.h ``struct cn_msg``,
+    include/uapi/linux/cn_proc.h ``enum proc_cn_mcast_op``), byte for byte what
+    pyroute2's ``proc_event_control`` encodes (tests/unit/test_proc_events.py).
+
+    Args:
+        nonce: ``cn_msg.ack``, 0 to 2**31 - 1: the kernel's acknowledgement echoes it
+            plus one (``cn_proc_ack``), which tells ours from another subscriber's.
+    """
+    return _SUBSCRIBE.pack(
+        _SUBSCRIBE.size, NLMSG_DONE, 0, 0, 0,  # nlmsghdr: to the kernel
+        CN_IDX_PROC, CN_VAL_PROC, 0, nonce, 4, 0,  # cn_msg, its data: one u32
+        PROC_CN_MCAST_LISTEN,
+    )  # fmt: skip
+
+
 def open_proc_connector(rcvbuf_bytes: int, ack_timeout_s: float = 2.0) -> socket.socket:
-    """Subscribe to the proc connector with pyroute2 and return the socket to read.
+    """Subscribe to the proc connector and return the socket to read.
 
     The subscription counts only once the kernel acknowledges it: ``cn_proc_mcast_ctl``
     (drivers/connector/cn_proc.c) answers ``PROC_CN_MCAST_LISTEN`` with a
     ``PROC_EVENT_NONE`` message carrying an error number, and silently ignores a request
     from outside the initial PID and user namespaces (a container, a nested systemd),
-    whose events would name PIDs of another namespace anyway. pyroute2's
-    ``ProcEventSocket.control`` waits for that answer without a limit, so the request is
-    encoded with pyroute2, sent and its answer awaited here, at most ``ack_timeout_s``.
+    whose events would name PIDs of another namespace anyway: the answer is awaited at
+    most ``ack_timeout_s``.
+
+    The socket is the standard library's (socket(7), netlink(7)) and the one request is
+    packed here (:func:`subscribe_message`): pyroute2, which did both before, imports
+    its whole package (196 more modules in the daemon, 7 MiB more resident: 52 against
+    45 MiB after the daemon's imports and the subscription) for these 40 bytes (issue
+    34; docs/dependencies.md). Its encoding stays the reference in the tests.
 
     Args:
         rcvbuf_bytes: ``SO_RCVBUF`` to ask for (the kernel doubles it, socket(7)).
         ack_timeout_s: Longest wait for the kernel's acknowledgement, seconds.
 
     Returns:
-        A non-blocking ``AF_NETLINK`` socket on a duplicate of the subscribed
-        descriptor (pyroute2's own object is closed: its asyncio plumbing is tied to the
-        thread that made it).
+        A non-blocking ``AF_NETLINK`` datagram socket bound to the ``CN_IDX_PROC``
+        group.
 
     Raises:
         OSError: The connector is unavailable: ``ECONNREFUSED`` outside the initial
@@ -187,43 +221,18 @@ def open_proc_connector(rcvbuf_bytes: int, ack_timeout_s: float = 2.0) -> socket
             ignored the request (outside the initial PID or user namespace), or the
             error number the kernel's acknowledgement carried.
     """
-    from pyroute2 import ProcEventSocket
-    from pyroute2.netlink import NLMSG_DONE
-    from pyroute2.netlink.connector.cn_proc import (
-        CN_IDX_PROC,
-        CN_VAL_PROC,
-        PROC_CN_MCAST_LISTEN,
-        proc_event_control,
-    )
-
-    psock = ProcEventSocket()
-    sock: socket.socket | None = None
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_CONNECTOR)
     try:
-        psock.bind()
-        psock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf_bytes)
-        sock = socket.socket(fileno=os.dup(psock.fileno()))
-        msg = proc_event_control()
-        msg["action"] = PROC_CN_MCAST_LISTEN
-        msg["idx"], msg["val"], msg["len"] = CN_IDX_PROC, CN_VAL_PROC, 4
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf_bytes)
+        sock.bind((0, CN_IDX_PROC))  # port chosen by the kernel, the proc group
         # The kernel multicasts every acknowledgement to every subscriber: ours is the
         # one echoing this number plus one in cn_msg.ack (cn_proc_ack).
         nonce = secrets.randbelow(1 << 31)
-        msg["ack"] = nonce
-        msg["header"].update(type=NLMSG_DONE, flags=0, sequence_number=0, pid=0)
-        msg.encode()
-        # Sent on the duplicate: pyroute2 0.9's put() hands it to an asyncio transport
-        # that writes only while its loop runs (inside its own unbounded get()).
-        sock.sendto(msg.data, (0, 0))  # to the kernel (netlink port 0)
+        sock.sendto(subscribe_message(nonce), (0, 0))  # to the kernel (netlink port 0)
         _await_ack(sock, ack_timeout_s, nonce)
-    except Exception as exc:
-        if sock is not None:
-            sock.close()
-        if isinstance(exc, OSError):
-            raise
-        raise OSError(errno.EIO, f"{type(exc).__name__}: {exc}") from exc
-    finally:
-        with contextlib.suppress(Exception):
-            psock.close()
+    except BaseException:
+        sock.close()
+        raise
     sock.setblocking(False)
     return sock
 
