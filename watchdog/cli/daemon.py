@@ -437,7 +437,6 @@ def _other_daemon(args: argparse.Namespace, doc: dict[str, object], path: str) -
     alone, no configuration file, or a daemon too old to say. A socket path that
     leads to another daemon's socket (a symlink) must not pass for this one
     (issue 32, case 6)."""
-    from ..config import ConfigError, load_config
     from .common import resolve_config_path
 
     if args.socket is not None and args.config is None:
@@ -453,6 +452,10 @@ def _other_daemon(args: argparse.Namespace, doc: dict[str, object], path: str) -
             "it is another daemon (check daemon.socket and the socket path)"
         )
     their_dir = doc.get("state_dir")
+    # The configuration code (PyYAML, every section's dataclass) is most of a client's
+    # start-up: imported only where the state directory must be compared (issue 34).
+    from ..config import ConfigError, load_config
+
     try:
         mine = load_config(expected).daemon.state_dir
     except (ConfigError, OSError):
