@@ -1,5 +1,7 @@
 """``status`` with the daemon up, two checkouts side by side (issue 34): each the installed
-``rogue-watchdog status --socket SOCK`` as a whole process against one real daemon
+``rogue-watchdog status --socket SOCK`` (run_all's row) and ``status --config CFG``
+(the daemon's own file, as an installed host runs it) as whole processes against one
+real daemon
 (``bench/run_all.py``'s: kernel events, the stand-in NVML, state, a log sink), taking
 turns with ``ps -eo pid,ppid,user,args`` and ``rogue-watchdog --help`` round by round,
 on run_all's population (2,000 sleeping processes, 8 of them on the stand-in NVML).
@@ -49,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--code", required=True, help="the checkout to compare against (before)")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--procs", type=int, default=2000, help="sleeping processes")
+    ap.add_argument(
+        "--example",
+        action="store_true",
+        help="once the daemon runs, rewrite its configuration file as config/example.yaml "
+        "with the daemon's socket and state directory (what scripts/install.sh installs: "
+        "the --config rows then read and validate that; the daemon keeps what it loaded)",
+    )
     args = ap.parse_args(argv)
     import run_all as ra  # bench/ is sys.path[0]
     from codepath import import_path
@@ -69,9 +78,24 @@ def main(argv: list[str] | None = None) -> int:
             ctx = types.SimpleNamespace(sandbox=sandbox, exe=exe, env=envs["after"], nvml_dir=nvml)
             daemon = ra.Daemon(ctx, 2.0)  # type: ignore[arg-type]
             sock = str(daemon.socket)
+            if args.example:
+                import yaml
+
+                text = (REPO / "config" / "example.yaml").read_text()
+                doc = yaml.safe_load(text)
+                doc["daemon"].update(socket=sock, state_dir=str(daemon.root / "state"))
+                daemon.config.write_text(yaml.safe_dump(doc))
             cases = {
                 "before": ([exe, "status", "--socket", sock], envs["before"]),
                 "after": ([exe, "status", "--socket", sock], envs["after"]),
+                # As an installed host runs it: the daemon's configuration file named
+                # (or the default one), read for the socket and compared with the
+                # answering daemon's.
+                "before --config": (
+                    [exe, "status", "--config", str(daemon.config)],
+                    envs["before"],
+                ),
+                "after --config": ([exe, "status", "--config", str(daemon.config)], envs["after"]),
                 "ps": (ra.ps_argv(), envs["after"]),
                 "help": ([exe, "--help"], envs["after"]),
             }
@@ -104,15 +128,15 @@ def main(argv: list[str] | None = None) -> int:
 
     for name, runs in got.items():
         print(
-            f"{name:7s} wall {ra.med(runs):.3f} s, CPU {ra.med(runs, 'cpu_s'):.3f} s, "
+            f"{name:15s} wall {ra.med(runs):.3f} s, CPU {ra.med(runs, 'cpu_s'):.3f} s, "
             f"RSS {ra.med(runs, 'rss_kib') / 1024:.0f} MiB (exit {ra.codes(runs)})"
         )
-    for name in ("before", "after"):
+    for name in ("before", "after", "before --config", "after --config"):
         print(f"{name}: wall {ratio(name, 'ps', 'wall_s'):.2f}x ps")
-    print(
-        f"after/before: wall {ratio('after', 'before', 'wall_s'):.3f}, "
-        f"CPU {ratio('after', 'before', 'cpu_s'):.3f}; load average {os.getloadavg()}"
-    )
+    for suffix in ("", " --config"):
+        a, b = "after" + suffix, "before" + suffix
+        print(f"{a}/{b}: wall {ratio(a, b, 'wall_s'):.3f}, CPU {ratio(a, b, 'cpu_s'):.3f}")
+    print(f"load average {os.getloadavg()}")
     for what, verdict in same.items():
         print(f"{what} (before, after back to back, ages and counters masked): {verdict}")
     return 0
