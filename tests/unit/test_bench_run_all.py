@@ -55,3 +55,29 @@ def test_splice_keeps_the_prose_around_the_markers() -> None:
     )
     assert m.splice("", "t") == f"{m.BEGIN}\nt\n{m.END}\n"
     assert m.splice("# P\n", "t") == f"# P\n\n{m.BEGIN}\nt\n{m.END}\n"
+
+
+def test_oneshot_pair_compares_answers_with_ages_masked() -> None:
+    # bench/oneshot_pair.py (issue 34): both checkouts' `scan --json` must say the same;
+    # ages in words and the scan's own time move between two looks, nothing else may.
+    import json
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_oneshot_pair", REPO / "bench" / "oneshot_pair.py"
+    )
+    assert spec is not None and spec.loader is not None
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+
+    def doc(age: str, verdict: str = "rogue", extra: int | None = None) -> str:
+        jobs = [{"root_pid": 10, "verdict": verdict, "reason": f"started {age} old"}]
+        if extra is not None:
+            jobs.append({"root_pid": extra, "verdict": "rogue", "reason": ""})
+        findings = [{"kind": "rogue-job", "root_pid": 10}]
+        return json.dumps({"time": age, "duration_s": 0.3, "jobs": jobs, "findings": findings})
+
+    assert m.compare_json(doc("4.5 s"), doc("5 s"), own={10}) == "identical (1 jobs, 1 findings)"
+    differs = m.compare_json(doc("4.5 s"), doc("4.5 s", "sanctioned"), own={10})
+    assert "this bench's jobs: 0 of 1 identical (differ: [10])" in differs
+    moved = m.compare_json(doc("1 min"), doc("1 min", extra=99), own={10})
+    assert "this bench's jobs: 1 of 1 identical, their findings the same" in moved

@@ -91,6 +91,25 @@ def test_status_against_no_daemon_loads_no_command_modules(tmp_path: Path) -> No
     assert [m for m in HEAVY if m in modules] == []
 
 
+def test_status_with_a_daemon_up_loads_no_configuration_or_dataclasses(tmp_path: Path) -> None:
+    # issue 34: `status --socket` with the daemon answering needs the socket client and
+    # the renderer; comparing the answering daemon's configuration is for --config (the
+    # configuration code was 60-75 ms of a 0.14 s status), and neither it nor --help
+    # needs the dataclasses module (inspect, ast, dis: 8 ms).
+    from rogue_watchdog.daemon.ipc import StatusServer
+
+    server = StatusServer(str(tmp_path / "s.sock"), lambda: {"schema_version": 1, "findings": []})
+    server.start()
+    try:
+        code, modules = loaded("status", "--socket", str(tmp_path / "s.sock"), tmp_path=tmp_path)
+    finally:
+        server.stop()
+    assert code == 0
+    assert [m for m in (*HEAVY, "dataclasses") if m in modules] == []
+    code, modules = loaded("--help", tmp_path=tmp_path)
+    assert "dataclasses" not in modules
+
+
 def test_subcommand_help_loads_no_command_modules(tmp_path: Path) -> None:
     for command in ("scan", "gate", "terminate", "run", "status", "verify-weights"):
         code, modules = loaded(command, "--help", tmp_path=tmp_path)

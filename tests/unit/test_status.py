@@ -497,3 +497,39 @@ def test_status_says_when_another_daemon_answers(
     assert code == 4
     theirs = "runs with /etc/other.yaml" if differs == "config" else "keeps its state in"
     assert f"the daemon answering on {sock} {theirs}" in err and "another daemon" in err
+
+
+def test_status_reads_its_configuration_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: `status --config` read and validated the file twice (for the socket,
+    then for the state directory it compares with the answering daemon's: 8 ms for
+    config/example.yaml); once now, with the same answer: this daemon, its status."""
+    import rogue_watchdog.config as config_module
+    from rogue_watchdog.cli import main
+
+    sock = tempfile.mktemp(prefix="rw-mine-", suffix=".sock", dir="/tmp")
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text(f"daemon: {{socket: '{sock}', state_dir: '{tmp_path}/mine'}}\n")
+    doc = json.loads(json.dumps(DOC))
+    doc["config"]["path"] = str(cfg)
+    doc["state_dir"] = str(tmp_path / "mine")
+    reads: list[str] = []
+    real = config_module.load_config
+
+    def counting(path: str | Path | None, *, check_trust: bool = True) -> config_module.Config:
+        reads.append(str(path))
+        return real(path, check_trust=check_trust)
+
+    monkeypatch.setattr(config_module, "load_config", counting)
+    try:
+        with fake_daemon(sock, json.dumps(doc).encode() + b"\n"):
+            code = main(["status", "--config", str(cfg)])
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(sock)
+    out, err = capsys.readouterr()
+    assert "another daemon" not in err
+    assert code in (0, 1), err
+    assert out.startswith("rogue-watchdog")
+    assert reads == [str(cfg)]

@@ -389,7 +389,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         return run(args)
     from ..daemon.ipc import StatusError, query_status
 
-    path = socket_path(args)
+    loaded: dict[str, Config] = {}
+    path = socket_path(args, loaded)
     try:
         doc = query_status(path, timeout_s=args.timeout)
     except StatusError as exc:
@@ -409,7 +410,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         select_findings,
     )
 
-    other = _other_daemon(args, doc, path)
+    other = _other_daemon(args, doc, path, loaded)
     if other is not None:
         if args.json:
             emit(json.dumps({"state": "other-daemon", "socket": path, "error": other}))
@@ -430,14 +431,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     return exit_code(doc)
 
 
-def _other_daemon(args: argparse.Namespace, doc: dict[str, object], path: str) -> str | None:
+def _other_daemon(
+    args: argparse.Namespace,
+    doc: dict[str, object],
+    path: str,
+    loaded: dict[str, Config] | None = None,
+) -> str | None:
     """Why the daemon that answered on ``path`` is not the one this ``status`` was
     asked about (its configuration file or state directory differ from the ones of
     ``--config``), or None when it is, or when nothing was expected: ``--socket``
     alone, no configuration file, or a daemon too old to say. A socket path that
     leads to another daemon's socket (a symlink) must not pass for this one
-    (issue 32, case 6)."""
-    from ..config import ConfigError, load_config
+    (issue 32, case 6). ``loaded``: configurations :func:`socket_path` read and
+    validated a moment ago, by path (not read again)."""
     from .common import resolve_config_path
 
     if args.socket is not None and args.config is None:
@@ -453,10 +459,15 @@ def _other_daemon(args: argparse.Namespace, doc: dict[str, object], path: str) -
             "it is another daemon (check daemon.socket and the socket path)"
         )
     their_dir = doc.get("state_dir")
+    # The configuration code (PyYAML, every section's dataclass) is most of a client's
+    # start-up: imported only where the state directory must be compared (issue 34).
+    from ..config import ConfigError, load_config
+
     try:
-        mine = load_config(expected).daemon.state_dir
+        config = (loaded or {}).get(expected) or load_config(expected)
     except (ConfigError, OSError):
         return None
+    mine = config.daemon.state_dir
     if isinstance(their_dir, str) and os.path.realpath(their_dir) != os.path.realpath(mine):
         return (
             f"the daemon answering on {path} keeps its state in {their_dir}, not {mine}: "

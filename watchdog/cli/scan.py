@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -87,6 +86,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
     if learning is not None:
         # Judged as the daemon reports them: a look during learning pages nothing the
         # daemon would not (issue 33: `scan` said [high] rogue-job, `status` info).
+        import dataclasses
+
         from ..daemon.loop import learned
 
         result = dataclasses.replace(result, findings=[learned(f) for f in result.findings])
