@@ -1,0 +1,462 @@
+"""Would a compiled hot loop pay? Issue 34, item 4: measured, not integrated.
+
+Two readers, each beside the product's own Python/numpy path in one run:
+
+* **F16/BF16 non-finite check**, warm 1 GiB file map, the same method as
+  ``bench/run_all.py``'s verify-weights rows: a read-only pass is the yardstick
+  (``bench/weights_bench.py``'s ``read_only_pass``: a fresh read-only map, one numpy
+  max per 4 MiB chunk on the pool ``verify`` uses), the cases take turns each round
+  (the order rotating) and each case's ratio is the median of per-round ratios
+  ``read-only time / case time``. Cases: ``verify`` itself (the run_all row); the
+  product's ``any_nonfinite`` (numpy, two max-reductions) per 4 MiB chunk over the
+  same map and pool; a C single pass (and/add/or over the raw 16-bit words,
+  auto-vectorised by gcc) per chunk, built with ``-O2`` and with
+  ``-O3 -march=x86-64-v2`` / ``-v3`` when the CPU runs them.
+* **the /proc walk** of the one-shot's first cycle: every ``/proc/PID`` listed, and
+  ``stat``, ``cmdline``, ``status`` read and ``exe`` readlinked for each, as
+  watchdog/sources/procfs.py does (its ``_read_bytes``: one 4096-byte read, more only
+  when that one was full). Python (``os.scandir`` + the product's ``_read_bytes``)
+  vs one C call that does the same opens/reads into a buffer, then Python slices
+  the bytes out per process (parsing stays Python either way). Beside them, for
+  scale, the product's own first-cycle table (``ProcessTable(late_reads=True)
+  .refresh()`` on a new table: reads, parsing and records). CPU of the calling
+  thread and wall time, median of rounds taking turns.
+
+The C source is bench/compiled_readers.c, built with the host's ``gcc`` into a
+temporary folder and loaded with ctypes (which releases the GIL during each call).
+
+Usage::
+
+    nice -n 5 python bench/compiled_readers.py [--only weights,walk] [--size-mib 1024]
+        [--rounds 5] [--walk-rounds 15] [--dir DIR] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import mmap
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+if not any((Path(entry or ".") / "watchdog" / "__init__.py").is_file() for entry in sys.path):
+    sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(BENCH))
+
+from weights_bench import CHUNK_BYTES, make_safetensors, read_only_pass  # noqa: E402
+
+from rogue_watchdog.sources import procfs  # noqa: E402
+from rogue_watchdog.weights import verify  # noqa: E402
+from rogue_watchdog.weights.dtypes import BF16, F16, FloatCode  # noqa: E402
+from rogue_watchdog.weights.finite import any_nonfinite  # noqa: E402
+from rogue_watchdog.weights.scan import ScanContext  # noqa: E402
+
+GIB = 1 << 30
+MIB = 1 << 20
+SOURCE = BENCH / "compiled_readers.c"
+#: Builds tried: label -> gcc flags. A build whose -march the CPU cannot run is skipped.
+BUILDS = {
+    "C -O2": ["-O2"],
+    "C -O3 x86-64-v2": ["-O3", "-march=x86-64-v2"],
+    "C -O3 x86-64-v3": ["-O3", "-march=x86-64-v3"],
+}
+#: What each -march level needs of /proc/cpuinfo's flags (x86-64 psABI levels).
+MARCH_FLAGS = {
+    "x86-64-v2": {"sse4_2", "popcnt", "ssse3"},
+    "x86-64-v3": {"avx2", "bmi2", "fma", "movbe"},
+}
+CODES = {"F16": F16, "BF16": BF16}
+
+
+# -- building ----------------------------------------------------------------------------
+
+
+def cpu_flags() -> set[str]:
+    """The flags of the first CPU in /proc/cpuinfo (empty when unreadable)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def build(folder: Path) -> dict[str, ctypes.CDLL]:
+    """Each build of :data:`SOURCE` this CPU runs, loaded; label -> library."""
+    compiler = shutil.which("gcc")
+    if compiler is None:
+        raise SystemExit("needs gcc: the compiled readers are built at run time")
+    flags = cpu_flags()
+    out: dict[str, ctypes.CDLL] = {}
+    for i, (label, opts) in enumerate(BUILDS.items()):
+        march = next((o.split("=", 1)[1] for o in opts if o.startswith("-march=")), None)
+        if march is not None and not MARCH_FLAGS[march] <= flags:
+            continue
+        lib_path = folder / f"readers{i}.so"
+        subprocess.run(
+            [compiler, *opts, "-shared", "-fPIC", "-o", str(lib_path), str(SOURCE)], check=True
+        )
+        lib = ctypes.CDLL(str(lib_path))
+        lib.any_nonfinite_u16.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint16]
+        lib.any_nonfinite_u16.restype = ctypes.c_int
+        lib.walk_proc.argtypes = [
+            ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+            ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.POINTER(ctypes.c_long),
+        ]  # fmt: skip
+        lib.walk_proc.restype = ctypes.c_long
+        out[label] = lib
+    return out
+
+
+def gcc_version() -> str:
+    try:
+        return subprocess.run(
+            ["gcc", "--version"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return "gcc (unknown)"
+
+
+# -- shared ------------------------------------------------------------------------------
+
+
+def load() -> str:
+    """The 1/5/15-minute load averages, as text."""
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
+    """Median of the per-round ratios ``a[i] / b[i]`` (as bench/run_all.py)."""
+    return statistics.median(x / y for x, y in zip(a, b, strict=True) if y > 0)
+
+
+def take_turns(
+    cases: dict[str, Callable[[], object]], rounds: int, clock: Callable[[], float]
+) -> dict[str, list[float]]:
+    """Each case once per round, the order rotating by one each round, after one
+    warm-up of each; ``clock`` deltas per case."""
+    names = list(cases)
+    for name in names:
+        cases[name]()
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(rounds):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            t0 = clock()
+            cases[name]()
+            out[name].append(clock() - t0)
+    return out
+
+
+# -- the F16/BF16 check ------------------------------------------------------------------
+
+
+def data_span(path: Path) -> tuple[int, int]:
+    """(offset, length) of the tensor bytes of a safetensors file (after its header)."""
+    with path.open("rb") as fh:
+        header_len = int.from_bytes(fh.read(8), "little")
+    start = 8 + header_len
+    return start, path.stat().st_size - start
+
+
+def chunked(
+    path: Path, pool: Executor | None, check: Callable[[memoryview | mmap.mmap, int, int], bool]
+) -> bool:
+    """``check(map, offset, n_words)`` over every 4 MiB chunk of the tensor bytes of a
+    fresh read-only map (as read_only_pass maps afresh), on ``pool``; True if any fired."""
+    start, length = data_span(path)
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+
+        def one(off: int) -> bool:
+            return check(mm, off, min(CHUNK_BYTES, start + length - off) // 2)
+
+        starts = range(start, start + length, CHUNK_BYTES)
+        return any(list(map(one, starts) if pool is None else pool.map(one, starts)))
+
+
+def numpy_check(code: FloatCode) -> Callable[[memoryview | mmap.mmap, int, int], bool]:
+    """The product's check of one chunk: ``any_nonfinite`` on a ``<u2`` view."""
+
+    def check(mm: memoryview | mmap.mmap, off: int, count: int) -> bool:
+        a = np.frombuffer(mm, dtype="<u2", count=count, offset=off)
+        try:
+            return any_nonfinite(code, a)
+        finally:
+            del a
+
+    return check
+
+
+def c_check(
+    lib: ctypes.CDLL, code: FloatCode
+) -> Callable[[memoryview | mmap.mmap, int, int], bool]:
+    """The C single pass over one chunk (the address taken from a numpy view)."""
+    bad_lo = code.bad_lo
+
+    def check(mm: memoryview | mmap.mmap, off: int, count: int) -> bool:
+        a = np.frombuffer(mm, dtype="<u2", count=count, offset=off)
+        try:
+            return bool(lib.any_nonfinite_u16(a.ctypes.data, count, bad_lo))
+        finally:
+            del a
+
+    return check
+
+
+def self_test(libs: dict[str, ctypes.CDLL]) -> None:
+    """Every build agrees with the product's check on planted values (or exits)."""
+    base = np.arange(0, 3 * 128 + 7, dtype="<u2") % 0x3C00
+    for dtype, code in CODES.items():
+        for label, lib in libs.items():
+            for pos in (None, 0, 127, 128, 300, base.size - 1):
+                for bits in (code.bad_lo, code.bad_lo + 1, 0x7FFF, 0x8000 | code.bad_lo, 0xFFFF):
+                    probe = base.copy()
+                    if pos is not None:
+                        probe[pos] = bits
+                    want = any_nonfinite(code, probe)
+                    got = bool(lib.any_nonfinite_u16(probe.ctypes.data, probe.size, code.bad_lo))
+                    if got != want:
+                        raise SystemExit(f"{label} {dtype}: at {pos} {bits:#x}: {got} != {want}")
+
+
+def section_weights(
+    args: argparse.Namespace, libs: dict[str, ctypes.CDLL], folder: Path
+) -> dict[str, Any]:
+    size = args.size_mib * MIB
+    out: dict[str, Any] = {}
+    for dtype, code in CODES.items():
+        path = folder / f"{dtype.lower()}.safetensors"
+        make_safetensors(path, size, dtype)
+        with path.open("rb+") as fh:
+            os.fsync(fh.fileno())
+        ctx = ScanContext.default()
+        try:
+            assert verify(path).exit_code == 0
+            pool = ctx.executor
+            threads = getattr(pool, "_max_workers", 1)
+            cases: dict[str, Callable[[], object]] = {
+                "read-only pass": lambda p=path, x=pool: read_only_pass(p, x),  # type: ignore[misc]
+                "verify (product)": lambda p=path: verify(p),
+                "any_nonfinite (numpy)": lambda p=path, x=pool, c=code: chunked(
+                    p, x, numpy_check(c)
+                ),
+            }
+            for label, lib in libs.items():
+                cases[label] = lambda p=path, x=pool, c=code, li=lib: chunked(p, x, c_check(li, c))
+            before = load()
+            times = take_turns(cases, args.rounds, time.perf_counter)
+            after = load()
+        finally:
+            ctx.close()
+            path.unlink(missing_ok=True)
+        gib = size / GIB
+        ro = times["read-only pass"]
+        rows = {
+            name: {
+                "gib_s": gib / statistics.median(t),
+                "vs_read_only": paired_ratio(ro, t),
+                "median_s": statistics.median(t),
+            }
+            for name, t in times.items()
+        }
+        out[dtype] = {"threads": threads, "load_before": before, "load_after": after, "rows": rows}
+        print(f"\n{dtype}, warm {gib:g} GiB, {threads} threads, {args.rounds} rounds, "
+              f"load {before} -> {after}")  # fmt: skip
+        for name, r in rows.items():
+            print(f"  {name:24s} {r['gib_s']:6.2f} GiB/s  {r['vs_read_only']:.2f}x read-only")
+    return out
+
+
+# -- the /proc walk ----------------------------------------------------------------------
+
+
+def walk_python(root: str, names: Sequence[str], exe: bool) -> dict[int, list[bytes | None]]:
+    """The product's reads: scandir, then ``_read_bytes`` per file and readlink of exe."""
+    read = procfs._read_bytes
+    out: dict[int, list[bytes | None]] = {}
+    for e in os.scandir(root):
+        name = e.name
+        if not (name.isascii() and name.isdigit()):
+            continue
+        base = f"{root}/{name}"
+        got: list[bytes | None] = [read(f"{base}/{n}") for n in names]
+        if exe:
+            try:
+                got.append(os.fsencode(os.readlink(f"{base}/exe")))
+            except OSError:
+                got.append(None)
+        out[int(name)] = got
+    return out
+
+
+class CWalk:
+    """One C call reads everything into a buffer; Python slices it per process."""
+
+    def __init__(self, lib: ctypes.CDLL, root: str, names: Sequence[str], exe: bool) -> None:
+        self.lib = lib
+        self.root = root.encode()
+        self.names = b"".join(n.encode() + b"\0" for n in names)
+        self.nnames = len(names)
+        self.exe = exe
+        self.per = 1 + len(names) + (1 if exe else 0)
+        self.data = ctypes.create_string_buffer(8 * MIB)
+        self.index = np.zeros(4096 * self.per, dtype=np.int32)
+
+    def read(self) -> tuple[int, int]:
+        """The C call alone, growing the buffers until they fit: (processes, bytes)."""
+        used = ctypes.c_long(0)
+        while True:
+            n = self.lib.walk_proc(
+                self.root, self.names, self.nnames, int(self.exe), self.data,
+                len(self.data), self.index.ctypes.data, self.index.size, ctypes.byref(used),
+            )  # fmt: skip
+            if n == -2:
+                self.data = ctypes.create_string_buffer(2 * len(self.data))
+                self.index = np.zeros(2 * self.index.size, dtype=np.int32)
+                continue
+            if n < 0:
+                raise OSError(f"cannot list {self.root.decode()}")
+            return n, used.value
+
+    def __call__(self) -> dict[int, list[bytes | None]]:
+        """The C call, then one ``bytes`` per file per process, as the Python walk gives."""
+        n, used = self.read()
+        data = self.data.raw[:used]
+        idx = self.index[: n * self.per].tolist()
+        out: dict[int, list[bytes | None]] = {}
+        pos = 0
+        per = self.per
+        for i in range(0, n * per, per):
+            got: list[bytes | None] = []
+            for length in idx[i + 1 : i + per]:
+                if length < 0:
+                    got.append(None)
+                else:
+                    got.append(data[pos : pos + length])
+                    pos += length
+            out[idx[i]] = got
+        return out
+
+
+def section_walk(args: argparse.Namespace, libs: dict[str, ctypes.CDLL]) -> dict[str, Any]:
+    """The walk at the host's process count, plus ``--extra`` sleepers when asked."""
+    from run_all import sleepers
+
+    with sleepers(args.extra) as pids:
+        return walk_now(args, libs, len(pids))
+
+
+def walk_now(args: argparse.Namespace, libs: dict[str, ctypes.CDLL], extra: int) -> dict[str, Any]:
+    names = [n for n in args.files.split(",") if n]
+    lib = libs["C -O2"]  # the walk is system calls: the build flags do not matter
+    cwalk = CWalk(lib, args.proc_root, names, args.exe)
+    a, b = walk_python(args.proc_root, names, args.exe), cwalk()
+    common = a.keys() & b.keys()
+    same = sum(1 for pid in common if a[pid][0] == b[pid][0])  # stat lines of the moment
+    procs = len(a)
+
+    def table() -> None:
+        procfs.ProcessTable(args.proc_root, late_reads=True).refresh()
+
+    cases: dict[str, Callable[[], object]] = {
+        "Python (scandir + _read_bytes)": lambda: walk_python(args.proc_root, names, args.exe),
+        "C reads + Python slices": cwalk,
+        "C reads only": cwalk.read,
+        "product first-cycle table": table,
+    }
+    out: dict[str, Any] = {
+        "processes": procs,
+        "extra_sleepers": extra,
+        "files": names + (["exe (readlink)"] if args.exe else []),
+        "agree": f"{same}/{len(common)} stat lines byte-equal between the two walks",
+    }
+    for clock_name, clock in (("cpu", time.thread_time), ("wall", time.perf_counter)):
+        before = load()
+        times = take_turns(cases, args.walk_rounds, clock)
+        after = load()
+        out[clock_name] = {
+            "load_before": before,
+            "load_after": after,
+            "ms": {name: statistics.median(t) * 1000 for name, t in times.items()},
+        }
+    print(
+        f"\n/proc walk, {procs} processes ({extra} of them our sleepers), "
+        f"reading {', '.join(out['files'])}; {out['agree']}"
+    )
+    for clock_name in ("cpu", "wall"):
+        r = out[clock_name]
+        print(f"  {clock_name} ms (median of {args.walk_rounds}, "
+              f"load {r['load_before']} -> {r['load_after']}):")  # fmt: skip
+        for name, ms in r["ms"].items():
+            print(f"    {name:32s} {ms:7.1f} ms  {ms * 1000 / max(procs, 1):5.1f} us/process")
+    py, c = (
+        out["cpu"]["ms"]["Python (scandir + _read_bytes)"],
+        out["cpu"]["ms"]["C reads + Python slices"],
+    )
+    out["saved_cpu_ms"] = py - c
+    out["saved_share_of_oneshot"] = (py - c) / 1000 / args.oneshot_s
+    print(f"  C saves {py - c:.1f} ms CPU = {out['saved_share_of_oneshot']:.1%} of a "
+          f"{args.oneshot_s:g} s one-shot")  # fmt: skip
+    return out
+
+
+# -- main --------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--only", default="weights,walk", help="weights,walk")
+    parser.add_argument("--size-mib", type=int, default=1024, help="weights file size")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the weights cases")
+    parser.add_argument("--walk-rounds", type=int, default=15, help="rounds of the walk cases")
+    parser.add_argument("--files", default="stat,cmdline,status", help="files read per process")
+    parser.add_argument("--no-exe", dest="exe", action="store_false", help="skip readlink exe")
+    parser.add_argument("--extra", type=int, default=0, help="sleepers started for the walk")
+    parser.add_argument("--proc-root", default="/proc")
+    parser.add_argument("--oneshot-s", type=float, default=0.38, help="the one-shot to compare")
+    parser.add_argument("--dir", default=None, help="where the weights file is written")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+    only = set(args.only.split(","))
+    report: dict[str, Any] = {
+        "host": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.release()}, "
+        f"{gcc_version()}, Python {platform.python_version()}, numpy {np.__version__}",
+        "command": " ".join(["python", "bench/compiled_readers.py", *(argv or sys.argv[1:])]),
+        "nice": os.nice(0),
+        "load_start": load(),
+    }
+    print(f"{report['host']}; nice {report['nice']}; load {report['load_start']}")
+    with tempfile.TemporaryDirectory(prefix="compiled-readers-", dir=args.dir) as tmp:
+        folder = Path(tmp)
+        libs = build(folder)
+        self_test(libs)
+        report["builds"] = list(libs)
+        if "weights" in only:
+            report["weights"] = section_weights(args, libs, folder)
+        if "walk" in only:
+            report["walk"] = section_walk(args, libs)
+    report["load_end"] = load()
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
