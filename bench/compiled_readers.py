@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import json
 import mmap
 import os
@@ -81,6 +82,8 @@ MARCH_FLAGS = {
     "x86-64-v3": {"avx2", "bmi2", "fma", "movbe"},
 }
 CODES = {"F16": F16, "BF16": BF16}
+#: The C checks: function -> how its loop is vectorised.
+FUNCTIONS = {"any_nonfinite_u16": "auto", "any_nonfinite_u16_vec": "vector ext."}
 
 
 # -- building ----------------------------------------------------------------------------
@@ -116,6 +119,8 @@ def build(folder: Path) -> dict[str, ctypes.CDLL]:
         lib = ctypes.CDLL(str(lib_path))
         lib.any_nonfinite_u16.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint16]
         lib.any_nonfinite_u16.restype = ctypes.c_int
+        lib.any_nonfinite_u16_vec.argtypes = lib.any_nonfinite_u16.argtypes
+        lib.any_nonfinite_u16_vec.restype = ctypes.c_int
         lib.walk_proc.argtypes = [
             ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
             ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.POINTER(ctypes.c_long),
@@ -205,15 +210,16 @@ def numpy_check(code: FloatCode) -> Callable[[memoryview | mmap.mmap, int, int],
 
 
 def c_check(
-    lib: ctypes.CDLL, code: FloatCode
+    lib: ctypes.CDLL, code: FloatCode, fn: str = "any_nonfinite_u16"
 ) -> Callable[[memoryview | mmap.mmap, int, int], bool]:
     """The C single pass over one chunk (the address taken from a numpy view)."""
     bad_lo = code.bad_lo
+    call = getattr(lib, fn)
 
     def check(mm: memoryview | mmap.mmap, off: int, count: int) -> bool:
         a = np.frombuffer(mm, dtype="<u2", count=count, offset=off)
         try:
-            return bool(lib.any_nonfinite_u16(a.ctypes.data, count, bad_lo))
+            return bool(call(a.ctypes.data, count, bad_lo))
         finally:
             del a
 
@@ -224,16 +230,19 @@ def self_test(libs: dict[str, ctypes.CDLL]) -> None:
     """Every build agrees with the product's check on planted values (or exits)."""
     base = np.arange(0, 3 * 128 + 7, dtype="<u2") % 0x3C00
     for dtype, code in CODES.items():
-        for label, lib in libs.items():
-            for pos in (None, 0, 127, 128, 300, base.size - 1):
+        for (label, lib), fn in itertools.product(libs.items(), FUNCTIONS):
+            call = getattr(lib, fn)
+            for pos in (None, 0, 31, 32, 127, 128, 300, base.size - 1):
                 for bits in (code.bad_lo, code.bad_lo + 1, 0x7FFF, 0x8000 | code.bad_lo, 0xFFFF):
                     probe = base.copy()
                     if pos is not None:
                         probe[pos] = bits
                     want = any_nonfinite(code, probe)
-                    got = bool(lib.any_nonfinite_u16(probe.ctypes.data, probe.size, code.bad_lo))
+                    got = bool(call(probe.ctypes.data, probe.size, code.bad_lo))
                     if got != want:
-                        raise SystemExit(f"{label} {dtype}: at {pos} {bits:#x}: {got} != {want}")
+                        raise SystemExit(
+                            f"{label} {fn} {dtype}: at {pos} {bits:#x}: {got} != {want}"
+                        )
 
 
 def section_weights(
@@ -258,8 +267,10 @@ def section_weights(
                     p, x, numpy_check(c)
                 ),
             }
-            for label, lib in libs.items():
-                cases[label] = lambda p=path, x=pool, c=code, li=lib: chunked(p, x, c_check(li, c))
+            for (label, lib), (fn, how) in itertools.product(libs.items(), FUNCTIONS.items()):
+                cases[f"{label} {how}"] = lambda p=path, x=pool, c=code, li=lib, f=fn: chunked(
+                    p, x, c_check(li, c, f)
+                )
             before = load()
             times = take_turns(cases, args.rounds, time.perf_counter)
             after = load()
@@ -280,7 +291,7 @@ def section_weights(
         print(f"\n{dtype}, warm {gib:g} GiB, {threads} threads, {args.rounds} rounds, "
               f"load {before} -> {after}")  # fmt: skip
         for name, r in rows.items():
-            print(f"  {name:24s} {r['gib_s']:6.2f} GiB/s  {r['vs_read_only']:.2f}x read-only")
+            print(f"  {name:30s} {r['gib_s']:6.2f} GiB/s  {r['vs_read_only']:.2f}x read-only")
     return out
 
 
