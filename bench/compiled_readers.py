@@ -121,6 +121,8 @@ def build(folder: Path) -> dict[str, ctypes.CDLL]:
         lib.any_nonfinite_u16.restype = ctypes.c_int
         lib.any_nonfinite_u16_vec.argtypes = lib.any_nonfinite_u16.argtypes
         lib.any_nonfinite_u16_vec.restype = ctypes.c_int
+        lib.or_u64.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.or_u64.restype = ctypes.c_uint64
         lib.walk_proc.argtypes = [
             ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
             ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.POINTER(ctypes.c_long),
@@ -226,6 +228,19 @@ def c_check(
     return check
 
 
+def c_read_only(lib: ctypes.CDLL, path: Path, pool: Executor | None) -> None:
+    """A read-only pass in C (``or_u64`` per 4 MiB chunk of a fresh map), for scale."""
+
+    def check(mm: memoryview | mmap.mmap, off: int, count: int) -> bool:
+        a = np.frombuffer(mm, dtype="<u8", count=count // 4, offset=off)
+        try:
+            return bool(lib.or_u64(a.ctypes.data, a.size) == 0)
+        finally:
+            del a
+
+    chunked(path, pool, check)
+
+
 def self_test(libs: dict[str, ctypes.CDLL]) -> None:
     """Every build agrees with the product's check on planted values (or exits)."""
     base = np.arange(0, 3 * 128 + 7, dtype="<u2") % 0x3C00
@@ -267,6 +282,9 @@ def section_weights(
                     p, x, numpy_check(c)
                 ),
             }
+            cases["C -O2 read-only (or_u64)"] = lambda p=path, x=pool, li=libs["C -O2"]: (
+                c_read_only(li, p, x)
+            )
             for (label, lib), (fn, how) in itertools.product(libs.items(), FUNCTIONS.items()):
                 cases[f"{label} {how}"] = lambda p=path, x=pool, c=code, li=lib, f=fn: chunked(
                     p, x, c_check(li, c, f)
