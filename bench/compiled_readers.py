@@ -155,20 +155,21 @@ def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def take_turns(
-    cases: dict[str, Callable[[], object]], rounds: int, clock: Callable[[], float]
-) -> dict[str, list[float]]:
+    cases: dict[str, Callable[[], object]], rounds: int, clocks: dict[str, Callable[[], float]]
+) -> dict[str, dict[str, list[float]]]:
     """Each case once per round, the order rotating by one each round, after one
-    warm-up of each; ``clock`` deltas per case."""
+    warm-up of each; clock name -> case -> the clock's deltas."""
     names = list(cases)
     for name in names:
         cases[name]()
-    out: dict[str, list[float]] = {n: [] for n in names}
+    out: dict[str, dict[str, list[float]]] = {c: {n: [] for n in names} for c in clocks}
     for i in range(rounds):
         k = i % len(names)
         for name in names[k:] + names[:k]:
-            t0 = clock()
+            t0 = {c: clock() for c, clock in clocks.items()}
             cases[name]()
-            out[name].append(clock() - t0)
+            for c, clock in clocks.items():
+                out[c][name].append(clock() - t0[c])
     return out
 
 
@@ -263,6 +264,7 @@ def self_test(libs: dict[str, ctypes.CDLL]) -> None:
 def section_weights(
     args: argparse.Namespace, libs: dict[str, ctypes.CDLL], folder: Path
 ) -> dict[str, Any]:
+    """Every case over the same warm file, per dtype and per thread count."""
     size = args.size_mib * MIB
     out: dict[str, Any] = {}
     for dtype, code in CODES.items():
@@ -270,47 +272,62 @@ def section_weights(
         make_safetensors(path, size, dtype)
         with path.open("rb+") as fh:
             os.fsync(fh.fileno())
-        ctx = ScanContext.default()
         try:
             assert verify(path).exit_code == 0
-            pool = ctx.executor
-            threads = getattr(pool, "_max_workers", 1)
-            cases: dict[str, Callable[[], object]] = {
-                "read-only pass": lambda p=path, x=pool: read_only_pass(p, x),  # type: ignore[misc]
-                "verify (product)": lambda p=path: verify(p),
-                "any_nonfinite (numpy)": lambda p=path, x=pool, c=code: chunked(
-                    p, x, numpy_check(c)
-                ),
-            }
-            cases["C -O2 read-only (or_u64)"] = lambda p=path, x=pool, li=libs["C -O2"]: (
-                c_read_only(li, p, x)
-            )
-            for (label, lib), (fn, how) in itertools.product(libs.items(), FUNCTIONS.items()):
-                cases[f"{label} {how}"] = lambda p=path, x=pool, c=code, li=lib, f=fn: chunked(
-                    p, x, c_check(li, c, f)
-                )
-            before = load()
-            times = take_turns(cases, args.rounds, time.perf_counter)
-            after = load()
+            for threads in args.threads:
+                out[f"{dtype}, {threads} thread(s)"] = weights_once(args, libs, path, code, threads)
         finally:
-            ctx.close()
             path.unlink(missing_ok=True)
-        gib = size / GIB
-        ro = times["read-only pass"]
-        rows = {
-            name: {
-                "gib_s": gib / statistics.median(t),
-                "vs_read_only": paired_ratio(ro, t),
-                "median_s": statistics.median(t),
-            }
-            for name, t in times.items()
-        }
-        out[dtype] = {"threads": threads, "load_before": before, "load_after": after, "rows": rows}
-        print(f"\n{dtype}, warm {gib:g} GiB, {threads} threads, {args.rounds} rounds, "
-              f"load {before} -> {after}")  # fmt: skip
-        for name, r in rows.items():
-            print(f"  {name:30s} {r['gib_s']:6.2f} GiB/s  {r['vs_read_only']:.2f}x read-only")
     return out
+
+
+def weights_once(
+    args: argparse.Namespace, libs: dict[str, ctypes.CDLL], path: Path, code: FloatCode,
+    threads: int,
+) -> dict[str, Any]:  # fmt: skip
+    """The cases taking turns on ``threads`` threads: the product's pool (2 threads,
+    as ``verify`` and run_all use it) or inline (1)."""
+    ctx = ScanContext.default() if threads > 1 else ScanContext(executor=None)
+    try:
+        pool = ctx.executor
+        got = getattr(pool, "_max_workers", 1)
+        if got != threads:
+            raise SystemExit(f"the product's pool has {got} threads here, not {threads}")
+        cases: dict[str, Callable[[], object]] = {
+            "read-only pass": lambda: read_only_pass(path, pool),  # type: ignore[arg-type]
+            "verify (product)": lambda: verify(path, ctx=ctx),
+            "any_nonfinite (numpy)": lambda: chunked(path, pool, numpy_check(code)),
+            "C -O2 read-only (or_u64)": lambda: c_read_only(libs["C -O2"], path, pool),
+        }
+        for (label, lib), (fn, how) in itertools.product(libs.items(), FUNCTIONS.items()):
+            cases[f"{label} {how}"] = lambda li=lib, f=fn: chunked(  # type: ignore[misc]
+                path, pool, c_check(li, code, f)
+            )
+        before = load()
+        times = take_turns(
+            cases, args.rounds, {"wall": time.perf_counter, "cpu": time.process_time}
+        )
+        after = load()
+    finally:
+        ctx.close()
+    gib = path.stat().st_size / GIB
+    wall, cpu = times["wall"], times["cpu"]
+    rows = {
+        name: {
+            "gib_s": gib / statistics.median(t),
+            "vs_read_only": paired_ratio(wall["read-only pass"], t),
+            "cpu_s_per_gib": statistics.median(cpu[name]) / gib,
+            "cpu_vs_read_only": paired_ratio(cpu["read-only pass"], cpu[name]),
+        }
+        for name, t in wall.items()
+    }
+    print(f"\n{code.name}, warm {gib:.3g} GiB, {threads} thread(s), {args.rounds} rounds, "
+          f"load {before} -> {after}")  # fmt: skip
+    print(f"  {'':30s} {'wall GiB/s':>10s} {'vs r/o':>7s} {'CPU s/GiB':>10s} {'vs r/o':>7s}")
+    for name, r in rows.items():
+        print(f"  {name:30s} {r['gib_s']:10.2f} {r['vs_read_only']:6.2f}x "
+              f"{r['cpu_s_per_gib']:10.3f} {r['cpu_vs_read_only']:6.2f}x")  # fmt: skip
+    return {"threads": threads, "load_before": before, "load_after": after, "rows": rows}
 
 
 # -- the /proc walk ----------------------------------------------------------------------
@@ -416,14 +433,16 @@ def walk_now(args: argparse.Namespace, libs: dict[str, ctypes.CDLL], extra: int)
         "files": names + (["exe (readlink)"] if args.exe else []),
         "agree": f"{same}/{len(common)} stat lines byte-equal between the two walks",
     }
-    for clock_name, clock in (("cpu", time.thread_time), ("wall", time.perf_counter)):
-        before = load()
-        times = take_turns(cases, args.walk_rounds, clock)
-        after = load()
+    before = load()
+    times = take_turns(
+        cases, args.walk_rounds, {"cpu": time.thread_time, "wall": time.perf_counter}
+    )
+    after = load()
+    for clock_name, per_case in times.items():
         out[clock_name] = {
             "load_before": before,
             "load_after": after,
-            "ms": {name: statistics.median(t) * 1000 for name, t in times.items()},
+            "ms": {name: statistics.median(t) * 1000 for name, t in per_case.items()},
         }
     print(
         f"\n/proc walk, {procs} processes ({extra} of them our sleepers), "
@@ -454,6 +473,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", default="weights,walk", help="weights,walk")
     parser.add_argument("--size-mib", type=int, default=1024, help="weights file size")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the weights cases")
+    parser.add_argument(
+        "--threads",
+        default="2,1",
+        type=lambda t: [int(x) for x in t.split(",")],
+        help="thread counts of the weights cases (2: the product's pool)",
+    )
     parser.add_argument("--walk-rounds", type=int, default=15, help="rounds of the walk cases")
     parser.add_argument("--files", default="stat,cmdline,status", help="files read per process")
     parser.add_argument("--no-exe", dest="exe", action="store_false", help="skip readlink exe")
