@@ -63,7 +63,8 @@ sys.path.insert(0, str(BENCH))
 from weights_bench import CHUNK_BYTES, make_safetensors, read_only_pass  # noqa: E402
 
 from rogue_watchdog.sources import procfs  # noqa: E402
-from rogue_watchdog.weights import verify  # noqa: E402
+from rogue_watchdog.weights import finite, verify  # noqa: E402
+from rogue_watchdog.weights import scan as wscan  # noqa: E402
 from rogue_watchdog.weights.dtypes import BF16, F16, FloatCode  # noqa: E402
 from rogue_watchdog.weights.finite import any_nonfinite  # noqa: E402
 from rogue_watchdog.weights.scan import ScanContext  # noqa: E402
@@ -273,6 +274,31 @@ def c_read_only(lib: ctypes.CDLL, path: Path, pool: Executor | None) -> None:
     chunked(path, pool, check)
 
 
+def verify_with(lib: ctypes.CDLL, fn: str, path: Path, ctx: ScanContext) -> int:
+    """``verify`` with the C check swapped in for F16/BF16 (bench only, restored after):
+    what the product row would read if the kernel were compiled, everything else kept.
+    Returns verify's exit code."""
+    call = getattr(lib, fn)
+    bad_lo = {id(c): c.bad_lo for c in CODES.values()}
+
+    def fast(code: FloatCode, values: Any) -> bool:
+        if (
+            id(code) in bad_lo
+            and values.ndim == 1
+            and values.flags.c_contiguous
+            and values.dtype.byteorder in ("=", "<")
+        ):
+            return bool(call(values.ctypes.data, values.size, bad_lo[id(code)]))
+        return any_nonfinite(code, values)
+
+    saved = finite.any_nonfinite, wscan.any_nonfinite
+    finite.any_nonfinite = wscan.any_nonfinite = fast  # type: ignore[assignment]
+    try:
+        return verify(path, ctx=ctx).exit_code
+    finally:
+        finite.any_nonfinite, wscan.any_nonfinite = saved
+
+
 def self_test(libs: dict[str, ctypes.CDLL]) -> None:
     """Every build agrees with the product's check on planted values (or exits)."""
     base = np.arange(0, 3 * 128 + 7, dtype="<u2") % 0x3C00
@@ -328,6 +354,9 @@ def weights_once(
             "read-only pass": lambda: read_only_pass(path, pool),  # type: ignore[arg-type]
             "verify (product)": lambda: verify(path, ctx=ctx),
             "any_nonfinite (numpy)": lambda: chunked(path, pool, numpy_check(code)),
+            "verify, C -O2 vector ext. in": lambda: verify_with(
+                libs["C -O2"], "any_nonfinite_u16_vec", path, ctx
+            ),
             "numpy blocked and+max": lambda: chunked(path, pool, numpy_blocked_check(code)),
             "C -O2 read-only (or_u64)": lambda: c_read_only(libs["C -O2"], path, pool),
         }
@@ -335,6 +364,8 @@ def weights_once(
             cases[f"{label} {how}"] = lambda li=lib, f=fn: chunked(  # type: ignore[misc]
                 path, pool, c_check(li, code, f)
             )
+        if verify_with(libs["C -O2"], "any_nonfinite_u16_vec", path, ctx) != 0:
+            raise SystemExit("verify with the C check swapped in did not pass a finite file")
         before = load()
         times = take_turns(
             cases, args.rounds, {"wall": time.perf_counter, "cpu": time.process_time}
