@@ -7,11 +7,15 @@ Two readers, each beside the product's own Python/numpy path in one run:
   (``bench/weights_bench.py``'s ``read_only_pass``: a fresh read-only map, one numpy
   max per 4 MiB chunk on the pool ``verify`` uses), the cases take turns each round
   (the order rotating) and each case's ratio is the median of per-round ratios
-  ``read-only time / case time``. Cases: ``verify`` itself (the run_all row); the
-  product's ``any_nonfinite`` (numpy, two max-reductions) per 4 MiB chunk over the
-  same map and pool; a C single pass (and/add/or over the raw 16-bit words,
-  auto-vectorised by gcc) per chunk, built with ``-O2`` and with
-  ``-O3 -march=x86-64-v2`` / ``-v3`` when the CPU runs them.
+  ``read-only time / case time``, in wall time and in CPU time (all threads). Cases:
+  ``verify`` itself (the run_all row); ``verify`` with the C check swapped in for
+  F16/BF16 (here only, restored after each call); the product's ``any_nonfinite``
+  (numpy, two max-reductions) per 4 MiB chunk over the same map and pool; a numpy
+  single read (``& 0x7fff`` into a cache-sized scratch, then its max); a read-only pass
+  in C; a C single pass (and/add/or over the raw 16-bit words) per chunk, left to gcc's
+  auto-vectoriser and written with vector extensions, built with ``-O2`` and with
+  ``-O3 -march=x86-64-v2`` / ``-v3`` when the CPU runs them. On the product's 2-thread
+  pool and inline (``--threads``).
 * **the /proc walk** of the one-shot's first cycle: every ``/proc/PID`` listed, and
   ``stat``, ``cmdline``, ``status`` read and ``exe`` readlinked for each, as
   watchdog/sources/procfs.py does (its ``_read_bytes``: one 4096-byte read, more only
@@ -28,7 +32,10 @@ temporary folder and loaded with ctypes (which releases the GIL during each call
 Usage::
 
     nice -n 5 python bench/compiled_readers.py [--only weights,walk] [--size-mib 1024]
-        [--rounds 5] [--walk-rounds 15] [--dir DIR] [--json FILE]
+        [--rounds 5] [--threads 2,1] [--walk-rounds 15] [--extra N]
+        [--files stat,cmdline,status] [--no-exe] [--dir DIR] [--json FILE]
+
+``--extra N`` starts N sleeping processes for the walk (the run_all rows' 2,000).
 """
 
 from __future__ import annotations
