@@ -508,6 +508,10 @@ class ProcessTable:
         self.changed: set[int] = set()
         self.removed: set[int] = set()
         self.generation = 0
+        # Counts every record added, dropped or read again (its command line,
+        # executable and comm can only change so); a parent or state update alone may
+        # not count. Unchanged: a filter on those fields keeps its answer (issue 34).
+        self.reads_changed = 0
         self.error: str | None = None
         self._pid_max: int | None = None
         self._btime: float | None = None
@@ -813,6 +817,7 @@ class ProcessTable:
         """``pid``'s record is replaced, added (``prev`` None) or dropped: the children
         index moves it at the next :meth:`children` (from the parent it was filed
         under, the first time it moves since)."""
+        self.reads_changed += 1
         if not self.keep_index:
             self._children = None
         elif self._children is not None and pid not in self._moves:
