@@ -163,17 +163,21 @@ def not_slurmstepd(proc: Proc, ctx: ResolveContext) -> str | None:
     return system_daemon(proc, ctx, _stepd_binary)
 
 
-def stepd_candidates(table: ProcessTable) -> list[int]:
+def stepd_candidates(table: ProcessTable, only: Iterable[int] | None = None) -> list[int]:
     """The PIDs that may be a slurmstepd: a substring test on what ``exe_name`` reads
-    (exe, argv[0], comm) passes every slurmstepd and drops the rest cheaply. The answer
-    holds while ``table.reads_changed`` does (those fields change only by a read).
+    (exe, argv[0], comm) passes every slurmstepd and drops the rest cheaply. A record's
+    answer changes only when it is read again (``ProcessTable.read_since``).
 
     Args:
         table: A refreshed process table.
+        only: Test just these PIDs (those absent from the table are left out); None
+            tests every record.
     """
+    procs = table.procs
+    among = procs.values() if only is None else (procs[p] for p in only if p in procs)
     return [
         p.pid
-        for p in table.procs.values()
+        for p in among
         if "slurmstepd" in (p.exe or "")
         or (p.cmdline and "slurmstepd" in p.cmdline[0])
         or "slurmstepd" in p.comm
