@@ -17,6 +17,8 @@ Usage: sudo python bench/idle_tick.py [--procs 2000] [--window 30] [--settle 12]
                                       [--code DIR] [--profile] [--pairs-with DIR]
        --code DIR: measure another checkout (e.g. ``git archive BASE`` unpacked).
        --pairs-with DIR: run DIR then this checkout (or --code), N times (--pairs).
+       Environment: IDLE_TICK_PROF=FILE keeps the profile (pstats); IDLE_TICK_NO_SCAN=1
+       leaves the scan out of it (the tick's other stages only).
 """
 
 from __future__ import annotations
