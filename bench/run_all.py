@@ -411,7 +411,12 @@ class Daemon:
                 e = json.loads(line)
             except ValueError:
                 continue
-            if e.get("event") == "finding-opened" and e.get("kind") == "rogue-job":
+            # A rogue-job finding about no one process (root_pid null) names no launch.
+            if (
+                e.get("event") == "finding-opened"
+                and e.get("kind") == "rogue-job"
+                and e.get("root_pid") is not None
+            ):
                 ts = datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00")).timestamp()
                 self.opened.setdefault(int(e["root_pid"]), ts)
 

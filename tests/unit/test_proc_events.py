@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from rogue_watchdog.config import Config, ConfigError, parse_config
-from rogue_watchdog.daemon.events import EventsCollector, attach_events, events_status
+from rogue_watchdog.daemon.events import attach_events, events_status
 from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.metrics import EventsCollector
 from rogue_watchdog.daemon.status import build_status, render_status
 from rogue_watchdog.model import Proc
 from rogue_watchdog.policy.jobs import is_launcher

@@ -27,7 +27,6 @@ from .alerts.alertmanager import AlertmanagerKeeper
 from .alerts.delivery import DeliveryWorker
 from .events import attach_events
 from .loop import Daemon
-from .metrics import MetricsWorker
 
 
 def _rebuildable(daemon: Daemon) -> tuple[list[FindingSource], list[Enforcer]]:
@@ -112,4 +111,9 @@ def build_metrics_workers(daemon: Daemon) -> list[Worker]:
         daemon.workers.extend(build_metrics_workers(daemon))
     """
     listen = daemon.config.daemon.metrics_listen
-    return [MetricsWorker(daemon, listen)] if listen else []
+    if not listen:
+        return []
+    # Here, not at import: prometheus_client (about 3 MiB) only where metrics are served.
+    from .metrics import MetricsWorker
+
+    return [MetricsWorker(daemon, listen)]

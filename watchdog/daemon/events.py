@@ -3,17 +3,14 @@
 :func:`attach_events` gives the daemon a :class:`~watchdog.sources.procevents.ProcEventSource`
 (a worker: its thread starts and stops with the loop), hands it to the scanner as its
 event feed (again after every reload, which builds a new scanner) and lets it call
-:meth:`~watchdog.daemon.loop.Daemon.request_tick`. :class:`EventsCollector` exposes its
-counters on ``/metrics``; :func:`events_status` is the ``events`` object of ``status``.
+:meth:`~watchdog.daemon.loop.Daemon.request_tick`. :func:`events_status` is the ``events``
+object of ``status``; ``watchdog.daemon.metrics.EventsCollector`` puts its counters on
+``/metrics`` (there, so that a daemon without metrics never imports prometheus_client).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from ..model import Proc
 from ..policy.jobs import is_launcher
@@ -97,43 +94,3 @@ def events_status(daemon: Daemon) -> dict[str, Any]:
     # With the walk's counters: how many scans re-read only what events named.
     # And the exec path's passes (Daemon.exec_tick): captures judged between ticks.
     return {**feed.status(), **daemon.scanner.walk.status(), "exec_passes": daemon.exec_ticks}
-
-
-class EventsCollector(Collector):
-    """``/metrics`` families of the event source, read at scrape time."""
-
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-
-    def collect(self) -> Iterator[Metric]:
-        """Whether events are in use, and their counters (nothing before the first tick,
-        like the other families)."""
-        if self.daemon.last is None:
-            return
-        doc = events_status(self.daemon)
-        yield GaugeMetricFamily(
-            f"{PREFIX}_proc_events_up",
-            "1 when kernel process events (proc connector) are followed, 0 when polling only.",
-            value=int(doc["mode"] == "events"),
-        )
-        events = CounterMetricFamily(
-            f"{PREFIX}_proc_events", "Kernel process events received, by kind.", labels=["kind"]
-        )
-        for kind, n in sorted((doc.get("events") or {}).items()):
-            events.add_metric([kind], n)
-        yield events
-        yield CounterMetricFamily(
-            f"{PREFIX}_proc_events_lost",
-            "Times the kernel dropped process events (ENOBUFS: socket buffer full).",
-            value=doc.get("lost", 0),
-        )
-        yield CounterMetricFamily(
-            f"{PREFIX}_full_sweeps",
-            "Scans that re-read every process because events were lost.",
-            value=doc.get("full_sweeps", 0),
-        )
-        yield CounterMetricFamily(
-            f"{PREFIX}_proc_event_candidates",
-            "Processes captured at exec (launcher, or CUDA libraries mapped).",
-            value=doc.get("candidates", 0),
-        )

@@ -22,7 +22,7 @@ from ..config.daemon import parse_listen
 from ..logs import get_logger
 from ..model import VERDICTS, WORKLOAD_CLASSES
 from ..state import StateDB
-from .events import EventsCollector
+from .events import events_status
 from .fleetmetrics import FleetCollector
 
 if TYPE_CHECKING:
@@ -252,6 +252,46 @@ class MetricsCollector(Collector):
             for each in ("enforcing", "auditing", "not enforcing"):
                 g.add_metric([gate_name, each], int(state == each))
         yield g
+
+
+class EventsCollector(Collector):
+    """``/metrics`` families of the event source, read at scrape time."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def collect(self) -> Iterator[Metric]:
+        """Whether events are in use, and their counters (nothing before the first tick,
+        like the other families)."""
+        if self.daemon.last is None:
+            return
+        doc = events_status(self.daemon)
+        yield GaugeMetricFamily(
+            f"{PREFIX}_proc_events_up",
+            "1 when kernel process events (proc connector) are followed, 0 when polling only.",
+            value=int(doc["mode"] == "events"),
+        )
+        events = CounterMetricFamily(
+            f"{PREFIX}_proc_events", "Kernel process events received, by kind.", labels=["kind"]
+        )
+        for kind, n in sorted((doc.get("events") or {}).items()):
+            events.add_metric([kind], n)
+        yield events
+        yield CounterMetricFamily(
+            f"{PREFIX}_proc_events_lost",
+            "Times the kernel dropped process events (ENOBUFS: socket buffer full).",
+            value=doc.get("lost", 0),
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_full_sweeps",
+            "Scans that re-read every process because events were lost.",
+            value=doc.get("full_sweeps", 0),
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_proc_event_candidates",
+            "Processes captured at exec (launcher, or CUDA libraries mapped).",
+            value=doc.get("candidates", 0),
+        )
 
 
 class MetricsWorker:

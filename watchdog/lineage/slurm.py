@@ -163,8 +163,29 @@ def not_slurmstepd(proc: Proc, ctx: ResolveContext) -> str | None:
     return system_daemon(proc, ctx, _stepd_binary)
 
 
+def stepd_candidates(table: ProcessTable, only: Iterable[int] | None = None) -> list[int]:
+    """The PIDs that may be a slurmstepd: a substring test on what ``exe_name`` reads
+    (exe, argv[0], comm) passes every slurmstepd and drops the rest cheaply. A record's
+    answer changes only when it is read again (``ProcessTable.read_since``).
+
+    Args:
+        table: A refreshed process table.
+        only: Test just these PIDs (those absent from the table are left out); None
+            tests every record.
+    """
+    procs = table.procs
+    among = procs.values() if only is None else (procs[p] for p in only if p in procs)
+    return [
+        p.pid
+        for p in among
+        if "slurmstepd" in (p.exe or "")
+        or (p.cmdline and "slurmstepd" in p.cmdline[0])
+        or "slurmstepd" in p.comm
+    ]
+
+
 def stepd_members(
-    table: ProcessTable, ctx: ResolveContext
+    table: ProcessTable, ctx: ResolveContext, maybe: Iterable[int] | None = None
 ) -> dict[tuple[int, int], tuple[int, int | None]]:
     """Every process running below a real slurmstepd now, with its job: what proves,
     after the job ended, that a re-parented process was the job's (its environment only
@@ -173,21 +194,17 @@ def stepd_members(
     Args:
         table: A refreshed process table.
         ctx: For checking the slurmstepd is real (:func:`not_slurmstepd`).
+        maybe: :func:`stepd_candidates` of ``table`` when the caller kept it (the
+            daemon, every tick: issue 34); None computes it.
 
     Returns:
         ``(PID, start ticks) -> (job id, uid)``.
     """
     out: dict[tuple[int, int], tuple[int, int | None]] = {}
-    # Runs every tick over every process: a substring test on what exe_name reads
-    # (exe, argv[0], comm) passes every slurmstepd and drops the rest cheaply.
-    maybe = [
-        p
-        for p in table.procs.values()
-        if "slurmstepd" in (p.exe or "")
-        or (p.cmdline and "slurmstepd" in p.cmdline[0])
-        or "slurmstepd" in p.comm
-    ]
-    for proc in maybe:
+    for pid in stepd_candidates(table) if maybe is None else maybe:
+        proc = table.get(pid)
+        if proc is None:
+            continue
         if not is_slurmstepd(proc) or not_slurmstepd(proc, ctx) is not None:
             continue
         clue = stepd_clue(proc)

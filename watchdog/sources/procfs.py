@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import itertools
 import os
 import pwd
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -27,6 +29,8 @@ from typing import Any, Protocol
 from ..model import Proc
 
 PF_KTHREAD = 0x00200000  # include/linux/sched.h
+# How many record changes ProcessTable.read_since can name (a PID each: 32 KiB).
+READ_LOG_MAX = 4096
 
 
 class StatParseError(ValueError):
@@ -508,6 +512,12 @@ class ProcessTable:
         self.changed: set[int] = set()
         self.removed: set[int] = set()
         self.generation = 0
+        # Counts every record added, dropped or read again (its command line,
+        # executable and comm can only change so); a parent or state update alone may
+        # not count. A filter on those fields kept beside the table brings its answer up
+        # to date from the PIDs :meth:`read_since` names (issue 34).
+        self.reads_changed = 0
+        self._read_log: deque[int] = deque(maxlen=READ_LOG_MAX)
         self.error: str | None = None
         self._pid_max: int | None = None
         self._btime: float | None = None
@@ -813,10 +823,21 @@ class ProcessTable:
         """``pid``'s record is replaced, added (``prev`` None) or dropped: the children
         index moves it at the next :meth:`children` (from the parent it was filed
         under, the first time it moves since)."""
+        self.reads_changed += 1
+        self._read_log.append(pid)
         if not self.keep_index:
             self._children = None
         elif self._children is not None and pid not in self._moves:
             self._moves[pid] = None if prev is None else prev.ppid
+
+    def read_since(self, mark: int) -> set[int] | None:
+        """The PIDs whose record was added, dropped or read again since
+        :attr:`reads_changed` was ``mark``; None when that is too long ago to tell
+        (more than :data:`READ_LOG_MAX` such changes): look at every record then."""
+        count = self.reads_changed - mark
+        if count < 0 or count > len(self._read_log):
+            return None
+        return set(itertools.islice(reversed(self._read_log), count))
 
     def children(self, pid: int) -> list[int]:
         """Direct children of ``pid`` at the last refresh, ascending (the list is the

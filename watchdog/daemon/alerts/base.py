@@ -11,12 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
-
-import httpx
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ...config.alerts import SinkSettings
 from .alert import Outgoing
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class SendError(Exception):

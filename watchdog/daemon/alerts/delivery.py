@@ -49,8 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-
-import httpx
+from typing import TYPE_CHECKING
 
 from ...config.alerts import AlertSettings, SinkSettings
 from ...config.sinks import sink_kind
@@ -65,6 +64,9 @@ from .base import BatchSink, SendError, Sink, SinkContext, SinkFactory
 from .memory import MemorySpool
 from .secrets import SecretError, read_url, redact
 from .sinks import LogSink, discord, slack, webhook
+
+if TYPE_CHECKING:
+    import httpx
 
 log = get_logger()
 # Degraded-component name of a sink whose URL cannot be read: ``alert-sink:NAME``.

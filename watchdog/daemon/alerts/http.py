@@ -15,10 +15,12 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-import httpx
+from typing import TYPE_CHECKING, Any, cast
 
 from .secrets import redact
+
+if TYPE_CHECKING:
+    import httpx
 
 # httpx logs every request URL at INFO ("HTTP Request: POST https://hooks…"): a webhook
 # URL is a secret, so keep httpx/httpcore quiet even if someone turns on INFO logging.
@@ -38,10 +40,32 @@ MAX_ERROR_BODY_BYTES = 4096
 SNIPPET_CHARS = 200
 
 
+class _FirstUseClient:
+    """An ``httpx.Client`` made at its first use: httpx (about 3 MiB of the daemon's
+    memory and 50 modules, issue 34) is imported only by a daemon that posts; the log
+    sink and an Alertmanager keeper without an ``alertmanager`` sink never do."""
+
+    def __init__(self) -> None:
+        self._client: httpx.Client | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.Client(follow_redirects=False)
+        return getattr(self._client, name)
+
+    def close(self) -> None:
+        """Close the client when one was made (none is made to be closed)."""
+        if self._client is not None:
+            self._client.close()
+
+
 def new_client() -> httpx.Client:
     """The client an HTTP sink posts with: no redirect is followed (a 3xx is a failure;
-    following it could carry the body, and the URL's token, elsewhere)."""
-    return httpx.Client(follow_redirects=False)
+    following it could carry the body, and the URL's token, elsewhere). It is made at
+    its first use (:class:`_FirstUseClient`)."""
+    return cast("httpx.Client", _FirstUseClient())
 
 
 @dataclass(frozen=True)
@@ -92,6 +116,8 @@ def post(
         What came back; at most :data:`MAX_ERROR_BODY_BYTES` of an error body are read
         (a receiver's 300 MB error page is never buffered).
     """
+    import httpx  # the sinks that post import it; the daemon's start does not
+
     sent = {"content-type": "application/json", "user-agent": USER_AGENT, **(headers or {})}
     try:
         with client.stream("POST", url, content=body, headers=sent, timeout=timeout_s) as resp:
