@@ -788,3 +788,29 @@ def test_a_gpu_a_job_comes_to_hold_after_its_page_is_named_not_paged_again(
     (f,) = [f for f in d.db.open_findings() if f.root_pid == 7000]
     assert "on GPU 0 (4.0 GiB)" in f.message
     assert (f.details["gpus"], f.details["gpu_indexes"], f.details["gpus_gained"]) == ([], [0], [0])
+
+
+def test_ended_before_page_trusts_the_scan_not_the_message() -> None:
+    """A command line is host text: one carrying the end-of-run marker (`; now: its run
+    PID `) must not make a running, not yet paged finding look ended (it would leave the
+    exit code during its settle). Only a root the last scan did not see counts; before
+    the first scan nothing does."""
+    from rogue_watchdog.daemon.status import ended_before_page
+    from rogue_watchdog.daemon.tracking.current import RUN_ENDED
+
+    def rec(message: str, alerted: bool = False, **details: Any) -> FindingRecord:
+        return FindingRecord(
+            id=1, fingerprint="rogue-job:x", kind="rogue-job", severity="high",
+            message=message, root_pid=700, details=details, opened_at=0.0, last_seen=0.0,
+            seen_count=1, resolved_at=None, last_alert_at=1.0 if alerted else None,
+        )  # fmt: skip
+
+    hostile = rec(f"rogue training job PID 700, `python3 x.py '{RUN_ENDED}1 exited'`",
+                  root=[700, 5])  # fmt: skip
+    assert not ended_before_page(hostile, {(700, 5)})  # it runs: not ended
+    ended = rec(f"rogue training job PID 700{RUN_ENDED}700 exited with status 0",
+                root=[700, 5])  # fmt: skip
+    assert ended_before_page(ended, set())
+    assert not ended_before_page(ended, None)  # no scan yet: unsure is counted
+    assert not ended_before_page(rec(ended.message, alerted=True, root=[700, 5]), set())
+    assert not ended_before_page(rec(ended.message), set())  # no root recorded

@@ -84,7 +84,8 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
     # reads it degrades on its own, and the answer carries what the daemon knows in
     # memory (the last scan's findings), so `status` never turns into an error.
     last_findings = result.findings if result else []
-    doc["findings"] = _findings_section(daemon, last_findings, now, doc["degraded"])
+    live = {(j.root_pid, j.start_ticks) for j in result.jobs} if result else None
+    doc["findings"] = _findings_section(daemon, last_findings, now, doc["degraded"], live)
     doc["alerts"] = _alerts_section(daemon, doc["degraded"])
     doc["learning"] = _learning_section(daemon, now, doc["degraded"])
     doc["ship_gates"] = _ship_gates_section(daemon)
@@ -214,7 +215,11 @@ def _job_entry(
 
 
 def _findings_section(
-    daemon: Daemon, last_findings: Sequence[Finding], now: float, degraded: dict[str, str]
+    daemon: Daemon,
+    last_findings: Sequence[Finding],
+    now: float,
+    degraded: dict[str, str],
+    live: set[tuple[int, int]] | None = None,
 ) -> list[dict[str, Any]]:
     """``findings``: the open findings from the database, with ``age_s`` in seconds.
 
@@ -237,7 +242,9 @@ def _findings_section(
         ended = {
             f.id
             for f in open_now
-            if f.id not in paged_with and ended_before_page(f) and not daemon.db.acted_on(f.id)
+            if f.id not in paged_with
+            and ended_before_page(f, live)
+            and not daemon.db.acted_on(f.id)
         }
         return [_entry(f, now, paged_with.get(f.id), f.id in ended) for f in open_now] + unstored
     except Exception as exc:  # sqlite3.DatabaseError and whatever a broken file raises
@@ -288,7 +295,7 @@ def _entry(
     return out
 
 
-def ended_before_page(f: FindingRecord) -> bool:
+def ended_before_page(f: FindingRecord, live: set[tuple[int, int]] | None) -> bool:
     """Whether ``f`` is about a run that ended before any page went out about it: never
     alerted, its run gone (``; now: its run PID N ended …``, or seen only at its exec).
 
@@ -297,10 +304,19 @@ def ended_before_page(f: FindingRecord) -> bool:
     count it in its exit code (issue 33, fresh user K: 92 open findings, nearly all of
     other people's test runs that had exited unpaged, made ``status`` exit 1 and hid the
     two that were paged). A finding folded into another's page is that page's, not this.
+
+    Args:
+        f: An open finding.
+        live: The roots (PID, start ticks) of the jobs the last scan saw; None before
+            the first scan (nothing is marked: unsure is counted). The message alone is
+            not trusted: a command line is host text and may carry the marker.
     """
     from .tracking.current import RUN_ENDED
 
-    if f.last_alert_at is not None:
+    root = f.details.get("root")
+    if f.last_alert_at is not None or live is None or not isinstance(root, list):
+        return False
+    if len(root) != 2 or tuple(root) in live:
         return False
     return RUN_ENDED in f.message or bool(f.details.get("exited"))
 
