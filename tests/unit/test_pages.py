@@ -814,3 +814,48 @@ def test_ended_before_page_trusts_the_scan_not_the_message() -> None:
     assert not ended_before_page(ended, None)  # no scan yet: unsure is counted
     assert not ended_before_page(rec(ended.message, alerted=True, root=[700, 5]), set())
     assert not ended_before_page(rec(ended.message), set())  # no root recorded
+
+
+def test_status_limit_never_hides_a_page_behind_runs_that_ended_before_theirs() -> None:
+    """Hostile test of the change above: 92 high findings about ended, never-paged runs
+    and two paged, running ones: `status --severity high --limit 10` (the help's own
+    example) showed ten ended ones and exited 0. Ended ones now sort after every other
+    finding, so the pages are shown and counted."""
+    from rogue_watchdog.daemon.status import _outcome_lines, exit_code, select_findings
+
+    def entry(fid: int, ended: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": fid, "kind": "rogue-job", "severity": "high", "message": f"m{fid}",
+            "root_pid": fid, "opened_at": 0.0, "age_s": 1.0, "seen_count": 1,
+            "instances": 1, "root_pids": [fid],
+        }  # fmt: skip
+        if ended:
+            out["ended_before_page"] = True
+        return out
+
+    doc: dict[str, Any] = {"findings": [entry(i, True) for i in range(1, 93)]}
+    doc["findings"] += [entry(93, False), entry(94, False)]
+    assert exit_code(doc) == 1
+    shown = select_findings(doc, "high", 10)
+    assert [f["id"] for f in shown["findings"][:2]] == [93, 94]
+    assert exit_code(shown) == 1
+    ended_only = select_findings({"findings": doc["findings"][:92]}, "high", 10)
+    assert exit_code(ended_only) == 0
+    text = "\n".join(_outcome_lines(shown))
+    assert "F93 high" in text and "F94 high" in text
+    assert "+ 8 about runs that ended before any page" in text
+
+
+def test_ended_before_page_counts_a_malformed_root() -> None:
+    """A root of the wrong shape (a hand-edited database) is counted, and does not take
+    the whole findings section down with a TypeError (hostile test)."""
+    from rogue_watchdog.daemon.status import ended_before_page
+    from rogue_watchdog.daemon.tracking.current import RUN_ENDED
+
+    for root in ([[1], 2], [1, {}], [1.5, 2], ["1", 2], [True, 2]):
+        f = FindingRecord(
+            id=1, fingerprint="rogue-job:x", kind="rogue-job", severity="high",
+            message=f"m{RUN_ENDED}1 exited", root_pid=1, details={"root": root},
+            opened_at=0.0, last_seen=0.0, seen_count=1, resolved_at=None, last_alert_at=None,
+        )  # fmt: skip
+        assert ended_before_page(f, {(1, 2)}) is False

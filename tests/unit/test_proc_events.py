@@ -116,6 +116,13 @@ def test_an_unacknowledged_subscription_times_out_instead_of_hanging() -> None:
         with pytest.raises(OSError) as refused:
             _await_ack(ours, 5, 41)
         assert refused.value.errno == errno.EINVAL
+        # An error number no errno fits is still an OSError (the daemon then polls and
+        # says why), not os.strerror's OverflowError (hostile test, session h).
+        kernel.send(ack(42, 0xFFFFFFFF))
+        with pytest.raises(OSError) as odd:
+            _await_ack(ours, 5, 41)
+        assert odd.value.errno == 0xFFFFFFFF
+        assert "error number 4294967295 in the kernel's acknowledgement" in str(odd.value)
 
 
 @pytest.mark.parametrize("nonce", [0, 1, 41, 0x12345678, (1 << 31) - 1])

@@ -237,6 +237,15 @@ def open_proc_connector(rcvbuf_bytes: int, ack_timeout_s: float = 2.0) -> socket
     return sock
 
 
+def _strerror(err: int) -> str:
+    """``os.strerror``, for any u32 the kernel's acknowledgement carries (one no errno
+    fits would raise OverflowError, not the OSError that makes the daemon poll)."""
+    try:
+        return os.strerror(err)
+    except (OverflowError, ValueError):
+        return f"error number {err} in the kernel's acknowledgement"
+
+
 def _await_ack(sock: socket.socket, timeout_s: float, nonce: int) -> None:
     """Read until the kernel's ``PROC_EVENT_NONE`` acknowledgement of our request, the one
     whose ``cn_msg.ack`` is ``nonce + 1`` (another subscriber's, and events before it,
@@ -250,7 +259,7 @@ def _await_ack(sock: socket.socket, timeout_s: float, nonce: int) -> None:
         for ack, err in _acks(data):
             if ack == (nonce + 1) & 0xFFFFFFFF:
                 if err:
-                    raise OSError(err, os.strerror(err))
+                    raise OSError(err, _strerror(err))
                 return
     raise OSError(
         errno.ETIMEDOUT,
