@@ -1167,7 +1167,7 @@ class TrustMachine(RuleBasedStateMachine):
                 (lower, back_at, sig),
             ).fetchall()
             assert found, (
-                f"I9: {sig} back at {back_at:g} as {sorted(runs)}, still running "
+                f"I9: {sig} back at {back_at:.1f} as {sorted(runs)}, still running "
                 f"{now - back_at:g} s later: no page"
             )
         self.sightings = rows

@@ -13,7 +13,8 @@ One alert when a finding opens (once its picture is complete: ``alerts.settle_s`
 reminder after ``reminder_after_s`` while it stays open ("still open, seen N times"),
 one when it resolves. Never one message per PID of a job, nor one per run of a loop,
 nor one per finding about a job's return: its ``respawned`` is the one page
-(:mod:`.tracking.incident`).
+(:mod:`.tracking.incident`), held back by the settle as a job's first page is
+(:meth:`Tracker._held_returns`): a return gone within it by itself is filed, not paged.
 """
 
 from __future__ import annotations
