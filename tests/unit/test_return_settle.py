@@ -160,3 +160,32 @@ def test_a_return_our_terminate_stopped_within_the_settle_gets_its_open(
     (7f5f2b2): ``[["open", "respawned", 60.0], ["resolve", "respawned", 62.0]]``."""
     doc = _run(tmp_path, named)
     assert doc["sent"] == [["open", "respawned", 62.0], ["resolve", "respawned", 62.0]]
+
+
+def test_a_return_on_a_gpu_is_paged_once_its_runs_picture_is_complete(tmp_path: Path) -> None:
+    """The same rule as a job's first page: the return's own rogue-job (folded into its
+    respawned) on a GPU, the same at two looks in a row, completes the picture: the
+    respawned is paged then (2 s after the return), not at the end of the settle; the
+    rogue-job stays folded (one page)."""
+    import dataclasses
+    import signal
+
+    from rogue_watchdog.model import GpuHeld
+    from rogue_watchdog.policy.findings import job_findings
+    from tests.unit.test_pages import T0, _daemon
+    from tests.unit.test_return_pages import _job
+
+    d = _daemon(tmp_path)
+    on_gpu = [GpuHeld("GPU-aaaa", 0, 4 << 30)]
+    first = dataclasses.replace(_job(6700, 670), gpus=on_gpu, gpu_uuids=["GPU-aaaa"])
+    back = dataclasses.replace(first, root_pid=6701, pids=[6701], start_ticks=671)
+    d.tracker.update([first], job_findings([first]), T0)
+    d.tracker.update([], [], T0 + 1, exits={6700: signal.SIGTERM})  # someone's kill
+    for dt in (60, 62, 64, 66):
+        d.tracker.update([back], job_findings([back]), T0 + dt)
+    rows = d.db.conn.execute(
+        "SELECT d.event, f.kind, d.created_at FROM deliveries d JOIN findings f"
+        " ON f.id = d.finding_id WHERE d.created_at >= ? ORDER BY d.id",
+        (T0 + 60,),
+    ).fetchall()
+    assert [(e, k, at - T0) for e, k, at in rows] == [("open", "respawned", 62.0)]
