@@ -417,7 +417,7 @@ class Tracker:
             self._fanout = fanout_anchors(before)
             self._foldable = foldable_kinds(self.alerts.sinks)
             self._ripe = set()
-            steps = self._one_page_per_return(steps, before)
+            steps = self._one_page_per_return(steps, before, present)
             opened, reminded, resolved = self._apply(steps, now)
             self._between_runs(before, steps, between, now)
             self._held_returns(now)
@@ -456,7 +456,12 @@ class Tracker:
         if key is not None and key not in self._fanout:
             self._fanout[key] = Anchor(rec.id, severity, rec.kind)
 
-    def _one_page_per_return(self, steps: list[Step], before: list[FindingRecord]) -> list[Step]:
+    def _one_page_per_return(
+        self,
+        steps: list[Step],
+        before: list[FindingRecord],
+        present: frozenset[str] | set[str] = frozenset(),
+    ) -> list[Step]:
         """This tick's steps with each ``respawned`` that opens at the highest severity of
         the findings about its return (they are folded into it: it is their one page),
         and without the resolve of an open ``respawned`` that a folded finding staying
@@ -480,14 +485,19 @@ class Tracker:
         # A respawned resolved because another return of its job opens one (a new
         # incident) is not held: that one takes what was folded into it.
         opening = {s.sighting.fingerprint for s in steps if isinstance(s, Open)}
-        # Nor one never paged (held back by the settle, its return gone): it is filed
-        # as any run gone within its settle, and what was folded into it pages by its
-        # own rules from the next tick on (no silence: issue 33, fresh user J).
+        # One never paged (held back by the settle, its return gone) is held only by a
+        # folded finding whose job still runs, or one not about a run (a terminate that
+        # did not hold): then its page goes at the settle, one page. A rogue-job whose
+        # run ended (waiting for a return) holds it no longer: it is filed, as any run
+        # gone within its settle (issue 33, fresh user J).
         paged = {r.id for r in before if r.last_alert_at is not None}
         holding: set[int] = set()
         for rec in before:
             anchor = self._folded(rec)
-            if anchor is not None and rec.id not in resolving and anchor.finding_id in paged:
+            if anchor is None or rec.id in resolving:
+                continue
+            sig = rec.details.get("signature") or return_signature(rec.kind, rec.fingerprint)
+            if anchor.finding_id in paged or rec.kind != "rogue-job" or sig in present:
                 holding.add(anchor.finding_id)
         holding -= {r.id for r in before if r.fingerprint in opening}
         out: list[Step] = []
