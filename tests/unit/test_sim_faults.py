@@ -662,3 +662,26 @@ def test_i9_a_return_gone_within_the_settle_by_itself_is_not_paged() -> None:
     steps = _RETURN + f"m.something_ends(data={_d(4000006)}, how='exit');m.tick(seconds=5.0)"
     assert replay(steps + ";" + _RESPAWNED_OPENS)["opens"] == []
     assert violation(steps) == ""
+
+
+def test_a_held_back_return_and_its_remediation_failed_are_one_page() -> None:
+    # Seed 72002 (1,000 steps, events on), shrunk, on 8762c28 (a return's page held for
+    # the settle): terminate mode, a sweep's trainers terminated and started again, the
+    # daemon killed at terminate:begun. BEFORE fa8665c: "I8: a return paged twice:
+    # respawned F4 (opened 1800086452.0) and remediation-failed F8 (opened
+    # 1800086452.0)": the held-back respawned resolved and its folded remediation-failed
+    # then paged on its own. Now a folded finding not about an ended run holds it open.
+    nb = "m.gpu_user(what='notebook');"
+    sweep = f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=False, twist="
+    steps = (
+        "from tests.sim.machine import ExecPathMachine;m.teardown();TrustMachine.events = True;"
+        "m = ExecPathMachine();" + nb * 5 + "m.reload(auto=True, cap=1, gpu='enforce', "
+        "mode='observe');m.reload(auto=True, cap=1, gpu='enforce', mode='terminate');"
+        + nb
+        + f"{sweep}'none');"
+        + nb * 3
+        + "m.kill_between_steps(point='terminate:begun');"
+        + nb
+        + f"{sweep}'ends');{sweep}'none')"
+    )
+    assert violation(steps) == ""
