@@ -28,12 +28,15 @@ rogue-watchdog is never wrong in the dangerous direction:
   as the second opened, unless the second is louder than it; and no silence: a
   ``rogue-job`` never paged whose job runs ``settle_s`` after it opened is folded into
   a paged, open page of its incident (or of its, or its incident's, return);
-- I9 a killed job's return is always paged: an unsanctioned signature that may train
-  (class training or unknown) back after one of the runs it had last was ended by a
-  signal (ours or a person's; before the tick's scan, not by that tick's own action)
-  opens ``respawned`` at that tick and spools its ``open``
-  (or did at a tick the daemon was killed in after storing it, before the action it
-  died in: a kill leaves that tick unchecked).
+- I9 a killed job's return that stays is always paged: an unsanctioned signature that
+  may train (class training or unknown) back after one of the runs it had last was
+  ended by a signal (ours or a person's; before the tick's scan, not by that tick's own
+  action) opens ``respawned`` at that tick (or did at a tick the daemon was killed in
+  after storing it, before the action it died in: a kill leaves that tick unchecked),
+  and when a run that came back then still runs at the first checked tick
+  ``alerts.settle_s`` or more after it, that ``respawned`` was paged (its ``open``
+  spooled) by then. A return gone within the settle is not looked at (it is filed,
+  not paged: issue 33, fresh user J; docs/alerts.md).
 - I10 a service is never collateral: no ``systemctl`` stop, disable or mask of a unit
   while a process of it that is not training runs (a hub that launches trainers), no
   ``disable-source`` plan for it without ``--stop-service``, and its jobs' ``stop:``
@@ -236,6 +239,9 @@ class TrustMachine(RuleBasedStateMachine):
         # of its runs when it was last seen.
         self.sightings: dict[str, int] = {}
         self.last_roots: dict[str, set[tuple[int, int]]] = {}
+        # I9: each return seen and not yet due its page: its signature, when it was
+        # seen, the lower bound of when its respawned may have opened, the runs back.
+        self.returns_due: list[tuple[str, float, float, set[tuple[int, int]]]] = []
         # I8: when each killed run (PID, start) was first seen killed, at a check.
         self.kill_seen: dict[tuple[int, int], float] = {}
         # I8 (incidents): each rogue-job finding's details.incident as first recorded.
@@ -1135,30 +1141,35 @@ class TrustMachine(RuleBasedStateMachine):
                 if self.before.get(pid, (None, None))[1] != start
             }
             if back and job.unsanctioned and job.may_train and killed:
-                # Paged at this tick, naming a run that is here now; or at a tick since
-                # the last checked one that the daemon was killed in (its findings were
-                # stored before its action began: seed 61207), naming a run of that
-                # tick, which may have ended since (a probe's: CI seed 6 with restart
-                # sources, 2026-12-06).
-                # Or paged from memory at a tick the database refused writes in (the
-                # run back during the outage: stored with its alert state, no spool row
-                # for its open; a later remind, its folded remediation-failed making it
-                # critical, is spooled: seed 64301).
-                found = [
-                    fid
-                    for fid, root, opened in db.conn.execute(
-                        "SELECT f.id, json_extract(f.details_json, '$.root'), f.opened_at"
-                        " FROM findings f WHERE f.kind = 'respawned' AND f.opened_at > ?"
-                        " AND f.opened_at <= ? AND json_extract(f.details_json, '$.signature') = ?"
-                        " AND (EXISTS (SELECT 1 FROM deliveries d WHERE d.finding_id = f.id"
-                        " AND d.event = 'open') OR (f.last_alert_at IS NOT NULL AND NOT EXISTS"
-                        " (SELECT 1 FROM deliveries d WHERE d.finding_id = f.id"
-                        " AND d.event = 'open')))",
-                        (min(self.checked_at, self.stored_at), now, sig),
-                    )
-                    if opened < now or (root is not None and tuple(json.loads(root)) in roots[sig])
-                ]
-                assert found, f"I9: {sig} back as {job.root_pid} after {killed} was killed: no page"
+                # Its page waits for the settle, as a job's first page (issue 33, fresh
+                # user J): it is due once the run back still runs alerts.settle_s later.
+                # Opened at this tick; or at a tick since the last checked one that the
+                # daemon was killed in (its findings were stored before its action
+                # began: seed 61207), naming a run of that tick; or from memory at a tick
+                # the database refused writes in (stored with its alert state when it
+                # can write again: seed 64301).
+                new = roots[sig] - self.last_roots.get(sig, set())
+                lower = min(self.checked_at, self.stored_at)
+                self.returns_due.append((sig, now, lower, new or set(roots[sig])))
+        settle = self.daemon.config.alerts.settle_s
+        for due in list(self.returns_due):
+            sig, back_at, lower, runs = due
+            if now < back_at + settle or "state" in self.daemon.degraded:
+                continue  # not due yet; or kept in memory now: looked at once stored
+            self.returns_due.remove(due)
+            if not runs & roots.get(sig, set()):
+                continue  # gone within the settle: filed, not paged
+            found = db.conn.execute(
+                "SELECT f.id FROM findings f WHERE f.kind = 'respawned' AND f.opened_at > ?"
+                " AND f.opened_at <= ? AND json_extract(f.details_json, '$.signature') = ?"
+                " AND (f.last_alert_at IS NOT NULL OR EXISTS (SELECT 1 FROM deliveries d"
+                " WHERE d.finding_id = f.id AND d.event = 'open'))",
+                (lower, back_at, sig),
+            ).fetchall()
+            assert found, (
+                f"I9: {sig} back at {back_at:.1f} as {sorted(runs)}, still running "
+                f"{now - back_at:g} s later: no page"
+            )
         self.sightings = rows
         self.paged_since = now
         self.last_roots.update(roots)
@@ -1209,9 +1220,11 @@ class TrustMachine(RuleBasedStateMachine):
 
         No silence: a ``rogue-job`` finding never paged whose job runs now, seen at this
         tick, ``settle_s`` after it opened, is folded: into a paged, open ``rogue-job``
-        of its incident that is not quieter than it, or a paged, open ``respawned`` of
-        its return. A job that ended within its settle is not looked at (its finding
-        resolved unpaged: docs/alerts.md), nor a tick the database refused writes in
+        of its incident that is not quieter than it, or an open ``respawned`` of
+        its return, paged or still within its own settle (its page waits for it, as a
+        job's first page: issue 33, fresh user J). A job that ended within its
+        settle is not looked at (its finding resolved unpaged: docs/alerts.md), nor a
+        tick the database refused writes in
         (what is paged then lives in memory), nor a periodic finding (it names no
         run). The simulated configuration has no learning period.
         """
@@ -1229,7 +1242,7 @@ class TrustMachine(RuleBasedStateMachine):
             details = json.loads(details_json)
             end = float("inf") if resolved is None else resolved
             if kind == "respawned":
-                returns.append((return_signature(kind, fp), end, alerted))
+                returns.append((return_signature(kind, fp), end, alerted, opened))
                 continue
             self.incidents.setdefault(fid, details.get("incident"))
             jobs_rows.append(
@@ -1292,8 +1305,9 @@ class TrustMachine(RuleBasedStateMachine):
                 and (a_al is not None or a_first is not None)
                 and RANK.get(severity, 3) <= RANK.get(a_sev, 3)
             ] + [
-                0 for r_sig, r_end, r_al in returns
-                if r_sig and r_sig in sigs and r_end >= now and r_al is not None
+                0 for r_sig, r_end, r_al, r_opened in returns
+                if r_sig and r_sig in sigs and r_end >= now
+                and (r_al is not None or now - r_opened < settle)
             ]  # fmt: skip
             assert into, (
                 f"I8: rogue-job F{fid} ({key}) never paged, its job {root} running "

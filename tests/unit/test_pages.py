@@ -202,14 +202,13 @@ def test_case1_a_loop_of_short_runs_is_one_periodic_finding_and_one_page(
     assert doc["respawned"] == []
 
 
-def test_a_killed_run_of_a_periodic_loop_comes_back_paged_at_once(tmp_path: Path) -> None:
+def test_a_killed_run_of_a_periodic_loop_comes_back_as_respawned(tmp_path: Path) -> None:
     """``respawned`` keeps its meaning inside a loop: the run after one stopped by a
-    signal is paged (once), the loop stays one finding."""
+    signal opens it, the loop stays one finding. That run ended by itself 0.5 s later,
+    within the settle: filed, not paged (issue 33, fresh user J: before, paged at the
+    return, ``("open", "respawned", "high")`` after the loop's page)."""
     doc = run_loop(tmp_path, 6, kill_at=3)
-    assert [tuple(p) for p in doc["pages"]] == [
-        ("open", "rogue-job", "high"),
-        ("open", "respawned", "high"),
-    ]
+    assert [tuple(p) for p in doc["pages"]] == [("open", "rogue-job", "high")]
     assert doc["respawned"] == [doc["pids"][4]]
     assert [f["details"]["periodic"]["runs"] for f in doc["open"] if f["kind"] == "rogue-job"] == [
         6

@@ -630,3 +630,58 @@ def test_a_loops_run_from_another_origin_does_not_relabel_its_page() -> None:
         f"m.sweep_launcher({pick.format(0)}, from_shell=True, n=4, spread=True, twist='ends')"
     )
     assert violation(steps) == ""
+
+
+_SHELL = "m.orphaned_shell(shared=False, stubborn=False);"
+_RETURN = (
+    f"{_SHELL}m.tick(seconds=5.0);m.something_ends(data={_d(4000003)}, how='killed');"
+    f"m.tick(seconds=5.0);{_SHELL}m.tick(seconds=5.0);"
+)
+_RESPAWNED_OPENS = (
+    "TrustMachine.counts['opens'] = [t - m.host.now for (t,) in m.daemon.db.conn.execute("
+    '"SELECT d.created_at FROM deliveries d JOIN findings f ON f.id = d.finding_id"'
+    "\" WHERE d.event = 'open' AND f.kind = 'respawned'\")]"
+)
+
+
+def test_i9_a_return_that_stays_is_paged_at_the_settle() -> None:
+    # Issue 33, fresh user J item 2: a return's page waits for the settle. A rogue run
+    # from an orphaned shell killed by a person and started again the same way, still
+    # running 5 and 10 s later: paged once, at the tick 5 s (the settle) after the one
+    # that saw it back.
+    # (Checked honest: with the product's held-back open never sent, I9 answers
+    # "I9: … back at … as [(4000006, …)], still running 5 s later: no page".)
+    counts = replay(_RETURN + "m.tick(seconds=5.0);m.tick(seconds=5.0);" + _RESPAWNED_OPENS)
+    assert counts["opens"] == [-5.0]  # before (7f5f2b2): [-15.0], at the return's tick
+    assert violation(_RETURN + "m.tick(seconds=5.0)") == ""
+
+
+def test_i9_a_return_gone_within_the_settle_by_itself_is_not_paged() -> None:
+    # The same return, ended by itself before the settle was over: filed, not paged
+    # (before, 7f5f2b2: paged at the return's tick, [-10.0]).
+    steps = _RETURN + f"m.something_ends(data={_d(4000006)}, how='exit');m.tick(seconds=5.0)"
+    assert replay(steps + ";" + _RESPAWNED_OPENS)["opens"] == []
+    assert violation(steps) == ""
+
+
+def test_a_held_back_return_and_its_remediation_failed_are_one_page() -> None:
+    # Seed 72002 (1,000 steps, events on), shrunk, on 8762c28 (a return's page held for
+    # the settle): terminate mode, a sweep's trainers terminated and started again, the
+    # daemon killed at terminate:begun. BEFORE fa8665c: "I8: a return paged twice:
+    # respawned F4 (opened 1800086452.0) and remediation-failed F8 (opened
+    # 1800086452.0)": the held-back respawned resolved and its folded remediation-failed
+    # then paged on its own. Now a folded finding not about an ended run holds it open.
+    nb = "m.gpu_user(what='notebook');"
+    sweep = f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=False, twist="
+    steps = (
+        "from tests.sim.machine import ExecPathMachine;m.teardown();TrustMachine.events = True;"
+        "m = ExecPathMachine();" + nb * 5 + "m.reload(auto=True, cap=1, gpu='enforce', "
+        "mode='observe');m.reload(auto=True, cap=1, gpu='enforce', mode='terminate');"
+        + nb
+        + f"{sweep}'none');"
+        + nb * 3
+        + "m.kill_between_steps(point='terminate:begun');"
+        + nb
+        + f"{sweep}'ends');{sweep}'none')"
+    )
+    assert violation(steps) == ""

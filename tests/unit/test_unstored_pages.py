@@ -89,12 +89,22 @@ def test_the_settle_is_bounded(db: StateDB, tmp_path: Path) -> None:
 def test_a_held_back_open_is_owed_unless_the_job_ended_by_itself(
     db: StateDB, tmp_path: Path
 ) -> None:
-    """Killed within the settle: the open it owes, then the resolve. Ended by itself
-    within the settle (a probe): nothing (and no return window: it was never paged)."""
+    """Stopped by this product's own action within the settle: the open it owes, then
+    the resolve. Killed by someone else (a test harness's teardown): nothing, as the
+    tracker's rule (issue 33; before, in memory: ``([1], [1])``, an open and a resolve).
+    Ended by itself within the settle (a probe): nothing (and no return window: it was
+    never paged)."""
     u, a = UnstoredFindings(), alerts(tmp_path)
     track(u, db, a, T0, rogue(7, None))
-    assert track(u, db, a, T0 + 1, exits={7: signal.SIGKILL}) == ([1], [1])
-    assert events(u) == [("open", 1), ("resolve", 1)]
+    assert track(u, db, a, T0 + 1, exits={7: signal.SIGKILL}) == ([], [1])
+    assert events(u) == []
+
+    u = UnstoredFindings()
+    track(u, db, a, T0, rogue(6, None))
+    [fid] = [r.id for r in u.open.values()]
+    db.record_action("daemon", "terminate", "PID 6", "ok", {}, T0 + 0.5, finding_id=fid)
+    assert track(u, db, a, T0 + 1, exits={6: signal.SIGTERM}) == ([fid], [fid])
+    assert events(u) == [("open", fid), ("resolve", fid)]
 
     u = UnstoredFindings()
     track(u, db, a, T0, rogue(8, None))

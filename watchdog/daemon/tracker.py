@@ -13,7 +13,8 @@ One alert when a finding opens (once its picture is complete: ``alerts.settle_s`
 reminder after ``reminder_after_s`` while it stays open ("still open, seen N times"),
 one when it resolves. Never one message per PID of a job, nor one per run of a loop,
 nor one per finding about a job's return: its ``respawned`` is the one page
-(:mod:`.tracking.incident`).
+(:mod:`.tracking.incident`), held back by the settle as a job's first page is
+(:meth:`Tracker._held_returns`): a return gone within it by itself is filed, not paged.
 """
 
 from __future__ import annotations
@@ -185,6 +186,9 @@ class Tracker:
         # This tick's: incident (one launcher's jobs, one source's) → its first paged
         # rogue-job finding, which the incident's other jobs are folded into.
         self._fanout: dict[str, Anchor] = {}
+        # This tick's: the ids of the held-back respawned findings whose return's own
+        # rogue-job (folded into it) has its complete picture now: their open is due.
+        self._ripe: set[int] = set()
 
     def update(
         self,
@@ -412,9 +416,11 @@ class Tracker:
             self._anchors = anchors(before)
             self._fanout = fanout_anchors(before)
             self._foldable = foldable_kinds(self.alerts.sinks)
-            steps = self._one_page_per_return(steps, before)
+            self._ripe = set()
+            steps = self._one_page_per_return(steps, before, present)
             opened, reminded, resolved = self._apply(steps, now)
             self._between_runs(before, steps, between, now)
+            self._held_returns(now)
             self._as_of_now(before, steps, tracked, seen.signatures)
             self._name_folded()
         return TrackResult(
@@ -450,7 +456,12 @@ class Tracker:
         if key is not None and key not in self._fanout:
             self._fanout[key] = Anchor(rec.id, severity, rec.kind)
 
-    def _one_page_per_return(self, steps: list[Step], before: list[FindingRecord]) -> list[Step]:
+    def _one_page_per_return(
+        self,
+        steps: list[Step],
+        before: list[FindingRecord],
+        present: frozenset[str] | set[str] = frozenset(),
+    ) -> list[Step]:
         """This tick's steps with each ``respawned`` that opens at the highest severity of
         the findings about its return (they are folded into it: it is their one page),
         and without the resolve of an open ``respawned`` that a folded finding staying
@@ -474,10 +485,19 @@ class Tracker:
         # A respawned resolved because another return of its job opens one (a new
         # incident) is not held: that one takes what was folded into it.
         opening = {s.sighting.fingerprint for s in steps if isinstance(s, Open)}
+        # One never paged (held back by the settle, its return gone) is held only by a
+        # folded finding whose job still runs, or one not about a run (a terminate that
+        # did not hold): then its page goes at the settle, one page. A rogue-job whose
+        # run ended (waiting for a return) holds it no longer: it is filed, as any run
+        # gone within its settle (issue 33, fresh user J).
+        paged = {r.id for r in before if r.last_alert_at is not None}
         holding: set[int] = set()
         for rec in before:
             anchor = self._folded(rec)
-            if anchor is not None and rec.id not in resolving:
+            if anchor is None or rec.id in resolving:
+                continue
+            sig = rec.details.get("signature") or return_signature(rec.kind, rec.fingerprint)
+            if anchor.finding_id in paged or rec.kind != "rogue-job" or sig in present:
                 holding.add(anchor.finding_id)
         holding -= {r.id for r in before if r.fingerprint in opening}
         out: list[Step] = []
@@ -669,7 +689,16 @@ class Tracker:
         db.touch_finding(rec.id, with_own_id(f, rec.id), f.root_pid, f.details, now, s.instances)
         labels = alert_labels(self.host, rec.id, f)
         was = self._on_mono(rec, now)
-        if self._folded(dataclasses.replace(rec, severity=f.severity)) is not None:
+        anchor = self._folded(dataclasses.replace(rec, severity=f.severity))
+        if anchor is not None:
+            if anchor.kind == "respawned" and was.last_alert_at is None and "gpus" in f.details:
+                # The return's run's own picture: complete, its return's page is due.
+                due = alert_due(
+                    was, f, s.instances, s.pids, labels, now, self.policy,
+                    record_labels(self.host, rec),
+                )  # fmt: skip
+                if due is not None and due.event == "open":
+                    self._ripe.add(anchor.finding_id)
             return None  # its return's respawned is its page
         due = alert_due(
             was, f, s.instances, s.pids, labels, now, self.policy, record_labels(self.host, rec)
@@ -713,13 +742,42 @@ class Tracker:
             self._alerted(rec.id, now)
             self._first_page(rec, rec.severity)
 
+    def _held_returns(self, now: float) -> None:
+        """Send the open alert of each ``respawned`` finding held back by the settle
+        whose wait is over: ``alerts.settle_s`` after the return was seen, or sooner
+        once the return's own ``rogue-job`` (folded into it) has its complete picture.
+
+        A return's page is the first page about the run that came back: it waits as a
+        job's first page does (issue 33, fresh user J: 4 high ``respawned`` pages for
+        test-harness returns gone 0.1 s later). Not reported after the tick it opened
+        in, it is looked at here each tick while it stays open; one resolving first is
+        :meth:`_owes_open`'s.
+        """
+        for rec in self.db.open_findings():
+            if rec.kind != "respawned" or rec.last_alert_at is not None:
+                continue
+            was = self._on_mono(rec, now)
+            age = now - was.opened_at
+            settled = age >= self.policy.settle_s or rec.id in self._ripe
+            if age < self.policy.min_lifetime_s or not settled:
+                self._settling(was.opened_at)
+                continue
+            pids = [rec.root_pid] if rec.root_pid is not None else []
+            self._spool("open", rec, now)
+            self.db.mark_alerted(rec.id, now, pids, record_labels(self.host, rec))
+            self._alerted(rec.id, now)
+
     def _owes_open(self, rec: FindingRecord, now: float) -> bool:
         """Whether a finding resolving before its first alert still gets it: one held
         back by the settle does, unless its job ended by itself meanwhile (nothing is
         left to act on; should it come back, its loop is paged). One shorter than the
         debounce (``alerts.min_lifetime_s``) never does. (The configured settle, not
-        this tick's: a tick without NVML's lists sends what an earlier one held back.)"""
-        if self.alerts.settle_s <= 0 or "gpus" not in rec.details:
+        this tick's: a tick without NVML's lists sends what an earlier one held back.)
+        A return's ``respawned`` follows the same rule; an action on a finding folded
+        into it (the enforcer's terminate names the return's ``rogue-job``) counts as
+        one on it."""
+        about_a_run = "gpus" in rec.details or rec.kind == "respawned"
+        if self.alerts.settle_s <= 0 or not about_a_run:
             return False
         if now - self._on_mono(rec, now).opened_at < self.alerts.min_lifetime_s:
             return False
@@ -733,14 +791,25 @@ class Tracker:
             # had held back (issue 33, fresh user J: 97 opens and 99 resolves at high in
             # the restart's first second, about other people's runs gone minutes ago).
             # Seen only at its exec, already gone: nothing was ever there to act on.
-            return not rec.details.get("exited") and self.db.acted_on(rec.id)
+            return not rec.details.get("exited") and self._acted_on(rec)
         # A signal ended it: the open is owed only when this product's own action (the
         # enforcer's terminate, a person's `terminate F…`) sent it, so the record of
         # what ran and was stopped goes out. A signal from anyone else (a test
         # harness's teardown, an admin's kill, the OOM killer) left nothing to act on
         # (issue 33, fresh user G: 46 of 76 high opens were resolved in the same
         # second); should the job come back, `respawned` pages it.
-        return bool(status & 0x7F) and self.db.acted_on(rec.id)
+        return bool(status & 0x7F) and self._acted_on(rec)
+
+    def _acted_on(self, rec: FindingRecord) -> bool:
+        """Whether an action of this product names ``rec`` or, for a ``respawned``
+        finding, one folded into it (``details.folded``)."""
+        ids = [rec.id]
+        if rec.kind == "respawned":
+            folded = rec.details.get("folded")
+            for item in folded if isinstance(folded, list) else ():
+                if isinstance(item, dict) and isinstance(item.get("id"), int):
+                    ids.append(item["id"])
+        return any(self.db.acted_on(fid) for fid in ids)
 
     def _resolve(self, rec: FindingRecord, now: float) -> FindingRecord:
         """Resolve one finding and spool its ``resolve`` alert (when it was alerted,

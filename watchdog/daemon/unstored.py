@@ -12,8 +12,9 @@ lists it as not persisted.
 
 The page-once rules of the stored findings hold here too (issue 35): the ``open``
 waits for the debounce and for the job's first complete picture (``alerts.settle_s``,
-:func:`~watchdog.daemon.tracking.reminders.alert_due`), and one held back that resolves
-still gets it unless its job ended by itself; the finding of a run that ended by itself
+:func:`~watchdog.daemon.tracking.reminders.alert_due`; a return's ``respawned`` too), and
+one held back that resolves still gets it only where this product's own action stopped
+its run (the tracker's rule); the finding of a run that ended by itself
 (its exit status says so) stays open for
 :data:`~watchdog.daemon.tracking.periodic.RETURN_WINDOW_S`, and a run of the same job
 back within it continues that finding (same id, no second open), as a loop's runs do;
@@ -94,6 +95,10 @@ class UnstoredFindings:
         # Signature → the runs (PID, start ticks) of it seen at the last tick in memory
         # that saw it, and when: the run a return in memory is compared with.
         self.last_runs: dict[str, tuple[frozenset[tuple[int, int]], float]] = {}
+        # This tick's: PID → wait(2) status of the processes seen exiting, and the
+        # state database (read only: whether an action of ours stopped a run).
+        self.exits: Mapping[int, int] = {}
+        self.db: StateDB | None = None
 
     def pending(self) -> bool:
         """Whether findings wait to be stored."""
@@ -159,6 +164,7 @@ class UnstoredFindings:
         self.read(db)
         findings = list(findings)
         exits = exits or {}
+        self.exits, self.db = exits, db
         policy = alerts  # the settle holds a first page without NVML's lists too
         self.settle_due = None
         signatures = {j.root_pid: signature(j) for j in jobs if j.verdict != "ignored"}
@@ -204,7 +210,28 @@ class UnstoredFindings:
             groups, set(signatures.values()), now, blind, unread, exits, alerts, host,
             opened, resolved,
         )  # fmt: skip
+        self._held_returns(now, policy, host, opened)
         return TrackResult(opened=opened, resolved=resolved, signatures=signatures)
+
+    def _held_returns(
+        self, now: float, policy: AlertSettings, host: str, opened: list[FindingRecord]
+    ) -> None:
+        """Queue the open of each ``respawned`` kept in memory whose settle is over (it
+        is reported only at the tick of its return: the tracker's ``_held_returns``).
+        In memory it waits its whole ``alerts.settle_s``: nothing is folded into it
+        here for a complete picture to come from."""
+        for rec in list(self.open.values()):
+            if rec.kind != "respawned" or rec.last_alert_at is not None:
+                continue
+            age = now - rec.opened_at
+            if age < policy.min_lifetime_s or age < policy.settle_s:
+                self._settling(rec.opened_at, policy)
+                continue
+            pids = [rec.root_pid] if rec.root_pid is not None else []
+            rec = self._alerted(rec, now, pids, record_labels(host, rec))
+            self._queue("open", rec, now, policy, host)
+            self.open[rec.fingerprint] = rec
+            opened.append(rec)
 
     def _resolve_gone(
         self,
@@ -391,21 +418,38 @@ class UnstoredFindings:
     def _ended_by_itself(rec: FindingRecord | None, exits: Mapping[int, int]) -> bool:
         """Whether the run a finding (a kind a loop folds) is about exited by itself:
         its exit status says so (no signal); no evidence is no."""
-        if rec is None or rec.kind not in PERIODIC_KINDS or rec.root_pid is None:
+        if rec is None or rec.kind not in PERIODIC_KINDS:
             return False
-        root = rec.details.get("root")
-        pid = root[0] if isinstance(root, list) and root else rec.root_pid
-        status = exits.get(pid) if isinstance(pid, int) else None
-        return status is not None and not status & 0x7F
+        return _exited(rec, exits)
 
-    @staticmethod
-    def _owes_open(rec: FindingRecord, now: float, alerts: AlertSettings, ended: bool) -> bool:
-        """Whether a finding resolving before its first alert still gets it: one held
-        back by the settle does, unless its job ended by itself (nothing is left to act
-        on), as the tracker's; one shorter than the debounce never does."""
-        if alerts.settle_s <= 0 or "gpus" not in rec.details or rec.details.get("exited"):
+    def _owes_open(
+        self, rec: FindingRecord, now: float, alerts: AlertSettings, ended: bool
+    ) -> bool:
+        """Whether a finding resolving before its first alert still gets it: the
+        tracker's rule (``Tracker._owes_open``). One held back by the settle (a return's
+        ``respawned`` too) does only where this product's own action stopped its run (the
+        record of what ran and was stopped); one that ended by itself, was stopped by
+        someone else or ended nothing says how, or is shorter than the debounce, never
+        does. Before (issue 33), in memory any end but one by itself owed it."""
+        about_a_run = "gpus" in rec.details or rec.kind == "respawned"
+        if alerts.settle_s <= 0 or not about_a_run or rec.details.get("exited"):
             return False
-        return now - rec.opened_at >= alerts.min_lifetime_s and not ended
+        if now - rec.opened_at < alerts.min_lifetime_s or ended or _exited(rec, self.exits):
+            return False
+        return self._acted_on(rec)
+
+    def _acted_on(self, rec: FindingRecord) -> bool:
+        """Whether an action of this product names ``rec`` (or, for a ``respawned``, a
+        finding folded into it); an unreadable database is no evidence of one."""
+        ids = [rec.id]
+        folded = rec.details.get("folded") if rec.kind == "respawned" else None
+        for item in folded if isinstance(folded, list) else ():
+            if isinstance(item, dict) and isinstance(item.get("id"), int):
+                ids.append(item["id"])
+        try:
+            return self.db is not None and any(self.db.acted_on(fid) for fid in ids)
+        except Exception:
+            return False
 
     def _sighting(self, fp: str, found: list[Finding], now: float) -> FindingRecord:
         """The memory record of one fingerprint after this tick's sighting."""
@@ -460,6 +504,15 @@ class UnstoredFindings:
     def status_records(self) -> list[FindingRecord]:
         """The open findings kept in memory, oldest first (``status``: not persisted)."""
         return sorted(self.open.values(), key=lambda r: r.id)
+
+
+def _exited(rec: FindingRecord, exits: Mapping[int, int]) -> bool:
+    """Whether the run ``rec`` names (``details.root``, else its root PID) exited by
+    itself: its exit status says so (no signal); no evidence is no."""
+    root = rec.details.get("root")
+    pid = root[0] if isinstance(root, list) and root else rec.root_pid
+    status = exits.get(pid) if isinstance(pid, int) else None
+    return status is not None and not status & 0x7F
 
 
 def _recorded_runs(db: StateDB, sig: str) -> tuple[frozenset[tuple[int, int]], float] | None:

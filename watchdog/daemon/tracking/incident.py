@@ -1,7 +1,7 @@
 """One incident, one page: a job's return is paged once, as its ``respawned`` finding.
 
-A killed job that comes back opens ``respawned`` (paged at once) and, for the run that
-came back, its own ``rogue-job`` (paged after the settle); after a terminate, the
+A killed job that comes back opens ``respawned`` and, for the run that came back, its
+own ``rogue-job``, each paged after the settle; after a terminate, the
 enforcer's ``remediation-failed`` too. Each was a page of its own: two high pages for a
 cron ghost back after a kill, three (``respawned``, ``remediation-failed``, the loop's
 ``rogue-job``) for a loop's run back after a terminate (issue 35, "one incident, one
@@ -170,9 +170,11 @@ def fanout_anchors(open_records: Iterable[FindingRecord]) -> dict[str, Anchor]:
     the findings open before this tick: the page the incident's others fold into. An
     incident with
     none whose job came back (killed, started again by its launcher: its first page
-    resolved as the run it named ended) folds into that return's paged ``respawned``
+    resolved as the run it named ended) folds into that return's ``respawned``
     (issue 33; the lifecycle simulator's sweep: else its other jobs, silent under a
-    page that resolved, paged one tick later on their own)."""
+    page that resolved, paged one tick later on their own), paged or still held back
+    by the settle (its page, when it goes, names them; one resolving unpaged, its
+    return gone, holds nothing: they page on their own from the next tick)."""
     records = sorted(open_records, key=lambda r: r.id)
     out: dict[str, Anchor] = {}
     for rec in records:
@@ -183,8 +185,10 @@ def fanout_anchors(open_records: Iterable[FindingRecord]) -> dict[str, Anchor]:
             out[key] = Anchor(rec.id, rec.severity, rec.kind)
     returns: dict[str, Anchor] = {}
     for rec in records:
+        # Paged, or held back by the settle (its page, when sent, names them; should
+        # it resolve unpaged, they page on their own from the next tick).
         sig = return_signature(rec.kind, rec.fingerprint) if rec.kind == "respawned" else None
-        if sig is not None and rec.last_alert_at is not None:
+        if sig is not None:
             returns.setdefault(sig, Anchor(rec.id, rec.severity))
     for rec in records:
         key = incident_of(rec.details) if rec.kind in FANOUT_KINDS else None

@@ -18,7 +18,8 @@ the job ended by itself). A cron ghost of 20 s every minute was paged twice: its
 run's ``rogue-job``, then its loop's.
 
 A run stopped by a signal, by us or by a disabled source that comes back still opens
-``respawned`` (:mod:`.jobs`): that return is paged at once, the loop stays one finding.
+``respawned`` (:mod:`.jobs`): that return is paged after the settle when it still runs
+(``Tracker._held_returns``), the loop stays one finding.
 """
 
 from __future__ import annotations

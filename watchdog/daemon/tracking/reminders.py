@@ -3,7 +3,8 @@ a reminder, or none.
 
 One alert when a finding opens, once it has lasted ``alerts.min_lifetime_s`` (the
 debounce: a finding shorter than that is never alerted) and, for a finding about where a
-job runs (``details.gpus``), once its picture is complete: the job on a GPU and the same
+job runs (``details.gpus``; a rogue service's, a return's ``respawned``), once its
+picture is complete: the job on a GPU and the same
 at two looks in a row, or ``alerts.settle_s`` after it opened, whichever comes first
 (issue 35, case 4: NVML memory appearing a tick after the open was a second page, a
 ``remind``; now it is part of the open). A reminder after
@@ -79,8 +80,8 @@ def settling(
 ) -> bool:
     """True while the first alert of ``f`` still waits for its first complete picture.
 
-    Only a finding about where a job runs (``details.gpus``) waits, and a rogue
-    service's (about the run it started): NVML lists a new
+    Only a finding about where a job runs (``details.gpus``) waits, a rogue
+    service's (about the run it started) and a return's (``respawned``): NVML lists a new
     process a tick or two after it starts, and each GPU of a launch as its worker comes
     up. The picture is complete when the job is on a GPU and its labels were the same
     at the previous look; the wait never exceeds ``settings.settle_s``.
@@ -94,7 +95,11 @@ def settling(
     """
     # A rogue service is about a run too (the one it started): paged with it, after
     # the same settle (issue 33, fresh user I: 2-5 s test services were paged at once).
-    about_a_run = "gpus" in f.details or f.kind == "rogue-service"
+    # So is a return (``respawned``): its page is the first about the run that came
+    # back (issue 33, fresh user J: 4 high pages for test-harness returns gone 0.1 s
+    # later). It names no GPU: it waits its whole settle, or the complete picture of
+    # the run's own finding folded into it (Tracker._held_returns).
+    about_a_run = "gpus" in f.details or f.kind in ("rogue-service", "respawned")
     if settings.settle_s <= 0 or not about_a_run or age_s >= settings.settle_s:
         return False
     return not ("gpu" in labels and labels == previous)
