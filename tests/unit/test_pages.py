@@ -724,6 +724,13 @@ def test_sim_a_loop_back_after_a_terminate_pages_remediation_failed_once(tmp_pat
     assert failed == []
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def test_learning_downgrades_remediation_failed(spawned: Spawned, tmp_path: Path) -> None:
     """During ``daemon.learn_until`` a job outside the allowlist is info, and so is its
     return after an operator's terminate (taken with the CLI: the daemon acts on nothing
@@ -758,6 +765,9 @@ def test_learning_downgrades_remediation_failed(spawned: Spawned, tmp_path: Path
     run.kill()
     run.wait()
     back = spawned.start([sys.executable, str(script)]).pid
+    # Ticked once it runs the script: under load the fork had not exec'd yet, and the
+    # tick saw no return (a flake of the whole unit run, session h).
+    poll("the return to exec", lambda: str(script).encode() in _cmdline(back), 10, 0.01)
     d.tick(T0 + 5)
     mine = sorted((f.kind, f.severity) for f in d.db.open_findings() if f.root_pid == back)
     # was remediation-failed critical beside them

@@ -9,7 +9,6 @@ none naming the undo.
 from __future__ import annotations
 
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 from rogue_watchdog.actions.enforcer import build_enforcers
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
-from tests.conftest import Spawned
+from tests.conftest import Spawned, poll
 from tests.unit.test_printed_commands import unconfigured_commands
 
 T0 = 2_000_000.0
@@ -30,7 +29,14 @@ def _when(ts: float) -> str:
 
 def _ghost(spawned: Spawned, script: Path) -> int:
     pid = spawned.start([sys.executable, str(script)]).pid
-    time.sleep(0.3)
+
+    def running() -> bool:  # exec'd (a fixed sleep was too short under load)
+        try:
+            return str(script).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+
+    poll("the ghost to exec", running, 10, 0.01)
     return pid
 
 
@@ -87,6 +93,9 @@ def test_the_next_run_after_an_undo_is_one_finding_naming_it(
         assert _opened(d, second) == [
             ("respawned", "critical"), ("rogue-job", "high"), ("remediation-failed", "critical"),
         ]  # fmt: skip
+        # Paged once its settle ends with the return still running (session h: a return
+        # waits the settle like a job's first page; before, at the tick that saw it).
+        d.tick(T0 + 60 + d.config.alerts.settle_s)
         paged = d.db.conn.execute(
             "SELECT f.kind FROM deliveries d JOIN findings f ON f.id = d.finding_id"
             " WHERE f.root_pid=? AND d.event = 'open'", (second,),
