@@ -951,6 +951,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--code", default=str(REPO), help="the watchdog checkout to measure")
     ap.add_argument("--keep", action="store_true", help="keep the sandbox (daemon log)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    # A bench stopped by `timeout` or a closed terminal still stops what it started (the
+    # daemon runs in its own session): SIGTERM/SIGHUP unwind through the `finally`s. A
+    # killed run left its daemon up for 49 minutes, answering a new user's `status`.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: sys.exit(128 + signum))
     args = ap.parse_args(argv)
     if args.child:
         from codepath import import_path  # bench/ is sys.path[0]
