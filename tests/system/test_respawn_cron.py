@@ -277,7 +277,9 @@ def _assert_alerts_log(d: DaemonProc, root_pid: int, message: str) -> None:
 def _assert_respawn(t: Timeline, d: DaemonProc, gone_at: float) -> None:
     [event] = d.opened("respawned", t.second_pid)
     origin = f"cron {t.cron_file}:{CRON_LINE} (* * * * *)"
-    assert f"as PID {t.second_pid}, started by {origin}" in event["message"]
+    # The return names its user and command (fresh user K, issue 33), then its origin.
+    assert f"as PID {t.second_pid}, user root, `" in event["message"]
+    assert f"{t.trainer.name}`, started by {origin}" in event["message"]
     assert event["severity"] == "high"
     [rec] = respawn_findings(d.state_dir, t.cron_file)
     assert rec["root_pid"] == t.second_pid != t.first_pid
@@ -292,14 +294,22 @@ def _assert_respawn(t: Timeline, d: DaemonProc, gone_at: float) -> None:
     assert rec["details"]["origin"]["line"] == CRON_LINE
     assert rec["details"]["origin"]["entry"] == f"* * * * * root {PYTHON} {t.trainer}"
     # One alert spooled for the config's log sink, the payload carrying the same message.
-    spool = _query(
-        d.state_dir,
-        "SELECT sink, event, payload_json FROM deliveries WHERE finding_id=? ORDER BY id",
-        (rec["id"],),
+    # Spooled once the return's settle ends (alerts.settle_s after the tick that saw it,
+    # as a job's first page: a return gone within it is filed, not paged).
+    spool = _poll(
+        "the respawned's open to be spooled",
+        30,
+        lambda: _query(
+            d.state_dir,
+            "SELECT sink, event, payload_json FROM deliveries WHERE finding_id=? ORDER BY id",
+            (rec["id"],),
+        ),
     )
     assert (spool[0]["sink"], spool[0]["event"]) == ("log", "open")
-    assert json.loads(spool[0]["payload_json"])["finding"]["message"] == event["message"]
-    _assert_alerts_log(d, t.second_pid, event["message"])
+    # The page goes out after the settle, once the run's own finding is folded into it:
+    # it names it (the record's message), where the open at the return could not.
+    assert json.loads(spool[0]["payload_json"])["finding"]["message"] == rec["message"]
+    _assert_alerts_log(d, t.second_pid, rec["message"])
     # The gap runs from the disappearance the state recorded to the tick that saw it back.
     assert rec["details"]["gap_s"] == round(rec["opened_at"] - gone_at, 1)
     # Killed seconds after one cron minute, back at the next: under a minute plus the
