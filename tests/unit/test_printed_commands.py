@@ -22,7 +22,7 @@ import structlog
 from rogue_watchdog.cli import common as cli_common
 from rogue_watchdog.cli import main
 from rogue_watchdog.daemon.ipc import StatusServer
-from rogue_watchdog.hostpaths import DEFAULT_CONFIG, config_args
+from rogue_watchdog.hostpaths import DEFAULT_CONFIG, DEFAULT_SOCKET, config_args
 from rogue_watchdog.model import Advice
 from rogue_watchdog.policy.findings import name_finding_in_commands
 from rogue_watchdog.state import StateDB
@@ -210,8 +210,13 @@ def test_a_daemon_on_another_socket_is_found_where_it_listens(
         f"rogue-watchdog: reading {tmp_path}/state/state.db (the running daemon's, at {sock})",
     ]
     assert out.splitlines()[-1] == f"no actions recorded in {tmp_path}/state/state.db"
-    # `status` finds it too.
+    # `status` finds it too, and says whose answer it is (fresh user L, issue 33: it
+    # answered from another engineer's daemon without a word).
     assert main(["status", "--json"]) in (0, 1)
+    assert capsys.readouterr().err.splitlines() == [
+        f"rogue-watchdog: no daemon on the default socket {DEFAULT_SOCKET}; asking the one "
+        f"running with {config} at {sock} (--config names another)"
+    ]
 
 
 def test_several_daemons_stop_an_action_and_a_look_says_so(

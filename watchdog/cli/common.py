@@ -373,7 +373,21 @@ def socket_path(args: argparse.Namespace, loaded: dict[str, Config] | None = Non
         if os.path.exists(DEFAULT_SOCKET):
             return DEFAULT_SOCKET  # asked by the command itself: its exit code says how
         daemon = find_daemon()
-        return daemon.socket if daemon is not None else DEFAULT_SOCKET
+        if daemon is None:
+            return DEFAULT_SOCKET
+        from ..render import printable
+
+        # Found elsewhere: say whose answer this is (fresh user L, issue 33: before their
+        # own daemon was up, `status` answered from another engineer's without a word).
+        shown = daemon.config if daemon.config is not None else "(built-in defaults)"
+        print(
+            printable(
+                f"rogue-watchdog: no daemon on the default socket {DEFAULT_SOCKET}; asking "
+                f"the one running with {shown} at {daemon.socket} (--config names another)"
+            ),
+            file=sys.stderr,
+        )
+        return daemon.socket
     import yaml
 
     from ..config import MAX_CONFIG_BYTES, ConfigError, load_config
