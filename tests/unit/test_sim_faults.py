@@ -685,3 +685,27 @@ def test_a_held_back_return_and_its_remediation_failed_are_one_page() -> None:
         + f"{sweep}'ends');{sweep}'none')"
     )
     assert violation(steps) == ""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: seed 67601's I15 (terminate of an at job's run "
+    "said ok while a run of the same commands was queued); next round",
+)
+def test_a_terminate_of_an_at_jobs_run_that_just_exited_says_it_will_return() -> None:
+    # Seed 67601 (100,000 steps, events on, on 7f5f2b2; Hypothesis stopped shrinking
+    # after five minutes), replayed on this stop's code: atd's self-re-queuing job has
+    # run eight times (one run still queued), the daemon turns to terminate mode, one
+    # run (PID 4000014) exits, and the next tick's enforcer terminates every run: the
+    # newest says will-return (the queued run named), 4000014's says ok: "I15: terminate
+    # 11 of at job 4000014 ok; queued ['a0000801c9c944']". Kept as found, not fixed.
+    at = "m.at_job_runs();"
+    steps = (
+        "from tests.sim.machine import ExecPathMachine;m.teardown();TrustMachine.events = True;"
+        "m = ExecPathMachine();m.restart(events=True);" + at + "m.events_behind(late=False);"
+        "m.shell_loop(shared=False);" + at * 4 + f"m.something_ends(data={_d(4000001)}, "
+        "how='exit');m.events_behind(late=False);" + at * 2 + "m.reload(auto=False, cap=1, "
+        f"gpu='enforce', mode='terminate');m.something_ends(data={_d(4000014)}, how='exit');"
+        "m.probe_loop(gpu=False)"
+    )
+    assert violation(steps) == ""
