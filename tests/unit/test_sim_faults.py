@@ -709,3 +709,112 @@ def test_a_terminate_of_an_at_jobs_run_that_just_exited_says_it_will_return() ->
         "m.probe_loop(gpu=False)"
     )
     assert violation(steps) == ""
+
+
+# Seed 67701 (100,000 steps, events on, on 6ac856e; 3,124 s): one failing example with
+# three distinct failures, each shrunk by Hypothesis and replayed here on this stop's final
+# code and on 7f5f2b2 (the code before this stop's changes: the same three, the I9 one in
+# the older wording "back as 4000026 after {(4000014, 8647240)} was killed: no page"): all
+# three mix a sweep launcher's trainers with storage outages (state.db refusing writes).
+# Found at 00:30 UTC with the stop's final CI done; kept as found, not fixed (next round).
+SEED_67701 = [
+    (
+        ";".join(
+            [
+                "m.probe_loop(gpu=False)",
+                f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=False, twist='none')",  # noqa: E501
+                "m.probe_loop(gpu=False)",
+                "m.edit_pipeline_line(edit='flock')",
+                "m.edit_pipeline_line(edit='flock')",
+                "m.edit_pipeline_line(edit='flock')",
+                "m.edit_pipeline_line(edit='flock')",
+                "m.edit_pipeline_line(edit='flock')",
+                "m.probe_loop(gpu=False)",
+                "m.edit_pipeline_line(edit='flock')",
+                "m.storage(ok=False)",
+                "m.edit_pipeline_line(edit='flock')",
+                f"m.something_ends(data={_d(4000001)}, how='killed')",
+                f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=False, twist='none')",  # noqa: E501
+                "m.storage(ok=True)",
+                f"m.sweep_launcher(data={_d(1)}, from_shell=False, n=2, spread=False, twist='none')",  # noqa: E501
+                f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=False, twist='ends')",  # noqa: E501
+                "m.storage(ok=False)",
+                f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=False, twist='none')",  # noqa: E501
+                f"m.sweep_launcher(data={_d(2)}, from_shell=False, n=4, spread=False, twist='launcher-exits')",  # noqa: E501
+                f"m.something_ends(data={_d(4000017)}, how='exit')",
+                "m.edit_pipeline_line(edit='chmod-0666')",
+                "m.edit_pipeline_line(edit='flock')",
+                f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=4, spread=True, twist='killed-back')",  # noqa: E501
+                "m.edit_pipeline_line(edit='comment')",
+                "m.storage(ok=True)",
+                "m.storage(ok=True)",
+                "m.storage(ok=True)",
+                f"m.sweep_launcher(data={_d(0)}, from_shell=True, n=3, spread=True, twist='launcher-exits')",  # noqa: E501
+            ]
+        ),
+        "I4/I5: rogue-job of (4000007, 8645140) reopened as F6 (was F4)",
+    ),
+    (
+        ";".join(
+            [
+                "m.probe_loop(gpu=False)",
+                f"m.sweep_launcher(data={_d(0)}, from_shell=True, n=4, spread=True, twist='none')",
+                "m.probe_loop(gpu=True)",
+                "m.storage(ok=False)",
+                f"m.sweep_launcher(data={_d(1)}, from_shell=True, n=3, spread=True, twist='killed-back')",  # noqa: E501
+                f"m.sweep_launcher(data={_d(1)}, from_shell=True, n=3, spread=False, twist='none')",
+                "m.edit_pipeline_line(edit='chmod-0666')",
+                "m.storage(ok=False)",
+                "m.probe_loop(gpu=False)",
+                f"m.something_ends(data={_d(4000014)}, how='killed')",
+                "m.storage(ok=True)",
+                f"m.something_ends(data={_d(4000012)}, how='exit')",
+                "m.edit_pipeline_line(edit='flock')",
+                "m.storage(ok=True)",
+                f"m.something_ends(data={_d(4000020)}, how='exit')",
+                f"m.something_ends(data={_d(4000007)}, how='exit')",
+                f"m.sweep_launcher(data={_d(4000007)}, from_shell=True, n=4, spread=True, twist='none')",  # noqa: E501
+            ]
+        ),
+        "I9: a827df36f7da3fa5 back at 1800086514.6 as "
+        "[(4000026, 8650960)], still running 5 s later: no page",
+    ),
+    (
+        ";".join(
+            [
+                "m.probe_loop(gpu=False)",
+                f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=False, twist='none')",  # noqa: E501
+                "m.probe_loop(gpu=False)",
+                "m.edit_pipeline_line(edit='flock')",
+                f"m.something_ends(data={_d(4000001)}, how='exit')",
+                f"m.something_ends(data={_d(4000003)}, how='exit')",
+                "m.edit_pipeline_line(edit='flock')",
+                f"m.something_ends(data={_d(4000004)}, how='exit')",
+                f"m.something_ends(data={_d(4000005)}, how='exit')",
+                "m.probe_loop(gpu=False)",
+                "m.edit_pipeline_line(edit='flock')",
+                "m.storage(ok=False)",
+                "m.edit_pipeline_line(edit='flock')",
+                f"m.something_ends(data={_d(4000006)}, how='killed')",
+                f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=False, twist='none')",  # noqa: E501
+                "m.storage(ok=True)",
+                f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=False, twist='none')",  # noqa: E501
+            ]
+        ),
+        "I4: respawned F4 names (4000008, 8645140), seen before under d0c8da31d6c876eb",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "steps,found", SEED_67701, ids=["i4-i5-reopened", "i9-no-page", "i4-seen-before"]
+)
+@pytest.mark.xfail(strict=True, reason="open: seed 67701's outage counterexamples; next round")
+def test_seed_67701_counterexamples(steps: str, found: str) -> None:
+    pre = (
+        "from tests.sim.machine import ExecPathMachine;m.teardown();TrustMachine.events = True;"
+        "m = ExecPathMachine();"
+    )
+    # Fails (expected) while the violation stands; once fixed it passes, and the strict
+    # marker fails the run until the marker is removed.
+    assert violation(pre + steps) == "", found
