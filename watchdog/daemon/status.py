@@ -228,16 +228,13 @@ def _findings_section(
     """
     # Findings the daemon could not store (a full or unwritable state directory) are
     # open all the same: listed, marked "persisted": false (issue 32, case 1).
+    from .tracking.incident import folded_ids
+
     unstored = [{**_entry(f, now), "persisted": False} for f in daemon.unstored.status_records()]
     try:
         open_now = daemon.db.open_findings()
         # A finding folded into another's page (a return's, an incident's) says whose.
-        paged_with = {
-            item["id"]: f.id
-            for f in open_now
-            for item in f.details.get("folded") or []
-            if isinstance(item, dict) and isinstance(item.get("id"), int)
-        }
+        paged_with = {fid: f.id for f in open_now for fid in folded_ids(f.details)}
         # One about a run our own action stopped still owes its page (at its resolve).
         ended = {
             f.id

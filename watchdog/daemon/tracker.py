@@ -42,6 +42,7 @@ from .tracking.incident import (
     fanout_anchors,
     foldable_kinds,
     folded_details,
+    folded_ids,
     folded_into,
     incident_of,
     kept_incident,
@@ -420,7 +421,9 @@ class Tracker:
             steps = self._one_page_per_return(steps, before, present)
             opened, reminded, resolved = self._apply(steps, now)
             self._between_runs(before, steps, between, now)
-            self._held_returns(now)
+            self._held_returns(
+                [r.id for r in before if r.kind == "respawned" and r.last_alert_at is None], now
+            )
             self._as_of_now(before, steps, tracked, seen.signatures)
             self._name_folded()
         return TrackResult(
@@ -742,7 +745,7 @@ class Tracker:
             self._alerted(rec.id, now)
             self._first_page(rec, rec.severity)
 
-    def _held_returns(self, now: float) -> None:
+    def _held_returns(self, held: list[int], now: float) -> None:
         """Send the open alert of each ``respawned`` finding held back by the settle
         whose wait is over: ``alerts.settle_s`` after the return was seen, or sooner
         once the return's own ``rogue-job`` (folded into it) has its complete picture.
@@ -751,10 +754,13 @@ class Tracker:
         job's first page does (issue 33, fresh user J: 4 high ``respawned`` pages for
         test-harness returns gone 0.1 s later). Not reported after the tick it opened
         in, it is looked at here each tick while it stays open; one resolving first is
-        :meth:`_owes_open`'s.
+        :meth:`_owes_open`'s. ``held``: the ids of those open and not paged before this
+        tick (one opening now is held by its own open: :meth:`_open`), so an idle tick
+        reads nothing more.
         """
-        for rec in self.db.open_findings():
-            if rec.kind != "respawned" or rec.last_alert_at is not None:
+        for fid in held:
+            rec = self.db.finding(fid)  # as this tick left it (resolved, or paged)
+            if rec is None or rec.resolved_at is not None or rec.last_alert_at is not None:
                 continue
             was = self._on_mono(rec, now)
             age = now - was.opened_at
@@ -803,12 +809,7 @@ class Tracker:
     def _acted_on(self, rec: FindingRecord) -> bool:
         """Whether an action of this product names ``rec`` or, for a ``respawned``
         finding, one folded into it (``details.folded``)."""
-        ids = [rec.id]
-        if rec.kind == "respawned":
-            folded = rec.details.get("folded")
-            for item in folded if isinstance(folded, list) else ():
-                if isinstance(item, dict) and isinstance(item.get("id"), int):
-                    ids.append(item["id"])
+        ids = [rec.id, *(folded_ids(rec.details) if rec.kind == "respawned" else ())]
         return any(self.db.acted_on(fid) for fid in ids)
 
     def _resolve(self, rec: FindingRecord, now: float) -> FindingRecord:

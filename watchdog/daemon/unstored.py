@@ -52,6 +52,7 @@ from .tracking.incident import (
     FOLDED_KINDS,
     Anchor,
     foldable_kinds,
+    folded_ids,
     folded_into,
     louder,
     return_signature,
@@ -441,11 +442,7 @@ class UnstoredFindings:
     def _acted_on(self, rec: FindingRecord) -> bool:
         """Whether an action of this product names ``rec`` (or, for a ``respawned``, a
         finding folded into it); an unreadable database is no evidence of one."""
-        ids = [rec.id]
-        folded = rec.details.get("folded") if rec.kind == "respawned" else None
-        for item in folded if isinstance(folded, list) else ():
-            if isinstance(item, dict) and isinstance(item.get("id"), int):
-                ids.append(item["id"])
+        ids = [rec.id, *(folded_ids(rec.details) if rec.kind == "respawned" else ())]
         try:
             return self.db is not None and any(self.db.acted_on(fid) for fid in ids)
         except Exception:

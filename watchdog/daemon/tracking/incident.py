@@ -240,6 +240,17 @@ def fanned_into(
     return anchor
 
 
+def folded_ids(details: Mapping[str, Any]) -> list[int]:
+    """The ids of the findings an anchor names as folded into it (``details.folded``:
+    written by :func:`folded_details`); a malformed entry names none."""
+    folded = details.get("folded")
+    return [
+        item["id"]
+        for item in (folded if isinstance(folded, list) else ())
+        if isinstance(item, dict) and isinstance(item.get("id"), int)
+    ]
+
+
 def folded_details(
     details: Mapping[str, Any], message: str, folded: list[FindingRecord], kind: str = "respawned"
 ) -> tuple[dict[str, Any], str]:
