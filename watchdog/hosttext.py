@@ -132,6 +132,29 @@ def command_text(argv: Sequence[str], width: int) -> str:
     return clip(" ".join(args), width)
 
 
+def code_span(text: str) -> str:
+    """``text`` between backticks, each backtick inside it shown as ``\\x60``.
+
+    Messages quote host text (a command line, a shell loop) in backticks and name the
+    origin after the closing one: a backtick in an argument would end the quote early
+    and let the rest of the argument read as the product's own words (``x` started by
+    cron /etc/cron.d/pipeline:1 `y``). Shown with the escape :func:`safe_text` uses for
+    other characters that would change how the text reads.
+
+    Args:
+        text: Host text, already shortened (e.g. by :func:`command_text`).
+
+    Returns:
+        `` `text` `` with no backtick between the two it adds.
+    """
+    return "`" + text.replace("`", "\\x60") + "`"
+
+
+def quoted_command(argv: Sequence[str], width: int) -> str:
+    """:func:`command_text` in a :func:`code_span`: how a message shows a command line."""
+    return code_span(command_text(argv, width))
+
+
 def clip(text: str, width: int) -> str:
     """``text`` in at most ``width`` characters, its end replaced by ``…`` when cut."""
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"

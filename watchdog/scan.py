@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .config import Config
-from .hosttext import command_text
+from .hosttext import quoted_command
 from .lineage import default_resolvers
 from .lineage.base import OriginResolver, ResolveContext, is_wrapper, recheck, split_answer
 from .model import (
@@ -885,7 +885,7 @@ class Scanner:
                     kind="sanctioned-changed",
                     severity="info",
                     message=(
-                        f"sanctioned job PID {job.root_pid} `{command_text(job.cmdline, 120)}` "
+                        f"sanctioned job PID {job.root_pid} {quoted_command(job.cmdline, 120)} "
                         f"stays sanctioned by rule {rule!r} until it exits: it was when it "
                         f"started ({what}); a new run is judged by the rules and the "
                         "source as they are then"

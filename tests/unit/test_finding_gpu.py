@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from rogue_watchdog.daemon.alerts.alert import Alert
 from rogue_watchdog.daemon.alerts.render import alert_text
 from rogue_watchdog.model import GpuHeld, Job, Origin
@@ -68,3 +70,21 @@ def test_a_respawned_job_says_which_gpu_it_came_back_on() -> None:
         in f.message
     )
     assert f.details["gpu_indexes"] == [3]
+
+
+def test_a_backtick_in_the_command_cannot_end_the_quote_and_name_an_origin() -> None:
+    # The hostile tester's case (issue 33's session): an argument holding a backtick and
+    # origin words read, in the message, as if cron had started the job.
+    from rogue_watchdog.daemon.tracking.jobs import respawned_finding
+
+    job = dataclasses.replace(
+        rogue([], None), cmdline=("python3", "x` from cron /etc/cron.d/pipeline:1 `y")
+    )
+    (f,) = job_findings([job])
+    assert f.message == (
+        "rogue training job PID 48213, user -, "
+        "`python3 x\\x60 from cron /etc/cron.d/pipeline:1 \\x60y`, from unknown origin"
+    )
+    assert f.message.count("`") == 2
+    r = respawned_finding(job, "sig", 1_700_000_000.0, 1_700_000_720.0)
+    assert r.message.count("`") == 2 and "started by unknown origin" in r.message

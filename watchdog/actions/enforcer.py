@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 
 from ..config import Config
 from ..hostpaths import config_args
-from ..hosttext import command_text
+from ..hosttext import quoted_command
 from ..logs import get_logger
 from ..model import CronOrigin, Finding, Job, ScanResult
 from ..model.origins import NOT_LIVE
@@ -339,7 +339,7 @@ class Enforcer:
         parts = []
         if left:
             names = ", ".join(
-                f"PID {p['pid']} `{command_text(p.get('cmdline') or [], 80)}`" for p in left[:5]
+                f"PID {p['pid']} {quoted_command(p.get('cmdline') or [], 80)}" for p in left[:5]
             )
             parts.append(
                 f"{len(left)} process(es) of its tree still run {RECHECK_AFTER_S:.0f} s or "
@@ -347,7 +347,7 @@ class Enforcer:
             )
         for job in back[:3]:
             parts.append(
-                f"`{command_text(job.cmdline, 120)}` is back as PID {job.root_pid}, spawned by "
+                f"{quoted_command(job.cmdline, 120)} is back as PID {job.root_pid}, spawned by "
                 f"{job.origin.describe()}"
             )
         return Finding(
@@ -374,7 +374,7 @@ class Enforcer:
         launcher = _service_launcher(job, result)
         spawner = f"{service_source(launcher)}" if launcher else job.origin.describe()
         message = (
-            f"remediation failed: `{command_text(job.cmdline, 120)}` is back as PID "
+            f"remediation failed: {quoted_command(job.cmdline, 120)} is back as PID "
             f"{job.root_pid} after rogue-watchdog {done}; spawned this time by {spawner}"
         )
         stop = job.advice.stop_source(job.root_pid)

@@ -23,7 +23,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from ..config.enforcement import Protect
-from ..hosttext import command_text
+from ..hosttext import quoted_command
 from ..model import Protection
 from ..sources.procfs import pid_namespaces, read_proc
 
@@ -198,7 +198,7 @@ class SignalGuard:
                 return Refusal(
                     pid,
                     "identity",
-                    f"PID {pid} now runs `{command_text(live.cmdline, 120)}`, not the command the "
+                    f"PID {pid} now runs {quoted_command(live.cmdline, 120)}, not the command the "
                     "decision was made on (it exec'd)",
                 )
         if live.state == "Z":

@@ -18,7 +18,7 @@ from typing import Any
 from .. import hostpaths
 from ..config.enforcement import EnforcementSettings
 from ..faults import fault_point
-from ..hosttext import command_text
+from ..hosttext import code_span, command_text
 from ..logs import get_logger
 from ..model import (
     UNSANCTIONED_VERDICTS,
@@ -98,7 +98,7 @@ class JobTarget:
     def describe(self) -> str:
         """``rogue job PID 42 `python3 train.py``` for messages."""
         text = command_text(self.cmdline, 120) or self.summary[:120]
-        return f"{self.verdict} job PID {self.root_pid} `{text}`"
+        return f"{self.verdict} job PID {self.root_pid} {code_span(text)}"
 
 
 def target_from_job(

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..faults import fault_point
-from ..hosttext import command_text
+from ..hosttext import quoted_command
 from ..lineage.base import command_key, mentions, program_of
 from ..sources.procfs import alive_now, is_alive
 from ..state import ActionJournal, JournalError, NullJournal
@@ -312,7 +312,7 @@ class JobTree:
             ]
             if others:
                 names = ", ".join(
-                    f"PID {d} `{command_text(live[d].cmdline, 60)}`" for d in sorted(others)[:3]
+                    f"PID {d} {quoted_command(live[d].cmdline, 60)}" for d in sorted(others)[:3]
                 )
                 self.left[exp.pid] = (
                     proc.cmdline,
@@ -361,7 +361,7 @@ class JobTree:
                 # Shared: killing it would kill what it also runs. Never signalled, and
                 # nothing above it is the job's either.
                 names = ", ".join(
-                    f"PID {d} `{command_text(live[d].cmdline, 60)}`" for d in sorted(others)[:3]
+                    f"PID {d} {quoted_command(live[d].cmdline, 60)}" for d in sorted(others)[:3]
                 )
                 self.left[cur.pid] = (
                     cur.cmdline,

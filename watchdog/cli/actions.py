@@ -17,7 +17,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..hosttext import command_text, safe_text
+from ..hosttext import code_span, command_text, quoted_command, safe_text
 from .common import (
     CliError,
     command_daemon,
@@ -207,7 +207,7 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     _out(f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.kind}")
     for svc in target.service:
         cmd = command_text(svc.cmdline or (), 100)
-        _out(f"  with the service that launched it: PID {svc.pid} `{cmd}` (rogue-service)")
+        _out(f"  with the service that launched it: PID {svc.pid} {code_span(cmd)} (rogue-service)")
     if target.service_note:
         _out(f"  {target.service_note}")
     for p in res.procs:
@@ -216,14 +216,14 @@ def cmd_terminate(args: argparse.Namespace) -> int:
             f"{config.enforcement.grace_s:g} s if still alive"
         )
         if p.result == "would-signal":
-            _out(f"  PID {p.pid} `{command_text(p.cmdline, 100)}`: would send {sig}")
+            _out(f"  PID {p.pid} {quoted_command(p.cmdline, 100)}: would send {sig}")
         else:
             sent = ", ".join(p.signals) or "no signal"
             why = f" ({p.reason})" if p.reason else ""
-            _out(f"  PID {p.pid} `{command_text(p.cmdline, 100)}`: {sent}: {p.result}{why}")
+            _out(f"  PID {p.pid} {quoted_command(p.cmdline, 100)}: {sent}: {p.result}{why}")
     for item in res.left:
         cmd = command_text(item["cmdline"], 100)
-        _out(f"  left PID {item['pid']} `{cmd}`: never signalled: {item['reason']}")
+        _out(f"  left PID {item['pid']} {code_span(cmd)}: never signalled: {item['reason']}")
     _out(f"outcome: {res.outcome}")
     if res.outcome == "dry-run" and not any(p.result == "would-signal" for p in res.procs):
         # The real run would signal nothing: say so in the exit status, as it would.

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import command
+from ..hosttext import code_span
 from ..lineage.base import is_interpreter, script_argument
 from ..render import (
     fit,
@@ -732,7 +733,7 @@ def handle(view: View, key: str, jobs: list[dict[str, Any]], common: list[str]) 
         if code != 0:
             view.pane = Pane(f"{verb} PID {pid} refused (q/Esc: back)", plan)
             return True
-        question = printable(f"{verb} the {job.get('verdict')} job PID {pid} `{what}`?")
+        question = printable(f"{verb} the {job.get('verdict')} job PID {pid} {code_span(what)}?")
         view.pane = Pane(
             f"{verb} PID {pid}: the dry run", f"{plan}\n\n{question}",
             confirm=[verb, pid, *common],

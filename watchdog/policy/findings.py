@@ -9,7 +9,7 @@ from typing import Any
 
 # fmt_bytes lives in watchdog.model (render and the `status` client need no policy).
 from ..config.workloads import WorkloadSettings
-from ..hosttext import command_text
+from ..hosttext import code_span, command_text, quoted_command
 from ..model import Finding, GpuHeld, GpuInfo, GpuProcess, Job, Proc, fmt_bytes
 from ..sources.procfs import INITIAL_PID_NS, ProcessTable
 from .jobs import TrainingEvidence
@@ -82,7 +82,7 @@ def _job_parts(job: Job) -> list[str]:
     """User, command, origin, process count and unplaced memory of a job finding."""
     parts = [
         f"user {job.user or '-'}",
-        f"`{command_text(job.cmdline, 160)}`",
+        quoted_command(job.cmdline, 160),
         f"from {job.origin.describe()}",
     ]
     # No "next run" time: the message of an open finding is kept (status, reminders)
@@ -217,7 +217,7 @@ def _zombie_finding(
     """Who holds a zombie's GPU memory and what frees it (never the zombie: it exited)."""
     parent = table.get(proc.ppid)
     who = (
-        f"PID {proc.ppid} `{command_text(parent.cmdline, 80) or parent.args_text}`"
+        f"PID {proc.ppid} {code_span(command_text(parent.cmdline, 80) or parent.args_text)}"
         if parent
         else f"PID {proc.ppid}"
     )

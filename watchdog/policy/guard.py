@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ..config import Config, OriginPin
 from ..config.enforcement import Protect
 from ..hostpaths import config_args
-from ..hosttext import command_text
+from ..hosttext import code_span, command_text
 from ..lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
 from ..lineage.cgroup import CgroupInfo, parse_cgroup
 from ..model import (
@@ -464,7 +464,7 @@ def service_collateral(
     if not others:
         return None
     named = tuple(
-        f"PID {p.pid} `{command_text(p.cmdline, 80) or p.args_text}`"
+        f"PID {p.pid} {code_span(command_text(p.cmdline, 80) or p.args_text)}"
         for p in sorted(others, key=lambda p: p.pid)[:MAX_NAMED_OTHERS]
     )
     if len(others) > MAX_NAMED_OTHERS:
@@ -584,7 +584,7 @@ def shell_loop(job: Job, stop_pids: Collection[int]) -> Restarts | None:
         found = _LOOP.search(text)
         if found is None or not mentions(text, key):
             continue
-        how = f"shell loop `{found.group(0)}` in PID {proc.pid}"
+        how = f"shell loop {code_span(found.group(0))} in PID {proc.pid}"
         if proc.pid in stop_pids:
             return Restarts("at once", how, "terminate stops the loop with it", False)
         return Restarts(
@@ -627,7 +627,7 @@ def restarts_of(
             text = command_text(proc.cmdline, 80) or proc.args_text
             return Restarts(
                 "unknown",
-                f"its launcher PID {proc.pid} `{text}` still runs and may start it again",
+                f"its launcher PID {proc.pid} {code_span(text)} still runs and may start it again",
                 f"stop the launcher first: kill -TERM {proc.pid}",
                 False,
                 (proc.pid, proc.start_ticks),

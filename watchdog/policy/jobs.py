@@ -22,7 +22,7 @@ from fnmatch import fnmatchcase
 
 from ..config import IgnoreEntry
 from ..config.base import Regex, RegexError
-from ..hosttext import command_text
+from ..hosttext import code_span, command_text
 from ..lineage.base import command_key, exe_name, is_wrapper, mentions, runs_program
 from ..model import GpuHeld, GpuProcess, Job, Proc
 from ..sources.procfs import ProcessTable
@@ -129,7 +129,7 @@ def holder_refusal(
     others = other_work(proc, table, trainers)
     if others:
         named = ", ".join(
-            f"PID {p.pid} `{command_text(p.cmdline, 60) or p.args_text}`"
+            f"PID {p.pid} {code_span(command_text(p.cmdline, 60) or p.args_text)}"
             for p in others[:_MAX_NAMED]
         )
         more = f" and {len(others) - _MAX_NAMED} more" if len(others) > _MAX_NAMED else ""

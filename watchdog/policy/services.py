@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..config.services import ServiceSettings
-from ..hosttext import command_text
+from ..hosttext import code_span, command_text, quoted_command
 from ..lineage.base import exe_name, is_wrapper
 from ..lineage.cgroup import CgroupInfo, parse_cgroup
 from ..lineage.slurm import is_slurmstepd
@@ -244,10 +244,10 @@ def service_finding(
         # The service is what keeps starting runs; name it, not an origin nobody knows.
         service = parents[0]
         text = command_text(service.cmdline, 80) or service.args_text
-        who = f"service PID {service.pid} `{text}`"
+        who = f"service PID {service.pid} {code_span(text)}"
     message = (
         f"{who} ({'; '.join(parts)}), {how}: {verdict} job PID {job.root_pid} "
-        f"{'on ' + gpus_text(job.gpus) + ' ' if job.gpus else ''}`{command_text(job.cmdline, 120)}`"
+        f"{'on ' + gpus_text(job.gpus) + ' ' if job.gpus else ''}{quoted_command(job.cmdline, 120)}"
     )
     stop = job.advice.finding_text(job.root_pid)
     if parents and job.advice.refused is None and unowned:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..config.workloads import WorkloadSettings
-from ..hosttext import command_text
+from ..hosttext import code_span, command_text
 from ..lineage.base import is_interpreter, program_span
 from ..model import GpuProcess, Job, Proc, WorkloadClass
 from ..sources.procfs import ProcessTable
@@ -198,7 +198,7 @@ def _launcher_member(job: Job, facts: WorkloadFacts) -> str | None:
             proc = facts.table.get(pid)
             what = command_text(proc.cmdline, 60) if proc is not None else "?"
             where = "" if pid == job.root_pid else " in its tree"
-            return f"training launcher{where}: PID {pid} `{what}`"
+            return f"training launcher{where}: PID {pid} {code_span(what)}"
     if "launcher" in job.evidence:
         return "training launcher in its tree"
     return None

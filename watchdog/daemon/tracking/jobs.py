@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ...hosttext import command_text
+from ...hosttext import quoted_command
 from ...model import Finding, Job
 from ...policy.findings import gpus_text
 from ...policy.signature import job_signature
@@ -323,7 +323,7 @@ def respawned_finding(job: Job, sig: str, gone_at: float, now: float) -> Finding
         f"respawned: gone at {local_iso(gone_at)}, back at {local_iso(now)} "
         f"(+{_gap(now - gone_at)}) as PID {job.root_pid}"
         f"{' on ' + gpus_text(job.gpus) if job.gpus else ''}, user {job.user or '-'}, "
-        f"`{command_text(job.cmdline, 160)}`, started by {job.origin.describe()}"
+        f"{quoted_command(job.cmdline, 160)}, started by {job.origin.describe()}"
     )
     # The command that came back, as the job's own finding names it: a return of an
     # unknown origin named nothing else a person could tell it by (issue 33, fresh
