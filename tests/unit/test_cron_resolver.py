@@ -482,16 +482,18 @@ def test_at_spool_fifo_is_skipped_without_blocking(tmp_path: Path) -> None:
     assert origin.fields["pending_same_command"] == [3]
 
 
-def _resolve_ended_at_run(tmp_path: Path) -> Origin | None:
+def _resolve_ended_at_run(tmp_path: Path, wrapper: tuple[str, ...] | None = None) -> Origin | None:
     """A run of an at job seen only at its exec (simulator seed 67601): its lineage
-    reaches atd, but its shell's fds are gone (the run ended; atd removed its file)."""
+    reaches atd, but its shell's fds are gone (the run ended; atd removed its file).
+    ``wrapper``: a command between the job's shell and the trainer."""
     (tmp_path / "proc").mkdir(exist_ok=True)
     ctx = ResolveContext(table=ProcessTable(str(tmp_path / "proc")), now=NOW, exe_owner=root_owned)
     atd = proc(50, 1, ("/usr/sbin/atd",), user="daemon")
     child = proc(51, 50, ("/usr/sbin/atd",), user="daemon")
     shell = proc(52, 51, ("sh",), exe="/usr/bin/dash")
-    trainer = proc(53, 52, ("/usr/bin/python3", "/srv/ml/train_at.py"))
-    return AtResolver().resolve([trainer, shell, child, atd, INIT], ctx)
+    below = [proc(54, 52, wrapper, exe="/usr/bin/bash")] if wrapper else []
+    trainer = proc(53, below[0].pid if below else 52, ("/usr/bin/python3", "/srv/ml/train_at.py"))
+    return AtResolver().resolve([trainer, *below, shell, child, atd, INIT], ctx)
 
 
 def test_a_run_whose_job_file_is_gone_names_the_queued_copies_that_run_it(
@@ -523,6 +525,13 @@ def test_a_run_whose_job_file_is_gone_names_the_queued_copies_that_run_it(
     )
     # Matched by command alone: disable-source leaves it to a person (`atrm 4`).
     assert not origin.disable_handled()
+    # A job whose commands run a wrapper script that runs the trainer: the copy names
+    # the shell's child (`bash train_at.sh`), not the job.
+    (spool / "a0000601c8c100").write_text(AT_JOB.replace("/usr/bin/python3", "bash").replace(
+        "train_at.py", "train_at.sh"))  # fmt: skip
+    wrapped = _resolve_ended_at_run(tmp_path, wrapper=("bash", "/srv/ml/train_at.sh"))
+    assert wrapped is not None and wrapped.fields["pending_same_command"] == [6]
+    assert wrapped.fields["queued_match"] == "train_at.sh"
     # Kept and read live: once the copy runs, nothing queued is named.
     (spool / "a0000401c8c100").rename(spool / "=0000401c8c100")
     assert isinstance(origin, at.AtOrigin)

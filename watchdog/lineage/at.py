@@ -101,7 +101,7 @@ class AtResolver:
         found = _job_file(ctx, shell.pid) or _job_file(ctx, child.pid)
         if found is None:
             evidence.append("job file not visible in /proc fds (permission or it exited)")
-            return _unread_job(lineage[0] if idx > 1 else None, shell.user, evidence)
+            return _unread_job(lineage[: idx - 1], shell.user, evidence)
         spool, name = found
         queue, job, when = parse_job_name(name) or ("?", 0, datetime.fromtimestamp(0, UTC))
         running = f"{spool}/={name[1:]}"
@@ -135,19 +135,32 @@ class AtResolver:
         return None
 
 
-def _unread_job(root: Proc | None, user: str | None, evidence: list[str]) -> AtOrigin:
+def _unread_job(below: Sequence[Proc], user: str | None, evidence: list[str]) -> AtOrigin:
     """The origin of a run whose job file was not read (the run ended and atd removed
     it, seen only at its exec; or its fds are not ours to read): its queued copies are
     the queued jobs that run its command (simulator seed 67601: a run that exited was
-    terminated with ``ok`` while the next run of its job was queued)."""
-    # The job's shell itself (no command under it) names nothing to match a copy by.
-    key = command_key(root.cmdline) if root is not None else None
-    pending = _pending_running(key) if key else None
+    terminated with ``ok`` while the next run of its job was queued).
+
+    ``below`` are the processes under the job's shell, nearest the job first: the
+    shell's own child runs what the job's commands name (``bash train.sh``), the job
+    itself may be what that runs (``python3 train.py``); a copy naming either is one.
+    """
+    named = (command_key(p.cmdline) for p in [*below[-1:], *below[:1]])
+    keys = list(dict.fromkeys(k for k in named if k))
+    pending = _pending_running(keys[0]) if keys else None
     if pending is None:
+        # No command under the shell to match a copy by, or no spool could be listed.
         evidence.append("atd's queue was not read: whether it runs this again is unknown")
         return AtOrigin(evidence=tuple(evidence), user=user)
+    key = keys[0]
+    for other in keys[1:]:
+        if pending:
+            break
+        key, pending = other, _pending_running(other) or []
     if pending:
-        evidence.append(_queued_running(pending, key or ""))
+        evidence.append(_queued_running(pending, key))
+    else:
+        key = keys[0]  # read again live by what the job's commands name
     return AtOrigin(
         evidence=tuple(evidence),
         remediation="atrm " + " ".join(map(str, pending)) if pending else None,
