@@ -112,7 +112,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from rogue_watchdog import faults
-from rogue_watchdog.actions import sources as disable_sources
 from rogue_watchdog.actions.enforcer import Enforcer
 from rogue_watchdog.actions.guards import LiveProc
 from rogue_watchdog.actions.remedy import Remedy, target_from_job
@@ -123,6 +122,7 @@ from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.daemon.sanctionedfile import sanctioned_path
 from rogue_watchdog.daemon.tracking.incident import FOLDED_KINDS, RANK, return_signature
 from rogue_watchdog.daemon.tracking.periodic import RETURN_WINDOW_S
+from rogue_watchdog.lineage import at as at_lineage
 from rogue_watchdog.model import (
     AtOrigin,
     ContainerOrigin,
@@ -151,8 +151,9 @@ KILL_POINTS = (
 )  # fmt: skip
 
 
-# The at spools disable-source accepts; the simulator adds its sandbox's for a machine's life.
-_AT_SPOOLS = disable_sources.AT_SPOOLS
+# The at spools the at resolver reads and disable-source accepts; the simulator adds its
+# sandbox's for a machine's life.
+_AT_SPOOLS = at_lineage.AT_SPOOLS
 
 
 def answered_by(scanner: Scanner, host: SimHost) -> None:
@@ -211,7 +212,7 @@ class TrustMachine(RuleBasedStateMachine):
         self.kernel.attach(self.host)
         self.events_on = self.events
         self.diffs: list[Differential] = []
-        disable_sources.AT_SPOOLS = (*_AT_SPOOLS, str(self.host.atspool))
+        at_lineage.AT_SPOOLS = (*_AT_SPOOLS, str(self.host.atspool))
         self.lib = lib
         self.mode = "observe"
         self.max_instances = 1
@@ -265,7 +266,7 @@ class TrustMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         faults.set_hook(None)
-        disable_sources.AT_SPOOLS = _AT_SPOOLS
+        at_lineage.AT_SPOOLS = _AT_SPOOLS
         self.counts["engine_restarts"] += self.host.engine_restarts
         self.counts["program_restarts"] += self.host.sup_restarts
         self.counts["compared"] += sum(d.compared for d in self.diffs)

@@ -482,6 +482,82 @@ def test_at_spool_fifo_is_skipped_without_blocking(tmp_path: Path) -> None:
     assert origin.fields["pending_same_command"] == [3]
 
 
+def _resolve_ended_at_run(tmp_path: Path, wrapper: tuple[str, ...] | None = None) -> Origin | None:
+    """A run of an at job seen only at its exec (simulator seed 67601): its lineage
+    reaches atd, but its shell's fds are gone (the run ended; atd removed its file).
+    ``wrapper``: a command between the job's shell and the trainer."""
+    (tmp_path / "proc").mkdir(exist_ok=True)
+    ctx = ResolveContext(table=ProcessTable(str(tmp_path / "proc")), now=NOW, exe_owner=root_owned)
+    atd = proc(50, 1, ("/usr/sbin/atd",), user="daemon")
+    child = proc(51, 50, ("/usr/sbin/atd",), user="daemon")
+    shell = proc(52, 51, ("sh",), exe="/usr/bin/dash")
+    below = [proc(54, 52, wrapper, exe="/usr/bin/bash")] if wrapper else []
+    trainer = proc(53, below[0].pid if below else 52, ("/usr/bin/python3", "/srv/ml/train_at.py"))
+    return AtResolver().resolve([trainer, *below, shell, child, atd, INIT], ctx)
+
+
+def test_a_run_whose_job_file_is_gone_names_the_queued_copies_that_run_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 67601's class (I15): whichever run of a re-queuing at job an action targets,
+    also one that already ended, its origin says the queued copy will run it again.
+    BEFORE (603682b): ``pending_same_command == []``, ``restarts() is None`` (terminate
+    said ``ok``)."""
+    from rogue_watchdog.lineage import at
+
+    spool = tmp_path / "atjobs"
+    spool.mkdir()
+    (spool / "=0000301c8c000").write_text(AT_JOB)  # another run, running: not queued
+    (spool / "a0000401c8c100").write_text(AT_JOB)  # the copy queued for next time
+    (spool / "a0000501c8c100").write_text(AT_JOB.replace("train_at", "other"))
+    monkeypatch.setattr(at, "AT_SPOOLS", (str(tmp_path / "missing"), str(spool)))
+    origin = _resolve_ended_at_run(tmp_path)
+    assert origin is not None and origin.kind == "at"
+    assert origin.fields["job"] is None
+    assert origin.fields["pending_same_command"] == [4]
+    assert origin.fields["queued_match"] == "train_at.py"
+    assert origin.remediation == "atrm 4"
+    again = origin.restarts()
+    assert again is not None and again.after_terminate
+    assert again.line() == (
+        "restarts it: on schedule, at job(s) 4 queued that run train_at.py (it re-queues "
+        "itself; this run's own job file was not read)"
+    )
+    # Matched by command alone: disable-source leaves it to a person (`atrm 4`).
+    assert not origin.disable_handled()
+    # A job whose commands run a wrapper script that runs the trainer: the copy names
+    # the shell's child (`bash train_at.sh`), not the job.
+    (spool / "a0000601c8c100").write_text(AT_JOB.replace("/usr/bin/python3", "bash").replace(
+        "train_at.py", "train_at.sh"))  # fmt: skip
+    wrapped = _resolve_ended_at_run(tmp_path, wrapper=("bash", "/srv/ml/train_at.sh"))
+    assert wrapped is not None and wrapped.fields["pending_same_command"] == [6]
+    assert wrapped.fields["queued_match"] == "train_at.sh"
+    # Kept and read live: once the copy runs, nothing queued is named.
+    (spool / "a0000401c8c100").rename(spool / "=0000401c8c100")
+    assert isinstance(origin, at.AtOrigin)
+    now = at.with_live_queue(origin)
+    assert now.pending_same_command == () and now.restarts() is None
+    assert not any(e.startswith("queued jobs ") for e in now.evidence)
+
+
+def test_a_run_whose_job_file_and_queue_are_unread_says_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not read is not "never again": neither the run's job file nor a spool was read."""
+    from rogue_watchdog.lineage import at
+
+    monkeypatch.setattr(at, "AT_SPOOLS", (str(tmp_path / "missing"),))
+    origin = _resolve_ended_at_run(tmp_path)
+    assert origin is not None and origin.fields["pending_same_command"] == []
+    again = origin.restarts()
+    assert again is not None and again.when == "unknown" and again.after_terminate
+    # A spool read that holds no copy of it: it does not come back.
+    (tmp_path / "atjobs").mkdir()
+    monkeypatch.setattr(at, "AT_SPOOLS", (str(tmp_path / "atjobs"),))
+    origin = _resolve_ended_at_run(tmp_path)
+    assert origin is not None and origin.restarts() is None
+
+
 @pytest.mark.parametrize("how", ["undo", "by hand"])
 def test_a_line_re_enabled_reads_live_again(tmp_path: Path, how: str) -> None:
     """Fresh user E (issue 33): the run whose line `disable-source` commented out kept

@@ -92,7 +92,16 @@ CID = "a" * 64
         (AtOrigin(job=6, pending_same_command=(7,)),
          "restarts it: on schedule, at job(s) 7 queued with the same commands (it re-queues "
          "itself)"),
-        (AtOrigin(job=6), None),
+        # Simulator seed 67601 (I15): not read is not "never again". BEFORE (603682b):
+        # None for both, and a run that already ended was terminated "ok".
+        (AtOrigin(job=6),
+         "restarts it: unknown, atd (neither this run's job file nor atd's queue was read: a "
+         "queued copy may run it again)"),
+        (AtOrigin(pending_same_command=(8,), queued_match="train_at.py"),
+         "restarts it: on schedule, at job(s) 8 queued that run train_at.py (it re-queues "
+         "itself; this run's own job file was not read)"),
+        (AtOrigin(job=6, command="python3 train_at.py"), None),
+        (AtOrigin(queued_match="train_at.py"), None),
         (ShellOrigin(session="ssh"), None),
         (OrphanOrigin(), None),
         (Origin(), None),

@@ -103,6 +103,11 @@ found by its first hand-driven steps, before any seed):
    shell, after an orphaned launcher's): ``I8: periodic F2 paged [1800086441.0,
    1800086455.0]``. A paged finding keeps the user and origin labels it went out with
    (``tracking/reminders.py: paged_routing``), as it keeps its GPUs.
+23. (seed 67601) A run of a re-queuing at job seen only at its exec (it had exited, its
+   job file gone) was terminated with ``ok`` while the job's next run was queued: ``I15:
+   terminate 11 of at job 4000014 ok; queued ['a0000801c9c944']``. Such a run's origin
+   now names the queued jobs that run its command (``queued_match``), and an at origin
+   that read neither its job file nor atd's queue says ``restarts it: unknown``.
 """
 
 from __future__ import annotations
@@ -687,18 +692,17 @@ def test_a_held_back_return_and_its_remediation_failed_are_one_page() -> None:
     assert violation(steps) == ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: seed 67601's I15 (terminate of an at job's run "
-    "said ok while a run of the same commands was queued); next round",
-)
 def test_a_terminate_of_an_at_jobs_run_that_just_exited_says_it_will_return() -> None:
     # Seed 67601 (100,000 steps, events on, on 7f5f2b2; Hypothesis stopped shrinking
     # after five minutes), replayed on this stop's code: atd's self-re-queuing job has
     # run eight times (one run still queued), the daemon turns to terminate mode, one
     # run (PID 4000014) exits, and the next tick's enforcer terminates every run: the
     # newest says will-return (the queued run named), 4000014's says ok: "I15: terminate
-    # 11 of at job 4000014 ok; queued ['a0000801c9c944']". Kept as found, not fixed.
+    # 11 of at job 4000014 ok; queued ['a0000801c9c944']" (also on 603682b). 4000014 was
+    # seen only at its exec: its job file was gone, so its origin named no queued copy
+    # and answered "does not restart". Now a run whose job file was not read names the
+    # queued jobs that run its command (lineage/at.py), and an at origin that read
+    # neither says "unknown": terminate 11 ends will-return naming queued job 8.
     at = "m.at_job_runs();"
     steps = (
         "from tests.sim.machine import ExecPathMachine;m.teardown();TrustMachine.events = True;"

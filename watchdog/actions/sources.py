@@ -40,6 +40,7 @@ from datetime import UTC
 from typing import Any
 
 from .. import safeio
+from ..lineage import at as at_lineage
 from ..lineage.at import job_commands, parse_job_name
 from ..lineage.base import command
 from ..lineage.supervisorconf import read_program
@@ -64,8 +65,6 @@ _INSPECT = (
     "{{json .HostConfig.RestartPolicy.MaximumRetryCount}} {{json .State.Running}}"
 )
 _ID_FIELD = {"docker": "Id", "podman": "ID"}
-#: at(1) spool directories (Debian's, and the upstream default).
-AT_SPOOLS = ("/var/spool/cron/atjobs", "/var/spool/at")
 _MAX_CONF_BYTES = 1 << 20
 _MAX_AT_JOB_BYTES = 1 << 20
 
@@ -376,9 +375,10 @@ def plan_at(origin: Origin, req: PlanRequest) -> DisablePlan:
     """The planner of ``at`` origins: the queued jobs with the same commands, read live."""
     assert isinstance(origin, AtOrigin)
     spool = os.path.dirname(origin.file or "")
-    if os.path.realpath(spool) not in {os.path.realpath(s) for s in AT_SPOOLS}:
+    spools = at_lineage.AT_SPOOLS  # read at call time: one list for the resolver and here
+    if os.path.realpath(spool) not in {os.path.realpath(s) for s in spools}:
         return _refuse(
-            "-", f"{spool or 'the job file'} is not an at spool ({', '.join(AT_SPOOLS)})", origin
+            "-", f"{spool or 'the job file'} is not an at spool ({', '.join(spools)})", origin
         )
     if not origin.command:
         return _refuse("-", "the at job's commands were not read", origin)

@@ -18,8 +18,11 @@ from datetime import UTC, datetime
 
 from .. import safeio
 from ..model import AtOrigin, Origin, Proc
-from .base import ResolveContext, exe_name
+from .base import ResolveContext, command_key, exe_name, mentions
 
+#: at(1) spool directories (Debian's, and the upstream default): where a run whose own job
+#: file is gone looks for its queued copies, and the only spools disable-source touches.
+AT_SPOOLS: tuple[str, ...] = ("/var/spool/cron/atjobs", "/var/spool/at")
 _JOB_NAME = re.compile(r"([A-Za-z=])([0-9a-f]{5})([0-9a-f]{8})")
 _MAX_JOB_BYTES = 1 << 20
 
@@ -98,7 +101,7 @@ class AtResolver:
         found = _job_file(ctx, shell.pid) or _job_file(ctx, child.pid)
         if found is None:
             evidence.append("job file not visible in /proc fds (permission or it exited)")
-            return AtOrigin(evidence=tuple(evidence), user=shell.user)
+            return _unread_job(lineage[: idx - 1], shell.user, evidence)
         spool, name = found
         queue, job, when = parse_job_name(name) or ("?", 0, datetime.fromtimestamp(0, UTC))
         running = f"{spool}/={name[1:]}"
@@ -132,6 +135,70 @@ class AtResolver:
         return None
 
 
+def _unread_job(below: Sequence[Proc], user: str | None, evidence: list[str]) -> AtOrigin:
+    """The origin of a run whose job file was not read (the run ended and atd removed
+    it, seen only at its exec; or its fds are not ours to read): its queued copies are
+    the queued jobs that run its command (simulator seed 67601: a run that exited was
+    terminated with ``ok`` while the next run of its job was queued).
+
+    ``below`` are the processes under the job's shell, nearest the job first: the
+    shell's own child runs what the job's commands name (``bash train.sh``), the job
+    itself may be what that runs (``python3 train.py``); a copy naming either is one.
+    """
+    named = (command_key(p.cmdline) for p in [*below[-1:], *below[:1]])
+    keys = list(dict.fromkeys(k for k in named if k))
+    pending = _pending_running(keys[0]) if keys else None
+    if pending is None:
+        # No command under the shell to match a copy by, or no spool could be listed.
+        evidence.append("atd's queue was not read: whether it runs this again is unknown")
+        return AtOrigin(evidence=tuple(evidence), user=user)
+    key = keys[0]
+    for other in keys[1:]:
+        if pending:
+            break
+        key, pending = other, _pending_running(other) or []
+    if pending:
+        evidence.append(_queued_running(pending, key))
+    else:
+        key = keys[0]  # read again live by what the job's commands name
+    return AtOrigin(
+        evidence=tuple(evidence),
+        remediation="atrm " + " ".join(map(str, pending)) if pending else None,
+        user=user,
+        pending_same_command=tuple(pending),
+        queued_match=key,
+    )
+
+
+def _queued_running(pending: Sequence[int], key: str) -> str:
+    return (
+        f"queued jobs {', '.join(map(str, pending))} run {key}: the job re-schedules itself "
+        "(its own job file was not read, so matched by command, not by the whole job)"
+    )
+
+
+def _pending_running(key: str) -> list[int] | None:
+    """Queued jobs of the spools in :data:`AT_SPOOLS` whose commands run ``key`` (a
+    script or program name, :func:`~.base.mentions`); None when no spool could be
+    listed (atd's queue is unknown)."""
+    out: list[int] = []
+    listed = False
+    for spool in AT_SPOOLS:
+        try:
+            names = sorted(os.listdir(spool))
+        except OSError:
+            continue
+        listed = True
+        for name in names:
+            parsed = parse_job_name(name)
+            if parsed is None or parsed[0] == "=":
+                continue
+            text = _read(f"{spool}/{name}")
+            if text is not None and mentions(job_commands(text), key):
+                out.append(parsed[1])
+    return out if listed else None
+
+
 def _queued(pending: Sequence[int]) -> str:
     return (
         f"queued jobs {', '.join(map(str, pending))} run the same commands: "
@@ -149,20 +216,28 @@ def with_live_queue(origin: AtOrigin) -> AtOrigin:
 
     Returns:
         The same origin when the queue is as it was (or its job file or commands are
-        unknown); else one with ``pending_same_command``, the evidence line and the
+        unknown and no command was matched instead, or the spools are unreadable now);
+        else one with ``pending_same_command``, the evidence line and the
         ``atrm`` remediation of the queue as it is now.
     """
-    if not origin.file or not origin.command:
+    if origin.file and origin.command:
+        pending = tuple(_pending_same(os.path.dirname(origin.file), origin.command))
+        line = _queued(pending)
+    elif origin.queued_match:
+        found = _pending_running(origin.queued_match)
+        if found is None:
+            return origin  # the queue is unreadable now: what was read stands
+        pending = tuple(found)
+        line = _queued_running(pending, origin.queued_match)
+    else:
         return origin
-    pending = tuple(_pending_same(os.path.dirname(origin.file), origin.command))
     if pending == origin.pending_same_command:
         return origin
     evidence = tuple(e for e in origin.evidence if not e.startswith("queued jobs "))
     if pending:
-        evidence = (*evidence, _queued(pending))
-    remediation = origin.remediation
-    if origin.job is not None:
-        remediation = "atrm " + " ".join(str(n) for n in [origin.job, *pending])
+        evidence = (*evidence, line)
+    jobs = [origin.job] if origin.job is not None else []
+    remediation = "atrm " + " ".join(str(n) for n in [*jobs, *pending]) if jobs or pending else None
     return dataclasses.replace(
         origin, evidence=evidence, remediation=remediation, pending_same_command=pending
     )

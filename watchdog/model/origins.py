@@ -710,7 +710,11 @@ class AtOrigin(Origin):
         scheduled: ISO 8601 time the job was scheduled for.
         command: The job's commands.
         file: The spool file being run.
-        pending_same_command: Queued job numbers running the same commands.
+        pending_same_command: Queued job numbers running the same commands (when
+            ``queued_match`` is set: queued jobs whose commands run that command).
+        queued_match: Set only when the run's own job file was not read (the run
+            ended and atd removed it, seen only at its exec): the command (a script or
+            program name) queued jobs were matched by instead.
     """
 
     kind: ClassVar[OriginKind] = "at"
@@ -724,6 +728,7 @@ class AtOrigin(Origin):
     command: str | None = None
     file: str | None = None
     pending_same_command: tuple[int, ...] = ()
+    queued_match: str | None = field(default=None, metadata=UNLESS_NONE)
 
     def describe(self) -> str:
         """See :meth:`Origin.describe`."""
@@ -739,15 +744,31 @@ class AtOrigin(Origin):
         return tuple(("at-job", j) for j in (self.job, *self.pending_same_command) if j)
 
     def restarts(self) -> Restarts | None:
-        """An at job that queued another run of the same commands (it re-queues itself)."""
-        if not self.pending_same_command:
-            return None
+        """An at job that queued another run of the same commands (it re-queues itself),
+        whichever run is asked about, also one that already ended (its job file gone: the
+        queued jobs that run its command); ``unknown`` when neither its commands nor the
+        queue were read."""
         jobs = ", ".join(str(j) for j in self.pending_same_command)
-        return Restarts(
-            "on schedule",
-            f"at job(s) {jobs} queued with the same commands (it re-queues itself)",
-            DISABLE_FIRST,
-        )
+        if jobs and self.queued_match is not None:
+            return Restarts(
+                "on schedule",
+                f"at job(s) {jobs} queued that run {self.queued_match} (it re-queues itself; "
+                "this run's own job file was not read)",
+                DISABLE_FIRST,
+            )
+        if jobs:
+            return Restarts(
+                "on schedule",
+                f"at job(s) {jobs} queued with the same commands (it re-queues itself)",
+                DISABLE_FIRST,
+            )
+        if self.command is None and self.queued_match is None:
+            return Restarts(
+                "unknown",
+                "atd (neither this run's job file nor atd's queue was read: a queued copy "
+                "may run it again)",
+            )
+        return None
 
     def watched_path(self) -> str | None:
         """The spool directory (issue 31, case 3): it changes when a job is queued, starts
@@ -755,8 +776,9 @@ class AtOrigin(Origin):
         return os.path.dirname(self.file) if self.file else None
 
     def disable_handled(self) -> bool:
-        """Queued runs of the same commands to remove."""
-        return bool(self.pending_same_command)
+        """Queued runs of the same commands to remove (matched by the whole job's
+        commands: a copy matched by command alone is removed by hand)."""
+        return bool(self.pending_same_command) and self.queued_match is None
 
 
 @dataclass(frozen=True)
