@@ -832,7 +832,7 @@ class Daemon:
         their alerts go out all the same (issue 32, case 1); None when that fails too."""
         first = self.tracker.first_signature
         try:
-            return self.unstored.track(
+            track = self.unstored.track(
                 self.db,
                 result.jobs if result else [],
                 [*findings, *self._health_findings()],
@@ -848,10 +848,17 @@ class Daemon:
                 gpu_lists=result is not None and result.nvml.available,
                 unread=self._unread,
                 learning=self.learning(now),
+                start_time_s=self.scanner.table.start_time_s,
+                alive=self._alive,
             )
         except Exception as exc:
             self._failed("unstored-alerts", exc)
             return None
+        # A job first seen now keeps the signature it got now, as a stored tick's does:
+        # its findings keep their fingerprint (and id) once stored (seed 67701).
+        for ident, sig in self.unstored.first_signature.items():
+            first.setdefault(ident, sig)
+        return track
 
     def _record_slurm_members(self, now: float) -> None:
         """Keep the record of processes seen below a slurmstepd (still alive), which

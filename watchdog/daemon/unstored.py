@@ -23,6 +23,20 @@ of its own (paged), and opens ``respawned`` as a stored tick would
 (:meth:`UnstoredFindings._returns`): before, a killed run back during an outage was
 paged as a new ``rogue-job`` only, and its ``respawned`` came when storage did.
 
+The jobs and their runs are recorded as a stored tick records them, by the tracker's own
+:func:`~watchdog.daemon.tracking.jobs.record_jobs`, into rows kept in memory over the
+database (:class:`~watchdog.daemon.tracking.pending.PendingJobs`), and stored with the
+findings: what is a return, and which runs were seen before, is decided by one rule
+across an outage, and the first stored tick after it starts from what the outage saw
+(seed 67701: a run beside the recorded one taken for a return in memory; a run killed
+during the outage unknown to the tick its job came back in, which took the return for a
+loop's next run and paged nothing). A finding about a run of a loop whose periodic
+finding is stored and open is that finding's, as a stored tick folds it
+(:func:`~watchdog.daemon.tracking.periodic.as_periodic`): its alerts wait for the
+database (seed 67701: a loop's run seen during an outage was opened in memory as a
+``rogue-job`` of its own, resolved once stored, and opened again, paged, under a new id
+at the next outage).
+
 When a tick can write again, :meth:`UnstoredFindings.store` writes these findings with
 their alert state first, so the tracker takes each for one it already alerted on: no
 second ``open``.
@@ -43,7 +57,7 @@ from typing import cast
 from ..config.alerts import AlertSettings
 from ..model import Finding, Job, Severity
 from ..plugins import TrackResult
-from ..state import FindingRecord, StateDB, source_undo
+from ..state import FindingRecord, SourceUndo, StateDB
 from .alerts.alert import AlertEvent, local_iso
 from .alerts.memory import MemorySpool
 from .tracking.current import as_opened, without_run_commands
@@ -57,9 +71,10 @@ from .tracking.incident import (
     louder,
     return_signature,
 )
-from .tracking.jobs import how_ended, respawned_finding
+from .tracking.jobs import Ident, record_jobs
 from .tracking.naming import with_own_id
-from .tracking.periodic import PERIODIC_KINDS, RETURN_WINDOW_S, gap_text
+from .tracking.pending import PendingJobs
+from .tracking.periodic import PERIODIC_KINDS, RETURN_WINDOW_S, gap_text, loop_fingerprint
 from .tracking.reminders import alert_due, alert_labels, record_labels
 from .tracking.spool import deliveries
 
@@ -93,17 +108,19 @@ class UnstoredFindings:
         # This tick's: signature → its open respawned finding (in memory or stored).
         self.anchors: dict[str, Anchor] = {}
         self.foldable: frozenset[str] = FOLDED_KINDS
-        # Signature → the runs (PID, start ticks) of it seen at the last tick in memory
-        # that saw it, and when: the run a return in memory is compared with.
-        self.last_runs: dict[str, tuple[frozenset[tuple[int, int]], float]] = {}
+        # The jobs and runs the ticks in memory recorded (stored with the findings),
+        # and the signature each job root got first (the tracker's, kept for it).
+        self.jobs = PendingJobs()
+        self.first_signature: dict[Ident, str] = {}
+        self.source_undos: dict[Ident, SourceUndo | None] = {}
         # This tick's: PID → wait(2) status of the processes seen exiting, and the
         # state database (read only: whether an action of ours stopped a run).
         self.exits: Mapping[int, int] = {}
         self.db: StateDB | None = None
 
     def pending(self) -> bool:
-        """Whether findings wait to be stored."""
-        return bool(self.open or self.resolved)
+        """Whether findings, or the jobs and runs ticks saw, wait to be stored."""
+        return bool(self.open or self.resolved or self.jobs)
 
     def read(self, db: StateDB) -> None:
         """Note the stored open findings and the next id, where the database can be
@@ -122,7 +139,6 @@ class UnstoredFindings:
         for rec in track.resolved:
             if self.stored_open.get(rec.fingerprint) == rec.id:
                 del self.stored_open[rec.fingerprint]
-        self.last_runs = {}  # the jobs table is current again
 
     def track(
         self,
@@ -139,6 +155,8 @@ class UnstoredFindings:
         gpu_lists: bool = True,
         unread: Callable[[str], bool] | None = None,
         learning: bool = False,
+        start_time_s: Callable[[int], float | None] | None = None,
+        alive: Callable[[int, int], bool] | None = None,
     ) -> TrackResult:
         """Track one tick's findings in memory and queue the alerts they are due.
 
@@ -158,6 +176,11 @@ class UnstoredFindings:
             unread: True for the fingerprint of a finding whose source could not be
                 read this tick: it stays open (the tracker's ``unread``).
             learning: In the learning period: a ``respawned`` opens at ``info``.
+            start_time_s: Converts a job's start ticks to POSIX seconds (the tracker's
+                :meth:`~watchdog.daemon.tracker.Tracker.update`): a run that started
+                before its signature was last seen is no return.
+            alive: ``(pid, start_ticks) -> bool``, whether that process still runs: while
+                ``blind``, a job not seen whose root runs is not marked gone.
 
         Returns:
             The findings alerted (``opened``) and resolved in memory this tick.
@@ -168,10 +191,14 @@ class UnstoredFindings:
         self.exits, self.db = exits, db
         policy = alerts  # the settle holds a first page without NVML's lists too
         self.settle_due = None
-        signatures = {j.root_pid: signature(j) for j in jobs if j.verdict != "ignored"}
-        respawns = self._returns(db, jobs, signature, exits, now)
+        tracked = [j for j in jobs if j.verdict != "ignored"]
+        signatures = {j.root_pid: signature(j) for j in tracked}
+        respawns = self._returns(
+            db, tracked, signature, exits, now, start_time_s, alive if blind else None
+        )
         if learning:
             respawns = [dataclasses.replace(f, severity="info") for f in respawns]
+        findings = self._stored_loops(findings, signatures)
         # A return's respawned first: the findings about it are folded into it (one
         # incident, one page: tracking/incident.py), as the tracker does.
         self.foldable = foldable_kinds(alerts.sinks)
@@ -323,43 +350,52 @@ class UnstoredFindings:
     def _returns(
         self,
         db: StateDB,
-        jobs: Iterable[Job],
+        jobs: list[Job],
         signature: Callable[[Job], str],
         exits: Mapping[int, int],
         now: float,
+        start_time_s: Callable[[int], float | None] | None,
+        alive: Callable[[int, int], bool] | None,
     ) -> list[Finding]:
-        """The ``respawned`` findings of this tick's returns, as :func:`record_jobs`
-        would open them: a rogue job that may train whose runs seen last (in memory, or
-        as the ``jobs`` table recorded them) are all gone and were not each seen to
-        exit by themselves (a signal, our terminate, no evidence). Nothing is written.
+        """Record this tick's jobs as a stored tick does, into :attr:`jobs` (rows kept in
+        memory over the database), and return the ``respawned`` findings of its returns,
+        as :func:`record_jobs` opens them: a rogue job that may train back after the runs
+        of it seen last (every instance) were all gone and were not each seen to exit by
+        themselves (a signal, our terminate, no evidence); a run that started before its
+        signature was last seen ran all along (no return).
 
         Args:
             db: The state database (read where it can be).
-            jobs: This scan's jobs.
+            jobs: This scan's tracked jobs (not ``ignored``).
             signature: A job's signature (the tracker's).
             exits: PID → wait(2) status of the processes seen exiting.
             now: POSIX time of the tick.
+            start_time_s: As for :meth:`track`.
+            alive: As for :meth:`track`, given while blind.
         """
-        by_sig: dict[str, list[Job]] = {}
-        for job in jobs:
-            if job.verdict != "ignored":
-                by_sig.setdefault(signature(job), []).append(job)
+        self.jobs.db = db
+        firsts = {(j.root_pid, j.start_ticks): signature(j) for j in jobs}
+        seen = record_jobs(
+            self.jobs, jobs, now, firsts, self.source_undos, start_time_s, alive, exits
+        )
+        self.first_signature, self.source_undos = seen.first_signature, seen.source_undos
+        return seen.respawns
+
+    def _stored_loops(
+        self, findings: list[Finding], signatures: Mapping[int, str]
+    ) -> list[Finding]:
+        """``findings`` with each about a run of a loop whose periodic finding is stored
+        and open made that finding's (its fingerprint), as a stored tick folds it: its
+        alerts wait for the database, as every stored finding's do."""
         out = []
-        for sig, runs in by_sig.items():
-            here = frozenset((j.root_pid, j.start_ticks) for j in runs)
-            before = self.last_runs.get(sig) or _recorded_runs(db, sig)
-            self.last_runs[sig] = (here, now)
-            job = runs[0]
-            if before is None or before[0] & here or not (job.unsanctioned and job.may_train):
-                continue
-            try:
-                actions = db.actions_for(sig)
-            except Exception:  # unreadable: no evidence of a stop of ours, nor of an undo
-                actions = []
-            if source_undo(actions) is not None:
-                continue  # an operator re-enabled its source: the rogue finding says so
-            if how_ended(actions, sorted(before[0]), exits) != "exited":
-                out.append(respawned_finding(job, sig, before[1], now))
+        for f in findings:
+            sig = signatures.get(f.root_pid) if f.root_pid is not None else None
+            fp = loop_fingerprint(f, sig)
+            if fp is not None and fp in self.stored_open:
+                f = dataclasses.replace(
+                    f, details={**f.details, "fingerprint": fp.partition(":")[2]}
+                )
+            out.append(f)
         return out
 
     def _resolve(
@@ -489,13 +525,15 @@ class UnstoredFindings:
         """
         lines = []
         with db.transaction():
+            self.jobs.store(db)  # the jobs and runs first: what the findings are about
             stored = db.open_finding_ids()
             for rec in [*self.resolved, *self.open.values()]:
                 if rec.resolved_at is None and rec.fingerprint in stored:
                     continue  # opened in the database meanwhile: that one stands
                 fid = db.store_finding(rec)
                 lines.append(f"F{rec.id}" if fid == rec.id else f"F{rec.id} as F{fid}")
-        self.open, self.resolved, self.gone, self.last_runs = {}, [], {}, {}
+        self.open, self.resolved, self.gone = {}, [], {}
+        self.jobs.clear()
         return lines
 
     def status_records(self) -> list[FindingRecord]:
@@ -510,16 +548,3 @@ def _exited(rec: FindingRecord, exits: Mapping[int, int]) -> bool:
     pid = root[0] if isinstance(root, list) and root else rec.root_pid
     status = exits.get(pid) if isinstance(pid, int) else None
     return status is not None and not status & 0x7F
-
-
-def _recorded_runs(db: StateDB, sig: str) -> tuple[frozenset[tuple[int, int]], float] | None:
-    """The run of ``sig`` the ``jobs`` table recorded last, and when it was seen gone
-    (or last seen); None for a signature it never recorded, or when it cannot be read."""
-    try:
-        rec = db.job(sig)
-    except Exception:
-        return None
-    if rec is None:
-        return None
-    gone = rec.gone_at if rec.gone_at is not None else rec.last_seen
-    return frozenset({(rec.root_pid, rec.start_ticks)}), gone

@@ -27,10 +27,10 @@ from ...state import (
     JobRecord,
     RunRecord,
     SourceUndo,
-    StateDB,
     source_undo,
 )
 from ..alerts.alert import local_iso
+from .pending import JobStore
 
 # One clock tick (proc(5): a process's start time is in whole ticks, truncated).
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
@@ -87,7 +87,7 @@ class JobsSeen:
 
 
 def record_jobs(
-    db: StateDB,
+    db: JobStore,
     jobs: list[Job],
     now: float,
     first_signature: Mapping[Ident, str],
@@ -105,7 +105,8 @@ def record_jobs(
     lost events, a daemon restart), opens ``respawned``: never quieter without evidence.
 
     Args:
-        db: The state database (inside the tick's transaction).
+        db: The state database (inside the tick's transaction), or the rows a tick
+            that cannot write keeps in memory over it (:class:`~.pending.PendingJobs`).
         jobs: The tracked jobs of this scan (not ``ignored``).
         now: POSIX time of the tick.
         first_signature: The previous tick's :attr:`JobsSeen.first_signature`.
@@ -207,7 +208,7 @@ def _back_after(
 
 
 def _held_or_gone(
-    db: StateDB, seen: set[str], now: float, alive: Callable[[int, int], bool] | None
+    db: JobStore, seen: set[str], now: float, alive: Callable[[int, int], bool] | None
 ) -> set[str]:
     """Mark the present jobs not ``seen`` this tick gone; returns the signatures held
     instead (their root still runs while a source is blind)."""
@@ -223,7 +224,7 @@ def _held_or_gone(
 
 
 def _return(
-    db: StateDB,
+    db: JobStore,
     sig: str,
     job: Job,
     previous: JobRecord,
@@ -238,7 +239,7 @@ def _return(
 
 
 def last_ended(
-    db: StateDB, previous: JobRecord, exits: Mapping[int, int], now: float
+    db: JobStore, previous: JobRecord, exits: Mapping[int, int], now: float
 ) -> tuple[float, Ended | None]:
     """When the runs of a job signature seen last (every instance that ran when it was
     last seen, none seen at ``now``) started, the latest one, and how they ended
@@ -291,7 +292,7 @@ def how_ended(
 
 
 def source_undo_of(
-    db: StateDB,
+    db: JobStore,
     job: Job,
     sig: str,
     now: float,

@@ -296,6 +296,15 @@ def as_periodic(
     return out
 
 
+def loop_fingerprint(f: Finding, sig: str | None) -> str | None:
+    """The fingerprint of the loop's finding (``<kind>:periodic:<signature>``) that
+    :func:`as_periodic` folds ``f``, a finding about a run of job signature ``sig``,
+    into while that loop has one open; None for a finding no loop folds."""
+    if sig is None or f.kind not in PERIODIC_KINDS or not _about_a_run(f):
+        return None
+    return f"{f.kind}:{PREFIX}{sig}"
+
+
 def _about_a_run(f: Finding) -> bool:
     """False for a ``remediation-failed`` about a terminate's tree (``terminate-<id>``:
     identified by its action already), True for every other finding a loop folds."""
