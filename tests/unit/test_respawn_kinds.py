@@ -41,6 +41,13 @@ CID = "a" * 64
         (SystemdOrigin(unit="t.service", restart="no", timer="t.timer", timer_schedule="daily"),
          "restarts it: on schedule, timer t.timer (daily)"),
         (SystemdOrigin(unit="t.service", restart="no"), None),
+        # Restart= not read (no bus, no unit file): unknown, not "never" (a terminate
+        # said ok while the unit could start the job again; wt8-at's finding).
+        (SystemdOrigin(unit="t.service"),
+         "restarts it: unknown, systemd unit t.service (its Restart= was not read: neither "
+         "systemctl nor its unit file answered)"),
+        (SystemdOrigin(unit="t.service", timer="t.timer", timer_schedule="daily"),
+         "restarts it: on schedule, timer t.timer (daily)"),
         (SystemdOrigin(unit="t.service", restart="no",
                        evidence=("also triggered by t.socket (TriggeredBy)",)),
          "restarts it: on demand, t.socket (on demand)"),

@@ -321,7 +321,8 @@ class SystemdOrigin(Origin):
 
     def restarts(self) -> Restarts | None:
         """``Restart=`` starts the unit's main process again; a timer starts the unit on
-        its schedule; a socket or path unit on demand (systemd.service(5), .timer(5))."""
+        its schedule; a socket or path unit on demand (systemd.service(5), .timer(5));
+        ``unknown`` when ``Restart=`` was not read and nothing else is known to start it."""
         if not self.unit:
             return None
         stops = DISABLE_FIRST if not self.user_unit else f"stop it first: {self.remediation}"
@@ -345,6 +346,16 @@ class SystemdOrigin(Origin):
             parts.append(f"{', '.join(triggers)} (on demand)")
             when = when or "on demand"
             again = True
+        if when is None and self.restart is None:
+            # Neither systemctl nor a unit file gave Restart= (no bus, a unit file outside
+            # the unit dirs, a user unit created at run time): "never" would be a guess,
+            # and a terminate would say ok while the unit may start the job again.
+            return Restarts(
+                "unknown",
+                f"systemd unit {self.unit} (its Restart= was not read: neither systemctl "
+                "nor its unit file answered)",
+                stops,
+            )
         if when is None:
             return None
         return Restarts(when, "; ".join(parts), stops, again)
