@@ -3,7 +3,7 @@
 idle daemon's 2 s interval). No alert may go out later than before: one spooled by a
 tick or an exec pass (the store, at its commit), one kept in memory while the database
 cannot be written (the memory spool), and one another process spooled into a shared
-state directory (the supervisor's check each poll interval) each wake the sink; a
+state directory (the supervisor's check, every 10 s) each wake the sink; a
 retry, a rate limit or a receiver's pause is waited for until it is due."""
 
 from __future__ import annotations
@@ -95,11 +95,13 @@ def test_a_spooled_alert_wakes_the_idle_sink(tmp_path: Path) -> None:
     d.db.close()
 
 
-def test_a_row_another_process_spooled_is_sent_within_the_poll_interval(
+def test_a_row_another_process_spooled_is_found_by_the_supervisors_check(
     tmp_path: Path,
 ) -> None:
     d = _daemon(tmp_path)
-    w = DeliveryWorker(d.db, lambda: d.config.alerts, poll_interval_s=0.2)
+    w = DeliveryWorker(
+        d.db, lambda: d.config.alerts, poll_interval_s=SLOW_POLL_S, elsewhere_poll_s=0.2
+    )
     w.start()
     try:
         poll("the sink's first round", lambda: "log" in w._next_at, 10, 0.05)

@@ -71,8 +71,8 @@ if TYPE_CHECKING:
 log = get_logger()
 #: How long an idle sink's thread waits between full rounds when nothing wakes it: a
 #: spooled alert wakes it at once (the store's and the memory spool's listeners), rows
-#: another process spooled are found by the supervisor's check every poll interval, so
-#: this round only covers what neither sees (a row whose id reuses a pruned one).
+#: another process spooled are found by the supervisor's check (``elsewhere_poll_s``),
+#: so this round only covers what neither sees (a row whose id reuses a pruned one).
 IDLE_ROUND_S = 30.0
 # Degraded-component name of a sink whose URL cannot be read: ``alert-sink:NAME``.
 SINK_COMPONENT = "alert-sink:"
@@ -170,6 +170,10 @@ class DeliveryWorker:
             :meth:`wake` (called when an alert is spooled in this process: the store's
             and the memory spool's listeners, and at a reload) or :data:`IDLE_ROUND_S`;
             a sink that needs a URL still reads it each poll interval.
+        elsewhere_poll_s: How often the supervisor looks for rows another process
+            spooled (a second daemon on a shared state directory, whose own worker
+            sends them at its commit; a stopped one's are sent at this worker's start):
+            one read of the spool's highest id.
         jitter: Fraction by which retry delays are shortened at random (0: exact).
         rand: Random source for the jitter, in [0, 1).
         environ: Environment for ``url_env``; None means ``os.environ``.
@@ -195,6 +199,7 @@ class DeliveryWorker:
         *,
         clock: Callable[[], float] = time.time,
         poll_interval_s: float = 1.0,
+        elsewhere_poll_s: float = 10.0,
         jitter: float = 0.1,
         rand: Callable[[], float] = random.random,
         environ: Mapping[str, str] | None = None,
@@ -215,6 +220,7 @@ class DeliveryWorker:
         self.alerts = alerts
         self.clock = clock
         self.poll_interval_s = poll_interval_s
+        self.elsewhere_poll_s = elsewhere_poll_s
         self.jitter = jitter
         self.rand = rand
         self.environ = environ if environ is not None else os.environ
@@ -653,26 +659,31 @@ class DeliveryWorker:
 
     def _run(self) -> None:
         """The supervising thread: one draining thread per configured sink (a reload
-        that adds a sink starts its thread; a removed sink's thread ends), and each
-        poll interval the check for rows another process spooled (one indexed read,
-        instead of every sink's round)."""
-        full_at = -math.inf  # monotonic time of the next full round without a wake-up
+        that adds a sink starts its thread; a removed sink's thread ends) at a wake-up,
+        and the check for rows another process spooled each ``elsewhere_poll_s`` (one
+        indexed read, instead of every sink's round each second)."""
+        full_at = check_at = -math.inf  # monotonic times of the next round and check
         try:
             while not self._stop.is_set():
+                wait_s = self.poll_interval_s
                 try:
-                    if self._wake.is_set() or time.monotonic() >= full_at:
+                    woken = self._wake.is_set()
+                    if woken or time.monotonic() >= full_at:
                         self._wake.clear()
                         _settings, configured = self._configured()
                         for name in configured:
                             self._ensure_thread(name)
                         full_at = time.monotonic() + IDLE_ROUND_S
-                    if self._spooled_elsewhere():
-                        self._wake_sinks()
+                    if woken or time.monotonic() >= check_at:
+                        if self._spooled_elsewhere():
+                            self._wake_sinks()
+                        check_at = time.monotonic() + self.elsewhere_poll_s
                     self._round_ok("")
+                    wait_s = max(0.0, min(full_at, check_at) - time.monotonic())
                 except Exception as exc:  # the database may be locked or gone
-                    full_at = -math.inf  # again at the next poll interval
+                    full_at = check_at = -math.inf  # again at the next poll interval
                     self._round_failed("", exc)
-                self._wake.wait(self.poll_interval_s)
+                self._wake.wait(wait_s)
         finally:
             self.db.close()  # this thread's connection only
 
