@@ -543,7 +543,6 @@ class Scanner:
             # Many processes ended since the table was largest (in one tick or over
             # several); what held their records is gone by now.
             self.table.compact()
-            self.gpu_libraries.compact()
             release_memory()
             self._peak_procs = size
         events = self._take_events(started)

@@ -79,28 +79,3 @@ def test_more_changes_than_the_log_holds_say_so(
     assert table.read_since(mark) is None
     kept = Kept(table)
     assert kept.maybe == {40, 41, 42}
-
-
-def test_compact_forgets_the_ended_pids_and_the_filter_stays_whole(tmp_path: Path) -> None:
-    # After a job of thousands ended, the log of changed PIDs held one int per ended
-    # worker, each born while it ran (issue 34, item 3): compact empties it, and the
-    # next update runs the whole filter once, with the same answer.
-    write_proc(tmp_path, 1, ppid=0, start=1, comm="init", argv=["/sbin/init"])
-    write_proc(tmp_path, 30, ppid=1, start=70, comm="slurmstepd", argv=["slurmstepd: [1.0]"])
-    table = ProcessTable(str(tmp_path))
-    table.refresh()
-    kept = Kept(table)
-    for pid in range(100, 140):
-        write_proc(tmp_path, pid, ppid=1, start=pid, comm="python", argv=["python", "w.py"])
-    table.refresh()
-    assert kept.update() == {30}
-    for pid in range(100, 140):
-        shutil.rmtree(tmp_path / str(pid))
-    table.refresh()
-    assert len(table._read_log) == 82  # the first two, then 40 added and 40 dropped
-    table.compact()
-    assert len(table._read_log) == 0
-    assert kept.update() == set(stepd_candidates(table)) == {30}
-    assert kept.whole == 1
-    table.refresh()
-    assert kept.update() == {30} and kept.whole == 1  # kept again from here

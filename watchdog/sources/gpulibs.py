@@ -126,15 +126,6 @@ class GpuLibraryCache:
             self._primed = other._primed
             # (the table is new to this cache: its first call looks at every process)
 
-    def compact(self) -> None:
-        """Rebuild the PID-keyed maps at their live size after many processes ended
-        (as :meth:`ProcessTable.compact`): a dict keeps the table of its largest size,
-        144 KiB each after a job of 4,096 workers (issue 34, item 3)."""
-        self._seen = dict(self._seen)
-        self._hits = dict(self._hits)
-        self._young = set(self._young)
-        self._noted = set(self._noted)
-
     def note(self, pid: int, start_ticks: int, libraries: Sequence[str], now: float) -> None:
         """Record a hit found elsewhere (the event source reads maps after ``execve``)."""
         if libraries:

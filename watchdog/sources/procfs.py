@@ -654,17 +654,13 @@ class ProcessTable:
     def compact(self) -> None:
         """Rebuild the PID-keyed maps after many processes ended (issue 34, item 3): a
         dict keeps the table of its largest size after its keys are deleted, and the
-        three of a table that held 4,096 workers kept ~290 KiB each after the job; the
-        log of changed PIDs (:meth:`read_since`) is emptied. The
+        three of a table that held 4,096 workers kept ~290 KiB each after the job. The
         records are kept as they are (copying them would not move them out of a pymalloc
         arena the job pinned: a block comes from the partly used pool met last)."""
         self._procs = dict(self._procs)
         self._stat_raw = dict(self._stat_raw)
         self._inodes = dict(self._inodes)
         self._children, self._moves = None, {}
-        # The PIDs of the ended processes, one int each born while they ran: the next
-        # read_since answers None (the whole filter runs once, the same answer).
-        self._read_log = deque(maxlen=READ_LOG_MAX)
         live: dict[object, object] = {}
         for proc in self._procs.values():
             for value in (proc.cmdline, proc.cgroup, proc.exe):
