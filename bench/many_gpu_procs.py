@@ -131,6 +131,9 @@ class Launcher:
             os.path.exists(f"/proc/{p}") for p in self.workers[-16:]
         ):
             time.sleep(0.05)
+        # The bench's own record of the PIDs (4,096 ints born during the job) must not
+        # stay alive into the "after" RSS: the last ``for la in launchers`` kept it.
+        self.workers = []
 
 
 def write_nvml(conf: Path, pids: list[int]) -> None:

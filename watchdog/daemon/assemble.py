@@ -76,7 +76,8 @@ def attach_parts(daemon: Daemon) -> None:
 
 def build_alert_workers(daemon: Daemon) -> list[Worker]:
     """The alert worker for ``daemon``, wired to its state db, its configuration (read
-    again after each reload) and its ``on_tick`` hooks (a tick wakes the worker).
+    again after each reload) and its ``on_reload`` hooks (a reload wakes the worker; an
+    alert spooled wakes it when committed).
 
     Call before :meth:`Daemon.run_forever`, which starts and stops it::
 
@@ -93,14 +94,18 @@ def build_alert_workers(daemon: Daemon) -> list[Worker]:
         memory=daemon.unstored.spool,
         config_file=lambda: config_file(daemon.config.source),
     )
-    daemon.on_tick.append(worker.on_tick)
+    # A tick that spools an alert wakes the worker at its commit (the store's spool
+    # listener): no wake-up per tick. A reload's sinks take effect at once.
+    daemon.on_reload.append(worker.on_reload)
     return [worker, *build_alertmanager_workers(daemon)]
 
 
 def build_alertmanager_workers(daemon: Daemon) -> list[Worker]:
     """The re-send worker, always (it idles while no ``alertmanager`` sink is configured,
     so a reload that adds one needs no restart)."""
-    return [AlertmanagerKeeper(daemon.db, lambda: daemon.config.alerts)]
+    keeper = AlertmanagerKeeper(daemon.db, lambda: daemon.config.alerts)
+    daemon.on_reload.append(keeper.on_reload)  # a reload that adds a sink: kept at once
+    return [keeper]
 
 
 def build_metrics_workers(daemon: Daemon) -> list[Worker]:

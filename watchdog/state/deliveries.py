@@ -31,7 +31,8 @@ class DeliveryTable(Table):
     def enqueue(
         self, finding_id: int, sink: str, event: str, payload: dict[str, Any], now: float
     ) -> int:
-        """Spool one alert event for one sink; returns the delivery id.
+        """Spool one alert event for one sink; returns the delivery id. The store's spool
+        listeners are told once it is committed (:meth:`watchdog.state.store.Store.spooled`).
 
         The payload is made safe (:func:`watchdog.hosttext.safe_json`) here: it exists
         only to be sent.
@@ -41,6 +42,7 @@ class DeliveryTable(Table):
             " next_attempt_at) VALUES (?,?,?,?,?,?)",
             (finding_id, sink, event, json.dumps(safe_json(payload)), now, now),
         )
+        self.spooled()  # the delivery worker wakes at the commit
         return int(cur.lastrowid or 0)
 
     def due_deliveries(self, now: float, limit: int = 100) -> list[Delivery]:
@@ -61,6 +63,12 @@ class DeliveryTable(Table):
             (sink, limit),
         )
         return [_delivery(r) for r in rows]
+
+    def last_delivery_id(self) -> int:
+        """The highest row id in the spool (0 when empty): one read of the table's
+        last page, for a cheap "was anything spooled since" check."""
+        row = self.conn.execute("SELECT max(id) FROM deliveries").fetchone()
+        return int(row[0] or 0)
 
     def queued_by_sink(self) -> dict[str, int]:
         """Undelivered, not dead-lettered rows per sink."""

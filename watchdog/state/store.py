@@ -16,7 +16,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -158,6 +158,8 @@ class Store:
         self._local = threading.local()
         self._generation = 0
         self._ident: tuple[int, int, int, int] | None = None
+        # Called (from the writing thread) once an alert spooled here is committed.
+        self._spool_listeners: list[Callable[[], None]] = []
         self._lock_fd: int | None = None
         self._relock = False
         try:
@@ -348,9 +350,39 @@ class Store:
         try:
             yield conn
         except BaseException:
+            self._local.spooled = False  # rolled back: nothing to send
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+        if getattr(self._local, "spooled", False):
+            self._local.spooled = False
+            self._tell_spooled()
+
+    def add_spool_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (on the writing thread, without arguments) each time an
+        alert spooled by :meth:`spooled` is committed: the delivery worker's wake-up
+        (issue 34: it no longer polls an empty spool every second)."""
+        self._spool_listeners.append(listener)
+
+    def remove_spool_listener(self, listener: Callable[[], None]) -> None:
+        """Stop calling ``listener`` (no error when it was not added)."""
+        with contextlib.suppress(ValueError):
+            self._spool_listeners.remove(listener)
+
+    def spooled(self) -> None:
+        """An alert was just written to the spool on this thread's connection: the
+        listeners are told at this transaction's commit (at once outside one), so a
+        reader woken by them finds the row."""
+        if self.conn.in_transaction:
+            self._local.spooled = True
+        else:
+            self._tell_spooled()
+
+    def _tell_spooled(self) -> None:
+        for listener in list(self._spool_listeners):
+            # Committed already: a listener's failure must not read as the write's.
+            with contextlib.suppress(Exception):
+                listener()
 
     def close(self) -> None:
         """Close this thread's connection."""

@@ -34,6 +34,10 @@ class Table(Protocol):
         """``BEGIN IMMEDIATE`` … ``COMMIT`` (see :meth:`watchdog.state.store.Store.transaction`)."""
         ...
 
+    def spooled(self) -> None:
+        """An alert was spooled (see :meth:`watchdog.state.store.Store.spooled`)."""
+        ...
+
 
 def clean(text: str | None) -> str | None:
     """Text for the state store's text columns: :func:`watchdog.hosttext.safe_text`

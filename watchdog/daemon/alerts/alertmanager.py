@@ -258,7 +258,10 @@ class AlertmanagerKeeper:
         alerts: Returns the alert settings in force (re-read each round: reloads apply).
         clock: POSIX time source.
         environ: Environment for ``url_env``; None means ``os.environ``.
-        poll_interval_s: Longest sleep between checks.
+        poll_interval_s: Longest sleep between checks while an ``alertmanager`` sink is
+            configured; without one the thread sleeps until :meth:`on_reload` (a reload
+            that adds one) or ``idle_s``.
+        idle_s: Longest sleep without an ``alertmanager`` sink.
     """
 
     name = "alertmanager"
@@ -271,8 +274,11 @@ class AlertmanagerKeeper:
         clock: Callable[[], float] = time.time,
         environ: Mapping[str, str] | None = None,
         poll_interval_s: float = 1.0,
+        idle_s: float = 30.0,
     ) -> None:
         self.db = db
+        self.idle_s = idle_s
+        self._wake = threading.Event()
         self.alerts = alerts
         self.clock = clock
         self.environ = environ
@@ -342,9 +348,17 @@ class AlertmanagerKeeper:
                     if text != failing:
                         log.error("alertmanager-resend-failing", error=text)
                     failing = text
-                self._stop.wait(self.poll_interval_s)
+                keeps = any(s.type == "alertmanager" for s in self.alerts().sinks)
+                # Without such a sink there is nothing to re-send until a reload adds one
+                # (issue 34: a round every second on every host).
+                self._wake.wait(self.poll_interval_s if keeps else self.idle_s)
+                self._wake.clear()
         finally:
             self.db.close()
+
+    def on_reload(self, daemon: object) -> None:
+        """``Daemon.on_reload`` hook: an ``alertmanager`` sink added is kept at once."""
+        self._wake.set()
 
     def start(self) -> None:
         """Start the re-send thread (returns at once)."""
@@ -358,6 +372,7 @@ class AlertmanagerKeeper:
     def stop(self) -> None:
         """Stop the thread; wait at most the longest sink timeout plus one second."""
         self._stop.set()
+        self._wake.set()
         timeout_s = 1.0 + max((s.timeout_s for s in self.alerts().sinks), default=0.0)
         thread, self._thread = self._thread, None
         if thread is not None:

@@ -69,6 +69,11 @@ if TYPE_CHECKING:
     import httpx
 
 log = get_logger()
+#: How long an idle sink's thread waits between full rounds when nothing wakes it: a
+#: spooled alert wakes it at once (the store's and the memory spool's listeners), rows
+#: another process spooled are found by the supervisor's check (``elsewhere_poll_s``),
+#: so this round only covers what neither sees (a row whose id reuses a pruned one).
+IDLE_ROUND_S = 30.0
 # Degraded-component name of a sink whose URL cannot be read: ``alert-sink:NAME``.
 SINK_COMPONENT = "alert-sink:"
 
@@ -142,6 +147,13 @@ class _Unmarked:
 _row = delivery_row
 
 
+def _reads_url(settings: SinkSettings) -> bool:
+    """Whether the sink reads its URL from ``url_env`` or ``url_file`` (a log sink has
+    none; inline Alertmanager URLs need none)."""
+    kind = sink_kind(settings.type)
+    return (kind is None or kind.receiver != "none") and not settings.urls
+
+
 class DeliveryWorker:
     """Sends spooled alerts; implements the daemon's Worker protocol.
 
@@ -151,8 +163,17 @@ class DeliveryWorker:
             reload that changes sinks or retry limits takes effect).
         clock: POSIX time source for the thread; tests call :meth:`deliver_due` with
             their own ``now`` instead.
-        poll_interval_s: Longest sleep between rounds; :meth:`wake` (called after each
-            tick) starts a round at once.
+        poll_interval_s: Longest sleep between rounds while a sink has something to do
+            (rows waiting for a retry, its rate limit or its receiver; a URL it cannot
+            read; a round that failed) and between the supervisor's checks for rows
+            another process spooled. A sink with nothing queued waits for
+            :meth:`wake` (called when an alert is spooled in this process: the store's
+            and the memory spool's listeners, and at a reload) or :data:`IDLE_ROUND_S`;
+            a sink that needs a URL still reads it each poll interval.
+        elsewhere_poll_s: How often the supervisor looks for rows another process
+            spooled (a second daemon on a shared state directory, whose own worker
+            sends them at its commit; a stopped one's are sent at this worker's start):
+            one read of the spool's highest id.
         jitter: Fraction by which retry delays are shortened at random (0: exact).
         rand: Random source for the jitter, in [0, 1).
         environ: Environment for ``url_env``; None means ``os.environ``.
@@ -178,6 +199,7 @@ class DeliveryWorker:
         *,
         clock: Callable[[], float] = time.time,
         poll_interval_s: float = 1.0,
+        elsewhere_poll_s: float = 10.0,
         jitter: float = 0.1,
         rand: Callable[[], float] = random.random,
         environ: Mapping[str, str] | None = None,
@@ -198,6 +220,7 @@ class DeliveryWorker:
         self.alerts = alerts
         self.clock = clock
         self.poll_interval_s = poll_interval_s
+        self.elsewhere_poll_s = elsewhere_poll_s
         self.jitter = jitter
         self.rand = rand
         self.environ = environ if environ is not None else os.environ
@@ -216,6 +239,11 @@ class DeliveryWorker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._wakes: dict[str, threading.Event] = {}
+        # Sink → worker-clock time its thread has something to do again (inf: nothing
+        # queued, wait for a wake-up); set by each round (issue 34: an empty spool was
+        # read every second and at every tick).
+        self._next_at: dict[str, float] = {}
+        self._last_id: int | None = None  # the highest spool row id the supervisor saw
         self._thread: threading.Thread | None = None
         self._threads: dict[str, threading.Thread] = {}
 
@@ -290,21 +318,41 @@ class DeliveryWorker:
         out: RoundResult,
     ) -> None:
         with self._sink_lock(name):
+            self._next_at[name] = math.inf
             if not self._secret_ok(sink_settings):
+                self._soon(name, self._time(now) + self.poll_interval_s)
                 out.paused.add(name)
                 return
             t = self._time(now)
-            if self._down_until.get(name, -math.inf) > t or (
-                self._next_send.get(name, -math.inf) > t
-            ):
+            down = self._down_until.get(name, -math.inf)
+            wait = self._next_send.get(name, -math.inf)
+            if down > t or wait > t:
+                self._soon(name, max(down, wait))
                 out.paused.add(name)
                 return
             self._down_until.pop(name, None)
             backoff = Backoff(settings.retry_base_s, settings.retry_max_s, self.jitter)
-            self._drain(self._sink(sink_settings), now, backoff, out)
+            try:
+                self._drain(self._sink(sink_settings), now, backoff, out)
+            finally:
+                unmarked = self._unmarked.get(name)
+                if unmarked is not None and unmarked.rows:  # marks to write again
+                    self._soon(name, unmarked.retry_at)
 
     def _time(self, now: float | None) -> float:
         return self.clock() if now is None else now
+
+    def _soon(self, name: str, at: float) -> None:
+        """The sink has something to do at ``at`` (worker clock) or earlier."""
+        self._next_at[name] = min(self._next_at.get(name, math.inf), at)
+
+    def wait_s(self, name: str) -> float | None:
+        """How long the sink's thread may sleep after its round: until its next known
+        time, at most the poll interval; None when nothing is queued (idle)."""
+        at = self._next_at.get(name, math.inf)
+        if at == math.inf:
+            return None
+        return min(self.poll_interval_s, max(0.0, at - self.clock()))
 
     def _due(self, name: str, now: float | None, typed: dict[int, Outgoing]) -> list[Delivery]:
         """Rows of ``name`` to send now, oldest first: due, and not behind an earlier row
@@ -313,12 +361,14 @@ class DeliveryWorker:
         waiting: set[int] = set()
         due = []
         unmarked = self._unmarked.get(name, _Unmarked()).rows
-        for d in self._rows(name):
+        for d in self._rows(name, now):
             if d.id in unmarked:
                 continue  # delivered; only its mark is not written yet: never resend
             if d.finding_id in waiting:
-                continue
-            if max(d.next_attempt_at, self._retry_at.get(d.id, -math.inf)) > self._time(now):
+                continue  # due after the earlier row of its finding (noted below)
+            at = max(d.next_attempt_at, self._retry_at.get(d.id, -math.inf))
+            if at > self._time(now):
+                self._soon(name, at)
                 waiting.add(d.finding_id)
                 continue
             typed[d.id] = Outgoing.from_delivery(d)
@@ -327,16 +377,21 @@ class DeliveryWorker:
             due.append(d)
         return due
 
-    def _rows(self, name: str) -> list[Delivery]:
+    def _rows(self, name: str, now: float | None = None) -> list[Delivery]:
         """The sink's rows waiting in memory, then those of ``state.db``; only the
         memory's when the database cannot be read (they must not wait on it)."""
         rows = self.memory.pending(name)
         try:
-            return rows + _pending(self.db, name, self.batch)
+            stored = _pending(self.db, name, self.batch)
         except Exception:
             if not rows:
                 raise
+            # The database's rows are unknown: read again at the next poll interval.
+            self._soon(name, self._time(now) + self.poll_interval_s)
             return rows
+        if len(stored) >= self.batch:  # more may wait beyond this batch: look again soon
+            self._soon(name, self._time(now) + self.poll_interval_s)
+        return rows + stored
 
     def _flush_marks(self, name: str, now: float | None, backoff: Backoff) -> None:
         """Write the delivered marks that could not be written before, when their
@@ -398,6 +453,7 @@ class DeliveryWorker:
     def _mark_failed(self, d: Delivery, reason: str, retry_at: float) -> None:
         """Record a failed attempt; when it cannot be written, the retry time is kept
         in memory so the backoff holds all the same."""
+        self._soon(d.sink, retry_at)
         if d.id < 0:
             self.memory.failed(d.id, reason, retry_at)
             return
@@ -437,7 +493,9 @@ class DeliveryWorker:
             if any(d.finding_id in blocked for d in group):
                 continue
             if sent and interval > 0:
-                break  # rate limit: one message per round; the rest wait for the next
+                # Rate limit: one message per round; the rest wait for the next.
+                self._soon(name, self._next_send.get(name, self._time(now)))
+                break
             sent += 1
             out.messages += 1
             try:
@@ -521,9 +579,7 @@ class DeliveryWorker:
         (logged once) so ``status`` and the metrics name it instead of a silent queue."""
         part = f"{SINK_COMPONENT}{settings.name}"
         problem: str | None = None
-        kind = sink_kind(settings.type)
-        needs_secret = kind is None or kind.receiver != "none"
-        if needs_secret and not settings.urls:  # inline Alertmanager URLs need none
+        if _reads_url(settings):
             try:
                 read_url(settings, self.environ)
             except SecretError as exc:
@@ -575,7 +631,7 @@ class DeliveryWorker:
     # -- Worker protocol ---------------------------------------------------------------
 
     def wake(self) -> None:
-        """Start a round now instead of after the poll interval, on every sink."""
+        """Start a round now, on every sink (and the supervisor's: a reload's sinks)."""
         self._wake.set()
         with self._lock:
             events = list(self._wakes.values())
@@ -583,25 +639,59 @@ class DeliveryWorker:
             event.set()
 
     def on_tick(self, summary: object) -> None:
-        """``Daemon.on_tick`` hook: a tick may have spooled alerts, send them now."""
+        """A wake-up for a hook list (:meth:`wake`). The daemon no longer registers it
+        (:func:`~watchdog.daemon.assemble.build_alert_workers`): an alert spooled in this
+        process wakes the worker when it is committed, so a tick that spooled nothing
+        costs no round."""
         self.wake()
+
+    def on_reload(self, daemon: object) -> None:
+        """``Daemon.on_reload`` hook: sinks added, removed or changed take effect now."""
+        self.wake()
+
+    def _spooled_elsewhere(self) -> bool:
+        """Whether ``deliveries`` holds a row newer than any seen by this check: another
+        process (a second daemon on a shared state directory) spooled it, or this one
+        did and its wake-up already came (one spare round then)."""
+        last = self.db.last_delivery_id()
+        seen, self._last_id = self._last_id, last
+        return seen is not None and last > seen
 
     def _run(self) -> None:
         """The supervising thread: one draining thread per configured sink (a reload
-        that adds a sink starts its thread; a removed sink's thread ends)."""
+        that adds a sink starts its thread; a removed sink's thread ends) at a wake-up,
+        and the check for rows another process spooled each ``elsewhere_poll_s`` (one
+        indexed read, instead of every sink's round each second)."""
+        full_at = check_at = -math.inf  # monotonic times of the next round and check
         try:
             while not self._stop.is_set():
+                wait_s = self.poll_interval_s
                 try:
-                    _settings, configured = self._configured()
-                    for name in configured:
-                        self._ensure_thread(name)
+                    woken = self._wake.is_set()
+                    if woken or time.monotonic() >= full_at:
+                        self._wake.clear()
+                        _settings, configured = self._configured()
+                        for name in configured:
+                            self._ensure_thread(name)
+                        full_at = time.monotonic() + IDLE_ROUND_S
+                    if woken or time.monotonic() >= check_at:
+                        if self._spooled_elsewhere():
+                            self._wake_sinks()
+                        check_at = time.monotonic() + self.elsewhere_poll_s
                     self._round_ok("")
+                    wait_s = max(0.0, min(full_at, check_at) - time.monotonic())
                 except Exception as exc:  # the database may be locked or gone
+                    full_at = check_at = -math.inf  # again at the next poll interval
                     self._round_failed("", exc)
-                self._wake.wait(self.poll_interval_s)
-                self._wake.clear()
+                self._wake.wait(wait_s)
         finally:
             self.db.close()  # this thread's connection only
+
+    def _wake_sinks(self) -> None:
+        with self._lock:
+            events = list(self._wakes.values())
+        for event in events:
+            event.set()
 
     def _round_failed(self, thread: str, exc: Exception) -> None:
         """A round of ``thread`` (a sink's name; "" the supervisor) failed as a whole:
@@ -639,26 +729,60 @@ class DeliveryWorker:
         thread.start()
 
     def _run_sink(self, name: str, event: threading.Event) -> None:
-        """One sink's loop: drain it, wait for a wake-up or the poll interval."""
+        """One sink's loop: drain it, then wait for a wake-up or until it has something
+        to do (a retry, its rate limit, its receiver's pause: at most the poll
+        interval); with nothing queued, for a wake-up or :data:`IDLE_ROUND_S`."""
         try:
             while not self._stop.is_set():
+                wait_s: float | None = self.poll_interval_s
                 try:
                     if self.deliver_sink(name) is None:
                         self._round_ok(name)
                         return  # no longer configured
                     self._round_ok(name)
+                    wait_s = self.wait_s(name)
                 except Exception as exc:  # the database may be locked or gone
                     self._round_failed(name, exc)
-                event.wait(self.poll_interval_s)
+                if wait_s is None:
+                    self._idle(name, event)
+                else:
+                    event.wait(wait_s)
                 event.clear()
         finally:
             self.db.close()  # this thread's connection only
+
+    def _idle(self, name: str, event: threading.Event) -> None:
+        """Wait with nothing queued: until a wake-up, :data:`IDLE_ROUND_S`, or (for a
+        sink that needs a URL) the poll interval at which its URL stops being readable,
+        which is then a degraded component as soon as before."""
+        until = time.monotonic() + IDLE_ROUND_S
+        while not self._stop.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            settings = self._needs_url(name)
+            if event.wait(min(left, self.poll_interval_s) if settings else left):
+                return
+            if settings is not None:
+                with self._sink_lock(name):
+                    if not self._secret_ok(settings):
+                        return  # a round pauses the sink and reads it each interval
+
+    def _needs_url(self, name: str) -> SinkSettings | None:
+        """The sink's settings when it reads a URL (``url_env``, ``url_file``)."""
+        for settings in self.alerts().sinks:
+            if settings.name == name:
+                return settings if _reads_url(settings) else None
+        return None
 
     def start(self) -> None:
         """Start the delivery thread (returns at once)."""
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop.clear()
+        # An alert spooled in this process wakes the sinks once it is committed.
+        self.db.add_spool_listener(self.wake)
+        self.memory.listeners.append(self.wake)
         self._thread = threading.Thread(target=self._run, name="rogue-watchdog-alerts")
         self._thread.daemon = True  # a hung request must not keep the process alive
         self._thread.start()
@@ -668,6 +792,9 @@ class DeliveryWorker:
         (default: the longest sink timeout plus one second)."""
         self._stop.set()
         self._wake.set()
+        self.db.remove_spool_listener(self.wake)
+        with contextlib.suppress(ValueError):
+            self.memory.listeners.remove(self.wake)
         if timeout_s is None:
             timeout_s = 1.0 + max((s.timeout_s for s in self.alerts().sinks), default=0.0)
         with self._lock:

@@ -11,8 +11,10 @@ restart: that is what "not persisted" means in ``status`` (docs/operations.md).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from ...hosttext import safe_json
@@ -27,6 +29,8 @@ class MemorySpool:
         self._rows: dict[int, Delivery] = {}
         self._next = -1
         self.delivered = 0
+        # Called after each put (the delivery worker's wake-up, as the store's).
+        self.listeners: list[Callable[[], None]] = []
 
     def put(
         self, finding_id: int, sink: str, event: str, payload: dict[str, Any], now: float
@@ -39,6 +43,8 @@ class MemorySpool:
             event: ``open``, ``remind`` or ``resolve``.
             payload: The alert document (made safe here, as :meth:`DeliveryTable.enqueue`).
             now: POSIX time it was queued.
+
+        Each of :attr:`listeners` is called after the row is queued.
         """
         with self._lock:
             row = self._next
@@ -46,7 +52,10 @@ class MemorySpool:
             self._rows[row] = Delivery(
                 row, finding_id, sink, event, safe_json(payload), now, 0, now, None, None
             )
-            return row
+        for listener in list(self.listeners):
+            with contextlib.suppress(Exception):  # queued already: sent at the next round
+                listener()
+        return row
 
     def pending(self, sink: str) -> list[Delivery]:
         """The rows of ``sink`` not yet sent, oldest first."""
