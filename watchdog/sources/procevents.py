@@ -37,10 +37,9 @@ rounds begin at most every :data:`ROUND_SPACING_S` (:data:`SUSTAINED_SPACING_S` 
 the last second brought :data:`SUSTAINED_STORM_RATE` datagrams a second or more), so one
 wake-up of the thread reads many datagrams; one wake request per round, the daemon's
 loop spaces early ticks, the re-read and maps queues are bounded (overflow turns into a
-full sweep). Where the
-connector cannot be opened (no CAP_NET_ADMIN on kernels before 6.6, outside the initial
-network, PID or user namespace, a container) :meth:`ProcEventSource.start` records why,
-logs it once and the daemon polls as before.
+full sweep). Where the connector cannot be opened (no CAP_NET_ADMIN on kernels before
+6.6, outside the initial network, PID or user namespace, a container)
+:meth:`ProcEventSource.start` records why, logs it once and the daemon polls as before.
 """
 
 from __future__ import annotations
