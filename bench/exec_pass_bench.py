@@ -176,8 +176,15 @@ def main() -> int:
             tick_profiler = cProfile.Profile() if args.profile_ticks is not None else None
             exec_tick, tick = d.exec_tick, d.tick
 
+            # From the end of a whole tick to the start of the pass right after it (the
+            # loop's own wait: the pass's length before 6393294, none since).
+            after_tick: list[float] = []
+            last_end: list[Any] = [None, 0.0]  # "tick" or "pass", perf_counter at its end
+
             def timed_exec(now: float) -> Any:
                 t, c = time.perf_counter(), time.thread_time()
+                if measuring.is_set() and last_end[0] == "tick":
+                    after_tick.append(t - last_end[1])
                 if profiler is not None and measuring.is_set():
                     profiler.enable()
                 try:
@@ -188,6 +195,7 @@ def main() -> int:
                     if measuring.is_set():
                         passes.append(time.perf_counter() - t)
                         pass_cpu.append(time.thread_time() - c)
+                    last_end[:] = ["pass", time.perf_counter()]
 
             def timed_tick(now: float) -> Any:
                 t, c = time.perf_counter(), time.thread_time()
@@ -203,6 +211,7 @@ def main() -> int:
                     if measuring.is_set():
                         ticks.append(time.perf_counter() - t)
                         tick_cpu.append(time.thread_time() - c)
+                    last_end[:] = ["tick", time.perf_counter()]
 
             d.exec_tick = timed_exec  # type: ignore[method-assign]
             d.tick = timed_tick  # type: ignore[method-assign]
@@ -265,6 +274,7 @@ def main() -> int:
             f"gen{g}": summary([took for gen, _, took in gc_pauses if gen == g]) for g in range(3)
         },
         "launches_with_a_gc_pause": len(in_gc),
+        "pass_right_after_a_tick_waited": summary(after_tick),
         "exec_pass": summary(passes),
         "whole_tick": summary(ticks),
         "exec_pass_cpu": summary(pass_cpu),
