@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -120,12 +121,38 @@ def main() -> int:
         )
         with sleepers(args.sleepers):
             d = Daemon(cfg, None)
-            if attach_events(d) is None:
+            source = attach_events(d)
+            if source is None:
                 print("kernel process events are off", file=sys.stderr)
                 return 2
+            in_tick = threading.Event()
+            # When the event thread handed each capture on (the exec's half of the
+            # latency), and every garbage collection's pause (the tail's suspects).
+            captured_at: dict[int, float] = {}
+            in_tick_capture: set[int] = set()  # captured while a whole tick ran
+            capture = source._capture
+
+            def timed_capture(pid: int, libraries: tuple[str, ...]) -> None:
+                capture(pid, libraries)
+                captured_at.setdefault(pid, time.time())
+                if in_tick.is_set():
+                    in_tick_capture.add(pid)
+
+            source._capture = timed_capture  # type: ignore[method-assign]
+            measuring = threading.Event()
+            gc_pauses: list[tuple[int, float, float]] = []  # generation, start, seconds
+            gc_start = [0.0]
+
+            def gc_timer(phase: str, info: dict[str, Any]) -> None:
+                if phase == "start":
+                    gc_start[0] = time.perf_counter()
+                elif measuring.is_set():
+                    took = time.perf_counter() - gc_start[0]
+                    gc_pauses.append((info["generation"], time.time() - took, took))
+
+            gc.callbacks.append(gc_timer)
             opened: dict[int, float] = {}
             by_tick: set[int] = set()  # opened by a whole tick, not by an exec pass
-            in_tick = threading.Event()
             passes: list[float] = []
             ticks: list[float] = []
             # The same, in CPU time of the loop's thread: what neighbours move least.
@@ -148,10 +175,16 @@ def main() -> int:
             profiler = cProfile.Profile() if args.profile is not None else None
             tick_profiler = cProfile.Profile() if args.profile_ticks is not None else None
             exec_tick, tick = d.exec_tick, d.tick
-            measuring = threading.Event()
+
+            # From the end of a whole tick to the start of the pass right after it (the
+            # loop's own wait: the pass's length before 6393294, none since).
+            after_tick: list[float] = []
+            last_end: list[Any] = [None, 0.0]  # "tick" or "pass", perf_counter at its end
 
             def timed_exec(now: float) -> Any:
                 t, c = time.perf_counter(), time.thread_time()
+                if measuring.is_set() and last_end[0] == "tick":
+                    after_tick.append(t - last_end[1])
                 if profiler is not None and measuring.is_set():
                     profiler.enable()
                 try:
@@ -162,6 +195,7 @@ def main() -> int:
                     if measuring.is_set():
                         passes.append(time.perf_counter() - t)
                         pass_cpu.append(time.thread_time() - c)
+                    last_end[:] = ["pass", time.perf_counter()]
 
             def timed_tick(now: float) -> Any:
                 t, c = time.perf_counter(), time.thread_time()
@@ -177,6 +211,7 @@ def main() -> int:
                     if measuring.is_set():
                         ticks.append(time.perf_counter() - t)
                         tick_cpu.append(time.thread_time() - c)
+                    last_end[:] = ["tick", time.perf_counter()]
 
             d.exec_tick = timed_exec  # type: ignore[method-assign]
             d.tick = timed_tick  # type: ignore[method-assign]
@@ -204,6 +239,12 @@ def main() -> int:
                 d.request_stop()
                 loop.join(30)
     lat = [opened[p] - t for p, t in launched.items() if p in opened]
+    # A launch whose exec -> finding window held a collection: the pause and the launch.
+    in_gc = [
+        p
+        for p, t in launched.items()
+        if p in opened and any(t <= at + took and at <= opened[p] for _, at, took in gc_pauses)
+    ]
     out = {
         "code": str(args.code or BENCH.parent),
         "sleepers": args.sleepers,
@@ -213,6 +254,27 @@ def main() -> int:
         "opened_by_tick": summary(
             [opened[p] - t for p, t in launched.items() if p in opened and p in by_tick]
         ),
+        "exec_to_capture": summary(
+            [captured_at[p] - t for p, t in launched.items() if p in captured_at]
+        ),
+        "capture_to_finding": summary(
+            [opened[p] - captured_at[p] for p in launched if p in opened and p in captured_at]
+        ),
+        "captured_during_a_tick": summary(
+            [opened[p] - t for p, t in launched.items() if p in opened and p in in_tick_capture]
+        ),
+        "captured_between_ticks": summary(
+            [
+                opened[p] - t
+                for p, t in launched.items()
+                if p in opened and p in captured_at and p not in in_tick_capture
+            ]
+        ),
+        "gc_pauses": {
+            f"gen{g}": summary([took for gen, _, took in gc_pauses if gen == g]) for g in range(3)
+        },
+        "launches_with_a_gc_pause": len(in_gc),
+        "pass_right_after_a_tick_waited": summary(after_tick),
         "exec_pass": summary(passes),
         "whole_tick": summary(ticks),
         "exec_pass_cpu": summary(pass_cpu),

@@ -23,7 +23,11 @@ interval) and the loop thread's CPU is printed beside the event thread's.
 
 Usage (root; run niced, alone):
     nice -n 5 python bench/storm_thread.py [--rate 500] [--seconds 10] [--pairs 3]
-        [--base DIR] [--code DIR] [--profile | --daemon]
+        [--base DIR] [--code DIR] [--profile | --daemon] [--trainers N]
+
+``--trainers N`` also starts N trainers living 30 ms (exec to exit, launcher-named)
+evenly through each storm and prints how many the reader captured at exec (what a
+later read of a storm's execs would cost).
 """
 
 from __future__ import annotations
@@ -51,6 +55,26 @@ def ticks(stat: str) -> tuple[int, int]:
     with open(stat) as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     return int(fields[11]), int(fields[12])
+
+
+def launch_trainers(seconds: float) -> list[int]:
+    """``STORM_TRAINERS=BINARY:N``: N trainers living 30 ms from exec to exit, started
+    evenly through the storm under launcher names (hard links ``train_s30_K.py`` beside
+    BINARY, as bench/run_all.py's), reaped; their PIDs."""
+    spec = os.environ.get("STORM_TRAINERS")
+    if not spec:
+        return []
+    binary, count = spec.rsplit(":", 1)
+    pids = []
+    for k in range(int(count)):
+        path = f"{binary}_s30_{k}.py"
+        if not os.path.exists(path):
+            os.link(binary, path)
+        pids.append(os.posix_spawn(path, [path, "30"], os.environ))
+        time.sleep(seconds / (int(count) + 1))
+    for pid in pids:
+        os.waitpid(pid, 0)
+    return pids
 
 
 def child(rate: int, seconds: float, storm: str, profile: bool) -> dict[str, Any]:
@@ -110,7 +134,10 @@ def child(rate: int, seconds: float, storm: str, profile: bool) -> dict[str, Any
     stat = f"/proc/self/task/{thread.native_id}/stat"
     u0, s0 = ticks(stat)
     r0, c0, w0 = rounds[0], time.clock_gettime(clock), time.monotonic()
-    subprocess.run([storm, str(rate), str(seconds)], check=True)
+    gen = subprocess.Popen([storm, str(rate), str(seconds)])
+    trainers = launch_trainers(seconds)
+    if gen.wait() != 0:
+        raise SystemExit("the storm generator failed")
     time.sleep(0.2)  # the last datagrams of the storm
     r1, c1, w1 = rounds[0], time.clock_gettime(clock), time.monotonic()
     u1, s1 = ticks(stat)
@@ -119,7 +146,11 @@ def child(rate: int, seconds: float, storm: str, profile: bool) -> dict[str, Any
     missed = source.counters.missed - missed0
     source.stop()
     execs = events.get("exec", 0)
+    with source._lock:
+        captured = source._batch.candidates & set(trainers)
     out = {
+        "trainers": len(trainers),
+        "trainers_caught": len(captured),
         "cpu_s": c1 - c0,
         "wall_s": w1 - w0,
         "execs": execs,
@@ -228,10 +259,11 @@ def build_storm(sandbox: Path) -> Path:
 
 
 def line(label: str, r: dict[str, Any]) -> str:
+    caught = f" {r['trainers_caught']} / {r['trainers']} |" if r.get("trainers") else ""
     return (
         f"| {label} | {r['cpu_s'] * 1000:.0f} ms | {r['execs']} | {r['us_per_exec']:.1f} µs "
         f"| {r['share']:.2f} % | {r['user_s']:.2f} / {r['system_s']:.2f} s "
-        f"| {r['rounds'] / max(r['execs'], 1):.2f} | {r['lost']} | {r['missed']} |"
+        f"| {r['rounds'] / max(r['execs'], 1):.2f} | {r['lost']} | {r['missed']} |{caught}"
     )
 
 
@@ -264,6 +296,10 @@ def main() -> int:
     ap.add_argument(
         "--daemon", action="store_true", help="the daemon in process: its loop and event threads"
     )
+    ap.add_argument(
+        "--trainers", type=int, default=0,
+        help="also start N trainers living 30 ms during each storm; count those captured",
+    )  # fmt: skip
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -278,6 +314,13 @@ def main() -> int:
     sandbox = Path(tempfile.mkdtemp(prefix="rwbench-storm-"))
     try:
         storm = build_storm(sandbox)
+        if args.trainers:
+            from run_all import TRAINER_C
+
+            src = sandbox / "trainer.c"
+            src.write_text(TRAINER_C)
+            subprocess.run(["gcc", "-O2", "-o", str(sandbox / "train"), str(src)], check=True)
+            os.environ["STORM_TRAINERS"] = f"{sandbox / 'train'}:{args.trainers}"
         code = Path(args.code).resolve()
         if args.profile:
             r = run_child(code, args.rate, args.seconds, storm, True)
@@ -293,9 +336,10 @@ def main() -> int:
         print(f"exec storm, {args.rate} execs/s for {args.seconds:.0f} s, event thread only")
         print(
             "| run | thread CPU | execs seen | CPU per exec | share of a core "
-            "| user / system | lost | missed |"
+            "| user / system | rounds per exec | lost | missed |"
+            + (" 30 ms trainers caught |" if args.trainers else "")
         )
-        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        print("|" + " --- |" * (10 if args.trainers else 9))
         results: dict[str, list[dict[str, Any]]] = {k: [] for k, _ in kinds}
         for i in range(args.pairs):
             order = kinds if i % 2 == 0 else kinds[::-1]

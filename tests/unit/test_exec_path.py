@@ -337,6 +337,26 @@ def test_status_after_an_exec_pass_keeps_every_known_jobs_entry(tmp_path: Path) 
         d.db.close()
 
 
+def test_an_exec_pass_after_a_whole_tick_waits_for_nothing_more() -> None:
+    """A capture that came during a whole tick has waited for it: the pass starts when
+    the tick ends (at least 10 ms after it began), not a pass's length later (that wait
+    was most of exec -> finding's tail, issue 34); after a pass the duty limit's idle
+    time holds as before."""
+    from rogue_watchdog.daemon.loop import (
+        EARLY_TICK_MIN_GAP_S,
+        exec_pass_gap_s,
+        exec_pass_start,
+    )
+
+    # A 20 ms whole tick from t=100, the last pass took 6 ms.
+    assert exec_pass_start(100.0, 100.02, False, 0.006) == 100.02
+    # After that pass (100.02 to 100.026): idle as long as it took.
+    assert exec_pass_start(100.02, 100.026, True, 0.006) == 100.026 + exec_pass_gap_s(0.006)
+    # A short tick or pass: never sooner than 10 ms after it began.
+    assert exec_pass_start(100.0, 100.002, False, 0.006) == 100.0 + EARLY_TICK_MIN_GAP_S
+    assert exec_pass_start(100.0, 100.001, True, 0.001) == 100.0 + EARLY_TICK_MIN_GAP_S
+
+
 def test_an_exec_pass_is_spaced_by_its_own_cost_not_the_ticks(tmp_path: Path) -> None:
     """A capture that comes during a whole tick waits for the tick, then for as long as
     the last pass took (the duty limit, by the pass's own cost), not for twice the

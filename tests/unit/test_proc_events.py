@@ -707,3 +707,26 @@ def test_a_storm_of_member_exits_keeps_how_the_root_ended(tmp_path: Path) -> Non
     finally:
         source.stop()
         ours.close()
+
+
+def test_a_storm_that_lasts_is_read_in_sparser_rounds() -> None:
+    """Reading rounds begin at most every 2 ms in a storm, every 8 ms for the next
+    second after a second that brought 600 datagrams a second or more (200 programs:
+    the wake-ups were most of a 500 execs/s storm's cost, issue 34); a busy host below
+    that rate keeps 2 ms."""
+    from rogue_watchdog.sources.procevents import (
+        ROUND_SPACING_S,
+        SUSTAINED_SPACING_S,
+        SUSTAINED_STORM_RATE,
+        SUSTAINED_STORM_S,
+        storm_spacing_s,
+    )
+
+    assert (ROUND_SPACING_S, SUSTAINED_SPACING_S) == (0.002, 0.008)
+    assert (SUSTAINED_STORM_RATE, SUSTAINED_STORM_S) == (600, 1.0)
+    assert storm_spacing_s(1500, 1.0) == SUSTAINED_SPACING_S  # 500 execs/s
+    assert storm_spacing_s(600, 1.0) == SUSTAINED_SPACING_S
+    assert storm_spacing_s(599, 1.0) == ROUND_SPACING_S
+    assert storm_spacing_s(300, 1.0) == ROUND_SPACING_S  # a build: 100 programs a second
+    assert storm_spacing_s(1500, 5.0) == ROUND_SPACING_S  # a second's storm, then quiet
+    assert storm_spacing_s(0, 0.0) == ROUND_SPACING_S

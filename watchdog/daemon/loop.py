@@ -138,18 +138,39 @@ def early_tick_spacing_s(tick_s: float, acting_s: float) -> float:
 
 
 def exec_pass_gap_s(pass_s: float) -> float:
-    """Seconds from the end of a tick or pass to an exec pass asked for meanwhile.
+    """Seconds from the end of a pass to an exec pass asked for meanwhile.
 
     The same duty limit, by the pass's own cost: the pass is idle-spaced by what the
     last one took, so passes keep the loop busy at most ``EARLY_TICK_DUTY`` of the time
     however many captures come. A whole tick's cost no longer spaces them: 2x a 20-60 ms
     tick was most of exec -> finding for a capture that came during one (issue 34,
-    item 1), while a pass costs a few milliseconds.
+    item 1), while a pass costs a few milliseconds. After a whole tick a pass waits for
+    nothing more (:func:`exec_pass_start`).
 
     Args:
         pass_s: The last exec pass's duration (monotonic seconds; 0 before the first).
     """
     return max(0.0, pass_s) * (1.0 / EARLY_TICK_DUTY - 1.0)
+
+
+def exec_pass_start(began: float, ended: float, after_pass: bool, pass_s: float) -> float:
+    """When an exec pass asked for during the last tick or pass may start (monotonic).
+
+    After a pass, once the loop has been idle as long as that pass took
+    (:func:`exec_pass_gap_s`); after a whole tick, at once: the captures that came during
+    it have waited for it already (waiting a pass's length more was most of the tail of
+    exec -> finding, issue 34), and the whole ticks' own spacing
+    (:func:`early_tick_spacing_s`) bounds the loop's share as before. Either way at least
+    ``EARLY_TICK_MIN_GAP_S`` after the last one began.
+
+    Args:
+        began: When the last tick or pass began (monotonic seconds).
+        ended: When it ended (monotonic seconds).
+        after_pass: Whether it was an exec pass (else a whole tick).
+        pass_s: The last exec pass's duration, seconds.
+    """
+    idle = exec_pass_gap_s(pass_s) if after_pass else 0.0
+    return max(ended + idle, began + EARLY_TICK_MIN_GAP_S)
 
 
 @dataclass
@@ -1027,7 +1048,8 @@ class Daemon:
                 )
                 self._early.clear()
                 now = clock()
-                if exec_first and self.exec_tick(now) is not None:
+                passed = exec_first and self.exec_tick(now) is not None
+                if passed:
                     feed = self.scanner.events
                     if self.exec_left or (feed is not None and feed.full_wanted):
                         # A watched exit or the like asked too, or the pass left a new
@@ -1047,13 +1069,8 @@ class Daemon:
                 while not (self._stop.is_set() or self._reload.is_set()):
                     if self._early.is_set():
                         if self._pass_next(deadline):
-                            gap = (
-                                max(
-                                    ended + exec_pass_gap_s(self.exec_tick_s),
-                                    began + EARLY_TICK_MIN_GAP_S,
-                                )
-                                - time.monotonic()
-                            )
+                            start = exec_pass_start(began, ended, passed, self.exec_tick_s)
+                            gap = start - time.monotonic()
                         else:
                             spacing = early_tick_spacing_s(ended - began, self.acting_s)
                             gap = began + spacing - time.monotonic()
