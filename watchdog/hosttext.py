@@ -17,7 +17,7 @@ categories Cc/Cs/Zl/Zp and the bidi controls of UAX #9.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 NEWLINE = "\u23ce"  # ⏎: a line break shown, never performed
@@ -158,3 +158,76 @@ def quoted_command(argv: Sequence[str], width: int) -> str:
 def clip(text: str, width: int) -> str:
     """``text`` in at most ``width`` characters, its end replaced by ``…`` when cut."""
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+# Messages quote host text only in code spans (:func:`code_span`), which hold no backtick:
+# in a message, the text between the 2k-th and (2k+1)-th backtick is host text, the rest
+# the product's own words. An unclosed span runs to the end (a message cut mid-quote).
+
+
+def find_outside_code(text: str, marker: str, start: int = 0) -> int:
+    """Where ``marker`` first occurs in ``text`` at or after ``start``, outside every code
+    span; -1 when nowhere.
+
+    Code that cuts a message at one of the product's own markers (``; now: its run PID``,
+    ``; to stop it:``) must not find it in a quoted command line: an argument holding the
+    marker would cut the quote open and drop the origin named after it.
+
+    Args:
+        text: A message whose host text is quoted with :func:`code_span`.
+        marker: The product's own words; holds no backtick.
+        start: Index of ``text`` to search from.
+
+    Returns:
+        The index of the first match outside code spans, or -1.
+    """
+    pos = 0
+    for i, segment in enumerate(text.split("`")):
+        end = pos + len(segment)
+        if i % 2 == 0 and end >= start:
+            at = segment.find(marker, max(0, start - pos))
+            if at >= 0:
+                return pos + at
+        pos = end + 1
+    return -1
+
+
+def split_outside_code(text: str, sep: str, maxsplit: int = -1) -> list[str]:
+    """``text.split(sep, maxsplit)``, splitting only at a ``sep`` outside code spans
+    (:func:`find_outside_code`)."""
+    out: list[str] = []
+    pos = 0
+    while maxsplit < 0 or len(out) < maxsplit:
+        at = find_outside_code(text, sep, pos)
+        if at < 0:
+            break
+        out.append(text[pos:at])
+        pos = at + len(sep)
+    out.append(text[pos:])
+    return out
+
+
+def map_outside_code(text: str, change: Callable[[str], str]) -> str:
+    """``text`` with ``change`` applied to each stretch outside code spans; the spans
+    (host text) are kept as they are.
+
+    Args:
+        text: A message whose host text is quoted with :func:`code_span`.
+        change: Rewrites the product's own words, e.g. a regular expression's ``sub``;
+            must add or remove no backtick.
+    """
+    segments = text.split("`")
+    return "`".join(change(s) if i % 2 == 0 else s for i, s in enumerate(segments))
+
+
+def replace_outside_code(text: str, old: str, new: str) -> str:
+    """``text.replace(old, new)`` outside code spans only: host text is never rewritten."""
+    if old not in text:
+        return text
+    return map_outside_code(text, lambda s: s.replace(old, new))
+
+
+def outside_code(text: str) -> str:
+    """``text`` with each code span's content removed (its backticks kept): what the
+    product itself says, for a search for its own words (``text`` → `` `` ``)."""
+    return "`".join(s if i % 2 == 0 else "" for i, s in enumerate(text.split("`")))
