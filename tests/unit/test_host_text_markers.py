@@ -1,6 +1,6 @@
 """Host text cannot cut or forge the product's own words in a finding's message
 (hostile tester i, session 2026-12-07): code that cuts a message at one of its own
-markers finds it outside code spans only (:func:`watchdog.hosttext.find_outside_code`),
+markers finds it outside code spans only (:func:`rogue_watchdog.hosttext.find_outside_code`),
 and every piece of host text an origin names is quoted.
 
 Before (main c2a0950), each case below gave:
