@@ -149,3 +149,18 @@ def test_a_tmux_socket_path_cannot_write_an_origin_outside_the_quote() -> None:
     assert text == f"tmux session `a` ($0) on `{hostile}`"
     named = TmuxSession("/tmp/s", "$1", "x`, from cron y:1", None, False).describe()
     assert named == "tmux session `x\\x60, from cron y:1` ($1) on `/tmp/s`"
+
+
+def test_a_command_line_naming_a_config_is_not_read_as_another_install() -> None:
+    """Before: a quoted command line holding ``rogue-watchdog terminate --config /x``
+    was rewritten to this daemon's configuration and the alert got the note "written
+    under the configuration /x (another install …)"."""
+    from rogue_watchdog.daemon.alerts.adopt import adopted
+    from rogue_watchdog.daemon.alerts.alert import Alert, Outgoing
+
+    ours = "/etc/rogue-watchdog/config.yaml"
+    msg = _rogue_message(("python3", "a", "rogue-watchdog terminate --config /x 1"))
+    doc = {"schema_version": 1, "event": "open", "host": "h", "time": None,
+           "finding": {"id": 1, "message": msg}}  # fmt: skip
+    out = Outgoing(Alert.from_json(doc), "log", 1, 0.0)
+    assert adopted(out, ours).alert.finding.message == msg
