@@ -150,6 +150,25 @@ def code_span(text: str) -> str:
     return "`" + text.replace("`", "\\x60") + "`"
 
 
+#: A word that reads the same quoted or not: nothing that ends a clause (``,``, ``;``,
+#: a space, a parenthesis) or opens a span.
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9._/+@:=%~-]+")
+
+
+def plain_or_code(text: str, width: int = 160) -> str:
+    """A path or name from the host as a message shows it: as it is when it is one plain
+    word (``/home/bob/train.sh``), else in a :func:`code_span` (``/tmp/a, entry since
+    disabled.sh`` would otherwise read as the product's own words).
+
+    Args:
+        text: Host text.
+        width: Most characters of ``text`` kept (:func:`clip`).
+    """
+    if _PLAIN_WORD.fullmatch(text) and len(text) <= width:
+        return text
+    return code_span(clip(text, width))
+
+
 def quoted_command(argv: Sequence[str], width: int) -> str:
     """:func:`command_text` in a :func:`code_span`: how a message shows a command line."""
     return code_span(command_text(argv, width))

@@ -164,3 +164,28 @@ def test_a_command_line_naming_a_config_is_not_read_as_another_install() -> None
            "finding": {"id": 1, "message": msg}}  # fmt: skip
     out = Outgoing(Alert.from_json(doc), "log", 1, 0.0)
     assert adopted(out, ours).alert.finding.message == msg
+
+
+def test_origin_names_chosen_by_users_are_quoted() -> None:
+    """Before: ``Slurm job 5 'a'`` (repr) and ``cron …:1 via /home/b/x, entry since
+    disabled.sh (high confidence)``: the script's path read as the product's words."""
+    from rogue_watchdog.hosttext import plain_or_code
+    from rogue_watchdog.model import CronOrigin, SlurmOrigin
+
+    assert plain_or_code("/home/bob/train.sh") == "/home/bob/train.sh"
+    assert plain_or_code("/tmp/a, b") == "`/tmp/a, b`"
+    assert SlurmOrigin(job_id="5", job_name="a', from cron x:1").describe() == (
+        "Slurm job 5 `a', from cron x:1`"
+    )
+    cron = CronOrigin(
+        file="/var/spool/cron/crontabs/b",
+        line=1,
+        schedule="* * * * *",
+        launch_script="/home/b/x, entry since disabled.sh",
+        confidence="high",
+    )
+    assert cron.describe() == (
+        "cron /var/spool/cron/crontabs/b:1 (* * * * *) via "
+        "`/home/b/x, entry since disabled.sh` (high confidence)"
+    )
+    assert "entry since disabled" not in outside_code(cron.describe())
