@@ -10,6 +10,12 @@ the cursor or ring the bell (ESC, BEL, CR) and reorder text (bidi overrides).
 it to every string (keys included) of a JSON-ready value. The result is always valid
 UTF-8 and holds no control character.
 
+A message quotes host text in code spans only (:func:`code_span`, or
+:func:`plain_or_code` for a path or name that is one plain word): code that cuts or
+rewrites a message at the product's own words looks outside them
+(:func:`find_outside_code` and its siblings), so no command line, session name or socket
+path can cut a clause off or forge one.
+
 Sources: PEP 383 (``surrogateescape``: bytes 0x80–0xFF as U+DC80–U+DCFF); Unicode
 categories Cc/Cs/Zl/Zp and the bidi controls of UAX #9.
 """

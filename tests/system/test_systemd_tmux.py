@@ -79,4 +79,4 @@ def test_unit_that_creates_the_tmux_session_is_the_origin(
     adhoc = _job(sd, ["/usr/bin/python3", other])["origin"]
     assert adhoc["kind"] == "shell"
     assert (adhoc["tmux_session"], adhoc["tmux_session_id"]) == ("adhoc", "$1")
-    assert adhoc["session"] == f"tmux session 'adhoc' ($1) on {sock}"
+    assert adhoc["session"] == f"tmux session `adhoc` ($1) on `{sock}`"
