@@ -10,6 +10,12 @@ the cursor or ring the bell (ESC, BEL, CR) and reorder text (bidi overrides).
 it to every string (keys included) of a JSON-ready value. The result is always valid
 UTF-8 and holds no control character.
 
+A message quotes host text in code spans only (:func:`code_span`, or
+:func:`plain_or_code` for a path or name that is one plain word): code that cuts or
+rewrites a message at the product's own words looks outside them
+(:func:`find_outside_code` and its siblings), so no command line, session name or socket
+path can cut a clause off or forge one.
+
 Sources: PEP 383 (``surrogateescape``: bytes 0x80–0xFF as U+DC80–U+DCFF); Unicode
 categories Cc/Cs/Zl/Zp and the bidi controls of UAX #9.
 """
@@ -17,7 +23,7 @@ categories Cc/Cs/Zl/Zp and the bidi controls of UAX #9.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 NEWLINE = "\u23ce"  # ⏎: a line break shown, never performed
@@ -150,6 +156,25 @@ def code_span(text: str) -> str:
     return "`" + text.replace("`", "\\x60") + "`"
 
 
+#: A word that reads the same quoted or not: nothing that ends a clause (``,``, ``;``,
+#: a space, a parenthesis) or opens a span.
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9._/+@:=%~-]+")
+
+
+def plain_or_code(text: str, width: int = 160) -> str:
+    """A path or name from the host as a message shows it: as it is when it is one plain
+    word (``/home/bob/train.sh``), else in a :func:`code_span` (``/tmp/a, entry since
+    disabled.sh`` would otherwise read as the product's own words).
+
+    Args:
+        text: Host text.
+        width: Most characters of ``text`` kept (:func:`clip`).
+    """
+    if _PLAIN_WORD.fullmatch(text) and len(text) <= width:
+        return text
+    return code_span(clip(text, width))
+
+
 def quoted_command(argv: Sequence[str], width: int) -> str:
     """:func:`command_text` in a :func:`code_span`: how a message shows a command line."""
     return code_span(command_text(argv, width))
@@ -158,3 +183,76 @@ def quoted_command(argv: Sequence[str], width: int) -> str:
 def clip(text: str, width: int) -> str:
     """``text`` in at most ``width`` characters, its end replaced by ``…`` when cut."""
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+# Messages quote host text only in code spans (:func:`code_span`), which hold no backtick:
+# in a message, the text between the 2k-th and (2k+1)-th backtick is host text, the rest
+# the product's own words. An unclosed span runs to the end (a message cut mid-quote).
+
+
+def find_outside_code(text: str, marker: str, start: int = 0) -> int:
+    """Where ``marker`` first occurs in ``text`` at or after ``start``, outside every code
+    span; -1 when nowhere.
+
+    Code that cuts a message at one of the product's own markers (``; now: its run PID``,
+    ``; to stop it:``) must not find it in a quoted command line: an argument holding the
+    marker would cut the quote open and drop the origin named after it.
+
+    Args:
+        text: A message whose host text is quoted with :func:`code_span`.
+        marker: The product's own words; holds no backtick.
+        start: Index of ``text`` to search from.
+
+    Returns:
+        The index of the first match outside code spans, or -1.
+    """
+    pos = 0
+    for i, segment in enumerate(text.split("`")):
+        end = pos + len(segment)
+        if i % 2 == 0 and end >= start:
+            at = segment.find(marker, max(0, start - pos))
+            if at >= 0:
+                return pos + at
+        pos = end + 1
+    return -1
+
+
+def split_outside_code(text: str, sep: str, maxsplit: int = -1) -> list[str]:
+    """``text.split(sep, maxsplit)``, splitting only at a ``sep`` outside code spans
+    (:func:`find_outside_code`)."""
+    out: list[str] = []
+    pos = 0
+    while maxsplit < 0 or len(out) < maxsplit:
+        at = find_outside_code(text, sep, pos)
+        if at < 0:
+            break
+        out.append(text[pos:at])
+        pos = at + len(sep)
+    out.append(text[pos:])
+    return out
+
+
+def map_outside_code(text: str, change: Callable[[str], str]) -> str:
+    """``text`` with ``change`` applied to each stretch outside code spans; the spans
+    (host text) are kept as they are.
+
+    Args:
+        text: A message whose host text is quoted with :func:`code_span`.
+        change: Rewrites the product's own words, e.g. a regular expression's ``sub``;
+            must add or remove no backtick.
+    """
+    segments = text.split("`")
+    return "`".join(change(s) if i % 2 == 0 else s for i, s in enumerate(segments))
+
+
+def replace_outside_code(text: str, old: str, new: str) -> str:
+    """``text.replace(old, new)`` outside code spans only: host text is never rewritten."""
+    if old not in text:
+        return text
+    return map_outside_code(text, lambda s: s.replace(old, new))
+
+
+def outside_code(text: str) -> str:
+    """``text`` with each code span's content removed (its backticks kept): what the
+    product itself says, for a search for its own words (``text`` → `` `` ``)."""
+    return "`".join(s if i % 2 == 0 else "" for i, s in enumerate(text.split("`")))

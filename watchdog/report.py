@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from .hosttext import command_text, safe_text
+from .hosttext import command_text, outside_code, replace_outside_code, safe_text
 from .model import GpuInfo, origin_from_json
 from .render import fit
 from .state import ActionRecord, FindingRecord, RunRecord
@@ -103,30 +103,50 @@ def finding_gpus(f: FindingRecord, runs: Sequence[RunRecord]) -> tuple[str, ...]
     return tuple(run.gpus or []) if run is not None else ()
 
 
-#: The cron file a finding's message names (``from cron FILE:LINE``).
+#: The cron file a finding's message names (``from cron FILE:LINE``), in a record that
+#: predates ``details.origin_label``.
 _CRON_FILE = re.compile(r"\bcron (\S+):\d+\b")
 #: How a refreshed message says its cron line was commented out after the run started.
 SINCE_DISABLED = ", entry since disabled"
+
+
+def _cron_file(f: FindingRecord) -> str | None:
+    """The crontab ``f``'s job came from, from its details (``origin_kind`` and
+    ``origin_label`` ``FILE:LINE``), else from the product's own words in its message
+    (never from a quoted command line, which may name any file)."""
+    details = f.details if isinstance(f.details, dict) else {}
+    kind, label = details.get("origin_kind"), details.get("origin_label")
+    if kind is not None:
+        if kind != "cron" or not isinstance(label, str):
+            return None
+        path, _, line = label.rpartition(":")
+        return path if path and line.isdigit() else None
+    named = _CRON_FILE.search(outside_code(f.message))
+    return named.group(1) if named is not None else None
 
 
 def when_disabled(f: FindingRecord, actions: Sequence[ActionRecord]) -> str:
     """``f``'s message, its ``entry since disabled`` saying when and by what where an
     action did it: ``entry disabled at 13:00:10 (A1)``. The message is refreshed as the
     source changes, and the timeline shows it at the finding's opening: `opened 13:00:01
-    ... entry since disabled` read as if the line was already off then (issue 33)."""
-    if SINCE_DISABLED not in f.message:
+    ... entry since disabled` read as if the line was already off then (issue 33).
+
+    Only the product's own words count: a command line quoted in the message may read
+    ``from cron FILE:1, entry since disabled`` (hostile tester i)."""
+    if SINCE_DISABLED not in outside_code(f.message):
         return f.message
-    named = _CRON_FILE.search(f.message)
+    cron_file = _cron_file(f)
     done = [
         a for a in actions
         if a.kind == "disable-source" and a.outcome == "ok" and not a.dry_run
-        and (a.finding_id == f.id or (named is not None and a.target == named.group(1)))
+        and (a.finding_id == f.id or (cron_file is not None and a.target == cron_file))
     ]  # fmt: skip
     if not done:
         return f.message
     first = min(done, key=lambda a: a.created_at)
     at = datetime.fromtimestamp(first.created_at).astimezone().strftime("%H:%M:%S")
-    return f.message.replace(SINCE_DISABLED, f", entry disabled at {at} (A{first.id})")
+    said = f", entry disabled at {at} (A{first.id})"
+    return replace_outside_code(f.message, SINCE_DISABLED, said)
 
 
 def timeline(

@@ -86,7 +86,7 @@ def test_both_rogues_are_found_with_their_origin(box: Outcome) -> None:
     assert found and all(f["root_pid"] == nohup for f in found)
     assert all(f["severity"] == "high" for f in found)
     assert f"user {box.users['bob']}, `python3 " in found[0]["message"]
-    assert "from shell tmux session 'sneak'" in found[0]["message"]
+    assert "from shell tmux session `sneak`" in found[0]["message"]
     assert found[0]["details"]["origin_kind"] == "shell"
     ghost = [f for f in _findings(box, "ghost") if f["kind"] == "rogue-job"]
     assert ghost, box.findings

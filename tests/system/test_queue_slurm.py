@@ -141,7 +141,7 @@ def test_unknown_users_entries_are_reported_exactly(cluster: SlurmHarness, jobs:
     # The sandbox cluster has no GPU: the job asked for CPUs only, and is not said to wait
     # for a GPU (issue 32, case 10d; it was "waiting for a GPU since").
     assert pend.message.startswith(
-        f"Slurm job {jobs.bad_pending} 'legacy-retrain' by user {STRANGER} waiting to run since "
+        f"Slurm job {jobs.bad_pending} `legacy-retrain` by user {STRANGER} waiting to run since "
     )
     assert f", no GPU requested); to remove it: scancel {jobs.bad_pending}" in pend.message
     assert pend.details["requests_gpu"] is False
@@ -149,7 +149,7 @@ def test_unknown_users_entries_are_reported_exactly(cluster: SlurmHarness, jobs:
     assert (run.details["state"], run.details["job_name"], run.details["account"]) == (
         "running", "old-trainer", "legacy",
     )  # fmt: skip
-    assert f"Slurm job {jobs.bad_running} 'old-trainer' by user {STRANGER} running since" in (
+    assert f"Slurm job {jobs.bad_running} `old-trainer` by user {STRANGER} running since" in (
         run.message
     )
     assert source.backend.via == "squeue --json"  # type: ignore[attr-defined]

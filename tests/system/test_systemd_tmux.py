@@ -69,7 +69,7 @@ def test_unit_that_creates_the_tmux_session_is_the_origin(
     )
     assert origin["remediation"] == (f"systemctl disable --now {UNIT} && systemctl mask {UNIT}")
     assert (
-        f"runs in tmux session 'svc' ($0) on {sock}, which the unit's own ExecStart created "
+        f"runs in tmux session `svc` ($0) on `{sock}`, which the unit's own ExecStart created "
         f"(/usr/bin/tmux -S {sock} new-session -d -s svc '/usr/bin/python3 {script}')"
     ) in origin["evidence"]
 
@@ -79,4 +79,4 @@ def test_unit_that_creates_the_tmux_session_is_the_origin(
     adhoc = _job(sd, ["/usr/bin/python3", other])["origin"]
     assert adhoc["kind"] == "shell"
     assert (adhoc["tmux_session"], adhoc["tmux_session_id"]) == ("adhoc", "$1")
-    assert adhoc["session"] == f"tmux session 'adhoc' ($1) on {sock}"
+    assert adhoc["session"] == f"tmux session `adhoc` ($1) on `{sock}`"

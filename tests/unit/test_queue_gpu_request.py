@@ -40,7 +40,7 @@ def test_a_cpu_only_slurm_job_is_not_waiting_for_a_gpu() -> None:
     says it asked for no GPU."""
     doc = json.loads((FIX / "squeue-22.05-running-and-pending.json").read_text())
     assert _pending(doc) == (
-        "Slurm job 2 'second' by user root waiting to run since 2026-11-29T22:00:44+00:00"
+        "Slurm job 2 `second` by user root waiting to run since 2026-11-29T22:00:44+00:00"
         " (account other, partition rwtest, reason Resources, no GPU requested); to remove"
         " it: scancel 2"
     )
@@ -64,7 +64,7 @@ def test_a_job_that_asked_for_a_gpu_waits_for_one(key: str, value: str) -> None:
     for job in doc["jobs"]:
         job[key] = value
     assert _pending(doc) == (
-        "Slurm job 2 'second' by user root waiting for a GPU since 2026-11-29T22:00:44+00:00"
+        "Slurm job 2 `second` by user root waiting for a GPU since 2026-11-29T22:00:44+00:00"
         " (account other, partition rwtest, reason Resources); to remove it: scancel 2"
     )
 

@@ -99,10 +99,10 @@ def test_findings_pending_and_running_only_unsanctioned() -> None:
     assert [f.details["job_id"] for f in out] == ["2", "3", "5"]
     when = entry_finding(entry()).message.split(" since ")[1].split(" ")[0]
     assert out[0].message == (
-        f"Slurm job 2 'legacy-retrain' by user svc-old waiting for a GPU since {when} "
+        f"Slurm job 2 `legacy-retrain` by user svc-old waiting for a GPU since {when} "
         "(partition gpu, reason Priority); to remove it: scancel 2"
     )
-    assert out[1].message.startswith("Slurm job 3 'legacy-retrain' by user svc-old running since")
+    assert out[1].message.startswith("Slurm job 3 `legacy-retrain` by user svc-old running since")
     assert "(account ml, partition gpu)" in out[1].message
     assert out[2].message.startswith("Slurm job 5 (no name) by user unknown waiting")
     assert out[2].message.endswith("; held; to remove it: scancel 5")
@@ -133,7 +133,7 @@ def test_json_lines_queue() -> None:
     assert entries[1].start_time == 1700000000.0
     assert problems == ["line 4: not JSON", "line 5: no id", "line 6: not an object"]
     f = entry_finding(entries[0])
-    assert f.message.startswith("command queue job 17 'legacy-retrain' by user svc-old waiting")
+    assert f.message.startswith("command queue job 17 `legacy-retrain` by user svc-old waiting")
     assert "scancel" not in f.message
 
 

@@ -68,7 +68,7 @@ def test_ssh_and_tmux_from_environment(tmp_path: Path) -> None:
     origin = _resolve(ctx, 510)
     assert origin is not None and origin.kind == "shell"
     user = ctx.table.user_name(1000)
-    session = "ssh from 10.0.0.5 port 51234, tmux session 'work' ($0) on /tmp/tmux-1000/default"
+    session = "ssh from 10.0.0.5 port 51234, tmux session `work` ($0) on `/tmp/tmux-1000/default`"
     assert origin.fields == {
         "session": session,
         "user": user,
@@ -97,7 +97,7 @@ def test_tmux_that_does_not_answer_says_the_name_is_unknown(tmp_path: Path) -> N
     ctx = make_context(tmp_path, procs)  # the recorder answers nothing: tmux missing
     origin = _resolve(ctx, 510)
     assert origin is not None
-    assert origin.fields["session"] == "tmux session $3 (name unknown) on /tmp/tmux-1000/default"
+    assert origin.fields["session"] == "tmux session $3 (name unknown) on `/tmp/tmux-1000/default`"
 
 
 def test_sshd_ancestor_without_readable_environment(tmp_path: Path) -> None:
@@ -112,7 +112,7 @@ def test_sshd_ancestor_without_readable_environment(tmp_path: Path) -> None:
     ctx = make_context(tmp_path, procs)
     origin = _resolve(ctx, 120)
     assert origin is not None
-    assert origin.fields["session"] == "ssh session (sshd: alice@pts/0)"
+    assert origin.fields["session"] == "ssh session (`sshd: alice@pts/0`)"
     assert origin.remediation == "kill -TERM 120"
 
 
@@ -124,7 +124,7 @@ def test_screen_session(tmp_path: Path) -> None:
     ]
     ctx = make_context(tmp_path, procs)
     origin = _resolve(ctx, 310)
-    assert origin is not None and origin.fields["session"] == "screen session 300.exp"
+    assert origin is not None and origin.fields["session"] == "screen session `300.exp`"
 
 
 def test_console_login(tmp_path: Path) -> None:
@@ -260,7 +260,7 @@ def test_real_tmux_session_names_socket_and_id(tmp_path: Path) -> None:
             "work",
             "$0",
         )
-        assert f"tmux session 'work' ($0) on {sock}" in f["session"]
+        assert f"tmux session `work` ($0) on `{sock}`" in f["session"]
     finally:
         import subprocess
 

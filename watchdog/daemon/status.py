@@ -308,6 +308,7 @@ def ended_before_page(f: FindingRecord, live: set[tuple[int, int]] | None) -> bo
             the first scan (nothing is marked: unsure is counted). The message alone is
             not trusted: a command line is host text and may carry the marker.
     """
+    from ..hosttext import find_outside_code
     from .tracking.current import RUN_ENDED
 
     root = f.details.get("root")
@@ -315,7 +316,7 @@ def ended_before_page(f: FindingRecord, live: set[tuple[int, int]] | None) -> bo
         return False
     if len(root) != 2 or not all(type(x) is int for x in root) or tuple(root) in live:
         return False  # a malformed record (a hand-edited database) is counted, not hidden
-    return RUN_ENDED in f.message or bool(f.details.get("exited"))
+    return find_outside_code(f.message, RUN_ENDED) >= 0 or bool(f.details.get("exited"))
 
 
 def _alerts_section(daemon: Daemon, degraded: dict[str, str]) -> dict[str, Any]:

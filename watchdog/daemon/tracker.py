@@ -32,7 +32,12 @@ from ..policy.signature import job_signature
 from ..state import FindingRecord, JobRecord, SourceUndo, StateDB
 from .alerts.alert import AlertEvent, local_iso
 from .tracking.blind import alerted_gpus, last_seen_gpus
-from .tracking.current import RUN_ENDED, as_opened, current_message, without_run_commands
+from .tracking.current import (
+    as_opened,
+    before_run_end,
+    current_message,
+    without_run_commands,
+)
 from .tracking.fold import fingerprint, fold, group
 from .tracking.incident import (
     FANOUT_KINDS,
@@ -818,7 +823,7 @@ class Tracker:
         db = self.db
         gone_at = self._ended_alone.get(rec.id)
         if gone_at is not None:
-            head = rec.message.split(RUN_ENDED, 1)[0]  # said again here, finally
+            head = before_run_end(rec.message)  # said again here, finally
             rec = dataclasses.replace(
                 rec,
                 message=f"{head}; ended by itself at {local_iso(gone_at)}, not back "

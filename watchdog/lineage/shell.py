@@ -18,10 +18,12 @@ systemd service or cron is not a person at a keyboard):
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..command import CommandResult
+from ..hosttext import clip, code_span
 from ..model import Origin, Proc, ShellOrigin
 from .base import ResolveContext, exe_name
 from .cgroup import parse_cgroup
@@ -124,9 +126,12 @@ class TmuxSession:
     created_by_server: bool
 
     def describe(self) -> str:
-        """``tmux session 'train' ($0) on /tmp/tmux-0/default``."""
+        """``tmux session `train` ($0) on `/tmp/tmux-0/default```: the name and the
+        socket path are chosen by the session's user (``tmux -S PATH new -s NAME``), so
+        both are quoted (:func:`~watchdog.hosttext.code_span`): unquoted, a path such as
+        ``/tmp/s, from cron /etc/cron.d/x:1`` read as the product naming another origin."""
         if self.name is not None:
-            text = f"tmux session {self.name!r}"
+            text = f"tmux session {code_span(clip(self.name, 80))}"
             if self.session_id:
                 text += f" ({self.session_id})"
         elif self.session_id:
@@ -134,7 +139,7 @@ class TmuxSession:
         else:
             text = "tmux session (unknown)"
         if self.socket:
-            text += f" on {self.socket}"
+            text += f" on {code_span(clip(self.socket, 160))}"
         return text
 
 
@@ -225,6 +230,15 @@ def _names(proc: Proc) -> set[str]:
     return names
 
 
+_ADDRESS = re.compile(r"[0-9A-Za-z.:%_-]{1,64}")
+
+
+def _address(text: str) -> str:
+    """An address or port from the environment (which its user may set to anything):
+    as it is when it looks like one, else quoted."""
+    return text if _ADDRESS.fullmatch(text) else code_span(clip(text, 64))
+
+
 def _env_clues(lineage: Sequence[Proc], ctx: ResolveContext, clues: _Clues) -> None:
     found: set[str] = set()
     for proc in lineage:
@@ -237,7 +251,7 @@ def _env_clues(lineage: Sequence[Proc], ctx: ResolveContext, clues: _Clues) -> N
             parts = env[key].split()
             if len(parts) >= 2:
                 clues.client = parts[0]
-                clues.remote.append(f"ssh from {parts[0]} port {parts[1]}")
+                clues.remote.append(f"ssh from {_address(parts[0])} port {_address(parts[1])}")
                 clues.evidence.append(f"{key}={env[key]} in the environment of PID {proc.pid}")
         if "tmux" not in found and env.get("TMUX"):
             found.add("tmux")
@@ -245,7 +259,7 @@ def _env_clues(lineage: Sequence[Proc], ctx: ResolveContext, clues: _Clues) -> N
             clues.evidence.append(f"TMUX={env['TMUX']} in the environment of PID {proc.pid}")
         if "screen" not in found and env.get("STY"):
             found.add("screen")
-            clues.mux.append(f"screen session {env['STY']}")
+            clues.mux.append(f"screen session {code_span(clip(env['STY'], 80))}")
             clues.evidence.append(f"STY={env['STY']} in the environment of PID {proc.pid}")
 
 
@@ -255,7 +269,7 @@ def _ancestor_clues(lineage: Sequence[Proc], clues: _Clues) -> None:
         if names & _REMOTE:
             clues.evidence.append(f"ancestor PID {proc.pid} is {proc.args_text}")
             if not clues.remote:
-                clues.remote.append(f"ssh session ({proc.args_text})")
+                clues.remote.append(f"ssh session ({code_span(clip(proc.args_text, 80))})")
         elif names & _TMUX:
             clues.evidence.append(f"ancestor PID {proc.pid} is the tmux server")
             if not any(m.startswith("tmux") for m in clues.mux):

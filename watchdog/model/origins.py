@@ -8,6 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
+from ..hosttext import clip, code_span, plain_or_code
 from .origin import (
     DISABLE_FIRST,
     HIDDEN,
@@ -109,9 +110,9 @@ class CronOrigin(Origin):
         if self.schedule:
             text += f" ({self.schedule})"
         if self.script:
-            text += f" via {self.script}"
+            text += f" via {plain_or_code(self.script)}"
         if self.launch_script:
-            text += f" via {self.launch_script} ({self.confidence} confidence)"
+            text += f" via {plain_or_code(self.launch_script)} ({self.confidence} confidence)"
         if self.entry_state in NOT_LIVE:
             text += f", entry since {self.entry_state}"
         return text
@@ -422,7 +423,8 @@ class SlurmOrigin(Origin):
         """See :meth:`Origin.describe`."""
         text = f"Slurm job {self.job_id}"
         if self.job_name:
-            text += f" {self.job_name!r}"
+            # Chosen by its user (`sbatch -J`): quoted like every host text in a message.
+            text += f" {code_span(clip(self.job_name, 80))}"
         if self.account:
             text += f" account {self.account}"
         return text

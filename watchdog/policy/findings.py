@@ -9,7 +9,7 @@ from typing import Any
 
 # fmt_bytes lives in watchdog.model (render and the `status` client need no policy).
 from ..config.workloads import WorkloadSettings
-from ..hosttext import code_span, command_text, quoted_command
+from ..hosttext import code_span, command_text, map_outside_code, quoted_command
 from ..model import Finding, GpuHeld, GpuInfo, GpuProcess, Job, Proc, fmt_bytes
 from ..sources.procfs import INITIAL_PID_NS, ProcessTable
 from .jobs import TrainingEvidence
@@ -186,7 +186,10 @@ def name_finding_in_commands(message: str, root_pid: int | None, finding_id: int
     by_pid = re.compile(
         r"(rogue-watchdog disable-source(?: --config (?:'[^']*'|\S+))? )" + f"{root_pid} \\("
     )
-    return by_pid.sub(lambda m: f"{m.group(1)}F{finding_id} (", message)
+    # Only the product's own commands: a quoted command line may hold the same words.
+    return map_outside_code(
+        message, lambda s: by_pid.sub(lambda m: f"{m.group(1)}F{finding_id} (", s)
+    )
 
 
 def _is_system(table: ProcessTable, pid: int) -> bool:

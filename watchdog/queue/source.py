@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from ..command import CommandRunner, run
 from ..config import Config
 from ..config.queue import QueueSettings
+from ..hosttext import clip, code_span
 from ..lineage.base import command
 from ..model import Finding, ScanResult
 from .generic import CommandQueue
@@ -45,14 +46,16 @@ def entry_finding(entry: QueueEntry) -> Finding:
         entry: A pending or running entry that no rule sanctions.
 
     Returns:
-        E.g. ``job 3 'legacy-retrain' by user svc-old waiting for a GPU since
+        E.g. ``job 3 `legacy-retrain` by user svc-old waiting for a GPU since
         2025-03-01T02:00:00+00:00 (account ml, partition gpu, reason Priority); to remove
         it: scancel 3``; a pending job that asked for no GPU, or whose queue did not say,
         is ``waiting to run`` (the first with ``no GPU requested``). Details carry
         ``fingerprint`` ``slurm:3``, ``state`` (``pending``/``running``) and the entry's
         fields.
     """
-    name = f"'{entry.name}'" if entry.name else "(no name)"
+    # Chosen by whoever submitted it (`sbatch -J`): quoted, so it cannot read as the
+    # product's words (a bare quote in it closed the old '…').
+    name = code_span(clip(entry.name, 80)) if entry.name else "(no name)"
     who = entry.user or "unknown"
     if entry.phase == "pending" and entry.requests_gpu:
         doing = f"waiting for a GPU since {_when(entry.submit_time)}"

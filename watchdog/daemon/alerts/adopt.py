@@ -31,6 +31,18 @@ def _path(arg: str) -> str:
     return arg[1:-1].replace("'\"'\"'", "'") if arg.startswith("'") else arg
 
 
+def _pieces(message: str) -> list[tuple[bool, str]]:
+    """``message`` split at its backticks, each piece with whether it is the product's
+    own words: outside code spans, or a span that is one ``rogue-watchdog`` command (a
+    weights finding's `` `rogue-watchdog ship` ``). Any other span quotes host text (a
+    command line, :func:`~watchdog.hosttext.code_span`), which may spell a ``--config``
+    of its own: never read as a configuration, never rewritten."""
+    return [
+        (i % 2 == 0 or piece.startswith("rogue-watchdog "), piece)
+        for i, piece in enumerate(message.split("`"))
+    ]
+
+
 def _acts(m: re.Match[str]) -> bool:
     """Whether the command runs against the daemon or its state database (so it must
     name the configuration that reads it); ``allowlist`` and ``check-config`` name a
@@ -62,8 +74,9 @@ def adopted(out: Outgoing, ours: str | None) -> Outgoing:
     if not isinstance(finding, dict) or not isinstance(message, str):
         return out
     writer = out.alert.config if out.alert.config != ours else None
+    pieces = _pieces(message)
     named = {
-        p for m in _COMMAND.finditer(message)
+        p for own, piece in pieces if own for m in _COMMAND.finditer(piece)
         if m.group(4) and _acts(m) and (p := _path(m.group(4))).startswith("/") and p != ours
     }  # fmt: skip
     if writer is None and not named:
@@ -86,5 +99,6 @@ def adopted(out: Outgoing, ours: str | None) -> Outgoing:
         f"daemon's configuration ({ours or 'the built-in defaults'}), which reads the same "
         "state database]"
     )
-    finding["message"] = _COMMAND.sub(rename, message) + note
+    finding["message"] = "`".join(_COMMAND.sub(rename, p) if own else p for own, p in pieces)
+    finding["message"] += note
     return Outgoing(Alert.from_json(doc), out.sink, out.row, out.created_at)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from ...hosttext import find_outside_code, replace_outside_code, split_outside_code
 from ...model import Job
 from ...model.advice import RUN_ONLY
 from ...records import ActionRecord, FindingRecord
@@ -120,10 +121,10 @@ def current_message(
         return None
     if tuple(root) in running:
         return None
-    head, source = source_note(rec.message.split(RUN_ENDED, 1)[0], rec.opened_at, actions)
-    cut = head.find(RUN_ONLY)
+    head, source = source_note(before_run_end(rec.message), rec.opened_at, actions)
+    cut = find_outside_code(head, RUN_ONLY)
     if cut >= 0:  # its `terminate` names the run that ended: nothing left to stop
-        later = head.find(REENABLED, cut)
+        later = find_outside_code(head, REENABLED, cut)
         head = head[:cut] + (head[later:] if later >= 0 else "")
     head = without_run_commands(head)
     when = f" at {local_iso(gone_at)}" if gone_at is not None else ""
@@ -161,9 +162,9 @@ def source_note(head: str, opened_at: float, actions: Sequence[ActionRecord]) ->
     )  # fmt: skip
     if done is None:
         return head, ""
-    at = head.find(SOURCE_ADVICE)
+    at = find_outside_code(head, SOURCE_ADVICE)
     if at >= 0:
-        later = head.find(REENABLED, at)  # an undo note after the advice stays
+        later = find_outside_code(head, REENABLED, at)  # an undo note after the advice stays
         head = head[:at] + (head[later:] if later >= 0 else "")
     if done.undone_at is None:
         return head, (
@@ -187,7 +188,7 @@ def as_opened(rec: FindingRecord) -> FindingRecord:
     Returns:
         ``rec`` with that tail cut from its message (the record itself keeps it).
     """
-    head = rec.message.split(RUN_ENDED, 1)[0].replace(SEEN_AT_EXEC, "")
+    head = replace_outside_code(before_run_end(rec.message), SEEN_AT_EXEC, "")
     return dataclasses.replace(rec, message=head) if head != rec.message else rec
 
 
@@ -212,7 +213,22 @@ def without_run_commands(message: str) -> str:
         The message without those clauses; ``only the run is left`` reads ``the run
         ended``.
     """
-    parts = message.split("; ")
+    parts = split_outside_code(message, "; ")
     kept = [parts[0]] + [p for p in parts[1:] if not p.startswith(_RUN_CLAUSES)]
     out = "; ".join(kept)
-    return out.replace(RUN_ONLY.split(";", 1)[0], ": the run ended")
+    return replace_outside_code(out, RUN_ONLY.split(";", 1)[0], ": the run ended")
+
+
+def before_run_end(message: str) -> str:
+    """``message`` without the part saying how its run ended (:data:`RUN_ENDED` and
+    what follows): cut only at the product's own words, never inside a quoted command
+    line, which may hold them (:func:`~watchdog.hosttext.find_outside_code`).
+
+    Args:
+        message: A finding's message.
+
+    Returns:
+        ``message`` up to its run's end, or all of it when it says none.
+    """
+    at = find_outside_code(message, RUN_ENDED)
+    return message if at < 0 else message[:at]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...config.alerts import SinkSettings
+from ...hosttext import split_outside_code
 from ...model import Finding
 from ...state import FindingRecord
 from .periodic import PREFIX
@@ -140,7 +141,8 @@ def folded_into(
 
 def without_notes(message: str) -> str:
     """A message without the note naming the findings folded into it."""
-    return message.split(FOLDED_NOTE, 1)[0].split(FANOUT_NOTE, 1)[0]
+    head = split_outside_code(message, FOLDED_NOTE, 1)[0]
+    return split_outside_code(head, FANOUT_NOTE, 1)[0]
 
 
 def incident_of(details: Mapping[str, Any]) -> str | None:
