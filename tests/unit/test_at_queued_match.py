@@ -261,3 +261,13 @@ def test_job_commands_is_linear_on_a_crafted_job_file() -> None:
     assert at.job_commands(AT_JOB) == "/usr/bin/python3 /srv/ml/train_at.py"
     saved = AT_JOB.replace("/usr/bin/python3 /srv/ml/train_at.py", AT_JOB.replace("/srv", "/x"))
     assert at.job_commands(saved) == "/usr/bin/python3 /x/ml/train_at.py"
+
+
+def test_a_crafted_job_file_is_parsed_within_a_budget_and_not_ruled_out(spool: Path) -> None:
+    """Each queued job of the owner is parsed once per queue read; past 50,000 shell
+    tokens (a 1 MiB file of `;`, of here-documents) the jobs left are not ruled out."""
+    crafted = [";" * 200_000, "cat <<E\n" + "x\n" * 60_000 + "E", "true <<E\n" * 30_000]
+    for n, junk in enumerate(crafted):
+        (spool / f"a{n + 1:05x}01c8c100").write_text(AT_JOB + junk + "\n# train_at.py\n")
+    origin = _ended_run(spool.parent, ("/usr/bin/python3", "/srv/ml/train_at.py"))
+    assert _fields(origin)[:3] == ([], [1, 2, 3], None)

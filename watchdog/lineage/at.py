@@ -401,11 +401,17 @@ def _commands(text: str, budget: list[int]) -> list[list[tuple[str, bool]]] | No
         elif kind == "nl":
             end_command()
             for delimiter, tabs in heredocs:
-                pattern = r"^\t*" if tabs else r"^"
-                end = re.compile(pattern + re.escape(delimiter) + r"$", re.M).search(text, pos)
-                if end is None:
-                    return out  # the body runs to the end: nothing more is a command
-                pos = end.end()
+                while True:  # the body's lines, up to the delimiter's (counted as tokens)
+                    budget[0] -= 1
+                    if budget[0] < 0:
+                        return None
+                    if pos >= len(text):
+                        return out  # the body runs to the end: nothing more is a command
+                    nl = text.find("\n", pos)
+                    line = text[pos:] if nl < 0 else text[pos:nl]
+                    pos = len(text) if nl < 0 else nl + 1
+                    if (line.lstrip("\t") if tabs else line) == delimiter:
+                        break
             heredocs.clear()
         elif kind == "op":
             end_command()
