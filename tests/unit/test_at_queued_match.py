@@ -271,3 +271,23 @@ def test_a_crafted_job_file_is_parsed_within_a_budget_and_not_ruled_out(spool: P
         (spool / f"a{n + 1:05x}01c8c100").write_text(AT_JOB + junk + "\n# train_at.py\n")
     origin = _ended_run(spool.parent, ("/usr/bin/python3", "/srv/ml/train_at.py"))
     assert _fields(origin)[:3] == ([], [1, 2, 3], None)
+
+
+@pytest.mark.parametrize(
+    ("argv", "program"),
+    [
+        (("/usr/bin/python3", "-u", "/srv/x/train.py", "--lr", "1"), ("path", "/srv/x/train.py")),
+        (("python3", "train.py"), ("path", "/w/train.py")),
+        (("python3.11", "-m", "pkg.train"), ("module", "python3.11 -m pkg.train")),
+        (("bash", "-e", "/srv/x.sh"), ("path", "/srv/x.sh")),
+        (("bash", "-o", "pipefail", "x.sh"), ("path", "/w/x.sh")),
+        (("./trainer", "--x"), ("path", "/w/trainer")),
+        (("trainer",), ("name", "trainer")),  # found on PATH: proves nothing
+        (("python3",), None),
+        (("python3", "-c", "import train"), None),
+        (("sh", "-ec", "python3 train.py"), None),
+        (("nice", "-n", "5", "python3", "/srv/x/train.py"), None),
+    ],
+)
+def test_what_a_command_line_runs(argv: tuple[str, ...], program: object) -> None:
+    assert at.program_of(argv, "/w") == program

@@ -238,6 +238,7 @@ _WRAPPED = frozenset(
 # builtins that run the rest as the command).
 _PREFIX = frozenset({"!", "{", "(", "if", "then", "else", "elif", "do", "while", "until",
                      "time", "exec", "nohup", "command", "builtin"})  # fmt: skip
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 _ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _PYTHON = re.compile(r"(python|pypy)[0-9.]*")
 _MODULE_TEXT = re.compile(r"(\S+) -m (.+)")
@@ -296,6 +297,9 @@ def _program(words: Sequence[str], dynamic: Sequence[bool], cwd: str | None) -> 
             return ("module", f"{base} -m {module}") if module and not dyn else None
         if arg == "--":
             i += 1
+            continue
+        if base in _SHELLS and arg.startswith(("-", "+")) and "c" not in arg and arg != "-":
+            i += 2 if arg in ("-o", "+o") else 1  # sh(1) flags (`bash -e x.sh`): no code
             continue
         if arg == "-" or arg in _CODE_OPTIONS or arg.startswith(("--eval=", "-c", "-e", "-m")):
             return None  # the program is code on the line or stdin: not named
