@@ -115,6 +115,31 @@ def test_at_job_resolves_to_job_number(at_job: tuple[int, int, int, str]) -> Non
     assert origin.remediation == f"atrm {job} {copy}"
 
 
+def test_a_run_whose_job_file_was_not_read_finds_its_copy_in_real_job_files(
+    at_job: tuple[int, int, int, str],
+) -> None:
+    """Hostile tester i: a run whose own job file was not read is matched to queued jobs
+    of its owner that run the same script, read as sh(1) parses at(1)'s real job files
+    (the whole environment exported, then ``cd DIR || {``): the absolute copy, and a
+    relative one resolved against the directory at(1) wrote; another owner's never."""
+    from rogue_watchdog.lineage import at
+
+    _pid, _job, copy, command = at_job
+    trainer = command.split(" ", 1)[1]
+    sandbox = Path(trainer).parent.parent
+    relative = _submit("now + 2 hours", f"python3 at/{Path(trainer).name}", sandbox)
+    try:
+        program = at.program_of((PYTHON, trainer))
+        scan = at._scan_queue(0, program)
+        assert scan is not None
+        copies, _unsure = scan
+        assert copy in copies and relative in copies, (copy, relative, scan)
+        other = at._scan_queue(1001, program)  # another owner's run: none is its copy
+        assert other is not None and not {copy, relative} & {*other[0], *other[1]}, other
+    finally:
+        subprocess.run(["atrm", str(relative)], capture_output=True)
+
+
 def test_the_advice_of_a_requeuing_at_job_is_read_live_and_ends_in_terminate(
     at_job: tuple[int, int, int, str], tmp_path: Path
 ) -> None:

@@ -515,13 +515,13 @@ def test_a_run_whose_job_file_is_gone_names_the_queued_copies_that_run_it(
     assert origin is not None and origin.kind == "at"
     assert origin.fields["job"] is None
     assert origin.fields["pending_same_command"] == [4]
-    assert origin.fields["queued_match"] == "train_at.py"
+    assert origin.fields["queued_match"] == "/srv/ml/train_at.py"
     assert origin.remediation == "atrm 4"
     again = origin.restarts()
     assert again is not None and again.after_terminate
     assert again.line() == (
-        "restarts it: on schedule, at job(s) 4 queued that run train_at.py (it re-queues "
-        "itself; this run's own job file was not read)"
+        "restarts it: on schedule, at job(s) 4 of the same user queued that run "
+        "`/srv/ml/train_at.py` (it re-queues itself; this run's own job file was not read)"
     )
     # Matched by command alone: disable-source leaves it to a person (`atrm 4`).
     assert not origin.disable_handled()
@@ -531,7 +531,7 @@ def test_a_run_whose_job_file_is_gone_names_the_queued_copies_that_run_it(
         "train_at.py", "train_at.sh"))  # fmt: skip
     wrapped = _resolve_ended_at_run(tmp_path, wrapper=("bash", "/srv/ml/train_at.sh"))
     assert wrapped is not None and wrapped.fields["pending_same_command"] == [6]
-    assert wrapped.fields["queued_match"] == "train_at.sh"
+    assert wrapped.fields["queued_match"] == "/srv/ml/train_at.sh"
     # Kept and read live: once the copy runs, nothing queued is named.
     (spool / "a0000401c8c100").rename(spool / "=0000401c8c100")
     assert isinstance(origin, at.AtOrigin)

@@ -104,9 +104,19 @@ CID = "a" * 64
         (AtOrigin(job=6),
          "restarts it: unknown, atd (neither this run's job file nor atd's queue was read: a "
          "queued copy may run it again)"),
-        (AtOrigin(pending_same_command=(8,), queued_match="train_at.py"),
-         "restarts it: on schedule, at job(s) 8 queued that run train_at.py (it re-queues "
-         "itself; this run's own job file was not read)"),
+        (AtOrigin(pending_same_command=(8,), queued_match="/srv/train_at.py", uid=0,
+                  queue_read=True),
+         "restarts it: on schedule, at job(s) 8 of the same user queued that run "
+         "`/srv/train_at.py` (it re-queues itself; this run's own job file was not read)"),
+        # Hostile tester i: a job of the same user not ruled out (not read, a program in a
+        # variable) is "unknown", never a named copy; none at all is None.
+        (AtOrigin(queued_match="train_at.py", uid=0, queued_unsure=(9,), queue_read=True),
+         "restarts it: unknown, atd (at job(s) 9 of the same user queued, not ruled out as "
+         "runs of `train_at.py`; this run's own job file was not read)"),
+        (AtOrigin(uid=0, queue_read=True), None),
+        (AtOrigin(uid=0, queue_read=False),
+         "restarts it: unknown, atd (neither this run's job file nor atd's queue was read: a "
+         "queued copy may run it again)"),
         (AtOrigin(job=6, command="python3 train_at.py"), None),
         (AtOrigin(queued_match="train_at.py"), None),
         (ShellOrigin(session="ssh"), None),

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from .. import safeio
 from ..model import AtOrigin, Origin, Proc
-from .base import ResolveContext, command_key, exe_name, mentions
+from .base import _CODE_OPTIONS, _OPTION_VALUES, ResolveContext, exe_name, is_interpreter
 
 #: at(1) spool directories (Debian's, and the upstream default): where a run whose own job
 #: file is gone looks for its queued copies, and the only spools disable-source touches.
@@ -47,6 +47,9 @@ def parse_job_name(name: str) -> tuple[str, int, datetime] | None:
 def job_commands(text: str) -> str:
     """The user's commands in an at job file: what follows atd's ``cd DIR || {...}`` block.
 
+    One pass over the lines (a job file is host text up to 1 MiB: a crafted one with many
+    ``cd a || {`` lines and no ``}`` made the search quadratic, hostile tester i).
+
     Args:
         text: The job file (a shell script written by at(1)).
 
@@ -56,18 +59,33 @@ def job_commands(text: str) -> str:
         the commands of that one.
     """
     lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("cd ") and line.rstrip().endswith("|| {"):
-            for j in range(i + 1, len(lines)):
-                if lines[j].strip() == "}":
-                    rest = "\n".join(lines[j + 1 :]).strip()
-                    # A saved job file queued again whole (disable-source's undo): its own
-                    # preamble restores its environment and directory; the commands are
-                    # the ones inside it.
-                    if rest.startswith("#!/bin/sh\n# atrun "):
-                        return job_commands(rest)
-                    return rest
-    return text.strip()
+    start = 0  # where the commands begin: after the last preamble found
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not (line.startswith("cd ") and line.rstrip().endswith("|| {")):
+            i += 1
+            continue
+        # The first `}` after the first preamble line closes it; a later `cd … || {`
+        # line cannot find one further on if this one found none.
+        close = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "}"), None)
+        if close is None:
+            break
+        start = close + 1
+        k = start
+        while k < len(lines) and not lines[k].strip():
+            k += 1
+        # A saved job file queued again whole (disable-source's undo): its own preamble
+        # restores its environment and directory; the commands are the ones inside it.
+        if (
+            k + 1 < len(lines)
+            and lines[k].lstrip() == "#!/bin/sh"
+            and lines[k + 1].startswith("# atrun ")
+        ):
+            i = k
+            continue
+        return "\n".join(lines[start:]).strip()
+    return "\n".join(lines[start:]).strip() if start else text.strip()
 
 
 class AtResolver:
@@ -101,7 +119,7 @@ class AtResolver:
         found = _job_file(ctx, shell.pid) or _job_file(ctx, child.pid)
         if found is None:
             evidence.append("job file not visible in /proc fds (permission or it exited)")
-            return _unread_job(lineage[: idx - 1], shell.user, evidence)
+            return _unread_job(shell, lineage[: idx - 1], shell.user, evidence)
         spool, name = found
         queue, job, when = parse_job_name(name) or ("?", 0, datetime.fromtimestamp(0, UTC))
         running = f"{spool}/={name[1:]}"
@@ -135,54 +153,392 @@ class AtResolver:
         return None
 
 
-def _unread_job(below: Sequence[Proc], user: str | None, evidence: list[str]) -> AtOrigin:
+def _unread_job(
+    shell: Proc, below: Sequence[Proc], user: str | None, evidence: list[str]
+) -> AtOrigin:
     """The origin of a run whose job file was not read (the run ended and atd removed
     it, seen only at its exec; or its fds are not ours to read): its queued copies are
-    the queued jobs that run its command (simulator seed 67601: a run that exited was
-    terminated with ``ok`` while the next run of its job was queued).
+    the queued jobs of the same owner that run the same program (simulator seed 67601: a
+    run that exited was terminated with ``ok`` while the next run of its job was queued).
 
-    ``below`` are the processes under the job's shell, nearest the job first: the
-    shell's own child runs what the job's commands name (``bash train.sh``), the job
-    itself may be what that runs (``python3 train.py``); a copy naming either is one.
+    The program is what the job's shell runs (its child, ``below[-1]``, or the shell
+    itself when the job's commands ``exec`` it): what a copy's command line names. A
+    job of another user, or one that only mentions the name (``echo train.py``), or runs
+    another program through the same interpreter, is no copy (hostile tester i). Jobs of
+    the same owner that are neither proven copies nor ruled out (unreadable, unparsed,
+    a program given by a variable) are ``queued_unsure``: the run may come back.
     """
-    named = (command_key(p.cmdline) for p in [*below[-1:], *below[:1]])
-    keys = list(dict.fromkeys(k for k in named if k))
-    pending = _pending_running(keys[0]) if keys else None
-    if pending is None:
-        # No command under the shell to match a copy by, or no spool could be listed.
+    run = below[-1] if below else shell
+    uid = shell.uid if shell.uid is not None else run.uid
+    program = program_of(run.cmdline)
+    match = _match_text(program)
+    if uid is None:
+        evidence.append("the run's owner is unknown: no queued job is matched to it")
+    scan = _scan_queue(uid, program)
+    if scan is None:
         evidence.append("atd's queue was not read: whether it runs this again is unknown")
-        return AtOrigin(evidence=tuple(evidence), user=user)
-    key = keys[0]
-    for other in keys[1:]:
-        if pending:
-            break
-        key, pending = other, _pending_running(other) or []
-    if pending:
-        evidence.append(_queued_running(pending, key))
-    else:
-        key = keys[0]  # read again live by what the job's commands name
+        return AtOrigin(
+            evidence=tuple(evidence), user=user, uid=uid, queued_match=match, queue_read=False
+        )
+    pending, unsure = scan
+    evidence.extend(_queue_lines(pending, unsure, match))
     return AtOrigin(
         evidence=tuple(evidence),
         remediation="atrm " + " ".join(map(str, pending)) if pending else None,
         user=user,
         pending_same_command=tuple(pending),
-        queued_match=key,
+        queued_match=match,
+        uid=uid,
+        queued_unsure=tuple(unsure),
+        queue_read=True,
     )
 
 
-def _queued_running(pending: Sequence[int], key: str) -> str:
-    return (
-        f"queued jobs {', '.join(map(str, pending))} run {key}: the job re-schedules itself "
-        "(its own job file was not read, so matched by command, not by the whole job)"
-    )
+def _queue_lines(pending: Sequence[int], unsure: Sequence[int], match: str | None) -> list[str]:
+    what = _shown(match) if match else "this run's program"
+    lines = []
+    if pending:
+        lines.append(
+            f"queued jobs {', '.join(map(str, pending))} of the same user run {what}: the "
+            "job re-schedules itself (its own job file was not read, so matched by "
+            "program, not by the whole job)"
+        )
+    if unsure:
+        lines.append(
+            f"queued jobs {', '.join(map(str, unsure))} of the same user may run {what}: "
+            "not read or not parsed far enough to rule it out"
+        )
+    return lines
 
 
-def _pending_running(key: str) -> list[int] | None:
-    """Queued jobs of the spools in :data:`AT_SPOOLS` whose commands run ``key`` (a
-    script or program name, :func:`~.base.mentions`); None when no spool could be
+def _shown(text: str) -> str:
+    # Host text in the product's sentence: quoted, so a path cannot read as its words.
+    return "`" + text.replace("`", "\\x60") + "`"
+
+
+# -- what a command runs ------------------------------------------------------------------
+
+#: What a run or a queued command runs: ``("path", "/abs/script")``, ``("module",
+#: "python3 -m pkg")`` (interpreter base name and module), or ``("name", "train.py")``
+#: (a base name only: a relative path with no known directory, or a program found on
+#: PATH), which never proves a copy.
+Program = tuple[str, str]
+
+# Programs that run another command given in their arguments, with options of their
+# own: what they run is not read here (a same-owner job running one is not ruled out).
+_WRAPPED = frozenset(
+    {
+        "sudo", "su", "runuser", "setpriv", "doas", "timeout", "env", "setsid", "nice",
+        "ionice", "taskset", "numactl", "chrt", "stdbuf", "flock", "xargs", "watch",
+        "strace", "ltrace", "unbuffer", "systemd-run", "srun", "script", "tmux", "screen",
+        "dtach", "abduco", "run-parts", "eval", "source", ".",
+    }
+)  # fmt: skip
+# Words a command may start with before the program it runs (sh(1) reserved words and
+# builtins that run the rest as the command).
+_PREFIX = frozenset({"!", "{", "(", "if", "then", "else", "elif", "do", "while", "until",
+                     "time", "exec", "nohup", "command", "builtin"})  # fmt: skip
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
+_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_PYTHON = re.compile(r"(python|pypy)[0-9.]*")
+_MODULE_TEXT = re.compile(r"(\S+) -m (.+)")
+_HEADER = re.compile(r"#!/bin/sh\n# atrun uid=([0-9]+) gid=[0-9]+\n")
+# Tokens of sh(1) (POSIX 2.3): blanks, newline, control operators, redirections (an
+# IO number before them), quotes, escapes, comments and plain word characters.
+_TOKEN = re.compile(
+    r"""(?P<blank>[ \t\r]+)|(?P<nl>\n)|(?P<op>[;&|()])
+    |(?P<redir>[0-9]*(?:<<-|<<<|<<|<>|<&|>&|>>|>\||[<>]))
+    |(?P<sq>'[^']*')|(?P<dq>"(?:[^"\\]|\\.)*")|(?P<esc>\\.)|(?P<hash>\#)
+    |(?P<plain>[^\s'"\\;&|()<>#]+)""",
+    re.X | re.S,
+)
+_DQ_ESCAPE = re.compile(r'\\([$`"\\\n])')
+_DYNAMIC = re.compile(r"[$`*?\[]")
+# Tokens read from all queued job files for one run's origin: a crafted queue costs a
+# bounded time; the jobs left are not ruled out.
+_TOKEN_BUDGET = 50_000
+
+
+def program_of(argv: Sequence[str], cwd: str | None = None) -> Program | None:
+    """What a command line runs: its script or module, else its program.
+
+    Args:
+        argv: The words of a command, e.g. ``("python3", "-u", "/srv/train.py")``.
+        cwd: The directory a relative script is resolved against; None when unknown.
+
+    Returns:
+        A :data:`Program`; None when nothing on the command line names it (``python3``
+        alone or with ``-c CODE``, ``sh -c ...``, a program read from stdin).
+    """
+    return _program(argv, (False,) * len(argv), cwd)
+
+
+def _program(words: Sequence[str], dynamic: Sequence[bool], cwd: str | None) -> Program | None:
+    if not words or dynamic[0]:
+        return None
+    first = words[0]
+    base = os.path.basename(first)
+    if base in _WRAPPED:
+        return None
+    if not is_interpreter(first):
+        if first.startswith("/"):
+            return ("path", os.path.normpath(first))
+        if "/" in first and cwd is not None:
+            return ("path", os.path.normpath(os.path.join(cwd, first)))
+        return ("name", base)
+    i = 1
+    while i < len(words):
+        arg = words[i]
+        if dynamic[i]:
+            return None
+        if arg.startswith("-m") and _PYTHON.fullmatch(base):
+            module = arg[2:] or (words[i + 1] if i + 1 < len(words) else "")
+            dyn = False if arg[2:] else (i + 1 < len(words) and dynamic[i + 1])
+            return ("module", f"{base} -m {module}") if module and not dyn else None
+        if arg == "--":
+            i += 1
+            continue
+        if base in _SHELLS and arg.startswith(("-", "+")) and "c" not in arg and arg != "-":
+            i += 2 if arg in ("-o", "+o") else 1  # sh(1) flags (`bash -e x.sh`): no code
+            continue
+        if arg == "-" or arg in _CODE_OPTIONS or arg.startswith(("--eval=", "-c", "-e", "-m")):
+            return None  # the program is code on the line or stdin: not named
+        if not arg.startswith("-"):
+            if arg.startswith("/"):
+                return ("path", os.path.normpath(arg))
+            if cwd is not None:
+                return ("path", os.path.normpath(os.path.join(cwd, arg)))
+            return ("name", os.path.basename(arg))
+        i += 2 if arg in _OPTION_VALUES else 1
+    return None  # the interpreter reads its program from stdin
+
+
+def _match_text(program: Program | None) -> str | None:
+    if program is None:
+        return None
+    kind, text = program
+    # A base name that would read back as a path or module is not kept (never proves).
+    if kind == "name" and (text.startswith("/") or _MODULE_TEXT.fullmatch(text)):
+        return None
+    return text
+
+
+def _program_of_match(text: str | None) -> Program | None:
+    """:func:`_match_text` read back (an origin kept and its queue read again live)."""
+    if not text:
+        return None
+    if text.startswith("/"):
+        return ("path", text)
+    m = _MODULE_TEXT.fullmatch(text)
+    if m and _PYTHON.fullmatch(m.group(1)):
+        return ("module", text)
+    return ("name", text)
+
+
+def _compare(run: Program | None, queued: Program | None) -> str:
+    """``copy`` (the same script path, or interpreter and module), ``unsure`` (not
+    proven, not ruled out) or ``no``."""
+    if run is None or queued is None:
+        return "unsure"
+    if run == queued and run[0] != "name":
+        return "copy"
+    if "module" in (run[0], queued[0]):
+        if run[0] != queued[0]:
+            return "no"
+        return "unsure" if run[1].split(" -m ", 1)[1] == queued[1].split(" -m ", 1)[1] else "no"
+    # Two paths, or a base name: the same base name may be the same file (a link, a
+    # directory not known); another base name is another program.
+    same = os.path.basename(run[1]) == os.path.basename(queued[1])
+    return "unsure" if same else "no"
+
+
+def _commands(text: str, budget: list[int]) -> list[list[tuple[str, bool]]] | None:
+    """The simple commands of a shell script, each as its words (text, and whether the
+    shell would expand it: ``$``, a backquote, a glob, a leading ``~``), in one pass.
+
+    Quotes and escapes are removed as sh(1) does, comments (``#`` starting a word) and
+    here-document bodies are skipped, redirections and their targets dropped; every
+    control operator and newline ends a command. None when the text does not parse
+    (an unterminated quote) or ``budget`` (tokens left) runs out.
+    """
+    out: list[list[tuple[str, bool]]] = []
+    command: list[tuple[str, bool]] = []
+    word: list[str] | None = None
+    dyn = False
+    skip_word = False  # the next word is a redirection's target
+    heredocs: list[tuple[str, bool]] = []  # (delimiter, tabs stripped) to skip at newline
+    want_delimiter: bool | None = None
+    pos = 0
+
+    def end_word() -> None:
+        nonlocal word, dyn, skip_word, want_delimiter
+        if word is None:
+            return
+        text_ = "".join(word)
+        if want_delimiter is not None:
+            heredocs.append((text_, want_delimiter))
+            want_delimiter = None
+        elif not skip_word:
+            command.append((text_, dyn))
+        skip_word = False
+        word, dyn = None, False
+
+    def end_command() -> None:
+        nonlocal command
+        end_word()
+        if command:
+            out.append(command)
+        command = []
+
+    while pos < len(text):
+        budget[0] -= 1
+        if budget[0] < 0:
+            return None
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            return None  # an unterminated quote, or a lone backslash at the end
+        kind = m.lastgroup
+        tok = m.group()
+        pos = m.end()
+        if kind == "blank":
+            end_word()
+        elif kind == "nl":
+            end_command()
+            for delimiter, tabs in heredocs:
+                while True:  # the body's lines, up to the delimiter's (counted as tokens)
+                    budget[0] -= 1
+                    if budget[0] < 0:
+                        return None
+                    if pos >= len(text):
+                        return out  # the body runs to the end: nothing more is a command
+                    nl = text.find("\n", pos)
+                    line = text[pos:] if nl < 0 else text[pos:nl]
+                    pos = len(text) if nl < 0 else nl + 1
+                    if (line.lstrip("\t") if tabs else line) == delimiter:
+                        break
+            heredocs.clear()
+        elif kind == "op":
+            end_command()
+        elif kind == "redir":
+            op = tok.lstrip("0123456789")
+            digits = tok[: len(tok) - len(op)]
+            if digits and word is not None:
+                word.append(digits)  # `'x'2>f`: part of the word, not an IO number
+            end_word()
+            if op in ("<<", "<<-"):
+                want_delimiter = op == "<<-"
+            else:
+                skip_word = True
+        elif kind == "hash":
+            if word is None:
+                nl = text.find("\n", pos)
+                pos = len(text) if nl < 0 else nl
+            else:
+                word.append("#")
+        elif kind == "esc" and tok == "\\\n":
+            pass  # a line continuation: no character, and no word started
+        else:
+            if word is None:
+                word = []
+                if kind == "plain" and tok.startswith("~"):
+                    dyn = True
+            if kind == "sq":
+                word.append(tok[1:-1])
+            elif kind == "dq":
+                inner = tok[1:-1]
+                dyn = dyn or "$" in inner or "`" in inner
+                word.append(
+                    _DQ_ESCAPE.sub(lambda e: "" if e.group(1) == "\n" else e.group(1), inner)
+                )
+            elif kind == "esc":
+                word.append(tok[1])
+            else:
+                dyn = dyn or _DYNAMIC.search(tok) is not None
+                word.append(tok)
+    end_command()
+    return out
+
+
+def _unescape(m: re.Match[str]) -> str:
+    return "" if m.group(1) == "\n" else m.group(1)  # backslash-newline: a continuation
+
+
+def _job_programs(text: str, budget: list[int]) -> list[Program | None] | None:
+    """What each command of an at job file runs, relative paths resolved against the
+    directory the job is in at that point (at(1)'s preamble ``cd DIR``, then the job's
+    own ``cd``); None when the file does not parse."""
+    commands = _commands(text, budget)
+    if commands is None:
+        return None
+    out: list[Program | None] = []
+    cwd: str | None = None
+    for command in commands:
+        i = 0
+        while i < len(command) and (command[i][0] in _PREFIX or _ASSIGN.match(command[i][0])):
+            if command[i][1]:
+                break
+            i += 1
+        rest = command[i:]
+        if not rest:
+            continue
+        if rest[0] == ("cd", False):
+            args = [w for w in rest[1:] if not w[0].startswith("-")]
+            where = args[0] if len(args) == 1 and not args[0][1] else None
+            if where is not None and where[0].startswith("/"):
+                cwd = os.path.normpath(where[0])
+            elif where is not None and cwd is not None and where[0]:
+                cwd = os.path.normpath(os.path.join(cwd, where[0]))
+            else:
+                cwd = None  # `cd`, `cd -`, `cd $X`: the directory is not known
+            continue
+        out.append(_program([w for w, _ in rest], [d for _, d in rest], cwd))
+    return out
+
+
+def _judge(path: str, uid: int | None, program: Program | None, budget: list[int]) -> str:
+    """Whether the queued job at ``path`` is a copy of a run of ``uid`` running
+    ``program``: ``copy``, ``unsure`` or ``no`` (see :func:`_compare`)."""
+    text = _read(path)
+    if text is None:
+        # Not read (over the cap, not a regular file): atd runs it as the file's owner.
+        try:
+            owner: int | None = os.stat(path).st_uid
+        except OSError:
+            owner = None
+        return "no" if uid is not None and owner is not None and owner != uid else "unsure"
+    header = _HEADER.match(text)
+    if header is None:
+        return "no"  # atd refuses a job file without its header ("wrong format")
+    if uid is not None and int(header.group(1)) != uid:
+        return "no"  # another user's job: never this run's copy
+    if program is not None and _needle(program) not in text:
+        # Neither a command nor a variable of the file names it (at(1) writes the
+        # environment into the file): the job runs it only through another file, which
+        # is not followed (as `bash other.sh` is ruled out). Most jobs end here, unparsed.
+        return "no"
+    programs = _job_programs(text, budget)
+    if programs is None:
+        return "unsure"
+    verdicts = {_compare(program, p) for p in programs}
+    if "copy" in verdicts:
+        return "copy" if uid is not None else "unsure"
+    return "unsure" if "unsure" in verdicts else "no"
+
+
+def _needle(program: Program) -> str:
+    """The text any job file that runs ``program`` holds: its base name, or module."""
+    kind, text = program
+    return text.split(" -m ", 1)[1] if kind == "module" else os.path.basename(text)
+
+
+def _scan_queue(uid: int | None, program: Program | None) -> tuple[list[int], list[int]] | None:
+    """The queued jobs in :data:`AT_SPOOLS` that are copies of a run of ``uid`` running
+    ``program`` and those not ruled out, each sorted; None when no spool could be
     listed (atd's queue is unknown)."""
-    out: list[int] = []
+    copies: list[int] = []
+    unsure: list[int] = []
     listed = False
+    budget = [_TOKEN_BUDGET]
     for spool in AT_SPOOLS:
         try:
             names = sorted(os.listdir(spool))
@@ -193,10 +549,12 @@ def _pending_running(key: str) -> list[int] | None:
             parsed = parse_job_name(name)
             if parsed is None or parsed[0] == "=":
                 continue
-            text = _read(f"{spool}/{name}")
-            if text is not None and mentions(job_commands(text), key):
-                out.append(parsed[1])
-    return out if listed else None
+            verdict = _judge(f"{spool}/{name}", uid, program, budget)
+            if verdict == "copy":
+                copies.append(parsed[1])
+            elif verdict == "unsure":
+                unsure.append(parsed[1])
+    return (copies, unsure) if listed else None
 
 
 def _queued(pending: Sequence[int]) -> str:
@@ -216,30 +574,40 @@ def with_live_queue(origin: AtOrigin) -> AtOrigin:
 
     Returns:
         The same origin when the queue is as it was (or its job file or commands are
-        unknown and no command was matched instead, or the spools are unreadable now);
-        else one with ``pending_same_command``, the evidence line and the
-        ``atrm`` remediation of the queue as it is now.
+        unknown and its own job file was read, or the spools are unreadable now); else
+        one with ``pending_same_command`` (and, for a run whose job file was not read,
+        ``queued_unsure``), the evidence lines and the ``atrm`` remediation of the queue
+        as it is now.
     """
+    unsure: tuple[int, ...] = ()
     if origin.file and origin.command:
         pending = tuple(_pending_same(os.path.dirname(origin.file), origin.command))
-        line = _queued(pending)
-    elif origin.queued_match:
-        found = _pending_running(origin.queued_match)
-        if found is None:
+        lines = [_queued(pending)] if pending else []
+    elif origin.queue_read is not None:
+        scan = _scan_queue(origin.uid, _program_of_match(origin.queued_match))
+        if scan is None:
             return origin  # the queue is unreadable now: what was read stands
-        pending = tuple(found)
-        line = _queued_running(pending, origin.queued_match)
+        pending, unsure = tuple(scan[0]), tuple(scan[1])
+        lines = _queue_lines(pending, unsure, origin.queued_match)
     else:
         return origin
-    if pending == origin.pending_same_command:
+    if (pending, unsure) == (origin.pending_same_command, origin.queued_unsure) and (
+        origin.queue_read is not False
+    ):
         return origin
-    evidence = tuple(e for e in origin.evidence if not e.startswith("queued jobs "))
-    if pending:
-        evidence = (*evidence, line)
+    evidence = tuple(
+        e for e in origin.evidence if not e.startswith(("queued jobs ", "atd's queue was not read"))
+    )
+    evidence = (*evidence, *lines)
     jobs = [origin.job] if origin.job is not None else []
     remediation = "atrm " + " ".join(str(n) for n in [*jobs, *pending]) if jobs or pending else None
     return dataclasses.replace(
-        origin, evidence=evidence, remediation=remediation, pending_same_command=pending
+        origin,
+        evidence=evidence,
+        remediation=remediation,
+        pending_same_command=pending,
+        queued_unsure=unsure,
+        queue_read=True if origin.queue_read is not None else None,
     )
 
 

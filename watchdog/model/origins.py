@@ -723,11 +723,20 @@ class AtOrigin(Origin):
         scheduled: ISO 8601 time the job was scheduled for.
         command: The job's commands.
         file: The spool file being run.
-        pending_same_command: Queued job numbers running the same commands (when
-            ``queued_match`` is set: queued jobs whose commands run that command).
+        pending_same_command: Queued job numbers running the same commands (for a
+            run whose own job file was not read: queued jobs of the same owner that run
+            ``queued_match``).
         queued_match: Set only when the run's own job file was not read (the run
-            ended and atd removed it, seen only at its exec): the command (a script or
-            program name) queued jobs were matched by instead.
+            ended and atd removed it, seen only at its exec): the program queued jobs
+            were matched by instead: the script's absolute path, ``INTERPRETER -m
+            MODULE``, or a base name only (a relative path: it proves no copy). None
+            when the run's command line names no program (``sh -c``, ``python3 -c``).
+        uid: The run's owner (its job shell's UID) when its job file was not read:
+            only a queued job of this owner (at's ``# atrun uid=`` header) is a copy.
+        queued_unsure: Queued jobs of the same owner neither proven copies nor ruled
+            out (not read, not parsed, the program given by a variable...).
+        queue_read: For a run whose job file was not read: whether a spool was
+            listed. None otherwise.
     """
 
     kind: ClassVar[OriginKind] = "at"
@@ -742,6 +751,9 @@ class AtOrigin(Origin):
     file: str | None = None
     pending_same_command: tuple[int, ...] = ()
     queued_match: str | None = field(default=None, metadata=UNLESS_NONE)
+    uid: int | None = field(default=None, metadata=UNLESS_NONE)
+    queued_unsure: tuple[int, ...] = field(default=(), metadata=UNLESS_EMPTY)
+    queue_read: bool | None = field(default=None, metadata=UNLESS_NONE)
 
     def describe(self) -> str:
         """See :meth:`Origin.describe`."""
@@ -759,14 +771,16 @@ class AtOrigin(Origin):
     def restarts(self) -> Restarts | None:
         """An at job that queued another run of the same commands (it re-queues itself),
         whichever run is asked about, also one that already ended (its job file gone: the
-        queued jobs that run its command); ``unknown`` when neither its commands nor the
-        queue were read."""
+        queued jobs of the same owner that run its program); ``unknown`` when neither its
+        commands nor the queue were read, or when a queued job of the same owner could
+        not be ruled out (hostile tester i: never a job of another user, nor one that
+        only shares the interpreter or mentions the name)."""
         jobs = ", ".join(str(j) for j in self.pending_same_command)
         if jobs and self.queued_match is not None:
             return Restarts(
                 "on schedule",
-                f"at job(s) {jobs} queued that run {self.queued_match} (it re-queues itself; "
-                "this run's own job file was not read)",
+                f"at job(s) {jobs} of the same user queued that run {_quoted(self.queued_match)}"
+                " (it re-queues itself; this run's own job file was not read)",
                 DISABLE_FIRST,
             )
         if jobs:
@@ -775,7 +789,17 @@ class AtOrigin(Origin):
                 f"at job(s) {jobs} queued with the same commands (it re-queues itself)",
                 DISABLE_FIRST,
             )
-        if self.command is None and self.queued_match is None:
+        if self.queued_unsure:
+            what = _quoted(self.queued_match) if self.queued_match else "this run's program"
+            unsure = ", ".join(str(j) for j in self.queued_unsure)
+            return Restarts(
+                "unknown",
+                f"atd (at job(s) {unsure} of the same user queued, not ruled out as runs of "
+                f"{what}; this run's own job file was not read)",
+            )
+        if self.command is None and (
+            self.queue_read is False or (self.queue_read is None and self.queued_match is None)
+        ):
             return Restarts(
                 "unknown",
                 "atd (neither this run's job file nor atd's queue was read: a queued copy "
@@ -792,6 +816,11 @@ class AtOrigin(Origin):
         """Queued runs of the same commands to remove (matched by the whole job's
         commands: a copy matched by command alone is removed by hand)."""
         return bool(self.pending_same_command) and self.queued_match is None
+
+
+def _quoted(text: str) -> str:
+    # Host text in the product's sentence: quoted, so a path cannot read as its words.
+    return "`" + text.replace("`", "\\x60") + "`"
 
 
 @dataclass(frozen=True)
