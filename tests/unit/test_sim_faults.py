@@ -834,3 +834,25 @@ def test_seed_67701_counterexamples(steps: str, found: str) -> None:
     )
     # BEFORE (603682b): each failed with ``found``.
     assert violation(pre + steps) == "", found
+
+
+def test_seed_91001_remediation_failed_paged_once_as_its_cron_origin_is_described_anew() -> None:
+    steps = ";".join([
+        "from tests.sim.machine import ExecPathMachine", "m.teardown()",
+        "TrustMachine.events = True", "m = ExecPathMachine()",
+        "m.kill_between_steps(point='terminate:begun')", "m.nvml_view(mode='ok')",
+        "m.nvml_view(mode='ok')", "m.ghost_fires()", "m.events_lost()", "m.events_lost()",
+        "m.pipeline_fires()", "m.edit_pipeline_line(edit='flock')",
+        "m.reload(auto=True, cap=1, gpu='enforce', mode='terminate')",
+        "m.probe_loop(gpu=False)", "m.ghost_fires()",
+        f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=True, twist='none')",
+        "m.reload(auto=True, cap=1, gpu='enforce', mode='observe')", "m.pipeline_fires()",
+        "m.edit_pipeline_line(edit='chmod-0666')", "m.probe_loop(gpu=False)",
+    ])  # fmt: skip
+    # BEFORE (c2a0950, also 603682b): "I8/I13: remediation-failed of action 11 paged
+    # twice: F7 at 1800151277.2, F11 at 1800151326.2, no kill between, not quiet". The
+    # run F7 named (first seen from cron, no entry can have started it) was described
+    # at a later look as started by the since-disabled line: the enforcer took the
+    # signature of that description, F7 lost its run and resolved, and the next run
+    # (cron, entry gone) opened and paged F11. A run keeps the signature it got first.
+    assert violation(steps) == ""

@@ -55,6 +55,7 @@ from ..plugins import TrackResult
 from ..policy.services import service_source
 from ..policy.signature import job_signature
 from ..sources.procfs import alive_now, boot_id
+from ..spelling import optional
 from ..state import (
     ActionJournal,
     ActionRecord,
@@ -239,7 +240,7 @@ class Enforcer:
             # restarted after its training run was stopped is only a notebook again.
             if not job.unsanctioned or not job.may_train:
                 continue
-            sig = job_signature(job.user, job.cmdline, job.origin)
+            sig = self._signature(job)
             recs = remediated.get(sig, [])
             ident = (job.root_pid, job.start_ticks)
             if any(tuple(r.details.get("root") or ()) == ident for r in recs):
@@ -277,6 +278,18 @@ class Enforcer:
             log.debug("action-recovery-deferred", error=str(exc))
         self._last = (id(result), out)
         return out
+
+    def _signature(self, job: Job) -> str:
+        """The signature ``job``'s run got first (as the tracker keeps it for the run's
+        life), else the one its origin gives now. A later look may describe the origin
+        otherwise (a cron line found, not found, gone or disabled): the finding about the
+        run keeps its fingerprint and id, and is never opened and paged a second time
+        (trust simulator, seed 91001)."""
+        try:
+            first = self.db.run_signature(job.root_pid, job.start_ticks)
+        except sqlite3.Error:
+            first = None  # an unreadable table: the origin as seen now names it
+        return first or job_signature(job.user, job.cmdline, job.origin)
 
     def _superseded(
         self, rec: ActionRecord, sig: str, job: Job, undone: dict[str, float | None]
@@ -380,11 +393,11 @@ class Enforcer:
         stop = job.advice.stop_source(job.root_pid)
         said = latest.details.get("will_return") if latest.outcome == "will-return" else None
         if isinstance(said, dict):
-            # Foretold: the terminate said its source restarts it; not repeated.
-            message += (
-                f"; as its terminate said, its source {said.get('restarts')} "
-                f"({said.get('stops')}); the daemon does not terminate it again"
-            )
+            # Foretold: the terminate said its source restarts it; not repeated. What
+            # stops it is optional (an origin whose line was not found names none).
+            message += f"; as its terminate said, its source {said.get('restarts')}"
+            message += optional(said.get("stops"), " ({})")
+            message += "; the daemon does not terminate it again"
         if launcher is not None:
             svc = launcher.details["service_pids"][0]
             message += (
