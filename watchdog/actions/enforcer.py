@@ -75,7 +75,7 @@ from .recovery import (
     resolve,
     terminate_resume,
 )
-from .remedy import Remedy, TerminateTask, target_from_job
+from .remedy import Remedy, TerminateTask, first_signature, target_from_job
 from .runner import Runner, ThreadRunner
 from .terminate import TerminateRun
 
@@ -240,7 +240,9 @@ class Enforcer:
             # restarted after its training run was stopped is only a notebook again.
             if not job.unsanctioned or not job.may_train:
                 continue
-            sig = self._signature(job)
+            # The run's first signature: a later look that describes its origin otherwise
+            # keeps its finding (one fingerprint, one page; seed 91001).
+            sig = first_signature(self.db, job)
             recs = remediated.get(sig, [])
             ident = (job.root_pid, job.start_ticks)
             if any(tuple(r.details.get("root") or ()) == ident for r in recs):
@@ -278,18 +280,6 @@ class Enforcer:
             log.debug("action-recovery-deferred", error=str(exc))
         self._last = (id(result), out)
         return out
-
-    def _signature(self, job: Job) -> str:
-        """The signature ``job``'s run got first (as the tracker keeps it for the run's
-        life), else the one its origin gives now. A later look may describe the origin
-        otherwise (a cron line found, not found, gone or disabled): the finding about the
-        run keeps its fingerprint and id, and is never opened and paged a second time
-        (trust simulator, seed 91001)."""
-        try:
-            first = self.db.run_signature(job.root_pid, job.start_ticks)
-        except sqlite3.Error:
-            first = None  # an unreadable table: the origin as seen now names it
-        return first or job_signature(job.user, job.cmdline, job.origin)
 
     def _superseded(
         self, rec: ActionRecord, sig: str, job: Job, undone: dict[str, float | None]
