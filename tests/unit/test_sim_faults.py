@@ -108,6 +108,13 @@ found by its first hand-driven steps, before any seed):
    terminate 11 of at job 4000014 ok; queued ['a0000801c9c944']``. Such a run's origin
    now names the queued jobs that run its command (``queued_match``), and an at origin
    that read neither its job file nor atd's queue says ``restarts it: unknown``.
+24. (seed 91001, 5,000 steps, events on; also on 603682b) A cron run's remediation-failed
+   paged twice (F7, F11): a later look described its origin otherwise (no entry can have
+   started it, then the line since disabled: another signature); the enforcer named the
+   finding by that look's signature, so it lost its run, resolved, and the next run
+   (entry gone) opened it again. The enforcer and the GPU gate name a run by the
+   signature it got first, as the tracker does (``actions/remedy.py: first_signature``);
+   no message says ``(None)`` where what stops it is not known (``spelling.optional``).
 """
 
 from __future__ import annotations
