@@ -235,7 +235,10 @@ class Enforcer:
         # A run still here names the finding before one seen only at its exec and gone
         # already (kernel events): the gone one is not there at the next tick, and a
         # finding whose root changed is another page (trust simulator, I8/I13).
-        for job in sorted(result.jobs, key=lambda j: j.root_pid in result.exited):
+        # Nothing acted on that stands: no run is back from anything (and no run's first
+        # signature is looked up).
+        jobs = result.jobs if remediated or terms else []
+        for job in sorted(jobs, key=lambda j: j.root_pid in result.exited):
             # What comes back must train to be a failed remediation: a notebook kernel
             # restarted after its training run was stopped is only a notebook again.
             if not job.unsanctioned or not job.may_train:
