@@ -34,3 +34,24 @@ def fmt_bytes(n: int | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} B"
+
+
+def optional(value: object, template: str = "{}") -> str:
+    """``template`` with ``value`` in it, or "" when there is no value to say.
+
+    A message never says a Python ``None`` (nor an empty pair of parentheses): an
+    optional part (what stops a job, why events are unavailable, a cron line's schedule)
+    is left out when it is None or blank (trust simulator, seed 91001: a remediation-failed
+    page read "…(the line that started it was not found) (None)").
+
+    Args:
+        value: The optional value (rendered with ``str``).
+        template: Where it goes, with one ``{}``: ``" ({})"``, ``"; {}"``.
+
+    Returns:
+        The filled template, or "".
+    """
+    if value is None:
+        return ""
+    text = str(value)
+    return template.format(text) if text.strip() else ""

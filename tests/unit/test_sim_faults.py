@@ -108,6 +108,13 @@ found by its first hand-driven steps, before any seed):
    terminate 11 of at job 4000014 ok; queued ['a0000801c9c944']``. Such a run's origin
    now names the queued jobs that run its command (``queued_match``), and an at origin
    that read neither its job file nor atd's queue says ``restarts it: unknown``.
+24. (seed 91001, 5,000 steps, events on; also on 603682b) A cron run's remediation-failed
+   paged twice (F7, F11): a later look described its origin otherwise (no entry can have
+   started it, then the line since disabled: another signature); the enforcer named the
+   finding by that look's signature, so it lost its run, resolved, and the next run
+   (entry gone) opened it again. The enforcer and the GPU gate name a run by the
+   signature it got first, as the tracker does (``actions/remedy.py: first_signature``);
+   no message says ``(None)`` where what stops it is not known (``spelling.optional``).
 """
 
 from __future__ import annotations
@@ -834,3 +841,25 @@ def test_seed_67701_counterexamples(steps: str, found: str) -> None:
     )
     # BEFORE (603682b): each failed with ``found``.
     assert violation(pre + steps) == "", found
+
+
+def test_seed_91001_remediation_failed_paged_once_as_its_cron_origin_is_described_anew() -> None:
+    steps = ";".join([
+        "from tests.sim.machine import ExecPathMachine", "m.teardown()",
+        "TrustMachine.events = True", "m = ExecPathMachine()",
+        "m.kill_between_steps(point='terminate:begun')", "m.nvml_view(mode='ok')",
+        "m.nvml_view(mode='ok')", "m.ghost_fires()", "m.events_lost()", "m.events_lost()",
+        "m.pipeline_fires()", "m.edit_pipeline_line(edit='flock')",
+        "m.reload(auto=True, cap=1, gpu='enforce', mode='terminate')",
+        "m.probe_loop(gpu=False)", "m.ghost_fires()",
+        f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=True, twist='none')",
+        "m.reload(auto=True, cap=1, gpu='enforce', mode='observe')", "m.pipeline_fires()",
+        "m.edit_pipeline_line(edit='chmod-0666')", "m.probe_loop(gpu=False)",
+    ])  # fmt: skip
+    # BEFORE (c2a0950, also 603682b): "I8/I13: remediation-failed of action 11 paged
+    # twice: F7 at 1800151277.2, F11 at 1800151326.2, no kill between, not quiet". The
+    # run F7 named (first seen from cron, no entry can have started it) was described
+    # at a later look as started by the since-disabled line: the enforcer took the
+    # signature of that description, F7 lost its run and resolved, and the next run
+    # (cron, entry gone) opened and paged F11. A run keeps the signature it got first.
+    assert violation(steps) == ""

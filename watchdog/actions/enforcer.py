@@ -55,6 +55,7 @@ from ..plugins import TrackResult
 from ..policy.services import service_source
 from ..policy.signature import job_signature
 from ..sources.procfs import alive_now, boot_id
+from ..spelling import optional
 from ..state import (
     ActionJournal,
     ActionRecord,
@@ -74,7 +75,7 @@ from .recovery import (
     resolve,
     terminate_resume,
 )
-from .remedy import Remedy, TerminateTask, target_from_job
+from .remedy import Remedy, TerminateTask, first_signature, target_from_job
 from .runner import Runner, ThreadRunner
 from .terminate import TerminateRun
 
@@ -234,12 +235,17 @@ class Enforcer:
         # A run still here names the finding before one seen only at its exec and gone
         # already (kernel events): the gone one is not there at the next tick, and a
         # finding whose root changed is another page (trust simulator, I8/I13).
-        for job in sorted(result.jobs, key=lambda j: j.root_pid in result.exited):
+        # Nothing acted on that stands: no run is back from anything (and no run's first
+        # signature is looked up).
+        jobs = result.jobs if remediated or terms else []
+        for job in sorted(jobs, key=lambda j: j.root_pid in result.exited):
             # What comes back must train to be a failed remediation: a notebook kernel
             # restarted after its training run was stopped is only a notebook again.
             if not job.unsanctioned or not job.may_train:
                 continue
-            sig = job_signature(job.user, job.cmdline, job.origin)
+            # The run's first signature: a later look that describes its origin otherwise
+            # keeps its finding (one fingerprint, one page; seed 91001).
+            sig = first_signature(self.db, job)
             recs = remediated.get(sig, [])
             ident = (job.root_pid, job.start_ticks)
             if any(tuple(r.details.get("root") or ()) == ident for r in recs):
@@ -380,11 +386,11 @@ class Enforcer:
         stop = job.advice.stop_source(job.root_pid)
         said = latest.details.get("will_return") if latest.outcome == "will-return" else None
         if isinstance(said, dict):
-            # Foretold: the terminate said its source restarts it; not repeated.
-            message += (
-                f"; as its terminate said, its source {said.get('restarts')} "
-                f"({said.get('stops')}); the daemon does not terminate it again"
-            )
+            # Foretold: the terminate said its source restarts it; not repeated. What
+            # stops it is optional (an origin whose line was not found names none).
+            message += f"; as its terminate said, its source {said.get('restarts')}"
+            message += optional(said.get("stops"), " ({})")
+            message += "; the daemon does not terminate it again"
         if launcher is not None:
             svc = launcher.details["service_pids"][0]
             message += (

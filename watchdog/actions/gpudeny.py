@@ -58,13 +58,12 @@ from ..faults import fault_point
 from ..hosttext import command_text
 from ..logs import get_logger
 from ..model import Job, ScanResult
-from ..policy.signature import job_signature
 from ..sources.procfs import boot_time_s
 from ..state import ActionJournal, ActionRecord, JournalError, StateDB
 from . import devprog
 from .effects import Effects, IdentityChangedError, JournaledEffects
 from .guards import Expected, LiveProc, Refusal, SignalGuard, read_live
-from .remedy import JobTarget, job_details, log_action, target_from_job
+from .remedy import JobTarget, first_signature, job_details, log_action, target_from_job
 from .terminate import JobTree
 
 log = get_logger()
@@ -653,7 +652,7 @@ class GpuOpenGate:
         Raises:
             JournalError: The record could not be written (nothing was changed after).
         """
-        sig = job_signature(job.user, job.cmdline, job.origin)
+        sig = first_signature(self.db, job)  # its finding's, as the tracker keeps it
         fid = open_ids.get(f"rogue-job:{sig}")
         target = target_from_job(job, sig, fid, guard.proc_root)
         plan = plan_deny(target, guard, self.controller.kind)

@@ -11,6 +11,7 @@ daemon steps it off its tick, the CLI to its end.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ from ..model import (
     finding_ref,
 )
 from ..policy.guard import service_collateral
+from ..policy.signature import job_signature
 from ..sources.procfs import ProcessTable
 from ..state import ActionJournal, StateDB
 from . import sources
@@ -99,6 +101,29 @@ class JobTarget:
         """``rogue job PID 42 `python3 train.py``` for messages."""
         text = command_text(self.cmdline, 120) or self.summary[:120]
         return f"{self.verdict} job PID {self.root_pid} {code_span(text)}"
+
+
+def first_signature(db: StateDB, job: Job) -> str:
+    """The signature ``job``'s run got first, else the one its origin gives now.
+
+    The tracker keeps a running job's first signature for its life (its findings keep
+    their fingerprint and id) and records its run under it; what acts on the run or
+    reports about it names it the same way, though a later look describes the origin
+    otherwise (a cron line found, not found, gone or disabled: trust simulator, seed
+    91001, one remediation failure paged twice).
+
+    Args:
+        db: The state database (its ``job_runs``).
+        job: The job as seen now.
+
+    Returns:
+        16 hex digits (:func:`~watchdog.policy.signature.job_signature`).
+    """
+    try:
+        first = db.run_signature(job.root_pid, job.start_ticks)
+    except sqlite3.Error:
+        first = None  # an unreadable table: the origin as seen now names it
+    return first or job_signature(job.user, job.cmdline, job.origin)
 
 
 def target_from_job(

@@ -12,11 +12,10 @@ import os
 from ..config import Config
 from ..hostpaths import config_args
 from ..model import Finding, Job, ScanResult, finding_ref, origin_from_json
-from ..policy.signature import job_signature
 from ..records import FindingRecord
 from ..state import JobRecord, RunRecord, StateDB
 from .guards import Expected
-from .remedy import JobTarget, target_from_job
+from .remedy import JobTarget, first_signature, target_from_job
 
 #: The largest id SQLite stores (a signed 64-bit integer).
 MAX_ID = 2**63 - 1
@@ -62,7 +61,7 @@ def _pid_target(config: Config, db: StateDB, number: int, result: ScanResult) ->
         # A rogue service's PID names the run it launched: the two are stopped
         # together (the service first), as its rogue-service finding says.
         job, service = launched
-        sig = job_signature(job.user, job.cmdline, job.origin)
+        sig = first_signature(db, job)
         fid = _open_finding_for(db, sig, job.root_pid, job.start_ticks)
         target = target_from_job(job, sig, fid, config.paths.proc_root)
         return _with_service(target, job, service)
@@ -82,7 +81,9 @@ def _pid_target(config: Config, db: StateDB, number: int, result: ScanResult) ->
             f"PID {number} is not part of a training job "
             f"(see `rogue-watchdog explain{args} {number}`){hint}"
         )
-    sig = job_signature(job.user, job.cmdline, job.origin)
+    # The signature the run got first, as its finding (tracker) is filed: a later look
+    # that describes its origin otherwise still names that finding (seed 91001's class).
+    sig = first_signature(db, job)
     fid = _open_finding_for(db, sig, job.root_pid, job.start_ticks)
     return target_from_job(job, sig, fid, config.paths.proc_root)
 
@@ -110,8 +111,7 @@ def _finding_target(config: Config, db: StateDB, number: int, result: ScanResult
     same = [
         j
         for j in result.jobs
-        if [j.root_pid, j.start_ticks] == root
-        or (root is None and job_signature(j.user, j.cmdline, j.origin) == sig)
+        if [j.root_pid, j.start_ticks] == root or (root is None and first_signature(db, j) == sig)
     ]
     periodic = root is None and isinstance(details.get("periodic"), dict)
     for job in same:
@@ -209,7 +209,7 @@ def _service_target(
     launched = _launched_by(result, named) if named else None
     if launched is not None:
         job, fresh = launched
-        sig = job_signature(job.user, job.cmdline, job.origin)
+        sig = first_signature(db, job)
         fid = finding.id if job.root_pid == finding.root_pid else None
         target = target_from_job(job, sig, fid, config.paths.proc_root)
         return _with_service(target, job, fresh)
@@ -221,7 +221,7 @@ def _service_target(
             f"finding {finding_ref(finding.id)} (rogue-service): neither its run PID "
             f"{finding.root_pid} nor a run its service launched runs now; nothing to act on"
         )
-    sig = job_signature(running.user, running.cmdline, running.origin)
+    sig = first_signature(db, running)
     target = target_from_job(running, sig, finding.id, config.paths.proc_root)
     if named:
         pids = ", ".join(str(p) for p in sorted(named))

@@ -24,7 +24,7 @@ from ..render import (
     use_colour,
     view_note,
 )
-from ..spelling import REPORTED_SEVERITIES, SEVERITIES, finding_ref
+from ..spelling import REPORTED_SEVERITIES, SEVERITIES, finding_ref, optional
 
 if TYPE_CHECKING:
     from ..model import Finding, Job
@@ -672,7 +672,7 @@ def _events_line(events: object) -> str | None:
                 f"full walks, last: {events.get('last_full_walk_reason') or '-'}"
             )
         return line + ")"
-    return f"process events: unavailable, polling only ({events.get('reason')})"
+    return "process events: unavailable, polling only" + optional(events.get("reason"), " ({})")
 
 
 def _nvml_line(nvml: dict[str, Any] | None) -> str:

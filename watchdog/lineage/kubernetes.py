@@ -553,8 +553,11 @@ class KubernetesResolver:
                 suspended=suspended,
             )
             zone = tz or "UTC assumed: no timeZone set, the controller uses its local zone"
+            # Optional parts are said as unknown, never as a Python None.
+            sched = repr(origin.schedule) if origin.schedule else "unknown"
+            nxt_text = nxt or "unknown (the schedule could not be evaluated)"
             evidence.append(
-                f"CronJob {pod.namespace}/{owner_name} schedule {origin.schedule!r} "
-                f"({zone})" + (", suspended" if suspended else f", next run {nxt}")
+                f"CronJob {pod.namespace}/{owner_name} schedule {sched} "
+                f"({zone})" + (", suspended" if suspended else f", next run {nxt_text}")
             )
         return replace(origin, evidence=tuple(evidence), remediation=remediation_for_pod(pod, cid))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..spelling import optional
 from .origin import Restarts
 
 #: Between a job finding's "its crontab entry was disabled" and the ``terminate`` that
@@ -236,14 +237,15 @@ class Advice:
                 )
             return text + (f", or by hand: {c.by_hand}" if c.by_hand else "")
         if self.stops_job and self.restarts is not None and self.restarts.after_terminate:
-            return f"{self.restarts.line()}; to stop it: " + (
-                self._stop_first(target) if target is not None else str(self.restarts.stops)
-            )
+            if target is not None:
+                return f"{self.restarts.line()}; to stop it: {self._stop_first(target)}"
+            # What stops it is optional (a cron line not found names none): never "None".
+            return self.restarts.line() + optional(self.restarts.stops, "; to stop it: {}")
         if self.stops_job:
             nothing = (
                 "nothing would start it again"
                 if self.restarts is None
-                else f"{self.restarts.line()}; {self.restarts.stops}"
+                else self.restarts.line() + optional(self.restarts.stops, "; {}")
             )
             return (
                 f"none needed for the source ({nothing}); "

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from ..hosttext import clip, code_span, plain_or_code
+from ..spelling import optional
 from .origin import (
     DISABLE_FIRST,
     HIDDEN,
@@ -106,13 +107,15 @@ class CronOrigin(Origin):
             if self.entry_state == "unattributed":
                 return "cron, no entry can have started it (wrong user or time)"
             return "cron, entry not found (some crontabs could not be read)"
-        text = f"cron {self.file}:{self.line}"
+        text = f"cron {self.file}" + optional(self.line, ":{}")
         if self.schedule:
             text += f" ({self.schedule})"
         if self.script:
             text += f" via {plain_or_code(self.script)}"
         if self.launch_script:
-            text += f" via {plain_or_code(self.launch_script)} ({self.confidence} confidence)"
+            text += f" via {plain_or_code(self.launch_script)}" + optional(
+                self.confidence, " ({} confidence)"
+            )
         if self.entry_state in NOT_LIVE:
             text += f", entry since {self.entry_state}"
         return text
@@ -169,7 +172,11 @@ class CronOrigin(Origin):
     def source_detail(self) -> str | None:
         """``file F, line N, schedule S``."""
         return (
-            f"file {self.file}, line {self.line}, schedule {self.schedule}" if self.file else None
+            f"file {self.file}"
+            + optional(self.line, ", line {}")
+            + optional(self.schedule, ", schedule {}")
+            if self.file
+            else None
         )
 
     def restarts(self) -> Restarts | None:
@@ -178,7 +185,7 @@ class CronOrigin(Origin):
             return None
         if not self.file:
             return Restarts("unknown", "cron (the line that started it was not found)")
-        where = f"its cron line ({self.schedule})"
+        where = "its cron line" + optional(self.schedule, " ({})")
         if self.schedule == "@reboot":
             return Restarts("on boot", where, DISABLE_FIRST)
         # No next run time: a finding's message outlives it (explain gives it, as of its look).
@@ -326,7 +333,11 @@ class SystemdOrigin(Origin):
         ``unknown`` when ``Restart=`` was not read and nothing else is known to start it."""
         if not self.unit:
             return None
-        stops = DISABLE_FIRST if not self.user_unit else f"stop it first: {self.remediation}"
+        stops = (
+            DISABLE_FIRST
+            if not self.user_unit
+            else optional(self.remediation, "stop it first: {}") or None
+        )
         parts: list[str] = []
         when: str | None = None
         again = False
@@ -522,14 +533,14 @@ class ContainerOrigin(Origin):
             return Restarts(
                 "unknown",
                 f"{engine} restart policy unknown (the engine did not answer for {cid})",
-                f"stop it and remove the policy first: {self.remediation}",
+                optional(self.remediation, "stop it and remove the policy first: {}") or None,
             )
         if policy == "no":
             return None
         stops = (
             DISABLE_FIRST
             if self.runtime in ("docker", "podman")
-            else f"stop it and remove the policy first: {self.remediation}"
+            else optional(self.remediation, "stop it and remove the policy first: {}") or None
         )
         # A main process ended by a signal exits 128+N, non-zero: on-failure starts it again
         # after terminate's SIGTERM as always does (only the engine's own `stop` is exempt).
@@ -891,12 +902,12 @@ class SupervisorOrigin(Origin):
         Other supervisors (runit, s6, PM2...) and an unreadable configuration: ``unknown``.
         """
         who = self.supervisor or "supervisor"
-        stops = f"stop it in the supervisor first: {self.remediation}"
+        stops = optional(self.remediation, "stop it in the supervisor first: {}") or None
         if who == "supervisord" and self.autorestart is not None:
             stops = DISABLE_FIRST
             src = f"supervisord {self.section or 'program:' + str(self.program)}"
             setting = f"autorestart={self.autorestart}"
-            at = f"{src}, {self.autorestart_at}"
+            at = src + optional(self.autorestart_at, ", {}")
             value = self.autorestart
             if value in TRUTHY:
                 return Restarts("at once", f"will return: {setting} ({at})", stops)
@@ -904,8 +915,9 @@ class SupervisorOrigin(Origin):
                 if self.autostart in TRUTHY:
                     return Restarts(
                         "when supervisord starts (not after it ends)",
-                        f"won't return: {setting} ({at}); autostart={self.autostart} "
-                        f"({self.autostart_at}) starts it when supervisord starts",
+                        f"won't return: {setting} ({at}); autostart={self.autostart}"
+                        + optional(self.autostart_at, " ({})")
+                        + " starts it when supervisord starts",
                         stops,
                         False,
                     )

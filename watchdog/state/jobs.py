@@ -54,6 +54,21 @@ class JobTable(Table):
         rows = self.conn.execute("SELECT * FROM jobs WHERE gone_at IS NULL ORDER BY first_seen")
         return [_job(r) for r in rows]
 
+    def run_signature(self, root_pid: int, start_ticks: int) -> str | None:
+        """The signature a run was first recorded under (the tracker keeps a running
+        job's first one for its life), or None for a run never recorded.
+
+        Args:
+            root_pid: The run's root PID.
+            start_ticks: Its start time, in clock ticks since boot.
+        """
+        row = self.conn.execute(
+            "SELECT signature FROM job_runs WHERE root_pid=? AND start_ticks=?"
+            " ORDER BY rowid LIMIT 1",
+            (root_pid, start_ticks),
+        ).fetchone()
+        return str(row[0]) if row else None
+
     def present_run_origins(self) -> dict[tuple[int, int], dict[str, Any]]:
         """The recorded origin of every run of a present job seen at the job's last
         sighting: ``(root PID, start ticks) -> origin JSON``. The ``jobs`` row holds one
