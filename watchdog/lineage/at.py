@@ -352,6 +352,28 @@ def _compare(run: Program | None, queued: Program | None) -> str:
     return "unsure" if same else "no"
 
 
+def _after_heredocs(
+    text: str, pos: int, heredocs: Sequence[tuple[str, bool]], budget: list[int]
+) -> int | None:
+    """Where the script goes on after the here-document bodies that start at ``pos``
+    (each body's lines up to its delimiter's, ``<<-`` stripping leading tabs: sh(1),
+    "Here-Documents"); ``len(text)`` when a body runs to the end (nothing after it is a
+    command); None when ``budget`` (tokens left, one a line) runs out."""
+    for delimiter, tabs in heredocs:
+        while True:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return None
+            if pos >= len(text):
+                return len(text)
+            nl = text.find("\n", pos)
+            line = text[pos:] if nl < 0 else text[pos:nl]
+            pos = len(text) if nl < 0 else nl + 1
+            if (line.lstrip("\t") if tabs else line) == delimiter:
+                break
+    return pos
+
+
 def _commands(text: str, budget: list[int]) -> list[list[tuple[str, bool]]] | None:
     """The simple commands of a shell script, each as its words (text, and whether the
     shell would expand it: ``$``, a backquote, a glob, a leading ``~``), in one pass.
@@ -404,18 +426,10 @@ def _commands(text: str, budget: list[int]) -> list[list[tuple[str, bool]]] | No
             end_word()
         elif kind == "nl":
             end_command()
-            for delimiter, tabs in heredocs:
-                while True:  # the body's lines, up to the delimiter's (counted as tokens)
-                    budget[0] -= 1
-                    if budget[0] < 0:
-                        return None
-                    if pos >= len(text):
-                        return out  # the body runs to the end: nothing more is a command
-                    nl = text.find("\n", pos)
-                    line = text[pos:] if nl < 0 else text[pos:nl]
-                    pos = len(text) if nl < 0 else nl + 1
-                    if (line.lstrip("\t") if tabs else line) == delimiter:
-                        break
+            after = _after_heredocs(text, pos, heredocs, budget)
+            if after is None:
+                return None
+            pos = after
             heredocs.clear()
         elif kind == "op":
             end_command()
