@@ -1181,12 +1181,18 @@ class TrustMachine(RuleBasedStateMachine):
     def _check_return_pages(self) -> None:
         """I8 for a return (issue 35, "one incident, one page"): the findings about a
         job's run that opened while the job's ``respawned`` finding was open are folded
-        into its page: none of them is paged on its own, unless louder than it."""
+        into its page: none of them is paged on its own, unless louder than it.
+
+        Only a ``respawned`` that was paged counts: one held by the settle and filed
+        unpaged (its run ended within ``alerts.settle_s``, issue 33) sent nothing, so a
+        later page of what it folded (the loop's periodic finding, seed 67901) is the
+        incident's one page, not a second."""
         db = self.daemon.db
         returns: dict[str, list[tuple[int, float, float, str]]] = {}
         for fid, fp, opened, resolved, severity in db.conn.execute(
-            "SELECT id, fingerprint, opened_at, resolved_at, severity FROM findings"
-            " WHERE kind = 'respawned'"
+            "SELECT f.id, f.fingerprint, f.opened_at, f.resolved_at, f.severity FROM findings f"
+            " WHERE f.kind = 'respawned' AND (f.last_alert_at IS NOT NULL OR EXISTS"
+            " (SELECT 1 FROM deliveries d WHERE d.finding_id = f.id AND d.event = 'open'))"
         ):
             sig = return_signature("respawned", fp)
             if sig is not None:

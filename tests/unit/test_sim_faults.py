@@ -863,3 +863,28 @@ def test_seed_91001_remediation_failed_paged_once_as_its_cron_origin_is_describe
     # signature of that description, F7 lost its run and resolved, and the next run
     # (cron, entry gone) opened and paged F11. A run keeps the signature it got first.
     assert violation(steps) == ""
+
+
+def test_a_held_return_filed_unpaged_leaves_its_loops_periodic_page_the_only_one() -> None:
+    # Seed 67901 (100,000 steps, events on, on 46cf454; also on 603682b): a sweep
+    # launcher's trainer came back (respawned F6, held by the settle), that run ended
+    # within the settle (F6 filed, never paged), and the launcher's next runs made the
+    # folded rogue-job F7 a periodic finding, paged once at 511.2. I8 counted F6 as a
+    # page: "I8: a return paged twice: respawned F6 (opened 1800086500.2) and rogue-job
+    # F7 (opened 1800086500.2)". The simulator's error: only a paged respawned counts.
+    loop = "m.loops_run_again();"
+    sweep = "m.sweep_launcher(data={}, from_shell=False, n=2, spread=False, twist='{}');"
+    steps = (
+        "from tests.sim.machine import ExecPathMachine;m.teardown();TrustMachine.events = True;"
+        "m = ExecPathMachine();m.nvml_view(mode='no-permission');"
+        + loop * 4
+        + "m.probe_loop(gpu=True);m.one_launch(workers=2);"
+        + sweep.format(_d(0), "ends")
+        + loop
+        + "m.restart(events=True);"
+        + loop * 4
+        + "m.engine(up=False);"
+        + sweep.format(_d(0), "ends")
+        + sweep.format(_d(0), "none").rstrip(";")
+    )
+    assert violation(steps) == ""
