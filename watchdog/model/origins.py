@@ -203,7 +203,8 @@ class CronOrigin(Origin):
         if not isinstance(fresh, CronOrigin) or fresh.also == self.also:
             return fresh
         notes = tuple(
-            f"ambiguous: {where} had the same command when this process was first seen "
+            f"ambiguous: {plain_or_code(where)} had the same command when this process was "
+            "first seen "
             "(kept for its lifetime: a later edit of that line does not change what can "
             "have started it)"
             for where in self.also
@@ -874,7 +875,9 @@ class SupervisorOrigin(Origin):
 
     def describe(self) -> str:
         """See :meth:`Origin.describe`."""
-        return f"supervisor program {self.program or '?'}"
+        # The name comes from the job's environment (SUPERVISOR_PROCESS_NAME) or its
+        # command line: host text, quoted unless it is one plain word.
+        return f"supervisor program {plain_or_code(self.program) if self.program else '?'}"
 
     def label(self) -> str:
         """The program."""
