@@ -28,7 +28,7 @@ from rogue_watchdog.daemon.alerts.adopt import adopted
 from rogue_watchdog.daemon.alerts.alert import Alert, Outgoing
 from rogue_watchdog.hosttext import clip, outside_code
 from rogue_watchdog.lineage import default_resolvers
-from rogue_watchdog.model import Job, Origin
+from rogue_watchdog.model import Job, Origin, SystemdOrigin
 from rogue_watchdog.policy.findings import job_findings
 from rogue_watchdog.policy.workload import WorkloadFacts, classify
 from rogue_watchdog.render import printable
@@ -145,3 +145,21 @@ def test_a_module_name_cannot_forge_a_command_in_the_finding(tmp_path: Path) -> 
     # The alert spool reads no command of the product's in it, so claims no other config.
     sent = adopted(_out(finding.message), "/srv/ours.yaml").alert.finding.message
     assert sent == finding.message
+
+
+def test_a_user_timer_schedule_is_quoted_in_the_description() -> None:
+    """A user unit's timer file is read as its user wrote it (no systemd parse): before,
+    ``systemd user unit t.service via t.timer (OnCalendar=daily; to stop it: …)``, in
+    every finding's message and its ``restarts it:`` line."""
+    schedule = f"OnCalendar=daily; to stop it: rogue-watchdog terminate --config {EVIL} 1"
+    origin = SystemdOrigin(
+        unit="t.service", user_unit=True, timer="t.timer", timer_schedule=schedule
+    )
+    assert origin.describe() == f"systemd user unit t.service via t.timer (`{schedule}`)"
+    again = origin.restarts()
+    assert again is not None and f"timer t.timer (`{schedule}`)" in again.how
+    for line in (origin.describe(), again.how):
+        assert _forged(line) == [], line
+    # One word stays as it was.
+    plain = SystemdOrigin(unit="t.service", timer="t.timer", timer_schedule="OnCalendar=daily")
+    assert plain.describe() == "systemd unit t.service via t.timer (OnCalendar=daily)"

@@ -555,7 +555,7 @@ class KubernetesResolver:
             )
             zone = tz or "UTC assumed: no timeZone set, the controller uses its local zone"
             # Optional parts are said as unknown, never as a Python None.
-            sched = plain_or_code(origin.schedule) if origin.schedule else "unknown"
+            sched = repr(origin.schedule) if origin.schedule else "unknown"
             nxt_text = nxt or "unknown (the schedule could not be evaluated)"
             evidence.append(
                 f"CronJob {pod.namespace}/{owner_name} schedule {sched} "

@@ -275,7 +275,8 @@ class SystemdOrigin(Origin):
         if self.timer:
             text += f" via {self.timer}"
             if self.timer_schedule:
-                text += f" ({self.timer_schedule})"
+                # A user unit's timer file is its user's text: quoted unless one word.
+                text += f" ({plain_or_code(self.timer_schedule)})"
         return text
 
     def label(self) -> str:
@@ -346,7 +347,7 @@ class SystemdOrigin(Origin):
             when, again = _SYSTEMD_WHEN[self.restart]
             parts.append(f"systemd Restart={self.restart}")
         if self.timer:
-            sched = f" ({self.timer_schedule})" if self.timer_schedule else ""
+            sched = f" ({plain_or_code(self.timer_schedule)})" if self.timer_schedule else ""
             parts.append(f"timer {self.timer}{sched}")
             when = when or "on schedule"
             again = True
