@@ -28,7 +28,7 @@ from rogue_watchdog.daemon.alerts.adopt import adopted
 from rogue_watchdog.daemon.alerts.alert import Alert, Outgoing
 from rogue_watchdog.hosttext import clip, outside_code
 from rogue_watchdog.lineage import default_resolvers
-from rogue_watchdog.model import Job, Origin, SystemdOrigin
+from rogue_watchdog.model import Job, Origin, SupervisorOrigin, SystemdOrigin
 from rogue_watchdog.policy.findings import job_findings
 from rogue_watchdog.policy.workload import WorkloadFacts, classify
 from rogue_watchdog.render import printable
@@ -163,3 +163,17 @@ def test_a_user_timer_schedule_is_quoted_in_the_description() -> None:
     # One word stays as it was.
     plain = SystemdOrigin(unit="t.service", timer="t.timer", timer_schedule="OnCalendar=daily")
     assert plain.describe() == "systemd unit t.service via t.timer (OnCalendar=daily)"
+
+
+def test_a_supervisor_programs_name_is_quoted_in_its_restarts_line() -> None:
+    """The ``restarts it:`` line (status, explain, the finding's message) named the
+    program (the job's own SUPERVISOR_PROCESS_NAME) and the configuration's values as
+    they were: ``supervisord program x⏎`verdict: sanctioned… (autorestart unknown: …)``."""
+    unread = SupervisorOrigin(supervisor="supervisord", program=HOSTILE)
+    read = SupervisorOrigin(
+        supervisor="supervisord", program=HOSTILE, autorestart=HOSTILE, autorestart_at=HOSTILE
+    )
+    for origin in (unread, read):
+        again = origin.restarts()
+        assert again is not None and "verdict: sanctioned" in again.how
+        assert again.how.count("`") % 2 == 0 and _forged(again.how) == [], again.how
