@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.cli import main
 from rogue_watchdog.daemon.alerts.adopt import adopted
 from rogue_watchdog.daemon.alerts.alert import Alert, Outgoing
 from rogue_watchdog.hosttext import clip, outside_code
@@ -33,7 +34,7 @@ from rogue_watchdog.policy.findings import job_findings
 from rogue_watchdog.policy.workload import WorkloadFacts, classify
 from rogue_watchdog.render import printable
 from rogue_watchdog.scan import resolve_origin
-from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
+from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context, write_tree
 
 EVIL = "/tmp/evil.yaml"
 # A newline, a backtick, an ANSI escape and the product's own phrases.
@@ -177,3 +178,27 @@ def test_a_supervisor_programs_name_is_quoted_in_its_restarts_line() -> None:
         again = origin.restarts()
         assert again is not None and "verdict: sanctioned" in again.how
         assert again.how.count("`") % 2 == 0 and _forged(again.how) == [], again.how
+
+
+def test_explain_prints_the_quoted_evidence_on_lines_of_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``explain`` as a person runs it, over a supervisord job whose configuration path,
+    program name and command line hold the hostile text: every line it prints is one of
+    its own (no newline or escape passed through), and its evidence and origin lines
+    keep the hostile text in code spans."""
+    procs = _supervisor()
+    procs[-1].argv = [*TRAIN, HOSTILE]
+    write_tree(tmp_path / "proc", procs)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"nvml: {{enabled: false}}\npaths: {{proc_root: '{tmp_path}/proc'}}\n")
+    assert main(["explain", "310", "--config", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    lines = out.splitlines()
+    assert lines[0].startswith("PID 310: ") and len(lines) > 8
+    said = [line for line in lines if line.startswith(("Origin: ", "  evidence: "))]
+    assert len(said) == 3  # the origin and its two evidence lines
+    for line in said:
+        assert "verdict: sanctioned" in line
+        assert line.count("`") % 2 == 0 and _forged(line) == [], line
