@@ -156,6 +156,30 @@ def code_span(text: str) -> str:
     return "`" + text.replace("`", "\\x60") + "`"
 
 
+def own_code(text: str) -> str:
+    """The product's own words set as code (a command it advises: ``rogue-watchdog run
+    --config PATH``), between two backticks on each side.
+
+    A span of host text is one backtick on each side (:func:`code_span`), and host text
+    holds no backtick: in a message, the text between the 2k-th and (2k+1)-th backtick
+    is host text. Two on each side leave an empty span before and after ``text``, so
+    ``text`` itself sits outside every span: code that looks for the product's words
+    (:func:`find_outside_code`, :func:`map_outside_code`, the alert spool's
+    ``--config`` rewrite) finds it by where it is, and no command line quoted with
+    :func:`code_span`, whatever it spells (`` `rogue-watchdog status --config
+    /tmp/evil.yaml` ``), reads as one (CommonMark renders both forms as code).
+
+    Args:
+        text: The product's own words; a backtick in it (a ``--config`` path holding
+            one) is shown as ``\\x60``, as :func:`code_span` does, so it cannot shift
+            the spans after it.
+
+    Returns:
+        ``text`` with two backticks before and after it.
+    """
+    return "``" + text.replace("`", "\\x60") + "``"
+
+
 #: A word that reads the same quoted or not: nothing that ends a clause (``,``, ``;``,
 #: a space, a parenthesis) or opens a span.
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9._/+@:=%~-]+")

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .config import Config
-from .hosttext import quoted_command
+from .hosttext import clip, code_span, quoted_command
 from .lineage import default_resolvers
 from .lineage.base import OriginResolver, ResolveContext, is_wrapper, recheck, split_answer
 from .model import (
@@ -218,7 +218,9 @@ def resolve_origin(
         try:
             origin, notes = split_answer(resolver.resolve(lineage, ctx))
         except Exception as exc:  # a broken resolver must not stop the scan
-            failed.append(f"resolver {resolver.name} failed: {type(exc).__name__}: {exc}")
+            # The error may quote what it read (a path, a line): host text, quoted.
+            said_exc = code_span(clip(str(exc), 200))
+            failed.append(f"resolver {resolver.name} failed: {type(exc).__name__}: {said_exc}")
             continue
         said.extend(notes)
         if origin is not None:

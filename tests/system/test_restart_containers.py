@@ -62,7 +62,7 @@ def test_restart_always_is_at_once_and_unknown_when_the_engine_does_not_answer(
     pid = docker.pid(cid)
     origin = _origin(pid)
     assert [e for e in origin.evidence if "restart policy" in e] == [
-        "restart policy 'always': the engine starts the container again at once whenever its "
+        "restart policy always: the engine starts the container again at once whenever its "
         "main process ends (and after a daemon restart or reboot), unless the policy is removed"
     ]
     again = origin.restarts()
@@ -81,7 +81,7 @@ def test_restart_always_is_at_once_and_unknown_when_the_engine_does_not_answer(
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     origin = _origin(back)
     assert [e for e in origin.evidence if "restart" in e] == [
-        "restart policy unknown: `docker inspect` did not answer; the engine may start the "
+        "restart policy unknown: ``docker inspect`` did not answer; the engine may start the "
         "container again once it stops"
     ]
     assert origin.remediation == stop

@@ -74,7 +74,7 @@ def test_running_then_pending_job_resolve_with_exact_ids(cluster: SlurmHarness) 
         }
         assert origin.remediation == f"scancel {first}"
         stepd = _stepd_pid(trainer)
-        assert origin.evidence[0] == f"ancestor PID {stepd} is slurmstepd: [{first}.batch]"
+        assert origin.evidence[0] == f"ancestor PID {stepd} is `slurmstepd: [{first}.batch]`"
 
         # The pending job has no process yet; once the first is cancelled it runs.
         cluster.cli("scancel", str(first))

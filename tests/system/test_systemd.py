@@ -98,7 +98,7 @@ def test_timer_started_service_names_unit_timer_schedule(weekly: NamespacedSyste
     )
     ev = "\n".join(origin["evidence"])
     assert "started by nightly-retrain.timer [TriggeredBy (systemctl show)]" in ev
-    assert f"ExecStart=/usr/bin/python3 {sd.sandbox}/train_fake.py --retired-model v1" in ev
+    assert f"ExecStart=`/usr/bin/python3 {sd.sandbox}/train_fake.py --retired-model v1`" in ev
     # The root PID is the service's main PID, as the namespace sees it.
     assert job["root_pid"] == int(sd.show("nightly-retrain.service", "MainPID")["MainPID"])
 

@@ -100,7 +100,7 @@ def test_non_utf8_supervisor_name_reaches_the_webhook_and_blocks_nothing(
     (body,) = rx.bodies()
     message = body["finding"]["message"]
     # The byte that is not UTF-8 arrives as the text \xff, never as a lone surrogate.
-    assert "from supervisor program retrain\\xff" in message
+    assert "from supervisor program `retrain\\xff`" in message
     assert "\udcff" not in rx.requests[0].body.decode("utf-8")
 
     # A row spooled before the payload was made safe (an older version's spool) with a

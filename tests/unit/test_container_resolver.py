@@ -54,7 +54,7 @@ def test_docker_shim_arguments(tmp_path: Path) -> None:
     assert origin.remediation == f"docker update --restart=no {CID} && docker stop {CID}"
     assert origin.evidence[0].startswith("ancestor PID 200 is containerd-shim-runc-v2: ")
     assert (
-        "restart policy unknown: `docker inspect` did not answer; the engine may start the "
+        "restart policy unknown: ``docker inspect`` did not answer; the engine may start the "
         "container again once it stops"
     ) in origin.evidence
 
@@ -224,7 +224,7 @@ def test_shim_look_alike_does_not_name_someone_elses_container(
     origin, notes = split_answer(_resolve(ctx, 210))
     assert origin is None
     assert list(notes) == [
-        "ancestor PID 200 looks like a container shim (/usr/bin/containerd-shim-runc-v2 "
-        f"-namespace moby -id {CID}) but is not: {why}"
+        "ancestor PID 200 looks like a container shim (`/usr/bin/containerd-shim-runc-v2 "
+        f"-namespace moby -id {CID}`) but is not: {why}"
     ]
     assert rec.calls == []  # no runtime asked for that container's image

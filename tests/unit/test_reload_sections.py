@@ -179,7 +179,7 @@ def test_a_restart_only_key_keeps_its_value_and_says_so(
         assert f.message == (
             f"the configuration was reloaded, but {key} take(s) effect only at a restart "
             f"({key}: {running!r} in use, {wanted!r} in the file); restart the daemon "
-            f"(stop it and start `rogue-watchdog run --config {path}` again)"
+            f"(stop it and start ``rogue-watchdog run --config {path}`` again)"
         )
         doc = build_status(d)
         assert doc["config"]["needs_restart"] == [key]

@@ -43,7 +43,7 @@ def test_notes_go_with_the_winning_origin_in_the_order_found(tmp_path: Path) -> 
     ]
     got = resolve_origin(chain, ctx, resolvers)  # type: ignore[arg-type]
     assert got.evidence == (
-        "it is mine", "a doubts", "c doubts", "resolver b failed: RuntimeError: boom",
+        "it is mine", "a doubts", "c doubts", "resolver b failed: RuntimeError: `boom`",
     )  # fmt: skip
     assert not hasattr(ctx, "notes")
 

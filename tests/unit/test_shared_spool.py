@@ -43,7 +43,7 @@ def test_alerts_queued_under_another_config_name_the_one_that_sends_them(
     cfg_d, cfg_e = tmp_path / "d/config.yaml", tmp_path / "e/config.yaml"
     hint = (
         f"rogue job PID 24609; to stop it: rogue-watchdog terminate --config {cfg_d} 24609; "
-        f"(`rogue-watchdog status --config {cfg_d}`)"
+        f"(``rogue-watchdog status --config {cfg_d}``)"
     )
     fid = d.db.insert_finding("rogue-job:x", "rogue-job", "high", hint, 24609, {}, T0)
     d.db.resolve_finding(fid, T0 + 60)
@@ -63,7 +63,7 @@ def test_alerts_queued_under_another_config_name_the_one_that_sends_them(
     # Before: both sent as spooled, `--config {cfg_d}` (the dead end).
     expected = (
         f"rogue job PID 24609; to stop it: rogue-watchdog terminate --config {cfg_e} 24609; "
-        f"(`rogue-watchdog status --config {cfg_e}`); [written under the configuration "
+        f"(``rogue-watchdog status --config {cfg_e}``); [written under the configuration "
         f"{cfg_d} (another install sharing this state directory, or this daemon before a "
         "reload): the commands in it name this daemon's configuration "
         f"({cfg_e}), which reads the same state database]"
@@ -113,18 +113,18 @@ def test_which_commands_are_renamed() -> None:
     assert got == f"F3 ghost; to stop it: rogue-watchdog terminate --config {e} 24609{note}"
     # A candidate of the operator's is never renamed; our own commands stay as they are.
     mine = (
-        f"learning: `rogue-watchdog allowlist diff --config /srv/candidate.yaml`, "
-        f"`rogue-watchdog check-config --config /srv/candidate.yaml`, "
-        f"`rogue-watchdog status --config {e}`"
+        f"learning: ``rogue-watchdog allowlist diff --config /srv/candidate.yaml``, "
+        f"``rogue-watchdog check-config --config /srv/candidate.yaml``, "
+        f"``rogue-watchdog status --config {e}``"
     )
     assert adopted(_out(mine, e), e).alert.finding.message == mine
     assert adopted(_out(mine, None), e).alert.finding.message == mine
     # The other install ran with the default file (no --config in its commands).
-    plain = "to stop it: rogue-watchdog terminate 24609 (`rogue-watchdog status`)"
+    plain = "to stop it: rogue-watchdog terminate 24609 (``rogue-watchdog status``)"
     got = adopted(_out(plain, "/etc/rogue-watchdog/config.yaml"), e).alert.finding.message
     assert got.startswith(
         f"to stop it: rogue-watchdog terminate --config {e} 24609 "
-        f"(`rogue-watchdog status --config {e}`); [written under the configuration "
+        f"(``rogue-watchdog status --config {e}``); [written under the configuration "
         "/etc/rogue-watchdog/config.yaml "
     )
     # And the other way round: this daemon runs with the default file.

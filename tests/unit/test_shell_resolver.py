@@ -82,7 +82,7 @@ def test_ssh_and_tmux_from_environment(tmp_path: Path) -> None:
     assert origin.remediation == "kill -TERM -- -510"
     assert (
         origin.evidence[0]
-        == "SSH_CONNECTION=10.0.0.5 51234 10.0.0.1 22 in the environment of PID 510"
+        == "SSH_CONNECTION=`10.0.0.5 51234 10.0.0.1 22` in the environment of PID 510"
     )
     assert f"ask {user}; the job was started by hand from {session}" in origin.evidence
 

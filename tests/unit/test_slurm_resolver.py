@@ -79,7 +79,7 @@ def test_stepd_ancestor_with_squeue_json(tmp_path: Path) -> None:
         "state": "RUNNING",
     }
     assert origin.remediation == "scancel 1"
-    assert origin.evidence[0] == "ancestor PID 400 is slurmstepd: [1.batch]"
+    assert origin.evidence[0] == "ancestor PID 400 is `slurmstepd: [1.batch]`"
     assert rec.calls == [("squeue", "--json", "-j", "1")]
 
 
@@ -178,7 +178,7 @@ def test_scontrol_fallback_when_squeue_has_no_json(tmp_path: Path) -> None:
         "ml-research",
     )
     assert rec.calls[-1] == ("scontrol", "show", "job", "1", "-o")
-    assert origin.evidence[-1].startswith("scontrol: job 1 name 'retrain-weekly'")
+    assert origin.evidence[-1].startswith("scontrol: job 1 name retrain-weekly")
 
 
 def test_no_cli_uses_the_job_environment(tmp_path: Path) -> None:
@@ -200,7 +200,7 @@ def test_no_cli_uses_the_job_environment(tmp_path: Path) -> None:
     assert origin.evidence[-1] == (
         "Slurm not asked (squeue did not run (No such file or directory); scontrol did not "
         "run (No such file or directory)); account unknown; "
-        "SLURM_JOB_ACCOUNT='ml-research' in the job's environment is not trusted "
+        "SLURM_JOB_ACCOUNT=ml-research in the job's environment is not trusted "
         "(the job's user can set it)"
     )
 
@@ -415,8 +415,8 @@ def test_real_slurmstepd_but_job_of_another_user_is_not_confirmed(tmp_path: Path
     origin, notes = split_answer(_resolve(ctx, 411))
     assert origin is None
     assert list(notes) == [
-        "ancestor PID 400 is slurmstepd: [1.batch], but squeue --json says job 1 belongs "
-        "to 'root' and PID 411 runs as '4321': not Slurm job 1's, not confirmed"
+        "ancestor PID 400 is `slurmstepd: [1.batch]`, but squeue --json says job 1 belongs "
+        "to root and PID 411 runs as 4321: not Slurm job 1's, not confirmed"
     ]
 
 
@@ -428,7 +428,7 @@ def test_real_slurmstepd_is_proof_and_scancel_names_its_job(tmp_path: Path) -> N
     assert origin is not None and origin.fields["job_id"] == 1
     assert origin.remediation == "scancel 1"
     assert origin.evidence[:2] == (
-        "ancestor PID 400 is slurmstepd: [1.batch]",
+        "ancestor PID 400 is `slurmstepd: [1.batch]`",
         "slurmstepd PID 400 runs /usr/sbin/slurmstepd-wlm (owned by root, as root)",
     )
 

@@ -62,7 +62,7 @@ def test_supervisord_program_from_environment(tmp_path: Path) -> None:
         f"and run: supervisorctl -c {CONF} update"
     )
     assert origin.evidence == (
-        f"ancestor PID 80 is supervisord: /usr/bin/python3 /usr/bin/supervisord -n -c {CONF}",
+        f"ancestor PID 80 is supervisord: `/usr/bin/python3 /usr/bin/supervisord -n -c {CONF}`",
         "SUPERVISOR_PROCESS_NAME=retrain in the environment of PID 90",
     )
 

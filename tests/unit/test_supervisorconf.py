@@ -92,7 +92,7 @@ def test_unreadable_configurations_say_why(tmp_path: Path) -> None:
     bad = tmp_path / "bad.conf"
     bad.write_text("no section header\n")
     assert (read_program(str(bad), "a", "a").unread or "").startswith(
-        f"{bad} could not be read: File contains no section headers."
+        f"{bad} could not be read: `File contains no section headers."
     )
     fifo = tmp_path / "fifo.conf"
     os.mkfifo(fifo)  # never opened blocking

@@ -131,14 +131,14 @@ def test_weekly_timer_from_files(proc: FakeProc, utc: None) -> None:
     )
     assert (
         f"unit file {SYSTEM}/nightly-retrain.service: "
-        "ExecStart=/usr/bin/python3 /opt/legacy/train_weekly.py --epochs 5"
+        "ExecStart=`/usr/bin/python3 /opt/legacy/train_weekly.py --epochs 5`"
     ) in ev
     assert "next elapse 2026-01-11T02:00:00+00:00 (systemd-analyze calendar)" in ev
     # on-failure does not restart after SIGTERM or a clean exit: never "when the process dies".
     assert (
         "Restart=on-failure: systemd starts it again when it exits non-zero, is killed by a "
         "signal other than SIGHUP, SIGINT, SIGTERM or SIGPIPE (SIGKILL included), or times "
-        "out; not after a clean exit or SIGTERM; stop the unit, and `systemctl mask` keeps "
+        "out; not after a clean exit or SIGTERM; stop the unit, and ``systemctl mask`` keeps "
         "anything from starting it"
     ) in ev
     assert "no crontab entry mentions /opt/legacy/train_weekly.py (3 crontab files read)" in ev
@@ -255,7 +255,7 @@ def test_user_unit_in_process_scheduler(proc: FakeProc) -> None:
         "user unit sched.service of user@1000.service (uid 1000)"
     )
     assert any(
-        e.startswith("spawned inside sched.service by PID 910 (/usr/bin/python3 /home/alice/")
+        e.startswith("spawned inside sched.service by PID 910 (`/usr/bin/python3 /home/alice/")
         for e in ev
     )
     assert (

@@ -108,8 +108,8 @@ def test_the_next_run_after_an_undo_is_one_finding_naming_it(
     # pasted, `no action 1 in /var/lib/rogue-watchdog/state.db` (rc 2).
     assert not unconfigured_commands(f.message, f" --config {tmp_path}/config.yaml")
     assert f.message.endswith(
-        f"; its source was re-enabled by `rogue-watchdog undo --config {tmp_path}/config.yaml "
-        f"{disable}` (action {undo}) at "
+        f"; its source was re-enabled by ``rogue-watchdog undo --config {tmp_path}/config.yaml "
+        f"{disable}`` (action {undo}) at "
         f"{_when(T0 + 30)} by cli:root, undoing disable-source action {disable}: an "
         "operator's undo, not a failed remediation"
     )
@@ -117,7 +117,7 @@ def test_the_next_run_after_an_undo_is_one_finding_naming_it(
     d.tick(T0 + 65)  # still named a tick later, still one finding
     assert _opened(d, second) == [("rogue-job", "high")]
     [f] = [f for f in d.db.open_findings() if f.root_pid == second]
-    assert "re-enabled by `rogue-watchdog undo" in f.message
+    assert "re-enabled by ``rogue-watchdog undo" in f.message
     sent = d.db.conn.execute(
         "SELECT COUNT(*) FROM deliveries d JOIN findings f ON f.id = d.finding_id"
         " WHERE f.root_pid=?", (second,),

@@ -184,7 +184,7 @@ def test_poisoned_weights_open_after_two_polls_and_resolve_on_finite_replacement
             " non-finite (7168 NaN, 0 +Inf, 0 -Inf); next: move it out of "
             f"{tmp_path}/deploy before anything loads it (quarantine: true on gate prod has "
             f"the daemon do that, undoably); deploy the last good checkpoint to {model} "
-            "through `rogue-watchdog ship` (it copies only weights that verify "
+            "through ``rogue-watchdog ship`` (it copies only weights that verify "
             "finite; rogue_watchdog.weights.best_checkpoint picks the best one that does)"
         )
         assert f.details["fingerprint"] == f"prod:{model}"
@@ -383,7 +383,7 @@ def test_quarantine_moves_the_file_and_undo_restores_it(
         assert not model.exists()
         again = r.ever("poisoned-weights")[-1]
         assert again.id != f.id and again.severity == "info"
-        assert "put back by `rogue-watchdog undo --force` (action " in again.message
+        assert "put back by ``rogue-watchdog undo --force`` (action " in again.message
         sent = [
             (e, json.loads(p)["finding"]["severity"])
             for e, p in r.db.conn.execute("SELECT event, payload_json FROM deliveries")
@@ -588,7 +588,7 @@ def test_outputs_past_the_byte_bound_are_said_unverified_then_verified_in_the_ba
         assert page.partition("; next: ")[2] == (
             f"move it out of {tmp_path}/deploy before anything loads it (quarantine: true on "
             f"gate prod has the daemon do that, undoably); deploy the last good checkpoint to "
-            f"{model2} through `rogue-watchdog ship` (it copies only weights that verify "
+            f"{model2} through ``rogue-watchdog ship`` (it copies only weights that verify "
             "finite; rogue_watchdog.weights.best_checkpoint picks the best one that does); "
             f"1 training output in {train} is not verified yet, so none is named; "
             f"check: rogue-watchdog verify-weights {good}"
@@ -695,7 +695,7 @@ def test_when_no_training_output_is_finite_the_page_says_so(
         [page] = paged(r, "poisoned-weights")
         assert page.partition("; next: ")[2] == (
             f"no training output in {train} verifies finite (2 checked); deploy the last good "
-            f"checkpoint to {model} through `rogue-watchdog ship` (it copies only weights that "
+            f"checkpoint to {model} through ``rogue-watchdog ship`` (it copies only weights that "
             "verify finite; rogue_watchdog.weights.best_checkpoint picks the best one that does)"
         )
     finally:

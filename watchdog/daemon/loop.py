@@ -23,6 +23,7 @@ from typing import Any
 
 from ..config import Config, ConfigError, config_checksum, load_config
 from ..hostpaths import config_args, config_file, systemctl_offered
+from ..hosttext import own_code
 from ..lineage.slurm import stepd_candidates, stepd_members
 from ..logs import get_logger
 from ..model import LOG_LEVELS, Finding, Origin, ScanResult, origin_from_json
@@ -216,7 +217,7 @@ def restart_hint(source: str | None) -> str:
     where systemd runs it (:func:`watchdog.hostpaths.systemctl_offered`)."""
     if systemctl_offered(source):
         return "systemctl restart rogue-watchdog"
-    return f"stop it and start `rogue-watchdog run{config_args(source)}` again"
+    return f"stop it and start {own_code('rogue-watchdog run' + config_args(source))} again"
 
 
 def learning_started_at(first: float | None, recorded: str | None) -> float | None:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from .. import safeio
+from ..hosttext import plain_or_code
 from ..model import AtOrigin, Origin, Proc
 from .base import _CODE_OPTIONS, _OPTION_VALUES, ResolveContext, exe_name, is_interpreter
 
@@ -115,7 +116,8 @@ class AtResolver:
             return None
         child = lineage[idx]
         shell = lineage[idx - 1]
-        evidence = [f"ancestor PID {child.pid} is atd ({child.exe or child.args_text})"]
+        ran = plain_or_code(child.exe) if child.exe else _shown(child.args_text[:200])
+        evidence = [f"ancestor PID {child.pid} is atd ({ran})"]
         found = _job_file(ctx, shell.pid) or _job_file(ctx, child.pid)
         if found is None:
             evidence.append("job file not visible in /proc fds (permission or it exited)")

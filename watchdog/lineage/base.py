@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .. import hostpaths
 from ..command import CommandRunner, run
+from ..hosttext import plain_or_code
 from ..model import Origin, Proc
 from ..sources.procfs import ProcessTable
 
@@ -146,11 +147,11 @@ def system_daemon(proc: Proc, ctx: ResolveContext, known: Callable[[str], bool])
     if path is None:
         return "its executable could not be read"
     if not known(path):
-        return f"its executable {comment(path)} is not a known binary of that daemon"
+        return f"its executable {_path(path)} is not a known binary of that daemon"
     owner = exe_owner(proc, ctx)
     if owner != 0:
         who = "could not be checked" if owner is None else f"is UID {owner}, not root"
-        return f"the owner of its executable {comment(path)} {who}"
+        return f"the owner of its executable {_path(path)} {who}"
     if proc.uid != 0:
         return (
             f"it runs as {'an unknown user' if proc.uid is None else f'UID {proc.uid}'}, not root"
@@ -466,6 +467,12 @@ def command(*argv: object) -> str:
         The command on one line, e.g. ``supervisorctl stop 'grp:x; touch /tmp/x #'``.
     """
     return " ".join(quote_arg(str(a)) for a in argv)
+
+
+def _path(path: str) -> str:
+    # An executable's path in a refusal note (evidence): inert and quoted unless it is
+    # one plain word, so no file name reads as the product's own words.
+    return plain_or_code(comment(path))
 
 
 def comment(text: str) -> str:

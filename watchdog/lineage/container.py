@@ -24,6 +24,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..hosttext import clip, code_span, own_code, plain_or_code
 from ..model import ContainerOrigin, Origin, Proc
 from .base import (
     Answer,
@@ -36,6 +37,12 @@ from .base import (
     with_notes,
 )
 from .cgroup import parse_cgroup
+
+
+def _cmd(text: str) -> str:
+    # A command line in evidence: quoted, so no argument reads as the product's words.
+    return code_span(clip(text, 200))
+
 
 # Runtime by the name the container's cgroup carries (the id itself is parsed by cgroup.py).
 _RUNTIME_MARKERS: tuple[tuple[str, str], ...] = (
@@ -156,11 +163,11 @@ def not_shim(proc: Proc, ctx: ResolveContext) -> str | None:
     """
     name = (exe_path(proc) or "").rsplit("/", 1)[-1]
     if name not in _SHIM_NAMES and name != "conmon":
-        return f"its executable {comment(exe_path(proc) or 'unknown')} is not a shim"
+        return f"its executable {plain_or_code(comment(exe_path(proc) or 'unknown'))} is not a shim"
     owner = exe_owner(proc, ctx)
     if owner != 0:
         who = "could not be checked" if owner is None else f"is UID {owner}, not root"
-        return f"the owner of its executable {comment(exe_path(proc) or '')} {who}"
+        return f"the owner of its executable {plain_or_code(comment(exe_path(proc) or ''))} {who}"
     if name != "conmon" and proc.uid != 0:
         return f"it runs as UID {proc.uid}, not root"
     return None
@@ -339,7 +346,7 @@ class ContainerResolver:
                 # copy): believing them would pin the job to someone else's image.
                 notes.append(
                     f"ancestor PID {shim.pid} looks like a container shim "
-                    f"({comment(shim.args_text[:200])}) but is not: {why}"
+                    f"({_cmd(comment(shim.args_text))}) but is not: {why}"
                 )
                 shim = None
         runner = next((p for p in lineage[1:] if runtime_command(p)), None)
@@ -352,16 +359,21 @@ class ContainerResolver:
         namespace: str | None = None
         if shim is None and runner is not None:
             runtime = runtime_command(runner) or runtime
-            evidence.append(f"ancestor PID {runner.pid} is {runner.args_text}")
+            evidence.append(f"ancestor PID {runner.pid} is {_cmd(runner.args_text)}")
         if shim is not None:
             s_runtime, s_cid, namespace = _shim_runtime(shim)
-            evidence.append(f"ancestor PID {shim.pid} is {exe_name(shim)}: {shim.args_text}")
+            evidence.append(
+                f"ancestor PID {shim.pid} is {plain_or_code(exe_name(shim))}: "
+                f"{_cmd(shim.args_text)}"
+            )
             if cg is None or cg.runtime in ("containerd", "docker"):
                 runtime = s_runtime
             cid = cid or s_cid
         if cg is not None:
-            evidence.append(f"cgroup of PID {lineage[0].pid} names container {cg.container_id}")
-            evidence.append(cg.line)
+            evidence.append(
+                f"cgroup of PID {lineage[0].pid} names container {plain_or_code(cg.container_id)}"
+            )
+            evidence.append(plain_or_code(cg.line, 300))
         pod_uid = cg.pod_uid if cg else None
         if pod_uid is not None:
             evidence.append(
@@ -377,11 +389,13 @@ class ContainerResolver:
             asked = runtime in _ENGINE_TEMPLATE and pod_uid is None
             if asked and restart is None:
                 evidence.append(
-                    f"restart policy unknown: `{runtime} inspect` did not answer; the engine "
-                    "may start the container again once it stops"
+                    f"restart policy unknown: {own_code(runtime + ' inspect')} did not answer; "
+                    "the engine may start the container again once it stops"
                 )
             elif restart not in (None, "no", ""):
-                evidence.append(f"restart policy {restart!r}: {restart_when(restart)}")
+                evidence.append(
+                    f"restart policy {plain_or_code(str(restart))}: {restart_when(restart)}"
+                )
             if asked and restart != "no":
                 if runtime == "docker":
                     update = shlex.join(["docker", "update", "--restart=no", cid])

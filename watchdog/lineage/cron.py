@@ -35,6 +35,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from .. import hostpaths, safeio
+from ..hosttext import clip, code_span, plain_or_code
 from ..model import NOT_LIVE, CronOrigin, Origin, Proc
 from .base import (
     Answer,
@@ -70,6 +71,21 @@ CRON_DAEMON_PATHS = frozenset(
 _CRON_UNIT = re.compile(r"/(cron|crond|cronie|anacron)\.service(/|$)")
 _ANY_UNIT = re.compile(r"/([^/]+\.service)(/|$)")
 _MAX_FILE_BYTES = MAX_CRONTAB_BYTES
+
+
+# Host text in evidence lines: quoted (hosttext.code_span, plain_or_code), so no command
+# line, crontab line or file name reads as the product's own words.
+def _cmd(text: str) -> str:
+    return code_span(clip(text, 200))
+
+
+def _at(path: str, line: object) -> str:
+    """``FILE:LINE`` of a crontab entry, the file quoted when it is not one plain word."""
+    return f"{plain_or_code(path)}:{line}"
+
+
+def _ran(proc: Proc) -> str:
+    return plain_or_code(proc.exe) if proc.exe else _cmd(proc.args_text)
 
 
 @dataclass
@@ -128,7 +144,7 @@ class CronResolver:
                 return with_notes(self._from_daemon(lineage, idx, ctx), notes)
             notes.append(
                 f"ancestor PID {lineage[idx].pid} is named like a cron daemon "
-                f"({comment(exe_name(lineage[idx]))}) but is not one: {why}"
+                f"({plain_or_code(comment(exe_name(lineage[idx])))}) but is not one: {why}"
             )
         return with_notes(self._from_orphan(lineage, ctx), notes)
 
@@ -144,7 +160,7 @@ class CronResolver:
                 break
             daemon_top = above
         daemon_name = exe_name(daemon).lower()
-        evidence = [f"ancestor PID {daemon.pid} runs {daemon.exe or daemon.args_text}"]
+        evidence = [f"ancestor PID {daemon.pid} runs {_ran(daemon)}"]
         view = _cron_view(daemon_top, ctx)
         if view is not None:
             ctx, seen_as = view
@@ -155,7 +171,7 @@ class CronResolver:
         matches: list[_Match] = []
         others: list[_Match] = []
         if cmd is not None:
-            evidence.append(f"job shell PID {shell.pid}: {shell.cmdline[0]} -c {cmd!r}")
+            evidence.append(f"job shell PID {shell.pid}: {_cmd(f'{shell.cmdline[0]} -c {cmd}')}")
             wanted = _norm(cmd)
             matches = [
                 _Match(e, True, "its shell command equals the entry's command")
@@ -289,18 +305,18 @@ def _origin(
 ) -> Origin:
     best = matches[0]
     entry = best.entry
-    evidence.append(f"{entry.file}:{entry.line}: {best.how}")
+    evidence.append(f"{_at(entry.file, entry.line)}: {best.how}")
     for other in matches[1:]:
         kind = "exactly" if other.exact else "by containment"
         evidence.append(
-            f"ambiguous: also matches {other.entry.file}:{other.entry.line} {kind}: "
-            f"{other.entry.raw.strip()}"
+            f"ambiguous: also matches {_at(other.entry.file, other.entry.line)} {kind}: "
+            f"{_cmd(other.entry.raw.strip())}"
         )
     fields = _fields(entry, entry.user, ctx)
     script_path: str | None = None
     if "CRON_TZ" in entry.env:
         evidence.append(
-            f"next_run uses CRON_TZ={entry.env['CRON_TZ']} (cronie honours it; "
+            f"next_run uses CRON_TZ={plain_or_code(entry.env['CRON_TZ'])} (cronie honours it; "
             "Debian's cron 3.0 ignores it and uses the host's zone)"
         )
     remediation = _disable_command(entry, ctx)
@@ -311,7 +327,8 @@ def _origin(
         runner, path = script
         script_path = path
         evidence.append(
-            f"run-parts PID {runner.pid} ({runner.args_text}) runs script {path}; "
+            f"run-parts PID {runner.pid} ({_cmd(runner.args_text)}) runs script "
+            f"{plain_or_code(path)}; "
             "the crontab line runs every script in that directory"
         )
         remediation = command("chmod", "-x", path)
@@ -441,7 +458,7 @@ def _contained(procs: Sequence[Proc], entries: Sequence[CronEntry]) -> list[_Mat
         for entry in entries:
             words = _entry_tokens(entry.run_command)
             if any(_has_run(words, argv) for argv in argvs):
-                how = f"the command line of PID {proc.pid} ({proc.args_text}) is part of it"
+                how = f"the command line of PID {proc.pid} ({_cmd(proc.args_text)}) is part of it"
                 out.append(_Match(entry, False, how))
         if out:
             break
@@ -508,11 +525,11 @@ def _could_start(
     reasons: list[str] = []
     for m in matches:
         e = m.entry
-        where = f"not {e.file}:{e.line}"
+        where = f"not {_at(e.file, e.line)}"
         if runs_as(proc, e.user) is False:
             reasons.append(
-                f"{where}: PID {proc.pid} runs as {comment(str(proc.user))}, and cron runs "
-                f"that entry as {comment(str(e.user))}"
+                f"{where}: PID {proc.pid} runs as {plain_or_code(comment(str(proc.user)))}, "
+                f"and cron runs that entry as {plain_or_code(comment(str(e.user)))}"
             )
             continue
         late = _late(e, proc, start_s, daemon, ctx, slack_s)
@@ -544,7 +561,7 @@ def _late(
             return None
         return (
             f"PID {proc.pid} started at {when}, {start_s - daemon_s:.0f} s after cron "
-            f"started; cron runs {entry.schedule} entries only when it starts"
+            f"started; cron runs {plain_or_code(entry.schedule)} entries only when it starts"
         )
     lag = _fired_before(entry, start_s, ctx)
     if lag is None or lag <= slack_s:
@@ -619,7 +636,9 @@ def _read_tab(
 
     def refuse(exc: OSError | ValueError) -> None:
         if problems is not None:
-            problems.append((path, f"could not read {path} ({safeio.unread_reason(exc)})"))
+            problems.append(
+                (path, f"could not read {plain_or_code(path)} ({safeio.unread_reason(exc)})")
+            )
 
     key = f"cron:file:{path}"
     try:
@@ -722,7 +741,8 @@ def _cron_view(daemon: Proc, ctx: ResolveContext) -> tuple[ResolveContext, str] 
     )
     said = (
         f"the cron daemon (PID {daemon.pid}) runs in another mount namespace and reads "
-        f"other crontabs than the configured ones: {', '.join(changed)} read as it sees them"
+        f"other crontabs than the configured ones: "
+        f"{', '.join(map(plain_or_code, changed))} read as it sees them"
     )
     return view, said
 
@@ -730,7 +750,9 @@ def _cron_view(daemon: Proc, ctx: ResolveContext) -> tuple[ResolveContext, str] 
 def _live_crontabs(ctx: ResolveContext) -> _Tabs:
     """Every crontab cron reads, in the order cron(8) loads them, and those not read."""
     listing = list_crontabs(ctx.cron_files, ctx.cron_d_dir, ctx.cron_spool_dirs)
-    out = _Tabs(problems=[(p, f"could not read {p} ({why})") for p, why in listing.problems])
+    out = _Tabs(
+        problems=[(p, f"could not read {plain_or_code(p)} ({why})") for p, why in listing.problems]
+    )
     for f in listing.files:
         tab = _read_tab(ctx, f.path, system=f.system, owner=f.owner, problems=out.problems)
         if tab is not None:
@@ -794,7 +816,7 @@ def _dead_notes(ctx: ResolveContext, cmd: str | None, procs: Sequence[Proc]) -> 
         )
         found = exact or [m.entry for m in _contained(procs, tab.entries)]
         for e in found:
-            notes.append(f"also matches {e.file}:{e.line}, which cron does not read ({why})")
+            notes.append(f"also matches {_at(e.file, e.line)}, which cron does not read ({why})")
     return notes
 
 
@@ -902,8 +924,8 @@ def _retired_origin(
 ) -> Origin:
     entry = retired.entry
     evidence.append(
-        f"started by {entry.file}:{entry.line}, entry since disabled: the line is now "
-        f"{retired.comment.strip()!r}; cron will not start it again from there, but this "
+        f"started by {_at(entry.file, entry.line)}, entry since disabled: the line is now "
+        f"{_cmd(retired.comment.strip())}; cron will not start it again from there, but this "
         "running copy must still be stopped"
     )
     evidence.extend(_not_its_entry(others, cmd))
@@ -923,8 +945,8 @@ def _retired_origin(
 
 def _not_its_entry(others: Sequence[_Match], cmd: str | None) -> list[str]:
     return [
-        f"not {m.entry.file}:{m.entry.line}: its command runs the same program, but cron "
-        f"ran {cmd!r}, not that line's command"
+        f"not {_at(m.entry.file, m.entry.line)}: its command runs the same program, but "
+        f"cron ran {_cmd(str(cmd))}, not that line's command"
         for m in others
     ]
 
@@ -967,7 +989,7 @@ def entry_state(origin: CronOrigin, ctx: ResolveContext) -> str | None:
 def with_entry_state(origin: CronOrigin, state: str) -> CronOrigin:
     """``origin`` marked as no longer live (``disabled`` or ``removed``): no next run, no
     remediation (the line already cannot start anything), evidence saying so."""
-    where = f"{origin.file}:{origin.line}"
+    where = _at(str(origin.file), origin.line)
     note = (
         f"started by {where}, entry since {state}: cron will not start it again from "
         "there, but this running copy must still be stopped"
@@ -1000,7 +1022,7 @@ def live_again(origin: CronOrigin, ctx: ResolveContext) -> CronOrigin:
         return origin
     was = origin.entry_state
     note = (
-        f"started by {path}:{line}; the line was {was} while this process ran and is "
+        f"started by {_at(path, line)}; the line was {was} while this process ran and is "
         "live again now: cron starts it on its schedule"
     )
     evidence = (note, *(e for e in origin.evidence if not e.startswith("started by ")))
@@ -1078,11 +1100,16 @@ def _cron_env_note(env: dict[str, str] | None, entry: CronEntry) -> tuple[bool |
         return False, f"its environment has {', '.join(session)}, which cron never sets"
     path = entry.env.get("PATH", _CRON_DEFAULT_PATH)
     if env.get("PATH") != path:
-        return None, f"its PATH is {env.get('PATH')!r}, not cron's {path!r}"
+        return None, (
+            f"its PATH is {plain_or_code(str(env.get('PATH')))}, not cron's {plain_or_code(path)}"
+        )
     user = env.get("LOGNAME") or env.get("USER")
     if user is not None and user != entry.user:
-        return False, f"its LOGNAME is {user}, the line runs as {entry.user}"
-    return True, f"its environment is cron's (PATH={path}, LOGNAME={user}, no terminal)"
+        return False, f"its LOGNAME is {plain_or_code(user)}, the line runs as {entry.user}"
+    return True, (
+        f"its environment is cron's (PATH={plain_or_code(path)}, "
+        f"LOGNAME={plain_or_code(str(user))}, no terminal)"
+    )
 
 
 def _from_script(
@@ -1136,14 +1163,16 @@ def _from_script(
         how += " (in cron's cgroup)"
     evidence = [
         f"PID {top.pid} was {how}: its starter exited; its command line is in no crontab",
-        f"attributed to {entry.file}:{entry.line} with {confidence} confidence: it started "
-        f"{lag:.0f} s after that line fired, {env_why}, and its program {program} appears "
-        f"in {script} (line {lineno}), which that line runs",
+        f"attributed to {_at(entry.file, entry.line)} with {confidence} confidence: it "
+        f"started {lag:.0f} s after that line fired, {env_why}, and its program "
+        f"{plain_or_code(program)} appears in {plain_or_code(script)} (line {lineno}), which "
+        "that line runs",
     ]
     for other in found[1:]:
         evidence.append(
-            f"ambiguous: {other[0].file}:{other[0].line} also runs a script naming it "
-            f"({other[1]} line {other[2]}) and fired {other[3]:.0f} s before it started"
+            f"ambiguous: {_at(other[0].file, other[0].line)} also runs a script naming it "
+            f"({plain_or_code(other[1])} line {other[2]}) and fired {other[3]:.0f} s before it "
+            "started"
         )
     evidence.extend(_unread_notes(read))
     # Not "script" (a run-parts script, which disable-source renames): here the line

@@ -34,6 +34,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from ..hosttext import plain_or_code
 from ..model import ContainerOrigin, KubernetesOrigin, Origin, Proc
 from .base import Answer, ResolveContext, split_answer, with_notes
 from .cgroup import parse_cgroup
@@ -500,7 +501,7 @@ class KubernetesResolver:
         evidence = [
             f"cgroup of PID {lineage[0].pid} is in Kubernetes pod {clue.pod_uid} "
             f"(QoS {clue.qos_class})",
-            clue.line,
+            plain_or_code(clue.line, 300),
         ]
         origin = KubernetesOrigin(
             pod_uid=clue.pod_uid,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..hosttext import plain_or_code
 from ..model import Origin, OrphanOrigin, Proc
 from .base import ResolveContext, exe_name, is_wrapper
 from .cgroup import parse_cgroup, systemd_path
@@ -40,7 +41,7 @@ def adopter(proc: Proc, ctx: ResolveContext) -> str | None:
     if proc.pid <= 1 or proc.ppid <= 0:
         return None
     parent = ctx.table.get(proc.ppid)
-    label = exe_name(parent) if parent is not None else "not visible"
+    label = plain_or_code(exe_name(parent)) if parent is not None else "not visible"
     if proc.ppid == 1:
         return f"PID 1 ({label})"
     if parent is None:
@@ -87,11 +88,13 @@ class OrphanResolver:
                 if by is not None:
                     # Its own parent is alive: what exited is the wrapper's parent.
                     evidence[0] = (
-                        f"orphan: its wrapper {exe_name(wrapper)} (PID {wrapper.pid}) was "
+                        f"orphan: its wrapper {plain_or_code(exe_name(wrapper))} (PID "
+                        f"{wrapper.pid}) was "
                         "adopted (the wrapper's parent exited)"
                     )
                     evidence.append(
-                        f"its wrapper {exe_name(wrapper)} (PID {wrapper.pid}) was adopted by {by}"
+                        f"its wrapper {plain_or_code(exe_name(wrapper))} (PID {wrapper.pid}) "
+                        f"was adopted by {by}"
                     )
                     return self._origin(proc, ctx, evidence, wrapper)
             return None
@@ -103,13 +106,14 @@ class OrphanResolver:
     ) -> Origin:
         info = parse_cgroup(proc.cgroup)
         if info is not None:
-            evidence.append(f"cgroup {info.path}")
+            evidence.append(f"cgroup {plain_or_code(info.path)}")
         slurm_id, slurm_state, slurm_said = self._slurm(proc, ctx, evidence)
         env = ctx.table.environ(proc.pid) or {}
         program = env.get("SUPERVISOR_PROCESS_NAME") or None
         if program:
             evidence.append(
-                f"SUPERVISOR_PROCESS_NAME={program} in its environment: a supervisord that "
+                f"SUPERVISOR_PROCESS_NAME={plain_or_code(program)} in its environment: a "
+                "supervisord that "
                 "is gone started it; a restarted supervisord runs another copy"
             )
         # The one-line message carries what the fields know (tables and findings show it).
@@ -117,7 +121,7 @@ class OrphanResolver:
         if slurm_id is not None:
             message = f"orphan of Slurm job {slurm_id} ({slurm_said})"
         elif program:
-            message = f"orphan of supervisor program {program} (parent exited)"
+            message = f"orphan of supervisor program {plain_or_code(program)} (parent exited)"
         evidence[0] = message
         return OrphanOrigin(
             evidence=tuple(evidence),
@@ -156,7 +160,9 @@ class OrphanResolver:
             said = f"{job.via}: job {clue.job_id} is {job.state}"
         else:
             said = f"Slurm not asked ({job.via})"
-        evidence.append(f"{where} names Slurm job {clue.job_id} ({clue.text}); {said}")
+        evidence.append(
+            f"{where} names Slurm job {clue.job_id} ({plain_or_code(clue.text)}); {said}"
+        )
         if job.status == "found" and job.state:
             return clue.job_id, job.state, str(job.state)
         return clue.job_id, job.state, "ended" if job.status == "gone" else "state unknown"

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..command import CommandResult
-from ..hosttext import clip, code_span
+from ..hosttext import clip, code_span, plain_or_code
 from ..model import Origin, Proc, ShellOrigin
 from .base import ResolveContext, exe_name
 from .cgroup import parse_cgroup
@@ -239,6 +239,12 @@ def _address(text: str) -> str:
     return text if _ADDRESS.fullmatch(text) else code_span(clip(text, 64))
 
 
+def _env(value: str) -> str:
+    # A variable's value in evidence: its user may set it to anything, so it is quoted
+    # unless it is one plain word.
+    return plain_or_code(value, 120)
+
+
 def _env_clues(lineage: Sequence[Proc], ctx: ResolveContext, clues: _Clues) -> None:
     found: set[str] = set()
     for proc in lineage:
@@ -252,22 +258,26 @@ def _env_clues(lineage: Sequence[Proc], ctx: ResolveContext, clues: _Clues) -> N
             if len(parts) >= 2:
                 clues.client = parts[0]
                 clues.remote.append(f"ssh from {_address(parts[0])} port {_address(parts[1])}")
-                clues.evidence.append(f"{key}={env[key]} in the environment of PID {proc.pid}")
+                clues.evidence.append(
+                    f"{key}={_env(env[key])} in the environment of PID {proc.pid}"
+                )
         if "tmux" not in found and env.get("TMUX"):
             found.add("tmux")
             clues.mux.append("tmux")  # named below, from the server
-            clues.evidence.append(f"TMUX={env['TMUX']} in the environment of PID {proc.pid}")
+            clues.evidence.append(f"TMUX={_env(env['TMUX'])} in the environment of PID {proc.pid}")
         if "screen" not in found and env.get("STY"):
             found.add("screen")
             clues.mux.append(f"screen session {code_span(clip(env['STY'], 80))}")
-            clues.evidence.append(f"STY={env['STY']} in the environment of PID {proc.pid}")
+            clues.evidence.append(f"STY={_env(env['STY'])} in the environment of PID {proc.pid}")
 
 
 def _ancestor_clues(lineage: Sequence[Proc], clues: _Clues) -> None:
     for proc in lineage[1:]:
         names = _names(proc)
         if names & _REMOTE:
-            clues.evidence.append(f"ancestor PID {proc.pid} is {proc.args_text}")
+            clues.evidence.append(
+                f"ancestor PID {proc.pid} is {code_span(clip(proc.args_text, 200))}"
+            )
             if not clues.remote:
                 clues.remote.append(f"ssh session ({code_span(clip(proc.args_text, 80))})")
         elif names & _TMUX:
@@ -326,9 +336,11 @@ class ShellResolver:
         info = parse_cgroup(proc.cgroup)
         scope = info.session if info is not None else None
         if tty is not None:
-            clues.evidence.append(f"PID {proc.pid} has terminal {tty}")
+            clues.evidence.append(f"PID {proc.pid} has terminal {plain_or_code(tty)}")
         if scope is not None:
-            clues.evidence.append(f"cgroup of PID {proc.pid} is login session {scope}")
+            clues.evidence.append(
+                f"cgroup of PID {proc.pid} is login session {plain_or_code(scope)}"
+            )
         parts = clues.remote + clues.mux
         if not parts and clues.login is not None:
             parts.append(f"login on {tty}" if tty else "console login")

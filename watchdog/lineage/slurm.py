@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..command import TIMED_OUT, CommandResult
+from ..hosttext import plain_or_code
 from ..model import Origin, Proc, SlurmOrigin
 from ..sources.procfs import ProcessTable
 from .base import Answer, ResolveContext, exe_name, exe_path, system_daemon, with_notes
@@ -551,12 +552,13 @@ class SlurmResolver:
             if job.status == "unavailable" and parent_is_init(lineage[0], ctx):
                 return None
         elif clue.source != "slurmstepd":
-            evidence.append(f"ancestor PID {stepd.pid} is {exe_name(stepd)}")
+            evidence.append(f"ancestor PID {stepd.pid} is {plain_or_code(exe_name(stepd))}")
         proc = lineage[0]
         if job.status == "found" and job.user and proc.user and job.user != proc.user:
             notes.append(
                 f"{_clue_text(clue)}, but {job.via} says job {clue.job_id} belongs to "
-                f"{job.user!r} and PID {proc.pid} runs as {proc.user!r}: not Slurm job "
+                f"{plain_or_code(job.user)} and PID {proc.pid} runs as "
+                f"{plain_or_code(proc.user)}: not Slurm job "
                 f"{clue.job_id}'s, not confirmed"
             )
             return None
@@ -576,7 +578,8 @@ def unconfirmed_text(clue: SlurmClue) -> str:
     """Evidence for a job id only an environment names: a claim, never proof."""
     return (
         f"claims Slurm job {clue.job_id} in its environment, not confirmed "
-        f"({clue.text} in the environment of PID {clue.pid}; no slurmstepd ancestor and "
+        f"({plain_or_code(clue.text)} in the environment of PID {clue.pid}; no slurmstepd "
+        "ancestor and "
         "no Slurm job cgroup)"
     )
 
@@ -585,12 +588,18 @@ def _title(proc: Proc) -> str:
     return repr(" ".join(proc.cmdline) if proc.cmdline else proc.comm)
 
 
+def _said(value: str | None) -> str:
+    # A job's name, account or user as Slurm (or the job's own environment) gives it: the
+    # job's user picks its name, so it is quoted unless it is one plain word.
+    return "unknown" if value is None else plain_or_code(value)
+
+
 def _clue_text(clue: SlurmClue) -> str:
     if clue.source == "slurmstepd":
-        return f"ancestor PID {clue.pid} is {clue.text}"
+        return f"ancestor PID {clue.pid} is {plain_or_code(clue.text)}"
     if clue.source == "cgroup":
-        return f"cgroup of PID {clue.pid} is a Slurm job cgroup: {clue.text}"
-    return f"{clue.text} in the environment of PID {clue.pid}"
+        return f"cgroup of PID {clue.pid} is a Slurm job cgroup: {plain_or_code(clue.text)}"
+    return f"{plain_or_code(clue.text)} in the environment of PID {clue.pid}"
 
 
 def _fields(clue: SlurmClue, job: SlurmJob, env: dict[str, str], proc: Proc) -> SlurmOrigin:
@@ -618,12 +627,13 @@ def _fields(clue: SlurmClue, job: SlurmJob, env: dict[str, str], proc: Proc) -> 
 def _job_text(job: SlurmJob, env: dict[str, str]) -> str:
     if job.status == "found":
         return (
-            f"{job.via}: job {job.job_id} name {job.job_name!r} account {job.account!r} "
-            f"user {job.user!r} is {job.state}"
+            f"{job.via}: job {job.job_id} name {_said(job.job_name)} account "
+            f"{_said(job.account)} user {_said(job.user)} is {plain_or_code(str(job.state))}"
         )
     claimed = env.get("SLURM_JOB_ACCOUNT")
     said = (
-        f"; SLURM_JOB_ACCOUNT={claimed!r} in the job's environment is not trusted (the "
+        f"; SLURM_JOB_ACCOUNT={plain_or_code(claimed)} in the job's environment is not "
+        "trusted (the "
         "job's user can set it)"
         if claimed
         else ""

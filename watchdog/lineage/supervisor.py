@@ -20,6 +20,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..hosttext import clip, code_span, plain_or_code
 from ..model import Origin, Proc, SupervisorOrigin
 from .base import ResolveContext, command, comment, exe_name
 from .supervisorconf import config_file, read_program
@@ -158,7 +159,10 @@ def _supervisord(sup: Proc, child: Proc, job: Proc, ctx: ResolveContext) -> _Pro
                     f"{comment(f'[program:{name}]')} from {comment(where)} and run: "
                     f"{comment(command(*ctl, 'update'))}"
                 ),
-                evidence=(f"SUPERVISOR_PROCESS_NAME={name} in the environment of PID {proc.pid}",),
+                evidence=(
+                    f"SUPERVISOR_PROCESS_NAME={plain_or_code(name)} in the environment of PID "
+                    f"{proc.pid}",
+                ),
                 settings=settings,
             )
     ctl = ["supervisorctl", "-c", config] if config else ["supervisorctl"]
@@ -202,7 +206,9 @@ def _dir_program(sup: Proc, kind: str, ctx: ResolveContext) -> _Program:
             f"{command('svc', '-d', path)}  # then remove {comment(path)} and run: "
             f"{comment(command('svc', '-x', path))}"
         )
-    return _Program(name, True, path, fix, (f"{kind} argument names service {name!r}",))
+    return _Program(
+        name, True, path, fix, (f"{kind} argument names service {plain_or_code(name)}",)
+    )
 
 
 def _pm2(child: Proc, job: Proc, ctx: ResolveContext) -> _Program:
@@ -215,7 +221,10 @@ def _pm2(child: Proc, job: Proc, ctx: ResolveContext) -> _Program:
                 True,
                 env.get("PM2_HOME"),
                 f"{command('pm2', 'delete', name)} && pm2 save",
-                (f"PM2 app name={name} pm_id={env['pm_id']} in the environment of PID {proc.pid}",),
+                (
+                    f"PM2 app name={plain_or_code(name)} pm_id={plain_or_code(env['pm_id'])} in "
+                    f"the environment of PID {proc.pid}",
+                ),
             )
     return _Program(
         child.args_text,
@@ -264,7 +273,7 @@ class SupervisorResolver:
         else:
             prog = _dir_program(sup, kind, ctx)
         evidence = (
-            f"ancestor PID {sup.pid} is {kind}: {sup.args_text}",
+            f"ancestor PID {sup.pid} is {kind}: {code_span(clip(sup.args_text, 200))}",
             *prog.evidence,
         )
         return SupervisorOrigin(

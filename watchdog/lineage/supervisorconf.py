@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import safeio
+from ..hosttext import clip, code_span, plain_or_code
 from ..model import FALSY as FALSY
 from ..model import TRUTHY as TRUTHY
 
@@ -200,10 +201,13 @@ def read_program(config: str | None, group: str | None, process: str) -> Program
         for path in includes:
             take(path)
     except (OSError, ValueError, configparser.Error) as exc:
-        reason = safeio.unread_reason(exc) if isinstance(exc, OSError | ValueError) else str(exc)
+        if isinstance(exc, OSError | ValueError):
+            reason = safeio.unread_reason(exc)
+        else:  # the parser's message quotes the file's lines: host text
+            reason = code_span(clip(" ".join(str(exc).split()), 200))
         return ProgramSettings(
             None,
-            unread=f"{reading} could not be read: {' '.join(reason.split())[:200]}",
+            unread=f"{plain_or_code(reading)} could not be read: {reason}",
             files=tuple(files),
         )
     found = _section_for(parser, group or process, process)

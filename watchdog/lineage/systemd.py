@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from .. import hostpaths
+from ..hosttext import clip, code_span, own_code, plain_or_code
 from ..model import Origin, Proc, SystemdOrigin
 from .base import (
     ResolveContext,
@@ -420,7 +421,7 @@ class SystemdResolver:
         self, lineage: Sequence[Proc], info: CgroupInfo, unit: str, ctx: ResolveContext
     ) -> Origin:
         facts = self.system_facts(unit, ctx)
-        evidence = [f"cgroup {info.path}: system unit {unit}"]
+        evidence = [f"cgroup {plain_or_code(info.path)}: system unit {plain_or_code(unit)}"]
         return self._origin(lineage, info, unit, facts, evidence, ctx, user=None)
 
     # -- user units ----------------------------------------------------------------
@@ -457,7 +458,10 @@ class SystemdResolver:
             facts.restart = uf.restart()
         for tuf in find_timers(unit, dirs, facts.skipped):
             facts.timers.append(self._timer_facts(tuf.name, tuf, None, ctx, facts.skipped))
-        evidence = [f"cgroup {info.path}: user unit {unit} of user@{uid}.service (uid {uid})"]
+        evidence = [
+            f"cgroup {plain_or_code(info.path)}: user unit {plain_or_code(unit)} of "
+            f"user@{uid}.service (uid {uid})"
+        ]
         return self._origin(lineage, info, unit, facts, evidence, ctx, user=(user, uid))
 
     # -- common --------------------------------------------------------------------
@@ -473,14 +477,16 @@ class SystemdResolver:
         user: tuple[str | None, int | None] | None,
     ) -> Origin:
         if facts.unit_file:
-            line = f"unit file {facts.unit_file}"
+            line = f"unit file {plain_or_code(facts.unit_file)}"
             if facts.exec_start:
-                line += f": ExecStart={facts.exec_start[0]}"
+                line += f": ExecStart={code_span(clip(facts.exec_start[0], 200))}"
             evidence.append(line)
         elif not unit.endswith(".scope"):
-            evidence.append(f"no unit file for {unit} found (transient unit, or not on the path)")
+            evidence.append(
+                f"no unit file for {plain_or_code(unit)} found (transient unit, or not on the path)"
+            )
         if facts.dropins:
-            evidence.append("drop-ins: " + ", ".join(facts.dropins))
+            evidence.append("drop-ins: " + ", ".join(map(plain_or_code, facts.dropins)))
         # Files refused (FIFO, device, oversized, unreadable): what they say is unknown.
         evidence.extend(dict.fromkeys(facts.skipped))
         spawner = _unit_top(lineage, info)
@@ -492,32 +498,33 @@ class SystemdResolver:
                 if tmux.created_by_server
                 else "on a tmux server that lives in this unit"
             )
-            evidence.append(f"runs in {tmux.describe()}, {made} ({server})")
+            evidence.append(f"runs in {tmux.describe()}, {made} ({code_span(clip(server, 200))})")
         elif spawner is not None and spawner.pid != lineage[0].pid:
             evidence.append(
-                f"spawned inside {unit} by PID {spawner.pid} ({spawner.args_text}), the "
+                f"spawned inside {plain_or_code(unit)} by PID {spawner.pid} "
+                f"({code_span(clip(spawner.args_text, 200))}), the "
                 "unit's own process: an in-process scheduler or launcher, not a timer or cron"
             )
         timer = facts.timers[0] if facts.timers else None
         if timer is not None:
             how = "TriggeredBy (systemctl show)" if facts.live else "timer file"
-            sched = "; ".join(timer.schedule) or "no schedule found"
-            evidence.append(f"started by {timer.name} [{how}]: {sched}")
+            sched = "; ".join(map(plain_or_code, timer.schedule)) or "no schedule found"
+            evidence.append(f"started by {plain_or_code(timer.name)} [{how}]: {sched}")
             for extra in facts.timers[1:]:
-                evidence.append(f"also triggered by {extra.name}")
+                evidence.append(f"also triggered by {plain_or_code(extra.name)}")
             if timer.next_run is None:
                 evidence.append("next elapse unknown")
             else:
                 evidence.append(f"next elapse {timer.next_run.isoformat()} ({timer.next_source})")
         else:
-            evidence.append(f"no timer starts {unit}")
+            evidence.append(f"no timer starts {plain_or_code(unit)}")
         for trig in facts.other_triggers:
-            evidence.append(f"also triggered by {trig} (TriggeredBy)")
+            evidence.append(f"also triggered by {plain_or_code(trig)} (TriggeredBy)")
         restart = facts.restart
         if restart in RESTARTING:
             evidence.append(
                 f"Restart={restart}: {RESTART_WHEN[restart]}; "
-                "stop the unit, and `systemctl mask` keeps anything from starting it"
+                f"stop the unit, and {own_code('systemctl mask')} keeps anything from starting it"
             )
         evidence.append(_cron_check(lineage[0], ctx))
         return SystemdOrigin(
@@ -629,20 +636,20 @@ def _cron_check(proc: Proc, ctx: ResolveContext) -> str:
     else:
         # The files cron itself reads: a backup in cron.d (foo.dpkg-old) starts nothing.
         listing = list_crontabs(ctx.cron_files, ctx.cron_d_dir, ctx.cron_spool_dirs)
-        refused = [f"{path} ({why})" for path, why in listing.problems]
+        refused = [f"{plain_or_code(path)} ({why})" for path, why in listing.problems]
         for f in listing.files:
             # Regular files only, size-capped, never blocking (a FIFO in a spool dir).
             text, why = read_text_or_reason(f.path)
             if text is not None:
                 files.append((f.path, text.splitlines()))
             elif why is not None:
-                refused.append(f"{f.path} ({why})")
+                refused.append(f"{plain_or_code(f.path)} ({why})")
         ctx.cache["systemd:cron-lines"] = (files, refused)
     for path, lines in files:
         for n, line in enumerate(lines, 1):
             if token in line and not line.lstrip().startswith("#"):
-                return f"crontab {path}:{n} also mentions {token}"
-    out = f"no crontab entry mentions {token} ({len(files)} crontab files read)"
+                return f"crontab {plain_or_code(path)}:{n} also mentions {plain_or_code(token)}"
+    out = f"no crontab entry mentions {plain_or_code(token)} ({len(files)} crontab files read)"
     if refused:
         out += "; not read: " + ", ".join(refused)
     return out

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .. import safeio
+from ..hosttext import plain_or_code
 
 # Timer settings that schedule a start (systemd.timer(5)); order is display order.
 TIMER_KEYS = (
@@ -204,7 +205,7 @@ def read_text_or_reason(
 def _read(path: str, skipped: list[str] | None) -> str | None:
     text, why = read_text_or_reason(path)
     if why is not None and skipped is not None:
-        skipped.append(f"skipped {path}: {why}")
+        skipped.append(f"skipped {plain_or_code(path)}: {why}")
     return text
 
 
@@ -229,13 +230,13 @@ def _usable(path: str, skipped: list[str] | None) -> bool | None:
         return None
     except (OSError, ValueError) as exc:
         if skipped is not None:
-            skipped.append(f"skipped {path}: {safeio.unread_reason(exc)}")
+            skipped.append(f"skipped {plain_or_code(path)}: {safeio.unread_reason(exc)}")
         return False
     if stat.S_ISDIR(st.st_mode):
         return None
     if not stat.S_ISREG(st.st_mode):
         if skipped is not None:
-            skipped.append(f"skipped {path}: not a regular file")
+            skipped.append(f"skipped {plain_or_code(path)}: not a regular file")
         return False
     return True
 

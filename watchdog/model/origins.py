@@ -4,6 +4,7 @@ of them in resolver priority order (docs/architecture.md, "Origin kinds")."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -203,7 +204,8 @@ class CronOrigin(Origin):
         if not isinstance(fresh, CronOrigin) or fresh.also == self.also:
             return fresh
         notes = tuple(
-            f"ambiguous: {where} had the same command when this process was first seen "
+            f"ambiguous: {plain_or_code(where)} had the same command when this process was "
+            "first seen "
             "(kept for its lifetime: a later edit of that line does not change what can "
             "have started it)"
             for where in self.also
@@ -274,7 +276,8 @@ class SystemdOrigin(Origin):
         if self.timer:
             text += f" via {self.timer}"
             if self.timer_schedule:
-                text += f" ({self.timer_schedule})"
+                # A user unit's timer file is its user's text: quoted unless one word.
+                text += f" ({plain_or_code(self.timer_schedule)})"
         return text
 
     def label(self) -> str:
@@ -345,7 +348,7 @@ class SystemdOrigin(Origin):
             when, again = _SYSTEMD_WHEN[self.restart]
             parts.append(f"systemd Restart={self.restart}")
         if self.timer:
-            sched = f" ({self.timer_schedule})" if self.timer_schedule else ""
+            sched = f" ({plain_or_code(self.timer_schedule)})" if self.timer_schedule else ""
             parts.append(f"timer {self.timer}{sched}")
             when = when or "on schedule"
             again = True
@@ -874,7 +877,9 @@ class SupervisorOrigin(Origin):
 
     def describe(self) -> str:
         """See :meth:`Origin.describe`."""
-        return f"supervisor program {self.program or '?'}"
+        # The name comes from the job's environment (SUPERVISOR_PROCESS_NAME) or its
+        # command line: host text, quoted unless it is one plain word.
+        return f"supervisor program {plain_or_code(self.program) if self.program else '?'}"
 
     def label(self) -> str:
         """The program."""
@@ -905,9 +910,11 @@ class SupervisorOrigin(Origin):
         stops = optional(self.remediation, "stop it in the supervisor first: {}") or None
         if who == "supervisord" and self.autorestart is not None:
             stops = DISABLE_FIRST
-            src = f"supervisord {self.section or 'program:' + str(self.program)}"
-            setting = f"autorestart={self.autorestart}"
-            at = src + optional(self.autorestart_at, ", {}")
+            # Names, values and places from a supervisord configuration, which the user
+            # running that supervisord may have written: quoted unless one plain word.
+            src = f"supervisord {plain_or_code(self.section or 'program:' + str(self.program))}"
+            setting = f"autorestart={plain_or_code(self.autorestart)}"
+            at = src + optional(self.autorestart_at and plain_or_code(self.autorestart_at), ", {}")
             value = self.autorestart
             if value in TRUTHY:
                 return Restarts("at once", f"will return: {setting} ({at})", stops)
@@ -915,8 +922,8 @@ class SupervisorOrigin(Origin):
                 if self.autostart in TRUTHY:
                     return Restarts(
                         "when supervisord starts (not after it ends)",
-                        f"won't return: {setting} ({at}); autostart={self.autostart}"
-                        + optional(self.autostart_at, " ({})")
+                        f"won't return: {setting} ({at}); autostart={plain_or_code(self.autostart)}"
+                        + optional(self.autostart_at and plain_or_code(self.autostart_at), " ({})")
                         + " starts it when supervisord starts",
                         stops,
                         False,
@@ -924,25 +931,26 @@ class SupervisorOrigin(Origin):
                 return None
             if value == "unexpected":
                 codes = self.exitcodes or "0"
+                codes = codes if re.fullmatch(r"[0-9, ]+", codes) else plain_or_code(codes)
                 return Restarts(
                     f"at once after a signal or an exit code not in exitcodes={codes}",
                     f"will return: {setting} ({at})",
                     stops,
                 )
-            return Restarts(
-                "unknown", f"{src}: autorestart={value!r} is not a value it takes", stops
-            )
+            return Restarts("unknown", f"{src}: {setting} is not a value it takes", stops)
         if who == "supervisord":
             why = self.settings_unread or "its configuration was not read"
             return Restarts(
                 "unknown",
-                f"supervisord program {self.program} (autorestart unknown: {why}; "
+                f"supervisord program {plain_or_code(str(self.program))} (autorestart unknown: "
+                f"{why}; "
                 "autorestart=unexpected, the default, restarts it after a signal)",
                 stops,
             )
         return Restarts(
             "unknown",
-            f"{who} program {self.program} (its autorestart is not read; supervisors "
+            f"{who} program {plain_or_code(str(self.program))} (its autorestart is not read; "
+            "supervisors "
             "restart their programs by default)",
             stops,
         )

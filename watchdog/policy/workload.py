@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..config.workloads import WorkloadSettings
-from ..hosttext import code_span, command_text
+from ..hosttext import code_span, command_text, plain_or_code
 from ..lineage.base import is_interpreter, program_span
 from ..model import GpuProcess, Job, Proc, WorkloadClass
 from ..sources.procfs import ProcessTable
@@ -178,16 +178,17 @@ def _named(proc: Proc) -> tuple[WorkloadClass, str] | None:
     for cls, programs, modules in table:
         hit = _module_in(module, modules)
         if hit is not None:
-            return cls, f"module {command_text([module or hit], 80)}"
+            return cls, f"module {plain_or_code(module or hit, 80)}"
         for name in sorted(with_arg & programs) or sorted(names & programs):
+            # A name from the product's own tables (``jupyter lab``), not host text.
             return cls, f"program {command_text([name], 80)}"
     if any(w in SERVING_WORDS for w in proc.cmdline[:12]):
         return "serving", "TorchServe model server"
     paths = (exe, proc.cmdline[0] if proc.cmdline else "")
     if any(p in path for p in INTERACTIVE_PATHS for path in paths):
-        return "interactive", f"editor server {command_text([program], 60)}"
+        return "interactive", f"editor server {plain_or_code(program, 60)}"
     if any(_EXPORTER.fullmatch(n) for n in names):
-        return "system", f"metrics exporter {command_text([program], 60)}"
+        return "system", f"metrics exporter {plain_or_code(program, 60)}"
     return None
 
 

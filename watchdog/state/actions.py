@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..hosttext import own_code
 from ..logs import get_logger
 from ..records import ActionRecord, ActionStep
 from .table import Table, _details, _loads
@@ -454,7 +455,8 @@ class SourceUndo:
     disable: ActionRecord
 
     def note(self, cli_args: str = "") -> str:
-        """``its source was re-enabled by `rogue-watchdog undo 7` (action 9) at T by ACTOR``.
+        """The note: its source was re-enabled by ``rogue-watchdog undo 7`` (action 9) at T
+        by ACTOR; the command set with :func:`~watchdog.hosttext.own_code`.
 
         Args:
             cli_args: What the printed ``undo`` carries after its verb: the daemon's
@@ -463,7 +465,8 @@ class SourceUndo:
         """
         when = datetime.fromtimestamp(self.undo.created_at).astimezone()
         return (
-            f"its source was re-enabled by `rogue-watchdog undo{cli_args} {self.disable.id}` "
+            "its source was re-enabled by "
+            f"{own_code(f'rogue-watchdog undo{cli_args} {self.disable.id}')} "
             f"(action {self.undo.id}) at {when.isoformat(timespec='seconds')} by "
             f"{self.undo.actor}, undoing disable-source action {self.disable.id}: an "
             "operator's undo, not a failed remediation"

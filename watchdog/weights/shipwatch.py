@@ -43,6 +43,7 @@ from ..config import Config
 from ..config.ship_gates import QUARANTINE_DIRNAME, ShipGate
 from ..faults import fault_point
 from ..hostpaths import config_args
+from ..hosttext import own_code
 from ..logs import get_logger
 from ..model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES, Finding, ScanResult
 from ..state import ActionJournal, JournalError, StateDB
@@ -609,7 +610,8 @@ class ShipGateSource:
             # did it was told it would be quarantined again. Recorded, not paged twice.
             details["forced_back_by"] = forced
             message += (
-                f"; this very file was put back by `rogue-watchdog undo --force` (action "
+                f"; this very file was put back by {own_code('rogue-watchdog undo --force')} "
+                "(action "
                 f"{forced}) although it failed this gate: not paged again"
             )
         return Finding(
@@ -686,8 +688,8 @@ class ShipGateSource:
                 else ""
             )
             steps.append(
-                f"{none_good}deploy the last good checkpoint to {dst} through `rogue-watchdog "
-                "ship` (it copies only weights that verify finite; "
+                f"{none_good}deploy the last good checkpoint to {dst} through "
+                f"{own_code('rogue-watchdog ship')} (it copies only weights that verify finite; "
                 "rogue_watchdog.weights.best_checkpoint picks the best one that does)"
             )
         if undecided:

@@ -33,14 +33,13 @@ def _path(arg: str) -> str:
 
 def _pieces(message: str) -> list[tuple[bool, str]]:
     """``message`` split at its backticks, each piece with whether it is the product's
-    own words: outside code spans, or a span that is one ``rogue-watchdog`` command (a
-    weights finding's `` `rogue-watchdog ship` ``). Any other span quotes host text (a
-    command line, :func:`~watchdog.hosttext.code_span`), which may spell a ``--config``
-    of its own: never read as a configuration, never rewritten."""
-    return [
-        (i % 2 == 0 or piece.startswith("rogue-watchdog "), piece)
-        for i, piece in enumerate(message.split("`"))
-    ]
+    own words: outside every code span. Host text is quoted in code spans only
+    (:func:`~watchdog.hosttext.code_span`), which may spell any command, ``--config``
+    included (a process ``rogue-watchdog status --config /tmp/evil.yaml``): never read
+    as a configuration, never rewritten. A command the product sets as code is written
+    with :func:`~watchdog.hosttext.own_code` (`` ``rogue-watchdog run`` ``), which
+    leaves it outside every span: told apart by where it stands, not by what it says."""
+    return [(i % 2 == 0, piece) for i, piece in enumerate(message.split("`"))]
 
 
 def _acts(m: re.Match[str]) -> bool:
