@@ -8,9 +8,10 @@ example the scale field of every quantization block).
 The fast test of F16, BF16, E5M2 and E4M3FN values is compiled C where the optional
 extension ``_finitec`` was built (setup.py; watchdog/weights/_finitec.c): one read of
 the data instead of numpy's two reductions (issue 34, item 4; docs/performance.md). It
-is used only after it agrees with :func:`count_nonfinite` on planted values at import,
-only on little-endian hosts and only for contiguous little-endian arrays; everything
-else, and every host without it, takes the numpy path.
+is used only after it agrees with the bit-pattern rules on probes at import (every
+finite pattern, non-finite ones planted at every position of a short buffer, aligned
+and not), only on little-endian hosts and only for contiguous little-endian arrays;
+everything else, and every host without it, takes the numpy path.
 """
 
 from __future__ import annotations
