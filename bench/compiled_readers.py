@@ -1,4 +1,7 @@
-"""Would a compiled hot loop pay? Issue 34, item 4: measured, not integrated.
+"""Would a compiled hot loop pay? Issue 34, item 4. The F16/BF16 check measured here was
+integrated in session j (watchdog/weights/_finitec.c, docs/performance.md): ``verify
+(product)`` and ``any_nonfinite (product)`` use it where it is built, ``..., numpy only``
+is the same with it turned off (``finite._KERNEL``), the numpy path before it.
 
 Two readers, each beside the product's own Python/numpy path in one run:
 
@@ -281,6 +284,21 @@ def c_read_only(lib: ctypes.CDLL, path: Path, pool: Executor | None) -> None:
     chunked(path, pool, check)
 
 
+def numpy_only(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` with the product's compiled check turned off for the call (a checkout from
+    before session j has none): the numpy path, in the same process and pool."""
+
+    def run() -> object:
+        saved = getattr(finite, "_KERNEL", None)
+        finite._KERNEL = None
+        try:
+            return fn()
+        finally:
+            finite._KERNEL = saved
+
+    return run
+
+
 def verify_with(lib: ctypes.CDLL, fn: str, path: Path, ctx: ScanContext) -> int:
     """``verify`` with the C check swapped in for F16/BF16 (bench only, restored after):
     what the product row would read if the kernel were compiled, everything else kept.
@@ -360,7 +378,9 @@ def weights_once(
         cases: dict[str, Callable[[], object]] = {
             "read-only pass": lambda: read_only_pass(path, pool),  # type: ignore[arg-type]
             "verify (product)": lambda: verify(path, ctx=ctx),
-            "any_nonfinite (numpy)": lambda: chunked(path, pool, numpy_check(code)),
+            "verify, numpy only": numpy_only(lambda: verify(path, ctx=ctx)),
+            "any_nonfinite (product)": lambda: chunked(path, pool, numpy_check(code)),
+            "any_nonfinite, numpy only": numpy_only(lambda: chunked(path, pool, numpy_check(code))),
             "verify, C -O2 vector ext. in": lambda: verify_with(
                 libs["C -O2"], "any_nonfinite_u16_vec", path, ctx
             ),

@@ -142,6 +142,12 @@ fi
 # A venv made by an earlier run under a looser umask: root runs this code.
 chmod -R go-w "$PREFIX"
 "$PREFIX/bin/rogue-watchdog" --version >/dev/null
+# pip builds the compiled weights check (setup.py's optional extension) only where gcc and
+# Python's headers (python3-dev) are found; without it verify-weights is slower, not wrong.
+if ! "$PREFIX/bin/python" -c 'from rogue_watchdog.weights import finite
+raise SystemExit(finite._KERNEL is None)' 2>/dev/null; then
+  say "note: the compiled weights check was not built (install gcc and python3-dev, then run this again): verify-weights reads F16/BF16 at about half speed (docs/performance.md)"
+fi
 mkdir -p "$PREFIX/share/doc"
 cp "$REPO/docs/install.md" "$REPO/docs/status.md" "$PREFIX/share/doc/"
 say "installed $("$PREFIX/bin/rogue-watchdog" --version) into $PREFIX"

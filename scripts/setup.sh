@@ -29,6 +29,15 @@ if ! command -v "$PY" >/dev/null 2>&1 || ! "$PY" -c 'import sys; assert sys.vers
   PY=/usr/bin/python3
 fi
 
+# setup.py's optional extension, the compiled weights check (watchdog/weights/_finitec.c,
+# docs/performance.md), needs a C compiler and the interpreter's headers; pip installs the
+# package without it where they are missing, so the setup brings them (python3-dev: the
+# headers of Debian's python3; another interpreter carries its own).
+py_include=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+if ! command -v gcc >/dev/null 2>&1 || [ ! -f "$py_include/Python.h" ]; then
+  apt_install gcc libc6-dev python3-dev
+fi
+
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi

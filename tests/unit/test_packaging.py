@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import sysconfig
 import tomllib
 import zipfile
 from pathlib import Path
@@ -53,7 +54,8 @@ def test_wheel_builds_with_the_entry_point(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    (wheel,) = tmp_path.glob("rogue_watchdog-0.1.0-py3-none-any.whl")
+    # Platform-tagged: it carries the compiled weights check (setup.py's extension).
+    (wheel,) = tmp_path.glob("rogue_watchdog-0.1.0-*.whl")
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         info = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
@@ -62,6 +64,8 @@ def test_wheel_builds_with_the_entry_point(tmp_path: Path) -> None:
     # Installed as rogue_watchdog (PyPI's watchdog owns watchdog/: issue 33), every module.
     sources = {f"rogue_watchdog/{p.relative_to(PACKAGE).as_posix()}" for p in PACKAGE.rglob("*.py")}
     assert sources <= names, sorted(sources - names)
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    assert f"rogue_watchdog/weights/_finitec{suffix}" in names
     assert not any(n.startswith(("tests/", "watchdog/")) for n in names)
     assert "rogue-watchdog = rogue_watchdog.__main__:entry" in entry
     requires = sorted(

@@ -4,17 +4,26 @@ A check never converts values to floating point: each value is read as the
 unsigned integer that stores it and compared against the patterns of its
 :class:`~watchdog.weights.dtypes.FloatCode`. Arrays may be strided views (for
 example the scale field of every quantization block).
+
+The fast test of F16, BF16, E5M2 and E4M3FN values is compiled C where the optional
+extension ``_finitec`` was built (setup.py; watchdog/weights/_finitec.c): one read of
+the data instead of numpy's two reductions (issue 34, item 4; docs/performance.md). It
+is used only after it agrees with the bit-pattern rules on probes at import (every
+finite pattern, non-finite ones planted at every position of a short buffer, aligned
+and not), only on little-endian hosts and only for contiguous little-endian arrays;
+everything else, and every host without it, takes the numpy path.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from .dtypes import F32, F64, FloatCode
+from .dtypes import BF16, E4M3FN, E5M2, F16, F32, F64, FloatCode
 
 UIntArray = npt.NDArray[np.unsignedinteger]
 
@@ -76,6 +85,77 @@ def _float_sums_trustworthy() -> bool:
 
 _FLOAT_SUMS_OK = _float_sums_trustworthy()
 
+#: ``kernel(values, itemsize, bad_lo)``: True when any magnitude is at least ``bad_lo``.
+Kernel = Callable[[UIntArray, int, int], bool]
+
+#: The codes the compiled check serves: sign-magnitude formats whose non-finite
+#: magnitudes are exactly those at or above ``bad_lo``, 8 or 16 bits wide.
+KERNEL_CODES = (F16, BF16, E5M2, E4M3FN)
+
+
+def _bad_mask(code: FloatCode, values: UIntArray) -> npt.NDArray[np.bool_]:
+    """Elementwise :meth:`FloatCode.classify` != "finite": the definition, no shortcut."""
+    mag = values & values.dtype.type(code.abs_mask)
+    bad = (mag >= code.nan_lo) & (mag <= code.nan_hi)
+    if code.inf_code is not None:
+        bad |= mag == code.inf_code
+    return bad
+
+
+def _kernel_probes(code: FloatCode) -> list[tuple[UIntArray, bool]]:
+    """Arrays and the answer each must get: every finite pattern (aligned and at an odd
+    byte address), and boundary non-finite patterns planted at every position of a
+    buffer spanning three vector steps and a tail, then at a few positions unaligned."""
+    utype = np.dtype(_NATIVE + _UINT[code.bits])
+    every = np.arange(1 << code.bits, dtype=utype)
+    bad = _bad_mask(code, every)
+    finite = every[~bad]
+    shifted = np.frombuffer(b"\0" + finite.tobytes(), dtype=utype, offset=1)
+    probes: list[tuple[UIntArray, bool]] = [(finite, False), (shifted, False)]
+    step = 64 // code.nbytes  # words per step of the kernel's vector loop
+    base = finite[: 3 * step + 5].copy()
+    raw = b"\0" + base.tobytes()
+    nonfinite = [int(v) for v in every[bad]]
+    for pos in range(base.size):
+        probe = base.copy()
+        probe[pos] = code.bad_lo
+        probes.append((probe, True))
+    for bits in sorted({nonfinite[0], nonfinite[-1], code.sign_bit | code.bad_lo}):
+        for pos in (0, step - 1, step, base.size - 1):
+            probe = np.frombuffer(raw, dtype=utype, offset=1).copy()
+            probe[pos] = bits
+            unaligned = np.frombuffer(b"\0" + probe.tobytes(), dtype=utype, offset=1)
+            probes += [(probe, True), (unaligned, True)]
+    return probes
+
+
+def _kernel_trustworthy(kernel: Kernel) -> bool:
+    """Self-test of the compiled check against the bit-pattern definition, on this
+    build and CPU: any disagreement (a miscompiled or stale module) and numpy decides."""
+    try:
+        for code in KERNEL_CODES:
+            for probe, want in _kernel_probes(code):
+                if kernel(probe, code.nbytes, code.bad_lo) is not want:
+                    return False
+    except Exception:  # whatever a broken build raises, numpy's path still answers
+        return False
+    return True
+
+
+def _load_kernel() -> Kernel | None:
+    """The compiled check, or ``None``: not built, not trusted, or a big-endian host
+    (where it was never run; numpy's reductions are right on every host)."""
+    if sys.byteorder != "little":
+        return None
+    try:
+        from ._finitec import any_nonfinite as kernel
+    except ImportError:
+        return None
+    return kernel if _kernel_trustworthy(kernel) else None
+
+
+_KERNEL = _load_kernel()
+
 
 def uint_dtype(bits: int, byteorder: str = "<") -> np.dtype[np.unsignedinteger]:
     """Numpy unsigned dtype of ``bits`` width and ``byteorder`` (``"<"`` or ``">"``).
@@ -122,11 +202,13 @@ class Counts:
 def any_nonfinite(code: FloatCode, values: UIntArray) -> bool:
     """Fast test whether any value is non-finite.
 
-    Contiguous native fp32/fp64 values are summed column-wise as floats: one read
-    of the data (see :func:`_float_sums_finite`). Other sign-magnitude formats
-    (fp16, bf16, e5m2, e4m3fn) take two max-reductions and allocate nothing: a
-    negative non-finite value is an unsigned maximum at or above ``sign | bad_lo``
-    and a positive one is a signed maximum at or above ``bad_lo``.
+    Contiguous little-endian fp16, bf16, e5m2 and e4m3fn values go to the compiled
+    check where it is loaded (module docstring): one read of the data. Contiguous
+    native fp32/fp64 values are summed column-wise as floats: one read of the data (see
+    :func:`_float_sums_finite`). Other sign-magnitude values (strided, or without the
+    compiled check) take two max-reductions and allocate nothing: a negative non-finite
+    value is an unsigned maximum at or above ``sign | bad_lo`` and a positive one is a
+    signed maximum at or above ``bad_lo``.
 
     Args:
         code: Encoding rule of the values.
@@ -137,6 +219,14 @@ def any_nonfinite(code: FloatCode, values: UIntArray) -> bool:
     """
     if values.size == 0:
         return False
+    if (
+        _KERNEL is not None
+        and values.flags.c_contiguous
+        and values.dtype.byteorder in ("=", "|", "<")
+        and values.dtype.itemsize == code.nbytes
+        and code in KERNEL_CODES
+    ):
+        return _KERNEL(values, code.nbytes, code.bad_lo)
     ftype = _IEEE_FLOATS.get(code)
     if (
         ftype is not None
