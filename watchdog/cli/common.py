@@ -40,6 +40,15 @@ class CliError(Exception):
     """
 
 
+class SeveralDaemons(CliError):
+    """Several daemons run and nothing says which one a command means.
+
+    Every command refuses then, a look included: judging under a guessed file (or the
+    built-in defaults, where nothing is sanctioned) would print rogue verdicts and
+    ``terminate`` hints for jobs the daemons sanction.
+    """
+
+
 def config_parent(*, daemon_first: bool = True) -> argparse.ArgumentParser:
     """A parent parser holding the one ``--config`` option the subcommands take.
 
@@ -211,7 +220,7 @@ def find_daemon(timeout_s: float = 2.0) -> RunningDaemon | None:
         which = "; ".join(
             f"{d.socket} ({config_args(d.config).strip() or 'built-in defaults'})" for d in found
         )
-        raise CliError(
+        raise SeveralDaemons(
             f"{len(found)} rogue-watchdog daemons are running: {which}; "
             f"pass --config (or set {SOCKET_ENV}) to say which"
         )
@@ -257,6 +266,8 @@ def command_config_path(config: str | None, *, acts: bool) -> str | None:
     Raises:
         CliError: ``acts`` and the daemon answered unusably (see
             :func:`daemon_config_path`).
+        SeveralDaemons: Several daemons run and nothing names one (any command: a look
+            would judge under a guessed allowlist).
     """
     if config is not None:
         return config
@@ -270,15 +281,15 @@ def command_daemon(*, acts: bool, quiet: bool = False) -> RunningDaemon | None:
     None (none runs; or, for a command that only looks, none usable).
 
     Raises:
-        CliError: ``acts`` and the daemon answered unusably, or several run
-            (:func:`find_daemon`).
+        CliError: ``acts`` and the daemon answered unusably (:func:`find_daemon`).
+        SeveralDaemons: Several run and nothing names one, whatever the command.
     """
     from ..render import printable
 
     try:
         daemon = find_daemon()
     except CliError as exc:
-        if acts:
+        if acts or isinstance(exc, SeveralDaemons):
             raise
         print(printable(f"rogue-watchdog: warning: {exc}"), file=sys.stderr)
         return None
