@@ -92,6 +92,11 @@ Kernel = Callable[[UIntArray, int, int], bool]
 #: magnitudes are exactly those at or above ``bad_lo``, 8 or 16 bits wide.
 KERNEL_CODES = (F16, BF16, E5M2, E4M3FN)
 
+#: Bytes of the self-test's largest probes: over the 64 KiB from which the compiled
+#: check releases the GIL (``RELEASE_GIL_BYTES`` in _finitec.c), so both of its
+#: branches are tested.
+KERNEL_LARGE_BYTES = 1 << 17
+
 
 def _bad_mask(code: FloatCode, values: UIntArray) -> npt.NDArray[np.bool_]:
     """Elementwise :meth:`FloatCode.classify` != "finite": the definition, no shortcut."""
@@ -104,8 +109,9 @@ def _bad_mask(code: FloatCode, values: UIntArray) -> npt.NDArray[np.bool_]:
 
 def _kernel_probes(code: FloatCode) -> list[tuple[UIntArray, bool]]:
     """Arrays and the answer each must get: every finite pattern (aligned and at an odd
-    byte address), and boundary non-finite patterns planted at every position of a
-    buffer spanning three vector steps and a tail, then at a few positions unaligned."""
+    byte address), boundary non-finite patterns planted at every position of a buffer
+    spanning three vector steps and a tail, then at a few positions unaligned, and a
+    buffer of :data:`KERNEL_LARGE_BYTES` clean and with one non-finite value."""
     utype = np.dtype(_NATIVE + _UINT[code.bits])
     every = np.arange(1 << code.bits, dtype=utype)
     bad = _bad_mask(code, every)
@@ -126,6 +132,15 @@ def _kernel_probes(code: FloatCode) -> list[tuple[UIntArray, bool]]:
             probe[pos] = bits
             unaligned = np.frombuffer(b"\0" + probe.tobytes(), dtype=utype, offset=1)
             probes += [(probe, True), (unaligned, True)]
+    # Long enough that the C code releases the GIL (its RELEASE_GIL_BYTES, 64 KiB): a
+    # build blind only on that branch would otherwise pass the probes above and miss
+    # every non-finite value in a tensor's chunks.
+    large = np.resize(finite, KERNEL_LARGE_BYTES // code.nbytes + 5)  # + 5: a tail
+    probes.append((large, False))
+    for pos in (large.size // 2 + 1, large.size - 1):  # in the vector loop, in the tail
+        probe = large.copy()
+        probe[pos] = code.bad_lo
+        probes.append((probe, True))
     return probes
 
 
