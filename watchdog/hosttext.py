@@ -165,10 +165,15 @@ def code_span(text: str) -> str:
     Args:
         text: Host text, already shortened (e.g. by :func:`command_text`).
 
+    Empty text is quoted as one space (`` ` ` ``): two backticks in a row would be a run
+    that CommonMark pairs with the next run of two, the opening of the product's next
+    :func:`own_code`, turning the prose between them into code and the product's command
+    into plain text.
+
     Returns:
         `` `text` `` with no backtick between the two it adds.
     """
-    return "`" + text.replace("`", "\\x60") + "`"
+    return "`" + (text.replace("`", "\\x60") or " ") + "`"
 
 
 def own_code(text: str) -> str:
