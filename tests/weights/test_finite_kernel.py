@@ -176,6 +176,44 @@ def test_a_build_blind_only_where_it_releases_the_gil_is_not_trusted(
     assert finite._kernel_trustworthy(module.any_nonfinite) is False
 
 
+def test_a_module_file_cut_short_is_not_imported(tmp_path: Path) -> None:
+    """An extension file cut short (a full disk, an interrupted install) was imported as
+    it was: the dynamic loader maps its segments and the first touch of a page past the
+    end of the file killed the process with SIGBUS, before the self-test could refuse it
+    (hostile tester wt9-attack, session j: ``verify-weights`` and the daemon's first
+    verification died with exit 135). Checked in a child process: before, it died."""
+    import shutil
+
+    from rogue_watchdog.weights._finitec import __file__ as built
+
+    need(built is not None, "the extension is not built")
+    pkg = tmp_path / "rogue_watchdog"
+    shutil.copytree(
+        Path(finite.__file__).parents[1], pkg, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    so = pkg / "weights" / Path(str(built)).name
+    whole = so.read_bytes()
+    assert finite._loadable_elf(str(so))
+    code = (
+        "from rogue_watchdog.weights import finite; "
+        f"assert finite.__file__.startswith({str(pkg)!r}); print(finite._KERNEL is None)"
+    )
+    for cut in (64, 4096 + 100, len(whole) // 2):
+        so.write_bytes(whole[:cut])
+        assert not finite._loadable_elf(str(so)), cut
+        res = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert (res.returncode, res.stdout.strip()) == (0, "True"), (cut, res.stderr[-2000:])
+    so.write_bytes(whole)
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert (res.returncode, res.stdout.strip()) == (0, "False"), res.stderr[-2000:]
+
+
 # -- how finite.py uses it -------------------------------------------------------------
 
 
