@@ -121,12 +121,16 @@ def safe_json(value: Any) -> Any:
     return value
 
 
+_SPACE = re.compile(r"\s")
+
+
 def command_text(argv: Sequence[str], width: int) -> str:
     """A command line in at most ``width`` characters, keeping what tells jobs apart.
 
     Paths are shortened from the left: the interpreter becomes its base name
-    (``/root/.pyenv/versions/3.11.7/bin/python`` → ``python``), then each path argument
-    keeps its last component (``…/train.py``). Only then is the end clipped with ``…``.
+    (``/root/.pyenv/versions/3.11.7/bin/python`` → ``python``), then each argument that
+    is one path (no white space) keeps its last component (``…/train.py``). Only then is
+    the end clipped with ``…``.
     A cut from the right lost the script and its arguments behind a long interpreter
     path. Escapes nothing: each output escapes host text its own way.
 
@@ -148,7 +152,9 @@ def command_text(argv: Sequence[str], width: int) -> str:
         if len(text) <= width:
             return text
         head, sep, base = args[i].rstrip("/").rpartition("/")
-        if sep and head and base and "=" not in head:
+        # One path only: a shell script (`sh -c "curl … | sh; exec python3 /x/train.py"`)
+        # cut to its last component would show `…/train.py` and hide what it runs.
+        if sep and head and base and "=" not in head and not _SPACE.search(args[i]):
             args[i] = "…/" + base
     return clip(" ".join(args), width)
 
