@@ -159,8 +159,18 @@ def command_text(argv: Sequence[str], width: int) -> str:
     return clip(" ".join(args), width)
 
 
+#: What :func:`code_span` escapes: the backtick, and the characters drawn like one (U+02CB,
+#: U+02F4 modifier grave accents, U+1FEF Greek varia, U+2035 reversed prime, U+FF40
+#: fullwidth grave accent), which end a quote to a reader's eye where the text is read
+#: plain (``status``, a log line).
+_SPAN_ESCAPES = {ord("`"): "\\x60"} | {
+    ord(c): f"\\u{ord(c):04x}" for c in "\u02cb\u02f4\u1fef\u2035\uff40"
+}
+
+
 def code_span(text: str) -> str:
-    """``text`` between backticks, each backtick inside it shown as ``\\x60``.
+    """``text`` between backticks, each backtick inside it shown as ``\\x60`` (and each
+    character drawn like one as ``\\uXXXX``).
 
     Messages quote host text (a command line, a shell loop) in backticks and name the
     origin after the closing one: a backtick in an argument would end the quote early
@@ -168,18 +178,18 @@ def code_span(text: str) -> str:
     cron /etc/cron.d/pipeline:1 `y``). Shown with the escape :func:`safe_text` uses for
     other characters that would change how the text reads.
 
-    Args:
-        text: Host text, already shortened (e.g. by :func:`command_text`).
-
     Empty text is quoted as one space (`` ` ` ``): two backticks in a row would be a run
     that CommonMark pairs with the next run of two, the opening of the product's next
     :func:`own_code`, turning the prose between them into code and the product's command
     into plain text.
 
+    Args:
+        text: Host text, already shortened (e.g. by :func:`command_text`).
+
     Returns:
         `` `text` `` with no backtick between the two it adds.
     """
-    return "`" + (text.replace("`", "\\x60") or " ") + "`"
+    return "`" + (text.translate(_SPAN_ESCAPES) or " ") + "`"
 
 
 def own_code(text: str) -> str:
