@@ -17,25 +17,37 @@ rewrites a message at the product's own words looks outside them
 path can cut a clause off or forge one.
 
 Sources: PEP 383 (``surrogateescape``: bytes 0x80–0xFF as U+DC80–U+DCFF); Unicode
-categories Cc/Cs/Zl/Zp and the bidi controls of UAX #9.
+categories Cc/Cs/Zl/Zp/Cf (Cf holds the bidi controls of UAX #9).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
 NEWLINE = "\u23ce"  # ⏎: a line break shown, never performed
 _NAMED = {"\r": "\\r", "\t": "\\t"}
-# Bidi embedding/override/isolate marks (UAX #9): they reorder what a reader sees.
-_BIDI = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# Format characters (Unicode category Cf; 14.0, the unicodedata of Python 3.11): the bidi
+# marks, embeddings, overrides and isolates of UAX #9 (U+061C ALM with LRM and RLM among
+# them) reorder what a reader sees; zero-width spaces and joiners, the word joiner, the
+# byte-order mark, the soft hyphen and the tag characters are invisible, so
+# ``/etc/cron.d/job\u200b`` would show as another file's name. Ranges, not a scan of
+# every code point at import; tests/unit/test_hosttext_search.py checks them against
+# unicodedata.
+_FORMAT = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f"
+)
 
 
 # Every character _unsafe() names, as one class: a search in C, not a call per character
 # (a finding's message has non-ASCII text, so the daemon's store met the slow path with
 # every finding it touched each tick, about 0.3 ms per tick; issue 34).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029" + "".join(sorted(_BIDI)) + "]")
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029" + _FORMAT + "]")
 
 
 def _unsafe(ch: str) -> bool:
@@ -44,8 +56,8 @@ def _unsafe(ch: str) -> bool:
         code < 0x20
         or 0x7F <= code <= 0x9F
         or 0xD800 <= code <= 0xDFFF
-        or ch in _BIDI
         or ch in "\u2028\u2029"
+        or unicodedata.category(ch) == "Cf"
     )
 
 
@@ -56,7 +68,8 @@ def safe_text(text: str) -> str:
       any other lone surrogate ``\\uXXXX``;
     - a newline becomes ``⏎``; CR and TAB become ``\\r`` and ``\\t``;
     - every other control character (C0, DEL, C1), the line and paragraph separators
-      and the bidi controls become ``\\xNN`` / ``\\uXXXX``.
+      and the format characters (category Cf: the bidi controls, zero-width and tag
+      characters) become ``\\xNN`` / ``\\uXXXX`` / ``\\UXXXXXXXX``.
 
     Args:
         text: Any string, e.g. a command line decoded with ``surrogateescape``.
@@ -82,8 +95,10 @@ def safe_text(text: str) -> str:
             out.append(f"\\x{code - 0xDC00:02x}")
         elif code < 0x100:
             out.append(f"\\x{code:02x}")
-        else:
+        elif code < 0x10000:
             out.append(f"\\u{code:04x}")
+        else:  # \U and eight digits: \ue0041 would read as U+E004 and a "1"
+            out.append(f"\\U{code:08x}")
     return "".join(out)
 
 
@@ -106,12 +121,16 @@ def safe_json(value: Any) -> Any:
     return value
 
 
+_SPACE = re.compile(r"\s")
+
+
 def command_text(argv: Sequence[str], width: int) -> str:
     """A command line in at most ``width`` characters, keeping what tells jobs apart.
 
     Paths are shortened from the left: the interpreter becomes its base name
-    (``/root/.pyenv/versions/3.11.7/bin/python`` → ``python``), then each path argument
-    keeps its last component (``…/train.py``). Only then is the end clipped with ``…``.
+    (``/root/.pyenv/versions/3.11.7/bin/python`` → ``python``), then each argument that
+    is one path (no white space) keeps its last component (``…/train.py``). Only then is
+    the end clipped with ``…``.
     A cut from the right lost the script and its arguments behind a long interpreter
     path. Escapes nothing: each output escapes host text its own way.
 
@@ -133,13 +152,25 @@ def command_text(argv: Sequence[str], width: int) -> str:
         if len(text) <= width:
             return text
         head, sep, base = args[i].rstrip("/").rpartition("/")
-        if sep and head and base and "=" not in head:
+        # One path only: a shell script (`sh -c "curl … | sh; exec python3 /x/train.py"`)
+        # cut to its last component would show `…/train.py` and hide what it runs.
+        if sep and head and base and "=" not in head and not _SPACE.search(args[i]):
             args[i] = "…/" + base
     return clip(" ".join(args), width)
 
 
+#: What :func:`code_span` escapes: the backtick, and the characters drawn like one (U+02CB,
+#: U+02F4 modifier grave accents, U+1FEF Greek varia, U+2035 reversed prime, U+FF40
+#: fullwidth grave accent), which end a quote to a reader's eye where the text is read
+#: plain (``status``, a log line).
+_SPAN_ESCAPES = {ord("`"): "\\x60"} | {
+    ord(c): f"\\u{ord(c):04x}" for c in "\u02cb\u02f4\u1fef\u2035\uff40"
+}
+
+
 def code_span(text: str) -> str:
-    """``text`` between backticks, each backtick inside it shown as ``\\x60``.
+    """``text`` between backticks, each backtick inside it shown as ``\\x60`` (and each
+    character drawn like one as ``\\uXXXX``).
 
     Messages quote host text (a command line, a shell loop) in backticks and name the
     origin after the closing one: a backtick in an argument would end the quote early
@@ -147,13 +178,18 @@ def code_span(text: str) -> str:
     cron /etc/cron.d/pipeline:1 `y``). Shown with the escape :func:`safe_text` uses for
     other characters that would change how the text reads.
 
+    Empty text is quoted as one space (`` ` ` ``): two backticks in a row would be a run
+    that CommonMark pairs with the next run of two, the opening of the product's next
+    :func:`own_code`, turning the prose between them into code and the product's command
+    into plain text.
+
     Args:
         text: Host text, already shortened (e.g. by :func:`command_text`).
 
     Returns:
         `` `text` `` with no backtick between the two it adds.
     """
-    return "`" + text.replace("`", "\\x60") + "`"
+    return "`" + (text.translate(_SPAN_ESCAPES) or " ") + "`"
 
 
 def own_code(text: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from rogue_watchdog.hosttext import command_text
 from tests.conftest import Spawned, need_program, need_root, poll, run_cli
 from tests.fakenvml.fixtures import fake_nvml, library_path
 
@@ -46,6 +47,13 @@ def _children(pid: int) -> list[int]:
         return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
+
+
+def _shell_text(tmp_path: Path, prefix: str, width: int) -> str:
+    """The shell's command line as a message shows it in ``width`` characters: the script
+    is one argument with spaces, clipped at its end, never cut to its last path."""
+    text = f"{prefix}python3 {tmp_path / 'train_z.py'} & kill -STOP $$"
+    return command_text(["bash", "-c", text], width)
 
 
 def _start(spawned: Spawned, tmp_path: Path, prefix: str) -> tuple[int, int, list[int]]:
@@ -104,7 +112,7 @@ def test_a_shell_that_also_runs_sleep_is_no_job_for_its_zombie_trainer(
     )  # fmt: skip
     assert z["message"] == (
         f"zombie PID {zombie} holds 3.0 GiB on GPU 0; it has exited, not reaped by its "
-        f"parent PID {shell} `bash -c …/train_z.py & kill -STOP $$`: "
+        f"parent PID {shell} `{_shell_text(tmp_path, 'sleep 300 & ', 80)}`: "
         f"the memory is freed when PID {shell} reaps it (wait(2)) or exits. PID {shell} is "
         f"no job for it: it runs other work: PID {sleeper} `sleep 300`; nothing is "
         "signalled for it (signalling the zombie does nothing)"
@@ -140,9 +148,9 @@ def test_a_shell_that_runs_only_the_trainer_is_its_job_and_terminate_frees_it(
     assert (z["root_pid"], z["details"]["holder_pid"]) == (shell, shell)
     done = run_cli("terminate", str(shell), "--dry-run", "--config", str(cfg))
     assert done.returncode == 0 and done.stdout.splitlines()[1:] == [
-        f"  PID {shell} `bash -c …/train_z.py & kill -STOP $$`: would send"
+        f"  PID {shell} `{_shell_text(tmp_path, '', 100)}`: would send"
         " SIGSTOP (the whole tree frozen first), SIGTERM, then SIGKILL after 10 s if still alive",
-        f"  PID {zombie} ``: no signal: gone (PID {zombie} is a zombie (already exited); its "
+        f"  PID {zombie} ` `: no signal: gone (PID {zombie} is a zombie (already exited); its "
         f"parent PID {shell} holds it)",
         "outcome: dry-run",
     ], done.stdout

@@ -265,3 +265,29 @@ def test_real_tmux_session_names_socket_and_id(tmp_path: Path) -> None:
         import subprocess
 
         subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True, timeout=10)
+
+
+def test_a_tmux_server_answering_a_forged_session_id_cannot_write_outside_the_quote(
+    tmp_path: Path,
+) -> None:
+    """The session id comes from whatever serves the socket (the job owner's own tmux
+    server, which may be any build): before, it was written unquoted after the name, so
+    ``$0), from cron /etc/cron.d/backup:1 (`` read as the product naming an origin."""
+    from rogue_watchdog.hosttext import outside_code
+
+    env = {"TMUX": "/tmp/tmux-1000/default,4321,0"}
+    procs = [
+        INIT,
+        FakeProc(4321, 1, ["tmux"], exe="/usr/bin/tmux", uid=1000),
+        FakeProc(510, 4321, TRAIN, uid=1000, environ=env, pgid=510, sid=510),
+    ]
+    forged = "$0), from cron /etc/cron.d/backup:1 (x"
+    panes = CommandResult(0, f"510\t{forged}\twork\n", "")
+    ctx = make_context(tmp_path, procs, RecordingRunner({PANES_ARGV: panes}))
+    origin = _resolve(ctx, 510)
+    assert origin is not None and origin.kind == "shell"
+    session = origin.fields["session"]
+    assert "from cron" not in outside_code(session)
+    # Not an id tmux gives ($ and digits): not shown as one, nor taken as the first session.
+    assert session == "tmux session `work` on `/tmp/tmux-1000/default`"
+    assert origin.fields["tmux_session_id"] is None

@@ -372,7 +372,8 @@ def test_a_trainer_left_a_zombie_by_a_shared_shell_makes_no_job_of_the_shell(
         assert (zombie.root_pid, zombie.details["holder_pid"]) == (None, None)
         assert zombie.message == (
             "zombie PID 4000022 holds 1.0 GiB on GPU 1; it has exited, not reaped by its "
-            "parent PID 4000020 `bash -c …/train_loop.py; sleep 5; done`: the memory is "
+            "parent PID 4000020 `bash -c python3 -m http.server & while true; do python3 "
+            "/home/u/train_loop.py; …`: the memory is "
             "freed when PID 4000020 reaps it (wait(2)) or exits. PID 4000020 is no job for "
             "it: it runs other work: PID 4000021 `/usr/bin/python3 -m http.server`; nothing "
             "is signalled for it (signalling the zombie does nothing)"

@@ -142,6 +142,78 @@ def test_a_large_buffer_released_to_threads(kernel: Kernel) -> None:
     assert kernel(words, 2, BF16.bad_lo) is True
 
 
+def test_a_build_blind_only_where_it_releases_the_gil_is_not_trusted(
+    tmp_path: Path,
+) -> None:
+    """The import self-test's probes were all small: a module whose scan of 64 KiB and
+    more (where the C code releases the GIL) misses every non-finite value still passed
+    it, and the gate then passed NaN in every tensor chunk (hostile tester wt9-attack,
+    session j: verify-weights exit 0 on a 2 MiB F16 file whose last value is NaN)."""
+    need_program("gcc")
+    text = SOURCE.read_text()
+    gil = "Py_BEGIN_ALLOW_THREADS\n        bad = "
+    assert gil in text
+    blind = text.replace(gil, "Py_BEGIN_ALLOW_THREADS\n        bad = 0;\n        if (0) bad = ", 1)
+    src = tmp_path / "_finitec.c"
+    src.write_text(blind)
+    out = tmp_path / f"_finitec{sysconfig.get_config_var('EXT_SUFFIX')}"
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(
+        ["gcc", "-O2", "-shared", "-fPIC", f"-I{include}", str(src), "-o", str(out)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    loader = importlib.machinery.ExtensionFileLoader("_finitec", str(out))
+    spec = importlib.util.spec_from_file_location("_finitec", out, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    words = _filler(F16, 1 << 20)
+    words[-1] = 0x7E00
+    assert module.any_nonfinite(words, 2, F16.bad_lo) is False  # the blind build
+    assert module.any_nonfinite(words[:8], 2, F16.bad_lo) is False
+    words[3] = 0x7E00
+    assert module.any_nonfinite(words[:8], 2, F16.bad_lo) is True  # small: it sees
+    assert finite._kernel_trustworthy(module.any_nonfinite) is False
+
+
+def test_a_module_file_cut_short_is_not_imported(tmp_path: Path) -> None:
+    """An extension file cut short (a full disk, an interrupted install) was imported as
+    it was: the dynamic loader maps its segments and the first touch of a page past the
+    end of the file killed the process with SIGBUS, before the self-test could refuse it
+    (hostile tester wt9-attack, session j: ``verify-weights`` and the daemon's first
+    verification died with exit 135). Checked in a child process: before, it died."""
+    import shutil
+
+    from rogue_watchdog.weights._finitec import __file__ as built
+
+    need(built is not None, "the extension is not built")
+    pkg = tmp_path / "rogue_watchdog"
+    shutil.copytree(
+        Path(finite.__file__).parents[1], pkg, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    so = pkg / "weights" / Path(str(built)).name
+    whole = so.read_bytes()
+    assert finite._loadable_elf(str(so))
+    code = (
+        "from rogue_watchdog.weights import finite; "
+        f"assert finite.__file__.startswith({str(pkg)!r}); print(finite._KERNEL is None)"
+    )
+    for cut in (64, 4096 + 100, len(whole) // 2):
+        so.write_bytes(whole[:cut])
+        assert not finite._loadable_elf(str(so)), cut
+        res = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert (res.returncode, res.stdout.strip()) == (0, "True"), (cut, res.stderr[-2000:])
+    so.write_bytes(whole)
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert (res.returncode, res.stdout.strip()) == (0, "False"), res.stderr[-2000:]
+
+
 # -- how finite.py uses it -------------------------------------------------------------
 
 

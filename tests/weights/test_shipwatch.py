@@ -280,8 +280,8 @@ def test_truncated_file_is_weights_unverified(tmp_path: Path, dirs: tuple[Path, 
         assert f.severity == "high"
         assert f.message.partition("; next: ")[0] == (
             f"ship gate prod: {cut} could not be verified, so it is refused:"
-            " tensor 'model.layers.9.proj5.weight': offsets 14208..14272 outside the"
-            " 14236-byte buffer"
+            " `tensor 'model.layers.9.proj5.weight': offsets 14208..14272 outside the"
+            " 14236-byte buffer`"
         )
         assert r.open("poisoned-weights") == []
     finally:
@@ -833,7 +833,7 @@ def test_patterns_choose_the_files(tmp_path: Path, dirs: tuple[Path, Path]) -> N
         [onnx] = default.open("weights-unverified")  # a format it cannot read fails closed
         assert onnx.message == (
             f"ship gate prod: {deploy}/model.onnx could not be verified, so it is refused:"
-            " .onnx weights format not verified"
+            " `.onnx weights format not verified`"
         )
         assert sorted(f.details["path"] for f in default.open("poisoned-weights")) == [
             f"{deploy}/shards/a.safetensors",
@@ -901,7 +901,7 @@ def test_a_check_that_cannot_start_refuses_the_file_instead_of_stranding_it(
         [f] = r.open("weights-unverified")
         assert f.message.partition("; next: ")[0] == (
             f"ship gate prod: {bad} could not be verified, so it is refused:"
-            " the check could not start: ImportError: numpy is missing"
+            " `the check could not start: ImportError: numpy is missing`"
         )
     finally:
         r.close()

@@ -63,7 +63,7 @@ def test_fifo_in_one_gate_blinds_no_gate(tmp_path: Path) -> None:
         assert unverified.details["error"] == "not a regular file (a FIFO)"
         assert unverified.message == (
             f"ship gate one: {fifo} could not be verified, so it is refused:"
-            " not a regular file (a FIFO)"
+            " `not a regular file (a FIFO)`"
         )
         assert r.open("ship-gate-degraded") == []
     finally:

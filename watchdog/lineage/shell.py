@@ -144,6 +144,8 @@ class TmuxSession:
 
 
 _TMUX_FORMAT = "#{pane_pid}\t#{session_id}\t#{session_name}"
+#: A tmux session id as tmux writes it (``$0``): anything else from the server is refused.
+_SESSION_ID = re.compile(r"\$[0-9]{1,9}")
 
 
 def _server_socket(server: Proc) -> str | None:
@@ -215,7 +217,10 @@ def tmux_session(lineage: Sequence[Proc], ctx: ResolveContext) -> TmuxSession | 
                 panes[int(pid_text)] = (sid, sname)
         pane = next((panes[p.pid] for p in lineage if p.pid in panes), None)
         if pane is not None:
-            session_id, name = pane
+            sid, name = pane
+            # The answer comes from whatever serves the socket (the job owner's own tmux
+            # build): an id that is not tmux's ``$N`` is not shown, unquoted, as one.
+            session_id = sid if _SESSION_ID.fullmatch(sid) else None
         elif session_id is not None:
             name = next((n for s, n in panes.values() if s == session_id), None)
     created = server is not None and session_id == "$0" and _server_created_first(server)

@@ -16,6 +16,9 @@ everything else, and every host without it, takes the numpy path.
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,6 +95,11 @@ Kernel = Callable[[UIntArray, int, int], bool]
 #: magnitudes are exactly those at or above ``bad_lo``, 8 or 16 bits wide.
 KERNEL_CODES = (F16, BF16, E5M2, E4M3FN)
 
+#: Bytes of the self-test's largest probes: over the 64 KiB from which the compiled
+#: check releases the GIL (``RELEASE_GIL_BYTES`` in _finitec.c), so both of its
+#: branches are tested.
+KERNEL_LARGE_BYTES = 1 << 17
+
 
 def _bad_mask(code: FloatCode, values: UIntArray) -> npt.NDArray[np.bool_]:
     """Elementwise :meth:`FloatCode.classify` != "finite": the definition, no shortcut."""
@@ -104,8 +112,9 @@ def _bad_mask(code: FloatCode, values: UIntArray) -> npt.NDArray[np.bool_]:
 
 def _kernel_probes(code: FloatCode) -> list[tuple[UIntArray, bool]]:
     """Arrays and the answer each must get: every finite pattern (aligned and at an odd
-    byte address), and boundary non-finite patterns planted at every position of a
-    buffer spanning three vector steps and a tail, then at a few positions unaligned."""
+    byte address), boundary non-finite patterns planted at every position of a buffer
+    spanning three vector steps and a tail, then at a few positions unaligned, and a
+    buffer of :data:`KERNEL_LARGE_BYTES` clean and with one non-finite value."""
     utype = np.dtype(_NATIVE + _UINT[code.bits])
     every = np.arange(1 << code.bits, dtype=utype)
     bad = _bad_mask(code, every)
@@ -126,6 +135,15 @@ def _kernel_probes(code: FloatCode) -> list[tuple[UIntArray, bool]]:
             probe[pos] = bits
             unaligned = np.frombuffer(b"\0" + probe.tobytes(), dtype=utype, offset=1)
             probes += [(probe, True), (unaligned, True)]
+    # Long enough that the C code releases the GIL (its RELEASE_GIL_BYTES, 64 KiB): a
+    # build blind only on that branch would otherwise pass the probes above and miss
+    # every non-finite value in a tensor's chunks.
+    large = np.resize(finite, KERNEL_LARGE_BYTES // code.nbytes + 5)  # + 5: a tail
+    probes.append((large, False))
+    for pos in (large.size // 2 + 1, large.size - 1):  # in the vector loop, in the tail
+        probe = large.copy()
+        probe[pos] = code.bad_lo
+        probes.append((probe, True))
     return probes
 
 
@@ -142,10 +160,63 @@ def _kernel_trustworthy(kernel: Kernel) -> bool:
     return True
 
 
+def _loadable_elf(path: str) -> bool:
+    """Whether every loadable segment (``PT_LOAD``) of the ELF file ``path`` lies inside
+    the file: the dynamic loader maps them, and touching a page past the end of a file
+    cut short (a full disk, an interrupted install) kills the process with SIGBUS, in the
+    import, before any self-test runs. Source: the ELF header and program header layouts
+    of the System V gABI (``e_phoff`` at 32/28, ``e_phentsize``/``e_phnum`` at 54/42;
+    ``p_offset``, ``p_filesz`` at 8, 32 in ELF64 and 4, 16 in ELF32)."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            head = fh.read(64)
+            if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2):
+                return False
+            wide = head[4] == 2
+            order = "<" if head[5] == 1 else ">"
+            if wide and len(head) < 64:
+                return False
+            (phoff,) = struct.unpack_from(order + ("Q" if wide else "I"), head, 32 if wide else 28)
+            entsize, count = struct.unpack_from(order + "HH", head, 54 if wide else 42)
+            fh.seek(phoff)
+            table = fh.read(entsize * count)
+    except OSError:
+        return False
+    if len(table) < entsize * count or entsize < (56 if wide else 32):
+        return False
+    for i in range(count):
+        entry = table[i * entsize : (i + 1) * entsize]
+        (kind,) = struct.unpack_from(order + "I", entry, 0)
+        if wide:
+            (offset,), (filesz,) = (struct.unpack_from(order + "Q", entry, o) for o in (8, 32))
+        else:
+            (offset,), (filesz,) = (struct.unpack_from(order + "I", entry, o) for o in (4, 16))
+        if kind == 1 and offset + filesz > size:
+            return False
+    return True
+
+
+def _kernel_file_whole() -> bool:
+    """False when the module's file on a Linux host is an ELF file cut short (or not one
+    at all): importing it would crash the process (:func:`_loadable_elf`)."""
+    name = f"{__package__}._finitec"
+    if name in sys.modules or not sys.platform.startswith("linux"):
+        return True  # loaded already (nothing is mapped again), or not an ELF platform
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        return True  # nothing to map: the import fails (ImportError) and numpy answers
+    return _loadable_elf(spec.origin)
+
+
 def _load_kernel() -> Kernel | None:
-    """The compiled check, or ``None``: not built, not trusted, or a big-endian host
-    (where it was never run; numpy's reductions are right on every host)."""
-    if sys.byteorder != "little":
+    """The compiled check, or ``None``: not built, cut short, not trusted, or a
+    big-endian host (where it was never run; numpy's reductions are right on every
+    host)."""
+    if sys.byteorder != "little" or not _kernel_file_whole():
         return None
     try:
         from ._finitec import any_nonfinite as kernel

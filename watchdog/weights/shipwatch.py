@@ -43,7 +43,7 @@ from ..config import Config
 from ..config.ship_gates import QUARANTINE_DIRNAME, ShipGate
 from ..faults import fault_point
 from ..hostpaths import config_args
-from ..hosttext import own_code
+from ..hosttext import clip, code_span, own_code, plain_or_code
 from ..logs import get_logger
 from ..model import INDEX_SUFFIX, UNVERIFIABLE_SUFFIXES, WEIGHT_SUFFIXES, Finding, ScanResult
 from ..state import ActionJournal, JournalError, StateDB
@@ -84,6 +84,19 @@ def _version(key: FileKey) -> list[int]:
 
 def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+
+
+def _shown(path: object) -> str:
+    """A path from the host as a message names it: as it is when it is one plain word,
+    else quoted (:func:`~watchdog.hosttext.plain_or_code`). Whoever wrote a weights file
+    chose its name, and a name in the product's words could forge them."""
+    return plain_or_code(str(path), 300)
+
+
+def _arg(path: str) -> str:
+    """A path as an argument of a command a message prints: shell-quoted, and quoted as
+    code unless that is one plain word (:func:`_shown`)."""
+    return plain_or_code(shlex.quote(path), 300)
 
 
 @dataclass
@@ -413,10 +426,10 @@ class ShipGateSource:
         for shard in missing:
             moved = self._moved.get(shard)
             said.append(
-                shard
+                _shown(shard)
                 if moved is None
-                else f"{shard} (quarantined to {moved[0]}; undo: rogue-watchdog undo{self.cli_args}"
-                f" {moved[1]})"
+                else f"{_shown(shard)} (quarantined to {_shown(moved[0])}; undo: rogue-watchdog"
+                f" undo{self.cli_args} {moved[1]})"
             )
         verb = "is" if len(missing) == 1 else "are"
         error = f"{len(missing)} of {len(shards)} shards it names {verb} missing: " + ", ".join(
@@ -425,7 +438,10 @@ class ShipGateSource:
         return Finding(
             kind="weights-unverified",
             severity="high",
-            message=f"ship gate {gate}: {key.path} is incomplete, so the model is refused: {error}",
+            message=(
+                f"ship gate {gate}: {_shown(key.path)} is incomplete, so the model is refused:"
+                f" {error}"
+            ),
             details={
                 "fingerprint": f"{gate}:{key.path}",
                 "gate": gate,
@@ -509,9 +525,10 @@ class ShipGateSource:
             kind="weights-open-refused",
             severity="critical" if d.refused else "warning",
             message=(
-                f"ship gate {self.gate.name}: {verb} a read open of {d.path} by PID"
+                f"ship gate {self.gate.name}: {verb} a read open of {_shown(d.path)} by PID"
                 f" {d.opener.get('pid')} (uid {d.opener.get('uid', '?')},"
-                f" {d.opener.get('command', '?')}): {d.reason}"
+                f" {code_span(clip(str(d.opener.get('command', '?')), 200))}):"
+                f" {code_span(clip(d.reason, 400))}"
             ),
             details={
                 "fingerprint": f"{self.gate.name}:open:{d.path}",
@@ -583,19 +600,19 @@ class ShipGateSource:
                 kind="weights-unverified",
                 severity="high",
                 message=(
-                    f"ship gate {gate}: {key.path} could not be verified, so it is refused:"
-                    f" {report.error}"
+                    f"ship gate {gate}: {_shown(key.path)} could not be verified, so it is"
+                    f" refused: {code_span(clip(str(report.error), 400))}"
                 ),
                 details=details,
             )
         t = report.totals()
         message = (
-            f"ship gate {gate}: {key.path} holds non-finite weights:"
+            f"ship gate {gate}: {_shown(key.path)} holds non-finite weights:"
             f" {t['bad_tensors']} of {t['tensors']} tensors non-finite"
             f" ({t['nan']} NaN, {t['posinf']} +Inf, {t['neginf']} -Inf)"
         )
         if report.error:
-            message += f" and was not fully verified: {report.error}"
+            message += f" and was not fully verified: {code_span(clip(report.error, 400))}"
         moved = False
         forced = self._forced_back(key)
         if self.gate.quarantine and key.path in self._outside and not self._own_link(key.path):
@@ -667,7 +684,7 @@ class ShipGateSource:
                 f"move it out of {self.deploy_dir} before anything loads it (quarantine: true "
                 f"on gate {self.gate.name} has the daemon do that, undoably)"
             )
-        dst = shlex.quote(key.path)
+        dst = _arg(key.path)
         first = paged and key not in self._searched
         self._searched.add(key)
         good, undecided, bad = self._last_good(first)
@@ -677,9 +694,9 @@ class ShipGateSource:
             details["last_good"] = good.path
             so_far = " so far" if undecided else ""
             steps.append(
-                f"the newest training output verified finite{so_far} is {good.path} "
+                f"the newest training output verified finite{so_far} is {_shown(good.path)} "
                 f"({_when(good.mtime_ns / 1e9)}); deploy it with: rogue-watchdog ship "
-                f"{shlex.quote(good.path)} {dst}"
+                f"{_arg(good.path)} {dst}"
             )
         else:
             none_good = (
@@ -695,7 +712,7 @@ class ShipGateSource:
         if undecided:
             n = len(undecided)
             newer = "newer " if good is not None else ""
-            named = " ".join(shlex.quote(k.path) for k in undecided[:MAX_NAMED_OUTPUTS])
+            named = " ".join(_arg(k.path) for k in undecided[:MAX_NAMED_OUTPUTS])
             more = f" (and {n - MAX_NAMED_OUTPUTS} more)" if n > MAX_NAMED_OUTPUTS else ""
             steps.append(
                 f"{n} {newer}training output{'s' if n > 1 else ''} in {self.train_dir} "
@@ -816,7 +833,7 @@ class ShipGateSource:
         details["action_id"] = journal.action_id
         self._moved[key.path] = (str(moved.moved_to), journal.action_id)
         return (
-            f"; moved to {moved.moved_to} (undo: rogue-watchdog undo{self.cli_args}"
+            f"; moved to {_shown(moved.moved_to)} (undo: rogue-watchdog undo{self.cli_args}"
             f" {journal.action_id})"
         )
 
@@ -897,7 +914,8 @@ class ShipGateSource:
         else:
             t2 = deployed[1].mtime_ns / 1e9
             what = (
-                f"is {human_duration(t1 - t2)} newer than deployed {deployed[0]} ({_when(t2)});"
+                f"is {human_duration(t1 - t2)} newer than deployed {_shown(deployed[0])}"
+                f" ({_when(t2)});"
                 f" it has waited {waited} (limit {limit})"
             )
         return Finding(
@@ -905,7 +923,7 @@ class ShipGateSource:
             severity="high",
             message=(
                 f"ship gate {gate}: the deploy step did not run: newest good output"
-                f" {good.path} ({_when(t1)}) {what}"
+                f" {_shown(good.path)} ({_when(t1)}) {what}"
             ),
             details={
                 "fingerprint": f"{gate}:{self.train_dir}",

@@ -19,16 +19,23 @@ from ...hostpaths import config_args
 from .alert import Alert, Outgoing
 
 # `rogue-watchdog VERB` (or `GROUP VERB`), and the `--config PATH` after it when there is
-# one: a path as config_args writes it (plain, or in single quotes), ending before the
-# punctuation around a command in a message (`…`, (…), a comma, a semicolon).
+# one: a path as config_args writes it (plain, or shlex.quote's single quotes, where each
+# apostrophe of the path is '"'"'), ending before the punctuation around a command in a
+# message (`…`, (…), a comma, a semicolon).
 _COMMAND = re.compile(
     r"\brogue-watchdog ((?:allowlist|weights|fleet|slurm) )?([a-z][a-z-]*)"
-    r"( --config ('[^']*'|[^\s`'\"(),;]+))?"
+    r"( --config ('[^']*'(?:\"'\"'[^']*')*|[^\s`'\"(),;]+))?"
 )
 
 
 def _path(arg: str) -> str:
     return arg[1:-1].replace("'\"'\"'", "'") if arg.startswith("'") else arg
+
+
+def _shown(text: str) -> str:
+    """A configuration path as the product's words show it: a backtick as ``\\x60``, as
+    :func:`~watchdog.hosttext.own_code` does, so it cannot open or close a span."""
+    return text.replace("`", "\\x60")
 
 
 def _pieces(message: str) -> list[tuple[bool, str]]:
@@ -74,29 +81,32 @@ def adopted(out: Outgoing, ours: str | None) -> Outgoing:
         return out
     writer = out.alert.config if out.alert.config != ours else None
     pieces = _pieces(message)
+    # Paths compared as shown: a message names a path holding a backtick with \x60.
+    shown_ours = _shown(ours) if ours is not None else None
     named = {
         p for own, piece in pieces if own for m in _COMMAND.finditer(piece)
-        if m.group(4) and _acts(m) and (p := _path(m.group(4))).startswith("/") and p != ours
+        if m.group(4) and _acts(m) and (p := _path(m.group(4))).startswith("/")
+        and p != shown_ours
     }  # fmt: skip
     if writer is None and not named:
         return out
-    mine = config_args(ours)
+    mine = _shown(config_args(ours))
 
     def rename(m: re.Match[str]) -> str:
         if not _acts(m):
             return m.group(0)
         if m.group(4) is None and writer is None:
             return m.group(0)  # no --config, and nothing says whose: left as written
-        if m.group(4) is not None and _path(m.group(4)) not in named | {writer}:
+        if m.group(4) is not None and _path(m.group(4)) not in named | {_shown(writer or "")}:
             return m.group(0)  # ours already, or a relative path of the operator's
         return f"rogue-watchdog {m.group(1) or ''}{m.group(2)}{mine}"
 
-    whose = ", ".join(sorted(named | ({writer} if writer else set())))
+    whose = ", ".join(sorted(named | ({_shown(writer)} if writer else set())))
     note = (
         f"; [written under the configuration {whose} (another install sharing this state "
         "directory, or this daemon before a reload): the commands in it name this "
-        f"daemon's configuration ({ours or 'the built-in defaults'}), which reads the same "
-        "state database]"
+        f"daemon's configuration ({shown_ours or 'the built-in defaults'}), which reads the "
+        "same state database]"
     )
     finding["message"] = "`".join(_COMMAND.sub(rename, p) if own else p for own, p in pieces)
     finding["message"] += note
