@@ -451,7 +451,7 @@ def test_the_week(spawned: Spawned) -> None:
             f"non-finite (7168 NaN, 0 +Inf, 0 -Inf); next: move it out of {deploy} before "
             "anything loads it (quarantine: true on gate prod has the daemon do that, "
             f"undoably); deploy the last good checkpoint to {poisoned} through "
-            "`rogue-watchdog ship` (it copies only weights that verify finite; "
+            "``rogue-watchdog ship`` (it copies only weights that verify finite; "
             "rogue_watchdog.weights.best_checkpoint picks the best one that does)",
         )
         # -- event 7: the deploy that stopped ------------------------------------------
