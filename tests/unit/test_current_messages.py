@@ -139,7 +139,8 @@ def test_a_loop_whose_source_was_disabled_between_runs_offers_no_disable() -> No
     assert current_message(rec, None, set(), [disable], {812: 0}, 1040.0) == (
         f"{head}; now: its run PID 812 exited with status 0 at {local_iso(1040.0)}; a "
         "command naming PID 812 has nothing left to stop; its source was disabled by "
-        f"rogue-watchdog disable-source (action 7 at {local_iso(1090.0)})"
+        f"rogue-watchdog disable-source (action 7 at {local_iso(1090.0)}); undo with: "
+        "``rogue-watchdog undo 7``"
     )
     undone = ActionRecord(**{**disable.__dict__, "undone_at": 1100.0})
     assert current_message(rec, None, set(), [undone], {}, None) == (

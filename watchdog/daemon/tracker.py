@@ -36,6 +36,8 @@ from .tracking.current import (
     as_opened,
     before_run_end,
     current_message,
+    ended_for_good,
+    standing_disable,
     without_run_commands,
 )
 from .tracking.fold import fingerprint, fold, group
@@ -57,7 +59,7 @@ from .tracking.incident import (
 )
 from .tracking.jobs import record_jobs, run_record, source_undo_of
 from .tracking.lifecycle import Open, Resolve, Seen, Sighting, Step, decide
-from .tracking.naming import with_own_id, with_undo_notes
+from .tracking.naming import disabled_again, with_own_id, with_undo_notes
 from .tracking.periodic import (
     RETURN_WINDOW_S,
     as_periodic,
@@ -185,6 +187,9 @@ class Tracker:
         # This tick's: finding id → when its job was seen gone, of each finding about a
         # run that ended by itself whose window for the job to come back ran out.
         self._ended_alone: dict[int, float] = {}
+        # This tick's: finding id → the message it resolves with, of each loop's finding
+        # whose latest run and source this product stopped (tracking.current.ended_for_good).
+        self._stopped_loops: dict[int, str] = {}
         # This tick's: signature → its open respawned finding, which the findings about
         # its return are folded into (one incident, one page: tracking/incident.py).
         self._anchors: dict[str, Anchor] = {}
@@ -400,12 +405,14 @@ class Tracker:
             if learning:
                 respawns = [dataclasses.replace(f, severity="info") for f in respawns]
             found = loops(before, seen.returns, now)
+            notes = with_undo_notes(findings, self.source_undos, self.cli_args, self._again())
             noted = as_periodic(
-                with_undo_notes(findings, self.source_undos, self.cli_args), seen.signatures,
+                notes, seen.signatures,
                 {j.root_pid: j for j in tracked}, found, before,
             )  # fmt: skip
             present = set(seen.signatures.values())
             between = expected(before, present, self._last_seen(sigs), now)
+            between -= self._stopped_for_good(before, between)
             waiting = awaiting_return(self.db, before, present, seen.returns, self.exits, now)
             # Blindness never resolves: a finding waiting for its job stays open then.
             awaiting = {fp for fp, g in waiting.items() if blind or now - g <= RETURN_WINDOW_S}
@@ -546,6 +553,47 @@ class Tracker:
             if details != rec.details or message != rec.message:
                 self.db.set_finding_details(rec.id, details, message)
 
+    def _again(self) -> dict[tuple[int, int], str]:
+        """By run identity: for a run an undo's re-enabled source started, that source
+        disabled again since (:func:`~.tracking.naming.disabled_again`), as its undo note
+        goes on. Read each tick: the note is the run's, the disable is the state now."""
+        out: dict[tuple[int, int], str] = {}
+        for ident, undo in self.source_undos.items():
+            sig = undo.disable.signature if undo is not None else None
+            if undo is None or sig is None:
+                continue
+            done = standing_disable(self.db.actions_for(sig), undo.undo.created_at)
+            if done is not None:
+                out[ident] = disabled_again(done.id, local_iso(done.created_at))
+        return out
+
+    def _stopped_for_good(self, before: list[FindingRecord], between: set[str]) -> set[str]:
+        """The loops between two runs that need not wait out their quiet time: their
+        latest run and their source were stopped by this product
+        (:func:`~watchdog.daemon.tracking.current.ended_for_good`). Each of their findings
+        resolves this tick with the message the action log gives it, ending with why."""
+        self._stopped_loops = {}
+        out: set[str] = set()
+        for rec in before:
+            sig = periodic_signature(rec)
+            if sig is None or sig not in between:
+                continue
+            actions = self.db.actions_for(sig)
+            why = ended_for_good(rec, actions)
+            if why is None:
+                continue
+            out.add(sig)
+            bare = dataclasses.replace(rec, message=without_notes(rec.message))
+            now_says = (
+                current_message(bare, None, set(), actions, self.exits, None, self.cli_args)
+                or bare.message
+            )
+            self._stopped_loops[rec.id] = (
+                f"{now_says}; resolved: {why}, nothing known starts it again (a run back "
+                "is paged as a return)"
+            )
+        return out
+
     def _last_seen(self, sigs: Iterable[str]) -> dict[str, float]:
         """When a run of each signature was last seen (before this tick's record)."""
         out = {}
@@ -581,7 +629,7 @@ class Tracker:
             job_rec = self.db.job(sig) if sig else None
             message = current_message(
                 rec, own or by_sig.get(sig), running, self.db.actions_for(sig) if sig else [],
-                self.exits, job_rec.gone_at if job_rec is not None else None,
+                self.exits, job_rec.gone_at if job_rec is not None else None, self.cli_args,
             )  # fmt: skip
             # (An anchor's note on what is folded into it is _name_folded's.)
             if message is not None and message != without_notes(rec.message):
@@ -822,7 +870,11 @@ class Tracker:
         after the open it still owes: :meth:`_owes_open`)."""
         db = self.db
         gone_at = self._ended_alone.get(rec.id)
-        if gone_at is not None:
+        stopped = self._stopped_loops.get(rec.id)
+        if stopped is not None:
+            rec = dataclasses.replace(rec, message=stopped)
+            db.set_finding_message(rec.id, stopped)
+        elif gone_at is not None:
             head = before_run_end(rec.message)  # said again here, finally
             rec = dataclasses.replace(
                 rec,

@@ -569,6 +569,11 @@ _LOOP = re.compile(
 )
 
 
+#: What stops a job whose shell loop ``terminate`` stops with it (``Restarts.stops``): a
+#: terminate of it records the loop as stopped (``details.source_stopped``).
+STOPS_WITH_LOOP = "terminate stops the loop with it"
+
+
 def shell_loop(job: Job, stop_pids: Collection[int]) -> Restarts | None:
     """A shell loop above the job that runs its command again when it ends, read from
     the wrapper's command text (``bash -c 'while true; do python3 train.py; sleep 5;
@@ -586,7 +591,7 @@ def shell_loop(job: Job, stop_pids: Collection[int]) -> Restarts | None:
             continue
         how = f"shell loop {code_span(found.group(0))} in PID {proc.pid}"
         if proc.pid in stop_pids:
-            return Restarts("at once", how, "terminate stops the loop with it", False)
+            return Restarts("at once", how, STOPS_WITH_LOOP, False)
         return Restarts(
             "at once",
             how,

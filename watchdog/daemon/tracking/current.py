@@ -20,13 +20,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from ...hosttext import find_outside_code, replace_outside_code, split_outside_code
+from ...hosttext import (
+    code_span,
+    find_outside_code,
+    own_code,
+    replace_outside_code,
+    split_outside_code,
+)
 from ...model import Job
 from ...model.advice import RUN_ONLY
 from ...records import ActionRecord, FindingRecord
 from ..alerts.alert import local_iso
 from .jobs import respawned_finding
-from .naming import with_own_id
+from .naming import DISABLED_AGAIN, with_own_id
 
 # Starts the part of a message that says how its run ended: replaced at each refresh.
 RUN_ENDED = "; now: its run PID "
@@ -82,6 +88,7 @@ def current_message(
     actions: Sequence[ActionRecord],
     exits: Mapping[int, int],
     gone_at: float | None,
+    cli_args: str = "",
 ) -> str | None:
     """The message ``rec`` (open, not reported this tick) has as of now, or None to
     keep it.
@@ -94,13 +101,15 @@ def current_message(
         actions: The actions of the finding's signature, most recent first.
         exits: PID → wait(2) status of the processes the kernel saw exit.
         gone_at: When the finding's job was seen gone, when known.
+        cli_args: What a printed ``undo`` carries after its verb (the daemon's
+            `` --config PATH``).
 
     Returns:
         A ``respawned`` finding whose ghost runs: its message built from the ghost as
         scanned now. A job's finding whose run is gone: its last message, with how and
         when the run ended (``; now: its run PID N ended …``). A loop's (periodic)
-        finding between two runs: its message without commands on the ended run. Else
-        None.
+        finding between two runs: its message without commands on the ended run, and
+        what the action log says of its latest run and its source. Else None.
     """
     sig = _signature(rec)
     root = rec.details.get("root")
@@ -115,13 +124,19 @@ def current_message(
         # A loop's finding between two runs: its latest run ended, so no command acts on
         # it (issue 33, fresh user J: `terminate … 7237` from `status`, 40 s after the
         # terminate stopped that run: exit 2, "not running"); the next run brings its own.
-        ended = without_run_commands(rec.message)
+        # Its source as the action log has it now (fresh user, 2026-12-07: F6 still said
+        # `to stop the source: disable-source F6` and `re-enabled by undo` minutes after
+        # a second disable-source and a terminate).
+        head, source = source_note(
+            without_run_commands(rec.message), rec.opened_at, actions, cli_args
+        )
+        ended = f"{head}{latest_run_stopped(loop.get('pid'), actions)}{source}"
         return ended if ended != rec.message else None
     if rec.kind not in _JOB_KINDS or not isinstance(root, list) or len(root) != 2:
         return None
     if tuple(root) in running:
         return None
-    head, source = source_note(before_run_end(rec.message), rec.opened_at, actions)
+    head, source = source_note(before_run_end(rec.message), rec.opened_at, actions, cli_args)
     cut = find_outside_code(head, RUN_ONLY)
     if cut >= 0:  # its `terminate` names the run that ended: nothing left to stop
         later = find_outside_code(head, REENABLED, cut)
@@ -135,7 +150,9 @@ def current_message(
     )
 
 
-def source_note(head: str, opened_at: float, actions: Sequence[ActionRecord]) -> tuple[str, str]:
+def source_note(
+    head: str, opened_at: float, actions: Sequence[ActionRecord], cli_args: str = ""
+) -> tuple[str, str]:
     """``head`` without its ``to stop the source`` advice once a ``disable-source`` done
     since the finding opened stopped that source, and what to say instead (empty when
     none did).
@@ -144,22 +161,22 @@ def source_note(head: str, opened_at: float, actions: Sequence[ActionRecord]) ->
     was disabled (it stays open until the loop is quiet, about 3 minutes for a cron line
     every minute), kept offering ``disable-source F194`` and the ``sed`` by hand, both
     with nothing left to do. The advice stays out after an undo too: the job's next run
-    is reported with fresh advice.
+    is reported with fresh advice. The newest disable-source is the state: while it
+    stands, a note that an undo of an earlier one re-enabled the source (the run's,
+    :meth:`~watchdog.state.actions.SourceUndo.note`) is history and is dropped (fresh
+    user, 2026-12-07: disable, undo, disable again, and F6 still said "re-enabled").
 
     Args:
         head: The finding's message without its run's end.
         opened_at: When the finding opened (older disables are another episode's).
         actions: Its signature's actions, most recent first.
+        cli_args: What the printed ``undo`` carries after its verb.
+
+    Returns:
+        ``(head, tail)``: the tail names the disable (action, time, its backup) and the
+        ``undo`` that puts the source back, or the undo that did.
     """
-    done = next(
-        (
-            a
-            for a in actions
-            if a.kind == "disable-source" and not a.dry_run and a.outcome == "ok"
-            and a.created_at >= opened_at
-        ),
-        None,
-    )  # fmt: skip
+    done = standing_disable(actions, opened_at, undone_too=True)
     if done is None:
         return head, ""
     at = find_outside_code(head, SOURCE_ADVICE)
@@ -167,14 +184,79 @@ def source_note(head: str, opened_at: float, actions: Sequence[ActionRecord]) ->
         later = find_outside_code(head, REENABLED, at)  # an undo note after the advice stays
         head = head[:at] + (head[later:] if later >= 0 else "")
     if done.undone_at is None:
+        parts = split_outside_code(head, "; ")
+        head = "; ".join(p for p in parts if not p.startswith((REENABLED[2:], DISABLED_AGAIN)))
+        backup = _backup(done)
         return head, (
             f"; its source was disabled by rogue-watchdog disable-source (action {done.id}"
-            f" at {local_iso(done.created_at)})"
+            f" at {local_iso(done.created_at)}{backup}); undo with: "
+            f"{own_code(f'rogue-watchdog undo{cli_args} {done.id}')}"
         )
     return head, (
         f"; its source, disabled by action {done.id}, was re-enabled by rogue-watchdog undo"
         f" at {local_iso(done.undone_at)}"
     )
+
+
+def standing_disable(
+    actions: Sequence[ActionRecord], since: float, *, undone_too: bool = False
+) -> ActionRecord | None:
+    """The newest ``disable-source`` of a signature that took effect (``ok``) at or after
+    ``since``: the state of its source as the action log has it.
+
+    Args:
+        actions: The signature's actions, most recent first.
+        since: POSIX time: older disables are another episode's.
+        undone_too: Also return it when an ``undo`` put the source back since; else only
+            while it stands.
+    """
+    for a in actions:
+        if a.kind != "disable-source" or a.dry_run or a.outcome != "ok":
+            continue
+        if a.created_at < since or (a.undone_at is not None and not undone_too):
+            return None
+        return a
+    return None
+
+
+def _backup(done: ActionRecord) -> str:
+    """``; backup `PATH```: the copy a disable-source made (its ``done`` steps), quoted
+    (a path is host text); empty when it names none."""
+    steps = done.details.get("done")
+    for step in steps if isinstance(steps, list) else ():
+        if isinstance(step, str) and step.startswith("backup "):
+            return f"; backup {code_span(step.removeprefix('backup '))}"
+    return ""
+
+
+def latest_run_stopped(pid: object, actions: Sequence[ActionRecord]) -> str:
+    """``; its latest run PID N was stopped by rogue-watchdog terminate (action 4 at T)``
+    for a loop whose latest run (``pid``) a terminate of ours stopped; else empty.
+
+    Args:
+        pid: The loop's latest run's root PID (``details.periodic.pid``).
+        actions: The signature's actions, most recent first.
+    """
+    act = stopping_terminate(pid, actions)
+    if act is None:
+        return ""
+    return (
+        f"; its latest run PID {pid} was stopped by rogue-watchdog terminate (action "
+        f"{act.id} at {local_iso(act.created_at)})"
+    )
+
+
+def stopping_terminate(pid: object, actions: Sequence[ActionRecord]) -> ActionRecord | None:
+    """The newest terminate of ours that stopped the run rooted at ``pid``, or None."""
+    if not isinstance(pid, int):
+        return None
+    for act in actions:
+        root = act.details.get("root")
+        if act.kind != "terminate" or act.dry_run or act.outcome not in STOPPED:
+            continue
+        if isinstance(root, list) and root[:1] == [pid]:
+            return act
+    return None
 
 
 def as_opened(rec: FindingRecord) -> FindingRecord:
@@ -232,3 +314,47 @@ def before_run_end(message: str) -> str:
     """
     at = find_outside_code(message, RUN_ENDED)
     return message if at < 0 else message[:at]
+
+
+def ended_for_good(rec: FindingRecord, actions: Sequence[ActionRecord]) -> str | None:
+    """Why a loop's (periodic) finding between two runs need not wait out its quiet time:
+    this product stopped its latest run and its source, or None (it waits, as before).
+
+    A loop's finding stays open until the loop is quiet for twice its cadence plus a
+    minute (:attr:`~.periodic.Loop.quiet_s`), in case the next run comes. That wait is for
+    a source that may still start one. Fresh user, 2026-12-07: F6 (a cron line every
+    minute, disabled, its run terminated) and F3 (a shell loop whose shell the terminate
+    stopped with its run) stayed open 2-3 minutes with nothing left to come back. The
+    latest run stopped by our terminate (``ok`` or ``will-return``: all of it stopped)
+    after it was first seen, and its source stopped since then, by a ``disable-source``
+    that stands or by that terminate itself (``details.source_stopped``: the loop's shell
+    was part of what it stopped): nothing known restarts it. A run back all the same is
+    a return, paged as one (``respawned``, the enforcer's ``remediation-failed``). An
+    unknown source, a partial terminate, or a disable older than the latest run (it did
+    not hold) keeps the wait.
+
+    Args:
+        rec: An open periodic finding (``details.periodic``).
+        actions: Its signature's actions, most recent first.
+
+    Returns:
+        The reason in words (``its latest run PID N was stopped by action 4 and its
+        source disabled by action 3``), or None.
+    """
+    loop = rec.details.get("periodic")
+    if not isinstance(loop, dict):
+        return None
+    last_at, pid = loop.get("last_at"), loop.get("pid")
+    term = stopping_terminate(pid, actions)
+    if not isinstance(last_at, int | float) or term is None or term.created_at < last_at:
+        return None
+    if term.outcome not in ("ok", "will-return"):
+        return None  # something of it was left running: the enforcer's recheck says what
+    stopped = f"its latest run PID {pid} was stopped by action {term.id}"
+    loop_stopped = term.details.get("source_stopped")
+    if term.outcome == "ok" and isinstance(loop_stopped, str):
+        return f"{stopped} with what restarted it ({loop_stopped})"
+    done = standing_disable(actions, last_at)
+    if done is None:
+        return None
+    return f"{stopped} and its source disabled by action {done.id}"

@@ -15,6 +15,7 @@ def with_undo_notes(
     findings: Iterable[Finding],
     undos: Mapping[tuple[int, int], SourceUndo | None],
     cli_args: str = "",
+    again: Mapping[tuple[int, int], str] | None = None,
 ) -> list[Finding]:
     """A rogue job that runs because an operator undid the disabling of its source
     says so in its one finding (no ``respawned`` beside it, and the enforcer opens no
@@ -26,6 +27,10 @@ def with_undo_notes(
             source the job started from after, or None.
         cli_args: The daemon's `` --config PATH`` for the printed ``undo``
             (:meth:`SourceUndo.note`).
+        again: By identity: what the note says next when the source was disabled again
+            since that undo (:data:`DISABLED_AGAIN` and the action): the run's story, and
+            the source's state now (fresh user, 2026-12-07: "re-enabled by undo" only,
+            after a second disable-source).
     """
     out = []
     for f in findings:
@@ -34,9 +39,10 @@ def with_undo_notes(
         if f.kind in ("rogue-job", "excess-instances") and isinstance(root, list):
             undo = undos.get(tuple(root))
         if undo is not None:
+            since = (again or {}).get(tuple(root), "")  # type: ignore[arg-type]
             f = dataclasses.replace(
                 f,
-                message=f"{f.message}; {undo.note(cli_args)}",
+                message=f"{f.message}; {undo.note(cli_args)}{since}",
                 details={
                     **f.details,
                     "source_undo": {"undo_action": undo.undo.id, "undid": undo.disable.id},
@@ -44,6 +50,16 @@ def with_undo_notes(
             )
         out.append(f)
     return out
+
+
+#: Starts what an undo note says when the source was disabled again since that undo.
+DISABLED_AGAIN = "its source was disabled again by rogue-watchdog disable-source"
+
+
+def disabled_again(disable_id: int, at: str) -> str:
+    """``; its source was disabled again by rogue-watchdog disable-source (action 9 at
+    T)``: appended to an undo note (``at``: the action's time, as alerts write it)."""
+    return f"; {DISABLED_AGAIN} (action {disable_id} at {at})"
 
 
 def with_own_id(f: Finding, finding_id: int) -> str:

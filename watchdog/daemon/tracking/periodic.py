@@ -7,7 +7,9 @@ names the loop (how many runs, about how often, since when, from where) and the 
 run, instead of a ``rogue-job`` and a ``respawned`` per run (issue 35, case 1: 175 pages
 in 8 minutes for a 0.3 s probe run every 5 s). It names no one job (no root PID), stays
 open between runs while the next one is due, and resolves once the loop has been quiet
-for twice its cadence plus :data:`QUIET_GRACE_S`.
+for twice its cadence plus :data:`QUIET_GRACE_S`, or at the next tick once this product
+stopped its latest run and its source (:func:`~.current.ended_for_good`: nothing known
+is left to start a next run).
 
 A loop is one finding from its first run: the finding of a run that ended by itself is
 not resolved at once but waits :data:`RETURN_WINDOW_S` for the job to come back
