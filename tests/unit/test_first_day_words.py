@@ -1,0 +1,82 @@
+"""What a first-day user read that was wrong (session j): each test asserts the text or
+exit code the user gets, and failed before its fix."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from rogue_watchdog.cli import main
+from rogue_watchdog.config import load_config
+from rogue_watchdog.scan import Scanner
+from rogue_watchdog.sources.procfs import boot_id
+from rogue_watchdog.state import StateDB
+from tests.unit.test_trust_hostile import PY, cron_chain, host
+
+RULE = "sanctioned:\n  - {name: my-sleeper, cmdline: '*train.py*', origin: {any: true}}\n"
+MATCHED = datetime(2026, 12, 7, 5, 17, 23, tzinfo=UTC)
+MID_RUN = (
+    "sanctioned by rule 'my-sleeper' from 2026-12-07T05:17:23Z (matched while it ran; it "
+    "was rogue before); kept for its life"
+)
+
+
+def _rescan(tmp_path: Path, before: Scanner, extra: str, now: datetime) -> tuple[Scanner, list]:
+    """A config reload (the daemon's): a new Scanner keeping what the old one knew."""
+    cfg = tmp_path / "config.yaml"
+    base = cfg.read_text().replace(RULE, "")
+    cfg.write_text(base + extra)
+    scanner = Scanner(load_config(str(cfg)))
+    scanner.keep_origins_of(before)
+    return scanner, scanner.scan(now).jobs
+
+
+def test_a_rule_added_while_it_ran_is_not_said_to_have_sanctioned_it_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = Scanner(load_config(str(host(tmp_path, cron_chain()))))
+    (job,) = [j for j in first.scan().jobs if j.root_pid == 903]
+    assert job.verdict == "rogue"
+    # The operator adds the rule while it runs: sanctioned from then, for its life.
+    added, jobs = _rescan(tmp_path, first, RULE, MATCHED)
+    assert [(j.verdict, j.reason) for j in jobs if j.root_pid == 903] == [
+        ("sanctioned", "matches rule 'my-sleeper'")
+    ]
+    # ...and stays sanctioned once the rule is gone, with when it became so.
+    removed, jobs = _rescan(tmp_path, added, "", MATCHED)
+    (job,) = [j for j in jobs if j.root_pid == 903]
+    assert (job.verdict, job.reason) == (
+        "sanctioned",
+        MID_RUN + " (now: no rule matches its command line)",
+    )
+    (changed,) = [f for f in removed.scan(MATCHED).findings if f.kind == "sanctioned-changed"]
+    assert changed.message == (
+        f"sanctioned job PID 903 `{PY} /opt/pipeline/train.py` stays sanctioned by rule "
+        "'my-sleeper' until it exits: it was from 2026-12-07T05:17:23Z (matched while it "
+        "ran; it was rogue before) (its crontab entry was removed; if it started now: no rule "
+        "matches its command line); a "
+        "new run is judged by the rules and the source as they are then"
+    )
+    # What the daemon records is what a one-shot explain reads.
+    db = StateDB(str(tmp_path / "state"))
+    db.set_sanctioned_procs(
+        removed.sanctioned, boot_id(str(tmp_path / "proc")), 0.0, removed.sanctioned_matched
+    )
+    db.close()
+    cfg = tmp_path / "config.yaml"
+    assert main(["explain", "903", "--config", str(cfg)]) == 0
+    assert MID_RUN in capsys.readouterr().out
+
+
+def test_a_process_sanctioned_at_its_first_look_still_says_when_it_started(
+    tmp_path: Path,
+) -> None:
+    first = Scanner(load_config(str(host(tmp_path, cron_chain(), extra=RULE))))
+    first.scan()
+    _, jobs = _rescan(tmp_path, first, "", MATCHED)
+    (job,) = [j for j in jobs if j.root_pid == 903]
+    assert job.reason.startswith(
+        "sanctioned by rule 'my-sleeper' when it started; kept for its life"
+    )
