@@ -80,3 +80,16 @@ def test_a_process_sanctioned_at_its_first_look_still_says_when_it_started(
     assert job.reason.startswith(
         "sanctioned by rule 'my-sleeper' when it started; kept for its life"
     )
+
+
+def test_already_undone_says_when_in_iso_8601_utc(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
+    db = StateDB(str(tmp_path / "state"))
+    aid = db.record_action("cli:root", "terminate", "PID 42", "ok", {}, 0.0, undo={"op": "x"})
+    db.mark_undone(aid, MATCHED.timestamp())
+    db.close()
+    assert main(["undo", str(aid), "--config", str(cfg)]) == 1
+    assert capsys.readouterr().out == (f"action {aid} was already undone at 2026-12-07T05:17:23Z\n")

@@ -369,6 +369,7 @@ def _still_running(target: JobTarget, proc_root: str, wait_s: float = 2.0) -> bo
 
 def cmd_undo(args: argparse.Namespace) -> int:
     """``undo ACTION-ID [--dry-run]``."""
+    from ..actions.disable import iso
     from ..actions.effects import Effects, JournaledEffects
     from ..actions.remedy import default_actor
     from ..actions.target import MAX_ID
@@ -383,7 +384,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
     if rec is None:
         raise CliError(f"no action {args.action_id} in {db.path}")
     if rec.undone_at is not None:
-        _out(f"action {rec.id} was already undone at {time.ctime(rec.undone_at)}")
+        _out(f"action {rec.id} was already undone at {iso(rec.undone_at)}")
         return 1
     if rec.undo is None:
         _out(f"action {rec.id} ({rec.kind} {rec.target}) has nothing to undo")
