@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rogue_watchdog.cli import main
-from rogue_watchdog.config import load_config
+from rogue_watchdog.config import ConfigError, load_config, parse_config
 from rogue_watchdog.scan import Scanner
 from rogue_watchdog.sources.procfs import boot_id
 from rogue_watchdog.state import StateDB
@@ -93,3 +93,37 @@ def test_already_undone_says_when_in_iso_8601_utc(
     db.close()
     assert main(["undo", str(aid), "--config", str(cfg)]) == 1
     assert capsys.readouterr().out == (f"action {aid} was already undone at 2026-12-07T05:17:23Z\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "enforcement: {mode: obsrve}",
+            "enforcement.mode: must be observe or terminate, got 'obsrve'",
+        ),
+        (
+            "services: {sanctioned_ports: [{name: x, port: 80, proto: sctp}]}",
+            "services.sanctioned_ports[0].proto: must be tcp or udp, got 'sctp'",
+        ),
+        (
+            "alerts: {sinks: [{type: log, name: o, min_severity: loud}]}",
+            "alerts.sinks[0].min_severity: must be one of info, warning, high, critical, "
+            "got 'loud'",
+        ),
+        ("queue: {slurm: maybe}", "queue.slurm: expected true, false or auto, got 'maybe'"),
+        (
+            "slurm: {drain_on: [rogu]}",
+            "slurm.drain_on[0]: expected one of ('rogue', 'excess'), got 'rogu'",
+        ),
+        # What was written is host text: quoted, its control characters escaped.
+        (
+            'enforcement: {mode: "obs\\nerve\\u202e"}',
+            "enforcement.mode: must be observe or terminate, got 'obs\\nerve\\u202e'",
+        ),
+    ],
+)
+def test_an_enum_error_echoes_the_value_written(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(text + "\n", "c.yaml")
+    assert str(exc.value) == "c.yaml:1: " + message
