@@ -127,3 +127,35 @@ def test_an_enum_error_echoes_the_value_written(text: str, message: str) -> None
     with pytest.raises(ConfigError) as exc:
         parse_config(text + "\n", "c.yaml")
     assert str(exc.value) == "c.yaml:1: " + message
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_gpu_view_without_nvml_is_documented_as_it_behaves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # By design (docs/status.md, docs/scan-json-schema.md): while NVML is unavailable no
+    # job can be placed, so `--gpu N` lists every job with a note; exit 2 is only for a
+    # GPU NVML, answering, does not list. The README said exit 2 for both.
+    cfg = host(tmp_path, cron_chain())
+    assert main(["scan", "--gpu", "0", "--config", str(cfg)]) == 1  # the rogue job's finding
+    out = capsys.readouterr().out.splitlines()
+    assert out[3] == (
+        "GPU 0: NVML is unavailable, so no job can be placed on a GPU: every training job is listed"
+    )
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[3].strip()
+        for line in (REPO / "README.md").read_text().splitlines()
+        if line.startswith("| `rogue-watchdog scan [")
+        or line.startswith("| `rogue-watchdog status [")
+    }
+    assert rows["`rogue-watchdog scan [--config F] [--gpu N] [--json]`"].endswith(
+        "2 usage/config error or a `--gpu N` that NVML, answering, does not list (while NVML is "
+        "unavailable, `--gpu N` lists every job with a note and the exit code follows the "
+        "findings)"
+    )
+    assert (
+        "2 usage or a `--gpu N` that NVML, answering, does not list (while NVML is "
+        in (rows["`rogue-watchdog status [--gpu N] [--severity LEVEL] [--limit N] [--json]`"])
+    )

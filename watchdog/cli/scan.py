@@ -392,8 +392,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                 ),
                 (
                     2,
-                    "usage or configuration error; --gpu N names a GPU NVML does not list "
-                    "(the error names those it lists)",
+                    "usage or configuration error; --gpu N names a GPU that NVML, "
+                    "answering, does not list (the error names those it lists; while NVML "
+                    "is unavailable every job is listed, with a note, and the exit code "
+                    "follows the findings)",
                 ),
             ],
         ),
