@@ -243,13 +243,12 @@ def test_terminate_of_a_restart_always_unit_says_it_will_come_back(
         pid = sd.wait_main_pid(unit)
         rc, out = cli(sd, "explain", str(pid), config="always.yaml")
         assert (
-            "Restarts: restarts it: at once, systemd Restart=always (what stops it: "
-            "disable-source first)\n"
+            "Restarts: at once, systemd Restart=always (what stops it: disable-source first)\n"
         ) in out
         rc, out = cli(sd, "terminate", str(pid), config="always.yaml")
         assert rc == 1
         assert out.splitlines() == [
-            "its source starts it again: restarts it: at once, systemd Restart=always",
+            "its source starts it again: at once, systemd Restart=always",
             f"terminate rogue job PID {pid} `/usr/bin/python3 {trainer}` (action 1); origin "
             "systemd",
             f"  PID {pid} `/usr/bin/python3 {trainer}`: SIGSTOP, SIGTERM, SIGCONT: exited",
@@ -325,7 +324,7 @@ def test_a_shell_loop_that_terminate_leaves_is_named_and_stopped_first(
     assert rc == 1
     lines = out.splitlines()
     assert lines[0] == (
-        f"its source starts it again: restarts it: at once, shell loop `while true` in PID {shell}"
+        f"its source starts it again: at once, shell loop `while true` in PID {shell}"
     )
     assert lines[-2:] == ["outcome: will-return", f"will come back: its source restarts it; {kill}"]
     back = poll("the trainer back", lambda: [j for j in trainers() if j["root_pid"] != pid], 15)

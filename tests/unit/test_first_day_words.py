@@ -10,6 +10,7 @@ import pytest
 
 from rogue_watchdog.cli import main
 from rogue_watchdog.config import ConfigError, load_config, parse_config
+from rogue_watchdog.model import Job, Restarts
 from rogue_watchdog.scan import Scanner
 from rogue_watchdog.sources.procfs import boot_id
 from rogue_watchdog.state import StateDB
@@ -159,3 +160,106 @@ def test_gpu_view_without_nvml_is_documented_as_it_behaves(
         "2 usage or a `--gpu N` that NVML, answering, does not list (while NVML is "
         in (rows["`rogue-watchdog status [--gpu N] [--severity LEVEL] [--limit N] [--json]`"])
     )
+
+
+def _at_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, queued: bool) -> Job:
+    """Job 1 of atd's spool, running (``=`` file), with or without a queued copy (2)."""
+    from rogue_watchdog.lineage import at
+    from rogue_watchdog.policy.guard import ScanProtection, with_advice
+    from tests.unit.test_cron_resolver import AT_JOB, _resolve_at_job
+
+    spool = tmp_path / "atjobs"
+    spool.mkdir()
+    monkeypatch.setattr(at, "AT_SPOOLS", (str(spool),))
+    (spool / "=0000101c8be6a").write_text(AT_JOB)
+    if queued:
+        (spool / "a0000201c8c000").write_text(AT_JOB)
+    origin, _ = _resolve_at_job(tmp_path, spool)
+    assert origin is not None
+    argv = ("/usr/bin/python3", "/srv/ml/train_at.py")
+    (job,) = with_advice(
+        [Job(53, [53], "root", argv, 1000, None, [], [], origin, "rogue")], ScanProtection()
+    )
+    return job
+
+
+def test_a_running_at_job_is_stopped_by_terminate_not_atrm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `atrm 1` of the RUNNING job 1 only prints "Warning: deleting running job": it was
+    # the finding's only advice. Nothing queued: the run is what to stop.
+    job = _at_job(tmp_path, monkeypatch, queued=False)
+    assert job.advice.finding_text("F1") == (
+        "; to stop it: rogue-watchdog terminate F1, or by hand: kill -TERM 53"
+    )
+    assert job.advice.stop_line(53) == "rogue-watchdog terminate 53, or by hand: kill -TERM 53"
+    assert job.advice.explain_line(53) == (
+        "none needed for the source (nothing would start it again); to stop it: "
+        "rogue-watchdog terminate 53, or by hand: kill -TERM 53"
+    )
+
+
+def test_a_running_at_job_with_a_queued_copy_names_atrm_for_the_copy_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = _at_job(tmp_path, monkeypatch, queued=True)
+    assert job.advice.finding_text("F1") == (
+        "; restarts it: on schedule, at job(s) 2 queued with the same commands (it "
+        "re-queues itself); to stop the source: rogue-watchdog disable-source F1 (backs up "
+        "the queued jobs' scripts; the undo command it prints, with the action id, restores "
+        "it), or by hand: atrm 2; to stop this run: rogue-watchdog terminate F1"
+    )
+    assert job.advice.stop_line(53) == (
+        "rogue-watchdog disable-source 53 && rogue-watchdog terminate 53  # --dry-run first to "
+        "preview"
+    )
+
+
+UNKNOWN = Restarts(
+    "unknown",
+    "atd (neither this run's job file nor atd's queue was read: a queued copy may run it again)",
+)
+
+
+@pytest.mark.parametrize(
+    ("again", "key", "first", "last"),
+    [
+        (
+            UNKNOWN,
+            "may_return",
+            "its source may start it again: could not tell whether it does (atd (neither "
+            "this run's job file nor atd's queue was read: a queued copy may run it again))",
+            "may come back: could not tell whether its source starts it again (atd (neither "
+            "this run's job file nor atd's queue was read: a queued copy may run it again))",
+        ),
+        (
+            Restarts("on schedule", "its cron line", "disable-source first"),
+            "will_return",
+            # Once with its prefix (BEFORE: "its source starts it again: restarts it: ...").
+            "its source starts it again: on schedule, its cron line",
+            "will come back: its source restarts it; disable-source first",
+        ),
+    ],
+)
+def test_terminate_claims_a_return_only_when_it_knows_one(
+    tmp_path: Path, again: Restarts, key: str, first: str, last: str
+) -> None:
+    # BEFORE: a running at job whose return could not be told ended `outcome:
+    # will-return`, `will come back: its source restarts it` (exit 1) under `restarts
+    # it: unknown`. Exit codes (--help): 0 done, 1 ... stopped but its source starts it
+    # again (will-return): a return not known is not claimed. A terminate's `ok` becomes
+    # `will-return` only with `will_return` recorded (TerminateTask.finish).
+    import dataclasses
+
+    from rogue_watchdog.actions.remedy import target_from_job, terminate_extras
+    from rogue_watchdog.cli.actions import _coming_back, _said_before
+
+    config = load_config(str(host(tmp_path, cron_chain())))
+    (job,) = [j for j in Scanner(config).scan().jobs if j.root_pid == 903]
+    job = dataclasses.replace(job, advice=dataclasses.replace(job.advice, restarts=again))
+    target = target_from_job(job, None, None, str(tmp_path / "proc"))
+    assert terminate_extras(target, False) == {
+        key: {"restarts": again.line(), "stops": again.stops}
+    }
+    assert _said_before(again) == first
+    assert _coming_back(again, "will-return" if again.known else "ok") == last

@@ -170,7 +170,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             out("Restarts: nothing rogue-watchdog can see starts it again")
         else:
             stops = f" (what stops it: {again.stops})" if again.stops else ""
-            out(f"Restarts: {again.line()}{stops}")
+            out(f"Restarts: {again.said()}{stops}")
     out(f"Remediation: {_remediation(job, result)}")
     emit("\n".join(printable(line) for line in lines))
     return 0

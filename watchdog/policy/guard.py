@@ -525,7 +525,11 @@ def advise(
     if src is not None:
         what = guard.source_refusal(origin)
         return Advice(stop_pids=stop_pids, source_refused=f"{what}; {_instead(job, src, config)}")
-    if not origin.stop_targets() and origin.kind in ("shell", "orphan"):
+    if (not origin.stop_targets() and origin.kind in ("shell", "orphan")) or (
+        not origin.REMEDIATION_STOPS_JOB and origin.remediation is None
+    ):
+        # An at job with no queued copy: nothing by hand stops its source (an `atrm` of
+        # the running job leaves the run), so the run itself is what to stop.
         # Stopped by signals: name exactly the processes the signal set has.
         if groups is None and table is not None:
             groups = ProcessGroups(table)
