@@ -309,22 +309,22 @@ def test_a_shell_loop_that_terminate_leaves_is_named_and_stopped_first(
         "keeps running)"
     )
     assert job["advice"]["restarts"] == {
-        "when": "at once",
+        "when": "after about 5 s",  # its body's `sleep 5` after the trainer
         "how": f"shell loop `while true` in PID {shell}",
         "stops": kill,
         "after_terminate": True,
     }
     rc, out = run("explain", str(pid))
     assert (
-        f"Remediation: restarts it: at once, shell loop `while true` in PID {shell}; to stop "
-        f"it: {kill}, then rogue-watchdog terminate --config {config} {pid}, or by hand: "
+        f"Remediation: restarts it: after about 5 s, shell loop `while true` in PID {shell}; "
+        f"to stop it: {kill}, then rogue-watchdog terminate --config {config} {pid}, or by hand: "
         f"kill -TERM {pid}\n"
     ) in out
     rc, out = run("terminate", str(pid))
     assert rc == 1
     lines = out.splitlines()
     assert lines[0] == (
-        f"its source starts it again: at once, shell loop `while true` in PID {shell}"
+        f"its source starts it again: after about 5 s, shell loop `while true` in PID {shell}"
     )
     assert lines[-2:] == ["outcome: will-return", f"will come back: its source restarts it; {kill}"]
     back = poll("the trainer back", lambda: [j for j in trainers() if j["root_pid"] != pid], 15)

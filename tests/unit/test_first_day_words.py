@@ -263,3 +263,35 @@ def test_terminate_claims_a_return_only_when_it_knows_one(
     }
     assert _said_before(again) == first
     assert _coming_back(again, "will-return" if again.known else "ok") == last
+
+
+@pytest.mark.parametrize(
+    ("body", "when"),
+    [
+        # The user's loop: it sleeps 5 s after each run (BEFORE: "at once").
+        ("while true; do python3 train.py 20; sleep 5; done", "after about 5 s"),
+        ("while true; do python3 train.py && sleep 2.5; done", "after about 2.5 s"),
+        ("while sleep 60; do python3 train.py; done", "after about 60 s"),
+        ("while true; do python3 train.py; done", "when its loop comes round"),
+        ('while true; do python3 train.py; sleep "$T"; done', "when its loop comes round"),
+        ("while true; do python3 train.py; done; sleep 7", "when its loop comes round"),
+    ],
+)
+def test_a_shell_loop_says_when_it_runs_the_job_again(body: str, when: str) -> None:
+    from rogue_watchdog.model import Advice, Proc
+    from rogue_watchdog.policy.guard import shell_loop
+
+    root = Proc(900, 812, 1, "S", "python3", cmdline=("python3", "train.py"))
+    shell = Proc(812, 1, 1, "S", "bash", cmdline=("bash", "-c", body), exe="/usr/bin/bash")
+    job = Job(900, [900], "u", root.cmdline, 1, None, [], [root, shell])
+    loop = shell_loop(job, stop_pids=(900, 812))  # its shell runs only the loop
+    assert loop is not None
+    assert loop.line() == f"restarts it: {when}, shell loop `{body.split(';')[0]}` in PID 812"
+    # The Remediation line of explain: the loop is its source, and terminate stops it.
+    # BEFORE: "none needed for the source (restarts it: at once, ...; terminate stops the
+    # loop with it); to stop it: ...".
+    advice = Advice(stops_job=True, by_hand="kill -TERM 812 900", restarts=loop)
+    assert advice.explain_line(900) == (
+        f"{loop.line()}; terminate stops the loop with it; to stop both: rogue-watchdog "
+        "terminate 900, or by hand: kill -TERM 812 900"
+    )

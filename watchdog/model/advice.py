@@ -241,6 +241,15 @@ class Advice:
                 return f"{self.restarts.line()}; to stop it: {self._stop_first(target)}"
             # What stops it is optional (a cron line not found names none): never "None".
             return self.restarts.line() + optional(self.restarts.stops, "; to stop it: {}")
+        if self.stops_job and self.restarts is not None and self.restarts.known:
+            # A loop that terminate stops with the job (its shell runs nothing else): the
+            # loop is its source, stopped by the same command ("none needed for the
+            # source" beside "restarts it" read as a contradiction).
+            r = self.restarts
+            head = r.line() + optional(r.stops, "; {}")
+            return (
+                f"{head}; to stop both: {self._terminate(target)}" if target is not None else head
+            )
         if self.stops_job:
             nothing = (
                 "nothing would start it again"
