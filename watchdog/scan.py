@@ -430,6 +430,16 @@ class Scanner:
         self.sanctioned.update(procs)
         self.sanctioned_matched.update(matched or {})
 
+    def keep_unsanctioned(self, idents: Set[tuple[int, int]]) -> None:
+        """Job roots judged rogue or excess before this Scanner existed (a daemon restart
+        reads them from the state database's present jobs): one a rule matches later is
+        sanctioned "from" then, not "when it started" (:meth:`_note_matched`).
+
+        Args:
+            idents: ``(root PID, start ticks)``.
+        """
+        self._unsanctioned |= set(idents)
+
     def _keep_first(self, ident: tuple[int, int], fresh: Origin, ctx: ResolveContext) -> Origin:
         """The origin of a running process never changes: keep the first definite one.
 

@@ -11,10 +11,10 @@ import pytest
 from rogue_watchdog.cli import main
 from rogue_watchdog.config import ConfigError, load_config, parse_config
 from rogue_watchdog.model import Job, Restarts
-from rogue_watchdog.scan import Scanner
+from rogue_watchdog.scan import Scanner, remembered_sanctioned
 from rogue_watchdog.sources.procfs import boot_id
 from rogue_watchdog.state import StateDB
-from tests.unit.test_trust_hostile import PY, cron_chain, host
+from tests.unit.test_trust_hostile import PY, START, cron_chain, host
 
 RULE = "sanctioned:\n  - {name: my-sleeper, cmdline: '*train.py*', origin: {any: true}}\n"
 MATCHED = datetime(2026, 12, 7, 5, 17, 23, tzinfo=UTC)
@@ -295,3 +295,25 @@ def test_a_shell_loop_says_when_it_runs_the_job_again(body: str, when: str) -> N
         f"{loop.line()}; terminate stops the loop with it; to stop both: rogue-watchdog "
         "terminate 900, or by hand: kill -TERM 812 900"
     )
+
+
+def test_a_rule_added_across_a_daemon_restart_still_says_it_matched_mid_run(
+    tmp_path: Path,
+) -> None:
+    # The daemon that judged it rogue stopped; the one started with the new rule reads
+    # the present jobs' verdicts, so the match is "from" then, recorded for explain.
+    import time
+
+    from rogue_watchdog.daemon.loop import Daemon
+
+    cfg = host(tmp_path, cron_chain())
+    d = Daemon(load_config(str(cfg)), str(cfg))
+    d.tick(time.time())
+    d.db.close()
+    cfg.write_text(cfg.read_text() + RULE)
+    d = Daemon(load_config(str(cfg)), str(cfg))
+    d.tick(MATCHED.timestamp())
+    d.db.close()
+    procs, matched = remembered_sanctioned(str(tmp_path / "state"), str(tmp_path / "proc"))
+    assert procs == {(903, START): "my-sleeper"}
+    assert matched == {(903, START): MATCHED.timestamp()}

@@ -407,6 +407,13 @@ class Daemon:
             )
             self._slurm_members = self.db.slurm_members(self.boot_id)
             self.scanner.keep_origins(recorded_origins(self.db))
+            self.scanner.keep_unsanctioned(
+                {
+                    (rec.root_pid, rec.start_ticks)
+                    for rec in self.db.present_jobs()
+                    if rec.verdict in ("rogue", "excess")
+                }
+            )
             self._slurm_members_saved = dict(self._slurm_members)
             self.scanner.remember_gpus(self._seen_gpus_saved())
         except Exception as exc:  # a damaged table must not stop the daemon
