@@ -262,6 +262,18 @@ def test_terminate_claims_a_return_only_when_it_knows_one(
         key: {"restarts": again.line(), "stops": again.stops}
     }
     assert _said_before(again) == first
+    # The README's exit codes say the same as --help (BEFORE: "0 done, 1 refused or
+    # failed, 2 usage", without will-return's exit 1).
+    (row,) = [
+        line
+        for line in (REPO / "README.md").read_text().splitlines()
+        if line.startswith("| `rogue-watchdog terminate ")
+    ]
+    assert row.endswith(
+        "| 0 done (also when whether its source starts it again could not be told: `may come "
+        "back: ...`), 1 refused or failed, or stopped but its source starts it again "
+        "(`outcome: will-return`), 2 usage |"
+    )
     assert _coming_back(again, "will-return" if again.known else "ok") == last
 
 

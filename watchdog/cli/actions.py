@@ -587,7 +587,11 @@ def _add_terminate(sub: argparse._SubParsersAction, common: argparse.ArgumentPar
                 "rogue-watchdog terminate F12               # the job of open finding F12",
             ],
             [
-                (0, "done (or, with --dry-run, previewed)"),
+                (
+                    0,
+                    "done (or, with --dry-run, previewed); also when whether its source "
+                    "starts it again could not be told (may come back)",
+                ),
                 (
                     1,
                     "refused (not rogue, not running, a guard) or failed; or stopped but its "
