@@ -28,7 +28,7 @@ from .model import (
     Protection,
     ScanResult,
 )
-from .policy.allowlist import judge, not_sanctioned_now
+from .policy.allowlist import judge, not_sanctioned_now, sanctioned_since
 from .policy.findings import (
     gpu_visibility_findings,
     job_findings,
@@ -139,8 +139,10 @@ def release_memory() -> bool:
     return bool(trim(0))
 
 
-def remembered_sanctioned(state_dir: str, proc_root: str) -> dict[tuple[int, int], str]:
-    """The sanctioned processes the daemon recorded (:func:`watchdog.state.read_sanctioned_procs`).
+def remembered_sanctioned(
+    state_dir: str, proc_root: str
+) -> tuple[dict[tuple[int, int], str], dict[tuple[int, int], float]]:
+    """The sanctioned processes the daemon recorded (:func:`watchdog.state.read_sanctioned`).
 
     SQLite is imported only when the daemon's database exists, and then only the state
     package's one query module, not its tables' and records' (issue 34, item 2).
@@ -150,13 +152,14 @@ def remembered_sanctioned(state_dir: str, proc_root: str) -> dict[tuple[int, int
         proc_root: procfs mount (this boot's id).
 
     Returns:
-        ``(PID, start ticks) -> rule``; empty without a database.
+        ``((PID, start ticks) -> rule, (PID, start ticks) -> POSIX time a rule matched
+        it while it ran, after it was judged rogue)``; empty without a database.
     """
     if not os.path.isfile(os.path.join(state_dir, "state.db")):  # state/store.py's name
-        return {}
-    from .state.query import read_sanctioned_procs
+        return {}, {}
+    from .state.query import read_sanctioned
 
-    return read_sanctioned_procs(state_dir, boot_id(proc_root))
+    return read_sanctioned(state_dir, boot_id(proc_root))
 
 
 def read_listens(
@@ -341,11 +344,15 @@ class Scanner:
         # Processes of sanctioned jobs, (PID, start ticks) -> rule: sanctioned for life.
         # A one-shot command starts from what the daemon recorded (read only), so it never
         # calls rogue what the daemon sanctioned when it started.
-        self.sanctioned: dict[tuple[int, int], str] = (
+        self.sanctioned, self.sanctioned_matched = (
             remembered_sanctioned(config.daemon.state_dir, config.paths.proc_root)
             if remember
-            else {}
+            else ({}, {})
         )
+        # Of those, the ones a rule matched while they ran, after they were judged rogue:
+        # (PID, start ticks) -> POSIX time of that match (their reason must not say
+        # "when it started"). And the job roots judged rogue or excess so far, alive.
+        self._unsanctioned: set[tuple[int, int]] = set()
         # Our own PID as seen in proc_root (differs only for a fixture tree).
         self.self_pids = (
             frozenset({os.getpid()}) if config.paths.proc_root == "/proc" else frozenset()
@@ -373,6 +380,8 @@ class Scanner:
         """
         self._pinned = dict(previous._pinned)
         self.sanctioned = dict(previous.sanctioned)
+        self.sanctioned_matched = dict(previous.sanctioned_matched)
+        self._unsanctioned = set(previous._unsanctioned)
         # Nor does it make a GPU that drops out of NVML's list next look never listed.
         self.remember_gpus(previous.seen_gpus())
 
@@ -405,14 +414,31 @@ class Scanner:
         for ident, origin in origins.items():
             self._pinned.setdefault(ident, origin)
 
-    def keep_sanctioned(self, procs: dict[tuple[int, int], str]) -> None:
+    def keep_sanctioned(
+        self,
+        procs: dict[tuple[int, int], str],
+        matched: dict[tuple[int, int], float] | None = None,
+    ) -> None:
         """Processes sanctioned before this Scanner existed (a daemon restart reads them
         from the state database): each stays sanctioned while it lives.
 
         Args:
             procs: ``(PID, start ticks) -> rule``.
+            matched: Of those, the ones a rule matched while they ran, after they were
+                judged rogue: ``(PID, start ticks) -> POSIX time`` of that match.
         """
         self.sanctioned.update(procs)
+        self.sanctioned_matched.update(matched or {})
+
+    def keep_unsanctioned(self, idents: Set[tuple[int, int]]) -> None:
+        """Job roots judged rogue or excess before this Scanner existed (a daemon restart
+        reads them from the state database's present jobs): one a rule matches later is
+        sanctioned "from" then, not "when it started" (:meth:`_note_matched`).
+
+        Args:
+            idents: ``(root PID, start ticks)``.
+        """
+        self._unsanctioned |= set(idents)
 
     def _keep_first(self, ident: tuple[int, int], fresh: Origin, ctx: ResolveContext) -> Origin:
         """The origin of a running process never changes: keep the first definite one.
@@ -558,7 +584,7 @@ class Scanner:
         jobs = self._with_origins(jobs, now)
         jobs = self._with_classes(jobs, gpu, candidates, events)
         kept = self._alive_sanctioned()
-        jobs = judge(jobs, self.config, kept)
+        jobs = judge(jobs, self.config, kept, self.sanctioned_matched)
         only = None
         if known is not None:
             only = {
@@ -566,7 +592,9 @@ class Scanner:
                 for j in jobs
                 if (j.root_pid, j.start_ticks) not in known and events.captured.intersection(j.pids)
             }
+        judged = jobs
         jobs, guard = self._guarded(jobs, kept, candidates.evidence.own, only)
+        self._note_matched(judged, kept, now.timestamp())
         jobs, listens = self._with_listening(jobs, guard)
         findings = [
             *_mark_exited(job_findings(jobs, self.config.workloads), events.exited),
@@ -857,6 +885,34 @@ class Scanner:
             out.setdefault((job.root_pid, job.start_ticks), job.rule)
         return out
 
+    def _note_matched(
+        self, jobs: Sequence[Job], kept: dict[tuple[int, int], str], now: float
+    ) -> None:
+        """Record when a rule first matched a job judged rogue or excess in an earlier
+        scan (the operator added or widened a rule while it ran): it is kept sanctioned
+        for its life from then, and its reason says so (:func:`sanctioned_since`).
+
+        Args:
+            jobs: This scan's judged jobs (all of them, before the exec path's filter).
+            kept: Earlier sanctioned processes still alive.
+            now: POSIX time of this scan.
+        """
+        for job in jobs:
+            ident = (job.root_pid, job.start_ticks)
+            if job.verdict != "sanctioned" or ident in kept or ident not in self._unsanctioned:
+                continue
+            for pid in job.pids:
+                proc = self.table.get(pid)
+                if proc is not None and (pid, proc.start_ticks) in self.sanctioned:
+                    self.sanctioned_matched.setdefault((pid, proc.start_ticks), now)
+            self.sanctioned_matched.setdefault(ident, now)
+        self.sanctioned_matched = {
+            i: t for i, t in self.sanctioned_matched.items() if i in self.sanctioned
+        }
+        self._unsanctioned = {
+            (j.root_pid, j.start_ticks) for j in jobs if j.verdict in ("rogue", "excess")
+        } | {i for i in self._unsanctioned if i not in self.sanctioned and self.table.alive(i)}
+
     def _lineage_of_self(self) -> frozenset[int]:
         """rogue-watchdog and its ancestors in this table (never a target)."""
         out: set[int] = set()
@@ -874,7 +930,8 @@ class Scanner:
         for job in jobs:
             if job.verdict != "sanctioned":
                 continue
-            was = kept.get((job.root_pid, job.start_ticks))
+            ident = (job.root_pid, job.start_ticks)
+            was = kept.get(ident)
             rule = was or job.rule
             # Only a kept one can be sanctioned while no rule matches it now.
             why = not_sanctioned_now(job, self.config) if was is not None else None
@@ -888,9 +945,9 @@ class Scanner:
                     severity="info",
                     message=(
                         f"sanctioned job PID {job.root_pid} {quoted_command(job.cmdline, 120)} "
-                        f"stays sanctioned by rule {rule!r} until it exits: it was when it "
-                        f"started ({what}); a new run is judged by the rules and the "
-                        "source as they are then"
+                        f"stays sanctioned by rule {rule!r} until it exits: it was "
+                        f"{sanctioned_since(self.sanctioned_matched.get(ident))} ({what}); "
+                        "a new run is judged by the rules and the source as they are then"
                     ),
                     root_pid=job.root_pid,
                     details={"rule": rule, "now": why, "source": gone, "pids": list(job.pids)},

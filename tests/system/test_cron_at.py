@@ -112,7 +112,7 @@ def test_at_job_resolves_to_job_number(at_job: tuple[int, int, int, str]) -> Non
     assert origin.fields["user"] == "root"
     assert origin.fields["command"] == command
     assert origin.fields["pending_same_command"] == [copy]
-    assert origin.remediation == f"atrm {job} {copy}"
+    assert origin.remediation == f"atrm {copy}"  # the queued copy: atrm leaves the run
 
 
 def test_a_run_whose_job_file_was_not_read_finds_its_copy_in_real_job_files(
@@ -193,20 +193,20 @@ def test_a_running_scanner_reads_the_queue_again_as_soon_as_it_changes(
     from rogue_watchdog.config import parse_config
     from rogue_watchdog.scan import Scanner
 
-    pid, job, copy, command = at_job
+    pid, _job, copy, command = at_job
     scanner = Scanner(parse_config("nvml: {enabled: false}\n", "t.yaml"))
 
     def remediation() -> str | None:
         [found] = [j for j in scanner.scan().jobs if j.root_pid == pid]
         return found.origin.remediation
 
-    assert remediation() == f"atrm {job} {copy}"
+    assert remediation() == f"atrm {copy}"
     later = _submit("now + 2 hours", command, tmp_path)
     try:
-        assert remediation() == f"atrm {job} {copy} {later}"
+        assert remediation() == f"atrm {copy} {later}"
     finally:
         subprocess.run(["atrm", str(later)], capture_output=True, check=False)
-    assert remediation() == f"atrm {job} {copy}"
+    assert remediation() == f"atrm {copy}"
 
 
 def _atq() -> dict[int, str]:

@@ -160,7 +160,7 @@ def test_a_boolean_that_is_no_choice_names_what_was_written() -> None:
     )
     # A choice without on/off words: a boolean is refused in that choice's own words.
     assert str(error("enforcement:\n  mode: off\n")) == (
-        "/etc/rw/config.yaml:2: enforcement.mode: must be observe or terminate"
+        "/etc/rw/config.yaml:2: enforcement.mode: must be observe or terminate, got 'off'"
     )
 
 

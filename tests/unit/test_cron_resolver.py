@@ -465,7 +465,7 @@ def test_at_job_via_fd0_and_self_rescheduling(tmp_path: Path) -> None:
     assert origin.fields["user"] == "root"
     assert origin.fields["command"] == "/usr/bin/python3 /srv/ml/train_at.py"
     assert origin.fields["pending_same_command"] == [2]
-    assert origin.remediation == "atrm 1 2"
+    assert origin.remediation == "atrm 2"  # the queued copy: atrm leaves a running job
     assert AtResolver().resolve(cron_chain(LEGACY_ARGV, LEGACY_CMD), ctx) is None
 
 

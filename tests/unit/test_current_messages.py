@@ -18,7 +18,7 @@ TRAIN = ("/usr/bin/python3", "/srv/at/train.py")
 
 def _job(pid: int, ticks: int, job: int, *queued: int) -> Job:
     origin = AtOrigin(
-        (f"atd ran job {job}",), "atrm " + " ".join(map(str, (job, *queued))), job=job,
+        (f"atd ran job {job}",), "atrm " + " ".join(map(str, queued)), job=job,
         queue="a", user="root", command=" ".join(TRAIN), file=f"/var/spool/cron/atjobs/={job}",
         pending_same_command=queued,
     )  # fmt: skip
@@ -55,7 +55,8 @@ def test_a_respawned_finding_follows_the_queue_of_its_ghost_without_a_page(
         "at job(s) 8 queued with the same commands (it re-queues itself); to stop the "
         f"source: rogue-watchdog disable-source F{resp.id} (backs up the queued jobs' "
         "scripts; the undo command it prints, "
-        "with the action id, restores it), or by hand: atrm 7 8"
+        "with the action id, restores it), or by hand: atrm 8; to stop this run: "
+        "rogue-watchdog terminate 913"
         # The return's own rogue-job is folded into its page (issue 35).
         f"; paged as part of this return: rogue-job F{resp.id + 1}"
     ), resp.message
@@ -67,7 +68,7 @@ def test_a_respawned_finding_follows_the_queue_of_its_ghost_without_a_page(
     assert resp2 is not None
     assert resp2.message == resp.message.replace(
         "at job(s) 8 queued", "at job(s) 8, 9 queued"
-    ).replace("atrm 7 8", "atrm 7 8 9"), resp2.message
+    ).replace("atrm 8", "atrm 8 9"), resp2.message
     assert _deliveries(db, rec.id) == sent  # a changed message is no page
     db.close()
 
@@ -83,8 +84,10 @@ def test_a_finding_whose_run_ended_says_how_and_when_without_a_page(tmp_path: Pa
     tracker.update([], [], 1010.0, exits={812: 0})  # ended by itself: waits for a return
     now = db.finding(rec.id)
     assert now is not None and now.resolved_at is None
-    assert now.message.startswith(rec.message)
-    tail = now.message[len(rec.message) :]
+    # Less the command that stopped the run (at: `atrm` leaves it), moot once it ended.
+    head = rec.message.removesuffix("; to stop this run: rogue-watchdog terminate 812")
+    assert head != rec.message and now.message.startswith(head)
+    tail = now.message[len(head) :]
     assert tail.startswith("; now: its run PID 812 exited with status 0 at "), tail
     assert tail.endswith("; a command naming PID 812 has nothing left to stop"), tail
     tracker.update([], [], 1020.0, exits={})

@@ -125,7 +125,7 @@ def test_a_database_of_the_previous_schema_is_migrated(tmp_path: Path) -> None:
     write_v1(tmp_path / "state.db")
     db = StateDB(tmp_path)
     assert db.recovered_from is None  # migrated, not moved aside
-    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
     job = db.job("sig1")
     assert job is not None
     assert (job.root_pid, job.pids, job.sightings, job.origin["fields"]["line"]) == (

@@ -52,7 +52,10 @@ def test_defaults() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("enforcement: {mode: kill}", "c.yaml:1: enforcement.mode: must be observe or terminate"),
+        (
+            "enforcement: {mode: kill}",
+            "c.yaml:1: enforcement.mode: must be observe or terminate, got 'kill'",
+        ),
         ("enforcement: {grace_s: -1}", "c.yaml:1: enforcement.grace_s: must not be negative"),
         (
             "enforcement:\n  rules:\n    - {name: x, mode: terminate}",
@@ -67,7 +70,7 @@ def test_defaults() -> None:
         (
             "enforcement:\n  rules:\n    - {name: x, origin_kind: cronn, mode: terminate}",
             "c.yaml:3: enforcement.rules[0].origin_kind: one of slurm, kubernetes, container, "
-            "cron, at, supervisor, shell, systemd, orphan, unknown",
+            "cron, at, supervisor, shell, systemd, orphan, unknown, got 'cronn'",
         ),
         (
             "enforcement:\n  protect:\n    - {pid: 1}",

@@ -349,7 +349,7 @@ def test_a_sanctioned_job_gets_no_record_at_all(tmp_path: Path, spawned: Spawned
     [
         (
             "enforcement: {gpu_open: block}",
-            "c.yaml:1: enforcement.gpu_open: must be off, audit or enforce",
+            "c.yaml:1: enforcement.gpu_open: must be off, audit or enforce, got 'block'",
         ),
         (
             "enforcement:\n  gpu_devices: [/dev/nvidiactl, nvidia0]",

@@ -201,11 +201,11 @@ def test_the_daemons_sanctioned_record_is_read_when_it_exists(tmp_path: Path) ->
     from rogue_watchdog.state import StateDB
 
     state = tmp_path / "state"
-    assert remembered_sanctioned(str(state), "/proc") == {}
+    assert remembered_sanctioned(str(state), "/proc") == ({}, {})
     db = StateDB(state)
     db.set_sanctioned_procs({(4242, 1000): "pipeline"}, boot_id("/proc"), 0.0)
     db.close()
-    assert remembered_sanctioned(str(state), "/proc") == {(4242, 1000): "pipeline"}
+    assert remembered_sanctioned(str(state), "/proc") == ({(4242, 1000): "pipeline"}, {})
     cfg = config(tmp_path, "{enabled: false}")
     assert Scanner(cfg, resolvers=[], one_shot=True).sanctioned == {(4242, 1000): "pipeline"}
 

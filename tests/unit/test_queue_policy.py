@@ -60,8 +60,11 @@ def test_queue_section_parses() -> None:
 @pytest.mark.parametrize(
     ("text", "error"),
     [
-        ("queue: {slurm: maybe}", "t.yaml:1: queue.slurm: expected true, false or auto"),
-        ("queue: {action: kill}", "queue.action: must be none, hold or cancel"),
+        (
+            "queue: {slurm: maybe}",
+            "t.yaml:1: queue.slurm: expected true, false or auto, got 'maybe'",
+        ),
+        ("queue: {action: kill}", "queue.action: must be none, hold or cancel, got 'kill'"),
         ("queue:\n  sanctioned:\n    - {name: x}", "queue.sanctioned[0]: needs at least one of"),
         ("queue:\n  sanctioned:\n    - {user: x}", "queue.sanctioned[0].name: required key"),
         (

@@ -95,7 +95,7 @@ def test_enforce_at_open(written: str, mode: str) -> None:
         ),
         (
             "  - name: a\n    deploy_dir: /m\n    enforce: always\n",
-            "c.yaml:4: ship_gates[0].enforce: must be off, open or audit",
+            "c.yaml:4: ship_gates[0].enforce: must be off, open or audit, got 'always'",
         ),
         (
             "  - name: a\n    deploy_dir: /m\n    open_timeout_s: 3\n",

@@ -475,13 +475,15 @@ class Remedy:
 
 def terminate_extras(target: JobTarget, source_disabled: bool) -> dict[str, Any]:
     """What a terminate records beside its signals: that the job's source starts it
-    again (``will_return``: its outcome ``ok`` is then ``will-return``), the service
-    that launched it and why, and the shell loop it stops with the job
-    (``source_stopped``: what restarted it, in words)."""
+    again (``will_return``: its outcome ``ok`` is then ``will-return``), or that whether
+    it does could not be told (``may_return``: the outcome stays ``ok``; nothing is
+    claimed), the service that launched it and why, and the shell loop it stops with the
+    job (``source_stopped``: what restarted it, in words)."""
     out: dict[str, Any] = {}
     again = target.restarts
     if again is not None and again.after_terminate and not source_disabled:
-        out["will_return"] = {"restarts": again.line(), "stops": again.stops}
+        key = "will_return" if again.known else "may_return"
+        out[key] = {"restarts": again.line(), "stops": again.stops}
     if again is not None and not again.after_terminate and again.stops == STOPS_WITH_LOOP:
         # The loop's shell is one of the processes it stops: what restarted the job goes
         # with it (a loop's finding then resolves at once: tracking.current.ended_for_good).
@@ -623,7 +625,13 @@ class TerminateTask:
         keep = ("root", "job", "origin", "reason", "user")
         details = {k: self.intent[k] for k in keep if k in self.intent}
         details.update({"grace_s": self.run.grace_s, **res.to_json()})
-        for extra in ("will_return", "source_stopped", "service_pids", "service_note"):
+        for extra in (
+            "will_return",
+            "may_return",
+            "source_stopped",
+            "service_pids",
+            "service_note",
+        ):
             if extra in self.intent:
                 details[extra] = self.intent[extra]
         state = "done"

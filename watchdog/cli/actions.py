@@ -32,7 +32,7 @@ from .help import command_help
 if TYPE_CHECKING:
     from ..actions.remedy import JobTarget, Remedy
     from ..config import Config
-    from ..model import ScanResult
+    from ..model import Restarts, ScanResult
     from ..state import StateDB
 
 # The action modules (remedy, state, scanner) load when a command runs, not when the
@@ -194,7 +194,7 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     disabled = False
     if again is not None:
         # Said before acting: stopping the run alone does not keep it stopped.
-        _out(f"its source starts it again: {again.line()}")
+        _out(_said_before(again))
     try:
         if args.and_source:
             disabled = _disable_first(remedy, target, dry, args.stop_service)
@@ -229,10 +229,28 @@ def cmd_terminate(args: argparse.Namespace) -> int:
         # The real run would signal nothing: say so in the exit status, as it would.
         _out("a real run would be refused: no process of this job would be signalled")
         return 1
-    if again is not None and not disabled and res.outcome in ("will-return", "dry-run"):
-        verb = "would come back" if res.outcome == "dry-run" else "will come back"
-        _out(f"{verb}: its source restarts it; {again.stops or 'stop its source first'}")
+    if again is not None and not disabled and res.outcome in ("will-return", "ok", "dry-run"):
+        _out(_coming_back(again, res.outcome))
     return 0 if res.outcome in ("ok", "dry-run") else 1
+
+
+def _said_before(again: Restarts) -> str:
+    """The first line of a terminate whose job's source it leaves: what starts it again,
+    or, when that could not be told, that it may (never claimed)."""
+    if again.known:
+        return f"its source starts it again: {again.said()}"
+    return f"its source may start it again: could not tell whether it does ({again.how})"
+
+
+def _coming_back(again: Restarts, outcome: str) -> str:
+    """The last line of a terminate whose job's source it left: it will (would) come
+    back, or, when that could not be told, it may: never claimed (exit 0, ``ok``)."""
+    if again.known:
+        verb = "would come back" if outcome == "dry-run" else "will come back"
+        return f"{verb}: its source restarts it; {again.stops or 'stop its source first'}"
+    return f"may come back: could not tell whether its source starts it again ({again.how})" + (
+        f"; {again.stops}" if again.stops else ""
+    )
 
 
 def _disable_first(remedy: Remedy, target: JobTarget, dry: bool, stop_service: str | None) -> bool:
@@ -369,6 +387,7 @@ def _still_running(target: JobTarget, proc_root: str, wait_s: float = 2.0) -> bo
 
 def cmd_undo(args: argparse.Namespace) -> int:
     """``undo ACTION-ID [--dry-run]``."""
+    from ..actions.disable import iso
     from ..actions.effects import Effects, JournaledEffects
     from ..actions.remedy import default_actor
     from ..actions.target import MAX_ID
@@ -383,7 +402,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
     if rec is None:
         raise CliError(f"no action {args.action_id} in {db.path}")
     if rec.undone_at is not None:
-        _out(f"action {rec.id} was already undone at {time.ctime(rec.undone_at)}")
+        _out(f"action {rec.id} was already undone at {iso(rec.undone_at)}")
         return 1
     if rec.undo is None:
         _out(f"action {rec.id} ({rec.kind} {rec.target}) has nothing to undo")
@@ -559,14 +578,20 @@ def _add_terminate(sub: argparse._SubParsersAction, common: argparse.ArgumentPar
             "(same PID and start time, not protected, not sanctioned) before it is signalled. "
             "A job whose source starts it again (a systemd Restart=, a shell loop, a cron "
             "line) is said so first and ends with outcome will-return, unless --and-source "
-            "disables that source first. Recorded in the audit trail (`actions`).",
+            "disables that source first; one where whether anything starts it again could "
+            "not be told ends ok, with 'may come back: could not tell whether ...'. "
+            "Recorded in the audit trail (`actions`).",
             [
                 "rogue-watchdog terminate 48213 --dry-run   # what would be signalled, and why",
                 "rogue-watchdog terminate F12 --and-source  # disable its source, then stop it",
                 "rogue-watchdog terminate F12               # the job of open finding F12",
             ],
             [
-                (0, "done (or, with --dry-run, previewed)"),
+                (
+                    0,
+                    "done (or, with --dry-run, previewed); also when whether its source "
+                    "starts it again could not be told (may come back)",
+                ),
                 (
                     1,
                     "refused (not rogue, not running, a guard) or failed; or stopped but its "

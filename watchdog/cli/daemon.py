@@ -544,8 +544,9 @@ def _register_status(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
                 ),
                 (
                     2,
-                    "usage error; --gpu N names a GPU NVML does not list (the error names "
-                    "those it lists)",
+                    "usage error; --gpu N names a GPU that NVML, answering, does not list "
+                    "(the error names those it lists; while NVML is unavailable every job "
+                    "is listed, with a note)",
                 ),
                 (3, "not running"),
                 (4, "state unknown: permission denied, timeout or a garbled answer"),

@@ -170,7 +170,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             out("Restarts: nothing rogue-watchdog can see starts it again")
         else:
             stops = f" (what stops it: {again.stops})" if again.stops else ""
-            out(f"Restarts: {again.line()}{stops}")
+            out(f"Restarts: {again.said()}{stops}")
     out(f"Remediation: {_remediation(job, result)}")
     emit("\n".join(printable(line) for line in lines))
     return 0
@@ -392,8 +392,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                 ),
                 (
                     2,
-                    "usage or configuration error; --gpu N names a GPU NVML does not list "
-                    "(the error names those it lists)",
+                    "usage or configuration error; --gpu N names a GPU that NVML, "
+                    "answering, does not list (the error names those it lists; while NVML "
+                    "is unavailable every job is listed, with a note, and the exit code "
+                    "follows the findings)",
                 ),
             ],
         ),

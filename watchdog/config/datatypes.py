@@ -126,7 +126,9 @@ _YAML_BOOL = "tag:yaml.org,2002:bool"
 
 def choice(values: tuple[L, ...], message: str) -> Converter[L]:
     """One of ``values`` (a string); ``message`` refuses anything else, with ``{text}``
-    (what was written) filled in.
+    (what was written) filled in, or, when it has no ``{text``, followed by ``, got
+    'WHAT'`` (``repr``: what was written is echoed quoted, its control characters
+    escaped), so a typo is seen in the error.
 
     YAML 1.1 (PyYAML) reads an unquoted ``off``, ``on``, ``yes``, ``no``, ``true`` or
     ``false`` as a boolean, yet ``events: off`` means the word. Such a boolean is read by
@@ -135,6 +137,9 @@ def choice(values: tuple[L, ...], message: str) -> Converter[L]:
     has them: ``events: false`` means off too. Any other boolean is refused with
     ``message``.
     """
+
+    if "{text" not in message:
+        message = message.replace("{", "{{").replace("}", "}}") + ", got {text!r}"
 
     def convert(r: NodeReader, node: yaml.Node, key: str) -> L:
         if isinstance(node, yaml.ScalarNode) and node.tag == _YAML_BOOL:

@@ -202,7 +202,11 @@ def _rule(r: NodeReader, node: yaml.Node, key: str) -> EnforcementRule:
     # Checked after every value was read, as the released parser did (same first error).
     names = [cls.kind for cls in origin_kinds()]
     if rule.origin_kind is not None and rule.origin_kind not in names:
-        raise r.err(m["origin_kind"][1], f"{key}.origin_kind", f"one of {', '.join(names)}")
+        raise r.err(
+            m["origin_kind"][1],
+            f"{key}.origin_kind",
+            f"one of {', '.join(names)}, got {rule.origin_kind!r}",
+        )
     return rule
 
 

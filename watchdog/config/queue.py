@@ -124,7 +124,8 @@ def _slurm(r: NodeReader, node: yaml.Node, key: str) -> bool | None:
     try:
         return r.boolean(node, key)
     except ValueError:
-        raise r.err(node, key, "expected true, false or auto") from None
+        got = f", got {node.value!r}" if isinstance(node, yaml.ScalarNode) else ""
+        raise r.err(node, key, f"expected true, false or auto{got}") from None
 
 
 def _command(r: NodeReader, node: yaml.Node, key: str) -> tuple[str, ...]:

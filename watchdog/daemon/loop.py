@@ -387,15 +387,33 @@ class Daemon:
         self.learning_started: float | None = None
         self._restore()
 
+    def _save_sanctioned(self, now: float) -> None:
+        """Write the sanctioned identities when they changed (and, of the new ones, when
+        a rule matched those judged rogue before: ``Scanner.sanctioned_matched``)."""
+        if self.scanner.sanctioned != self._sanctioned_saved:
+            self.db.set_sanctioned_procs(
+                self.scanner.sanctioned, self.boot_id, now, self.scanner.sanctioned_matched
+            )
+            self._sanctioned_saved = dict(self.scanner.sanctioned)
+
     def _restore(self) -> None:
         """What a previous run of this daemon left in the state database: sanctioned
         identities, Slurm members, recorded origins, GPUs seen, the first start (for
         learning). A damaged table degrades ``state`` and never stops the daemon."""
         try:
             self._sanctioned_saved = self.db.sanctioned_procs(self.boot_id)
-            self.scanner.keep_sanctioned(self._sanctioned_saved)
+            self.scanner.keep_sanctioned(
+                self._sanctioned_saved, self.db.sanctioned_matched(self.boot_id)
+            )
             self._slurm_members = self.db.slurm_members(self.boot_id)
             self.scanner.keep_origins(recorded_origins(self.db))
+            self.scanner.keep_unsanctioned(
+                {
+                    (rec.root_pid, rec.start_ticks)
+                    for rec in self.db.present_jobs()
+                    if rec.verdict in ("rogue", "excess")
+                }
+            )
             self._slurm_members_saved = dict(self._slurm_members)
             self.scanner.remember_gpus(self._seen_gpus_saved())
         except Exception as exc:  # a damaged table must not stop the daemon
@@ -667,9 +685,7 @@ class Daemon:
             )
             self.unstored.note(track)
             self._prune(now)
-            if self.scanner.sanctioned != self._sanctioned_saved:
-                self.db.set_sanctioned_procs(self.scanner.sanctioned, self.boot_id, now)
-                self._sanctioned_saved = dict(self.scanner.sanctioned)
+            self._save_sanctioned(now)
             self._record_slurm_members(now)
             self._record_gpus(result)
             self._record_seen_gpus()

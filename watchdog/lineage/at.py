@@ -131,7 +131,9 @@ class AtResolver:
         pending = _pending_same(spool, command) if command else []
         if pending:
             evidence.append(_queued(pending))
-        remediation = "atrm " + " ".join(str(n) for n in [job, *pending])
+        # atrm of a RUNNING job only warns ("deleting running job") and leaves the run:
+        # it is named for the queued copies alone; the run is terminate's.
+        remediation = "atrm " + " ".join(map(str, pending)) if pending else None
         return AtOrigin(
             evidence=tuple(evidence),
             remediation=remediation,
@@ -615,8 +617,7 @@ def with_live_queue(origin: AtOrigin) -> AtOrigin:
         e for e in origin.evidence if not e.startswith(("queued jobs ", "atd's queue was not read"))
     )
     evidence = (*evidence, *lines)
-    jobs = [origin.job] if origin.job is not None else []
-    remediation = "atrm " + " ".join(str(n) for n in [*jobs, *pending]) if jobs or pending else None
+    remediation = "atrm " + " ".join(map(str, pending)) if pending else None
     return dataclasses.replace(
         origin,
         evidence=evidence,

@@ -153,7 +153,7 @@ class Advice:
             )
         stop = self.stop_source(target)
         if stop:
-            return f"; to stop the source: {stop}"
+            return f"; to stop the source: {stop}{self._and_the_run(target)}"
         if self.source_gone is not None:
             # The same next step as the scan's ``stop:`` line (:meth:`stop_line`): `status`
             # gave a disabled line's run none (issue 33, fresh user E).
@@ -241,6 +241,15 @@ class Advice:
                 return f"{self.restarts.line()}; to stop it: {self._stop_first(target)}"
             # What stops it is optional (a cron line not found names none): never "None".
             return self.restarts.line() + optional(self.restarts.stops, "; to stop it: {}")
+        if self.stops_job and self.restarts is not None and self.restarts.known:
+            # A loop that terminate stops with the job (its shell runs nothing else): the
+            # loop is its source, stopped by the same command ("none needed for the
+            # source" beside "restarts it" read as a contradiction).
+            r = self.restarts
+            head = r.line() + optional(r.stops, "; {}")
+            return (
+                f"{head}; to stop both: {self._terminate(target)}" if target is not None else head
+            )
         if self.stops_job:
             nothing = (
                 "nothing would start it again"
@@ -253,8 +262,15 @@ class Advice:
             ).rstrip("; ")
         stop = self.stop_source(target) if target is not None else self.by_hand
         if stop:
-            return stop
+            return stop + (self._and_the_run(target) if target is not None else "")
         return "none known: the origin could not be named"
+
+    def _and_the_run(self, target: int | str) -> str:
+        """``; to stop this run: rogue-watchdog terminate T`` when stopping the source
+        leaves the running job (:attr:`then_terminate`: ``atrm`` of queued at jobs)."""
+        return (
+            f"; to stop this run: {self._cli('terminate')} {target}" if self.then_terminate else ""
+        )
 
 
 #: The advice of a job the guard has not judged: nothing may be done about it.

@@ -90,7 +90,18 @@ class Restarts:
 
     def line(self) -> str:
         """``restarts it: at once, shell loop `while true```: one line everywhere."""
-        return f"restarts it: {self.when}, {self.how}"
+        return f"restarts it: {self.said()}"
+
+    def said(self) -> str:
+        """:meth:`line` without its ``restarts it:`` (after a head that says as much:
+        ``its source starts it again: at once, ...``)."""
+        return f"{self.when}, {self.how}"
+
+    @property
+    def known(self) -> bool:
+        """False when whether (and when) it comes back could not be told (``unknown``):
+        then it *may* come back, and nothing may claim it will."""
+        return self.when != "unknown"
 
     def to_json(self) -> dict[str, Any]:
         """``jobs[].advice.restarts`` of the scan JSON."""

@@ -8,6 +8,7 @@ and the rest are ``excess``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from fnmatch import fnmatchcase
@@ -95,8 +96,28 @@ def rule_mismatch(rule: Rule, job: Job) -> list[str]:
     return why
 
 
+def sanctioned_since(matched_at: float | None) -> str:
+    """When a kept sanctioned process became sanctioned, as its reasons say it.
+
+    Args:
+        matched_at: POSIX time a rule first matched it while it ran, after it had been
+            judged rogue (or excess); None when it was sanctioned at the first look.
+
+    Returns:
+        ``when it started``, or ``from 2026-12-07T05:17:23Z (matched while it ran; it
+        was rogue before)`` (ISO 8601 UTC, as the product's other times).
+    """
+    if matched_at is None:
+        return "when it started"
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(matched_at))
+    return f"from {at} (matched while it ran; it was rogue before)"
+
+
 def judge(
-    jobs: Sequence[Job], config: Config, kept: Mapping[tuple[int, int], str] | None = None
+    jobs: Sequence[Job],
+    config: Config,
+    kept: Mapping[tuple[int, int], str] | None = None,
+    matched: Mapping[tuple[int, int], float] | None = None,
 ) -> list[Job]:
     """Each job with its ``verdict``, ``rule`` and ``reason`` decided.
 
@@ -110,17 +131,24 @@ def judge(
             keeps the oldest ``max_instances`` jobs of a rule).
         config: The allowlist and ignore list.
         kept: ``(PID, start ticks) -> rule`` of processes sanctioned earlier.
+        matched: ``(PID, start ticks) -> POSIX time`` a rule first matched a kept one
+            that had been judged rogue before (:func:`sanctioned_since`): its reason
+            says so rather than "when it started".
 
     Returns:
         New jobs, in the same order (the given ones are frozen and left as they were).
     """
     kept = kept or {}
     counts: dict[str, list[int]] = {}  # rule -> root PIDs counted against it, oldest first
-    return [_judged(job, config, kept, counts) for job in jobs]
+    return [_judged(job, config, kept, matched or {}, counts) for job in jobs]
 
 
 def _judged(
-    job: Job, config: Config, kept: Mapping[tuple[int, int], str], counts: dict[str, list[int]]
+    job: Job,
+    config: Config,
+    kept: Mapping[tuple[int, int], str],
+    matched_at: Mapping[tuple[int, int], float],
+    counts: dict[str, list[int]],
 ) -> Job:
     """One job's verdict; ``counts`` carries the instances seen so far, per rule."""
     entry = ignore_match_job(job, config.ignore)
@@ -132,7 +160,8 @@ def _judged(
     if was is not None:
         counts.setdefault(was, []).append(job.root_pid)
         now_why = not_sanctioned_now(job, config)
-        reason = f"sanctioned by rule {was!r} when it started; kept for its life" + (
+        since = sanctioned_since(matched_at.get((job.root_pid, job.start_ticks)))
+        reason = f"sanctioned by rule {was!r} {since}; kept for its life" + (
             f" (now: {now_why})" if now_why else ""
         )
         return replace(job, verdict="sanctioned", rule=was, reason=reason)

@@ -525,7 +525,11 @@ def advise(
     if src is not None:
         what = guard.source_refusal(origin)
         return Advice(stop_pids=stop_pids, source_refused=f"{what}; {_instead(job, src, config)}")
-    if not origin.stop_targets() and origin.kind in ("shell", "orphan"):
+    if (not origin.stop_targets() and origin.kind in ("shell", "orphan")) or (
+        not origin.REMEDIATION_STOPS_JOB and origin.remediation is None
+    ):
+        # An at job with no queued copy: nothing by hand stops its source (an `atrm` of
+        # the running job leaves the run), so the run itself is what to stop.
         # Stopped by signals: name exactly the processes the signal set has.
         if groups is None and table is not None:
             groups = ProcessGroups(table)
@@ -574,11 +578,43 @@ _LOOP = re.compile(
 STOPS_WITH_LOOP = "terminate stops the loop with it"
 
 
+# A literal `sleep N` run as its own command (after `;`, `&&`, `||` or a newline), up to
+# the end of that command: what a loop body pauses for after the job (`sleep "$T"`, `sleep
+# 5m` and the like are not read: when is then "when its loop comes round").
+_SLEEP = re.compile(r"(?:[;\n]|&&|\|\|)\s*sleep\s+(\d+(?:\.\d+)?)s?\s*(?=;|&&|\|\||\n|$)")
+_HEAD_SLEEP = re.compile(r"while\s+sleep\s+(\d+(?:\.\d+)?)s?$")
+
+
+def loop_pause(text: str, loop: re.Match[str], key: str) -> str:
+    """When a shell loop runs the job again, read from its text: ``after about 5 s`` when
+    its condition is ``while sleep N`` or its body runs a literal ``sleep N`` after the
+    job's command (before the body's ``done``); else ``when its loop comes round``.
+
+    Args:
+        text: The loop shell's command text.
+        loop: :data:`_LOOP`'s match in ``text``.
+        key: What names the job in it (:func:`command_key`).
+
+    Returns:
+        The :attr:`Restarts.when` of the loop.
+    """
+    head = _HEAD_SLEEP.match(loop.group(0))
+    if head is not None:
+        return f"after about {float(head.group(1)):g} s"
+    at = text.find(key, loop.end())
+    if at >= 0:
+        end = re.compile(r"(?:^|[;\s])done\b").search(text, at)
+        pause = _SLEEP.search(text, at + len(key), end.start() if end else len(text))
+        if pause is not None:
+            return f"after about {float(pause.group(1)):g} s"
+    return "when its loop comes round"
+
+
 def shell_loop(job: Job, stop_pids: Collection[int]) -> Restarts | None:
     """A shell loop above the job that runs its command again when it ends, read from
     the wrapper's command text (``bash -c 'while true; do python3 train.py; sleep 5;
-    done'``): ``at once``, and whether ``terminate`` stops the loop with the job (it
-    does when the loop's shell runs nothing else: it is one of ``stop_pids``)."""
+    done'``): when (:func:`loop_pause`), and whether ``terminate`` stops the loop with the
+    job (it does when the loop's shell runs nothing else: it is one of ``stop_pids``)."""
     key = command_key(job.cmdline)
     if key is None:
         return None
@@ -590,10 +626,11 @@ def shell_loop(job: Job, stop_pids: Collection[int]) -> Restarts | None:
         if found is None or not mentions(text, key):
             continue
         how = f"shell loop {code_span(found.group(0))} in PID {proc.pid}"
+        when = loop_pause(text, found, key)
         if proc.pid in stop_pids:
-            return Restarts("at once", how, STOPS_WITH_LOOP, False)
+            return Restarts(when, how, STOPS_WITH_LOOP, False)
         return Restarts(
-            "at once",
+            when,
             how,
             f"stop the loop first: kill -TERM {proc.pid} (its shell alone: what else it "
             "started keeps running)",

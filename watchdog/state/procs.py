@@ -20,11 +20,29 @@ class ProcTable(Table):
         )
         return {(int(r[0]), int(r[1])): str(r[2]) for r in rows}
 
+    def sanctioned_matched(self, boot_id: str | None) -> dict[tuple[int, int], float]:
+        """``(PID, start ticks) -> POSIX time`` a rule matched each recorded sanctioned
+        process of boot ``boot_id`` that had been judged rogue before (``rogue_before``;
+        ``since`` is then the time of that match)."""
+        rows = self.conn.execute(
+            "SELECT pid, start_ticks, since FROM sanctioned_procs"
+            " WHERE boot_id IS ? AND rogue_before",
+            (boot_id,),
+        )
+        return {(int(r[0]), int(r[1])): float(r[2]) for r in rows}
+
     def set_sanctioned_procs(
-        self, procs: dict[tuple[int, int], str], boot_id: str | None, now: float
+        self,
+        procs: dict[tuple[int, int], str],
+        boot_id: str | None,
+        now: float,
+        matched: dict[tuple[int, int], float] | None = None,
     ) -> None:
         """Make ``sanctioned_procs`` hold exactly ``procs`` (``(PID, start) -> rule``),
-        keeping the ``since`` of identities already there."""
+        keeping the ``since`` of identities already there. ``matched``: the new ones a
+        rule matched while they ran, after they were judged rogue, with the time of that
+        match (their ``since``, ``rogue_before`` 1)."""
+        matched = matched or {}
         with self.transaction():
             have = {
                 (int(r[0]), int(r[1]))
@@ -35,9 +53,19 @@ class ProcTable(Table):
                 "DELETE FROM sanctioned_procs WHERE pid=? AND start_ticks=?", sorted(gone)
             )
             self.conn.executemany(
-                "INSERT OR IGNORE INTO sanctioned_procs(pid, start_ticks, rule, since, boot_id)"
-                " VALUES (?, ?, ?, ?, ?)",
-                [(pid, start, clean(rule), now, boot_id) for (pid, start), rule in procs.items()],
+                "INSERT OR IGNORE INTO sanctioned_procs(pid, start_ticks, rule, since, boot_id,"
+                " rogue_before) VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        pid,
+                        start,
+                        clean(rule),
+                        matched.get((pid, start), now),
+                        boot_id,
+                        int((pid, start) in matched),
+                    )
+                    for (pid, start), rule in procs.items()
+                ],
             )
 
     def slurm_members(self, boot_id: str | None) -> dict[tuple[int, int], tuple[int, int | None]]:

@@ -28,6 +28,38 @@ def _read_only(state_dir: str, sql: str, args: tuple[Any, ...]) -> list[tuple[An
         conn.close()
 
 
+def read_sanctioned(
+    state_dir: str, boot_id: str | None
+) -> tuple[dict[tuple[int, int], str], dict[tuple[int, int], float]]:
+    """The daemon's record of sanctioned processes and, of those, the ones a rule matched
+    while they ran after they had been judged rogue (:meth:`StateDB.sanctioned_matched`),
+    in one read-only query.
+
+    Args:
+        state_dir: ``daemon.state_dir``.
+        boot_id: This boot's id (:func:`watchdog.sources.procfs.boot_id`).
+
+    Returns:
+        ``((PID, start ticks) -> rule, (PID, start ticks) -> POSIX time of that match)``;
+        a database older than the ``rogue_before`` column gives the first alone.
+    """
+    rows = _read_only(
+        state_dir,
+        "SELECT pid, start_ticks, rule, since, rogue_before FROM sanctioned_procs"
+        " WHERE boot_id IS ?",
+        (boot_id,),
+    )
+    if not rows:  # none, or a schema before version 8 (no rogue_before)
+        return read_sanctioned_procs(state_dir, boot_id), {}
+    procs, matched = {}, {}
+    for pid, start, rule, since, rogue_before in rows:
+        if isinstance(pid, int) and isinstance(start, int):
+            procs[(pid, start)] = str(rule)
+            if rogue_before and isinstance(since, (int, float)):
+                matched[(pid, start)] = float(since)
+    return procs, matched
+
+
 def read_sanctioned_procs(state_dir: str, boot_id: str | None) -> dict[tuple[int, int], str]:
     """The daemon's record of sanctioned processes (:meth:`StateDB.sanctioned_procs`),
     read without writing anything: for one-shot commands, which must not call a process

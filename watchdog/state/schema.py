@@ -228,6 +228,14 @@ CREATE INDEX actions_interrupted ON actions(finished_at) WHERE state = 'interrup
 UPDATE meta SET value='7' WHERE key='schema_version';
 """
 
+# Version 8: whether a sanctioned process had been judged rogue before a rule matched it
+# while it ran (the operator added the rule then): its reason says "from TIME (matched
+# while it ran; it was rogue before)", not "when it started"; ``since`` is that time.
+_SCHEMA_SANCTIONED_MIDRUN = """
+ALTER TABLE sanctioned_procs ADD COLUMN rogue_before INTEGER NOT NULL DEFAULT 0;
+UPDATE meta SET value='8' WHERE key='schema_version';
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -236,6 +244,7 @@ MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_FINDING_IDS,
     _SCHEMA_WORKLOAD,
     _SCHEMA_ACTION_STEPS,
+    _SCHEMA_SANCTIONED_MIDRUN,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
