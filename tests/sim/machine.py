@@ -822,8 +822,9 @@ class TrustMachine(RuleBasedStateMachine):
         # once; repeated, whatever it ended (a restart at once leaves it partial).
         repeated = self.daemon.db.conn.execute(
             "SELECT signature, COUNT(*) FROM actions WHERE kind='terminate' AND dry_run=0"
-            " AND (outcome='will-return' OR (outcome='partial' AND"
-            " json_extract(details_json, '$.will_return') IS NOT NULL))"
+            " AND (outcome IN ('will-return', 'may-return') OR (outcome='partial' AND"
+            " (json_extract(details_json, '$.will_return') IS NOT NULL"
+            " OR json_extract(details_json, '$.may_return') IS NOT NULL)))"
             " GROUP BY signature HAVING COUNT(*) > 1"
         ).fetchall()
         assert not repeated, f"I11: a futile terminate repeated: {repeated}"
@@ -1018,7 +1019,7 @@ class TrustMachine(RuleBasedStateMachine):
         ).fetchall()
         for aid, outcome, root, kind in rows:
             self.actions_seen = max(self.actions_seen, aid)
-            self.counts["will_return"] += outcome == "will-return"
+            self.counts["will_return"] += outcome in ("will-return", "may-return")
             if outcome != "ok" or root is None:
                 continue
             cid = h.container_mains.get(root)

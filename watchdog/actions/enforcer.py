@@ -75,7 +75,7 @@ from .recovery import (
     resolve,
     terminate_resume,
 )
-from .remedy import Remedy, TerminateTask, first_signature, target_from_job
+from .remedy import RETURNING, Remedy, TerminateTask, first_signature, target_from_job
 from .runner import Runner, ThreadRunner
 from .terminate import TerminateRun
 
@@ -192,7 +192,7 @@ class Enforcer:
                 and rec.signature
                 and not rec.dry_run
                 and rec.undone_at is None
-                and rec.outcome in ("ok", "partial", "will-return")
+                and rec.outcome in ("ok", "partial", *RETURNING)
             ):
                 out.setdefault(rec.signature, []).append(rec)
         return out
@@ -308,7 +308,7 @@ class Enforcer:
                 rec.kind != "terminate"
                 or rec.dry_run
                 or rec.undone_at is not None
-                or rec.outcome not in ("ok", "partial", "will-return")
+                or rec.outcome not in ("ok", "partial", *RETURNING)
                 or not RECHECK_AFTER_S <= age <= RECHECK_WINDOW_S
             ):
                 continue
@@ -384,11 +384,13 @@ class Enforcer:
             f"{job.root_pid} after rogue-watchdog {done}; spawned this time by {spawner}"
         )
         stop = job.advice.stop_source(job.root_pid)
-        said = latest.details.get("will_return") if latest.outcome == "will-return" else None
-        if isinstance(said, dict):
-            # Foretold: the terminate said its source restarts it; not repeated. What
-            # stops it is optional (an origin whose line was not found names none).
-            message += f"; as its terminate said, its source {said.get('restarts')}"
+        foretold = latest.outcome == "will-return"
+        said = latest.details.get("will_return" if foretold else "may_return")
+        if latest.outcome in RETURNING and isinstance(said, dict):
+            # Foretold (or said possible): not repeated. What stops it is optional (an
+            # origin whose line was not found names none).
+            may = "" if foretold else "may start it again: "
+            message += f"; as its terminate said, its source {may}{said.get('restarts')}"
             message += optional(said.get("stops"), " ({})")
             message += "; the daemon does not terminate it again"
         if launcher is not None:
@@ -541,8 +543,9 @@ class Enforcer:
         (trust simulator, issue 31: each tick terminated the container again)."""
         return any(
             r.kind == "terminate" and not r.dry_run and r.undone_at is None
-            and (r.outcome == "will-return"
-                 or (r.outcome == "partial" and bool(r.details.get("will_return"))))
+            and (r.outcome in RETURNING
+                 or (r.outcome == "partial"
+                     and bool(r.details.get("will_return") or r.details.get("may_return"))))
             for r in self.db.actions_for(sig)
         )  # fmt: skip
 

@@ -473,12 +473,19 @@ class Remedy:
         return journal.action_id, plan, result
 
 
+#: A terminate's outcomes that stopped the job but leave its source: it starts the job
+#: again (``will-return``), or whether it does could not be told (``may-return``). Every
+#: reader that treats ``ok`` as "stays stopped" treats these as "may come back".
+RETURNING = ("will-return", "may-return")
+
+
 def terminate_extras(target: JobTarget, source_disabled: bool) -> dict[str, Any]:
     """What a terminate records beside its signals: that the job's source starts it
     again (``will_return``: its outcome ``ok`` is then ``will-return``), or that whether
-    it does could not be told (``may_return``: the outcome stays ``ok``; nothing is
-    claimed), the service that launched it and why, and the shell loop it stops with the
-    job (``source_stopped``: what restarted it, in words)."""
+    it does could not be told (``may_return``: the outcome ``ok`` is then
+    ``may-return``; nothing is claimed either way), the service that launched it and
+    why, and the shell loop it stops with the job (``source_stopped``: what restarted
+    it, in words)."""
     out: dict[str, Any] = {}
     again = target.restarts
     if again is not None and again.after_terminate and not source_disabled:
@@ -622,6 +629,12 @@ class TerminateTask:
         fault_point("terminate:finishing")
         if "will_return" in self.intent and res.outcome == "ok":
             res.outcome = "will-return"  # stopped, but its source starts it again
+        elif "may_return" in self.intent and res.outcome == "ok":
+            # Stopped, and whether its source starts it again could not be told: never
+            # `ok`, which every reader takes for "stays stopped" (the enforcer would
+            # terminate a restarting container again each tick: simulator I15, seed
+            # 68601), and never a claim that it will.
+            res.outcome = "may-return"
         keep = ("root", "job", "origin", "reason", "user")
         details = {k: self.intent[k] for k in keep if k in self.intent}
         details.update({"grace_s": self.run.grace_s, **res.to_json()})

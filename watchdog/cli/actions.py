@@ -229,7 +229,8 @@ def cmd_terminate(args: argparse.Namespace) -> int:
         # The real run would signal nothing: say so in the exit status, as it would.
         _out("a real run would be refused: no process of this job would be signalled")
         return 1
-    if again is not None and not disabled and res.outcome in ("will-return", "ok", "dry-run"):
+    shown = ("will-return", "may-return", "ok", "dry-run")
+    if again is not None and not disabled and res.outcome in shown:
         _out(_coming_back(again, res.outcome))
     return 0 if res.outcome in ("ok", "dry-run") else 1
 
@@ -579,7 +580,7 @@ def _add_terminate(sub: argparse._SubParsersAction, common: argparse.ArgumentPar
             "A job whose source starts it again (a systemd Restart=, a shell loop, a cron "
             "line) is said so first and ends with outcome will-return, unless --and-source "
             "disables that source first; one where whether anything starts it again could "
-            "not be told ends ok, with 'may come back: could not tell whether ...'. "
+            "not be told ends may-return, with 'may come back: could not tell whether ...'. "
             "Recorded in the audit trail (`actions`).",
             [
                 "rogue-watchdog terminate 48213 --dry-run   # what would be signalled, and why",
@@ -589,13 +590,13 @@ def _add_terminate(sub: argparse._SubParsersAction, common: argparse.ArgumentPar
             [
                 (
                     0,
-                    "done (or, with --dry-run, previewed); also when whether its source "
-                    "starts it again could not be told (may come back)",
+                    "done (or, with --dry-run, previewed)",
                 ),
                 (
                     1,
                     "refused (not rogue, not running, a guard) or failed; or stopped but its "
-                    "source starts it again (outcome will-return)",
+                    "source starts it again (outcome will-return) or may (may-return: "
+                    "could not tell)",
                 ),
                 (2, "usage error: an unknown finding, a PID in no training job"),
             ],

@@ -44,7 +44,7 @@ SEEN_AT_EXEC = " (already exited: seen at its exec)"
 SOURCE_ADVICE = "; to stop the source: "
 REENABLED = "; its source was re-enabled by "
 # A terminate's outcomes that stopped the run (will-return: stopped, and it comes back).
-STOPPED = ("ok", "partial", "will-return")
+STOPPED = ("ok", "partial", "will-return", "may-return")
 _JOB_KINDS = ("rogue-job", "excess-instances", "unsanctioned-gpu-use")
 
 
@@ -348,7 +348,7 @@ def ended_for_good(rec: FindingRecord, actions: Sequence[ActionRecord]) -> str |
     term = stopping_terminate(pid, actions)
     if not isinstance(last_at, int | float) or term is None or term.created_at < last_at:
         return None
-    if term.outcome not in ("ok", "will-return"):
+    if term.outcome not in ("ok", "will-return", "may-return"):
         return None  # something of it was left running: the enforcer's recheck says what
     stopped = f"its latest run PID {pid} was stopped by action {term.id}"
     loop_stopped = term.details.get("source_stopped")
