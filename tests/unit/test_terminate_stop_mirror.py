@@ -1,0 +1,130 @@
+"""A parent that mirrors its child's stop is never left stopped by a terminate.
+
+Fresh user report: ``script -qfc "python3 train.py 61"`` (util-linux) started in the
+background with no tty; ``rogue-watchdog terminate`` said ``outcome: ok`` and ``script``
+stayed in state ``T`` for good, with a defunct child. util-linux ``script`` reads its
+child's SIGCHLD from a signalfd and, when the child was stopped by SIGSTOP, stops itself
+(``kill(getpid(), SIGSTOP)``): the freeze's SIGSTOP of the job propagated to a process the
+product never listed, and nothing continued it. ``sudo`` relays a child's stop the same
+way. A SIGCONT alone does not save ``script``: the child's exit notification was merged
+with the pending CLD_CONTINUED one, so a continued ``script`` waits forever on a zombie.
+
+The stop is asynchronous (the parent has to be scheduled and read the notification); the
+effects below wait, after each SIGSTOP, until the parent named by the test has stopped
+itself, so the case the user hit happens on every run instead of on a loaded host only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rogue_watchdog.actions.effects import Effects
+from rogue_watchdog.actions.guards import Expected, SignalGuard, read_live
+from rogue_watchdog.actions.terminate import terminate_tree
+from tests.conftest import Spawned, need_program, poll
+
+TRAIN = "import time\ntime.sleep(600)\n"
+# A relay that is no wrapper by name and runs no copy of the job (so never part of its
+# tree): it waits for its child and mirrors a stop of it, as sudo does.
+RELAY = (
+    "import os, signal, subprocess, sys\n"
+    "child = subprocess.Popen([sys.executable, sys.argv[1], '61'])\n"
+    "while True:\n"
+    "    _pid, status = os.waitpid(child.pid, os.WUNTRACED)\n"
+    "    if os.WIFSTOPPED(status):\n"
+    "        os.kill(os.getpid(), signal.SIGSTOP)\n"
+    "        os.kill(child.pid, signal.SIGCONT)\n"
+    "        continue\n"
+    "    sys.exit(0)\n"
+)
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+class MirrorSettles(Effects):
+    """Real signals; after a SIGSTOP to a child of ``parent``, waits until ``parent``
+    has stopped itself (bounded: a parent that never mirrors is not waited for long)."""
+
+    def __init__(self, parent: int) -> None:
+        super().__init__()
+        self.parent = parent
+        self.mirrored = False
+
+    def send_signal(self, pid: int, sig: int, start_ticks: int | None = None) -> None:
+        super().send_signal(pid, sig, start_ticks)
+        live = read_live(pid)
+        if sig != signal.SIGSTOP or live is None or live.ppid != self.parent:
+            return
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _state(self.parent) != "T":
+            time.sleep(0.01)
+        self.mirrored = self.mirrored or _state(self.parent) == "T"
+
+
+def _job(parent: int) -> Expected:
+    def child() -> Expected | None:
+        for name in os.listdir("/proc"):
+            live = read_live(int(name)) if name.isdigit() else None
+            if live is not None and live.ppid == parent and live.cmdline[-1:] == ("61",):
+                return Expected(live.pid, live.start_ticks, live.cmdline)
+        return None
+
+    return poll("the trainer under its parent", child, 20, 0.05)
+
+
+def test_script_pty_wrapper_is_not_left_stopped(spawned: Spawned, tmp_path: Path) -> None:
+    need_program("script")
+    train = tmp_path / "train.py"
+    train.write_text(TRAIN)
+    cmd = f"{sys.executable} {train} 61"
+    wrapper = spawned.start(
+        ["script", "-qfc", cmd], cwd=tmp_path, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    job = _job(wrapper.pid)
+    effects = MirrorSettles(wrapper.pid)
+
+    out = terminate_tree([job], SignalGuard(), effects, grace_s=10.0)
+
+    assert out.outcome == "ok", out.to_json()
+    # The user's state: script stopped for good (it would be `T` here, its child `Z`).
+    assert _state(wrapper.pid) != "T", out.to_json()
+    assert wrapper.wait(timeout=20) is not None
+    by_pid = {p.pid: p for p in out.procs}
+    assert by_pid[job.pid].result == "exited"
+    # script carries the job's command and runs nothing else: an exclusive wrapper, ended
+    # with the job (SIGTERM makes it end its session), not left waiting on a zombie.
+    assert by_pid[wrapper.pid].signals[:2] == ["SIGSTOP", "SIGTERM"], out.to_json()
+    assert by_pid[wrapper.pid].result in ("exited", "killed")
+
+
+def test_relay_outside_the_tree_that_mirrored_the_freeze_is_continued(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    train, relay_py = tmp_path / "train.py", tmp_path / "relay.py"
+    train.write_text(TRAIN)
+    relay_py.write_text(RELAY)
+    relay = spawned.start([sys.executable, str(relay_py), str(train)])
+    job = _job(relay.pid)
+    effects = MirrorSettles(relay.pid)
+
+    out = terminate_tree([job], SignalGuard(), effects, grace_s=10.0)
+
+    assert effects.mirrored, "the relay did not stop itself: the case was not set up"
+    assert relay.pid not in {p.pid for p in out.procs}, "the relay is not the job's"
+    assert out.outcome == "ok", out.to_json()
+    assert _state(relay.pid) != "T", out.to_json()
+    # Continued, so it saw its child's exit and ended by itself.
+    assert relay.wait(timeout=20) == 0
+    assert [c["pid"] for c in out.continued] == [relay.pid], out.to_json()
+    assert "stopped itself" in out.continued[0]["reason"]
