@@ -17,16 +17,18 @@ itself, so the case the user hit happens on every run instead of on a loaded hos
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from rogue_watchdog.actions.effects import Effects
 from rogue_watchdog.actions.guards import Expected, SignalGuard, read_live
 from rogue_watchdog.actions.terminate import terminate_tree
-from tests.conftest import Spawned, need_program, poll
+from tests.conftest import Spawned, need, need_program, poll
 
 TRAIN = "import time\ntime.sleep(600)\n"
 # A relay that is no wrapper by name and runs no copy of the job (so never part of its
@@ -128,3 +130,37 @@ def test_relay_outside_the_tree_that_mirrored_the_freeze_is_continued(
     assert relay.wait(timeout=20) == 0
     assert [c["pid"] for c in out.continued] == [relay.pid], out.to_json()
     assert "stopped itself" in out.continued[0]["reason"]
+
+
+def test_sudo_that_relays_the_stop_of_a_job_it_does_not_name_is_continued(
+    spawned: Spawned,
+) -> None:
+    """``sudo -u nobody RUN.sh`` (no tty: sudo waits for its child and suspends itself
+    when the child stops). ``RUN.sh`` execs the trainer, so sudo's command line does not
+    carry the job's command: sudo is no wrapper of it, never signalled, and on main was
+    left stopped (``T``) with the outcome ``ok``."""
+    need_program("sudo")
+    need(os.geteuid() == 0, "needs root (sudo -u nobody without a password)")
+    need(os.access("/usr/bin/python3", os.X_OK), "needs /usr/bin/python3 for nobody")
+    # nobody must reach the script: pytest's tmp_path lies under a 0700 directory.
+    where = Path(tempfile.mkdtemp(prefix="rw-stopmirror-"))
+    try:
+        where.chmod(0o755)
+        (where / "train.py").write_text(TRAIN)
+        run = where / "run.sh"
+        run.write_text(f"#!/bin/sh\nexec /usr/bin/python3 {where / 'train.py'} 61\n")
+        run.chmod(0o755)
+        sudo = spawned.start(["sudo", "-n", "-u", "nobody", str(run)])
+        job = _job(sudo.pid)
+        effects = MirrorSettles(sudo.pid)
+
+        out = terminate_tree([job], SignalGuard(), effects, grace_s=10.0)
+
+        assert effects.mirrored, "sudo did not stop itself: the case was not set up"
+        assert sudo.pid not in {p.pid for p in out.procs}, out.to_json()
+        assert out.outcome == "ok", out.to_json()
+        assert _state(sudo.pid) != "T", out.to_json()
+        assert sudo.wait(timeout=20) is not None
+        assert [c["pid"] for c in out.continued] == [sudo.pid], out.to_json()
+    finally:
+        shutil.rmtree(where, ignore_errors=True)

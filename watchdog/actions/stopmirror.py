@@ -8,16 +8,21 @@ of the job's tree (nothing names it, or it is left as shared), the terminate's f
 stops it and nothing would ever continue it: it stays in state ``T`` with a zombie child.
 
 :class:`StopMirrors` records, before each freeze, the processes above the tree that are
-running then, and the process under each on the way to the tree. A watched process that
-is stopped later, while the process under it is one this run stopped (or a watched one
-that stopped), stopped because of the freeze: it is continued (SIGCONT, pinned to its
-identity, at most :data:`MAX_CONTS` times) and reported. Nothing else is ever sent to a
-process outside the tree, and a process that was already stopped when the freeze began
-is not the freeze's doing: it is left as it is, and so is everything above it.
+running then and run nothing but the way down to it (a relay has one child; a shell, a
+tmux server or sshd with other children is not one, and nothing above it is watched). A
+watched process found stopped later stopped because of the freeze: the stop can come down
+a chain (``script`` → ``sudo`` → ``sudo`` monitor → job: the monitor does not stop, it
+tells its parent over a socket, which stops itself, and ``script`` mirrors that). It is
+continued (SIGCONT, pinned to its identity, at most :data:`MAX_CONTS` times), top-down
+(a continued relay continues its child itself; from the top, each parent is running again
+before its child exits, so it sees that exit), and reported. Nothing else is ever sent to
+a process outside the tree, and a process already stopped when the freeze began is not
+the freeze's doing: it is left as it is, and so is everything above it.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -57,14 +62,36 @@ def _sigchld_pending(pid: int, proc_root: str) -> bool:
     return False
 
 
+def _children(pid: int, proc_root: str) -> list[int]:
+    """The children of every thread of ``pid`` (``/proc/PID/task/TID/children``)."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"{proc_root}/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"{proc_root}/{pid}/task/{tid}/children", encoding="ascii") as fh:
+                out += [int(k) for k in fh.read().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _runs_only(pid: int, allowed: set[int], proc_root: str) -> bool:
+    """True when every live child of ``pid`` is in ``allowed``."""
+    for kid in _children(pid, proc_root):
+        if kid in allowed:
+            continue
+        live = read_live(kid, proc_root)
+        if live is not None and live.state != "Z":
+            return False
+    return True
+
+
 def _zombie_child(pid: int, proc_root: str) -> int | None:
     """A child of ``pid`` that exited and was not collected, else None."""
-    try:
-        with open(f"{proc_root}/{pid}/task/{pid}/children", encoding="ascii") as fh:
-            kids = [int(k) for k in fh.read().split()]
-    except (OSError, ValueError):
-        return None
-    for kid in kids:
+    for kid in _children(pid, proc_root):
         live = read_live(kid, proc_root)
         if live is not None and live.state == "Z":
             return kid
@@ -84,8 +111,9 @@ class StopMirrors:
         self.order: list[Ident] = []  # each after the process under it
 
     def watch(self, tree: Iterable[Expected]) -> None:
-        """Record, before a freeze, the running processes above ``tree`` (up to PID 1,
-        which is never watched), each with the process under it."""
+        """Record, before a freeze, the running processes above ``tree`` that run only
+        the way down to it (up to PID 1, which is never watched), each with the process
+        under it."""
         members = list(tree)
         inside = {e.pid for e in members}
         for exp in members:
@@ -102,6 +130,8 @@ class StopMirrors:
                     # Watched from another member already; or stopped before the
                     # freeze began: not its doing, nor anything above it.
                     break
+                if not _runs_only(parent.pid, inside | {below[0]}, self.proc_root):
+                    break  # shared: no relay of the job's (nor anything above it)
                 self.above[ident] = _Above(
                     Expected(parent.pid, parent.start_ticks, parent.cmdline or None), below
                 )
@@ -121,19 +151,15 @@ class StopMirrors:
             child's exit. The caller looks again a little later, within its own bound.
         """
         busy = False
-        stopped: set[Ident] = set()
-        for ident in self.order:
+        if not any(froze(a.below) for a in self.above.values()):
+            return False  # this run stopped nothing under them: no stop is its doing
+        for ident in reversed(self.order):
             above = self.above[ident]
             live = read_live(ident[0], self.proc_root)
             if live is None or live.start_ticks != ident[1] or live.state == "Z":
                 above.state = "gone"
                 continue
-            below = self.above.get(above.below)
-            if not (froze(above.below) or above.below in stopped or (below and below.conts)):
-                above.state = live.state
-                continue
             if live.state == "T":
-                stopped.add(ident)
                 above.state = "T"
                 if above.conts < MAX_CONTS and send(above.exp):
                     above.conts += 1
