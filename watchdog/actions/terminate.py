@@ -23,6 +23,8 @@ everything above it; a process of the job's session that only names the job's sc
 4. **Verify**: ``ok`` only when nothing of the tree (lineage, process group, session,
    cgroup) is left alive; anything left is listed as ``survived`` and the outcome is
    ``partial``. A process left stopped is continued again (SIGCONT): nothing stays frozen.
+   Neither does a relay above the tree that stopped itself to mirror its child's stop
+   (util-linux ``script``, ``sudo``): it is continued and listed (:mod:`.stopmirror`).
 
 Every signal is preceded by a guard check with the identity (PID + start time + argv) the
 decision was made on, and goes out through a pidfd pinned to that identity, so a PID that
