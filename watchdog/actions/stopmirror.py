@@ -153,21 +153,30 @@ class StopMirrors:
         busy = False
         if not any(froze(a.below) for a in self.above.values()):
             return False  # this run stopped nothing under them: no stop is its doing
+        up = {a.below: ident for ident, a in self.above.items()}
+        held: set[Ident] = set()  # stopped, or with a child notification still to read
         for ident in reversed(self.order):
             above = self.above[ident]
             live = read_live(ident[0], self.proc_root)
             if live is None or live.start_ticks != ident[1] or live.state == "Z":
                 above.state = "gone"
                 continue
+            pending = _sigchld_pending(ident[0], self.proc_root)
+            if live.state == "T" or pending:
+                held.add(ident)
             if live.state == "T":
                 above.state = "T"
-                if above.conts < MAX_CONTS and send(above.exp):
+                busy = True
+                # Never while the relay above it is stopped or has yet to read: it
+                # continues its child itself once it runs, and a SIGCONT from here first
+                # would make the two notifications (continued, then exited) reach it
+                # at once, merged: it would wait for ever for an exit it never saw.
+                if up.get(ident) not in held and above.conts < MAX_CONTS and send(above.exp):
                     above.conts += 1
-                    busy = True
                 continue
             waits = above.conts and _zombie_child(ident[0], self.proc_root) is not None
             above.state = "waits" if waits else live.state
-            busy = busy or bool(waits) or _sigchld_pending(ident[0], self.proc_root)
+            busy = busy or bool(waits) or pending
         return busy
 
     @property

@@ -704,6 +704,13 @@ class TerminateRun:
             frozen = [e for e in self._found.values() if _ident(e[0]) in self.stopped]
             if not self.kill_only:
                 self.termed += self._wave("term", _by_depth(frozen))
+            if self.termed:
+                # Relays above the tree that mirrored the freeze go on before the job
+                # does: a continued `script` continues its child itself and must read
+                # that notification before its child's exit comes, else the two merge
+                # and it waits for an exit it never sees. Nothing of the job can fork
+                # meanwhile that it could not after the SIGCONT wave just below.
+                self._release()
             self.phase = "cont"
             self.deadline = self.clock() + self.grace_s
         elif phase == "cont":
