@@ -129,7 +129,9 @@ SIGNALS = "\n".join(
         "Signals the watchdog sends, only to the processes of a rogue job the guard let it "
         "target (terminate, or enforcement.mode: terminate): SIGSTOP to freeze the job's "
         "tree, SIGTERM, SIGCONT so it can exit, SIGKILL after enforcement.grace_s to what "
-        "is left. Never to a sanctioned job or anything outside the job.",
+        "is left. Never to a sanctioned job or anything outside the job, but for one "
+        "SIGCONT to a relay above the job that stopped itself when the freeze stopped its "
+        "child (util-linux script, sudo): it is continued and listed as continued.",
     ]
 )  # fmt: skip
 

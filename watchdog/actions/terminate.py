@@ -23,6 +23,8 @@ everything above it; a process of the job's session that only names the job's sc
 4. **Verify**: ``ok`` only when nothing of the tree (lineage, process group, session,
    cgroup) is left alive; anything left is listed as ``survived`` and the outcome is
    ``partial``. A process left stopped is continued again (SIGCONT): nothing stays frozen.
+   Neither does a relay above the tree that stopped itself to mirror its child's stop
+   (util-linux ``script``, ``sudo``): it is continued and listed (:mod:`.stopmirror`).
 
 Every signal is preceded by a guard check with the identity (PID + start time + argv) the
 decision was made on, and goes out through a pidfd pinned to that identity, so a PID that
@@ -33,6 +35,7 @@ zombie (it exited; only its parent's wait is missing).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -47,6 +50,7 @@ from ..sources.procfs import alive_now, is_alive
 from ..state import ActionJournal, JournalError, NullJournal
 from .effects import Effects, IdentityChangedError
 from .guards import Expected, LiveProc, SignalGuard, read_live
+from .stopmirror import StopMirrors
 
 
 @dataclass
@@ -101,12 +105,18 @@ class TerminateOutcome:
             each ``{"pid", "cmdline", "reason"}`` (a shared shell above the job).
         error: Why it stopped early (a record that could not be written, an
             interruption), else None.
+        continued: Processes above the job, never part of it, that stopped themselves
+            when the freeze stopped their child (util-linux ``script``, ``sudo``, a pty
+            relay) and were continued, each ``{"pid", "cmdline", "signals", "reason"}``
+            (see :mod:`watchdog.actions.stopmirror`). One still stopped, or continued
+            but not collecting its child's exit, makes the outcome ``partial``.
     """
 
     procs: list[ProcOutcome]
     outcome: str
     left: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    continued: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict for action records."""
@@ -115,17 +125,22 @@ class TerminateOutcome:
             out["left"] = self.left
         if self.error:
             out["error"] = self.error
+        if self.continued:
+            out["continued"] = self.continued
         return out
 
 
 # Wrappers above a job's root that are part of the job when their command line carries
 # the root's command: they would run it again (a shell loop) or only exist for it. Never
-# multiplexers (a tmux server holds other sessions) nor remote clients.
+# multiplexers (a tmux server holds other sessions) nor remote clients. util-linux
+# `script -c CMD` runs one command on its own pty and mirrors its stop: left out, the
+# freeze stopped it for good; continued, it can miss its child's exit and wait forever.
+# Ended with the job, it ends its session on SIGTERM.
 _JOB_WRAPPERS = frozenset(
     {
         "sh", "dash", "bash", "zsh", "ksh", "mksh", "busybox", "fish", "csh", "tcsh",
         "sudo", "su", "runuser", "setpriv", "doas", "timeout", "nohup", "env", "setsid",
-        "nice", "ionice", "taskset", "numactl", "chrt", "stdbuf", "flock",
+        "nice", "ionice", "taskset", "numactl", "chrt", "stdbuf", "flock", "script",
     }
 )  # fmt: skip
 
@@ -598,6 +613,7 @@ class TerminateRun:
                 extra += [e for e in idents if _ident(e) not in known]
                 known |= {_ident(e) for e in idents}
         self.tree = JobTree([*self.members, *extra], guard, launchers)
+        self.mirrors = StopMirrors(guard.proc_root)
 
     # -- resuming ----------------------------------------------------------------------
 
@@ -688,6 +704,13 @@ class TerminateRun:
             frozen = [e for e in self._found.values() if _ident(e[0]) in self.stopped]
             if not self.kill_only:
                 self.termed += self._wave("term", _by_depth(frozen))
+            if self.termed:
+                # Relays above the tree that mirrored the freeze go on before the job
+                # does: a continued `script` continues its child itself and must read
+                # that notification before its child's exit comes, else the two merge
+                # and it waits for an exit it never sees. Nothing of the job can fork
+                # meanwhile that it could not after the SIGCONT wave just below.
+                self._release()
             self.phase = "cont"
             self.deadline = self.clock() + self.grace_s
         elif phase == "cont":
@@ -697,11 +720,13 @@ class TerminateRun:
             self._wave("cont", [(e, None) for e in conts])
             for exp in conts:
                 self.stopped.pop(_ident(exp), None)
+            self._release()
             self._wait_step()
             self.phase = "grace"
         elif phase == "grace":
             root = self.guard.proc_root
             self.termed = [e for e in self.termed if _alive(e, root)]
+            self._release()
             now = self.clock()
             deadline = self.deadline if self.deadline is not None else now
             if self.termed and now < deadline:
@@ -717,6 +742,14 @@ class TerminateRun:
             now = self.clock()
             alive = any(_alive(e, self.guard.proc_root) for e in self.killed)
             if alive and self.deadline is not None and now < self.deadline:
+                return min(self.poll_s, self.deadline - now)
+            self.phase = "settle"
+            self.deadline = now + self.kill_wait_s
+        elif phase == "settle":
+            # A parent that mirrors its child's stop does so when it reads the
+            # notification: look until none is left to read, within kill_wait_s.
+            now = self.clock()
+            if self._release() and self.deadline is not None and now < self.deadline:
                 return min(self.poll_s, self.deadline - now)
             self._verify()
         else:  # "thaw": an interrupted run not to be continued
@@ -777,12 +810,14 @@ class TerminateRun:
         self, found: dict[int, tuple[Expected, int]], wave: str
     ) -> dict[int, tuple[Expected, int]]:
         """SIGSTOP ``found`` top-down and look again until no new process appeared (a
-        stopped process cannot fork). Returns the frozen tree."""
+        stopped process cannot fork). Returns the frozen tree. What runs above it is
+        watched first: a parent may stop itself when its child is stopped."""
         for _ in range(16):
             fresh = [e for e in found.values() if _ident(e[0]) not in self.stopped]
             fresh = [e for e in fresh if (wave, e[0].pid, e[0].start_ticks) not in self.sent]
             if not fresh:
                 break
+            self.mirrors.watch(e for e, _d in found.values())
             for exp in self._wave(wave, _by_depth(fresh)):
                 self.stopped[_ident(exp)] = exp
             found = self.tree.collect()
@@ -829,6 +864,7 @@ class TerminateRun:
         survivors = self.tree.collect()
         thaw = [e for e in reversed(list(self.stopped.values())) if _alive(e, root)]
         self._wave("thaw", [(e, None) for e in thaw])  # a safe wave: never refused
+        self._release()
         for exp, depth in survivors.values():
             res = self._outcome(exp, depth)
             res.result = "survived"
@@ -858,6 +894,7 @@ class TerminateRun:
             outcome = "refused" if any(r.result == "refused" for r in procs) else "ok"
         elif (
             survivors
+            or self.mirrors.stuck
             or self.error is not None
             or any(r.result in ("refused", "error", "survived") for r in procs)
         ):
@@ -865,10 +902,45 @@ class TerminateRun:
         else:
             outcome = "ok"
         self.phase = "done"
-        self.outcome = TerminateOutcome(procs, outcome, _left(self.tree), error=self.error)
+        self.outcome = TerminateOutcome(
+            procs, outcome, _left(self.tree), error=self.error, continued=self.mirrors.report()
+        )
 
     def _ordered(self) -> list[ProcOutcome]:
         return _ordered(self.results, self.depth_of)
+
+    def _release(self) -> bool:
+        """SIGCONT what above the tree stopped itself because the freeze stopped its
+        child (see :class:`StopMirrors`); True while one may still change."""
+        if not self.mirrors.above or self.dry_run:
+            return False
+
+        def froze(ident: Ident) -> bool:
+            return any((w, *ident) in self.sent for w in ("freeze", "kill-freeze"))
+
+        return self.mirrors.release(froze, self._cont_above)
+
+    def _cont_above(self, exp: Expected) -> bool:
+        """SIGCONT to a process outside the tree that this run made stop: written ahead
+        like a wave (a ``release`` step, which a run taking over does not replay), sent
+        even when it cannot be written (continuing is always safe), pinned to its
+        identity. True if sent."""
+        detail = {"wave": "release", "signal": signal.SIGCONT.name,
+                  "procs": [[exp.pid, exp.start_ticks, list(exp.cmdline or ())]]}  # fmt: skip
+        try:
+            step: int | None = self.journal.intent("signal", detail)
+        except JournalError:
+            step = None
+        try:
+            self.effects.send_signal(exp.pid, int(signal.SIGCONT), exp.start_ticks)
+            sent = True
+        except OSError:
+            sent = False  # gone, or the PID was reused: nothing of ours to continue
+        if step is not None:
+            # The signal is out whatever the record says: only its mark may be missing.
+            with contextlib.suppress(JournalError):
+                self.journal.done(step, {"sent": [[exp.pid, exp.start_ticks]] if sent else []})
+        return sent
 
 
 def terminate_tree(

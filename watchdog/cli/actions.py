@@ -224,6 +224,9 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     for item in res.left:
         cmd = command_text(item["cmdline"], 100)
         _out(f"  left PID {item['pid']} {code_span(cmd)}: never signalled: {item['reason']}")
+    for item in res.continued:
+        cmd = command_text(item["cmdline"], 100)
+        _out(f"  above the job, PID {item['pid']} {code_span(cmd)}: {item['reason']}")
     _out(f"outcome: {res.outcome}")
     if res.outcome == "dry-run" and not any(p.result == "would-signal" for p in res.procs):
         # The real run would signal nothing: say so in the exit status, as it would.
