@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 
 TEST_PACKAGES=(
   cron at munge slurm-wlm gcc libc6-dev procps util-linux prometheus prometheus-alertmanager
-  dh-virtualenv build-essential tmux vim chromium git
+  dh-virtualenv build-essential tmux vim chromium git sudo
   podman runc conmon busybox-static docker.io
 )
 STAMP=${RW_APT_STAMP:-/var/lib/apt/periodic/rw-updated}

@@ -888,3 +888,22 @@ def test_a_held_return_filed_unpaged_leaves_its_loops_periodic_page_the_only_one
         + sweep.format(_d(0), "none").rstrip(";")
     )
     assert violation(steps) == ""
+
+
+def test_a_terminate_whose_return_could_not_be_told_never_says_ok() -> None:
+    # Seed 68601 (100,000-step run on 1d83b37, session j): a container with
+    # --restart=always whose engine did not answer (restarts it: unknown), daemon in
+    # terminate mode. BEFORE: a terminate whose return could not be told ended `ok`
+    # (a wording change that day), which every reader takes for "stays stopped":
+    # "I15: terminate 14 of PID 4000006 said ok; container 000100010001
+    # (--restart=always) runs it again as PID 4000013". AFTER: it ends `may-return`.
+    assert (
+        violation(
+            "from tests.sim.machine import ExecPathMachine;m.teardown();"
+            "TrustMachine.events = True;m = ExecPathMachine();"
+            "m.container_runs(policy='always');m.engine(up=False);"
+            "m.reload(auto=True, cap=1, gpu='enforce', mode='terminate');"
+            f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=True, twist='none')"
+        )
+        == ""
+    )
