@@ -172,7 +172,7 @@ def test_setup_asks_apt_for_the_test_packages_and_the_checkout_build_deps(tmp_pa
     calls = _setup_apt_calls(tmp_path)
     packages = (
         "cron at munge slurm-wlm gcc libc6-dev procps util-linux prometheus"
-        " prometheus-alertmanager dh-virtualenv build-essential tmux vim chromium git"
+        " prometheus-alertmanager dh-virtualenv build-essential tmux vim chromium git sudo"
         " podman runc conmon busybox-static docker.io"
     )
     assert calls == [
