@@ -145,7 +145,11 @@ def run(steps: str) -> subprocess.CompletedProcess[str]:
         PRELUDE
         + "try:\n"
         + "".join(f"    {s}\n" for s in steps.split(";"))
-        + ("finally:\n    m.teardown()\nprint(json.dumps(TrustMachine.counts))\n")
+        # The work directory (the machine's files, the stand-in NVML it builds) goes
+        # with the process: nothing is left in the host's /tmp.
+        + "finally:\n    m.teardown()\n"
+        + "    import shutil; shutil.rmtree(TrustMachine.workdir, ignore_errors=True)\n"
+        + "print(json.dumps(TrustMachine.counts))\n"
     )
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
