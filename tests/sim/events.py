@@ -210,6 +210,10 @@ class Differential:
             # sanctioned identities, GPUs seen (a restart or the daemon's own writes).
             self.twin._pinned = dict(scanner._pinned)
             self.twin.sanctioned = dict(scanner.sanctioned)
+            # ...and when a rule first matched a run it had judged rogue (the kept
+            # reason says "from TIME (matched while it ran)"), and which it judged so.
+            self.twin.sanctioned_matched = dict(scanner.sanctioned_matched)
+            self.twin._unsanctioned = set(scanner._unsanctioned)
             self.twin._origins = dict(scanner._origins)
             self.twin.remember_gpus(scanner.seen_gpus())
             walks = scanner.walk.event_walks

@@ -115,7 +115,7 @@ def test_docker_container_origin_disables_restart_and_stops(docker: Engine) -> N
     shim = table.ancestors(pid)[1]
     assert origin.evidence[0].startswith(
         f"ancestor PID {shim.pid} is containerd-shim-runc-v2: "
-        f"/usr/bin/containerd-shim-runc-v2 -namespace moby -id {cid}"
+        f"`/usr/bin/containerd-shim-runc-v2 -namespace moby -id {cid}"  # host text, quoted
     )
     assert f"9:name=systemd:/docker/{cid}" in origin.evidence
     assert origin.remediation == f"docker update --restart=no {cid} && docker stop {cid}"

@@ -70,7 +70,7 @@ def test_unit_that_creates_the_tmux_session_is_the_origin(
     assert origin["remediation"] == (f"systemctl disable --now {UNIT} && systemctl mask {UNIT}")
     assert (
         f"runs in tmux session `svc` ($0) on `{sock}`, which the unit's own ExecStart created "
-        f"(/usr/bin/tmux -S {sock} new-session -d -s svc '/usr/bin/python3 {script}')"
+        f"(`/usr/bin/tmux -S {sock} new-session -d -s svc '/usr/bin/python3 {script}'`)"
     ) in origin["evidence"]
 
     # A person opens a session of their own on that server (so in the unit's cgroup).

@@ -911,3 +911,34 @@ def test_a_terminate_whose_return_could_not_be_told_never_says_ok() -> None:
         )
         == ""
     )
+
+
+_SEED_68701 = (
+    "from tests.sim.machine import ExecPathMachine;m.teardown();TrustMachine.events = True;"
+    "m = ExecPathMachine();m.pipeline_fires();m.edit_pipeline_line(edit='flock');"
+    "m.exec_pass();m.edit_pipeline_line(edit='restore');"
+)
+
+
+@pytest.mark.parametrize(
+    "middle",
+    [
+        "m.reload(auto=True, cap=1, gpu='enforce', mode='observe');",
+        "m.kill_between_steps(point='terminate:begun');"
+        "m.reload(auto=True, cap=1, gpu='enforce', mode='terminate');",
+    ],
+    ids=["differential", "i13-after-a-failed-scan"],
+)
+def test_seed_68701_the_full_walk_twin_knows_when_a_rogue_run_became_sanctioned(
+    middle: str,
+) -> None:
+    # Seed 68701 (100,000 steps on f61a128, session j), two failures of one cause: the
+    # pipeline's run, first judged rogue (its cron line edited), sanctioned when the line
+    # was restored, reads "sanctioned by rule 'pipeline' from TIME (matched while it ran;
+    # it was rogue before)" since that day's first-day fix; the simulator's full-walk
+    # twin was not handed the scanner's memory of it and said "when it started", so the
+    # differential check failed the daemon's scan (and with it the take-over of an
+    # interrupted terminate: "I13: action 4 (terminate) left to ..."). BEFORE: the
+    # differential's AssertionError (a crash of the replay); AFTER: no violation.
+    sweep = f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=False, twist='none')"
+    assert violation(_SEED_68701 + middle + sweep + ";" + sweep) == ""
