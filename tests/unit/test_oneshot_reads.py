@@ -170,13 +170,19 @@ def test_wrappers_maps_are_not_read_until_they_exec(spawned: Spawned, tmp_path: 
     # name changing is no sign the library is mapped yet (a KeyError under load).
     code = f"import pathlib, time; pathlib.Path({str(up)!r}).touch(); time.sleep(60)"
     then = f'exec {sys.executable} -c "{code}"'
+    # The same holds for bash: it says so (a builtin redirection, no child) once its
+    # script runs, which is after the loader mapped LD_PRELOAD (CI's KeyError under
+    # load, stop 43: the maps were read between bash's exec and the loader's mmap).
+    waiting = tmp_path / "waiting"
     shell = spawned.start(
-        ["bash", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; {then}"],
+        ["bash", "-c", f": > {waiting}; while [ ! -e {go} ]; do sleep 0.05; done; {then}"],
         env={"LD_PRELOAD": str(lib), "PATH": "/usr/bin:/bin"},
     )
     cache = GpuLibraryCache(("libcuda.so",), recheck_s=0.0)
     table = ProcessTable()
     deadline = time.time() + 30
+    while time.time() < deadline and not waiting.exists():
+        time.sleep(0.01)
     while time.time() < deadline and (
         table.get(shell.pid) is None or not is_wrapper(table.procs[shell.pid])
     ):
