@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,7 +38,13 @@ from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.state import ActionJournal
 from tests.conftest import Spawned, need_program, poll
-from tests.unit.test_terminate_stop_mirror import TRAIN, MirrorSettles, _job, _state
+from tests.unit.test_terminate_stop_mirror import (
+    TRAIN,
+    MirrorSettles,
+    _job,
+    _nobody_dir,
+    _state,
+)
 
 
 class Killed(BaseException):
@@ -139,12 +146,26 @@ def _releases(d: Daemon, action_id: int) -> list[tuple[list[int], str, list[list
     ]
 
 
-def test_a_script_left_stopped_by_a_dead_daemon_is_continued_by_the_next(
-    spawned: Spawned, tmp_path: Path
+def _under_sudo(spawned: Spawned) -> tuple[subprocess.Popen[bytes], Expected, Path]:
+    """``sudo -n -u nobody RUN.sh`` (no tty: sudo waits for its child and suspends
+    itself when the child stops), RUN.sh exec'ing the trainer; and the directory to
+    remove after."""
+    where = _nobody_dir()
+    top = spawned.start(["sudo", "-n", "-u", "nobody", str(where / "run.sh")])
+    return top, _job(top.pid), where
+
+
+@pytest.mark.parametrize("wrapper", ["script", "sudo"])
+def test_a_relay_left_stopped_by_a_dead_daemon_is_continued_by_the_next(
+    spawned: Spawned, tmp_path: Path, wrapper: str
 ) -> None:
     """The abandon path: a person's terminate (never gone on with) killed after its
-    freeze; the daemon takes it over, continues the job and the script above it."""
-    top, job = _under_script(spawned, tmp_path)
+    freeze; the daemon takes it over, continues the job and the relay above it."""
+    where: Path | None = None
+    if wrapper == "script":
+        top, job = _under_script(spawned, tmp_path)
+    else:
+        top, job, where = _under_sudo(spawned)
     try:
         d = _observer(tmp_path, Counting())
         journal = _killed_after_the_freeze(d, job, top.pid)
@@ -170,6 +191,8 @@ def test_a_script_left_stopped_by_a_dead_daemon_is_continued_by_the_next(
         assert not [k for k in fx.tried if k[0] == top.pid and k[1] != signal.SIGCONT]
     finally:
         _end(job)
+        if where is not None:
+            shutil.rmtree(where, ignore_errors=True)
 
 
 def test_a_terminate_taken_over_and_finished_continues_the_script_too(
