@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rogue_watchdog.lineage.scriptfile import MAX_SCRIPT_BYTES, read_script, script_path
 from rogue_watchdog.model import Job, Proc, Restarts
-from rogue_watchdog.policy.guard import ScanProtection, with_advice
+from rogue_watchdog.policy.guard import STOPS_WITH_LOOP, ScanProtection, with_advice
 from rogue_watchdog.sources.procfs import ProcessTable, read_proc
 from tests.conftest import Spawned, poll
 
@@ -181,3 +181,40 @@ def test_a_script_named_by_its_own_descriptor_is_read_through_the_shells(
 
     read = read_script(poll("the shell", shell, 20), ProcessTable())
     assert read is not None and read.text == script.read_text()
+
+
+def test_a_loop_script_given_the_trainer_as_an_argument_is_stopped_with_it(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """``bash loop.sh train_loop.py``: the shell's command line carries the job's
+    command, so it is the job's own wrapper (the rule ``-c`` shells follow) and terminate
+    stops the loop with it; the loop is read from the file."""
+    script = tmp_path / "loop.sh"
+    script.write_text('while :; do python3 "$1"; sleep 3; done\n')
+    (tmp_path / "train_loop.py").write_text(TRAINER)
+    spawned.start(
+        ["/bin/sh", "-c", f"/bin/bash {script} train_loop.py >/dev/null 2>&1 & exit 0"],
+        cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+    ).wait(timeout=10)  # fmt: skip
+    table = ProcessTable()
+
+    def trainer() -> Proc | None:
+        table.refresh()
+        return next(
+            (p for p in table.procs.values() if p.cmdline == ("python3", "train_loop.py")
+             and (table.get(p.ppid) or p).cmdline[1:] == (str(script), "train_loop.py")),
+            None,
+        )  # fmt: skip
+
+    root = poll("the trainer", trainer, 20)
+    job = Job(root.pid, [root.pid], "root", root.cmdline, root.start_ticks, None, [],
+              table.ancestors(root.pid))  # fmt: skip
+    (advised,) = with_advice([job], ScanProtection(), table)
+    shell = root.ppid
+    assert advised.advice.stop_pids == (root.pid, shell)
+    assert advised.advice.restarts == Restarts(
+        "when its loop comes round",  # the pause is read only after the job's own name
+        f"shell loop `while :` in the script `{script}` of PID {shell} (as the file reads now)",
+        STOPS_WITH_LOOP,
+        False,
+    )

@@ -643,8 +643,10 @@ def _loop_in(
     proc: Proc, key: str, stop_pids: Collection[int], scripts: ScriptReader | None
 ) -> Restarts | None:
     """The loop of ``proc``'s ``-c`` text, else of the script file it runs, that runs
-    the command ``key`` names; None when neither holds one."""
-    text = " ".join(proc.cmdline)
+    the command ``key`` names (in its text, or as an argument the script is given:
+    ``bash loop.sh train.py``); None when neither holds one."""
+    argv = " ".join(proc.cmdline)
+    text = argv
     found = _LOOP.search(text)
     where = f"in PID {proc.pid}"
     read = None
@@ -655,7 +657,7 @@ def _loop_in(
         text = _script_text(read)
         found = _LOOP.search(text)
         where = _in_script(proc, read)
-    if found is None or not mentions(text, key):
+    if found is None or not (mentions(text, key) or (read is not None and mentions(argv, key))):
         return None
     how = f"shell loop {code_span(safe_text(clip(' '.join(found.group(0).split()), 80)))} {where}"
     kill = _KILL_SHELL.format(pid=proc.pid)
