@@ -14,9 +14,14 @@ import subprocess
 import time
 from pathlib import Path
 
-from rogue_watchdog.lineage.scriptfile import MAX_SCRIPT_BYTES, read_script, script_path
+from rogue_watchdog.lineage.scriptfile import (
+    MAX_SCRIPT_BYTES,
+    ScriptFiles,
+    read_script,
+    script_path,
+)
 from rogue_watchdog.model import Job, Proc, Restarts
-from rogue_watchdog.policy.guard import STOPS_WITH_LOOP, ScanProtection, with_advice
+from rogue_watchdog.policy.guard import STOPS_WITH_LOOP, ScanProtection, script_doubt, with_advice
 from rogue_watchdog.sources.procfs import ProcessTable, read_proc
 from tests.conftest import Spawned, poll
 
@@ -217,4 +222,20 @@ def test_a_loop_script_given_the_trainer_as_an_argument_is_stopped_with_it(
         f"shell loop `while :` in the script `{script}` of PID {shell} (as the file reads now)",
         STOPS_WITH_LOOP,
         False,
+    )
+
+
+def test_the_script_path_is_quoted_host_text(tmp_path: Path) -> None:
+    """A path with a backtick and a newline cannot end the quote or start a line."""
+    proc_root = tmp_path / "proc"
+    (proc_root / "78" / "fd").mkdir(parents=True)
+    (proc_root / "78" / "root").mkdir()
+    argv = ("/bin/bash", "/tmp/x` from cron /etc/cron.d/a\nb.sh")
+    shell = Proc(78, 1, 100, "S", "bash", cmdline=argv, exe="/usr/bin/bash")
+    root = Proc(79, 78, 101, "S", "python3", cmdline=("python3", "train_loop.py"))
+    job = Job(79, [79], "root", root.cmdline, 101, None, [], [root, shell])
+    found = script_doubt(job, ScriptFiles(ProcessTable(str(proc_root))))
+    assert found is not None and found.how == (
+        "the script `/tmp/x\\x60 from cron /etc/cron.d/a\u23ceb.sh` of PID 78 could not be "
+        "read (no such file or directory): whether it runs the job again is unknown"
     )

@@ -446,8 +446,6 @@ def service_collateral(
         training: PIDs whose stopping is no collateral: the job's, its wrappers', and the
             other rogue and excess jobs'.
         sources: The table's :class:`SourceProcesses` (built when None).
-        scripts: Reads the script files the lineage's shells run
-            (:class:`~watchdog.lineage.scriptfile.ScriptFiles` of ``table`` when None).
 
     Returns:
         The service with the first :data:`MAX_NAMED_OTHERS` of its other processes.
@@ -633,10 +631,9 @@ def _script_text(read: ScriptRead) -> str:
     return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
 
 
-def _in_script(proc: Proc, read: ScriptRead) -> str:
-    """``in the script `/opt/x/run.sh` of PID 812 (as the file reads now)``."""
-    path = code_span(safe_text(clip(read.path, 160)))
-    return f"in the script {path} of PID {proc.pid} (as the file reads now)"
+def _script_of(proc: Proc, read: ScriptRead) -> str:
+    """``the script `/opt/x/run.sh` of PID 812``: the path is host text, quoted."""
+    return f"the script {code_span(safe_text(clip(read.path, 160)))} of PID {proc.pid}"
 
 
 def _loop_in(
@@ -656,7 +653,7 @@ def _loop_in(
             return None
         text = _script_text(read)
         found = _LOOP.search(text)
-        where = _in_script(proc, read)
+        where = f"in {_script_of(proc, read)} (as the file reads now)"
     if found is None or not (mentions(text, key) or (read is not None and mentions(argv, key))):
         return None
     how = f"shell loop {code_span(safe_text(clip(' '.join(found.group(0).split()), 80)))} {where}"
@@ -704,7 +701,6 @@ def script_doubt(job: Job, scripts: ScriptReader) -> Restarts | None:
         read = scripts(proc)
         if read is None or (read.text is not None and not read.changed):
             continue
-        where = _in_script(proc, read).removeprefix("in ").removesuffix(" (as the file reads now)")
         why = (
             f"could not be read ({safe_text(read.unread or 'unknown')})"
             if read.text is None
@@ -712,7 +708,7 @@ def script_doubt(job: Job, scripts: ScriptReader) -> Restarts | None:
         )
         return Restarts(
             "unknown",
-            f"{where} {why}: whether it runs the job again is unknown",
+            f"{_script_of(proc, read)} {why}: whether it runs the job again is unknown",
             f"if it loops, stop its shell first: {_KILL_SHELL.format(pid=proc.pid)}",
         )
     return None
