@@ -14,6 +14,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from rogue_watchdog.actions.effects import Effects
+from rogue_watchdog.actions.guards import Expected, SignalGuard, read_live
+from rogue_watchdog.actions.terminate import plan_tree, terminate_tree
 from rogue_watchdog.lineage.scriptfile import (
     MAX_SCRIPT_BYTES,
     ScriptFiles,
@@ -34,7 +37,7 @@ def _trainer_under(spawned: Spawned, tmp_path: Path, script: Path) -> tuple[Job,
     (tmp_path / "train_loop.py").write_text(TRAINER)
     spawned.start(
         ["/bin/sh", "-c", f"/bin/bash {script} >/dev/null 2>&1 & exit 0"],
-        cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+        cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin"),
     ).wait(timeout=10)  # fmt: skip
     table = ProcessTable()
 
@@ -61,13 +64,21 @@ def _restarts(job: Job, table: ProcessTable) -> Restarts | None:
     return advised.advice.restarts
 
 
+def _identity(pid: int) -> Expected:
+    live = read_live(pid)
+    assert live is not None
+    return Expected(pid, live.start_ticks, live.cmdline)
+
+
 def _kill_first(pid: int) -> str:
     return f"kill -TERM {pid} (its shell alone: what else it started keeps running)"
 
 
-def test_a_loop_in_the_script_a_shell_runs_is_named_with_its_sleep(
+def test_a_loop_in_the_script_a_shell_runs_is_named_and_stopped_with_its_run(
     spawned: Spawned, tmp_path: Path
 ) -> None:
+    """The shell runs only the loop: it is the job's own wrapper, and a real terminate
+    stops it with the run (as `bash -c 'while ...'` is, test_terminate.py)."""
     script = tmp_path / "retrain.sh"
     script.write_text(
         '#!/bin/bash\n# while true; do echo commented out; done\ncd "$(dirname "$0")"\n'
@@ -75,11 +86,39 @@ def test_a_loop_in_the_script_a_shell_runs_is_named_with_its_sleep(
     )
     job, table = _trainer_under(spawned, tmp_path, script)
     shell = job.lineage[1].pid
-    assert _restarts(job, table) == Restarts(
+    (advised,) = with_advice([job], ScanProtection(), table)
+    assert advised.advice.stop_pids == (job.root_pid, shell)
+    assert advised.advice.restarts == Restarts(
+        "after about 7 s",
+        f"shell loop `while true` in the script `{script}` of PID {shell} (as the file reads now)",
+        STOPS_WITH_LOOP,
+        False,
+    )
+    root = _identity(job.root_pid)
+    out = terminate_tree([root], SignalGuard(), Effects(), grace_s=5.0)
+    assert [(x.pid, x.result) for x in out.procs] == [(job.root_pid, "exited"), (shell, "exited")]
+    assert out.outcome == "ok"
+
+
+def test_a_script_loop_whose_shell_runs_something_else_is_never_signalled(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """The same loop, its shell also running a `sleep` in the background: shared, so
+    never signalled; the advice says to stop the loop first."""
+    script = tmp_path / "retrain.sh"
+    script.write_text("sleep 300 &\nwhile true; do python3 train_loop.py; sleep 7; done\n")
+    job, table = _trainer_under(spawned, tmp_path, script)
+    shell = job.lineage[1].pid
+    (advised,) = with_advice([job], ScanProtection(), table)
+    assert advised.advice.stop_pids == (job.root_pid,)
+    assert advised.advice.restarts == Restarts(
         "after about 7 s",
         f"shell loop `while true` in the script `{script}` of PID {shell} (as the file reads now)",
         f"stop the loop first: {_kill_first(shell)}",
     )
+    out = terminate_tree([_identity(job.root_pid)], SignalGuard(), Effects(), grace_s=5.0)
+    assert [x.pid for x in out.procs] == [job.root_pid]
+    assert read_live(shell) is not None  # the loop runs on
 
 
 def test_a_script_without_a_loop_claims_no_restart(spawned: Spawned, tmp_path: Path) -> None:
@@ -136,6 +175,10 @@ def test_a_script_changed_after_its_shell_started_is_said_to_be(
     shell = job.lineage[1].pid
     later = time.time() + 30  # well past the start time's one-second grain
     os.utime(script, (later, later))
+    # What it runs now is not known: its shell is not taken for the job's own.
+    assert [e.pid for e, _d in plan_tree([_identity(job.root_pid)], SignalGuard())] == [
+        job.root_pid
+    ]
     assert _restarts(job, table) == Restarts(
         "unknown",
         f"shell loop `while true` in the script `{script}` of PID {shell} (as the file reads "
@@ -176,7 +219,7 @@ def test_a_script_named_by_its_own_descriptor_is_read_through_the_shells(
     (tmp_path / "train_loop.py").write_text(TRAINER)
     bash = spawned.start(
         ["/bin/bash", "-c", 'exec 3<"$0"; exec /bin/bash /dev/fd/3', str(script)],
-        cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, stdout=subprocess.DEVNULL,
+        cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin"), stdout=subprocess.DEVNULL,
     )  # fmt: skip
 
     def shell() -> Proc | None:
@@ -199,7 +242,7 @@ def test_a_loop_script_given_the_trainer_as_an_argument_is_stopped_with_it(
     (tmp_path / "train_loop.py").write_text(TRAINER)
     spawned.start(
         ["/bin/sh", "-c", f"/bin/bash {script} train_loop.py >/dev/null 2>&1 & exit 0"],
-        cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+        cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin"),
     ).wait(timeout=10)  # fmt: skip
     table = ProcessTable()
 

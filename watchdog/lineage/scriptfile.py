@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..model import Proc
@@ -96,10 +96,10 @@ def script_path(argv: Sequence[str], exe: str | None = None) -> str | None:
     return None
 
 
-def _open_script(proc: Proc, path: str, proc_root: str) -> int:
+def _open_script(pid: int, path: str, proc_root: str) -> int:
     """A descriptor of the script: through the shell's own open descriptor of it when it
     has one, else through its root or working directory. Raises OSError."""
-    base = f"{proc_root}/{proc.pid}"
+    base = f"{proc_root}/{pid}"
     fd_path = _FD_PATH.fullmatch(path)
     own = fd_path.group(1) if fd_path is not None else _STD.get(path)
     if own is not None:
@@ -145,11 +145,36 @@ def read_script(proc: Proc, table: ProcessTable) -> ScriptRead | None:
         None when ``proc`` runs no script file (:func:`script_path`); else what was
         read, or why nothing could be (:attr:`ScriptRead.unread`).
     """
-    path = script_path(proc.cmdline, proc.exe)
+    return read_script_of(
+        proc.pid, proc.cmdline, proc.exe, table.proc_root,
+        lambda: table.start_time_s(proc.start_ticks),
+    )  # fmt: skip
+
+
+def read_script_of(
+    pid: int,
+    argv: Sequence[str],
+    exe: str | None,
+    proc_root: str,
+    started_s: Callable[[], float | None],
+) -> ScriptRead | None:
+    """:func:`read_script` of a process known by its fields (``terminate``'s live view).
+
+    Args:
+        pid: The shell's PID in the namespace of ``proc_root``.
+        argv: Its command line.
+        exe: Its executable (``/proc/PID/exe``), or None.
+        proc_root: The procfs mount.
+        started_s: When it started, POSIX seconds (None when unknown: never "changed").
+
+    Returns:
+        As :func:`read_script`.
+    """
+    path = script_path(argv, exe)
     if path is None:
         return None
     try:
-        fd = _open_script(proc, path, table.proc_root)
+        fd = _open_script(pid, path, proc_root)
     except (OSError, ValueError) as exc:
         return ScriptRead(path, None, unread_reason(exc))
     try:
@@ -162,7 +187,7 @@ def read_script(proc: Proc, table: ProcessTable) -> ScriptRead | None:
         return ScriptRead(path, None, unread_reason(exc))
     finally:
         os.close(fd)
-    started = table.start_time_s(proc.start_ticks)
+    started = started_s()
     changed = started is not None and st.st_mtime > started + _START_SLACK_S
     return ScriptRead(path, raw.decode("utf-8", "surrogateescape"), None, changed)
 

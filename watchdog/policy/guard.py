@@ -290,12 +290,19 @@ def _identities(job: Job, table: ProcessTable | None) -> set[Identity]:
     return out
 
 
-def exclusive_wrappers(job: Job, table: ProcessTable, kept: Collection[int] = ()) -> list[Proc]:
+def exclusive_wrappers(
+    job: Job,
+    table: ProcessTable,
+    kept: Collection[int] = (),
+    scripts: ScriptReader | None = None,
+) -> list[Proc]:
     """The wrappers above the job's root that exist only for it, nearest first.
 
     A wrapper (a shell, ``timeout``, ``nohup``, ``sudo``, ``flock``...; see
     :data:`watchdog.lineage.base.WRAPPERS`) belongs to the job when its command line
-    carries the job's command (:func:`~watchdog.lineage.base.command_key`) and every one
+    carries the job's command (:func:`~watchdog.lineage.base.command_key`), or it is a
+    shell whose script file, unchanged since it started, loops over that command
+    (:func:`script_loops`: ``bash retrain.sh``), and every one
     of its descendants is the job's or one of these wrappers: cron's ``sh -c CMD`` does,
     an orphaned shell that also runs ``python3 -m http.server`` does not, nor does the
     login shell a person started the trainer from, and nothing above such a shared
@@ -307,10 +314,14 @@ def exclusive_wrappers(job: Job, table: ProcessTable, kept: Collection[int] = ()
         table: The process table it was built from.
         kept: Members the guard protects: as good as outside the job (a wrapper above
             one is shared with it).
+        scripts: Reads the lineage shells' script files (:class:`ScriptFiles` of
+            ``table`` when None).
 
     Returns:
         The wrappers, nearest the root first (empty when the root's parent is shared).
     """
+    if scripts is None:
+        scripts = ScriptFiles(table)
     mine = set(job.pids) - set(kept)
     key = command_key(job.cmdline)
     out: list[Proc] = []
@@ -324,7 +335,9 @@ def exclusive_wrappers(job: Job, table: ProcessTable, kept: Collection[int] = ()
             break
         # It carries the job's command (cron's `sh -c CMD`, `timeout 300 CMD`): a login
         # shell (`-bash`) the trainer runs in is the person's session, never the job's.
-        if key is None or not mentions(" ".join(proc.cmdline), key):
+        if key is None or not (
+            mentions(" ".join(proc.cmdline), key) or script_loops(scripts(proc), key)
+        ):
             break
         others = [d for d in table.descendants(proc.pid) if d not in mine]
         if any((p := table.get(d)) is not None and not p.is_zombie for d in others):
@@ -524,7 +537,7 @@ def advise(
     # A member the guard protects (sanctioned earlier and still alive, on the protect
     # list) is never named, and the by-hand kill never reaches it through its group.
     kept = {pid for pid in job.pids if _protected_member(pid, job, guard, table)}
-    wrappers = exclusive_wrappers(job, table, kept) if table is not None else []
+    wrappers = exclusive_wrappers(job, table, kept, scripts) if table is not None else []
     stop_pids = tuple(p for p in (*job.pids, *(w.pid for w in wrappers)) if p not in kept)
     origin = job.origin
     src = guard.protected_source(origin)
@@ -629,6 +642,18 @@ def _script_text(read: ScriptRead) -> str:
     """A script's text without its comment lines (the ``#!`` line, a loop commented out)."""
     text = read.text or ""
     return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+
+
+def script_loops(read: ScriptRead | None, key: str) -> bool:
+    """True when a shell's script file (:func:`~watchdog.lineage.scriptfile.read_script`),
+    read and not modified since the shell started, holds a shell loop (:data:`_LOOP`)
+    and names ``key`` (:func:`~watchdog.lineage.base.command_key`), as a ``-c`` text
+    must to make its shell the job's wrapper. A file that could not be read, or changed
+    since, never does: its shell is then never signalled for the job."""
+    if read is None or read.text is None or read.changed:
+        return False
+    text = _script_text(read)
+    return _LOOP.search(text) is not None and mentions(text, key)
 
 
 def _script_of(proc: Proc, read: ScriptRead) -> str:
