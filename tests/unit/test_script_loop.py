@@ -9,6 +9,7 @@ Real bash processes run real script files in ``tmp_path``; each shell is left to
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import time
@@ -24,7 +25,13 @@ from rogue_watchdog.lineage.scriptfile import (
     script_path,
 )
 from rogue_watchdog.model import Job, Proc, Restarts
-from rogue_watchdog.policy.guard import STOPS_WITH_LOOP, ScanProtection, script_doubt, with_advice
+from rogue_watchdog.policy.guard import (
+    STOPS_WITH_LOOP,
+    ScanProtection,
+    script_doubt,
+    script_loops,
+    with_advice,
+)
 from rogue_watchdog.sources.procfs import ProcessTable, read_proc
 from tests.conftest import Spawned, poll
 
@@ -164,6 +171,10 @@ def test_a_vanished_script_is_unsure(tmp_path: Path) -> None:
     (proc_root / "77" / "root" / "opt" / "x" / "run.sh").write_text("while :; do x; done\n")
     read = read_script(shell, ProcessTable(str(proc_root)))
     assert read is not None and read.text == "while :; do x; done\n"
+    # Read by its path, not through the shell's descriptor: named as a loop, but never
+    # what makes the shell the job's wrapper (a symlink on the path resolves in our root).
+    assert not read.own_fd and not script_loops(read, "x")
+    assert script_loops(dataclasses.replace(read, own_fd=True), "x")
 
 
 def test_a_script_changed_after_its_shell_started_is_said_to_be(
@@ -228,7 +239,7 @@ def test_a_script_named_by_its_own_descriptor_is_read_through_the_shells(
         return proc if proc is not None and proc.cmdline[1:] == ("/dev/fd/3",) else None
 
     read = read_script(poll("the shell", shell, 20), ProcessTable())
-    assert read is not None and read.text == script.read_text()
+    assert read is not None and read.text == script.read_text() and read.own_fd
 
 
 def test_a_loop_script_given_the_trainer_as_an_argument_is_stopped_with_it(

@@ -54,12 +54,16 @@ class ScriptRead:
             directory``, ``too large: ...``), or None.
         changed: True when the file was modified after the shell started: the text read
             now need not be what the shell runs.
+        own_fd: Read through the shell's own open descriptor of it (the very file it
+            reads); False when read by path (a symlink there resolves in the reader's
+            root, not the shell's).
     """
 
     path: str
     text: str | None
     unread: str | None = None
     changed: bool = False
+    own_fd: bool = False
 
 
 def script_path(argv: Sequence[str], exe: str | None = None) -> str | None:
@@ -96,16 +100,16 @@ def script_path(argv: Sequence[str], exe: str | None = None) -> str | None:
     return None
 
 
-def _open_script(pid: int, path: str, proc_root: str) -> int:
-    """A descriptor of the script: through the shell's own open descriptor of it when it
-    has one, else through its root or working directory. Raises OSError."""
+def _open_script(pid: int, path: str, proc_root: str) -> tuple[int, bool]:
+    """A descriptor of the script, and whether it came through the shell's own open
+    descriptor of it (else through its root or working directory). Raises OSError."""
     base = f"{proc_root}/{pid}"
     fd_path = _FD_PATH.fullmatch(path)
     own = fd_path.group(1) if fd_path is not None else _STD.get(path)
     if own is not None:
         # The shell's own descriptor (`bash /dev/fd/3 3<run.sh`): through the reader's
         # /dev/fd it would be the watchdog's own descriptor of that number.
-        return open_regular_fd(f"{base}/fd/{own}")
+        return open_regular_fd(f"{base}/fd/{own}"), True
     if path.startswith(("/proc/", "/dev/")):
         raise OSError(errno.EPERM, "a /proc or /dev path, not followed")
     # What the descriptor's link must read: the path itself, else (a relative path, a
@@ -127,11 +131,11 @@ def _open_script(pid: int, path: str, proc_root: str) -> int:
             links.append((target != path, -int(fd), fd))  # exact first, then the highest fd
     for _inexact, _order, fd in sorted(links):
         try:
-            return open_regular_fd(f"{base}/fd/{fd}")
+            return open_regular_fd(f"{base}/fd/{fd}"), True
         except OSError:
             continue
     where = f"{base}/root{path}" if path.startswith("/") else f"{base}/cwd/{path}"
-    return open_regular_fd(where)
+    return open_regular_fd(where), False
 
 
 def read_script(proc: Proc, table: ProcessTable) -> ScriptRead | None:
@@ -174,7 +178,7 @@ def read_script_of(
     if path is None:
         return None
     try:
-        fd = _open_script(pid, path, proc_root)
+        fd, own_fd = _open_script(pid, path, proc_root)
     except (OSError, ValueError) as exc:
         return ScriptRead(path, None, unread_reason(exc))
     try:
@@ -189,7 +193,7 @@ def read_script_of(
         os.close(fd)
     started = started_s()
     changed = started is not None and st.st_mtime > started + _START_SLACK_S
-    return ScriptRead(path, raw.decode("utf-8", "surrogateescape"), None, changed)
+    return ScriptRead(path, raw.decode("utf-8", "surrogateescape"), None, changed, own_fd)
 
 
 class ScriptFiles:

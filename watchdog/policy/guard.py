@@ -648,9 +648,11 @@ def script_loops(read: ScriptRead | None, key: str) -> bool:
     """True when a shell's script file (:func:`~watchdog.lineage.scriptfile.read_script`),
     read and not modified since the shell started, holds a shell loop (:data:`_LOOP`)
     and names ``key`` (:func:`~watchdog.lineage.base.command_key`), as a ``-c`` text
-    must to make its shell the job's wrapper. A file that could not be read, or changed
-    since, never does: its shell is then never signalled for the job."""
-    if read is None or read.text is None or read.changed:
+    must to make its shell the job's wrapper. A file that could not be read, changed
+    since, or read by its path rather than through the shell's own descriptor of it (not
+    surely the file the shell reads) never does: its shell is then never signalled for
+    the job."""
+    if read is None or read.text is None or read.changed or not read.own_fd:
         return False
     text = _script_text(read)
     return _LOOP.search(text) is not None and mentions(text, key)
