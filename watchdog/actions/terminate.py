@@ -46,7 +46,9 @@ from typing import Any
 from ..faults import fault_point
 from ..hosttext import quoted_command
 from ..lineage.base import command_key, mentions, program_of
-from ..sources.procfs import alive_now, is_alive
+from ..lineage.scriptfile import read_script_of
+from ..policy.guard import script_loops
+from ..sources.procfs import alive_now, boot_time_s, is_alive
 from ..state import ActionJournal, JournalError, NullJournal
 from .effects import Effects, IdentityChangedError
 from .guards import Expected, LiveProc, SignalGuard, read_live
@@ -368,7 +370,9 @@ class JobTree:
         depth, cur = 0, live.get(root.ppid)
         while cur is not None and cur.pid > 1 and cur.pid not in tree:
             name = os.path.basename(cur.exe or (cur.cmdline[0] if cur.cmdline else ""))
-            if name not in _JOB_WRAPPERS or not mentions(" ".join(cur.cmdline), key):
+            if name not in _JOB_WRAPPERS or not (
+                mentions(" ".join(cur.cmdline), key) or self._script_loops(cur, key)
+            ):
                 return
             others = [d for d in _descendants(cur.pid, children) if d not in mine and d != cur.pid]
             others = [d for d in others if live[d].state != "Z"]
@@ -388,6 +392,19 @@ class JobTree:
                 return
             mine.add(cur.pid)
             cur = live.get(cur.ppid)
+
+    def _script_loops(self, proc: LiveProc, key: str) -> bool:
+        """The shell's script file loops over the job's command, read now, unchanged
+        since the shell started (:func:`~watchdog.policy.guard.script_loops`): the rule
+        the advice's wrappers follow (:func:`~watchdog.policy.guard.exclusive_wrappers`)."""
+        root = self.guard.proc_root
+
+        def started() -> float | None:
+            boot = boot_time_s(root)
+            return None if boot is None else boot + proc.start_ticks / os.sysconf("SC_CLK_TCK")
+
+        read = read_script_of(proc.pid, proc.cmdline, proc.exe, root, started)
+        return script_loops(read, key)
 
     def _fix_scope(self, live: dict[int, LiveProc], tree: dict[int, tuple[Expected, int]]) -> None:
         """Groups and sessions whose leader is in the tree or gone; the cgroup when the
