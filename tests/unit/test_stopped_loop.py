@@ -276,8 +276,10 @@ def test_a_terminate_records_the_shell_loop_it_stops_with_the_job() -> None:
             self.restarts = restarts
 
     how = "shell loop `while true` in PID 812"
-    stops = _Target(Restarts("at once", how, STOPS_WITH_LOOP, False))
-    assert terminate_extras(stops, False) == {"source_stopped": how}  # type: ignore[arg-type]
+    stops = _Target(Restarts("at once", how, STOPS_WITH_LOOP, False, shell=(812, 4242)))
+    # The shell the advice counts on, checked when the terminate ends (test_loop_left.py).
+    shell = {"pid": 812, "start_ticks": 4242, "restarts": f"restarts it: at once, {how}"}
+    assert terminate_extras(stops, False) == {"source_stopped": how, "loop_shell": shell}  # type: ignore[arg-type]
     left = _Target(Restarts("at once", how, "stop the loop first: kill -TERM 812"))
     assert "source_stopped" not in terminate_extras(left, False)  # type: ignore[arg-type]
     launcher = _Target(Restarts("unknown", "its launcher PID 7", "stop it", False, (7, 1)))

@@ -38,6 +38,7 @@ from . import sources
 from .disable import CronEdit, DisablePlan, DisableResult, Rename, SystemdChange
 from .effects import Effects, JournaledEffects
 from .guards import Expected, SignalGuard
+from .loopcheck import loop_shell_intent, settle_loop
 from .planners import plan_disable
 from .terminate import WAVE_SIGNALS, TerminateOutcome, TerminateRun, run_to_end
 
@@ -329,10 +330,10 @@ class Remedy:
             )  # fmt: skip
             res = run_to_end(run)
             what = f"PID {target.root_pid} ({len(res.procs)} process(es))"
-            details = {
-                "grace_s": self.settings.grace_s, **res.to_json(),
-                **terminate_extras(target, source_disabled),
-            }  # fmt: skip
+            extras = terminate_extras(target, source_disabled)
+            details = {"grace_s": self.settings.grace_s, **res.to_json(), **extras}
+            settle_loop(extras, res, details, self.proc_root)
+            details.update(res.to_json())  # the loop's shell it would leave, said
             return self._record(
                 "terminate", target, what, res.outcome, details, now, True, None
             ), res
@@ -485,7 +486,8 @@ def terminate_extras(target: JobTarget, source_disabled: bool) -> dict[str, Any]
     it does could not be told (``may_return``: the outcome ``ok`` is then
     ``may-return``; nothing is claimed either way), the service that launched it and
     why, and the shell loop it stops with the job (``source_stopped``: what restarted
-    it, in words)."""
+    it, in words; ``loop_shell``: that shell's identity, checked when the terminate
+    ends: :func:`~watchdog.actions.loopcheck.settle_loop`)."""
     out: dict[str, Any] = {}
     again = target.restarts
     if again is not None and again.after_terminate and not source_disabled:
@@ -494,7 +496,9 @@ def terminate_extras(target: JobTarget, source_disabled: bool) -> dict[str, Any]
     if again is not None and not again.after_terminate and again.stops == STOPS_WITH_LOOP:
         # The loop's shell is one of the processes it stops: what restarted the job goes
         # with it (a loop's finding then resolves at once: tracking.current.ended_for_good).
+        # Advice only: the finish keeps it when that very shell was stopped (loopcheck).
         out["source_stopped"] = again.how
+        out["loop_shell"] = loop_shell_intent(again.shell, again.line())
     if target.service:
         out["service_pids"] = [e.pid for e in target.service]
     if target.service_note:
@@ -647,6 +651,10 @@ class TerminateTask:
         ):
             if extra in self.intent:
                 details[extra] = self.intent[extra]
+        # Claim the loop stopped only when its very shell was (the live decision may
+        # differ from the scan's advice): else the loop starts it again.
+        settle_loop(self.intent, res, details, self.run.guard.proc_root)
+        details.update(res.to_json())
         state = "done"
         if self.interrupted is not None:
             self.interrupted["recovery"] = _recovery_words(res, self.run.waves_sent)

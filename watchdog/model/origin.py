@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 # The built-in origin kinds (:data:`ORIGIN_KINDS`); a kind added later brings its own name.
@@ -80,6 +80,11 @@ class Restarts:
         launcher: The launcher process that may start it again (PID, start ticks),
             for origins that name no spawner: the jobs one launcher started are one
             incident (one page: ``details.incident``, issue 33).
+        shell: The loop's shell that ``terminate`` is to stop with the job (PID, start
+            ticks), when :attr:`after_terminate` is False for a shell loop: the terminate
+            claims the loop stopped only when this very shell was (it re-decides its
+            wrappers from the live processes, which may differ by then). Not compared:
+            the same advice whoever's shell it names.
     """
 
     when: str
@@ -87,6 +92,7 @@ class Restarts:
     stops: str | None = None
     after_terminate: bool = True
     launcher: tuple[int, int] | None = None
+    shell: tuple[int, int] | None = field(default=None, compare=False)
 
     def line(self) -> str:
         """``restarts it: at once, shell loop `while true```: one line everywhere."""

@@ -638,6 +638,12 @@ ScriptReader = Callable[[Proc], ScriptRead | None]
 _KILL_SHELL = "kill -TERM {pid} (its shell alone: what else it started keeps running)"
 
 
+def stop_loop_first(pid: int) -> str:
+    """The step that stops the shell loop of shell ``pid`` by hand, the job left to
+    ``terminate`` (:attr:`~watchdog.model.origin.Restarts.stops`)."""
+    return f"stop the loop first: {_KILL_SHELL.format(pid=pid)}"
+
+
 def _script_text(read: ScriptRead) -> str:
     """A script's text without its comment lines (the ``#!`` line, a loop commented out)."""
     text = read.text or ""
@@ -684,15 +690,14 @@ def _loop_in(
     if found is None or not (mentions(text, key) or (read is not None and mentions(argv, key))):
         return None
     how = f"shell loop {code_span(safe_text(clip(' '.join(found.group(0).split()), 80)))} {where}"
-    kill = _KILL_SHELL.format(pid=proc.pid)
     if read is not None and read.changed:
         # What the shell runs is the file as it was when it read it: maybe no loop.
         how += "; the file changed after the shell started, so whether it still loops is unsure"
-        return Restarts("unknown", how, f"stop the loop first: {kill}")
+        return Restarts("unknown", how, stop_loop_first(proc.pid))
     when = loop_pause(text, found, key)
     if proc.pid in stop_pids:
-        return Restarts(when, how, STOPS_WITH_LOOP, False)
-    return Restarts(when, how, f"stop the loop first: {kill}")
+        return Restarts(when, how, STOPS_WITH_LOOP, False, shell=(proc.pid, proc.start_ticks))
+    return Restarts(when, how, stop_loop_first(proc.pid))
 
 
 def shell_loop(
