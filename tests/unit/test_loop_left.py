@@ -60,9 +60,9 @@ def _loop_job(spawned: Spawned, tmp_path: Path, shell_argv: list[str]) -> tuple[
         table.refresh()
         for proc in table.procs.values():
             parent = table.get(proc.ppid)
-            if proc.cmdline == ("python3", "train_loop.py") and parent is not None:
-                if parent.cmdline == tuple(shell_argv):
-                    return proc
+            ours = parent is not None and parent.cmdline == tuple(shell_argv)
+            if proc.cmdline == ("python3", "train_loop.py") and ours:
+                return proc
         return None
 
     root = poll("the trainer", trainer, 20)
@@ -181,3 +181,21 @@ def test_a_dash_c_shell_that_started_another_child_since_the_scan_is_left_and_sa
     (left,) = [x for x in details["left"] if x["pid"] == shell.pid]
     assert left["reason"].startswith("it also runs processes outside the job")
     assert left["reason"].endswith("; its loop starts the job again")
+
+
+def test_the_terminate_command_says_the_loop_left_brings_the_job_back() -> None:
+    """`rogue-watchdog terminate`'s last line for a loop whose shell it left (it printed
+    none: the advice said the loop stops with the job); none when it stopped it."""
+    from rogue_watchdog.actions.terminate import TerminateOutcome
+    from rogue_watchdog.cli.actions import _loop_left
+    from rogue_watchdog.model import Restarts
+
+    how = "shell loop `while true` in PID 812"
+    loop = Restarts("after about 7 s", how, STOPS_WITH_LOOP, False, shell=(812, 4242))
+    left = [{"pid": 812, "cmdline": ["bash", "-c", "…"], "reason": "its loop starts the job again"}]
+    assert _loop_left(loop, TerminateOutcome([], "will-return", left=left)) == (
+        "will come back: its loop's shell PID 812 was left running, not the job's alone when "
+        f"the terminate acted (after about 7 s, {how}); stop the loop first: kill -TERM 812 "
+        "(its shell alone: what else it started keeps running)"
+    )
+    assert _loop_left(loop, TerminateOutcome([], "ok")) is None

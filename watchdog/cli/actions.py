@@ -31,6 +31,7 @@ from .help import command_help
 
 if TYPE_CHECKING:
     from ..actions.remedy import JobTarget, Remedy
+    from ..actions.terminate import TerminateOutcome
     from ..config import Config
     from ..model import Restarts, ScanResult
     from ..state import StateDB
@@ -235,6 +236,10 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     shown = ("will-return", "may-return", "ok", "dry-run")
     if again is not None and not disabled and res.outcome in shown:
         _out(_coming_back(again, res.outcome))
+    elif target.restarts is not None and res.outcome in shown:
+        left = _loop_left(target.restarts, res)
+        if left:
+            _out(left)
     return 0 if res.outcome in ("ok", "dry-run") else 1
 
 
@@ -254,6 +259,22 @@ def _coming_back(again: Restarts, outcome: str) -> str:
         return f"{verb}: its source restarts it; {again.stops or 'stop its source first'}"
     return f"may come back: could not tell whether its source starts it again ({again.how})" + (
         f"; {again.stops}" if again.stops else ""
+    )
+
+
+def _loop_left(loop: Restarts, res: TerminateOutcome) -> str | None:
+    """The last line of a terminate advised to stop the job's loop with it whose shell
+    it left (:func:`~watchdog.actions.loopcheck.settle_loop`): the loop starts the job
+    again. None when it stopped that shell, or was not advised to."""
+    from ..policy.guard import stop_loop_first
+
+    shell = loop.shell
+    if shell is None or not any(item.get("pid") == shell[0] for item in res.left):
+        return None
+    verb = "would come back" if res.outcome == "dry-run" else "will come back"
+    return (
+        f"{verb}: its loop's shell PID {shell[0]} was left running, not the job's alone "
+        f"when the terminate acted ({loop.said()}); {stop_loop_first(shell[0])}"
     )
 
 
