@@ -11,7 +11,9 @@ outcome was ``ok`` while nine more runs of the same script waited.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
+from rogue_watchdog.actions.enforcer import Enforcer
 from rogue_watchdog.actions.remedy import target_from_job, terminate_extras
 from rogue_watchdog.command import CommandResult, RecordingRunner
 from rogue_watchdog.lineage.base import ResolveContext, split_answer
@@ -23,9 +25,13 @@ from rogue_watchdog.lineage.slurm import (
     parse_squeue_json,
     task_count,
 )
-from rogue_watchdog.model import Job, Origin, SlurmOrigin, origin_from_json
+from rogue_watchdog.model import CronOrigin, Job, Origin, Proc, SlurmOrigin, origin_from_json
+from rogue_watchdog.model.advice import Advice
 from rogue_watchdog.policy.guard import ProtectedSource, ScanProtection, with_advice
+from rogue_watchdog.policy.signature import job_signature
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
+from tests.unit.test_pages import _daemon
+from tests.unit.test_remediation_superseded import _tick
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
 SQUEUE_ARRAY = (FIX / "squeue-22.05-array-task-and-pending.json").read_text()
@@ -46,6 +52,7 @@ UNKNOWN = (
     "restarts it: unknown, Slurm job array 442000 (whether tasks of it wait to start could "
     "not be told; each runs the same batch script)"
 )
+T0 = 1800151200.0
 NO_SQUEUE = CommandResult(1, "", "squeue: unrecognized option '--json'")
 
 
@@ -155,7 +162,7 @@ def test_a_task_with_pending_tasks_comes_back(tmp_path: Path) -> None:
     assert job.advice.explain_line(411) == "scancel --state=PENDING 442000 && scancel 442001"
     # terminate (the task's own scancel or signals) leaves the array: will-return.
     extras = terminate_extras(target_from_job(job, None, None), source_disabled=False)
-    assert extras["will_return"] == {"restarts": RESTARTS, "stops": STOPS}
+    assert extras["will_return"] == {"restarts": RESTARTS, "stops": STOPS, "each_run": True}
 
 
 def test_by_scontrol_when_squeue_has_no_json(tmp_path: Path) -> None:
@@ -214,7 +221,7 @@ def test_unanswered_array_may_come_back_never_nothing(tmp_path: Path) -> None:
     assert origin.remediation == "scancel --state=PENDING 442000 && scancel 442001"
     (job,) = with_advice([_rogue(origin)], ScanProtection())
     extras = terminate_extras(target_from_job(job, None, None), source_disabled=False)
-    assert extras["may_return"] == {"restarts": UNKNOWN, "stops": STOPS}
+    assert extras["may_return"] == {"restarts": UNKNOWN, "stops": STOPS, "each_run": True}
     assert "will_return" not in extras
 
 
@@ -247,3 +254,82 @@ def test_no_array_advice_while_a_sanctioned_job_is_a_task_of_the_same_array(
     assert job.advice.restarts is None
     assert "scancel" not in job.advice.finding_text(411)
     assert job.origin.remediation is None
+
+
+# -- the daemon: an array's tasks are terminated each, a cron line's run once ----------------
+
+
+class _Remedy:
+    """Stands in for the enforcer's Remedy: records what it was asked to start."""
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+
+    def begin_terminate(
+        self, target: SimpleNamespace, now: float, source_disabled: bool
+    ) -> SimpleNamespace:
+        self.started.append(target.root_pid)
+        return SimpleNamespace(step=lambda: None)
+
+
+def _daemon_job(origin: Origin, pid: int = 5001) -> Job:
+    root = Proc(pid=pid, ppid=400, start_ticks=100, state="S", comm="python3", uid=0)
+    again = origin.restarts()
+    return Job(
+        root_pid=pid, pids=[pid], user="root", cmdline=("/usr/bin/python3", "/srv/train_fake.py"),
+        start_ticks=100, gpu_memory_bytes=None, gpu_uuids=[], lineage=[root], origin=origin,
+        verdict="rogue", advice=Advice(restarts=again),
+    )  # fmt: skip
+
+
+def test_the_daemon_terminates_each_task_of_an_array_as_it_starts(tmp_path: Path) -> None:
+    d = _daemon(tmp_path)
+    enf = Enforcer(d.config, d.db, clock=lambda: T0)
+    task = SlurmOrigin(job_id=TASK, job_name="sweep-lr", account="ml-research",
+                       array_job_id=ARRAY, array_task_id=0, array_pending=True,
+                       array_pending_tasks="1-9", array_pending_count=9)  # fmt: skip
+    cron = CronOrigin(file="/etc/cron.d/x", line=2, schedule="0 2 * * 0", user="root")
+    for origin, started in ((task, [5001]), (cron, [])):
+        job = _daemon_job(origin)
+        sig = job_signature("root", job.cmdline, origin)
+        # A terminate of an earlier run already said its source starts it again.
+        details = terminate_extras(
+            SimpleNamespace(restarts=job.advice.restarts, service=(), service_note=None),  # type: ignore[arg-type]
+            source_disabled=False,
+        )
+        record = {"root": [5000, 90], "procs": [], **details}
+        d.db.record_action("daemon", "terminate", "PID 5000", "will-return", record, T0 - 60,
+                           signature=sig)  # fmt: skip
+        remedy = _Remedy()
+        enf._stop(remedy, job, SimpleNamespace(finding_id=1, refused=None, root_pid=5001),  # type: ignore[arg-type]
+                  False, sig)  # fmt: skip
+        # The next task is one of the array's last nine: terminated, as before arrays
+        # were read. A cron line starts runs forever: terminate-futile, as it was.
+        assert remedy.started == started, origin.kind
+
+
+def test_the_remediation_failed_finding_says_each_task_is_terminated(tmp_path: Path) -> None:
+    d = _daemon(tmp_path)
+    clock = [T0]
+    enf = Enforcer(d.config, d.db, clock=lambda: clock[0])
+    task = SlurmOrigin(job_id=TASK, job_name="sweep-lr", account="ml-research",
+                       array_job_id=ARRAY, array_task_id=0, array_pending=True,
+                       array_pending_tasks="1-9", array_pending_count=9)  # fmt: skip
+    job = _daemon_job(task)
+    sig = job_signature("root", job.cmdline, task)
+    details = terminate_extras(
+        SimpleNamespace(restarts=job.advice.restarts, service=(), service_note=None),  # type: ignore[arg-type]
+        source_disabled=False,
+    )
+    assert details["will_return"] == {"restarts": RESTARTS, "stops": STOPS, "each_run": True}
+    d.db.record_action("daemon", "terminate", "PID 5000", "will-return",
+                       {"root": [5000, 90], "procs": [], **details}, T0, signature=sig)  # fmt: skip
+    _tick(d, enf, clock, T0 + 50, [job])
+    (message,) = [
+        r[0]
+        for r in d.db.conn.execute("SELECT message FROM findings WHERE kind = 'remediation-failed'")
+    ]
+    assert message.endswith(
+        f"as its terminate said, its source {RESTARTS} ({STOPS}); the daemon terminates each "
+        "run it starts"
+    ), message

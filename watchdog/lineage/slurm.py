@@ -26,6 +26,10 @@ in the environment is the user's to set and never reaches a rule. Without a live
 slurmstepd ancestor the resolver only claims a job Slurm still runs: a process whose job
 has ended (or that Slurm cannot be asked about while it hangs off PID 1) is left to the
 orphan resolver, which keeps the job id as a clue.
+
+A task of a job array (``sbatch --array``) is asked about once more: which tasks of its
+array wait to start (``squeue --json -j ARRAY``, else ``scontrol show job ARRAY -o``),
+since those run the same batch script after a ``scancel`` of the task's own job id.
 """
 
 from __future__ import annotations
@@ -719,7 +723,10 @@ class SlurmResolver:
     """Names the Slurm job a process runs in.
 
     Origin fields: ``job_id`` (int), ``job_name``, ``account``, ``user``, ``partition``,
-    ``step``, ``state`` (each None when unknown). Remediation: ``scancel JOBID``.
+    ``step``, ``state`` (each None when unknown); for a task of a job array, as Slurm
+    said, ``array_job_id``, ``array_task_id`` and whether tasks of the array wait to start
+    (:func:`query_array`). Remediation: ``scancel JOBID``, after ``scancel
+    --state=PENDING ARRAY`` for an array task unless Slurm listed no task waiting.
     """
 
     name = "slurm"

@@ -492,6 +492,7 @@ class SlurmOrigin(Origin):
                 f"Slurm job array {array} (whether tasks of it wait to start could not be "
                 "told; each runs the same batch script)",
                 stops,
+                each_run=True,
             )
         tasks = (
             f"tasks {plain_or_code(self.array_pending_tasks)}"
@@ -505,6 +506,8 @@ class SlurmOrigin(Origin):
             f"Slurm job array {array} has {tasks} pending{counted}, each runs the same "
             "batch script",
             stops,
+            # An array has only so many tasks: terminating each as it starts uses them up.
+            each_run=True,
         )
 
     def pin(self) -> dict[str, object] | None:
