@@ -56,14 +56,14 @@ T0 = 1800151200.0
 NO_SQUEUE = CommandResult(1, "", "squeue: unrecognized option '--json'")
 
 
-def _tree(job: int) -> list[FakeProc]:
+def _tree(job: int, env: dict[str, str] | None = None) -> list[FakeProc]:
     # What the recorded run looked like (tests/fixtures/slurm, lineage of task 0).
     return [
         FakeProc(1, 0, ["/sbin/init"]),
         FakeProc(300, 1, ["/usr/sbin/slurmd", "-D"]),
         FakeProc(400, 300, [f"slurmstepd: [{job}.batch]"], exe="/usr/sbin/slurmstepd-wlm"),
         FakeProc(410, 400, ["/bin/sh", f"/var/spool/slurmd/job{job}/slurm_script"]),
-        FakeProc(411, 410, ["/usr/bin/python3", "/srv/train_fake.py"]),
+        FakeProc(411, 410, ["/usr/bin/python3", "/srv/train_fake.py"], environ=env),
     ]
 
 
@@ -223,6 +223,33 @@ def test_unanswered_array_may_come_back_never_nothing(tmp_path: Path) -> None:
     extras = terminate_extras(target_from_job(job, None, None), source_disabled=False)
     assert extras["may_return"] == {"restarts": UNKNOWN, "stops": STOPS, "each_run": True}
     assert "will_return" not in extras
+
+
+def test_slurm_not_asked_an_array_claimed_by_the_environment_may_come_back(
+    tmp_path: Path,
+) -> None:
+    # The recorded task's own environment (SLURM_ARRAY_* as slurmstepd set them).
+    env = {"SLURM_JOB_ID": str(TASK), "SLURM_ARRAY_JOB_ID": str(ARRAY), "SLURM_ARRAY_TASK_ID": "0"}
+    rec = RecordingRunner()  # neither squeue nor scontrol runs
+    ctx = make_context(tmp_path, _tree(TASK, env), rec)
+    origin, _notes = split_answer(SlurmResolver().resolve(lineage(ctx, 411), ctx))
+    assert isinstance(origin, SlurmOrigin)
+    assert (origin.array_job_id, origin.array_claimed) == (None, ARRAY)
+    assert origin.describe() == "Slurm job 442001"  # a claim names no array
+    again = origin.restarts()
+    assert again is not None and again.line() == (
+        "restarts it: unknown, Slurm job array 442000, as the job's environment claims "
+        "(Slurm was not asked: whether tasks of it wait to start could not be told)"
+    )
+    # Nothing to run on the claim's word: no array command, no array stop target.
+    assert again.stops is None
+    assert origin.remediation == "scancel 442001"
+    assert origin.stop_targets() == (("slurm-job", TASK),)
+    # Without the claim (a job of no array, Slurm not asked): today's answer.
+    (tmp_path / "p").mkdir()
+    bare = make_context(tmp_path / "p", _tree(TASK, {"SLURM_JOB_ID": str(TASK)}), RecordingRunner())
+    plain, _ = split_answer(SlurmResolver().resolve(lineage(bare, 411), bare))
+    assert isinstance(plain, SlurmOrigin) and plain.restarts() is None
 
 
 def test_a_job_of_no_array_keeps_its_answer(tmp_path: Path) -> None:

@@ -797,6 +797,10 @@ class SlurmResolver:
             if pending.status != "none":
                 # The task's own scancel leaves the array's waiting tasks to start it again.
                 stop = f"{array_stop(job.array_job_id)} && {stop}"
+        elif job.status != "found" and env.get("SLURM_ARRAY_JOB_ID", "").isdigit():
+            # Slurm not asked: whether it comes back is not known; the claim names no
+            # array to act on (the job's user sets its own environment).
+            origin = replace(origin, array_claimed=int(env["SLURM_ARRAY_JOB_ID"]))
         return replace(origin, evidence=tuple(evidence), remediation=stop)
 
 

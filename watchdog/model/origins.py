@@ -426,6 +426,9 @@ class SlurmOrigin(Origin):
             when that could not be told.
         array_pending_tasks: The waiting task ids as Slurm prints them (``1-9``).
         array_pending_count: How many tasks wait, when that could be counted.
+        array_claimed: When Slurm was not asked: the array the job's environment
+            (``SLURM_ARRAY_JOB_ID``) says it is a task of. A claim: it names nothing to
+            act on, and only makes :meth:`restarts` say it could not tell.
     """
 
     kind: ClassVar[OriginKind] = "slurm"
@@ -446,6 +449,7 @@ class SlurmOrigin(Origin):
     array_pending: bool | None = field(default=None, metadata=shown_with("array_job_id"))
     array_pending_tasks: str | None = field(default=None, metadata=shown_with("array_job_id"))
     array_pending_count: int | None = field(default=None, metadata=shown_with("array_job_id"))
+    array_claimed: int | None = field(default=None, metadata=UNLESS_NONE)
 
     def describe(self) -> str:
         """See :meth:`Origin.describe`."""
@@ -481,8 +485,17 @@ class SlurmOrigin(Origin):
         """A task of a job array: Slurm starts the array's waiting tasks, each running the
         same batch script (sbatch(1) ``--array``), and a ``scancel`` of this task's own job
         id leaves them; ``unknown`` when whether any waits could not be told. None for a
-        job of no array, and for an array Slurm listed whole with no task waiting."""
+        job of no array, and for an array Slurm listed whole with no task waiting. When
+        Slurm was not asked and the job's environment claims an array: ``unknown``,
+        naming no command (the claim is the job user's to write)."""
         array = self.array_job_id
+        if array is None and self.array_claimed is not None:
+            return Restarts(
+                "unknown",
+                f"Slurm job array {self.array_claimed}, as the job's environment claims "
+                "(Slurm was not asked: whether tasks of it wait to start could not be told)",
+                each_run=True,
+            )
         if array is None or self.array_pending is False:
             return None
         stops = f"cancel the array's waiting tasks first: {array_stop(array)}"
