@@ -63,6 +63,10 @@ def test_the_bound_holds_over_many_runs_and_drops_resolved_first(tmp_path: Path)
     assert (u.dropped.findings, u.dropped.paged) == (runs - MAX_FINDINGS, 0)
     kept = sorted(r.root_pid for r in u.resolved if r.root_pid is not None)
     assert kept[0] == 10_000 + runs - MAX_FINDINGS  # the oldest resolved went
+    db.conn.execute("PRAGMA query_only=OFF")  # storage returns
+    u.store(db)
+    # The ids the dropped ones were paged under are never given again.
+    assert db.next_finding_id() == runs + 1
     db.close()
 
 

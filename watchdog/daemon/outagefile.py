@@ -51,10 +51,13 @@ class OutageAccount:
         queued: ``(finding id, sink, event, payload, queued at)`` of the alerts kept in
             memory not yet sent when the file was written (theirs, and the resolve of a
             finding resolved since); POSIX time they were queued.
+        next_id: The first finding id it had not given out: the next daemon goes on
+            past it, so an id once paged names one finding only.
     """
 
     findings: list[FindingRecord]
     queued: list[tuple[int, str, str, dict[str, Any], float]]
+    next_id: int = 1
 
 
 def outage_path(socket_path: str) -> str:
@@ -79,6 +82,7 @@ def write_outage(path: str, account: OutageAccount, boot_id: str | None) -> None
         "boot_id": boot_id,
         "findings": [dataclasses.asdict(r) for r in account.findings],
         "queued": [list(q) for q in account.queued],
+        "next_id": account.next_id,
     }
     fd, tmp = tempfile.mkstemp(prefix=f".{FILE_NAME}.", dir=os.path.dirname(path))
     try:
@@ -133,7 +137,10 @@ def read_outage(path: str, boot_id: str | None) -> OutageAccount | None:
         and isinstance(q[3], dict)
         and isinstance(q[4], (int, float))
     ]
-    return OutageAccount(findings, queued)
+    next_id = data.get("next_id")
+    if not isinstance(next_id, int) or isinstance(next_id, bool):
+        next_id = 1  # none said: the findings' own ids still count (adopt)
+    return OutageAccount(findings, queued, next_id)
 
 
 _TYPES: dict[str, tuple[type, ...]] = {

@@ -42,7 +42,7 @@ their alert state first, so the tracker takes each for one it already alerted on
 second ``open``.
 
 A restart during the outage keeps what was paged (issue 32, follow-up): the open
-findings already paged from memory, with their alerts not yet sent, are written to a
+findings already paged from memory, with the alerts kept here not yet sent, are written to a
 file beside the status socket (:mod:`~watchdog.daemon.outagefile`) after each tick
 kept here, and the next daemon takes them back (:meth:`UnstoredFindings.adopt`) as
 paged: the running rogue is not paged again, and its finding is stored under the id
@@ -203,7 +203,8 @@ class UnstoredFindings:
                 continue
             self.open[rec.fingerprint] = rec
             self.adopted.append(rec.id)
-            self.next_id = max(self.next_id, rec.id + 1)
+        # Past every id the earlier daemon gave out (paged, maybe never stored).
+        self.next_id = max(self.next_id, account.next_id, *(i + 1 for i in self.adopted))
         held = {r.id for r in account.findings}
         for fid, sink, event, payload, queued_at in account.queued:
             # A paged finding's alert, or a resolved one's resolve not sent yet (the
@@ -231,7 +232,7 @@ class UnstoredFindings:
         queued = [
             (d.finding_id, d.sink, d.event, d.payload, d.created_at) for d in self.spool.rows()
         ]
-        return OutageAccount(paged, queued)
+        return OutageAccount(paged, queued, self.next_id)
 
     def pending(self) -> bool:
         """Whether findings, or the jobs and runs ticks saw, wait to be stored."""
@@ -694,6 +695,9 @@ class UnstoredFindings:
                     continue  # opened in the database meanwhile: that one stands
                 fid = db.store_finding(rec)
                 lines.append(f"F{rec.id}" if fid == rec.id else f"F{rec.id} as F{fid}")
+            # Ids paged from memory and not stored (dropped by the bound, resolved before
+            # a restart) are never given again: the database goes on past them.
+            db.reserve_finding_ids(self.next_id)
         self.open, self.resolved, self.gone = {}, [], {}
         self.jobs.clear()
         self.unknown_before, self.dropped, self.adopted = None, Dropped(), []
