@@ -95,8 +95,8 @@ from .tracking.reminders import alert_due, alert_labels, record_labels
 from .tracking.spool import deliveries
 
 #: The most findings (open and resolved) kept in memory while the database refuses
-#: writes. Each is about 1.2 KB (its record, its runs' rows, its details): with
-#: :data:`MAX_RUNS`, a few MB however long the outage and however many runs come and go.
+#: writes. Each is about 2 KB (record, details, message: bench/outage_memory.py, 4.1 MB at
+#: the cap); with :data:`MAX_RUNS`, a few MB however long the outage lasts.
 MAX_FINDINGS = 2000
 #: The most job runs and job rows (each) kept in memory over the database.
 MAX_RUNS = 4000
