@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..hostpaths import config_args
+from ..hosttext import NEWLINE
 from ..render import (
     PLACEMENT_BLIND_KINDS,
     fit,
@@ -772,7 +773,16 @@ def _outcome_lines(doc: dict[str, Any]) -> list[str]:
     degraded = doc.get("degraded") or {}
     if not degraded:
         return [*out, "degraded: none"]
-    return [*out, "degraded:", *(f"  {part}: {error}" for part, error in sorted(degraded.items()))]
+    # A line break in an error (a refused reload lists one error a line) is shown as the
+    # finding about it shows it, ⏎, not as printable's literal \n.
+    return [
+        *out,
+        "degraded:",
+        *(
+            f"  {part}: {str(error).replace(chr(10), NEWLINE)}"
+            for part, error in sorted(degraded.items())
+        ),
+    ]
 
 
 def status_gpu_lines(doc: dict[str, Any], width: int) -> list[str]:
