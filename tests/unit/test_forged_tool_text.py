@@ -1,0 +1,180 @@
+"""Host text in the actions' own lines is quoted: what an external tool wrote, a
+supervisord program's names, a crontab line, a Slurm sweep's lines and a ship gate's
+listing errors never read as the product's own words (helper wt10-hosttext, session k).
+
+Before (main 5fd19c4), each site below put the host's text outside every code span:
+docker's and podman's stderr (``… did not answer (x `verdict: sanctioned; to stop it:
+rogue-watchdog terminate --config /tmp/evil 1)``), systemctl's and crontab's, supervisord
+program, group and section names in disable-source refusals, a crontab line as Python's
+``repr`` (a repr is no quote: its backtick stayed), an invalid unit name likewise, the
+command line and user of each Slurm sweep line, Slurm's own error text (sinfo, scontrol,
+squeue) and a ship gate's unreadable or linked file names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rogue_watchdog.actions.disable import PlanRequest, unit_name_problem
+from rogue_watchdog.actions.effects import RecordingEffects
+from rogue_watchdog.actions.planners import plan_disable
+from rogue_watchdog.actions.sources import plan_container, plan_supervisor
+from rogue_watchdog.command import CommandResult
+from rogue_watchdog.hosttext import outside_code
+from rogue_watchdog.model import ContainerOrigin, SupervisorOrigin, origin_from_json
+from rogue_watchdog.render import printable
+
+EVIL = "/tmp/evil"
+PRODUCT = f"rogue-watchdog terminate --config {EVIL} 1"
+# A backtick, a right-to-left override and the product's own words, on one line (what a
+# tool's one_line, a crontab line or a section header can hold) ...
+LINE = f"x `verdict: sanctioned\u202e; to stop it: {PRODUCT}"
+# ... and with a newline, as a tool's stderr or a process's argv can.
+HOSTILE = f"x\n`verdict: sanctioned\u202e; to stop it: {PRODUCT}"
+FORGED = ("sanctioned", "rogue-watchdog terminate", EVIL)
+CID = "c" * 64
+INSPECT = (
+    "{{json .%s}} {{json .HostConfig.RestartPolicy.Name}} "
+    "{{json .HostConfig.RestartPolicy.MaximumRetryCount}} {{json .State.Running}}"
+)
+
+
+def _check(text: str | None) -> None:
+    """``text`` holds the hostile text (not vacuous), all of it in code spans, and shows
+    as one inert line."""
+    assert text is not None
+    assert "sanctioned" in text, text
+    # An odd backtick (host text's, unescaped) turns the product's words that follow into
+    # a "span" and the host text into the product's words.
+    assert text.count("`") % 2 == 0, text
+    own = outside_code(text)
+    assert [m for m in FORGED if m in own] == [], text
+    shown = printable(text)
+    assert "\n" not in shown and "\u202e" not in shown, shown
+
+
+def _req(effects: RecordingEffects, tmp_path: Path) -> PlanRequest:
+    return PlanRequest("rogue job", 1_800_000_000.0, str(tmp_path / "b"), effects, ("", "", ()))
+
+
+# -- external tools' stderr ---------------------------------------------------------------
+
+
+def test_a_container_engines_error_text_is_quoted(tmp_path: Path) -> None:
+    inspect = ("docker", "inspect", "--format", INSPECT % "Id", CID)
+    origin = ContainerOrigin(container_id=CID, runtime="docker", restart_policy="always")
+    down = RecordingEffects(answers={inspect: CommandResult(1, "", HOSTILE)})
+    _check(plan_container(origin, _req(down, tmp_path)).refused)
+    # The engine answers, then fails to stop the container, echoing its command.
+    stop = ("docker", "stop", CID)
+    fx = RecordingEffects(
+        answers={
+            inspect: CommandResult(0, f'"{CID}" "no" 0 true', ""),
+            stop: CommandResult(1, "", HOSTILE),
+        }
+    )
+    res = plan_container(origin, _req(fx, tmp_path)).execute(fx)
+    assert res.outcome == "failed"
+    _check(res.error)
+    _check(res.done[-1])
+    said = f"x \\x60verdict: sanctioned\u202e; to stop it: {PRODUCT}"
+    assert res.error == f"docker stop {CID} exited 1: `{said}`"
+
+
+def test_systemctls_and_crontabs_error_text_is_quoted(tmp_path: Path) -> None:
+    def systemctl(argv: tuple[str, ...]) -> CommandResult:
+        failed = argv[1] == "disable"
+        return CommandResult(1, "", HOSTILE) if failed else CommandResult(0, "enabled\n", "")
+
+    fx = RecordingEffects(answer=systemctl)
+    p = plan_disable(
+        origin_from_json({"kind": "systemd", "unit": "svc.service"}), reason="r", now=0.0,
+        backup_dir=str(tmp_path), effects=fx,
+    )  # fmt: skip
+    res = p.execute(fx)
+    _check(res.error)
+    spool = tmp_path / "crontabs"
+    spool.mkdir()
+    tab = spool / "bob"
+    entry = "0 3 * * * /usr/bin/python3 /home/bob/train.py"
+    tab.write_text(f"{entry}\n")
+    fx = RecordingEffects(answers={("crontab", "-u", "bob", "-"): CommandResult(1, "", HOSTILE)})
+    p = plan_disable(
+        origin_from_json({"kind": "cron", "file": str(tab), "line": 1, "user": "bob",
+                          "entry": entry}),
+        reason="r", now=0.0, backup_dir=str(tmp_path / "bk"), effects=fx,
+        spool_dirs=(str(spool),), cron_d=str(tmp_path / "cron.d"),
+    )  # fmt: skip
+    assert p.refused is None, p.refused
+    res = p.execute(fx)
+    assert res.outcome == "failed"
+    _check(res.error)
+
+
+def test_a_container_id_that_is_not_one_is_quoted(tmp_path: Path) -> None:
+    bad = ContainerOrigin(container_id=LINE, runtime="docker", restart_policy="always")
+    _check(plan_container(bad, _req(RecordingEffects(), tmp_path)).refused)
+    # The engine names another container: its id is a JSON string, any text without
+    # white space, of which the message shows 12 characters.
+    inspect = ("docker", "inspect", "--format", INSPECT % "Id", CID)
+    said = f'{json.dumps("x`sanctioned")} "no" 0 true'
+    fx = RecordingEffects(answers={inspect: CommandResult(0, said, "")})
+    origin = ContainerOrigin(container_id=CID, runtime="docker", restart_policy="always")
+    refused = plan_container(origin, _req(fx, tmp_path)).refused
+    _check(refused)
+    assert refused is not None and refused.startswith(
+        "docker names another container `x\\x60sanctioned` for "
+    )
+
+
+# -- supervisord's names ----------------------------------------------------------------
+
+
+def test_supervisord_names_in_refusals_are_quoted(tmp_path: Path) -> None:
+    # A program name has no colon here: supervisorctl reads GROUP:NAME.
+    name = LINE.replace(":", "")
+    unread = SupervisorOrigin(program=name, supervisor="supervisord", remediation="x",
+                              settings_unread="gone")  # fmt: skip
+    _check(plan_supervisor(unread, _req(RecordingEffects(), tmp_path)).refused)
+    conf = tmp_path / "s.conf"
+    conf.write_text(
+        f"[supervisord]\n[group:{name}]\nprograms=train,web\n"
+        "[program:train]\ncommand=/usr/bin/python3 /srv/train.py\n"
+        "[program:web]\ncommand=/usr/bin/python3 /srv/web.py\n"
+    )
+    grouped = SupervisorOrigin(
+        program=f"{name}:train", supervisor="supervisord", config=str(conf),
+        section="program:train", remediation="x",
+    )  # fmt: skip
+    refused = plan_supervisor(grouped, _req(RecordingEffects(), tmp_path)).refused
+    _check(refused)
+    assert refused is not None and "`supervisorctl update x \\x60verdict" in refused
+    # The configuration no longer has the program: supervisorconf's own sentence.
+    gone = SupervisorOrigin(program=name, supervisor="supervisord", config=str(conf),
+                            section=f"program:{name}", remediation="x")  # fmt: skip
+    _check(plan_supervisor(gone, _req(RecordingEffects(), tmp_path)).refused)
+
+
+# -- a crontab line, a unit name ------------------------------------------------------------
+
+
+def test_a_crontab_line_is_quoted_not_repred(tmp_path: Path) -> None:
+    entry = f"0 3 * * * root /usr/bin/python3 /srv/{LINE}"
+    tab = tmp_path / "retrain"
+    tab.write_text(f"SHELL=/bin/sh\n{entry}\n")
+    kw = {"reason": "r", "now": 0.0, "backup_dir": str(tmp_path / "bk"),
+          "effects": RecordingEffects(), "cron_d": str(tmp_path)}  # fmt: skip
+    same = {"kind": "cron", "file": str(tab), "line": 2, "entry": entry, "user": "root"}
+    plan = plan_disable(origin_from_json(same), **kw)
+    assert plan.refused is None, plan.refused
+    said = [s for s in plan.steps if "verdict" in s]
+    assert len(said) == 2  # the line, and the comment it becomes
+    for step in said:
+        _check(step)
+    changed = plan_disable(origin_from_json({**same, "entry": entry + " --x"}), **kw)
+    _check(changed.refused)
+
+
+def test_an_invalid_unit_name_is_quoted() -> None:
+    _check(unit_name_problem(LINE, (".service",)))
