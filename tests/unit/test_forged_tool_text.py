@@ -19,11 +19,17 @@ from pathlib import Path
 from rogue_watchdog.actions.disable import PlanRequest, unit_name_problem
 from rogue_watchdog.actions.effects import RecordingEffects
 from rogue_watchdog.actions.planners import plan_disable
+from rogue_watchdog.actions.slurmnode import drain, node_state
+from rogue_watchdog.actions.slurmrecord import JobEntry, RecordedProc, check_entry
+from rogue_watchdog.actions.slurmsweep import Leftover, SweepReport, job_evidence
 from rogue_watchdog.actions.sources import plan_container, plan_supervisor
 from rogue_watchdog.command import CommandResult
 from rogue_watchdog.hosttext import outside_code
+from rogue_watchdog.lineage.slurm import query_job, squeue_refused
 from rogue_watchdog.model import ContainerOrigin, SupervisorOrigin, origin_from_json
+from rogue_watchdog.queue.slurm import QueueError, SlurmQueue
 from rogue_watchdog.render import printable
+from tests.fixtures.proc.fakeproc import FakeProc, make_context
 
 EVIL = "/tmp/evil"
 PRODUCT = f"rogue-watchdog terminate --config {EVIL} 1"
@@ -178,3 +184,54 @@ def test_a_crontab_line_is_quoted_not_repred(tmp_path: Path) -> None:
 
 def test_an_invalid_unit_name_is_quoted() -> None:
     _check(unit_name_problem(LINE, (".service",)))
+
+
+# -- Slurm --------------------------------------------------------------------------------
+
+
+def test_a_sweeps_lines_quote_the_command_line_and_the_user() -> None:
+    lo = Leftover(41, 1, ("/usr/bin/python3", HOSTILE), LINE, 7, ("/dev/nvidia0",),
+                  "recorded below slurmstepd while the job ran")  # fmt: skip
+    report = SweepReport(leftovers=[lo], foreign=[lo], unconfirmed=[lo], unchecked=[lo])
+    lines = [ln for ln in report.lines() if ln.startswith("PID 41")]
+    assert len(lines) == 4
+    for line in lines:
+        _check(line)
+
+
+# A job cgroup's own folders may be the job's (cgroup v2 delegation): its name is host text.
+CGROUP = "0::/system.slice/slurmstepd.scope/job_7/step_0/user/" + LINE.replace("/", "")
+
+
+def test_a_job_cgroup_named_as_proof_is_quoted(tmp_path: Path) -> None:
+    procs = [FakeProc(1, 0, ["/sbin/init"]), FakeProc(41, 1, ["/usr/bin/python3", "x"],
+             cgroup=(CGROUP,))]  # fmt: skip
+    table = make_context(tmp_path / "proc", procs).table
+    (ev,) = job_evidence(table, {}).values()
+    _check(ev.proof)
+    # The drain's record, checking a job it drained for, finds the same process.
+    rp = RecordedProc(5, 50, "survived", 1001, "cgroup x", None, ())
+    found = check_entry(JobEntry(7, [rp], 0, ()), table).found
+    assert [f.pid for f in found] == [41]
+    _check(found[0].proof)
+
+
+def test_slurms_error_text_is_quoted(tmp_path: Path) -> None:
+    def fail(argv: object, timeout_s: float) -> CommandResult:
+        # One line: the resolver shows the first line of what Slurm wrote.
+        return CommandResult(1, "", LINE + "\n")
+
+    state = node_state("n1", fail, 2.0)
+    assert isinstance(state, str)
+    _check(state)
+    _check(drain("n1", "r", fail, 2.0))
+    ctx = make_context(tmp_path / "proc", [FakeProc(1, 0, ["/sbin/init"])], fail)
+    _check(query_job(12, ctx, 2.0).via)
+    refused = squeue_refused(f'{{"errors": [{{"description": "{LINE}"}}], "jobs": []}}')
+    _check(refused)
+    try:
+        SlurmQueue(fail).entries()
+    except QueueError as exc:
+        _check(str(exc))
+    else:
+        raise AssertionError("no answer read as an empty queue")

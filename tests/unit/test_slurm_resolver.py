@@ -315,7 +315,7 @@ def test_controller_down_is_unavailable(tmp_path: Path) -> None:
     ctx = make_context(tmp_path, [INIT], rec)
     job = query_job(5, ctx)
     assert job.status == "unavailable" and not job.ended
-    assert job.via == f"squeue failed: {down.strip()}; scontrol failed: {down.strip()}"
+    assert job.via == f"squeue failed: `{down.strip()}`; scontrol failed: `{down.strip()}`"
 
 
 # -- a Slurm origin must be proven, never taken from what the process says ---------------
