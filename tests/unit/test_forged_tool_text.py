@@ -13,8 +13,12 @@ squeue) and a ship gate's unreadable or linked file names.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
+
+import pytest
 
 from rogue_watchdog.actions.disable import PlanRequest, unit_name_problem
 from rogue_watchdog.actions.effects import RecordingEffects
@@ -29,6 +33,9 @@ from rogue_watchdog.lineage.slurm import query_job, squeue_refused
 from rogue_watchdog.model import ContainerOrigin, SupervisorOrigin, origin_from_json
 from rogue_watchdog.queue.slurm import QueueError, SlurmQueue
 from rogue_watchdog.render import printable
+from rogue_watchdog.weights.quarantine import FileOps, QuarantineError, quarantine_file
+from rogue_watchdog.weights.shipwatch import list_files
+from rogue_watchdog.weights.verifyworker import FileKey
 from tests.fixtures.proc.fakeproc import FakeProc, make_context
 
 EVIL = "/tmp/evil"
@@ -235,3 +242,39 @@ def test_slurms_error_text_is_quoted(tmp_path: Path) -> None:
         _check(str(exc))
     else:
         raise AssertionError("no answer read as an empty queue")
+
+
+# -- a ship gate's listing ----------------------------------------------------------------
+
+
+def test_a_watched_directorys_file_names_are_quoted_in_its_errors(tmp_path: Path) -> None:
+    name = LINE.replace("/", "")  # one file name
+    (tmp_path / name).write_text("")
+    listing = list_files(tmp_path / name, ["*.safetensors"])
+    assert len(listing.errors) == 1
+    _check(listing.errors[0])
+    # A deploy folder's link to a file outside it, named by whoever wrote the link.
+    outside = tmp_path / "out"
+    outside.mkdir()
+    (outside / f"{name}.safetensors").write_bytes(b"")
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    os.symlink(outside / f"{name}.safetensors", deploy / "m.safetensors")
+    listing = list_files(deploy, ["*.safetensors"])
+    (how,) = listing.outside.values()
+    _check(how)
+
+
+class _NoRename(FileOps):
+    def rename(self, src: Path, dst: Path) -> None:
+        raise OSError(errno.EACCES, "Permission denied")
+
+
+def test_a_weights_file_that_cannot_be_moved_is_named_quoted(tmp_path: Path) -> None:
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    path = deploy / f"{LINE.replace('/', '')}.safetensors"
+    path.write_bytes(b"")
+    with pytest.raises(QuarantineError) as exc:
+        quarantine_file(FileKey.of(path), deploy, tmp_path / "q", 0.0, _NoRename())
+    _check(exc.value.strerror)
