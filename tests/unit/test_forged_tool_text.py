@@ -27,16 +27,25 @@ from rogue_watchdog.actions.slurmnode import drain, node_state
 from rogue_watchdog.actions.slurmrecord import JobEntry, RecordedProc, check_entry
 from rogue_watchdog.actions.slurmsweep import Leftover, SweepReport, job_evidence
 from rogue_watchdog.actions.sources import plan_container, plan_supervisor
-from rogue_watchdog.command import CommandResult
+from rogue_watchdog.command import CommandResult, RecordingRunner
 from rogue_watchdog.hosttext import outside_code
-from rogue_watchdog.lineage.slurm import query_job, squeue_refused
-from rogue_watchdog.model import ContainerOrigin, SupervisorOrigin, origin_from_json
+from rogue_watchdog.lineage import default_resolvers
+from rogue_watchdog.lineage.base import split_answer
+from rogue_watchdog.lineage.kubernetes import KubernetesResolver
+from rogue_watchdog.lineage.slurm import SlurmResolver, query_job, squeue_refused
+from rogue_watchdog.model import ContainerOrigin, SupervisorOrigin, SystemdOrigin, origin_from_json
+from rogue_watchdog.policy.learn import Group, Script, _unresolved_text
 from rogue_watchdog.queue.slurm import QueueError, SlurmQueue
 from rogue_watchdog.render import printable
+from rogue_watchdog.scan import resolve_origin
+from rogue_watchdog.weights.fallback import _judge
 from rogue_watchdog.weights.quarantine import FileOps, QuarantineError, quarantine_file
 from rogue_watchdog.weights.shipwatch import list_files
 from rogue_watchdog.weights.verifyworker import FileKey
-from tests.fixtures.proc.fakeproc import FakeProc, make_context
+from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
+from tests.kubeapi import FIX, serve
+from tests.unit.test_kubernetes import CJ_CGROUP, ROUTES, _api, _resolve
+from tests.unit.test_queue_policy import SCAN, T0, _setup, entry
 
 EVIL = "/tmp/evil"
 PRODUCT = f"rogue-watchdog terminate --config {EVIL} 1"
@@ -278,3 +287,74 @@ def test_a_weights_file_that_cannot_be_moved_is_named_quoted(tmp_path: Path) -> 
     with pytest.raises(QuarantineError) as exc:
         quarantine_file(FileKey.of(path), deploy, tmp_path / "q", 0.0, _NoRename())
     _check(exc.value.strerror)
+
+
+# -- reprs of host text -------------------------------------------------------------------
+
+
+def test_a_user_units_owner_and_name_are_quoted_in_the_pin_refusal() -> None:
+    origin = SystemdOrigin(unit=LINE, user_unit=True, user=LINE)
+    pin = origin.owner_pin({"systemd_unit"})
+    assert pin is not None
+    _check(pin[1])
+
+
+def test_a_slurmstepd_lookalikes_title_is_quoted(tmp_path: Path) -> None:
+    # exec -a "slurmstepd: [4242.0] …": the title is the process's own.
+    fake = FakeProc(400, 1, [f"slurmstepd: [4242.0] {LINE}"], exe="/usr/bin/python3", uid=1000)
+    procs = [FakeProc(1, 0, ["/sbin/init"]), fake,
+             FakeProc(60, 400, ["/usr/bin/python3", "/tmp/t.py"], uid=1000)]  # fmt: skip
+    ctx = make_context(tmp_path, procs, RecordingRunner({}))
+    origin, notes = split_answer(SlurmResolver().resolve(lineage(ctx, 60), ctx))
+    assert origin is None and len(notes) == 1
+    _check(notes[0])
+
+
+def test_a_queue_actions_failure_quotes_the_job_name_and_slurms_error(tmp_path: Path) -> None:
+    e = entry("7", state="RUNNING", name=LINE, user=LINE.replace(" ", ""))
+    source, enf, db, runner = _setup(tmp_path, [e], {"7": e}, "cancel", rc=1)
+    runner.default = CommandResult(1, "", HOSTILE)
+    source.findings(T0, None)
+    (failed,) = enf.act(T0, SCAN, None)
+    _check(failed.message)
+    (action,) = db.actions()
+    _check(action.outcome)
+
+
+def test_a_learned_scripts_name_is_quoted() -> None:
+    group = Group.__new__(Group)
+    group.script = Script(LINE, None, "no working directory recorded")
+    _check(_unresolved_text(group))
+
+
+def test_a_checkpoints_metric_is_quoted(tmp_path: Path) -> None:
+    _check(_judge(tmp_path / "ckpt", LINE, None).reason)
+
+
+def test_a_cronjobs_schedule_is_quoted_in_the_evidence(tmp_path: Path) -> None:
+    path = "/apis/batch/v1/namespaces/ml-team/cronjobs/nightly-retrain"
+    doc = json.loads((FIX / "cronjob-nightly-retrain.json").read_text())
+    doc["spec"]["schedule"] = LINE
+    with serve({**ROUTES, path: (200, json.dumps(doc).encode())}) as api:
+        origin = _resolve(tmp_path, KubernetesResolver(_api(api.url)), CJ_CGROUP)
+    assert origin is not None
+    (said,) = [e for e in origin.evidence if e.startswith("CronJob ")]
+    _check(said)
+
+
+def test_an_unnamed_supervisor_programs_command_is_quoted_in_the_remediation(
+    tmp_path: Path,
+) -> None:
+    """No SUPERVISOR_PROCESS_NAME: the by-hand line names the program by its command line
+    (was its repr, in every refusal's ``by hand:`` part)."""
+    sup = FakeProc(300, 1, ["/usr/bin/python3", "/usr/bin/supervisord"])
+    procs = [FakeProc(1, 0, ["/sbin/init"]), sup,
+             FakeProc(310, 300, ["/usr/bin/python3", "/srv/train.py", LINE])]  # fmt: skip
+    (tmp_path / "cron.d").mkdir()
+    ctx = make_context(
+        tmp_path / "proc", procs, cron_files=(), cron_d_dir=str(tmp_path / "cron.d"),
+        cron_spool_dirs=(),
+    )  # fmt: skip
+    origin = resolve_origin(lineage(ctx, 310), ctx, default_resolvers())
+    assert origin.kind == "supervisor"
+    _check(origin.remediation)

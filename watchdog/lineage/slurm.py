@@ -587,7 +587,8 @@ def unconfirmed_text(clue: SlurmClue) -> str:
 
 
 def _title(proc: Proc) -> str:
-    return repr(" ".join(proc.cmdline) if proc.cmdline else proc.comm)
+    # The title is the process's own (``exec -a``): quoted, never the product's words.
+    return code_span(clip(" ".join(proc.cmdline) if proc.cmdline else proc.comm, 200))
 
 
 def _said(value: str | None) -> str:

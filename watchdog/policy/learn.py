@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from ..config import Config, ConfigError, parse_config
-from ..hosttext import safe_text
+from ..hosttext import code_span, safe_text
 from ..model import (
     NON_TRAINING_CLASSES,
     WORKLOAD_CLASSES,
@@ -840,7 +840,7 @@ def _unresolved_text(g: Group) -> str | None:
         return None
     return (
         f"its script could not be resolved ({g.script.unresolved}): runs of any "
-        f"{g.script.name!r} count as the same script"
+        f"{code_span(g.script.name)} count as the same script"
     )
 
 
