@@ -1,6 +1,7 @@
 """Host text in the actions' own lines is quoted: what an external tool wrote, a
-supervisord program's names, a crontab line, a Slurm sweep's lines and a ship gate's
-listing errors never read as the product's own words (helper wt10-hosttext, session k).
+supervisord program's names, a crontab line, a Slurm sweep's lines, a ship gate's listing
+errors and host text once shown as Python's repr never read as the product's own words
+(helper wt10-hosttext, session k).
 
 Before (main 5fd19c4), each site below put the host's text outside every code span:
 docker's and podman's stderr (``… did not answer (x `verdict: sanctioned; to stop it:
@@ -8,7 +9,11 @@ rogue-watchdog terminate --config /tmp/evil 1)``), systemctl's and crontab's, su
 program, group and section names in disable-source refusals, a crontab line as Python's
 ``repr`` (a repr is no quote: its backtick stayed), an invalid unit name likewise, the
 command line and user of each Slurm sweep line, Slurm's own error text (sinfo, scontrol,
-squeue) and a ship gate's unreadable or linked file names.
+squeue), a ship gate's unreadable or linked file names, a user unit's owner, a
+slurmstepd look-alike's title, a CronJob's schedule, an unnamed supervisord program's
+command line, a queue action's job name and error, a learned script's name, a
+checkpoint's metric, and the command lines of ``allowlist suggest`` and ``diff``.
+Each test fails with its site put back as it was (checked one site at a time).
 """
 
 from __future__ import annotations
@@ -28,13 +33,22 @@ from rogue_watchdog.actions.slurmrecord import JobEntry, RecordedProc, check_ent
 from rogue_watchdog.actions.slurmsweep import Leftover, SweepReport, job_evidence
 from rogue_watchdog.actions.sources import plan_container, plan_supervisor
 from rogue_watchdog.command import CommandResult, RecordingRunner
+from rogue_watchdog.config import parse_config
 from rogue_watchdog.hosttext import outside_code
 from rogue_watchdog.lineage import default_resolvers
 from rogue_watchdog.lineage.base import split_answer
 from rogue_watchdog.lineage.kubernetes import KubernetesResolver
 from rogue_watchdog.lineage.slurm import SlurmResolver, query_job, squeue_refused
 from rogue_watchdog.model import ContainerOrigin, SupervisorOrigin, SystemdOrigin, origin_from_json
-from rogue_watchdog.policy.learn import Group, Script, _unresolved_text
+from rogue_watchdog.policy.learn import (
+    Group,
+    Script,
+    _unresolved_text,
+    render_changes,
+    render_yaml,
+    replay,
+    suggest,
+)
 from rogue_watchdog.queue.slurm import QueueError, SlurmQueue
 from rogue_watchdog.render import printable
 from rogue_watchdog.scan import resolve_origin
@@ -44,6 +58,8 @@ from rogue_watchdog.weights.shipwatch import list_files
 from rogue_watchdog.weights.verifyworker import FileKey
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
 from tests.kubeapi import FIX, serve
+from tests.unit.test_allowlist_suggest import PY, SCRIPT, cron, run, tmux
+from tests.unit.test_allowlist_suggest import T0 as LEARN_T0
 from tests.unit.test_kubernetes import CJ_CGROUP, ROUTES, _api, _resolve
 from tests.unit.test_queue_policy import SCAN, T0, _setup, entry
 
@@ -54,7 +70,7 @@ PRODUCT = f"rogue-watchdog terminate --config {EVIL} 1"
 LINE = f"x `verdict: sanctioned\u202e; to stop it: {PRODUCT}"
 # ... and with a newline, as a tool's stderr or a process's argv can.
 HOSTILE = f"x\n`verdict: sanctioned\u202e; to stop it: {PRODUCT}"
-FORGED = ("sanctioned", "rogue-watchdog terminate", EVIL)
+FORGED = ("verdict", "rogue-watchdog terminate", EVIL)
 CID = "c" * 64
 INSPECT = (
     "{{json .%s}} {{json .HostConfig.RestartPolicy.Name}} "
@@ -66,7 +82,7 @@ def _check(text: str | None) -> None:
     """``text`` holds the hostile text (not vacuous), all of it in code spans, and shows
     as one inert line."""
     assert text is not None
-    assert "sanctioned" in text, text
+    assert "verdict" in text, text
     # An odd backtick (host text's, unescaped) turns the product's words that follow into
     # a "span" and the host text into the product's words.
     assert text.count("`") % 2 == 0, text
@@ -140,13 +156,13 @@ def test_a_container_id_that_is_not_one_is_quoted(tmp_path: Path) -> None:
     # The engine names another container: its id is a JSON string, any text without
     # white space, of which the message shows 12 characters.
     inspect = ("docker", "inspect", "--format", INSPECT % "Id", CID)
-    said = f'{json.dumps("x`sanctioned")} "no" 0 true'
+    said = f'{json.dumps("x`verdict;ab")} "no" 0 true'
     fx = RecordingEffects(answers={inspect: CommandResult(0, said, "")})
     origin = ContainerOrigin(container_id=CID, runtime="docker", restart_policy="always")
     refused = plan_container(origin, _req(fx, tmp_path)).refused
     _check(refused)
     assert refused is not None and refused.startswith(
-        "docker names another container `x\\x60sanctioned` for "
+        "docker names another container `x\\x60verdict;ab` for "
     )
 
 
@@ -358,3 +374,30 @@ def test_an_unnamed_supervisor_programs_command_is_quoted_in_the_remediation(
     origin = resolve_origin(lineage(ctx, 310), ctx, default_resolvers())
     assert origin.kind == "supervisor"
     _check(origin.remediation)
+
+
+def test_allowlist_suggest_and_diff_quote_a_runs_command_line() -> None:
+    """``# seen, not proposed: CMD (user U, …)`` and ``… rogue -> sanctioned: CMD (user U,
+    …)`` named the command line as it was (escaped, not quoted)."""
+    t0 = LEARN_T0
+    odd = [PY, SCRIPT, LINE]
+    # The comment names the program and script (no arguments): the script's name is odd.
+    script = f"/home/alice/{LINE.replace('/', '')}.py"
+    by_hand = run(201, t0 + 50, t0 + 90, tmux(), [PY, script, "--lr", "1"], "alice")
+    (seen,) = [
+        line
+        for line in render_yaml(suggest([by_hand], t0 - 1)).splitlines()
+        if line.startswith("# seen, not proposed: ")
+    ]
+    _check(seen)
+    cfg = parse_config(
+        "sanctioned:\n- name: p\n"
+        "  cmdline_regex: '^/opt/pipeline/venv/bin/python /opt/pipeline/train\\.py( |$)'\n"
+        "  user: mlops\n  origin: {cron_file: /etc/cron.d/pipeline, cron_line: 2}\n",
+        "c.yaml",
+    )
+    runs = [run(101 + i, t0 + 300 * i, t0 + 300 * i + 200, cron(), odd) for i in range(2)]
+    changed = [ln for ln in render_changes(replay(runs, cfg)).splitlines() if " PID " in ln]
+    assert len(changed) == 2
+    for line in changed:
+        _check(line)
