@@ -84,7 +84,8 @@ purge_state_dir() {
   local d=$1
   [ -n "$d" ] && [ "$d" != / ] && [ -d "$d" ] || return 0
   rm -rf -- "$d/state.db" "$d/state.db-wal" "$d/state.db-shm" "$d/state.db-journal" \
-    "$d/daemon.lock" "$d/backups" "$d/slurm-drain.json" "$d"/state.db.corrupt-*
+    "$d/daemon.lock" "$d/backups" "$d/slurm-drain.json" "$d/slurm-sweep.lock" \
+    "$d/config-in-force.yaml" "$d"/.config-in-force.yaml.* "$d"/state.db.corrupt-*
   if rmdir -- "$d" 2>/dev/null; then
     say "removed $d"
   else

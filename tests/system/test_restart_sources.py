@@ -337,6 +337,62 @@ def test_a_shell_loop_that_terminate_leaves_is_named_and_stopped_first(
     assert Path(f"/proc/{server}").exists()
 
 
+def test_a_loop_in_an_executable_script_is_named_and_stopped_with_its_run(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """The loop in a ``#!/bin/bash`` script run as ``./retrain.sh`` (argv ``/bin/bash
+    ./retrain.sh``), its shell running nothing else. BEFORE: ``advice.restarts`` null
+    (nothing said to start it again), terminate stopped the run alone and the loop ran
+    it again 5 s later."""
+    need_root()
+    (tmp_path / "train_loop.py").write_text("import time\ntime.sleep(300)\n")
+    script = tmp_path / "retrain.sh"
+    script.write_text("#!/bin/bash\nwhile true; do\n  python3 train_loop.py\n  sleep 5\ndone\n")
+    script.chmod(0o755)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
+    spawned.start(
+        ["/bin/sh", "-c", "nohup ./retrain.sh >/dev/null 2>&1 & exit 0"],
+        cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+    ).wait(timeout=10)  # fmt: skip
+
+    def run(*args: str) -> tuple[int, str]:
+        res = subprocess.run(
+            [sys.executable, "-m", "rogue_watchdog", *args, "--config", str(config)],
+            env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+            check=False,
+        )  # fmt: skip
+        return res.returncode, res.stdout
+
+    def trainers() -> list[dict[str, Any]]:
+        jobs = json.loads(run("scan", "--json")[1])["jobs"]
+        return [j for j in jobs if j["cmdline"] == ["python3", "train_loop.py"]]
+
+    job = poll("the trainer", trainers, 20)[0]
+    pid, shell = job["root_pid"], job["lineage"][1]["pid"]
+    assert job["lineage"][1]["cmdline"] == ["/bin/bash", "./retrain.sh"]
+    how = (
+        f"shell loop `while true` in the script `./retrain.sh` of PID {shell} (as the file "
+        "reads now)"
+    )
+    assert job["advice"]["restarts"] == {
+        "when": "after about 5 s", "how": how, "stops": "terminate stops the loop with it",
+        "after_terminate": False,
+    }  # fmt: skip
+    rc, out = run("terminate", str(pid))
+    assert rc == 0 and out.splitlines()[-1] == "outcome: ok", out
+    assert not Path(f"/proc/{shell}").exists() or _state(shell) == "Z"
+    time.sleep(6)  # past the loop's `sleep 5`: nothing comes back
+    assert trainers() == []
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
 def _children(pid: int) -> list[int]:
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()

@@ -162,6 +162,9 @@ def _fake_install(s: Path, state: Path) -> Path:
     state.mkdir(exist_ok=True)
     (state / "state.db").write_bytes(b"")
     (state / "backups").mkdir(exist_ok=True)
+    # what a daemon and a Slurm sweep leave beside it (daemon/inforce.py, slurmrecord.py)
+    (state / "config-in-force.yaml").write_bytes(config.read_bytes())
+    (state / "slurm-sweep.lock").write_bytes(b"")
     return config
 
 

@@ -8,6 +8,7 @@ the daemon's file names).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import sys
@@ -174,6 +175,73 @@ def test_explain_judges_under_the_daemons_allowlist(
     assert f"rogue-watchdog: using the running daemon's configuration: {config}\n" in err
     assert "1 process(es), verdict sanctioned\n" in out
     assert "rogue-watchdog disable-source" not in out
+
+
+def test_a_look_judges_under_the_version_in_force_while_an_edit_stands_refused(
+    spawned: Spawned,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Before: after an edit the daemon refused (here invalid YAML), `explain` and `scan`
+    # without --config failed with the file's error (rc 2) while the daemon went on
+    # sanctioning the job under the version it had accepted: "its verdicts are the
+    # daemon's" was not kept. The daemon keeps that version; a look judges under it.
+    token = f"keptjob{uuid.uuid4().hex[:8]}"
+    rule = f"sanctioned:\n  - name: pipeline\n    cmdline: '*{token}*'\n    origin: {{any: true}}\n"
+    config, sock = run_daemon(spawned, tmp_path, token, rule)
+    script = tmp_path / f"{token}.py"
+    script.write_text("import time\ntime.sleep(120)\n")
+    job = spawned.start([sys.executable, str(script)])
+
+    def daemon_sees(what: str) -> bool:
+        try:
+            doc = query_status(str(sock), timeout_s=1)
+        except StatusError:
+            return False
+        if what == "job":
+            return any(j.get("root_pid") == job.pid for j in doc.get("jobs") or [])
+        return bool(doc.get("degraded", {}).get(what))
+
+    poll("the daemon's job", lambda: daemon_sees("job"), 30)
+    kept = tmp_path / "state" / "config-in-force.yaml"
+    assert kept.read_bytes() == config.read_bytes()
+    assert kept.stat().st_mode & 0o777 == 0o600
+    config.write_text(config.read_text() + "sanctioned: [oops\n")  # the pipeline's rule gone
+    # the daemon follows a refused file only after a reload was asked for
+    pid = int(query_status(str(sock), timeout_s=1)["pid"])
+    os.kill(pid, 1)  # SIGHUP: reload
+    poll("the refused reload", lambda: daemon_sees("config-reload"), 30)
+    monkeypatch.setattr(cli_common, "DAEMON_SOCKET", str(sock))
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    try:
+        code = main(["explain", str(job.pid)])
+        out, err = capsys.readouterr()
+        scan_code = main(["scan", "--json"])
+        scan_out, scan_err = capsys.readouterr()
+    finally:
+        structlog.reset_defaults()
+    assert code == 0, (out, err)
+    assert "1 process(es), verdict sanctioned\n" in out
+    assert (
+        f"rogue-watchdog: warning: the running daemon refused {config} as it reads now and "
+        f"runs the version it accepted before (sha256:"
+    ) in err
+    assert f"judging under that version, kept at {kept}. The file's error: {config}:" in err
+    assert scan_code == 0, (scan_out, scan_err)
+    verdicts = {j["root_pid"]: j["verdict"] for j in json.loads(scan_out)["jobs"]}
+    assert verdicts[job.pid] == "sanctioned"
+    # A copy that is not the version in force is never used: the file's error stands.
+    kept.write_text(kept.read_text() + "# another version\n")
+    capsys.readouterr()
+    try:
+        code = main(["explain", str(job.pid)])
+    finally:
+        structlog.reset_defaults()
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert "refused" not in err and f"rogue-watchdog: config error: {config}:10: " in err
 
 
 def _serve(path: Path, doc: dict[str, object]) -> StatusServer:

@@ -163,3 +163,38 @@ def test_status_with_a_fifo_as_config_does_not_hang(tmp_path: Path) -> None:
     res = run_cli("status", "--config", str(fifo), timeout=20)
     assert (res.returncode, res.stdout) == (2, "")
     assert "not a regular file (a FIFO)" in res.stderr
+
+
+def test_a_config_warning_is_logged_once_across_reloads(spawned: Spawned, tmp_path: Path) -> None:
+    # A fresh user's log repeated "user 'mlops' is not on this host yet" at every
+    # reload: a doubt is said when it first applies, and again only if it went away.
+    unknown = "sanctioned:\n  - name: a\n    origin: {any: true}\n    cmdline: x\n"
+    unknown += "    user: no-such-user-rw\n"
+    config = config_file(tmp_path, "  interval_s: 0.5\n" + unknown)
+    p, log = start(spawned, tmp_path, config)
+    said = events(log, "config-warning")
+    assert [(w["key"], w["line"]) for w in said] == [("sanctioned[0].user", 11)]
+    assert "'no-such-user-rw' is not on this host yet" in said[0]["message"]
+
+    def reload(text: str, count: int) -> None:
+        config.write_text(text)
+        p.send_signal(signal.SIGHUP)
+        wait_for(f"reload {count}", lambda: len(events(log, "config-reloaded")) == count)
+
+        # the warnings are logged by the tick hook after the reload: one scan more
+        def scanned() -> float:
+            return float(json.loads(status(config, "--json")[1])["last_scan"]["time"])
+
+        before = scanned()
+        wait_for("the next scan", lambda: scanned() > before)
+
+    base = config.read_text()
+    reload(base.replace("interval_s: 0.5", "interval_s: 0.4"), 1)  # the same doubt: not said
+    reload("# a comment moves the line\n" + base, 2)  # still the same doubt
+    assert len(events(log, "config-warning")) == 1
+    reload(base.replace("no-such-user-rw", "root"), 3)  # gone
+    reload(base, 4)  # back: said again
+    again = events(log, "config-warning")
+    assert [(w["key"], w["line"]) for w in again] == [("sanctioned[0].user", 11)] * 2
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=20) == 0

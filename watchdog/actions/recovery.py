@@ -130,6 +130,9 @@ def describe_step(step: ActionStep) -> str:
         return " ".join(str(a) for a in d.get("argv") or [])
     if step.op == "wait":
         return f"wait out the grace period ({d.get('grace_s')} s)"
+    if step.op == "watch":
+        above = d.get("above") or []
+        return f"watch {len(above)} process(es) above the tree (PID {_pids(above)})"
     if step.op == "write":
         return f"rewrite {d.get('path')}"
     return f"{step.op} {d.get('path', '')}".strip()
@@ -139,8 +142,8 @@ def account(rec: ActionRecord, steps: Sequence[ActionStep]) -> Account:
     """What ``rec``'s steps say was done, may have been, failed, and was not done."""
     out = Account()
     for step in steps:
-        if step.op == "wait":
-            continue
+        if step.op in ("wait", "watch"):
+            continue  # not side effects: when the grace ends, what a freeze may stop
         text = describe_step(step)
         if step.status == "done":
             out.done.append(text)
@@ -207,13 +210,19 @@ def terminate_resume(steps: Sequence[ActionStep], proceed: bool, proc_root: str)
     """The waves an interrupted terminate wrote and its grace period's end, for a run
     that takes it over. A ``done`` wave counts for the identities it reached; an
     ``intent`` wave (written, not marked) for those it may have reached
-    (:func:`landed`)."""
+    (:func:`landed`). The processes above the tree it watched (``watch`` steps, written
+    before each freeze) come back with them, so a relay its freeze made stop is
+    continued (:class:`~watchdog.actions.stopmirror.StopMirrors`); a record without
+    them (written before they were journaled) is taken over as before."""
     waves: list[tuple[str, list[Expected]]] = []
     grace_until: float | None = None
+    mirrors: list[Any] = []
     for step in steps:
         d = step.detail
         if step.op == "wait" and isinstance(d.get("until"), int | float):
             grace_until = float(d["until"])
+        if step.op == "watch" and step.status != "failed" and isinstance(d.get("above"), list):
+            mirrors += d["above"]
         if step.op != "signal" or step.status == "failed" or d.get("wave") not in WAVE_SIGNALS:
             continue
         procs = [
@@ -230,7 +239,7 @@ def terminate_resume(steps: Sequence[ActionStep], proceed: bool, proc_root: str)
             procs = [e for e in procs if landed(sig, e, proc_root)]
         if procs:  # a wave that reached no one: the run taking over makes it again
             waves.append((str(d["wave"]), procs))
-    return Resume(waves, grace_until, proceed)
+    return Resume(waves, grace_until, proceed, mirrors)
 
 
 def recorded_members(rec: ActionRecord, key: str = "members") -> list[Expected]:

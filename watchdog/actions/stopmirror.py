@@ -18,6 +18,11 @@ continued (SIGCONT, pinned to its identity, at most :data:`MAX_CONTS` times), to
 before its child exits, so it sees that exit), and reported. Nothing else is ever sent to
 a process outside the tree, and a process already stopped when the freeze began is not
 the freeze's doing: it is left as it is, and so is everything above it.
+
+The watch list is written to the action's journal before the freeze it is for
+(:meth:`StopMirrors.entries`, a ``watch`` step), so a daemon that dies between the freeze
+and the release leaves it behind: the run that takes the action over reads it back
+(:meth:`StopMirrors.restore`) and makes the same release, with the same rules.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class _Above:
     below: Ident  # the process under it on the way to the tree
     conts: int = 0
     state: str = ""  # as last seen: "", "T", "gone", "waits" (a zombie child uncollected)
+    before: str = ""  # its state when watched, before the freeze (never a stop)
 
 
 def _sigchld_pending(pid: int, proc_root: str) -> bool:
@@ -133,10 +139,53 @@ class StopMirrors:
                 if not _runs_only(parent.pid, inside | {below[0]}, self.proc_root):
                     break  # shared: no relay of the job's (nor anything above it)
                 self.above[ident] = _Above(
-                    Expected(parent.pid, parent.start_ticks, parent.cmdline or None), below
+                    Expected(parent.pid, parent.start_ticks, parent.cmdline or None),
+                    below,
+                    before=parent.state,
                 )
                 self.order.append(ident)
                 below, live = ident, parent
+
+    def entries(self, start: int = 0) -> list[list[Any]]:
+        """The watch list from its ``start``-th process on, as journaled (a ``watch``
+        step's ``above``): ``[pid, start_ticks, argv, below_pid, below_start_ticks,
+        state]`` each, in watch order (each after the process under it); ``state`` is
+        its ``/proc/PID/stat`` state when it was watched, before the freeze."""
+        out: list[list[Any]] = []
+        for ident in self.order[start:]:
+            a = self.above[ident]
+            argv = list(a.exp.cmdline or ())
+            out.append([ident[0], ident[1], argv, a.below[0], a.below[1], a.before])
+        return out
+
+    def restore(self, entries: Iterable[Any]) -> None:
+        """Watch again what an interrupted run of the same action had watched (its
+        journaled :meth:`entries`, in order), so the same release can be made.
+
+        A malformed entry is skipped. One recorded as stopped before the freeze is not
+        the freeze's doing: it is not watched, nor is anything above it (read through
+        the recorded links), as :meth:`watch` would have left it.
+
+        Args:
+            entries: Lists as :meth:`entries` writes them (from JSON).
+        """
+        skipped: set[Ident] = set()
+        for entry in entries:
+            try:
+                pid, start, argv, bpid, bstart, before = entry
+                ident, below = (int(pid), int(start)), (int(bpid), int(bstart))
+                cmdline = tuple(str(a) for a in argv) if isinstance(argv, list) else ()
+            except (TypeError, ValueError):
+                continue
+            if below in skipped or str(before) in ("T", "t", "Z"):
+                skipped.add(ident)
+                continue
+            if ident in self.above or ident[0] <= 1:
+                continue
+            self.above[ident] = _Above(
+                Expected(ident[0], ident[1], cmdline or None), below, before=str(before)
+            )
+            self.order.append(ident)
 
     def release(self, froze: Callable[[Ident], bool], send: Callable[[Expected], bool]) -> bool:
         """Continue each watched process that stopped because of the freeze.

@@ -46,7 +46,9 @@ from typing import Any
 from ..faults import fault_point
 from ..hosttext import quoted_command
 from ..lineage.base import command_key, mentions, program_of
-from ..sources.procfs import alive_now, is_alive
+from ..lineage.scriptfile import read_script_of
+from ..policy.guard import script_loops
+from ..sources.procfs import alive_now, boot_time_s, is_alive
 from ..state import ActionJournal, JournalError, NullJournal
 from .effects import Effects, IdentityChangedError
 from .guards import Expected, LiveProc, SignalGuard, read_live
@@ -368,7 +370,9 @@ class JobTree:
         depth, cur = 0, live.get(root.ppid)
         while cur is not None and cur.pid > 1 and cur.pid not in tree:
             name = os.path.basename(cur.exe or (cur.cmdline[0] if cur.cmdline else ""))
-            if name not in _JOB_WRAPPERS or not mentions(" ".join(cur.cmdline), key):
+            if name not in _JOB_WRAPPERS or not (
+                mentions(" ".join(cur.cmdline), key) or self._script_loops(cur, key)
+            ):
                 return
             others = [d for d in _descendants(cur.pid, children) if d not in mine and d != cur.pid]
             others = [d for d in others if live[d].state != "Z"]
@@ -388,6 +392,19 @@ class JobTree:
                 return
             mine.add(cur.pid)
             cur = live.get(cur.ppid)
+
+    def _script_loops(self, proc: LiveProc, key: str) -> bool:
+        """The shell's script file loops over the job's command, read now, unchanged
+        since the shell started (:func:`~watchdog.policy.guard.script_loops`): the rule
+        the advice's wrappers follow (:func:`~watchdog.policy.guard.exclusive_wrappers`)."""
+        root = self.guard.proc_root
+
+        def started() -> float | None:
+            boot = boot_time_s(root)
+            return None if boot is None else boot + proc.start_ticks / os.sysconf("SC_CLK_TCK")
+
+        read = read_script_of(proc.pid, proc.cmdline, proc.exe, root, started)
+        return script_loops(read, key)
 
     def _fix_scope(self, live: dict[int, LiveProc], tree: dict[int, tuple[Expected, int]]) -> None:
         """Groups and sessions whose leader is in the tree or gone; the cgroup when the
@@ -526,11 +543,16 @@ class Resume:
         grace_until: Wall time the recorded grace period ends, or None.
         proceed: Go on with the termination (SIGTERM, SIGKILL after the grace); False
             only continues what it stopped (SIGCONT) and reports the rest.
+        mirrors: The processes above the tree it watched before its freezes (its
+            ``watch`` steps, :meth:`StopMirrors.entries`): one its freeze made stop is
+            continued as it would have been. Empty for a record written before the
+            list was journaled: such a run releases only what it watches itself.
     """
 
     waves: list[tuple[str, list[Expected]]]
     grace_until: float | None = None
     proceed: bool = True
+    mirrors: list[Any] = field(default_factory=list)
 
 
 class TerminateRun:
@@ -614,6 +636,9 @@ class TerminateRun:
                 known |= {_ident(e) for e in idents}
         self.tree = JobTree([*self.members, *extra], guard, launchers)
         self.mirrors = StopMirrors(guard.proc_root)
+        if resume is not None:
+            self.mirrors.restore(resume.mirrors)
+        self._watched = len(self.mirrors.order)  # how much of the watch list is journaled
 
     # -- resuming ----------------------------------------------------------------------
 
@@ -753,7 +778,17 @@ class TerminateRun:
                 return min(self.poll_s, self.deadline - now)
             self._verify()
         else:  # "thaw": an interrupted run not to be continued
-            self._verify()
+            # Relays above the tree that mirrored the freeze go on first, as before the
+            # SIGCONT wave (a SIGTERM still pending may end the job once thawed: its
+            # exit must not merge with the relay's "continued"); then what it stopped;
+            # then, as after a kill, the relays are looked at until each has read every
+            # notification (settle), so the report says what they really became.
+            self._release()
+            root = self.guard.proc_root
+            thaw = [e for e in reversed(list(self.stopped.values())) if _alive(e, root)]
+            self._wave("thaw", [(e, None) for e in thaw])
+            self.phase = "settle"
+            self.deadline = self.clock() + self.kill_wait_s
         return None
 
     def _outcome(self, exp: Expected, depth: int | None = None) -> ProcOutcome:
@@ -818,10 +853,26 @@ class TerminateRun:
             if not fresh:
                 break
             self.mirrors.watch(e for e, _d in found.values())
+            self._journal_watch()
             for exp in self._wave(wave, _by_depth(fresh)):
                 self.stopped[_ident(exp)] = exp
             found = self.tree.collect()
         return {pid: e for pid, e in found.items() if _ident(e[0]) in self.stopped}
+
+    def _journal_watch(self) -> None:
+        """Write what was newly watched above the tree (a ``watch`` step) before the
+        freeze it is for: a run taking this one over continues what the freeze made
+        stop only from this record.
+
+        Raises:
+            JournalError: Not written: no freeze is sent (one would leave a relay it
+                made stop unknown to a run taking over).
+        """
+        if len(self.mirrors.order) <= self._watched:
+            return
+        step = self.journal.intent("watch", {"above": self.mirrors.entries(self._watched)})
+        self._watched = len(self.mirrors.order)
+        self.journal.done(step)
 
     def _wave(self, wave: str, entries: Sequence[tuple[Expected, int | None]]) -> list[Expected]:
         """Send one wave's signal to ``entries`` (in that order), each identity at most

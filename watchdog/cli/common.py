@@ -85,11 +85,14 @@ class RunningDaemon(NamedTuple):
         config: Its configuration file (absolute), None on built-in defaults.
         state_dir: Its state directory as it reported it (``state_dir`` of the status
             document), None when it did not say.
+        checksum: The checksum of the configuration in force (``config.checksum``),
+            None when it did not say.
     """
 
     socket: str
     config: str | None
     state_dir: str | None
+    checksum: str | None = None
 
 
 def _is_daemon_argv(argv: list[bytes]) -> bool:
@@ -183,7 +186,8 @@ def _ask_daemon(socket: str, timeout_s: float) -> RunningDaemon | None:
         )
     state_dir = doc.get("state_dir")
     state = state_dir if isinstance(state_dir, str) and os.path.isabs(state_dir) else None
-    return RunningDaemon(socket, path, state)
+    checksum = config.get("checksum") if isinstance(config, dict) else None
+    return RunningDaemon(socket, path, state, checksum if isinstance(checksum, str) else None)
 
 
 def find_daemon(timeout_s: float = 2.0) -> RunningDaemon | None:
@@ -273,6 +277,71 @@ def command_config_path(config: str | None, *, acts: bool) -> str | None:
         return config
     daemon = command_daemon(acts=acts)
     return resolve_config_path(None) if daemon is None else daemon.config
+
+
+def look_config(config: str | None) -> tuple[str | None, Config]:
+    """The path and configuration a command that only looks (``scan``, ``explain``)
+    judges under: :func:`command_config_path`'s, loaded.
+
+    When that is the running daemon's file and the file does not load (an edit the
+    daemon refused: invalid, or untrusted), the daemon still runs the version it
+    accepted before. Its verdicts are that version's, so the look's are too: the daemon
+    keeps a copy of it in its state directory (daemon.inforce), taken when its checksum
+    is the one the daemon says is in force, and said on stderr with the file's error.
+    Never for an action: one acts only under a file that loads now.
+
+    Args:
+        config: The ``--config`` value.
+
+    Returns:
+        ``(path, config)``: the file named in reports (the daemon's file, also when
+        judged under its kept copy), and the configuration.
+
+    Raises:
+        ConfigError: The file does not load and no kept copy of the version in force
+            is there to stand for it (or ``--config`` named the file).
+        SeveralDaemons: As :func:`command_config_path`.
+    """
+    from ..config import ConfigError, load_config
+
+    if config is not None:
+        return config, load_config(config)
+    daemon = command_daemon(acts=False)
+    path = resolve_config_path(None) if daemon is None else daemon.config
+    try:
+        return path, load_config(path)
+    except ConfigError as exc:
+        refused = exc
+        copy = _kept_copy(daemon)
+        if copy is None or path is None:
+            raise
+        try:
+            kept = load_config(copy)
+        except ConfigError:
+            raise exc from None
+    import dataclasses
+
+    from ..render import printable
+
+    assert daemon is not None  # a kept copy is a running daemon's
+    print(
+        printable(
+            f"rogue-watchdog: warning: the running daemon refused {path} as it reads now and "
+            f"runs the version it accepted before (sha256:{daemon.checksum}): judging under "
+            f"that version, kept at {copy}. The file's error: {refused}"
+        ),
+        file=sys.stderr,
+    )
+    # Named as the daemon's file: printed follow-ups (--config) point at it.
+    return path, dataclasses.replace(kept, source=path)
+
+
+def _kept_copy(daemon: RunningDaemon | None) -> str | None:
+    if daemon is None or daemon.state_dir is None or daemon.checksum is None:
+        return None
+    from ..daemon.inforce import in_force_copy
+
+    return in_force_copy(daemon.state_dir, daemon.checksum)
 
 
 def command_daemon(*, acts: bool, quiet: bool = False) -> RunningDaemon | None:

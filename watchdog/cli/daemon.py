@@ -57,25 +57,45 @@ def extra_workers(daemon: Daemon) -> list[Worker]:
     return [*build_alert_workers(daemon), *build_metrics_workers(daemon)]
 
 
-def _restart_watch(daemon: Daemon) -> Any:
-    """Tick hook: log the configuration warnings again after a reload (the keys a
-    reload cannot change are the daemon's: ``Daemon.needs_restart``)."""
+def _restart_watch(daemon: Daemon, said: set[tuple[str, str, str]]) -> Any:
+    """Tick hook: after a reload, log the configuration warnings not said yet (the keys
+    a reload cannot change are the daemon's: ``Daemon.needs_restart``).
+
+    Args:
+        daemon: The running daemon; its ``config`` is replaced by each accepted reload.
+        said: The warnings logged so far (``log_config_warnings``'s memory), shared with
+            the start-up call.
+    """
     seen: list[Config] = [daemon.config]
 
     def config_watch(_: TickSummary) -> None:
         if daemon.config is seen[0]:
             return
         seen[0] = daemon.config
-        log_config_warnings(daemon.config)
+        log_config_warnings(daemon.config, said)
 
     return config_watch
 
 
-def log_config_warnings(config: Config) -> None:
+def log_config_warnings(config: Config, said: set[tuple[str, str, str]] | None = None) -> None:
     """One ``config-warning`` event per doubt about the configuration in force (a user
-    this host does not know): what check-config prints, for a daemon nobody watches."""
+    this host does not know): what check-config prints, for a daemon nobody watches.
+
+    Args:
+        config: The configuration now in force.
+        said: Warnings already logged by this daemon, as (path, key, message), updated
+            in place to those of ``config``. A doubt still there after a reload was said
+            once and is not said again at each reload (a fresh user's log repeated the
+            same unknown user at every edit); one that went away and comes back is new.
+            The line is left out of the key: an edit above it moves it.
+    """
+    now = {(w.path, w.key, w.message) for w in config.warnings}
     for w in config.warnings:
-        log.warning("config-warning", path=w.path, line=w.line, key=w.key, message=w.message)
+        if said is None or (w.path, w.key, w.message) not in said:
+            log.warning("config-warning", path=w.path, line=w.line, key=w.key, message=w.message)
+    if said is not None:
+        said.clear()
+        said.update(now)
 
 
 def _pidfile_owner(path: str) -> int | None:
@@ -287,7 +307,8 @@ def _serve(
     except StateError as exc:
         print(f"rogue-watchdog: {exc}", file=sys.stderr)
         return 2
-    log_config_warnings(config)
+    said: set[tuple[str, str, str]] = set()
+    log_config_warnings(config, said)
     notifier = Notifier.from_env()
     settings = config.daemon
     notifier.interval_s = settings.interval_s
@@ -314,7 +335,7 @@ def _serve(
     attach_parts(daemon)
     daemon.workers.extend(extra_workers(daemon))
     daemon.workers.append(notifier)  # last: stopped first, so STOPPING=1 goes out early
-    daemon.on_tick.append(_restart_watch(daemon))
+    daemon.on_tick.append(_restart_watch(daemon, said))
     daemon.on_tick.append(notifier.hook(daemon))
     daemon.install_signal_handlers()
     log.info(

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..hosttext import command_text
-from .common import DEFAULT_CONFIG, command_config_path, config_parent, emit, gpu_index
+from .common import DEFAULT_CONFIG, config_parent, emit, gpu_index, look_config
 from .complete import completers
 from .help import command_help
 
@@ -18,9 +18,7 @@ if TYPE_CHECKING:
 
 
 def _config(path: str | None) -> Config:
-    from ..config import load_config
-
-    return load_config(command_config_path(path, acts=False))
+    return look_config(path)[1]
 
 
 def config_line(path: str | None, config: Config) -> str:
@@ -71,14 +69,12 @@ def cmd_scan(args: argparse.Namespace) -> int:
     """``scan``: one pass over the host; exit 1 when a finding of warning or above is open."""
     import json
 
-    from ..config import load_config
     from ..model import REPORTED_SEVERITIES
     from ..queue.source import one_shot_queue_findings
     from ..render import filter_gpu, gpu_view_note, missing_gpu, result_json, result_table
     from ..scan import Scanner
 
-    path = command_config_path(args.config, acts=False)
-    config = load_config(path)
+    path, config = look_config(args.config)
     result = Scanner(config, one_shot=True).scan()
     result.findings.extend(one_shot_queue_findings(config))
     notes: list[str] = []

@@ -34,6 +34,7 @@ from ..report import GPU_INVENTORY_KEY, gpu_inventory
 from ..scan import Scanner
 from ..sources.procfs import ProcessTable, boot_id
 from ..state import FindingRecord, StateDB
+from .inforce import keep_in_force_copy
 from .sanctionedfile import read_sanctioned, write_sanctioned
 from .tracker import Tracker, sink_accepts
 from .unstored import UnstoredFindings
@@ -341,6 +342,7 @@ class Daemon:
         # The checksum of the configuration in force (status shows it beside the file's);
         # after a refused reload, the checksum of the refused file.
         self.config_in_force: str | None = config_checksum(config_path)
+        self._keep_config_copy()
         # What the file was when a reload refused it (_file_stamp); None: none refused.
         self._refused: _Stamp | None = None
         # Keys of RESTART_ONLY the file changed since the start, with the running value
@@ -977,6 +979,7 @@ class Daemon:
         self.needs_restart = {key: (get[key](new), get[key](loaded)) for key in pending}
         self.config = new
         self.config_in_force = stamp[0]
+        self._keep_config_copy()
         try:
             self._start_learning()
         except Exception as exc:
@@ -1011,6 +1014,20 @@ class Daemon:
         # Every other section is in force from here (the reload hooks rebuilt its parts).
         log.info("config-reloaded", path=self.config_path, needs_restart=pending)
         return True
+
+    def _keep_config_copy(self) -> None:
+        """Keep the version now in force for ``scan``/``explain`` (daemon.inforce); one
+        that could not be kept is said (they then fail on a refused file, as before)."""
+        state_dir = getattr(self.db, "dir", None)  # a test's stand-in store has none
+        if state_dir is None:
+            return
+        why = keep_in_force_copy(state_dir, self.config_path, self.config_in_force)
+        if why is not None:
+            log.warning(
+                "config-copy-not-kept",
+                message=f"scan and explain cannot judge under this version while an edit "
+                f"of the file stands refused: {why}",
+            )
 
     def _recheck_reload(self) -> None:
         """After a refused reload, follow the file: any change to it (its bytes, its

@@ -26,15 +26,16 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Collection, Iterable, Sequence, Set
+from collections.abc import Callable, Collection, Iterable, Sequence, Set
 from dataclasses import dataclass
 
 from ..config import Config, OriginPin
 from ..config.enforcement import Protect
 from ..hostpaths import config_args
-from ..hosttext import code_span, command_text
+from ..hosttext import clip, code_span, command_text, safe_text
 from ..lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
 from ..lineage.cgroup import CgroupInfo, parse_cgroup
+from ..lineage.scriptfile import ScriptFiles, ScriptRead
 from ..model import (
     DISABLE_FIRST,
     Advice,
@@ -289,12 +290,19 @@ def _identities(job: Job, table: ProcessTable | None) -> set[Identity]:
     return out
 
 
-def exclusive_wrappers(job: Job, table: ProcessTable, kept: Collection[int] = ()) -> list[Proc]:
+def exclusive_wrappers(
+    job: Job,
+    table: ProcessTable,
+    kept: Collection[int] = (),
+    scripts: ScriptReader | None = None,
+) -> list[Proc]:
     """The wrappers above the job's root that exist only for it, nearest first.
 
     A wrapper (a shell, ``timeout``, ``nohup``, ``sudo``, ``flock``...; see
     :data:`watchdog.lineage.base.WRAPPERS`) belongs to the job when its command line
-    carries the job's command (:func:`~watchdog.lineage.base.command_key`) and every one
+    carries the job's command (:func:`~watchdog.lineage.base.command_key`), or it is a
+    shell whose script file, unchanged since it started, loops over that command
+    (:func:`script_loops`: ``bash retrain.sh``), and every one
     of its descendants is the job's or one of these wrappers: cron's ``sh -c CMD`` does,
     an orphaned shell that also runs ``python3 -m http.server`` does not, nor does the
     login shell a person started the trainer from, and nothing above such a shared
@@ -306,10 +314,14 @@ def exclusive_wrappers(job: Job, table: ProcessTable, kept: Collection[int] = ()
         table: The process table it was built from.
         kept: Members the guard protects: as good as outside the job (a wrapper above
             one is shared with it).
+        scripts: Reads the lineage shells' script files (:class:`ScriptFiles` of
+            ``table`` when None).
 
     Returns:
         The wrappers, nearest the root first (empty when the root's parent is shared).
     """
+    if scripts is None:
+        scripts = ScriptFiles(table)
     mine = set(job.pids) - set(kept)
     key = command_key(job.cmdline)
     out: list[Proc] = []
@@ -323,7 +335,9 @@ def exclusive_wrappers(job: Job, table: ProcessTable, kept: Collection[int] = ()
             break
         # It carries the job's command (cron's `sh -c CMD`, `timeout 300 CMD`): a login
         # shell (`-bash`) the trainer runs in is the person's session, never the job's.
-        if key is None or not mentions(" ".join(proc.cmdline), key):
+        if key is None or not (
+            mentions(" ".join(proc.cmdline), key) or script_loops(scripts(proc), key)
+        ):
             break
         others = [d for d in table.descendants(proc.pid) if d not in mine]
         if any((p := table.get(d)) is not None and not p.is_zombie for d in others):
@@ -496,6 +510,7 @@ def advise(
     config: Config | None = None,
     groups: ProcessGroups | None = None,
     sources: SourceProcesses | None = None,
+    scripts: ScriptReader | None = None,
 ) -> Advice:
     """Decide what may be done about ``job``.
 
@@ -507,6 +522,8 @@ def advise(
         config: For the rule's ``max_instances`` in the words of a refusal.
         groups: The table's process groups (built when None).
         sources: The table's :class:`SourceProcesses` (built when None).
+        scripts: Reads the script files the lineage's shells run
+            (:class:`~watchdog.lineage.scriptfile.ScriptFiles` of ``table`` when None).
 
     Returns:
         The advice; ``refused`` is set for sanctioned, ignored and protected jobs;
@@ -515,10 +532,12 @@ def advise(
     refused = guard.job_refusal(job)
     if refused is not None:
         return Advice(refused=refused)
+    if scripts is None and table is not None:
+        scripts = ScriptFiles(table)
     # A member the guard protects (sanctioned earlier and still alive, on the protect
     # list) is never named, and the by-hand kill never reaches it through its group.
     kept = {pid for pid in job.pids if _protected_member(pid, job, guard, table)}
-    wrappers = exclusive_wrappers(job, table, kept) if table is not None else []
+    wrappers = exclusive_wrappers(job, table, kept, scripts) if table is not None else []
     stop_pids = tuple(p for p in (*job.pids, *(w.pid for w in wrappers)) if p not in kept)
     origin = job.origin
     src = guard.protected_source(origin)
@@ -535,7 +554,9 @@ def advise(
             groups = ProcessGroups(table)
         return Advice(
             stop_pids=stop_pids, by_hand=_kill(job, stop_pids, groups), stops_job=True,
-            restarts=restarts_of(job, stop_pids, protected=guard.pids | guard.never),
+            restarts=restarts_of(
+                job, stop_pids, protected=guard.pids | guard.never, scripts=scripts
+            ),
         )  # fmt: skip
     gone = origin.source_gone()
     if gone is not None:
@@ -547,10 +568,10 @@ def advise(
             # Stopping the source would stop a service: never offered unasked.
             return Advice(
                 stop_pids=stop_pids, disables=origin.DISABLES, collateral=collateral,
-                restarts=restarts_of(job, stop_pids, collateral),
+                restarts=restarts_of(job, stop_pids, collateral, scripts=scripts),
             )  # fmt: skip
     handled = bool(origin.DISABLES) and origin.disable_handled()
-    restarts = restarts_of(job, stop_pids, protected=guard.pids | guard.never)
+    restarts = restarts_of(job, stop_pids, protected=guard.pids | guard.never, scripts=scripts)
     if restarts is not None and restarts.stops == DISABLE_FIRST and not handled:
         # disable-source does not act on this one: the step is the by-hand command.
         stops = f"stop its source first: {origin.remediation}" if origin.remediation else None
@@ -610,30 +631,112 @@ def loop_pause(text: str, loop: re.Match[str], key: str) -> str:
     return "when its loop comes round"
 
 
-def shell_loop(job: Job, stop_pids: Collection[int]) -> Restarts | None:
+#: Reads the script file a shell of the lineage runs (:class:`ScriptFiles`): None when
+#: it runs none.
+ScriptReader = Callable[[Proc], ScriptRead | None]
+
+_KILL_SHELL = "kill -TERM {pid} (its shell alone: what else it started keeps running)"
+
+
+def _script_text(read: ScriptRead) -> str:
+    """A script's text without its comment lines (the ``#!`` line, a loop commented out)."""
+    text = read.text or ""
+    return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+
+
+def script_loops(read: ScriptRead | None, key: str) -> bool:
+    """True when a shell's script file (:func:`~watchdog.lineage.scriptfile.read_script`),
+    read and not modified since the shell started, holds a shell loop (:data:`_LOOP`)
+    and names ``key`` (:func:`~watchdog.lineage.base.command_key`), as a ``-c`` text
+    must to make its shell the job's wrapper. A file that could not be read, changed
+    since, or read by its path rather than through the shell's own descriptor of it (not
+    surely the file the shell reads) never does: its shell is then never signalled for
+    the job."""
+    if read is None or read.text is None or read.changed or not read.own_fd:
+        return False
+    text = _script_text(read)
+    return _LOOP.search(text) is not None and mentions(text, key)
+
+
+def _script_of(proc: Proc, read: ScriptRead) -> str:
+    """``the script `/opt/x/run.sh` of PID 812``: the path is host text, quoted."""
+    return f"the script {code_span(safe_text(clip(read.path, 160)))} of PID {proc.pid}"
+
+
+def _loop_in(
+    proc: Proc, key: str, stop_pids: Collection[int], scripts: ScriptReader | None
+) -> Restarts | None:
+    """The loop of ``proc``'s ``-c`` text, else of the script file it runs, that runs
+    the command ``key`` names (in its text, or as an argument the script is given:
+    ``bash loop.sh train.py``); None when neither holds one."""
+    argv = " ".join(proc.cmdline)
+    text = argv
+    found = _LOOP.search(text)
+    where = f"in PID {proc.pid}"
+    read = None
+    if (found is None or not mentions(text, key)) and scripts is not None:
+        read = scripts(proc)
+        if read is None or read.text is None:
+            return None
+        text = _script_text(read)
+        found = _LOOP.search(text)
+        where = f"in {_script_of(proc, read)} (as the file reads now)"
+    if found is None or not (mentions(text, key) or (read is not None and mentions(argv, key))):
+        return None
+    how = f"shell loop {code_span(safe_text(clip(' '.join(found.group(0).split()), 80)))} {where}"
+    kill = _KILL_SHELL.format(pid=proc.pid)
+    if read is not None and read.changed:
+        # What the shell runs is the file as it was when it read it: maybe no loop.
+        how += "; the file changed after the shell started, so whether it still loops is unsure"
+        return Restarts("unknown", how, f"stop the loop first: {kill}")
+    when = loop_pause(text, found, key)
+    if proc.pid in stop_pids:
+        return Restarts(when, how, STOPS_WITH_LOOP, False)
+    return Restarts(when, how, f"stop the loop first: {kill}")
+
+
+def shell_loop(
+    job: Job, stop_pids: Collection[int], scripts: ScriptReader | None = None
+) -> Restarts | None:
     """A shell loop above the job that runs its command again when it ends, read from
     the wrapper's command text (``bash -c 'while true; do python3 train.py; sleep 5;
-    done'``): when (:func:`loop_pause`), and whether ``terminate`` stops the loop with the
-    job (it does when the loop's shell runs nothing else: it is one of ``stop_pids``)."""
+    done'``) or, given ``scripts``, from the script file it runs (``bash retrain.sh``, as
+    the file reads now): when (:func:`loop_pause`), and whether ``terminate`` stops the
+    loop with the job (it does when the loop's shell runs nothing else: it is one of
+    ``stop_pids``). A script changed since its shell started gives ``unknown``: it may
+    come back. Files the script ``source``s and its functions are not read."""
     key = command_key(job.cmdline)
     if key is None:
         return None
     for proc in job.lineage[1:]:
         if proc.pid <= 1 or not is_wrapper(proc):
             return None
-        text = " ".join(proc.cmdline)
-        found = _LOOP.search(text)
-        if found is None or not mentions(text, key):
+        found = _loop_in(proc, key, stop_pids, scripts)
+        if found is not None:
+            return found
+    return None
+
+
+def script_doubt(job: Job, scripts: ScriptReader) -> Restarts | None:
+    """A shell above the job that runs a script file which could not be read, or which
+    changed since the shell started and reads now as no loop of the job: whether it runs
+    the job again is unknown (``unknown``: it may come back). None when every such
+    script was read as it was run."""
+    for proc in job.lineage[1:]:
+        if proc.pid <= 1 or not is_wrapper(proc):
+            return None
+        read = scripts(proc)
+        if read is None or (read.text is not None and not read.changed):
             continue
-        how = f"shell loop {code_span(found.group(0))} in PID {proc.pid}"
-        when = loop_pause(text, found, key)
-        if proc.pid in stop_pids:
-            return Restarts(when, how, STOPS_WITH_LOOP, False)
+        why = (
+            f"could not be read ({safe_text(read.unread or 'unknown')})"
+            if read.text is None
+            else "changed after the shell started"
+        )
         return Restarts(
-            when,
-            how,
-            f"stop the loop first: kill -TERM {proc.pid} (its shell alone: what else it "
-            "started keeps running)",
+            "unknown",
+            f"{_script_of(proc, read)} {why}: whether it runs the job again is unknown",
+            f"if it loops, stop its shell first: {_KILL_SHELL.format(pid=proc.pid)}",
         )
     return None
 
@@ -643,12 +746,15 @@ def restarts_of(
     stop_pids: Collection[int],
     collateral: Collateral | None = None,
     protected: Collection[int] = frozenset(),
+    scripts: ScriptReader | None = None,
 ) -> Restarts | None:
     """What starts ``job`` again once it ends: a service's own launcher (``collateral``),
     a shell loop that ``terminate`` leaves, what its origin kind answers
-    (:meth:`~watchdog.model.Origin.restarts`), a loop ``terminate`` stops with it, or a
+    (:meth:`~watchdog.model.Origin.restarts`), a loop ``terminate`` stops with it, a
+    shell whose script file could not be read as it runs (:func:`script_doubt`), or a
     launcher that still runs (for origins that name no spawner; never one of
-    ``protected``, the guard's PIDs); None when nothing does.
+    ``protected``, the guard's PIDs); None when nothing does. ``scripts`` reads the
+    script files of the lineage's shells (None: only ``-c`` text is read).
     """
     if collateral is not None:
         return Restarts(
@@ -656,12 +762,15 @@ def restarts_of(
             f"{collateral.what}'s own process {collateral.others[0]} (an in-process launcher)",
             f"disable-source --stop-service {collateral.arg} first (it stops the service)",
         )
-    loop = shell_loop(job, stop_pids)
+    loop = shell_loop(job, stop_pids, scripts)
     if loop is not None and loop.after_terminate:
         return loop
     answer = job.origin.restarts()
     if answer is not None or loop is not None:
         return answer or loop
+    doubt = script_doubt(job, scripts) if scripts is not None else None
+    if doubt is not None:
+        return doubt
     if not job.origin.SOURCE_FIELDS:
         # Nothing known starts it (a shell, an orphan, unknown): what launched it may.
         # The walk stops at spawners of other people's work (sshd, tmux, cron...).
@@ -734,9 +843,10 @@ def with_advice(
     groups = ProcessGroups(table) if table is not None else None
     cli_args = config_args(config.source) if config is not None else ""
     sources = SourceProcesses(table) if table is not None else None
+    scripts = ScriptFiles(table) if table is not None else None
     for job in jobs:
         advice = dataclasses.replace(
-            advise(job, guard, table, config, groups, sources), cli_args=cli_args
+            advise(job, guard, table, config, groups, sources, scripts), cli_args=cli_args
         )
         origin = dataclasses.replace(job.origin, remediation=advice.by_hand)
         out.append(dataclasses.replace(job, origin=origin, advice=advice))

@@ -709,7 +709,7 @@ class ShipGateSource:
             steps.append(
                 f"{none_good}deploy the last good checkpoint to {dst} through "
                 f"{own_code('rogue-watchdog ship')} (it copies only weights that verify finite; "
-                "rogue_watchdog.weights.best_checkpoint picks the best one that does)"
+                f"{own_code('rogue-watchdog verify-weights FILE')} tells whether one does)"
             )
         if undecided:
             n = len(undecided)

@@ -1,0 +1,58 @@
+"""The daemon's copy of the configuration in force (daemon.inforce): written only when
+it is that version, mode 0600, replaced whole, dropped when it cannot stand for it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from rogue_watchdog.daemon.inforce import COPY_NAME, in_force_copy, keep_in_force_copy
+
+
+def sha16(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def test_the_version_in_force_is_kept_and_found_by_its_checksum(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_bytes(b"nvml: {enabled: false}\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    first = sha16(config.read_bytes())
+    assert keep_in_force_copy(state, str(config), first) is None
+    copy = state / COPY_NAME
+    assert copy.read_bytes() == config.read_bytes() and copy.stat().st_mode & 0o777 == 0o600
+    assert in_force_copy(str(state), first) == str(copy)
+    assert in_force_copy(str(state), "0" * 16) is None  # another version's: never used
+    assert [p.name for p in state.iterdir()] == [COPY_NAME]  # no temporary left
+
+
+def test_an_edit_between_load_and_copy_leaves_no_copy(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_bytes(b"a: 1\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    assert keep_in_force_copy(state, str(config), sha16(b"a: 1\n")) is None
+    config.write_bytes(b"a: 2\n")  # the daemon loaded a: 1, the file says a: 2 now
+    why = keep_in_force_copy(state, str(config), sha16(b"a: 1\n"))
+    assert why == f"{config} changed while it was loaded"
+    assert not (state / COPY_NAME).exists()  # the older copy does not stand for it
+    # Built-in defaults: nothing to keep, and no copy of an earlier file stays.
+    assert keep_in_force_copy(state, str(config), sha16(b"a: 2\n")) is None
+    assert keep_in_force_copy(state, None, None) is None
+    assert not (state / COPY_NAME).exists()
+
+
+def test_a_state_directory_that_cannot_be_written_is_said(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_bytes(b"a: 1\n")
+    missing = tmp_path / "no-such-dir"
+    why = keep_in_force_copy(missing, str(config), sha16(b"a: 1\n"))
+    assert why is not None and why.startswith(f"cannot write {missing / COPY_NAME}: ")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / f".{COPY_NAME}.{os.getpid()}").symlink_to(tmp_path / "elsewhere")
+    why = keep_in_force_copy(state, str(config), sha16(b"a: 1\n"))
+    assert why is not None and why.startswith("cannot write ")  # O_NOFOLLOW: not followed
+    assert not (tmp_path / "elsewhere").exists()

@@ -1,0 +1,295 @@
+"""Shell loops inside script files (``bash retrain.sh``, a ``#!/bin/bash`` script run as
+``/bin/bash /opt/x/run.sh``). BEFORE: a run under ``bash -c 'while true; do python3
+train.py; sleep 5; done'`` was named as a loop that restarts it, but the same loop in a
+script file was not read: the advice said nothing would start it again.
+
+Real bash processes run real script files in ``tmp_path``; each shell is left to PID 1
+(``sh -c 'bash ... & exit 0'``) so that no launcher above it answers instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from rogue_watchdog.actions.effects import Effects
+from rogue_watchdog.actions.guards import Expected, SignalGuard, read_live
+from rogue_watchdog.actions.terminate import plan_tree, terminate_tree
+from rogue_watchdog.lineage.scriptfile import (
+    MAX_SCRIPT_BYTES,
+    ScriptFiles,
+    read_script,
+    script_path,
+)
+from rogue_watchdog.model import Job, Proc, Restarts
+from rogue_watchdog.policy.guard import (
+    STOPS_WITH_LOOP,
+    ScanProtection,
+    script_doubt,
+    script_loops,
+    with_advice,
+)
+from rogue_watchdog.sources.procfs import ProcessTable, read_proc
+from tests.conftest import Spawned, poll
+
+TRAINER = "import time\ntime.sleep(300)\n"
+
+
+def _trainer_under(spawned: Spawned, tmp_path: Path, script: Path) -> tuple[Job, ProcessTable]:
+    """Run ``bash SCRIPT`` (left to PID 1) and wait for its ``python3 train_loop.py``;
+    the job of that run, with its lineage, and the table it was read from."""
+    (tmp_path / "train_loop.py").write_text(TRAINER)
+    spawned.start(
+        ["/bin/sh", "-c", f"/bin/bash {script} >/dev/null 2>&1 & exit 0"],
+        cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin"),
+    ).wait(timeout=10)  # fmt: skip
+    table = ProcessTable()
+
+    def trainer() -> Proc | None:
+        table.refresh()
+        for proc in table.procs.values():
+            parent = table.get(proc.ppid)
+            if (
+                proc.cmdline == ("python3", "train_loop.py")
+                and parent is not None
+                and parent.cmdline == ("/bin/bash", str(script))
+            ):
+                return proc
+        return None
+
+    root = poll("the trainer", trainer, 20)
+    job = Job(root.pid, [root.pid], "root", root.cmdline, root.start_ticks, None, [],
+              table.ancestors(root.pid))  # fmt: skip
+    return job, table
+
+
+def _restarts(job: Job, table: ProcessTable) -> Restarts | None:
+    (advised,) = with_advice([job], ScanProtection(), table)
+    return advised.advice.restarts
+
+
+def _identity(pid: int) -> Expected:
+    live = read_live(pid)
+    assert live is not None
+    return Expected(pid, live.start_ticks, live.cmdline)
+
+
+def _kill_first(pid: int) -> str:
+    return f"kill -TERM {pid} (its shell alone: what else it started keeps running)"
+
+
+def test_a_loop_in_the_script_a_shell_runs_is_named_and_stopped_with_its_run(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """The shell runs only the loop: it is the job's own wrapper, and a real terminate
+    stops it with the run (as `bash -c 'while ...'` is, test_terminate.py)."""
+    script = tmp_path / "retrain.sh"
+    script.write_text(
+        '#!/bin/bash\n# while true; do echo commented out; done\ncd "$(dirname "$0")"\n'
+        "while true\ndo\n    python3 train_loop.py\n    sleep 7\ndone\n"
+    )
+    job, table = _trainer_under(spawned, tmp_path, script)
+    shell = job.lineage[1].pid
+    (advised,) = with_advice([job], ScanProtection(), table)
+    assert advised.advice.stop_pids == (job.root_pid, shell)
+    assert advised.advice.restarts == Restarts(
+        "after about 7 s",
+        f"shell loop `while true` in the script `{script}` of PID {shell} (as the file reads now)",
+        STOPS_WITH_LOOP,
+        False,
+    )
+    root = _identity(job.root_pid)
+    out = terminate_tree([root], SignalGuard(), Effects(), grace_s=5.0)
+    assert [(x.pid, x.result) for x in out.procs] == [(job.root_pid, "exited"), (shell, "exited")]
+    assert out.outcome == "ok"
+
+
+def test_a_script_loop_whose_shell_runs_something_else_is_never_signalled(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """The same loop, its shell also running a `sleep` in the background: shared, so
+    never signalled; the advice says to stop the loop first."""
+    script = tmp_path / "retrain.sh"
+    script.write_text("sleep 300 &\nwhile true; do python3 train_loop.py; sleep 7; done\n")
+    job, table = _trainer_under(spawned, tmp_path, script)
+    shell = job.lineage[1].pid
+    (advised,) = with_advice([job], ScanProtection(), table)
+    assert advised.advice.stop_pids == (job.root_pid,)
+    assert advised.advice.restarts == Restarts(
+        "after about 7 s",
+        f"shell loop `while true` in the script `{script}` of PID {shell} (as the file reads now)",
+        f"stop the loop first: {_kill_first(shell)}",
+    )
+    out = terminate_tree([_identity(job.root_pid)], SignalGuard(), Effects(), grace_s=5.0)
+    assert [x.pid for x in out.procs] == [job.root_pid]
+    assert read_live(shell) is not None  # the loop runs on
+
+
+def test_a_script_without_a_loop_claims_no_restart(spawned: Spawned, tmp_path: Path) -> None:
+    script = tmp_path / "once.sh"
+    script.write_text("#!/bin/bash\npython3 train_loop.py\necho finished\n")
+    job, table = _trainer_under(spawned, tmp_path, script)
+    # Nothing above the shell launched it (its parent is PID 1) and its script runs the
+    # trainer once: no restart at all.
+    assert _restarts(job, table) is None
+
+
+def test_a_script_too_large_to_read_is_unsure_not_nothing(spawned: Spawned, tmp_path: Path) -> None:
+    script = tmp_path / "big.sh"
+    padding = "# " + "x" * 78 + "\n"
+    script.write_text(padding * (MAX_SCRIPT_BYTES // len(padding) + 1) + "python3 train_loop.py\n")
+    size = script.stat().st_size
+    job, table = _trainer_under(spawned, tmp_path, script)
+    shell = job.lineage[1].pid
+    found = _restarts(job, table)
+    assert found == Restarts(
+        "unknown",
+        f"the script `{script}` of PID {shell} could not be read (too large: {size} bytes, "
+        f"limit {MAX_SCRIPT_BYTES}): whether it runs the job again is unknown",
+        f"if it loops, stop its shell first: {_kill_first(shell)}",
+    )
+    assert not found.known
+
+
+def test_a_vanished_script_is_unsure(tmp_path: Path) -> None:
+    # A shell that holds no descriptor of its script, whose file is gone: a proc tree in
+    # tmp_path (fd/ empty, root/ without the file) stands in for it.
+    proc_root = tmp_path / "proc"
+    (proc_root / "77" / "fd").mkdir(parents=True)
+    (proc_root / "77" / "root").mkdir()
+    shell = Proc(77, 1, 100, "S", "bash", cmdline=("/bin/bash", "/opt/x/run.sh"),
+                 exe="/usr/bin/bash")  # fmt: skip
+    read = read_script(shell, ProcessTable(str(proc_root)))
+    assert read is not None
+    assert (read.path, read.text, read.unread) == (
+        "/opt/x/run.sh", None, "no such file or directory",
+    )  # fmt: skip
+    (proc_root / "77" / "root" / "opt" / "x").mkdir(parents=True)
+    (proc_root / "77" / "root" / "opt" / "x" / "run.sh").write_text("while :; do x; done\n")
+    read = read_script(shell, ProcessTable(str(proc_root)))
+    assert read is not None and read.text == "while :; do x; done\n"
+    # Read by its path, not through the shell's descriptor: named as a loop, but never
+    # what makes the shell the job's wrapper (a symlink on the path resolves in our root).
+    assert not read.own_fd and not script_loops(read, "x")
+    assert script_loops(dataclasses.replace(read, own_fd=True), "x")
+
+
+def test_a_script_changed_after_its_shell_started_is_said_to_be(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    script = tmp_path / "retrain.sh"
+    script.write_text("while true; do python3 train_loop.py; sleep 5; done\n")
+    job, table = _trainer_under(spawned, tmp_path, script)
+    shell = job.lineage[1].pid
+    later = time.time() + 30  # well past the start time's one-second grain
+    os.utime(script, (later, later))
+    # What it runs now is not known: its shell is not taken for the job's own.
+    assert [e.pid for e, _d in plan_tree([_identity(job.root_pid)], SignalGuard())] == [
+        job.root_pid
+    ]
+    assert _restarts(job, table) == Restarts(
+        "unknown",
+        f"shell loop `while true` in the script `{script}` of PID {shell} (as the file reads "
+        "now); the file changed after the shell started, so whether it still loops is unsure",
+        f"stop the loop first: {_kill_first(shell)}",
+    )
+    # Changed to text with no loop: unsure still, never "nothing starts it again".
+    script.write_text("python3 train_loop.py\n")
+    os.utime(script, (later, later))
+    found = _restarts(job, table)
+    assert found == Restarts(
+        "unknown",
+        f"the script `{script}` of PID {shell} changed after the shell started: whether it "
+        "runs the job again is unknown",
+        f"if it loops, stop its shell first: {_kill_first(shell)}",
+    )
+
+
+def test_which_argv_names_a_script() -> None:
+    assert script_path(("/bin/bash", "/opt/x/run.sh")) == "/opt/x/run.sh"
+    assert script_path(("bash", "-e", "-o", "pipefail", "retrain.sh")) == "retrain.sh"
+    assert script_path(("sh", "--", "-odd.sh")) == "-odd.sh"
+    assert script_path(("bash", "-c", "while true; do x; done")) is None
+    assert script_path(("bash", "-ec", "x")) is None
+    assert script_path(("bash", "-s")) is None
+    assert script_path(("-bash",)) is None
+    assert script_path(("python3", "train.py")) is None
+    assert script_path(("x", "run.sh"), exe="/usr/bin/dash") == "run.sh"
+
+
+def test_a_script_named_by_its_own_descriptor_is_read_through_the_shells(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """``bash /dev/fd/3 3<run.sh``: through the reader's own /dev/fd the path would be
+    the watchdog's descriptor 3, never the shell's."""
+    script = tmp_path / "run.sh"
+    script.write_text("while sleep 9; do python3 train_loop.py; done\n")
+    (tmp_path / "train_loop.py").write_text(TRAINER)
+    bash = spawned.start(
+        ["/bin/bash", "-c", 'exec 3<"$0"; exec /bin/bash /dev/fd/3', str(script)],
+        cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin"), stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def shell() -> Proc | None:
+        # Read anew each look: a kept table may keep the command line from before exec.
+        proc = read_proc(bash.pid)
+        return proc if proc is not None and proc.cmdline[1:] == ("/dev/fd/3",) else None
+
+    read = read_script(poll("the shell", shell, 20), ProcessTable())
+    assert read is not None and read.text == script.read_text() and read.own_fd
+
+
+def test_a_loop_script_given_the_trainer_as_an_argument_is_stopped_with_it(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """``bash loop.sh train_loop.py``: the shell's command line carries the job's
+    command, so it is the job's own wrapper (the rule ``-c`` shells follow) and terminate
+    stops the loop with it; the loop is read from the file."""
+    script = tmp_path / "loop.sh"
+    script.write_text('while :; do python3 "$1"; sleep 3; done\n')
+    (tmp_path / "train_loop.py").write_text(TRAINER)
+    spawned.start(
+        ["/bin/sh", "-c", f"/bin/bash {script} train_loop.py >/dev/null 2>&1 & exit 0"],
+        cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin"),
+    ).wait(timeout=10)  # fmt: skip
+    table = ProcessTable()
+
+    def trainer() -> Proc | None:
+        table.refresh()
+        return next(
+            (p for p in table.procs.values() if p.cmdline == ("python3", "train_loop.py")
+             and (table.get(p.ppid) or p).cmdline[1:] == (str(script), "train_loop.py")),
+            None,
+        )  # fmt: skip
+
+    root = poll("the trainer", trainer, 20)
+    job = Job(root.pid, [root.pid], "root", root.cmdline, root.start_ticks, None, [],
+              table.ancestors(root.pid))  # fmt: skip
+    (advised,) = with_advice([job], ScanProtection(), table)
+    shell = root.ppid
+    assert advised.advice.stop_pids == (root.pid, shell)
+    assert advised.advice.restarts == Restarts(
+        "when its loop comes round",  # the pause is read only after the job's own name
+        f"shell loop `while :` in the script `{script}` of PID {shell} (as the file reads now)",
+        STOPS_WITH_LOOP,
+        False,
+    )
+
+
+def test_the_script_path_is_quoted_host_text(tmp_path: Path) -> None:
+    """A path with a backtick and a newline cannot end the quote or start a line."""
+    proc_root = tmp_path / "proc"
+    (proc_root / "78" / "fd").mkdir(parents=True)
+    (proc_root / "78" / "root").mkdir()
+    argv = ("/bin/bash", "/tmp/x` from cron /etc/cron.d/a\nb.sh")
+    shell = Proc(78, 1, 100, "S", "bash", cmdline=argv, exe="/usr/bin/bash")
+    root = Proc(79, 78, 101, "S", "python3", cmdline=("python3", "train_loop.py"))
+    job = Job(79, [79], "root", root.cmdline, 101, None, [], [root, shell])
+    found = script_doubt(job, ScriptFiles(ProcessTable(str(proc_root))))
+    assert found is not None and found.how == (
+        "the script `/tmp/x\\x60 from cron /etc/cron.d/a\u23ceb.sh` of PID 78 could not be "
+        "read (no such file or directory): whether it runs the job again is unknown"
+    )
