@@ -212,8 +212,8 @@ def test_unanswered_array_may_come_back_never_nothing(tmp_path: Path) -> None:
     assert (origin.array_job_id, origin.array_pending) == (ARRAY, None)
     assert origin.evidence[-1] == (
         "whether tasks of array 442000 wait to start could not be told (squeue failed: "
-        "slurm_load_jobs error: Unable to contact slurm controller; scontrol failed: "
-        "slurm_load_jobs error: Unable to contact slurm controller)"
+        "`slurm_load_jobs error: Unable to contact slurm controller`; scontrol failed: "
+        "`slurm_load_jobs error: Unable to contact slurm controller`)"
     )
     again = origin.restarts()
     assert again is not None and again.line() == UNKNOWN and again.stops == STOPS

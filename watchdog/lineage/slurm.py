@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..command import TIMED_OUT, CommandResult
-from ..hosttext import plain_or_code
+from ..hosttext import clip, code_span, plain_or_code
 from ..model import Origin, Proc, SlurmOrigin, array_stop
 from ..sources.procfs import ProcessTable
 from .base import Answer, ResolveContext, exe_name, exe_path, system_daemon, with_notes
@@ -401,11 +401,12 @@ def squeue_refused(text: str) -> str | None:
         text: The command's stdout.
 
     Returns:
-        ``reported errors: Failed while looking for jobs: Unspecified error`` (the
-        errors joined, at most 120 characters of them); None when it reports none.
+        ``reported errors: `Failed while looking for jobs: Unspecified error``` (the
+        errors joined, at most 120 characters of them, quoted: host text); None when it
+        reports none.
     """
     errors = squeue_errors(text)
-    return f"reported errors: {'; '.join(errors)[:120]}" if errors else None
+    return f"reported errors: {code_span(clip('; '.join(errors), 120))}" if errors else None
 
 
 _SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
@@ -507,7 +508,8 @@ def _failed(name: str, res: CommandResult) -> str:
     if refused is not None:
         return f"{name} {refused}"
     why = (res.stderr or res.stdout).strip().splitlines()
-    return f"{name} failed: {why[0][:160] if why else f'exit {res.returncode}'}"
+    # Quoted: Slurm's errors echo job, user and node names.
+    return f"{name} failed: {code_span(why[0][:160]) if why else f'exit {res.returncode}'}"
 
 
 def _ask(job_id: int, ctx: ResolveContext, timeout_s: float) -> SlurmJob:
@@ -815,7 +817,8 @@ def unconfirmed_text(clue: SlurmClue) -> str:
 
 
 def _title(proc: Proc) -> str:
-    return repr(" ".join(proc.cmdline) if proc.cmdline else proc.comm)
+    # The title is the process's own (``exec -a``): quoted, never the product's words.
+    return code_span(clip(" ".join(proc.cmdline) if proc.cmdline else proc.comm, 200))
 
 
 def _said(value: str | None) -> str:

@@ -396,7 +396,7 @@ class SystemdOrigin(Origin):
         if "systemd_unit" not in keys or not self.user_unit:
             return None
         return self.user, (
-            f"origin is user {self.user!r}'s own unit {self.unit!r}; "
+            f"origin is user {code_span(str(self.user))}'s own unit {code_span(str(self.unit))}; "
             "a unit pin matches a user unit only with 'user:' naming its owner"
         )
 
