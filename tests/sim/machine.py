@@ -119,6 +119,7 @@ from rogue_watchdog.actions.runner import InlineRunner
 from rogue_watchdog.actions.terminate import plan_tree
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
+from rogue_watchdog.daemon.outagefile import outage_path
 from rogue_watchdog.daemon.sanctionedfile import sanctioned_path
 from rogue_watchdog.daemon.tracking.incident import FOLDED_KINDS, RANK, return_signature
 from rogue_watchdog.daemon.tracking.periodic import RETURN_WINDOW_S
@@ -303,8 +304,15 @@ class TrustMachine(RuleBasedStateMachine):
 
     def _daemon(self) -> Daemon:
         config = parse_config(self.config_text(), str(self.dir / "config.yaml"))
-        # The sanctioned identities beside the socket, as `run` keeps them.
-        daemon = Daemon(config, None, sanctioned_file=sanctioned_path(config.daemon.socket))
+        # The sanctioned identities and the outage memory beside the socket, as `run`
+        # keeps them.
+        socket = config.daemon.socket
+        daemon = Daemon(
+            config,
+            None,
+            sanctioned_file=sanctioned_path(socket),
+            outage_file=outage_path(socket),
+        )
         daemon.exit_statuses = self.host.drain_exits  # the kernel's exit events
         answered_by(daemon.scanner, self.host)
         if self.events_on:

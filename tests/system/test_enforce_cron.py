@@ -114,7 +114,7 @@ def test_disable_undo_and_comeback_with_real_cron(tmp_path: Path) -> None:
         rc, out = cli(config, "disable-source", str(pids[t_sys]), "--dry-run")
         assert rc == 0, out
         assert f"would disable the source of rogue job PID {pids[t_sys]}" in out
-        assert f"comment out line 3: '* * * * * root {PYTHON} {t_sys}'" in out
+        assert f"comment out line 3: `* * * * * root {PYTHON} {t_sys}`" in out
         assert cron_d.read_bytes() == sys_before
 
         rc, out = cli(config, "disable-source", str(pids[t_sys]))

@@ -109,7 +109,7 @@ def test_learn_suggest_enforce_and_diff_on_real_cron(tmp_path: Path) -> None:
         assert [line for line in not_proposed if str(adhoc) in line] == [
             line
             for line in not_proposed
-            if line.startswith(f"# seen, not proposed: {PYTHON} {adhoc} (user root, shell")
+            if line.startswith(f"# seen, not proposed: `{PYTHON} {adhoc}` (user root, shell")
             and ": started by hand in a shell or tmux; runs: 1," in line
         ]
         assert any(str(adhoc) in line for line in not_proposed), out.stdout
@@ -264,7 +264,7 @@ def test_case6_and_7_ghost_run_by_hand_namesake_and_removed_line_on_real_cron(
         assert not any("ghost" in line and str(other) in line for line in lines), out.stdout
         # Case 7: the removed line is not proposed, and says why.
         assert any(
-            line.startswith(f"# seen, not proposed: {PYTHON} {retired} (user root, cron ")
+            line.startswith(f"# seen, not proposed: `{PYTHON} {retired}` (user root, cron ")
             and "its source is gone (its crontab entry is removed now)" in line
             for line in lines
         ), out.stdout
@@ -287,7 +287,7 @@ def test_case6_and_7_ghost_run_by_hand_namesake_and_removed_line_on_real_cron(
         dl = diff.stdout.splitlines()
         ghost_runs = [
             i for i, line in enumerate(dl)
-            if "rogue -> sanctioned" in line and f"{PYTHON} {sneaky} (user {bob}, cron" in line
+            if "rogue -> sanctioned" in line and f"`{PYTHON} {sneaky}` (user {bob}, cron" in line
         ]  # fmt: skip
         assert len(ghost_runs) == 1, diff.stdout
         assert dl[ghost_runs[0] + 1].startswith(f"    suspect: also run by hand by {bob} at ")

@@ -36,6 +36,8 @@ def test_service_settings() -> None:
         ),
         "ExecReload": "/bin/kill -HUP $MAINPID",
         "RuntimeDirectory": "rogue-watchdog",
+        # sanctioned.json and outage.json survive a restart during a storage outage.
+        "RuntimeDirectoryPreserve": "restart",
         "StateDirectory": "rogue-watchdog",
         "ProtectSystem": "strict",
         "ProtectHome": "read-only",

@@ -34,7 +34,7 @@ from rogue_watchdog.command import run
 from rogue_watchdog.config import load_config
 from rogue_watchdog.daemon.assemble import attach_parts
 from rogue_watchdog.daemon.loop import Daemon
-from rogue_watchdog.hosttext import command_text
+from rogue_watchdog.hosttext import quoted_command
 from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import poll, run_cli
 from tests.system.slurmharness import (  # noqa: F401
@@ -301,8 +301,8 @@ def _escaped(pid: int) -> bool:
 
 
 def _cmd(argv: list[str] | str) -> str:
-    """A command line as the report prints it (long ones shortened from the left)."""
-    return command_text(argv.split() if isinstance(argv, str) else argv, 160)
+    """A command line as the report prints it (long ones shortened from the left, quoted)."""
+    return quoted_command(argv.split() if isinstance(argv, str) else argv, 160)
 
 
 def _copy_cmd(lo: Leftover, tag: str, mode: str) -> list[str]:
@@ -774,7 +774,7 @@ def test_another_users_process_in_an_ended_jobs_cgroup_is_reported_and_drained(
                 f"{line}): {_cmd(lo.cmd)}",
                 f"PID {sleeper.pid} (root) is in Slurm job {lo.job} (cgroup {line}; it runs as "
                 "UID 0 "
-                f"and the job's user is UID {NOBODY}), another user's: left running: sleep 303",
+                f"and the job's user is UID {NOBODY}), another user's: left running: `sleep 303`",
                 f"job {lo.job}: PID {pid} killed after SIGTERM+SIGKILL",
                 f"node drained: {reason}",
             ],

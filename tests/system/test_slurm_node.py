@@ -25,7 +25,7 @@ from rogue_watchdog.command import run
 from rogue_watchdog.config import load_config
 from rogue_watchdog.config.slurm import SlurmNodeSettings
 from rogue_watchdog.daemon.loop import Daemon
-from rogue_watchdog.hosttext import command_text
+from rogue_watchdog.hosttext import quoted_command
 from rogue_watchdog.model import CronOrigin, Job
 from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import poll, run_cli
@@ -181,7 +181,7 @@ def test_health_check_stops_a_setsid_orphan_that_ignores_sigterm(
                 f"{cluster.root}/orphan_a.pid", "4")  # fmt: skip
         assert lines[0] == (
             f"PID {pid} (root) is an orphan of Slurm job {job}, holds {tmp_path}/nvidia0 "
-            f"(recorded below slurmstepd while the job ran): {command_text(argv, 160)}"
+            f"(recorded below slurmstepd while the job ran): {quoted_command(argv, 160)}"
         )
         assert f"job {job}: PID {pid} killed after SIGTERM+SIGKILL" in lines
         assert not _alive(pid)

@@ -21,7 +21,7 @@ import pytest
 from rogue_watchdog.lineage.base import ResolveContext, split_answer
 from rogue_watchdog.lineage.orphan import OrphanResolver
 from rogue_watchdog.lineage.slurm import SlurmResolver
-from rogue_watchdog.model import Origin
+from rogue_watchdog.model import Origin, SlurmOrigin
 from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import run_cli
 from tests.system.slurmharness import PYTHON, SlurmHarness, slurm_cluster  # noqa: F401
@@ -160,15 +160,21 @@ nvml: {enabled: false}
 
 def _scan_origin(cluster: SlurmHarness, tmp_path: Path, pid: int) -> dict[str, object]:
     """The ``origin`` object ``scan --json`` gives the job containing ``pid``."""
+    origin = _scan_job(cluster, tmp_path, pid)["origin"]
+    assert isinstance(origin, dict)
+    return origin
+
+
+def _scan_job(cluster: SlurmHarness, tmp_path: Path, pid: int) -> dict[str, object]:
+    """The job ``scan --json`` gives for the job containing ``pid``."""
     config = tmp_path / "watchdog.yaml"
     config.write_text(CONFIG)
     done = run_cli("scan", "--json", "--config", str(config), env={"SLURM_CONF": str(cluster.conf)})
     assert done.returncode in (0, 1), done.stderr
-    doc = json.loads(done.stdout)
-    jobs = [j for j in doc["jobs"] if pid in j["pids"]]
-    assert len(jobs) == 1, doc["jobs"]
-    origin: dict[str, object] = jobs[0]["origin"]
-    return origin
+    jobs = [j for j in json.loads(done.stdout)["jobs"] if pid in j["pids"]]
+    assert len(jobs) == 1, jobs
+    job: dict[str, object] = jobs[0]
+    return job
 
 
 def test_scan_json_names_the_slurm_job(cluster: SlurmHarness, tmp_path: Path) -> None:
@@ -187,3 +193,52 @@ def test_scan_json_names_the_slurm_job(cluster: SlurmHarness, tmp_path: Path) ->
         assert origin["remediation"] == f"scancel {job}"
     finally:
         cluster.cli("scancel", str(job), check=False)
+
+
+def test_an_array_task_comes_back_until_its_waiting_tasks_are_cancelled(
+    cluster: SlurmHarness, tmp_path: Path
+) -> None:
+    """A task of a real job array: the array's waiting tasks run the same script again,
+    and the advised ``scancel --state=PENDING ARRAY`` cancels those and nothing else."""
+    cpus = f"--cpus-per-task={cluster.cpus}"  # one task at a time: the rest wait
+    array = cluster.sbatch(
+        "-J", "sweep-lr", "-A", "ml-research", cpus, "--array=0-3",
+        wrap=f"{PYTHON} {cluster.trainer} sweep",
+    )  # fmt: skip
+    try:
+        trainer = cluster.trainer_pid("sweep")
+        origin = _resolve(trainer, SlurmResolver())
+        assert isinstance(origin, SlurmOrigin)
+        task = origin.job_id
+        assert task is not None
+        cluster.job_ids.append(task)  # teardown waits for the task's own slurmstepd too
+        assert (origin.array_job_id, origin.array_task_id) == (array, 0)
+        assert origin.describe() == (
+            f"Slurm job {task} (task 0 of array {array}) `sweep-lr` account ml-research"
+        )
+        again = origin.restarts()
+        assert again is not None and again.line() == (
+            f"restarts it: when Slurm starts the array's next task, Slurm job array {array} "
+            "has tasks 1-3 pending (3 tasks), each runs the same batch script"
+        )
+        assert origin.remediation == f"scancel --state=PENDING {array} && scancel {task}"
+        # The scan's advice says the same, end to end.
+        advice = _scan_job(cluster, tmp_path, trainer)["advice"]
+        assert advice["restarts"]["stops"] == (  # type: ignore[index]
+            f"cancel the array's waiting tasks first: scancel --state=PENDING {array}"
+        )
+
+        # The advised command cancels the waiting tasks only: this task still runs.
+        cluster.cli("scancel", "--state=PENDING", str(array))
+        waiting = ["squeue", "-h", "-r", "-j", str(array), "-t", "PENDING", "-o", "%i"]
+        deadline = time.monotonic() + 30
+        while cluster.cli(*waiting).stdout.strip() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert cluster.cli(*waiting).stdout.strip() == ""
+        assert cluster.state(task) == "RUNNING"
+        after = _resolve(trainer, SlurmResolver())
+        assert isinstance(after, SlurmOrigin) and after.array_pending is False
+        assert after.restarts() is None
+        assert after.remediation == f"scancel {task}"
+    finally:
+        cluster.cli("scancel", str(array), check=False)

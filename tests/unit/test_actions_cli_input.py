@@ -147,8 +147,8 @@ def test_disable_source_of_an_exited_cron_job_uses_the_recorded_origin(
         " `/usr/bin/python3 /opt/legacy/train_weekly.py --run 12345` (dry run, not recorded)"
     )
     assert lines[0].endswith(f"): cron-file {tab}:3")
-    assert lines[2] == f"  comment out line 3: '{ENTRY}'"
-    assert lines[3].endswith(f"(rogue job, finding F{fid}, signature {SIG}): {ENTRY}'")
+    assert lines[2] == f"  comment out line 3: `{ENTRY}`"
+    assert lines[3].endswith(f"(rogue job, finding F{fid}, signature {SIG}): {ENTRY}`")
     assert tab.read_bytes() == TAB  # a dry run changes nothing
     db = StateDB(str(config.parent / "state"))
     assert db.actions() == []  # ... and writes no action row
@@ -204,7 +204,7 @@ def test_finding_id_spellings_name_the_same_finding(
     assert rc == 0, (out, err)
     lines = out.splitlines()
     assert lines[0].endswith(f"): cron-file {tab}:3")
-    assert lines[3].endswith(f"(rogue job, finding F{fid}, signature {SIG}): {ENTRY}'")
+    assert lines[3].endswith(f"(rogue job, finding F{fid}, signature {SIG}): {ENTRY}`")
 
 
 def test_parse_target_spellings() -> None:

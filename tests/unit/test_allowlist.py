@@ -114,6 +114,6 @@ def test_unit_pin_never_sanctions_another_users_unit_of_that_name() -> None:
     jobs = judge(jobs, config)
     assert [j.verdict for j in jobs] == ["rogue", "sanctioned", "sanctioned"]
     assert jobs[0].reason.endswith(
-        "origin is user 'eve''s own unit 'train.service'; a unit pin matches a user unit "
+        "origin is user `eve`'s own unit `train.service`; a unit pin matches a user unit "
         "only with 'user:' naming its owner"
     )

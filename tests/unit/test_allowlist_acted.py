@@ -89,7 +89,7 @@ def test_suggest_does_not_propose_a_ghost_it_acted_against_and_says_why(
         "counted towards --min-runs"
     )
     assert (
-        f"# seen, not proposed: /usr/bin/python3 {script} (user root, {origin.describe()}): "
+        f"# seen, not proposed: `/usr/bin/python3 {script}` (user root, {origin.describe()}): "
         "rogue-watchdog disabled its source (action 1, undone by action 3) and terminated "
         "it (action 2); --include-acted proposes it all the same; runs: 3 (and 1 before "
         f"the learning period began, not counted), first seen {_when(t0 + 40)}, last seen "

@@ -171,7 +171,7 @@ def test_suggest_proposes_the_cron_pipeline_and_lists_the_tmux_one_off() -> None
         for line in comments
     ), text  # fmt: skip
     assert any(
-        line.startswith(f"# seen, not proposed: {PY} /home/alice/exp.py (user alice, shell")
+        line.startswith(f"# seen, not proposed: `{PY} /home/alice/exp.py` (user alice, shell")
         and "started by hand in a shell or tmux; runs: 1" in line
         for line in comments
     ), text
@@ -196,8 +196,8 @@ def test_many_jobs_not_proposed_for_one_reason_are_a_few_lines_and_a_count() -> 
     seen = [line for line in text.splitlines() if line.startswith("# seen, not proposed: ")]
     assert len(seen) == 4, text
     fans = [line for line in seen if "/tmp/t/train_fan_" in line]
-    assert len(fans) == 3 and "train_fan_7.py (user bob" in fans[0] and "runs: 2" in fans[0]
-    assert any("/home/alice/exp.py (user alice, shell" in line for line in seen)
+    assert len(fans) == 3 and "train_fan_7.py` (user bob" in fans[0] and "runs: 2" in fans[0]
+    assert any("/home/alice/exp.py` (user alice, shell" in line for line in seen)
     (more,) = [line for line in text.splitlines() if line.startswith("# and ")]
     assert more.startswith("# and 37 more job(s) seen, not proposed for the same reason: ")
 
@@ -668,7 +668,7 @@ def test_case6_diff_marks_every_run_the_ghosts_rule_would_sanction() -> None:
     expected = []
     for i in range(5):
         expected += [
-            f"{_at(T0 + 300 * i)} PID {500 + i} rogue -> sanctioned: /usr/bin/python3 {SNEAKY}"
+            f"{_at(T0 + 300 * i)} PID {500 + i} rogue -> sanctioned: `/usr/bin/python3 {SNEAKY}`"
             " (user te_bob, cron /etc/cron.d/te-ghost:1 (*/5 * * * *)): matches rule "
             "'cron-te-ghost-1'",
             suspect,

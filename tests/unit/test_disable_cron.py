@@ -155,7 +155,7 @@ def test_user_crontab_with_leading_comments_of_its_own_keeps_them(tmp_path: Path
         reason="rogue job", now=NOW, backup_dir=str(tmp_path / "bk"), effects=fx,
         spool_dirs=(str(spool),),
     )  # fmt: skip
-    assert f"comment out line 3 (1 in `crontab -l`): {entry!r}" == plan.steps[1]
+    assert f"comment out line 3 (1 in `crontab -l`): `{entry}`" == plan.steps[1]
     assert plan.execute(fx).outcome == "ok"
     assert fx.calls[-1] == (
         "run",
@@ -186,7 +186,7 @@ def test_failed_crontab_install_changes_nothing_and_has_no_undo(tmp_path: Path) 
     )  # fmt: skip
     res = plan.execute(fx)
     assert (res.outcome, res.undo) == ("failed", [])
-    assert res.error == "crontab -u bob - exited 1: denied"
+    assert res.error == "crontab -u bob - exited 1: `denied`"
 
 
 def test_run_parts_script_renamed_and_back(tmp_path: Path) -> None:

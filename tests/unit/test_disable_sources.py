@@ -60,7 +60,7 @@ def test_podman_is_stopped_and_an_engine_that_does_not_answer_is_refused(tmp_pat
     assert plan.steps[-1].startswith("(podman 4 cannot change a restart policy: always stays")
     down = plan_container(origin, _req(_engine("podman", "", 125), tmp_path))
     assert down.refused == (
-        f"`podman inspect {CID[:12]}` did not answer (down): its restart policy is unknown; "
+        f"`podman inspect {CID[:12]}` did not answer (`down`): its restart policy is unknown; "
         f"by hand: podman stop {CID}"
     )
     pod = ContainerOrigin(container_id=CID, runtime="docker", pod_uid="u")

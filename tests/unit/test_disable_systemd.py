@@ -102,7 +102,9 @@ def test_failed_mask_is_partial_and_undo_covers_only_what_was_done() -> None:
         {"unit": "retrain.service", "timer": "retrain.timer", "restart": "on-failure"}, fx
     ).execute(fx)
     assert res.outcome == "partial"
-    assert res.error == "systemctl mask retrain.service exited 1: Failed to mask unit: File exists"
+    assert res.error == (
+        "systemctl mask retrain.service exited 1: `Failed to mask unit: File exists`"
+    )
     assert {"op": "systemctl", "argv": ["unmask", "retrain.service"]} not in res.undo
 
 
@@ -220,21 +222,21 @@ def test_a_recorded_unit_or_timer_is_checked_before_systemctl_sees_it() -> None:
     # that is really another service.
     for fields, refused in [
         ({"unit": "ssh*", "restart": "always"},
-         "the recorded origin names 'ssh*', which is not a valid unit name (systemd.unit(5))"),
+         "the recorded origin names `ssh*`, which is not a valid unit name (systemd.unit(5))"),
         ({"unit": "--global"},
-         "the recorded origin names '--global', which is not a valid unit name (systemd.unit(5))"),
+         "the recorded origin names `--global`, which is not a valid unit name (systemd.unit(5))"),
         ({"unit": "-.mount"},
-         "the recorded origin names '-.mount', which is not a valid unit name (systemd.unit(5))"),
+         "the recorded origin names `-.mount`, which is not a valid unit name (systemd.unit(5))"),
         ({"unit": "../../etc/passwd"},
-         "the recorded origin names '../../etc/passwd', which is not a valid unit name"
+         "the recorded origin names `../../etc/passwd`, which is not a valid unit name"
          " (systemd.unit(5))"),
         ({"unit": "a b.service"},
-         "the recorded origin names 'a b.service', which is not a valid unit name"
+         "the recorded origin names `a b.service`, which is not a valid unit name"
          " (systemd.unit(5))"),
         ({"unit": "sshd.socket"},
-         "the recorded origin names 'sshd.socket', which is not a service or scope unit"),
+         "the recorded origin names `sshd.socket`, which is not a service or scope unit"),
         ({"unit": "retrain.service", "timer": "ssh.service"},
-         "the recorded origin names 'ssh.service', which is not a timer unit"),
+         "the recorded origin names `ssh.service`, which is not a timer unit"),
     ]:  # fmt: skip
         fx = RecordingEffects(answers=STATES)
         p = plan(fields, fx)

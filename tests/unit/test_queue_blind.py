@@ -25,8 +25,8 @@ CONNECT = "slurm_load_jobs error: Unable to contact slurm controller (connect fa
 KINDS = ("queue-unsanctioned", "component-degraded")
 
 
-REFUSED = "squeue --json reported errors: Failed while looking for jobs: Unspecified error"
-FAILED = f"squeue --json: exit 1: {CONNECT}"
+REFUSED = "squeue --json reported errors: `Failed while looking for jobs: Unspecified error`"
+FAILED = f"squeue --json: exit 1: `{CONNECT}`"
 
 
 @pytest.mark.parametrize(
@@ -82,7 +82,7 @@ def test_slurmctld_down_keeps_queue_findings_open_and_says_so_once(
         ]
     finally:
         d.db.close()
-    said = f"QueueError: {said}; squeue -o: exit 1: {CONNECT}"
+    said = f"QueueError: {said}; squeue -o: exit 1: `{CONNECT}`"
     assert degraded == [None, None, said, said, said, None, None]
     assert findings == [
         ("queue-unsanctioned:slurm:1", "high", True),

@@ -236,7 +236,7 @@ def test_enforcer_failure_is_a_finding_and_retried_later(tmp_path: Path) -> None
     assert enf.act(T0 + 10, SCAN, None) == []  # not before retry_s
     assert len(runner.calls) == 1
     assert len(enf.act(T0 + 301, SCAN, None)) == 1
-    assert [a.outcome for a in db.actions()] == ["failed: Access/permission denied"] * 2
+    assert [a.outcome for a in db.actions()] == ["failed: `Access/permission denied`"] * 2
     assert all(a.undo is None for a in db.actions())
 
 

@@ -130,14 +130,14 @@ def test_no_controller_raises_with_both_reasons() -> None:
     with pytest.raises(QueueError) as exc:
         q.entries()
     assert str(exc.value) == (
-        "squeue --json: exit 1: slurm_load_jobs error: Unable to contact slurm controller; "
-        "squeue -o: exit 1: slurm_load_jobs error: Unable to contact slurm controller"
+        "squeue --json: exit 1: `slurm_load_jobs error: Unable to contact slurm controller`; "
+        "squeue -o: exit 1: `slurm_load_jobs error: Unable to contact slurm controller`"
     )
 
 
 DOWN = (FIX / "squeue-22.05-controller-down.json").read_text()
 CONNECT = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
-REFUSED = "squeue --json reported errors: Failed while looking for jobs: Unspecified error"
+REFUSED = "squeue --json reported errors: `Failed while looking for jobs: Unspecified error`"
 
 
 def test_squeue_json_with_slurmctld_down_is_no_answer_never_an_empty_queue() -> None:
@@ -153,7 +153,7 @@ def test_squeue_json_with_slurmctld_down_is_no_answer_never_an_empty_queue() -> 
     q = SlurmQueue(run)
     with pytest.raises(QueueError) as exc:
         q.entries()
-    assert str(exc.value) == f"{REFUSED}; squeue -o: exit 1: {CONNECT}"
+    assert str(exc.value) == f"{REFUSED}; squeue -o: exit 1: `{CONNECT}`"
     assert q.json_ok is None  # a squeue that speaks JSON: asked again next time
     assert run.calls == [("squeue", "--json"), ("squeue", "-h", "-a", "-o", SQUEUE_FORMAT)]
 

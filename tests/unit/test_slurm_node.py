@@ -108,7 +108,7 @@ def test_unreachable_controller_is_a_warning_not_a_crash(tmp_path: Path) -> None
     assert (f.kind, f.severity) == ("slurm-drain-failed", "warning")
     assert f.message == (
         "cannot read the state of Slurm node n1: "
-        "slurm_load_partitions: Unable to contact slurm controller"
+        "`slurm_load_partitions: Unable to contact slurm controller`"
     )
 
 

@@ -315,7 +315,7 @@ def test_controller_down_is_unavailable(tmp_path: Path) -> None:
     ctx = make_context(tmp_path, [INIT], rec)
     job = query_job(5, ctx)
     assert job.status == "unavailable" and not job.ended
-    assert job.via == f"squeue failed: {down.strip()}; scontrol failed: {down.strip()}"
+    assert job.via == f"squeue failed: `{down.strip()}`; scontrol failed: `{down.strip()}`"
 
 
 # -- a Slurm origin must be proven, never taken from what the process says ---------------
@@ -380,7 +380,7 @@ def test_title_set_with_exec_a_is_not_slurmstepd(tmp_path: Path) -> None:
     origin, notes = split_answer(_resolve(ctx, 60))
     assert origin is None
     assert list(notes) == [
-        "ancestor PID 400 looks like slurmstepd ('slurmstepd: [4242.0]') but is not: its "
+        "ancestor PID 400 looks like slurmstepd (`slurmstepd: [4242.0]`) but is not: its "
         "executable /usr/bin/python3 is not a known binary of that daemon"
     ]
     assert rec.calls == []
@@ -393,7 +393,7 @@ def test_slurmstepd_binary_not_owned_by_root_is_refused(tmp_path: Path) -> None:
     origin, notes = split_answer(_resolve(ctx, 60))
     assert origin is None
     assert list(notes) == [
-        "ancestor PID 400 looks like slurmstepd ('slurmstepd: [1.0]') but is not: the owner "
+        "ancestor PID 400 looks like slurmstepd (`slurmstepd: [1.0]`) but is not: the owner "
         "of its executable /home/u/slurmstepd is UID 1000, not root"
     ]
 

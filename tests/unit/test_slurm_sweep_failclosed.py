@@ -104,8 +104,8 @@ def test_squeue_json_with_errors_is_no_answer(tmp_path: Path) -> None:
     job = query_job(12, ctx, 2.0)
     assert (job.status, job.via) == (
         "unavailable",
-        "squeue reported errors: Failed while looking for jobs: Unspecified error; "
-        f"scontrol failed: {CONNECT}",
+        "squeue reported errors: `Failed while looking for jobs: Unspecified error`; "
+        f"scontrol failed: `{CONNECT}`",
     )
 
 

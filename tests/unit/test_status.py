@@ -533,3 +533,15 @@ def test_status_reads_its_configuration_once(
     assert code in (0, 1), err
     assert out.startswith("rogue-watchdog")
     assert reads == [str(cfg)]
+
+
+def test_a_degraded_error_with_line_breaks_reads_as_its_finding_does() -> None:
+    # A fresh user: the refused reload's finding showed its errors joined by ⏎, the
+    # degraded line the same text with a literal \n.
+    doc = dict(DOC)
+    doc["degraded"] = {"config-reload": "refused: c.yaml:3: bad\nc.yaml:9: worse\x1b[2J"}
+    lines = render_status(doc, width=200).splitlines()
+    assert lines[-2:] == [
+        "degraded:",
+        "  config-reload: refused: c.yaml:3: bad\u23cec.yaml:9: worse\\x1b[2J",
+    ]

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 from .. import hostpaths, safeio
+from ..hosttext import clip, code_span
 from ..lineage.base import is_interpreter
 from ..lineage.cronfiles import MAX_CRONTAB_BYTES
 from ..lineage.crontab import (
@@ -341,6 +342,24 @@ def one_line(text: str, limit: int = 160) -> str:
     return re.sub(r"[\x00-\x1f\x7f]+", " ", text).strip()[:limit]
 
 
+def tool_said(text: str, limit: int = 160) -> str:
+    """What an external tool wrote (its stderr) as a message quotes it: one line, in a
+    :func:`~watchdog.hosttext.code_span`.
+
+    An engine's error echoes host text (``docker``: a container's name or command;
+    ``systemctl``, ``crontab``: a unit's or user's name), so a backtick or the product's
+    own words in it must not read as the message's own.
+
+    Args:
+        text: The tool's stderr (or stdout), as decoded.
+        limit: Most characters kept (:func:`one_line`).
+
+    Returns:
+        `` `text` `` on one line; `` ` ` `` when the tool wrote nothing.
+    """
+    return code_span(one_line(text, limit))
+
+
 def backup_path(backup_dir: str, original: str, now: float) -> str:
     """A fresh backup file name for ``original`` under ``backup_dir``.
 
@@ -510,7 +529,8 @@ def _plan_cron(
         return DisablePlan(
             "none",
             target,
-            refused=f"{path}:{line} changed since the scan: now {current!r}, was {entry!r}",
+            refused=f"{path}:{line} changed since the scan: now {code_span(current)}, "
+            f"was {code_span(entry or '')}",
         )
     ending = lines[line - 1][len(lines[line - 1].rstrip(b"\r\n")) :] or b"\n"
     new_line = marker_line(current, now, reason)
@@ -530,14 +550,14 @@ def _plan_cron(
         install = b"".join(lines[installed_header_lines(lines) :])
         edit = dataclasses.replace(edit, user=owner, install=install)
         steps += [
-            f"comment out line {line} ({shown} in `crontab -l`): {current!r}",
-            f"as {new_line!r}",
+            f"comment out line {line} ({shown} in `crontab -l`): {code_span(current)}",
+            f"as {code_span(new_line)}",
             f"install through `crontab -u {owner} -` so cron reloads it",
         ]
         return DisablePlan("user-crontab", target, steps, data=edit)
     steps += [
-        f"comment out line {line}: {current!r}",
-        f"as {new_line!r}",
+        f"comment out line {line}: {code_span(current)}",
+        f"as {code_span(new_line)}",
         f"replace {path} atomically (same owner and mode) and touch "
         f"{os.path.dirname(path)} so cron rescans",
     ]
@@ -567,7 +587,7 @@ def _exec_user_crontab(plan: DisablePlan, effects: Effects) -> DisableResult:
             "failed",
             [f"backup {c.backup}"],
             [],
-            f"crontab -u {d.user} - exited {out.returncode}: {one_line(out.stderr)}",
+            f"crontab -u {d.user} - exited {out.returncode}: {tool_said(out.stderr)}",
         )
     return DisableResult(
         "ok",
@@ -676,9 +696,9 @@ def unit_name_problem(name: str, suffixes: Sequence[str]) -> str | None:
         suffixes: The unit types allowed here, e.g. ``(".service", ".scope")``.
     """
     if not _UNIT_NAME.fullmatch(name) or name.startswith("-"):
-        return f"{name!r}, which is not a valid unit name (systemd.unit(5))"
+        return f"{code_span(clip(name, 160))}, which is not a valid unit name (systemd.unit(5))"
     if not name.endswith(tuple(suffixes)):
-        return f"{name!r}, which is not a {' or '.join(s[1:] for s in suffixes)} unit"
+        return f"{code_span(name)}, which is not a {' or '.join(s[1:] for s in suffixes)} unit"
     return None
 
 
@@ -864,9 +884,9 @@ def _exec_systemd(plan: DisablePlan, effects: Effects) -> DisableResult:
         out = effects.run(["systemctl", *argv])
         if out.returncode != 0:
             res.error = res.error or (
-                f"systemctl {' '.join(argv)} exited {out.returncode}: {one_line(out.stderr)}"
+                f"systemctl {' '.join(argv)} exited {out.returncode}: {tool_said(out.stderr)}"
             )
-            res.done.append(f"FAILED systemctl {' '.join(argv)}: {one_line(out.stderr)}")
+            res.done.append(f"FAILED systemctl {' '.join(argv)}: {tool_said(out.stderr)}")
             continue
         done.append(argv)
         res.done.append(f"systemctl {' '.join(argv)}")

@@ -392,7 +392,11 @@ class Enforcer:
             may = "" if foretold else "may start it again: "
             message += f"; as its terminate said, its source {may}{said.get('restarts')}"
             message += optional(said.get("stops"), " ({})")
-            message += "; the daemon does not terminate it again"
+            message += (
+                "; the daemon terminates each run it starts"
+                if said.get("each_run") is True
+                else "; the daemon does not terminate it again"
+            )
         if launcher is not None:
             svc = launcher.details["service_pids"][0]
             message += (
@@ -516,9 +520,17 @@ class Enforcer:
                     "disable-source-skipped", pid=job.root_pid, finding_id=fid, reason=why,
                 )  # fmt: skip
         again = job.advice.restarts
-        if again is not None and again.after_terminate and not disabled and self._futile(sig):
+        if (
+            again is not None
+            and again.after_terminate
+            and not again.each_run
+            and not disabled
+            and self._futile(sig)
+        ):
             # Stopped once already and its source started it again: terminating each new
-            # run is futile; the remediation-failed finding says what stops it.
+            # run is futile; the remediation-failed finding says what stops it. Not so
+            # for a source with only so many runs left (a Slurm array's waiting tasks):
+            # each is terminated as it starts, as before the source was read.
             log.warning(
                 "terminate-futile", pid=job.root_pid, finding_id=fid,
                 restarts=again.line(), stops=again.stops,

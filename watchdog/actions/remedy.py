@@ -493,6 +493,8 @@ def terminate_extras(target: JobTarget, source_disabled: bool) -> dict[str, Any]
     if again is not None and again.after_terminate and not source_disabled:
         key = "will_return" if again.known else "may_return"
         out[key] = {"restarts": again.line(), "stops": again.stops}
+        if again.each_run:
+            out[key]["each_run"] = True  # terminated again when it comes back: not futile
     if again is not None and not again.after_terminate and again.stops == STOPS_WITH_LOOP:
         # The loop's shell is one of the processes it stops: what restarted the job goes
         # with it (a loop's finding then resolves at once: tracking.current.ended_for_good).

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..command import CommandResult, CommandRunner, run
 from ..config.slurm import SlurmNodeSettings
+from ..hosttext import clip, code_span
 from ..model import UNSANCTIONED_VERDICTS, Finding, Job
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def node_state(node: str, run_cmd: CommandRunner, timeout_s: float) -> NodeState
     out = res.stdout
     line = out.splitlines()[0] if out.strip() else ""
     if res.returncode != 0 or "|" not in line:
-        why = res.stderr.strip() or f"sinfo printed {out.strip()!r}"
+        why = _why(res) or f"sinfo printed {_said(out)}"
         return f"cannot read the state of Slurm node {node}: {why}"
     state, reason = line.split("|", 1)
     reason = reason.strip()
@@ -117,7 +118,19 @@ def resume(node: str, run_cmd: CommandRunner, timeout_s: float) -> str | None:
 def _failure(res: CommandResult) -> str | None:
     if res.returncode == 0:
         return None
-    return res.stderr.strip() or f"scontrol exited {res.returncode}"
+    return _why(res) or f"scontrol exited {res.returncode}"
+
+
+def _why(res: CommandResult) -> str:
+    # Why a command did not run is ours (``sinfo: timed out after 2 s``); what it wrote
+    # is Slurm's, quoted: its errors echo node, job and user names.
+    if not res.ran:
+        return res.reason or ""
+    return _said(res.stderr) if res.stderr.strip() else ""
+
+
+def _said(text: str) -> str:
+    return code_span(clip(" ".join(text.split()), 200))
 
 
 def drain_reason(jobs: Sequence[Job]) -> str:

@@ -43,6 +43,7 @@ from .. import command
 from ..command import CommandRunner
 from ..config import Config
 from ..config.slurm import SlurmNodeSettings
+from ..hosttext import plain_or_code
 from ..lineage.cgroup import parse_cgroup
 from ..lineage.slurm import is_slurmstepd
 from ..logs import get_logger
@@ -439,7 +440,7 @@ def _inherits(
         if jc[0] != entry.job_id:
             return None  # another job's process
         kind = "survived" if proc.uid in uids else "foreign"
-        return kind, f"cgroup {jc[1]}"
+        return kind, f"cgroup {plain_or_code(jc[1])}"
     for anc in lineage[1:]:
         rp = known.get((anc.pid, anc.start_ticks))
         if rp is None:

@@ -59,7 +59,7 @@ from typing import Any, Protocol
 from .. import command
 from ..command import CommandRunner
 from ..config import Config
-from ..hosttext import command_text
+from ..hosttext import plain_or_code, quoted_command
 from ..lineage.base import ResolveContext
 from ..lineage.slurm import query_job
 from ..logs import get_logger
@@ -322,7 +322,8 @@ class SweepReport:
 def _line(lo: Leftover, what: str, tail: str) -> str:
     gpu = f", holds {', '.join(lo.devices)}" if lo.devices else ""
     return (
-        f"PID {lo.pid} ({lo.user}) {what}{gpu} ({lo.proof}){tail}: {command_text(lo.cmdline, 160)}"
+        f"PID {lo.pid} ({plain_or_code(str(lo.user))}) {what}{gpu} ({lo.proof}){tail}: "
+        f"{quoted_command(lo.cmdline, 160)}"
     )
 
 
@@ -381,7 +382,7 @@ def job_evidence(
         jc = job_cgroup(proc)
         if jc is not None:
             info_uid = _cgroup_uid(jc[1])
-            out[pid] = Evidence(jc[0], f"cgroup {jc[1]}", info_uid, jc[1])
+            out[pid] = Evidence(jc[0], f"cgroup {plain_or_code(jc[1])}", info_uid, jc[1])
             continue
         rec = recorded.get(ident)
         if rec is not None:

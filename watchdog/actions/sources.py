@@ -40,10 +40,11 @@ from datetime import UTC
 from typing import Any
 
 from .. import safeio
+from ..hosttext import code_span, plain_or_code
 from ..lineage import at as at_lineage
 from ..lineage.at import job_commands, parse_job_name
 from ..lineage.base import command
-from ..lineage.supervisorconf import read_program
+from ..lineage.supervisorconf import ProgramSettings, read_program
 from ..model import AtOrigin, ContainerOrigin, Origin, SupervisorOrigin
 from ..safeio import unread_reason
 from .disable import (
@@ -54,6 +55,7 @@ from .disable import (
     iso,
     one_line,
     sha256,
+    tool_said,
 )
 from .effects import Effects
 
@@ -96,12 +98,15 @@ def plan_container(origin: Origin, req: PlanRequest) -> DisablePlan:
     if runtime not in ("docker", "podman"):
         return _refuse(cid[:12], f"disabling a {runtime} container is not supported", origin)
     if not _CID.fullmatch(cid):
-        return _refuse("-", f"the recorded container id {cid!r} is not 64 hex digits", origin)
+        return _refuse(
+            "-", f"the recorded container id {plain_or_code(cid)} is not 64 hex digits", origin
+        )
     out = req.effects.query([runtime, "inspect", "--format", _INSPECT % _ID_FIELD[runtime], cid])
     try:
         got_id, name, retries, running = (json.loads(t) for t in out.stdout.split())
     except ValueError:
-        why = one_line(out.stderr or out.stdout) or f"exit {out.returncode}"
+        said = out.stderr or out.stdout
+        why = tool_said(said) if one_line(said) else f"exit {out.returncode}"
         return _refuse(
             cid[:12],
             f"`{runtime} inspect {cid[:12]}` did not answer ({why}): its restart policy is unknown",
@@ -110,7 +115,7 @@ def plan_container(origin: Origin, req: PlanRequest) -> DisablePlan:
     if got_id != cid:
         return _refuse(
             cid[:12],
-            f"{runtime} names another container {str(got_id)[:12]!r} for {cid[:12]}",
+            f"{runtime} names another container {plain_or_code(str(got_id)[:12])} for {cid[:12]}",
             origin,
         )
     policy = str(name or "no")
@@ -157,6 +162,12 @@ def _container_undo(d: dict[str, Any], done: Sequence[list[str]]) -> list[dict[s
     return ops
 
 
+def _said_command(argv: Sequence[str]) -> str:
+    # A supervisorctl command names the program and its configuration (host text): each
+    # argument that is not one plain word is quoted, a Docker command reads as it was.
+    return " ".join(plain_or_code(a) for a in argv)
+
+
 def _run_all(
     commands: Sequence[list[str]], effects: Effects, res: DisableResult, done: list[list[str]]
 ) -> bool:
@@ -164,13 +175,13 @@ def _run_all(
     for argv in commands:
         out = effects.run(argv)
         if not _ran(out):
-            res.error = res.error or (
-                f"{' '.join(argv)} exited {out.returncode}: {one_line(out.stderr or out.stdout)}"
-            )
-            res.done.append(f"FAILED {' '.join(argv)}: {one_line(out.stderr or out.stdout)}")
+            ran = _said_command(argv)
+            said = tool_said(out.stderr or out.stdout)
+            res.error = res.error or f"{ran} exited {out.returncode}: {said}"
+            res.done.append(f"FAILED {ran}: {said}")
             return False
         done.append(list(argv))
-        res.done.append(" ".join(argv))
+        res.done.append(_said_command(argv))
     return True
 
 
@@ -217,34 +228,44 @@ def _edit(text: str, section: str, changes: dict[int, str], inserts: list[str]) 
     return "".join(out)
 
 
+def _live_settings(origin: SupervisorOrigin) -> ProgramSettings | str:
+    """The program's settings as supervisord reads them now, or why it is not disabled.
+
+    Program, group and section names and paths are the host's (a supervisord
+    configuration anyone may have written): each is quoted unless one plain word.
+    """
+    shown = plain_or_code(origin.program or "?")
+    if origin.supervisor != "supervisord":
+        return f"disabling a {plain_or_code(str(origin.supervisor))} program is not supported"
+    if not origin.section or not origin.config or not os.path.isabs(origin.config):
+        why = origin.settings_unread or "its configuration was not read"
+        return f"supervisord's settings of {shown} are unknown ({why})"
+    group, name, _ = _target(origin)
+    live = read_program(origin.config, group, name)
+    if live.section != origin.section:
+        now_in = f"the program is now in [{plain_or_code(str(live.section))}]"
+        return f"{plain_or_code(origin.config)} no longer reads as it did: {live.unread or now_in}"
+    if live.section.partition(":")[2] != group:
+        # `update GROUP` re-adds the whole group: its other programs would be stopped and
+        # started again with it (bystanders).
+        return (
+            f"{shown} runs in supervisord group {plain_or_code(group)} "
+            f"([{plain_or_code(live.section)}] is one of its "
+            f"programs): {code_span(f'supervisorctl update {group}')} would restart the "
+            "group's other programs too"
+        )
+    return live
+
+
 def plan_supervisor(origin: Origin, req: PlanRequest) -> DisablePlan:
     """The planner of ``supervisor`` origins (supervisord programs only)."""
     assert isinstance(origin, SupervisorOrigin)
     program = origin.program or "?"
-    if origin.supervisor != "supervisord":
-        return _refuse(program, f"disabling a {origin.supervisor} program is not supported", origin)
-    if not origin.section or not origin.config or not os.path.isabs(origin.config):
-        why = origin.settings_unread or "its configuration was not read"
-        return _refuse(program, f"supervisord's settings of {program} are unknown ({why})", origin)
-    group, name, ctl_name = _target(origin)
-    live = read_program(origin.config, group, name)
-    if live.section != origin.section:
-        return _refuse(
-            program,
-            f"{origin.config} no longer reads as it did: "
-            f"{live.unread or f'the program is now in [{live.section}]'}",
-            origin,
-        )
-    if live.section.partition(":")[2] != group:
-        # `update GROUP` re-adds the whole group: its other programs would be stopped and
-        # started again with it (bystanders).
-        return _refuse(
-            program,
-            f"{program} runs in supervisord group {group} ([{live.section}] is one of its "
-            f"programs): `supervisorctl update {group}` would restart the group's other "
-            "programs too",
-            origin,
-        )
+    live = _live_settings(origin)
+    if isinstance(live, str):
+        return _refuse(program, live, origin)
+    assert origin.config is not None and live.section is not None  # as _live_settings checked
+    group, _, ctl_name = _target(origin)
     conf = origin.config
     ctl = ["supervisorctl", "-c", conf]
     status = req.effects.query([*ctl, "status", ctl_name])
@@ -273,7 +294,9 @@ def plan_supervisor(origin: Origin, req: PlanRequest) -> DisablePlan:
             data = safeio.read_regular(path, _MAX_CONF_BYTES)
             st = os.stat(path)
         except (OSError, ValueError) as exc:
-            return _refuse(program, f"cannot read {path}: {unread_reason(exc)}", origin)
+            return _refuse(
+                program, f"cannot read {plain_or_code(path)}: {unread_reason(exc)}", origin
+            )
         text = data.decode("utf-8", "surrogateescape")
         setting = {opt: f"{opt}=false ; {marker % was[opt]}" for opt in lines.values()}
         changes = {n: setting[opt] for n, opt in lines.items() if n > 0}
@@ -281,7 +304,9 @@ def plan_supervisor(origin: Origin, req: PlanRequest) -> DisablePlan:
         for n, opt in lines.items():
             m = _OPTION.match(had[n - 1]) if 0 < n <= len(had) else None
             if n and (m is None or m.group("name").strip().lower() != opt):
-                return _refuse(program, f"{path} changed since it was read (line {n})", origin)
+                return _refuse(
+                    program, f"{plain_or_code(path)} changed since it was read (line {n})", origin
+                )
         new = _edit(text, live.section, changes, [setting[o] for n, o in lines.items() if n == 0])
         backup = backup_path(req.backup_dir, path, req.now)
         files.append(

@@ -294,6 +294,7 @@ def _serve(
     from ..daemon.ipc import SocketInUseError, SocketPathTakenError, StatusServer
     from ..daemon.loop import Daemon
     from ..daemon.notify import Notifier
+    from ..daemon.outagefile import outage_path
     from ..daemon.sanctionedfile import sanctioned_path
     from ..daemon.status import build_status
     from ..state import StateError
@@ -303,7 +304,13 @@ def _serve(
     try:
         # The sanctioned identities also beside the socket: a restart while state.db
         # refuses writes keeps them (docs/reliability.md, limits).
-        daemon = Daemon(config, path, sanctioned_file=sanctioned_path(config.daemon.socket))
+        socket = config.daemon.socket
+        daemon = Daemon(
+            config,
+            path,
+            sanctioned_file=sanctioned_path(socket),
+            outage_file=outage_path(socket),
+        )
     except StateError as exc:
         print(f"rogue-watchdog: {exc}", file=sys.stderr)
         return 2

@@ -35,6 +35,7 @@ from ..scan import Scanner
 from ..sources.procfs import ProcessTable, boot_id
 from ..state import FindingRecord, StateDB
 from .inforce import keep_in_force_copy
+from .outagefile import read_outage, remove_outage, write_outage
 from .sanctionedfile import read_sanctioned, write_sanctioned
 from .tracker import Tracker, sink_accepts
 from .unstored import UnstoredFindings
@@ -108,6 +109,8 @@ def keep_restart_only(running: Config, new: Config) -> tuple[Config, list[str]]:
 PRUNE_EVERY_S = 300.0
 # ``meta`` key: the latest wall time (POSIX seconds) the daemon saw, written at each prune.
 CLOCK_SEEN = "clock_seen"
+# Daemon._outage_written once the outage file is removed (the database holds it all).
+_REMOVED = "removed"
 # meta: the whole GPUs NVML listed during this boot ({"boot_id", "gpus": UUID -> index}):
 # a restart while one is out of the list knows it is blind there, not empty.
 SEEN_GPUS = "nvml_seen_gpus"
@@ -299,6 +302,10 @@ class Daemon:
         sanctioned_file: Where to keep the sanctioned identities besides the database
             (:mod:`watchdog.daemon.sanctionedfile`; ``run`` passes the file beside the
             status socket); None keeps them in the database only.
+        outage_file: Where to keep the findings paged from memory while the database
+            refuses writes (:mod:`watchdog.daemon.outagefile`; ``run`` passes the file
+            beside the status socket); None: nowhere, and a daemon started during an
+            outage says in its pages about older runs that they may repeat one.
     """
 
     def __init__(
@@ -312,6 +319,7 @@ class Daemon:
         enforcers: Sequence[Enforcer] = (),
         workers: Sequence[Worker] = (),
         sanctioned_file: str | None = None,
+        outage_file: str | None = None,
     ) -> None:
         self.config = config
         self.config_path = config_path
@@ -388,6 +396,104 @@ class Daemon:
         self._clock_before = clock_seen_before(self.db)
         self.learning_started: float | None = None
         self._restore()
+        # What an earlier daemon of this boot paged from memory during a storage outage.
+        self._outage_file = outage_file
+        self._outage_written: object = None
+        self._outage_file_error: str | None = None
+        # The findings the file holds, as the last tick that could not store left them;
+        # None while the database takes writes. The delivery thread rewrites the file
+        # when it sent one of their alerts (the lock orders it with the loop's writes).
+        self._outage_paged: list[FindingRecord] | None = None
+        self._outage_lock = threading.Lock()
+        self.unstored.spool.on_done.append(self._flush_outage)
+        self._take_outage_account()
+
+    def _take_outage_account(self) -> None:
+        """Take back the findings an earlier daemon paged from memory (the outage file)
+        and say so; without an account, the pages this one cannot tell from an earlier
+        one's say so (``UnstoredFindings.unknown_before``)."""
+        path = self._outage_file
+        account = read_outage(path, self.boot_id) if path else None
+        self.unstored.adopt(account, self.db, self.started_at)
+        if self.unstored.adopted:
+            # Kept in step from now on: a re-queued alert sent before the first tick too.
+            self._outage_paged = self.unstored.account().findings
+            log.warning(
+                "unstored-findings-adopted",
+                path=path,
+                findings=[f"F{i}" for i in self.unstored.adopted],
+                message="findings paged from memory by the daemon before this one, while the "
+                "state database could not be written, are kept as paged: not paged again",
+            )
+
+    def _write_outage_file(self) -> None:
+        """Keep the outage file in step with the findings paged from memory (after a
+        tick that could not store)."""
+        if self._outage_file is None:
+            return
+        self._outage_paged = self.unstored.account().findings
+        self._flush_outage()
+
+    def _flush_outage(self) -> None:
+        """Write the outage file when what it holds changed: at a tick that could not
+        store, and when the delivery worker sent an alert it held (a restart then must
+        not send it again). A failure is logged once per error and retried at the next
+        change."""
+        with self._outage_lock:
+            if self._outage_file is None or self._outage_paged is None:
+                return
+            account = self.unstored.account(self._outage_paged)
+            key = (
+                [(r.id, r.last_alert_at) for r in account.findings],
+                [(q[0], q[1], q[2]) for q in account.queued],
+            )
+            if key == self._outage_written:
+                return
+            try:
+                write_outage(self._outage_file, account, self.boot_id)
+            except OSError as exc:
+                text = f"{type(exc).__name__}: {exc}"
+                if text != self._outage_file_error:
+                    log.warning(
+                        "outage-file-unwritable",
+                        path=self._outage_file,
+                        error=text,
+                        message="a restart before the state database takes writes again "
+                        "pages the findings paged from memory again, saying it may repeat",
+                    )
+                    self._outage_file_error = text
+                return
+            self._outage_written, self._outage_file_error = key, None
+
+    def _drop_outage_file(self) -> None:
+        """The database holds what the outage file held: remove it (a failure is
+        harmless: the ids stored since make the next daemon skip its findings)."""
+        with self._outage_lock:
+            self._outage_paged = None
+            if self._outage_file is None or self._outage_written == _REMOVED:
+                return
+            try:
+                remove_outage(self._outage_file)
+            except OSError as exc:
+                log.warning("outage-file-unremovable", path=self._outage_file, error=str(exc))
+                return
+            self._outage_written = _REMOVED
+
+    def _say_dropped(self) -> None:
+        """Say once per outage that the bound on the memory dropped findings or runs."""
+        dropped = self.unstored.dropped
+        if not dropped or dropped.said:
+            return
+        dropped.said = True
+        log.warning(
+            "unstored-memory-full",
+            findings=dropped.findings,
+            paged=dropped.paged,
+            runs=dropped.runs,
+            message="the memory kept while the state database cannot be written is full: "
+            "the least useful entries are dropped (status counts them); a dropped finding "
+            "already paged whose run still runs is paged again",
+        )
 
     def _save_sanctioned(self, now: float) -> None:
         """Write the sanctioned identities when they changed (and, of the new ones, when
@@ -665,14 +771,7 @@ class Daemon:
             lost = self.db.ensure_present()
             if lost is not None:
                 log.error("state-dir-lost", state_dir=str(self.db.dir), message=lost)
-            if self.unstored.pending():
-                kept = self.unstored.store(self.db)
-                log.warning(
-                    "unstored-findings-stored",
-                    findings=kept,
-                    message="findings kept in memory while the state database could not be "
-                    "written are stored now; their alerts are not sent again",
-                )
+            self._store_unstored()
             track = self.tracker.update(
                 result.jobs if result else [],
                 [*findings, *self._health_findings()],
@@ -686,6 +785,7 @@ class Daemon:
                 unread=self._unread,
             )
             self.unstored.note(track)
+            self._drop_outage_file()
             self._prune(now)
             self._save_sanctioned(now)
             self._record_slurm_members(now)
@@ -898,7 +998,29 @@ class Daemon:
         # its findings keep their fingerprint (and id) once stored (seed 67701).
         for ident, sig in self.unstored.first_signature.items():
             first.setdefault(ident, sig)
+        self._write_outage_file()
+        self._say_dropped()
         return track
+
+    def _store_unstored(self) -> None:
+        """Store what was kept in memory while the database refused writes, first in a
+        tick that can write (the tracker then takes each finding for one alerted).
+
+        Raises:
+            sqlite3.Error, OSError: The database still cannot be written.
+        """
+        if not self.unstored.pending():
+            return
+        dropped = self.unstored.dropped
+        kept = self.unstored.store(self.db)
+        log.warning(
+            "unstored-findings-stored",
+            findings=kept,
+            dropped_findings=dropped.findings,
+            dropped_runs=dropped.runs,
+            message="findings kept in memory while the state database could not be "
+            "written are stored now; their alerts are not sent again",
+        )
 
     def _record_slurm_members(self, now: float) -> None:
         """Keep the record of processes seen below a slurmstepd (still alive), which

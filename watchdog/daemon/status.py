@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..hostpaths import config_args
+from ..hosttext import NEWLINE
 from ..render import (
     PLACEMENT_BLIND_KINDS,
     fit,
@@ -90,7 +91,31 @@ def build_status(daemon: Daemon) -> dict[str, Any]:
     doc["learning"] = _learning_section(daemon, now, doc["degraded"])
     doc["ship_gates"] = _ship_gates_section(daemon)
     doc["gpu_open"] = _gpu_open_section(daemon)
+    doc["outage_memory"] = _outage_memory_section(daemon)
     return doc
+
+
+def _outage_memory_section(daemon: Daemon) -> dict[str, Any] | None:
+    """``outage_memory``: what the memory kept while the state database refuses writes
+    dropped at its cap (watchdog.daemon.unstored), and whether this daemon started
+    without an account of what an earlier one paged from memory (its pages about older
+    runs then say they may repeat one); None when neither."""
+    from .unstored import MAX_FINDINGS, MAX_RUNS
+
+    u = daemon.unstored
+    # Until the first tick could not store, nothing is known to be out.
+    unknown = u.unknown_before if "state" in daemon.degraded else None
+    if not u.dropped and unknown is None and not u.adopted:
+        return None
+    return {
+        "max_findings": MAX_FINDINGS,
+        "max_runs": MAX_RUNS,
+        "dropped_findings": u.dropped.findings,
+        "dropped_paged": u.dropped.paged,
+        "dropped_runs": u.dropped.runs,
+        "adopted": [f"F{i}" for i in u.adopted],
+        "may_repeat_before": unknown,
+    }
 
 
 def _gpu_open_section(daemon: Daemon) -> dict[str, Any] | None:
@@ -688,6 +713,27 @@ def _nvml_line(nvml: dict[str, Any] | None) -> str:
 ENDED_REFS = 8
 
 
+def _outage_memory_lines(mem: Any) -> list[str]:
+    """The lines of ``outage_memory`` worth a reader's attention: what the cap dropped
+    (never silently), and pages that may repeat an earlier daemon's."""
+    if not isinstance(mem, dict):
+        return []
+    out = []
+    if mem.get("dropped_findings") or mem.get("dropped_runs"):
+        out.append(
+            f"outage memory full (cap {mem.get('max_findings')} findings, "
+            f"{mem.get('max_runs')} runs): dropped {mem.get('dropped_findings')} findings "
+            f"({mem.get('dropped_paged')} already paged: paged again if their run still "
+            f"runs) and {mem.get('dropped_runs')} job runs/rows (not stored)"
+        )
+    if mem.get("may_repeat_before") is not None:
+        out.append(
+            "started during a storage outage without an account of what the daemon before "
+            "paged: a page about a run older than this daemon says it may repeat one"
+        )
+    return out
+
+
 def _outcome_lines(doc: dict[str, Any]) -> list[str]:
     """The open findings, the alerts' delivery and the degraded components."""
     findings = doc.get("findings") or []
@@ -723,10 +769,20 @@ def _outcome_lines(doc: dict[str, Any]) -> list[str]:
             f"alerts set aside (could never be sent): {alerts['dead_lettered']}, last: "
             f"{alerts.get('last_dead_letter') or '?'}"
         )
+    out.extend(_outage_memory_lines(doc.get("outage_memory")))
     degraded = doc.get("degraded") or {}
     if not degraded:
         return [*out, "degraded: none"]
-    return [*out, "degraded:", *(f"  {part}: {error}" for part, error in sorted(degraded.items()))]
+    # A line break in an error (a refused reload lists one error a line) is shown as the
+    # finding about it shows it, ⏎, not as printable's literal \n.
+    return [
+        *out,
+        "degraded:",
+        *(
+            f"  {part}: {str(error).replace(chr(10), NEWLINE)}"
+            for part, error in sorted(degraded.items())
+        ),
+    ]
 
 
 def status_gpu_lines(doc: dict[str, Any], width: int) -> list[str]:

@@ -41,6 +41,21 @@ When a tick can write again, :meth:`UnstoredFindings.store` writes these finding
 their alert state first, so the tracker takes each for one it already alerted on: no
 second ``open``.
 
+A restart during the outage keeps what was paged (issue 32, follow-up): the open
+findings already paged from memory, with the alerts kept here not yet sent, are written to a
+file beside the status socket (:mod:`~watchdog.daemon.outagefile`) after each tick
+kept here, and the next daemon takes them back (:meth:`UnstoredFindings.adopt`) as
+paged: the running rogue is not paged again, and its finding is stored under the id
+it was paged with. Where there is no such account (nothing could be written there
+either, or the file is not to be trusted), a page this daemon sends from memory before
+it first stores a tick, about a run older than itself, says that it may repeat an
+earlier one (:attr:`UnstoredFindings.unknown_before`): never silent, and never a
+repeat that does not say so.
+
+The memory is bounded (:data:`MAX_FINDINGS`, :data:`MAX_RUNS`): past the cap the
+least useful entries go first (:meth:`UnstoredFindings._bound`), counted in
+:attr:`UnstoredFindings.dropped`, said once in the log and in ``status``.
+
 What is not done from memory: reminders, the findings already stored (their alerts wait
 for the database), and actions (nothing is acted on without a record: the enforcers do
 not run on such a tick). A ``respawned`` opened in memory is stored with its alert
@@ -60,6 +75,7 @@ from ..plugins import TrackResult
 from ..state import FindingRecord, SourceUndo, StateDB
 from .alerts.alert import AlertEvent, local_iso
 from .alerts.memory import MemorySpool
+from .outagefile import OutageAccount
 from .tracking.current import as_opened, without_run_commands
 from .tracking.fold import fold, group, same_job
 from .tracking.incident import (
@@ -78,6 +94,39 @@ from .tracking.periodic import PERIODIC_KINDS, RETURN_WINDOW_S, gap_text, loop_f
 from .tracking.reminders import alert_due, alert_labels, record_labels
 from .tracking.spool import deliveries
 
+#: The most findings (open and resolved) kept in memory while the database refuses
+#: writes. Each is about 2 KB (record, details, message: bench/outage_memory.py, 4.1 MB at
+#: the cap); with :data:`MAX_RUNS`, a few MB however long the outage lasts.
+MAX_FINDINGS = 2000
+#: The most job runs and job rows (each) kept in memory over the database.
+MAX_RUNS = 4000
+#: Said in a page this daemon could not tell from an earlier one's (no outage account).
+MAY_REPEAT = (
+    "may repeat an earlier page: the daemon restarted while the state database could not "
+    "be written and could not learn what the one before it paged"
+)
+
+
+@dataclasses.dataclass
+class Dropped:
+    """What the bound on the outage memory dropped since it was last stored.
+
+    Attributes:
+        findings: Findings dropped (resolved ones first).
+        paged: Of those, open ones already paged: if their run still runs, they are
+            opened and paged again.
+        runs: Job runs and job rows dropped (not stored when the database is back).
+        said: Whether the log said so already (once per outage).
+    """
+
+    findings: int = 0
+    paged: int = 0
+    runs: int = 0
+    said: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.findings or self.runs)
+
 
 class UnstoredFindings:
     """The daemon's findings that are not (yet) in ``state.db``.
@@ -95,6 +144,11 @@ class UnstoredFindings:
             job to come back).
         settle_due: When the earliest open held back by the settle is due (tick time);
             None when none waits.
+        unknown_before: Set (to the daemon's start) while no account of what an earlier
+            daemon paged from memory could be read and no tick was stored since: a page
+            about a run that started before it says :data:`MAY_REPEAT`.
+        adopted: Ids of the findings taken back from the outage file at start.
+        dropped: What the bound dropped (:meth:`_bound`).
     """
 
     def __init__(self) -> None:
@@ -117,6 +171,68 @@ class UnstoredFindings:
         # state database (read only: whether an action of ours stopped a run).
         self.exits: Mapping[int, int] = {}
         self.db: StateDB | None = None
+        self.unknown_before: float | None = None
+        self.adopted: list[int] = []
+        self.dropped = Dropped()
+        self._start_time_s: Callable[[int], float | None] | None = None
+
+    def adopt(self, account: OutageAccount | None, db: StateDB, started_at: float) -> None:
+        """Take back what an earlier daemon of this boot paged from memory (the outage
+        file, read at start): its open findings as paged, under their ids, and their
+        alerts not yet sent, queued again. A finding the database has open, or one whose
+        id it gave out since (stored when writes came back), is not taken.
+
+        Args:
+            account: :func:`~watchdog.daemon.outagefile.read_outage`'s answer; None: no
+                account (sets :attr:`unknown_before`).
+            db: The state database (only read, where it can be).
+            started_at: POSIX time this daemon started.
+        """
+        if account is None:
+            self.unknown_before = started_at
+            return
+        self.read(db)
+        try:
+            floor: int | None = db.next_finding_id()
+        except Exception:  # unreadable: the file is all there is to go by
+            floor = None
+        for rec in account.findings:
+            if rec.fingerprint in self.stored_open or (floor is not None and rec.id < floor):
+                continue
+            if rec.fingerprint in self.open:
+                continue
+            self.open[rec.fingerprint] = rec
+            self.adopted.append(rec.id)
+        # Past every id the earlier daemon gave out (paged, maybe never stored).
+        self.next_id = max(self.next_id, account.next_id, *(i + 1 for i in self.adopted))
+        held = {r.id for r in account.findings}
+        for fid, sink, event, payload, queued_at in account.queued:
+            # A paged finding's alert, or a resolved one's resolve not sent yet (the
+            # finding itself is over: only its alert is owed), unless stored since.
+            owed = fid not in held and (floor is None or fid >= floor)
+            if fid in self.adopted or owed:
+                self.spool.put(fid, sink, event, payload, queued_at)
+        self._bound()
+
+    def account(self, paged: list[FindingRecord] | None = None) -> OutageAccount:
+        """What the outage file keeps (:mod:`~watchdog.daemon.outagefile`): the open
+        findings already paged, and every alert kept in memory not sent yet (a resolved
+        finding's resolve too).
+
+        Args:
+            paged: Those findings as the last tick left them (the delivery thread
+                passes them: it must not read :attr:`open` while a tick changes it);
+                None reads :attr:`open` (the loop thread).
+        """
+        if paged is None:
+            paged = sorted(
+                (r for r in self.open.values() if r.last_alert_at is not None),
+                key=lambda r: r.id,
+            )
+        queued = [
+            (d.finding_id, d.sink, d.event, d.payload, d.created_at) for d in self.spool.rows()
+        ]
+        return OutageAccount(paged, queued, self.next_id)
 
     def pending(self) -> bool:
         """Whether findings, or the jobs and runs ticks saw, wait to be stored."""
@@ -133,6 +249,7 @@ class UnstoredFindings:
 
     def note(self, track: TrackResult) -> None:
         """Keep :attr:`stored_open` and :attr:`next_id` in step with a stored tick."""
+        self.unknown_before = None  # a stored tick: the database knows from now on
         for rec in track.opened:
             self.stored_open[rec.fingerprint] = rec.id
             self.next_id = max(self.next_id, rec.id + 1)
@@ -188,9 +305,8 @@ class UnstoredFindings:
         self.read(db)
         findings = list(findings)
         exits = exits or {}
-        self.exits, self.db = exits, db
-        policy = alerts  # the settle holds a first page without NVML's lists too
-        self.settle_due = None
+        self.exits, self.db, self._start_time_s = exits, db, start_time_s
+        policy, self.settle_due = alerts, None  # the settle holds without NVML's lists too
         tracked = [j for j in jobs if j.verdict != "ignored"]
         signatures = {j.root_pid: signature(j) for j in tracked}
         respawns = self._returns(
@@ -239,6 +355,7 @@ class UnstoredFindings:
             opened, resolved,
         )  # fmt: skip
         self._held_returns(now, policy, host, opened)
+        self._bound()
         return TrackResult(opened=opened, resolved=resolved, signatures=signatures)
 
     def _held_returns(
@@ -433,10 +550,15 @@ class UnstoredFindings:
         self.resolved.append(rec)
         resolved.append(rec)
 
-    @staticmethod
     def _alerted(
-        rec: FindingRecord, now: float, pids: list[int], labels: dict[str, str]
+        self, rec: FindingRecord, now: float, pids: list[int], labels: dict[str, str]
     ) -> FindingRecord:
+        if self._may_repeat(rec):
+            rec = dataclasses.replace(
+                rec,
+                message=f"{rec.message} ({MAY_REPEAT})",
+                details={**rec.details, "may_repeat": True},
+            )
         return dataclasses.replace(
             rec,
             last_alert_at=now,
@@ -444,6 +566,47 @@ class UnstoredFindings:
             alerted_pids=pids,
             alerted_routing=labels,
         )
+
+    def _may_repeat(self, rec: FindingRecord) -> bool:
+        """Whether an earlier daemon may have paged ``rec`` already, as far as this one
+        can tell: no outage account was read at start, no tick stored since, and its run
+        started before this daemon did (or when is not known)."""
+        if self.unknown_before is None:
+            return False
+        root = rec.details.get("root")
+        ticks = root[1] if isinstance(root, list) and len(root) == 2 else None
+        convert = self._start_time_s
+        started = convert(ticks) if isinstance(ticks, int) and convert is not None else None
+        return started is None or started < self.unknown_before
+
+    def _bound(self) -> None:
+        """Keep at most :data:`MAX_FINDINGS` findings and :data:`MAX_RUNS` runs and job
+        rows in memory, counting what goes in :attr:`dropped`. The least useful go
+        first: resolved findings never paged (only their history is lost), then resolved
+        ones paged (their alerts stay queued), then open ones not paged yet (seen again,
+        they are opened and paged once), and last open ones paged, oldest sighting first
+        (the one loss that may page a run again: counted apart)."""
+        over = len(self.open) + len(self.resolved) - MAX_FINDINGS
+        if over > 0:
+            ranked = sorted(
+                [
+                    *((0 if r.last_alert_at is None else 1, r.resolved_at or 0.0, r.id, r)
+                      for r in self.resolved),
+                    *((2 if r.last_alert_at is None else 3, r.last_seen, r.id, r)
+                      for r in self.open.values()),
+                ],
+                key=lambda x: (x[0], x[1], x[2]),
+            )  # fmt: skip
+            going = ranked[:over]
+            ids = {x[3].id for x in going if x[0] < 2}
+            self.resolved = [r for r in self.resolved if r.id not in ids]
+            for rank, _t, _i, rec in going:
+                if rank >= 2:
+                    self.open.pop(rec.fingerprint, None)
+                    self.gone.pop(rec.fingerprint, None)
+                    self.dropped.paged += rank == 3
+            self.dropped.findings += len(going)
+        self.dropped.runs += self.jobs.bound(MAX_RUNS)
 
     def _settling(self, opened_at: float, policy: AlertSettings) -> None:
         """Note when an open held back by the settle is due at the latest."""
@@ -532,8 +695,12 @@ class UnstoredFindings:
                     continue  # opened in the database meanwhile: that one stands
                 fid = db.store_finding(rec)
                 lines.append(f"F{rec.id}" if fid == rec.id else f"F{rec.id} as F{fid}")
+            # Ids paged from memory and not stored (dropped by the bound, resolved before
+            # a restart) are never given again: the database goes on past them.
+            db.reserve_finding_ids(self.next_id)
         self.open, self.resolved, self.gone = {}, [], {}
         self.jobs.clear()
+        self.unknown_before, self.dropped, self.adopted = None, Dropped(), []
         return lines
 
     def status_records(self) -> list[FindingRecord]:

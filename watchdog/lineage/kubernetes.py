@@ -34,7 +34,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from ..hosttext import plain_or_code
+from ..hosttext import code_span, plain_or_code
 from ..model import ContainerOrigin, KubernetesOrigin, Origin, Proc
 from .base import Answer, ResolveContext, split_answer, with_notes
 from .cgroup import parse_cgroup
@@ -555,7 +555,7 @@ class KubernetesResolver:
             )
             zone = tz or "UTC assumed: no timeZone set, the controller uses its local zone"
             # Optional parts are said as unknown, never as a Python None.
-            sched = repr(origin.schedule) if origin.schedule else "unknown"
+            sched = code_span(origin.schedule) if origin.schedule else "unknown"
             nxt_text = nxt or "unknown (the schedule could not be evaluated)"
             evidence.append(
                 f"CronJob {pod.namespace}/{owner_name} schedule {sched} "

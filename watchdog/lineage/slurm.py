@@ -26,6 +26,10 @@ in the environment is the user's to set and never reaches a rule. Without a live
 slurmstepd ancestor the resolver only claims a job Slurm still runs: a process whose job
 has ended (or that Slurm cannot be asked about while it hangs off PID 1) is left to the
 orphan resolver, which keeps the job id as a clue.
+
+A task of a job array (``sbatch --array``) is asked about once more: which tasks of its
+array wait to start (``squeue --json -j ARRAY``, else ``scontrol show job ARRAY -o``),
+since those run the same batch script after a ``scancel`` of the task's own job id.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..command import TIMED_OUT, CommandResult
-from ..hosttext import plain_or_code
-from ..model import Origin, Proc, SlurmOrigin
+from ..hosttext import clip, code_span, plain_or_code
+from ..model import Origin, Proc, SlurmOrigin, array_stop
 from ..sources.procfs import ProcessTable
 from .base import Answer, ResolveContext, exe_name, exe_path, system_daemon, with_notes
 from .cgroup import parse_cgroup
@@ -97,6 +101,10 @@ class SlurmJob:
         partition: Partition name.
         state: Base job state such as ``RUNNING``, ``PENDING``, ``COMPLETED``.
         via: The command that answered (``squeue --json`` or ``scontrol``), or a reason.
+        array_job_id: The job array the job is a task of (squeue ``array_job_id``,
+            scontrol ``ArrayJobId``); None for a job of no array.
+        array_task_id: Its task id in that array (``array_task_id``, ``ArrayTaskId``);
+            None when not an array task or Slurm gave none.
     """
 
     job_id: int
@@ -107,6 +115,8 @@ class SlurmJob:
     partition: str | None = None
     state: str | None = None
     via: str = ""
+    array_job_id: int | None = None
+    array_task_id: int | None = None
 
     @property
     def ended(self) -> bool:
@@ -291,6 +301,30 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value and value != "(null)" else None
 
 
+# Slurm's NO_VAL and INFINITE of a 32-bit field: a cancelled array's meta record says
+# ArrayTaskId=4294967294 (recorded: tests/fixtures/slurm/scontrol-22.05-array-pending-
+# cancelled.txt); never a task id.
+_NO_VAL32 = (0xFFFFFFFE, 0xFFFFFFFF)
+
+
+def _set_number(value: Any) -> int | None:
+    # 23.02+ {"set": false, ...} is "not set" whatever its number says; 22.05 gives null
+    # for a job of no array's array_task_id and 0 for its array_job_id.
+    if isinstance(value, dict) and (value.get("set") is False or value.get("infinite") is True):
+        return None
+    number = _job_id_of(value)
+    return None if number is None or number in _NO_VAL32 else number
+
+
+def _array_ids(job_id: Any, task_id: Any) -> tuple[int | None, int | None]:
+    """``(array job id, task id)`` of a record; ``(None, None)`` for a job of no array
+    (array job id 0 or unset)."""
+    array = _set_number(job_id)
+    if not array:
+        return None, None
+    return array, _set_number(task_id)
+
+
 def parse_squeue_json(text: str, job_id: int) -> SlurmJob | None:
     """Pick one job out of ``squeue --json`` output.
 
@@ -314,6 +348,7 @@ def parse_squeue_json(text: str, job_id: int) -> SlurmJob | None:
         return None
     for job in jobs:
         if isinstance(job, dict) and _job_id_of(job.get("job_id")) == job_id:
+            array, task = _array_ids(job.get("array_job_id"), job.get("array_task_id"))
             return SlurmJob(
                 job_id=job_id,
                 status="found",
@@ -323,6 +358,8 @@ def parse_squeue_json(text: str, job_id: int) -> SlurmJob | None:
                 partition=_text(job.get("partition")),
                 state=_state_text(job.get("job_state")),
                 via="squeue --json",
+                array_job_id=array,
+                array_task_id=task,
             )
     return SlurmJob(job_id, "gone", via="squeue --json")
 
@@ -364,11 +401,12 @@ def squeue_refused(text: str) -> str | None:
         text: The command's stdout.
 
     Returns:
-        ``reported errors: Failed while looking for jobs: Unspecified error`` (the
-        errors joined, at most 120 characters of them); None when it reports none.
+        ``reported errors: `Failed while looking for jobs: Unspecified error``` (the
+        errors joined, at most 120 characters of them, quoted: host text); None when it
+        reports none.
     """
     errors = squeue_errors(text)
-    return f"reported errors: {'; '.join(errors)[:120]}" if errors else None
+    return f"reported errors: {code_span(clip('; '.join(errors), 120))}" if errors else None
 
 
 _SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
@@ -410,6 +448,7 @@ def parse_scontrol_job(text: str, job_id: int) -> SlurmJob | None:
     if rec.get("JobId") != str(job_id):
         return None
     user = rec.get("UserId", "")
+    array, task = _array_ids(rec.get("ArrayJobId"), rec.get("ArrayTaskId"))
     return SlurmJob(
         job_id=job_id,
         status="found",
@@ -419,6 +458,8 @@ def parse_scontrol_job(text: str, job_id: int) -> SlurmJob | None:
         partition=_text(rec.get("Partition")),
         state=_text(rec.get("JobState")),
         via="scontrol",
+        array_job_id=array,
+        array_task_id=task,
     )
 
 
@@ -467,7 +508,8 @@ def _failed(name: str, res: CommandResult) -> str:
     if refused is not None:
         return f"{name} {refused}"
     why = (res.stderr or res.stdout).strip().splitlines()
-    return f"{name} failed: {why[0][:160] if why else f'exit {res.returncode}'}"
+    # Quoted: Slurm's errors echo job, user and node names.
+    return f"{name} failed: {code_span(why[0][:160]) if why else f'exit {res.returncode}'}"
 
 
 def _ask(job_id: int, ctx: ResolveContext, timeout_s: float) -> SlurmJob:
@@ -490,6 +532,184 @@ def _ask(job_id: int, ctx: ResolveContext, timeout_s: float) -> SlurmJob:
     return SlurmJob(job_id, "unavailable", via=f"{first}; {_failed('scontrol', res)}")
 
 
+# -- a job array's pending tasks ----------------------------------------------------------
+
+# States of an array's record whose tasks Slurm has yet to start (again): squeue(1) "JOB
+# STATE CODES"; a requeued task runs the same script once more.
+_WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+_TASK_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+
+
+@dataclass(frozen=True)
+class ArrayPending:
+    """What Slurm said about the tasks of a job array it has yet to start.
+
+    Attributes:
+        array_id: The array job id asked about.
+        status: ``pending`` (tasks wait to start), ``none`` (a listing of the whole array
+            holds no waiting task) or ``unknown`` (Slurm not asked, no answer, or an
+            answer that does not cover the array).
+        tasks: The waiting task ids as Slurm prints them (``1-9``, ``3,5-7%2``), the
+            records' joined with commas; empty when none or not given.
+        count: How many tasks ``tasks`` names; None when not known.
+        via: The command that answered, or what each did.
+    """
+
+    array_id: int
+    status: Literal["pending", "none", "unknown"]
+    tasks: str = ""
+    count: int | None = None
+    via: str = ""
+
+
+def task_count(text: str) -> int | None:
+    """How many task ids an array expression names (``1-9`` is 9, ``0-8:2`` is 5,
+    ``1,3%2`` is 2: ``%N`` is a throttle, sbatch(1) ``--array``).
+
+    Args:
+        text: Task ids as Slurm prints them.
+
+    Returns:
+        The count, or None when the text is not such an expression.
+    """
+    total = 0
+    for part in text.split("%", 1)[0].split(","):
+        m = _TASK_RANGE.fullmatch(part)
+        if m is None:
+            return None
+        low = int(m[1])
+        high, step = int(m[2] or low), int(m[3] or 1)
+        if high < low or step < 1:
+            return None
+        total += (high - low) // step + 1
+    return total
+
+
+def _pending(array_id: int, records: list[tuple[str | None, str]], via: str) -> ArrayPending:
+    """Fold ``(state, task ids)`` of an array's records into one answer."""
+    waiting = [tasks for state, tasks in records if state in _WAITING]
+    if not waiting:
+        return ArrayPending(array_id, "none", via=via)
+    counts = [task_count(t) if t else None for t in waiting]
+    known = None if None in counts else sum(c for c in counts if c is not None)
+    return ArrayPending(array_id, "pending", ",".join(t for t in waiting if t), known, via)
+
+
+def parse_array_squeue(text: str, array_id: int, job_id: int) -> ArrayPending | None:
+    """The waiting tasks of array ``array_id`` in a ``squeue --json`` document.
+
+    22.05 lists every job whatever ``-j`` says; later versions list the array's records
+    for ``-j ARRAY``. Either way a listing that lacks the task ``job_id`` (one of the
+    array's, running) or the array's own record (job id ``array_id``: the waiting tasks
+    until the last one starts, then that task) does not cover the array and is no
+    answer: "none pending" is only said from a listing that holds the whole array.
+
+    Args:
+        text: The command's stdout.
+        array_id: The array job id.
+        job_id: The job id of a task of the array that runs now.
+
+    Returns:
+        The answer (``pending`` with the waiting records' ``array_task_string``, or their
+        ``array_task_id`` for a task split off alone; ``none``), or None when the text is
+        no such document, reports errors, or lacks ``job_id`` or ``array_id``.
+    """
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list) or squeue_refused(text) is not None:
+        return None
+    records: list[tuple[str | None, str]] = []
+    seen: set[int | None] = set()
+    for job in jobs:
+        if not isinstance(job, dict) or _set_number(job.get("array_job_id")) != array_id:
+            continue
+        seen.add(_job_id_of(job.get("job_id")))
+        task = _set_number(job.get("array_task_id"))
+        tasks = _text(job.get("array_task_string")) or ("" if task is None else str(task))
+        records.append((_state_text(job.get("job_state")), tasks))
+    return _pending(array_id, records, "squeue --json") if {job_id, array_id} <= seen else None
+
+
+def parse_array_scontrol(text: str, array_id: int, job_id: int) -> ArrayPending | None:
+    """The waiting tasks of array ``array_id`` in ``scontrol show job ARRAY -o`` output:
+    one line per record of the array (the waiting ones say ``ArrayTaskId=1-9
+    JobState=PENDING``; tests/fixtures/slurm/scontrol-22.05-array-with-pending.txt).
+
+    Args:
+        text: The command's stdout.
+        array_id: The array job id.
+        job_id: The job id of a task of the array that runs now.
+
+    Returns:
+        The answer, or None when no line is the task ``job_id`` or the array's own record
+        (the output does not cover the array: ``scontrol show job TASK`` prints the
+        task's line alone).
+    """
+    records: list[tuple[str | None, str]] = []
+    seen: set[str | None] = set()
+    for line in text.splitlines():
+        rec = parse_scontrol_record(line)
+        if rec.get("ArrayJobId") != str(array_id):
+            continue
+        seen.add(rec.get("JobId"))
+        records.append((_text(rec.get("JobState")), rec.get("ArrayTaskId", "")))
+    return _pending(array_id, records, "scontrol") if {str(job_id), str(array_id)} <= seen else None
+
+
+def query_array(
+    array_id: int, job_id: int, ctx: ResolveContext, timeout_s: float = _CLI_TIMEOUT_S
+) -> ArrayPending:
+    """Ask Slurm which tasks of a job array wait to start, once per scan (cached).
+
+    ``squeue --json -j ARRAY`` first, then ``scontrol show job ARRAY -o``; an answer
+    that does not list the running task ``job_id`` is none (see
+    :func:`parse_array_squeue`).
+
+    Args:
+        array_id: The array job id (``array_job_id`` of the task's record).
+        job_id: The running task's own job id.
+        ctx: Provides ``run_cmd``, ``use_slurm_cli`` and the cache.
+        timeout_s: Limit for each command, seconds.
+
+    Returns:
+        The answer; ``unknown`` with ``via`` saying why when none came.
+    """
+    key = f"slurm:array:{array_id}:{job_id}"
+    cached = ctx.cache.get(key)
+    if isinstance(cached, ArrayPending):
+        return cached
+    if not ctx.use_slurm_cli:
+        answer = ArrayPending(array_id, "unknown", via="Slurm CLI disabled (use_slurm_cli)")
+    else:
+        answer = _ask_array(array_id, job_id, ctx, timeout_s)
+    ctx.cache[key] = answer
+    return answer
+
+
+def _ask_array(array_id: int, job_id: int, ctx: ResolveContext, timeout_s: float) -> ArrayPending:
+    arg = str(array_id)
+    res = ctx.run_cmd(["squeue", "--json", "-j", arg], timeout_s)
+    said = [_failed("squeue", res)]
+    if res.ran and res.returncode == 0:
+        found = parse_array_squeue(res.stdout, array_id, job_id)
+        if found is not None:
+            return found
+        if squeue_refused(res.stdout) is None:
+            said = [f"squeue did not list task job {job_id}"]
+    res = ctx.run_cmd(["scontrol", "show", "job", arg, "-o"], timeout_s)
+    if res.ran and res.returncode == 0:
+        found = parse_array_scontrol(res.stdout, array_id, job_id)
+        if found is not None:
+            return found
+        said.append(f"scontrol did not list task job {job_id}")
+    else:
+        said.append(_failed("scontrol", res))
+    return ArrayPending(array_id, "unknown", via="; ".join(said))
+
+
 # -- the resolver ------------------------------------------------------------------------
 
 
@@ -505,7 +725,10 @@ class SlurmResolver:
     """Names the Slurm job a process runs in.
 
     Origin fields: ``job_id`` (int), ``job_name``, ``account``, ``user``, ``partition``,
-    ``step``, ``state`` (each None when unknown). Remediation: ``scancel JOBID``.
+    ``step``, ``state`` (each None when unknown); for a task of a job array, as Slurm
+    said, ``array_job_id``, ``array_task_id`` and whether tasks of the array wait to start
+    (:func:`query_array`). Remediation: ``scancel JOBID``, after ``scancel
+    --state=PENDING ARRAY`` for an array task unless Slurm listed no task waiting.
     """
 
     name = "slurm"
@@ -567,11 +790,20 @@ class SlurmResolver:
                 f"slurmstepd PID {stepd.pid} runs {exe_path(stepd)} (owned by root, as root)"
             )
         evidence.append(_job_text(job, env))
-        return replace(
-            _fields(clue, job, env, proc),
-            evidence=tuple(evidence),
-            remediation=f"scancel {clue.job_id}",
-        )
+        origin = _fields(clue, job, env, proc)
+        stop = f"scancel {clue.job_id}"
+        if job.status == "found" and job.array_job_id is not None:
+            pending = query_array(job.array_job_id, clue.job_id, ctx)
+            evidence.append(_array_text(pending))
+            origin = _with_array(origin, job, pending)
+            if pending.status != "none":
+                # The task's own scancel leaves the array's waiting tasks to start it again.
+                stop = f"{array_stop(job.array_job_id)} && {stop}"
+        elif job.status != "found" and env.get("SLURM_ARRAY_JOB_ID", "").isdigit():
+            # Slurm not asked: whether it comes back is not known; the claim names no
+            # array to act on (the job's user sets its own environment).
+            origin = replace(origin, array_claimed=int(env["SLURM_ARRAY_JOB_ID"]))
+        return replace(origin, evidence=tuple(evidence), remediation=stop)
 
 
 def unconfirmed_text(clue: SlurmClue) -> str:
@@ -585,7 +817,8 @@ def unconfirmed_text(clue: SlurmClue) -> str:
 
 
 def _title(proc: Proc) -> str:
-    return repr(" ".join(proc.cmdline) if proc.cmdline else proc.comm)
+    # The title is the process's own (``exec -a``): quoted, never the product's words.
+    return code_span(clip(" ".join(proc.cmdline) if proc.cmdline else proc.comm, 200))
 
 
 def _said(value: str | None) -> str:
@@ -622,6 +855,28 @@ def _fields(clue: SlurmClue, job: SlurmJob, env: dict[str, str], proc: Proc) -> 
         step=clue.step,
         state=job.state,
     )
+
+
+def _with_array(origin: SlurmOrigin, job: SlurmJob, pending: ArrayPending) -> SlurmOrigin:
+    return replace(
+        origin,
+        array_job_id=job.array_job_id,
+        array_task_id=job.array_task_id,
+        array_pending={"pending": True, "none": False}.get(pending.status),
+        array_pending_tasks=pending.tasks or None,
+        array_pending_count=pending.count,
+    )
+
+
+def _array_text(pending: ArrayPending) -> str:
+    """Evidence: what Slurm said of the array's waiting tasks."""
+    array = pending.array_id
+    if pending.status == "none":
+        return f"{pending.via}: no task of array {array} waits to start"
+    if pending.status == "unknown":
+        return f"whether tasks of array {array} wait to start could not be told ({pending.via})"
+    tasks = f" {plain_or_code(pending.tasks)}" if pending.tasks else ""
+    return f"{pending.via}: tasks{tasks} of array {array} wait to start"
 
 
 def _job_text(job: SlurmJob, env: dict[str, str]) -> str:

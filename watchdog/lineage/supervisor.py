@@ -172,7 +172,7 @@ def _supervisord(sup: Proc, child: Proc, job: Proc, ctx: ResolveContext) -> _Pro
         config=config,
         remediation=(
             f"{command(*ctl, 'status')}  # find the program running "
-            f"{comment(repr(child.args_text))}, stop it and delete its [program:NAME] section"
+            f"{comment(code_span(child.args_text))}, stop it and delete its [program:NAME] section"
         ),
         evidence=("no SUPERVISOR_PROCESS_NAME readable: program named by its command line",),
         settings={"settings_unread": "the program's name could not be read"},
@@ -230,7 +230,7 @@ def _pm2(child: Proc, job: Proc, ctx: ResolveContext) -> _Program:
         child.args_text,
         False,
         None,
-        f"pm2 list  # find the app running {comment(repr(child.args_text))}, then: "
+        f"pm2 list  # find the app running {comment(code_span(child.args_text))}, then: "
         "pm2 delete NAME && pm2 save",
         ("no PM2 app name readable: app named by its command line",),
     )
@@ -266,7 +266,7 @@ class SupervisorResolver:
                 False,
                 next((a for a in sup.cmdline[1:] if a.endswith(".ini")), None),
                 f"circusctl status  # find the watcher running "
-                f"{comment(repr(child.args_text))}, "
+                f"{comment(code_span(child.args_text))}, "
                 "then: circusctl rm WATCHER and delete it from the circus config",
                 (),
             )

@@ -214,7 +214,8 @@ def read_program(config: str | None, group: str | None, process: str) -> Program
     if found is None:
         return ProgramSettings(
             None,
-            unread=f"no [program:{group or process}] section in {', '.join(files)}",
+            unread=f"no [program:{plain_or_code(group or process)}] section in "
+            f"{', '.join(plain_or_code(f) for f in files)}",
             files=tuple(files),
         )
     values: dict[str, tuple[str, str]] = {}

@@ -83,6 +83,7 @@ from .origins import (
     SlurmOrigin,
     SupervisorOrigin,
     SystemdOrigin,
+    array_stop,
     origin_kind,
     origin_kinds,
 )
@@ -153,6 +154,7 @@ __all__ = [
     "UnsanctionedVerdict",
     "Verdict",
     "WorkloadClass",
+    "array_stop",
     "bounded_label",
     "finding_ref",
     "fmt_bytes",

@@ -80,6 +80,10 @@ class Restarts:
         launcher: The launcher process that may start it again (PID, start ticks),
             for origins that name no spawner: the jobs one launcher started are one
             incident (one page: ``details.incident``, issue 33).
+        each_run: Each run the source starts is one of a number it has left (a Slurm
+            job array's waiting tasks): terminating the next run is not futile, so the
+            daemon goes on terminating each (``terminate-futile`` is for sources that
+            start as many runs as they like).
         shell: The loop's shell that ``terminate`` is to stop with the job (PID, start
             ticks), when :attr:`after_terminate` is False for a shell loop: the terminate
             claims the loop stopped only when this very shell was (it re-decides its
@@ -92,6 +96,7 @@ class Restarts:
     stops: str | None = None
     after_terminate: bool = True
     launcher: tuple[int, int] | None = None
+    each_run: bool = False
     shell: tuple[int, int] | None = field(default=None, compare=False)
 
     def line(self) -> str:

@@ -396,7 +396,7 @@ class SystemdOrigin(Origin):
         if "systemd_unit" not in keys or not self.user_unit:
             return None
         return self.user, (
-            f"origin is user {self.user!r}'s own unit {self.unit!r}; "
+            f"origin is user {code_span(str(self.user))}'s own unit {code_span(str(self.unit))}; "
             "a unit pin matches a user unit only with 'user:' naming its owner"
         )
 
@@ -417,6 +417,18 @@ class SlurmOrigin(Origin):
         partition: The job's partition.
         step: The step (``batch``, ``0``...) when known.
         state: Slurm's job state (``RUNNING``...) when Slurm was asked.
+        array_job_id: The job array this job is a task of, as Slurm said (never the
+            job's environment); None for a job of no array (and then none of the
+            ``array_*`` keys is in the scan JSON).
+        array_task_id: Its task id in the array, when Slurm gave one.
+        array_pending: True when tasks of the array wait to start (each runs the same
+            batch script), False when Slurm listed the whole array and none waits, None
+            when that could not be told.
+        array_pending_tasks: The waiting task ids as Slurm prints them (``1-9``).
+        array_pending_count: How many tasks wait, when that could be counted.
+        array_claimed: When Slurm was not asked: the array the job's environment
+            (``SLURM_ARRAY_JOB_ID``) says it is a task of. A claim: it names nothing to
+            act on, and only makes :meth:`restarts` say it could not tell.
     """
 
     kind: ClassVar[OriginKind] = "slurm"
@@ -432,10 +444,19 @@ class SlurmOrigin(Origin):
     partition: str | None = None
     step: str | None = None
     state: str | None = None
+    array_job_id: int | None = field(default=None, metadata=UNLESS_NONE)
+    array_task_id: int | None = field(default=None, metadata=shown_with("array_job_id"))
+    array_pending: bool | None = field(default=None, metadata=shown_with("array_job_id"))
+    array_pending_tasks: str | None = field(default=None, metadata=shown_with("array_job_id"))
+    array_pending_count: int | None = field(default=None, metadata=shown_with("array_job_id"))
+    array_claimed: int | None = field(default=None, metadata=UNLESS_NONE)
 
     def describe(self) -> str:
         """See :meth:`Origin.describe`."""
         text = f"Slurm job {self.job_id}"
+        if self.array_job_id is not None:
+            task = "a task" if self.array_task_id is None else f"task {self.array_task_id}"
+            text += f" ({task} of array {self.array_job_id})"
         if self.job_name:
             # Chosen by its user (`sbatch -J`): quoted like every host text in a message.
             text += f" {code_span(clip(self.job_name, 80))}"
@@ -453,8 +474,54 @@ class SlurmOrigin(Origin):
         return True
 
     def stop_targets(self) -> tuple[tuple[object, ...], ...]:
-        """The Slurm job (``scancel`` acts on the whole job, every step of it)."""
-        return (("slurm-job", self.job_id),) if self.job_id is not None else ()
+        """The Slurm job (``scancel`` acts on the whole job, every step of it), and for a
+        task of an array the array (what stops it returning cancels the array's waiting
+        tasks: never advised while a sanctioned job is a task of the same array)."""
+        job = (("slurm-job", self.job_id),) if self.job_id is not None else ()
+        array = (("slurm-array", self.array_job_id),) if self.array_job_id is not None else ()
+        return job + array
+
+    def restarts(self) -> Restarts | None:
+        """A task of a job array: Slurm starts the array's waiting tasks, each running the
+        same batch script (sbatch(1) ``--array``), and a ``scancel`` of this task's own job
+        id leaves them; ``unknown`` when whether any waits could not be told. None for a
+        job of no array, and for an array Slurm listed whole with no task waiting. When
+        Slurm was not asked and the job's environment claims an array: ``unknown``,
+        naming no command (the claim is the job user's to write)."""
+        array = self.array_job_id
+        if array is None and self.array_claimed is not None:
+            return Restarts(
+                "unknown",
+                f"Slurm job array {self.array_claimed}, as the job's environment claims "
+                "(Slurm was not asked: whether tasks of it wait to start could not be told)",
+                each_run=True,
+            )
+        if array is None or self.array_pending is False:
+            return None
+        stops = f"cancel the array's waiting tasks first: {array_stop(array)}"
+        if self.array_pending is None:
+            return Restarts(
+                "unknown",
+                f"Slurm job array {array} (whether tasks of it wait to start could not be "
+                "told; each runs the same batch script)",
+                stops,
+                each_run=True,
+            )
+        tasks = (
+            f"tasks {plain_or_code(self.array_pending_tasks)}"
+            if self.array_pending_tasks
+            else "tasks"
+        )
+        count = self.array_pending_count
+        counted = f" ({count} task{'s' if count != 1 else ''})" if count is not None else ""
+        return Restarts(
+            "when Slurm starts the array's next task",
+            f"Slurm job array {array} has {tasks} pending{counted}, each runs the same "
+            "batch script",
+            stops,
+            # An array has only so many tasks: terminating each as it starts uses them up.
+            each_run=True,
+        )
 
     def pin(self) -> dict[str, object] | None:
         """``slurm_account`` and ``slurm_job_name``, when Slurm said both."""
@@ -830,6 +897,13 @@ class AtOrigin(Origin):
         """Queued runs of the same commands to remove (matched by the whole job's
         commands: a copy matched by command alone is removed by hand)."""
         return bool(self.pending_same_command) and self.queued_match is None
+
+
+def array_stop(array_id: int) -> str:
+    """What cancels the tasks of Slurm job array ``array_id`` that wait to start and
+    leaves its running ones (``--state`` restricts scancel to jobs in that state,
+    scancel(1)): ``scancel --state=PENDING 1230``."""
+    return f"scancel --state=PENDING {array_id}"
 
 
 def _quoted(text: str) -> str:

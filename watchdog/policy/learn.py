@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from ..config import Config, ConfigError, parse_config
-from ..hosttext import safe_text
+from ..hosttext import code_span, plain_or_code, safe_text
 from ..model import (
     NON_TRAINING_CLASSES,
     WORKLOAD_CLASSES,
@@ -840,7 +840,7 @@ def _unresolved_text(g: Group) -> str | None:
         return None
     return (
         f"its script could not be resolved ({g.script.unresolved}): runs of any "
-        f"{g.script.name!r} count as the same script"
+        f"{code_span(g.script.name)} count as the same script"
     )
 
 
@@ -978,7 +978,8 @@ def render_yaml(s: Suggestion, state_dir: str | None = None) -> str:
         for g in groups[: SHOWN_ALIKE if len(groups) > MANY_ALIKE else None]:
             out.append(
                 _comment(
-                    f"seen, not proposed: {' '.join(g.head)} (user {g.user}, "
+                    f"seen, not proposed: {code_span(' '.join(g.head))} "
+                    f"(user {plain_or_code(str(g.user))}, "
                     f"{g.origin.describe()}): {g.why_not}; {_evidence(g)}"
                 )
             )
@@ -1114,7 +1115,8 @@ def render_changes(changes: Sequence[Change]) -> str:
         lines.append(
             safe_text(
                 f"{_when(c.run.started_at)} PID {c.run.root_pid} {was} -> {would}: "
-                f"{' '.join(c.run.cmdline)} (user {c.run.user}, {o.describe()}): {c.reason}"
+                f"{code_span(' '.join(c.run.cmdline))} (user {plain_or_code(str(c.run.user))}, "
+                f"{o.describe()}): {c.reason}"
             )
         )
         lines.extend("    " + safe_text(s) for s in c.suspects)

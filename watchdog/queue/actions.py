@@ -22,6 +22,7 @@ from typing import Any
 from ..command import CommandRunner, run
 from ..config import Config
 from ..config.queue import QueueSettings
+from ..hosttext import clip, code_span, plain_or_code
 from ..model import Finding, ScanResult, SlurmOrigin
 from ..plugins import TrackResult
 from ..state import StateDB
@@ -163,7 +164,10 @@ class QueueEnforcer:
         # A command that could not run says why in stderr (127/124, watchdog.command).
         details.update(returncode=res.returncode, stderr=res.stderr.strip()[:500])
         why = (res.stderr or res.stdout).strip()
-        outcome = "ok" if ok else f"failed: {why[:200]}"
+        # Why it did not run is ours; what scancel/scontrol wrote is Slurm's, quoted (its
+        # errors echo job and user names).
+        said = why if not res.ran else code_span(clip(" ".join(why.split()), 200))
+        outcome = "ok" if ok else f"failed: {said}"
         self.db.record_action(
             ACTOR, kind, f"slurm job {job}", outcome, details, now,
             finding_id=finding_id, undo=undo if ok else None,
@@ -173,7 +177,8 @@ class QueueEnforcer:
         return Finding(
             "remediation-failed",
             "high",
-            f"could not {' '.join(argv)} (Slurm job {job} {entry.name!r} by {entry.user}): {why}",
+            f"could not {' '.join(argv)} (Slurm job {job} {code_span(clip(str(entry.name), 80))} "
+            f"by {plain_or_code(str(entry.user))}): {said}",
             details={"fingerprint": f"queue:{kind}:{job}", "argv": argv, "error": why},
         )
 

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from ..command import CommandResult, CommandRunner, run
+from ..hosttext import clip, code_span
 from ..lineage.slurm import parse_scontrol_record, squeue_refused
 from .model import QueueEntry, gpu_requested
 
@@ -295,4 +296,7 @@ def _why(what: str, res: CommandResult) -> str:
     if not res.ran:
         return f"{what}: not runnable or timed out"
     lines = (res.stderr or res.stdout).strip().splitlines()
-    return f"{what}: exit {res.returncode}: {lines[0] if lines else ''}".rstrip(": ")
+    if not lines:
+        return f"{what}: exit {res.returncode}"
+    # Quoted: Slurm's errors echo job, user and node names.
+    return f"{what}: exit {res.returncode}: {code_span(clip(lines[0], 200))}"

@@ -161,6 +161,27 @@ class FindingTable(Table):
                 top = max(top, int(row[0]))
         return top + 1
 
+    def reserve_finding_ids(self, next_id: int) -> None:
+        """Make :meth:`next_finding_id` at least ``next_id``: ids given out in memory
+        while the database could not be written, and paged, are never given again,
+        also those of findings not stored (the outage memory's bound dropped them, or a
+        restart lost them: :mod:`watchdog.daemon.unstored`).
+
+        Args:
+            next_id: The first id not given out yet.
+
+        Raises:
+            sqlite3.Error: The database cannot be written.
+        """
+        if self.next_finding_id() >= next_id:
+            return
+        conn = self.conn
+        seq = next_id - 1
+        if not conn.execute(
+            "UPDATE sqlite_sequence SET seq=? WHERE name='findings'", (seq,)
+        ).rowcount:
+            conn.execute("INSERT INTO sqlite_sequence(name, seq) VALUES ('findings', ?)", (seq,))
+
     def store_finding(self, rec: FindingRecord) -> int:
         """Write a finding that was kept in memory (the database could not be written
         when it opened) under its own id when that id is free, with its alert state,

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, SupportsFloat
 
+from ..hosttext import clip, code_span
 from .errors import Candidate, NothingToShip
 
 if TYPE_CHECKING:
@@ -39,7 +40,9 @@ def _judge(path: Path, raw_metric: object, ctx: ScanContext | None) -> Candidate
 
     metric = _as_metric(raw_metric)
     if metric is None:
-        return Candidate(path, None, f"metric {raw_metric!r} is not a number")
+        # The metric is the training run's to write: quoted, as its repr.
+        shown = code_span(clip(repr(raw_metric), 80))
+        return Candidate(path, None, f"metric {shown} is not a number")
     if not math.isfinite(metric):
         # NaN compares false against everything, so it would silently win or lose.
         return Candidate(path, metric, f"metric {metric!r} is not finite")

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..config.base import ConfigError
 from ..config.ship_gates import ShipGate
 from ..faults import fault_point
+from ..hosttext import plain_or_code
 from ..state import ActionJournal, JournalError, NullJournal
 from .verifyworker import FileKey
 
@@ -158,9 +159,13 @@ def quarantine_file(
     except OSError as exc:
         if exc.errno == errno.EXDEV:
             raise QuarantineError(
-                errno.EXDEV, f"quarantine folder {qdir} is on another file system than {src}"
+                errno.EXDEV,
+                f"quarantine folder {qdir} is on another file system than "
+                f"{plain_or_code(str(src), 300)}",
             ) from None
-        raise QuarantineError(exc.errno, f"cannot move {src} aside: {exc.strerror}") from None
+        raise QuarantineError(
+            exc.errno, f"cannot move {plain_or_code(str(src), 300)} aside: {exc.strerror}"
+        ) from None
     # The deploy step may have replaced the file between the check and the rename; if a
     # different version was moved, put it back (never clobbering a newer one).
     if not _moved_same(dst, link_text, target, key):
@@ -174,7 +179,9 @@ def quarantine_file(
             journal.done(back)
         except OSError as exc:
             raise QuarantineError(
-                exc.errno, f"a newer {src} was moved to {dst} by mistake and could not be put back"
+                exc.errno,
+                f"a newer {plain_or_code(str(src), 300)} was moved to "
+                f"{plain_or_code(str(dst), 300)} by mistake and could not be put back",
             ) from None
         raise QuarantineError(errno.ESTALE, "file was replaced while it was being moved aside")
     for d in {dst.parent, src.parent}:

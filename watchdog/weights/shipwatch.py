@@ -145,15 +145,15 @@ def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) ->
     skip_real = os.path.realpath(skip) if skip is not None else None
 
     def onerror(exc: OSError) -> None:
-        out.errors.append(f"cannot read {exc.filename}: {exc.strerror}")
+        out.errors.append(f"cannot read {_shown(exc.filename)}: {exc.strerror}")
 
     if not root.is_dir():
-        out.errors.append(f"{root} is not a directory")
+        out.errors.append(f"{_shown(root)} is not a directory")
         return out
     try:
         root_st = os.stat(root)
     except OSError as exc:
-        out.errors.append(f"cannot stat {root}: {exc.strerror}")
+        out.errors.append(f"cannot stat {_shown(root)}: {exc.strerror}")
         return out
     walked = {(root_st.st_dev, root_st.st_ino)}
     # Symlinked folders are followed ("current -> releases/v7" is how deploys switch
@@ -168,7 +168,7 @@ def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) ->
             try:
                 dst = os.stat(sub)
             except OSError as exc:
-                out.errors.append(f"cannot stat {sub}: {exc.strerror}")
+                out.errors.append(f"cannot stat {_shown(sub)}: {exc.strerror}")
                 continue
             if (dst.st_dev, dst.st_ino) in walked:
                 continue
@@ -188,7 +188,7 @@ def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) ->
             except FileNotFoundError:
                 continue  # vanished, or a dangling symlink: nothing to load
             except OSError as exc:
-                out.errors.append(f"cannot stat {p}: {exc.strerror}")
+                out.errors.append(f"cannot stat {_shown(p)}: {exc.strerror}")
     real_root = os.path.realpath(root)
     for path in out.keys:
         real = os.path.realpath(path)
@@ -196,7 +196,9 @@ def list_files(root: Path, patterns: Sequence[str], skip: Path | None = None) ->
             parent = os.path.realpath(os.path.dirname(path))
             own_link = os.path.islink(path) and os.path.commonpath([parent, real_root]) == real_root
             out.outside[path] = (
-                f"a file link to {real}" if own_link else "reached through a symlinked folder"
+                f"a file link to {_shown(real)}"
+                if own_link
+                else "reached through a symlinked folder"
             )
     _add_index_shards(root, out)
     return out

@@ -6,7 +6,10 @@ such findings in memory (:mod:`watchdog.daemon.unstored`) and puts their alerts 
 the :class:`~watchdog.daemon.alerts.delivery.DeliveryWorker` sends them before the
 rows of ``state.db``, with the same retry and order rules. Rows here have negative ids
 (``deliveries.id`` are positive), so the two never collide. They do not survive a
-restart: that is what "not persisted" means in ``status`` (docs/operations.md).
+restart by themselves: that is what "not persisted" means in ``status``
+(docs/operations.md); those of the findings already paged are written to the outage
+file beside the socket and queued again by the next daemon
+(:mod:`watchdog.daemon.outagefile`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ class MemorySpool:
         self.delivered = 0
         # Called after each put (the delivery worker's wake-up, as the store's).
         self.listeners: list[Callable[[], None]] = []
+        # Called after a row is sent or set aside (the outage file drops it then: a
+        # restart must not send it again).
+        self.on_done: list[Callable[[], None]] = []
 
     def put(
         self, finding_id: int, sink: str, event: str, payload: dict[str, Any], now: float
@@ -65,8 +71,12 @@ class MemorySpool:
     def done(self, row: int) -> None:
         """Row ``row`` was sent (or set aside): forget it."""
         with self._lock:
-            if self._rows.pop(row, None) is not None:
-                self.delivered += 1
+            if self._rows.pop(row, None) is None:
+                return
+            self.delivered += 1
+        for hook in list(self.on_done):
+            with contextlib.suppress(Exception):  # the row is done whatever a hook does
+                hook()
 
     def failed(self, row: int, error: str, next_attempt_at: float) -> None:
         """Record a failed attempt of row ``row`` and when to retry it."""
@@ -76,6 +86,12 @@ class MemorySpool:
                 self._rows[row] = dataclasses.replace(
                     d, attempts=d.attempts + 1, last_error=error, next_attempt_at=next_attempt_at
                 )
+
+    def rows(self) -> list[Delivery]:
+        """Every row not yet sent, oldest first (the outage file keeps those of the
+        findings it holds: :mod:`watchdog.daemon.outagefile`)."""
+        with self._lock:
+            return sorted(self._rows.values(), key=lambda d: -d.id)
 
     def queued(self) -> int:
         """How many rows wait to be sent."""

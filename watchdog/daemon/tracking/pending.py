@@ -161,6 +161,40 @@ class PendingJobs:
                 )
             db.upsert_job(rec)
 
+    def bound(self, limit: int) -> int:
+        """Keep at most ``limit`` runs and ``limit`` job rows: the runs last seen
+        longest ago go first, then the rows marked gone longest ago, then the rows seen
+        longest ago. What goes is never stored: a return of its job after the outage may
+        then be taken for a loop's next run (the cost of a bounded memory, counted).
+
+        Args:
+            limit: The most runs, and the most rows, kept.
+
+        Returns:
+            How many runs and rows were dropped.
+        """
+        dropped = 0
+        if len(self.runs) > limit:
+            order = sorted(self.runs, key=lambda k: (self.runs[k].last_at, k))
+            for key in order[: len(self.runs) - limit]:
+                del self.runs[key]
+                dropped += 1
+        if len(self.jobs) > limit:
+            rows = self.jobs
+            signatures = sorted(
+                rows,
+                key=lambda sig: (
+                    rows[sig].gone_at is None,
+                    rows[sig].gone_at or rows[sig].last_seen,
+                    sig,
+                ),
+            )
+            for sig in signatures[: len(rows) - limit]:
+                del rows[sig]
+                self._unread.discard(sig)
+                dropped += 1
+        return dropped
+
     def clear(self) -> None:
         """Forget what was kept (stored)."""
         self.jobs, self.runs, self._unread = {}, {}, set()
