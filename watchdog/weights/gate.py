@@ -43,8 +43,18 @@ def event_logger(stream: TextIO) -> Any:
     )
 
 
-def log_refusals(report: Report, command: Sequence[str], stream: TextIO) -> None:
-    """Emit one ``weights-refused`` event per file that did not pass."""
+def log_refusals(
+    report: Report, command: Sequence[str], stream: TextIO, reason: str | None = None
+) -> None:
+    """Emit one ``weights-refused`` event per file that did not pass.
+
+    Args:
+        report: The report.
+        command: The command line refused (``gate``'s command, or ``ship SRC DST``).
+        stream: Where the events go.
+        reason: The event's ``reason`` when the file's status is not it
+            (``ship``'s ``destination-error``); None: the file's status.
+    """
     log = event_logger(stream)
     for f in report.files:
         if f.ok:
@@ -59,7 +69,7 @@ def log_refusals(report: Report, command: Sequence[str], stream: TextIO) -> None
         log.error(
             "weights-refused",
             path=str(f.path),
-            reason=f.status.value,
+            reason=reason or f.status.value,
             detail=detail,
             counts=f.totals(),
             exit_code=report.exit_code,
