@@ -240,3 +240,27 @@ def test_gate_says_the_command_was_not_run(tmp_path: Path) -> None:
     cp = run_cli("gate", "--json", "--no-progress", "--weights", str(bad), "--", "true")
     assert "not run" not in cp.stderr  # JSON stays JSON: the events carry the command
 
+
+def test_gate_says_in_words_when_the_command_cannot_be_started(tmp_path: Path) -> None:
+    """First-day report: `gate --weights W -- /nonexistent/cmd` exited 127 with only a
+    JSON `gate-command-failed` event, where every other refusal says it in a plain line."""
+    good = _st(tmp_path / "good.safetensors", 1.0)
+    missing = tmp_path / "no such" / "cmd"
+    cp = run_cli("gate", "--no-progress", "--weights", str(good), "--", str(missing), "x")
+    assert cp.returncode == 127
+    assert (
+        "gate: the command was not run (the weights verified, but it could not be started: "
+        f"no such file or directory; exit 127): '{missing}' x"
+    ) in cp.stderr.splitlines()
+    assert '"event": "gate-command-failed"' in cp.stderr
+    noexec = tmp_path / "deploy.sh"
+    noexec.write_text("#!/bin/sh\n")
+    noexec.chmod(0o644)
+    cp = run_cli("gate", "--no-progress", "--weights", str(good), "--", str(noexec))
+    assert cp.returncode == 127
+    assert (  # execve(2) wants an execute bit, for root too
+        "gate: the command was not run (the weights verified, but it could not be "
+        f"started: permission denied; exit 127): {noexec}"
+    ) in cp.stderr.splitlines()
+    cp = run_cli("gate", "--json", "--no-progress", "--weights", str(good), "--", str(missing))
+    assert cp.returncode == 127 and "not run" not in cp.stderr  # JSON stays JSON

@@ -13,6 +13,7 @@ copies the verified bytes themselves and has none.
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -139,6 +140,12 @@ def run_gate(
     try:
         return subprocess.run(list(command), check=False).returncode
     except OSError as exc:
+        if not json_output:  # in words, as every other way gate does not run it
+            why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            out.write(
+                f"gate: the command was not run (the weights verified, but it could not be "
+                f"started: {why}; exit {GATE_CANNOT_RUN}): {safe_text(shlex.join(command))}\n"
+            )
         event_logger(out).error(
             "gate-command-failed", command=list(command), error=f"{type(exc).__name__}: {exc}"
         )
