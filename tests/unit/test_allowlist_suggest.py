@@ -14,6 +14,7 @@ import pytest
 import structlog
 
 from rogue_watchdog.cli import main
+from rogue_watchdog.cli.allowlist import wrote_suggestion
 from rogue_watchdog.config import ConfigError, parse_config
 from rogue_watchdog.model import (
     CronOrigin,
@@ -567,6 +568,51 @@ def test_cli_suggest_and_diff_read_the_state_dir(
         "PID 103 rogue -> sanctioned",
     ]  # fmt: skip
     assert lines[-1] == "3 run(s) would change verdict"
+
+
+def test_suggest_output_says_what_it_wrote(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """First-day report: `allowlist suggest --output FILE` printed nothing after its
+    `reading ...state.db` line."""
+    crontab = tmp_path / "pipeline"
+    entry = f"*/5 * * * * mlops {PY} {SCRIPT}"
+    crontab.write_text(f"# pipeline\n{entry}\n")
+    db = StateDB(tmp_path / "state")
+    now = time.time()
+    for i, r in enumerate(pipeline_runs()):
+        db.record_run(
+            dataclasses.replace(r, origin=cron(str(crontab), 2, entry)), now - 600 + i * 10
+        )
+    db.close()
+    state = ["--state-dir", str(tmp_path / "state"), "--since", "1h"]
+    target = tmp_path / "allow.yaml"
+    capsys.readouterr()
+    assert main(["allowlist", "suggest", *state, "--output", str(target)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == f"rogue-watchdog: wrote 1 rule to {target}"
+    assert target.exists()
+    empty = tmp_path / "empty.yaml"
+    assert main(["allowlist", "suggest", *state, "--since", "1s", "--output", str(empty)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (
+        f"rogue-watchdog: wrote no rule to {empty}: nothing to suggest (its comments say why)"
+    )
+
+
+def test_wrote_suggestion_counts_rules_exemptions_and_jobs_left_out() -> None:
+    one = suggest(pipeline_runs(), 0.0)
+    assert (len(one.proposed), one.exemptions, one.not_proposed) == (1, [], [])
+    many = dataclasses.replace(
+        one,
+        proposed=one.proposed * 2,
+        exemptions=["e"],  # only counted
+        not_proposed=one.proposed * 3,
+    )
+    assert wrote_suggestion(many, "/tmp/a b.yaml") == (
+        "rogue-watchdog: wrote 2 rules and 1 ignore entry to /tmp/a b.yaml; 3 jobs seen, not "
+        "proposed (its comments say why)"
+    )
 
 
 def test_an_empty_window_says_no_job_was_recorded() -> None:

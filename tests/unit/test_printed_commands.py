@@ -309,6 +309,8 @@ def test_suggest_writes_the_instance_it_read_so_diff_replays_it(
     assert main([*argv, "--output", str(candidate)]) == 0
     assert capsys.readouterr().err == (
         f"rogue-watchdog: reading {ours}/state.db (daemon.state_dir of {config})\n"
+        f"rogue-watchdog: wrote no rule to {candidate}; 1 job seen, not proposed (its comments "
+        "say why)\n"
     )
     assert candidate.read_text().endswith(f'daemon:\n  state_dir: "{ours}"\n')
     code = main(["allowlist", "diff", "--config", str(candidate), "--since", "1h"])

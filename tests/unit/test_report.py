@@ -714,3 +714,17 @@ def test_a_long_per_origin_table_keeps_its_first_rows_in_view(tmp_path: Path) ->
     rest = page.split('<table id="by-origin">')[1].split("</details>")[0]
     assert "<summary>7 more row(s)</summary>" in rest  # 32 origins in all
     assert len(re.findall(r"<tr><td>", rest)) == 32
+
+
+def test_report_output_says_it_wrote_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As allowlist suggest --output (first-day report): nothing after the "reading" line
+    # looked like nothing done.
+    state = busy_week(tmp_path, time.time())
+    page = tmp_path / "week.json"
+    capsys.readouterr()
+    args = ["report", "--state-dir", str(state), "--since", "7d", "--format", "json"]
+    assert main([*args, "--output", str(page)]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == f"rogue-watchdog: wrote {page}"
+    assert json.loads(page.read_text())

@@ -6,6 +6,7 @@ Files come from the real writers: the safetensors package, gguf-py's GGUFWriter 
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -83,19 +84,64 @@ def test_into_a_folder_takes_the_source_name(tmp_path: Path) -> None:
     assert ship(src, dest).destination == dest / "model.safetensors"
 
 
-def test_missing_source_special_file_and_missing_folder_are_not_verified(tmp_path: Path) -> None:
+def test_missing_source_special_file_and_missing_folder_are_not_shipped(tmp_path: Path) -> None:
     r = ship(tmp_path / "gone.safetensors", tmp_path / "x.safetensors")
     assert r.exit_code == 2 and "cannot open the source" in (r.report.files[0].error or "")
+    assert r.refusal is None  # the source: not verified
     fifo = tmp_path / "pipe.safetensors"
     os.mkfifo(fifo)
     r = ship(fifo, tmp_path / "x.safetensors")
     assert r.exit_code == 2 and "not a regular file" in (r.report.files[0].error or "")
     src = _st(tmp_path / "m.safetensors", 1.0)
     r = ship(src, tmp_path / "no" / "such" / "m.safetensors")
-    assert r.exit_code == 2 and "cannot stage beside the destination" in (
-        r.report.files[0].error or ""
+    assert (r.exit_code, r.refusal, r.report.files[0].path) == (
+        2,
+        "destination-error",
+        tmp_path / "no" / "such" / "m.safetensors",
     )
+    assert r.report.files[0].error == f"the destination folder does not exist: {tmp_path}/no/such"
     assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_a_destination_folder_that_is_a_file_is_a_destination_error(tmp_path: Path) -> None:
+    src = _st(tmp_path / "m.safetensors", 1.0)
+    r = ship(src, src / "m.safetensors")
+    assert (r.exit_code, r.refusal) == (2, "destination-error")
+    assert r.report.files[0].error == f"the destination folder is not a folder: {src}"
+
+
+def test_cli_destination_folder_missing_says_not_shipped(tmp_path: Path) -> None:
+    """First-day report: `ship try/w/good.npy try/nonexist/x.npy` printed `NOT VERIFIED
+    try/nonexist/x.npy: cannot stage beside the destination: [Errno 2] ...` and logged
+    reason not-verified, though the source was fine."""
+    good = tmp_path / "good.npy"
+    np.save(good, np.ones(4, np.float32))
+    dst = tmp_path / "nonexist" / "x.npy"
+    cp = run_cli("ship", "--no-progress", str(good), str(dst))
+    assert cp.returncode == 2
+    assert cp.stdout.splitlines() == [
+        f"NOT SHIPPED {dst}: the destination folder does not exist: {dst.parent}"
+    ]
+    (event,) = [json.loads(x) for x in cp.stderr.splitlines() if x.startswith("{")]
+    assert (event["event"], event["reason"], event["path"]) == (
+        "weights-refused",
+        "destination-error",
+        str(dst),
+    )
+    doc = json.loads(run_cli("ship", "--json", "--no-progress", str(good), str(dst)).stdout)
+    assert [f["status"] for f in doc["files"]] == ["destination-error"]
+
+
+def test_cli_a_folder_as_the_source_says_ship_copies_one_file(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    _st(model / "model.safetensors", 1.0)
+    cp = run_cli("ship", "--no-progress", str(model), str(tmp_path / "x.safetensors"))
+    assert cp.returncode == 2
+    assert cp.stdout.splitlines() == [
+        f"NOT VERIFIED {model}: cannot open the source: not a regular file (a folder): ship "
+        "copies one file; ship each weights file of the model (each shard, then its index)"
+    ]
 
 
 def test_suffix_of_the_destination_chooses_the_format(tmp_path: Path) -> None:
@@ -193,3 +239,28 @@ def test_gate_says_the_command_was_not_run(tmp_path: Path) -> None:
     )
     cp = run_cli("gate", "--json", "--no-progress", "--weights", str(bad), "--", "true")
     assert "not run" not in cp.stderr  # JSON stays JSON: the events carry the command
+
+
+def test_gate_says_in_words_when_the_command_cannot_be_started(tmp_path: Path) -> None:
+    """First-day report: `gate --weights W -- /nonexistent/cmd` exited 127 with only a
+    JSON `gate-command-failed` event, where every other refusal says it in a plain line."""
+    good = _st(tmp_path / "good.safetensors", 1.0)
+    missing = tmp_path / "no such" / "cmd"
+    cp = run_cli("gate", "--no-progress", "--weights", str(good), "--", str(missing), "x")
+    assert cp.returncode == 127
+    assert (
+        "gate: the command was not run (the weights verified, but it could not be started: "
+        f"no such file or directory; exit 127): '{missing}' x"
+    ) in cp.stderr.splitlines()
+    assert '"event": "gate-command-failed"' in cp.stderr
+    noexec = tmp_path / "deploy.sh"
+    noexec.write_text("#!/bin/sh\n")
+    noexec.chmod(0o644)
+    cp = run_cli("gate", "--no-progress", "--weights", str(good), "--", str(noexec))
+    assert cp.returncode == 127
+    assert (  # execve(2) wants an execute bit, for root too
+        "gate: the command was not run (the weights verified, but it could not be "
+        f"started: permission denied; exit 127): {noexec}"
+    ) in cp.stderr.splitlines()
+    cp = run_cli("gate", "--json", "--no-progress", "--weights", str(good), "--", str(missing))
+    assert cp.returncode == 127 and "not run" not in cp.stderr  # JSON stays JSON

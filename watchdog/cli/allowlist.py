@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from .common import (
 from .help import command_help
 
 if TYPE_CHECKING:
+    from ..policy.learn import Suggestion
     from ..state import ActionRecord, RunRecord
 
 
@@ -126,6 +128,40 @@ def _write_new(path: str, text: str) -> None:
         f.write(text)
 
 
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def wrote_suggestion(found: Suggestion, path: str) -> str:
+    """What ``allowlist suggest --output FILE`` says on stderr once FILE is written.
+
+    The command printed nothing after its ``reading ...`` line, so a user could not
+    tell whether the file held a rule (first-day report).
+
+    Args:
+        found: What :func:`watchdog.policy.learn.suggest` found.
+        path: The file written.
+
+    Returns:
+        ``rogue-watchdog: wrote 2 rules and 1 ignore entry to FILE; 3 jobs seen, not
+        proposed (its comments say why)``, or ``wrote no rule to FILE: ...`` when it
+        holds only comments and ``sanctioned: []``.
+    """
+    from ..render import printable
+
+    kinds = [_plural(len(found.proposed), "rule", "rules")]
+    if found.exemptions:
+        kinds.append(_plural(len(found.exemptions), "ignore entry", "ignore entries"))
+    anything = bool(found.proposed or found.exemptions)
+    skipped = len(found.not_proposed) + sum(len(c) for c in found.conflicts)
+    text = f"rogue-watchdog: wrote {' and '.join(kinds) if anything else 'no rule'} to {path}"
+    if skipped:
+        text += f"; {_plural(skipped, 'job', 'jobs')} seen, not proposed (its comments say why)"
+    elif not anything:
+        text += ": nothing to suggest (its comments say why)"
+    return printable(text)
+
+
 def cmd_suggest(args: argparse.Namespace) -> int:
     """``allowlist suggest``: print (or write) the proposed allowlist."""
     from ..policy.learn import origin_now, render_yaml, source_gone_now, suggest
@@ -141,6 +177,7 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     text = render_yaml(found, state_dir)
     if args.output:
         _write_new(args.output, text)
+        print(wrote_suggestion(found, args.output), file=sys.stderr)
         return 0
     emit(text.rstrip("\n"))
     return 0
@@ -282,6 +319,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         text = report_text(doc)
     if args.output:
         _write_new(args.output, text if text.endswith("\n") else text + "\n")
+        # Said, as allowlist suggest does: nothing after the "reading" line looked like
+        # nothing done.
+        from ..render import printable
+
+        print(printable(f"rogue-watchdog: wrote {args.output}"), file=sys.stderr)
         return 0
     emit(text.rstrip("\n"))
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -104,12 +105,13 @@ def cmd_ship(args: argparse.Namespace) -> int:
         result = ship(src, dst, progress=bar.update if bar else None)
         if bar is not None:
             bar.close()
-        out = result.report.to_json() if args.json else result.report.render_text()
+        out = json.dumps(result.to_dict(), indent=2) if args.json else result.render_text()
         if result.destination is not None and not args.json:
             out += f"\nSHIPPED {src} -> {result.destination}"
         emit(out)
         if result.exit_code != 0:
-            log_refusals(result.report, ["ship", str(src), str(dst)], sys.stderr)
+            command = ["ship", str(src), str(dst)]
+            log_refusals(result.report, command, sys.stderr, result.refusal)
         return result.exit_code
 
     return _run_with_bar([src], not args.no_progress, body)
@@ -195,7 +197,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             [
                 (0, "shipped: every value finite, DST replaced atomically"),
                 (1, "not shipped: a NaN or infinity found"),
-                (2, "not shipped: not verified, source changed while copied, or I/O error"),
+                (
+                    2,
+                    "not shipped: not verified, source changed while copied, destination "
+                    "folder missing or unwritable, or I/O error",
+                ),
             ],
         ),
     )

@@ -150,8 +150,9 @@ class Rule:
 
 def _rule(r: NodeReader, node: yaml.Node, key: str) -> Rule | None:
     """One rule, or None when an error was recorded (collect mode)."""
-    m = r.mapping(node, key, keys(Rule))
+    # Counted before the keys: a rule with an unknown key is not built either.
     failed = len(r.errors)
+    m = r.mapping(node, key, keys(Rule))
     for name in ("name", "origin"):
         if name not in m:
             why = (
@@ -160,11 +161,13 @@ def _rule(r: NodeReader, node: yaml.Node, key: str) -> Rule | None:
                 if name == "origin"
                 else ""
             )
-            r.record(r.err(node, f"{key}.{name}", f"required key missing{why}"))
+            missing = r.err(node, f"{key}.{name}", f"required key missing{why}")
+            r.record(r.misspelt(key, name) or missing)
     if "cmdline" in m and "cmdline_regex" in m:
         r.record(r.err(m["cmdline_regex"][0], key, "use cmdline or cmdline_regex, not both"))
     if "cmdline" not in m and "cmdline_regex" not in m:
-        r.record(r.err(node, f"{key}.cmdline", "required key missing (or give cmdline_regex)"))
+        missing = r.err(node, f"{key}.cmdline", "required key missing (or give cmdline_regex)")
+        r.record(r.misspelt(key, "cmdline", "cmdline_regex") or missing)
     # Every key is checked even after one failed, so one run reports them all.
     vals = read(Rule, r, m, key, keep_going=True)
     _everything_rule(r, key, m, vals)
@@ -186,7 +189,9 @@ def _everything_rule(
         return
     node, sub = m[name][1], f"{key}.{name}"
     origin = vals.get("origin")
-    if isinstance(origin, OriginPin) and origin.any and "user" not in vals:
+    # A misspelt user key (``usr:``) is reported as such, not as a rule without a user.
+    pinned = "user" in m or r.misspelt(key, "user") is not None
+    if isinstance(origin, OriginPin) and origin.any and not pinned:
         r.record(
             r.err(
                 node,
@@ -337,7 +342,8 @@ def _ignore(r: NodeReader, node: yaml.Node, key: str) -> IgnoreEntry:
     m = r.mapping(node, key, _IGNORE_KEYS)
     require(r, node, key, m, "name")
     if len(m) < 2:
-        raise r.err(node, key, "needs exe, cmdline, user, group, origin_kind or class")
+        needs = r.err(node, key, "needs exe, cmdline, user, group, origin_kind or class")
+        raise r.misspelt(key, *_IGNORE_KEYS) or needs
     given = {k: v for k, v in m.items() if k != "class"}
     vals = read(IgnoreEntry, r, given, key, order=keys(IgnoreEntry))
     if "class" in m:
@@ -602,7 +608,7 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         raise ConfigError(source, None, "", "YAML nesting is too deep") from None
     if root is None or (isinstance(root, yaml.ScalarNode) and root.value == ""):
         return Config(source=source)
-    top = r.attempt(lambda: r.mapping(root, "", TOP_LEVEL_KEYS, keep_going=True)) or {}
+    top = r.attempt(lambda: r.mapping(root, "", TOP_LEVEL_KEYS)) or {}
 
     def section(name: str, parse: Callable[[NodeReader, yaml.Node], T], default: T) -> T:
         # A failing section is recorded and keeps its defaults; the others are still read.

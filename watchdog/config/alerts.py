@@ -141,7 +141,8 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
                 )
     m = r.mapping(node, key, keys(SinkSettings))
     if "type" not in m:
-        raise r.err(node, f"{key}.type", f"required key missing ({', '.join(sink_names())})")
+        missing = r.err(node, f"{key}.type", f"required key missing ({', '.join(sink_names())})")
+        raise r.misspelt(key, "type") or missing
     sink_type = _sink_type(r, m["type"][1], f"{key}.type")
     kind = sink_kind(sink_type)
     assert kind is not None  # _sink_type took only a listed name
@@ -159,7 +160,8 @@ def _sink(r: NodeReader, node: yaml.Node, key: str) -> SinkSettings:
         if secret:
             raise r.err(node, key, "give urls, or url_env / url_file, not both")
     elif kind.receiver != "none" and not secret:
-        raise r.err(
+        # A misspelt url_file (``url_fle``) is reported as such, not as a missing secret.
+        raise r.misspelt(key, "url_env", "url_file") or r.err(
             node,
             key,
             "a webhook sink needs url_env or url_file (the URL is a secret: never inline)",
@@ -233,7 +235,9 @@ def parse_alerts(r: NodeReader, node: yaml.Node) -> AlertSettings:
     timing = ("reminder_after_s", "retry_base_s", "retry_max_s", "min_lifetime_s", "settle_s")
     vals = read(AlertSettings, r, m, "alerts", order=timing)
     policy = construct(AlertSettings, vals)
-    if policy.retry_max_s < policy.retry_base_s:
+    # A misspelt retry key is reported as such: the other is compared with a default.
+    misspelt = r.misspelt("alerts", "retry_base_s", "retry_max_s")
+    if policy.retry_max_s < policy.retry_base_s and misspelt is None:
         where = m["retry_max_s"][1] if "retry_max_s" in m else node
         raise r.err(
             where, "alerts.retry_max_s", f"must be at least retry_base_s ({policy.retry_base_s})"

@@ -14,6 +14,7 @@ any user controls, so they must run in linear time.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -271,6 +272,9 @@ class NodeReader:
         self.errors: list[ConfigError] = []
         self.warnings: list[ConfigError] = []
         self.refs: list[ConfigRef] = []
+        # Mapping key path -> (the known key an unknown one looks like, its error): a
+        # check that such a key is absent says nothing the unknown key's error did not.
+        self._misspelt: dict[str, list[tuple[str | None, ConfigError]]] = {}
 
     def err(self, node: yaml.Node | None, key: str, msg: str) -> ConfigError:
         line = node.start_mark.line + 1 if node is not None else None
@@ -280,7 +284,9 @@ class NodeReader:
         """Record ``error`` in collect mode; raise it otherwise."""
         if not self.collect:
             raise error
-        self.errors.append(error)
+        # An error raised again to abandon a mapping (:meth:`misspelt`) is listed once.
+        if not any(e is error for e in self.errors):
+            self.errors.append(error)
 
     def attempt(self, fn: Callable[[], T]) -> T | None:
         """``fn()``, or None after recording its :class:`ConfigError` (collect mode)."""
@@ -312,45 +318,54 @@ class NodeReader:
         self.refs.append(ConfigRef(kind, value, node.start_mark.line + 1, key))
 
     def mapping(
-        self, node: yaml.Node, key: str, allowed: tuple[str, ...], *, keep_going: bool = False
+        self, node: yaml.Node, key: str, allowed: tuple[str, ...]
     ) -> dict[str, tuple[yaml.Node, yaml.Node]]:
         """The keys of a mapping node → (key node, value node).
+
+        In collect mode an unknown or duplicate key is recorded and left out, and the
+        other keys are returned, so their values are still checked in the same run. An
+        unknown key that looks like a known one says so (``did you mean 'user'?``), and
+        a later check that the known key is absent defers to it (:meth:`misspelt`).
 
         Args:
             node: The node.
             key: Its dotted key path, for messages.
             allowed: Known keys.
-            keep_going: In collect mode, record unknown and duplicate keys and return the
-                others (top level: sections stand alone). Otherwise every bad key is
-                recorded and the mapping fails, since the errors that follow from a
-                misspelt key ("required key missing") would only be noise.
 
         Raises:
-            ConfigError: Not a mapping; unknown or duplicate keys (see ``keep_going``).
+            ConfigError: Not a mapping; outside collect mode, the first unknown or
+                duplicate key.
         """
         if not isinstance(node, yaml.MappingNode):
             raise self.err(node, key, f"expected a mapping, got {_kind(node)}")
         out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
-        problems: list[ConfigError] = []
         for knode, vnode in node.value:
             name = knode.value if isinstance(knode, yaml.ScalarNode) else None
             sub = f"{key}.{name}" if key else str(name)
             if name not in allowed:
+                like = _looks_like(name, allowed)
+                guess = f" (did you mean {like!r}?)" if like is not None else ""
                 hint = f"; allowed: {', '.join(allowed)}"
-                problems.append(self.err(knode, sub, f"unknown key {name!r}{hint}"))
+                error = self.err(knode, sub, f"unknown key {name!r}{guess}{hint}")
+                self.record(error)
+                self._misspelt.setdefault(key, []).append((like, error))
             elif name in out:
-                problems.append(self.err(knode, sub, "duplicate key"))
+                self.record(self.err(knode, sub, "duplicate key"))
             else:
                 out[name] = (knode, vnode)
-        if problems and self.collect and keep_going:
-            self.errors.extend(problems)
-        elif problems:
-            # Every bad key of this mapping is reported; the mapping itself then fails
-            # (going on without those keys would only add errors that follow from them).
-            if self.collect:
-                self.errors.extend(problems[:-1])
-            raise problems[-1] if self.collect else problems[0]
         return out
+
+    def misspelt(self, key: str, *names: str) -> ConfigError | None:
+        """The recorded error of an unknown key of mapping ``key`` that looks like one
+        of ``names`` (no names: any unknown key of it), or None.
+
+        A check that a key is absent (``required key missing``, ``needs X beside it``)
+        raises this instead of its own error when there is one: the key is most likely
+        there, misspelt, and one error says so. Raising it again abandons the mapping
+        without listing it twice (:meth:`record`).
+        """
+        found = self._misspelt.get(key, ())
+        return next((e for like, e in found if like in names or not names), None)
 
     def sequence(self, node: yaml.Node, key: str) -> list[yaml.Node]:
         if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
@@ -429,6 +444,18 @@ def _kind(node: yaml.Node) -> str:
     return {"str": "a string", "int": "an integer", "bool": "a boolean", "null": "nothing"}.get(
         tag, tag
     ) + (f" ({node.value!r})" if tag != "null" else "")
+
+
+def _looks_like(name: object, allowed: Sequence[str]) -> str | None:
+    """The allowed key ``name`` is most likely a misspelling of (difflib's ratio at
+    least 0.7, or a case-only difference), or None."""
+    if not isinstance(name, str):
+        return None
+    folded = {a.lower(): a for a in allowed}
+    if name.lower() in folded:
+        return folded[name.lower()]
+    close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.7)
+    return close[0] if close else None
 
 
 # -- declared sections -----------------------------------------------------------------
@@ -542,21 +569,22 @@ def build(
     """
     m = r.mapping(node, key, keys(cls))
     needed = [n for n, f in _declared(cls).items() if _is_required(f)]
-    require(r, node, key, m, *needed)
-    # Collect mode (check-config): every bad value of the section is recorded, and the
-    # section is built from the good ones and the defaults, so later sections are still
-    # checked; the file is refused at the end all the same.
+    # Collect mode (check-config): every missing key and bad value of the section is
+    # recorded, and the section is built from the good ones and the defaults, so later
+    # sections are still checked; the file is refused at the end all the same.
     before = len(r.errors)
+    for name in needed:
+        if name not in m:
+            r.record(r.misspelt(key, name) or r.err(node, _sub(key, name), "required key missing"))
     values = read(cls, r, m, key, order=order, keep_going=r.collect)
     failed = [n for n in needed if n not in values]
     if failed:
-        # A required value was refused: no section to build. Its error goes to the caller
-        # (which records it), and is taken back here so it is listed once.
-        prefix = f"{key}.{failed[0]}" if key else failed[0]
+        # No section to build. An error already recorded is raised (the caller records
+        # it, once: NodeReader.record): the first about the first failed key.
+        prefix = _sub(key, failed[0])
         mine = r.errors[before:]
-        error = next((e for e in mine if e.key.startswith(prefix)), mine[0])
-        r.errors.remove(error)
-        raise error
+        error = next((e for e in mine if e.key.startswith(prefix)), None)
+        raise error or r.misspelt(key, failed[0]) or mine[0]
     return construct(cls, values)
 
 
@@ -578,7 +606,13 @@ def require(
     m: Mapping[str, tuple[yaml.Node, yaml.Node]],
     *names: str,
 ) -> None:
-    """Refuse a mapping without one of ``names``: ``KEY.NAME: required key missing``."""
+    """Refuse a mapping without one of ``names``: ``KEY.NAME: required key missing``, or
+    the error of an unknown key that looks like it (:meth:`NodeReader.misspelt`)."""
     for name in names:
         if name not in m:
-            raise r.err(node, f"{key}.{name}", "required key missing")
+            raise r.misspelt(key, name) or r.err(node, _sub(key, name), "required key missing")
+
+
+def _sub(key: str, name: str) -> str:
+    """The dotted path of ``name`` in the mapping at ``key`` (``""``: the top level)."""
+    return f"{key}.{name}" if key else name

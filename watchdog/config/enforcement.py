@@ -173,7 +173,9 @@ def _protect(r: NodeReader, node: yaml.Node, key: str) -> Protect:
         return Protect(cmdline=cmdline, text=cmdline)
     m = r.mapping(node, key, keys(Protect))
     if not m:
-        raise r.err(node, key, f"needs one of {', '.join(keys(Protect))}")
+        # Emptied by unknown keys: their errors (with the allowed keys) say it all.
+        needs = r.err(node, key, f"needs one of {', '.join(keys(Protect))}")
+        raise r.misspelt(key) or needs
     vals = read(Protect, r, m, key)
     pin = vals.get("origin")
     if isinstance(pin, OriginPin) and pin.any:
@@ -190,14 +192,19 @@ def _protect(r: NodeReader, node: yaml.Node, key: str) -> Protect:
 def _rule(r: NodeReader, node: yaml.Node, key: str) -> EnforcementRule:
     """A rule with a name, a match field and something to change."""
     m = r.mapping(node, key, keys(EnforcementRule))
+    # A check that a key is absent defers to an unknown key that looks like it.
     if "name" not in m:
-        raise r.err(node, key, "needs a name")
-    if not any(k in m for k in ("cmdline", "cmdline_regex", "origin_kind", "user")):
-        raise r.err(node, key, "needs at least one of cmdline, cmdline_regex, origin_kind, user")
-    if not any(k in m for k in ("mode", "auto_disable_source", "gpu_open")):
-        raise r.err(
+        raise r.misspelt(key, "name") or r.err(node, key, "needs a name")
+    matches = ("cmdline", "cmdline_regex", "origin_kind", "user")
+    if not any(k in m for k in matches):
+        needs = r.err(node, key, f"needs at least one of {', '.join(matches)}")
+        raise r.misspelt(key, *matches) or needs
+    changes = ("mode", "auto_disable_source", "gpu_open")
+    if not any(k in m for k in changes):
+        needs = r.err(
             node, key, "needs mode, auto_disable_source or gpu_open (else it changes nothing)"
         )
+        raise r.misspelt(key, *changes) or needs
     rule = construct(EnforcementRule, read(EnforcementRule, r, m, key))
     # Checked after every value was read, as the released parser did (same first error).
     names = [cls.kind for cls in origin_kinds()]

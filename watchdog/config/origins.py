@@ -131,11 +131,13 @@ def parse_origin_pin(r: NodeReader, node: yaml.Node, key: str) -> OriginPin:
     m = r.mapping(node, key, ("any", *owners))
     if not m:
         alone = [k for k, cls in owners.items() if cls.PINS[k].needs is None]
-        raise r.err(node, key, f"needs one of {', '.join(('any', *alone))}")
+        needs = r.err(node, key, f"needs one of {', '.join(('any', *alone))}")
+        raise r.misspelt(key) or needs  # emptied by unknown keys: their errors say it
     for k in m:
         need = owners[k].PINS[k].needs if k != "any" else None
         if need is not None and need not in m:
-            raise r.err(m[k][0], f"{key}.{k}", f"needs {need} beside it")
+            beside = r.err(m[k][0], f"{key}.{k}", f"needs {need} beside it")
+            raise r.misspelt(key, need) or beside
     kinds = {owners[k].kind for k in m if k != "any"}
     if len(kinds) > 1:
         raise r.err(

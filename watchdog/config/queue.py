@@ -93,7 +93,8 @@ def _rule(r: NodeReader, node: yaml.Node, key: str) -> QueueRule:
     m = r.mapping(node, key, keys(QueueRule))
     require(r, node, key, m, "name")
     if not any(k in m for k in RULE_KEYS):
-        raise r.err(node, key, f"needs at least one of {', '.join(RULE_KEYS)}")
+        needs = r.err(node, key, f"needs at least one of {', '.join(RULE_KEYS)}")
+        raise r.misspelt(key, *RULE_KEYS) or needs
     vals = read(QueueRule, r, m, key, order=(*RULE_KEYS, "name"))
     return construct(QueueRule, {**vals, "line": node.start_mark.line + 1})
 

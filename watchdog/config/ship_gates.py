@@ -105,6 +105,9 @@ class ShipGate:
 
 def _gate(r: NodeReader, item: yaml.Node, key: str) -> ShipGate:
     m = r.mapping(item, key, keys(ShipGate))
+    if r.collect and not ("name" in m and "deploy_dir" in m):
+        # No gate to build, but each value given is still checked in the same run.
+        read(ShipGate, r, m, key, keep_going=True)
     require(r, item, key, m, "name", "deploy_dir")
     vals: dict[str, object] = {}
 
@@ -114,11 +117,13 @@ def _gate(r: NodeReader, item: yaml.Node, key: str) -> ShipGate:
     # Each cross-key check sits where it needs what it checks: the first error is the
     # one the keys before it did not already raise.
     take("name", "deploy_dir", "train_dir")
+    # A check that a key is absent (or unset) defers to an unknown key that looks like it.
     if "stale_after_s" in m and "train_dir" not in m:
-        raise r.err(m["stale_after_s"][0], f"{key}.stale_after_s", "needs train_dir beside it")
+        needs = r.err(m["stale_after_s"][0], f"{key}.stale_after_s", "needs train_dir beside it")
+        raise r.misspelt(key, "train_dir") or needs
     take("stale_after_s", "quarantine")
     if "quarantine_dir" in m and not vals.get("quarantine"):
-        raise r.err(
+        raise r.misspelt(key, "quarantine") or r.err(
             m["quarantine_dir"][0],
             f"{key}.quarantine_dir",
             "has no effect without 'quarantine: true'",
@@ -128,7 +133,7 @@ def _gate(r: NodeReader, item: yaml.Node, key: str) -> ShipGate:
         raise r.err(m["quarantine_dir"][1], f"{key}.quarantine_dir", "must not be deploy_dir")
     take("patterns", "settle_s", "enforce")
     if "open_timeout_s" in m and vals.get("enforce", "off") == "off":
-        raise r.err(
+        raise r.misspelt(key, "enforce") or r.err(
             m["open_timeout_s"][0],
             f"{key}.open_timeout_s",
             "has no effect without 'enforce: open' or 'enforce: audit'",

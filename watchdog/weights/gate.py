@@ -13,6 +13,7 @@ copies the verified bytes themselves and has none.
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -43,8 +44,18 @@ def event_logger(stream: TextIO) -> Any:
     )
 
 
-def log_refusals(report: Report, command: Sequence[str], stream: TextIO) -> None:
-    """Emit one ``weights-refused`` event per file that did not pass."""
+def log_refusals(
+    report: Report, command: Sequence[str], stream: TextIO, reason: str | None = None
+) -> None:
+    """Emit one ``weights-refused`` event per file that did not pass.
+
+    Args:
+        report: The report.
+        command: The command line refused (``gate``'s command, or ``ship SRC DST``).
+        stream: Where the events go.
+        reason: The event's ``reason`` when the file's status is not it
+            (``ship``'s ``destination-error``); None: the file's status.
+    """
     log = event_logger(stream)
     for f in report.files:
         if f.ok:
@@ -59,7 +70,7 @@ def log_refusals(report: Report, command: Sequence[str], stream: TextIO) -> None
         log.error(
             "weights-refused",
             path=str(f.path),
-            reason=f.status.value,
+            reason=reason or f.status.value,
             detail=detail,
             counts=f.totals(),
             exit_code=report.exit_code,
@@ -129,6 +140,12 @@ def run_gate(
     try:
         return subprocess.run(list(command), check=False).returncode
     except OSError as exc:
+        if not json_output:  # in words, as every other way gate does not run it
+            why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            out.write(
+                f"gate: the command was not run (the weights verified, but it could not be "
+                f"started: {why}; exit {GATE_CANNOT_RUN}): {safe_text(shlex.join(command))}\n"
+            )
         event_logger(out).error(
             "gate-command-failed", command=list(command), error=f"{type(exc).__name__}: {exc}"
         )

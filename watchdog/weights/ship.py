@@ -17,13 +17,14 @@ a writer that rewrites ``P`` in between ships bytes nobody checked. ``ship`` ins
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import shutil
 import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import safeio
 from .report import FileReport, Report
@@ -35,6 +36,12 @@ PathLike = str | os.PathLike[str]
 
 #: Bytes per copy call (``copy_file_range(2)`` moves them in the kernel).
 _CHUNK_BYTES = 64 * 1024 * 1024
+#: The ``weights-refused`` reason (and the JSON file ``status``) of a refusal about
+#: ``DST``, not the weights: its folder is missing or cannot be written. The source may
+#: well be fine, so it is never called "not verified".
+DESTINATION_ERROR = "destination-error"
+# Write errors that are the destination filesystem's, whichever call meets them.
+_DESTINATION_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 
 
 @dataclass(frozen=True)
@@ -44,15 +51,34 @@ class ShipResult:
     Attributes:
         report: The verification report of the staged copy (or the copy's failure).
         destination: The final path written, or None when nothing was written.
+        refusal: :data:`DESTINATION_ERROR` when ``DST`` was the problem (the report's
+            one file is then ``DST``, its error the reason); None when the report's
+            status says why.
     """
 
     report: Report
     destination: Path | None
+    refusal: str | None = None
 
     @property
     def exit_code(self) -> int:
-        """0 shipped, 1 non-finite (nothing shipped), 2 not verified (nothing shipped)."""
+        """0 shipped, 1 non-finite (nothing shipped), 2 not verified or the destination
+        could not be written (nothing shipped)."""
         return self.report.exit_code
+
+    def render_text(self) -> str:
+        """The report's text, or ``NOT SHIPPED DST: WHY`` for a destination error."""
+        if self.refusal is None:
+            return self.report.render_text()
+        return "\n".join(f"NOT SHIPPED {f.path}: {f.error}" for f in self.report.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report's JSON mapping; a destination error is its file's ``status``."""
+        out = self.report.to_dict()
+        if self.refusal is not None:
+            for f in out["files"]:
+                f["status"] = self.refusal
+        return out
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
@@ -83,8 +109,32 @@ def _copy_fd(src_fd: int, dst_fd: int, progress: ProgressFn | None) -> int:
             progress(n)
 
 
-def _refused(path: Path, fmt: str, error: str) -> ShipResult:
-    return ShipResult(Report(files=[FileReport(path, fmt, error=error)]), None)
+def _refused(path: Path, fmt: str, error: str, refusal: str | None = None) -> ShipResult:
+    return ShipResult(Report(files=[FileReport(path, fmt, error=error)]), None, refusal)
+
+
+def _destination_refused(dst: Path, exc: OSError) -> ShipResult:
+    """``DST``'s folder is missing, not a folder, or not writable (``exc`` from staging
+    beside it, writing there or renaming onto ``DST``): the weights are not the problem."""
+    folder = dst.parent
+    if exc.errno == errno.ENOENT and not folder.exists():
+        why = f"the destination folder does not exist: {folder}"
+    elif exc.errno == errno.ENOTDIR:
+        why = f"the destination folder is not a folder: {folder}"
+    else:
+        why = f"cannot write the destination: {safeio.unread_reason(exc)}"
+    return _refused(dst, "unknown", why, DESTINATION_ERROR)
+
+
+def _source_refused(src: Path, exc: OSError) -> ShipResult:
+    why = safeio.unread_reason(exc)
+    if src.is_dir():
+        # ship copies one file; a model folder is shipped file by file (docs/weights.md).
+        why += (
+            " (a folder): ship copies one file; ship each weights file of the model (each"
+            " shard, then its index)"
+        )
+    return _refused(src, "unknown", f"cannot open the source: {why}")
 
 
 def _destination(src: Path, dst: Path) -> Path:
@@ -115,7 +165,8 @@ def ship(
 
     Returns:
         The result; ``exit_code`` 0 means ``destination`` now holds the verified bytes.
-        On 1 or 2 ``dst`` is untouched and no staged file is left behind.
+        On 1 or 2 ``dst`` is untouched and no staged file is left behind; ``refusal``
+        is :data:`DESTINATION_ERROR` when ``dst``'s folder was missing or unwritable.
 
     Raises:
         Nothing for bad input: a missing source, a special file, an unwritable
@@ -127,14 +178,14 @@ def ship(
     try:
         src_fd = safeio.open_regular_fd(src_p)
     except OSError as exc:
-        return _refused(src_p, "unknown", f"cannot open the source: {safeio.unread_reason(exc)}")
+        return _source_refused(src_p, exc)
     stage: str | None = None
     try:
         before = os.fstat(src_fd)
         try:
             stage = tempfile.mkdtemp(prefix=f".{dst_p.name}.ship-", dir=dst_p.parent)
         except OSError as exc:
-            return _refused(dst_p, "unknown", f"cannot stage beside the destination: {exc}")
+            return _destination_refused(dst_p, exc)
         # Named as the source (its stem, DST's suffix choosing the format): a tensor a
         # file names after itself (.npy) reads as `verify-weights SRC` calls it.
         staged = Path(stage) / f"{src_p.stem}{dst_p.suffix}"
@@ -163,7 +214,10 @@ def ship(
         if _identity(os.stat(staged)) != _identity(written):
             return _refused(src_p, "unknown", "the staged copy was replaced: nothing shipped")
         os.chmod(staged, stat.S_IMODE(before.st_mode) & 0o777)
-        os.rename(staged, dst_p)
+        try:
+            os.rename(staged, dst_p)
+        except OSError as exc:  # DST a folder, or made read-only meanwhile
+            return _destination_refused(dst_p, exc)
         dir_fd = os.open(dst_p.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(dir_fd)  # the rename itself survives a crash
@@ -171,6 +225,8 @@ def ship(
             os.close(dir_fd)
         return ShipResult(report, dst_p)
     except OSError as exc:
+        if exc.errno in _DESTINATION_ERRNOS:  # the staged copy's filesystem is DST's
+            return _destination_refused(dst_p, exc)
         return _refused(src_p, "unknown", f"ship failed: {type(exc).__name__}: {exc}")
     finally:
         os.close(src_fd)
