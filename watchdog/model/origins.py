@@ -170,6 +170,25 @@ class CronOrigin(Origin):
         """The crontab."""
         return self.file or None
 
+    def disables_text(
+        self, spool_dirs: Sequence[str] = (), cron_d: str | None = None
+    ) -> str | None:
+        """See :meth:`Origin.disables_text`: what is kept is the file the line is in,
+        named for what it is (a user's crontab, a ``cron.d`` file, ``/etc/crontab``),
+        or, for a line that runs a run-parts folder, the script renamed aside (the
+        planners of :mod:`watchdog.actions.disable`)."""
+        if self.script:
+            return f"renames {plain_or_code(self.script)} aside (run-parts skips it)"
+        if not self.file:
+            return super().disables_text(spool_dirs, cron_d)
+        folder = os.path.dirname(os.path.abspath(self.file))
+        if folder in {os.path.abspath(d) for d in spool_dirs}:
+            owner = plain_or_code(os.path.basename(self.file))
+            return f"backs up the user crontab of {owner} (what crontab -l lists for it)"
+        if folder == os.path.abspath(cron_d or "/etc/cron.d"):
+            return f"backs up the cron.d file {plain_or_code(self.file)}"
+        return f"backs up {plain_or_code(self.file)}"
+
     def source_detail(self) -> str | None:
         """``file F, line N, schedule S``."""
         return (

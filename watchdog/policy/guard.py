@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from ..config import Config, OriginPin
 from ..config.enforcement import Protect
-from ..hostpaths import config_args
+from ..hostpaths import CRON_D, CRON_SPOOL_DIRS, config_args
 from ..hosttext import clip, code_span, command_text, safe_text
 from ..lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
 from ..lineage.cgroup import CgroupInfo, parse_cgroup
@@ -561,13 +561,19 @@ def advise(
     gone = origin.source_gone()
     if gone is not None:
         return Advice(stop_pids=stop_pids, source_gone=gone)
+    # What disable-source keeps, named for this source (a cron.d file is no crontab).
+    disables = (
+        origin.disables_text(config.paths.cron_spool, config.paths.cron_d)
+        if config is not None
+        else origin.disables_text(CRON_SPOOL_DIRS, CRON_D)
+    )
     if table is not None:
         training = guard.training | set(job.pids) | set(stop_pids)
         collateral = service_collateral(origin, job.root_pid, table, training, sources)
         if collateral is not None:
             # Stopping the source would stop a service: never offered unasked.
             return Advice(
-                stop_pids=stop_pids, disables=origin.DISABLES, collateral=collateral,
+                stop_pids=stop_pids, disables=disables, collateral=collateral,
                 restarts=restarts_of(job, stop_pids, collateral, scripts=scripts),
             )  # fmt: skip
     handled = bool(origin.DISABLES) and origin.disable_handled()
@@ -580,7 +586,7 @@ def advise(
         stop_pids=stop_pids,
         disable=handled,
         by_hand=origin.remediation,
-        disables=origin.DISABLES,
+        disables=disables,
         restarts=restarts,
         then_terminate=not origin.REMEDIATION_STOPS_JOB,
     )
