@@ -164,6 +164,14 @@ class Origin:
         """
         return ""
 
+    def stable_name(self) -> str:
+        """The origin as a row or a group of its runs is named (``report``'s per-origin
+        table and bursts): :meth:`describe` without what differs from one run of the same
+        source to the next, a PID, a Slurm job, container or pod id, an at job number,
+        an ssh client port (the same rule as :meth:`label`, which feeds metric labels).
+        The kinds whose description names none of them return it as it is."""
+        return self.describe()
+
     def next_start(self) -> str | None:
         """When the source starts the job next (ISO 8601, or words such as ``when cron
         starts``); None for kinds with no schedule or when it will not run again."""
