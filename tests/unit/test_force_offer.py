@@ -50,16 +50,18 @@ SANCTIONED = "sanctioned:\n  - name: pipeline\n    cmdline: '*train_s*'\n    ori
 IGNORED = "ignore:\n  - name: bench\n    cmdline: '*train_s*'\n"
 
 
-@pytest.mark.parametrize(("rule", "verdict"), [(SANCTIONED, "sanctioned"), (IGNORED, "ignored")])
+@pytest.mark.parametrize(
+    ("rule", "verdict", "job"),
+    [(SANCTIONED, "sanctioned", "a sanctioned job"), (IGNORED, "ignored", "an ignored job")],
+)
 def test_terminate_never_offers_force_for_a_job_it_never_signals(
-    tmp_path: Path, started: Started, rule: str, verdict: str
+    tmp_path: Path, started: Started, rule: str, verdict: str, job: str
 ) -> None:
     cfg, trainer, _wrapper = _job(tmp_path, started, rule)
     plain = run_cli("terminate", "--config", str(cfg), str(trainer), "--dry-run")
     assert plain.returncode == 1, plain.stdout + plain.stderr
     assert plain.stdout.endswith(
-        f"is {verdict}: refusing (the processes of a {verdict} job are never signalled, "
-        "--force included)\n"
+        f"is {verdict}: refusing (the processes of {job} are never signalled, --force included)\n"
     ), plain.stdout
     assert "--force to insist" not in plain.stdout
 
@@ -67,7 +69,8 @@ def test_terminate_never_offers_force_for_a_job_it_never_signals(
     forced = run_cli("terminate", "--config", str(cfg), str(trainer), "--dry-run", "--force")
     assert forced.returncode == 1, forced.stdout + forced.stderr
     [line] = [x for x in forced.stdout.splitlines() if x.startswith(f"  PID {trainer} `")]
-    assert line.endswith(f": no signal: refused (PID {trainer} belongs to a sanctioned job)"), line
+    # Before: an ignored job's process was said to belong to "a sanctioned job".
+    assert line.endswith(f": no signal: refused (PID {trainer} belongs to {job})"), line
     assert "would send" not in forced.stdout
     assert "a real run would be refused: no process of this job would be signalled" in (
         forced.stdout
@@ -107,3 +110,28 @@ def test_disable_source_offers_force_only_where_it_would_disable(
     assert forced.returncode == 1 and why in forced.stdout, forced.stdout
     # No offer to terminate a job whose processes are never signalled either.
     assert "to stop the running job" not in forced.stdout, forced.stdout
+
+
+QUARANTINE = "enforcement: {quarantine_unknown_exe: true}\n"
+
+
+def test_force_is_offered_where_it_would_disable_the_source(
+    tmp_path: Path, started: Started
+) -> None:
+    """An ignored job's source is no protected one: with quarantine_unknown_exe on,
+    disable-source --force would quarantine its script, so the offer stays; terminate
+    --and-source names that command, never its own --force."""
+    cfg, trainer, _wrapper = _job(tmp_path, started, IGNORED + QUARANTINE)
+    plain = run_cli("disable-source", "--config", str(cfg), str(trainer), "--dry-run")
+    assert plain.returncode == 1, plain.stdout + plain.stderr
+    assert plain.stdout.endswith("is ignored: refusing (use --force to insist)\n"), plain.stdout
+    forced = run_cli("disable-source", "--config", str(cfg), str(trainer), "--dry-run", "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert f"(dry run, not recorded): quarantine {tmp_path}/train_s.py\n" in forced.stdout
+    both = run_cli("terminate", "--config", str(cfg), str(trainer), "--dry-run", "--and-source")
+    assert both.returncode == 1, both.stdout + both.stderr
+    assert both.stdout.endswith(
+        "is ignored: refusing (the processes of an ignored job are never signalled, --force "
+        f"included; to disable its source anyway: rogue-watchdog disable-source --config {cfg} "
+        f"--force {trainer})\n"
+    ), both.stdout

@@ -276,7 +276,8 @@ def _terminate_force(
     guarded = scan.protection.pids
     if any(m.pid not in guarded for m in target.members):
         return "use --force to insist"
-    words = f"the processes of a {target.verdict} job are never signalled, --force included"
+    job = f"an {target.verdict} job" if target.verdict[:1] in "aeiou" else f"a {target.verdict} job"
+    words = f"the processes of {job} are never signalled, --force included"
     if args.and_source and _forced_disable_refusal(args, config, db, scan, target) is None:
         from ..model import finding_ref
 
