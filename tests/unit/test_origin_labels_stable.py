@@ -32,6 +32,7 @@ from rogue_watchdog.model import (
     SupervisorOrigin,
     SystemdOrigin,
 )
+from rogue_watchdog.policy.learn import group_runs
 from rogue_watchdog.policy.signature import job_signature
 from rogue_watchdog.report import burst_key, usage_rows
 from rogue_watchdog.state import RunRecord
@@ -130,3 +131,16 @@ def test_a_single_runs_description_still_names_its_ids() -> None:
     assert orphan.stable_name() == (
         "orphan: its wrapper bash was adopted (the wrapper's parent exited)"
     )
+
+
+@given(
+    kind=st.sampled_from(sorted(RUN_OF)),
+    ids=st.lists(st.integers(10_000, 4_000_000), min_size=2, max_size=2, unique=True),
+)
+def test_allowlist_suggest_groups_the_runs_of_one_source_once(kind: str, ids: list[int]) -> None:
+    """``allowlist suggest`` groups runs by origin too: before, each wrapper PID of an
+    adopted loop (each at job, each ssh port...) was a group (a listed job) of its own."""
+    a, b = (RUN_OF[kind](n) for n in ids)
+    runs = [_run(a, ids[0], 1000.0), _run(b, ids[1], 2000.0)]
+    [group] = group_runs(runs)
+    assert len(group.runs) == 2

@@ -412,8 +412,11 @@ class Suggestion:
 
 
 def _origin_key(origin: Origin) -> tuple[object, ...]:
+    """What a group of runs shares of their origin: its pin and name, never a per-run id
+    (:meth:`Origin.stable_name`: the runs of one loop whose wrapper was adopted each named
+    their wrapper's PID, and were a group each)."""
     pin = strongest_pin(origin)
-    return (origin.kind, tuple(sorted((pin or {}).items())), origin.label() or origin.describe())
+    return (origin.kind, tuple(sorted((pin or {}).items())), origin.label() or origin.stable_name())
 
 
 def _rule_name(group: Group, taken: set[str]) -> str:
