@@ -198,7 +198,9 @@ def origin_key(r: RunRecord) -> tuple[object, ...]:
 
 def _origin_name(r: RunRecord) -> str:
     origin = origin_from_json(r.origin)
-    name = origin.describe()
+    # One row holds many runs: named without what differs per run (an orphan's wrapper
+    # PID made the row read as if it were one run's).
+    name = origin.stable_name()
     if not origin.definite or origin.source_key() is None:
         # The whole command (up to a long one's NAME_MAX): the job is what tells these
         # rows apart (40 rows of `unknown origin · python -S …/train_probe.py` did not).
@@ -466,7 +468,9 @@ def burst_key(r: RunRecord) -> tuple[object, ...]:
     if key[:1] != ("job",):
         return key
     origin = origin_from_json(r.origin)
-    return ("burst", origin.describe(), _DIGITS.sub("#", " ".join(r.cmdline)))
+    # Never a PID or job id: each run of a shell loop whose wrapper was adopted names
+    # its own PID, and would be a bar of its own.
+    return ("burst", origin.stable_name(), _DIGITS.sub("#", " ".join(r.cmdline)))
 
 
 def bursts(runs: Sequence[RunRecord]) -> list[Burst]:
@@ -805,7 +809,9 @@ def _run_bar(
     r = b.runs[0]
     x0, x1 = x(b.started_at), x(b.last_seen)
     x1 = max(x1, x0 + 3)
-    origin = safe_text(origin_from_json(r.origin).describe())
+    said = origin_from_json(r.origin)
+    # A burst's label names what its runs share, not its first run's PID or job id.
+    origin = safe_text(said.describe() if len(b.runs) == 1 else said.stable_name())
     user = safe_text(r.user or "-")
     segs = [(run, s) for run in b.runs for s in verdict_segments(run, findings)]
     if len(b.runs) == 1:

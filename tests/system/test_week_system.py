@@ -260,7 +260,7 @@ def test_the_week(spawned: Spawned) -> None:
         assert (
             f"; to stop the source: rogue-watchdog disable-source --config {config} "
             f"F{ghost_f['id']} (backs up the "
-            "crontab; the undo command it prints, "
+            f"cron.d file {file_b}; the undo command it prints, "
             "with the action id, restores it), or by hand: sed -i "
             f"'4s/^/# disabled by rogue-watchdog: /' {file_b}"
         ) in ghost_f["message"]

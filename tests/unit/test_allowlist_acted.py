@@ -168,3 +168,52 @@ def test_what_counts_as_acted_against() -> None:
     assert suggest(runs, 0.0, actions=actions).proposed == []
     # `status`'s "N candidate rules" counts as `suggest` proposes.
     assert (candidate_count(runs, 0.0), candidate_count(runs, 0.0, actions)) == (1, 0)
+
+
+def test_diff_names_a_line_put_back_by_undo_as_it_stands_now(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fresh user (issue 33's sandbox): after `disable-source` and `undo`, `allowlist diff`
+    printed `(user root, cron FILE:1 (* * * * *), entry since disabled): matches rule …`
+    above `suspect: … (action 1, undone by action 3)`: the runs seen while the line was
+    off were recorded `disabled`, and the diff repeated that as a claim about now. The
+    line reads as it stands when the diff runs: live again, then off again."""
+    import dataclasses
+
+    state, _script, origin, cmd, t0 = _ghost(tmp_path)
+    off = dataclasses.replace(origin, entry_state="disabled")
+    db = StateDB(str(state))
+    for i in range(4, 6):  # two runs seen while the line was off (A1 until A3)
+        pid = 21178 + i
+        rec = RunRecord(
+            "sig-ghost", pid, pid * 10, "root", cmd, off.to_json(), "rogue", None,
+            t0 + 60 * i, t0 + 60 * i + 40,
+        )  # fmt: skip
+        db.record_run(rec, t0 + 60 * i + 40)
+    db.close()
+    assert off.describe() == f"{origin.describe()}, entry since disabled"
+    candidate = tmp_path / "candidate.yaml"
+    argv = ["allowlist", "suggest", "--state-dir", str(state), "--since", "7d"]
+    assert main([*argv, "--include-acted", "--output", str(candidate)]) == 0
+    capsys.readouterr()
+    diff = ["allowlist", "diff", "--config", str(candidate), "--since", "7d"]
+    assert main(diff) == 1
+    runs = [line for line in capsys.readouterr().out.splitlines() if " -> sanctioned: " in line]
+    assert len(runs) == 6, runs
+    # Before: the last two ended `(user root, cron …:1 (* * * * *), entry since disabled)`.
+    assert all(
+        line.endswith(f"(user root, {origin.describe()}): matches rule 'cron-legacy-retrain-1'")
+        for line in runs
+    ), runs
+    # Off again now: every run says so, as the line stands.
+    tab = Path(origin.file)
+    tab.write_text("#" + tab.read_text())
+    assert main(diff) == 1
+    runs = [line for line in capsys.readouterr().out.splitlines() if " -> sanctioned: " in line]
+    assert len(runs) == 6 and all(
+        line.endswith(
+            f"(user root, {origin.describe()}, entry since disabled): matches rule "
+            "'cron-legacy-retrain-1'"
+        )
+        for line in runs
+    ), runs

@@ -178,7 +178,7 @@ def test_scanner_keeps_a_running_ghost_on_its_first_origin(
     msg = next(f.message for f in first.findings if f.root_pid == 700)
     assert msg.endswith(
         f"; to stop the source: rogue-watchdog disable-source --config {tmp_path}/t.yaml 700 "
-        "(backs up the crontab; "
+        f"(backs up the cron.d file {cron_d}/b; "
         "the undo command it prints, with the action id, restores it), or by hand: "
         f"sed -i '4s/^/# disabled by rogue-watchdog: /' {cron_d}/b"
     )
@@ -230,7 +230,7 @@ def test_scanner_keeps_a_running_ghost_on_its_first_origin(
     assert "entry since" not in msg
     assert msg.endswith(
         f"; to stop the source: rogue-watchdog disable-source --config {tmp_path}/t.yaml 700 "
-        "(backs up the crontab; "
+        f"(backs up the cron.d file {cron_d}/b; "
         "the undo command it prints, with the action id, restores it), or by hand: "
         f"sed -i '4s/^/# disabled by rogue-watchdog: /' {cron_d}/b"
     )
@@ -359,7 +359,7 @@ def test_daemon_findings_offer_disable_source_by_finding_id(tmp_path: Path) -> N
     (rec,) = db.open_findings()
     assert rec.message.endswith(
         f"; to stop the source: rogue-watchdog disable-source F{rec.id} (backs up the "
-        "crontab; the undo command it prints, "
+        "cron.d file /etc/cron.d/b; the undo command it prints, "
         "with the action id, restores it), or by hand: "
         "sed -i '4s/^/# disabled by rogue-watchdog: /' /etc/cron.d/b"
     )

@@ -37,7 +37,7 @@ def test_a_rogue_job_finding_names_its_cron_line_but_no_next_run() -> None:
         "rogue training job PID 4242, user alice, `/usr/bin/python3 /opt/legacy/train.py`, "
         "from cron /etc/cron.d/legacy-retrain:4 (0 2 * * 0); restarts it: on schedule, its "
         "cron line (0 2 * * 0); to stop the source: rogue-watchdog disable-source 4242 "
-        "(backs up the crontab; the undo command it prints, "
+        "(backs up the cron.d file /etc/cron.d/legacy-retrain; the undo command it prints, "
         "with the action id, restores it), "
         "or by hand: "
         "sed -i '4s/^/# /' /etc/cron.d/legacy-retrain"

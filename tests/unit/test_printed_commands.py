@@ -163,7 +163,7 @@ def test_config_args_names_any_file_but_the_default(tmp_path: Path) -> None:
 
 def test_advice_commands_carry_the_config() -> None:
     args = " --config '/srv/my rw/c.yaml'"
-    advice = Advice(disable=True, disables="the crontab", by_hand="sed ...", cli_args=args)
+    advice = Advice(disable=True, disables="backs up the crontab", by_hand="sed ...", cli_args=args)
     assert advice.stop_line(812) == (
         f"rogue-watchdog disable-source{args} 812 && rogue-watchdog terminate{args} 812"
         "  # --dry-run first to preview"

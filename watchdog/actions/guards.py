@@ -211,7 +211,12 @@ class SignalGuard:
         if pid in self.sanctioned_pids or (
             self.protection is not None and (pid, live.start_ticks) in self.protection.identities
         ):
-            return Refusal(pid, "sanctioned", f"PID {pid} belongs to a sanctioned job")
+            why = (
+                self.protection.member_refusal(pid, live.start_ticks)
+                if self.protection is not None
+                else f"PID {pid} belongs to a sanctioned job"
+            )
+            return Refusal(pid, "sanctioned", why)
         for entry in self.protect:
             if entry.matches(live.cmdline, live.exe, live.user):
                 return Refusal(

@@ -379,19 +379,60 @@ class JobTree:
             if others:
                 # Shared: killing it would kill what it also runs. Never signalled, and
                 # nothing above it is the job's either.
-                names = ", ".join(
-                    f"PID {d} {quoted_command(live[d].cmdline, 60)}" for d in sorted(others)[:3]
-                )
-                self.left[cur.pid] = (
-                    cur.cmdline,
-                    f"it also runs processes outside the job ({names}): not the job's",
-                )
+                self.left[cur.pid] = (cur.cmdline, self._shared_why(cur.pid, others, live))
                 return
             depth -= 1
             if not add(Expected(cur.pid, cur.start_ticks, cur.cmdline or None), depth):
                 return
             mine.add(cur.pid)
             cur = live.get(cur.ppid)
+
+    def _shared_why(self, wrapper: int, others: list[int], live: dict[int, LiveProc]) -> str:
+        """Why a wrapper above the root is left: what it also runs, each named for what
+        it is. A member the guard refused (a sanctioned job's root) is the job's own, not
+        a process outside it; a process below a member is named with that member. Only
+        the words: the wrapper is left either way."""
+        outside: list[int] = []
+        refused: dict[int, str] = {}
+        below: list[tuple[int, int]] = []
+        for pid in sorted(others):
+            member = self._member_above(pid, wrapper, live)
+            if member is None:
+                outside.append(pid)
+            elif member in self.blocked:
+                verdict = self.guard.check(member, self.blocked[member][0])
+                why = verdict.reason if not isinstance(verdict, LiveProc) else "refused"
+                refused.setdefault(member, why)
+            else:
+                below.append((pid, member))
+
+        def names(pids: Iterable[int]) -> str:
+            return ", ".join(f"PID {d} {quoted_command(live[d].cmdline, 60)}" for d in pids)
+
+        if outside and not refused and not below:
+            return f"it also runs processes outside the job ({names(outside[:3])}): not the job's"
+        parts = []
+        if refused:
+            pids = sorted(refused)[:3]
+            reasons = "; ".join(dict.fromkeys(refused[p] for p in pids))
+            which = "which is" if len(pids) == 1 else "which are"
+            parts.append(f"the job's {names(pids)}, {which} refused ({reasons})")
+        for pid, member in below[:3]:
+            parts.append(f"{names([pid])} below the job's PID {member}")
+        if outside:
+            parts.append(f"processes outside the job ({names(outside[:3])})")
+        them = "it" if len(refused) + len(below) + len(outside) == 1 else "them"
+        return f"it also runs {' and '.join(parts)}: left with {them}"
+
+    def _member_above(self, pid: int, wrapper: int, live: dict[int, LiveProc]) -> int | None:
+        """The job member ``pid`` is or runs below (nearest first), up to ``wrapper``;
+        None for a process that is no member's."""
+        cur, hops = live.get(pid), 0
+        while cur is not None and cur.pid != wrapper and hops < 4096:
+            if cur.pid in self.by_pid:
+                return cur.pid
+            cur, hops = live.get(cur.ppid), hops + 1
+        return None
 
     def _script_loops(self, proc: LiveProc, key: str) -> bool:
         """The shell's script file loops over the job's command, read now, unchanged

@@ -182,7 +182,8 @@ def cmd_terminate(args: argparse.Namespace) -> int:
         _out(f"{target.describe()} is not running: nothing to terminate")
         return 1
     if not target.unsanctioned and not args.force:
-        _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
+        why = _terminate_force(args, config, db, result, target)
+        _out(f"{target.describe()} is {target.verdict}: refusing ({why})")
         return 1
     if target.refused is not None:
         _out(f"{target.describe()} is protected: refusing ({target.refused})")
@@ -241,6 +242,54 @@ def cmd_terminate(args: argparse.Namespace) -> int:
         if left:
             _out(left)
     return 0 if res.outcome in ("ok", "dry-run") else 1
+
+
+def _forced_disable_refusal(
+    args: argparse.Namespace, config: Config, db: StateDB, scan: ScanResult, target: JobTarget
+) -> str | None:
+    """Why ``disable-source --force`` would still refuse ``target``'s source (the guard's
+    protected sources, a rogue service, nothing to disable), or None when it would act.
+    Planned only: reads, changes and records nothing."""
+    source = _service_source(scan, target, _again(args, config, "terminate"))
+    if source is not None:
+        return f"its source is {source}"
+    plan = _remedy(config, db, scan).plan_disable(
+        target, time.time(), stop_service=getattr(args, "stop_service", None)
+    )
+    return plan.refused
+
+
+def _disable_force(
+    args: argparse.Namespace, config: Config, db: StateDB, scan: ScanResult, target: JobTarget
+) -> str:
+    """The words after ``disable-source``'s refusal of a job not judged rogue: ``--force``
+    is offered only where a forced run would disable something; else why it would not."""
+    why = _forced_disable_refusal(args, config, db, scan, target)
+    if why is None:
+        return "use --force to insist"
+    return f"--force would not change that: {why}"
+
+
+def _terminate_force(
+    args: argparse.Namespace, config: Config, db: StateDB, scan: ScanResult, target: JobTarget
+) -> str:
+    """The words after ``terminate``'s refusal of a job not judged rogue. The guard never
+    signals a member of a sanctioned or ignored job (docs/operations.md), ``--force``
+    included: ``--force`` is offered only where a forced run would signal a member the
+    guard does not protect, or (with ``--and-source``) disable the job's source."""
+    assert scan.protection is not None  # a scan's result always carries it
+    guarded = scan.protection.pids
+    if any(m.pid not in guarded for m in target.members):
+        return "use --force to insist"
+    job = f"an {target.verdict} job" if target.verdict[:1] in "aeiou" else f"a {target.verdict} job"
+    words = f"the processes of {job} are never signalled, --force included"
+    if args.and_source and _forced_disable_refusal(args, config, db, scan, target) is None:
+        from ..model import finding_ref
+
+        ref = finding_ref(target.finding_id) if target.finding_id else target.root_pid
+        again = _again(args, config, "disable-source")
+        words += f"; to disable its source anyway: {again} --force {ref}"
+    return words
 
 
 def _said_before(again: Restarts) -> str:
@@ -302,7 +351,8 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     config, db = _setup(args)
     target, scan = resolve_target(config, db, args.target)
     if not target.unsanctioned and not args.force:
-        _out(f"{target.describe()} is {target.verdict}: refusing (use --force to insist)")
+        why = _disable_force(args, config, db, scan, target)
+        _out(f"{target.describe()} is {target.verdict}: refusing ({why})")
         return 1
     from ..state import JournalError
 
@@ -323,7 +373,8 @@ def cmd_disable_source(args: argparse.Namespace) -> int:
     if plan.refused:
         # Nothing to name: no "none -" plan line, only why and what is left to do.
         _out(f"cannot disable the source of {target.describe()}: {plan.refused}")
-        if target.running and target.refused is None:
+        if target.running and target.refused is None and target.unsanctioned:
+            # A sanctioned or ignored job's processes are never signalled: no offer.
             _out(
                 f"  to stop the running job: {_again(args, config, 'terminate')} {target.root_pid}"
             )
@@ -629,7 +680,13 @@ def _add_terminate(sub: argparse._SubParsersAction, common: argparse.ArgumentPar
     target = p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
     target.complete = completers()["targets"]  # shtab reads it
     p.add_argument("--dry-run", action="store_true", help="say what would be signalled")
-    p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="go on with a job not judged rogue: the guards still apply (a sanctioned or "
+        "ignored job's processes are never signalled); with --and-source its source is "
+        "disabled where the guards allow",
+    )
     p.add_argument(
         "--and-source",
         action="store_true",
@@ -673,7 +730,12 @@ def _add_disable_source(sub: argparse._SubParsersAction, common: argparse.Argume
     target = p.add_argument("target", help="a PID of the job, or a finding id F12 (or #12)")
     target.complete = completers()["targets"]  # shtab reads it
     p.add_argument("--dry-run", action="store_true", help="say what would be changed")
-    p.add_argument("--force", action="store_true", help="also act on a job not judged rogue")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="also disable the source of a job not judged rogue (never a protected source: "
+        "a sanctioned job's, one the allowlist pins)",
+    )
     p.add_argument(
         "--stop-service",
         metavar="NAME",

@@ -186,12 +186,13 @@ def cmd_suggest(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     """``allowlist diff --config CFG``: the recorded runs whose verdict would change."""
     from ..config import load_config
-    from ..policy.learn import render_changes, replay
+    from ..policy.learn import origin_now, render_changes, replay
 
     config = load_config(args.config)
     runs, actions, _ = _runs(args, _state_dir(args, args.config, candidate=True))
     changes = replay(runs, config, actions)
-    emit(render_changes(changes))
+    # Origins as they stand now: a line disabled then put back by `undo` is live again.
+    emit(render_changes(changes, now=origin_now))
     return 1 if changes else 0
 
 

@@ -66,7 +66,8 @@ class Advice:
             source, the job), when it targets nothing protected; the JSON
             ``origin.remediation``.
         source_refused: Why its source is never disabled, with what to change instead.
-        disables: What ``disable-source`` changes, in words (``the crontab``).
+        disables: What ``disable-source`` keeps to put the source back, as the hint says
+            it (``backs up the cron.d file /etc/cron.d/x``: :meth:`Origin.disables_text`).
         source_gone: Why the source needs nothing done (its crontab line was
             disabled or removed since the job started).
         stops_job: :attr:`by_hand` stops the job itself (a ``kill`` of its processes:
@@ -125,7 +126,7 @@ class Advice:
         if self.disable:
             text = (
                 # The action's id does not exist yet: say where it will be printed.
-                f"{self._cli('disable-source')} {target} (backs up {self.disables}; "
+                f"{self._cli('disable-source')} {target} ({self.disables}; "
                 "the undo command it prints, with the action id, restores it)"
             )
             return f"{text}, or by hand: {self.by_hand}" if self.by_hand else text

@@ -127,3 +127,8 @@ class Protection(Protocol):
     def process_refusal(self, proc: Proc) -> str | None:
         """Why ``proc`` must never be signalled, or None."""
         ...
+
+    def member_refusal(self, pid: int, start_ticks: int) -> str:
+        """The refusal's words for a process of :attr:`identities`: whose it is (a
+        sanctioned job's, an ignored job's)."""
+        ...

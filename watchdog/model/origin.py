@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -170,6 +170,14 @@ class Origin:
         """
         return ""
 
+    def stable_name(self) -> str:
+        """The origin as a row or a group of its runs is named (``report``'s per-origin
+        table and bursts): :meth:`describe` without what differs from one run of the same
+        source to the next, a PID, a Slurm job, container or pod id, an at job number,
+        an ssh client port (the same rule as :meth:`label`, which feeds metric labels).
+        The kinds whose description names none of them return it as it is."""
+        return self.describe()
+
     def next_start(self) -> str | None:
         """When the source starts the job next (ISO 8601, or words such as ``when cron
         starts``); None for kinds with no schedule or when it will not run again."""
@@ -278,6 +286,20 @@ class Origin:
         what only the first look can know kept (a cron line's identical ``also`` lines:
         which lines were identical when it started is a fact of its start)."""
         return fresh
+
+    def disables_text(
+        self, spool_dirs: Sequence[str] = (), cron_d: str | None = None
+    ) -> str | None:
+        """What ``disable-source`` keeps to put this source back, as a hint says it
+        (``backs up the unit states``); None when it does not handle the kind.
+
+        Args:
+            spool_dirs: User crontab directories (``paths.cron_spool``): a crontab there
+                is a user's (``crontab -l``), not a system file.
+            cron_d: The ``cron.d`` directory (``paths.cron_d``; a sandbox's may have
+                another name).
+        """
+        return f"backs up {self.DISABLES}" if self.DISABLES else None
 
     def disable_handled(self) -> bool:
         """True when ``disable-source`` acts on this origin (a live crontab line, a system

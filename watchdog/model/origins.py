@@ -170,6 +170,25 @@ class CronOrigin(Origin):
         """The crontab."""
         return self.file or None
 
+    def disables_text(
+        self, spool_dirs: Sequence[str] = (), cron_d: str | None = None
+    ) -> str | None:
+        """See :meth:`Origin.disables_text`: what is kept is the file the line is in,
+        named for what it is (a user's crontab, a ``cron.d`` file, ``/etc/crontab``),
+        or, for a line that runs a run-parts folder, the script renamed aside (the
+        planners of :mod:`watchdog.actions.disable`)."""
+        if self.script:
+            return f"renames {plain_or_code(self.script)} aside (run-parts skips it)"
+        if not self.file:
+            return super().disables_text(spool_dirs, cron_d)
+        folder = os.path.dirname(os.path.abspath(self.file))
+        if folder in {os.path.abspath(d) for d in spool_dirs}:
+            owner = plain_or_code(os.path.basename(self.file))
+            return f"backs up the user crontab of {owner} (what crontab -l lists for it)"
+        if folder == os.path.abspath(cron_d or "/etc/cron.d"):
+            return f"backs up the cron.d file {plain_or_code(self.file)}"
+        return f"backs up {plain_or_code(self.file)}"
+
     def source_detail(self) -> str | None:
         """``file F, line N, schedule S``."""
         return (
@@ -468,6 +487,15 @@ class SlurmOrigin(Origin):
         """The account."""
         return bounded_label(self.account or "")
 
+    def stable_name(self) -> str:
+        """See :meth:`Origin.stable_name`: the job name and account, no job id."""
+        text = "Slurm job" + (" array task" if self.array_job_id is not None else "")
+        if self.job_name:
+            text += f" {code_span(clip(self.job_name, 80))}"
+        if self.account:
+            text += f" account {self.account}"
+        return text
+
     @property
     def definite(self) -> bool:
         """True: Slurm ran it."""
@@ -575,6 +603,11 @@ class ContainerOrigin(Origin):
     def label(self) -> str:
         """The image."""
         return bounded_label(self.image or "")
+
+    def stable_name(self) -> str:
+        """See :meth:`Origin.stable_name`: the image, no container or pod id."""
+        text = f"container of image {plain_or_code(self.image)}" if self.image else "container"
+        return text + (" in a pod" if self.pod_uid else "")
 
     @property
     def definite(self) -> bool:
@@ -691,6 +724,16 @@ class KubernetesOrigin(Origin):
             text += f" ({self.schedule})"
         return text
 
+    def stable_name(self) -> str:
+        """See :meth:`Origin.stable_name`: the owner (a Deployment's pods are renamed
+        each time), a bare pod by its name; never a pod id."""
+        if self.pod is None:
+            return f"Kubernetes pod (API: {self.api})"
+        if self.owner_kind in (None, "Pod"):
+            return f"Kubernetes pod {self.namespace}/{self.pod}"
+        text = f"Kubernetes {self.owner_kind} {self.namespace}/{self.owner_name}"
+        return text + (f" ({self.schedule})" if self.schedule else "")
+
     def next_start(self) -> str | None:
         """See :meth:`Origin.next_start` (a CronJob's next run)."""
         return self.next_run
@@ -778,6 +821,12 @@ class ShellOrigin(Origin):
         """See :meth:`Origin.describe`."""
         return f"shell {self.session or ''}".strip()
 
+    def stable_name(self) -> str:
+        """See :meth:`Origin.stable_name`: the session summary without the ssh client's
+        port (a new one each connection) or the terminal's number (``pts/N``)."""
+        session = _TTY_NUMBER.sub(r"\1N", _SSH_PORT.sub("", self.session or ""))
+        return f"shell {session}".strip()
+
     @property
     def definite(self) -> bool:
         """True: a person started it from a login."""
@@ -839,6 +888,10 @@ class AtOrigin(Origin):
     def describe(self) -> str:
         """See :meth:`Origin.describe`."""
         return f"at job {self.job or '?'}"
+
+    def stable_name(self) -> str:
+        """See :meth:`Origin.stable_name`: no job number (each queued run has its own)."""
+        return "at job"
 
     @property
     def definite(self) -> bool:
@@ -1069,9 +1122,24 @@ class OrphanOrigin(Origin):
         """See :meth:`Origin.describe`."""
         return self.message or "orphan (parent exited)"
 
+    def stable_name(self) -> str:
+        """See :meth:`Origin.stable_name`: ``orphan: its wrapper bash was adopted (the
+        wrapper's parent exited)``, ``orphan of a Slurm job``: no PID, no job id."""
+        if self.slurm_job_id is not None:
+            return "orphan of a Slurm job"
+        return _PID_MENTION.sub("", self.describe())
+
     def unproposable(self) -> str | None:
         """``an orphan: what started it is gone``."""
         return "an orphan: what started it is gone"
+
+
+#: What :meth:`ShellOrigin.stable_name` drops: the ssh client's port (lineage.shell's
+#: ``ssh from ADDR port PORT``) and a terminal's number (``/dev/pts/3``).
+_SSH_PORT = re.compile(r" port [^\s,]+")
+_TTY_NUMBER = re.compile(r"\b(pts/|tty)\d+\b")
+#: What :meth:`OrphanOrigin.stable_name` drops: `` (PID 24914)`` (lineage.orphan's words).
+_PID_MENTION = re.compile(r" \(PID \d+\)")
 
 
 #: Every origin kind's record, once, in resolver priority order (the typed list;

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from ..config import Config, OriginPin
 from ..config.enforcement import Protect
-from ..hostpaths import config_args
+from ..hostpaths import CRON_D, CRON_SPOOL_DIRS, config_args
 from ..hosttext import clip, code_span, command_text, safe_text
 from ..lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
 from ..lineage.cgroup import CgroupInfo, parse_cgroup
@@ -104,6 +104,8 @@ class ScanProtection:
         shared_roots: ``((PID, start ticks), why)`` of job roots that are jobs only for
             an unreaped zombie's GPU memory and run other work (a hub, a shell with a web
             server beside the trainer): never a target, whatever grouped them.
+        ignored: Those of ``identities`` that are an ignored job's, not a sanctioned
+            one's: a refusal says which (:meth:`member_refusal`).
     """
 
     identities: frozenset[Identity] = frozenset()
@@ -113,6 +115,15 @@ class ScanProtection:
     never: frozenset[int] = frozenset({1})
     training: frozenset[int] = frozenset()
     shared_roots: tuple[tuple[Identity, str], ...] = ()
+    ignored: frozenset[Identity] = frozenset()
+
+    def member_refusal(self, pid: int, start_ticks: int) -> str:
+        """Why a process of :attr:`identities` is never signalled: ``PID 5 belongs to a
+        sanctioned job`` (or ``an ignored job``: an ignore entry's job is no sanctioned
+        one)."""
+        if (pid, start_ticks) in self.ignored:
+            return f"PID {pid} belongs to an ignored job"
+        return f"PID {pid} belongs to a sanctioned job"
 
     def protected_source(self, origin: Origin) -> ProtectedSource | None:
         """The protected source ``origin``'s source is (or covers), or None when it may
@@ -142,7 +153,7 @@ class ScanProtection:
         if proc.pid in self.never or proc.kernel_thread:
             return f"PID {proc.pid} is init, a kernel thread or rogue-watchdog's own lineage"
         if (proc.pid, proc.start_ticks) in self.identities:
-            return f"PID {proc.pid} belongs to a sanctioned job"
+            return self.member_refusal(proc.pid, proc.start_ticks)
         for entry in self.protect:
             if entry.matches(proc.cmdline, proc.exe, proc.user):
                 return f"PID {proc.pid} matches enforcement.protect entry {entry.text!r}"
@@ -153,7 +164,7 @@ class ScanProtection:
         if not job.unsanctioned:
             return f"the job is {job.verdict}" + (f" (rule {job.rule!r})" if job.rule else "")
         if (job.root_pid, job.start_ticks) in self.identities:
-            return f"PID {job.root_pid} belongs to a sanctioned job"
+            return self.member_refusal(job.root_pid, job.start_ticks)
         for ident, shared in self.shared_roots:
             if ident == (job.root_pid, job.start_ticks):
                 return shared
@@ -204,11 +215,15 @@ def protection(
         The protection for this scan.
     """
     identities: set[Identity] = set(kept)
+    ignored: set[Identity] = set()
+    sanctioned: set[Identity] = set()
     sources: list[ProtectedSource] = []
     for job in jobs:
         if job.unsanctioned:
             continue
-        identities.update(_identities(job, table))
+        mine = _identities(job, table)
+        identities.update(mine)
+        (ignored if job.verdict == "ignored" else sanctioned).update(mine)
         if job.verdict == "sanctioned":
             sources.append(
                 ProtectedSource(
@@ -249,6 +264,8 @@ def protection(
         frozenset({1, *never}),
         frozenset(pid for job in jobs if job.unsanctioned for pid in job.pids) - pids,
         _shared_roots(jobs, table, trainers),
+        # A process kept from an earlier scan, or also a sanctioned job's, is sanctioned.
+        frozenset(ignored - set(kept) - sanctioned),
     )
 
 
@@ -561,13 +578,19 @@ def advise(
     gone = origin.source_gone()
     if gone is not None:
         return Advice(stop_pids=stop_pids, source_gone=gone)
+    # What disable-source keeps, named for this source (a cron.d file is no crontab).
+    disables = (
+        origin.disables_text(config.paths.cron_spool, config.paths.cron_d)
+        if config is not None
+        else origin.disables_text(CRON_SPOOL_DIRS, CRON_D)
+    )
     if table is not None:
         training = guard.training | set(job.pids) | set(stop_pids)
         collateral = service_collateral(origin, job.root_pid, table, training, sources)
         if collateral is not None:
             # Stopping the source would stop a service: never offered unasked.
             return Advice(
-                stop_pids=stop_pids, disables=origin.DISABLES, collateral=collateral,
+                stop_pids=stop_pids, disables=disables, collateral=collateral,
                 restarts=restarts_of(job, stop_pids, collateral, scripts=scripts),
             )  # fmt: skip
     handled = bool(origin.DISABLES) and origin.disable_handled()
@@ -580,7 +603,7 @@ def advise(
         stop_pids=stop_pids,
         disable=handled,
         by_hand=origin.remediation,
-        disables=origin.DISABLES,
+        disables=disables,
         restarts=restarts,
         then_terminate=not origin.REMEDIATION_STOPS_JOB,
     )

@@ -412,8 +412,11 @@ class Suggestion:
 
 
 def _origin_key(origin: Origin) -> tuple[object, ...]:
+    """What a group of runs shares of their origin: its pin and name, never a per-run id
+    (:meth:`Origin.stable_name`: the runs of one loop whose wrapper was adopted each named
+    their wrapper's PID, and were a group each)."""
     pin = strongest_pin(origin)
-    return (origin.kind, tuple(sorted((pin or {}).items())), origin.label() or origin.describe())
+    return (origin.kind, tuple(sorted((pin or {}).items())), origin.label() or origin.stable_name())
 
 
 def _rule_name(group: Group, taken: set[str]) -> str:
@@ -1103,14 +1106,27 @@ def verdict_word(verdict: str, workload: str | None) -> str:
     return verdict
 
 
-def render_changes(changes: Sequence[Change]) -> str:
+def render_changes(changes: Sequence[Change], now: Callable[[Origin], Origin] | None = None) -> str:
     """One line per changed run, each followed by its suspects, indented (host text
-    escaped); the last line counts them."""
+    escaped); the last line counts them.
+
+    Args:
+        changes: :func:`replay`.
+        now: Each run's origin as its source reads now (:func:`origin_now`), or None to
+            name it as recorded. A run recorded while its cron line was disabled reads
+            ``entry since disabled``: a claim about now, false once ``undo`` (or a person)
+            put the line back (issue 33's fresh user, ``allowlist diff`` beside its
+            ``undone by action 3`` suspect line).
+    """
     if not changes:
         return "no recorded run would change verdict"
     lines = []
+    read: dict[str, Origin] = {}
     for c in changes:
         o = origin_from_json(c.run.origin)
+        if now is not None:
+            key = json.dumps(c.run.origin, sort_keys=True, default=str)
+            o = read[key] if key in read else read.setdefault(key, now(o))
         was, would = (verdict_word(v, c.run.workload) for v in (c.was, c.would))
         lines.append(
             safe_text(
