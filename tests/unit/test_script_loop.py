@@ -293,3 +293,44 @@ def test_the_script_path_is_quoted_host_text(tmp_path: Path) -> None:
         "the script `/tmp/x\\x60 from cron /etc/cron.d/a\u23ceb.sh` of PID 78 could not be "
         "read (no such file or directory): whether it runs the job again is unknown"
     )
+
+
+def test_a_script_whose_loop_runs_other_work_after_the_job_is_never_signalled(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """The script runs the trainer once, then loops over other work (a server). Before:
+    a loop anywhere in the file and the trainer's name anywhere made the shell the job's
+    wrapper, so terminate killed it and the server it would run next never ran; a loop
+    written in a trailing comment counted too. Only a loop whose body runs the job
+    counts."""
+    script = tmp_path / "serve.sh"
+    script.write_text(
+        "python3 train_loop.py  # was: while true; do python3 train_loop.py; done\n"
+        "while true; do python3 -m http.server 8765; sleep 60; done\n"
+    )
+    job, table = _trainer_under(spawned, tmp_path, script)
+    shell = job.lineage[1].pid
+    (advised,) = with_advice([job], ScanProtection(), table)
+    assert advised.advice.stop_pids == (job.root_pid,)
+    assert advised.advice.restarts is None
+    out = terminate_tree([_identity(job.root_pid)], SignalGuard(), Effects(), grace_s=5.0)
+    assert [x.pid for x in out.procs] == [job.root_pid]
+    assert read_live(shell) is not None  # it goes on to its own work
+
+
+def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:
+    from rogue_watchdog.policy.guard import loop_around
+
+    assert loop_around("while true; do python3 train.py; sleep 5; done", "train.py")
+    assert loop_around(
+        "while :\ndo\n  for x in a b; do echo; done\n  python3 train.py\ndone", "train.py"
+    )
+    assert loop_around("python3 train.py\nwhile true; do serve; done", "train.py") is None
+    assert loop_around("while true; do serve; done\npython3 train.py", "train.py") is None
+    assert loop_around("while true; do a; done; while sleep 3; do train.py; done", "train.py")
+    from rogue_watchdog.lineage.scriptfile import ScriptRead
+
+    said = ScriptRead("x.sh", "train.py  # while true; do train.py; done\n", own_fd=True)
+    assert not script_loops(said, "train.py")  # a loop in a trailing comment
+    runs = ScriptRead("x.sh", "#!/bin/sh\nwhile :; do train.py # again\ndone\n", own_fd=True)
+    assert script_loops(runs, "train.py")
