@@ -561,7 +561,8 @@ def _ask(job_id: int, ctx: ResolveContext, timeout_s: float) -> SlurmJob:
 # States of an array's record whose tasks Slurm has yet to start (again): squeue(1) "JOB
 # STATE CODES"; a requeued task runs the same script once more.
 _WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
-_TASK_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+# Task ids are 32-bit: a longer run of digits is no task id (and int() refuses past 4300).
+_TASK_RANGE = re.compile(r"(\d{1,10})(?:-(\d{1,10})(?::(\d{1,10}))?)?")
 
 
 @dataclass(frozen=True)
