@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from rogue_watchdog.actions.effects import Effects
 from rogue_watchdog.actions.guards import Expected, SignalGuard, read_live
 from rogue_watchdog.actions.terminate import plan_tree, terminate_tree
@@ -334,3 +336,32 @@ def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:
     assert not script_loops(said, "train.py")  # a loop in a trailing comment
     runs = ScriptRead("x.sh", "#!/bin/sh\nwhile :; do train.py # again\ndone\n", own_fd=True)
     assert script_loops(runs, "train.py")
+
+
+def test_a_file_that_says_it_is_empty_is_never_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """procfs and tracefs files a read consumes (``/proc/kmsg``: the kernel log syslog
+    reads; ``trace_pipe``) are regular files of size 0, and a user's symlink on the
+    script's path (``ln -s /proc/kmsg k; bash ./k``) reaches them through the shell's
+    cwd, where the ``/proc``-path check never sees them. Before, the daemon (root) read
+    them, taking kernel messages from syslog; a file of size 0 is now never read (an
+    empty script runs no loop). ``os.pread`` stands in for the read: this test must not
+    read the host's /proc/kmsg."""
+    from rogue_watchdog.lineage import scriptfile
+
+    proc_root = tmp_path / "proc"
+    (proc_root / "77" / "fd").mkdir(parents=True)
+    (proc_root / "77" / "cwd").mkdir()
+    (proc_root / "77" / "cwd" / "k").write_bytes(b"")
+    reads: list[int] = []
+    real = os.pread
+
+    def pread(fd: int, n: int, at: int) -> bytes:
+        reads.append(fd)
+        return real(fd, n, at)
+
+    monkeypatch.setattr(scriptfile.os, "pread", pread)
+    shell = Proc(77, 1, 100, "S", "bash", cmdline=("bash", "./k"), exe="/usr/bin/bash")
+    read = read_script(shell, ProcessTable(str(proc_root)))
+    assert read is not None and (read.text, read.unread, reads) == ("", None, [])
