@@ -329,6 +329,7 @@ def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:
     )
     assert loop_around("python3 train.py\nwhile true; do serve; done", "train.py") is None
     assert loop_around("while true; do serve; done\npython3 train.py", "train.py") is None
+    assert loop_around("while true; do serve; done>log\npython3 train.py", "train.py") is None
     assert loop_around("while true; do a; done; while sleep 3; do train.py; done", "train.py")
     from rogue_watchdog.lineage.scriptfile import ScriptRead
 

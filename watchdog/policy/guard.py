@@ -647,7 +647,7 @@ def stop_loop_first(pid: int) -> str:
 # A comment: a whole line, or from a `#` that starts a word (bash(1) COMMENTS).
 _COMMENT = re.compile(r"(?:^|(?<=[\s;&|()]))#[^\n]*", re.MULTILINE)
 # The reserved words that open and close a loop's body, as command words.
-_DO_DONE = re.compile(r"(?:^|(?<=[\s;&|()]))(do|done)(?=$|[\s;&|()])", re.MULTILINE)
+_DO_DONE = re.compile(r"(?:^|(?<=[\s;&|()]))(do|done)(?=$|[\s;&|()<>])", re.MULTILINE)
 
 
 def _script_text(read: ScriptRead) -> str:
