@@ -337,6 +337,17 @@ def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:
     assert not script_loops(said, "train.py")  # a loop in a trailing comment
     runs = ScriptRead("x.sh", "#!/bin/sh\nwhile :; do train.py # again\ndone\n", own_fd=True)
     assert script_loops(runs, "train.py")
+    # Data, not code: a loop in a string or a here-document (before: counted).
+    for data in (
+        'echo "while true; do python3 train.py; done"\npython3 train.py\n',
+        "cat <<'EOF' >loop.sh\nwhile true; do python3 train.py; done\nEOF\npython3 train.py\n",
+        "cat <<-END\n\twhile :; do train.py; done\n\tEND\ntrain.py\n",
+    ):
+        assert not script_loops(ScriptRead("x.sh", data, own_fd=True), "train.py"), data
+    quoted = 'while true; do python3 "train.py" --tag "done"; sleep 5; done\n'
+    assert script_loops(ScriptRead("x.sh", quoted, own_fd=True), "train.py")
+    after = "cat <<EOF\nhi\nEOF\nwhile true; do train.py; done\n"
+    assert script_loops(ScriptRead("x.sh", after, own_fd=True), "train.py")
 
 
 def test_a_file_that_says_it_is_empty_is_never_read(

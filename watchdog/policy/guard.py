@@ -650,10 +650,46 @@ _COMMENT = re.compile(r"(?:^|(?<=[\s;&|()]))#[^\n]*", re.MULTILINE)
 _DO_DONE = re.compile(r"(?:^|(?<=[\s;&|()]))(do|done)(?=$|[\s;&|()<>])", re.MULTILINE)
 
 
+# A here-document's operator and word (bash(1) Here Documents); not `<<<` (a string).
+_HEREDOC = re.compile(r"(?<!<)<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
+
 def _script_text(read: ScriptRead) -> str:
     """A script's text without its comments (the ``#!`` line, a loop commented out,
-    ``cmd  # was: while true; do ...``)."""
-    return _COMMENT.sub("", read.text or "")
+    ``cmd  # was: while true; do ...``) and here-documents' bodies (``cat <<EOF`` text
+    is data the shell does not run)."""
+    kept: list[str] = []
+    ends: list[tuple[str, bool]] = []  # the words that end the open here-documents
+    for line in (read.text or "").split("\n"):
+        if ends:
+            word, tabs = ends[0]
+            if (line.lstrip("\t") if tabs else line) == word:
+                ends.pop(0)
+            continue
+        kept.append(line)
+        ends = [(m.group(3), m.group(1) == "-") for m in _HEREDOC.finditer(line)]
+    return _COMMENT.sub("", "\n".join(kept))
+
+
+def _quoted(text: str) -> bytearray:
+    """1 at each position of ``text`` inside single or double quotes (the quotes too)."""
+    out = bytearray(len(text))
+    quote, i = "", 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            out[i] = 1
+            if quote == '"' and c == "\\" and i + 1 < len(text):
+                out[i + 1] = 1
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c == "\\":
+            i += 1
+        elif c in "'\"":
+            quote, out[i] = c, 1
+        i += 1
+    return out
 
 
 def loop_around(text: str, key: str) -> re.Match[str] | None:
@@ -670,9 +706,14 @@ def loop_around(text: str, key: str) -> re.Match[str] | None:
         text: Shell text (a ``-c`` string or a script file without comments).
         key: What names the job.
     """
+    quoted = _quoted(text)
     for loop in _LOOP.finditer(text):
+        if quoted[loop.start()]:
+            continue  # `echo "while true; do ..."` is a string, not a loop
         depth, start, end = 0, None, len(text)
         for word in _DO_DONE.finditer(text, loop.end()):
+            if quoted[word.start()]:
+                continue
             if word.group(1) == "do":
                 depth += 1
                 start = word.end() if start is None else start
