@@ -334,3 +334,52 @@ def test_a_reply_larger_than_any_status_document_is_refused(tmp_path: Path) -> N
         4, f"the reply from {tmp_path / 'big.sock'} is larger than 67108864 bytes"
     )  # fmt: skip
     t.join(30)
+
+
+_FOREIGN_SERVER = """
+import json, os, socket, sys
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(sys.argv[1])
+os.setgid(65534)
+os.setuid(65534)
+listener.listen(1)  # SO_PEERCRED gives the credentials of the listen(2) call
+print("ready", flush=True)
+conn, _ = listener.accept()
+conn.recv(4096)
+conn.sendall(json.dumps(json.loads(sys.argv[2])).encode())
+conn.close()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to listen as another user")
+def test_a_status_socket_another_user_listens_on_is_not_believed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: any user's process named `rogue-watchdog run` was found (running_daemon_
+    # sockets) and believed, so root's terminate ran under the configuration (null:
+    # built-in defaults, no protect list) and the state directory it named.
+    import subprocess
+
+    sock = tmp_path / "fake.sock"
+    doc = {
+        "schema_version": 1,
+        "findings": [],
+        "config": {"path": None, "checksum": "0" * 16},
+        "state_dir": str(tmp_path / "elsewhere"),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-c", _FOREIGN_SERVER, str(sock), json.dumps(doc)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline() == "ready\n"
+        monkeypatch.setattr(cli_common, "DAEMON_SOCKET", str(sock))
+        with pytest.raises(cli_common.CliError) as err:
+            cli_common.command_daemon(acts=True)
+        assert f"{sock} is answered by PID {server.pid} of uid 65534, neither root" in str(
+            err.value
+        )
+    finally:
+        server.kill()
+        server.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 from rogue_watchdog.daemon.inforce import COPY_NAME, in_force_copy, keep_in_force_copy
@@ -50,9 +51,30 @@ def test_a_state_directory_that_cannot_be_written_is_said(tmp_path: Path) -> Non
     missing = tmp_path / "no-such-dir"
     why = keep_in_force_copy(missing, str(config), sha16(b"a: 1\n"))
     assert why is not None and why.startswith(f"cannot write {missing / COPY_NAME}: ")
+
+
+def test_what_is_planted_in_the_state_directory_neither_blocks_nor_becomes_the_copy(
+    tmp_path: Path,
+) -> None:
+    # Before: the temporary had a fixed name (.config-in-force.yaml.PID) opened without
+    # O_EXCL; a FIFO there blocked the daemon's open(2) forever (here a reader is held
+    # open so that the old code fails instead of hanging the test), a symlink stopped
+    # the copy.
+    config = tmp_path / "config.yaml"
+    config.write_bytes(b"a: 1\n")
     state = tmp_path / "state"
     state.mkdir()
-    (state / f".{COPY_NAME}.{os.getpid()}").symlink_to(tmp_path / "elsewhere")
-    why = keep_in_force_copy(state, str(config), sha16(b"a: 1\n"))
-    assert why is not None and why.startswith("cannot write ")  # O_NOFOLLOW: not followed
+    fifo = state / f".{COPY_NAME}.{os.getpid()}"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    link = state / f".{COPY_NAME}.{os.getpid() + 1}"
+    link.symlink_to(tmp_path / "elsewhere")
+    try:
+        assert keep_in_force_copy(state, str(config), sha16(b"a: 1\n")) is None
+    finally:
+        os.close(reader)
+    copy = state / COPY_NAME
+    assert copy.is_file() and not copy.is_symlink() and copy.read_bytes() == b"a: 1\n"
+    assert copy.stat().st_mode & 0o777 == 0o600
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and link.is_symlink()  # left as found
     assert not (tmp_path / "elsewhere").exists()

@@ -242,3 +242,13 @@ def test_the_file_is_read_back_for_this_boot_only_and_checked(tmp_path: Path) ->
     assert read_outage(path, "boot-a") == back
     Path(path).write_text("{not json")
     assert read_outage(path, "boot-a") is None
+    # Damaged past the checks (before: RecursionError, OverflowError, TypeError out of
+    # the daemon's start, which then paged nothing): no account.
+    for damaged in (
+        "[" * 100_000,
+        '{"boot_id": "boot-a", "queued": [[7, "log", "open", {}, 1%s]]}' % ("0" * 400),
+        '{"boot_id": "boot-a", "findings": 5}',
+        '{"boot_id": "boot-a", "queued": 5}',
+    ):
+        Path(path).write_text(damaged)
+        assert read_outage(path, "boot-a") is None, damaged[:60]

@@ -27,6 +27,10 @@ def test_missing_damaged_or_untrusted_is_empty(tmp_path: Path) -> None:
     assert read_sanctioned(path, None) == {}
     Path(path).write_text('{"boot_id": null, "procs": [[1, 2, "r"], ["x", 2, "r"], [3]]}')
     assert read_sanctioned(path, None) == {(1, 2): "r"}  # malformed entries are skipped
+    for damaged in ("[" * 100_000, '{"boot_id": null, "procs": 5}'):  # raised before
+        Path(path).write_text(damaged)
+        assert read_sanctioned(path, None) == {}
+    Path(path).write_text('{"boot_id": null, "procs": [[1, 2, "r"]]}')
     # A file others may change would let them sanction a rogue: ignored.
     os.chmod(path, 0o666)
     assert read_sanctioned(path, None) == {}

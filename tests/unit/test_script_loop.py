@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from rogue_watchdog.actions.effects import Effects
 from rogue_watchdog.actions.guards import Expected, SignalGuard, read_live
 from rogue_watchdog.actions.terminate import plan_tree, terminate_tree
@@ -293,3 +295,85 @@ def test_the_script_path_is_quoted_host_text(tmp_path: Path) -> None:
         "the script `/tmp/x\\x60 from cron /etc/cron.d/a\u23ceb.sh` of PID 78 could not be "
         "read (no such file or directory): whether it runs the job again is unknown"
     )
+
+
+def test_a_script_whose_loop_runs_other_work_after_the_job_is_never_signalled(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """The script runs the trainer once, then loops over other work (a server). Before:
+    a loop anywhere in the file and the trainer's name anywhere made the shell the job's
+    wrapper, so terminate killed it and the server it would run next never ran; a loop
+    written in a trailing comment counted too. Only a loop whose body runs the job
+    counts."""
+    script = tmp_path / "serve.sh"
+    script.write_text(
+        "python3 train_loop.py  # was: while true; do python3 train_loop.py; done\n"
+        "while true; do python3 -m http.server 8765; sleep 60; done\n"
+    )
+    job, table = _trainer_under(spawned, tmp_path, script)
+    shell = job.lineage[1].pid
+    (advised,) = with_advice([job], ScanProtection(), table)
+    assert advised.advice.stop_pids == (job.root_pid,)
+    assert advised.advice.restarts is None
+    out = terminate_tree([_identity(job.root_pid)], SignalGuard(), Effects(), grace_s=5.0)
+    assert [x.pid for x in out.procs] == [job.root_pid]
+    assert read_live(shell) is not None  # it goes on to its own work
+
+
+def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:
+    from rogue_watchdog.policy.guard import loop_around
+
+    assert loop_around("while true; do python3 train.py; sleep 5; done", "train.py")
+    assert loop_around(
+        "while :\ndo\n  for x in a b; do echo; done\n  python3 train.py\ndone", "train.py"
+    )
+    assert loop_around("python3 train.py\nwhile true; do serve; done", "train.py") is None
+    assert loop_around("while true; do serve; done\npython3 train.py", "train.py") is None
+    assert loop_around("while true; do serve; done>log\npython3 train.py", "train.py") is None
+    assert loop_around("while true; do a; done; while sleep 3; do train.py; done", "train.py")
+    from rogue_watchdog.lineage.scriptfile import ScriptRead
+
+    said = ScriptRead("x.sh", "train.py  # while true; do train.py; done\n", own_fd=True)
+    assert not script_loops(said, "train.py")  # a loop in a trailing comment
+    runs = ScriptRead("x.sh", "#!/bin/sh\nwhile :; do train.py # again\ndone\n", own_fd=True)
+    assert script_loops(runs, "train.py")
+    # Data, not code: a loop in a string or a here-document (before: counted).
+    for data in (
+        'echo "while true; do python3 train.py; done"\npython3 train.py\n',
+        "cat <<'EOF' >loop.sh\nwhile true; do python3 train.py; done\nEOF\npython3 train.py\n",
+        "cat <<-END\n\twhile :; do train.py; done\n\tEND\ntrain.py\n",
+    ):
+        assert not script_loops(ScriptRead("x.sh", data, own_fd=True), "train.py"), data
+    quoted = 'while true; do python3 "train.py" --tag "done"; sleep 5; done\n'
+    assert script_loops(ScriptRead("x.sh", quoted, own_fd=True), "train.py")
+    after = "cat <<EOF\nhi\nEOF\nwhile true; do train.py; done\n"
+    assert script_loops(ScriptRead("x.sh", after, own_fd=True), "train.py")
+
+
+def test_a_file_that_says_it_is_empty_is_never_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """procfs and tracefs files a read consumes (``/proc/kmsg``: the kernel log syslog
+    reads; ``trace_pipe``) are regular files of size 0, and a user's symlink on the
+    script's path (``ln -s /proc/kmsg k; bash ./k``) reaches them through the shell's
+    cwd, where the ``/proc``-path check never sees them. Before, the daemon (root) read
+    them, taking kernel messages from syslog; a file of size 0 is now never read (an
+    empty script runs no loop). ``os.pread`` stands in for the read: this test must not
+    read the host's /proc/kmsg."""
+    from rogue_watchdog.lineage import scriptfile
+
+    proc_root = tmp_path / "proc"
+    (proc_root / "77" / "fd").mkdir(parents=True)
+    (proc_root / "77" / "cwd").mkdir()
+    (proc_root / "77" / "cwd" / "k").write_bytes(b"")
+    reads: list[int] = []
+    real = os.pread
+
+    def pread(fd: int, n: int, at: int) -> bytes:
+        reads.append(fd)
+        return real(fd, n, at)
+
+    monkeypatch.setattr(scriptfile.os, "pread", pread)
+    shell = Proc(77, 1, 100, "S", "bash", cmdline=("bash", "./k"), exe="/usr/bin/bash")
+    read = read_script(shell, ProcessTable(str(proc_root)))
+    assert read is not None and (read.text, read.unread, reads) == ("", None, [])

@@ -127,6 +127,9 @@ def test_waiting_tasks_are_read_only_from_a_listing_of_the_whole_array() -> None
 def test_task_count_reads_slurm_task_expressions() -> None:
     assert [task_count(t) for t in ("1-9", "0-8:2", "1,3%2", "7", "3,5-7")] == [9, 5, 2, 1, 4]
     assert [task_count(t) for t in ("", "9-1", "1-9:0", "a-b", "1;2")] == [None] * 5
+    assert task_count("0-4000000") == 4000001  # counted, never listed
+    # Before: ValueError (int() of more than 4300 digits) out of the array's resolve.
+    assert task_count("1-" + "9" * 5000) is None
 
 
 # -- the origin and what it answers ----------------------------------------------------------

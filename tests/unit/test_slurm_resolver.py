@@ -469,3 +469,25 @@ def test_exe_owner_reads_the_executable_file_through_proc(tmp_path: Path) -> Non
     assert exe_owner(Proc(7, 1, 100, "S", "slurmstepd"), ctx) == os.getuid()
     # No such process: cannot be checked.
     assert exe_owner(Proc(8, 1, 100, "S", "slurmstepd"), ctx) is None
+
+
+def test_a_user_written_value_cannot_set_the_fields_slurm_reports() -> None:
+    """A job's name, comment, command and work dir are its user's text, and a value runs
+    to the next ` Key=`: before, `--comment 'x Account=ml-sanctioned'` made the job's
+    Account (the allowlist's slurm_account) the comment's, and a name `x ArrayJobId=777`
+    made a job of no array a task of another user's array 777, advising `scancel
+    --state=PENDING 777`. A key said twice is no answer; the array ids count only before
+    JobName (where scontrol prints them); a name not followed by UserId is no answer."""
+    line = SCONTROL_RUNNING.strip()
+    assert parse_scontrol_record(line)["Account"] == "ml-research"
+    forged = line.replace("Comment=hello", "Comment=x Account=ml-sanctioned JobId=9")
+    rec = parse_scontrol_record(forged)
+    assert "Account" not in rec and rec["JobId"] == "1"
+    job = parse_scontrol_job(forged, 1)
+    assert job is not None and job.account is None and job.user == "root"
+    named = line.replace("JobName=retrain-weekly", "JobName=x ArrayJobId=777 ArrayTaskId=3")
+    job = parse_scontrol_job(named, 1)
+    assert job is not None and (job.array_job_id, job.array_task_id) == (None, None)
+    assert job.job_name is None
+    posing = line.replace("JobName=retrain-weekly", "JobName=sanctioned-name Foo=1")
+    assert parse_scontrol_record(posing).get("JobName") is None

@@ -223,21 +223,34 @@ def test_a_terminate_taken_over_and_finished_continues_the_script_too(
         _end(job)
 
 
-@pytest.mark.parametrize("recorded", ["same", "reused", "stopped-before"])
+def _kids(pid: int) -> list[int]:
+    try:
+        return [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.parametrize("recorded", ["same", "reused", "stopped-before", "unrelated"])
 def test_only_the_recorded_identity_stopped_by_the_freeze_is_continued(
     spawned: Spawned, tmp_path: Path, recorded: str
 ) -> None:
-    """The watch list names a process above the job as ``sleep`` now is: its PID
-    with its very start time (``same``: continued), with another start time (the PID
-    reused since: never signalled), or as already stopped before the freeze (not the
-    freeze's doing: left as it is). ``sleep`` is this test's own, stopped by it."""
+    """The watch list names the process above the job (a ``sh`` this test stops itself,
+    as a relay mirrors its child's stop) as it is now: its PID with its very start time
+    (``same``: continued), with another start time (the PID reused since: never
+    signalled), or as already stopped before the freeze (not the freeze's doing: left as
+    it is). ``unrelated``: an entry naming a stopped ``sleep`` that is not the job's
+    parent (a damaged or forged journal) is never continued; before, any stopped
+    process so named was."""
     (tmp_path / "train.py").write_text(TRAIN)
-    job_p = spawned.start([sys.executable, str(tmp_path / "train.py"), "61"])
-    other = spawned.start(["sleep", "600"])
-    os.kill(other.pid, signal.SIGSTOP)
-    poll("sleep stopped", lambda: _state(other.pid) == "T", 10, 0.02)
-    job_live = poll("the job", lambda: read_live(job_p.pid), 10)
-    other_live = poll("sleep", lambda: read_live(other.pid), 10)
+    parent = spawned.start(["/bin/sh", "-c", f"{sys.executable} {tmp_path / 'train.py'} 61; :"])
+    stray = spawned.start(["sleep", "600"])
+    (job_pid,) = poll("the job", lambda: _kids(parent.pid), 10)
+    other = stray if recorded == "unrelated" else parent
+    for stopped in {parent.pid, stray.pid}:
+        os.kill(stopped, signal.SIGSTOP)
+        poll("stopped", lambda p=stopped: _state(p) == "T", 10, 0.02)
+    job_live = poll("the job", lambda: read_live(job_pid), 10)
+    other_live = poll("the recorded process", lambda: read_live(other.pid), 10)
     job = Expected(job_live.pid, job_live.start_ticks, job_live.cmdline)
     d = _observer(tmp_path, Counting())
     journal = ActionJournal.begin(d.db, "cli:alice", "terminate", f"PID {job.pid}", {})
@@ -270,6 +283,7 @@ def test_only_the_recorded_identity_stopped_by_the_freeze_is_continued(
         assert _releases(d, journal.action_id) == []
         assert not [k for k in fx.tried if k[0] == other.pid], fx.tried
         assert out.continued == []
+        os.kill(parent.pid, signal.SIGCONT)  # the test's own stop, ended
 
 
 def test_a_journal_without_a_watch_list_is_taken_over_as_before(

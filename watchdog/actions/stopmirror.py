@@ -220,13 +220,41 @@ class StopMirrors:
                 # continues its child itself once it runs, and a SIGCONT from here first
                 # would make the two notifications (continued, then exited) reach it
                 # at once, merged: it would wait for ever for an exit it never saw.
-                if up.get(ident) not in held and above.conts < MAX_CONTS and send(above.exp):
+                if (
+                    up.get(ident) not in held
+                    and above.conts < MAX_CONTS
+                    and self._stopped_by(ident, froze)
+                    and send(above.exp)
+                ):
                     above.conts += 1
                 continue
             waits = above.conts and _zombie_child(ident[0], self.proc_root) is not None
             above.state = "waits" if waits else live.state
             busy = busy or bool(waits) or pending
         return busy
+
+    def _stopped_by(self, ident: Ident, froze: Callable[[Ident], bool]) -> bool:
+        """True when the stopped process ``ident`` can be this run's doing: the process
+        under it (alive, or its uncollected zombie: a stopped parent cannot reap) is
+        still its child, and the way down ends at a member this run froze.
+
+        Checked before the first SIGCONT only (a relay continued once is known): a
+        journal's watch list read back (:meth:`restore`) is the journal's word, and a
+        damaged or forged entry naming a stopped process that is not the relay (another
+        user's, one stopped on purpose) must not have it continued; nor may a member's
+        freeze continue the relay of a member this run did not freeze.
+        """
+        above = self.above[ident]
+        if above.conts:
+            return True
+        under = read_live(above.below[0], self.proc_root)
+        if under is None or under.start_ticks != above.below[1] or under.ppid != ident[0]:
+            return False
+        bottom, seen = above.below, {ident}
+        while bottom in self.above and bottom not in seen:
+            seen.add(bottom)
+            bottom = self.above[bottom].below
+        return froze(bottom)
 
     @property
     def stuck(self) -> bool:

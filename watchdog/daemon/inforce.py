@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 from ..config import MAX_CONFIG_BYTES
@@ -36,7 +37,8 @@ def keep_in_force_copy(
 
     The file is read again and written only when its bytes still have ``checksum`` (the
     one the daemon computed when it loaded them): an edit in between is not the version
-    in force. The copy is replaced atomically (``rename(2)``), mode 0600; a daemon on
+    in force. The copy is replaced atomically (a new file of a random name, ``rename(2)``),
+    mode 0600; a daemon on
     built-in defaults, or one whose file changed meanwhile, leaves none.
 
     Args:
@@ -59,10 +61,12 @@ def keep_in_force_copy(
             return _drop(copy, f"{config_path} changed while it was loaded")
     if data is None:
         return _drop(copy, None)
-    tmp = copy.with_name(f".{COPY_NAME}.{os.getpid()}")
+    tmp = None
     try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(tmp, flags, 0o600)
+        # A fresh file of a random name (O_EXCL, 0600), as outage.json's: at a fixed
+        # name a FIFO planted in a state directory others can write blocked the
+        # daemon's open(2) forever (blind), and a planted file would be the copy.
+        fd, tmp = tempfile.mkstemp(prefix=f".{COPY_NAME}.", dir=copy.parent)
         try:
             view = memoryview(data)
             while view:
@@ -72,8 +76,9 @@ def keep_in_force_copy(
             os.close(fd)
         os.replace(tmp, copy)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         # A copy of an older version must not stand for this one.
         return _drop(copy, f"cannot write {copy}: {exc.strerror or exc}")
     return None

@@ -17,6 +17,7 @@ import pwd
 import select
 import socket
 import stat
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -473,6 +474,7 @@ def _ask(path: str, deadline: float, timeout_s: float) -> bytes | None:
             raise StatusError(4, f"timed out connecting to {path}") from None
         except OSError as exc:
             raise StatusError(4, f"cannot connect to {path}: {exc.strerror or exc}") from None
+        _check_answerer(sock, path)
         parts: list[bytes] = []
         size = 0
         try:
@@ -507,6 +509,34 @@ def _ask(path: str, deadline: float, timeout_s: float) -> bytes | None:
     finally:
         sock.close()
     return b"".join(parts)
+
+
+def _check_answerer(sock: socket.socket, path: str) -> None:
+    """Refuse a status socket that a process of another user listens on.
+
+    Commands without ``--config`` take their configuration, protect list and state
+    directory from the answer, and ``find_daemon`` finds a daemon by its command line,
+    which any user can give a process of theirs: root must not judge or act under what
+    another user's process says. Only root's and this process's user's are believed, as
+    :func:`~watchdog.config.trust_errors` trusts files (unix(7) ``SO_PEERCRED``: the
+    listener's credentials when it called ``listen(2)``).
+
+    Raises:
+        StatusError: exit_code 4, naming the listener's uid and PID.
+    """
+    size = struct.calcsize("3i")
+    try:
+        pid, uid, _ = struct.unpack(
+            "3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, size)
+        )
+    except OSError as exc:
+        raise StatusError(4, f"cannot tell who listens on {path}: {exc.strerror or exc}") from None
+    if uid not in (0, os.geteuid()):
+        raise StatusError(
+            4,
+            f"{path} is answered by PID {pid} of uid {uid}, neither root nor this user: "
+            "not believed as the daemon",
+        )
 
 
 def _is_socket(path: str) -> bool:

@@ -123,9 +123,16 @@ def read_outage(path: str, boot_id: str | None) -> OutageAccount | None:
     if not os.path.lexists(path) or untrusted_reason(path) is not None:
         return None
     try:
-        data = json.loads(read_regular(path, MAX_BYTES))
-    except (OSError, ValueError):
+        return _account(json.loads(read_regular(path, MAX_BYTES)), boot_id)
+    except (OSError, ValueError, TypeError, OverflowError, RecursionError):
+        # Damaged past what the checks below read (nested past the parser's depth, a
+        # number no float holds, a list that is a number): no account, never a daemon
+        # that cannot start (it would page nothing).
         return None
+
+
+def _account(data: Any, boot_id: str | None) -> OutageAccount | None:
+    """:func:`read_outage` of the parsed file."""
     if not isinstance(data, dict) or data.get("boot_id") != boot_id:
         return None
     findings = [r for r in map(_record, data.get("findings") or []) if r is not None]

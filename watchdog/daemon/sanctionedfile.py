@@ -75,12 +75,13 @@ def read_sanctioned(path: str, boot_id: str | None) -> dict[Ident, str]:
         return {}
     try:
         data = json.loads(read_regular(path, MAX_BYTES))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # nested past the parser's depth
         return {}
     if not isinstance(data, dict) or data.get("boot_id") != boot_id:
         return {}
     out: dict[Ident, str] = {}
-    for item in data.get("procs") or []:
+    procs = data.get("procs")
+    for item in procs if isinstance(procs, list) else []:
         if (
             isinstance(item, list)
             and len(item) == 3

@@ -183,7 +183,9 @@ def read_script_of(
         return ScriptRead(path, None, unread_reason(exc))
     try:
         st = os.fstat(fd)
-        raw = os.pread(fd, MAX_SCRIPT_BYTES + 1, 0)
+        # Size 0: an empty script, or a procfs/tracefs file a read consumes (/proc/kmsg,
+        # trace_pipe), reached through a symlink on the path: never read.
+        raw = os.pread(fd, MAX_SCRIPT_BYTES + 1, 0) if st.st_size else b""
         if max(st.st_size, len(raw)) > MAX_SCRIPT_BYTES:
             # Refused, not cut: a cut script may end inside the loop around the job.
             raise FileTooLargeError(max(st.st_size, len(raw)), MAX_SCRIPT_BYTES)

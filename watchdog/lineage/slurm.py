@@ -410,6 +410,10 @@ def squeue_refused(text: str) -> str | None:
 
 
 _SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
+# The keys scontrol prints before JobName (slurm_sprint_job_info): never user text.
+_BEFORE_NAME = frozenset(
+    {"JobId", "ArrayJobId", "ArrayTaskId", "ArrayTaskThrottle", "HetJobId", "HetJobIdSet"}
+)
 
 
 def parse_scontrol_record(text: str) -> dict[str, str]:
@@ -423,14 +427,34 @@ def parse_scontrol_record(text: str) -> dict[str, str]:
         text: One record (the first line is used).
 
     Returns:
-        Mapping key → value with surrounding whitespace stripped.
+        Mapping key → value with surrounding whitespace stripped; without a key said
+        twice, and without ``JobName`` when its end is unsure (user text can hold
+        ``Key=``: see below).
     """
     line = text.strip().splitlines()[0] if text.strip() else ""
     keys = list(_SCONTROL_KEY.finditer(line))
+    # A job's name, comment, command, work dir and output paths are its user's text and
+    # may hold " Key=": `--comment 'x Account=ml-sanctioned'` read as the job's Account,
+    # a name `x ArrayJobId=777` made it a task of another user's array. scontrol prints
+    # each key once, JobId and the array ids before JobName (the first user text), and
+    # UserId right after it: a key said twice is no answer, an id after the name is the
+    # user's text, and a name not followed by the one UserId has no known end.
+    name = next((i for i, m in enumerate(keys) if m.group(1) == "JobName"), len(keys))
     out: dict[str, str] = {}
+    twice: set[str] = set()
     for i, m in enumerate(keys):
+        key = m.group(1)
+        if key in _BEFORE_NAME and i > name:
+            continue
         end = keys[i + 1].start() if i + 1 < len(keys) else len(line)
-        out[m.group(1)] = line[m.end() : end].strip()
+        if key in out:
+            twice.add(key)
+        out[key] = line[m.end() : end].strip()
+    for key in twice:
+        del out[key]
+    follows = keys[name + 1].group(1) if name + 1 < len(keys) else None
+    if "UserId" in twice or (any(m.group(1) == "UserId" for m in keys) and follows != "UserId"):
+        out.pop("JobName", None)
     return out
 
 
@@ -537,7 +561,8 @@ def _ask(job_id: int, ctx: ResolveContext, timeout_s: float) -> SlurmJob:
 # States of an array's record whose tasks Slurm has yet to start (again): squeue(1) "JOB
 # STATE CODES"; a requeued task runs the same script once more.
 _WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
-_TASK_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+# Task ids are 32-bit: a longer run of digits is no task id (and int() refuses past 4300).
+_TASK_RANGE = re.compile(r"(\d{1,10})(?:-(\d{1,10})(?::(\d{1,10}))?)?")
 
 
 @dataclass(frozen=True)

@@ -667,24 +667,99 @@ def stop_loop_first(pid: int) -> str:
     return f"stop the loop first: {_KILL_SHELL.format(pid=pid)}"
 
 
+# A comment: a whole line, or from a `#` that starts a word (bash(1) COMMENTS).
+_COMMENT = re.compile(r"(?:^|(?<=[\s;&|()]))#[^\n]*", re.MULTILINE)
+# The reserved words that open and close a loop's body, as command words.
+_DO_DONE = re.compile(r"(?:^|(?<=[\s;&|()]))(do|done)(?=$|[\s;&|()<>])", re.MULTILINE)
+
+
+# A here-document's operator and word (bash(1) Here Documents); not `<<<` (a string).
+_HEREDOC = re.compile(r"(?<!<)<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
+
 def _script_text(read: ScriptRead) -> str:
-    """A script's text without its comment lines (the ``#!`` line, a loop commented out)."""
-    text = read.text or ""
-    return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+    """A script's text without its comments (the ``#!`` line, a loop commented out,
+    ``cmd  # was: while true; do ...``) and here-documents' bodies (``cat <<EOF`` text
+    is data the shell does not run)."""
+    kept: list[str] = []
+    ends: list[tuple[str, bool]] = []  # the words that end the open here-documents
+    for line in (read.text or "").split("\n"):
+        if ends:
+            word, tabs = ends[0]
+            if (line.lstrip("\t") if tabs else line) == word:
+                ends.pop(0)
+            continue
+        kept.append(line)
+        ends = [(m.group(3), m.group(1) == "-") for m in _HEREDOC.finditer(line)]
+    return _COMMENT.sub("", "\n".join(kept))
+
+
+def _quoted(text: str) -> bytearray:
+    """1 at each position of ``text`` inside single or double quotes (the quotes too)."""
+    out = bytearray(len(text))
+    quote, i = "", 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            out[i] = 1
+            if quote == '"' and c == "\\" and i + 1 < len(text):
+                out[i + 1] = 1
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c == "\\":
+            i += 1
+        elif c in "'\"":
+            quote, out[i] = c, 1
+        i += 1
+    return out
+
+
+def loop_around(text: str, key: str) -> re.Match[str] | None:
+    """The first shell loop (:data:`_LOOP`) of ``text`` whose body, from its ``do`` to
+    the ``done`` that closes it (nested loops counted), names ``key``
+    (:func:`~watchdog.lineage.base.command_key`); None when none does.
+
+    A loop elsewhere in a script that also runs the job is not the job's: ``python3
+    train.py`` then ``while true; do serve; done`` runs the job once and then other
+    work, and its shell must not be taken for the job's wrapper. A body left open (no
+    closing ``done``) runs to the end of the text.
+
+    Args:
+        text: Shell text (a ``-c`` string or a script file without comments).
+        key: What names the job.
+    """
+    quoted = _quoted(text)
+    for loop in _LOOP.finditer(text):
+        if quoted[loop.start()]:
+            continue  # `echo "while true; do ..."` is a string, not a loop
+        depth, start, end = 0, None, len(text)
+        for word in _DO_DONE.finditer(text, loop.end()):
+            if quoted[word.start()]:
+                continue
+            if word.group(1) == "do":
+                depth += 1
+                start = word.end() if start is None else start
+            elif depth > 0:
+                depth -= 1
+                if depth == 0:
+                    end = word.start()
+                    break
+        if start is not None and mentions(text[start:end], key):
+            return loop
+    return None
 
 
 def script_loops(read: ScriptRead | None, key: str) -> bool:
     """True when a shell's script file (:func:`~watchdog.lineage.scriptfile.read_script`),
-    read and not modified since the shell started, holds a shell loop (:data:`_LOOP`)
-    and names ``key`` (:func:`~watchdog.lineage.base.command_key`), as a ``-c`` text
-    must to make its shell the job's wrapper. A file that could not be read, changed
-    since, or read by its path rather than through the shell's own descriptor of it (not
-    surely the file the shell reads) never does: its shell is then never signalled for
-    the job."""
+    read and not modified since the shell started, holds a shell loop whose body runs
+    ``key`` (:func:`loop_around`), as a ``-c`` text must name it to make its shell the
+    job's wrapper. A file that could not be read, changed since, or read by its path
+    rather than through the shell's own descriptor of it (not surely the file the shell
+    reads) never does: its shell is then never signalled for the job."""
     if read is None or read.text is None or read.changed or not read.own_fd:
         return False
-    text = _script_text(read)
-    return _LOOP.search(text) is not None and mentions(text, key)
+    return loop_around(_script_text(read), key) is not None
 
 
 def _script_of(proc: Proc, read: ScriptRead) -> str:
@@ -708,7 +783,9 @@ def _loop_in(
         if read is None or read.text is None:
             return None
         text = _script_text(read)
-        found = _LOOP.search(text)
+        # Its body must run the job, unless the job is what the script is given (`bash
+        # loop.sh train.py`: the body runs "$1").
+        found = _LOOP.search(text) if mentions(argv, key) else loop_around(text, key)
         where = f"in {_script_of(proc, read)} (as the file reads now)"
     if found is None or not (mentions(text, key) or (read is not None and mentions(argv, key))):
         return None
