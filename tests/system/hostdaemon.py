@@ -57,6 +57,35 @@ def _ppid(pid: int) -> int:
         return 0
 
 
+def catches(pid: int, signum: int) -> bool:
+    """Whether ``pid`` has a handler installed for ``signum`` (``SigCgt`` of
+    ``/proc/PID/status``, proc(5)): before that, a signal whose default action ends the
+    process (SIGHUP) kills a daemon that has only just started."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def wake(pid: int, signum: int, timeout_s: float = 10.0) -> bool:
+    """Send ``signum`` to ``pid`` once it catches it (:func:`catches`), waiting up to
+    ``timeout_s``; False (nothing sent) when it never did or is gone."""
+    deadline = time.monotonic() + timeout_s
+    while not catches(pid, signum):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def _mnt_ns(pid: int) -> str:
     try:
         return os.readlink(f"/proc/{pid}/ns/mnt")

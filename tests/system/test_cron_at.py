@@ -29,7 +29,7 @@ from rogue_watchdog.lineage.cron import CronResolver
 from rogue_watchdog.sources.procfs import ProcessTable
 from tests.conftest import need, need_program, need_root
 from tests.system.cronharness import PYTHON, TRAINER_SOURCE, _cmdline, _pids, _ppid
-from tests.system.hostdaemon import DaemonLease
+from tests.system.hostdaemon import DaemonLease, wake
 
 pytestmark = pytest.mark.system
 
@@ -73,18 +73,28 @@ def at_job() -> Iterator[tuple[int, int, int, str]]:
         # The copy first, an hour out: the pattern of a job that re-queues itself.
         jobs.append(_submit("now + 1 hour", command, sandbox))
         jobs.append(_submit("now", command, sandbox))
-        if lease.ours:
-            # at(1) wakes the atd named in /run/atd.pid; one started for the tests may not
-            # be that one (atd(8): SIGHUP makes it look at the queue now).
-            os.kill(atd_pid, signal.SIGHUP)
+        # at(1) wakes the atd named in /run/atd.pid; one started for the tests may not be
+        # that one (atd(8): SIGHUP makes it look at the queue now). Sent again every few
+        # seconds while the job has not started: a wake-up that lands while atd is still
+        # reading the queue (at(1)'s own, for the first job) can be lost, and atd then
+        # sleeps until the job an hour out (CI, stop 43: "atd did not start the job within
+        # 30 s", under the lanes' load). Sent only once atd catches it: before its handler
+        # is installed, SIGHUP would end an atd started a moment ago.
         deadline = time.monotonic() + 30
         found = 0
+        woken = 0.0
         while not found and time.monotonic() < deadline:
+            if lease.ours and time.monotonic() - woken > 5:
+                assert wake(atd_pid, signal.SIGHUP), f"atd (PID {atd_pid}) is gone"
+                woken = time.monotonic()
             for pid in _pids():
                 if _cmdline(pid) == (PYTHON, str(trainer)) and _chain_has(pid, atd_pid):
                     found = pid
             time.sleep(0.3)
-        assert found, "atd did not start the job within 30 s"
+        if not found:
+            atq = subprocess.run(["atq"], capture_output=True, text=True).stdout
+            alive = os.path.exists(f"/proc/{atd_pid}")
+            pytest.fail(f"atd did not start the job within 30 s (atd alive: {alive}; atq: {atq!r})")
         yield found, jobs[1], jobs[0], command
     finally:
         for job in jobs:

@@ -452,7 +452,7 @@ def test_the_week(spawned: Spawned) -> None:
             "anything loads it (quarantine: true on gate prod has the daemon do that, "
             f"undoably); deploy the last good checkpoint to {poisoned} through "
             "``rogue-watchdog ship`` (it copies only weights that verify finite; "
-            "``rogue-watchdog verify-weights FILE`` tells whether one does)",
+            "``rogue-watchdog verify-weights`` tells whether a checkpoint does)",
         )
         # -- event 7: the deploy that stopped ------------------------------------------
         assert stale["severity"] == "high"

@@ -942,3 +942,20 @@ def test_seed_68701_the_full_walk_twin_knows_when_a_rogue_run_became_sanctioned(
     # differential's AssertionError (a crash of the replay); AFTER: no violation.
     sweep = f"m.sweep_launcher(data={_d(0)}, from_shell=False, n=2, spread=False, twist='none')"
     assert violation(_SEED_68701 + middle + sweep + ";" + sweep) == ""
+
+
+def test_a_restart_during_an_outage_keeps_the_signature_the_run_was_paged_under() -> None:
+    # Seed 69103 (wt10-outage's merge, 205d74c): the container's run was paged from
+    # memory (state.db refusing writes), its engine went down, the daemon restarted and
+    # took the finding back from the outage file; but the job rows are not in that file,
+    # the run's signature was computed afresh with the engine silent (another origin),
+    # and the running rogue was filed and paged again under a new id.
+    steps = (
+        "from tests.sim.machine import ExecPathMachine;m.teardown();"
+        "TrustMachine.events = True;m = ExecPathMachine();"
+        "m.storage(ok=False);m.container_runs(policy='always');m.probe_loop(gpu=False);"
+        "m.tick(seconds=5.0);m.engine(up=False);m.restart(events=False);"
+        f"m.sweep_launcher({ONE_STUB}, n=2, from_shell=False, spread=False, twist='none')"
+    )
+    # BEFORE (205d74c): "I4/I5: rogue-job of (4000002, 8643100) reopened as F4 (was F1)".
+    assert violation(steps) == ""

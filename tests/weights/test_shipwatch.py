@@ -185,7 +185,7 @@ def test_poisoned_weights_open_after_two_polls_and_resolve_on_finite_replacement
             f"{tmp_path}/deploy before anything loads it (quarantine: true on gate prod has "
             f"the daemon do that, undoably); deploy the last good checkpoint to {model} "
             "through ``rogue-watchdog ship`` (it copies only weights that verify "
-            "finite; ``rogue-watchdog verify-weights FILE`` tells whether one does)"
+            "finite; ``rogue-watchdog verify-weights`` tells whether a checkpoint does)"
         )
         assert f.details["fingerprint"] == f"prod:{model}"
         assert f.details["totals"] == {
@@ -589,7 +589,7 @@ def test_outputs_past_the_byte_bound_are_said_unverified_then_verified_in_the_ba
             f"move it out of {tmp_path}/deploy before anything loads it (quarantine: true on "
             f"gate prod has the daemon do that, undoably); deploy the last good checkpoint to "
             f"{model2} through ``rogue-watchdog ship`` (it copies only weights that verify "
-            "finite; ``rogue-watchdog verify-weights FILE`` tells whether one does); "
+            "finite; ``rogue-watchdog verify-weights`` tells whether a checkpoint does); "
             f"1 training output in {train} is not verified yet, so none is named; "
             f"check: rogue-watchdog verify-weights {good}"
         )
@@ -664,7 +664,7 @@ def test_outputs_past_the_time_bound_are_said_unverified(
         r.tick(T0 + 11)
         [page] = paged(r, "poisoned-weights")
         assert page.partition("; next: ")[2].endswith(
-            "verify-weights FILE`` tells whether one does); "
+            "verify-weights`` tells whether a checkpoint does); "
             f"1 training output in {train} is not verified yet, so none is named; "
             f"check: rogue-watchdog verify-weights {good}"
         )
@@ -696,7 +696,7 @@ def test_when_no_training_output_is_finite_the_page_says_so(
         assert page.partition("; next: ")[2] == (
             f"no training output in {train} verifies finite (2 checked); deploy the last good "
             f"checkpoint to {model} through ``rogue-watchdog ship`` (it copies only weights that "
-            "verify finite; ``rogue-watchdog verify-weights FILE`` tells whether one does)"
+            "verify finite; ``rogue-watchdog verify-weights`` tells whether a checkpoint does)"
         )
     finally:
         r.close()

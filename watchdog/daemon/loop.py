@@ -415,6 +415,7 @@ class Daemon:
         path = self._outage_file
         account = read_outage(path, self.boot_id) if path else None
         self.unstored.adopt(account, self.db, self.started_at)
+        self._keep_adopted_signatures()
         if self.unstored.adopted:
             # Kept in step from now on: a re-queued alert sent before the first tick too.
             self._outage_paged = self.unstored.account().findings
@@ -425,6 +426,31 @@ class Daemon:
                 message="findings paged from memory by the daemon before this one, while the "
                 "state database could not be written, are kept as paged: not paged again",
             )
+
+    def _keep_adopted_signatures(self) -> None:
+        """Each run an adopted finding is about keeps the signature it was paged under,
+        as a stored run's does (``Tracker.first_signature`` from the job rows): the job
+        rows of the outage are not in the file, and a signature computed afresh after
+        the restart can differ (its container engine not answering now: another origin),
+        so the running rogue was filed under a new fingerprint and paged again (seed
+        69103, I4/I5: "rogue-job ... reopened as F4 (was F1)")."""
+        adopted = set(self.unstored.adopted)
+        for rec in self.unstored.open.values():
+            if rec.id not in adopted or "fingerprint" in rec.details:
+                continue
+            sig = rec.details.get("signature")
+            if not isinstance(sig, str):
+                sig = rec.fingerprint.partition(":")[2]
+            idents = [rec.details.get("root"), *(rec.details.get("instance_roots") or [])]
+            for ident in idents:
+                if (
+                    isinstance(ident, list)
+                    and len(ident) == 2
+                    and all(isinstance(x, int) and not isinstance(x, bool) for x in ident)
+                ):
+                    key = (ident[0], ident[1])
+                    self.tracker.first_signature.setdefault(key, sig)
+                    self.unstored.first_signature.setdefault(key, sig)
 
     def _write_outage_file(self) -> None:
         """Keep the outage file in step with the findings paged from memory (after a

@@ -709,7 +709,7 @@ class ShipGateSource:
             steps.append(
                 f"{none_good}deploy the last good checkpoint to {dst} through "
                 f"{own_code('rogue-watchdog ship')} (it copies only weights that verify finite; "
-                f"{own_code('rogue-watchdog verify-weights FILE')} tells whether one does)"
+                f"{own_code('rogue-watchdog verify-weights')} tells whether a checkpoint does)"
             )
         if undecided:
             n = len(undecided)
