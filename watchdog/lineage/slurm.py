@@ -325,6 +325,19 @@ def _array_ids(job_id: Any, task_id: Any) -> tuple[int | None, int | None]:
     return array, _set_number(task_id)
 
 
+def _squeue_jobs(text: str) -> list[Any] | None:
+    """The ``jobs`` list of an ``squeue --json`` document, or None when the text is not
+    one or Slurm reports errors in it (:func:`squeue_refused`)."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list) or squeue_refused(text) is not None:
+        return None
+    return jobs
+
+
 def parse_squeue_json(text: str, job_id: int) -> SlurmJob | None:
     """Pick one job out of ``squeue --json`` output.
 
@@ -339,12 +352,8 @@ def parse_squeue_json(text: str, job_id: int) -> SlurmJob | None:
         ``found`` with the job's fields, ``gone`` when the listing lacks the job, or None
         when the text is not such a document or it reports errors.
     """
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return None
-    jobs = doc.get("jobs") if isinstance(doc, dict) else None
-    if not isinstance(jobs, list) or squeue_refused(text) is not None:
+    jobs = _squeue_jobs(text)
+    if jobs is None:
         return None
     for job in jobs:
         if isinstance(job, dict) and _job_id_of(job.get("job_id")) == job_id:
@@ -639,12 +648,8 @@ def parse_array_squeue(text: str, array_id: int, job_id: int) -> ArrayPending | 
         ``array_task_id`` for a task split off alone; ``none``), or None when the text is
         no such document, reports errors, or lacks ``job_id`` or ``array_id``.
     """
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return None
-    jobs = doc.get("jobs") if isinstance(doc, dict) else None
-    if not isinstance(jobs, list) or squeue_refused(text) is not None:
+    jobs = _squeue_jobs(text)
+    if jobs is None:
         return None
     records: list[tuple[str | None, str]] = []
     seen: set[int | None] = set()
