@@ -162,6 +162,31 @@ def poll(what: str, probe: Callable[[], T | None], timeout_s: float, interval_s:
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
+def process_picture(match: str) -> str:
+    """Every process whose command line holds ``match``: PID, parent, state (``T``:
+    stopped), and its children's, for a failure message: a process that never started
+    its child (CI: a trainer not seen under its shell within 20-30 s, not reproduced)
+    says whether the parent was stopped, gone or waiting."""
+    out: list[str] = []
+    procs: dict[int, tuple[int, str, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                rest = fh.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, IndexError):
+            continue
+        procs[int(entry)] = (int(rest[1]), rest[0], argv)
+    for pid, (ppid, state, argv) in sorted(procs.items()):
+        if match in argv:
+            kids = [f"{k} {v[1]} {v[2][:80]!r}" for k, v in procs.items() if v[0] == pid]
+            out.append(f"PID {pid} (parent {ppid}) state {state} {argv[:120]!r}; children: {kids}")
+    return "\n".join(out) or f"no process holds {match!r}"
+
+
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ from rogue_watchdog.lineage.base import ResolveContext, split_answer
 from rogue_watchdog.lineage.container import ContainerResolver, cgroup_container
 from rogue_watchdog.model import Origin
 from rogue_watchdog.sources.procfs import ProcessTable
-from tests.conftest import Spawned
+from tests.conftest import Spawned, process_picture
 from tests.fixtures.proc.fakeproc import FakeProc, lineage, make_context
 
 CID = "3f4e8c0b5a6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f"
@@ -188,7 +188,9 @@ def test_real_process_under_a_shim_named_binary(tmp_path: Path, spawned: Spawned
         found = [p for k in kids if (p := table.get(k)) and p.cmdline[-1:] == (str(train),)]
         child = found[0] if found else None
         time.sleep(0.05)
-    assert child is not None, "fake trainer did not start under the fake shim"
+    assert child is not None, (
+        f"fake trainer did not start under the fake shim\n{process_picture(str(shim_exe))}"
+    )
     ctx = ResolveContext(table=table, now=datetime.now(UTC), run_cmd=RecordingRunner())
     origin = ContainerResolver().resolve(table.ancestors(child.pid), ctx)
     assert origin is not None

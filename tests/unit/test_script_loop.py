@@ -35,7 +35,7 @@ from rogue_watchdog.policy.guard import (
     with_advice,
 )
 from rogue_watchdog.sources.procfs import ProcessTable, read_proc
-from tests.conftest import Spawned, poll
+from tests.conftest import Spawned, poll, process_picture
 
 TRAINER = "import time\ntime.sleep(300)\n"
 
@@ -62,7 +62,10 @@ def _trainer_under(spawned: Spawned, tmp_path: Path, script: Path) -> tuple[Job,
                 return proc
         return None
 
-    root = poll("the trainer", trainer, 20)
+    try:
+        root = poll("the trainer", trainer, 30)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{process_picture(str(script))}") from None
     job = Job(root.pid, [root.pid], "root", root.cmdline, root.start_ticks, None, [],
               table.ancestors(root.pid))  # fmt: skip
     return job, table
