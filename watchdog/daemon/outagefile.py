@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
-import tempfile
 from typing import Any
 
 from ..records import FindingRecord
-from ..safeio import read_regular, untrusted_reason
+from .runfile import beside_socket, read_json, write_json
 
 FILE_NAME = "outage.json"
 # A paged finding is about 0.8 KB of JSON (1.6 MB for 2,000: bench/outage_memory.py), an
@@ -62,7 +60,7 @@ class OutageAccount:
 
 def outage_path(socket_path: str) -> str:
     """The file beside the status socket ``socket_path``."""
-    return os.path.join(os.path.dirname(os.path.abspath(socket_path)), FILE_NAME)
+    return beside_socket(socket_path, FILE_NAME)
 
 
 def write_outage(path: str, account: OutageAccount, boot_id: str | None) -> None:
@@ -78,24 +76,14 @@ def write_outage(path: str, account: OutageAccount, boot_id: str | None) -> None
         OSError: The file could not be written (its directory is missing, full or
             read-only).
     """
-    # Not dataclasses.asdict (a deep copy) nor json.dump (Python's chunked encoder):
-    # 2,000 findings took 165 ms so, in the tick (bench/outage_memory.py).
+    # Not dataclasses.asdict: a deep copy of every finding, in the tick.
     names = [f.name for f in dataclasses.fields(FindingRecord)]
-    data = {
+    write_json(path, {
         "boot_id": boot_id,
         "findings": [{n: getattr(r, n) for n in names} for r in account.findings],
         "queued": [list(q) for q in account.queued],
         "next_id": account.next_id,
-    }
-    fd, tmp = tempfile.mkstemp(prefix=f".{FILE_NAME}.", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(data))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    })  # fmt: skip
 
 
 def remove_outage(path: str) -> None:
@@ -120,14 +108,15 @@ def read_outage(path: str, boot_id: str | None) -> OutageAccount | None:
         path: :func:`outage_path`.
         boot_id: This boot's id.
     """
-    if not os.path.lexists(path) or untrusted_reason(path) is not None:
+    data = read_json(path, MAX_BYTES, boot_id)
+    if data is None:
         return None
     try:
-        return _account(json.loads(read_regular(path, MAX_BYTES)), boot_id)
-    except (OSError, ValueError, TypeError, OverflowError, RecursionError):
-        # Damaged past what the checks below read (nested past the parser's depth, a
-        # number no float holds, a list that is a number): no account, never a daemon
-        # that cannot start (it would page nothing).
+        return _account(data, boot_id)
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        # Damaged past what the checks below read (a number no float holds, a list
+        # that is a number): no account, never a daemon that cannot start (it would
+        # page nothing).
         return None
 
 

@@ -17,12 +17,7 @@ sanction a rogue. An untrusted, damaged or another boot's file is ignored.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import tempfile
-
-from ..safeio import read_regular, untrusted_reason
+from .runfile import beside_socket, read_json, write_json
 
 FILE_NAME = "sanctioned.json"
 # One identity is about 60 bytes: this holds tens of thousands.
@@ -33,7 +28,7 @@ Ident = tuple[int, int]  # (PID, start ticks)
 
 def sanctioned_path(socket_path: str) -> str:
     """The file beside the status socket ``socket_path``."""
-    return os.path.join(os.path.dirname(os.path.abspath(socket_path)), FILE_NAME)
+    return beside_socket(socket_path, FILE_NAME)
 
 
 def write_sanctioned(path: str, procs: dict[Ident, str], boot_id: str | None) -> None:
@@ -47,20 +42,10 @@ def write_sanctioned(path: str, procs: dict[Ident, str], boot_id: str | None) ->
     Raises:
         OSError: The file could not be written (its directory is missing or full).
     """
-    data = {
+    write_json(path, {
         "boot_id": boot_id,
         "procs": [[pid, start, rule] for (pid, start), rule in sorted(procs.items())],
-    }
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{FILE_NAME}.", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    })  # fmt: skip
 
 
 def read_sanctioned(path: str, boot_id: str | None) -> dict[Ident, str]:
@@ -71,13 +56,8 @@ def read_sanctioned(path: str, boot_id: str | None) -> dict[Ident, str]:
         path: :func:`sanctioned_path`.
         boot_id: This boot's id.
     """
-    if not os.path.lexists(path) or untrusted_reason(path) is not None:
-        return {}
-    try:
-        data = json.loads(read_regular(path, MAX_BYTES))
-    except (OSError, ValueError, RecursionError):  # nested past the parser's depth
-        return {}
-    if not isinstance(data, dict) or data.get("boot_id") != boot_id:
+    data = read_json(path, MAX_BYTES, boot_id)
+    if data is None:
         return {}
     out: dict[Ident, str] = {}
     procs = data.get("procs")
