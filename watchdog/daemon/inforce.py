@@ -19,14 +19,14 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..config import MAX_CONFIG_BYTES
+from ..config import MAX_CONFIG_BYTES, config_checksum
 from ..safeio import read_regular
 
 COPY_NAME = "config-in-force.yaml"
 
 
 def _sha16(data: bytes) -> str:
-    # The checksum the status document gives (config.config_checksum).
+    # config.config_checksum's, of bytes already read (those written must be those hashed).
     return hashlib.sha256(data).hexdigest()[:16]
 
 
@@ -107,8 +107,4 @@ def in_force_copy(state_dir: str, checksum: str) -> str | None:
         another version's, unreadable: the caller keeps the file's own error).
     """
     copy = os.path.join(state_dir, COPY_NAME)
-    try:
-        data = read_regular(copy, MAX_CONFIG_BYTES)
-    except OSError:
-        return None
-    return copy if _sha16(data) == checksum else None
+    return copy if config_checksum(copy) == checksum else None
