@@ -44,6 +44,7 @@ from tests.unit.test_terminate_stop_mirror import (
     _job,
     _nobody_dir,
     _state,
+    script_env,
 )
 
 
@@ -96,7 +97,7 @@ def _under_script(spawned: Spawned, tmp_path: Path) -> tuple[subprocess.Popen[by
     run.chmod(0o755)
     top = spawned.start(
         ["script", "-qfc", str(run), "/dev/null"], cwd=tmp_path,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=script_env(),
     )  # fmt: skip
     return top, _job(top.pid)
 

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from rogue_watchdog.actions.effects import Effects
 from rogue_watchdog.actions.guards import Expected, LiveProc, SignalGuard, read_live
 from rogue_watchdog.actions.terminate import terminate_tree
@@ -44,6 +46,18 @@ RELAY = (
     "        continue\n"
     "    sys.exit(0)\n"
 )
+
+
+def script_env(shell: str = "/bin/bash") -> dict[str, str]:
+    """The environment to start ``script -c COMMAND`` in, with ``SHELL`` pinned.
+
+    script runs COMMAND as ``$SHELL -c COMMAND`` (``/bin/sh`` when SHELL is unset, as
+    under CI). bash execs a lone command, so the job is script's own child and script
+    mirrors its stop; dash (Debian's /bin/sh) keeps itself in between, does not stop
+    with the job, and script never sees a stopped child. A case that needs the mirror
+    must not take the caller's SHELL (stop 43's CI, SHELL unset, failed it).
+    """
+    return dict(os.environ, SHELL=shell)
 
 
 def _state(pid: int) -> str | None:
@@ -97,20 +111,28 @@ def _job(parent: int) -> Expected:
     return poll("the trainer under its parent", child, 20, 0.05)
 
 
-def test_script_pty_wrapper_is_not_left_stopped(spawned: Spawned, tmp_path: Path) -> None:
+@pytest.mark.parametrize("shell", ["/bin/bash", "/bin/sh"])
+def test_script_pty_wrapper_is_not_left_stopped(
+    spawned: Spawned, tmp_path: Path, shell: str
+) -> None:
+    """With bash as script's shell the job is script's child and script stops with it
+    (the user's case); with dash, ``sh -c COMMAND`` stays in between, carries the job's
+    command, is frozen as part of its tree, and script mirrors that stop instead. Both
+    end with nothing stopped."""
     need_program("script")
     train = tmp_path / "train.py"
     train.write_text(TRAIN)
     cmd = f"{sys.executable} {train} 61"
     wrapper = spawned.start(
         ["script", "-qfc", cmd], cwd=tmp_path, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, env=script_env(shell),
     )  # fmt: skip
     job = _job(wrapper.pid)
     effects = MirrorSettles(wrapper.pid)
 
     out = terminate_tree([job], SignalGuard(), effects, grace_s=10.0)
 
+    assert effects.mirrored, "script did not stop itself: the case was not set up"
     assert out.outcome == "ok", out.to_json()
     # The user's state: script stopped for good (it would be `T` here, its child `Z`).
     assert _state(wrapper.pid) != "T", out.to_json()
@@ -204,7 +226,7 @@ def test_a_stop_relayed_up_a_chain_script_sudo_is_undone(spawned: Spawned) -> No
     try:
         top = spawned.start(
             ["script", "-qfc", f"sudo -n -u nobody {where / 'run.sh'}", "/dev/null"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=script_env(),
         )  # fmt: skip
         job = _job(top.pid)
         chain, cur = [], read_live(job.pid)
