@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .. import __version__, logs
 from . import actions, allowlist, complete, daemon, fleet, scan, slurm, weights
-from .common import LOG_FORMATS, CliError, emit
+from .common import LOG_FORMATS, CliError, drop_stdout, emit, finish_stdout
 from .help import command_help
 
 MAIN_EPILOG = """\
@@ -213,11 +212,12 @@ def _main(argv: Sequence[str] | None) -> int:
             fmt = "json"
         logs.defer_configure(functools.partial(configure_logging, sys.stderr, fmt))
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        finish_stdout()
+        return code
     except BrokenPipeError:
         # The reader went away (`| head`): quiet the dead pipe so exit does not fail too.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        drop_stdout()
         return 0
     except CliError as exc:
         if sys.stderr is not None:

@@ -391,15 +391,43 @@ def emit(text: str) -> None:
     """
     if sys.stdout is None:
         raise CliError("standard output is closed")
+    _write_out(text)
+
+
+def finish_stdout() -> None:
+    """Flush what a command left in stdout's buffer (a report printed without
+    :func:`emit`) while its failure can still be told, not at the interpreter's exit.
+
+    Raises:
+        CliError: stdout cannot be written (``> /dev/full``).
+    """
+    if sys.stdout is not None:
+        _write_out(None)
+
+
+def _write_out(text: str | None) -> None:
     try:
-        print(text)
+        if text is not None:
+            print(text)
         sys.stdout.flush()
     except BrokenPipeError:
-        # Keep Python from failing again at exit while flushing the dead pipe.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        drop_stdout()
     except OSError as exc:
+        drop_stdout()
         raise CliError(f"cannot write the output: {exc.strerror}") from None
+
+
+def drop_stdout() -> None:
+    """Point stdout's descriptor at ``/dev/null`` after a write to it failed.
+
+    A failed flush leaves the text in Python's buffer (stdout to a pipe or a file is
+    block-buffered unless ``PYTHONUNBUFFERED`` is set), and the interpreter flushes it
+    again at exit: that second failure printed "Exception ignored ... OSError" and
+    turned the command's exit code into 120. Flushed into ``/dev/null`` it cannot fail.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def gpu_index(text: str) -> int:
