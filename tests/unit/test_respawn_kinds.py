@@ -163,3 +163,85 @@ def test_a_shell_loop_is_read_from_the_wrappers_command_text(text: str, found: s
         )
         own = shell_loop(job, stop_pids=(900, 812))
         assert own is not None and not own.after_terminate
+
+
+@pytest.mark.parametrize(
+    ("argv", "found"),
+    [
+        # The job once, then a loop of other work. BEFORE: any loop in the text plus the
+        # job's name anywhere in it: "restarts it: ... shell loop `while true`".
+        (("bash", "-c", "python3 train_loop.py; while true; do python3 -m http.server 8765; "
+          "sleep 60; done"), None),
+        (("bash", "-c", "while true; do serve; done >log; python3 train_loop.py"), None),
+        # A loop that is data (a string, a comment, a here-document), not code.
+        (("bash", "-c", "echo 'while true; do python3 train_loop.py; done' >l.sh; "
+          "python3 train_loop.py"), None),
+        (("bash", "-c", "python3 train_loop.py # was: while true; do python3 train_loop.py; "
+          "done"), None),
+        (("sh", "-c", "cat <<EOF >l.sh\nwhile :; do python3 train_loop.py; done\nEOF\n"
+          "python3 train_loop.py"), None),
+        # Loops that run it: nested, after another loop, after a `#` that is no comment's
+        # or a comment's apostrophe, given it as arguments (`"$@"`), options before -c.
+        (("bash", "-c", "while :; do for i in 1 2; do echo $i; done; python3 train_loop.py; "
+          "done"), "while :"),
+        (("bash", "-c", "while true; do a; done & while sleep 3; do python3 train_loop.py; "
+          "done"), "while sleep 3"),
+        (("bash", "-c", 'echo "step #1"; until false; do python3 train_loop.py; done'),
+         "until false"),
+        (("bash", "-c", "# don't stop\nfor ((;;)); do python3 train_loop.py; done"),
+         "for ((;;))"),
+        (("bash", "-ec", 'while :; do "$@"; sleep 3; done', "sh", "python3", "train_loop.py"),
+         "while :"),
+        (("bash", "--norc", "-c", "-x", "while true; do python3 train_loop.py; done"),
+         "while true"),
+    ],
+)  # fmt: skip
+def test_only_a_loop_whose_body_runs_the_job_in_c_text_restarts_it(
+    argv: tuple[str, ...], found: str | None
+) -> None:
+    """The rule script files follow (:func:`~rogue_watchdog.policy.guard.loop_around`,
+    tests/unit/test_script_loop.py), for ``-c`` text: a loop restarts the job only when
+    its body runs it."""
+    loop = shell_loop(_job((812, argv)), stop_pids=(900,))
+    assert (loop.how if loop else None) == (f"shell loop `{found}` in PID 812" if found else None)
+
+
+def test_a_wrapper_carrying_c_text_is_read_by_the_same_rule() -> None:
+    """``nohup bash -c TEXT`` above the job's shell: its TEXT is read as the shell's, so a
+    commented-out loop is no loop there either (BEFORE: the whole command line was
+    searched for a loop)."""
+    root = Proc(900, 811, 1, "S", "python3", cmdline=("python3", "train_loop.py"))
+
+    def nohup(text: str) -> Proc:
+        return Proc(811, 1, 1, "S", "nohup", cmdline=("nohup", "bash", "-c", text),
+                    exe="/usr/bin/nohup")  # fmt: skip
+
+    said = nohup("python3 train_loop.py # while true; do python3 train_loop.py; done")
+    assert shell_loop(Job(900, [900], "u", root.cmdline, 1, None, [], [root, said]), (900,)) is None
+    runs = nohup("while true; do python3 train_loop.py; sleep 5; done")
+    loop = shell_loop(Job(900, [900], "u", root.cmdline, 1, None, [], [root, runs]), (900,))
+    assert loop is not None and loop.line() == (
+        "restarts it: after about 5 s, shell loop `while true` in PID 811"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "exe", "text"),
+    [
+        (("bash", "-c", "a; b", "sh", "x"), None, ("a; b", ("sh", "x"))),
+        (("/bin/sh", "-ec", "a"), None, ("a", ())),
+        (("bash", "-c", "-x", "a"), None, ("a", ())),  # bash takes options after -c
+        (("bash", "-o", "pipefail", "-c", "a"), None, ("a", ())),
+        (("bash", "-c", "--", "-a"), None, ("-a", ())),
+        (("bash", "--norc", "run.sh"), None, None),  # a script file, no -c
+        (("bash", "-c"), None, None),  # no text
+        (("python3", "-c", "a"), None, None),  # no shell
+        (("x", "-c", "a"), "/usr/bin/dash", ("a", ())),  # named by its executable
+    ],
+)
+def test_the_c_text_of_a_shell_command_line(
+    argv: tuple[str, ...], exe: str | None, text: tuple[str, tuple[str, ...]] | None
+) -> None:
+    from rogue_watchdog.lineage.scriptfile import command_string
+
+    assert command_string(argv, exe) == text

@@ -351,6 +351,14 @@ def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:
     assert script_loops(ScriptRead("x.sh", quoted, own_fd=True), "train.py")
     after = "cat <<EOF\nhi\nEOF\nwhile true; do train.py; done\n"
     assert script_loops(ScriptRead("x.sh", after, own_fd=True), "train.py")
+    # A `#` inside quotes starts no comment, nor does a `<<` in a comment open a
+    # here-document (before: each hid the loop after it).
+    for code in (
+        'echo "step #1"; while true; do train.py; done\n',
+        "# see cat <<EOF in x.sh\nwhile true; do train.py; done\n",
+        "# don't stop it\nwhile true; do train.py; done\n",
+    ):
+        assert script_loops(ScriptRead("x.sh", code, own_fd=True), "train.py"), code
 
 
 def test_a_file_that_says_it_is_empty_is_never_read(

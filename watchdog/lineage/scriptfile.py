@@ -100,6 +100,46 @@ def script_path(argv: Sequence[str], exe: str | None = None) -> str | None:
     return None
 
 
+def command_string(
+    argv: Sequence[str], exe: str | None = None
+) -> tuple[str, tuple[str, ...]] | None:
+    """The command text of a shell's ``-c`` command line and the arguments it is given
+    (``$0``, ``$1``...), or None.
+
+    Args:
+        argv: The shell's command line, e.g. ``("bash", "-ec", "while :; do \"$@\";
+            done", "sh", "python3", "train.py")``.
+        exe: Its executable (``/proc/PID/exe``); None to go by ``argv[0]``.
+
+    Returns:
+        ``("while :; do \"$@\"; done", ("sh", "python3", "train.py"))`` for the
+        example; None when the program is not a shell or runs no ``-c`` text. The text
+        is the first argument that is no option, as bash(1) and dash(1) take it (``bash
+        -c -x CMD`` runs CMD).
+    """
+    if not argv:
+        return None
+    name = (exe or argv[0]).removesuffix(" (deleted)").rsplit("/", 1)[-1]
+    if name not in _SHELLS:
+        return None
+    dash_c, i = False, 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("--", "-"):  # the end of options (bash(1): `-` is `--`)
+            i += 1
+            break
+        if arg in _OPTION_VALUES:
+            i += 2
+            continue
+        if arg[:1] not in ("-", "+") or arg == "+":
+            break
+        dash_c = dash_c or (not arg.startswith("--") and "c" in arg[1:])
+        i += 1
+    if not dash_c or i >= len(argv):
+        return None
+    return argv[i], tuple(argv[i + 1 :])
+
+
 def _open_script(pid: int, path: str, proc_root: str) -> tuple[int, bool]:
     """A descriptor of the script, and whether it came through the shell's own open
     descriptor of it (else through its root or working directory). Raises OSError."""

@@ -35,7 +35,7 @@ from ..hostpaths import CRON_D, CRON_SPOOL_DIRS, config_args
 from ..hosttext import clip, code_span, command_text, safe_text
 from ..lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
 from ..lineage.cgroup import CgroupInfo, parse_cgroup
-from ..lineage.scriptfile import ScriptFiles, ScriptRead
+from ..lineage.scriptfile import ScriptFiles, ScriptRead, command_string
 from ..model import (
     DISABLE_FIRST,
     Advice,
@@ -667,8 +667,6 @@ def stop_loop_first(pid: int) -> str:
     return f"stop the loop first: {_KILL_SHELL.format(pid=pid)}"
 
 
-# A comment: a whole line, or from a `#` that starts a word (bash(1) COMMENTS).
-_COMMENT = re.compile(r"(?:^|(?<=[\s;&|()]))#[^\n]*", re.MULTILINE)
 # The reserved words that open and close a loop's body, as command words.
 _DO_DONE = re.compile(r"(?:^|(?<=[\s;&|()]))(do|done)(?=$|[\s;&|()<>])", re.MULTILINE)
 
@@ -677,21 +675,50 @@ _DO_DONE = re.compile(r"(?:^|(?<=[\s;&|()]))(do|done)(?=$|[\s;&|()<>])", re.MULT
 _HEREDOC = re.compile(r"(?<!<)<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
 
 
-def _script_text(read: ScriptRead) -> str:
-    """A script's text without its comments (the ``#!`` line, a loop commented out,
-    ``cmd  # was: while true; do ...``) and here-documents' bodies (``cat <<EOF`` text
-    is data the shell does not run)."""
+def _uncomment(line: str, quote: str) -> tuple[str, str]:
+    """``line`` without its comment (from a ``#`` that starts a word outside quotes:
+    bash(1) COMMENTS), and the quote still open at its end; ``quote`` is the one open at
+    its start (a string may span lines)."""
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if c == "\\" and quote != "'":
+            i += 2
+            continue
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or line[i - 1].isspace() or line[i - 1] in ";&|()"):
+            return line[:i], quote
+        i += 1
+    return line, quote
+
+
+def shell_code(text: str) -> str:
+    """Shell text (a script file's, a ``-c`` string) without its comments (the ``#!``
+    line, a loop commented out, ``cmd  # was: while true; do ...``) and here-documents'
+    bodies (``cat <<EOF`` text is data the shell does not run): what
+    :func:`loop_around` reads. A ``<<`` inside a string is taken for a here-document
+    (its lines are then not read: no loop is seen in them)."""
     kept: list[str] = []
     ends: list[tuple[str, bool]] = []  # the words that end the open here-documents
-    for line in (read.text or "").split("\n"):
+    quote = ""
+    for line in text.split("\n"):
         if ends:
             word, tabs = ends[0]
             if (line.lstrip("\t") if tabs else line) == word:
                 ends.pop(0)
             continue
+        line, quote = _uncomment(line, quote)
         kept.append(line)
         ends = [(m.group(3), m.group(1) == "-") for m in _HEREDOC.finditer(line)]
-    return _COMMENT.sub("", "\n".join(kept))
+    return "\n".join(kept)
+
+
+def _script_text(read: ScriptRead) -> str:
+    """A script's text as :func:`shell_code` (its code alone)."""
+    return shell_code(read.text or "")
 
 
 def _quoted(text: str) -> bytearray:
@@ -715,24 +742,31 @@ def _quoted(text: str) -> bytearray:
     return out
 
 
-def loop_around(text: str, key: str) -> re.Match[str] | None:
+def loop_around(text: str, key: str, given: bool = False) -> re.Match[str] | None:
     """The first shell loop (:data:`_LOOP`) of ``text`` whose body, from its ``do`` to
     the ``done`` that closes it (nested loops counted), names ``key``
-    (:func:`~watchdog.lineage.base.command_key`); None when none does.
+    (:func:`~watchdog.lineage.base.command_key`); None when none does. The one rule for
+    a ``-c`` string and a script file's text alike (:func:`_loop_in`,
+    :func:`script_loops`).
 
-    A loop elsewhere in a script that also runs the job is not the job's: ``python3
+    A loop elsewhere in the text that also runs the job is not the job's: ``python3
     train.py`` then ``while true; do serve; done`` runs the job once and then other
     work, and its shell must not be taken for the job's wrapper. A body left open (no
-    closing ``done``) runs to the end of the text.
+    closing ``done``) runs to the end of the text. A loop inside quotes is a string.
 
     Args:
-        text: Shell text (a ``-c`` string or a script file without comments).
+        text: Shell code (:func:`shell_code`: comments and here-documents already out).
         key: What names the job.
+        given: The job is what the shell is given as its arguments (``bash loop.sh
+            train.py``, ``bash -c 'while :; do "$@"; done' sh python3 train.py``: the
+            body runs ``"$@"``): then, when no body names ``key``, the first loop.
     """
     quoted = _quoted(text)
+    first = None
     for loop in _LOOP.finditer(text):
         if quoted[loop.start()]:
             continue  # `echo "while true; do ..."` is a string, not a loop
+        first = first or loop
         depth, start, end = 0, None, len(text)
         for word in _DO_DONE.finditer(text, loop.end()):
             if quoted[word.start()]:
@@ -747,7 +781,7 @@ def loop_around(text: str, key: str) -> re.Match[str] | None:
                     break
         if start is not None and mentions(text[start:end], key):
             return loop
-    return None
+    return first if given else None
 
 
 def script_loops(read: ScriptRead | None, key: str) -> bool:
@@ -771,23 +805,20 @@ def _loop_in(
     proc: Proc, key: str, stop_pids: Collection[int], scripts: ScriptReader | None
 ) -> Restarts | None:
     """The loop of ``proc``'s ``-c`` text, else of the script file it runs, that runs
-    the command ``key`` names (in its text, or as an argument the script is given:
-    ``bash loop.sh train.py``); None when neither holds one."""
-    argv = " ".join(proc.cmdline)
-    text = argv
-    found = _LOOP.search(text)
+    the command ``key`` names (:func:`loop_around`: in its body, or as an argument the
+    shell is given: ``bash loop.sh train.py``); None when neither holds one."""
+    text, given = _command_code(proc, key)
+    found = loop_around(text, key, given)
     where = f"in PID {proc.pid}"
     read = None
-    if (found is None or not mentions(text, key)) and scripts is not None:
+    if found is None and scripts is not None:
         read = scripts(proc)
         if read is None or read.text is None:
             return None
         text = _script_text(read)
-        # Its body must run the job, unless the job is what the script is given (`bash
-        # loop.sh train.py`: the body runs "$1").
-        found = _LOOP.search(text) if mentions(argv, key) else loop_around(text, key)
+        found = loop_around(text, key, mentions(" ".join(proc.cmdline), key))
         where = f"in {_script_of(proc, read)} (as the file reads now)"
-    if found is None or not (mentions(text, key) or (read is not None and mentions(argv, key))):
+    if found is None:
         return None
     how = f"shell loop {code_span(safe_text(clip(' '.join(found.group(0).split()), 80)))} {where}"
     if read is not None and read.changed:
@@ -798,6 +829,19 @@ def _loop_in(
     if proc.pid in stop_pids:
         return Restarts(when, how, STOPS_WITH_LOOP, False, shell=(proc.pid, proc.start_ticks))
     return Restarts(when, how, stop_loop_first(proc.pid))
+
+
+def _command_code(proc: Proc, key: str) -> tuple[str, bool]:
+    """The code ``proc``'s command line runs: :func:`shell_code` of a shell's ``-c``
+    text, its own or the one it runs (``nohup bash -c TEXT``, ``timeout 300 sh -c
+    TEXT``), else of the whole command line (``flock /run/x -c TEXT``); and whether the
+    job is given to that text as an argument (``bash -c '... "$@" ...' sh python3
+    train.py``)."""
+    for i in range(len(proc.cmdline)):
+        dash_c = command_string(proc.cmdline[i:], proc.exe if i == 0 else None)
+        if dash_c is not None:
+            return shell_code(dash_c[0]), mentions(" ".join(dash_c[1]), key)
+    return shell_code(" ".join(proc.cmdline)), False
 
 
 def shell_loop(
