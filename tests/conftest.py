@@ -36,6 +36,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for _name in ("COLUMNS", "LINES"):
         os.environ.pop(_name, None)
 
+# A user's shell does not set PYTHONUNBUFFERED; this workplace's shells and CI's may. The
+# commands tests run meet a block-buffered stdout as a user's do: with it set, a failed
+# write at exit (exit 120, not 2) passed here (stop 44's env -i rehearsal found it).
+os.environ.pop("PYTHONUNBUFFERED", None)
+
 # Before any test starts a process: what tests start carries the session's marker, and
 # rogue-watchdog signals nothing else (tests/ownprocs.py).
 ownprocs.mark_environment()
