@@ -31,11 +31,10 @@ from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.tracking.current import ended_for_good
 from rogue_watchdog.model import Job, Proc
 from rogue_watchdog.policy.guard import STOPS_WITH_LOOP, ScanProtection, with_advice
-from rogue_watchdog.sources.procfs import ProcessTable
 from rogue_watchdog.state import StateDB
 from tests.conftest import Spawned, poll
+from tests.unit.test_script_loop import trainer_under
 
-TRAINER = "import time\ntime.sleep(300)\n"
 SCRIPT = "#!/bin/bash\nwhile true\ndo\n    python3 train_loop.py\n    sleep 7\ndone\n"
 # Exclusive until it gets SIGUSR1: then it starts a `sleep` beside the run (a trap runs
 # at once while the shell waits on the run with `wait`), and waits on the run again.
@@ -46,28 +45,9 @@ DASH_C = (
 
 
 def _loop_job(spawned: Spawned, tmp_path: Path, shell_argv: list[str]) -> tuple[Job, Proc]:
-    """Start ``shell_argv`` (left to PID 1) and wait for its ``python3 train_loop.py``;
-    the advised job of that run, and its shell."""
-    (tmp_path / "train_loop.py").write_text(TRAINER)
-    line = " ".join(f"'{a}'" for a in shell_argv)
-    spawned.start(
-        ["/bin/sh", "-c", f"{line} >/dev/null 2>&1 & exit 0"],
-        cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin"),
-    ).wait(timeout=10)  # fmt: skip
-    table = ProcessTable()
-
-    def trainer() -> Proc | None:
-        table.refresh()
-        for proc in table.procs.values():
-            parent = table.get(proc.ppid)
-            ours = parent is not None and parent.cmdline == tuple(shell_argv)
-            if proc.cmdline == ("python3", "train_loop.py") and ours:
-                return proc
-        return None
-
-    root = poll("the trainer", trainer, 20)
-    job = Job(root.pid, [root.pid], "root", root.cmdline, root.start_ticks, None, [],
-              table.ancestors(root.pid))  # fmt: skip
+    """The advised job of the ``python3 train_loop.py`` that ``shell_argv`` (left to PID
+    1) starts, and its shell."""
+    job, table = trainer_under(spawned, tmp_path, shell_argv)
     (advised,) = with_advice([job], ScanProtection(), table)
     return advised, job.lineage[1]
 

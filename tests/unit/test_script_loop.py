@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -40,12 +42,15 @@ from tests.conftest import Spawned, poll, process_picture
 TRAINER = "import time\ntime.sleep(300)\n"
 
 
-def _trainer_under(spawned: Spawned, tmp_path: Path, script: Path) -> tuple[Job, ProcessTable]:
-    """Run ``bash SCRIPT`` (left to PID 1) and wait for its ``python3 train_loop.py``;
-    the job of that run, with its lineage, and the table it was read from."""
+def trainer_under(
+    spawned: Spawned, tmp_path: Path, shell_argv: Sequence[str]
+) -> tuple[Job, ProcessTable]:
+    """Run ``shell_argv`` in ``tmp_path`` (left to PID 1) and wait for the ``python3
+    train_loop.py`` it starts as its child; the job of that run, with its lineage, and
+    the table it was read from. Also test_loop_left.py's."""
     (tmp_path / "train_loop.py").write_text(TRAINER)
     spawned.start(
-        ["/bin/sh", "-c", f"/bin/bash {script} >/dev/null 2>&1 & exit 0"],
+        ["/bin/sh", "-c", f"{shlex.join(shell_argv)} >/dev/null 2>&1 & exit 0"],
         cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin"),
     ).wait(timeout=10)  # fmt: skip
     table = ProcessTable()
@@ -57,7 +62,7 @@ def _trainer_under(spawned: Spawned, tmp_path: Path, script: Path) -> tuple[Job,
             if (
                 proc.cmdline == ("python3", "train_loop.py")
                 and parent is not None
-                and parent.cmdline == ("/bin/bash", str(script))
+                and parent.cmdline == tuple(shell_argv)
             ):
                 return proc
         return None
@@ -65,7 +70,8 @@ def _trainer_under(spawned: Spawned, tmp_path: Path, script: Path) -> tuple[Job,
     try:
         root = poll("the trainer", trainer, 30)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{process_picture(str(script))}") from None
+        picture = process_picture(" ".join(shell_argv))  # the shell and its children
+        raise AssertionError(f"{exc}\n{picture}") from None
     job = Job(root.pid, [root.pid], "root", root.cmdline, root.start_ticks, None, [],
               table.ancestors(root.pid))  # fmt: skip
     return job, table
@@ -96,7 +102,7 @@ def test_a_loop_in_the_script_a_shell_runs_is_named_and_stopped_with_its_run(
         '#!/bin/bash\n# while true; do echo commented out; done\ncd "$(dirname "$0")"\n'
         "while true\ndo\n    python3 train_loop.py\n    sleep 7\ndone\n"
     )
-    job, table = _trainer_under(spawned, tmp_path, script)
+    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", str(script)])
     shell = job.lineage[1].pid
     (advised,) = with_advice([job], ScanProtection(), table)
     assert advised.advice.stop_pids == (job.root_pid, shell)
@@ -119,7 +125,7 @@ def test_a_script_loop_whose_shell_runs_something_else_is_never_signalled(
     never signalled; the advice says to stop the loop first."""
     script = tmp_path / "retrain.sh"
     script.write_text("sleep 300 &\nwhile true; do python3 train_loop.py; sleep 7; done\n")
-    job, table = _trainer_under(spawned, tmp_path, script)
+    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", str(script)])
     shell = job.lineage[1].pid
     (advised,) = with_advice([job], ScanProtection(), table)
     assert advised.advice.stop_pids == (job.root_pid,)
@@ -136,7 +142,7 @@ def test_a_script_loop_whose_shell_runs_something_else_is_never_signalled(
 def test_a_script_without_a_loop_claims_no_restart(spawned: Spawned, tmp_path: Path) -> None:
     script = tmp_path / "once.sh"
     script.write_text("#!/bin/bash\npython3 train_loop.py\necho finished\n")
-    job, table = _trainer_under(spawned, tmp_path, script)
+    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", str(script)])
     # Nothing above the shell launched it (its parent is PID 1) and its script runs the
     # trainer once: no restart at all.
     assert _restarts(job, table) is None
@@ -147,7 +153,7 @@ def test_a_script_too_large_to_read_is_unsure_not_nothing(spawned: Spawned, tmp_
     padding = "# " + "x" * 78 + "\n"
     script.write_text(padding * (MAX_SCRIPT_BYTES // len(padding) + 1) + "python3 train_loop.py\n")
     size = script.stat().st_size
-    job, table = _trainer_under(spawned, tmp_path, script)
+    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", str(script)])
     shell = job.lineage[1].pid
     found = _restarts(job, table)
     assert found == Restarts(
@@ -187,7 +193,7 @@ def test_a_script_changed_after_its_shell_started_is_said_to_be(
 ) -> None:
     script = tmp_path / "retrain.sh"
     script.write_text("while true; do python3 train_loop.py; sleep 5; done\n")
-    job, table = _trainer_under(spawned, tmp_path, script)
+    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", str(script)])
     shell = job.lineage[1].pid
     later = time.time() + 30  # well past the start time's one-second grain
     os.utime(script, (later, later))
@@ -255,24 +261,8 @@ def test_a_loop_script_given_the_trainer_as_an_argument_is_stopped_with_it(
     stops the loop with it; the loop is read from the file."""
     script = tmp_path / "loop.sh"
     script.write_text('while :; do python3 "$1"; sleep 3; done\n')
-    (tmp_path / "train_loop.py").write_text(TRAINER)
-    spawned.start(
-        ["/bin/sh", "-c", f"/bin/bash {script} train_loop.py >/dev/null 2>&1 & exit 0"],
-        cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin"),
-    ).wait(timeout=10)  # fmt: skip
-    table = ProcessTable()
-
-    def trainer() -> Proc | None:
-        table.refresh()
-        return next(
-            (p for p in table.procs.values() if p.cmdline == ("python3", "train_loop.py")
-             and (table.get(p.ppid) or p).cmdline[1:] == (str(script), "train_loop.py")),
-            None,
-        )  # fmt: skip
-
-    root = poll("the trainer", trainer, 20)
-    job = Job(root.pid, [root.pid], "root", root.cmdline, root.start_ticks, None, [],
-              table.ancestors(root.pid))  # fmt: skip
+    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", str(script), "train_loop.py"])
+    root = job.lineage[0]
     (advised,) = with_advice([job], ScanProtection(), table)
     shell = root.ppid
     assert advised.advice.stop_pids == (root.pid, shell)
@@ -313,7 +303,7 @@ def test_a_script_whose_loop_runs_other_work_after_the_job_is_never_signalled(
         "python3 train_loop.py  # was: while true; do python3 train_loop.py; done\n"
         "while true; do python3 -m http.server 8765; sleep 60; done\n"
     )
-    job, table = _trainer_under(spawned, tmp_path, script)
+    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", str(script)])
     shell = job.lineage[1].pid
     (advised,) = with_advice([job], ScanProtection(), table)
     assert advised.advice.stop_pids == (job.root_pid,)

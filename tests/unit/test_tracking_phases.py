@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from rogue_watchdog.config.alerts import AlertSettings, SinkSettings
-from rogue_watchdog.daemon.tracking.fold import group
+from rogue_watchdog.daemon.tracking.fold import group, job_root, same_job
 from rogue_watchdog.daemon.tracking.lifecycle import Open, Resolve, Seen, decide
 from rogue_watchdog.daemon.tracking.reminders import CHANGE_MIN_S, Due, alert_due
 from rogue_watchdog.daemon.tracking.spool import deliveries
@@ -112,3 +114,40 @@ def test_a_finding_goes_on_about_a_copy_it_named_once_its_run_ends() -> None:
     for other in ([_rogue(15, 8)], [_rogue(14, 7)]):  # a new run; PID 14 reused
         steps = decide(group(other, {15: "sigA", 14: "sigA"}), [rec], {"sigA"}, set())
         assert [type(s).__name__ for s in steps] == ["Resolve", "Open"]
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [
+        ([14, 6], (14, 6)),
+        ([14, None], (14, None)),  # a copy recorded without its start (fold)
+        ([14, 0], (14, 0)),
+        ([-3, -1], (-3, -1)),  # not range-checked: names no process, matches none
+        (None, None),
+        ([], None),
+        ([14], None),
+        ([14, 6, 7], None),
+        ((14, 6), None),  # JSON gives lists; a tuple is not what was recorded
+        ("14 6", None),
+        ({"14": 6}, None),
+        ([None, 6], None),
+        (["14", 6], None),
+        ([14, "6"], None),  # BEFORE: fold read it as (14, None), a copy of any start
+        ([14.0, 6], None),
+        ([14, 6.5], None),
+        ([True, 6], None),  # BEFORE: fold read a JSON true as PID 1
+        ([14, False], None),  # BEFORE: fold read it as start 0
+    ],
+)
+def test_job_root_reads_a_recorded_identity_or_nothing(value: object, read: object) -> None:
+    assert job_root(value) == read
+
+
+@pytest.mark.parametrize("named", [[[14, "6"]], [[True, 6]], 7, "[[14, 6]]"])
+def test_a_malformed_instance_list_names_no_copy(named: object) -> None:
+    # What an outage file or a hand-edited database may hold: no copy is claimed (the
+    # run is another job's), and an int no longer stops the tick with a TypeError.
+    # BEFORE: [14, "6"] named PID 14 at any start, [True, 6] named PID 1.
+    rec = _rec(1, "rogue-job:sigA", [11, 5], details={"root": [11, 5], "instance_roots": named})
+    assert same_job(rec, [_rogue(14, 6), _rogue(1, 6)]) is False
+    assert same_job(rec, [_rogue(11, 5)]) is True

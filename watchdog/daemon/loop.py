@@ -38,6 +38,7 @@ from .inforce import keep_in_force_copy
 from .outagefile import read_outage, remove_outage, write_outage
 from .sanctionedfile import read_sanctioned, write_sanctioned
 from .tracker import Tracker, sink_accepts
+from .tracking.fold import job_root
 from .unstored import UnstoredFindings
 
 log = get_logger()
@@ -441,16 +442,13 @@ class Daemon:
             sig = rec.details.get("signature")
             if not isinstance(sig, str):
                 sig = rec.fingerprint.partition(":")[2]
-            idents = [rec.details.get("root"), *(rec.details.get("instance_roots") or [])]
-            for ident in idents:
-                if (
-                    isinstance(ident, list)
-                    and len(ident) == 2
-                    and all(isinstance(x, int) and not isinstance(x, bool) for x in ident)
-                ):
-                    key = (ident[0], ident[1])
-                    self.tracker.first_signature.setdefault(key, sig)
-                    self.unstored.first_signature.setdefault(key, sig)
+            named = rec.details.get("instance_roots")
+            idents = [rec.details.get("root"), *(named if isinstance(named, list) else [])]
+            for pid, start in filter(None, map(job_root, idents)):
+                # Signatures are keyed by a run: a copy recorded without its start is none.
+                if start is not None:
+                    self.tracker.first_signature.setdefault((pid, start), sig)
+                    self.unstored.first_signature.setdefault((pid, start), sig)
 
     def _write_outage_file(self) -> None:
         """Keep the outage file in step with the findings paged from memory (after a

@@ -36,22 +36,49 @@ def group(findings: Iterable[Finding], signatures: dict[int, str]) -> dict[str, 
     return groups
 
 
+def job_root(value: object) -> tuple[int, int | None] | None:
+    """One job identity as findings record it, read back without trusting it.
+
+    ``details.root`` and each item of ``details.instance_roots`` are ``[PID, start
+    ticks]`` (start ticks: field 22 of ``/proc/PID/stat``, clock ticks after boot; None in
+    ``instance_roots`` where the finding recorded no root, :func:`fold`). They come back
+    from the state database and the outage file, so anything may stand there.
+
+    Args:
+        value: The recorded value, of any type.
+
+    Returns:
+        ``(pid, start_ticks)``, start ticks None where recorded as null; None for
+        anything but a two-item list of an int PID and an int or null start. Bools are
+        not ints here (JSON ``true`` is no PID). Values are not range-checked: a
+        negative number is returned as is (it names no process, so matches none).
+    """
+    if not isinstance(value, list) or len(value) != 2:
+        return None
+    pid, start = value
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        return None
+    if start is None:
+        return pid, None
+    if not isinstance(start, int) or isinstance(start, bool):
+        return None
+    return pid, start
+
+
 def _identity(f: Finding) -> tuple[int | None, int | None]:
     """A finding's job identity: root PID and start ticks (None where not recorded)."""
-    root = f.details.get("root")
-    if isinstance(root, list) and len(root) == 2 and all(isinstance(x, int) for x in root):
-        return root[0], root[1]
+    root = job_root(f.details.get("root"))
+    if root is not None and root[1] is not None:
+        return root
     return f.root_pid, None
 
 
 def _named(rec: FindingRecord) -> set[tuple[int, int | None]]:
     """The identities of the instances an open finding named (``details.instance_roots``,
     written by :func:`fold`): the copies of its job it already stands for."""
-    out: set[tuple[int, int | None]] = set()
-    for item in rec.details.get("instance_roots") or []:
-        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], int):
-            out.add((item[0], item[1] if isinstance(item[1], int) else None))
-    return out
+    items = rec.details.get("instance_roots")
+    roots = (job_root(item) for item in (items if isinstance(items, list) else []))
+    return {r for r in roots if r is not None}
 
 
 def _among(ident: tuple[int | None, int | None], named: set[tuple[int, int | None]]) -> bool:
