@@ -313,6 +313,64 @@ def test_a_script_whose_loop_runs_other_work_after_the_job_is_never_signalled(
     assert read_live(shell) is not None  # it goes on to its own work
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "python3 train_loop.py; while true; do sleep 600; done",
+        "python3 train_loop.py; until false; do sleep 600; done",
+    ],
+)
+def test_a_dash_c_shell_whose_loop_runs_other_work_is_never_signalled(
+    spawned: Spawned, tmp_path: Path, text: str
+) -> None:
+    """The ``-c`` twin of the script case above: a shell that runs the trainer and loops
+    over a server carries the job's command, and while the trainer runs it has no other
+    child, so it was taken for the job's exclusive wrapper (advice and terminate alike)
+    and killed with it: the server it runs next never ran. A service that started the
+    job is not the job's (guard.carries_job, one rule for both)."""
+    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", "-c", text])
+    shell = job.lineage[1].pid
+    (advised,) = with_advice([job], ScanProtection(), table)
+    assert advised.advice.stop_pids == (job.root_pid,)
+    assert advised.advice.restarts is None
+    out = terminate_tree([_identity(job.root_pid)], SignalGuard(), Effects(), grace_s=5.0)
+    assert [x.pid for x in out.procs] == [job.root_pid]
+    assert read_live(shell) is not None  # it goes on to its own work
+
+
+def test_a_dash_c_shell_that_loops_over_the_job_is_still_its_wrapper(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """What the rule above must keep: a ``-c`` loop whose body runs the job (with other
+    steps beside it) is the job's, stopped with it."""
+    text = "while true; do python3 train_loop.py; echo done >>log; sleep 60; done"
+    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", "-c", text])
+    shell = job.lineage[1].pid
+    (advised,) = with_advice([job], ScanProtection(), table)
+    assert advised.advice.stop_pids == (job.root_pid, shell)
+    restarts = advised.advice.restarts
+    assert restarts is not None and restarts.shell == (shell, job.lineage[1].start_ticks)
+
+
+def test_carries_job_reads_the_loops_of_dash_c_text() -> None:
+    from rogue_watchdog.policy.guard import carries_job
+
+    def carries(*argv: str) -> bool:
+        return carries_job(argv, None, "train.py", lambda: None)
+
+    assert carries("sh", "-c", "cd /srv && python3 train.py >>log 2>&1")  # cron's
+    assert carries("sh", "-c", "python3 train.py; python3 upload.py")  # no loop: as before
+    assert carries("bash", "-c", "while :; do python3 train.py; sleep 5; done")
+    assert carries("bash", "-c", 'while true; do "$@"; done', "sh", "python3", "train.py")
+    assert carries("bash", "-c", 'echo "while true; do serve; done"; python3 train.py')
+    assert carries("timeout", "300", "python3", "train.py")
+    assert not carries("bash", "-c", "python3 train.py; while true; do serve; done")
+    assert not carries("bash", "-c", "python3 train.py; until false; do serve; done")
+    assert not carries("nohup", "bash", "-c", "python3 train.py; while sleep 60; do backup; done")
+    assert not carries("bash", "-c", "while :; do train.py; done; while :; do serve; done")
+    assert not carries("bash", "-c", "python3 serve.py")  # not the job's command at all
+
+
 def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:
     from rogue_watchdog.policy.guard import loop_around
 

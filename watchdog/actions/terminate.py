@@ -36,6 +36,7 @@ zombie (it exited; only its parent's wait is missing).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -45,9 +46,9 @@ from typing import Any
 
 from ..faults import fault_point
 from ..hosttext import quoted_command
-from ..lineage.base import command_key, mentions, program_of
-from ..lineage.scriptfile import read_script_of
-from ..policy.guard import script_loops
+from ..lineage.base import command_key, program_of
+from ..lineage.scriptfile import ScriptRead, read_script_of
+from ..policy.guard import carries_job
 from ..sources.procfs import alive_now, boot_time_s, is_alive
 from ..state import ActionJournal, JournalError, NullJournal
 from .effects import Effects, IdentityChangedError
@@ -370,8 +371,8 @@ class JobTree:
         depth, cur = 0, live.get(root.ppid)
         while cur is not None and cur.pid > 1 and cur.pid not in tree:
             name = os.path.basename(cur.exe or (cur.cmdline[0] if cur.cmdline else ""))
-            if name not in _JOB_WRAPPERS or not (
-                mentions(" ".join(cur.cmdline), key) or self._script_loops(cur, key)
+            if name not in _JOB_WRAPPERS or not carries_job(
+                cur.cmdline, cur.exe, key, functools.partial(self._script_of, cur)
             ):
                 return
             others = [d for d in _descendants(cur.pid, children) if d not in mine and d != cur.pid]
@@ -434,18 +435,17 @@ class JobTree:
             cur, hops = live.get(cur.ppid), hops + 1
         return None
 
-    def _script_loops(self, proc: LiveProc, key: str) -> bool:
-        """The shell's script file loops over the job's command, read now, unchanged
-        since the shell started (:func:`~watchdog.policy.guard.script_loops`): the rule
-        the advice's wrappers follow (:func:`~watchdog.policy.guard.exclusive_wrappers`)."""
+    def _script_of(self, proc: LiveProc) -> ScriptRead | None:
+        """The shell's script file as it reads now (for
+        :func:`~watchdog.policy.guard.carries_job`, the rule the advice's wrappers follow
+        too)."""
         root = self.guard.proc_root
 
         def started() -> float | None:
             boot = boot_time_s(root)
             return None if boot is None else boot + proc.start_ticks / os.sysconf("SC_CLK_TCK")
 
-        read = read_script_of(proc.pid, proc.cmdline, proc.exe, root, started)
-        return script_loops(read, key)
+        return read_script_of(proc.pid, proc.cmdline, proc.exe, root, started)
 
     def _fix_scope(self, live: dict[int, LiveProc], tree: dict[int, tuple[Expected, int]]) -> None:
         """Groups and sessions whose leader is in the tree or gone; the cgroup when the

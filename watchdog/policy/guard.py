@@ -24,9 +24,10 @@ which rule or origin it protects, and what to change instead.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence, Set
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence, Set
 from dataclasses import dataclass
 
 from ..config import Config, OriginPin
@@ -352,8 +353,8 @@ def exclusive_wrappers(
             break
         # It carries the job's command (cron's `sh -c CMD`, `timeout 300 CMD`): a login
         # shell (`-bash`) the trainer runs in is the person's session, never the job's.
-        if key is None or not (
-            mentions(" ".join(proc.cmdline), key) or script_loops(scripts(proc), key)
+        if key is None or not carries_job(
+            proc.cmdline, proc.exe, key, functools.partial(scripts, proc)
         ):
             break
         others = [d for d in table.descendants(proc.pid) if d not in mine]
@@ -761,12 +762,22 @@ def loop_around(text: str, key: str, given: bool = False) -> re.Match[str] | Non
             train.py``, ``bash -c 'while :; do "$@"; done' sh python3 train.py``: the
             body runs ``"$@"``): then, when no body names ``key``, the first loop.
     """
-    quoted = _quoted(text)
     first = None
+    for loop, body in _loops(text):
+        first = first or loop
+        if body is not None and mentions(body, key):
+            return loop
+    return first if given else None
+
+
+def _loops(text: str) -> Iterator[tuple[re.Match[str], str | None]]:
+    """Each shell loop of ``text`` outside quotes (``echo "while true; do ..."`` is a
+    string), with its body: from its ``do`` to the ``done`` that closes it, nested loops
+    counted, or to the end of the text when none does; None when it has no ``do``."""
+    quoted = _quoted(text)
     for loop in _LOOP.finditer(text):
         if quoted[loop.start()]:
-            continue  # `echo "while true; do ..."` is a string, not a loop
-        first = first or loop
+            continue
         depth, start, end = 0, None, len(text)
         for word in _DO_DONE.finditer(text, loop.end()):
             if quoted[word.start()]:
@@ -779,9 +790,40 @@ def loop_around(text: str, key: str, given: bool = False) -> re.Match[str] | Non
                 if depth == 0:
                     end = word.start()
                     break
-        if start is not None and mentions(text[start:end], key):
-            return loop
-    return first if given else None
+        yield loop, (None if start is None else text[start:end])
+
+
+#: A body that runs what the shell is given (``"$@"``, ``$1``): the job, when it is.
+_GIVEN_WORDS = re.compile(r"\$\{?[@*1-9]")
+
+
+def carries_job(
+    cmdline: Sequence[str], exe: str | None, key: str, read: Callable[[], ScriptRead | None]
+) -> bool:
+    """True when a wrapper above a job exists for that job's command: the one rule of
+    the advice's wrappers (:func:`exclusive_wrappers`) and ``terminate``'s.
+
+    It carries the job's command (cron's ``sh -c CMD``, ``timeout 300 CMD``) and its
+    ``-c`` text runs no loop of other work, or its script file loops over the job
+    (:func:`script_loops`). A ``-c`` shell that also loops over something else
+    (``python3 train.py; while true; do python3 -m http.server; sleep 60; done``) is a
+    service that started the job, not the job's: ended with it, its other work would
+    end too. Whether its descendants are all the job's is the caller's to check.
+
+    Args:
+        cmdline: The wrapper's command line (``/proc/PID/cmdline``).
+        exe: Its executable, or None to go by ``cmdline[0]``.
+        key: What names the job (:func:`~watchdog.lineage.base.command_key`).
+        read: Reads its script file as it is now (None when none could be read);
+            called only when its command line does not carry the job's command.
+    """
+    if mentions(" ".join(cmdline), key):
+        text, given = _command_code(cmdline, exe, key)
+        return not any(
+            body is None or not (mentions(body, key) or (given and _GIVEN_WORDS.search(body)))
+            for _loop, body in _loops(text)
+        )
+    return script_loops(read(), key)
 
 
 def script_loops(read: ScriptRead | None, key: str) -> bool:
@@ -807,7 +849,7 @@ def _loop_in(
     """The loop of ``proc``'s ``-c`` text, else of the script file it runs, that runs
     the command ``key`` names (:func:`loop_around`: in its body, or as an argument the
     shell is given: ``bash loop.sh train.py``); None when neither holds one."""
-    text, given = _command_code(proc, key)
+    text, given = _command_code(proc.cmdline, proc.exe, key)
     found = loop_around(text, key, given)
     where = f"in PID {proc.pid}"
     read = None
@@ -831,17 +873,17 @@ def _loop_in(
     return Restarts(when, how, stop_loop_first(proc.pid))
 
 
-def _command_code(proc: Proc, key: str) -> tuple[str, bool]:
+def _command_code(cmdline: Sequence[str], exe: str | None, key: str) -> tuple[str, bool]:
     """The code ``proc``'s command line runs: :func:`shell_code` of a shell's ``-c``
     text, its own or the one it runs (``nohup bash -c TEXT``, ``timeout 300 sh -c
     TEXT``), else of the whole command line (``flock /run/x -c TEXT``); and whether the
     job is given to that text as an argument (``bash -c '... "$@" ...' sh python3
     train.py``)."""
-    for i in range(len(proc.cmdline)):
-        dash_c = command_string(proc.cmdline[i:], proc.exe if i == 0 else None)
+    for i in range(len(cmdline)):
+        dash_c = command_string(cmdline[i:], exe if i == 0 else None)
         if dash_c is not None:
             return shell_code(dash_c[0]), mentions(" ".join(dash_c[1]), key)
-    return shell_code(" ".join(proc.cmdline)), False
+    return shell_code(" ".join(cmdline)), False
 
 
 def shell_loop(
