@@ -39,6 +39,7 @@ from ..model import (
     Job,
     Origin,
     Proc,
+    UnreadableRecord,
     origin_from_json,
 )
 from ..state import ActionRecord, RunRecord
@@ -593,11 +594,11 @@ def origin_now(origin: Origin) -> Origin:
 
 def reader_now(
     now: Callable[[Origin], Origin] | None = origin_now,
-) -> Callable[[dict[str, Any]], Origin]:
+) -> Callable[[dict[str, Any] | UnreadableRecord], Origin]:
     """The one reading of recorded origins as their sources stand now, shared by every
     command that names a recorded run's origin (``allowlist diff``, ``report``): a
-    function from a recorded origin (its JSON) to :class:`Origin`, each distinct origin
-    read once per reader.
+    function from a recorded origin (its JSON, or what stands for one that could not be
+    parsed) to :class:`Origin`, each distinct origin read once per reader.
 
     Fresh user (issue 33): after ``undo`` put a crontab line back, ``allowlist diff``
     and then ``report``'s per-origin rows still said ``entry since disabled`` of it.
@@ -608,7 +609,7 @@ def reader_now(
     """
     read: dict[str, Origin] = {}
 
-    def one(recorded: dict[str, Any]) -> Origin:
+    def one(recorded: dict[str, Any] | UnreadableRecord) -> Origin:
         origin = origin_from_json(recorded)
         if now is None:
             return origin
