@@ -248,9 +248,9 @@ def test_terminate_of_a_restart_always_unit_says_it_will_come_back(
         rc, out = cli(sd, "terminate", str(pid), config="always.yaml")
         assert rc == 1
         assert out.splitlines() == [
-            "its source starts it again: at once, systemd Restart=always",
             f"terminate rogue job PID {pid} `/usr/bin/python3 {trainer}` (action 1); origin "
             "systemd",
+            "  its source starts it again: at once, systemd Restart=always",
             f"  PID {pid} `/usr/bin/python3 {trainer}`: SIGSTOP, SIGTERM, SIGCONT: exited",
             "outcome: will-return",
             "will come back: its source restarts it; disable-source first",
@@ -260,7 +260,9 @@ def test_terminate_of_a_restart_always_unit_says_it_will_come_back(
         # --and-source: the unit is disabled first, and nothing restarts it.
         rc, out = cli(sd, "terminate", str(back), "--and-source", config="always.yaml")
         assert rc == 0, out
-        assert out.splitlines()[1].startswith("disabled its source first (action ")
+        # Its own plan first, under its own head line; nothing said to start it again.
+        assert out.splitlines()[0].startswith("disabled its source first (action ")
+        assert "its source starts it again" not in out
         assert out.splitlines()[-1] == "outcome: ok"
         time.sleep(2.5)  # past RestartSec=1
         assert sd.show(unit, "MainPID")["MainPID"] == "0"
@@ -323,8 +325,9 @@ def test_a_shell_loop_that_terminate_leaves_is_named_and_stopped_first(
     rc, out = run("terminate", str(pid))
     assert rc == 1
     lines = out.splitlines()
-    assert lines[0] == (
-        f"its source starts it again: after about 5 s, shell loop `while true` in PID {shell}"
+    assert lines[0].startswith(f"terminate rogue job PID {pid} ")
+    assert lines[1] == (
+        f"  its source starts it again: after about 5 s, shell loop `while true` in PID {shell}"
     )
     assert lines[-2:] == ["outcome: will-return", f"will come back: its source restarts it; {kill}"]
     back = poll("the trainer back", lambda: [j for j in trainers() if j["root_pid"] != pid], 15)

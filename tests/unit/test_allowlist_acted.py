@@ -217,3 +217,45 @@ def test_diff_names_a_line_put_back_by_undo_as_it_stands_now(
         )
         for line in runs
     ), runs
+
+
+def test_report_names_a_line_put_back_by_undo_as_it_stands_now(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fresh user's first day: `report`'s per-origin row (named by its latest run) said
+    `cron FILE:1 (* * * * *), entry since disabled` of the ghost's line that `undo` had
+    put back, as `allowlist diff` did before. It reads the line as `diff` does (one
+    reading, :func:`watchdog.policy.learn.reader_now`): live again, then off again."""
+    import dataclasses
+    import json
+
+    state, _script, origin, cmd, t0 = _ghost(tmp_path)
+    off = dataclasses.replace(origin, entry_state="disabled")
+    db = StateDB(str(state))
+    for i in range(4, 6):  # the latest runs, seen while the line was off (A1 until A3)
+        pid = 21178 + i
+        rec = RunRecord(
+            "sig-ghost", pid, pid * 10, "root", cmd, off.to_json(), "rogue", None,
+            t0 + 60 * i, t0 + 60 * i + 40,
+        )  # fmt: skip
+        db.record_run(rec, t0 + 60 * i + 40)
+    db.close()
+    argv = ["report", "--state-dir", str(state), "--since", "7d"]
+
+    def names() -> tuple[list[str], str, str]:
+        assert main([*argv, "--format", "json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert main(argv) == 0
+        text = capsys.readouterr().out
+        assert main([*argv, "--format", "html"]) == 0
+        return [row["name"] for row in doc["by_origin"]], text, capsys.readouterr().out
+
+    rows, text, page = names()
+    # Before: `cron …/legacy-retrain:1 (* * * * *), entry since disabled`.
+    assert rows == [origin.describe()]
+    assert "since disabled" not in text and "since disabled" not in page
+    tab = Path(origin.file)
+    tab.write_text("#" + tab.read_text())
+    rows, text, page = names()
+    assert rows == [f"{origin.describe()}, entry since disabled"]
+    assert "entry since disabled" in page

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rogue_watchdog.config import Config, ConfigError, parse_config
+from rogue_watchdog.config import Config, ConfigError, load_config, parse_config
 from rogue_watchdog.daemon.events import attach_events, events_status
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.daemon.metrics import EventsCollector
@@ -730,3 +730,42 @@ def test_a_storm_that_lasts_is_read_in_sparser_rounds() -> None:
     assert storm_spacing_s(300, 1.0) == ROUND_SPACING_S  # a build: 100 programs a second
     assert storm_spacing_s(1500, 5.0) == ROUND_SPACING_S  # a second's storm, then quiet
     assert storm_spacing_s(0, 0.0) == ROUND_SPACING_S
+
+
+def test_status_after_a_reload_names_the_reloads_walk_not_a_first_scan(tmp_path: Path) -> None:
+    """A fresh user's first day: `status` after a SIGHUP reload said `process events:
+    ... full walks, last: first scan` of a daemon that had scanned for hours (the reload
+    builds a new scanner, whose walk started over). Now the walk goes on: the counts
+    stand and its last full walk is said to be the reload's. `Daemon.reload` is what
+    SIGHUP runs (`request_reload`); the feed stands in for the kernel's, re-attached on
+    reload as `attach_events` does."""
+    from tests.unit.test_status import quiet_proc_root
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        f"nvml: {{enabled: false}}\npaths: {{proc_root: '{quiet_proc_root(tmp_path)}'}}\n"
+        f"daemon: {{state_dir: '{tmp_path}/state', interval_s: 60}}\n"
+        f"alerts:\n  sinks: [{{type: log, path: '{tmp_path}/alerts.log'}}]\n"
+    )
+    d = Daemon(load_config(str(path)), str(path))
+    feed = FakeFeed(EventBatch(complete=True))
+
+    def reattach(daemon: Daemon) -> None:
+        daemon.scanner.events = feed  # type: ignore[assignment]
+
+    reattach(d)
+    d.on_reload.append(reattach)
+    for i in range(3):
+        feed.batch = EventBatch(complete=True)
+        d.tick(1_000_000.0 + i)
+    walks = ("full_walks", "event_walks", "last_full_walk_reason")
+    assert [build_status(d)["events"][k] for k in walks] == [1, 2, "first scan"]
+    assert d.reload()
+    feed.batch = EventBatch(complete=True)
+    d.tick(1_000_010.0)
+    doc = build_status(d)
+    assert [doc["events"][k] for k in walks] == [2, 2, "config reload"]
+    assert "; 2 scans by events, 2 full walks, last: config reload)" in render_status(
+        json.loads(json.dumps(doc))
+    )
+    d.db.close()

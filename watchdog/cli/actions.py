@@ -193,20 +193,25 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     remedy = _remedy(config, db, result)
     dry = args.dry_run or config.enforcement.dry_run
     again = target.restarts if target.restarts and target.restarts.after_terminate else None
-    disabled = False
-    if again is not None:
-        # Said before acting: stopping the run alone does not keep it stopped.
-        _out(_said_before(again))
+    disabled, not_disabled = False, None
     try:
         if args.and_source:
-            disabled = _disable_first(remedy, target, dry, args.stop_service)
+            # Its own plan, with its own head line, done (and said) first.
+            disabled, not_disabled = _disable_first(remedy, target, dry, args.stop_service)
         action_id, res = remedy.terminate(
             target, time.time(), dry_run=dry, source_disabled=disabled
         )
     except JournalError as exc:
         raise CliError(f"{exc}; nothing was signalled (no action without a record)") from None
     head = "would terminate" if dry else "terminate"
+    # The head line first, then what it is about: a line above it read as belonging to
+    # nothing (or to the command before).
     _out(f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.kind}")
+    if not_disabled is not None:
+        _out(f"  its source is not disabled: {not_disabled}")
+    if again is not None and not disabled:
+        # Stopping the run alone does not keep it stopped.
+        _out(f"  {_said_before(again)}")
     for svc in target.service:
         cmd = command_text(svc.cmdline or (), 100)
         _out(f"  with the service that launched it: PID {svc.pid} {code_span(cmd)} (rogue-service)")
@@ -327,23 +332,30 @@ def _loop_left(loop: Restarts, res: TerminateOutcome) -> str | None:
     )
 
 
-def _disable_first(remedy: Remedy, target: JobTarget, dry: bool, stop_service: str | None) -> bool:
-    """``terminate --and-source``: disable the job's source before stopping it; True when
-    it was disabled (or, in a dry run, would be)."""
+def _disable_first(
+    remedy: Remedy, target: JobTarget, dry: bool, stop_service: str | None
+) -> tuple[bool, str | None]:
+    """``terminate --and-source``: disable the job's source before stopping it, printing
+    that plan under its own head line.
+
+    Returns:
+        ``(disabled, refused)``: True when it was disabled (or, in a dry run, would be);
+        why it was refused (nothing printed: the terminate says it under its own head
+        line), else None.
+    """
     action_id, plan, result = remedy.disable_source(
         target, time.time(), dry_run=dry, stop_service=stop_service
     )
     if plan.refused:
-        _out(f"its source is not disabled: {plan.refused}")
-        return False
+        return False, plan.refused
     head = "would disable" if dry else "disabled"
     _out(f"{head} its source first ({_action_ref(action_id)}): {plan.kind} {plan.target}")
     for step in plan.steps if dry or result is None else result.done:
         _out(f"  {step}")
     if result is not None and result.outcome != "ok":
         _out(f"  disabling its source: {result.outcome}: {result.error}")
-        return False
-    return True
+        return False, None
+    return True, None
 
 
 def cmd_disable_source(args: argparse.Namespace) -> int:

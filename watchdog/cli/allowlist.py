@@ -301,6 +301,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     """``report``: the window as text, JSON or one HTML file."""
     import json
 
+    from ..policy.learn import runs_now
     from ..report import report_html, report_json, report_text
     from ..state import read_history
 
@@ -311,6 +312,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if history is None:
         raise CliError(f"no readable history in {state_dir}/state.db")
     runs, findings, actions = history
+    # Origins as they stand now, read as `allowlist diff` reads them: a crontab line put
+    # back by `undo` is no longer said to be "since disabled".
+    runs = runs_now(runs)
     doc = report_json(runs, findings, actions, since, now)
     if args.format == "json":
         text = json.dumps(doc, indent=2, sort_keys=True)

@@ -1134,6 +1134,8 @@ class Daemon:
         self.scanner = Scanner(new, fd_sweep_interval_s=new.daemon.fd_sweep_interval_s)
         self.scanner.keep_origins_of(old_scanner)  # a reload does not re-attribute
         self.scanner.gpu_libraries.adopt(old_scanner.gpu_libraries)  # nor re-read maps
+        # Its table starts empty: walked in full, said as the reload's walk.
+        self.scanner.walk.carry(old_scanner.walk, "config reload")
         first, clocks = self.tracker.first_signature, self.tracker.clocks
         exits = self.tracker.exits
         self.tracker = Tracker(

@@ -39,6 +39,7 @@ from ..model import (
     Job,
     Origin,
     Proc,
+    UnreadableRecord,
     origin_from_json,
 )
 from ..state import ActionRecord, RunRecord
@@ -591,6 +592,55 @@ def origin_now(origin: Origin) -> Origin:
     return recheck(origin, ctx, default_resolvers())
 
 
+def reader_now(
+    now: Callable[[Origin], Origin] | None = origin_now,
+) -> Callable[[dict[str, Any] | UnreadableRecord], Origin]:
+    """The one reading of recorded origins as their sources stand now, shared by every
+    command that names a recorded run's origin (``allowlist diff``, ``report``): a
+    function from a recorded origin (its JSON, or what stands for one that could not be
+    parsed) to :class:`Origin`, each distinct origin read once per reader.
+
+    Fresh user (issue 33): after ``undo`` put a crontab line back, ``allowlist diff``
+    and then ``report``'s per-origin rows still said ``entry since disabled`` of it.
+
+    Args:
+        now: How an origin is read now (:func:`origin_now`, which reads the host's
+            crontabs), or None to name each as recorded.
+    """
+    read: dict[str, Origin] = {}
+
+    def one(recorded: dict[str, Any] | UnreadableRecord) -> Origin:
+        origin = origin_from_json(recorded)
+        if now is None:
+            return origin
+        key = json.dumps(recorded, sort_keys=True, default=str)
+        if key not in read:
+            read[key] = now(origin)
+        return read[key]
+
+    return one
+
+
+def runs_now(
+    runs: Sequence[RunRecord], now: Callable[[Origin], Origin] | None = origin_now
+) -> list[RunRecord]:
+    """``runs`` for a command that names them all (``report``): each origin recorded as
+    gone since (``entry since disabled``: :meth:`Origin.source_gone`) as its source
+    stands now (:func:`reader_now`); every other run as recorded.
+
+    An origin recorded live claims nothing about now, and is kept: a report also reads
+    a state directory copied from another host, where every crontab it names would read
+    ``removed``."""
+    read = reader_now(now)
+    out = []
+    for r in runs:
+        recorded = origin_from_json(r.origin)
+        origin = read(r.origin) if recorded.source_gone() is not None else recorded
+        # Kept as recorded where nothing changed: its JSON may hold more than the model.
+        out.append(r if origin == recorded else replace(r, origin=origin.to_json()))
+    return out
+
+
 #: What an action did, as a proposal says it (``rogue-watchdog terminated it``).
 _ACTED = {
     "terminate": "terminated it",
@@ -1121,12 +1171,9 @@ def render_changes(changes: Sequence[Change], now: Callable[[Origin], Origin] | 
     if not changes:
         return "no recorded run would change verdict"
     lines = []
-    read: dict[str, Origin] = {}
+    read = reader_now(now)
     for c in changes:
-        o = origin_from_json(c.run.origin)
-        if now is not None:
-            key = json.dumps(c.run.origin, sort_keys=True, default=str)
-            o = read[key] if key in read else read.setdefault(key, now(o))
+        o = read(c.run.origin)
         was, would = (verdict_word(v, c.run.workload) for v in (c.was, c.would))
         lines.append(
             safe_text(

@@ -60,6 +60,22 @@ class EventWalk:
         self._pending: set[int] = set()
         self._blind = False
 
+    def carry(self, previous: EventWalk, reason: str) -> None:
+        """Go on from ``previous``, the walk of the scanner a config reload replaced: its
+        counts and its last walk's reason stand, and this walk's first refresh is a
+        full walk for ``reason`` (its table starts empty). Before, ``status`` after a
+        reload said ``last: first scan`` of a daemon scanning for hours.
+
+        Args:
+            previous: The replaced scanner's walk.
+            reason: Why this walk's first refresh walks, for ``status``.
+        """
+        self.full_walks, self.event_walks = previous.full_walks, previous.event_walks
+        self.pids_read = previous.pids_read
+        self.last_full_reason = previous.last_full_reason
+        self._blind = previous._blind
+        self._due = reason
+
     def due(self, reason: str) -> None:
         """Make the next refresh a full walk.
 
