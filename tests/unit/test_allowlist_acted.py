@@ -170,6 +170,25 @@ def test_what_counts_as_acted_against() -> None:
     assert (candidate_count(runs, 0.0), candidate_count(runs, 0.0, actions)) == (1, 0)
 
 
+def _ghost_seen_while_off(tmp_path: Path) -> tuple[Path, CronOrigin, CronOrigin]:
+    """The ghost's state (:func:`_ghost`) with its latest two runs recorded while its
+    line was off (A1 until A3): the state directory, the origin, the origin as disabled."""
+    import dataclasses
+
+    state, _script, origin, cmd, t0 = _ghost(tmp_path)
+    off = dataclasses.replace(origin, entry_state="disabled")
+    db = StateDB(str(state))
+    for i in range(4, 6):
+        pid = 21178 + i
+        rec = RunRecord(
+            "sig-ghost", pid, pid * 10, "root", cmd, off.to_json(), "rogue", None,
+            t0 + 60 * i, t0 + 60 * i + 40,
+        )  # fmt: skip
+        db.record_run(rec, t0 + 60 * i + 40)
+    db.close()
+    return state, origin, off
+
+
 def test_diff_names_a_line_put_back_by_undo_as_it_stands_now(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -178,19 +197,7 @@ def test_diff_names_a_line_put_back_by_undo_as_it_stands_now(
     above `suspect: … (action 1, undone by action 3)`: the runs seen while the line was
     off were recorded `disabled`, and the diff repeated that as a claim about now. The
     line reads as it stands when the diff runs: live again, then off again."""
-    import dataclasses
-
-    state, _script, origin, cmd, t0 = _ghost(tmp_path)
-    off = dataclasses.replace(origin, entry_state="disabled")
-    db = StateDB(str(state))
-    for i in range(4, 6):  # two runs seen while the line was off (A1 until A3)
-        pid = 21178 + i
-        rec = RunRecord(
-            "sig-ghost", pid, pid * 10, "root", cmd, off.to_json(), "rogue", None,
-            t0 + 60 * i, t0 + 60 * i + 40,
-        )  # fmt: skip
-        db.record_run(rec, t0 + 60 * i + 40)
-    db.close()
+    state, origin, off = _ghost_seen_while_off(tmp_path)
     assert off.describe() == f"{origin.describe()}, entry since disabled"
     candidate = tmp_path / "candidate.yaml"
     argv = ["allowlist", "suggest", "--state-dir", str(state), "--since", "7d"]
@@ -226,20 +233,9 @@ def test_report_names_a_line_put_back_by_undo_as_it_stands_now(
     `cron FILE:1 (* * * * *), entry since disabled` of the ghost's line that `undo` had
     put back, as `allowlist diff` did before. It reads the line as `diff` does (one
     reading, :func:`watchdog.policy.learn.reader_now`): live again, then off again."""
-    import dataclasses
     import json
 
-    state, _script, origin, cmd, t0 = _ghost(tmp_path)
-    off = dataclasses.replace(origin, entry_state="disabled")
-    db = StateDB(str(state))
-    for i in range(4, 6):  # the latest runs, seen while the line was off (A1 until A3)
-        pid = 21178 + i
-        rec = RunRecord(
-            "sig-ghost", pid, pid * 10, "root", cmd, off.to_json(), "rogue", None,
-            t0 + 60 * i, t0 + 60 * i + 40,
-        )  # fmt: skip
-        db.record_run(rec, t0 + 60 * i + 40)
-    db.close()
+    state, origin, _off = _ghost_seen_while_off(tmp_path)
     argv = ["report", "--state-dir", str(state), "--since", "7d"]
 
     def names() -> tuple[list[str], str, str]:

@@ -290,45 +290,38 @@ def test_the_script_path_is_quoted_host_text(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "how",
+    [
+        "script",
+        "python3 train_loop.py; while true; do sleep 600; done",
+        "python3 train_loop.py; until false; do sleep 600; done",
+    ],
+)
 def test_a_script_whose_loop_runs_other_work_after_the_job_is_never_signalled(
-    spawned: Spawned, tmp_path: Path
+    spawned: Spawned, tmp_path: Path, how: str
 ) -> None:
     """The script runs the trainer once, then loops over other work (a server). Before:
     a loop anywhere in the file and the trainer's name anywhere made the shell the job's
     wrapper, so terminate killed it and the server it would run next never ran; a loop
     written in a trailing comment counted too. Only a loop whose body runs the job
-    counts."""
-    script = tmp_path / "serve.sh"
-    script.write_text(
-        "python3 train_loop.py  # was: while true; do python3 train_loop.py; done\n"
-        "while true; do python3 -m http.server 8765; sleep 60; done\n"
-    )
-    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", str(script)])
-    shell = job.lineage[1].pid
-    (advised,) = with_advice([job], ScanProtection(), table)
-    assert advised.advice.stop_pids == (job.root_pid,)
-    assert advised.advice.restarts is None
-    out = terminate_tree([_identity(job.root_pid)], SignalGuard(), Effects(), grace_s=5.0)
-    assert [x.pid for x in out.procs] == [job.root_pid]
-    assert read_live(shell) is not None  # it goes on to its own work
+    counts.
 
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "python3 train_loop.py; while true; do sleep 600; done",
-        "python3 train_loop.py; until false; do sleep 600; done",
-    ],
-)
-def test_a_dash_c_shell_whose_loop_runs_other_work_is_never_signalled(
-    spawned: Spawned, tmp_path: Path, text: str
-) -> None:
-    """The ``-c`` twin of the script case above: a shell that runs the trainer and loops
-    over a server carries the job's command, and while the trainer runs it has no other
-    child, so it was taken for the job's exclusive wrapper (advice and terminate alike)
-    and killed with it: the server it runs next never ran. A service that started the
-    job is not the job's (guard.carries_job, one rule for both)."""
-    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", "-c", text])
+    Its ``-c`` twins (the other parameters): a shell that runs the trainer and then
+    loops over other work carries the job's command, and while the trainer runs it has
+    no other child, so it was taken for the job's exclusive wrapper (advice and
+    terminate alike) and killed with it. A service that started the job is not the
+    job's (guard.carries_job, one rule for both)."""
+    if how == "script":
+        script = tmp_path / "serve.sh"
+        script.write_text(
+            "python3 train_loop.py  # was: while true; do python3 train_loop.py; done\n"
+            "while true; do python3 -m http.server 8765; sleep 60; done\n"
+        )
+        argv = ["/bin/bash", str(script)]
+    else:
+        argv = ["/bin/bash", "-c", how]
+    job, table = trainer_under(spawned, tmp_path, argv)
     shell = job.lineage[1].pid
     (advised,) = with_advice([job], ScanProtection(), table)
     assert advised.advice.stop_pids == (job.root_pid,)
