@@ -318,6 +318,10 @@ def test_a_script_whose_loop_runs_other_work_after_the_job_is_never_signalled(
     [
         "python3 train_loop.py; while true; do sleep 600; done",
         "python3 train_loop.py; until false; do sleep 600; done",
+        # Loops whose condition is no endless form the restart claims read: still loops
+        # of other work (before, the shell was killed with the trainer).
+        "python3 train_loop.py; while [ 1 -eq 1 ]; do sleep 600; done",
+        "python3 train_loop.py\nfor i in $(seq 1000); do sleep 600; done",
     ],
 )
 def test_a_dash_c_shell_whose_loop_runs_other_work_is_never_signalled(
@@ -369,6 +373,17 @@ def test_carries_job_reads_the_loops_of_dash_c_text() -> None:
     assert not carries("nohup", "bash", "-c", "python3 train.py; while sleep 60; do backup; done")
     assert not carries("bash", "-c", "while :; do train.py; done; while :; do serve; done")
     assert not carries("bash", "-c", "python3 serve.py")  # not the job's command at all
+    # Any loop of other work, whatever its condition (the restart claims read only the
+    # endless forms), is other work.
+    for loop in (
+        "while [ 1 -eq 1 ]", "while test 1", "while true 2>/dev/null", "while ! false",
+        "while read -r l", "until [ -e /stop ]", "for ((i=0;;i++))", "for x in $(seq 9)",
+        "select x in a b",
+    ):  # fmt: skip
+        assert not carries("bash", "-c", f"python3 train.py; {loop}; do serve; done"), loop
+        assert carries("bash", "-c", f"{loop}; do python3 train.py; done"), loop
+    assert carries("bash", "-c", "while :; do for x in a b; do echo; done; python3 train.py; done")
+    assert carries("sh", "-c", "python3 train.py --for x; echo while")  # no loop: arguments
 
 
 def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:

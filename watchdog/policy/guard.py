@@ -763,19 +763,22 @@ def loop_around(text: str, key: str, given: bool = False) -> re.Match[str] | Non
             body runs ``"$@"``): then, when no body names ``key``, the first loop.
     """
     first = None
-    for loop, body in _loops(text):
+    for loop, body, _end in _loops(text):
         first = first or loop
         if body is not None and mentions(body, key):
             return loop
     return first if given else None
 
 
-def _loops(text: str) -> Iterator[tuple[re.Match[str], str | None]]:
+def _loops(text: str, every: bool = False) -> Iterator[tuple[re.Match[str], str | None, int]]:
     """Each shell loop of ``text`` outside quotes (``echo "while true; do ..."`` is a
     string), with its body: from its ``do`` to the ``done`` that closes it, nested loops
-    counted, or to the end of the text when none does; None when it has no ``do``."""
+    counted, or to the end of the text when none does; None when it has no ``do``; and
+    where the body ends. ``every``: every ``while``, ``until``, ``for`` and ``select``
+    loop (:data:`_ANY_LOOP`), not only the endless ones :data:`_LOOP` knows."""
     quoted = _quoted(text)
-    for loop in _LOOP.finditer(text):
+    found = (m for m in _ANY_LOOP.finditer(text) if _command_word(text, m.start()))
+    for loop in found if every else _LOOP.finditer(text):
         if quoted[loop.start()]:
             continue
         depth, start, end = 0, None, len(text)
@@ -790,7 +793,22 @@ def _loops(text: str) -> Iterator[tuple[re.Match[str], str | None]]:
                 if depth == 0:
                     end = word.start()
                     break
-        yield loop, (None if start is None else text[start:end])
+        yield loop, (None if start is None else text[start:end]), end
+
+
+#: Any loop's reserved word (bash(1) Compound Commands), whatever its condition: ``while
+#: [ 1 -eq 1 ]``, ``until [ -e /stop ]``, ``for x in $(seq 1000)``, ``while read l``.
+_ANY_LOOP = re.compile(r"\b(?:while|until|for|select)(?=[\s(]|$)")
+
+#: What may stand right before a command word: a separator, or a reserved word that
+#: takes a command after it.
+_BEFORE_COMMAND = re.compile(r"(?:^|[\n;&|(){}!]|(?:^|[\s;&|()])(?:do|then|else|elif|time))$")
+
+
+def _command_word(text: str, at: int) -> bool:
+    """True when the word at ``at`` is where a command starts (``while`` as a loop, not
+    an argument: ``python3 train.py --for x``)."""
+    return _BEFORE_COMMAND.search(text[:at].rstrip(" \t")) is not None
 
 
 #: A body that runs what the shell is given (``"$@"``, ``$1``): the job, when it is.
@@ -818,12 +836,23 @@ def carries_job(
             called only when its command line does not carry the job's command.
     """
     if mentions(" ".join(cmdline), key):
-        text, given = _command_code(cmdline, exe, key)
-        return not any(
-            body is None or not (mentions(body, key) or (given and _GIVEN_WORDS.search(body)))
-            for _loop, body in _loops(text)
-        )
+        return not _other_loops(*_command_code(cmdline, exe, key), key)
     return script_loops(read(), key)
+
+
+def _other_loops(text: str, given: bool, key: str) -> bool:
+    """True when ``text`` holds a loop of anything but the job: any loop
+    (``while [ 1 -eq 1 ]``, ``until [ -e /stop ]``, ``for x in $(seq 1000)``, not only
+    the endless ones :func:`loop_around` reads) whose body does not run ``key`` (nor, the
+    job ``given``, ``"$@"``), other than a loop inside the body of one that does."""
+    inside = -1  # the end of the body of the last loop that runs the job
+    for loop, body, end in _loops(text, every=True):
+        if loop.start() < inside:
+            continue
+        if body is None or not (mentions(body, key) or (given and _GIVEN_WORDS.search(body))):
+            return True
+        inside = end
+    return False
 
 
 def script_loops(read: ScriptRead | None, key: str) -> bool:
