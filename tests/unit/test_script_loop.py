@@ -451,3 +451,39 @@ def test_a_file_that_says_it_is_empty_is_never_read(
     shell = Proc(77, 1, 100, "S", "bash", cmdline=("bash", "./k"), exe="/usr/bin/bash")
     read = read_script(shell, ProcessTable(str(proc_root)))
     assert read is not None and (read.text, read.unread, reads) == ("", None, [])
+
+
+def test_a_script_given_the_trainer_that_then_loops_over_other_work_is_never_signalled(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """``bash serve.sh train_loop.py``: the command line carries the job's command, but
+    what runs is the file, and it runs the trainer once and then a loop of other work.
+    Before: its command line alone made it the job's wrapper (the file was not read),
+    so advice and terminate killed it with the trainer and its loop never ran."""
+    script = tmp_path / "serve.sh"
+    script.write_text('python3 "$1"\nwhile true; do sleep 600; done\n')
+    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", str(script), "train_loop.py"])
+    shell = job.lineage[1].pid
+    (advised,) = with_advice([job], ScanProtection(), table)
+    assert advised.advice.stop_pids == (job.root_pid,)
+    out = terminate_tree([_identity(job.root_pid)], SignalGuard(), Effects(), grace_s=5.0)
+    assert [x.pid for x in out.procs] == [job.root_pid]
+    assert read_live(shell) is not None  # it goes on to its own work
+
+
+def test_carries_job_reads_the_script_a_shell_is_given_the_job_by() -> None:
+    from rogue_watchdog.lineage.scriptfile import ScriptRead
+    from rogue_watchdog.policy.guard import carries_job
+
+    def carries(text: str | None, *argv: str) -> bool:
+        read = ScriptRead("run.sh", text, own_fd=True)
+        return carries_job(("bash", "run.sh", *argv), None, "train.py", lambda: read)
+
+    assert carries('python3 "$1"', "train.py")  # cron's `sh -c CMD` as a file
+    assert carries('while :; do python3 "$1"; done', "train.py")
+    assert carries("while :; do python3 train.py; done")
+    assert not carries('python3 "$1"; while :; do serve; done', "train.py")
+    assert not carries('while :; do "$@"; done; until false; do serve; done', "train.py")
+    assert not carries("while :; do python3 train.py; done\nwhile :; do serve; done")
+    assert not carries('python3 "$1"')  # not given the job, and no loop of it
+    assert not carries(None, "train.py")  # unread: what it runs is not known

@@ -36,7 +36,7 @@ from ..hostpaths import CRON_D, CRON_SPOOL_DIRS, config_args
 from ..hosttext import clip, code_span, command_text, safe_text
 from ..lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
 from ..lineage.cgroup import CgroupInfo, parse_cgroup
-from ..lineage.scriptfile import ScriptFiles, ScriptRead, command_string
+from ..lineage.scriptfile import ScriptFiles, ScriptRead, command_string, script_path
 from ..model import (
     DISABLE_FIRST,
     Advice,
@@ -822,22 +822,30 @@ def carries_job(
     the advice's wrappers (:func:`exclusive_wrappers`) and ``terminate``'s.
 
     It carries the job's command (cron's ``sh -c CMD``, ``timeout 300 CMD``) and its
-    ``-c`` text runs no loop of other work, or its script file loops over the job
-    (:func:`script_loops`). A ``-c`` shell that also loops over something else
-    (``python3 train.py; while true; do python3 -m http.server; sleep 60; done``) is a
-    service that started the job, not the job's: ended with it, its other work would
-    end too. Whether its descendants are all the job's is the caller's to check.
+    ``-c`` text runs no loop of other work, or it runs a script file that runs no loop
+    of other work and either is given the job's command (``bash run.sh train.py``) or
+    loops over the job (:func:`script_loops`). A shell that also loops over something
+    else (``python3 train.py; while true; do python3 -m http.server; sleep 60; done``,
+    in ``-c`` text or in the script it runs) is a service that started the job, not the
+    job's: ended with it, its other work would end too. Whether its descendants are all
+    the job's is the caller's to check.
 
     Args:
         cmdline: The wrapper's command line (``/proc/PID/cmdline``).
         exe: Its executable, or None to go by ``cmdline[0]``.
         key: What names the job (:func:`~watchdog.lineage.base.command_key`).
-        read: Reads its script file as it is now (None when none could be read);
-            called only when its command line does not carry the job's command.
+        read: Reads its script file as it is now (None when it runs none); called
+            only for a shell that runs a script file.
     """
-    if mentions(" ".join(cmdline), key):
-        return not _other_loops(*_command_code(cmdline, exe, key), key)
-    return script_loops(read(), key)
+    named = mentions(" ".join(cmdline), key)
+    if script_path(cmdline, exe) is None:
+        return named and not _other_loops(*_command_code(cmdline, exe, key), key)
+    # A script's arguments are data for the file, which says what runs: `bash serve.sh
+    # train.py` may run the trainer once and then a server for good.
+    script = read()
+    if not script_loops(script, key, named) or script is None:
+        return False
+    return not _other_loops(_script_text(script), named, key)
 
 
 def _other_loops(text: str, given: bool, key: str) -> bool:
@@ -855,16 +863,18 @@ def _other_loops(text: str, given: bool, key: str) -> bool:
     return False
 
 
-def script_loops(read: ScriptRead | None, key: str) -> bool:
+def script_loops(read: ScriptRead | None, key: str, given: bool = False) -> bool:
     """True when a shell's script file (:func:`~watchdog.lineage.scriptfile.read_script`),
     read and not modified since the shell started, holds a shell loop whose body runs
     ``key`` (:func:`loop_around`), as a ``-c`` text must name it to make its shell the
     job's wrapper. A file that could not be read, changed since, or read by its path
     rather than through the shell's own descriptor of it (not surely the file the shell
-    reads) never does: its shell is then never signalled for the job."""
+    reads) never does: its shell is then never signalled for the job. ``given``: the
+    shell is given the job's command as its arguments (``bash run.sh train.py``), which
+    the file runs, in a loop or not: any file read as it runs does."""
     if read is None or read.text is None or read.changed or not read.own_fd:
         return False
-    return loop_around(_script_text(read), key) is not None
+    return given or loop_around(_script_text(read), key) is not None
 
 
 def _script_of(proc: Proc, read: ScriptRead) -> str:
