@@ -384,6 +384,15 @@ def test_carries_job_reads_the_loops_of_dash_c_text() -> None:
         assert carries("bash", "-c", f"{loop}; do python3 train.py; done"), loop
     assert carries("bash", "-c", "while :; do for x in a b; do echo; done; python3 train.py; done")
     assert carries("sh", "-c", "python3 train.py --for x; echo while")  # no loop: arguments
+    # Quotes read as bash reads them: a `$'...'` string ends at its unescaped quote, a
+    # `<<` in a string or in arithmetic opens no here-document (before, each hid the loop
+    # after it: the shell was the job's exclusive wrapper).
+    serve = "python3 train.py\nwhile true; do serve; done"
+    assert not carries("bash", "-c", "echo $'it\\'s over'; " + serve)
+    assert not carries("bash", "-c", 'echo "use <<EOF for docs"\n' + serve)
+    assert not carries("bash", "-c", "echo '<<EOF'\n" + serve)
+    assert not carries("bash", "-c", "n=$((1<<N))\n" + serve)
+    assert carries("bash", "-c", "cat <<EOF\nwhile true; do serve; done\nEOF\npython3 train.py")
 
 
 def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:
@@ -396,6 +405,7 @@ def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:
     assert loop_around("python3 train.py\nwhile true; do serve; done", "train.py") is None
     assert loop_around("while true; do serve; done\npython3 train.py", "train.py") is None
     assert loop_around("while true; do serve; done>log\npython3 train.py", "train.py") is None
+    assert loop_around("echo $'it\\'s'\nwhile true; do python3 train.py; done", "train.py")
     assert loop_around("while true; do a; done; while sleep 3; do train.py; done", "train.py")
     from rogue_watchdog.lineage.scriptfile import ScriptRead
 

@@ -679,7 +679,7 @@ _HEREDOC = re.compile(r"(?<!<)<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
 def _uncomment(line: str, quote: str) -> tuple[str, str]:
     """``line`` without its comment (from a ``#`` that starts a word outside quotes:
     bash(1) COMMENTS), and the quote still open at its end; ``quote`` is the one open at
-    its start (a string may span lines)."""
+    its start (a string may span lines; ``$`` stands for ``$'...'``, :func:`_opens`)."""
     i = 0
     while i < len(line):
         c = line[i]
@@ -687,9 +687,9 @@ def _uncomment(line: str, quote: str) -> tuple[str, str]:
             i += 2
             continue
         if quote:
-            quote = "" if c == quote else quote
+            quote = "" if c == _closes(quote) else quote
         elif c in "'\"":
-            quote = c
+            quote = _opens(line, i)
         elif c == "#" and (i == 0 or line[i - 1].isspace() or line[i - 1] in ";&|()"):
             return line[:i], quote
         i += 1
@@ -711,9 +711,17 @@ def shell_code(text: str) -> str:
             if (line.lstrip("\t") if tabs else line) == word:
                 ends.pop(0)
             continue
+        quoted = _quoted(line, quote)
         line, quote = _uncomment(line, quote)
         kept.append(line)
-        ends = [(m.group(3), m.group(1) == "-") for m in _HEREDOC.finditer(line)]
+        ends = [
+            (m.group(3), m.group(1) == "-")
+            for m in _HEREDOC.finditer(line)
+            # Not in a string (`echo "<<EOF"`) nor in arithmetic (`$((1<<N))`): the lines
+            # after it taken for its body would hide the loops they hold.
+            if not quoted[m.start()]
+            and line.count("((", 0, m.start()) <= line.count("))", 0, m.start())
+        ]
     return "\n".join(kept)
 
 
@@ -722,23 +730,36 @@ def _script_text(read: ScriptRead) -> str:
     return shell_code(read.text or "")
 
 
-def _quoted(text: str) -> bytearray:
-    """1 at each position of ``text`` inside single or double quotes (the quotes too)."""
+def _opens(text: str, i: int) -> str:
+    """The quote the quote character at ``i`` opens: ``'``, ``"``, or ``$`` for
+    ``$'...'`` (bash(1) QUOTING: a backslash escapes in it, ``$'it\\'s'`` is one
+    string)."""
+    return "$" if text[i] == "'" and text[i - 1 : i] == "$" else text[i]
+
+
+def _closes(quote: str) -> str:
+    """The character that closes ``quote`` (:func:`_opens`)."""
+    return "'" if quote == "$" else quote
+
+
+def _quoted(text: str, quote: str = "") -> bytearray:
+    """1 at each position of ``text`` inside single or double quotes (the quotes too);
+    ``quote`` is the one open at its start (:func:`_opens`)."""
     out = bytearray(len(text))
-    quote, i = "", 0
+    i = 0
     while i < len(text):
         c = text[i]
         if quote:
             out[i] = 1
-            if quote == '"' and c == "\\" and i + 1 < len(text):
+            if quote in '"$' and c == "\\" and i + 1 < len(text):
                 out[i + 1] = 1
                 i += 1
-            elif c == quote:
+            elif c == _closes(quote):
                 quote = ""
         elif c == "\\":
             i += 1
         elif c in "'\"":
-            quote, out[i] = c, 1
+            quote, out[i] = _opens(text, i), 1
         i += 1
     return out
 
