@@ -322,6 +322,8 @@ def test_a_script_whose_loop_runs_other_work_after_the_job_is_never_signalled(
         # of other work (before, the shell was killed with the trainer).
         "python3 train_loop.py; while [ 1 -eq 1 ]; do sleep 600; done",
         "python3 train_loop.py\nfor i in $(seq 1000); do sleep 600; done",
+        # A loop in a string the shell runs as code (before: a string, not read).
+        "python3 train_loop.py; eval 'while true; do sleep 600; done'",
     ],
 )
 def test_a_dash_c_shell_whose_loop_runs_other_work_is_never_signalled(
@@ -393,6 +395,14 @@ def test_carries_job_reads_the_loops_of_dash_c_text() -> None:
     assert not carries("bash", "-c", "echo '<<EOF'\n" + serve)
     assert not carries("bash", "-c", "n=$((1<<N))\n" + serve)
     assert carries("bash", "-c", "cat <<EOF\nwhile true; do serve; done\nEOF\npython3 train.py")
+    # A string may be code: eval's, a nested shell's (only what echo or printf prints is
+    # data, as long as no command substitution runs in it).
+    assert not carries("bash", "-c", "python3 train.py; eval 'while true; do serve; done'")
+    assert not carries("sh", "-c", 'python3 train.py; eval "while :; do serve; done"')
+    assert not carries("bash", "-c", "python3 train.py\nexec sh -c 'until false; do serve; done'")
+    assert not carries("bash", "-c", 'python3 train.py; echo "$(while :; do serve; done)"')
+    assert carries("bash", "-c", "python3 train.py; printf '%s\\n' 'for x in a; do'")
+    assert carries("bash", "-c", "eval 'while true; do python3 train.py; done'")
 
 
 def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:

@@ -796,15 +796,18 @@ def _loops(text: str, every: bool = False) -> Iterator[tuple[re.Match[str], str 
     string), with its body: from its ``do`` to the ``done`` that closes it, nested loops
     counted, or to the end of the text when none does; None when it has no ``do``; and
     where the body ends. ``every``: every ``while``, ``until``, ``for`` and ``select``
-    loop (:data:`_ANY_LOOP`), not only the endless ones :data:`_LOOP` knows."""
+    loop (:data:`_ANY_LOOP`), not only the endless ones :data:`_LOOP` knows, and those
+    in a string too unless ``echo`` or ``printf`` prints it (:func:`_printed`): a string
+    may be code (``eval 'while ...'``, ``sh -c 'while ...'``)."""
     quoted = _quoted(text)
     found = (m for m in _ANY_LOOP.finditer(text) if _command_word(text, m.start()))
     for loop in found if every else _LOOP.finditer(text):
-        if quoted[loop.start()]:
+        inside = quoted[loop.start()]
+        if inside and (not every or _printed(text, quoted, loop.start())):
             continue
         depth, start, end = 0, None, len(text)
         for word in _DO_DONE.finditer(text, loop.end()):
-            if quoted[word.start()]:
+            if quoted[word.start()] != inside:
                 continue
             if word.group(1) == "do":
                 depth += 1
@@ -823,7 +826,25 @@ _ANY_LOOP = re.compile(r"\b(?:while|until|for|select)(?=[\s(]|$)")
 
 #: What may stand right before a command word: a separator, or a reserved word that
 #: takes a command after it.
-_BEFORE_COMMAND = re.compile(r"(?:^|[\n;&|(){}!]|(?:^|[\s;&|()])(?:do|then|else|elif|time))$")
+_BEFORE_COMMAND = re.compile(r"(?:^|[\n;&|(){}!'\"]|(?:^|[\s;&|()'\"])(?:do|then|else|elif|time))$")
+
+
+def _printed(text: str, quoted: bytearray, at: int) -> bool:
+    """True when the string holding position ``at`` is an argument of ``echo`` or
+    ``printf`` with no command substitution before ``at``: data, not code."""
+    first = at
+    while first > 0 and quoted[first - 1]:
+        first -= 1
+    start = first
+    while start > 0 and (quoted[start - 1] or text[start - 1] not in "\n;&|(){}"):
+        start -= 1
+    words = text[start:first].split()
+    return (
+        bool(words)
+        and words[0] in ("echo", "printf")
+        and "$(" not in text[first:at]
+        and "`" not in text[first:at]
+    )
 
 
 def _command_word(text: str, at: int) -> bool:
