@@ -403,10 +403,15 @@ def test_carries_job_reads_the_loops_of_dash_c_text() -> None:
     assert not carries("bash", "-c", 'python3 train.py; echo "$(while :; do serve; done)"')
     assert carries("bash", "-c", "python3 train.py; printf '%s\\n' 'for x in a; do'")
     assert carries("bash", "-c", "eval 'while true; do python3 train.py; done'")
+    # A here-document a shell reads is code (before: dropped as data, its loop unseen).
+    fed = "python3 train.py\nbash <<'EOF'\nwhile true; do serve; done\nEOF\n"
+    assert not carries("bash", "-c", fed)
+    assert not carries("bash", "-c", fed.replace("bash <<", "sudo /bin/sh -s <<"))
+    assert carries("bash", "-c", fed.replace("bash <<", "cat >loop.sh <<"))
 
 
 def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:
-    from rogue_watchdog.policy.guard import loop_around
+    from rogue_watchdog.policy.guard import loop_around, shell_code
 
     assert loop_around("while true; do python3 train.py; sleep 5; done", "train.py")
     assert loop_around(
@@ -416,6 +421,9 @@ def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:
     assert loop_around("while true; do serve; done\npython3 train.py", "train.py") is None
     assert loop_around("while true; do serve; done>log\npython3 train.py", "train.py") is None
     assert loop_around("echo $'it\\'s'\nwhile true; do python3 train.py; done", "train.py")
+    fed = shell_code("sh <<'EOF'\nwhile true; do python3 train.py; done # x\nEOF\necho")
+    assert fed == "sh <<'EOF'\nwhile true; do python3 train.py; done \necho"
+    assert loop_around(fed, "train.py")
     assert loop_around("while true; do a; done; while sleep 3; do train.py; done", "train.py")
     from rogue_watchdog.lineage.scriptfile import ScriptRead
 

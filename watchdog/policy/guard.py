@@ -700,22 +700,28 @@ def shell_code(text: str) -> str:
     """Shell text (a script file's, a ``-c`` string) without its comments (the ``#!``
     line, a loop commented out, ``cmd  # was: while true; do ...``) and here-documents'
     bodies (``cat <<EOF`` text is data the shell does not run): what
-    :func:`loop_around` reads. A ``<<`` inside a string is taken for a here-document
-    (its lines are then not read: no loop is seen in them)."""
+    :func:`loop_around` reads. The body of a here-document a shell reads (``bash
+    <<'EOF'``) is code, kept as its own :func:`shell_code`."""
     kept: list[str] = []
-    ends: list[tuple[str, bool]] = []  # the words that end the open here-documents
+    ends: list[tuple[str, bool, bool]] = []  # the open here-documents: end, tabs, code
+    body: list[str] = []
     quote = ""
     for line in text.split("\n"):
         if ends:
-            word, tabs = ends[0]
-            if (line.lstrip("\t") if tabs else line) == word:
-                ends.pop(0)
+            word, tabs, code = ends[0]
+            if (line.lstrip("\t") if tabs else line) != word:
+                body.append(line)
+                continue
+            ends.pop(0)
+            if code:
+                kept.append(shell_code("\n".join(body)))
+            body = []
             continue
         quoted = _quoted(line, quote)
         line, quote = _uncomment(line, quote)
         kept.append(line)
         ends = [
-            (m.group(3), m.group(1) == "-")
+            (m.group(3), m.group(1) == "-", _FEEDS_SHELL.search(line, 0, m.start()) is not None)
             for m in _HEREDOC.finditer(line)
             # Not in a string (`echo "<<EOF"`) nor in arithmetic (`$((1<<N))`): the lines
             # after it taken for its body would hide the loops they hold.
@@ -723,6 +729,11 @@ def shell_code(text: str) -> str:
             and line.count("((", 0, m.start()) <= line.count("))", 0, m.start())
         ]
     return "\n".join(kept)
+
+
+#: A shell that reads its commands from its standard input (a here-document), the end
+#: of the text before a ``<<``: ``bash <<'EOF'``, ``sudo /bin/sh -s <<EOF``.
+_FEEDS_SHELL = re.compile(r"(?:^|[;&|(){}\s])(?:\S*/)?(?:ba|da|z|k|mk|a)?sh(?:\s+[-+]\S*)*\s*$")
 
 
 def _script_text(read: ScriptRead) -> str:
