@@ -515,3 +515,21 @@ def test_carries_job_reads_the_script_a_shell_is_given_the_job_by() -> None:
     assert not carries("while :; do python3 train.py; done\nwhile :; do serve; done")
     assert not carries('python3 "$1"')  # not given the job, and no loop of it
     assert not carries(None, "train.py")  # unread: what it runs is not known
+
+
+@pytest.mark.parametrize(
+    ("head", "when"),
+    [("while [ 1 -eq 1 ]", "after about 5 s"), ("until [ -e stop ]", "after about 5 s")],
+)
+def test_a_loop_of_any_condition_around_the_job_is_a_restart(
+    spawned: Spawned, tmp_path: Path, head: str, when: str
+) -> None:
+    """A shell that runs other work too (its `sleep 300` child) is left by terminate, and
+    its loop starts the trainer again. Before: only the endless forms (`while true`...)
+    were read, so the advice said nothing restarts it."""
+    text = f"sleep 300 & {head}; do python3 train_loop.py; sleep 5; done"
+    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", "-c", text])
+    shell = job.lineage[1].pid
+    assert _restarts(job, table) == Restarts(
+        when, f"shell loop `{head}` in PID {shell}", f"stop the loop first: {_kill_first(shell)}"
+    )

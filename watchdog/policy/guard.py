@@ -778,14 +778,16 @@ def _quoted(text: str, quote: str = "") -> bytearray:
 def loop_around(text: str, key: str, given: bool = False) -> re.Match[str] | None:
     """The first shell loop (:data:`_LOOP`) of ``text`` whose body, from its ``do`` to
     the ``done`` that closes it (nested loops counted), names ``key``
-    (:func:`~watchdog.lineage.base.command_key`); None when none does. The one rule for
+    (:func:`~watchdog.lineage.base.command_key`), else the first loop of any other kind
+    (``while [ 1 -eq 1 ]``, ``for f in a b``) whose body does; None when none does. The one rule for
     a ``-c`` string and a script file's text alike (:func:`_loop_in`,
     :func:`script_loops`).
 
     A loop elsewhere in the text that also runs the job is not the job's: ``python3
     train.py`` then ``while true; do serve; done`` runs the job once and then other
     work, and its shell must not be taken for the job's wrapper. A body left open (no
-    closing ``done``) runs to the end of the text. A loop inside quotes is a string.
+    closing ``done``) runs to the end of the text. A loop inside quotes is a string,
+    unless the string is code (:func:`_loops`, ``eval 'while ...'``).
 
     Args:
         text: Shell code (:func:`shell_code`: comments and here-documents already out).
@@ -799,7 +801,19 @@ def loop_around(text: str, key: str, given: bool = False) -> re.Match[str] | Non
         first = first or loop
         if body is not None and mentions(body, key):
             return loop
-    return first if given else None
+    if given and first is not None:
+        return first
+    # Any other loop whose body runs the job runs it again too: `while [ 1 -eq 1 ]`,
+    # `until [ -e /stop ]`, `for f in a b c` (before, none was seen: "nothing restarts
+    # it" of a job its loop started again). Named by its head.
+    for loop, body, _end in _loops(text, every=True):
+        if body is not None and (mentions(body, key) or (given and _GIVEN_WORDS.search(body))):
+            return _LOOP_HEAD.match(text, loop.start()) or loop
+    return None
+
+
+#: A loop's head, from its reserved word to its ``do``: ``while [ 1 -eq 1 ]``.
+_LOOP_HEAD = re.compile(r"(?:while|until|for|select)\b[^\n]*?(?=\s*;\s*do\b|\s+do\b|$)", re.M)
 
 
 def _loops(text: str, every: bool = False) -> Iterator[tuple[re.Match[str], str | None, int]]:
