@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from tests.conftest import Spawned, need_program, poll, run_cli
-from tests.unit.test_loop_left import TRAINER
+from tests.unit.test_script_loop import TRAINER
 
 LOOP = "sleep 300 & while true; do python3 train_loop.py; sleep 5; done"
 
