@@ -972,11 +972,11 @@ def _loop_in(
     if read is not None and read.changed:
         # What the shell runs is the file as it was when it read it: maybe no loop.
         how += "; the file changed after the shell started, so whether it still loops is unsure"
-        return Restarts("unknown", how, stop_loop_first(proc.pid))
+        return Restarts("unknown", how, stop_loop_first(proc.pid), outlives_source=True)
     when = loop_pause(text, found, key)
     if proc.pid in stop_pids:
         return Restarts(when, how, STOPS_WITH_LOOP, False, shell=(proc.pid, proc.start_ticks))
-    return Restarts(when, how, stop_loop_first(proc.pid))
+    return Restarts(when, how, stop_loop_first(proc.pid), outlives_source=True)
 
 
 def _command_code(cmdline: Sequence[str], exe: str | None, key: str) -> tuple[str, bool]:
@@ -1034,6 +1034,7 @@ def script_doubt(job: Job, scripts: ScriptReader) -> Restarts | None:
             "unknown",
             f"{_script_of(proc, read)} {why}: whether it runs the job again is unknown",
             f"if it loops, stop its shell first: {_KILL_SHELL.format(pid=proc.pid)}",
+            outlives_source=True,
         )
     return None
 
