@@ -403,6 +403,7 @@ def test_carries_job_reads_the_loops_of_dash_c_text() -> None:
     assert not carries("bash", "-c", 'python3 train.py; echo "$(while :; do serve; done)"')
     assert carries("bash", "-c", "python3 train.py; printf '%s\\n' 'for x in a; do'")
     assert carries("bash", "-c", "eval 'while true; do python3 train.py; done'")
+    assert carries("sh", "-c", 'python3 train.py --note "for the paper" --tag "while ok"')
     # A here-document a shell reads is code (before: dropped as data, its loop unseen).
     fed = "python3 train.py\nbash <<'EOF'\nwhile true; do serve; done\nEOF\n"
     assert not carries("bash", "-c", fed)

@@ -842,6 +842,8 @@ def _loops(text: str, every: bool = False) -> Iterator[tuple[re.Match[str], str 
                 if depth == 0:
                     end = word.start()
                     break
+        if inside and start is None:
+            continue  # words in a string (`--note "for the paper"`), no loop in it
         yield loop, (None if start is None else text[start:end]), end
 
 
