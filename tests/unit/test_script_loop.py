@@ -404,6 +404,10 @@ def test_carries_job_reads_the_loops_of_dash_c_text() -> None:
     assert carries("bash", "-c", "python3 train.py; printf '%s\\n' 'for x in a; do'")
     assert carries("bash", "-c", "eval 'while true; do python3 train.py; done'")
     assert carries("sh", "-c", 'python3 train.py --note "for the paper" --tag "while ok"')
+    # A body that only prints the job's name runs other work (before: the job's loop).
+    for body in ('echo "train.py ended"; serve', "if true; then printf '%s' train.py; fi; serve"):
+        assert not carries("bash", "-c", f"python3 train.py; while :; do {body}; done"), body
+    assert carries("bash", "-c", 'while :; do echo "run train.py"; python3 train.py; done')
     # A here-document a shell reads is code (before: dropped as data, its loop unseen).
     fed = "python3 train.py\nbash <<'EOF'\nwhile true; do serve; done\nEOF\n"
     assert not carries("bash", "-c", fed)

@@ -799,7 +799,7 @@ def loop_around(text: str, key: str, given: bool = False) -> re.Match[str] | Non
     first = None
     for loop, body, _end in _loops(text):
         first = first or loop
-        if body is not None and mentions(body, key):
+        if body is not None and _runs(body, key):
             return loop
     if given and first is not None:
         return first
@@ -807,7 +807,7 @@ def loop_around(text: str, key: str, given: bool = False) -> re.Match[str] | Non
     # `until [ -e /stop ]`, `for f in a b c` (before, none was seen: "nothing restarts
     # it" of a job its loop started again). Named by its head.
     for loop, body, _end in _loops(text, every=True):
-        if body is not None and (mentions(body, key) or (given and _GIVEN_WORDS.search(body))):
+        if body is not None and (_runs(body, key) or (given and _GIVEN_WORDS.search(body))):
             return _LOOP_HEAD.match(text, loop.start()) or loop
     return None
 
@@ -880,6 +880,28 @@ def _command_word(text: str, at: int) -> bool:
     return _BEFORE_COMMAND.search(text[:at].rstrip(" \t")) is not None
 
 
+def _runs(body: str, key: str) -> bool:
+    """True when a loop's body names ``key`` (:func:`mentions`) outside what ``echo`` or
+    ``printf`` prints: ``echo "train.py finished"; serve`` names the job, runs other
+    work (taken for the job's loop, its shell was killed with the job)."""
+    quoted = _quoted(body)
+    start = 0
+    for i in range(len(body) + 1):
+        if i < len(body) and (quoted[i] or body[i] not in "\n;&|"):
+            continue
+        words = body[start:i].split()
+        while words and words[0] in _LEAD_WORDS:
+            words.pop(0)  # `then echo ...`: the command is the word after
+        if words and words[0] not in ("echo", "printf") and mentions(body[start:i], key):
+            return True
+        start = i + 1
+    return False
+
+
+#: Reserved words that may stand before a simple command (bash(1) SHELL GRAMMAR).
+_LEAD_WORDS = frozenset({"do", "then", "else", "elif", "if", "while", "until", "{", "(", "!"})
+
+
 #: A body that runs what the shell is given (``"$@"``, ``$1``): the job, when it is.
 _GIVEN_WORDS = re.compile(r"\$\{?[@*1-9]")
 
@@ -926,7 +948,7 @@ def _other_loops(text: str, given: bool, key: str) -> bool:
     for loop, body, end in _loops(text, every=True):
         if loop.start() < inside:
             continue
-        if body is None or not (mentions(body, key) or (given and _GIVEN_WORDS.search(body))):
+        if body is None or not (_runs(body, key) or (given and _GIVEN_WORDS.search(body))):
             return True
         inside = end
     return False
