@@ -232,7 +232,7 @@ def test_report_names_a_line_put_back_by_undo_as_it_stands_now(
     """Fresh user's first day: `report`'s per-origin row (named by its latest run) said
     `cron FILE:1 (* * * * *), entry since disabled` of the ghost's line that `undo` had
     put back, as `allowlist diff` did before. It reads the line as `diff` does (one
-    reading, :func:`watchdog.policy.learn.reader_now`): live again, then off again."""
+    reading, :func:`rogue_watchdog.policy.learn.reader_now`): live again, then off again."""
     import json
 
     state, origin, _off = _ghost_seen_while_off(tmp_path)
@@ -255,3 +255,46 @@ def test_report_names_a_line_put_back_by_undo_as_it_stands_now(
     rows, text, page = names()
     assert rows == [f"{origin.describe()}, entry since disabled"]
     assert "entry since disabled" in page
+
+
+def test_report_reads_a_line_where_its_config_says_crontabs_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A daemon whose ``paths.cron_d`` is not ``/etc/cron.d`` (a sandbox, a container
+    reading the host's) recorded a run of a line in it while the line was off; ``undo``
+    put it back. ``report --config`` read the line with the built-in paths, so the file,
+    named like a user (``daemon``) and not theirs, was taken for that user's crontab,
+    one cron refuses: the row said ``entry since ignored`` of a live line."""
+    import dataclasses
+    import json
+    import os
+    import pwd
+
+    try:
+        user = pwd.getpwnam("daemon")
+    except KeyError:
+        pytest.skip("no user named daemon on this host")
+    crond = tmp_path / "cron.d"
+    crond.mkdir()
+    tab = crond / "daemon"
+    entry = "* * * * * root /usr/bin/python3 /srv/train.py"
+    tab.write_text(entry + "\n")
+    os.chmod(tab, 0o644)
+    if tab.stat().st_uid == user.pw_uid:
+        pytest.skip("the test's files belong to the user daemon")
+    origin = CronOrigin(file=str(tab), line=1, user="root", schedule="* * * * *", entry=entry)
+    off = dataclasses.replace(origin, entry_state="disabled")
+    state = tmp_path / "state"
+    db = StateDB(str(state))
+    t0 = time.time() - 600
+    cmd = ["/usr/bin/python3", "/srv/train.py"]
+    db.record_run(
+        RunRecord("sig", 4242, 42420, "root", cmd, off.to_json(), "rogue", None, t0, t0 + 40),
+        t0 + 40,
+    )
+    db.close()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"paths: {{cron_d: '{crond}'}}\ndaemon: {{state_dir: '{state}'}}\n")
+    assert main(["report", "--config", str(cfg), "--since", "7d", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [row["name"] for row in doc["by_origin"]] == [origin.describe()]

@@ -154,3 +154,26 @@ def test_zsh_script_defines_the_completers() -> None:
             ["zsh", "-n"], input=script, text=True, capture_output=True, check=False
         )
         assert check.returncode == 0, check.stderr
+
+
+@pytest.mark.parametrize("stdout", ["/dev/full", "closed"])
+def test_completion_to_an_unwritable_stdout_says_nothing_and_exits_0(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stdout: str
+) -> None:
+    """Before: candidates written to a full or closed stdout raised the CliError of
+    emit outside the command's error handling: a traceback and exit 70 (internal error)
+    on the terminal the person was pressing TAB in."""
+    import rogue_watchdog.cli.common as common
+    import rogue_watchdog.daemon.ipc as ipc
+    from rogue_watchdog.cli import main
+
+    doc = {"findings": [{"id": 3}], "jobs": [{"root_pid": 42, "stop": "kill 42"}]}
+    monkeypatch.setattr(ipc, "query_status", lambda *a, **k: doc)
+    monkeypatch.setattr(common, "socket_path", lambda *a, **k: "/nowhere.sock")
+    assert main(["_complete", "targets", "--", "terminate"]) == 0
+    assert capsys.readouterr().out == "F3\n42\n"  # what is offered when it can be written
+    with open("/dev/full", "w") as full:
+        monkeypatch.setattr(sys, "stdout", full if stdout == "/dev/full" else None)
+        assert main(["_complete", "targets", "--", "terminate"]) == 0
+        monkeypatch.undo()
+    assert capsys.readouterr().err == ""

@@ -165,3 +165,29 @@ def test_every_report_fails_loudly_when_stdout_cannot_take_it(
     )
     assert closed.returncode == 2, closed.stderr
     assert closed.stderr.endswith(b"rogue-watchdog: standard output is closed\n")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["scan", "--help"], ["--version"], []])
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_help_and_version_fail_loudly_when_stdout_cannot_take_them(
+    argv: list[str], unbuffered: str
+) -> None:
+    # Before: argparse wrote them, outside the command's output handling: on /dev/full
+    # "Exception ignored ... OSError" and exit 120 (block-buffered stdout) or exit 0 with
+    # nothing said (PYTHONUNBUFFERED); with stdout closed, help on stderr and exit 0.
+    cmd = [sys.executable, "-m", "rogue_watchdog", *argv]
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED=unbuffered)
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, env=env, check=False)
+    assert (done.returncode, done.stderr) == (
+        2, b"rogue-watchdog: cannot write the output: No space left on device\n"
+    )  # fmt: skip
+    closed = subprocess.run(
+        ["/bin/sh", "-c", '"$@" >&-', "sh", *cmd], capture_output=True, env=env, check=False
+    )
+    assert (closed.returncode, closed.stderr) == (2, b"rogue-watchdog: standard output is closed\n")
+    piped = subprocess.run(
+        ["/bin/bash", "-c", '"$@" | head -c 1 >/dev/null; echo "${PIPESTATUS[0]}"', "sh", *cmd],
+        capture_output=True, env=env, check=False,
+    )  # fmt: skip
+    assert (piped.stdout.strip(), piped.stderr) == (b"2" if not argv else b"0", b"")

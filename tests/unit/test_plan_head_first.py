@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from tests.conftest import Spawned, need_program, poll, run_cli
-from tests.unit.test_loop_left import TRAINER
+from tests.unit.test_script_loop import TRAINER
 
 LOOP = "sleep 300 & while true; do python3 train_loop.py; sleep 5; done"
 
@@ -73,3 +73,41 @@ def test_terminate_dry_run_says_its_head_line_first(spawned: Spawned, tmp_path: 
         "enforcement.quarantine_unknown_exe is off",
         f"  its source starts it again: after about 5 s, shell loop `while true` in PID {shell}",
     ]
+
+
+def test_and_source_leaves_a_cron_lines_shell_loop_said(tmp_path: Path) -> None:
+    """A cron line's own shell loops over the trainer and also runs a ``sleep``: the
+    terminate leaves that shell, and commenting out the line does not stop a loop
+    already running. Before: ``--and-source`` dropped both ``its source starts it
+    again: ... shell loop`` and ``would come back``, as if the disable had stopped it."""
+    from tests.fixtures.proc.fakeproc import FakeProc, write_tree
+
+    proc, crond = tmp_path / "proc", tmp_path / "cron.d"
+    crond.mkdir()
+    loop = "sleep 300 & while true; do python3 /srv/train_ghost.py; sleep 5; done"
+    (crond / "legacy").write_text(f"* * * * * root {loop}\n")
+    cg = ["0::/system.slice/cron.service"]
+    write_tree(proc, [
+        FakeProc(1, 0, ["/sbin/init"]),
+        FakeProc(100, 1, ["/usr/sbin/cron", "-f"], cgroup=cg),
+        FakeProc(200, 100, ["/bin/sh", "-c", loop], exe="/bin/sh", cgroup=cg, start=200),
+        FakeProc(700, 200, ["python3", "/srv/train_ghost.py"], cgroup=cg, start=300, pgid=200),
+        FakeProc(701, 200, ["sleep", "300"], cgroup=cg, start=300, pgid=200),
+    ])  # fmt: skip
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text(
+        "nvml: {enabled: false}\ntraining: {launchers: [train_ghost.py]}\n"
+        f"paths: {{proc_root: {proc}, crontab: {tmp_path}/crontab, cron_d: {crond}, "
+        "cron_spool: []}\n"
+        f"daemon: {{state_dir: {tmp_path}/state, socket: {tmp_path}/none.sock}}\n"
+        f"enforcement: {{backup_dir: {tmp_path}/backups}}\n"
+    )
+    res = run_cli("terminate", "--config", str(cfg), "700", "--dry-run", "--and-source")
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("would disable its source first ")
+    head = next(i for i, line in enumerate(lines) if line.startswith("would terminate "))
+    assert lines[head + 1] == (
+        "  its source starts it again: after about 5 s, shell loop `while true` in PID 200"
+    )
+    assert lines[-1].startswith("would come back: its source restarts it; stop the loop first")

@@ -296,6 +296,12 @@ def test_the_script_path_is_quoted_host_text(tmp_path: Path) -> None:
         "script",
         "python3 train_loop.py; while true; do sleep 600; done",
         "python3 train_loop.py; until false; do sleep 600; done",
+        # Loops whose condition is no endless form the restart claims read: still loops
+        # of other work (before, the shell was killed with the trainer).
+        "python3 train_loop.py; while [ 1 -eq 1 ]; do sleep 600; done",
+        "python3 train_loop.py\nfor i in $(seq 1000); do sleep 600; done",
+        # A loop in a string the shell runs as code (before: a string, not read).
+        "python3 train_loop.py; eval 'while true; do sleep 600; done'",
     ],
 )
 def test_a_script_whose_loop_runs_other_work_after_the_job_is_never_signalled(
@@ -362,10 +368,48 @@ def test_carries_job_reads_the_loops_of_dash_c_text() -> None:
     assert not carries("nohup", "bash", "-c", "python3 train.py; while sleep 60; do backup; done")
     assert not carries("bash", "-c", "while :; do train.py; done; while :; do serve; done")
     assert not carries("bash", "-c", "python3 serve.py")  # not the job's command at all
+    # Any loop of other work, whatever its condition (the restart claims read only the
+    # endless forms), is other work.
+    for loop in (
+        "while [ 1 -eq 1 ]", "while test 1", "while true 2>/dev/null", "while ! false",
+        "while read -r l", "until [ -e /stop ]", "for ((i=0;;i++))", "for x in $(seq 9)",
+        "select x in a b",
+    ):  # fmt: skip
+        assert not carries("bash", "-c", f"python3 train.py; {loop}; do serve; done"), loop
+        assert carries("bash", "-c", f"{loop}; do python3 train.py; done"), loop
+    assert carries("bash", "-c", "while :; do for x in a b; do echo; done; python3 train.py; done")
+    assert carries("sh", "-c", "python3 train.py --for x; echo while")  # no loop: arguments
+    # Quotes read as bash reads them: a `$'...'` string ends at its unescaped quote, a
+    # `<<` in a string or in arithmetic opens no here-document (before, each hid the loop
+    # after it: the shell was the job's exclusive wrapper).
+    serve = "python3 train.py\nwhile true; do serve; done"
+    assert not carries("bash", "-c", "echo $'it\\'s over'; " + serve)
+    assert not carries("bash", "-c", 'echo "use <<EOF for docs"\n' + serve)
+    assert not carries("bash", "-c", "echo '<<EOF'\n" + serve)
+    assert not carries("bash", "-c", "n=$((1<<N))\n" + serve)
+    assert carries("bash", "-c", "cat <<EOF\nwhile true; do serve; done\nEOF\npython3 train.py")
+    # A string may be code: eval's, a nested shell's (only what echo or printf prints is
+    # data, as long as no command substitution runs in it).
+    assert not carries("bash", "-c", "python3 train.py; eval 'while true; do serve; done'")
+    assert not carries("sh", "-c", 'python3 train.py; eval "while :; do serve; done"')
+    assert not carries("bash", "-c", "python3 train.py\nexec sh -c 'until false; do serve; done'")
+    assert not carries("bash", "-c", 'python3 train.py; echo "$(while :; do serve; done)"')
+    assert carries("bash", "-c", "python3 train.py; printf '%s\\n' 'for x in a; do'")
+    assert carries("bash", "-c", "eval 'while true; do python3 train.py; done'")
+    assert carries("sh", "-c", 'python3 train.py --note "for the paper" --tag "while ok"')
+    # A body that only prints the job's name runs other work (before: the job's loop).
+    for body in ('echo "train.py ended"; serve', "if true; then printf '%s' train.py; fi; serve"):
+        assert not carries("bash", "-c", f"python3 train.py; while :; do {body}; done"), body
+    assert carries("bash", "-c", 'while :; do echo "run train.py"; python3 train.py; done')
+    # A here-document a shell reads is code (before: dropped as data, its loop unseen).
+    fed = "python3 train.py\nbash <<'EOF'\nwhile true; do serve; done\nEOF\n"
+    assert not carries("bash", "-c", fed)
+    assert not carries("bash", "-c", fed.replace("bash <<", "sudo /bin/sh -s <<"))
+    assert carries("bash", "-c", fed.replace("bash <<", "cat >loop.sh <<"))
 
 
 def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:
-    from rogue_watchdog.policy.guard import loop_around
+    from rogue_watchdog.policy.guard import loop_around, shell_code
 
     assert loop_around("while true; do python3 train.py; sleep 5; done", "train.py")
     assert loop_around(
@@ -374,6 +418,10 @@ def test_the_loop_around_the_job_is_the_one_whose_body_runs_it() -> None:
     assert loop_around("python3 train.py\nwhile true; do serve; done", "train.py") is None
     assert loop_around("while true; do serve; done\npython3 train.py", "train.py") is None
     assert loop_around("while true; do serve; done>log\npython3 train.py", "train.py") is None
+    assert loop_around("echo $'it\\'s'\nwhile true; do python3 train.py; done", "train.py")
+    fed = shell_code("sh <<'EOF'\nwhile true; do python3 train.py; done # x\nEOF\necho")
+    assert fed == "sh <<'EOF'\nwhile true; do python3 train.py; done \necho"
+    assert loop_around(fed, "train.py")
     assert loop_around("while true; do a; done; while sleep 3; do train.py; done", "train.py")
     from rogue_watchdog.lineage.scriptfile import ScriptRead
 
@@ -429,3 +477,57 @@ def test_a_file_that_says_it_is_empty_is_never_read(
     shell = Proc(77, 1, 100, "S", "bash", cmdline=("bash", "./k"), exe="/usr/bin/bash")
     read = read_script(shell, ProcessTable(str(proc_root)))
     assert read is not None and (read.text, read.unread, reads) == ("", None, [])
+
+
+def test_a_script_given_the_trainer_that_then_loops_over_other_work_is_never_signalled(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """``bash serve.sh train_loop.py``: the command line carries the job's command, but
+    what runs is the file, and it runs the trainer once and then a loop of other work.
+    Before: its command line alone made it the job's wrapper (the file was not read),
+    so advice and terminate killed it with the trainer and its loop never ran."""
+    script = tmp_path / "serve.sh"
+    script.write_text('python3 "$1"\nwhile true; do sleep 600; done\n')
+    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", str(script), "train_loop.py"])
+    shell = job.lineage[1].pid
+    (advised,) = with_advice([job], ScanProtection(), table)
+    assert advised.advice.stop_pids == (job.root_pid,)
+    out = terminate_tree([_identity(job.root_pid)], SignalGuard(), Effects(), grace_s=5.0)
+    assert [x.pid for x in out.procs] == [job.root_pid]
+    assert read_live(shell) is not None  # it goes on to its own work
+
+
+def test_carries_job_reads_the_script_a_shell_is_given_the_job_by() -> None:
+    from rogue_watchdog.lineage.scriptfile import ScriptRead
+    from rogue_watchdog.policy.guard import carries_job
+
+    def carries(text: str | None, *argv: str) -> bool:
+        read = ScriptRead("run.sh", text, own_fd=True)
+        return carries_job(("bash", "run.sh", *argv), None, "train.py", lambda: read)
+
+    assert carries('python3 "$1"', "train.py")  # cron's `sh -c CMD` as a file
+    assert carries('while :; do python3 "$1"; done', "train.py")
+    assert carries("while :; do python3 train.py; done")
+    assert not carries('python3 "$1"; while :; do serve; done', "train.py")
+    assert not carries('while :; do "$@"; done; until false; do serve; done', "train.py")
+    assert not carries("while :; do python3 train.py; done\nwhile :; do serve; done")
+    assert not carries('python3 "$1"')  # not given the job, and no loop of it
+    assert not carries(None, "train.py")  # unread: what it runs is not known
+
+
+@pytest.mark.parametrize(
+    ("head", "when"),
+    [("while [ 1 -eq 1 ]", "after about 5 s"), ("until [ -e stop ]", "after about 5 s")],
+)
+def test_a_loop_of_any_condition_around_the_job_is_a_restart(
+    spawned: Spawned, tmp_path: Path, head: str, when: str
+) -> None:
+    """A shell that runs other work too (its `sleep 300` child) is left by terminate, and
+    its loop starts the trainer again. Before: only the endless forms (`while true`...)
+    were read, so the advice said nothing restarts it."""
+    text = f"sleep 300 & {head}; do python3 train_loop.py; sleep 5; done"
+    job, table = trainer_under(spawned, tmp_path, ["/bin/bash", "-c", text])
+    shell = job.lineage[1].pid
+    assert _restarts(job, table) == Restarts(
+        when, f"shell loop `{head}` in PID {shell}", f"stop the loop first: {_kill_first(shell)}"
+    )

@@ -490,7 +490,11 @@ def terminate_extras(target: JobTarget, source_disabled: bool) -> dict[str, Any]
     ends: :func:`~watchdog.actions.loopcheck.settle_loop`)."""
     out: dict[str, Any] = {}
     again = target.restarts
-    if again is not None and again.after_terminate and not source_disabled:
+    if (
+        again is not None
+        and again.after_terminate
+        and (not source_disabled or again.outlives_source)
+    ):
         key = "will_return" if again.known else "may_return"
         out[key] = {"restarts": again.line(), "stops": again.stops}
         if again.each_run:

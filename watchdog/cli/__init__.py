@@ -42,6 +42,19 @@ checkout).
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its help and ``--version`` text written by :func:`emit`:
+    argparse drops a failed write to stdout (``--help > /dev/full`` exited 0 with
+    nothing said, or 120 when the buffer's flush failed at exit) and prints help meant
+    for a closed stdout on stderr."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if message and file is sys.stdout:
+            emit(message.removesuffix("\n"))
+        else:
+            super()._print_message(message, file)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered.
 
@@ -51,7 +64,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             does not pay for the others' arguments and help texts (half of ``status``).
             None, or a name no register function declares, builds them all.
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rogue-watchdog",
         description=(
             "Find training jobs running outside the sanctioned pipeline, name their origin, "
@@ -195,9 +208,15 @@ def _main(argv: Sequence[str] | None) -> int:
     if words[:1] == [complete.COMMAND]:
         return complete.main(words[1:])
     parser = build_parser(command_word(words))
-    args = parser.parse_args(words)
-    if getattr(args, "func", None) is None:
-        parser.print_help()
+    try:
+        # Help and --version are written here (_Parser): their failure is a CliError.
+        args = parser.parse_args(words)
+        if getattr(args, "func", None) is None:
+            parser.print_help()
+            return 2
+    except CliError as exc:
+        if sys.stderr is not None:
+            print(f"rogue-watchdog: {exc}", file=sys.stderr)
         return 2
     if args.command not in ("run", "status", "completion", "top"):
         # One-shot commands keep stdout for their report; their log events go to stderr:

@@ -209,8 +209,11 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     _out(f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.kind}")
     if not_disabled is not None:
         _out(f"  its source is not disabled: {not_disabled}")
-    if again is not None and not disabled:
-        # Stopping the run alone does not keep it stopped.
+    if again is not None and disabled and not again.outlives_source:
+        again = None  # --and-source stopped what starts it again
+    if again is not None:
+        # Stopping the run alone does not keep it stopped (nor does disabling its source
+        # a loop in its lineage: a cron line's shell loop runs on).
         _out(f"  {_said_before(again)}")
     for svc in target.service:
         cmd = command_text(svc.cmdline or (), 100)
@@ -240,7 +243,7 @@ def cmd_terminate(args: argparse.Namespace) -> int:
         _out("a real run would be refused: no process of this job would be signalled")
         return 1
     shown = ("will-return", "may-return", "ok", "dry-run")
-    if again is not None and not disabled and res.outcome in shown:
+    if again is not None and res.outcome in shown:
         _out(_coming_back(again, res.outcome))
     elif target.restarts is not None and res.outcome in shown:
         left = _loop_left(target.restarts, res)

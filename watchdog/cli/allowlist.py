@@ -11,6 +11,7 @@ or no readable history.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -27,6 +28,7 @@ from .common import (
 from .help import command_help
 
 if TYPE_CHECKING:
+    from ..config import Paths
     from ..policy.learn import Suggestion
     from ..state import ActionRecord, RunRecord
 
@@ -162,15 +164,25 @@ def wrote_suggestion(found: Suggestion, path: str) -> str:
     return printable(text)
 
 
+def _paths(config: str | None) -> Paths | None:
+    """The host paths of ``--config`` (where its daemon read crontabs and units, and so
+    where a recorded origin is read again), or None (the built-in ones) without one."""
+    from ..config import load_config
+
+    return load_config(config).paths if config is not None else None
+
+
 def cmd_suggest(args: argparse.Namespace) -> int:
     """``allowlist suggest``: print (or write) the proposed allowlist."""
     from ..policy.learn import origin_now, render_yaml, source_gone_now, suggest
 
     state_dir = _state_dir(args, args.config)
     runs, actions, since = _runs(args, state_dir)
+    paths = _paths(args.config)
     found = suggest(
-        runs, since, min_runs=args.min_runs, prefer=args.prefer or (), gone_now=source_gone_now,
-        now=origin_now,
+        runs, since, min_runs=args.min_runs, prefer=args.prefer or (),
+        gone_now=functools.partial(source_gone_now, paths=paths),
+        now=functools.partial(origin_now, paths=paths),
         actions=actions, include_acted=args.include_acted,
         learning_started=_learning_started(state_dir),
     )  # fmt: skip
@@ -192,7 +204,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     runs, actions, _ = _runs(args, _state_dir(args, args.config, candidate=True))
     changes = replay(runs, config, actions)
     # Origins as they stand now: a line disabled then put back by `undo` is live again.
-    emit(render_changes(changes, now=origin_now))
+    emit(render_changes(changes, now=functools.partial(origin_now, paths=config.paths)))
     return 1 if changes else 0
 
 
@@ -301,7 +313,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     """``report``: the window as text, JSON or one HTML file."""
     import json
 
-    from ..policy.learn import runs_now
+    from ..policy.learn import origin_now, runs_now
     from ..report import report_html, report_json, report_text
     from ..state import read_history
 
@@ -314,7 +326,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     runs, findings, actions = history
     # Origins as they stand now, read as `allowlist diff` reads them: a crontab line put
     # back by `undo` is no longer said to be "since disabled".
-    runs = runs_now(runs)
+    runs = runs_now(runs, functools.partial(origin_now, paths=_paths(args.config)))
     doc = report_json(runs, findings, actions, since, now)
     if args.format == "json":
         text = json.dumps(doc, indent=2, sort_keys=True)

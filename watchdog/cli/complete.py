@@ -88,8 +88,13 @@ def main(argv: Sequence[str]) -> int:
             return 0
         raise
     values = candidates(doc, argv[0])
-    if values:
-        emit("\n".join(values))
+    try:
+        if values:
+            emit("\n".join(values))
+    except CliError:
+        # Stdout closed or full (`>&-`, `> /dev/full`): nothing to offer, and a
+        # completion says nothing on the terminal (before: a traceback, exit 70).
+        return 0
     return 0
 
 

@@ -89,6 +89,9 @@ class Restarts:
             claims the loop stopped only when this very shell was (it re-decides its
             wrappers from the live processes, which may differ by then). Not compared:
             the same advice whoever's shell it names.
+        outlives_source: It is in the job's lineage, not its source (a shell loop the
+            terminate leaves, a script that may loop): disabling the source (``terminate
+            --and-source``) leaves it, and the job comes back all the same. Not compared.
     """
 
     when: str
@@ -98,6 +101,7 @@ class Restarts:
     launcher: tuple[int, int] | None = None
     each_run: bool = False
     shell: tuple[int, int] | None = field(default=None, compare=False)
+    outlives_source: bool = field(default=False, compare=False)
 
     def line(self) -> str:
         """``restarts it: at once, shell loop `while true```: one line everywhere."""

@@ -36,7 +36,7 @@ from ..hostpaths import CRON_D, CRON_SPOOL_DIRS, config_args
 from ..hosttext import clip, code_span, command_text, safe_text
 from ..lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
 from ..lineage.cgroup import CgroupInfo, parse_cgroup
-from ..lineage.scriptfile import ScriptFiles, ScriptRead, command_string
+from ..lineage.scriptfile import ScriptFiles, ScriptRead, command_string, script_path
 from ..model import (
     DISABLE_FIRST,
     Advice,
@@ -679,7 +679,7 @@ _HEREDOC = re.compile(r"(?<!<)<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
 def _uncomment(line: str, quote: str) -> tuple[str, str]:
     """``line`` without its comment (from a ``#`` that starts a word outside quotes:
     bash(1) COMMENTS), and the quote still open at its end; ``quote`` is the one open at
-    its start (a string may span lines)."""
+    its start (a string may span lines; ``$`` stands for ``$'...'``, :func:`_opens`)."""
     i = 0
     while i < len(line):
         c = line[i]
@@ -687,9 +687,9 @@ def _uncomment(line: str, quote: str) -> tuple[str, str]:
             i += 2
             continue
         if quote:
-            quote = "" if c == quote else quote
+            quote = "" if c == _closes(quote) else quote
         elif c in "'\"":
-            quote = c
+            quote = _opens(line, i)
         elif c == "#" and (i == 0 or line[i - 1].isspace() or line[i - 1] in ";&|()"):
             return line[:i], quote
         i += 1
@@ -700,21 +700,40 @@ def shell_code(text: str) -> str:
     """Shell text (a script file's, a ``-c`` string) without its comments (the ``#!``
     line, a loop commented out, ``cmd  # was: while true; do ...``) and here-documents'
     bodies (``cat <<EOF`` text is data the shell does not run): what
-    :func:`loop_around` reads. A ``<<`` inside a string is taken for a here-document
-    (its lines are then not read: no loop is seen in them)."""
+    :func:`loop_around` reads. The body of a here-document a shell reads (``bash
+    <<'EOF'``) is code, kept as its own :func:`shell_code`."""
     kept: list[str] = []
-    ends: list[tuple[str, bool]] = []  # the words that end the open here-documents
+    ends: list[tuple[str, bool, bool]] = []  # the open here-documents: end, tabs, code
+    body: list[str] = []
     quote = ""
     for line in text.split("\n"):
         if ends:
-            word, tabs = ends[0]
-            if (line.lstrip("\t") if tabs else line) == word:
-                ends.pop(0)
+            word, tabs, code = ends[0]
+            if (line.lstrip("\t") if tabs else line) != word:
+                body.append(line)
+                continue
+            ends.pop(0)
+            if code:
+                kept.append(shell_code("\n".join(body)))
+            body = []
             continue
+        quoted = _quoted(line, quote)
         line, quote = _uncomment(line, quote)
         kept.append(line)
-        ends = [(m.group(3), m.group(1) == "-") for m in _HEREDOC.finditer(line)]
+        ends = [
+            (m.group(3), m.group(1) == "-", _FEEDS_SHELL.search(line, 0, m.start()) is not None)
+            for m in _HEREDOC.finditer(line)
+            # Not in a string (`echo "<<EOF"`) nor in arithmetic (`$((1<<N))`): the lines
+            # after it taken for its body would hide the loops they hold.
+            if not quoted[m.start()]
+            and line.count("((", 0, m.start()) <= line.count("))", 0, m.start())
+        ]
     return "\n".join(kept)
+
+
+#: A shell that reads its commands from its standard input (a here-document), the end
+#: of the text before a ``<<``: ``bash <<'EOF'``, ``sudo /bin/sh -s <<EOF``.
+_FEEDS_SHELL = re.compile(r"(?:^|[;&|(){}\s])(?:\S*/)?(?:ba|da|z|k|mk|a)?sh(?:\s+[-+]\S*)*\s*$")
 
 
 def _script_text(read: ScriptRead) -> str:
@@ -722,23 +741,36 @@ def _script_text(read: ScriptRead) -> str:
     return shell_code(read.text or "")
 
 
-def _quoted(text: str) -> bytearray:
-    """1 at each position of ``text`` inside single or double quotes (the quotes too)."""
+def _opens(text: str, i: int) -> str:
+    """The quote the quote character at ``i`` opens: ``'``, ``"``, or ``$`` for
+    ``$'...'`` (bash(1) QUOTING: a backslash escapes in it, ``$'it\\'s'`` is one
+    string)."""
+    return "$" if text[i] == "'" and text[i - 1 : i] == "$" else text[i]
+
+
+def _closes(quote: str) -> str:
+    """The character that closes ``quote`` (:func:`_opens`)."""
+    return "'" if quote == "$" else quote
+
+
+def _quoted(text: str, quote: str = "") -> bytearray:
+    """1 at each position of ``text`` inside single or double quotes (the quotes too);
+    ``quote`` is the one open at its start (:func:`_opens`)."""
     out = bytearray(len(text))
-    quote, i = "", 0
+    i = 0
     while i < len(text):
         c = text[i]
         if quote:
             out[i] = 1
-            if quote == '"' and c == "\\" and i + 1 < len(text):
+            if quote in '"$' and c == "\\" and i + 1 < len(text):
                 out[i + 1] = 1
                 i += 1
-            elif c == quote:
+            elif c == _closes(quote):
                 quote = ""
         elif c == "\\":
             i += 1
         elif c in "'\"":
-            quote, out[i] = c, 1
+            quote, out[i] = _opens(text, i), 1
         i += 1
     return out
 
@@ -746,14 +778,16 @@ def _quoted(text: str) -> bytearray:
 def loop_around(text: str, key: str, given: bool = False) -> re.Match[str] | None:
     """The first shell loop (:data:`_LOOP`) of ``text`` whose body, from its ``do`` to
     the ``done`` that closes it (nested loops counted), names ``key``
-    (:func:`~watchdog.lineage.base.command_key`); None when none does. The one rule for
+    (:func:`~watchdog.lineage.base.command_key`), else the first loop of any other kind
+    (``while [ 1 -eq 1 ]``, ``for f in a b``) whose body does; None when none does. The one rule for
     a ``-c`` string and a script file's text alike (:func:`_loop_in`,
     :func:`script_loops`).
 
     A loop elsewhere in the text that also runs the job is not the job's: ``python3
     train.py`` then ``while true; do serve; done`` runs the job once and then other
     work, and its shell must not be taken for the job's wrapper. A body left open (no
-    closing ``done``) runs to the end of the text. A loop inside quotes is a string.
+    closing ``done``) runs to the end of the text. A loop inside quotes is a string,
+    unless the string is code (:func:`_loops`, ``eval 'while ...'``).
 
     Args:
         text: Shell code (:func:`shell_code`: comments and here-documents already out).
@@ -763,24 +797,42 @@ def loop_around(text: str, key: str, given: bool = False) -> re.Match[str] | Non
             body runs ``"$@"``): then, when no body names ``key``, the first loop.
     """
     first = None
-    for loop, body in _loops(text):
+    for loop, body, _end in _loops(text):
         first = first or loop
-        if body is not None and mentions(body, key):
+        if body is not None and _runs(body, key):
             return loop
-    return first if given else None
+    if given and first is not None:
+        return first
+    # Any other loop whose body runs the job runs it again too: `while [ 1 -eq 1 ]`,
+    # `until [ -e /stop ]`, `for f in a b c` (before, none was seen: "nothing restarts
+    # it" of a job its loop started again). Named by its head.
+    for loop, body, _end in _loops(text, every=True):
+        if body is not None and (_runs(body, key) or (given and _GIVEN_WORDS.search(body))):
+            return _LOOP_HEAD.match(text, loop.start()) or loop
+    return None
 
 
-def _loops(text: str) -> Iterator[tuple[re.Match[str], str | None]]:
+#: A loop's head, from its reserved word to its ``do``: ``while [ 1 -eq 1 ]``.
+_LOOP_HEAD = re.compile(r"(?:while|until|for|select)\b[^\n]*?(?=\s*;\s*do\b|\s+do\b|$)", re.M)
+
+
+def _loops(text: str, every: bool = False) -> Iterator[tuple[re.Match[str], str | None, int]]:
     """Each shell loop of ``text`` outside quotes (``echo "while true; do ..."`` is a
     string), with its body: from its ``do`` to the ``done`` that closes it, nested loops
-    counted, or to the end of the text when none does; None when it has no ``do``."""
+    counted, or to the end of the text when none does; None when it has no ``do``; and
+    where the body ends. ``every``: every ``while``, ``until``, ``for`` and ``select``
+    loop (:data:`_ANY_LOOP`), not only the endless ones :data:`_LOOP` knows, and those
+    in a string too unless ``echo`` or ``printf`` prints it (:func:`_printed`): a string
+    may be code (``eval 'while ...'``, ``sh -c 'while ...'``)."""
     quoted = _quoted(text)
-    for loop in _LOOP.finditer(text):
-        if quoted[loop.start()]:
+    found = (m for m in _ANY_LOOP.finditer(text) if _command_word(text, m.start()))
+    for loop in found if every else _LOOP.finditer(text):
+        inside = quoted[loop.start()]
+        if inside and (not every or _printed(text, quoted, loop.start())):
             continue
         depth, start, end = 0, None, len(text)
         for word in _DO_DONE.finditer(text, loop.end()):
-            if quoted[word.start()]:
+            if quoted[word.start()] != inside:
                 continue
             if word.group(1) == "do":
                 depth += 1
@@ -790,7 +842,64 @@ def _loops(text: str) -> Iterator[tuple[re.Match[str], str | None]]:
                 if depth == 0:
                     end = word.start()
                     break
-        yield loop, (None if start is None else text[start:end])
+        if inside and start is None:
+            continue  # words in a string (`--note "for the paper"`), no loop in it
+        yield loop, (None if start is None else text[start:end]), end
+
+
+#: Any loop's reserved word (bash(1) Compound Commands), whatever its condition: ``while
+#: [ 1 -eq 1 ]``, ``until [ -e /stop ]``, ``for x in $(seq 1000)``, ``while read l``.
+_ANY_LOOP = re.compile(r"\b(?:while|until|for|select)(?=[\s(]|$)")
+
+#: What may stand right before a command word: a separator, or a reserved word that
+#: takes a command after it.
+_BEFORE_COMMAND = re.compile(r"(?:^|[\n;&|(){}!'\"]|(?:^|[\s;&|()'\"])(?:do|then|else|elif|time))$")
+
+
+def _printed(text: str, quoted: bytearray, at: int) -> bool:
+    """True when the string holding position ``at`` is an argument of ``echo`` or
+    ``printf`` with no command substitution before ``at``: data, not code."""
+    first = at
+    while first > 0 and quoted[first - 1]:
+        first -= 1
+    start = first
+    while start > 0 and (quoted[start - 1] or text[start - 1] not in "\n;&|(){}"):
+        start -= 1
+    words = text[start:first].split()
+    return (
+        bool(words)
+        and words[0] in ("echo", "printf")
+        and "$(" not in text[first:at]
+        and "`" not in text[first:at]
+    )
+
+
+def _command_word(text: str, at: int) -> bool:
+    """True when the word at ``at`` is where a command starts (``while`` as a loop, not
+    an argument: ``python3 train.py --for x``)."""
+    return _BEFORE_COMMAND.search(text[:at].rstrip(" \t")) is not None
+
+
+def _runs(body: str, key: str) -> bool:
+    """True when a loop's body names ``key`` (:func:`mentions`) outside what ``echo`` or
+    ``printf`` prints: ``echo "train.py finished"; serve`` names the job, runs other
+    work (taken for the job's loop, its shell was killed with the job)."""
+    quoted = _quoted(body)
+    start = 0
+    for i in range(len(body) + 1):
+        if i < len(body) and (quoted[i] or body[i] not in "\n;&|"):
+            continue
+        words = body[start:i].split()
+        while words and words[0] in _LEAD_WORDS:
+            words.pop(0)  # `then echo ...`: the command is the word after
+        if words and words[0] not in ("echo", "printf") and mentions(body[start:i], key):
+            return True
+        start = i + 1
+    return False
+
+
+#: Reserved words that may stand before a simple command (bash(1) SHELL GRAMMAR).
+_LEAD_WORDS = frozenset({"do", "then", "else", "elif", "if", "while", "until", "{", "(", "!"})
 
 
 #: A body that runs what the shell is given (``"$@"``, ``$1``): the job, when it is.
@@ -804,38 +913,59 @@ def carries_job(
     the advice's wrappers (:func:`exclusive_wrappers`) and ``terminate``'s.
 
     It carries the job's command (cron's ``sh -c CMD``, ``timeout 300 CMD``) and its
-    ``-c`` text runs no loop of other work, or its script file loops over the job
-    (:func:`script_loops`). A ``-c`` shell that also loops over something else
-    (``python3 train.py; while true; do python3 -m http.server; sleep 60; done``) is a
-    service that started the job, not the job's: ended with it, its other work would
-    end too. Whether its descendants are all the job's is the caller's to check.
+    ``-c`` text runs no loop of other work, or it runs a script file that runs no loop
+    of other work and either is given the job's command (``bash run.sh train.py``) or
+    loops over the job (:func:`script_loops`). A shell that also loops over something
+    else (``python3 train.py; while true; do python3 -m http.server; sleep 60; done``,
+    in ``-c`` text or in the script it runs) is a service that started the job, not the
+    job's: ended with it, its other work would end too. Whether its descendants are all
+    the job's is the caller's to check.
 
     Args:
         cmdline: The wrapper's command line (``/proc/PID/cmdline``).
         exe: Its executable, or None to go by ``cmdline[0]``.
         key: What names the job (:func:`~watchdog.lineage.base.command_key`).
-        read: Reads its script file as it is now (None when none could be read);
-            called only when its command line does not carry the job's command.
+        read: Reads its script file as it is now (None when it runs none); called
+            only for a shell that runs a script file.
     """
-    if mentions(" ".join(cmdline), key):
-        text, given = _command_code(cmdline, exe, key)
-        return not any(
-            body is None or not (mentions(body, key) or (given and _GIVEN_WORDS.search(body)))
-            for _loop, body in _loops(text)
-        )
-    return script_loops(read(), key)
+    named = mentions(" ".join(cmdline), key)
+    if script_path(cmdline, exe) is None:
+        return named and not _other_loops(*_command_code(cmdline, exe, key), key)
+    # A script's arguments are data for the file, which says what runs: `bash serve.sh
+    # train.py` may run the trainer once and then a server for good.
+    script = read()
+    if not script_loops(script, key, named) or script is None:
+        return False
+    return not _other_loops(_script_text(script), named, key)
 
 
-def script_loops(read: ScriptRead | None, key: str) -> bool:
+def _other_loops(text: str, given: bool, key: str) -> bool:
+    """True when ``text`` holds a loop of anything but the job: any loop
+    (``while [ 1 -eq 1 ]``, ``until [ -e /stop ]``, ``for x in $(seq 1000)``, not only
+    the endless ones :func:`loop_around` reads) whose body does not run ``key`` (nor, the
+    job ``given``, ``"$@"``), other than a loop inside the body of one that does."""
+    inside = -1  # the end of the body of the last loop that runs the job
+    for loop, body, end in _loops(text, every=True):
+        if loop.start() < inside:
+            continue
+        if body is None or not (_runs(body, key) or (given and _GIVEN_WORDS.search(body))):
+            return True
+        inside = end
+    return False
+
+
+def script_loops(read: ScriptRead | None, key: str, given: bool = False) -> bool:
     """True when a shell's script file (:func:`~watchdog.lineage.scriptfile.read_script`),
     read and not modified since the shell started, holds a shell loop whose body runs
     ``key`` (:func:`loop_around`), as a ``-c`` text must name it to make its shell the
     job's wrapper. A file that could not be read, changed since, or read by its path
     rather than through the shell's own descriptor of it (not surely the file the shell
-    reads) never does: its shell is then never signalled for the job."""
+    reads) never does: its shell is then never signalled for the job. ``given``: the
+    shell is given the job's command as its arguments (``bash run.sh train.py``), which
+    the file runs, in a loop or not: any file read as it runs does."""
     if read is None or read.text is None or read.changed or not read.own_fd:
         return False
-    return loop_around(_script_text(read), key) is not None
+    return given or loop_around(_script_text(read), key) is not None
 
 
 def _script_of(proc: Proc, read: ScriptRead) -> str:
@@ -866,11 +996,11 @@ def _loop_in(
     if read is not None and read.changed:
         # What the shell runs is the file as it was when it read it: maybe no loop.
         how += "; the file changed after the shell started, so whether it still loops is unsure"
-        return Restarts("unknown", how, stop_loop_first(proc.pid))
+        return Restarts("unknown", how, stop_loop_first(proc.pid), outlives_source=True)
     when = loop_pause(text, found, key)
     if proc.pid in stop_pids:
         return Restarts(when, how, STOPS_WITH_LOOP, False, shell=(proc.pid, proc.start_ticks))
-    return Restarts(when, how, stop_loop_first(proc.pid))
+    return Restarts(when, how, stop_loop_first(proc.pid), outlives_source=True)
 
 
 def _command_code(cmdline: Sequence[str], exe: str | None, key: str) -> tuple[str, bool]:
@@ -928,6 +1058,7 @@ def script_doubt(job: Job, scripts: ScriptReader) -> Restarts | None:
             "unknown",
             f"{_script_of(proc, read)} {why}: whether it runs the job again is unknown",
             f"if it loops, stop its shell first: {_KILL_SHELL.format(pid=proc.pid)}",
+            outlives_source=True,
         )
     return None
 

@@ -27,11 +27,11 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ..config import Config, ConfigError, parse_config
+from ..config import Config, ConfigError, Paths, parse_config
 from ..hosttext import code_span, plain_or_code, safe_text
 from ..model import (
     NON_TRAINING_CLASSES,
@@ -44,6 +44,9 @@ from ..model import (
 )
 from ..state import ActionRecord, RunRecord
 from .allowlist import judge
+
+if TYPE_CHECKING:
+    from ..lineage.base import ResolveContext
 
 # Interpreters and launchers whose first non-option argument is the script that names
 # the job (the rest of the line is the run's arguments).
@@ -548,7 +551,7 @@ def _components(conflicted: Sequence[Group]) -> list[list[Group]]:
 GoneNow = Callable[[Origin], str | None]
 
 
-def source_gone_now(origin: Origin) -> str | None:
+def source_gone_now(origin: Origin, paths: Paths | None = None) -> str | None:
     """Why an origin's source no longer exists on this host now, or None while it does or
     nothing can be said (``allowlist suggest`` never proposes a gone source).
 
@@ -558,6 +561,8 @@ def source_gone_now(origin: Origin) -> str | None:
 
     Args:
         origin: A recorded origin.
+        paths: The configuration's host paths (``paths.cron_d``...), as the daemon that
+            recorded it read them; None for the built-in ones.
 
     Returns:
         ``its crontab entry is removed now`` (``disabled``, ``ignored``), ``its unit file
@@ -565,14 +570,12 @@ def source_gone_now(origin: Origin) -> str | None:
     """
     # Only the command reads the host: the daemon's candidate count never gets here.
     from ..lineage import default_resolvers
-    from ..lineage.base import ResolveContext, gone_now
-    from ..sources.procfs import ProcessTable
+    from ..lineage.base import gone_now
 
-    ctx = ResolveContext(table=ProcessTable(), now=datetime.now(UTC))
-    return gone_now(origin, ctx, default_resolvers())
+    return gone_now(origin, _context_now(paths), default_resolvers())
 
 
-def origin_now(origin: Origin) -> Origin:
+def origin_now(origin: Origin, paths: Paths | None = None) -> Origin:
     """A recorded origin as its source reads now, where its kind's resolver can read it
     again (:func:`watchdog.lineage.base.recheck`): a crontab line recorded disabled and
     re-enabled since (by ``rogue-watchdog undo`` or by hand) is live again; other kinds
@@ -583,13 +586,27 @@ def origin_now(origin: Origin) -> Origin:
 
     Args:
         origin: A recorded origin.
+        paths: As :func:`source_gone_now`'s.
     """
     from ..lineage import default_resolvers
-    from ..lineage.base import ResolveContext, recheck
+    from ..lineage.base import recheck
+
+    return recheck(origin, _context_now(paths), default_resolvers())
+
+
+def _context_now(paths: Paths | None) -> ResolveContext:
+    """A resolver context of now that reads the crontabs and units where ``paths`` says
+    (as :meth:`watchdog.scan.Scanner.context` does): read with the built-in paths, a
+    file in a configured ``paths.cron_d`` named like a user (``daemon``) was taken for
+    that user's crontab, and a line put back by ``undo`` said ``entry since ignored``."""
+    from ..lineage.base import ResolveContext
     from ..sources.procfs import ProcessTable
 
-    ctx = ResolveContext(table=ProcessTable(), now=datetime.now(UTC))
-    return recheck(origin, ctx, default_resolvers())
+    p = paths or Paths()
+    return ResolveContext(
+        table=ProcessTable(), now=datetime.now(UTC), cron_files=(p.crontab,),
+        cron_d_dir=p.cron_d, cron_spool_dirs=p.cron_spool, unit_dirs=p.unit_dirs,
+    )  # fmt: skip
 
 
 def reader_now(
