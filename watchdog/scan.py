@@ -360,15 +360,8 @@ class Scanner:
 
     def context(self, now: datetime) -> ResolveContext:
         """The resolver context for this config at ``now``."""
-        p = self.config.paths
-        return ResolveContext(
-            table=self.table,
-            now=now,
-            cron_files=(p.crontab,),
-            cron_d_dir=p.cron_d,
-            cron_spool_dirs=p.cron_spool,
-            unit_dirs=p.unit_dirs,
-            persistent=self._persistent,
+        return ResolveContext.on_host(
+            self.config.paths, self.table, now, persistent=self._persistent
         )
 
     def keep_origins_of(self, previous: Scanner) -> None:

@@ -15,13 +15,16 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .. import hostpaths
 from ..command import CommandRunner, run
 from ..hosttext import plain_or_code
 from ..model import Origin, Proc
 from ..sources.procfs import ProcessTable
+
+if TYPE_CHECKING:
+    from ..config import Paths
 
 
 @dataclass
@@ -60,6 +63,23 @@ class ResolveContext:
     cache: dict[str, object] = field(default_factory=dict)
     persistent: dict[str, object] = field(default_factory=dict)
     exe_owner: Callable[[Proc], int | None] | None = None
+
+    @classmethod
+    def on_host(cls, paths: Paths, table: ProcessTable, now: datetime, **kw: Any) -> ResolveContext:
+        """A context that reads crontabs and units where a configuration's ``paths``
+        say (``paths.crontab``, ``cron_d``, ``cron_spool``, ``unit_dirs``): the daemon's
+        scans and the commands that read a recorded origin again use the same ones.
+
+        Args:
+            paths: The configuration's host paths.
+            table: The process table to resolve in.
+            now: The time resolvers judge at.
+            **kw: Any other field (``persistent``...).
+        """
+        return cls(
+            table=table, now=now, cron_files=(paths.crontab,), cron_d_dir=paths.cron_d,
+            cron_spool_dirs=paths.cron_spool, unit_dirs=paths.unit_dirs, **kw,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -596,17 +596,14 @@ def origin_now(origin: Origin, paths: Paths | None = None) -> Origin:
 
 def _context_now(paths: Paths | None) -> ResolveContext:
     """A resolver context of now that reads the crontabs and units where ``paths`` says
-    (as :meth:`watchdog.scan.Scanner.context` does): read with the built-in paths, a
-    file in a configured ``paths.cron_d`` named like a user (``daemon``) was taken for
-    that user's crontab, and a line put back by ``undo`` said ``entry since ignored``."""
+    (:meth:`~watchdog.lineage.base.ResolveContext.on_host`, as the daemon's scans do):
+    read with the built-in paths, a file in a configured ``paths.cron_d`` named like a
+    user (``daemon``) was taken for that user's crontab, and a line put back by ``undo``
+    said ``entry since ignored``."""
     from ..lineage.base import ResolveContext
     from ..sources.procfs import ProcessTable
 
-    p = paths or Paths()
-    return ResolveContext(
-        table=ProcessTable(), now=datetime.now(UTC), cron_files=(p.crontab,),
-        cron_d_dir=p.cron_d, cron_spool_dirs=p.cron_spool, unit_dirs=p.unit_dirs,
-    )  # fmt: skip
+    return ResolveContext.on_host(paths or Paths(), ProcessTable(), datetime.now(UTC))
 
 
 def reader_now(
