@@ -209,28 +209,23 @@ def _main(argv: Sequence[str] | None) -> int:
         return complete.main(words[1:])
     parser = build_parser(command_word(words))
     try:
-        # Help and --version are written here (_Parser): their failure is a CliError.
+        # Help and --version are written here too (_Parser): their failure is a CliError.
         args = parser.parse_args(words)
         if getattr(args, "func", None) is None:
             parser.print_help()
             return 2
-    except CliError as exc:
-        if sys.stderr is not None:
-            print(f"rogue-watchdog: {exc}", file=sys.stderr)
-        return 2
-    if args.command not in ("run", "status", "completion", "top"):
-        # One-shot commands keep stdout for their report; their log events go to stderr:
-        # a line for a person at a terminal, JSON lines like the daemon's for a pipe, a
-        # file or a --json run. Configured when the first event is logged
-        # (watchdog.logs): importing structlog is a sixth of a `scan` that logs nothing.
-        # (`status` never logs.)
-        from .common import configure_logging
+        if args.command not in ("run", "status", "completion", "top"):
+            # One-shot commands keep stdout for their report; their log events go to
+            # stderr: a line for a person at a terminal, JSON lines like the daemon's for
+            # a pipe, a file or a --json run. Configured when the first event is logged
+            # (watchdog.logs): importing structlog is a sixth of a `scan` that logs
+            # nothing. (`status` never logs.)
+            from .common import configure_logging
 
-        fmt = args.log_format
-        if fmt == "auto" and getattr(args, "json", False):
-            fmt = "json"
-        logs.defer_configure(functools.partial(configure_logging, sys.stderr, fmt))
-    try:
+            fmt = args.log_format
+            if fmt == "auto" and getattr(args, "json", False):
+                fmt = "json"
+            logs.defer_configure(functools.partial(configure_logging, sys.stderr, fmt))
         code = int(args.func(args))
         finish_stdout()
         return code
