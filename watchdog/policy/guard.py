@@ -807,7 +807,7 @@ def loop_around(text: str, key: str, given: bool = False) -> re.Match[str] | Non
     # `until [ -e /stop ]`, `for f in a b c` (before, none was seen: "nothing restarts
     # it" of a job its loop started again). Named by its head.
     for loop, body, _end in _loops(text, every=True):
-        if body is not None and (_runs(body, key) or (given and _GIVEN_WORDS.search(body))):
+        if _body_runs(body, key, given):
             return _LOOP_HEAD.match(text, loop.start()) or loop
     return None
 
@@ -933,10 +933,10 @@ def carries_job(
         return named and not _other_loops(*_command_code(cmdline, exe, key), key)
     # A script's arguments are data for the file, which says what runs: `bash serve.sh
     # train.py` may run the trainer once and then a server for good.
-    script = read()
-    if not script_loops(script, key, named) or script is None:
+    text = _code_as_run(read())
+    if text is None or not (named or loop_around(text, key) is not None):
         return False
-    return not _other_loops(_script_text(script), named, key)
+    return not _other_loops(text, named, key)
 
 
 def _other_loops(text: str, given: bool, key: str) -> bool:
@@ -948,10 +948,16 @@ def _other_loops(text: str, given: bool, key: str) -> bool:
     for loop, body, end in _loops(text, every=True):
         if loop.start() < inside:
             continue
-        if body is None or not (_runs(body, key) or (given and _GIVEN_WORDS.search(body))):
+        if not _body_runs(body, key, given):
             return True
         inside = end
     return False
+
+
+def _body_runs(body: str | None, key: str, given: bool) -> bool:
+    """True when a loop's body (None: it has none) runs the job: a command naming
+    ``key`` (:func:`_runs`), or, the job ``given`` to the shell, ``"$@"`` or ``$1``."""
+    return body is not None and (_runs(body, key) or (given and bool(_GIVEN_WORDS.search(body))))
 
 
 def script_loops(read: ScriptRead | None, key: str, given: bool = False) -> bool:
@@ -963,9 +969,16 @@ def script_loops(read: ScriptRead | None, key: str, given: bool = False) -> bool
     reads) never does: its shell is then never signalled for the job. ``given``: the
     shell is given the job's command as its arguments (``bash run.sh train.py``), which
     the file runs, in a loop or not: any file read as it runs does."""
+    text = _code_as_run(read)
+    return text is not None and (given or loop_around(text, key) is not None)
+
+
+def _code_as_run(read: ScriptRead | None) -> str | None:
+    """A script file's code (:func:`shell_code`) when it was read as its shell runs it:
+    through the shell's own descriptor, unchanged since the shell started; else None."""
     if read is None or read.text is None or read.changed or not read.own_fd:
-        return False
-    return given or loop_around(_script_text(read), key) is not None
+        return None
+    return _script_text(read)
 
 
 def _script_of(proc: Proc, read: ScriptRead) -> str:
