@@ -680,20 +680,12 @@ def _uncomment(line: str, quote: str) -> tuple[str, str]:
     """``line`` without its comment (from a ``#`` that starts a word outside quotes:
     bash(1) COMMENTS), and the quote still open at its end; ``quote`` is the one open at
     its start (a string may span lines; ``$`` stands for ``$'...'``, :func:`_opens`)."""
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if c == "\\" and quote != "'":
-            i += 2
-            continue
-        if quote:
-            quote = "" if c == _closes(quote) else quote
-        elif c in "'\"":
-            quote = _opens(line, i)
-        elif c == "#" and (i == 0 or line[i - 1].isspace() or line[i - 1] in ";&|()"):
-            return line[:i], quote
-        i += 1
-    return line, quote
+    marks, end = _scan_quotes(line, quote)
+    for i, c in enumerate(line):
+        starts_word = i == 0 or line[i - 1].isspace() or line[i - 1] in ";&|()"
+        if c == "#" and not marks[i] and starts_word:
+            return line[:i], ""
+    return line, end
 
 
 def shell_code(text: str) -> str:
@@ -756,6 +748,13 @@ def _closes(quote: str) -> str:
 def _quoted(text: str, quote: str = "") -> bytearray:
     """1 at each position of ``text`` inside single or double quotes (the quotes too);
     ``quote`` is the one open at its start (:func:`_opens`)."""
+    return _scan_quotes(text, quote)[0]
+
+
+def _scan_quotes(text: str, quote: str = "") -> tuple[bytearray, str]:
+    """:func:`_quoted`'s marks, and the quote still open at the end of ``text`` (the one
+    reading of quotes: a backslash escapes outside quotes, in ``"..."`` and ``$'...'``,
+    never in ``'...'``)."""
     out = bytearray(len(text))
     i = 0
     while i < len(text):
@@ -772,7 +771,7 @@ def _quoted(text: str, quote: str = "") -> bytearray:
         elif c in "'\"":
             quote, out[i] = _opens(text, i), 1
         i += 1
-    return out
+    return out, quote
 
 
 def loop_around(text: str, key: str, given: bool = False) -> re.Match[str] | None:
