@@ -19,13 +19,16 @@ Mode = Literal["ok", "fail", "hang", "down"]
 
 @dataclass(frozen=True)
 class Request:
-    """One request the receiver got (hung ones included, marked ``answered=False``)."""
+    """One request the receiver got: hung ones included (``status`` None), and ones
+    whose sender went away before its body was whole (``complete`` False, ``status``
+    None: never answered, never a delivery)."""
 
     method: str
     path: str
     headers: dict[str, str]
     body: bytes
     status: int | None
+    complete: bool = True
 
     @property
     def json(self) -> Any:
@@ -69,6 +72,23 @@ class Receiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
+                if len(body) < length:
+                    # The sender went away mid-request (a daemon killed -9 while it
+                    # sent): a real receiver never sees this as a delivery, so it is
+                    # kept for the record but neither answered nor counted as sent.
+                    with receiver.lock:
+                        receiver.requests.append(
+                            Request(
+                                "POST",
+                                self.path,
+                                dict(self.headers.items()),
+                                body,
+                                None,
+                                complete=False,
+                            )
+                        )
+                    self.close_connection = True
+                    return
                 mode = receiver.mode
                 status: int | None
                 if mode == "hang":
