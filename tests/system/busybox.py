@@ -796,7 +796,7 @@ class BusyBox:
             requests = list(self.receiver.requests)
         for req in requests:
             daemon = req.path.strip("/")
-            if daemon not in pages:
+            if daemon not in pages or not req.complete:
                 continue
             posts[daemon] += 1
             body = req.json

@@ -142,8 +142,14 @@ class Host:
                 and doc.get("kind") == kind
                 and (mine is None or doc.get("root_pid") == mine)
             )
+        keys: set[str] = set()
         for req in list(self.rx.requests):
-            if req.status is not None and req.status < 300:
+            # One delivery per idempotency key: a daemon killed -9 after the receiver
+            # took a request but before it recorded the delivery sends it again with the
+            # same key (at-least-once, as docs/alerts.md says); a new key is a new alert.
+            key = req.headers.get("idempotency-key") or req.headers.get("Idempotency-Key")
+            if req.status is not None and req.status < 300 and (key is None or key not in keys):
+                keys.add(key or "")
                 doc = req.json
                 finding = doc.get("finding") or {}
                 out["hook"] += (
