@@ -210,10 +210,16 @@ def test_notify_status_reload_stop(service: tuple[NamespacedSystemd, Path, Path]
     shown = sd.show(UNIT, "ActiveState", "MainPID", "NRestarts")
     assert (shown["ActiveState"], shown["MainPID"], shown["NRestarts"]) == ("active", main_pid, "0")
 
+    # What the run directory carries for the next daemon (sanctioned.json, outage.json)
+    # outlives a stop as well as a restart: a stop then a start during a storage outage
+    # would otherwise judge a sanctioned run afresh (docs/reliability.md, "Limits").
+    kept = "/run/rogue-watchdog/kept-across-stop"
+    sd.nsenter("touch", kept)
     sd.systemctl("stop", UNIT)
     shown = sd.show(UNIT, "ActiveState", "Result")
     assert (shown["ActiveState"], shown["Result"]) == ("inactive", "success")
     assert sd.nsenter("test", "-e", SOCKET, check=False).returncode == 1  # socket removed
+    assert sd.nsenter("test", "-e", kept, check=False).returncode == 0
     assert len(log_events(sandbox, "daemon-stopped")) == 1
     code, _, err = status_inside(sd)
     assert code == 3 and "not running" in err
