@@ -60,12 +60,17 @@ def test_daemonset_shape() -> None:
     assert notes["prometheus.io/port"] == str(port)
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert "KILL" not in c["securityContext"]["capabilities"]["add"]
-    # Every host mount but the state directory is read-only.
+    # Every host mount but the state and run directories is read-only.
     host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     assert host["host-proc"] == "/proc"
     for name in host:
-        assert mounts[name].get("readOnly", False) is (name != "state"), name
+        assert mounts[name].get("readOnly", False) is (name not in {"state", "run"}), name
+    # The root file system is read-only: the status socket and the files a restart keeps
+    # (sanctioned.json, outage.json) need the node's /run/rogue-watchdog, writable.
+    cfg = parse_config(_kind("ConfigMap")["data"]["config.yaml"], "configmap.yaml")
+    socket_dir = str(Path(cfg.daemon.socket).parent)
+    assert host["run"] == mounts["run"]["mountPath"] == socket_dir == "/run/rogue-watchdog"
 
 
 def test_rbac_is_read_only() -> None:
