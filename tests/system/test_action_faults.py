@@ -135,8 +135,13 @@ class Host:
         mine = self.rogue.pid if self.rogue is not None and kind == "rogue-job" else None
         out = {"log": 0, "hook": 0}
         path = self.tmp / "alerts.jsonl"
+        seen: set[str] = set()
         for line in path.read_text().splitlines() if path.exists() else []:
             doc = json.loads(line)
+            # The log sink is in the same at-least-once window: one line per delivery_id.
+            if doc.get("delivery_id") in seen:
+                continue
+            seen.add(doc.get("delivery_id") or "")
             out["log"] += (
                 doc.get("action") == event
                 and doc.get("kind") == kind
