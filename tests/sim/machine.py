@@ -33,6 +33,9 @@ rogue-watchdog is never wrong in the dangerous direction:
   ended by a signal (ours or a person's; before the tick's scan, not by that tick's own
   action) opens ``respawned`` at that tick (or did at a tick the daemon was killed in
   after storing it, before the action it died in: a kill leaves that tick unchecked),
+  unless the run back was started from a person's login session none of those runs
+  came from (a person's new job, not a return: a sweep from a login shell after one
+  orphaned),
   and when a run that came back then still runs at the first checked tick
   ``alerts.settle_s`` or more after it, that ``respawned`` was paged (its ``open``
   spooled) by then. A return gone within the settle is not looked at (it is filed,
@@ -241,6 +244,8 @@ class TrustMachine(RuleBasedStateMachine):
         # of its runs when it was last seen.
         self.sightings: dict[str, int] = {}
         self.last_roots: dict[str, set[tuple[int, int]]] = {}
+        # I9: per signature, the login session of each of those runs (None: no person's).
+        self.last_sessions: dict[str, set[object]] = {}
         # I9: each return seen and not yet due its page: its signature, when it was
         # seen, the lower bound of when its respawned may have opened, the runs back.
         self.returns_due: list[tuple[str, float, float, set[tuple[int, int]]]] = []
@@ -1134,11 +1139,13 @@ class TrustMachine(RuleBasedStateMachine):
         rows = dict(db.conn.execute("SELECT signature, sightings FROM jobs").fetchall())
         first: dict[str, Job] = {}
         roots: dict[str, set[tuple[int, int]]] = {}
+        sessions: dict[str, set[object]] = {}
         for job in tracked:
             sig = self.daemon.tracker.first_signature.get((job.root_pid, job.start_ticks))
             sig = sig or job_signature(job.user, job.cmdline, job.origin)
             first.setdefault(sig, job)
             roots.setdefault(sig, set()).add((job.root_pid, job.start_ticks))
+            sessions.setdefault(sig, set()).add(_login_session(job))
         for sig, job in first.items():
             was = self.sightings.get(sig)
             back = was is not None and rows.get(sig, 0) > was
@@ -1150,7 +1157,9 @@ class TrustMachine(RuleBasedStateMachine):
                 for pid, start in self.last_roots.get(sig, set()) & self.host.killed
                 if self.before.get(pid, (None, None))[1] != start
             }
-            if back and job.unsanctioned and job.may_train and killed:
+            session = _login_session(job)
+            anew = session is not None and session not in self.last_sessions.get(sig, set())
+            if back and job.unsanctioned and job.may_train and killed and not anew:
                 # Its page waits for the settle, as a job's first page (issue 33, fresh
                 # user J): it is due once the run back still runs alerts.settle_s later.
                 # Opened at this tick; or at a tick since the last checked one that the
@@ -1183,6 +1192,7 @@ class TrustMachine(RuleBasedStateMachine):
         self.sightings = rows
         self.paged_since = now
         self.last_roots.update(roots)
+        self.last_sessions.update(sessions)
         self.checked_at = now
         if "state" not in self.daemon.degraded:
             self.stored_at = now
@@ -1385,3 +1395,9 @@ class ExecPathMachine(TrustMachine):
         self.kernel.flush()
         if self.daemon.exec_tick(self.host.now) is not None:
             self.counts["exec_passes"] += 1
+
+
+def _login_session(job: Job) -> object:
+    """The logind session a job's run was started from by a person (its shell origin's),
+    or None: the only person's session the simulated host has (a sweep's login shell)."""
+    return job.origin.to_json().get("login_session") if job.origin.kind == "shell" else None

@@ -247,8 +247,8 @@ def test_open_remind_resolve_once_per_sink_for_an_8_process_job(
 
     lines = [json.loads(x) for x in (tmp_path / "alerts.log").read_text().splitlines()]
     assert [(x["event"], x["action"], x["level"]) for x in lines] == [
-        ("finding", "open", "error"),  # the level follows the severity (high)
-        ("finding", "remind", "error"),
+        ("finding", "open", "warning"),  # the level follows the severity (high)
+        ("finding", "remind", "warning"),
         ("finding", "resolve", "info"),
     ]
     assert list(lines[0]) == [

@@ -204,7 +204,7 @@ def test_log_sink_writes_one_json_line_with_stable_keys(tmp_path: Path) -> None:
         "resolved_at": None,
         "delivery_id": delivery_id(d),
         "event": "finding",
-        "level": "error",  # follows the severity: high
+        "level": "warning",  # follows the severity: high
     }
     assert (second["action"], second["level"]) == ("resolve", "info")
     assert second["resolved_at"] == "2024-05-01T12:00:00+00:00"

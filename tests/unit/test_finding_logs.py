@@ -39,7 +39,7 @@ def test_a_stdout_log_sink_is_the_one_line_per_event(
     finally:
         w.stop()
     # Not also `finding-opened` / `finding-resolved` from the loop: once each.
-    assert _events(capsys.readouterr().out) == ["finding:open:error", "finding:resolve:info"]
+    assert _events(capsys.readouterr().out) == ["finding:open:warning", "finding:resolve:info"]
 
 
 def test_without_a_sink_that_takes_it_the_loop_logs_the_event(
@@ -59,12 +59,14 @@ def test_without_a_sink_that_takes_it_the_loop_logs_the_event(
         w.stop()
     out = capsys.readouterr().out
     assert _events(out) == ["finding-opened", "finding-resolved"]
-    assert "[error    ] finding-opened" in out  # a high finding is an error, not a warning
+    # A high finding is the daemon doing its job: a warning; `error` is for its own
+    # failures (before: error; fresh user, first day).
+    assert "[warning  ] finding-opened" in out
 
 
 @pytest.mark.parametrize(
     ("severity", "level"),
-    [("info", "info"), ("warning", "warning"), ("high", "error"), ("critical", "critical")],
+    [("info", "info"), ("warning", "warning"), ("high", "warning"), ("critical", "error")],
 )
 def test_log_sink_level_follows_the_severity(tmp_path: Path, severity: str, level: str) -> None:
     from rogue_watchdog.config.alerts import SinkSettings

@@ -13,7 +13,9 @@ Per tick, after tracking:
    signature), opens ``remediation-failed`` too, until nothing of it is left.
    A run back is judged once, against the newest action on an earlier run that stands:
    an operator's later undo, an action on that run itself, or its cron line re-enabled
-   by hand since the action found or left it disabled supersede it (no failure).
+   by hand since the action found or left it disabled supersede it (no failure); so
+   does a run a person started again by hand from another login session than the one
+   the action's recorded origin names (:func:`~watchdog.policy.anew.started_anew`).
 2. **Act.** In ``terminate`` mode (globally or by a matching rule) each rogue/excess job
    is handled once per identity (also across restarts and reloads: an identity the
    audit trail shows terminated this boot is not acted on again): its source is
@@ -52,6 +54,7 @@ from ..logs import get_logger
 from ..model import CronOrigin, Finding, Job, ScanResult
 from ..model.origins import NOT_LIVE
 from ..plugins import TrackResult
+from ..policy.anew import started_anew
 from ..policy.services import service_source
 from ..policy.signature import job_signature
 from ..sources.procfs import alive_now, boot_id
@@ -264,6 +267,11 @@ class Enforcer:
                 continue
             judged = max([*recs, *others], key=lambda r: (r.created_at, r.id))
             if self._superseded(judged, sig, job, undone):
+                continue
+            if started_anew(job.origin, [judged.details.get("origin")]):
+                # A person ran it again by hand from another login session than the
+                # stopped run's: nothing the action left brought it back; its own
+                # rogue-job pages it (fresh user, first day: critical 22 s after).
                 continue
             if judged.id in own:
                 since = self._undone_at(sig, undone) or 0.0

@@ -19,12 +19,19 @@ VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 # sockets and remediation; sanctioned and ignored jobs get none of these.
 UnsanctionedVerdict = Literal["rogue", "excess"]
 UNSANCTIONED_VERDICTS: tuple[UnsanctionedVerdict, ...] = get_args(UnsanctionedVerdict)
-# The log level a finding's events are written at: the level follows the severity.
+# The log level a finding's events are written at (the log sink's lines, the loop's
+# finding-opened), one table for both. A level says whether something failed, the
+# severity how urgent it is: `error` is what this daemon logs of its own failures
+# (component-degraded, alert-sink-failing, action-not-recorded, state-dir-lost), so a
+# rogue job found (high: the daemon doing its job) is a warning, and only a critical
+# finding (a remediation or action that did not hold, refused weights shipped, /proc
+# unreadable) is an error; none is `critical`. Before, high was `error` and critical
+# `critical` (fresh user, first day: "an open rogue-job is logged at level error").
 LOG_LEVELS: dict[str, str] = {
     "info": "info",
     "warning": "warning",
-    "high": "error",
-    "critical": "critical",
+    "high": "warning",
+    "critical": "error",
 }
 # Every kind of Finding the code emits; mypy checks each ``Finding(kind=...)`` against it,
 # so an alert rule's ``kinds:`` can be validated against FINDING_KINDS with no hand-kept

@@ -8,7 +8,9 @@ source disabled, or nothing says how it ended, the return opens a ``respawned`` 
 also across a daemon restart: the seed case is a ghost killed by hand that came back 12
 minutes later from a forgotten cron entry. When its run ended by itself (the kernel's
 exit event says so) the return is *periodic*: no ``respawned``; the job's findings
-become one periodic finding (:mod:`.periodic`).
+become one periodic finding (:mod:`.periodic`). A run a person started again by hand
+from another login session than the stopped run's is a new job, not a return
+(:func:`~watchdog.policy.anew.started_anew`): its ``rogue-job`` alone.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Literal
 
 from ...hosttext import quoted_command
 from ...model import Finding, Job
+from ...policy.anew import started_anew
 from ...policy.findings import gpus_text
 from ...policy.signature import job_signature
 from ...state import (
@@ -157,8 +160,17 @@ def record_jobs(
             returns[sig] = back
             # A notebook, server or probe that comes back is not a respawned ghost: its
             # own unsanctioned-gpu-use finding says what it is (issue 35); nor is a run
-            # an operator's undo of its source started (its finding names the undo).
-            if back.ended != "exited" and job.may_train and undos[ident] is None:
+            # an operator's undo of its source started (its finding names the undo);
+            # nor a run a person started again by hand from another login session
+            # than the stopped run's: a new job, paged as its own rogue-job (fresh
+            # user, first day: a trainer run again from a login shell 22 s after its
+            # terminate was paged respawned and remediation-failed).
+            if (
+                back.ended != "exited"
+                and job.may_train
+                and undos[ident] is None
+                and not started_anew(job.origin, [rec.origin])
+            ):
                 respawns.append(respawned_finding(job, sig, back_after, now))
     held = _held_or_gone(db, seen, now, alive)
     here = {(j.root_pid, j.start_ticks) for j in jobs}

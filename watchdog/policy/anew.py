@@ -1,0 +1,92 @@
+"""Whether a job back after a stop is a person's new run rather than its source's return.
+
+A job that reappears after a ``terminate`` (or a kill) under the same command is the
+remediation failing only when something the stop left behind brought it back: the
+source the stopped run had (its cron line, unit, shell loop, Slurm job, container,
+restart policy), or one that could not be seen. A person who starts the command again
+by hand from another login session (a terminal, a tmux session) is starting a new job:
+its own ``rogue-job`` finding, not ``respawned`` or a critical ``remediation-failed``
+(fresh user, first day: a trainer started again from a login shell 22 s after its
+terminate was paged ``remediation-failed``).
+
+The rule errs toward paging: a return is called a person's new run only when its own
+origin is a person's session (:attr:`~watchdog.model.Origin.by_hand`) and the stopped
+run's recorded origin is known and is not that session. A missing record, or two
+sessions that cannot be told apart (no terminal, logind session or tmux session on
+both sides), keep the return a return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..model import Origin
+
+# The keys of a person's session in an origin's scan JSON (ShellOrigin; SystemdOrigin in
+# tmux), most specific first: a tmux session outlives terminals and logins, so when both
+# sides were in tmux its session decides; else the logind session; else the terminal.
+_SESSION_KEYS: tuple[tuple[str, ...], ...] = (
+    ("tmux_socket", "tmux_session_id"),
+    ("login_session",),
+    ("tty",),
+)
+_ALL_KEYS = tuple(k for keys in _SESSION_KEYS for k in keys)
+
+
+def _session(doc: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[object, ...] | None:
+    values = tuple(doc.get(k) for k in keys)
+    return None if any(v is None for v in values) else values
+
+
+def same_session(origin: Origin, was: Mapping[str, Any]) -> bool | None:
+    """Whether ``origin`` (a person's session) is the session the recorded origin
+    ``was`` names.
+
+    Args:
+        origin: The new run's origin.
+        was: A stopped run's origin as recorded (scan JSON, ``Origin.to_json``).
+
+    Returns:
+        True for the same tmux session, logind session or terminal (compared in that
+        order, by the first kind of key both carry); False when both carry a key that
+        differs, or the recorded origin names no person's session (a cron line, a unit,
+        an orphan, an unknown origin); None when both are a person's sessions that
+        cannot be told apart (no kind of key on both sides).
+    """
+    now = origin.to_json()
+    for keys in _SESSION_KEYS:
+        mine, theirs = _session(now, keys), _session(was, keys)
+        if mine is not None and theirs is not None:
+            return mine == theirs
+    if was.get("kind") == "shell" or any(was.get(k) is not None for k in _ALL_KEYS):
+        return None  # a person's session too, with nothing to tell the two apart by
+    # A person's session is no cron line, unit, container or Slurm job; an unknown or
+    # orphan origin of the stopped run named no session of anyone's at all.
+    return False
+
+
+def started_anew(origin: Origin, stopped: Iterable[object]) -> bool:
+    """True when a run back after a stop was started by a person from a login session
+    that none of the stopped runs came from: a new job, not its source's return.
+
+    Args:
+        origin: The origin of the run that came back.
+        stopped: The recorded origins (scan JSON dicts) of the runs that were stopped,
+            e.g. a terminate's ``details.origin`` or the ``jobs`` row's origin; anything
+            that is not a dict is an origin not recorded.
+
+    Returns:
+        False whenever it cannot be told (no origin recorded, sessions that cannot be
+        told apart, an origin of the run back that is not a person's): then the return
+        is paged as one, never quieter without evidence.
+    """
+    if not origin.by_hand:
+        return False
+    docs = list(stopped)
+    if not docs:
+        return False
+    for doc in docs:
+        if not isinstance(doc, Mapping) or same_session(origin, doc) is not False:
+            return False
+    return True
