@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rogue_watchdog.sources.procfs import ProcessTable, StatParseError, parse_stat
+from rogue_watchdog.sources.procfs import ProcessTable, StatParseError, exec_mark, parse_stat
 from tests.conftest import Spawned
 
 # A stat line whose comm holds spaces and a ')' (proc(5): split at the last ')').
@@ -167,6 +167,40 @@ def test_watched_pid_is_current_every_refresh(spawned: Spawned, tmp_path: Path) 
     assert p.pid in table.new_pids
     proc = table.get(p.pid)
     assert proc is not None and proc.cmdline == ("/bin/sleep", "30")
+
+
+def test_an_exec_that_keeps_comm_is_read_again(spawned: Spawned, tmp_path: Path) -> None:
+    # `python3 launch.py` execs `python3 train.py`: same PID, start time and comm, and no
+    # exec event to say so (events off). Before, the table kept the launcher's command
+    # line for the process's life; the stat line's code and stack addresses moved.
+    launch, train = tmp_path / "launch.py", tmp_path / "train.py"
+    train.write_text("import time\ntime.sleep(30)\n")
+    launch.write_text(
+        "import os, sys, time\ntime.sleep(0.6)\n"
+        f"os.execv(sys.executable, [sys.executable, {str(train)!r}, '--epochs', '9'])\n"
+    )
+    p = spawned.start([sys.executable, str(launch)])
+    table = ProcessTable()
+    table.watched = {p.pid}
+    table.refresh()
+    before = table.get(p.pid)
+    assert before is not None and before.cmdline[-1] == str(launch)
+    time.sleep(1.2)
+    table.refresh()
+    after = table.get(p.pid)
+    assert after is not None
+    assert (after.start_ticks, after.comm) == (before.start_ticks, before.comm)
+    assert after.cmdline[1:] == (str(train), "--epochs", "9")
+    assert p.pid in table.new_pids
+
+
+def test_exec_mark_is_none_where_the_kernel_hides_the_addresses() -> None:
+    # A zombie, a kernel thread or a process the reader may not ptrace reads 0 there.
+    assert exec_mark(STAT.encode()) is None  # a line with no fields 26-28
+    zero = b"7 (python3) Z 1 7 7 0 -1 0 " + b" ".join([b"0"] * 45)
+    assert exec_mark(zero) is None
+    live = b"7 (a) b) S 1 7 7 0 -1 0 " + b" ".join([b"0"] * 16)  # fields 3-25
+    assert exec_mark(live + b" 100 200 300 0 0") == 100 ^ (200 << 1) ^ (300 << 2)
 
 
 def test_steady_refresh_reads_a_slice_of_stat_files() -> None:

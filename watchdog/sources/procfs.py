@@ -73,6 +73,32 @@ def parse_stat(text: str) -> tuple[str, str, int, int, int, int, int]:
         raise StatParseError(f"malformed stat line: {text[:80]!r}") from exc
 
 
+def exec_mark(text: bytes) -> int | None:
+    """What an ``execve(2)`` that keeps ``comm`` still changes in a ``/proc/PID/stat``
+    line: the program's code and stack addresses (fields 26 ``startcode``, 27
+    ``endcode`` and 28 ``startstack``, proc(5)), folded into one number. A new program
+    image gets new ones: randomized by ASLR (``kernel.randomize_va_space``) at every
+    exec, and without it the stack start still moves with the size of the new
+    ``argv`` and environment, which sit above it.
+
+    Args:
+        text: The whole stat line, as read (bytes: no decoding on the steady path).
+
+    Returns:
+        The mark, or None when the line has no such fields or they read 0 (a zombie, a
+        kernel thread, or a reader without ``PTRACE_MODE_READ`` on the process:
+        nothing to compare).
+    """
+    rest = text[text.rfind(b")") + 2 :].split(None, 26)
+    try:
+        start_code, end_code, start_stack = int(rest[23]), int(rest[24]), int(rest[25])
+    except (IndexError, ValueError):
+        return None
+    if not (start_code or start_stack):
+        return None
+    return start_code ^ (end_code << 1) ^ (start_stack << 2)
+
+
 def _is_procfs(path: str) -> bool:
     """True when ``path`` is a procfs mount point (per ``/proc/self/mounts``)."""
     real = os.path.realpath(path)
@@ -493,6 +519,8 @@ class ProcessTable:
         self._inodes: dict[int, int] = {}
         self._procs: dict[int, Proc] = {}
         self._stat_raw: dict[int, bytes] = {}
+        # PID -> exec_mark of the process as last read: an exec that keeps comm.
+        self._marks: dict[int, int] = {}
         # Parent PID -> its children, ascending, built at the first children() and then
         # kept current from what changed (issue 34, item 1: an exec pass must not sort
         # the whole table again); _moves: PID -> the parent the index files it under,
@@ -587,6 +615,7 @@ class ProcessTable:
                 and prev.start_ticks == start
                 and prev.comm == comm
                 and pid not in self._force
+                and not self._execd(pid, raw)
             ):
                 if prev.ppid != ppid or prev.state != state:
                     if prev.ppid != ppid:
@@ -598,6 +627,7 @@ class ProcessTable:
             if proc is None:
                 seen.discard(pid)
                 continue
+            self._execd(pid, raw, fresh=True)
             if ino is None:
                 if prev is None or prev.start_ticks != start:
                     inodes.pop(pid, None)  # another task's inode: still_same trusts it
@@ -641,6 +671,22 @@ class ProcessTable:
         self.error = None
         return entries
 
+    def _execd(self, pid: int, raw: bytes, fresh: bool = False) -> bool:
+        """True when the process at ``pid`` (same start time, same ``comm``) ran an
+        ``execve(2)`` since its mark was last kept (:func:`exec_mark`): ``python3
+        launch.py`` → ``python3 train.py`` changes nothing else a stat line shows, and
+        without kernel exec events (:meth:`reinspect`) its old command line was kept for
+        the process's life. Keeps the new mark; ``fresh``: the process was just read in
+        full, its mark is the one to compare with next."""
+        mark = exec_mark(raw)
+        if mark is None:
+            if fresh:
+                self._marks.pop(pid, None)
+            return False  # a zombie's or an unreadable process's: nothing to compare
+        old = self._marks.get(pid)
+        self._marks[pid] = mark
+        return not fresh and old is not None and old != mark
+
     def _forget(self, removed: set[int]) -> None:
         """Drop the records of processes that are gone."""
         for pid in removed:
@@ -648,6 +694,7 @@ class ProcessTable:
             del self._procs[pid]
             self._stat_raw.pop(pid, None)
             self._inodes.pop(pid, None)
+            self._marks.pop(pid, None)
         if removed:
             self._drop_unshared()
 
@@ -660,6 +707,7 @@ class ProcessTable:
         self._procs = dict(self._procs)
         self._stat_raw = dict(self._stat_raw)
         self._inodes = dict(self._inodes)
+        self._marks = dict(self._marks)
         self._children, self._moves = None, {}
         live: dict[object, object] = {}
         for proc in self._procs.values():
