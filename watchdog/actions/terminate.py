@@ -289,7 +289,10 @@ class JobTree:
                     continue
                 if not self._in_scope(proc, live):
                     continue
-                changed |= add(self._identity(proc), self._depth(proc, live, tree))
+                if add(self._identity(proc), self._depth(proc, live, tree)):
+                    changed = True
+                    if self._first:
+                        self._copy_wrappers(proc, live, tree, add)
         self._first = False
         return tree
 
@@ -362,13 +365,41 @@ class JobTree:
         root = live.get(self.members[0].pid)
         key = command_key(self.members[0].cmdline or (root.cmdline if root else ()))
         self.key = self.key or key
-        if root is None or key is None:
+        if root is not None:
+            self._wrappers_above(root, key, live, tree, add)
+
+    def _copy_wrappers(
+        self,
+        copy: LiveProc,
+        live: dict[int, LiveProc],
+        tree: dict[int, tuple[Expected, int]],
+        add: Callable[[Expected, int], bool],
+    ) -> None:
+        """The wrappers above a copy of the job the scope took in (its own lineage: a
+        shell loop that runs it), by the rule the root's follow: the job's when they
+        carry its command and run nothing else, else left with the reason."""
+        if copy.ppid > 1 and copy.ppid not in tree:
+            self._wrappers_above(copy, command_key(copy.cmdline), live, tree, add)
+
+    def _wrappers_above(
+        self,
+        start: LiveProc,
+        key: str | None,
+        live: dict[int, LiveProc],
+        tree: dict[int, tuple[Expected, int]],
+        add: Callable[[Expected, int], bool],
+    ) -> None:
+        """Add the exclusive wrappers above ``start`` (the root, or a copy), nearest
+        first, up to the first that is shared (left, with why) or no wrapper of ``key``."""
+        if key is None:
             return
         children: dict[int, list[int]] = {}
         for proc in live.values():
             children.setdefault(proc.ppid, []).append(proc.pid)
-        mine = set(tree)
-        depth, cur = 0, live.get(root.ppid)
+        # What runs below ``start`` is the job's (the walk below the tree takes it in).
+        mine = set(tree) | set(_descendants(start.pid, children))
+        depth = min(0, tree[start.pid][1] if start.pid in tree else 0)
+        cur = live.get(start.ppid)
         while cur is not None and cur.pid > 1 and cur.pid not in tree:
             name = os.path.basename(cur.exe or (cur.cmdline[0] if cur.cmdline else ""))
             if name not in _JOB_WRAPPERS or not carries_job(
