@@ -269,6 +269,7 @@ class JobTree:
             self._wrappers(live, tree, add)
             self._launchers(live, children, tree, add)
         # Descendants, groups, sessions and the own cgroup, to a fixpoint.
+        copies: list[LiveProc] = []  # taken in by the scope: instances of their own
         changed = True
         while changed:
             changed = False
@@ -291,8 +292,12 @@ class JobTree:
                     continue
                 if add(self._identity(proc), self._depth(proc, live, tree)):
                     changed = True
-                    if self._first:
-                        self._copy_wrappers(proc, live, tree, add)
+                    copies.append(proc)
+        if self._first:
+            # Once the tree holds every copy's descendants: what else a wrapper runs is
+            # then what it shares.
+            for copy in copies:
+                self._copy_wrappers(copy, live, tree, add)
         self._first = False
         return tree
 
@@ -396,8 +401,7 @@ class JobTree:
         children: dict[int, list[int]] = {}
         for proc in live.values():
             children.setdefault(proc.ppid, []).append(proc.pid)
-        # What runs below ``start`` is the job's (the walk below the tree takes it in).
-        mine = set(tree) | set(_descendants(start.pid, children))
+        mine = set(tree)
         depth = min(0, tree[start.pid][1] if start.pid in tree else 0)
         cur = live.get(start.ppid)
         while cur is not None and cur.pid > 1 and cur.pid not in tree:
