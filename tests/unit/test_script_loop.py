@@ -53,9 +53,15 @@ def trainer_under(
         ["/bin/sh", "-c", f"{shlex.join(shell_argv)} >/dev/null 2>&1 & exit 0"],
         cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin"),
     ).wait(timeout=10)  # fmt: skip
+    # A fresh table each look: a kept one reads a process's command line again only
+    # once its stat's comm changed, so a command line read before an exec that kept the
+    # comm is kept for good (test_merged_loop_copy.py met that: `bash` -> `nohup` ->
+    # `bash`). Whether that is this helper's unreproduced CI timeout is not known.
     table = ProcessTable()
 
     def trainer() -> Proc | None:
+        nonlocal table
+        table = ProcessTable()
         table.refresh()
         for proc in table.procs.values():
             parent = table.get(proc.ppid)

@@ -269,6 +269,7 @@ class JobTree:
             self._wrappers(live, tree, add)
             self._launchers(live, children, tree, add)
         # Descendants, groups, sessions and the own cgroup, to a fixpoint.
+        copies: list[LiveProc] = []  # taken in by the scope: instances of their own
         changed = True
         while changed:
             changed = False
@@ -289,7 +290,14 @@ class JobTree:
                     continue
                 if not self._in_scope(proc, live):
                     continue
-                changed |= add(self._identity(proc), self._depth(proc, live, tree))
+                if add(self._identity(proc), self._depth(proc, live, tree)):
+                    changed = True
+                    copies.append(proc)
+        if self._first:
+            # Once the tree holds every copy's descendants: what else a wrapper runs is
+            # then what it shares.
+            for copy in copies:
+                self._copy_wrappers(copy, live, tree, add)
         self._first = False
         return tree
 
@@ -362,13 +370,40 @@ class JobTree:
         root = live.get(self.members[0].pid)
         key = command_key(self.members[0].cmdline or (root.cmdline if root else ()))
         self.key = self.key or key
-        if root is None or key is None:
+        if root is not None:
+            self._wrappers_above(root, key, live, tree, add)
+
+    def _copy_wrappers(
+        self,
+        copy: LiveProc,
+        live: dict[int, LiveProc],
+        tree: dict[int, tuple[Expected, int]],
+        add: Callable[[Expected, int], bool],
+    ) -> None:
+        """The wrappers above a copy of the job the scope took in (its own lineage: a
+        shell loop that runs it), by the rule the root's follow: the job's when they
+        carry its command and run nothing else, else left with the reason."""
+        if copy.ppid > 1 and copy.ppid not in tree:
+            self._wrappers_above(copy, command_key(copy.cmdline), live, tree, add)
+
+    def _wrappers_above(
+        self,
+        start: LiveProc,
+        key: str | None,
+        live: dict[int, LiveProc],
+        tree: dict[int, tuple[Expected, int]],
+        add: Callable[[Expected, int], bool],
+    ) -> None:
+        """Add the exclusive wrappers above ``start`` (the root, or a copy), nearest
+        first, up to the first that is shared (left, with why) or no wrapper of ``key``."""
+        if key is None:
             return
         children: dict[int, list[int]] = {}
         for proc in live.values():
             children.setdefault(proc.ppid, []).append(proc.pid)
         mine = set(tree)
-        depth, cur = 0, live.get(root.ppid)
+        depth = min(0, tree[start.pid][1] if start.pid in tree else 0)
+        cur = live.get(start.ppid)
         while cur is not None and cur.pid > 1 and cur.pid not in tree:
             name = os.path.basename(cur.exe or (cur.cmdline[0] if cur.cmdline else ""))
             if name not in _JOB_WRAPPERS or not carries_job(

@@ -48,6 +48,7 @@ from ..model import (
 )
 from ..sources.procfs import ProcessTable
 from .allowlist import origin_mismatch
+from .copies import ScopeCopies, most_restarting
 from .jobs import holder_refusal
 from .services import launching_ancestors
 
@@ -1163,6 +1164,53 @@ def _kill(job: Job, stop_pids: Sequence[int], groups: ProcessGroups | None) -> s
     return command("kill", "-TERM", *sorted(mine, key=lambda p: (p not in job.pids, p)))
 
 
+#: A copy's own stop set (its processes and exclusive wrappers) and its restart answer.
+_CopyAnswer = tuple[tuple[int, ...], Restarts | None]
+
+
+def _copy_answer(
+    copy: Job, guard: ScanProtection, table: ProcessTable, scripts: ScriptReader | None
+) -> _CopyAnswer:
+    """What a copy adds to the terminate of a job that takes it in: its processes and
+    its own exclusive wrappers (the rule each instance follows, :func:`exclusive_wrappers`),
+    and what starts it again, read from its own lineage (:func:`restarts_of`)."""
+    kept = {pid for pid in copy.pids if _protected_member(pid, copy, guard, table)}
+    wrappers = exclusive_wrappers(copy, table, kept, scripts)
+    own = tuple(p for p in (*copy.pids, *(w.pid for w in wrappers)) if p not in kept)
+    return own, restarts_of(copy, own, protected=guard.pids | guard.never, scripts=scripts)
+
+
+def _with_copies(
+    advice: Advice,
+    job: Job,
+    copies: Sequence[Job],
+    answer: Callable[[Job], _CopyAnswer],
+    groups: ProcessGroups | None,
+) -> Advice:
+    """``advice`` over ``job`` and the copies its terminate takes in with it
+    (:class:`~watchdog.policy.copies.ScopeCopies`): each copy's own stop set is stopped
+    with it, and whether it comes back is read from every instance's lineage (the
+    answer that says the most of a return: :func:`~watchdog.policy.copies.most_restarting`).
+    A loop above a copy is then the job's as a loop above its root is: stopped with it
+    when its shell runs nothing but that copy, else named, to stop first. ``answer``
+    gives a copy's (:func:`_copy_answer`, once per copy and scan). ``advice`` as it is
+    without copies."""
+    if not copies:
+        return advice
+    stop = list(advice.stop_pids)
+    answers = [advice.restarts]
+    for copy in copies:
+        own, again = answer(copy)
+        stop += own
+        answers.append(again)
+    stop = list(dict.fromkeys(stop))
+    # The by-hand kill names what terminate stops (only where the kill is the advice).
+    by_hand = _kill(job, stop, groups) if advice.stops_job else advice.by_hand
+    return dataclasses.replace(
+        advice, stop_pids=tuple(stop), restarts=most_restarting(answers), by_hand=by_hand
+    )
+
+
 def with_advice(
     jobs: Sequence[Job],
     guard: ScanProtection,
@@ -1178,10 +1226,23 @@ def with_advice(
     cli_args = config_args(config.source) if config is not None else ""
     sources = SourceProcesses(table) if table is not None else None
     scripts = ScriptFiles(table) if table is not None else None
+    scope = ScopeCopies(jobs, table) if table is not None else None
+    answers: dict[int, _CopyAnswer] = {}
+
+    def answer(copy: Job) -> _CopyAnswer:
+        if copy.root_pid not in answers:
+            assert scope is not None
+            answers[copy.root_pid] = _copy_answer(copy, guard, scope.table, scripts)
+        return answers[copy.root_pid]
+
     for job in jobs:
-        advice = dataclasses.replace(
-            advise(job, guard, table, config, groups, sources, scripts), cli_args=cli_args
-        )
+        advice = advise(job, guard, table, config, groups, sources, scripts)
+        if scope is not None and advice.refused is None:
+            copies = [
+                c for c in scope.copies(job, advice.stop_pids) if guard.job_refusal(c) is None
+            ]
+            advice = _with_copies(advice, job, copies, answer, groups)
+        advice = dataclasses.replace(advice, cli_args=cli_args)
         origin = dataclasses.replace(job.origin, remediation=advice.by_hand)
         out.append(dataclasses.replace(job, origin=origin, advice=advice))
     return out

@@ -1,0 +1,169 @@
+"""A job whose copy runs under a shell loop: the restart answer is every instance's.
+
+The user's case, as they ran it: one script that then exits starts ``nohup python3
+train.py &`` and ``nohup bash -c 'while true; do python3 train.py; sleep 5; done' &``.
+Both trainers have one owner and one command line and share the script's process
+group, whose leader is gone: ``terminate`` takes the second in as a copy of the first
+(docs/architecture.md, the rule for a killed torchrun's workers). BEFORE: ``terminate
+<nohup'd PID>`` ended both trainers, left the loop's ``bash`` running (it is above the
+copy only), said ``outcome: ok`` (exit 0) and the loop started the trainer again 5 s
+later; the restart answer was read from the first instance's lineage alone. AFTER: the
+loop above the copy is read as the job's, by the rule a lone loop follows: a shell that
+runs nothing but the copy is stopped with it (the record says so), a shell that also
+runs other work is left and the outcome is ``will-return`` naming it.
+
+Real bash processes, a fake NVML listing both trainers; every process is in the
+test's own process group and killed with it at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rogue_watchdog.sources.procfs import ProcessTable
+from rogue_watchdog.state import StateDB
+from tests.conftest import Spawned, need_program, poll, process_picture, run_cli
+from tests.fakenvml.fixtures import fake_nvml, library_path
+
+TRAINER = "import time\ntime.sleep(300)\n"
+LOOP = "while true; do python3 train.py; sleep 5; done"
+# A loop shell that also runs other work (a `sleep` beside the loop): never signalled.
+SHARED_LOOP = "sleep 300 & " + LOOP
+
+
+def _start(spawned: Spawned, tmp_path: Path, loop: str) -> dict[str, int]:
+    """Run the user's script (it exits at once); the PIDs of the ``nohup``'d trainer
+    (``plain``), the loop's shell (``shell``) and the trainer it runs (``copy``)."""
+    (tmp_path / "train.py").write_text(TRAINER)
+    (tmp_path / "start.sh").write_text(
+        "nohup python3 train.py >/dev/null 2>&1 &\n"
+        f"nohup bash -c '{loop}' >/dev/null 2>&1 &\n"
+        "exit 0\n"
+    )
+    script = spawned.start(
+        ["/bin/bash", "start.sh"], cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin")
+    )
+    script.wait(timeout=10)
+
+    def found() -> dict[str, int] | None:
+        # A fresh table each look: one kept would keep a command line read before its
+        # process's exec (`nohup` not yet `bash -c`).
+        table = ProcessTable()
+        table.refresh()
+        group = [p for p in table.procs.values() if p.pgid == script.pid and not p.is_zombie]
+        shell = [p for p in group if p.cmdline == ("bash", "-c", loop)]
+        trainers = [p for p in group if p.cmdline == ("python3", "train.py")]
+        if len(shell) != 1 or len(trainers) != 2:
+            return None
+        (copy,) = [p for p in trainers if p.ppid == shell[0].pid] or [None]
+        (plain,) = [p for p in trainers if p.ppid != shell[0].pid] or [None]
+        if copy is None or plain is None:
+            return None
+        return {"plain": plain.pid, "shell": shell[0].pid, "copy": copy.pid}
+
+    try:
+        return poll("the two trainers and the loop's shell", found, 30)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{process_picture('train.py')}") from None
+
+
+def _config(tmp_path: Path, pids: dict[str, int]) -> Path:
+    lib = fake_nvml(
+        tmp_path,
+        {"devices": [{"uuid": "GPU-a", "total": 80 * 2**30, "processes": [
+            {"pid": pids["plain"], "mem": 2**30}, {"pid": pids["copy"], "mem": 2**30},
+        ]}]},
+    )  # fmt: skip
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        f"nvml: {{library: '{library_path(lib)}'}}\n"
+        f"training: {{device_glob: '{tmp_path}/nodev[0-9]*'}}\n"
+        f"daemon: {{state_dir: '{tmp_path}/state'}}\n"
+        f"enforcement: {{backup_dir: '{tmp_path}/bk', grace_s: 2}}\n"
+    )
+    return cfg
+
+
+def _record(tmp_path: Path) -> dict[str, Any]:
+    db = StateDB(tmp_path / "state")
+    try:
+        (act,) = [a for a in db.actions() if a.kind == "terminate"]
+        return {"outcome": act.outcome, **act.details}
+    finally:
+        db.close()
+
+
+def _results(details: dict[str, Any]) -> dict[int, str]:
+    return {p["pid"]: p["result"] for p in details["procs"]}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_loop_above_the_copy_is_stopped_with_it_and_nothing_comes_back(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """The loop's shell runs nothing but the copy: stopped with it, as a lone loop's is.
+    BEFORE: `outcome: ok`, the shell left running, the trainer back 5 s later."""
+    need_program("gcc", "nohup")
+    pids = _start(spawned, tmp_path, LOOP)
+    cfg = _config(tmp_path, pids)
+    scan = json.loads(run_cli("scan", "--json", "--config", str(cfg)).stdout)
+    (plain,) = [j for j in scan["jobs"] if j["root_pid"] == pids["plain"]]
+    # The advice of the nohup'd job says what its terminate does: the copy's loop too.
+    assert plain["advice"]["restarts"] == {
+        "when": "after about 5 s",
+        "how": f"shell loop `while true` in PID {pids['shell']}",
+        "stops": "terminate stops the loop with it",
+        "after_terminate": False,
+    }
+    assert {pids["plain"], pids["copy"], pids["shell"]} <= set(plain["advice"]["stop_pids"])
+    dry = run_cli("terminate", "--dry-run", "--config", str(cfg), str(pids["plain"]))
+    assert f"PID {pids['shell']} `bash -c " in dry.stdout, dry.stdout
+    done = run_cli("terminate", "--config", str(cfg), str(pids["plain"]))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "outcome: ok" in done.stdout
+    details = _record(tmp_path)
+    assert details["outcome"] == "ok"
+    got = _results(details)
+    for name in ("plain", "copy", "shell"):
+        assert got.get(pids[name]) in ("exited", "killed"), (name, got)
+    assert details["source_stopped"] == f"shell loop `while true` in PID {pids['shell']}"
+    assert "will_return" not in details and "loop_left" not in details
+    assert not _alive(pids["shell"])
+    # The loop's shell is gone, so nothing can start the trainer again: none runs.
+    table = ProcessTable()
+    table.refresh()
+    assert not [p for p in table.procs.values() if p.cmdline == ("python3", "train.py")]
+
+
+def test_a_shared_loop_above_the_copy_is_left_and_the_outcome_says_it_comes_back(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """The loop's shell also runs a `sleep`: never signalled (the dangerous direction
+    stays closed), and the terminate says the job comes back, naming the loop.
+    BEFORE: `outcome: ok` (exit 0), nothing said of the loop."""
+    need_program("gcc", "nohup")
+    pids = _start(spawned, tmp_path, SHARED_LOOP)
+    cfg = _config(tmp_path, pids)
+    done = run_cli("terminate", "--config", str(cfg), str(pids["plain"]))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "outcome: will-return" in done.stdout
+    details = _record(tmp_path)
+    assert details["outcome"] == "will-return"
+    assert pids["shell"] not in _results(details)
+    assert _alive(pids["shell"])
+    assert details["will_return"] == {
+        "restarts": f"restarts it: after about 5 s, shell loop `while true` in PID {pids['shell']}",
+        "stops": f"stop the loop first: kill -TERM {pids['shell']} (its shell alone: what else "
+        "it started keeps running)",
+    }
+    assert "source_stopped" not in details

@@ -1,0 +1,97 @@
+"""The copies a job's ``terminate`` takes in, and one restart answer over all of them.
+
+``terminate`` stops, beside a job's own processes, every process of the job's program and
+owner in a process group or session whose leader is gone or the job's (a copy it left
+behind: the workers of a killed torchrun; ``actions/terminate.py``, ``JobTree._in_scope``).
+Such a copy may be a job of the scan with a lineage of its own: a script that started
+``nohup python3 train.py &`` and ``nohup bash -c 'while true; do python3 train.py; sleep
+5; done' &`` and exited leaves two trainers in its group, the second below a loop. What
+the job's terminate does, and whether the job comes back after it, is then the answer
+over every instance (the user's case: ``outcome: ok``, and the loop started it again 5 s
+later). :class:`ScopeCopies` finds them as the terminate will; :func:`most_restarting`
+picks the answer that says the most of a return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from ..lineage.base import is_wrapper, program_of
+from ..model import Job, Proc, Restarts
+from ..sources.procfs import ProcessTable
+
+_Key = tuple[int | None, tuple[str, ...], str, int]
+
+
+class ScopeCopies:
+    """The scan's jobs indexed by what ``terminate``'s scope matches them on: owner,
+    program (:func:`~watchdog.lineage.base.program_of`), and process group or session.
+
+    Args:
+        jobs: The scan's jobs.
+        table: The process table they were built from.
+    """
+
+    def __init__(self, jobs: Sequence[Job], table: ProcessTable) -> None:
+        self.table = table
+        self._index: dict[_Key, list[Job]] = {}
+        for job in jobs:
+            root = table.get(job.root_pid)
+            if root is None or is_wrapper(root):
+                continue
+            program = program_of(root.cmdline)
+            for kind, leader in (("pgid", root.pgid), ("sid", root.sid)):
+                if leader > 1:
+                    self._index.setdefault((root.uid, program, kind, leader), []).append(job)
+
+    def copies(self, job: Job, stop_pids: Collection[int]) -> list[Job]:
+        """The other jobs whose roots ``job``'s terminate takes in as copies: of its
+        root's program and owner, in a process group or session of one of
+        ``stop_pids`` (its processes and exclusive wrappers) whose leader is one of
+        them or gone. In scan order; empty when there are none.
+
+        Args:
+            job: A job of the scan.
+            stop_pids: What its terminate stops of its own (``Advice.stop_pids``).
+        """
+        root = self.table.get(job.root_pid)
+        if root is None:
+            return []
+        program = program_of(root.cmdline)
+        mine = set(stop_pids)
+        procs = [p for pid in stop_pids if (p := self.table.get(pid)) is not None]
+        seen: dict[int, Job] = {}
+        for kind in ("pgid", "sid"):
+            for leader in sorted({_leader(p, kind) for p in procs}):
+                if leader <= 1 or (leader not in mine and self.table.get(leader) is not None):
+                    continue
+                for other in self._index.get((root.uid, program, kind, leader), ()):
+                    if other.root_pid != job.root_pid:
+                        seen.setdefault(other.root_pid, other)
+        return list(seen.values())
+
+
+def _leader(proc: Proc, kind: str) -> int:
+    return proc.pgid if kind == "pgid" else proc.sid
+
+
+def _weight(answer: Restarts | None) -> int:
+    """How much of a return an answer says: nothing (0), a loop the terminate stops with
+    the job (1), that it may come back (2), that it comes back (3)."""
+    if answer is None:
+        return 0
+    if not answer.after_terminate:
+        return 1
+    return 3 if answer.known else 2
+
+
+def most_restarting(answers: Sequence[Restarts | None]) -> Restarts | None:
+    """The restart answer for instances stopped together: the one that says the most of
+    a return (it comes back, over it may, over a loop stopped with it, over nothing), the
+    first of equals (the job's own before its copies'). None when every one is None.
+
+    Args:
+        answers: Each instance's answer (:func:`~watchdog.policy.guard.restarts_of`),
+            the job's own first.
+    """
+    return max(answers, key=_weight, default=None)
