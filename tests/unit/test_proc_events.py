@@ -24,6 +24,7 @@ from rogue_watchdog.daemon.metrics import EventsCollector
 from rogue_watchdog.daemon.status import build_status, render_status
 from rogue_watchdog.model import Proc
 from rogue_watchdog.policy.jobs import is_launcher
+from rogue_watchdog.sources import procfs
 from rogue_watchdog.sources.gpulibs import GpuLibraryCache, library_pattern
 from rogue_watchdog.sources.procevents import (
     PROC_EVENT_EXEC,
@@ -329,8 +330,12 @@ def test_exited_rogue_caught_at_exec_is_judged_recorded_resolved_and_respawns(
 
 
 def test_exec_keeping_comm_is_reread_only_when_the_event_says_so(
-    tmp_path: Path, spawned: Spawned
+    tmp_path: Path, spawned: Spawned, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Where the stat line cannot tell (its code and stack fields read 0: a process the
+    # reader may not ptrace), only the exec event does; where it can, the table reads
+    # the exec by itself (tests/unit/test_procfs.py).
+    monkeypatch.setattr(procfs, "exec_mark", lambda _raw: None)
     go = tmp_path / "go"
     trainer = tmp_path / "train_same_comm.py"
     trainer.write_text("import time\ntime.sleep(60)\n")
@@ -573,8 +578,11 @@ def test_request_tick_wakes_the_loop_early(tmp_path: Path) -> None:
 
 
 def test_full_sweep_after_lost_events_finds_a_same_comm_exec(
-    tmp_path: Path, spawned: Spawned
+    tmp_path: Path, spawned: Spawned, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The stat line cannot tell here (as for a process the reader may not ptrace): only
+    # an event or a full sweep finds the exec.
+    monkeypatch.setattr(procfs, "exec_mark", lambda _raw: None)
     go = tmp_path / "go"
     trainer = tmp_path / "train_lost_event.py"
     trainer.write_text("import time\ntime.sleep(60)\n")
