@@ -663,6 +663,11 @@ class DeliveryWorker:
         and the check for rows another process spooled each ``elsewhere_poll_s`` (one
         indexed read, instead of every sink's round each second)."""
         full_at = check_at = -math.inf  # monotonic times of the next round and check
+        # The check's mark is taken before any sink thread's first round reads the spool:
+        # a row another process spools between that round and a later first check would
+        # otherwise be in the mark, never woken for, and wait for the sink's own poll.
+        with contextlib.suppress(Exception):  # the database may be locked: the check's
+            self._last_id = self.db.last_delivery_id()  # first look takes the mark then
         try:
             while not self._stop.is_set():
                 wait_s = self.poll_interval_s
