@@ -88,6 +88,21 @@ def test_vanished_and_half_written_entries_are_skipped(tmp_path: Path) -> None:
     assert sorted(ProcessTable(str(tmp_path)).refresh()) == [1]
 
 
+def test_a_process_read_in_the_middle_of_its_exec_is_read_again(tmp_path: Path) -> None:
+    # execve(2) sets the new comm before the new image's argv exists: a read then sees
+    # `python3` with no command line, and the next reads see the same comm, start time
+    # and (here) stat line. Before, that empty command line was kept for good (a flaky
+    # test_shell_resolver case on a loaded host: "PID N never ran python3").
+    write_proc(tmp_path, 1, ppid=0, start=1, comm="init", argv=["/sbin/init"])
+    write_proc(tmp_path, 40, ppid=1, start=100, comm="python3", argv=[])
+    table = ProcessTable(str(tmp_path))
+    assert table.refresh()[40].cmdline == ()
+    (tmp_path / "40" / "cmdline").write_bytes(b"/usr/bin/python3\0train.py\0")
+    assert table.refresh()[40].cmdline == ("/usr/bin/python3", "train.py")
+    assert table.new_pids == {40}
+    assert table.refresh() and table.new_pids == set()  # read whole: not again
+
+
 def test_pid_reuse_is_a_new_identity(tmp_path: Path) -> None:
     write_proc(tmp_path, 1, ppid=0, start=1, comm="init", argv=["/sbin/init"])
     write_proc(tmp_path, 40, ppid=1, start=100, comm="sleep", argv=["sleep", "9"])

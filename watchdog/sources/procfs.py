@@ -579,6 +579,7 @@ class ProcessTable:
         entries = self._entries(only)
         seen: set[int] = set()
         changed: set[int] = set()
+        half_read: set[int] = set()
         for name, ino in entries:
             pid = int(name)
             seen.add(pid)
@@ -627,7 +628,8 @@ class ProcessTable:
             if proc is None:
                 seen.discard(pid)
                 continue
-            self._execd(pid, raw, fresh=True)
+            if self._read_whole(pid, raw, proc):
+                half_read.add(pid)
             if ino is None:
                 if prev is None or prev.start_ticks != start:
                     inodes.pop(pid, None)  # another task's inode: still_same trusts it
@@ -644,14 +646,19 @@ class ProcessTable:
             removed &= procs.keys()
         else:
             removed = procs.keys() - seen
+        self._finish(removed, changed | new, new, half_read)
+        return procs
+
+    def _finish(self, removed: set[int], changed: set[int], new: set[int], again: set[int]) -> None:
+        """A refresh's bookkeeping: drop what is gone, say what changed, and mark for a
+        full read next time what must be read again (:meth:`_read_whole`)."""
         self._forget(removed)
-        self.changed = changed | new
+        self.changed = changed
         self.removed = removed
         self._force = set()
+        self.reinspect(again)
         self.generation += 1
-        fresh = procs
         self.new_pids = new
-        return fresh
 
     def _entries(self, only: Iterable[int] | None) -> list[tuple[str, int | None]]:
         """What :meth:`refresh` reads: (PID text, inode) of every process listed in
@@ -670,6 +677,15 @@ class ProcessTable:
             return []
         self.error = None
         return entries
+
+    def _read_whole(self, pid: int, raw: bytes, proc: Proc) -> bool:
+        """Keep what the next refresh compares a process just read in full with (its
+        :func:`exec_mark`); True when it was read in the middle of an ``execve(2)``: a
+        live process with no command line yet, whose new ``comm`` may be set before its
+        ``argv`` is (fs/exec.c: ``begin_new_exec``, then the loader's argument pages).
+        Its ``comm`` then stays as it is: it must be read in full again."""
+        self._execd(pid, raw, fresh=True)
+        return not proc.cmdline and not proc.is_zombie and not proc.kernel_thread
 
     def _execd(self, pid: int, raw: bytes, fresh: bool = False) -> bool:
         """True when the process at ``pid`` (same start time, same ``comm``) ran an
