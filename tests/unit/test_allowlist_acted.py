@@ -170,6 +170,30 @@ def test_what_counts_as_acted_against() -> None:
     assert (candidate_count(runs, 0.0), candidate_count(runs, 0.0, actions)) == (1, 0)
 
 
+def test_an_action_on_a_run_of_no_source_is_said_of_that_run_only() -> None:
+    # Unknown and orphan origins pin no source: all of them had the same key, so a
+    # terminate of the fresh user's own `train.py` was said of other people's test runs
+    # ("rogue-watchdog terminated it (action 6)" on 80 groups).
+    from rogue_watchdog.model import Origin, OrphanOrigin
+
+    mine = RunRecord("s-mine", 7, 70, "root", ["python3", "train.py", "3608"],
+                     Origin().to_json(), "rogue", None, 1.0, 2.0)  # fmt: skip
+    theirs = RunRecord("s-theirs", 8, 80, "root", ["python3", "/x/train_probe.py"],
+                       Origin().to_json(), "rogue", None, 1.0, 2.0)  # fmt: skip
+    orphan = RunRecord("s-orphan", 9, 90, "root", ["python3", "/y/train_bashc.py"],
+                       OrphanOrigin().to_json(), "rogue", None, 1.0, 2.0)  # fmt: skip
+    actions = [
+        _action(6, "terminate", signature="s-mine",
+                details={"root": [7, 70], "origin": Origin().to_json()}),
+        _action(7, "terminate", signature="s-gone",
+                details={"root": [99, 990], "origin": OrphanOrigin().to_json()}),
+    ]  # fmt: skip
+    groups = group_runs([mine, theirs, orphan])
+    acted_notes(groups, actions)
+    said = {g.runs[0].signature: g.acted for g in groups}
+    assert said == {"s-mine": ["terminated it (action 6)"], "s-theirs": [], "s-orphan": []}
+
+
 def _ghost_seen_while_off(tmp_path: Path) -> tuple[Path, CronOrigin, CronOrigin]:
     """The ghost's state (:func:`_ghost`) with its latest two runs recorded while its
     line was off (A1 until A3): the state directory, the origin, the origin as disabled."""

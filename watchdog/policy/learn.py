@@ -702,8 +702,13 @@ def acted_notes(groups: Sequence[Group], actions: Sequence[ActionRecord]) -> Non
                 isinstance(root, list) and len(root) == 2 and tuple(root) in roots
             )
             if not hit and isinstance(origin, dict):
+                # The same source only where the origin pins one (a crontab line, a
+                # unit): every unknown or orphan origin has the same key, and an action
+                # on one such run was said of every other's group (stop 46's fresh user:
+                # their terminates named against other people's test runs).
                 try:
-                    hit = _origin_key(origin_from_json(origin)) == key
+                    acted_on = origin_from_json(origin)
+                    hit = strongest_pin(acted_on) is not None and _origin_key(acted_on) == key
                 except (KeyError, TypeError, ValueError):
                     hit = False
             if not hit:
