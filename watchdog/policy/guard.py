@@ -1109,14 +1109,16 @@ def restarts_of(
     if not job.origin.SOURCE_FIELDS:
         # Nothing known starts it (a shell, an orphan, unknown): what launched it may.
         # The walk stops at spawners of other people's work (sshd, tmux, cron...).
+        # terminate leaves the launcher: whether it starts the job again cannot be told,
+        # so the terminate ends may-return, never ok (stop 46's fresh user: `ok`, then
+        # back 5 s later from a supervisor script, and the pages named no stop).
         for proc in launching_ancestors(job, protected=protected)[:1]:
             text = command_text(proc.cmdline, 80) or proc.args_text
             return Restarts(
                 "unknown",
                 f"its launcher PID {proc.pid} {code_span(text)} still runs and may start it again",
                 f"stop the launcher first: kill -TERM {proc.pid}",
-                False,
-                (proc.pid, proc.start_ticks),
+                launcher=(proc.pid, proc.start_ticks),
             )
     return None
 
