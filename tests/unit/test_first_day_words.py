@@ -96,6 +96,23 @@ def test_already_undone_says_when_in_iso_8601_utc(
     assert capsys.readouterr().out == (f"action {aid} was already undone at 2026-12-07T05:17:23Z\n")
 
 
+def test_undo_of_a_terminate_says_why_there_is_nothing_to_undo(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Stop 46's fresh user: `undo 7` of a terminate said only "has nothing to undo".
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
+    db = StateDB(str(tmp_path / "state"))
+    aid = db.record_action("cli:root", "terminate", "PID 42 (1 process(es))", "ok", {}, 0.0)
+    db.close()
+    assert main(["undo", str(aid), "--config", str(cfg)]) == 1
+    assert capsys.readouterr().out == (
+        f"action {aid} (terminate PID 42 (1 process(es))) has nothing to undo: a terminate "
+        "stops processes, and a stopped process cannot be put back (start the job again "
+        "yourself if it was wanted)\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

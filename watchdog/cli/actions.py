@@ -496,7 +496,8 @@ def cmd_undo(args: argparse.Namespace) -> int:
         _out(f"action {rec.id} was already undone at {iso(rec.undone_at)}")
         return 1
     if rec.undo is None:
-        _out(f"action {rec.id} ({rec.kind} {rec.target}) has nothing to undo")
+        none = _NO_UNDO.get(rec.kind, "") if not rec.dry_run else ": a dry run changed nothing"
+        _out(f"action {rec.id} ({rec.kind} {rec.target}) has nothing to undo{none}")
         return 1
     try:
         ops = ops_of(rec.undo)
@@ -545,6 +546,16 @@ def cmd_undo(args: argparse.Namespace) -> int:
         journal.finish(res.outcome, done)
     _out(f"outcome: {res.outcome}")
     return 0 if res.outcome in ("ok", "dry-run") else 1
+
+
+#: Why an action of a kind that records no undo has none (a stop 46 fresh user's `undo` of
+#: a terminate said only "has nothing to undo").
+_NO_UNDO = {
+    "terminate": (
+        ": a terminate stops processes, and a stopped process cannot be put back (start the "
+        "job again yourself if it was wanted)"
+    ),
+}
 
 
 def _still_refused(details: dict[str, Any]) -> str | None:
