@@ -314,6 +314,7 @@ def exclusive_wrappers(
     table: ProcessTable,
     kept: Collection[int] = (),
     scripts: ScriptReader | None = None,
+    guard: ScanProtection | None = None,
 ) -> list[Proc]:
     """The wrappers above the job's root that exist only for it, nearest first.
 
@@ -335,6 +336,10 @@ def exclusive_wrappers(
             one is shared with it).
         scripts: Reads the lineage shells' script files (:class:`ScriptFiles` of
             ``table`` when None).
+        guard: This scan's protection: a wrapper it refuses (an ``enforcement.protect``
+            entry, a sanctioned job's) is never the job's, nor anything above it, as
+            ``terminate``'s live guard leaves it. None: only the table decides (what
+            :func:`protection` itself asks).
 
     Returns:
         The wrappers, nearest the root first (empty when the root's parent is shared).
@@ -346,6 +351,10 @@ def exclusive_wrappers(
     out: list[Proc] = []
     for proc in job.lineage[1:]:
         if proc.pid <= 1 or not is_wrapper(proc) or proc.comm.startswith("tmux"):
+            break
+        if guard is not None and guard.process_refusal(proc) is not None:
+            # Protected: never signalled, so never named in the stop set or the by-hand
+            # kill, and a loop it runs is left (the restart answer says it comes back).
             break
         if proc.state == "X":
             # Its record was kept from an exec event; it has exited since, and the other
@@ -556,7 +565,7 @@ def advise(
     # A member the guard protects (sanctioned earlier and still alive, on the protect
     # list) is never named, and the by-hand kill never reaches it through its group.
     kept = {pid for pid in job.pids if _protected_member(pid, job, guard, table)}
-    wrappers = exclusive_wrappers(job, table, kept, scripts) if table is not None else []
+    wrappers = exclusive_wrappers(job, table, kept, scripts, guard) if table is not None else []
     stop_pids = tuple(p for p in (*job.pids, *(w.pid for w in wrappers)) if p not in kept)
     origin = job.origin
     src = guard.protected_source(origin)
@@ -1177,7 +1186,7 @@ def _copy_answer(
     its own exclusive wrappers (the rule each instance follows, :func:`exclusive_wrappers`),
     and what starts it again, read from its own lineage (:func:`restarts_of`)."""
     kept = {pid for pid in copy.pids if _protected_member(pid, copy, guard, table)}
-    wrappers = exclusive_wrappers(copy, table, kept, scripts)
+    wrappers = exclusive_wrappers(copy, table, kept, scripts, guard)
     own = tuple(p for p in (*copy.pids, *(w.pid for w in wrappers)) if p not in kept)
     return own, restarts_of(copy, own, protected=guard.pids | guard.never, scripts=scripts)
 
