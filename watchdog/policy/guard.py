@@ -1191,12 +1191,42 @@ def _copy_answer(
     return own, restarts_of(copy, own, protected=guard.pids | guard.never, scripts=scripts)
 
 
+def scope_loops(
+    job: Job,
+    stop_pids: Collection[int],
+    scope: ScopeCopies,
+    guard: ScanProtection,
+    scripts: ScriptReader | None,
+) -> list[Restarts]:
+    """What a loop between two runs starts again: a shell of the job's owner, in a
+    process group or session ``terminate`` takes copies from, that it does not stop,
+    whose loop runs the job's command (its ``-c`` text or script: :func:`_loop_in`).
+    The user's script that left ``nohup bash -c 'while true; do python3 train.py; sleep
+    5; done' &`` beside the job: in its ``sleep`` no copy runs, nothing below the loop is
+    a job, and the terminate said ``ok``. Such a shell is never stopped for it (it runs
+    the ``sleep``, not the job): the answer says the job comes back. A sanctioned or
+    ignored job's shell (the loop of a sanctioned run of the same script) is left out:
+    never named as the rogue's source."""
+    key = command_key(job.cmdline)
+    if key is None:
+        return []
+    out: list[Restarts] = []
+    for shell in scope.shells(job, stop_pids):
+        if (shell.pid, shell.start_ticks) in guard.identities:
+            continue
+        found = _loop_in(shell, key, stop_pids, scripts)
+        if found is not None and found.after_terminate:
+            out.append(found)
+    return out
+
+
 def _with_copies(
     advice: Advice,
     job: Job,
     copies: Sequence[Job],
     answer: Callable[[Job], _CopyAnswer],
     groups: ProcessGroups | None,
+    loops: Callable[[Sequence[int]], list[Restarts]] | None = None,
 ) -> Advice:
     """``advice`` over ``job`` and the copies its terminate takes in with it
     (:class:`~watchdog.policy.copies.ScopeCopies`): each copy's own stop set is stopped
@@ -1204,10 +1234,9 @@ def _with_copies(
     answer that says the most of a return: :func:`~watchdog.policy.copies.most_restarting`).
     A loop above a copy is then the job's as a loop above its root is: stopped with it
     when its shell runs nothing but that copy, else named, to stop first. ``answer``
-    gives a copy's (:func:`_copy_answer`, once per copy and scan). ``advice`` as it is
-    without copies."""
-    if not copies:
-        return advice
+    gives a copy's (:func:`_copy_answer`, once per copy and scan); ``loops`` the loops
+    between runs in the terminate's groups and sessions, given the whole stop set
+    (:func:`scope_loops`). ``advice`` as it is without copies or such loops."""
     stop = list(advice.stop_pids)
     answers = [advice.restarts]
     for copy in copies:
@@ -1215,6 +1244,10 @@ def _with_copies(
         stop += own
         answers.append(again)
     stop = list(dict.fromkeys(stop))
+    between = loops(stop) if loops is not None else []
+    if not copies and not between:
+        return advice
+    answers += between
     # The by-hand kill names what terminate stops (only where the kill is the advice).
     by_hand = _kill(job, stop, groups) if advice.stops_job else advice.by_hand
     return dataclasses.replace(
@@ -1252,7 +1285,8 @@ def with_advice(
             copies = [
                 c for c in scope.copies(job, advice.stop_pids) if guard.job_refusal(c) is None
             ]
-            advice = _with_copies(advice, job, copies, answer, groups)
+            loops = functools.partial(scope_loops, job, scope=scope, guard=guard, scripts=scripts)
+            advice = _with_copies(advice, job, copies, answer, groups, loops)
         advice = dataclasses.replace(advice, cli_args=cli_args)
         origin = dataclasses.replace(job.origin, remediation=advice.by_hand)
         out.append(dataclasses.replace(job, origin=origin, advice=advice))
