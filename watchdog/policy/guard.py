@@ -1204,20 +1204,37 @@ def scope_loops(
     The user's script that left ``nohup bash -c 'while true; do python3 train.py; sleep
     5; done' &`` beside the job: in its ``sleep`` no copy runs, nothing below the loop is
     a job, and the terminate said ``ok``. Such a shell is never stopped for it (it runs
-    the ``sleep``, not the job): the answer says the job comes back. A sanctioned or
-    ignored job's shell (the loop of a sanctioned run of the same script) is left out:
-    never named as the rogue's source."""
+    the ``sleep``, not the job): the answer says the job comes back. Only a loop that
+    runs the job's very command line, arguments too (``python3 train.py --prod`` is
+    another run, maybe a sanctioned one, whose shell is then never named as the rogue's
+    source), and never a sanctioned or ignored job's shell."""
     key = command_key(job.cmdline)
-    if key is None:
+    if key is None or not job.cmdline:
         return []
     out: list[Restarts] = []
     for shell in scope.shells(job, stop_pids):
         if (shell.pid, shell.start_ticks) in guard.identities:
             continue
+        if not _runs_command(shell, job.cmdline, key, scripts):
+            continue
         found = _loop_in(shell, key, stop_pids, scripts)
         if found is not None and found.after_terminate:
             out.append(found)
     return out
+
+
+def _runs_command(
+    shell: Proc, cmdline: Sequence[str], key: str, scripts: ScriptReader | None
+) -> bool:
+    """True when the shell's code (its ``-c`` text, else its script as it reads now)
+    runs ``cmdline`` as a whole command: the words as the job's argv, nothing after
+    them but the command's end (``;``, ``&``, ``|``, ``)``, a newline)."""
+    text, _given = _command_code(shell.cmdline, shell.exe, key)
+    if not mentions(text, key) and scripts is not None:
+        read = scripts(shell)
+        text = _script_text(read) if read is not None and read.text is not None else ""
+    words = r"\s+".join(re.escape(w) for w in cmdline)
+    return re.search(r"(?:^|[\s;&|(])" + words + r"[ \t]*(?:$|[;&|)\n])", text) is not None
 
 
 def _with_copies(
