@@ -11,15 +11,16 @@ terminate was paged ``remediation-failed``).
 
 The rule errs toward paging: a return is called a person's new run only when its own
 origin is a person's session (:attr:`~watchdog.model.Origin.by_hand`) at a terminal,
-typed at a prompt (:func:`run_by_source`: no loop, script, ``script -c`` or
-multiplexer command between it and the person's interactive shell), and the stopped
+typed at a prompt (:func:`typed_at_prompt`: an interactive shell its parent, through
+wrappers such as ``nohup`` or ``sudo``; no loop, script, keeper program or
+multiplexer command), and the stopped
 run's recorded origin is known and is not that session. A missing record, or two
 sessions that cannot be told apart (no terminal, logind session or tmux session on
 both sides), keep the return a return. A new terminal or session alone is no person:
 a loop that runs the job through ``script -qec CMD /dev/null`` gets a new
 pseudo-terminal each run, a unit or cron line that runs ``tmux new -d -s train CMD`` a
 new tmux session id, a remote cron's ``ssh host CMD`` a new logind session with no
-terminal.
+terminal, a keeper program's ``pty.spawn`` a new pseudo-terminal.
 """
 
 from __future__ import annotations
@@ -80,37 +81,32 @@ _HANDED = frozenset(
     {"tmux", "screen", "SCREEN", "script", "dtach", "abduco", "watch", "xargs", "run-parts"}
     | {"systemd-run", "at", "batch"}
 )
+_SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh"})
 
 
-def run_by_source(job: Job) -> str | None:
-    """What in ``job``'s lineage ran it for a source rather than a person at a prompt:
-    between the job and the first interactive shell above it (a person's prompt; what
-    is above that is the session's), a shell that runs code (``-c`` text: a loop,
-    cron's ``sh -c``; or a script file), or a program handed the command to run
-    (``script -c``, ``tmux new CMD``, ``screen -dm``, ``watch``, ``xargs``). Wrappers a
-    person types before a command (``nohup``, ``sudo``, ``timeout``, ``nice``...) are
-    looked through; any other process ends the walk (no evidence either way).
+def typed_at_prompt(job: Job) -> bool:
+    """True when ``job`` was typed at a person's prompt: above it, through the wrappers
+    a person types before a command (``nohup``, ``sudo``, ``timeout``, ``nice``...),
+    the first other process is an interactive shell (one that runs no ``-c`` text and
+    no script file). False for a shell that runs code (a loop, cron's ``sh -c``, a
+    script), a program handed the command (``script -c``, ``tmux new CMD``, ``screen
+    -dm``, ``watch``, ``xargs``), any other program (a Python keeper's ``pty.spawn``,
+    ``expect``, ``sshd`` running a remote command), or no lineage: what ran it may run
+    it again.
 
     Args:
         job: A job of the scan, its lineage root first.
-
-    Returns:
-        ``PID N `argv0``` of the first such ancestor, or None.
     """
     for proc in job.lineage[1:]:
-        if proc.pid <= 1 or not is_wrapper(proc):
-            return None
+        if proc.pid <= 1:
+            return False
         name = exe_name(proc)
-        runs_code = command_string(proc.cmdline, proc.exe) is not None
-        if name in _HANDED or runs_code or script_path(proc.cmdline, proc.exe) is not None:
-            return f"PID {proc.pid} {name}"
-        if _is_shell(name):
-            return None  # an interactive shell: a person's prompt
-    return None
-
-
-def _is_shell(name: str) -> bool:
-    return name in ("sh", "dash", "bash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh")
+        if name in _SHELLS:
+            code = command_string(proc.cmdline, proc.exe) is not None
+            return not code and script_path(proc.cmdline, proc.exe) is None
+        if name in _HANDED or not is_wrapper(proc):
+            return False
+    return False
 
 
 def started_anew(job: Job, stopped: Iterable[object]) -> bool:
@@ -126,13 +122,13 @@ def started_anew(job: Job, stopped: Iterable[object]) -> bool:
     Returns:
         False whenever it cannot be told (no origin recorded, sessions that cannot be
         told apart, an origin of the run back that is not a person's at a terminal, a
-        lineage that shows a source ran it: :func:`run_by_source`): then the return
-        is paged as one, never quieter without evidence.
+        run not typed at a prompt: :func:`typed_at_prompt`): then the return is paged
+        as one, never quieter without evidence.
     """
     origin = job.origin
     if not origin.by_hand or origin.to_json().get("tty") is None:
         return False  # no terminal: a detached or remote command, a unit's tmux
-    if run_by_source(job) is not None:
+    if not typed_at_prompt(job):
         return False
     docs = list(stopped)
     if not docs:
