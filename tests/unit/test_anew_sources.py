@@ -91,7 +91,7 @@ def test_a_loop_that_runs_the_trainer_on_a_new_terminal_still_pages(
     assert tty.startswith("/dev/pts/")
     res = run_cli("terminate", "--config", str(config), str(first))
     assert res.returncode in (0, 1), res.stdout + res.stderr
-    if runner == "script":  # (above a keeper program the loop is not read: `ok`)
+    if runner == "script":  # (a keeper program above the run: its launcher, may-return)
         assert "will come back" in res.stdout, res.stdout + res.stderr
     poll("the stopped run's terminal to be freed", lambda: not os.path.exists(tty), 10, 0.01)
     # Someone else's login takes the freed number: terminals are opened (and held) until
