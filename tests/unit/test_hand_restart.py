@@ -12,6 +12,7 @@ stopped run's own terminal) or from an origin that could not be seen still pages
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
@@ -25,7 +26,15 @@ import pytest
 from rogue_watchdog.actions.enforcer import Enforcer
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
-from rogue_watchdog.model import Job, NvmlStatus, Origin, OrphanOrigin, ScanResult, ShellOrigin
+from rogue_watchdog.model import (
+    Job,
+    NvmlStatus,
+    Origin,
+    OrphanOrigin,
+    Proc,
+    ScanResult,
+    ShellOrigin,
+)
 from rogue_watchdog.state import StateDB
 from tests.conftest import Spawned, poll, run_cli
 
@@ -78,6 +87,30 @@ def _ghost(spawned: Spawned, script: Path, stdin: io.FileIO | None) -> int:
     return pid
 
 
+def _typed(spawned: Spawned, script: Path, terminal: io.FileIO, tmp_path: Path) -> int:
+    """The trainer as a person starts it: typed at an interactive shell on ``terminal``
+    (``bash -i``, its rc file standing in for the keystrokes: ``python3 TRAINER &``)."""
+    rc = tmp_path / f"typed-{terminal.fileno()}.rc"
+    rc.write_text(f"set +m\n{sys.executable} {script} &\n")
+    shell = spawned.start(
+        ["bash", "--noprofile", "--rcfile", str(rc), "-i"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+    ).pid
+
+    def child() -> int | None:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and _running(int(entry), script):
+                with contextlib.suppress(OSError):
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                    if int(stat.rpartition(")")[2].split()[1]) == shell:
+                        return int(entry)
+        return None
+
+    return poll("the trainer typed at the prompt", child, 10, 0.01)
+
+
 def _opened(d: Daemon, pid: int) -> list[tuple[str, str]]:
     rows = d.db.conn.execute(
         "SELECT kind, severity FROM findings WHERE root_pid=? AND resolved_at IS NULL ORDER BY id",
@@ -116,7 +149,7 @@ def test_run_again_by_hand_from_another_terminal_is_its_own_rogue_job(
     assert _origin(d, first)["kind"] == ("shell" if first_tty else "unknown")
     _terminate(config, first, script)
     d.tick(T0 + 15)  # gone
-    second = _ghost(spawned, script, terminals[1])  # a person, 22 s after the terminate
+    second = _typed(spawned, script, terminals[1], tmp_path)  # 22 s after the terminate
     d.tick(T0 + 37)
     assert _origin(d, second)["kind"] == "shell"
     assert _origin(d, second)["tty"] != (_origin_tty(terminals[0]) if first_tty else None)
@@ -195,6 +228,13 @@ def test_a_loop_in_the_stopped_runs_own_terminal_still_pages(
     ]  # fmt: skip
 
 
+# A run typed at a login shell's prompt: the trainer, below `-bash`.
+PROMPT = [
+    Proc(50, 49, 200, "S", "python3", cmdline=("/usr/bin/python3", "/p/train_job.py")),
+    Proc(49, 48, 150, "S", "bash", exe="/usr/bin/bash", cmdline=("-bash",)),
+]
+
+
 def test_the_recheck_of_another_origins_terminate_spares_only_a_persons_other_session(
     tmp_path: Path,
 ) -> None:
@@ -226,7 +266,7 @@ def test_the_recheck_of_another_origins_terminate_spares_only_a_persons_other_se
         # terminal's (recorded a second later).
         back = Job(
             root_pid=50, pids=[50], user="root", cmdline=tuple(cmd), start_ticks=200,
-            gpu_memory_bytes=None, gpu_uuids=[], lineage=[], origin=origin,
+            gpu_memory_bytes=None, gpu_uuids=[], lineage=PROMPT, origin=origin,
         )  # fmt: skip
         if newest_on == 0:
             db.conn.execute("UPDATE actions SET undone_at=? WHERE signature='sig1'", (t + 2,))

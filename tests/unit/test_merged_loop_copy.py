@@ -167,3 +167,84 @@ def test_a_shared_loop_above_the_copy_is_left_and_the_outcome_says_it_comes_back
         "it started keeps running)",
     }
     assert "source_stopped" not in details
+
+
+# The loop sleeps first: at the scan and the terminate no copy runs below it, and
+# nothing below it is a job of the scan.
+BETWEEN_RUNS = "while true; do sleep 300; python3 train.py; done"
+
+
+def _start_between(spawned: Spawned, tmp_path: Path, loop: str) -> dict[str, int]:
+    """The user's script with a loop that sleeps first: the PIDs of the `nohup`'d
+    trainer (``plain``, also ``copy`` for :func:`_config`) and the loop's shell."""
+    (tmp_path / "train.py").write_text(TRAINER)
+    (tmp_path / "start.sh").write_text(
+        "nohup python3 train.py >/dev/null 2>&1 &\n"
+        f"nohup bash -c '{loop}' >/dev/null 2>&1 &\n"
+        "exit 0\n"
+    )
+    script = spawned.start(
+        ["/bin/bash", "start.sh"], cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin")
+    )
+    script.wait(timeout=10)
+
+    def found() -> dict[str, int] | None:
+        table = ProcessTable()
+        table.refresh()
+        group = [p for p in table.procs.values() if p.pgid == script.pid and not p.is_zombie]
+        shell = [p.pid for p in group if p.cmdline == ("bash", "-c", loop)]
+        plain = [p.pid for p in group if p.cmdline == ("python3", "train.py")]
+        if len(shell) != 1 or len(plain) != 1:
+            return None
+        return {"plain": plain[0], "shell": shell[0], "copy": plain[0]}
+
+    return poll("the trainer and the loop's shell", found, 30)
+
+
+def test_a_loop_between_two_runs_in_the_jobs_group_makes_the_terminate_will_return(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """The loop's shell is in its `sleep` (the copy it ran ended, or has not started):
+    it is left (it runs the sleep, not the job) and the terminate says the job comes
+    back, naming it. BEFORE: `outcome: ok` (exit 0), no restart answer, and the loop
+    started the trainer again when its sleep ended."""
+    need_program("gcc", "nohup")
+    pids = _start_between(spawned, tmp_path, BETWEEN_RUNS)
+    cfg = _config(tmp_path, pids)
+    scan = json.loads(run_cli("scan", "--json", "--config", str(cfg)).stdout)
+    (plain,) = [j for j in scan["jobs"] if j["root_pid"] == pids["plain"]]
+    assert plain["advice"]["restarts"] == {
+        "when": "when its loop comes round",
+        "how": f"shell loop `while true` in PID {pids['shell']}",
+        "stops": f"stop the loop first: kill -TERM {pids['shell']} (its shell alone: what "
+        "else it started keeps running)",
+        "after_terminate": True,
+    }
+    assert pids["shell"] not in plain["advice"]["stop_pids"]
+    done = run_cli("terminate", "--config", str(cfg), str(pids["plain"]))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "outcome: will-return" in done.stdout
+    details = _record(tmp_path)
+    assert details["outcome"] == "will-return"
+    assert pids["shell"] not in _results(details)
+    assert _alive(pids["shell"])
+
+
+def test_a_loop_of_another_command_line_between_runs_is_never_named(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """The loop between runs starts `python3 train.py --prod`, which the allowlist
+    sanctions: in its sleep it is no job and none of the guard's, but it is no source of
+    the rogue `python3 train.py` (same script, another command line), and the advice
+    never tells a person to kill it. Found by this branch's own first version, which
+    named it (`stop the loop first: kill -TERM <the pipeline's loop>`)."""
+    need_program("gcc", "nohup")
+    loop = "while true; do sleep 300; python3 train.py --prod; done"
+    pids = _start_between(spawned, tmp_path, loop)
+    cfg = _config(tmp_path, pids)
+    rule = "sanctioned:\n  - name: pipeline\n    cmdline: '*--prod*'\n    origin: {any: true}\n"
+    cfg.write_text(cfg.read_text() + rule)
+    scan = json.loads(run_cli("scan", "--json", "--config", str(cfg)).stdout)
+    (plain,) = [j for j in scan["jobs"] if j["root_pid"] == pids["plain"]]
+    assert plain["advice"]["restarts"] is None
+    assert str(pids["shell"]) not in plain["advice"]["stop"]

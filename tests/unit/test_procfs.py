@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from rogue_watchdog.model import Proc
 from rogue_watchdog.sources.procfs import ProcessTable, StatParseError, exec_mark, parse_stat
-from tests.conftest import Spawned
+from tests.conftest import Spawned, poll
 
 # A stat line whose comm holds spaces and a ')' (proc(5): split at the last ')').
 STAT = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 0 0 0 0 7 3 0 0 20 0 1 0 987654 0 0"
@@ -215,7 +217,51 @@ def test_exec_mark_is_none_where_the_kernel_hides_the_addresses() -> None:
     zero = b"7 (python3) Z 1 7 7 0 -1 0 " + b" ".join([b"0"] * 45)
     assert exec_mark(zero) is None
     live = b"7 (a) b) S 1 7 7 0 -1 0 " + b" ".join([b"0"] * 16)  # fields 3-25
-    assert exec_mark(live + b" 100 200 300 0 0") == 100 ^ (200 << 1) ^ (300 << 2)
+    old = exec_mark(live + b" 100 200 300 0 0")  # a kernel before 3.5: fields 26-28
+    assert old is not None and old == exec_mark(live + b" 100 200 300 9 9")
+    assert old != exec_mark(live + b" 100 200 301 0 0")
+    # Fields 45-51 (start_data .. env_end) count where the line has them.
+    tail = b" ".join([b"0"] * 16)  # fields 29-44
+    full = live + b" 100 200 300 " + tail + b" 1 2 3 4 5 6 7 0"
+    assert exec_mark(full) is not None and exec_mark(full) != old
+    assert exec_mark(full) != exec_mark(full.replace(b" 4 5 6 7 0", b" 4 5 6 8 0"))
+
+
+def test_an_exec_that_keeps_comm_is_read_again_without_aslr(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    # Under `setarch -R` (as randomize_va_space=0, or a debugger) nothing is randomized
+    # at exec, and `launch.py` -> `train.py` is one byte shorter: the stack start keeps
+    # its 16-byte-aligned address. Before, fields 26-28 read the same, and the table
+    # kept the launcher's command line; arg_start (field 48) moved.
+    if shutil.which("setarch") is None:
+        pytest.skip("needs util-linux setarch")
+    launch, train = tmp_path / "launch.py", tmp_path / "train.py"
+    train.write_text("import time\ntime.sleep(30)\n")
+    launch.write_text(
+        "import os, sys, time\ntime.sleep(0.6)\n"
+        f"os.execv(sys.executable, [sys.executable, {str(train)!r}])\n"
+    )
+    p = spawned.start(["setarch", "-R", sys.executable, str(launch)])
+    table = ProcessTable()
+    table.watched = {p.pid}
+    before = poll("the launcher", lambda: _cmdline_ends(table, p.pid, str(launch)), 10, 0.02)
+    time.sleep(1.2)
+    table.refresh()
+    after = table.get(p.pid)
+    assert after is not None
+    assert (after.start_ticks, after.comm) == (before.start_ticks, before.comm)
+    assert after.cmdline[1:] == (str(train),)
+    assert p.pid in table.new_pids
+
+
+def _cmdline_ends(table: ProcessTable, pid: int, last: str) -> Proc | None:
+    """``pid`` as the table reads it after a refresh, when its command line ends in
+    ``last`` and ``setarch`` has exec'd the interpreter (its comm read too); else None."""
+    table.refresh()
+    proc = table.get(pid)
+    ok = proc is not None and proc.cmdline[-1:] == (last,) and proc.comm != "setarch"
+    return proc if ok else None
 
 
 def test_steady_refresh_reads_a_slice_of_stat_files() -> None:

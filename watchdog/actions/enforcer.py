@@ -268,7 +268,7 @@ class Enforcer:
             judged = max([*recs, *others], key=lambda r: (r.created_at, r.id))
             if self._superseded(judged, sig, job, undone):
                 continue
-            if started_anew(job.origin, [judged.details.get("origin")]):
+            if started_anew(job, [judged.details.get("origin")]):
                 # A person ran it again by hand from another login session than the
                 # stopped run's: nothing the action left brought it back; its own
                 # rogue-job pages it (fresh user, first day: critical 22 s after).

@@ -10,10 +10,17 @@ its own ``rogue-job`` finding, not ``respawned`` or a critical ``remediation-fai
 terminate was paged ``remediation-failed``).
 
 The rule errs toward paging: a return is called a person's new run only when its own
-origin is a person's session (:attr:`~watchdog.model.Origin.by_hand`) and the stopped
+origin is a person's session (:attr:`~watchdog.model.Origin.by_hand`) at a terminal,
+typed at a prompt (:func:`typed_at_prompt`: an interactive shell its parent, through
+wrappers such as ``nohup`` or ``sudo``; no loop, script, keeper program or
+multiplexer command), and the stopped
 run's recorded origin is known and is not that session. A missing record, or two
 sessions that cannot be told apart (no terminal, logind session or tmux session on
-both sides), keep the return a return.
+both sides), keep the return a return. A new terminal or session alone is no person:
+a loop that runs the job through ``script -qec CMD /dev/null`` gets a new
+pseudo-terminal each run, a unit or cron line that runs ``tmux new -d -s train CMD`` a
+new tmux session id, a remote cron's ``ssh host CMD`` a new logind session with no
+terminal, a keeper program's ``pty.spawn`` a new pseudo-terminal.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..model import Origin
+from ..lineage.base import exe_name, is_wrapper
+from ..lineage.scriptfile import command_string, script_path
+from ..model import Job, Origin
 
 # The keys of a person's session in an origin's scan JSON (ShellOrigin; SystemdOrigin in
 # tmux), most specific first: a tmux session outlives terminals and logins, so when both
@@ -66,22 +75,60 @@ def same_session(origin: Origin, was: Mapping[str, Any]) -> bool | None:
     return False
 
 
-def started_anew(origin: Origin, stopped: Iterable[object]) -> bool:
+# Wrappers that run a command they were handed, detached from any prompt, and may run
+# it again or anew each time: a multiplexer's or recorder's command, a scheduler's.
+_HANDED = frozenset(
+    {"tmux", "screen", "SCREEN", "script", "dtach", "abduco", "watch", "xargs", "run-parts"}
+    | {"systemd-run", "at", "batch"}
+)
+_SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh"})
+
+
+def typed_at_prompt(job: Job) -> bool:
+    """True when ``job`` was typed at a person's prompt: above it, through the wrappers
+    a person types before a command (``nohup``, ``sudo``, ``timeout``, ``nice``...),
+    the first other process is an interactive shell (one that runs no ``-c`` text and
+    no script file). False for a shell that runs code (a loop, cron's ``sh -c``, a
+    script), a program handed the command (``script -c``, ``tmux new CMD``, ``screen
+    -dm``, ``watch``, ``xargs``), any other program (a Python keeper's ``pty.spawn``,
+    ``expect``, ``sshd`` running a remote command), or no lineage: what ran it may run
+    it again.
+
+    Args:
+        job: A job of the scan, its lineage root first.
+    """
+    for proc in job.lineage[1:]:
+        if proc.pid <= 1:
+            return False
+        name = exe_name(proc)
+        if name in _SHELLS:
+            code = command_string(proc.cmdline, proc.exe) is not None
+            return not code and script_path(proc.cmdline, proc.exe) is None
+        if name in _HANDED or not is_wrapper(proc):
+            return False
+    return False
+
+
+def started_anew(job: Job, stopped: Iterable[object]) -> bool:
     """True when a run back after a stop was started by a person from a login session
     that none of the stopped runs came from: a new job, not its source's return.
 
     Args:
-        origin: The origin of the run that came back.
+        job: The run that came back (its origin and lineage).
         stopped: The recorded origins (scan JSON dicts) of the runs that were stopped,
             e.g. a terminate's ``details.origin`` or the ``jobs`` row's origin; anything
             that is not a dict is an origin not recorded.
 
     Returns:
         False whenever it cannot be told (no origin recorded, sessions that cannot be
-        told apart, an origin of the run back that is not a person's): then the return
-        is paged as one, never quieter without evidence.
+        told apart, an origin of the run back that is not a person's at a terminal, a
+        run not typed at a prompt: :func:`typed_at_prompt`): then the return is paged
+        as one, never quieter without evidence.
     """
-    if not origin.by_hand:
+    origin = job.origin
+    if not origin.by_hand or origin.to_json().get("tty") is None:
+        return False  # no terminal: a detached or remote command, a unit's tmux
+    if not typed_at_prompt(job):
         return False
     docs = list(stopped)
     if not docs:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from ..lineage.base import is_wrapper, program_of
+from ..lineage.base import exe_name, is_wrapper, program_of
 from ..model import Job, Proc, Restarts
 from ..sources.procfs import ProcessTable
 
 _Key = tuple[int | None, tuple[str, ...], str, int]
+_SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "mksh", "ash", "busybox"})
 
 
 class ScopeCopies:
@@ -35,6 +36,8 @@ class ScopeCopies:
     def __init__(self, jobs: Sequence[Job], table: ProcessTable) -> None:
         self.table = table
         self._index: dict[_Key, list[Job]] = {}
+        # (owner, "pgid"/"sid", leader) -> the shells there, built on first use.
+        self._shells: dict[tuple[int | None, str, int], list[Proc]] | None = None
         for job in jobs:
             root = table.get(job.root_pid)
             if root is None or is_wrapper(root):
@@ -58,17 +61,55 @@ class ScopeCopies:
         if root is None:
             return []
         program = program_of(root.cmdline)
+        seen: dict[int, Job] = {}
+        for kind, leader in self._scope(stop_pids):
+            for other in self._index.get((root.uid, program, kind, leader), ()):
+                if other.root_pid != job.root_pid:
+                    seen.setdefault(other.root_pid, other)
+        return list(seen.values())
+
+    def shells(self, job: Job, stop_pids: Collection[int]) -> list[Proc]:
+        """The shells of ``job``'s owner in the process groups and sessions its terminate
+        takes copies from (:meth:`copies`' rule) that it does not stop: a loop there
+        between two runs of a copy (in its ``sleep``, no copy running) starts one again
+        after the terminate. By PID; empty when there are none.
+
+        Args:
+            job: A job of the scan.
+            stop_pids: What its terminate stops (with its copies').
+        """
+        root = self.table.get(job.root_pid)
+        where = self._scope(stop_pids)
+        if root is None or not where:
+            return []  # (most jobs: a cron line's, a unit's, a login's; no table walk)
+        if self._shells is None:
+            self._shells = {}
+            for proc in self.table.procs.values():
+                if proc.is_zombie or exe_name(proc) not in _SHELLS:
+                    continue
+                for kind, leader in (("pgid", proc.pgid), ("sid", proc.sid)):
+                    if leader > 1:
+                        self._shells.setdefault((proc.uid, kind, leader), []).append(proc)
+        mine = set(stop_pids)
+        found = {
+            shell.pid: shell
+            for kind, leader in where
+            for shell in self._shells.get((root.uid, kind, leader), ())
+            if shell.pid not in mine
+        }
+        return [found[pid] for pid in sorted(found)]
+
+    def _scope(self, stop_pids: Collection[int]) -> list[tuple[str, int]]:
+        """``(kind, leader)`` of each process group and session of ``stop_pids`` whose
+        leader is one of them or gone: where ``terminate`` takes copies in."""
         mine = set(stop_pids)
         procs = [p for pid in stop_pids if (p := self.table.get(pid)) is not None]
-        seen: dict[int, Job] = {}
+        out: list[tuple[str, int]] = []
         for kind in ("pgid", "sid"):
             for leader in sorted({_leader(p, kind) for p in procs}):
-                if leader <= 1 or (leader not in mine and self.table.get(leader) is not None):
-                    continue
-                for other in self._index.get((root.uid, program, kind, leader), ()):
-                    if other.root_pid != job.root_pid:
-                        seen.setdefault(other.root_pid, other)
-        return list(seen.values())
+                if leader > 1 and (leader in mine or self.table.get(leader) is None):
+                    out.append((kind, leader))
+        return out
 
 
 def _leader(proc: Proc, kind: str) -> int:

@@ -314,6 +314,7 @@ def exclusive_wrappers(
     table: ProcessTable,
     kept: Collection[int] = (),
     scripts: ScriptReader | None = None,
+    guard: ScanProtection | None = None,
 ) -> list[Proc]:
     """The wrappers above the job's root that exist only for it, nearest first.
 
@@ -335,6 +336,10 @@ def exclusive_wrappers(
             one is shared with it).
         scripts: Reads the lineage shells' script files (:class:`ScriptFiles` of
             ``table`` when None).
+        guard: This scan's protection: a wrapper it refuses (an ``enforcement.protect``
+            entry, a sanctioned job's) is never the job's, nor anything above it, as
+            ``terminate``'s live guard leaves it. None: only the table decides (what
+            :func:`protection` itself asks).
 
     Returns:
         The wrappers, nearest the root first (empty when the root's parent is shared).
@@ -346,6 +351,10 @@ def exclusive_wrappers(
     out: list[Proc] = []
     for proc in job.lineage[1:]:
         if proc.pid <= 1 or not is_wrapper(proc) or proc.comm.startswith("tmux"):
+            break
+        if guard is not None and guard.process_refusal(proc) is not None:
+            # Protected: never signalled, so never named in the stop set or the by-hand
+            # kill, and a loop it runs is left (the restart answer says it comes back).
             break
         if proc.state == "X":
             # Its record was kept from an exec event; it has exited since, and the other
@@ -556,7 +565,7 @@ def advise(
     # A member the guard protects (sanctioned earlier and still alive, on the protect
     # list) is never named, and the by-hand kill never reaches it through its group.
     kept = {pid for pid in job.pids if _protected_member(pid, job, guard, table)}
-    wrappers = exclusive_wrappers(job, table, kept, scripts) if table is not None else []
+    wrappers = exclusive_wrappers(job, table, kept, scripts, guard) if table is not None else []
     stop_pids = tuple(p for p in (*job.pids, *(w.pid for w in wrappers)) if p not in kept)
     origin = job.origin
     src = guard.protected_source(origin)
@@ -1177,9 +1186,55 @@ def _copy_answer(
     its own exclusive wrappers (the rule each instance follows, :func:`exclusive_wrappers`),
     and what starts it again, read from its own lineage (:func:`restarts_of`)."""
     kept = {pid for pid in copy.pids if _protected_member(pid, copy, guard, table)}
-    wrappers = exclusive_wrappers(copy, table, kept, scripts)
+    wrappers = exclusive_wrappers(copy, table, kept, scripts, guard)
     own = tuple(p for p in (*copy.pids, *(w.pid for w in wrappers)) if p not in kept)
     return own, restarts_of(copy, own, protected=guard.pids | guard.never, scripts=scripts)
+
+
+def scope_loops(
+    job: Job,
+    stop_pids: Collection[int],
+    scope: ScopeCopies,
+    guard: ScanProtection,
+    scripts: ScriptReader | None,
+) -> list[Restarts]:
+    """What a loop between two runs starts again: a shell of the job's owner, in a
+    process group or session ``terminate`` takes copies from, that it does not stop,
+    whose loop runs the job's command (its ``-c`` text or script: :func:`_loop_in`).
+    The user's script that left ``nohup bash -c 'while true; do python3 train.py; sleep
+    5; done' &`` beside the job: in its ``sleep`` no copy runs, nothing below the loop is
+    a job, and the terminate said ``ok``. Such a shell is never stopped for it (it runs
+    the ``sleep``, not the job): the answer says the job comes back. Only a loop that
+    runs the job's very command line, arguments too (``python3 train.py --prod`` is
+    another run, maybe a sanctioned one, whose shell is then never named as the rogue's
+    source), and never a sanctioned or ignored job's shell."""
+    key = command_key(job.cmdline)
+    if key is None or not job.cmdline:
+        return []
+    out: list[Restarts] = []
+    for shell in scope.shells(job, stop_pids):
+        if (shell.pid, shell.start_ticks) in guard.identities:
+            continue
+        if not _runs_command(shell, job.cmdline, key, scripts):
+            continue
+        found = _loop_in(shell, key, stop_pids, scripts)
+        if found is not None and found.after_terminate:
+            out.append(found)
+    return out
+
+
+def _runs_command(
+    shell: Proc, cmdline: Sequence[str], key: str, scripts: ScriptReader | None
+) -> bool:
+    """True when the shell's code (its ``-c`` text, else its script as it reads now)
+    runs ``cmdline`` as a whole command: the words as the job's argv, nothing after
+    them but the command's end (``;``, ``&``, ``|``, ``)``, a newline)."""
+    text, _given = _command_code(shell.cmdline, shell.exe, key)
+    if not mentions(text, key) and scripts is not None:
+        read = scripts(shell)
+        text = _script_text(read) if read is not None and read.text is not None else ""
+    words = r"\s+".join(re.escape(w) for w in cmdline)
+    return re.search(r"(?:^|[\s;&|(])" + words + r"[ \t]*(?:$|[;&|)\n])", text) is not None
 
 
 def _with_copies(
@@ -1188,6 +1243,7 @@ def _with_copies(
     copies: Sequence[Job],
     answer: Callable[[Job], _CopyAnswer],
     groups: ProcessGroups | None,
+    loops: Callable[[Sequence[int]], list[Restarts]] | None = None,
 ) -> Advice:
     """``advice`` over ``job`` and the copies its terminate takes in with it
     (:class:`~watchdog.policy.copies.ScopeCopies`): each copy's own stop set is stopped
@@ -1195,10 +1251,9 @@ def _with_copies(
     answer that says the most of a return: :func:`~watchdog.policy.copies.most_restarting`).
     A loop above a copy is then the job's as a loop above its root is: stopped with it
     when its shell runs nothing but that copy, else named, to stop first. ``answer``
-    gives a copy's (:func:`_copy_answer`, once per copy and scan). ``advice`` as it is
-    without copies."""
-    if not copies:
-        return advice
+    gives a copy's (:func:`_copy_answer`, once per copy and scan); ``loops`` the loops
+    between runs in the terminate's groups and sessions, given the whole stop set
+    (:func:`scope_loops`). ``advice`` as it is without copies or such loops."""
     stop = list(advice.stop_pids)
     answers = [advice.restarts]
     for copy in copies:
@@ -1206,6 +1261,10 @@ def _with_copies(
         stop += own
         answers.append(again)
     stop = list(dict.fromkeys(stop))
+    between = loops(stop) if loops is not None else []
+    if not copies and not between:
+        return advice
+    answers += between
     # The by-hand kill names what terminate stops (only where the kill is the advice).
     by_hand = _kill(job, stop, groups) if advice.stops_job else advice.by_hand
     return dataclasses.replace(
@@ -1243,7 +1302,8 @@ def with_advice(
             copies = [
                 c for c in scope.copies(job, advice.stop_pids) if guard.job_refusal(c) is None
             ]
-            advice = _with_copies(advice, job, copies, answer, groups)
+            loops = functools.partial(scope_loops, job, scope=scope, guard=guard, scripts=scripts)
+            advice = _with_copies(advice, job, copies, answer, groups, loops)
         advice = dataclasses.replace(advice, cli_args=cli_args)
         origin = dataclasses.replace(job.origin, remediation=advice.by_hand)
         out.append(dataclasses.replace(job, origin=origin, advice=advice))

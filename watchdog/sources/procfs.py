@@ -75,11 +75,15 @@ def parse_stat(text: str) -> tuple[str, str, int, int, int, int, int]:
 
 def exec_mark(text: bytes) -> int | None:
     """What an ``execve(2)`` that keeps ``comm`` still changes in a ``/proc/PID/stat``
-    line: the program's code and stack addresses (fields 26 ``startcode``, 27
-    ``endcode`` and 28 ``startstack``, proc(5)), folded into one number. A new program
-    image gets new ones: randomized by ASLR (``kernel.randomize_va_space``) at every
-    exec, and without it the stack start still moves with the size of the new
-    ``argv`` and environment, which sit above it.
+    line: the new program image's addresses (proc(5) fields 26 ``startcode``, 27
+    ``endcode``, 28 ``startstack``, and, since Linux 3.5, 45-51 ``start_data`` to
+    ``env_end``), folded into one number. With ASLR (``kernel.randomize_va_space``)
+    they are randomized at every exec. Without it (``randomize_va_space=0``, a process
+    run under ``setarch -R`` or a debugger: the personality outlives the exec) the
+    stack start moves only when the new ``argv`` and environment differ in size by more
+    than its 16-byte alignment, but ``arg_start`` to ``env_end`` (48-51) move with every
+    byte of that size. An exec to a command line and environment of exactly the old
+    sizes, without ASLR, changes none of them: only exec events see it.
 
     Args:
         text: The whole stat line, as read (bytes: no decoding on the steady path).
@@ -89,14 +93,14 @@ def exec_mark(text: bytes) -> int | None:
         kernel thread, or a reader without ``PTRACE_MODE_READ`` on the process:
         nothing to compare).
     """
-    rest = text[text.rfind(b")") + 2 :].split(None, 26)
-    try:
-        start_code, end_code, start_stack = int(rest[23]), int(rest[24]), int(rest[25])
-    except (IndexError, ValueError):
+    rest = text[text.rfind(b")") + 2 :].split(None, 49)
+    if len(rest) < 26 or not (rest[23].isdigit() and rest[25].isdigit()):
         return None
-    if not (start_code or start_stack):
+    if rest[23] == b"0" and rest[25] == b"0":
         return None
-    return start_code ^ (end_code << 1) ^ (start_stack << 2)
+    # Compared as the bytes read (no int() on the steady path); fields 45-51 where the
+    # kernel has them (3.5 and later). A mark lives in this process's memory only.
+    return hash((rest[23], rest[24], rest[25], *rest[42:49]))
 
 
 def _is_procfs(path: str) -> bool:

@@ -169,7 +169,7 @@ def record_jobs(
                 back.ended != "exited"
                 and job.may_train
                 and undos[ident] is None
-                and not started_anew(job.origin, [rec.origin])
+                and not started_anew(job, [rec.origin])
             ):
                 respawns.append(respawned_finding(job, sig, back_after, now))
     held = _held_or_gone(db, seen, now, alive)
