@@ -111,17 +111,25 @@ def test_a_rogue_service_is_named_as_the_source_and_stopped_with_its_run(
         f"this run only: rogue-watchdog terminate{cfg} {run}\n"
     ) in out
 
-    # The run alone: the service starts another, and remediation-failed names it.
+    # The run alone: the service starts another, and remediation-failed names it. The
+    # terminate leaves the service, which still runs: never `ok` (may-return, exit 1).
     rc, out = cli("terminate", str(run))
-    assert rc == 0 and _alive(svc), out
+    assert rc == 1 and _alive(svc), out
+    assert (
+        "outcome: may-return\nmay come back: could not tell whether its source starts it "
+        f"again (its launcher PID {svc} " in out
+    ), out
     failed = poll(
         "remediation-failed",
         lambda: _rows(state, "SELECT message FROM findings WHERE kind='remediation-failed'"),
         30,
     )[0][0]
     back = int(failed.split(" is back as PID ")[1].split()[0])
+    assert f"; spawned this time by {source} itself; as its terminate said, its " in failed
     assert failed.endswith(
-        f"; spawned this time by {source} itself; to stop the service and its run: "
+        f"still runs and may "
+        f"start it again (stop the launcher first: kill -TERM {svc}); the daemon does not "
+        f"terminate it again; to stop the service and its run: "
         f"rogue-watchdog terminate{cfg} {svc} (or by hand: kill -TERM {svc} {back})"
     ), failed
 

@@ -195,6 +195,11 @@ def _with_service(target: JobTarget, job: Job, finding: Finding) -> JobTarget:
     target.service = [
         Expected(p.pid, p.start_ticks, p.cmdline or None) for p in job.lineage if p.pid in named
     ]
+    again = target.restarts
+    if again is not None and again.launcher in {(e.pid, e.start_ticks) for e in target.service}:
+        # The launcher that may start it again is the service stopped with it: nothing
+        # left named to start it (else `may-return` of a terminate that stopped it).
+        target.restarts = None
     return target
 
 
