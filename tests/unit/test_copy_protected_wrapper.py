@@ -45,10 +45,19 @@ def test_a_protected_loop_above_a_copy_is_named_by_no_advice_and_left(
         assert str(shell) not in job["origin"]["remediation"].split(), (name, job["origin"])
         # The protected loop stays: the job comes back after a terminate.
         assert advice["restarts"]["after_terminate"] is True, (name, advice["restarts"])
-        assert advice["restarts"]["how"] == f"shell loop `while true` in PID {shell}"
+        # It says what starts the job again, and no step against the protected shell, in
+        # words either (before: "stop the loop first: kill -TERM <the shell>").
+        assert advice["restarts"]["how"] == (
+            f"shell loop `while true` in PID {shell} (PID {shell} matches enforcement.protect "
+            "entry 'cmdline=bash -c while*': never signalled)"
+        )
+        assert advice["restarts"]["stops"] is None
+        assert f"kill -TERM {shell}" not in json.dumps(job)
     done = run_cli("terminate", "--config", str(cfg), str(pids["plain"]))
     assert done.returncode == 1, done.stdout + done.stderr
     details = _record(tmp_path)
     assert details["outcome"] == "will-return"
+    assert details["will_return"]["stops"] is None
+    assert f"kill -TERM {shell}" not in done.stdout + done.stderr
     assert shell not in _results(details)
     assert _alive(shell)

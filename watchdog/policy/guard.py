@@ -1272,6 +1272,28 @@ def _with_copies(
     )
 
 
+#: The process a restart answer's next step would have one signal (a loop's shell, a
+#: launcher): the steps name it only as ``kill -TERM PID`` (:func:`stop_loop_first`).
+_STEP_KILL = re.compile(r"\bkill -TERM (\d+)\b")
+
+
+def _no_step_against(
+    again: Restarts | None, guard: ScanProtection, table: ProcessTable | None
+) -> Restarts | None:
+    """``again`` without a next step that signals a process the guard refuses (a loop's
+    shell or a launcher that ``enforcement.protect`` names, a sanctioned job's, init or
+    rogue-watchdog's own): no advice against a protected process, in words either. The
+    answer still says what starts the job again, and why nothing is advised against it."""
+    if again is None or again.stops is None or table is None:
+        return again
+    m = _STEP_KILL.search(again.stops)
+    proc = table.get(int(m.group(1))) if m is not None else None
+    why = guard.process_refusal(proc) if proc is not None else None
+    if why is None:
+        return again
+    return dataclasses.replace(again, how=f"{again.how} ({why}: never signalled)", stops=None)
+
+
 def with_advice(
     jobs: Sequence[Job],
     guard: ScanProtection,
@@ -1304,7 +1326,9 @@ def with_advice(
             ]
             loops = functools.partial(scope_loops, job, scope=scope, guard=guard, scripts=scripts)
             advice = _with_copies(advice, job, copies, answer, groups, loops)
-        advice = dataclasses.replace(advice, cli_args=cli_args)
+        advice = dataclasses.replace(
+            advice, cli_args=cli_args, restarts=_no_step_against(advice.restarts, guard, table)
+        )
         origin = dataclasses.replace(job.origin, remediation=advice.by_hand)
         out.append(dataclasses.replace(job, origin=origin, advice=advice))
     return out
