@@ -1,6 +1,6 @@
 """A run a source brings back on a new terminal is its source's return, never a person's new job.
 
-:func:`~watchdog.policy.anew.started_anew` calls a run back after a terminate a person's
+:func:`~rogue_watchdog.policy.anew.started_anew` calls a run back after a terminate a person's
 new job (its ``rogue-job`` alone: no ``respawned``, no critical ``remediation-failed``)
 when its origin is a person's session other than the stopped run's. A terminal is no
 person: a shell loop that runs the trainer through ``script -qec CMD /dev/null`` gives

@@ -5,7 +5,7 @@ The user's script of ``test_merged_loop_copy``: a ``nohup``'d trainer and a loop
 process group whose leader is gone; here the operator protects the loop (``protect:
 [{cmdline: 'bash -c while*'}]``). ``terminate``'s live guard never signals it, but the
 scan's advice, read for the copy by the same rule as the root's
-(:func:`~watchdog.policy.guard.exclusive_wrappers`), named it: BEFORE, both jobs'
+(:func:`~rogue_watchdog.policy.guard.exclusive_wrappers`), named it: BEFORE, both jobs'
 ``stop_pids`` and the by-hand ``kill -TERM`` held the protected shell's PID, and the
 restart answer said "terminate stops the loop with it" (a loop the terminate then left:
 ``will-return``). AFTER: the protected shell is outside every stop set and by-hand kill,
