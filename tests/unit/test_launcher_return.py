@@ -22,7 +22,7 @@ from pathlib import Path
 from rogue_watchdog.sources.procfs import ProcessTable
 from rogue_watchdog.state import StateDB
 from tests.conftest import Spawned, need_program, poll, run_cli
-from tests.fakenvml.fixtures import fake_nvml, library_path
+from tests.unit.test_merged_loop_copy import gpu_config
 
 SUPERVISOR = (
     "import subprocess, sys, time\n"
@@ -50,18 +50,7 @@ def test_a_terminate_whose_launcher_still_runs_says_it_may_come_back(
     (tmp_path / "supervisor.py").write_text(SUPERVISOR)
     sup = spawned.start([sys.executable, "supervisor.py"], cwd=tmp_path).pid
     (trainer,) = poll("the supervisor's trainer", lambda: _trainers(sup) or None, 20)
-    lib = fake_nvml(
-        tmp_path,
-        {"devices": [{"uuid": "GPU-a", "total": 80 * 2**30,
-                      "processes": [{"pid": trainer, "mem": 2**30}]}]},
-    )  # fmt: skip
-    cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(
-        f"nvml: {{library: '{library_path(lib)}'}}\n"
-        f"training: {{device_glob: '{tmp_path}/nodev[0-9]*'}}\n"
-        f"daemon: {{state_dir: '{tmp_path}/state'}}\n"
-        f"enforcement: {{backup_dir: '{tmp_path}/bk', grace_s: 2}}\n"
-    )
+    cfg = gpu_config(tmp_path, [trainer])
     scan = json.loads(run_cli("scan", "--json", "--config", str(cfg)).stdout)
     (job,) = [j for j in scan["jobs"] if j["root_pid"] == trainer]
     restarts = job["advice"]["restarts"]

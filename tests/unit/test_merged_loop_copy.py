@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,9 @@ LOOP = "while true; do python3 train.py; sleep 5; done"
 SHARED_LOOP = "sleep 300 & " + LOOP
 
 
-def _start(spawned: Spawned, tmp_path: Path, loop: str) -> dict[str, int]:
-    """Run the user's script (it exits at once); the PIDs of the ``nohup``'d trainer
-    (``plain``), the loop's shell (``shell``) and the trainer it runs (``copy``)."""
+def _run_script(spawned: Spawned, tmp_path: Path, loop: str) -> int:
+    """Run the user's script (``nohup`` a trainer, ``nohup`` a ``bash -c`` of ``loop``,
+    exit at once); its PID, the leader of the group the three are left in."""
     (tmp_path / "train.py").write_text(TRAINER)
     (tmp_path / "start.sh").write_text(
         "nohup python3 train.py >/dev/null 2>&1 &\n"
@@ -47,13 +48,20 @@ def _start(spawned: Spawned, tmp_path: Path, loop: str) -> dict[str, int]:
         ["/bin/bash", "start.sh"], cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin")
     )
     script.wait(timeout=10)
+    return script.pid
+
+
+def _start(spawned: Spawned, tmp_path: Path, loop: str) -> dict[str, int]:
+    """Run the user's script (it exits at once); the PIDs of the ``nohup``'d trainer
+    (``plain``), the loop's shell (``shell``) and the trainer it runs (``copy``)."""
+    script = _run_script(spawned, tmp_path, loop)
 
     def found() -> dict[str, int] | None:
         # A fresh table each look: one kept would keep a command line read before its
         # process's exec (`nohup` not yet `bash -c`).
         table = ProcessTable()
         table.refresh()
-        group = [p for p in table.procs.values() if p.pgid == script.pid and not p.is_zombie]
+        group = [p for p in table.procs.values() if p.pgid == script and not p.is_zombie]
         shell = [p for p in group if p.cmdline == ("bash", "-c", loop)]
         trainers = [p for p in group if p.cmdline == ("python3", "train.py")]
         if len(shell) != 1 or len(trainers) != 2:
@@ -70,13 +78,13 @@ def _start(spawned: Spawned, tmp_path: Path, loop: str) -> dict[str, int]:
         raise AssertionError(f"{exc}\n{process_picture('train.py')}") from None
 
 
-def _config(tmp_path: Path, pids: dict[str, int]) -> Path:
+def gpu_config(tmp_path: Path, gpu_pids: Iterable[int]) -> Path:
+    """A configuration whose fake NVML lists ``gpu_pids`` on one GPU, with its state,
+    backups and a 2 s grace in ``tmp_path``."""
+    procs = [{"pid": pid, "mem": 2**30} for pid in sorted(set(gpu_pids))]
     lib = fake_nvml(
-        tmp_path,
-        {"devices": [{"uuid": "GPU-a", "total": 80 * 2**30, "processes": [
-            {"pid": pids["plain"], "mem": 2**30}, {"pid": pids["copy"], "mem": 2**30},
-        ]}]},
-    )  # fmt: skip
+        tmp_path, {"devices": [{"uuid": "GPU-a", "total": 80 * 2**30, "processes": procs}]}
+    )
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(
         f"nvml: {{library: '{library_path(lib)}'}}\n"
@@ -85,6 +93,10 @@ def _config(tmp_path: Path, pids: dict[str, int]) -> Path:
         f"enforcement: {{backup_dir: '{tmp_path}/bk', grace_s: 2}}\n"
     )
     return cfg
+
+
+def _config(tmp_path: Path, pids: dict[str, int]) -> Path:
+    return gpu_config(tmp_path, (pids["plain"], pids["copy"]))
 
 
 def _record(tmp_path: Path) -> dict[str, Any]:
@@ -177,21 +189,12 @@ BETWEEN_RUNS = "while true; do sleep 300; python3 train.py; done"
 def _start_between(spawned: Spawned, tmp_path: Path, loop: str) -> dict[str, int]:
     """The user's script with a loop that sleeps first: the PIDs of the `nohup`'d
     trainer (``plain``, also ``copy`` for :func:`_config`) and the loop's shell."""
-    (tmp_path / "train.py").write_text(TRAINER)
-    (tmp_path / "start.sh").write_text(
-        "nohup python3 train.py >/dev/null 2>&1 &\n"
-        f"nohup bash -c '{loop}' >/dev/null 2>&1 &\n"
-        "exit 0\n"
-    )
-    script = spawned.start(
-        ["/bin/bash", "start.sh"], cwd=tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin")
-    )
-    script.wait(timeout=10)
+    script = _run_script(spawned, tmp_path, loop)
 
     def found() -> dict[str, int] | None:
         table = ProcessTable()
         table.refresh()
-        group = [p for p in table.procs.values() if p.pgid == script.pid and not p.is_zombie]
+        group = [p for p in table.procs.values() if p.pgid == script and not p.is_zombie]
         shell = [p.pid for p in group if p.cmdline == ("bash", "-c", loop)]
         plain = [p.pid for p in group if p.cmdline == ("python3", "train.py")]
         if len(shell) != 1 or len(plain) != 1:
