@@ -964,7 +964,7 @@ def test_a_restart_during_an_outage_keeps_the_signature_the_run_was_paged_under(
 # Seed 69401 (100,000 steps on 6103736, session m): three distinct failures, two of which
 # replay from their shrunk steps, on this code and on c2adc42 (stop 45's, before this
 # stop's changes) alike: found by this stop's run, not caused by it. Kept as the exact
-# counterexamples, marked as open: each fails today (strict: a fix makes it pass, and
+# counterexamples; the one still open is marked so (strict: a fix makes it pass, and
 # then the mark must go).
 _SEED_69401_PRE = (
     "from tests.sim.machine import ExecPathMachine;m.teardown();TrustMachine.events = True;"
@@ -1016,13 +1016,11 @@ _SEED_69401_I11 = ";".join([
 ])  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (seed 69401): a probe loop's run terminated will-return is terminated "
-    "again when the next scan's advice says the loop stops with it (its shell then ran "
-    "only the job) and the terminate's live look finds it shared again",
-)
 def test_seed_69401_a_futile_terminate_of_a_loops_run_is_not_repeated() -> None:
-    # "I11: a futile terminate repeated": actions 22 and 33, both will-return, signature of
-    # `train_probe.py` under the shell loop of PID 4000019.
+    # A probe loop's run was terminated `will-return` (its shell ran other work, so the
+    # terminate left it); the next scan saw the shell running only the job ("terminate
+    # stops the loop with it"), the futile rule read that and terminated again, and the
+    # terminate's live look found the shell shared again. BEFORE (05628ca, and c2adc42):
+    # "I11: a futile terminate repeated" (actions 22 and 33, both will-return, the
+    # signature of `train_probe.py` under the loop of PID 4000019). AFTER: none.
     assert violation(_SEED_69401_PRE + _SEED_69401_I11) == ""

@@ -55,6 +55,7 @@ from ..model import CronOrigin, Finding, Job, ScanResult
 from ..model.origins import NOT_LIVE
 from ..plugins import TrackResult
 from ..policy.anew import started_anew
+from ..policy.guard import STOPS_WITH_LOOP
 from ..policy.services import service_source
 from ..policy.signature import job_signature
 from ..sources.procfs import alive_now, boot_id
@@ -530,7 +531,7 @@ class Enforcer:
         again = job.advice.restarts
         if (
             again is not None
-            and again.after_terminate
+            and (again.after_terminate or again.stops == STOPS_WITH_LOOP)
             and not again.each_run
             and not disabled
             and self._futile(sig)
@@ -538,7 +539,10 @@ class Enforcer:
             # Stopped once already and its source started it again: terminating each new
             # run is futile; the remediation-failed finding says what stops it. Not so
             # for a source with only so many runs left (a Slurm array's waiting tasks):
-            # each is terminated as it starts, as before the source was read.
+            # each is terminated as it starts, as before the source was read. A loop the
+            # scan sees stopped with the run is no exception once a terminate of this
+            # signature left it (its shell ran other work then, as it may again by the
+            # terminate's own look: seed 69401, I11, a futile terminate repeated).
             log.warning(
                 "terminate-futile", pid=job.root_pid, finding_id=fid,
                 restarts=again.line(), stops=again.stops,
