@@ -14,6 +14,7 @@ picks the answer that says the most of a return.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Collection, Sequence
 
 from ..lineage.base import exe_name, is_wrapper, program_of
@@ -22,6 +23,35 @@ from ..sources.procfs import ProcessTable
 
 _Key = tuple[int | None, tuple[str, ...], str, int]
 _SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "mksh", "ash", "busybox"})
+
+
+#: Per process table: the mark of :meth:`ProcessTable.read_since` and the PIDs of its
+#: shells then. Kept beside the table (not in it: a policy's question) and brought up to
+#: date from the records read again since, as the daemon's other filters are (issue 34).
+_SHELL_PIDS: weakref.WeakKeyDictionary[ProcessTable, tuple[int, frozenset[int]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shell_pids(table: ProcessTable) -> frozenset[int]:
+    """The PIDs of ``table``'s shells (by executable name: bash, sh, dash...), as of its
+    last refresh. Each scan's advice asks; a walk of every record answered at first, and
+    then only the records read again since (``read_since``): the walk cost 2.6 ms a tick
+    at 10,000 processes (an executable name each), the update a few microseconds."""
+    kept = _SHELL_PIDS.get(table)
+    since = table.read_since(kept[0]) if kept is not None else None
+    procs = table.procs
+    if kept is None or since is None:
+        pids = frozenset(pid for pid, p in procs.items() if exe_name(p) in _SHELLS)
+    elif since:
+        fresh = {
+            pid for pid in since if (p := procs.get(pid)) is not None and exe_name(p) in _SHELLS
+        }
+        pids = frozenset((kept[1] - since) | fresh)
+    else:
+        pids = kept[1]
+    _SHELL_PIDS[table] = (table.reads_changed, pids)
+    return pids
 
 
 class ScopeCopies:
@@ -84,8 +114,10 @@ class ScopeCopies:
             return []  # (most jobs: a cron line's, a unit's, a login's; no table walk)
         if self._shells is None:
             self._shells = {}
-            for proc in self.table.procs.values():
-                if proc.is_zombie or exe_name(proc) not in _SHELLS:
+            procs = self.table.procs
+            for pid in shell_pids(self.table):
+                proc = procs.get(pid)
+                if proc is None or proc.is_zombie:
                     continue
                 for kind, leader in (("pgid", proc.pgid), ("sid", proc.sid)):
                     if leader > 1:
