@@ -562,11 +562,7 @@ def advise(
         return Advice(refused=refused)
     if scripts is None and table is not None:
         scripts = ScriptFiles(table)
-    # A member the guard protects (sanctioned earlier and still alive, on the protect
-    # list) is never named, and the by-hand kill never reaches it through its group.
-    kept = {pid for pid in job.pids if _protected_member(pid, job, guard, table)}
-    wrappers = exclusive_wrappers(job, table, kept, scripts, guard) if table is not None else []
-    stop_pids = tuple(p for p in (*job.pids, *(w.pid for w in wrappers)) if p not in kept)
+    stop_pids = _own_stop_set(job, guard, table, scripts)
     origin = job.origin
     src = guard.protected_source(origin)
     if src is not None:
@@ -1132,6 +1128,19 @@ def restarts_of(
     return None
 
 
+def _own_stop_set(
+    job: Job, guard: ScanProtection, table: ProcessTable | None, scripts: ScriptReader | None
+) -> tuple[int, ...]:
+    """What a terminate of ``job`` stops of its own: its processes and its exclusive
+    wrappers (:func:`exclusive_wrappers`), the root's first; never a member the guard
+    protects (sanctioned earlier and still alive, on the protect list): it is never
+    named, and the by-hand kill never reaches it through its group. The one rule for a
+    job's advice and for each copy its terminate takes in."""
+    kept = {pid for pid in job.pids if _protected_member(pid, job, guard, table)}
+    wrappers = exclusive_wrappers(job, table, kept, scripts, guard) if table is not None else []
+    return tuple(p for p in (*job.pids, *(w.pid for w in wrappers)) if p not in kept)
+
+
 def _protected_member(
     pid: int, job: Job, guard: ScanProtection, table: ProcessTable | None
 ) -> bool:
@@ -1185,9 +1194,7 @@ def _copy_answer(
     """What a copy adds to the terminate of a job that takes it in: its processes and
     its own exclusive wrappers (the rule each instance follows, :func:`exclusive_wrappers`),
     and what starts it again, read from its own lineage (:func:`restarts_of`)."""
-    kept = {pid for pid in copy.pids if _protected_member(pid, copy, guard, table)}
-    wrappers = exclusive_wrappers(copy, table, kept, scripts, guard)
-    own = tuple(p for p in (*copy.pids, *(w.pid for w in wrappers)) if p not in kept)
+    own = _own_stop_set(copy, guard, table, scripts)
     return own, restarts_of(copy, own, protected=guard.pids | guard.never, scripts=scripts)
 
 
