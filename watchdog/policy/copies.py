@@ -73,9 +73,8 @@ class ScopeCopies:
             if root is None or is_wrapper(root):
                 continue
             program = program_of(root.cmdline)
-            for kind, leader in (("pgid", root.pgid), ("sid", root.sid)):
-                if leader > 1:
-                    self._index.setdefault((root.uid, program, kind, leader), []).append(job)
+            for kind, leader in _groups(root):
+                self._index.setdefault((root.uid, program, kind, leader), []).append(job)
 
     def copies(self, job: Job, stop_pids: Collection[int]) -> list[Job]:
         """The other jobs whose roots ``job``'s terminate takes in as copies: of its
@@ -119,9 +118,8 @@ class ScopeCopies:
                 proc = procs.get(pid)
                 if proc is None or proc.is_zombie:
                     continue
-                for kind, leader in (("pgid", proc.pgid), ("sid", proc.sid)):
-                    if leader > 1:
-                        self._shells.setdefault((proc.uid, kind, leader), []).append(proc)
+                for kind, leader in _groups(proc):
+                    self._shells.setdefault((proc.uid, kind, leader), []).append(proc)
         mine = set(stop_pids)
         found = {
             shell.pid: shell
@@ -136,16 +134,20 @@ class ScopeCopies:
         leader is one of them or gone: where ``terminate`` takes copies in."""
         mine = set(stop_pids)
         procs = [p for pid in stop_pids if (p := self.table.get(pid)) is not None]
-        out: list[tuple[str, int]] = []
-        for kind in ("pgid", "sid"):
-            for leader in sorted({_leader(p, kind) for p in procs}):
-                if leader > 1 and (leader in mine or self.table.get(leader) is None):
-                    out.append((kind, leader))
-        return out
+        found = {group for p in procs for group in _groups(p)}
+        return [
+            (kind, leader)
+            for kind, leader in sorted(found)
+            if leader in mine or self.table.get(leader) is None
+        ]
 
 
-def _leader(proc: Proc, kind: str) -> int:
-    return proc.pgid if kind == "pgid" else proc.sid
+def _groups(proc: Proc) -> list[tuple[str, int]]:
+    """``(kind, leader)`` of the process group and the session ``proc`` is in, each whose
+    leader is a process (above 1: none is PID 0's, and init's are everyone's)."""
+    return [
+        (kind, leader) for kind, leader in (("pgid", proc.pgid), ("sid", proc.sid)) if leader > 1
+    ]
 
 
 def _weight(answer: Restarts | None) -> int:
