@@ -73,8 +73,11 @@ def _daemon(tmp_path: Path, late_s: float = 0.0) -> tuple[Daemon, Path]:
 
 
 def _running(pid: int, script: Path) -> bool:
+    """``pid`` runs ``script``: an argument *is* its path. A substring would also match the
+    loop's ``bash -c`` text in a child the shell has forked and not yet exec'd (its
+    ``sleep``), a process no scan calls the trainer (CI, stop 46)."""
     try:
-        return str(script).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return str(script).encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
 
