@@ -169,7 +169,15 @@ def _shape(seen: dict[str, Any], root: int, workers: list[int], memory_text: str
             return {n * 64 * MIB: "MEM", n: "N", n + 1: "N+1"}[value]
         return value
 
-    text = json.dumps(norm({"job": seen["job"], "findings": seen["findings"]}), sort_keys=True)
+    # The lineage above the root is the test runner's own (its arguments may hold a number
+    # equal to N, such as pytest's "-n 4"): the same processes in both scans, kept as read.
+    root_line, *above = seen["job"]["lineage"]
+    job = {**seen["job"], "lineage": [norm(root_line), *above]}
+    text = json.dumps(
+        {"job": {k: v if k == "lineage" else norm(v) for k, v in job.items()},
+         "findings": norm(seen["findings"])},
+        sort_keys=True,
+    )  # fmt: skip
     for old, name in (
         (f"{root} {start}", "ROOT START"),  # details.incident: the job (PID, start ticks)
         (str(root), "ROOT"), (f"train_many.py {n}", "train_many.py N"),
