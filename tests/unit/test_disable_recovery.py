@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from rogue_watchdog import faults
-from rogue_watchdog.actions.effects import Effects
+from rogue_watchdog.actions.effects import Effects, RecordingEffects
 from rogue_watchdog.actions.enforcer import Enforcer
+from rogue_watchdog.actions.recovery import account, resolve
 from rogue_watchdog.actions.remedy import JobTarget, Remedy
 from rogue_watchdog.actions.runner import InlineRunner
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
-from rogue_watchdog.model import origin_from_json
+from rogue_watchdog.model import SupervisorOrigin, origin_from_json
 from rogue_watchdog.policy.guard import ScanProtection
 from rogue_watchdog.state import StateDB
 from tests.conftest import run_cli
@@ -147,3 +148,90 @@ def test_an_undo_killed_mid_way_is_reported_with_what_it_restored(tmp_path: Path
         f.message
     )
     assert "reported only" in f.message
+
+
+SUP = (
+    "[supervisord]\nnodaemon=true\n\n[program:trainer]\n"
+    "command=/usr/bin/python3 /srv/train.py\nautostart=true\nautorestart=true\n"
+)
+
+
+def sup_target(conf: Path) -> JobTarget:
+    # The program as a scan reads it once the file is rewritten: autostart and
+    # autorestart false, so the origin's own answer is "nothing restarts it" (None).
+    origin = SupervisorOrigin(
+        program="trainer", supervisor="supervisord", config=str(conf), section="program:trainer",
+        autostart="false", autorestart="false", remediation="supervisorctl stop trainer",
+    )  # fmt: skip
+    return JobTarget(
+        signature="sig", finding_id=None, root_pid=4242, start_ticks=7, members=[], user="root",
+        cmdline=("/usr/bin/python3", "/srv/train.py"), exe=None, origin=origin, verdict="rogue",
+        restarts=origin.restarts(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("point", "left"),
+    [
+        ("effects:write:done", ["reread", "update trainer"]),  # seed 69401's point
+        # `reread` ran, not marked: it may have run, it is not called made.
+        ("effects:run:done", ["reread", "update trainer"]),
+        ("effects:run:intent#2", ["update trainer"]),  # `reread` made, `update` not begun
+        (None, []),  # not killed: both ran, supervisord loaded the rewrite
+    ],
+)
+def test_a_supervisord_rewrite_not_yet_loaded_is_said_and_never_called_stopped(
+    tmp_path: Path, point: str | None, left: list[str]
+) -> None:
+    # Seed 69401 (I15): a disable-source killed after its rewrite of the program's
+    # settings and before `supervisorctl reread`/`update`: the file says
+    # autorestart=false, supervisord runs the configuration it had. BEFORE: not_done
+    # empty, recovered `ok`, and the next terminate `ok` (the file's word); supervisord
+    # started the job again.
+    conf = tmp_path / "supervisord.conf"
+    conf.write_text(SUP)
+    db = StateDB(tmp_path / "state")
+    remedy = Remedy(
+        config(tmp_path).enforcement, db, RecordingEffects(), actor="daemon",  # type: ignore[attr-defined]
+        backup_dir=str(tmp_path / "bk"), protection=ScanProtection(),
+    )  # fmt: skip
+    target = sup_target(conf)
+    assert target.restarts is None  # the file's word, read after the rewrite
+    if point is not None:
+        name, _, nth = point.partition("#")
+        seen: list[str] = []
+
+        def hook(at: str) -> None:
+            seen.append(at)
+            if at == name and seen.count(at) == int(nth or 1):
+                raise Killed(at)
+
+        faults.set_hook(hook)
+        with pytest.raises(Killed):
+            remedy.disable_source(target, 1_800_000_000.0)
+        faults.set_hook(None)
+        [rec] = db.unfinished_actions()
+        steps = db.action_steps(rec.id)
+        said = ", ".join(f"supervisorctl -c {conf} {c}" for c in left) + (
+            " not run: the file says autostart/autorestart=false, but supervisord still runs "
+            "the configuration it had loaded (it may start the job again) until they run, or "
+            "until the undo"
+        )
+        assert account(rec, steps).not_done == [said]
+        resolved = resolve(rec, steps)
+        assert resolved.outcome == "partial"
+        assert resolved.words == f"{said}; the undo ops of what changed are recorded"
+    else:
+        _aid, _plan, done = remedy.disable_source(target, 1_800_000_000.0)
+        assert done is not None and done.outcome == "ok"
+        said = ""
+    aid, _res = remedy.terminate(target, 1_800_000_010.0, dry_run=True)
+    act = db.action(aid)
+    assert act is not None
+    if left:
+        assert act.details["may_return"] == {
+            "restarts": f"restarts it: unknown, disable-source 1 left {said}",
+            "stops": "disable-source first",
+        }
+    else:
+        assert "may_return" not in act.details and "will_return" not in act.details

@@ -964,8 +964,7 @@ def test_a_restart_during_an_outage_keeps_the_signature_the_run_was_paged_under(
 # Seed 69401 (100,000 steps on 6103736, session m): three distinct failures, two of which
 # replay from their shrunk steps, on this code and on c2adc42 (stop 45's, before this
 # stop's changes) alike: found by this stop's run, not caused by it. Kept as the exact
-# counterexamples; the one still open is marked so (strict: a fix makes it pass, and
-# then the mark must go).
+# counterexamples (the I15 one was open, a strict xfail, until session n's fix).
 _SEED_69401_PRE = (
     "from tests.sim.machine import ExecPathMachine;m.teardown();TrustMachine.events = True;"
     "m = ExecPathMachine();"
@@ -979,16 +978,14 @@ _SEED_69401_I15 = ";".join([
 ])  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (seed 69401): a supervisord disable-source killed after its config rewrite "
-    "and before `reread`/`update` leaves the file saying autorestart=false while supervisord "
-    "runs the old config; the interruption's not_done omits the post steps, and the next "
-    "run's restart answer reads the file",
-)
 def test_seed_69401_a_disable_interrupted_before_supervisord_reread_never_says_ok() -> None:
-    # "I15: terminate 15 of PID 4000009 said ok; supervisord runs [program:trainer] again
-    # as PID 4000013" (on c2adc42: terminate 17).
+    # A supervisord disable-source killed after its config rewrite and before
+    # `reread`/`update`: the file says autorestart=false, supervisord runs the config it
+    # had. BEFORE (08a8d2b): "I15: terminate 15 of PID 4000009 said ok; supervisord runs
+    # [program:trainer] again as PID 4000013" (on c2adc42: terminate 17); the
+    # interruption's not_done was empty and it recovered `ok`. AFTER: terminate 15 ends
+    # may-return ("disable-source 11 left `supervisorctl ... reread`, ... not run"), the
+    # interruption lists both commands as not done (tests/unit/test_disable_recovery.py).
     assert violation(_SEED_69401_PRE + _SEED_69401_I15) == ""
 
 

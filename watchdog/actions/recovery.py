@@ -163,7 +163,20 @@ def account(rec: ActionRecord, steps: Sequence[ActionStep]) -> Account:
         out.not_done = [words[w] for w in _PLAN[last + 1 :]]
     elif not steps:
         out.not_done = ["everything: it was interrupted before its first side effect"]
+    elif rec.kind == "disable-source":
+        out.not_done = [_not_loaded(rec, steps)] if _post_left(rec, steps) else []
     return out
+
+
+def _post_left(rec: ActionRecord, steps: Sequence[ActionStep]) -> list[list[str]]:
+    """The post steps of an interrupted disable-source it did not make
+    (:func:`watchdog.actions.sources.unloaded`); [] for a kind without any."""
+    post = rec.details.get("post")
+    return sources.unloaded(post, steps) if isinstance(post, list) else []
+
+
+def _not_loaded(rec: ActionRecord, steps: Sequence[ActionStep]) -> str:
+    return sources.unloaded_words(_post_left(rec, steps))
 
 
 _PF_EXITING = 0x4  # /proc/PID/stat flags: the process is exiting (linux/sched.h)
@@ -357,6 +370,11 @@ def _resolve_disable(rec: ActionRecord, steps: Sequence[ActionStep]) -> Resolved
     undo = disable_undo(restore, made)
     unsure = any(s.status == "intent" for s in changes)
     words = "the undo ops of what changed are recorded" if undo else "no undo op applies"
+    if _post_left(rec, steps):
+        # Not run here (recovery changes nothing on the host): said, and the outcome is
+        # never `ok` while the source's daemon may still start the job; the next
+        # terminate's restart answer reads the same steps (Remedy.loaded_restarts).
+        return Resolved("partial", undo or None, f"{_not_loaded(rec, steps)}; {words}")
     return Resolved("partial" if unsure or not undo else "ok", undo or None, words)
 
 

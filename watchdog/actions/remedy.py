@@ -22,6 +22,7 @@ from ..faults import fault_point
 from ..hosttext import code_span, command_text
 from ..logs import get_logger
 from ..model import (
+    DISABLE_FIRST,
     UNSANCTIONED_VERDICTS,
     Collateral,
     Job,
@@ -262,6 +263,7 @@ class Remedy:
         Raises:
             JournalError: The record could not be written: nothing is signalled.
         """
+        self.loaded_restarts(target)
         members = [[m.pid, m.start_ticks, list(m.cmdline or ())] for m in target.members]
         intent = {
             **job_details(target),
@@ -283,6 +285,36 @@ class Remedy:
             launchers=target.service,
         )  # fmt: skip
         return TerminateTask(run, journal, intent, self.actor, target)
+
+    def loaded_restarts(self, target: JobTarget) -> None:
+        """Make ``target.restarts`` say what its source's daemon runs, not only what
+        its file says: when the latest disable-source of that source (not undone)
+        rewrote the file and its post steps (supervisord's ``reread``/``update``:
+        :func:`~watchdog.actions.sources.unloaded`) did not all run, the daemon may
+        still run the settings it had, which may start the job again: the answer is
+        then ``unknown`` (the terminate ends ``may-return``, never ``ok``). Simulator
+        I15, seed 69401: killed between the rewrite and ``reread``, the file said
+        autorestart=false, the terminate said ``ok``, supervisord started it again.
+
+        Args:
+            target: The job; its ``restarts`` is replaced in place when so.
+        """
+        for rec in self.db.actions_of_kind("disable-source"):
+            if rec.dry_run or not sources.matches(rec.details, target.origin):
+                continue
+            post = rec.details.get("post")
+            if rec.outcome in ("refused", "dry-run") or not isinstance(post, list):
+                continue  # changed nothing (or a kind with no post step): an older one decides
+            if rec.undone_at is not None:
+                return  # the files are back, and the undo told the daemon
+            left = sources.unloaded(post, self.db.action_steps(rec.id))
+            if left:
+                target.restarts = Restarts(
+                    "unknown",
+                    f"disable-source {rec.id} left {sources.unloaded_words(left)}",
+                    DISABLE_FIRST,
+                )
+            return
 
     def terminate(
         self,
@@ -330,6 +362,7 @@ class Remedy:
             )  # fmt: skip
             res = run_to_end(run)
             what = f"PID {target.root_pid} ({len(res.procs)} process(es))"
+            self.loaded_restarts(target)
             extras = terminate_extras(target, source_disabled)
             details = {"grace_s": self.settings.grace_s, **res.to_json(), **extras}
             settle_loop(extras, res, details, self.proc_root)
@@ -458,6 +491,9 @@ class Remedy:
                 "disable-source", target, plan.target, "dry-run", details, now, True, None
             )
             return aid, plan, None
+        post = sources.post_steps(plan)
+        if post:
+            details["post"] = post  # kept once finished: the restart answer reads it
         intent = {**job_details(target), **details, "restore": restore_plan(plan)}
         journal = ActionJournal.begin(
             self.db, self.actor, "disable-source", plan.target, intent,

@@ -47,6 +47,7 @@ from ..lineage.base import command
 from ..lineage.supervisorconf import ProgramSettings, read_program
 from ..model import AtOrigin, ContainerOrigin, Origin, SupervisorOrigin
 from ..safeio import unread_reason
+from ..state import ActionStep
 from .disable import (
     DisablePlan,
     DisableResult,
@@ -505,6 +506,65 @@ def restore_plan(plan: DisablePlan) -> dict[str, Any]:
     if plan.kind == "supervisord":
         d["files"] = [{k: v for k, v in f.items() if k != "new"} for f in d["files"]]
     return {"sources": {"kind": plan.kind, "data": d}}
+
+
+def post_steps(plan: DisablePlan) -> list[list[str]]:
+    """The commands after which the source's daemon loads the files the plan rewrites
+    (supervisord's ``reread`` and ``update GROUP``: supervisorctl(1), "reread: Reload
+    the daemon's configuration files, without add/remove"; "update: Reload config and
+    add/remove as necessary, and will restart affected programs"), or [] for a kind
+    whose change takes effect as made. Recorded with the action
+    (``details["post"]``): :func:`unloaded` reads it back."""
+    if plan.kind == "supervisord" and isinstance(plan.data, dict):
+        return [list(argv) for argv in plan.data["post"]]
+    return []
+
+
+def unloaded(post: Sequence[Sequence[str]], steps: Sequence[ActionStep]) -> list[list[str]]:
+    """The post steps (:func:`post_steps`) a disable-source's steps do not show made,
+    when it rewrote a file (or may have): until they run, the daemon runs the settings
+    it loaded before the rewrite, whatever the file says now.
+
+    Args:
+        post: The recorded post commands (full argv each).
+        steps: The action's journaled steps.
+
+    Returns:
+        Each post command with no ``run`` step marked done with exit status 0 (one
+        written and not marked, or failed, counts as not made), in order; [] when no
+        file was rewritten or every post command ran.
+    """
+    if not any(s.op == "write" and s.status != "failed" for s in steps):
+        return []
+    ran = [
+        list(s.detail.get("argv") or [])
+        for s in steps
+        if s.op == "run" and s.status == "done" and (s.result or {}).get("returncode") == 0
+    ]
+    return [list(argv) for argv in post if list(argv) not in ran]
+
+
+def unloaded_words(argvs: Sequence[Sequence[str]]) -> str:
+    """:func:`unloaded`'s commands in words: what was not run and what that leaves."""
+    shown = ", ".join(command(*a) for a in argvs)  # names and paths: host text, quoted
+    return (
+        f"{shown} not run: the file says autostart/autorestart=false, but supervisord "
+        "still runs the configuration it had loaded (it may start the job again) until "
+        "they run, or until the undo"
+    )
+
+
+def matches(details: dict[str, Any], origin: Origin) -> bool:
+    """Whether an action's recorded ``origin`` (:func:`~watchdog.actions.remedy.job_details`)
+    names the same source as ``origin``: its kind, its source fields (the supervisord
+    program) and the file it reads (the configuration). The settings read from that file
+    are left out: a rewrite changed them."""
+    was = details.get("origin")
+    if not isinstance(was, dict) or was.get("kind") != origin.kind:
+        return False
+    now = origin.to_json()
+    keys = (*origin.SOURCE_FIELDS, "config")
+    return all(was.get(k) == now.get(k) for k in keys)
 
 
 def undo_ops(

@@ -129,6 +129,13 @@ class ActionTable(Table):
         )
         return [_action(r) for r in rows]
 
+    def actions_of_kind(self, kind: str, limit: int = 50) -> list[ActionRecord]:
+        """The actions of one kind (``disable-source``...), most recent first."""
+        rows = self.conn.execute(
+            "SELECT * FROM actions WHERE kind=? ORDER BY id DESC LIMIT ?", (kind, limit)
+        )
+        return [_action(r) for r in rows]
+
     def action(self, action_id: int) -> ActionRecord | None:
         """One action by id."""
         row = self.conn.execute("SELECT * FROM actions WHERE id=?", (action_id,)).fetchone()
