@@ -10,6 +10,7 @@ script name; it sleeps). Only those programs, by the PIDs supervisorctl gives, a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -80,17 +81,20 @@ def test_what_brings_each_program_back_is_read_from_its_config(sup: Supervisord)
     }
 
 
-def _cli(sup: Supervisord, *args: str) -> tuple[int, str]:
-    """``python -m rogue_watchdog ARGS --config`` with this supervisord's supervisorctl on PATH."""
+def _cli(sup: Supervisord, *args: str, fault: str = "") -> tuple[int, str]:
+    """``python -m rogue_watchdog ARGS --config`` with this supervisord's supervisorctl on
+    PATH; ``fault``: the fault point it kills itself at (watchdog/faults.py), exit -9."""
     config = sup.root / "config.yaml"
     if not config.exists():
         config.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{sup.root}/state'}}\n")
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    if fault:
+        env["ROGUE_WATCHDOG_FAULT"] = fault
     done = subprocess.run(
         [sys.executable, "-m", "rogue_watchdog", *args, "--config", str(config)],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
-    assert done.returncode in (0, 1), done.stderr[-3000:]
+    assert done.returncode in ((-9,) if fault else (0, 1)), done.stderr[-3000:]
     return done.returncode, done.stdout
 
 
@@ -160,3 +164,41 @@ def test_terminate_says_whether_supervisord_brings_it_back(sup: Supervisord) -> 
     assert "EXITED" in sup.ctl("status", "train_once") or "STOPPED" in sup.ctl(
         "status", "train_once"
     )
+
+
+def test_a_rewrite_supervisord_has_not_loaded_never_lets_terminate_say_ok(
+    sup: Supervisord,
+) -> None:
+    """Seed 69401 (I15) on a real supervisord: disable-source killed after its rewrite
+    of ``always.conf`` and before ``reread``/``update``; a person starts the program
+    again; supervisord runs the configuration it had (autorestart=true) while the file
+    says false. `terminate` ends `may-return`, naming the commands not run, and
+    supervisord does start it again. BEFORE (08a8d2b): "outcome: ok" (the file's word),
+    and the program came back all the same."""
+    conf = sup.root / "conf.d" / "always.conf"
+    before = conf.read_bytes()
+    pid = sup.program_pid("train_always")
+    try:
+        _cli(sup, "disable-source", str(pid), fault="effects:write:done")
+        assert b"autorestart=false" in conf.read_bytes()  # rewritten, not loaded
+        sup.ctl("start", "train_always")  # the person (`disable-source` had stopped it)
+        again = sup.program_pid("train_always", other_than=pid)
+        rc, out = _cli(sup, "terminate", str(again))
+        ctl = f"supervisorctl -c {sup.conf}"
+        assert (rc, out.splitlines()[-1]) == (
+            1,
+            "may come back: could not tell whether its source starts it again "
+            f"(disable-source {_last_disable(sup)} left {ctl} reread, {ctl} update "
+            "train_always not run: the file says autostart/autorestart=false, but "
+            "supervisord still runs the configuration it had loaded (it may start the job "
+            "again) until they run, or until the undo); disable-source first",
+        ), out
+        assert sup.program_pid("train_always", other_than=again) != again  # back
+    finally:
+        conf.write_bytes(before)  # never loaded: the file alone is put back
+
+
+def _last_disable(sup: Supervisord) -> int:
+    rc, out = _cli(sup, "actions", "--json")
+    assert rc == 0, out
+    return max(a["id"] for a in json.loads(out) if a["kind"] == "disable-source")

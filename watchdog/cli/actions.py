@@ -191,6 +191,9 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     from ..state import JournalError
 
     remedy = _remedy(config, db, result)
+    # What supervisord has loaded, not only its file (as the terminate reads it): said
+    # before the signals and in the last line.
+    remedy.loaded_restarts(target)
     dry = args.dry_run or config.enforcement.dry_run
     again = target.restarts if target.restarts and target.restarts.after_terminate else None
     disabled, not_disabled = False, None
