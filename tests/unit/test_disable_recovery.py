@@ -17,7 +17,7 @@ from rogue_watchdog.actions.remedy import JobTarget, Remedy
 from rogue_watchdog.actions.runner import InlineRunner
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
-from rogue_watchdog.model import SupervisorOrigin, origin_from_json
+from rogue_watchdog.model import Restarts, SupervisorOrigin, origin_from_json
 from rogue_watchdog.policy.guard import ScanProtection
 from rogue_watchdog.state import StateDB
 from tests.conftest import run_cli
@@ -235,3 +235,31 @@ def test_a_supervisord_rewrite_not_yet_loaded_is_said_and_never_called_stopped(
         }
     else:
         assert "may_return" not in act.details and "will_return" not in act.details
+
+
+def test_a_stronger_answer_than_an_unloaded_rewrite_stays(tmp_path: Path) -> None:
+    # The same interrupted rewrite, and a job that comes back anyway (a loop the
+    # terminate leaves): the terminate still says it comes back (`will-return`, with
+    # the loop's step), not the weaker "may" of the rewrite.
+    conf = tmp_path / "supervisord.conf"
+    conf.write_text(SUP)
+    db = StateDB(tmp_path / "state")
+    remedy = Remedy(
+        config(tmp_path).enforcement, db, RecordingEffects(), actor="daemon",  # type: ignore[attr-defined]
+        backup_dir=str(tmp_path / "bk"), protection=ScanProtection(),
+    )  # fmt: skip
+    target = sup_target(conf)
+    faults.set_hook(
+        lambda at: (_ for _ in ()).throw(Killed(at)) if at == "effects:write:done" else None
+    )
+    with pytest.raises(Killed):
+        remedy.disable_source(target, 1_800_000_000.0)
+    faults.set_hook(None)
+    loop = Restarts(
+        "at once", "shell loop `while true` (PID 77)", "stop the loop first: kill -TERM 77"
+    )
+    target.restarts = loop
+    aid, _res = remedy.terminate(target, 1_800_000_010.0, dry_run=True)
+    act = db.action(aid)
+    assert act is not None and "may_return" not in act.details
+    assert act.details["will_return"]["stops"] == "stop the loop first: kill -TERM 77"

@@ -31,6 +31,7 @@ from ..model import (
     Restarts,
     finding_ref,
 )
+from ..policy.copies import most_restarting
 from ..policy.guard import STOPS_WITH_LOOP, service_collateral
 from ..policy.signature import job_signature
 from ..sources.procfs import ProcessTable
@@ -297,7 +298,8 @@ class Remedy:
         autorestart=false, the terminate said ``ok``, supervisord started it again.
 
         Args:
-            target: The job; its ``restarts`` is replaced in place when so.
+            target: The job; its ``restarts`` is replaced in place when so, unless it
+                already says the job comes back (:func:`~watchdog.policy.copies.most_restarting`).
         """
         for rec in self.db.actions_of_kind("disable-source"):
             if rec.dry_run or not sources.matches(rec.details, target.origin):
@@ -308,12 +310,15 @@ class Remedy:
             if rec.undone_at is not None:
                 return  # the files are back, and the undo told the daemon
             left = sources.unloaded(post, self.db.action_steps(rec.id))
-            if left:
-                target.restarts = Restarts(
-                    "unknown",
-                    f"disable-source {rec.id} left {sources.unloaded_words(left)}",
-                    DISABLE_FIRST,
-                )
+            if left:  # a stronger answer read elsewhere (it comes back) stays
+                target.restarts = most_restarting([
+                    target.restarts,
+                    Restarts(
+                        "unknown",
+                        f"disable-source {rec.id} left {sources.unloaded_words(left)}",
+                        DISABLE_FIRST,
+                    ),
+                ])  # fmt: skip
             return
 
     def terminate(
