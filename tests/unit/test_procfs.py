@@ -136,6 +136,21 @@ def test_alive_is_the_same_start_time_and_not_a_zombie(tmp_path: Path) -> None:
     assert not table.alive((42, 100))  # gone
 
 
+def _wait_exec(pid: int, argv: tuple[str, ...]) -> None:
+    """Until ``pid``'s command line, read from /proc (never through the table under
+    test), is ``argv``: the script's exec after its 0.6 s. A fixed 1.0 or 1.2 s left
+    Python's start-up 0.4-0.6 s, which a loaded 2-CPU host can outlast."""
+
+    def now() -> bool:
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        return tuple(os.fsdecode(a) for a in raw.split(b"\0")[:-1]) == argv
+
+    poll("the exec", now, 10, 0.02)
+
+
 def test_real_process_exec_is_reinspected(spawned: Spawned, tmp_path: Path) -> None:
     # The process execs from a plain sleep loop into a differently named program: same PID
     # and start time, new comm and cmdline.
@@ -155,7 +170,7 @@ def test_real_process_exec_is_reinspected(spawned: Spawned, tmp_path: Path) -> N
     assert table.get(p.pid) is not None
     before = table.get(p.pid)
     assert before is not None and before.cmdline[-1] == str(script)
-    time.sleep(1.0)
+    _wait_exec(p.pid, ("/bin/sleep", "30"))
     # Same inode after exec: the rotation re-reads it within restat_every refreshes.
     noticed_at = None
     for i in range(1, table.restat_every + 1):
@@ -180,7 +195,7 @@ def test_watched_pid_is_current_every_refresh(spawned: Spawned, tmp_path: Path) 
     table = ProcessTable()
     table.refresh()
     table.watched = {p.pid}
-    time.sleep(1.0)
+    _wait_exec(p.pid, ("/bin/sleep", "30"))
     table.refresh()
     assert p.pid in table.new_pids
     proc = table.get(p.pid)
@@ -203,7 +218,7 @@ def test_an_exec_that_keeps_comm_is_read_again(spawned: Spawned, tmp_path: Path)
     table.refresh()
     before = table.get(p.pid)
     assert before is not None and before.cmdline[-1] == str(launch)
-    time.sleep(1.2)
+    _wait_exec(p.pid, (sys.executable, str(train), "--epochs", "9"))
     table.refresh()
     after = table.get(p.pid)
     assert after is not None
@@ -247,7 +262,7 @@ def test_an_exec_that_keeps_comm_is_read_again_without_aslr(
     table = ProcessTable()
     table.watched = {p.pid}
     before = poll("the launcher", lambda: _cmdline_ends(table, p.pid, str(launch)), 10, 0.02)
-    time.sleep(1.2)
+    _wait_exec(p.pid, (sys.executable, str(train)))
     table.refresh()
     after = table.get(p.pid)
     assert after is not None
