@@ -106,8 +106,11 @@ def test_disable_source_of_an_orphan_says_why_and_what_is_left(
         f"training: {{launchers: ['{token}']}}\n"
         f"daemon: {{state_dir: '{tmp_path}/state', socket: '{tmp_path}/s.sock'}}\n"
     )
-    # setsid via a shell that exits at once: the job is re-parented, an orphan.
-    spawned.start(["sh", "-c", f"setsid {sys.executable} {script} </dev/null >/dev/null 2>&1 &"])
+    # setsid via a shell that exits at once: the job is re-parented, an orphan (waited
+    # for: an orphan only once that shell is gone).
+    spawned.start(
+        ["sh", "-c", f"setsid {sys.executable} {script} </dev/null >/dev/null 2>&1 &"]
+    ).wait(timeout=10)
     pid = poll("the orphan", lambda: _pid_of(script), 10)
     try:
         done = run_cli("disable-source", str(pid), "--dry-run", "--config", str(config))
@@ -126,13 +129,17 @@ def test_disable_source_of_an_orphan_says_why_and_what_is_left(
 
 
 def _pid_of(script: Path) -> int | None:
+    """The process whose argv is ``python SCRIPT``: exec'd. Any argument equal to the
+    path also matched ``setsid python SCRIPT`` before its exec of python (same PID, not
+    yet the job the command judges)."""
+    want = [os.fsencode(sys.executable), os.fsencode(script), b""]
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 args = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if str(script).encode() in args:
+            if args == want:
                 return int(name)
     return None
 

@@ -8,6 +8,7 @@ this test starts and kills.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -30,12 +31,6 @@ from tests.fakenvml.fixtures import fake_nvml, library_path
 GIB = 1024**3
 MIB = 1024**2
 SERIES = re.compile(r"^(rogue_watchdog_\w+)(\{.*\})? (\S+)$")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -74,17 +69,22 @@ def devices(pids: list[int], hidden: bool = False) -> dict[str, Any]:
 
 class Daemon:
     def __init__(self, tmp_path: Path, token: str, lib_dir: Path) -> None:
-        self.port = free_port()
+        # Port 0: the daemon's own bind picks it, and its log says which. A free port
+        # asked for here was free only until the daemon, a Python start-up later, bound
+        # it: another test's socket could take it in between (a scrape then timed out
+        # or read someone else's server).
+        self.port = 0
+        self.log_path = tmp_path / "daemon.log"
         cfg = tmp_path / "cfg.yaml"
         cfg.write_text(
             f"nvml: {{library: '{library_path(lib_dir)}'}}\n"
             f"training: {{launchers: ['{token}_'], device_glob: '{tmp_path}/nodev[0-9]*'}}\n"
             f"daemon: {{state_dir: '{tmp_path}/state', socket: '{tmp_path}/s.sock',"
-            f" interval_s: 0.2, metrics_listen: '127.0.0.1:{self.port}'}}\n"
+            f" interval_s: 0.2, metrics_listen: '127.0.0.1:0'}}\n"
             f"alerts: {{sinks: [{{type: log, path: '{tmp_path}/alerts.jsonl'}}]}}\n"
         )
         env = dict(os.environ, PYTHONPATH=str(REPO))
-        self.log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115
+        self.log = open(self.log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rogue_watchdog", "run", "--config", str(cfg)],
             stdout=self.log,
@@ -95,11 +95,24 @@ class Daemon:
         )
 
     def scrape(self) -> dict[str, float]:
+        if not self.port:
+            self.port = self._listening() or 0
+            if not self.port:
+                return {}  # not listening yet
         try:
             resp = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=5)
         except httpx.HTTPError:
             return {}
         return parse(resp.text) if resp.status_code == 200 else {}
+
+    def _listening(self) -> int | None:
+        """The port of the daemon's ``metrics-listening`` log line, once written."""
+        for line in self.log_path.read_bytes().splitlines():
+            with contextlib.suppress(ValueError):
+                doc = json.loads(line)
+                if isinstance(doc, dict) and doc.get("event") == "metrics-listening":
+                    return int(str(doc["address"]).rsplit(":", 1)[1])
+        return None
 
     def close(self) -> None:
         with contextlib.suppress(ProcessLookupError):

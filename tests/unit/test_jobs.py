@@ -13,7 +13,7 @@ from pathlib import Path
 from rogue_watchdog.config import Config, parse_config
 from rogue_watchdog.model import Job
 from rogue_watchdog.scan import Scanner
-from tests.conftest import Spawned
+from tests.conftest import Spawned, poll
 
 WORKER_TREE = """
 import os, sys, time
@@ -53,6 +53,24 @@ def make_dev(tmp_path: Path) -> Path:
     (devdir / "nvidia0").write_bytes(b"")
     (devdir / "nvidiactl").write_bytes(b"")
     return devdir
+
+
+def exec_of(script: Path, parent: int) -> int | None:
+    """The child of ``parent`` whose argv is ``python SCRIPT``: exec'd (an argument equal
+    to, or text holding, the path would also match the shell's fork before its exec)."""
+    want = [os.fsencode(sys.executable), os.fsencode(script), b""]
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{name}/stat").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
+        if argv == want and ppid == parent:
+            return int(name)
+    return None
 
 
 def start_then_kill_leader(
@@ -151,7 +169,9 @@ def test_ignore_list_by_exe_path_and_no_evasion_by_name(spawned: Spawned, tmp_pa
     trainer = tmp_path / "train_under_xorg.py"
     trainer.write_text("import time\ntime.sleep(60)\n")
     p = spawned.start([str(xorg), "-c", f"exec 3<{devdir}/nvidia0; {sys.executable} {trainer}; :"])
-    time.sleep(0.5)
+    # Wait for what the test looks at: the trainer exec'd below the shell (which then
+    # holds the device). A fixed 0.5 s was a guess that a loaded host can outlast.
+    poll("the trainer under the shell", lambda: exec_of(trainer, p.pid), 10, 0.02)
     result = Scanner(config_for(devdir), resolvers=[]).scan()
     jobs = [j for j in result.jobs if j.root_pid == p.pid]
     assert len(jobs) == 1 and jobs[0].verdict == "rogue"
@@ -175,7 +195,10 @@ def test_comm_is_never_matched(spawned: Spawned, tmp_path: Path) -> None:
         "import ctypes, time\nctypes.CDLL(None).prctl(15, b'train.py', 0, 0, 0)\ntime.sleep(60)\n"
     )
     p = spawned.start([sys.executable, str(script)])
-    time.sleep(0.5)
+    # Renamed once Python has started and loaded ctypes: a fixed 0.5 s was too short
+    # under load.
+    comm = Path(f"/proc/{p.pid}/comm")
+    poll("the rename", lambda: comm.read_text() == "train.py\n", 10, 0.02)
     scanner = Scanner(config_for(tmp_path), resolvers=[])
     result = scanner.scan()
     assert scanner.table.procs[p.pid].comm == "train.py"

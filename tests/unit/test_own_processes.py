@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -42,11 +43,13 @@ class Orphans:
             start_new_session=True,
         )  # fmt: skip
         pid = int(done.stdout)
-        want = command.split()[-1]
+        # Its argv *is* the command's words: a substring also matched the shell's fork
+        # before its exec (argv still ``sh -c COMMAND ...``), as test_hand_restart's did.
+        want = tuple(shlex.split(command))
 
         def execd() -> LiveProc | None:
             live = read_live(pid)
-            return live if live is not None and want in " ".join(live.cmdline) else None
+            return live if live is not None and live.cmdline == want else None
 
         live = poll("the orphan's exec", execd, 10, 0.02)
         self.started.append((pid, live.start_ticks))
