@@ -554,6 +554,9 @@ def _job_rows(jobs: Sequence[Job], gpus: Sequence[GpuInfo], width: int, colour: 
         again = job.advice.restarts if job.unsanctioned else None
         if again is not None:
             lines.extend(fit(printable(again.line()), width, " " * 9, "    "))
+        copies = job.advice.copies if job.unsanctioned else None
+        if copies is not None:  # the other rows its terminate stops (taken as its copies)
+            lines.extend(fit(printable(copies.text()), width, " " * 9, "    "))
         stop = stop_text(job) if job.unsanctioned else None
         if stop:
             # The command stays whole on its line and the note is comment lines: what a

@@ -234,6 +234,7 @@ class _Job:
             refused = None
             stop_pids: tuple[int, ...] = ()
             restarts = None
+            copies = None
 
         self.advice = _Advice()
 

@@ -323,10 +323,10 @@ def test_the_daemon_terminates_each_task_of_an_array_as_it_starts(tmp_path: Path
         job = _daemon_job(origin)
         sig = job_signature("root", job.cmdline, origin)
         # A terminate of an earlier run already said its source starts it again.
-        details = terminate_extras(
-            SimpleNamespace(restarts=job.advice.restarts, service=(), service_note=None),  # type: ignore[arg-type]
-            source_disabled=False,
+        target = SimpleNamespace(
+            restarts=job.advice.restarts, service=(), service_note=None, copies=None
         )
+        details = terminate_extras(target, source_disabled=False)  # type: ignore[arg-type]
         record = {"root": [5000, 90], "procs": [], **details}
         d.db.record_action("daemon", "terminate", "PID 5000", "will-return", record, T0 - 60,
                            signature=sig)  # fmt: skip
@@ -348,7 +348,7 @@ def test_the_remediation_failed_finding_says_each_task_is_terminated(tmp_path: P
     job = _daemon_job(task)
     sig = job_signature("root", job.cmdline, task)
     details = terminate_extras(
-        SimpleNamespace(restarts=job.advice.restarts, service=(), service_note=None),  # type: ignore[arg-type]
+        SimpleNamespace(restarts=job.advice.restarts, service=(), service_note=None, copies=None),  # type: ignore[arg-type]
         source_disabled=False,
     )
     assert details["will_return"] == {"restarts": RESTARTS, "stops": STOPS, "each_run": True}

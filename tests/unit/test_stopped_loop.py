@@ -271,6 +271,7 @@ def test_a_terminate_records_the_shell_loop_it_stops_with_the_job() -> None:
     class _Target:
         service: tuple[()] = ()
         service_note = None
+        copies = None
 
         def __init__(self, restarts: Restarts) -> None:
             self.restarts = restarts

@@ -25,6 +25,7 @@ from ..model import (
     DISABLE_FIRST,
     UNSANCTIONED_VERDICTS,
     Collateral,
+    Copies,
     Job,
     Origin,
     Protection,
@@ -74,6 +75,8 @@ class JobTarget:
             for a job named by itself.
         service_note: Why a service the finding names is not in :attr:`service`.
         restarts: What starts the job again once it ends (the guard's advice), or None.
+        copies: The other jobs of the scan its terminate stops as its copies (the
+            guard's advice), or None.
     """
 
     signature: str | None
@@ -94,6 +97,7 @@ class JobTarget:
     service: list[Expected] = field(default_factory=list)
     service_note: str | None = None
     restarts: Restarts | None = None
+    copies: Copies | None = None
 
     @property
     def unsanctioned(self) -> bool:
@@ -163,6 +167,7 @@ def target_from_job(
         refused=job.advice.refused if job.unsanctioned else None,
         stop_pids=job.advice.stop_pids,
         restarts=job.advice.restarts if job.unsanctioned else None,
+        copies=job.advice.copies if job.unsanctioned else None,
     )
 
 
@@ -546,6 +551,10 @@ def terminate_extras(target: JobTarget, source_disabled: bool) -> dict[str, Any]
         # Advice only: the finish keeps it when that very shell was stopped (loopcheck).
         out["source_stopped"] = again.how
         out["loop_shell"] = loop_shell_intent(again.shell, again.line())
+    if target.copies is not None:
+        # Root PIDs of the other jobs of the scan it stops as its copies (named in words
+        # by the CLI's output and the advice): their processes are in ``procs``.
+        out["copies"] = list(target.copies.pids)
     if target.service:
         out["service_pids"] = [e.pid for e in target.service]
     if target.service_note:
@@ -695,6 +704,7 @@ class TerminateTask:
             "source_stopped",
             "service_pids",
             "service_note",
+            "copies",
         ):
             if extra in self.intent:
                 details[extra] = self.intent[extra]

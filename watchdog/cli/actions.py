@@ -212,6 +212,8 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     _out(f"{head} {target.describe()} ({_action_ref(action_id)}); origin {target.origin.kind}")
     if not_disabled is not None:
         _out(f"  its source is not disabled: {not_disabled}")
+    if target.copies is not None:
+        _out(f"  {target.copies.text()}")
     if again is not None and disabled and not again.outlives_source:
         again = None  # --and-source stopped what starts it again
     if again is not None:

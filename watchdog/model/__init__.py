@@ -26,6 +26,7 @@ from .advice import (
     UNDECIDED,
     Advice,
     Collateral,
+    Copies,
 )
 from .finding import (
     FINDING_KINDS,
@@ -126,6 +127,7 @@ __all__ = [
     "AtOrigin",
     "Collateral",
     "ContainerOrigin",
+    "Copies",
     "CronOrigin",
     "Finding",
     "FindingKind",

@@ -12,6 +12,49 @@ from .origin import Restarts
 #: stops the run left: the part a finding drops once that run is gone.
 RUN_ONLY = ": only the run is left; to stop it: "
 
+#: How many of the copies a job's terminate takes in :class:`Copies` names; the rest
+#: are counted (``and 2 more``): the line stays short with a dozen workers.
+COPIES_NAMED = 3
+
+
+@dataclass(frozen=True)
+class Copies:
+    """The other jobs of the scan that a job's ``terminate`` stops with it: the copies
+    it takes in (processes of its program and owner in a process group or session whose
+    leader is gone or the job's: :class:`~watchdog.policy.copies.ScopeCopies`), which
+    the scan lists as jobs of their own (their command lines differ: ``train.py 3601``
+    beside ``train.py 3600``). Terminating one job stopped the others unsaid: every
+    text that says what ``terminate`` does names them (the guard decides them).
+
+    Attributes:
+        pids: Their root PIDs, in scan order (the JSON ``advice.copies``).
+        named: The first :data:`COPIES_NAMED` in words, their command lines quoted as
+            host text: ``PID 12135 `python3 train.py 3601```.
+        places: Where the terminate takes them from, one per process group or session:
+            ``process group 12130 whose leader is gone``.
+    """
+
+    pids: tuple[int, ...]
+    named: tuple[str, ...]
+    places: tuple[str, ...]
+
+    def text(self) -> str:
+        """``terminate also stops 3 other jobs the scan lists separately: PID 12135
+        `python3 train.py 3601`, … (the same program and owner, in process group 12130
+        whose leader is gone: they are taken as this run's copies)``."""
+        n = len(self.pids)
+        more = n - len(self.named)
+        listed = ", ".join(self.named) + (f", and {more} more" if more > 0 else "")
+        jobs, taken = (
+            ("1 other job", "it is taken as this run's copy")
+            if n == 1
+            else (f"{n} other jobs", "they are taken as this run's copies")
+        )
+        return (
+            f"terminate also stops {jobs} the scan lists separately: {listed} (the same "
+            f"program and owner, in {' and '.join(self.places)}: {taken})"
+        )
+
 
 @dataclass(frozen=True)
 class Collateral:
@@ -80,6 +123,8 @@ class Advice:
         restarts: What starts the job again once it ends (:class:`Restarts`), or None.
         then_terminate: :attr:`by_hand` leaves the running job (``atrm``): the ``stop:``
             line adds ``terminate`` after it.
+        copies: The other jobs of the scan its ``terminate`` stops as its copies
+            (:class:`Copies`), or None.
     """
 
     refused: str | None = None
@@ -94,6 +139,7 @@ class Advice:
     restarts: Restarts | None = None
     then_terminate: bool = False
     cli_args: str = ""
+    copies: Copies | None = None
 
     def _cli(self, verb: str) -> str:
         """``rogue-watchdog VERB`` with :attr:`cli_args`."""
@@ -111,6 +157,7 @@ class Advice:
             "source_gone": self.source_gone,
             "collateral": self.collateral.to_json() if self.collateral else None,
             "restarts": self.restarts.to_json() if self.restarts else None,
+            "copies": list(self.copies.pids) if self.copies else [],
         }
 
     def stop_source(self, target: int | str) -> str | None:
@@ -215,7 +262,15 @@ class Advice:
         return self._terminate(target)
 
     def explain_line(self, target: int | str | None) -> str:
-        """The ``Remediation:`` line of ``explain``: the command, or why there is none."""
+        """The ``Remediation:`` line of ``explain``: the command, or why there is none,
+        and the other jobs of the scan a ``terminate`` of it stops (:attr:`copies`)."""
+        text = self._explain_head(target)
+        if self.copies is not None and self.refused is None:
+            return f"{text}; {self.copies.text()}"
+        return text
+
+    def _explain_head(self, target: int | str | None) -> str:
+        """:meth:`explain_line` without the copies."""
         if self.refused is not None:
             return f"none: {self.refused}"
         if self.source_gone is not None:

@@ -86,15 +86,26 @@ class ScopeCopies:
             job: A job of the scan.
             stop_pids: What its terminate stops of its own (``Advice.stop_pids``).
         """
+        return [other for other, _kind, _leader in self.copies_in(job, stop_pids)]
+
+    def copies_in(self, job: Job, stop_pids: Collection[int]) -> list[tuple[Job, str, int]]:
+        """:meth:`copies`, each with where the terminate takes it from: ``(copy, kind,
+        leader)``, ``kind`` ``pgid`` or ``sid`` and ``leader`` that group's or session's
+        leader (the first of the two that matches), as the words name it.
+
+        Args:
+            job: A job of the scan.
+            stop_pids: What its terminate stops of its own (``Advice.stop_pids``).
+        """
         root = self.table.get(job.root_pid)
         if root is None:
             return []
         program = program_of(root.cmdline)
-        seen: dict[int, Job] = {}
+        seen: dict[int, tuple[Job, str, int]] = {}
         for kind, leader in self._scope(stop_pids):
             for other in self._index.get((root.uid, program, kind, leader), ()):
                 if other.root_pid != job.root_pid:
-                    seen.setdefault(other.root_pid, other)
+                    seen.setdefault(other.root_pid, (other, kind, leader))
         return list(seen.values())
 
     def shells(self, job: Job, stop_pids: Collection[int]) -> list[Proc]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from ..config import Config, OriginPin
 from ..config.enforcement import Protect
 from ..hostpaths import CRON_D, CRON_SPOOL_DIRS, config_args
-from ..hosttext import clip, code_span, command_text, safe_text
+from ..hosttext import clip, code_span, command_text, quoted_command, safe_text
 from ..lineage.base import command, command_key, exe_name, is_wrapper, mentions, quote_arg
 from ..lineage.cgroup import CgroupInfo, parse_cgroup
 from ..lineage.scriptfile import ScriptFiles, ScriptRead, command_string, script_path
@@ -41,11 +41,13 @@ from ..model import (
     DISABLE_FIRST,
     Advice,
     Collateral,
+    Copies,
     Job,
     Origin,
     Proc,
     Restarts,
 )
+from ..model.advice import COPIES_NAMED
 from ..sources.procfs import ProcessTable
 from .allowlist import origin_mismatch
 from .copies import ScopeCopies, most_restarting
@@ -1251,6 +1253,7 @@ def _with_copies(
     answer: Callable[[Job], _CopyAnswer],
     groups: ProcessGroups | None,
     loops: Callable[[Sequence[int]], list[Restarts]] | None = None,
+    places: Sequence[str] = (),
 ) -> Advice:
     """``advice`` over ``job`` and the copies its terminate takes in with it
     (:class:`~watchdog.policy.copies.ScopeCopies`): each copy's own stop set is stopped
@@ -1260,7 +1263,8 @@ def _with_copies(
     when its shell runs nothing but that copy, else named, to stop first. ``answer``
     gives a copy's (:func:`_copy_answer`, once per copy and scan); ``loops`` the loops
     between runs in the terminate's groups and sessions, given the whole stop set
-    (:func:`scope_loops`). ``advice`` as it is without copies or such loops."""
+    (:func:`scope_loops`); ``places`` where the terminate takes the copies from, in
+    words (:func:`_copies_said`). ``advice`` as it is without copies or such loops."""
     stop = list(advice.stop_pids)
     answers = [advice.restarts]
     for copy in copies:
@@ -1275,8 +1279,29 @@ def _with_copies(
     # The by-hand kill names what terminate stops (only where the kill is the advice).
     by_hand = _kill(job, stop, groups) if advice.stops_job else advice.by_hand
     return dataclasses.replace(
-        advice, stop_pids=tuple(stop), restarts=most_restarting(answers), by_hand=by_hand
+        advice,
+        stop_pids=tuple(stop),
+        restarts=most_restarting(answers),
+        by_hand=by_hand,
+        copies=_copies_said(copies, places),
     )
+
+
+def _copies_said(copies: Sequence[Job], places: Sequence[str]) -> Copies | None:
+    """The copies a job's terminate takes in, as the words name them (:class:`Copies`:
+    the first few with their command lines, host text quoted), or None for none."""
+    if not copies:
+        return None
+    named = tuple(f"PID {c.root_pid} {quoted_command(c.cmdline, 60)}" for c in copies)
+    return Copies(tuple(c.root_pid for c in copies), named[:COPIES_NAMED], tuple(places))
+
+
+def _place(table: ProcessTable, kind: str, leader: int) -> str:
+    """``process group 12130 whose leader is gone`` (or ``session``; ``whose leader it
+    stops`` when the leader is one of the job's): where a copy was taken from."""
+    where = "process group" if kind == "pgid" else "session"
+    whose = "whose leader is gone" if table.get(leader) is None else "whose leader it stops"
+    return f"{where} {leader} {whose}"
 
 
 #: The process a restart answer's next step would have one signal (a loop's shell, a
@@ -1328,11 +1353,15 @@ def with_advice(
     for job in jobs:
         advice = advise(job, guard, table, config, groups, sources, scripts)
         if scope is not None and advice.refused is None:
-            copies = [
-                c for c in scope.copies(job, advice.stop_pids) if guard.job_refusal(c) is None
+            found = [
+                (c, kind, leader)
+                for c, kind, leader in scope.copies_in(job, advice.stop_pids)
+                if guard.job_refusal(c) is None
             ]
+            copies = [c for c, _kind, _leader in found]
+            places = dict.fromkeys(_place(scope.table, k, leader) for _c, k, leader in found)
             loops = functools.partial(scope_loops, job, scope=scope, guard=guard, scripts=scripts)
-            advice = _with_copies(advice, job, copies, answer, groups, loops)
+            advice = _with_copies(advice, job, copies, answer, groups, loops, list(places))
         advice = dataclasses.replace(
             advice, cli_args=cli_args, restarts=_no_step_against(advice.restarts, guard, table)
         )
