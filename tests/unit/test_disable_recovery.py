@@ -263,3 +263,48 @@ def test_a_stronger_answer_than_an_unloaded_rewrite_stays(tmp_path: Path) -> Non
     act = db.action(aid)
     assert act is not None and "may_return" not in act.details
     assert act.details["will_return"]["stops"] == "stop the loop first: kill -TERM 77"
+
+
+def _sup_remedy(tmp_path: Path) -> tuple[StateDB, Remedy, JobTarget]:
+    conf = tmp_path / "supervisord.conf"
+    conf.write_text(SUP)
+    db = StateDB(tmp_path / "state")
+    remedy = Remedy(
+        config(tmp_path).enforcement, db, RecordingEffects(), actor="daemon",  # type: ignore[attr-defined]
+        backup_dir=str(tmp_path / "bk"), protection=ScanProtection(),
+    )  # fmt: skip
+    return db, remedy, sup_target(conf)
+
+
+def _killed_disable(remedy: Remedy, target: JobTarget, point: str, now: float) -> None:
+    faults.set_hook(lambda at: (_ for _ in ()).throw(Killed(at)) if at == point else None)
+    with pytest.raises(Killed):
+        remedy.disable_source(target, now)
+    faults.set_hook(None)
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        "disable-source:begun",  # killed before its first side effect
+        "effects:backup:intent",  # killed before its rewrite (the backup begun)
+    ],
+)
+def test_a_later_disable_source_that_wrote_nothing_never_hides_an_unloaded_rewrite(
+    tmp_path: Path, second: str
+) -> None:
+    # A first disable-source killed between its rewrite and `reread` (seed 69401), then
+    # a second one of the same program killed before it wrote anything: supervisord
+    # still runs the settings it had. BEFORE: the second, latest record decided (no
+    # write, nothing unloaded) and the terminate said nothing comes back (`ok`).
+    db, remedy, target = _sup_remedy(tmp_path)
+    _killed_disable(remedy, target, "effects:write:done", 1_800_000_000.0)
+    _killed_disable(remedy, target, second, 1_800_000_005.0)
+    assert [r.id for r in db.unfinished_actions()] == [1, 2]
+    aid, _res = remedy.terminate(target, 1_800_000_010.0, dry_run=True)
+    act = db.action(aid)
+    assert act is not None
+    assert act.details["may_return"]["stops"] == "disable-source first"
+    assert act.details["may_return"]["restarts"].startswith(
+        "restarts it: unknown, disable-source 1 left supervisorctl -c "
+    )

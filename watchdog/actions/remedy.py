@@ -312,9 +312,14 @@ class Remedy:
             post = rec.details.get("post")
             if rec.outcome in ("refused", "dry-run") or not isinstance(post, list):
                 continue  # changed nothing (or a kind with no post step): an older one decides
+            steps = self.db.action_steps(rec.id)
+            if not sources.rewrote(steps):
+                # Failed or killed before its rewrite: it changed nothing the daemon
+                # loads, and an older rewrite it never reached may still be unloaded.
+                continue
             if rec.undone_at is not None:
                 return  # the files are back, and the undo told the daemon
-            left = sources.unloaded(post, self.db.action_steps(rec.id))
+            left = sources.unloaded(post, steps)
             if left:  # a stronger answer read elsewhere (it comes back) stays
                 target.restarts = most_restarting([
                     target.restarts,

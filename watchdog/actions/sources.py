@@ -534,7 +534,7 @@ def unloaded(post: Sequence[Sequence[str]], steps: Sequence[ActionStep]) -> list
         written and not marked, or failed, counts as not made), in order; [] when no
         file was rewritten or every post command ran.
     """
-    if not any(s.op == "write" and s.status != "failed" for s in steps):
+    if not rewrote(steps):
         return []
     ran = [
         list(s.detail.get("argv") or [])
@@ -542,6 +542,12 @@ def unloaded(post: Sequence[Sequence[str]], steps: Sequence[ActionStep]) -> list
         if s.op == "run" and s.status == "done" and (s.result or {}).get("returncode") == 0
     ]
     return [list(argv) for argv in post if list(argv) not in ran]
+
+
+def rewrote(steps: Sequence[ActionStep]) -> bool:
+    """Whether a disable-source's steps show a file written (or begun and not marked
+    failed: it may have been): one that wrote none changed nothing its daemon loads."""
+    return any(s.op == "write" and s.status != "failed" for s in steps)
 
 
 def unloaded_words(argvs: Sequence[Sequence[str]]) -> str:
