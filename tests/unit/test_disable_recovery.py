@@ -308,3 +308,20 @@ def test_a_later_disable_source_that_wrote_nothing_never_hides_an_unloaded_rewri
     assert act.details["may_return"]["restarts"].startswith(
         "restarts it: unknown, disable-source 1 left supervisorctl -c "
     )
+
+
+def test_an_unloaded_rewrite_is_read_past_any_number_of_later_dry_runs(tmp_path: Path) -> None:
+    # The interrupted rewrite, then 60 dry runs of disable-source (a daemon in dry-run
+    # enforcement records one a scan): they changed nothing. BEFORE: only the latest 50
+    # disable-source records were read, all dry runs, and the terminate said `ok`.
+    db, remedy, target = _sup_remedy(tmp_path)
+    _killed_disable(remedy, target, "effects:write:done", 1_800_000_000.0)
+    for n in range(60):
+        aid, _plan, _res = remedy.disable_source(target, 1_800_000_001.0 + n, dry_run=True)
+        assert aid == n + 2  # recorded
+    aid, _res = remedy.terminate(target, 1_800_000_100.0, dry_run=True)
+    act = db.action(aid)
+    assert act is not None
+    assert act.details["may_return"]["restarts"].startswith(
+        "restarts it: unknown, disable-source 1 left supervisorctl -c "
+    )

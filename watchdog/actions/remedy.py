@@ -306,7 +306,9 @@ class Remedy:
             target: The job; its ``restarts`` is replaced in place when so, unless it
                 already says the job comes back (:func:`~watchdog.policy.copies.most_restarting`).
         """
-        for rec in self.db.actions_of_kind("disable-source"):
+        # Every record, not a window of the latest: dry runs, refusals and other
+        # programs' actions would push the one that decides out of any fixed window.
+        for rec in self.db.every_action_of_kind("disable-source"):
             if rec.dry_run or not sources.matches(rec.details, target.origin):
                 continue
             post = rec.details.get("post")

@@ -129,12 +129,29 @@ class ActionTable(Table):
         )
         return [_action(r) for r in rows]
 
-    def actions_of_kind(self, kind: str, limit: int = 50) -> list[ActionRecord]:
-        """The actions of one kind (``disable-source``...), most recent first."""
+    def actions_of_kind(
+        self, kind: str, limit: int = 50, before: int | None = None
+    ) -> list[ActionRecord]:
+        """The actions of one kind (``disable-source``...), most recent first.
+
+        Args:
+            kind: The action kind.
+            limit: At most this many.
+            before: Only ids below this one (the next page after a page's last id).
+        """
         rows = self.conn.execute(
-            "SELECT * FROM actions WHERE kind=? ORDER BY id DESC LIMIT ?", (kind, limit)
+            "SELECT * FROM actions WHERE kind=? AND id<? ORDER BY id DESC LIMIT ?",
+            (kind, before if before is not None else 2**63 - 1, limit),
         )
         return [_action(r) for r in rows]
+
+    def every_action_of_kind(self, kind: str, page: int = 50) -> Iterator[ActionRecord]:
+        """Every action of one kind, most recent first, read ``page`` rows at a time
+        (a reader that stops at its first match reads no more)."""
+        before: int | None = None
+        while rows := self.actions_of_kind(kind, page, before):
+            yield from rows
+            before = rows[-1].id
 
     def action(self, action_id: int) -> ActionRecord | None:
         """One action by id."""
