@@ -4,6 +4,7 @@ gives the action the undo ops of what changed (the restore plan was written firs
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -325,3 +326,59 @@ def test_an_unloaded_rewrite_is_read_past_any_number_of_later_dry_runs(tmp_path:
     assert act.details["may_return"]["restarts"].startswith(
         "restarts it: unknown, disable-source 1 left supervisorctl -c "
     )
+
+
+def _edit_row(db: StateDB, table: str, where: str, edit: object) -> None:
+    """Rewrite one JSON column as a hand-edited or damaged database may hold it."""
+    column = "details_json" if table == "actions" else "detail_json"
+    for rowid, text in db.conn.execute(f"SELECT id, {column} FROM {table} WHERE {where}"):
+        value = json.loads(text)
+        edit(value)  # type: ignore[operator]
+        db.conn.execute(f"UPDATE {table} SET {column}=? WHERE id=?", (json.dumps(value), rowid))
+    db.conn.commit()
+
+
+@pytest.mark.parametrize(
+    ("post", "shown"),
+    [
+        ([None], "None"),
+        ([5], "5"),
+        (7, "7"),
+        ([["supervisorctl", None]], "supervisorctl None"),
+        ([{"x": 1}], "'{'\"'\"'x'\"'\"': 1}'"),
+    ],
+)
+def test_a_damaged_post_record_crashes_nothing_and_counts_as_not_run(
+    tmp_path: Path, post: object, shown: str
+) -> None:
+    # BEFORE: `list(None)`/`list(5)` raised TypeError in the recovery's account and
+    # resolve and in the terminate (the CLI's exit 70, the daemon's recovery crash);
+    # a `post` not a list was read as "no post step" and the terminate said `ok`.
+    db, remedy, target = _sup_remedy(tmp_path)
+    _killed_disable(remedy, target, "effects:write:done", 1_800_000_000.0)
+    _edit_row(db, "actions", "id=1", lambda d: d.__setitem__("post", post))
+    rec = db.action(1)
+    assert rec is not None
+    steps = db.action_steps(1)
+    said = f"{shown} not run: the file says autostart/autorestart=false"
+    assert account(rec, steps).not_done[0].startswith(said)
+    assert resolve(rec, steps).outcome == "partial"
+    aid, _res = remedy.terminate(target, 1_800_000_010.0, dry_run=True)
+    act = db.action(aid)
+    assert act is not None
+    assert act.details["may_return"]["restarts"].startswith(
+        f"restarts it: unknown, disable-source 1 left {said}"
+    )
+
+
+def test_a_damaged_run_step_argv_crashes_no_recovery(tmp_path: Path) -> None:
+    # BEFORE: a `run` step whose argv is not a list raised TypeError in account()
+    # (describe_step) and resolve() (disable_undo): the daemon's start-up recovery.
+    db, remedy, target = _sup_remedy(tmp_path)
+    _killed_disable(remedy, target, "effects:run:done", 1_800_000_000.0)
+    _edit_row(db, "action_steps", "op='run'", lambda d: d.__setitem__("argv", 5))
+    rec = db.action(1)
+    assert rec is not None
+    steps = db.action_steps(1)
+    assert account(rec, steps).unsure == ["5"]
+    assert resolve(rec, steps).outcome == "partial"

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..lineage.base import command
 from ..model import Finding
 from ..sources.procfs import alive_now, boot_id
 from ..state import ActionRecord, ActionStep
@@ -127,7 +128,8 @@ def describe_step(step: ActionStep) -> str:
         verb = "rename" if step.op == "rename" else "back up"
         return f"{verb} {d.get('from')} to {d.get('to')}"
     if step.op == "run":
-        return " ".join(str(a) for a in d.get("argv") or [])
+        # Names and paths are host text (quoted); the argv may be any JSON (a damaged row).
+        return command(*sources.argv_of(d.get("argv") or []))
     if step.op == "wait":
         return f"wait out the grace period ({d.get('grace_s')} s)"
     if step.op == "watch":
@@ -171,8 +173,8 @@ def account(rec: ActionRecord, steps: Sequence[ActionStep]) -> Account:
 def _post_left(rec: ActionRecord, steps: Sequence[ActionStep]) -> list[list[str]]:
     """The post steps of an interrupted disable-source it did not make
     (:func:`watchdog.actions.sources.unloaded`); [] for a kind without any."""
-    post = rec.details.get("post")
-    return sources.unloaded(post, steps) if isinstance(post, list) else []
+    post = sources.recorded_post(rec.details)
+    return sources.unloaded(post, steps) if post is not None else []
 
 
 def _not_loaded(rec: ActionRecord, steps: Sequence[ActionStep]) -> str:
@@ -394,10 +396,10 @@ def disable_undo(restore: dict[str, Any], made: Sequence[ActionStep]) -> list[di
     if "systemd" in restore:
         d = restore["systemd"]
         done = [
-            list(s.detail.get("argv") or [])[1:]
+            sources.argv_of(s.detail.get("argv") or [])[1:]
             for s in made
             if s.op == "run"
-            and (s.detail.get("argv") or [""])[0] == "systemctl"
+            and sources.argv_of(s.detail.get("argv") or [])[:1] == ["systemctl"]
             and (s.status == "intent" or (s.result or {}).get("returncode") == 0)
         ]
         moved = any(s.op == "remove" for s in made)
@@ -407,7 +409,7 @@ def disable_undo(restore: dict[str, Any], made: Sequence[ActionStep]) -> list[di
             return []  # a malformed record: no undo op is better than a wrong one
     if "sources" in restore:
         ran = [
-            list(s.detail.get("argv") or [])
+            sources.argv_of(s.detail.get("argv") or [])
             for s in made
             if s.op == "run" and (s.status == "intent" or (s.result or {}).get("returncode") == 0)
         ]

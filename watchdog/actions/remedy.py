@@ -311,8 +311,8 @@ class Remedy:
         for rec in self.db.every_action_of_kind("disable-source"):
             if rec.dry_run or not sources.matches(rec.details, target.origin):
                 continue
-            post = rec.details.get("post")
-            if rec.outcome in ("refused", "dry-run") or not isinstance(post, list):
+            post = sources.recorded_post(rec.details)
+            if rec.outcome in ("refused", "dry-run") or post is None:
                 continue  # changed nothing (or a kind with no post step): an older one decides
             steps = self.db.action_steps(rec.id)
             if not sources.rewrote(steps):

@@ -520,6 +520,27 @@ def post_steps(plan: DisablePlan) -> list[list[str]]:
     return []
 
 
+def argv_of(value: Any) -> list[str]:
+    """A recorded argv as a list of strings, whatever the database holds (a hand-edited
+    or damaged row must not crash a reader): a non-list is one word (``None`` too)."""
+    if isinstance(value, (list, tuple)):
+        return [str(a) for a in value]
+    return [str(value)]
+
+
+def recorded_post(details: dict[str, Any]) -> list[list[str]] | None:
+    """A disable-source record's post steps (:func:`post_steps`), or None when it has
+    none (a kind without post steps); a value not a list is one command.
+
+    ``details["post"]``. Each entry is read as an argv of strings (:func:`argv_of`):
+    one that is not a list matches no command that ran, so it counts as not run.
+    """
+    post = details.get("post")
+    if post is None:
+        return None
+    return [argv_of(argv) for argv in post] if isinstance(post, list) else [argv_of(post)]
+
+
 def unloaded(post: Sequence[Sequence[str]], steps: Sequence[ActionStep]) -> list[list[str]]:
     """The post steps (:func:`post_steps`) a disable-source's steps do not show made,
     when it rewrote a file (or may have): until they run, the daemon runs the settings
@@ -537,7 +558,7 @@ def unloaded(post: Sequence[Sequence[str]], steps: Sequence[ActionStep]) -> list
     if not rewrote(steps):
         return []
     ran = [
-        list(s.detail.get("argv") or [])
+        argv_of(s.detail.get("argv"))
         for s in steps
         if s.op == "run" and s.status == "done" and (s.result or {}).get("returncode") == 0
     ]
