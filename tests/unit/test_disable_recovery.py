@@ -382,3 +382,21 @@ def test_a_damaged_run_step_argv_crashes_no_recovery(tmp_path: Path) -> None:
     steps = db.action_steps(1)
     assert account(rec, steps).unsure == ["5"]
     assert resolve(rec, steps).outcome == "partial"
+
+
+def test_an_older_record_without_post_reads_its_restore_plan(tmp_path: Path) -> None:
+    # A disable-source of a version before `details.post` was recorded, killed between
+    # its rewrite and `reread`: its restore plan (recorded before the first change)
+    # holds the same commands. BEFORE: no `post`, skipped, the terminate said `ok`.
+    db, remedy, target = _sup_remedy(tmp_path)
+    _killed_disable(remedy, target, "effects:write:done", 1_800_000_000.0)
+    _edit_row(db, "actions", "id=1", lambda d: d.pop("post"))
+    rec = db.action(1)
+    assert rec is not None and "post" not in rec.details
+    assert resolve(rec, db.action_steps(1)).outcome == "partial"
+    aid, _res = remedy.terminate(target, 1_800_000_010.0, dry_run=True)
+    act = db.action(aid)
+    assert act is not None
+    assert act.details["may_return"]["restarts"].startswith(
+        "restarts it: unknown, disable-source 1 left supervisorctl -c "
+    )

@@ -532,10 +532,19 @@ def recorded_post(details: dict[str, Any]) -> list[list[str]] | None:
     """A disable-source record's post steps (:func:`post_steps`), or None when it has
     none (a kind without post steps); a value not a list is one command.
 
-    ``details["post"]``. Each entry is read as an argv of strings (:func:`argv_of`):
-    one that is not a list matches no command that ran, so it counts as not run.
+    ``details["post"]`` since it was recorded; before that (an older database), the
+    supervisord plan's own ``post``, recorded in ``details["restore"]`` before the first
+    change: an interrupted record of an older version still says what it left. Each
+    entry is read as an argv of strings (:func:`argv_of`): one that is not a list
+    matches no command that ran, so it counts as not run.
     """
     post = details.get("post")
+    if post is None:
+        restore = details.get("restore")
+        sources = restore.get("sources") if isinstance(restore, dict) else None
+        data = sources.get("data") if isinstance(sources, dict) else None
+        if isinstance(sources, dict) and sources.get("kind") == "supervisord":
+            post = data.get("post") if isinstance(data, dict) else None
     if post is None:
         return None
     return [argv_of(argv) for argv in post] if isinstance(post, list) else [argv_of(post)]
