@@ -400,3 +400,59 @@ def test_an_older_record_without_post_reads_its_restore_plan(tmp_path: Path) -> 
     assert act.details["may_return"]["restarts"].startswith(
         "restarts it: unknown, disable-source 1 left supervisorctl -c "
     )
+
+
+def test_an_undo_killed_before_it_restored_leaves_the_rewrite_unloaded(tmp_path: Path) -> None:
+    # The rewrite killed before `reread` (seed 69401), recovered with its undo ops; then
+    # `undo` in a process of its own, killed before its restore of the file: the file
+    # still says autorestart=false and supervisord still runs autorestart=true. BEFORE:
+    # `undo` marks the action undone before its first op, the kill leaves the mark, and
+    # the terminate read it as "the files are back": `ok`.
+    conf = tmp_path / "supervisord.conf"
+    conf.write_text(SUP)
+    db = StateDB(tmp_path / "state")
+    remedy = Remedy(
+        config(tmp_path).enforcement, db, Effects(), actor="daemon",  # type: ignore[attr-defined]
+        backup_dir=str(tmp_path / "bk"), protection=ScanProtection(),
+    )  # fmt: skip
+    target = sup_target(conf)
+    _killed_disable(remedy, target, "effects:write:done", 1_800_000_000.0)
+    assert "autorestart=false" in conf.read_text()
+    db.close()
+    d = restart(tmp_path)
+    [act] = d.db.actions()
+    assert act.undo is not None and act.undo[0]["op"] == "restore_file"  # type: ignore[index]
+    d.db.close()
+    out = run_cli(
+        "undo", str(act.id), "--state-dir", str(tmp_path / "state"),
+        env={"ROGUE_WATCHDOG_FAULT": "effects:write:intent"},
+    )  # fmt: skip
+    assert out.returncode == -9, out.stdout + out.stderr
+    assert "autorestart=false" in conf.read_text()  # not restored
+    db = StateDB(tmp_path / "state")
+    remedy = Remedy(
+        config(tmp_path).enforcement, db, RecordingEffects(), actor="daemon",  # type: ignore[attr-defined]
+        backup_dir=str(tmp_path / "bk"), protection=ScanProtection(),
+    )  # fmt: skip
+    aid, _res = remedy.terminate(target, 1_800_000_010.0, dry_run=True)
+    done = db.action(aid)
+    assert done is not None
+    assert done.details["may_return"]["restarts"].startswith(
+        "restarts it: unknown, disable-source 1 left supervisorctl -c "
+    )
+
+
+@pytest.mark.parametrize(("outcome", "back"), [("ok", True), ("partial", False), ("failed", False)])
+def test_only_an_undo_that_finished_ok_puts_the_settings_back(
+    tmp_path: Path, outcome: str, back: bool
+) -> None:
+    # The undo's row as `undo` finishes it (the action stays marked undone only when ok;
+    # a row marked by an older version may keep the mark whatever the outcome).
+    db, remedy, target = _sup_remedy(tmp_path)
+    _killed_disable(remedy, target, "effects:write:done", 1_800_000_000.0)
+    db.record_action("root", "undo", "action 1", outcome, {"undid": 1}, 1_800_000_005.0)
+    db.mark_undone(1, 1_800_000_005.0)
+    aid, _res = remedy.terminate(target, 1_800_000_010.0, dry_run=True)
+    act = db.action(aid)
+    assert act is not None
+    assert ("may_return" not in act.details) is back

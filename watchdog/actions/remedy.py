@@ -319,7 +319,7 @@ class Remedy:
                 # Failed or killed before its rewrite: it changed nothing the daemon
                 # loads, and an older rewrite it never reached may still be unloaded.
                 continue
-            if rec.undone_at is not None:
+            if rec.undone_at is not None and self._undone(rec.id):
                 return  # the files are back, and the undo told the daemon
             left = sources.unloaded(post, steps)
             if left:  # a stronger answer read elsewhere (it comes back) stays
@@ -332,6 +332,16 @@ class Remedy:
                     ),
                 ])  # fmt: skip
             return
+
+    def _undone(self, action_id: int) -> bool:
+        """Whether the latest ``undo`` of action ``action_id`` finished ``ok``: ``undo``
+        marks the action undone before its first op (a daemon that sees the job start
+        again reads it as the undo's), so a killed or failed one leaves the mark with
+        the files (or the daemon's settings) not yet back."""
+        for rec in self.db.every_action_of_kind("undo"):
+            if rec.details.get("undid") == action_id:
+                return rec.state == "done" and rec.outcome == "ok"
+        return False
 
     def terminate(
         self,
