@@ -225,11 +225,13 @@ def _remediation(job: Job | None, result: ScanResult | None = None) -> str:
         )
     ):
         svc = found.details["service_pids"][0]
+        # The terminate of this run takes its copies in as every other form says.
+        copies = f"; {job.advice.copies.text()}" if job.advice.copies is not None else ""
         return (
             f"its source is {service_source(found)}: to stop the service and its run: "
             f"rogue-watchdog terminate{job.advice.cli_args} {svc} (or by hand: kill -TERM "
             f"{svc} {job.root_pid}); to stop this run only: rogue-watchdog "
-            f"terminate{job.advice.cli_args} {job.root_pid}"
+            f"terminate{job.advice.cli_args} {job.root_pid}{copies}"
         )
     return job.advice.explain_line(job.root_pid if job.unsanctioned else None)
 
