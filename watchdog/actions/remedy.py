@@ -308,7 +308,7 @@ class Remedy:
         """
         # Every record, not a window of the latest: dry runs, refusals and other
         # programs' actions would push the one that decides out of any fixed window.
-        for rec in self.db.every_action_of_kind("disable-source"):
+        for rec in self.db.every_action_of_kind("disable-source", acted=True):
             if rec.dry_run or not sources.matches(rec.details, target.origin):
                 continue
             post = sources.recorded_post(rec.details)

@@ -130,7 +130,7 @@ class ActionTable(Table):
         return [_action(r) for r in rows]
 
     def actions_of_kind(
-        self, kind: str, limit: int = 50, before: int | None = None
+        self, kind: str, limit: int = 50, before: int | None = None, *, acted: bool = False
     ) -> list[ActionRecord]:
         """The actions of one kind (``disable-source``...), most recent first.
 
@@ -138,18 +138,23 @@ class ActionTable(Table):
             kind: The action kind.
             limit: At most this many.
             before: Only ids below this one (the next page after a page's last id).
+            acted: Leave out dry runs and refusals (rows that changed nothing).
         """
+        skip = " AND dry_run=0 AND outcome NOT IN ('refused', 'dry-run')" if acted else ""
         rows = self.conn.execute(
-            "SELECT * FROM actions WHERE kind=? AND id<? ORDER BY id DESC LIMIT ?",
+            f"SELECT * FROM actions WHERE kind=? AND id<?{skip} ORDER BY id DESC LIMIT ?",
             (kind, before if before is not None else 2**63 - 1, limit),
         )
         return [_action(r) for r in rows]
 
-    def every_action_of_kind(self, kind: str, page: int = 50) -> Iterator[ActionRecord]:
+    def every_action_of_kind(
+        self, kind: str, page: int = 50, *, acted: bool = False
+    ) -> Iterator[ActionRecord]:
         """Every action of one kind, most recent first, read ``page`` rows at a time
-        (a reader that stops at its first match reads no more)."""
+        (a reader that stops at its first match reads no more); ``acted`` as in
+        :meth:`actions_of_kind`."""
         before: int | None = None
-        while rows := self.actions_of_kind(kind, page, before):
+        while rows := self.actions_of_kind(kind, page, before, acted=acted):
             yield from rows
             before = rows[-1].id
 
