@@ -140,7 +140,10 @@ class ActionTable(Table):
             before: Only ids below this one (the next page after a page's last id).
             acted: Leave out dry runs and refusals (rows that changed nothing).
         """
-        skip = " AND dry_run=0 AND outcome NOT IN ('refused', 'dry-run')" if acted else ""
+        # COALESCE: a row with no outcome at all (hand-made, damaged) is no refusal.
+        skip = ""
+        if acted:
+            skip = " AND dry_run=0 AND COALESCE(outcome, '') NOT IN ('refused', 'dry-run')"
         rows = self.conn.execute(
             f"SELECT * FROM actions WHERE kind=? AND id<?{skip} ORDER BY id DESC LIMIT ?",
             (kind, before if before is not None else 2**63 - 1, limit),
