@@ -13,14 +13,14 @@ import pytest
 from rogue_watchdog import faults
 from rogue_watchdog.actions.effects import Effects, RecordingEffects
 from rogue_watchdog.actions.enforcer import Enforcer
-from rogue_watchdog.actions.recovery import account, resolve
+from rogue_watchdog.actions.recovery import account, describe_step, resolve
 from rogue_watchdog.actions.remedy import JobTarget, Remedy
 from rogue_watchdog.actions.runner import InlineRunner
 from rogue_watchdog.config import parse_config
 from rogue_watchdog.daemon.loop import Daemon
 from rogue_watchdog.model import Restarts, SupervisorOrigin, origin_from_json
 from rogue_watchdog.policy.guard import ScanProtection
-from rogue_watchdog.state import StateDB
+from rogue_watchdog.state import ActionStep, StateDB
 from tests.conftest import run_cli
 
 ENTRY = "0 2 * * 0 root /usr/bin/python3 /opt/legacy/train_weekly.py"
@@ -456,3 +456,28 @@ def test_only_an_undo_that_finished_ok_puts_the_settings_back(
     act = db.action(aid)
     assert act is not None
     assert ("may_return" not in act.details) is back
+
+
+@pytest.mark.parametrize(
+    ("op", "detail", "said"),
+    [
+        (
+            "rename",
+            {"from": "/etc/cron.d/a\nb", "to": "/x\x1b[2J"},
+            "rename $'/etc/cron.d/a\\nb' to $'/x\\x1b[2J'",
+        ),
+        (
+            "backup",
+            {"from": "/etc/cron.d/x; rm -rf /", "to": "/b"},
+            "back up '/etc/cron.d/x; rm -rf /' to /b",
+        ),
+        ("write", {"path": "/etc/sup.d/t\n.conf"}, "rewrite $'/etc/sup.d/t\\n.conf'"),
+        ("remove", {"path": "/etc/cron.d/x y"}, "remove '/etc/cron.d/x y'"),
+        ("touch", {}, "touch"),
+    ],
+)
+def test_a_steps_paths_are_quoted_in_its_words(op: str, detail: dict[str, str], said: str) -> None:
+    # A file name is host text: a newline or an escape in it never breaks the recovery's
+    # line (`actions`, the interruption's finding) or reads as the product's own words.
+    step = ActionStep(1, 1, 0.0, op, "done", detail, None)
+    assert describe_step(step) == said

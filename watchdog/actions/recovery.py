@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..lineage.base import command
+from ..lineage.base import command, quote_arg
 from ..model import Finding
 from ..sources.procfs import alive_now, boot_id
 from ..state import ActionRecord, ActionStep
@@ -126,7 +126,8 @@ def describe_step(step: ActionStep) -> str:
         return f"{d.get('signal')} to PID {d.get('pid')}"
     if step.op in ("rename", "backup"):
         verb = "rename" if step.op == "rename" else "back up"
-        return f"{verb} {d.get('from')} to {d.get('to')}"
+        # Paths are host text (a file name may hold a newline or an escape): quoted.
+        return f"{verb} {quote_arg(str(d.get('from')))} to {quote_arg(str(d.get('to')))}"
     if step.op == "run":
         # Names and paths are host text (quoted); the argv may be any JSON (a damaged row).
         return command(*sources.argv_of(d.get("argv") or []))
@@ -136,8 +137,9 @@ def describe_step(step: ActionStep) -> str:
         above = d.get("above") or []
         return f"watch {len(above)} process(es) above the tree (PID {_pids(above)})"
     if step.op == "write":
-        return f"rewrite {d.get('path')}"
-    return f"{step.op} {d.get('path', '')}".strip()
+        return f"rewrite {quote_arg(str(d.get('path')))}"
+    path = d.get("path")
+    return f"{step.op} {quote_arg(str(path))}" if path is not None else str(step.op)
 
 
 def account(rec: ActionRecord, steps: Sequence[ActionStep]) -> Account:
