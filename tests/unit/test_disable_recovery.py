@@ -189,14 +189,8 @@ def test_a_supervisord_rewrite_not_yet_loaded_is_said_and_never_called_stopped(
     # autorestart=false, supervisord runs the configuration it had. BEFORE: not_done
     # empty, recovered `ok`, and the next terminate `ok` (the file's word); supervisord
     # started the job again.
+    db, remedy, target = _sup_remedy(tmp_path)
     conf = tmp_path / "supervisord.conf"
-    conf.write_text(SUP)
-    db = StateDB(tmp_path / "state")
-    remedy = Remedy(
-        config(tmp_path).enforcement, db, RecordingEffects(), actor="daemon",  # type: ignore[attr-defined]
-        backup_dir=str(tmp_path / "bk"), protection=ScanProtection(),
-    )  # fmt: skip
-    target = sup_target(conf)
     assert target.restarts is None  # the file's word, read after the rewrite
     if point is not None:
         name, _, nth = point.partition("#")
@@ -238,40 +232,17 @@ def test_a_supervisord_rewrite_not_yet_loaded_is_said_and_never_called_stopped(
         assert "may_return" not in act.details and "will_return" not in act.details
 
 
-def test_a_stronger_answer_than_an_unloaded_rewrite_stays(tmp_path: Path) -> None:
-    # The same interrupted rewrite, and a job that comes back anyway (a loop the
-    # terminate leaves): the terminate still says it comes back (`will-return`, with
-    # the loop's step), not the weaker "may" of the rewrite.
+def _sup_remedy(
+    tmp_path: Path, effects: Effects | None = None
+) -> tuple[StateDB, Remedy, JobTarget]:
+    """The program's configuration (SUP), a state database and a Remedy over them, and
+    the program's job as a scan reads it after the rewrite."""
     conf = tmp_path / "supervisord.conf"
-    conf.write_text(SUP)
+    if not conf.exists():
+        conf.write_text(SUP)
     db = StateDB(tmp_path / "state")
     remedy = Remedy(
-        config(tmp_path).enforcement, db, RecordingEffects(), actor="daemon",  # type: ignore[attr-defined]
-        backup_dir=str(tmp_path / "bk"), protection=ScanProtection(),
-    )  # fmt: skip
-    target = sup_target(conf)
-    faults.set_hook(
-        lambda at: (_ for _ in ()).throw(Killed(at)) if at == "effects:write:done" else None
-    )
-    with pytest.raises(Killed):
-        remedy.disable_source(target, 1_800_000_000.0)
-    faults.set_hook(None)
-    loop = Restarts(
-        "at once", "shell loop `while true` (PID 77)", "stop the loop first: kill -TERM 77"
-    )
-    target.restarts = loop
-    aid, _res = remedy.terminate(target, 1_800_000_010.0, dry_run=True)
-    act = db.action(aid)
-    assert act is not None and "may_return" not in act.details
-    assert act.details["will_return"]["stops"] == "stop the loop first: kill -TERM 77"
-
-
-def _sup_remedy(tmp_path: Path) -> tuple[StateDB, Remedy, JobTarget]:
-    conf = tmp_path / "supervisord.conf"
-    conf.write_text(SUP)
-    db = StateDB(tmp_path / "state")
-    remedy = Remedy(
-        config(tmp_path).enforcement, db, RecordingEffects(), actor="daemon",  # type: ignore[attr-defined]
+        config(tmp_path).enforcement, db, effects or RecordingEffects(), actor="daemon",  # type: ignore[attr-defined]
         backup_dir=str(tmp_path / "bk"), protection=ScanProtection(),
     )  # fmt: skip
     return db, remedy, sup_target(conf)
@@ -282,6 +253,21 @@ def _killed_disable(remedy: Remedy, target: JobTarget, point: str, now: float) -
     with pytest.raises(Killed):
         remedy.disable_source(target, now)
     faults.set_hook(None)
+
+
+def test_a_stronger_answer_than_an_unloaded_rewrite_stays(tmp_path: Path) -> None:
+    # The same interrupted rewrite, and a job that comes back anyway (a loop the
+    # terminate leaves): the terminate still says it comes back (`will-return`, with
+    # the loop's step), not the weaker "may" of the rewrite.
+    db, remedy, target = _sup_remedy(tmp_path)
+    _killed_disable(remedy, target, "effects:write:done", 1_800_000_000.0)
+    target.restarts = Restarts(
+        "at once", "shell loop `while true` (PID 77)", "stop the loop first: kill -TERM 77"
+    )
+    aid, _res = remedy.terminate(target, 1_800_000_010.0, dry_run=True)
+    act = db.action(aid)
+    assert act is not None and "may_return" not in act.details
+    assert act.details["will_return"]["stops"] == "stop the loop first: kill -TERM 77"
 
 
 @pytest.mark.parametrize(
@@ -408,14 +394,8 @@ def test_an_undo_killed_before_it_restored_leaves_the_rewrite_unloaded(tmp_path:
     # still says autorestart=false and supervisord still runs autorestart=true. BEFORE:
     # `undo` marks the action undone before its first op, the kill leaves the mark, and
     # the terminate read it as "the files are back": `ok`.
+    db, remedy, target = _sup_remedy(tmp_path, Effects())
     conf = tmp_path / "supervisord.conf"
-    conf.write_text(SUP)
-    db = StateDB(tmp_path / "state")
-    remedy = Remedy(
-        config(tmp_path).enforcement, db, Effects(), actor="daemon",  # type: ignore[attr-defined]
-        backup_dir=str(tmp_path / "bk"), protection=ScanProtection(),
-    )  # fmt: skip
-    target = sup_target(conf)
     _killed_disable(remedy, target, "effects:write:done", 1_800_000_000.0)
     assert "autorestart=false" in conf.read_text()
     db.close()
@@ -429,11 +409,7 @@ def test_an_undo_killed_before_it_restored_leaves_the_rewrite_unloaded(tmp_path:
     )  # fmt: skip
     assert out.returncode == -9, out.stdout + out.stderr
     assert "autorestart=false" in conf.read_text()  # not restored
-    db = StateDB(tmp_path / "state")
-    remedy = Remedy(
-        config(tmp_path).enforcement, db, RecordingEffects(), actor="daemon",  # type: ignore[attr-defined]
-        backup_dir=str(tmp_path / "bk"), protection=ScanProtection(),
-    )  # fmt: skip
+    db, remedy, _target = _sup_remedy(tmp_path)  # the file as the killed undo left it
     aid, _res = remedy.terminate(target, 1_800_000_010.0, dry_run=True)
     done = db.action(aid)
     assert done is not None
