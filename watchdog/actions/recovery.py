@@ -168,19 +168,18 @@ def account(rec: ActionRecord, steps: Sequence[ActionStep]) -> Account:
     elif not steps:
         out.not_done = ["everything: it was interrupted before its first side effect"]
     elif rec.kind == "disable-source":
-        out.not_done = [_not_loaded(rec, steps)] if _post_left(rec, steps) else []
+        left = _not_loaded(rec, steps)
+        out.not_done = [left] if left is not None else []
     return out
 
 
-def _post_left(rec: ActionRecord, steps: Sequence[ActionStep]) -> list[list[str]]:
-    """The post steps of an interrupted disable-source it did not make
-    (:func:`watchdog.actions.sources.unloaded`); [] for a kind without any."""
+def _not_loaded(rec: ActionRecord, steps: Sequence[ActionStep]) -> str | None:
+    """The post steps of an interrupted disable-source it did not make, in words
+    (:func:`watchdog.actions.sources.unloaded`); None when it made them all or its
+    kind has none."""
     post = sources.recorded_post(rec.details)
-    return sources.unloaded(post, steps) if post is not None else []
-
-
-def _not_loaded(rec: ActionRecord, steps: Sequence[ActionStep]) -> str:
-    return sources.unloaded_words(_post_left(rec, steps))
+    left = sources.unloaded(post, steps) if post is not None else []
+    return sources.unloaded_words(left) if left else None
 
 
 _PF_EXITING = 0x4  # /proc/PID/stat flags: the process is exiting (linux/sched.h)
@@ -374,11 +373,12 @@ def _resolve_disable(rec: ActionRecord, steps: Sequence[ActionStep]) -> Resolved
     undo = disable_undo(restore, made)
     unsure = any(s.status == "intent" for s in changes)
     words = "the undo ops of what changed are recorded" if undo else "no undo op applies"
-    if _post_left(rec, steps):
+    left = _not_loaded(rec, steps)
+    if left is not None:
         # Not run here (recovery changes nothing on the host): said, and the outcome is
         # never `ok` while the source's daemon may still start the job; the next
         # terminate's restart answer reads the same steps (Remedy.loaded_restarts).
-        return Resolved("partial", undo or None, f"{_not_loaded(rec, steps)}; {words}")
+        return Resolved("partial", undo or None, f"{left}; {words}")
     return Resolved("partial" if unsure or not undo else "ok", undo or None, words)
 
 

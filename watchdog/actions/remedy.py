@@ -308,12 +308,13 @@ class Remedy:
         """
         # Every record, not a window of the latest: dry runs, refusals and other
         # programs' actions would push the one that decides out of any fixed window.
+        # (``acted``: dry runs and refusals, which changed nothing, are left out there.)
         for rec in self.db.every_action_of_kind("disable-source", acted=True):
-            if rec.dry_run or not sources.matches(rec.details, target.origin):
+            if not sources.matches(rec.details, target.origin):
                 continue
             post = sources.recorded_post(rec.details)
-            if rec.outcome in ("refused", "dry-run") or post is None:
-                continue  # changed nothing (or a kind with no post step): an older one decides
+            if post is None:
+                continue  # a kind with no post step: an older one decides
             steps = self.db.action_steps(rec.id)
             if not sources.rewrote(steps):
                 # Failed or killed before its rewrite: it changed nothing the daemon

@@ -76,22 +76,14 @@ class ScopeCopies:
             for kind, leader in _groups(root):
                 self._index.setdefault((root.uid, program, kind, leader), []).append(job)
 
-    def copies(self, job: Job, stop_pids: Collection[int]) -> list[Job]:
+    def copies_in(self, job: Job, stop_pids: Collection[int]) -> list[tuple[Job, str, int]]:
         """The other jobs whose roots ``job``'s terminate takes in as copies: of its
         root's program and owner, in a process group or session of one of
         ``stop_pids`` (its processes and exclusive wrappers) whose leader is one of
-        them or gone. In scan order; empty when there are none.
-
-        Args:
-            job: A job of the scan.
-            stop_pids: What its terminate stops of its own (``Advice.stop_pids``).
-        """
-        return [other for other, _kind, _leader in self.copies_in(job, stop_pids)]
-
-    def copies_in(self, job: Job, stop_pids: Collection[int]) -> list[tuple[Job, str, int]]:
-        """:meth:`copies`, each with where the terminate takes it from: ``(copy, kind,
-        leader)``, ``kind`` ``pgid`` or ``sid`` and ``leader`` that group's or session's
-        leader (the first of the two that matches), as the words name it.
+        them or gone. In scan order; empty when there are none. Each with where the
+        terminate takes it from: ``(copy, kind, leader)``, ``kind`` ``pgid`` or ``sid``
+        and ``leader`` that group's or session's leader (the first of the two that
+        matches), as the words name it.
 
         Args:
             job: A job of the scan.
