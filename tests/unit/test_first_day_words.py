@@ -83,12 +83,17 @@ def test_a_process_sanctioned_at_its_first_look_still_says_when_it_started(
     )
 
 
+def _undo_setup(tmp_path: Path) -> tuple[Path, StateDB]:
+    """A configuration with its own state directory (no NVML), and that state."""
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
+    return cfg, StateDB(str(tmp_path / "state"))
+
+
 def test_already_undone_says_when_in_iso_8601_utc(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
-    db = StateDB(str(tmp_path / "state"))
+    cfg, db = _undo_setup(tmp_path)
     aid = db.record_action("cli:root", "terminate", "PID 42", "ok", {}, 0.0, undo={"op": "x"})
     db.mark_undone(aid, MATCHED.timestamp())
     db.close()
@@ -100,9 +105,7 @@ def test_undo_of_a_terminate_says_why_there_is_nothing_to_undo(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Stop 46's fresh user: `undo 7` of a terminate said only "has nothing to undo".
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text(f"nvml: {{enabled: false}}\ndaemon: {{state_dir: '{tmp_path}/state'}}\n")
-    db = StateDB(str(tmp_path / "state"))
+    cfg, db = _undo_setup(tmp_path)
     aid = db.record_action("cli:root", "terminate", "PID 42 (1 process(es))", "ok", {}, 0.0)
     db.close()
     assert main(["undo", str(aid), "--config", str(cfg)]) == 1

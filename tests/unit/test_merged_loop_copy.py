@@ -99,6 +99,13 @@ def _config(tmp_path: Path, pids: dict[str, int]) -> Path:
     return gpu_config(tmp_path, (pids["plain"], pids["copy"]))
 
 
+def _plain(cfg: Path, pids: dict[str, int]) -> dict[str, Any]:
+    """The nohup'd job as ``scan --json`` lists it."""
+    scan = json.loads(run_cli("scan", "--json", "--config", str(cfg)).stdout)
+    (plain,) = [j for j in scan["jobs"] if j["root_pid"] == pids["plain"]]
+    return plain
+
+
 def _record(tmp_path: Path) -> dict[str, Any]:
     db = StateDB(tmp_path / "state")
     try:
@@ -128,8 +135,7 @@ def test_a_loop_above_the_copy_is_stopped_with_it_and_nothing_comes_back(
     need_program("gcc", "nohup")
     pids = _start(spawned, tmp_path, LOOP)
     cfg = _config(tmp_path, pids)
-    scan = json.loads(run_cli("scan", "--json", "--config", str(cfg)).stdout)
-    (plain,) = [j for j in scan["jobs"] if j["root_pid"] == pids["plain"]]
+    plain = _plain(cfg, pids)
     # The advice of the nohup'd job says what its terminate does: the copy's loop too.
     assert plain["advice"]["restarts"] == {
         "when": "after about 5 s",
@@ -214,8 +220,7 @@ def test_a_loop_between_two_runs_in_the_jobs_group_makes_the_terminate_will_retu
     need_program("gcc", "nohup")
     pids = _start_between(spawned, tmp_path, BETWEEN_RUNS)
     cfg = _config(tmp_path, pids)
-    scan = json.loads(run_cli("scan", "--json", "--config", str(cfg)).stdout)
-    (plain,) = [j for j in scan["jobs"] if j["root_pid"] == pids["plain"]]
+    plain = _plain(cfg, pids)
     assert plain["advice"]["restarts"] == {
         "when": "when its loop comes round",
         "how": f"shell loop `while true` in PID {pids['shell']}",
@@ -247,7 +252,6 @@ def test_a_loop_of_another_command_line_between_runs_is_never_named(
     cfg = _config(tmp_path, pids)
     rule = "sanctioned:\n  - name: pipeline\n    cmdline: '*--prod*'\n    origin: {any: true}\n"
     cfg.write_text(cfg.read_text() + rule)
-    scan = json.loads(run_cli("scan", "--json", "--config", str(cfg)).stdout)
-    (plain,) = [j for j in scan["jobs"] if j["root_pid"] == pids["plain"]]
+    plain = _plain(cfg, pids)
     assert plain["advice"]["restarts"] is None
     assert str(pids["shell"]) not in plain["advice"]["stop"]
